@@ -1,0 +1,115 @@
+# pagoda — build, test and run.
+#
+#   make                 build every binary into build/
+#   make run             install missing deps, build, serve on 127.0.0.1:8080
+#   make test            install missing deps, build, run unit + integration tests
+#   make check SANITIZE=1  the same suite under ASan+UBSan (objects in build/san)
+#   make fuzz            build libFuzzer targets with clang into build/fuzz
+#
+# Sources are picked up by folder: every common/*.c and proto/*.c goes into
+# libpagoda_common.a, every worker/*.c that is not a *_main.c into
+# libpagoda_worker.a, every gateway/*.c that is not a *_main.c into
+# libpagoda_gateway.a. Each tests/<dir>/test_*.c is one cmocka program.
+
+SANITIZE ?=
+ifeq ($(SANITIZE),1)
+BUILD ?= build/san
+SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else
+BUILD ?= build
+SANFLAGS =
+endif
+
+CC ?= gcc
+PKGS = libzmq msgpack openblas libmicrohttpd jansson libpcre2-8 yaml-0.1 libcyaml libcurl
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+WERROR ?= $(if $(CI),-Werror,)
+OPT ?= -O2
+CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wno-unused-parameter $(WERROR) \
+	-fopenmp -pthread -I. $(PKG_CFLAGS) $(SANFLAGS) $(CFLAGS)
+LDLIBS_ALL = $(PKG_LIBS) -lm -fopenmp -pthread $(SANFLAGS) $(LDFLAGS)
+
+COMMON_SRC  := $(wildcard common/*.c proto/*.c)
+WORKER_SRC  := $(filter-out %_main.c,$(wildcard worker/*.c))
+GATEWAY_SRC := $(filter-out %_main.c,$(wildcard gateway/*.c))
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+LIB_COMMON  = $(BUILD)/libpagoda_common.a
+LIB_WORKER  = $(BUILD)/libpagoda_worker.a
+LIB_GATEWAY = $(BUILD)/libpagoda_gateway.a
+LIBS = $(LIB_GATEWAY) $(LIB_WORKER) $(LIB_COMMON)
+
+BIN_NAMES = pagoda-gateway pagoda-worker pagoda-run pagoda-mkmodel pagoda-bench
+BIN_MAIN_pagoda-gateway = gateway/gateway_main.c
+BIN_MAIN_pagoda-worker  = worker/worker_main.c
+BIN_MAIN_pagoda-run     = worker/run_main.c
+BIN_MAIN_pagoda-mkmodel = worker/mkmodel_main.c
+BIN_MAIN_pagoda-bench   = tests/bench/bench_main.c
+# A binary is built once its main file exists.
+BINS = $(foreach b,$(BIN_NAMES),$(if $(wildcard $(BIN_MAIN_$(b))),$(BUILD)/$(b)))
+
+UNIT_SRC  := $(wildcard tests/*/test_*.c)
+UNIT_BINS := $(patsubst %.c,$(BUILD)/%,$(UNIT_SRC))
+TEST_SUPPORT := $(wildcard tests/support/*.c)
+
+.PHONY: all deps run test check fuzz fuzz-smoke clean
+.SECONDARY:
+all: $(BINS) $(UNIT_BINS)
+
+deps:
+	@bash deploy/install-deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(LIB_COMMON): $(call obj,$(COMMON_SRC))
+	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+$(LIB_WORKER): $(call obj,$(WORKER_SRC))
+	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+$(LIB_GATEWAY): $(call obj,$(GATEWAY_SRC))
+	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+
+.SECONDEXPANSION:
+$(BINS): $(BUILD)/%: $$(call obj,$$(BIN_MAIN_%)) $(LIBS)
+	$(CC) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(call obj,$(TEST_SUPPORT)) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS_ALL) -lcmocka
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@bash deploy/run-demo.sh
+
+# `make test` is the sanitizer-free pass of the same suite as `make check`.
+test: deps
+	@$(MAKE) --no-print-directory all
+	@PAGODA_BUILD=$(BUILD) bash tests/run.sh
+
+check: deps
+	@$(MAKE) --no-print-directory all
+	@PAGODA_BUILD=$(BUILD) bash tests/run.sh
+
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BUILD = build/fuzz
+FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fopenmp=libgomp -pthread -I. $(PKG_CFLAGS)
+fuzz: $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -c $< -o $@
+$(FUZZ_BUILD)/libfuzzlib.a: $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(COMMON_SRC) $(WORKER_SRC) $(GATEWAY_SRC))
+	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_BUILD)/libfuzzlib.a
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ $(PKG_LIBS) -lm -fopenmp=libgomp -pthread
+
+# Each fuzzer for FUZZ_SECONDS (default 30) on its seed corpus.
+FUZZ_SECONDS ?= 30
+fuzz-smoke: fuzz
+	@bash tests/fuzz/smoke.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,60 @@
+/* xalloc.c — allocation that aborts with file:line on out-of-memory. */
+#include "common/xalloc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void oom(size_t n, const char *file, int line)
+{
+    fprintf(stderr, "pagoda: out of memory allocating %zu bytes at %s:%d\n", n, file, line);
+    abort();
+}
+
+void *xmalloc_at(size_t n, const char *file, int line)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        oom(n, file, line);
+    return p;
+}
+
+void *xcalloc_at(size_t count, size_t size, const char *file, int line)
+{
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p)
+        oom(count * size, file, line);
+    return p;
+}
+
+void *xrealloc_at(void *p, size_t n, const char *file, int line)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q)
+        oom(n, file, line);
+    return q;
+}
+
+char *xstrdup_at(const char *s, const char *file, int line)
+{
+    size_t n = strlen(s) + 1;
+    char *p = xmalloc_at(n, file, line);
+    memcpy(p, s, n);
+    return p;
+}
+
+char *xstrndup_at(const char *s, size_t n, const char *file, int line)
+{
+    char *p = xmalloc_at(n + 1, file, line);
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+void *xaligned_alloc_at(size_t n, const char *file, int line)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64) != 0)
+        oom(n, file, line);
+    return p;
+}

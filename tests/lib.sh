@@ -1,0 +1,64 @@
+# tests/lib.sh — helpers for integration scripts (source it).
+#
+# Scripts print one line per check: "ok - what", "not ok - what" or
+# "skip - why"; tests/run.sh counts them. Processes started with `spawn` are
+# killed when the script exits, whatever happens.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${PAGODA_BUILD:-build}
+[[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
+SHARED=${PAGODA_SHARED:-$ROOT/../shared}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/pagoda-test.XXXXXX")
+PIDS=()
+N_FAIL=0
+
+cleanup() {
+  local p
+  for p in "${PIDS[@]:-}"; do [[ -n $p ]] && kill -TERM "$p" 2>/dev/null; done
+  sleep 0.2
+  for p in "${PIDS[@]:-}"; do [[ -n $p ]] && kill -KILL "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+ok()   { echo "ok - $*"; }
+fail() { echo "not ok - $*"; N_FAIL=$((N_FAIL + 1)); }
+skip() { echo "skip - $*"; }
+check() { # description, command...
+  local d=$1; shift
+  if "$@"; then ok "$d"; else fail "$d"; fi
+}
+
+# A TCP port nobody listens on right now.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# spawn LOGFILE cmd... : start in the background, remember the pid in $SPAWNED.
+spawn() {
+  local log=$1; shift
+  "$@" >"$log" 2>&1 &
+  SPAWNED=$!
+  PIDS+=("$SPAWNED")
+}
+
+# wait_for SECONDS cmd... : retry a command until it succeeds or time runs out.
+wait_for() {
+  local limit=$1; shift
+  local deadline=$((SECONDS + limit))
+  while ((SECONDS < deadline)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+need_shared_model() { # relative path under shared/models
+  if [[ ! -f $SHARED/models/$1 ]]; then
+    skip "$SHARED/models/$1 not found (../shared absent): skipping"
+    exit 0
+  fi
+}
+
+finish() { exit $((N_FAIL > 0)); }
