@@ -60,9 +60,12 @@ all: $(BINS) $(UNIT_BINS)
 deps:
 	@bash deploy/install-deps.sh
 
+# V=1 shows full command lines.
+Q = $(if $(V),,@)
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+	@$(if $(V),,echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
 $(LIB_COMMON): $(call obj,$(COMMON_SRC))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
@@ -73,11 +76,13 @@ $(LIB_GATEWAY): $(call obj,$(GATEWAY_SRC))
 
 .SECONDEXPANSION:
 $(BINS): $(BUILD)/%: $$(call obj,$$(BIN_MAIN_%)) $(LIBS)
-	$(CC) -o $@ $^ $(LDLIBS_ALL)
+	@$(if $(V),,echo "  LD      $@")
+	$(Q)$(CC) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(call obj,$(TEST_SUPPORT)) $(LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ $(LDLIBS_ALL) -lcmocka
+	@$(if $(V),,echo "  LD      $@")
+	$(Q)$(CC) -o $@ $^ $(LDLIBS_ALL) -lcmocka
 
 run: deps
 	@$(MAKE) --no-print-directory all
