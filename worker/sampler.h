@@ -21,15 +21,20 @@
  *   6. top_k: keep the k largest z (partial selection, O(n_vocab)).
  *   7. p_i = exp((z_i - max z) / temperature).
  *   8. top_p: keep the smallest set of highest-p tokens whose mass >= top_p of
- *      the (top-k) total (sorts only as many candidates as needed).
+ *      the (top-k) total, ties by id (a histogram of mass over probability
+ *      buckets finds the boundary; only the boundary bucket is sorted; sums
+ *      are in double, so "exactly" is up to rounding at the boundary).
  *   9. min_p: drop tokens with p_i < min_p * max p.
  *  10. draw u ~ U[0,1) and invert the cumulative distribution of the kept
  *      candidates.
  * Token order among equal z is by id everywhere, so results are deterministic.
  *
  * Costs for n_vocab = V: a copy of V logits, one max pass, one exp pass (two
- * with logprobs), plus O(V) selection for top-k/top-p; no allocation per call
- * (scratch of 8 bytes per vocab entry is sized in sampler_new). History counts
+ * with logprobs; a vectorized exp, AVX2 when the CPU has it), O(V) top-k (a
+ * heap scan for k <= 512, quickselect above) and O(V) top-p; no allocation
+ * per call (8 bytes per vocab entry + 64 KiB of scratch, sized in
+ * sampler_new). Measured at V = 151936 on the 2-core dev box (min of 40):
+ * greedy 0.14 ms, T=1 0.40 ms, top_k=40 0.21 ms, top_p=0.9 0.67 ms. History counts
  * live in a small hash table sized by the number of DISTINCT tokens seen; it
  * grows (amortized, by doubling) inside sampler_accept*, never in sample.
  *
