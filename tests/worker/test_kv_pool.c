@@ -1,0 +1,655 @@
+/* Unit tests for worker/kv_pool: block allocation, capacity, refcounts,
+ * prefix matching, LRU eviction, hash collisions and a seeded randomized
+ * stress run checked with kv_pool_check() after every operation.
+ *
+ * The stress test plays the forward pass: for every position it writes into
+ * K/V (through the block table) a fingerprint of the token prefix ending at
+ * that position, computed by the test with its own hash. A prefix hit is
+ * correct iff the reused positions hold the fingerprints of the NEW prompt's
+ * prefix, which the test recomputes independently. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/kv_pool.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static kv_pool_stats_t stats(const kv_pool_t *p)
+{
+    kv_pool_stats_t st;
+    kv_pool_stats(p, &st);
+    return st;
+}
+
+/* Reserve + append + commit n tokens, as the scheduler would around a forward pass. */
+static int feed(kv_pool_t *p, kv_seq_t *s, const int32_t *t, int32_t n)
+{
+    int rc = kv_seq_reserve(s, n);
+    if (rc != KV_POOL_OK)
+        return rc;
+    assert_int_equal(kv_seq_append(s, t, n), KV_POOL_OK);
+    assert_true(kv_pool_commit_full_blocks(p, s) >= 0);
+    return KV_POOL_OK;
+}
+
+static void seq_tokens(int32_t *t, int32_t n, int32_t base)
+{
+    for (int32_t i = 0; i < n; i++)
+        t[i] = base + i;
+}
+
+/* ---- basic allocation --------------------------------------------------- */
+
+static void test_geometry_and_budget(void **state)
+{
+    (void)state;
+    assert_null(kv_pool_new(0, 8, 4, 4));
+    assert_null(kv_pool_new(1, 8, -1, 4));
+    assert_null(kv_pool_new(1, 8, 4, 0));
+    assert_null(kv_pool_new(1, 8, INT32_MAX, 32)); /* positions overflow int32 */
+
+    size_t per = kv_pool_block_bytes(2, 64, 32);
+    assert_true(per >= 2u * 2 * 32 * 64 * sizeof(float));
+    assert_int_equal(kv_pool_blocks_for_budget(2, 64, 32, 10 * per), 10);
+    assert_int_equal(kv_pool_blocks_for_budget(2, 64, 32, 10 * per - 1), 9);
+    assert_int_equal(kv_pool_blocks_for_budget(2, 64, 32, per - 1), 0);
+    assert_int_equal(kv_pool_blocks_for_budget(0, 64, 32, 1u << 30), 0);
+
+    kv_pool_t *p = kv_pool_new(3, 5, 7, 4);
+    assert_non_null(p);
+    kv_store_t *st = kv_pool_store(p);
+    assert_int_equal(st->n_layer, 3);
+    assert_int_equal(st->n_blocks, 7);
+    assert_int_equal(st->block_size, 4);
+    assert_int_equal(st->kv_dim, 5);
+    /* the whole (n_layer, n_blocks, block_size, kv_dim) range is ours and zeroed */
+    for (int l = 0; l < 3; l++)
+        for (int b = 0; b < 7; b++)
+            for (int s = 0; s < 4; s++)
+                for (int d = 0; d < 5; d++) {
+                    assert_true(kv_store_k(st, l, b, s)[d] == 0.0f);
+                    assert_true(kv_store_v(st, l, b, s)[d] == 0.0f);
+                    kv_store_k(st, l, b, s)[d] = 1.0f;
+                    kv_store_v(st, l, b, s)[d] = 1.0f;
+                }
+    assert_int_equal(kv_pool_n_available(p), 7);
+    kv_pool_free(&p);
+    assert_null(p);
+}
+
+static void test_alloc_release(void **state)
+{
+    (void)state;
+    kv_pool_t *p = kv_pool_new(1, 2, 8, 4);
+    kv_seq_t *s = kv_seq_new(p);
+    assert_int_equal(kv_seq_reserve(s, 10), KV_POOL_OK);
+    assert_int_equal(kv_seq_n_blocks(s), 3);
+    assert_int_equal(kv_seq_capacity(s), 12);
+    assert_int_equal(kv_seq_n_tokens(s), 0);
+    kv_pool_stats_t st = stats(p);
+    assert_int_equal(st.n_used, 3);
+    assert_int_equal(st.n_free, 5);
+    assert_int_equal(st.n_cached, 0);
+    /* reserving what is already there allocates nothing */
+    assert_int_equal(kv_seq_reserve(s, 12), KV_POOL_OK);
+    assert_int_equal(kv_seq_n_blocks(s), 3);
+    assert_int_equal(kv_seq_reserve(s, -1), KV_POOL_EINVAL);
+    /* the block table names distinct blocks */
+    const int32_t *bt = kv_seq_block_table(s);
+    assert_true(bt[0] != bt[1] && bt[1] != bt[2] && bt[0] != bt[2]);
+
+    int32_t t[13];
+    seq_tokens(t, 13, 100);
+    assert_int_equal(kv_seq_append(s, t, 13), KV_POOL_EINVAL); /* 13 > 12 reserved */
+    assert_int_equal(kv_seq_append(s, t, 10), KV_POOL_OK);
+    assert_int_equal(kv_seq_n_tokens(s), 10);
+    assert_memory_equal(kv_seq_tokens(s), t, 10 * sizeof(int32_t));
+    assert_int_equal(kv_pool_check(p), 0);
+
+    /* no commit: released blocks are plain free, nothing cached */
+    kv_seq_release(s);
+    assert_int_equal(kv_seq_n_blocks(s), 0);
+    st = stats(p);
+    assert_int_equal(st.n_used, 0);
+    assert_int_equal(st.n_free, 8);
+    assert_int_equal(st.n_cached, 0);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_seq_free(&s);
+    assert_null(s);
+    kv_pool_free(&p);
+}
+
+static void test_exhaustion(void **state)
+{
+    (void)state;
+    kv_pool_t *p = kv_pool_new(1, 2, 4, 4);
+    kv_seq_t *a = kv_seq_new(p), *b = kv_seq_new(p);
+    assert_int_equal(kv_seq_reserve(a, 12), KV_POOL_OK); /* 3 blocks */
+    /* 2 blocks needed, 1 available: no capacity, and nothing taken */
+    assert_int_equal(kv_seq_reserve(b, 5), KV_POOL_NO_CAPACITY);
+    assert_int_equal(kv_seq_n_blocks(b), 0);
+    assert_int_equal(stats(p).n_used, 3);
+    assert_int_equal(kv_pool_n_available(p), 1);
+    assert_int_equal(kv_seq_reserve(b, 4), KV_POOL_OK);
+    assert_int_equal(kv_seq_reserve(b, 5), KV_POOL_NO_CAPACITY);
+    assert_int_equal(kv_pool_n_available(p), 0);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_seq_free(&a);
+    assert_int_equal(kv_seq_reserve(b, 16), KV_POOL_OK);
+    assert_int_equal(kv_seq_n_blocks(b), 4);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_seq_free(&b);
+    assert_int_equal(stats(p).n_free, 4);
+    kv_pool_free(&p);
+}
+
+/* ---- prefix cache ------------------------------------------------------- */
+
+static void test_prefix_match(void **state)
+{
+    (void)state;
+    const int bs = 4;
+    kv_pool_t *p = kv_pool_new(1, 2, 16, bs);
+    int32_t t[20];
+    seq_tokens(t, 20, 1000);
+
+    /* empty cache: 0 */
+    kv_seq_t *a = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, t, 20, a), 0);
+    assert_int_equal(feed(p, a, t, 14), KV_POOL_OK); /* 3 full blocks + 2 tokens */
+    kv_pool_stats_t st = stats(p);
+    assert_int_equal(st.n_cached_total, 3);
+    assert_int_equal(st.n_registered, 3);
+    /* a non-empty sequence cannot be matched into */
+    assert_int_equal(kv_pool_match_prefix(p, t, 20, a), KV_POOL_EINVAL);
+
+    /* full chain while a is alive: 3 blocks shared, refs 2 */
+    kv_seq_t *b = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, t, 20, b), 12);
+    assert_int_equal(kv_seq_n_tokens(b), 12);
+    assert_memory_equal(kv_seq_block_table(b), kv_seq_block_table(a), 3 * sizeof(int32_t));
+    assert_memory_equal(kv_seq_tokens(b), t, 12 * sizeof(int32_t));
+    assert_int_equal(kv_pool_check(p), 0);
+    assert_int_equal(stats(p).n_used, 4 + 0); /* a's 4 blocks; b adds none */
+    kv_seq_free(&b);
+
+    /* never the last token: n = 12 covers 2 blocks, n = 13 covers 3 */
+    for (int32_t n = 0; n <= 14; n++) {
+        kv_seq_t *c = kv_seq_new(p);
+        int32_t got = kv_pool_match_prefix(p, t, n, c);
+        int32_t want = n > 0 ? ((n - 1) / bs) * bs : 0;
+        if (want > 12)
+            want = 12;
+        assert_int_equal(got, want);
+        assert_true(got < n || n == 0);
+        kv_seq_free(&c);
+    }
+
+    /* partial: diverge inside block 1 -> only block 0 */
+    int32_t u[20];
+    memcpy(u, t, sizeof u);
+    u[6] = 7;
+    kv_seq_t *c = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, u, 20, c), 4);
+    /* the divergent continuation is its own chain */
+    assert_int_equal(feed(p, c, u + 4, 12), KV_POOL_OK);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_seq_t *d = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, u, 17, d), 16);
+    assert_int_equal(kv_seq_block_table(d)[0], kv_seq_block_table(a)[0]);
+    assert_true(kv_seq_block_table(d)[1] != kv_seq_block_table(a)[1]);
+    /* diverging in block 0 -> nothing */
+    u[0] = 5;
+    kv_seq_t *e = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, u, 20, e), 0);
+
+    st = stats(p);
+    assert_true(st.n_prefix_queries >= 5);
+    assert_true(st.n_prefix_hit_tokens > 0 && st.n_prefix_hit_tokens <= st.n_prefix_query_tokens);
+    assert_int_equal(st.n_prefix_hit_tokens, st.n_prefix_hit_blocks * (uint64_t)bs);
+
+    kv_seq_free(&a);
+    kv_seq_free(&c);
+    kv_seq_free(&d);
+    kv_seq_free(&e);
+    assert_int_equal(kv_pool_check(p), 0);
+    st = stats(p);
+    assert_int_equal(st.n_used, 0);
+    assert_int_equal(st.n_free + st.n_cached, st.n_blocks);
+    assert_int_equal(st.n_cached, 6); /* a's 3 full blocks + c's 3 full ones */
+
+    /* after everybody is gone the chain is still there */
+    kv_seq_t *f = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, t, 13, f), 12);
+    kv_seq_free(&f);
+    kv_pool_free(&p);
+}
+
+static void test_refcount_shared(void **state)
+{
+    (void)state;
+    kv_pool_t *p = kv_pool_new(1, 2, 10, 2);
+    int32_t t[9];
+    seq_tokens(t, 9, 1);
+    kv_seq_t *s[4];
+    s[0] = kv_seq_new(p);
+    assert_int_equal(feed(p, s[0], t, 8), KV_POOL_OK);
+    for (int i = 1; i < 4; i++) {
+        s[i] = kv_seq_new(p);
+        assert_int_equal(kv_pool_match_prefix(p, t, 9, s[i]), 8);
+        assert_int_equal(kv_pool_check(p), 0); /* refs == number of holders */
+    }
+    assert_int_equal(stats(p).n_used, 4);
+    /* each sharer now decodes into its own block */
+    for (int i = 1; i < 4; i++) {
+        int32_t tok = 50 + i;
+        assert_int_equal(feed(p, s[i], &tok, 1), KV_POOL_OK);
+        assert_int_equal(kv_pool_check(p), 0);
+    }
+    assert_int_equal(stats(p).n_used, 7);
+    /* shared blocks stay used while any holder is left; own blocks go at once */
+    int order[4] = {2, 0, 3, 1};
+    int used_after[4] = {6, 6, 5, 0};
+    for (int k = 0; k < 4; k++) {
+        kv_seq_free(&s[order[k]]);
+        assert_int_equal(kv_pool_check(p), 0);
+        assert_int_equal(stats(p).n_used, used_after[k]);
+    }
+    kv_pool_stats_t st = stats(p);
+    assert_int_equal(st.n_used, 0);
+    assert_int_equal(st.n_cached, 4);
+    assert_int_equal(st.n_free, 6);
+    kv_pool_free(&p);
+}
+
+/* LRU: released chains are evicted least recently released first, and within
+ * a chain the tail first; re-using a chain makes it most recent again. */
+static void test_lru_order(void **state)
+{
+    (void)state;
+    const int bs = 2;
+    kv_pool_t *p = kv_pool_new(1, 2, 6, bs);
+    int32_t A[5] = {1, 2, 3, 4, 0}, B[5] = {5, 6, 7, 8, 0};
+    kv_seq_t *s = kv_seq_new(p);
+    assert_int_equal(feed(p, s, A, 4), KV_POOL_OK);
+    kv_seq_release(s);
+    assert_int_equal(feed(p, s, B, 4), KV_POOL_OK);
+    kv_seq_release(s);
+    kv_pool_stats_t st = stats(p);
+    assert_int_equal(st.n_cached, 4);
+    assert_int_equal(st.n_free, 2);
+
+    /* touch A: match and release -> A becomes most recent, B least */
+    assert_int_equal(kv_pool_match_prefix(p, A, 5, s), 4);
+    kv_seq_release(s);
+
+    /* 2 free blocks are used before any eviction */
+    kv_seq_t *x = kv_seq_new(p);
+    assert_int_equal(kv_seq_reserve(x, 4), KV_POOL_OK);
+    assert_int_equal(stats(p).n_evictions, 0);
+    /* next allocation evicts B's tail block: B still matches 1 block */
+    assert_int_equal(kv_seq_reserve(x, 6), KV_POOL_OK);
+    assert_int_equal(stats(p).n_evictions, 1);
+    kv_seq_t *y = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, B, 5, y), 2);
+    kv_seq_release(y);
+    /* that release made B's head most recent: next victim is A's tail */
+    assert_int_equal(kv_seq_reserve(x, 8), KV_POOL_OK);
+    assert_int_equal(stats(p).n_evictions, 2);
+    assert_int_equal(kv_pool_match_prefix(p, A, 5, y), 2);
+    kv_seq_release(y);
+    assert_int_equal(kv_pool_match_prefix(p, B, 5, y), 2);
+    kv_seq_release(y);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_seq_free(&x);
+    kv_seq_free(&y);
+    kv_seq_free(&s);
+    kv_pool_free(&p);
+}
+
+/* Referenced cached blocks are never evicted: the pool says no capacity. */
+static void test_evict_only_unreferenced(void **state)
+{
+    (void)state;
+    const int bs = 2;
+    kv_pool_t *p = kv_pool_new(1, 2, 4, bs);
+    int32_t A[5] = {1, 2, 3, 4, 9};
+    kv_seq_t *a = kv_seq_new(p);
+    assert_int_equal(feed(p, a, A, 4), KV_POOL_OK);
+    kv_seq_release(a);
+    kv_seq_t *h = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, A, 5, h), 4); /* holds both cached blocks */
+    kv_seq_t *x = kv_seq_new(p);
+    assert_int_equal(kv_seq_reserve(x, 4), KV_POOL_OK);     /* the 2 free blocks */
+    assert_int_equal(kv_seq_reserve(x, 5), KV_POOL_NO_CAPACITY);
+    assert_int_equal(stats(p).n_evictions, 0);
+    assert_int_equal(kv_pool_check(p), 0);
+    /* the holder still sees its chain */
+    kv_seq_t *y = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, A, 5, y), 4);
+    kv_seq_free(&y);
+    kv_seq_free(&h);
+    /* now unreferenced: evictable, tail block first */
+    assert_int_equal(kv_seq_reserve(x, 6), KV_POOL_OK);
+    assert_int_equal(stats(p).n_evictions, 1);
+    y = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, A, 5, y), 2);
+    kv_seq_free(&y);
+    kv_seq_free(&x);
+    kv_seq_free(&a);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_pool_free(&p);
+}
+
+/* Two sequences compute the same block concurrently: one registration. */
+static void test_duplicate_commit(void **state)
+{
+    (void)state;
+    kv_pool_t *p = kv_pool_new(1, 2, 8, 2);
+    int32_t T[7] = {1, 2, 3, 4, 5, 6, 7};
+    kv_seq_t *a = kv_seq_new(p), *b = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, T, 7, a), 0);
+    assert_int_equal(kv_pool_match_prefix(p, T, 7, b), 0);
+    assert_int_equal(feed(p, a, T, 2), KV_POOL_OK);
+    assert_int_equal(feed(p, b, T, 4), KV_POOL_OK); /* block 0 dup, block 1 new */
+    assert_int_equal(feed(p, a, T + 2, 4), KV_POOL_OK); /* block 1 dup, block 2 new */
+    kv_pool_stats_t st = stats(p);
+    assert_int_equal(st.n_cached_total, 3);
+    assert_int_equal(kv_pool_check(p), 0);
+    /* the chain crosses both sequences' blocks and is reachable */
+    kv_seq_t *c = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, T, 7, c), 6);
+    assert_int_equal(kv_seq_block_table(c)[0], kv_seq_block_table(a)[0]);
+    assert_int_equal(kv_seq_block_table(c)[1], kv_seq_block_table(b)[1]);
+    assert_int_equal(kv_seq_block_table(c)[2], kv_seq_block_table(a)[2]);
+    kv_seq_free(&c);
+    kv_seq_free(&a);
+    kv_seq_free(&b);
+    st = stats(p);
+    assert_int_equal(st.n_cached, 3);
+    assert_int_equal(st.n_free, 5); /* the duplicates were freed, not cached */
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_pool_free(&p);
+}
+
+/* ---- hash collisions ---------------------------------------------------- */
+
+static uint64_t hash_const(uint64_t parent, const int32_t *t, int32_t n)
+{
+    (void)parent, (void)t, (void)n;
+    return 42;
+}
+
+/* Ignores the parent: blocks with equal tokens under different prefixes collide. */
+static uint64_t hash_tokens_only(uint64_t parent, const int32_t *t, int32_t n)
+{
+    (void)parent;
+    uint64_t h = 1469598103934665603ULL;
+    for (int32_t i = 0; i < n; i++)
+        h = (h ^ (uint32_t)t[i]) * 1099511628211ULL;
+    return h;
+}
+
+static void collisions_with(kv_pool_hash_fn fn)
+{
+    const int bs = 2;
+    kv_pool_t *p = kv_pool_new(1, 2, 16, bs);
+    kv_pool_test_set_hash(p, fn);
+    /* P and Q share block 1's tokens under different block 0 */
+    int32_t P[5] = {1, 2, 7, 7, 0}, Q[5] = {3, 4, 7, 7, 0}, R[5] = {1, 2, 8, 8, 0};
+    kv_seq_t *a = kv_seq_new(p);
+    assert_int_equal(feed(p, a, P, 4), KV_POOL_OK);
+    kv_seq_release(a);
+    kv_seq_t *b = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, Q, 5, b), 0); /* Q's block 0 was never cached */
+    assert_int_equal(feed(p, b, Q, 4), KV_POOL_OK);
+    kv_seq_release(b);
+    assert_int_equal(stats(p).n_cached_total, 4);
+    assert_int_equal(kv_pool_check(p), 0);
+
+    kv_seq_t *c = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, P, 5, c), 4);
+    kv_seq_t *d = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, Q, 5, d), 4);
+    /* same tokens in block 1, different parents: distinct physical blocks */
+    assert_true(kv_seq_block_table(c)[1] != kv_seq_block_table(d)[1]);
+    kv_seq_t *e = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, R, 5, e), 2); /* block 1 differs */
+    assert_int_equal(kv_seq_block_table(e)[0], kv_seq_block_table(c)[0]);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_seq_free(&a);
+    kv_seq_free(&b);
+    kv_seq_free(&c);
+    kv_seq_free(&d);
+    kv_seq_free(&e);
+    kv_pool_free(&p);
+}
+
+static void test_hash_collisions(void **state)
+{
+    (void)state;
+    collisions_with(hash_const);
+    collisions_with(hash_tokens_only);
+    collisions_with(NULL);
+}
+
+/* A cached child outlives its parent block; the parent's physical block is
+ * re-registered with other content under a colliding key. The child must not
+ * be reachable through the new parent (parent identity includes a serial). */
+static void test_stale_parent(void **state)
+{
+    (void)state;
+    kv_pool_t *p = kv_pool_new(1, 2, 4, 2);
+    kv_pool_test_set_hash(p, hash_const);
+    int32_t T[4] = {1, 2, 3, 4}, N[2] = {9, 9}, W[5] = {9, 9, 3, 4, 0};
+    kv_seq_t *a = kv_seq_new(p), *x = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, T, 4, x), 0);
+    assert_int_equal(feed(p, a, T, 2), KV_POOL_OK);     /* b0 = [1 2] cached */
+    assert_int_equal(feed(p, x, T, 4), KV_POOL_OK);     /* x0 dup of b0, x1 = [3 4] under b0 */
+    int32_t b0 = kv_seq_block_table(a)[0];
+    kv_seq_free(&a);                                    /* LRU: b0 */
+    kv_seq_free(&x);                                    /* LRU: b0, x1; x0 free */
+    kv_seq_t *z = kv_seq_new(p), *y = kv_seq_new(p);
+    assert_int_equal(kv_seq_reserve(z, 4), KV_POOL_OK); /* both free blocks */
+    assert_int_equal(feed(p, y, N, 2), KV_POOL_OK);     /* evicts b0, re-registers it as [9 9] */
+    assert_int_equal(kv_seq_block_table(y)[0], b0);
+    assert_int_equal(stats(p).n_evictions, 1);
+    kv_seq_t *w = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, W, 5, w), 2);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_seq_free(&w);
+    kv_seq_free(&y);
+    kv_seq_free(&z);
+    kv_pool_free(&p);
+}
+
+/* ---- randomized stress -------------------------------------------------- */
+
+static uint64_t rng_next(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+static int32_t rng_int(uint64_t *x, int32_t n) { return (int32_t)(rng_next(x) % (uint64_t)n); }
+
+/* Fingerprint of the prefix ending at each position, 48 bits split over two
+ * floats (exact: < 2^24 each). Independent of the pool's hash. */
+static void fingerprints(const int32_t *t, int32_t n, uint64_t *out)
+{
+    uint64_t h = 0x12345;
+    for (int32_t i = 0; i < n; i++) {
+        h = (h ^ (uint64_t)(uint32_t)t[i]) * 0x100000001B3ULL;
+        h ^= h >> 29;
+        out[i] = h & 0xFFFFFFFFFFFFULL;
+    }
+}
+
+#define ST_MAXLEN 96
+#define ST_MAXSEQ 6
+
+typedef struct st_seq {
+    kv_seq_t *kv;
+    int32_t tok[ST_MAXLEN];
+    uint64_t fp[ST_MAXLEN];
+    int32_t n_total;  /* planned length */
+} st_seq_t;
+
+static void st_write(kv_store_t *kv, const kv_seq_t *s, int32_t pos, uint64_t fp)
+{
+    const int32_t *bt = kv_seq_block_table(s);
+    int32_t b = bt[pos / kv->block_size], slot = pos % kv->block_size;
+    for (int l = 0; l < kv->n_layer; l++) {
+        float *k = kv_store_k(kv, l, b, slot), *v = kv_store_v(kv, l, b, slot);
+        k[0] = (float)(fp & 0xFFFFFF);
+        k[1] = (float)(fp >> 24);
+        v[0] = (float)l;
+        v[1] = (float)((fp ^ (uint64_t)l) & 0xFFFFFF);
+    }
+}
+
+static void st_verify(kv_store_t *kv, const st_seq_t *q, int32_t upto)
+{
+    const int32_t *bt = kv_seq_block_table(q->kv);
+    for (int32_t pos = 0; pos < upto; pos++) {
+        int32_t b = bt[pos / kv->block_size], slot = pos % kv->block_size;
+        uint64_t fp = q->fp[pos];
+        for (int l = 0; l < kv->n_layer; l++) {
+            const float *k = kv_store_k(kv, l, b, slot), *v = kv_store_v(kv, l, b, slot);
+            if (k[0] != (float)(fp & 0xFFFFFF) || k[1] != (float)(fp >> 24) || v[0] != (float)l ||
+                v[1] != (float)((fp ^ (uint64_t)l) & 0xFFFFFF))
+                fail_msg("position %d (block %d slot %d layer %d) holds the wrong prefix", pos, b, slot, l);
+        }
+    }
+}
+
+static void stress_run(uint64_t seed, kv_pool_hash_fn fn, int n_ops)
+{
+    const int bs = 4, n_blocks = 40;
+    kv_pool_t *p = kv_pool_new(2, 2, n_blocks, bs);
+    kv_pool_test_set_hash(p, fn);
+    kv_store_t *kv = kv_pool_store(p);
+    uint64_t rng = seed;
+    /* prompt families share long prefixes; a 3-letter alphabet in the tails
+     * makes equal blocks under different parents common */
+    int32_t base[3][ST_MAXLEN];
+    for (int f = 0; f < 3; f++)
+        for (int i = 0; i < ST_MAXLEN; i++)
+            base[f][i] = rng_int(&rng, 3);
+    st_seq_t seqs[ST_MAXSEQ];
+    int n_live = 0;
+    uint64_t n_hits = 0, n_nocap = 0, n_done = 0;
+
+    for (int op = 0; op < n_ops; op++) {
+        int what = rng_int(&rng, 10);
+        if (n_live == 0 || (what < 3 && n_live < ST_MAXSEQ)) {
+            /* admit: prompt = family prefix + random tail, then generation */
+            st_seq_t *q = &seqs[n_live++];
+            int f = rng_int(&rng, 3);
+            int32_t n_prompt = 1 + rng_int(&rng, 48);
+            int32_t keep = rng_int(&rng, n_prompt + 1);
+            q->n_total = n_prompt + rng_int(&rng, 24);
+            for (int32_t i = 0; i < q->n_total; i++)
+                q->tok[i] = i < keep ? base[f][i] : rng_int(&rng, 3);
+            fingerprints(q->tok, q->n_total, q->fp);
+            q->kv = kv_seq_new(p);
+            int32_t hit = kv_pool_match_prefix(p, q->tok, n_prompt, q->kv);
+            assert_true(hit >= 0 && hit % bs == 0 && hit <= ((n_prompt - 1) / bs) * bs);
+            assert_int_equal(kv_seq_n_tokens(q->kv), hit);
+            st_verify(kv, q, hit);
+            n_hits += hit > 0;
+        } else if (what < 8) {
+            /* step: a prefill chunk or one decode token */
+            st_seq_t *q = &seqs[rng_int(&rng, n_live)];
+            int32_t at = kv_seq_n_tokens(q->kv);
+            if (at < q->n_total) {
+                int32_t n = 1 + rng_int(&rng, 9);
+                if (n > q->n_total - at)
+                    n = q->n_total - at;
+                int32_t need = (at + n + bs - 1) / bs - kv_seq_n_blocks(q->kv);
+                int32_t avail = kv_pool_n_available(p);
+                int rc = kv_seq_reserve(q->kv, n);
+                if (rc == KV_POOL_NO_CAPACITY) {
+                    assert_true(need > avail);
+                    n_nocap++;
+                } else {
+                    assert_int_equal(rc, KV_POOL_OK);
+                    assert_true(need <= avail);
+                    assert_int_equal(kv_seq_append(q->kv, q->tok + at, n), KV_POOL_OK);
+                    for (int32_t i = at; i < at + n; i++)
+                        st_write(kv, q->kv, i, q->fp[i]);
+                    assert_true(kv_pool_commit_full_blocks(p, q->kv) >= 0);
+                }
+            }
+            /* nobody else's writes ever land in this sequence's blocks */
+            for (int i = 0; i < n_live; i++)
+                st_verify(kv, &seqs[i], kv_seq_n_tokens(seqs[i].kv));
+        } else {
+            /* finish or preempt a random sequence */
+            int i = rng_int(&rng, n_live);
+            if (rng_int(&rng, 2) == 0) {
+                kv_seq_free(&seqs[i].kv);
+                seqs[i] = seqs[--n_live];
+                n_done++;
+            } else {
+                kv_seq_release(seqs[i].kv); /* preempted: recompute later */
+                int32_t hit = kv_pool_match_prefix(p, seqs[i].tok, seqs[i].n_total, seqs[i].kv);
+                assert_true(hit >= 0);
+                st_verify(kv, &seqs[i], hit);
+            }
+        }
+        if (kv_pool_check(p) != 0)
+            fail_msg("kv_pool_check failed after op %d (seed %llu)", op, (unsigned long long)seed);
+    }
+    while (n_live > 0)
+        kv_seq_free(&seqs[--n_live].kv);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_pool_stats_t st = stats(p);
+    assert_int_equal(st.n_used, 0);
+    assert_int_equal(st.n_seqs, 0);
+    assert_int_equal(st.n_free + st.n_cached, n_blocks);
+    /* the run must have exercised the interesting paths */
+    assert_true(n_hits > 10);
+    assert_true(n_nocap > 0);
+    assert_true(st.n_evictions > 0);
+    printf("# stress seed %llu: %llu hits, %llu no-capacity, %llu finished, %llu evictions, "
+           "hit tokens %llu / %llu\n",
+           (unsigned long long)seed, (unsigned long long)n_hits, (unsigned long long)n_nocap,
+           (unsigned long long)n_done, (unsigned long long)st.n_evictions,
+           (unsigned long long)st.n_prefix_hit_tokens, (unsigned long long)st.n_prefix_query_tokens);
+    kv_pool_free(&p);
+}
+
+static void test_stress(void **state)
+{
+    (void)state;
+    stress_run(1, NULL, 4000);
+    stress_run(2, NULL, 4000);
+    stress_run(3, hash_const, 2000);
+    stress_run(4, hash_tokens_only, 3000);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_geometry_and_budget),
+        cmocka_unit_test(test_alloc_release),
+        cmocka_unit_test(test_exhaustion),
+        cmocka_unit_test(test_prefix_match),
+        cmocka_unit_test(test_refcount_shared),
+        cmocka_unit_test(test_lru_order),
+        cmocka_unit_test(test_evict_only_unreferenced),
+        cmocka_unit_test(test_duplicate_commit),
+        cmocka_unit_test(test_hash_collisions),
+        cmocka_unit_test(test_stale_parent),
+        cmocka_unit_test(test_stress),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,640 @@
+/* kv_pool.c — the paged KV cache's block manager: ref-counted blocks, a free
+ * stack, an LRU list of evictable cached blocks and a chained hash map from
+ * prefix key to cached block (see kv_pool.h and docs/KV_CACHE.md). */
+#include "worker/kv_pool.h"
+
+#include <assert.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+
+typedef struct kv_block {
+    int32_t ref;            /* sequences referencing the block */
+    bool cached;            /* registered in the prefix cache (in the hash map) */
+    int32_t lru_prev;       /* LRU links, valid when ref == 0 && cached; -1 = none */
+    int32_t lru_next;
+    int32_t hnext;          /* next block in the same hash bucket, -1 = end */
+    uint64_t key;           /* prefix key of the block (valid when cached) */
+    uint64_t parent_key;    /* key of the parent block (root key for block 0) */
+    int32_t parent_block;   /* parent's physical id at registration, -1 = root */
+    uint64_t parent_serial; /* parent's serial at registration, 0 = root */
+    uint64_t serial;        /* unique per registration; 0 = never registered */
+} kv_block_t;
+
+struct kv_seq {
+    kv_pool_t *pool;
+    kv_seq_t *prev, *next;  /* the pool's list of live sequences */
+    int32_t *blocks;        /* (cap_blocks) physical ids, n_blocks used */
+    int32_t n_blocks, cap_blocks;
+    int32_t *tokens;        /* (cap_tokens) token ids of positions, n_tokens used */
+    int32_t n_tokens, cap_tokens;
+    uint64_t *keys;         /* (cap_blocks) prefix key of each committed block */
+    int32_t n_committed;    /* full blocks already passed to commit/match */
+    /* Identity of the cached block holding the content of logical block
+     * n_committed - 1 (ours, or the equal block that was cached before ours):
+     * the parent the next committed block is registered under. */
+    int32_t chain_block;
+    uint64_t chain_serial;
+};
+
+struct kv_pool {
+    kv_store_t store;       /* K/V memory, (n_layer, n_blocks, block_size, kv_dim) each */
+    int32_t n_blocks, bs;
+    kv_block_t *blk;        /* (n_blocks) */
+    int32_t *blk_tokens;    /* (n_blocks, bs) token ids of cached blocks */
+    int32_t *free_ids;      /* stack of free block ids, n_free used */
+    int32_t n_free;
+    int32_t lru_head, lru_tail; /* head = least recently released; -1 = empty */
+    int32_t n_lru;
+    int32_t n_used;
+    int32_t n_cached_total;
+    int32_t *bucket;        /* (mask + 1) hash chains, -1 = empty */
+    uint64_t mask;
+    uint64_t root_key;      /* parent key of every sequence's block 0 */
+    uint64_t next_serial;
+    kv_pool_hash_fn hash;   /* NULL = default */
+    kv_seq_t *seqs;         /* live sequences */
+    int32_t n_seqs;
+    kv_pool_stats_t st;     /* counters (gauges are filled in by kv_pool_stats) */
+};
+
+/* ---- hashing ------------------------------------------------------------ */
+
+#define H_P1 0x9E3779B185EBCA87ULL
+#define H_P2 0xC2B2AE3D27D4EB4FULL
+#define H_P3 0x165667B19E3779F9ULL
+#define H_P4 0x85EBCA77C2B2AE63ULL
+#define H_P5 0x27D4EB2F165667C5ULL
+
+static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+/* A 64-bit multiply-rotate hash over 32-bit token ids, keyed by the parent
+ * key (xxHash64-like round structure, written for int32 tokens). Not
+ * cryptographic: correctness never depends on it (hits are verified), the
+ * random root key only makes bucket flooding impractical. */
+static uint64_t hash_default(uint64_t parent_key, const int32_t *t, int32_t n)
+{
+    uint64_t h = parent_key ^ (H_P5 + (uint64_t)n * 4u);
+    int32_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        uint64_t w = (uint64_t)(uint32_t)t[i] | ((uint64_t)(uint32_t)t[i + 1] << 32);
+        uint64_t k = rotl64(w * H_P2, 31) * H_P1;
+        h ^= k;
+        h = rotl64(h, 27) * H_P1 + H_P4;
+    }
+    if (i < n) {
+        h ^= (uint64_t)(uint32_t)t[i] * H_P1;
+        h = rotl64(h, 23) * H_P2 + H_P3;
+    }
+    h ^= h >> 33;
+    h *= H_P2;
+    h ^= h >> 29;
+    h *= H_P3;
+    h ^= h >> 32;
+    return h;
+}
+
+static inline uint64_t pool_hash(const kv_pool_t *p, uint64_t parent, const int32_t *t)
+{
+    return p->hash ? p->hash(parent, t, p->bs) : hash_default(parent, t, p->bs);
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* Cached block with this key, parent and tokens, or -1. */
+static int32_t map_find(const kv_pool_t *p, uint64_t key, uint64_t parent_key, int32_t parent_block,
+                        uint64_t parent_serial, const int32_t *tokens)
+{
+    for (int32_t id = p->bucket[key & p->mask]; id >= 0; id = p->blk[id].hnext) {
+        const kv_block_t *b = &p->blk[id];
+        if (b->key == key && b->parent_key == parent_key && b->parent_block == parent_block &&
+            b->parent_serial == parent_serial &&
+            memcmp(p->blk_tokens + (size_t)id * (size_t)p->bs, tokens, (size_t)p->bs * sizeof(int32_t)) == 0)
+            return id;
+    }
+    return -1;
+}
+
+static void map_insert(kv_pool_t *p, int32_t id)
+{
+    uint64_t h = p->blk[id].key & p->mask;
+    p->blk[id].hnext = p->bucket[h];
+    p->bucket[h] = id;
+}
+
+static void map_remove(kv_pool_t *p, int32_t id)
+{
+    int32_t *link = &p->bucket[p->blk[id].key & p->mask];
+    while (*link != id) {
+        assert(*link >= 0);
+        link = &p->blk[*link].hnext;
+    }
+    *link = p->blk[id].hnext;
+    p->blk[id].hnext = -1;
+}
+
+/* ---- block lists -------------------------------------------------------- */
+
+static void lru_push_tail(kv_pool_t *p, int32_t id)
+{
+    kv_block_t *b = &p->blk[id];
+    b->lru_prev = p->lru_tail;
+    b->lru_next = -1;
+    if (p->lru_tail >= 0)
+        p->blk[p->lru_tail].lru_next = id;
+    else
+        p->lru_head = id;
+    p->lru_tail = id;
+    p->n_lru++;
+}
+
+static void lru_remove(kv_pool_t *p, int32_t id)
+{
+    kv_block_t *b = &p->blk[id];
+    if (b->lru_prev >= 0)
+        p->blk[b->lru_prev].lru_next = b->lru_next;
+    else
+        p->lru_head = b->lru_next;
+    if (b->lru_next >= 0)
+        p->blk[b->lru_next].lru_prev = b->lru_prev;
+    else
+        p->lru_tail = b->lru_prev;
+    b->lru_prev = b->lru_next = -1;
+    p->n_lru--;
+}
+
+/* A block with ref 1 for a new owner: free first, else evict the LRU head. */
+static int32_t block_take(kv_pool_t *p)
+{
+    int32_t id;
+    if (p->n_free > 0) {
+        id = p->free_ids[--p->n_free];
+    } else if (p->lru_head >= 0) {
+        id = p->lru_head;
+        lru_remove(p, id);
+        map_remove(p, id);
+        p->blk[id].cached = false;
+        p->n_cached_total--;
+        p->st.n_evictions++;
+    } else {
+        return -1;
+    }
+    kv_block_t *b = &p->blk[id];
+    assert(b->ref == 0 && !b->cached);
+    b->ref = 1;
+    p->n_used++;
+    return id;
+}
+
+static void block_ref(kv_pool_t *p, int32_t id)
+{
+    kv_block_t *b = &p->blk[id];
+    assert(b->cached); /* only cached (full, immutable) blocks are shared */
+    if (b->ref == 0) {
+        lru_remove(p, id);
+        p->n_used++;
+    }
+    b->ref++;
+}
+
+static void block_unref(kv_pool_t *p, int32_t id)
+{
+    kv_block_t *b = &p->blk[id];
+    assert(b->ref > 0);
+    if (--b->ref > 0)
+        return;
+    p->n_used--;
+    if (b->cached)
+        lru_push_tail(p, id);
+    else
+        p->free_ids[p->n_free++] = id;
+}
+
+/* ---- pool --------------------------------------------------------------- */
+
+size_t kv_pool_block_bytes(int32_t n_layer, int32_t kv_dim, int32_t block_size)
+{
+    if (n_layer <= 0 || kv_dim <= 0 || block_size <= 0)
+        return 0;
+    size_t kv = 2u * (size_t)n_layer * (size_t)block_size * (size_t)kv_dim * sizeof(float);
+    size_t meta = sizeof(kv_block_t) + (size_t)block_size * sizeof(int32_t) + 2 * sizeof(int32_t);
+    return kv + meta;
+}
+
+int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block_size,
+                                  size_t budget_bytes)
+{
+    size_t per = kv_pool_block_bytes(n_layer, kv_dim, block_size);
+    if (per == 0)
+        return 0;
+    size_t n = budget_bytes / per;
+    size_t cap = (size_t)(INT32_MAX / block_size);
+    return (int32_t)(n < cap ? n : cap);
+}
+
+kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size)
+{
+    if (n_layer <= 0 || kv_dim <= 0 || n_blocks <= 0 || block_size <= 0 ||
+        n_blocks > INT32_MAX / block_size) {
+        log_error("kv_pool: invalid geometry n_layer=%d kv_dim=%d n_blocks=%d block_size=%d",
+                  n_layer, kv_dim, n_blocks, block_size);
+        return NULL;
+    }
+    size_t per_layer = (size_t)n_blocks * (size_t)block_size; /* fits: checked above */
+    if ((size_t)kv_dim > SIZE_MAX / sizeof(float) / per_layer / (size_t)n_layer) {
+        log_error("kv_pool: %d layers x %d blocks x %d x %d floats overflow size_t",
+                  n_layer, n_blocks, block_size, kv_dim);
+        return NULL;
+    }
+    size_t n_floats = (size_t)n_layer * per_layer * (size_t)kv_dim;
+
+    kv_pool_t *p = xcalloc(1, sizeof *p);
+    p->n_blocks = n_blocks;
+    p->bs = block_size;
+    p->store.n_layer = n_layer;
+    p->store.n_blocks = n_blocks;
+    p->store.block_size = block_size;
+    p->store.kv_dim = kv_dim;
+    p->store.k = xaligned_alloc(n_floats * sizeof(float));
+    p->store.v = xaligned_alloc(n_floats * sizeof(float));
+    memset(p->store.k, 0, n_floats * sizeof(float));
+    memset(p->store.v, 0, n_floats * sizeof(float));
+
+    p->blk = xcalloc((size_t)n_blocks, sizeof *p->blk);
+    p->blk_tokens = xcalloc(per_layer, sizeof(int32_t));
+    p->free_ids = xmalloc((size_t)n_blocks * sizeof(int32_t));
+    for (int32_t i = 0; i < n_blocks; i++) {
+        p->blk[i].lru_prev = p->blk[i].lru_next = p->blk[i].hnext = -1;
+        p->free_ids[i] = n_blocks - 1 - i; /* block 0 is taken first */
+    }
+    p->n_free = n_blocks;
+    p->lru_head = p->lru_tail = -1;
+
+    size_t n_buckets = 16;
+    while (n_buckets < (size_t)n_blocks)
+        n_buckets <<= 1;
+    p->bucket = xmalloc(n_buckets * sizeof(int32_t));
+    for (size_t i = 0; i < n_buckets; i++)
+        p->bucket[i] = -1;
+    p->mask = n_buckets - 1;
+
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
+        seed = (uint64_t)clock_now_us() ^ (uint64_t)(uintptr_t)p;
+    p->root_key = splitmix64(&seed);
+    p->next_serial = 1;
+    return p;
+}
+
+void kv_pool_free(kv_pool_t **pp)
+{
+    if (!pp || !*pp)
+        return;
+    kv_pool_t *p = *pp;
+    assert(p->n_seqs == 0 && "kv_pool_free with live sequences");
+    free(p->store.k);
+    free(p->store.v);
+    free(p->blk);
+    free(p->blk_tokens);
+    free(p->free_ids);
+    free(p->bucket);
+    free(p);
+    *pp = NULL;
+}
+
+kv_store_t *kv_pool_store(kv_pool_t *p) { return &p->store; }
+int32_t kv_pool_block_size(const kv_pool_t *p) { return p->bs; }
+int32_t kv_pool_n_available(const kv_pool_t *p) { return p->n_free + p->n_lru; }
+
+void kv_pool_stats(const kv_pool_t *p, kv_pool_stats_t *out)
+{
+    *out = p->st;
+    out->n_blocks = p->n_blocks;
+    out->n_used = p->n_used;
+    out->n_cached = p->n_lru;
+    out->n_free = p->n_free;
+    out->n_cached_total = p->n_cached_total;
+    out->n_seqs = p->n_seqs;
+    out->block_size = p->bs;
+}
+
+void kv_pool_test_set_hash(kv_pool_t *p, kv_pool_hash_fn fn)
+{
+    assert(p->n_cached_total == 0);
+    p->hash = fn;
+}
+
+/* ---- sequences ---------------------------------------------------------- */
+
+static void seq_grow_blocks(kv_seq_t *s, int32_t need)
+{
+    if (need <= s->cap_blocks)
+        return;
+    int32_t cap = s->cap_blocks ? s->cap_blocks : 8;
+    while (cap < need)
+        cap = cap > INT32_MAX / 2 ? need : cap * 2;
+    s->blocks = xrealloc(s->blocks, (size_t)cap * sizeof *s->blocks);
+    s->keys = xrealloc(s->keys, (size_t)cap * sizeof *s->keys);
+    s->cap_blocks = cap;
+}
+
+static void seq_grow_tokens(kv_seq_t *s, int32_t need)
+{
+    if (need <= s->cap_tokens)
+        return;
+    int32_t cap = s->cap_tokens ? s->cap_tokens : 256;
+    while (cap < need)
+        cap = cap > INT32_MAX / 2 ? need : cap * 2;
+    s->tokens = xrealloc(s->tokens, (size_t)cap * sizeof *s->tokens);
+    s->cap_tokens = cap;
+}
+
+kv_seq_t *kv_seq_new(kv_pool_t *p)
+{
+    kv_seq_t *s = xcalloc(1, sizeof *s);
+    s->pool = p;
+    s->chain_block = -1;
+    s->next = p->seqs;
+    if (p->seqs)
+        p->seqs->prev = s;
+    p->seqs = s;
+    p->n_seqs++;
+    return s;
+}
+
+void kv_seq_release(kv_seq_t *s)
+{
+    for (int32_t i = s->n_blocks - 1; i >= 0; i--)
+        block_unref(s->pool, s->blocks[i]);
+    s->n_blocks = 0;
+    s->n_tokens = 0;
+    s->n_committed = 0;
+    s->chain_block = -1;
+    s->chain_serial = 0;
+}
+
+void kv_seq_free(kv_seq_t **sp)
+{
+    if (!sp || !*sp)
+        return;
+    kv_seq_t *s = *sp;
+    kv_pool_t *p = s->pool;
+    kv_seq_release(s);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        p->seqs = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    p->n_seqs--;
+    free(s->blocks);
+    free(s->keys);
+    free(s->tokens);
+    free(s);
+    *sp = NULL;
+}
+
+int kv_seq_reserve(kv_seq_t *s, int32_t n)
+{
+    kv_pool_t *p = s->pool;
+    if (n < 0 || (int64_t)s->n_tokens + n > INT32_MAX)
+        return KV_POOL_EINVAL;
+    int64_t need = ((int64_t)s->n_tokens + n + p->bs - 1) / p->bs;
+    int64_t add = need - s->n_blocks;
+    if (add <= 0)
+        return KV_POOL_OK;
+    if (add > (int64_t)p->n_free + p->n_lru)
+        return KV_POOL_NO_CAPACITY;
+    seq_grow_blocks(s, (int32_t)need);
+    for (int64_t i = 0; i < add; i++) {
+        int32_t id = block_take(p);
+        assert(id >= 0);
+        s->blocks[s->n_blocks++] = id;
+    }
+    return KV_POOL_OK;
+}
+
+int kv_seq_append(kv_seq_t *s, const int32_t *tokens, int32_t n)
+{
+    kv_pool_t *p = s->pool;
+    if (n < 0 || (n > 0 && !tokens) || (int64_t)s->n_tokens + n > (int64_t)s->n_blocks * p->bs)
+        return KV_POOL_EINVAL;
+    if (n == 0)
+        return KV_POOL_OK;
+    /* The invariant that makes sharing safe without copy-on-write: positions
+     * are only written in blocks this sequence owns alone and that are not
+     * (yet) in the prefix cache. */
+    for (int32_t b = s->n_tokens / p->bs; b <= (s->n_tokens + n - 1) / p->bs; b++) {
+        const kv_block_t *blk = &p->blk[s->blocks[b]];
+        assert(blk->ref == 1 && !blk->cached);
+        (void)blk;
+    }
+    seq_grow_tokens(s, s->n_tokens + n);
+    memcpy(s->tokens + s->n_tokens, tokens, (size_t)n * sizeof(int32_t));
+    s->n_tokens += n;
+    return KV_POOL_OK;
+}
+
+int32_t kv_seq_n_tokens(const kv_seq_t *s) { return s->n_tokens; }
+int32_t kv_seq_n_blocks(const kv_seq_t *s) { return s->n_blocks; }
+int32_t kv_seq_capacity(const kv_seq_t *s) { return s->n_blocks * s->pool->bs; }
+const int32_t *kv_seq_block_table(const kv_seq_t *s) { return s->blocks; }
+const int32_t *kv_seq_tokens(const kv_seq_t *s) { return s->tokens; }
+
+/* ---- prefix cache ------------------------------------------------------- */
+
+int32_t kv_pool_match_prefix(kv_pool_t *p, const int32_t *tokens, int32_t n, kv_seq_t *s)
+{
+    if (!s || s->pool != p || s->n_blocks != 0 || s->n_tokens != 0 || n < 0 || (n > 0 && !tokens))
+        return KV_POOL_EINVAL;
+    p->st.n_prefix_queries++;
+    p->st.n_prefix_query_tokens += (uint64_t)n;
+    int32_t max_blocks = n > 0 ? (n - 1) / p->bs : 0;
+    uint64_t parent_key = p->root_key;
+    int32_t parent_block = -1;
+    uint64_t parent_serial = 0;
+    int32_t i = 0;
+    for (; i < max_blocks; i++) {
+        const int32_t *t = tokens + (size_t)i * (size_t)p->bs;
+        uint64_t key = pool_hash(p, parent_key, t);
+        int32_t id = map_find(p, key, parent_key, parent_block, parent_serial, t);
+        if (id < 0)
+            break;
+        block_ref(p, id);
+        seq_grow_blocks(s, i + 1);
+        s->blocks[i] = id;
+        s->keys[i] = key;
+        s->n_blocks = i + 1;
+        parent_key = key;
+        parent_block = id;
+        parent_serial = p->blk[id].serial;
+    }
+    int32_t covered = i * p->bs;
+    seq_grow_tokens(s, covered);
+    if (covered > 0)
+        memcpy(s->tokens, tokens, (size_t)covered * sizeof(int32_t));
+    s->n_tokens = covered;
+    s->n_committed = i;
+    s->chain_block = parent_block;
+    s->chain_serial = parent_serial;
+    p->st.n_prefix_hit_tokens += (uint64_t)covered;
+    p->st.n_prefix_hit_blocks += (uint64_t)i;
+    return covered;
+}
+
+int32_t kv_pool_commit_full_blocks(kv_pool_t *p, kv_seq_t *s)
+{
+    if (!s || s->pool != p)
+        return KV_POOL_EINVAL;
+    int32_t n_full = s->n_tokens / p->bs;
+    int32_t n_new = 0;
+    for (int32_t i = s->n_committed; i < n_full; i++) {
+        int32_t id = s->blocks[i];
+        kv_block_t *b = &p->blk[id];
+        assert(b->ref == 1 && !b->cached); /* written by this sequence alone */
+        const int32_t *t = s->tokens + (size_t)i * (size_t)p->bs;
+        uint64_t parent_key = i > 0 ? s->keys[i - 1] : p->root_key;
+        uint64_t key = pool_hash(p, parent_key, t);
+        s->keys[i] = key;
+        int32_t dup = map_find(p, key, parent_key, s->chain_block, s->chain_serial, t);
+        if (dup >= 0) {
+            /* Same content already cached (computed concurrently by another
+             * sequence): keep ours private, chain later blocks to the cached one
+             * so they stay reachable from the root. */
+            s->chain_block = dup;
+            s->chain_serial = p->blk[dup].serial;
+            continue;
+        }
+        b->cached = true;
+        b->key = key;
+        b->parent_key = parent_key;
+        b->parent_block = s->chain_block;
+        b->parent_serial = s->chain_serial;
+        b->serial = p->next_serial++;
+        memcpy(p->blk_tokens + (size_t)id * (size_t)p->bs, t, (size_t)p->bs * sizeof(int32_t));
+        map_insert(p, id);
+        p->n_cached_total++;
+        p->st.n_registered++;
+        s->chain_block = id;
+        s->chain_serial = b->serial;
+        n_new++;
+    }
+    s->n_committed = n_full > s->n_committed ? n_full : s->n_committed;
+    return n_new;
+}
+
+/* ---- consistency check -------------------------------------------------- */
+
+#define CHECK(cond, ...)                  \
+    do {                                  \
+        if (!(cond)) {                    \
+            log_error("kv_pool_check: " __VA_ARGS__); \
+            goto fail;                    \
+        }                                 \
+    } while (0)
+
+int kv_pool_check(const kv_pool_t *p)
+{
+    int32_t nb = p->n_blocks;
+    int32_t *refs = xcalloc((size_t)nb, sizeof(int32_t));
+    uint8_t *seen = xcalloc((size_t)nb, 1); /* bit 1 free stack, 2 LRU, 4 map */
+    int rc = -1;
+
+    /* references from live sequences */
+    int32_t n_seqs = 0;
+    for (const kv_seq_t *s = p->seqs; s; s = s->next) {
+        n_seqs++;
+        CHECK(s->pool == p, "sequence of another pool");
+        CHECK(s->n_tokens >= 0 && s->n_tokens <= s->n_blocks * p->bs,
+              "seq has %d tokens in %d blocks", s->n_tokens, s->n_blocks);
+        CHECK(s->n_committed >= 0 && s->n_committed <= s->n_tokens / p->bs,
+              "seq committed %d blocks with %d tokens", s->n_committed, s->n_tokens);
+        for (int32_t i = 0; i < s->n_blocks; i++) {
+            int32_t id = s->blocks[i];
+            CHECK(id >= 0 && id < nb, "seq block id %d out of range", id);
+            for (int32_t j = 0; j < i; j++)
+                CHECK(s->blocks[j] != id, "seq references block %d twice", id);
+            refs[id]++;
+            const kv_block_t *b = &p->blk[id];
+            if (b->cached) {
+                CHECK(i < s->n_committed, "seq's uncommitted block %d (logical %d) is cached", id, i);
+                CHECK(memcmp(p->blk_tokens + (size_t)id * (size_t)p->bs,
+                             s->tokens + (size_t)i * (size_t)p->bs, (size_t)p->bs * sizeof(int32_t)) == 0,
+                      "cached block %d does not hold the seq's tokens of logical block %d", id, i);
+                CHECK(s->keys[i] == b->key, "seq key of logical block %d differs from block %d's", i, id);
+            }
+        }
+    }
+    CHECK(n_seqs == p->n_seqs, "seq list has %d, counter %d", n_seqs, p->n_seqs);
+    /* blocks being written (at or past the first non-full one) are exclusive */
+    for (const kv_seq_t *s = p->seqs; s; s = s->next)
+        for (int32_t i = s->n_committed; i < s->n_blocks; i++)
+            CHECK(refs[s->blocks[i]] == 1 && !p->blk[s->blocks[i]].cached,
+                  "uncommitted block %d shared or cached", s->blocks[i]);
+
+    /* free stack */
+    CHECK(p->n_free >= 0 && p->n_free <= nb, "n_free %d", p->n_free);
+    for (int32_t i = 0; i < p->n_free; i++) {
+        int32_t id = p->free_ids[i];
+        CHECK(id >= 0 && id < nb && !(seen[id] & 1), "free stack entry %d bad or repeated", id);
+        seen[id] |= 1;
+    }
+    /* LRU list, both directions */
+    int32_t n_lru = 0, prev = -1;
+    for (int32_t id = p->lru_head; id >= 0; id = p->blk[id].lru_next) {
+        CHECK(id < nb && !(seen[id] & 2), "LRU entry %d bad or cycle", id);
+        CHECK(p->blk[id].lru_prev == prev, "LRU back link of %d", id);
+        seen[id] |= 2;
+        prev = id;
+        n_lru++;
+    }
+    CHECK(prev == p->lru_tail, "LRU tail %d, walked to %d", p->lru_tail, prev);
+    CHECK(n_lru == p->n_lru, "LRU has %d, counter %d", n_lru, p->n_lru);
+    /* hash map */
+    int32_t n_map = 0;
+    for (uint64_t h = 0; h <= p->mask; h++) {
+        for (int32_t id = p->bucket[h]; id >= 0; id = p->blk[id].hnext) {
+            CHECK(id < nb && !(seen[id] & 4), "map entry %d bad or repeated", id);
+            CHECK((p->blk[id].key & p->mask) == h, "block %d in wrong bucket", id);
+            seen[id] |= 4;
+            n_map++;
+        }
+    }
+    CHECK(n_map == p->n_cached_total, "map has %d, counter %d", n_map, p->n_cached_total);
+
+    /* per block: exactly one state, refs agree */
+    int32_t n_used = 0;
+    for (int32_t id = 0; id < nb; id++) {
+        const kv_block_t *b = &p->blk[id];
+        CHECK(b->ref == refs[id], "block %d ref %d but %d sequences reference it", id, b->ref, refs[id]);
+        CHECK(b->cached == ((seen[id] & 4) != 0), "block %d cached flag %d vs map", id, b->cached);
+        if (b->ref > 0) {
+            n_used++;
+            CHECK(!(seen[id] & 3), "used block %d on free stack or LRU", id);
+        } else if (b->cached) {
+            CHECK((seen[id] & 3) == 2, "cached block %d not (only) on LRU", id);
+        } else {
+            CHECK((seen[id] & 3) == 1, "free block %d not (only) on free stack", id);
+        }
+    }
+    CHECK(n_used == p->n_used, "used %d, counter %d", n_used, p->n_used);
+    CHECK(p->n_free + p->n_lru + p->n_used == nb, "free %d + cached %d + used %d != %d",
+          p->n_free, p->n_lru, p->n_used, nb);
+    rc = 0;
+fail:
+    free(refs);
+    free(seen);
+    return rc;
+}

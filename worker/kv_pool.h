@@ -1,0 +1,176 @@
+/* kv_pool.h — the paged KV cache's block manager.
+ *
+ * The pool owns the K/V memory (one kv_store_t, see kv_store.h) allocated once
+ * at start-up, cut into n_blocks physical blocks of block_size token positions.
+ * Sequences (kv_seq_t) own a block table: logical block i of a sequence lives
+ * in physical block table[i], so token position p is block table[p / bs],
+ * slot p % bs. Blocks are reference counted; only FULL blocks are ever shared,
+ * and a sequence only ever writes into its last, non-full, exclusively owned
+ * block (asserted), so no copy-on-write exists.
+ *
+ * Prefix cache. A full block is keyed by
+ *     key_i = H(key_{i-1}, tokens of block i)        key_{-1} = per-pool root
+ * (64-bit keyed hash). The key only indexes a chained hash map; a hit is
+ * confirmed by comparing the block's stored token ids, its parent key and its
+ * parent's identity (physical id + registration serial), so hash collisions
+ * cost time, never correctness. Cached blocks nobody references sit on an LRU
+ * list; allocation takes never-cached free blocks first, then evicts the least
+ * recently released cached block. docs/KV_CACHE.md has the details.
+ *
+ * Block states (each block is in exactly one):
+ *     used    ref > 0 (cached or not)
+ *     cached  ref == 0, registered in the prefix cache, on the LRU list
+ *     free    ref == 0, not registered, on the free stack
+ *
+ * Typical use by the scheduler, per sequence:
+ *     seq = kv_seq_new(pool);
+ *     n_hit = kv_pool_match_prefix(pool, prompt, n_prompt, seq);  // skip n_hit tokens
+ *     loop: kv_seq_reserve(seq, n_chunk)  -> KV_POOL_NO_CAPACITY: wait / preempt
+ *           kv_seq_append(seq, chunk_tokens, n_chunk)  // positions being written
+ *           forward pass writes K/V of those positions through kv_seq_block_table()
+ *           kv_pool_commit_full_blocks(pool, seq)      // after the K/V is written
+ *     kv_seq_free(&seq);   // blocks go back: cached ones stay cached
+ *
+ * Return codes (int) used below:
+ *      0  KV_POOL_OK            done
+ *      1  KV_POOL_NO_CAPACITY   not enough free+evictable blocks; nothing changed
+ *     -1  KV_POOL_EINVAL        bad argument; nothing changed
+ *
+ * Ownership: kv_pool_new returns a pool freed with kv_pool_free; every
+ * kv_seq_t of a pool must be freed (kv_seq_free) before the pool. The
+ * kv_store_t returned by kv_pool_store points into the pool's memory and is
+ * valid until kv_pool_free. Pointers returned by kv_seq_block_table /
+ * kv_seq_tokens are valid until the next call that changes that sequence.
+ * Not thread-safe: one scheduler thread owns the pool and its sequences.
+ */
+#ifndef PAGODA_WORKER_KV_POOL_H
+#define PAGODA_WORKER_KV_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/kv_store.h"
+
+enum kv_pool_rc {
+    KV_POOL_OK = 0,
+    KV_POOL_NO_CAPACITY = 1,
+    KV_POOL_EINVAL = -1,
+};
+
+typedef struct kv_pool kv_pool_t;
+typedef struct kv_seq kv_seq_t;
+
+typedef struct kv_pool_stats {
+    int32_t n_blocks;          /* total physical blocks */
+    int32_t n_used;            /* ref > 0 */
+    int32_t n_cached;          /* ref == 0 and in the prefix cache (evictable) */
+    int32_t n_free;            /* ref == 0, not cached */
+    int32_t n_cached_total;    /* blocks registered in the prefix cache, used or not */
+    int32_t n_seqs;            /* live kv_seq_t objects */
+    int32_t block_size;        /* token positions per block */
+    /* Prefix-cache counters are in TOKENS (like vLLM): a query of an n-token
+     * prompt adds n to n_prefix_query_tokens and the tokens it covered to
+     * n_prefix_hit_tokens. hit rate = hit_tokens / query_tokens. */
+    uint64_t n_prefix_queries;      /* kv_pool_match_prefix calls */
+    uint64_t n_prefix_query_tokens;
+    uint64_t n_prefix_hit_tokens;
+    uint64_t n_prefix_hit_blocks;
+    uint64_t n_registered;     /* blocks ever registered by commit_full_blocks */
+    uint64_t n_evictions;      /* cached blocks evicted to satisfy an allocation */
+} kv_pool_stats_t;
+
+/* Bytes one block costs: K and V for every layer (2 * n_layer * block_size *
+ * kv_dim floats) plus per-block bookkeeping. 0 for invalid arguments. */
+size_t kv_pool_block_bytes(int32_t n_layer, int32_t kv_dim, int32_t block_size);
+
+/* Blocks that fit in budget_bytes (floor(budget / kv_pool_block_bytes),
+ * capped at INT32_MAX / block_size so positions fit in int32). 0 when the
+ * arguments are invalid or the budget holds no block. */
+int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block_size,
+                                  size_t budget_bytes);
+
+/* Allocates and zeroes K/V for n_blocks blocks (zeroed so a forward pass that
+ * masks unwritten slots never meets NaN garbage). Arguments must all be > 0
+ * and the total size must fit in size_t; otherwise logs and returns NULL.
+ * Out of memory aborts (xalloc). The hash root is seeded from getrandom(2). */
+kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size);
+
+/* Frees the pool and its memory; NULLs *pool. Asserts no sequence is alive. */
+void kv_pool_free(kv_pool_t **pool);
+
+/* The K/V memory (owned by the pool). */
+kv_store_t *kv_pool_store(kv_pool_t *pool);
+int32_t kv_pool_block_size(const kv_pool_t *pool);
+
+/* Blocks an allocation could get right now: free + evictable cached. */
+int32_t kv_pool_n_available(const kv_pool_t *pool);
+
+void kv_pool_stats(const kv_pool_t *pool, kv_pool_stats_t *out);
+
+/* Attaches to the EMPTY sequence seq the longest chain of cached full blocks
+ * matching tokens[0..n), incrementing their refs (an evictable block leaves
+ * the LRU list), and records those tokens in seq. Never covers the whole
+ * prompt: at most floor((n - 1) / block_size) blocks, so at least the last
+ * token is recomputed and produces logits.
+ * Returns the number of tokens covered (a multiple of block_size, >= 0), or
+ * -1 (KV_POOL_EINVAL) when seq is not empty, belongs to another pool, n < 0
+ * or tokens is NULL with n > 0. */
+int32_t kv_pool_match_prefix(kv_pool_t *pool, const int32_t *tokens, int32_t n, kv_seq_t *seq);
+
+/* Registers in the prefix cache every block of seq that became full since the
+ * last call (call it after the forward pass wrote those positions). A block
+ * whose content is already cached under the same parent is left uncached (it
+ * is freed, not cached, when released). Returns the number of blocks newly
+ * registered, or -1 when seq belongs to another pool. */
+int32_t kv_pool_commit_full_blocks(kv_pool_t *pool, kv_seq_t *seq);
+
+/* Consistency check for tests (O(n_blocks + total seq blocks), allocates):
+ * every block in exactly one state, counters agree, ref == number of
+ * references from live sequences, no sequence references a block twice,
+ * hash map <-> cached flag, LRU and free stack well formed, cached blocks
+ * referenced by a sequence hold that sequence's tokens, a sequence's
+ * uncommitted blocks are exclusively owned. Returns 0, or -1 after logging
+ * the first violation (log_error). */
+int kv_pool_check(const kv_pool_t *pool);
+
+/* Test hook: replaces the block hash (NULL restores the default) so tests can
+ * force collisions. Only call on a pool with no cached blocks. */
+typedef uint64_t (*kv_pool_hash_fn)(uint64_t parent_key, const int32_t *tokens, int32_t n);
+void kv_pool_test_set_hash(kv_pool_t *pool, kv_pool_hash_fn fn);
+
+/* ---- sequences ---------------------------------------------------------- */
+
+/* A new empty sequence of pool (no blocks, no tokens). Free with kv_seq_free. */
+kv_seq_t *kv_seq_new(kv_pool_t *pool);
+
+/* Releases seq's blocks (see kv_seq_release) and frees it; NULLs *seq. */
+void kv_seq_free(kv_seq_t **seq);
+
+/* Drops every block reference of seq, last logical block first (so a released
+ * chain is evicted tail first), and empties it (0 tokens, 0 blocks); the
+ * object stays usable, e.g. for a preempted request that will recompute.
+ * Blocks reaching ref 0 become cached (if registered) or free. */
+void kv_seq_release(kv_seq_t *seq);
+
+/* Ensures seq has blocks for n more tokens beyond kv_seq_n_tokens(), taking
+ * free blocks first, then evicting LRU cached blocks. All or nothing.
+ * Returns KV_POOL_OK, KV_POOL_NO_CAPACITY (nothing allocated), or
+ * KV_POOL_EINVAL (n < 0, or the total would exceed INT32_MAX tokens). */
+int kv_seq_reserve(kv_seq_t *seq, int32_t n);
+
+/* Records that tokens[0..n) occupy positions [n_tokens, n_tokens + n): the
+ * forward pass writes their K/V there. The positions must be reserved.
+ * Asserts every block written is exclusively owned and not cached.
+ * Returns KV_POOL_OK or KV_POOL_EINVAL (n < 0, tokens NULL with n > 0, or
+ * not enough reserved capacity). */
+int kv_seq_append(kv_seq_t *seq, const int32_t *tokens, int32_t n);
+
+int32_t kv_seq_n_tokens(const kv_seq_t *seq);      /* positions recorded */
+int32_t kv_seq_n_blocks(const kv_seq_t *seq);      /* blocks in the table */
+int32_t kv_seq_capacity(const kv_seq_t *seq);      /* n_blocks * block_size */
+/* Physical block ids, kv_seq_n_blocks() entries. */
+const int32_t *kv_seq_block_table(const kv_seq_t *seq);
+/* Token ids of positions [0, n_tokens). */
+const int32_t *kv_seq_tokens(const kv_seq_t *seq);
+
+#endif
