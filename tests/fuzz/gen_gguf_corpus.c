@@ -88,7 +88,7 @@ int main(int argc, char **argv)
     gguf_writer_set_u32(w, "llama.context_length", 64);
     gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
-    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "b", "c", "\xe2\x96\x81", "<0x0A>"};
+    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81\x61", "b", "c", "\xe2\x96\x81", "<0x0A>"};
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 8);
     float sc[8] = {0, 0, 0, -1, -2, -3, -4, 0};
     gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, sc, 8);
