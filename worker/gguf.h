@@ -140,6 +140,12 @@ int gguf_get_str(const gguf_t *g, const char *key, gguf_str_t *out);
 /* Array getter: 0 ok and *kv is the entry, -1 absent or not an array of elem_type. */
 int gguf_get_arr(const gguf_t *g, const char *key, uint32_t elem_type, const gguf_kv_t **kv);
 
+/* Element i of a numeric array kv (from gguf_get_arr): 0 ok, -1 when i is out
+ * of range or the element type does not convert (same rules as the scalar
+ * getters: integer types to int64 if they fit, FLOAT32/FLOAT64 to double). */
+int gguf_arr_get_int(const gguf_kv_t *kv, uint64_t i, int64_t *out);
+int gguf_arr_get_float(const gguf_kv_t *kv, uint64_t i, double *out);
+
 /* True when s (ptr,len) equals the NUL-terminated c string. */
 bool gguf_str_eq(gguf_str_t s, const char *c);
 
