@@ -75,6 +75,9 @@ $(LIB_GATEWAY): $(call obj,$(GATEWAY_SRC))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
 
 .SECONDEXPANSION:
+# pagoda-bench also links every other tests/bench/*.c file.
+BENCH_EXTRA := $(filter-out tests/bench/bench_main.c,$(wildcard tests/bench/*.c))
+$(BUILD)/pagoda-bench: $(call obj,$(BENCH_EXTRA))
 $(BINS): $(BUILD)/%: $$(call obj,$$(BIN_MAIN_%)) $(LIBS)
 	@$(if $(V),,echo "  LD      $@")
 	$(Q)$(CC) -o $@ $^ $(LDLIBS_ALL)
