@@ -8,7 +8,7 @@
  *
  *     # comment lines and blank lines are ignored
  *     # name        tier     sha256(secret) as 64 hex digits                      flags
- *     alice         high     2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
+ *     alice         high     ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad
  *     batch-jobs    low      5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8
  *     ops           normal   9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 admin
  *

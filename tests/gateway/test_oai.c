@@ -56,7 +56,6 @@ static char *gen_body(enum gen g)
         int inner = g == GEN_DEPTH_32 ? 31 : 32; /* + the top-level object */
         s = malloc(200 + 2 * (size_t)inner);
         int n = sprintf(s, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]");
-        n -= 0;
         /* The messages array already nests 3 deep; hang the deep part off an
          * unknown field so only the depth matters. */
         n += sprintf(s + n, ",\"x\":");
