@@ -1,0 +1,985 @@
+/* oai.c — OpenAI-compatible request validation and response JSON (see oai.h).
+ * Built on jansson; every JSON value from the client is type-checked before
+ * use, and every builder sanitizes text to UTF-8 before handing it over. */
+#include "gateway/oai.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "common/clock.h"
+#include "common/xalloc.h"
+
+/* ====================================================================== */
+/* errors                                                                  */
+/* ====================================================================== */
+
+typedef struct {
+    int status;
+    const char *type;
+    const char *code;
+} status_row_t;
+
+static const status_row_t STATUS_TABLE[] = {
+    {400, "invalid_request_error", NULL},
+    {401, "authentication_error", "invalid_api_key"},
+    {403, "permission_error", "insufficient_permissions"},
+    {404, "not_found_error", "not_found"},
+    {405, "invalid_request_error", "method_not_allowed"},
+    {413, "invalid_request_error", "request_too_large"},
+    {429, "rate_limit_error", "rate_limit_exceeded"},
+    {500, "server_error", "internal_error"},
+    {503, "server_error", "service_unavailable"},
+    {504, "server_error", "timeout"},
+};
+
+static void error_vset(oai_error_t *e, int status, const char *param, const char *fmt, va_list ap)
+{
+    e->status = status;
+    e->type = "server_error";
+    e->code = NULL;
+    for (size_t i = 0; i < sizeof(STATUS_TABLE) / sizeof(STATUS_TABLE[0]); i++) {
+        if (STATUS_TABLE[i].status == status) {
+            e->type = STATUS_TABLE[i].type;
+            e->code = STATUS_TABLE[i].code;
+        }
+    }
+    snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+}
+
+void oai_error_set(oai_error_t *e, int status, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_vset(e, status, param, fmt, ap);
+    va_end(ap);
+}
+
+void oai_error_model_not_found(oai_error_t *e, const char *model)
+{
+    oai_error_set(e, 404, "model", "The model '%.200s' does not exist or is not served here. "
+                                   "GET /v1/models lists the models.", model ? model : "");
+    e->code = "model_not_found";
+}
+
+/* ====================================================================== */
+/* UTF-8                                                                   */
+/* ====================================================================== */
+
+/* Length of the valid UTF-8 character at s (n > 0 bytes available), or 0 with
+ * *bad set to the length of the maximal invalid subpart to replace (≥ 1). */
+static size_t utf8_char(const uint8_t *s, size_t n, size_t *bad)
+{
+    uint8_t c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t need;
+    uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 3;
+        if (c == 0xE0)
+            lo = 0xA0; /* no overlongs */
+        else if (c == 0xED)
+            hi = 0x9F; /* no surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F; /* ≤ U+10FFFF */
+    } else {
+        *bad = 1;
+        return 0;
+    }
+    for (size_t k = 1; k < need; k++) {
+        uint8_t l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
+        if (k >= n || s[k] < l || s[k] > h) {
+            *bad = k;
+            return 0;
+        }
+    }
+    return need;
+}
+
+char *oai_utf8_sanitize(const char *str, size_t len, size_t *out_len)
+{
+    const uint8_t *s = (const uint8_t *)str;
+    /* Worst case every byte becomes 3 bytes of U+FFFD. */
+    char *out = xmalloc(len * 3 + 1);
+    size_t o = 0, i = 0;
+    while (i < len) {
+        size_t bad = 0, n = utf8_char(s + i, len - i, &bad);
+        if (n) {
+            memcpy(out + o, s + i, n);
+            o += n;
+            i += n;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i += bad;
+        }
+    }
+    out[o] = '\0';
+    if (out_len)
+        *out_len = o;
+    return out;
+}
+
+/* Code points in valid UTF-8. */
+static int64_t utf8_count(const char *s, size_t len)
+{
+    int64_t n = 0;
+    for (size_t i = 0; i < len; i++)
+        n += ((uint8_t)s[i] & 0xC0) != 0x80;
+    return n;
+}
+
+/* A JSON string from untrusted bytes. */
+static json_t *jstr(const char *s, size_t len)
+{
+    size_t n;
+    char *clean = oai_utf8_sanitize(s ? s : "", s ? len : 0, &n);
+    json_t *j = json_stringn_nocheck(clean, n);
+    free(clean);
+    if (!j)
+        abort(); /* jansson only fails on OOM here */
+    return j;
+}
+
+static json_t *jcstr(const char *s)
+{
+    return jstr(s, s ? strlen(s) : 0);
+}
+
+static json_t *jstr_or_null(const char *s)
+{
+    return s ? jcstr(s) : json_null();
+}
+
+/* ====================================================================== */
+/* request parsing                                                         */
+/* ====================================================================== */
+
+static int bad(oai_error_t *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(oai_error_t *e, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_vset(e, 400, param, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+/* Rejects bodies nested deeper than OAI_MAX_DEPTH before jansson recurses
+ * into them. Only brackets outside strings count; malformed JSON is left for
+ * jansson to report. */
+static int depth_ok(const uint8_t *b, size_t n)
+{
+    int depth = 0, in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = b[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '[' || c == '{') {
+            if (++depth > OAI_MAX_DEPTH)
+                return 0;
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return 1;
+}
+
+/* Field getters: absent or null → leave *out (the default), return 0. */
+
+static int get_bool(json_t *obj, const char *key, bool *out, oai_error_t *e)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v))
+        return bad(e, key, "'%s' must be a boolean, got %s.", key, json_type_name(v));
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* A number in [lo, hi] (lo excluded when lo_open). */
+static int get_num(json_t *obj, const char *key, double lo, double hi, int lo_open, double *out,
+                   oai_error_t *e)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v))
+        return bad(e, key, "'%s' must be a number, got %s.", key, json_type_name(v));
+    double x = json_number_value(v);
+    if (!(lo_open ? x > lo : x >= lo) || !(x <= hi))
+        return bad(e, key, "'%s' must be %s %g and <= %g, got %g.", key, lo_open ? ">" : ">=", lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+/* An integer value (integral reals like 5.0 accepted) in [lo, hi]. */
+static int int_value(json_t *v, const char *param, int64_t lo, int64_t hi, int64_t *out, oai_error_t *e)
+{
+    int64_t x;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (d != floor(d) || !(d >= -9.2e18 && d <= 9.2e18))
+            return bad(e, param, "'%s' must be an integer, got %g.", param, d);
+        x = (int64_t)d;
+    } else {
+        return bad(e, param, "'%s' must be an integer, got %s.", param, json_type_name(v));
+    }
+    if (x < lo || x > hi)
+        return bad(e, param, "'%s' must be between %" PRId64 " and %" PRId64 ", got %" PRId64 ".", param, lo,
+                   hi, x);
+    *out = x;
+    return 0;
+}
+
+static int get_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, int *present,
+                   oai_error_t *e)
+{
+    json_t *v = json_object_get(obj, key);
+    if (present)
+        *present = 0;
+    if (!v || json_is_null(v))
+        return 0;
+    if (int_value(v, key, lo, hi, out, e) != 0)
+        return -1;
+    if (present)
+        *present = 1;
+    return 0;
+}
+
+/* A string of ≤ max bytes (copied); *out stays NULL when absent/null. */
+static int get_str(json_t *obj, const char *key, size_t max, int nonempty, char **out, oai_error_t *e)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return bad(e, key, "'%s' must be a string, got %s.", key, json_type_name(v));
+    size_t n = json_string_length(v);
+    if (n > max)
+        return bad(e, key, "'%s' is longer than %zu bytes.", key, max);
+    if (nonempty && n == 0)
+        return bad(e, key, "'%s' must not be empty.", key);
+    *out = xstrndup(json_string_value(v), n);
+    return 0;
+}
+
+static int parse_role(json_t *v, const char *param, oai_role_t *out, oai_error_t *e)
+{
+    if (!v)
+        return bad(e, param, "Missing required parameter '%s'.", param);
+    if (!json_is_string(v))
+        return bad(e, param, "'%s' must be a string, got %s.", param, json_type_name(v));
+    const char *s = json_string_value(v);
+    if (strcmp(s, "system") == 0 || strcmp(s, "developer") == 0)
+        *out = OAI_ROLE_SYSTEM;
+    else if (strcmp(s, "user") == 0)
+        *out = OAI_ROLE_USER;
+    else if (strcmp(s, "assistant") == 0)
+        *out = OAI_ROLE_ASSISTANT;
+    else if (strcmp(s, "tool") == 0)
+        *out = OAI_ROLE_TOOL;
+    else
+        return bad(e, param, "Unknown role '%.64s' in '%s'; expected 'system', 'developer', 'user', "
+                             "'assistant' or 'tool'.", s, param);
+    return 0;
+}
+
+/* Content: a string, or an array of {"type":"text","text":…} parts joined
+ * with "\n" (as vLLM does for text-only chat templates). */
+static int parse_content(json_t *v, oai_role_t role, size_t i_msg, oai_message_t *m, oai_error_t *e)
+{
+    char param[96];
+    snprintf(param, sizeof(param), "messages[%zu].content", i_msg);
+    if (!v || json_is_null(v)) {
+        if (role == OAI_ROLE_ASSISTANT) {
+            m->content = xstrdup("");
+            return 0;
+        }
+        return bad(e, param, "Missing required parameter '%s'.", param);
+    }
+    if (json_is_string(v)) {
+        size_t n = json_string_length(v);
+        if (n > OAI_MAX_TEXT_BYTES)
+            return bad(e, param, "'%s' is longer than %u bytes.", param, OAI_MAX_TEXT_BYTES);
+        m->content = xstrndup(json_string_value(v), n);
+        m->content_len = n;
+        return 0;
+    }
+    if (!json_is_array(v))
+        return bad(e, param, "'%s' must be a string or an array of content parts, got %s.", param,
+                   json_type_name(v));
+    size_t n_parts = json_array_size(v);
+    if (n_parts > OAI_MAX_CONTENT_PARTS)
+        return bad(e, param, "'%s' has more than %d parts.", param, OAI_MAX_CONTENT_PARTS);
+    size_t total = 0;
+    for (size_t k = 0; k < n_parts; k++) {
+        json_t *p = json_array_get(v, k);
+        char pp[128];
+        snprintf(pp, sizeof(pp), "%s[%zu]", param, k);
+        if (!json_is_object(p))
+            return bad(e, pp, "'%s' must be an object, got %s.", pp, json_type_name(p));
+        json_t *type = json_object_get(p, "type");
+        char tp[140];
+        snprintf(tp, sizeof(tp), "%s.type", pp);
+        if (!json_is_string(type))
+            return bad(e, tp, "'%s' must be a string.", tp);
+        const char *ts = json_string_value(type);
+        if (strcmp(ts, "text") != 0) {
+            if (strcmp(ts, "image_url") == 0 || strcmp(ts, "input_image") == 0 || strcmp(ts, "input_audio") == 0 ||
+                strcmp(ts, "audio_url") == 0 || strcmp(ts, "video_url") == 0 || strcmp(ts, "file") == 0)
+                return bad(e, tp, "Content part type '%s' is not supported: the models served here take "
+                                  "text only.", ts);
+            return bad(e, tp, "Unknown content part type '%.64s'; only 'text' is supported.", ts);
+        }
+        json_t *text = json_object_get(p, "text");
+        char xp[140];
+        snprintf(xp, sizeof(xp), "%s.text", pp);
+        if (!json_is_string(text))
+            return bad(e, xp, "'%s' must be a string.", xp);
+        total += json_string_length(text) + (k > 0);
+        if (total > OAI_MAX_TEXT_BYTES)
+            return bad(e, param, "'%s' is longer than %u bytes.", param, OAI_MAX_TEXT_BYTES);
+    }
+    m->content = xmalloc(total + 1);
+    size_t o = 0;
+    for (size_t k = 0; k < n_parts; k++) {
+        json_t *text = json_object_get(json_array_get(v, k), "text");
+        if (k > 0)
+            m->content[o++] = '\n';
+        memcpy(m->content + o, json_string_value(text), json_string_length(text));
+        o += json_string_length(text);
+    }
+    m->content[o] = '\0';
+    m->content_len = o;
+    return 0;
+}
+
+static int parse_messages(json_t *root, oai_request_t *r, oai_error_t *e)
+{
+    json_t *msgs = json_object_get(root, "messages");
+    if (!msgs || json_is_null(msgs))
+        return bad(e, "messages", "Missing required parameter 'messages'.");
+    if (!json_is_array(msgs))
+        return bad(e, "messages", "'messages' must be an array, got %s.", json_type_name(msgs));
+    size_t n = json_array_size(msgs);
+    if (n == 0)
+        return bad(e, "messages", "'messages' must contain at least one message.");
+    if (n > OAI_MAX_MESSAGES)
+        return bad(e, "messages", "'messages' has %zu messages; at most %d are accepted.", n, OAI_MAX_MESSAGES);
+    r->messages = xcalloc(n, sizeof(oai_message_t));
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(msgs, i);
+        char param[96];
+        snprintf(param, sizeof(param), "messages[%zu]", i);
+        if (!json_is_object(m))
+            return bad(e, param, "'%s' must be an object, got %s.", param, json_type_name(m));
+        oai_message_t *out = &r->messages[i];
+        r->n_messages = i + 1; /* so oai_request_free releases what is filled */
+        char rp[112];
+        snprintf(rp, sizeof(rp), "%s.role", param);
+        if (parse_role(json_object_get(m, "role"), rp, &out->role, e) != 0)
+            return -1;
+        json_t *tc = json_object_get(m, "tool_calls");
+        if (tc && !json_is_null(tc) && !(json_is_array(tc) && json_array_size(tc) == 0)) {
+            snprintf(rp, sizeof(rp), "%s.tool_calls", param);
+            return bad(e, rp, "Tool calls are not supported by this server.");
+        }
+        if (parse_content(json_object_get(m, "content"), out->role, i, out, e) != 0)
+            return -1;
+        total += out->content_len;
+        if (total > OAI_MAX_TEXT_BYTES)
+            return bad(e, "messages", "The messages are longer than %u bytes in total.", OAI_MAX_TEXT_BYTES);
+        json_t *name = json_object_get(m, "name");
+        if (name && !json_is_null(name)) {
+            snprintf(rp, sizeof(rp), "%s.name", param);
+            if (!json_is_string(name) || json_string_length(name) > OAI_MAX_NAME_BYTES)
+                return bad(e, rp, "'%s' must be a string of at most %d bytes.", rp, OAI_MAX_NAME_BYTES);
+            out->name = xstrndup(json_string_value(name), json_string_length(name));
+        }
+    }
+    return 0;
+}
+
+static int parse_token_array(json_t *arr, const char *param, oai_request_t *r, oai_error_t *e)
+{
+    size_t n = json_array_size(arr);
+    if (n == 0)
+        return bad(e, param, "'%s' must not be empty.", param);
+    if (n > OAI_MAX_PROMPT_TOKENS)
+        return bad(e, param, "'%s' has more than %u tokens.", param, OAI_MAX_PROMPT_TOKENS);
+    r->prompt_tokens = xmalloc(n * sizeof(int32_t));
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(arr, i);
+        char tp[96];
+        snprintf(tp, sizeof(tp), "%s[%zu]", param, i);
+        if (!json_is_integer(t))
+            return bad(e, tp, "'%s' must be a token id (integer), got %s; mixed prompt arrays are not "
+                              "supported.", tp, json_type_name(t));
+        json_int_t v = json_integer_value(t);
+        if (v < 0 || v > INT32_MAX)
+            return bad(e, tp, "'%s' is not a valid token id: %lld.", tp, (long long)v);
+        r->prompt_tokens[i] = (int32_t)v;
+        r->n_prompt_tokens = i + 1;
+    }
+    return 0;
+}
+
+static int parse_prompt(json_t *root, oai_request_t *r, oai_error_t *e)
+{
+    json_t *p = json_object_get(root, "prompt");
+    if (!p || json_is_null(p))
+        return bad(e, "prompt", "Missing required parameter 'prompt'.");
+    if (json_is_array(p) && json_array_size(p) > 0) {
+        json_t *first = json_array_get(p, 0);
+        size_t n = json_array_size(p);
+        if (json_is_integer(first))
+            return parse_token_array(p, "prompt", r, e);
+        if (n > 1 && (json_is_string(first) || json_is_array(first)))
+            return bad(e, "prompt", "Multiple prompts in one request (%zu given) are not supported; send "
+                                    "one request per prompt.", n);
+        if (json_is_array(first))
+            return parse_token_array(first, "prompt[0]", r, e);
+        if (!json_is_string(first))
+            return bad(e, "prompt[0]", "'prompt[0]' must be a string or a token id, got %s.",
+                       json_type_name(first));
+        p = first;
+    } else if (json_is_array(p)) {
+        return bad(e, "prompt", "'prompt' must not be empty.");
+    }
+    if (!json_is_string(p))
+        return bad(e, "prompt", "'prompt' must be a string, an array of token ids, or an array with one "
+                                "string; got %s.", json_type_name(p));
+    size_t n = json_string_length(p);
+    if (n == 0)
+        return bad(e, "prompt", "'prompt' must not be empty.");
+    if (n > OAI_MAX_TEXT_BYTES)
+        return bad(e, "prompt", "'prompt' is longer than %u bytes.", OAI_MAX_TEXT_BYTES);
+    r->prompt = xstrndup(json_string_value(p), n);
+    r->prompt_len = n;
+    return 0;
+}
+
+static int parse_stop(json_t *root, oai_request_t *r, oai_error_t *e)
+{
+    json_t *v = json_object_get(root, "stop");
+    if (!v || json_is_null(v))
+        return 0;
+    if (json_is_string(v)) {
+        size_t n = json_string_length(v);
+        if (n == 0 || n > OAI_MAX_STOP_BYTES)
+            return bad(e, "stop", "'stop' strings must be 1..%d bytes long.", OAI_MAX_STOP_BYTES);
+        r->stop = xcalloc(1, sizeof(char *));
+        r->stop[0] = xstrndup(json_string_value(v), n);
+        r->n_stop = 1;
+        return 0;
+    }
+    if (!json_is_array(v))
+        return bad(e, "stop", "'stop' must be a string or an array of strings, got %s.", json_type_name(v));
+    size_t n = json_array_size(v);
+    if (n > OAI_MAX_STOP)
+        return bad(e, "stop", "'stop' has %zu entries; at most %d are accepted.", n, OAI_MAX_STOP);
+    if (n == 0)
+        return 0;
+    r->stop = xcalloc(n, sizeof(char *));
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_array_get(v, i);
+        char sp[32];
+        snprintf(sp, sizeof(sp), "stop[%zu]", i);
+        if (!json_is_string(s))
+            return bad(e, sp, "'%s' must be a string, got %s.", sp, json_type_name(s));
+        size_t len = json_string_length(s);
+        if (len == 0 || len > OAI_MAX_STOP_BYTES)
+            return bad(e, sp, "'%s' must be 1..%d bytes long.", sp, OAI_MAX_STOP_BYTES);
+        r->stop[i] = xstrndup(json_string_value(s), len);
+        r->n_stop = i + 1;
+    }
+    return 0;
+}
+
+static int parse_logit_bias(json_t *root, oai_request_t *r, oai_error_t *e)
+{
+    json_t *v = json_object_get(root, "logit_bias");
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_object(v))
+        return bad(e, "logit_bias", "'logit_bias' must be an object mapping token ids to biases, got %s.",
+                   json_type_name(v));
+    size_t n = json_object_size(v);
+    if (n > OAI_MAX_LOGIT_BIAS)
+        return bad(e, "logit_bias", "'logit_bias' has %zu entries; at most %d are accepted.", n,
+                   OAI_MAX_LOGIT_BIAS);
+    if (n == 0)
+        return 0;
+    r->logit_bias = xcalloc(n, sizeof(oai_logit_bias_t));
+    const char *key;
+    json_t *val;
+    json_object_foreach(v, key, val) {
+        char kp[64];
+        snprintf(kp, sizeof(kp), "logit_bias.%.40s", key);
+        size_t kl = strlen(key);
+        int64_t id = 0;
+        int ok = kl >= 1 && kl <= 10;
+        for (size_t i = 0; ok && i < kl; i++) {
+            ok = key[i] >= '0' && key[i] <= '9';
+            id = id * 10 + (key[i] - '0');
+        }
+        if (!ok || id > INT32_MAX)
+            return bad(e, kp, "'logit_bias' keys must be token ids written as decimal strings; got '%.40s'.",
+                       key);
+        if (!json_is_number(val))
+            return bad(e, kp, "'%s' must be a number, got %s.", kp, json_type_name(val));
+        double b = json_number_value(val);
+        if (!(b >= -100.0 && b <= 100.0))
+            return bad(e, kp, "'%s' must be between -100 and 100, got %g.", kp, b);
+        r->logit_bias[r->n_logit_bias++] = (oai_logit_bias_t){(int32_t)id, (float)b};
+    }
+    return 0;
+}
+
+/* Fields we know but cannot honour: refuse rather than ignore. */
+static int refuse_unsupported(json_t *root, oai_kind_t kind, oai_error_t *e)
+{
+    int64_t n = 1;
+    if (get_int(root, "n", INT64_MIN, INT64_MAX, &n, NULL, e) != 0)
+        return -1;
+    if (n != 1)
+        return bad(e, "n", "Only n=1 is supported (got n=%" PRId64 "); send separate requests for more "
+                           "choices.", n);
+    if (kind == OAI_COMPLETION) {
+        int64_t best_of = 1;
+        if (get_int(root, "best_of", INT64_MIN, INT64_MAX, &best_of, NULL, e) != 0)
+            return -1;
+        if (best_of != 1)
+            return bad(e, "best_of", "Only best_of=1 is supported (got %" PRId64 ").", best_of);
+        bool echo = false;
+        if (get_bool(root, "echo", &echo, e) != 0)
+            return -1;
+        if (echo)
+            return bad(e, "echo", "'echo': true is not supported yet.");
+        json_t *suffix = json_object_get(root, "suffix");
+        if (suffix && !json_is_null(suffix)) {
+            if (!json_is_string(suffix))
+                return bad(e, "suffix", "'suffix' must be a string, got %s.", json_type_name(suffix));
+            if (json_string_length(suffix) > 0)
+                return bad(e, "suffix", "'suffix' (fill-in-the-middle) is not supported.");
+        }
+    } else {
+        const char *tool_fields[] = {"tools", "functions"};
+        for (int i = 0; i < 2; i++) {
+            json_t *t = json_object_get(root, tool_fields[i]);
+            if (t && !json_is_null(t) && !(json_is_array(t) && json_array_size(t) == 0))
+                return bad(e, tool_fields[i], "Tool calling ('%s') is not supported by this server.",
+                           tool_fields[i]);
+        }
+        json_t *rf = json_object_get(root, "response_format");
+        if (rf && !json_is_null(rf)) {
+            if (!json_is_object(rf))
+                return bad(e, "response_format", "'response_format' must be an object, got %s.",
+                           json_type_name(rf));
+            json_t *t = json_object_get(rf, "type");
+            if (!json_is_string(t))
+                return bad(e, "response_format.type", "'response_format.type' must be a string.");
+            if (strcmp(json_string_value(t), "text") != 0)
+                return bad(e, "response_format.type", "response_format type '%.40s' is not supported; only "
+                                                      "'text' is.", json_string_value(t));
+        }
+    }
+    return 0;
+}
+
+static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_error_t *e)
+{
+    if (!json_is_object(root))
+        return bad(e, NULL, "The request body must be a JSON object, got %s.", json_type_name(root));
+
+    json_t *model = json_object_get(root, "model");
+    if (!model || json_is_null(model))
+        return bad(e, "model", "Missing required parameter 'model'.");
+    if (get_str(root, "model", OAI_MAX_MODEL_BYTES, 1, &r->model, e) != 0)
+        return -1;
+
+    if (kind == OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e))
+        return -1;
+    if (refuse_unsupported(root, kind, e) != 0)
+        return -1;
+
+    /* max_tokens / max_completion_tokens: positive; the newer name wins. */
+    int present = 0;
+    if (get_int(root, "max_tokens", 1, OAI_MAX_MAX_TOKENS, &r->max_tokens, &present, e) != 0)
+        return -1;
+    if (kind == OAI_CHAT &&
+        get_int(root, "max_completion_tokens", 1, OAI_MAX_MAX_TOKENS, &r->max_tokens, &present, e) != 0)
+        return -1;
+
+    if (get_num(root, "temperature", 0.0, 2.0, 0, &r->temperature, e) ||
+        get_num(root, "top_p", 0.0, 1.0, 1, &r->top_p, e) ||
+        get_num(root, "min_p", 0.0, 1.0, 0, &r->min_p, e) ||
+        get_num(root, "presence_penalty", -2.0, 2.0, 0, &r->presence_penalty, e) ||
+        get_num(root, "frequency_penalty", -2.0, 2.0, 0, &r->frequency_penalty, e) ||
+        get_num(root, "repetition_penalty", 0.0, 10.0, 1, &r->repetition_penalty, e))
+        return -1;
+
+    int64_t top_k = 0;
+    if (get_int(root, "top_k", -1, 1000000, &top_k, NULL, e) != 0)
+        return -1;
+    r->top_k = top_k < 0 ? 0 : (int32_t)top_k;
+
+    int has_seed = 0;
+    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &r->seed, &has_seed, e) != 0)
+        return -1;
+    r->has_seed = has_seed;
+
+    if (parse_stop(root, r, e) || parse_logit_bias(root, r, e))
+        return -1;
+
+    if (kind == OAI_CHAT) {
+        if (get_bool(root, "logprobs", &r->logprobs, e) != 0)
+            return -1;
+        int64_t top = 0;
+        if (get_int(root, "top_logprobs", 0, OAI_MAX_TOP_LOGPROBS, &top, NULL, e) != 0)
+            return -1;
+        if (top > 0 && !r->logprobs)
+            return bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs': true.");
+        r->top_logprobs = (int32_t)top;
+    } else {
+        /* Legacy completions: logprobs is an integer N = alternatives per token. */
+        int64_t lp = 0;
+        int has_lp = 0;
+        if (get_int(root, "logprobs", 0, OAI_MAX_TOP_LOGPROBS, &lp, &has_lp, e) != 0)
+            return -1;
+        r->logprobs = has_lp;
+        r->top_logprobs = (int32_t)lp;
+    }
+
+    if (get_bool(root, "stream", &r->stream, e) || get_bool(root, "ignore_eos", &r->ignore_eos, e))
+        return -1;
+    json_t *so = json_object_get(root, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!r->stream)
+            return bad(e, "stream_options", "'stream_options' is only allowed when 'stream' is true.");
+        if (!json_is_object(so))
+            return bad(e, "stream_options", "'stream_options' must be an object, got %s.", json_type_name(so));
+        json_t *iu = json_object_get(so, "include_usage");
+        if (iu && !json_is_null(iu)) {
+            if (!json_is_boolean(iu))
+                return bad(e, "stream_options.include_usage",
+                           "'stream_options.include_usage' must be a boolean, got %s.", json_type_name(iu));
+            r->include_usage = json_is_true(iu);
+        }
+    }
+    if (get_str(root, "user", OAI_MAX_USER_BYTES, 0, &r->user, e) != 0)
+        return -1;
+    return 0;
+}
+
+int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_request_t *out, oai_error_t *err)
+{
+    memset(out, 0, sizeof(*out));
+    memset(err, 0, sizeof(*err));
+    out->kind = kind;
+    out->max_tokens = -1;
+    out->temperature = 1.0;
+    out->top_p = 1.0;
+    out->repetition_penalty = 1.0;
+    if (!body || len == 0)
+        return bad(err, NULL, "The request body is empty; expected a JSON object.");
+    if (!depth_ok(body, len))
+        return bad(err, NULL, "The JSON body is nested deeper than %d levels.", OAI_MAX_DEPTH);
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return bad(err, NULL, "We could not parse the JSON body of your request: %s (line %d, column %d).",
+                   jerr.text, jerr.line, jerr.column);
+    int rc = parse_fields(root, kind, out, err);
+    json_decref(root);
+    if (rc != 0) {
+        oai_request_free(out);
+        out->kind = kind;
+    }
+    return rc;
+}
+
+void oai_request_free(oai_request_t *r)
+{
+    if (!r)
+        return;
+    free(r->model);
+    for (size_t i = 0; i < r->n_messages; i++) {
+        free(r->messages[i].content);
+        free(r->messages[i].name);
+    }
+    free(r->messages);
+    free(r->prompt);
+    free(r->prompt_tokens);
+    for (size_t i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->stop);
+    free(r->logit_bias);
+    free(r->user);
+    memset(r, 0, sizeof(*r));
+}
+
+const char *oai_role_name(oai_role_t r)
+{
+    switch (r) {
+    case OAI_ROLE_SYSTEM: return "system";
+    case OAI_ROLE_USER: return "user";
+    case OAI_ROLE_ASSISTANT: return "assistant";
+    case OAI_ROLE_TOOL: return "tool";
+    }
+    return "?";
+}
+
+/* ====================================================================== */
+/* responses                                                               */
+/* ====================================================================== */
+
+/* Logprobs are float32 on the worker: 9 significant digits keep them exact. */
+#define DUMP_FLAGS (JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(9))
+
+static char *dump(json_t *root)
+{
+    char *s = json_dumps(root, DUMP_FLAGS);
+    json_decref(root);
+    if (!s)
+        abort(); /* only OOM makes json_dumps fail on a tree we built */
+    return s;
+}
+
+void oai_id_new(const char *prefix, char *out, size_t cap)
+{
+    uint8_t r[12];
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+        /* No entropy source: still unique enough per process for an id. */
+        static uint64_t ctr;
+        uint64_t x = (uint64_t)clock_now_us() ^ (++ctr * 0x9e3779b97f4a7c15ULL);
+        for (size_t i = 0; i < sizeof(r); i++)
+            r[i] = (uint8_t)(x >> (8 * (i % 8))) ^ (uint8_t)i;
+    }
+    static const char hex[] = "0123456789abcdef";
+    char tail[25];
+    for (size_t i = 0; i < sizeof(r); i++) {
+        tail[2 * i] = hex[r[i] >> 4];
+        tail[2 * i + 1] = hex[r[i] & 15];
+    }
+    tail[24] = '\0';
+    snprintf(out, cap, "%s%s", prefix, tail);
+}
+
+static json_t *jlogprob(double lp)
+{
+    return json_real(isfinite(lp) ? lp : -9999.0);
+}
+
+static json_t *jbytes(const char *s, size_t len)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < len; i++)
+        json_array_append_new(a, json_integer((uint8_t)s[i]));
+    return a;
+}
+
+static json_t *logprobs_chat(const oai_logprobs_t *lp)
+{
+    if (!lp || !lp->present)
+        return json_null();
+    json_t *content = json_array();
+    for (size_t i = 0; i < lp->n_tokens; i++) {
+        const oai_token_logprob_t *t = &lp->tokens[i];
+        json_t *top = json_array();
+        for (size_t k = 0; k < t->n_top; k++) {
+            const oai_top_logprob_t *a = &t->top[k];
+            json_array_append_new(top, json_pack("{s:o, s:o, s:o}", "token", jstr(a->token, a->token_len),
+                                                 "logprob", jlogprob(a->logprob), "bytes",
+                                                 jbytes(a->token, a->token_len)));
+        }
+        json_array_append_new(content, json_pack("{s:o, s:o, s:o, s:o}", "token", jstr(t->token, t->token_len),
+                                                 "logprob", jlogprob(t->logprob), "bytes",
+                                                 jbytes(t->token, t->token_len), "top_logprobs", top));
+    }
+    return json_pack("{s:o, s:n}", "content", content, "refusal");
+}
+
+static json_t *logprobs_completion(const oai_logprobs_t *lp)
+{
+    if (!lp || !lp->present)
+        return json_null();
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    int64_t off = lp->text_offset0;
+    for (size_t i = 0; i < lp->n_tokens; i++) {
+        const oai_token_logprob_t *t = &lp->tokens[i];
+        json_t *tok = jstr(t->token, t->token_len);
+        int64_t n_cp = utf8_count(json_string_value(tok), json_string_length(tok));
+        json_array_append_new(tokens, tok);
+        json_array_append_new(lps, jlogprob(t->logprob));
+        json_t *top = json_object();
+        for (size_t k = 0; k < t->n_top; k++) {
+            size_t n;
+            char *key = oai_utf8_sanitize(t->top[k].token, t->top[k].token_len, &n);
+            /* Keys are C strings: an embedded NUL would truncate, so use setn. */
+            json_object_setn_new_nocheck(top, key, n, jlogprob(t->top[k].logprob));
+            free(key);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer(off));
+        off += n_cp;
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+char *oai_logprobs_chat_json(const oai_logprobs_t *lp)
+{
+    return dump(logprobs_chat(lp));
+}
+
+char *oai_logprobs_completion_json(const oai_logprobs_t *lp)
+{
+    return dump(logprobs_completion(lp));
+}
+
+static json_t *usage_json(const oai_usage_t *u)
+{
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)u->prompt_tokens,
+                     "completion_tokens", (json_int_t)u->completion_tokens, "total_tokens",
+                     (json_int_t)(u->prompt_tokens + u->completion_tokens), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)u->cached_tokens);
+}
+
+static json_t *envelope(const oai_meta_t *meta, const char *object)
+{
+    return json_pack("{s:o, s:s, s:I, s:o, s:o}", "id", jcstr(meta->id), "object", object, "created",
+                     (json_int_t)meta->created, "model", jcstr(meta->model), "system_fingerprint",
+                     jstr_or_null(meta->system_fingerprint));
+}
+
+char *oai_chat_completion_json(const oai_meta_t *meta, const char *content, size_t content_len,
+                               const char *finish_reason, const oai_logprobs_t *lp,
+                               const oai_usage_t *usage)
+{
+    json_t *root = envelope(meta, "chat.completion");
+    json_t *choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:o}", "index", 0, "message", "role", "assistant",
+                               "content", jstr(content, content_len), "logprobs", logprobs_chat(lp),
+                               "finish_reason", jstr_or_null(finish_reason));
+    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    static const oai_usage_t zero;
+    json_object_set_new(root, "usage", usage_json(usage ? usage : &zero));
+    return dump(root);
+}
+
+char *oai_completion_json(const oai_meta_t *meta, const char *text, size_t text_len,
+                          const char *finish_reason, const oai_logprobs_t *lp, const oai_usage_t *usage)
+{
+    json_t *root = envelope(meta, "text_completion");
+    json_t *choice = json_pack("{s:o, s:i, s:o, s:o}", "text", jstr(text, text_len), "index", 0, "logprobs",
+                               logprobs_completion(lp), "finish_reason", jstr_or_null(finish_reason));
+    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    static const oai_usage_t zero;
+    json_object_set_new(root, "usage", usage_json(usage ? usage : &zero));
+    return dump(root);
+}
+
+static void chunk_usage(json_t *root, const oai_chunk_t *c)
+{
+    if (c->usage)
+        json_object_set_new(root, "usage", usage_json(c->usage));
+    else if (c->include_usage)
+        json_object_set_new(root, "usage", json_null());
+}
+
+char *oai_chat_chunk_json(const oai_meta_t *meta, const oai_chunk_t *c)
+{
+    json_t *root = envelope(meta, "chat.completion.chunk");
+    json_t *choices = json_array();
+    if (!c->usage) {
+        json_t *delta = json_object();
+        if (c->role)
+            json_object_set_new(delta, "role", json_string("assistant"));
+        if (c->text)
+            json_object_set_new(delta, "content", jstr(c->text, c->text_len));
+        json_array_append_new(choices, json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs",
+                                                 logprobs_chat(c->logprobs), "finish_reason",
+                                                 jstr_or_null(c->finish_reason)));
+    }
+    json_object_set_new(root, "choices", choices);
+    chunk_usage(root, c);
+    return dump(root);
+}
+
+char *oai_completion_chunk_json(const oai_meta_t *meta, const oai_chunk_t *c)
+{
+    json_t *root = envelope(meta, "text_completion");
+    json_t *choices = json_array();
+    if (!c->usage) {
+        json_array_append_new(choices, json_pack("{s:o, s:i, s:o, s:o}", "text",
+                                                 jstr(c->text ? c->text : "", c->text ? c->text_len : 0),
+                                                 "index", 0, "logprobs", logprobs_completion(c->logprobs),
+                                                 "finish_reason", jstr_or_null(c->finish_reason)));
+    }
+    json_object_set_new(root, "choices", choices);
+    chunk_usage(root, c);
+    return dump(root);
+}
+
+char *oai_models_json(const oai_model_info_t *models, size_t n)
+{
+    json_t *data = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const oai_model_info_t *m = &models[i];
+        json_t *o = json_pack("{s:o, s:s, s:I, s:o}", "id", jcstr(m->id), "object", "model", "created",
+                              (json_int_t)m->created, "owned_by", jcstr(m->owned_by ? m->owned_by : "pagoda"));
+        if (m->max_model_len > 0)
+            json_object_set_new(o, "max_model_len", json_integer(m->max_model_len));
+        json_array_append_new(data, o);
+    }
+    return dump(json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+char *oai_error_json(const oai_error_t *e)
+{
+    json_t *inner = json_pack("{s:o, s:s, s:o, s:o}", "message", jcstr(e->message), "type",
+                              e->type ? e->type : "server_error", "param",
+                              e->param[0] ? jcstr(e->param) : json_null(), "code", jstr_or_null(e->code));
+    return dump(json_pack("{s:o}", "error", inner));
+}

@@ -1,0 +1,254 @@
+/* oai.h — the OpenAI-compatible request/response layer of the gateway.
+ *
+ * Parsing: oai_parse_request() turns the body of POST /v1/chat/completions or
+ * POST /v1/completions into an oai_request_t, validating every field it knows
+ * (types, ranges, sizes). Unknown fields are ignored, like OpenAI does. Known
+ * fields we cannot honour (n > 1, echo, tools, image parts, multiple prompts…)
+ * are refused with a 400 naming the field rather than silently ignored. The
+ * body is hostile input: JSON nesting deeper than OAI_MAX_DEPTH is refused
+ * before jansson sees it (no recursion blow-up), duplicate keys are refused,
+ * strings must be valid UTF-8 without NUL (jansson checks), and every string
+ * and array has a size bound below. The HTTP layer bounds the body size (413).
+ *
+ * Response building: the oai_*_json() builders return malloc'd, NUL-terminated
+ * compact JSON (caller frees with free()); they never fail on valid arguments
+ * (out of memory aborts). Text handed to them may come from a tokenizer and is
+ * not trusted to be UTF-8: invalid sequences are replaced by U+FFFD.
+ * Logprob values that are -inf/NaN (impossible tokens) are written as -9999.0
+ * since JSON has no infinities.
+ *
+ * Field names follow the OpenAI API reference (chat.completion,
+ * chat.completion.chunk, text_completion, model list, error object).
+ */
+#ifndef PAGODA_GATEWAY_OAI_H
+#define PAGODA_GATEWAY_OAI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- limits ------------------------------------------------------------ */
+
+#define OAI_MAX_DEPTH 32               /* JSON nesting of the whole body */
+#define OAI_MAX_MESSAGES 2048          /* chat messages per request */
+#define OAI_MAX_CONTENT_PARTS 256      /* content parts per message */
+#define OAI_MAX_TEXT_BYTES (4u << 20)  /* one message / the prompt / all messages together */
+#define OAI_MAX_MODEL_BYTES 256
+#define OAI_MAX_USER_BYTES 1024
+#define OAI_MAX_NAME_BYTES 256         /* message "name" */
+#define OAI_MAX_STOP 16                /* stop strings */
+#define OAI_MAX_STOP_BYTES 1024        /* per stop string */
+#define OAI_MAX_LOGIT_BIAS 1024        /* logit_bias entries */
+#define OAI_MAX_PROMPT_TOKENS (1u << 20) /* token-id prompts */
+#define OAI_MAX_TOP_LOGPROBS 20
+#define OAI_MAX_MAX_TOKENS 1000000     /* max_tokens upper bound (the context limit is checked later) */
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* An OpenAI-shaped error: {"error":{"message","type","param","code"}}.
+ * Filled by the parser and by oai_error_set(); no heap memory. */
+typedef struct {
+    int status;            /* HTTP status: 400, 401, 403, 404, 405, 413, 429, 500, 503, 504 */
+    const char *type;      /* static string, e.g. "invalid_request_error" */
+    const char *code;      /* static string or NULL → JSON null */
+    char param[128];       /* offending field ("messages[2].content", "temperature"), "" → null */
+    char message[512];     /* human-readable, names the field and the rule */
+} oai_error_t;
+
+/* Sets *e to `status` with the type and default code of the status table:
+ *   400 invalid_request_error  (code null)
+ *   401 authentication_error   invalid_api_key
+ *   403 permission_error       insufficient_permissions
+ *   404 not_found_error        not_found (model_not_found via oai_error_model_not_found)
+ *   405 invalid_request_error  method_not_allowed
+ *   413 invalid_request_error  request_too_large
+ *   429 rate_limit_error       rate_limit_exceeded
+ *   500 server_error           internal_error
+ *   503 server_error           service_unavailable
+ *   504 server_error           timeout
+ * (other statuses: server_error, code null). `param` may be NULL. */
+void oai_error_set(oai_error_t *e, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* 404 for an unknown model, code "model_not_found", param "model". */
+void oai_error_model_not_found(oai_error_t *e, const char *model);
+/* Body of the error as JSON (malloc'd). */
+char *oai_error_json(const oai_error_t *e);
+
+/* ---- requests ---------------------------------------------------------- */
+
+typedef enum { OAI_CHAT = 0, OAI_COMPLETION = 1 } oai_kind_t;
+
+typedef enum {
+    OAI_ROLE_SYSTEM = 0,   /* "system", and "developer" (its newer name) */
+    OAI_ROLE_USER = 1,
+    OAI_ROLE_ASSISTANT = 2,
+    OAI_ROLE_TOOL = 3,     /* a tool result fed back in; content only */
+} oai_role_t;
+
+/* "system", "user", "assistant", "tool". */
+const char *oai_role_name(oai_role_t r);
+
+typedef struct {
+    oai_role_t role;
+    char *content;         /* UTF-8, NUL-terminated; text parts joined with "\n"; "" allowed */
+    size_t content_len;    /* bytes */
+    char *name;            /* optional participant name, NULL if absent */
+} oai_message_t;
+
+typedef struct {
+    int32_t token;         /* token id ≥ 0 (checked against the vocabulary by the worker) */
+    float bias;            /* [-100, 100], added to the logit */
+} oai_logit_bias_t;
+
+/* A validated request. Strings are owned copies; free with oai_request_free.
+ * Defaults in brackets are what the parser stores when a field is absent or null. */
+typedef struct {
+    oai_kind_t kind;
+    char *model;                 /* required, 1..OAI_MAX_MODEL_BYTES */
+    /* chat */
+    oai_message_t *messages;     /* (n_messages ≥ 1) */
+    size_t n_messages;
+    /* completion: exactly one of prompt / prompt_tokens is set */
+    char *prompt;                /* text prompt, NULL when given as token ids */
+    size_t prompt_len;
+    int32_t *prompt_tokens;      /* (n_prompt_tokens) ids when given as an int array */
+    size_t n_prompt_tokens;
+    /* limits and sampling */
+    int64_t max_tokens;          /* [-1 = not given: server default] max_completion_tokens wins over max_tokens */
+    double temperature;          /* [1.0] 0..2; 0 means greedy */
+    double top_p;                /* [1.0] (0, 1] */
+    int32_t top_k;               /* [0 = off] ≥ 1 or off; -1 in the request also means off */
+    double min_p;                /* [0.0] [0, 1] */
+    double presence_penalty;     /* [0.0] [-2, 2] */
+    double frequency_penalty;    /* [0.0] [-2, 2] */
+    double repetition_penalty;   /* [1.0] > 0, ≤ 10 (vLLM extension) */
+    bool has_seed;
+    int64_t seed;
+    char **stop;                 /* (n_stop ≤ OAI_MAX_STOP) non-empty strings */
+    size_t n_stop;
+    oai_logit_bias_t *logit_bias; /* (n_logit_bias) */
+    size_t n_logit_bias;
+    bool logprobs;               /* [false] return logprobs of sampled tokens */
+    int32_t top_logprobs;        /* [0] alternatives per token, 0..20
+                                    (completions: the integer `logprobs` N sets logprobs=true, top_logprobs=N) */
+    bool stream;                 /* [false] */
+    bool include_usage;          /* [false] stream_options.include_usage */
+    bool ignore_eos;             /* [false] vLLM extension */
+    char *user;                  /* NULL if absent */
+} oai_request_t;
+
+/* Parses and validates. Returns 0 and fills *out (release with
+ * oai_request_free), or -1 with *err filled (status 400, type
+ * invalid_request_error, param naming the field) and *out left empty (nothing
+ * to free, but oai_request_free on it is harmless). */
+int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_request_t *out,
+                      oai_error_t *err);
+/* Frees what the parser allocated and zeroes *r. NULL-safe. */
+void oai_request_free(oai_request_t *r);
+
+/* ---- responses --------------------------------------------------------- */
+
+/* Writes "<prefix><24 random hex>" + NUL into out (cap ≥ strlen(prefix)+25),
+ * e.g. prefix "chatcmpl-" or "cmpl-". Random from getrandom(2). */
+void oai_id_new(const char *prefix, char *out, size_t cap);
+
+/* Fields common to every response object of one request. */
+typedef struct {
+    const char *id;                 /* "chatcmpl-…" / "cmpl-…" */
+    const char *model;
+    int64_t created;                /* Unix seconds (clock_wall_s) */
+    const char *system_fingerprint; /* NULL → JSON null */
+} oai_meta_t;
+
+typedef struct {
+    int64_t prompt_tokens;
+    int64_t completion_tokens;
+    int64_t cached_tokens;          /* prompt tokens served from the prefix cache */
+} oai_usage_t;
+
+/* One alternative at a position. `token` is the token's text as raw bytes
+ * (may be a partial UTF-8 sequence). */
+typedef struct {
+    const char *token;
+    size_t token_len;
+    double logprob;
+} oai_top_logprob_t;
+
+/* One sampled token with its logprob and top alternatives. */
+typedef struct {
+    const char *token;
+    size_t token_len;
+    double logprob;
+    const oai_top_logprob_t *top;   /* (n_top) most likely first */
+    size_t n_top;
+} oai_token_logprob_t;
+
+/* Logprobs for a run of tokens, or "none requested" (present = false → JSON null). */
+typedef struct {
+    bool present;
+    const oai_token_logprob_t *tokens; /* (n_tokens) */
+    size_t n_tokens;
+    int64_t text_offset0;           /* completions only: text offset of the first token,
+                                       in Unicode code points (the stream's running offset) */
+} oai_logprobs_t;
+
+/* Chat shape:   {"content":[{"token","logprob","bytes":[..],"top_logprobs":[{"token","logprob","bytes"}]}],
+ *                "refusal":null}
+ * Legacy shape: {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{"tok":lp,..}],"text_offset":[..]}
+ * Token strings are sanitized to UTF-8; "bytes" always carries the raw bytes. */
+char *oai_logprobs_chat_json(const oai_logprobs_t *lp);
+char *oai_logprobs_completion_json(const oai_logprobs_t *lp);
+
+/* Non-streaming chat completion:
+ * {"id","object":"chat.completion","created","model","system_fingerprint",
+ *  "choices":[{"index":0,"message":{"role":"assistant","content"},"logprobs","finish_reason"}],
+ *  "usage":{"prompt_tokens","completion_tokens","total_tokens","prompt_tokens_details":{"cached_tokens"}}} */
+char *oai_chat_completion_json(const oai_meta_t *meta, const char *content, size_t content_len,
+                               const char *finish_reason, const oai_logprobs_t *lp,
+                               const oai_usage_t *usage);
+/* Non-streaming text completion: same envelope, "object":"text_completion",
+ * choices [{"text","index":0,"logprobs","finish_reason"}]. */
+char *oai_completion_json(const oai_meta_t *meta, const char *text, size_t text_len,
+                          const char *finish_reason, const oai_logprobs_t *lp, const oai_usage_t *usage);
+
+/* One streaming chunk (the JSON after "data: "). */
+typedef struct {
+    bool role;                  /* chat: put "role":"assistant" in the delta (first chunk) */
+    const char *text;           /* delta content / completion text; NULL → chat delta has no
+                                   "content", completion "text" is "" */
+    size_t text_len;
+    const char *finish_reason;  /* NULL → null (every chunk but the last of a choice) */
+    const oai_logprobs_t *logprobs; /* NULL or !present → null */
+    /* stream_options.include_usage: every chunk carries "usage":null, and the
+     * extra final chunk (usage != NULL) has "choices":[] and the totals. */
+    bool include_usage;
+    const oai_usage_t *usage;   /* non-NULL → this is the usage-only chunk */
+} oai_chunk_t;
+
+/* {"id","object":"chat.completion.chunk","created","model","system_fingerprint",
+ *  "choices":[{"index":0,"delta":{["role"],["content"]},"logprobs","finish_reason"}][, "usage"]}
+ * The usual sequence: {role, text ""} → {text "…"}… → {finish_reason, empty delta}
+ * → (include_usage) {usage} → the HTTP layer writes "data: [DONE]". */
+char *oai_chat_chunk_json(const oai_meta_t *meta, const oai_chunk_t *c);
+/* {"id","object":"text_completion","created","model","system_fingerprint",
+ *  "choices":[{"index":0,"text","logprobs","finish_reason"}][, "usage"]} */
+char *oai_completion_chunk_json(const oai_meta_t *meta, const oai_chunk_t *c);
+
+/* GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by",
+ * "max_model_len"?}]} (max_model_len omitted when ≤ 0). */
+typedef struct {
+    const char *id;
+    int64_t created;
+    const char *owned_by;        /* NULL → "pagoda" */
+    int64_t max_model_len;
+} oai_model_info_t;
+char *oai_models_json(const oai_model_info_t *models, size_t n);
+
+/* Copies `len` bytes of possibly-invalid UTF-8 into a malloc'd NUL-terminated
+ * string, replacing each maximal invalid subpart (Unicode ch. 3 "U+FFFD
+ * substitution of maximal subparts", as Python's errors="replace") with
+ * U+FFFD. Embedded NUL bytes are kept (JSON writes them as \u0000).
+ * *out_len (if non-NULL) receives the length. */
+char *oai_utf8_sanitize(const char *s, size_t len, size_t *out_len);
+
+#endif

@@ -1,0 +1,92 @@
+/* fuzz_oai.c — libFuzzer target for the OpenAI request parser (gateway/oai.h).
+ *
+ * Input layout (the seed corpus in tests/fuzz/corpus/oai/ uses it):
+ *   byte 0     kind selector: even → chat completions, odd → completions
+ *   bytes 1..  the HTTP request body
+ *
+ * Beyond "no crash, no leak, no overread" (ASan/UBSan), it checks:
+ *   - an accepted request satisfies the documented invariants (model set,
+ *     ≥ 1 message for chat, exactly one prompt form for completions, ranges);
+ *   - a refused request has status 400 and an error body that is valid JSON;
+ *   - response builders fed with the parsed text produce valid JSON;
+ *   - UTF-8 sanitizing is idempotent (its output is valid UTF-8). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "gateway/oai.h"
+
+static void must_be_json(char *s)
+{
+    json_error_t e;
+    json_t *j = json_loads(s, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e); /* \u0000 is valid JSON */
+    if (!j)
+        __builtin_trap();
+    json_decref(j);
+    free(s);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    oai_kind_t kind = (data[0] & 1) ? OAI_COMPLETION : OAI_CHAT;
+    const uint8_t *body = data + 1;
+    size_t len = size - 1;
+
+    /* Sanitizer: output must be a fixed point. */
+    size_t n1, n2;
+    char *s1 = oai_utf8_sanitize((const char *)body, len, &n1);
+    char *s2 = oai_utf8_sanitize(s1, n1, &n2);
+    if (n1 != n2 || memcmp(s1, s2, n1) != 0)
+        __builtin_trap();
+    free(s2);
+
+    oai_request_t r;
+    oai_error_t err;
+    int rc = oai_parse_request(body, len, kind, &r, &err);
+    if (rc != 0) {
+        if (rc != -1 || err.status != 400 || r.model || r.messages || r.prompt)
+            __builtin_trap();
+        must_be_json(oai_error_json(&err));
+        free(s1);
+        return 0;
+    }
+    if (!r.model || !r.model[0] || strlen(r.model) > OAI_MAX_MODEL_BYTES)
+        __builtin_trap();
+    if (!(r.temperature >= 0 && r.temperature <= 2) || !(r.top_p > 0 && r.top_p <= 1) || r.top_k < 0 ||
+        r.top_logprobs < 0 || r.top_logprobs > OAI_MAX_TOP_LOGPROBS || r.n_stop > OAI_MAX_STOP ||
+        (r.max_tokens != -1 && r.max_tokens < 1))
+        __builtin_trap();
+    const char *text = "";
+    size_t text_len = 0;
+    if (kind == OAI_CHAT) {
+        if (r.n_messages < 1 || r.n_messages > OAI_MAX_MESSAGES || r.prompt || r.prompt_tokens)
+            __builtin_trap();
+        text = r.messages[r.n_messages - 1].content;
+        text_len = r.messages[r.n_messages - 1].content_len;
+    } else {
+        if ((r.prompt != NULL) == (r.prompt_tokens != NULL) || r.n_messages)
+            __builtin_trap();
+        if (r.prompt) {
+            text = r.prompt;
+            text_len = r.prompt_len;
+        }
+    }
+    /* Echo the request's own text back through the builders. */
+    oai_meta_t meta = {"chatcmpl-fuzz", r.model, 1, NULL};
+    oai_usage_t usage = {1, 2, 0};
+    oai_token_logprob_t tok = {text, text_len < 16 ? text_len : 16, -0.5, NULL, 0};
+    oai_logprobs_t lp = {r.logprobs, &tok, 1, 0};
+    must_be_json(oai_chat_completion_json(&meta, text, text_len, "stop", &lp, &usage));
+    must_be_json(oai_completion_json(&meta, s1, n1, "length", &lp, &usage));
+    oai_chunk_t c = {.role = true, .text = text, .text_len = text_len, .logprobs = &lp,
+                     .include_usage = r.include_usage};
+    must_be_json(oai_chat_chunk_json(&meta, &c));
+    must_be_json(oai_completion_chunk_json(&meta, &c));
+    oai_request_free(&r);
+    free(s1);
+    return 0;
+}
