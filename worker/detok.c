@@ -161,7 +161,8 @@ static bool stop_scan(detok_t *d)
     }
     if (best >= 0) {
         emit(d, d->hold, best_start);
-        d->n_hold = 0;
+        d->n_hold = 0; /* the stop and everything after it is dropped */
+        d->n_pend = 0;
         d->reason = DETOK_FINISH_STOP;
         d->stop_index = d->stop_orig[best];
         return true;
@@ -195,6 +196,10 @@ detok_t *detok_new(const char *const *stops, size_t n_stops)
     }
     detok_t *d = xcalloc(1, sizeof(*d));
     d->stop_index = -1;
+    /* never NULL, so zero-length memcpy/memmem calls get valid pointers */
+    d->cap_hold = d->cap_out = 64;
+    d->hold = xmalloc(d->cap_hold);
+    d->out = xmalloc(d->cap_out);
     if (n_stops > 0) {
         d->stops = xcalloc(n_stops, sizeof(char *));
         d->stop_len = xcalloc(n_stops, sizeof(size_t));
@@ -233,7 +238,7 @@ void detok_free(detok_t **pd)
 int detok_push(detok_t *d, const char *bytes, size_t len, const char **delta, size_t *delta_len)
 {
     d->n_out = 0;
-    *delta = d->out ? d->out : "";
+    *delta = d->out;
     *delta_len = 0;
     if (d->reason != DETOK_FINISH_NONE)
         return DETOK_STOP;
@@ -241,7 +246,7 @@ int detok_push(detok_t *d, const char *bytes, size_t len, const char **delta, si
     for (size_t i = 0; i < len; i++)
         utf8_feed_byte(d, b[i]);
     bool stopped = stop_scan(d);
-    *delta = d->out ? d->out : "";
+    *delta = d->out;
     *delta_len = d->n_out;
     return stopped ? DETOK_STOP : DETOK_CONTINUE;
 }
@@ -249,7 +254,7 @@ int detok_push(detok_t *d, const char *bytes, size_t len, const char **delta, si
 void detok_finish(detok_t *d, detok_finish_t reason, const char **delta, size_t *delta_len)
 {
     d->n_out = 0;
-    *delta = d->out ? d->out : "";
+    *delta = d->out;
     *delta_len = 0;
     if (d->reason != DETOK_FINISH_NONE)
         return;
@@ -262,7 +267,7 @@ void detok_finish(detok_t *d, detok_finish_t reason, const char **delta, size_t 
         d->n_hold = 0;
         d->reason = reason == DETOK_FINISH_EOS ? DETOK_FINISH_EOS : DETOK_FINISH_LENGTH;
     }
-    *delta = d->out ? d->out : "";
+    *delta = d->out;
     *delta_len = d->n_out;
 }
 

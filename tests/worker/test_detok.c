@@ -113,6 +113,8 @@ static const struct tcase CASES[] = {
      DETOK_FINISH_STOP, 1},
     {"stop after U+FFFD", {"!"}, 1, {"\xFF!"}, {FFFD}, DETOK_FINISH_NONE, NULL, FFFD, DETOK_FINISH_STOP,
      0},
+    {"incomplete bytes after a stop are dropped", {"x"}, 1, {"ax\xC3"}, {"a"}, DETOK_FINISH_NONE, NULL,
+     "a", DETOK_FINISH_STOP, 0},
     {"stop spanning empty tokens", {"ab"}, 1, {"a", "", "b"}, {"", "", ""}, DETOK_FINISH_NONE, NULL, "",
      DETOK_FINISH_STOP, 0},
 };
