@@ -20,6 +20,7 @@
 #include <zmq.h>
 
 #include "proto/msg.h"
+#include "tests/support/support.h"
 
 /* ------------------------------------------------------------------------ */
 /* helpers                                                                   */
@@ -450,51 +451,74 @@ static void test_frames(void **state)
     free(body);
 }
 
-/* Every proper prefix of every valid body is rejected as truncated. */
-static void test_truncated_everywhere(void **state)
+/* One message of every type with most fields set (static storage: do not
+ * proto_msg_clear these). */
+#define N_SAMPLES 9
+static void sample_messages(proto_msg_t ms[N_SAMPLES])
 {
-    proto_chat_msg_t msgs[1] = {{"user", "hi there"}};
-    proto_logit_bias_t bias[1] = {{7, 1.5}};
-    char *stop[1] = {"###"};
-    uint8_t b[] = {'a', 'b'};
-    proto_top_logprob_t top[1] = {{b, 2, -1.0}};
-    proto_logprob_t lp[1] = {{b, 2, -0.5, top, 1}};
-    int32_t ids[1] = {42};
-    proto_msg_t ms[8];
+    static proto_chat_msg_t msgs[2] = {{"system", "Be brief."}, {"user", "hi there"}};
+    static proto_logit_bias_t bias[1] = {{7, 1.5}};
+    static char *stop[1] = {"###"};
+    static uint8_t b[] = {'a', 'b'};
+    static proto_top_logprob_t top[1] = {{b, 2, -1.0}};
+    static proto_logprob_t lp[1] = {{b, 2, -0.5, top, 1}};
+    static int32_t ids[1] = {42};
     fill_register(&ms[0]);
     proto_msg_init(&ms[1], PROTO_HEARTBEAT);
     ms[1].heartbeat.seq = 1000;
+    ms[1].heartbeat.heartbeat_ms = 1000;
     ms[1].heartbeat.has_load = true;
     ms[1].heartbeat.load.kv_blocks_total = 10;
+    ms[1].heartbeat.load.free_slots = 4;
     proto_msg_init(&ms[2], PROTO_SUBMIT);
     ms[2].submit.id = 300;
     ms[2].submit.messages = msgs;
-    ms[2].submit.n_messages = 1;
+    ms[2].submit.n_messages = 2;
     ms[2].submit.sampling.logit_bias = bias;
     ms[2].submit.sampling.n_logit_bias = 1;
+    ms[2].submit.sampling.has_seed = true;
+    ms[2].submit.sampling.seed = 1234;
+    ms[2].submit.sampling.logprobs = true;
+    ms[2].submit.sampling.top_logprobs = 3;
     ms[2].submit.stop = stop;
     ms[2].submit.n_stop = 1;
     ms[2].submit.resume = ids;
     ms[2].submit.n_resume = 1;
-    proto_msg_init(&ms[3], PROTO_CANCEL);
-    ms[3].cancel.id = 70000;
-    proto_msg_init(&ms[4], PROTO_EVENT);
-    ms[4].event.id = 1;
-    ms[4].event.text = "ab";
-    ms[4].event.ids = ids;
-    ms[4].event.n_ids = 1;
-    ms[4].event.n_tokens = 1;
-    ms[4].event.logprobs = lp;
-    ms[4].event.n_logprobs = 1;
-    ms[4].event.finish = PROTO_FINISH_STOP;
-    ms[4].event.has_usage = true;
-    proto_msg_init(&ms[5], PROTO_ERROR);
-    ms[5].error.code = 500;
-    ms[5].error.message = "boom";
-    proto_msg_init(&ms[6], PROTO_DRAIN);
-    proto_msg_init(&ms[7], PROTO_SHUTDOWN);
+    ms[2].submit.max_tokens = 16;
+    ms[2].submit.stream = true;
+    ms[2].submit.deadline_ms = 5000;
+    proto_msg_init(&ms[3], PROTO_SUBMIT);
+    ms[3].submit.id = 301;
+    ms[3].submit.kind = PROTO_KIND_COMPLETION;
+    ms[3].submit.prompt_ids = ids;
+    ms[3].submit.n_prompt_ids = 1;
+    ms[3].submit.has_prompt_ids = true;
+    proto_msg_init(&ms[4], PROTO_CANCEL);
+    ms[4].cancel.id = 70000;
+    proto_msg_init(&ms[5], PROTO_EVENT);
+    ms[5].event.id = 1;
+    ms[5].event.text = "ab";
+    ms[5].event.ids = ids;
+    ms[5].event.n_ids = 1;
+    ms[5].event.n_tokens = 1;
+    ms[5].event.logprobs = lp;
+    ms[5].event.n_logprobs = 1;
+    ms[5].event.finish = PROTO_FINISH_STOP;
+    ms[5].event.has_usage = true;
+    proto_msg_init(&ms[6], PROTO_ERROR);
+    ms[6].error.code = 500;
+    ms[6].error.message = "boom";
+    proto_msg_init(&ms[7], PROTO_DRAIN);
+    proto_msg_init(&ms[8], PROTO_SHUTDOWN);
+}
+
+/* Every proper prefix of every valid body is rejected as truncated. */
+static void test_truncated_everywhere(void **state)
+{
+    proto_msg_t ms[N_SAMPLES];
+    sample_messages(ms);
     size_t n_checked = 0;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < N_SAMPLES; i++) {
         size_t len;
         uint8_t *body = encode(&ms[i], &len);
         proto_msg_t out;
@@ -614,7 +638,7 @@ static const field_case_t field_cases[] = {
     {"hb_ms 0", PROTO_HEARTBEAT, NULL, KU("hb_ms", 0), PROTO_ERANGE},
     {"hb_ms huge", PROTO_REGISTER, NULL, KU("hb_ms", 1u << 30), PROTO_ERANGE},
     {"unsigned negative n", PROTO_EVENT, NULL, KI("n", -5), PROTO_ERANGE},
-    {"n below ids", PROTO_EVENT, NULL, KU("n_resumed", 2), PROTO_ERANGE},
+    {"n below n_resumed", PROTO_EVENT, NULL, KU("n_resumed", 2), PROTO_ERANGE},
     /* protocol version inside REGISTER */
     {"register v2", PROTO_REGISTER, NULL, KU("v", 2), PROTO_EVERSION},
     /* floats: NaN, infinities, out of range; integers accepted as floats */
@@ -630,7 +654,7 @@ static const field_case_t field_cases[] = {
     {"min_p -inf", PROTO_SUBMIT, NULL, KD("min_p", -INFINITY), PROTO_ERANGE},
     {"rep_pen 0", PROTO_SUBMIT, NULL, KD("rep_pen", 0), PROTO_ERANGE},
     {"pres_pen 3", PROTO_SUBMIT, NULL, KD("pres_pen", 3), PROTO_ERANGE},
-    {"freq_pen -2.5", PROTO_SUBMIT, NULL, KI("freq_pen", -3), PROTO_ERANGE},
+    {"freq_pen -3", PROTO_SUBMIT, NULL, KI("freq_pen", -3), PROTO_ERANGE},
     /* strings: limits, UTF-8, NUL */
     {"empty model", PROTO_REGISTER, NULL, KS("model", ""), PROTO_ERANGE},
     {"bad UTF-8 prompt", PROTO_SUBMIT, NULL, KS("prompt", "a\xff" "b"), PROTO_ERANGE},
@@ -891,6 +915,46 @@ static void test_event_rules(void **state)
     free(body);
 }
 
+
+/* The fuzz seed corpus (tests/fuzz/corpus/proto/, layout in fuzz_proto.c)
+ * holds one valid message per sample; each seed must decode. With
+ * PAGODA_WRITE_CORPUS=1 the seeds are (re)written from sample_messages(). */
+#define CORPUS_DIR "tests/fuzz/corpus/proto"
+static void test_fuzz_corpus(void **state)
+{
+    proto_msg_t ms[N_SAMPLES];
+    sample_messages(ms);
+    for (int i = 0; i < N_SAMPLES; i++) {
+        char path[256];
+        snprintf(path, sizeof path, CORPUS_DIR "/%02d_%s", i, proto_type_name(ms[i].type));
+        if (getenv("PAGODA_WRITE_CORPUS")) {
+            size_t len;
+            uint8_t *body = encode(&ms[i], &len);
+            FILE *f = fopen(path, "wb");
+            assert_non_null(f);
+            uint8_t type = (uint8_t)ms[i].type;
+            fwrite(PROTO_TAG, 1, PROTO_TAG_LEN, f);
+            fwrite(&type, 1, 1, f);
+            fwrite(body, 1, len, f);
+            fclose(f);
+            free(body);
+        }
+        size_t n;
+        unsigned char *seed = support_read_file(path, &n);
+        if (!seed)
+            fail_msg("missing seed %s (run with PAGODA_WRITE_CORPUS=1 from the repo root)", path);
+        assert_true(n >= 7);
+        proto_frame_t f[3] = {{seed, 6}, {seed + 6, 1}, {seed + 7, n - 7}};
+        proto_msg_t m;
+        char err[200] = "";
+        if (proto_decode(f, 3, &m, err, sizeof err) != PROTO_OK)
+            fail_msg("seed %s does not decode: %s", path, err);
+        assert_int_equal(m.type, ms[i].type);
+        proto_msg_clear(&m);
+        free(seed);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* ZeroMQ framing over a real socket pair                                    */
 
@@ -980,6 +1044,7 @@ int main(void)
         cmocka_unit_test(test_structure),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_event_rules),
+        cmocka_unit_test(test_fuzz_corpus),
         cmocka_unit_test(test_zmq_roundtrip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
