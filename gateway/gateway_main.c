@@ -1,17 +1,19 @@
 /* gateway_main.c — pagoda-gateway: HTTP front end + ZeroMQ hub for workers.
  *
- * The main thread blocks SIGINT/SIGTERM before any other thread exists (so
- * every thread inherits the mask), starts the core and the HTTP server, then
- * waits for a signal with sigwait() and tears down in order: HTTP first (its
- * handlers call into the core), then the core. Exit status: 0 after a signal,
- * 1 when start-up fails, 2 for bad options. */
+ * The main thread starts the core and the HTTP server, then sleeps in poll()
+ * on the fd that SIGINT/SIGTERM make readable (common/sigwake.h), and tears
+ * down in order: HTTP first (its handlers call into the core), then the core.
+ * Exit status: 0 after a signal, 1 when start-up fails, 2 for bad options. */
 #include <getopt.h>
+#include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
+#include "common/sigwake.h"
 #include "gateway/gateway.h"
 #include "gateway/http.h"
 #include "proto/msg.h"
@@ -75,12 +77,11 @@ int main(int argc, char **argv)
     }
     log_init("gateway", (enum log_level)level);
 
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    int sfd = sigwake_install();
+    if (sfd < 0) {
+        log_error("cannot install signal handlers: %s", strerror(errno));
+        return 1;
+    }
 
     gateway_config_t gcfg = {.worker_endpoint = endpoint, .heartbeat_ms = heartbeat_ms};
     struct gateway *gw = gateway_new(&gcfg);
@@ -92,9 +93,10 @@ int main(int argc, char **argv)
         gateway_free(&gw);
         return 1;
     }
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    log_info("%s: shutting down", strsignal(sig));
+    struct pollfd p = {.fd = sfd, .events = POLLIN};
+    while (poll(&p, 1, -1) < 1 || !(p.revents & POLLIN)) {
+    }
+    log_info("%s: shutting down", strsignal(sigwake_signal()));
     http_server_free(&http);
     gateway_free(&gw);
     log_info("bye");

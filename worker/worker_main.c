@@ -7,9 +7,9 @@
  * running, one scheduler step per iteration, and block up to one heartbeat
  * interval when idle.
  *
- * SIGINT/SIGTERM are blocked in every thread and read from a signalfd that
- * the link polls next to its socket, so a signal ends the loop cleanly
- * (exit 0). Exit 1: start-up failed; 2: bad options. */
+ * SIGINT/SIGTERM make an eventfd readable (common/sigwake.h) that the link
+ * polls next to its socket, so a signal ends the loop cleanly (exit 0).
+ * Exit 1: start-up failed; 2: bad options. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -18,11 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/sigwake.h"
 #include "proto/msg.h"
 #include "worker/worker_link.h"
 
@@ -200,17 +200,9 @@ int main(int argc, char **argv)
      * is what capacity × context would need */
     w.kv_blocks = (uint32_t)(((uint64_t)w.capacity * w.n_ctx + DEFAULT_BLOCK - 1) / DEFAULT_BLOCK);
 
-    /* signals: blocked everywhere (ZeroMQ's threads inherit the mask), read
-     * from a signalfd the link polls */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    int sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    int sfd = sigwake_install();
     if (sfd < 0) {
-        log_error("signalfd: %s", strerror(errno));
+        log_error("cannot install signal handlers: %s", strerror(errno));
         return 1;
     }
 
@@ -222,10 +214,8 @@ int main(int argc, char **argv)
     };
     worker_link_config_t lcfg = {.endpoint = endpoint, .heartbeat_ms = w.heartbeat_ms, .reg = &reg};
     w.link = worker_link_new(&lcfg);
-    if (!w.link) {
-        close(sfd);
+    if (!w.link)
         return 1;
-    }
     log_info("serving model %s (%s) as %s", w.model_name, w.model_path, w.replica);
 
     while (!w.stop) {
@@ -234,11 +224,8 @@ int main(int argc, char **argv)
         proto_msg_t m;
         int rc = worker_link_poll(w.link, busy ? 0 : w.heartbeat_ms, sfd, &m);
         if (rc == WORKER_LINK_WAKE) {
-            struct signalfd_siginfo si;
-            if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-                log_info("%s: exiting", strsignal((int)si.ssi_signo));
-                w.stop = true;
-            }
+            log_info("%s: exiting", strsignal(sigwake_signal()));
+            w.stop = true;
         } else if (rc == WORKER_LINK_MSG) {
             on_gateway_message(&w, &m);
             proto_msg_clear(&m);
@@ -250,6 +237,5 @@ int main(int argc, char **argv)
         }
     }
     worker_link_free(&w.link);
-    close(sfd);
     return 0;
 }
