@@ -368,16 +368,18 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
                   zmq_strerror(errno));
         goto err;
     }
+    char bound[256] = "";
+    size_t bound_len = sizeof bound;
+    if (zmq_getsockopt(gw->router, ZMQ_LAST_ENDPOINT, bound, &bound_len) == 0 && bound[0]) {
+        free(gw->worker_endpoint);
+        gw->worker_endpoint = xstrdup(bound);
+    }
     if (pthread_create(&gw->core, NULL, core_main, gw) != 0) {
         log_error("cannot start the core thread");
         goto err;
     }
     gw->core_started = true;
-    char bound[256] = "";
-    size_t bound_len = sizeof bound;
-    zmq_getsockopt(gw->router, ZMQ_LAST_ENDPOINT, bound, &bound_len);
-    log_info("workers connect to %s (heartbeat %d ms)", bound[0] ? bound : gw->worker_endpoint,
-             gw->heartbeat_ms);
+    log_info("workers connect to %s (heartbeat %d ms)", gw->worker_endpoint, gw->heartbeat_ms);
     return gw;
 err:
     gateway_free(&gw);

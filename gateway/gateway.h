@@ -62,7 +62,7 @@ typedef struct gateway_worker {
  * core thread once it runs; [any] are safe from any thread. */
 struct gateway {
     /* configuration (copied) */
-    char *worker_endpoint;        /* [core] */
+    char *worker_endpoint;        /* [any] as bound: a port 0 is resolved ("tcp://127.0.0.1:41234") */
     int heartbeat_ms;             /* [any] read-only after gateway_new */
 
     /* ZeroMQ */

@@ -114,15 +114,18 @@ check "gateway measured ${gw_ms:-?} ms of silence before dropping it (≤ ${LIMI
   test "${gw_ms:-99999}" -le $((LIMIT + 50))
 sleep 0.5                   # stopped for > 3 intervals in all
 kill -CONT "$WB"
+# Either path is right here: the worker reads the gateway's queued heartbeats,
+# sends its own and gets ERROR 409 → REGISTER; or (when ZeroMQ's I/O thread
+# has not yet moved them from the kernel) it judges the gateway silent and
+# reconnects. tests/gateway/test_gateway.c checks the 409 answer directly.
 check "resumed worker B registers again" wait_for 10 listed "$RB"
-check "...because the gateway answered its heartbeat with ERROR 409 (no reconnect needed)" \
-  bash -c "grep -q 'gateway does not know us' '$TMP/workerB.log' && ! grep -q 'gateway silent' '$TMP/workerB.log'"
 
 # --- gateway restart: the worker comes back by itself ------------------------
 kill -9 "$GPID"
 wait "$GPID" 2>/dev/null
+n_silent=$(grep -c 'gateway silent' "$TMP/workerB.log")
 check "worker B notices the gateway is gone (silent for 3 intervals) and reconnects" \
-  wait_for 5 grep -q 'gateway silent' "$TMP/workerB.log"
+  wait_for 5 bash -c "[[ \$(grep -c 'gateway silent' '$TMP/workerB.log') -gt $n_silent ]]"
 sleep 0.5                   # let it back off at least once
 start_gateway 2
 check "restarted gateway answers /health" wait_for 10 health
