@@ -1,0 +1,1186 @@
+/* msg.c — encoder (msgpack-c), validating decoder (mpread) and ZeroMQ
+ * framing for the gateway⇄worker protocol. The format is documented in msg.h;
+ * keep the two in step. */
+#include "proto/msg.h"
+
+#include <errno.h>
+#include <math.h>
+#include <msgpack.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "common/xalloc.h"
+#include "proto/mpread.h"
+
+/* ------------------------------------------------------------------------ */
+/* names                                                                     */
+
+const char *proto_type_name(int type)
+{
+    static const char *const names[] = {NULL,     "REGISTER", "HEARTBEAT", "SUBMIT", "CANCEL",
+                                        "EVENT",  "ERROR",    "DRAIN",     "SHUTDOWN"};
+    if (type < PROTO_TYPE_MIN || type > PROTO_TYPE_MAX)
+        return "UNKNOWN";
+    return names[type];
+}
+
+static const char *const finish_names[] = {NULL, "stop", "length", "cancelled", "error",
+                                           "timeout"};
+#define N_FINISH ((int)(sizeof finish_names / sizeof finish_names[0]))
+
+const char *proto_finish_name(proto_finish_t f)
+{
+    if ((int)f <= 0 || (int)f >= N_FINISH)
+        return NULL;
+    return finish_names[f];
+}
+
+static const char *const kind_names[] = {"chat", "completion"};
+
+const char *proto_kind_name(proto_kind_t k)
+{
+    return (int)k == 1 ? kind_names[1] : kind_names[0];
+}
+
+const char *proto_status_name(int status)
+{
+    switch (status) {
+    case PROTO_OK: return "ok";
+    case PROTO_ESYS: return "zeromq error";
+    case PROTO_EFRAMES: return "wrong frames";
+    case PROTO_ETAG: return "not a pagoda protocol tag";
+    case PROTO_EVERSION: return "unsupported protocol version";
+    case PROTO_ETYPE: return "unknown message type";
+    case PROTO_EMSGPACK: return "malformed msgpack";
+    case PROTO_EFIELD: return "bad field";
+    case PROTO_ERANGE: return "value out of range";
+    default: return "unknown status";
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* init / clear                                                              */
+
+void proto_msg_init(proto_msg_t *m, proto_type_t type)
+{
+    memset(m, 0, sizeof *m);
+    m->type = type;
+    if (type == PROTO_SUBMIT) {
+        proto_sampling_t *s = &m->submit.sampling;
+        s->temperature = 1.0;
+        s->top_p = 1.0;
+        s->repetition_penalty = 1.0;
+        m->submit.priority = PROTO_PRIO_NORMAL;
+    }
+}
+
+void proto_msg_clear(proto_msg_t *m)
+{
+    switch (m->type) {
+    case PROTO_REGISTER:
+        free(m->reg.model);
+        free(m->reg.replica);
+        free(m->reg.host);
+        break;
+    case PROTO_SUBMIT: {
+        proto_submit_t *s = &m->submit;
+        for (uint32_t i = 0; s->messages && i < s->n_messages; i++) {
+            free(s->messages[i].role);
+            free(s->messages[i].content);
+        }
+        free(s->messages);
+        free(s->prompt);
+        free(s->prompt_ids);
+        free(s->sampling.logit_bias);
+        for (uint32_t i = 0; s->stop && i < s->n_stop; i++)
+            free(s->stop[i]);
+        free(s->stop);
+        free(s->resume);
+        break;
+    }
+    case PROTO_EVENT: {
+        proto_event_t *e = &m->event;
+        free(e->text);
+        free(e->ids);
+        for (uint32_t i = 0; e->logprobs && i < e->n_logprobs; i++) {
+            for (uint32_t j = 0; e->logprobs[i].top && j < e->logprobs[i].n_top; j++)
+                free(e->logprobs[i].top[j].bytes);
+            free(e->logprobs[i].top);
+            free(e->logprobs[i].bytes);
+        }
+        free(e->logprobs);
+        break;
+    }
+    case PROTO_ERROR:
+        free(m->error.message);
+        break;
+    default:
+        break;
+    }
+    memset(m, 0, sizeof *m);
+}
+
+/* ------------------------------------------------------------------------ */
+/* encoder                                                                   */
+
+/* Growable output buffer; xrealloc makes out-of-memory fatal, so msgpack-c's
+ * write callback never fails. */
+typedef struct outbuf {
+    uint8_t *data;
+    size_t len, cap;
+} outbuf_t;
+
+static int outbuf_write(void *data, const char *p, size_t n)
+{
+    outbuf_t *b = data;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n)
+            cap *= 2;
+        b->data = xrealloc(b->data, cap);
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+typedef struct enc {
+    msgpack_packer pk;
+    outbuf_t out;
+    size_t map_at;     /* offset of the top-level map32 header */
+    uint32_t n_keys;   /* keys written into the top-level map so far */
+} enc_t;
+
+/* The top-level map is written as map32 with its count patched at the end,
+ * so optional keys need not be counted twice. */
+static void enc_begin(enc_t *e)
+{
+    memset(e, 0, sizeof *e);
+    msgpack_packer_init(&e->pk, &e->out, outbuf_write);
+    static const uint8_t hdr[5] = {0xdf, 0, 0, 0, 0};
+    e->map_at = e->out.len;
+    outbuf_write(&e->out, (const char *)hdr, sizeof hdr);
+}
+
+static void enc_end(enc_t *e)
+{
+    uint8_t *p = e->out.data + e->map_at + 1;
+    p[0] = (uint8_t)(e->n_keys >> 24);
+    p[1] = (uint8_t)(e->n_keys >> 16);
+    p[2] = (uint8_t)(e->n_keys >> 8);
+    p[3] = (uint8_t)e->n_keys;
+}
+
+static void pack_cstr(msgpack_packer *pk, const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s ? s : "", n);
+}
+
+/* A key of the top-level map. */
+static void key(enc_t *e, const char *k)
+{
+    e->n_keys++;
+    pack_cstr(&e->pk, k);
+}
+
+static void kv_uint(enc_t *e, const char *k, uint64_t v)
+{
+    key(e, k);
+    msgpack_pack_uint64(&e->pk, v);
+}
+
+static void kv_double(enc_t *e, const char *k, double v)
+{
+    key(e, k);
+    msgpack_pack_double(&e->pk, v);
+}
+
+static void kv_bool(enc_t *e, const char *k, bool v)
+{
+    key(e, k);
+    if (v)
+        msgpack_pack_true(&e->pk);
+    else
+        msgpack_pack_false(&e->pk);
+}
+
+static void kv_str(enc_t *e, const char *k, const char *s)
+{
+    key(e, k);
+    pack_cstr(&e->pk, s);
+}
+
+static void pack_ids(msgpack_packer *pk, const int32_t *ids, uint32_t n)
+{
+    msgpack_pack_array(pk, n);
+    for (uint32_t i = 0; i < n; i++)
+        msgpack_pack_int32(pk, ids[i]);
+}
+
+/* Nested maps have a fixed key count, so they use the ordinary header. */
+static void sub_uint(msgpack_packer *pk, const char *k, uint64_t v)
+{
+    pack_cstr(pk, k);
+    msgpack_pack_uint64(pk, v);
+}
+
+static void sub_bytes(msgpack_packer *pk, const char *k, const uint8_t *b, uint32_t n)
+{
+    pack_cstr(pk, k);
+    msgpack_pack_bin(pk, n);
+    msgpack_pack_bin_body(pk, n ? (const char *)b : "", n);
+}
+
+static void encode_register(enc_t *e, const proto_register_t *r)
+{
+    kv_uint(e, "v", r->version);
+    kv_str(e, "model", r->model);
+    kv_str(e, "replica", r->replica);
+    kv_str(e, "host", r->host);
+    kv_uint(e, "pid", r->pid);
+    kv_uint(e, "cap", r->capacity);
+    kv_uint(e, "n_ctx", r->n_ctx);
+    kv_uint(e, "n_vocab", r->n_vocab);
+    kv_uint(e, "kv_blocks", r->kv_blocks);
+    kv_uint(e, "block", r->block_size);
+    if (r->heartbeat_ms)
+        kv_uint(e, "hb_ms", r->heartbeat_ms);
+}
+
+static void encode_heartbeat(enc_t *e, const proto_heartbeat_t *h)
+{
+    kv_uint(e, "seq", h->seq);
+    if (h->heartbeat_ms)
+        kv_uint(e, "hb_ms", h->heartbeat_ms);
+    if (h->has_load) {
+        const proto_load_t *l = &h->load;
+        key(e, "load");
+        msgpack_pack_map(&e->pk, 10);
+        sub_uint(&e->pk, "run", l->running);
+        sub_uint(&e->pk, "wait", l->waiting);
+        sub_uint(&e->pk, "kv_used", l->kv_blocks_used);
+        sub_uint(&e->pk, "kv_total", l->kv_blocks_total);
+        sub_uint(&e->pk, "pc_q", l->prefix_cache_queries);
+        sub_uint(&e->pk, "pc_hit", l->prefix_cache_hits);
+        sub_uint(&e->pk, "preempt", l->preemptions);
+        sub_uint(&e->pk, "gen_tok", l->tokens_generated);
+        sub_uint(&e->pk, "prompt_tok", l->prompt_tokens);
+        sub_uint(&e->pk, "free", l->free_slots);
+    }
+}
+
+static void encode_submit(enc_t *e, const proto_submit_t *s)
+{
+    const proto_sampling_t *sp = &s->sampling;
+    kv_uint(e, "id", s->id);
+    kv_uint(e, "prio", (uint64_t)s->priority);
+    kv_str(e, "kind", proto_kind_name(s->kind));
+    if (s->n_messages) {
+        key(e, "msgs");
+        msgpack_pack_array(&e->pk, s->n_messages);
+        for (uint32_t i = 0; i < s->n_messages; i++) {
+            msgpack_pack_map(&e->pk, 2);
+            pack_cstr(&e->pk, "role");
+            pack_cstr(&e->pk, s->messages[i].role);
+            pack_cstr(&e->pk, "content");
+            pack_cstr(&e->pk, s->messages[i].content);
+        }
+    }
+    if (s->prompt)
+        kv_str(e, "prompt", s->prompt);
+    if (s->has_prompt_ids || s->n_prompt_ids) {
+        key(e, "prompt_ids");
+        pack_ids(&e->pk, s->prompt_ids, s->n_prompt_ids);
+    }
+    kv_double(e, "temp", sp->temperature);
+    kv_double(e, "top_p", sp->top_p);
+    kv_uint(e, "top_k", sp->top_k);
+    kv_double(e, "min_p", sp->min_p);
+    kv_double(e, "rep_pen", sp->repetition_penalty);
+    kv_double(e, "pres_pen", sp->presence_penalty);
+    kv_double(e, "freq_pen", sp->frequency_penalty);
+    if (sp->has_seed)
+        kv_uint(e, "seed", sp->seed);
+    if (sp->n_logit_bias) {
+        key(e, "bias");
+        msgpack_pack_map(&e->pk, sp->n_logit_bias);
+        for (uint32_t i = 0; i < sp->n_logit_bias; i++) {
+            msgpack_pack_int32(&e->pk, sp->logit_bias[i].token);
+            msgpack_pack_double(&e->pk, sp->logit_bias[i].bias);
+        }
+    }
+    if (sp->logprobs)
+        kv_bool(e, "logprobs", true);
+    if (sp->top_logprobs)
+        kv_uint(e, "top_lp", sp->top_logprobs);
+    if (s->max_tokens)
+        kv_uint(e, "max_tok", s->max_tokens);
+    if (s->n_stop) {
+        key(e, "stop");
+        msgpack_pack_array(&e->pk, s->n_stop);
+        for (uint32_t i = 0; i < s->n_stop; i++)
+            pack_cstr(&e->pk, s->stop[i]);
+    }
+    if (s->ignore_eos)
+        kv_bool(e, "ignore_eos", true);
+    if (s->deadline_ms)
+        kv_uint(e, "deadline_ms", s->deadline_ms);
+    if (s->stream)
+        kv_bool(e, "stream", true);
+    if (s->n_resume) {
+        key(e, "resume");
+        pack_ids(&e->pk, s->resume, s->n_resume);
+    }
+}
+
+static void encode_event(enc_t *e, const proto_event_t *ev)
+{
+    kv_uint(e, "id", ev->id);
+    key(e, "text");
+    uint32_t tl = ev->text ? (ev->text_len ? ev->text_len : (uint32_t)strlen(ev->text)) : 0;
+    msgpack_pack_str(&e->pk, tl);
+    msgpack_pack_str_body(&e->pk, ev->text ? ev->text : "", tl);
+    if (ev->n_ids) {
+        key(e, "ids");
+        pack_ids(&e->pk, ev->ids, ev->n_ids);
+    }
+    kv_uint(e, "n", ev->n_tokens);
+    if (ev->n_resumed)
+        kv_uint(e, "n_resumed", ev->n_resumed);
+    if (ev->n_logprobs) {
+        key(e, "lp");
+        msgpack_pack_array(&e->pk, ev->n_logprobs);
+        for (uint32_t i = 0; i < ev->n_logprobs; i++) {
+            const proto_logprob_t *lp = &ev->logprobs[i];
+            msgpack_pack_map(&e->pk, lp->n_top ? 3 : 2);
+            sub_bytes(&e->pk, "b", lp->bytes, lp->n_bytes);
+            pack_cstr(&e->pk, "lp");
+            msgpack_pack_double(&e->pk, lp->logprob);
+            if (lp->n_top) {
+                pack_cstr(&e->pk, "top");
+                msgpack_pack_array(&e->pk, lp->n_top);
+                for (uint32_t j = 0; j < lp->n_top; j++) {
+                    msgpack_pack_map(&e->pk, 2);
+                    sub_bytes(&e->pk, "b", lp->top[j].bytes, lp->top[j].n_bytes);
+                    pack_cstr(&e->pk, "lp");
+                    msgpack_pack_double(&e->pk, lp->top[j].logprob);
+                }
+            }
+        }
+    }
+    const char *fin = proto_finish_name(ev->finish);
+    if (fin)
+        kv_str(e, "finish", fin);
+    if (ev->has_usage) {
+        key(e, "usage");
+        msgpack_pack_map(&e->pk, 3);
+        sub_uint(&e->pk, "prompt", ev->usage.prompt_tokens);
+        sub_uint(&e->pk, "cached", ev->usage.cached_tokens);
+        sub_uint(&e->pk, "completion", ev->usage.completion_tokens);
+    }
+}
+
+int proto_encode(const proto_msg_t *m, uint8_t **body, size_t *body_len)
+{
+    enc_t e;
+    enc_begin(&e);
+    switch (m->type) {
+    case PROTO_REGISTER: encode_register(&e, &m->reg); break;
+    case PROTO_HEARTBEAT: encode_heartbeat(&e, &m->heartbeat); break;
+    case PROTO_SUBMIT: encode_submit(&e, &m->submit); break;
+    case PROTO_CANCEL: kv_uint(&e, "id", m->cancel.id); break;
+    case PROTO_EVENT: encode_event(&e, &m->event); break;
+    case PROTO_ERROR:
+        kv_uint(&e, "id", m->error.id);
+        kv_uint(&e, "code", m->error.code);
+        kv_str(&e, "msg", m->error.message);
+        break;
+    case PROTO_DRAIN:
+    case PROTO_SHUTDOWN:
+        break;
+    }
+    enc_end(&e);
+    if (e.out.len > PROTO_MAX_BODY) {
+        free(e.out.data);
+        *body = NULL;
+        *body_len = 0;
+        return PROTO_ERANGE;
+    }
+    *body = e.out.data;
+    *body_len = e.out.len;
+    return PROTO_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* decoder                                                                   */
+
+typedef struct dec {
+    mpread_t r;
+    const char *field;   /* key being decoded, for error messages */
+} dec_t;
+
+/* One known key of a map; `bit` is its index in the table. */
+typedef struct field {
+    const char *key;
+    bool required;
+} field_t;
+
+typedef int (*field_fn)(dec_t *d, void *obj, int idx);
+
+static int fail(dec_t *d, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(dec_t *d, int status, const char *fmt, ...)
+{
+    char msg[80];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return mpread_fail(&d->r, status, "%s", msg);
+}
+
+/* Reads a map, calling fn for each known key; skips unknown keys; fails on
+ * a non-string key, a duplicate key or a missing required key. */
+static int read_map(dec_t *d, const field_t *fields, int n_fields, field_fn fn, void *obj)
+{
+    uint32_t n;
+    if (mpread_map(&d->r, &n) < 0)
+        return -1;
+    uint64_t seen = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *k;
+        uint32_t kn;
+        if (mpread_peek(&d->r) != MPREAD_STR && mpread_peek(&d->r) != MPREAD_NONE)
+            return fail(d, PROTO_EFIELD, "map key is not a string");
+        if (mpread_str(&d->r, &k, &kn) < 0)
+            return -1;
+        int idx = -1;
+        for (int j = 0; j < n_fields; j++) {
+            if (strlen(fields[j].key) == kn && memcmp(fields[j].key, k, kn) == 0) {
+                idx = j;
+                break;
+            }
+        }
+        if (idx < 0) {
+            if (mpread_skip(&d->r, PROTO_MAX_DEPTH) < 0)
+                return -1;
+            continue;
+        }
+        if (seen & (1ull << idx))
+            return fail(d, PROTO_EFIELD, "duplicate key '%s'", fields[idx].key);
+        seen |= 1ull << idx;
+        const char *outer = d->field;
+        d->field = fields[idx].key;
+        if (fn(d, obj, idx) < 0)
+            return -1;
+        d->field = outer;
+    }
+    for (int j = 0; j < n_fields; j++)
+        if (fields[j].required && !(seen & (1ull << j)))
+            return fail(d, PROTO_EFIELD, "missing required key '%s'", fields[j].key);
+    return 0;
+}
+
+static int get_uint(dec_t *d, uint64_t *v, uint64_t lo, uint64_t hi)
+{
+    if (mpread_uint(&d->r, v) < 0)
+        return -1;
+    if (*v < lo || *v > hi)
+        return fail(d, PROTO_ERANGE, "%llu outside [%llu, %llu]", (unsigned long long)*v,
+                    (unsigned long long)lo, (unsigned long long)hi);
+    return 0;
+}
+
+static int get_u32(dec_t *d, uint32_t *v, uint32_t lo, uint32_t hi)
+{
+    uint64_t x;
+    if (get_uint(d, &x, lo, hi) < 0)
+        return -1;
+    *v = (uint32_t)x;
+    return 0;
+}
+
+/* Finite, within [lo, hi]; lo_open excludes lo itself. */
+static int get_double(dec_t *d, double *v, double lo, double hi, bool lo_open)
+{
+    if (mpread_float(&d->r, v) < 0)
+        return -1;
+    if (!isfinite(*v))
+        return fail(d, PROTO_ERANGE, "not a finite number");
+    if (*v < lo || *v > hi || (lo_open && *v == lo))
+        return fail(d, PROTO_ERANGE, "%g outside %c%g, %g]", *v, lo_open ? '(' : '[', lo, hi);
+    return 0;
+}
+
+static int get_bool(dec_t *d, bool *v)
+{
+    return mpread_bool(&d->r, v);
+}
+
+/* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF) and
+ * no NUL, since the string is handed out as a C string. */
+static bool utf8_valid(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c == 0)
+            return false;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        uint32_t cp;
+        if (c >= 0xc2 && c <= 0xdf) {
+            len = 2;
+            cp = c & 0x1f;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            len = 3;
+            cp = c & 0x0f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4;
+            cp = c & 0x07;
+        } else {
+            return false;
+        }
+        if (n - i < len)
+            return false;
+        for (size_t j = 1; j < len; j++) {
+            if ((s[i + j] & 0xc0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i + j] & 0x3f);
+        }
+        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+            (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+/* A heap copy of a string of min..max bytes. */
+static int get_str(dec_t *d, char **out, uint32_t *out_len, uint32_t min, uint32_t max)
+{
+    const uint8_t *s;
+    uint32_t n;
+    if (mpread_str(&d->r, &s, &n) < 0)
+        return -1;
+    if (n < min || n > max)
+        return fail(d, PROTO_ERANGE, "string of %u bytes outside [%u, %u]", n, min, max);
+    if (!utf8_valid(s, n))
+        return fail(d, PROTO_ERANGE, "string is not valid UTF-8 or contains NUL");
+    *out = xstrndup((const char *)s, n);
+    if (out_len)
+        *out_len = n;
+    return 0;
+}
+
+static int get_bin(dec_t *d, uint8_t **out, uint32_t *out_len, uint32_t max)
+{
+    const uint8_t *s;
+    uint32_t n;
+    if (mpread_bin(&d->r, &s, &n) < 0)
+        return -1;
+    if (n > max)
+        return fail(d, PROTO_ERANGE, "%u bytes, limit %u", n, max);
+    *out = xmalloc(n);
+    memcpy(*out, s, n);
+    *out_len = n;
+    return 0;
+}
+
+/* An array header with at most max elements. */
+static int get_array(dec_t *d, uint32_t *n, uint32_t max)
+{
+    if (mpread_array(&d->r, n) < 0)
+        return -1;
+    if (*n > max)
+        return fail(d, PROTO_ERANGE, "%u elements, limit %u", *n, max);
+    return 0;
+}
+
+static int get_token(dec_t *d, int32_t *t)
+{
+    uint64_t v;
+    if (get_uint(d, &v, 0, PROTO_MAX_TOKEN_ID) < 0)
+        return -1;
+    *t = (int32_t)v;
+    return 0;
+}
+
+static int get_ids(dec_t *d, int32_t **ids, uint32_t *n_ids, uint32_t max)
+{
+    uint32_t n;
+    if (get_array(d, &n, max) < 0)
+        return -1;
+    *ids = xmalloc((size_t)n * sizeof **ids);
+    *n_ids = n;
+    for (uint32_t i = 0; i < n; i++)
+        if (get_token(d, &(*ids)[i]) < 0)
+            return -1;
+    return 0;
+}
+
+#define U31 0x7fffffffu
+#define NFIELDS(t) ((int)(sizeof(t) / sizeof((t)[0])))
+
+/* --- REGISTER --- */
+
+static const field_t register_fields[] = {
+    {"v", true},     {"model", true},   {"replica", true},   {"host", true},
+    {"pid", true},   {"cap", true},     {"n_ctx", true},     {"n_vocab", true},
+    {"kv_blocks", true}, {"block", true}, {"hb_ms", false},
+};
+
+static int register_field(dec_t *d, void *obj, int idx)
+{
+    proto_register_t *r = obj;
+    switch (idx) {
+    case 0:
+        if (get_u32(d, &r->version, 0, U31) < 0)
+            return -1;
+        if (r->version != PROTO_VERSION)
+            return fail(d, PROTO_EVERSION, "protocol version %u, expected %d", r->version,
+                        PROTO_VERSION);
+        return 0;
+    case 1: return get_str(d, &r->model, NULL, 1, PROTO_MAX_NAME);
+    case 2: return get_str(d, &r->replica, NULL, 1, PROTO_MAX_NAME);
+    case 3: return get_str(d, &r->host, NULL, 0, PROTO_MAX_NAME);
+    case 4: return get_u32(d, &r->pid, 1, U31);
+    case 5: return get_u32(d, &r->capacity, 1, PROTO_MAX_CAPACITY);
+    case 6: return get_u32(d, &r->n_ctx, 1, PROTO_MAX_TOKENS);
+    case 7: return get_u32(d, &r->n_vocab, 0, PROTO_MAX_TOKENS);
+    case 8: return get_u32(d, &r->kv_blocks, 0, U31);
+    case 9: return get_u32(d, &r->block_size, 1, PROTO_MAX_BLOCK);
+    case 10: return get_u32(d, &r->heartbeat_ms, PROTO_MIN_HEARTBEAT_MS, PROTO_MAX_HEARTBEAT_MS);
+    }
+    return -1;
+}
+
+/* --- HEARTBEAT --- */
+
+static const field_t load_fields[] = {
+    {"run", true},  {"wait", true},    {"kv_used", true}, {"kv_total", true},
+    {"pc_q", true}, {"pc_hit", true},  {"preempt", true}, {"gen_tok", true},
+    {"prompt_tok", true}, {"free", true},
+};
+
+static int load_field(dec_t *d, void *obj, int idx)
+{
+    proto_load_t *l = obj;
+    switch (idx) {
+    case 0: return get_u32(d, &l->running, 0, U31);
+    case 1: return get_u32(d, &l->waiting, 0, U31);
+    case 2: return get_u32(d, &l->kv_blocks_used, 0, U31);
+    case 3: return get_u32(d, &l->kv_blocks_total, 0, U31);
+    case 4: return get_uint(d, &l->prefix_cache_queries, 0, UINT64_MAX);
+    case 5: return get_uint(d, &l->prefix_cache_hits, 0, UINT64_MAX);
+    case 6: return get_uint(d, &l->preemptions, 0, UINT64_MAX);
+    case 7: return get_uint(d, &l->tokens_generated, 0, UINT64_MAX);
+    case 8: return get_uint(d, &l->prompt_tokens, 0, UINT64_MAX);
+    case 9: return get_u32(d, &l->free_slots, 0, U31);
+    }
+    return -1;
+}
+
+static const field_t heartbeat_fields[] = {{"seq", true}, {"hb_ms", false}, {"load", false}};
+
+static int heartbeat_field(dec_t *d, void *obj, int idx)
+{
+    proto_heartbeat_t *h = obj;
+    switch (idx) {
+    case 0: return get_uint(d, &h->seq, 0, UINT64_MAX);
+    case 1:
+        return get_u32(d, &h->heartbeat_ms, PROTO_MIN_HEARTBEAT_MS, PROTO_MAX_HEARTBEAT_MS);
+    case 2:
+        h->has_load = true;
+        if (read_map(d, load_fields, NFIELDS(load_fields), load_field, &h->load) < 0)
+            return -1;
+        if (h->load.kv_blocks_used > h->load.kv_blocks_total)
+            return fail(d, PROTO_ERANGE, "kv_used %u > kv_total %u", h->load.kv_blocks_used,
+                        h->load.kv_blocks_total);
+        if (h->load.prefix_cache_hits > h->load.prefix_cache_queries)
+            return fail(d, PROTO_ERANGE, "pc_hit > pc_q");
+        return 0;
+    }
+    return -1;
+}
+
+/* --- SUBMIT --- */
+
+static const field_t chat_fields[] = {{"role", true}, {"content", true}};
+
+static int chat_field(dec_t *d, void *obj, int idx)
+{
+    proto_chat_msg_t *c = obj;
+    if (idx == 0)
+        return get_str(d, &c->role, NULL, 1, PROTO_MAX_ROLE);
+    return get_str(d, &c->content, NULL, 0, PROTO_MAX_PROMPT);
+}
+
+enum {
+    S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
+    S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
+    S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME,
+};
+
+static const field_t submit_fields[] = {
+    [S_ID] = {"id", true},           [S_PRIO] = {"prio", true},
+    [S_KIND] = {"kind", true},       [S_MSGS] = {"msgs", false},
+    [S_PROMPT] = {"prompt", false},  [S_PROMPT_IDS] = {"prompt_ids", false},
+    [S_TEMP] = {"temp", false},      [S_TOP_P] = {"top_p", false},
+    [S_TOP_K] = {"top_k", false},    [S_MIN_P] = {"min_p", false},
+    [S_REP] = {"rep_pen", false},    [S_PRES] = {"pres_pen", false},
+    [S_FREQ] = {"freq_pen", false},  [S_SEED] = {"seed", false},
+    [S_BIAS] = {"bias", false},      [S_LOGPROBS] = {"logprobs", false},
+    [S_TOP_LP] = {"top_lp", false},  [S_MAX_TOK] = {"max_tok", false},
+    [S_STOP] = {"stop", false},      [S_IGNORE_EOS] = {"ignore_eos", false},
+    [S_DEADLINE] = {"deadline_ms", false}, [S_STREAM] = {"stream", false},
+    [S_RESUME] = {"resume", false},
+};
+
+static int submit_field(dec_t *d, void *obj, int idx)
+{
+    proto_submit_t *s = obj;
+    proto_sampling_t *sp = &s->sampling;
+    uint32_t n, u;
+    switch (idx) {
+    case S_ID: return get_uint(d, &s->id, 1, UINT64_MAX);
+    case S_PRIO:
+        if (get_u32(d, &u, PROTO_PRIO_HIGH, PROTO_PRIO_LOW) < 0)
+            return -1;
+        s->priority = (proto_priority_t)u;
+        return 0;
+    case S_KIND: {
+        const uint8_t *k;
+        if (mpread_str(&d->r, &k, &n) < 0)
+            return -1;
+        for (int i = 0; i < 2; i++) {
+            if (strlen(kind_names[i]) == n && memcmp(kind_names[i], k, n) == 0) {
+                s->kind = (proto_kind_t)i;
+                return 0;
+            }
+        }
+        return fail(d, PROTO_ERANGE, "unknown kind");
+    }
+    case S_MSGS:
+        if (get_array(d, &n, PROTO_MAX_MESSAGES) < 0)
+            return -1;
+        s->messages = xcalloc(n ? n : 1, sizeof *s->messages);
+        s->n_messages = n;
+        for (uint32_t i = 0; i < n; i++)
+            if (read_map(d, chat_fields, NFIELDS(chat_fields), chat_field, &s->messages[i]) < 0)
+                return -1;
+        return 0;
+    case S_PROMPT: return get_str(d, &s->prompt, NULL, 0, PROTO_MAX_PROMPT);
+    case S_PROMPT_IDS:
+        s->has_prompt_ids = true;
+        return get_ids(d, &s->prompt_ids, &s->n_prompt_ids, PROTO_MAX_TOKENS);
+    case S_TEMP: return get_double(d, &sp->temperature, 0, PROTO_MAX_TEMPERATURE, false);
+    case S_TOP_P: return get_double(d, &sp->top_p, 0, 1, true);
+    case S_TOP_K: return get_u32(d, &sp->top_k, 0, PROTO_MAX_TOKENS);
+    case S_MIN_P: return get_double(d, &sp->min_p, 0, 1, false);
+    case S_REP: return get_double(d, &sp->repetition_penalty, 0, PROTO_MAX_PENALTY, true);
+    case S_PRES: return get_double(d, &sp->presence_penalty, -2, 2, false);
+    case S_FREQ: return get_double(d, &sp->frequency_penalty, -2, 2, false);
+    case S_SEED:
+        sp->has_seed = true;
+        return get_uint(d, &sp->seed, 0, UINT64_MAX);
+    case S_BIAS:
+        if (mpread_map(&d->r, &n) < 0)
+            return -1;
+        if (n > PROTO_MAX_LOGIT_BIAS)
+            return fail(d, PROTO_ERANGE, "%u entries, limit %d", n, PROTO_MAX_LOGIT_BIAS);
+        sp->logit_bias = xcalloc(n ? n : 1, sizeof *sp->logit_bias);
+        sp->n_logit_bias = n;
+        for (uint32_t i = 0; i < n; i++) {
+            if (get_token(d, &sp->logit_bias[i].token) < 0 ||
+                get_double(d, &sp->logit_bias[i].bias, -100, 100, false) < 0)
+                return -1;
+            for (uint32_t j = 0; j < i; j++)
+                if (sp->logit_bias[j].token == sp->logit_bias[i].token)
+                    return fail(d, PROTO_EFIELD, "token %d given twice",
+                                (int)sp->logit_bias[i].token);
+        }
+        return 0;
+    case S_LOGPROBS: return get_bool(d, &sp->logprobs);
+    case S_TOP_LP: return get_u32(d, &sp->top_logprobs, 0, PROTO_MAX_TOP_LOGPROBS);
+    case S_MAX_TOK: return get_u32(d, &s->max_tokens, 0, U31);
+    case S_STOP:
+        if (get_array(d, &n, PROTO_MAX_STOP) < 0)
+            return -1;
+        s->stop = xcalloc(n ? n : 1, sizeof *s->stop);
+        s->n_stop = n;
+        for (uint32_t i = 0; i < n; i++)
+            if (get_str(d, &s->stop[i], NULL, 1, PROTO_MAX_STOP_LEN) < 0)
+                return -1;
+        return 0;
+    case S_IGNORE_EOS: return get_bool(d, &s->ignore_eos);
+    case S_DEADLINE: return get_u32(d, &s->deadline_ms, 0, U31);
+    case S_STREAM: return get_bool(d, &s->stream);
+    case S_RESUME: return get_ids(d, &s->resume, &s->n_resume, PROTO_MAX_TOKENS);
+    }
+    return -1;
+}
+
+/* Rules that involve more than one key. */
+static int submit_check(dec_t *d, const proto_submit_t *s)
+{
+    d->field = NULL;
+    if (s->kind == PROTO_KIND_CHAT) {
+        if (s->n_messages == 0)
+            return fail(d, PROTO_EFIELD, "chat needs at least one message in 'msgs'");
+        if (s->prompt || s->has_prompt_ids)
+            return fail(d, PROTO_EFIELD, "chat takes 'msgs', not 'prompt'/'prompt_ids'");
+    } else {
+        if (s->messages)
+            return fail(d, PROTO_EFIELD, "completion takes 'prompt' or 'prompt_ids', not 'msgs'");
+        if ((s->prompt != NULL) == s->has_prompt_ids)
+            return fail(d, PROTO_EFIELD, "completion needs exactly one of 'prompt', 'prompt_ids'");
+    }
+    if (s->sampling.top_logprobs > 0 && !s->sampling.logprobs)
+        return fail(d, PROTO_EFIELD, "'top_lp' requires 'logprobs'");
+    return 0;
+}
+
+/* --- EVENT --- */
+
+static const field_t top_fields[] = {{"b", true}, {"lp", true}};
+
+static int top_field(dec_t *d, void *obj, int idx)
+{
+    proto_top_logprob_t *t = obj;
+    if (idx == 0)
+        return get_bin(d, &t->bytes, &t->n_bytes, PROTO_MAX_TOKEN_BYTES);
+    return get_double(d, &t->logprob, -INFINITY, 0, false);
+}
+
+static const field_t lp_fields[] = {{"b", true}, {"lp", true}, {"top", false}};
+
+static int lp_field(dec_t *d, void *obj, int idx)
+{
+    proto_logprob_t *l = obj;
+    uint32_t n;
+    switch (idx) {
+    case 0: return get_bin(d, &l->bytes, &l->n_bytes, PROTO_MAX_TOKEN_BYTES);
+    case 1: return get_double(d, &l->logprob, -INFINITY, 0, false);
+    case 2:
+        if (get_array(d, &n, PROTO_MAX_TOP_LOGPROBS) < 0)
+            return -1;
+        l->top = xcalloc(n ? n : 1, sizeof *l->top);
+        l->n_top = n;
+        for (uint32_t i = 0; i < n; i++)
+            if (read_map(d, top_fields, NFIELDS(top_fields), top_field, &l->top[i]) < 0)
+                return -1;
+        return 0;
+    }
+    return -1;
+}
+
+static const field_t usage_fields[] = {{"prompt", true}, {"cached", true}, {"completion", true}};
+
+static int usage_field(dec_t *d, void *obj, int idx)
+{
+    proto_usage_t *u = obj;
+    switch (idx) {
+    case 0: return get_u32(d, &u->prompt_tokens, 0, U31);
+    case 1: return get_u32(d, &u->cached_tokens, 0, U31);
+    case 2: return get_u32(d, &u->completion_tokens, 0, U31);
+    }
+    return -1;
+}
+
+static const field_t event_fields[] = {
+    {"id", true},     {"text", false},   {"ids", false},   {"n", true},
+    {"n_resumed", false}, {"lp", false}, {"finish", false}, {"usage", false},
+};
+
+static int event_field(dec_t *d, void *obj, int idx)
+{
+    proto_event_t *e = obj;
+    uint32_t n;
+    switch (idx) {
+    case 0: return get_uint(d, &e->id, 1, UINT64_MAX);
+    case 1: return get_str(d, &e->text, &e->text_len, 0, PROTO_MAX_TEXT);
+    case 2: return get_ids(d, &e->ids, &e->n_ids, PROTO_MAX_EVENT_IDS);
+    case 3: return get_u32(d, &e->n_tokens, 0, U31);
+    case 4: return get_u32(d, &e->n_resumed, 0, PROTO_MAX_TOKENS);
+    case 5:
+        if (get_array(d, &n, PROTO_MAX_EVENT_IDS) < 0)
+            return -1;
+        e->logprobs = xcalloc(n ? n : 1, sizeof *e->logprobs);
+        e->n_logprobs = n;
+        for (uint32_t i = 0; i < n; i++)
+            if (read_map(d, lp_fields, NFIELDS(lp_fields), lp_field, &e->logprobs[i]) < 0)
+                return -1;
+        return 0;
+    case 6: {
+        const uint8_t *f;
+        if (mpread_str(&d->r, &f, &n) < 0)
+            return -1;
+        for (int i = 1; i < N_FINISH; i++) {
+            if (strlen(finish_names[i]) == n && memcmp(finish_names[i], f, n) == 0) {
+                e->finish = (proto_finish_t)i;
+                return 0;
+            }
+        }
+        return fail(d, PROTO_ERANGE, "unknown finish reason");
+    }
+    case 7:
+        e->has_usage = true;
+        return read_map(d, usage_fields, NFIELDS(usage_fields), usage_field, &e->usage);
+    }
+    return -1;
+}
+
+static int event_check(dec_t *d, proto_event_t *e)
+{
+    d->field = NULL;
+    if (!e->text) {
+        e->text = xstrdup("");
+        e->text_len = 0;
+    }
+    if (e->n_logprobs && e->n_logprobs != e->n_ids)
+        return fail(d, PROTO_EFIELD, "%u logprob entries for %u ids", e->n_logprobs, e->n_ids);
+    if (e->n_tokens < e->n_ids)
+        return fail(d, PROTO_ERANGE, "n %u < ids in this delta %u", e->n_tokens, e->n_ids);
+    if (e->n_tokens < e->n_resumed)
+        return fail(d, PROTO_ERANGE, "n %u < n_resumed %u", e->n_tokens, e->n_resumed);
+    if (e->finish != PROTO_FINISH_NONE && !e->has_usage)
+        return fail(d, PROTO_EFIELD, "finished EVENT without 'usage'");
+    return 0;
+}
+
+/* --- ERROR, CANCEL, DRAIN, SHUTDOWN --- */
+
+static const field_t error_fields[] = {{"id", true}, {"code", true}, {"msg", true}};
+
+static int error_field(dec_t *d, void *obj, int idx)
+{
+    proto_error_t *e = obj;
+    switch (idx) {
+    case 0: return get_uint(d, &e->id, 0, UINT64_MAX);
+    case 1: return get_u32(d, &e->code, 100, 599);
+    case 2: return get_str(d, &e->message, NULL, 0, PROTO_MAX_ERROR_MSG);
+    }
+    return -1;
+}
+
+static const field_t cancel_fields[] = {{"id", true}};
+
+static int cancel_field(dec_t *d, void *obj, int idx)
+{
+    proto_cancel_t *c = obj;
+    return get_uint(d, &c->id, 1, UINT64_MAX);
+}
+
+static int no_field(dec_t *d, void *obj, int idx)
+{
+    return -1;
+}
+
+int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out,
+                      char *err, size_t err_len)
+{
+    if (type < PROTO_TYPE_MIN || type > PROTO_TYPE_MAX) {
+        memset(out, 0, sizeof *out);
+        if (err && err_len)
+            snprintf(err, err_len, "unknown message type %d", type);
+        return PROTO_ETYPE;
+    }
+    proto_msg_init(out, (proto_type_t)type);
+    if (len > PROTO_MAX_BODY) {
+        memset(out, 0, sizeof *out);
+        if (err && err_len)
+            snprintf(err, err_len, "%s: body of %zu bytes exceeds %u", proto_type_name(type),
+                     len, PROTO_MAX_BODY);
+        return PROTO_ERANGE;
+    }
+    dec_t d = {.field = NULL};
+    mpread_init(&d.r, buf, len);
+    int rc = 0;
+    switch (out->type) {
+    case PROTO_REGISTER:
+        rc = read_map(&d, register_fields, NFIELDS(register_fields), register_field, &out->reg);
+        break;
+    case PROTO_HEARTBEAT:
+        rc = read_map(&d, heartbeat_fields, NFIELDS(heartbeat_fields), heartbeat_field,
+                      &out->heartbeat);
+        break;
+    case PROTO_SUBMIT:
+        rc = read_map(&d, submit_fields, NFIELDS(submit_fields), submit_field, &out->submit);
+        if (rc == 0)
+            rc = submit_check(&d, &out->submit);
+        break;
+    case PROTO_CANCEL:
+        rc = read_map(&d, cancel_fields, NFIELDS(cancel_fields), cancel_field, &out->cancel);
+        break;
+    case PROTO_EVENT:
+        rc = read_map(&d, event_fields, NFIELDS(event_fields), event_field, &out->event);
+        if (rc == 0)
+            rc = event_check(&d, &out->event);
+        break;
+    case PROTO_ERROR:
+        rc = read_map(&d, error_fields, NFIELDS(error_fields), error_field, &out->error);
+        break;
+    case PROTO_DRAIN:
+    case PROTO_SHUTDOWN:
+        rc = read_map(&d, NULL, 0, no_field, NULL);
+        break;
+    }
+    if (rc == 0 && mpread_remaining(&d.r) != 0)
+        mpread_fail(&d.r, PROTO_EMSGPACK, "%zu trailing bytes after the body",
+                    mpread_remaining(&d.r));
+    if (d.r.status != 0) {
+        if (err && err_len) {
+            if (d.field)
+                snprintf(err, err_len, "%s: '%s': %s", proto_type_name(type), d.field, d.r.err);
+            else
+                snprintf(err, err_len, "%s: %s", proto_type_name(type), d.r.err);
+        }
+        int status = d.r.status;
+        proto_msg_clear(out);
+        return status;
+    }
+    return PROTO_OK;
+}
+
+static int decode_err(char *err, size_t err_len, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int decode_err(char *err, size_t err_len, int status, const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+int proto_decode(const proto_frame_t *frames, size_t n_frames, proto_msg_t *out, char *err,
+                 size_t err_len)
+{
+    memset(out, 0, sizeof *out);
+    if (n_frames != 3)
+        return decode_err(err, err_len, PROTO_EFRAMES, "%zu frames, expected 3", n_frames);
+    const proto_frame_t *tag = &frames[0], *type = &frames[1], *body = &frames[2];
+    if (tag->len != PROTO_TAG_LEN || memcmp(tag->data, PROTO_TAG, PROTO_TAG_NAME_LEN) != 0)
+        return decode_err(err, err_len, PROTO_ETAG, "frame 1 is not a %.*s tag",
+                          PROTO_TAG_NAME_LEN, PROTO_TAG);
+    uint8_t d1 = tag->data[4], d2 = tag->data[5];
+    if (d1 < '0' || d1 > '9' || d2 < '0' || d2 > '9')
+        return decode_err(err, err_len, PROTO_ETAG, "tag version is not two digits");
+    int version = (d1 - '0') * 10 + (d2 - '0');
+    if (version != PROTO_VERSION)
+        return decode_err(err, err_len, PROTO_EVERSION, "protocol version %d, expected %d",
+                          version, PROTO_VERSION);
+    if (type->len != 1)
+        return decode_err(err, err_len, PROTO_EFRAMES, "type frame of %zu bytes", type->len);
+    return proto_decode_body(type->data[0], body->data, body->len, out, err, err_len);
+}
+
+/* ------------------------------------------------------------------------ */
+/* ZeroMQ framing                                                            */
+
+static void free_body(void *data, void *hint)
+{
+    free(data);
+}
+
+int proto_send(void *sock, const proto_peer_t *to, const proto_msg_t *m, int flags)
+{
+    uint8_t *body;
+    size_t body_len;
+    if (proto_encode(m, &body, &body_len) != PROTO_OK) {
+        errno = EMSGSIZE;
+        return PROTO_ESYS;
+    }
+    uint8_t type = (uint8_t)m->type;
+    /* Later frames of a multipart message go out together with the first
+     * (ZeroMQ queues them atomically), so only the first can block. */
+    if (to && zmq_send(sock, to->id, to->len, flags | ZMQ_SNDMORE) < 0)
+        goto err;
+    if (zmq_send(sock, PROTO_TAG, PROTO_TAG_LEN, (to ? 0 : flags) | ZMQ_SNDMORE) < 0)
+        goto err;
+    if (zmq_send(sock, &type, 1, ZMQ_SNDMORE) < 0)
+        goto err;
+    zmq_msg_t msg;
+    zmq_msg_init_data(&msg, body, body_len, free_body, NULL); /* takes body */
+    if (zmq_msg_send(&msg, sock, 0) < 0) {
+        int e = errno;
+        zmq_msg_close(&msg);
+        errno = e;
+        return PROTO_ESYS;
+    }
+    return PROTO_OK;
+err:
+    free(body);
+    return PROTO_ESYS;
+}
+
+int proto_recv(void *sock, proto_peer_t *from, proto_msg_t *out, int flags, char *err,
+               size_t err_len)
+{
+    enum { MAX_PARTS = 4 };
+    zmq_msg_t parts[MAX_PARTS];
+    size_t n_parts = 0, n_total = 0;
+    bool oversized = false;
+    memset(out, 0, sizeof *out);
+    if (from)
+        from->len = 0;
+    for (;;) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        /* Only the first part can be missing; the rest arrive with it. */
+        if (zmq_msg_recv(&part, sock, n_total == 0 ? flags : 0) < 0) {
+            int e = errno;
+            zmq_msg_close(&part);
+            for (size_t i = 0; i < n_parts; i++)
+                zmq_msg_close(&parts[i]);
+            errno = e;
+            return PROTO_ESYS;
+        }
+        n_total++;
+        bool more = zmq_msg_more(&part);
+        if (n_parts < MAX_PARTS)
+            parts[n_parts++] = part;
+        else
+            zmq_msg_close(&part);
+        if (!more)
+            break;
+    }
+    size_t first = 0;
+    int rc;
+    if (from) {
+        size_t n = zmq_msg_size(&parts[0]);
+        if (n > PROTO_MAX_IDENTITY)
+            oversized = true;
+        else {
+            memcpy(from->id, zmq_msg_data(&parts[0]), n);
+            from->len = n;
+        }
+        first = 1;
+    }
+    size_t n_frames = n_total - first;
+    if (oversized || n_total > n_parts || n_frames != 3) {
+        rc = decode_err(err, err_len, PROTO_EFRAMES, "%zu frames, expected 3", n_frames);
+    } else {
+        proto_frame_t frames[3];
+        for (size_t i = 0; i < 3; i++) {
+            frames[i].data = zmq_msg_data(&parts[first + i]);
+            frames[i].len = zmq_msg_size(&parts[first + i]);
+        }
+        rc = proto_decode(frames, 3, out, err, err_len);
+    }
+    for (size_t i = 0; i < n_parts; i++)
+        zmq_msg_close(&parts[i]);
+    return rc;
+}

@@ -1,0 +1,461 @@
+/* msg.h — the gateway⇄worker wire protocol: constants, message structs,
+ * encoder, decoder and ZeroMQ send/receive helpers.
+ *
+ * Transport
+ * ---------
+ * The gateway binds a ZeroMQ ROUTER socket; every worker connects a DEALER
+ * socket to it (so workers on other hosts only need the gateway's address).
+ * One protocol message is one ZeroMQ multipart message:
+ *
+ *   frame 0  routing identity   only on the gateway's ROUTER side, added and
+ *                               stripped by ZeroMQ/proto_send/proto_recv
+ *   frame 1  protocol tag       6 bytes "PGDA01": "PGDA" + 2 ASCII digits of
+ *                               PROTO_VERSION. Any other tag → PROTO_ETAG;
+ *                               "PGDAxx" with another version → PROTO_EVERSION.
+ *   frame 2  message type       1 byte, enum proto_type below
+ *   frame 3  body               one msgpack map (≤ PROTO_MAX_BODY bytes) with
+ *                               short string keys, table below. DRAIN and
+ *                               SHUTDOWN carry an empty map.
+ *
+ * Body rules (the decoder enforces all of them; anything else is malformed):
+ *   - the body is exactly one msgpack map, no trailing bytes;
+ *   - keys are msgpack strings; unknown keys are skipped (forward
+ *     compatibility: a newer peer may add fields); a key given twice is an error;
+ *   - "required" keys must be present; optional keys take the default listed;
+ *   - integers may use any msgpack int encoding but must fit the range listed;
+ *     floats may be float32, float64 or an integer, must be finite and in range;
+ *   - strings must be valid UTF-8 without NUL bytes (they are exposed as C
+ *     strings) and within the byte limit listed; "bin" fields are raw bytes;
+ *   - array/map counts are checked against their limit before any allocation,
+ *     and nesting of skipped unknown values is limited to PROTO_MAX_DEPTH.
+ *
+ * Messages (direction, key: type — meaning)
+ * -----------------------------------------
+ * REGISTER  (worker → gateway) first message after (re)connecting.
+ *   v          uint  req  protocol version the worker speaks, = PROTO_VERSION
+ *   model      str   req  served model name, 1..PROTO_MAX_NAME bytes
+ *   replica    str   req  replica id, unique per worker process ("host:pid:random"),
+ *                         1..PROTO_MAX_NAME bytes; a second REGISTER with the same
+ *                         replica id from a new connection replaces the old entry
+ *   host       str   req  host name, ≤ PROTO_MAX_NAME bytes
+ *   pid        uint  req  worker process id, 1..2^31-1
+ *   cap        uint  req  capacity: max concurrent sequences, 1..PROTO_MAX_CAPACITY
+ *   n_ctx      uint  req  context length in tokens, 1..PROTO_MAX_TOKENS
+ *   n_vocab    uint  req  vocabulary size, 0..PROTO_MAX_TOKENS (0 = not known yet)
+ *   kv_blocks  uint  req  KV blocks in the pool, 0..2^31-1
+ *   block      uint  req  tokens per KV block, 1..PROTO_MAX_BLOCK
+ *   hb_ms      uint  opt  the worker's heartbeat interval in ms, default
+ *                         PROTO_HEARTBEAT_MS, PROTO_MIN_HEARTBEAT_MS..PROTO_MAX_HEARTBEAT_MS
+ *
+ * HEARTBEAT (both ways) every hb_ms while connected.
+ *   seq        uint  req  sender's counter, +1 per heartbeat (u64)
+ *   hb_ms      uint  opt  sender's heartbeat interval (same range as above),
+ *                         0/absent = unknown; the receiver declares the sender
+ *                         dead after PROTO_LIVENESS intervals without any message
+ *   load       map   opt  worker → gateway only; all keys required when present:
+ *     run        uint   sequences running (decoding or prefilling)
+ *     wait       uint   sequences admitted but waiting for KV blocks
+ *     kv_used    uint   KV blocks in use by sequences
+ *     kv_total   uint   KV blocks in the pool
+ *     pc_q       uint   prefix-cache block lookups since start (u64)
+ *     pc_hit     uint   prefix-cache block hits since start (u64)
+ *     preempt    uint   preemptions since start (u64)
+ *     gen_tok    uint   completion tokens generated since start (u64)
+ *     prompt_tok uint   prompt tokens processed since start (u64)
+ *     free       uint   credit: SUBMITs the worker accepts right now
+ *   (u32 fields: 0..2^31-1)
+ *
+ * SUBMIT (gateway → worker) one generation request.
+ *   id         uint  req  request id assigned by the gateway, ≥ 1 (u64)
+ *   prio       uint  req  0 high, 1 normal, 2 low (also the preemption order)
+ *   kind       str   req  "chat" (uses msgs) or "completion" (uses prompt or
+ *                         prompt_ids, exactly one of them)
+ *   msgs       array opt  ≤ PROTO_MAX_MESSAGES maps {role: str ≤ PROTO_MAX_ROLE,
+ *                         content: str ≤ PROTO_MAX_PROMPT}; required, ≥ 1, for chat
+ *   prompt     str   opt  ≤ PROTO_MAX_PROMPT bytes
+ *   prompt_ids array opt  token ids (uint ≤ PROTO_MAX_TOKEN_ID), ≤ PROTO_MAX_TOKENS;
+ *                         used instead of prompt, e.g. by pagoda-bench
+ *   temp       float opt  temperature, 0..PROTO_MAX_TEMPERATURE, default 1 (0 = greedy)
+ *   top_p      float opt  (0, 1], default 1
+ *   top_k      uint  opt  0 (off)..PROTO_MAX_TOKENS, default 0
+ *   min_p      float opt  [0, 1], default 0
+ *   rep_pen    float opt  repetition penalty (0, PROTO_MAX_PENALTY], default 1
+ *   pres_pen   float opt  presence penalty [-2, 2], default 0
+ *   freq_pen   float opt  frequency penalty [-2, 2], default 0
+ *   seed       uint  opt  sampler seed (u64); absent = worker picks one
+ *   bias       map   opt  logit bias {token id (uint): bias (float, [-100, 100])},
+ *                         ≤ PROTO_MAX_LOGIT_BIAS entries
+ *   logprobs   bool  opt  return the chosen token's logprob, default false
+ *   top_lp     uint  opt  top alternatives per token, 0..PROTO_MAX_TOP_LOGPROBS
+ *                         (requires logprobs when > 0), default 0
+ *   max_tok    uint  opt  completion token limit, 0 = until the context is full
+ *   stop       array opt  ≤ PROTO_MAX_STOP strings, each 1..PROTO_MAX_STOP_LEN bytes
+ *   ignore_eos bool  opt  keep generating past end-of-sequence, default false
+ *   deadline_ms uint opt  give up this many ms after the worker receives the
+ *                         SUBMIT (finish "timeout"); 0 = none. Relative, so
+ *                         gateway and worker hosts need not share a clock.
+ *   stream     bool  opt  the client streams; when false the worker may send
+ *                         fewer, larger EVENTs. Default false.
+ *   resume     array opt  completion token ids a previous replica already sent
+ *                         to the client (re-dispatch after a worker crash):
+ *                         the worker appends them to the prompt, does not send
+ *                         them again, and continues after them. ≤ PROTO_MAX_TOKENS.
+ *
+ * CANCEL (gateway → worker) stop a request; the worker answers with a final
+ *   EVENT (finish "cancelled") unless the request had already finished.
+ *   id         uint  req  request id, ≥ 1
+ *
+ * EVENT (worker → gateway) progress of one request; the last one has finish.
+ *   id         uint  req  request id, ≥ 1
+ *   text       str   opt  text delta, valid UTF-8 (the worker holds back partial
+ *                         characters), ≤ PROTO_MAX_TEXT bytes, default ""
+ *   ids        array opt  token ids of this delta, ≤ PROTO_MAX_EVENT_IDS
+ *   n          uint  req  completion tokens so far, resumed ones included
+ *   n_resumed  uint  opt  echo of the SUBMIT's resume count, so the gateway can
+ *                         check the worker continued after them; default 0
+ *   lp         array opt  one entry per id (count must equal ids' count):
+ *                         {b: bin ≤ PROTO_MAX_TOKEN_BYTES (the token's bytes, may be
+ *                         a partial UTF-8 sequence), lp: float ≤ 0 (log-prob),
+ *                         top: array opt ≤ PROTO_MAX_TOP_LOGPROBS of {b, lp}}
+ *   finish     str   opt  "stop" | "length" | "cancelled" | "error" | "timeout";
+ *                         absent = not finished
+ *   usage      map   opt  required with finish: {prompt: uint, cached: uint
+ *                         (prompt tokens served from the prefix cache),
+ *                         completion: uint}
+ *
+ * ERROR (both ways) something failed.
+ *   id         uint  req  request id, 0 = not about one request
+ *   code       uint  req  HTTP-like status 100..599: 400 bad request, 413 too
+ *                         long for the context, 500 internal, 503 not accepting
+ *                         (draining, no credit), 409 (gateway → worker, id 0):
+ *                         "you are not registered — send REGISTER again"
+ *   msg        str   req  human-readable, ≤ PROTO_MAX_ERROR_MSG bytes
+ *
+ * DRAIN (gateway → worker) stop admitting SUBMITs (answer ERROR 503), finish
+ *   the running ones, then exit. Empty body.
+ * SHUTDOWN (gateway → worker) exit now. Empty body.
+ *
+ * Liveness (Paranoid Pirate): each side sends HEARTBEAT every interval and
+ * treats any valid message from the peer as a sign of life. The gateway
+ * removes a worker after PROTO_LIVENESS of the worker's intervals of silence
+ * (or at once when ZeroMQ reports the peer gone); the worker, after
+ * PROTO_LIVENESS of the gateway's intervals, closes its socket and reconnects
+ * with exponential backoff, then REGISTERs again.
+ *
+ * Ownership
+ * ---------
+ * proto_decode*() fills a proto_msg_t whose pointers are heap copies owned by
+ * the message: release them with proto_msg_clear(). On error the output is
+ * left cleared (nothing to free). proto_encode() and proto_send() only read
+ * the message; a message the caller built from its own (non-heap) memory must
+ * not be passed to proto_msg_clear().
+ *
+ * Why the decoder is hand-written: msgpack-c's unpacker allocates an array's
+ * storage from the count in its header before reading any element (a 5-byte
+ * body can ask for gigabytes) and builds a 24-byte object per element. Here
+ * the body is read in place with a bounded cursor (proto/mpread.h) and every
+ * count is checked against the field's limit first. Encoding uses msgpack-c.
+ */
+#ifndef PAGODA_PROTO_MSG_H
+#define PAGODA_PROTO_MSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* --- constants (Majordomo style: all in one place) ------------------------- */
+
+#define PROTO_TAG "PGDA01"      /* frame 1; 4-byte name + 2-digit version */
+#define PROTO_TAG_LEN 6
+#define PROTO_TAG_NAME_LEN 4    /* "PGDA" */
+#define PROTO_VERSION 1
+
+#define PROTO_MAX_BODY (16u << 20)        /* bytes in frame 3 */
+#define PROTO_MAX_NAME 256                /* model, replica, host */
+#define PROTO_MAX_ROLE 32                 /* chat role */
+#define PROTO_MAX_PROMPT (8u << 20)       /* prompt, each message content */
+#define PROTO_MAX_MESSAGES 1024
+#define PROTO_MAX_TOKENS (1u << 20)       /* prompt_ids, resume, n_ctx */
+#define PROTO_MAX_TOKEN_ID 0x7fffffff
+#define PROTO_MAX_STOP 16
+#define PROTO_MAX_STOP_LEN 1024
+#define PROTO_MAX_LOGIT_BIAS 1024
+#define PROTO_MAX_TOP_LOGPROBS 20
+#define PROTO_MAX_TEXT (1u << 20)         /* EVENT text delta */
+#define PROTO_MAX_EVENT_IDS 4096          /* token ids in one EVENT */
+#define PROTO_MAX_TOKEN_BYTES 1024        /* bytes of one token */
+#define PROTO_MAX_ERROR_MSG 4096
+#define PROTO_MAX_CAPACITY 65536
+#define PROTO_MAX_BLOCK 4096
+#define PROTO_MAX_TEMPERATURE 100.0
+#define PROTO_MAX_PENALTY 100.0
+#define PROTO_MAX_DEPTH 8                 /* nesting of skipped unknown values */
+#define PROTO_MAX_IDENTITY 255            /* ZeroMQ routing id bytes */
+
+#define PROTO_HEARTBEAT_MS 1000           /* default interval */
+#define PROTO_MIN_HEARTBEAT_MS 10
+#define PROTO_MAX_HEARTBEAT_MS 600000
+#define PROTO_LIVENESS 3                  /* intervals of silence before "dead" */
+#define PROTO_RECONNECT_MAX_MS 32000      /* worker backoff ceiling */
+
+/* ERROR codes with a protocol meaning (others are HTTP statuses passed on). */
+#define PROTO_CODE_BAD_REQUEST 400
+#define PROTO_CODE_NOT_REGISTERED 409     /* gateway → worker, id 0 */
+#define PROTO_CODE_TOO_LONG 413
+#define PROTO_CODE_INTERNAL 500
+#define PROTO_CODE_UNAVAILABLE 503
+
+/* Frame 2. Values are wire constants: never renumber. */
+typedef enum proto_type {
+    PROTO_REGISTER = 1,
+    PROTO_HEARTBEAT = 2,
+    PROTO_SUBMIT = 3,
+    PROTO_CANCEL = 4,
+    PROTO_EVENT = 5,
+    PROTO_ERROR = 6,
+    PROTO_DRAIN = 7,
+    PROTO_SHUTDOWN = 8,
+} proto_type_t;
+#define PROTO_TYPE_MIN PROTO_REGISTER
+#define PROTO_TYPE_MAX PROTO_SHUTDOWN
+
+typedef enum proto_priority {
+    PROTO_PRIO_HIGH = 0,
+    PROTO_PRIO_NORMAL = 1,
+    PROTO_PRIO_LOW = 2,
+} proto_priority_t;
+
+typedef enum proto_kind {
+    PROTO_KIND_CHAT = 0,        /* wire "chat" */
+    PROTO_KIND_COMPLETION = 1,  /* wire "completion" */
+} proto_kind_t;
+
+typedef enum proto_finish {
+    PROTO_FINISH_NONE = 0,      /* not finished: "finish" key absent */
+    PROTO_FINISH_STOP,          /* "stop": EOS or a stop string */
+    PROTO_FINISH_LENGTH,        /* "length": max_tok or context full */
+    PROTO_FINISH_CANCELLED,     /* "cancelled": CANCEL received */
+    PROTO_FINISH_ERROR,         /* "error": failed after starting */
+    PROTO_FINISH_TIMEOUT,       /* "timeout": deadline_ms passed */
+} proto_finish_t;
+
+/* Return codes of proto_decode*() and proto_recv(). */
+typedef enum proto_status {
+    PROTO_OK = 0,
+    PROTO_ESYS = -1,        /* ZeroMQ call failed; errno says why (EAGAIN, EINTR...) */
+    PROTO_EFRAMES = -2,     /* wrong number of frames, or an empty/oversized frame */
+    PROTO_ETAG = -3,        /* frame 1 is not a PGDA tag */
+    PROTO_EVERSION = -4,    /* PGDA tag with an unsupported version */
+    PROTO_ETYPE = -5,       /* unknown message type byte */
+    PROTO_EMSGPACK = -6,    /* body is not well-formed msgpack (truncated, bad byte, trailing data) */
+    PROTO_EFIELD = -7,      /* wrong type, missing required key, duplicate key */
+    PROTO_ERANGE = -8,      /* value, length or count outside the documented limit */
+} proto_status_t;
+
+/* --- message bodies ------------------------------------------------------- */
+
+typedef struct proto_register {
+    uint32_t version;        /* v */
+    char *model;             /* model */
+    char *replica;           /* replica */
+    char *host;              /* host */
+    uint32_t pid;            /* pid */
+    uint32_t capacity;       /* cap */
+    uint32_t n_ctx;          /* n_ctx, tokens */
+    uint32_t n_vocab;        /* n_vocab, 0 = unknown */
+    uint32_t kv_blocks;      /* kv_blocks */
+    uint32_t block_size;     /* block, tokens per KV block */
+    uint32_t heartbeat_ms;   /* hb_ms */
+} proto_register_t;
+
+/* Worker load, carried by the worker's HEARTBEAT. */
+typedef struct proto_load {
+    uint32_t running;               /* run */
+    uint32_t waiting;               /* wait */
+    uint32_t kv_blocks_used;        /* kv_used */
+    uint32_t kv_blocks_total;       /* kv_total */
+    uint64_t prefix_cache_queries;  /* pc_q, cumulative */
+    uint64_t prefix_cache_hits;     /* pc_hit, cumulative */
+    uint64_t preemptions;           /* preempt, cumulative */
+    uint64_t tokens_generated;      /* gen_tok, cumulative */
+    uint64_t prompt_tokens;         /* prompt_tok, cumulative */
+    uint32_t free_slots;            /* free: credit */
+} proto_load_t;
+
+typedef struct proto_heartbeat {
+    uint64_t seq;            /* seq */
+    uint32_t heartbeat_ms;   /* hb_ms, 0 = not sent */
+    bool has_load;           /* load present */
+    proto_load_t load;       /* load */
+} proto_heartbeat_t;
+
+typedef struct proto_chat_msg {
+    char *role;              /* "system", "user", "assistant", ... */
+    char *content;
+} proto_chat_msg_t;
+
+typedef struct proto_logit_bias {
+    int32_t token;           /* 0..PROTO_MAX_TOKEN_ID */
+    double bias;             /* added to the logit, [-100, 100] */
+} proto_logit_bias_t;
+
+typedef struct proto_sampling {
+    double temperature;          /* temp */
+    double top_p;                /* top_p */
+    uint32_t top_k;              /* top_k, 0 = off */
+    double min_p;                /* min_p */
+    double repetition_penalty;   /* rep_pen */
+    double presence_penalty;     /* pres_pen */
+    double frequency_penalty;    /* freq_pen */
+    bool has_seed;               /* seed present */
+    uint64_t seed;               /* seed */
+    proto_logit_bias_t *logit_bias;  /* bias, (n_logit_bias) */
+    uint32_t n_logit_bias;
+    bool logprobs;               /* logprobs */
+    uint32_t top_logprobs;       /* top_lp */
+} proto_sampling_t;
+
+typedef struct proto_submit {
+    uint64_t id;                 /* id */
+    proto_priority_t priority;   /* prio */
+    proto_kind_t kind;           /* kind */
+    proto_chat_msg_t *messages;  /* msgs, (n_messages) */
+    uint32_t n_messages;
+    char *prompt;                /* prompt, NULL when absent */
+    int32_t *prompt_ids;         /* prompt_ids, (n_prompt_ids), NULL when absent */
+    uint32_t n_prompt_ids;
+    bool has_prompt_ids;         /* prompt_ids key present (may be empty) */
+    proto_sampling_t sampling;
+    uint32_t max_tokens;         /* max_tok, 0 = until the context is full */
+    char **stop;                 /* stop, (n_stop) */
+    uint32_t n_stop;
+    bool ignore_eos;             /* ignore_eos */
+    uint32_t deadline_ms;        /* deadline_ms, relative; 0 = none */
+    bool stream;                 /* stream */
+    int32_t *resume;             /* resume, (n_resume) */
+    uint32_t n_resume;
+} proto_submit_t;
+
+typedef struct proto_cancel {
+    uint64_t id;
+} proto_cancel_t;
+
+typedef struct proto_top_logprob {
+    uint8_t *bytes;              /* b, (n_bytes), not NUL-terminated */
+    uint32_t n_bytes;
+    double logprob;              /* lp */
+} proto_top_logprob_t;
+
+typedef struct proto_logprob {
+    uint8_t *bytes;              /* b */
+    uint32_t n_bytes;
+    double logprob;              /* lp */
+    proto_top_logprob_t *top;    /* top, (n_top) */
+    uint32_t n_top;
+} proto_logprob_t;
+
+typedef struct proto_usage {
+    uint32_t prompt_tokens;      /* prompt */
+    uint32_t cached_tokens;      /* cached */
+    uint32_t completion_tokens;  /* completion */
+} proto_usage_t;
+
+typedef struct proto_event {
+    uint64_t id;                 /* id */
+    char *text;                  /* text; decoded: never NULL ("" when absent) */
+    uint32_t text_len;           /* bytes, excluding the NUL */
+    int32_t *ids;                /* ids, (n_ids) */
+    uint32_t n_ids;
+    uint32_t n_tokens;           /* n */
+    uint32_t n_resumed;          /* n_resumed */
+    proto_logprob_t *logprobs;   /* lp, (n_logprobs): 0 or n_ids entries */
+    uint32_t n_logprobs;
+    proto_finish_t finish;       /* finish */
+    bool has_usage;              /* usage present */
+    proto_usage_t usage;         /* usage */
+} proto_event_t;
+
+typedef struct proto_error {
+    uint64_t id;                 /* id, 0 = not request-specific */
+    uint32_t code;               /* code */
+    char *message;               /* msg */
+} proto_error_t;
+
+/* One decoded (or to-be-encoded) message. DRAIN and SHUTDOWN use no member. */
+typedef struct proto_msg {
+    proto_type_t type;
+    union {
+        proto_register_t reg;
+        proto_heartbeat_t heartbeat;
+        proto_submit_t submit;
+        proto_cancel_t cancel;
+        proto_event_t event;
+        proto_error_t error;
+    };
+} proto_msg_t;
+
+/* A ZeroMQ routing identity (ROUTER side). */
+typedef struct proto_peer {
+    uint8_t id[PROTO_MAX_IDENTITY];
+    size_t len;
+} proto_peer_t;
+
+/* One frame as (pointer, length), for decoding frames from any source. */
+typedef struct proto_frame {
+    const uint8_t *data;
+    size_t len;
+} proto_frame_t;
+
+/* --- API ------------------------------------------------------------------ */
+
+/* Zeroes *m, sets its type and, for SUBMIT, the sampling defaults listed
+ * above (temp 1, top_p 1, rep_pen 1, the rest 0/false). */
+void proto_msg_init(proto_msg_t *m, proto_type_t type);
+
+/* Frees every heap pointer of a *decoded* message and zeroes it. Safe on a
+ * zeroed message and twice in a row. */
+void proto_msg_clear(proto_msg_t *m);
+
+/* Name of a type ("SUBMIT"), a finish reason ("stop", NULL for NONE), a kind
+ * ("chat") and a status ("malformed msgpack"); static strings, never NULL
+ * except as said. */
+const char *proto_type_name(int type);
+const char *proto_finish_name(proto_finish_t f);
+const char *proto_kind_name(proto_kind_t k);
+const char *proto_status_name(int status);
+
+/* Encodes m's body (frame 3) with msgpack-c into a malloc'd buffer the
+ * caller frees. The message's own limits are not checked here — the peer's
+ * decoder enforces them — except that a body over PROTO_MAX_BODY returns
+ * PROTO_ERANGE with *body NULL. Returns PROTO_OK. */
+int proto_encode(const proto_msg_t *m, uint8_t **body, size_t *body_len);
+
+/* Decodes a body of the given type. Returns PROTO_OK with *out filled
+ * (free with proto_msg_clear) or a negative proto_status with *out cleared;
+ * when err is not NULL a message naming the offending field is written to
+ * err[0..err_len). Never reads outside buf[0..len). */
+int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out,
+                      char *err, size_t err_len);
+
+/* Decodes frames 1..3 (identity already stripped): checks the frame count,
+ * the tag and version, the type, then the body. Same contract as above. */
+int proto_decode(const proto_frame_t *frames, size_t n_frames, proto_msg_t *out,
+                 char *err, size_t err_len);
+
+/* Sends m on a ZeroMQ socket as one multipart message; when `to` is not NULL
+ * (ROUTER side) the identity frame goes first. flags: 0 or ZMQ_DONTWAIT.
+ * Returns PROTO_OK, or PROTO_ESYS with errno set (EAGAIN: would block;
+ * EHOSTUNREACH: unknown peer on a ROUTER with ZMQ_ROUTER_MANDATORY). */
+int proto_send(void *sock, const proto_peer_t *to, const proto_msg_t *m, int flags);
+
+/* Receives one multipart message and decodes it. When `from` is not NULL
+ * (ROUTER side) the first frame is taken as the sender's identity and stored
+ * there. Every frame of the message is consumed, even a malformed one.
+ * Returns PROTO_OK (*out to be cleared by the caller), PROTO_ESYS with errno
+ * (EAGAIN with ZMQ_DONTWAIT and nothing queued, EINTR, ETERM), or a negative
+ * proto_status for a malformed message (already dropped; `from` is still
+ * filled when it was readable, so the caller may log who sent it). */
+int proto_recv(void *sock, proto_peer_t *from, proto_msg_t *out, int flags,
+               char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,77 @@
+/* worker_link.h — a worker's connection to the gateway.
+ *
+ * Owns one ZeroMQ DEALER socket connected to the gateway's ROUTER and keeps
+ * the protocol's housekeeping out of the worker's step loop:
+ *   - sends REGISTER on every (re)connect;
+ *   - sends HEARTBEAT (with the load set by worker_link_set_load) every
+ *     heartbeat_ms, whatever the caller is doing, as long as it calls
+ *     worker_link_poll() at least that often;
+ *   - treats any valid message from the gateway as a sign of life; after
+ *     PROTO_LIVENESS of the gateway's intervals of silence it closes the
+ *     socket and reconnects after a backoff that doubles from heartbeat_ms
+ *     up to PROTO_RECONNECT_MAX_MS (reset once the gateway answers);
+ *   - answers the gateway's ERROR 409 ("not registered") with a new REGISTER.
+ * Everything else the gateway sends (SUBMIT, CANCEL, DRAIN, SHUTDOWN, other
+ * ERRORs) is handed to the caller.
+ *
+ * The step loop (worker_main.c) looks like:
+ *     for (;;) {
+ *         rc = worker_link_poll(link, busy ? 0 : heartbeat_ms, wake_fd, &msg);
+ *         ... handle msg / wake ...
+ *         if (busy) step();          // one scheduler step, then poll again
+ *     }
+ * so a busy worker checks the socket between steps without blocking.
+ *
+ * Single-threaded: all calls from the thread that made the link.
+ */
+#ifndef PAGODA_WORKER_WORKER_LINK_H
+#define PAGODA_WORKER_WORKER_LINK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "proto/msg.h"
+
+typedef struct worker_link_config {
+    const char *endpoint;           /* gateway's ROUTER, "tcp://127.0.0.1:5557" */
+    int heartbeat_ms;               /* our heartbeat interval */
+    const proto_register_t *reg;    /* announced on each connect; copied. Its
+                                       version and heartbeat_ms are set here. */
+} worker_link_config_t;
+
+typedef struct worker_link worker_link_t;
+
+/* worker_link_poll() results */
+enum {
+    WORKER_LINK_IDLE = 0,           /* timeout: nothing for the caller */
+    WORKER_LINK_MSG = 1,            /* *out holds a message: proto_msg_clear it */
+    WORKER_LINK_WAKE = 2,           /* wake_fd became readable (not read) */
+};
+
+/* Creates the ZeroMQ context and connects (REGISTER is queued at once; ZeroMQ
+ * delivers it when the TCP connection is up). NULL on a bad endpoint (logged).
+ * Free with worker_link_free. */
+worker_link_t *worker_link_new(const worker_link_config_t *cfg);
+void worker_link_free(worker_link_t **l);
+
+/* The load the next HEARTBEATs carry (copied). */
+void worker_link_set_load(worker_link_t *l, const proto_load_t *load);
+
+/* Waits up to timeout_ms (0 = just look) for a message from the gateway,
+ * doing heartbeats/reconnects on the way. wake_fd (-1 = none) is polled too,
+ * e.g. a signalfd. Returns one of the WORKER_LINK_* values above. */
+int worker_link_poll(worker_link_t *l, int timeout_ms, int wake_fd, proto_msg_t *out);
+
+/* Sends an EVENT or ERROR to the gateway without blocking. Returns 0, or -1
+ * when there is no connection right now or the queue is full (the message
+ * is dropped; the gateway re-dispatches or fails requests of a worker it
+ * lost). */
+int worker_link_send(worker_link_t *l, const proto_msg_t *m);
+
+/* True once the gateway answered our latest REGISTER (with a heartbeat). */
+bool worker_link_registered(const worker_link_t *l);
+
+/* Times the link gave up on a silent gateway and reconnected. */
+uint64_t worker_link_reconnects(const worker_link_t *l);
+
+#endif
