@@ -46,7 +46,8 @@ static void b_str(bytes_t *b, const char *s, size_t n)
 }
 
 typedef struct wkv {
-    char *key;
+    char *key;   /* key_len bytes (keys from parsed files may hold NULs) */
+    size_t key_len;
     bytes_t val; /* u32 type + value, as in the file */
 } wkv_t;
 
@@ -92,7 +93,7 @@ void gguf_writer_free(gguf_writer_t **wp)
 static wkv_t *find_kv(const gguf_writer_t *w, const char *key, size_t klen)
 {
     for (size_t i = 0; i < w->n_kv; i++)
-        if (strlen(w->kv[i].key) == klen && memcmp(w->kv[i].key, key, klen) == 0)
+        if (w->kv[i].key_len == klen && memcmp(w->kv[i].key, key, klen) == 0)
             return &w->kv[i];
     return NULL;
 }
@@ -112,7 +113,10 @@ static bytes_t *kv_slot(gguf_writer_t *w, const char *key, size_t klen, uint32_t
             w->kv = xrealloc(w->kv, w->cap_kv * sizeof *w->kv);
         }
         e = &w->kv[w->n_kv++];
-        e->key = xstrndup(key, klen);
+        e->key = xmalloc(klen + 1);
+        memcpy(e->key, key, klen);
+        e->key[klen] = 0;
+        e->key_len = klen;
         e->val = (bytes_t){0};
     }
     e->val.len = 0;
@@ -356,7 +360,7 @@ int gguf_writer_write(gguf_writer_t *w, FILE *f, char *err, size_t errlen)
     b_u64(&h, w->n_t);
     b_u64(&h, w->n_kv);
     for (size_t i = 0; i < w->n_kv; i++) {
-        b_str(&h, w->kv[i].key, strlen(w->kv[i].key));
+        b_str(&h, w->kv[i].key, w->kv[i].key_len);
         b_put(&h, w->kv[i].val.p, w->kv[i].val.len);
     }
     uint64_t off = 0;
