@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +118,10 @@ static char *decode_all(const tokenizer_t *t, const int32_t *ids, int n, bool sp
 /* encode (no specials) then decode must give the input back byte for byte */
 static void check_roundtrip(const tokenizer_t *t, const char *s, size_t len)
 {
+    /* A literal U+2581 is SentencePiece's space marker: it decodes as ' '
+     * (as in sentencepiece and llama.cpp), so it cannot round-trip. */
+    if (tokenizer_model(t) == TOKENIZER_MODEL_SPM && memmem(s, len, "\xe2\x96\x81", 3))
+        return;
     int cap = (int)(4 * len + 4);
     int32_t *ids = xmalloc((size_t)cap * sizeof *ids);
     int n = enc(t, s, len, true, false, ids, cap);
@@ -448,7 +453,7 @@ static gguf_writer_t *spm_mutant(enum mut m)
     size_t n = 6 + 256;
     char **tok = xcalloc(n, sizeof *tok);
     float *sc = xcalloc(n, sizeof *sc);
-    int32_t *ty = xcalloc(n, sizeof *ty);
+    int32_t *ty = xcalloc(n + 1, sizeof *ty) /* +1: M_TYPES_LONG */;
     const char *base[] = {"<unk>", "<s>", "</s>", SP, "a", "b"};
     for (size_t i = 0; i < 6; i++) {
         tok[i] = xstrdup(base[i]);
@@ -475,7 +480,7 @@ static gguf_writer_t *spm_mutant(enum mut m)
     else if (m != M_NO_TOKENS)
         gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, nt);
     if (m == M_SCORES_NAN)
-        sc[4] = 0.0f / 0.0f;
+        sc[4] = NAN;
     gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, sc, m == M_SCORES_SHORT ? nt - 1 : nt);
     if (m == M_TYPE_9)
         ty[4] = 9;
@@ -512,8 +517,7 @@ static void test_malformed(void **s)
             if (m == M_BPE_PRE_UNKNOWN) o.pre = "klingon";
             if (m == M_BPE_MISSING_BYTE) o.drop_byte = 0x41;
             w = bpe_writer(o);
-            if (m == M_BPE_NO_MERGES)
-                gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", NULL, 0), /* keep, then retype: */
+            if (m == M_BPE_NO_MERGES) /* merges of the wrong type count as missing */
                 gguf_writer_set_arr(w, "tokenizer.ggml.merges", GGUF_TYPE_INT32, (int32_t[]){1}, 1);
             if (m == M_BPE_ADD_EOS_NO_EOS) {
                 gguf_writer_set_i32(w, "tokenizer.ggml.eos_token_id", -1);
@@ -575,7 +579,7 @@ static uint32_t rnd(void)
 static json_t *load_corpus(void)
 {
     json_error_t je;
-    json_t *c = json_load_file("tests/ref/tokenizer_corpus.json", 0, &je);
+    json_t *c = json_load_file("tests/ref/tokenizer_corpus.json", JSON_ALLOW_NUL, &je);
     if (!c || !json_is_array(c))
         fail_msg("tests/ref/tokenizer_corpus.json: %s", je.text);
     return c;
@@ -661,8 +665,8 @@ static void test_stories260k(void **s)
 
     json_t *corpus = load_corpus();
     for (size_t i = 0; i < json_array_size(corpus); i++) {
-        const char *x = json_string_value(json_array_get(corpus, i));
-        check_roundtrip(t, x, strlen(x));
+        json_t *xj = json_array_get(corpus, i);
+        check_roundtrip(t, json_string_value(xj), json_string_length(xj));
     }
     /* arbitrary bytes survive byte fallback exactly */
     char rb[300];
@@ -670,10 +674,6 @@ static void test_stories260k(void **s)
         size_t len = rnd() % sizeof rb;
         for (size_t i = 0; i < len; i++)
             rb[i] = (char)(r % 3 == 0 ? (int)(rnd() & 0xff) : " abc\xc3\xa9\xe6\x97\xa5<>s/\n\xe2"[rnd() % 16]);
-        /* A literal U+2581 is SentencePiece's space marker: it decodes as ' '
-         * (as in sentencepiece and llama.cpp), so it cannot round-trip. */
-        for (char *m; (m = memmem(rb, len, "\xe2\x96\x81", 3)) != NULL;)
-            m[1] = 'x';
         check_roundtrip(t, rb, len);
         int32_t tmp[1300];
         (void)enc(t, rb, len, true, true, tmp, 1300); /* specials on: no crash, bound holds */
@@ -714,7 +714,7 @@ static void test_reference(void **s)
     (void)s;
     const char *path = getenv("PAGODA_TOKREF");
     json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
+    json_t *root = json_load_file(path, JSON_ALLOW_NUL, &je);
     if (!root)
         fail_msg("%s: %s", path, je.text);
     json_t *vocabs = json_object_get(root, "vocabs");
