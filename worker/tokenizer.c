@@ -806,13 +806,17 @@ typedef struct sym {
     int32_t id; /* BPE: current token id */
 } sym_t;
 
-/* Heap entry: a candidate merge of symbols left and right. */
+/* Heap entry: a candidate merge of symbol `left` (low 32 bits of key) with
+ * the symbol after it. The heap pops the smallest key: the high 32 bits
+ * hold the priority (BPE: merge rank; SPM: the merged token's score mapped
+ * to an order-reversing integer), so equal priorities pop leftmost first.
+ * An entry is stale when either symbol changed after the push:
+ *   SPM  x = combined byte length at push; the span [left.start, +x) is the
+ *        merged text, so an equal length means the same candidate
+ *   BPE  x, y = ids of the left and right symbol at push */
 typedef struct cand {
-    double key;         /* SPM: score (higher first); BPE: -rank (exact in a double) */
-    int32_t left, right;
-    int32_t check;      /* SPM: combined length at push; BPE: result id */
-    int32_t right_id;   /* BPE: right's id at push */
-    int32_t left_id;    /* BPE: left's id at push */
+    uint64_t key;
+    int32_t x, y;
 } cand_t;
 
 typedef struct scratch {
@@ -840,12 +844,17 @@ static void emit(scratch_t *s, int32_t id)
     s->n++;
 }
 
-/* Heap order: larger key first; equal keys, leftmost first. */
-static bool cand_before(const cand_t *a, const cand_t *b)
+static bool cand_before(const cand_t *a, const cand_t *b) { return a->key < b->key; }
+
+static uint64_t cand_key(uint32_t prio, int32_t left) { return ((uint64_t)prio << 32) | (uint32_t)left; }
+
+/* Higher score -> smaller priority value, preserving the order of floats. */
+static uint32_t score_prio(float score)
 {
-    if (a->key != b->key)
-        return a->key > b->key;
-    return a->left < b->left;
+    uint32_t u;
+    memcpy(&u, &score, sizeof u);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* ascending with the float */
+    return ~u;
 }
 
 static void heap_push(scratch_t *s, cand_t c)
@@ -909,7 +918,7 @@ static void spm_try_pair(const tokenizer_t *t, scratch_t *s, int32_t l, int32_t 
     int32_t id = map_find(t, t->map, t->map_mask, false, s->norm + a->start, (size_t)(a->len + b->len));
     if (id < 0 || !spm_mergeable(t->type[id]))
         return;
-    heap_push(s, (cand_t){.key = t->score[id], .left = l, .right = r, .check = a->len + b->len});
+    heap_push(s, (cand_t){.key = cand_key(score_prio(t->score[id]), l), .x = a->len + b->len});
 }
 
 static void spm_segment(const tokenizer_t *t, scratch_t *s, const char *text, size_t len, bool prefix)
@@ -952,16 +961,18 @@ static void spm_segment(const tokenizer_t *t, scratch_t *s, const char *text, si
         spm_try_pair(t, s, i, i + 1);
     while (s->heap_n > 0) {
         cand_t c = heap_pop(s);
-        sym_t *a = &s->sym[c.left], *b = &s->sym[c.right];
-        if (a->len == 0 || b->len == 0 || a->next != c.right || a->len + b->len != c.check)
+        int32_t l = (int32_t)(uint32_t)c.key;
+        sym_t *a = &s->sym[l];
+        if (a->len == 0 || a->next < 0 || a->len + s->sym[a->next].len != c.x)
             continue; /* stale: one side changed since the push */
+        sym_t *b = &s->sym[a->next];
         a->len += b->len;
         b->len = 0;
         a->next = b->next;
         if (b->next >= 0)
-            s->sym[b->next].prev = c.left;
-        spm_try_pair(t, s, a->prev, c.left);
-        spm_try_pair(t, s, c.left, a->next);
+            s->sym[b->next].prev = l;
+        spm_try_pair(t, s, a->prev, l);
+        spm_try_pair(t, s, l, a->next);
     }
     for (int32_t i = 0; i >= 0; i = s->sym[i].next) {
         const sym_t *y = &s->sym[i];
@@ -993,8 +1004,7 @@ static void bpe_try_pair(const tokenizer_t *t, scratch_t *s, int32_t l, int32_t 
     const merge_slot_t *m = merge_find(t, s->sym[l].id, s->sym[r].id);
     if (!m)
         return;
-    heap_push(s, (cand_t){.key = -(double)m->rank, .left = l, .right = r, .check = m->result,
-                          .left_id = s->sym[l].id, .right_id = s->sym[r].id});
+    heap_push(s, (cand_t){.key = cand_key((uint32_t)m->rank, l), .x = s->sym[l].id, .y = s->sym[r].id});
 }
 
 static void bpe_word(const tokenizer_t *t, scratch_t *s, const char *p, size_t len)
@@ -1023,17 +1033,19 @@ static void bpe_word(const tokenizer_t *t, scratch_t *s, const char *p, size_t l
         bpe_try_pair(t, s, i, i + 1);
     while (s->heap_n > 0) {
         cand_t c = heap_pop(s);
-        sym_t *a = &s->sym[c.left], *b = &s->sym[c.right];
-        if (a->len == 0 || b->len == 0 || a->next != c.right || a->id != c.left_id || b->id != c.right_id)
-            continue;
-        a->id = c.check;
+        int32_t l = (int32_t)(uint32_t)c.key;
+        sym_t *a = &s->sym[l];
+        if (a->len == 0 || a->id != c.x || a->next < 0 || s->sym[a->next].id != c.y)
+            continue; /* stale: one side changed since the push */
+        sym_t *b = &s->sym[a->next];
+        a->id = merge_find(t, c.x, c.y)->result;
         a->len += b->len;
         b->len = 0;
         a->next = b->next;
         if (b->next >= 0)
-            s->sym[b->next].prev = c.left;
-        bpe_try_pair(t, s, a->prev, c.left);
-        bpe_try_pair(t, s, c.left, a->next);
+            s->sym[b->next].prev = l;
+        bpe_try_pair(t, s, a->prev, l);
+        bpe_try_pair(t, s, l, a->next);
     }
     for (int32_t i = 0; i >= 0; i = s->sym[i].next)
         emit(s, s->sym[i].id);
@@ -1064,8 +1076,14 @@ static void bpe_segment(const tokenizer_t *t, scratch_t *s, const char *text, si
             size_t flen = fe - fs, pos = 0; /* pos: end of the last match */
             while (pos < flen) {
                 int rc = pcre2_match(t->re[r], subj, flen, pos, 0, s->md, NULL);
-                if (rc < 0)
+                if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) /* JIT stack exhausted: use the interpreter */
+                    rc = pcre2_match(t->re[r], subj, flen, pos, PCRE2_NO_JIT, s->md, NULL);
+                if (rc < 0) {
+                    if (rc != PCRE2_ERROR_NOMATCH)
+                        log_warn("tokenizer: pre-tokenizer regex failed (%d); rest of a %zu-byte piece kept whole",
+                                 rc, flen);
                     break; /* no further match: the rest is one gap */
+                }
                 PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
                 size_t ms = ov[0], me = ov[1];
                 /* An empty match cannot happen with the built-in patterns;

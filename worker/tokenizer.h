@@ -83,7 +83,7 @@ void tokenizer_free(tokenizer_t **t);
  *
  * Returns the number of tokens n (>= 0). At most max_out ids are written to
  * out; when n > max_out the output is truncated and the caller should retry
- * with a buffer of n entries (n never exceeds 2*len + 3). Returns -1 only
+ * with a buffer of n entries (n never exceeds 4*len + 4). Returns -1 only
  * when len exceeds TOKENIZER_MAX_TEXT. Invalid UTF-8 never fails: gpt2 maps
  * every byte to a byte-level token, llama emits <0xNN> byte tokens for
  * bytes that are not part of a valid character. */

@@ -602,7 +602,27 @@ static double time_encode(const tokenizer_t *t, const char *s, size_t len, int r
     return best;
 }
 
-/* A 4 KB prompt made of the corpus' ordinary prose and code lines. */
+/* A 4 KB English prompt. */
+static char *prompt_english(size_t *len)
+{
+    static const char para[] =
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine. "
+        "One day, she saw a big, red ball in the park. She asked her mom, \"Can I play with it?\" Her mom "
+        "said yes, and Lily played all day long. The quick brown fox jumps over the lazy dog; 12 dogs, 345 "
+        "cats and 6789 birds.\n";
+    char *p = xmalloc(4096 + 1);
+    size_t n = 0;
+    while (n < 4096) {
+        size_t k = sizeof para - 1 < 4096 - n ? sizeof para - 1 : 4096 - n;
+        memcpy(p + n, para, k);
+        n += k;
+    }
+    p[n] = 0;
+    *len = n;
+    return p;
+}
+
+/* A 4 KB prompt made of the corpus' short lines: prose, code, many scripts. */
 static char *prompt_4k(json_t *corpus, size_t *len)
 {
     char *p = xmalloc(4096 + 1);
@@ -683,7 +703,13 @@ static void test_stories260k(void **s)
     char *p = prompt_4k(corpus, &plen);
     int nt;
     double us = time_encode(t, p, plen, 20, &nt);
-    print_message("stories260K: encode %zu bytes -> %d tokens in %.0f us (best of 20)\n", plen, nt, us);
+    print_message("stories260K: encode %zu bytes (mixed scripts) -> %d tokens in %.0f us (best of 20)\n",
+                  plen, nt, us);
+    assert_true(us < 20000);
+    free(p);
+    p = prompt_english(&plen);
+    us = time_encode(t, p, plen, 20, &nt);
+    print_message("stories260K: encode %zu bytes (English) -> %d tokens in %.0f us (best of 20)\n", plen, nt, us);
     assert_true(us < 20000);
     free(p);
     /* a 10 KB word: the merge loop must stay near-linear */
@@ -722,6 +748,8 @@ static void test_reference(void **s)
     json_t *corpus = load_corpus();
     size_t plen;
     char *prompt = prompt_4k(corpus, &plen);
+    size_t elen;
+    char *english = prompt_english(&elen);
     int total_fail = 0, total = 0;
     for (size_t v = 0; v < json_array_size(vocabs); v++) {
         json_t *vj = json_array_get(vocabs, v);
@@ -763,16 +791,18 @@ static void test_reference(void **s)
                 check_roundtrip(t, text, len);
             free(got);
         }
-        int nt;
+        int nt, ne;
         double us = time_encode(t, prompt, plen, 20, &nt);
-        print_message("%-14s n_vocab %6d pre %-6s load %5.1f ms; %zu cases, %d mismatches; "
-                      "4 KB prompt -> %d tokens in %.0f us\n",
+        double us_en = time_encode(t, english, elen, 20, &ne);
+        print_message("%-14s n_vocab %6d pre %-6s load %5.1f ms; %zu cases, %d mismatches; 4 KB "
+                      "mixed -> %d tokens in %.0f us, English -> %d tokens in %.0f us\n",
                       name, tokenizer_n_vocab(t), tokenizer_pre_name(t), (double)t_load / 1000.0,
-                      json_array_size(cases), fails, nt, us);
+                      json_array_size(cases), fails, nt, us, ne, us_en);
         total_fail += fails;
         tokenizer_free(&t);
     }
     free(prompt);
+    free(english);
     json_decref(corpus);
     json_decref(root);
     if (total_fail)
