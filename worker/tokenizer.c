@@ -1149,8 +1149,10 @@ int tokenizer_encode(const tokenizer_t *t, const char *text, size_t len, bool ad
     if (len > TOKENIZER_MAX_TEXT)
         return -1;
     scratch_t s = {.out = out, .max_out = out ? max_out : 0};
-    if (t->n_re > 0)
-        s.md = pcre2_match_data_create(1, NULL);
+    if (t->n_re > 0 && !(s.md = pcre2_match_data_create(1, NULL))) {
+        log_error("tokenizer: out of memory for PCRE2 match data");
+        abort();
+    }
     if (add_special && t->add_bos)
         emit(&s, t->bos);
     const uint8_t *u = (const uint8_t *)text;
@@ -1174,7 +1176,8 @@ int tokenizer_encode(const tokenizer_t *t, const char *text, size_t len, bool ad
             p++;
         }
     }
-    encode_segment(t, &s, text + seg, len - seg, after_special);
+    if (len > seg)
+        encode_segment(t, &s, text + seg, len - seg, after_special);
     if (add_special && t->add_eos)
         emit(&s, t->eos);
     free(s.sym);

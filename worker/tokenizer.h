@@ -87,7 +87,7 @@ void tokenizer_free(tokenizer_t **t);
  * when len exceeds TOKENIZER_MAX_TEXT. Invalid UTF-8 never fails: gpt2 maps
  * every byte to a byte-level token, llama emits <0xNN> byte tokens for
  * bytes that are not part of a valid character. */
-#define TOKENIZER_MAX_TEXT ((size_t)1 << 28) /* bytes */
+#define TOKENIZER_MAX_TEXT ((size_t)1 << 24) /* bytes; scratch is ~100 bytes per input byte at worst */
 int tokenizer_encode(const tokenizer_t *t, const char *text, size_t len, bool add_special,
                      bool parse_special, int32_t *out, int max_out);
 

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <pthread.h>
 
 #include "common/clock.h"
 #include "common/xalloc.h"
@@ -682,6 +683,8 @@ static void test_stories260k(void **s)
     int32_t few[2];
     assert_int_equal(tokenizer_encode(t, "Once upon a time", 16, true, false, few, 2), n);
     assert_int_equal(tokenizer_encode(t, "Once upon a time", 16, true, false, NULL, 0), n);
+    assert_int_equal(tokenizer_encode(t, NULL, 0, true, false, few, 2), 1); /* just BOS */
+    assert_int_equal(tokenizer_encode(t, "x", TOKENIZER_MAX_TEXT + 1, true, false, few, 2), -1);
 
     json_t *corpus = load_corpus();
     for (size_t i = 0; i < json_array_size(corpus); i++) {
@@ -723,6 +726,59 @@ static void test_stories260k(void **s)
     free(word);
     json_decref(corpus);
     tokenizer_free(&t);
+}
+
+/* ---- concurrency: one tokenizer, several threads ------------------------------ */
+
+typedef struct job {
+    const tokenizer_t *t;
+    json_t *corpus;
+    int32_t *ids;   /* results, concatenated */
+    size_t n_ids;
+} job_t;
+
+static void *encode_all(void *arg)
+{
+    job_t *j = arg;
+    size_t cap = 1 << 16, n = 0;
+    j->ids = xmalloc(cap * sizeof *j->ids);
+    for (int rep = 0; rep < 3; rep++)
+        for (size_t i = 0; i < json_array_size(j->corpus); i++) {
+            json_t *x = json_array_get(j->corpus, i);
+            size_t len = json_string_length(x);
+            if (n + 4 * len + 4 > cap) {
+                cap = 2 * (n + 4 * len + 4);
+                j->ids = xrealloc(j->ids, cap * sizeof *j->ids);
+            }
+            n += (size_t)tokenizer_encode(j->t, json_string_value(x), len, true, true, j->ids + n, (int)(cap - n));
+        }
+    j->n_ids = n;
+    return NULL;
+}
+
+static void test_threads(void **s)
+{
+    (void)s;
+    json_t *corpus = load_corpus();
+    tokenizer_t *t = bpe_vocab("llama-bpe"); /* regex path: per-call match data */
+    job_t one = {.t = t, .corpus = corpus};
+    encode_all(&one);
+    enum { NT = 4 };
+    job_t jobs[NT];
+    pthread_t th[NT];
+    for (int i = 0; i < NT; i++) {
+        jobs[i] = (job_t){.t = t, .corpus = corpus};
+        assert_int_equal(pthread_create(&th[i], NULL, encode_all, &jobs[i]), 0);
+    }
+    for (int i = 0; i < NT; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(jobs[i].n_ids, one.n_ids);
+        assert_memory_equal(jobs[i].ids, one.ids, one.n_ids * sizeof *one.ids);
+        free(jobs[i].ids);
+    }
+    free(one.ids);
+    tokenizer_free(&t);
+    json_decref(corpus);
 }
 
 /* ---- reference mode --------------------------------------------------------- */
@@ -821,6 +877,7 @@ int main(void)
         cmocka_unit_test(test_bpe_merges),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_utf8_complete),
+        cmocka_unit_test(test_threads),
         cmocka_unit_test(test_stories260k),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
