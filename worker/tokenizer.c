@@ -158,11 +158,12 @@ static void map_insert(const tokenizer_t *t, int32_t *map, uint32_t mask, bool r
     const char *base = raw ? t->piece : t->text;
     const char *p = base + off[id];
     size_t n = off[id + 1] - off[id];
-    if (map_find(t, map, mask, raw, p, n) >= 0)
-        return; /* duplicate text: the lowest id keeps it */
     uint32_t h = hash_bytes(p, n) & mask;
-    while (map[h] >= 0)
-        h = (h + 1) & mask;
+    for (; map[h] >= 0; h = (h + 1) & mask) {
+        int32_t o = map[h];
+        if (off[o + 1] - off[o] == n && memcmp(base + off[o], p, n) == 0)
+            return; /* duplicate text: the lowest id keeps it */
+    }
     map[h] = id;
 }
 
@@ -730,12 +731,11 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
                 skipped++;
                 continue;
             }
-            if (merge_find(t, a, b))
-                continue; /* duplicate pair: the first (lowest) rank stays */
             uint32_t h = hash_pair(a, b) & t->merge_mask;
-            while (t->merges[h].left >= 0)
+            while (t->merges[h].left >= 0 && !(t->merges[h].left == a && t->merges[h].right == b))
                 h = (h + 1) & t->merge_mask;
-            t->merges[h] = (merge_slot_t){.left = a, .right = b, .rank = (int32_t)r, .result = c};
+            if (t->merges[h].left < 0) /* a duplicate pair keeps its first (lowest) rank */
+                t->merges[h] = (merge_slot_t){.left = a, .right = b, .rank = (int32_t)r, .result = c};
         }
         free(cat);
         if (skipped)
