@@ -1,0 +1,375 @@
+/* quant.c — ggml weight formats to and from float (see quant.h for layouts).
+ *
+ * Arithmetic is float32 on purpose and in the order ggml uses (scale products
+ * first, then times the quant, then minus the min), so dequantized values are
+ * bit-identical to ggml's. Build without -ffast-math / FP contraction for
+ * that to hold (the Makefile's -std=c11 implies -ffp-contract=off in GCC).
+ */
+#include "worker/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "worker/gguf.h"
+
+#define QK 32   /* elements per Q8_0 / Q4_0 block */
+#define QKK 256 /* elements per K-quant super-block */
+
+/* ---- scalar conversions -------------------------------------------------- */
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float quant_fp16_to_fp32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31;
+    uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    if (exp == 0) {
+        /* zero or subnormal: mant * 2^-24, exact in float */
+        float v = (float)mant * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (exp == 31)
+        return bits_f32(sign | 0x7f800000u | mant << 13);
+    return bits_f32(sign | (exp + 112) << 23 | mant << 13);
+}
+
+uint16_t quant_fp32_to_fp16(float f)
+{
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    x &= 0x7fffffffu;
+    if (x > 0x7f800000u) /* NaN: keep the top payload bits, force quiet */
+        return (uint16_t)(sign | 0x7e00 | ((x >> 13) & 0x3ff));
+    if (x >= 0x477ff000u) /* >= 65520 rounds to +inf (65504 is the largest half) */
+        return (uint16_t)(sign | 0x7c00);
+    uint32_t e = x >> 23, m = (x & 0x7fffffu) | 0x800000u;
+    if (x < 0x38800000u) {
+        /* below 2^-14: half subnormal, result = round(value / 2^-24) */
+        if (e == 0 && (x & 0x7fffffu) == 0)
+            return sign;
+        uint32_t shift = 126 - e; /* value/2^-24 = m * 2^(e-126) */
+        if (shift > 24)
+            return sign;
+        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t h = (e - 112) << 10 | (x & 0x7fffffu) >> 13;
+    uint32_t rem = x & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+        h++; /* a carry into the exponent is the correct rounding */
+    return (uint16_t)(sign | h);
+}
+
+float quant_bf16_to_fp32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+uint16_t quant_fp32_to_bf16(float f)
+{
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static void wr16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static float rdh(const uint8_t *p) { return quant_fp16_to_fp32(rd16(p)); }
+
+/* ---- dequantizers: one block each ---------------------------------------- */
+
+static void deq_q8_0(const uint8_t *b, float *y)
+{
+    float d = rdh(b);
+    const int8_t *q = (const int8_t *)(b + 2);
+    for (int i = 0; i < QK; i++)
+        y[i] = (float)q[i] * d;
+}
+
+static void deq_q4_0(const uint8_t *b, float *y)
+{
+    float d = rdh(b);
+    const uint8_t *qs = b + 2;
+    for (int i = 0; i < QK / 2; i++) {
+        y[i] = d * (float)((qs[i] & 15) - 8);
+        y[i + QK / 2] = d * (float)((qs[i] >> 4) - 8);
+    }
+}
+
+/* 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
+static void k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[j + 4] & 15) | (s[j - 4] >> 6) << 4);
+        *m = (uint8_t)((s[j + 4] >> 4) | (s[j] >> 6) << 4);
+    }
+}
+
+/* Q4_K (qh == NULL) and Q5_K share everything but the 5th bit. */
+static void deq_q45_k(float d, float dmin, const uint8_t *scales, const uint8_t *qh,
+                      const uint8_t *qs, float *y)
+{
+    for (int c = 0; c < 4; c++) {
+        for (int half = 0; half < 2; half++) {
+            int j = 2 * c + half;
+            uint8_t sc, m;
+            k_scale_min(scales, j, &sc, &m);
+            float dl = d * (float)sc, ml = dmin * (float)m;
+            for (int l = 0; l < 32; l++) {
+                int q = half ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 15;
+                if (qh)
+                    q |= ((qh[l] >> j) & 1) << 4;
+                y[32 * j + l] = dl * (float)q - ml;
+            }
+        }
+    }
+}
+
+static void deq_q4_k(const uint8_t *b, float *y)
+{
+    deq_q45_k(rdh(b), rdh(b + 2), b + 4, NULL, b + 16, y);
+}
+
+static void deq_q5_k(const uint8_t *b, float *y)
+{
+    deq_q45_k(rdh(b), rdh(b + 2), b + 4, b + 16, b + 48, y);
+}
+
+static void deq_q6_k(const uint8_t *b, float *y)
+{
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *sc = (const int8_t *)(b + 192);
+    float d = rdh(b + 208);
+    for (int h = 0; h < 2; h++)
+        for (int r = 0; r < 4; r++)
+            for (int l = 0; l < 32; l++) {
+                int e = 128 * h + 32 * r + l;
+                uint8_t lo = ql[64 * h + l + 32 * (r & 1)];
+                int q = (r < 2 ? lo & 15 : lo >> 4) | ((qh[32 * h + l] >> (2 * r)) & 3) << 4;
+                y[e] = (d * (float)sc[e / 16]) * (float)(q - 32);
+            }
+}
+
+bool quant_can_dequantize(uint32_t type) { return ggml_type_supported(type); }
+
+size_t quant_row_bytes(uint32_t type, int64_t n)
+{
+    uint32_t be = ggml_type_block_elems(type);
+    if (be == 0 || n < 0 || n % be != 0)
+        return 0;
+    return (size_t)(n / be) * ggml_type_block_bytes(type);
+}
+
+int quant_dequantize(uint32_t type, const void *src, float *dst, int64_t n)
+{
+    const uint8_t *s = src;
+    if (!quant_can_dequantize(type) || (quant_row_bytes(type, n) == 0 && n != 0))
+        return -1;
+    uint32_t be = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);
+    int64_t nb = n / be;
+    switch (type) {
+    case GGML_TYPE_F32:
+        memcpy(dst, src, (size_t)n * 4);
+        return 0;
+    case GGML_TYPE_F16:
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = quant_fp16_to_fp32(rd16(s + 2 * i));
+        return 0;
+    case GGML_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = quant_bf16_to_fp32(rd16(s + 2 * i));
+        return 0;
+    default:
+        break;
+    }
+    void (*fn)(const uint8_t *, float *) = NULL;
+    switch (type) {
+    case GGML_TYPE_Q8_0: fn = deq_q8_0; break;
+    case GGML_TYPE_Q4_0: fn = deq_q4_0; break;
+    case GGML_TYPE_Q4_K: fn = deq_q4_k; break;
+    case GGML_TYPE_Q5_K: fn = deq_q5_k; break;
+    case GGML_TYPE_Q6_K: fn = deq_q6_k; break;
+    default: return -1;
+    }
+    for (int64_t i = 0; i < nb; i++)
+        fn(s + (size_t)i * bb, dst + i * be);
+    return 0;
+}
+
+/* ---- quantizers ---------------------------------------------------------- */
+
+/* ggml reference Q8_0: d = amax/127 (stored as f16), q = round(x / d) with
+ * the unrounded reciprocal, ties away from zero. */
+static void q_q8_0(const float *x, uint8_t *b)
+{
+    float amax = 0;
+    for (int i = 0; i < QK; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    wr16(b, quant_fp32_to_fp16(d));
+    for (int i = 0; i < QK; i++) {
+        float v = roundf(x[i] * id);
+        b[2 + i] = (uint8_t)(int8_t)fmaxf(-127.0f, fminf(127.0f, v));
+    }
+}
+
+/* ggml reference Q4_0: the signed value of largest magnitude maps to -8,
+ * d = max / -8, q = trunc(x/d + 8.5) clamped to 15. */
+static void q_q4_0(const float *x, uint8_t *b)
+{
+    float amax = 0, max = 0;
+    for (int i = 0; i < QK; i++)
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
+        }
+    float d = max / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    wr16(b, quant_fp32_to_fp16(d));
+    for (int i = 0; i < QK / 2; i++) {
+        float a = x[i] * id + 8.5f, c = x[i + QK / 2] * id + 8.5f;
+        int qa = (int)fmaxf(0.0f, fminf(15.0f, a)), qc = (int)fmaxf(0.0f, fminf(15.0f, c));
+        b[2 + i] = (uint8_t)(qa | qc << 4);
+    }
+}
+
+static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Q4_K / Q5_K (nmax = 15 / 31), one pass: each 32-element sub-block gets an
+ * affine grid from min(0, min x) to max x; the 8 scales and 8 mins are then
+ * quantized to 6 bits against the super-block d / dmin, and the elements are
+ * re-quantized against the scales actually stored. */
+static void q_q45_k(const float *x, uint8_t *b, int nmax)
+{
+    float scale[8], min[8], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        float lo = 0, hi = -INFINITY;
+        for (int l = 0; l < 32; l++) {
+            lo = fminf(lo, x[32 * j + l]);
+            hi = fmaxf(hi, x[32 * j + l]);
+        }
+        scale[j] = (hi - lo) / (float)nmax;
+        min[j] = -lo; /* >= 0: x = scale*q - min */
+        max_scale = fmaxf(max_scale, scale[j]);
+        max_min = fmaxf(max_min, min[j]);
+    }
+    uint16_t dh = quant_fp32_to_fp16(max_scale / 63.0f), mh = quant_fp32_to_fp16(max_min / 63.0f);
+    float d = quant_fp16_to_fp32(dh), dmin = quant_fp16_to_fp32(mh);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)(d > 0 ? clampi((int)lrintf(scale[j] / d), 0, 63) : 0);
+        m[j] = (uint8_t)(dmin > 0 ? clampi((int)lrintf(min[j] / dmin), 0, 63) : 0);
+    }
+    bool q5 = nmax == 31;
+    uint8_t *scales = b + 4, *qh = q5 ? b + 16 : NULL, *qs = q5 ? b + 48 : b + 16;
+    wr16(b, dh);
+    wr16(b + 2, mh);
+    for (int k = 0; k < 4; k++) {
+        scales[k] = (uint8_t)((sc[k] & 63) | (sc[k + 4] >> 4) << 6);
+        scales[k + 4] = (uint8_t)((m[k] & 63) | (m[k + 4] >> 4) << 6);
+        scales[k + 8] = (uint8_t)((sc[k + 4] & 15) | (m[k + 4] & 15) << 4);
+    }
+    if (qh)
+        memset(qh, 0, 32);
+    memset(qs, 0, 128);
+    for (int j = 0; j < 8; j++) {
+        float dl = d * (float)sc[j], ml = dmin * (float)m[j];
+        int c = j / 2, hi = j & 1;
+        for (int l = 0; l < 32; l++) {
+            int q = dl > 0 ? clampi((int)lrintf((x[32 * j + l] + ml) / dl), 0, nmax) : 0;
+            qs[32 * c + l] |= (uint8_t)((q & 15) << (hi ? 4 : 0));
+            if (qh)
+                qh[l] |= (uint8_t)(((q >> 4) & 1) << j);
+        }
+    }
+}
+
+/* Q6_K, one pass: each 16-element sub-block gets a symmetric scale
+ * amax/31, the 16 scales are stored as int8 against d = max scale / 127, and
+ * the elements are quantized to -32..31 against the stored scales. */
+static void q_q6_k(const float *x, uint8_t *b)
+{
+    float scale[16], max_scale = 0;
+    for (int s = 0; s < 16; s++) {
+        float amax = 0;
+        for (int l = 0; l < 16; l++)
+            amax = fmaxf(amax, fabsf(x[16 * s + l]));
+        scale[s] = amax / 31.0f;
+        max_scale = fmaxf(max_scale, scale[s]);
+    }
+    uint16_t dh = quant_fp32_to_fp16(max_scale / 127.0f);
+    float d = quant_fp16_to_fp32(dh);
+    uint8_t *ql = b, *qh = b + 128;
+    int8_t *sc = (int8_t *)(b + 192);
+    for (int s = 0; s < 16; s++)
+        sc[s] = (int8_t)(d > 0 ? clampi((int)lrintf(scale[s] / d), -128, 127) : 0);
+    wr16(b + 208, dh);
+    memset(ql, 0, 128);
+    memset(qh, 0, 64);
+    for (int h = 0; h < 2; h++)
+        for (int r = 0; r < 4; r++)
+            for (int l = 0; l < 32; l++) {
+                int e = 128 * h + 32 * r + l;
+                float ds = d * (float)sc[e / 16];
+                int q = ds > 0 ? clampi((int)lrintf(x[e] / ds), -32, 31) + 32 : 32;
+                ql[64 * h + l + 32 * (r & 1)] |= (uint8_t)((q & 15) << (r < 2 ? 0 : 4));
+                qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * r));
+            }
+}
+
+bool quant_can_quantize(uint32_t type) { return ggml_type_supported(type); }
+
+int quant_quantize(uint32_t type, const float *src, void *dst, int64_t n)
+{
+    uint8_t *d = dst;
+    if (!quant_can_quantize(type) || (quant_row_bytes(type, n) == 0 && n != 0))
+        return -1;
+    uint32_t be = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);
+    int64_t nb = n / be;
+    switch (type) {
+    case GGML_TYPE_F32:
+        memcpy(dst, src, (size_t)n * 4);
+        return 0;
+    case GGML_TYPE_F16:
+        for (int64_t i = 0; i < n; i++)
+            wr16(d + 2 * i, quant_fp32_to_fp16(src[i]));
+        return 0;
+    case GGML_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++)
+            wr16(d + 2 * i, quant_fp32_to_bf16(src[i]));
+        return 0;
+    default:
+        break;
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        const float *x = src + i * be;
+        uint8_t *b = d + (size_t)i * bb;
+        switch (type) {
+        case GGML_TYPE_Q8_0: q_q8_0(x, b); break;
+        case GGML_TYPE_Q4_0: q_q4_0(x, b); break;
+        case GGML_TYPE_Q4_K: q_q45_k(x, b, 15); break;
+        case GGML_TYPE_Q5_K: q_q45_k(x, b, 31); break;
+        case GGML_TYPE_Q6_K: q_q6_k(x, b); break;
+        default: return -1;
+        }
+    }
+    return 0;
+}
