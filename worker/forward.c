@@ -4,13 +4,13 @@
 #include "worker/forward.h"
 
 #include <assert.h>
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/xalloc.h"
 #include "worker/matmul.h"
@@ -36,6 +36,16 @@ struct forward {
     char err[160];
 };
 
+/* Threads for a parallel region touching `work` floats: below the threshold
+ * the region runs on the calling thread, because waking the pool and the
+ * closing barrier cost more than they save (and on a loaded machine a
+ * barrier waits for a descheduled thread). */
+#define FWD_PAR_MIN_WORK 16384
+static int nth(const forward_t *f, size_t work)
+{
+    return work >= FWD_PAR_MIN_WORK ? f->n_threads : 1;
+}
+
 static int bad(forward_t *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int bad(forward_t *f, const char *fmt, ...)
 {
@@ -53,7 +63,6 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->m = m;
     f->max_rows = max_rows > 0 ? max_rows : 1;
     f->n_threads = n_threads > 0 ? n_threads : 2;
-    openblas_set_num_threads(f->n_threads);
     f->mm = matmul_new(m->max_cols, f->n_threads);
     size_t R = (size_t)f->max_rows, half = (size_t)c->rope_dim / 2;
 #define ALLOC(n) xaligned_alloc((n) * sizeof(float))
@@ -105,6 +114,16 @@ int forward_max_rows(const forward_t *f)
     return f->max_rows;
 }
 
+int forward_env_reexec(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
+        return 0;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
+        return -1;
+    execv("/proc/self/exe", argv);
+    return -1;
+}
+
 /* Every index in the batch is checked before anything is written. */
 static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
 {
@@ -141,7 +160,7 @@ static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
 /* out (R, n) = x / sqrt(mean(x²) + eps) * w, row by row. */
 static void rmsnorm(forward_t *f, float *out, const float *x, const float *w, int R, int n, float eps)
 {
-#pragma omp parallel for num_threads(f->n_threads) schedule(static)
+#pragma omp parallel for num_threads(nth(f, (size_t)R * n)) schedule(static)
     for (int r = 0; r < R; r++) {
         const float *xr = x + (size_t)r * n;
         float *o = out + (size_t)r * n;
@@ -160,7 +179,7 @@ static void rope(forward_t *f, float *v, int R, int n_heads)
 {
     const model_config_t *c = &f->m->cfg;
     const int half = c->rope_dim / 2, hd = c->head_dim;
-#pragma omp parallel for num_threads(f->n_threads) schedule(static) collapse(2)
+#pragma omp parallel for num_threads(nth(f, (size_t)R * n_heads * hd)) schedule(static) collapse(2)
     for (int r = 0; r < R; r++) {
         for (int h = 0; h < n_heads; h++) {
             float *x = v + ((size_t)r * n_heads + h) * hd;
@@ -180,7 +199,7 @@ static void add_bias(forward_t *f, float *y, const float *b, int R, int n)
 {
     if (!b)
         return;
-#pragma omp parallel for num_threads(f->n_threads) schedule(static)
+#pragma omp parallel for num_threads(nth(f, (size_t)R * n)) schedule(static)
     for (int r = 0; r < R; r++)
         for (int i = 0; i < n; i++)
             y[(size_t)r * n + i] += b[i];
@@ -190,7 +209,7 @@ static void add_bias(forward_t *f, float *y, const float *b, int R, int n)
 static void residual(forward_t *f, float *x, const float *d, int R, int n)
 {
     size_t N = (size_t)R * n;
-#pragma omp parallel for num_threads(f->n_threads) schedule(static)
+#pragma omp parallel for num_threads(nth(f, N)) schedule(static)
     for (size_t i = 0; i < N; i++)
         x[i] += d[i];
 }
@@ -210,7 +229,10 @@ static void attention(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, 
     const int hd = c->head_dim, group = c->n_head / c->n_kv_head, bs = kv->block_size;
     const float scale = 1.0f / sqrtf((float)hd);
     const int R = b->n_rows;
-#pragma omp parallel for num_threads(f->n_threads) schedule(dynamic, 1) collapse(2)
+    size_t work = 0;  /* floats of K and V read: Σ_r (pos+1) * q_dim */
+    for (int r = 0; r < R; r++)
+        work += (size_t)(b->pos[r] + 1) * (size_t)c->q_dim;
+#pragma omp parallel for num_threads(nth(f, work)) schedule(dynamic, 1) collapse(2)
     for (int r = 0; r < R; r++) {
         for (int h = 0; h < c->n_head; h++) {
             const int32_t *bt = b->block_tables[b->seq[r]];
@@ -262,7 +284,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
         return 0;
 
     /* x (R, dim) = token_embd[token[r]] */
-#pragma omp parallel for num_threads(f->n_threads) schedule(static)
+#pragma omp parallel for num_threads(nth(f, (size_t)R * dim)) schedule(static)
     for (int r = 0; r < R; r++) {
         int rc = matmul_weight_rows(&m->tok_embd, b->token[r], 1, f->x + (size_t)r * dim);
         assert(rc == 0);
@@ -271,7 +293,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
 
     /* rope tables (R, half): angle = pos * pos_scale * inv_freq[i], in double
      * so large positions keep their precision. */
-#pragma omp parallel for num_threads(f->n_threads) schedule(static)
+#pragma omp parallel for num_threads(nth(f, (size_t)R * half * 8)) schedule(static)
     for (int r = 0; r < R; r++) {
         double p = (double)b->pos[r] * m->rope_pos_scale;
         for (int i = 0; i < half; i++) {
@@ -322,7 +344,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
         mm(f, &L->w_gate, f->xb, R, f->hg);
         mm(f, &L->w_up, f->xb, R, f->hu);
         const size_t N = (size_t)R * c->ffn_dim;
-#pragma omp parallel for num_threads(f->n_threads) schedule(static)
+#pragma omp parallel for num_threads(nth(f, N)) schedule(static)
         for (size_t i = 0; i < N; i++) {
             float g = f->hg[i];
             f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];

@@ -31,8 +31,10 @@
  *
  * Memory: forward_new allocates all scratch for max_rows rows once;
  * forward_run never allocates. The KV store belongs to the caller.
- * Threads: n_threads OpenMP threads for attention and element-wise work, and
- * openblas_set_num_threads(n_threads) (process-wide) for the GEMMs.
+ * Threads: n_threads OpenMP threads for everything: attention over (row,
+ * head), element-wise work, and the matmuls (W's output rows split across
+ * threads, each running single-threaded OpenBLAS; see matmul.h — this sets
+ * OpenBLAS to 1 thread process-wide).
  */
 #ifndef PAGODA_WORKER_FORWARD_H
 #define PAGODA_WORKER_FORWARD_H
@@ -72,5 +74,17 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
 const char *forward_error(const forward_t *f);
 
 int forward_max_rows(const forward_t *f);
+
+/* OpenMP threads busy-wait at every barrier by default. When the worker's
+ * cores are shared (other workers, the gateway, other tenants) a spinning
+ * thread steals the core a working thread needs: measured 5-10x slower
+ * steps on a loaded 2-core machine. libgomp reads OMP_WAIT_POLICY only at
+ * load time, so programs call this first thing in main(): when neither
+ * OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set it sets OMP_WAIT_POLICY=passive
+ * and re-executes /proc/self/exe with the same argv. Returns 0 when the
+ * environment was already set (nothing done); -1 when the re-exec failed
+ * (the program may continue, with spinning threads). Does not return on a
+ * successful re-exec. */
+int forward_env_reexec(char **argv);
 
 #endif

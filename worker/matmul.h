@@ -16,10 +16,14 @@
  * dot-product kernels can replace dequant+sgemm later without changing
  * callers.
  *
- * Ownership: matmul_new() allocates the scratch once; matmul_run() never
- * allocates. matmul_free() releases it and NULLs the pointer. A matmul_t
- * is not shared between threads (the calls themselves use OpenMP and
- * OpenBLAS threads internally).
+ * Threads: matmul_run splits W's output rows over n_threads OpenMP threads,
+ * each calling single-threaded OpenBLAS. matmul_new therefore calls
+ * openblas_set_num_threads(1), which is process-wide: two busy-waiting
+ * thread pools on the same cores slow each other down badly.
+ *
+ * Ownership: matmul_new() allocates the scratch once (one tile per thread);
+ * matmul_run() never allocates. matmul_free() releases it and NULLs the
+ * pointer. One matmul_t must not be used by two callers at once.
  */
 #ifndef PAGODA_WORKER_MATMUL_H
 #define PAGODA_WORKER_MATMUL_H

@@ -261,6 +261,15 @@ static void check_vs_ref(const char *model, const char *ref_model)
     print_message("  chunked:  max |diff| %.3g\n", d);
     assert_true(d <= TOL_REF * scale);
     free(got);
+
+    /* one token per sequence per step: the decode shape (<= 4 rows) */
+    static const int tok1[] = { 1 };
+    plan_t dec = { .chunks = tok1, .n_chunks = 1, .shuffle = 1, .seed = 13 };
+    got = pagoda_logits(m, s, 4, &dec);
+    d = max_diff(got, ref, n);
+    print_message("  decode:   max |diff| %.3g\n", d);
+    assert_true(d <= TOL_REF * scale);
+    free(got);
     free(ref);
     model_free(&m);
     assert_null(m);
