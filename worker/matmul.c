@@ -178,23 +178,56 @@ __attribute__((target("avx2,fma"))) static void dec_q6_k_avx2(const uint8_t *b, 
     }
 }
 
-/* Σ a[i] b[i], i < n. */
-__attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const float *b, int n)
+/* Horizontal sum of 8 lanes. */
+__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v)
 {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    s0 = _mm256_add_ps(s0, s1);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    float s = _mm_cvtss_f32(h);
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
+    return _mm_cvtss_f32(h);
+}
+
+/* y[m * ldy] = w · x[m] (K floats) for m < M. Four X rows share each load of
+ * w. Every row is summed in the same order (one 8-lane accumulator, then the
+ * scalar tail) whether it is processed in a group of four or alone, so a
+ * row's result does not depend on M or on its place in the batch. */
+__attribute__((target("avx2,fma"))) static void dot_rows_avx2(const float *w, const float *x, int M, int K,
+                                                             float *y, size_t ldy)
+{
+    const int K8 = K & ~7;
+    int m = 0;
+    for (; m + 4 <= M; m += 4) {
+        const float *x0 = x + (size_t)m * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int k = 0; k < K8; k += 8) {
+            __m256 wv = _mm256_loadu_ps(w + k);
+            a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + k), a0);
+            a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + k), a1);
+            a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + k), a2);
+            a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x3 + k), a3);
+        }
+        float s0 = hsum8(a0), s1 = hsum8(a1), s2 = hsum8(a2), s3 = hsum8(a3);
+        for (int k = K8; k < K; k++) {
+            s0 += w[k] * x0[k];
+            s1 += w[k] * x1[k];
+            s2 += w[k] * x2[k];
+            s3 += w[k] * x3[k];
+        }
+        y[(size_t)m * ldy] = s0;
+        y[(size_t)(m + 1) * ldy] = s1;
+        y[(size_t)(m + 2) * ldy] = s2;
+        y[(size_t)(m + 3) * ldy] = s3;
+    }
+    for (; m < M; m++) {
+        const float *x0 = x + (size_t)m * K;
+        __m256 a0 = _mm256_setzero_ps();
+        for (int k = 0; k < K8; k += 8)
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x0 + k), a0);
+        float s0 = hsum8(a0);
+        for (int k = K8; k < K; k++)
+            s0 += w[k] * x0[k];
+        y[(size_t)m * ldy] = s0;
+    }
 }
 
 static int have_avx2(void)
@@ -203,12 +236,15 @@ static int have_avx2(void)
 }
 #endif
 
-static float dot_plain(const float *a, const float *b, int n)
+static void dot_rows_plain(const float *w, const float *x, int M, int K, float *y, size_t ldy)
 {
-    float s = 0;
-    for (int i = 0; i < n; i++)
-        s += a[i] * b[i];
-    return s;
+    for (int m = 0; m < M; m++) {
+        const float *xm = x + (size_t)m * K;
+        float s = 0;
+        for (int k = 0; k < K; k++)
+            s += w[k] * xm[k];
+        y[(size_t)m * ldy] = s;
+    }
 }
 
 /* Row of n elements at src → dst (n floats). 0 ok, -1 unsupported type. */
@@ -228,13 +264,16 @@ static int decode_row(uint32_t type, const uint8_t *src, float *dst, int64_t n)
     return quant_dequantize(type, src, dst, n);
 }
 
-static float dot(const float *a, const float *b, int n)
+/* y[m * ldy] = w · x[m] for m < M. */
+static void dot_rows(const float *w, const float *x, int M, int K, float *y, size_t ldy)
 {
 #ifdef MATMUL_X86
-    if (have_avx2())
-        return dot_avx2(a, b, n);
+    if (have_avx2()) {
+        dot_rows_avx2(w, x, M, K, y, ldy);
+        return;
+    }
 #endif
-    return dot_plain(a, b, n);
+    dot_rows_plain(w, x, M, K, y, ldy);
 }
 
 int matmul_weight_rows(const matmul_weight_t *w, int64_t row0, int64_t n, float *dst)
@@ -286,26 +325,29 @@ int matmul_run(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_row
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
         int64_t n0, n1;
         share(N, t, nt, &n0, &n1);
-        if (w->type == GGML_TYPE_F32) {
+        float *tile = mm->tile + (size_t)t * (size_t)mm->tile_rows * (size_t)mm->max_cols;
+        if (M <= MATMUL_FUSED_MAX_ROWS) {
+            /* Few rows (decode): take one W row at a time (F32 in place,
+             * others decoded into L1) and dot it with every X row. W is read
+             * once, nothing is packed or tiled. */
+            for (int64_t n = n0; n < n1 && !bad; n++) {
+                const uint8_t *src = w->data + (size_t)n * w->row_bytes;
+                const float *wr = (const float *)(const void *)src;
+                if (w->type != GGML_TYPE_F32) {
+                    if (decode_row(w->type, src, tile, K) != 0) {
+                        bad = 1;
+                        break;
+                    }
+                    wr = tile;
+                }
+                dot_rows(wr, x, M, K, y + n, (size_t)N);
+            }
+        } else if (w->type == GGML_TYPE_F32) {
             /* straight from the mmap */
             if (n1 > n0)
                 gemm_block(M, (int)(n1 - n0), K, x, (const float *)(const void *)(w->data + (size_t)n0 * w->row_bytes),
                            y + n0, (int)N);
         } else {
-            float *tile = mm->tile + (size_t)t * (size_t)mm->tile_rows * (size_t)mm->max_cols;
-            if (M <= MATMUL_FUSED_MAX_ROWS) {
-                /* Few rows (decode): decode one W row into L1, dot it with
-                 * every X row; no tile, no BLAS call. */
-                for (int64_t n = n0; n < n1 && !bad; n++) {
-                    if (decode_row(w->type, w->data + (size_t)n * w->row_bytes, tile, K) != 0) {
-                        bad = 1;
-                        break;
-                    }
-                    for (int m = 0; m < M; m++)
-                        y[(size_t)m * (size_t)N + (size_t)n] = dot(tile, x + (size_t)m * K, K);
-                }
-                n1 = n0;  /* done */
-            }
             for (int64_t r0 = n0; r0 < n1 && !bad; r0 += mm->tile_rows) {
                 int64_t nn = n1 - r0 < mm->tile_rows ? n1 - r0 : mm->tile_rows;
                 /* tile (nn, K) = dequant(W rows r0 .. r0+nn) */
