@@ -1,0 +1,455 @@
+/* mkmodel_main.c — pagoda-mkmodel: writes a synthetic llama/qwen2-architecture
+ * GGUF with seeded random weights, for benchmarks and tests at real model
+ * shapes without downloading a model.
+ *
+ *   pagoda-mkmodel -o OUT.gguf --tokenizer-from FILE.gguf [--dim 768] [--layers 12]
+ *       [--heads 12] [--kv-heads N] [--ffn 2048] [--vocab N] [--ctx 2048]
+ *       [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K] [--seed S] [--arch llama|qwen2]
+ *       [--rope-base B] [--eps E]
+ *
+ * Tensors and metadata follow llama.cpp's names. A weight with GGUF dims
+ * ne = [in, out] is a row-major (out x in) matrix whose rows are quantized in
+ * blocks. Matrix weights are N(0, 1/in) in --type (activations keep unit
+ * scale through every projection); the token embedding is N(0, 1); norm
+ * weights are F32 1 + N(0, 0.1^2); qwen2's q/k/v biases are F32 N(0, 0.02^2).
+ * Every row has its own random stream seeded from (seed, tensor name, row),
+ * so the file is identical whatever the thread count.
+ *
+ * Tokenizer: every tokenizer.* key is copied from --tokenizer-from. --vocab
+ * defaults to that tokenizer's size; a larger --vocab pads the token, score
+ * and token_type arrays with unused NORMAL pieces "▁w<N>" scored -1e6.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "worker/gguf.h"
+#include "worker/gguf_write.h"
+#include "worker/quant.h"
+
+enum init_kind { INIT_NORMAL, INIT_NORM_WEIGHT };
+
+/* How to generate one tensor: `rows` rows of `cols` elements, stored as `type`. */
+typedef struct gen_tensor {
+    char name[96];
+    uint32_t type;
+    uint64_t cols, rows;
+    enum init_kind kind;
+    float std;
+    uint64_t seed;
+} gen_tensor_t;
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t hash_str(const char *s, uint64_t h)
+{
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* n standard normals (Box-Muller on pairs). */
+static void fill_normal(float *x, uint64_t n, uint64_t seed)
+{
+    uint64_t st = seed;
+    for (uint64_t i = 0; i < n; i += 2) {
+        double u1 = ((double)(splitmix64(&st) >> 11) + 1.0) * 0x1p-53;
+        double u2 = (double)(splitmix64(&st) >> 11) * 0x1p-53;
+        double r = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
+        x[i] = (float)(r * cos(a));
+        if (i + 1 < n)
+            x[i + 1] = (float)(r * sin(a));
+    }
+}
+
+static int gen_fill(void *ctx, uint8_t *buf, size_t nbytes)
+{
+    const gen_tensor_t *t = ctx;
+    size_t row_bytes = quant_row_bytes(t->type, (int64_t)t->cols);
+    if (row_bytes * t->rows != nbytes)
+        return -1;
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *row = xmalloc(t->cols * sizeof(float));
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < (int64_t)t->rows; r++) {
+            fill_normal(row, t->cols, t->seed ^ ((uint64_t)r * 0xd1b54a32d192ed03ull));
+            for (uint64_t i = 0; i < t->cols; i++)
+                row[i] = t->kind == INIT_NORM_WEIGHT ? 1.0f + t->std * row[i] : t->std * row[i];
+            if (quant_quantize(t->type, row, buf + (size_t)r * row_bytes, (int64_t)t->cols) != 0)
+                failed = 1;
+        }
+        free(row);
+    }
+    return failed ? -1 : 0;
+}
+
+typedef struct opts {
+    const char *out, *tok_from, *arch;
+    int64_t dim, layers, heads, kv_heads, ffn, vocab, ctx;
+    uint32_t type;
+    uint64_t seed;
+    double rope_base, eps;
+} opts_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: pagoda-mkmodel -o OUT.gguf --tokenizer-from FILE.gguf [--dim 768] [--layers 12]\n"
+            "         [--heads 12] [--kv-heads N] [--ffn 2048] [--vocab N] [--ctx 2048]\n"
+            "         [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K] [--seed S]\n"
+            "         [--arch llama|qwen2] [--rope-base B] [--eps E]\n"
+            "Writes a GGUF with seeded random weights; tokenizer.* keys are copied from\n"
+            "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n");
+}
+
+static int parse_type(const char *s, uint32_t *out)
+{
+    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
+                                     GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
+                                     GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcasecmp(s, ggml_type_name(types[i])) == 0) {
+            *out = types[i];
+            return 0;
+        }
+    return -1;
+}
+
+/* llama.cpp's llama_ftype for a single-type file. */
+static uint32_t file_type_of(uint32_t t)
+{
+    switch (t) {
+    case GGML_TYPE_F32: return 0;
+    case GGML_TYPE_F16: return 1;
+    case GGML_TYPE_Q4_0: return 2;
+    case GGML_TYPE_Q8_0: return 7;
+    case GGML_TYPE_Q4_K: return 14; /* Q4_K_S */
+    case GGML_TYPE_Q5_K: return 16; /* Q5_K_S */
+    case GGML_TYPE_Q6_K: return 18;
+    case GGML_TYPE_BF16: return 32;
+    default: return 0;
+    }
+}
+
+static int parse_int(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (*v == 0 || *end != 0 || x < lo || x > hi) {
+        fprintf(stderr, "pagoda-mkmodel: %s must be an integer in %lld..%lld (got '%s')\n", name,
+                (long long)lo, (long long)hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, opts_t *o)
+{
+    *o = (opts_t){.arch = "llama", .dim = 768, .layers = 12, .heads = 12, .kv_heads = -1,
+                  .ffn = 2048, .vocab = -1, .ctx = 2048, .type = GGML_TYPE_F32, .seed = 1,
+                  .rope_base = -1, .eps = -1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        char name[64];
+        const char *eq = strchr(a, '=');
+        if (strncmp(a, "--", 2) == 0 && eq) {
+            snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
+            v = eq + 1;
+        } else {
+            snprintf(name, sizeof name, "%s", a);
+        }
+        if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!v) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "pagoda-mkmodel: %s needs a value\n", name);
+                return -1;
+            }
+            v = argv[++i];
+        }
+        int64_t x;
+        int rc = 0;
+        if (strcmp(name, "-o") == 0 || strcmp(name, "--out") == 0)
+            o->out = v;
+        else if (strcmp(name, "--tokenizer-from") == 0)
+            o->tok_from = v;
+        else if (strcmp(name, "--arch") == 0)
+            o->arch = v;
+        else if (strcmp(name, "--dim") == 0)
+            rc = parse_int(name, v, 1, 1 << 16, &o->dim);
+        else if (strcmp(name, "--layers") == 0)
+            rc = parse_int(name, v, 1, 1024, &o->layers);
+        else if (strcmp(name, "--heads") == 0)
+            rc = parse_int(name, v, 1, 1024, &o->heads);
+        else if (strcmp(name, "--kv-heads") == 0)
+            rc = parse_int(name, v, 1, 1024, &o->kv_heads);
+        else if (strcmp(name, "--ffn") == 0)
+            rc = parse_int(name, v, 1, 1 << 18, &o->ffn);
+        else if (strcmp(name, "--vocab") == 0)
+            rc = parse_int(name, v, 1, 1 << 22, &o->vocab);
+        else if (strcmp(name, "--ctx") == 0)
+            rc = parse_int(name, v, 1, 1 << 22, &o->ctx);
+        else if (strcmp(name, "--seed") == 0) {
+            rc = parse_int(name, v, 0, INT64_MAX, &x);
+            o->seed = (uint64_t)x;
+        } else if (strcmp(name, "--type") == 0) {
+            if (parse_type(v, &o->type) != 0) {
+                fprintf(stderr, "pagoda-mkmodel: unknown --type '%s' "
+                                "(F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K)\n", v);
+                return -1;
+            }
+        } else if (strcmp(name, "--rope-base") == 0 || strcmp(name, "--eps") == 0) {
+            char *end;
+            double d = strtod(v, &end);
+            if (*v == 0 || *end != 0 || !(d > 0)) {
+                fprintf(stderr, "pagoda-mkmodel: %s must be a positive number\n", name);
+                return -1;
+            }
+            *(strcmp(name, "--eps") == 0 ? &o->eps : &o->rope_base) = d;
+        } else {
+            fprintf(stderr, "pagoda-mkmodel: unknown option '%s'\n", name);
+            usage(stderr);
+            return -1;
+        }
+        if (rc)
+            return -1;
+    }
+    if (!o->out) {
+        fprintf(stderr, "pagoda-mkmodel: -o OUT.gguf is required\n");
+        return -1;
+    }
+    if (!o->tok_from) {
+        fprintf(stderr, "pagoda-mkmodel: --tokenizer-from FILE.gguf is required "
+                        "(e.g. ../shared/models/stories260K.gguf): a model needs a tokenizer\n");
+        return -1;
+    }
+    bool qwen2 = strcmp(o->arch, "qwen2") == 0;
+    if (!qwen2 && strcmp(o->arch, "llama") != 0) {
+        fprintf(stderr, "pagoda-mkmodel: --arch must be llama or qwen2\n");
+        return -1;
+    }
+    if (o->kv_heads < 0)
+        o->kv_heads = o->heads;
+    if (o->rope_base < 0)
+        o->rope_base = qwen2 ? 1000000.0 : 10000.0;
+    if (o->eps < 0)
+        o->eps = qwen2 ? 1e-6 : 1e-5;
+    if (o->dim % o->heads != 0 || (o->dim / o->heads) % 2 != 0) {
+        fprintf(stderr, "pagoda-mkmodel: --dim %lld must be --heads %lld times an even head size\n",
+                (long long)o->dim, (long long)o->heads);
+        return -1;
+    }
+    if (o->heads % o->kv_heads != 0) {
+        fprintf(stderr, "pagoda-mkmodel: --heads %lld must be a multiple of --kv-heads %lld\n",
+                (long long)o->heads, (long long)o->kv_heads);
+        return -1;
+    }
+    uint32_t be = ggml_type_block_elems(o->type);
+    if (o->dim % be != 0 || o->ffn % be != 0) {
+        fprintf(stderr, "pagoda-mkmodel: %s rows come in blocks of %u: --dim %lld and --ffn %lld "
+                        "must be multiples of %u\n", ggml_type_name(o->type), be,
+                (long long)o->dim, (long long)o->ffn, be);
+        return -1;
+    }
+    return 0;
+}
+
+static int cmp_gstr(const void *a, const void *b)
+{
+    const gguf_str_t *x = a, *y = b;
+    size_t n = x->len < y->len ? (size_t)x->len : (size_t)y->len;
+    int r = memcmp(x->ptr, y->ptr, n);
+    return r ? r : (x->len > y->len) - (x->len < y->len);
+}
+
+/* Copies tokenizer.* and pads the per-token arrays to `vocab`. Returns the
+ * final vocab size, or -1. */
+static int64_t copy_tokenizer(gguf_writer_t *w, const gguf_t *tok, int64_t vocab)
+{
+    const gguf_kv_t *tokens;
+    if (gguf_get_arr(tok, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tokens) != 0) {
+        fprintf(stderr, "pagoda-mkmodel: tokenizer file has no tokenizer.ggml.tokens\n");
+        return -1;
+    }
+    int64_t n0 = (int64_t)tokens->arr_n;
+    if (vocab < 0)
+        vocab = n0;
+    if (vocab < n0) {
+        fprintf(stderr, "pagoda-mkmodel: --vocab %lld is smaller than the tokenizer's %lld tokens\n",
+                (long long)vocab, (long long)n0);
+        return -1;
+    }
+    gguf_writer_copy_prefix(w, tok, "tokenizer.");
+    if (vocab == n0)
+        return vocab;
+
+    /* tokens: the original pieces, then "▁w<N>" fillers not already present */
+    gguf_str_t *sorted = xmalloc((size_t)n0 * sizeof *sorted);
+    memcpy(sorted, tokens->arr_str, (size_t)n0 * sizeof *sorted);
+    qsort(sorted, (size_t)n0, sizeof *sorted, cmp_gstr);
+    gguf_str_t *all = xmalloc((size_t)vocab * sizeof *all);
+    memcpy(all, tokens->arr_str, (size_t)n0 * sizeof *all);
+    char *pool = xmalloc((size_t)(vocab - n0) * 32);
+    uint64_t serial = (uint64_t)n0;
+    for (int64_t i = n0; i < vocab; i++) {
+        char *p = pool + (size_t)(i - n0) * 32;
+        for (;;) {
+            int len = snprintf(p, 32, "\xe2\x96\x81w%llu", (unsigned long long)serial++);
+            gguf_str_t s = {p, (uint64_t)len};
+            if (!bsearch(&s, sorted, (size_t)n0, sizeof *sorted, cmp_gstr)) {
+                all[i] = s;
+                break;
+            }
+        }
+    }
+    gguf_writer_set_arr_gstr(w, "tokenizer.ggml.tokens", all, (uint64_t)vocab);
+    free(pool);
+    free(all);
+    free(sorted);
+
+    const gguf_kv_t *scores, *types;
+    if (gguf_get_arr(tok, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, &scores) == 0 &&
+        (int64_t)scores->arr_n == n0) {
+        float *s = xmalloc((size_t)vocab * sizeof(float));
+        memcpy(s, scores->arr_data, (size_t)n0 * sizeof(float));
+        for (int64_t i = n0; i < vocab; i++)
+            s[i] = -1e6f;
+        gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, s, (uint64_t)vocab);
+        free(s);
+    }
+    if (gguf_get_arr(tok, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, &types) == 0 &&
+        (int64_t)types->arr_n == n0) {
+        int32_t *t = xmalloc((size_t)vocab * sizeof(int32_t));
+        memcpy(t, types->arr_data, (size_t)n0 * sizeof(int32_t));
+        for (int64_t i = n0; i < vocab; i++)
+            t[i] = 1; /* NORMAL */
+        gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, t, (uint64_t)vocab);
+        free(t);
+    }
+    return vocab;
+}
+
+int main(int argc, char **argv)
+{
+    log_init("mkmodel", LOG_INFO);
+    opts_t o;
+    if (parse_args(argc, argv, &o) != 0)
+        return 2;
+    int64_t t0 = clock_now_us();
+    char err[512];
+    gguf_t *tok = NULL;
+    if (gguf_open(o.tok_from, &tok, err, sizeof err) != 0) {
+        fprintf(stderr, "pagoda-mkmodel: %s\n", err);
+        return 1;
+    }
+    gguf_writer_t *w = gguf_writer_new();
+    const char *A = o.arch;
+    bool qwen2 = strcmp(A, "qwen2") == 0;
+    char key[128];
+#define K(suffix) (snprintf(key, sizeof key, "%s.%s", A, suffix), key)
+    int64_t head_dim = o.dim / o.heads, kv_dim = head_dim * o.kv_heads;
+    gguf_writer_set_str(w, "general.architecture", A);
+    gguf_writer_set_str(w, "general.name", "pagoda-mkmodel synthetic");
+    gguf_writer_set_u32(w, "general.file_type", file_type_of(o.type));
+    if (ggml_type_block_elems(o.type) > 1)
+        gguf_writer_set_u32(w, "general.quantization_version", 2);
+    gguf_writer_set_u32(w, K("context_length"), (uint32_t)o.ctx);
+    gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)o.dim);
+    gguf_writer_set_u32(w, K("block_count"), (uint32_t)o.layers);
+    gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)o.ffn);
+    gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)o.heads);
+    gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)o.kv_heads);
+    gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), (float)o.eps);
+    gguf_writer_set_f32(w, K("rope.freq_base"), (float)o.rope_base);
+    gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)head_dim);
+    int64_t vocab = copy_tokenizer(w, tok, o.vocab);
+    if (vocab < 0)
+        goto err;
+    gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)vocab);
+#undef K
+
+    /* Tensor plan, in llama.cpp's order. */
+    size_t n_plan = 3 + (size_t)o.layers * 12, n = 0;
+    uint64_t base_seed = o.seed;
+    base_seed = splitmix64(&base_seed) ^ 0xcbf29ce484222325ull;
+    gen_tensor_t *plan = xcalloc(n_plan, sizeof *plan);
+#define ADD(nm, ty, c, r, kind_, std_)                                              \
+    do {                                                                             \
+        gen_tensor_t *t_ = &plan[n++];                                               \
+        snprintf(t_->name, sizeof t_->name, "%s", nm);                              \
+        t_->type = (ty);                                                             \
+        t_->cols = (uint64_t)(c);                                                    \
+        t_->rows = (uint64_t)(r);                                                    \
+        t_->kind = (kind_);                                                          \
+        t_->std = (float)(std_);                                                     \
+        t_->seed = hash_str(t_->name, base_seed);                                   \
+    } while (0)
+    const float s_dim = 1.0f / sqrtf((float)o.dim), s_ffn = 1.0f / sqrtf((float)o.ffn);
+    char nm[96];
+    ADD("token_embd.weight", o.type, o.dim, vocab, INIT_NORMAL, 1.0);
+    for (int64_t l = 0; l < o.layers; l++) {
+#define L(s) (snprintf(nm, sizeof nm, "blk.%lld.%s", (long long)l, s), nm)
+        ADD(L("attn_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
+        ADD(L("attn_q.weight"), o.type, o.dim, o.dim, INIT_NORMAL, s_dim);
+        ADD(L("attn_k.weight"), o.type, o.dim, kv_dim, INIT_NORMAL, s_dim);
+        ADD(L("attn_v.weight"), o.type, o.dim, kv_dim, INIT_NORMAL, s_dim);
+        if (qwen2) {
+            ADD(L("attn_q.bias"), GGML_TYPE_F32, o.dim, 1, INIT_NORMAL, 0.02);
+            ADD(L("attn_k.bias"), GGML_TYPE_F32, kv_dim, 1, INIT_NORMAL, 0.02);
+            ADD(L("attn_v.bias"), GGML_TYPE_F32, kv_dim, 1, INIT_NORMAL, 0.02);
+        }
+        ADD(L("attn_output.weight"), o.type, o.dim, o.dim, INIT_NORMAL, s_dim);
+        ADD(L("ffn_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
+        ADD(L("ffn_gate.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
+        ADD(L("ffn_up.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
+        ADD(L("ffn_down.weight"), o.type, o.ffn, o.dim, INIT_NORMAL, s_ffn);
+#undef L
+    }
+    ADD("output_norm.weight", GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
+    ADD("output.weight", o.type, o.dim, vocab, INIT_NORMAL, s_dim);
+#undef ADD
+    uint64_t n_params = 0;
+    for (size_t i = 0; i < n; i++) {
+        gen_tensor_t *t = &plan[i];
+        uint64_t ne[2] = {t->cols, t->rows};
+        n_params += t->cols * t->rows;
+        if (gguf_writer_add_tensor_fn(w, t->name, t->type, t->rows > 1 ? 2 : 1, ne, gen_fill, t)) {
+            free(plan);
+            goto err;
+        }
+    }
+    if (gguf_writer_write_file(w, o.out, err, sizeof err) != 0) {
+        fprintf(stderr, "pagoda-mkmodel: %s: %s\n", o.out, err);
+        free(plan);
+        goto err;
+    }
+    free(plan);
+    log_info("wrote %s: %s %s, %.1fM params, dim %lld, %lld layers, %lld/%lld heads, ffn %lld, "
+             "vocab %lld, in %.2f s",
+             o.out, A, ggml_type_name(o.type), (double)n_params / 1e6, (long long)o.dim,
+             (long long)o.layers, (long long)o.heads, (long long)o.kv_heads, (long long)o.ffn,
+             (long long)vocab, (double)(clock_now_us() - t0) / 1e6);
+    gguf_writer_free(&w);
+    gguf_close(&tok);
+    return 0;
+err:
+    gguf_writer_free(&w);
+    gguf_close(&tok);
+    return 1;
+}
