@@ -1,0 +1,640 @@
+/* Tests for worker/model + worker/matmul + worker/forward.
+ *
+ * Numerics are checked against tests/ref/llama_ref.py, an independent float64
+ * NumPy forward pass (full-sequence causal attention, no paging, no
+ * batching), run through /usr/bin/python3. Tolerance against the reference:
+ *
+ *     max |pagoda - ref| <= 5e-4 * max(1, max |ref|)      over every logit
+ *
+ * (pagoda computes in float32; the observed error is ~1e-5 relative.)
+ * Quantized files are compared with the reference run on their
+ * `.dequant-f32` twin, which holds the same weights dequantized by the
+ * `gguf` Python package.
+ *
+ * Invariants checked pagoda-vs-pagoda with a tight tolerance
+ * (max abs diff <= 1e-4 * max(1, max |logit|)):
+ *   batched == alone, chunked prefill == one-shot prefill (chunks straddle the
+ *   32-token block boundaries), shuffled block tables == contiguous ones.
+ * The KV store is filled with NaN before each run, so reading any slot that
+ * was never written poisons the logits and fails the comparison.
+ *
+ * Models: ../shared/models (skipped with a message when absent) and tiny
+ * random models written by tests/ref/make_test_models.py (qwen2, rope
+ * scaling variants, files that must be refused).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "worker/forward.h"
+#include "worker/model.h"
+#include "tests/support/support.h"
+
+#define PY "/usr/bin/python3"
+#define BS 32           /* KV block size used by the tests */
+#define TOL_REF 5e-4    /* vs NumPy reference, relative to logit scale */
+#define TOL_SELF 1e-4   /* pagoda vs pagoda, relative to logit scale */
+
+static char g_tmp[64];  /* temp dir with generated models and reference outputs */
+
+/* ---- sequences -------------------------------------------------------- */
+
+typedef struct tseq {
+    int32_t tok[128];
+    int n;
+} tseq_t;
+
+/* BOS then pseudo-random ids in [3, vocab): arbitrary but fixed inputs. */
+static void make_seqs(tseq_t *s, const int *lens, int n_seq, int vocab, uint32_t seed)
+{
+    for (int i = 0; i < n_seq; i++) {
+        s[i].n = lens[i];
+        s[i].tok[0] = 1;
+        for (int j = 1; j < lens[i]; j++) {
+            seed = seed * 1664525u + 1013904223u;
+            s[i].tok[j] = 3 + (int32_t)((seed >> 8) % (uint32_t)(vocab - 3));
+        }
+    }
+}
+
+static int total_len(const tseq_t *s, int n_seq)
+{
+    int t = 0;
+    for (int i = 0; i < n_seq; i++)
+        t += s[i].n;
+    return t;
+}
+
+/* ---- reference --------------------------------------------------------- */
+
+/* Logits (sum of lengths, vocab) from llama_ref.py, malloc'd; NULL on failure. */
+static float *ref_logits(const char *model, const tseq_t *s, int n_seq, int vocab)
+{
+    static int counter;
+    char out[128];
+    snprintf(out, sizeof out, "%s/ref%d.bin", g_tmp, counter++);
+    size_t cap = 256 + strlen(model) + (size_t)n_seq * 128 * 8;
+    char *cmd = malloc(cap);
+    size_t off = (size_t)snprintf(cmd, cap, PY " tests/ref/llama_ref.py '%s' --out '%s'", model, out);
+    for (int i = 0; i < n_seq; i++) {
+        off += (size_t)snprintf(cmd + off, cap - off, " --seq ");
+        for (int j = 0; j < s[i].n; j++)
+            off += (size_t)snprintf(cmd + off, cap - off, "%s%d", j ? "," : "", s[i].tok[j]);
+    }
+    int rc = system(cmd);
+    free(cmd);
+    if (rc != 0) {
+        print_error("reference failed (%d) on %s\n", rc, model);
+        return NULL;
+    }
+    size_t len;
+    float *buf = (float *)support_read_file(out, &len);
+    unlink(out);
+    if (!buf || len != (size_t)total_len(s, n_seq) * (size_t)vocab * sizeof(float)) {
+        print_error("reference output has %zu bytes, expected %zu\n", buf ? len : 0,
+                    (size_t)total_len(s, n_seq) * (size_t)vocab * sizeof(float));
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* ---- pagoda harness --------------------------------------------------- */
+
+typedef struct plan {
+    const int *chunks;  /* chunk sizes per step, cycled; NULL = whole sequence at once */
+    int n_chunks;
+    int shuffle;        /* 1: block tables map to a shuffled, gappy set of physical blocks */
+    uint32_t seed;
+} plan_t;
+
+static float max_abs(const float *a, size_t n)
+{
+    float m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fmaxf(m, fabsf(a[i]));
+    return m;
+}
+
+/* max |a-b|, NaN counts as infinite. */
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m))
+            m = isnan(d) ? INFINITY : d;
+    }
+    return m;
+}
+
+/* Runs the sequences through forward_run following `plan` (every step takes
+ * the next chunk of every unfinished sequence), logits for every position
+ * wanted. Returns (sum of lengths, vocab) malloc'd, sequences concatenated. */
+static float *pagoda_logits(const model_t *m, const tseq_t *s, int n_seq, const plan_t *p)
+{
+    const int vocab = m->cfg.vocab, total = total_len(s, n_seq);
+    forward_t *f = forward_new(m, total, 2);
+
+    /* physical blocks: twice what is needed, handed out shuffled or in order */
+    int need = 0;
+    for (int i = 0; i < n_seq; i++)
+        need += (s[i].n + BS - 1) / BS;
+    int n_phys = 2 * need + 1;
+    int32_t *perm = malloc((size_t)n_phys * sizeof(int32_t));
+    for (int i = 0; i < n_phys; i++)
+        perm[i] = i;
+    uint32_t seed = p->seed ? p->seed : 7;
+    if (p->shuffle)
+        for (int i = n_phys - 1; i > 0; i--) {
+            seed = seed * 1664525u + 1013904223u;
+            int j = (int)((seed >> 8) % (uint32_t)(i + 1));
+            int32_t t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+    int32_t **bt = malloc((size_t)n_seq * sizeof(int32_t *));
+    int32_t *nb = malloc((size_t)n_seq * sizeof(int32_t));
+    int next = 0;
+    for (int i = 0; i < n_seq; i++) {
+        nb[i] = (s[i].n + BS - 1) / BS;
+        bt[i] = malloc((size_t)nb[i] * sizeof(int32_t));
+        for (int j = 0; j < nb[i]; j++)
+            bt[i][j] = perm[next++ * (p->shuffle ? 2 : 1) % n_phys];
+    }
+
+    kv_store_t kv = { .n_layer = m->cfg.n_layer, .n_blocks = n_phys, .block_size = BS, .kv_dim = m->cfg.kv_dim };
+    size_t kvn = (size_t)kv.n_layer * n_phys * BS * kv.kv_dim;
+    kv.k = malloc(kvn * sizeof(float));
+    kv.v = malloc(kvn * sizeof(float));
+    for (size_t i = 0; i < kvn; i++)
+        kv.k[i] = kv.v[i] = NAN;
+
+    float *out = malloc((size_t)total * vocab * sizeof(float));
+    float *step_logits = malloc((size_t)total * vocab * sizeof(float));
+    int32_t *tok = malloc((size_t)total * sizeof(int32_t)), *pos = malloc((size_t)total * sizeof(int32_t));
+    int32_t *seq = malloc((size_t)total * sizeof(int32_t)), *dst = malloc((size_t)total * sizeof(int32_t));
+    uint8_t *want = malloc((size_t)total);
+    int *done = calloc((size_t)n_seq, sizeof(int));
+    int *base = malloc((size_t)n_seq * sizeof(int));
+    for (int i = 0, b = 0; i < n_seq; b += s[i].n, i++)
+        base[i] = b;
+
+    for (int step = 0;; step++) {
+        int R = 0;
+        for (int i = 0; i < n_seq; i++) {
+            int c = p->chunks ? p->chunks[(step + i) % p->n_chunks] : s[i].n;
+            for (int j = 0; j < c && done[i] < s[i].n; j++, done[i]++, R++) {
+                tok[R] = s[i].tok[done[i]];
+                pos[R] = done[i];
+                seq[R] = i;
+                want[R] = 1;
+                dst[R] = base[i] + done[i];
+            }
+        }
+        if (R == 0)
+            break;
+        fwd_batch_t b = { .n_rows = R, .token = tok, .pos = pos, .seq = seq, .want_logits = want,
+                          .n_seq = n_seq, .block_tables = (const int32_t *const *)bt, .n_blocks = nb };
+        int rc = forward_run(f, &b, &kv, step_logits);
+        if (rc != 0)
+            print_error("forward_run: %s\n", forward_error(f));
+        assert_int_equal(rc, 0);
+        for (int r = 0; r < R; r++)
+            memcpy(out + (size_t)dst[r] * vocab, step_logits + (size_t)r * vocab, (size_t)vocab * sizeof(float));
+    }
+
+    for (int i = 0; i < n_seq; i++)
+        free(bt[i]);
+    free(bt); free(nb); free(perm); free(kv.k); free(kv.v); free(step_logits);
+    free(tok); free(pos); free(seq); free(dst); free(want); free(done); free(base);
+    forward_free(&f);
+    assert_null(f);
+    return out;
+}
+
+static model_t *load(const char *path)
+{
+    model_t *m = NULL;
+    char err[256];
+    int rc = model_load(path, &m, err, sizeof err);
+    if (rc != 0)
+        print_error("model_load %s: %s\n", path, err);
+    assert_int_equal(rc, 0);
+    char desc[512];
+    model_describe(m, desc, sizeof desc);
+    print_message("%s\n", desc);
+    return m;
+}
+
+/* pagoda on `model` vs the reference on `ref_model`, 4 sequences of lengths
+ * 1, 7, 33, 70 in one batch with shuffled block tables, then again chunked. */
+static void check_vs_ref(const char *model, const char *ref_model)
+{
+    static const int lens[] = { 1, 7, 33, 70 };
+    model_t *m = load(model);
+    tseq_t s[4];
+    make_seqs(s, lens, 4, m->cfg.vocab, 42);
+    size_t n = (size_t)total_len(s, 4) * m->cfg.vocab;
+    float *ref = ref_logits(ref_model, s, 4, m->cfg.vocab);
+    assert_non_null(ref);
+    float scale = fmaxf(1.0f, max_abs(ref, n));
+
+    plan_t one = { .shuffle = 1, .seed = 3 };
+    float *got = pagoda_logits(m, s, 4, &one);
+    double d = max_diff(got, ref, n);
+    print_message("  one step: max |diff| %.3g (logit scale %.3g, tolerance %.3g)\n", d, scale, TOL_REF * scale);
+    assert_true(d <= TOL_REF * scale);
+    free(got);
+
+    static const int chunks[] = { 5, 30, 1, 34, 3 };
+    plan_t ch = { .chunks = chunks, .n_chunks = 5, .shuffle = 1, .seed = 11 };
+    got = pagoda_logits(m, s, 4, &ch);
+    d = max_diff(got, ref, n);
+    print_message("  chunked:  max |diff| %.3g\n", d);
+    assert_true(d <= TOL_REF * scale);
+    free(got);
+
+    /* one token per sequence per step: the decode shape (<= 4 rows) */
+    static const int tok1[] = { 1 };
+    plan_t dec = { .chunks = tok1, .n_chunks = 1, .shuffle = 1, .seed = 13 };
+    got = pagoda_logits(m, s, 4, &dec);
+    d = max_diff(got, ref, n);
+    print_message("  decode:   max |diff| %.3g\n", d);
+    assert_true(d <= TOL_REF * scale);
+    free(got);
+    free(ref);
+    model_free(&m);
+    assert_null(m);
+}
+
+static void check_shared_vs_ref(const char *rel, const char *ref_rel)
+{
+    char model[4096], ref[4096];
+    const char *p = support_shared_model(rel);
+    if (!p)
+        skip();
+    snprintf(model, sizeof model, "%s", p);
+    p = support_shared_model(ref_rel);
+    if (!p)
+        skip();
+    snprintf(ref, sizeof ref, "%s", p);
+    check_vs_ref(model, ref);
+}
+
+static void test_zoo_f32_vs_ref(void **state)
+{
+    (void)state;
+    check_shared_vs_ref("zoo/zoo-F32.gguf", "zoo/zoo-F32.gguf");
+}
+
+static void test_zoo_q8_dequant_f32_vs_ref(void **state)
+{
+    (void)state;
+    check_shared_vs_ref("zoo/zoo-Q8_0.dequant-f32.gguf", "zoo/zoo-Q8_0.dequant-f32.gguf");
+}
+
+static void test_stories_vs_ref(void **state)
+{
+    (void)state;
+    check_shared_vs_ref("stories260K.gguf", "stories260K.gguf");
+}
+
+static void test_zoo_f16_bf16_vs_ref(void **state)
+{
+    (void)state;
+    check_shared_vs_ref("zoo/zoo-F16.gguf", "zoo/zoo-F16.gguf");
+    check_shared_vs_ref("zoo/zoo-BF16.gguf", "zoo/zoo-BF16.gguf");
+}
+
+/* Quantized weights, dequantized on the fly, vs the reference on the twin. */
+static void test_zoo_quantized_vs_dequant_twin(void **state)
+{
+    (void)state;
+    static const char *const types[] = { "Q8_0", "Q4_K_M", "Q4_0", "Q5_K_M", "Q6_K" };
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "zoo/zoo-%s.gguf", types[i]);
+        snprintf(b, sizeof b, "zoo/zoo-%s.dequant-f32.gguf", types[i]);
+        check_shared_vs_ref(a, b);
+    }
+}
+
+/* Loader variants the shared models lack: qwen2 (biases, NeoX rope, tied
+ * output), linear rope scaling with partial rope, llama3 rope factors from a
+ * tensor and from metadata. */
+static void test_generated_variants_vs_ref(void **state)
+{
+    (void)state;
+    static const char *const names[] = { "qwen2-tied", "llama-linear", "llama-ropefreqs", "llama-llama3" };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char p[128];
+        snprintf(p, sizeof p, "%s/%s.gguf", g_tmp, names[i]);
+        check_vs_ref(p, p);
+    }
+    model_t *m = NULL;
+    char p[128], err[256];
+    snprintf(p, sizeof p, "%s/qwen2-tied.gguf", g_tmp);
+    assert_int_equal(model_load(p, &m, err, sizeof err), 0);
+    assert_int_equal(m->cfg.arch, MODEL_ARCH_QWEN2);
+    assert_true(m->cfg.rope_neox && m->cfg.tied_output && m->layers[0].bq);
+    model_free(&m);
+    snprintf(p, sizeof p, "%s/llama-linear.gguf", g_tmp);
+    assert_int_equal(model_load(p, &m, err, sizeof err), 0);
+    assert_int_equal(m->cfg.rope_scaling, MODEL_ROPE_SCALING_LINEAR);
+    assert_int_equal(m->cfg.rope_dim, 8);
+    assert_int_equal(m->cfg.head_dim, 16);
+    assert_false(m->cfg.rope_neox);
+    model_free(&m);
+}
+
+static void expect_refused(const char *file, const char *needle)
+{
+    char p[128], err[256] = "";
+    model_t *m = NULL;
+    snprintf(p, sizeof p, "%s/%s", g_tmp, file);
+    assert_int_equal(model_load(p, &m, err, sizeof err), -1);
+    assert_null(m);
+    print_message("  %s refused: %s\n", file, err);
+    assert_non_null(strstr(err, needle));
+}
+
+static void test_load_refusals(void **state)
+{
+    (void)state;
+    expect_refused("bad-arch.gguf", "gpt2");
+    expect_refused("bad-type.gguf", "Q2_K");
+    expect_refused("bad-shape.gguf", "attn_k");
+}
+
+/* ---- invariants (pagoda vs pagoda) ---------------------------------- */
+
+static void check_close(const float *a, const float *b, size_t n, const char *what)
+{
+    float scale = fmaxf(1.0f, max_abs(b, n));
+    double d = max_diff(a, b, n);
+    print_message("  %s: max |diff| %.3g (scale %.3g)\n", what, d, scale);
+    assert_true(d <= TOL_SELF * scale);
+}
+
+static void invariants_on(const char *rel)
+{
+    const char *path = support_shared_model(rel);
+    if (!path)
+        skip();
+    model_t *m = load(path);
+    const int V = m->cfg.vocab;
+    static const int lens[] = { 1, 7, 33, 70 };
+    tseq_t s[4];
+    make_seqs(s, lens, 4, V, 99);
+    size_t n = (size_t)total_len(s, 4) * V;
+
+    /* contiguous blocks, one step, all four together */
+    plan_t contig = { .shuffle = 0 };
+    float *together = pagoda_logits(m, s, 4, &contig);
+
+    /* (a) each sequence alone == inside the batch */
+    for (int i = 0, off = 0; i < 4; off += s[i].n, i++) {
+        float *alone = pagoda_logits(m, &s[i], 1, &contig);
+        check_close(alone, together + (size_t)off * V, (size_t)s[i].n * V, "alone vs batched");
+        free(alone);
+    }
+    /* (b) chunked prefill == one shot; chunk sizes straddle blocks 32 and 64 */
+    static const int chunks_a[] = { 31, 2, 30, 7 };
+    static const int chunks_b[] = { 1 };
+    plan_t ca = { .chunks = chunks_a, .n_chunks = 4 }, cb = { .chunks = chunks_b, .n_chunks = 1 };
+    float *chunked = pagoda_logits(m, s, 4, &ca);
+    check_close(chunked, together, n, "chunked {31,2,30,7} vs one shot");
+    free(chunked);
+    chunked = pagoda_logits(m, s, 4, &cb);
+    check_close(chunked, together, n, "token by token vs one shot");
+    free(chunked);
+    /* (c) shuffled, non-contiguous physical blocks == contiguous */
+    plan_t shuf = { .shuffle = 1, .seed = 5 };
+    float *paged = pagoda_logits(m, s, 4, &shuf);
+    check_close(paged, together, n, "shuffled blocks vs contiguous");
+    free(paged);
+    free(together);
+    model_free(&m);
+}
+
+static void test_invariants_f32(void **state)
+{
+    (void)state;
+    invariants_on("zoo/zoo-F32.gguf");
+}
+
+static void test_invariants_q4_k_m(void **state)
+{
+    (void)state;
+    invariants_on("zoo/zoo-Q4_K_M.gguf");
+}
+
+/* ---- greedy decoding of stories260K ---------------------------------- */
+
+static int32_t vocab_id(const model_t *m, const char *piece)
+{
+    const gguf_kv_t *kv;
+    if (gguf_get_arr(m->gguf, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &kv) != 0)
+        return -1;
+    for (uint64_t i = 0; i < kv->arr_n; i++)
+        if (gguf_str_eq(kv->arr_str[i], piece))
+            return (int32_t)i;
+    return -1;
+}
+
+static int argmax(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+static void test_greedy_stories(void **state)
+{
+    (void)state;
+    const char *path = support_shared_model("stories260K.gguf");
+    if (!path)
+        skip();
+    model_t *m = load(path);
+    const int V = m->cfg.vocab, N_GEN = 30;
+    /* "Once upon a time" as sentencepiece pieces, ids looked up in the file's vocab */
+    static const char *const pieces[] = { "\xe2\x96\x81Once", "\xe2\x96\x81upon", "\xe2\x96\x81" "a", "\xe2\x96\x81time" };
+    int32_t prompt[5] = { 1 };
+    for (int i = 0; i < 4; i++) {
+        prompt[i + 1] = vocab_id(m, pieces[i]);
+        assert_true(prompt[i + 1] > 2);
+    }
+
+    /* reference: greedy ids printed on stdout */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, PY " tests/ref/llama_ref.py '%s' --seq %d,%d,%d,%d,%d --greedy %d", path,
+             prompt[0], prompt[1], prompt[2], prompt[3], prompt[4], N_GEN);
+    FILE *pp = popen(cmd, "r");
+    assert_non_null(pp);
+    int ref[64], n_ref = 0;
+    while (n_ref < N_GEN && fscanf(pp, "%d", &ref[n_ref]) == 1)
+        n_ref++;
+    assert_int_equal(pclose(pp), 0);
+    assert_int_equal(n_ref, N_GEN);
+
+    /* pagoda: two identical sequences decoded side by side; prefill of the
+     * prompt, then one decode row per sequence per step */
+    forward_t *f = forward_new(m, 16, 2);
+    kv_store_t kv = { .n_layer = m->cfg.n_layer, .n_blocks = 4, .block_size = BS, .kv_dim = m->cfg.kv_dim };
+    size_t kvn = (size_t)kv.n_layer * kv.n_blocks * BS * kv.kv_dim;
+    kv.k = malloc(kvn * sizeof(float));
+    kv.v = malloc(kvn * sizeof(float));
+    for (size_t i = 0; i < kvn; i++)
+        kv.k[i] = kv.v[i] = NAN;
+    int32_t bt0[2] = { 3, 0 }, bt1[2] = { 1, 2 };
+    const int32_t *bts[2] = { bt0, bt1 };
+    int32_t nbs[2] = { 2, 2 };
+    int32_t tok[16], pos[16], seq[16];
+    uint8_t want[16];
+    float *logits = malloc(2 * (size_t)V * sizeof(float));
+    int R = 0;
+    for (int sq = 0; sq < 2; sq++)
+        for (int i = 0; i < 5; i++, R++) {
+            tok[R] = prompt[i];
+            pos[R] = i;
+            seq[R] = sq;
+            want[R] = i == 4;
+        }
+    int gen[2][64];
+    char text[1024] = "";
+    size_t tl = 0;
+    for (int step = 0; step < N_GEN; step++) {
+        fwd_batch_t b = { .n_rows = R, .token = tok, .pos = pos, .seq = seq, .want_logits = want,
+                          .n_seq = 2, .block_tables = bts, .n_blocks = nbs };
+        assert_int_equal(forward_run(f, &b, &kv, logits), 0);
+        for (int sq = 0; sq < 2; sq++)
+            gen[sq][step] = argmax(logits + (size_t)sq * V, V);
+        const gguf_kv_t *tk;
+        if (gguf_get_arr(m->gguf, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tk) == 0 && tl < sizeof text - 64)
+            tl += (size_t)snprintf(text + tl, sizeof text - tl, "%.*s", (int)tk->arr_str[gen[0][step]].len,
+                                   tk->arr_str[gen[0][step]].ptr);
+        R = 0;
+        for (int sq = 0; sq < 2; sq++, R++) {
+            tok[R] = gen[sq][step];
+            pos[R] = 5 + step;
+            seq[R] = sq;
+            want[R] = 1;
+        }
+    }
+    print_message("  greedy: %s\n", text);
+    for (int i = 0; i < N_GEN; i++) {
+        assert_int_equal(gen[0][i], ref[i]);
+        assert_int_equal(gen[1][i], ref[i]);
+    }
+    free(logits);
+    free(kv.k);
+    free(kv.v);
+    forward_free(&f);
+    model_free(&m);
+}
+
+/* ---- bad input -------------------------------------------------------- */
+
+static void test_bad_batch_refused(void **state)
+{
+    (void)state;
+    char p[128];
+    snprintf(p, sizeof p, "%s/llama-linear.gguf", g_tmp);
+    model_t *m = load(p);
+    forward_t *f = forward_new(m, 4, 1);
+    kv_store_t kv = { .n_layer = m->cfg.n_layer, .n_blocks = 2, .block_size = BS, .kv_dim = m->cfg.kv_dim };
+    size_t kvn = (size_t)kv.n_layer * kv.n_blocks * BS * kv.kv_dim;
+    kv.k = calloc(kvn, sizeof(float));
+    kv.v = calloc(kvn, sizeof(float));
+    int32_t bt[2] = { 1, 0 };
+    const int32_t *bts[1] = { bt };
+    int32_t nb[1] = { 2 };
+    int32_t tok[2] = { 1, 5 }, pos[2] = { 0, 1 }, seq[2] = { 0, 0 };
+    uint8_t want[2] = { 1, 1 };
+    float *logits = calloc(2 * (size_t)m->cfg.vocab, sizeof(float));
+    fwd_batch_t good = { .n_rows = 2, .token = tok, .pos = pos, .seq = seq, .want_logits = want,
+                         .n_seq = 1, .block_tables = bts, .n_blocks = nb };
+    struct { const char *what; int32_t tok, pos, seq, blk, n_rows; } cases[] = {
+        { "token", 128, 1, 0, 0, 2 },  { "token", -1, 1, 0, 0, 2 }, { "position", 5, 256, 0, 0, 2 },
+        { "position", 5, 64, 0, 0, 2 }, { "sequence", 5, 1, 1, 0, 2 }, { "block", 5, 1, 0, 2, 2 },
+        { "n_rows", 5, 1, 0, 0, 5 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fwd_batch_t b = good;
+        tok[1] = cases[i].tok;
+        pos[1] = cases[i].pos;
+        seq[1] = cases[i].seq;
+        bt[0] = cases[i].blk ? cases[i].blk : 1;
+        b.n_rows = cases[i].n_rows;
+        assert_int_equal(forward_run(f, &b, &kv, logits), -1);
+        print_message("  %s: %s\n", cases[i].what, forward_error(f));
+        assert_true(strlen(forward_error(f)) > 0);
+    }
+    /* nothing was written */
+    assert_true(max_abs(kv.k, kvn) == 0 && max_abs(kv.v, kvn) == 0);
+    assert_true(max_abs(logits, 2 * (size_t)m->cfg.vocab) == 0);
+    /* a kv_store of the wrong shape */
+    tok[1] = 5; pos[1] = 1; seq[1] = 0; bt[0] = 1;
+    kv_store_t wrong = kv;
+    wrong.kv_dim++;
+    assert_int_equal(forward_run(f, &good, &wrong, logits), -1);
+    assert_int_equal(forward_run(f, &good, &kv, logits), 0);
+    free(logits);
+    free(kv.k);
+    free(kv.v);
+    forward_free(&f);
+    model_free(&m);
+}
+
+/* ---- setup -------------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (access(PY, X_OK) != 0) {
+        fprintf(stderr, "%s missing: the reference cannot run\n", PY);
+        return -1;
+    }
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/pagoda-fwd.XXXXXX");
+    if (!mkdtemp(g_tmp))
+        return -1;
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, PY " tests/ref/make_test_models.py %s", g_tmp);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_zoo_f32_vs_ref),
+        cmocka_unit_test(test_zoo_q8_dequant_f32_vs_ref),
+        cmocka_unit_test(test_stories_vs_ref),
+        cmocka_unit_test(test_zoo_f16_bf16_vs_ref),
+        cmocka_unit_test(test_zoo_quantized_vs_dequant_twin),
+        cmocka_unit_test(test_generated_variants_vs_ref),
+        cmocka_unit_test(test_load_refusals),
+        cmocka_unit_test(test_invariants_f32),
+        cmocka_unit_test(test_invariants_q4_k_m),
+        cmocka_unit_test(test_greedy_stories),
+        cmocka_unit_test(test_bad_batch_refused),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

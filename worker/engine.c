@@ -1,0 +1,136 @@
+/* engine.c — loads model, tokenizer and chat template from one GGUF file and
+ * turns text or chat messages into prompt token ids (see engine.h). */
+#include "worker/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/xalloc.h"
+
+/* The token text of id as a NUL-terminated malloc'd string ("" for none). */
+static char *token_text_dup(const tokenizer_t *t, int32_t id)
+{
+    size_t n = 0;
+    const char *p = id >= 0 ? tokenizer_token_text(t, id, &n) : NULL;
+    return xstrndup(p ? p : "", p ? n : 0);
+}
+
+engine_t *engine_load(const char *path, char *err, size_t errlen)
+{
+    engine_t *e = xcalloc(1, sizeof *e);
+    char *bos = NULL, *eos = NULL;
+    if (model_load(path, &e->model, err, errlen) != 0)
+        goto err;
+    e->tok = tokenizer_from_gguf(e->model->gguf, err, errlen);
+    if (!e->tok)
+        goto err;
+    if (tokenizer_n_vocab(e->tok) > e->model->cfg.vocab) {
+        snprintf(err, errlen, "%s: the tokenizer has %d tokens but the model only %d", path,
+                 tokenizer_n_vocab(e->tok), e->model->cfg.vocab);
+        goto err;
+    }
+    gguf_str_t tmpl = {0};
+    (void)gguf_get_str(e->model->gguf, "tokenizer.chat_template", &tmpl);
+    bos = token_text_dup(e->tok, tokenizer_bos(e->tok));
+    eos = token_text_dup(e->tok, tokenizer_eos(e->tok));
+    e->tmpl = chat_template_new(tmpl.ptr, (size_t)tmpl.len, bos, eos);
+    const char *const *stops = NULL;
+    size_t n_stops = chat_template_stops(e->tmpl, &stops);
+    e->turn_end_ids = xcalloc(n_stops + 1, sizeof(int32_t));
+    for (size_t i = 0; i < n_stops; i++) {
+        int32_t id = tokenizer_find(e->tok, stops[i], strlen(stops[i]));
+        if (id >= 0)
+            e->turn_end_ids[e->n_turn_end++] = id;
+    }
+    log_info("loaded %s: chat template %s (%s)", path,
+             chat_family_name(chat_template_family(e->tmpl)), chat_template_variant(e->tmpl));
+    free(bos);
+    free(eos);
+    return e;
+err:
+    free(bos);
+    free(eos);
+    engine_free(&e);
+    return NULL;
+}
+
+void engine_free(engine_t **pe)
+{
+    engine_t *e = *pe;
+    if (!e)
+        return;
+    chat_template_free(&e->tmpl);
+    tokenizer_free(&e->tok);
+    model_free(&e->model);
+    free(e->turn_end_ids);
+    free(e);
+    *pe = NULL;
+}
+
+static int32_t encode(const engine_t *e, const char *text, size_t len, bool parse_special,
+                      int32_t **out, char *err, size_t errlen)
+{
+    int cap = (int)(len < 1024 ? 64 + 2 * len : len / 2 + 64);
+    int32_t *ids = xmalloc((size_t)cap * sizeof *ids);
+    for (;;) {
+        int n = tokenizer_encode(e->tok, text, len, true, parse_special, ids, cap);
+        if (n < 0) {
+            snprintf(err, errlen, "the prompt is too long (%zu bytes)", len);
+            free(ids);
+            return -1;
+        }
+        if (n <= cap) {
+            *out = ids;
+            return n;
+        }
+        cap = n;
+        ids = xrealloc(ids, (size_t)cap * sizeof *ids);
+    }
+}
+
+int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int32_t **out,
+                           char *err, size_t errlen)
+{
+    return encode(e, text, len, false, out, err, errlen);
+}
+
+int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, int32_t **out,
+                           char *err, size_t errlen)
+{
+    char *prompt = NULL;
+    size_t plen = 0;
+    if (chat_template_render(e->tmpl, msgs, n, true, &prompt, &plen, err, errlen) != 0)
+        return -1;
+    /* The template writes BOS itself when the family wants it; the
+     * tokenizer's add_bos must not add a second one. */
+    bool has_bos = false;
+    size_t bl = 0;
+    int32_t bos = tokenizer_bos(e->tok);
+    const char *bt = bos >= 0 ? tokenizer_token_text(e->tok, bos, &bl) : NULL;
+    if (bt && bl && plen >= bl && memcmp(prompt, bt, bl) == 0)
+        has_bos = true;
+    int32_t r;
+    if (has_bos) {
+        int cap = (int)(plen + 64);
+        int32_t *ids = xmalloc((size_t)cap * sizeof *ids);
+        int k;
+        while ((k = tokenizer_encode(e->tok, prompt, plen, false, true, ids, cap)) > cap) {
+            cap = k;
+            ids = xrealloc(ids, (size_t)cap * sizeof *ids);
+        }
+        if (k < 0) {
+            snprintf(err, errlen, "the conversation is too long");
+            free(ids);
+            r = -1;
+        } else {
+            *out = ids;
+            r = k;
+        }
+    } else {
+        r = encode(e, prompt, plen, true, out, err, errlen);
+    }
+    free(prompt);
+    return r;
+}

@@ -1,0 +1,45 @@
+/* engine.h — everything a worker needs from one GGUF file, loaded together:
+ * the model (weights, config), its tokenizer, its chat template and the token
+ * ids that end an assistant turn. Shared by pagoda-worker and pagoda-run so
+ * both turn text into prompts exactly the same way.
+ *
+ * Ownership: engine_load() returns an engine freed with engine_free(), which
+ * NULLs the pointer. Token arrays returned by the prompt functions are
+ * malloc'd; the caller frees them.
+ */
+#ifndef PAGODA_WORKER_ENGINE_H
+#define PAGODA_WORKER_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/chat_template.h"
+#include "worker/model.h"
+#include "worker/tokenizer.h"
+
+typedef struct engine {
+    model_t *model;            /* owned */
+    tokenizer_t *tok;          /* owned */
+    chat_template_t *tmpl;     /* owned; ChatML when the file has none */
+    int32_t *turn_end_ids;     /* (n_turn_end) ids of the template's end-of-turn texts */
+    int32_t n_turn_end;
+} engine_t;
+
+/* Loads path. Returns NULL with a message in err on any failure. */
+engine_t *engine_load(const char *path, char *err, size_t errlen);
+void engine_free(engine_t **e);
+
+/* A raw-text prompt (completions): BOS per the tokenizer's add_bos rule, no
+ * special-token parsing (user text is never read as control tokens).
+ * Returns the token count (>= 0) with *out set, or -1 with err. */
+int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int32_t **out,
+                           char *err, size_t errlen);
+
+/* A chat prompt: render msgs with the template (generation prompt added),
+ * then tokenize with special tokens recognised in the rendered text.
+ * Returns the token count with *out set, or -1 with err (bad roles, ...). */
+int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, int32_t **out,
+                           char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,90 @@
+/* forward.h — the batched forward pass over a paged KV cache.
+ *
+ * One call runs one scheduler step: a batch of n_rows token rows drawn from
+ * any number of sequences (decode rows and prefill chunks mixed). Every
+ * projection is one matrix multiply over all rows; attention reads each
+ * sequence's past K/V through that sequence's block table (kv_store.h).
+ *
+ * Batch layout (fwd_batch_t), all arrays owned by the caller:
+ *
+ *   row r (0 <= r < n_rows):
+ *     token[r]        token id, 0 <= token < vocab
+ *     pos[r]          position in its sequence, 0 <= pos < cfg.ctx
+ *     seq[r]          sequence index, 0 <= seq < n_seq
+ *     want_logits[r]  nonzero: write this row's logits
+ *   sequence s (0 <= s < n_seq):
+ *     block_tables[s] logical block -> physical block in the kv_store;
+ *                     position p lives in block_tables[s][p / block_size],
+ *                     slot p % block_size
+ *     n_blocks[s]     entries in block_tables[s] (may be NULL: then trusted)
+ *
+ * Semantics: row r's K/V are written to its cache slot for every layer; it
+ * attends to positions 0..pos[r] of its sequence (causal). Positions below
+ * the batch's own rows must already be in the cache (earlier steps or
+ * prefix-cache blocks). Rows of one sequence inside a batch must appear in
+ * increasing position order with no gaps; all of them are written before
+ * any of them attends, so a prefill chunk sees itself. Rows of different
+ * sequences may interleave freely.
+ *
+ * Output: logits for the rows whose want_logits is set, in row order,
+ * (n_wanted, vocab) floats.
+ *
+ * Memory: forward_new allocates all scratch for max_rows rows once;
+ * forward_run never allocates. The KV store belongs to the caller.
+ * Threads: n_threads OpenMP threads for everything: attention over (row,
+ * head), element-wise work, and the matmuls (W's output rows split across
+ * threads, each running single-threaded OpenBLAS; see matmul.h — this sets
+ * OpenBLAS to 1 thread process-wide).
+ */
+#ifndef PAGODA_WORKER_FORWARD_H
+#define PAGODA_WORKER_FORWARD_H
+
+#include <stdint.h>
+
+#include "worker/kv_store.h"
+#include "worker/model.h"
+
+typedef struct fwd_batch {
+    int32_t n_rows;
+    const int32_t *token;                /* (n_rows) */
+    const int32_t *pos;                  /* (n_rows) */
+    const int32_t *seq;                  /* (n_rows) */
+    const uint8_t *want_logits;          /* (n_rows) */
+    int32_t n_seq;
+    const int32_t *const *block_tables;  /* (n_seq) pointers, each (n_blocks[s]) */
+    const int32_t *n_blocks;             /* (n_seq) or NULL */
+} fwd_batch_t;
+
+typedef struct forward forward_t;
+
+/* Scratch for batches of up to max_rows rows (>= 1) on model m (not owned;
+ * must outlive the forward_t). n_threads <= 0 means 2. */
+forward_t *forward_new(const model_t *m, int max_rows, int n_threads);
+void forward_free(forward_t **f);
+
+/* Runs one step. Returns
+ *    0  ok: logits holds (number of rows with want_logits, vocab) floats
+ *   -1  bad input (row count, token, position, sequence index, block table
+ *       entry out of range, or a kv_store whose shape does not fit the
+ *       model); nothing was written to the KV store or logits, and
+ *       forward_error() says why. */
+int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float *logits);
+
+/* Message of the last failing forward_run (empty string if none). */
+const char *forward_error(const forward_t *f);
+
+int forward_max_rows(const forward_t *f);
+
+/* OpenMP threads busy-wait at every barrier by default. When the worker's
+ * cores are shared (other workers, the gateway, other tenants) a spinning
+ * thread steals the core a working thread needs: measured 5-10x slower
+ * steps on a loaded 2-core machine. libgomp reads OMP_WAIT_POLICY only at
+ * load time, so programs call this first thing in main(): when neither
+ * OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set it sets OMP_WAIT_POLICY=passive
+ * and re-executes /proc/self/exe with the same argv. Returns 0 when the
+ * environment was already set (nothing done); -1 when the re-exec failed
+ * (the program may continue, with spinning threads). Does not return on a
+ * successful re-exec. */
+int forward_env_reexec(char **argv);
+
+#endif

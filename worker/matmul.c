@@ -1,0 +1,366 @@
+/* matmul.c — Y = X · Wᵀ over all rows of a step batch (see matmul.h).
+ *
+ * Threading: ONE pool. The output rows of W are split into n_threads
+ * contiguous shares (OpenMP); each thread runs single-threaded OpenBLAS on
+ * its share and writes its own column block of Y. Letting OpenBLAS's pthread
+ * pool and OpenMP's pool both spin on 2 cores made steps up to 10x slower and
+ * erratic (each pool busy-waits while the other needs the core), so the
+ * forward pass sets OpenBLAS to 1 thread and parallelizes here instead.
+ *
+ * F32 weights: cblas_sgemm (sgemv when there is one row) on the mmap, no copy.
+ * Quantized weights, many rows (prefill): each thread walks its share in
+ * tiles of tile_rows rows, decodes a tile into its own float scratch and
+ * multiplies it with one BLAS call into Y's column block [r0, r0+nn).
+ * Quantized weights, <= MATMUL_FUSED_MAX_ROWS rows (decode): each W row is
+ * decoded into L1 and dotted with every X row directly — decoding costs
+ * O(out·in) per call whatever n_rows is, so for small batches it must be
+ * cheap (AVX2 decoders) and must not round-trip through a large tile. */
+#include "worker/matmul.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+
+#include "common/xalloc.h"
+#include "worker/gguf.h"
+#include "worker/quant.h"
+
+/* Floats per dequantized tile: ~1 MiB keeps the tile cache-resident while
+ * the GEMM streams X over it. */
+#define MATMUL_TILE_FLOATS (256 * 1024)
+/* Up to this many X rows, quantized weights take the fused row path. */
+#define MATMUL_FUSED_MAX_ROWS 8
+/* Multiply-adds below which one thread does the whole product. */
+#define MATMUL_PAR_MIN_MACS (256.0 * 1024)
+
+struct matmul {
+    int64_t max_cols;
+    int64_t tile_rows;   /* output rows per dequantized tile */
+    int n_threads;
+    float *tile;         /* (n_threads, tile_rows, max_cols): one tile per thread */
+};
+
+matmul_t *matmul_new(int64_t max_cols, int n_threads)
+{
+    matmul_t *mm = xcalloc(1, sizeof *mm);
+    if (max_cols < 1)
+        max_cols = 1;
+    mm->max_cols = max_cols;
+    mm->tile_rows = MATMUL_TILE_FLOATS / max_cols;
+    if (mm->tile_rows < 16)
+        mm->tile_rows = 16;
+    mm->tile_rows -= mm->tile_rows % 16;
+    mm->n_threads = n_threads > 0 ? n_threads : 1;
+    openblas_set_num_threads(1);
+    mm->tile = xaligned_alloc((size_t)mm->n_threads * (size_t)mm->tile_rows * (size_t)max_cols * sizeof(float));
+    return mm;
+}
+
+void matmul_free(matmul_t **mm)
+{
+    if (!mm || !*mm)
+        return;
+    free((*mm)->tile);
+    free(*mm);
+    *mm = NULL;
+}
+
+/* ---- row decoding -------------------------------------------------------
+ *
+ * decode_row() turns one stored row into floats. For Q8_0, Q4_0, Q4_K and
+ * Q6_K on AVX2 machines it uses the vector decoders below, which compute
+ * every value with the same float operations, in the same order, as
+ * quant_dequantize() (x = (float)q * d, x = dl * q - ml, ...), so results
+ * are bit-identical (tests/worker/test_matmul.c checks this); everything
+ * else goes through quant_dequantize(). */
+
+static float half_at(const uint8_t *p)
+{
+    return quant_fp16_to_fp32((uint16_t)(p[0] | p[1] << 8));
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MATMUL_X86 1
+
+/* 8 int8 / uint8 lanes of a 128-bit value (low 8 bytes) as floats. */
+#define I8x8(v) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
+#define U8x8(v) _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
+
+__attribute__((target("avx2,fma"))) static void dec_q8_0_avx2(const uint8_t *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, b += 34, y += 32) {
+        __m256 d = _mm256_set1_ps(half_at(b));
+        for (int j = 0; j < 4; j++) {
+            __m128i q = _mm_loadl_epi64((const __m128i *)(const void *)(b + 2 + 8 * j));
+            _mm256_storeu_ps(y + 8 * j, _mm256_mul_ps(I8x8(q), d));
+        }
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void dec_q4_0_avx2(const uint8_t *b, float *y, int64_t nb)
+{
+    const __m128i m4 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+    for (int64_t i = 0; i < nb; i++, b += 18, y += 32) {
+        __m256 d = _mm256_set1_ps(half_at(b));
+        __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)(b + 2));
+        __m128i lo = _mm_sub_epi8(_mm_and_si128(qs, m4), eight);                     /* elements 0..15 */
+        __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), eight);  /* 16..31 */
+        _mm256_storeu_ps(y + 0, _mm256_mul_ps(d, I8x8(lo)));
+        _mm256_storeu_ps(y + 8, _mm256_mul_ps(d, I8x8(_mm_srli_si128(lo, 8))));
+        _mm256_storeu_ps(y + 16, _mm256_mul_ps(d, I8x8(hi)));
+        _mm256_storeu_ps(y + 24, _mm256_mul_ps(d, I8x8(_mm_srli_si128(hi, 8))));
+    }
+}
+
+/* 6-bit scale and min of sub-block j of a Q4_K block (layout in quant.h). */
+static void k_scale_min(const uint8_t *s, int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+        *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void dec_q4_k_avx2(const uint8_t *b, float *y, int64_t nb)
+{
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int64_t i = 0; i < nb; i++, b += 144, y += 256) {
+        float d = half_at(b), dmin = half_at(b + 2);
+        const uint8_t *scales = b + 4, *qs = b + 16;
+        for (int c = 0; c < 4; c++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * c));
+            __m256i nib[2] = { _mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) };
+            for (int half = 0; half < 2; half++) {
+                int j = 2 * c + half, sc, m;
+                k_scale_min(scales, j, &sc, &m);
+                __m256 dl = _mm256_set1_ps(d * (float)sc), ml = _mm256_set1_ps(dmin * (float)m);
+                __m128i h0 = _mm256_castsi256_si128(nib[half]), h1 = _mm256_extracti128_si256(nib[half], 1);
+                float *o = y + 32 * j;
+                _mm256_storeu_ps(o + 0, _mm256_sub_ps(_mm256_mul_ps(dl, U8x8(h0)), ml));
+                _mm256_storeu_ps(o + 8, _mm256_sub_ps(_mm256_mul_ps(dl, U8x8(_mm_srli_si128(h0, 8))), ml));
+                _mm256_storeu_ps(o + 16, _mm256_sub_ps(_mm256_mul_ps(dl, U8x8(h1)), ml));
+                _mm256_storeu_ps(o + 24, _mm256_sub_ps(_mm256_mul_ps(dl, U8x8(_mm_srli_si128(h1, 8))), ml));
+            }
+        }
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void dec_q6_k_avx2(const uint8_t *b, float *y, int64_t nb)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    for (int64_t i = 0; i < nb; i++, b += 210, y += 256) {
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float d = half_at(b + 208);
+        for (int h = 0; h < 2; h++) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h));
+            __m256i a2 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)(qh + 32 * h));
+            for (int r = 0; r < 4; r++) {
+                __m256i src = (r & 1) ? a2 : a;
+                __m256i lo = r < 2 ? _mm256_and_si256(src, m4) : _mm256_and_si256(_mm256_srli_epi16(src, 4), m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * r), m3);
+                /* q - 32 in -32..31: lo | hi << 4, minus 32 */
+                __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), k32);
+                __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1);
+                int e = 128 * h + 32 * r;
+                __m256 s0 = _mm256_set1_ps(d * (float)sc[e / 16]), s1 = _mm256_set1_ps(d * (float)sc[e / 16 + 1]);
+                _mm256_storeu_ps(y + e + 0, _mm256_mul_ps(s0, I8x8(q0)));
+                _mm256_storeu_ps(y + e + 8, _mm256_mul_ps(s0, I8x8(_mm_srli_si128(q0, 8))));
+                _mm256_storeu_ps(y + e + 16, _mm256_mul_ps(s1, I8x8(q1)));
+                _mm256_storeu_ps(y + e + 24, _mm256_mul_ps(s1, I8x8(_mm_srli_si128(q1, 8))));
+            }
+        }
+    }
+}
+
+/* Horizontal sum of 8 lanes. */
+__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v)
+{
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* y[m * ldy] = w · x[m] (K floats) for m < M. Four X rows share each load of
+ * w. Every row is summed in the same order (one 8-lane accumulator, then the
+ * scalar tail) whether it is processed in a group of four or alone, so a
+ * row's result does not depend on M or on its place in the batch. */
+__attribute__((target("avx2,fma"))) static void dot_rows_avx2(const float *w, const float *x, int M, int K,
+                                                             float *y, size_t ldy)
+{
+    const int K8 = K & ~7;
+    int m = 0;
+    for (; m + 4 <= M; m += 4) {
+        const float *x0 = x + (size_t)m * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int k = 0; k < K8; k += 8) {
+            __m256 wv = _mm256_loadu_ps(w + k);
+            a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + k), a0);
+            a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + k), a1);
+            a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + k), a2);
+            a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x3 + k), a3);
+        }
+        float s0 = hsum8(a0), s1 = hsum8(a1), s2 = hsum8(a2), s3 = hsum8(a3);
+        for (int k = K8; k < K; k++) {
+            s0 += w[k] * x0[k];
+            s1 += w[k] * x1[k];
+            s2 += w[k] * x2[k];
+            s3 += w[k] * x3[k];
+        }
+        y[(size_t)m * ldy] = s0;
+        y[(size_t)(m + 1) * ldy] = s1;
+        y[(size_t)(m + 2) * ldy] = s2;
+        y[(size_t)(m + 3) * ldy] = s3;
+    }
+    for (; m < M; m++) {
+        const float *x0 = x + (size_t)m * K;
+        __m256 a0 = _mm256_setzero_ps();
+        for (int k = 0; k < K8; k += 8)
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x0 + k), a0);
+        float s0 = hsum8(a0);
+        for (int k = K8; k < K; k++)
+            s0 += w[k] * x0[k];
+        y[(size_t)m * ldy] = s0;
+    }
+}
+
+static int have_avx2(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
+
+static void dot_rows_plain(const float *w, const float *x, int M, int K, float *y, size_t ldy)
+{
+    for (int m = 0; m < M; m++) {
+        const float *xm = x + (size_t)m * K;
+        float s = 0;
+        for (int k = 0; k < K; k++)
+            s += w[k] * xm[k];
+        y[(size_t)m * ldy] = s;
+    }
+}
+
+/* Row of n elements at src → dst (n floats). 0 ok, -1 unsupported type. */
+static int decode_row(uint32_t type, const uint8_t *src, float *dst, int64_t n)
+{
+#ifdef MATMUL_X86
+    if (have_avx2()) {
+        switch (type) {
+        case GGML_TYPE_Q8_0: if (n % 32) break; dec_q8_0_avx2(src, dst, n / 32); return 0;
+        case GGML_TYPE_Q4_0: if (n % 32) break; dec_q4_0_avx2(src, dst, n / 32); return 0;
+        case GGML_TYPE_Q4_K: if (n % 256) break; dec_q4_k_avx2(src, dst, n / 256); return 0;
+        case GGML_TYPE_Q6_K: if (n % 256) break; dec_q6_k_avx2(src, dst, n / 256); return 0;
+        default: break;
+        }
+    }
+#endif
+    return quant_dequantize(type, src, dst, n);
+}
+
+/* y[m * ldy] = w · x[m] for m < M. */
+static void dot_rows(const float *w, const float *x, int M, int K, float *y, size_t ldy)
+{
+#ifdef MATMUL_X86
+    if (have_avx2()) {
+        dot_rows_avx2(w, x, M, K, y, ldy);
+        return;
+    }
+#endif
+    dot_rows_plain(w, x, M, K, y, ldy);
+}
+
+int matmul_weight_rows(const matmul_weight_t *w, int64_t row0, int64_t n, float *dst)
+{
+    if (row0 < 0 || n < 0 || row0 + n > w->rows)
+        return -1;
+    for (int64_t r = 0; r < n; r++) {
+        const uint8_t *src = w->data + (size_t)(row0 + r) * w->row_bytes;
+        if (decode_row(w->type, src, dst + (size_t)r * (size_t)w->cols, w->cols) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Y[:, n0:n0+nn] (M, nn) = X (M, K) · Wf (nn, K)ᵀ with Wf float rows; ldy = N. */
+static void gemm_block(int M, int nn, int K, const float *x, const float *wf, float *y, int ldy)
+{
+    if (M == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, nn, K, 1.0f, wf, K, x, 1, 0.0f, y, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nn, K, 1.0f, x, K, wf, K, 0.0f, y, ldy);
+}
+
+/* Thread `t` of `nt` owns output rows [n0, n1) of W: one contiguous, 16-aligned
+ * share, so every thread runs single-threaded BLAS on its own column block of Y. */
+static void share(int64_t N, int t, int nt, int64_t *n0, int64_t *n1)
+{
+    int64_t per = (N + nt - 1) / nt;
+    per = (per + 15) / 16 * 16;
+    *n0 = per * t < N ? per * t : N;
+    *n1 = per * (t + 1) < N ? per * (t + 1) : N;
+}
+
+int matmul_run(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, float *y)
+{
+    if (n_rows < 0 || w->cols > mm->max_cols)
+        return -1;
+    if (n_rows == 0)
+        return 0;
+    const int M = n_rows, K = (int)w->cols;
+    const int64_t N = w->rows;
+    int bad = 0;
+
+    /* Small products run on the calling thread (pool wake-up and barrier
+     * cost more than the work). */
+    const int n_par = (double)M * (double)N * K >= MATMUL_PAR_MIN_MACS ? mm->n_threads : 1;
+    (void)n_par;  /* unused when compiled without OpenMP */
+#pragma omp parallel num_threads(n_par) reduction(| : bad)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        int64_t n0, n1;
+        share(N, t, nt, &n0, &n1);
+        float *tile = mm->tile + (size_t)t * (size_t)mm->tile_rows * (size_t)mm->max_cols;
+        if (M <= MATMUL_FUSED_MAX_ROWS) {
+            /* Few rows (decode): take one W row at a time (F32 in place,
+             * others decoded into L1) and dot it with every X row. W is read
+             * once, nothing is packed or tiled. */
+            for (int64_t n = n0; n < n1 && !bad; n++) {
+                const uint8_t *src = w->data + (size_t)n * w->row_bytes;
+                const float *wr = (const float *)(const void *)src;
+                if (w->type != GGML_TYPE_F32) {
+                    if (decode_row(w->type, src, tile, K) != 0) {
+                        bad = 1;
+                        break;
+                    }
+                    wr = tile;
+                }
+                dot_rows(wr, x, M, K, y + n, (size_t)N);
+            }
+        } else if (w->type == GGML_TYPE_F32) {
+            /* straight from the mmap */
+            if (n1 > n0)
+                gemm_block(M, (int)(n1 - n0), K, x, (const float *)(const void *)(w->data + (size_t)n0 * w->row_bytes),
+                           y + n0, (int)N);
+        } else {
+            for (int64_t r0 = n0; r0 < n1 && !bad; r0 += mm->tile_rows) {
+                int64_t nn = n1 - r0 < mm->tile_rows ? n1 - r0 : mm->tile_rows;
+                /* tile (nn, K) = dequant(W rows r0 .. r0+nn) */
+                for (int64_t r = 0; r < nn; r++)
+                    if (decode_row(w->type, w->data + (size_t)(r0 + r) * w->row_bytes,
+                                   tile + (size_t)r * (size_t)K, K) != 0)
+                        bad = 1;
+                /* Y[:, r0:r0+nn] = X · tileᵀ */
+                if (!bad)
+                    gemm_block(M, (int)nn, K, x, tile, y + r0, (int)N);
+            }
+        }
+    }
+    return bad ? -1 : 0;
+}

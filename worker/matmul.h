@@ -1,0 +1,61 @@
+/* matmul.h — Y = X · Wᵀ for one weight matrix kept in its file format.
+ *
+ * Every projection of the forward pass (Q, K, V, O, gate, up, down, output)
+ * is one call here over all rows of the step batch:
+ *
+ *     X  (n_rows, in)    float, row-major, contiguous
+ *     W  (out, in)       one row per output feature, each row stored in the
+ *                        weight's ggml type (F32, F16, BF16, Q8_0, Q4_0,
+ *                        Q4_K, Q5_K, Q6_K) exactly as in the GGUF mmap
+ *     Y  (n_rows, out)   float, row-major, contiguous (overwritten)
+ *
+ * F32 weights go straight to cblas_sgemm on the mmap. Other types are
+ * dequantized a tile of `tile_rows` rows at a time into a float scratch
+ * owned by the matmul_t, and each tile is one cblas_sgemm writing the
+ * matching column block of Y. The per-tile step is the seam where integer
+ * dot-product kernels can replace dequant+sgemm later without changing
+ * callers.
+ *
+ * Threads: matmul_run splits W's output rows over n_threads OpenMP threads,
+ * each calling single-threaded OpenBLAS. matmul_new therefore calls
+ * openblas_set_num_threads(1), which is process-wide: two busy-waiting
+ * thread pools on the same cores slow each other down badly.
+ *
+ * Ownership: matmul_new() allocates the scratch once (one tile per thread);
+ * matmul_run() never allocates. matmul_free() releases it and NULLs the
+ * pointer. One matmul_t must not be used by two callers at once.
+ */
+#ifndef PAGODA_WORKER_MATMUL_H
+#define PAGODA_WORKER_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A weight matrix as it lies in the file. */
+typedef struct matmul_weight {
+    uint32_t type;        /* enum ggml_type */
+    int64_t rows;         /* out features (GGUF ne[1]) */
+    int64_t cols;         /* in features (GGUF ne[0]); multiple of the type's block */
+    size_t row_bytes;     /* bytes of one stored row */
+    const uint8_t *data;  /* rows * row_bytes bytes, in the mmap (not owned) */
+} matmul_weight_t;
+
+typedef struct matmul matmul_t;
+
+/* Scratch for weights with at most max_cols columns. n_threads is used for
+ * the dequantization loops (OpenMP). */
+matmul_t *matmul_new(int64_t max_cols, int n_threads);
+void matmul_free(matmul_t **mm);
+
+/* Y (n_rows, w->rows) = X (n_rows, w->cols) · Wᵀ.
+ * Returns  0 ok
+ *         -1 bad arguments (w->cols > max_cols, n_rows < 0) or a type
+ *            the dequantizer does not know; Y is then unspecified. */
+int matmul_run(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, float *y);
+
+/* Dequantizes rows [row0, row0+n) of W into dst (n, w->cols) floats.
+ * 0 ok, -1 unsupported type or rows out of range. Used for embedding
+ * lookups and by tests. */
+int matmul_weight_rows(const matmul_weight_t *w, int64_t row0, int64_t n, float *dst);
+
+#endif

@@ -1,0 +1,253 @@
+/* run_main.c — pagoda-run: generate text from a GGUF model on the command line.
+ *
+ *   pagoda-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]
+ *              [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos]
+ *   pagoda-run -m FILE --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N]
+ *
+ * Only the continuation goes to stdout; diagnostics go to stderr. It runs the
+ * same scheduler as pagoda-worker (with one sequence), so what it prints is
+ * what the server would stream. --bench measures engine-level prefill and
+ * decode throughput at several concurrencies through that scheduler.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "worker/engine.h"
+#include "worker/forward.h"
+#include "worker/sched.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: pagoda-run -m FILE.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
+            "                  [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos]\n"
+            "       pagoda-run -m FILE.gguf --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N]\n"
+            "                  [--max-batch-tokens N]\n"
+            "Prints only the continuation on stdout. --temp 0 is greedy and deterministic.\n");
+}
+
+struct run_state {
+    int finished;
+    int32_t n_completion;
+    const char *finish;
+    int echo;                 /* write text deltas to stdout */
+    int64_t t_first_us;       /* first token of any sequence (bench) */
+};
+
+static void on_event(void *ud, const sched_event_t *ev)
+{
+    struct run_state *rs = ud;
+    if (rs->echo && ev->text_len) {
+        fwrite(ev->text, 1, ev->text_len, stdout);
+        fflush(stdout);
+    }
+    if (ev->finish != SCHED_FINISH_NONE) {
+        rs->finished++;
+        rs->n_completion += ev->n_completion;
+        rs->finish = sched_finish_name(ev->finish);
+        if (ev->finish == SCHED_FINISH_ERROR)
+            log_error("request %llu failed: %s", (unsigned long long)ev->id,
+                      ev->error ? ev->error : "error");
+    }
+}
+
+/* Engine benchmark: for each concurrency c, c sequences of prompt_tokens
+ * random-ish prompt tokens each generate n_gen tokens with EOS ignored. The
+ * prefill figure is prompt tokens / time until every sequence has its first
+ * token; decode is generated tokens after that / remaining time. */
+static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_list,
+                     int prompt_tokens, int n_gen)
+{
+    printf("%-6s %12s %12s %12s\n", "seqs", "prefill t/s", "decode t/s", "total s");
+    char *list = xstrdup(seqs_list);
+    int rc = 0;
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        int c = atoi(tok);
+        if (c < 1)
+            continue;
+        sched_config_t cfg = *base;
+        cfg.max_seqs = c;
+        if (cfg.max_batch_tokens < c)
+            cfg.max_batch_tokens = c;
+        struct run_state rs = {0};
+        char err[256];
+        sched_t *s = sched_new(e->model, e->tok, &cfg, on_event, &rs, err, sizeof err);
+        if (!s) {
+            log_error("%s", err);
+            rc = 1;
+            break;
+        }
+        int32_t *prompt = xmalloc((size_t)prompt_tokens * sizeof *prompt);
+        for (int i = 0; i < c; i++) {
+            uint32_t x = 12345u + 977u * (uint32_t)i;
+            for (int k = 0; k < prompt_tokens; k++) {
+                x = x * 1664525u + 1013904223u;
+                /* avoid control tokens at the bottom of the vocabulary */
+                prompt[k] = 3 + (int32_t)((x >> 8) % (uint32_t)(e->model->cfg.vocab - 3));
+            }
+            if (tokenizer_bos(e->tok) >= 0)
+                prompt[0] = tokenizer_bos(e->tok);
+            sched_req_t r = {.id = (uint64_t)i + 1, .priority = 1, .prompt = prompt,
+                             .n_prompt = prompt_tokens, .max_tokens = n_gen, .ignore_eos = true,
+                             .top_logprobs = -1};
+            sampler_params_default(&r.sampling);
+            r.sampling.temperature = 0;
+            if (sched_submit(s, &r, err, sizeof err) != 0) {
+                log_error("%s", err);
+                rc = 1;
+            }
+        }
+        free(prompt);
+        int64_t t0 = clock_now_us(), t_prefilled = 0;
+        sched_stats_t st;
+        while (sched_busy(s)) {
+            if (sched_step(s) < 0) {
+                rc = 1;
+                break;
+            }
+            sched_stats(s, &st);
+            if (!t_prefilled && st.generated_tokens >= (uint64_t)c)
+                t_prefilled = clock_now_us();
+        }
+        int64_t t1 = clock_now_us();
+        sched_stats(s, &st);
+        double pre_s = (double)(t_prefilled - t0) / 1e6, dec_s = (double)(t1 - t_prefilled) / 1e6;
+        double dec_tokens = (double)st.generated_tokens - c;
+        printf("%-6d %12.1f %12.1f %12.2f\n", c, (double)st.prompt_tokens / pre_s,
+               dec_s > 0 ? dec_tokens / dec_s : 0.0, (double)(t1 - t0) / 1e6);
+        fflush(stdout);
+        sched_free(&s);
+    }
+    free(list);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    /* OpenMP threads that spin while idle steal the core the other process
+     * (gateway, client, another worker) needs: re-exec once with a passive
+     * wait policy unless the environment already chose one. */
+    forward_env_reexec(argv);
+    log_init("pagoda-run", LOG_WARN);
+    const char *model = NULL, *prompt = NULL, *seqs = "1,4,16,32";
+    int n = 128, chat = 0, bench = 0, prompt_tokens = 32, ignore_eos = 0;
+    sampler_params_t sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0.8f;
+    sched_config_t cfg;
+    sched_config_default(&cfg);
+    cfg.max_seqs = 1;
+    enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
+           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
+        {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
+        {"top-k", required_argument, 0, O_TOPK},  {"top-p", required_argument, 0, O_TOPP},
+        {"min-p", required_argument, 0, O_MINP},  {"seed", required_argument, 0, O_SEED},
+        {"repeat-penalty", required_argument, 0, O_REP},
+        {"chat", no_argument, 0, O_CHAT},         {"threads", required_argument, 0, O_THREADS},
+        {"bench", no_argument, 0, O_BENCH},       {"seqs", required_argument, 0, O_SEQS},
+        {"prompt-tokens", required_argument, 0, O_PTOK},
+        {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
+        {"max-batch-tokens", required_argument, 0, O_MBT},
+        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "m:p:n:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'n': n = atoi(optarg); break;
+        case O_TEMP: sp.temperature = strtof(optarg, NULL); break;
+        case O_TOPK: sp.top_k = atoi(optarg); break;
+        case O_TOPP: sp.top_p = strtof(optarg, NULL); break;
+        case O_MINP: sp.min_p = strtof(optarg, NULL); break;
+        case O_REP: sp.repetition_penalty = strtof(optarg, NULL); break;
+        case O_SEED: sp.seed = strtoull(optarg, NULL, 10); sp.has_seed = true; break;
+        case O_CHAT: chat = 1; break;
+        case 't':
+        case O_THREADS: cfg.n_threads = atoi(optarg); break;
+        case O_BENCH: bench = 1; break;
+        case O_SEQS: seqs = optarg; break;
+        case O_PTOK: prompt_tokens = atoi(optarg); break;
+        case O_IGNORE_EOS: ignore_eos = 1; break;
+        case O_MBT: cfg.max_batch_tokens = atoi(optarg); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!model || (!prompt && !bench) || n < 1 || prompt_tokens < 1 || cfg.n_threads < 1) {
+        usage(stderr);
+        return 2;
+    }
+    const char *why = NULL;
+    char err[512];
+    engine_t *e = engine_load(model, err, sizeof err);
+    if (!e) {
+        fprintf(stderr, "pagoda-run: %s\n", err);
+        return 1;
+    }
+    if (sampler_params_validate(&sp, e->model->cfg.vocab, &why) != 0) {
+        fprintf(stderr, "pagoda-run: bad sampling parameters: %s\n", why ? why : "?");
+        engine_free(&e);
+        return 2;
+    }
+    if (bench) {
+        int rc = run_bench(e, &cfg, seqs, prompt_tokens, n);
+        engine_free(&e);
+        return rc;
+    }
+    int32_t *ids = NULL;
+    int32_t n_ids;
+    if (chat) {
+        chat_msg_t m = {.role = "user", .content = prompt};
+        n_ids = engine_prompt_chat(e, &m, 1, &ids, err, sizeof err);
+    } else {
+        n_ids = engine_prompt_text(e, prompt, strlen(prompt), &ids, err, sizeof err);
+    }
+    if (n_ids < 0) {
+        fprintf(stderr, "pagoda-run: %s\n", err);
+        engine_free(&e);
+        return 2;
+    }
+    struct run_state rs = {.echo = 1};
+    sched_t *s = sched_new(e->model, e->tok, &cfg, on_event, &rs, err, sizeof err);
+    int rc = 0;
+    if (!s) {
+        fprintf(stderr, "pagoda-run: %s\n", err);
+        rc = 1;
+        goto out;
+    }
+    sched_req_t r = {.id = 1, .priority = 1, .prompt = ids, .n_prompt = n_ids, .max_tokens = n,
+                     .ignore_eos = ignore_eos, .sampling = sp, .top_logprobs = -1,
+                     .stop_ids = chat ? e->turn_end_ids : NULL,
+                     .n_stop_ids = chat ? e->n_turn_end : 0};
+    if (sched_submit(s, &r, err, sizeof err) != 0) {
+        fprintf(stderr, "pagoda-run: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    int64_t t0 = clock_now_us();
+    while (sched_busy(s))
+        if (sched_step(s) < 0) {
+            rc = 1;
+            break;
+        }
+    double dt = (double)(clock_now_us() - t0) / 1e6;
+    if (isatty(STDOUT_FILENO))
+        printf("\n"); /* only for a person at a terminal: pipes get the continuation alone */
+    fprintf(stderr, "pagoda-run: %d prompt tokens, %d generated in %.2f s (%.1f tok/s), finish: %s\n",
+            n_ids, rs.n_completion, dt, dt > 0 ? rs.n_completion / dt : 0.0,
+            rs.finish ? rs.finish : "?");
+out:
+    sched_free(&s);
+    free(ids);
+    engine_free(&e);
+    return rc;
+}

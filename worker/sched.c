@@ -1,0 +1,707 @@
+/* sched.c — continuous-batching scheduler (see sched.h for the step and the
+ * sequence state machine). */
+#include "worker/sched.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "worker/detok.h"
+#include "worker/forward.h"
+#include "worker/kv_pool.h"
+
+enum seq_state {
+    SEQ_WAITING = 0, /* accepted, holds no KV blocks */
+    SEQ_RUNNING,     /* admitted: owns blocks; prefilling while n_computed < n_tokens - 1 */
+};
+
+typedef struct seq {
+    uint64_t id;
+    int32_t priority;
+    enum seq_state state;
+    uint64_t arrival;          /* submit order: FIFO within a priority */
+    uint64_t admitted;         /* admission order: preemption takes the newest */
+    int64_t deadline_us;
+
+    int32_t *tokens;           /* (cap) prompt then generated ids */
+    int32_t n_tokens;
+    int32_t cap;
+    int32_t n_prompt;
+    int32_t n_generated;       /* generated ids in tokens[], resumed ones included */
+    int32_t n_computed;        /* positions whose K/V is in the cache */
+    int32_t n_cached;          /* prefix-cache hit at first admission (usage) */
+    bool first_admission_done;
+    int32_t max_tokens;
+    bool ignore_eos;
+    int32_t *stop_ids;
+    int32_t n_stop_ids;
+    int32_t top_logprobs;      /* -1 = none */
+
+    kv_seq_t *kv;
+    sampler_t *sampler;
+    detok_t *detok;
+    bool cancelled;
+    enum sched_finish finish;  /* set when the sequence ends during a step */
+
+    /* this step */
+    bool in_batch;             /* has rows in the batch being built */
+    bool out_valid;            /* sampled a token this step: report it */
+    int32_t out_token;
+    sched_token_logprob_t out_lp;
+    char *out_text;            /* (out_cap) this step's text delta */
+    size_t out_len, out_cap;
+} seq_t;
+
+struct sched {
+    const model_t *model;          /* borrowed */
+    const tokenizer_t *tok;        /* borrowed */
+    sched_config_t cfg;
+    forward_t *fwd;
+    kv_pool_t *pool;
+    sched_event_fn on_event;
+    void *ud;
+    bool admitting;
+
+    seq_t **seqs;                  /* (n_seqs) every live sequence, any state */
+    int32_t n_seqs, cap_seqs;
+    uint64_t n_arrivals, n_admissions;
+
+    /* step scratch, sized once */
+    int32_t *b_token, *b_pos, *b_seq; /* (max_batch_tokens) */
+    uint8_t *b_want;                  /* (max_batch_tokens) */
+    const int32_t **b_tables;         /* (max_seqs) */
+    int32_t *b_nblocks;               /* (max_seqs) */
+    seq_t **b_seqs;                   /* (max_seqs) sequence of batch seq index */
+    int32_t *b_chunk;                 /* (max_seqs) rows given to each */
+    float *logits;                    /* (max_seqs, vocab) */
+
+    int32_t max_positions;            /* min(context, KV pool positions): a sequence's hard limit */
+    sched_stats_t st;
+};
+
+/* ---- helpers ------------------------------------------------------------- */
+
+const char *sched_finish_name(enum sched_finish f)
+{
+    switch (f) {
+    case SCHED_FINISH_STOP: return "stop";
+    case SCHED_FINISH_LENGTH: return "length";
+    case SCHED_FINISH_CANCELLED: return "cancelled";
+    case SCHED_FINISH_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+void sched_config_default(sched_config_t *c)
+{
+    memset(c, 0, sizeof *c);
+    c->max_seqs = 32;
+    c->max_batch_tokens = 512;
+    c->block_size = 32;
+    c->n_threads = 2;
+    c->kv_budget_bytes = (size_t)1 << 30;
+}
+
+static void seq_free(seq_t **ps)
+{
+    seq_t *q = *ps;
+    if (!q)
+        return;
+    kv_seq_free(&q->kv);
+    sampler_free(&q->sampler);
+    detok_free(&q->detok);
+    free(q->tokens);
+    free(q->stop_ids);
+    free(q->out_text);
+    free(q);
+    *ps = NULL;
+}
+
+static void seq_push_token(seq_t *q, int32_t t)
+{
+    if (q->n_tokens == q->cap) {
+        q->cap = q->cap ? q->cap * 2 : 64;
+        q->tokens = xrealloc(q->tokens, (size_t)q->cap * sizeof *q->tokens);
+    }
+    q->tokens[q->n_tokens++] = t;
+}
+
+static seq_t *find_seq(const sched_t *s, uint64_t id)
+{
+    for (int32_t i = 0; i < s->n_seqs; i++)
+        if (s->seqs[i]->id == id)
+            return s->seqs[i];
+    return NULL;
+}
+
+static int32_t n_running(const sched_t *s)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_seqs; i++)
+        n += s->seqs[i]->state == SEQ_RUNNING;
+    return n;
+}
+
+/* a should be served before b: better priority, then earlier arrival. */
+static bool seq_before(const seq_t *a, const seq_t *b)
+{
+    if (a->priority != b->priority)
+        return a->priority < b->priority;
+    return a->arrival < b->arrival;
+}
+
+/* Drops q's blocks and sends it back to the waiting queue; everything it has
+ * generated stays, and is recomputed (not resampled) when it is readmitted. */
+static void preempt(sched_t *s, seq_t *q)
+{
+    log_debug("preempt request %llu (priority %d, %d tokens)", (unsigned long long)q->id,
+              q->priority, q->n_tokens);
+    kv_seq_release(q->kv);
+    q->n_computed = 0;
+    q->state = SEQ_WAITING;
+    q->in_batch = false;
+    s->st.preemptions++;
+}
+
+/* The running sequence to preempt for a request of priority `prio`: the
+ * lowest-priority, most recently admitted one, not worse-placed than `prio`
+ * allows (victims must have priority value >= prio; `self` is eligible only
+ * when allow_self). NULL when none. */
+static seq_t *pick_victim(sched_t *s, int32_t prio, const seq_t *self, bool allow_self,
+                          bool strictly_lower)
+{
+    seq_t *v = NULL;
+    for (int32_t i = 0; i < s->n_seqs; i++) {
+        seq_t *q = s->seqs[i];
+        if (q->state != SEQ_RUNNING || (q == self && !allow_self))
+            continue;
+        if (strictly_lower ? q->priority <= prio : q->priority < prio)
+            continue;
+        if (!v || q->priority > v->priority ||
+            (q->priority == v->priority && q->admitted > v->admitted))
+            v = q;
+    }
+    return v;
+}
+
+/* Reserves KV for n more positions of q, preempting lower-priority (or equal
+ * priority, newer) sequences when the pool is full. Returns false when q
+ * cannot get them (q itself may have been preempted then: check its state). */
+static bool reserve_or_preempt(sched_t *s, seq_t *q, int32_t n)
+{
+    for (;;) {
+        int rc = kv_seq_reserve(q->kv, n);
+        if (rc == KV_POOL_OK)
+            return true;
+        if (rc != KV_POOL_NO_CAPACITY)
+            return false;
+        seq_t *v = pick_victim(s, q->priority, q, true, false);
+        if (!v)
+            return false;
+        preempt(s, v);
+        if (v == q)
+            return false;
+    }
+}
+
+static void emit(sched_t *s, seq_t *q, const char *text, size_t text_len, const int32_t *toks,
+                 int32_t n_toks, const sched_token_logprob_t *lp, enum sched_finish fin,
+                 const char *error)
+{
+    sched_event_t ev = {
+        .id = q->id,
+        .text = text ? text : "",
+        .text_len = text_len,
+        .tokens = toks,
+        .n_tokens = n_toks,
+        .logprobs = lp,
+        .finish = fin,
+        .error = error,
+        .n_prompt = q->n_prompt,
+        .n_cached = q->n_cached,
+        .n_completion = q->n_generated,
+    };
+    if (s->on_event)
+        s->on_event(s->ud, &ev);
+}
+
+static void remove_seq_at(sched_t *s, int32_t i)
+{
+    seq_free(&s->seqs[i]);
+    s->seqs[i] = s->seqs[--s->n_seqs];
+}
+
+/* ---- lifecycle ------------------------------------------------------------- */
+
+sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_t *c,
+                   sched_event_fn on_event, void *ud, char *err, size_t errlen)
+{
+    sched_t *s = NULL;
+    const model_config_t *mc = &m->cfg;
+    if (c->max_seqs < 1 || c->max_seqs > 4096 || c->max_batch_tokens < 1 ||
+        c->max_batch_tokens > 65536 || c->block_size < 1 || c->block_size > 4096 ||
+        c->n_threads < 1) {
+        snprintf(err, errlen, "invalid scheduler limits (max_seqs %d, max_batch_tokens %d, block_size %d)",
+                 c->max_seqs, c->max_batch_tokens, c->block_size);
+        return NULL;
+    }
+    s = xcalloc(1, sizeof *s);
+    s->model = m;
+    s->tok = tok;
+    s->cfg = *c;
+    s->on_event = on_event;
+    s->ud = ud;
+    s->admitting = true;
+    /* a batch always has room for one decode row per sequence */
+    if (s->cfg.max_batch_tokens < s->cfg.max_seqs)
+        s->cfg.max_batch_tokens = s->cfg.max_seqs;
+
+    int32_t n_blocks = c->kv_blocks;
+    if (n_blocks <= 0) {
+        int32_t want = (int32_t)(((int64_t)s->cfg.max_seqs * mc->ctx + c->block_size - 1) / c->block_size);
+        int32_t fit = kv_pool_blocks_for_budget(mc->n_layer, mc->kv_dim, c->block_size,
+                                                c->kv_budget_bytes ? c->kv_budget_bytes : ((size_t)1 << 30));
+        n_blocks = want < fit ? want : fit;
+    }
+    if (n_blocks < 1) {
+        snprintf(err, errlen, "KV budget holds no block");
+        goto err;
+    }
+    s->pool = kv_pool_new(mc->n_layer, mc->kv_dim, n_blocks, c->block_size);
+    if (!s->pool) {
+        snprintf(err, errlen, "cannot create a KV pool of %d blocks", n_blocks);
+        goto err;
+    }
+    s->max_positions = mc->ctx < n_blocks * c->block_size ? mc->ctx : n_blocks * c->block_size;
+    s->fwd = forward_new(m, s->cfg.max_batch_tokens, c->n_threads);
+    if (!s->fwd) {
+        snprintf(err, errlen, "cannot create the forward pass context");
+        goto err;
+    }
+    int32_t mb = s->cfg.max_batch_tokens, ms = s->cfg.max_seqs;
+    s->b_token = xmalloc((size_t)mb * sizeof(int32_t));
+    s->b_pos = xmalloc((size_t)mb * sizeof(int32_t));
+    s->b_seq = xmalloc((size_t)mb * sizeof(int32_t));
+    s->b_want = xmalloc((size_t)mb);
+    s->b_tables = xmalloc((size_t)ms * sizeof *s->b_tables);
+    s->b_nblocks = xmalloc((size_t)ms * sizeof(int32_t));
+    s->b_seqs = xmalloc((size_t)ms * sizeof *s->b_seqs);
+    s->b_chunk = xmalloc((size_t)ms * sizeof(int32_t));
+    s->logits = xmalloc((size_t)ms * (size_t)mc->vocab * sizeof(float));
+    log_info("scheduler: %d seqs, %d batch tokens, %d KV blocks of %d positions (%.1f MiB)",
+             ms, mb, n_blocks, c->block_size,
+             (double)n_blocks * (double)kv_pool_block_bytes(mc->n_layer, mc->kv_dim, c->block_size) / 1048576.0);
+    return s;
+err:
+    sched_free(&s);
+    return NULL;
+}
+
+void sched_free(sched_t **ps)
+{
+    sched_t *s = *ps;
+    if (!s)
+        return;
+    for (int32_t i = 0; i < s->n_seqs; i++)
+        seq_free(&s->seqs[i]);
+    free(s->seqs);
+    forward_free(&s->fwd);
+    kv_pool_free(&s->pool);
+    free(s->b_token);
+    free(s->b_pos);
+    free(s->b_seq);
+    free(s->b_want);
+    free(s->b_tables);
+    free(s->b_nblocks);
+    free(s->b_seqs);
+    free(s->b_chunk);
+    free(s->logits);
+    free(s);
+    *ps = NULL;
+}
+
+int32_t sched_context_length(const sched_t *s) { return s->max_positions; }
+int32_t sched_capacity(const sched_t *s) { return s->cfg.max_seqs; }
+void sched_set_admitting(sched_t *s, bool on) { s->admitting = on; }
+bool sched_busy(const sched_t *s) { return s->n_seqs > 0; }
+int sched_check(const sched_t *s) { return kv_pool_check(s->pool); }
+
+void sched_stats(const sched_t *s, sched_stats_t *out)
+{
+    *out = s->st;
+    kv_pool_stats_t ps;
+    kv_pool_stats(s->pool, &ps);
+    out->n_running = n_running(s);
+    out->n_waiting = s->n_seqs - out->n_running;
+    out->kv_blocks_total = ps.n_blocks;
+    out->kv_blocks_used = ps.n_used;
+    out->kv_blocks_cached = ps.n_cached;
+    out->prefix_query_tokens = ps.n_prefix_query_tokens;
+    out->prefix_hit_tokens = ps.n_prefix_hit_tokens;
+}
+
+int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
+{
+    const int32_t ctx = s->max_positions, vocab = s->model->cfg.vocab;
+    if (r->n_prompt < 1) {
+        snprintf(err, errlen, "the prompt is empty");
+        return -1;
+    }
+    if (r->n_resume < 0 || (int64_t)r->n_prompt + r->n_resume + 1 > ctx) {
+        snprintf(err, errlen,
+                 "the prompt has %d tokens (plus %d resumed) but the context holds %d tokens",
+                 r->n_prompt, r->n_resume, ctx);
+        return -1;
+    }
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= vocab) {
+            snprintf(err, errlen, "prompt token %d is out of the vocabulary", r->prompt[i]);
+            return -1;
+        }
+    for (int32_t i = 0; i < r->n_resume; i++)
+        if (r->resume[i] < 0 || r->resume[i] >= vocab) {
+            snprintf(err, errlen, "resumed token %d is out of the vocabulary", r->resume[i]);
+            return -1;
+        }
+    if (find_seq(s, r->id)) {
+        snprintf(err, errlen, "request %llu is already running", (unsigned long long)r->id);
+        return -1;
+    }
+    seq_t *q = xcalloc(1, sizeof *q);
+    q->id = r->id;
+    q->priority = r->priority < 0 ? 0 : r->priority > 2 ? 2 : r->priority;
+    q->state = SEQ_WAITING;
+    q->arrival = s->n_arrivals++;
+    q->deadline_us = r->deadline_us;
+    q->max_tokens = r->max_tokens;
+    q->ignore_eos = r->ignore_eos;
+    q->top_logprobs = r->top_logprobs > 20 ? 20 : r->top_logprobs;
+    q->n_prompt = r->n_prompt;
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        seq_push_token(q, r->prompt[i]);
+    if (r->n_stop_ids > 0) {
+        q->stop_ids = xmalloc((size_t)r->n_stop_ids * sizeof(int32_t));
+        memcpy(q->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof(int32_t));
+        q->n_stop_ids = r->n_stop_ids;
+    }
+    q->kv = kv_seq_new(s->pool);
+    sampler_params_t sp = r->sampling;
+    sp.n_top_logprobs = q->top_logprobs > 0 ? q->top_logprobs : 0;
+    q->sampler = sampler_new(&sp, vocab);
+    q->detok = detok_new(r->stop, (size_t)(r->n_stop > 0 ? r->n_stop : 0));
+    if (!q->sampler || !q->detok) {
+        snprintf(err, errlen, "invalid sampling parameters or stop strings");
+        seq_free(&q);
+        return -1;
+    }
+    sampler_accept_prompt(q->sampler, r->prompt, r->n_prompt);
+    /* Resumed tokens were delivered already: they join the sequence as
+     * generated text, and the detokenizer sees them so UTF-8 and stop-string
+     * state carry on exactly where the client's stream left off. */
+    for (int32_t i = 0; i < r->n_resume; i++) {
+        seq_push_token(q, r->resume[i]);
+        q->n_generated++;
+        sampler_accept(q->sampler, r->resume[i]);
+        size_t plen = 0;
+        const char *piece = tokenizer_token_piece(s->tok, r->resume[i], false, &plen);
+        const char *d;
+        size_t dl;
+        detok_push(q->detok, piece, plen, &d, &dl);
+    }
+    if (s->n_seqs == s->cap_seqs) {
+        s->cap_seqs = s->cap_seqs ? s->cap_seqs * 2 : 16;
+        s->seqs = xrealloc(s->seqs, (size_t)s->cap_seqs * sizeof *s->seqs);
+    }
+    s->seqs[s->n_seqs++] = q;
+    return 0;
+}
+
+int sched_cancel(sched_t *s, uint64_t id)
+{
+    seq_t *q = find_seq(s, id);
+    if (!q)
+        return -1;
+    q->cancelled = true;
+    return 0;
+}
+
+/* ---- the step ------------------------------------------------------------- */
+
+/* Ends cancelled and expired sequences: their blocks go back now. */
+static void reap(sched_t *s)
+{
+    int64_t now = 0;
+    for (int32_t i = 0; i < s->n_seqs;) {
+        seq_t *q = s->seqs[i];
+        enum sched_finish fin = SCHED_FINISH_NONE;
+        const char *msg = NULL;
+        if (q->cancelled) {
+            fin = SCHED_FINISH_CANCELLED;
+        } else if (q->deadline_us) {
+            if (!now)
+                now = clock_now_us();
+            if (now > q->deadline_us) {
+                fin = SCHED_FINISH_ERROR;
+                msg = "the request's deadline passed";
+            }
+        }
+        if (fin == SCHED_FINISH_NONE) {
+            i++;
+            continue;
+        }
+        emit(s, q, NULL, 0, NULL, 0, NULL, fin, msg);
+        remove_seq_at(s, i);
+    }
+}
+
+/* Admits waiting sequences in (priority, arrival) order while slots and KV
+ * blocks allow; a waiting request of strictly higher priority may preempt a
+ * running one when every slot is taken. */
+static void admit(sched_t *s)
+{
+    if (!s->admitting)
+        return;
+    for (;;) {
+        seq_t *best = NULL;
+        for (int32_t i = 0; i < s->n_seqs; i++) {
+            seq_t *q = s->seqs[i];
+            if (q->state == SEQ_WAITING && (!best || seq_before(q, best)))
+                best = q;
+        }
+        if (!best)
+            return;
+        if (n_running(s) >= s->cfg.max_seqs) {
+            seq_t *v = pick_victim(s, best->priority, best, false, true);
+            if (!v)
+                return;
+            preempt(s, v);
+        }
+        /* Attach cached prefix blocks, then reserve the rest of the prompt
+         * (and resumed tokens): admission needs room for the whole recompute
+         * so a new sequence never starts only to be preempted mid-prompt. */
+        int32_t hit = kv_pool_match_prefix(s->pool, best->tokens, best->n_tokens, best->kv);
+        if (hit < 0)
+            hit = 0;
+        int32_t need = best->n_tokens - hit;
+        if (kv_seq_reserve(best->kv, need) != KV_POOL_OK) {
+            seq_t *v = pick_victim(s, best->priority, best, false, true);
+            kv_seq_release(best->kv);
+            if (!v)
+                return; /* wait for blocks to come back */
+            preempt(s, v);
+            continue;
+        }
+        best->state = SEQ_RUNNING;
+        best->admitted = s->n_admissions++;
+        best->n_computed = hit;
+        if (!best->first_admission_done) {
+            best->n_cached = hit;
+            best->first_admission_done = true;
+        }
+    }
+}
+
+/* Appends a detokenizer delta to q's text for this step. */
+static void out_append(seq_t *q, const char *d, size_t n)
+{
+    if (!n)
+        return;
+    if (q->out_len + n > q->out_cap) {
+        q->out_cap = (q->out_len + n) * 2 + 64;
+        q->out_text = xrealloc(q->out_text, q->out_cap);
+    }
+    memcpy(q->out_text + q->out_len, d, n);
+    q->out_len += n;
+}
+
+/* Samples the next token of q from its logits row and runs the stop checks
+ * in OpenAI's order: end-of-generation token, stop string, length. */
+static void sample_one(sched_t *s, seq_t *q, const float *row)
+{
+    sampler_logprobs_t lp;
+    int32_t t = sampler_sample(q->sampler, row, q->top_logprobs >= 0 ? &lp : NULL);
+    q->out_token = t;
+    q->out_valid = true;
+    q->out_len = 0;
+    if (q->top_logprobs >= 0) {
+        q->out_lp.token = t;
+        q->out_lp.logprob = lp.logprob;
+        int32_t n = lp.n_top < q->top_logprobs ? lp.n_top : q->top_logprobs;
+        q->out_lp.n_top = n;
+        for (int32_t i = 0; i < n; i++) {
+            q->out_lp.top[i].token = lp.top_token[i];
+            q->out_lp.top[i].logprob = lp.top_logprob[i];
+        }
+    }
+    sampler_accept(q->sampler, t);
+    seq_push_token(q, t);
+    q->n_generated++;
+    s->st.generated_tokens++;
+
+    const char *d;
+    size_t dl;
+    bool eog = tokenizer_is_eog(s->tok, t);
+    for (int32_t i = 0; !eog && i < q->n_stop_ids; i++)
+        eog = q->stop_ids[i] == t;
+    if (eog && !q->ignore_eos) {
+        detok_finish(q->detok, DETOK_FINISH_EOS, &d, &dl);
+        out_append(q, d, dl);
+        q->finish = SCHED_FINISH_STOP;
+        return;
+    }
+    size_t plen = 0;
+    const char *piece = tokenizer_token_piece(s->tok, t, false, &plen);
+    int rc = detok_push(q->detok, piece, plen, &d, &dl);
+    out_append(q, d, dl);
+    if (rc == DETOK_STOP) {
+        q->finish = SCHED_FINISH_STOP;
+        return;
+    }
+    bool at_max = q->max_tokens > 0 && q->n_generated >= q->max_tokens;
+    bool ctx_full = q->n_tokens >= s->max_positions;
+    if (at_max || ctx_full) {
+        detok_finish(q->detok, DETOK_FINISH_LENGTH, &d, &dl);
+        out_append(q, d, dl);
+        q->finish = detok_finish_reason(q->detok) == DETOK_FINISH_STOP ? SCHED_FINISH_STOP
+                                                                       : SCHED_FINISH_LENGTH;
+    }
+}
+
+/* The next sequence to give rows to: pass 0 takes decode rows (one pending
+ * token after a sampled one), pass 1 prefill chunks; best priority first. */
+static seq_t *next_for_batch(sched_t *s, int pass)
+{
+    seq_t *pick = NULL;
+    for (int32_t i = 0; i < s->n_seqs; i++) {
+        seq_t *q = s->seqs[i];
+        if (q->state != SEQ_RUNNING || q->in_batch)
+            continue;
+        bool is_decode = q->n_tokens - q->n_computed == 1 && q->n_generated > 0;
+        if ((pass == 0) != is_decode)
+            continue;
+        if (!pick || seq_before(q, pick))
+            pick = q;
+    }
+    return pick;
+}
+
+/* Packs the step's batch; returns its row count. Preemption while packing
+ * can take a sequence that is already in the batch, so packing restarts
+ * from scratch whenever it preempts (it preempts at most n_seqs times). */
+static int32_t build_batch(sched_t *s, int32_t *n_bseq_out)
+{
+    const int32_t budget = s->cfg.max_batch_tokens;
+restart:
+    for (int32_t i = 0; i < s->n_seqs; i++)
+        s->seqs[i]->in_batch = false;
+    int32_t n_rows = 0, n_bseq = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        seq_t *q;
+        while (n_rows < budget && n_bseq < s->cfg.max_seqs && (q = next_for_batch(s, pass))) {
+            int32_t pending = q->n_tokens - q->n_computed;
+            int32_t chunk = pending < budget - n_rows ? pending : budget - n_rows;
+            if (kv_seq_capacity(q->kv) - q->n_computed < chunk) {
+                uint64_t before = s->st.preemptions;
+                bool ok = reserve_or_preempt(s, q, chunk);
+                if (s->st.preemptions != before)
+                    goto restart;
+                if (!ok) {
+                    q->in_batch = true; /* skip it this step */
+                    continue;
+                }
+            }
+            q->in_batch = true;
+            int32_t b = n_bseq++;
+            s->b_seqs[b] = q;
+            s->b_chunk[b] = chunk;
+            for (int32_t k = 0; k < chunk; k++) {
+                int32_t p = q->n_computed + k;
+                s->b_token[n_rows] = q->tokens[p];
+                s->b_pos[n_rows] = p;
+                s->b_seq[n_rows] = b;
+                s->b_want[n_rows] = (uint8_t)(p == q->n_tokens - 1);
+                n_rows++;
+            }
+        }
+    }
+    *n_bseq_out = n_bseq;
+    return n_rows;
+}
+
+int sched_step(sched_t *s)
+{
+    reap(s);
+    admit(s);
+
+    int32_t n_bseq = 0;
+    int32_t n_rows = build_batch(s, &n_bseq);
+    if (n_rows == 0)
+        return 0;
+    for (int32_t b = 0; b < n_bseq; b++) {
+        seq_t *q = s->b_seqs[b];
+        /* positions [n_computed, n_computed + chunk) are written by this pass */
+        int rc = kv_seq_append(q->kv, q->tokens + q->n_computed, s->b_chunk[b]);
+        assert(rc == KV_POOL_OK);
+        (void)rc;
+        s->b_tables[b] = kv_seq_block_table(q->kv);
+        s->b_nblocks[b] = kv_seq_n_blocks(q->kv);
+    }
+    fwd_batch_t fb = {
+        .n_rows = n_rows,
+        .token = s->b_token,
+        .pos = s->b_pos,
+        .seq = s->b_seq,
+        .want_logits = s->b_want,
+        .n_seq = n_bseq,
+        .block_tables = s->b_tables,
+        .n_blocks = s->b_nblocks,
+    };
+    if (forward_run(s->fwd, &fb, kv_pool_store(s->pool), s->logits) != 0) {
+        const char *msg = forward_error(s->fwd);
+        log_error("forward pass failed: %s", msg ? msg : "unknown error");
+        while (s->n_seqs > 0) {
+            emit(s, s->seqs[0], NULL, 0, NULL, 0, NULL, SCHED_FINISH_ERROR, "engine error");
+            remove_seq_at(s, 0);
+        }
+        return -1;
+    }
+    s->st.steps++;
+
+    /* Logits rows come in batch order, one per sequence whose chunk ended on
+     * its last pending token (rows of one sequence are contiguous). */
+    int32_t i_logit = 0;
+    for (int32_t b = 0; b < n_bseq; b++) {
+        seq_t *q = s->b_seqs[b];
+        int32_t end = q->n_computed + s->b_chunk[b];
+        if (q->n_computed < q->n_prompt) {
+            int32_t pe = end < q->n_prompt ? end : q->n_prompt;
+            s->st.prompt_tokens += (uint64_t)(pe - q->n_computed);
+        }
+        q->n_computed = end;
+        kv_pool_commit_full_blocks(s->pool, q->kv);
+        if (end == q->n_tokens) {
+            sample_one(s, q, s->logits + (size_t)i_logit * (size_t)s->model->cfg.vocab);
+            i_logit++;
+        }
+    }
+
+    /* Report, then retire finished sequences (their full blocks stay cached). */
+    for (int32_t i = 0; i < s->n_seqs;) {
+        seq_t *q = s->seqs[i];
+        if (q->out_valid) {
+            q->out_valid = false;
+            emit(s, q, q->out_text, q->out_len, &q->out_token, 1,
+                 q->top_logprobs >= 0 ? &q->out_lp : NULL, q->finish, NULL);
+        }
+        if (q->finish != SCHED_FINISH_NONE) {
+            remove_seq_at(s, i);
+            continue;
+        }
+        i++;
+    }
+    return n_rows;
+}

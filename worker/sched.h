@@ -1,0 +1,158 @@
+/* sched.h — the worker's continuous-batching scheduler.
+ *
+ * One scheduler owns one model's forward context, its paged KV pool and every
+ * sequence the worker has accepted. Each call to sched_step() runs one forward
+ * pass over a batch packed from all active sequences:
+ *
+ *   1. drop cancelled sequences (their blocks are released in this step);
+ *   2. admit waiting sequences in (priority, arrival) order while there is a
+ *      free sequence slot (--max-seqs) and KV blocks for their first chunk;
+ *      a prefix-cache lookup lets a new sequence skip cached full blocks;
+ *   3. pack the batch under the token budget (--max-batch-tokens): one decode
+ *      row for every running sequence that has sampled a token, then prefill
+ *      chunks of sequences still reading their prompt (chunked prefill);
+ *   4. when the KV pool has no block for a row, preempt the lowest-priority,
+ *      most recently admitted sequence: free its blocks and put it back in the
+ *      waiting queue to recompute prompt + generated tokens later;
+ *   5. forward the batch, sample one token for every sequence whose prompt is
+ *      fully computed, detokenize, check stop conditions and report events.
+ *
+ * Sequence states (enum sched_seq_state):
+ *
+ *   WAITING ──admit──► PREFILL ──last prompt chunk──► DECODE ──stop──► (freed)
+ *      ▲                  │                             │
+ *      └────preempt───────┴─────────────────────────────┘
+ *
+ * A sequence that is preempted keeps its generated tokens, sampler state and
+ * detokenizer, so resuming it reproduces exactly what an uninterrupted run
+ * would have produced (the recompute samples nothing).
+ *
+ * Ownership: sched_new() borrows the model and tokenizer (they must outlive
+ * the scheduler); sched_submit() copies everything it is given. Events passed
+ * to the callback are valid only during the call.
+ */
+#ifndef PAGODA_WORKER_SCHED_H
+#define PAGODA_WORKER_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/model.h"
+#include "worker/sampler.h"
+#include "worker/tokenizer.h"
+
+typedef struct sched_config {
+    int32_t max_seqs;          /* sequence slots; 1 turns batching off */
+    int32_t max_batch_tokens;  /* rows in one forward step (decode rows + prefill chunks) */
+    int32_t kv_blocks;         /* physical KV blocks; 0 = derive from kv_budget_bytes */
+    size_t kv_budget_bytes;    /* used when kv_blocks == 0 */
+    int32_t block_size;        /* token positions per KV block (32) */
+    int32_t n_threads;         /* threads for the forward pass */
+} sched_config_t;
+
+/* Defaults: 32 seqs, 512 batch tokens, 32-token blocks, 2 threads and a KV
+ * pool that holds max_seqs full contexts or 1 GiB, whichever is smaller. */
+void sched_config_default(sched_config_t *c);
+
+enum sched_finish {
+    SCHED_FINISH_NONE = 0,   /* still running: a delta */
+    SCHED_FINISH_STOP,       /* EOS/EOT token or a stop string */
+    SCHED_FINISH_LENGTH,     /* max_tokens or the context length */
+    SCHED_FINISH_CANCELLED,  /* sched_cancel() */
+    SCHED_FINISH_ERROR,      /* see sched_event_t.error */
+};
+const char *sched_finish_name(enum sched_finish f); /* "stop", "length", ... */
+
+/* One request, as the worker hands it over (copied by sched_submit). */
+typedef struct sched_req {
+    uint64_t id;               /* unique among live requests */
+    int32_t priority;          /* 0 high, 1 normal, 2 low: admission and preemption order */
+    const int32_t *prompt;     /* (n_prompt) token ids, BOS included when wanted */
+    int32_t n_prompt;
+    const int32_t *resume;     /* (n_resume) tokens already generated and delivered elsewhere */
+    int32_t n_resume;
+    int32_t max_tokens;        /* new tokens in all, resumed ones included; <= 0: up to the context */
+    bool ignore_eos;           /* keep going past EOS/EOT (benchmarks) */
+    const char *const *stop;   /* (n_stop) stop strings */
+    int32_t n_stop;
+    const int32_t *stop_ids;   /* (n_stop_ids) extra token ids that end generation */
+    int32_t n_stop_ids;
+    sampler_params_t sampling;
+    int32_t top_logprobs;      /* -1: no logprobs; 0..20: chosen token plus that many alternatives */
+    int64_t deadline_us;       /* clock_now_us() deadline; 0 = none */
+} sched_req_t;
+
+typedef struct sched_top_logprob {
+    int32_t token;
+    float logprob;
+} sched_top_logprob_t;
+
+typedef struct sched_token_logprob {
+    int32_t token;
+    float logprob;
+    int32_t n_top;
+    sched_top_logprob_t top[20];
+} sched_token_logprob_t;
+
+/* What the scheduler reports for one request after a step. */
+typedef struct sched_event {
+    uint64_t id;
+    const char *text;          /* UTF-8 delta (text_len bytes, may be 0) */
+    size_t text_len;
+    const int32_t *tokens;     /* (n_tokens) ids generated in this step */
+    int32_t n_tokens;
+    const sched_token_logprob_t *logprobs; /* (n_tokens) or NULL */
+    enum sched_finish finish;
+    const char *error;         /* message when finish == SCHED_FINISH_ERROR */
+    /* usage, meaningful with finish != NONE */
+    int32_t n_prompt;          /* prompt tokens */
+    int32_t n_cached;          /* prompt tokens served from the prefix cache at first admission */
+    int32_t n_completion;      /* tokens generated, resumed ones included */
+} sched_event_t;
+
+typedef void (*sched_event_fn)(void *ud, const sched_event_t *ev);
+
+typedef struct sched_stats {
+    int32_t n_running;         /* admitted sequences */
+    int32_t n_waiting;         /* accepted, not admitted (preempted ones included) */
+    int32_t kv_blocks_total;
+    int32_t kv_blocks_used;    /* referenced by a sequence */
+    int32_t kv_blocks_cached;  /* unreferenced, kept for the prefix cache */
+    uint64_t prefix_query_tokens;
+    uint64_t prefix_hit_tokens;
+    uint64_t preemptions;
+    uint64_t prompt_tokens;    /* prompt tokens computed (cache hits excluded) */
+    uint64_t generated_tokens;
+    uint64_t steps;
+} sched_stats_t;
+
+typedef struct sched sched_t;
+
+/* Returns NULL with a message in err when the model or config can't be used. */
+sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_t *c,
+                   sched_event_fn on_event, void *ud, char *err, size_t errlen);
+void sched_free(sched_t **s);
+
+/* Accepts a request. Return codes:
+ *    0  queued
+ *   -1  invalid (message in err): empty prompt, prompt + 1 > context, duplicate id */
+int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen);
+/* Cancels a request at any phase; its blocks are freed in the next step and a
+ * final event with SCHED_FINISH_CANCELLED is reported. 0 ok, -1 unknown id. */
+int sched_cancel(sched_t *s, uint64_t id);
+/* Stops admitting new work (drain); running and waiting requests continue. */
+void sched_set_admitting(sched_t *s, bool on);
+
+/* Runs one step. Returns the number of rows forwarded (0 when idle), -1 on an
+ * engine error (every active request then ends with SCHED_FINISH_ERROR). */
+int sched_step(sched_t *s);
+/* True while any request is accepted and not finished. */
+bool sched_busy(const sched_t *s);
+void sched_stats(const sched_t *s, sched_stats_t *out);
+/* KV pool consistency check (tests): 0 ok. */
+int sched_check(const sched_t *s);
+int32_t sched_context_length(const sched_t *s);
+int32_t sched_capacity(const sched_t *s);
+
+#endif
