@@ -161,6 +161,8 @@ int main(int argc, char **argv)
     size_t n_models = 0;
     const char *worker_args[MAX_WORKER_ARGS];
     size_t n_worker_args = 0;
+    char *flags_made[MAX_WORKER_ARGS]; /* "--max-seqs" etc., freed at exit */
+    size_t n_flags_made = 0;
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
         {"worker-endpoint", required_argument, NULL, 'w'},
@@ -257,7 +259,8 @@ int main(int argc, char **argv)
                 size_t n = strlen(opts[idx].name) + 3;
                 char *flag = xmalloc(n);
                 snprintf(flag, n, "--%s", opts[idx].name);
-                worker_args[n_worker_args++] = flag; /* lives until exit */
+                flags_made[n_flags_made++] = flag;
+                worker_args[n_worker_args++] = flag;
                 worker_args[n_worker_args++] = optarg;
             }
             break;
@@ -342,6 +345,8 @@ out:
     gateway_free(&gw);
     for (size_t i = 0; i < n_models; i++)
         free(model_specs[i]);
+    for (size_t i = 0; i < n_flags_made; i++)
+        free(flags_made[i]);
     if (rc == 0)
         log_info("bye");
     return rc;

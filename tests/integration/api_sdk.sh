@@ -26,7 +26,7 @@ check "--hash-key lines make a keys file" test "$(wc -l <"$TMP/keys.txt")" -eq 3
 
 PA=$(free_port); ZA=$(free_port); PB=$(free_port); ZB=$(free_port)
 spawn "$TMP/gwA.log" "$GW" --listen 127.0.0.1:$PA --worker-endpoint tcp://127.0.0.1:$ZA --keys "$TMP/keys.txt" \
-  --model "stories=$MODEL_FILE" --max-seqs 8 --heartbeat-ms 200 --log-level debug
+  --model "stories=$MODEL_FILE" --max-seqs 8 --log-level debug
 spawn "$TMP/gwB.log" "$GW" --listen 127.0.0.1:$PB --worker-endpoint tcp://127.0.0.1:$ZB --keys "$TMP/keys.txt" \
   --model "stories=$MODEL_FILE" --max-seqs 1 --max-queue 7 --log-level debug
 ready() { curl -sf "http://127.0.0.1:$1/health" | grep -q '"replicas":1'; }
