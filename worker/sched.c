@@ -499,7 +499,9 @@ static void admit(sched_t *s)
         best->admitted = s->n_admissions++;
         best->n_computed = hit;
         if (!best->first_admission_done) {
-            best->n_cached = hit;
+            /* usage counts prompt tokens: a resumed request's hit can reach
+             * into its resumed tokens, which are not prompt */
+            best->n_cached = hit < best->n_prompt ? hit : best->n_prompt;
             best->first_admission_done = true;
         }
     }
