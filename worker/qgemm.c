@@ -274,8 +274,9 @@ static void decode_block_scalar(enum kind kind, uint32_t type, const uint8_t *ro
 
 /* Panel meta data of K-quant column c from its row: sc, mm, d, dm for all
  * nb 32-blocks. Shared by both ISAs (the cost is per 256 weights). */
-static void fill_meta_k(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb, int c,
-                        panel_t *p)
+static inline __attribute__((always_inline)) void
+fill_meta_k_with(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb, int c, panel_t *p,
+                 float (*rdh)(const uint8_t *))
 {
     size_t bb = ggml_type_block_bytes(type);
     for (int64_t sb = 0; sb < nb / 8; sb++) {
@@ -312,6 +313,12 @@ static void fill_meta_k(enum kind kind, uint32_t type, const uint8_t *row, int64
             }
         }
     }
+}
+
+static void fill_meta_k(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb, int c,
+                        panel_t *p)
+{
+    fill_meta_k_with(kind, type, row, nb, c, p, rdh);
 }
 
 /* rows[c] (c < 8) point at the 8 W rows of the panel (missing columns repeat
@@ -449,6 +456,17 @@ AVX2 static void xquant_block_avx2(const float *x, int8_t *q, float *d, int32_t 
     *s = pair16(_mm_cvtsi128_si32(t), _mm_extract_epi32(t, 1));
 }
 
+AVX2_INLINE float rdh_f16c(const uint8_t *p) { return _cvtsh_ss(rd16(p)); }
+
+AVX2 static void fill_meta_k_avx2(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb,
+                                  int c, panel_t *p)
+{
+    if (kind == K_Q6_K)
+        fill_meta_k_with(K_Q6_K, type, row, nb, c, p, rdh_f16c);
+    else
+        fill_meta_k_with(K_Q45_K, type, row, nb, c, p, rdh_f16c);
+}
+
 /* Raw quants of 32-block b of a row, as decode_block_scalar. */
 AVX2_INLINE __m256i decode_block_avx2(enum kind kind, bool q5, const uint8_t *row, int64_t b)
 {
@@ -511,11 +529,17 @@ AVX2_INLINE void transpose8(__m256i r[8])
     }
 }
 
+/* Also prefetches the n_next bytes at next (the following panel's rows,
+ * contiguous in W) spread over the blocks, so the next fill finds them in
+ * cache: 8 interleaved short row streams defeat the hardware prefetcher. */
 AVX2_INLINE void fill_panel_avx2_kind(enum kind kind, uint32_t type, const uint8_t *const rows[NC],
-                                      int64_t nb, panel_t *p)
+                                      int64_t nb, panel_t *p, const uint8_t *next, size_t n_next)
 {
     bool q5 = type == GGML_TYPE_Q5_K;
+    size_t pf = 0, pf_step = (n_next / (size_t)nb + 63) / 64 * 64;
     for (int64_t b = 0; b < nb; b++) {
+        for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
+            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
         __m256i v[8];
         for (int c = 0; c < NC; c++)
             v[c] = decode_block_avx2(kind, q5, rows[c], b);
@@ -534,17 +558,17 @@ AVX2_INLINE void fill_panel_avx2_kind(enum kind kind, uint32_t type, const uint8
     }
     if (kind == K_Q6_K || kind == K_Q45_K)
         for (int c = 0; c < NC; c++)
-            fill_meta_k(kind, type, rows[c], nb, c, p);
+            fill_meta_k_avx2(kind, type, rows[c], nb, c, p);
 }
 
 AVX2 static void fill_panel_avx2(enum kind kind, uint32_t type, const uint8_t *const rows[NC],
-                                 int64_t nb, panel_t *p)
+                                 int64_t nb, panel_t *p, const uint8_t *next, size_t n_next)
 {
     switch (kind) {
-    case K_Q8_0: fill_panel_avx2_kind(K_Q8_0, type, rows, nb, p); break;
-    case K_Q4_0: fill_panel_avx2_kind(K_Q4_0, type, rows, nb, p); break;
-    case K_Q6_K: fill_panel_avx2_kind(K_Q6_K, type, rows, nb, p); break;
-    case K_Q45_K: fill_panel_avx2_kind(K_Q45_K, type, rows, nb, p); break;
+    case K_Q8_0: fill_panel_avx2_kind(K_Q8_0, type, rows, nb, p, next, n_next); break;
+    case K_Q4_0: fill_panel_avx2_kind(K_Q4_0, type, rows, nb, p, next, n_next); break;
+    case K_Q6_K: fill_panel_avx2_kind(K_Q6_K, type, rows, nb, p, next, n_next); break;
+    case K_Q45_K: fill_panel_avx2_kind(K_Q45_K, type, rows, nb, p, next, n_next); break;
     }
 }
 
@@ -589,6 +613,9 @@ AVX2_INLINE void kern_avx2_kr(enum kind kind, int R, const panel_t *p, const qx_
                 __m256i prod = kind == K_Q8_0 ? _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xb, w))
                                               : _mm256_maddubs_epi16(w, xb);
                 ia[r] = _mm256_add_epi32(ia[r], _mm256_madd_epi16(prod, sc));
+                /* keeps GCC from reassociating the int32 sums into trees of
+                 * temporaries, which spills registers at R = 4 */
+                __asm__("" : "+x"(ia[r]));
             }
         }
         __m256 d = _mm256_load_ps(p->d + 8 * b);
@@ -636,6 +663,109 @@ KERN_AVX2(kern_avx2_q4_0, K_Q4_0)
 KERN_AVX2(kern_avx2_q6_k, K_Q6_K)
 KERN_AVX2(kern_avx2_q45_k, K_Q45_K)
 
+/* Direct path for a few X rows (Q8_0 and Q4_0): no panel. Each W row's
+ * block is decoded in element order and multiplied against the X block; the
+ * 8 columns' int32 partial vectors are then reduced with a horizontal-add
+ * tree into one vector of exact per-column block sums, the same integers I
+ * the panel kernel builds, finished with the same float operations, so the
+ * result is bit-identical to the panel path. Transposing a panel costs about
+ * as much as the products of 8 rows; below that the tree is cheaper. */
+#define RD 4 /* X rows per pass of the direct path */
+/* Up to these n_rows the direct path beats the panel (measured on Zen 3,
+ * 2048×768: Q8_0 1 row 63 vs 184 us, 8 rows 324 vs 366 us, 12 rows equal;
+ * Q4_0 4 rows 188 vs 241 us, 5 rows equal). */
+#define DIRECT_MAX_Q8_0 8
+#define DIRECT_MAX_Q4_0 4
+
+/* int32 partial sums (8 lanes over the elements) of the W block of column c
+ * times each X row's block. */
+AVX2_INLINE void direct_col(enum kind kind, int R, const uint8_t *row, int64_t b, const __m256i xv[RD],
+                            __m256i part[RD])
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i w = decode_block_avx2(kind, false, row, b);
+    __m256i aw = kind == K_Q8_0 ? _mm256_abs_epi8(w) : w;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        __m256i prod = kind == K_Q8_0 ? _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[r], w))
+                                      : _mm256_maddubs_epi16(w, xv[r]);
+        part[r] = _mm256_madd_epi16(prod, ones);
+    }
+}
+
+/* Horizontal-add tree, interleaved with the products so few vectors are
+ * live: h(c, c+1) = hadd(part c, part c+1), q = hadd(h01, h23) holds
+ * [Σlo c0..c3 | Σhi c0..c3]; the final add of the two 128-bit halves gives
+ * lane c = Σ of all 8 lanes of column c. */
+AVX2_INLINE void direct_avx2_kr(enum kind kind, int R, const uint8_t *const rows[NC], const qx_t *x,
+                                float out[RT][NC])
+{
+    const __m256i eight = _mm256_set1_epi16(8);
+    size_t bb = kind == K_Q8_0 ? 34 : 18;
+    __m256 acc[RD];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < x->nb; b++) {
+        __m256i xv[RD], q[2][RD];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            xv[r] = _mm256_loadu_si256((const __m256i *)(x->q + r * x->n_in + QB * b));
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; half++) {
+            __m256i h[2][RD];
+#pragma GCC unroll 2
+            for (int pair = 0; pair < 2; pair++) {
+                __m256i p0[RD], p1[RD];
+                int c = 4 * half + 2 * pair;
+                direct_col(kind, R, rows[c], b, xv, p0);
+                direct_col(kind, R, rows[c + 1], b, xv, p1);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++)
+                    h[pair][r] = _mm256_hadd_epi32(p0[r], p1[r]);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                q[half][r] = _mm256_hadd_epi32(h[0][r], h[1][r]);
+        }
+        __m128i hd = _mm_setr_epi16((short)rd16(rows[0] + b * bb), (short)rd16(rows[1] + b * bb),
+                                    (short)rd16(rows[2] + b * bb), (short)rd16(rows[3] + b * bb),
+                                    (short)rd16(rows[4] + b * bb), (short)rd16(rows[5] + b * bb),
+                                    (short)rd16(rows[6] + b * bb), (short)rd16(rows[7] + b * bb));
+        __m256 d = _mm256_cvtph_ps(hd);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256i I = _mm256_add_epi32(_mm256_permute2x128_si256(q[0][r], q[1][r], 0x20),
+                                         _mm256_permute2x128_si256(q[0][r], q[1][r], 0x31));
+            if (kind == K_Q4_0)
+                I = _mm256_sub_epi32(I, _mm256_madd_epi16(eight, _mm256_set1_epi32(x->s[r * x->nb + b])));
+            __m256 dx = _mm256_set1_ps(x->d[r * x->nb + b]);
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(d, dx)));
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        _mm256_storeu_ps(out[r], acc[r]);
+}
+
+/* rows 0..R-1 of x (R ≤ RD) against the 8 W rows */
+AVX2 static void direct_avx2(enum kind kind, int R, const uint8_t *const rows[NC], const qx_t *x,
+                             float out[RT][NC])
+{
+#define DIRECT_R(K)                                                                \
+    switch (R) {                                                                   \
+    case 1: direct_avx2_kr(K, 1, rows, x, out); break;                             \
+    case 2: direct_avx2_kr(K, 2, rows, x, out); break;                             \
+    case 3: direct_avx2_kr(K, 3, rows, x, out); break;                             \
+    default: direct_avx2_kr(K, 4, rows, x, out); break;                            \
+    }
+    if (kind == K_Q8_0)
+        DIRECT_R(K_Q8_0)
+    else
+        DIRECT_R(K_Q4_0)
+#undef DIRECT_R
+}
+
 /* ---- driver ------------------------------------------------------------------- */
 
 int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in,
@@ -663,6 +793,8 @@ int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n
         }
     }
     const uint8_t *w8 = w;
+    bool direct = avx2 && ((kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) ||
+                           (kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
     int n_threads = c->n_threads;
     if ((int64_t)n_threads > n_panels)
         n_threads = (int)n_panels;
@@ -693,8 +825,24 @@ int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n
             const uint8_t *rows[NC];
             for (int k = 0; k < NC; k++)
                 rows[k] = w8 + (size_t)(c0 + (k < nc ? k : 0)) * rb;
-            if (avx2)
-                fill_panel_avx2(kind, type, rows, nb, &p);
+            if (direct) {
+                for (int r0 = 0; r0 < n_rows; r0 += RD) {
+                    int R = n_rows - r0 < RD ? n_rows - r0 : RD;
+                    qx_t qr = {qx.q + (int64_t)r0 * n_in, qx.d + (int64_t)r0 * nb, qx.s + (int64_t)r0 * nb,
+                               n_in, nb};
+                    float out[RT][NC];
+                    direct_avx2(kind, R, rows, &qr, out);
+                    for (int r = 0; r < R; r++)
+                        memcpy(y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
+                }
+                continue;
+            }
+            if (avx2) {
+                /* the rows of panel ip + 1, clipped to W */
+                int64_t n_next_rows = n_out - (c0 + NC) < NC ? n_out - (c0 + NC) : NC;
+                size_t n_next = n_next_rows > 0 ? (size_t)n_next_rows * rb : 0;
+                fill_panel_avx2(kind, type, rows, nb, &p, w8 + (size_t)(c0 + NC) * rb * (n_next > 0), n_next);
+            }
             else
                 fill_panel_scalar(kind, type, rows, nb, &p);
             for (int r0 = 0; r0 < n_rows; r0 += RT) {

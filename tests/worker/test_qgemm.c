@@ -24,7 +24,9 @@
  * ../shared, (c) the llama-quantize tensors of the zoo models.
  *
  * Exactness claims checked bit for bit: AVX2 == scalar; a row's outputs do
- * not depend on n_rows, on its position in the batch or on the thread count.
+ * not depend on n_rows, on its position in the batch or on the thread count
+ * (n_rows ≤ 8 runs the AVX2 direct path for Q8_0, ≤ 4 for Q4_0, larger
+ * batches the panel path: the comparisons cross both).
  *
  * QGEMM_BENCH=1 build/tests/worker/test_qgemm runs a benchmark instead
  * (110M llama shapes, against dequantize + cblas_sgemm).
@@ -246,7 +248,7 @@ static void test_accuracy_all_types(void **state)
 {
     (void)state;
     static const int64_t N_IN[] = {256, 768, 2048};
-    static const int N_ROWS[] = {1, 3, 4, 17, 32};
+    static const int N_ROWS[] = {1, 3, 4, 6, 17, 32};
     static const int64_t N_OUT[] = {13, 1, 7, 21};
     qgemm_ctx_t *ctx = qgemm_ctx_new(32, 2048);
     for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) {
@@ -359,8 +361,10 @@ static void test_batch_and_thread_invariance(void **state)
                 assert_memory_equal(y1, all + (int64_t)r * n_out, (size_t)n_out * sizeof(float));
                 free(y1);
             }
-            int spans[][2] = {{5, 3}, {3, 17}, {28, 4}};
-            for (int s = 0; s < 3; s++) {
+            /* 3, 4, 7 rows take the direct path for Q8_0 (7 = two passes)
+             * and Q4_0 (3, 4); 17 the panel path */
+            int spans[][2] = {{5, 3}, {3, 17}, {28, 4}, {20, 7}};
+            for (int s = 0; s < 4; s++) {
                 int r0 = spans[s][0], n = spans[s][1];
                 float *ys = run_qgemm(ctx, type, w, n_out, n_in, x + (int64_t)r0 * n_in, n);
                 assert_memory_equal(ys, all + (int64_t)r0 * n_out, (size_t)n * (size_t)n_out * sizeof(float));
