@@ -13,13 +13,23 @@
  *      (round to nearest even of x / d, d = max|x| / 127, d kept as f32) plus
  *      the two 16-element sums of q (for the offset / min terms of Q4_0,
  *      Q4_K, Q5_K, Q6_K);
- *   2. W is processed 8 output columns (8 rows of W) at a time: the 8 rows are
- *      decoded to integers and transposed into a per-thread "panel" so one
- *      256-bit register holds 4 consecutive weights of each of the 8 columns;
- *   3. every X row (4 at a time, sharing each loaded weight register) is
- *      multiplied against the panel with AVX2 _mm256_maddubs_epi16 /
- *      _mm256_madd_epi16: each (row, column, 32-block) dot product is an
- *      exact int32 sum, then scaled and accumulated in f32.
+ *   2. output columns go 8 at a time (8 rows of W). Small batches of Q8_0
+ *      (n_rows ≤ 8) and Q4_0 (≤ 4) use the "direct" AVX2 path: each W block
+ *      is multiplied in place against the X block and the 8 columns' partial
+ *      sums are folded with a horizontal-add tree. Otherwise the 8 rows are
+ *      decoded and transposed into a per-thread "panel" where one 256-bit
+ *      register holds 4 consecutive weights of each of the 8 columns, and
+ *      every X row (4 at a time, sharing each weight register) runs against
+ *      it, so the decode cost is shared by the whole batch;
+ *   3. products use _mm256_maddubs_epi16 / _mm256_madd_epi16: each (row,
+ *      column, 32-block) dot product is an exact int32 sum, then scaled and
+ *      accumulated in f32.
+ *
+ * Speed (AMD EPYC Zen 3, 1 thread, weights in L3, 2048×768): Q8_0 1 row
+ * 63 us (26 GB/s of weights), 32 rows ≈ 100 GFLOP/s (int8 ops counted as
+ * 2 per multiply-add); Q4_K/Q6_K 1 row ≈ 290 us (the panel path: decode
+ * dominated), 32 rows ≈ 95 GFLOP/s. dequantize + cblas_sgemm is 10-30×
+ * slower below 32 rows.
  *
  * Accuracy. The weights are used exactly as quant_dequantize() would decode
  * them (up to float rounding of scale products); the only approximation is
@@ -27,23 +37,32 @@
  * Q8_K activation blocks), with a per-32 f32 scale. Per element the error is
  * at most d/2 = max|x_block| / 254, so for every output
  *     |y - Σ w·x| ≤ Σ_blocks (max|x_block| / 254) · Σ_block |w|  + float rounding
- * (≈ 2^-24 · n_in/32 relative to Σ|w·x|). For random, uncorrelated data the
- * typical relative error of a dot product is ≈ 0.2-0.5 %; tests/worker/
- * test_qgemm.c checks the bound above and prints the measured figures.
+ * (≈ 2^-24 · n_in/32 relative to Σ|w·x|). Statistically the rounding error
+ * is uniform in ±d/2, so the expected relative error is ≈ rms(d)/√12/rms(x):
+ * measured ‖y − y_ref‖/‖y_ref‖ = 0.5 % for Gaussian activations and 1.1 %
+ * when 1 % of them are 20σ outliers (each matches the prediction within a
+ * few %); tests/worker/test_qgemm.c checks the bound and the prediction.
  * Non-finite X (inf, NaN) in a block gives NaN in every output of that row.
  *
  * Determinism. The value of Y[r][c] depends only on X row r and W row c: the
  * per-block integer sums are exact and the f32 accumulation runs over blocks
  * in increasing order, independent of n_rows, of which other rows are in the
- * batch, of the thread count and of the ISA. The AVX2 and the scalar paths
- * are bit-identical (tested), and a row computed alone equals the same row
- * computed inside a batch (batch invariance, tested).
+ * batch, of the thread count, of the path (direct or panel) and of the ISA.
+ * The AVX2 and the scalar paths are bit-identical (tested), and a row
+ * computed alone equals the same row computed inside a batch (batch
+ * invariance, tested).
  *
  * Threading. qgemm() runs an OpenMP parallel region (num_threads = the
  * thread count fixed at qgemm_ctx_new: omp_get_max_threads() then) split
  * statically over panels of 8 output columns; X quantization is split over
  * rows. A context must not be used by two qgemm() calls at the same time; use
- * one context per calling thread.
+ * one context per calling thread, and do not call it from inside another
+ * OpenMP parallel region. On a machine whose cores are shared with other
+ * busy processes, libgomp's default spin-waiting makes 2-thread regions
+ * collapse (measured: 100× slower); start such processes with
+ * OMP_WAIT_POLICY=passive (it is read when libgomp loads, so it must be in
+ * the environment before exec). Likewise OpenBLAS's pthread build spins
+ * after each call: interleaving it with qgemm on the same cores costs time.
  *
  * Memory. The context owns all scratch: X quantized (max_rows × max_in bytes
  * plus 8 bytes per 32-block) and one panel per thread (≈ 13-15 bytes per

@@ -29,7 +29,10 @@
  * batches the panel path: the comparisons cross both).
  *
  * QGEMM_BENCH=1 build/tests/worker/test_qgemm runs a benchmark instead
- * (110M llama shapes, against dequantize + cblas_sgemm).
+ * (110M llama shapes, against dequantize + cblas_sgemm and plain sgemm on
+ * f32 weights; QGEMM_BENCH_REPS=n repetitions, best kept;
+ * QGEMM_BENCH_NOBLAS=1 skips OpenBLAS). On a shared machine run it with
+ * OMP_WAIT_POLICY=passive (see qgemm.h, Threading).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -552,42 +555,60 @@ static void run_bench(void)
         {"ffn-down 768x2048", 768, 2048, 12},
         {"cls 32000x768", 32000, 768, 1},
     };
-    static const int rows[] = {1, 4, 16, 32};
-    uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    enum { NS = 4, NR = 4, NT = 4 };
+    static const int rows[NR] = {1, 4, 16, 32};
+    static const uint32_t types[NT] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
     int reps = getenv("QGEMM_BENCH_REPS") ? atoi(getenv("QGEMM_BENCH_REPS")) : 20;
+    bool blas = !getenv("QGEMM_BENCH_NOBLAS");
+    static double tq[NT][NS][NR], tdq[NT][NS][NR], ts[NT][NS][NR];
     qgemm_ctx_t *ctx = qgemm_ctx_new(32, 2048);
+    /* Two passes: qgemm first, then OpenBLAS, so OpenBLAS's spinning
+     * pthreads do not steal the cores from the OpenMP team. */
+    for (int pass = 0; pass < (blas ? 2 : 1); pass++)
+        for (int t = 0; t < NT; t++)
+            for (int s = 0; s < NS; s++) {
+                bench_t b = {ctx, types[t], NULL, NULL, shapes[s].n_out, shapes[s].n_in, NULL, 0, NULL};
+                uint8_t *w = weights_quantized(types[t], b.n_out, b.n_in, 5);
+                b.w = w;
+                b.wf = xmalloc((size_t)b.n_out * (size_t)b.n_in * sizeof(float));
+                float *x = activations(32, b.n_in, 6);
+                b.x = x;
+                b.y = xmalloc((size_t)32 * (size_t)b.n_out * sizeof(float));
+                for (int r = 0; r < NR; r++) {
+                    b.n_rows = rows[r];
+                    if (pass == 0) {
+                        tq[t][s][r] = time_best_us(reps, bench_qgemm, &b);
+                    } else {
+                        tdq[t][s][r] = time_best_us(reps / 4 + 1, bench_dequant_sgemm, &b);
+                        ts[t][s][r] = time_best_us(reps, bench_sgemm, &b);
+                    }
+                }
+                free(w);
+                free(b.wf);
+                free(x);
+                free(b.y);
+            }
     printf("qgemm benchmark: isa %s, %d OpenMP threads, OpenBLAS %d threads, best of %d\n",
            qgemm_isa_name(qgemm_get_isa(ctx)), omp_get_max_threads(), openblas_get_num_threads(), reps);
+    printf("GB/s = quantized weight bytes / time; GFLOP/s = 2·rows·n_out·n_in / time\n");
     printf("%-5s %-18s %4s | %9s %7s %7s | %9s %7s | %9s %7s\n", "type", "shape", "rows", "qgemm us",
            "GB/s", "GFLOP/s", "dq+sgemm", "GFLOP/s", "sgemm f32", "GFLOP/s");
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        double model_us[4] = {0, 0, 0, 0};
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-            bench_t b = {ctx, types[t], NULL, NULL, shapes[s].n_out, shapes[s].n_in, NULL, 0, NULL};
-            uint8_t *w = weights_quantized(types[t], b.n_out, b.n_in, 5);
-            b.w = w;
-            b.wf = xmalloc((size_t)b.n_out * (size_t)b.n_in * sizeof(float));
-            float *x = activations(32, b.n_in, 6);
-            b.x = x;
-            b.y = xmalloc((size_t)32 * (size_t)b.n_out * sizeof(float));
-            double wbytes = (double)quant_row_bytes(types[t], b.n_in) * (double)b.n_out;
-            for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-                b.n_rows = rows[r];
-                double flop = 2.0 * rows[r] * (double)b.n_out * (double)b.n_in;
-                double tq = time_best_us(reps, bench_qgemm, &b);
-                double tdq = time_best_us(reps / 4 + 1, bench_dequant_sgemm, &b);
-                double ts = time_best_us(reps, bench_sgemm, &b);
-                model_us[r] += tq * shapes[s].per_token;
-                printf("%-5s %-18s %4d | %9.1f %7.2f %7.2f | %9.1f %7.2f | %9.1f %7.2f\n",
-                       ggml_type_name(types[t]), shapes[s].name, rows[r], tq, wbytes / tq / 1e3,
-                       flop / tq / 1e3, tdq, flop / tdq / 1e3, ts, flop / ts / 1e3);
+    for (int t = 0; t < NT; t++) {
+        double model_us[NR] = {0};
+        for (int s = 0; s < NS; s++) {
+            double wbytes = (double)quant_row_bytes(types[t], shapes[s].n_in) * (double)shapes[s].n_out;
+            for (int r = 0; r < NR; r++) {
+                double flop = 2.0 * rows[r] * (double)shapes[s].n_out * (double)shapes[s].n_in;
+                model_us[r] += tq[t][s][r] * shapes[s].per_token;
+                printf("%-5s %-18s %4d | %9.1f %7.2f %7.2f", ggml_type_name(types[t]), shapes[s].name, rows[r],
+                       tq[t][s][r], wbytes / tq[t][s][r] / 1e3, flop / tq[t][s][r] / 1e3);
+                if (blas)
+                    printf(" | %9.1f %7.2f | %9.1f %7.2f", tdq[t][s][r], flop / tdq[t][s][r] / 1e3,
+                           ts[t][s][r], flop / ts[t][s][r] / 1e3);
+                printf("\n");
             }
-            free(w);
-            free(b.wf);
-            free(x);
-            free(b.y);
         }
-        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+        for (int r = 0; r < NR; r++)
             printf("%-5s all matmuls of one 110M step, %2d rows: %8.1f us = %7.1f tok/s (matmuls only)\n",
                    ggml_type_name(types[t]), rows[r], model_us[r], rows[r] * 1e6 / model_us[r]);
     }
