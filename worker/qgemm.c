@@ -35,6 +35,7 @@
  */
 #include "worker/qgemm.h"
 
+#include <cpuid.h>
 #include <float.h>
 #include <immintrin.h>
 #include <math.h>
@@ -87,8 +88,10 @@ typedef struct {
 
 static bool cpu_has_avx2(void)
 {
+    /* clang's __builtin_cpu_supports knows no "f16c": ask CPUID leaf 1 */
+    unsigned a, b, c, d;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 
 bool qgemm_supported(uint32_t type)
