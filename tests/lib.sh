@@ -62,3 +62,16 @@ need_shared_model() { # relative path under shared/models
 }
 
 finish() { exit $((N_FAIL > 0)); }
+
+# A small real model for process tests: stories260K from ../shared when
+# present, else a tiny random one made with pagoda-mkmodel (builtin tokenizer).
+small_model() {
+  if [[ -f $SHARED/models/stories260K.gguf ]]; then
+    echo "$SHARED/models/stories260K.gguf"
+    return
+  fi
+  local out=$TMP/small.gguf
+  [[ -f $out ]] || "$BUILD/pagoda-mkmodel" -o "$out" --dim 64 --layers 2 --heads 4 --kv-heads 2 \
+    --ffn 128 --ctx 512 --type F32 --seed 7 >/dev/null 2>&1
+  echo "$out"
+}

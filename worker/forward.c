@@ -41,7 +41,7 @@ struct forward {
  * closing barrier cost more than they save (and on a loaded machine a
  * barrier waits for a descheduled thread). */
 #define FWD_PAR_MIN_WORK 16384
-static int nth(const forward_t *f, size_t work)
+__attribute__((unused)) static int nth(const forward_t *f, size_t work)
 {
     return work >= FWD_PAR_MIN_WORK ? f->n_threads : 1;
 }
@@ -232,6 +232,7 @@ static void attention(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, 
     size_t work = 0;  /* floats of K and V read: Σ_r (pos+1) * q_dim */
     for (int r = 0; r < R; r++)
         work += (size_t)(b->pos[r] + 1) * (size_t)c->q_dim;
+    (void)work;  /* unused when compiled without OpenMP */
 #pragma omp parallel for num_threads(nth(f, work)) schedule(dynamic, 1) collapse(2)
     for (int r = 0; r < R; r++) {
         for (int h = 0; h < c->n_head; h++) {

@@ -319,8 +319,9 @@ int matmul_run(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_row
 
     /* Small products run on the calling thread (pool wake-up and barrier
      * cost more than the work). */
-    const int nt = (double)M * (double)N * K >= MATMUL_PAR_MIN_MACS ? mm->n_threads : 1;
-#pragma omp parallel num_threads(nt) reduction(| : bad)
+    const int n_par = (double)M * (double)N * K >= MATMUL_PAR_MIN_MACS ? mm->n_threads : 1;
+    (void)n_par;  /* unused when compiled without OpenMP */
+#pragma omp parallel num_threads(n_par) reduction(| : bad)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
         int64_t n0, n1;

@@ -2,7 +2,7 @@
  * GGUF with seeded random weights, for benchmarks and tests at real model
  * shapes without downloading a model.
  *
- *   pagoda-mkmodel -o OUT.gguf --tokenizer-from FILE.gguf [--dim 768] [--layers 12]
+ *   pagoda-mkmodel -o OUT.gguf [--tokenizer-from FILE.gguf|builtin] [--dim 768] [--layers 12]
  *       [--heads 12] [--kv-heads N] [--ffn 2048] [--vocab N] [--ctx 2048]
  *       [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K] [--seed S] [--arch llama|qwen2]
  *       [--rope-base B] [--eps E]
@@ -107,7 +107,7 @@ typedef struct opts {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: pagoda-mkmodel -o OUT.gguf --tokenizer-from FILE.gguf [--dim 768] [--layers 12]\n"
+            "usage: pagoda-mkmodel -o OUT.gguf [--tokenizer-from FILE.gguf|builtin] [--dim 768] [--layers 12]\n"
             "         [--heads 12] [--kv-heads N] [--ffn 2048] [--vocab N] [--ctx 2048]\n"
             "         [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K] [--seed S]\n"
             "         [--arch llama|qwen2] [--rope-base B] [--eps E]\n"
@@ -234,11 +234,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
         fprintf(stderr, "pagoda-mkmodel: -o OUT.gguf is required\n");
         return -1;
     }
-    if (!o->tok_from) {
-        fprintf(stderr, "pagoda-mkmodel: --tokenizer-from FILE.gguf is required "
-                        "(e.g. ../shared/models/stories260K.gguf): a model needs a tokenizer\n");
-        return -1;
-    }
+    if (!o->tok_from)
+        o->tok_from = "builtin";
     bool qwen2 = strcmp(o->arch, "qwen2") == 0;
     if (!qwen2 && strcmp(o->arch, "llama") != 0) {
         fprintf(stderr, "pagoda-mkmodel: --arch must be llama or qwen2\n");
@@ -345,6 +342,90 @@ static int64_t copy_tokenizer(gguf_writer_t *w, const gguf_t *tok, int64_t vocab
     return vocab;
 }
 
+/* The builtin tokenizer (--tokenizer-from builtin, the default): a small
+ * SentencePiece-style vocabulary made here, so a model can be made on a
+ * machine with no other GGUF. <unk> <s> </s>, the 256 byte-fallback tokens,
+ * then "\xe2\x96\x81" (the space marker) alone, printable ASCII characters with and
+ * without it, and common English words with it; scores favour longer pieces.
+ * Written into memory as a GGUF and parsed back, so it goes through the same
+ * copy as a tokenizer read from a file. The ChatML template comes with it. */
+static int builtin_tokenizer(uint8_t **buf, size_t *len, char *err, size_t errlen)
+{
+    static const char *const words[] = {
+        "the", "and", "to", "of", "a", "in", "is", "it", "you", "that", "was", "for", "on",
+        "are", "with", "as", "I", "his", "they", "be", "at", "one", "have", "this", "from",
+        "or", "had", "by", "not", "word", "but", "what", "some", "we", "can", "out", "other",
+        "were", "all", "there", "when", "up", "use", "your", "how", "said", "an", "each", "she",
+        "which", "do", "their", "time", "if", "will", "way", "about", "many", "then", "them",
+        "write", "would", "like", "so", "these", "her", "long", "make", "thing", "see", "him",
+        "two", "has", "look", "more", "day", "could", "go", "come", "did", "number", "sound",
+        "no", "most", "people", "my", "over", "know", "water", "than", "call", "first", "who",
+        "may", "down", "side", "been", "now", "find", "Once", "upon", "little", "happy", "play",
+        "friend", "hello", "world", "model", "server", "token", "story", "sun", "tree", "big",
+    };
+    size_t n_words = sizeof words / sizeof words[0];
+    size_t cap = 3 + 256 + 1 + 2 * 95 + n_words;
+    char **toks = xcalloc(cap, sizeof *toks);
+    float *scores = xcalloc(cap, sizeof *scores);
+    int32_t *types = xcalloc(cap, sizeof *types);
+    size_t n = 0;
+    const char *sp = "\xe2\x96\x81";
+    toks[n] = xstrdup("<unk>"), types[n++] = 2;  /* UNKNOWN */
+    toks[n] = xstrdup("<s>"), types[n++] = 3;    /* CONTROL */
+    toks[n] = xstrdup("</s>"), types[n++] = 3;
+    for (int b = 0; b < 256; b++) {
+        char t[8];
+        snprintf(t, sizeof t, "<0x%02X>", b);
+        toks[n] = xstrdup(t), types[n++] = 6;      /* BYTE */
+    }
+    toks[n] = xstrdup(sp), scores[n] = -1.0f, types[n++] = 1;
+    for (int c = 33; c < 127; c++) {
+        char t[8];
+        snprintf(t, sizeof t, "%c", c);
+        toks[n] = xstrdup(t), scores[n] = -2.0f, types[n++] = 1;
+        snprintf(t, sizeof t, "%s%c", sp, c);
+        toks[n] = xstrdup(t), scores[n] = -1.5f, types[n++] = 1;
+    }
+    /* SentencePiece merges pairs of existing pieces, so every prefix of a
+     * word must be a piece for the whole word to become one token. */
+    for (size_t i = 0; i < n_words; i++) {
+        size_t wl = strlen(words[i]);
+        for (size_t k = 2; k <= wl; k++) {
+            char t[64];
+            snprintf(t, sizeof t, "%s%.*s", sp, (int)k, words[i]);
+            bool dup = false;
+            for (size_t j = 0; j < n && !dup; j++)
+                dup = strcmp(toks[j], t) == 0;
+            if (dup)
+                continue;
+            if (n == cap) {
+                cap *= 2;
+                toks = xrealloc(toks, cap * sizeof *toks);
+                scores = xrealloc(scores, cap * sizeof *scores);
+                types = xrealloc(types, cap * sizeof *types);
+            }
+            toks[n] = xstrdup(t), scores[n] = (float)k, types[n++] = 1;
+        }
+    }
+    gguf_writer_t *w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, n);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, n);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    int rc = gguf_writer_write_mem(w, buf, len, err, errlen);
+    gguf_writer_free(&w);
+    for (size_t i = 0; i < n; i++)
+        free(toks[i]);
+    free(toks);
+    free(scores);
+    free(types);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     log_init("mkmodel", LOG_INFO);
@@ -354,7 +435,16 @@ int main(int argc, char **argv)
     int64_t t0 = clock_now_us();
     char err[512];
     gguf_t *tok = NULL;
-    if (gguf_open(o.tok_from, &tok, err, sizeof err) != 0) {
+    uint8_t *builtin = NULL;
+    size_t builtin_len = 0;
+    if (strcmp(o.tok_from, "builtin") == 0) {
+        if (builtin_tokenizer(&builtin, &builtin_len, err, sizeof err) != 0 ||
+            gguf_parse(builtin, builtin_len, &tok, err, sizeof err) != 0) {
+            fprintf(stderr, "pagoda-mkmodel: builtin tokenizer: %s\n", err);
+            free(builtin);
+            return 1;
+        }
+    } else if (gguf_open(o.tok_from, &tok, err, sizeof err) != 0) {
         fprintf(stderr, "pagoda-mkmodel: %s\n", err);
         return 1;
     }
@@ -447,9 +537,11 @@ int main(int argc, char **argv)
              (long long)vocab, (double)(clock_now_us() - t0) / 1e6);
     gguf_writer_free(&w);
     gguf_close(&tok);
+    free(builtin);
     return 0;
 err:
     gguf_writer_free(&w);
     gguf_close(&tok);
+    free(builtin);
     return 1;
 }

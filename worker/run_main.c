@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "worker/engine.h"
+#include "worker/forward.h"
 #include "worker/sched.h"
 
 static void usage(FILE *f)
@@ -129,6 +130,10 @@ static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_l
 
 int main(int argc, char **argv)
 {
+    /* OpenMP threads that spin while idle steal the core the other process
+     * (gateway, client, another worker) needs: re-exec once with a passive
+     * wait policy unless the environment already chose one. */
+    forward_env_reexec(argv);
     log_init("pagoda-run", LOG_WARN);
     const char *model = NULL, *prompt = NULL, *seqs = "1,4,16,32";
     int n = 128, chat = 0, bench = 0, prompt_tokens = 32, ignore_eos = 0;

@@ -487,7 +487,13 @@ static void admit(sched_t *s)
         if (hit < 0)
             hit = 0;
         int32_t need = best->n_tokens - hit;
-        if (kv_seq_reserve(best->kv, need) != KV_POOL_OK) {
+        /* Watermark: leave every running sequence a block to grow into, or
+         * the admission would only cause preemptions a few steps later. */
+        int32_t bs = s->cfg.block_size;
+        int32_t need_blocks = (best->n_tokens + bs - 1) / bs - hit / bs;
+        int32_t running = n_running(s);
+        bool fits = running == 0 || kv_pool_n_available(s->pool) - need_blocks >= running;
+        if (!fits || kv_seq_reserve(best->kv, need) != KV_POOL_OK) {
             seq_t *v = pick_victim(s, best->priority, best, false, true);
             kv_seq_release(best->kv);
             if (!v)

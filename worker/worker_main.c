@@ -1,15 +1,24 @@
 /* worker_main.c — pagoda-worker: serves one model to a gateway.
  *
- * For now the worker registers, heartbeats and follows DRAIN/SHUTDOWN; the
- * model is checked to exist but not loaded, and SUBMITs are answered with
- * ERROR 501 until the scheduler lands. The loop already has the shape the
- * scheduler needs: poll the gateway without blocking while sequences are
- * running, one scheduler step per iteration, and block up to one heartbeat
- * interval when idle.
+ *   pagoda-worker --gateway ENDPOINT --model NAME=FILE.gguf [--max-seqs N]
+ *                 [--max-batch-tokens N] [--kv-blocks N | --kv-budget-mb N]
+ *                 [--threads N] [--ctx N] [--heartbeat-ms N]
+ *
+ * Loads the model (weights, tokenizer, chat template), connects to the
+ * gateway (worker_link: REGISTER, heartbeats, reconnect), and runs the step
+ * loop: poll the gateway without blocking while sequences run, turn SUBMITs
+ * into scheduler requests (templating and tokenizing here), run one scheduler
+ * step, and send each step's output as EVENTs. Idle, it blocks for up to one
+ * heartbeat interval.
+ *
+ * Credit: HEARTBEAT's free slots = max_seqs - requests held (running or
+ * waiting), so the gateway keeps the rest in its priority queue, where
+ * priority and aging are decided. Per-request failures (prompt too long, bad
+ * messages) go back as ERROR for that request only.
  *
  * SIGINT/SIGTERM make an eventfd readable (common/sigwake.h) that the link
  * polls next to its socket, so a signal ends the loop cleanly (exit 0).
- * Exit 1: start-up failed; 2: bad options. */
+ * Exit 1: start-up failed (model unreadable...); 2: bad options. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -21,12 +30,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/sigwake.h"
+#include "common/xalloc.h"
 #include "proto/msg.h"
+#include "worker/engine.h"
+#include "worker/forward.h"
+#include "worker/sched.h"
 #include "worker/worker_link.h"
-
-#define DEFAULT_BLOCK 32
 
 /* The worker process state. */
 struct worker {
@@ -39,9 +51,13 @@ struct worker {
     uint32_t capacity;                    /* max concurrent sequences */
     uint32_t n_ctx;                       /* tokens per sequence */
     uint32_t kv_blocks;                   /* KV pool size in blocks */
+    uint32_t block_size;                  /* KV block size in tokens */
     bool draining;                        /* DRAIN received: admit nothing new */
     bool stop;                            /* leave the loop */
-    uint32_t n_running;                   /* sequences in the scheduler (0 until it lands) */
+    engine_t *engine;                     /* model, tokenizer, chat template */
+    sched_t *sched;                       /* continuous-batching scheduler */
+    sched_config_t scfg;                  /* its limits (from the flags) */
+    proto_top_logprob_t lp_top[PROTO_MAX_TOP_LOGPROBS];
 };
 
 static void usage(FILE *f)
@@ -51,8 +67,13 @@ static void usage(FILE *f)
             "  --gateway ENDPOINT   gateway ZeroMQ endpoint (default tcp://127.0.0.1:5557)\n"
             "  --model NAME=FILE    model name served and its GGUF file\n"
             "  --heartbeat-ms N     heartbeat interval (default %d)\n"
-            "  --capacity N         max concurrent sequences (default 8)\n"
-            "  --ctx N              context length in tokens (default 2048)\n"
+            "  --max-seqs N         concurrent sequences, 1 = batching off (default 32)\n"
+            "  --max-batch-tokens N rows per forward step (default 512)\n"
+            "  --kv-blocks N        KV pool size in blocks (default: from --kv-budget-mb)\n"
+            "  --kv-budget-mb N     KV pool memory budget (default 1024)\n"
+            "  --block-size N       tokens per KV block (default 32)\n"
+            "  --threads N          threads for the forward pass (default 2)\n"
+            "  --ctx N              cap the context length below the model's\n"
             "  --log-level LEVEL    debug|info|warn|error (default info; env PAGODA_LOG)\n",
             PROTO_HEARTBEAT_MS);
 }
@@ -88,22 +109,174 @@ static void reply_error(struct worker *w, uint64_t id, uint32_t code, const char
     worker_link_send(w->link, &e);
 }
 
+/* Sends one scheduler event as an EVENT. Logprobs carry each token's bytes
+ * (possibly a partial UTF-8 sequence; the gateway renders them). */
+static void on_sched_event(void *ud, const sched_event_t *ev)
+{
+    struct worker *w = ud;
+    const tokenizer_t *tok = w->engine->tok;
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_EVENT);
+    proto_event_t *e = &m.event;
+    e->id = ev->id;
+    e->text = (char *)(ev->text ? ev->text : "");
+    e->text_len = (uint32_t)ev->text_len;
+    e->ids = (int32_t *)ev->tokens;
+    e->n_ids = (uint32_t)ev->n_tokens;
+    e->n_tokens = (uint32_t)ev->n_completion;
+    proto_logprob_t lp[1];
+    if (ev->logprobs && ev->n_tokens == 1) {
+        const sched_token_logprob_t *l = &ev->logprobs[0];
+        size_t n = 0;
+        const char *b = tokenizer_token_piece(tok, l->token, true, &n);
+        lp[0].bytes = (uint8_t *)b;
+        lp[0].n_bytes = (uint32_t)n;
+        lp[0].logprob = l->logprob;
+        lp[0].n_top = (uint32_t)l->n_top;
+        lp[0].top = w->lp_top;
+        for (int32_t i = 0; i < l->n_top; i++) {
+            size_t tn = 0;
+            const char *tb = tokenizer_token_piece(tok, l->top[i].token, true, &tn);
+            w->lp_top[i].bytes = (uint8_t *)tb;
+            w->lp_top[i].n_bytes = (uint32_t)tn;
+            w->lp_top[i].logprob = l->top[i].logprob;
+        }
+        e->logprobs = lp;
+        e->n_logprobs = 1;
+    }
+    switch (ev->finish) {
+    case SCHED_FINISH_NONE: e->finish = PROTO_FINISH_NONE; break;
+    case SCHED_FINISH_STOP: e->finish = PROTO_FINISH_STOP; break;
+    case SCHED_FINISH_LENGTH: e->finish = PROTO_FINISH_LENGTH; break;
+    case SCHED_FINISH_CANCELLED: e->finish = PROTO_FINISH_CANCELLED; break;
+    case SCHED_FINISH_ERROR:
+        e->finish = ev->error && strstr(ev->error, "deadline") ? PROTO_FINISH_TIMEOUT
+                                                                : PROTO_FINISH_ERROR;
+        break;
+    }
+    if (e->finish != PROTO_FINISH_NONE) {
+        e->has_usage = true;
+        e->usage.prompt_tokens = (uint32_t)ev->n_prompt;
+        e->usage.cached_tokens = (uint32_t)ev->n_cached;
+        e->usage.completion_tokens = (uint32_t)ev->n_completion;
+        if (ev->finish == SCHED_FINISH_ERROR)
+            log_warn("request %llu failed: %s", (unsigned long long)ev->id,
+                     ev->error ? ev->error : "error");
+    }
+    if (worker_link_send(w->link, &m) != 0)
+        log_warn("EVENT for request %llu dropped: no gateway connection",
+                 (unsigned long long)ev->id);
+}
+
+/* Turns a SUBMIT into a scheduler request. Returns 0, or an HTTP-like code
+ * with a message for an ERROR reply. */
+static uint32_t submit(struct worker *w, const proto_submit_t *sm, char *err, size_t errlen)
+{
+    const engine_t *e = w->engine;
+    int32_t *ids = NULL;
+    int32_t n_ids = -1;
+    chat_msg_t *msgs = NULL;
+    uint32_t code = 0;
+    if (sm->kind == PROTO_KIND_CHAT) {
+        msgs = xcalloc(sm->n_messages ? sm->n_messages : 1, sizeof *msgs);
+        for (uint32_t i = 0; i < sm->n_messages; i++) {
+            msgs[i].role = sm->messages[i].role;
+            msgs[i].content = sm->messages[i].content;
+        }
+        n_ids = engine_prompt_chat(e, msgs, sm->n_messages, &ids, err, errlen);
+    } else if (sm->has_prompt_ids) {
+        n_ids = (int32_t)sm->n_prompt_ids;
+        ids = xmalloc((sm->n_prompt_ids ? sm->n_prompt_ids : 1) * sizeof *ids);
+        if (sm->n_prompt_ids)
+            memcpy(ids, sm->prompt_ids, sm->n_prompt_ids * sizeof *ids);
+    } else {
+        const char *p = sm->prompt ? sm->prompt : "";
+        n_ids = engine_prompt_text(e, p, strlen(p), &ids, err, errlen);
+    }
+    if (n_ids < 0) {
+        code = PROTO_CODE_BAD_REQUEST;
+        goto out;
+    }
+    sched_req_t r = {
+        .id = sm->id,
+        .priority = (int32_t)sm->priority,
+        .prompt = ids,
+        .n_prompt = n_ids,
+        .resume = sm->resume,
+        .n_resume = (int32_t)sm->n_resume,
+        .max_tokens = (int32_t)sm->max_tokens,
+        .ignore_eos = sm->ignore_eos,
+        .stop = (const char *const *)sm->stop,
+        .n_stop = (int32_t)sm->n_stop,
+        /* a chat turn also ends at the template's end-of-turn token */
+        .stop_ids = sm->kind == PROTO_KIND_CHAT ? e->turn_end_ids : NULL,
+        .n_stop_ids = sm->kind == PROTO_KIND_CHAT ? e->n_turn_end : 0,
+        .top_logprobs = sm->sampling.logprobs ? (int32_t)sm->sampling.top_logprobs : -1,
+        .deadline_us = sm->deadline_ms ? clock_now_us() + (int64_t)sm->deadline_ms * 1000 : 0,
+    };
+    sampler_params_t *sp = &r.sampling;
+    sampler_params_default(sp);
+    sp->temperature = (float)sm->sampling.temperature;
+    sp->top_p = (float)sm->sampling.top_p;
+    sp->top_k = (int32_t)sm->sampling.top_k;
+    sp->min_p = (float)sm->sampling.min_p;
+    sp->repetition_penalty = (float)sm->sampling.repetition_penalty;
+    sp->presence_penalty = (float)sm->sampling.presence_penalty;
+    sp->frequency_penalty = (float)sm->sampling.frequency_penalty;
+    sp->has_seed = sm->sampling.has_seed;
+    sp->seed = sm->sampling.seed;
+    sampler_bias_t *bias = NULL;
+    if (sm->sampling.n_logit_bias) {
+        bias = xcalloc(sm->sampling.n_logit_bias, sizeof *bias);
+        for (uint32_t i = 0; i < sm->sampling.n_logit_bias; i++) {
+            bias[i].token = sm->sampling.logit_bias[i].token;
+            bias[i].bias = (float)sm->sampling.logit_bias[i].bias;
+        }
+        sp->logit_bias = bias;
+        sp->n_logit_bias = (int32_t)sm->sampling.n_logit_bias;
+    }
+    const char *why = NULL;
+    if (sampler_params_validate(sp, e->model->cfg.vocab, &why) != 0) {
+        snprintf(err, errlen, "invalid sampling parameters: %s", why ? why : "?");
+        code = PROTO_CODE_BAD_REQUEST;
+    } else if (sched_submit(w->sched, &r, err, errlen) != 0) {
+        code = strstr(err, "context") ? PROTO_CODE_TOO_LONG : PROTO_CODE_BAD_REQUEST;
+    }
+    free(bias);
+out:
+    free(msgs);
+    free(ids);
+    return code;
+}
+
 static void on_gateway_message(struct worker *w, const proto_msg_t *m)
 {
+    char err[512];
     switch (m->type) {
-    case PROTO_SUBMIT:
-        if (w->draining)
+    case PROTO_SUBMIT: {
+        if (w->draining) {
             reply_error(w, m->submit.id, PROTO_CODE_UNAVAILABLE, "worker is draining");
-        else
-            reply_error(w, m->submit.id, 501, "this worker cannot generate yet (no scheduler)");
+            break;
+        }
+        uint32_t code = submit(w, &m->submit, err, sizeof err);
+        if (code) {
+            log_info("request %llu refused (%u): %s", (unsigned long long)m->submit.id, code, err);
+            reply_error(w, m->submit.id, code, err);
+        }
         break;
+    }
     case PROTO_CANCEL:
-        log_debug("CANCEL %llu: no such request", (unsigned long long)m->cancel.id);
+        if (sched_cancel(w->sched, m->cancel.id) != 0)
+            log_debug("CANCEL %llu: no such request", (unsigned long long)m->cancel.id);
         break;
-    case PROTO_DRAIN:
-        log_info("DRAIN: admitting nothing new, exiting once %u running finish", w->n_running);
+    case PROTO_DRAIN: {
+        sched_stats_t st;
+        sched_stats(w->sched, &st);
+        log_info("DRAIN: admitting nothing new, exiting once %d requests finish",
+                 st.n_running + st.n_waiting);
         w->draining = true;
         break;
+    }
     case PROTO_SHUTDOWN:
         log_info("SHUTDOWN: exiting");
         w->stop = true;
@@ -119,55 +292,105 @@ static void on_gateway_message(struct worker *w, const proto_msg_t *m)
 
 static void publish_load(struct worker *w)
 {
+    sched_stats_t st;
+    sched_stats(w->sched, &st);
+    uint32_t held = (uint32_t)(st.n_running + st.n_waiting);
     proto_load_t load = {
-        .running = w->n_running,
-        .kv_blocks_total = w->kv_blocks,
-        .free_slots = w->draining ? 0 : w->capacity - w->n_running,
+        .running = (uint32_t)st.n_running,
+        .waiting = (uint32_t)st.n_waiting,
+        .kv_blocks_used = (uint32_t)st.kv_blocks_used,
+        .kv_blocks_total = (uint32_t)st.kv_blocks_total,
+        .prefix_cache_queries = st.prefix_query_tokens,
+        .prefix_cache_hits = st.prefix_hit_tokens,
+        .preemptions = st.preemptions,
+        .tokens_generated = st.generated_tokens,
+        .prompt_tokens = st.prompt_tokens,
+        .free_slots = w->draining || held >= w->capacity ? 0 : w->capacity - held,
     };
     worker_link_set_load(w->link, &load);
 }
 
+static int parse_i32_opt(const char *name, const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    if (parse_u32(s, lo, hi, out) < 0) {
+        fprintf(stderr, "pagoda-worker: --%s must be %u..%u\n", name, lo, hi);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    struct worker w = {.heartbeat_ms = PROTO_HEARTBEAT_MS, .capacity = 8, .n_ctx = 2048};
+    struct worker w = {.heartbeat_ms = PROTO_HEARTBEAT_MS};
+    sched_config_default(&w.scfg);
     const char *endpoint = "tcp://127.0.0.1:5557";
     const char *model = NULL;
     int level = LOG_INFO;
+    uint32_t ctx_cap = 0, u;
+    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK };
     static const struct option opts[] = {
         {"gateway", required_argument, NULL, 'g'},
         {"model", required_argument, NULL, 'm'},
         {"heartbeat-ms", required_argument, NULL, 'b'},
-        {"capacity", required_argument, NULL, 'c'},
+        {"max-seqs", required_argument, NULL, 'c'},
+        {"capacity", required_argument, NULL, 'c'}, /* old name of --max-seqs */
+        {"max-batch-tokens", required_argument, NULL, O_MBT},
+        {"kv-blocks", required_argument, NULL, O_KVB},
+        {"kv-budget-mb", required_argument, NULL, O_KVMB},
+        {"block-size", required_argument, NULL, O_BLOCK},
+        {"threads", required_argument, NULL, O_THREADS},
         {"ctx", required_argument, NULL, 'x'},
         {"log-level", required_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    /* OpenMP threads that spin while idle steal the core the gateway and
+     * other workers need: re-exec once with a passive wait policy unless the
+     * environment already chose one (see forward.h). */
+    forward_env_reexec(argv);
     int c;
-    uint32_t u;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'g': endpoint = optarg; break;
         case 'm': model = optarg; break;
         case 'b':
-            if (parse_u32(optarg, PROTO_MIN_HEARTBEAT_MS, PROTO_MAX_HEARTBEAT_MS, &u) < 0) {
-                fprintf(stderr, "pagoda-worker: --heartbeat-ms must be %d..%d\n",
-                        PROTO_MIN_HEARTBEAT_MS, PROTO_MAX_HEARTBEAT_MS);
+            if (parse_i32_opt("heartbeat-ms", optarg, PROTO_MIN_HEARTBEAT_MS, PROTO_MAX_HEARTBEAT_MS, &u))
                 return 2;
-            }
             w.heartbeat_ms = (int)u;
             break;
         case 'c':
-            if (parse_u32(optarg, 1, PROTO_MAX_CAPACITY, &w.capacity) < 0) {
-                fprintf(stderr, "pagoda-worker: --capacity must be 1..%d\n", PROTO_MAX_CAPACITY);
+            if (parse_i32_opt("max-seqs", optarg, 1, PROTO_MAX_CAPACITY < 4096 ? PROTO_MAX_CAPACITY : 4096, &u))
                 return 2;
-            }
+            w.scfg.max_seqs = (int32_t)u;
+            break;
+        case O_MBT:
+            if (parse_i32_opt("max-batch-tokens", optarg, 1, 65536, &u))
+                return 2;
+            w.scfg.max_batch_tokens = (int32_t)u;
+            break;
+        case O_KVB:
+            if (parse_i32_opt("kv-blocks", optarg, 1, 1u << 24, &u))
+                return 2;
+            w.scfg.kv_blocks = (int32_t)u;
+            break;
+        case O_KVMB:
+            if (parse_i32_opt("kv-budget-mb", optarg, 1, 1u << 20, &u))
+                return 2;
+            w.scfg.kv_budget_bytes = (size_t)u << 20;
+            break;
+        case O_BLOCK:
+            if (parse_i32_opt("block-size", optarg, 1, 4096, &u))
+                return 2;
+            w.scfg.block_size = (int32_t)u;
+            break;
+        case O_THREADS:
+            if (parse_i32_opt("threads", optarg, 1, 256, &u))
+                return 2;
+            w.scfg.n_threads = (int32_t)u;
             break;
         case 'x':
-            if (parse_u32(optarg, 1, PROTO_MAX_TOKENS, &w.n_ctx) < 0) {
-                fprintf(stderr, "pagoda-worker: --ctx must be 1..%u\n", PROTO_MAX_TOKENS);
+            if (parse_i32_opt("ctx", optarg, 2, PROTO_MAX_TOKENS, &ctx_cap))
                 return 2;
-            }
             break;
         case 'v':
             level = log_level_parse(optarg);
@@ -190,52 +413,76 @@ int main(int argc, char **argv)
     w.model_path = eq + 1;
     log_init("worker", (enum log_level)level);
 
-    struct stat st;
-    if (stat(w.model_path, &st) != 0 || !S_ISREG(st.st_mode)) {
-        log_error("model file %s: %s", w.model_path,
-                  errno ? strerror(errno) : "not a regular file");
+    int rc = 1;
+    char err[512];
+    w.engine = engine_load(w.model_path, err, sizeof err);
+    if (!w.engine) {
+        log_error("%s", err);
         return 1;
     }
-    /* model loading lands with the GGUF reader; until then the KV pool size
-     * is what capacity × context would need */
-    w.kv_blocks = (uint32_t)(((uint64_t)w.capacity * w.n_ctx + DEFAULT_BLOCK - 1) / DEFAULT_BLOCK);
+    if (ctx_cap && (int32_t)ctx_cap < w.engine->model->cfg.ctx)
+        w.engine->model->cfg.ctx = (int32_t)ctx_cap;
+    w.sched = sched_new(w.engine->model, w.engine->tok, &w.scfg, on_sched_event, &w, err, sizeof err);
+    if (!w.sched) {
+        log_error("%s", err);
+        goto out;
+    }
+    sched_stats_t st0;
+    sched_stats(w.sched, &st0);
+    w.capacity = (uint32_t)sched_capacity(w.sched);
+    w.n_ctx = (uint32_t)sched_context_length(w.sched);
+    w.kv_blocks = (uint32_t)st0.kv_blocks_total;
+    w.block_size = (uint32_t)w.scfg.block_size;
 
     int sfd = sigwake_install();
     if (sfd < 0) {
         log_error("cannot install signal handlers: %s", strerror(errno));
-        return 1;
+        goto out;
     }
-
     make_replica_id(&w);
     proto_register_t reg = {
         .model = w.model_name, .replica = w.replica, .host = w.host, .pid = (uint32_t)getpid(),
-        .capacity = w.capacity, .n_ctx = w.n_ctx, .n_vocab = 0, .kv_blocks = w.kv_blocks,
-        .block_size = DEFAULT_BLOCK,
+        .capacity = w.capacity, .n_ctx = w.n_ctx, .n_vocab = (uint32_t)w.engine->model->cfg.vocab,
+        .kv_blocks = w.kv_blocks, .block_size = w.block_size,
     };
     worker_link_config_t lcfg = {.endpoint = endpoint, .heartbeat_ms = w.heartbeat_ms, .reg = &reg};
     w.link = worker_link_new(&lcfg);
     if (!w.link)
-        return 1;
-    log_info("serving model %s (%s) as %s", w.model_name, w.model_path, w.replica);
+        goto out;
+    log_info("serving model %s (%s) as %s: %u seqs, context %u, %u KV blocks", w.model_name,
+             w.model_path, w.replica, w.capacity, w.n_ctx, w.kv_blocks);
 
+    rc = 0;
     while (!w.stop) {
         publish_load(&w);
-        bool busy = w.n_running > 0;
+        bool busy = sched_busy(w.sched);
         proto_msg_t m;
-        int rc = worker_link_poll(w.link, busy ? 0 : w.heartbeat_ms, sfd, &m);
-        if (rc == WORKER_LINK_WAKE) {
-            log_info("%s: exiting", strsignal(sigwake_signal()));
-            w.stop = true;
-        } else if (rc == WORKER_LINK_MSG) {
+        /* drain every queued message before the next step so CANCELs and
+         * new SUBMITs join this step's batch */
+        int prc = worker_link_poll(w.link, busy ? 0 : w.heartbeat_ms, sfd, &m);
+        while (prc == WORKER_LINK_MSG) {
             on_gateway_message(&w, &m);
             proto_msg_clear(&m);
+            if (w.stop)
+                break;
+            prc = worker_link_poll(w.link, 0, sfd, &m);
         }
-        /* the scheduler step goes here: if (busy) scheduler_step(...) */
-        if (w.draining && w.n_running == 0) {
+        if (prc == WORKER_LINK_WAKE) {
+            log_info("%s: exiting", strsignal(sigwake_signal()));
+            w.stop = true;
+        }
+        if (w.stop)
+            break;
+        if (sched_busy(w.sched) && sched_step(w.sched) < 0)
+            log_error("scheduler step failed; its requests were ended with an error");
+        if (w.draining && !sched_busy(w.sched)) {
             log_info("drained: exiting");
             w.stop = true;
         }
     }
+out:
     worker_link_free(&w.link);
-    return 0;
+    sched_free(&w.sched);
+    engine_free(&w.engine);
+    return rc;
 }

@@ -25,8 +25,7 @@ SLACK=300                   # ms for our own polling and process scheduling
 HP=$(free_port)
 ZP=$(free_port)
 URL=http://127.0.0.1:$HP
-MODEL=$TMP/tiny.gguf
-: >"$MODEL"                  # the worker only checks that the file exists (for now)
+MODEL=$(small_model)
 
 now_ms() { date +%s%3N; }
 health() { curl -s --max-time 2 "$URL/health"; }

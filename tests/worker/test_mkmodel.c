@@ -20,6 +20,7 @@
 #include "tests/support/support.h"
 #include "worker/gguf.h"
 #include "worker/quant.h"
+#include "worker/tokenizer.h"
 
 #define TINY_TOK "tests/fuzz/corpus/gguf/llama.gguf"
 
@@ -274,11 +275,48 @@ static void test_vocab_padding(void **s)
     gguf_close(&orig);
 }
 
+/* Without --tokenizer-from the model gets the builtin SentencePiece-style
+ * vocabulary: it must load as a tokenizer, encode any bytes (byte fallback)
+ * and decode back to exactly the input. */
+static void test_builtin_tokenizer(void **s)
+{
+    (void)s;
+    char path[1200];
+    assert_int_equal(run("--dim 64 --heads 4 --layers 1 --ffn 64", path, sizeof path, "builtin.gguf"), 0);
+    gguf_t *g = NULL;
+    char err[256];
+    assert_int_equal(gguf_open(path, &g, err, sizeof err), 0);
+    tokenizer_t *t = tokenizer_from_gguf(g, err, sizeof err);
+    if (!t)
+        fail_msg("builtin tokenizer refused: %s", err);
+    assert_int_equal(tokenizer_bos(t), 1);
+    assert_int_equal(tokenizer_eos(t), 2);
+    const char *texts[] = {"Once upon a time the little tree was happy", "x=42; {ok}!",
+                           "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x99\x82", "  two  spaces\n"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        int32_t ids[512];
+        int n = tokenizer_encode(t, texts[i], strlen(texts[i]), true, false, ids, 512);
+        assert_true(n > 1 && n <= 512);
+        assert_int_equal(ids[0], 1);
+        char out[1024];
+        size_t m = tokenizer_decode(t, ids + 1, n - 1, false, out, sizeof out);
+        assert_true(m < sizeof out);
+        out[m] = 0;
+        assert_string_equal(out, texts[i]);
+    }
+    /* whole words of the builtin list are single tokens */
+    int32_t ids[16];
+    assert_int_equal(tokenizer_encode(t, "the", 3, false, false, ids, 16), 1);
+    tokenizer_free(&t);
+    gguf_close(&g);
+    unlink(path);
+}
+
 static void test_argument_errors(void **s)
 {
     (void)s;
     const struct { const char *args, *msg; } bad[] = {
-        {"--dim 64", "--tokenizer-from FILE.gguf is required"},
+        {"--dim 64 --heads 4 --vocab 100", "smaller than"}, /* builtin tokenizer: ~800 tokens */
         {"--tokenizer-from " TINY_TOK " --type Q3_K", "unknown --type"},
         {"--tokenizer-from " TINY_TOK " --dim 100 --heads 12", "even head size"},
         {"--tokenizer-from " TINY_TOK " --dim 64 --heads 4 --kv-heads 3", "multiple of --kv-heads"},
@@ -308,6 +346,7 @@ int main(void)
         cmocka_unit_test(test_qwen2),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_vocab_padding),
+        cmocka_unit_test(test_builtin_tokenizer),
         cmocka_unit_test(test_argument_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
