@@ -1169,8 +1169,23 @@ static void test_zoo_batched_preempted(void **state)
     assert_int_equal(run_mix(e, jobs, N, &c, "zoo budget 7"), 0);
     c = cfg_make(N, 512, 0, 2);
     assert_int_equal(run_mix(e, jobs, N, &c, "zoo budget 512"), 0);
-    c = cfg_make(N, 512, 6, 2); /* 150 + 14 positions need 6 blocks */
-    uint64_t pre = run_mix(e, jobs, N, &c, "zoo preempted");
+    free(jobs);
+
+    /* Preemption: requests of 20..29 prompt tokens fit one block each; the
+     * admission watermark (a free block per running sequence) lets three of
+     * them in on a pool of 5, then all three need a second block at
+     * position 32 while two are left. */
+    enum { NT = 4 };
+    jobs = calloc(NT, sizeof *jobs);
+    for (int i = 0; i < NT; i++) {
+        job_t *j = &jobs[i];
+        j->n_prompt = 20 + 3 * i;
+        make_prompt(j->prompt, j->n_prompt, 31 * i + 7);
+        j->req = req_greedy((uint64_t)(400 + i), 1, j->prompt, j->n_prompt, 40, true);
+        run_solo(e, &j->req, &j->solo);
+    }
+    c = cfg_make(NT, 512, 5, 2);
+    uint64_t pre = run_mix(e, jobs, NT, &c, "zoo preempted");
     fprintf(stderr, "zoo tight pool: %llu preemptions\n", (unsigned long long)pre);
     assert_true(pre > 0);
     free(jobs);
