@@ -28,7 +28,7 @@ static void usage(FILE *f)
             "usage: pagoda-run -m FILE.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos]\n"
             "       pagoda-run -m FILE.gguf --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N]\n"
-            "                  [--max-batch-tokens N]\n"
+            "                  [--max-batch-tokens N] [--exact-matmul]\n"
             "Prints only the continuation on stdout. --temp 0 is greedy and deterministic.\n");
 }
 
@@ -144,7 +144,7 @@ int main(int argc, char **argv)
     sched_config_default(&cfg);
     cfg.max_seqs = 1;
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
-           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP };
+           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
@@ -156,6 +156,7 @@ int main(int argc, char **argv)
         {"prompt-tokens", required_argument, 0, O_PTOK},
         {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
         {"max-batch-tokens", required_argument, 0, O_MBT},
+        {"exact-matmul", no_argument, 0, O_EXACT},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     int c;
@@ -178,6 +179,7 @@ int main(int argc, char **argv)
         case O_PTOK: prompt_tokens = atoi(optarg); break;
         case O_IGNORE_EOS: ignore_eos = 1; break;
         case O_MBT: cfg.max_batch_tokens = atoi(optarg); break;
+        case O_EXACT: cfg.exact_matmul = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
