@@ -229,31 +229,39 @@ int bench_report_chart(const char *png, const char *title, const bench_series_t 
     fprintf(g, "\nset logscale x 2\nset grid\nset key outside right top\n");
     fprintf(g, "set xlabel 'concurrent clients'\nset ylabel 'tokens/s'\nset y2label 'requests/s'\n"
                "set ytics nomirror\nset y2tics\nset yrange [0:*]\nset y2range [0:*]\n");
+    /* Colour = metric, line style = series (solid, dashed, dotted). */
+    fprintf(g, "set lmargin at screen 0.08\nset rmargin at screen 0.68\n"
+               "set offsets graph 0.03, graph 0.03, graph 0.05, 0\n");
     fprintf(g, "set title 'Throughput'\nplot ");
     for (size_t k = 0; k < n_series; k++) {
-        const char *nm = series[k].name ? series[k].name : "run";
-        fprintf(g, "%s'%s/series%zu.dat' using 1:3 with linespoints lw 2 title ", k ? ", " : "",
-                dir, k);
+        const char *nm = series[k].name && series[k].name[0] ? series[k].name : NULL;
+        int dt = (int)k + 1, pt = 7 - (int)k;
         char t[160];
-        snprintf(t, sizeof t, "%s output tok/s", nm);
+        fprintf(g, "%s'%s/series%zu.dat' using 1:3 with linespoints lw 2 dt %d pt %d "
+                   "lc rgb '#1f77b4' title ", k ? ", " : "", dir, k, dt, pt);
+        snprintf(t, sizeof t, "%s%soutput tok/s", nm ? nm : "", nm ? " " : "");
         gp_quote(g, t);
-        fprintf(g, ", '%s/series%zu.dat' using 1:2 axes x1y2 with linespoints dt 2 title ", dir, k);
-        snprintf(t, sizeof t, "%s req/s", nm);
+        fprintf(g, ", '%s/series%zu.dat' using 1:2 axes x1y2 with linespoints lw 2 dt %d pt %d "
+                   "lc rgb '#ff7f0e' title ", dir, k, dt, pt);
+        snprintf(t, sizeof t, "%s%sreq/s (right axis)", nm ? nm : "", nm ? " " : "");
         gp_quote(g, t);
     }
     fprintf(g, "\nunset y2label\nunset y2tics\nset ytics mirror\nset logscale y\nset yrange [*:*]\n"
-               "set ylabel 'milliseconds'\nset title 'Latency'\nplot ");
+               "set ylabel 'milliseconds (log)'\nset title 'Latency'\n"
+               "set offsets graph 0.03, graph 0.03, graph 0.05, graph 0.05\nplot ");
     /* zero values (e.g. no ITL with max_tokens 1) cannot sit on a log axis */
-    static const struct { int col; const char *what; } lat[] = {
-        { 4, "TTFT p50" }, { 7, "TTFT p99" }, { 5, "ITL p50" }, { 6, "E2E p50" }, { 8, "E2E p99" },
+    static const struct { int col; const char *what, *rgb; } lat[] = {
+        { 4, "TTFT p50", "#1f77b4" }, { 7, "TTFT p99", "#9ecae1" }, { 5, "ITL p50", "#2ca02c" },
+        { 6, "E2E p50", "#d62728" }, { 8, "E2E p99", "#ff9896" },
     };
     for (size_t k = 0; k < n_series; k++) {
-        const char *nm = series[k].name ? series[k].name : "run";
+        const char *nm = series[k].name && series[k].name[0] ? series[k].name : NULL;
         for (size_t m = 0; m < sizeof lat / sizeof lat[0]; m++) {
-            fprintf(g, "%s'%s/series%zu.dat' using 1:($%d>0?$%d:1/0) with linespoints%s title ",
-                    k || m ? ", " : "", dir, k, lat[m].col, lat[m].col, k ? " dt 2" : "");
+            fprintf(g, "%s'%s/series%zu.dat' using 1:($%d>0?$%d:1/0) with linespoints lw 2 "
+                       "dt %d pt %d lc rgb '%s' title ", k || m ? ", " : "", dir, k, lat[m].col,
+                    lat[m].col, (int)k + 1, 7 - (int)k, lat[m].rgb);
             char t[160];
-            snprintf(t, sizeof t, "%s %s", nm, lat[m].what);
+            snprintf(t, sizeof t, "%s%s%s", nm ? nm : "", nm ? " " : "", lat[m].what);
             gp_quote(g, t);
         }
     }
