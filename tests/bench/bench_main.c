@@ -7,11 +7,12 @@
  * multi interface, and reports throughput and latency percentiles.
  *
  * Usage:
- *   pagoda-bench --url URL --model NAME [options]
+ *   pagoda-bench --url URL [--model NAME] [options]
  *
  *   --url URL            server base URL (http://127.0.0.1:8080), or a full
  *                        .../v1/completions or .../v1/chat/completions URL
- *   --model NAME         "model" of every request
+ *   --model NAME         "model" of every request (default: the first model
+ *                        listed by GET /v1/models on --url)
  *   -c, --concurrency N  clients / max requests in flight (default 1)
  *   -n, --requests N     measured requests (default 100; per level with --sweep)
  *   --max-tokens T       max_tokens of every request (default 128)
@@ -82,7 +83,7 @@ struct options {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: pagoda-bench --url URL --model NAME [-c N] [-n N] [--max-tokens T]\n"
+            "usage: pagoda-bench --url URL [--model NAME] [-c N] [-n N] [--max-tokens T]\n"
             "         [--prompt-tokens P] [--ignore-eos] [--rate R] [--chat] [--shared-prefix]\n"
             "         [--api-key KEY] [--timeout S] [--warmup N] [--seed S] [--extra-json OBJ]\n"
             "         [--json] [--progress|--no-progress] [--sweep 1,4,16] [--chart FILE.png]\n"
@@ -223,8 +224,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         fprintf(stderr, "pagoda-bench: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!o->url || !c->model) {
-        fprintf(stderr, "pagoda-bench: --url and --model are required\n");
+    if (!o->url) {
+        fprintf(stderr, "pagoda-bench: --url is required\n");
         usage(stderr);
         return 2;
     }
@@ -235,6 +236,77 @@ static int parse_args(int argc, char **argv, struct options *o)
     if (c->rate > 0 && !o->concurrency_given)
         c->concurrency = c->n_requests > 0 ? c->n_requests : 1;
     return 0;
+}
+
+struct body_buf {
+    char *data;
+    size_t len;
+};
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    struct body_buf *b = ud;
+    size_t n = size * nmemb;
+    if (b->len + n > (1u << 20))
+        return 0; /* a model list is small; stop a runaway body */
+    b->data = xrealloc(b->data, b->len + n + 1);
+    memcpy(b->data + b->len, ptr, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return n;
+}
+
+/* The first model id of GET <base>/v1/models, malloc'd, or NULL (logged). */
+static char *fetch_default_model(const char *base, const char *api_key)
+{
+    char *ep = bench_run_endpoint(base, false); /* .../v1/completions */
+    size_t n = strlen(ep), sl = strlen("/completions");
+    char *url = xmalloc(n + 16);
+    memcpy(url, ep, n - sl);
+    strcpy(url + n - sl, "/models");
+    free(ep);
+    char *model = NULL;
+    struct body_buf b = { 0 };
+    struct curl_slist *h = NULL;
+    CURL *e = curl_easy_init();
+    if (!e)
+        goto out;
+    if (api_key) {
+        char auth[1024];
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", api_key);
+        h = curl_slist_append(h, auth);
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+    }
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 10000L);
+    if (!getenv("NO_PROXY") && !getenv("no_proxy"))
+        curl_easy_setopt(e, CURLOPT_NOPROXY, "localhost,127.0.0.1,::1");
+    CURLcode rc = curl_easy_perform(e);
+    long status = 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    if (rc != CURLE_OK || status != 200) {
+        log_error("no --model given and GET %s failed (%s, HTTP %ld)", url,
+                  curl_easy_strerror(rc), status);
+        goto out;
+    }
+    json_t *j = json_loadb(b.data ? b.data : "", b.len, 0, NULL);
+    json_t *first = json_array_get(json_object_get(j, "data"), 0);
+    json_t *id = json_object_get(first, "id");
+    if (json_is_string(id) && json_string_length(id) > 0)
+        model = xstrdup(json_string_value(id));
+    else
+        log_error("no --model given and %s lists no model", url);
+    json_decref(j);
+out:
+    if (e)
+        curl_easy_cleanup(e);
+    curl_slist_free_all(h);
+    free(b.data);
+    free(url);
+    return model;
 }
 
 /* The runs of one server: one per sweep level (or a single one). */
@@ -366,6 +438,17 @@ int main(int argc, char **argv)
     static struct series_runs base, main_runs; /* large: keep off the stack */
     bool first_dump = true;
     int rc = 0;
+    char *model = NULL;
+    if (!o.cfg.model) {
+        model = fetch_default_model(o.url, o.cfg.api_key);
+        if (!model) {
+            rc = 1;
+            goto out;
+        }
+        o.cfg.model = model;
+        if (!o.json)
+            log_info("model %s (first of /v1/models)", model);
+    }
     if (o.compare && run_series(&o, &base, o.baseline_url, "baseline", &first_dump) != 0)
         rc = 1;
     if (rc == 0 && run_series(&o, &main_runs, o.url, o.compare ? "main" : NULL, &first_dump) != 0)
@@ -443,6 +526,7 @@ int main(int argc, char **argv)
 out:
     series_fini(&base);
     series_fini(&main_runs);
+    free(model);
     curl_global_cleanup();
     return rc;
 }

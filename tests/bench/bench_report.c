@@ -47,6 +47,10 @@ json_t *bench_report_json(const bench_config_t *cfg, const bench_result_t *res)
     json_object_set_new(j, "prompt_tokens", json_integer(res->prompt_tokens));
     json_object_set_new(j, "output_tokens_mean", json_real(res->output_tokens_mean));
     json_object_set_new(j, "prompt_tokens_mean", json_real(res->prompt_tokens_mean));
+    /* prefix-cache hits, when the server reports them */
+    json_object_set_new(j, "cached_prompt_tokens", res->n_cached_reported
+                                                       ? json_integer(res->cached_tokens)
+                                                       : json_null());
     json_object_set_new(j, "prompt_tokens_source",
                         json_string(res->prompt_from_server ? "usage" : "estimate"));
     json_object_set_new(j, "output_tokens_source",
@@ -105,6 +109,12 @@ void bench_report_print(FILE *f, const bench_config_t *cfg, const bench_result_t
     fprintf(f, "  tokens     output %.1f per request (%s), prompt %.1f per request (%s)\n",
             res->output_tokens_mean, res->output_from_server ? "usage" : "counted chunks",
             res->prompt_tokens_mean, res->prompt_from_server ? "usage" : "estimated = words");
+    if (res->n_cached_reported > 0)
+        fprintf(f, "  cache      %.1f%% of prompt tokens were prefix-cache hits (%lld tokens)\n",
+                res->prompt_tokens > 0
+                    ? 100.0 * (double)res->cached_tokens / (double)res->prompt_tokens
+                    : 0.0,
+                (long long)res->cached_tokens);
     fprintf(f, "  latency ms      mean       p50       p90       p99       max\n");
     print_summary_row(f, "TTFT", &res->ttft_ms);
     print_summary_row(f, "ITL", &res->itl_ms);
@@ -158,6 +168,8 @@ int bench_report_dump(const char *path, const bench_config_t *cfg, const bench_r
         json_object_set_new(j, "e2e_ms", ms_or_null(r->e2e_us));
         json_object_set_new(j, "prompt_tokens",
                             r->prompt_tokens >= 0 ? json_integer(r->prompt_tokens) : json_null());
+        json_object_set_new(j, "cached_tokens",
+                            r->cached_tokens >= 0 ? json_integer(r->cached_tokens) : json_null());
         json_object_set_new(j, "output_tokens", json_integer(r->output_tokens));
         json_object_set_new(j, "itl_ms", itl);
         json_object_set_new(j, "error", r->error ? json_string(r->error) : json_null());

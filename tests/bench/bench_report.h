@@ -7,7 +7,8 @@
  *   shared_prefix,
  *   duration_s, requests_ok, requests_err, req_per_s, output_tok_per_s,
  *   prompt_tok_per_s, total_tok_per_s, output_tokens, prompt_tokens,
- *   output_tokens_mean, prompt_tokens_mean,
+ *   output_tokens_mean, prompt_tokens_mean, cached_prompt_tokens (sum of
+ *   usage.prompt_tokens_details.cached_tokens, null when never reported),
  *   prompt_tokens_source / output_tokens_source ("usage" when every ok request
  *   reported usage, else "estimate": words resp. content chunks),
  *   ttft_ms, itl_ms, tpot_ms, e2e_ms: {n, mean, min, p50, p90, p99, max},
@@ -42,8 +43,9 @@ void bench_report_print_sweep(FILE *f, const bench_series_t *s);
 /* Up to max_shown distinct error messages with counts, indented. */
 void bench_report_print_errors(FILE *f, const bench_result_t *res, size_t max_shown);
 
-/* Writes every measured request as one JSON line: {t_send_ms, ttft_ms,
- * e2e_ms, prompt_tokens, output_tokens, itl_ms: [...], error}; append = true
+/* Writes every measured request as one JSON line: {concurrency, url,
+ * t_send_ms, ttft_ms, e2e_ms, prompt_tokens, cached_tokens, output_tokens,
+ * itl_ms: [...], error} (null = not observed); append = true
  * adds to the file. Returns 0, or -1 when the file cannot be written. */
 int bench_report_dump(const char *path, const bench_config_t *cfg, const bench_result_t *res,
                       bool append);

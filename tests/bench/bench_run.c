@@ -183,6 +183,7 @@ static void finish_request(struct run *run, struct req *r, CURLcode rc)
         rec->ttft_us = st->n_content > 0 ? st->t_first_us - st->t_start_us : -1;
         rec->e2e_us = now - st->t_start_us;
         rec->prompt_tokens = st->prompt_tokens;
+        rec->cached_tokens = st->cached_tokens;
         rec->output_tokens = bench_stream_output_tokens(st);
         rec->output_from_usage = st->completion_tokens >= 0;
         rec->n_content = st->n_content;
@@ -305,6 +306,10 @@ static void summarize(const bench_config_t *cfg, bench_result_t *res)
         for (uint64_t j = 0; j + 1 < r->n_content; j++)
             itl[k_itl++] = r->itl_ms[j];
         res->output_tokens += r->output_tokens;
+        if (r->cached_tokens >= 0) {
+            res->cached_tokens += r->cached_tokens;
+            res->n_cached_reported++;
+        }
         if (r->prompt_tokens >= 0) {
             res->prompt_tokens += r->prompt_tokens;
             n_prompt_rep++;

@@ -55,6 +55,7 @@ typedef struct bench_record {
     int64_t ttft_us;         /* first content chunk - send */
     int64_t e2e_us;          /* transfer end - send */
     int64_t prompt_tokens;   /* usage.prompt_tokens, -1 = not reported */
+    int64_t cached_tokens;   /* usage.prompt_tokens_details.cached_tokens, -1 = not reported */
     int64_t output_tokens;   /* usage.completion_tokens, else content chunks */
     bool output_from_usage;  /* output_tokens came from usage.completion_tokens */
     uint64_t n_content;      /* content chunks */
@@ -77,6 +78,8 @@ typedef struct bench_result {
     double prompt_tok_per_s; /* prompt tokens of ok requests / duration_s */
     int64_t output_tokens;   /* sum over ok requests */
     int64_t prompt_tokens;   /* sum over ok requests (server-reported, else words + 0) */
+    int64_t cached_tokens;   /* sum of prompt_tokens_details.cached_tokens (ok requests) */
+    size_t n_cached_reported; /* ok requests that reported cached_tokens */
     bool prompt_from_server; /* every ok request reported usage.prompt_tokens */
     bool output_from_server; /* every ok request reported usage.completion_tokens */
     double prompt_tokens_mean, output_tokens_mean; /* per ok request */

@@ -21,6 +21,7 @@ bench_stream_t *bench_stream_new(int64_t t_start_us)
     s->t_start_us = t_start_us;
     s->prompt_tokens = -1;
     s->completion_tokens = -1;
+    s->cached_tokens = -1;
     return s;
 }
 
@@ -174,6 +175,10 @@ static void on_event(void *ud, const char *event, const char *data, size_t data_
             s->prompt_tokens = json_integer_value(pt);
         if (json_is_integer(ct) && json_integer_value(ct) >= 0)
             s->completion_tokens = json_integer_value(ct);
+        json_t *det = json_object_get(usage, "prompt_tokens_details");
+        json_t *cached = json_is_object(det) ? json_object_get(det, "cached_tokens") : NULL;
+        if (json_is_integer(cached) && json_integer_value(cached) >= 0)
+            s->cached_tokens = json_integer_value(cached);
     }
     json_decref(j);
 }

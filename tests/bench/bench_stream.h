@@ -10,8 +10,10 @@
  *                non-empty string) — the basis of time-to-first-token;
  *   itl_us[]     gaps between consecutive content chunks (inter-token
  *                latency when the server sends one token per chunk);
- *   usage        prompt_tokens / completion_tokens from any chunk carrying a
- *                "usage" object (the final one, with stream_options.include_usage);
+ *   usage        prompt_tokens / completion_tokens (and
+ *                prompt_tokens_details.cached_tokens, the prefix-cache hits)
+ *                from any chunk carrying a "usage" object (the final one, with
+ *                stream_options.include_usage);
  *   done         whether "data: [DONE]" was seen;
  *   error        the first error: HTTP status >= 300 (message taken from an
  *                OpenAI error body {"error":{"message":...}} when present), an
@@ -48,6 +50,7 @@ typedef struct bench_stream {
     uint64_t n_content;      /* content chunks seen */
     int64_t prompt_tokens;   /* usage.prompt_tokens, -1 = not reported */
     int64_t completion_tokens; /* usage.completion_tokens, -1 = not reported */
+    int64_t cached_tokens;   /* usage.prompt_tokens_details.cached_tokens, -1 = not reported */
     bool done;               /* "data: [DONE]" seen */
     char *error;             /* first error message (owned), NULL = none */
     char *err_body;          /* body of a non-2xx response, err_len bytes + NUL */

@@ -21,10 +21,13 @@
 //     --api-key KEY       require "Authorization: Bearer KEY" (else 401)
 //
 // Endpoints: POST /v1/completions, POST /v1/chat/completions (stream only),
+// GET /v1/models (one model, "fake-model"),
 // GET /stats -> {"requests", "ok_started", "max_in_flight", "distinct_prompts",
 // "distinct_prefixes" (first 16 words), "bad_requests", "ignore_eos",
 // "max_tokens_seen", "include_usage"}.
-// usage.prompt_tokens is the prompt's number of space-separated words.
+// usage.prompt_tokens is the prompt's number of space-separated words;
+// usage.prompt_tokens_details.cached_tokens is the number of leading words the
+// prompt shares with the previous prompt (a stand-in for prefix-cache hits).
 import http from "node:http";
 
 const opt = { port: 0, ttftMs: 50, itlMs: 10, eosAfter: 0, fail500: 0, fail429: 0,
@@ -47,6 +50,7 @@ for (let i = 0; i < argv.length; i++) {
 const stats = { requests: 0, ok_started: 0, in_flight: 0, max_in_flight: 0, bad_requests: 0,
                 ignore_eos: 0, include_usage: 0, max_tokens_seen: [] };
 const prompts = new Set(), prefixes = new Set();
+let lastWords = [];
 
 function sendError(res, status, message, type) {
   res.writeHead(status, { "Content-Type": "application/json" });
@@ -97,6 +101,9 @@ function handleCompletion(req, res, raw, chat) {
   const words = prompt.split(/\s+/).filter((w) => w.length > 0);
   prompts.add(prompt);
   prefixes.add(words.slice(0, 16).join(" "));
+  let cached = 0;
+  while (cached < words.length && cached < lastWords.length && words[cached] === lastWords[cached]) cached++;
+  lastWords = words;
   if (body.ignore_eos === true) stats.ignore_eos++;
   if (body.stream_options?.include_usage === true) stats.include_usage++;
   stats.max_tokens_seen.push(body.max_tokens);
@@ -136,7 +143,8 @@ function handleCompletion(req, res, raw, chat) {
     chunk([choice(` tok${sent}`, null)]);
     if (sent < total) { timer = setTimeout(step, opt.itlMs); return; }
     chunk([choice("", finish)]);
-    const usage = { prompt_tokens: words.length, completion_tokens: sent, total_tokens: words.length + sent };
+    const usage = { prompt_tokens: words.length, completion_tokens: sent, total_tokens: words.length + sent,
+                    prompt_tokens_details: { cached_tokens: cached } };
     if (body.stream_options?.include_usage === true) chunk([], { usage });
     write("data: [DONE]\n\n");
     write("");
@@ -147,6 +155,11 @@ function handleCompletion(req, res, raw, chat) {
 }
 
 const server = http.createServer((req, res) => {
+  if (req.method === "GET" && req.url === "/v1/models") {
+    res.writeHead(200, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ object: "list", data: [{ id: "fake-model", object: "model", owned_by: "test" }] }));
+    return;
+  }
   if (req.method === "GET" && req.url === "/stats") {
     res.writeHead(200, { "Content-Type": "application/json" });
     res.end(JSON.stringify({ ...stats, distinct_prompts: prompts.size, distinct_prefixes: prefixes.size }));

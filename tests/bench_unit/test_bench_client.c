@@ -166,7 +166,8 @@ static void test_stream_completions(void **state)
     feed_str(s, "xt\":\" c\"}]}\n\n", 75000);
     /* empty text with finish_reason is not content */
     feed_str(s, "data: {\"choices\":[{\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n", 80000);
-    feed_str(s, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":3}}\n\n"
+    feed_str(s, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":3,"
+                "\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\n"
                 "data: [DONE]\n\n", 81000);
     assert_true(bench_stream_finish(s, NULL, 82000));
     assert_null(s->error);
@@ -178,6 +179,7 @@ static void test_stream_completions(void **state)
     assert_int_equal(s->itl_us[1], 14000);
     assert_int_equal(s->prompt_tokens, 12);
     assert_int_equal(s->completion_tokens, 3);
+    assert_int_equal(s->cached_tokens, 8);
     assert_int_equal(bench_stream_output_tokens(s), 3);
     bench_stream_free(&s);
     assert_null(s);
@@ -199,6 +201,7 @@ static void test_stream_chat_role_chunk_not_content(void **state)
     assert_int_equal(s->itl_us[0], 12000);
     /* no usage: tokens fall back to content chunks */
     assert_int_equal(s->prompt_tokens, -1);
+    assert_int_equal(s->cached_tokens, -1);
     assert_int_equal(bench_stream_output_tokens(s), 2);
     bench_stream_free(&s);
 }

@@ -134,6 +134,18 @@ bench --url "http://127.0.0.1:$PORT_shared" -c 4 -n 12 --max-tokens 2 --prompt-t
 stats "$PORT_shared" "$TMP/shared_stats.json"
 jcheck "--shared-prefix: 12 distinct prompts, 1 distinct 16-word prefix" "$TMP/shared_stats.json" \
   'd["distinct_prompts"]==12 and d["distinct_prefixes"]==1'
+# the fake reports as cached the words shared with the previous prompt: 32 of 40
+# for every request but the first with --shared-prefix, ~0 without
+# (another seed, so the first prompt shares nothing with the run above; a tail word
+# may match by chance, 1 in 120)
+bench --url "http://127.0.0.1:$PORT_shared" -c 1 -n 6 --max-tokens 2 --prompt-tokens 40 \
+  --shared-prefix --seed 5 --json >"$TMP/shared.json" 2>/dev/null
+jcheck "--shared-prefix: cached_prompt_tokens ~ 5 x 32 (usage.prompt_tokens_details)" "$TMP/shared.json" \
+  '160<=d["cached_prompt_tokens"]<=170'
+bench --url "http://127.0.0.1:$PORT_shared" -c 1 -n 6 --max-tokens 2 --prompt-tokens 40 \
+  --json >"$TMP/unshared.json" 2>/dev/null
+jcheck "default prompts: almost nothing cached (< 5 of 240 tokens)" "$TMP/unshared.json" \
+  'd["cached_prompt_tokens"]<5'
 
 # ---- warm-up is sent but not counted --------------------------------------
 fake warm --ttft-ms 5 --itl-ms 1
@@ -209,8 +221,13 @@ jcheck "--compare: both runs complete, speedup in output tok/s within [1.3, 2.2]
 bench --url "$U" --compare --baseline-url "http://127.0.0.1:$PORT_slow" -c 2 -n 4 --max-tokens 8 >"$TMP/cmp.txt" 2>&1
 check "--compare human output prints the speedup" grep -qE 'speedup of .* over baseline' "$TMP/cmp.txt"
 
+# ---- default model from GET /v1/models ------------------------------------------
+"$BENCH" --no-progress --url "$U/v1" -n 2 --max-tokens 2 --json >"$TMP/nomodel.json" 2>/dev/null
+jcheck "no --model: the first id of /v1/models is used" "$TMP/nomodel.json" \
+  'd["model"]=="fake-model" and d["requests_ok"]==2'
+
 # ---- usage errors -------------------------------------------------------------
-"$BENCH" --model x >/dev/null 2>&1; rc1=$?
+"$BENCH" --model x >/dev/null 2>&1; rc1=$?  # no --url
 "$BENCH" --url "$U" --model x -c 0 >/dev/null 2>&1; rc2=$?
 "$BENCH" --url "$U" --model x --compare >/dev/null 2>&1; rc3=$?
 "$BENCH" --url "$U" --model x --sweep 1,,x >/dev/null 2>&1; rc4=$?
