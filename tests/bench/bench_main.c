@@ -288,8 +288,10 @@ static char *fetch_default_model(const char *base, const char *api_key)
     long status = 0;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
     if (rc != CURLE_OK || status != 200) {
-        log_error("no --model given and GET %s failed (%s, HTTP %ld)", url,
-                  curl_easy_strerror(rc), status);
+        if (rc != CURLE_OK)
+            log_error("no --model given and GET %s failed: %s", url, curl_easy_strerror(rc));
+        else
+            log_error("no --model given and GET %s answered HTTP %ld", url, status);
         goto out;
     }
     json_t *j = json_loadb(b.data ? b.data : "", b.len, 0, NULL);
