@@ -65,10 +65,11 @@ function promptText(body, chat) {
   return typeof body.prompt === "string" ? body.prompt : null;
 }
 
-// Writes one SSE event; in fragment mode as several pieces on later ticks.
+// Writes SSE events; in fragment mode as several pieces on later ticks.
+// end() closes the response after everything queued has been written.
 function makeWriter(res, fragment, crlf) {
   let queue = Promise.resolve();
-  return (text) => {
+  const write = (text) => {
     const ev = crlf ? text.replace(/\n/g, "\r\n") : text;
     if (!fragment) { res.write(ev); return; }
     queue = queue.then(async () => {
@@ -81,6 +82,8 @@ function makeWriter(res, fragment, crlf) {
       }
     });
   };
+  write.end = (then) => { queue = queue.then(() => { res.end(); then(); }); };
+  return write;
 }
 
 function handleCompletion(req, res, raw, chat) {
@@ -135,8 +138,7 @@ function handleCompletion(req, res, raw, chat) {
     if (res.destroyed) return done();
     if (sseError && sent === 2) {
       write(`event: error\ndata: ${JSON.stringify({ error: { message: "fake worker crashed", type: "server_error" } })}\n\n`);
-      write("");
-      setTimeout(() => { res.end(); done(); }, 20);
+      write.end(done);
       return;
     }
     sent++;
@@ -147,9 +149,7 @@ function handleCompletion(req, res, raw, chat) {
                     prompt_tokens_details: { cached_tokens: cached } };
     if (body.stream_options?.include_usage === true) chunk([], { usage });
     write("data: [DONE]\n\n");
-    write("");
-    // let fragmented writes drain before ending
-    setTimeout(() => { res.end(); done(); }, opt.fragment ? 30 : 0);
+    write.end(done);
   };
   timer = setTimeout(step, opt.ttftMs);
 }

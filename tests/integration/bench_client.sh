@@ -10,6 +10,7 @@ FAKE=$ROOT/tests/bench/fake_server.mjs
 if [[ ! -x $BENCH ]]; then fail "$BENCH not built"; finish; fi
 if ! command -v node >/dev/null; then skip "node not installed: skipping pagoda-bench tests"; exit 0; fi
 PY=python3
+[[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
 
 # fake NAME ARGS... : start a fake server, set PORT_<NAME> to its port.
 fake() {
@@ -187,7 +188,8 @@ jcheck "--rate 40: 30 arrivals take about 29/40 s (duration within [0.3, 3] s)" 
   '0.3<=d["duration_s"]<=3'
 
 # ---- many concurrent streams on one thread ----------------------------------
-fake wide --ttft-ms 100 --itl-ms 20
+# (slow streams: 1.35 s each, so all 256 are open at once even if connecting is slow)
+fake wide --ttft-ms 1000 --itl-ms 50
 bench --url "http://127.0.0.1:$PORT_wide" -c 256 -n 512 --max-tokens 8 --prompt-tokens 8 \
   --ignore-eos --json >"$TMP/wide.json" 2>"$TMP/wide.err"
 stats "$PORT_wide" "$TMP/wide_stats.json"
