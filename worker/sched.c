@@ -282,6 +282,8 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
         snprintf(err, errlen, "cannot create the forward pass context");
         goto err;
     }
+    if (!c->exact_matmul && forward_set_int8(s->fwd, true) != 0)
+        log_warn("int8 matmul kernels unavailable: using dequantize + sgemm");
     int32_t mb = s->cfg.max_batch_tokens, ms = s->cfg.max_seqs;
     s->b_token = xmalloc((size_t)mb * sizeof(int32_t));
     s->b_pos = xmalloc((size_t)mb * sizeof(int32_t));
