@@ -85,6 +85,8 @@ static const char *g_model;       /* stories260K path, NULL = skip */
 static char g_build[512];
 static char g_run_text[TEXT_CAP];     /* pagoda-run -p "Once upon a time" -n 60 --temp 0 */
 static size_t g_run_len;
+static char g_run_long[TEXT_CAP];     /* ... -n 400 --ignore-eos: crosses a story's end (BOS) */
+static size_t g_run_long_len;
 static char g_run_chat[TEXT_CAP];     /* pagoda-run --chat -p "Tell me a story." -n 40 --temp 0 */
 static size_t g_run_chat_len;
 static gw_t *g_gw;                /* the shared worker for most tests */
@@ -433,6 +435,12 @@ static int group_setup(void **state)
         fprintf(stderr, "%s failed\n", run);
         return -1;
     }
+    char *const a3[] = {run, "-m", model, "-p", (char *)PROMPT, "-n", "400", "--temp", "0",
+                        "--ignore-eos", NULL};
+    if (run_capture(a3, g_run_long, sizeof g_run_long, &g_run_long_len) != 0) {
+        fprintf(stderr, "%s --ignore-eos failed\n", run);
+        return -1;
+    }
     char *const a2[] = {run, "-m", model, "--chat", "-p", (char *)CHAT, "-n", "40", "--temp", "0", NULL};
     if (run_capture(a2, g_run_chat, sizeof g_run_chat, &g_run_chat_len) != 0) {
         fprintf(stderr, "%s --chat failed\n", run);
@@ -637,8 +645,10 @@ static void test_load_in_heartbeats(void **state)
     for (int i = 0; i < 4; i++) {
         check_final(g, r[i], PROTO_FINISH_LENGTH);
         assert_int_equal(r[i]->n_ids, 400);
-        /* all four are the same greedy text */
-        assert_memory_equal(r[i]->text, g_run_text, g_run_len);
+        /* all four are the same greedy text, token-less deltas included
+         * (the story ends with BOS, which has no text) */
+        assert_int_equal(r[i]->text_len, g_run_long_len);
+        assert_memory_equal(r[i]->text, g_run_long, g_run_long_len);
         assert_memory_equal(r[i]->ids, r[0]->ids, 400 * sizeof(int32_t));
     }
     fprintf(stderr, "max running seen in heartbeats: %u\n", g->max_running);
