@@ -41,9 +41,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "tests/support/support.h"
 #include "worker/engine.h"
+#include "worker/forward.h"
 #include "worker/sched.h"
 
 #define MAX_REQ 40
@@ -748,6 +750,41 @@ static void test_cancel_phases(void **state)
     }
 }
 
+/* A request past its deadline ends with an error naming the deadline (the
+ * worker reports it as "timeout") and frees its blocks; others go on.
+ * c's deadline is over before its first step; b's passes while it decodes
+ * (30 ms for 400 tokens: stories260K makes ~2000 tokens/s alone here). */
+static void test_deadline(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    int32_t pa[64], pb[64];
+    make_prompt(pa, 40, 0);
+    make_prompt(pb, 50, 90);
+    sched_req_t qa = req_greedy(1, 1, pa, 40, 30, true);
+    rec_t sa;
+    run_solo(g_stories, &qa, &sa);
+    sched_config_t c = cfg_make(3, 512, 0, 1);
+    run_t *R = run_new(g_stories, &c);
+    submit(R, &qa);
+    sched_req_t qb = req_greedy(2, 1, pb, 50, 400, true);
+    qb.deadline_us = clock_now_us() + 30000;
+    rec_t *rb = submit(R, &qb);
+    sched_req_t qc = req_greedy(3, 1, pb, 50, 400, true);
+    qc.deadline_us = clock_now_us() - 1;
+    rec_t *rc = submit(R, &qc);
+    step(R);
+    assert_int_equal(rc->finish, SCHED_FINISH_ERROR);
+    assert_non_null(strstr(rc->error, "deadline"));
+    assert_int_equal(rc->n_tok, 0);
+    drive(R);
+    assert_int_equal(rb->finish, SCHED_FINISH_ERROR);
+    assert_non_null(strstr(rb->error, "deadline"));
+    assert_true(rb->n_tok < 400);
+    assert_same_output(&R->r[0], &sa, "next to expired requests");
+    run_free(&R);
+}
+
 /* ---- admission order and priority preemption -------------------------------- */
 
 static void test_admission_order(void **state)
@@ -1205,14 +1242,19 @@ static void test_zoo_batched_preempted(void **state)
     engine_free(&e);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    /* passive OpenMP waits, as pagoda-worker: spinning barriers make the
+     * 2-thread runs 5-10x slower on a shared machine (forward.h) */
+    forward_env_reexec(argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_solo),
         cmocka_unit_test(test_prefix_hit_equals_miss),
         cmocka_unit_test(test_preempted_equals_solo),
         cmocka_unit_test(test_seeded_sampling_stable),
         cmocka_unit_test(test_cancel_phases),
+        cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_admission_order),
         cmocka_unit_test(test_priority_preemption),
         cmocka_unit_test(test_stop_eos_length),
