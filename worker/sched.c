@@ -369,6 +369,11 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
             snprintf(err, errlen, "resumed token %d is out of the vocabulary", r->resume[i]);
             return -1;
         }
+    if (r->max_tokens > 0 && r->n_resume >= r->max_tokens) {
+        snprintf(err, errlen, "%d resumed tokens already reach max_tokens %d", r->n_resume,
+                 r->max_tokens);
+        return -1;
+    }
     if (find_seq(s, r->id)) {
         snprintf(err, errlen, "request %llu is already running", (unsigned long long)r->id);
         return -1;
