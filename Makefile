@@ -80,7 +80,7 @@ BENCH_EXTRA := $(filter-out tests/bench/bench_main.c,$(wildcard tests/bench/*.c)
 $(BUILD)/pagoda-bench: $(call obj,$(BENCH_EXTRA))
 $(BINS): $(BUILD)/%: $$(call obj,$$(BIN_MAIN_%)) $(LIBS)
 	@$(if $(V),,echo "  LD      $@")
-	$(Q)$(CC) -o $@ $^ $(LDLIBS_ALL)
+	$(Q)$(CC) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(call obj,$(TEST_SUPPORT)) $(LIBS)
 	@mkdir -p $(dir $@)

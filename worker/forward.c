@@ -56,6 +56,16 @@ static int bad(forward_t *f, const char *fmt, ...)
     return -1;
 }
 
+int forward_set_int8(forward_t *f, bool on)
+{
+    if (!on) {
+        matmul_free(&f->mm);
+        f->mm = matmul_new(f->m->max_cols, f->n_threads);
+        return 0;
+    }
+    return matmul_use_int8(f->mm, f->max_rows);
+}
+
 forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
 {
     const model_config_t *c = &m->cfg;

@@ -16,6 +16,7 @@
  * O(out·in) per call whatever n_rows is, so for small batches it must be
  * cheap (AVX2 decoders) and must not round-trip through a large tile. */
 #include "worker/matmul.h"
+#include "worker/qgemm.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -38,6 +39,8 @@ struct matmul {
     int64_t tile_rows;   /* output rows per dequantized tile */
     int n_threads;
     float *tile;         /* (n_threads, tile_rows, max_cols): one tile per thread */
+    qgemm_ctx_t *q;      /* int8 kernels, NULL when off */
+    int q_rows;          /* rows q was sized for */
 };
 
 matmul_t *matmul_new(int64_t max_cols, int n_threads)
@@ -61,6 +64,7 @@ void matmul_free(matmul_t **mm)
     if (!mm || !*mm)
         return;
     free((*mm)->tile);
+    qgemm_ctx_free(&(*mm)->q);
     free(*mm);
     *mm = NULL;
 }
@@ -307,12 +311,24 @@ static void share(int64_t N, int t, int nt, int64_t *n0, int64_t *n1)
     *n1 = per * (t + 1) < N ? per * (t + 1) : N;
 }
 
+int matmul_use_int8(matmul_t *mm, int max_rows)
+{
+    if (max_rows < 1)
+        return -1;
+    qgemm_ctx_free(&mm->q);
+    mm->q = qgemm_ctx_new(max_rows, mm->max_cols);
+    mm->q_rows = mm->q ? max_rows : 0;
+    return mm->q ? 0 : -1;
+}
+
 int matmul_run(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, float *y)
 {
     if (n_rows < 0 || w->cols > mm->max_cols)
         return -1;
     if (n_rows == 0)
         return 0;
+    if (mm->q && n_rows <= mm->q_rows && qgemm_supported(w->type))
+        return qgemm(mm->q, w->type, w->data, w->rows, w->cols, x, n_rows, y);
     const int M = n_rows, K = (int)w->cols;
     const int64_t N = w->rows;
     int bad = 0;

@@ -282,6 +282,8 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
         snprintf(err, errlen, "cannot create the forward pass context");
         goto err;
     }
+    if (!c->exact_matmul && forward_set_int8(s->fwd, true) != 0)
+        log_warn("int8 matmul kernels unavailable: using dequantize + sgemm");
     int32_t mb = s->cfg.max_batch_tokens, ms = s->cfg.max_seqs;
     s->b_token = xmalloc((size_t)mb * sizeof(int32_t));
     s->b_pos = xmalloc((size_t)mb * sizeof(int32_t));
@@ -367,6 +369,11 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
             snprintf(err, errlen, "resumed token %d is out of the vocabulary", r->resume[i]);
             return -1;
         }
+    if (r->max_tokens > 0 && r->n_resume >= r->max_tokens) {
+        snprintf(err, errlen, "%d resumed tokens already reach max_tokens %d", r->n_resume,
+                 r->max_tokens);
+        return -1;
+    }
     if (find_seq(s, r->id)) {
         snprintf(err, errlen, "request %llu is already running", (unsigned long long)r->id);
         return -1;
@@ -487,7 +494,13 @@ static void admit(sched_t *s)
         if (hit < 0)
             hit = 0;
         int32_t need = best->n_tokens - hit;
-        if (kv_seq_reserve(best->kv, need) != KV_POOL_OK) {
+        /* Watermark: leave every running sequence a block to grow into, or
+         * the admission would only cause preemptions a few steps later. */
+        int32_t bs = s->cfg.block_size;
+        int32_t need_blocks = (best->n_tokens + bs - 1) / bs - hit / bs;
+        int32_t running = n_running(s);
+        bool fits = running == 0 || kv_pool_n_available(s->pool) - need_blocks >= running;
+        if (!fits || kv_seq_reserve(best->kv, need) != KV_POOL_OK) {
             seq_t *v = pick_victim(s, best->priority, best, false, true);
             kv_seq_release(best->kv);
             if (!v)
@@ -499,7 +512,9 @@ static void admit(sched_t *s)
         best->admitted = s->n_admissions++;
         best->n_computed = hit;
         if (!best->first_admission_done) {
-            best->n_cached = hit;
+            /* usage counts prompt tokens: a resumed request's hit can reach
+             * into its resumed tokens, which are not prompt */
+            best->n_cached = hit < best->n_prompt ? hit : best->n_prompt;
             best->first_admission_done = true;
         }
     }

@@ -49,6 +49,7 @@ typedef struct sched_config {
     size_t kv_budget_bytes;    /* used when kv_blocks == 0 */
     int32_t block_size;        /* token positions per KV block (32) */
     int32_t n_threads;         /* threads for the forward pass */
+    bool exact_matmul;         /* quantized weights via dequant+sgemm instead of int8 kernels */
 } sched_config_t;
 
 /* Defaults: 32 seqs, 512 batch tokens, 32-token blocks, 2 threads and a KV

@@ -74,6 +74,7 @@ static void usage(FILE *f)
             "  --block-size N       tokens per KV block (default 32)\n"
             "  --threads N          threads for the forward pass (default 2)\n"
             "  --ctx N              cap the context length below the model's\n"
+            "  --exact-matmul       quantized weights via dequantize+sgemm, not int8 kernels\n"
             "  --log-level LEVEL    debug|info|warn|error (default info; env PAGODA_LOG)\n",
             PROTO_HEARTBEAT_MS);
 }
@@ -119,7 +120,10 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
     proto_msg_init(&m, PROTO_EVENT);
     proto_event_t *e = &m.event;
     e->id = ev->id;
-    e->text = (char *)(ev->text ? ev->text : "");
+    /* ev->text is not NUL-terminated and the encoder takes text_len 0 as
+     * "use strlen": a token with no text yet (BOS, held UTF-8 or stop
+     * prefix) must pass "" or stale bytes past the delta would be sent */
+    e->text = (char *)(ev->text && ev->text_len ? ev->text : "");
     e->text_len = (uint32_t)ev->text_len;
     e->ids = (int32_t *)ev->tokens;
     e->n_ids = (uint32_t)ev->n_tokens;
@@ -327,7 +331,7 @@ int main(int argc, char **argv)
     const char *model = NULL;
     int level = LOG_INFO;
     uint32_t ctx_cap = 0, u;
-    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK };
+    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT };
     static const struct option opts[] = {
         {"gateway", required_argument, NULL, 'g'},
         {"model", required_argument, NULL, 'm'},
@@ -340,6 +344,7 @@ int main(int argc, char **argv)
         {"block-size", required_argument, NULL, O_BLOCK},
         {"threads", required_argument, NULL, O_THREADS},
         {"ctx", required_argument, NULL, 'x'},
+        {"exact-matmul", no_argument, NULL, O_EXACT},
         {"log-level", required_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -388,6 +393,7 @@ int main(int argc, char **argv)
                 return 2;
             w.scfg.n_threads = (int32_t)u;
             break;
+        case O_EXACT: w.scfg.exact_matmul = true; break;
         case 'x':
             if (parse_i32_opt("ctx", optarg, 2, PROTO_MAX_TOKENS, &ctx_cap))
                 return 2;

@@ -1,0 +1,864 @@
+/* qgemm.c — Y = X · Wᵀ with ggml-quantized W, integer dot products (qgemm.h).
+ *
+ * Data flow of one call (shapes in elements; nb = n_in / 32 blocks):
+ *
+ *   X (n_rows, n_in) f32 ──quantize──► xq (n_rows, n_in) i8, xd (n_rows, nb) f32
+ *                                       xs (n_rows, nb) int16 pair (Σq[0..15], Σq[16..31])
+ *   W rows c0..c0+7 ──decode+transpose──► panel (per thread):
+ *       q  (nb, 8 groups k, 8 columns c, 4 bytes)  weight 4k+i of column c of
+ *          block b at q[256b + 32k + 4c + i]: one 32-byte load = group k of all
+ *          8 columns; values are the raw quants (i8 for Q8_0, u8 0..63 otherwise)
+ *       sc (nb, 2, 8) int32 = int16 pair (s, s): integer scale of elements
+ *          0..15 / 16..31 of the block (Q4_K/Q5_K sc_j, Q6_K its two scales)
+ *       mm (nb, 8) int32 = int16 pair: offset/min per 16 elements (Q4_K/Q5_K
+ *          m_j, Q6_K 32·scale); Q4_0's offset 8 and Q8_0's 0 are constants
+ *       d, dm (nb, 8) f32: the block's float scale and (Q4_K/Q5_K) min scale
+ *   for each 4 rows of X × panel: per block b, per column c (one AVX2 lane)
+ *       I = Σ_k s_k · Σ_{i<4} q_w[4k+i] · q_x[4k+i]     exact int32
+ *       M = m_lo · xs_lo + m_hi · xs_hi                   exact int32
+ *     "single scale" kinds (Q8_0, Q4_0, Q6_K, w = d·s·(q − m/s)):
+ *       acc = acc + (float)(I − M) · (d · dx)
+ *     "affine" kinds (Q4_K, Q5_K, w = d·s·q − dm·m):
+ *       acc = acc + dx · ((float)I · d − (float)M · dm)
+ *
+ * Integer ranges (why nothing saturates or overflows): activations are in
+ * [-127, 127]. _mm256_maddubs_epi16 multiplies an unsigned by a signed byte
+ * and adds pairs with int16 saturation: Q8_0 uses |w| ≤ 128 against
+ * sign(x, w), pairs ≤ 2·128·127 = 32512; the other types have unsigned
+ * quants ≤ 63, pairs ≤ 16002. _mm256_madd_epi16 by the scale (|s| ≤ 128) then
+ * gives ≤ 4.1e6 per group, ≤ 3.3e7 per block. So the integer part is exact
+ * and the float part is a fixed sequence of IEEE operations: the scalar and
+ * AVX2 paths give identical bits, whatever the tiling. The file must be built
+ * without FP contraction (no FMA fusing): the pragma below covers clang;
+ * GCC's -std=c11 implies -ffp-contract=off, and no function here is compiled
+ * with the "fma" target, so nothing can be fused anyway.
+ */
+#include "worker/qgemm.h"
+
+#include <cpuid.h>
+#include <float.h>
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "common/xalloc.h"
+#include "worker/gguf.h"
+#include "worker/quant.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define QB 32 /* elements per activation block and per panel block */
+#define NC 8  /* output columns per panel = lanes of a 256-bit int32 vector */
+#define RT 4  /* X rows per register tile */
+#define PANEL_BLOCK_BYTES (256 + 16 * 4 + 8 * 4 + 8 * 4 + 8 * 4)
+
+enum kind { K_Q8_0, K_Q4_0, K_Q6_K, K_Q45_K };
+
+struct qgemm_ctx {
+    int max_rows;      /* capacity in X rows */
+    int64_t max_in;    /* capacity in input elements (multiple of 32, rounded up) */
+    int n_threads;     /* OpenMP threads of every call, fixed at creation */
+    qgemm_isa_t isa;   /* kernels in use: SCALAR or AVX2 */
+    int8_t *xq;        /* (max_rows, max_in) quantized X */
+    float *xd;         /* (max_rows, max_in/32) X block scales */
+    int32_t *xs;       /* (max_rows, max_in/32) int16 pairs of block half sums */
+    uint8_t *panels;   /* n_threads panels of panel_bytes each */
+    size_t panel_bytes;
+};
+
+/* One thread's decoded W panel (layout in the file comment). */
+typedef struct {
+    uint8_t *q;  /* (nb, 8, 8, 4) */
+    int32_t *sc; /* (nb, 2, 8) */
+    int32_t *mm; /* (nb, 8) */
+    float *d;    /* (nb, 8) */
+    float *dm;   /* (nb, 8) */
+} panel_t;
+
+/* The quantized X rows of the current call. */
+typedef struct {
+    const int8_t *q;  /* (n_rows, n_in) */
+    const float *d;   /* (n_rows, nb) */
+    const int32_t *s; /* (n_rows, nb) */
+    int64_t n_in, nb;
+} qx_t;
+
+static bool cpu_has_avx2(void)
+{
+    /* clang's __builtin_cpu_supports knows no "f16c": ask CPUID leaf 1 */
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
+bool qgemm_supported(uint32_t type)
+{
+    switch (type) {
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static enum kind kind_of(uint32_t type)
+{
+    switch (type) {
+    case GGML_TYPE_Q8_0: return K_Q8_0;
+    case GGML_TYPE_Q4_0: return K_Q4_0;
+    case GGML_TYPE_Q6_K: return K_Q6_K;
+    default: return K_Q45_K;
+    }
+}
+
+qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
+{
+    if (max_rows <= 0 || max_in <= 0)
+        return NULL;
+    qgemm_ctx_t *c = xcalloc(1, sizeof *c);
+    c->max_rows = max_rows;
+    c->max_in = (max_in + QB - 1) / QB * QB;
+    c->n_threads = omp_get_max_threads();
+    if (c->n_threads < 1)
+        c->n_threads = 1;
+    c->isa = cpu_has_avx2() ? QGEMM_ISA_AVX2 : QGEMM_ISA_SCALAR;
+    size_t nbm = (size_t)(c->max_in / QB);
+    c->xq = xaligned_alloc((size_t)max_rows * (size_t)c->max_in);
+    c->xd = xaligned_alloc((size_t)max_rows * nbm * sizeof(float));
+    c->xs = xaligned_alloc((size_t)max_rows * nbm * sizeof(int32_t));
+    /* rounded to 64 bytes so every panel starts cache-line aligned */
+    c->panel_bytes = (nbm * PANEL_BLOCK_BYTES + 63) / 64 * 64;
+    c->panels = xaligned_alloc(c->panel_bytes * (size_t)c->n_threads);
+    return c;
+}
+
+void qgemm_ctx_free(qgemm_ctx_t **pc)
+{
+    if (!pc || !*pc)
+        return;
+    qgemm_ctx_t *c = *pc;
+    free(c->xq);
+    free(c->xd);
+    free(c->xs);
+    free(c->panels);
+    free(c);
+    *pc = NULL;
+}
+
+int qgemm_set_isa(qgemm_ctx_t *c, qgemm_isa_t isa)
+{
+    switch (isa) {
+    case QGEMM_ISA_AUTO:
+        c->isa = cpu_has_avx2() ? QGEMM_ISA_AVX2 : QGEMM_ISA_SCALAR;
+        return 0;
+    case QGEMM_ISA_SCALAR:
+        c->isa = isa;
+        return 0;
+    case QGEMM_ISA_AVX2:
+        if (!cpu_has_avx2())
+            return -1;
+        c->isa = isa;
+        return 0;
+    }
+    return -1;
+}
+
+qgemm_isa_t qgemm_get_isa(const qgemm_ctx_t *c) { return c->isa; }
+
+const char *qgemm_isa_name(qgemm_isa_t isa)
+{
+    switch (isa) {
+    case QGEMM_ISA_AUTO: return "auto";
+    case QGEMM_ISA_SCALAR: return "scalar";
+    case QGEMM_ISA_AVX2: return "avx2";
+    }
+    return "unknown";
+}
+
+static panel_t panel_at(const qgemm_ctx_t *c, int i_thread)
+{
+    uint8_t *base = c->panels + c->panel_bytes * (size_t)i_thread;
+    size_t nbm = (size_t)(c->max_in / QB);
+    panel_t p;
+    p.q = base;
+    p.sc = (int32_t *)(base + nbm * 256);
+    p.mm = p.sc + nbm * 16;
+    p.d = (float *)(p.mm + nbm * 8);
+    p.dm = p.d + nbm * 8;
+    return p;
+}
+
+static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static float rdh(const uint8_t *p) { return quant_fp16_to_fp32(rd16(p)); }
+static int32_t pair16(int lo, int hi) { return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16); }
+
+/* ---- X quantization ------------------------------------------------------- */
+
+/* Block of 32 floats → q[32] in [-127, 127], scale *d, half sums *s.
+ * d = amax / 127 (f32), q = round-to-nearest-even(x / d). A block with a
+ * non-finite value gets d = NaN and q = 0, so NaN reaches every output of the
+ * row; d = 0 (all zero, or amax below ~1.8e-43) gives q = 0. */
+static void xquant_block_scalar(const float *x, int8_t *q, float *d, int32_t *s)
+{
+    float amax = 0;
+    bool finite = true;
+    for (int i = 0; i < QB; i++) {
+        float a = fabsf(x[i]);
+        finite &= a <= FLT_MAX;
+        amax = a > amax ? a : amax;
+    }
+    float dd = finite ? amax / 127.0f : NAN;
+    int sum[2] = {0, 0};
+    for (int i = 0; i < QB; i++) {
+        int v = 0;
+        if (finite && dd != 0.0f) {
+            v = (int)nearbyintf(x[i] / dd);
+            v = v < -127 ? -127 : v > 127 ? 127 : v;
+        }
+        q[i] = (int8_t)v;
+        sum[i / 16] += v;
+    }
+    *d = dd;
+    *s = pair16(sum[0], sum[1]);
+}
+
+/* ---- scalar panel decode --------------------------------------------------- */
+
+/* Raw quants of 32-block b (of the row) into v[32]; for K-quants b counts
+ * 32-blocks across super-blocks. */
+static void decode_block_scalar(enum kind kind, uint32_t type, const uint8_t *row, int64_t b,
+                                uint8_t *v)
+{
+    int64_t sb = b / 8;
+    int j = (int)(b % 8);
+    switch (kind) {
+    case K_Q8_0:
+        memcpy(v, row + b * 34 + 2, 32);
+        return;
+    case K_Q4_0: {
+        const uint8_t *qs = row + b * 18 + 2;
+        for (int i = 0; i < 16; i++) {
+            v[i] = qs[i] & 15;
+            v[i + 16] = qs[i] >> 4;
+        }
+        return;
+    }
+    case K_Q45_K: {
+        bool q5 = type == GGML_TYPE_Q5_K;
+        const uint8_t *blk = row + sb * (q5 ? 176 : 144);
+        const uint8_t *qh = blk + 16, *qs = blk + (q5 ? 48 : 16);
+        for (int l = 0; l < 32; l++) {
+            uint8_t x = qs[32 * (j / 2) + l];
+            v[l] = (j & 1) ? x >> 4 : x & 15;
+            if (q5)
+                v[l] |= (uint8_t)(((qh[l] >> j) & 1) << 4);
+        }
+        return;
+    }
+    case K_Q6_K: {
+        const uint8_t *blk = row + sb * 210;
+        int h = j / 4, r = j % 4;
+        const uint8_t *ql = blk + 64 * h + 32 * (r & 1), *qh = blk + 128 + 32 * h;
+        for (int l = 0; l < 32; l++) {
+            int lo = r < 2 ? ql[l] & 15 : ql[l] >> 4;
+            v[l] = (uint8_t)(lo | ((qh[l] >> (2 * r)) & 3) << 4);
+        }
+        return;
+    }
+    }
+}
+
+/* Panel meta data of K-quant column c from its row: sc, mm, d, dm for all
+ * nb 32-blocks. Shared by both ISAs (the cost is per 256 weights). */
+static inline __attribute__((always_inline)) void
+fill_meta_k_with(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb, int c, panel_t *p,
+                 float (*rdh)(const uint8_t *))
+{
+    size_t bb = ggml_type_block_bytes(type);
+    for (int64_t sb = 0; sb < nb / 8; sb++) {
+        const uint8_t *blk = row + (size_t)sb * bb;
+        if (kind == K_Q6_K) {
+            const int8_t *scales = (const int8_t *)(blk + 192);
+            float d = rdh(blk + 208);
+            for (int j = 0; j < 8; j++) {
+                int64_t b = sb * 8 + j;
+                int s0 = scales[2 * j], s1 = scales[2 * j + 1];
+                p->sc[16 * b + c] = pair16(s0, s0);
+                p->sc[16 * b + 8 + c] = pair16(s1, s1);
+                p->mm[8 * b + c] = pair16(32 * s0, 32 * s1);
+                p->d[8 * b + c] = d;
+                p->dm[8 * b + c] = 0;
+            }
+        } else {
+            const uint8_t *s = blk + 4;
+            float d = rdh(blk), dmin = rdh(blk + 2);
+            for (int j = 0; j < 8; j++) {
+                int64_t b = sb * 8 + j;
+                int sc, m;
+                if (j < 4) {
+                    sc = s[j] & 63;
+                    m = s[j + 4] & 63;
+                } else {
+                    sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+                    m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+                }
+                p->sc[16 * b + c] = p->sc[16 * b + 8 + c] = pair16(sc, sc);
+                p->mm[8 * b + c] = pair16(m, m);
+                p->d[8 * b + c] = d;
+                p->dm[8 * b + c] = dmin;
+            }
+        }
+    }
+}
+
+static void fill_meta_k(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb, int c,
+                        panel_t *p)
+{
+    fill_meta_k_with(kind, type, row, nb, c, p, rdh);
+}
+
+/* rows[c] (c < 8) point at the 8 W rows of the panel (missing columns repeat
+ * a valid row; their outputs are dropped). */
+static void fill_panel_scalar(enum kind kind, uint32_t type, const uint8_t *const rows[NC],
+                              int64_t nb, panel_t *p)
+{
+    uint8_t v[32];
+    for (int c = 0; c < NC; c++) {
+        for (int64_t b = 0; b < nb; b++) {
+            decode_block_scalar(kind, type, rows[c], b, v);
+            for (int k = 0; k < 8; k++)
+                memcpy(p->q + 256 * b + 32 * k + 4 * c, v + 4 * k, 4);
+        }
+        if (kind == K_Q8_0 || kind == K_Q4_0) {
+            size_t bb = kind == K_Q8_0 ? 34 : 18;
+            for (int64_t b = 0; b < nb; b++)
+                p->d[8 * b + c] = rdh(rows[c] + (size_t)b * bb);
+        } else {
+            fill_meta_k(kind, type, rows[c], nb, c, p);
+        }
+    }
+}
+
+/* ---- scalar kernel ----------------------------------------------------------- */
+
+/* out[r][c] (r < R, c < 8) = row r0+r of X against the panel. */
+static void kern_scalar(enum kind kind, const panel_t *p, const qx_t *x, int r0, int R,
+                        float out[RT][NC])
+{
+    for (int r = 0; r < R; r++) {
+        const int8_t *xq = x->q + (int64_t)(r0 + r) * x->n_in;
+        const float *xd = x->d + (int64_t)(r0 + r) * x->nb;
+        const int32_t *xs = x->s + (int64_t)(r0 + r) * x->nb;
+        for (int c = 0; c < NC; c++) {
+            float acc = 0;
+            for (int64_t b = 0; b < x->nb; b++) {
+                const uint8_t *wq = p->q + 256 * b;
+                const int8_t *xb = xq + QB * b;
+                int32_t I = 0;
+                for (int k = 0; k < 8; k++) {
+                    int32_t g = 0;
+                    for (int i = 0; i < 4; i++) {
+                        uint8_t u = wq[32 * k + 4 * c + i];
+                        int w = kind == K_Q8_0 ? (int)(int8_t)u : (int)u;
+                        g += w * xb[4 * k + i];
+                    }
+                    int32_t s = 1;
+                    if (kind == K_Q6_K || kind == K_Q45_K)
+                        s = (int16_t)(p->sc[16 * b + (k < 4 ? 0 : 8) + c] & 0xffff);
+                    I += s * g;
+                }
+                float dx = xd[b];
+                float d = p->d[8 * b + c];
+                if (kind == K_Q8_0) {
+                    acc = acc + (float)I * (d * dx);
+                    continue;
+                }
+                int xlo = (int16_t)(xs[b] & 0xffff), xhi = (int16_t)((uint32_t)xs[b] >> 16);
+                int mlo = 8, mhi = 8;
+                if (kind != K_Q4_0) {
+                    mlo = (int16_t)(p->mm[8 * b + c] & 0xffff);
+                    mhi = (int16_t)((uint32_t)p->mm[8 * b + c] >> 16);
+                }
+                int32_t M = mlo * xlo + mhi * xhi;
+                if (kind == K_Q45_K)
+                    acc = acc + dx * ((float)I * d - (float)M * p->dm[8 * b + c]);
+                else
+                    acc = acc + (float)(I - M) * (d * dx);
+            }
+            out[r][c] = acc;
+        }
+    }
+}
+
+/* ---- AVX2 -------------------------------------------------------------------- */
+
+#define AVX2 __attribute__((target("avx2,f16c")))
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,f16c")))
+
+AVX2 static void xquant_block_avx2(const float *x, int8_t *q, float *d, int32_t *s)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v[4], a[4];
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        a[i] = _mm256_and_ps(v[i], absmask);
+    }
+    /* non-finite: |x| > FLT_MAX or unordered */
+    __m256 big = _mm256_set1_ps(FLT_MAX);
+    __m256 nf = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(a[0], big, _CMP_NLE_UQ),
+                                          _mm256_cmp_ps(a[1], big, _CMP_NLE_UQ)),
+                             _mm256_or_ps(_mm256_cmp_ps(a[2], big, _CMP_NLE_UQ),
+                                          _mm256_cmp_ps(a[3], big, _CMP_NLE_UQ)));
+    if (_mm256_movemask_ps(nf)) {
+        memset(q, 0, QB);
+        *d = NAN;
+        *s = 0;
+        return;
+    }
+    __m256 m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float amax = _mm_cvtss_f32(m4);
+    float dd = amax / 127.0f;
+    *d = dd;
+    if (dd == 0.0f) {
+        memset(q, 0, QB);
+        *s = 0;
+        return;
+    }
+    __m256 dv = _mm256_set1_ps(dd);
+    __m256i iv[4];
+    for (int i = 0; i < 4; i++)
+        iv[i] = _mm256_cvtps_epi32(
+            _mm256_round_ps(_mm256_div_ps(v[i], dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    /* |x/d| ≤ 127 up to rounding, so the saturating packs equal the clamp */
+    __m256i p16 = _mm256_packs_epi32(iv[0], iv[1]);
+    __m256i p16b = _mm256_packs_epi32(iv[2], iv[3]);
+    __m256i p8 = _mm256_packs_epi16(p16, p16b);
+    p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    p8 = _mm256_max_epi8(p8, _mm256_set1_epi8(-127));
+    _mm256_storeu_si256((__m256i *)q, p8);
+    /* half sums from the clamped bytes, as the scalar path */
+    __m256i w16 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(p8));
+    __m256i w16b = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(p8, 1));
+    __m256i s32 = _mm256_madd_epi16(w16, _mm256_set1_epi16(1));
+    __m256i s32b = _mm256_madd_epi16(w16b, _mm256_set1_epi16(1));
+    /* lane-wise sums: hadd gives [a0+a1, a2+a3, b0+b1, b2+b3 | ...] */
+    __m256i h = _mm256_hadd_epi32(s32, s32b);
+    h = _mm256_hadd_epi32(h, h);
+    /* h lanes: [lo(a) lo(b) .. | hi(a) hi(b) ..] (128-bit halves) */
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    *s = pair16(_mm_cvtsi128_si32(t), _mm_extract_epi32(t, 1));
+}
+
+AVX2_INLINE float rdh_f16c(const uint8_t *p) { return _cvtsh_ss(rd16(p)); }
+
+AVX2 static void fill_meta_k_avx2(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb,
+                                  int c, panel_t *p)
+{
+    if (kind == K_Q6_K)
+        fill_meta_k_with(K_Q6_K, type, row, nb, c, p, rdh_f16c);
+    else
+        fill_meta_k_with(K_Q45_K, type, row, nb, c, p, rdh_f16c);
+}
+
+/* Raw quants of 32-block b of a row, as decode_block_scalar. */
+AVX2_INLINE __m256i decode_block_avx2(enum kind kind, bool q5, const uint8_t *row, int64_t b)
+{
+    const __m256i m4 = _mm256_set1_epi8(15);
+    int64_t sb = b / 8;
+    int j = (int)(b % 8);
+    switch (kind) {
+    case K_Q8_0:
+        return _mm256_loadu_si256((const __m256i *)(row + b * 34 + 2));
+    case K_Q4_0: {
+        __m128i qs = _mm_loadu_si128((const __m128i *)(row + b * 18 + 2));
+        __m128i lo = _mm_and_si128(qs, _mm_set1_epi8(15));
+        __m128i hi = _mm_and_si128(_mm_srli_epi16(qs, 4), _mm_set1_epi8(15));
+        return _mm256_set_m128i(hi, lo);
+    }
+    case K_Q45_K: {
+        const uint8_t *blk = row + sb * (q5 ? 176 : 144);
+        __m256i x = _mm256_loadu_si256((const __m256i *)(blk + (q5 ? 48 : 16) + 32 * (j / 2)));
+        __m256i v = (j & 1) ? _mm256_and_si256(_mm256_srli_epi16(x, 4), m4) : _mm256_and_si256(x, m4);
+        if (q5) {
+            __m256i bit = _mm256_set1_epi8((char)(1 << j));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+            __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+            v = _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+        }
+        return v;
+    }
+    case K_Q6_K: {
+        const uint8_t *blk = row + sb * 210;
+        int h = j / 4, r = j % 4;
+        __m256i l = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (r & 1)));
+        __m256i lo = r < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+        /* 16-bit shifts: bits crossing from the neighbour byte are masked off */
+        __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * r)),
+                                      _mm256_set1_epi8(3));
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    }
+    }
+    return _mm256_setzero_si256();
+}
+
+/* 8×8 transpose of 32-bit elements: in r[c] lane k → out[k] lane c. */
+AVX2_INLINE void transpose8(__m256i r[8])
+{
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* Also prefetches the n_next bytes at next (the following panel's rows,
+ * contiguous in W) spread over the blocks, so the next fill finds them in
+ * cache: 8 interleaved short row streams defeat the hardware prefetcher. */
+AVX2_INLINE void fill_panel_avx2_kind(enum kind kind, uint32_t type, const uint8_t *const rows[NC],
+                                      int64_t nb, panel_t *p, const uint8_t *next, size_t n_next)
+{
+    bool q5 = type == GGML_TYPE_Q5_K;
+    size_t pf = 0, pf_step = (n_next / (size_t)nb + 63) / 64 * 64;
+    for (int64_t b = 0; b < nb; b++) {
+        for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
+            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
+        __m256i v[8];
+        for (int c = 0; c < NC; c++)
+            v[c] = decode_block_avx2(kind, q5, rows[c], b);
+        transpose8(v);
+        for (int k = 0; k < 8; k++)
+            _mm256_store_si256((__m256i *)(p->q + 256 * b + 32 * k), v[k]);
+        if (kind == K_Q8_0 || kind == K_Q4_0) {
+            size_t bb = kind == K_Q8_0 ? 34 : 18;
+            __m128i h = _mm_setr_epi16(
+                (short)rd16(rows[0] + b * bb), (short)rd16(rows[1] + b * bb),
+                (short)rd16(rows[2] + b * bb), (short)rd16(rows[3] + b * bb),
+                (short)rd16(rows[4] + b * bb), (short)rd16(rows[5] + b * bb),
+                (short)rd16(rows[6] + b * bb), (short)rd16(rows[7] + b * bb));
+            _mm256_store_ps(p->d + 8 * b, _mm256_cvtph_ps(h));
+        }
+    }
+    if (kind == K_Q6_K || kind == K_Q45_K)
+        for (int c = 0; c < NC; c++)
+            fill_meta_k_avx2(kind, type, rows[c], nb, c, p);
+}
+
+AVX2 static void fill_panel_avx2(enum kind kind, uint32_t type, const uint8_t *const rows[NC],
+                                 int64_t nb, panel_t *p, const uint8_t *next, size_t n_next)
+{
+    switch (kind) {
+    case K_Q8_0: fill_panel_avx2_kind(K_Q8_0, type, rows, nb, p, next, n_next); break;
+    case K_Q4_0: fill_panel_avx2_kind(K_Q4_0, type, rows, nb, p, next, n_next); break;
+    case K_Q6_K: fill_panel_avx2_kind(K_Q6_K, type, rows, nb, p, next, n_next); break;
+    case K_Q45_K: fill_panel_avx2_kind(K_Q45_K, type, rows, nb, p, next, n_next); break;
+    }
+}
+
+/* R (1..4) rows of X from r0 against the panel; kind and R are constants
+ * after inlining, so the r- and k-loops unroll and acc stays in registers. */
+AVX2_INLINE void kern_avx2_kr(enum kind kind, int R, const panel_t *p, const qx_t *x, int r0,
+                              float out[RT][NC])
+{
+    const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi16(8);
+    const int8_t *xq[RT];
+    const float *xd[RT];
+    const int32_t *xs[RT];
+    __m256 acc[RT];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        xq[r] = x->q + (int64_t)(r0 + r) * x->n_in;
+        xd[r] = x->d + (int64_t)(r0 + r) * x->nb;
+        xs[r] = x->s + (int64_t)(r0 + r) * x->nb;
+        acc[r] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < x->nb; b++) {
+        const uint8_t *wq = p->q + 256 * b;
+        __m256i sclo = ones, schi = ones;
+        if (kind == K_Q6_K || kind == K_Q45_K) {
+            sclo = _mm256_load_si256((const __m256i *)(p->sc + 16 * b));
+            schi = _mm256_load_si256((const __m256i *)(p->sc + 16 * b + 8));
+        }
+        __m256i ia[RT];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            ia[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m256i w = _mm256_load_si256((const __m256i *)(wq + 32 * k));
+            __m256i aw = kind == K_Q8_0 ? _mm256_abs_epi8(w) : w;
+            __m256i sc = k < 4 ? sclo : schi;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                int32_t x4;
+                memcpy(&x4, xq[r] + QB * b + 4 * k, 4);
+                __m256i xb = _mm256_set1_epi32(x4);
+                __m256i prod = kind == K_Q8_0 ? _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xb, w))
+                                              : _mm256_maddubs_epi16(w, xb);
+                ia[r] = _mm256_add_epi32(ia[r], _mm256_madd_epi16(prod, sc));
+                /* keeps GCC from reassociating the int32 sums into trees of
+                 * temporaries, which spills registers at R = 4 */
+                __asm__("" : "+x"(ia[r]));
+            }
+        }
+        __m256 d = _mm256_load_ps(p->d + 8 * b);
+        __m256i mm = eight;
+        __m256 dm = _mm256_setzero_ps();
+        if (kind == K_Q6_K || kind == K_Q45_K)
+            mm = _mm256_load_si256((const __m256i *)(p->mm + 8 * b));
+        if (kind == K_Q45_K)
+            dm = _mm256_load_ps(p->dm + 8 * b);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256 dx = _mm256_set1_ps(xd[r][b]);
+            if (kind == K_Q8_0) {
+                acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(ia[r]), _mm256_mul_ps(d, dx)));
+                continue;
+            }
+            __m256i M = _mm256_madd_epi16(mm, _mm256_set1_epi32(xs[r][b]));
+            if (kind == K_Q45_K) {
+                __m256 t = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ia[r]), d),
+                                         _mm256_mul_ps(_mm256_cvtepi32_ps(M), dm));
+                acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(dx, t));
+            } else {
+                __m256i I = _mm256_sub_epi32(ia[r], M);
+                acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(d, dx)));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        _mm256_storeu_ps(out[r], acc[r]);
+}
+
+#define KERN_AVX2(NAME, KIND)                                                                   \
+    AVX2 static void NAME(const panel_t *p, const qx_t *x, int r0, int R, float out[RT][NC])   \
+    {                                                                                          \
+        switch (R) {                                                                           \
+        case 4: kern_avx2_kr(KIND, 4, p, x, r0, out); break;                                   \
+        case 3: kern_avx2_kr(KIND, 3, p, x, r0, out); break;                                   \
+        case 2: kern_avx2_kr(KIND, 2, p, x, r0, out); break;                                   \
+        default: kern_avx2_kr(KIND, 1, p, x, r0, out); break;                                  \
+        }                                                                                      \
+    }
+KERN_AVX2(kern_avx2_q8_0, K_Q8_0)
+KERN_AVX2(kern_avx2_q4_0, K_Q4_0)
+KERN_AVX2(kern_avx2_q6_k, K_Q6_K)
+KERN_AVX2(kern_avx2_q45_k, K_Q45_K)
+
+/* Direct path for a few X rows (Q8_0 and Q4_0): no panel. Each W row's
+ * block is decoded in element order and multiplied against the X block; the
+ * 8 columns' int32 partial vectors are then reduced with a horizontal-add
+ * tree into one vector of exact per-column block sums, the same integers I
+ * the panel kernel builds, finished with the same float operations, so the
+ * result is bit-identical to the panel path. Transposing a panel costs about
+ * as much as the products of 8 rows; below that the tree is cheaper. */
+#define RD 4 /* X rows per pass of the direct path */
+/* Up to these n_rows the direct path beats the panel (measured on Zen 3,
+ * 2048×768: Q8_0 1 row 63 vs 184 us, 8 rows 324 vs 366 us, 12 rows equal;
+ * Q4_0 4 rows 188 vs 241 us, 5 rows equal). */
+#define DIRECT_MAX_Q8_0 8
+#define DIRECT_MAX_Q4_0 4
+
+/* int32 partial sums (8 lanes over the elements) of the W block of column c
+ * times each X row's block. */
+AVX2_INLINE void direct_col(enum kind kind, int R, const uint8_t *row, int64_t b, const __m256i xv[RD],
+                            __m256i part[RD])
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i w = decode_block_avx2(kind, false, row, b);
+    __m256i aw = kind == K_Q8_0 ? _mm256_abs_epi8(w) : w;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        __m256i prod = kind == K_Q8_0 ? _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[r], w))
+                                      : _mm256_maddubs_epi16(w, xv[r]);
+        part[r] = _mm256_madd_epi16(prod, ones);
+    }
+}
+
+/* Horizontal-add tree, interleaved with the products so few vectors are
+ * live: h(c, c+1) = hadd(part c, part c+1), q = hadd(h01, h23) holds
+ * [Σlo c0..c3 | Σhi c0..c3]; the final add of the two 128-bit halves gives
+ * lane c = Σ of all 8 lanes of column c. */
+AVX2_INLINE void direct_avx2_kr(enum kind kind, int R, const uint8_t *const rows[NC], const qx_t *x,
+                                float out[RT][NC])
+{
+    const __m256i eight = _mm256_set1_epi16(8);
+    size_t bb = kind == K_Q8_0 ? 34 : 18;
+    __m256 acc[RD];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < x->nb; b++) {
+        __m256i xv[RD], q[2][RD];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            xv[r] = _mm256_loadu_si256((const __m256i *)(x->q + r * x->n_in + QB * b));
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; half++) {
+            __m256i h[2][RD];
+#pragma GCC unroll 2
+            for (int pair = 0; pair < 2; pair++) {
+                __m256i p0[RD], p1[RD];
+                int c = 4 * half + 2 * pair;
+                direct_col(kind, R, rows[c], b, xv, p0);
+                direct_col(kind, R, rows[c + 1], b, xv, p1);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++)
+                    h[pair][r] = _mm256_hadd_epi32(p0[r], p1[r]);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                q[half][r] = _mm256_hadd_epi32(h[0][r], h[1][r]);
+        }
+        __m128i hd = _mm_setr_epi16((short)rd16(rows[0] + b * bb), (short)rd16(rows[1] + b * bb),
+                                    (short)rd16(rows[2] + b * bb), (short)rd16(rows[3] + b * bb),
+                                    (short)rd16(rows[4] + b * bb), (short)rd16(rows[5] + b * bb),
+                                    (short)rd16(rows[6] + b * bb), (short)rd16(rows[7] + b * bb));
+        __m256 d = _mm256_cvtph_ps(hd);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256i I = _mm256_add_epi32(_mm256_permute2x128_si256(q[0][r], q[1][r], 0x20),
+                                         _mm256_permute2x128_si256(q[0][r], q[1][r], 0x31));
+            if (kind == K_Q4_0)
+                I = _mm256_sub_epi32(I, _mm256_madd_epi16(eight, _mm256_set1_epi32(x->s[r * x->nb + b])));
+            __m256 dx = _mm256_set1_ps(x->d[r * x->nb + b]);
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(d, dx)));
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        _mm256_storeu_ps(out[r], acc[r]);
+}
+
+/* rows 0..R-1 of x (R ≤ RD) against the 8 W rows */
+AVX2 static void direct_avx2(enum kind kind, int R, const uint8_t *const rows[NC], const qx_t *x,
+                             float out[RT][NC])
+{
+#define DIRECT_R(K)                                                                \
+    switch (R) {                                                                   \
+    case 1: direct_avx2_kr(K, 1, rows, x, out); break;                             \
+    case 2: direct_avx2_kr(K, 2, rows, x, out); break;                             \
+    case 3: direct_avx2_kr(K, 3, rows, x, out); break;                             \
+    default: direct_avx2_kr(K, 4, rows, x, out); break;                            \
+    }
+    if (kind == K_Q8_0)
+        DIRECT_R(K_Q8_0)
+    else
+        DIRECT_R(K_Q4_0)
+#undef DIRECT_R
+}
+
+/* ---- driver ------------------------------------------------------------------- */
+
+int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in,
+          const float *x, int n_rows, float *y)
+{
+    if (!c || !qgemm_supported(type) || n_in <= 0 || n_out < 0 || n_rows < 0)
+        return -1;
+    int64_t be = ggml_type_block_elems(type);
+    if (n_in % be != 0 || n_in > c->max_in || n_rows > c->max_rows)
+        return -1;
+    if (n_rows == 0 || n_out == 0)
+        return 0;
+    enum kind kind = kind_of(type);
+    size_t rb = quant_row_bytes(type, n_in);
+    int64_t nb = n_in / QB, n_panels = (n_out + NC - 1) / NC;
+    bool avx2 = c->isa == QGEMM_ISA_AVX2;
+    qx_t qx = {c->xq, c->xd, c->xs, n_in, nb};
+    void (*kern)(const panel_t *, const qx_t *, int, int, float[RT][NC]) = NULL;
+    if (avx2) {
+        switch (kind) {
+        case K_Q8_0: kern = kern_avx2_q8_0; break;
+        case K_Q4_0: kern = kern_avx2_q4_0; break;
+        case K_Q6_K: kern = kern_avx2_q6_k; break;
+        case K_Q45_K: kern = kern_avx2_q45_k; break;
+        }
+    }
+    const uint8_t *w8 = w;
+    bool direct = avx2 && ((kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) ||
+                           (kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
+    int n_threads = c->n_threads;
+    if ((int64_t)n_threads > n_panels)
+        n_threads = (int)n_panels;
+
+#pragma omp parallel num_threads(n_threads)
+    {
+        /* 1. quantize X, split over rows (tiny next to the products) */
+#pragma omp for schedule(static)
+        for (int r = 0; r < n_rows; r++)
+            for (int64_t b = 0; b < nb; b++) {
+                const float *xr = x + (int64_t)r * n_in + QB * b;
+                int8_t *q = c->xq + (int64_t)r * n_in + QB * b;
+                float *d = c->xd + (int64_t)r * nb + b;
+                int32_t *s = c->xs + (int64_t)r * nb + b;
+                if (avx2)
+                    xquant_block_avx2(xr, q, d, s);
+                else
+                    xquant_block_scalar(xr, q, d, s);
+            }
+        /* (implicit barrier: every row is quantized before any panel runs) */
+
+        /* 2. panels of 8 output columns, split statically over threads */
+        panel_t p = panel_at(c, omp_get_thread_num());
+#pragma omp for schedule(static)
+        for (int64_t ip = 0; ip < n_panels; ip++) {
+            int64_t c0 = ip * NC;
+            int nc = n_out - c0 < NC ? (int)(n_out - c0) : NC;
+            const uint8_t *rows[NC];
+            for (int k = 0; k < NC; k++)
+                rows[k] = w8 + (size_t)(c0 + (k < nc ? k : 0)) * rb;
+            if (direct) {
+                for (int r0 = 0; r0 < n_rows; r0 += RD) {
+                    int R = n_rows - r0 < RD ? n_rows - r0 : RD;
+                    qx_t qr = {qx.q + (int64_t)r0 * n_in, qx.d + (int64_t)r0 * nb, qx.s + (int64_t)r0 * nb,
+                               n_in, nb};
+                    float out[RT][NC];
+                    direct_avx2(kind, R, rows, &qr, out);
+                    for (int r = 0; r < R; r++)
+                        memcpy(y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
+                }
+                continue;
+            }
+            if (avx2) {
+                /* the rows of panel ip + 1, clipped to W */
+                int64_t n_next_rows = n_out - (c0 + NC) < NC ? n_out - (c0 + NC) : NC;
+                size_t n_next = n_next_rows > 0 ? (size_t)n_next_rows * rb : 0;
+                fill_panel_avx2(kind, type, rows, nb, &p, w8 + (size_t)(c0 + NC) * rb * (n_next > 0), n_next);
+            }
+            else
+                fill_panel_scalar(kind, type, rows, nb, &p);
+            for (int r0 = 0; r0 < n_rows; r0 += RT) {
+                int R = n_rows - r0 < RT ? n_rows - r0 : RT;
+                float out[RT][NC];
+                if (avx2)
+                    kern(&p, &qx, r0, R, out);
+                else
+                    kern_scalar(kind, &p, &qx, r0, R, out);
+                for (int r = 0; r < R; r++)
+                    memcpy(y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
+            }
+        }
+    }
+    return 0;
+}
