@@ -14,10 +14,9 @@ BUILD=${PAGODA_BUILD:-build}
 LISTEN=${PAGODA_LISTEN:-127.0.0.1:8080}
 
 model=${PAGODA_MODEL:-}
-name=demo
+name=demo   # one stable name, whichever model it is, so the README examples work as pasted
 if [[ -z $model && -f $ROOT/../shared/models/stories260K.gguf ]]; then
   model=$(cd "$ROOT/../shared/models" && pwd)/stories260K.gguf
-  name=stories
 fi
 if [[ -z $model ]]; then
   model=$ROOT/models/demo.gguf
