@@ -419,12 +419,23 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
         size_t dl;
         detok_push(q->detok, piece, plen, &d, &dl);
     }
+    /* each of them cost the interrupted run one draw: a seeded request
+     * continues the same random stream */
+    sampler_skip(q->sampler, r->n_resume);
     if (s->n_seqs == s->cap_seqs) {
         s->cap_seqs = s->cap_seqs ? s->cap_seqs * 2 : 16;
         s->seqs = xrealloc(s->seqs, (size_t)s->cap_seqs * sizeof *s->seqs);
     }
     s->seqs[s->n_seqs++] = q;
     return 0;
+}
+
+int32_t sched_abort_all(sched_t *s)
+{
+    int32_t n = s->n_seqs;
+    while (s->n_seqs > 0)
+        remove_seq_at(s, 0);
+    return n;
 }
 
 int sched_cancel(sched_t *s, uint64_t id)
