@@ -116,6 +116,7 @@ typedef struct sched_event {
     int32_t n_prompt;          /* prompt tokens */
     int32_t n_cached;          /* prompt tokens served from the prefix cache at first admission */
     int32_t n_completion;      /* tokens generated, resumed ones included */
+    int32_t n_resumed;         /* the request's n_resume (echoed in EVENT n_resumed) */
 } sched_event_t;
 
 typedef void (*sched_event_fn)(void *ud, const sched_event_t *ev);

@@ -128,6 +128,7 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
     e->ids = (int32_t *)ev->tokens;
     e->n_ids = (uint32_t)ev->n_tokens;
     e->n_tokens = (uint32_t)ev->n_completion;
+    e->n_resumed = (uint32_t)ev->n_resumed;
     proto_logprob_t lp[1];
     if (ev->logprobs && ev->n_tokens == 1) {
         const sched_token_logprob_t *l = &ev->logprobs[0];
