@@ -1130,9 +1130,10 @@ static json_t *admin_command(struct gateway *gw, gateway_admin_op_t op, const ch
                            "No registered worker has id or pid '%s' (see GET /admin/workers)", target);
     bool local = worker_is_local(gw, w);
     bool restart = op == GATEWAY_ADMIN_RESTART && local;
-    json_t *res = json_pack("{s:i, s:s, s:s, s:I, s:s, s:b, s:b}", "status", 200, "id", w->reg.replica,
-                            "model", w->reg.model, "pid", (json_int_t)w->reg.pid, "state", "draining",
-                            "local", local, "restart", restart);
+    json_t *res = json_pack("{s:i, s:s, s:s, s:I, s:s, s:b, s:b, s:I}", "status", 200,
+                            "id", w->reg.replica, "model", w->reg.model, "pid", (json_int_t)w->reg.pid,
+                            "state", "draining", "local", local, "restart", restart,
+                            "assigned", (json_int_t)w->n_assigned);
     log_info("admin: %s worker %s", op == GATEWAY_ADMIN_RESTART ? "restart" : "drain", w->reg.replica);
     if (w->state == GATEWAY_WORKER_DRAINING) {
         /* already draining: only the exit plan changes */
@@ -1362,9 +1363,14 @@ static void on_expired(const prio_queue_entry_t *e, void *ctx)
     struct gateway *gw = ctx;
     gateway_request_t *r = e->data;
     r->state = GATEWAY_REQ_NEW; /* already out of the queue */
-    request_reply_error(gw, r, 504, "timeout",
-                        "The request waited %.1f s in the queue of model '%s' without a free worker",
-                        (double)(clock_now_us() - r->t_enqueue_us) / 1e6, r->model);
+    if (r->n_lost)
+        request_reply_error(gw, r, 504, "timeout",
+                            "The worker serving this request was lost and no replica of model '%s' "
+                            "took it over before its deadline", r->model);
+    else
+        request_reply_error(gw, r, 504, "timeout",
+                            "The request waited %.1f s in the queue of model '%s' without a free worker",
+                            (double)(clock_now_us() - r->t_enqueue_us) / 1e6, r->model);
     request_finish(gw, r);
 }
 
@@ -1438,8 +1444,9 @@ static void tick(struct gateway *gw, int64_t now)
                 gateway_request_t *r = e.data;
                 r->state = GATEWAY_REQ_NEW;
                 request_reply_error(gw, r, 503, "service_unavailable",
-                                    "No worker came up for model '%s' within %lld s", m->name,
-                                    (long long)(gw->replica_grace_us / 1000000));
+                                    "%sNo worker came up for model '%s' within %lld s",
+                                    r->n_lost ? "The worker serving this request was lost. " : "",
+                                    m->name, (long long)(gw->replica_grace_us / 1000000));
                 request_finish(gw, r);
             }
         }

@@ -341,8 +341,9 @@ void gateway_set_supervisor(struct gateway *gw, struct supervisor *sup);
  *                  registered), "local", "uptime_s", "assigned", "load",
  *                  "restarts" (local: crash restarts; null otherwise),
  *                  "last_exit"}]}
- *   DRAIN          target = replica id or pid: 200 {"id", "state":"draining",
- *                  "restart": false}; a drained local worker is not restarted
+ *   DRAIN          target = replica id or pid: 200 {"id", "model", "pid",
+ *                  "state":"draining", "local", "restart": false, "assigned"
+ *                  (requests it still runs)}; a drained local worker is not restarted
  *   RESTART        the same, then a local worker is started again
  *                  ("restart": true; a remote one only drains, "restart": false)
  *   RESTART_MODEL  target = model name: 200 {"model", "started", "draining"}:

@@ -156,6 +156,7 @@ class Req(threading.Thread):
         super().__init__(daemon=True)
         self.b, self.timeout = b, timeout
         self.kind, self.text, self.detail, self.n_deltas = None, "", "", 0
+        self.max_gap, self.t_last = 0.0, None  # longest pause between stream deltas (s)
         self.started = threading.Event()
 
     def run(self):
@@ -200,6 +201,10 @@ class Req(threading.Thread):
                 ch = ev["choices"][0]
                 self.text += ch["text"]
                 if ch["text"]:
+                    now = time.time()
+                    if self.t_last is not None:
+                        self.max_gap = max(self.max_gap, now - self.t_last)
+                    self.t_last = now
                     self.n_deltas += 1
                     self.started.set()
                 if ch["finish_reason"]:
@@ -285,7 +290,8 @@ def scenario_kill_replica(gw, refs):
     log("kill -9 stories worker pid %d with %d requests assigned" % (victim["pid"], assigned))
     join_all(reqs, 50)
     c = counts(reqs)
-    log("kill -9 one of two replicas, 24 requests (12 streams): %s in %.1f s" % (c, time.time() - t0))
+    log("kill -9 one of two replicas, 24 requests (12 streams): %s in %.1f s; longest pause "
+        "inside a stream %.0f ms" % (c, time.time() - t0, 1000 * max(r.max_gap for r in reqs)))
     ok(c.get("complete", 0) == 24,
        "kill -9 a replica mid-generation: all 24 requests complete (%s)" % c)
     ok(c.get("hang", 0) == 0, "kill -9 a replica: no request hangs")
@@ -326,7 +332,8 @@ def scenario_sigstop(gw, refs):
     ok(killed, "the hung local worker was killed by the supervisor")
     join_all(reqs, 50)
     c = counts(reqs)
-    log("SIGSTOP one replica, 12 requests: %s" % c)
+    log("SIGSTOP one replica, 12 requests: %s; longest pause inside a stream %.0f ms" % (
+        c, 1000 * max(r.max_gap for r in reqs)))
     ok(c.get("complete", 0) == 12, "SIGSTOP: all 12 requests complete elsewhere (%s)" % c)
     check_against_refs(reqs, refs, "SIGSTOP")
     back = wait_until(lambda: len(workers("stories")) == 2, 15)
@@ -377,7 +384,11 @@ def scenario_gateway_restart(gw, refs):
     ok(wait_until(lambda: len(workers("solo")) == 1, 20), "a new solo worker registers")
     reqs = [Req(body("solo", i, i % 2 == 0, 300)) for i in range(6)]
     run_batch(reqs)
-    wait_until(lambda: any(r.n_deltas >= 5 for r in reqs if r.b["stream"]), 20, 0.01)
+
+    def all_in():  # every request accepted (queued or running) before the signal
+        m = get_json("/health")[1]["models"]["solo"]
+        return m["queued"] + m["running"] == 6
+    wait_until(lambda: all_in() and any(r.n_deltas >= 5 for r in reqs if r.b["stream"]), 20, 0.01)
     gw.send_signal(signal.SIGTERM)
     time.sleep(0.1)
     late = Req(body("solo", 0, False, 10))
@@ -386,7 +397,8 @@ def scenario_gateway_restart(gw, refs):
        "SIGTERM: a new request during the drain gets 503 (%s %s)" % (late.kind, late.detail[:60]))
     join_all(reqs, 30)
     c = counts(reqs)
-    ok(c.get("complete", 0) == 6, "SIGTERM: the 6 requests in flight finish (%s)" % c)
+    ok(c.get("complete", 0) == 6, "SIGTERM: the 6 requests in flight finish (%s%s)" % (
+        c, "".join("; " + r.detail[:80] for r in reqs if r.kind != "complete")))
     check_against_refs(reqs, refs, "SIGTERM drain")
     try:
         rc = gw.wait(15)
@@ -414,6 +426,13 @@ def scenario_gateway_restart(gw, refs):
     gw3 = start_gateway("3")
     ok(wait_until(lambda: len(workers("solo")) == 1, 30),
        "after a gateway kill -9 the worker re-registers with the next one")
+    dropped = [l for l in open(os.path.join(TMP, "solo-c.log"), errors="replace")
+               if "gateway lost: dropped" in l]
+    ok(dropped, "the worker stopped the requests of the dead gateway (%s)" % (
+        dropped[-1].split(": ", 1)[-1].strip() if dropped else "no log line"))
+    ok(wait_until(lambda: workers("solo")[0]["load"] is not None and
+                  workers("solo")[0]["load"]["running"] == 0, 5),
+       "its first load report to the new gateway shows nothing running")
     r = Req(body("solo", 2, False, 300))
     r.run()
     ok(r.kind == "complete" and r.text == refs[ref_key(r.b)],

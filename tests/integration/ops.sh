@@ -73,18 +73,22 @@ WPID=$(adminw | pyp "[w for w in j['workers'] if w['model']=='stories'][0]['pid'
 WID=$(adminw | pyp "[w for w in j['workers'] if w['model']=='stories'][0]['id']")
 restarts() { local v; v=$(curl -s $URL/metrics | sed -n 's/^pagoda_worker_restarts_total{model_name="stories"} //p'); echo "${v:-0}"; }
 R0=$(restarts)
-curl -s -o "$TMP/long" --max-time 30 "$URL/v1/completions" \
-  -d '{"model":"stories","prompt":"Once upon a time","max_tokens":400,"temperature":0,"ignore_eos":true,"stream":true}' &
-LONG=$!
-sleep 0.1
+LONG=()
+for i in 1 2 3 4; do
+  curl -s -o "$TMP/long$i" --max-time 30 "$URL/v1/completions" \
+    -d '{"model":"stories","prompt":"Once upon a time","max_tokens":400,"temperature":0,"ignore_eos":true,"stream":true}' &
+  LONG+=($!)
+done
+for i in $(seq 1 500); do [[ -s $TMP/long1 ]] && break; sleep 0.01; done
 req POST "/admin/workers/$WID/drain"
-check "POST /admin/workers/{id}/drain → 200 draining, not to be restarted" bash -c \
-  "[[ $CODE == 200 ]] && python3 -c \"import json; j=json.load(open('$TMP/body')); assert j['state']=='draining' and j['restart'] is False and j['local']\""
+check "POST /admin/workers/{id}/drain mid-generation → 200 draining, not to be restarted, requests assigned" bash -c \
+  "[[ $CODE == 200 ]] && python3 -c \"import json; j=json.load(open('$TMP/body')); assert j['state']=='draining' and j['restart'] is False and j['local'] and j['assigned']>=1, j\""
 curl -s -o "$TMP/queued" -w '%{http_code}' --max-time 30 "$URL/v1/completions" \
   -d '{"model":"stories","prompt":"Once","max_tokens":4,"temperature":0}' >"$TMP/queued.code" &
 QUEUED=$!
-wait $LONG
-check "the request running on the drained worker finished its stream" bash -c "tail -c 20 '$TMP/long' | grep -q 'data: \[DONE\]' && ! grep -q '\"error\"' '$TMP/long'"
+wait "${LONG[@]}"
+check "the requests running on the drained worker finished their streams" bash -c \
+  "for i in 1 2 3 4; do tail -c 20 \"$TMP/long\$i\" | grep -q 'data: \[DONE\]' && ! grep -q '\"error\"' \"$TMP/long\$i\" || exit 1; done"
 stopped() { ! kill -0 "$WPID" 2>/dev/null && adminw | py "[w for w in j['workers'] if w['model']=='stories'][0]['state']=='stopped'"; }
 check "the drained worker exited and is not restarted (state stopped)" wait_for 10 stopped
 req POST /admin/models/stories/restart
