@@ -10,12 +10,18 @@
  * `pagoda-gateway --hash-key NAME[:TIER[:admin]]` makes a new secret and
  * prints it with the keys-file line that accepts it, then exits.
  *
- * Exit status: 0 after a signal, 1 when start-up fails, 2 for bad options. */
+ * SIGINT/SIGTERM drain: new requests get 503, requests in flight may finish
+ * for up to --drain-timeout seconds, then the HTTP server closes what is
+ * left, local workers get SIGTERM, and the gateway exits 0.
+ *
+ * Exit status: 0 after a signal, 1 when start-up fails or the core stops on
+ * a fatal error, 2 for bad options. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +29,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
@@ -64,10 +71,18 @@ static void usage(FILE *f)
             "                             (repeatable)\n"
             "  --worker-bin PATH          worker executable (default: pagoda-worker next to\n"
             "                             this binary)\n"
+            "  --replicas N               local workers per --model (default 1)\n"
+            "  --on-demand NAME           start NAME's local worker at its first request and\n"
+            "                             stop it after --idle-timeout S (default %d) idle\n"
+            "  --max-restarts N, --restart-window S\n"
+            "                             crash loop: a model whose worker needed N restarts\n"
+            "                             within S seconds is FAILED (default %d in %d)\n"
+            "  --drain-timeout S          on SIGTERM, let requests finish this long (default 30)\n"
             "  --log-level LEVEL          debug|info|warn|error (default info; env PAGODA_LOG)\n"
             "  --help\n",
             GATEWAY_DEFAULT_MAX_QUEUE, GATEWAY_DEFAULT_TIMEOUT_S, GATEWAY_DEFAULT_GRACE_S,
-            PROTO_HEARTBEAT_MS);
+            PROTO_HEARTBEAT_MS, GATEWAY_DEFAULT_IDLE_S, SUPERVISOR_FAIL_RESTARTS,
+            SUPERVISOR_FAIL_WINDOW_MS / 1000);
 }
 
 static int parse_num(const char *opt, const char *s, double lo, double hi, double *out)
@@ -147,6 +162,20 @@ static void on_sighup(int sig)
     (void)r;
 }
 
+/* Waits until no request is in flight and every response is sent, at most
+ * drain_s seconds. */
+static void drain(struct gateway *gw, http_server_t *http, double drain_s)
+{
+    int64_t t_end = clock_now_us() + (int64_t)(drain_s * 1e6);
+    while ((gateway_inflight(gw) > 0 || http_server_active(http) > 0) && clock_now_us() < t_end)
+        clock_sleep_us(20000);
+    size_t left = gateway_inflight(gw) + http_server_active(http);
+    if (left)
+        log_warn("drain timeout: %zu requests still in flight are cut off", left);
+    else
+        log_info("drained: no request in flight");
+}
+
 int main(int argc, char **argv)
 {
     const char *listen = "127.0.0.1:8080";
@@ -163,6 +192,11 @@ int main(int argc, char **argv)
     size_t n_worker_args = 0;
     char *flags_made[MAX_WORKER_ARGS]; /* "--max-seqs" etc., freed at exit */
     size_t n_flags_made = 0;
+    /* fault isolation and operations */
+    const char *on_demand[MAX_MODELS];
+    size_t n_on_demand = 0;
+    double replicas = 1, idle_s = GATEWAY_DEFAULT_IDLE_S, drain_s = 30;
+    double max_restarts = SUPERVISOR_FAIL_RESTARTS, restart_window_s = SUPERVISOR_FAIL_WINDOW_MS / 1000;
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
         {"worker-endpoint", required_argument, NULL, 'w'},
@@ -184,6 +218,12 @@ int main(int argc, char **argv)
         {"threads", required_argument, NULL, 1003},
         {"worker-arg", required_argument, NULL, 'A'},
         {"worker-bin", required_argument, NULL, 'W'},
+        {"replicas", required_argument, NULL, 2000},
+        {"on-demand", required_argument, NULL, 2001},
+        {"idle-timeout", required_argument, NULL, 2002},
+        {"drain-timeout", required_argument, NULL, 2003},
+        {"max-restarts", required_argument, NULL, 2004},
+        {"restart-window", required_argument, NULL, 2005},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -272,6 +312,33 @@ int main(int argc, char **argv)
             worker_args[n_worker_args++] = optarg;
             break;
         case 'W': worker_bin = optarg; break;
+        case 2000:
+            if (parse_num("replicas", optarg, 1, 64, &replicas) < 0)
+                return 2;
+            break;
+        case 2001:
+            if (n_on_demand == MAX_MODELS) {
+                fprintf(stderr, "pagoda-gateway: at most %d --on-demand\n", MAX_MODELS);
+                return 2;
+            }
+            on_demand[n_on_demand++] = optarg;
+            break;
+        case 2002:
+            if (parse_num("idle-timeout", optarg, 0.001, 1e7, &idle_s) < 0)
+                return 2;
+            break;
+        case 2003:
+            if (parse_num("drain-timeout", optarg, 0, 1e6, &drain_s) < 0)
+                return 2;
+            break;
+        case 2004:
+            if (parse_num("max-restarts", optarg, 1, SUPERVISOR_MAX_FAIL_RESTARTS, &max_restarts) < 0)
+                return 2;
+            break;
+        case 2005:
+            if (parse_num("restart-window", optarg, 0.001, 1e6, &restart_window_s) < 0)
+                return 2;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -299,6 +366,7 @@ int main(int argc, char **argv)
         .worker_endpoint = endpoint, .heartbeat_ms = heartbeat_ms, .max_queue = (size_t)max_queue,
         .aging_per_s = aging, .request_timeout_us = (int64_t)(timeout_s * 1e6),
         .replica_grace_us = (int64_t)(grace_s * 1e6), .models = model_names, .n_models = n_models,
+        .idle_timeout_us = (int64_t)(idle_s * 1e6),
     };
     int rc = 1;
     struct gateway *gw = gateway_new(&gcfg);
@@ -314,19 +382,39 @@ int main(int argc, char **argv)
     if (n_models) {
         supervisor_config_t scfg = {.worker_bin = worker_bin, .endpoint = gw->worker_endpoint,
                                     .worker_args = worker_args, .n_worker_args = n_worker_args,
-                                    .restarts = gw->m.worker_restarts};
+                                    .restarts = gw->m.worker_restarts,
+                                    .fail_restarts = (unsigned)max_restarts,
+                                    .fail_window_ms = (int64_t)(restart_window_s * 1000)};
         sup = supervisor_new(&scfg);
         if (!sup)
             goto out;
-        for (size_t i = 0; i < n_models; i++)
-            supervisor_add(sup, model_names[i], model_files[i]);
+        for (size_t i = 0; i < n_models; i++) {
+            bool od = false;
+            for (size_t k = 0; k < n_on_demand; k++)
+                od |= strcmp(on_demand[k], model_names[i]) == 0;
+            for (int r = 0; r < (int)replicas; r++)
+                supervisor_add(sup, model_names[i], model_files[i], od);
+        }
         if (supervisor_start(sup) < 0)
             goto out;
+        gateway_set_supervisor(gw, sup);
     }
-    struct pollfd p[2] = {{.fd = sfd, .events = POLLIN}, {.fd = hup_fd, .events = POLLIN}};
+    for (size_t k = 0; k < n_on_demand; k++) {
+        bool known = false;
+        for (size_t i = 0; i < n_models; i++)
+            known |= strcmp(on_demand[k], model_names[i]) == 0;
+        if (!known)
+            log_warn("--on-demand %s: no --model %s=FILE, ignored", on_demand[k], on_demand[k]);
+    }
+    struct pollfd p[3] = {{.fd = sfd, .events = POLLIN}, {.fd = hup_fd, .events = POLLIN},
+                          {.fd = gateway_fatal_fd(gw), .events = POLLIN}};
     for (;;) {
-        if (poll(p, 2, -1) < 1)
+        if (poll(p, 3, -1) < 1)
             continue;
+        if (p[2].revents & POLLIN) {
+            log_error("the gateway core stopped: exiting");
+            goto out;
+        }
         if (p[0].revents & POLLIN)
             break;
         if (p[1].revents & POLLIN) {
@@ -337,10 +425,15 @@ int main(int argc, char **argv)
             }
         }
     }
-    log_info("%s: shutting down", strsignal(sigwake_signal()));
+    log_info("%s: shutting down; new requests get 503, %zu in flight may finish within %g s",
+             strsignal(sigwake_signal()), gateway_inflight(gw), drain_s);
+    gateway_set_stopping(gw);
+    drain(gw, http, drain_s);
     rc = 0;
 out:
     http_server_free(&http);
+    if (gw)
+        gateway_set_supervisor(gw, NULL);
     supervisor_free(&sup);
     gateway_free(&gw);
     for (size_t i = 0; i < n_models; i++)
