@@ -55,6 +55,11 @@ stop_and_check() {
     local deadline=$((SECONDS + limit))
     while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
     if alive "$pid"; then
+      # where it hangs, for the report (gdb is optional)
+      if command -v gdb >/dev/null; then
+        timeout 20 gdb -p "$pid" -batch -ex 'thread apply all bt' 2>/dev/null |
+          grep -E '^(Thread|#)' | head -n 60 | sed 's/^/#   /'
+      fi
       kill -KILL "$pid" 2>/dev/null
       wait "$pid" 2>/dev/null
       fail "$name (pid $pid) still running ${limit} s after SIGTERM: killed"

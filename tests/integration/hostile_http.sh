@@ -35,8 +35,14 @@ SLOW_SECONDS=${SLOW_SECONDS:-12}
 SLOW_LIMIT=${SLOW_LIMIT:-10}        # s: a connection without complete headers by then must be closed
 IDLE_CONNS=${IDLE_CONNS:-2000}
 
-# Known gaps of the gateway today: a check named here reports skip instead of not ok.
-KNOWN_GAPS=${KNOWN_GAPS-"slowloris_deadline idle_flood"}
+# Known gaps of the gateway today: a check or table case named here reports skip (with
+# the evidence) instead of not ok. Found by this suite, reported to the lead:
+#   slowloris_deadline  no deadline for complete request headers
+#   idle_flood          ~1020 idle connections lock everyone out for 120 s
+#   messages_1025       oai accepts 2048 messages, proto SUBMIT only 1024: the worker
+#                       drops the SUBMIT as malformed and the request hangs, holding a slot
+#   requests_settle     ...so the gateway still counts it as running on the worker
+KNOWN_GAPS=${KNOWN_GAPS-"slowloris_deadline idle_flood messages_1025 requests_settle"}
 gap() { # name, message: fail, or skip when the gap is known and PAGODA_STRICT is unset
   if [[ " $KNOWN_GAPS " == *" $1 "* && -z ${PAGODA_STRICT:-} ]]; then
     skip "KNOWN GAP $1: $2"
@@ -68,14 +74,15 @@ fi
 N_CTX=$(curl -s "$URL/health" | python3 -c 'import json,sys; print(json.load(sys.stdin)["workers"][0]["n_ctx"])')
 ok "gateway + worker ready (n_ctx $N_CTX, model $(basename "$MODEL_FILE"))"
 
-export PAGODA_URL=$URL PAGODA_KEY=$KEY PAGODA_MODEL=m PAGODA_N_CTX=$N_CTX
+export PAGODA_URL=$URL PAGODA_KEY=$KEY PAGODA_MODEL=m PAGODA_N_CTX=$N_CTX PAGODA_KNOWN_GAPS=$KNOWN_GAPS
 DRIVER=$ROOT/tests/integration/hostile_http.py
 
 # --- 1. the table ----------------------------------------------------------------------
 python3 "$DRIVER" table "$ROOT/tests/integration/hostile_http.cases" | tee "$TMP/table.out"
 n_rows=$(grep -cE '^(ok|not ok) - hostile ' "$TMP/table.out")
+n_gap=$(grep -c '^skip - KNOWN GAP hostile ' "$TMP/table.out")
 N_FAIL=$((N_FAIL + $(grep -c '^not ok' "$TMP/table.out")))
-check "table ran completely ($n_rows cases)" test "$n_rows" -ge 100
+check "table ran completely ($n_rows + $n_gap known-gap cases)" test $((n_rows + n_gap)) -ge 100
 
 # --- 2. slowloris ------------------------------------------------------------------------
 python3 "$DRIVER" slowloris "$SLOW_CONNS" "$SLOW_SECONDS" >"$TMP/slow.out"
@@ -105,7 +112,24 @@ else
   check "idle flood over: the gateway serves again (${i_after:-?})" test "${i_after:-x}" = ok
 fi
 
-# --- 4. still alive and clean ----------------------------------------------------------------
+# --- 4. nothing left behind: every request finished on both sides --------------------------
+settled() { # /health: nothing queued, running or assigned, and the worker idle
+  curl -s "$URL/health" | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+m = j["models"]["m"]
+w = j["workers"][0]
+ok = m["queued"] == 0 and m["running"] == 0 and w["assigned"] == 0 and w["load"]["running"] == 0 and w["load"]["waiting"] == 0
+print("queued %d running %d assigned %d worker-running %d" % (m["queued"], m["running"], w["assigned"], w["load"]["running"]))
+sys.exit(0 if ok else 1)'
+}
+if wait_for 5 settled; then
+  ok "all requests settled: $(settled)"
+else
+  gap requests_settle "5 s after the last request the gateway still has: $(settled)"
+fi
+
+# --- 5. still alive and clean ----------------------------------------------------------------
 check "gateway still running after all of it" alive "$GPID"
 check "worker still running after all of it (never crashed)" alive "$WPID"
 check "a well-formed request succeeds at the end" python3 "$DRIVER" good
