@@ -273,7 +273,7 @@ def run_idle(n):
     print("measure idle_opened %d %.2f" % (len(socks), time.monotonic() - t0))
     time.sleep(1.0)
     t1 = time.monotonic()
-    why = good_request(timeout=15)
+    why = good_request(timeout=8)
     print("measure idle_good_request %s %.2f" % ("ok" if why is None else "FAILED:" + why.replace(" ", "_")[:100],
                                                  time.monotonic() - t1))
     print("measure idle_still_open %d" % count_open(socks))

@@ -74,7 +74,7 @@ fi
 N_CTX=$(curl -s "$URL/health" | python3 -c 'import json,sys; print(json.load(sys.stdin)["workers"][0]["n_ctx"])')
 ok "gateway + worker ready (n_ctx $N_CTX, model $(basename "$MODEL_FILE"))"
 
-export PAGODA_URL=$URL PAGODA_KEY=$KEY PAGODA_MODEL=m PAGODA_N_CTX=$N_CTX PAGODA_KNOWN_GAPS=$KNOWN_GAPS
+export PAGODA_URL=$URL PAGODA_KEY=$KEY PAGODA_MODEL=m PAGODA_N_CTX=$N_CTX PAGODA_KNOWN_GAPS=$KNOWN_GAPS PAGODA_CASE_TIMEOUT=10
 DRIVER=$ROOT/tests/integration/hostile_http.py
 
 # --- 1. the table ----------------------------------------------------------------------
