@@ -1,10 +1,13 @@
 /* gateway.c — the gateway core: one thread that owns the ZeroMQ ROUTER
- * socket and the worker table, serves commands from the HTTP threads, keeps
- * workers' liveness and sends heartbeats (see gateway.h). */
+ * socket, the worker table, the per-model queues and the requests in flight;
+ * it serves commands from the HTTP threads, dispatches by credit, routes
+ * EVENTs back, keeps workers' liveness and sends heartbeats (see gateway.h). */
 #include "gateway/gateway.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -12,6 +15,242 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+
+/* While a queue holds requests the core wakes at least this often to expire
+ * deadlines (prio_queue has no "next deadline" query). */
+#define QUEUE_TICK_US 50000
+
+static void request_finish(struct gateway *gw, gateway_request_t *r);
+static void request_reply_error(struct gateway *gw, gateway_request_t *r, int status,
+                                const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void requeue_or_fail(struct gateway *gw, gateway_request_t *r, const char *why);
+
+/* ------------------------------------------------------------------------ */
+/* replies and requests                                                      */
+
+void gateway_reply_free(gateway_reply_t **rp)
+{
+    gateway_reply_t *r = *rp;
+    if (!r)
+        return;
+    *rp = NULL;
+    if (r->kind == GATEWAY_REPLY_EVENT) {
+        proto_msg_t m = {.type = PROTO_EVENT, .event = r->event};
+        proto_msg_clear(&m);
+    }
+    free(r);
+}
+
+static void reply_item_free(void *p)
+{
+    gateway_reply_t *r = p;
+    gateway_reply_free(&r);
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? xstrdup(s) : NULL;
+}
+
+gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_request_t *o,
+                                            prio_tier_t tier)
+{
+    gateway_request_t *r = xcalloc(1, sizeof *r);
+    r->id = atomic_fetch_add(&gw->next_request_id, 1);
+    r->model = xstrdup(o->model);
+    r->tier = tier;
+    r->t_arrival_us = clock_now_us();
+    r->replies = chan_new(reply_item_free, 0);
+    pthread_mutex_init(&r->lock, NULL);
+    atomic_init(&r->refs, 1);
+
+    proto_msg_init(&r->submit, PROTO_SUBMIT);
+    proto_submit_t *s = &r->submit.submit;
+    s->id = r->id;
+    s->priority = (proto_priority_t)tier;
+    if (o->kind == OAI_CHAT) {
+        s->kind = PROTO_KIND_CHAT;
+        s->n_messages = (uint32_t)o->n_messages;
+        s->messages = xcalloc(o->n_messages, sizeof *s->messages);
+        for (size_t i = 0; i < o->n_messages; i++) {
+            s->messages[i].role = xstrdup(oai_role_name(o->messages[i].role));
+            s->messages[i].content = xstrdup(o->messages[i].content);
+        }
+    } else {
+        s->kind = PROTO_KIND_COMPLETION;
+        if (o->prompt) {
+            s->prompt = xstrdup(o->prompt);
+        } else {
+            s->has_prompt_ids = true;
+            s->n_prompt_ids = (uint32_t)o->n_prompt_tokens;
+            s->prompt_ids = xcalloc(o->n_prompt_tokens ? o->n_prompt_tokens : 1, sizeof(int32_t));
+            memcpy(s->prompt_ids, o->prompt_tokens, o->n_prompt_tokens * sizeof(int32_t));
+        }
+    }
+    proto_sampling_t *sp = &s->sampling;
+    sp->temperature = o->temperature;
+    sp->top_p = o->top_p;
+    sp->top_k = o->top_k > 0 ? (uint32_t)o->top_k : 0;
+    sp->min_p = o->min_p;
+    sp->repetition_penalty = o->repetition_penalty;
+    sp->presence_penalty = o->presence_penalty;
+    sp->frequency_penalty = o->frequency_penalty;
+    sp->has_seed = o->has_seed;
+    sp->seed = (uint64_t)o->seed;
+    if (o->n_logit_bias) {
+        sp->n_logit_bias = (uint32_t)o->n_logit_bias;
+        sp->logit_bias = xcalloc(o->n_logit_bias, sizeof *sp->logit_bias);
+        for (size_t i = 0; i < o->n_logit_bias; i++)
+            sp->logit_bias[i] = (proto_logit_bias_t){o->logit_bias[i].token, o->logit_bias[i].bias};
+    }
+    sp->logprobs = o->logprobs;
+    sp->top_logprobs = o->top_logprobs > 0 ? (uint32_t)o->top_logprobs : 0;
+    if (o->max_tokens >= 0)
+        s->max_tokens = (uint32_t)o->max_tokens;
+    else
+        s->max_tokens = o->kind == OAI_COMPLETION ? GATEWAY_COMPLETION_MAX_TOKENS : 0;
+    if (o->n_stop) {
+        s->n_stop = (uint32_t)o->n_stop;
+        s->stop = xcalloc(o->n_stop, sizeof *s->stop);
+        for (size_t i = 0; i < o->n_stop; i++)
+            s->stop[i] = dup_or_null(o->stop[i]);
+    }
+    s->ignore_eos = o->ignore_eos;
+    s->stream = o->stream;
+    return r;
+}
+
+gateway_request_t *gateway_request_ref(gateway_request_t *r)
+{
+    atomic_fetch_add(&r->refs, 1);
+    return r;
+}
+
+void gateway_request_unref(gateway_request_t **rp)
+{
+    gateway_request_t *r = *rp;
+    if (!r)
+        return;
+    *rp = NULL;
+    if (atomic_fetch_sub(&r->refs, 1) != 1)
+        return;
+    proto_msg_clear(&r->submit);
+    chan_unref(&r->replies);
+    pthread_mutex_destroy(&r->lock);
+    free(r->model);
+    free(r);
+}
+
+void gateway_request_set_notify(gateway_request_t *r, void (*fn)(void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&r->lock);
+    r->notify = fn;
+    r->notify_ctx = ctx;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Core: hands a reply to the HTTP side (which may be gone: then it is freed). */
+static void request_push(gateway_request_t *r, gateway_reply_t *rep)
+{
+    if (r->cancelled || chan_push(r->replies, rep) < 0) {
+        gateway_reply_free(&rep);
+        return;
+    }
+    pthread_mutex_lock(&r->lock);
+    if (r->notify)
+        r->notify(r->notify_ctx);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* --- the request table ---------------------------------------------------- */
+
+static size_t req_slot(const struct gateway *gw, uint64_t id)
+{
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 20) & (gw->n_req_buckets - 1);
+}
+
+static gateway_request_t *req_find(struct gateway *gw, uint64_t id)
+{
+    for (gateway_request_t *r = gw->req_buckets[req_slot(gw, id)]; r; r = r->next)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+static void req_insert(struct gateway *gw, gateway_request_t *r)
+{
+    if (gw->n_requests + 1 > 2 * gw->n_req_buckets) {
+        size_t old_n = gw->n_req_buckets;
+        gateway_request_t **old = gw->req_buckets;
+        gw->n_req_buckets *= 2;
+        gw->req_buckets = xcalloc(gw->n_req_buckets, sizeof *gw->req_buckets);
+        for (size_t i = 0; i < old_n; i++) {
+            for (gateway_request_t *q = old[i], *nx; q; q = nx) {
+                nx = q->next;
+                size_t k = req_slot(gw, q->id);
+                q->next = gw->req_buckets[k];
+                gw->req_buckets[k] = q;
+            }
+        }
+        free(old);
+    }
+    size_t k = req_slot(gw, r->id);
+    r->next = gw->req_buckets[k];
+    gw->req_buckets[k] = r;
+    gw->n_requests++;
+}
+
+static void req_unlink(struct gateway *gw, gateway_request_t *r)
+{
+    for (gateway_request_t **p = &gw->req_buckets[req_slot(gw, r->id)]; *p; p = &(*p)->next) {
+        if (*p == r) {
+            *p = r->next;
+            r->next = NULL;
+            gw->n_requests--;
+            return;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* models                                                                    */
+
+static gateway_model_t *model_find(struct gateway *gw, const char *name)
+{
+    for (size_t i = 0; i < gw->n_models; i++)
+        if (strcmp(gw->models[i].name, name) == 0)
+            return &gw->models[i];
+    return NULL;
+}
+
+static gateway_model_t *model_add(struct gateway *gw, const char *name, bool configured)
+{
+    gateway_model_t *m = model_find(gw, name);
+    if (m) {
+        m->configured |= configured;
+        return m;
+    }
+    if (gw->n_models == gw->cap_models) {
+        gw->cap_models = gw->cap_models ? 2 * gw->cap_models : 4;
+        gw->models = xrealloc(gw->models, gw->cap_models * sizeof *gw->models);
+    }
+    m = &gw->models[gw->n_models++];
+    memset(m, 0, sizeof *m);
+    m->name = xstrdup(name);
+    m->queue = prio_queue_new(&gw->queue_cfg);
+    m->configured = configured;
+    m->t_no_replica_us = clock_now_us();
+    return m;
+}
+
+static size_t model_replicas(const struct gateway *gw, const char *name)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < gw->n_workers; i++)
+        n += strcmp(gw->workers[i].reg.model, name) == 0;
+    return n;
+}
 
 /* ------------------------------------------------------------------------ */
 /* worker table                                                              */
@@ -31,6 +270,14 @@ static gateway_worker_t *worker_by_peer(struct gateway *gw, const proto_peer_t *
     return NULL;
 }
 
+static gateway_worker_t *worker_by_uid(struct gateway *gw, uint64_t uid)
+{
+    for (size_t i = 0; i < gw->n_workers; i++)
+        if (gw->workers[i].uid == uid)
+            return &gw->workers[i];
+    return NULL;
+}
+
 static gateway_worker_t *worker_by_replica(struct gateway *gw, const char *replica)
 {
     for (size_t i = 0; i < gw->n_workers; i++)
@@ -42,10 +289,38 @@ static gateway_worker_t *worker_by_replica(struct gateway *gw, const char *repli
 static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *why)
 {
     log_info("worker %s (model %s) removed: %s", w->reg.replica, w->reg.model, why);
+    uint64_t uid = w->uid;
+    char *model = xstrdup(w->reg.model);
     proto_msg_t m = {.type = PROTO_REGISTER, .reg = w->reg};
     proto_msg_clear(&m); /* frees the registration's strings */
     size_t i = (size_t)(w - gw->workers);
     gw->workers[i] = gw->workers[--gw->n_workers];
+
+    /* its requests: collect first, requeueing may dispatch (and so touch the
+     * table) only later, from the main loop */
+    size_t n = 0, cap = 0;
+    gateway_request_t **lost = NULL;
+    for (size_t b = 0; b < gw->n_req_buckets; b++)
+        for (gateway_request_t *r = gw->req_buckets[b]; r; r = r->next)
+            if (r->state == GATEWAY_REQ_RUNNING && r->worker_uid == uid) {
+                if (n == cap) {
+                    cap = cap ? 2 * cap : 8;
+                    lost = xrealloc(lost, cap * sizeof *lost);
+                }
+                lost[n++] = r;
+            }
+    for (size_t k = 0; k < n; k++)
+        requeue_or_fail(gw, lost[k], "worker lost");
+    free(lost);
+
+    gateway_model_t *gm = model_find(gw, model);
+    if (gm && model_replicas(gw, model) == 0) {
+        gm->t_no_replica_us = clock_now_us();
+        log_warn("model %s has no replica left", model);
+    }
+    metrics_gauge_set(gw->m.workers_connected, (const char *[]){model},
+                      (double)model_replicas(gw, model));
+    free(model);
 }
 
 static int64_t worker_expiry_us(const gateway_worker_t *w)
@@ -53,23 +328,33 @@ static int64_t worker_expiry_us(const gateway_worker_t *w)
     return w->t_last_seen_us + PROTO_LIVENESS * w->interval_us;
 }
 
-/* ------------------------------------------------------------------------ */
-/* messages from workers                                                     */
+static int64_t worker_credit(const gateway_worker_t *w)
+{
+    if (w->state != GATEWAY_WORKER_READY)
+        return 0;
+    int64_t c = (int64_t)w->reg.capacity - w->n_assigned;
+    return w->hb_credit < c ? w->hb_credit : c;
+}
 
-static void send_to(struct gateway *gw, gateway_worker_t *w, const proto_peer_t *peer,
-                    const proto_msg_t *m)
+/* ------------------------------------------------------------------------ */
+/* sending                                                                   */
+
+/* Sends m; returns 0, or -1 when it was not sent. On EHOSTUNREACH the worker
+ * is removed (w is then invalid: the table moved). */
+static int send_to(struct gateway *gw, gateway_worker_t *w, const proto_peer_t *peer,
+                   const proto_msg_t *m)
 {
     /* ROUTER sends never block here: ZMQ_DONTWAIT, and ROUTER_MANDATORY
      * turns "peer gone" into EHOSTUNREACH instead of a silent drop. */
     if (proto_send(gw->router, peer, m, ZMQ_DONTWAIT) == PROTO_OK)
-        return;
+        return 0;
     if (errno == EHOSTUNREACH && w) {
         gw->n_workers_lost++;
         worker_remove(gw, w, "connection closed");
-    }
-    else if (errno != EHOSTUNREACH)
+    } else if (errno != EHOSTUNREACH)
         log_warn("send %s to %s: %s", proto_type_name(m->type), w ? w->reg.replica : "peer",
                  zmq_strerror(errno));
+    return -1;
 }
 
 static void send_heartbeat(struct gateway *gw, gateway_worker_t *w)
@@ -81,11 +366,199 @@ static void send_heartbeat(struct gateway *gw, gateway_worker_t *w)
     send_to(gw, w, &w->peer, &hb);
 }
 
+/* ------------------------------------------------------------------------ */
+/* request life                                                              */
+
+static void request_reply_error(struct gateway *gw, gateway_request_t *r, int status,
+                                const char *code, const char *fmt, ...)
+{
+    gateway_reply_t *rep = xcalloc(1, sizeof *rep);
+    rep->kind = GATEWAY_REPLY_ERROR;
+    char msg[sizeof rep->error.message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    oai_error_set(&rep->error, status, NULL, "%s", msg);
+    if (code)
+        rep->error.code = code;
+    request_push(r, rep);
+}
+
+/* Drops the core's record (after its last reply). */
+static void request_finish(struct gateway *gw, gateway_request_t *r)
+{
+    if (r->state == GATEWAY_REQ_QUEUED) {
+        gateway_model_t *m = model_find(gw, r->model);
+        if (m)
+            prio_queue_remove(m->queue, r->id, NULL);
+    } else if (r->state == GATEWAY_REQ_RUNNING) {
+        gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
+        if (w) {
+            w->n_assigned--;
+            w->hb_credit++;
+        }
+    }
+    r->state = GATEWAY_REQ_NEW;
+    req_unlink(gw, r);
+    gateway_request_unref(&r);
+}
+
+static int enqueue(struct gateway *gw, gateway_model_t *m, gateway_request_t *r)
+{
+    int rc = prio_queue_push(m->queue, r->id, r->tier, r->t_enqueue_us, r->t_deadline_us, r);
+    if (rc == PRIO_QUEUE_OK)
+        r->state = GATEWAY_REQ_QUEUED;
+    return rc;
+}
+
+/* A request whose worker is gone or refused it: back into the queue if the
+ * client saw nothing yet, else an error. */
+static void requeue_or_fail(struct gateway *gw, gateway_request_t *r, const char *why)
+{
+    gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
+    if (w && r->state == GATEWAY_REQ_RUNNING) {
+        w->n_assigned--;
+        w->hb_credit++;
+    }
+    r->state = GATEWAY_REQ_NEW;
+    if (r->cancelled) {
+        request_finish(gw, r);
+        return;
+    }
+    gateway_model_t *m = model_find(gw, r->model);
+    if (!r->output_sent && m && enqueue(gw, m, r) == PRIO_QUEUE_OK) {
+        gw->n_requeued++;
+        log_info("request %" PRIu64 " back in the %s queue (%s)", r->id, r->model, why);
+        return;
+    }
+    request_reply_error(gw, r, 502, "worker_lost",
+                        "The worker serving this request stopped (%s) after output had started", why);
+    request_finish(gw, r);
+}
+
+static void on_submit(struct gateway *gw, gateway_request_t *r)
+{
+    int64_t now = clock_now_us();
+    gateway_model_t *m = model_find(gw, r->model);
+    req_insert(gw, r); /* the command's reference is now the table's */
+    if (!m) {
+        gateway_reply_t *rep = xcalloc(1, sizeof *rep);
+        rep->kind = GATEWAY_REPLY_ERROR;
+        oai_error_model_not_found(&rep->error, r->model);
+        request_push(r, rep);
+        request_finish(gw, r);
+        return;
+    }
+    const char *labels[] = {m->name, prio_tier_name(r->tier)};
+    if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us) {
+        request_reply_error(gw, r, 503, "service_unavailable",
+                            "No worker serves model '%s' right now (none for %lld s)", m->name,
+                            (long long)((now - m->t_no_replica_us) / 1000000));
+        request_finish(gw, r);
+        return;
+    }
+    r->t_enqueue_us = now;
+    r->t_deadline_us = r->t_arrival_us + gw->request_timeout_us;
+    int rc = enqueue(gw, m, r);
+    if (rc != PRIO_QUEUE_OK) {
+        metrics_counter_add(gw->m.rejected_queue_full, labels, 1);
+        request_reply_error(gw, r, 429, "rate_limit_exceeded",
+                            "The queue of model '%s' is full (%zu requests); retry later",
+                            m->name, prio_queue_capacity(m->queue));
+        request_finish(gw, r);
+        return;
+    }
+    metrics_counter_add(gw->m.requests, labels, 1);
+    log_debug("request %" PRIu64 " queued for %s at tier %s (%zu waiting)", r->id, m->name,
+              prio_tier_name(r->tier), prio_queue_len(m->queue));
+}
+
+static void on_cancel(struct gateway *gw, uint64_t id)
+{
+    gateway_request_t *r = req_find(gw, id);
+    if (!r)
+        return;
+    r->cancelled = true;
+    if (r->state != GATEWAY_REQ_RUNNING) {
+        log_debug("request %" PRIu64 " cancelled while queued", id);
+        request_finish(gw, r);
+        return;
+    }
+    gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
+    if (!w) {
+        request_finish(gw, r);
+        return;
+    }
+    log_debug("request %" PRIu64 " cancelled: CANCEL to %s", id, w->reg.replica);
+    proto_msg_t c;
+    proto_msg_init(&c, PROTO_CANCEL);
+    c.cancel.id = id;
+    send_to(gw, w, &w->peer, &c); /* its final EVENT drops the record */
+}
+
+/* Sends queued requests of model m to replicas with credit. */
+static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
+{
+    while (prio_queue_len(m->queue) > 0) {
+        gateway_worker_t *best = NULL;
+        int64_t best_credit = 0;
+        for (size_t i = 0; i < gw->n_workers; i++) {
+            gateway_worker_t *w = &gw->workers[i];
+            if (strcmp(w->reg.model, m->name) != 0)
+                continue;
+            int64_t c = worker_credit(w);
+            /* least loaded first: most free slots, then fewest assigned */
+            if (c > best_credit || (c == best_credit && c > 0 && w->n_assigned < best->n_assigned)) {
+                best = w;
+                best_credit = c;
+            }
+        }
+        if (!best)
+            return;
+        prio_queue_entry_t e;
+        prio_queue_pop(m->queue, &e);
+        gateway_request_t *r = e.data;
+        r->state = GATEWAY_REQ_RUNNING;
+        r->worker_uid = best->uid;
+        best->n_assigned++;
+        best->hb_credit--;
+        int64_t left_ms = (r->t_deadline_us - now) / 1000;
+        r->submit.submit.deadline_ms = left_ms < 1 ? 1 : left_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)left_ms;
+        metrics_histogram_observe(gw->m.request_queue_time, (const char *[]){m->name},
+                                  (double)(now - r->t_enqueue_us) / 1e6);
+        log_debug("request %" PRIu64 " (%s) → %s after %.1f ms in queue", r->id,
+                  prio_tier_name(r->tier), best->reg.replica, (double)(now - r->t_enqueue_us) / 1e3);
+        uint64_t uid = best->uid;
+        if (send_to(gw, best, &best->peer, &r->submit) < 0) {
+            /* removed with its worker (requeued there), or not sent */
+            gateway_worker_t *w = worker_by_uid(gw, uid);
+            if (w && r->state == GATEWAY_REQ_RUNNING && r->worker_uid == uid) {
+                w->hb_credit = 0; /* do not retry it until it heartbeats */
+                requeue_or_fail(gw, r, "send failed");
+            }
+        }
+    }
+}
+
+static void dispatch_all(struct gateway *gw, int64_t now)
+{
+    for (size_t i = 0; i < gw->n_models; i++)
+        dispatch_model(gw, &gw->models[i], now);
+}
+
+/* ------------------------------------------------------------------------ */
+/* messages from workers                                                     */
+
 static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_t *m,
                         int64_t now)
 {
     proto_register_t *r = &m->reg;
     gateway_worker_t *w = worker_by_peer(gw, from);
+    if (w && strcmp(w->reg.model, r->model) != 0) {
+        worker_remove(gw, w, "re-registered with another model");
+        w = NULL;
+    }
     if (!w) {
         /* the same process on a new connection replaces its old entry */
         gateway_worker_t *old = worker_by_replica(gw, r->replica);
@@ -97,6 +570,7 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
         }
         w = &gw->workers[gw->n_workers++];
         memset(w, 0, sizeof *w);
+        w->uid = ++gw->next_worker_uid;
         w->peer = *from;
         w->t_registered_us = now;
     } else {
@@ -109,12 +583,110 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
     w->state = GATEWAY_WORKER_READY;
     w->t_last_seen_us = now;
     w->interval_us = (int64_t)(w->reg.heartbeat_ms ? w->reg.heartbeat_ms : PROTO_HEARTBEAT_MS) * 1000;
+    w->hb_credit = (int64_t)w->reg.capacity - w->n_assigned;
+    gateway_model_t *gm = model_add(gw, w->reg.model, false);
+    gm->t_no_replica_us = 0;
+    gm->n_ctx = w->reg.n_ctx;
+    metrics_gauge_set(gw->m.workers_connected, (const char *[]){gm->name},
+                      (double)model_replicas(gw, gm->name));
     log_info("worker %s registered: model %s, capacity %u, n_ctx %u, %u KV blocks of %u, "
              "heartbeat %u ms (%zu connected)",
              w->reg.replica, w->reg.model, w->reg.capacity, w->reg.n_ctx, w->reg.kv_blocks,
              w->reg.block_size, (unsigned)(w->interval_us / 1000), gw->n_workers);
     /* an immediate heartbeat doubles as the acknowledgement */
     send_heartbeat(gw, w);
+}
+
+/* Cumulative worker counters → our counters (deltas; a counter that went
+ * backwards means a restarted process and counts from 0). */
+static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_load_t *nl)
+{
+    const char *lab[] = {w->reg.model};
+    const proto_load_t *ol = &w->load;
+    bool had = w->has_load;
+#define DELTA(field) (had && nl->field >= ol->field ? nl->field - ol->field : had ? nl->field : 0)
+    uint64_t dq = DELTA(prefix_cache_queries), dh = DELTA(prefix_cache_hits);
+    uint64_t dp = DELTA(preemptions);
+#undef DELTA
+    double block = w->reg.block_size ? w->reg.block_size : 1;
+    /* vLLM counts tokens; workers count blocks of block_size tokens */
+    if (dq)
+        metrics_counter_add(gw->m.prefix_cache_queries, lab, (double)dq * block);
+    if (dh)
+        metrics_counter_add(gw->m.prefix_cache_hits, lab, (double)dh * block);
+    if (dp)
+        metrics_counter_add(gw->m.num_preemptions, lab, (double)dp);
+}
+
+static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, int64_t now)
+{
+    proto_event_t *ev = &m->event;
+    gateway_request_t *r = req_find(gw, ev->id);
+    if (!r || r->state != GATEWAY_REQ_RUNNING || r->worker_uid != w->uid) {
+        log_debug("EVENT for unknown request %" PRIu64 " from %s", ev->id, w->reg.replica);
+        return;
+    }
+    const char *lab[] = {r->model};
+    uint32_t n_new = ev->n_ids;
+    if (n_new || ev->text_len) {
+        if (!r->t_first_token_us) {
+            r->t_first_token_us = now;
+            metrics_histogram_observe(gw->m.time_to_first_token, lab,
+                                      (double)(now - r->t_arrival_us) / 1e6);
+        } else if (n_new) {
+            double itl = (double)(now - r->t_last_token_us) / 1e6 / n_new;
+            for (uint32_t i = 0; i < n_new && i < 64; i++)
+                metrics_histogram_observe(gw->m.inter_token_latency, lab, itl);
+        }
+        r->t_last_token_us = now;
+        if (!r->cancelled)
+            r->output_sent = true;
+    }
+    proto_finish_t fin = ev->finish;
+    if (fin != PROTO_FINISH_NONE) {
+        const char *reason = fin == PROTO_FINISH_STOP ? "stop" : fin == PROTO_FINISH_LENGTH ? "length"
+                                                                                           : "abort";
+        if (fin != PROTO_FINISH_ERROR)
+            metrics_counter_add(gw->m.request_success, (const char *[]){r->model, reason}, 1);
+        metrics_histogram_observe(gw->m.e2e_request_latency, lab, (double)(now - r->t_arrival_us) / 1e6);
+        if (ev->has_usage) {
+            metrics_counter_add(gw->m.prompt_tokens, lab, ev->usage.prompt_tokens);
+            metrics_counter_add(gw->m.generation_tokens, lab, ev->usage.completion_tokens);
+        }
+    }
+    gateway_reply_t *rep = xcalloc(1, sizeof *rep);
+    rep->kind = GATEWAY_REPLY_EVENT;
+    rep->event = *ev;
+    memset(ev, 0, sizeof *ev); /* the reply owns the arrays now */
+    m->type = 0;
+    request_push(r, rep);
+    if (fin != PROTO_FINISH_NONE)
+        request_finish(gw, r);
+}
+
+static void on_worker_error(struct gateway *gw, gateway_worker_t *w, const proto_error_t *e)
+{
+    gateway_request_t *r = e->id ? req_find(gw, e->id) : NULL;
+    if (!r || r->state != GATEWAY_REQ_RUNNING || r->worker_uid != w->uid) {
+        log_warn("worker %s: error %u%s%" PRIu64 ": %s", w->reg.replica, e->code,
+                 e->id ? " on unknown request " : " (request ", e->id, e->message);
+        return;
+    }
+    if (e->code == PROTO_CODE_UNAVAILABLE && !r->output_sent && !r->cancelled) {
+        w->hb_credit = 0; /* it is full or draining: wait for its next heartbeat */
+        requeue_or_fail(gw, r, e->message);
+        return;
+    }
+    log_info("request %" PRIu64 " failed on %s: %u %s", r->id, w->reg.replica, e->code, e->message);
+    int status = e->code >= 400 && e->code <= 599 ? (int)e->code : 500;
+    const char *code = NULL;
+    if (status == PROTO_CODE_TOO_LONG) {
+        /* the prompt does not fit the context: OpenAI says 400 for that */
+        status = 400;
+        code = "context_length_exceeded";
+    }
+    request_reply_error(gw, r, status, code, "%s", e->message);
+    request_finish(gw, r);
 }
 
 static void on_message(struct gateway *gw, const proto_peer_t *from, proto_msg_t *m)
@@ -144,18 +716,17 @@ static void on_message(struct gateway *gw, const proto_peer_t *from, proto_msg_t
         if (m->heartbeat.heartbeat_ms)
             w->interval_us = (int64_t)m->heartbeat.heartbeat_ms * 1000;
         if (m->heartbeat.has_load) {
+            load_deltas(gw, w, &m->heartbeat.load);
             w->has_load = true;
             w->load = m->heartbeat.load;
+            w->hb_credit = w->load.free_slots;
         }
         break;
     case PROTO_EVENT:
-        /* request routing arrives with the request queue; until then an
-         * EVENT cannot belong to anything */
-        log_debug("EVENT for unknown request %" PRIu64 " from %s", m->event.id, w->reg.replica);
+        on_event(gw, w, m, now);
         break;
     case PROTO_ERROR:
-        log_warn("worker %s: error %u on request %" PRIu64 ": %s", w->reg.replica,
-                 m->error.code, m->error.id, m->error.message);
+        on_worker_error(gw, w, &m->error);
         break;
     default:
         log_warn("worker %s sent %s, which only the gateway sends: dropped", w->reg.replica,
@@ -191,7 +762,7 @@ static void drain_router(struct gateway *gw)
 }
 
 /* ------------------------------------------------------------------------ */
-/* commands from other threads                                               */
+/* snapshots                                                                 */
 
 static json_t *health_json(struct gateway *gw)
 {
@@ -219,7 +790,7 @@ static json_t *health_json(struct gateway *gw)
         int64_t last = w->t_last_heartbeat_us ? w->t_last_heartbeat_us : w->t_last_seen_us;
         json_array_append_new(
             workers,
-            json_pack("{s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+            json_pack("{s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
                       "id", w->reg.replica, "model", w->reg.model, "host", w->reg.host,
                       "pid", (json_int_t)w->reg.pid, "state", worker_state_name(w->state),
                       "last_heartbeat_ms_ago", (json_int_t)((now - last) / 1000),
@@ -228,16 +799,81 @@ static json_t *health_json(struct gateway *gw)
                       "n_ctx", (json_int_t)w->reg.n_ctx,
                       "n_vocab", (json_int_t)w->reg.n_vocab,
                       "kv_blocks", (json_int_t)w->reg.kv_blocks,
-                      "block_size", (json_int_t)w->reg.block_size, "load", load));
+                      "block_size", (json_int_t)w->reg.block_size,
+                      "assigned", (json_int_t)w->n_assigned, "load", load));
     }
-    return json_pack("{s:s, s:i, s:o}", "status", gw->n_workers ? "ok" : "no_workers",
-                     "heartbeat_ms", gw->heartbeat_ms, "workers", workers);
+    json_t *models = json_object();
+    for (size_t i = 0; i < gw->n_models; i++) {
+        const gateway_model_t *m = &gw->models[i];
+        json_int_t replicas = 0, running = 0, free_slots = 0;
+        for (size_t k = 0; k < gw->n_workers; k++) {
+            const gateway_worker_t *w = &gw->workers[k];
+            if (strcmp(w->reg.model, m->name) != 0)
+                continue;
+            replicas++;
+            running += w->n_assigned;
+            int64_t c = worker_credit(w);
+            free_slots += c > 0 ? c : 0;
+        }
+        json_object_set_new(models, m->name,
+                            json_pack("{s:I, s:I, s:I, s:I, s:b}", "replicas", replicas, "queued",
+                                      (json_int_t)prio_queue_len(m->queue), "running", running,
+                                      "free_slots", free_slots, "configured", m->configured));
+    }
+    return json_pack("{s:s, s:i, s:o, s:o}", "status", gw->n_workers ? "ok" : "no_workers",
+                     "heartbeat_ms", gw->heartbeat_ms, "models", models, "workers", workers);
 }
+
+static char *models_json(struct gateway *gw)
+{
+    oai_model_info_t *info = xcalloc(gw->n_models + 1, sizeof *info);
+    int64_t created = clock_wall_s();
+    for (size_t i = 0; i < gw->n_models; i++) {
+        const gateway_model_t *m = &gw->models[i];
+        info[i] = (oai_model_info_t){.id = m->name, .created = created, .owned_by = "pagoda",
+                                     .max_model_len = m->n_ctx};
+    }
+    char *s = oai_models_json(info, gw->n_models);
+    free(info);
+    return s;
+}
+
+static char *metrics_text(struct gateway *gw)
+{
+    for (size_t i = 0; i < gw->n_models; i++) {
+        const gateway_model_t *m = &gw->models[i];
+        const char *lab[] = {m->name};
+        double running = 0, waiting = (double)prio_queue_len(m->queue), used = 0, total = 0;
+        for (size_t k = 0; k < gw->n_workers; k++) {
+            const gateway_worker_t *w = &gw->workers[k];
+            if (strcmp(w->reg.model, m->name) != 0)
+                continue;
+            running += w->n_assigned;
+            if (w->has_load) {
+                waiting += w->load.waiting;
+                used += w->load.kv_blocks_used;
+                total += w->load.kv_blocks_total;
+            }
+        }
+        metrics_gauge_set(gw->m.num_requests_running, lab, running);
+        metrics_gauge_set(gw->m.num_requests_waiting, lab, waiting);
+        metrics_gauge_set(gw->m.kv_cache_usage_perc, lab, total > 0 ? used / total : 0);
+        metrics_gauge_set(gw->m.workers_connected, lab, (double)model_replicas(gw, m->name));
+        for (int t = 0; t < PRIO_N_TIERS; t++)
+            metrics_gauge_set(gw->m.queue_length, (const char *[]){m->name, prio_tier_name(t)},
+                              (double)prio_queue_len_tier(m->queue, t));
+    }
+    return metrics_render(gw->metrics, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* commands from other threads                                               */
 
 static void cmd_free(void *p)
 {
     gateway_cmd_t *cmd = p;
     chan_unref(&cmd->reply);
+    gateway_request_unref(&cmd->request);
     free(cmd);
 }
 
@@ -255,35 +891,99 @@ static void on_command(struct gateway *gw, gateway_cmd_t *cmd)
             json_decref(j); /* the asker gave up */
         break;
     }
+    case GATEWAY_CMD_MODELS:
+    case GATEWAY_CMD_METRICS: {
+        char *s = cmd->kind == GATEWAY_CMD_MODELS ? models_json(gw) : metrics_text(gw);
+        if (chan_push(cmd->reply, s) < 0)
+            free(s);
+        break;
+    }
+    case GATEWAY_CMD_SUBMIT:
+        on_submit(gw, cmd->request);
+        cmd->request = NULL; /* the table owns that reference */
+        break;
+    case GATEWAY_CMD_CANCEL:
+        on_cancel(gw, cmd->id);
+        break;
     }
     cmd_free(cmd);
 }
 
-json_t *gateway_health(struct gateway *gw, int64_t timeout_us)
+static void *ask(struct gateway *gw, gateway_cmd_kind_t kind, void (*item_free)(void *),
+                 int64_t timeout_us)
 {
-    chan_t *reply = chan_new(json_item_free, 0);
+    chan_t *reply = chan_new(item_free, 0);
     gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
-    cmd->kind = GATEWAY_CMD_HEALTH;
+    cmd->kind = kind;
     cmd->reply = chan_ref(reply);
     if (chan_push(gw->inbox, cmd) < 0) {
         cmd_free(cmd);
         chan_unref(&reply);
         return NULL;
     }
-    json_t *j = chan_pop(reply, timeout_us);
+    void *item = chan_pop(reply, timeout_us);
     chan_close(reply); /* a late answer is freed with the channel */
     chan_unref(&reply);
-    return j;
+    return item;
+}
+
+json_t *gateway_health(struct gateway *gw, int64_t timeout_us)
+{
+    return ask(gw, GATEWAY_CMD_HEALTH, json_item_free, timeout_us);
+}
+
+char *gateway_models_json(struct gateway *gw, int64_t timeout_us)
+{
+    return ask(gw, GATEWAY_CMD_MODELS, free, timeout_us);
+}
+
+char *gateway_metrics_text(struct gateway *gw, int64_t timeout_us)
+{
+    return ask(gw, GATEWAY_CMD_METRICS, free, timeout_us);
+}
+
+int gateway_submit(struct gateway *gw, gateway_request_t *r)
+{
+    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
+    cmd->kind = GATEWAY_CMD_SUBMIT;
+    cmd->request = gateway_request_ref(r);
+    if (chan_push(gw->inbox, cmd) < 0) {
+        cmd_free(cmd);
+        return -1;
+    }
+    return 0;
+}
+
+void gateway_cancel(struct gateway *gw, uint64_t id)
+{
+    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
+    cmd->kind = GATEWAY_CMD_CANCEL;
+    cmd->id = id;
+    if (chan_push(gw->inbox, cmd) < 0)
+        cmd_free(cmd);
 }
 
 /* ------------------------------------------------------------------------ */
 /* the core loop                                                             */
+
+static void on_expired(const prio_queue_entry_t *e, void *ctx)
+{
+    struct gateway *gw = ctx;
+    gateway_request_t *r = e->data;
+    r->state = GATEWAY_REQ_NEW; /* already out of the queue */
+    request_reply_error(gw, r, 504, "timeout",
+                        "The request waited %.1f s in the queue of model '%s' without a free worker",
+                        (double)(clock_now_us() - r->t_enqueue_us) / 1e6, r->model);
+    request_finish(gw, r);
+}
 
 static void tick(struct gateway *gw, int64_t now)
 {
     /* forget workers that went silent: iterate backwards, removal moves the
      * last entry into the gap */
     for (size_t i = gw->n_workers; i-- > 0;) {
+        if (i >= gw->n_workers)
+            continue; /* a removal above took more than one */
         gateway_worker_t *w = &gw->workers[i];
         if (now >= worker_expiry_us(w)) {
             gw->n_workers_lost++;
@@ -293,14 +993,31 @@ static void tick(struct gateway *gw, int64_t now)
             worker_remove(gw, w, why);
         }
     }
+    for (size_t i = 0; i < gw->n_models; i++) {
+        gateway_model_t *m = &gw->models[i];
+        prio_queue_expire(m->queue, now, on_expired, gw);
+        if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us) {
+            prio_queue_entry_t e;
+            while (prio_queue_pop(m->queue, &e) == PRIO_QUEUE_OK) {
+                gateway_request_t *r = e.data;
+                r->state = GATEWAY_REQ_NEW;
+                request_reply_error(gw, r, 503, "service_unavailable",
+                                    "No worker came up for model '%s' within %lld s", m->name,
+                                    (long long)(gw->replica_grace_us / 1000000));
+                request_finish(gw, r);
+            }
+        }
+    }
     if (now >= gw->t_next_heartbeat_us) {
         for (size_t i = gw->n_workers; i-- > 0;)
-            send_heartbeat(gw, &gw->workers[i]);
+            if (i < gw->n_workers)
+                send_heartbeat(gw, &gw->workers[i]);
         gw->heartbeat_seq++;
         gw->t_next_heartbeat_us += (int64_t)gw->heartbeat_ms * 1000;
         if (gw->t_next_heartbeat_us <= now) /* we were stalled: do not burst */
             gw->t_next_heartbeat_us = now + (int64_t)gw->heartbeat_ms * 1000;
     }
+    dispatch_all(gw, now);
 }
 
 static void *core_main(void *arg)
@@ -313,6 +1030,9 @@ static void *core_main(void *arg)
         for (size_t i = 0; i < gw->n_workers; i++)
             if (worker_expiry_us(&gw->workers[i]) < wake)
                 wake = worker_expiry_us(&gw->workers[i]);
+        for (size_t i = 0; i < gw->n_models; i++)
+            if (prio_queue_len(gw->models[i].queue) && now + QUEUE_TICK_US < wake)
+                wake = now + QUEUE_TICK_US;
         long timeout_ms = wake <= now ? 0 : (long)((wake - now + 999) / 1000);
         zmq_pollitem_t items[2] = {
             {.socket = gw->router, .events = ZMQ_POLLIN},
@@ -347,6 +1067,21 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
     struct gateway *gw = xcalloc(1, sizeof *gw);
     gw->worker_endpoint = xstrdup(cfg->worker_endpoint);
     gw->heartbeat_ms = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : PROTO_HEARTBEAT_MS;
+    prio_queue_config_default(&gw->queue_cfg);
+    gw->queue_cfg.max_entries = cfg->max_queue ? cfg->max_queue : GATEWAY_DEFAULT_MAX_QUEUE;
+    if (cfg->aging_per_s >= 0)
+        gw->queue_cfg.aging_per_s = cfg->aging_per_s;
+    gw->request_timeout_us = cfg->request_timeout_us > 0 ? cfg->request_timeout_us
+                                                         : (int64_t)GATEWAY_DEFAULT_TIMEOUT_S * 1000000;
+    gw->replica_grace_us = cfg->replica_grace_us > 0 ? cfg->replica_grace_us
+                                                     : (int64_t)GATEWAY_DEFAULT_GRACE_S * 1000000;
+    atomic_init(&gw->next_request_id, 1);
+    gw->n_req_buckets = 64;
+    gw->req_buckets = xcalloc(gw->n_req_buckets, sizeof *gw->req_buckets);
+    gw->metrics = metrics_new();
+    metrics_std_register(gw->metrics, &gw->m);
+    for (size_t i = 0; i < cfg->n_models; i++)
+        model_add(gw, cfg->models[i], true);
     gw->inbox = chan_new(cmd_free, CHAN_FD);
     gw->zctx = zmq_ctx_new();
     if (!gw->zctx) {
@@ -395,14 +1130,35 @@ void gateway_free(struct gateway **gwp)
     chan_close(gw->inbox); /* the core sees the fd, drains, and returns */
     if (gw->core_started)
         pthread_join(gw->core, NULL);
-    while (gw->n_workers)
-        worker_remove(gw, &gw->workers[gw->n_workers - 1], "gateway stopping");
+    /* requests still in flight: tell whoever waits, then drop */
+    for (size_t b = 0; b < gw->n_req_buckets; b++) {
+        while (gw->req_buckets[b]) {
+            gateway_request_t *r = gw->req_buckets[b];
+            if (r->state == GATEWAY_REQ_RUNNING)
+                r->state = GATEWAY_REQ_NEW; /* the workers go with us */
+            request_reply_error(gw, r, 503, "service_unavailable", "The gateway is shutting down");
+            request_finish(gw, r);
+        }
+    }
+    free(gw->req_buckets);
+    while (gw->n_workers) {
+        gateway_worker_t *w = &gw->workers[gw->n_workers - 1];
+        proto_msg_t m = {.type = PROTO_REGISTER, .reg = w->reg};
+        proto_msg_clear(&m);
+        gw->n_workers--;
+    }
     free(gw->workers);
+    for (size_t i = 0; i < gw->n_models; i++) {
+        free(gw->models[i].name);
+        prio_queue_free(&gw->models[i].queue);
+    }
+    free(gw->models);
     if (gw->router)
         zmq_close(gw->router);
     if (gw->zctx)
         zmq_ctx_term(gw->zctx);
     chan_unref(&gw->inbox);
+    metrics_free(&gw->metrics);
     free(gw->worker_endpoint);
     free(gw);
 }

@@ -1,20 +1,43 @@
-/* gateway.h — the gateway's state and its core thread.
+/* gateway.h — the gateway's state, its core thread and the request path.
  *
  * Threads of pagoda-gateway:
- *   main      parses options, starts the rest, waits for SIGINT/SIGTERM,
- *             tears everything down (see gateway_main.c)
- *   http      libmicrohttpd's threads (gateway/http.c): parse requests,
- *             answer from results the core sends back
+ *   main      parses options, starts the rest, waits for signals (SIGHUP
+ *             reloads the keys file), tears everything down (gateway_main.c)
+ *   http      libmicrohttpd's pool (gateway/http.c): parse and authorize
+ *             requests, turn replies into JSON bodies or SSE streams
  *   core      this module: the only thread that touches the ZeroMQ ROUTER
- *             socket and the worker table (ZeroMQ sockets are not
- *             thread-safe, and one owner needs no locks on the table)
+ *             socket, the worker table, the per-model queues and the table
+ *             of requests in flight (ZeroMQ sockets are not thread-safe, and
+ *             one owner needs no locks on the tables)
+ *   supervisor  spawns and restarts local workers (gateway/supervisor.h)
  *
- * Other threads talk to the core by pushing a gateway_cmd_t into
- * gw->inbox (a chan_t whose eventfd the core polls next to the socket);
- * every command carries its own reply channel, which the core answers on.
- * Requests (SUBMIT → EVENTs) will flow the same way: an HTTP thread posts a
- * command, the core dispatches to a worker, and streams EVENTs back on the
- * request's reply channel.
+ * Other threads talk to the core by pushing a gateway_cmd_t into gw->inbox
+ * (a chan_t whose eventfd the core polls next to the socket).
+ *
+ * Life of a generation request
+ * ----------------------------
+ *   1. An HTTP thread builds a gateway_request_t (gateway_request_from_oai),
+ *      registers a notify hook and calls gateway_submit().
+ *   2. The core looks the model up: unknown → reply 404; no replica for
+ *      longer than replica_grace → 503; queue full → 429. Otherwise the
+ *      request enters the model's priority queue (prio_queue.h) with its
+ *      tier and a deadline (now + request_timeout).
+ *   3. Dispatch: while the queue is not empty and a READY replica of the
+ *      model has credit, the most urgent request goes to the replica with
+ *      the most free slots as a SUBMIT (priority = tier). Credit of a replica
+ *      = min(capacity − requests we have on it, free_slots of its last
+ *      HEARTBEAT − SUBMITs since + finishes since).
+ *   4. Each EVENT from the worker is pushed, as a gateway_reply_t, onto the
+ *      request's `replies` channel, then the notify hook runs (under the
+ *      request's lock) so the HTTP side can resume its connection. The last
+ *      reply is an EVENT with a finish reason or an ERROR.
+ *   5. Failures: a queued request past its deadline → 504; a worker ERROR →
+ *      an ERROR reply with its code (503 "no credit" before any output →
+ *      back into the queue instead); a worker that dies (liveness or
+ *      disconnect) → its requests that produced no output yet go back into
+ *      the queue with their original enqueue time, the others get ERROR 502.
+ *   6. gateway_cancel() (client gone): queued → removed at once; on a worker
+ *      → CANCEL sent, the record is dropped at the worker's final EVENT.
  *
  * Liveness (Paranoid Pirate, see proto/msg.h): the core sends every
  * registered worker a HEARTBEAT each heartbeat_ms, and forgets a worker after
@@ -28,15 +51,32 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "common/chan.h"
+#include "gateway/metrics.h"
+#include "gateway/oai.h"
+#include "gateway/prio_queue.h"
 #include "proto/msg.h"
+
+#define GATEWAY_DEFAULT_TIMEOUT_S 600     /* --request-timeout */
+#define GATEWAY_DEFAULT_GRACE_S 30        /* --replica-grace */
+#define GATEWAY_DEFAULT_MAX_QUEUE 1024    /* --max-queue, per model */
+#define GATEWAY_COMPLETION_MAX_TOKENS 16  /* /v1/completions default, as OpenAI */
 
 typedef struct gateway_config {
     const char *worker_endpoint;  /* ZeroMQ endpoint the ROUTER binds, "tcp://127.0.0.1:5557" */
-    int heartbeat_ms;             /* our HEARTBEAT interval to workers */
+    int heartbeat_ms;             /* our HEARTBEAT interval to workers, 0 = default */
+    size_t max_queue;             /* per-model queue bound, 0 = GATEWAY_DEFAULT_MAX_QUEUE */
+    double aging_per_s;           /* priority units per waited second, < 0 = prio_queue default */
+    int64_t request_timeout_us;   /* queue deadline (also passed to workers), 0 = default */
+    int64_t replica_grace_us;     /* how long a known model may have no replica before
+                                     its requests get 503, 0 = default */
+    const char *const *models;    /* (n_models) model names known from the start (local
+                                     workers); others become known when a worker registers */
+    size_t n_models;
 } gateway_config_t;
 
 typedef enum gateway_worker_state {
@@ -46,6 +86,7 @@ typedef enum gateway_worker_state {
 
 /* One connected worker replica. */
 typedef struct gateway_worker {
+    uint64_t uid;                 /* gateway-local id of this registration, never reused */
     proto_peer_t peer;            /* ROUTER identity of its connection */
     proto_register_t reg;         /* what it announced; owns its strings */
     gateway_worker_state_t state;
@@ -56,7 +97,19 @@ typedef struct gateway_worker {
     uint64_t heartbeat_seq;       /* seq of its last HEARTBEAT */
     bool has_load;                /* load below came with a HEARTBEAT */
     proto_load_t load;            /* last reported load */
+    uint32_t n_assigned;          /* our requests on it (SUBMIT sent, no final reply yet) */
+    int64_t hb_credit;            /* free_slots of the last HEARTBEAT (capacity before one),
+                                     − SUBMITs since, + finishes since */
 } gateway_worker_t;
+
+/* One model: known from the configuration or from a registration. */
+typedef struct gateway_model {
+    char *name;
+    prio_queue_t *queue;          /* requests waiting for a replica slot */
+    bool configured;              /* named in gateway_config_t.models */
+    int64_t t_no_replica_us;      /* since when no replica is up, 0 = some is */
+    uint32_t n_ctx;               /* context length of the last replica seen */
+} gateway_model_t;
 
 /* The gateway process state. Fields marked [core] are touched only by the
  * core thread once it runs; [any] are safe from any thread. */
@@ -64,6 +117,9 @@ struct gateway {
     /* configuration (copied) */
     char *worker_endpoint;        /* [any] as bound: a port 0 is resolved ("tcp://127.0.0.1:41234") */
     int heartbeat_ms;             /* [any] read-only after gateway_new */
+    prio_queue_config_t queue_cfg;/* [any] read-only */
+    int64_t request_timeout_us;   /* [any] read-only */
+    int64_t replica_grace_us;     /* [any] read-only */
 
     /* ZeroMQ */
     void *zctx;                   /* [core] context, terminated in gateway_free */
@@ -72,48 +128,153 @@ struct gateway {
     /* worker table: a small array, removal moves the last entry into the gap */
     gateway_worker_t *workers;    /* [core] (n_workers) of cap_workers */
     size_t n_workers, cap_workers;
+    uint64_t next_worker_uid;     /* [core] */
+
+    /* models */
+    gateway_model_t *models;      /* [core] (n_models) of cap_models */
+    size_t n_models, cap_models;
+
+    /* requests in flight (queued or on a worker): chained hash by id */
+    struct gateway_request **req_buckets; /* [core] (n_req_buckets), a power of two */
+    size_t n_req_buckets, n_requests;
 
     /* our heartbeats */
     uint64_t heartbeat_seq;       /* [core] seq of the next HEARTBEAT we send */
     int64_t t_next_heartbeat_us;  /* [core] when to send it (monotonic) */
 
-    /* counters, for /health and /metrics later */
+    /* counters, for /health and /metrics */
     uint64_t n_malformed;         /* [core] messages dropped as malformed */
     uint64_t n_workers_lost;      /* [core] workers removed as dead */
+    uint64_t n_requeued;          /* [core] requests put back after a worker loss/refusal */
+
+    /* metrics: the registry locks itself */
+    metrics_t *metrics;           /* [any] */
+    metrics_std_t m;              /* [any] the standard families in `metrics` */
 
     /* threads */
+    atomic_uint_fast64_t next_request_id; /* [any] */
     chan_t *inbox;                /* [any] gateway_cmd_t* to the core (CHAN_FD) */
     pthread_t core;               /* the core thread */
     bool core_started;            /* [main] joined in gateway_free */
 };
 
+/* ---- requests -------------------------------------------------------------- */
+
+typedef enum gateway_reply_kind {
+    GATEWAY_REPLY_EVENT,          /* an EVENT from the worker (finish set on the last) */
+    GATEWAY_REPLY_ERROR,          /* the request failed; always the last reply */
+} gateway_reply_kind_t;
+
+/* What the core sends back for a request. Free with gateway_reply_free. */
+typedef struct gateway_reply {
+    gateway_reply_kind_t kind;
+    proto_event_t event;          /* EVENT: a decoded event, owns its arrays */
+    oai_error_t error;            /* ERROR: status, type, code, message */
+} gateway_reply_t;
+
+void gateway_reply_free(gateway_reply_t **r);
+
+typedef enum gateway_request_state {
+    GATEWAY_REQ_NEW = 0,          /* not yet seen by the core */
+    GATEWAY_REQ_QUEUED,           /* in its model's queue */
+    GATEWAY_REQ_RUNNING,          /* SUBMIT sent to worker_uid */
+} gateway_request_state_t;
+
+/* A generation request, shared by its HTTP thread and the core and
+ * reference-counted (each side holds one reference). */
+typedef struct gateway_request {
+    /* set before gateway_submit, read-only afterwards */
+    uint64_t id;                  /* [any] unique, ≥ 1, also the SUBMIT id */
+    char *model;                  /* [any] requested model name */
+    prio_tier_t tier;             /* [any] queue tier, also the SUBMIT priority */
+    proto_msg_t submit;           /* [core] the SUBMIT (heap strings, owned) */
+    int64_t t_arrival_us;         /* [any] monotonic */
+
+    /* reply path */
+    chan_t *replies;              /* [any] gateway_reply_t*, core → HTTP thread */
+    pthread_mutex_t lock;         /* guards notify/notify_ctx (and what the hook touches) */
+    void (*notify)(void *ctx);    /* called with `lock` held after each reply is pushed */
+    void *notify_ctx;
+    atomic_int refs;
+
+    /* [core] bookkeeping */
+    gateway_request_state_t state;
+    uint64_t worker_uid;          /* RUNNING: on which registration */
+    bool cancelled;               /* the client is gone; drop replies */
+    bool output_sent;             /* an EVENT with tokens reached the HTTP side */
+    int64_t t_enqueue_us;         /* first enqueue (kept on requeue) */
+    int64_t t_deadline_us;        /* queue deadline */
+    int64_t t_first_token_us, t_last_token_us;
+    struct gateway_request *next; /* hash chain */
+} gateway_request_t;
+
+/* A request for `r` at `tier` (SUBMIT built from r; r is not kept). One
+ * reference, owned by the caller. max_tokens not given → 0 (until the
+ * context is full) for chat, GATEWAY_COMPLETION_MAX_TOKENS for completions. */
+gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_request_t *r,
+                                            prio_tier_t tier);
+gateway_request_t *gateway_request_ref(gateway_request_t *r);
+/* Drops a reference, NULLs *r; the last one frees everything. */
+void gateway_request_unref(gateway_request_t **r);
+/* Sets (fn != NULL) or clears the notify hook under the request's lock.
+ * After clearing returns, the core will not call the old hook again. */
+void gateway_request_set_notify(gateway_request_t *r, void (*fn)(void *ctx), void *ctx);
+
+/* Hands the request to the core (which takes its own reference). Replies
+ * arrive on r->replies. Returns 0, or -1 when the core is stopping (no reply
+ * will come). */
+int gateway_submit(struct gateway *gw, gateway_request_t *r);
+/* The client is gone: remove request `id` from its queue or CANCEL it on the
+ * worker. Unknown ids are ignored. */
+void gateway_cancel(struct gateway *gw, uint64_t id);
+
+/* ---- snapshots for HTTP ---------------------------------------------------- */
+
 typedef enum gateway_cmd_kind {
     GATEWAY_CMD_HEALTH,           /* reply: json_t* /health body */
+    GATEWAY_CMD_MODELS,           /* reply: char* /v1/models body */
+    GATEWAY_CMD_METRICS,          /* reply: char* /metrics body */
+    GATEWAY_CMD_SUBMIT,           /* request: replies on request->replies */
+    GATEWAY_CMD_CANCEL,           /* id; no reply */
 } gateway_cmd_kind_t;
 
-/* A command to the core. The core answers by pushing a result onto `reply`
- * (for HEALTH a json_t* the receiver owns) and then frees the command. */
+/* A command to the core. Snapshot commands are answered on `reply`; the
+ * core frees the command. */
 typedef struct gateway_cmd {
     gateway_cmd_kind_t kind;
-    chan_t *reply;                /* a reference owned by the command */
+    chan_t *reply;                /* snapshot commands: a reference owned by the command */
+    gateway_request_t *request;   /* SUBMIT: a reference owned by the command */
+    uint64_t id;                  /* CANCEL */
 } gateway_cmd_t;
 
 /* Binds the ROUTER socket and starts the core thread. Returns NULL (logged)
  * when the endpoint cannot be bound. Free with gateway_free. */
 struct gateway *gateway_new(const gateway_config_t *cfg);
 
-/* Stops the core thread, closes the socket and frees everything; NULLs *gw. */
+/* Stops the core thread (requests still in flight get ERROR 503), closes the
+ * socket and frees everything; NULLs *gw. */
 void gateway_free(struct gateway **gw);
 
 /* Any thread: a snapshot of the gateway for GET /health, or NULL when the
  * core did not answer within timeout_us (or is stopping). Caller owns the
  * returned object (json_decref). Shape:
  *   {"status": "ok" | "no_workers", "heartbeat_ms": int,
+ *    "models": {NAME: {"replicas": int, "queued": int, "running": int,
+ *                      "free_slots": int, "configured": bool}},
  *    "workers": [{"id", "model", "host", "pid", "state", "last_heartbeat_ms_ago",
  *                 "liveness", "capacity", "n_ctx", "n_vocab", "kv_blocks",
- *                 "block_size", "load": {...} | null}]}
+ *                 "block_size", "assigned", "load": {...} | null}]}
  * "liveness" counts heartbeat intervals left before the worker is dropped
- * (PROTO_LIVENESS when fresh). */
+ * (PROTO_LIVENESS when fresh); "assigned"/"running" count our requests on
+ * workers, load.running what the worker itself last reported. */
 json_t *gateway_health(struct gateway *gw, int64_t timeout_us);
+
+/* GET /v1/models body (malloc'd, caller frees) or NULL on timeout. Lists
+ * every known model; max_model_len is a live replica's context length. */
+char *gateway_models_json(struct gateway *gw, int64_t timeout_us);
+
+/* GET /metrics body (malloc'd, caller frees) or NULL on timeout. The core
+ * refreshes the gauges (queue lengths, running, KV usage, replicas) first. */
+char *gateway_metrics_text(struct gateway *gw, int64_t timeout_us);
 
 #endif

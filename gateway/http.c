@@ -1,112 +1,698 @@
-/* http.c — libmicrohttpd daemon, route table and JSON responses for the
- * gateway (see http.h). */
+/* http.c — libmicrohttpd daemon, route table, authorization, and the
+ * HTTP side of generation requests: JSON bodies and SSE streams built from
+ * the core's replies, with suspend/resume instead of blocked threads and a
+ * hang-up watcher for suspended connections (see http.h). */
 #include "gateway/http.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "gateway/gateway.h"
+#include "gateway/keys.h"
+#include "gateway/oai.h"
 
 #define HTTP_DEFAULT_MAX_BODY (16u << 20)
-#define HEALTH_TIMEOUT_US 1000000
+#define SNAPSHOT_TIMEOUT_US 2000000
+#define WATCH_MAX 8192              /* connections the watcher polls at once */
+
+typedef struct http_req http_req_t;
 
 struct http_server {
     struct MHD_Daemon *daemon;
-    struct gateway *gw;       /* borrowed */
+    struct gateway *gw;         /* borrowed */
     size_t max_body;
     uint16_t port;
+
+    /* API keys; NULL path = open gateway */
+    char *keys_path;
+    pthread_rwlock_t keys_lock; /* guards keys */
+    keys_t *keys;
+
+    /* generation requests in flight, for the hang-up watcher and shutdown */
+    pthread_mutex_t live_lock;  /* guards live, stopping */
+    http_req_t *live;           /* doubly linked */
+    bool stopping;
+    pthread_t watcher;
+    bool watcher_started;
 };
 
-/* Per-request state, made on the first callback of a request and freed by
- * request_completed(). */
-typedef struct http_req {
-    char *body;               /* (body_len) + NUL, NULL when empty */
-    size_t body_len;
-    bool too_large;           /* body exceeded max_body: answer 413 */
-} http_req_t;
+typedef enum { AUTH_NONE, AUTH_KEY, AUTH_ADMIN } auth_t;
 
 typedef enum MHD_Result (*http_handler_fn)(http_server_t *s, struct MHD_Connection *c,
                                            http_req_t *req);
 
+typedef struct route {
+    const char *method;
+    const char *path;
+    http_handler_fn fn;
+    auth_t auth;
+    oai_kind_t kind;            /* generation routes */
+    bool batch;                 /* the /v1/batch routes: tier low */
+} route_t;
+
+/* Per-request state, made on the first callback of a request and freed by
+ * request_completed(). Fields marked [lock] are guarded by greq->lock (the
+ * core's notify hook and the watcher touch them). */
+struct http_req {
+    http_server_t *s;
+    struct MHD_Connection *conn;
+    char *body;                 /* (body_len) + NUL, NULL when empty */
+    size_t body_len;
+    bool too_large;             /* body exceeded max_body: answer 413 */
+    prio_tier_t tier;           /* from the key */
+
+    /* generation */
+    gateway_request_t *greq;    /* NULL until submitted */
+    http_req_t *prev, *next;    /* in s->live while greq is set */
+    int fd;                     /* the connection's socket, for the watcher */
+    bool suspended;             /* [lock] we called MHD_suspend_connection */
+    bool gone;                  /* [lock] client hung up / server stopping */
+    bool finished;              /* the last reply was taken */
+    oai_kind_t kind;
+    bool stream, include_usage;
+    char id[48];                /* "chatcmpl-…" / "cmpl-…" */
+    char *model;
+    int64_t created;
+    /* non-streaming: every EVENT reply until the last */
+    gateway_reply_t **events;
+    size_t n_events, cap_events;
+    /* streaming: bytes not yet handed to libmicrohttpd */
+    char *out;
+    size_t out_len, out_off, out_cap;
+    bool role_sent;             /* chat: the first chunk (role) is out */
+    bool done;                  /* the stream's last bytes are in `out` */
+    int64_t text_offset;        /* completions logprobs: code points so far */
+};
+
 /* ------------------------------------------------------------------------ */
 /* responses                                                                 */
 
-/* Sends j (reference stolen) with the given status. */
-static enum MHD_Result respond_json(struct MHD_Connection *c, unsigned status, json_t *j,
-                                    const char *allow)
+static enum MHD_Result queue(http_server_t *s, struct MHD_Connection *c, unsigned status,
+                             struct MHD_Response *r)
 {
-    char *text = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    if (!text)
-        return MHD_NO;
-    size_t n = strlen(text);
-    /* one trailing newline makes curl output readable */
-    text = xrealloc(text, n + 2);
-    text[n] = '\n';
-    text[n + 1] = '\0';
-    struct MHD_Response *r = MHD_create_response_from_buffer(n + 1, text, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (allow)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    char code[8];
+    snprintf(code, sizeof code, "%u", status);
+    metrics_counter_add(s->gw->m.http_responses, (const char *[]){code}, 1);
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
 }
 
-/* An OpenAI-shaped error: {"error":{"message","type","param","code"}}. */
-static enum MHD_Result respond_error(struct MHD_Connection *c, unsigned status, const char *type,
+/* Sends `text` (malloc'd, taken) with the given status and content type. */
+static enum MHD_Result respond_text(http_server_t *s, struct MHD_Connection *c, unsigned status,
+                                    char *text, const char *type, const char *allow,
+                                    const char *retry_after)
+{
+    if (!text)
+        return MHD_NO;
+    size_t n = strlen(text);
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (allow)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    if (retry_after)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
+    return queue(s, c, status, r);
+}
+
+/* A JSON body plus one trailing newline (readable curl output). */
+static char *with_newline(char *text)
+{
+    if (!text)
+        return NULL;
+    size_t n = strlen(text);
+    text = xrealloc(text, n + 2);
+    text[n] = '\n';
+    text[n + 1] = '\0';
+    return text;
+}
+
+static enum MHD_Result respond_json(http_server_t *s, struct MHD_Connection *c, unsigned status,
+                                    json_t *j)
+{
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return respond_text(s, c, status, with_newline(text), "application/json", NULL, NULL);
+}
+
+static enum MHD_Result respond_oai_error(http_server_t *s, struct MHD_Connection *c,
+                                         const oai_error_t *e, const char *allow)
+{
+    return respond_text(s, c, (unsigned)e->status, with_newline(oai_error_json(e)),
+                        "application/json", allow, e->status == 429 ? "1" : NULL);
+}
+
+static enum MHD_Result respond_error(http_server_t *s, struct MHD_Connection *c, unsigned status,
                                      const char *code, const char *allow, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
-static enum MHD_Result respond_error(struct MHD_Connection *c, unsigned status, const char *type,
+static enum MHD_Result respond_error(http_server_t *s, struct MHD_Connection *c, unsigned status,
                                      const char *code, const char *allow, const char *fmt, ...)
 {
-    char msg[512];
+    oai_error_t e;
+    char msg[sizeof e.message];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:s*}}", "error", "message", msg, "type", type,
-                          "param", "code", code);
-    return respond_json(c, status, j, allow);
+    oai_error_set(&e, (int)status, NULL, "%s", msg);
+    if (code)
+        e.code = code;
+    return respond_oai_error(s, c, &e, allow);
 }
 
 /* ------------------------------------------------------------------------ */
-/* handlers                                                                  */
+/* API keys                                                                  */
+
+int http_server_reload_keys(http_server_t *s, char *err, size_t err_len)
+{
+    char buf[512];
+    if (!s->keys_path) {
+        snprintf(buf, sizeof buf, "no keys file: the gateway runs without API keys");
+        goto fail;
+    }
+    keys_t *k = NULL;
+    if (keys_load(s->keys_path, &k, buf, sizeof buf) < 0)
+        goto fail;
+    pthread_rwlock_wrlock(&s->keys_lock);
+    keys_t *old = s->keys;
+    s->keys = k;
+    pthread_rwlock_unlock(&s->keys_lock);
+    keys_free(&old); /* lookups copy what they need under the read lock */
+    log_info("loaded %zu API keys from %s", keys_count(k), s->keys_path);
+    return 0;
+fail:
+    log_error("keys not (re)loaded: %s", buf);
+    if (err)
+        snprintf(err, err_len, "%s", buf);
+    return -1;
+}
+
+/* Checks the bearer key for a route. Returns 0 (tier set in q), or -1 with
+ * *e filled (401/403). */
+static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *rt, http_req_t *q,
+                     oai_error_t *e)
+{
+    q->tier = PRIO_TIER_NORMAL;
+    if (rt->auth == AUTH_NONE)
+        return 0;
+    if (!s->keys_path) {
+        if (rt->auth == AUTH_ADMIN) {
+            oai_error_set(e, 403, NULL, "Admin endpoints need a keys file with an admin key "
+                                        "(pagoda-gateway --keys FILE)");
+            return -1;
+        }
+        return 0;
+    }
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
+        oai_error_set(e, 401, NULL, "You didn't provide an API key. Send it as "
+                                    "'Authorization: Bearer YOUR_KEY'.");
+        return -1;
+    }
+    const char *tok = h + 7;
+    while (*tok == ' ')
+        tok++;
+    bool found = false, admin = false;
+    pthread_rwlock_rdlock(&s->keys_lock);
+    const keys_entry_t *k = keys_lookup(s->keys, tok);
+    if (k) {
+        found = true;
+        admin = k->admin;
+        q->tier = k->tier;
+    }
+    pthread_rwlock_unlock(&s->keys_lock);
+    if (!found) {
+        oai_error_set(e, 401, NULL, "Incorrect API key provided.");
+        return -1;
+    }
+    if (rt->auth == AUTH_ADMIN && !admin) {
+        oai_error_set(e, 403, NULL, "This key may not use admin endpoints");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* simple handlers                                                           */
 
 static enum MHD_Result handle_health(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
 {
-    json_t *j = gateway_health(s->gw, HEALTH_TIMEOUT_US);
+    json_t *j = gateway_health(s->gw, SNAPSHOT_TIMEOUT_US);
     if (!j)
-        return respond_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", "unavailable", NULL,
-                             "The gateway core did not answer");
-    return respond_json(c, MHD_HTTP_OK, j, NULL);
+        return respond_error(s, c, 503, NULL, NULL, "The gateway core did not answer");
+    bool ok = json_array_size(json_object_get(j, "workers")) > 0;
+    return respond_json(s, c, ok ? 200 : 503, j);
 }
 
-static const struct route {
-    const char *method;
-    const char *path;
-    http_handler_fn fn;
-} routes[] = {
-    {"GET", "/health", handle_health},
-};
-#define N_ROUTES (sizeof routes / sizeof routes[0])
+static enum MHD_Result handle_metrics(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
+{
+    char *text = gateway_metrics_text(s->gw, SNAPSHOT_TIMEOUT_US);
+    if (!text)
+        return respond_error(s, c, 503, NULL, NULL, "The gateway core did not answer");
+    return respond_text(s, c, 200, text, "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
+}
+
+static enum MHD_Result handle_models(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
+{
+    char *text = gateway_models_json(s->gw, SNAPSHOT_TIMEOUT_US);
+    if (!text)
+        return respond_error(s, c, 503, NULL, NULL, "The gateway core did not answer");
+    return respond_text(s, c, 200, with_newline(text), "application/json", NULL, NULL);
+}
+
+static enum MHD_Result handle_reload_keys(http_server_t *s, struct MHD_Connection *c,
+                                          http_req_t *req)
+{
+    char err[512];
+    if (http_server_reload_keys(s, err, sizeof err) < 0)
+        return respond_error(s, c, 400, NULL, NULL, "%s", err);
+    pthread_rwlock_rdlock(&s->keys_lock);
+    size_t n = keys_count(s->keys);
+    pthread_rwlock_unlock(&s->keys_lock);
+    return respond_json(s, c, 200, json_pack("{s:b, s:I}", "reloaded", 1, "keys", (json_int_t)n));
+}
+
+/* ------------------------------------------------------------------------ */
+/* generation: rendering replies                                             */
+
+static void out_append(http_req_t *q, const char *s, size_t n)
+{
+    if (q->out_len + n > q->out_cap) {
+        q->out_cap = (q->out_len + n) * 2 + 256;
+        q->out = xrealloc(q->out, q->out_cap);
+    }
+    memcpy(q->out + q->out_len, s, n);
+    q->out_len += n;
+}
+
+/* "data: JSON\n\n"; takes json. */
+static void sse_data(http_req_t *q, char *json)
+{
+    out_append(q, "data: ", 6);
+    out_append(q, json, strlen(json));
+    out_append(q, "\n\n", 2);
+    free(json);
+}
+
+/* Logprobs of a run of events, pointing into their memory (plus per-token
+ * `top` arrays this struct owns). */
+typedef struct lp_run {
+    oai_token_logprob_t *tok;
+    size_t n, cap;
+} lp_run_t;
+
+static void lp_add(lp_run_t *lp, const proto_event_t *ev)
+{
+    for (uint32_t i = 0; i < ev->n_logprobs; i++) {
+        const proto_logprob_t *p = &ev->logprobs[i];
+        if (lp->n == lp->cap) {
+            lp->cap = lp->cap ? 2 * lp->cap : 16;
+            lp->tok = xrealloc(lp->tok, lp->cap * sizeof *lp->tok);
+        }
+        oai_top_logprob_t *top = p->n_top ? xcalloc(p->n_top, sizeof *top) : NULL;
+        for (uint32_t k = 0; k < p->n_top; k++)
+            top[k] = (oai_top_logprob_t){(const char *)p->top[k].bytes, p->top[k].n_bytes,
+                                         p->top[k].logprob};
+        lp->tok[lp->n++] = (oai_token_logprob_t){(const char *)p->bytes, p->n_bytes, p->logprob,
+                                                 top, p->n_top};
+    }
+}
+
+static void lp_clear(lp_run_t *lp)
+{
+    for (size_t i = 0; i < lp->n; i++)
+        free((void *)lp->tok[i].top);
+    free(lp->tok);
+    memset(lp, 0, sizeof *lp);
+}
+
+static const char *finish_name(proto_finish_t f)
+{
+    switch (f) {
+    case PROTO_FINISH_STOP: return "stop";
+    case PROTO_FINISH_LENGTH: return "length";
+    default: return "abort"; /* cancelled, as vLLM names it */
+    }
+}
+
+/* Code points in UTF-8 text (continuation bytes do not count). */
+static int64_t utf8_count(const char *s, size_t n)
+{
+    int64_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return k;
+}
+
+static void event_usage(const proto_event_t *ev, oai_usage_t *u)
+{
+    *u = (oai_usage_t){0};
+    if (ev->has_usage) {
+        u->prompt_tokens = ev->usage.prompt_tokens;
+        u->completion_tokens = ev->usage.completion_tokens;
+        u->cached_tokens = ev->usage.cached_tokens;
+    } else {
+        u->completion_tokens = ev->n_tokens;
+    }
+}
+
+static oai_meta_t meta_of(const http_req_t *q)
+{
+    return (oai_meta_t){.id = q->id, .model = q->model, .created = q->created};
+}
+
+static char *chunk_json(const http_req_t *q, const oai_chunk_t *ch)
+{
+    oai_meta_t meta = meta_of(q);
+    return q->kind == OAI_CHAT ? oai_chat_chunk_json(&meta, ch) : oai_completion_chunk_json(&meta, ch);
+}
+
+/* Appends the SSE bytes for one reply (takes it). */
+static void stream_render(http_req_t *q, gateway_reply_t *rep)
+{
+    if (rep->kind == GATEWAY_REPLY_ERROR) {
+        sse_data(q, oai_error_json(&rep->error));
+        q->done = true;
+        q->finished = true;
+        gateway_reply_free(&rep);
+        return;
+    }
+    const proto_event_t *ev = &rep->event;
+    if (q->kind == OAI_CHAT && !q->role_sent) {
+        oai_chunk_t ch = {.role = true, .text = "", .include_usage = q->include_usage};
+        sse_data(q, chunk_json(q, &ch));
+        q->role_sent = true;
+    }
+    if (ev->text_len || ev->n_logprobs) {
+        lp_run_t lp = {0};
+        lp_add(&lp, ev);
+        oai_logprobs_t lps = {.present = ev->n_logprobs > 0, .tokens = lp.tok, .n_tokens = lp.n,
+                              .text_offset0 = q->text_offset};
+        oai_chunk_t ch = {.text = ev->text, .text_len = ev->text_len, .logprobs = &lps,
+                          .include_usage = q->include_usage};
+        sse_data(q, chunk_json(q, &ch));
+        q->text_offset += utf8_count(ev->text, ev->text_len);
+        lp_clear(&lp);
+    }
+    if (ev->finish != PROTO_FINISH_NONE) {
+        q->finished = true;
+        q->done = true;
+        if (ev->finish == PROTO_FINISH_ERROR || ev->finish == PROTO_FINISH_TIMEOUT) {
+            oai_error_t e;
+            if (ev->finish == PROTO_FINISH_TIMEOUT)
+                oai_error_set(&e, 504, NULL, "The request ran past its deadline on the worker");
+            else
+                oai_error_set(&e, 500, NULL, "Generation failed on the worker");
+            sse_data(q, oai_error_json(&e));
+        } else {
+            oai_chunk_t ch = {.finish_reason = finish_name(ev->finish),
+                              .include_usage = q->include_usage};
+            if (q->kind == OAI_COMPLETION)
+                ch.text = "";
+            sse_data(q, chunk_json(q, &ch));
+            if (q->include_usage) {
+                oai_usage_t u;
+                event_usage(ev, &u);
+                oai_chunk_t uc = {.include_usage = true, .usage = &u};
+                sse_data(q, chunk_json(q, &uc));
+            }
+            out_append(q, "data: [DONE]\n\n", 14);
+        }
+    }
+    gateway_reply_free(&rep);
+}
+
+/* Non-streaming: the whole answer from the collected events. */
+static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
+{
+    const proto_event_t *last = &q->events[q->n_events - 1]->event;
+    if (last->finish == PROTO_FINISH_ERROR)
+        return respond_error(s, c, 500, NULL, NULL, "Generation failed on the worker");
+    if (last->finish == PROTO_FINISH_TIMEOUT)
+        return respond_error(s, c, 504, NULL, NULL, "The request ran past its deadline (%lld s)",
+                             (long long)(s->gw->request_timeout_us / 1000000));
+    size_t len = 0;
+    bool any_lp = false;
+    for (size_t i = 0; i < q->n_events; i++) {
+        len += q->events[i]->event.text_len;
+        any_lp |= q->events[i]->event.n_logprobs > 0;
+    }
+    char *text = xmalloc(len + 1);
+    lp_run_t lp = {0};
+    size_t off = 0;
+    for (size_t i = 0; i < q->n_events; i++) {
+        const proto_event_t *ev = &q->events[i]->event;
+        memcpy(text + off, ev->text, ev->text_len);
+        off += ev->text_len;
+        lp_add(&lp, ev);
+    }
+    text[len] = '\0';
+    bool want_lp = q->greq->submit.submit.sampling.logprobs;
+    oai_logprobs_t lps = {.present = want_lp || any_lp, .tokens = lp.tok, .n_tokens = lp.n};
+    oai_usage_t u;
+    event_usage(last, &u);
+    oai_meta_t meta = meta_of(q);
+    const char *fr = finish_name(last->finish);
+    char *body = q->kind == OAI_CHAT ? oai_chat_completion_json(&meta, text, len, fr, &lps, &u)
+                                     : oai_completion_json(&meta, text, len, fr, &lps, &u);
+    lp_clear(&lp);
+    free(text);
+    return respond_text(s, c, 200, with_newline(body), "application/json", NULL, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* generation: flow                                                          */
+
+/* The core's notify hook: runs on the core thread with greq->lock held. */
+static void on_reply(void *ctx)
+{
+    http_req_t *q = ctx;
+    if (q->suspended) {
+        q->suspended = false;
+        MHD_resume_connection(q->conn);
+    }
+}
+
+/* Takes the next reply, or suspends the connection (returns NULL, *gone
+ * false) — or reports the client gone (NULL, *gone true). */
+static gateway_reply_t *next_reply(http_req_t *q, bool *gone)
+{
+    pthread_mutex_lock(&q->greq->lock);
+    *gone = q->gone;
+    gateway_reply_t *rep = NULL;
+    if (!q->gone) {
+        rep = chan_pop(q->greq->replies, 0);
+        if (!rep) {
+            q->suspended = true;
+            MHD_suspend_connection(q->conn);
+        }
+    }
+    pthread_mutex_unlock(&q->greq->lock);
+    return rep;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    http_req_t *q = cls;
+    while (q->out_off == q->out_len) {
+        q->out_off = q->out_len = 0;
+        if (q->done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        bool gone;
+        gateway_reply_t *rep = next_reply(q, &gone);
+        if (gone)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (!rep)
+            return 0; /* suspended: on_reply resumes us */
+        stream_render(q, rep);
+    }
+    size_t n = q->out_len - q->out_off;
+    if (n > max)
+        n = max;
+    memcpy(buf, q->out + q->out_off, n);
+    q->out_off += n;
+    return (ssize_t)n;
+}
+
+/* Called on every resume until a response is queued. */
+static enum MHD_Result gen_continue(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
+{
+    for (;;) {
+        bool gone;
+        gateway_reply_t *rep = next_reply(q, &gone);
+        if (gone)
+            return MHD_NO; /* close: request_completed cancels */
+        if (!rep)
+            return MHD_YES;
+        if (rep->kind == GATEWAY_REPLY_ERROR) {
+            q->finished = true;
+            enum MHD_Result ret = respond_oai_error(s, c, &rep->error, NULL);
+            gateway_reply_free(&rep);
+            return ret;
+        }
+        if (q->stream) {
+            /* the first event: headers go out now, errors from here on are
+             * SSE error events */
+            stream_render(q, rep);
+            struct MHD_Response *r =
+                MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, q, NULL);
+            if (!r)
+                return MHD_NO;
+            MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+            MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+            MHD_add_response_header(r, "X-Accel-Buffering", "no");
+            return queue(s, c, 200, r);
+        }
+        if (q->n_events == q->cap_events) {
+            q->cap_events = q->cap_events ? 2 * q->cap_events : 16;
+            q->events = xrealloc(q->events, q->cap_events * sizeof *q->events);
+        }
+        q->events[q->n_events++] = rep;
+        if (rep->event.finish != PROTO_FINISH_NONE) {
+            q->finished = true;
+            return respond_complete(s, c, q);
+        }
+    }
+}
+
+static void live_remove(http_server_t *s, http_req_t *q)
+{
+    if (q->prev)
+        q->prev->next = q->next;
+    else if (s->live == q)
+        s->live = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    q->prev = q->next = NULL;
+}
+
+static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *c, http_req_t *q,
+                                       const route_t *rt)
+{
+    oai_request_t o;
+    oai_error_t e;
+    if (oai_parse_request((const uint8_t *)(q->body ? q->body : ""), q->body_len, rt->kind, &o, &e) < 0)
+        return respond_oai_error(s, c, &e, NULL);
+    prio_tier_t tier = rt->batch ? PRIO_TIER_LOW : q->tier;
+    q->kind = rt->kind;
+    q->stream = o.stream;
+    q->include_usage = o.include_usage;
+    q->model = xstrdup(o.model);
+    q->created = clock_wall_s();
+    oai_id_new(rt->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", q->id, sizeof q->id);
+    q->greq = gateway_request_from_oai(s->gw, &o, tier);
+    oai_request_free(&o);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    q->fd = ci ? ci->connect_fd : -1;
+    q->conn = c;
+    gateway_request_set_notify(q->greq, on_reply, q);
+
+    pthread_mutex_lock(&s->live_lock);
+    bool stopping = s->stopping;
+    if (!stopping) {
+        q->next = s->live;
+        if (s->live)
+            s->live->prev = q;
+        s->live = q;
+    }
+    pthread_mutex_unlock(&s->live_lock);
+    if (stopping || gateway_submit(s->gw, q->greq) < 0) {
+        q->finished = true;
+        return respond_error(s, c, 503, NULL, NULL, "The gateway is shutting down");
+    }
+    log_debug("%s request %" PRIu64 " for %s (tier %s%s)", rt->path, q->greq->id, q->model,
+              prio_tier_name(tier), q->stream ? ", stream" : "");
+    return gen_continue(s, c, q);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the hang-up watcher                                                       */
+
+static void *watcher_main(void *arg)
+{
+    http_server_t *s = arg;
+    struct pollfd *pfd = xcalloc(WATCH_MAX, sizeof *pfd);
+    uint64_t *ids = xcalloc(WATCH_MAX, sizeof *ids);
+    for (;;) {
+        size_t n = 0;
+        pthread_mutex_lock(&s->live_lock);
+        if (s->stopping) {
+            pthread_mutex_unlock(&s->live_lock);
+            break;
+        }
+        for (http_req_t *q = s->live; q && n < WATCH_MAX; q = q->next) {
+            pthread_mutex_lock(&q->greq->lock);
+            bool gone = q->gone;
+            pthread_mutex_unlock(&q->greq->lock);
+            if (q->fd < 0 || gone)
+                continue;
+            pfd[n] = (struct pollfd){.fd = q->fd, .events = POLLRDHUP};
+            ids[n++] = q->greq->id;
+        }
+        pthread_mutex_unlock(&s->live_lock);
+        int k = poll(pfd, n, HTTP_WATCH_MS);
+        if (k <= 0)
+            continue;
+        pthread_mutex_lock(&s->live_lock);
+        for (size_t i = 0; i < n; i++) {
+            if (!(pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                continue;
+            /* match by request id: the fd may have been closed and reused */
+            for (http_req_t *q = s->live; q; q = q->next) {
+                if (q->greq->id != ids[i])
+                    continue;
+                pthread_mutex_lock(&q->greq->lock);
+                if (!q->gone)
+                    log_debug("request %" PRIu64 ": client hung up", ids[i]);
+                q->gone = true;
+                if (q->suspended) {
+                    q->suspended = false;
+                    MHD_resume_connection(q->conn);
+                }
+                pthread_mutex_unlock(&q->greq->lock);
+                break;
+            }
+        }
+        pthread_mutex_unlock(&s->live_lock);
+    }
+    free(pfd);
+    free(ids);
+    return NULL;
+}
 
 /* ------------------------------------------------------------------------ */
 /* dispatch                                                                  */
+
+static const route_t routes[] = {
+    {"GET", "/health", handle_health, AUTH_NONE, 0, false},
+    {"GET", "/metrics", handle_metrics, AUTH_NONE, 0, false},
+    {"GET", "/v1/models", handle_models, AUTH_KEY, 0, false},
+    {"POST", "/v1/chat/completions", NULL, AUTH_KEY, OAI_CHAT, false},
+    {"POST", "/v1/completions", NULL, AUTH_KEY, OAI_COMPLETION, false},
+    {"POST", "/v1/batch/chat/completions", NULL, AUTH_KEY, OAI_CHAT, true},
+    {"POST", "/v1/batch/completions", NULL, AUTH_KEY, OAI_COMPLETION, true},
+    {"POST", "/admin/reload-keys", handle_reload_keys, AUTH_ADMIN, 0, false},
+};
+#define N_ROUTES (sizeof routes / sizeof routes[0])
 
 static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, const char *url,
                                 const char *method, http_req_t *req)
@@ -116,26 +702,32 @@ static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, cons
     char allow[128] = "";
     bool path_known = false;
     for (size_t i = 0; i < N_ROUTES; i++) {
-        if (strcmp(routes[i].path, url) != 0)
+        const route_t *rt = &routes[i];
+        if (strcmp(rt->path, url) != 0)
             continue;
-        if (strcmp(routes[i].method, m) == 0) {
+        if (strcmp(rt->method, m) == 0) {
+            oai_error_t e;
+            if (authorize(s, c, rt, req, &e) < 0)
+                return respond_oai_error(s, c, &e, NULL);
             if (req->too_large)
-                return respond_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
-                                     "request_too_large", NULL,
-                                     "Request body exceeds %zu bytes", s->max_body);
-            return routes[i].fn(s, c, req);
+                return respond_error(s, c, 413, NULL, NULL, "Request body exceeds %zu bytes",
+                                     s->max_body);
+            return rt->fn ? rt->fn(s, c, req) : handle_generate(s, c, req, rt);
         }
         path_known = true;
         size_t n = strlen(allow);
-        snprintf(allow + n, sizeof allow - n, "%s%s%s", n ? ", " : "", routes[i].method,
-                 strcmp(routes[i].method, "GET") == 0 ? ", HEAD" : "");
+        snprintf(allow + n, sizeof allow - n, "%s%s%s", n ? ", " : "", rt->method,
+                 strcmp(rt->method, "GET") == 0 ? ", HEAD" : "");
     }
     if (path_known)
-        return respond_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error",
-                             "method_not_allowed", allow, "Method %s is not allowed on %s (allowed: %s)",
+        return respond_error(s, c, 405, NULL, allow, "Method %s is not allowed on %s (allowed: %s)",
                              method, url, allow);
-    return respond_error(c, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found", NULL,
-                         "Invalid URL (%s %s)", method, url);
+    /* as OpenAI answers an unknown URL: invalid_request_error, not not_found_error */
+    oai_error_t e;
+    oai_error_set(&e, 404, NULL, "Invalid URL (%.100s %.300s)", method, url);
+    e.type = "invalid_request_error";
+    e.code = "not_found";
+    return respond_oai_error(s, c, &e, NULL);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -147,9 +739,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     http_req_t *req = *con_cls;
     if (!req) {
         /* first call: headers only */
-        *con_cls = xcalloc(1, sizeof(http_req_t));
+        req = xcalloc(1, sizeof(http_req_t));
+        req->s = s;
+        req->fd = -1;
+        *con_cls = req;
         return MHD_YES;
     }
+    if (req->greq) /* resumed */
+        return gen_continue(s, c, req);
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
@@ -171,12 +768,31 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                               enum MHD_RequestTerminationCode toe)
 {
-    http_req_t *req = *con_cls;
-    if (!req)
+    http_server_t *s = cls;
+    http_req_t *q = *con_cls;
+    if (!q)
         return;
-    free(req->body);
-    free(req);
     *con_cls = NULL;
+    if (q->greq) {
+        gateway_request_set_notify(q->greq, NULL, NULL);
+        pthread_mutex_lock(&s->live_lock);
+        live_remove(s, q);
+        pthread_mutex_unlock(&s->live_lock);
+        if (!q->finished) {
+            log_info("request %" PRIu64 ": client gone (%s), cancelling", q->greq->id,
+                     toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "closed" : "aborted");
+            gateway_cancel(s->gw, q->greq->id);
+        }
+        chan_close(q->greq->replies);
+        gateway_request_unref(&q->greq);
+    }
+    for (size_t i = 0; i < q->n_events; i++)
+        gateway_reply_free(&q->events[i]);
+    free(q->events);
+    free(q->out);
+    free(q->model);
+    free(q->body);
+    free(q);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -230,6 +846,20 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
         log_error("bad listen address '%s' (want HOST:PORT)", cfg->listen);
         return NULL;
     }
+    http_server_t *s = xcalloc(1, sizeof *s);
+    s->gw = gw;
+    s->max_body = cfg->max_body ? cfg->max_body : HTTP_DEFAULT_MAX_BODY;
+    pthread_rwlock_init(&s->keys_lock, NULL);
+    pthread_mutex_init(&s->live_lock, NULL);
+    if (cfg->keys_path) {
+        s->keys_path = xstrdup(cfg->keys_path);
+        if (http_server_reload_keys(s, NULL, 0) < 0)
+            goto err;
+    } else {
+        log_warn("no --keys file: the API is open to anyone who can reach it (every request "
+                 "is tier normal)");
+    }
+
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
@@ -238,11 +868,8 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     int gai = getaddrinfo(host, portstr, &hints, &ai);
     if (gai != 0) {
         log_error("cannot resolve listen host '%s': %s", host, gai_strerror(gai));
-        return NULL;
+        goto err;
     }
-    http_server_t *s = xcalloc(1, sizeof *s);
-    s->gw = gw;
-    s->max_body = cfg->max_body ? cfg->max_body : HTTP_DEFAULT_MAX_BODY;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG |
                      MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6)
@@ -259,14 +886,21 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     freeaddrinfo(ai);
     if (!s->daemon) {
         log_error("cannot listen on %s: %s", cfg->listen, strerror(errno));
-        free(s);
-        return NULL;
+        goto err;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : port;
+    if (pthread_create(&s->watcher, NULL, watcher_main, s) != 0) {
+        log_error("cannot start the hang-up watcher");
+        goto err;
+    }
+    s->watcher_started = true;
     log_info("listening on http://%s%s%s:%u", strchr(host, ':') ? "[" : "", host,
              strchr(host, ':') ? "]" : "", s->port);
     return s;
+err:
+    http_server_free(&s);
+    return NULL;
 }
 
 void http_server_free(http_server_t **sp)
@@ -275,7 +909,28 @@ void http_server_free(http_server_t **sp)
     if (!s)
         return;
     *sp = NULL;
-    MHD_stop_daemon(s->daemon);
+    /* libmicrohttpd must not be stopped with suspended connections: mark
+     * every request gone and resume it, so its handler closes it */
+    pthread_mutex_lock(&s->live_lock);
+    s->stopping = true;
+    for (http_req_t *q = s->live; q; q = q->next) {
+        pthread_mutex_lock(&q->greq->lock);
+        q->gone = true;
+        if (q->suspended) {
+            q->suspended = false;
+            MHD_resume_connection(q->conn);
+        }
+        pthread_mutex_unlock(&q->greq->lock);
+    }
+    pthread_mutex_unlock(&s->live_lock);
+    if (s->watcher_started)
+        pthread_join(s->watcher, NULL);
+    if (s->daemon)
+        MHD_stop_daemon(s->daemon);
+    keys_free(&s->keys);
+    free(s->keys_path);
+    pthread_rwlock_destroy(&s->keys_lock);
+    pthread_mutex_destroy(&s->live_lock);
     free(s);
 }
 

@@ -1,9 +1,21 @@
 /* http.h — the gateway's HTTP front end (libmicrohttpd).
  *
- * libmicrohttpd runs its own threads (a small pool, each polling its share
- * of connections). Handlers never touch ZeroMQ: they ask the gateway core
- * through gateway.h calls, which post commands to the core thread and wait
- * for its reply on a per-request channel.
+ * libmicrohttpd runs a small thread pool, each thread polling its share of
+ * connections (epoll). Handlers never touch ZeroMQ: they talk to the core
+ * through gateway.h. A generation request never blocks a pool thread: after
+ * gateway_submit() the connection is *suspended*; the core's notify hook
+ * resumes it when a reply is queued, and the handler (or, once an SSE stream
+ * has started, the response's content reader) takes the replies and
+ * suspends again when there are none. Hundreds of streams therefore share
+ * the pool's few threads.
+ *
+ * libmicrohttpd does not watch suspended connections, so a client that hangs
+ * up while its request waits in a queue or for the next token would go
+ * unnoticed. A watcher thread polls the sockets of connections with a
+ * request in flight for POLLRDHUP/POLLHUP (every HTTP_WATCH_MS); a hang-up
+ * marks the request gone and resumes it, the handler closes the connection,
+ * and the completion callback sends gateway_cancel() — whether the request
+ * was queued, prefilling or decoding.
  *
  * Routing is a static table (method, exact path, handler) in http.c. A path
  * not in the table answers 404, a known path with another method 405 (with an
@@ -12,9 +24,16 @@
  * HEAD is served wherever GET is. Request bodies are collected up to
  * max_body bytes (413 beyond) before the handler runs.
  *
- * Routes so far:
- *   GET /health   gateway_health() as JSON (200), or 503 when the core does
- *                 not answer within a second
+ * Routes (auth: "key" = a valid bearer key when a keys file is loaded):
+ *   GET  /health                       no auth; 200 when a worker is registered, else 503
+ *   GET  /metrics                      no auth; Prometheus text format
+ *   GET  /v1/models                    key
+ *   POST /v1/chat/completions          key; tier from the key (normal without keys)
+ *   POST /v1/completions               key
+ *   POST /v1/batch/chat/completions    key; always tier low
+ *   POST /v1/batch/completions         key; always tier low
+ *   POST /admin/reload-keys            admin key; same as SIGHUP
+ * docs/API.md describes bodies, streams and errors.
  */
 #ifndef PAGODA_GATEWAY_HTTP_H
 #define PAGODA_GATEWAY_HTTP_H
@@ -24,23 +43,33 @@
 
 struct gateway;
 
+#define HTTP_WATCH_MS 100   /* hang-up watcher period */
+
 typedef struct http_config {
     const char *listen;       /* "HOST:PORT", "[IPv6]:PORT"; port 0 = any free port */
     size_t max_body;          /* request body limit in bytes, 0 = 16 MiB */
     unsigned n_threads;       /* libmicrohttpd thread pool, 0 = 2 */
+    const char *keys_path;    /* keys file (keys.h format), NULL = open gateway */
 } http_config_t;
 
 typedef struct http_server http_server_t;
 
 /* Starts listening and serving. `gw` is borrowed and must outlive the
- * server. Returns NULL (logged) when the address is bad or cannot be bound. */
+ * server. Returns NULL (logged) when the address is bad or cannot be bound,
+ * or the keys file does not load. */
 http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw);
 
-/* Stops accepting, finishes/aborts connections, frees; NULLs *s. */
+/* Ends requests in flight (their connections are closed), stops accepting,
+ * frees; NULLs *s. */
 void http_server_free(http_server_t **s);
 
 /* The bound TCP port (useful when listening on port 0). */
 uint16_t http_server_port(const http_server_t *s);
+
+/* Reloads the keys file given at start (SIGHUP, POST /admin/reload-keys).
+ * Returns 0, or -1 with the old table kept (the error is logged and, when
+ * err is not NULL, written there). Without a keys file: -1. */
+int http_server_reload_keys(http_server_t *s, char *err, size_t err_len);
 
 /* Splits "HOST:PORT" / "[V6]:PORT" into host (without brackets) and port.
  * Returns 0, or -1 when malformed or the host does not fit host_len. */

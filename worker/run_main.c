@@ -2,7 +2,7 @@
  *
  *   pagoda-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]
  *              [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos]
- *   pagoda-run -m FILE --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N]
+ *   pagoda-run -m FILE --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N] [--baseline]
  *
  * Only the continuation goes to stdout; diagnostics go to stderr. It runs the
  * same scheduler as pagoda-worker (with one sequence), so what it prints is
@@ -28,7 +28,7 @@ static void usage(FILE *f)
             "usage: pagoda-run -m FILE.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos]\n"
             "       pagoda-run -m FILE.gguf --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N]\n"
-            "                  [--max-batch-tokens N] [--exact-matmul]\n"
+            "                  [--max-batch-tokens N] [--exact-matmul] [--baseline]\n"
             "Prints only the continuation on stdout. --temp 0 is greedy and deterministic.\n");
 }
 
@@ -57,72 +57,111 @@ static void on_event(void *ud, const sched_event_t *ev)
     }
 }
 
-/* Engine benchmark: for each concurrency c, c sequences of prompt_tokens
- * random-ish prompt tokens each generate n_gen tokens with EOS ignored. The
- * prefill figure is prompt tokens / time until every sequence has its first
- * token; decode is generated tokens after that / remaining time. */
-static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_list,
-                     int prompt_tokens, int n_gen)
+/* One benchmark run: c sequences of prompt_tokens prompt tokens each
+ * generate n_gen tokens with EOS ignored, max_seqs at a time. Prefill rate =
+ * prompt tokens / time until every sequence has its first token; decode
+ * rate = the remaining generated tokens / the remaining time; overall rate
+ * = all generated tokens / wall time. Returns 0 or -1. */
+struct bench_result {
+    double prefill_tps, decode_tps, overall_tps, seconds;
+};
+
+static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_seqs,
+                      int prompt_tokens, int n_gen, struct bench_result *out)
 {
-    printf("%-6s %12s %12s %12s\n", "seqs", "prefill t/s", "decode t/s", "total s");
+    sched_config_t cfg = *base;
+    cfg.max_seqs = max_seqs;
+    if (cfg.max_batch_tokens < max_seqs)
+        cfg.max_batch_tokens = max_seqs;
+    struct run_state rs = {0};
+    char err[256];
+    sched_t *s = sched_new(e->model, e->tok, &cfg, on_event, &rs, err, sizeof err);
+    if (!s) {
+        log_error("%s", err);
+        return -1;
+    }
+    int32_t *prompt = xmalloc((size_t)prompt_tokens * sizeof *prompt);
+    for (int i = 0; i < c; i++) {
+        uint32_t x = 12345u + 977u * (uint32_t)i;
+        for (int k = 0; k < prompt_tokens; k++) {
+            x = x * 1664525u + 1013904223u;
+            /* avoid control tokens at the bottom of the vocabulary */
+            prompt[k] = 3 + (int32_t)((x >> 8) % (uint32_t)(e->model->cfg.vocab - 3));
+        }
+        if (tokenizer_bos(e->tok) >= 0)
+            prompt[0] = tokenizer_bos(e->tok);
+        sched_req_t r = {.id = (uint64_t)i + 1, .priority = 1, .prompt = prompt,
+                         .n_prompt = prompt_tokens, .max_tokens = n_gen, .ignore_eos = true,
+                         .top_logprobs = -1};
+        sampler_params_default(&r.sampling);
+        r.sampling.temperature = 0;
+        if (sched_submit(s, &r, err, sizeof err) != 0) {
+            log_error("%s", err);
+            free(prompt);
+            sched_free(&s);
+            return -1;
+        }
+    }
+    free(prompt);
+    int64_t t0 = clock_now_us(), t_prefilled = 0;
+    sched_stats_t st;
+    int rc = 0;
+    while (sched_busy(s)) {
+        if (sched_step(s) < 0) {
+            rc = -1;
+            break;
+        }
+        sched_stats(s, &st);
+        if (!t_prefilled && st.generated_tokens >= (uint64_t)c)
+            t_prefilled = clock_now_us();
+    }
+    int64_t t1 = clock_now_us();
+    sched_stats(s, &st);
+    double pre_s = (double)(t_prefilled - t0) / 1e6, dec_s = (double)(t1 - t_prefilled) / 1e6;
+    out->prefill_tps = pre_s > 0 ? (double)st.prompt_tokens / pre_s : 0;
+    out->decode_tps = dec_s > 0 ? ((double)st.generated_tokens - c) / dec_s : 0;
+    out->seconds = (double)(t1 - t0) / 1e6;
+    out->overall_tps = out->seconds > 0 ? (double)st.generated_tokens / out->seconds : 0;
+    sched_free(&s);
+    return rc;
+}
+
+/* Engine benchmark over a list of concurrencies; with `baseline`, each is
+ * also run with batching off (--max-seqs 1) and the speedup printed. */
+static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_list,
+                     int prompt_tokens, int n_gen, int baseline)
+{
+    printf("# %s, %d prompt tokens, %d new tokens per sequence, %d threads\n",
+           e->model->cfg.arch == MODEL_ARCH_QWEN2 ? "qwen2" : "llama", prompt_tokens, n_gen,
+           base->n_threads);
+    printf("%-6s %12s %12s %12s %10s", "seqs", "prefill t/s", "decode t/s", "overall t/s",
+           "seconds");
+    if (baseline)
+        printf(" %14s %8s", "max-seqs-1 t/s", "speedup");
+    printf("\n");
     char *list = xstrdup(seqs_list);
     int rc = 0;
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
         int c = atoi(tok);
         if (c < 1)
             continue;
-        sched_config_t cfg = *base;
-        cfg.max_seqs = c;
-        if (cfg.max_batch_tokens < c)
-            cfg.max_batch_tokens = c;
-        struct run_state rs = {0};
-        char err[256];
-        sched_t *s = sched_new(e->model, e->tok, &cfg, on_event, &rs, err, sizeof err);
-        if (!s) {
-            log_error("%s", err);
+        struct bench_result r, b;
+        if (bench_once(e, base, c, c, prompt_tokens, n_gen, &r) != 0) {
             rc = 1;
             break;
         }
-        int32_t *prompt = xmalloc((size_t)prompt_tokens * sizeof *prompt);
-        for (int i = 0; i < c; i++) {
-            uint32_t x = 12345u + 977u * (uint32_t)i;
-            for (int k = 0; k < prompt_tokens; k++) {
-                x = x * 1664525u + 1013904223u;
-                /* avoid control tokens at the bottom of the vocabulary */
-                prompt[k] = 3 + (int32_t)((x >> 8) % (uint32_t)(e->model->cfg.vocab - 3));
-            }
-            if (tokenizer_bos(e->tok) >= 0)
-                prompt[0] = tokenizer_bos(e->tok);
-            sched_req_t r = {.id = (uint64_t)i + 1, .priority = 1, .prompt = prompt,
-                             .n_prompt = prompt_tokens, .max_tokens = n_gen, .ignore_eos = true,
-                             .top_logprobs = -1};
-            sampler_params_default(&r.sampling);
-            r.sampling.temperature = 0;
-            if (sched_submit(s, &r, err, sizeof err) != 0) {
-                log_error("%s", err);
-                rc = 1;
-            }
-        }
-        free(prompt);
-        int64_t t0 = clock_now_us(), t_prefilled = 0;
-        sched_stats_t st;
-        while (sched_busy(s)) {
-            if (sched_step(s) < 0) {
+        printf("%-6d %12.1f %12.1f %12.1f %10.2f", c, r.prefill_tps, r.decode_tps,
+               r.overall_tps, r.seconds);
+        if (baseline) {
+            if (bench_once(e, base, c, 1, prompt_tokens, n_gen, &b) != 0) {
                 rc = 1;
                 break;
             }
-            sched_stats(s, &st);
-            if (!t_prefilled && st.generated_tokens >= (uint64_t)c)
-                t_prefilled = clock_now_us();
+            printf(" %14.1f %7.2fx", b.overall_tps,
+                   b.overall_tps > 0 ? r.overall_tps / b.overall_tps : 0.0);
         }
-        int64_t t1 = clock_now_us();
-        sched_stats(s, &st);
-        double pre_s = (double)(t_prefilled - t0) / 1e6, dec_s = (double)(t1 - t_prefilled) / 1e6;
-        double dec_tokens = (double)st.generated_tokens - c;
-        printf("%-6d %12.1f %12.1f %12.2f\n", c, (double)st.prompt_tokens / pre_s,
-               dec_s > 0 ? dec_tokens / dec_s : 0.0, (double)(t1 - t0) / 1e6);
+        printf("\n");
         fflush(stdout);
-        sched_free(&s);
     }
     free(list);
     return rc;
@@ -136,7 +175,7 @@ int main(int argc, char **argv)
     forward_env_reexec(argv);
     log_init("pagoda-run", LOG_WARN);
     const char *model = NULL, *prompt = NULL, *seqs = "1,4,16,32";
-    int n = 128, chat = 0, bench = 0, prompt_tokens = 32, ignore_eos = 0;
+    int n = 128, chat = 0, bench = 0, prompt_tokens = 32, ignore_eos = 0, baseline = 0;
     sampler_params_t sp;
     sampler_params_default(&sp);
     sp.temperature = 0.8f;
@@ -144,7 +183,7 @@ int main(int argc, char **argv)
     sched_config_default(&cfg);
     cfg.max_seqs = 1;
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
-           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT };
+           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
@@ -157,6 +196,7 @@ int main(int argc, char **argv)
         {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
         {"max-batch-tokens", required_argument, 0, O_MBT},
         {"exact-matmul", no_argument, 0, O_EXACT},
+        {"baseline", no_argument, 0, O_BASELINE},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     int c;
@@ -180,6 +220,7 @@ int main(int argc, char **argv)
         case O_IGNORE_EOS: ignore_eos = 1; break;
         case O_MBT: cfg.max_batch_tokens = atoi(optarg); break;
         case O_EXACT: cfg.exact_matmul = true; break;
+        case O_BASELINE: baseline = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -201,7 +242,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (bench) {
-        int rc = run_bench(e, &cfg, seqs, prompt_tokens, n);
+        int rc = run_bench(e, &cfg, seqs, prompt_tokens, n, baseline);
         engine_free(&e);
         return rc;
     }

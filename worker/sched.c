@@ -369,6 +369,11 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
             snprintf(err, errlen, "resumed token %d is out of the vocabulary", r->resume[i]);
             return -1;
         }
+    if (r->max_tokens > 0 && r->n_resume >= r->max_tokens) {
+        snprintf(err, errlen, "%d resumed tokens already reach max_tokens %d", r->n_resume,
+                 r->max_tokens);
+        return -1;
+    }
     if (find_seq(s, r->id)) {
         snprintf(err, errlen, "request %llu is already running", (unsigned long long)r->id);
         return -1;
@@ -507,7 +512,9 @@ static void admit(sched_t *s)
         best->admitted = s->n_admissions++;
         best->n_computed = hit;
         if (!best->first_admission_done) {
-            best->n_cached = hit;
+            /* usage counts prompt tokens: a resumed request's hit can reach
+             * into its resumed tokens, which are not prompt */
+            best->n_cached = hit < best->n_prompt ? hit : best->n_prompt;
             best->first_admission_done = true;
         }
     }

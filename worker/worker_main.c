@@ -120,7 +120,10 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
     proto_msg_init(&m, PROTO_EVENT);
     proto_event_t *e = &m.event;
     e->id = ev->id;
-    e->text = (char *)(ev->text ? ev->text : "");
+    /* ev->text is not NUL-terminated and the encoder takes text_len 0 as
+     * "use strlen": a token with no text yet (BOS, held UTF-8 or stop
+     * prefix) must pass "" or stale bytes past the delta would be sent */
+    e->text = (char *)(ev->text && ev->text_len ? ev->text : "");
     e->text_len = (uint32_t)ev->text_len;
     e->ids = (int32_t *)ev->tokens;
     e->n_ids = (uint32_t)ev->n_tokens;

@@ -1,0 +1,1266 @@
+/* Invariant tests for worker/sched: the continuous-batching scheduler on real
+ * models (stories260K, and the random-weight zoo model).
+ *
+ * The reference for every request is the same request run alone (a fresh
+ * scheduler with max_seqs = 1, no prefix cache content, no preemption). The
+ * scheduler claims that batching, chunked prefill, prefix-cache hits,
+ * preemption + recompute and resumption change nothing in what a request
+ * generates; each test below breaks one of those claims if it is false:
+ *
+ *   batched == solo          many concurrent requests (prompts of 1..150
+ *                            tokens crossing 32-token blocks, various
+ *                            max_tokens) under several batch budgets;
+ *   prefix hit == miss       same prompt / shared prefix after a finished run;
+ *   preempted == solo        a KV pool barely larger than one sequence, mixed
+ *                            priorities; victims are the lowest priority;
+ *   seeded sampling          same text whatever the batch and preemptions;
+ *   no leak                  after every run sched_check() == 0, no block used;
+ *   cancellation             waiting / mid-prefill / decoding: blocks back in
+ *                            one step, final "cancelled", others unaffected;
+ *   admission order          priority then FIFO; a high-priority arrival
+ *                            preempts the newest low-priority sequence;
+ *   stop / EOS / length      finish reasons and text truncation;
+ *   resume                   resuming from a solo run's first k tokens yields
+ *                            that run's remainder;
+ *   invalid submissions      -1 with a message.
+ *
+ * Observing the scheduler from outside: with a budget >= max_seqs every
+ * running decoding sequence gets a row (and so an event) in every step, so a
+ * sequence that emitted in step t-1, emits nothing in step t and has not
+ * finished was preempted in step t. The harness records these "gaps".
+ *
+ * Models come from ../shared/models (skipped with a message when absent). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "tests/support/support.h"
+#include "worker/engine.h"
+#include "worker/forward.h"
+#include "worker/sched.h"
+
+#define MAX_REQ 40
+#define MAX_GEN 512
+#define MAX_TEXT 16384
+#define MAX_STEPS 20000
+
+/* ---- harness ---------------------------------------------------------------- */
+
+/* What one request produced, as seen through the event callback. */
+typedef struct rec {
+    uint64_t id;
+    int32_t prio;
+    int32_t tok[MAX_GEN];      /* generated ids, in event order */
+    int32_t n_tok;
+    size_t cum[MAX_GEN];       /* text bytes delivered up to and including token i's event */
+    char text[MAX_TEXT];
+    size_t text_len;
+    size_t last_delta;         /* bytes of the final event's text */
+    enum sched_finish finish;
+    int n_final;               /* final events (must end at 1) */
+    int n_after_final;         /* events after the final one (must stay 0) */
+    int n_twice;               /* steps with two events for this request (must stay 0) */
+    int n_bad;                 /* events with n_tokens other than 0/1, or no text ptr */
+    char error[128];
+    int32_t n_prompt, n_cached, n_completion;
+    int64_t first_step, last_step; /* step of the first / last token event (0 none) */
+    int64_t final_step;
+    int64_t last_event_step;
+    bool emitting;             /* emitted a token in the previous step */
+    int32_t gaps;              /* emitted, then a step without a token, unfinished */
+    int64_t resume_step;       /* first token event after the first gap (0 none) */
+} rec_t;
+
+typedef struct run {
+    sched_t *s;
+    rec_t r[MAX_REQ];
+    int n;
+    int64_t step;              /* number of the step being run (1-based) */
+    int unknown_events;        /* events for ids we never submitted */
+    int victim_violations;     /* a victim of better priority than a survivor */
+} run_t;
+
+static engine_t *g_stories;    /* loaded once for the group */
+static bool g_exact_matmul;    /* sched_config_t.exact_matmul of every scheduler made */
+
+static rec_t *rec_find(run_t *R, uint64_t id)
+{
+    for (int i = 0; i < R->n; i++)
+        if (R->r[i].id == id)
+            return &R->r[i];
+    return NULL;
+}
+
+static void on_event(void *ud, const sched_event_t *ev)
+{
+    run_t *R = ud;
+    rec_t *r = rec_find(R, ev->id);
+    if (!r) {
+        R->unknown_events++;
+        return;
+    }
+    if (r->n_final)
+        r->n_after_final++;
+    if (r->last_event_step == R->step)
+        r->n_twice++;
+    r->last_event_step = R->step;
+    if (ev->n_tokens < 0 || ev->n_tokens > 1 || !ev->text)
+        r->n_bad++;
+    if (ev->text_len) {
+        if (r->text_len + ev->text_len < MAX_TEXT) {
+            memcpy(r->text + r->text_len, ev->text, ev->text_len);
+            r->text_len += ev->text_len;
+        } else {
+            r->n_bad++;
+        }
+    }
+    for (int32_t i = 0; i < ev->n_tokens && r->n_tok < MAX_GEN; i++) {
+        r->tok[r->n_tok] = ev->tokens[i];
+        r->cum[r->n_tok] = r->text_len;
+        r->n_tok++;
+    }
+    if (ev->n_tokens > 0) {
+        if (r->gaps > 0 && !r->resume_step)
+            r->resume_step = R->step;
+        if (!r->first_step)
+            r->first_step = R->step;
+        r->last_step = R->step;
+    }
+    if (ev->finish != SCHED_FINISH_NONE) {
+        r->n_final++;
+        r->finish = ev->finish;
+        r->final_step = R->step;
+        r->last_delta = ev->text_len;
+        r->n_prompt = ev->n_prompt;
+        r->n_cached = ev->n_cached;
+        r->n_completion = ev->n_completion;
+        if (ev->error)
+            snprintf(r->error, sizeof r->error, "%s", ev->error);
+    }
+}
+
+static sched_config_t cfg_make(int32_t max_seqs, int32_t budget, int32_t kv_blocks, int32_t threads)
+{
+    sched_config_t c;
+    sched_config_default(&c);
+    c.max_seqs = max_seqs;
+    c.max_batch_tokens = budget;
+    c.kv_blocks = kv_blocks;
+    c.n_threads = threads;
+    c.exact_matmul = g_exact_matmul;
+    return c;
+}
+
+static run_t *run_new(const engine_t *e, const sched_config_t *c)
+{
+    run_t *R = calloc(1, sizeof *R);
+    assert_non_null(R);
+    char err[256] = "";
+    R->s = sched_new(e->model, e->tok, c, on_event, R, err, sizeof err);
+    if (!R->s)
+        fail_msg("sched_new: %s", err);
+    return R;
+}
+
+static void run_free(run_t **pR)
+{
+    run_t *R = *pR;
+    sched_free(&R->s);
+    free(R);
+    *pR = NULL;
+}
+
+static sched_req_t req_greedy(uint64_t id, int32_t prio, const int32_t *p, int32_t n,
+                              int32_t max_tokens, bool ignore_eos)
+{
+    sched_req_t q = {.id = id, .priority = prio, .prompt = p, .n_prompt = n,
+                     .max_tokens = max_tokens, .ignore_eos = ignore_eos, .top_logprobs = -1};
+    sampler_params_default(&q.sampling);
+    q.sampling.temperature = 0;
+    return q;
+}
+
+static void req_seeded(sched_req_t *q, uint64_t seed)
+{
+    q->sampling.temperature = 0.8f;
+    q->sampling.top_p = 0.9f;
+    q->sampling.has_seed = true;
+    q->sampling.seed = seed;
+}
+
+/* Submits q and registers its record; asserts acceptance. */
+static rec_t *submit(run_t *R, const sched_req_t *q)
+{
+    assert_true(R->n < MAX_REQ);
+    rec_t *r = &R->r[R->n++];
+    memset(r, 0, sizeof *r);
+    r->id = q->id;
+    r->prio = q->priority;
+    char err[256] = "";
+    if (sched_submit(R->s, q, err, sizeof err) != 0)
+        fail_msg("submit %llu: %s", (unsigned long long)q->id, err);
+    return r;
+}
+
+/* One step, then the gap / victim bookkeeping (see the file comment). */
+static int step(run_t *R)
+{
+    R->step++;
+    int rc = sched_step(R->s);
+    assert_true(rc >= 0);
+    int vmin = INT_MAX, smax = -1;
+    for (int i = 0; i < R->n; i++) {
+        rec_t *r = &R->r[i];
+        if (r->n_final) {
+            r->emitting = false;
+            continue;
+        }
+        bool now = r->last_step == R->step;
+        if (r->emitting && !now) {
+            r->gaps++;
+            if (r->prio < vmin)
+                vmin = r->prio;
+        } else if (r->emitting && now && r->prio > smax) {
+            smax = r->prio;
+        }
+        r->emitting = now;
+    }
+    if (vmin != INT_MAX && smax > vmin)
+        R->victim_violations++;
+    return rc;
+}
+
+static sched_stats_t stats(const run_t *R)
+{
+    sched_stats_t st;
+    sched_stats(R->s, &st);
+    return st;
+}
+
+/* The pool is consistent and no block is referenced (every block is free or
+ * cached), nothing is running or waiting. */
+static void check_clean(const run_t *R)
+{
+    assert_int_equal(sched_check(R->s), 0);
+    sched_stats_t st = stats(R);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.n_running, 0);
+    assert_int_equal(st.n_waiting, 0);
+    assert_false(sched_busy(R->s));
+}
+
+/* Event-stream invariants of every finished request. */
+static void check_records(const run_t *R)
+{
+    assert_int_equal(R->unknown_events, 0);
+    uint64_t total = 0;
+    for (int i = 0; i < R->n; i++) {
+        const rec_t *r = &R->r[i];
+        assert_int_equal(r->n_final, 1);
+        assert_int_equal(r->n_after_final, 0);
+        assert_int_equal(r->n_twice, 0);
+        assert_int_equal(r->n_bad, 0);
+        total += (uint64_t)r->n_tok;
+    }
+    (void)total;
+}
+
+static void drive(run_t *R)
+{
+    while (sched_busy(R->s)) {
+        step(R);
+        if (R->step > MAX_STEPS)
+            fail_msg("no progress after %d steps", MAX_STEPS);
+        assert_int_equal(sched_check(R->s), 0);
+    }
+    check_records(R);
+    check_clean(R);
+}
+
+/* Runs q alone in a fresh scheduler (max_seqs 1, roomy pool) into *out. */
+static void run_solo(const engine_t *e, const sched_req_t *q, rec_t *out)
+{
+    sched_config_t c = cfg_make(1, 512, 0, 1);
+    run_t *R = run_new(e, &c);
+    submit(R, q);
+    drive(R);
+    sched_stats_t st = stats(R);
+    assert_int_equal(st.preemptions, 0);
+    *out = R->r[0];
+    run_free(&R);
+}
+
+/* a and b generated the same thing: ids, text, finish reason, usage. On a
+ * mismatch the first differing position is printed. */
+static void assert_same_output(const rec_t *a, const rec_t *b, const char *what)
+{
+    int32_t n = a->n_tok < b->n_tok ? a->n_tok : b->n_tok;
+    int32_t i = 0;
+    while (i < n && a->tok[i] == b->tok[i])
+        i++;
+    if (i < n || a->n_tok != b->n_tok) {
+        fail_msg("%s: request %llu diverges at token %d (%d vs %d tokens; %d vs %d)", what,
+                 (unsigned long long)a->id, i, a->n_tok, b->n_tok,
+                 i < a->n_tok ? a->tok[i] : -1, i < b->n_tok ? b->tok[i] : -1);
+    }
+    assert_int_equal(a->text_len, b->text_len);
+    assert_memory_equal(a->text, b->text, a->text_len);
+    assert_int_equal(a->finish, b->finish);
+    assert_int_equal(a->n_completion, b->n_completion);
+    assert_int_equal(a->n_prompt, b->n_prompt);
+}
+
+/* ---- prompts ------------------------------------------------------------- */
+
+/* Original text in the style of the model's training data; tokenized once and
+ * cut into prompts at different offsets and lengths. */
+static const char *STORY =
+    "Once upon a time, in a small town near the sea, there lived a boy named Tom. "
+    "Tom had a red kite and a little dog called Max. Every morning Tom and Max ran to the "
+    "hill behind the school to fly the kite. One windy day the kite flew very high, over "
+    "the trees and over the big blue lake. Tom pulled the string, but the string broke! "
+    "The kite went away with the wind. Tom was sad and he sat down on the grass. Max "
+    "licked his hand and barked. Then an old woman came by with a basket of apples. She "
+    "said, \"Why are you sad, little boy?\" Tom told her about the kite. The woman smiled "
+    "and gave him an apple. \"Let us look for it together,\" she said. They walked and "
+    "walked until they saw something red in a tall tree. It was the kite! The woman was "
+    "too old to climb, and Tom was too small. Max barked at the tree again and again. A "
+    "bird heard him and flew down. The bird took the string in its beak and pulled the "
+    "kite down to Tom. Tom said thank you to the bird, to the woman and to Max. From "
+    "that day on, Tom always tied his kite with a strong new string, and he shared his "
+    "apples with every bird that came to the hill. The end.";
+
+static int32_t g_text[1024]; /* STORY tokens without BOS */
+static int32_t g_n_text;
+static int32_t g_bos;
+
+/* prompt = BOS + n-1 story tokens starting at offset off. */
+static void make_prompt(int32_t *out, int32_t n, int32_t off)
+{
+    out[0] = tokenizer_bos(g_stories->tok);
+    for (int32_t i = 1; i < n; i++)
+        out[i] = g_text[(off + i - 1) % g_n_text];
+}
+
+static size_t blocks_for(int32_t positions)
+{
+    return (size_t)((positions + 31) / 32);
+}
+
+/* ---- group setup --------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    log_init("test_sched", LOG_WARN);
+    const char *p = support_shared_model("stories260K.gguf");
+    if (!p)
+        return 0;
+    char err[256];
+    g_stories = engine_load(p, err, sizeof err);
+    if (!g_stories) {
+        fprintf(stderr, "engine_load: %s\n", err);
+        return -1;
+    }
+    int32_t *ids = NULL;
+    int32_t n = engine_prompt_text(g_stories, STORY, strlen(STORY), &ids, err, sizeof err);
+    if (n < 300) {
+        fprintf(stderr, "story tokenized to %d tokens\n", n);
+        free(ids);
+        return -1;
+    }
+    /* drop the BOS the tokenizer added */
+    int32_t skip = ids[0] == tokenizer_bos(g_stories->tok) ? 1 : 0;
+    g_bos = tokenizer_bos(g_stories->tok);
+    g_n_text = n - skip < 1024 ? n - skip : 1024;
+    memcpy(g_text, ids + skip, (size_t)g_n_text * sizeof *g_text);
+    free(ids);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    engine_free(&g_stories);
+    return 0;
+}
+
+#define NEED_STORIES()                                                          \
+    do {                                                                        \
+        if (!g_stories) {                                                       \
+            fprintf(stderr, "skip: stories260K.gguf absent\n");                 \
+            skip();                                                             \
+        }                                                                       \
+    } while (0)
+
+/* ---- batched == solo ----------------------------------------------------- */
+
+/* A request mix: prompt lengths around block boundaries, some sharing the
+ * story's beginning (so prefix-cache hits happen inside batches), others at
+ * their own offsets; max_tokens from 1 to 90; some stop at EOS. */
+typedef struct job {
+    int32_t prompt[256];
+    int32_t n_prompt;
+    sched_req_t req;
+    rec_t solo;
+} job_t;
+
+static const int32_t MIX_LEN[] = {1, 2, 7, 31, 32, 33, 45, 63, 64, 65, 96, 97, 128, 150};
+static const int32_t MIX_MAX[] = {40, 17, 64, 1, 33, 80, 5, 50, 31, 70, 2, 45, 60, 90};
+#define N_MIX ((int)(sizeof MIX_LEN / sizeof MIX_LEN[0]))
+static const char *const MIX_STOPS[] = {".", "!"};
+
+static job_t *make_mix(const engine_t *e, int n, bool seeded)
+{
+    job_t *jobs = calloc((size_t)n, sizeof *jobs);
+    assert_non_null(jobs);
+    for (int i = 0; i < n; i++) {
+        job_t *j = &jobs[i];
+        j->n_prompt = MIX_LEN[i % N_MIX];
+        make_prompt(j->prompt, j->n_prompt, (i % 2) ? 37 * i : 0);
+        j->req = req_greedy((uint64_t)(100 + i), i % 3, j->prompt, j->n_prompt,
+                            MIX_MAX[i % N_MIX], (i % 4) != 1);
+        if (i % 4 == 1) { /* sentence ends */
+            j->req.stop = MIX_STOPS;
+            j->req.n_stop = 2;
+        } else if (i % 4 == 3) { /* story ends */
+            j->req.stop_ids = &g_bos;
+            j->req.n_stop_ids = 1;
+            j->req.ignore_eos = false;
+        }
+        if (seeded)
+            req_seeded(&j->req, 4242 + (uint64_t)i);
+        run_solo(e, &j->req, &j->solo);
+    }
+    return jobs;
+}
+
+/* Runs every job concurrently under c; each output must equal its solo run.
+ * Returns the scheduler's preemption count. */
+static uint64_t run_mix(const engine_t *e, job_t *jobs, int n, const sched_config_t *c,
+                        const char *what)
+{
+    run_t *R = run_new(e, c);
+    for (int i = 0; i < n; i++)
+        submit(R, &jobs[i].req);
+    drive(R);
+    for (int i = 0; i < n; i++)
+        assert_same_output(&R->r[i], &jobs[i].solo, what);
+    sched_stats_t st = stats(R);
+    uint64_t gen = 0;
+    for (int i = 0; i < n; i++)
+        gen += (uint64_t)R->r[i].n_tok;
+    assert_int_equal(st.generated_tokens, gen);
+    assert_int_equal(R->victim_violations, 0);
+    uint64_t pre = st.preemptions;
+    run_free(&R);
+    return pre;
+}
+
+static void test_batched_equals_solo(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    job_t *jobs = make_mix(g_stories, N_MIX, false);
+    /* the mix must exercise both finish reasons */
+    int n_stop = 0, n_len = 0;
+    for (int i = 0; i < N_MIX; i++) {
+        n_stop += jobs[i].solo.finish == SCHED_FINISH_STOP;
+        n_len += jobs[i].solo.finish == SCHED_FINISH_LENGTH;
+    }
+    assert_true(n_len > 0);
+    assert_true(n_stop > 0);
+    fprintf(stderr, "mix: %d stop, %d length\n", n_stop, n_len);
+    static const int32_t budgets[][2] = {{N_MIX, N_MIX}, {5, 7}, {N_MIX, 64}, {N_MIX, 512}, {3, 512}};
+    for (size_t k = 0; k < sizeof budgets / sizeof budgets[0]; k++) {
+        sched_config_t c = cfg_make(budgets[k][0], budgets[k][1], 0, 2);
+        char what[64];
+        snprintf(what, sizeof what, "max_seqs %d budget %d", budgets[k][0], budgets[k][1]);
+        assert_int_equal(run_mix(g_stories, jobs, N_MIX, &c, what), 0);
+    }
+    free(jobs);
+}
+
+/* ---- prefix cache --------------------------------------------------------- */
+
+static void test_prefix_hit_equals_miss(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    int32_t p[256];
+    sched_config_t c = cfg_make(4, 512, 0, 1);
+    static const int32_t LENS[] = {70, 90, 100, 129};
+    for (size_t k = 0; k < sizeof LENS / sizeof LENS[0]; k++) {
+        int32_t n = LENS[k];
+        make_prompt(p, n, 11);
+        sched_req_t q = req_greedy(1, 1, p, n, 20, true);
+        rec_t solo;
+        run_solo(g_stories, &q, &solo);
+        assert_int_equal(solo.n_cached, 0);
+
+        run_t *R = run_new(g_stories, &c);
+        submit(R, &q);
+        drive(R);
+        uint64_t prompt_before = stats(R).prompt_tokens;
+        q.id = 2;
+        submit(R, &q);
+        drive(R);
+        rec_t *second = &R->r[1];
+        /* whole blocks, never the last prompt token */
+        assert_int_equal(second->n_cached, (n - 1) / 32 * 32);
+        assert_true(second->n_cached > 0);
+        assert_int_equal(stats(R).prompt_tokens - prompt_before, (uint64_t)(n - second->n_cached));
+        assert_same_output(&R->r[0], &solo, "first run");
+        assert_same_output(second, &solo, "prefix hit");
+
+        /* A continuation (prompt + the 20 generated tokens): its hit reaches
+         * into blocks that hold generated tokens. */
+        int32_t cont[300];
+        memcpy(cont, p, (size_t)n * sizeof *p);
+        memcpy(cont + n, solo.tok, 20 * sizeof *p);
+        sched_req_t qc = req_greedy(3, 1, cont, n + 20, 15, true);
+        rec_t csolo;
+        run_solo(g_stories, &qc, &csolo);
+        submit(R, &qc);
+        drive(R);
+        /* the first run computed n + 19 positions; full blocks of those are cached */
+        int32_t expect = (n + 19) / 32 * 32;
+        if (expect > (n + 20 - 1) / 32 * 32)
+            expect = (n + 20 - 1) / 32 * 32;
+        assert_int_equal(R->r[2].n_cached, expect);
+        assert_same_output(&R->r[2], &csolo, "continuation hit");
+        run_free(&R);
+    }
+
+    /* Two requests sharing a 100-token prefix with different suffixes: one
+     * after the other finished, and one submitted while the other decodes. */
+    int32_t a[160], b[160];
+    make_prompt(a, 120, 5);
+    memcpy(b, a, 100 * sizeof *a);
+    for (int i = 100; i < 115; i++)
+        b[i] = g_text[(200 + i) % g_n_text];
+    sched_req_t qa = req_greedy(10, 1, a, 120, 25, true);
+    sched_req_t qb = req_greedy(11, 1, b, 115, 25, true);
+    rec_t sa, sb;
+    run_solo(g_stories, &qa, &sa);
+    run_solo(g_stories, &qb, &sb);
+    for (int concurrent = 0; concurrent < 2; concurrent++) {
+        run_t *R = run_new(g_stories, &c);
+        submit(R, &qa);
+        if (concurrent) {
+            step(R); /* a's whole prompt is computed and committed in this step */
+            step(R);
+        } else {
+            drive(R);
+        }
+        submit(R, &qb);
+        drive(R);
+        assert_int_equal(R->r[1].n_cached, 96);
+        assert_same_output(&R->r[0], &sa, "shared prefix a");
+        assert_same_output(&R->r[1], &sb, "shared prefix b");
+        run_free(&R);
+    }
+}
+
+/* ---- preemption --------------------------------------------------------- */
+
+/* Requests of 120..160 positions (4..5 blocks) on a pool of 6 blocks: at most
+ * one fits comfortably, so concurrent requests preempt each other. */
+static job_t *make_tight(const engine_t *e, int n, bool seeded)
+{
+    job_t *jobs = calloc((size_t)n, sizeof *jobs);
+    assert_non_null(jobs);
+    for (int i = 0; i < n; i++) {
+        job_t *j = &jobs[i];
+        j->n_prompt = 20 + 9 * i;
+        make_prompt(j->prompt, j->n_prompt, 13 * i + 3);
+        j->req = req_greedy((uint64_t)(200 + i), (int32_t[]){2, 1, 0, 2, 1, 0}[i % 6], j->prompt,
+                            j->n_prompt, 100 - 5 * i, true);
+        if (seeded)
+            req_seeded(&j->req, 777 + (uint64_t)i);
+        run_solo(e, &j->req, &j->solo);
+    }
+    return jobs;
+}
+
+static void test_preempted_equals_solo(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    enum { N = 6 };
+    job_t *jobs = make_tight(g_stories, N, false);
+    static const int32_t budgets[] = {512, 16};
+    for (size_t k = 0; k < 2; k++) {
+        sched_config_t c = cfg_make(N, budgets[k], 6, 2);
+        run_t *R = run_new(g_stories, &c);
+        for (int i = 0; i < N; i++)
+            submit(R, &jobs[i].req);
+        drive(R);
+        sched_stats_t st = stats(R);
+        fprintf(stderr, "tight pool, budget %d: %llu preemptions in %llu steps\n", budgets[k],
+                (unsigned long long)st.preemptions, (unsigned long long)st.steps);
+        assert_true(st.preemptions > 0);
+        int gaps_by_prio[3] = {0, 0, 0};
+        for (int i = 0; i < N; i++) {
+            assert_same_output(&R->r[i], &jobs[i].solo, "preempted");
+            gaps_by_prio[R->r[i].prio] += R->r[i].gaps;
+        }
+        /* every observed preemption victim was the worst priority running */
+        assert_int_equal(R->victim_violations, 0);
+        fprintf(stderr, "  observed preemptions by priority: high %d normal %d low %d\n",
+                gaps_by_prio[0], gaps_by_prio[1], gaps_by_prio[2]);
+        assert_true(gaps_by_prio[2] > 0);
+        assert_true(gaps_by_prio[2] >= gaps_by_prio[0]);
+        run_free(&R);
+    }
+    free(jobs);
+}
+
+/* ---- seeded sampling --------------------------------------------------------- */
+
+static void test_seeded_sampling_stable(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    job_t *jobs = make_mix(g_stories, 8, true);
+    sched_config_t c = cfg_make(8, 64, 0, 2);
+    assert_int_equal(run_mix(g_stories, jobs, 8, &c, "seeded batched"), 0);
+    c = cfg_make(3, 7, 0, 1);
+    assert_int_equal(run_mix(g_stories, jobs, 8, &c, "seeded small budget"), 0);
+    free(jobs);
+
+    /* the same under preemption */
+    jobs = make_tight(g_stories, 6, true);
+    c = cfg_make(6, 512, 6, 2);
+    assert_true(run_mix(g_stories, jobs, 6, &c, "seeded preempted") > 0);
+    free(jobs);
+}
+
+/* ---- cancellation ------------------------------------------------------------- */
+
+/* KV blocks a decoding request holds after `g` tokens: positions computed are
+ * prompt + g - 1 (the last sampled token is not in the cache yet). */
+static size_t decode_blocks(const rec_t *r, int32_t n_prompt)
+{
+    return blocks_for(n_prompt + r->n_tok - 1);
+}
+
+static void test_cancel_phases(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    int32_t pa[64], pb[160];
+    make_prompt(pa, 40, 0);
+    make_prompt(pb, 150, 300);
+    sched_req_t qa = req_greedy(1, 1, pa, 40, 40, true);
+    sched_req_t qb = req_greedy(2, 1, pb, 150, 30, true);
+    rec_t sa, sb;
+    run_solo(g_stories, &qa, &sa);
+    run_solo(g_stories, &qb, &sb);
+
+    /* 1. waiting: one slot, b queued behind a */
+    {
+        sched_config_t c = cfg_make(1, 512, 0, 1);
+        run_t *R = run_new(g_stories, &c);
+        submit(R, &qa);
+        rec_t *rb = submit(R, &qb);
+        step(R);
+        assert_int_equal(stats(R).n_waiting, 1);
+        assert_int_equal(sched_cancel(R->s, 2), 0);
+        step(R);
+        assert_int_equal(rb->n_final, 1);
+        assert_int_equal(rb->finish, SCHED_FINISH_CANCELLED);
+        assert_int_equal(rb->n_tok, 0);
+        assert_int_equal(rb->final_step, R->step);
+        assert_int_equal(stats(R).n_waiting, 0);
+        assert_int_equal(stats(R).kv_blocks_used, decode_blocks(&R->r[0], 40));
+        assert_int_equal(sched_cancel(R->s, 2), -1); /* gone */
+        drive(R);
+        assert_same_output(&R->r[0], &sa, "cancel waiting: other");
+        run_free(&R);
+    }
+    /* 2. mid-prefill: a budget of 7 rows, b's 150-token prompt takes many steps */
+    {
+        sched_config_t c = cfg_make(2, 7, 0, 1);
+        run_t *R = run_new(g_stories, &c);
+        submit(R, &qa);
+        while (R->r[0].n_tok < 2)
+            step(R);
+        rec_t *rb = submit(R, &qb);
+        step(R);
+        step(R);
+        assert_int_equal(rb->n_tok, 0);
+        assert_int_equal(stats(R).n_running, 2);
+        /* admission reserved b's whole prompt */
+        assert_int_equal(stats(R).kv_blocks_used, decode_blocks(&R->r[0], 40) + blocks_for(150));
+        assert_int_equal(sched_cancel(R->s, 2), 0);
+        step(R);
+        assert_int_equal(rb->finish, SCHED_FINISH_CANCELLED);
+        assert_int_equal(rb->final_step, R->step);
+        assert_int_equal(rb->n_tok, 0);
+        assert_int_equal(stats(R).kv_blocks_used, decode_blocks(&R->r[0], 40));
+        assert_int_equal(sched_check(R->s), 0);
+        drive(R);
+        assert_same_output(&R->r[0], &sa, "cancel prefill: other");
+        run_free(&R);
+    }
+    /* 3. decoding: both decode, b is cancelled after 5 tokens */
+    {
+        sched_config_t c = cfg_make(2, 512, 0, 2);
+        run_t *R = run_new(g_stories, &c);
+        submit(R, &qa);
+        rec_t *rb = submit(R, &qb);
+        while (rb->n_tok < 5)
+            step(R);
+        assert_int_equal(stats(R).kv_blocks_used,
+                         decode_blocks(&R->r[0], 40) + decode_blocks(rb, 150));
+        assert_int_equal(sched_cancel(R->s, 2), 0);
+        step(R);
+        assert_int_equal(rb->finish, SCHED_FINISH_CANCELLED);
+        assert_int_equal(rb->final_step, R->step);
+        assert_int_equal(rb->n_tok, 5);
+        assert_int_equal(rb->n_completion, 5);
+        assert_memory_equal(rb->tok, sb.tok, 5 * sizeof(int32_t)); /* what it got was right */
+        assert_int_equal(stats(R).kv_blocks_used, decode_blocks(&R->r[0], 40));
+        drive(R);
+        assert_same_output(&R->r[0], &sa, "cancel decode: other");
+        run_free(&R);
+    }
+    /* 4. cancelled before any step, and unknown ids */
+    {
+        sched_config_t c = cfg_make(2, 512, 0, 1);
+        run_t *R = run_new(g_stories, &c);
+        submit(R, &qa);
+        assert_int_equal(sched_cancel(R->s, 1), 0);
+        assert_int_equal(sched_cancel(R->s, 99), -1);
+        step(R);
+        assert_int_equal(R->r[0].finish, SCHED_FINISH_CANCELLED);
+        assert_int_equal(R->r[0].n_tok, 0);
+        drive(R);
+        run_free(&R);
+    }
+}
+
+/* A request past its deadline ends with an error naming the deadline (the
+ * worker reports it as "timeout") and frees its blocks; others go on.
+ * c's deadline is over before its first step; b's passes while it decodes
+ * (30 ms for 400 tokens: stories260K makes ~2000 tokens/s alone here). */
+static void test_deadline(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    int32_t pa[64], pb[64];
+    make_prompt(pa, 40, 0);
+    make_prompt(pb, 50, 90);
+    sched_req_t qa = req_greedy(1, 1, pa, 40, 30, true);
+    rec_t sa;
+    run_solo(g_stories, &qa, &sa);
+    sched_config_t c = cfg_make(3, 512, 0, 1);
+    run_t *R = run_new(g_stories, &c);
+    submit(R, &qa);
+    sched_req_t qb = req_greedy(2, 1, pb, 50, 400, true);
+    qb.deadline_us = clock_now_us() + 30000;
+    rec_t *rb = submit(R, &qb);
+    sched_req_t qc = req_greedy(3, 1, pb, 50, 400, true);
+    qc.deadline_us = clock_now_us() - 1;
+    rec_t *rc = submit(R, &qc);
+    step(R);
+    assert_int_equal(rc->finish, SCHED_FINISH_ERROR);
+    assert_non_null(strstr(rc->error, "deadline"));
+    assert_int_equal(rc->n_tok, 0);
+    drive(R);
+    assert_int_equal(rb->finish, SCHED_FINISH_ERROR);
+    assert_non_null(strstr(rb->error, "deadline"));
+    assert_true(rb->n_tok < 400);
+    assert_same_output(&R->r[0], &sa, "next to expired requests");
+    run_free(&R);
+}
+
+/* ---- admission order and priority preemption -------------------------------- */
+
+static void test_admission_order(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    int32_t p[5][40];
+    for (int i = 0; i < 5; i++)
+        make_prompt(p[i], 10 + i, 50 * i);
+    /* X (high) is admitted first; then low, normal, high, normal arrive while
+     * the single slot is taken. Nobody waiting is strictly better than the
+     * running request, so nothing is preempted and they are served in
+     * (priority, arrival) order: X, H, N1, N2, L. */
+    sched_config_t c = cfg_make(1, 512, 0, 1);
+    run_t *R = run_new(g_stories, &c);
+    sched_req_t qx = req_greedy(1, 0, p[0], 10, 8, true);
+    rec_t *x = submit(R, &qx);
+    step(R);
+    assert_int_equal(x->n_tok, 1);
+    sched_req_t ql = req_greedy(2, 2, p[1], 11, 6, true);
+    sched_req_t qn1 = req_greedy(3, 1, p[2], 12, 6, true);
+    sched_req_t qh = req_greedy(4, 0, p[3], 13, 6, true);
+    sched_req_t qn2 = req_greedy(5, 1, p[4], 14, 6, true);
+    rec_t *l = submit(R, &ql), *n1 = submit(R, &qn1), *h = submit(R, &qh), *n2 = submit(R, &qn2);
+    drive(R);
+    assert_int_equal(stats(R).preemptions, 0);
+    const rec_t *order[] = {x, h, n1, n2, l};
+    for (int i = 0; i + 1 < 5; i++)
+        assert_true(order[i]->last_step < order[i + 1]->first_step);
+    const sched_req_t *reqs[] = {&qx, &ql, &qn1, &qh, &qn2};
+    for (int i = 0; i < 5; i++) {
+        rec_t solo;
+        run_solo(g_stories, reqs[i], &solo);
+        assert_same_output(&R->r[i], &solo, "admission order");
+    }
+    run_free(&R);
+}
+
+static void test_priority_preemption(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    int32_t p[4][64];
+    for (int i = 0; i < 4; i++)
+        make_prompt(p[i], 30 + 5 * i, 40 * i);
+    sched_req_t ql1 = req_greedy(1, 2, p[0], 30, 40, true);
+    sched_req_t ql2 = req_greedy(2, 2, p[1], 35, 40, true);
+    sched_req_t qn = req_greedy(3, 2, p[2], 40, 10, true);
+    sched_req_t qh = req_greedy(4, 0, p[3], 45, 20, true);
+
+    /* two low-priority requests fill both slots; another low one arrives
+     * (no preemption: not strictly better), then a high one: it takes the
+     * slot of the most recently admitted low request (l2). */
+    sched_config_t c = cfg_make(2, 512, 0, 1);
+    run_t *R = run_new(g_stories, &c);
+    rec_t *l1 = submit(R, &ql1), *l2 = submit(R, &ql2);
+    for (int i = 0; i < 3; i++)
+        step(R);
+    rec_t *n = submit(R, &qn);
+    step(R);
+    assert_int_equal(stats(R).preemptions, 0);
+    assert_int_equal(n->n_tok, 0);
+    rec_t *h = submit(R, &qh);
+    step(R);
+    assert_int_equal(stats(R).preemptions, 1);
+    assert_int_equal(h->first_step, R->step);
+    assert_int_equal(l1->last_step, R->step);  /* l1 keeps decoding */
+    assert_true(l2->last_step < R->step);      /* l2 was preempted */
+    assert_int_equal(l2->gaps, 1);
+    int64_t t_pre = R->step;
+    drive(R);
+    assert_int_equal(stats(R).preemptions, 1);
+    assert_int_equal(l1->gaps, 0);
+    assert_int_equal(h->gaps, 0);
+    /* l2 resumed when h's slot came back, before the later equal-priority n */
+    assert_true(l2->resume_step > t_pre);
+    assert_true(l2->resume_step > h->final_step);
+    assert_true(l2->resume_step < n->first_step);
+    const sched_req_t *reqs[] = {&ql1, &ql2, &qn, &qh};
+    for (int i = 0; i < 4; i++) {
+        rec_t solo;
+        run_solo(g_stories, reqs[i], &solo);
+        assert_same_output(&R->r[i], &solo, "priority preemption");
+    }
+    run_free(&R);
+}
+
+/* ---- stop strings, EOS, length ----------------------------------------------- */
+
+/* The text of a solo run, decoded independently of the detokenizer: decode
+ * (prompt + generated) minus decode(prompt), EOS excluded. */
+static size_t ref_text(const int32_t *prompt, int32_t n_prompt, const rec_t *r, char *out,
+                       size_t cap)
+{
+    int32_t all[1024];
+    memcpy(all, prompt, (size_t)n_prompt * sizeof *all);
+    int32_t n = n_prompt;
+    for (int32_t i = 0; i < r->n_tok; i++)
+        if (!tokenizer_is_eog(g_stories->tok, r->tok[i]))
+            all[n++] = r->tok[i];
+    char pre[4096];
+    size_t lp = tokenizer_decode(g_stories->tok, all, n_prompt, false, pre, sizeof pre);
+    size_t la = tokenizer_decode(g_stories->tok, all, n, false, out, cap);
+    assert_true(la < cap && lp < sizeof pre && lp <= la);
+    assert_memory_equal(out, pre, lp);
+    memmove(out, out + lp, la - lp);
+    return la - lp;
+}
+
+static void test_stop_eos_length(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    int32_t p[8];
+    int32_t *ids = NULL;
+    char err[128];
+    int32_t n_p = engine_prompt_text(g_stories, "Once upon a time", 16, &ids, err, sizeof err);
+    assert_true(n_p > 1 && n_p < 8);
+    memcpy(p, ids, (size_t)n_p * sizeof *p);
+    free(ids);
+    const int32_t bos = tokenizer_bos(g_stories->tok), eos_id = tokenizer_eos(g_stories->tok);
+    assert_true(bos >= 0 && eos_id >= 0);
+
+    /* The reference: 400 greedy tokens. stories260K never ends a story with
+     * EOS: like llama2.c's training data it starts the next one with BOS. */
+    sched_req_t q = req_greedy(1, 1, p, n_p, 400, false);
+    rec_t base;
+    run_solo(g_stories, &q, &base);
+    assert_int_equal(base.finish, SCHED_FINISH_LENGTH);
+    assert_int_equal(base.n_tok, 400);
+    static char ref[MAX_TEXT];
+    size_t lr = ref_text(p, n_p, &base, ref, sizeof ref);
+    assert_int_equal(base.text_len, lr);
+    assert_memory_equal(base.text, ref, lr);
+
+    /* EOS: a logit bias on EOS makes the model produce it somewhere in the
+     * middle (the smallest bias from a fixed ladder that does). Before it the
+     * tokens are the unbiased ones; the EOS ends the request with "stop" and
+     * adds no text. */
+    rec_t eos;
+    int32_t n_eos = 0;
+    for (float b = 2; b <= 40 && !n_eos; b += 1) {
+        sampler_bias_t bias = {.token = eos_id, .bias = b};
+        q = req_greedy(2, 1, p, n_p, 400, false);
+        q.sampling.logit_bias = &bias;
+        q.sampling.n_logit_bias = 1;
+        run_solo(g_stories, &q, &eos);
+        if (eos.finish == SCHED_FINISH_STOP && eos.n_tok >= 10)
+            n_eos = eos.n_tok;
+        else if (eos.finish == SCHED_FINISH_STOP)
+            fail_msg("EOS bias %.0f: stopped after %d tokens", b, eos.n_tok);
+        if (n_eos) {
+            fprintf(stderr, "EOS bias %.0f: EOS is token %d\n", b, n_eos);
+            /* same bias, EOS ignored: exactly max_tokens, through the EOS */
+            sched_req_t qi = q;
+            qi.id = 3;
+            qi.ignore_eos = true;
+            qi.max_tokens = n_eos + 20;
+            rec_t ign;
+            run_solo(g_stories, &qi, &ign);
+            assert_int_equal(ign.finish, SCHED_FINISH_LENGTH);
+            assert_int_equal(ign.n_tok, n_eos + 20);
+            assert_int_equal(ign.n_completion, n_eos + 20);
+            assert_memory_equal(ign.tok, eos.tok, (size_t)n_eos * sizeof(int32_t));
+        }
+    }
+    assert_true(n_eos > 0);
+    assert_int_equal(eos.tok[n_eos - 1], eos_id);
+    assert_int_equal(eos.n_completion, n_eos);
+    assert_memory_equal(eos.tok, base.tok, (size_t)(n_eos - 1) * sizeof(int32_t));
+    assert_int_equal(eos.text_len, base.cum[n_eos - 2]);
+    assert_memory_equal(eos.text, base.text, eos.text_len);
+
+    /* stop_ids: BOS as the story delimiter ends the request at its first
+     * occurrence, its (empty) text excluded */
+    {
+        int32_t k = 0;
+        while (k < base.n_tok && base.tok[k] != bos)
+            k++;
+        assert_true(k > 10 && k < base.n_tok); /* the story ends inside 400 tokens */
+        q = req_greedy(4, 1, p, n_p, 400, false);
+        q.stop_ids = &bos;
+        q.n_stop_ids = 1;
+        rec_t st;
+        run_solo(g_stories, &q, &st);
+        assert_int_equal(st.finish, SCHED_FINISH_STOP);
+        assert_int_equal(st.n_tok, k + 1);
+        assert_int_equal(st.text_len, base.cum[k - 1]);
+        assert_memory_equal(st.text, base.text, st.text_len);
+    }
+
+    /* max_tokens: "length" with the first 10 tokens */
+    q = req_greedy(5, 1, p, n_p, 10, false);
+    rec_t len;
+    run_solo(g_stories, &q, &len);
+    assert_int_equal(len.finish, SCHED_FINISH_LENGTH);
+    assert_int_equal(len.n_tok, 10);
+    assert_memory_equal(len.tok, base.tok, 10 * sizeof(int32_t));
+    assert_int_equal(len.text_len, base.cum[9]);
+    assert_memory_equal(len.text, base.text, len.text_len);
+
+    /* Stop strings cut at their first occurrence; generation ends on the
+     * token that completes them. Picks: one starting at a token boundary,
+     * one starting on the last byte of a token (spans two tokens). */
+    for (int kind = 0; kind < 2; kind++) {
+        int32_t j = 60;
+        size_t start = kind == 0 ? base.cum[j] : base.cum[j + 1] - 1;
+        assert_true(base.cum[j + 1] > base.cum[j]);
+        char stop[8] = {0};
+        memcpy(stop, base.text + start, 5);
+        const char *first = memmem(base.text, base.text_len, stop, 5);
+        assert_non_null(first);
+        size_t f = (size_t)(first - base.text);
+        int32_t k = 0; /* the token that completes the stop */
+        while (base.cum[k] < f + 5)
+            k++;
+        const char *stops[] = {"never ever", stop};
+        q = req_greedy(10 + (uint64_t)kind, 1, p, n_p, 400, false);
+        q.stop = stops;
+        q.n_stop = 2;
+        rec_t st;
+        run_solo(g_stories, &q, &st);
+        assert_int_equal(st.finish, SCHED_FINISH_STOP);
+        assert_int_equal(st.n_tok, k + 1);
+        assert_memory_equal(st.tok, base.tok, (size_t)(k + 1) * sizeof(int32_t));
+        assert_int_equal(st.text_len, f);
+        assert_memory_equal(st.text, base.text, f);
+    }
+
+    /* A stop string that begins with the text's last bytes at max_tokens but
+     * never completes: held back while it might, released at "length". */
+    {
+        int32_t m = 30;
+        size_t end = base.cum[m - 1];
+        char stop[16];
+        memcpy(stop, base.text + end - 3, 3);
+        memcpy(stop + 3, "@@@", 4);
+        const char *stops[] = {stop};
+        q = req_greedy(20, 1, p, n_p, m, false);
+        q.stop = stops;
+        q.n_stop = 1;
+        rec_t st;
+        run_solo(g_stories, &q, &st);
+        assert_int_equal(st.finish, SCHED_FINISH_LENGTH);
+        assert_int_equal(st.n_tok, m);
+        assert_int_equal(st.text_len, end);
+        assert_memory_equal(st.text, base.text, end);
+        assert_true(st.last_delta >= 3);
+    }
+
+    /* The context limit ends a request with "length": a prompt of ctx - 3
+     * tokens generates 3. */
+    {
+        int32_t ctx = g_stories->model->cfg.ctx;
+        int32_t *big = malloc((size_t)ctx * sizeof *big);
+        make_prompt(big, ctx - 3, 0);
+        q = req_greedy(40, 1, big, ctx - 3, 0, true);
+        rec_t st;
+        run_solo(g_stories, &q, &st);
+        assert_int_equal(st.finish, SCHED_FINISH_LENGTH);
+        assert_int_equal(st.n_tok, 3);
+        free(big);
+    }
+}
+
+/* ---- resume -------------------------------------------------------------------- */
+
+static void test_resume(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    int32_t p[80];
+    make_prompt(p, 41, 60);
+    sched_req_t q = req_greedy(1, 1, p, 41, 60, true);
+    rec_t full;
+    run_solo(g_stories, &q, &full);
+    assert_int_equal(full.n_tok, 60);
+
+    static const int32_t KS[] = {1, 7, 23, 31, 59};
+    enum { NK = sizeof KS / sizeof KS[0] };
+    sched_config_t c = cfg_make(NK, 64, 0, 2);
+    run_t *R = run_new(g_stories, &c);
+    for (int i = 0; i < NK; i++) {
+        sched_req_t qr = q;
+        qr.id = 10 + (uint64_t)i;
+        qr.resume = full.tok;
+        qr.n_resume = KS[i];
+        submit(R, &qr);
+    }
+    drive(R);
+    for (int i = 0; i < NK; i++) {
+        const rec_t *r = &R->r[i];
+        int32_t k = KS[i];
+        assert_int_equal(r->finish, SCHED_FINISH_LENGTH);
+        assert_int_equal(r->n_completion, 60);
+        assert_int_equal(r->n_tok, 60 - k);
+        assert_memory_equal(r->tok, full.tok + k, (size_t)(60 - k) * sizeof(int32_t));
+        size_t seen = full.cum[k - 1];
+        assert_int_equal(r->text_len, full.text_len - seen);
+        assert_memory_equal(r->text, full.text + seen, r->text_len);
+        /* usage: a cache hit never counts more than the prompt */
+        assert_true(r->n_cached <= r->n_prompt);
+    }
+    run_free(&R);
+
+    /* Resumed after the original ran in the same scheduler: the prefix cache
+     * covers prompt and resumed tokens; output and usage still right. */
+    R = run_new(g_stories, &c);
+    submit(R, &q);
+    drive(R);
+    sched_req_t qr = q;
+    qr.id = 2;
+    qr.resume = full.tok;
+    qr.n_resume = 50;
+    submit(R, &qr);
+    drive(R);
+    assert_int_equal(R->r[1].n_tok, 10);
+    assert_memory_equal(R->r[1].tok, full.tok + 50, 10 * sizeof(int32_t));
+    assert_true(R->r[1].n_cached > 0);
+    assert_true(R->r[1].n_cached <= R->r[1].n_prompt);
+    run_free(&R);
+}
+
+/* ---- invalid submissions ---------------------------------------------------- */
+
+static void test_invalid_submissions(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    sched_config_t c = cfg_make(2, 64, 0, 1);
+    run_t *R = run_new(g_stories, &c);
+    int32_t ctx = sched_context_length(R->s);
+    assert_int_equal(ctx, g_stories->model->cfg.ctx);
+    int32_t *p = malloc((size_t)(ctx + 1) * sizeof *p);
+    make_prompt(p, ctx + 1, 0);
+    char err[256];
+    struct {
+        const char *what;
+        sched_req_t q;
+    } bad[] = {
+        {"empty prompt", req_greedy(1, 1, p, 0, 5, false)},
+        {"negative length", req_greedy(1, 1, p, -3, 5, false)},
+        {"prompt + 1 > context", req_greedy(1, 1, p, ctx, 5, false)},
+        {"prompt > context", req_greedy(1, 1, p, ctx + 1, 5, false)},
+        {"prompt + resume > context", req_greedy(1, 1, p, ctx - 10, 5, false)},
+    };
+    bad[4].q.resume = p;
+    bad[4].q.n_resume = 10;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        if (sched_submit(R->s, &bad[i].q, err, sizeof err) != -1)
+            fail_msg("%s accepted", bad[i].what);
+        assert_true(strlen(err) > 0);
+    }
+    int32_t oov[3] = {1, 512, 5};
+    int32_t neg[3] = {1, -1, 5};
+    sched_req_t q = req_greedy(1, 1, oov, 3, 5, false);
+    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), -1);
+    q.prompt = neg;
+    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), -1);
+    q.prompt = p;
+    q.resume = oov + 1;
+    q.n_resume = 1;
+    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), -1);
+    /* invalid sampling parameters and stop strings */
+    q = req_greedy(1, 1, p, 5, 5, false);
+    q.sampling.top_p = 0;
+    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), -1);
+    q = req_greedy(1, 1, p, 5, 5, false);
+    const char *badstop[] = {"\xff\xfe"};
+    q.stop = badstop;
+    q.n_stop = 1;
+    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), -1);
+    assert_false(sched_busy(R->s));
+
+    /* duplicate id while live; the id may be reused once it has finished */
+    q = req_greedy(7, 1, p, 20, 5, true);
+    rec_t *r = submit(R, &q);
+    err[0] = 0;
+    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), -1);
+    assert_true(strlen(err) > 0);
+    drive(R);
+    assert_int_equal(r->n_tok, 5);
+    memset(r, 0, sizeof *r);
+    r->id = 7;
+    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), 0);
+    drive(R);
+    assert_int_equal(r->n_tok, 5);
+    free(p);
+    run_free(&R);
+}
+
+/* ---- zoo model ------------------------------------------------------------------ */
+
+/* One zoo pass; solo references and batched runs use the same matmul path
+ * (int8 kernels or dequantize + sgemm), whose numbers differ slightly. */
+static void zoo_pass(engine_t *e)
+{
+    enum { N = 5 };
+    /* decodes that cross block boundaries: 33+40, 60+30, 97+35, 150+14 */
+    static const int32_t LEN[N] = {1, 33, 60, 97, 150};
+    static const int32_t MAX[N] = {12, 40, 30, 35, 14};
+    job_t *jobs = calloc(N, sizeof *jobs);
+    for (int i = 0; i < N; i++) {
+        job_t *j = &jobs[i];
+        j->n_prompt = LEN[i];
+        make_prompt(j->prompt, LEN[i], 29 * i);
+        j->req = req_greedy((uint64_t)(300 + i), i % 3, j->prompt, LEN[i], MAX[i], true);
+        if (i == 3)
+            req_seeded(&j->req, 99);
+        run_solo(e, &j->req, &j->solo);
+    }
+    sched_config_t c = cfg_make(N, 7, 0, 2);
+    assert_int_equal(run_mix(e, jobs, N, &c, "zoo budget 7"), 0);
+    c = cfg_make(N, 512, 0, 2);
+    assert_int_equal(run_mix(e, jobs, N, &c, "zoo budget 512"), 0);
+    free(jobs);
+
+    /* Preemption: requests of 20..29 prompt tokens fit one block each; the
+     * admission watermark (a free block per running sequence) lets three of
+     * them in on a pool of 5, then all three need a second block at
+     * position 32 while two are left. */
+    enum { NT = 4 };
+    jobs = calloc(NT, sizeof *jobs);
+    for (int i = 0; i < NT; i++) {
+        job_t *j = &jobs[i];
+        j->n_prompt = 20 + 3 * i;
+        make_prompt(j->prompt, j->n_prompt, 31 * i + 7);
+        j->req = req_greedy((uint64_t)(400 + i), 1, j->prompt, j->n_prompt, 40, true);
+        run_solo(e, &j->req, &j->solo);
+    }
+    c = cfg_make(NT, 512, 5, 2);
+    uint64_t pre = run_mix(e, jobs, NT, &c, "zoo preempted");
+    fprintf(stderr, "zoo tight pool: %llu preemptions\n", (unsigned long long)pre);
+    assert_true(pre > 0);
+    free(jobs);
+}
+
+static void test_zoo_batched_preempted(void **state)
+{
+    (void)state;
+    NEED_STORIES(); /* for the prompts */
+    const char *path = support_shared_model("zoo/zoo-Q8_0.gguf");
+    if (!path)
+        skip();
+    char err[256];
+    engine_t *e = engine_load(path, err, sizeof err);
+    if (!e)
+        fail_msg("engine_load: %s", err);
+    for (int exact = 0; exact < 2; exact++) {
+        g_exact_matmul = exact;
+        zoo_pass(e);
+    }
+    g_exact_matmul = false;
+    engine_free(&e);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    /* passive OpenMP waits, as pagoda-worker: spinning barriers make the
+     * 2-thread runs 5-10x slower on a shared machine (forward.h) */
+    forward_env_reexec(argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batched_equals_solo),
+        cmocka_unit_test(test_prefix_hit_equals_miss),
+        cmocka_unit_test(test_preempted_equals_solo),
+        cmocka_unit_test(test_seeded_sampling_stable),
+        cmocka_unit_test(test_cancel_phases),
+        cmocka_unit_test(test_deadline),
+        cmocka_unit_test(test_admission_order),
+        cmocka_unit_test(test_priority_preemption),
+        cmocka_unit_test(test_stop_eos_length),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_invalid_submissions),
+        cmocka_unit_test(test_zoo_batched_preempted),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
