@@ -28,6 +28,9 @@ if ! "$GW" --help 2>&1 | grep -q -- '--keys'; then
 fi
 MODEL_FILE=$(small_model)
 DRIVER=$ROOT/tests/integration/hostile_http.py
+# seconds per case; ASan builds copy request bodies slowly (a 17 MiB body takes ~12 s)
+CASE_TIMEOUT=10
+is_sanitized "$GW" && CASE_TIMEOUT=60
 FLOOD=$ROOT/tests/integration/abuse_limits.py
 
 # Known gaps (see hostile_http.sh for the mechanism; PAGODA_STRICT=1 makes them fail):
@@ -70,7 +73,7 @@ else
   fail "gateway L + worker ready"; tail -n 20 "$TMP"/*.log | sed 's/^/# /'; finish
 fi
 N_CTX=$(curl -s "$URL_L/health" | python3 -c 'import json,sys; print(json.load(sys.stdin)["workers"][0]["n_ctx"])')
-PAGODA_URL=$URL_L PAGODA_KEY=$SECRET_N PAGODA_MODEL=m PAGODA_N_CTX=$N_CTX PAGODA_CASE_TIMEOUT=10 \
+PAGODA_URL=$URL_L PAGODA_KEY=$SECRET_N PAGODA_MODEL=m PAGODA_N_CTX=$N_CTX PAGODA_CASE_TIMEOUT=$CASE_TIMEOUT \
   PAGODA_KNOWN_GAPS=$KNOWN_GAPS python3 "$DRIVER" table "$ROOT/tests/integration/limits.cases" | tee "$TMP/limits.out"
 N_FAIL=$((N_FAIL + $(grep -c '^not ok' "$TMP/limits.out")))
 check "limits table ran ($(grep -cE '^(ok|not ok|skip) - ' "$TMP/limits.out") cases)" \

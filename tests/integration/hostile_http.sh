@@ -74,7 +74,10 @@ fi
 N_CTX=$(curl -s "$URL/health" | python3 -c 'import json,sys; print(json.load(sys.stdin)["workers"][0]["n_ctx"])')
 ok "gateway + worker ready (n_ctx $N_CTX, model $(basename "$MODEL_FILE"))"
 
-export PAGODA_URL=$URL PAGODA_KEY=$KEY PAGODA_MODEL=m PAGODA_N_CTX=$N_CTX PAGODA_KNOWN_GAPS=$KNOWN_GAPS PAGODA_CASE_TIMEOUT=10
+# seconds per case; ASan builds copy request bodies slowly (a 17 MiB body takes ~12 s)
+CASE_TIMEOUT=10
+is_sanitized "$GW" && CASE_TIMEOUT=60
+export PAGODA_URL=$URL PAGODA_KEY=$KEY PAGODA_MODEL=m PAGODA_N_CTX=$N_CTX PAGODA_KNOWN_GAPS=$KNOWN_GAPS PAGODA_CASE_TIMEOUT=$CASE_TIMEOUT
 DRIVER=$ROOT/tests/integration/hostile_http.py
 
 # --- 1. the table ----------------------------------------------------------------------
