@@ -103,7 +103,9 @@
  *     config.yaml:12:15: models[0].replicas: expected an integer in 0..64, got '-1'
  *     config.yaml:3:1: unknown key 'listne' (did you mean 'listen'?)
  * YAML syntax errors read "SOURCE:LINE:COLUMN: YAML syntax: problem (context)".
- * Errors of values set with config_set/config_model_set read "--KEY: reason".
+ * Errors of values set with config_set/config_model_set read "--KEY: reason";
+ * config_check's read "config: KEY: reason" (no position: values may come
+ * from flags).
  * Messages are truncated to the caller's buffer, always NUL-terminated.
  *
  * ---- Ownership ----------------------------------------------------------------

@@ -247,8 +247,8 @@ static void test_valid_edge_values(void **state)
         "worker_endpoint: tcp://127.0.0.2:*\n",
         "worker_endpoint: 'tcp://[::1]:5557'\n",
         "worker_endpoint: tcp://*:5557\ncurve: {allow_plain_tcp: true}\n",
-        "worker_endpoint: tcp://eth0:5557\ncurve: {server_secret_key_file: /s, "
-        "authorized_worker_keys_file: /a}\n",
+        ("worker_endpoint: tcp://eth0:5557\ncurve: {server_secret_key_file: /s, "
+         "authorized_worker_keys_file: /a}\n"),
     };
     for (size_t i = 0; i < sizeof ok_eps / sizeof ok_eps[0]; i++) {
         c = parse_ok(ok_eps[i]);
