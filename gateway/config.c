@@ -20,6 +20,9 @@
 
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "gateway/gateway.h"
+#include "gateway/oai.h"
+#include "gateway/prio_queue.h"
 
 /* ---- field descriptors -------------------------------------------------- */
 
@@ -67,12 +70,13 @@ static int check_path(const char *s, char *why, size_t n);
 static const field_t queue_fields[] = {
     INT("max_per_model", config_queue_t, max_per_model, 1, 1000000),
     DBL("aging_per_s", config_queue_t, aging_per_s, 0.0, 1000.0),
-    INT("default_timeout_s", config_queue_t, default_timeout_s, 1, 86400),
+    DBL("default_timeout_s", config_queue_t, default_timeout_s, 0.001, 86400.0),
+    DBL("replica_grace_s", config_queue_t, replica_grace_s, 0.001, 86400.0),
 };
 static const field_t limits_fields[] = {
     I64("max_body_bytes", config_limits_t, max_body_bytes, 1024, 1073741824),
-    INT("max_messages", config_limits_t, max_messages, 1, 1000000),
-    I64("max_prompt_bytes", config_limits_t, max_prompt_bytes, 1, 1073741824),
+    INT("max_messages", config_limits_t, max_messages, 1, OAI_MAX_MESSAGES),
+    I64("max_prompt_bytes", config_limits_t, max_prompt_bytes, 1, OAI_MAX_TEXT_BYTES),
     DBL("rate_per_key", config_limits_t, rate_per_key, 0.0, 1000000.0),
 };
 static const field_t restart_fields[] = {
@@ -95,8 +99,8 @@ static const field_t model_fields[] = {
     INT("kv_blocks", config_model_t, kv_blocks, 0, 16777216),
     INT("kv_budget_mb", config_model_t, kv_budget_mb, 1, 1048576),
     INT("max_seqs", config_model_t, max_seqs, 1, 4096),
-    INT("max_batch_tokens", config_model_t, max_batch_tokens, 1, 1048576),
-    INT("threads", config_model_t, threads, 1, 1024),
+    INT("max_batch_tokens", config_model_t, max_batch_tokens, 1, 65536),
+    INT("threads", config_model_t, threads, 1, 256),
 };
 static const field_t top_fields[] = {
     STR("listen", config_t, listen, check_listen),
@@ -104,6 +108,8 @@ static const field_t top_fields[] = {
     INT("heartbeat_ms", config_t, heartbeat_ms, 10, 600000),
     {.key = "log_level", .kind = K_LEVEL, .off = offsetof(config_t, log_level)},
     OPTSTR("keys_file", config_t, keys_file, check_path),
+    INT("http_threads", config_t, http_threads, 1, 256),
+    OPTSTR("worker_bin", config_t, worker_bin, check_path),
     INT("drain_timeout_s", config_t, drain_timeout_s, 0, 86400),
     MAP("queue", config_t, queue, queue_fields),
     MAP("limits", config_t, limits, limits_fields),
@@ -434,14 +440,23 @@ config_t *config_default(void)
     config_t *c = xcalloc(1, sizeof *c);
     c->listen = xstrdup("127.0.0.1:8080");
     c->worker_endpoint = xstrdup("tcp://127.0.0.1:5557");
-    c->heartbeat_ms = 1000;
+    c->heartbeat_ms = PROTO_HEARTBEAT_MS;
     c->log_level = LOG_INFO;
     c->keys_file = NULL;
+    c->http_threads = 2;
+    c->worker_bin = NULL;
     c->drain_timeout_s = 30;
-    c->queue = (config_queue_t){.max_per_model = 256, .aging_per_s = 0.1, .default_timeout_s = 600};
-    c->limits = (config_limits_t){.max_body_bytes = 4194304,
-                                  .max_messages = 1024,
-                                  .max_prompt_bytes = 1048576,
+    /* the queue's own defaults (prio_queue.h, gateway.h), so that a gateway
+     * started with or without a file behaves the same */
+    prio_queue_config_t q;
+    prio_queue_config_default(&q);
+    c->queue = (config_queue_t){.max_per_model = GATEWAY_DEFAULT_MAX_QUEUE,
+                                .aging_per_s = q.aging_per_s,
+                                .default_timeout_s = GATEWAY_DEFAULT_TIMEOUT_S,
+                                .replica_grace_s = GATEWAY_DEFAULT_GRACE_S};
+    c->limits = (config_limits_t){.max_body_bytes = CONFIG_DEFAULT_MAX_BODY,
+                                  .max_messages = OAI_MAX_MESSAGES,
+                                  .max_prompt_bytes = OAI_MAX_TEXT_BYTES,
                                   .rate_per_key = 0.0};
     c->restart = (config_restart_t){.backoff_initial_ms = 500,
                                     .backoff_max_ms = 30000,
@@ -461,6 +476,7 @@ void config_free(config_t **cp)
     free(c->listen_host);
     free(c->worker_endpoint);
     free(c->keys_file);
+    free(c->worker_bin);
     free(c->curve.server_secret_key_file);
     free(c->curve.authorized_worker_keys_file);
     for (size_t i = 0; i < c->n_models; i++) {
@@ -1062,6 +1078,34 @@ int config_model_set(config_t *c, const char *arg, char *err, size_t errlen)
     return 0;
 }
 
+int config_models_set(config_t *c, const char *key, const char *value, char *err, size_t errlen)
+{
+    char dummy[1], why[256];
+    if (!err || !errlen) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    const field_t *f = NULL;
+    for (size_t i = 0; i < N_OF(model_fields); i++)
+        if (!strcmp(model_fields[i].key, key))
+            f = &model_fields[i];
+    if (!f || f->kind == K_STR || f->kind == K_OPTSTR) {
+        snprintf(err, errlen, "--models.%s: not a per-model setting", key);
+        return -1;
+    }
+    /* validate once into a scratch model, so a bad value fails even with no
+     * models and nothing changes on error */
+    config_model_t tmp;
+    model_defaults(&tmp);
+    if (set_scalar(f, &tmp, value, strlen(value), true, why, sizeof why)) {
+        snprintf(err, errlen, "--models.%s: %s", key, why);
+        return -1;
+    }
+    for (size_t i = 0; i < c->n_models; i++)
+        set_scalar(f, &c->models[i], value, strlen(value), true, why, sizeof why);
+    return 0;
+}
+
 /* ---- config_format ------------------------------------------------------------ */
 
 typedef struct sbuf {
@@ -1116,10 +1160,14 @@ static void format_fields(sbuf_t *b, const field_t *fields, size_t n, const void
             /* shortest spelling that reads back to the same double */
             double d = *(const double *)v;
             char tmp[40];
-            for (int prec = 1; prec <= 17; prec++) {
-                snprintf(tmp, sizeof tmp, "%.*g", prec, d);
-                if (strtod(tmp, NULL) == d)
-                    break;
+            if (d == floor(d) && fabs(d) < 1e15) {
+                snprintf(tmp, sizeof tmp, "%.0f", d); /* 600, not 6e+02 */
+            } else {
+                for (int prec = 1; prec <= 17; prec++) {
+                    snprintf(tmp, sizeof tmp, "%.*g", prec, d);
+                    if (strtod(tmp, NULL) == d)
+                        break;
+                }
             }
             sb_printf(b, " %s\n", tmp);
             break;

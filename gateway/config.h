@@ -2,7 +2,10 @@
  * command-line overrides.
  *
  * Precedence, lowest first: built-in defaults < the YAML file < flags.
- * The gateway's main applies it like this:
+ * Every flag of pagoda-gateway that has a key here is applied with
+ * config_set after the file, whatever its place on the command line
+ * (gateway/gateway_main.c holds the flag → key table). The gateway's main
+ * applies it like this:
  *
  *     config_t *c = NULL;
  *     if (config_path) { if (config_load(config_path, &c, err, sizeof err)) die(err); }
@@ -44,27 +47,40 @@
  *   log_level                    string   info                    debug | info | warn | error
  *   keys_file                    string   (none)                  API keys file (gateway/keys.h);
  *                                                                 none = no authentication
+ *   http_threads                 int      2                       1..256 HTTP worker threads
+ *   worker_bin                   string   (none)                  worker executable for local workers;
+ *                                                                 none = pagoda-worker next to the gateway
  *   drain_timeout_s              int      30                      0..86400; on SIGTERM / drain, how long
- *                                                                 running requests may finish
- *   queue.max_per_model          int      256                     1..1000000 queued requests per
+ *                                                                 running requests may finish [pending:
+ *                                                                 parsed, not yet used by the gateway]
+ *   queue.max_per_model          int      1024                    1..1000000 queued requests per
  *                                                                 model; beyond it: 429 + Retry-After
- *   queue.aging_per_s            float    0.1                     0..1000 priority levels gained per
+ *   queue.aging_per_s            float    1/30 (0.0333…)          0..1000 priority levels gained per
  *                                                                 second waited (tiers are 1 apart:
- *                                                                 0.1 = a low request that waited 10 s
- *                                                                 ranks like a fresh normal one)
- *   queue.default_timeout_s      int      600                     1..86400; a request not finished by
- *                                                                 then ends with 504
- *   limits.max_body_bytes        int      4194304                 1024..1073741824 HTTP body (413)
- *   limits.max_messages          int      1024                    1..1000000 chat messages (400)
- *   limits.max_prompt_bytes      int      1048576                 1..1073741824 prompt text (400)
+ *                                                                 a low request that waited 30 s ranks
+ *                                                                 like a fresh normal one, 60 s like a
+ *                                                                 fresh high one; prio_queue.h)
+ *   queue.default_timeout_s      float    600                     0.001..86400 s; a request not finished
+ *                                                                 by then ends with 504
+ *   queue.replica_grace_s        float    30                      0.001..86400 s a configured model may
+ *                                                                 have no worker before its requests
+ *                                                                 get 503
+ *   limits.max_body_bytes        int      16777216                1024..1073741824 HTTP body (413)
+ *   limits.max_messages          int      2048                    1..2048 (OAI_MAX_MESSAGES) chat
+ *                                                                 messages per request (400)
+ *   limits.max_prompt_bytes      int      4194304                 1..4194304 (OAI_MAX_TEXT_BYTES)
+ *                                                                 prompt / message text (400)
  *   limits.rate_per_key          float    0                       0..1000000 requests/s per API key;
- *                                                                 0 = unlimited
+ *                                                                 0 = unlimited [pending: parsed, not
+ *                                                                 enforced yet; the gateway warns]
  *   restart.backoff_initial_ms   int      500                     1..3600000 first restart delay of a
  *                                                                 crashed local worker; doubles
  *   restart.backoff_max_ms       int      30000                   1..3600000, ≥ backoff_initial_ms
  *   restart.crash_loop_restarts  int      5                       1..1000 restarts within
  *   restart.crash_loop_window_s  int      60                      1..86400 seconds → stop restarting
  *                                                                 that worker (crash loop; logged)
+ *                                [restart.*: pending — the supervisor still uses its built-in
+ *                                 SUPERVISOR_BACKOFF_* constants (gateway/supervisor.h)]
  *   curve.server_secret_key_file string   (none)                  Z85 CURVE secret key of the gateway
  *   curve.authorized_worker_keys_file string (none)               Z85 public keys of allowed workers
  *   curve.allow_plain_tcp        bool     false                   allow a tcp:// worker_endpoint that is
@@ -79,13 +95,18 @@
  *                                                                 workers serve this model
  *     on_demand                  bool     false                   start on first request, stop after
  *                                                                 idle_timeout_s (needs replicas ≥ 1)
+ *                                                                 [pending: the replicas start at
+ *                                                                 once; the gateway warns]
  *     idle_timeout_s             int      300                     1..604800
  *     kv_blocks                  int      0                       0..16777216 KV blocks (32 tokens
  *                                                                 each); 0 = derive from kv_budget_mb
  *     kv_budget_mb               int      1024                    1..1048576 MiB for the KV pool
  *     max_seqs                   int      32                      1..4096 sequences batched at once
- *     max_batch_tokens           int      512                     1..1048576 tokens per step
- *     threads                    int      2                       1..1024 compute threads
+ *     max_batch_tokens           int      512                     1..65536 tokens per step
+ *     threads                    int      2                       1..256 compute threads
+ *   (the model settings are the local workers' --kv-blocks (or --kv-budget-mb
+ *   when kv_blocks is 0), --max-seqs, --max-batch-tokens, --threads; their
+ *   ranges are the worker's)
  *
  * Cross-field rules (config_check; the file parser applies them too):
  *   - restart.backoff_max_ms ≥ restart.backoff_initial_ms
@@ -124,6 +145,7 @@
 #define CONFIG_MAX_MODELS 256
 #define CONFIG_MAX_STRING 4096        /* bytes of any string value, without NUL */
 #define CONFIG_MAX_NAME 128           /* bytes of a model name */
+#define CONFIG_DEFAULT_MAX_BODY (16u << 20) /* limits.max_body_bytes */
 
 typedef struct config_model {
     char *name;                /* routing name clients put in "model" */
@@ -142,7 +164,8 @@ typedef struct config_model {
 typedef struct config_queue {
     int max_per_model;         /* bound of each model's queue, requests */
     double aging_per_s;        /* tier levels gained per second of waiting */
-    int default_timeout_s;     /* deadline of a request without its own, s */
+    double default_timeout_s;  /* deadline of a request without its own, s */
+    double replica_grace_s;    /* a configured model with no worker this long → 503, s */
 } config_queue_t;
 
 typedef struct config_limits {
@@ -173,6 +196,8 @@ typedef struct config {
     int heartbeat_ms;
     int log_level;             /* enum log_level (common/log.h) */
     char *keys_file;           /* NULL = no API keys */
+    int http_threads;          /* libmicrohttpd thread pool */
+    char *worker_bin;          /* NULL = pagoda-worker next to the gateway binary */
     int drain_timeout_s;
     config_queue_t queue;
     config_limits_t limits;
@@ -207,6 +232,12 @@ int config_set(config_t *c, const char *key, const char *value, char *err, size_
 /* --model NAME=PATH: changes the path of the model called NAME, or appends a
  * model with default settings. Returns 0, or -1 with err and *c unchanged. */
 int config_model_set(config_t *c, const char *name_eq_path, char *err, size_t errlen);
+
+/* Sets a per-model scalar key ("max_seqs", "threads", "replicas", ...) on
+ * every model present, from its YAML spelling (flags such as --max-seqs that
+ * apply to all local workers). The value is validated even when there is no
+ * model. Returns 0, or -1 with err "--models.KEY: reason" and *c unchanged. */
+int config_models_set(config_t *c, const char *key, const char *value, char *err, size_t errlen);
 
 /* The model called `name`, or NULL. */
 const config_model_t *config_model_find(const config_t *c, const char *name);

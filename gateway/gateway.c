@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "gateway/zap.h"
 
 /* While a queue holds requests the core wakes at least this often to expire
  * deadlines (prio_queue has no "next deadline" query). */
@@ -1098,6 +1099,9 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
     zmq_setsockopt(gw->router, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(gw->router, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof mandatory);
     zmq_setsockopt(gw->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (cfg->curve_secret_key &&
+        !(gw->zap = zap_new(gw->zctx, gw->router, cfg->curve_secret_key, cfg->curve_authorized)))
+        goto err;
     if (zmq_bind(gw->router, gw->worker_endpoint) != 0) {
         log_error("cannot bind worker endpoint %s: %s", gw->worker_endpoint,
                   zmq_strerror(errno));
@@ -1155,6 +1159,7 @@ void gateway_free(struct gateway **gwp)
     free(gw->models);
     if (gw->router)
         zmq_close(gw->router);
+    zap_free(&gw->zap);
     if (gw->zctx)
         zmq_ctx_term(gw->zctx);
     chan_unref(&gw->inbox);

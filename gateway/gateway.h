@@ -59,6 +59,7 @@
 #include "gateway/metrics.h"
 #include "gateway/oai.h"
 #include "gateway/prio_queue.h"
+#include "proto/curve.h"
 #include "proto/msg.h"
 
 #define GATEWAY_DEFAULT_TIMEOUT_S 600     /* --request-timeout */
@@ -77,6 +78,9 @@ typedef struct gateway_config {
     const char *const *models;    /* (n_models) model names known from the start (local
                                      workers); others become known when a worker registers */
     size_t n_models;
+    const char *curve_secret_key; /* Z85 secret key: the ROUTER becomes a CURVE server that
+                                     admits only curve_authorized (gateway/zap.h); NULL = plain */
+    const curve_keylist_t *curve_authorized; /* worker public keys (copied), with the above */
 } gateway_config_t;
 
 typedef enum gateway_worker_state {
@@ -124,6 +128,7 @@ struct gateway {
     /* ZeroMQ */
     void *zctx;                   /* [core] context, terminated in gateway_free */
     void *router;                 /* [core] ROUTER bound to worker_endpoint */
+    struct zap *zap;              /* [any] CURVE ZAP handler (zap.h), NULL = plain */
 
     /* worker table: a small array, removal moves the last entry into the gap */
     gateway_worker_t *workers;    /* [core] (n_workers) of cap_workers */

@@ -98,6 +98,12 @@ supervisor_t *supervisor_new(const supervisor_config_t *cfg)
 
 void supervisor_add(supervisor_t *s, const char *name, const char *file)
 {
+    supervisor_add_args(s, name, file, NULL, 0);
+}
+
+void supervisor_add_args(supervisor_t *s, const char *name, const char *file,
+                         const char *const *args, size_t n_args)
+{
     s->children = xrealloc(s->children, (s->n_children + 1) * sizeof *s->children);
     child_t *c = &s->children[s->n_children++];
     memset(c, 0, sizeof *c);
@@ -105,14 +111,16 @@ void supervisor_add(supervisor_t *s, const char *name, const char *file)
     size_t model_len = strlen(name) + strlen(file) + 2;
     char *model = xmalloc(model_len);
     snprintf(model, model_len, "%s=%s", name, file);
-    /* bin --gateway EP --model NAME=FILE args... NULL */
-    c->argv = xcalloc(6 + s->n_args, sizeof *c->argv);
+    /* bin --gateway EP --model NAME=FILE own-args... shared-args... NULL */
+    c->argv = xcalloc(6 + n_args + s->n_args, sizeof *c->argv);
     size_t k = 0;
     c->argv[k++] = xstrdup(s->bin);
     c->argv[k++] = xstrdup("--gateway");
     c->argv[k++] = xstrdup(s->endpoint);
     c->argv[k++] = xstrdup("--model");
     c->argv[k++] = model;
+    for (size_t i = 0; i < n_args; i++)
+        c->argv[k++] = xstrdup(args[i]);
     for (size_t i = 0; i < s->n_args; i++)
         c->argv[k++] = xstrdup(s->args[i]);
     c->argv[k] = NULL;
@@ -143,7 +151,7 @@ static void spawn(supervisor_t *s, child_t *c)
     c->pid = pid;
     c->t_started_us = clock_now_us();
     log_info("started worker for model %s (pid %d): %s --gateway %s --model %s%s", c->name, (int)pid,
-             c->argv[0], s->endpoint, c->argv[4], s->n_args ? " ..." : "");
+             c->argv[0], s->endpoint, c->argv[4], c->argv[5] ? " ..." : "");
 }
 
 static void reap(supervisor_t *s, child_t *c, int64_t now)

@@ -47,6 +47,11 @@ typedef struct supervisor supervisor_t;
 supervisor_t *supervisor_new(const supervisor_config_t *cfg);
 /* One local worker for model `name` on `file` (copied). Before start. */
 void supervisor_add(supervisor_t *s, const char *name, const char *file);
+/* The same with flags of its own (copied) placed before the shared
+ * worker_args, which therefore win where both set a flag. Call it N times
+ * for N replicas. */
+void supervisor_add_args(supervisor_t *s, const char *name, const char *file,
+                         const char *const *args, size_t n_args);
 /* Spawns the workers and starts the thread. 0, or -1 (logged). */
 int supervisor_start(supervisor_t *s);
 /* Stops the workers (SIGTERM, then SIGKILL) and frees; NULLs *s. */

@@ -18,6 +18,9 @@
 
 #include "common/log.h"
 #include "gateway/config.h"
+#include "gateway/gateway.h"
+#include "gateway/oai.h"
+#include "gateway/prio_queue.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -52,7 +55,9 @@ static const char *FULL =
     "heartbeat_ms: 250\n"
     "log_level: debug\n"
     "keys_file: /etc/pagoda/keys          # optional\n"
-    "queue: { max_per_model: 64, aging_per_s: 0.25, default_timeout_s: 120 }\n"
+    "queue: { max_per_model: 64, aging_per_s: 0.25, default_timeout_s: 120, replica_grace_s: 2.5 }\n"
+    "http_threads: 6\n"
+    "worker_bin: /opt/pagoda/bin/pagoda-worker\n"
     "limits: { max_body_bytes: 2097152, max_messages: 99, max_prompt_bytes: 65536, rate_per_key: 2.5 }\n"
     "restart: { backoff_initial_ms: 250, backoff_max_ms: 8000, crash_loop_restarts: 7, crash_loop_window_s: 90 }\n"
     "drain_timeout_s: 45\n"
@@ -88,7 +93,10 @@ static void test_full_file(void **state)
     assert_string_equal(c->keys_file, "/etc/pagoda/keys");
     assert_int_equal(c->queue.max_per_model, 64);
     assert_true(c->queue.aging_per_s == 0.25);
-    assert_int_equal(c->queue.default_timeout_s, 120);
+    assert_true(c->queue.default_timeout_s == 120);
+    assert_true(c->queue.replica_grace_s == 2.5);
+    assert_int_equal(c->http_threads, 6);
+    assert_string_equal(c->worker_bin, "/opt/pagoda/bin/pagoda-worker");
     assert_int_equal(c->limits.max_body_bytes, 2097152);
     assert_int_equal(c->limits.max_messages, 99);
     assert_int_equal(c->limits.max_prompt_bytes, 65536);
@@ -114,12 +122,12 @@ static void test_full_file(void **state)
     assert_int_equal(m->max_seqs, 16);
     assert_int_equal(m->max_batch_tokens, 1024);
     assert_int_equal(m->threads, 8);
-    assert_int_equal(m->line, 16);
+    assert_int_equal(m->line, 18);
     m = &c->models[1];
     assert_string_equal(m->name, "meta-llama/Llama-3.2-1B");
     assert_string_equal(m->path, "/models/with space.gguf");
     assert_int_equal(m->replicas, 0);
-    assert_int_equal(m->line, 26);
+    assert_int_equal(m->line, 28);
     /* unspecified keys of the flow-style entry keep their defaults */
     assert_int_equal(m->max_seqs, 32);
     assert_int_equal(m->threads, 2);
@@ -145,12 +153,15 @@ static void check_defaults(const config_t *c)
     assert_int_equal(c->log_level, LOG_INFO);
     assert_null(c->keys_file);
     assert_int_equal(c->drain_timeout_s, 30);
-    assert_int_equal(c->queue.max_per_model, 256);
-    assert_true(c->queue.aging_per_s == 0.1);
-    assert_int_equal(c->queue.default_timeout_s, 600);
-    assert_int_equal(c->limits.max_body_bytes, 4194304);
-    assert_int_equal(c->limits.max_messages, 1024);
-    assert_int_equal(c->limits.max_prompt_bytes, 1048576);
+    assert_int_equal(c->http_threads, 2);
+    assert_null(c->worker_bin);
+    assert_int_equal(c->queue.max_per_model, 1024);
+    assert_true(c->queue.aging_per_s == 1.0 / 30.0);
+    assert_true(c->queue.default_timeout_s == 600);
+    assert_true(c->queue.replica_grace_s == 30);
+    assert_int_equal(c->limits.max_body_bytes, 16777216);
+    assert_int_equal(c->limits.max_messages, 2048);
+    assert_int_equal(c->limits.max_prompt_bytes, 4194304);
     assert_true(c->limits.rate_per_key == 0.0);
     assert_int_equal(c->restart.backoff_initial_ms, 500);
     assert_int_equal(c->restart.backoff_max_ms, 30000);
@@ -159,6 +170,17 @@ static void check_defaults(const config_t *c)
     assert_null(c->curve.server_secret_key_file);
     assert_null(c->curve.authorized_worker_keys_file);
     assert_false(c->curve.allow_plain_tcp);
+    /* a gateway started without a file behaves as with one: the defaults are
+     * the runtime modules' own */
+    prio_queue_config_t q;
+    prio_queue_config_default(&q);
+    assert_true(c->queue.aging_per_s == q.aging_per_s);
+    assert_int_equal(c->queue.max_per_model, GATEWAY_DEFAULT_MAX_QUEUE);
+    assert_true(c->queue.default_timeout_s == GATEWAY_DEFAULT_TIMEOUT_S);
+    assert_true(c->queue.replica_grace_s == GATEWAY_DEFAULT_GRACE_S);
+    assert_int_equal(c->limits.max_messages, OAI_MAX_MESSAGES);
+    assert_int_equal(c->limits.max_prompt_bytes, OAI_MAX_TEXT_BYTES);
+    assert_int_equal(c->heartbeat_ms, PROTO_HEARTBEAT_MS);
 }
 
 static void check_model_defaults(const config_model_t *m)
@@ -204,8 +226,8 @@ static void test_defaults(void **state)
     /* a partial section changes only what it names */
     c = parse_ok("queue:\n  max_per_model: 7\n");
     assert_int_equal(c->queue.max_per_model, 7);
-    assert_true(c->queue.aging_per_s == 0.1);
-    assert_int_equal(c->queue.default_timeout_s, 600);
+    assert_true(c->queue.aging_per_s == 1.0 / 30.0);
+    assert_true(c->queue.default_timeout_s == 600);
     config_free(&c);
 }
 
@@ -281,6 +303,15 @@ static const bad_case_t BAD[] = {
     {"heartbeat_ms: 0x100\n", 1, 15, "heartbeat_ms: expected an integer"},
     {"limits: {max_body_bytes: 10}\n", 1, 26, "limits.max_body_bytes: expected an integer in 1024..1073741824"},
     {"drain_timeout_s: 99999999999999999999999\n", 1, 18, "drain_timeout_s: expected an integer"},
+    {"http_threads: 0\n", 1, 15, "http_threads: expected an integer in 1..256"},
+    /* the worker's and the parser's ranges bound the settings passed on to them */
+    {"models:\n- {name: a, path: /a, max_batch_tokens: 65537}\n", 2, 41,
+     "models[0].max_batch_tokens: expected an integer in 1..65536"},
+    {"models:\n- {name: a, path: /a, threads: 257}\n", 2, 32, "models[0].threads: expected an integer in 1..256"},
+    {"limits: {max_messages: 2049}\n", 1, 24, "limits.max_messages: expected an integer in 1..2048"},
+    {"limits: {max_prompt_bytes: 4194305}\n", 1, 28, "limits.max_prompt_bytes: expected an integer in 1..4194304"},
+    {"queue: {default_timeout_s: 0}\n", 1, 28, "queue.default_timeout_s: expected a number in 0.001..86400"},
+    {"queue: {replica_grace_s: -1}\n", 1, 26, "queue.replica_grace_s: expected a number in 0.001..86400"},
     /* floats and booleans */
     {"queue:\n  aging_per_s: fast\n", 2, 16, "queue.aging_per_s: expected a number"},
     {"queue: {aging_per_s: .inf}\n", 1, 22, "queue.aging_per_s: expected a number"},
@@ -498,6 +529,24 @@ static void test_model_flags(void **state)
     }
     assert_int_equal(c->n_models, 2);
     assert_int_equal(config_check(c, err, sizeof err), 0);
+
+    /* --max-seqs etc.: one setting for every model, validated as in the file */
+    assert_int_equal(config_models_set(c, "max_seqs", "3", err, sizeof err), 0);
+    assert_int_equal(c->models[0].max_seqs, 3);
+    assert_int_equal(c->models[1].max_seqs, 3);
+    assert_int_equal(c->models[0].threads, 4); /* untouched */
+    assert_int_equal(config_models_set(c, "threads", "0", err, sizeof err), -1);
+    assert_non_null(strstr(err, "--models.threads: expected an integer in 1..256, got '0'"));
+    assert_int_equal(c->models[0].threads, 4);
+    assert_int_equal(config_models_set(c, "name", "x", err, sizeof err), -1);
+    assert_non_null(strstr(err, "not a per-model setting"));
+    assert_int_equal(config_models_set(c, "nope", "1", err, sizeof err), -1);
+    config_free(&c);
+    /* with no model a bad value still fails, a good one changes nothing */
+    c = config_default();
+    assert_int_equal(config_models_set(c, "kv_blocks", "-1", err, sizeof err), -1);
+    assert_int_equal(config_models_set(c, "kv_blocks", "64", err, sizeof err), 0);
+    assert_int_equal(c->n_models, 0);
     config_free(&c);
 }
 
@@ -579,7 +628,7 @@ static void test_load_files(void **state)
     char err[512], want[128];
     assert_int_equal(config_load(path, &c, err, sizeof err), -1);
     assert_null(c);
-    snprintf(want, sizeof want, "%s:5:14: models[0].threads: expected an integer in 1..1024", path);
+    snprintf(want, sizeof want, "%s:5:14: models[0].threads: expected an integer in 1..256", path);
     assert_non_null(strstr(err, want));
     unlink(path);
 
