@@ -223,9 +223,10 @@ else
 fi
 
 # ---- the flags the assets use exist in the binaries ----
-# gateway: from the systemd unit, the Dockerfile and k8s; worker: unit + k8s.
-gw_flags="--config"
-wk_flags="--gateway --model --threads --max-seqs --max-batch-tokens --kv-blocks"
+# gateway: from the systemd unit, the Dockerfile and k8s; worker: unit + k8s;
+# the CURVE flags from the unit comments and docs/OPERATIONS.md.
+gw_flags="--config --print-config --curve-secret-key --curve-authorized-keys --gen-curve-keypair"
+wk_flags="--gateway --model --threads --max-seqs --max-batch-tokens --kv-blocks --curve-server-key --curve-secret-key --gen-curve-keypair"
 for pair in "pagoda-gateway:$gw_flags" "pagoda-worker:$wk_flags"; do
   bin=${pair%%:*}; flags=${pair#*:}
   if [[ ! -x $BUILD/$bin ]]; then
