@@ -23,6 +23,7 @@
 #include "gateway/gateway.h"
 #include "gateway/oai.h"
 #include "gateway/prio_queue.h"
+#include "gateway/supervisor.h"
 
 /* ---- field descriptors -------------------------------------------------- */
 
@@ -82,8 +83,8 @@ static const field_t limits_fields[] = {
 static const field_t restart_fields[] = {
     INT("backoff_initial_ms", config_restart_t, backoff_initial_ms, 1, 3600000),
     INT("backoff_max_ms", config_restart_t, backoff_max_ms, 1, 3600000),
-    INT("crash_loop_restarts", config_restart_t, crash_loop_restarts, 1, 1000),
-    INT("crash_loop_window_s", config_restart_t, crash_loop_window_s, 1, 86400),
+    INT("crash_loop_restarts", config_restart_t, crash_loop_restarts, 1, SUPERVISOR_MAX_FAIL_RESTARTS),
+    DBL("crash_loop_window_s", config_restart_t, crash_loop_window_s, 0.001, 86400.0),
 };
 static const field_t curve_fields[] = {
     OPTSTR("server_secret_key_file", config_curve_t, server_secret_key_file, check_path),
@@ -95,7 +96,7 @@ static const field_t model_fields[] = {
     STR("path", config_model_t, path, check_path),
     INT("replicas", config_model_t, replicas, 0, 64),
     BOOL("on_demand", config_model_t, on_demand),
-    INT("idle_timeout_s", config_model_t, idle_timeout_s, 1, 604800),
+    DBL("idle_timeout_s", config_model_t, idle_timeout_s, 0.001, 604800.0),
     INT("kv_blocks", config_model_t, kv_blocks, 0, 16777216),
     INT("kv_budget_mb", config_model_t, kv_budget_mb, 1, 1048576),
     INT("max_seqs", config_model_t, max_seqs, 1, 4096),
@@ -110,7 +111,7 @@ static const field_t top_fields[] = {
     OPTSTR("keys_file", config_t, keys_file, check_path),
     INT("http_threads", config_t, http_threads, 1, 256),
     OPTSTR("worker_bin", config_t, worker_bin, check_path),
-    INT("drain_timeout_s", config_t, drain_timeout_s, 0, 86400),
+    DBL("drain_timeout_s", config_t, drain_timeout_s, 0.0, 86400.0),
     MAP("queue", config_t, queue, queue_fields),
     MAP("limits", config_t, limits, limits_fields),
     MAP("restart", config_t, restart, restart_fields),
@@ -126,7 +127,7 @@ static void model_defaults(config_model_t *m)
     *m = (config_model_t){
         .replicas = 1,
         .on_demand = false,
-        .idle_timeout_s = 300,
+        .idle_timeout_s = GATEWAY_DEFAULT_IDLE_S,
         .kv_blocks = 0,
         .kv_budget_mb = 1024,
         .max_seqs = 32,
@@ -458,10 +459,10 @@ config_t *config_default(void)
                                   .max_messages = OAI_MAX_MESSAGES,
                                   .max_prompt_bytes = OAI_MAX_TEXT_BYTES,
                                   .rate_per_key = 0.0};
-    c->restart = (config_restart_t){.backoff_initial_ms = 500,
-                                    .backoff_max_ms = 30000,
-                                    .crash_loop_restarts = 5,
-                                    .crash_loop_window_s = 60};
+    c->restart = (config_restart_t){.backoff_initial_ms = SUPERVISOR_BACKOFF_MIN_MS,
+                                    .backoff_max_ms = SUPERVISOR_BACKOFF_MAX_MS,
+                                    .crash_loop_restarts = SUPERVISOR_FAIL_RESTARTS,
+                                    .crash_loop_window_s = SUPERVISOR_FAIL_WINDOW_MS / 1000};
     c->curve = (config_curve_t){.allow_plain_tcp = false};
     derive(c);
     return c;
@@ -1078,7 +1079,8 @@ int config_model_set(config_t *c, const char *arg, char *err, size_t errlen)
     return 0;
 }
 
-int config_models_set(config_t *c, const char *key, const char *value, char *err, size_t errlen)
+int config_models_set(config_t *c, const char *model, const char *key, const char *value,
+                      char *err, size_t errlen)
 {
     char dummy[1], why[256];
     if (!err || !errlen) {
@@ -1101,8 +1103,13 @@ int config_models_set(config_t *c, const char *key, const char *value, char *err
         snprintf(err, errlen, "--models.%s: %s", key, why);
         return -1;
     }
+    if (model && !config_model_find(c, model)) {
+        snprintf(err, errlen, "--models.%s: no model called '%s'", key, model);
+        return -1;
+    }
     for (size_t i = 0; i < c->n_models; i++)
-        set_scalar(f, &c->models[i], value, strlen(value), true, why, sizeof why);
+        if (!model || !strcmp(c->models[i].name, model))
+            set_scalar(f, &c->models[i], value, strlen(value), true, why, sizeof why);
     return 0;
 }
 

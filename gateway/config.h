@@ -50,9 +50,9 @@
  *   http_threads                 int      2                       1..256 HTTP worker threads
  *   worker_bin                   string   (none)                  worker executable for local workers;
  *                                                                 none = pagoda-worker next to the gateway
- *   drain_timeout_s              int      30                      0..86400; on SIGTERM / drain, how long
- *                                                                 running requests may finish [pending:
- *                                                                 parsed, not yet used by the gateway]
+ *   drain_timeout_s              float    30                      0..86400 s; on SIGTERM, how long
+ *                                                                 requests in flight may finish (new
+ *                                                                 ones get 503 meanwhile)
  *   queue.max_per_model          int      1024                    1..1000000 queued requests per
  *                                                                 model; beyond it: 429 + Retry-After
  *   queue.aging_per_s            float    1/30 (0.0333…)          0..1000 priority levels gained per
@@ -76,11 +76,11 @@
  *   restart.backoff_initial_ms   int      500                     1..3600000 first restart delay of a
  *                                                                 crashed local worker; doubles
  *   restart.backoff_max_ms       int      30000                   1..3600000, ≥ backoff_initial_ms
- *   restart.crash_loop_restarts  int      5                       1..1000 restarts within
- *   restart.crash_loop_window_s  int      60                      1..86400 seconds → stop restarting
- *                                                                 that worker (crash loop; logged)
- *                                [restart.*: pending — the supervisor still uses its built-in
- *                                 SUPERVISOR_BACKOFF_* constants (gateway/supervisor.h)]
+ *   restart.crash_loop_restarts  int      5                       1..64 restarts within
+ *   restart.crash_loop_window_s  float    60                      0.001..86400 seconds → the model's
+ *                                                                 local workers are FAILED (crash
+ *                                                                 loop; logged; POST /admin/models/
+ *                                                                 NAME/restart starts them again)
  *   curve.server_secret_key_file string   (none)                  Z85 CURVE secret key of the gateway
  *   curve.authorized_worker_keys_file string (none)               Z85 public keys of allowed workers
  *   curve.allow_plain_tcp        bool     false                   allow a tcp:// worker_endpoint that is
@@ -95,9 +95,7 @@
  *                                                                 workers serve this model
  *     on_demand                  bool     false                   start on first request, stop after
  *                                                                 idle_timeout_s (needs replicas ≥ 1)
- *                                                                 [pending: the replicas start at
- *                                                                 once; the gateway warns]
- *     idle_timeout_s             int      300                     1..604800
+ *     idle_timeout_s             float    300                     0.001..604800 s
  *     kv_blocks                  int      0                       0..16777216 KV blocks (32 tokens
  *                                                                 each); 0 = derive from kv_budget_mb
  *     kv_budget_mb               int      1024                    1..1048576 MiB for the KV pool
@@ -152,7 +150,7 @@ typedef struct config_model {
     char *path;                /* GGUF file path, passed to the worker as --model NAME=PATH */
     int replicas;              /* local workers to spawn, 0 = remote only */
     bool on_demand;            /* spawn on first request, stop when idle */
-    int idle_timeout_s;        /* idle time before an on-demand model is stopped, s */
+    double idle_timeout_s;     /* idle time before an on-demand model is stopped, s */
     int kv_blocks;             /* worker --kv-blocks; 0 = derived from kv_budget_mb */
     int kv_budget_mb;          /* KV pool budget, MiB (used when kv_blocks == 0) */
     int max_seqs;              /* worker --max-seqs */
@@ -179,7 +177,7 @@ typedef struct config_restart {
     int backoff_initial_ms;    /* first delay before restarting a crashed worker */
     int backoff_max_ms;        /* ceiling of the doubling delay */
     int crash_loop_restarts;   /* this many restarts within ... */
-    int crash_loop_window_s;   /* ... this window = crash loop: give up on the replica */
+    double crash_loop_window_s;/* ... this window (s) = crash loop: give up on the replica */
 } config_restart_t;
 
 typedef struct config_curve {
@@ -198,7 +196,7 @@ typedef struct config {
     char *keys_file;           /* NULL = no API keys */
     int http_threads;          /* libmicrohttpd thread pool */
     char *worker_bin;          /* NULL = pagoda-worker next to the gateway binary */
-    int drain_timeout_s;
+    double drain_timeout_s;    /* SIGTERM: how long requests in flight may finish, s */
     config_queue_t queue;
     config_limits_t limits;
     config_restart_t restart;
@@ -234,10 +232,13 @@ int config_set(config_t *c, const char *key, const char *value, char *err, size_
 int config_model_set(config_t *c, const char *name_eq_path, char *err, size_t errlen);
 
 /* Sets a per-model scalar key ("max_seqs", "threads", "replicas", ...) on
- * every model present, from its YAML spelling (flags such as --max-seqs that
- * apply to all local workers). The value is validated even when there is no
- * model. Returns 0, or -1 with err "--models.KEY: reason" and *c unchanged. */
-int config_models_set(config_t *c, const char *key, const char *value, char *err, size_t errlen);
+ * the model called `model`, or on every model present when model is NULL,
+ * from its YAML spelling (flags such as --max-seqs that apply to all local
+ * workers, --on-demand NAME). The value is validated even when there is no
+ * model. Returns 0, or -1 with err "--models.KEY: reason" (also for an
+ * unknown model) and *c unchanged. */
+int config_models_set(config_t *c, const char *model, const char *key, const char *value,
+                      char *err, size_t errlen);
 
 /* The model called `name`, or NULL. */
 const config_model_t *config_model_find(const config_t *c, const char *name);

@@ -10,11 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "gateway/supervisor.h"
 #include "gateway/zap.h"
 
 /* While a queue holds requests the core wakes at least this often to expire
@@ -25,7 +29,7 @@ static void request_finish(struct gateway *gw, gateway_request_t *r);
 static void request_reply_error(struct gateway *gw, gateway_request_t *r, int status,
                                 const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-static void requeue_or_fail(struct gateway *gw, gateway_request_t *r, const char *why);
+static void redispatch(struct gateway *gw, gateway_request_t *r, const char *why, bool lost);
 
 /* ------------------------------------------------------------------------ */
 /* replies and requests                                                      */
@@ -99,6 +103,16 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
     sp->frequency_penalty = o->frequency_penalty;
     sp->has_seed = o->has_seed;
     sp->seed = (uint64_t)o->seed;
+    if (!sp->has_seed) {
+        /* pick the seed here rather than on the worker: a request resumed on
+         * another replica after a crash then continues the same random
+         * stream (the worker skips one draw per resumed token) */
+        uint64_t seed;
+        if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != sizeof seed)
+            seed = (uint64_t)clock_now_us() * 0x9E3779B97F4A7C15ull ^ r->id;
+        sp->has_seed = true;
+        sp->seed = seed;
+    }
     if (o->n_logit_bias) {
         sp->n_logit_bias = (uint32_t)o->n_logit_bias;
         sp->logit_bias = xcalloc(o->n_logit_bias, sizeof *sp->logit_bias);
@@ -137,6 +151,7 @@ void gateway_request_unref(gateway_request_t **rp)
     if (atomic_fetch_sub(&r->refs, 1) != 1)
         return;
     proto_msg_clear(&r->submit);
+    free(r->sent_ids);
     chan_unref(&r->replies);
     pthread_mutex_destroy(&r->lock);
     free(r->model);
@@ -200,6 +215,7 @@ static void req_insert(struct gateway *gw, gateway_request_t *r)
     r->next = gw->req_buckets[k];
     gw->req_buckets[k] = r;
     gw->n_requests++;
+    atomic_store(&gw->n_inflight, gw->n_requests);
 }
 
 static void req_unlink(struct gateway *gw, gateway_request_t *r)
@@ -209,6 +225,7 @@ static void req_unlink(struct gateway *gw, gateway_request_t *r)
             *p = r->next;
             r->next = NULL;
             gw->n_requests--;
+            atomic_store(&gw->n_inflight, gw->n_requests);
             return;
         }
     }
@@ -253,6 +270,38 @@ static size_t model_replicas(const struct gateway *gw, const char *name)
     return n;
 }
 
+static size_t model_ready_replicas(const struct gateway *gw, const char *name)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < gw->n_workers; i++)
+        n += strcmp(gw->workers[i].reg.model, name) == 0 &&
+             gw->workers[i].state == GATEWAY_WORKER_READY;
+    return n;
+}
+
+/* Its local workers, all zero without a supervisor. */
+static void model_local(struct gateway *gw, const char *name, supervisor_model_info_t *out)
+{
+    if (gw->sup)
+        supervisor_model_info(gw->sup, name, out);
+    else
+        memset(out, 0, sizeof *out);
+}
+
+/* True when every local worker of the model is given up (crash loop) and
+ * nothing else serves it: its requests get 503 at once. Keeps m->failed and
+ * the pagoda_model_failed gauge current. */
+static bool model_failed(struct gateway *gw, gateway_model_t *m, supervisor_model_info_t *li)
+{
+    bool failed = li->n_failed > 0 && li->n_running + li->n_backoff == 0 &&
+                  model_replicas(gw, m->name) == 0;
+    if (failed != m->failed) {
+        m->failed = failed;
+        metrics_gauge_set(gw->m.model_failed, (const char *[]){m->name}, failed);
+    }
+    return failed;
+}
+
 /* ------------------------------------------------------------------------ */
 /* worker table                                                              */
 
@@ -287,11 +336,31 @@ static gateway_worker_t *worker_by_replica(struct gateway *gw, const char *repli
     return NULL;
 }
 
-static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *why)
+/* A worker on our host whose pid is one of the supervisor's children. */
+static bool worker_is_local(struct gateway *gw, const gateway_worker_t *w)
+{
+    return gw->sup && strcmp(w->reg.host, gw->hostname) == 0 &&
+           supervisor_owns(gw->sup, (pid_t)w->reg.pid);
+}
+
+typedef enum {
+    REMOVE_REPLACED,              /* re-registered: the process is alive */
+    REMOVE_CLOSED,                /* its connection closed: it died */
+    REMOVE_SILENT,                /* missed heartbeats: hung (a local one is killed) */
+} remove_kind_t;
+
+static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *why,
+                          remove_kind_t kind)
 {
     log_info("worker %s (model %s) removed: %s", w->reg.replica, w->reg.model, why);
     uint64_t uid = w->uid;
     char *model = xstrdup(w->reg.model);
+    if (kind != REMOVE_REPLACED) {
+        gw->n_workers_lost++;
+        metrics_counter_add(gw->m.workers_lost, (const char *[]){model}, 1);
+    }
+    if (kind == REMOVE_SILENT && worker_is_local(gw, w))
+        supervisor_kill(gw->sup, (pid_t)w->reg.pid, "missed its heartbeats");
     proto_msg_t m = {.type = PROTO_REGISTER, .reg = w->reg};
     proto_msg_clear(&m); /* frees the registration's strings */
     size_t i = (size_t)(w - gw->workers);
@@ -311,7 +380,7 @@ static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *w
                 lost[n++] = r;
             }
     for (size_t k = 0; k < n; k++)
-        requeue_or_fail(gw, lost[k], "worker lost");
+        redispatch(gw, lost[k], why, true);
     free(lost);
 
     gateway_model_t *gm = model_find(gw, model);
@@ -350,8 +419,7 @@ static int send_to(struct gateway *gw, gateway_worker_t *w, const proto_peer_t *
     if (proto_send(gw->router, peer, m, ZMQ_DONTWAIT) == PROTO_OK)
         return 0;
     if (errno == EHOSTUNREACH && w) {
-        gw->n_workers_lost++;
-        worker_remove(gw, w, "connection closed");
+        worker_remove(gw, w, "connection closed", REMOVE_CLOSED);
     } else if (errno != EHOSTUNREACH)
         log_warn("send %s to %s: %s", proto_type_name(m->type), w ? w->reg.replica : "peer",
                  zmq_strerror(errno));
@@ -365,6 +433,20 @@ static void send_heartbeat(struct gateway *gw, gateway_worker_t *w)
     hb.heartbeat.seq = gw->heartbeat_seq;
     hb.heartbeat.heartbeat_ms = (uint32_t)gw->heartbeat_ms;
     send_to(gw, w, &w->peer, &hb);
+}
+
+/* Sends DRAIN to worker w and marks it draining; `plan` says what a local
+ * one does when it exits (0: nothing to tell the supervisor). */
+static void worker_drain(struct gateway *gw, gateway_worker_t *w, int plan)
+{
+    if (plan && gw->sup && strcmp(w->reg.host, gw->hostname) == 0)
+        supervisor_expect_exit(gw->sup, (pid_t)w->reg.pid, (supervisor_exit_plan_t)plan);
+    w->state = GATEWAY_WORKER_DRAINING;
+    log_info("worker %s (model %s): DRAIN (%u requests to finish)", w->reg.replica, w->reg.model,
+             w->n_assigned);
+    proto_msg_t d;
+    proto_msg_init(&d, PROTO_DRAIN);
+    send_to(gw, w, &w->peer, &d);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -401,6 +483,9 @@ static void request_finish(struct gateway *gw, gateway_request_t *r)
         }
     }
     r->state = GATEWAY_REQ_NEW;
+    gateway_model_t *m = model_find(gw, r->model);
+    if (m)
+        m->t_last_active_us = clock_now_us();
     req_unlink(gw, r);
     gateway_request_unref(&r);
 }
@@ -413,9 +498,11 @@ static int enqueue(struct gateway *gw, gateway_model_t *m, gateway_request_t *r)
     return rc;
 }
 
-/* A request whose worker is gone or refused it: back into the queue if the
- * client saw nothing yet, else an error. */
-static void requeue_or_fail(struct gateway *gw, gateway_request_t *r, const char *why)
+/* A request whose worker is gone (lost) or refused it before starting: back
+ * into its model's queue with its original enqueue time and deadline. A
+ * request that had produced output keeps its sent_ids, which the next SUBMIT
+ * carries as `resume`; only a full queue ends it here (503). */
+static void redispatch(struct gateway *gw, gateway_request_t *r, const char *why, bool lost)
 {
     gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
     if (w && r->state == GATEWAY_REQ_RUNNING) {
@@ -427,14 +514,39 @@ static void requeue_or_fail(struct gateway *gw, gateway_request_t *r, const char
         request_finish(gw, r);
         return;
     }
+    if (lost)
+        r->n_lost++;
     gateway_model_t *m = model_find(gw, r->model);
-    if (!r->output_sent && m && enqueue(gw, m, r) == PRIO_QUEUE_OK) {
+    if (m && enqueue(gw, m, r) == PRIO_QUEUE_OK) {
         gw->n_requeued++;
-        log_info("request %" PRIu64 " back in the %s queue (%s)", r->id, r->model, why);
+        metrics_counter_add(gw->m.requests_redispatched,
+                            (const char *[]){r->model, r->n_sent ? "resumed" : "queued"}, 1);
+        log_info("request %" PRIu64 " back in the %s queue (%s)%s%.0u%s", r->id, r->model, why,
+                 r->n_sent ? ": resumes after " : "", r->n_sent, r->n_sent ? " tokens" : "");
         return;
     }
-    request_reply_error(gw, r, 502, "worker_lost",
-                        "The worker serving this request stopped (%s) after output had started", why);
+    request_reply_error(gw, r, 503, "service_unavailable",
+                        "The worker serving this request stopped (%s) and the queue of model '%s' "
+                        "is full", why, r->model);
+    request_finish(gw, r);
+}
+
+/* A resumed request that has nothing left to generate (its last token was
+ * delivered but the final EVENT was lost with the worker, or prompt +
+ * delivered tokens fill the context): ends it as "length". */
+static void finish_length(struct gateway *gw, gateway_request_t *r)
+{
+    gateway_reply_t *rep = xcalloc(1, sizeof *rep);
+    rep->kind = GATEWAY_REPLY_EVENT;
+    rep->event.id = r->id;
+    rep->event.text = xstrdup("");
+    rep->event.n_tokens = r->n_sent;
+    rep->event.n_resumed = r->n_sent;
+    rep->event.finish = PROTO_FINISH_LENGTH;
+    rep->event.has_usage = true;
+    rep->event.usage = (proto_usage_t){.prompt_tokens = r->n_prompt, .completion_tokens = r->n_sent};
+    metrics_counter_add(gw->m.request_success, (const char *[]){r->model, "length"}, 1);
+    request_push(r, rep);
     request_finish(gw, r);
 }
 
@@ -452,6 +564,26 @@ static void on_submit(struct gateway *gw, gateway_request_t *r)
         return;
     }
     const char *labels[] = {m->name, prio_tier_name(r->tier)};
+    if (atomic_load(&gw->stopping)) {
+        request_reply_error(gw, r, 503, "service_unavailable",
+                            "The gateway is shutting down; retry against another instance");
+        request_finish(gw, r);
+        return;
+    }
+    m->t_last_active_us = now;
+    supervisor_model_info_t li;
+    model_local(gw, m->name, &li);
+    if (model_failed(gw, m, &li)) {
+        request_reply_error(gw, r, 503, "model_failed",
+                            "Model '%s' is unavailable: its worker crashed repeatedly (%s). An "
+                            "operator can retry with POST /admin/models/%s/restart",
+                            m->name, li.reason, m->name);
+        request_finish(gw, r);
+        return;
+    }
+    if (li.on_demand && model_ready_replicas(gw, m->name) == 0 &&
+        supervisor_wake(gw->sup, m->name) > 0 && m->t_no_replica_us)
+        m->t_no_replica_us = now; /* the grace period counts from the start */
     if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us) {
         request_reply_error(gw, r, 503, "service_unavailable",
                             "No worker serves model '%s' right now (none for %lld s)", m->name,
@@ -520,6 +652,21 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
         prio_queue_entry_t e;
         prio_queue_pop(m->queue, &e);
         gateway_request_t *r = e.data;
+        proto_submit_t *sm = &r->submit.submit;
+        if (r->n_sent && sm->max_tokens && r->n_sent >= sm->max_tokens) {
+            r->state = GATEWAY_REQ_NEW;
+            finish_length(gw, r);
+            continue;
+        }
+        free(sm->resume);
+        sm->resume = NULL;
+        sm->n_resume = r->n_sent;
+        if (r->n_sent) {
+            sm->resume = xmalloc(r->n_sent * sizeof *sm->resume);
+            memcpy(sm->resume, r->sent_ids, r->n_sent * sizeof *sm->resume);
+            log_info("request %" PRIu64 " resumes on %s after %u delivered tokens", r->id,
+                     best->reg.replica, r->n_sent);
+        }
         r->state = GATEWAY_REQ_RUNNING;
         r->worker_uid = best->uid;
         best->n_assigned++;
@@ -536,7 +683,7 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
             gateway_worker_t *w = worker_by_uid(gw, uid);
             if (w && r->state == GATEWAY_REQ_RUNNING && r->worker_uid == uid) {
                 w->hb_credit = 0; /* do not retry it until it heartbeats */
-                requeue_or_fail(gw, r, "send failed");
+                redispatch(gw, r, "send failed", false);
             }
         }
     }
@@ -557,14 +704,14 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
     proto_register_t *r = &m->reg;
     gateway_worker_t *w = worker_by_peer(gw, from);
     if (w && strcmp(w->reg.model, r->model) != 0) {
-        worker_remove(gw, w, "re-registered with another model");
+        worker_remove(gw, w, "re-registered with another model", REMOVE_REPLACED);
         w = NULL;
     }
     if (!w) {
         /* the same process on a new connection replaces its old entry */
         gateway_worker_t *old = worker_by_replica(gw, r->replica);
         if (old)
-            worker_remove(gw, old, "re-registered on a new connection");
+            worker_remove(gw, old, "re-registered on a new connection", REMOVE_REPLACED);
         if (gw->n_workers == gw->cap_workers) {
             gw->cap_workers = gw->cap_workers ? 2 * gw->cap_workers : 8;
             gw->workers = xrealloc(gw->workers, gw->cap_workers * sizeof *gw->workers);
@@ -643,6 +790,19 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
         if (!r->cancelled)
             r->output_sent = true;
     }
+    if (ev->n_resumed != r->submit.submit.n_resume)
+        log_warn("request %" PRIu64 ": %s resumed after %u tokens, not %u", r->id, w->reg.replica,
+                 ev->n_resumed, r->submit.submit.n_resume);
+    if (n_new && !r->cancelled) {
+        if (r->n_sent + n_new > r->cap_sent) {
+            r->cap_sent = (r->n_sent + n_new) * 2;
+            r->sent_ids = xrealloc(r->sent_ids, r->cap_sent * sizeof *r->sent_ids);
+        }
+        memcpy(r->sent_ids + r->n_sent, ev->ids, n_new * sizeof *ev->ids);
+        r->n_sent += n_new;
+    }
+    if (ev->has_usage)
+        r->n_prompt = ev->usage.prompt_tokens;
     proto_finish_t fin = ev->finish;
     if (fin != PROTO_FINISH_NONE) {
         const char *reason = fin == PROTO_FINISH_STOP ? "stop" : fin == PROTO_FINISH_LENGTH ? "length"
@@ -673,9 +833,15 @@ static void on_worker_error(struct gateway *gw, gateway_worker_t *w, const proto
                  e->id ? " on unknown request " : " (request ", e->id, e->message);
         return;
     }
-    if (e->code == PROTO_CODE_UNAVAILABLE && !r->output_sent && !r->cancelled) {
+    if (e->code == PROTO_CODE_UNAVAILABLE && !r->cancelled) {
         w->hb_credit = 0; /* it is full or draining: wait for its next heartbeat */
-        requeue_or_fail(gw, r, e->message);
+        redispatch(gw, r, e->message, false);
+        return;
+    }
+    if (e->code == PROTO_CODE_TOO_LONG && r->n_sent && !r->cancelled) {
+        /* prompt + delivered tokens fill the context: the interrupted run
+         * would have stopped here with "length" */
+        finish_length(gw, r);
         return;
     }
     log_info("request %" PRIu64 " failed on %s: %u %s", r->id, w->reg.replica, e->code, e->message);
@@ -805,7 +971,7 @@ static json_t *health_json(struct gateway *gw)
     }
     json_t *models = json_object();
     for (size_t i = 0; i < gw->n_models; i++) {
-        const gateway_model_t *m = &gw->models[i];
+        gateway_model_t *m = &gw->models[i];
         json_int_t replicas = 0, running = 0, free_slots = 0;
         for (size_t k = 0; k < gw->n_workers; k++) {
             const gateway_worker_t *w = &gw->workers[k];
@@ -816,13 +982,168 @@ static json_t *health_json(struct gateway *gw)
             int64_t c = worker_credit(w);
             free_slots += c > 0 ? c : 0;
         }
-        json_object_set_new(models, m->name,
-                            json_pack("{s:I, s:I, s:I, s:I, s:b}", "replicas", replicas, "queued",
-                                      (json_int_t)prio_queue_len(m->queue), "running", running,
-                                      "free_slots", free_slots, "configured", m->configured));
+        supervisor_model_info_t li;
+        model_local(gw, m->name, &li);
+        const char *state = model_ready_replicas(gw, m->name) ? "ready"
+                            : model_failed(gw, m, &li)         ? "failed"
+                            : li.n_running + li.n_backoff      ? "starting"
+                            : li.n_idle                        ? "idle"
+                            : replicas                         ? "draining"
+                                                               : "unavailable";
+        json_t *jm = json_pack("{s:s, s:I, s:I, s:I, s:I, s:b, s:I, s:b}", "state", state,
+                               "replicas", replicas, "queued", (json_int_t)prio_queue_len(m->queue),
+                               "running", running, "free_slots", free_slots,
+                               "configured", m->configured, "local_workers", (json_int_t)li.n_children,
+                               "on_demand", li.on_demand);
+        if (m->failed)
+            json_object_set_new(jm, "failed_reason", json_string(li.reason));
+        json_object_set_new(models, m->name, jm);
     }
     return json_pack("{s:s, s:i, s:o, s:o}", "status", gw->n_workers ? "ok" : "no_workers",
                      "heartbeat_ms", gw->heartbeat_ms, "models", models, "workers", workers);
+}
+
+/* ---- operations API ---- */
+
+static json_t *admin_error(int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static json_t *admin_error(int status, const char *code, const char *fmt, ...)
+{
+    oai_error_t e;
+    char msg[sizeof e.message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    oai_error_set(&e, status, NULL, "%s", msg);
+    if (code)
+        e.code = code;
+    return json_pack("{s:i, s:{s:s, s:s, s:n, s:s?}}", "status", status, "error", "message", e.message,
+                     "type", e.type, "param", "code", e.code);
+}
+
+static json_t *admin_workers(struct gateway *gw)
+{
+    int64_t now = clock_now_us();
+    json_t *local = gw->sup ? supervisor_json(gw->sup) : json_array();
+    json_t *out = json_array();
+    for (size_t i = 0; i < gw->n_workers; i++) {
+        const gateway_worker_t *w = &gw->workers[i];
+        json_t *child = NULL;
+        size_t k;
+        json_t *c;
+        if (strcmp(w->reg.host, gw->hostname) == 0) {
+            json_array_foreach(local, k, c) {
+                if (json_integer_value(json_object_get(c, "pid")) == (json_int_t)w->reg.pid) {
+                    child = c;
+                    break;
+                }
+            }
+        }
+        json_t *load = json_null();
+        if (w->has_load)
+            load = json_pack("{s:I, s:I, s:I, s:I, s:I}", "running", (json_int_t)w->load.running,
+                             "waiting", (json_int_t)w->load.waiting,
+                             "kv_blocks_used", (json_int_t)w->load.kv_blocks_used,
+                             "kv_blocks_total", (json_int_t)w->load.kv_blocks_total,
+                             "free_slots", (json_int_t)w->load.free_slots);
+        json_t *jw = json_pack("{s:s, s:s, s:s, s:I, s:s, s:b, s:f, s:I, s:I, s:o}",
+                               "id", w->reg.replica, "model", w->reg.model, "host", w->reg.host,
+                               "pid", (json_int_t)w->reg.pid, "state", worker_state_name(w->state),
+                               "local", child != NULL,
+                               "uptime_s", (double)(now - w->t_registered_us) / 1e6,
+                               "assigned", (json_int_t)w->n_assigned,
+                               "capacity", (json_int_t)w->reg.capacity, "load", load);
+        json_object_set(jw, "restarts", child ? json_object_get(child, "restarts") : json_null());
+        json_object_set(jw, "last_exit", child ? json_object_get(child, "last_exit") : json_null());
+        if (child)
+            json_object_set_new(child, "registered", json_true());
+        json_array_append_new(out, jw);
+    }
+    size_t k;
+    json_t *c;
+    json_array_foreach(local, k, c) {
+        if (json_object_get(c, "registered"))
+            continue;
+        const char *st = json_string_value(json_object_get(c, "state"));
+        json_t *jw = json_pack("{s:n, s:O, s:s, s:O, s:s, s:b, s:O, s:O, s:O, s:O}", "id",
+                               "model", json_object_get(c, "model"), "host", gw->hostname,
+                               "pid", json_object_get(c, "pid"),
+                               "state", st && strcmp(st, "running") == 0 ? "starting" : st ? st : "?",
+                               "local", 1, "uptime_s", json_object_get(c, "uptime_s"),
+                               "restarts", json_object_get(c, "restarts"),
+                               "next_start_ms", json_object_get(c, "next_start_ms"),
+                               "last_exit", json_object_get(c, "last_exit"));
+        json_array_append_new(out, jw);
+    }
+    json_decref(local);
+    return json_pack("{s:i, s:o}", "status", 200, "workers", out);
+}
+
+/* By replica id, or by pid written in decimal. */
+static gateway_worker_t *worker_by_target(struct gateway *gw, const char *t)
+{
+    gateway_worker_t *w = worker_by_replica(gw, t);
+    if (w)
+        return w;
+    char *end;
+    unsigned long pid = strtoul(t, &end, 10);
+    if (!*t || *end)
+        return NULL;
+    for (size_t i = 0; i < gw->n_workers; i++)
+        if (gw->workers[i].reg.pid == pid)
+            return &gw->workers[i];
+    return NULL;
+}
+
+static json_t *admin_command(struct gateway *gw, gateway_admin_op_t op, const char *target)
+{
+    if (op == GATEWAY_ADMIN_WORKERS)
+        return admin_workers(gw);
+    if (op == GATEWAY_ADMIN_RESTART_MODEL) {
+        gateway_model_t *m = model_find(gw, target);
+        if (!m)
+            return admin_error(404, "model_not_found", "The model '%s' does not exist", target);
+        unsigned started = gw->sup ? supervisor_restart_model(gw->sup, m->name) : 0;
+        unsigned draining = 0;
+        for (size_t i = 0; i < gw->n_workers;) {
+            gateway_worker_t *w = &gw->workers[i];
+            size_t n_before = gw->n_workers;
+            if (strcmp(w->reg.model, m->name) == 0 && w->state == GATEWAY_WORKER_READY &&
+                worker_is_local(gw, w)) {
+                draining++;
+                worker_drain(gw, w, SUPERVISOR_EXIT_RESTART);
+            }
+            if (gw->n_workers == n_before)
+                i++;
+        }
+        if (started)
+            m->t_no_replica_us = m->t_no_replica_us ? clock_now_us() : 0;
+        model_failed(gw, m, &(supervisor_model_info_t){0});
+        log_info("admin: restart model %s: %u local workers started, %u draining to restart",
+                 m->name, started, draining);
+        return json_pack("{s:i, s:s, s:I, s:I}", "status", 200, "model", m->name,
+                         "started", (json_int_t)started, "draining", (json_int_t)draining);
+    }
+    gateway_worker_t *w = worker_by_target(gw, target);
+    if (!w)
+        return admin_error(404, "worker_not_found",
+                           "No registered worker has id or pid '%s' (see GET /admin/workers)", target);
+    bool local = worker_is_local(gw, w);
+    bool restart = op == GATEWAY_ADMIN_RESTART && local;
+    json_t *res = json_pack("{s:i, s:s, s:s, s:I, s:s, s:b, s:b}", "status", 200, "id", w->reg.replica,
+                            "model", w->reg.model, "pid", (json_int_t)w->reg.pid, "state", "draining",
+                            "local", local, "restart", restart);
+    log_info("admin: %s worker %s", op == GATEWAY_ADMIN_RESTART ? "restart" : "drain", w->reg.replica);
+    if (w->state == GATEWAY_WORKER_DRAINING) {
+        /* already draining: only the exit plan changes */
+        if (local)
+            supervisor_expect_exit(gw->sup, (pid_t)w->reg.pid,
+                                   restart ? SUPERVISOR_EXIT_RESTART : SUPERVISOR_EXIT_STAY_DOWN);
+    } else {
+        worker_drain(gw, w, local ? (restart ? SUPERVISOR_EXIT_RESTART : SUPERVISOR_EXIT_STAY_DOWN) : 0);
+    }
+    return res;
 }
 
 static char *models_json(struct gateway *gw)
@@ -875,6 +1196,7 @@ static void cmd_free(void *p)
     gateway_cmd_t *cmd = p;
     chan_unref(&cmd->reply);
     gateway_request_unref(&cmd->request);
+    free(cmd->target);
     free(cmd);
 }
 
@@ -906,6 +1228,17 @@ static void on_command(struct gateway *gw, gateway_cmd_t *cmd)
     case GATEWAY_CMD_CANCEL:
         on_cancel(gw, cmd->id);
         break;
+    case GATEWAY_CMD_SET_SUPERVISOR:
+        gw->sup = cmd->sup;
+        if (chan_push(cmd->reply, gw) < 0)
+            (void)0; /* the asker gave up; nothing to free */
+        break;
+    case GATEWAY_CMD_ADMIN: {
+        json_t *j = admin_command(gw, cmd->op, cmd->target ? cmd->target : "");
+        if (chan_push(cmd->reply, j) < 0)
+            json_decref(j);
+        break;
+    }
     }
     cmd_free(cmd);
 }
@@ -943,6 +1276,64 @@ char *gateway_metrics_text(struct gateway *gw, int64_t timeout_us)
     return ask(gw, GATEWAY_CMD_METRICS, free, timeout_us);
 }
 
+static void no_free(void *p)
+{
+    (void)p;
+}
+
+void gateway_set_supervisor(struct gateway *gw, struct supervisor *sup)
+{
+    chan_t *reply = chan_new(no_free, 0);
+    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
+    cmd->kind = GATEWAY_CMD_SET_SUPERVISOR;
+    cmd->sup = sup;
+    cmd->reply = chan_ref(reply);
+    if (chan_push(gw->inbox, cmd) < 0) {
+        cmd_free(cmd); /* the core is gone: nobody will use the pointer */
+    } else {
+        /* no timeout: returning early would let the core use a freed supervisor */
+        while (!chan_pop(reply, 1000000) && !chan_closed(gw->inbox))
+            ;
+    }
+    chan_close(reply);
+    chan_unref(&reply);
+}
+
+json_t *gateway_admin(struct gateway *gw, gateway_admin_op_t op, const char *target,
+                      int64_t timeout_us)
+{
+    chan_t *reply = chan_new(json_item_free, 0);
+    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
+    cmd->kind = GATEWAY_CMD_ADMIN;
+    cmd->op = op;
+    cmd->target = target ? xstrdup(target) : NULL;
+    cmd->reply = chan_ref(reply);
+    if (chan_push(gw->inbox, cmd) < 0) {
+        cmd_free(cmd);
+        chan_unref(&reply);
+        return NULL;
+    }
+    json_t *j = chan_pop(reply, timeout_us);
+    chan_close(reply);
+    chan_unref(&reply);
+    return j;
+}
+
+void gateway_set_stopping(struct gateway *gw)
+{
+    atomic_store(&gw->stopping, true);
+}
+
+size_t gateway_inflight(struct gateway *gw)
+{
+    return atomic_load(&gw->n_inflight);
+}
+
+int gateway_fatal_fd(struct gateway *gw)
+{
+    return gw->fatal_fd;
+}
+
 int gateway_submit(struct gateway *gw, gateway_request_t *r)
 {
     gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
@@ -978,6 +1369,51 @@ static void on_expired(const prio_queue_entry_t *e, void *ctx)
     request_finish(gw, r);
 }
 
+/* Supervisor-facing upkeep of one model: crash-loop FAILED answers its
+ * queued requests with 503; an on-demand model is woken for queued work and
+ * drained after idle_timeout without requests. */
+static void local_workers_tick(struct gateway *gw, gateway_model_t *m, int64_t now)
+{
+    if (!gw->sup)
+        return;
+    supervisor_model_info_t li;
+    supervisor_model_info(gw->sup, m->name, &li);
+    if (!li.n_children)
+        return;
+    if (model_failed(gw, m, &li)) {
+        prio_queue_entry_t e;
+        while (prio_queue_pop(m->queue, &e) == PRIO_QUEUE_OK) {
+            gateway_request_t *r = e.data;
+            r->state = GATEWAY_REQ_NEW;
+            request_reply_error(gw, r, 503, "model_failed",
+                                "Model '%s' is unavailable: its worker crashed repeatedly (%s)",
+                                m->name, li.reason);
+            request_finish(gw, r);
+        }
+        return;
+    }
+    if (!li.on_demand)
+        return;
+    bool ready = model_ready_replicas(gw, m->name) > 0;
+    if (prio_queue_len(m->queue) && !ready) {
+        if (supervisor_wake(gw->sup, m->name) > 0 && m->t_no_replica_us)
+            m->t_no_replica_us = now;
+        return;
+    }
+    if (!ready || prio_queue_len(m->queue) || now - m->t_last_active_us < (m->idle_timeout_us ? m->idle_timeout_us : gw->idle_timeout_us))
+        return;
+    for (size_t i = 0; i < gw->n_workers; i++) {
+        gateway_worker_t *w = &gw->workers[i];
+        if (strcmp(w->reg.model, m->name) != 0 || w->state != GATEWAY_WORKER_READY ||
+            w->n_assigned || !worker_is_local(gw, w))
+            continue;
+        log_info("model %s idle for %lld s: stopping its on-demand worker %s", m->name,
+                 (long long)((now - m->t_last_active_us) / 1000000), w->reg.replica);
+        worker_drain(gw, w, SUPERVISOR_EXIT_IDLE);
+        return; /* the table may have changed */
+    }
+}
+
 static void tick(struct gateway *gw, int64_t now)
 {
     /* forget workers that went silent: iterate backwards, removal moves the
@@ -987,16 +1423,16 @@ static void tick(struct gateway *gw, int64_t now)
             continue; /* a removal above took more than one */
         gateway_worker_t *w = &gw->workers[i];
         if (now >= worker_expiry_us(w)) {
-            gw->n_workers_lost++;
             char why[96];
             snprintf(why, sizeof why, "no message for %lld ms (%d heartbeat intervals)",
                      (long long)((now - w->t_last_seen_us) / 1000), PROTO_LIVENESS);
-            worker_remove(gw, w, why);
+            worker_remove(gw, w, why, REMOVE_SILENT);
         }
     }
     for (size_t i = 0; i < gw->n_models; i++) {
         gateway_model_t *m = &gw->models[i];
         prio_queue_expire(m->queue, now, on_expired, gw);
+        local_workers_tick(gw, m, now);
         if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us) {
             prio_queue_entry_t e;
             while (prio_queue_pop(m->queue, &e) == PRIO_QUEUE_OK) {
@@ -1042,7 +1478,10 @@ static void *core_main(void *arg)
         if (zmq_poll(items, 2, timeout_ms) < 0) {
             if (errno == EINTR)
                 continue;
-            log_error("zmq_poll: %s", zmq_strerror(errno));
+            log_error("zmq_poll: %s: the gateway core stops", zmq_strerror(errno));
+            uint64_t one = 1;
+            if (write(gw->fatal_fd, &one, sizeof one) != sizeof one)
+                abort(); /* cannot even report it */
             break;
         }
         if (items[0].revents & ZMQ_POLLIN)
@@ -1066,6 +1505,7 @@ static void *core_main(void *arg)
 struct gateway *gateway_new(const gateway_config_t *cfg)
 {
     struct gateway *gw = xcalloc(1, sizeof *gw);
+    gw->fatal_fd = -1;
     gw->worker_endpoint = xstrdup(cfg->worker_endpoint);
     gw->heartbeat_ms = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : PROTO_HEARTBEAT_MS;
     prio_queue_config_default(&gw->queue_cfg);
@@ -1076,14 +1516,28 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
                                                          : (int64_t)GATEWAY_DEFAULT_TIMEOUT_S * 1000000;
     gw->replica_grace_us = cfg->replica_grace_us > 0 ? cfg->replica_grace_us
                                                      : (int64_t)GATEWAY_DEFAULT_GRACE_S * 1000000;
+    gw->idle_timeout_us = cfg->idle_timeout_us > 0 ? cfg->idle_timeout_us
+                                                   : (int64_t)GATEWAY_DEFAULT_IDLE_S * 1000000;
+    if (gethostname(gw->hostname, sizeof gw->hostname - 1) != 0)
+        snprintf(gw->hostname, sizeof gw->hostname, "localhost");
+    atomic_init(&gw->stopping, false);
+    atomic_init(&gw->n_inflight, 0);
+    gw->fatal_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     atomic_init(&gw->next_request_id, 1);
     gw->n_req_buckets = 64;
     gw->req_buckets = xcalloc(gw->n_req_buckets, sizeof *gw->req_buckets);
     gw->metrics = metrics_new();
     metrics_std_register(gw->metrics, &gw->m);
-    for (size_t i = 0; i < cfg->n_models; i++)
-        model_add(gw, cfg->models[i], true);
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        gateway_model_t *m = model_add(gw, cfg->models[i], true);
+        if (cfg->idle_timeout_s && cfg->idle_timeout_s[i] > 0)
+            m->idle_timeout_us = (int64_t)(cfg->idle_timeout_s[i] * 1e6);
+    }
     gw->inbox = chan_new(cmd_free, CHAN_FD);
+    if (gw->fatal_fd < 0) {
+        log_error("eventfd: %s", strerror(errno));
+        goto err;
+    }
     gw->zctx = zmq_ctx_new();
     if (!gw->zctx) {
         log_error("zmq_ctx_new: %s", zmq_strerror(errno));
@@ -1163,6 +1617,8 @@ void gateway_free(struct gateway **gwp)
     if (gw->zctx)
         zmq_ctx_term(gw->zctx);
     chan_unref(&gw->inbox);
+    if (gw->fatal_fd >= 0)
+        close(gw->fatal_fd);
     metrics_free(&gw->metrics);
     free(gw->worker_endpoint);
     free(gw);

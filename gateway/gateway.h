@@ -34,8 +34,14 @@
  *   5. Failures: a queued request past its deadline → 504; a worker ERROR →
  *      an ERROR reply with its code (503 "no credit" before any output →
  *      back into the queue instead); a worker that dies (liveness or
- *      disconnect) → its requests that produced no output yet go back into
- *      the queue with their original enqueue time, the others get ERROR 502.
+ *      disconnect) → each of its requests goes back into the queue with its
+ *      original enqueue time. One that had produced output is *resumed*: the
+ *      core keeps every token id it passed to the HTTP side (sent_ids), and
+ *      the next SUBMIT carries them as `resume`, so the new replica continues
+ *      after them without sending them again — the client sees one unbroken
+ *      stream (or one complete JSON body). Only when no replica takes it
+ *      before its deadline (504) or the model has had none for
+ *      replica_grace (503) does it end with an ERROR reply.
  *   6. gateway_cancel() (client gone): queued → removed at once; on a worker
  *      → CANCEL sent, the record is dropped at the worker's final EVENT.
  *
@@ -45,6 +51,15 @@
  * at once when ZeroMQ reports its connection gone (EHOSTUNREACH on send).
  * A message from an unknown connection other than REGISTER is answered with
  * ERROR 409 so the worker registers again (e.g. after a gateway restart).
+ *
+ * Local workers (gateway_set_supervisor): a worker whose host is ours and
+ * whose pid is a supervisor child is "local". A local worker dropped for
+ * silence (hung, e.g. SIGSTOP) is killed with SIGKILL so the supervisor
+ * restarts it. A model whose local workers are all FAILED (crash loop) and
+ * that has no other replica answers 503 at once. On-demand models get their
+ * worker started by the first queued request and drained after idle_timeout
+ * without requests. The operations API (gateway_admin) drains and restarts
+ * workers.
  */
 #ifndef PAGODA_GATEWAY_GATEWAY_H
 #define PAGODA_GATEWAY_GATEWAY_H
@@ -66,6 +81,7 @@
 #define GATEWAY_DEFAULT_GRACE_S 30        /* --replica-grace */
 #define GATEWAY_DEFAULT_MAX_QUEUE 1024    /* --max-queue, per model */
 #define GATEWAY_COMPLETION_MAX_TOKENS 16  /* /v1/completions default, as OpenAI */
+#define GATEWAY_DEFAULT_IDLE_S 300        /* --idle-timeout, on-demand models */
 
 typedef struct gateway_config {
     const char *worker_endpoint;  /* ZeroMQ endpoint the ROUTER binds, "tcp://127.0.0.1:5557" */
@@ -78,6 +94,10 @@ typedef struct gateway_config {
     const char *const *models;    /* (n_models) model names known from the start (local
                                      workers); others become known when a worker registers */
     size_t n_models;
+    int64_t idle_timeout_us;      /* on-demand models: drain the local worker after this
+                                     long without requests, 0 = GATEWAY_DEFAULT_IDLE_S */
+    const double *idle_timeout_s; /* (n_models) per-model idle time of on-demand models, s;
+                                     NULL (or an entry ≤ 0) = idle_timeout_us */
     const char *curve_secret_key; /* Z85 secret key: the ROUTER becomes a CURVE server that
                                      admits only curve_authorized (gateway/zap.h); NULL = plain */
     const curve_keylist_t *curve_authorized; /* worker public keys (copied), with the above */
@@ -113,6 +133,9 @@ typedef struct gateway_model {
     bool configured;              /* named in gateway_config_t.models */
     int64_t t_no_replica_us;      /* since when no replica is up, 0 = some is */
     uint32_t n_ctx;               /* context length of the last replica seen */
+    int64_t t_last_active_us;     /* last request submitted or finished (on-demand idling) */
+    int64_t idle_timeout_us;      /* on-demand: idle time before the drain, 0 = gw's */
+    bool failed;                  /* last seen: local workers given up (crash loop) */
 } gateway_model_t;
 
 /* The gateway process state. Fields marked [core] are touched only by the
@@ -124,6 +147,8 @@ struct gateway {
     prio_queue_config_t queue_cfg;/* [any] read-only */
     int64_t request_timeout_us;   /* [any] read-only */
     int64_t replica_grace_us;     /* [any] read-only */
+    int64_t idle_timeout_us;      /* [any] read-only */
+    char hostname[256];           /* [any] ours: a worker on this host may be a local child */
 
     /* ZeroMQ */
     void *zctx;                   /* [core] context, terminated in gateway_free */
@@ -146,6 +171,14 @@ struct gateway {
     /* our heartbeats */
     uint64_t heartbeat_seq;       /* [core] seq of the next HEARTBEAT we send */
     int64_t t_next_heartbeat_us;  /* [core] when to send it (monotonic) */
+
+    /* local workers */
+    struct supervisor *sup;       /* [core] borrowed, NULL = none (gateway_set_supervisor) */
+
+    /* lifetime */
+    atomic_bool stopping;         /* [any] SIGTERM: new requests get 503 */
+    atomic_size_t n_inflight;     /* [any] mirror of n_requests for the main thread */
+    int fatal_fd;                 /* [any] eventfd written when the core thread dies */
 
     /* counters, for /health and /metrics */
     uint64_t n_malformed;         /* [core] messages dropped as malformed */
@@ -210,6 +243,11 @@ typedef struct gateway_request {
     int64_t t_enqueue_us;         /* first enqueue (kept on requeue) */
     int64_t t_deadline_us;        /* queue deadline */
     int64_t t_first_token_us, t_last_token_us;
+    int32_t *sent_ids;            /* (n_sent) token ids passed to the HTTP side: the resume
+                                     list if its worker is lost */
+    uint32_t n_sent, cap_sent;
+    uint32_t n_lost;              /* workers lost while running it */
+    uint32_t n_prompt;            /* prompt tokens as a worker last reported (0 = not yet) */
     struct gateway_request *next; /* hash chain */
 } gateway_request_t;
 
@@ -241,7 +279,16 @@ typedef enum gateway_cmd_kind {
     GATEWAY_CMD_METRICS,          /* reply: char* /metrics body */
     GATEWAY_CMD_SUBMIT,           /* request: replies on request->replies */
     GATEWAY_CMD_CANCEL,           /* id; no reply */
+    GATEWAY_CMD_SET_SUPERVISOR,   /* sup; reply: the same pointer (a sync point) */
+    GATEWAY_CMD_ADMIN,            /* admin op on target; reply: json_t* */
 } gateway_cmd_kind_t;
+
+typedef enum gateway_admin_op {
+    GATEWAY_ADMIN_WORKERS,        /* GET /admin/workers */
+    GATEWAY_ADMIN_DRAIN,          /* POST /admin/workers/{id}/drain */
+    GATEWAY_ADMIN_RESTART,        /* POST /admin/workers/{id}/restart */
+    GATEWAY_ADMIN_RESTART_MODEL,  /* POST /admin/models/{name}/restart */
+} gateway_admin_op_t;
 
 /* A command to the core. Snapshot commands are answered on `reply`; the
  * core frees the command. */
@@ -250,7 +297,12 @@ typedef struct gateway_cmd {
     chan_t *reply;                /* snapshot commands: a reference owned by the command */
     gateway_request_t *request;   /* SUBMIT: a reference owned by the command */
     uint64_t id;                  /* CANCEL */
+    struct supervisor *sup;       /* SET_SUPERVISOR */
+    gateway_admin_op_t op;        /* ADMIN */
+    char *target;                 /* ADMIN: worker id / model name, owned */
 } gateway_cmd_t;
+
+struct supervisor;
 
 /* Binds the ROUTER socket and starts the core thread. Returns NULL (logged)
  * when the endpoint cannot be bound. Free with gateway_free. */
@@ -281,5 +333,39 @@ char *gateway_models_json(struct gateway *gw, int64_t timeout_us);
 /* GET /metrics body (malloc'd, caller frees) or NULL on timeout. The core
  * refreshes the gauges (queue lengths, running, KV usage, replicas) first. */
 char *gateway_metrics_text(struct gateway *gw, int64_t timeout_us);
+
+/* Lets the core drive local workers through `sup` (borrowed; NULL detaches).
+ * Synchronous: after it returns the core uses only the new pointer, so
+ * detach before supervisor_free. */
+void gateway_set_supervisor(struct gateway *gw, struct supervisor *sup);
+
+/* Operations API. Returns NULL on timeout, else a JSON object the caller
+ * owns with an integer "status" (the HTTP status to answer; take it out
+ * before sending) and either the result or an OpenAI-shaped "error":
+ *   WORKERS        200 {"workers": [{"id" (replica id, null for a local
+ *                  worker that is not registered), "model", "host", "pid",
+ *                  "state" ("ready"|"draining" registered; "starting"|
+ *                  "backoff"|"failed"|"stopped"|"idle" local and not
+ *                  registered), "local", "uptime_s", "assigned", "load",
+ *                  "restarts" (local: crash restarts; null otherwise),
+ *                  "last_exit"}]}
+ *   DRAIN          target = replica id or pid: 200 {"id", "state":"draining",
+ *                  "restart": false}; a drained local worker is not restarted
+ *   RESTART        the same, then a local worker is started again
+ *                  ("restart": true; a remote one only drains, "restart": false)
+ *   RESTART_MODEL  target = model name: 200 {"model", "started", "draining"}:
+ *                  FAILED/stopped local workers start now, live local ones
+ *                  drain and restart. 404 for an unknown worker or model. */
+json_t *gateway_admin(struct gateway *gw, gateway_admin_op_t op, const char *target,
+                      int64_t timeout_us);
+
+/* SIGTERM, step 1: new generation requests get 503 from now on; requests in
+ * flight go on. Any thread. */
+void gateway_set_stopping(struct gateway *gw);
+/* Requests in flight (queued or running). Any thread. */
+size_t gateway_inflight(struct gateway *gw);
+/* An fd that becomes readable when the core thread stopped on a fatal error
+ * (the process should exit non-zero). */
+int gateway_fatal_fd(struct gateway *gw);
 
 #endif

@@ -12,10 +12,14 @@
  *
  * The main thread starts the core, the HTTP server and the supervisor, then
  * sleeps in poll() on the fd that SIGINT/SIGTERM make readable
- * (common/sigwake.h) and on an eventfd that SIGHUP makes readable (reload
- * the API keys file and, with CURVE, the authorized worker keys). Teardown
- * order: HTTP first (its handlers call into the core), then the local
- * workers, then the core.
+ * (common/sigwake.h), on an eventfd that SIGHUP makes readable (reload
+ * the API keys file and, with CURVE, the authorized worker keys) and on the
+ * core's fatal-error fd. Teardown order: HTTP first (its handlers call into
+ * the core), then the local workers, then the core.
+ *
+ * SIGINT/SIGTERM drain: new requests get 503, requests in flight may finish
+ * for up to drain_timeout_s, then the HTTP server closes what is left, local
+ * workers get SIGTERM, and the gateway exits 0.
  *
  * CURVE (proto/curve.h, gateway/zap.h): with a server secret key and an
  * authorized-keys file the worker socket is a CURVE server. Local workers get
@@ -26,8 +30,9 @@
  * prints it with the keys-file line that accepts it, then exits.
  * `pagoda-gateway --gen-curve-keypair PREFIX` writes PREFIX.key/PREFIX.pub.
  *
- * Exit status: 0 after a signal, 1 when start-up fails, 2 for bad options or
- * configuration (the message names FILE:LINE:COLUMN for errors in the file). */
+ * Exit status: 0 after a signal, 1 when start-up fails or the core stops on
+ * a fatal error, 2 for bad options or configuration (the message names
+ * FILE:LINE:COLUMN for errors in the file). */
 #include <errno.h>
 #include <getopt.h>
 #include <poll.h>
@@ -39,6 +44,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
@@ -82,6 +88,11 @@ static const struct flag_key {
     {"kv-blocks", "kv_blocks", true, false},
     {"kv-budget-mb", "kv_budget_mb", true, false},
     {"threads", "threads", true, false},
+    {"replicas", "replicas", true, false},
+    {"idle-timeout", "idle_timeout_s", true, false},
+    {"drain-timeout", "drain_timeout_s", false, false},
+    {"max-restarts", "restart.crash_loop_restarts", false, false},
+    {"restart-window", "restart.crash_loop_window_s", false, false},
 };
 #define N_FLAG_KEYS (sizeof flag_keys / sizeof flag_keys[0])
 #define OPT_FLAG_KEY 1000  /* getopt value of flag_keys[i] = OPT_FLAG_KEY + i */
@@ -122,6 +133,16 @@ static void usage(FILE *f)
             "                             a model of the file keeps its settings, gets this path\n"
             "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --kv-budget-mb N, --threads N\n"
             "                             set for every model's local workers [models[].*]\n"
+            "  --replicas N               local workers per model (default 1) [models[].replicas]\n"
+            "  --on-demand NAME           start NAME's local workers at its first request and\n"
+            "                             stop them after --idle-timeout S (default %d) idle\n"
+            "                             [models[].on_demand, models[].idle_timeout_s]\n"
+            "  --max-restarts N, --restart-window S\n"
+            "                             crash loop: a model whose worker needed N restarts\n"
+            "                             within S seconds is FAILED (default %d in %d)\n"
+            "                             [restart.crash_loop_restarts, restart.crash_loop_window_s]\n"
+            "  --drain-timeout S          on SIGTERM, let requests finish this long (default 30)\n"
+            "                             [drain_timeout_s]\n"
             "  --worker-arg ARG           any other worker flag, e.g. --worker-arg=--ctx=512\n"
             "                             (repeatable; wins over the settings above)\n"
             "  --worker-bin PATH          worker executable (default: pagoda-worker next to\n"
@@ -136,7 +157,8 @@ static void usage(FILE *f)
             "                             CURVE (trusted networks only) [curve.allow_plain_tcp]\n"
             "  --help\n",
             GATEWAY_DEFAULT_MAX_QUEUE, GATEWAY_DEFAULT_TIMEOUT_S, GATEWAY_DEFAULT_GRACE_S,
-            OAI_MAX_MESSAGES, OAI_MAX_TEXT_BYTES, PROTO_HEARTBEAT_MS);
+            OAI_MAX_MESSAGES, OAI_MAX_TEXT_BYTES, PROTO_HEARTBEAT_MS, GATEWAY_DEFAULT_IDLE_S,
+            SUPERVISOR_FAIL_RESTARTS, SUPERVISOR_FAIL_WINDOW_MS / 1000);
 }
 
 /* --hash-key NAME[:TIER[:admin]]: prints the secret and its keys-file line. */
@@ -203,8 +225,9 @@ static void on_sighup(int sig)
     (void)r;
 }
 
-/* A flag recorded for after the file: flag_keys[i_key] = value, or a
- * --model (i_key < 0). */
+/* A flag recorded for after the file: flag_keys[i_key] = value, a --model
+ * (i_key SETTING_MODEL) or an --on-demand (SETTING_ON_DEMAND). */
+enum { SETTING_MODEL = -1, SETTING_ON_DEMAND = -2 };
 typedef struct setting {
     int i_key;
     const char *value;
@@ -215,17 +238,22 @@ static int apply_setting(config_t *c, const setting_t *st)
 {
     char err[512];
     int rc;
-    if (st->i_key < 0)
+    if (st->i_key == SETTING_MODEL)
         rc = config_model_set(c, st->value, err, sizeof err);
+    else if (st->i_key == SETTING_ON_DEMAND)
+        rc = config_models_set(c, st->value, "on_demand", "true", err, sizeof err);
     else if (flag_keys[st->i_key].all_models)
-        rc = config_models_set(c, flag_keys[st->i_key].key, st->value, err, sizeof err);
+        rc = config_models_set(c, NULL, flag_keys[st->i_key].key, st->value, err, sizeof err);
     else
         rc = config_set(c, flag_keys[st->i_key].key, st->value, err, sizeof err);
     if (rc == 0)
         return 0;
     /* config's "--KEY: reason" names the key; name the flag the user typed */
     const char *why = strstr(err, ": ");
-    if (st->i_key >= 0 && why)
+    if (st->i_key == SETTING_ON_DEMAND)
+        fprintf(stderr, "pagoda-gateway: --on-demand %s: no model of that name (--model %s=FILE)\n",
+                st->value, st->value);
+    else if (st->i_key >= 0 && why)
         fprintf(stderr, "pagoda-gateway: --%s %s: %s\n", flag_keys[st->i_key].flag, st->value,
                 why + 2);
     else
@@ -253,14 +281,20 @@ static void warn_pending(const config_t *c)
 {
     if (c->limits.rate_per_key > 0)
         log_warn("limits.rate_per_key is not enforced yet: no per-key rate limit");
-    if (c->restart.backoff_initial_ms != SUPERVISOR_BACKOFF_MIN_MS ||
-        c->restart.backoff_max_ms != SUPERVISOR_BACKOFF_MAX_MS)
-        log_warn("restart.backoff_* are not applied yet: local workers restart after %d..%d ms",
-                 SUPERVISOR_BACKOFF_MIN_MS, SUPERVISOR_BACKOFF_MAX_MS);
-    for (size_t i = 0; i < c->n_models; i++)
-        if (c->models[i].on_demand)
-            log_warn("model %s: on_demand is not implemented yet: its %d local worker(s) start now",
-                     c->models[i].name, c->models[i].replicas);
+}
+
+/* Waits until no request is in flight and every response is sent, at most
+ * drain_s seconds. */
+static void drain(struct gateway *gw, http_server_t *http, double drain_s)
+{
+    int64_t t_end = clock_now_us() + (int64_t)(drain_s * 1e6);
+    while ((gateway_inflight(gw) > 0 || http_server_active(http) > 0) && clock_now_us() < t_end)
+        clock_sleep_us(20000);
+    size_t left = gateway_inflight(gw) + http_server_active(http);
+    if (left)
+        log_warn("drain timeout: %zu requests still in flight are cut off", left);
+    else
+        log_info("drained: no request in flight");
 }
 
 /* Flags of one model's local workers (strings in *owned, freed by the caller). */
@@ -300,6 +334,7 @@ int main(int argc, char **argv)
     opts[n_opts++] = (struct option){"config", required_argument, NULL, 'c'};
     opts[n_opts++] = (struct option){"print-config", no_argument, NULL, 'P'};
     opts[n_opts++] = (struct option){"model", required_argument, NULL, 'm'};
+    opts[n_opts++] = (struct option){"on-demand", required_argument, NULL, 'O'};
     opts[n_opts++] = (struct option){"worker-arg", required_argument, NULL, 'A'};
     opts[n_opts++] = (struct option){"hash-key", required_argument, NULL, 'H'};
     opts[n_opts++] = (struct option){"secret", required_argument, NULL, 'S'};
@@ -321,11 +356,13 @@ int main(int argc, char **argv)
         case 'c': config_path = optarg; break;
         case 'P': print_config = true; break;
         case 'm':
+        case 'O':
             if (n_settings == MAX_SETTINGS) {
                 fprintf(stderr, "pagoda-gateway: too many options\n");
                 return 2;
             }
-            settings[n_settings++] = (setting_t){-1, optarg};
+            settings[n_settings++] =
+                (setting_t){ch == 'm' ? SETTING_MODEL : SETTING_ON_DEMAND, optarg};
             break;
         case 'A':
             if (n_worker_args + 1 > MAX_WORKER_ARGS - 2) {
@@ -369,11 +406,13 @@ int main(int argc, char **argv)
     } else {
         cfg = config_default();
     }
-    /* scalar flags and --model in command-line order, then the all-model ones */
+    /* scalar flags and --model in command-line order, then the ones about
+     * models (they see every model of the file and of --model) */
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < n_settings; i++) {
-            bool all = settings[i].i_key >= 0 && flag_keys[settings[i].i_key].all_models;
-            if (all == (pass == 1) && apply_setting(cfg, &settings[i]) < 0) {
+            int k = settings[i].i_key;
+            bool later = k == SETTING_ON_DEMAND || (k >= 0 && flag_keys[k].all_models);
+            if (later == (pass == 1) && apply_setting(cfg, &settings[i]) < 0) {
                 config_free(&cfg);
                 return 2;
             }
@@ -398,8 +437,11 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < cfg->n_models; i++)
         n_local += (size_t)cfg->models[i].replicas;
     const char **model_names = xcalloc(cfg->n_models + 1, sizeof *model_names);
-    for (size_t i = 0; i < cfg->n_models; i++)
+    double *idle_s = xcalloc(cfg->n_models + 1, sizeof *idle_s);
+    for (size_t i = 0; i < cfg->n_models; i++) {
         model_names[i] = cfg->models[i].name;
+        idle_s[i] = cfg->models[i].idle_timeout_s;
+    }
 
     /* CURVE: the keys are read before anything starts; a bad key file is a
      * configuration error (exit 2) */
@@ -456,7 +498,7 @@ int main(int argc, char **argv)
         .max_queue = (size_t)cfg->queue.max_per_model, .aging_per_s = cfg->queue.aging_per_s,
         .request_timeout_us = (int64_t)(cfg->queue.default_timeout_s * 1e6),
         .replica_grace_us = (int64_t)(cfg->queue.replica_grace_s * 1e6),
-        .models = model_names, .n_models = cfg->n_models,
+        .models = model_names, .n_models = cfg->n_models, .idle_timeout_s = idle_s,
         .curve_secret_key = curve ? srv_sec : NULL, .curve_authorized = authorized,
     };
     struct gateway *gw = gateway_new(&gcfg);
@@ -474,9 +516,14 @@ int main(int argc, char **argv)
     if (!http)
         goto stop;
     if (n_local) {
-        supervisor_config_t scfg = {.worker_bin = cfg->worker_bin, .endpoint = gw->worker_endpoint,
-                                    .worker_args = worker_args, .n_worker_args = n_worker_args,
-                                    .restarts = gw->m.worker_restarts};
+        supervisor_config_t scfg = {
+            .worker_bin = cfg->worker_bin, .endpoint = gw->worker_endpoint,
+            .worker_args = worker_args, .n_worker_args = n_worker_args,
+            .restarts = gw->m.worker_restarts,
+            .fail_restarts = (unsigned)cfg->restart.crash_loop_restarts,
+            .fail_window_ms = (int64_t)(cfg->restart.crash_loop_window_s * 1000),
+            .backoff_min_ms = cfg->restart.backoff_initial_ms,
+            .backoff_max_ms = cfg->restart.backoff_max_ms};
         sup = supervisor_new(&scfg);
         if (!sup)
             goto stop;
@@ -486,15 +533,21 @@ int main(int argc, char **argv)
             char owned[5][32];
             size_t n = model_worker_args(m, args, owned);
             for (int r = 0; r < m->replicas; r++)
-                supervisor_add_args(sup, m->name, m->path, args, n);
+                supervisor_add_args(sup, m->name, m->path, m->on_demand, args, n);
         }
         if (supervisor_start(sup) < 0)
             goto stop;
+        gateway_set_supervisor(gw, sup);
     }
-    struct pollfd p[2] = {{.fd = sfd, .events = POLLIN}, {.fd = hup_fd, .events = POLLIN}};
+    struct pollfd p[3] = {{.fd = sfd, .events = POLLIN}, {.fd = hup_fd, .events = POLLIN},
+                          {.fd = gateway_fatal_fd(gw), .events = POLLIN}};
     for (;;) {
-        if (poll(p, 2, -1) < 1)
+        if (poll(p, 3, -1) < 1)
             continue;
+        if (p[2].revents & POLLIN) {
+            log_error("the gateway core stopped: exiting");
+            goto stop;
+        }
         if (p[0].revents & POLLIN)
             break;
         if (p[1].revents & POLLIN) {
@@ -511,15 +564,21 @@ int main(int argc, char **argv)
             }
         }
     }
-    log_info("%s: shutting down", strsignal(sigwake_signal()));
+    log_info("%s: shutting down; new requests get 503, %zu in flight may finish within %g s",
+             strsignal(sigwake_signal()), gateway_inflight(gw), cfg->drain_timeout_s);
+    gateway_set_stopping(gw);
+    drain(gw, http, cfg->drain_timeout_s);
     rc = 0;
 stop:
     http_server_free(&http);
+    if (gw)
+        gateway_set_supervisor(gw, NULL);
     supervisor_free(&sup);
     gateway_free(&gw);
 out:
     curve_keylist_free(&authorized);
     free(model_names);
+    free(idle_s);
     config_free(&cfg);
     if (rc == 0)
         log_info("bye");

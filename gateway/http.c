@@ -52,7 +52,10 @@ struct http_server {
     bool watcher_started;
 };
 
-typedef enum { AUTH_NONE, AUTH_KEY, AUTH_ADMIN } auth_t;
+/* AUTH_OPS: an admin key when a keys file is loaded, open otherwise (an open
+ * gateway trusts whoever reaches it; AUTH_ADMIN routes make no sense without
+ * keys and answer 403). */
+typedef enum { AUTH_NONE, AUTH_KEY, AUTH_ADMIN, AUTH_OPS } auth_t;
 
 typedef enum MHD_Result (*http_handler_fn)(http_server_t *s, struct MHD_Connection *c,
                                            http_req_t *req);
@@ -75,6 +78,7 @@ struct http_req {
     char *body;                 /* (body_len) + NUL, NULL when empty */
     size_t body_len;
     bool too_large;             /* body exceeded max_body: answer 413 */
+    char param[512];            /* the path segment a route's '*' matched */
     prio_tier_t tier;           /* from the key */
 
     /* generation */
@@ -221,7 +225,7 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
                                         "(pagoda-gateway --keys FILE)");
             return -1;
         }
-        return 0;
+        return 0; /* AUTH_OPS too: open gateway */
     }
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
@@ -245,7 +249,7 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
         oai_error_set(e, 401, NULL, "Incorrect API key provided.");
         return -1;
     }
-    if (rt->auth == AUTH_ADMIN && !admin) {
+    if ((rt->auth == AUTH_ADMIN || rt->auth == AUTH_OPS) && !admin) {
         oai_error_set(e, 403, NULL, "This key may not use admin endpoints");
         return -1;
     }
@@ -290,6 +294,40 @@ static enum MHD_Result handle_reload_keys(http_server_t *s, struct MHD_Connectio
     size_t n = keys_count(s->keys);
     pthread_rwlock_unlock(&s->keys_lock);
     return respond_json(s, c, 200, json_pack("{s:b, s:I}", "reloaded", 1, "keys", (json_int_t)n));
+}
+
+/* The core's answer to an operations command: {"status": N, ...}. */
+static enum MHD_Result respond_admin(http_server_t *s, struct MHD_Connection *c, json_t *j)
+{
+    if (!j)
+        return respond_error(s, c, 503, NULL, NULL, "The gateway core did not answer");
+    json_int_t status = json_integer_value(json_object_get(j, "status"));
+    json_object_del(j, "status");
+    return respond_json(s, c, status >= 200 && status <= 599 ? (unsigned)status : 500, j);
+}
+
+static enum MHD_Result handle_admin_workers(http_server_t *s, struct MHD_Connection *c,
+                                            http_req_t *req)
+{
+    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_WORKERS, NULL, SNAPSHOT_TIMEOUT_US));
+}
+
+static enum MHD_Result handle_admin_drain(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
+{
+    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_DRAIN, req->param, SNAPSHOT_TIMEOUT_US));
+}
+
+static enum MHD_Result handle_admin_restart(http_server_t *s, struct MHD_Connection *c,
+                                            http_req_t *req)
+{
+    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_RESTART, req->param, SNAPSHOT_TIMEOUT_US));
+}
+
+static enum MHD_Result handle_admin_restart_model(http_server_t *s, struct MHD_Connection *c,
+                                                  http_req_t *req)
+{
+    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_RESTART_MODEL, req->param,
+                                             SNAPSHOT_TIMEOUT_US));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -391,7 +429,9 @@ static char *chunk_json(const http_req_t *q, const oai_chunk_t *ch)
 static void stream_render(http_req_t *q, gateway_reply_t *rep)
 {
     if (rep->kind == GATEWAY_REPLY_ERROR) {
+        /* an error event, then [DONE]: every stream ends the same way */
         sse_data(q, oai_error_json(&rep->error));
+        out_append(q, "data: [DONE]\n\n", 14);
         q->done = true;
         q->finished = true;
         gateway_reply_free(&rep);
@@ -424,6 +464,7 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
             else
                 oai_error_set(&e, 500, NULL, "Generation failed on the worker");
             sse_data(q, oai_error_json(&e));
+            out_append(q, "data: [DONE]\n\n", 14);
         } else {
             oai_chunk_t ch = {.finish_reason = finish_name(ev->finish),
                               .include_usage = q->include_usage};
@@ -696,8 +737,31 @@ static const route_t routes[] = {
     {"POST", "/v1/batch/chat/completions", NULL, AUTH_KEY, OAI_CHAT, true},
     {"POST", "/v1/batch/completions", NULL, AUTH_KEY, OAI_COMPLETION, true},
     {"POST", "/admin/reload-keys", handle_reload_keys, AUTH_ADMIN, 0, false},
+    {"GET", "/admin/workers", handle_admin_workers, AUTH_OPS, 0, false},
+    {"POST", "/admin/workers/*/drain", handle_admin_drain, AUTH_OPS, 0, false},
+    {"POST", "/admin/workers/*/restart", handle_admin_restart, AUTH_OPS, 0, false},
+    {"POST", "/admin/models/*/restart", handle_admin_restart_model, AUTH_OPS, 0, false},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
+
+/* Matches url against a route path where '*' stands for one non-empty path
+ * segment (no '/'), copied into param (param_len bytes, else no match). */
+static bool route_match(const char *pattern, const char *url, char *param, size_t param_len)
+{
+    const char *star = strchr(pattern, '*');
+    if (!star)
+        return strcmp(pattern, url) == 0;
+    size_t pre = (size_t)(star - pattern);
+    if (strncmp(pattern, url, pre) != 0)
+        return false;
+    const char *seg = url + pre, *slash = strchr(seg, '/');
+    size_t n = slash ? (size_t)(slash - seg) : strlen(seg);
+    if (n == 0 || n >= param_len || strcmp(star + 1, seg + n) != 0)
+        return false;
+    memcpy(param, seg, n);
+    param[n] = '\0';
+    return true;
+}
 
 static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, const char *url,
                                 const char *method, http_req_t *req)
@@ -708,7 +772,7 @@ static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, cons
     bool path_known = false;
     for (size_t i = 0; i < N_ROUTES; i++) {
         const route_t *rt = &routes[i];
-        if (strcmp(rt->path, url) != 0)
+        if (!route_match(rt->path, url, req->param, sizeof req->param))
             continue;
         if (strcmp(rt->method, m) == 0) {
             oai_error_t e;
@@ -939,6 +1003,16 @@ void http_server_free(http_server_t **sp)
     pthread_rwlock_destroy(&s->keys_lock);
     pthread_mutex_destroy(&s->live_lock);
     free(s);
+}
+
+size_t http_server_active(http_server_t *s)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&s->live_lock);
+    for (http_req_t *q = s->live; q; q = q->next)
+        n++;
+    pthread_mutex_unlock(&s->live_lock);
+    return n;
 }
 
 uint16_t http_server_port(const http_server_t *s)

@@ -33,6 +33,10 @@
  *   POST /v1/batch/chat/completions    key; always tier low
  *   POST /v1/batch/completions         key; always tier low
  *   POST /admin/reload-keys            admin key; same as SIGHUP
+ *   GET  /admin/workers                ops: admin key with a keys file, open without
+ *   POST /admin/workers/{id}/drain     ops; id = replica id or pid
+ *   POST /admin/workers/{id}/restart   ops
+ *   POST /admin/models/{name}/restart  ops
  * docs/API.md describes bodies, streams and errors.
  */
 #ifndef PAGODA_GATEWAY_HTTP_H
@@ -64,6 +68,10 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw);
 /* Ends requests in flight (their connections are closed), stops accepting,
  * frees; NULLs *s. */
 void http_server_free(http_server_t **s);
+
+/* Generation requests whose connection is still open (their last bytes may
+ * not be sent yet even when the core is done with them). Any thread. */
+size_t http_server_active(http_server_t *s);
 
 /* The bound TCP port (useful when listening on port 0). */
 uint16_t http_server_port(const http_server_t *s);

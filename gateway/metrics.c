@@ -516,4 +516,14 @@ void metrics_std_register(metrics_t *m, metrics_std_t *o)
                                              "Worker replicas currently registered.", 1, L_MODEL);
     o->queue_length = metrics_gauge_new(m, "pagoda_queue_length", "Requests queued, by API key tier.", 2,
                                         L_MODEL_TIER);
+    o->workers_lost = metrics_counter_new(m, "pagoda_workers_lost_total",
+                                          "Worker registrations dropped: connection closed or heartbeats missed.",
+                                          1, L_MODEL);
+    o->requests_redispatched = metrics_counter_new(
+        m, "pagoda_requests_redispatched_total",
+        "Requests moved to another replica after their worker was lost; resumed = output had started.", 2,
+        (const char *[]){"model_name", "phase"});
+    o->model_failed = metrics_gauge_new(m, "pagoda_model_failed",
+                                        "1 while a model's local workers are given up after a crash loop.", 1,
+                                        L_MODEL);
 }

@@ -120,6 +120,10 @@ typedef struct {
     metrics_family_t *worker_restarts;        /* counter [model_name] */
     metrics_family_t *workers_connected;      /* gauge   [model_name] live worker replicas */
     metrics_family_t *queue_length;           /* gauge   [model_name, tier] */
+    metrics_family_t *workers_lost;           /* counter [model_name] registrations dropped as dead */
+    metrics_family_t *requests_redispatched;  /* counter [model_name, phase] phase = "queued" (no
+                                                 output yet) | "resumed" (stream continued) */
+    metrics_family_t *model_failed;           /* gauge   [model_name] 1 = crash loop, given up */
 } metrics_std_t;
 
 /* Registers all of the above in m and fills *out. Call once per registry. */

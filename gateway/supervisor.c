@@ -1,5 +1,5 @@
-/* supervisor.c — local worker processes: spawn, reap, restart with backoff
- * (see supervisor.h). */
+/* supervisor.c — local worker processes: spawn, reap, restart with backoff,
+ * crash-loop detection, drains and on-demand starts (see supervisor.h). */
 #include "gateway/supervisor.h"
 
 #include <errno.h>
@@ -20,13 +20,29 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 
+typedef enum child_state {
+    CHILD_RUNNING = 0,          /* pid > 0 */
+    CHILD_BACKOFF,              /* start again at t_next_start_us */
+    CHILD_FAILED,               /* crash loop: left down */
+    CHILD_STOPPED,              /* drained by an operator: left down */
+    CHILD_IDLE,                 /* on-demand and not needed: left down */
+} child_state_t;
+
 typedef struct child {
     char *name;                 /* model name */
     char **argv;                /* NULL-terminated, owned */
-    pid_t pid;                  /* 0 = not running */
+    bool on_demand;
+    child_state_t state;
+    pid_t pid;                  /* RUNNING: the process */
+    int exit_plan;              /* 0 = an exit is a crash, else supervisor_exit_plan_t */
+    bool killed;                /* we SIGKILLed it as hung */
     int64_t t_started_us;
-    int64_t t_next_start_us;    /* when pid == 0: start again at this time */
-    int64_t backoff_ms;         /* next delay after an exit */
+    int64_t t_next_start_us;    /* BACKOFF: when */
+    int64_t backoff_ms;         /* next delay after a crash */
+    int64_t t_restart_us[SUPERVISOR_MAX_FAIL_RESTARTS]; /* ring: times of crash restarts */
+    unsigned n_restarts;        /* crash restarts, total */
+    bool crash_restart;         /* the next spawn restarts after a crash (counted) */
+    char last_exit[160];        /* how the last process ended, "" = none yet */
 } child_t;
 
 struct supervisor {
@@ -35,6 +51,11 @@ struct supervisor {
     char **args;                /* (n_args) */
     size_t n_args;
     metrics_family_t *restarts;
+    unsigned fail_restarts;
+    int64_t fail_window_us;
+    int64_t backoff_min_ms, backoff_max_ms; /* restart delay: doubles from min up to max */
+    pthread_mutex_t lock;       /* guards children[] state (not the array itself,
+                                   fixed after start) */
     child_t *children;          /* (n_children) */
     size_t n_children;
     atomic_bool stop;
@@ -91,17 +112,26 @@ supervisor_t *supervisor_new(const supervisor_config_t *cfg)
     for (size_t i = 0; i < s->n_args; i++)
         s->args[i] = xstrdup(cfg->worker_args[i]);
     s->restarts = cfg->restarts;
+    s->fail_restarts = cfg->fail_restarts ? cfg->fail_restarts : SUPERVISOR_FAIL_RESTARTS;
+    if (s->fail_restarts > SUPERVISOR_MAX_FAIL_RESTARTS)
+        s->fail_restarts = SUPERVISOR_MAX_FAIL_RESTARTS;
+    s->fail_window_us = (cfg->fail_window_ms > 0 ? cfg->fail_window_ms : SUPERVISOR_FAIL_WINDOW_MS) * 1000;
+    s->backoff_min_ms = cfg->backoff_min_ms > 0 ? cfg->backoff_min_ms : SUPERVISOR_BACKOFF_MIN_MS;
+    s->backoff_max_ms = cfg->backoff_max_ms > 0 ? cfg->backoff_max_ms : SUPERVISOR_BACKOFF_MAX_MS;
+    if (s->backoff_max_ms < s->backoff_min_ms)
+        s->backoff_max_ms = s->backoff_min_ms;
+    pthread_mutex_init(&s->lock, NULL);
     atomic_init(&s->stop, false);
     atomic_init(&s->n_restarts, 0);
     return s;
 }
 
-void supervisor_add(supervisor_t *s, const char *name, const char *file)
+void supervisor_add(supervisor_t *s, const char *name, const char *file, bool on_demand)
 {
-    supervisor_add_args(s, name, file, NULL, 0);
+    supervisor_add_args(s, name, file, on_demand, NULL, 0);
 }
 
-void supervisor_add_args(supervisor_t *s, const char *name, const char *file,
+void supervisor_add_args(supervisor_t *s, const char *name, const char *file, bool on_demand,
                          const char *const *args, size_t n_args)
 {
     s->children = xrealloc(s->children, (s->n_children + 1) * sizeof *s->children);
@@ -124,15 +154,19 @@ void supervisor_add_args(supervisor_t *s, const char *name, const char *file,
     for (size_t i = 0; i < s->n_args; i++)
         c->argv[k++] = xstrdup(s->args[i]);
     c->argv[k] = NULL;
-    c->backoff_ms = SUPERVISOR_BACKOFF_MIN_MS;
+    c->backoff_ms = s->backoff_min_ms;
+    c->on_demand = on_demand;
+    c->state = on_demand ? CHILD_IDLE : CHILD_BACKOFF; /* BACKOFF at t 0: start now */
 }
 
+/* With s->lock held. */
 static void spawn(supervisor_t *s, child_t *c)
 {
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         log_error("fork for worker %s: %s", c->name, strerror(errno));
+        c->state = CHILD_BACKOFF;
         c->t_next_start_us = clock_now_us() + c->backoff_ms * 1000;
         return;
     }
@@ -148,36 +182,90 @@ static void spawn(supervisor_t *s, child_t *c)
         execv(c->argv[0], c->argv);
         _exit(127);
     }
+    int64_t now = clock_now_us();
     c->pid = pid;
-    c->t_started_us = clock_now_us();
+    c->state = CHILD_RUNNING;
+    c->t_started_us = now;
+    c->exit_plan = 0;
+    c->killed = false;
+    if (c->crash_restart) {
+        c->crash_restart = false;
+        c->t_restart_us[c->n_restarts % SUPERVISOR_MAX_FAIL_RESTARTS] = now;
+        c->n_restarts++;
+        atomic_fetch_add(&s->n_restarts, 1);
+        if (s->restarts)
+            metrics_counter_add(s->restarts, (const char *[]){c->name}, 1);
+    }
     log_info("started worker for model %s (pid %d): %s --gateway %s --model %s%s", c->name, (int)pid,
              c->argv[0], s->endpoint, c->argv[4], c->argv[5] ? " ..." : "");
 }
 
+/* Crash restarts of c within the failure window before now. */
+static unsigned recent_restarts(const supervisor_t *s, const child_t *c, int64_t now)
+{
+    unsigned n = 0, k = c->n_restarts < SUPERVISOR_MAX_FAIL_RESTARTS ? c->n_restarts
+                                                                     : SUPERVISOR_MAX_FAIL_RESTARTS;
+    for (unsigned i = 0; i < k; i++)
+        n += now - c->t_restart_us[i] < s->fail_window_us;
+    return n;
+}
+
+/* With s->lock held. */
 static void reap(supervisor_t *s, child_t *c, int64_t now)
 {
     int status;
     pid_t r = waitpid(c->pid, &status, WNOHANG);
     if (r == 0 || (r < 0 && errno == EINTR))
         return;
-    char how[64];
+    char how[96];
     if (r < 0)
         snprintf(how, sizeof how, "lost (%s)", strerror(errno));
     else if (WIFEXITED(status))
         snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
     else if (WIFSIGNALED(status))
-        snprintf(how, sizeof how, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+        snprintf(how, sizeof how, "killed by signal %d (%s)%s", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)), c->killed ? ": hung, no heartbeats" : "");
     else
         return; /* stopped/continued: still ours */
-    if (now - c->t_started_us >= (int64_t)SUPERVISOR_STABLE_MS * 1000)
-        c->backoff_ms = SUPERVISOR_BACKOFF_MIN_MS;
+    double ran_s = (double)(now - c->t_started_us) / 1e6;
+    snprintf(c->last_exit, sizeof c->last_exit, "%s after %.1f s", how, ran_s);
     c->pid = 0;
+    switch (c->exit_plan) {
+    case SUPERVISOR_EXIT_RESTART:
+        log_info("worker for model %s %s: restarting as asked", c->name, how);
+        c->state = CHILD_BACKOFF;
+        c->t_next_start_us = now;
+        c->backoff_ms = s->backoff_min_ms;
+        return;
+    case SUPERVISOR_EXIT_STAY_DOWN:
+        log_info("worker for model %s %s: drained, not restarted", c->name, how);
+        c->state = CHILD_STOPPED;
+        return;
+    case SUPERVISOR_EXIT_IDLE:
+        log_info("worker for model %s %s: idle, stopped until the next request", c->name, how);
+        c->state = CHILD_IDLE;
+        return;
+    }
+    if (now - c->t_started_us >= (int64_t)SUPERVISOR_STABLE_MS * 1000)
+        c->backoff_ms = s->backoff_min_ms;
+    unsigned recent = recent_restarts(s, c, now);
+    if (recent >= s->fail_restarts) {
+        c->state = CHILD_FAILED;
+        snprintf(c->last_exit, sizeof c->last_exit, "%s after %.1f s; %u restarts within %lld s",
+                 how, ran_s, recent, (long long)(s->fail_window_us / 1000000));
+        log_error("worker for model %s %s after %.1f s, %u restarts within %lld s: crash loop, "
+                  "model FAILED (POST /admin/models/%s/restart to try again)",
+                  c->name, how, ran_s, recent, (long long)(s->fail_window_us / 1000000), c->name);
+        return;
+    }
+    c->state = CHILD_BACKOFF;
+    c->crash_restart = true;
     c->t_next_start_us = now + c->backoff_ms * 1000;
-    log_warn("worker for model %s %s after %.1f s; restarting in %lld ms", c->name, how,
-             (double)(now - c->t_started_us) / 1e6, (long long)c->backoff_ms);
+    log_warn("worker for model %s %s after %.1f s; restarting in %lld ms", c->name, how, ran_s,
+             (long long)c->backoff_ms);
     c->backoff_ms *= 2;
-    if (c->backoff_ms > SUPERVISOR_BACKOFF_MAX_MS)
-        c->backoff_ms = SUPERVISOR_BACKOFF_MAX_MS;
+    if (c->backoff_ms > s->backoff_max_ms)
+        c->backoff_ms = s->backoff_max_ms;
 }
 
 static void *supervisor_main(void *arg)
@@ -185,17 +273,15 @@ static void *supervisor_main(void *arg)
     supervisor_t *s = arg;
     while (!atomic_load(&s->stop)) {
         int64_t now = clock_now_us();
+        pthread_mutex_lock(&s->lock);
         for (size_t i = 0; i < s->n_children; i++) {
             child_t *c = &s->children[i];
-            if (c->pid > 0) {
+            if (c->state == CHILD_RUNNING)
                 reap(s, c, now);
-            } else if (now >= c->t_next_start_us) {
+            else if (c->state == CHILD_BACKOFF && now >= c->t_next_start_us)
                 spawn(s, c);
-                atomic_fetch_add(&s->n_restarts, 1);
-                if (s->restarts)
-                    metrics_counter_add(s->restarts, (const char *[]){c->name}, 1);
-            }
         }
+        pthread_mutex_unlock(&s->lock);
         clock_sleep_us(SUPERVISOR_TICK_MS * 1000);
     }
     return NULL;
@@ -203,8 +289,11 @@ static void *supervisor_main(void *arg)
 
 int supervisor_start(supervisor_t *s)
 {
+    pthread_mutex_lock(&s->lock);
     for (size_t i = 0; i < s->n_children; i++)
-        spawn(s, &s->children[i]);
+        if (s->children[i].state == CHILD_BACKOFF)
+            spawn(s, &s->children[i]);
+    pthread_mutex_unlock(&s->lock);
     if (pthread_create(&s->thread, NULL, supervisor_main, s) != 0) {
         log_error("cannot start the supervisor thread");
         return -1;
@@ -218,6 +307,147 @@ unsigned supervisor_restarts(supervisor_t *s)
     return atomic_load(&s->n_restarts);
 }
 
+void supervisor_model_info(supervisor_t *s, const char *name, supervisor_model_info_t *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n_children; i++) {
+        const child_t *c = &s->children[i];
+        if (strcmp(c->name, name) != 0)
+            continue;
+        out->n_children++;
+        out->on_demand |= c->on_demand;
+        out->restarts += c->n_restarts;
+        switch (c->state) {
+        case CHILD_RUNNING: out->n_running++; break;
+        case CHILD_BACKOFF: out->n_backoff++; break;
+        case CHILD_FAILED:
+            out->n_failed++;
+            snprintf(out->reason, sizeof out->reason, "%s", c->last_exit);
+            break;
+        case CHILD_IDLE: out->n_idle++; break;
+        case CHILD_STOPPED: out->n_stopped++; break;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static child_t *child_by_pid(supervisor_t *s, pid_t pid)
+{
+    for (size_t i = 0; i < s->n_children; i++)
+        if (s->children[i].state == CHILD_RUNNING && s->children[i].pid == pid)
+            return &s->children[i];
+    return NULL;
+}
+
+bool supervisor_owns(supervisor_t *s, pid_t pid)
+{
+    pthread_mutex_lock(&s->lock);
+    bool yes = pid > 0 && child_by_pid(s, pid) != NULL;
+    pthread_mutex_unlock(&s->lock);
+    return yes;
+}
+
+int supervisor_expect_exit(supervisor_t *s, pid_t pid, supervisor_exit_plan_t plan)
+{
+    pthread_mutex_lock(&s->lock);
+    child_t *c = pid > 0 ? child_by_pid(s, pid) : NULL;
+    if (c)
+        c->exit_plan = (int)plan;
+    pthread_mutex_unlock(&s->lock);
+    return c ? 0 : -1;
+}
+
+int supervisor_kill(supervisor_t *s, pid_t pid, const char *why)
+{
+    pthread_mutex_lock(&s->lock);
+    child_t *c = pid > 0 ? child_by_pid(s, pid) : NULL;
+    if (c) {
+        log_warn("worker for model %s (pid %d) %s: SIGKILL", c->name, (int)pid, why);
+        c->killed = true;
+        kill(pid, SIGKILL);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return c ? 0 : -1;
+}
+
+unsigned supervisor_wake(supervisor_t *s, const char *name)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n_children; i++) {
+        child_t *c = &s->children[i];
+        if (strcmp(c->name, name) != 0 || !c->on_demand)
+            continue;
+        if (c->state == CHILD_IDLE) {
+            log_info("model %s is wanted: starting its on-demand worker", c->name);
+            spawn(s, c);
+            n++;
+        } else if (c->state == CHILD_RUNNING && c->exit_plan == SUPERVISOR_EXIT_IDLE) {
+            c->exit_plan = SUPERVISOR_EXIT_RESTART;
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+unsigned supervisor_restart_model(supervisor_t *s, const char *name)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n_children; i++) {
+        child_t *c = &s->children[i];
+        if (strcmp(c->name, name) != 0)
+            continue;
+        if (c->state == CHILD_FAILED || c->state == CHILD_STOPPED || c->state == CHILD_BACKOFF ||
+            (c->state == CHILD_IDLE && !c->on_demand)) {
+            memset(c->t_restart_us, 0, sizeof c->t_restart_us);
+            c->backoff_ms = s->backoff_min_ms;
+            c->crash_restart = false;
+            spawn(s, c);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+static const char *child_state_name(child_state_t st)
+{
+    switch (st) {
+    case CHILD_RUNNING: return "running";
+    case CHILD_BACKOFF: return "backoff";
+    case CHILD_FAILED: return "failed";
+    case CHILD_STOPPED: return "stopped";
+    case CHILD_IDLE: return "idle";
+    }
+    return "?";
+}
+
+json_t *supervisor_json(supervisor_t *s)
+{
+    json_t *a = json_array();
+    int64_t now = clock_now_us();
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n_children; i++) {
+        const child_t *c = &s->children[i];
+        bool up = c->state == CHILD_RUNNING;
+        json_array_append_new(
+            a, json_pack("{s:s, s:I, s:s, s:b, s:I, s:o, s:o, s:o}", "model", c->name,
+                         "pid", (json_int_t)(up ? c->pid : 0), "state", child_state_name(c->state),
+                         "on_demand", c->on_demand, "restarts", (json_int_t)c->n_restarts,
+                         "uptime_s", up ? json_real((double)(now - c->t_started_us) / 1e6) : json_null(),
+                         "next_start_ms", c->state == CHILD_BACKOFF
+                                              ? json_integer((c->t_next_start_us - now) / 1000 > 0
+                                                                 ? (c->t_next_start_us - now) / 1000 : 0)
+                                              : json_null(),
+                         "last_exit", c->last_exit[0] ? json_string(c->last_exit) : json_null()));
+    }
+    pthread_mutex_unlock(&s->lock);
+    return a;
+}
+
 void supervisor_free(supervisor_t **sp)
 {
     supervisor_t *s = *sp;
@@ -228,8 +458,10 @@ void supervisor_free(supervisor_t **sp)
     if (s->started)
         pthread_join(s->thread, NULL);
     for (size_t i = 0; i < s->n_children; i++)
-        if (s->children[i].pid > 0)
+        if (s->children[i].pid > 0) {
             kill(s->children[i].pid, SIGTERM);
+            kill(s->children[i].pid, SIGCONT); /* a stopped process acts on SIGTERM only then */
+        }
     int64_t t_end = clock_now_us() + (int64_t)SUPERVISOR_STOP_MS * 1000;
     for (size_t i = 0; i < s->n_children; i++) {
         child_t *c = &s->children[i];
@@ -258,5 +490,6 @@ void supervisor_free(supervisor_t **sp)
     free(s->args);
     free(s->endpoint);
     free(s->bin);
+    pthread_mutex_destroy(&s->lock);
     free(s);
 }

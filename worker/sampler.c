@@ -238,6 +238,12 @@ void sampler_free(sampler_t **sp)
 
 uint64_t sampler_seed(const sampler_t *s) { return s->seed; }
 
+void sampler_skip(sampler_t *s, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        (void)rng_next(s->rng);
+}
+
 int sampler_accept_prompt(sampler_t *s, const int32_t *tokens, int32_t n)
 {
     for (int32_t i = 0; i < n; i++) {

@@ -114,6 +114,13 @@ int sampler_accept(sampler_t *s, int32_t token);
  * in [0, n_vocab). Consumes exactly one uniform. */
 int32_t sampler_sample(sampler_t *s, const float *logits, sampler_logprobs_t *lp);
 
+/* Advances the PRNG by n draws (n >= 0) without sampling: what n
+ * sampler_sample() calls would have consumed. A request resumed after n
+ * tokens that were already delivered (sched_req_t.resume) calls this so a
+ * seeded run continues the very stream the interrupted one would have drawn
+ * (each sampled token costs exactly one uniform, greedy included). */
+void sampler_skip(sampler_t *s, int64_t n);
+
 /* Writes to out (n_vocab floats) the logits after steps 1, 3 and 4 (bias and
  * penalties, before temperature): what the truncation and the draw see. For
  * tests and debugging; uses no randomness. */

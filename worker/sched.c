@@ -32,6 +32,7 @@ typedef struct seq {
     int32_t cap;
     int32_t n_prompt;
     int32_t n_generated;       /* generated ids in tokens[], resumed ones included */
+    int32_t n_resumed;         /* of those, given in the SUBMIT's resume */
     int32_t n_computed;        /* positions whose K/V is in the cache */
     int32_t n_cached;          /* prefix-cache hit at first admission (usage) */
     bool first_admission_done;
@@ -224,6 +225,7 @@ static void emit(sched_t *s, seq_t *q, const char *text, size_t text_len, const 
         .n_prompt = q->n_prompt,
         .n_cached = q->n_cached,
         .n_completion = q->n_generated,
+        .n_resumed = q->n_resumed,
     };
     if (s->on_event)
         s->on_event(s->ud, &ev);
@@ -419,12 +421,24 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
         size_t dl;
         detok_push(q->detok, piece, plen, &d, &dl);
     }
+    q->n_resumed = r->n_resume;
+    /* each of them cost the interrupted run one draw: a seeded request
+     * continues the same random stream */
+    sampler_skip(q->sampler, r->n_resume);
     if (s->n_seqs == s->cap_seqs) {
         s->cap_seqs = s->cap_seqs ? s->cap_seqs * 2 : 16;
         s->seqs = xrealloc(s->seqs, (size_t)s->cap_seqs * sizeof *s->seqs);
     }
     s->seqs[s->n_seqs++] = q;
     return 0;
+}
+
+int32_t sched_abort_all(sched_t *s)
+{
+    int32_t n = s->n_seqs;
+    while (s->n_seqs > 0)
+        remove_seq_at(s, 0);
+    return n;
 }
 
 int sched_cancel(sched_t *s, uint64_t id)

@@ -23,6 +23,12 @@
  *      ▲                  │                             │
  *      └────preempt───────┴─────────────────────────────┘
  *
+ * A resumed request (sched_req_t.resume: tokens another replica already
+ * delivered) starts with those tokens as generated text: the detokenizer is
+ * primed with them (its output discarded) and the sampler's PRNG is advanced
+ * by one draw per token (sampler_skip), so a greedy or seeded request goes
+ * on exactly as the interrupted run would have.
+ *
  * A sequence that is preempted keeps its generated tokens, sampler state and
  * detokenizer, so resuming it reproduces exactly what an uninterrupted run
  * would have produced (the recompute samples nothing).
@@ -110,6 +116,7 @@ typedef struct sched_event {
     int32_t n_prompt;          /* prompt tokens */
     int32_t n_cached;          /* prompt tokens served from the prefix cache at first admission */
     int32_t n_completion;      /* tokens generated, resumed ones included */
+    int32_t n_resumed;         /* the request's n_resume (echoed in EVENT n_resumed) */
 } sched_event_t;
 
 typedef void (*sched_event_fn)(void *ud, const sched_event_t *ev);
@@ -142,6 +149,11 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen);
 /* Cancels a request at any phase; its blocks are freed in the next step and a
  * final event with SCHED_FINISH_CANCELLED is reported. 0 ok, -1 unknown id. */
 int sched_cancel(sched_t *s, uint64_t id);
+/* Drops every request at once, without events, and frees their blocks: the
+ * gateway they came from is gone, so nobody could receive a final event —
+ * and a new gateway may SUBMIT the same ids again right away. Returns how
+ * many were dropped. */
+int32_t sched_abort_all(sched_t *s);
 /* Stops admitting new work (drain); running and waiting requests continue. */
 void sched_set_admitting(sched_t *s, bool on);
 

@@ -32,6 +32,7 @@ struct worker_link {
     int64_t backoff_us;             /* next reconnect delay */
     int64_t t_reconnect_us;         /* when sock == NULL: when to connect again */
     uint64_t n_reconnects;
+    bool lost;                      /* gateway lost since worker_link_take_lost */
 };
 
 static void send_register(worker_link_t *l)
@@ -143,6 +144,13 @@ bool worker_link_registered(const worker_link_t *l)
     return l->registered;
 }
 
+bool worker_link_take_lost(worker_link_t *l)
+{
+    bool was = l->lost;
+    l->lost = false;
+    return was;
+}
+
 uint64_t worker_link_reconnects(const worker_link_t *l)
 {
     return l->n_reconnects;
@@ -179,6 +187,7 @@ static int64_t housekeeping(worker_link_t *l, int64_t now)
                  (long long)((now - l->t_last_seen_us) / 1000), (long long)(l->backoff_us / 1000));
         link_disconnect(l);
         l->n_reconnects++;
+        l->lost = true;
         l->t_reconnect_us = now + l->backoff_us;
         l->backoff_us *= 2;
         if (l->backoff_us > (int64_t)PROTO_RECONNECT_MAX_MS * 1000)
@@ -219,6 +228,7 @@ static bool on_message(worker_link_t *l, proto_msg_t *m, int64_t now)
         m->error.code == PROTO_CODE_NOT_REGISTERED) {
         log_info("gateway does not know us (%s): registering again", m->error.message);
         send_register(l);
+        l->lost = true;
         return false;
     }
     return true;

@@ -75,6 +75,14 @@ int worker_link_send(worker_link_t *l, const proto_msg_t *m);
 /* True once the gateway answered our latest REGISTER (with a heartbeat). */
 bool worker_link_registered(const worker_link_t *l);
 
+/* True once after the link lost its gateway: it gave up on a silent one, or
+ * the gateway answered ERROR 409 (it restarted, or dropped us). Requests the
+ * worker holds came from that gateway and their results can no longer be
+ * delivered (the gateway re-dispatches them), so the caller drops them —
+ * before it handles the message this poll returned, which may already be a
+ * SUBMIT from the new registration. */
+bool worker_link_take_lost(worker_link_t *l);
+
 /* Times the link gave up on a silent gateway and reconnected. */
 uint64_t worker_link_reconnects(const worker_link_t *l);
 

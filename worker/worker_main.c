@@ -164,6 +164,7 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
     e->ids = (int32_t *)ev->tokens;
     e->n_ids = (uint32_t)ev->n_tokens;
     e->n_tokens = (uint32_t)ev->n_completion;
+    e->n_resumed = (uint32_t)ev->n_resumed;
     proto_logprob_t lp[1];
     if (ev->logprobs && ev->n_tokens == 1) {
         const sched_token_logprob_t *l = &ev->logprobs[0];
@@ -328,6 +329,18 @@ static void on_gateway_message(struct worker *w, const proto_msg_t *m)
         log_warn("gateway sent %s, which only workers send: dropped", proto_type_name(m->type));
         break;
     }
+}
+
+/* The gateway that sent our requests is gone (silent, or it no longer knows
+ * us): their output cannot be delivered and that gateway's successor
+ * re-dispatches them, so stop computing them now. */
+static void drop_orphans(struct worker *w)
+{
+    if (!worker_link_take_lost(w->link))
+        return;
+    int32_t n = sched_abort_all(w->sched);
+    if (n)
+        log_warn("gateway lost: dropped %d requests whose results cannot be delivered", n);
 }
 
 static void publish_load(struct worker *w)
@@ -530,12 +543,14 @@ int main(int argc, char **argv)
         /* drain every queued message before the next step so CANCELs and
          * new SUBMITs join this step's batch */
         int prc = worker_link_poll(w.link, busy ? 0 : w.heartbeat_ms, sfd, &m);
+        drop_orphans(&w);
         while (prc == WORKER_LINK_MSG) {
             on_gateway_message(&w, &m);
             proto_msg_clear(&m);
             if (w.stop)
                 break;
             prc = worker_link_poll(w.link, 0, sfd, &m);
+            drop_orphans(&w);
         }
         if (prc == WORKER_LINK_WAKE) {
             log_info("%s: exiting", strsignal(sigwake_signal()));

@@ -21,6 +21,7 @@
 #include "gateway/gateway.h"
 #include "gateway/oai.h"
 #include "gateway/prio_queue.h"
+#include "gateway/supervisor.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -70,7 +71,7 @@ static const char *FULL =
     "    path: /var/lib/pagoda/tinyllama.Q8_0.gguf\n"
     "    replicas: 3\n"
     "    on_demand: true\n"
-    "    idle_timeout_s: 600\n"
+    "    idle_timeout_s: 1.5\n"
     "    kv_blocks: 4096\n"
     "    kv_budget_mb: 2048\n"
     "    max_seqs: 16\n"
@@ -104,7 +105,7 @@ static void test_full_file(void **state)
     assert_int_equal(c->restart.backoff_initial_ms, 250);
     assert_int_equal(c->restart.backoff_max_ms, 8000);
     assert_int_equal(c->restart.crash_loop_restarts, 7);
-    assert_int_equal(c->restart.crash_loop_window_s, 90);
+    assert_true(c->restart.crash_loop_window_s == 90);
     assert_int_equal(c->drain_timeout_s, 45);
     assert_string_equal(c->curve.server_secret_key_file, "/etc/pagoda/curve/server.key");
     assert_string_equal(c->curve.authorized_worker_keys_file, "/etc/pagoda/curve/workers");
@@ -116,7 +117,7 @@ static void test_full_file(void **state)
     assert_string_equal(m->path, "/var/lib/pagoda/tinyllama.Q8_0.gguf");
     assert_int_equal(m->replicas, 3);
     assert_true(m->on_demand);
-    assert_int_equal(m->idle_timeout_s, 600);
+    assert_true(m->idle_timeout_s == 1.5);
     assert_int_equal(m->kv_blocks, 4096);
     assert_int_equal(m->kv_budget_mb, 2048);
     assert_int_equal(m->max_seqs, 16);
@@ -166,7 +167,7 @@ static void check_defaults(const config_t *c)
     assert_int_equal(c->restart.backoff_initial_ms, 500);
     assert_int_equal(c->restart.backoff_max_ms, 30000);
     assert_int_equal(c->restart.crash_loop_restarts, 5);
-    assert_int_equal(c->restart.crash_loop_window_s, 60);
+    assert_true(c->restart.crash_loop_window_s == 60);
     assert_null(c->curve.server_secret_key_file);
     assert_null(c->curve.authorized_worker_keys_file);
     assert_false(c->curve.allow_plain_tcp);
@@ -181,13 +182,17 @@ static void check_defaults(const config_t *c)
     assert_int_equal(c->limits.max_messages, OAI_MAX_MESSAGES);
     assert_int_equal(c->limits.max_prompt_bytes, OAI_MAX_TEXT_BYTES);
     assert_int_equal(c->heartbeat_ms, PROTO_HEARTBEAT_MS);
+    assert_int_equal(c->restart.backoff_initial_ms, SUPERVISOR_BACKOFF_MIN_MS);
+    assert_int_equal(c->restart.backoff_max_ms, SUPERVISOR_BACKOFF_MAX_MS);
+    assert_int_equal(c->restart.crash_loop_restarts, SUPERVISOR_FAIL_RESTARTS);
+    assert_true(c->restart.crash_loop_window_s * 1000 == SUPERVISOR_FAIL_WINDOW_MS);
 }
 
 static void check_model_defaults(const config_model_t *m)
 {
     assert_int_equal(m->replicas, 1);
     assert_false(m->on_demand);
-    assert_int_equal(m->idle_timeout_s, 300);
+    assert_true(m->idle_timeout_s == 300);
     assert_int_equal(m->kv_blocks, 0);
     assert_int_equal(m->kv_budget_mb, 1024);
     assert_int_equal(m->max_seqs, 32);
@@ -302,7 +307,10 @@ static const bad_case_t BAD[] = {
     {"heartbeat_ms: 5\n", 1, 15, "heartbeat_ms: expected an integer in 10..600000"},
     {"heartbeat_ms: 0x100\n", 1, 15, "heartbeat_ms: expected an integer"},
     {"limits: {max_body_bytes: 10}\n", 1, 26, "limits.max_body_bytes: expected an integer in 1024..1073741824"},
-    {"drain_timeout_s: 99999999999999999999999\n", 1, 18, "drain_timeout_s: expected an integer"},
+    {"drain_timeout_s: 99999999999999999999999\n", 1, 18, "drain_timeout_s: expected a number in 0..86400"},
+    {"restart: {crash_loop_restarts: 65}\n", 1, 32, "restart.crash_loop_restarts: expected an integer in 1..64"},
+    {"models:\n- {name: a, path: /a, idle_timeout_s: 0}\n", 2, 39, "models[0].idle_timeout_s: expected a number in 0.001..604800"},
+    {"queue: {max_per_model: 99999999999999999999999}\n", 1, 24, "queue.max_per_model: expected an integer"},
     {"http_threads: 0\n", 1, 15, "http_threads: expected an integer in 1..256"},
     /* the worker's and the parser's ranges bound the settings passed on to them */
     {"models:\n- {name: a, path: /a, max_batch_tokens: 65537}\n", 2, 41,
@@ -531,21 +539,27 @@ static void test_model_flags(void **state)
     assert_int_equal(config_check(c, err, sizeof err), 0);
 
     /* --max-seqs etc.: one setting for every model, validated as in the file */
-    assert_int_equal(config_models_set(c, "max_seqs", "3", err, sizeof err), 0);
+    assert_int_equal(config_models_set(c, NULL, "max_seqs", "3", err, sizeof err), 0);
     assert_int_equal(c->models[0].max_seqs, 3);
     assert_int_equal(c->models[1].max_seqs, 3);
     assert_int_equal(c->models[0].threads, 4); /* untouched */
-    assert_int_equal(config_models_set(c, "threads", "0", err, sizeof err), -1);
+    assert_int_equal(config_models_set(c, NULL, "threads", "0", err, sizeof err), -1);
     assert_non_null(strstr(err, "--models.threads: expected an integer in 1..256, got '0'"));
     assert_int_equal(c->models[0].threads, 4);
-    assert_int_equal(config_models_set(c, "name", "x", err, sizeof err), -1);
+    assert_int_equal(config_models_set(c, NULL, "name", "x", err, sizeof err), -1);
     assert_non_null(strstr(err, "not a per-model setting"));
-    assert_int_equal(config_models_set(c, "nope", "1", err, sizeof err), -1);
+    assert_int_equal(config_models_set(c, NULL, "nope", "1", err, sizeof err), -1);
+    /* one model by name (--on-demand NAME) */
+    assert_int_equal(config_models_set(c, "b", "on_demand", "true", err, sizeof err), 0);
+    assert_false(c->models[0].on_demand);
+    assert_true(c->models[1].on_demand);
+    assert_int_equal(config_models_set(c, "zz", "on_demand", "true", err, sizeof err), -1);
+    assert_non_null(strstr(err, "no model called 'zz'"));
     config_free(&c);
     /* with no model a bad value still fails, a good one changes nothing */
     c = config_default();
-    assert_int_equal(config_models_set(c, "kv_blocks", "-1", err, sizeof err), -1);
-    assert_int_equal(config_models_set(c, "kv_blocks", "64", err, sizeof err), 0);
+    assert_int_equal(config_models_set(c, NULL, "kv_blocks", "-1", err, sizeof err), -1);
+    assert_int_equal(config_models_set(c, NULL, "kv_blocks", "64", err, sizeof err), 0);
     assert_int_equal(c->n_models, 0);
     config_free(&c);
 }

@@ -8,7 +8,10 @@
  *   - EVENTs reach the request's reply channel in order;
  *   - cancel: a running request makes the core send CANCEL;
  *   - worker death: requests without output go to a new worker, one with
- *     output gets 502 worker_lost. */
+ *     output resumes there (SUBMIT resume = the ids already delivered, same
+ *     seed), and no error reaches its client;
+ *   - a lost request with no replica coming back ends with 504 at its
+ *     deadline. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -232,9 +235,14 @@ static void test_worker_death(void **state)
     recv_work(w1, &m2, 2000);
     assert_int_equal(m1.type, PROTO_SUBMIT);
     assert_int_equal(m2.type, PROTO_SUBMIT);
+    assert_int_equal(m1.submit.n_resume, 0);
+    /* the gateway picks a seed for unseeded requests, so a resumed run
+     * continues the same random stream */
+    assert_true(m1.submit.sampling.has_seed);
+    uint64_t seed1 = m1.submit.id == r1->id ? m1.submit.sampling.seed : m2.submit.sampling.seed;
     proto_msg_clear(&m1);
     proto_msg_clear(&m2);
-    /* r1 produced output, r2 not */
+    /* r1 produced output (token 5), r2 not */
     send_event(w1, r1->id, "a", PROTO_FINISH_NONE);
     gateway_reply_t *a = reply(r1, 2000000);
     assert_non_null(a);
@@ -243,12 +251,28 @@ static void test_worker_death(void **state)
      * registration is dropped with its requests */
     zmq_close(w1);
     void *w2 = worker(f, "h:1:a", 2);
-    expect_error(r1, 502, "worker_lost");
-    proto_msg_t m3;
+    /* both go to the new worker, in their original order; r1 resumes after
+     * the token the client already has, with the same seed */
+    proto_msg_t m3, m4;
     recv_work(w2, &m3, 2000);
+    recv_work(w2, &m4, 2000);
     assert_int_equal(m3.type, PROTO_SUBMIT);
-    assert_true(m3.submit.id == r2->id); /* r2 went to the new worker */
+    assert_int_equal(m4.type, PROTO_SUBMIT);
+    assert_true(m3.submit.id == r1->id);
+    assert_int_equal(m3.submit.n_resume, 1);
+    assert_int_equal(m3.submit.resume[0], 5);
+    assert_true(m3.submit.sampling.seed == seed1);
+    assert_true(m4.submit.id == r2->id);
+    assert_int_equal(m4.submit.n_resume, 0);
     proto_msg_clear(&m3);
+    proto_msg_clear(&m4);
+    assert_null(reply(r1, 100000)); /* no error reached the client */
+    send_event(w2, r1->id, "b", PROTO_FINISH_STOP);
+    gateway_reply_t *b1 = reply(r1, 2000000);
+    assert_non_null(b1);
+    assert_int_equal(b1->kind, GATEWAY_REPLY_EVENT);
+    assert_string_equal(b1->event.text, "b");
+    gateway_reply_free(&b1);
     send_event(w2, r2->id, "ok", PROTO_FINISH_STOP);
     gateway_reply_t *b = reply(r2, 2000000);
     assert_non_null(b);
@@ -259,12 +283,44 @@ static void test_worker_death(void **state)
     zmq_close(w2);
 }
 
+/* A worker lost with no replica coming back: the resumed request ends with
+ * 504 at its deadline, never hangs. */
+static void test_lost_until_deadline(void **state)
+{
+    fixture_t *f = *state;
+    gateway_free(&f->gw);
+    const char *models[] = {"m"};
+    gateway_config_t cfg = {.worker_endpoint = "tcp://127.0.0.1:0", .heartbeat_ms = HB_MS,
+                            .max_queue = 3, .aging_per_s = 0, .models = models, .n_models = 1,
+                            .request_timeout_us = 600000};
+    f->gw = gateway_new(&cfg);
+    assert_non_null(f->gw);
+    void *w1 = worker(f, "h:1:a", 1);
+    gateway_request_t *r1 = submit(f, "m", PRIO_TIER_NORMAL);
+    proto_msg_t m1;
+    recv_work(w1, &m1, 2000);
+    assert_int_equal(m1.type, PROTO_SUBMIT);
+    proto_msg_clear(&m1);
+    send_event(w1, r1->id, "a", PROTO_FINISH_NONE);
+    gateway_reply_t *a = reply(r1, 2000000);
+    assert_non_null(a);
+    gateway_reply_free(&a);
+    zmq_close(w1);
+    void *w2 = worker(f, "h:1:a", 1); /* replaces w1 ... */
+    zmq_close(w2);                    /* ... and goes away too */
+    int64_t t0 = clock_now_us();
+    expect_error(r1, 504, "timeout");
+    assert_true(clock_now_us() - t0 < 1500000);
+    gateway_request_unref(&r1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_credit_priority_events_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_worker_death, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lost_until_deadline, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -566,6 +566,50 @@ static void check_logprobs(int V, int n_top, float temp)
     free(lp_ref);
 }
 
+/* sampler_skip(n) leaves the PRNG where n samples would have: a run that
+ * samples k tokens, then a fresh sampler that accepts those k tokens and
+ * skips k draws, continue with the same tokens (at temperature 1 with
+ * top-p, where every draw matters). Skipping 0 is a no-op, and skipping the
+ * wrong count gives another stream (so the check can fail). */
+static void test_skip(void **state)
+{
+    (void)state;
+    enum { V = 64, N = 200, K = 73 };
+    float *l = malloc((size_t)N * V * sizeof *l);
+    trng_state = 11;
+    random_logits(l, N * V, 1.0f);
+    sampler_params_t p = params();
+    p.top_p = 0.9f;
+    p.seed = 4242;
+    p.presence_penalty = 0.3f;
+    int32_t full[N], res[N], off[N];
+    sampler_t *s = sampler_new(&p, V);
+    for (int i = 0; i < N; i++) {
+        full[i] = sampler_sample(s, l + (size_t)i * V, NULL);
+        sampler_accept(s, full[i]);
+    }
+    sampler_free(&s);
+    for (int variant = 0; variant < 2; variant++) {
+        s = sampler_new(&p, V);
+        for (int i = 0; i < K; i++)
+            sampler_accept(s, full[i]);
+        sampler_skip(s, 0);
+        sampler_skip(s, variant == 0 ? K : K - 1);
+        int32_t *out = variant == 0 ? res : off;
+        for (int i = K; i < N; i++) {
+            out[i] = sampler_sample(s, l + (size_t)i * V, NULL);
+            sampler_accept(s, out[i]);
+        }
+        sampler_free(&s);
+    }
+    assert_memory_equal(res + K, full + K, (N - K) * sizeof(int32_t));
+    int differ = 0;
+    for (int i = K; i < N; i++)
+        differ += off[i] != full[i];
+    assert_true(differ > 0);
+    free(l);
+}
+
 static void test_logprobs(void **state)
 {
     (void)state;
@@ -627,6 +671,7 @@ int main(void)
         cmocka_unit_test(test_penalties_distribution),
         cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_seeds),
+        cmocka_unit_test(test_skip),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_timing),
     };

@@ -1108,6 +1108,78 @@ static void test_resume(void **state)
     run_free(&R);
 }
 
+/* A seeded (temperature 0.8, top-p 0.9) request resumed after k delivered
+ * tokens continues with exactly the tokens and text of the uninterrupted
+ * run: the sampler's PRNG skips one draw per resumed token. */
+static void test_resume_seeded(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    int32_t p[40];
+    make_prompt(p, 21, 3);
+    sched_req_t q = req_greedy(1, 1, p, 21, 80, true);
+    req_seeded(&q, 987654321);
+    rec_t full;
+    run_solo(g_stories, &q, &full);
+    assert_int_equal(full.n_tok, 80);
+    static const int32_t KS[] = {1, 17, 64};
+    for (size_t i = 0; i < sizeof KS / sizeof KS[0]; i++) {
+        int32_t k = KS[i];
+        sched_req_t qr = q;
+        qr.resume = full.tok;
+        qr.n_resume = k;
+        rec_t r;
+        run_solo(g_stories, &qr, &r);
+        assert_int_equal(r.n_tok, 80 - k);
+        assert_memory_equal(r.tok, full.tok + k, (size_t)(80 - k) * sizeof(int32_t));
+        size_t seen = full.cum[k - 1];
+        assert_int_equal(r.text_len, full.text_len - seen);
+        assert_memory_equal(r.text, full.text + seen, r.text_len);
+    }
+    /* and another seed does diverge (the check can fail) */
+    sched_req_t qo = q;
+    req_seeded(&qo, 11);
+    rec_t other;
+    run_solo(g_stories, &qo, &other);
+    assert_true(memcmp(other.tok, full.tok, 80 * sizeof(int32_t)) != 0);
+}
+
+/* sched_abort_all drops everything at once, without events, and every KV
+ * block comes back (free or cached); the same ids can be submitted again. */
+static void test_abort_all(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    int32_t p[40];
+    make_prompt(p, 33, 5);
+    sched_config_t c = cfg_make(4, 64, 0, 1);
+    run_t *R = run_new(g_stories, &c);
+    for (uint64_t id = 1; id <= 3; id++) {
+        sched_req_t q = req_greedy(id, 1, p, 33, 50, true);
+        submit(R, &q);
+    }
+    for (int i = 0; i < 3; i++)
+        step(R);
+    int n_events = 0;
+    for (int i = 0; i < R->n; i++)
+        n_events += R->r[i].n_tok + R->r[i].n_final;
+    assert_true(n_events > 0);
+    assert_int_equal(sched_abort_all(R->s), 3);
+    assert_false(sched_busy(R->s));
+    sched_stats_t st;
+    sched_stats(R->s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(sched_check(R->s), 0);
+    int n_after = 0;
+    for (int i = 0; i < R->n; i++)
+        n_after += R->r[i].n_tok + R->r[i].n_final;
+    assert_int_equal(n_after, n_events); /* no events */
+    sched_req_t again = req_greedy(2, 1, p, 33, 5, true);
+    char err[128];
+    assert_int_equal(sched_submit(R->s, &again, err, sizeof err), 0);
+    run_free(&R);
+}
+
 /* ---- invalid submissions ---------------------------------------------------- */
 
 static void test_invalid_submissions(void **state)
@@ -1259,6 +1331,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_priority_preemption),
         cmocka_unit_test(test_stop_eos_length),
         cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_resume_seeded),
+        cmocka_unit_test(test_abort_all),
         cmocka_unit_test(test_invalid_submissions),
         cmocka_unit_test(test_zoo_batched_preempted),
     };

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Operations and supervision of pagoda-gateway, real processes:
+#   - crash loop: a model whose worker keeps dying is FAILED (/health,
+#     /admin/workers, pagoda_model_failed), its requests get 503 model_failed
+#     at once, POST /admin/models/NAME/restart tries again;
+#   - on-demand model: no process until the first request, which waits for
+#     the worker to start and completes; after --idle-timeout the worker is
+#     drained and exits; the next request starts it again;
+#   - POST /admin/workers/ID/drain: the running request finishes, the worker
+#     exits and is not restarted; /admin/models/NAME/restart brings it back;
+#   - POST /admin/workers/ID/restart: drain, then a new process at once (not
+#     counted as a crash restart);
+#   - auth: /admin/* are open without --keys, admin-key-only with keys.
+source "$(dirname "$0")/../lib.sh"
+
+GW=$BUILD/pagoda-gateway
+WK=$BUILD/pagoda-worker
+[[ -x $GW && -x $WK ]] || { fail "pagoda-gateway / pagoda-worker not built in $BUILD"; finish; }
+need_shared_model stories260K.gguf
+M=$SHARED/models/stories260K.gguf
+
+py() { python3 -c "import json,sys; j=json.load(sys.stdin); sys.exit(0 if ($1) else 1)"; }
+pyp() { python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
+req() { # METHOD PATH [curl args] → $CODE, $TMP/body
+  local m=$1 p=$2; shift 2
+  CODE=$(curl -s -o "$TMP/body" -w '%{http_code}' --max-time 30 -X "$m" "$URL$p" "$@")
+}
+health() { curl -s --max-time 5 "$URL/health"; }
+adminw() { curl -s --max-time 5 "$URL/admin/workers"; }
+gen() { # model max_tokens → $CODE, $TMP/body
+  req POST /v1/completions -d "{\"model\":\"$1\",\"prompt\":\"Once upon a time\",\"max_tokens\":$2,\"temperature\":0,\"ignore_eos\":true}"
+}
+
+HP=$(free_port); ZP=$(free_port)
+URL=http://127.0.0.1:$HP
+spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$HP --worker-endpoint tcp://127.0.0.1:$ZP --heartbeat-ms 200 \
+  --worker-arg=--heartbeat-ms=200 --threads 1 --max-seqs 4 \
+  --model "stories=$M" --model "lazy=$M" --on-demand lazy --idle-timeout 1.5 \
+  --model "broken=$TMP/missing.gguf" --max-restarts 2 --restart-window 30 --log-level debug
+GPID=$SPAWNED
+check "gateway up, stories registered" wait_for 20 bash -c "curl -s $URL/health | python3 -c \"import json,sys; sys.exit(0 if json.load(sys.stdin)['models']['stories']['state']=='ready' else 1)\""
+
+# --- crash loop → FAILED ---------------------------------------------------------------
+failed() { health | py "j['models']['broken']['state']=='failed' and 'status 1' in j['models']['broken']['failed_reason']"; }
+check "a worker that keeps exiting makes its model FAILED after 2 restarts (/health)" wait_for 20 failed
+check "/admin/workers shows the failed local worker with its restarts and last exit" bash -c \
+  "curl -s $URL/admin/workers | python3 -c \"import json,sys; w=[w for w in json.load(sys.stdin)['workers'] if w['model']=='broken'][0]; sys.exit(0 if w['state']=='failed' and w['restarts']==2 and w['id'] is None and w['local'] and 'status 1' in w['last_exit'] else 1)\""
+check "pagoda_model_failed{broken} is 1" bash -c "curl -s $URL/metrics | grep -q '^pagoda_model_failed{model_name=\"broken\"} 1$'"
+t0=$(date +%s%3N); gen broken 4; dt=$(( $(date +%s%3N) - t0 ))
+check "a request for a FAILED model gets 503 model_failed at once (${dt} ms)" bash -c \
+  "[[ $CODE == 503 ]] && (( $dt < 1000 )) && python3 -c \"import json; e=json.load(open('$TMP/body'))['error']; assert e['code']=='model_failed' and 'restart' in e['message']\""
+req POST /admin/models/broken/restart
+check "POST /admin/models/broken/restart starts it again (200, started 1)" bash -c \
+  "[[ $CODE == 200 ]] && python3 -c \"import json; j=json.load(open('$TMP/body')); assert j['started']==1 and j['model']=='broken'\""
+check "after the operator restart the model is no longer failed" bash -c "curl -s $URL/health | python3 -c \"import json,sys; sys.exit(0 if json.load(sys.stdin)['models']['broken']['state']!='failed' else 1)\""
+req POST /admin/models/nope/restart
+check "restart of an unknown model → 404" test "$CODE" = 404
+
+# --- on-demand -------------------------------------------------------------------------------
+check "on-demand model: idle, no process before its first request" bash -c \
+  "curl -s $URL/health | python3 -c \"import json,sys; m=json.load(sys.stdin)['models']['lazy']; sys.exit(0 if m['state']=='idle' and m['replicas']==0 and m['on_demand'] else 1)\""
+t0=$(date +%s%3N); gen lazy 8; dt=$(( $(date +%s%3N) - t0 ))
+check "the first request starts the on-demand worker and completes (${dt} ms)" bash -c \
+  "[[ $CODE == 200 ]] && python3 -c \"import json; assert json.load(open('$TMP/body'))['usage']['completion_tokens']==8\""
+LPID=$(adminw | pyp "[w for w in j['workers'] if w['model']=='lazy'][0]['pid']")
+idle_again() { health | py "j['models']['lazy']['state']=='idle'" && ! kill -0 "$LPID" 2>/dev/null; }
+check "after --idle-timeout the on-demand worker (pid $LPID) is drained and exits" wait_for 10 idle_again
+gen lazy 8
+check "the next request starts it again (200)" test "$CODE" = 200
+
+# --- drain / restart ----------------------------------------------------------------------------
+WPID=$(adminw | pyp "[w for w in j['workers'] if w['model']=='stories'][0]['pid']")
+WID=$(adminw | pyp "[w for w in j['workers'] if w['model']=='stories'][0]['id']")
+restarts() { local v; v=$(curl -s $URL/metrics | sed -n 's/^pagoda_worker_restarts_total{model_name="stories"} //p'); echo "${v:-0}"; }
+R0=$(restarts)
+curl -s -o "$TMP/long" --max-time 30 "$URL/v1/completions" \
+  -d '{"model":"stories","prompt":"Once upon a time","max_tokens":400,"temperature":0,"ignore_eos":true,"stream":true}' &
+LONG=$!
+sleep 0.1
+req POST "/admin/workers/$WID/drain"
+check "POST /admin/workers/{id}/drain → 200 draining, not to be restarted" bash -c \
+  "[[ $CODE == 200 ]] && python3 -c \"import json; j=json.load(open('$TMP/body')); assert j['state']=='draining' and j['restart'] is False and j['local']\""
+curl -s -o "$TMP/queued" -w '%{http_code}' --max-time 30 "$URL/v1/completions" \
+  -d '{"model":"stories","prompt":"Once","max_tokens":4,"temperature":0}' >"$TMP/queued.code" &
+QUEUED=$!
+wait $LONG
+check "the request running on the drained worker finished its stream" bash -c "tail -c 20 '$TMP/long' | grep -q 'data: \[DONE\]' && ! grep -q '\"error\"' '$TMP/long'"
+stopped() { ! kill -0 "$WPID" 2>/dev/null && adminw | py "[w for w in j['workers'] if w['model']=='stories'][0]['state']=='stopped'"; }
+check "the drained worker exited and is not restarted (state stopped)" wait_for 10 stopped
+req POST /admin/models/stories/restart
+check "POST /admin/models/stories/restart starts the stopped worker" bash -c "[[ $CODE == 200 ]] && grep -q '\"started\":1' '$TMP/body'"
+wait $QUEUED
+check "a request sent while its only worker drained waited in the queue and was served after the restart" \
+  bash -c "[[ \$(cat '$TMP/queued.code') == 200 ]]"
+check "stories ready again" wait_for 15 bash -c "curl -s $URL/health | python3 -c \"import json,sys; sys.exit(0 if json.load(sys.stdin)['models']['stories']['state']=='ready' else 1)\""
+WPID=$(adminw | pyp "[w for w in j['workers'] if w['model']=='stories'][0]['pid']")
+req POST "/admin/workers/$WPID/restart"
+check "POST /admin/workers/{pid}/restart → 200 (restart true)" bash -c "[[ $CODE == 200 ]] && grep -q '\"restart\":true' '$TMP/body'"
+newpid() { adminw | py "any(w['model']=='stories' and w['id'] and w['pid']!=$WPID and w['state']=='ready' for w in j['workers'])"; }
+check "the restarted worker comes back as a new process" wait_for 15 newpid
+R1=$(restarts)
+check "requested restarts are not counted as crash restarts ($R0 → $R1)" test "$R0" = "$R1"
+gen stories 4
+check "and it serves (200)" test "$CODE" = 200
+req POST /admin/workers/nobody/drain
+check "drain of an unknown worker → 404" test "$CODE" = 404
+check "the gateway kept running throughout" kill -0 "$GPID"
+
+# --- auth ------------------------------------------------------------------------------------
+"$GW" --hash-key ops:normal:admin --secret ops-secret | grep -v '^#' >"$TMP/keys.txt"
+"$GW" --hash-key bob:normal --secret bob-secret | grep -v '^#' >>"$TMP/keys.txt"
+HP2=$(free_port); ZP2=$(free_port)
+spawn "$TMP/gw2.log" "$GW" --listen 127.0.0.1:$HP2 --worker-endpoint tcp://127.0.0.1:$ZP2 --keys "$TMP/keys.txt"
+wait_for 10 curl -sf -o /dev/null "http://127.0.0.1:$HP2/metrics"
+c1=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HP2/admin/workers")
+c2=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer bob-secret" "http://127.0.0.1:$HP2/admin/workers")
+c3=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer ops-secret" "http://127.0.0.1:$HP2/admin/workers")
+check "with --keys, /admin/workers: no key 401, non-admin 403, admin 200 ($c1 $c2 $c3)" \
+  bash -c "[[ $c1 == 401 && $c2 == 403 && $c3 == 200 ]]"
+c4=$(curl -s -o /dev/null -w '%{http_code}' "$URL/admin/workers")
+check "without --keys, /admin/workers is open (200)" test "$c4" = 200
+
+kill -TERM "$GPID"
+wait "$GPID"
+check "SIGTERM with nothing in flight: exit 0" test $? = 0
+finish
