@@ -138,7 +138,7 @@ both_generated() {
   python3 -c "import sys; d=dict(map(int, x.split(':')) for x in '$g'.split()); sys.exit(0 if len(d)==2 and all(v>0 for v in d.values()) else 1)"
 }
 ok_all=1
-for round in 1 2 3 4 5; do
+for _ in 1 2 3 4 5; do
   burst 8 || ok_all=0
   both_generated && break
 done
