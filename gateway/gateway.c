@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "gateway/supervisor.h"
+#include "gateway/zap.h"
 
 /* While a queue holds requests the core wakes at least this often to expire
  * deadlines (prio_queue has no "next deadline" query). */
@@ -1405,7 +1406,7 @@ static void local_workers_tick(struct gateway *gw, gateway_model_t *m, int64_t n
             m->t_no_replica_us = now;
         return;
     }
-    if (!ready || prio_queue_len(m->queue) || now - m->t_last_active_us < gw->idle_timeout_us)
+    if (!ready || prio_queue_len(m->queue) || now - m->t_last_active_us < (m->idle_timeout_us ? m->idle_timeout_us : gw->idle_timeout_us))
         return;
     for (size_t i = 0; i < gw->n_workers; i++) {
         gateway_worker_t *w = &gw->workers[i];
@@ -1534,8 +1535,11 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
     gw->req_buckets = xcalloc(gw->n_req_buckets, sizeof *gw->req_buckets);
     gw->metrics = metrics_new();
     metrics_std_register(gw->metrics, &gw->m);
-    for (size_t i = 0; i < cfg->n_models; i++)
-        model_add(gw, cfg->models[i], true);
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        gateway_model_t *m = model_add(gw, cfg->models[i], true);
+        if (cfg->idle_timeout_s && cfg->idle_timeout_s[i] > 0)
+            m->idle_timeout_us = (int64_t)(cfg->idle_timeout_s[i] * 1e6);
+    }
     gw->inbox = chan_new(cmd_free, CHAN_FD);
     if (gw->fatal_fd < 0) {
         log_error("eventfd: %s", strerror(errno));
@@ -1556,6 +1560,9 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
     zmq_setsockopt(gw->router, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(gw->router, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof mandatory);
     zmq_setsockopt(gw->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (cfg->curve_secret_key &&
+        !(gw->zap = zap_new(gw->zctx, gw->router, cfg->curve_secret_key, cfg->curve_authorized)))
+        goto err;
     if (zmq_bind(gw->router, gw->worker_endpoint) != 0) {
         log_error("cannot bind worker endpoint %s: %s", gw->worker_endpoint,
                   zmq_strerror(errno));
@@ -1613,6 +1620,7 @@ void gateway_free(struct gateway **gwp)
     free(gw->models);
     if (gw->router)
         zmq_close(gw->router);
+    zap_free(&gw->zap);
     if (gw->zctx)
         zmq_ctx_term(gw->zctx);
     chan_unref(&gw->inbox);

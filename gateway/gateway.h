@@ -74,6 +74,7 @@
 #include "gateway/metrics.h"
 #include "gateway/oai.h"
 #include "gateway/prio_queue.h"
+#include "proto/curve.h"
 #include "proto/msg.h"
 
 #define GATEWAY_DEFAULT_TIMEOUT_S 600     /* --request-timeout */
@@ -95,6 +96,11 @@ typedef struct gateway_config {
     size_t n_models;
     int64_t idle_timeout_us;      /* on-demand models: drain the local worker after this
                                      long without requests, 0 = GATEWAY_DEFAULT_IDLE_S */
+    const double *idle_timeout_s; /* (n_models) per-model idle time of on-demand models, s;
+                                     NULL (or an entry ≤ 0) = idle_timeout_us */
+    const char *curve_secret_key; /* Z85 secret key: the ROUTER becomes a CURVE server that
+                                     admits only curve_authorized (gateway/zap.h); NULL = plain */
+    const curve_keylist_t *curve_authorized; /* worker public keys (copied), with the above */
 } gateway_config_t;
 
 typedef enum gateway_worker_state {
@@ -128,6 +134,7 @@ typedef struct gateway_model {
     int64_t t_no_replica_us;      /* since when no replica is up, 0 = some is */
     uint32_t n_ctx;               /* context length of the last replica seen */
     int64_t t_last_active_us;     /* last request submitted or finished (on-demand idling) */
+    int64_t idle_timeout_us;      /* on-demand: idle time before the drain, 0 = gw's */
     bool failed;                  /* last seen: local workers given up (crash loop) */
 } gateway_model_t;
 
@@ -146,6 +153,7 @@ struct gateway {
     /* ZeroMQ */
     void *zctx;                   /* [core] context, terminated in gateway_free */
     void *router;                 /* [core] ROUTER bound to worker_endpoint */
+    struct zap *zap;              /* [any] CURVE ZAP handler (zap.h), NULL = plain */
 
     /* worker table: a small array, removal moves the last entry into the gap */
     gateway_worker_t *workers;    /* [core] (n_workers) of cap_workers */

@@ -1,27 +1,42 @@
 /* gateway_main.c — pagoda-gateway: HTTP front end + ZeroMQ hub for workers,
- * optionally supervising local workers (--model NAME=FILE).
+ * optionally supervising local workers (models with replicas ≥ 1).
+ *
+ * Configuration (gateway/config.h): built-in defaults < --config FILE <
+ * flags. Each flag that has a configuration key (flag_keys[] below) is
+ * recorded while the command line is read and applied with config_set after
+ * the file, so `--listen X --config F` and `--config F --listen X` mean the
+ * same. --model NAME=FILE adds a model (or changes the path of one in the
+ * file); --max-seqs, --max-batch-tokens, --kv-blocks, --kv-budget-mb and
+ * --threads set that setting for every model. --print-config prints the
+ * result as YAML and exits.
  *
  * The main thread starts the core, the HTTP server and the supervisor, then
  * sleeps in poll() on the fd that SIGINT/SIGTERM make readable
- * (common/sigwake.h) and on an eventfd that SIGHUP makes readable (reload
- * the keys file). Teardown order: HTTP first (its handlers call into the
- * core), then the local workers, then the core.
+ * (common/sigwake.h), on an eventfd that SIGHUP makes readable (reload
+ * the API keys file and, with CURVE, the authorized worker keys) and on the
+ * core's fatal-error fd. Teardown order: HTTP first (its handlers call into
+ * the core), then the local workers, then the core.
+ *
+ * SIGINT/SIGTERM drain: new requests get 503, requests in flight may finish
+ * for up to drain_timeout_s, then the HTTP server closes what is left, local
+ * workers get SIGTERM, and the gateway exits 0.
+ *
+ * CURVE (proto/curve.h, gateway/zap.h): with a server secret key and an
+ * authorized-keys file the worker socket is a CURVE server. Local workers get
+ * a key pair made at start-up (its public key is added to the authorized
+ * list, its secret passed in the environment, CURVE_ENV_SECRET).
  *
  * `pagoda-gateway --hash-key NAME[:TIER[:admin]]` makes a new secret and
  * prints it with the keys-file line that accepts it, then exits.
- *
- * SIGINT/SIGTERM drain: new requests get 503, requests in flight may finish
- * for up to --drain-timeout seconds, then the HTTP server closes what is
- * left, local workers get SIGTERM, and the gateway exits 0.
+ * `pagoda-gateway --gen-curve-keypair PREFIX` writes PREFIX.key/PREFIX.pub.
  *
  * Exit status: 0 after a signal, 1 when start-up fails or the core stops on
- * a fatal error, 2 for bad options. */
+ * a fatal error, 2 for bad options or configuration (the message names
+ * FILE:LINE:COLUMN for errors in the file). */
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,69 +48,117 @@
 #include "common/log.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
+#include "gateway/config.h"
 #include "gateway/gateway.h"
 #include "gateway/http.h"
 #include "gateway/keys.h"
 #include "gateway/supervisor.h"
+#include "gateway/zap.h"
+#include "proto/curve.h"
 #include "proto/msg.h"
 
-#define MAX_MODELS 64
+#define MAX_SETTINGS 512   /* flags recorded before the file is read */
 #define MAX_WORKER_ARGS 64
+
+/* Flags that set a configuration key. `all_models`: a per-model key set on
+ * every model (config_models_set); `no_arg`: a switch that sets "true". */
+static const struct flag_key {
+    const char *flag, *key;
+    bool all_models, no_arg;
+} flag_keys[] = {
+    {"listen", "listen", false, false},
+    {"worker-endpoint", "worker_endpoint", false, false},
+    {"heartbeat-ms", "heartbeat_ms", false, false},
+    {"log-level", "log_level", false, false},
+    {"keys", "keys_file", false, false},
+    {"max-queue", "queue.max_per_model", false, false},
+    {"aging-rate", "queue.aging_per_s", false, false},
+    {"request-timeout", "queue.default_timeout_s", false, false},
+    {"replica-grace", "queue.replica_grace_s", false, false},
+    {"http-threads", "http_threads", false, false},
+    {"max-body", "limits.max_body_bytes", false, false},
+    {"max-messages", "limits.max_messages", false, false},
+    {"max-prompt-bytes", "limits.max_prompt_bytes", false, false},
+    {"worker-bin", "worker_bin", false, false},
+    {"curve-secret-key", "curve.server_secret_key_file", false, false},
+    {"curve-authorized-keys", "curve.authorized_worker_keys_file", false, false},
+    {"allow-plain-tcp", "curve.allow_plain_tcp", false, true},
+    {"max-seqs", "max_seqs", true, false},
+    {"max-batch-tokens", "max_batch_tokens", true, false},
+    {"kv-blocks", "kv_blocks", true, false},
+    {"kv-budget-mb", "kv_budget_mb", true, false},
+    {"threads", "threads", true, false},
+    {"replicas", "replicas", true, false},
+    {"idle-timeout", "idle_timeout_s", true, false},
+    {"drain-timeout", "drain_timeout_s", false, false},
+    {"max-restarts", "restart.crash_loop_restarts", false, false},
+    {"restart-window", "restart.crash_loop_window_s", false, false},
+};
+#define N_FLAG_KEYS (sizeof flag_keys / sizeof flag_keys[0])
+#define OPT_FLAG_KEY 1000  /* getopt value of flag_keys[i] = OPT_FLAG_KEY + i */
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: pagoda-gateway [options]\n"
+            "usage: pagoda-gateway [--config FILE] [options]\n"
             "       pagoda-gateway --hash-key NAME[:TIER[:admin]] [--secret SECRET]\n"
+            "       pagoda-gateway --gen-curve-keypair PREFIX   (writes PREFIX.key, PREFIX.pub)\n"
             "\n"
-            "HTTP and queues:\n"
-            "  --listen HOST:PORT         HTTP address (default 127.0.0.1:8080)\n"
+            "Configuration (docs/OPERATIONS.md; defaults < the file < flags):\n"
+            "  --config FILE              YAML configuration file\n"
+            "  --print-config             print the effective configuration as YAML and exit\n"
+            "HTTP and queues (configuration key in brackets):\n"
+            "  --listen HOST:PORT         HTTP address (default 127.0.0.1:8080) [listen]\n"
             "  --keys FILE                API keys (see docs/API.md); without it the API is open.\n"
-            "                             SIGHUP reloads the file\n"
+            "                             SIGHUP reloads the file [keys_file]\n"
             "  --max-queue N              queued requests per model before 429 (default %d)\n"
+            "                             [queue.max_per_model]\n"
             "  --aging-rate R             priority units gained per second waited (default 1/30)\n"
+            "                             [queue.aging_per_s]\n"
             "  --request-timeout S        seconds a request may wait and run (default %d)\n"
+            "                             [queue.default_timeout_s]\n"
             "  --replica-grace S          seconds a known model may have no worker before its\n"
-            "                             requests get 503 (default %d)\n"
-            "  --http-threads N           HTTP thread pool size (default 2)\n"
-            "  --max-body BYTES           request body limit (default 16 MiB)\n"
+            "                             requests get 503 (default %d) [queue.replica_grace_s]\n"
+            "  --http-threads N           HTTP thread pool size (default 2) [http_threads]\n"
+            "  --max-body BYTES           request body limit (default 16 MiB) [limits.max_body_bytes]\n"
+            "  --max-messages N           chat messages per request (default %d)\n"
+            "                             [limits.max_messages]\n"
+            "  --max-prompt-bytes N       prompt text bytes per request (default %u)\n"
+            "                             [limits.max_prompt_bytes]\n"
             "Workers:\n"
             "  --worker-endpoint ENDPOINT ZeroMQ endpoint workers connect to\n"
-            "                             (default tcp://127.0.0.1:5557)\n"
-            "  --heartbeat-ms N           heartbeat interval to workers (default %d)\n"
-            "  --model NAME=FILE.gguf     run and supervise a local worker for this model\n"
-            "                             (repeatable)\n"
-            "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --threads N\n"
-            "                             passed to every local worker\n"
-            "  --worker-arg ARG           any other worker flag, e.g. --worker-arg=--ctx=512\n"
-            "                             (repeatable)\n"
-            "  --worker-bin PATH          worker executable (default: pagoda-worker next to\n"
-            "                             this binary)\n"
-            "  --replicas N               local workers per --model (default 1)\n"
-            "  --on-demand NAME           start NAME's local worker at its first request and\n"
-            "                             stop it after --idle-timeout S (default %d) idle\n"
+            "                             (default tcp://127.0.0.1:5557) [worker_endpoint]\n"
+            "  --heartbeat-ms N           heartbeat interval to workers (default %d) [heartbeat_ms]\n"
+            "  --model NAME=FILE.gguf     serve this model with one local worker (repeatable);\n"
+            "                             a model of the file keeps its settings, gets this path\n"
+            "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --kv-budget-mb N, --threads N\n"
+            "                             set for every model's local workers [models[].*]\n"
+            "  --replicas N               local workers per model (default 1) [models[].replicas]\n"
+            "  --on-demand NAME           start NAME's local workers at its first request and\n"
+            "                             stop them after --idle-timeout S (default %d) idle\n"
+            "                             [models[].on_demand, models[].idle_timeout_s]\n"
             "  --max-restarts N, --restart-window S\n"
             "                             crash loop: a model whose worker needed N restarts\n"
             "                             within S seconds is FAILED (default %d in %d)\n"
+            "                             [restart.crash_loop_restarts, restart.crash_loop_window_s]\n"
             "  --drain-timeout S          on SIGTERM, let requests finish this long (default 30)\n"
+            "                             [drain_timeout_s]\n"
+            "  --worker-arg ARG           any other worker flag, e.g. --worker-arg=--ctx=512\n"
+            "                             (repeatable; wins over the settings above)\n"
+            "  --worker-bin PATH          worker executable (default: pagoda-worker next to\n"
+            "                             this binary) [worker_bin]\n"
             "  --log-level LEVEL          debug|info|warn|error (default info; env PAGODA_LOG)\n"
+            "                             [log_level]\n"
+            "Worker link security (CURVE; docs/OPERATIONS.md \"Scale out\"):\n"
+            "  --curve-secret-key FILE    the gateway's CURVE secret key [curve.server_secret_key_file]\n"
+            "  --curve-authorized-keys FILE  worker public keys allowed to connect, one per line\n"
+            "                             [curve.authorized_worker_keys_file]\n"
+            "  --allow-plain-tcp          allow a non-loopback tcp:// worker endpoint without\n"
+            "                             CURVE (trusted networks only) [curve.allow_plain_tcp]\n"
             "  --help\n",
             GATEWAY_DEFAULT_MAX_QUEUE, GATEWAY_DEFAULT_TIMEOUT_S, GATEWAY_DEFAULT_GRACE_S,
-            PROTO_HEARTBEAT_MS, GATEWAY_DEFAULT_IDLE_S, SUPERVISOR_FAIL_RESTARTS,
-            SUPERVISOR_FAIL_WINDOW_MS / 1000);
-}
-
-static int parse_num(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
-        fprintf(stderr, "pagoda-gateway: --%s must be a number in [%g, %g]\n", opt, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
+            OAI_MAX_MESSAGES, OAI_MAX_TEXT_BYTES, PROTO_HEARTBEAT_MS, GATEWAY_DEFAULT_IDLE_S,
+            SUPERVISOR_FAIL_RESTARTS, SUPERVISOR_FAIL_WINDOW_MS / 1000);
 }
 
 /* --hash-key NAME[:TIER[:admin]]: prints the secret and its keys-file line. */
@@ -162,6 +225,64 @@ static void on_sighup(int sig)
     (void)r;
 }
 
+/* A flag recorded for after the file: flag_keys[i_key] = value, a --model
+ * (i_key SETTING_MODEL) or an --on-demand (SETTING_ON_DEMAND). */
+enum { SETTING_MODEL = -1, SETTING_ON_DEMAND = -2 };
+typedef struct setting {
+    int i_key;
+    const char *value;
+} setting_t;
+
+/* Applies one recorded flag; prints the error and returns -1 on a bad value. */
+static int apply_setting(config_t *c, const setting_t *st)
+{
+    char err[512];
+    int rc;
+    if (st->i_key == SETTING_MODEL)
+        rc = config_model_set(c, st->value, err, sizeof err);
+    else if (st->i_key == SETTING_ON_DEMAND)
+        rc = config_models_set(c, st->value, "on_demand", "true", err, sizeof err);
+    else if (flag_keys[st->i_key].all_models)
+        rc = config_models_set(c, NULL, flag_keys[st->i_key].key, st->value, err, sizeof err);
+    else
+        rc = config_set(c, flag_keys[st->i_key].key, st->value, err, sizeof err);
+    if (rc == 0)
+        return 0;
+    /* config's "--KEY: reason" names the key; name the flag the user typed */
+    const char *why = strstr(err, ": ");
+    if (st->i_key == SETTING_ON_DEMAND)
+        fprintf(stderr, "pagoda-gateway: --on-demand %s: no model of that name (--model %s=FILE)\n",
+                st->value, st->value);
+    else if (st->i_key >= 0 && why)
+        fprintf(stderr, "pagoda-gateway: --%s %s: %s\n", flag_keys[st->i_key].flag, st->value,
+                why + 2);
+    else
+        fprintf(stderr, "pagoda-gateway: %s\n", err);
+    return -1;
+}
+
+/* The authorized worker keys of the configuration plus the local workers'
+ * key (when non-NULL). NULL with the error logged/printed. */
+static curve_keylist_t *load_authorized(const config_t *c, const char *local_pub)
+{
+    char err[512];
+    curve_keylist_t *l = NULL;
+    if (curve_keylist_load(c->curve.authorized_worker_keys_file, &l, err, sizeof err) < 0) {
+        log_error("%s", err);
+        return NULL;
+    }
+    if (local_pub)
+        curve_keylist_add(l, local_pub, "local-worker");
+    return l;
+}
+
+/* Warns about settings that are read but not acted on yet. */
+static void warn_pending(const config_t *c)
+{
+    if (c->limits.rate_per_key > 0)
+        log_warn("limits.rate_per_key is not enforced yet: no per-key rate limit");
+}
+
 /* Waits until no request is in flight and every response is sent, at most
  * drain_s seconds. */
 static void drain(struct gateway *gw, http_server_t *http, double drain_s)
@@ -176,169 +297,83 @@ static void drain(struct gateway *gw, http_server_t *http, double drain_s)
         log_info("drained: no request in flight");
 }
 
+/* Flags of one model's local workers (strings in *owned, freed by the caller). */
+static size_t model_worker_args(const config_model_t *m, const char **args, char owned[5][32])
+{
+    size_t n = 0;
+    snprintf(owned[0], 32, "%d", m->max_seqs);
+    snprintf(owned[1], 32, "%d", m->max_batch_tokens);
+    snprintf(owned[2], 32, "%d", m->threads);
+    snprintf(owned[3], 32, "%d", m->kv_blocks ? m->kv_blocks : m->kv_budget_mb);
+    args[n++] = "--max-seqs";
+    args[n++] = owned[0];
+    args[n++] = "--max-batch-tokens";
+    args[n++] = owned[1];
+    args[n++] = "--threads";
+    args[n++] = owned[2];
+    args[n++] = m->kv_blocks ? "--kv-blocks" : "--kv-budget-mb";
+    args[n++] = owned[3];
+    return n;
+}
+
 int main(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:8080";
-    const char *endpoint = "tcp://127.0.0.1:5557";
-    const char *keys_path = NULL, *hash_spec = NULL, *secret = NULL, *worker_bin = NULL;
-    int heartbeat_ms = PROTO_HEARTBEAT_MS;
-    int level = LOG_INFO;
-    double max_queue = GATEWAY_DEFAULT_MAX_QUEUE, aging = -1, timeout_s = GATEWAY_DEFAULT_TIMEOUT_S;
-    double grace_s = GATEWAY_DEFAULT_GRACE_S, http_threads = 2, max_body = 16 << 20;
-    const char *model_names[MAX_MODELS], *model_files[MAX_MODELS];
-    char *model_specs[MAX_MODELS];
-    size_t n_models = 0;
+    const char *config_path = NULL, *hash_spec = NULL, *secret = NULL, *gen_prefix = NULL;
+    bool print_config = false;
+    setting_t settings[MAX_SETTINGS];
+    size_t n_settings = 0;
     const char *worker_args[MAX_WORKER_ARGS];
     size_t n_worker_args = 0;
-    char *flags_made[MAX_WORKER_ARGS]; /* "--max-seqs" etc., freed at exit */
-    size_t n_flags_made = 0;
-    /* fault isolation and operations */
-    const char *on_demand[MAX_MODELS];
-    size_t n_on_demand = 0;
-    double replicas = 1, idle_s = GATEWAY_DEFAULT_IDLE_S, drain_s = 30;
-    double max_restarts = SUPERVISOR_FAIL_RESTARTS, restart_window_s = SUPERVISOR_FAIL_WINDOW_MS / 1000;
-    static const struct option opts[] = {
-        {"listen", required_argument, NULL, 'l'},
-        {"worker-endpoint", required_argument, NULL, 'w'},
-        {"heartbeat-ms", required_argument, NULL, 'b'},
-        {"log-level", required_argument, NULL, 'v'},
-        {"keys", required_argument, NULL, 'k'},
-        {"hash-key", required_argument, NULL, 'H'},
-        {"secret", required_argument, NULL, 'S'},
-        {"max-queue", required_argument, NULL, 'q'},
-        {"aging-rate", required_argument, NULL, 'a'},
-        {"request-timeout", required_argument, NULL, 't'},
-        {"replica-grace", required_argument, NULL, 'g'},
-        {"http-threads", required_argument, NULL, 'T'},
-        {"max-body", required_argument, NULL, 'B'},
-        {"model", required_argument, NULL, 'm'},
-        {"max-seqs", required_argument, NULL, 1000},
-        {"max-batch-tokens", required_argument, NULL, 1001},
-        {"kv-blocks", required_argument, NULL, 1002},
-        {"threads", required_argument, NULL, 1003},
-        {"worker-arg", required_argument, NULL, 'A'},
-        {"worker-bin", required_argument, NULL, 'W'},
-        {"replicas", required_argument, NULL, 2000},
-        {"on-demand", required_argument, NULL, 2001},
-        {"idle-timeout", required_argument, NULL, 2002},
-        {"drain-timeout", required_argument, NULL, 2003},
-        {"max-restarts", required_argument, NULL, 2004},
-        {"restart-window", required_argument, NULL, 2005},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int c, idx;
-    double v;
-    while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-        switch (c) {
-        case 'l': listen = optarg; break;
-        case 'w': endpoint = optarg; break;
-        case 'b':
-            if (parse_num("heartbeat-ms", optarg, PROTO_MIN_HEARTBEAT_MS, PROTO_MAX_HEARTBEAT_MS, &v) < 0)
-                return 2;
-            heartbeat_ms = (int)v;
-            break;
-        case 'v':
-            level = log_level_parse(optarg);
-            if (level < 0) {
-                fprintf(stderr, "pagoda-gateway: bad --log-level '%s'\n", optarg);
+
+    struct option opts[N_FLAG_KEYS + 12];
+    size_t n_opts = 0;
+    for (size_t i = 0; i < N_FLAG_KEYS; i++)
+        opts[n_opts++] = (struct option){flag_keys[i].flag,
+                                         flag_keys[i].no_arg ? no_argument : required_argument, NULL,
+                                         OPT_FLAG_KEY + (int)i};
+    opts[n_opts++] = (struct option){"config", required_argument, NULL, 'c'};
+    opts[n_opts++] = (struct option){"print-config", no_argument, NULL, 'P'};
+    opts[n_opts++] = (struct option){"model", required_argument, NULL, 'm'};
+    opts[n_opts++] = (struct option){"on-demand", required_argument, NULL, 'O'};
+    opts[n_opts++] = (struct option){"worker-arg", required_argument, NULL, 'A'};
+    opts[n_opts++] = (struct option){"hash-key", required_argument, NULL, 'H'};
+    opts[n_opts++] = (struct option){"secret", required_argument, NULL, 'S'};
+    opts[n_opts++] = (struct option){"gen-curve-keypair", required_argument, NULL, 'G'};
+    opts[n_opts++] = (struct option){"help", no_argument, NULL, 'h'};
+    opts[n_opts++] = (struct option){NULL, 0, NULL, 0};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (ch >= OPT_FLAG_KEY && ch < OPT_FLAG_KEY + (int)N_FLAG_KEYS) {
+            if (n_settings == MAX_SETTINGS) {
+                fprintf(stderr, "pagoda-gateway: too many options\n");
                 return 2;
             }
-            break;
-        case 'k': keys_path = optarg; break;
-        case 'H': hash_spec = optarg; break;
-        case 'S': secret = optarg; break;
-        case 'q':
-            if (parse_num("max-queue", optarg, 1, 1e7, &max_queue) < 0)
-                return 2;
-            break;
-        case 'a':
-            if (parse_num("aging-rate", optarg, 0, 1e6, &aging) < 0)
-                return 2;
-            break;
-        case 't':
-            if (parse_num("request-timeout", optarg, 0.001, 1e7, &timeout_s) < 0)
-                return 2;
-            break;
-        case 'g':
-            if (parse_num("replica-grace", optarg, 0.001, 1e7, &grace_s) < 0)
-                return 2;
-            break;
-        case 'T':
-            if (parse_num("http-threads", optarg, 1, 256, &http_threads) < 0)
-                return 2;
-            break;
-        case 'B':
-            if (parse_num("max-body", optarg, 1024, 1u << 30, &max_body) < 0)
-                return 2;
-            break;
-        case 'm': {
-            const char *eq = strchr(optarg, '=');
-            if (!eq || eq == optarg || !eq[1] || (size_t)(eq - optarg) > PROTO_MAX_NAME) {
-                fprintf(stderr, "pagoda-gateway: --model wants NAME=FILE.gguf\n");
-                return 2;
-            }
-            if (n_models == MAX_MODELS) {
-                fprintf(stderr, "pagoda-gateway: at most %d --model\n", MAX_MODELS);
-                return 2;
-            }
-            model_specs[n_models] = xstrndup(optarg, (size_t)(eq - optarg));
-            model_names[n_models] = model_specs[n_models];
-            model_files[n_models] = eq + 1;
-            n_models++;
-            break;
+            int i = ch - OPT_FLAG_KEY;
+            settings[n_settings++] = (setting_t){i, flag_keys[i].no_arg ? "true" : optarg};
+            continue;
         }
-        case 1000: case 1001: case 1002: case 1003:
-            if (parse_num(opts[idx].name, optarg, 1, 1e9, &v) < 0)
-                return 2;
-            if (n_worker_args + 2 > MAX_WORKER_ARGS) {
-                fprintf(stderr, "pagoda-gateway: too many worker flags\n");
+        switch (ch) {
+        case 'c': config_path = optarg; break;
+        case 'P': print_config = true; break;
+        case 'm':
+        case 'O':
+            if (n_settings == MAX_SETTINGS) {
+                fprintf(stderr, "pagoda-gateway: too many options\n");
                 return 2;
             }
-            {
-                size_t n = strlen(opts[idx].name) + 3;
-                char *flag = xmalloc(n);
-                snprintf(flag, n, "--%s", opts[idx].name);
-                flags_made[n_flags_made++] = flag;
-                worker_args[n_worker_args++] = flag;
-                worker_args[n_worker_args++] = optarg;
-            }
+            settings[n_settings++] =
+                (setting_t){ch == 'm' ? SETTING_MODEL : SETTING_ON_DEMAND, optarg};
             break;
         case 'A':
-            if (n_worker_args + 1 > MAX_WORKER_ARGS) {
+            if (n_worker_args + 1 > MAX_WORKER_ARGS - 2) {
                 fprintf(stderr, "pagoda-gateway: too many worker flags\n");
                 return 2;
             }
             worker_args[n_worker_args++] = optarg;
             break;
-        case 'W': worker_bin = optarg; break;
-        case 2000:
-            if (parse_num("replicas", optarg, 1, 64, &replicas) < 0)
-                return 2;
-            break;
-        case 2001:
-            if (n_on_demand == MAX_MODELS) {
-                fprintf(stderr, "pagoda-gateway: at most %d --on-demand\n", MAX_MODELS);
-                return 2;
-            }
-            on_demand[n_on_demand++] = optarg;
-            break;
-        case 2002:
-            if (parse_num("idle-timeout", optarg, 0.001, 1e7, &idle_s) < 0)
-                return 2;
-            break;
-        case 2003:
-            if (parse_num("drain-timeout", optarg, 0, 1e6, &drain_s) < 0)
-                return 2;
-            break;
-        case 2004:
-            if (parse_num("max-restarts", optarg, 1, SUPERVISOR_MAX_FAIL_RESTARTS, &max_restarts) < 0)
-                return 2;
-            break;
-        case 2005:
-            if (parse_num("restart-window", optarg, 0.001, 1e6, &restart_window_s) < 0)
-                return 2;
-            break;
+        case 'H': hash_spec = optarg; break;
+        case 'S': secret = optarg; break;
+        case 'G': gen_prefix = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -349,13 +384,109 @@ int main(int argc, char **argv)
     }
     if (hash_spec)
         return hash_key(hash_spec, secret);
-    log_init("gateway", (enum log_level)level);
+    if (gen_prefix) {
+        char err[512], pub[CURVE_Z85_LEN + 1];
+        if (curve_keypair_write(gen_prefix, pub, err, sizeof err) < 0) {
+            fprintf(stderr, "pagoda-gateway: %s\n", err);
+            return 1;
+        }
+        printf("wrote %s.key (secret, mode 0600) and %s.pub\npublic key: %s\n", gen_prefix,
+               gen_prefix, pub);
+        return 0;
+    }
+
+    /* defaults < file < flags (the order above), then the cross-field rules */
+    char err[1024];
+    config_t *cfg = NULL;
+    if (config_path) {
+        if (config_load(config_path, &cfg, err, sizeof err) < 0) {
+            fprintf(stderr, "pagoda-gateway: %s\n", err);
+            return 2;
+        }
+    } else {
+        cfg = config_default();
+    }
+    /* scalar flags and --model in command-line order, then the ones about
+     * models (they see every model of the file and of --model) */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < n_settings; i++) {
+            int k = settings[i].i_key;
+            bool later = k == SETTING_ON_DEMAND || (k >= 0 && flag_keys[k].all_models);
+            if (later == (pass == 1) && apply_setting(cfg, &settings[i]) < 0) {
+                config_free(&cfg);
+                return 2;
+            }
+        }
+    if (config_check(cfg, err, sizeof err) < 0) {
+        fprintf(stderr, "pagoda-gateway: %s\n", err);
+        config_free(&cfg);
+        return 2;
+    }
+    if (print_config) {
+        char *y = config_format(cfg, NULL);
+        fputs(y, stdout);
+        free(y);
+        config_free(&cfg);
+        return 0;
+    }
+    log_init("gateway", (enum log_level)cfg->log_level);
+    warn_pending(cfg);
+
+    int rc = 2;
+    size_t n_local = 0;
+    for (size_t i = 0; i < cfg->n_models; i++)
+        n_local += (size_t)cfg->models[i].replicas;
+    const char **model_names = xcalloc(cfg->n_models + 1, sizeof *model_names);
+    double *idle_s = xcalloc(cfg->n_models + 1, sizeof *idle_s);
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        model_names[i] = cfg->models[i].name;
+        idle_s[i] = cfg->models[i].idle_timeout_s;
+    }
+
+    /* CURVE: the keys are read before anything starts; a bad key file is a
+     * configuration error (exit 2) */
+    bool curve = cfg->curve.server_secret_key_file != NULL;
+    char srv_sec[CURVE_Z85_LEN + 1] = "", srv_pub[CURVE_Z85_LEN + 1] = "";
+    char loc_sec[CURVE_Z85_LEN + 1] = "", loc_pub[CURVE_Z85_LEN + 1] = "";
+    curve_keylist_t *authorized = NULL;
+    if (curve) {
+        if (!curve_available()) {
+            log_error("CURVE is configured but this libzmq has no CURVE support");
+            goto out;
+        }
+        if (curve_secret_load(cfg->curve.server_secret_key_file, srv_sec, srv_pub, err,
+                              sizeof err) < 0) {
+            log_error("%s", err);
+            goto out;
+        }
+        if (n_local && curve_keypair_new(loc_pub, loc_sec) < 0) {
+            log_error("cannot make a CURVE key pair for the local workers");
+            rc = 1;
+            goto out;
+        }
+        authorized = load_authorized(cfg, n_local ? loc_pub : NULL);
+        if (!authorized)
+            goto out;
+        if (authorized->n == 0)
+            log_warn("CURVE: %s lists no worker key: no worker can connect",
+                     cfg->curve.authorized_worker_keys_file);
+        log_info("CURVE: the gateway's public key is %s (workers: --curve-server-key)", srv_pub);
+        if (n_local) {
+            /* before any thread exists: setenv is not thread-safe; the
+             * environment, unlike argv, is private to the user */
+            setenv(CURVE_ENV_SECRET, loc_sec, 1);
+            explicit_bzero(loc_sec, sizeof loc_sec);
+            worker_args[n_worker_args++] = "--curve-server-key";
+            worker_args[n_worker_args++] = srv_pub;
+        }
+    }
+    rc = 1;
 
     int sfd = sigwake_install();
     hup_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (sfd < 0 || hup_fd < 0) {
         log_error("cannot install signal handlers: %s", strerror(errno));
-        return 1;
+        goto out;
     }
     struct sigaction sa = {.sa_handler = on_sighup};
     sigemptyset(&sa.sa_mask);
@@ -363,48 +494,50 @@ int main(int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
 
     gateway_config_t gcfg = {
-        .worker_endpoint = endpoint, .heartbeat_ms = heartbeat_ms, .max_queue = (size_t)max_queue,
-        .aging_per_s = aging, .request_timeout_us = (int64_t)(timeout_s * 1e6),
-        .replica_grace_us = (int64_t)(grace_s * 1e6), .models = model_names, .n_models = n_models,
-        .idle_timeout_us = (int64_t)(idle_s * 1e6),
+        .worker_endpoint = cfg->worker_endpoint, .heartbeat_ms = cfg->heartbeat_ms,
+        .max_queue = (size_t)cfg->queue.max_per_model, .aging_per_s = cfg->queue.aging_per_s,
+        .request_timeout_us = (int64_t)(cfg->queue.default_timeout_s * 1e6),
+        .replica_grace_us = (int64_t)(cfg->queue.replica_grace_s * 1e6),
+        .models = model_names, .n_models = cfg->n_models, .idle_timeout_s = idle_s,
+        .curve_secret_key = curve ? srv_sec : NULL, .curve_authorized = authorized,
     };
-    int rc = 1;
     struct gateway *gw = gateway_new(&gcfg);
+    explicit_bzero(srv_sec, sizeof srv_sec);
     http_server_t *http = NULL;
     supervisor_t *sup = NULL;
     if (!gw)
         goto out;
-    http_config_t hcfg = {.listen = listen, .keys_path = keys_path,
-                          .n_threads = (unsigned)http_threads, .max_body = (size_t)max_body};
+    http_config_t hcfg = {.listen = cfg->listen, .keys_path = cfg->keys_file,
+                          .n_threads = (unsigned)cfg->http_threads,
+                          .max_body = (size_t)cfg->limits.max_body_bytes,
+                          .max_messages = (size_t)cfg->limits.max_messages,
+                          .max_prompt_bytes = (size_t)cfg->limits.max_prompt_bytes};
     http = http_server_new(&hcfg, gw);
     if (!http)
-        goto out;
-    if (n_models) {
-        supervisor_config_t scfg = {.worker_bin = worker_bin, .endpoint = gw->worker_endpoint,
-                                    .worker_args = worker_args, .n_worker_args = n_worker_args,
-                                    .restarts = gw->m.worker_restarts,
-                                    .fail_restarts = (unsigned)max_restarts,
-                                    .fail_window_ms = (int64_t)(restart_window_s * 1000)};
+        goto stop;
+    if (n_local) {
+        supervisor_config_t scfg = {
+            .worker_bin = cfg->worker_bin, .endpoint = gw->worker_endpoint,
+            .worker_args = worker_args, .n_worker_args = n_worker_args,
+            .restarts = gw->m.worker_restarts,
+            .fail_restarts = (unsigned)cfg->restart.crash_loop_restarts,
+            .fail_window_ms = (int64_t)(cfg->restart.crash_loop_window_s * 1000),
+            .backoff_min_ms = cfg->restart.backoff_initial_ms,
+            .backoff_max_ms = cfg->restart.backoff_max_ms};
         sup = supervisor_new(&scfg);
         if (!sup)
-            goto out;
-        for (size_t i = 0; i < n_models; i++) {
-            bool od = false;
-            for (size_t k = 0; k < n_on_demand; k++)
-                od |= strcmp(on_demand[k], model_names[i]) == 0;
-            for (int r = 0; r < (int)replicas; r++)
-                supervisor_add(sup, model_names[i], model_files[i], od);
+            goto stop;
+        for (size_t i = 0; i < cfg->n_models; i++) {
+            const config_model_t *m = &cfg->models[i];
+            const char *args[8];
+            char owned[5][32];
+            size_t n = model_worker_args(m, args, owned);
+            for (int r = 0; r < m->replicas; r++)
+                supervisor_add_args(sup, m->name, m->path, m->on_demand, args, n);
         }
         if (supervisor_start(sup) < 0)
-            goto out;
+            goto stop;
         gateway_set_supervisor(gw, sup);
-    }
-    for (size_t k = 0; k < n_on_demand; k++) {
-        bool known = false;
-        for (size_t i = 0; i < n_models; i++)
-            known |= strcmp(on_demand[k], model_names[i]) == 0;
-        if (!known)
-            log_warn("--on-demand %s: no --model %s=FILE, ignored", on_demand[k], on_demand[k]);
     }
     struct pollfd p[3] = {{.fd = sfd, .events = POLLIN}, {.fd = hup_fd, .events = POLLIN},
                           {.fd = gateway_fatal_fd(gw), .events = POLLIN}};
@@ -413,7 +546,7 @@ int main(int argc, char **argv)
             continue;
         if (p[2].revents & POLLIN) {
             log_error("the gateway core stopped: exiting");
-            goto out;
+            goto stop;
         }
         if (p[0].revents & POLLIN)
             break;
@@ -422,24 +555,31 @@ int main(int argc, char **argv)
             if (read(hup_fd, &n, sizeof n) == sizeof n) {
                 log_info("SIGHUP: reloading the keys file");
                 http_server_reload_keys(http, NULL, 0);
+                if (curve) {
+                    curve_keylist_t *fresh = load_authorized(cfg, n_local ? loc_pub : NULL);
+                    if (fresh) /* else logged; the old list stays */
+                        zap_set_keys(gw->zap, fresh);
+                    curve_keylist_free(&fresh);
+                }
             }
         }
     }
     log_info("%s: shutting down; new requests get 503, %zu in flight may finish within %g s",
-             strsignal(sigwake_signal()), gateway_inflight(gw), drain_s);
+             strsignal(sigwake_signal()), gateway_inflight(gw), cfg->drain_timeout_s);
     gateway_set_stopping(gw);
-    drain(gw, http, drain_s);
+    drain(gw, http, cfg->drain_timeout_s);
     rc = 0;
-out:
+stop:
     http_server_free(&http);
     if (gw)
         gateway_set_supervisor(gw, NULL);
     supervisor_free(&sup);
     gateway_free(&gw);
-    for (size_t i = 0; i < n_models; i++)
-        free(model_specs[i]);
-    for (size_t i = 0; i < n_flags_made; i++)
-        free(flags_made[i]);
+out:
+    curve_keylist_free(&authorized);
+    free(model_names);
+    free(idle_s);
+    config_free(&cfg);
     if (rc == 0)
         log_info("bye");
     return rc;

@@ -36,6 +36,7 @@ struct http_server {
     struct MHD_Daemon *daemon;
     struct gateway *gw;         /* borrowed */
     size_t max_body;
+    size_t max_messages, max_prompt_bytes; /* http_config_t; 0 = off */
     uint16_t port;
 
     /* API keys; NULL path = open gateway */
@@ -633,6 +634,10 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     oai_error_t e;
     if (oai_parse_request((const uint8_t *)(q->body ? q->body : ""), q->body_len, rt->kind, &o, &e) < 0)
         return respond_oai_error(s, c, &e, NULL);
+    if (oai_request_check_limits(&o, s->max_messages, s->max_prompt_bytes, &e) < 0) {
+        oai_request_free(&o);
+        return respond_oai_error(s, c, &e, NULL);
+    }
     prio_tier_t tier = rt->batch ? PRIO_TIER_LOW : q->tier;
     q->kind = rt->kind;
     q->stream = o.stream;
@@ -913,6 +918,8 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     http_server_t *s = xcalloc(1, sizeof *s);
     s->gw = gw;
     s->max_body = cfg->max_body ? cfg->max_body : HTTP_DEFAULT_MAX_BODY;
+    s->max_messages = cfg->max_messages;
+    s->max_prompt_bytes = cfg->max_prompt_bytes;
     pthread_rwlock_init(&s->keys_lock, NULL);
     pthread_mutex_init(&s->live_lock, NULL);
     if (cfg->keys_path) {

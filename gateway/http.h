@@ -54,6 +54,8 @@ typedef struct http_config {
     size_t max_body;          /* request body limit in bytes, 0 = 16 MiB */
     unsigned n_threads;       /* libmicrohttpd thread pool, 0 = 2 */
     const char *keys_path;    /* keys file (keys.h format), NULL = open gateway */
+    size_t max_messages;      /* chat messages per request (400 beyond), 0 = parser's limit */
+    size_t max_prompt_bytes;  /* prompt / message text bytes (400 beyond), 0 = parser's limit */
 } http_config_t;
 
 typedef struct http_server http_server_t;

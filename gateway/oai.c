@@ -983,3 +983,22 @@ char *oai_error_json(const oai_error_t *e)
                               e->param[0] ? jcstr(e->param) : json_null(), "code", jstr_or_null(e->code));
     return dump(json_pack("{s:o}", "error", inner));
 }
+
+int oai_request_check_limits(const oai_request_t *r, size_t max_messages, size_t max_text_bytes,
+                             oai_error_t *e)
+{
+    if (r->kind == OAI_CHAT) {
+        if (max_messages && r->n_messages > max_messages)
+            return bad(e, "messages", "'messages' has %zu messages; this server accepts at most %zu.",
+                       r->n_messages, max_messages);
+        size_t total = 0;
+        for (size_t i = 0; i < r->n_messages; i++)
+            total += r->messages[i].content_len;
+        if (max_text_bytes && total > max_text_bytes)
+            return bad(e, "messages", "The messages are longer than %zu bytes in total.",
+                       max_text_bytes);
+    } else if (r->prompt && max_text_bytes && r->prompt_len > max_text_bytes) {
+        return bad(e, "prompt", "'prompt' is longer than %zu bytes.", max_text_bytes);
+    }
+    return 0;
+}

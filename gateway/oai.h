@@ -146,6 +146,14 @@ int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_requ
 /* Frees what the parser allocated and zeroes *r. NULL-safe. */
 void oai_request_free(oai_request_t *r);
 
+/* The operator's limits, tighter than the parser's fixed ones (config
+ * limits.max_messages ≤ OAI_MAX_MESSAGES, limits.max_prompt_bytes ≤
+ * OAI_MAX_TEXT_BYTES): chat messages per request, and bytes of text (all
+ * message contents, or a text prompt). 0 = that limit is off. Returns 0, or
+ * -1 with a 400 in *err. */
+int oai_request_check_limits(const oai_request_t *r, size_t max_messages, size_t max_text_bytes,
+                             oai_error_t *err);
+
 /* ---- responses --------------------------------------------------------- */
 
 /* Writes "<prefix><24 random hex>" + NUL into out (cap ≥ strlen(prefix)+25),

@@ -53,6 +53,7 @@ struct supervisor {
     metrics_family_t *restarts;
     unsigned fail_restarts;
     int64_t fail_window_us;
+    int64_t backoff_min_ms, backoff_max_ms; /* restart delay: doubles from min up to max */
     pthread_mutex_t lock;       /* guards children[] state (not the array itself,
                                    fixed after start) */
     child_t *children;          /* (n_children) */
@@ -115,6 +116,10 @@ supervisor_t *supervisor_new(const supervisor_config_t *cfg)
     if (s->fail_restarts > SUPERVISOR_MAX_FAIL_RESTARTS)
         s->fail_restarts = SUPERVISOR_MAX_FAIL_RESTARTS;
     s->fail_window_us = (cfg->fail_window_ms > 0 ? cfg->fail_window_ms : SUPERVISOR_FAIL_WINDOW_MS) * 1000;
+    s->backoff_min_ms = cfg->backoff_min_ms > 0 ? cfg->backoff_min_ms : SUPERVISOR_BACKOFF_MIN_MS;
+    s->backoff_max_ms = cfg->backoff_max_ms > 0 ? cfg->backoff_max_ms : SUPERVISOR_BACKOFF_MAX_MS;
+    if (s->backoff_max_ms < s->backoff_min_ms)
+        s->backoff_max_ms = s->backoff_min_ms;
     pthread_mutex_init(&s->lock, NULL);
     atomic_init(&s->stop, false);
     atomic_init(&s->n_restarts, 0);
@@ -123,6 +128,12 @@ supervisor_t *supervisor_new(const supervisor_config_t *cfg)
 
 void supervisor_add(supervisor_t *s, const char *name, const char *file, bool on_demand)
 {
+    supervisor_add_args(s, name, file, on_demand, NULL, 0);
+}
+
+void supervisor_add_args(supervisor_t *s, const char *name, const char *file, bool on_demand,
+                         const char *const *args, size_t n_args)
+{
     s->children = xrealloc(s->children, (s->n_children + 1) * sizeof *s->children);
     child_t *c = &s->children[s->n_children++];
     memset(c, 0, sizeof *c);
@@ -130,18 +141,20 @@ void supervisor_add(supervisor_t *s, const char *name, const char *file, bool on
     size_t model_len = strlen(name) + strlen(file) + 2;
     char *model = xmalloc(model_len);
     snprintf(model, model_len, "%s=%s", name, file);
-    /* bin --gateway EP --model NAME=FILE args... NULL */
-    c->argv = xcalloc(6 + s->n_args, sizeof *c->argv);
+    /* bin --gateway EP --model NAME=FILE own-args... shared-args... NULL */
+    c->argv = xcalloc(6 + n_args + s->n_args, sizeof *c->argv);
     size_t k = 0;
     c->argv[k++] = xstrdup(s->bin);
     c->argv[k++] = xstrdup("--gateway");
     c->argv[k++] = xstrdup(s->endpoint);
     c->argv[k++] = xstrdup("--model");
     c->argv[k++] = model;
+    for (size_t i = 0; i < n_args; i++)
+        c->argv[k++] = xstrdup(args[i]);
     for (size_t i = 0; i < s->n_args; i++)
         c->argv[k++] = xstrdup(s->args[i]);
     c->argv[k] = NULL;
-    c->backoff_ms = SUPERVISOR_BACKOFF_MIN_MS;
+    c->backoff_ms = s->backoff_min_ms;
     c->on_demand = on_demand;
     c->state = on_demand ? CHILD_IDLE : CHILD_BACKOFF; /* BACKOFF at t 0: start now */
 }
@@ -184,7 +197,7 @@ static void spawn(supervisor_t *s, child_t *c)
             metrics_counter_add(s->restarts, (const char *[]){c->name}, 1);
     }
     log_info("started worker for model %s (pid %d): %s --gateway %s --model %s%s", c->name, (int)pid,
-             c->argv[0], s->endpoint, c->argv[4], s->n_args ? " ..." : "");
+             c->argv[0], s->endpoint, c->argv[4], c->argv[5] ? " ..." : "");
 }
 
 /* Crash restarts of c within the failure window before now. */
@@ -222,7 +235,7 @@ static void reap(supervisor_t *s, child_t *c, int64_t now)
         log_info("worker for model %s %s: restarting as asked", c->name, how);
         c->state = CHILD_BACKOFF;
         c->t_next_start_us = now;
-        c->backoff_ms = SUPERVISOR_BACKOFF_MIN_MS;
+        c->backoff_ms = s->backoff_min_ms;
         return;
     case SUPERVISOR_EXIT_STAY_DOWN:
         log_info("worker for model %s %s: drained, not restarted", c->name, how);
@@ -234,7 +247,7 @@ static void reap(supervisor_t *s, child_t *c, int64_t now)
         return;
     }
     if (now - c->t_started_us >= (int64_t)SUPERVISOR_STABLE_MS * 1000)
-        c->backoff_ms = SUPERVISOR_BACKOFF_MIN_MS;
+        c->backoff_ms = s->backoff_min_ms;
     unsigned recent = recent_restarts(s, c, now);
     if (recent >= s->fail_restarts) {
         c->state = CHILD_FAILED;
@@ -251,8 +264,8 @@ static void reap(supervisor_t *s, child_t *c, int64_t now)
     log_warn("worker for model %s %s after %.1f s; restarting in %lld ms", c->name, how, ran_s,
              (long long)c->backoff_ms);
     c->backoff_ms *= 2;
-    if (c->backoff_ms > SUPERVISOR_BACKOFF_MAX_MS)
-        c->backoff_ms = SUPERVISOR_BACKOFF_MAX_MS;
+    if (c->backoff_ms > s->backoff_max_ms)
+        c->backoff_ms = s->backoff_max_ms;
 }
 
 static void *supervisor_main(void *arg)
@@ -390,7 +403,7 @@ unsigned supervisor_restart_model(supervisor_t *s, const char *name)
         if (c->state == CHILD_FAILED || c->state == CHILD_STOPPED || c->state == CHILD_BACKOFF ||
             (c->state == CHILD_IDLE && !c->on_demand)) {
             memset(c->t_restart_us, 0, sizeof c->t_restart_us);
-            c->backoff_ms = SUPERVISOR_BACKOFF_MIN_MS;
+            c->backoff_ms = s->backoff_min_ms;
             c->crash_restart = false;
             spawn(s, c);
             n++;

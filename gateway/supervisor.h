@@ -63,6 +63,8 @@ typedef struct supervisor_config {
     metrics_family_t *restarts;      /* counter [model_name], may be NULL */
     unsigned fail_restarts;          /* 0 = SUPERVISOR_FAIL_RESTARTS, ≤ SUPERVISOR_MAX_FAIL_RESTARTS */
     int64_t fail_window_ms;          /* 0 = SUPERVISOR_FAIL_WINDOW_MS */
+    int64_t backoff_min_ms;          /* first restart delay, 0 = SUPERVISOR_BACKOFF_MIN_MS */
+    int64_t backoff_max_ms;          /* its ceiling, 0 = SUPERVISOR_BACKOFF_MAX_MS */
 } supervisor_config_t;
 
 typedef struct supervisor supervisor_t;
@@ -93,6 +95,11 @@ supervisor_t *supervisor_new(const supervisor_config_t *cfg);
 /* One local worker for model `name` on `file` (copied). On-demand children
  * start only on supervisor_wake. Before start. */
 void supervisor_add(supervisor_t *s, const char *name, const char *file, bool on_demand);
+/* The same with flags of its own (copied) placed before the shared
+ * worker_args, which therefore win where both set a flag. Call it N times
+ * for N replicas. */
+void supervisor_add_args(supervisor_t *s, const char *name, const char *file, bool on_demand,
+                         const char *const *args, size_t n_args);
 /* Spawns the (not on-demand) workers and starts the thread. 0, or -1 (logged). */
 int supervisor_start(supervisor_t *s);
 /* Stops the workers (SIGTERM, then SIGKILL) and frees; NULLs *s. */

@@ -26,6 +26,9 @@ struct worker_link {
     int64_t gateway_interval_us;    /* the gateway's heartbeat interval (its hb_ms) */
     bool registered;                /* the gateway answered our last REGISTER */
 
+    bool curve;                     /* the keys below are set */
+    char curve_server[41], curve_public[41], curve_secret[41]; /* Z85 */
+
     int64_t backoff_us;             /* next reconnect delay */
     int64_t t_reconnect_us;         /* when sock == NULL: when to connect again */
     uint64_t n_reconnects;
@@ -51,6 +54,14 @@ static int link_connect(worker_link_t *l, int64_t now)
     int64_t maxmsg = (int64_t)PROTO_MAX_BODY + 1024;
     zmq_setsockopt(l->sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(l->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (l->curve && (zmq_setsockopt(l->sock, ZMQ_CURVE_SERVERKEY, l->curve_server, 41) != 0 ||
+                     zmq_setsockopt(l->sock, ZMQ_CURVE_PUBLICKEY, l->curve_public, 41) != 0 ||
+                     zmq_setsockopt(l->sock, ZMQ_CURVE_SECRETKEY, l->curve_secret, 41) != 0)) {
+        log_error("cannot set CURVE keys: %s", zmq_strerror(errno));
+        zmq_close(l->sock);
+        l->sock = NULL;
+        return -1;
+    }
     if (zmq_connect(l->sock, l->endpoint) != 0) {
         log_error("cannot connect to %s: %s", l->endpoint, zmq_strerror(errno));
         zmq_close(l->sock);
@@ -86,6 +97,18 @@ worker_link_t *worker_link_new(const worker_link_config_t *cfg)
     l->reg.host = xstrdup(cfg->reg->host ? cfg->reg->host : "");
     l->gateway_interval_us = l->interval_us; /* until its first heartbeat says otherwise */
     l->backoff_us = l->interval_us;
+    if (cfg->curve_server_key || cfg->curve_public_key || cfg->curve_secret_key) {
+        const char *k[3] = {cfg->curve_server_key, cfg->curve_public_key, cfg->curve_secret_key};
+        char *dst[3] = {l->curve_server, l->curve_public, l->curve_secret};
+        for (int i = 0; i < 3; i++) {
+            if (!k[i] || strlen(k[i]) != 40) {
+                log_error("CURVE needs the gateway's public key and our key pair (40 Z85 chars each)");
+                goto err;
+            }
+            memcpy(dst[i], k[i], 41);
+        }
+        l->curve = true;
+    }
     l->zctx = zmq_ctx_new();
     if (!l->zctx || link_connect(l, clock_now_us()) < 0)
         goto err;
@@ -106,6 +129,7 @@ void worker_link_free(worker_link_t **lp)
         zmq_ctx_term(l->zctx);
     proto_msg_t m = {.type = PROTO_REGISTER, .reg = l->reg};
     proto_msg_clear(&m);
+    explicit_bzero(l->curve_secret, sizeof l->curve_secret);
     free(l->endpoint);
     free(l);
 }

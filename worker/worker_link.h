@@ -37,6 +37,10 @@ typedef struct worker_link_config {
     int heartbeat_ms;               /* our heartbeat interval */
     const proto_register_t *reg;    /* announced on each connect; copied. Its
                                        version and heartbeat_ms are set here. */
+    /* CURVE (proto/curve.h): all three Z85 keys, or none for a plain link */
+    const char *curve_server_key;   /* the gateway's public key */
+    const char *curve_public_key;   /* our key pair */
+    const char *curve_secret_key;
 } worker_link_config_t;
 
 typedef struct worker_link worker_link_t;

@@ -3,6 +3,8 @@
  *   pagoda-worker --gateway ENDPOINT --model NAME=FILE.gguf [--max-seqs N]
  *                 [--max-batch-tokens N] [--kv-blocks N | --kv-budget-mb N]
  *                 [--threads N] [--ctx N] [--heartbeat-ms N]
+ *                 [--curve-server-key KEY_OR_FILE --curve-secret-key FILE]
+ *   pagoda-worker --gen-curve-keypair PREFIX
  *
  * Loads the model (weights, tokenizer, chat template), connects to the
  * gateway (worker_link: REGISTER, heartbeats, reconnect), and runs the step
@@ -34,6 +36,7 @@
 #include "common/log.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
+#include "proto/curve.h"
 #include "proto/msg.h"
 #include "worker/engine.h"
 #include "worker/forward.h"
@@ -64,6 +67,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: pagoda-worker --model NAME=FILE.gguf [options]\n"
+            "       pagoda-worker --gen-curve-keypair PREFIX   (writes PREFIX.key, PREFIX.pub)\n"
             "  --gateway ENDPOINT   gateway ZeroMQ endpoint (default tcp://127.0.0.1:5557)\n"
             "  --model NAME=FILE    model name served and its GGUF file\n"
             "  --heartbeat-ms N     heartbeat interval (default %d)\n"
@@ -75,8 +79,40 @@ static void usage(FILE *f)
             "  --threads N          threads for the forward pass (default 2)\n"
             "  --ctx N              cap the context length below the model's\n"
             "  --exact-matmul       quantized weights via dequantize+sgemm, not int8 kernels\n"
-            "  --log-level LEVEL    debug|info|warn|error (default info; env PAGODA_LOG)\n",
-            PROTO_HEARTBEAT_MS);
+            "  --log-level LEVEL    debug|info|warn|error (default info; env PAGODA_LOG)\n"
+            "  --curve-server-key KEY_OR_FILE  the gateway's CURVE public key (Z85 or a file);\n"
+            "                       turns on CURVE (docs/OPERATIONS.md)\n"
+            "  --curve-secret-key FILE  this worker's CURVE secret key (its public key must be\n"
+            "                       in the gateway's authorized keys; env %s\n"
+            "                       may hold the key itself instead)\n",
+            PROTO_HEARTBEAT_MS, CURVE_ENV_SECRET);
+}
+
+/* The CURVE keys of --curve-server-key / --curve-secret-key (or the
+ * environment). 0 = plain link, 1 = keys set, -1 = error (printed). */
+static int load_curve(const char *server, const char *secret_path, char srv[CURVE_Z85_LEN + 1],
+                      char pub[CURVE_Z85_LEN + 1], char sec[CURVE_Z85_LEN + 1])
+{
+    const char *env = getenv(CURVE_ENV_SECRET);
+    if (!server && !secret_path)
+        return 0;
+    char err[512];
+    if (!server || (!secret_path && !env)) {
+        fprintf(stderr, "pagoda-worker: CURVE needs both --curve-server-key and "
+                        "--curve-secret-key (or %s)\n", CURVE_ENV_SECRET);
+        return -1;
+    }
+    if (!curve_available()) {
+        fprintf(stderr, "pagoda-worker: this libzmq has no CURVE support\n");
+        return -1;
+    }
+    if (curve_public_load(server, srv, err, sizeof err) < 0 ||
+        (secret_path ? curve_secret_load(secret_path, sec, pub, err, sizeof err)
+                     : curve_secret_from_text(env, sec, pub, err, sizeof err)) < 0) {
+        fprintf(stderr, "pagoda-worker: %s\n", err);
+        return -1;
+    }
+    return 1;
 }
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -344,7 +380,8 @@ int main(int argc, char **argv)
     const char *model = NULL;
     int level = LOG_INFO;
     uint32_t ctx_cap = 0, u;
-    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT };
+    const char *curve_server = NULL, *curve_secret = NULL, *gen_prefix = NULL;
+    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN };
     static const struct option opts[] = {
         {"gateway", required_argument, NULL, 'g'},
         {"model", required_argument, NULL, 'm'},
@@ -359,6 +396,9 @@ int main(int argc, char **argv)
         {"ctx", required_argument, NULL, 'x'},
         {"exact-matmul", no_argument, NULL, O_EXACT},
         {"log-level", required_argument, NULL, 'v'},
+        {"curve-server-key", required_argument, NULL, O_CSRV},
+        {"curve-secret-key", required_argument, NULL, O_CSEC},
+        {"gen-curve-keypair", required_argument, NULL, O_GEN},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -407,6 +447,9 @@ int main(int argc, char **argv)
             w.scfg.n_threads = (int32_t)u;
             break;
         case O_EXACT: w.scfg.exact_matmul = true; break;
+        case O_CSRV: curve_server = optarg; break;
+        case O_CSEC: curve_secret = optarg; break;
+        case O_GEN: gen_prefix = optarg; break;
         case 'x':
             if (parse_i32_opt("ctx", optarg, 2, PROTO_MAX_TOKENS, &ctx_cap))
                 return 2;
@@ -422,6 +465,20 @@ int main(int argc, char **argv)
         default: usage(stderr); return 2;
         }
     }
+    if (gen_prefix) {
+        char err[512], pub[CURVE_Z85_LEN + 1];
+        if (curve_keypair_write(gen_prefix, pub, err, sizeof err) < 0) {
+            fprintf(stderr, "pagoda-worker: %s\n", err);
+            return 1;
+        }
+        printf("wrote %s.key (secret, mode 0600) and %s.pub\npublic key: %s\n", gen_prefix,
+               gen_prefix, pub);
+        return 0;
+    }
+    char c_srv[CURVE_Z85_LEN + 1], c_pub[CURVE_Z85_LEN + 1], c_sec[CURVE_Z85_LEN + 1];
+    int curve = load_curve(curve_server, curve_secret, c_srv, c_pub, c_sec);
+    if (curve < 0)
+        return 2;
     const char *eq = model ? strchr(model, '=') : NULL;
     if (optind < argc || !eq || eq == model || !eq[1] || (size_t)(eq - model) > PROTO_MAX_NAME) {
         fprintf(stderr, "pagoda-worker: --model NAME=FILE.gguf is required\n");
@@ -465,7 +522,14 @@ int main(int argc, char **argv)
         .kv_blocks = w.kv_blocks, .block_size = w.block_size,
     };
     worker_link_config_t lcfg = {.endpoint = endpoint, .heartbeat_ms = w.heartbeat_ms, .reg = &reg};
+    if (curve) {
+        lcfg.curve_server_key = c_srv;
+        lcfg.curve_public_key = c_pub;
+        lcfg.curve_secret_key = c_sec;
+        log_info("CURVE on: our public key %s (must be in the gateway's authorized keys)", c_pub);
+    }
     w.link = worker_link_new(&lcfg);
+    explicit_bzero(c_sec, sizeof c_sec);
     if (!w.link)
         goto out;
     log_info("serving model %s (%s) as %s: %u seqs, context %u, %u KV blocks", w.model_name,
