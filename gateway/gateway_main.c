@@ -59,6 +59,11 @@ static void usage(FILE *f)
             "                             requests get 503 (default %d)\n"
             "  --http-threads N           HTTP thread pool size (default 2)\n"
             "  --max-body BYTES           request body limit (default 16 MiB)\n"
+            "  --http-idle-timeout S      close an idle HTTP connection after S seconds (default %d)\n"
+            "  --header-timeout S         close a connection whose request headers are not\n"
+            "                             complete S seconds after it opened (default %d)\n"
+            "  --max-redispatch N         re-dispatches after worker losses before a request\n"
+            "                             gets 502 (default %d)\n"
             "Workers:\n"
             "  --worker-endpoint ENDPOINT ZeroMQ endpoint workers connect to\n"
             "                             (default tcp://127.0.0.1:5557)\n"
@@ -81,6 +86,7 @@ static void usage(FILE *f)
             "  --log-level LEVEL          debug|info|warn|error (default info; env PAGODA_LOG)\n"
             "  --help\n",
             GATEWAY_DEFAULT_MAX_QUEUE, GATEWAY_DEFAULT_TIMEOUT_S, GATEWAY_DEFAULT_GRACE_S,
+            HTTP_DEFAULT_IDLE_TIMEOUT_S, HTTP_DEFAULT_HEADER_TIMEOUT_S, GATEWAY_DEFAULT_MAX_REDISPATCH,
             PROTO_HEARTBEAT_MS, GATEWAY_DEFAULT_IDLE_S, SUPERVISOR_FAIL_RESTARTS,
             SUPERVISOR_FAIL_WINDOW_MS / 1000);
 }
@@ -196,6 +202,8 @@ int main(int argc, char **argv)
     const char *on_demand[MAX_MODELS];
     size_t n_on_demand = 0;
     double replicas = 1, idle_s = GATEWAY_DEFAULT_IDLE_S, drain_s = 30;
+    double http_idle_s = HTTP_DEFAULT_IDLE_TIMEOUT_S, header_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
+    double max_redispatch = GATEWAY_DEFAULT_MAX_REDISPATCH;
     double max_restarts = SUPERVISOR_FAIL_RESTARTS, restart_window_s = SUPERVISOR_FAIL_WINDOW_MS / 1000;
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
@@ -224,6 +232,9 @@ int main(int argc, char **argv)
         {"drain-timeout", required_argument, NULL, 2003},
         {"max-restarts", required_argument, NULL, 2004},
         {"restart-window", required_argument, NULL, 2005},
+        {"http-idle-timeout", required_argument, NULL, 3000},
+        {"header-timeout", required_argument, NULL, 3001},
+        {"max-redispatch", required_argument, NULL, 3002},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -339,6 +350,18 @@ int main(int argc, char **argv)
             if (parse_num("restart-window", optarg, 0.001, 1e6, &restart_window_s) < 0)
                 return 2;
             break;
+        case 3000:
+            if (parse_num("http-idle-timeout", optarg, 1, 86400, &http_idle_s) < 0)
+                return 2;
+            break;
+        case 3001:
+            if (parse_num("header-timeout", optarg, 0.1, 86400, &header_s) < 0)
+                return 2;
+            break;
+        case 3002:
+            if (parse_num("max-redispatch", optarg, 0, 1000, &max_redispatch) < 0)
+                return 2;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -367,6 +390,7 @@ int main(int argc, char **argv)
         .aging_per_s = aging, .request_timeout_us = (int64_t)(timeout_s * 1e6),
         .replica_grace_us = (int64_t)(grace_s * 1e6), .models = model_names, .n_models = n_models,
         .idle_timeout_us = (int64_t)(idle_s * 1e6),
+        .max_redispatch = max_redispatch > 0 ? (int)max_redispatch : -1,
     };
     int rc = 1;
     struct gateway *gw = gateway_new(&gcfg);
@@ -375,7 +399,9 @@ int main(int argc, char **argv)
     if (!gw)
         goto out;
     http_config_t hcfg = {.listen = listen, .keys_path = keys_path,
-                          .n_threads = (unsigned)http_threads, .max_body = (size_t)max_body};
+                          .n_threads = (unsigned)http_threads, .max_body = (size_t)max_body,
+                          .idle_timeout_s = (unsigned)http_idle_s,
+                          .header_timeout_ms = (int64_t)(header_s * 1000)};
     http = http_server_new(&hcfg, gw);
     if (!http)
         goto out;

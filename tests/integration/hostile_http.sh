@@ -36,13 +36,9 @@ SLOW_LIMIT=${SLOW_LIMIT:-10}        # s: a connection without complete headers b
 IDLE_CONNS=${IDLE_CONNS:-2000}
 
 # Known gaps of the gateway today: a check or table case named here reports skip (with
-# the evidence) instead of not ok. Found by this suite, reported to the lead:
-#   slowloris_deadline  no deadline for complete request headers
-#   idle_flood          ~1020 idle connections lock everyone out for 120 s
-#   messages_1025       oai accepts 2048 messages, proto SUBMIT only 1024: the worker
-#                       drops the SUBMIT as malformed and the request hangs, holding a slot
-#   requests_settle     ...so the gateway still counts it as running on the worker
-KNOWN_GAPS=${KNOWN_GAPS-"slowloris_deadline idle_flood messages_1025 requests_settle"}
+# the evidence) instead of not ok. None are open (slowloris_deadline, idle_flood,
+# messages_1025 and requests_settle were fixed; see docs/RELIABILITY.md).
+KNOWN_GAPS=${KNOWN_GAPS-""}
 gap() { # name, message: fail, or skip when the gap is known and PAGODA_STRICT is unset
   if [[ " $KNOWN_GAPS " == *" $1 "* && -z ${PAGODA_STRICT:-} ]]; then
     skip "KNOWN GAP $1: $2"
