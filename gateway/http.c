@@ -962,7 +962,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(line);
     while (n && line[n - 1] == '\n')
         line[--n] = '\0';
-    log_warn("http: %s", line);
+    /* a client that went away (or one the header deadline shut down) is
+     * routine, not a warning */
+    if (strstr(line, "connection closure") || strstr(line, "Connection reset"))
+        log_debug("http: %s", line);
+    else
+        log_warn("http: %s", line);
 }
 
 /* ------------------------------------------------------------------------ */
