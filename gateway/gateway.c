@@ -25,6 +25,25 @@
  * deadlines (prio_queue has no "next deadline" query). */
 #define QUEUE_TICK_US 50000
 
+/* What oai.c accepts must fit in a SUBMIT (proto/msg.h), or the worker
+ * cannot decode it. */
+_Static_assert(OAI_MAX_MESSAGES <= PROTO_MAX_MESSAGES, "oai messages > proto messages");
+_Static_assert(OAI_MAX_TEXT_BYTES <= PROTO_MAX_PROMPT, "oai text > proto prompt/content");
+_Static_assert(OAI_MAX_PROMPT_TOKENS <= PROTO_MAX_TOKENS, "oai prompt tokens > proto tokens");
+_Static_assert(OAI_MAX_STOP <= PROTO_MAX_STOP, "oai stop count > proto stop count");
+_Static_assert(OAI_MAX_STOP_BYTES <= PROTO_MAX_STOP_LEN, "oai stop length > proto stop length");
+_Static_assert(OAI_MAX_LOGIT_BIAS <= PROTO_MAX_LOGIT_BIAS, "oai logit_bias > proto logit_bias");
+_Static_assert(OAI_MAX_TOP_LOGPROBS <= PROTO_MAX_TOP_LOGPROBS, "oai top_logprobs > proto");
+_Static_assert(OAI_MAX_MODEL_BYTES <= PROTO_MAX_NAME, "oai model name > proto name");
+_Static_assert(OAI_MAX_MAX_TOKENS <= 0x7fffffff, "oai max_tokens > proto max_tok (u31)");
+/* the largest SUBMIT: all text (or 5 msgpack bytes per token id), the stop
+ * strings, logit_bias (≤ 14 bytes an entry) and 1 MiB for roles and fields */
+_Static_assert((uint64_t)(OAI_MAX_TEXT_BYTES > 5ull * OAI_MAX_PROMPT_TOKENS ? OAI_MAX_TEXT_BYTES
+                                                                              : 5ull * OAI_MAX_PROMPT_TOKENS) +
+                       (uint64_t)OAI_MAX_STOP * OAI_MAX_STOP_BYTES + 14ull * OAI_MAX_LOGIT_BIAS + (1ull << 20) <=
+                   PROTO_MAX_BODY,
+               "the largest request the gateway accepts does not fit in a SUBMIT body");
+
 static void request_finish(struct gateway *gw, gateway_request_t *r);
 static void request_reply_error(struct gateway *gw, gateway_request_t *r, int status,
                                 const char *code, const char *fmt, ...)
@@ -514,8 +533,17 @@ static void redispatch(struct gateway *gw, gateway_request_t *r, const char *why
         request_finish(gw, r);
         return;
     }
-    if (lost)
-        r->n_lost++;
+    if (lost && ++r->n_lost > gw->max_redispatch) {
+        /* a poison request (it crashes or stalls every worker it lands on)
+         * must not take the model's replicas down one after the other */
+        log_warn("request %" PRIu64 " failed: its worker was lost %u times (%s)", r->id, r->n_lost, why);
+        request_reply_error(gw, r, 502, "worker_lost",
+                            "The worker serving this request was lost %u times (last: %s); the "
+                            "request is not retried again",
+                            r->n_lost, why);
+        request_finish(gw, r);
+        return;
+    }
     gateway_model_t *m = model_find(gw, r->model);
     if (m && enqueue(gw, m, r) == PRIO_QUEUE_OK) {
         gw->n_requeued++;
@@ -607,6 +635,18 @@ static void on_submit(struct gateway *gw, gateway_request_t *r)
               prio_tier_name(r->tier), prio_queue_len(m->queue));
 }
 
+/* CANCEL to the worker running r; its final EVENT drops the record, or the
+ * sweep does GATEWAY_CANCEL_GRACE_US later. */
+static void send_cancel(struct gateway *gw, gateway_worker_t *w, gateway_request_t *r)
+{
+    r->cancelled = true;
+    r->t_cancel_us = clock_now_us();
+    proto_msg_t c;
+    proto_msg_init(&c, PROTO_CANCEL);
+    c.cancel.id = r->id;
+    send_to(gw, w, &w->peer, &c);
+}
+
 static void on_cancel(struct gateway *gw, uint64_t id)
 {
     gateway_request_t *r = req_find(gw, id);
@@ -624,10 +664,7 @@ static void on_cancel(struct gateway *gw, uint64_t id)
         return;
     }
     log_debug("request %" PRIu64 " cancelled: CANCEL to %s", id, w->reg.replica);
-    proto_msg_t c;
-    proto_msg_init(&c, PROTO_CANCEL);
-    c.cancel.id = id;
-    send_to(gw, w, &w->peer, &c); /* its final EVENT drops the record */
+    send_cancel(gw, w, r);
 }
 
 /* Sends queued requests of model m to replicas with credit. */
@@ -1420,6 +1457,45 @@ static void local_workers_tick(struct gateway *gw, gateway_model_t *m, int64_t n
     }
 }
 
+/* RUNNING requests: past their deadline → 504 and CANCEL; cancelled without
+ * a final EVENT for GATEWAY_CANCEL_GRACE_US → dropped. Either way the client
+ * gets an answer and the worker slot comes back even from a worker that never
+ * answers for a request. */
+static void sweep_running(struct gateway *gw, int64_t now)
+{
+    if (now < gw->t_next_sweep_us)
+        return;
+    gw->t_next_sweep_us = now + QUEUE_TICK_US * 4;
+    for (size_t b = 0; b < gw->n_req_buckets; b++) {
+        gateway_request_t *nx;
+        for (gateway_request_t *r = gw->req_buckets[b]; r; r = nx) {
+            nx = r->next; /* request_finish unlinks r only */
+            if (r->state != GATEWAY_REQ_RUNNING)
+                continue;
+            if (r->cancelled) {
+                if (r->t_cancel_us && now - r->t_cancel_us > GATEWAY_CANCEL_GRACE_US) {
+                    log_warn("request %" PRIu64 ": no final EVENT %.1f s after its CANCEL: dropped",
+                             r->id, (double)(now - r->t_cancel_us) / 1e6);
+                    request_finish(gw, r);
+                }
+                continue;
+            }
+            if (now - r->t_deadline_us <= GATEWAY_RUNNING_DEADLINE_SLACK_US)
+                continue;
+            log_warn("request %" PRIu64 " ran past its deadline by %.1f s: 504 and CANCEL", r->id,
+                     (double)(now - r->t_deadline_us) / 1e6);
+            request_reply_error(gw, r, 504, "timeout",
+                                "The request did not finish within %.0f s (--request-timeout)",
+                                (double)gw->request_timeout_us / 1e6);
+            gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
+            if (w)
+                send_cancel(gw, w, r);
+            else
+                request_finish(gw, r);
+        }
+    }
+}
+
 static void tick(struct gateway *gw, int64_t now)
 {
     /* forget workers that went silent: iterate backwards, removal moves the
@@ -1461,6 +1537,7 @@ static void tick(struct gateway *gw, int64_t now)
         if (gw->t_next_heartbeat_us <= now) /* we were stalled: do not burst */
             gw->t_next_heartbeat_us = now + (int64_t)gw->heartbeat_ms * 1000;
     }
+    sweep_running(gw, now);
     dispatch_all(gw, now);
 }
 
@@ -1477,6 +1554,8 @@ static void *core_main(void *arg)
         for (size_t i = 0; i < gw->n_models; i++)
             if (prio_queue_len(gw->models[i].queue) && now + QUEUE_TICK_US < wake)
                 wake = now + QUEUE_TICK_US;
+        if (gw->n_requests && gw->t_next_sweep_us < wake)
+            wake = gw->t_next_sweep_us < now ? now : gw->t_next_sweep_us;
         long timeout_ms = wake <= now ? 0 : (long)((wake - now + 999) / 1000);
         zmq_pollitem_t items[2] = {
             {.socket = gw->router, .events = ZMQ_POLLIN},
@@ -1525,6 +1604,9 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
                                                      : (int64_t)GATEWAY_DEFAULT_GRACE_S * 1000000;
     gw->idle_timeout_us = cfg->idle_timeout_us > 0 ? cfg->idle_timeout_us
                                                    : (int64_t)GATEWAY_DEFAULT_IDLE_S * 1000000;
+    gw->max_redispatch = cfg->max_redispatch > 0    ? (uint32_t)cfg->max_redispatch
+                         : cfg->max_redispatch == 0 ? GATEWAY_DEFAULT_MAX_REDISPATCH
+                                                    : 0;
     if (gethostname(gw->hostname, sizeof gw->hostname - 1) != 0)
         snprintf(gw->hostname, sizeof gw->hostname, "localhost");
     atomic_init(&gw->stopping, false);

@@ -82,6 +82,13 @@
 #define GATEWAY_DEFAULT_MAX_QUEUE 1024    /* --max-queue, per model */
 #define GATEWAY_COMPLETION_MAX_TOKENS 16  /* /v1/completions default, as OpenAI */
 #define GATEWAY_DEFAULT_IDLE_S 300        /* --idle-timeout, on-demand models */
+#define GATEWAY_DEFAULT_MAX_REDISPATCH 2  /* --max-redispatch: worker losses a request survives */
+/* A RUNNING request past its deadline by this much (the worker enforces
+ * deadline_ms itself, so normally its final EVENT comes first) gets 504 and a
+ * CANCEL; a cancelled RUNNING request whose final EVENT has not come this long
+ * after the CANCEL is dropped (its worker slot freed). */
+#define GATEWAY_RUNNING_DEADLINE_SLACK_US 1000000
+#define GATEWAY_CANCEL_GRACE_US 5000000
 
 typedef struct gateway_config {
     const char *worker_endpoint;  /* ZeroMQ endpoint the ROUTER binds, "tcp://127.0.0.1:5557" */
@@ -101,6 +108,8 @@ typedef struct gateway_config {
     const char *curve_secret_key; /* Z85 secret key: the ROUTER becomes a CURVE server that
                                      admits only curve_authorized (gateway/zap.h); NULL = plain */
     const curve_keylist_t *curve_authorized; /* worker public keys (copied), with the above */
+    int max_redispatch;           /* a request whose worker is lost more often than this
+                                     gets 502; 0 = GATEWAY_DEFAULT_MAX_REDISPATCH, < 0 = none */
 } gateway_config_t;
 
 typedef enum gateway_worker_state {
@@ -148,6 +157,8 @@ struct gateway {
     int64_t request_timeout_us;   /* [any] read-only */
     int64_t replica_grace_us;     /* [any] read-only */
     int64_t idle_timeout_us;      /* [any] read-only */
+    uint32_t max_redispatch;      /* [any] read-only */
+    int64_t t_next_sweep_us;      /* [core] next check of RUNNING deadlines */
     char hostname[256];           /* [any] ours: a worker on this host may be a local child */
 
     /* ZeroMQ */
@@ -246,7 +257,8 @@ typedef struct gateway_request {
     int32_t *sent_ids;            /* (n_sent) token ids passed to the HTTP side: the resume
                                      list if its worker is lost */
     uint32_t n_sent, cap_sent;
-    uint32_t n_lost;              /* workers lost while running it */
+    uint32_t n_lost;              /* workers lost while running it (> max_redispatch → 502) */
+    int64_t t_cancel_us;          /* when a RUNNING request was cancelled (0 = not) */
     uint32_t n_prompt;            /* prompt tokens as a worker last reported (0 = not yet) */
     struct gateway_request *next; /* hash chain */
 } gateway_request_t;

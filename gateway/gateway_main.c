@@ -35,6 +35,7 @@
  * FILE:LINE:COLUMN for errors in the file). */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -125,6 +126,11 @@ static void usage(FILE *f)
             "                             [limits.max_messages]\n"
             "  --max-prompt-bytes N       prompt text bytes per request (default %u)\n"
             "                             [limits.max_prompt_bytes]\n"
+            "  --http-idle-timeout S      close an idle HTTP connection after S seconds (default %d)\n"
+            "  --header-timeout S         close a connection whose request headers are not\n"
+            "                             complete S seconds after it opened (default %d)\n"
+            "  --max-redispatch N         re-dispatches after worker losses before a request\n"
+            "                             gets 502 (default %d)\n"
             "Workers:\n"
             "  --worker-endpoint ENDPOINT ZeroMQ endpoint workers connect to\n"
             "                             (default tcp://127.0.0.1:5557) [worker_endpoint]\n"
@@ -157,8 +163,23 @@ static void usage(FILE *f)
             "                             CURVE (trusted networks only) [curve.allow_plain_tcp]\n"
             "  --help\n",
             GATEWAY_DEFAULT_MAX_QUEUE, GATEWAY_DEFAULT_TIMEOUT_S, GATEWAY_DEFAULT_GRACE_S,
-            OAI_MAX_MESSAGES, OAI_MAX_TEXT_BYTES, PROTO_HEARTBEAT_MS, GATEWAY_DEFAULT_IDLE_S,
+            OAI_MAX_MESSAGES, OAI_MAX_TEXT_BYTES, HTTP_DEFAULT_IDLE_TIMEOUT_S,
+            HTTP_DEFAULT_HEADER_TIMEOUT_S, GATEWAY_DEFAULT_MAX_REDISPATCH, PROTO_HEARTBEAT_MS,
+            GATEWAY_DEFAULT_IDLE_S,
             SUPERVISOR_FAIL_RESTARTS, SUPERVISOR_FAIL_WINDOW_MS / 1000);
+}
+
+static int parse_num(const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "pagoda-gateway: --%s must be a number in [%g, %g]\n", opt, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
 }
 
 /* --hash-key NAME[:TIER[:admin]]: prints the secret and its keys-file line. */
@@ -325,7 +346,9 @@ int main(int argc, char **argv)
     const char *worker_args[MAX_WORKER_ARGS];
     size_t n_worker_args = 0;
 
-    struct option opts[N_FLAG_KEYS + 12];
+    double http_idle_s = HTTP_DEFAULT_IDLE_TIMEOUT_S, header_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
+    double max_redispatch = GATEWAY_DEFAULT_MAX_REDISPATCH;
+    struct option opts[N_FLAG_KEYS + 16];
     size_t n_opts = 0;
     for (size_t i = 0; i < N_FLAG_KEYS; i++)
         opts[n_opts++] = (struct option){flag_keys[i].flag,
@@ -339,6 +362,9 @@ int main(int argc, char **argv)
     opts[n_opts++] = (struct option){"hash-key", required_argument, NULL, 'H'};
     opts[n_opts++] = (struct option){"secret", required_argument, NULL, 'S'};
     opts[n_opts++] = (struct option){"gen-curve-keypair", required_argument, NULL, 'G'};
+    opts[n_opts++] = (struct option){"http-idle-timeout", required_argument, NULL, 'I'};
+    opts[n_opts++] = (struct option){"header-timeout", required_argument, NULL, 'T'};
+    opts[n_opts++] = (struct option){"max-redispatch", required_argument, NULL, 'R'};
     opts[n_opts++] = (struct option){"help", no_argument, NULL, 'h'};
     opts[n_opts++] = (struct option){NULL, 0, NULL, 0};
     int ch;
@@ -374,6 +400,18 @@ int main(int argc, char **argv)
         case 'H': hash_spec = optarg; break;
         case 'S': secret = optarg; break;
         case 'G': gen_prefix = optarg; break;
+        case 'I':
+            if (parse_num("http-idle-timeout", optarg, 1, 86400, &http_idle_s) < 0)
+                return 2;
+            break;
+        case 'T':
+            if (parse_num("header-timeout", optarg, 0.1, 86400, &header_s) < 0)
+                return 2;
+            break;
+        case 'R':
+            if (parse_num("max-redispatch", optarg, 0, 1000, &max_redispatch) < 0)
+                return 2;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -500,6 +538,7 @@ int main(int argc, char **argv)
         .replica_grace_us = (int64_t)(cfg->queue.replica_grace_s * 1e6),
         .models = model_names, .n_models = cfg->n_models, .idle_timeout_s = idle_s,
         .curve_secret_key = curve ? srv_sec : NULL, .curve_authorized = authorized,
+        .max_redispatch = max_redispatch > 0 ? (int)max_redispatch : -1,
     };
     struct gateway *gw = gateway_new(&gcfg);
     explicit_bzero(srv_sec, sizeof srv_sec);
@@ -511,7 +550,9 @@ int main(int argc, char **argv)
                           .n_threads = (unsigned)cfg->http_threads,
                           .max_body = (size_t)cfg->limits.max_body_bytes,
                           .max_messages = (size_t)cfg->limits.max_messages,
-                          .max_prompt_bytes = (size_t)cfg->limits.max_prompt_bytes};
+                          .max_prompt_bytes = (size_t)cfg->limits.max_prompt_bytes,
+                          .idle_timeout_s = (unsigned)http_idle_s,
+                          .header_timeout_ms = (int64_t)(header_s * 1000)};
     http = http_server_new(&hcfg, gw);
     if (!http)
         goto stop;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "common/clock.h"
@@ -29,8 +30,24 @@
 #define HTTP_DEFAULT_MAX_BODY (16u << 20)
 #define SNAPSHOT_TIMEOUT_US 2000000
 #define WATCH_MAX 8192              /* connections the watcher polls at once */
+/* descriptors kept out of the HTTP connection limit: ZeroMQ sockets and its
+ * internal pipes, worker pipes, log and keys files */
+#define FD_HEADROOM 256
 
 typedef struct http_req http_req_t;
+
+/* One TCP connection, from MHD_CONNECTION_NOTIFY_STARTED to _CLOSED, for
+ * the header deadline: a connection whose first request's headers are not
+ * complete header_timeout_us after it opened is shut down by the watcher
+ * (libmicrohttpd's own timeout restarts at every byte, so a client dripping
+ * one header byte a second would hold its connection forever). */
+typedef struct http_conn {
+    int fd;
+    int64_t t_open_us;          /* monotonic */
+    bool headers_done;          /* [conn_lock] on_request ran for it */
+    bool shut;                  /* [conn_lock] shutdown() already called */
+    struct http_conn *prev, *next;
+} http_conn_t;
 
 struct http_server {
     struct MHD_Daemon *daemon;
@@ -50,6 +67,11 @@ struct http_server {
     bool stopping;
     pthread_t watcher;
     bool watcher_started;
+
+    /* open connections, for the header deadline */
+    pthread_mutex_t conn_lock;  /* guards conns and their flags */
+    http_conn_t *conns;         /* doubly linked */
+    int64_t header_timeout_us;
 };
 
 /* AUTH_OPS: an admin key when a keys file is loaded, open otherwise (an open
@@ -76,7 +98,7 @@ struct http_req {
     http_server_t *s;
     struct MHD_Connection *conn;
     char *body;                 /* (body_len) + NUL, NULL when empty */
-    size_t body_len;
+    size_t body_len, body_cap;  /* cap grows ×2: uploads arrive in small chunks */
     bool too_large;             /* body exceeded max_body: answer 413 */
     char param[512];            /* the path segment a route's '*' matched */
     prio_tier_t tier;           /* from the key */
@@ -673,6 +695,70 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
 /* ------------------------------------------------------------------------ */
 /* the hang-up watcher                                                       */
 
+static void enforce_header_deadline(http_server_t *s)
+{
+    int64_t now = clock_now_us();
+    pthread_mutex_lock(&s->conn_lock);
+    for (http_conn_t *k = s->conns; k; k = k->next) {
+        if (k->headers_done || k->shut || now - k->t_open_us < s->header_timeout_us)
+            continue;
+        /* libmicrohttpd sees the end of the stream and closes it; the fd
+         * stays valid until the CLOSED notification, which takes conn_lock */
+        k->shut = true;
+        log_debug("http: connection without complete request headers after %.1f s: closed",
+                  (double)(now - k->t_open_us) / 1e6);
+        shutdown(k->fd, SHUT_RDWR);
+    }
+    pthread_mutex_unlock(&s->conn_lock);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    http_server_t *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci)
+            return;
+        http_conn_t *k = xcalloc(1, sizeof *k);
+        k->fd = ci->connect_fd;
+        k->t_open_us = clock_now_us();
+        pthread_mutex_lock(&s->conn_lock);
+        k->next = s->conns;
+        if (s->conns)
+            s->conns->prev = k;
+        s->conns = k;
+        pthread_mutex_unlock(&s->conn_lock);
+        *socket_context = k;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        http_conn_t *k = *socket_context;
+        if (!k)
+            return;
+        *socket_context = NULL;
+        pthread_mutex_lock(&s->conn_lock);
+        if (k->prev)
+            k->prev->next = k->next;
+        else
+            s->conns = k->next;
+        if (k->next)
+            k->next->prev = k->prev;
+        pthread_mutex_unlock(&s->conn_lock);
+        free(k);
+    }
+}
+
+/* The request headers of c are complete: its header deadline is met. */
+static void connection_headers_done(http_server_t *s, struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (!ci || !ci->socket_context)
+        return;
+    http_conn_t *k = ci->socket_context;
+    pthread_mutex_lock(&s->conn_lock);
+    k->headers_done = true;
+    pthread_mutex_unlock(&s->conn_lock);
+}
+
 static void *watcher_main(void *arg)
 {
     http_server_t *s = arg;
@@ -695,6 +781,7 @@ static void *watcher_main(void *arg)
             ids[n++] = q->greq->id;
         }
         pthread_mutex_unlock(&s->live_lock);
+        enforce_header_deadline(s);
         int k = poll(pfd, n, HTTP_WATCH_MS);
         if (k <= 0)
             continue;
@@ -812,6 +899,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         req->s = s;
         req->fd = -1;
         *con_cls = req;
+        connection_headers_done(s, c);
         return MHD_YES;
     }
     if (req->greq) /* resumed */
@@ -824,7 +912,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             req->too_large = true;
             return MHD_YES;
         }
-        req->body = xrealloc(req->body, req->body_len + n + 1);
+        if (req->body_len + n + 1 > req->body_cap) {
+            size_t cap = req->body_cap ? req->body_cap : 4096;
+            while (cap < req->body_len + n + 1)
+                cap *= 2;
+            if (cap > s->max_body + 1)
+                cap = s->max_body + 1;
+            req->body = xrealloc(req->body, cap);
+            req->body_cap = cap;
+        }
         memcpy(req->body + req->body_len, upload_data, n);
         req->body_len += n;
         req->body[req->body_len] = '\0';
@@ -871,7 +967,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(line);
     while (n && line[n - 1] == '\n')
         line[--n] = '\0';
-    log_warn("http: %s", line);
+    /* a client that went away (or one the header deadline shut down) is
+     * routine, not a warning */
+    if (strstr(line, "connection closure") || strstr(line, "Connection reset"))
+        log_debug("http: %s", line);
+    else
+        log_warn("http: %s", line);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -922,6 +1023,26 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     s->max_prompt_bytes = cfg->max_prompt_bytes;
     pthread_rwlock_init(&s->keys_lock, NULL);
     pthread_mutex_init(&s->live_lock, NULL);
+    pthread_mutex_init(&s->conn_lock, NULL);
+    s->header_timeout_us = (cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms
+                                                        : HTTP_DEFAULT_HEADER_TIMEOUT_S * 1000) * 1000;
+    unsigned idle_s = cfg->idle_timeout_s ? cfg->idle_timeout_s : HTTP_DEFAULT_IDLE_TIMEOUT_S;
+    /* connection limit from the descriptor limit (raised to the hard limit):
+     * libmicrohttpd's default (FD_SETSIZE − 4) lets ~1000 idle sockets lock
+     * everyone else out */
+    struct rlimit rl;
+    unsigned conn_limit = 1000;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_cur < rl.rlim_max) {
+            struct rlimit want = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+            if (want.rlim_cur == RLIM_INFINITY || want.rlim_cur > 1u << 20)
+                want.rlim_cur = 1u << 20;
+            if (want.rlim_cur > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &want) == 0)
+                rl.rlim_cur = want.rlim_cur;
+        }
+        rlim_t cur = rl.rlim_cur == RLIM_INFINITY ? 1u << 20 : rl.rlim_cur;
+        conn_limit = cur > 2 * FD_HEADROOM ? (unsigned)(cur - FD_HEADROOM) : (unsigned)(cur / 2);
+    }
     if (cfg->keys_path) {
         s->keys_path = xstrdup(cfg->keys_path);
         if (http_server_reload_keys(s, NULL, 0) < 0)
@@ -952,7 +1073,9 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
         MHD_OPTION_THREAD_POOL_SIZE, cfg->n_threads ? cfg->n_threads : 2u,
         MHD_OPTION_NOTIFY_COMPLETED, request_completed, s,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
-        MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+        MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
+        MHD_OPTION_CONNECTION_LIMIT, conn_limit,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
@@ -966,8 +1089,10 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
         goto err;
     }
     s->watcher_started = true;
-    log_info("listening on http://%s%s%s:%u", strchr(host, ':') ? "[" : "", host,
-             strchr(host, ':') ? "]" : "", s->port);
+    log_info("listening on http://%s%s%s:%u (up to %u connections, idle timeout %u s, "
+             "header deadline %.1f s)", strchr(host, ':') ? "[" : "", host,
+             strchr(host, ':') ? "]" : "", s->port, conn_limit, idle_s,
+             (double)s->header_timeout_us / 1e6);
     return s;
 err:
     http_server_free(&s);
@@ -1002,6 +1127,7 @@ void http_server_free(http_server_t **sp)
     free(s->keys_path);
     pthread_rwlock_destroy(&s->keys_lock);
     pthread_mutex_destroy(&s->live_lock);
+    pthread_mutex_destroy(&s->conn_lock);
     free(s);
 }
 

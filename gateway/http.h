@@ -56,7 +56,13 @@ typedef struct http_config {
     const char *keys_path;    /* keys file (keys.h format), NULL = open gateway */
     size_t max_messages;      /* chat messages per request (400 beyond), 0 = parser's limit */
     size_t max_prompt_bytes;  /* prompt / message text bytes (400 beyond), 0 = parser's limit */
+    unsigned idle_timeout_s;  /* close a connection idle this long, 0 = HTTP_DEFAULT_IDLE_TIMEOUT_S */
+    int64_t header_timeout_ms;/* close a connection whose request headers are not complete
+                                 this long after it opened (slowloris), 0 = default */
 } http_config_t;
+
+#define HTTP_DEFAULT_IDLE_TIMEOUT_S 30
+#define HTTP_DEFAULT_HEADER_TIMEOUT_S 10
 
 typedef struct http_server http_server_t;
 

@@ -30,7 +30,10 @@
 /* ---- limits ------------------------------------------------------------ */
 
 #define OAI_MAX_DEPTH 32               /* JSON nesting of the whole body */
-#define OAI_MAX_MESSAGES 2048          /* chat messages per request */
+/* Every limit here is at most the matching proto/msg.h limit of a SUBMIT (checked
+ * by _Static_assert in gateway.c): a request the gateway accepts must reach the
+ * worker, or the worker drops the SUBMIT and the client waits for nothing. */
+#define OAI_MAX_MESSAGES 1024          /* chat messages per request (= PROTO_MAX_MESSAGES) */
 #define OAI_MAX_CONTENT_PARTS 256      /* content parts per message */
 #define OAI_MAX_TEXT_BYTES (4u << 20)  /* one message / the prompt / all messages together */
 #define OAI_MAX_MODEL_BYTES 256

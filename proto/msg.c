@@ -1046,7 +1046,14 @@ int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out
                 snprintf(err, err_len, "%s: %s", proto_type_name(type), d.r.err);
         }
         int status = d.r.status;
+        /* a SUBMIT whose id was read keeps its type and id, so the worker
+         * can answer ERROR(id) instead of leaving the request hanging */
+        uint64_t id = out->type == PROTO_SUBMIT ? out->submit.id : 0;
         proto_msg_clear(out);
+        if (id) {
+            out->type = PROTO_SUBMIT;
+            out->submit.id = id;
+        }
         return status;
     }
     return PROTO_OK;

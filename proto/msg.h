@@ -431,8 +431,10 @@ const char *proto_status_name(int status);
 int proto_encode(const proto_msg_t *m, uint8_t **body, size_t *body_len);
 
 /* Decodes a body of the given type. Returns PROTO_OK with *out filled
- * (free with proto_msg_clear) or a negative proto_status with *out cleared;
- * when err is not NULL a message naming the offending field is written to
+ * (free with proto_msg_clear) or a negative proto_status with *out cleared —
+ * except that a malformed SUBMIT whose id was readable keeps type PROTO_SUBMIT
+ * and submit.id (nothing else; still nothing to free), so the receiver can
+ * answer ERROR(id); when err is not NULL a message naming the offending field is written to
  * err[0..err_len). Never reads outside buf[0..len). */
 int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out,
                       char *err, size_t err_len);

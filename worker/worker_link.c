@@ -245,6 +245,16 @@ static int recv_one(worker_link_t *l, proto_msg_t *out)
     if (st != PROTO_OK) {
         log_warn("dropped malformed message from the gateway: %s (%s)", proto_status_name(st),
                  err);
+        if (out->type == PROTO_SUBMIT && out->submit.id) {
+            /* the gateway waits for this request: tell it why it never ran */
+            proto_msg_t e;
+            proto_msg_init(&e, PROTO_ERROR);
+            e.error.id = out->submit.id;
+            e.error.code = PROTO_CODE_BAD_REQUEST;
+            e.error.message = err;
+            worker_link_send(l, &e);
+            memset(out, 0, sizeof *out);
+        }
         return 0;
     }
     if (on_message(l, out, clock_now_us()))

@@ -161,7 +161,7 @@ static void check_defaults(const config_t *c)
     assert_true(c->queue.default_timeout_s == 600);
     assert_true(c->queue.replica_grace_s == 30);
     assert_int_equal(c->limits.max_body_bytes, 16777216);
-    assert_int_equal(c->limits.max_messages, 2048);
+    assert_int_equal(c->limits.max_messages, 1024);
     assert_int_equal(c->limits.max_prompt_bytes, 4194304);
     assert_true(c->limits.rate_per_key == 0.0);
     assert_int_equal(c->restart.backoff_initial_ms, 500);
@@ -316,7 +316,7 @@ static const bad_case_t BAD[] = {
     {"models:\n- {name: a, path: /a, max_batch_tokens: 65537}\n", 2, 41,
      "models[0].max_batch_tokens: expected an integer in 1..65536"},
     {"models:\n- {name: a, path: /a, threads: 257}\n", 2, 32, "models[0].threads: expected an integer in 1..256"},
-    {"limits: {max_messages: 2049}\n", 1, 24, "limits.max_messages: expected an integer in 1..2048"},
+    {"limits: {max_messages: 1025}\n", 1, 24, "limits.max_messages: expected an integer in 1..1024"},
     {"limits: {max_prompt_bytes: 4194305}\n", 1, 28, "limits.max_prompt_bytes: expected an integer in 1..4194304"},
     {"queue: {default_timeout_s: 0}\n", 1, 28, "queue.default_timeout_s: expected a number in 0.001..86400"},
     {"queue: {replica_grace_s: -1}\n", 1, 26, "queue.replica_grace_s: expected a number in 0.001..86400"},

@@ -33,10 +33,9 @@ CASE_TIMEOUT=10
 is_sanitized "$GW" && CASE_TIMEOUT=60
 FLOOD=$ROOT/tests/integration/abuse_limits.py
 
-# Known gaps (see hostile_http.sh for the mechanism; PAGODA_STRICT=1 makes them fail):
-#   messages_2048   oai accepts 2048 messages, proto SUBMIT 1024 → the request hangs
-#   poison_request  a request that makes its worker look dead is re-queued forever
-KNOWN_GAPS=${KNOWN_GAPS-"messages_2048 poison_request"}
+# Known gaps (see hostile_http.sh for the mechanism; PAGODA_STRICT=1 makes them fail).
+# None are open (messages_2048 and poison_request were fixed; see docs/RELIABILITY.md).
+KNOWN_GAPS=${KNOWN_GAPS-""}
 gap() {
   if [[ " $KNOWN_GAPS " == *" $1 "* && -z ${PAGODA_STRICT:-} ]]; then skip "KNOWN GAP $1: $2"; else fail "$1: $2"; fi
 }

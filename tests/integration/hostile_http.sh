@@ -32,17 +32,16 @@ MODEL_FILE=$(small_model)
 
 SLOW_CONNS=${SLOW_CONNS:-20}
 SLOW_SECONDS=${SLOW_SECONDS:-12}
-SLOW_LIMIT=${SLOW_LIMIT:-10}        # s: a connection without complete headers by then must be closed
+HEADER_TIMEOUT=${HEADER_TIMEOUT:-5} # s: the gateway's --header-timeout
+# s: a connection without complete headers by then must be closed (the driver notices
+# the close at its next byte, up to 1 s later)
+SLOW_LIMIT=${SLOW_LIMIT:-$((HEADER_TIMEOUT + 2))}
 IDLE_CONNS=${IDLE_CONNS:-2000}
 
 # Known gaps of the gateway today: a check or table case named here reports skip (with
-# the evidence) instead of not ok. Found by this suite, reported to the lead:
-#   slowloris_deadline  no deadline for complete request headers
-#   idle_flood          ~1020 idle connections lock everyone out for 120 s
-#   messages_1025       oai accepts 2048 messages, proto SUBMIT only 1024: the worker
-#                       drops the SUBMIT as malformed and the request hangs, holding a slot
-#   requests_settle     ...so the gateway still counts it as running on the worker
-KNOWN_GAPS=${KNOWN_GAPS-"slowloris_deadline idle_flood messages_1025 requests_settle"}
+# the evidence) instead of not ok. None are open (slowloris_deadline, idle_flood,
+# messages_1025 and requests_settle were fixed; see docs/RELIABILITY.md).
+KNOWN_GAPS=${KNOWN_GAPS-""}
 gap() { # name, message: fail, or skip when the gap is known and PAGODA_STRICT is unset
   if [[ " $KNOWN_GAPS " == *" $1 "* && -z ${PAGODA_STRICT:-} ]]; then
     skip "KNOWN GAP $1: $2"
@@ -60,7 +59,7 @@ ulimit -n 8192 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null
 HP=$(free_port); ZP=$(free_port)
 URL=http://127.0.0.1:$HP
 spawn "$TMP/gateway.log" "$GW" --listen "127.0.0.1:$HP" --worker-endpoint "tcp://127.0.0.1:$ZP" \
-  --keys "$TMP/keys.txt" --heartbeat-ms 200
+  --keys "$TMP/keys.txt" --heartbeat-ms 200 --header-timeout "$HEADER_TIMEOUT"
 GPID=$SPAWNED
 spawn "$TMP/worker.log" "$WK" --gateway "tcp://127.0.0.1:$ZP" --model "m=$MODEL_FILE" \
   --max-seqs 8 --heartbeat-ms 200
