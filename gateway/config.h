@@ -66,7 +66,7 @@
  *                                                                 have no worker before its requests
  *                                                                 get 503
  *   limits.max_body_bytes        int      16777216                1024..1073741824 HTTP body (413)
-  *   limits.max_messages          int      1024                    1..1024 (OAI_MAX_MESSAGES) chat
+ *   limits.max_messages          int      1024                    1..1024 (OAI_MAX_MESSAGES) chat
  *                                                                 messages per request (400)
  *   limits.max_prompt_bytes      int      4194304                 1..4194304 (OAI_MAX_TEXT_BYTES)
  *                                                                 prompt / message text (400)
