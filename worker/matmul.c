@@ -301,16 +301,6 @@ static void gemm_block(int M, int nn, int K, const float *x, const float *wf, fl
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nn, K, 1.0f, x, K, wf, K, 0.0f, y, ldy);
 }
 
-/* Thread `t` of `nt` owns output rows [n0, n1) of W: one contiguous, 16-aligned
- * share, so every thread runs single-threaded BLAS on its own column block of Y. */
-static void share(int64_t N, int t, int nt, int64_t *n0, int64_t *n1)
-{
-    int64_t per = (N + nt - 1) / nt;
-    per = (per + 15) / 16 * 16;
-    *n0 = per * t < N ? per * t : N;
-    *n1 = per * (t + 1) < N ? per * (t + 1) : N;
-}
-
 int matmul_use_int8(matmul_t *mm, int max_rows)
 {
     if (max_rows < 1)
@@ -321,62 +311,126 @@ int matmul_use_int8(matmul_t *mm, int max_rows)
     return mm->q ? 0 : -1;
 }
 
-int matmul_run(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, float *y)
+/* Output rows of W per dynamic chunk: about MATMUL_CHUNKS_PER_THREAD chunks
+ * per thread over all matrices of the call (a late or descheduled thread
+ * then holds the others up by one small chunk), a multiple of 16, at least
+ * min_rows (sgemm wants wide blocks), at most the tile. */
+#define MATMUL_CHUNKS_PER_THREAD 8
+static int64_t chunk_rows(const matmul_t *mm, int64_t total, int nt, int64_t min_rows)
 {
-    if (n_rows < 0 || w->cols > mm->max_cols)
+    int64_t c = total / ((int64_t)nt * MATMUL_CHUNKS_PER_THREAD);
+    c = (c + 15) / 16 * 16;
+    if (c < min_rows)
+        c = min_rows;
+    if (c > mm->tile_rows)
+        c = mm->tile_rows;
+    return c;
+}
+
+/* Y[:, n0:n1] = X · W[n0:n1]ᵀ with the calling thread's tile. 0 ok, -1 bad type. */
+static int run_rows(matmul_t *mm, const matmul_weight_t *w, const float *x, int M, float *y, int64_t n0,
+                    int64_t n1, float *tile)
+{
+    const int K = (int)w->cols;
+    const int64_t N = w->rows;
+    if (M <= MATMUL_FUSED_MAX_ROWS) {
+        /* Few rows (decode): take one W row at a time (F32 in place, others
+         * decoded into L1) and dot it with every X row. W is read once,
+         * nothing is packed or tiled. */
+        for (int64_t n = n0; n < n1; n++) {
+            const uint8_t *src = w->data + (size_t)n * w->row_bytes;
+            const float *wr = (const float *)(const void *)src;
+            if (w->type != GGML_TYPE_F32) {
+                if (decode_row(w->type, src, tile, K) != 0)
+                    return -1;
+                wr = tile;
+            }
+            dot_rows(wr, x, M, K, y + n, (size_t)N);
+        }
+        return 0;
+    }
+    if (w->type == GGML_TYPE_F32) {
+        /* straight from the mmap */
+        gemm_block(M, (int)(n1 - n0), K, x, (const float *)(const void *)(w->data + (size_t)n0 * w->row_bytes),
+                   y + n0, (int)N);
+        return 0;
+    }
+    for (int64_t r0 = n0; r0 < n1; r0 += mm->tile_rows) {
+        int64_t nn = n1 - r0 < mm->tile_rows ? n1 - r0 : mm->tile_rows;
+        /* tile (nn, K) = dequant(W rows r0 .. r0+nn) */
+        for (int64_t r = 0; r < nn; r++)
+            if (decode_row(w->type, w->data + (size_t)(r0 + r) * w->row_bytes, tile + (size_t)r * (size_t)K, K) != 0)
+                return -1;
+        /* Y[:, r0:r0+nn] = X · tileᵀ */
+        gemm_block(M, (int)nn, K, x, tile, y + r0, (int)N);
+    }
+    return 0;
+}
+
+int matmul_run_multi(matmul_t *mm, const matmul_weight_t *const *ws, int n, const float *x, int n_rows,
+                     float *const *ys)
+{
+    if (n < 1 || n > MATMUL_MAX_MULTI || n_rows < 0)
         return -1;
+    for (int i = 0; i < n; i++)
+        if (ws[i]->cols != ws[0]->cols || ws[i]->cols > mm->max_cols)
+            return -1;
     if (n_rows == 0)
         return 0;
-    if (mm->q && n_rows <= mm->q_rows && qgemm_supported(w->type))
-        return qgemm(mm->q, w->type, w->data, w->rows, w->cols, x, n_rows, y);
-    const int M = n_rows, K = (int)w->cols;
-    const int64_t N = w->rows;
-    int bad = 0;
+    const int M = n_rows, K = (int)ws[0]->cols;
+    if (mm->q && n_rows <= mm->q_rows) {
+        int n_q = 0;
+        for (int i = 0; i < n; i++)
+            n_q += qgemm_supported(ws[i]->type);
+        if (n_q == n) {
+            qgemm_mat_t qm[MATMUL_MAX_MULTI];
+            for (int i = 0; i < n; i++)
+                qm[i] = (qgemm_mat_t){.type = ws[i]->type, .w = ws[i]->data, .n_out = ws[i]->rows, .y = ys[i]};
+            return qgemm_multi(mm->q, qm, n, K, x, n_rows);
+        }
+        if (n_q > 0) {
+            /* mixed: each matrix on its own path */
+            for (int i = 0; i < n; i++)
+                if (matmul_run_multi(mm, &ws[i], 1, x, n_rows, &ys[i]) != 0)
+                    return -1;
+            return 0;
+        }
+    }
 
+    /* Chunks of output rows over all matrices, claimed dynamically. */
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += ws[i]->rows;
     /* Small products run on the calling thread (pool wake-up and barrier
      * cost more than the work). */
-    const int n_par = (double)M * (double)N * K >= MATMUL_PAR_MIN_MACS ? mm->n_threads : 1;
+    const int n_par = (double)M * (double)total * K >= MATMUL_PAR_MIN_MACS ? mm->n_threads : 1;
+    const int64_t cr = chunk_rows(mm, total, n_par, M <= MATMUL_FUSED_MAX_ROWS ? 16 : 64);
+    int64_t first[MATMUL_MAX_MULTI + 1]; /* global index of each matrix's first chunk */
+    first[0] = 0;
+    for (int i = 0; i < n; i++)
+        first[i + 1] = first[i] + (ws[i]->rows + cr - 1) / cr;
+    const int64_t n_chunks = first[n];
+    int bad = 0;
     (void)n_par;  /* unused when compiled without OpenMP */
 #pragma omp parallel num_threads(n_par) reduction(| : bad)
     {
-        int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        int64_t n0, n1;
-        share(N, t, nt, &n0, &n1);
-        float *tile = mm->tile + (size_t)t * (size_t)mm->tile_rows * (size_t)mm->max_cols;
-        if (M <= MATMUL_FUSED_MAX_ROWS) {
-            /* Few rows (decode): take one W row at a time (F32 in place,
-             * others decoded into L1) and dot it with every X row. W is read
-             * once, nothing is packed or tiled. */
-            for (int64_t n = n0; n < n1 && !bad; n++) {
-                const uint8_t *src = w->data + (size_t)n * w->row_bytes;
-                const float *wr = (const float *)(const void *)src;
-                if (w->type != GGML_TYPE_F32) {
-                    if (decode_row(w->type, src, tile, K) != 0) {
-                        bad = 1;
-                        break;
-                    }
-                    wr = tile;
-                }
-                dot_rows(wr, x, M, K, y + n, (size_t)N);
-            }
-        } else if (w->type == GGML_TYPE_F32) {
-            /* straight from the mmap */
-            if (n1 > n0)
-                gemm_block(M, (int)(n1 - n0), K, x, (const float *)(const void *)(w->data + (size_t)n0 * w->row_bytes),
-                           y + n0, (int)N);
-        } else {
-            for (int64_t r0 = n0; r0 < n1 && !bad; r0 += mm->tile_rows) {
-                int64_t nn = n1 - r0 < mm->tile_rows ? n1 - r0 : mm->tile_rows;
-                /* tile (nn, K) = dequant(W rows r0 .. r0+nn) */
-                for (int64_t r = 0; r < nn; r++)
-                    if (decode_row(w->type, w->data + (size_t)(r0 + r) * w->row_bytes,
-                                   tile + (size_t)r * (size_t)K, K) != 0)
-                        bad = 1;
-                /* Y[:, r0:r0+nn] = X · tileᵀ */
-                if (!bad)
-                    gemm_block(M, (int)nn, K, x, tile, y + r0, (int)N);
-            }
+        float *tile = mm->tile + (size_t)omp_get_thread_num() * (size_t)mm->tile_rows * (size_t)mm->max_cols;
+        int mi = 0;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t g = 0; g < n_chunks; g++) {
+            while (g >= first[mi + 1])
+                mi++;
+            while (g < first[mi])
+                mi--;
+            int64_t n0 = (g - first[mi]) * cr, n1 = n0 + cr < ws[mi]->rows ? n0 + cr : ws[mi]->rows;
+            if (!bad && run_rows(mm, ws[mi], x, M, ys[mi], n0, n1, tile) != 0)
+                bad = 1;
         }
     }
     return bad ? -1 : 0;
+}
+
+int matmul_run(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, float *y)
+{
+    return matmul_run_multi(mm, &w, 1, x, n_rows, &y);
 }

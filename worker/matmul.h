@@ -16,8 +16,10 @@
  * dot-product kernels can replace dequant+sgemm later without changing
  * callers.
  *
- * Threads: matmul_run splits W's output rows over n_threads OpenMP threads,
- * each calling single-threaded OpenBLAS. matmul_new therefore calls
+ * Threads: matmul_run splits W's output rows into chunks (about 8 per
+ * thread, claimed dynamically so a descheduled thread delays the others by
+ * one chunk only) over n_threads OpenMP threads, each calling
+ * single-threaded OpenBLAS. matmul_new therefore calls
  * openblas_set_num_threads(1), which is process-wide: two busy-waiting
  * thread pools on the same cores slow each other down badly.
  *
@@ -61,6 +63,14 @@ int matmul_use_int8(matmul_t *mm, int max_rows);
  *         -1 bad arguments (w->cols > max_cols, n_rows < 0) or a type
  *            the dequantizer does not know; Y is then unspecified. */
 int matmul_run(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, float *y);
+
+/* Several weights with the same input (Q/K/V, gate/up): ys[i] (n_rows,
+ * ws[i]->rows) = X · ws[i]ᵀ for i < n (1 ≤ n ≤ MATMUL_MAX_MULTI), equal to n
+ * matmul_run() calls but in one parallel region (one wake-up and barrier
+ * instead of n). All ws[i]->cols must be equal. Returns as matmul_run(). */
+#define MATMUL_MAX_MULTI 8
+int matmul_run_multi(matmul_t *mm, const matmul_weight_t *const *ws, int n, const float *x, int n_rows,
+                     float *const *ys);
 
 /* Dequantizes rows [row0, row0+n) of W into dst (n, w->cols) floats.
  * 0 ok, -1 unsupported type or rows out of range. Used for embedding

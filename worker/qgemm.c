@@ -771,94 +771,159 @@ AVX2 static void direct_avx2(enum kind kind, int R, const uint8_t *const rows[NC
 
 /* ---- driver ------------------------------------------------------------------- */
 
-int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in,
-          const float *x, int n_rows, float *y)
+/* One matrix of a call, with what the panel loop needs. */
+typedef struct {
+    enum kind kind;
+    uint32_t type;
+    const uint8_t *w;
+    int64_t n_out;
+    float *y;
+    size_t rb;            /* bytes per W row */
+    bool direct;          /* small-batch AVX2 path, no panel */
+    void (*kern)(const panel_t *, const qx_t *, int, int, float[RT][NC]);
+} qmat_t;
+
+/* X rows quantized per call below this many elements run on the calling
+ * thread before the parallel region: a split would cost one more barrier
+ * than the quantization itself (768 elements take ~0.3 us). */
+#define XQUANT_PAR_MIN 16384
+/* Dynamic chunks per thread of the panel loop: enough that a thread that is
+ * descheduled or late to wake (shared cores) holds up the others by one
+ * small chunk only, few enough that claiming a chunk costs nothing. */
+#define CHUNKS_PER_THREAD 8
+
+static void xquant_rows(qgemm_ctx_t *c, const float *x, int r0, int r1, int64_t n_in, int64_t nb, bool avx2)
 {
-    if (!c || !qgemm_supported(type) || n_in <= 0 || n_out < 0 || n_rows < 0)
-        return -1;
-    int64_t be = ggml_type_block_elems(type);
-    if (n_in % be != 0 || n_in > c->max_in || n_rows > c->max_rows)
-        return -1;
-    if (n_rows == 0 || n_out == 0)
-        return 0;
-    enum kind kind = kind_of(type);
-    size_t rb = quant_row_bytes(type, n_in);
-    int64_t nb = n_in / QB, n_panels = (n_out + NC - 1) / NC;
-    bool avx2 = c->isa == QGEMM_ISA_AVX2;
-    qx_t qx = {c->xq, c->xd, c->xs, n_in, nb};
-    void (*kern)(const panel_t *, const qx_t *, int, int, float[RT][NC]) = NULL;
-    if (avx2) {
-        switch (kind) {
-        case K_Q8_0: kern = kern_avx2_q8_0; break;
-        case K_Q4_0: kern = kern_avx2_q4_0; break;
-        case K_Q6_K: kern = kern_avx2_q6_k; break;
-        case K_Q45_K: kern = kern_avx2_q45_k; break;
+    for (int r = r0; r < r1; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xr = x + (int64_t)r * n_in + QB * b;
+            int8_t *q = c->xq + (int64_t)r * n_in + QB * b;
+            float *d = c->xd + (int64_t)r * nb + b;
+            int32_t *s = c->xs + (int64_t)r * nb + b;
+            if (avx2)
+                xquant_block_avx2(xr, q, d, s);
+            else
+                xquant_block_scalar(xr, q, d, s);
         }
+}
+
+/* Output columns [8 ip, 8 ip + 8) of matrix m for all rows; p is the
+ * calling thread's panel scratch. */
+static void run_panel(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows, bool avx2, panel_t *p)
+{
+    const int64_t n_in = qx->n_in, nb = qx->nb, n_out = m->n_out;
+    int64_t c0 = ip * NC;
+    int nc = n_out - c0 < NC ? (int)(n_out - c0) : NC;
+    const uint8_t *rows[NC];
+    for (int k = 0; k < NC; k++)
+        rows[k] = m->w + (size_t)(c0 + (k < nc ? k : 0)) * m->rb;
+    if (m->direct) {
+        for (int r0 = 0; r0 < n_rows; r0 += RD) {
+            int R = n_rows - r0 < RD ? n_rows - r0 : RD;
+            qx_t qr = {qx->q + (int64_t)r0 * n_in, qx->d + (int64_t)r0 * nb, qx->s + (int64_t)r0 * nb, n_in, nb};
+            float out[RT][NC];
+            direct_avx2(m->kind, R, rows, &qr, out);
+            for (int r = 0; r < R; r++)
+                memcpy(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
+        }
+        return;
     }
-    const uint8_t *w8 = w;
-    bool direct = avx2 && ((kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) ||
-                           (kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
+    if (avx2) {
+        /* the rows of panel ip + 1, clipped to W */
+        int64_t n_next_rows = n_out - (c0 + NC) < NC ? n_out - (c0 + NC) : NC;
+        size_t n_next = n_next_rows > 0 ? (size_t)n_next_rows * m->rb : 0;
+        fill_panel_avx2(m->kind, m->type, rows, nb, p, m->w + (size_t)(c0 + NC) * m->rb * (n_next > 0), n_next);
+    } else {
+        fill_panel_scalar(m->kind, m->type, rows, nb, p);
+    }
+    for (int r0 = 0; r0 < n_rows; r0 += RT) {
+        int R = n_rows - r0 < RT ? n_rows - r0 : RT;
+        float out[RT][NC];
+        if (avx2)
+            m->kern(p, qx, r0, R, out);
+        else
+            kern_scalar(m->kind, p, qx, r0, R, out);
+        for (int r = 0; r < R; r++)
+            memcpy(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
+    }
+}
+
+int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_in, const float *x, int n_rows)
+{
+    if (!c || n_mats < 0 || n_mats > QGEMM_MAX_MATS || (n_mats > 0 && !mats) || n_in <= 0 || n_rows < 0 ||
+        n_in > c->max_in || n_rows > c->max_rows)
+        return -1;
+    for (int i = 0; i < n_mats; i++)
+        if (!qgemm_supported(mats[i].type) || n_in % ggml_type_block_elems(mats[i].type) != 0 ||
+            mats[i].n_out < 0)
+            return -1;
+    if (n_rows == 0)
+        return 0;
+    const bool avx2 = c->isa == QGEMM_ISA_AVX2;
+    const int64_t nb = n_in / QB;
+    qmat_t qm[QGEMM_MAX_MATS];
+    int64_t first[QGEMM_MAX_MATS + 1]; /* global index of each matrix's first panel */
+    first[0] = 0;
+    for (int i = 0; i < n_mats; i++) {
+        qmat_t *m = &qm[i];
+        m->kind = kind_of(mats[i].type);
+        m->type = mats[i].type;
+        m->w = mats[i].w;
+        m->n_out = mats[i].n_out;
+        m->y = mats[i].y;
+        m->rb = quant_row_bytes(m->type, n_in);
+        m->direct = avx2 && ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) ||
+                             (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
+        m->kern = NULL;
+        switch (m->kind) {
+        case K_Q8_0: m->kern = kern_avx2_q8_0; break;
+        case K_Q4_0: m->kern = kern_avx2_q4_0; break;
+        case K_Q6_K: m->kern = kern_avx2_q6_k; break;
+        case K_Q45_K: m->kern = kern_avx2_q45_k; break;
+        }
+        first[i + 1] = first[i] + (m->n_out + NC - 1) / NC;
+    }
+    const int64_t n_panels = first[n_mats];
+    if (n_panels == 0)
+        return 0;
+    const qx_t qx = {c->xq, c->xd, c->xs, n_in, nb};
     int n_threads = c->n_threads;
     if ((int64_t)n_threads > n_panels)
         n_threads = (int)n_panels;
+    int64_t chunk = n_panels / ((int64_t)n_threads * CHUNKS_PER_THREAD);
+    if (chunk < 1)
+        chunk = 1;
+    const bool xq_par = (int64_t)n_rows * n_in >= XQUANT_PAR_MIN && n_threads > 1;
+    if (!xq_par)
+        xquant_rows(c, x, 0, n_rows, n_in, nb, avx2);
 
 #pragma omp parallel num_threads(n_threads)
     {
-        /* 1. quantize X, split over rows (tiny next to the products) */
+        if (xq_par) {
+            /* 1. quantize X, split over rows; the barrier at the end of the
+             * loop: every row is quantized before any panel runs */
 #pragma omp for schedule(static)
-        for (int r = 0; r < n_rows; r++)
-            for (int64_t b = 0; b < nb; b++) {
-                const float *xr = x + (int64_t)r * n_in + QB * b;
-                int8_t *q = c->xq + (int64_t)r * n_in + QB * b;
-                float *d = c->xd + (int64_t)r * nb + b;
-                int32_t *s = c->xs + (int64_t)r * nb + b;
-                if (avx2)
-                    xquant_block_avx2(xr, q, d, s);
-                else
-                    xquant_block_scalar(xr, q, d, s);
-            }
-        /* (implicit barrier: every row is quantized before any panel runs) */
-
-        /* 2. panels of 8 output columns, split statically over threads */
+            for (int r = 0; r < n_rows; r++)
+                xquant_rows(c, x, r, r + 1, n_in, nb, avx2);
+        }
+        /* 2. panels of 8 output columns of all matrices, in dynamic chunks */
         panel_t p = panel_at(c, omp_get_thread_num());
-#pragma omp for schedule(static)
-        for (int64_t ip = 0; ip < n_panels; ip++) {
-            int64_t c0 = ip * NC;
-            int nc = n_out - c0 < NC ? (int)(n_out - c0) : NC;
-            const uint8_t *rows[NC];
-            for (int k = 0; k < NC; k++)
-                rows[k] = w8 + (size_t)(c0 + (k < nc ? k : 0)) * rb;
-            if (direct) {
-                for (int r0 = 0; r0 < n_rows; r0 += RD) {
-                    int R = n_rows - r0 < RD ? n_rows - r0 : RD;
-                    qx_t qr = {qx.q + (int64_t)r0 * n_in, qx.d + (int64_t)r0 * nb, qx.s + (int64_t)r0 * nb,
-                               n_in, nb};
-                    float out[RT][NC];
-                    direct_avx2(kind, R, rows, &qr, out);
-                    for (int r = 0; r < R; r++)
-                        memcpy(y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
-                }
-                continue;
-            }
-            if (avx2) {
-                /* the rows of panel ip + 1, clipped to W */
-                int64_t n_next_rows = n_out - (c0 + NC) < NC ? n_out - (c0 + NC) : NC;
-                size_t n_next = n_next_rows > 0 ? (size_t)n_next_rows * rb : 0;
-                fill_panel_avx2(kind, type, rows, nb, &p, w8 + (size_t)(c0 + NC) * rb * (n_next > 0), n_next);
-            }
-            else
-                fill_panel_scalar(kind, type, rows, nb, &p);
-            for (int r0 = 0; r0 < n_rows; r0 += RT) {
-                int R = n_rows - r0 < RT ? n_rows - r0 : RT;
-                float out[RT][NC];
-                if (avx2)
-                    kern(&p, &qx, r0, R, out);
-                else
-                    kern_scalar(kind, &p, &qx, r0, R, out);
-                for (int r = 0; r < R; r++)
-                    memcpy(y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
-            }
+        int mi = 0;
+#pragma omp for schedule(dynamic, chunk)
+        for (int64_t g = 0; g < n_panels; g++) {
+            while (g >= first[mi + 1])
+                mi++;
+            while (g < first[mi])
+                mi--;
+            run_panel(&qm[mi], g - first[mi], &qx, n_rows, avx2, &p);
         }
     }
     return 0;
+}
+
+int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in,
+          const float *x, int n_rows, float *y)
+{
+    qgemm_mat_t m = {.type = type, .w = w, .n_out = n_out, .y = y};
+    return qgemm_multi(c, &m, 1, n_in, x, n_rows);
 }

@@ -54,9 +54,12 @@
  *
  * Threading. qgemm() runs an OpenMP parallel region (num_threads = the
  * thread count fixed at qgemm_ctx_new: omp_get_max_threads() then) split
- * statically over panels of 8 output columns; X quantization is split over
- * rows. A context must not be used by two qgemm() calls at the same time; use
- * one context per calling thread, and do not call it from inside another
+ * in dynamic chunks (about 8 per thread) over panels of 8 output columns, so
+ * a thread that is descheduled or slow to wake delays the others by one
+ * small chunk; X quantization is split over rows when X is large, done on
+ * the calling thread before the region otherwise (saves a barrier). A
+ * context must not be used by two qgemm() calls at the same time; use one
+ * context per calling thread, and do not call it from inside another
  * OpenMP parallel region. On a machine whose cores are shared with other
  * busy processes, libgomp's default spin-waiting makes 2-thread regions
  * collapse (measured: 100× slower); start such processes with
@@ -116,5 +119,22 @@ bool qgemm_supported(uint32_t type);
  *       (n_in ≤ 0, n_out < 0, n_rows < 0); y is untouched. */
 int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in,
           const float *x, int n_rows, float *y);
+
+/* Several matrices with the same input: mats[i].y (n_rows × mats[i].n_out)
+ * = x · mats[i].wᵀ for i < n_mats (≤ QGEMM_MAX_MATS), as n_mats qgemm()
+ * calls would give, bit for bit, but X is quantized once and all panels
+ * share one parallel region (one wake-up and one barrier instead of n_mats).
+ * The forward pass uses it for Q/K/V and for gate/up. Types may differ per
+ * matrix; n_in must suit every type. Returns 0 ok, -1 as qgemm() (any
+ * matrix failing the checks; nothing is written then). */
+#define QGEMM_MAX_MATS 8
+typedef struct qgemm_mat {
+    uint32_t type;   /* ggml type, qgemm_supported() */
+    const void *w;   /* n_out rows of quant_row_bytes(type, n_in) bytes (not owned) */
+    int64_t n_out;   /* rows of w, columns of y (≥ 0) */
+    float *y;        /* (n_rows, n_out) f32, overwritten (not owned) */
+} qgemm_mat_t;
+int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_in, const float *x,
+                int n_rows);
 
 #endif
