@@ -76,7 +76,8 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->n_threads = n_threads > 0 ? n_threads : 2;
     f->mm = matmul_new(m->max_cols, f->n_threads);
     size_t R = (size_t)f->max_rows, half = (size_t)c->rope_dim / 2;
-#define ALLOC(n) xaligned_alloc((n) * sizeof(float))
+    /* zeroed here so the pages are mapped now, not in the first step */
+#define ALLOC(n) memset(xaligned_alloc((n) * sizeof(float)), 0, (n) * sizeof(float))
     f->x = ALLOC(R * c->dim);
     f->xb = ALLOC(R * c->dim);
     f->q = ALLOC(R * c->q_dim);

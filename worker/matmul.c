@@ -21,6 +21,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/xalloc.h"
 #include "worker/gguf.h"
@@ -31,6 +32,9 @@
 #define MATMUL_TILE_FLOATS (256 * 1024)
 /* Up to this many X rows, quantized weights take the fused row path. */
 #define MATMUL_FUSED_MAX_ROWS 8
+/* F32 weights with up to this many X rows use gemm_nt_avx2 (no packing)
+ * instead of sgemm. */
+#define MATMUL_OWN_MAX_ROWS 64
 /* Multiply-adds below which one thread does the whole product. */
 #define MATMUL_PAR_MIN_MACS (256.0 * 1024)
 
@@ -55,7 +59,8 @@ matmul_t *matmul_new(int64_t max_cols, int n_threads)
     mm->tile_rows -= mm->tile_rows % 16;
     mm->n_threads = n_threads > 0 ? n_threads : 1;
     openblas_set_num_threads(1);
-    mm->tile = xaligned_alloc((size_t)mm->n_threads * (size_t)mm->tile_rows * (size_t)max_cols * sizeof(float));
+    size_t tile_bytes = (size_t)mm->n_threads * (size_t)mm->tile_rows * (size_t)max_cols * sizeof(float);
+    mm->tile = memset(xaligned_alloc(tile_bytes), 0, tile_bytes); /* mapped now, not in the first call */
     return mm;
 }
 
@@ -234,6 +239,92 @@ __attribute__((target("avx2,fma"))) static void dot_rows_avx2(const float *w, co
     }
 }
 
+/* (MR, NR) register tile: y[i * ldy + j] = x_i · w_j (x rows and w rows K
+ * floats apart). Each output is accumulated exactly as dot_rows_avx2 does
+ * (one 8-lane accumulator over k in order, hsum8, scalar tail), so a result
+ * does not depend on the tiling or on the number of rows. */
+#define GT_MR 4
+#define GT_NR 3
+static inline __attribute__((always_inline, target("avx2,fma"))) void
+tile_avx2(int MR, int NR, const float *x, const float *w, int K, float *y, size_t ldy)
+{
+    const int K8 = K & ~7;
+    __m256 acc[GT_MR][GT_NR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < NR; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    for (int k = 0; k < K8; k += 8) {
+        __m256 wv[GT_NR];
+#pragma GCC unroll 3
+        for (int j = 0; j < NR; j++)
+            wv[j] = _mm256_loadu_ps(w + (size_t)j * K + k);
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; i++) {
+            __m256 xv = _mm256_loadu_ps(x + (size_t)i * K + k);
+#pragma GCC unroll 3
+            for (int j = 0; j < NR; j++)
+                acc[i][j] = _mm256_fmadd_ps(wv[j], xv, acc[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < NR; j++) {
+            const float *xi = x + (size_t)i * K, *wj = w + (size_t)j * K;
+            float s = hsum8(acc[i][j]);
+            for (int k = K8; k < K; k++)
+                s += wj[k] * xi[k];
+            y[(size_t)i * ldy + j] = s;
+        }
+}
+
+#define TILE_CASE(MR)                                                    \
+    static __attribute__((target("avx2,fma"))) void tile_avx2_##MR(int NR, const float *x, const float *w, int K, \
+                                                                  float *y, size_t ldy) \
+    {                                                                    \
+        switch (NR) {                                                    \
+        case 3: tile_avx2(MR, 3, x, w, K, y, ldy); break;                \
+        case 2: tile_avx2(MR, 2, x, w, K, y, ldy); break;                \
+        default: tile_avx2(MR, 1, x, w, K, y, ldy); break;               \
+        }                                                                \
+    }
+TILE_CASE(4)
+TILE_CASE(3)
+TILE_CASE(2)
+TILE_CASE(1)
+
+/* W rows per cache block of gemm_nt_avx2: 48 rows of up to 2048 floats
+ * (384 KiB) stay in L2 while every 4-row group of X passes over them. */
+#define GT_NB 48
+
+/* Y[m * ldy + n] = x_m · w_n for m < M, n < NN; x (M, K), w (NN, K) row-major.
+ * No packing: for the row counts of decode batches and short prefills the
+ * copies sgemm makes cost as much as half its multiply. */
+__attribute__((target("avx2,fma"))) static void gemm_nt_avx2(const float *x, int M, int K, const float *w,
+                                                            int64_t NN, float *y, size_t ldy)
+{
+    for (int64_t n0 = 0; n0 < NN; n0 += GT_NB) {
+        const int64_t n1 = n0 + GT_NB < NN ? n0 + GT_NB : NN;
+        for (int m = 0; m < M; m += GT_MR) {
+            const int mr = M - m < GT_MR ? M - m : GT_MR;
+            const float *xm = x + (size_t)m * K;
+            for (int64_t n = n0; n < n1; n += GT_NR) {
+                const int nr = n1 - n < GT_NR ? (int)(n1 - n) : GT_NR;
+                const float *wn = w + (size_t)n * K;
+                float *yo = y + (size_t)m * ldy + n;
+                switch (mr) {
+                case 4: tile_avx2_4(nr, xm, wn, K, yo, ldy); break;
+                case 3: tile_avx2_3(nr, xm, wn, K, yo, ldy); break;
+                case 2: tile_avx2_2(nr, xm, wn, K, yo, ldy); break;
+                default: tile_avx2_1(nr, xm, wn, K, yo, ldy); break;
+                }
+            }
+        }
+    }
+}
+
 static int have_avx2(void)
 {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -337,6 +428,13 @@ static int run_rows(matmul_t *mm, const matmul_weight_t *w, const float *x, int 
         /* Few rows (decode): take one W row at a time (F32 in place, others
          * decoded into L1) and dot it with every X row. W is read once,
          * nothing is packed or tiled. */
+#ifdef MATMUL_X86
+        if (w->type == GGML_TYPE_F32 && have_avx2()) {
+            gemm_nt_avx2(x, M, K, (const float *)(const void *)(w->data + (size_t)n0 * w->row_bytes), n1 - n0,
+                         y + n0, (size_t)N);
+            return 0;
+        }
+#endif
         for (int64_t n = n0; n < n1; n++) {
             const uint8_t *src = w->data + (size_t)n * w->row_bytes;
             const float *wr = (const float *)(const void *)src;
@@ -350,6 +448,13 @@ static int run_rows(matmul_t *mm, const matmul_weight_t *w, const float *x, int 
         return 0;
     }
     if (w->type == GGML_TYPE_F32) {
+#ifdef MATMUL_X86
+        if (M <= MATMUL_OWN_MAX_ROWS && have_avx2()) {
+            gemm_nt_avx2(x, M, K, (const float *)(const void *)(w->data + (size_t)n0 * w->row_bytes), n1 - n0,
+                         y + n0, (size_t)N);
+            return 0;
+        }
+#endif
         /* straight from the mmap */
         gemm_block(M, (int)(n1 - n0), K, x, (const float *)(const void *)(w->data + (size_t)n0 * w->row_bytes),
                    y + n0, (int)N);

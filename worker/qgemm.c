@@ -136,6 +136,11 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
     /* rounded to 64 bytes so every panel starts cache-line aligned */
     c->panel_bytes = (nbm * PANEL_BLOCK_BYTES + 63) / 64 * 64;
     c->panels = xaligned_alloc(c->panel_bytes * (size_t)c->n_threads);
+    /* map the pages now rather than in the first call */
+    memset(c->xq, 0, (size_t)max_rows * (size_t)c->max_in);
+    memset(c->xd, 0, (size_t)max_rows * nbm * sizeof(float));
+    memset(c->xs, 0, (size_t)max_rows * nbm * sizeof(int32_t));
+    memset(c->panels, 0, c->panel_bytes * (size_t)c->n_threads);
     return c;
 }
 
