@@ -399,6 +399,9 @@ int matmul_use_int8(matmul_t *mm, int max_rows)
     qgemm_ctx_free(&mm->q);
     mm->q = qgemm_ctx_new(max_rows, mm->max_cols);
     mm->q_rows = mm->q ? max_rows : 0;
+    /* the matmul's thread count, when the pool allows it */
+    if (mm->q)
+        (void)qgemm_set_threads(mm->q, mm->n_threads);
     return mm->q ? 0 : -1;
 }
 

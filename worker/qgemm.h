@@ -96,6 +96,10 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in);
 /* Frees the context and its scratch, sets *c to NULL. NULL / *c NULL ok. */
 void qgemm_ctx_free(qgemm_ctx_t **c);
 
+/* Threads of later calls: 1 <= n_threads <= omp_get_max_threads() at
+ * qgemm_ctx_new (the panels allocated). 0 ok, -1 out of range. */
+int qgemm_set_threads(qgemm_ctx_t *c, int n_threads);
+
 /* Selects the kernels of context c. Returns 0 ok, -1 when the CPU lacks the
  * ISA (the context keeps its previous choice). For tests and benchmarks. */
 int qgemm_set_isa(qgemm_ctx_t *c, qgemm_isa_t isa);
