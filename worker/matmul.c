@@ -470,6 +470,12 @@ static int run_rows(matmul_t *mm, const matmul_weight_t *w, const float *x, int 
             if (decode_row(w->type, w->data + (size_t)(r0 + r) * w->row_bytes, tile + (size_t)r * (size_t)K, K) != 0)
                 return -1;
         /* Y[:, r0:r0+nn] = X · tileᵀ */
+#ifdef MATMUL_X86
+        if (M <= MATMUL_OWN_MAX_ROWS && have_avx2()) {
+            gemm_nt_avx2(x, M, K, tile, nn, y + r0, (size_t)N);
+            continue;
+        }
+#endif
         gemm_block(M, (int)nn, K, x, tile, y + r0, (int)N);
     }
     return 0;
@@ -536,6 +542,29 @@ int matmul_run_multi(matmul_t *mm, const matmul_weight_t *const *ws, int n, cons
         }
     }
     return bad ? -1 : 0;
+}
+
+int matmul_prepare(matmul_t *mm, const float *x, int n_rows, int64_t cols)
+{
+    if (n_rows < 0 || cols < 1 || cols > mm->max_cols)
+        return -1;
+    if (mm->q && n_rows <= mm->q_rows && n_rows > 0 && cols % 32 == 0)
+        return qgemm_quantize(mm->q, x, n_rows, cols);
+    return 0;
+}
+
+int matmul_run_range(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, int64_t n0, int64_t n1,
+                     float *y, int thread)
+{
+    if (n_rows < 0 || w->cols > mm->max_cols || thread < 0 || thread >= mm->n_threads || n0 < 0 || n1 < n0 ||
+        n1 > w->rows || n0 % 16 != 0 || (n1 % 16 != 0 && n1 != w->rows))
+        return -1;
+    if (n_rows == 0 || n1 == n0)
+        return 0;
+    if (mm->q && n_rows <= mm->q_rows && qgemm_supported(w->type))
+        return qgemm_cols(mm->q, w->type, w->data, w->rows, w->cols, n_rows, n0, n1, y, thread);
+    float *tile = mm->tile + (size_t)thread * (size_t)mm->tile_rows * (size_t)mm->max_cols;
+    return run_rows(mm, w, x, n_rows, y, n0, n1, tile);
 }
 
 int matmul_run(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, float *y)

@@ -72,6 +72,23 @@ int matmul_run(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_row
 int matmul_run_multi(matmul_t *mm, const matmul_weight_t *const *ws, int n, const float *x, int n_rows,
                      float *const *ys);
 
+/* Two-phase use, for callers that run their own OpenMP region (the forward
+ * pass computes Q/K/V and attention head by head in one region):
+ *   matmul_prepare(mm, x, n_rows, cols) once, on one thread, before the
+ *     region (quantizes X for the int8 kernels when they are on);
+ *   matmul_run_range(mm, w, x, n_rows, n0, n1, y, thread) from any thread:
+ *     Y[:, n0:n1) of Y (n_rows, w->rows) = X · W[n0:n1)ᵀ, with the x that
+ *     was prepared (w->cols == cols). n0 a multiple of 16, n1 a multiple of
+ *     16 or w->rows; thread (0 <= thread < n_threads of matmul_new) picks
+ *     the scratch. Calls with different threads and disjoint ranges may run
+ *     concurrently; nothing inside opens a parallel region. The values equal
+ *     matmul_run's (bit for bit up to 64 rows; more rows go through sgemm
+ *     on blocks of another width, equal to float rounding).
+ * 0 ok, -1 bad arguments. */
+int matmul_prepare(matmul_t *mm, const float *x, int n_rows, int64_t cols);
+int matmul_run_range(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, int64_t n0, int64_t n1,
+                     float *y, int thread);
+
 /* Dequantizes rows [row0, row0+n) of W into dst (n, w->cols) floats.
  * 0 ok, -1 unsupported type or rows out of range. Used for embedding
  * lookups and by tests. */

@@ -40,6 +40,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/xalloc.h"
@@ -62,6 +63,8 @@ struct qgemm_ctx {
     int64_t max_in;    /* capacity in input elements (multiple of 32, rounded up) */
     int n_threads;     /* OpenMP threads of every call (qgemm_set_threads) */
     int max_threads;   /* panels allocated: omp_get_max_threads() at creation */
+    int xq_rows;       /* rows of X quantized in xq (-1: none yet) */
+    int64_t xq_in;     /* their length */
     qgemm_isa_t isa;   /* kernels in use: SCALAR or AVX2 */
     int8_t *xq;        /* (max_rows, max_in) quantized X */
     float *xd;         /* (max_rows, max_in/32) X block scales */
@@ -130,6 +133,7 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
     if (c->n_threads < 1)
         c->n_threads = 1;
     c->max_threads = c->n_threads;
+    c->xq_rows = -1;
     c->isa = cpu_has_avx2() ? QGEMM_ISA_AVX2 : QGEMM_ISA_SCALAR;
     size_t nbm = (size_t)(c->max_in / QB);
     c->xq = xaligned_alloc((size_t)max_rows * (size_t)c->max_in);
@@ -161,8 +165,14 @@ void qgemm_ctx_free(qgemm_ctx_t **pc)
 
 int qgemm_set_threads(qgemm_ctx_t *c, int n_threads)
 {
-    if (n_threads < 1 || n_threads > c->max_threads)
+    if (n_threads < 1 || n_threads > QGEMM_MAX_THREADS)
         return -1;
+    if (n_threads > c->max_threads) {
+        free(c->panels);
+        c->panels = xaligned_alloc(c->panel_bytes * (size_t)n_threads);
+        memset(c->panels, 0, c->panel_bytes * (size_t)n_threads);
+        c->max_threads = n_threads;
+    }
     c->n_threads = n_threads;
     return 0;
 }
@@ -870,14 +880,66 @@ static void run_panel(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows, b
     }
 }
 
+static bool mat_ok(const qgemm_ctx_t *c, uint32_t type, int64_t n_out, int64_t n_in)
+{
+    return qgemm_supported(type) && n_in > 0 && n_in <= c->max_in && n_in % ggml_type_block_elems(type) == 0 &&
+           n_out >= 0;
+}
+
+static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in,
+                      float *y, int n_rows)
+{
+    const bool avx2 = c->isa == QGEMM_ISA_AVX2;
+    m->kind = kind_of(type);
+    m->type = type;
+    m->w = w;
+    m->n_out = n_out;
+    m->y = y;
+    m->rb = quant_row_bytes(type, n_in);
+    m->direct = avx2 && ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) ||
+                         (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
+    m->kern = NULL;
+    switch (m->kind) {
+    case K_Q8_0: m->kern = kern_avx2_q8_0; break;
+    case K_Q4_0: m->kern = kern_avx2_q4_0; break;
+    case K_Q6_K: m->kern = kern_avx2_q6_k; break;
+    case K_Q45_K: m->kern = kern_avx2_q45_k; break;
+    }
+}
+
+int qgemm_quantize(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in)
+{
+    if (!c || n_rows < 0 || n_rows > c->max_rows || n_in <= 0 || n_in > c->max_in || n_in % QB != 0)
+        return -1;
+    xquant_rows(c, x, 0, n_rows, n_in, n_in / QB, c->isa == QGEMM_ISA_AVX2);
+    c->xq_rows = n_rows;
+    c->xq_in = n_in;
+    return 0;
+}
+
+int qgemm_cols(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_rows,
+               int64_t col0, int64_t col1, float *y, int thread)
+{
+    if (!c || !mat_ok(c, type, n_out, n_in) || n_rows != c->xq_rows || n_in != c->xq_in || thread < 0 ||
+        thread >= c->max_threads || col0 < 0 || col0 % NC != 0 || col1 < col0 || col1 > n_out ||
+        (col1 % NC != 0 && col1 != n_out))
+        return -1;
+    qmat_t m;
+    qmat_init(&m, c, type, w, n_out, n_in, y, n_rows);
+    const qx_t qx = {c->xq, c->xd, c->xs, n_in, n_in / QB};
+    panel_t p = panel_at(c, thread);
+    for (int64_t ip = col0 / NC; ip * NC < col1; ip++)
+        run_panel(&m, ip, &qx, n_rows, c->isa == QGEMM_ISA_AVX2, &p);
+    return 0;
+}
+
 int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_in, const float *x, int n_rows)
 {
     if (!c || n_mats < 0 || n_mats > QGEMM_MAX_MATS || (n_mats > 0 && !mats) || n_in <= 0 || n_rows < 0 ||
         n_in > c->max_in || n_rows > c->max_rows)
         return -1;
     for (int i = 0; i < n_mats; i++)
-        if (!qgemm_supported(mats[i].type) || n_in % ggml_type_block_elems(mats[i].type) != 0 ||
-            mats[i].n_out < 0)
+        if (!mat_ok(c, mats[i].type, mats[i].n_out, n_in))
             return -1;
     if (n_rows == 0)
         return 0;
@@ -887,24 +949,12 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
     int64_t first[QGEMM_MAX_MATS + 1]; /* global index of each matrix's first panel */
     first[0] = 0;
     for (int i = 0; i < n_mats; i++) {
-        qmat_t *m = &qm[i];
-        m->kind = kind_of(mats[i].type);
-        m->type = mats[i].type;
-        m->w = mats[i].w;
-        m->n_out = mats[i].n_out;
-        m->y = mats[i].y;
-        m->rb = quant_row_bytes(m->type, n_in);
-        m->direct = avx2 && ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) ||
-                             (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
-        m->kern = NULL;
-        switch (m->kind) {
-        case K_Q8_0: m->kern = kern_avx2_q8_0; break;
-        case K_Q4_0: m->kern = kern_avx2_q4_0; break;
-        case K_Q6_K: m->kern = kern_avx2_q6_k; break;
-        case K_Q45_K: m->kern = kern_avx2_q45_k; break;
-        }
-        first[i + 1] = first[i] + (m->n_out + NC - 1) / NC;
+        qmat_init(&qm[i], c, mats[i].type, mats[i].w, mats[i].n_out, n_in, mats[i].y, n_rows);
+        first[i + 1] = first[i] + (qm[i].n_out + NC - 1) / NC;
     }
+    /* the scratch now holds this X (qgemm_cols may use it) */
+    c->xq_rows = n_rows;
+    c->xq_in = n_in;
     const int64_t n_panels = first[n_mats];
     if (n_panels == 0)
         return 0;

@@ -96,8 +96,11 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in);
 /* Frees the context and its scratch, sets *c to NULL. NULL / *c NULL ok. */
 void qgemm_ctx_free(qgemm_ctx_t **c);
 
-/* Threads of later calls: 1 <= n_threads <= omp_get_max_threads() at
- * qgemm_ctx_new (the panels allocated). 0 ok, -1 out of range. */
+/* Threads of later calls, 1 <= n_threads <= QGEMM_MAX_THREADS; grows the
+ * per-thread panel scratch when n_threads exceeds what is allocated (so it
+ * may allocate: call it at setup, not concurrently with other calls).
+ * 0 ok, -1 out of range. */
+#define QGEMM_MAX_THREADS 1024
 int qgemm_set_threads(qgemm_ctx_t *c, int n_threads);
 
 /* Selects the kernels of context c. Returns 0 ok, -1 when the CPU lacks the
@@ -140,5 +143,23 @@ typedef struct qgemm_mat {
 } qgemm_mat_t;
 int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_in, const float *x,
                 int n_rows);
+
+/* Two-phase use, for callers that run their own OpenMP region (the forward
+ * pass computes Q/K/V and attention head by head in one region):
+ *   qgemm_quantize(c, x, n_rows, n_in): X into the context's scratch, on
+ *     the calling thread (n_in a multiple of 32; 0 ok, -1 bad sizes);
+ *   qgemm_cols(c, type, w, n_out, n_in, n_rows, col0, col1, y, thread):
+ *     y[r][col0..col1) for the X of the last qgemm_quantize (or qgemm /
+ *     qgemm_multi) call, whose n_rows and n_in must be passed again; y is
+ *     (n_rows, n_out) as in qgemm(). col0 a multiple of 8, col1 a multiple
+ *     of 8 or n_out; thread (0 <= thread < the larger of
+ *     omp_get_max_threads() at qgemm_ctx_new and the last qgemm_set_threads)
+ *     picks the panel scratch. Calls with different threads
+ *     and disjoint column ranges may run concurrently; no OpenMP inside.
+ *     Results equal qgemm()'s bit for bit. 0 ok, -1 bad arguments or no
+ *     matching quantized X. */
+int qgemm_quantize(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in);
+int qgemm_cols(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_rows,
+               int64_t col0, int64_t col1, float *y, int thread);
 
 #endif
