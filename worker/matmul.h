@@ -9,15 +9,19 @@
  *                        Q4_K, Q5_K, Q6_K) exactly as in the GGUF mmap
  *     Y  (n_rows, out)   float, row-major, contiguous (overwritten)
  *
- * F32 weights go straight to cblas_sgemm on the mmap. Other types are
- * dequantized a tile of `tile_rows` rows at a time into a float scratch
- * owned by the matmul_t, and each tile is one cblas_sgemm writing the
- * matching column block of Y. The per-tile step is the seam where integer
- * dot-product kernels can replace dequant+sgemm later without changing
- * callers.
+ * Paths (matmul.c):
+ *   - int8 kernels (matmul_use_int8, worker/qgemm.h) for Q8_0, Q4_0, Q4_K,
+ *     Q5_K, Q6_K when turned on;
+ *   - up to 64 rows, float: an AVX2 kernel of 4×3 register tiles reading
+ *     W rows in place (F32 straight from the mmap, other types decoded a
+ *     tile of rows at a time into a float scratch). No packing: at these
+ *     row counts sgemm spent half its time copying W. Every output is one
+ *     8-lane FMA accumulation over k in order, so a row's result does not
+ *     depend on the other rows (bit for bit);
+ *   - more rows: cblas_sgemm on the mmap (F32) or on dequantized tiles.
  *
  * Threads: matmul_run splits W's output rows into chunks (about 8 per
- * thread, claimed dynamically so a descheduled thread delays the others by
+ * thread, 16-row aligned, claimed dynamically so a descheduled thread delays the others by
  * one chunk only) over n_threads OpenMP threads, each calling
  * single-threaded OpenBLAS. matmul_new therefore calls
  * openblas_set_num_threads(1), which is process-wide: two busy-waiting
