@@ -31,7 +31,8 @@ struct forward {
     float *hu;           /* (max_rows, ffn)    up projection */
     float *rope_cos;     /* (max_rows, rope_dim/2) cos(pos * theta_i) */
     float *rope_sin;     /* (max_rows, rope_dim/2) sin(pos * theta_i) */
-    float *scores;       /* (n_threads, ctx)   attention weights, one row per thread */
+    float *scores;       /* (n_threads, scores_ld) attention weights, one row per thread */
+    size_t scores_ld;    /* ctx rounded up to 16 floats (no false sharing) */
     int32_t *wanted;     /* (max_rows)         indices of rows with want_logits */
     char err[160];
 };
@@ -40,7 +41,7 @@ struct forward {
  * the region runs on the calling thread, because waking the pool and the
  * closing barrier cost more than they save (and on a loaded machine a
  * barrier waits for a descheduled thread). */
-#define FWD_PAR_MIN_WORK 16384
+#define FWD_PAR_MIN_WORK 32768
 __attribute__((unused)) static int nth(const forward_t *f, size_t work)
 {
     return work >= FWD_PAR_MIN_WORK ? f->n_threads : 1;
@@ -75,7 +76,8 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->n_threads = n_threads > 0 ? n_threads : 2;
     f->mm = matmul_new(m->max_cols, f->n_threads);
     size_t R = (size_t)f->max_rows, half = (size_t)c->rope_dim / 2;
-#define ALLOC(n) xaligned_alloc((n) * sizeof(float))
+    /* zeroed here so the pages are mapped now, not in the first step */
+#define ALLOC(n) memset(xaligned_alloc((n) * sizeof(float)), 0, (n) * sizeof(float))
     f->x = ALLOC(R * c->dim);
     f->xb = ALLOC(R * c->dim);
     f->q = ALLOC(R * c->q_dim);
@@ -86,7 +88,8 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->hu = ALLOC(R * c->ffn_dim);
     f->rope_cos = ALLOC(R * half + 1);
     f->rope_sin = ALLOC(R * half + 1);
-    f->scores = ALLOC((size_t)f->n_threads * (size_t)c->ctx);
+    f->scores_ld = ((size_t)c->ctx + 15) / 16 * 16;
+    f->scores = ALLOC((size_t)f->n_threads * f->scores_ld);
 #undef ALLOC
     f->wanted = xmalloc(R * sizeof(int32_t));
     return f;
@@ -167,61 +170,284 @@ static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
     return 0;
 }
 
-/* out (R, n) = x / sqrt(mean(x²) + eps) * w, row by row. */
-static void rmsnorm(forward_t *f, float *out, const float *x, const float *w, int R, int n, float eps)
+/* ---- vector kernels -------------------------------------------------------
+ *
+ * AVX2+FMA versions chosen at run time, portable C otherwise. Each computes a
+ * row's values in a fixed order that depends only on that row (never on the
+ * batch), so batching and chunking do not change results. */
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define FWD_X86 1
+#define AVX2_FN __attribute__((target("avx2,fma")))
+#define AVX2_INL static inline __attribute__((always_inline, target("avx2,fma")))
+
+AVX2_INL float hsum8(__m256 v)
 {
-#pragma omp parallel for num_threads(nth(f, (size_t)R * n)) schedule(static)
-    for (int r = 0; r < R; r++) {
-        const float *xr = x + (size_t)r * n;
-        float *o = out + (size_t)r * n;
-        double ss = 0;
-        for (int i = 0; i < n; i++)
-            ss += (double)xr[i] * xr[i];
-        float inv = (float)(1.0 / sqrt(ss / n + eps));
-        for (int i = 0; i < n; i++)
-            o[i] = xr[i] * inv * w[i];
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* e^x for 8 lanes: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6
+ * polynomial (Taylor coefficients; max relative error ~2e-7 on the range),
+ * times 2^n built in the exponent field. x < -87.3 gives 0, x > 88.7
+ * gives +inf (softmax arguments are <= 0; silu clamps). */
+AVX2_INL __m256 exp8(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.72283f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);   /* ln2 high bits */
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);         /* ln2 - high */
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* 2^n: n in [-126, 128]; split in two factors so n = 128 does not overflow the exponent */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    return _mm256_andnot_ps(under, _mm256_mul_ps(_mm256_mul_ps(p, s1), s2));
+}
+
+/* h[i] = silu(g[i]) * u[i] = g / (1 + e^-g) * u, n elements. */
+AVX2_FN static void silu_mul_avx2(float *h, const float *g, const float *u, size_t n)
+{
+    size_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f), lim = _mm256_set1_ps(80.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i);
+        /* e^-g overflows below g = -88: clamp (silu is -0 there anyway) */
+        __m256 e = exp8(_mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), gv), lim));
+        __m256 sv = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(h + i, _mm256_mul_ps(sv, _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++)
+        h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* One (row, head) of attention with head_dim hd (multiple of 8): sc (n_pos)
+ * scratch, out (hd). K/V of position t at kbase(t) / vbase(t) + kvo. */
+AVX2_FN static void attend_avx2(const float *q, const kv_store_t *kv, int l, const int32_t *bt, int n_pos,
+                                int kvo, int hd, float scale, float *sc, float *out)
+{
+    const int bs = kv->block_size;
+    const size_t ld = (size_t)kv->kv_dim;
+    /* sc[t] = q · k_t * scale; four positions at a time share each q load */
+    __m256 mx8 = _mm256_set1_ps(-INFINITY);
+    float mx = -INFINITY;
+    for (int t0 = 0, blk = 0; t0 < n_pos; t0 += bs, blk++) {
+        const float *kb = kv_store_k(kv, l, bt[blk], 0) + kvo;
+        const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
+        int t = 0;
+        for (; t + 4 <= n; t += 4) {
+            const float *k0 = kb + (size_t)t * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < hd; i += 8) {
+                __m256 qv = _mm256_loadu_ps(q + i);
+                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
+                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + i), a1);
+                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + i), a2);
+                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + i), a3);
+            }
+            /* the same reduction as the single-position loop below */
+            float *o = sc + t0 + t;
+            o[0] = hsum8(a0) * scale;
+            o[1] = hsum8(a1) * scale;
+            o[2] = hsum8(a2) * scale;
+            o[3] = hsum8(a3) * scale;
+        }
+        for (; t < n; t++) {
+            const float *k0 = kb + (size_t)t * ld;
+            __m256 a0 = _mm256_setzero_ps();
+            for (int i = 0; i < hd; i += 8)
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k0 + i), a0);
+            sc[t0 + t] = hsum8(a0) * scale;
+        }
+    }
+    int t = 0;
+    for (; t + 8 <= n_pos; t += 8)
+        mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(sc + t));
+    {
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx8), _mm256_extractf128_ps(mx8, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        mx = _mm_cvtss_f32(m4);
+    }
+    for (; t < n_pos; t++)
+        mx = sc[t] > mx ? sc[t] : mx;
+    /* sc = e^(sc - max), normalized at the end */
+    __m256 mxv = _mm256_set1_ps(mx), sum8 = _mm256_setzero_ps();
+    for (t = 0; t + 8 <= n_pos; t += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), mxv));
+        _mm256_storeu_ps(sc + t, e);
+        sum8 = _mm256_add_ps(sum8, e);
+    }
+    float sum = hsum8(sum8);
+    for (; t < n_pos; t++) {
+        sc[t] = expf(sc[t] - mx);
+        sum += sc[t];
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / sum);
+    /* out = Σ_t sc[t] v_t / sum, 64 output floats (8 registers) per pass */
+    for (int i0 = 0; i0 < hd; i0 += 64) {
+        const int nv = (hd - i0 < 64 ? hd - i0 : 64) / 8;
+        __m256 acc[8];
+        for (int j = 0; j < 8; j++)
+            acc[j] = _mm256_setzero_ps();
+        for (int t0 = 0, blk = 0; t0 < n_pos; t0 += bs, blk++) {
+            const float *vb = kv_store_v(kv, l, bt[blk], 0) + kvo + i0;
+            const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
+            for (int tt = 0; tt < n; tt++) {
+                const float *vt = vb + (size_t)tt * ld;
+                __m256 w = _mm256_set1_ps(sc[t0 + tt]);
+                if (nv == 8) {
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++)
+                        acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 8 * j), acc[j]);
+                } else {
+                    for (int j = 0; j < nv; j++)
+                        acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 8 * j), acc[j]);
+                }
+            }
+        }
+        for (int j = 0; j < nv; j++)
+            _mm256_storeu_ps(out + i0 + 8 * j, _mm256_mul_ps(acc[j], inv));
     }
 }
 
-/* Rotates the first rope_dim dims of each of n_heads heads of every row.
- * v (R, n_heads*head_dim). Normal pairing: (2i, 2i+1); NeoX: (i, i+half). */
-static void rope(forward_t *f, float *v, int R, int n_heads)
+static int have_avx2(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#else
+static int have_avx2(void) { return 0; }
+#endif
+
+/* Portable attention of one (row, head), as attend_avx2. */
+static void attend_plain(const float *q, const kv_store_t *kv, int l, const int32_t *bt, int n_pos, int kvo,
+                         int hd, float scale, float *sc, float *out)
+{
+    const int bs = kv->block_size;
+    float mx = -INFINITY;
+    for (int t = 0; t < n_pos; t++) {
+        const float *kt = kv_store_k(kv, l, bt[t / bs], t % bs) + kvo;
+        float d = 0;
+        for (int i = 0; i < hd; i++)
+            d += q[i] * kt[i];
+        sc[t] = d * scale;
+        if (sc[t] > mx)
+            mx = sc[t];
+    }
+    float sum = 0;
+    for (int t = 0; t < n_pos; t++) {
+        sc[t] = expf(sc[t] - mx);
+        sum += sc[t];
+    }
+    const float inv = 1.0f / sum;
+    for (int i = 0; i < hd; i++)
+        out[i] = 0;
+    for (int t = 0; t < n_pos; t++) {
+        const float *vt = kv_store_v(kv, l, bt[t / bs], t % bs) + kvo;
+        const float w = sc[t];
+        for (int i = 0; i < hd; i++)
+            out[i] += w * vt[i];
+    }
+    for (int i = 0; i < hd; i++)
+        out[i] *= inv;
+}
+
+static void silu_mul(float *h, const float *g, const float *u, size_t n)
+{
+#ifdef FWD_X86
+    if (have_avx2()) {
+        silu_mul_avx2(h, g, u, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* ---- steps ------------------------------------------------------------------ */
+
+/* Row r: x[r] += d[r] (when d), then out[r] = x[r] / sqrt(mean(x[r]²) + eps) * w.
+ * Fuses the residual add of one sublayer with the norm of the next. */
+static void add_rmsnorm_row(float *x, const float *d, float *out, const float *w, int n, float eps)
+{
+    if (d)
+        for (int i = 0; i < n; i++)
+            x[i] += d[i];
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * inv * w[i];
+}
+
+/* x (R, n) += d (when d); out (R, n) = rmsnorm(x) * w, row by row. */
+static void add_rmsnorm(forward_t *f, float *x, const float *d, float *out, const float *w, int R, int n,
+                        float eps)
+{
+#pragma omp parallel for num_threads(nth(f, (size_t)R * n)) schedule(static)
+    for (int r = 0; r < R; r++)
+        add_rmsnorm_row(x + (size_t)r * n, d ? d + (size_t)r * n : NULL, out + (size_t)r * n, w, n, eps);
+}
+
+/* Rotates the first rope_dim dims of each of n_heads heads of row r of v
+ * (n_heads*head_dim). Normal pairing: (2i, 2i+1); NeoX: (i, i+half). */
+static void rope_row(const forward_t *f, float *v, int r, int n_heads)
 {
     const model_config_t *c = &f->m->cfg;
     const int half = c->rope_dim / 2, hd = c->head_dim;
-#pragma omp parallel for num_threads(nth(f, (size_t)R * n_heads * hd)) schedule(static) collapse(2)
-    for (int r = 0; r < R; r++) {
-        for (int h = 0; h < n_heads; h++) {
-            float *x = v + ((size_t)r * n_heads + h) * hd;
-            const float *cs = f->rope_cos + (size_t)r * half, *sn = f->rope_sin + (size_t)r * half;
-            for (int i = 0; i < half; i++) {
-                int i0 = c->rope_neox ? i : 2 * i, i1 = c->rope_neox ? i + half : 2 * i + 1;
-                float a = x[i0], bb = x[i1];
-                x[i0] = a * cs[i] - bb * sn[i];
-                x[i1] = a * sn[i] + bb * cs[i];
-            }
+    const float *cs = f->rope_cos + (size_t)r * half, *sn = f->rope_sin + (size_t)r * half;
+    for (int h = 0; h < n_heads; h++) {
+        float *x = v + (size_t)h * hd;
+        for (int i = 0; i < half; i++) {
+            int i0 = c->rope_neox ? i : 2 * i, i1 = c->rope_neox ? i + half : 2 * i + 1;
+            float a = x[i0], bb = x[i1];
+            x[i0] = a * cs[i] - bb * sn[i];
+            x[i1] = a * sn[i] + bb * cs[i];
         }
     }
 }
 
-/* y (R, n) += b (n) for every row. */
-static void add_bias(forward_t *f, float *y, const float *b, int R, int n)
+static void add_bias_row(float *y, const float *b, int n)
 {
-    if (!b)
-        return;
-#pragma omp parallel for num_threads(nth(f, (size_t)R * n)) schedule(static)
-    for (int r = 0; r < R; r++)
+    if (b)
         for (int i = 0; i < n; i++)
-            y[(size_t)r * n + i] += b[i];
+            y[i] += b[i];
 }
 
-/* x (R, n) += d (R, n). */
-static void residual(forward_t *f, float *x, const float *d, int R, int n)
+/* After the Q/K/V projections, per row: biases, rope of q and k by the row's
+ * position, then k and v into the cache slot of (layer l, row's position). */
+static void qkv_post(forward_t *f, const model_layer_t *L, const fwd_batch_t *b, const kv_store_t *kv, int l)
 {
-    size_t N = (size_t)R * n;
-#pragma omp parallel for num_threads(nth(f, N)) schedule(static)
-    for (size_t i = 0; i < N; i++)
-        x[i] += d[i];
+    const model_config_t *c = &f->m->cfg;
+    const int R = b->n_rows;
+#pragma omp parallel for num_threads(nth(f, (size_t)R * (c->q_dim + 2 * c->kv_dim) * 2)) schedule(static)
+    for (int r = 0; r < R; r++) {
+        float *q = f->q + (size_t)r * c->q_dim, *k = f->k + (size_t)r * c->kv_dim, *v = f->v + (size_t)r * c->kv_dim;
+        add_bias_row(q, L->bq, c->q_dim);
+        add_bias_row(k, L->bk, c->kv_dim);
+        add_bias_row(v, L->bv, c->kv_dim);
+        rope_row(f, q, r, c->n_head);
+        rope_row(f, k, r, c->n_kv_head);
+        const int32_t *bt = b->block_tables[b->seq[r]];
+        int p = b->pos[r];
+        int blk = bt[p / kv->block_size], slot = p % kv->block_size;
+        memcpy(kv_store_k(kv, l, blk, slot), k, (size_t)c->kv_dim * sizeof(float));
+        memcpy(kv_store_v(kv, l, blk, slot), v, (size_t)c->kv_dim * sizeof(float));
+    }
 }
 
 static void mm(forward_t *f, const matmul_weight_t *w, const float *x, int R, float *y)
@@ -231,54 +457,142 @@ static void mm(forward_t *f, const matmul_weight_t *w, const float *x, int R, fl
     (void)rc;
 }
 
+/* Several projections of the same input in one parallel region. */
+static void mm_multi(forward_t *f, const matmul_weight_t *const *ws, int n, const float *x, int R,
+                     float *const *ys)
+{
+    int rc = matmul_run_multi(f->mm, ws, n, x, R, ys);
+    assert(rc == 0 && "weights were validated at load");
+    (void)rc;
+}
+
+/* Attention work below which one thread does it all (floats of K and V
+ * read; ~10 us of AVX2 work, less than waking a thread and the barrier). */
+#define FWD_ATT_PAR_MIN 32768
+
 /* Causal attention of every (row, head) against its sequence's cached K/V
  * for layer l. q (R, q_dim) → att (R, q_dim). */
 static void attention(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, int l)
 {
     const model_config_t *c = &f->m->cfg;
-    const int hd = c->head_dim, group = c->n_head / c->n_kv_head, bs = kv->block_size;
+    const int hd = c->head_dim, group = c->n_head / c->n_kv_head;
     const float scale = 1.0f / sqrtf((float)hd);
     const int R = b->n_rows;
-    size_t work = 0;  /* floats of K and V read: Σ_r (pos+1) * q_dim */
+    const bool avx2 = have_avx2() && hd % 8 == 0;
+    size_t work = 0;  /* floats of K and V read: Σ_r (pos+1) * q_dim * 2 */
     for (int r = 0; r < R; r++)
-        work += (size_t)(b->pos[r] + 1) * (size_t)c->q_dim;
-    (void)work;  /* unused when compiled without OpenMP */
-#pragma omp parallel for num_threads(nth(f, work)) schedule(dynamic, 1) collapse(2)
+        work += (size_t)(b->pos[r] + 1) * (size_t)c->q_dim * 2;
+    const int n_par = work >= FWD_ATT_PAR_MIN ? f->n_threads : 1;
+    (void)n_par;  /* unused when compiled without OpenMP */
+#pragma omp parallel for num_threads(n_par) schedule(dynamic, 1) collapse(2)
     for (int r = 0; r < R; r++) {
         for (int h = 0; h < c->n_head; h++) {
             const int32_t *bt = b->block_tables[b->seq[r]];
             const int n_pos = b->pos[r] + 1;        /* attends to positions 0..pos */
             const int kvo = (h / group) * hd;       /* offset of this head's kv head in a K/V vector */
             const float *qh = f->q + (size_t)r * c->q_dim + (size_t)h * hd;  /* (hd) */
-            float *sc = f->scores + (size_t)omp_get_thread_num() * c->ctx;    /* (n_pos) */
+            float *sc = f->scores + (size_t)omp_get_thread_num() * f->scores_ld; /* (n_pos) */
             float *out = f->att + (size_t)r * c->q_dim + (size_t)h * hd;     /* (hd) */
-            /* sc[t] = q · k_t / sqrt(hd) */
-            float mx = -INFINITY;
-            for (int t = 0; t < n_pos; t++) {
-                const float *kt = kv_store_k(kv, l, bt[t / bs], t % bs) + kvo;
-                float d = 0;
-                for (int i = 0; i < hd; i++)
-                    d += qh[i] * kt[i];
-                sc[t] = d * scale;
-                if (sc[t] > mx)
-                    mx = sc[t];
+#ifdef FWD_X86
+            if (avx2) {
+                attend_avx2(qh, kv, l, bt, n_pos, kvo, hd, scale, sc, out);
+                continue;
             }
-            /* sc = softmax(sc) */
-            float sum = 0;
-            for (int t = 0; t < n_pos; t++) {
-                sc[t] = expf(sc[t] - mx);
-                sum += sc[t];
+#endif
+            (void)avx2;
+            attend_plain(qh, kv, l, bt, n_pos, kvo, hd, scale, sc, out);
+        }
+    }
+}
+
+/* Q/K/V projections, biases, rope, cache write and attention in ONE
+ * parallel region: task g = kv head g with its group of query heads. The
+ * task computes the q/k/v columns of its heads for all rows, writes its
+ * slice of every row's K/V, then attends with them: attention of head h
+ * only reads kv head g's slice, so no barrier is needed between the
+ * projections and the attention (the two-region path has one). Requires
+ * head_dim % 16 == 0 (matmul_run_range's column alignment). */
+static void qkv_attention_by_head(forward_t *f, const model_layer_t *L, const fwd_batch_t *b, const kv_store_t *kv,
+                                  int l)
+{
+    const model_config_t *c = &f->m->cfg;
+    const int R = b->n_rows, hd = c->head_dim, group = c->n_head / c->n_kv_head;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const bool avx2 = have_avx2() && hd % 8 == 0;
+    int rc = matmul_prepare(f->mm, f->xb, R, c->dim);
+    assert(rc == 0);
+    (void)rc;
+#pragma omp parallel for num_threads(f->n_threads) schedule(dynamic, 1)
+    for (int g = 0; g < c->n_kv_head; g++) {
+        const int t = omp_get_thread_num();
+        const int64_t q0 = (int64_t)g * group * hd, k0 = (int64_t)g * hd;
+        const int nq = group * hd;
+        int bad_mm = matmul_run_range(f->mm, &L->wq, f->xb, R, q0, q0 + nq, f->q, t) |
+                     matmul_run_range(f->mm, &L->wk, f->xb, R, k0, k0 + hd, f->k, t) |
+                     matmul_run_range(f->mm, &L->wv, f->xb, R, k0, k0 + hd, f->v, t);
+        assert(bad_mm == 0 && "weights were validated at load");
+        (void)bad_mm;
+        for (int r = 0; r < R; r++) {
+            float *q = f->q + (size_t)r * c->q_dim + q0;   /* (group, hd) */
+            float *k = f->k + (size_t)r * c->kv_dim + k0;  /* (hd) */
+            float *v = f->v + (size_t)r * c->kv_dim + k0;  /* (hd) */
+            add_bias_row(q, L->bq ? L->bq + q0 : NULL, nq);
+            add_bias_row(k, L->bk ? L->bk + k0 : NULL, hd);
+            add_bias_row(v, L->bv ? L->bv + k0 : NULL, hd);
+            rope_row(f, q, r, group);
+            rope_row(f, k, r, 1);
+            const int32_t *bt = b->block_tables[b->seq[r]];
+            int p = b->pos[r];
+            int blk = bt[p / kv->block_size], slot = p % kv->block_size;
+            memcpy(kv_store_k(kv, l, blk, slot) + k0, k, (size_t)hd * sizeof(float));
+            memcpy(kv_store_v(kv, l, blk, slot) + k0, v, (size_t)hd * sizeof(float));
+        }
+        float *sc = f->scores + (size_t)t * f->scores_ld;
+        for (int r = 0; r < R; r++) {
+            const int32_t *bt = b->block_tables[b->seq[r]];
+            for (int h = 0; h < group; h++) {
+                const float *qh = f->q + (size_t)r * c->q_dim + q0 + (size_t)h * hd;
+                float *out = f->att + (size_t)r * c->q_dim + q0 + (size_t)h * hd;
+#ifdef FWD_X86
+                if (avx2) {
+                    attend_avx2(qh, kv, l, bt, b->pos[r] + 1, (int)k0, hd, scale, sc, out);
+                    continue;
+                }
+#endif
+                (void)avx2;
+                attend_plain(qh, kv, l, bt, b->pos[r] + 1, (int)k0, hd, scale, sc, out);
             }
-            const float inv = 1.0f / sum;
-            /* out = Σ_t sc[t] v_t */
-            for (int i = 0; i < hd; i++)
-                out[i] = 0;
-            for (int t = 0; t < n_pos; t++) {
-                const float *vt = kv_store_v(kv, l, bt[t / bs], t % bs) + kvo;
-                const float w = sc[t] * inv;
-                for (int i = 0; i < hd; i++)
-                    out[i] += w * vt[i];
-            }
+        }
+    }
+}
+
+/* Batches up to this many rows take qkv_attention_by_head. */
+#define FWD_BY_HEAD_MAX_ROWS 8
+
+/* FFN columns per task of ffn_gate_up (a multiple of 16). */
+#define FWD_FFN_COLS 64
+
+/* hg (R, ffn) = silu(xb · Wgateᵀ) * (xb · Wupᵀ) in one region: each task
+ * takes FWD_FFN_COLS columns of both projections and applies silu * up to
+ * them while they are in cache. */
+static void ffn_gate_up(forward_t *f, const model_layer_t *L, int R)
+{
+    const model_config_t *c = &f->m->cfg;
+    const int ffn = c->ffn_dim, n_chunks = (ffn + FWD_FFN_COLS - 1) / FWD_FFN_COLS;
+    int rc = matmul_prepare(f->mm, f->xb, R, c->dim);
+    assert(rc == 0);
+    (void)rc;
+#pragma omp parallel for num_threads(f->n_threads) schedule(dynamic, 1)
+    for (int ch = 0; ch < n_chunks; ch++) {
+        const int t = omp_get_thread_num();
+        const int64_t n0 = (int64_t)ch * FWD_FFN_COLS, n1 = n0 + FWD_FFN_COLS < ffn ? n0 + FWD_FFN_COLS : ffn;
+        int bad_mm = matmul_run_range(f->mm, &L->w_gate, f->xb, R, n0, n1, f->hg, t) |
+                     matmul_run_range(f->mm, &L->w_up, f->xb, R, n0, n1, f->hu, t);
+        assert(bad_mm == 0 && "weights were validated at load");
+        (void)bad_mm;
+        for (int r = 0; r < R; r++) {
+            float *h = f->hg + (size_t)r * ffn + n0;
+            silu_mul(h, h, f->hu + (size_t)r * ffn + n0, (size_t)(n1 - n0));
         }
     }
 }
@@ -314,70 +628,67 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
         }
     }
 
+    /* xb (R, dim) = rmsnorm(x) * attn_norm of layer 0; later layers get it
+     * fused with the residual add that ends the previous layer. */
+    add_rmsnorm(f, f->x, NULL, f->xb, m->layers[0].attn_norm, R, dim, c->norm_eps);
+    /* Head-wise fused attention block for small batches, where the saved
+     * barrier is a large part of the step; larger batches keep the finer
+     * chunks of the two-region path (a thread preempted inside a whole-head
+     * task holds the others up longer: measured 32-row decode 551 -> 526
+     * tok/s best, 1-row 117 -> 122). Needs the kv heads to spread evenly
+     * over the threads (or enough of them that the remainder matters little)
+     * and 16-aligned head slices. */
+    const bool by_head = R <= FWD_BY_HEAD_MAX_ROWS && c->head_dim % 16 == 0 &&
+                         (c->n_kv_head % f->n_threads == 0 || c->n_kv_head >= 4 * f->n_threads);
     for (int l = 0; l < c->n_layer; l++) {
         const model_layer_t *L = &m->layers[l];
 
-        /* xb (R, dim) = rmsnorm(x) * attn_norm */
-        rmsnorm(f, f->xb, f->x, L->attn_norm, R, dim, c->norm_eps);
+        if (by_head) {
+            /* everything below in one region, one task per kv head */
+            qkv_attention_by_head(f, L, b, kv, l);
+        } else {
+            /* q (R, q_dim), k, v (R, kv_dim) = xb · W{q,k,v}ᵀ: one region */
+            const matmul_weight_t *wqkv[3] = {&L->wq, &L->wk, &L->wv};
+            float *const yqkv[3] = {f->q, f->k, f->v};
+            mm_multi(f, wqkv, 3, f->xb, R, yqkv);
 
-        /* q (R, q_dim), k, v (R, kv_dim) = xb · W{q,k,v}ᵀ (+ bias) */
-        mm(f, &L->wq, f->xb, R, f->q);
-        mm(f, &L->wk, f->xb, R, f->k);
-        mm(f, &L->wv, f->xb, R, f->v);
-        add_bias(f, f->q, L->bq, R, c->q_dim);
-        add_bias(f, f->k, L->bk, R, c->kv_dim);
-        add_bias(f, f->v, L->bv, R, c->kv_dim);
+            /* + biases; rotate q and k by their row's position;
+             * cache[l, block_table[pos / bs], pos % bs] = k, v  (all rows before any attends) */
+            qkv_post(f, L, b, kv, l);
 
-        /* rotate q and k by their row's position */
-        rope(f, f->q, R, c->n_head);
-        rope(f, f->k, R, c->n_kv_head);
-
-        /* cache[l, block_table[pos / bs], pos % bs] = k, v  (all rows before any attends) */
-        for (int r = 0; r < R; r++) {
-            const int32_t *bt = b->block_tables[b->seq[r]];
-            int p = b->pos[r];
-            int blk = bt[p / kv->block_size], slot = p % kv->block_size;
-            memcpy(kv_store_k(kv, l, blk, slot), f->k + (size_t)r * c->kv_dim, (size_t)c->kv_dim * sizeof(float));
-            memcpy(kv_store_v(kv, l, blk, slot), f->v + (size_t)r * c->kv_dim, (size_t)c->kv_dim * sizeof(float));
+            /* att (R, q_dim) = softmax(q kᵀ / sqrt(hd), causal) v, per head over its kv head */
+            attention(f, b, kv, l);
         }
 
-        /* att (R, q_dim) = softmax(q kᵀ / sqrt(hd), causal) v, per head over its kv head */
-        attention(f, b, kv, l);
-
-        /* x += att · Woᵀ   (xb reused as (R, dim) output) */
+        /* xb = att · Woᵀ;  x += xb;  xb = rmsnorm(x) * ffn_norm */
         mm(f, &L->wo, f->att, R, f->xb);
-        residual(f, f->x, f->xb, R, dim);
+        add_rmsnorm(f, f->x, f->xb, f->xb, L->ffn_norm, R, dim, c->norm_eps);
 
-        /* xb = rmsnorm(x) * ffn_norm */
-        rmsnorm(f, f->xb, f->x, L->ffn_norm, R, dim, c->norm_eps);
+        /* hg (R, ffn) = silu(xb · Wgateᵀ) * (xb · Wupᵀ), one region */
+        ffn_gate_up(f, L, R);
 
-        /* hg, hu (R, ffn) = xb · W{gate,up}ᵀ;  hg = silu(hg) * hu */
-        mm(f, &L->w_gate, f->xb, R, f->hg);
-        mm(f, &L->w_up, f->xb, R, f->hu);
-        const size_t N = (size_t)R * c->ffn_dim;
-#pragma omp parallel for num_threads(nth(f, N)) schedule(static)
-        for (size_t i = 0; i < N; i++) {
-            float g = f->hg[i];
-            f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
-        }
-
-        /* x += hg · Wdownᵀ */
+        /* xb = hg · Wdownᵀ;  x += xb;  xb = rmsnorm(x) * next layer's attn_norm */
         mm(f, &L->w_down, f->hg, R, f->xb);
-        residual(f, f->x, f->xb, R, dim);
+        if (l + 1 < c->n_layer)
+            add_rmsnorm(f, f->x, f->xb, f->xb, m->layers[l + 1].attn_norm, R, dim, c->norm_eps);
     }
 
-    /* Only wanted rows go through the output head: xb[j] (n_want, dim) = x[wanted[j]]. */
+    /* Only wanted rows go through the output head:
+     * x[wanted[j]] += xb[wanted[j]] (the last residual), then
+     * xb[j] (n_want, dim) = rmsnorm(x[wanted[j]]) * output_norm. */
     int n_want = 0;
     for (int r = 0; r < R; r++)
         if (b->want_logits[r])
             f->wanted[n_want++] = r;
     if (n_want == 0)
         return 0;
-    for (int j = 0; j < n_want; j++)
-        memcpy(f->xb + (size_t)j * dim, f->x + (size_t)f->wanted[j] * dim, (size_t)dim * sizeof(float));
-
-    /* xb (n_want, dim) = rmsnorm(xb) * output_norm;  logits (n_want, vocab) = xb · Woutᵀ */
-    rmsnorm(f, f->xb, f->xb, m->output_norm, n_want, dim, c->norm_eps);
+    /* in place: row j <= wanted[j] and wanted[] increases, so writing row j
+     * never clobbers the delta of a later wanted row */
+    for (int j = 0; j < n_want; j++) {
+        size_t r = (size_t)f->wanted[j];
+        add_rmsnorm_row(f->x + r * dim, f->xb + r * dim, f->xb + (size_t)j * dim, m->output_norm, dim, c->norm_eps);
+    }
+    /* logits (n_want, vocab) = xb · Woutᵀ */
     mm(f, &m->output, f->xb, n_want, logits);
     return 0;
 }

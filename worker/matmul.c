@@ -21,6 +21,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/xalloc.h"
 #include "worker/gguf.h"
@@ -31,6 +32,9 @@
 #define MATMUL_TILE_FLOATS (256 * 1024)
 /* Up to this many X rows, quantized weights take the fused row path. */
 #define MATMUL_FUSED_MAX_ROWS 8
+/* F32 weights with up to this many X rows use gemm_nt_avx2 (no packing)
+ * instead of sgemm. */
+#define MATMUL_OWN_MAX_ROWS 64
 /* Multiply-adds below which one thread does the whole product. */
 #define MATMUL_PAR_MIN_MACS (256.0 * 1024)
 
@@ -55,7 +59,8 @@ matmul_t *matmul_new(int64_t max_cols, int n_threads)
     mm->tile_rows -= mm->tile_rows % 16;
     mm->n_threads = n_threads > 0 ? n_threads : 1;
     openblas_set_num_threads(1);
-    mm->tile = xaligned_alloc((size_t)mm->n_threads * (size_t)mm->tile_rows * (size_t)max_cols * sizeof(float));
+    size_t tile_bytes = (size_t)mm->n_threads * (size_t)mm->tile_rows * (size_t)max_cols * sizeof(float);
+    mm->tile = memset(xaligned_alloc(tile_bytes), 0, tile_bytes); /* mapped now, not in the first call */
     return mm;
 }
 
@@ -234,6 +239,92 @@ __attribute__((target("avx2,fma"))) static void dot_rows_avx2(const float *w, co
     }
 }
 
+/* (MR, NR) register tile: y[i * ldy + j] = x_i · w_j (x rows and w rows K
+ * floats apart). Each output is accumulated exactly as dot_rows_avx2 does
+ * (one 8-lane accumulator over k in order, hsum8, scalar tail), so a result
+ * does not depend on the tiling or on the number of rows. */
+#define GT_MR 4
+#define GT_NR 3
+static inline __attribute__((always_inline, target("avx2,fma"))) void
+tile_avx2(int MR, int NR, const float *x, const float *w, int K, float *y, size_t ldy)
+{
+    const int K8 = K & ~7;
+    __m256 acc[GT_MR][GT_NR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < NR; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    for (int k = 0; k < K8; k += 8) {
+        __m256 wv[GT_NR];
+#pragma GCC unroll 3
+        for (int j = 0; j < NR; j++)
+            wv[j] = _mm256_loadu_ps(w + (size_t)j * K + k);
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; i++) {
+            __m256 xv = _mm256_loadu_ps(x + (size_t)i * K + k);
+#pragma GCC unroll 3
+            for (int j = 0; j < NR; j++)
+                acc[i][j] = _mm256_fmadd_ps(wv[j], xv, acc[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < NR; j++) {
+            const float *xi = x + (size_t)i * K, *wj = w + (size_t)j * K;
+            float s = hsum8(acc[i][j]);
+            for (int k = K8; k < K; k++)
+                s += wj[k] * xi[k];
+            y[(size_t)i * ldy + j] = s;
+        }
+}
+
+#define TILE_CASE(MR)                                                    \
+    static __attribute__((target("avx2,fma"))) void tile_avx2_##MR(int NR, const float *x, const float *w, int K, \
+                                                                  float *y, size_t ldy) \
+    {                                                                    \
+        switch (NR) {                                                    \
+        case 3: tile_avx2(MR, 3, x, w, K, y, ldy); break;                \
+        case 2: tile_avx2(MR, 2, x, w, K, y, ldy); break;                \
+        default: tile_avx2(MR, 1, x, w, K, y, ldy); break;               \
+        }                                                                \
+    }
+TILE_CASE(4)
+TILE_CASE(3)
+TILE_CASE(2)
+TILE_CASE(1)
+
+/* W rows per cache block of gemm_nt_avx2: 48 rows of up to 2048 floats
+ * (384 KiB) stay in L2 while every 4-row group of X passes over them. */
+#define GT_NB 48
+
+/* Y[m * ldy + n] = x_m · w_n for m < M, n < NN; x (M, K), w (NN, K) row-major.
+ * No packing: for the row counts of decode batches and short prefills the
+ * copies sgemm makes cost as much as half its multiply. */
+__attribute__((target("avx2,fma"))) static void gemm_nt_avx2(const float *x, int M, int K, const float *w,
+                                                            int64_t NN, float *y, size_t ldy)
+{
+    for (int64_t n0 = 0; n0 < NN; n0 += GT_NB) {
+        const int64_t n1 = n0 + GT_NB < NN ? n0 + GT_NB : NN;
+        for (int m = 0; m < M; m += GT_MR) {
+            const int mr = M - m < GT_MR ? M - m : GT_MR;
+            const float *xm = x + (size_t)m * K;
+            for (int64_t n = n0; n < n1; n += GT_NR) {
+                const int nr = n1 - n < GT_NR ? (int)(n1 - n) : GT_NR;
+                const float *wn = w + (size_t)n * K;
+                float *yo = y + (size_t)m * ldy + n;
+                switch (mr) {
+                case 4: tile_avx2_4(nr, xm, wn, K, yo, ldy); break;
+                case 3: tile_avx2_3(nr, xm, wn, K, yo, ldy); break;
+                case 2: tile_avx2_2(nr, xm, wn, K, yo, ldy); break;
+                default: tile_avx2_1(nr, xm, wn, K, yo, ldy); break;
+                }
+            }
+        }
+    }
+}
+
 static int have_avx2(void)
 {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -301,16 +392,6 @@ static void gemm_block(int M, int nn, int K, const float *x, const float *wf, fl
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nn, K, 1.0f, x, K, wf, K, 0.0f, y, ldy);
 }
 
-/* Thread `t` of `nt` owns output rows [n0, n1) of W: one contiguous, 16-aligned
- * share, so every thread runs single-threaded BLAS on its own column block of Y. */
-static void share(int64_t N, int t, int nt, int64_t *n0, int64_t *n1)
-{
-    int64_t per = (N + nt - 1) / nt;
-    per = (per + 15) / 16 * 16;
-    *n0 = per * t < N ? per * t : N;
-    *n1 = per * (t + 1) < N ? per * (t + 1) : N;
-}
-
 int matmul_use_int8(matmul_t *mm, int max_rows)
 {
     if (max_rows < 1)
@@ -318,65 +399,175 @@ int matmul_use_int8(matmul_t *mm, int max_rows)
     qgemm_ctx_free(&mm->q);
     mm->q = qgemm_ctx_new(max_rows, mm->max_cols);
     mm->q_rows = mm->q ? max_rows : 0;
+    /* the matmul's thread count, when the pool allows it */
+    if (mm->q)
+        (void)qgemm_set_threads(mm->q, mm->n_threads);
     return mm->q ? 0 : -1;
+}
+
+/* Output rows of W per dynamic chunk: about MATMUL_CHUNKS_PER_THREAD chunks
+ * per thread over all matrices of the call (a late or descheduled thread
+ * then holds the others up by one small chunk), a multiple of 16, at least
+ * min_rows (sgemm wants wide blocks), at most the tile. */
+#define MATMUL_CHUNKS_PER_THREAD 8
+static int64_t chunk_rows(const matmul_t *mm, int64_t total, int nt, int64_t min_rows)
+{
+    int64_t c = total / ((int64_t)nt * MATMUL_CHUNKS_PER_THREAD);
+    c = (c + 15) / 16 * 16;
+    if (c < min_rows)
+        c = min_rows;
+    if (c > mm->tile_rows)
+        c = mm->tile_rows;
+    return c;
+}
+
+/* Y[:, n0:n1] = X · W[n0:n1]ᵀ with the calling thread's tile. 0 ok, -1 bad type. */
+static int run_rows(matmul_t *mm, const matmul_weight_t *w, const float *x, int M, float *y, int64_t n0,
+                    int64_t n1, float *tile)
+{
+    const int K = (int)w->cols;
+    const int64_t N = w->rows;
+    if (M <= MATMUL_FUSED_MAX_ROWS) {
+        /* Few rows (decode): take one W row at a time (F32 in place, others
+         * decoded into L1) and dot it with every X row. W is read once,
+         * nothing is packed or tiled. */
+#ifdef MATMUL_X86
+        if (w->type == GGML_TYPE_F32 && have_avx2()) {
+            gemm_nt_avx2(x, M, K, (const float *)(const void *)(w->data + (size_t)n0 * w->row_bytes), n1 - n0,
+                         y + n0, (size_t)N);
+            return 0;
+        }
+#endif
+        for (int64_t n = n0; n < n1; n++) {
+            const uint8_t *src = w->data + (size_t)n * w->row_bytes;
+            const float *wr = (const float *)(const void *)src;
+            if (w->type != GGML_TYPE_F32) {
+                if (decode_row(w->type, src, tile, K) != 0)
+                    return -1;
+                wr = tile;
+            }
+            dot_rows(wr, x, M, K, y + n, (size_t)N);
+        }
+        return 0;
+    }
+    if (w->type == GGML_TYPE_F32) {
+#ifdef MATMUL_X86
+        if (M <= MATMUL_OWN_MAX_ROWS && have_avx2()) {
+            gemm_nt_avx2(x, M, K, (const float *)(const void *)(w->data + (size_t)n0 * w->row_bytes), n1 - n0,
+                         y + n0, (size_t)N);
+            return 0;
+        }
+#endif
+        /* straight from the mmap */
+        gemm_block(M, (int)(n1 - n0), K, x, (const float *)(const void *)(w->data + (size_t)n0 * w->row_bytes),
+                   y + n0, (int)N);
+        return 0;
+    }
+    for (int64_t r0 = n0; r0 < n1; r0 += mm->tile_rows) {
+        int64_t nn = n1 - r0 < mm->tile_rows ? n1 - r0 : mm->tile_rows;
+        /* tile (nn, K) = dequant(W rows r0 .. r0+nn) */
+        for (int64_t r = 0; r < nn; r++)
+            if (decode_row(w->type, w->data + (size_t)(r0 + r) * w->row_bytes, tile + (size_t)r * (size_t)K, K) != 0)
+                return -1;
+        /* Y[:, r0:r0+nn] = X · tileᵀ */
+#ifdef MATMUL_X86
+        if (M <= MATMUL_OWN_MAX_ROWS && have_avx2()) {
+            gemm_nt_avx2(x, M, K, tile, nn, y + r0, (size_t)N);
+            continue;
+        }
+#endif
+        gemm_block(M, (int)nn, K, x, tile, y + r0, (int)N);
+    }
+    return 0;
+}
+
+int matmul_run_multi(matmul_t *mm, const matmul_weight_t *const *ws, int n, const float *x, int n_rows,
+                     float *const *ys)
+{
+    if (n < 1 || n > MATMUL_MAX_MULTI || n_rows < 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (ws[i]->cols != ws[0]->cols || ws[i]->cols > mm->max_cols)
+            return -1;
+    if (n_rows == 0)
+        return 0;
+    const int M = n_rows, K = (int)ws[0]->cols;
+    if (mm->q && n_rows <= mm->q_rows) {
+        int n_q = 0;
+        for (int i = 0; i < n; i++)
+            n_q += qgemm_supported(ws[i]->type);
+        if (n_q == n) {
+            qgemm_mat_t qm[MATMUL_MAX_MULTI];
+            for (int i = 0; i < n; i++)
+                qm[i] = (qgemm_mat_t){.type = ws[i]->type, .w = ws[i]->data, .n_out = ws[i]->rows, .y = ys[i]};
+            return qgemm_multi(mm->q, qm, n, K, x, n_rows);
+        }
+        if (n_q > 0) {
+            /* mixed: each matrix on its own path */
+            for (int i = 0; i < n; i++)
+                if (matmul_run_multi(mm, &ws[i], 1, x, n_rows, &ys[i]) != 0)
+                    return -1;
+            return 0;
+        }
+    }
+
+    /* Chunks of output rows over all matrices, claimed dynamically. */
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += ws[i]->rows;
+    /* Small products run on the calling thread (pool wake-up and barrier
+     * cost more than the work). */
+    const int n_par = (double)M * (double)total * K >= MATMUL_PAR_MIN_MACS ? mm->n_threads : 1;
+    const int64_t cr = chunk_rows(mm, total, n_par, M <= MATMUL_FUSED_MAX_ROWS ? 16 : 64);
+    int64_t first[MATMUL_MAX_MULTI + 1]; /* global index of each matrix's first chunk */
+    first[0] = 0;
+    for (int i = 0; i < n; i++)
+        first[i + 1] = first[i] + (ws[i]->rows + cr - 1) / cr;
+    const int64_t n_chunks = first[n];
+    int bad = 0;
+    (void)n_par;  /* unused when compiled without OpenMP */
+#pragma omp parallel num_threads(n_par) reduction(| : bad)
+    {
+        float *tile = mm->tile + (size_t)omp_get_thread_num() * (size_t)mm->tile_rows * (size_t)mm->max_cols;
+        int mi = 0;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t g = 0; g < n_chunks; g++) {
+            while (g >= first[mi + 1])
+                mi++;
+            while (g < first[mi])
+                mi--;
+            int64_t n0 = (g - first[mi]) * cr, n1 = n0 + cr < ws[mi]->rows ? n0 + cr : ws[mi]->rows;
+            if (!bad && run_rows(mm, ws[mi], x, M, ys[mi], n0, n1, tile) != 0)
+                bad = 1;
+        }
+    }
+    return bad ? -1 : 0;
+}
+
+int matmul_prepare(matmul_t *mm, const float *x, int n_rows, int64_t cols)
+{
+    if (n_rows < 0 || cols < 1 || cols > mm->max_cols)
+        return -1;
+    if (mm->q && n_rows <= mm->q_rows && n_rows > 0 && cols % 32 == 0)
+        return qgemm_quantize(mm->q, x, n_rows, cols);
+    return 0;
+}
+
+int matmul_run_range(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, int64_t n0, int64_t n1,
+                     float *y, int thread)
+{
+    if (n_rows < 0 || w->cols > mm->max_cols || thread < 0 || thread >= mm->n_threads || n0 < 0 || n1 < n0 ||
+        n1 > w->rows || n0 % 16 != 0 || (n1 % 16 != 0 && n1 != w->rows))
+        return -1;
+    if (n_rows == 0 || n1 == n0)
+        return 0;
+    if (mm->q && n_rows <= mm->q_rows && qgemm_supported(w->type))
+        return qgemm_cols(mm->q, w->type, w->data, w->rows, w->cols, n_rows, n0, n1, y, thread);
+    float *tile = mm->tile + (size_t)thread * (size_t)mm->tile_rows * (size_t)mm->max_cols;
+    return run_rows(mm, w, x, n_rows, y, n0, n1, tile);
 }
 
 int matmul_run(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, float *y)
 {
-    if (n_rows < 0 || w->cols > mm->max_cols)
-        return -1;
-    if (n_rows == 0)
-        return 0;
-    if (mm->q && n_rows <= mm->q_rows && qgemm_supported(w->type))
-        return qgemm(mm->q, w->type, w->data, w->rows, w->cols, x, n_rows, y);
-    const int M = n_rows, K = (int)w->cols;
-    const int64_t N = w->rows;
-    int bad = 0;
-
-    /* Small products run on the calling thread (pool wake-up and barrier
-     * cost more than the work). */
-    const int n_par = (double)M * (double)N * K >= MATMUL_PAR_MIN_MACS ? mm->n_threads : 1;
-    (void)n_par;  /* unused when compiled without OpenMP */
-#pragma omp parallel num_threads(n_par) reduction(| : bad)
-    {
-        int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        int64_t n0, n1;
-        share(N, t, nt, &n0, &n1);
-        float *tile = mm->tile + (size_t)t * (size_t)mm->tile_rows * (size_t)mm->max_cols;
-        if (M <= MATMUL_FUSED_MAX_ROWS) {
-            /* Few rows (decode): take one W row at a time (F32 in place,
-             * others decoded into L1) and dot it with every X row. W is read
-             * once, nothing is packed or tiled. */
-            for (int64_t n = n0; n < n1 && !bad; n++) {
-                const uint8_t *src = w->data + (size_t)n * w->row_bytes;
-                const float *wr = (const float *)(const void *)src;
-                if (w->type != GGML_TYPE_F32) {
-                    if (decode_row(w->type, src, tile, K) != 0) {
-                        bad = 1;
-                        break;
-                    }
-                    wr = tile;
-                }
-                dot_rows(wr, x, M, K, y + n, (size_t)N);
-            }
-        } else if (w->type == GGML_TYPE_F32) {
-            /* straight from the mmap */
-            if (n1 > n0)
-                gemm_block(M, (int)(n1 - n0), K, x, (const float *)(const void *)(w->data + (size_t)n0 * w->row_bytes),
-                           y + n0, (int)N);
-        } else {
-            for (int64_t r0 = n0; r0 < n1 && !bad; r0 += mm->tile_rows) {
-                int64_t nn = n1 - r0 < mm->tile_rows ? n1 - r0 : mm->tile_rows;
-                /* tile (nn, K) = dequant(W rows r0 .. r0+nn) */
-                for (int64_t r = 0; r < nn; r++)
-                    if (decode_row(w->type, w->data + (size_t)(r0 + r) * w->row_bytes,
-                                   tile + (size_t)r * (size_t)K, K) != 0)
-                        bad = 1;
-                /* Y[:, r0:r0+nn] = X · tileᵀ */
-                if (!bad)
-                    gemm_block(M, (int)nn, K, x, tile, y + r0, (int)N);
-            }
-        }
-    }
-    return bad ? -1 : 0;
+    return matmul_run_multi(mm, &w, 1, x, n_rows, &y);
 }

@@ -9,15 +9,21 @@
  *                        Q4_K, Q5_K, Q6_K) exactly as in the GGUF mmap
  *     Y  (n_rows, out)   float, row-major, contiguous (overwritten)
  *
- * F32 weights go straight to cblas_sgemm on the mmap. Other types are
- * dequantized a tile of `tile_rows` rows at a time into a float scratch
- * owned by the matmul_t, and each tile is one cblas_sgemm writing the
- * matching column block of Y. The per-tile step is the seam where integer
- * dot-product kernels can replace dequant+sgemm later without changing
- * callers.
+ * Paths (matmul.c):
+ *   - int8 kernels (matmul_use_int8, worker/qgemm.h) for Q8_0, Q4_0, Q4_K,
+ *     Q5_K, Q6_K when turned on;
+ *   - up to 64 rows, float: an AVX2 kernel of 4×3 register tiles reading
+ *     W rows in place (F32 straight from the mmap, other types decoded a
+ *     tile of rows at a time into a float scratch). No packing: at these
+ *     row counts sgemm spent half its time copying W. Every output is one
+ *     8-lane FMA accumulation over k in order, so a row's result does not
+ *     depend on the other rows (bit for bit);
+ *   - more rows: cblas_sgemm on the mmap (F32) or on dequantized tiles.
  *
- * Threads: matmul_run splits W's output rows over n_threads OpenMP threads,
- * each calling single-threaded OpenBLAS. matmul_new therefore calls
+ * Threads: matmul_run splits W's output rows into chunks (about 8 per
+ * thread, 16-row aligned, claimed dynamically so a descheduled thread delays the others by
+ * one chunk only) over n_threads OpenMP threads, each calling
+ * single-threaded OpenBLAS. matmul_new therefore calls
  * openblas_set_num_threads(1), which is process-wide: two busy-waiting
  * thread pools on the same cores slow each other down badly.
  *
@@ -61,6 +67,31 @@ int matmul_use_int8(matmul_t *mm, int max_rows);
  *         -1 bad arguments (w->cols > max_cols, n_rows < 0) or a type
  *            the dequantizer does not know; Y is then unspecified. */
 int matmul_run(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, float *y);
+
+/* Several weights with the same input (Q/K/V, gate/up): ys[i] (n_rows,
+ * ws[i]->rows) = X · ws[i]ᵀ for i < n (1 ≤ n ≤ MATMUL_MAX_MULTI), equal to n
+ * matmul_run() calls but in one parallel region (one wake-up and barrier
+ * instead of n). All ws[i]->cols must be equal. Returns as matmul_run(). */
+#define MATMUL_MAX_MULTI 8
+int matmul_run_multi(matmul_t *mm, const matmul_weight_t *const *ws, int n, const float *x, int n_rows,
+                     float *const *ys);
+
+/* Two-phase use, for callers that run their own OpenMP region (the forward
+ * pass computes Q/K/V and attention head by head in one region):
+ *   matmul_prepare(mm, x, n_rows, cols) once, on one thread, before the
+ *     region (quantizes X for the int8 kernels when they are on);
+ *   matmul_run_range(mm, w, x, n_rows, n0, n1, y, thread) from any thread:
+ *     Y[:, n0:n1) of Y (n_rows, w->rows) = X · W[n0:n1)ᵀ, with the x that
+ *     was prepared (w->cols == cols). n0 a multiple of 16, n1 a multiple of
+ *     16 or w->rows; thread (0 <= thread < n_threads of matmul_new) picks
+ *     the scratch. Calls with different threads and disjoint ranges may run
+ *     concurrently; nothing inside opens a parallel region. The values equal
+ *     matmul_run's (bit for bit up to 64 rows; more rows go through sgemm
+ *     on blocks of another width, equal to float rounding).
+ * 0 ok, -1 bad arguments. */
+int matmul_prepare(matmul_t *mm, const float *x, int n_rows, int64_t cols);
+int matmul_run_range(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, int64_t n0, int64_t n1,
+                     float *y, int thread);
 
 /* Dequantizes rows [row0, row0+n) of W into dst (n, w->cols) floats.
  * 0 ok, -1 unsupported type or rows out of range. Used for embedding

@@ -40,6 +40,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/xalloc.h"
@@ -60,7 +61,10 @@ enum kind { K_Q8_0, K_Q4_0, K_Q6_K, K_Q45_K };
 struct qgemm_ctx {
     int max_rows;      /* capacity in X rows */
     int64_t max_in;    /* capacity in input elements (multiple of 32, rounded up) */
-    int n_threads;     /* OpenMP threads of every call, fixed at creation */
+    int n_threads;     /* OpenMP threads of every call (qgemm_set_threads) */
+    int max_threads;   /* panels allocated: omp_get_max_threads() at creation */
+    int xq_rows;       /* rows of X quantized in xq (-1: none yet) */
+    int64_t xq_in;     /* their length */
     qgemm_isa_t isa;   /* kernels in use: SCALAR or AVX2 */
     int8_t *xq;        /* (max_rows, max_in) quantized X */
     float *xd;         /* (max_rows, max_in/32) X block scales */
@@ -128,6 +132,8 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
     c->n_threads = omp_get_max_threads();
     if (c->n_threads < 1)
         c->n_threads = 1;
+    c->max_threads = c->n_threads;
+    c->xq_rows = -1;
     c->isa = cpu_has_avx2() ? QGEMM_ISA_AVX2 : QGEMM_ISA_SCALAR;
     size_t nbm = (size_t)(c->max_in / QB);
     c->xq = xaligned_alloc((size_t)max_rows * (size_t)c->max_in);
@@ -136,6 +142,11 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
     /* rounded to 64 bytes so every panel starts cache-line aligned */
     c->panel_bytes = (nbm * PANEL_BLOCK_BYTES + 63) / 64 * 64;
     c->panels = xaligned_alloc(c->panel_bytes * (size_t)c->n_threads);
+    /* map the pages now rather than in the first call */
+    memset(c->xq, 0, (size_t)max_rows * (size_t)c->max_in);
+    memset(c->xd, 0, (size_t)max_rows * nbm * sizeof(float));
+    memset(c->xs, 0, (size_t)max_rows * nbm * sizeof(int32_t));
+    memset(c->panels, 0, c->panel_bytes * (size_t)c->n_threads);
     return c;
 }
 
@@ -150,6 +161,20 @@ void qgemm_ctx_free(qgemm_ctx_t **pc)
     free(c->panels);
     free(c);
     *pc = NULL;
+}
+
+int qgemm_set_threads(qgemm_ctx_t *c, int n_threads)
+{
+    if (n_threads < 1 || n_threads > QGEMM_MAX_THREADS)
+        return -1;
+    if (n_threads > c->max_threads) {
+        free(c->panels);
+        c->panels = xaligned_alloc(c->panel_bytes * (size_t)n_threads);
+        memset(c->panels, 0, c->panel_bytes * (size_t)n_threads);
+        c->max_threads = n_threads;
+    }
+    c->n_threads = n_threads;
+    return 0;
 }
 
 int qgemm_set_isa(qgemm_ctx_t *c, qgemm_isa_t isa)
@@ -701,7 +726,7 @@ AVX2_INLINE void direct_col(enum kind kind, int R, const uint8_t *row, int64_t b
  * [Σlo c0..c3 | Σhi c0..c3]; the final add of the two 128-bit halves gives
  * lane c = Σ of all 8 lanes of column c. */
 AVX2_INLINE void direct_avx2_kr(enum kind kind, int R, const uint8_t *const rows[NC], const qx_t *x,
-                                float out[RT][NC])
+                                float out[RT][NC], const uint8_t *next, size_t n_next)
 {
     const __m256i eight = _mm256_set1_epi16(8);
     size_t bb = kind == K_Q8_0 ? 34 : 18;
@@ -709,7 +734,13 @@ AVX2_INLINE void direct_avx2_kr(enum kind kind, int R, const uint8_t *const rows
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
         acc[r] = _mm256_setzero_ps();
+    /* prefetch the next panel's rows (contiguous) spread over the blocks:
+     * 8 interleaved 1-KiB row streams are too short for the hardware
+     * prefetcher (1-row decode ran at ~10 GB/s from DRAM without this) */
+    size_t pf = 0, pf_step = (n_next / (size_t)x->nb + 63) / 64 * 64;
     for (int64_t b = 0; b < x->nb; b++) {
+        for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
+            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
         __m256i xv[RD], q[2][RD];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
@@ -753,14 +784,14 @@ AVX2_INLINE void direct_avx2_kr(enum kind kind, int R, const uint8_t *const rows
 
 /* rows 0..R-1 of x (R ≤ RD) against the 8 W rows */
 AVX2 static void direct_avx2(enum kind kind, int R, const uint8_t *const rows[NC], const qx_t *x,
-                             float out[RT][NC])
+                             float out[RT][NC], const uint8_t *next, size_t n_next)
 {
 #define DIRECT_R(K)                                                                \
     switch (R) {                                                                   \
-    case 1: direct_avx2_kr(K, 1, rows, x, out); break;                             \
-    case 2: direct_avx2_kr(K, 2, rows, x, out); break;                             \
-    case 3: direct_avx2_kr(K, 3, rows, x, out); break;                             \
-    default: direct_avx2_kr(K, 4, rows, x, out); break;                            \
+    case 1: direct_avx2_kr(K, 1, rows, x, out, next, n_next); break;               \
+    case 2: direct_avx2_kr(K, 2, rows, x, out, next, n_next); break;               \
+    case 3: direct_avx2_kr(K, 3, rows, x, out, next, n_next); break;               \
+    default: direct_avx2_kr(K, 4, rows, x, out, next, n_next); break;              \
     }
     if (kind == K_Q8_0)
         DIRECT_R(K_Q8_0)
@@ -771,94 +802,200 @@ AVX2 static void direct_avx2(enum kind kind, int R, const uint8_t *const rows[NC
 
 /* ---- driver ------------------------------------------------------------------- */
 
-int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in,
-          const float *x, int n_rows, float *y)
+/* One matrix of a call, with what the panel loop needs. */
+typedef struct {
+    enum kind kind;
+    uint32_t type;
+    const uint8_t *w;
+    int64_t n_out;
+    float *y;
+    size_t rb;            /* bytes per W row */
+    bool direct;          /* small-batch AVX2 path, no panel */
+    void (*kern)(const panel_t *, const qx_t *, int, int, float[RT][NC]);
+} qmat_t;
+
+/* X rows quantized per call below this many elements run on the calling
+ * thread before the parallel region: a split would cost one more barrier
+ * than the quantization itself (768 elements take ~0.3 us). */
+#define XQUANT_PAR_MIN 16384
+/* Dynamic chunks per thread of the panel loop: enough that a thread that is
+ * descheduled or late to wake (shared cores) holds up the others by one
+ * small chunk only, few enough that claiming a chunk costs nothing. */
+#define CHUNKS_PER_THREAD 16
+
+static void xquant_rows(qgemm_ctx_t *c, const float *x, int r0, int r1, int64_t n_in, int64_t nb, bool avx2)
 {
-    if (!c || !qgemm_supported(type) || n_in <= 0 || n_out < 0 || n_rows < 0)
-        return -1;
-    int64_t be = ggml_type_block_elems(type);
-    if (n_in % be != 0 || n_in > c->max_in || n_rows > c->max_rows)
-        return -1;
-    if (n_rows == 0 || n_out == 0)
-        return 0;
-    enum kind kind = kind_of(type);
-    size_t rb = quant_row_bytes(type, n_in);
-    int64_t nb = n_in / QB, n_panels = (n_out + NC - 1) / NC;
-    bool avx2 = c->isa == QGEMM_ISA_AVX2;
-    qx_t qx = {c->xq, c->xd, c->xs, n_in, nb};
-    void (*kern)(const panel_t *, const qx_t *, int, int, float[RT][NC]) = NULL;
-    if (avx2) {
-        switch (kind) {
-        case K_Q8_0: kern = kern_avx2_q8_0; break;
-        case K_Q4_0: kern = kern_avx2_q4_0; break;
-        case K_Q6_K: kern = kern_avx2_q6_k; break;
-        case K_Q45_K: kern = kern_avx2_q45_k; break;
+    for (int r = r0; r < r1; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xr = x + (int64_t)r * n_in + QB * b;
+            int8_t *q = c->xq + (int64_t)r * n_in + QB * b;
+            float *d = c->xd + (int64_t)r * nb + b;
+            int32_t *s = c->xs + (int64_t)r * nb + b;
+            if (avx2)
+                xquant_block_avx2(xr, q, d, s);
+            else
+                xquant_block_scalar(xr, q, d, s);
         }
+}
+
+/* Output columns [8 ip, 8 ip + 8) of matrix m for all rows; p is the
+ * calling thread's panel scratch. */
+static void run_panel(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows, bool avx2, panel_t *p)
+{
+    const int64_t n_in = qx->n_in, nb = qx->nb, n_out = m->n_out;
+    int64_t c0 = ip * NC;
+    int nc = n_out - c0 < NC ? (int)(n_out - c0) : NC;
+    const uint8_t *rows[NC];
+    for (int k = 0; k < NC; k++)
+        rows[k] = m->w + (size_t)(c0 + (k < nc ? k : 0)) * m->rb;
+    /* the rows of panel ip + 1, clipped to W (prefetched while this one runs) */
+    int64_t n_next_rows = n_out - (c0 + NC) < NC ? n_out - (c0 + NC) : NC;
+    size_t n_next = n_next_rows > 0 ? (size_t)n_next_rows * m->rb : 0;
+    const uint8_t *next = m->w + (size_t)(c0 + NC) * m->rb * (n_next > 0);
+    if (m->direct) {
+        for (int r0 = 0; r0 < n_rows; r0 += RD) {
+            int R = n_rows - r0 < RD ? n_rows - r0 : RD;
+            qx_t qr = {qx->q + (int64_t)r0 * n_in, qx->d + (int64_t)r0 * nb, qx->s + (int64_t)r0 * nb, n_in, nb};
+            float out[RT][NC];
+            direct_avx2(m->kind, R, rows, &qr, out, next, r0 == 0 ? n_next : 0);
+            for (int r = 0; r < R; r++)
+                memcpy(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
+        }
+        return;
     }
-    const uint8_t *w8 = w;
-    bool direct = avx2 && ((kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) ||
-                           (kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
+    if (avx2) {
+        fill_panel_avx2(m->kind, m->type, rows, nb, p, next, n_next);
+    } else {
+        fill_panel_scalar(m->kind, m->type, rows, nb, p);
+    }
+    for (int r0 = 0; r0 < n_rows; r0 += RT) {
+        int R = n_rows - r0 < RT ? n_rows - r0 : RT;
+        float out[RT][NC];
+        if (avx2)
+            m->kern(p, qx, r0, R, out);
+        else
+            kern_scalar(m->kind, p, qx, r0, R, out);
+        for (int r = 0; r < R; r++)
+            memcpy(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
+    }
+}
+
+static bool mat_ok(const qgemm_ctx_t *c, uint32_t type, int64_t n_out, int64_t n_in)
+{
+    return qgemm_supported(type) && n_in > 0 && n_in <= c->max_in && n_in % ggml_type_block_elems(type) == 0 &&
+           n_out >= 0;
+}
+
+static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in,
+                      float *y, int n_rows)
+{
+    const bool avx2 = c->isa == QGEMM_ISA_AVX2;
+    m->kind = kind_of(type);
+    m->type = type;
+    m->w = w;
+    m->n_out = n_out;
+    m->y = y;
+    m->rb = quant_row_bytes(type, n_in);
+    m->direct = avx2 && ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) ||
+                         (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
+    m->kern = NULL;
+    switch (m->kind) {
+    case K_Q8_0: m->kern = kern_avx2_q8_0; break;
+    case K_Q4_0: m->kern = kern_avx2_q4_0; break;
+    case K_Q6_K: m->kern = kern_avx2_q6_k; break;
+    case K_Q45_K: m->kern = kern_avx2_q45_k; break;
+    }
+}
+
+int qgemm_quantize(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in)
+{
+    if (!c || n_rows < 0 || n_rows > c->max_rows || n_in <= 0 || n_in > c->max_in || n_in % QB != 0)
+        return -1;
+    xquant_rows(c, x, 0, n_rows, n_in, n_in / QB, c->isa == QGEMM_ISA_AVX2);
+    c->xq_rows = n_rows;
+    c->xq_in = n_in;
+    return 0;
+}
+
+int qgemm_cols(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_rows,
+               int64_t col0, int64_t col1, float *y, int thread)
+{
+    if (!c || !mat_ok(c, type, n_out, n_in) || n_rows != c->xq_rows || n_in != c->xq_in || thread < 0 ||
+        thread >= c->max_threads || col0 < 0 || col0 % NC != 0 || col1 < col0 || col1 > n_out ||
+        (col1 % NC != 0 && col1 != n_out))
+        return -1;
+    qmat_t m;
+    qmat_init(&m, c, type, w, n_out, n_in, y, n_rows);
+    const qx_t qx = {c->xq, c->xd, c->xs, n_in, n_in / QB};
+    panel_t p = panel_at(c, thread);
+    for (int64_t ip = col0 / NC; ip * NC < col1; ip++)
+        run_panel(&m, ip, &qx, n_rows, c->isa == QGEMM_ISA_AVX2, &p);
+    return 0;
+}
+
+int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_in, const float *x, int n_rows)
+{
+    if (!c || n_mats < 0 || n_mats > QGEMM_MAX_MATS || (n_mats > 0 && !mats) || n_in <= 0 || n_rows < 0 ||
+        n_in > c->max_in || n_rows > c->max_rows)
+        return -1;
+    for (int i = 0; i < n_mats; i++)
+        if (!mat_ok(c, mats[i].type, mats[i].n_out, n_in))
+            return -1;
+    if (n_rows == 0)
+        return 0;
+    const bool avx2 = c->isa == QGEMM_ISA_AVX2;
+    const int64_t nb = n_in / QB;
+    qmat_t qm[QGEMM_MAX_MATS];
+    int64_t first[QGEMM_MAX_MATS + 1]; /* global index of each matrix's first panel */
+    first[0] = 0;
+    for (int i = 0; i < n_mats; i++) {
+        qmat_init(&qm[i], c, mats[i].type, mats[i].w, mats[i].n_out, n_in, mats[i].y, n_rows);
+        first[i + 1] = first[i] + (qm[i].n_out + NC - 1) / NC;
+    }
+    /* the scratch now holds this X (qgemm_cols may use it) */
+    c->xq_rows = n_rows;
+    c->xq_in = n_in;
+    const int64_t n_panels = first[n_mats];
+    if (n_panels == 0)
+        return 0;
+    const qx_t qx = {c->xq, c->xd, c->xs, n_in, nb};
     int n_threads = c->n_threads;
     if ((int64_t)n_threads > n_panels)
         n_threads = (int)n_panels;
+    int64_t chunk = n_panels / ((int64_t)n_threads * CHUNKS_PER_THREAD);
+    if (chunk < 1)
+        chunk = 1;
+    const bool xq_par = (int64_t)n_rows * n_in >= XQUANT_PAR_MIN && n_threads > 1;
+    if (!xq_par)
+        xquant_rows(c, x, 0, n_rows, n_in, nb, avx2);
 
 #pragma omp parallel num_threads(n_threads)
     {
-        /* 1. quantize X, split over rows (tiny next to the products) */
+        if (xq_par) {
+            /* 1. quantize X, split over rows; the barrier at the end of the
+             * loop: every row is quantized before any panel runs */
 #pragma omp for schedule(static)
-        for (int r = 0; r < n_rows; r++)
-            for (int64_t b = 0; b < nb; b++) {
-                const float *xr = x + (int64_t)r * n_in + QB * b;
-                int8_t *q = c->xq + (int64_t)r * n_in + QB * b;
-                float *d = c->xd + (int64_t)r * nb + b;
-                int32_t *s = c->xs + (int64_t)r * nb + b;
-                if (avx2)
-                    xquant_block_avx2(xr, q, d, s);
-                else
-                    xquant_block_scalar(xr, q, d, s);
-            }
-        /* (implicit barrier: every row is quantized before any panel runs) */
-
-        /* 2. panels of 8 output columns, split statically over threads */
+            for (int r = 0; r < n_rows; r++)
+                xquant_rows(c, x, r, r + 1, n_in, nb, avx2);
+        }
+        /* 2. panels of 8 output columns of all matrices, in dynamic chunks */
         panel_t p = panel_at(c, omp_get_thread_num());
-#pragma omp for schedule(static)
-        for (int64_t ip = 0; ip < n_panels; ip++) {
-            int64_t c0 = ip * NC;
-            int nc = n_out - c0 < NC ? (int)(n_out - c0) : NC;
-            const uint8_t *rows[NC];
-            for (int k = 0; k < NC; k++)
-                rows[k] = w8 + (size_t)(c0 + (k < nc ? k : 0)) * rb;
-            if (direct) {
-                for (int r0 = 0; r0 < n_rows; r0 += RD) {
-                    int R = n_rows - r0 < RD ? n_rows - r0 : RD;
-                    qx_t qr = {qx.q + (int64_t)r0 * n_in, qx.d + (int64_t)r0 * nb, qx.s + (int64_t)r0 * nb,
-                               n_in, nb};
-                    float out[RT][NC];
-                    direct_avx2(kind, R, rows, &qr, out);
-                    for (int r = 0; r < R; r++)
-                        memcpy(y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
-                }
-                continue;
-            }
-            if (avx2) {
-                /* the rows of panel ip + 1, clipped to W */
-                int64_t n_next_rows = n_out - (c0 + NC) < NC ? n_out - (c0 + NC) : NC;
-                size_t n_next = n_next_rows > 0 ? (size_t)n_next_rows * rb : 0;
-                fill_panel_avx2(kind, type, rows, nb, &p, w8 + (size_t)(c0 + NC) * rb * (n_next > 0), n_next);
-            }
-            else
-                fill_panel_scalar(kind, type, rows, nb, &p);
-            for (int r0 = 0; r0 < n_rows; r0 += RT) {
-                int R = n_rows - r0 < RT ? n_rows - r0 : RT;
-                float out[RT][NC];
-                if (avx2)
-                    kern(&p, &qx, r0, R, out);
-                else
-                    kern_scalar(kind, &p, &qx, r0, R, out);
-                for (int r = 0; r < R; r++)
-                    memcpy(y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
-            }
+        int mi = 0;
+#pragma omp for schedule(dynamic, chunk)
+        for (int64_t g = 0; g < n_panels; g++) {
+            while (g >= first[mi + 1])
+                mi++;
+            while (g < first[mi])
+                mi--;
+            run_panel(&qm[mi], g - first[mi], &qx, n_rows, avx2, &p);
         }
     }
     return 0;
+}
+
+int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in,
+          const float *x, int n_rows, float *y)
+{
+    qgemm_mat_t m = {.type = type, .w = w, .n_out = n_out, .y = y};
+    return qgemm_multi(c, &m, 1, n_in, x, n_rows);
 }

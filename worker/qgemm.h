@@ -54,9 +54,12 @@
  *
  * Threading. qgemm() runs an OpenMP parallel region (num_threads = the
  * thread count fixed at qgemm_ctx_new: omp_get_max_threads() then) split
- * statically over panels of 8 output columns; X quantization is split over
- * rows. A context must not be used by two qgemm() calls at the same time; use
- * one context per calling thread, and do not call it from inside another
+ * in dynamic chunks (about 8 per thread) over panels of 8 output columns, so
+ * a thread that is descheduled or slow to wake delays the others by one
+ * small chunk; X quantization is split over rows when X is large, done on
+ * the calling thread before the region otherwise (saves a barrier). A
+ * context must not be used by two qgemm() calls at the same time; use one
+ * context per calling thread, and do not call it from inside another
  * OpenMP parallel region. On a machine whose cores are shared with other
  * busy processes, libgomp's default spin-waiting makes 2-thread regions
  * collapse (measured: 100× slower); start such processes with
@@ -93,6 +96,13 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in);
 /* Frees the context and its scratch, sets *c to NULL. NULL / *c NULL ok. */
 void qgemm_ctx_free(qgemm_ctx_t **c);
 
+/* Threads of later calls, 1 <= n_threads <= QGEMM_MAX_THREADS; grows the
+ * per-thread panel scratch when n_threads exceeds what is allocated (so it
+ * may allocate: call it at setup, not concurrently with other calls).
+ * 0 ok, -1 out of range. */
+#define QGEMM_MAX_THREADS 1024
+int qgemm_set_threads(qgemm_ctx_t *c, int n_threads);
+
 /* Selects the kernels of context c. Returns 0 ok, -1 when the CPU lacks the
  * ISA (the context keeps its previous choice). For tests and benchmarks. */
 int qgemm_set_isa(qgemm_ctx_t *c, qgemm_isa_t isa);
@@ -116,5 +126,40 @@ bool qgemm_supported(uint32_t type);
  *       (n_in ≤ 0, n_out < 0, n_rows < 0); y is untouched. */
 int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in,
           const float *x, int n_rows, float *y);
+
+/* Several matrices with the same input: mats[i].y (n_rows × mats[i].n_out)
+ * = x · mats[i].wᵀ for i < n_mats (≤ QGEMM_MAX_MATS), as n_mats qgemm()
+ * calls would give, bit for bit, but X is quantized once and all panels
+ * share one parallel region (one wake-up and one barrier instead of n_mats).
+ * The forward pass uses it for Q/K/V and for gate/up. Types may differ per
+ * matrix; n_in must suit every type. Returns 0 ok, -1 as qgemm() (any
+ * matrix failing the checks; nothing is written then). */
+#define QGEMM_MAX_MATS 8
+typedef struct qgemm_mat {
+    uint32_t type;   /* ggml type, qgemm_supported() */
+    const void *w;   /* n_out rows of quant_row_bytes(type, n_in) bytes (not owned) */
+    int64_t n_out;   /* rows of w, columns of y (≥ 0) */
+    float *y;        /* (n_rows, n_out) f32, overwritten (not owned) */
+} qgemm_mat_t;
+int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_in, const float *x,
+                int n_rows);
+
+/* Two-phase use, for callers that run their own OpenMP region (the forward
+ * pass computes Q/K/V and attention head by head in one region):
+ *   qgemm_quantize(c, x, n_rows, n_in): X into the context's scratch, on
+ *     the calling thread (n_in a multiple of 32; 0 ok, -1 bad sizes);
+ *   qgemm_cols(c, type, w, n_out, n_in, n_rows, col0, col1, y, thread):
+ *     y[r][col0..col1) for the X of the last qgemm_quantize (or qgemm /
+ *     qgemm_multi) call, whose n_rows and n_in must be passed again; y is
+ *     (n_rows, n_out) as in qgemm(). col0 a multiple of 8, col1 a multiple
+ *     of 8 or n_out; thread (0 <= thread < the larger of
+ *     omp_get_max_threads() at qgemm_ctx_new and the last qgemm_set_threads)
+ *     picks the panel scratch. Calls with different threads
+ *     and disjoint column ranges may run concurrently; no OpenMP inside.
+ *     Results equal qgemm()'s bit for bit. 0 ok, -1 bad arguments or no
+ *     matching quantized X. */
+int qgemm_quantize(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in);
+int qgemm_cols(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_rows,
+               int64_t col0, int64_t col1, float *y, int thread);
 
 #endif

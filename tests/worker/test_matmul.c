@@ -3,8 +3,9 @@
  * 1. matmul_weight_rows() (AVX2 decoders where available) must reproduce
  *    quant_dequantize() bit for bit, on every matrix of every zoo format.
  * 2. matmul_run() against a float64 product of X with the dequantized W,
- *    for row counts that take the fused decode path (1, 3, 8) and the tiled
- *    BLAS path (9, 40), with 1 and 2 threads. Tolerance:
+ *    for row counts that take the fused decode path (1, 3, 8), the
+ *    unpacked F32 kernel / tiled BLAS path (9, 40) and BLAS for every type
+ *    (70), with 1 and 2 threads. Tolerance:
  *        |Y - Y_ref| <= 1e-5 * Σ_k |x_k w_k| + 1e-6   per element
  *    (float32 accumulation error is bounded by ~K·eps times that sum).
  */
@@ -84,7 +85,7 @@ static void test_decode_bit_exact(void **state)
 static void test_matmul_vs_f64(void **state)
 {
     (void)state;
-    static const int rows[] = { 1, 3, 8, 9, 40 };
+    static const int rows[] = { 1, 3, 8, 9, 40, 70 };
     for (size_t z = 0; z < sizeof zoo / sizeof *zoo; z++) {
         model_t *m = load_zoo(zoo[z]);
         if (!m)
@@ -95,7 +96,7 @@ static void test_matmul_vs_f64(void **state)
         matmul_t *mms[2] = { matmul_new(m->max_cols, 1), matmul_new(m->max_cols, 2) };
         for (int i = 0; i < n; i++) {
             const matmul_weight_t *w = ws[i];
-            const int K = (int)w->cols, N = (int)w->rows, MMAX = 40;
+            const int K = (int)w->cols, N = (int)w->rows, MMAX = 70;
             float *wf = malloc((size_t)N * K * sizeof(float));
             float *x = malloc((size_t)MMAX * K * sizeof(float));
             float *y = malloc((size_t)MMAX * N * sizeof(float));
@@ -145,6 +146,70 @@ static void test_matmul_vs_f64(void **state)
     }
 }
 
+/* matmul_run_multi and matmul_run_range (pieces from several thread slots)
+ * equal matmul_run bit for bit, with exact and with int8 kernels, for row
+ * counts on the decode path and the unpacked F32 kernel. */
+static void test_multi_and_range(void **state)
+{
+    (void)state;
+    static const int rows[] = { 1, 5, 9, 33 };
+    for (size_t z = 0; z < sizeof zoo / sizeof *zoo; z++) {
+        model_t *m = load_zoo(zoo[z]);
+        if (!m)
+            skip();
+        const model_layer_t *L = &m->layers[0];
+        const matmul_weight_t *ws[3] = { &L->wq, &L->wk, &L->wv };
+        const int K = (int)L->wq.cols, MMAX = 33;
+        float *x = malloc((size_t)MMAX * K * sizeof(float));
+        uint32_t s = 5;
+        for (int j = 0; j < MMAX * K; j++) {
+            s = s * 1664525u + 1013904223u;
+            x[j] = (float)((int)(s >> 9) % 2001 - 1000) / 500.0f;
+        }
+        for (int int8 = 0; int8 < 2; int8++) {
+            matmul_t *mm = matmul_new(m->max_cols, 2);
+            if (int8)
+                assert_int_equal(matmul_use_int8(mm, MMAX), 0);
+            for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
+                int M = rows[ri];
+                float *ref[3], *got[3];
+                for (int i = 0; i < 3; i++) {
+                    size_t n = (size_t)M * (size_t)ws[i]->rows;
+                    ref[i] = malloc(n * sizeof(float));
+                    got[i] = calloc(n, sizeof(float));
+                    assert_int_equal(matmul_run(mm, ws[i], x, M, ref[i]), 0);
+                }
+                assert_int_equal(matmul_run_multi(mm, ws, 3, x, M, got), 0);
+                for (int i = 0; i < 3; i++) {
+                    assert_memory_equal(got[i], ref[i], (size_t)M * (size_t)ws[i]->rows * sizeof(float));
+                    memset(got[i], 0, (size_t)M * (size_t)ws[i]->rows * sizeof(float));
+                }
+                assert_int_equal(matmul_prepare(mm, x, M, K), 0);
+                for (int i = 0; i < 3; i++) {
+                    int64_t n0 = 0;
+                    for (int piece = 0; n0 < ws[i]->rows; piece++) {
+                        int64_t n1 = n0 + 16 * (1 + piece % 3);
+                        if (n1 > ws[i]->rows)
+                            n1 = ws[i]->rows;
+                        assert_int_equal(matmul_run_range(mm, ws[i], x, M, n0, n1, got[i], piece % 2), 0);
+                        n0 = n1;
+                    }
+                    assert_memory_equal(got[i], ref[i], (size_t)M * (size_t)ws[i]->rows * sizeof(float));
+                }
+                assert_int_equal(matmul_run_range(mm, ws[0], x, M, 8, 32, got[0], 0), -1);  /* unaligned */
+                assert_int_equal(matmul_run_range(mm, ws[0], x, M, 0, 16, got[0], 2), -1);  /* thread */
+                for (int i = 0; i < 3; i++) {
+                    free(ref[i]);
+                    free(got[i]);
+                }
+            }
+            matmul_free(&mm);
+        }
+        free(x);
+        model_free(&m);
+    }
+}
+
 static void test_matmul_bad_args(void **state)
 {
     (void)state;
@@ -167,6 +232,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_bit_exact),
         cmocka_unit_test(test_matmul_vs_f64),
+        cmocka_unit_test(test_multi_and_range),
         cmocka_unit_test(test_matmul_bad_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

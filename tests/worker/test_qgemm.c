@@ -383,6 +383,65 @@ static void test_batch_and_thread_invariance(void **state)
     qgemm_ctx_free(&ctx1);
 }
 
+/* qgemm_multi over several matrices (mixed types) and qgemm_cols over
+ * column ranges, from any thread slot, give qgemm()'s bits; both refuse bad
+ * arguments without writing. */
+static void test_multi_and_cols(void **state)
+{
+    (void)state;
+    int64_t n_in = 512;
+    qgemm_ctx_t *ctx = qgemm_ctx_new(20, n_in);
+    assert_int_equal(qgemm_set_threads(ctx, 3), 0);  /* grows the panel scratch */
+    int row_counts[] = {1, 3, 6, 20};
+    for (size_t ri = 0; ri < sizeof row_counts / sizeof row_counts[0]; ri++) {
+        int n_rows = row_counts[ri];
+        float *x = activations(n_rows, n_in, 501 + (uint32_t)ri);
+        int64_t n_out[3] = {40, 17, 64};
+        uint32_t types[3] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+        uint8_t *w[3];
+        float *ref[3], *got[3];
+        qgemm_mat_t mats[3];
+        for (int i = 0; i < 3; i++) {
+            w[i] = weights_random_bytes(types[i], n_out[i], n_in, 77 + (uint32_t)i);
+            ref[i] = run_qgemm(ctx, types[i], w[i], n_out[i], n_in, x, n_rows);
+            got[i] = xmalloc((size_t)n_rows * (size_t)n_out[i] * sizeof(float));
+            mats[i] = (qgemm_mat_t){.type = types[i], .w = w[i], .n_out = n_out[i], .y = got[i]};
+        }
+        assert_int_equal(qgemm_multi(ctx, mats, 3, n_in, x, n_rows), 0);
+        for (int i = 0; i < 3; i++) {
+            assert_memory_equal(got[i], ref[i], (size_t)n_rows * (size_t)n_out[i] * sizeof(float));
+            memset(got[i], 0, (size_t)n_rows * (size_t)n_out[i] * sizeof(float));
+        }
+        /* columns in uneven 8-aligned pieces, each from another thread slot */
+        assert_int_equal(qgemm_quantize(ctx, x, n_rows, n_in), 0);
+        for (int i = 0; i < 3; i++) {
+            int64_t c0 = 0;
+            for (int piece = 0; c0 < n_out[i]; piece++) {
+                int64_t c1 = c0 + 8 * (1 + piece % 3);
+                if (c1 > n_out[i])
+                    c1 = n_out[i];
+                assert_int_equal(qgemm_cols(ctx, types[i], w[i], n_out[i], n_in, n_rows, c0, c1, got[i], piece % 3), 0);
+                c0 = c1;
+            }
+            assert_memory_equal(got[i], ref[i], (size_t)n_rows * (size_t)n_out[i] * sizeof(float));
+        }
+        /* refused: unaligned start, end inside a panel, other row count, bad thread */
+        assert_int_equal(qgemm_cols(ctx, types[0], w[0], n_out[0], n_in, n_rows, 4, 16, got[0], 0), -1);
+        assert_int_equal(qgemm_cols(ctx, types[0], w[0], n_out[0], n_in, n_rows, 0, 12, got[0], 0), -1);
+        assert_int_equal(qgemm_cols(ctx, types[0], w[0], n_out[0], n_in, n_rows + 1, 0, 8, got[0], 0), -1);
+        assert_int_equal(qgemm_cols(ctx, types[0], w[0], n_out[0], n_in, n_rows, 0, 8, got[0], 3), -1);
+        mats[1].type = GGML_TYPE_F16;
+        assert_int_equal(qgemm_multi(ctx, mats, 3, n_in, x, n_rows), -1);
+        for (int i = 0; i < 3; i++) {
+            free(w[i]);
+            free(ref[i]);
+            free(got[i]);
+        }
+        free(x);
+    }
+    qgemm_ctx_free(&ctx);
+}
+
 /* A non-finite activation turns its row's outputs into NaN and leaves the
  * other rows exact; an all-zero row gives zeros. */
 static void test_nonfinite_and_zero_rows(void **state)
@@ -627,6 +686,7 @@ int main(void)
         cmocka_unit_test(test_small_blocks),
         cmocka_unit_test(test_nonfinite_and_zero_rows),
         cmocka_unit_test(test_batch_and_thread_invariance),
+        cmocka_unit_test(test_multi_and_cols),
         cmocka_unit_test(test_accuracy_all_types),
         cmocka_unit_test(test_zoo_tensors),
     };
