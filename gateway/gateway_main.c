@@ -80,6 +80,7 @@ static const struct flag_key {
     {"max-body", "limits.max_body_bytes", false, false},
     {"max-messages", "limits.max_messages", false, false},
     {"max-prompt-bytes", "limits.max_prompt_bytes", false, false},
+    {"rate-limit-per-key", "limits.rate_per_key", false, false},
     {"worker-bin", "worker_bin", false, false},
     {"curve-secret-key", "curve.server_secret_key_file", false, false},
     {"curve-authorized-keys", "curve.authorized_worker_keys_file", false, false},
@@ -126,6 +127,9 @@ static void usage(FILE *f)
             "                             [limits.max_messages]\n"
             "  --max-prompt-bytes N       prompt text bytes per request (default %u)\n"
             "                             [limits.max_prompt_bytes]\n"
+            "  --rate-limit-per-key R     per-key rate limit: R requests/s per API key (bursts of\n"
+            "                             max(1, R)), 429 + Retry-After beyond; 0 = off (default)\n"
+            "                             [limits.rate_per_key]\n"
             "  --http-idle-timeout S      close an idle HTTP connection after S seconds (default %d)\n"
             "  --header-timeout S         close a connection whose request headers are not\n"
             "                             complete S seconds after it opened (default %d)\n"
@@ -300,8 +304,8 @@ static curve_keylist_t *load_authorized(const config_t *c, const char *local_pub
 /* Warns about settings that are read but not acted on yet. */
 static void warn_pending(const config_t *c)
 {
-    if (c->limits.rate_per_key > 0)
-        log_warn("limits.rate_per_key is not enforced yet: no per-key rate limit");
+    if (c->limits.rate_per_key > 0 && !c->keys_file)
+        log_warn("limits.rate_per_key needs a keys file (keys are the identity): not enforced");
 }
 
 /* Waits until no request is in flight and every response is sent, at most
@@ -551,6 +555,7 @@ int main(int argc, char **argv)
                           .max_body = (size_t)cfg->limits.max_body_bytes,
                           .max_messages = (size_t)cfg->limits.max_messages,
                           .max_prompt_bytes = (size_t)cfg->limits.max_prompt_bytes,
+                          .rate_per_key = cfg->limits.rate_per_key,
                           .idle_timeout_s = (unsigned)http_idle_s,
                           .header_timeout_ms = (int64_t)(header_s * 1000)};
     http = http_server_new(&hcfg, gw);

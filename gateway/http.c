@@ -68,6 +68,17 @@ struct http_server {
     pthread_t watcher;
     bool watcher_started;
 
+    /* per-key rate limit: one token bucket per key name, grown on demand
+     * (a keys file holds a bounded number of keys) */
+    double rate_per_key;        /* tokens per second, 0 = off */
+    pthread_mutex_t rate_lock;  /* guards buckets */
+    struct rate_bucket {
+        char name[KEYS_NAME_MAX + 1];
+        double tokens;          /* available requests, <= max(1, rate) */
+        int64_t t_us;           /* last refill, monotonic */
+    } *buckets;
+    size_t n_buckets, cap_buckets;
+
     /* open connections, for the header deadline */
     pthread_mutex_t conn_lock;  /* guards conns and their flags */
     http_conn_t *conns;         /* doubly linked */
@@ -233,8 +244,44 @@ fail:
     return -1;
 }
 
+/* Takes one request from key `name`'s bucket. Returns 0, or the whole
+ * seconds until a token is back (>= 1) when the bucket is empty. */
+static int rate_take(http_server_t *s, const char *name)
+{
+    double burst = s->rate_per_key > 1 ? s->rate_per_key : 1;
+    int64_t now = clock_now_us();
+    pthread_mutex_lock(&s->rate_lock);
+    struct rate_bucket *b = NULL;
+    for (size_t i = 0; i < s->n_buckets && !b; i++)
+        if (strcmp(s->buckets[i].name, name) == 0)
+            b = &s->buckets[i];
+    if (!b) {
+        if (s->n_buckets == s->cap_buckets) {
+            s->cap_buckets = s->cap_buckets ? 2 * s->cap_buckets : 16;
+            s->buckets = xrealloc(s->buckets, s->cap_buckets * sizeof *s->buckets);
+        }
+        b = &s->buckets[s->n_buckets++];
+        snprintf(b->name, sizeof b->name, "%s", name);
+        b->tokens = burst;
+        b->t_us = now;
+    }
+    b->tokens += (double)(now - b->t_us) / 1e6 * s->rate_per_key;
+    if (b->tokens > burst)
+        b->tokens = burst;
+    b->t_us = now;
+    int wait = 0;
+    if (b->tokens >= 1) {
+        b->tokens -= 1;
+    } else {
+        double secs = (1 - b->tokens) / s->rate_per_key;
+        wait = (int)secs + 1;
+    }
+    pthread_mutex_unlock(&s->rate_lock);
+    return wait;
+}
+
 /* Checks the bearer key for a route. Returns 0 (tier set in q), or -1 with
- * *e filled (401/403). */
+ * *e filled (401/403, or 429 when the key is over its rate limit). */
 static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *rt, http_req_t *q,
                      oai_error_t *e)
 {
@@ -259,12 +306,14 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
     while (*tok == ' ')
         tok++;
     bool found = false, admin = false;
+    char name[KEYS_NAME_MAX + 1] = "";
     pthread_rwlock_rdlock(&s->keys_lock);
     const keys_entry_t *k = keys_lookup(s->keys, tok);
     if (k) {
         found = true;
         admin = k->admin;
         q->tier = k->tier;
+        snprintf(name, sizeof name, "%s", k->name);
     }
     pthread_rwlock_unlock(&s->keys_lock);
     if (!found) {
@@ -273,6 +322,13 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
     }
     if ((rt->auth == AUTH_ADMIN || rt->auth == AUTH_OPS) && !admin) {
         oai_error_set(e, 403, NULL, "This key may not use admin endpoints");
+        return -1;
+    }
+    int wait;
+    if (rt->auth == AUTH_KEY && s->rate_per_key > 0 && (wait = rate_take(s, name)) > 0) {
+        oai_error_set(e, 429, NULL,
+                      "Rate limit reached for key '%s': %g requests per second. "
+                      "Try again in %d s.", name, s->rate_per_key, wait);
         return -1;
     }
     return 0;
@@ -1024,6 +1080,8 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     pthread_rwlock_init(&s->keys_lock, NULL);
     pthread_mutex_init(&s->live_lock, NULL);
     pthread_mutex_init(&s->conn_lock, NULL);
+    pthread_mutex_init(&s->rate_lock, NULL);
+    s->rate_per_key = cfg->rate_per_key > 0 ? cfg->rate_per_key : 0;
     s->header_timeout_us = (cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms
                                                         : HTTP_DEFAULT_HEADER_TIMEOUT_S * 1000) * 1000;
     unsigned idle_s = cfg->idle_timeout_s ? cfg->idle_timeout_s : HTTP_DEFAULT_IDLE_TIMEOUT_S;
@@ -1128,6 +1186,8 @@ void http_server_free(http_server_t **sp)
     pthread_rwlock_destroy(&s->keys_lock);
     pthread_mutex_destroy(&s->live_lock);
     pthread_mutex_destroy(&s->conn_lock);
+    pthread_mutex_destroy(&s->rate_lock);
+    free(s->buckets);
     free(s);
 }
 

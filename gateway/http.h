@@ -56,6 +56,9 @@ typedef struct http_config {
     const char *keys_path;    /* keys file (keys.h format), NULL = open gateway */
     size_t max_messages;      /* chat messages per request (400 beyond), 0 = parser's limit */
     size_t max_prompt_bytes;  /* prompt / message text bytes (400 beyond), 0 = parser's limit */
+    double rate_per_key;      /* per-key rate limit, requests/s (token bucket holding one
+                                 second of requests, at least 1); 429 + Retry-After beyond;
+                                 0 = off. Needs a keys file: keys are the identity. */
     unsigned idle_timeout_s;  /* close a connection idle this long, 0 = HTTP_DEFAULT_IDLE_TIMEOUT_S */
     int64_t header_timeout_ms;/* close a connection whose request headers are not complete
                                  this long after it opened (slowloris), 0 = default */

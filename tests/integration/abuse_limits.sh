@@ -124,13 +124,25 @@ else
 fi
 
 # --- 3. per-key rate limiting ----------------------------------------------------------------------
+# A gateway limited to 5 requests/s per key: a burst of back-to-back requests from one key gets
+# well-formed 429s with Retry-After; another key is not affected; after Retry-After the first
+# key is served again.
 if grep -qiE 'rate[- ]limit' <<<"$("$GW" --help 2>&1)"; then
-  PAGODA_URL=$URL_L PAGODA_MODEL=m python3 "$FLOOD" burst "$SECRET_N" 200 >"$TMP/burst.out"
-  read -r _ _ b_ok b_429 b_other b_ra < <(grep '^measure burst' "$TMP/burst.out")
-  check "per-key rate limit: 200 back-to-back requests → ${b_429:-?} × 429 with Retry-After ${b_ra:-?} (${b_ok:-?} ok, ${b_other:-?} other)" \
-    test "${b_429:-0}" -ge 1 -a "${b_other:-1}" -eq 0 -a "${b_ra:--}" != -
+  if start_pair R --keys "$TMP/keys.txt" --rate-limit-per-key 5 -- --max-seqs 8; then
+    PAGODA_URL=$URL_R PAGODA_MODEL=m python3 "$FLOOD" burst "$SECRET_N" 60 >"$TMP/burst.out"
+    read -r _ _ b_ok b_429 b_other b_ra < <(grep '^measure burst' "$TMP/burst.out")
+    check "per-key rate limit: 60 back-to-back requests → ${b_429:-?} × 429 with Retry-After ${b_ra:-?} (${b_ok:-?} ok, ${b_other:-?} other)" \
+      test "${b_429:-0}" -ge 30 -a "${b_ok:-0}" -ge 5 -a "${b_other:-1}" -eq 0 -a "${b_ra:--}" != -
+    check "per-key rate limit: another key is served while the first is limited" \
+      env PAGODA_URL="$URL_R" PAGODA_KEY="$SECRET_A" PAGODA_MODEL=m python3 "$DRIVER" good
+    sleep "${b_ra:-1}"
+    check "per-key rate limit: the limited key is served again after Retry-After" \
+      env PAGODA_URL="$URL_R" PAGODA_KEY="$SECRET_N" PAGODA_MODEL=m python3 "$DRIVER" good
+  else
+    fail "gateway R (rate limited) + worker ready"
+  fi
 else
-  skip "rate limiting not implemented: pagoda-gateway --help has no rate-limit option (per-key token bucket → 429 + Retry-After; test ready in abuse_limits.py burst)"
+  fail "pagoda-gateway --help has no rate-limit option"
 fi
 
 # --- 6. default listen address: loopback only ---------------------------------------------------------
