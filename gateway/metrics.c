@@ -4,6 +4,7 @@
 #include "gateway/metrics.h"
 
 #include <assert.h>
+#include <stdbool.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -225,38 +226,34 @@ static void check_values(const metrics_family_t *f, const char *const *values)
     (void)values;
 }
 
-void metrics_counter_add(metrics_family_t *f, const char *const *values, double v)
+/* Sets (add = false) or increments a series' value under the registry lock. */
+static void series_update(metrics_family_t *f, const char *const *values, double v, bool add)
 {
-    assert(f->type == METRICS_COUNTER);
-    assert(v >= 0.0);
     check_values(f, values);
     pthread_mutex_lock(&f->reg->lock);
     series_t *s = series_get(f, values, 1);
     if (s)
-        s->value += v;
+        s->value = add ? s->value + v : v;
     pthread_mutex_unlock(&f->reg->lock);
+}
+
+void metrics_counter_add(metrics_family_t *f, const char *const *values, double v)
+{
+    assert(f->type == METRICS_COUNTER);
+    assert(v >= 0.0);
+    series_update(f, values, v, true);
 }
 
 void metrics_gauge_set(metrics_family_t *f, const char *const *values, double v)
 {
     assert(f->type == METRICS_GAUGE);
-    check_values(f, values);
-    pthread_mutex_lock(&f->reg->lock);
-    series_t *s = series_get(f, values, 1);
-    if (s)
-        s->value = v;
-    pthread_mutex_unlock(&f->reg->lock);
+    series_update(f, values, v, false);
 }
 
 void metrics_gauge_add(metrics_family_t *f, const char *const *values, double v)
 {
     assert(f->type == METRICS_GAUGE);
-    check_values(f, values);
-    pthread_mutex_lock(&f->reg->lock);
-    series_t *s = series_get(f, values, 1);
-    if (s)
-        s->value += v;
-    pthread_mutex_unlock(&f->reg->lock);
+    series_update(f, values, v, true);
 }
 
 void metrics_histogram_observe(metrics_family_t *f, const char *const *values, double v)
