@@ -21,8 +21,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 BUILD=build/fuzz
-n_fail=0
-ok()   { echo "ok - $*"; }
+n_fail=0 n_ok=0
+ok()   { echo "ok - $*"; n_ok=$((n_ok + 1)); }
 fail() { echo "not ok - $*"; n_fail=$((n_fail + 1)); }
 
 # parsers of untrusted text (const char *, size_t): GGUF metadata and request content
@@ -87,4 +87,7 @@ done < <(grep '^not ok - fuzz_' "$out")
 [[ $rc -ne 0 ]] && n_fail=$((n_fail + 1))
 total=$(grep -oE '^ok - fuzz_[a-z_]+: [0-9]+ executions' "$out" | awk '{s += $4} END {print s + 0}')
 echo "# $(grep -c '^ok - fuzz_' "$out") targets, $total executions in all (${FUZZ_SECONDS} s each)"
+n_ok=$((n_ok + $(grep -c '^ok - fuzz_' "$out")))
+n_fail=$((n_fail + $(grep -c '^not ok - fuzz_' "$out")))
+echo "fuzz: $n_ok passed, $n_fail failed"
 exit $((n_fail > 0))
