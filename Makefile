@@ -53,7 +53,7 @@ UNIT_SRC  := $(wildcard tests/*/test_*.c)
 UNIT_BINS := $(patsubst %.c,$(BUILD)/%,$(UNIT_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 
-.PHONY: all deps run test check fuzz fuzz-smoke clean
+.PHONY: all deps run test check fuzz fuzz-smoke clean install
 .SECONDARY:
 all: $(BINS) $(UNIT_BINS)
 
@@ -116,6 +116,14 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_BUILD)/libfuzzlib.a
 FUZZ_SECONDS ?= 30
 fuzz-smoke: fuzz
 	@bash tests/fuzz/smoke.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# make install [PREFIX=/usr/local] [DESTDIR=...]: the five binaries and the
+# example configuration (systemd units are in deploy/, see docs/OPERATIONS.md).
+PREFIX ?= /usr/local
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/pagoda
+	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 deploy/pagoda.example.yaml $(DESTDIR)$(PREFIX)/share/pagoda/
 
 clean:
 	rm -rf build
