@@ -69,13 +69,15 @@ void engine_free(engine_t **pe)
     *pe = NULL;
 }
 
-static int32_t encode(const engine_t *e, const char *text, size_t len, bool parse_special,
-                      int32_t **out, char *err, size_t errlen)
+/* Tokenizes text into a malloc'd *out, growing the buffer until it fits.
+ * add_special: the tokenizer's BOS rule; parse_special: control-token texts. */
+static int32_t encode(const engine_t *e, const char *text, size_t len, bool add_special,
+                      bool parse_special, int32_t **out, char *err, size_t errlen)
 {
     int cap = (int)(len < 1024 ? 64 + 2 * len : len / 2 + 64);
     int32_t *ids = xmalloc((size_t)cap * sizeof *ids);
     for (;;) {
-        int n = tokenizer_encode(e->tok, text, len, true, parse_special, ids, cap);
+        int n = tokenizer_encode(e->tok, text, len, add_special, parse_special, ids, cap);
         if (n < 0) {
             snprintf(err, errlen, "the prompt is too long (%zu bytes)", len);
             free(ids);
@@ -93,7 +95,7 @@ static int32_t encode(const engine_t *e, const char *text, size_t len, bool pars
 int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int32_t **out,
                            char *err, size_t errlen)
 {
-    return encode(e, text, len, false, out, err, errlen);
+    return encode(e, text, len, true, false, out, err, errlen);
 }
 
 int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, int32_t **out,
@@ -105,32 +107,11 @@ int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, 
         return -1;
     /* The template writes BOS itself when the family wants it; the
      * tokenizer's add_bos must not add a second one. */
-    bool has_bos = false;
     size_t bl = 0;
     int32_t bos = tokenizer_bos(e->tok);
     const char *bt = bos >= 0 ? tokenizer_token_text(e->tok, bos, &bl) : NULL;
-    if (bt && bl && plen >= bl && memcmp(prompt, bt, bl) == 0)
-        has_bos = true;
-    int32_t r;
-    if (has_bos) {
-        int cap = (int)(plen + 64);
-        int32_t *ids = xmalloc((size_t)cap * sizeof *ids);
-        int k;
-        while ((k = tokenizer_encode(e->tok, prompt, plen, false, true, ids, cap)) > cap) {
-            cap = k;
-            ids = xrealloc(ids, (size_t)cap * sizeof *ids);
-        }
-        if (k < 0) {
-            snprintf(err, errlen, "the conversation is too long");
-            free(ids);
-            r = -1;
-        } else {
-            *out = ids;
-            r = k;
-        }
-    } else {
-        r = encode(e, prompt, plen, true, out, err, errlen);
-    }
+    bool has_bos = bt && bl && plen >= bl && memcmp(prompt, bt, bl) == 0;
+    int32_t r = encode(e, prompt, plen, !has_bos, true, out, err, errlen);
     free(prompt);
     return r;
 }
