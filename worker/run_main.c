@@ -37,7 +37,6 @@ struct run_state {
     int32_t n_completion;
     const char *finish;
     int echo;                 /* write text deltas to stdout */
-    int64_t t_first_us;       /* first token of any sequence (bench) */
 };
 
 static void on_event(void *ud, const sched_event_t *ev)
