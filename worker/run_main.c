@@ -33,7 +33,6 @@ static void usage(FILE *f)
 }
 
 struct run_state {
-    int finished;
     int32_t n_completion;
     const char *finish;
     int echo;                 /* write text deltas to stdout */
@@ -47,7 +46,6 @@ static void on_event(void *ud, const sched_event_t *ev)
         fflush(stdout);
     }
     if (ev->finish != SCHED_FINISH_NONE) {
-        rs->finished++;
         rs->n_completion += ev->n_completion;
         rs->finish = sched_finish_name(ev->finish);
         if (ev->finish == SCHED_FINISH_ERROR)
