@@ -416,9 +416,15 @@ def scenario_gateway_restart(gw, refs):
     reqs = [Req(body("solo", i, i % 2 == 0, 400)) for i in range(6)]
     run_batch(reqs)
     wait_until(lambda: any(r.n_deltas >= 5 for r in reqs if r.b["stream"]), 20, 0.01)
+    # Hold the worker while its gateway dies, so it is certainly mid-generation
+    # when it notices the loss (a fast machine could otherwise finish the work
+    # within the 3 heartbeat intervals detection takes, leaving nothing to drop).
+    solo.send_signal(signal.SIGSTOP)
     gw2.kill()
     gw2.wait()
     join_all(reqs, 20)
+    time.sleep(4 * HB_MS / 1000)
+    solo.send_signal(signal.SIGCONT)
     c2 = counts(reqs)
     log("kill -9 the gateway under load, 6 requests: %s" % c2)
     ok(c2.get("hang", 0) == 0 and c2.get("conn_error", 0) >= 1,
