@@ -133,6 +133,15 @@ int forward_env_reexec(char **argv)
         return 0;
     if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
         return -1;
+    /* exec the resolved path, not /proc/self/exe: the kernel names the
+     * process after the file it executes, and ps/top/systemd should show
+     * "pagoda-worker", not "exe" */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        execv(self, argv);
+    }
     execv("/proc/self/exe", argv);
     return -1;
 }

@@ -88,7 +88,8 @@ int forward_max_rows(const forward_t *f);
  * steps on a loaded 2-core machine. libgomp reads OMP_WAIT_POLICY only at
  * load time, so programs call this first thing in main(): when neither
  * OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set it sets OMP_WAIT_POLICY=passive
- * and re-executes /proc/self/exe with the same argv. Returns 0 when the
+ * and re-executes its own binary (the path /proc/self/exe resolves to, so
+ * the process keeps its name) with the same argv. Returns 0 when the
  * environment was already set (nothing done); -1 when the re-exec failed
  * (the program may continue, with spinning threads). Does not return on a
  * successful re-exec. */
