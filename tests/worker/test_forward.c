@@ -28,6 +28,9 @@
  * stories260K, whose head_dim 8 gives one element more weight, which is
  * also why stories260K's f16 logits are not compared with the reference
  * (one chunking came within 1% of TOL_REF); its f16 greedy continuation is.
+ * With the int8 kernels (per-row activation quantization, exact integer
+ * sums) every row gets the same bits in any batch, and the f16 invariants
+ * are observed exact (diff 0); they are asserted with TOL_SELF_F16 all the same.
  * The KV store is filled with NaN before each run, so reading any slot that
  * was never written poisons the logits and fails the comparison.
  *
@@ -130,6 +133,7 @@ typedef struct plan {
     int shuffle;        /* 1: block tables map to a shuffled, gappy set of physical blocks */
     uint32_t seed;
     kv_type_t kv;       /* KV cache element type */
+    int int8;           /* 1: int8 matmul kernels (forward_set_int8) */
 } plan_t;
 
 /* K/V arrays of kv (shape and type set) allocated and filled with NaN, so a
@@ -175,6 +179,8 @@ static float *pagoda_logits(const model_t *m, const tseq_t *s, int n_seq, const 
 {
     const int vocab = m->cfg.vocab, total = total_len(s, n_seq);
     forward_t *f = forward_new(m, total, 2);
+    if (p->int8)
+        assert_int_equal(forward_set_int8(f, true), 0);
 
     /* physical blocks: twice what is needed, handed out shuffled or in order */
     int need = 0;
@@ -451,13 +457,13 @@ static void check_close(const float *a, const float *b, size_t n, const char *wh
     assert_true(d <= tol * scale);
 }
 
-static void invariants_on(const char *rel, kv_type_t kv)
+static void invariants_on(const char *rel, kv_type_t kv, int int8)
 {
     const char *path = support_shared_model(rel);
     if (!path)
         skip();
     model_t *m = load(path);
-    print_message("  KV cache %s\n", kv_type_name(kv));
+    print_message("  KV cache %s, %s matmul\n", kv_type_name(kv), int8 ? "int8" : "float");
     const int V = m->cfg.vocab;
     static const int lens[] = { 1, 7, 33, 70 };
     tseq_t s[4];
@@ -465,7 +471,7 @@ static void invariants_on(const char *rel, kv_type_t kv)
     size_t n = (size_t)total_len(s, 4) * V;
 
     /* contiguous blocks, one step, all four together */
-    plan_t contig = { .shuffle = 0, .kv = kv };
+    plan_t contig = { .shuffle = 0, .kv = kv, .int8 = int8 };
     float *together = pagoda_logits(m, s, 4, &contig);
 
     /* (a) each sequence alone == inside the batch */
@@ -477,7 +483,8 @@ static void invariants_on(const char *rel, kv_type_t kv)
     /* (b) chunked prefill == one shot; chunk sizes straddle blocks 32 and 64 */
     static const int chunks_a[] = { 31, 2, 30, 7 };
     static const int chunks_b[] = { 1 };
-    plan_t ca = { .chunks = chunks_a, .n_chunks = 4, .kv = kv }, cb = { .chunks = chunks_b, .n_chunks = 1, .kv = kv };
+    plan_t ca = { .chunks = chunks_a, .n_chunks = 4, .kv = kv, .int8 = int8 },
+           cb = { .chunks = chunks_b, .n_chunks = 1, .kv = kv, .int8 = int8 };
     float *chunked = pagoda_logits(m, s, 4, &ca);
     check_close(chunked, together, n, "chunked {31,2,30,7} vs one shot", kv);
     free(chunked);
@@ -485,7 +492,7 @@ static void invariants_on(const char *rel, kv_type_t kv)
     check_close(chunked, together, n, "token by token vs one shot", kv);
     free(chunked);
     /* (c) shuffled, non-contiguous physical blocks == contiguous */
-    plan_t shuf = { .shuffle = 1, .seed = 5, .kv = kv };
+    plan_t shuf = { .shuffle = 1, .seed = 5, .kv = kv, .int8 = int8 };
     float *paged = pagoda_logits(m, s, 4, &shuf);
     check_close(paged, together, n, "shuffled blocks vs contiguous", kv);
     free(paged);
@@ -496,14 +503,15 @@ static void invariants_on(const char *rel, kv_type_t kv)
 static void test_invariants_f32(void **state)
 {
     (void)state;
-    invariants_on("zoo/zoo-F32.gguf", KV_TYPE_F32);
-    invariants_on("zoo/zoo-F32.gguf", KV_TYPE_F16);
+    invariants_on("zoo/zoo-F32.gguf", KV_TYPE_F32, 0);
+    invariants_on("zoo/zoo-F32.gguf", KV_TYPE_F16, 0);
 }
 
 static void test_invariants_q4_k_m(void **state)
 {
     (void)state;
-    invariants_on("zoo/zoo-Q4_K_M.gguf", KV_TYPE_F16);
+    invariants_on("zoo/zoo-Q4_K_M.gguf", KV_TYPE_F16, 0);
+    invariants_on("zoo/zoo-Q4_K_M.gguf", KV_TYPE_F16, 1);
 }
 
 /* ---- greedy decoding of stories260K ---------------------------------- */
