@@ -35,6 +35,7 @@ typedef enum {
     K_STR,     /* char *, required non-null */
     K_OPTSTR,  /* char *, null unsets */
     K_LEVEL,   /* int, a log level name */
+    K_ENUM,    /* int, index of the value in names[] (NULL-terminated) */
     K_MAP,     /* nested mapping: sub/n_sub at offset */
     K_MODELS,  /* the models list */
 } kind_t;
@@ -49,6 +50,7 @@ typedef struct field {
     int64_t imin, imax;
     double dmin, dmax;
     check_fn check;           /* K_STR / K_OPTSTR, optional */
+    const char *const *names; /* K_ENUM */
     const struct field *sub;  /* K_MAP */
     size_t n_sub;
 } field_t;
@@ -64,6 +66,7 @@ static int check_path(const char *s, char *why, size_t n);
 #define BOOL(k, st, m) {.key = k, .kind = K_BOOL, .off = offsetof(st, m)}
 #define STR(k, st, m, fn) {.key = k, .kind = K_STR, .off = offsetof(st, m), .check = fn}
 #define OPTSTR(k, st, m, fn) {.key = k, .kind = K_OPTSTR, .off = offsetof(st, m), .check = fn}
+#define ENUM(k, st, m, tab) {.key = k, .kind = K_ENUM, .off = offsetof(st, m), .names = tab}
 #define MAP(k, st, m, tab) \
     {.key = k, .kind = K_MAP, .off = offsetof(st, m), .sub = tab, .n_sub = sizeof tab / sizeof tab[0]}
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
@@ -91,6 +94,14 @@ static const field_t curve_fields[] = {
     OPTSTR("authorized_worker_keys_file", config_curve_t, authorized_worker_keys_file, check_path),
     BOOL("allow_plain_tcp", config_curve_t, allow_plain_tcp),
 };
+/* models[].kv_type, indexed by config_kv_type_t */
+static const char *const kv_type_names[] = {"f16", "f32", NULL};
+
+const char *config_kv_type_name(int t)
+{
+    return t >= 0 && t < CONFIG_KV_N ? kv_type_names[t] : "f16";
+}
+
 static const field_t model_fields[] = {
     STR("name", config_model_t, name, check_name),
     STR("path", config_model_t, path, check_path),
@@ -102,6 +113,7 @@ static const field_t model_fields[] = {
     INT("max_seqs", config_model_t, max_seqs, 1, 4096),
     INT("max_batch_tokens", config_model_t, max_batch_tokens, 1, 65536),
     INT("threads", config_model_t, threads, 1, 256),
+    ENUM("kv_type", config_model_t, kv_type, kv_type_names),
 };
 static const field_t top_fields[] = {
     STR("listen", config_t, listen, check_listen),
@@ -133,6 +145,7 @@ static void model_defaults(config_model_t *m)
         .max_seqs = 32,
         .max_batch_tokens = 512,
         .threads = 2,
+        .kv_type = CONFIG_KV_F16,
     };
 }
 
@@ -387,6 +400,18 @@ static int set_scalar(const field_t *f, void *base, const char *s, size_t len, b
         }
         *(int *)dst = lv;
         return 0;
+    }
+    case K_ENUM: {
+        for (int i = 0; f->names[i]; i++)
+            if (strlen(f->names[i]) == len && !strcmp(f->names[i], s)) {
+                *(int *)dst = i;
+                return 0;
+            }
+        char list[128] = "";
+        for (int i = 0; f->names[i]; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? " or " : "", f->names[i]);
+        snprintf(why, n, "expected %s, got '%s'", list, shown(s, len, sh));
+        return -1;
     }
     case K_STR:
     case K_OPTSTR: {
@@ -1185,6 +1210,7 @@ static void format_fields(sbuf_t *b, const field_t *fields, size_t n, const void
             sb_printf(b, " %s\n", lv >= 0 && lv < 4 ? levels[lv] : "info");
             break;
         }
+        case K_ENUM: sb_printf(b, " %s\n", f->names[*(const int *)v]); break;
         case K_STR:
         case K_OPTSTR: {
             const char *s = *(char *const *)v;

@@ -102,9 +102,11 @@
  *     max_seqs                   int      32                      1..4096 sequences batched at once
  *     max_batch_tokens           int      512                     1..65536 tokens per step
  *     threads                    int      2                       1..256 compute threads
+ *     kv_type                    string   f16                     f16 or f32: KV cache element type
+ *                                                                 (f16 halves the KV memory per token)
  *   (the model settings are the local workers' --kv-blocks (or --kv-budget-mb
- *   when kv_blocks is 0), --max-seqs, --max-batch-tokens, --threads; their
- *   ranges are the worker's)
+ *   when kv_blocks is 0), --max-seqs, --max-batch-tokens, --threads,
+ *   --kv-type; their ranges are the worker's)
  *
  * Cross-field rules (config_check; the file parser applies them too):
  *   - restart.backoff_max_ms ≥ restart.backoff_initial_ms
@@ -145,6 +147,16 @@
 #define CONFIG_MAX_NAME 128           /* bytes of a model name */
 #define CONFIG_DEFAULT_MAX_BODY (16u << 20) /* limits.max_body_bytes */
 
+/* models[].kv_type values (the worker's --kv-type names). */
+typedef enum config_kv_type {
+    CONFIG_KV_F16 = 0,
+    CONFIG_KV_F32 = 1,
+    CONFIG_KV_N
+} config_kv_type_t;
+
+/* "f16" / "f32" for a config_kv_type_t ("f16" for anything else). */
+const char *config_kv_type_name(int t);
+
 typedef struct config_model {
     char *name;                /* routing name clients put in "model" */
     char *path;                /* GGUF file path, passed to the worker as --model NAME=PATH */
@@ -156,6 +168,7 @@ typedef struct config_model {
     int max_seqs;              /* worker --max-seqs */
     int max_batch_tokens;      /* worker --max-batch-tokens */
     int threads;               /* worker --threads */
+    int kv_type;               /* worker --kv-type, a config_kv_type_t */
     int line;                  /* 1-based line of its entry in the file, 0 = from a flag */
 } config_model_t;
 

@@ -6,8 +6,8 @@
  * recorded while the command line is read and applied with config_set after
  * the file, so `--listen X --config F` and `--config F --listen X` mean the
  * same. --model NAME=FILE adds a model (or changes the path of one in the
- * file); --max-seqs, --max-batch-tokens, --kv-blocks, --kv-budget-mb and
- * --threads set that setting for every model. --print-config prints the
+ * file); --max-seqs, --max-batch-tokens, --kv-blocks, --kv-budget-mb,
+ * --threads and --kv-type set that setting for every model. --print-config prints the
  * result as YAML and exits.
  *
  * The main thread starts the core, the HTTP server and the supervisor, then
@@ -90,6 +90,7 @@ static const struct flag_key {
     {"kv-blocks", "kv_blocks", true, false},
     {"kv-budget-mb", "kv_budget_mb", true, false},
     {"threads", "threads", true, false},
+    {"kv-type", "kv_type", true, false},
     {"replicas", "replicas", true, false},
     {"idle-timeout", "idle_timeout_s", true, false},
     {"drain-timeout", "drain_timeout_s", false, false},
@@ -141,8 +142,8 @@ static void usage(FILE *f)
             "  --heartbeat-ms N           heartbeat interval to workers (default %d) [heartbeat_ms]\n"
             "  --model NAME=FILE.gguf     serve this model with one local worker (repeatable);\n"
             "                             a model of the file keeps its settings, gets this path\n"
-            "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --kv-budget-mb N, --threads N\n"
-            "                             set for every model's local workers [models[].*]\n"
+            "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --kv-budget-mb N, --threads N,\n"
+            "  --kv-type f16|f32          set for every model's local workers [models[].*]\n"
             "  --replicas N               local workers per model (default 1) [models[].replicas]\n"
             "  --on-demand NAME           start NAME's local workers at its first request and\n"
             "                             stop them after --idle-timeout S (default %d) idle\n"
@@ -338,6 +339,8 @@ static size_t model_worker_args(const config_model_t *m, const char **args, char
     args[n++] = owned[2];
     args[n++] = m->kv_blocks ? "--kv-blocks" : "--kv-budget-mb";
     args[n++] = owned[3];
+    args[n++] = "--kv-type";
+    args[n++] = config_kv_type_name(m->kv_type);
     return n;
 }
 
@@ -575,7 +578,7 @@ int main(int argc, char **argv)
             goto stop;
         for (size_t i = 0; i < cfg->n_models; i++) {
             const config_model_t *m = &cfg->models[i];
-            const char *args[8];
+            const char *args[10];
             char owned[5][32];
             size_t n = model_worker_args(m, args, owned);
             for (int r = 0; r < m->replicas; r++)

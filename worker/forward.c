@@ -14,6 +14,7 @@
 
 #include "common/xalloc.h"
 #include "worker/matmul.h"
+#include "worker/quant.h"
 
 struct forward {
     const model_t *m;
@@ -157,8 +158,9 @@ static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
     if (!b->token || !b->pos || !b->seq || !b->want_logits || !b->block_tables || b->n_seq < 1)
         return bad(f, "batch arrays missing");
     if (!kv || !kv->k || !kv->v || kv->n_layer != c->n_layer || kv->kv_dim != c->kv_dim ||
-        kv->block_size < 1 || kv->n_blocks < 1)
-        return bad(f, "kv_store shape does not fit the model (n_layer %d kv_dim %d)", c->n_layer, c->kv_dim);
+        kv->block_size < 1 || kv->n_blocks < 1 || kv_type_size(kv->type) == 0)
+        return bad(f, "kv_store shape does not fit the model (n_layer %d kv_dim %d) or has an unknown type",
+                   c->n_layer, c->kv_dim);
     for (int r = 0; r < b->n_rows; r++) {
         int32_t t = b->token[r], p = b->pos[r], s = b->seq[r];
         if (t < 0 || t >= c->vocab)
@@ -181,15 +183,15 @@ static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
 
 /* ---- vector kernels -------------------------------------------------------
  *
- * AVX2+FMA versions chosen at run time, portable C otherwise. Each computes a
+ * AVX2+FMA(+F16C) versions chosen at run time, portable C otherwise. Each computes a
  * row's values in a fixed order that depends only on that row (never on the
  * batch), so batching and chunking do not change results. */
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define FWD_X86 1
-#define AVX2_FN __attribute__((target("avx2,fma")))
-#define AVX2_INL static inline __attribute__((always_inline, target("avx2,fma")))
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define AVX2_INL static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
 AVX2_INL float hsum8(__m256 v)
 {
@@ -243,10 +245,19 @@ AVX2_FN static void silu_mul_avx2(float *h, const float *g, const float *u, size
         h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* 8 K/V elements at element index i of base, widened to float. */
+AVX2_INL __m256 ld8(const void *base, size_t i, const bool f16)
+{
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
+               : _mm256_loadu_ps((const float *)base + i);
+}
+
 /* One (row, head) of attention with head_dim hd (multiple of 8): sc (n_pos)
- * scratch, out (hd). K/V of position t at kbase(t) / vbase(t) + kvo. */
-AVX2_FN static void attend_avx2(const float *q, const kv_store_t *kv, int l, const int32_t *bt, int n_pos,
-                                int kvo, int hd, float scale, float *sc, float *out)
+ * scratch, out (hd). K/V of position t at element kvo of its cache slot,
+ * stored as f16 or float (f16 is a compile-time constant in each caller:
+ * the loads differ, the arithmetic and its order do not). */
+AVX2_INL void attend_avx2_impl(const float *q, const kv_store_t *kv, int l, const int32_t *bt, int n_pos,
+                               int kvo, int hd, float scale, float *sc, float *out, const bool f16)
 {
     const int bs = kv->block_size;
     const size_t ld = (size_t)kv->kv_dim;
@@ -254,18 +265,18 @@ AVX2_FN static void attend_avx2(const float *q, const kv_store_t *kv, int l, con
     __m256 mx8 = _mm256_set1_ps(-INFINITY);
     float mx = -INFINITY;
     for (int t0 = 0, blk = 0; t0 < n_pos; t0 += bs, blk++) {
-        const float *kb = kv_store_k(kv, l, bt[blk], 0) + kvo;
+        const void *kb = kv_store_k_at(kv, l, bt[blk], 0);  /* element (t, i) at kvo + t*ld + i */
         const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
         int t = 0;
         for (; t + 4 <= n; t += 4) {
-            const float *k0 = kb + (size_t)t * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
+            const size_t k0 = (size_t)kvo + (size_t)t * ld, k1 = k0 + ld, k2 = k1 + ld, k3 = k2 + ld;
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int i = 0; i < hd; i += 8) {
                 __m256 qv = _mm256_loadu_ps(q + i);
-                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
-                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + i), a1);
-                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + i), a2);
-                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + i), a3);
+                a0 = _mm256_fmadd_ps(qv, ld8(kb, k0 + (size_t)i, f16), a0);
+                a1 = _mm256_fmadd_ps(qv, ld8(kb, k1 + (size_t)i, f16), a1);
+                a2 = _mm256_fmadd_ps(qv, ld8(kb, k2 + (size_t)i, f16), a2);
+                a3 = _mm256_fmadd_ps(qv, ld8(kb, k3 + (size_t)i, f16), a3);
             }
             /* the same reduction as the single-position loop below */
             float *o = sc + t0 + t;
@@ -275,10 +286,10 @@ AVX2_FN static void attend_avx2(const float *q, const kv_store_t *kv, int l, con
             o[3] = hsum8(a3) * scale;
         }
         for (; t < n; t++) {
-            const float *k0 = kb + (size_t)t * ld;
+            const size_t k0 = (size_t)kvo + (size_t)t * ld;
             __m256 a0 = _mm256_setzero_ps();
             for (int i = 0; i < hd; i += 8)
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k0 + i), a0);
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld8(kb, k0 + (size_t)i, f16), a0);
             sc[t0 + t] = hsum8(a0) * scale;
         }
     }
@@ -313,18 +324,18 @@ AVX2_FN static void attend_avx2(const float *q, const kv_store_t *kv, int l, con
         for (int j = 0; j < 8; j++)
             acc[j] = _mm256_setzero_ps();
         for (int t0 = 0, blk = 0; t0 < n_pos; t0 += bs, blk++) {
-            const float *vb = kv_store_v(kv, l, bt[blk], 0) + kvo + i0;
+            const void *vb = kv_store_v_at(kv, l, bt[blk], 0);  /* element (t, i) at kvo + t*ld + i */
             const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
             for (int tt = 0; tt < n; tt++) {
-                const float *vt = vb + (size_t)tt * ld;
+                const size_t vt = (size_t)kvo + (size_t)i0 + (size_t)tt * ld;
                 __m256 w = _mm256_set1_ps(sc[t0 + tt]);
                 if (nv == 8) {
 #pragma GCC unroll 8
                     for (int j = 0; j < 8; j++)
-                        acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 8 * j), acc[j]);
+                        acc[j] = _mm256_fmadd_ps(w, ld8(vb, vt + 8 * (size_t)j, f16), acc[j]);
                 } else {
                     for (int j = 0; j < nv; j++)
-                        acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 8 * j), acc[j]);
+                        acc[j] = _mm256_fmadd_ps(w, ld8(vb, vt + 8 * (size_t)j, f16), acc[j]);
                 }
             }
         }
@@ -333,25 +344,44 @@ AVX2_FN static void attend_avx2(const float *q, const kv_store_t *kv, int l, con
     }
 }
 
+/* attend_avx2_impl for the store's element type. */
+AVX2_FN static void attend_avx2(const float *q, const kv_store_t *kv, int l, const int32_t *bt, int n_pos,
+                                int kvo, int hd, float scale, float *sc, float *out)
+{
+    if (kv->type == KV_TYPE_F16)
+        attend_avx2_impl(q, kv, l, bt, n_pos, kvo, hd, scale, sc, out, true);
+    else
+        attend_avx2_impl(q, kv, l, bt, n_pos, kvo, hd, scale, sc, out, false);
+}
+
+/* The AVX2 path also reads f16 K/V (F16C): every AVX2 CPU has F16C, and
+ * one without it takes the portable path. */
 static int have_avx2(void)
 {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 #else
 static int have_avx2(void) { return 0; }
 #endif
 
-/* Portable attention of one (row, head), as attend_avx2. */
+/* Element i of the K/V vector at p, as float. */
+static inline float kv_elt(const kv_store_t *kv, const void *p, int i)
+{
+    return kv->type == KV_TYPE_F16 ? quant_fp16_to_fp32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* Portable attention of one (row, head), as attend_avx2, either element type. */
 static void attend_plain(const float *q, const kv_store_t *kv, int l, const int32_t *bt, int n_pos, int kvo,
                          int hd, float scale, float *sc, float *out)
 {
     const int bs = kv->block_size;
+    const size_t esz = kv_type_size(kv->type);
     float mx = -INFINITY;
     for (int t = 0; t < n_pos; t++) {
-        const float *kt = kv_store_k(kv, l, bt[t / bs], t % bs) + kvo;
+        const void *kt = (const char *)kv_store_k_at(kv, l, bt[t / bs], t % bs) + (size_t)kvo * esz;
         float d = 0;
         for (int i = 0; i < hd; i++)
-            d += q[i] * kt[i];
+            d += q[i] * kv_elt(kv, kt, i);
         sc[t] = d * scale;
         if (sc[t] > mx)
             mx = sc[t];
@@ -365,10 +395,10 @@ static void attend_plain(const float *q, const kv_store_t *kv, int l, const int3
     for (int i = 0; i < hd; i++)
         out[i] = 0;
     for (int t = 0; t < n_pos; t++) {
-        const float *vt = kv_store_v(kv, l, bt[t / bs], t % bs) + kvo;
+        const void *vt = (const char *)kv_store_v_at(kv, l, bt[t / bs], t % bs) + (size_t)kvo * esz;
         const float w = sc[t];
         for (int i = 0; i < hd; i++)
-            out[i] += w * vt[i];
+            out[i] += w * kv_elt(kv, vt, i);
     }
     for (int i = 0; i < hd; i++)
         out[i] *= inv;
@@ -454,8 +484,8 @@ static void qkv_post(forward_t *f, const model_layer_t *L, const fwd_batch_t *b,
         const int32_t *bt = b->block_tables[b->seq[r]];
         int p = b->pos[r];
         int blk = bt[p / kv->block_size], slot = p % kv->block_size;
-        memcpy(kv_store_k(kv, l, blk, slot), k, (size_t)c->kv_dim * sizeof(float));
-        memcpy(kv_store_v(kv, l, blk, slot), v, (size_t)c->kv_dim * sizeof(float));
+        kv_store_write(kv->type, kv_store_k_at(kv, l, blk, slot), k, (size_t)c->kv_dim);
+        kv_store_write(kv->type, kv_store_v_at(kv, l, blk, slot), v, (size_t)c->kv_dim);
     }
 }
 
@@ -553,8 +583,9 @@ static void qkv_attention_by_head(forward_t *f, const model_layer_t *L, const fw
             const int32_t *bt = b->block_tables[b->seq[r]];
             int p = b->pos[r];
             int blk = bt[p / kv->block_size], slot = p % kv->block_size;
-            memcpy(kv_store_k(kv, l, blk, slot) + k0, k, (size_t)hd * sizeof(float));
-            memcpy(kv_store_v(kv, l, blk, slot) + k0, v, (size_t)hd * sizeof(float));
+            const size_t at = (size_t)k0 * kv_type_size(kv->type);  /* bytes to this head's slice */
+            kv_store_write(kv->type, (char *)kv_store_k_at(kv, l, blk, slot) + at, k, (size_t)hd);
+            kv_store_write(kv->type, (char *)kv_store_v_at(kv, l, blk, slot) + at, v, (size_t)hd);
         }
         float *sc = f->scores + (size_t)t * f->scores_ld;
         for (int r = 0; r < R; r++) {

@@ -19,6 +19,8 @@
 
 #include <stdio.h>
 
+#include "worker/kv_store.h"
+
 typedef struct forward_bench_opts {
     int n_threads;          /* OpenMP threads (BLAS runs inside them); <= 0: 2 */
     int prompt_len;         /* tokens per prompt; <= 0: 128 */
@@ -26,6 +28,7 @@ typedef struct forward_bench_opts {
     int step_rows;          /* max rows per prefill step; <= 0: 512 */
     const int *levels;      /* concurrency levels; NULL: {1, 4, 16, 32} */
     int n_levels;
+    kv_type_t kv_type;      /* K/V element type; 0 = KV_TYPE_F32 */
 } forward_bench_opts_t;
 
 typedef struct forward_bench_result {

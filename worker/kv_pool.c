@@ -224,19 +224,19 @@ static void block_unref(kv_pool_t *p, int32_t id)
 
 /* ---- pool --------------------------------------------------------------- */
 
-size_t kv_pool_block_bytes(int32_t n_layer, int32_t kv_dim, int32_t block_size)
+size_t kv_pool_block_bytes(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type)
 {
-    if (n_layer <= 0 || kv_dim <= 0 || block_size <= 0)
+    if (n_layer <= 0 || kv_dim <= 0 || block_size <= 0 || kv_type_size(type) == 0)
         return 0;
-    size_t kv = 2u * (size_t)n_layer * (size_t)block_size * (size_t)kv_dim * sizeof(float);
+    size_t kv = 2u * (size_t)n_layer * (size_t)block_size * (size_t)kv_dim * kv_type_size(type);
     size_t meta = sizeof(kv_block_t) + (size_t)block_size * sizeof(int32_t) + 2 * sizeof(int32_t);
     return kv + meta;
 }
 
-int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block_size,
+int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type,
                                   size_t budget_bytes)
 {
-    size_t per = kv_pool_block_bytes(n_layer, kv_dim, block_size);
+    size_t per = kv_pool_block_bytes(n_layer, kv_dim, block_size, type);
     if (per == 0)
         return 0;
     size_t n = budget_bytes / per;
@@ -244,21 +244,22 @@ int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block
     return (int32_t)(n < cap ? n : cap);
 }
 
-kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size)
+kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size, kv_type_t type)
 {
+    const size_t esz = kv_type_size(type);
     if (n_layer <= 0 || kv_dim <= 0 || n_blocks <= 0 || block_size <= 0 ||
-        n_blocks > INT32_MAX / block_size) {
-        log_error("kv_pool: invalid geometry n_layer=%d kv_dim=%d n_blocks=%d block_size=%d",
-                  n_layer, kv_dim, n_blocks, block_size);
+        n_blocks > INT32_MAX / block_size || esz == 0) {
+        log_error("kv_pool: invalid geometry n_layer=%d kv_dim=%d n_blocks=%d block_size=%d type=%d",
+                  n_layer, kv_dim, n_blocks, block_size, (int)type);
         return NULL;
     }
     size_t per_layer = (size_t)n_blocks * (size_t)block_size; /* fits: checked above */
-    if ((size_t)kv_dim > SIZE_MAX / sizeof(float) / per_layer / (size_t)n_layer) {
-        log_error("kv_pool: %d layers x %d blocks x %d x %d floats overflow size_t",
+    if ((size_t)kv_dim > SIZE_MAX / esz / per_layer / (size_t)n_layer) {
+        log_error("kv_pool: %d layers x %d blocks x %d x %d elements overflow size_t",
                   n_layer, n_blocks, block_size, kv_dim);
         return NULL;
     }
-    size_t n_floats = (size_t)n_layer * per_layer * (size_t)kv_dim;
+    size_t n_bytes = (size_t)n_layer * per_layer * (size_t)kv_dim * esz;
 
     kv_pool_t *p = xcalloc(1, sizeof *p);
     p->n_blocks = n_blocks;
@@ -267,10 +268,11 @@ kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_
     p->store.n_blocks = n_blocks;
     p->store.block_size = block_size;
     p->store.kv_dim = kv_dim;
-    p->store.k = xaligned_alloc(n_floats * sizeof(float));
-    p->store.v = xaligned_alloc(n_floats * sizeof(float));
-    memset(p->store.k, 0, n_floats * sizeof(float));
-    memset(p->store.v, 0, n_floats * sizeof(float));
+    p->store.type = type;
+    p->store.k = xaligned_alloc(n_bytes);
+    p->store.v = xaligned_alloc(n_bytes);
+    memset(p->store.k, 0, n_bytes); /* all-zero bits are 0.0 in f32 and f16 */
+    memset(p->store.v, 0, n_bytes);
 
     p->blk = xcalloc((size_t)n_blocks, sizeof *p->blk);
     p->blk_tokens = xcalloc(per_layer, sizeof(int32_t));

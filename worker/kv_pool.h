@@ -80,20 +80,22 @@ typedef struct kv_pool_stats {
 } kv_pool_stats_t;
 
 /* Bytes one block costs: K and V for every layer (2 * n_layer * block_size *
- * kv_dim floats) plus per-block bookkeeping. 0 for invalid arguments. */
-size_t kv_pool_block_bytes(int32_t n_layer, int32_t kv_dim, int32_t block_size);
+ * kv_dim elements of `type`: 4 bytes each for F32, 2 for F16) plus per-block
+ * bookkeeping. 0 for invalid arguments. */
+size_t kv_pool_block_bytes(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type);
 
 /* Blocks that fit in budget_bytes (floor(budget / kv_pool_block_bytes),
  * capped at INT32_MAX / block_size so positions fit in int32). 0 when the
  * arguments are invalid or the budget holds no block. */
-int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block_size,
+int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type,
                                   size_t budget_bytes);
 
-/* Allocates and zeroes K/V for n_blocks blocks (zeroed so a forward pass that
- * masks unwritten slots never meets NaN garbage). Arguments must all be > 0
- * and the total size must fit in size_t; otherwise logs and returns NULL.
- * Out of memory aborts (xalloc). The hash root is seeded from getrandom(2). */
-kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size);
+/* Allocates and zeroes K/V for n_blocks blocks of element type `type`
+ * (zeroed so a forward pass that masks unwritten slots never meets NaN
+ * garbage). Arguments must all be > 0, the type known and the total size
+ * must fit in size_t; otherwise logs and returns NULL. Out of memory aborts
+ * (xalloc). The hash root is seeded from getrandom(2). */
+kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size, kv_type_t type);
 
 /* Frees the pool and its memory; NULLs *pool. Asserts no sequence is alive. */
 void kv_pool_free(kv_pool_t **pool);

@@ -1,7 +1,7 @@
 /* run_main.c — pagoda-run: generate text from a GGUF model on the command line.
  *
  *   pagoda-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]
- *              [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos]
+ *              [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos] [--kv-type f16|f32]
  *   pagoda-run -m FILE --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N] [--baseline]
  *
  * Only the continuation goes to stdout; diagnostics go to stderr. It runs the
@@ -27,8 +27,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: pagoda-run -m FILE.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos]\n"
+            "                  [--kv-type f16|f32]\n"
             "       pagoda-run -m FILE.gguf --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N]\n"
-            "                  [--max-batch-tokens N] [--exact-matmul] [--baseline]\n"
+            "                  [--max-batch-tokens N] [--exact-matmul] [--kv-type f16|f32] [--baseline]\n"
             "Prints only the continuation on stdout. --temp 0 is greedy and deterministic.\n");
 }
 
@@ -128,9 +129,9 @@ static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_se
 static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_list,
                      int prompt_tokens, int n_gen, int baseline)
 {
-    printf("# %s, %d prompt tokens, %d new tokens per sequence, %d threads\n",
+    printf("# %s, %d prompt tokens, %d new tokens per sequence, %d threads, %s KV\n",
            e->model->cfg.arch == MODEL_ARCH_QWEN2 ? "qwen2" : "llama", prompt_tokens, n_gen,
-           base->n_threads);
+           base->n_threads, kv_type_name(base->kv_type));
     printf("%-6s %12s %12s %12s %10s", "seqs", "prefill t/s", "decode t/s", "overall t/s",
            "seconds");
     if (baseline)
@@ -180,7 +181,7 @@ int main(int argc, char **argv)
     sched_config_default(&cfg);
     cfg.max_seqs = 1;
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
-           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE };
+           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
@@ -193,6 +194,7 @@ int main(int argc, char **argv)
         {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
         {"max-batch-tokens", required_argument, 0, O_MBT},
         {"exact-matmul", no_argument, 0, O_EXACT},
+        {"kv-type", required_argument, 0, O_KVTYPE},
         {"baseline", no_argument, 0, O_BASELINE},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
@@ -217,6 +219,12 @@ int main(int argc, char **argv)
         case O_IGNORE_EOS: ignore_eos = 1; break;
         case O_MBT: cfg.max_batch_tokens = atoi(optarg); break;
         case O_EXACT: cfg.exact_matmul = true; break;
+        case O_KVTYPE:
+            if (kv_type_parse(optarg, &cfg.kv_type) != 0) {
+                fprintf(stderr, "pagoda-run: --kv-type must be f16 or f32\n");
+                return 2;
+            }
+            break;
         case O_BASELINE: baseline = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

@@ -105,6 +105,7 @@ void sched_config_default(sched_config_t *c)
     c->block_size = 32;
     c->n_threads = 2;
     c->kv_budget_bytes = (size_t)1 << 30;
+    c->kv_type = KV_TYPE_F16;
 }
 
 static void seq_free(seq_t **ps)
@@ -246,9 +247,9 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     const model_config_t *mc = &m->cfg;
     if (c->max_seqs < 1 || c->max_seqs > 4096 || c->max_batch_tokens < 1 ||
         c->max_batch_tokens > 65536 || c->block_size < 1 || c->block_size > 4096 ||
-        c->n_threads < 1) {
-        snprintf(err, errlen, "invalid scheduler limits (max_seqs %d, max_batch_tokens %d, block_size %d)",
-                 c->max_seqs, c->max_batch_tokens, c->block_size);
+        c->n_threads < 1 || kv_type_size(c->kv_type) == 0) {
+        snprintf(err, errlen, "invalid scheduler limits (max_seqs %d, max_batch_tokens %d, block_size %d, kv type %d)",
+                 c->max_seqs, c->max_batch_tokens, c->block_size, (int)c->kv_type);
         return NULL;
     }
     s = xcalloc(1, sizeof *s);
@@ -265,7 +266,7 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     int32_t n_blocks = c->kv_blocks;
     if (n_blocks <= 0) {
         int32_t want = (int32_t)(((int64_t)s->cfg.max_seqs * mc->ctx + c->block_size - 1) / c->block_size);
-        int32_t fit = kv_pool_blocks_for_budget(mc->n_layer, mc->kv_dim, c->block_size,
+        int32_t fit = kv_pool_blocks_for_budget(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type,
                                                 c->kv_budget_bytes ? c->kv_budget_bytes : ((size_t)1 << 30));
         n_blocks = want < fit ? want : fit;
     }
@@ -273,7 +274,7 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
         snprintf(err, errlen, "KV budget holds no block");
         goto err;
     }
-    s->pool = kv_pool_new(mc->n_layer, mc->kv_dim, n_blocks, c->block_size);
+    s->pool = kv_pool_new(mc->n_layer, mc->kv_dim, n_blocks, c->block_size, c->kv_type);
     if (!s->pool) {
         snprintf(err, errlen, "cannot create a KV pool of %d blocks", n_blocks);
         goto err;
@@ -296,9 +297,10 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     s->b_seqs = xmalloc((size_t)ms * sizeof *s->b_seqs);
     s->b_chunk = xmalloc((size_t)ms * sizeof(int32_t));
     s->logits = xmalloc((size_t)ms * (size_t)mc->vocab * sizeof(float));
-    log_info("scheduler: %d seqs, %d batch tokens, %d KV blocks of %d positions (%.1f MiB)",
-             ms, mb, n_blocks, c->block_size,
-             (double)n_blocks * (double)kv_pool_block_bytes(mc->n_layer, mc->kv_dim, c->block_size) / 1048576.0);
+    log_info("scheduler: %d seqs, %d batch tokens, %d KV blocks of %d positions (%s, %.1f MiB)",
+             ms, mb, n_blocks, c->block_size, kv_type_name(c->kv_type),
+             (double)n_blocks * (double)kv_pool_block_bytes(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type) /
+                 1048576.0);
     return s;
 err:
     sched_free(&s);

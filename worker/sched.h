@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "worker/kv_store.h"
 #include "worker/model.h"
 #include "worker/sampler.h"
 #include "worker/tokenizer.h"
@@ -56,10 +57,12 @@ typedef struct sched_config {
     int32_t block_size;        /* token positions per KV block (32) */
     int32_t n_threads;         /* threads for the forward pass */
     bool exact_matmul;         /* quantized weights via dequant+sgemm instead of int8 kernels */
+    kv_type_t kv_type;         /* K/V element type (F16: half the memory and attention traffic) */
 } sched_config_t;
 
-/* Defaults: 32 seqs, 512 batch tokens, 32-token blocks, 2 threads and a KV
- * pool that holds max_seqs full contexts or 1 GiB, whichever is smaller. */
+/* Defaults: 32 seqs, 512 batch tokens, 32-token blocks, 2 threads, F16 K/V
+ * and a KV pool that holds max_seqs full contexts or 1 GiB, whichever is
+ * smaller. */
 void sched_config_default(sched_config_t *c);
 
 enum sched_finish {

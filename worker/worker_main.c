@@ -76,6 +76,7 @@ static void usage(FILE *f)
             "  --kv-blocks N        KV pool size in blocks (default: from --kv-budget-mb)\n"
             "  --kv-budget-mb N     KV pool memory budget (default 1024)\n"
             "  --block-size N       tokens per KV block (default 32)\n"
+            "  --kv-type f16|f32    K/V element type (default f16: half the memory of f32)\n"
             "  --threads N          threads for the forward pass (default 2)\n"
             "  --ctx N              cap the context length below the model's\n"
             "  --exact-matmul       quantized weights via dequantize+sgemm, not int8 kernels\n"
@@ -381,7 +382,7 @@ int main(int argc, char **argv)
     int level = LOG_INFO;
     uint32_t ctx_cap = 0, u;
     const char *curve_server = NULL, *curve_secret = NULL, *gen_prefix = NULL;
-    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN };
+    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE };
     static const struct option opts[] = {
         {"gateway", required_argument, NULL, 'g'},
         {"model", required_argument, NULL, 'm'},
@@ -392,6 +393,7 @@ int main(int argc, char **argv)
         {"kv-blocks", required_argument, NULL, O_KVB},
         {"kv-budget-mb", required_argument, NULL, O_KVMB},
         {"block-size", required_argument, NULL, O_BLOCK},
+        {"kv-type", required_argument, NULL, O_KVTYPE},
         {"threads", required_argument, NULL, O_THREADS},
         {"ctx", required_argument, NULL, 'x'},
         {"exact-matmul", no_argument, NULL, O_EXACT},
@@ -445,6 +447,12 @@ int main(int argc, char **argv)
             if (parse_i32_opt("threads", optarg, 1, 256, &u))
                 return 2;
             w.scfg.n_threads = (int32_t)u;
+            break;
+        case O_KVTYPE:
+            if (kv_type_parse(optarg, &w.scfg.kv_type) != 0) {
+                fprintf(stderr, "pagoda-worker: --kv-type must be f16 or f32\n");
+                return 2;
+            }
             break;
         case O_EXACT: w.scfg.exact_matmul = true; break;
         case O_CSRV: curve_server = optarg; break;

@@ -21,11 +21,16 @@ when that tensor exists (llama3 scaling as written by llama.cpp's converter) or 
 llama3 factors computed from metadata when rope.scaling.type = llama3; linear scaling
 divides the position by rope.scaling.factor.
 
+KV cache element type: with --kv-f16, every K (after rope) and V vector is
+rounded to IEEE half (np.float16, round to nearest even) before attention
+reads it, exactly where a pagoda f16 KV cache stores it; everything else stays
+float64. Without it K/V are used unrounded (what an f32 cache approximates).
+
 Usage:
-  llama_ref.py MODEL --seq 1,2,3 [--seq 4,5 ...] --out FILE
+  llama_ref.py MODEL --seq 1,2,3 [--seq 4,5 ...] [--kv-f16] --out FILE
       writes float32 logits for every position of every sequence, sequences
       concatenated in order: (sum of lengths, vocab), little-endian, no header.
-  llama_ref.py MODEL --seq 1,2,3 --greedy N
+  llama_ref.py MODEL --seq 1,2,3 [--kv-f16] --greedy N
       prints the N greedily generated token ids, space-separated, on one line.
 """
 import argparse
@@ -39,7 +44,8 @@ from gguf_ref import GGUF  # noqa: E402
 
 
 class Model:
-    def __init__(self, path):
+    def __init__(self, path, kv_f16=False):
+        self.kv_f16 = kv_f16
         g = GGUF(path)
         self.arch = a = g.arch()
         if a not in ("llama", "qwen2"):
@@ -141,6 +147,10 @@ class Model:
             q = self.rope(q.reshape(T, self.n_head, self.hd), pos)
             k = self.rope(k.reshape(T, self.n_kv_head, self.hd), pos)
             v = v.reshape(T, self.n_kv_head, self.hd)
+            if self.kv_f16:
+                # the cache keeps half precision: round to f16, widen back
+                k = k.astype(np.float16).astype(np.float64)
+                v = v.astype(np.float16).astype(np.float64)
             k = np.repeat(k, group, axis=1)
             v = np.repeat(v, group, axis=1)
             sc = np.einsum("thd,shd->hts", q, k) / math.sqrt(self.hd) + mask
@@ -161,8 +171,9 @@ def main():
                     help="comma-separated token ids (one sequence)")
     ap.add_argument("--out", help="write float32 logits here")
     ap.add_argument("--greedy", type=int, default=0, help="generate N tokens greedily")
+    ap.add_argument("--kv-f16", action="store_true", help="round K and V to float16 (an f16 KV cache)")
     args = ap.parse_args()
-    m = Model(args.model)
+    m = Model(args.model, kv_f16=args.kv_f16)
     seqs = [[int(t) for t in s.split(",") if t != ""] for s in args.seq]
     if args.greedy:
         toks = list(seqs[0])

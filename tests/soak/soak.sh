@@ -42,8 +42,14 @@ export KEY_HIGH=soak-secret-high KEY_NORMAL=soak-secret-normal KEY_LOW=soak-secr
 
 HP=$(free_port); ZP=$(free_port)
 URL=http://127.0.0.1:$HP
+# --kv-type f32: the seeded probes must agree bit for bit whatever the batch around
+# them; stories260K has float weights (sgemm, whose rounding depends on the batch
+# shape at ~1e-7), and an f16 cache turns that into an occasional half-ulp that moved
+# a sampled token (docs/KV_CACHE.md#element-type). Also checks that the gateway
+# forwards the setting to its supervised worker.
 spawn "$TMP/gateway.log" "$GW" --listen "127.0.0.1:$HP" --worker-endpoint "tcp://127.0.0.1:$ZP" \
-  --keys "$TMP/keys.txt" --model "m=$MODEL_FILE" --max-seqs 8 --kv-blocks "$KV_BLOCKS" --heartbeat-ms 200
+  --keys "$TMP/keys.txt" --model "m=$MODEL_FILE" --max-seqs 8 --kv-blocks "$KV_BLOCKS" --heartbeat-ms 200 \
+  --kv-type f32
 GPID=$SPAWNED
 health() { curl -s --max-time 5 "$URL/health"; }
 hq() { health | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)" 2>/dev/null; }

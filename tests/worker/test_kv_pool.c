@@ -49,19 +49,33 @@ static void seq_tokens(int32_t *t, int32_t n, int32_t base)
 static void test_geometry_and_budget(void **state)
 {
     (void)state;
-    assert_null(kv_pool_new(0, 8, 4, 4));
-    assert_null(kv_pool_new(1, 8, -1, 4));
-    assert_null(kv_pool_new(1, 8, 4, 0));
-    assert_null(kv_pool_new(1, 8, INT32_MAX, 32)); /* positions overflow int32 */
+    assert_null(kv_pool_new(0, 8, 4, 4, KV_TYPE_F32));
+    assert_null(kv_pool_new(1, 8, -1, 4, KV_TYPE_F32));
+    assert_null(kv_pool_new(1, 8, 4, 0, KV_TYPE_F32));
+    assert_null(kv_pool_new(1, 8, INT32_MAX, 32, KV_TYPE_F32)); /* positions overflow int32 */
 
-    size_t per = kv_pool_block_bytes(2, 64, 32);
+    assert_null(kv_pool_new(1, 8, 4, 4, (kv_type_t)9)); /* unknown element type */
+
+    size_t per = kv_pool_block_bytes(2, 64, 32, KV_TYPE_F32);
     assert_true(per >= 2u * 2 * 32 * 64 * sizeof(float));
-    assert_int_equal(kv_pool_blocks_for_budget(2, 64, 32, 10 * per), 10);
-    assert_int_equal(kv_pool_blocks_for_budget(2, 64, 32, 10 * per - 1), 9);
-    assert_int_equal(kv_pool_blocks_for_budget(2, 64, 32, per - 1), 0);
-    assert_int_equal(kv_pool_blocks_for_budget(0, 64, 32, 1u << 30), 0);
+    assert_int_equal(kv_pool_blocks_for_budget(2, 64, 32, KV_TYPE_F32, 10 * per), 10);
+    assert_int_equal(kv_pool_blocks_for_budget(2, 64, 32, KV_TYPE_F32, 10 * per - 1), 9);
+    assert_int_equal(kv_pool_blocks_for_budget(2, 64, 32, KV_TYPE_F32, per - 1), 0);
+    assert_int_equal(kv_pool_blocks_for_budget(0, 64, 32, KV_TYPE_F32, 1u << 30), 0);
+    assert_int_equal(kv_pool_block_bytes(2, 64, 32, (kv_type_t)9), 0);
+    /* f16 K/V: the K/V part of a block is exactly half (2 layers, 32
+     * positions, 64 dims, K and V, 2 bytes); the bookkeeping is the same */
+    size_t per16 = kv_pool_block_bytes(2, 64, 32, KV_TYPE_F16);
+    assert_int_equal(per - per16, 2u * 2 * 32 * 64 * 2);
+    assert_int_equal(kv_pool_blocks_for_budget(2, 64, 32, KV_TYPE_F16, 10 * per16), 10);
+    assert_int_equal(kv_pool_blocks_for_budget(2, 64, 32, KV_TYPE_F16, 10 * per16 - 1), 9);
+    /* a budget buys (almost) twice the f16 blocks */
+    int32_t n32 = kv_pool_blocks_for_budget(2, 64, 32, KV_TYPE_F32, 1u << 26);
+    int32_t n16 = kv_pool_blocks_for_budget(2, 64, 32, KV_TYPE_F16, 1u << 26);
+    print_message("  64 MiB: %d f32 blocks, %d f16 blocks\n", n32, n16);
+    assert_true(n16 > 19 * n32 / 10 && n16 <= 2 * n32);
 
-    kv_pool_t *p = kv_pool_new(3, 5, 7, 4);
+    kv_pool_t *p = kv_pool_new(3, 5, 7, 4, KV_TYPE_F32);
     assert_non_null(p);
     kv_store_t *st = kv_pool_store(p);
     assert_int_equal(st->n_layer, 3);
@@ -81,12 +95,30 @@ static void test_geometry_and_budget(void **state)
     assert_int_equal(kv_pool_n_available(p), 7);
     kv_pool_free(&p);
     assert_null(p);
+
+    /* an f16 pool: halves, zeroed, same addressing in elements */
+    p = kv_pool_new(3, 5, 7, 4, KV_TYPE_F16);
+    assert_non_null(p);
+    st = kv_pool_store(p);
+    assert_int_equal(st->type, KV_TYPE_F16);
+    for (int l = 0; l < 3; l++)
+        for (int b = 0; b < 7; b++)
+            for (int s = 0; s < 4; s++) {
+                uint16_t *k = kv_store_k_at(st, l, b, s), *v = kv_store_v_at(st, l, b, s);
+                assert_ptr_equal(k, (uint16_t *)st->k + kv_store_index(st, l, b, s));
+                for (int d = 0; d < 5; d++) {
+                    assert_int_equal(k[d], 0);
+                    assert_int_equal(v[d], 0);
+                    k[d] = v[d] = 0x3c00; /* 1.0: every element is writable */
+                }
+            }
+    kv_pool_free(&p);
 }
 
 static void test_alloc_release(void **state)
 {
     (void)state;
-    kv_pool_t *p = kv_pool_new(1, 2, 8, 4);
+    kv_pool_t *p = kv_pool_new(1, 2, 8, 4, KV_TYPE_F32);
     kv_seq_t *s = kv_seq_new(p);
     assert_int_equal(kv_seq_reserve(s, 10), KV_POOL_OK);
     assert_int_equal(kv_seq_n_blocks(s), 3);
@@ -128,7 +160,7 @@ static void test_alloc_release(void **state)
 static void test_exhaustion(void **state)
 {
     (void)state;
-    kv_pool_t *p = kv_pool_new(1, 2, 4, 4);
+    kv_pool_t *p = kv_pool_new(1, 2, 4, 4, KV_TYPE_F32);
     kv_seq_t *a = kv_seq_new(p), *b = kv_seq_new(p);
     assert_int_equal(kv_seq_reserve(a, 12), KV_POOL_OK); /* 3 blocks */
     /* 2 blocks needed, 1 available: no capacity, and nothing taken */
@@ -155,7 +187,7 @@ static void test_prefix_match(void **state)
 {
     (void)state;
     const int bs = 4;
-    kv_pool_t *p = kv_pool_new(1, 2, 16, bs);
+    kv_pool_t *p = kv_pool_new(1, 2, 16, bs, KV_TYPE_F32);
     int32_t t[20];
     seq_tokens(t, 20, 1000);
 
@@ -234,7 +266,7 @@ static void test_prefix_match(void **state)
 static void test_refcount_shared(void **state)
 {
     (void)state;
-    kv_pool_t *p = kv_pool_new(1, 2, 10, 2);
+    kv_pool_t *p = kv_pool_new(1, 2, 10, 2, KV_TYPE_F32);
     int32_t t[9];
     seq_tokens(t, 9, 1);
     kv_seq_t *s[4];
@@ -274,7 +306,7 @@ static void test_lru_order(void **state)
 {
     (void)state;
     const int bs = 2;
-    kv_pool_t *p = kv_pool_new(1, 2, 6, bs);
+    kv_pool_t *p = kv_pool_new(1, 2, 6, bs, KV_TYPE_F32);
     int32_t A[5] = {1, 2, 3, 4, 0}, B[5] = {5, 6, 7, 8, 0};
     kv_seq_t *s = kv_seq_new(p);
     assert_int_equal(feed(p, s, A, 4), KV_POOL_OK);
@@ -318,7 +350,7 @@ static void test_evict_only_unreferenced(void **state)
 {
     (void)state;
     const int bs = 2;
-    kv_pool_t *p = kv_pool_new(1, 2, 4, bs);
+    kv_pool_t *p = kv_pool_new(1, 2, 4, bs, KV_TYPE_F32);
     int32_t A[5] = {1, 2, 3, 4, 9};
     kv_seq_t *a = kv_seq_new(p);
     assert_int_equal(feed(p, a, A, 4), KV_POOL_OK);
@@ -351,7 +383,7 @@ static void test_evict_only_unreferenced(void **state)
 static void test_duplicate_commit(void **state)
 {
     (void)state;
-    kv_pool_t *p = kv_pool_new(1, 2, 8, 2);
+    kv_pool_t *p = kv_pool_new(1, 2, 8, 2, KV_TYPE_F32);
     int32_t T[7] = {1, 2, 3, 4, 5, 6, 7};
     kv_seq_t *a = kv_seq_new(p), *b = kv_seq_new(p);
     assert_int_equal(kv_pool_match_prefix(p, T, 7, a), 0);
@@ -399,7 +431,7 @@ static uint64_t hash_tokens_only(uint64_t parent, const int32_t *t, int32_t n)
 static void collisions_with(kv_pool_hash_fn fn)
 {
     const int bs = 2;
-    kv_pool_t *p = kv_pool_new(1, 2, 16, bs);
+    kv_pool_t *p = kv_pool_new(1, 2, 16, bs, KV_TYPE_F32);
     kv_pool_test_set_hash(p, fn);
     /* P and Q share block 1's tokens under different block 0 */
     int32_t P[5] = {1, 2, 7, 7, 0}, Q[5] = {3, 4, 7, 7, 0}, R[5] = {1, 2, 8, 8, 0};
@@ -445,7 +477,7 @@ static void test_hash_collisions(void **state)
 static void test_stale_parent(void **state)
 {
     (void)state;
-    kv_pool_t *p = kv_pool_new(1, 2, 4, 2);
+    kv_pool_t *p = kv_pool_new(1, 2, 4, 2, KV_TYPE_F32);
     kv_pool_test_set_hash(p, hash_const);
     int32_t T[4] = {1, 2, 3, 4}, N[2] = {9, 9}, W[5] = {9, 9, 3, 4, 0};
     kv_seq_t *a = kv_seq_new(p), *x = kv_seq_new(p);
@@ -533,7 +565,7 @@ static void st_verify(kv_store_t *kv, const st_seq_t *q, int32_t upto)
 static void stress_run(uint64_t seed, kv_pool_hash_fn fn, int n_ops)
 {
     const int bs = 4, n_blocks = 40;
-    kv_pool_t *p = kv_pool_new(2, 2, n_blocks, bs);
+    kv_pool_t *p = kv_pool_new(2, 2, n_blocks, bs, KV_TYPE_F32);
     kv_pool_test_set_hash(p, fn);
     kv_store_t *kv = kv_pool_store(p);
     uint64_t rng = seed;
