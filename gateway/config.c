@@ -95,11 +95,11 @@ static const field_t curve_fields[] = {
     BOOL("allow_plain_tcp", config_curve_t, allow_plain_tcp),
 };
 /* models[].kv_type, indexed by config_kv_type_t */
-static const char *const kv_type_names[] = {"f16", "f32", NULL};
+static const char *const kv_type_names[] = {"f16", "f32", "auto", NULL};
 
 const char *config_kv_type_name(int t)
 {
-    return t >= 0 && t < CONFIG_KV_N ? kv_type_names[t] : "f16";
+    return t >= 0 && t < CONFIG_KV_N ? kv_type_names[t] : "auto";
 }
 
 static const field_t model_fields[] = {
@@ -145,7 +145,7 @@ static void model_defaults(config_model_t *m)
         .max_seqs = 32,
         .max_batch_tokens = 512,
         .threads = 2,
-        .kv_type = CONFIG_KV_F16,
+        .kv_type = CONFIG_KV_AUTO,
     };
 }
 

@@ -151,6 +151,7 @@
 typedef enum config_kv_type {
     CONFIG_KV_F16 = 0,
     CONFIG_KV_F32 = 1,
+    CONFIG_KV_AUTO = 2, /* the worker picks: f16 for quantized K/V weights, else f32 */
     CONFIG_KV_N
 } config_kv_type_t;
 

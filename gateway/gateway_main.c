@@ -143,7 +143,7 @@ static void usage(FILE *f)
             "  --model NAME=FILE.gguf     serve this model with one local worker (repeatable);\n"
             "                             a model of the file keeps its settings, gets this path\n"
             "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --kv-budget-mb N, --threads N,\n"
-            "  --kv-type f16|f32          set for every model's local workers [models[].*]\n"
+            "  --kv-type auto|f16|f32     set for every model's local workers [models[].*]\n"
             "  --replicas N               local workers per model (default 1) [models[].replicas]\n"
             "  --on-demand NAME           start NAME's local workers at its first request and\n"
             "                             stop them after --idle-timeout S (default %d) idle\n"

@@ -10,7 +10,7 @@
 
 const char *kv_type_name(kv_type_t t)
 {
-    return t == KV_TYPE_F32 ? "f32" : t == KV_TYPE_F16 ? "f16" : "?";
+    return t == KV_TYPE_F32 ? "f32" : t == KV_TYPE_F16 ? "f16" : t == KV_TYPE_AUTO ? "auto" : "?";
 }
 
 int kv_type_parse(const char *s, kv_type_t *out)
@@ -21,6 +21,8 @@ int kv_type_parse(const char *s, kv_type_t *out)
         *out = KV_TYPE_F32;
     else if (!strcmp(s, "f16"))
         *out = KV_TYPE_F16;
+    else if (!strcmp(s, "auto"))
+        *out = KV_TYPE_AUTO;
     else
         return -1;
     return 0;

@@ -32,6 +32,12 @@
 typedef enum kv_type {
     KV_TYPE_F32 = 0,
     KV_TYPE_F16 = 1,
+    /* configuration only, never the type of a store: sched_new resolves it
+     * to F16 when the K/V projections run on the int8 kernels (their rows
+     * have the same bits in any batch, so f16 keeps batched == alone exact)
+     * and to F32 otherwise (sgemm's batch-shape rounding noise could flip a
+     * half and break that invariant) */
+    KV_TYPE_AUTO = 2,
 } kv_type_t;
 
 typedef struct kv_store {
@@ -50,10 +56,10 @@ static inline size_t kv_type_size(kv_type_t t)
     return t == KV_TYPE_F32 ? 4 : t == KV_TYPE_F16 ? 2 : 0;
 }
 
-/* "f32" / "f16" ("?" for an unknown type). */
+/* "f32" / "f16" / "auto" ("?" for an unknown type). */
 const char *kv_type_name(kv_type_t t);
 
-/* Parses "f32" or "f16" (exactly, lower case) into *out.
+/* Parses "f32", "f16" or "auto" (exactly, lower case) into *out.
  * Returns 0 ok, -1 anything else (*out unchanged). */
 int kv_type_parse(const char *s, kv_type_t *out);
 

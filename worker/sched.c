@@ -13,6 +13,7 @@
 #include "worker/detok.h"
 #include "worker/forward.h"
 #include "worker/kv_pool.h"
+#include "worker/qgemm.h"
 
 enum seq_state {
     SEQ_WAITING = 0, /* accepted, holds no KV blocks */
@@ -105,7 +106,21 @@ void sched_config_default(sched_config_t *c)
     c->block_size = 32;
     c->n_threads = 2;
     c->kv_budget_bytes = (size_t)1 << 30;
-    c->kv_type = KV_TYPE_F16;
+    c->kv_type = KV_TYPE_AUTO;
+}
+
+/* KV_TYPE_AUTO → F16 when every layer's K and V projections run on the int8
+ * kernels (int8_on and a quantized type), F32 otherwise (kv_store.h). */
+static kv_type_t resolve_kv_type(const model_t *m, kv_type_t t, bool int8_on)
+{
+    if (t != KV_TYPE_AUTO)
+        return t;
+    if (!int8_on)
+        return KV_TYPE_F32;
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        if (!qgemm_supported(m->layers[l].wk.type) || !qgemm_supported(m->layers[l].wv.type))
+            return KV_TYPE_F32;
+    return KV_TYPE_F16;
 }
 
 static void seq_free(seq_t **ps)
@@ -247,7 +262,7 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     const model_config_t *mc = &m->cfg;
     if (c->max_seqs < 1 || c->max_seqs > 4096 || c->max_batch_tokens < 1 ||
         c->max_batch_tokens > 65536 || c->block_size < 1 || c->block_size > 4096 ||
-        c->n_threads < 1 || kv_type_size(c->kv_type) == 0) {
+        c->n_threads < 1 || (kv_type_size(c->kv_type) == 0 && c->kv_type != KV_TYPE_AUTO)) {
         snprintf(err, errlen, "invalid scheduler limits (max_seqs %d, max_batch_tokens %d, block_size %d, kv type %d)",
                  c->max_seqs, c->max_batch_tokens, c->block_size, (int)c->kv_type);
         return NULL;
@@ -262,6 +277,19 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     /* a batch always has room for one decode row per sequence */
     if (s->cfg.max_batch_tokens < s->cfg.max_seqs)
         s->cfg.max_batch_tokens = s->cfg.max_seqs;
+
+    s->fwd = forward_new(m, s->cfg.max_batch_tokens, c->n_threads);
+    if (!s->fwd) {
+        snprintf(err, errlen, "cannot create the forward pass context");
+        goto err;
+    }
+    bool int8_on = !c->exact_matmul;
+    if (int8_on && forward_set_int8(s->fwd, true) != 0) {
+        log_warn("int8 matmul kernels unavailable: using dequantize + sgemm");
+        int8_on = false;
+    }
+    s->cfg.kv_type = resolve_kv_type(m, c->kv_type, int8_on);
+    c = &s->cfg;
 
     int32_t n_blocks = c->kv_blocks;
     if (n_blocks <= 0) {
@@ -280,13 +308,6 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
         goto err;
     }
     s->max_positions = mc->ctx < n_blocks * c->block_size ? mc->ctx : n_blocks * c->block_size;
-    s->fwd = forward_new(m, s->cfg.max_batch_tokens, c->n_threads);
-    if (!s->fwd) {
-        snprintf(err, errlen, "cannot create the forward pass context");
-        goto err;
-    }
-    if (!c->exact_matmul && forward_set_int8(s->fwd, true) != 0)
-        log_warn("int8 matmul kernels unavailable: using dequantize + sgemm");
     int32_t mb = s->cfg.max_batch_tokens, ms = s->cfg.max_seqs;
     s->b_token = xmalloc((size_t)mb * sizeof(int32_t));
     s->b_pos = xmalloc((size_t)mb * sizeof(int32_t));
@@ -348,6 +369,11 @@ void sched_stats(const sched_t *s, sched_stats_t *out)
     out->kv_blocks_cached = ps.n_cached;
     out->prefix_query_tokens = ps.n_prefix_query_tokens;
     out->prefix_hit_tokens = ps.n_prefix_hit_tokens;
+}
+
+kv_type_t sched_kv_type(const sched_t *s)
+{
+    return s->cfg.kv_type;
 }
 
 int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)

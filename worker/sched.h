@@ -57,7 +57,9 @@ typedef struct sched_config {
     int32_t block_size;        /* token positions per KV block (32) */
     int32_t n_threads;         /* threads for the forward pass */
     bool exact_matmul;         /* quantized weights via dequant+sgemm instead of int8 kernels */
-    kv_type_t kv_type;         /* K/V element type (F16: half the memory and attention traffic) */
+    kv_type_t kv_type;         /* K/V element type (F16: half the memory and attention traffic);
+                                * KV_TYPE_AUTO (the default) picks F16 for int8-kernel K/V
+                                * projections, F32 otherwise; sched_new resolves it */
 } sched_config_t;
 
 /* Defaults: 32 seqs, 512 batch tokens, 32-token blocks, 2 threads, F16 K/V
@@ -170,5 +172,7 @@ void sched_stats(const sched_t *s, sched_stats_t *out);
 int sched_check(const sched_t *s);
 int32_t sched_context_length(const sched_t *s);
 int32_t sched_capacity(const sched_t *s);
+/* The KV cache's element type (KV_TYPE_AUTO resolved: F16 or F32). */
+kv_type_t sched_kv_type(const sched_t *s);
 
 #endif

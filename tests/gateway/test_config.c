@@ -133,7 +133,7 @@ static void test_full_file(void **state)
     assert_int_equal(m->line, 29);
     /* unspecified keys of the flow-style entry keep their defaults */
     assert_int_equal(m->max_seqs, 32);
-    assert_int_equal(m->kv_type, CONFIG_KV_F16);
+    assert_int_equal(m->kv_type, CONFIG_KV_AUTO);
     assert_int_equal(m->threads, 2);
 
     assert_ptr_equal(config_model_find(c, "tinyllama"), &c->models[0]);
@@ -201,8 +201,8 @@ static void check_model_defaults(const config_model_t *m)
     assert_int_equal(m->max_seqs, 32);
     assert_int_equal(m->max_batch_tokens, 512);
     assert_int_equal(m->threads, 2);
-    assert_int_equal(m->kv_type, CONFIG_KV_F16);
-    assert_string_equal(config_kv_type_name(m->kv_type), "f16");
+    assert_int_equal(m->kv_type, CONFIG_KV_AUTO);
+    assert_string_equal(config_kv_type_name(m->kv_type), "auto");
 }
 
 static void test_defaults(void **state)
@@ -308,8 +308,8 @@ static const bad_case_t BAD[] = {
     {"models:\n  - name: a\n    path: /a\n  - name: b\n    path: /b\n    replicas: 65\n", 6, 15,
      "models[1].replicas: expected an integer in 0..64"},
     {"models:\n- name: a\n  path: /a\n  max_seqs: lots\n", 4, 13, "models[0].max_seqs: expected an integer"},
-    {"models:\n- name: a\n  path: /a\n  kv_type: q8_0\n", 4, 12, "models[0].kv_type: expected f16 or f32, got 'q8_0'"},
-    {"models:\n- name: a\n  path: /a\n  kv_type: F16\n", 4, 12, "models[0].kv_type: expected f16 or f32"},
+    {"models:\n- name: a\n  path: /a\n  kv_type: q8_0\n", 4, 12, "models[0].kv_type: expected f16 or f32 or auto, got 'q8_0'"},
+    {"models:\n- name: a\n  path: /a\n  kv_type: F16\n", 4, 12, "models[0].kv_type: expected f16 or f32 or auto"},
     {"heartbeat_ms: \"100\"\n", 1, 15, "heartbeat_ms: expected an integer in 10..600000, got the quoted string"},
     {"heartbeat_ms: 5\n", 1, 15, "heartbeat_ms: expected an integer in 10..600000"},
     {"heartbeat_ms: 0x100\n", 1, 15, "heartbeat_ms: expected an integer"},
@@ -562,7 +562,7 @@ static void test_model_flags(void **state)
     assert_int_equal(c->models[1].kv_type, CONFIG_KV_F32);
     assert_string_equal(config_kv_type_name(c->models[1].kv_type), "f32");
     assert_int_equal(config_models_set(c, NULL, "kv_type", "f8", err, sizeof err), -1);
-    assert_non_null(strstr(err, "--models.kv_type: expected f16 or f32, got 'f8'"));
+    assert_non_null(strstr(err, "--models.kv_type: expected f16 or f32 or auto, got 'f8'"));
     assert_int_equal(c->models[0].kv_type, CONFIG_KV_F32);
     /* one model by name (--on-demand NAME) */
     assert_int_equal(config_models_set(c, "b", "on_demand", "true", err, sizeof err), 0);
@@ -625,7 +625,7 @@ static void test_format_round_trip(void **state)
     assert_string_equal(c2->models[1].path, "/models/with space.gguf");
     assert_int_equal(c2->models[0].kv_blocks, 4096);
     assert_int_equal(c2->models[0].kv_type, CONFIG_KV_F32);
-    assert_int_equal(c2->models[1].kv_type, CONFIG_KV_F16);
+    assert_int_equal(c2->models[1].kv_type, CONFIG_KV_AUTO);
     char *text2 = config_format(c2, NULL);
     assert_string_equal(text, text2);
     free(text);

@@ -46,6 +46,7 @@
 #include "tests/support/support.h"
 #include "worker/engine.h"
 #include "worker/forward.h"
+#include "worker/gguf.h"
 #include "worker/sched.h"
 
 #define MAX_REQ 40
@@ -1297,6 +1298,49 @@ static void zoo_pass(engine_t *e)
     free(jobs);
 }
 
+/* KV_TYPE_AUTO: f16 only where the K/V projections run on the int8 kernels
+ * (batch-invariant bits), f32 for float weights or --exact-matmul; an
+ * explicit type always wins. */
+static kv_type_t kv_type_of(const engine_t *e, kv_type_t want, bool exact)
+{
+    sched_config_t c;
+    sched_config_default(&c);
+    assert_int_equal(c.kv_type, KV_TYPE_AUTO);
+    c.kv_type = want;
+    c.kv_blocks = 8;
+    c.max_seqs = 2;
+    c.exact_matmul = exact;
+    char err[256] = "";
+    sched_t *s = sched_new(e->model, e->tok, &c, on_event, NULL, err, sizeof err);
+    if (!s)
+        fail_msg("sched_new: %s", err);
+    kv_type_t t = sched_kv_type(s);
+    sched_free(&s);
+    return t;
+}
+
+static void test_kv_type_auto(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    /* stories260K has F32 weights: sgemm / float kernel, no int8 */
+    assert_int_equal(g_stories->model->layers[0].wk.type, GGML_TYPE_F32);
+    assert_int_equal(kv_type_of(g_stories, KV_TYPE_AUTO, false), KV_TYPE_F32);
+    assert_int_equal(kv_type_of(g_stories, KV_TYPE_F16, false), KV_TYPE_F16);
+    const char *path = support_shared_model("zoo/zoo-Q8_0.gguf");
+    if (!path)
+        skip();
+    char err[256];
+    engine_t *e = engine_load(path, err, sizeof err);
+    if (!e)
+        fail_msg("engine_load: %s", err);
+    assert_int_equal(e->model->layers[0].wk.type, GGML_TYPE_Q8_0);
+    assert_int_equal(kv_type_of(e, KV_TYPE_AUTO, false), KV_TYPE_F16);
+    assert_int_equal(kv_type_of(e, KV_TYPE_AUTO, true), KV_TYPE_F32);
+    assert_int_equal(kv_type_of(e, KV_TYPE_F32, false), KV_TYPE_F32);
+    engine_free(&e);
+}
+
 static void test_zoo_batched_preempted(void **state)
 {
     (void)state;
@@ -1346,6 +1390,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_abort_all),
         cmocka_unit_test(test_invalid_submissions),
         cmocka_unit_test(test_zoo_batched_preempted),
+        cmocka_unit_test(test_kv_type_auto),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
