@@ -44,6 +44,10 @@ typedef struct matmul_weight {
     int64_t cols;         /* in features (GGUF ne[0]); multiple of the type's block */
     size_t row_bytes;     /* bytes of one stored row */
     const uint8_t *data;  /* rows * row_bytes bytes, in the mmap (not owned) */
+    const void *packed;   /* NULL, or qgemm_pack() of data (Q8_0; not owned,
+                           * model_pack_int8 makes them): the int8 kernels on
+                           * AVX2 read it instead of data; every other path
+                           * (scalar, float, embedding rows) reads data */
 } matmul_weight_t;
 
 typedef struct matmul matmul_t;

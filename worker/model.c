@@ -10,8 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "common/xalloc.h"
+#include "worker/qgemm.h"
 #include "worker/quant.h"
 
 /* Hard upper bounds on metadata: beyond these a file is treated as bogus
@@ -396,11 +399,78 @@ int model_load(const char *path, model_t **out, char *err, size_t errlen)
     return 0;
 }
 
+/* Every matmul weight of m that model_pack_int8 may pack, with whether
+ * another path (the embedding lookup) reads its rows. */
+static int matmul_weights(model_t *m, matmul_weight_t **ws, int *shared)
+{
+    int n = 0;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        model_layer_t *L = &m->layers[l];
+        matmul_weight_t *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) {
+            shared[n] = 0;
+            ws[n++] = lw[i];
+        }
+    }
+    shared[n] = m->output.data == m->tok_embd.data;
+    ws[n++] = &m->output;
+    return n;
+}
+
+int model_pack_int8(model_t *m, int n_threads)
+{
+    if (!m || m->packed_bytes > 0 || !qgemm_avx2_available())
+        return 0;
+    int n_ws = 7 * m->cfg.n_layer + 1, n_packed = 0;
+    matmul_weight_t **ws = xmalloc((size_t)n_ws * sizeof *ws);
+    int *shared = xmalloc((size_t)n_ws * sizeof *shared);
+    n_ws = matmul_weights(m, ws, shared);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const bool mapped = m->gguf && m->gguf->map;
+    for (int i = 0; i < n_ws; i++) {
+        matmul_weight_t *w = ws[i];
+        if (w->packed || w->type != GGML_TYPE_Q8_0)
+            continue;
+        size_t sz = qgemm_packed_size(w->type, w->rows, w->cols);
+        w->packed = qgemm_pack(w->type, w->data, w->rows, w->cols, n_threads);
+        if (!w->packed)
+            continue;
+        m->packed_bytes += sz;
+        n_packed++;
+        /* Drop the file pages wholly inside this matrix: the hot path reads
+         * the packing now. Only for a file mapping (MAP_PRIVATE, never
+         * written): the pages come back from the file on the next read. */
+        if (mapped && !shared[i] && page > 0) {
+            uintptr_t a = (uintptr_t)w->data, e = a + (size_t)w->rows * w->row_bytes;
+            a = (a + page - 1) / page * page;
+            e = e / page * page;
+            if (e > a)
+                (void)madvise((void *)a, e - a, MADV_DONTNEED);
+        }
+    }
+    free(ws);
+    free(shared);
+    return n_packed;
+}
+
 void model_free(model_t **mp)
 {
     if (!mp || !*mp)
         return;
     model_t *m = *mp;
+    if (m->packed_bytes > 0 && m->layers) {
+        int n_ws = 7 * m->cfg.n_layer + 1;
+        matmul_weight_t **ws = xmalloc((size_t)n_ws * sizeof *ws);
+        int *shared = xmalloc((size_t)n_ws * sizeof *shared);
+        n_ws = matmul_weights(m, ws, shared);
+        for (int i = 0; i < n_ws; i++) {
+            void *p = (void *)(uintptr_t)ws[i]->packed;
+            qgemm_pack_free(&p);
+            ws[i]->packed = NULL;
+        }
+        free(ws);
+        free(shared);
+    }
     gguf_close(&m->gguf);
     free(m->layers);
     free(m->rope_inv_freq);

@@ -76,6 +76,7 @@
 #define PAGODA_WORKER_QGEMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct qgemm_ctx qgemm_ctx_t;
@@ -112,6 +113,10 @@ int qgemm_set_isa(qgemm_ctx_t *c, qgemm_isa_t isa);
 qgemm_isa_t qgemm_get_isa(const qgemm_ctx_t *c);
 const char *qgemm_isa_name(qgemm_isa_t isa);
 
+/* true when this CPU runs the AVX2 kernels (avx2 + f16c), the ones that
+ * read packed weights. */
+bool qgemm_avx2_available(void);
+
 /* true for the weight types qgemm() handles (ggml type ids, gguf.h). */
 bool qgemm_supported(uint32_t type);
 
@@ -140,6 +145,10 @@ typedef struct qgemm_mat {
     const void *w;   /* n_out rows of quant_row_bytes(type, n_in) bytes (not owned) */
     int64_t n_out;   /* rows of w, columns of y (≥ 0) */
     float *y;        /* (n_rows, n_out) f32, overwritten (not owned) */
+    const void *packed; /* optional qgemm_pack(type, w, n_out, n_in) (not owned),
+                         * read instead of w by the AVX2 kernels; NULL: none.
+                         * w must stay valid (the scalar kernels read it). A
+                         * packing of another type or shape fails the call. */
 } qgemm_mat_t;
 int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_in, const float *x,
                 int n_rows);
@@ -161,5 +170,45 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
 int qgemm_quantize(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in);
 int qgemm_cols(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_rows,
                int64_t col0, int64_t col1, float *y, int thread);
+/* qgemm_cols for one qgemm_mat_t (type, w, n_out, y and the optional
+ * packed W); same rules and returns. */
+int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *m, int64_t n_in, int n_rows, int64_t col0, int64_t col1,
+                   int thread);
+
+/* Packed weights: W decoded and transposed once (at model load) into the
+ * panel layout the AVX2 kernel reads, so calls skip the per-call panel fill
+ * (about 1/5 of a 32-row Q8_0 product). Q8_0 only. One buffer, 64-byte
+ * aligned, packed size = 64 + n_panels · panel_bytes, about the size of W:
+ *
+ *   header (64 bytes): magic u32 "QGPK", type u32, n_out i64, n_in i64,
+ *                      panel_bytes u64, total bytes u64, zero padding
+ *   panel ip (0 <= ip < n_panels = ceil(n_out / 8)), at 64 + ip·panel_bytes,
+ *   output columns 8ip .. 8ip+7 (columns ≥ n_out are zero), nb = n_in / 32:
+ *     q   nb × 256 bytes: int8 weight 4k+i (k < 8, i < 4) of block b of
+ *         column c at q[256b + 32k + 4c + i] (one aligned 32-byte load =
+ *         4 weights of each of the 8 columns), the file's quants unchanged
+ *     dh  nb × 8 f16 (16 bytes per block): scale of block b of column c at
+ *         dh[8b + c], the file's f16 bits unchanged (f16 rather than f32:
+ *         the same bytes as the file, and converting 8 of them with one
+ *         vcvtph2ps per block costs nothing measurable)
+ *     zero padding to panel_bytes = round_up(nb · 272, 64)
+ * Quants and scales are split per panel (not interleaved per block) so every
+ * 32-byte load of q is aligned: 272-byte blocks would put half of them
+ * across cache lines.
+ *
+ * qgemm_packed_size(type, n_out, n_in): bytes of the packing, 0 when it is
+ *   refused: type not Q8_0, n_out < 1 or > 2^34, n_in < 32 or > 2^21 or not
+ *   a multiple of 32.
+ * qgemm_pack(type, w, n_out, n_in, n_threads): a new packing of w (n_out
+ *   rows of quant_row_bytes(type, n_in) bytes), built by up to n_threads
+ *   OpenMP threads (≤ 0: 1); NULL when refused as above or w is NULL;
+ *   aborts on out of memory (xmalloc). Reads every byte of w once; w is not
+ *   needed by the AVX2 kernels afterwards. Owned by the caller: free with
+ *   qgemm_pack_free (sets *packed to NULL; NULL / *packed NULL ok).
+ * Results with a packing are bit-identical to those without (the kernel
+ * reads the same integers and converts the same f16 scales). */
+size_t qgemm_packed_size(uint32_t type, int64_t n_out, int64_t n_in);
+void *qgemm_pack(uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_threads);
+void qgemm_pack_free(void **packed);
 
 #endif
