@@ -106,8 +106,9 @@ typedef struct model {
     double rope_pos_scale;    /* 1 / rope_scale_factor for linear scaling, else 1 */
     int64_t max_cols;         /* widest matrix row (for matmul scratch) */
     float *f32_arena;         /* owned storage behind the const float * fields */
-    size_t packed_bytes;      /* bytes of the packed weights (model_pack_int8), owned
-                               * through the matmul_weight_t.packed pointers */
+    void *packed_arena;       /* owned: the packed weights (model_pack_int8) that the
+                               * matmul_weight_t.packed pointers point into; NULL if none */
+    size_t packed_bytes;      /* bytes of packings in packed_arena */
 } model_t;
 
 /* Opens `path` (mmap) and loads it. Returns 0 and *out, or -1 with a
@@ -132,8 +133,9 @@ void model_free(model_t **m);
  * packed. The packed copy replaces the file pages in memory: when the
  * model was mmap'd by model_load, the pages of each packed matrix that no
  * other path reads are dropped (madvise MADV_DONTNEED; a later read, e.g.
- * with int8 off, faults them in again from the file). The model owns the
- * packings; model_free releases them. Call before sharing the model with
+ * with int8 off, faults them in again from the file). The packings lie in
+ * one arena (packed_arena, 2 MiB aligned, advised MADV_HUGEPAGE: fewer TLB
+ * misses while decode streams it) owned by the model; model_free frees it. Call before sharing the model with
  * forward_t's, not concurrently with forward_run. Returns the number of
  * matrices packed (0: none is Q8_0, or no AVX2). */
 int model_pack_int8(model_t *m, int n_threads);

@@ -1109,16 +1109,16 @@ size_t qgemm_packed_size(uint32_t type, int64_t n_out, int64_t n_in)
     return (size_t)(PACK_HDR_BYTES + n_panels * panel);
 }
 
-void *qgemm_pack(uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_threads)
+int qgemm_pack_to(uint32_t type, const void *w, int64_t n_out, int64_t n_in, void *dst, int n_threads)
 {
     size_t total = qgemm_packed_size(type, n_out, n_in);
-    if (!w || total == 0)
-        return NULL;
+    if (!w || !dst || (uintptr_t)dst % 64 != 0 || total == 0)
+        return -1;
     const int64_t nb = n_in / QB;
     const size_t rb = quant_row_bytes(type, n_in);
     const size_t panel = (size_t)(nb * (256 + 16) + 63) / 64 * 64;
     const int64_t n_panels = (n_out + NC - 1) / NC;
-    uint8_t *buf = xaligned_alloc(total);
+    uint8_t *buf = dst;
     pack_hdr_t h = {.magic = PACK_MAGIC, .type = type, .n_out = n_out, .n_in = n_in,
                     .panel_bytes = panel, .total = total};
     memset(buf, 0, PACK_HDR_BYTES);
@@ -1143,6 +1143,19 @@ void *qgemm_pack(uint32_t type, const void *w, int64_t n_out, int64_t n_in, int 
                     memcpy(q + 256 * b + 32 * k + 4 * c, blk + 2 + 4 * k, 4);
             }
         }
+    }
+    return 0;
+}
+
+void *qgemm_pack(uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_threads)
+{
+    size_t total = qgemm_packed_size(type, n_out, n_in);
+    if (!w || total == 0)
+        return NULL;
+    void *buf = xaligned_alloc(total);
+    if (qgemm_pack_to(type, w, n_out, n_in, buf, n_threads) != 0) {
+        free(buf);
+        return NULL;
     }
     return buf;
 }

@@ -205,10 +205,15 @@ int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *m, int64_t n_in, int n_row
  *   aborts on out of memory (xmalloc). Reads every byte of w once; w is not
  *   needed by the AVX2 kernels afterwards. Owned by the caller: free with
  *   qgemm_pack_free (sets *packed to NULL; NULL / *packed NULL ok).
+ * qgemm_pack_to(type, w, n_out, n_in, dst, n_threads): the same into the
+ *   caller's dst (64-byte aligned, qgemm_packed_size bytes; e.g. one arena
+ *   for a whole model, on huge pages). 0 ok, -1 refused (as above, or dst
+ *   NULL or misaligned; dst untouched).
  * Results with a packing are bit-identical to those without (the kernel
  * reads the same integers and converts the same f16 scales). */
 size_t qgemm_packed_size(uint32_t type, int64_t n_out, int64_t n_in);
 void *qgemm_pack(uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_threads);
+int qgemm_pack_to(uint32_t type, const void *w, int64_t n_out, int64_t n_in, void *dst, int n_threads);
 void qgemm_pack_free(void **packed);
 
 #endif

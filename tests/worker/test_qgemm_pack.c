@@ -3,7 +3,8 @@
  * Claims checked, all bit for bit (memcmp of the float outputs):
  *   - the packing holds exactly what qgemm.h documents: an independent
  *     decoder of the documented layout gets back every quant and f16 scale
- *     of W, and zeros for the padding columns;
+ *     of W, and zeros for the padding columns; qgemm_pack_to and any thread
+ *     count write the same bytes;
  *   - with a packing, qgemm_multi and qgemm_mat_cols give the same bits as
  *     without one (which test_qgemm.c checks against the scalar kernel and a
  *     double-precision reference), for n_out not a multiple of 8, n_rows
@@ -12,7 +13,8 @@
  *   - the AVX2 kernels really read the packing: after packing, W's bytes
  *     are overwritten with garbage and the results do not change (the
  *     scalar kernels, which read W, are checked before that);
- *   - hostile shapes are refused (qgemm_packed_size 0, qgemm_pack NULL),
+ *   - hostile shapes are refused (qgemm_packed_size 0, qgemm_pack NULL,
+ *     qgemm_pack_to -1 with dst untouched),
  *     and a packing used with another shape or type, or a buffer that is
  *     not a packing, fails the call with -1 and writes nothing.
  *
@@ -160,7 +162,14 @@ static void test_layout(void **state)
         assert_non_null(p1);
         assert_non_null(p3);
         check_layout(p1, w, n_out, n_in);
-        assert_memory_equal(p1, p3, qgemm_packed_size(GGML_TYPE_Q8_0, n_out, n_in));
+        size_t sz = qgemm_packed_size(GGML_TYPE_Q8_0, n_out, n_in);
+        assert_memory_equal(p1, p3, sz);
+        /* qgemm_pack_to into a dirty caller buffer: the same bytes */
+        uint8_t *to = xaligned_alloc(sz);
+        memset(to, 0xa5, sz);
+        assert_int_equal(qgemm_pack_to(GGML_TYPE_Q8_0, w, n_out, n_in, to, 2), 0);
+        assert_memory_equal(to, p1, sz);
+        free(to);
         qgemm_pack_free(&p1);
         qgemm_pack_free(&p3);
         assert_null(p1);
@@ -307,6 +316,19 @@ static void test_hostile(void **state)
         assert_null(qgemm_pack(bad[i].type, w, bad[i].n_out, bad[i].n_in, 2));
     }
     assert_null(qgemm_pack(GGML_TYPE_Q8_0, NULL, 16, 64, 1));
+    /* qgemm_pack_to: the same refusals, plus a NULL or misaligned dst, which
+     * stays untouched */
+    size_t sz = qgemm_packed_size(GGML_TYPE_Q8_0, 16, 64);
+    uint8_t *dst = xaligned_alloc(sz + 64);
+    memset(dst, 0x33, sz + 64);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_int_equal(qgemm_pack_to(bad[i].type, w, bad[i].n_out, bad[i].n_in, dst, 1), -1);
+    assert_int_equal(qgemm_pack_to(GGML_TYPE_Q8_0, w, 16, 64, NULL, 1), -1);
+    assert_int_equal(qgemm_pack_to(GGML_TYPE_Q8_0, NULL, 16, 64, dst, 1), -1);
+    assert_int_equal(qgemm_pack_to(GGML_TYPE_Q8_0, w, 16, 64, dst + 32, 1), -1);
+    for (size_t k = 0; k < sz + 64; k++)
+        assert_int_equal(dst[k], 0x33);
+    free(dst);
 
     /* a packing used with another shape or type, or a buffer that is not a
      * packing: -1, y untouched */
