@@ -11,7 +11,10 @@
  *
  * Paths (matmul.c):
  *   - int8 kernels (matmul_use_int8, worker/qgemm.h) for Q8_0, Q4_0, Q4_K,
- *     Q5_K, Q6_K when turned on;
+ *     Q5_K, Q6_K when turned on; a weight with a `packed` copy (Q8_0 packed
+ *     at load by model_pack_int8: 8-column panels, quants transposed in
+ *     groups of 4, f16 scales after them; layout in qgemm.h) is read from
+ *     it by the AVX2 kernels, skipping the per-call decode + transpose;
  *   - up to 64 rows, float: an AVX2 kernel of 4×3 register tiles reading
  *     W rows in place (F32 straight from the mmap, other types decoded a
  *     tile of rows at a time into a float scratch). No packing: at these

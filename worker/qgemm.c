@@ -4,7 +4,8 @@
  *
  *   X (n_rows, n_in) f32 ──quantize──► xq (n_rows, n_in) i8, xd (n_rows, nb) f32
  *                                       xs (n_rows, nb) int16 pair (Σq[0..15], Σq[16..31])
- *   W rows c0..c0+7 ──decode+transpose──► panel (per thread):
+ *   W rows c0..c0+7 ──decode+transpose──► panel (per thread; a packed Q8_0 W,
+ *   qgemm.h, is these q arrays already, with f16 scales dh (nb, 8) for d):
  *       q  (nb, 8 groups k, 8 columns c, 4 bytes)  weight 4k+i of column c of
  *          block b at q[256b + 32k + 4c + i]: one 32-byte load = group k of all
  *          8 columns; values are the raw quants (i8 for Q8_0, u8 0..63 otherwise)

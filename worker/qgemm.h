@@ -13,14 +13,17 @@
  *      (round to nearest even of x / d, d = max|x| / 127, d kept as f32) plus
  *      the two 16-element sums of q (for the offset / min terms of Q4_0,
  *      Q4_K, Q5_K, Q6_K);
- *   2. output columns go 8 at a time (8 rows of W). Small batches of Q8_0
+ *   2. output columns go 8 at a time (8 rows of W). A "panel" holds the 8
+ *      rows transposed so that one 256-bit register holds 4 consecutive
+ *      weights of each of the 8 columns; every X row (4 at a time, sharing
+ *      each weight register) runs against it. A Q8_0 W packed at load
+ *      (qgemm_pack, below) is already a sequence of panels: the kernel reads
+ *      them in place, for every n_rows. Otherwise small batches of Q8_0
  *      (n_rows ≤ 8) and Q4_0 (≤ 4) use the "direct" AVX2 path: each W block
  *      is multiplied in place against the X block and the 8 columns' partial
- *      sums are folded with a horizontal-add tree. Otherwise the 8 rows are
- *      decoded and transposed into a per-thread "panel" where one 256-bit
- *      register holds 4 consecutive weights of each of the 8 columns, and
- *      every X row (4 at a time, sharing each weight register) runs against
- *      it, so the decode cost is shared by the whole batch;
+ *      sums are folded with a horizontal-add tree; larger batches decode and
+ *      transpose the 8 rows into a per-thread panel first ("fill"), so the
+ *      fill cost is shared by the whole batch;
  *   3. products use _mm256_maddubs_epi16 / _mm256_madd_epi16: each (row,
  *      column, 32-block) dot product is an exact int32 sum, then scaled and
  *      accumulated in f32.
@@ -29,7 +32,10 @@
  * 63 us (26 GB/s of weights), 32 rows ≈ 100 GFLOP/s (int8 ops counted as
  * 2 per multiply-add); Q4_K/Q6_K 1 row ≈ 290 us (the panel path: decode
  * dominated), 32 rows ≈ 95 GFLOP/s. dequantize + cblas_sgemm is 10-30×
- * slower below 32 rows.
+ * slower below 32 rows. Packed Q8_0 (test_qgemm_pack's benchmark, same
+ * shape): 1/2/4/8 rows 42/68/116/224 us against 63/98/168/323 direct,
+ * 9/16/32 rows 259/442/879 us against 403/586/1030 with the fill; from
+ * DRAM (32000×768) 1 row 1.04 ms (25 GB/s) against 1.17 direct.
  *
  * Accuracy. The weights are used exactly as quant_dequantize() would decode
  * them (up to float rounding of scale products); the only approximation is
@@ -47,10 +53,11 @@
  * Determinism. The value of Y[r][c] depends only on X row r and W row c: the
  * per-block integer sums are exact and the f32 accumulation runs over blocks
  * in increasing order, independent of n_rows, of which other rows are in the
- * batch, of the thread count, of the path (direct or panel) and of the ISA.
- * The AVX2 and the scalar paths are bit-identical (tested), and a row
- * computed alone equals the same row computed inside a batch (batch
- * invariance, tested).
+ * batch, of the thread count, of the path (direct, filled or packed
+ * panel) and of the ISA. The AVX2 and the scalar paths are bit-identical
+ * (tested), a row computed alone equals the same row computed inside a
+ * batch (batch invariance, tested), and a packed W gives the same bits as
+ * the file's (tests/worker/test_qgemm_pack.c).
  *
  * Threading. qgemm() runs an OpenMP parallel region (num_threads = the
  * thread count fixed at qgemm_ctx_new: omp_get_max_threads() then) split
@@ -70,7 +77,8 @@
  * Memory. The context owns all scratch: X quantized (max_rows × max_in bytes
  * plus 8 bytes per 32-block) and one panel per thread (≈ 13-15 bytes per
  * input element per thread: 8 columns × (1 byte + scale data)).
- * qgemm() never allocates.
+ * qgemm() never allocates. Packed weights belong to whoever packed them
+ * (the model: model_pack_int8).
  */
 #ifndef PAGODA_WORKER_QGEMM_H
 #define PAGODA_WORKER_QGEMM_H

@@ -388,10 +388,10 @@ static void run_bench(void)
         {"attn 768x768", 768, 768}, {"ffn-up 2048x768", 2048, 768}, {"ffn-down 768x2048", 768, 2048},
         {"cls 32000x768", 32000, 768},
     };
-    static const int rows[] = {1, 2, 4, 8, 9, 16, 32};
+    static const int rows[] = {1, 2, 4, 8, 9, 16, 32, 64, 256};
     int reps = getenv("QGEMM_BENCH_REPS") ? atoi(getenv("QGEMM_BENCH_REPS")) : 30;
     int nt = getenv("QGEMM_BENCH_THREADS") ? atoi(getenv("QGEMM_BENCH_THREADS")) : 1;
-    qgemm_ctx_t *ctx = qgemm_ctx_new(32, 2048);
+    qgemm_ctx_t *ctx = qgemm_ctx_new(256, 2048);
     qgemm_set_threads(ctx, nt);
     printf("packed vs unpacked Q8_0, %d thread(s), best of %d (us)\n", nt, reps);
     printf("%-18s %4s %10s %10s %7s\n", "shape", "rows", "unpacked", "packed", "ratio");
@@ -399,8 +399,8 @@ static void run_bench(void)
         int64_t n_out = shapes[s].n_out, n_in = shapes[s].n_in;
         uint8_t *w = w_quantized(GGML_TYPE_Q8_0, n_out, n_in, 5);
         void *p = qgemm_pack(GGML_TYPE_Q8_0, w, n_out, n_in, nt);
-        float *x = activations(32, n_in, 6);
-        float *y = xmalloc((size_t)32 * (size_t)n_out * sizeof(float));
+        float *x = activations(256, n_in, 6);
+        float *y = xmalloc((size_t)256 * (size_t)n_out * sizeof(float));
         for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
             qgemm_mat_t mu = {.type = GGML_TYPE_Q8_0, .w = w, .n_out = n_out, .y = y};
             qgemm_mat_t mp = mu;
