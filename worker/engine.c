@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/xalloc.h"
 
@@ -54,6 +55,15 @@ err:
     free(eos);
     engine_free(&e);
     return NULL;
+}
+
+void engine_pack_int8(engine_t *e, int n_threads)
+{
+    int64_t t0 = clock_now_us();
+    int n = model_pack_int8(e->model, n_threads);
+    if (n > 0)
+        log_info("packed %d Q8_0 matrices for the int8 kernels: %.1f MiB in %.0f ms", n,
+                 (double)e->model->packed_bytes / (1024.0 * 1024.0), (double)(clock_now_us() - t0) / 1e3);
 }
 
 void engine_free(engine_t **pe)

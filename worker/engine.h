@@ -30,6 +30,11 @@ typedef struct engine {
 engine_t *engine_load(const char *path, char *err, size_t errlen);
 void engine_free(engine_t **e);
 
+/* model_pack_int8(e->model, n_threads) (model.h), logging what was packed
+ * and how long it took. Call once after engine_load when the int8 kernels
+ * will be on (not with --exact-matmul), before the model is shared. */
+void engine_pack_int8(engine_t *e, int n_threads);
+
 /* A raw-text prompt (completions): BOS per the tokenizer's add_bos rule, no
  * special-token parsing (user text is never read as control tokens).
  * Returns the token count (>= 0) with *out set, or -1 with err. */

@@ -499,7 +499,8 @@ int matmul_run_multi(matmul_t *mm, const matmul_weight_t *const *ws, int n, cons
         if (n_q == n) {
             qgemm_mat_t qm[MATMUL_MAX_MULTI];
             for (int i = 0; i < n; i++)
-                qm[i] = (qgemm_mat_t){.type = ws[i]->type, .w = ws[i]->data, .n_out = ws[i]->rows, .y = ys[i]};
+                qm[i] = (qgemm_mat_t){.type = ws[i]->type, .w = ws[i]->data, .n_out = ws[i]->rows, .y = ys[i],
+                                      .packed = ws[i]->packed};
             return qgemm_multi(mm->q, qm, n, K, x, n_rows);
         }
         if (n_q > 0) {
@@ -561,8 +562,10 @@ int matmul_run_range(matmul_t *mm, const matmul_weight_t *w, const float *x, int
         return -1;
     if (n_rows == 0 || n1 == n0)
         return 0;
-    if (mm->q && n_rows <= mm->q_rows && qgemm_supported(w->type))
-        return qgemm_cols(mm->q, w->type, w->data, w->rows, w->cols, n_rows, n0, n1, y, thread);
+    if (mm->q && n_rows <= mm->q_rows && qgemm_supported(w->type)) {
+        qgemm_mat_t qm = {.type = w->type, .w = w->data, .n_out = w->rows, .y = y, .packed = w->packed};
+        return qgemm_mat_cols(mm->q, &qm, w->cols, n_rows, n0, n1, thread);
+    }
     float *tile = mm->tile + (size_t)thread * (size_t)mm->tile_rows * (size_t)mm->max_cols;
     return run_rows(mm, w, x, n_rows, y, n0, n1, tile);
 }

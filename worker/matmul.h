@@ -11,7 +11,10 @@
  *
  * Paths (matmul.c):
  *   - int8 kernels (matmul_use_int8, worker/qgemm.h) for Q8_0, Q4_0, Q4_K,
- *     Q5_K, Q6_K when turned on;
+ *     Q5_K, Q6_K when turned on; a weight with a `packed` copy (Q8_0 packed
+ *     at load by model_pack_int8: 8-column panels, quants transposed in
+ *     groups of 4, f16 scales after them; layout in qgemm.h) is read from
+ *     it by the AVX2 kernels, skipping the per-call decode + transpose;
  *   - up to 64 rows, float: an AVX2 kernel of 4×3 register tiles reading
  *     W rows in place (F32 straight from the mmap, other types decoded a
  *     tile of rows at a time into a float scratch). No packing: at these
@@ -44,6 +47,10 @@ typedef struct matmul_weight {
     int64_t cols;         /* in features (GGUF ne[0]); multiple of the type's block */
     size_t row_bytes;     /* bytes of one stored row */
     const uint8_t *data;  /* rows * row_bytes bytes, in the mmap (not owned) */
+    const void *packed;   /* NULL, or qgemm_pack() of data (Q8_0; not owned,
+                           * model_pack_int8 makes them): the int8 kernels on
+                           * AVX2 read it instead of data; every other path
+                           * (scalar, float, embedding rows) reads data */
 } matmul_weight_t;
 
 typedef struct matmul matmul_t;

@@ -10,8 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "common/xalloc.h"
+#include "worker/qgemm.h"
 #include "worker/quant.h"
 
 /* Hard upper bounds on metadata: beyond these a file is treated as bogus
@@ -396,11 +399,90 @@ int model_load(const char *path, model_t **out, char *err, size_t errlen)
     return 0;
 }
 
+/* Every matmul weight of m that model_pack_int8 may pack, with whether
+ * another path (the embedding lookup) reads its rows. */
+static int matmul_weights(model_t *m, matmul_weight_t **ws, int *shared)
+{
+    int n = 0;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        model_layer_t *L = &m->layers[l];
+        matmul_weight_t *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) {
+            shared[n] = 0;
+            ws[n++] = lw[i];
+        }
+    }
+    shared[n] = m->output.data == m->tok_embd.data;
+    ws[n++] = &m->output;
+    return n;
+}
+
+/* The packed arena's alignment and rounding: one transparent huge page.
+ * On huge pages the 1-row decode, which streams every packed byte from
+ * DRAM once per token, ran ~10 % faster (fewer TLB misses; the hardware
+ * prefetcher does not cross 4 KiB pages), and packing faults in 2 MiB at
+ * a time (110M model: 45 instead of 95 ms). */
+#define PACK_ARENA_ALIGN ((size_t)2 << 20)
+
+int model_pack_int8(model_t *m, int n_threads)
+{
+    if (!m || m->packed_arena || !qgemm_avx2_available())
+        return 0;
+    int n_ws = 7 * m->cfg.n_layer + 1, n_packed = 0;
+    matmul_weight_t **ws = xmalloc((size_t)n_ws * sizeof *ws);
+    int *shared = xmalloc((size_t)n_ws * sizeof *shared);
+    n_ws = matmul_weights(m, ws, shared);
+    /* one arena for all packings: each size is a multiple of 64, so every
+     * packing starts 64-byte aligned */
+    size_t total = 0;
+    for (int i = 0; i < n_ws; i++)
+        if (!ws[i]->packed)
+            total += qgemm_packed_size(ws[i]->type, ws[i]->rows, ws[i]->cols);
+    if (total == 0)
+        goto out;
+    size_t arena_bytes = (total + PACK_ARENA_ALIGN - 1) / PACK_ARENA_ALIGN * PACK_ARENA_ALIGN;
+    void *arena = NULL;
+    if (posix_memalign(&arena, PACK_ARENA_ALIGN, arena_bytes) != 0)
+        arena = xaligned_alloc(arena_bytes); /* aborts: out of memory */
+#ifdef MADV_HUGEPAGE
+    (void)madvise(arena, arena_bytes, MADV_HUGEPAGE); /* a hint: fine if refused */
+#endif
+    m->packed_arena = arena;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const bool mapped = m->gguf && m->gguf->map;
+    uint8_t *at = arena;
+    for (int i = 0; i < n_ws; i++) {
+        matmul_weight_t *w = ws[i];
+        size_t sz = w->packed ? 0 : qgemm_packed_size(w->type, w->rows, w->cols);
+        if (sz == 0 || qgemm_pack_to(w->type, w->data, w->rows, w->cols, at, n_threads) != 0)
+            continue;
+        w->packed = at;
+        at += sz;
+        n_packed++;
+        /* Drop the file pages wholly inside this matrix: the hot path reads
+         * the packing now. Only for a file mapping (MAP_PRIVATE, never
+         * written): the pages come back from the file on the next read. */
+        if (mapped && !shared[i] && page > 0) {
+            uintptr_t a = (uintptr_t)w->data, e = a + (size_t)w->rows * w->row_bytes;
+            a = (a + page - 1) / page * page;
+            e = e / page * page;
+            if (e > a)
+                (void)madvise((void *)a, e - a, MADV_DONTNEED);
+        }
+    }
+    m->packed_bytes = (size_t)(at - (uint8_t *)arena);
+out:
+    free(ws);
+    free(shared);
+    return n_packed;
+}
+
 void model_free(model_t **mp)
 {
     if (!mp || !*mp)
         return;
     model_t *m = *mp;
+    free(m->packed_arena);
     gguf_close(&m->gguf);
     free(m->layers);
     free(m->rope_inv_freq);

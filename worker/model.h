@@ -106,6 +106,9 @@ typedef struct model {
     double rope_pos_scale;    /* 1 / rope_scale_factor for linear scaling, else 1 */
     int64_t max_cols;         /* widest matrix row (for matmul scratch) */
     float *f32_arena;         /* owned storage behind the const float * fields */
+    void *packed_arena;       /* owned: the packed weights (model_pack_int8) that the
+                               * matmul_weight_t.packed pointers point into; NULL if none */
+    size_t packed_bytes;      /* bytes of packings in packed_arena */
 } model_t;
 
 /* Opens `path` (mmap) and loads it. Returns 0 and *out, or -1 with a
@@ -118,6 +121,24 @@ int model_load(const char *path, model_t **out, char *err, size_t errlen);
 int model_load_gguf(gguf_t **g, model_t **out, char *err, size_t errlen);
 
 void model_free(model_t **m);
+
+/* Packs every Q8_0 matrix used as a matmul (the layers' seven and the
+ * output projection; not the embedding lookup, which keeps reading
+ * token_embd rows even when the output is tied to it) into the int8
+ * kernels' panel layout (qgemm_pack, qgemm.h), with n_threads OpenMP
+ * threads, and sets each one's matmul_weight_t.packed. Worth it when the
+ * int8 kernels will run (forward_set_int8 on) on an AVX2 CPU: each matmul
+ * then skips the per-call decode + transpose of W. Does nothing on a CPU
+ * without AVX2 (the scalar kernels read the file layout) or when already
+ * packed. The packed copy replaces the file pages in memory: when the
+ * model was mmap'd by model_load, the pages of each packed matrix that no
+ * other path reads are dropped (madvise MADV_DONTNEED; a later read, e.g.
+ * with int8 off, faults them in again from the file). The packings lie in
+ * one arena (packed_arena, 2 MiB aligned, advised MADV_HUGEPAGE: fewer TLB
+ * misses while decode streams it) owned by the model; model_free frees it. Call before sharing the model with
+ * forward_t's, not concurrently with forward_run. Returns the number of
+ * matrices packed (0: none is Q8_0, or no AVX2). */
+int model_pack_int8(model_t *m, int n_threads);
 
 /* One-line summary ("llama: 2 layers, dim 256, ...") into buf. */
 void model_describe(const model_t *m, char *buf, size_t len);

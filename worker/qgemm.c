@@ -4,7 +4,8 @@
  *
  *   X (n_rows, n_in) f32 ──quantize──► xq (n_rows, n_in) i8, xd (n_rows, nb) f32
  *                                       xs (n_rows, nb) int16 pair (Σq[0..15], Σq[16..31])
- *   W rows c0..c0+7 ──decode+transpose──► panel (per thread):
+ *   W rows c0..c0+7 ──decode+transpose──► panel (per thread; a packed Q8_0 W,
+ *   qgemm.h, is these q arrays already, with f16 scales dh (nb, 8) for d):
  *       q  (nb, 8 groups k, 8 columns c, 4 bytes)  weight 4k+i of column c of
  *          block b at q[256b + 32k + 4c + i]: one 32-byte load = group k of all
  *          8 columns; values are the raw quants (i8 for Q8_0, u8 0..63 otherwise)
@@ -80,6 +81,8 @@ typedef struct {
     int32_t *mm; /* (nb, 8) */
     float *d;    /* (nb, 8) */
     float *dm;   /* (nb, 8) */
+    const uint16_t *dh; /* (nb, 8) f16 block scales of a packed Q8_0 panel
+                         * (then d is unused); NULL for a filled panel */
 } panel_t;
 
 /* The quantized X rows of the current call. */
@@ -90,6 +93,19 @@ typedef struct {
     int64_t n_in, nb;
 } qx_t;
 
+/* Header of a packed W (qgemm_pack; layout in qgemm.h), PACK_HDR_BYTES
+ * bytes before the first panel so the panels stay 64-byte aligned. */
+#define PACK_MAGIC 0x4b504751u /* "QGPK" */
+#define PACK_HDR_BYTES 64
+typedef struct {
+    uint32_t magic;       /* PACK_MAGIC */
+    uint32_t type;        /* ggml type of the source W (GGML_TYPE_Q8_0) */
+    int64_t n_out, n_in;  /* shape of the source W */
+    uint64_t panel_bytes; /* stride of the panels, a multiple of 64 */
+    uint64_t total;       /* bytes of the whole buffer, header included */
+} pack_hdr_t;
+_Static_assert(sizeof(pack_hdr_t) <= PACK_HDR_BYTES, "pack header fits");
+
 static bool cpu_has_avx2(void)
 {
     /* clang's __builtin_cpu_supports knows no "f16c": ask CPUID leaf 1 */
@@ -97,6 +113,8 @@ static bool cpu_has_avx2(void)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
+
+bool qgemm_avx2_available(void) { return cpu_has_avx2(); }
 
 bool qgemm_supported(uint32_t type)
 {
@@ -602,8 +620,8 @@ AVX2 static void fill_panel_avx2(enum kind kind, uint32_t type, const uint8_t *c
 
 /* R (1..4) rows of X from r0 against the panel; kind and R are constants
  * after inlining, so the r- and k-loops unroll and acc stays in registers. */
-AVX2_INLINE void kern_avx2_kr(enum kind kind, int R, const panel_t *p, const qx_t *x, int r0,
-                              float out[RT][NC])
+AVX2_INLINE void kern_avx2_kr(enum kind kind, int R, bool half, const panel_t *p, const qx_t *x, int r0,
+                              float out[RT][NC], const uint8_t *next, size_t n_next)
 {
     const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi16(8);
     const int8_t *xq[RT];
@@ -617,7 +635,14 @@ AVX2_INLINE void kern_avx2_kr(enum kind kind, int R, const panel_t *p, const qx_
         xs[r] = x->s + (int64_t)(r0 + r) * x->nb;
         acc[r] = _mm256_setzero_ps();
     }
+    /* packed panels: prefetch the next panel (n_next bytes at next) spread
+     * over the blocks, as the fill does for W rows; without it a 1-row
+     * product from DRAM ran at ~15 GB/s instead of ~23 */
+    size_t pf = 0, pf_step = half ? (n_next / (size_t)x->nb + 63) / 64 * 64 : 0;
     for (int64_t b = 0; b < x->nb; b++) {
+        if (half)
+            for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
+                _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
         const uint8_t *wq = p->q + 256 * b;
         __m256i sclo = ones, schi = ones;
         if (kind == K_Q6_K || kind == K_Q45_K) {
@@ -646,7 +671,10 @@ AVX2_INLINE void kern_avx2_kr(enum kind kind, int R, const panel_t *p, const qx_
                 __asm__("" : "+x"(ia[r]));
             }
         }
-        __m256 d = _mm256_load_ps(p->d + 8 * b);
+        /* a packed panel keeps the f16 scales of the file: the conversion
+         * gives the float fill_panel_avx2 would have stored */
+        __m256 d = half ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(p->dh + 8 * b)))
+                        : _mm256_load_ps(p->d + 8 * b);
         __m256i mm = eight;
         __m256 dm = _mm256_setzero_ps();
         if (kind == K_Q6_K || kind == K_Q45_K)
@@ -680,16 +708,29 @@ AVX2_INLINE void kern_avx2_kr(enum kind kind, int R, const panel_t *p, const qx_
     AVX2 static void NAME(const panel_t *p, const qx_t *x, int r0, int R, float out[RT][NC])   \
     {                                                                                          \
         switch (R) {                                                                           \
-        case 4: kern_avx2_kr(KIND, 4, p, x, r0, out); break;                                   \
-        case 3: kern_avx2_kr(KIND, 3, p, x, r0, out); break;                                   \
-        case 2: kern_avx2_kr(KIND, 2, p, x, r0, out); break;                                   \
-        default: kern_avx2_kr(KIND, 1, p, x, r0, out); break;                                  \
+        case 4: kern_avx2_kr(KIND, 4, false, p, x, r0, out, NULL, 0); break;                   \
+        case 3: kern_avx2_kr(KIND, 3, false, p, x, r0, out, NULL, 0); break;                   \
+        case 2: kern_avx2_kr(KIND, 2, false, p, x, r0, out, NULL, 0); break;                   \
+        default: kern_avx2_kr(KIND, 1, false, p, x, r0, out, NULL, 0); break;                  \
         }                                                                                      \
     }
 KERN_AVX2(kern_avx2_q8_0, K_Q8_0)
 KERN_AVX2(kern_avx2_q4_0, K_Q4_0)
 KERN_AVX2(kern_avx2_q6_k, K_Q6_K)
 KERN_AVX2(kern_avx2_q45_k, K_Q45_K)
+
+/* A packed Q8_0 panel (f16 scales read in place); prefetches n_next bytes
+ * at next meanwhile. */
+AVX2 static void kern_avx2_q8_0_packed(const panel_t *p, const qx_t *x, int r0, int R, float out[RT][NC],
+                                       const uint8_t *next, size_t n_next)
+{
+    switch (R) {
+    case 4: kern_avx2_kr(K_Q8_0, 4, true, p, x, r0, out, next, n_next); break;
+    case 3: kern_avx2_kr(K_Q8_0, 3, true, p, x, r0, out, next, n_next); break;
+    case 2: kern_avx2_kr(K_Q8_0, 2, true, p, x, r0, out, next, n_next); break;
+    default: kern_avx2_kr(K_Q8_0, 1, true, p, x, r0, out, next, n_next); break;
+    }
+}
 
 /* Direct path for a few X rows (Q8_0 and Q4_0): no panel. Each W row's
  * block is decoded in element order and multiplied against the X block; the
@@ -810,6 +851,8 @@ typedef struct {
     int64_t n_out;
     float *y;
     size_t rb;            /* bytes per W row */
+    const uint8_t *packed;/* first packed panel (AVX2 only), else NULL */
+    size_t pstride;       /* bytes from one packed panel to the next */
     bool direct;          /* small-batch AVX2 path, no panel */
     void (*kern)(const panel_t *, const qx_t *, int, int, float[RT][NC]);
 } qmat_t;
@@ -852,6 +895,23 @@ static void run_panel(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows, b
     int64_t n_next_rows = n_out - (c0 + NC) < NC ? n_out - (c0 + NC) : NC;
     size_t n_next = n_next_rows > 0 ? (size_t)n_next_rows * m->rb : 0;
     const uint8_t *next = m->w + (size_t)(c0 + NC) * m->rb * (n_next > 0);
+    if (m->packed) {
+        /* panel ip as packed at load: no fill, the kernel reads it in place */
+        panel_t pp = {0};
+        pp.q = (uint8_t *)(uintptr_t)(m->packed + (size_t)ip * m->pstride);
+        pp.dh = (const uint16_t *)(const void *)(pp.q + 256 * (size_t)nb);
+        /* the next panel, contiguous after this one, when there is one */
+        const uint8_t *pnext = pp.q + m->pstride;
+        size_t n_pnext = c0 + NC < n_out ? m->pstride : 0;
+        for (int r0 = 0; r0 < n_rows; r0 += RT) {
+            int R = n_rows - r0 < RT ? n_rows - r0 : RT;
+            float out[RT][NC];
+            kern_avx2_q8_0_packed(&pp, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
+            for (int r = 0; r < R; r++)
+                memcpy(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
+        }
+        return;
+    }
     if (m->direct) {
         for (int r0 = 0; r0 < n_rows; r0 += RD) {
             int R = n_rows - r0 < RD ? n_rows - r0 : RD;
@@ -886,8 +946,17 @@ static bool mat_ok(const qgemm_ctx_t *c, uint32_t type, int64_t n_out, int64_t n
            n_out >= 0;
 }
 
-static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in,
-                      float *y, int n_rows)
+/* packed (may be NULL) must be the packing of a (type, n_out, n_in) W */
+static bool packed_ok(const void *packed, uint32_t type, int64_t n_out, int64_t n_in)
+{
+    if (!packed)
+        return true;
+    const pack_hdr_t *h = packed;
+    return h->magic == PACK_MAGIC && h->type == type && h->n_out == n_out && h->n_in == n_in;
+}
+
+static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void *w, const void *packed,
+                      int64_t n_out, int64_t n_in, float *y, int n_rows)
 {
     const bool avx2 = c->isa == QGEMM_ISA_AVX2;
     m->kind = kind_of(type);
@@ -896,8 +965,17 @@ static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void
     m->n_out = n_out;
     m->y = y;
     m->rb = quant_row_bytes(type, n_in);
-    m->direct = avx2 && ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) ||
-                         (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
+    m->packed = NULL;
+    m->pstride = 0;
+    if (packed && avx2) {
+        const pack_hdr_t *h = packed;
+        m->packed = (const uint8_t *)packed + PACK_HDR_BYTES;
+        m->pstride = (size_t)h->panel_bytes;
+    }
+    /* a packed W always takes the panel kernel: it beats the direct path
+     * at every n_rows (qgemm.h, Speed) */
+    m->direct = avx2 && !m->packed &&
+                ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) || (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
     m->kern = NULL;
     switch (m->kind) {
     case K_Q8_0: m->kern = kern_avx2_q8_0; break;
@@ -917,20 +995,30 @@ int qgemm_quantize(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in)
     return 0;
 }
 
-int qgemm_cols(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_rows,
-               int64_t col0, int64_t col1, float *y, int thread)
+int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *mat, int64_t n_in, int n_rows, int64_t col0, int64_t col1,
+                   int thread)
 {
-    if (!c || !mat_ok(c, type, n_out, n_in) || n_rows != c->xq_rows || n_in != c->xq_in || thread < 0 ||
-        thread >= c->max_threads || col0 < 0 || col0 % NC != 0 || col1 < col0 || col1 > n_out ||
-        (col1 % NC != 0 && col1 != n_out))
+    if (!c || !mat)
+        return -1;
+    const int64_t n_out = mat->n_out;
+    if (!mat_ok(c, mat->type, n_out, n_in) || !packed_ok(mat->packed, mat->type, n_out, n_in) ||
+        n_rows != c->xq_rows || n_in != c->xq_in || thread < 0 || thread >= c->max_threads || col0 < 0 ||
+        col0 % NC != 0 || col1 < col0 || col1 > n_out || (col1 % NC != 0 && col1 != n_out))
         return -1;
     qmat_t m;
-    qmat_init(&m, c, type, w, n_out, n_in, y, n_rows);
+    qmat_init(&m, c, mat->type, mat->w, mat->packed, n_out, n_in, mat->y, n_rows);
     const qx_t qx = {c->xq, c->xd, c->xs, n_in, n_in / QB};
     panel_t p = panel_at(c, thread);
     for (int64_t ip = col0 / NC; ip * NC < col1; ip++)
         run_panel(&m, ip, &qx, n_rows, c->isa == QGEMM_ISA_AVX2, &p);
     return 0;
+}
+
+int qgemm_cols(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_rows,
+               int64_t col0, int64_t col1, float *y, int thread)
+{
+    qgemm_mat_t m = {.type = type, .w = w, .n_out = n_out, .y = y};
+    return qgemm_mat_cols(c, &m, n_in, n_rows, col0, col1, thread);
 }
 
 int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_in, const float *x, int n_rows)
@@ -939,7 +1027,8 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
         n_in > c->max_in || n_rows > c->max_rows)
         return -1;
     for (int i = 0; i < n_mats; i++)
-        if (!mat_ok(c, mats[i].type, mats[i].n_out, n_in))
+        if (!mat_ok(c, mats[i].type, mats[i].n_out, n_in) ||
+            !packed_ok(mats[i].packed, mats[i].type, mats[i].n_out, n_in))
             return -1;
     if (n_rows == 0)
         return 0;
@@ -949,7 +1038,7 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
     int64_t first[QGEMM_MAX_MATS + 1]; /* global index of each matrix's first panel */
     first[0] = 0;
     for (int i = 0; i < n_mats; i++) {
-        qmat_init(&qm[i], c, mats[i].type, mats[i].w, mats[i].n_out, n_in, mats[i].y, n_rows);
+        qmat_init(&qm[i], c, mats[i].type, mats[i].w, mats[i].packed, mats[i].n_out, n_in, mats[i].y, n_rows);
         first[i + 1] = first[i] + (qm[i].n_out + NC - 1) / NC;
     }
     /* the scratch now holds this X (qgemm_cols may use it) */
@@ -998,4 +1087,84 @@ int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n
 {
     qgemm_mat_t m = {.type = type, .w = w, .n_out = n_out, .y = y};
     return qgemm_multi(c, &m, 1, n_in, x, n_rows);
+}
+
+/* ---- packed weights ----------------------------------------------------------- */
+
+/* Limits of qgemm_pack: enough for any real model (the largest GGUF
+ * matrices are ~150k × 30k), small enough that no size computation below
+ * can overflow (2^31 panels × 2^26 bytes < 2^63). */
+#define PACK_MAX_OUT ((int64_t)1 << 34)
+#define PACK_MAX_IN ((int64_t)1 << 21)
+
+size_t qgemm_packed_size(uint32_t type, int64_t n_out, int64_t n_in)
+{
+    if (type != GGML_TYPE_Q8_0 || n_out < 1 || n_out > PACK_MAX_OUT || n_in < QB || n_in > PACK_MAX_IN ||
+        n_in % QB != 0)
+        return 0;
+    uint64_t nb = (uint64_t)(n_in / QB);
+    uint64_t panel = (nb * (256 + 16) + 63) / 64 * 64;
+    uint64_t n_panels = ((uint64_t)n_out + NC - 1) / NC;
+    if (n_panels > (SIZE_MAX - PACK_HDR_BYTES) / panel)
+        return 0;
+    return (size_t)(PACK_HDR_BYTES + n_panels * panel);
+}
+
+int qgemm_pack_to(uint32_t type, const void *w, int64_t n_out, int64_t n_in, void *dst, int n_threads)
+{
+    size_t total = qgemm_packed_size(type, n_out, n_in);
+    if (!w || !dst || (uintptr_t)dst % 64 != 0 || total == 0)
+        return -1;
+    const int64_t nb = n_in / QB;
+    const size_t rb = quant_row_bytes(type, n_in);
+    const size_t panel = (size_t)(nb * (256 + 16) + 63) / 64 * 64;
+    const int64_t n_panels = (n_out + NC - 1) / NC;
+    uint8_t *buf = dst;
+    pack_hdr_t h = {.magic = PACK_MAGIC, .type = type, .n_out = n_out, .n_in = n_in,
+                    .panel_bytes = panel, .total = total};
+    memset(buf, 0, PACK_HDR_BYTES);
+    memcpy(buf, &h, sizeof h);
+    if (n_threads < 1)
+        n_threads = 1;
+    if ((int64_t)n_threads > n_panels)
+        n_threads = (int)n_panels;
+    const uint8_t *src = w;
+#pragma omp parallel for schedule(dynamic, 64) num_threads(n_threads)
+    for (int64_t ip = 0; ip < n_panels; ip++) {
+        uint8_t *q = buf + PACK_HDR_BYTES + (size_t)ip * panel;
+        uint8_t *dh = q + 256 * (size_t)nb;
+        /* columns past n_out and the tail padding stay zero */
+        memset(q, 0, panel);
+        for (int c = 0; c < NC && ip * NC + c < n_out; c++) {
+            const uint8_t *row = src + (size_t)(ip * NC + c) * rb;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = row + (size_t)b * 34;
+                memcpy(dh + 2 * (8 * b + c), blk, 2); /* f16 scale, little-endian as in the file */
+                for (int k = 0; k < 8; k++)
+                    memcpy(q + 256 * b + 32 * k + 4 * c, blk + 2 + 4 * k, 4);
+            }
+        }
+    }
+    return 0;
+}
+
+void *qgemm_pack(uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_threads)
+{
+    size_t total = qgemm_packed_size(type, n_out, n_in);
+    if (!w || total == 0)
+        return NULL;
+    void *buf = xaligned_alloc(total);
+    if (qgemm_pack_to(type, w, n_out, n_in, buf, n_threads) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+void qgemm_pack_free(void **packed)
+{
+    if (!packed)
+        return;
+    free(*packed);
+    *packed = NULL;
 }

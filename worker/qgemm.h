@@ -13,14 +13,17 @@
  *      (round to nearest even of x / d, d = max|x| / 127, d kept as f32) plus
  *      the two 16-element sums of q (for the offset / min terms of Q4_0,
  *      Q4_K, Q5_K, Q6_K);
- *   2. output columns go 8 at a time (8 rows of W). Small batches of Q8_0
+ *   2. output columns go 8 at a time (8 rows of W). A "panel" holds the 8
+ *      rows transposed so that one 256-bit register holds 4 consecutive
+ *      weights of each of the 8 columns; every X row (4 at a time, sharing
+ *      each weight register) runs against it. A Q8_0 W packed at load
+ *      (qgemm_pack, below) is already a sequence of panels: the kernel reads
+ *      them in place, for every n_rows. Otherwise small batches of Q8_0
  *      (n_rows ≤ 8) and Q4_0 (≤ 4) use the "direct" AVX2 path: each W block
  *      is multiplied in place against the X block and the 8 columns' partial
- *      sums are folded with a horizontal-add tree. Otherwise the 8 rows are
- *      decoded and transposed into a per-thread "panel" where one 256-bit
- *      register holds 4 consecutive weights of each of the 8 columns, and
- *      every X row (4 at a time, sharing each weight register) runs against
- *      it, so the decode cost is shared by the whole batch;
+ *      sums are folded with a horizontal-add tree; larger batches decode and
+ *      transpose the 8 rows into a per-thread panel first ("fill"), so the
+ *      fill cost is shared by the whole batch;
  *   3. products use _mm256_maddubs_epi16 / _mm256_madd_epi16: each (row,
  *      column, 32-block) dot product is an exact int32 sum, then scaled and
  *      accumulated in f32.
@@ -29,7 +32,10 @@
  * 63 us (26 GB/s of weights), 32 rows ≈ 100 GFLOP/s (int8 ops counted as
  * 2 per multiply-add); Q4_K/Q6_K 1 row ≈ 290 us (the panel path: decode
  * dominated), 32 rows ≈ 95 GFLOP/s. dequantize + cblas_sgemm is 10-30×
- * slower below 32 rows.
+ * slower below 32 rows. Packed Q8_0 (test_qgemm_pack's benchmark, same
+ * shape): 1/2/4/8 rows 42/68/116/224 us against 63/98/168/323 direct,
+ * 9/16/32 rows 259/442/879 us against 403/586/1030 with the fill; from
+ * DRAM (32000×768) 1 row 1.04 ms (25 GB/s) against 1.17 direct.
  *
  * Accuracy. The weights are used exactly as quant_dequantize() would decode
  * them (up to float rounding of scale products); the only approximation is
@@ -47,10 +53,11 @@
  * Determinism. The value of Y[r][c] depends only on X row r and W row c: the
  * per-block integer sums are exact and the f32 accumulation runs over blocks
  * in increasing order, independent of n_rows, of which other rows are in the
- * batch, of the thread count, of the path (direct or panel) and of the ISA.
- * The AVX2 and the scalar paths are bit-identical (tested), and a row
- * computed alone equals the same row computed inside a batch (batch
- * invariance, tested).
+ * batch, of the thread count, of the path (direct, filled or packed
+ * panel) and of the ISA. The AVX2 and the scalar paths are bit-identical
+ * (tested), a row computed alone equals the same row computed inside a
+ * batch (batch invariance, tested), and a packed W gives the same bits as
+ * the file's (tests/worker/test_qgemm_pack.c).
  *
  * Threading. qgemm() runs an OpenMP parallel region (num_threads = the
  * thread count fixed at qgemm_ctx_new: omp_get_max_threads() then) split
@@ -70,12 +77,14 @@
  * Memory. The context owns all scratch: X quantized (max_rows × max_in bytes
  * plus 8 bytes per 32-block) and one panel per thread (≈ 13-15 bytes per
  * input element per thread: 8 columns × (1 byte + scale data)).
- * qgemm() never allocates.
+ * qgemm() never allocates. Packed weights belong to whoever packed them
+ * (the model: model_pack_int8).
  */
 #ifndef PAGODA_WORKER_QGEMM_H
 #define PAGODA_WORKER_QGEMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct qgemm_ctx qgemm_ctx_t;
@@ -112,6 +121,10 @@ int qgemm_set_isa(qgemm_ctx_t *c, qgemm_isa_t isa);
 qgemm_isa_t qgemm_get_isa(const qgemm_ctx_t *c);
 const char *qgemm_isa_name(qgemm_isa_t isa);
 
+/* true when this CPU runs the AVX2 kernels (avx2 + f16c), the ones that
+ * read packed weights. */
+bool qgemm_avx2_available(void);
+
 /* true for the weight types qgemm() handles (ggml type ids, gguf.h). */
 bool qgemm_supported(uint32_t type);
 
@@ -140,6 +153,10 @@ typedef struct qgemm_mat {
     const void *w;   /* n_out rows of quant_row_bytes(type, n_in) bytes (not owned) */
     int64_t n_out;   /* rows of w, columns of y (≥ 0) */
     float *y;        /* (n_rows, n_out) f32, overwritten (not owned) */
+    const void *packed; /* optional qgemm_pack(type, w, n_out, n_in) (not owned),
+                         * read instead of w by the AVX2 kernels; NULL: none.
+                         * w must stay valid (the scalar kernels read it). A
+                         * packing of another type or shape fails the call. */
 } qgemm_mat_t;
 int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_in, const float *x,
                 int n_rows);
@@ -161,5 +178,50 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
 int qgemm_quantize(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in);
 int qgemm_cols(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_rows,
                int64_t col0, int64_t col1, float *y, int thread);
+/* qgemm_cols for one qgemm_mat_t (type, w, n_out, y and the optional
+ * packed W); same rules and returns. */
+int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *m, int64_t n_in, int n_rows, int64_t col0, int64_t col1,
+                   int thread);
+
+/* Packed weights: W decoded and transposed once (at model load) into the
+ * panel layout the AVX2 kernel reads, so calls skip the per-call panel fill
+ * (about 1/5 of a 32-row Q8_0 product). Q8_0 only. One buffer, 64-byte
+ * aligned, packed size = 64 + n_panels · panel_bytes, about the size of W:
+ *
+ *   header (64 bytes): magic u32 "QGPK", type u32, n_out i64, n_in i64,
+ *                      panel_bytes u64, total bytes u64, zero padding
+ *   panel ip (0 <= ip < n_panels = ceil(n_out / 8)), at 64 + ip·panel_bytes,
+ *   output columns 8ip .. 8ip+7 (columns ≥ n_out are zero), nb = n_in / 32:
+ *     q   nb × 256 bytes: int8 weight 4k+i (k < 8, i < 4) of block b of
+ *         column c at q[256b + 32k + 4c + i] (one aligned 32-byte load =
+ *         4 weights of each of the 8 columns), the file's quants unchanged
+ *     dh  nb × 8 f16 (16 bytes per block): scale of block b of column c at
+ *         dh[8b + c], the file's f16 bits unchanged (f16 rather than f32:
+ *         the same bytes as the file, and converting 8 of them with one
+ *         vcvtph2ps per block costs nothing measurable)
+ *     zero padding to panel_bytes = round_up(nb · 272, 64)
+ * Quants and scales are split per panel (not interleaved per block) so every
+ * 32-byte load of q is aligned: 272-byte blocks would put half of them
+ * across cache lines.
+ *
+ * qgemm_packed_size(type, n_out, n_in): bytes of the packing, 0 when it is
+ *   refused: type not Q8_0, n_out < 1 or > 2^34, n_in < 32 or > 2^21 or not
+ *   a multiple of 32.
+ * qgemm_pack(type, w, n_out, n_in, n_threads): a new packing of w (n_out
+ *   rows of quant_row_bytes(type, n_in) bytes), built by up to n_threads
+ *   OpenMP threads (≤ 0: 1); NULL when refused as above or w is NULL;
+ *   aborts on out of memory (xmalloc). Reads every byte of w once; w is not
+ *   needed by the AVX2 kernels afterwards. Owned by the caller: free with
+ *   qgemm_pack_free (sets *packed to NULL; NULL / *packed NULL ok).
+ * qgemm_pack_to(type, w, n_out, n_in, dst, n_threads): the same into the
+ *   caller's dst (64-byte aligned, qgemm_packed_size bytes; e.g. one arena
+ *   for a whole model, on huge pages). 0 ok, -1 refused (as above, or dst
+ *   NULL or misaligned; dst untouched).
+ * Results with a packing are bit-identical to those without (the kernel
+ * reads the same integers and converts the same f16 scales). */
+size_t qgemm_packed_size(uint32_t type, int64_t n_out, int64_t n_in);
+void *qgemm_pack(uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_threads);
+int qgemm_pack_to(uint32_t type, const void *w, int64_t n_out, int64_t n_in, void *dst, int n_threads);
+void qgemm_pack_free(void **packed);
 
 #endif

@@ -241,6 +241,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "pagoda-run: %s\n", err);
         return 1;
     }
+    if (!cfg.exact_matmul)
+        engine_pack_int8(e, cfg.n_threads);
     if (sampler_params_validate(&sp, e->model->cfg.vocab, &why) != 0) {
         fprintf(stderr, "pagoda-run: bad sampling parameters: %s\n", why ? why : "?");
         engine_free(&e);

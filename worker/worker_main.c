@@ -505,6 +505,8 @@ int main(int argc, char **argv)
         log_error("%s", err);
         return 1;
     }
+    if (!w.scfg.exact_matmul)
+        engine_pack_int8(w.engine, w.scfg.n_threads);
     if (ctx_cap && (int32_t)ctx_cap < w.engine->model->cfg.ctx)
         w.engine->model->cfg.ctx = (int32_t)ctx_cap;
     w.sched = sched_new(w.engine->model, w.engine->tok, &w.scfg, on_sched_event, &w, err, sizeof err);
