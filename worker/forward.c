@@ -261,6 +261,7 @@ AVX2_INL void attend_avx2_impl(const float *q, const kv_store_t *kv, int l, cons
 {
     const int bs = kv->block_size;
     const size_t ld = (size_t)kv->kv_dim;
+    const size_t esz = f16 ? 2 : 4;
     /* sc[t] = q · k_t * scale; four positions at a time share each q load */
     __m256 mx8 = _mm256_set1_ps(-INFINITY);
     float mx = -INFINITY;
@@ -270,6 +271,10 @@ AVX2_INL void attend_avx2_impl(const float *q, const kv_store_t *kv, int l, cons
         int t = 0;
         for (; t + 4 <= n; t += 4) {
             const size_t k0 = (size_t)kvo + (size_t)t * ld, k1 = k0 + ld, k2 = k1 + ld, k3 = k2 + ld;
+            if (t + 8 + 4 <= n)
+                for (int u = 0; u < 4; u++)
+                    for (size_t by = 0; by < (size_t)hd * esz; by += 64)
+                        _mm_prefetch((const char *)kb + (k0 + (size_t)(8 + u) * ld) * esz + by, _MM_HINT_T0);
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int i = 0; i < hd; i += 8) {
                 __m256 qv = _mm256_loadu_ps(q + i);
@@ -328,6 +333,9 @@ AVX2_INL void attend_avx2_impl(const float *q, const kv_store_t *kv, int l, cons
             const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
             for (int tt = 0; tt < n; tt++) {
                 const size_t vt = (size_t)kvo + (size_t)i0 + (size_t)tt * ld;
+                if (tt + 8 < n)
+                    for (size_t by = 0; by < (size_t)nv * 8 * esz; by += 64)
+                        _mm_prefetch((const char *)vb + (vt + 8 * ld) * esz + by, _MM_HINT_T0);
                 __m256 w = _mm256_set1_ps(sc[t0 + tt]);
                 if (nv == 8) {
 #pragma GCC unroll 8
