@@ -331,12 +331,11 @@ static inline float exp_fast(float x)
 KERNELS(_base, )
 #if defined(__x86_64__) || defined(__i386__)
 KERNELS(_avx2, __attribute__((target("avx2,fma"))))
+/* No cached flag: sequences are sampled from several threads at once
+ * (sched.c), and __builtin_cpu_supports only reads a table filled at start. */
 static int have_avx2(void)
 {
-    static int cached = -1;
-    if (cached < 0)
-        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return cached;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 #define DISPATCH(fn, ...) (have_avx2() ? fn##_avx2(__VA_ARGS__) : fn##_base(__VA_ARGS__))
 #else

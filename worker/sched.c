@@ -78,6 +78,7 @@ struct sched {
     const int32_t **b_tables;         /* (max_seqs) */
     int32_t *b_nblocks;               /* (max_seqs) */
     seq_t **b_seqs;                   /* (max_seqs) sequence of batch seq index */
+    seq_t **b_draw;                   /* (max_seqs) sequences sampled this step, logits row order */
     int32_t *b_chunk;                 /* (max_seqs) rows given to each */
     float *logits;                    /* (max_seqs, vocab) */
 
@@ -316,6 +317,7 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     s->b_tables = xmalloc((size_t)ms * sizeof *s->b_tables);
     s->b_nblocks = xmalloc((size_t)ms * sizeof(int32_t));
     s->b_seqs = xmalloc((size_t)ms * sizeof *s->b_seqs);
+    s->b_draw = xmalloc((size_t)ms * sizeof *s->b_draw);
     s->b_chunk = xmalloc((size_t)ms * sizeof(int32_t));
     s->logits = xmalloc((size_t)ms * (size_t)mc->vocab * sizeof(float));
     log_info("scheduler: %d seqs, %d batch tokens, %d KV blocks of %d positions (%s, %.1f MiB)",
@@ -345,6 +347,7 @@ void sched_free(sched_t **ps)
     free(s->b_tables);
     free(s->b_nblocks);
     free(s->b_seqs);
+    free(s->b_draw);
     free(s->b_chunk);
     free(s->logits);
     free(s);
@@ -575,15 +578,14 @@ static void out_append(seq_t *q, const char *d, size_t n)
     q->out_len += n;
 }
 
-/* Samples the next token of q from its logits row and runs the stop checks
- * in OpenAI's order: end-of-generation token, stop string, length. */
-static void sample_one(sched_t *s, seq_t *q, const float *row)
+/* Draws the next token of q from its logits row into q->out_token (and
+ * q->out_lp). Touches only q and its sampler, so the sequences of a step
+ * are drawn in parallel (sample_rows). */
+static void sample_draw(seq_t *q, const float *row)
 {
     sampler_logprobs_t lp;
     int32_t t = sampler_sample(q->sampler, row, q->top_logprobs >= 0 ? &lp : NULL);
     q->out_token = t;
-    q->out_valid = true;
-    q->out_len = 0;
     if (q->top_logprobs >= 0) {
         q->out_lp.token = t;
         q->out_lp.logprob = lp.logprob;
@@ -594,6 +596,15 @@ static void sample_one(sched_t *s, seq_t *q, const float *row)
             q->out_lp.top[i].logprob = lp.top_logprob[i];
         }
     }
+}
+
+/* After sample_draw: takes q->out_token into the sequence and runs the stop
+ * checks in OpenAI's order: end-of-generation token, stop string, length. */
+static void sample_finish(sched_t *s, seq_t *q)
+{
+    const int32_t t = q->out_token;
+    q->out_valid = true;
+    q->out_len = 0;
     sampler_accept(q->sampler, t);
     seq_push_token(q, t);
     q->n_generated++;
@@ -730,7 +741,7 @@ int sched_step(sched_t *s)
 
     /* Logits rows come in batch order, one per sequence whose chunk ended on
      * its last pending token (rows of one sequence are contiguous). */
-    int32_t i_logit = 0;
+    int32_t n_draw = 0;
     for (int32_t b = 0; b < n_bseq; b++) {
         seq_t *q = s->b_seqs[b];
         int32_t end = q->n_computed + s->b_chunk[b];
@@ -740,11 +751,20 @@ int sched_step(sched_t *s)
         }
         q->n_computed = end;
         kv_pool_commit_full_blocks(s->pool, q->kv);
-        if (end == q->n_tokens) {
-            sample_one(s, q, s->logits + (size_t)i_logit * (size_t)s->model->cfg.vocab);
-            i_logit++;
-        }
+        if (end == q->n_tokens)
+            s->b_draw[n_draw++] = q; /* logits row n_draw - 1 */
     }
+    /* Drawing is per sequence (its own sampler and RNG), ~30-60 us per row at
+     * a 32k vocabulary: split over the threads instead of leaving the other
+     * cores idle; the results do not depend on the split. */
+    const size_t vocab = (size_t)s->model->cfg.vocab;
+    const int n_par = n_draw >= 4 ? s->cfg.n_threads : 1;
+    (void)n_par; /* unused without OpenMP */
+#pragma omp parallel for num_threads(n_par) schedule(dynamic, 1)
+    for (int32_t i = 0; i < n_draw; i++)
+        sample_draw(s->b_draw[i], s->logits + (size_t)i * vocab);
+    for (int32_t i = 0; i < n_draw; i++)
+        sample_finish(s, s->b_draw[i]);
 
     /* Report, then retire finished sequences (their full blocks stay cached). */
     for (int32_t i = 0; i < s->n_seqs;) {
