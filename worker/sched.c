@@ -112,7 +112,7 @@ void sched_config_default(sched_config_t *c)
 
 /* KV_TYPE_AUTO → F16 when every layer's K and V projections run on the int8
  * kernels (int8_on and a quantized type), F32 otherwise (kv_store.h). */
-static kv_type_t resolve_kv_type(const model_t *m, kv_type_t t, bool int8_on)
+kv_type_t sched_kv_type_for(const model_t *m, kv_type_t t, bool int8_on)
 {
     if (t != KV_TYPE_AUTO)
         return t;
@@ -289,7 +289,7 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
         log_warn("int8 matmul kernels unavailable: using dequantize + sgemm");
         int8_on = false;
     }
-    s->cfg.kv_type = resolve_kv_type(m, c->kv_type, int8_on);
+    s->cfg.kv_type = sched_kv_type_for(m, c->kv_type, int8_on);
     c = &s->cfg;
 
     int32_t n_blocks = c->kv_blocks;

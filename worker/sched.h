@@ -174,5 +174,9 @@ int32_t sched_context_length(const sched_t *s);
 int32_t sched_capacity(const sched_t *s);
 /* The KV cache's element type (KV_TYPE_AUTO resolved: F16 or F32). */
 kv_type_t sched_kv_type(const sched_t *s);
+/* What KV_TYPE_AUTO (t) becomes for model m: F16 when int8_on (the int8
+ * kernels are in use) and every layer's K and V weights are quantized, F32
+ * otherwise; any other t is returned as is. */
+kv_type_t sched_kv_type_for(const model_t *m, kv_type_t t, bool int8_on);
 
 #endif
