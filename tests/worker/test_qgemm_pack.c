@@ -38,22 +38,8 @@
 #include "worker/gguf.h"
 #include "worker/qgemm.h"
 #include "worker/quant.h"
+#include "tests/worker/qgemm_testdata.h"
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1p-53; }
-
-static float rng_gauss(uint64_t *s)
-{
-    double u = rng_unit(s) + 1e-300, v = rng_unit(s);
-    return (float)(sqrt(-2 * log(u)) * cos(2 * M_PI * v));
-}
 
 /* Q8_0 rows of random bytes (every quant value, -128 included) with sane
  * f16 scales of random sign. */
@@ -72,31 +58,6 @@ static uint8_t *q8_random(int64_t n_out, int64_t n_in, uint64_t seed)
     return w;
 }
 
-/* Any supported type, quant_quantize of Gaussian floats. */
-static uint8_t *w_quantized(uint32_t type, int64_t n_out, int64_t n_in, uint64_t seed)
-{
-    size_t rb = quant_row_bytes(type, n_in);
-    uint8_t *w = xmalloc(rb * (size_t)n_out);
-    float *row = xmalloc((size_t)n_in * sizeof(float));
-    uint64_t s = seed;
-    for (int64_t c = 0; c < n_out; c++) {
-        for (int64_t i = 0; i < n_in; i++)
-            row[i] = 0.02f * rng_gauss(&s);
-        assert_int_equal(quant_quantize(type, row, w + rb * (size_t)c, n_in), 0);
-    }
-    free(row);
-    return w;
-}
-
-/* Gaussian activations with a 20σ outlier every ~97 elements. */
-static float *activations(int n_rows, int64_t n_in, uint64_t seed)
-{
-    float *x = xmalloc((size_t)n_rows * (size_t)n_in * sizeof(float));
-    uint64_t s = seed;
-    for (size_t i = 0; i < (size_t)n_rows * (size_t)n_in; i++)
-        x[i] = rng_gauss(&s) * ((rng_next(&s) % 97) == 0 ? 20.0f : 1.0f);
-    return x;
-}
 
 static bool avx2_ok(void)
 {
@@ -201,7 +162,7 @@ static void test_packed_equals_unpacked(void **state)
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         int64_t n_out = shapes[si][0], n_in = shapes[si][1];
         for (int kind = 0; kind < 2; kind++) {
-            uint8_t *w = kind == 0 ? q8_random(n_out, n_in, 7 + si) : w_quantized(GGML_TYPE_Q8_0, n_out, n_in, 9 + si);
+            uint8_t *w = kind == 0 ? q8_random(n_out, n_in, 7 + si) : weights_quantized(GGML_TYPE_Q8_0, n_out, n_in, 9 + si);
             void *packed = qgemm_pack(GGML_TYPE_Q8_0, w, n_out, n_in, 2);
             assert_non_null(packed);
             float *x = activations(max_rows, n_in, 11 + si);
@@ -265,7 +226,7 @@ static void test_multi_mixed(void **state)
     uint8_t *w[NM];
     void *packed[NM] = {NULL};
     for (int i = 0; i < NM; i++)
-        w[i] = w_quantized(types[i], n_out[i], n_in, 30 + (uint64_t)i);
+        w[i] = weights_quantized(types[i], n_out[i], n_in, 30 + (uint64_t)i);
     packed[0] = qgemm_pack(GGML_TYPE_Q8_0, w[0], n_out[0], n_in, 1);
     packed[2] = qgemm_pack(GGML_TYPE_Q8_0, w[2], n_out[2], n_in, 1);
     assert_non_null(packed[0]);
@@ -397,7 +358,7 @@ static void run_bench(void)
     printf("%-18s %4s %10s %10s %7s\n", "shape", "rows", "unpacked", "packed", "ratio");
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         int64_t n_out = shapes[s].n_out, n_in = shapes[s].n_in;
-        uint8_t *w = w_quantized(GGML_TYPE_Q8_0, n_out, n_in, 5);
+        uint8_t *w = weights_quantized(GGML_TYPE_Q8_0, n_out, n_in, 5);
         void *p = qgemm_pack(GGML_TYPE_Q8_0, w, n_out, n_in, nt);
         float *x = activations(256, n_in, 6);
         float *y = xmalloc((size_t)256 * (size_t)n_out * sizeof(float));

@@ -1298,6 +1298,19 @@ static void zoo_pass(engine_t *e)
     free(jobs);
 }
 
+/* The zoo Q8_0 model from ../shared (skips the test when absent). */
+static engine_t *load_zoo_q8_or_skip(void)
+{
+    const char *path = support_shared_model("zoo/zoo-Q8_0.gguf");
+    if (!path)
+        skip();
+    char err[256];
+    engine_t *e = engine_load(path, err, sizeof err);
+    if (!e)
+        fail_msg("engine_load: %s", err);
+    return e;
+}
+
 /* KV_TYPE_AUTO: f16 only where the K/V projections run on the int8 kernels
  * (batch-invariant bits), f32 for float weights or --exact-matmul; an
  * explicit type always wins. */
@@ -1327,13 +1340,7 @@ static void test_kv_type_auto(void **state)
     assert_int_equal(g_stories->model->layers[0].wk.type, GGML_TYPE_F32);
     assert_int_equal(kv_type_of(g_stories, KV_TYPE_AUTO, false), KV_TYPE_F32);
     assert_int_equal(kv_type_of(g_stories, KV_TYPE_F16, false), KV_TYPE_F16);
-    const char *path = support_shared_model("zoo/zoo-Q8_0.gguf");
-    if (!path)
-        skip();
-    char err[256];
-    engine_t *e = engine_load(path, err, sizeof err);
-    if (!e)
-        fail_msg("engine_load: %s", err);
+    engine_t *e = load_zoo_q8_or_skip();
     assert_int_equal(e->model->layers[0].wk.type, GGML_TYPE_Q8_0);
     assert_int_equal(kv_type_of(e, KV_TYPE_AUTO, false), KV_TYPE_F16);
     assert_int_equal(kv_type_of(e, KV_TYPE_AUTO, true), KV_TYPE_F32);
@@ -1345,13 +1352,7 @@ static void test_zoo_batched_preempted(void **state)
 {
     (void)state;
     NEED_STORIES(); /* for the prompts */
-    const char *path = support_shared_model("zoo/zoo-Q8_0.gguf");
-    if (!path)
-        skip();
-    char err[256];
-    engine_t *e = engine_load(path, err, sizeof err);
-    if (!e)
-        fail_msg("engine_load: %s", err);
+    engine_t *e = load_zoo_q8_or_skip();
     /* The int8 pass keeps the default f16 KV cache: int8 kernels give every
      * row the same bits whatever the batch, so f16 rounding sees identical
      * K/V. The sgemm pass pins f32: sgemm's rounding depends on the batch

@@ -1,0 +1,65 @@
+/* qgemm_testdata.h — seeded test data shared by the int8 matmul tests
+ * (test_qgemm.c, test_qgemm_pack.c): a splitmix64 generator, Gaussian
+ * samples, quantized weight matrices and activation rows. Header-only
+ * (static functions): each test program includes it once. */
+#ifndef PAGODA_TESTS_WORKER_QGEMM_TESTDATA_H
+#define PAGODA_TESTS_WORKER_QGEMM_TESTDATA_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "common/xalloc.h"
+#include "worker/quant.h"
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [0, 1) */
+static double rng_unit(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1p-53; }
+
+/* standard normal (Box-Muller) */
+static float rng_gauss(uint64_t *s)
+{
+    double u = rng_unit(s) + 1e-300, v = rng_unit(s);
+    return (float)(sqrt(-2 * log(u)) * cos(2 * M_PI * v));
+}
+
+/* n_out rows of n_in Gaussian floats (std 0.02, like trained weights),
+ * quantized to `type` with quant_quantize. Caller frees. */
+static uint8_t *weights_quantized(uint32_t type, int64_t n_out, int64_t n_in, uint64_t seed)
+{
+    size_t rb = quant_row_bytes(type, n_in);
+    uint8_t *w = xmalloc(rb * (size_t)n_out);
+    float *row = xmalloc((size_t)n_in * sizeof(float));
+    uint64_t s = seed;
+    for (int64_t c = 0; c < n_out; c++) {
+        for (int64_t i = 0; i < n_in; i++)
+            row[i] = 0.02f * rng_gauss(&s);
+        if (quant_quantize(type, row, w + rb * (size_t)c, n_in) != 0)
+            abort(); /* a type the tests do not quantize */
+    }
+    free(row);
+    return w;
+}
+
+/* Activations (n_rows, n_in): Gaussian with an outlier of 20σ every ~97
+ * elements (LLM hidden states have a few large channels). Caller frees. */
+static float *activations(int n_rows, int64_t n_in, uint64_t seed)
+{
+    float *x = xmalloc((size_t)n_rows * (size_t)n_in * sizeof(float));
+    uint64_t s = seed;
+    for (int64_t i = 0; i < (int64_t)n_rows * n_in; i++) {
+        x[i] = rng_gauss(&s);
+        if (rng_next(&s) % 97 == 0)
+            x[i] *= 20;
+    }
+    return x;
+}
+
+#endif
