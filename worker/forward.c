@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/cpu.h"
 #include "common/xalloc.h"
 #include "worker/matmul.h"
 #include "worker/quant.h"
@@ -366,7 +367,7 @@ AVX2_FN static void attend_avx2(const float *q, const kv_store_t *kv, int l, con
  * one without it takes the portable path. */
 static int have_avx2(void)
 {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return cpu_has_avx2_fma_f16c();
 }
 #else
 static int have_avx2(void) { return 0; }

@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include "common/cpu.h"
 #include "worker/quant.h"
 
 const char *kv_type_name(kv_type_t t)
@@ -36,7 +37,7 @@ static int g_force_portable; /* kv_store_test_portable */
 
 static int have_f16c(void)
 {
-    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    return cpu_has_f16c();
 }
 
 /* _MM_FROUND_TO_NEAREST_INT: round to nearest even, whatever MXCSR says. */
