@@ -28,8 +28,13 @@ sanitizer_report() {
   grep -qE "$SANITIZER_PATTERN" "$1"
 }
 
+# One read of the state: a test of "readable" then a grep for Z raced with bash reaping the
+# zombie in between (grep's "no such file" then counted as alive, and stop_and_check reported
+# a process that had just exited cleanly as hanging).
 alive() {
-  [[ -r /proc/$1/status ]] && ! grep -qE '^State:[[:space:]]+Z' "/proc/$1/status" 2>/dev/null
+  local st
+  st=$(awk '/^State:/ {print $2; exit}' "/proc/$1/status" 2>/dev/null)
+  [[ -n $st && $st != Z && $st != X ]]
 }
 
 rss_kb() {
