@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static void oom(size_t n, const char *file, int line)
 {
@@ -56,5 +57,21 @@ void *xaligned_alloc_at(size_t n, const char *file, int line)
     void *p = NULL;
     if (posix_memalign(&p, 64, n ? n : 64) != 0)
         oom(n, file, line);
+    return p;
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+void *xhuge_alloc_at(size_t n, const char *file, int line)
+{
+    if (n < HUGE_PAGE)
+        return xaligned_alloc_at(n, file, line);
+    size_t rounded = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    void *p = NULL;
+    if (rounded < n || posix_memalign(&p, HUGE_PAGE, rounded) != 0)
+        return xaligned_alloc_at(n, file, line); /* aborts when out of memory */
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, rounded, MADV_HUGEPAGE); /* a hint: fine if refused */
+#endif
     return p;
 }

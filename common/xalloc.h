@@ -17,6 +17,11 @@ char *xstrdup_at(const char *s, const char *file, int line);
 char *xstrndup_at(const char *s, size_t n, const char *file, int line);
 /* 64-byte aligned (cache line / AVX-512), release with free(). */
 void *xaligned_alloc_at(size_t n, const char *file, int line);
+/* For large arrays streamed by the hot path (packed weights, the KV pool):
+ * n ≥ 2 MiB is 2 MiB-aligned, rounded up to whole 2 MiB and hinted for
+ * transparent huge pages (fewer TLB misses; the hint may be refused);
+ * smaller n is xaligned_alloc. Not zeroed. Release with free(). */
+void *xhuge_alloc_at(size_t n, const char *file, int line);
 
 #define xmalloc(n)          xmalloc_at((n), __FILE__, __LINE__)
 #define xcalloc(c, s)       xcalloc_at((c), (s), __FILE__, __LINE__)
@@ -24,5 +29,6 @@ void *xaligned_alloc_at(size_t n, const char *file, int line);
 #define xstrdup(s)          xstrdup_at((s), __FILE__, __LINE__)
 #define xstrndup(s, n)      xstrndup_at((s), (n), __FILE__, __LINE__)
 #define xaligned_alloc(n)   xaligned_alloc_at((n), __FILE__, __LINE__)
+#define xhuge_alloc(n)      xhuge_alloc_at((n), __FILE__, __LINE__)
 
 #endif

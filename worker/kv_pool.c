@@ -8,7 +8,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 
 #include "common/clock.h"
@@ -245,23 +244,6 @@ int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block
     return (int32_t)(n < cap ? n : cap);
 }
 
-/* K or V memory: 2 MiB-aligned with a transparent-huge-page hint, so the
- * attention's scattered block reads (one block = 32 positions × every layer's
- * slice) miss the TLB less; the memset in kv_pool_new maps it all up front
- * (llama.cpp clears its KV buffer at start too), so no request pays page
- * faults. Freed with free(). */
-#define KV_ALLOC_ALIGN ((size_t)2 << 20)
-static void *kv_alloc(size_t n_bytes)
-{
-    void *p = NULL;
-    if (n_bytes < KV_ALLOC_ALIGN || posix_memalign(&p, KV_ALLOC_ALIGN, n_bytes) != 0)
-        return xaligned_alloc(n_bytes);
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, n_bytes, MADV_HUGEPAGE); /* a hint: fine if refused */
-#endif
-    return p;
-}
-
 kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size, kv_type_t type)
 {
     const size_t esz = kv_type_size(type);
@@ -287,8 +269,11 @@ kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_
     p->store.block_size = block_size;
     p->store.kv_dim = kv_dim;
     p->store.type = type;
-    p->store.k = kv_alloc(n_bytes);
-    p->store.v = kv_alloc(n_bytes);
+    /* on huge pages where allowed (the attention's scattered block reads
+     * miss the TLB less); the memsets map it all up front, as llama.cpp
+     * clears its KV buffer at start, so no request pays page faults */
+    p->store.k = xhuge_alloc(n_bytes);
+    p->store.v = xhuge_alloc(n_bytes);
     memset(p->store.k, 0, n_bytes); /* all-zero bits are 0.0 in f32 and f16 */
     memset(p->store.v, 0, n_bytes);
 
