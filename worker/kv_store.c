@@ -35,11 +35,6 @@ static int g_force_portable; /* kv_store_test_portable */
 #include <immintrin.h>
 #define KVS_X86 1
 
-static int have_f16c(void)
-{
-    return cpu_has_f16c();
-}
-
 /* _MM_FROUND_TO_NEAREST_INT: round to nearest even, whatever MXCSR says. */
 __attribute__((target("avx,f16c"))) static void write_f16c(uint16_t *dst, const float *src, size_t n)
 {
@@ -59,14 +54,12 @@ __attribute__((target("avx,f16c"))) static void read_f16c(float *dst, const uint
     for (; i < n; i++)
         dst[i] = quant_fp16_to_fp32(src[i]);
 }
-#else
-static int have_f16c(void) { return 0; }
 #endif
 
 int kv_store_test_portable(int on)
 {
     g_force_portable = on;
-    return have_f16c();
+    return cpu_has_f16c();
 }
 
 void kv_store_write(kv_type_t t, void *dst, const float *src, size_t n)
@@ -78,7 +71,7 @@ void kv_store_write(kv_type_t t, void *dst, const float *src, size_t n)
     assert(t == KV_TYPE_F16);
     uint16_t *d = dst;
 #ifdef KVS_X86
-    if (!g_force_portable && have_f16c()) {
+    if (!g_force_portable && cpu_has_f16c()) {
         write_f16c(d, src, n);
         return;
     }
@@ -96,7 +89,7 @@ void kv_store_read(kv_type_t t, const void *src, float *dst, size_t n)
     assert(t == KV_TYPE_F16);
     const uint16_t *s = src;
 #ifdef KVS_X86
-    if (!g_force_portable && have_f16c()) {
+    if (!g_force_portable && cpu_has_f16c()) {
         read_f16c(dst, s, n);
         return;
     }

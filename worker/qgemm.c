@@ -36,7 +36,6 @@
  */
 #include "worker/qgemm.h"
 
-#include <cpuid.h>
 #include <float.h>
 #include <immintrin.h>
 #include <math.h>
@@ -44,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cpu.h"
 #include "common/xalloc.h"
 #include "worker/gguf.h"
 #include "worker/quant.h"
@@ -108,10 +108,8 @@ _Static_assert(sizeof(pack_hdr_t) <= PACK_HDR_BYTES, "pack header fits");
 
 static bool cpu_has_avx2(void)
 {
-    /* clang's __builtin_cpu_supports knows no "f16c": ask CPUID leaf 1 */
-    unsigned a, b, c, d;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    return __builtin_cpu_supports("avx2") && cpu_has_f16c();
 }
 
 bool qgemm_avx2_available(void) { return cpu_has_avx2(); }
