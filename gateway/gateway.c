@@ -1281,12 +1281,11 @@ static void on_command(struct gateway *gw, gateway_cmd_t *cmd)
     cmd_free(cmd);
 }
 
-static void *ask(struct gateway *gw, gateway_cmd_kind_t kind, void (*item_free)(void *),
-                 int64_t timeout_us)
+/* Sends cmd (owned from here on) to the core and waits up to timeout_us for
+ * its one reply item; NULL when the core is gone or did not answer. */
+static void *ask_cmd(struct gateway *gw, gateway_cmd_t *cmd, void (*item_free)(void *), int64_t timeout_us)
 {
     chan_t *reply = chan_new(item_free, 0);
-    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
-    cmd->kind = kind;
     cmd->reply = chan_ref(reply);
     if (chan_push(gw->inbox, cmd) < 0) {
         cmd_free(cmd);
@@ -1297,6 +1296,14 @@ static void *ask(struct gateway *gw, gateway_cmd_kind_t kind, void (*item_free)(
     chan_close(reply); /* a late answer is freed with the channel */
     chan_unref(&reply);
     return item;
+}
+
+static void *ask(struct gateway *gw, gateway_cmd_kind_t kind, void (*item_free)(void *),
+                 int64_t timeout_us)
+{
+    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
+    cmd->kind = kind;
+    return ask_cmd(gw, cmd, item_free, timeout_us);
 }
 
 json_t *gateway_health(struct gateway *gw, int64_t timeout_us)
@@ -1340,21 +1347,11 @@ void gateway_set_supervisor(struct gateway *gw, struct supervisor *sup)
 json_t *gateway_admin(struct gateway *gw, gateway_admin_op_t op, const char *target,
                       int64_t timeout_us)
 {
-    chan_t *reply = chan_new(json_item_free, 0);
     gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
     cmd->kind = GATEWAY_CMD_ADMIN;
     cmd->op = op;
     cmd->target = target ? xstrdup(target) : NULL;
-    cmd->reply = chan_ref(reply);
-    if (chan_push(gw->inbox, cmd) < 0) {
-        cmd_free(cmd);
-        chan_unref(&reply);
-        return NULL;
-    }
-    json_t *j = chan_pop(reply, timeout_us);
-    chan_close(reply);
-    chan_unref(&reply);
-    return j;
+    return ask_cmd(gw, cmd, json_item_free, timeout_us);
 }
 
 void gateway_set_stopping(struct gateway *gw)
