@@ -580,7 +580,7 @@ static void out_append(seq_t *q, const char *d, size_t n)
 
 /* Draws the next token of q from its logits row into q->out_token (and
  * q->out_lp). Touches only q and its sampler, so the sequences of a step
- * are drawn in parallel (sample_rows). */
+ * are drawn in parallel (sched_step). */
 static void sample_draw(seq_t *q, const float *row)
 {
     sampler_logprobs_t lp;
