@@ -7,9 +7,9 @@
 #   make fuzz            build libFuzzer targets with clang into build/fuzz
 #
 # Sources are picked up by folder: every common/*.c and proto/*.c goes into
-# libpagoda_common.a, every worker/*.c that is not a *_main.c into
-# libpagoda_worker.a, every gateway/*.c that is not a *_main.c into
-# libpagoda_gateway.a. Each tests/<dir>/test_*.c is one cmocka program.
+# libpagoda_common.a, every worker/*.c and worker/*/*.c (model/, kernels/,
+# text/, tools/) that is not a *_main.c into libpagoda_worker.a, every
+# gateway/*.c that is not a *_main.c into libpagoda_gateway.a. Each tests/<dir>/test_*.c is one cmocka program.
 
 SANITIZE ?=
 ifeq ($(SANITIZE),1)
@@ -31,7 +31,7 @@ CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wno-unused-paramete
 LDLIBS_ALL = $(PKG_LIBS) -lm -fopenmp -pthread $(SANFLAGS) $(LDFLAGS)
 
 COMMON_SRC  := $(wildcard common/*.c proto/*.c)
-WORKER_SRC  := $(filter-out %_main.c,$(wildcard worker/*.c))
+WORKER_SRC  := $(filter-out %_main.c,$(wildcard worker/*.c worker/*/*.c))
 GATEWAY_SRC := $(filter-out %_main.c,$(wildcard gateway/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -43,8 +43,8 @@ LIBS = $(LIB_GATEWAY) $(LIB_WORKER) $(LIB_COMMON)
 BIN_NAMES = pagoda-gateway pagoda-worker pagoda-run pagoda-mkmodel pagoda-bench
 BIN_MAIN_pagoda-gateway = gateway/gateway_main.c
 BIN_MAIN_pagoda-worker  = worker/worker_main.c
-BIN_MAIN_pagoda-run     = worker/run_main.c
-BIN_MAIN_pagoda-mkmodel = worker/mkmodel_main.c
+BIN_MAIN_pagoda-run     = worker/tools/run_main.c
+BIN_MAIN_pagoda-mkmodel = worker/tools/mkmodel_main.c
 BIN_MAIN_pagoda-bench   = tests/bench/bench_main.c
 # A binary is built once its main file exists.
 BINS = $(foreach b,$(BIN_NAMES),$(if $(wildcard $(BIN_MAIN_$(b))),$(BUILD)/$(b)))

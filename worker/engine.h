@@ -14,9 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/chat_template.h"
-#include "worker/model.h"
-#include "worker/tokenizer.h"
+#include "worker/text/chat_template.h"
+#include "worker/model/model.h"
+#include "worker/text/tokenizer.h"
 
 typedef struct engine {
     model_t *model;            /* owned */

@@ -10,10 +10,10 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/xalloc.h"
-#include "worker/detok.h"
-#include "worker/forward.h"
+#include "worker/text/detok.h"
+#include "worker/model/forward.h"
 #include "worker/kv_pool.h"
-#include "worker/qgemm.h"
+#include "worker/kernels/qgemm.h"
 
 enum seq_state {
     SEQ_WAITING = 0, /* accepted, holds no KV blocks */

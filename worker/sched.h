@@ -44,10 +44,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/kv_store.h"
-#include "worker/model.h"
+#include "worker/model/kv_store.h"
+#include "worker/model/model.h"
 #include "worker/sampler.h"
-#include "worker/tokenizer.h"
+#include "worker/text/tokenizer.h"
 
 typedef struct sched_config {
     int32_t max_seqs;          /* sequence slots; 1 turns batching off */

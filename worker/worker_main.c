@@ -39,7 +39,7 @@
 #include "proto/curve.h"
 #include "proto/msg.h"
 #include "worker/engine.h"
-#include "worker/forward.h"
+#include "worker/model/forward.h"
 #include "worker/sched.h"
 #include "worker/worker_link.h"
 

@@ -26,7 +26,7 @@ ok()   { echo "ok - $*"; n_ok=$((n_ok + 1)); }
 fail() { echo "not ok - $*"; n_fail=$((n_fail + 1)); }
 
 # parsers of untrusted text (const char *, size_t): GGUF metadata and request content
-TEXT_PARSERS="worker/chat_template.h:chat_template_new worker/tokenizer.h:tokenizer_encode worker/detok.h:detok_push"
+TEXT_PARSERS="worker/text/chat_template.h:chat_template_new worker/text/tokenizer.h:tokenizer_encode worker/text/detok.h:detok_push"
 # functions with a parser's signature that need no target of their own
 declare -A EXEMPT=(
   [mpread_init]="a bounds-checked msgpack cursor; every use is inside proto_decode_body (fuzz_proto)"
@@ -62,7 +62,7 @@ while IFS=: read -r hdr fn; do
   else
     fail "parser $fn ($hdr) has no fuzz target: add tests/fuzz/fuzz_<name>.c calling it"
   fi
-done < <({ python3 - common/*.h proto/*.h worker/*.h gateway/*.h tests/bench/*.h <<'PY'
+done < <({ python3 - common/*.h proto/*.h worker/*.h worker/*/*.h gateway/*.h tests/bench/*.h <<'PY'
 import re, sys
 for h in sys.argv[1:]:
     src = re.sub(r"/\*.*?\*/|//[^\n]*", "", open(h, encoding="utf-8").read(), flags=re.S)

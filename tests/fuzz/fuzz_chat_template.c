@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/chat_template.h"
+#include "worker/text/chat_template.h"
 
 #define MAX_SEG 64
 

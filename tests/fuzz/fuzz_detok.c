@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/detok.h"
+#include "worker/text/detok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

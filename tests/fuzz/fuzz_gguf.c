@@ -1,4 +1,4 @@
-/* libFuzzer target for the GGUF reader (worker/gguf.c).
+/* libFuzzer target for the GGUF reader (worker/model/gguf.c).
  *
  * Parses the input; when it parses, exercises the getters, dequantizes the
  * start of the first row of every tensor of a supported type (up to 1024
@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/gguf.h"
-#include "worker/gguf_write.h"
-#include "worker/quant.h"
+#include "worker/model/gguf.h"
+#include "worker/model/gguf_write.h"
+#include "worker/kernels/quant.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,4 +1,4 @@
-/* libFuzzer target for the tokenizer (worker/tokenizer.c): arbitrary bytes
+/* libFuzzer target for the tokenizer (worker/text/tokenizer.c): arbitrary bytes
  * are encoded and decoded again.
  *
  * Input layout: byte 0 picks the case, the rest is the text.
@@ -28,9 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/gguf.h"
-#include "worker/gguf_write.h"
-#include "worker/tokenizer.h"
+#include "worker/model/gguf.h"
+#include "worker/model/gguf_write.h"
+#include "worker/text/tokenizer.h"
 
 static tokenizer_t *g_spm, *g_bpe;
 

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/gguf_write.h"
-#include "worker/quant.h"
+#include "worker/model/gguf_write.h"
+#include "worker/kernels/quant.h"
 
 static float frand(unsigned *s)
 {

@@ -1,4 +1,4 @@
-// Reference renderings for worker/chat_template.c.
+// Reference renderings for worker/text/chat_template.c.
 //
 // Renders a table of conversations with @huggingface/jinja executing REAL chat
 // templates (tests/worker/chat_templates/*.jinja and the tokenizer_config.json

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 #include "common/xalloc.h"
-#include "worker/quant.h"
+#include "worker/kernels/quant.h"
 
 static uint64_t rng_next(uint64_t *s)
 {

@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "tests/support/support.h"
-#include "worker/chat_template.h"
+#include "worker/text/chat_template.h"
 
 /* ---- helpers ---- */
 

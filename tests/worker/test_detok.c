@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/detok.h"
+#include "worker/text/detok.h"
 
 #define FFFD "\xEF\xBF\xBD"
 #define MAX_TOK 8

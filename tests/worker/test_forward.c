@@ -49,8 +49,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "worker/forward.h"
-#include "worker/model.h"
+#include "worker/model/forward.h"
+#include "worker/model/model.h"
 #include "tests/support/support.h"
 
 #define PY "/usr/bin/python3"

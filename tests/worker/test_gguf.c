@@ -16,9 +16,9 @@
 
 #include "common/xalloc.h"
 #include "tests/support/support.h"
-#include "worker/gguf.h"
-#include "worker/gguf_write.h"
-#include "worker/quant.h"
+#include "worker/model/gguf.h"
+#include "worker/model/gguf_write.h"
+#include "worker/kernels/quant.h"
 
 /* ---- shared models ------------------------------------------------------- */
 

@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/kv_store.h"
-#include "worker/quant.h"
+#include "worker/model/kv_store.h"
+#include "worker/kernels/quant.h"
 
 static float f_of(uint32_t u)
 {

@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/matmul.h"
-#include "worker/model.h"
-#include "worker/quant.h"
+#include "worker/kernels/matmul.h"
+#include "worker/model/model.h"
+#include "worker/kernels/quant.h"
 #include "tests/support/support.h"
 
 static const char *const zoo[] = { "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K" };

@@ -18,9 +18,9 @@
 
 #include "common/xalloc.h"
 #include "tests/support/support.h"
-#include "worker/gguf.h"
-#include "worker/quant.h"
-#include "worker/tokenizer.h"
+#include "worker/model/gguf.h"
+#include "worker/kernels/quant.h"
+#include "worker/text/tokenizer.h"
 
 #define TINY_TOK "tests/fuzz/corpus/gguf/llama.gguf"
 

@@ -1,4 +1,4 @@
-/* Tests for model_pack_int8 (worker/model.h): packing a loaded model's Q8_0
+/* Tests for model_pack_int8 (worker/model/model.h): packing a loaded model's Q8_0
  * matrices for the int8 kernels changes no result.
  *
  * Models come from the real $PAGODA_BUILD/pagoda-mkmodel (Q8_0, llama and
@@ -35,9 +35,9 @@
 
 #include "common/xalloc.h"
 #include "tests/support/support.h"
-#include "worker/forward.h"
-#include "worker/model.h"
-#include "worker/qgemm.h"
+#include "worker/model/forward.h"
+#include "worker/model/model.h"
+#include "worker/kernels/qgemm.h"
 
 static char g_dir[] = "/tmp/pagoda-model-pack-test-XXXXXX";
 

@@ -35,9 +35,9 @@
 
 #include "common/clock.h"
 #include "common/xalloc.h"
-#include "worker/gguf.h"
-#include "worker/qgemm.h"
-#include "worker/quant.h"
+#include "worker/model/gguf.h"
+#include "worker/kernels/qgemm.h"
+#include "worker/kernels/quant.h"
 #include "tests/worker/qgemm_testdata.h"
 
 

@@ -25,8 +25,8 @@
 
 #include "common/xalloc.h"
 #include "tests/support/support.h"
-#include "worker/gguf.h"
-#include "worker/quant.h"
+#include "worker/model/gguf.h"
+#include "worker/kernels/quant.h"
 
 static uint64_t tensor_nel(const gguf_tensor_t *t)
 {

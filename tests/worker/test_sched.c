@@ -45,8 +45,8 @@
 #include "common/log.h"
 #include "tests/support/support.h"
 #include "worker/engine.h"
-#include "worker/forward.h"
-#include "worker/gguf.h"
+#include "worker/model/forward.h"
+#include "worker/model/gguf.h"
 #include "worker/sched.h"
 
 #define MAX_REQ 40

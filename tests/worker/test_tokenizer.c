@@ -30,9 +30,9 @@
 #include "common/clock.h"
 #include "common/xalloc.h"
 #include "tests/support/support.h"
-#include "worker/gguf.h"
-#include "worker/gguf_write.h"
-#include "worker/tokenizer.h"
+#include "worker/model/gguf.h"
+#include "worker/model/gguf_write.h"
+#include "worker/text/tokenizer.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 

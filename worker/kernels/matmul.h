@@ -10,7 +10,7 @@
  *     Y  (n_rows, out)   float, row-major, contiguous (overwritten)
  *
  * Paths (matmul.c):
- *   - int8 kernels (matmul_use_int8, worker/qgemm.h) for Q8_0, Q4_0, Q4_K,
+ *   - int8 kernels (matmul_use_int8, worker/kernels/qgemm.h) for Q8_0, Q4_0, Q4_K,
  *     Q5_K, Q6_K when turned on; a weight with a `packed` copy (Q8_0 packed
  *     at load by model_pack_int8: 8-column panels, quants transposed in
  *     groups of 4, f16 scales after them; layout in qgemm.h) is read from
@@ -60,7 +60,7 @@ typedef struct matmul matmul_t;
 matmul_t *matmul_new(int64_t max_cols, int n_threads);
 void matmul_free(matmul_t **mm);
 
-/* Integer kernels (worker/qgemm.h): for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K
+/* Integer kernels (worker/kernels/qgemm.h): for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K
  * weights, quantize each X row to 8 bits and multiply in int8 with AVX2.
  * Several times faster than dequantize+sgemm, at ~0.5% relative error per
  * dot product (the activation quantization llama.cpp also uses); results of

@@ -19,7 +19,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "worker/engine.h"
-#include "worker/forward.h"
+#include "worker/model/forward.h"
 #include "worker/sched.h"
 
 static void usage(FILE *f)

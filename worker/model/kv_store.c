@@ -1,13 +1,13 @@
 /* kv_store.c — element conversion for the KV cache (see kv_store.h): float
  * rows into F32 / F16 cache slots and back. The F16 write is on the forward
  * pass's path once per (row, layer) for K and V; F16C converts 8 floats per
- * instruction, the portable converter (worker/quant.c) one at a time. */
-#include "worker/kv_store.h"
+ * instruction, the portable converter (worker/kernels/quant.c) one at a time. */
+#include "worker/model/kv_store.h"
 
 #include <string.h>
 
 #include "common/cpu.h"
-#include "worker/quant.h"
+#include "worker/kernels/quant.h"
 
 const char *kv_type_name(kv_type_t t)
 {

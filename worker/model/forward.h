@@ -43,8 +43,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "worker/kv_store.h"
-#include "worker/model.h"
+#include "worker/model/kv_store.h"
+#include "worker/model/model.h"
 
 typedef struct fwd_batch {
     int32_t n_rows;

@@ -2,7 +2,7 @@
  * qwen2 architectures and builds the model_t the forward pass reads (see
  * model.h). The file is hostile input: every key, shape, type and byte count
  * is checked before a pointer into it is kept. */
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "common/xalloc.h"
-#include "worker/qgemm.h"
-#include "worker/quant.h"
+#include "worker/kernels/qgemm.h"
+#include "worker/kernels/quant.h"
 
 /* Hard upper bounds on metadata: beyond these a file is treated as bogus
  * rather than risking overflow in size arithmetic. */

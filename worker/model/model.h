@@ -43,8 +43,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/gguf.h"
-#include "worker/matmul.h"
+#include "worker/model/gguf.h"
+#include "worker/kernels/matmul.h"
 
 enum model_arch { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 = 1 };
 

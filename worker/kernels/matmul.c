@@ -15,8 +15,8 @@
  * decoded into L1 and dotted with every X row directly — decoding costs
  * O(out·in) per call whatever n_rows is, so for small batches it must be
  * cheap (AVX2 decoders) and must not round-trip through a large tile. */
-#include "worker/matmul.h"
-#include "worker/qgemm.h"
+#include "worker/kernels/matmul.h"
+#include "worker/kernels/qgemm.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -24,8 +24,8 @@
 #include <string.h>
 
 #include "common/xalloc.h"
-#include "worker/gguf.h"
-#include "worker/quant.h"
+#include "worker/model/gguf.h"
+#include "worker/kernels/quant.h"
 
 /* Floats per dequantized tile: ~1 MiB keeps the tile cache-resident while
  * the GEMM streams X over it. */

@@ -1,7 +1,7 @@
 /* forward.c — batched llama/qwen2 forward pass over a paged KV cache (see
  * forward.h). Reads like the math, one comment per step; every scratch
  * pointer carries its shape. R = rows of the current batch (<= max_rows). */
-#include "worker/forward.h"
+#include "worker/model/forward.h"
 
 #include <assert.h>
 #include <math.h>
@@ -14,8 +14,8 @@
 
 #include "common/cpu.h"
 #include "common/xalloc.h"
-#include "worker/matmul.h"
-#include "worker/quant.h"
+#include "worker/kernels/matmul.h"
+#include "worker/kernels/quant.h"
 
 struct forward {
     const model_t *m;

@@ -34,7 +34,7 @@
  * GCC's -std=c11 implies -ffp-contract=off, and no function here is compiled
  * with the "fma" target, so nothing can be fused anyway.
  */
-#include "worker/qgemm.h"
+#include "worker/kernels/qgemm.h"
 
 #include <float.h>
 #include <immintrin.h>
@@ -45,8 +45,8 @@
 
 #include "common/cpu.h"
 #include "common/xalloc.h"
-#include "worker/gguf.h"
-#include "worker/quant.h"
+#include "worker/model/gguf.h"
+#include "worker/kernels/quant.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF

@@ -49,7 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/gguf.h"
+#include "worker/model/gguf.h"
 
 typedef struct tokenizer tokenizer_t;
 

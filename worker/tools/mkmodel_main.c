@@ -28,9 +28,9 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/xalloc.h"
-#include "worker/gguf.h"
-#include "worker/gguf_write.h"
-#include "worker/quant.h"
+#include "worker/model/gguf.h"
+#include "worker/model/gguf_write.h"
+#include "worker/kernels/quant.h"
 
 enum init_kind { INIT_NORMAL, INIT_NORM_WEIGHT };
 

@@ -1,6 +1,6 @@
 /* forward_bench.c — prefill and decode throughput at several concurrency
  * levels (see forward_bench.h). */
-#include "worker/forward_bench.h"
+#include "worker/tools/forward_bench.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -8,8 +8,8 @@
 
 #include "common/clock.h"
 #include "common/xalloc.h"
-#include "worker/forward.h"
-#include "worker/model.h"
+#include "worker/model/forward.h"
+#include "worker/model/model.h"
 
 #define BENCH_BLOCK 32
 

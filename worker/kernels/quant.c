@@ -5,12 +5,12 @@
  * bit-identical to ggml's. Build without -ffast-math / FP contraction for
  * that to hold (the Makefile's -std=c11 implies -ffp-contract=off in GCC).
  */
-#include "worker/quant.h"
+#include "worker/kernels/quant.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "worker/gguf.h"
+#include "worker/model/gguf.h"
 
 #define QK 32   /* elements per Q8_0 / Q4_0 block */
 #define QKK 256 /* elements per K-quant super-block */

@@ -5,7 +5,7 @@
  * compare every one of them with @huggingface/jinja running the real
  * template strings, so any change here must keep those byte-exact.
  */
-#include "worker/chat_template.h"
+#include "worker/text/chat_template.h"
 
 #include <stdarg.h>
 #include <stdio.h>
