@@ -84,14 +84,18 @@ void proto_msg_clear(proto_msg_t *m)
         free(m->reg.model);
         free(m->reg.replica);
         free(m->reg.host);
+        free(m->reg.tool_fmt);
         break;
     case PROTO_SUBMIT: {
         proto_submit_t *s = &m->submit;
         for (uint32_t i = 0; s->messages && i < s->n_messages; i++) {
             free(s->messages[i].role);
             free(s->messages[i].content);
+            free(s->messages[i].tool_calls);
+            free(s->messages[i].tool_call_id);
         }
         free(s->messages);
+        free(s->tools);
         free(s->prompt);
         free(s->prompt_ids);
         free(s->sampling.logit_bias);
@@ -251,6 +255,8 @@ static void encode_register(enc_t *e, const proto_register_t *r)
     kv_uint(e, "block", r->block_size);
     if (r->heartbeat_ms)
         kv_uint(e, "hb_ms", r->heartbeat_ms);
+    if (r->tool_fmt)
+        kv_str(e, "tool_fmt", r->tool_fmt);
 }
 
 static void encode_heartbeat(enc_t *e, const proto_heartbeat_t *h)
@@ -285,13 +291,24 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         key(e, "msgs");
         msgpack_pack_array(&e->pk, s->n_messages);
         for (uint32_t i = 0; i < s->n_messages; i++) {
-            msgpack_pack_map(&e->pk, 2);
+            const proto_chat_msg_t *c = &s->messages[i];
+            msgpack_pack_map(&e->pk, 2 + (c->tool_calls != NULL) + (c->tool_call_id != NULL));
             pack_cstr(&e->pk, "role");
-            pack_cstr(&e->pk, s->messages[i].role);
+            pack_cstr(&e->pk, c->role);
             pack_cstr(&e->pk, "content");
-            pack_cstr(&e->pk, s->messages[i].content);
+            pack_cstr(&e->pk, c->content);
+            if (c->tool_calls) {
+                pack_cstr(&e->pk, "tool_calls");
+                pack_cstr(&e->pk, c->tool_calls);
+            }
+            if (c->tool_call_id) {
+                pack_cstr(&e->pk, "tool_call_id");
+                pack_cstr(&e->pk, c->tool_call_id);
+            }
         }
     }
+    if (s->tools)
+        kv_str(e, "tools", s->tools);
     if (s->prompt)
         kv_str(e, "prompt", s->prompt);
     if (s->has_prompt_ids || s->n_prompt_ids) {
@@ -636,7 +653,7 @@ static int get_ids(dec_t *d, int32_t **ids, uint32_t *n_ids, uint32_t max)
 static const field_t register_fields[] = {
     {"v", true},     {"model", true},   {"replica", true},   {"host", true},
     {"pid", true},   {"cap", true},     {"n_ctx", true},     {"n_vocab", true},
-    {"kv_blocks", true}, {"block", true}, {"hb_ms", false},
+    {"kv_blocks", true}, {"block", true}, {"hb_ms", false}, {"tool_fmt", false},
 };
 
 static int register_field(dec_t *d, void *obj, int idx)
@@ -660,6 +677,7 @@ static int register_field(dec_t *d, void *obj, int idx)
     case 8: return get_u32(d, &r->kv_blocks, 0, U31);
     case 9: return get_u32(d, &r->block_size, 1, PROTO_MAX_BLOCK);
     case 10: return get_u32(d, &r->heartbeat_ms, PROTO_MIN_HEARTBEAT_MS, PROTO_MAX_HEARTBEAT_MS);
+    case 11: return get_str(d, &r->tool_fmt, NULL, 1, PROTO_MAX_ROLE);
     }
     return -1;
 }
@@ -715,20 +733,26 @@ static int heartbeat_field(dec_t *d, void *obj, int idx)
 
 /* --- SUBMIT --- */
 
-static const field_t chat_fields[] = {{"role", true}, {"content", true}};
+static const field_t chat_fields[] = {
+    {"role", true}, {"content", true}, {"tool_calls", false}, {"tool_call_id", false},
+};
 
 static int chat_field(dec_t *d, void *obj, int idx)
 {
     proto_chat_msg_t *c = obj;
-    if (idx == 0)
-        return get_str(d, &c->role, NULL, 1, PROTO_MAX_ROLE);
-    return get_str(d, &c->content, NULL, 0, PROTO_MAX_PROMPT);
+    switch (idx) {
+    case 0: return get_str(d, &c->role, NULL, 1, PROTO_MAX_ROLE);
+    case 1: return get_str(d, &c->content, NULL, 0, PROTO_MAX_PROMPT);
+    case 2: return get_str(d, &c->tool_calls, NULL, 2, PROTO_MAX_PROMPT);
+    case 3: return get_str(d, &c->tool_call_id, NULL, 0, PROTO_MAX_NAME);
+    }
+    return -1;
 }
 
 enum {
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
     S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
-    S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME,
+    S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS,
 };
 
 static const field_t submit_fields[] = {
@@ -743,7 +767,7 @@ static const field_t submit_fields[] = {
     [S_TOP_LP] = {"top_lp", false},  [S_MAX_TOK] = {"max_tok", false},
     [S_STOP] = {"stop", false},      [S_IGNORE_EOS] = {"ignore_eos", false},
     [S_DEADLINE] = {"deadline_ms", false}, [S_STREAM] = {"stream", false},
-    [S_RESUME] = {"resume", false},
+    [S_RESUME] = {"resume", false},  [S_TOOLS] = {"tools", false},
 };
 
 static int submit_field(dec_t *d, void *obj, int idx)
@@ -826,6 +850,7 @@ static int submit_field(dec_t *d, void *obj, int idx)
     case S_DEADLINE: return get_u32(d, &s->deadline_ms, 0, U31);
     case S_STREAM: return get_bool(d, &s->stream);
     case S_RESUME: return get_ids(d, &s->resume, &s->n_resume, PROTO_MAX_TOKENS);
+    case S_TOOLS: return get_str(d, &s->tools, NULL, 2, PROTO_MAX_PROMPT);
     }
     return -1;
 }
@@ -842,6 +867,8 @@ static int submit_check(dec_t *d, const proto_submit_t *s)
     } else {
         if (s->messages)
             return fail(d, PROTO_EFIELD, "completion takes 'prompt' or 'prompt_ids', not 'msgs'");
+        if (s->tools)
+            return fail(d, PROTO_EFIELD, "completion takes no 'tools'");
         if ((s->prompt != NULL) == s->has_prompt_ids)
             return fail(d, PROTO_EFIELD, "completion needs exactly one of 'prompt', 'prompt_ids'");
     }

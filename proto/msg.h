@@ -46,6 +46,11 @@
  *   block      uint  req  tokens per KV block, 1..PROTO_MAX_BLOCK
  *   hb_ms      uint  opt  the worker's heartbeat interval in ms, default
  *                         PROTO_HEARTBEAT_MS, PROTO_MIN_HEARTBEAT_MS..PROTO_MAX_HEARTBEAT_MS
+ *   tool_fmt   str   opt  how the model writes tool calls (its chat template's
+ *                         family), 1..PROTO_MAX_ROLE bytes: "hermes"
+ *                         (<tool_call>{json}</tool_call>), "llama3" (a bare JSON
+ *                         object {"name","parameters"}), "mistral"
+ *                         ([TOOL_CALLS][{...}]); absent = "hermes"
  *
  * HEARTBEAT (both ways) every hb_ms while connected.
  *   seq        uint  req  sender's counter, +1 per heartbeat (u64)
@@ -71,7 +76,16 @@
  *   kind       str   req  "chat" (uses msgs) or "completion" (uses prompt or
  *                         prompt_ids, exactly one of them)
  *   msgs       array opt  ≤ PROTO_MAX_MESSAGES maps {role: str ≤ PROTO_MAX_ROLE,
- *                         content: str ≤ PROTO_MAX_PROMPT}; required, ≥ 1, for chat
+ *                         content: str ≤ PROTO_MAX_PROMPT, tool_calls: str opt
+ *                         (assistant turns: the calls as a JSON array
+ *                         [{"id","type":"function","function":{"name",
+ *                         "arguments": object}}], 2..PROTO_MAX_PROMPT bytes),
+ *                         tool_call_id: str opt ≤ PROTO_MAX_NAME (tool turns)};
+ *                         required, ≥ 1, for chat
+ *   tools      str   opt  chat only: the tools the template announces, a JSON
+ *                         array of OpenAI tool objects {"type":"function",
+ *                         "function":{"name","description"?,"parameters"?}},
+ *                         2..PROTO_MAX_PROMPT bytes (the gateway validated it)
  *   prompt     str   opt  ≤ PROTO_MAX_PROMPT bytes
  *   prompt_ids array opt  token ids (uint ≤ PROTO_MAX_TOKEN_ID), ≤ PROTO_MAX_TOKENS;
  *                         used instead of prompt, e.g. by pagoda-bench
@@ -266,6 +280,7 @@ typedef struct proto_register {
     uint32_t kv_blocks;      /* kv_blocks */
     uint32_t block_size;     /* block, tokens per KV block */
     uint32_t heartbeat_ms;   /* hb_ms */
+    char *tool_fmt;          /* tool_fmt, NULL = absent ("hermes") */
 } proto_register_t;
 
 /* Worker load, carried by the worker's HEARTBEAT. */
@@ -292,6 +307,8 @@ typedef struct proto_heartbeat {
 typedef struct proto_chat_msg {
     char *role;              /* "system", "user", "assistant", ... */
     char *content;
+    char *tool_calls;        /* tool_calls: JSON array text, NULL = absent */
+    char *tool_call_id;      /* tool_call_id, NULL = absent */
 } proto_chat_msg_t;
 
 typedef struct proto_logit_bias {
@@ -334,6 +351,7 @@ typedef struct proto_submit {
     bool stream;                 /* stream */
     int32_t *resume;             /* resume, (n_resume) */
     uint32_t n_resume;
+    char *tools;                 /* tools: JSON array text, NULL = absent */
 } proto_submit_t;
 
 typedef struct proto_cancel {
