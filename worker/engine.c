@@ -108,12 +108,12 @@ int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int3
     return encode(e, text, len, true, false, out, err, errlen);
 }
 
-int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, int32_t **out,
-                           char *err, size_t errlen)
+int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, const char *tools_json,
+                           int32_t **out, char *err, size_t errlen)
 {
     char *prompt = NULL;
     size_t plen = 0;
-    if (chat_template_render(e->tmpl, msgs, n, true, &prompt, &plen, err, errlen) != 0)
+    if (chat_template_render_tools(e->tmpl, msgs, n, tools_json, true, &prompt, &plen, err, errlen) != 0)
         return -1;
     /* The template writes BOS itself when the family wants it; the
      * tokenizer's add_bos must not add a second one. */

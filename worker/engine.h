@@ -42,9 +42,11 @@ int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int3
                            char *err, size_t errlen);
 
 /* A chat prompt: render msgs with the template (generation prompt added),
- * then tokenize with special tokens recognised in the rendered text.
- * Returns the token count with *out set, or -1 with err (bad roles, ...). */
-int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, int32_t **out,
-                           char *err, size_t errlen);
+ * announcing tools_json (a JSON array of OpenAI tools, or NULL; see
+ * chat_template_render_tools), then tokenize with special tokens recognised
+ * in the rendered text. Returns the token count with *out set, or -1 with err
+ * (bad roles, ...). */
+int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, const char *tools_json,
+                           int32_t **out, char *err, size_t errlen);
 
 #endif

@@ -225,8 +225,10 @@ static uint32_t submit(struct worker *w, const proto_submit_t *sm, char *err, si
         for (uint32_t i = 0; i < sm->n_messages; i++) {
             msgs[i].role = sm->messages[i].role;
             msgs[i].content = sm->messages[i].content;
+            msgs[i].tool_calls = sm->messages[i].tool_calls;
+            msgs[i].tool_call_id = sm->messages[i].tool_call_id;
         }
-        n_ids = engine_prompt_chat(e, msgs, sm->n_messages, &ids, err, errlen);
+        n_ids = engine_prompt_chat(e, msgs, sm->n_messages, sm->tools, &ids, err, errlen);
     } else if (sm->has_prompt_ids) {
         n_ids = (int32_t)sm->n_prompt_ids;
         ids = xmalloc((sm->n_prompt_ids ? sm->n_prompt_ids : 1) * sizeof *ids);
@@ -531,6 +533,7 @@ int main(int argc, char **argv)
         .model = w.model_name, .replica = w.replica, .host = w.host, .pid = (uint32_t)getpid(),
         .capacity = w.capacity, .n_ctx = w.n_ctx, .n_vocab = (uint32_t)w.engine->model->cfg.vocab,
         .kv_blocks = w.kv_blocks, .block_size = w.block_size,
+        .tool_fmt = (char *)chat_template_tool_format(w.engine->tmpl),
     };
     worker_link_config_t lcfg = {.endpoint = endpoint, .heartbeat_ms = w.heartbeat_ms, .reg = &reg};
     if (curve) {
