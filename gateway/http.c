@@ -26,6 +26,7 @@
 #include "gateway/gateway.h"
 #include "gateway/keys.h"
 #include "gateway/oai.h"
+#include "gateway/oai_tools.h"
 
 #define HTTP_DEFAULT_MAX_BODY (16u << 20)
 #define SNAPSHOT_TIMEOUT_US 2000000
@@ -135,6 +136,12 @@ struct http_req {
     bool role_sent;             /* chat: the first chunk (role) is out */
     bool done;                  /* the stream's last bytes are in `out` */
     int64_t text_offset;        /* completions logprobs: code points so far */
+    /* tool calling (chat with tools announced): the answer may be a call */
+    char **tool_names;          /* (n_tools) the request's tool names, NULL = no tools */
+    size_t n_tools;
+    char *tool_text;            /* streaming: everything generated so far, (tool_len) */
+    size_t tool_len, tool_cap;
+    size_t tool_emitted;        /* streaming: bytes of tool_text sent as content */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -521,16 +528,48 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
         sse_data(q, chunk_json(q, &ch));
         q->role_sent = true;
     }
-    if (ev->text_len || ev->n_logprobs) {
+    const char *text = ev->text;
+    size_t text_len = ev->text_len;
+    if (q->tool_names) {
+        /* hold back what may still become a tool call */
+        if (q->tool_len + ev->text_len + 1 > q->tool_cap) {
+            q->tool_cap = (q->tool_len + ev->text_len + 1) * 2;
+            q->tool_text = xrealloc(q->tool_text, q->tool_cap);
+        }
+        memcpy(q->tool_text + q->tool_len, ev->text, ev->text_len);
+        q->tool_len += ev->text_len;
+        size_t safe = oai_tools_safe_prefix(q->tool_text, q->tool_len);
+        if (ev->finish != PROTO_FINISH_NONE)
+            safe = q->tool_emitted; /* the rest is decided below */
+        text = q->tool_text + q->tool_emitted;
+        text_len = safe > q->tool_emitted ? safe - q->tool_emitted : 0;
+        q->tool_emitted += text_len;
+    }
+    if (text_len || ev->n_logprobs) {
         lp_run_t lp = {0};
         lp_add(&lp, ev);
         oai_logprobs_t lps = {.present = ev->n_logprobs > 0, .tokens = lp.tok, .n_tokens = lp.n,
                               .text_offset0 = q->text_offset};
-        oai_chunk_t ch = {.text = ev->text, .text_len = ev->text_len, .logprobs = &lps,
+        oai_chunk_t ch = {.text = text, .text_len = text_len, .logprobs = &lps,
                           .include_usage = q->include_usage};
         sse_data(q, chunk_json(q, &ch));
-        q->text_offset += utf8_count(ev->text, ev->text_len);
+        q->text_offset += utf8_count(text, text_len);
         lp_clear(&lp);
+    }
+    oai_tool_call_t *calls = NULL;
+    size_t n_calls = 0;
+    if (q->tool_names && (ev->finish == PROTO_FINISH_STOP || ev->finish == PROTO_FINISH_LENGTH)) {
+        size_t content_len;
+        n_calls = oai_tools_extract(q->tool_text, q->tool_len, q->tool_names, q->n_tools, &calls, &content_len);
+        if (n_calls > 0) {
+            oai_chunk_t ch = {.include_usage = q->include_usage};
+            sse_data(q, oai_tools_patch(chunk_json(q, &ch), 0, NULL, 0, calls, n_calls, true));
+        } else if (q->tool_len > q->tool_emitted) {
+            oai_chunk_t ch = {.text = q->tool_text + q->tool_emitted, .text_len = q->tool_len - q->tool_emitted,
+                              .include_usage = q->include_usage};
+            sse_data(q, chunk_json(q, &ch));
+            q->tool_emitted = q->tool_len;
+        }
     }
     if (ev->finish != PROTO_FINISH_NONE) {
         q->finished = true;
@@ -544,7 +583,7 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
             sse_data(q, oai_error_json(&e));
             out_append(q, "data: [DONE]\n\n", 14);
         } else {
-            oai_chunk_t ch = {.finish_reason = finish_name(ev->finish),
+            oai_chunk_t ch = {.finish_reason = n_calls ? "tool_calls" : finish_name(ev->finish),
                               .include_usage = q->include_usage};
             if (q->kind == OAI_COMPLETION)
                 ch.text = "";
@@ -558,6 +597,7 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
             out_append(q, "data: [DONE]\n\n", 14);
         }
     }
+    oai_tool_calls_free(calls, n_calls);
     gateway_reply_free(&rep);
 }
 
@@ -594,6 +634,14 @@ static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection 
     const char *fr = finish_name(last->finish);
     char *body = q->kind == OAI_CHAT ? oai_chat_completion_json(&meta, text, len, fr, &lps, &u)
                                      : oai_completion_json(&meta, text, len, fr, &lps, &u);
+    if (q->tool_names && (last->finish == PROTO_FINISH_STOP || last->finish == PROTO_FINISH_LENGTH)) {
+        oai_tool_call_t *calls;
+        size_t content_len;
+        size_t n_calls = oai_tools_extract(text, len, q->tool_names, q->n_tools, &calls, &content_len);
+        if (n_calls)
+            body = oai_tools_patch(body, 0, text, content_len, calls, n_calls, false);
+        oai_tool_calls_free(calls, n_calls);
+    }
     lp_clear(&lp);
     free(text);
     return respond_text(s, c, 200, with_newline(body), "application/json", NULL, NULL);
@@ -723,6 +771,13 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     q->model = xstrdup(o.model);
     q->created = clock_wall_s();
     oai_id_new(rt->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", q->id, sizeof q->id);
+    if (o.tools_json && o.tool_choice != OAI_TOOL_CHOICE_NONE) {
+        /* the answer is parsed for calls: keep the names (o is freed below) */
+        q->tool_names = o.tool_names;
+        q->n_tools = o.n_tools;
+        o.tool_names = NULL;
+        o.n_tools = 0;
+    }
     q->greq = gateway_request_from_oai(s->gw, &o, tier);
     oai_request_free(&o);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -1010,6 +1065,10 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
     for (size_t i = 0; i < q->n_events; i++)
         gateway_reply_free(&q->events[i]);
     free(q->events);
+    for (size_t i = 0; i < q->n_tools; i++)
+        free(q->tool_names[i]);
+    free(q->tool_names);
+    free(q->tool_text);
     free(q->out);
     free(q->model);
     free(q->body);

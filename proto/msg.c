@@ -84,7 +84,6 @@ void proto_msg_clear(proto_msg_t *m)
         free(m->reg.model);
         free(m->reg.replica);
         free(m->reg.host);
-        free(m->reg.tool_fmt);
         break;
     case PROTO_SUBMIT: {
         proto_submit_t *s = &m->submit;
@@ -96,6 +95,7 @@ void proto_msg_clear(proto_msg_t *m)
         }
         free(s->messages);
         free(s->tools);
+        free(s->tool_choice);
         free(s->prompt);
         free(s->prompt_ids);
         free(s->sampling.logit_bias);
@@ -255,8 +255,6 @@ static void encode_register(enc_t *e, const proto_register_t *r)
     kv_uint(e, "block", r->block_size);
     if (r->heartbeat_ms)
         kv_uint(e, "hb_ms", r->heartbeat_ms);
-    if (r->tool_fmt)
-        kv_str(e, "tool_fmt", r->tool_fmt);
 }
 
 static void encode_heartbeat(enc_t *e, const proto_heartbeat_t *h)
@@ -309,6 +307,10 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
     }
     if (s->tools)
         kv_str(e, "tools", s->tools);
+    if (s->tool_choice)
+        kv_str(e, "tool_choice", s->tool_choice);
+    if (s->no_par_tools)
+        kv_bool(e, "par_tools", false);
     if (s->prompt)
         kv_str(e, "prompt", s->prompt);
     if (s->has_prompt_ids || s->n_prompt_ids) {
@@ -653,7 +655,7 @@ static int get_ids(dec_t *d, int32_t **ids, uint32_t *n_ids, uint32_t max)
 static const field_t register_fields[] = {
     {"v", true},     {"model", true},   {"replica", true},   {"host", true},
     {"pid", true},   {"cap", true},     {"n_ctx", true},     {"n_vocab", true},
-    {"kv_blocks", true}, {"block", true}, {"hb_ms", false}, {"tool_fmt", false},
+    {"kv_blocks", true}, {"block", true}, {"hb_ms", false},
 };
 
 static int register_field(dec_t *d, void *obj, int idx)
@@ -677,7 +679,6 @@ static int register_field(dec_t *d, void *obj, int idx)
     case 8: return get_u32(d, &r->kv_blocks, 0, U31);
     case 9: return get_u32(d, &r->block_size, 1, PROTO_MAX_BLOCK);
     case 10: return get_u32(d, &r->heartbeat_ms, PROTO_MIN_HEARTBEAT_MS, PROTO_MAX_HEARTBEAT_MS);
-    case 11: return get_str(d, &r->tool_fmt, NULL, 1, PROTO_MAX_ROLE);
     }
     return -1;
 }
@@ -752,7 +753,7 @@ static int chat_field(dec_t *d, void *obj, int idx)
 enum {
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
     S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
-    S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS,
+    S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS, S_TOOL_CHOICE, S_PAR_TOOLS,
 };
 
 static const field_t submit_fields[] = {
@@ -768,6 +769,7 @@ static const field_t submit_fields[] = {
     [S_STOP] = {"stop", false},      [S_IGNORE_EOS] = {"ignore_eos", false},
     [S_DEADLINE] = {"deadline_ms", false}, [S_STREAM] = {"stream", false},
     [S_RESUME] = {"resume", false},  [S_TOOLS] = {"tools", false},
+    [S_TOOL_CHOICE] = {"tool_choice", false}, [S_PAR_TOOLS] = {"par_tools", false},
 };
 
 static int submit_field(dec_t *d, void *obj, int idx)
@@ -851,6 +853,14 @@ static int submit_field(dec_t *d, void *obj, int idx)
     case S_STREAM: return get_bool(d, &s->stream);
     case S_RESUME: return get_ids(d, &s->resume, &s->n_resume, PROTO_MAX_TOKENS);
     case S_TOOLS: return get_str(d, &s->tools, NULL, 2, PROTO_MAX_PROMPT);
+    case S_TOOL_CHOICE: return get_str(d, &s->tool_choice, NULL, 1, PROTO_MAX_NAME);
+    case S_PAR_TOOLS: {
+        bool par;
+        if (get_bool(d, &par) < 0)
+            return -1;
+        s->no_par_tools = !par;
+        return 0;
+    }
     }
     return -1;
 }
@@ -872,6 +882,11 @@ static int submit_check(dec_t *d, const proto_submit_t *s)
         if ((s->prompt != NULL) == s->has_prompt_ids)
             return fail(d, PROTO_EFIELD, "completion needs exactly one of 'prompt', 'prompt_ids'");
     }
+    if (s->tool_choice && !s->tools)
+        return fail(d, PROTO_EFIELD, "'tool_choice' requires 'tools'");
+    if (s->tool_choice && strcmp(s->tool_choice, "required") != 0 && strcmp(s->tool_choice, "auto") != 0 &&
+        strncmp(s->tool_choice, "function:", 9) != 0)
+        return fail(d, PROTO_ERANGE, "'tool_choice' must be auto, required or function:NAME");
     if (s->sampling.top_logprobs > 0 && !s->sampling.logprobs)
         return fail(d, PROTO_EFIELD, "'top_lp' requires 'logprobs'");
     return 0;

@@ -46,11 +46,6 @@
  *   block      uint  req  tokens per KV block, 1..PROTO_MAX_BLOCK
  *   hb_ms      uint  opt  the worker's heartbeat interval in ms, default
  *                         PROTO_HEARTBEAT_MS, PROTO_MIN_HEARTBEAT_MS..PROTO_MAX_HEARTBEAT_MS
- *   tool_fmt   str   opt  how the model writes tool calls (its chat template's
- *                         family), 1..PROTO_MAX_ROLE bytes: "hermes"
- *                         (<tool_call>{json}</tool_call>), "llama3" (a bare JSON
- *                         object {"name","parameters"}), "mistral"
- *                         ([TOOL_CALLS][{...}]); absent = "hermes"
  *
  * HEARTBEAT (both ways) every hb_ms while connected.
  *   seq        uint  req  sender's counter, +1 per heartbeat (u64)
@@ -86,6 +81,11 @@
  *                         array of OpenAI tool objects {"type":"function",
  *                         "function":{"name","description"?,"parameters"?}},
  *                         2..PROTO_MAX_PROMPT bytes (the gateway validated it)
+ *   tool_choice str  opt  with tools: "auto" (default), "required" (at least
+ *                         one call) or "function:NAME" (a call of NAME); the
+ *                         worker enforces the last two with a grammar.
+ *                         ≤ PROTO_MAX_NAME bytes
+ *   par_tools  bool  opt  more than one call per answer allowed, default true
  *   prompt     str   opt  ≤ PROTO_MAX_PROMPT bytes
  *   prompt_ids array opt  token ids (uint ≤ PROTO_MAX_TOKEN_ID), ≤ PROTO_MAX_TOKENS;
  *                         used instead of prompt, e.g. by pagoda-bench
@@ -280,7 +280,6 @@ typedef struct proto_register {
     uint32_t kv_blocks;      /* kv_blocks */
     uint32_t block_size;     /* block, tokens per KV block */
     uint32_t heartbeat_ms;   /* hb_ms */
-    char *tool_fmt;          /* tool_fmt, NULL = absent ("hermes") */
 } proto_register_t;
 
 /* Worker load, carried by the worker's HEARTBEAT. */
@@ -352,6 +351,8 @@ typedef struct proto_submit {
     int32_t *resume;             /* resume, (n_resume) */
     uint32_t n_resume;
     char *tools;                 /* tools: JSON array text, NULL = absent */
+    char *tool_choice;           /* tool_choice, NULL = absent ("auto") */
+    bool no_par_tools;           /* par_tools false */
 } proto_submit_t;
 
 typedef struct proto_cancel {

@@ -95,7 +95,6 @@ worker_link_t *worker_link_new(const worker_link_config_t *cfg)
     l->reg.model = xstrdup(cfg->reg->model);
     l->reg.replica = xstrdup(cfg->reg->replica);
     l->reg.host = xstrdup(cfg->reg->host ? cfg->reg->host : "");
-    l->reg.tool_fmt = cfg->reg->tool_fmt ? xstrdup(cfg->reg->tool_fmt) : NULL;
     l->gateway_interval_us = l->interval_us; /* until its first heartbeat says otherwise */
     l->backoff_us = l->interval_us;
     if (cfg->curve_server_key || cfg->curve_public_key || cfg->curve_secret_key) {

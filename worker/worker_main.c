@@ -533,7 +533,6 @@ int main(int argc, char **argv)
         .model = w.model_name, .replica = w.replica, .host = w.host, .pid = (uint32_t)getpid(),
         .capacity = w.capacity, .n_ctx = w.n_ctx, .n_vocab = (uint32_t)w.engine->model->cfg.vocab,
         .kv_blocks = w.kv_blocks, .block_size = w.block_size,
-        .tool_fmt = (char *)chat_template_tool_format(w.engine->tmpl),
     };
     worker_link_config_t lcfg = {.endpoint = endpoint, .heartbeat_ms = w.heartbeat_ms, .reg = &reg};
     if (curve) {
