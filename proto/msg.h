@@ -131,6 +131,21 @@
  *                         "you are not registered — send REGISTER again"
  *   msg        str   req  human-readable, ≤ PROTO_MAX_ERROR_MSG bytes
  *
+ * KV (worker → gateway) changes to the worker's prefix cache, so the gateway
+ *   can route a request to the replica that holds its prefix (gateway/
+ *   prefix_index.h). Keys are the *public* block keys of common/prefix_key.h
+ *   (a deterministic hash chain over token ids, the same on every replica and
+ *   on the gateway), one per full KV block. Sent after the worker's steps
+ *   whenever its cache changed, at most PROTO_MAX_KV_KEYS keys per list (more
+ *   changes → several messages). The receiver applies, in this order: reset,
+ *   then del, then add (the worker sends the net change, so a key is normally
+ *   in one list only; one in both ends up added). After each REGISTER is acknowledged, and
+ *   whenever its bounded event log overflowed, the worker sends its full set:
+ *   a first message with reset, then as many messages of adds as needed.
+ *   reset      bool  opt  forget every key of this replica first, default false
+ *   add        array opt  ≤ PROTO_MAX_KV_KEYS uint (u64): blocks now cached
+ *   del        array opt  ≤ PROTO_MAX_KV_KEYS uint (u64): blocks evicted
+ *
  * DRAIN (gateway → worker) stop admitting SUBMITs (answer ERROR 503), finish
  *   the running ones, then exit. Empty body.
  * SHUTDOWN (gateway → worker) exit now. Empty body.
@@ -191,6 +206,7 @@
 #define PROTO_MAX_PENALTY 100.0
 #define PROTO_MAX_DEPTH 8                 /* nesting of skipped unknown values */
 #define PROTO_MAX_IDENTITY 255            /* ZeroMQ routing id bytes */
+#define PROTO_MAX_KV_KEYS 8192            /* keys in one KV add/del list (64 KiB) */
 
 #define PROTO_HEARTBEAT_MS 1000           /* default interval */
 #define PROTO_MIN_HEARTBEAT_MS 10
@@ -215,9 +231,10 @@ typedef enum proto_type {
     PROTO_ERROR = 6,
     PROTO_DRAIN = 7,
     PROTO_SHUTDOWN = 8,
+    PROTO_KV = 9,
 } proto_type_t;
 #define PROTO_TYPE_MIN PROTO_REGISTER
-#define PROTO_TYPE_MAX PROTO_SHUTDOWN
+#define PROTO_TYPE_MAX PROTO_KV
 
 typedef enum proto_priority {
     PROTO_PRIO_HIGH = 0,
@@ -381,6 +398,15 @@ typedef struct proto_error {
     char *message;               /* msg */
 } proto_error_t;
 
+/* Prefix-cache changes of one worker (KV). */
+typedef struct proto_kv {
+    bool reset;                  /* reset: drop every key of this replica first */
+    uint64_t *add;               /* add, (n_add) public block keys now cached */
+    uint32_t n_add;
+    uint64_t *del;               /* del, (n_del) public block keys evicted */
+    uint32_t n_del;
+} proto_kv_t;
+
 /* One decoded (or to-be-encoded) message. DRAIN and SHUTDOWN use no member. */
 typedef struct proto_msg {
     proto_type_t type;
@@ -391,6 +417,7 @@ typedef struct proto_msg {
         proto_cancel_t cancel;
         proto_event_t event;
         proto_error_t error;
+        proto_kv_t kv;
     };
 } proto_msg_t;
 

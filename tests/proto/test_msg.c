@@ -426,7 +426,7 @@ static void test_frames(void **state)
         {"PGDA011", 7, PROTO_CANCEL, 1, 3, PROTO_ETAG},
         {"", 0, PROTO_CANCEL, 1, 3, PROTO_ETAG},
         {"PGDA01", 6, 0, 1, 3, PROTO_ETYPE},
-        {"PGDA01", 6, 9, 1, 3, PROTO_ETYPE},
+        {"PGDA01", 6, 10, 1, 3, PROTO_ETYPE},
         {"PGDA01", 6, 255, 1, 3, PROTO_ETYPE},
         {"PGDA01", 6, PROTO_CANCEL, 0, 3, PROTO_EFRAMES},
         {"PGDA01", 6, PROTO_CANCEL, 2, 3, PROTO_EFRAMES},
