@@ -210,7 +210,7 @@ uint64_t prefix_index_match(prefix_index_t *x, const uint64_t *keys, int32_t n,
             break;
         lru_unlink(x, i);
         lru_push_tail(x, i);
-        any = alive;
+        any |= alive;
         for (uint64_t s = alive; s; s &= s - 1)
             depth[__builtin_ctzll(s)] = k + 1;
     }
