@@ -57,8 +57,9 @@
  *     wait       uint   sequences admitted but waiting for KV blocks
  *     kv_used    uint   KV blocks in use by sequences
  *     kv_total   uint   KV blocks in the pool
- *     pc_q       uint   prefix-cache block lookups since start (u64)
- *     pc_hit     uint   prefix-cache block hits since start (u64)
+ *     pc_q       uint   prompt tokens looked up in the prefix cache since start (u64)
+ *     pc_hit     uint   of those, tokens found cached (u64); both in tokens, like
+ *                       vLLM's prefix_cache_{queries,hits}_total
  *     preempt    uint   preemptions since start (u64)
  *     gen_tok    uint   completion tokens generated since start (u64)
  *     prompt_tok uint   prompt tokens processed since start (u64)
@@ -291,8 +292,8 @@ typedef struct proto_load {
     uint32_t waiting;               /* wait */
     uint32_t kv_blocks_used;        /* kv_used */
     uint32_t kv_blocks_total;       /* kv_total */
-    uint64_t prefix_cache_queries;  /* pc_q, cumulative */
-    uint64_t prefix_cache_hits;     /* pc_hit, cumulative */
+    uint64_t prefix_cache_queries;  /* pc_q, cumulative, prompt tokens */
+    uint64_t prefix_cache_hits;     /* pc_hit, cumulative, tokens */
     uint64_t preemptions;           /* preempt, cumulative */
     uint64_t tokens_generated;      /* gen_tok, cumulative */
     uint64_t prompt_tokens;         /* prompt_tok, cumulative */
