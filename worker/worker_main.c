@@ -220,27 +220,9 @@ static uint32_t submit(struct worker *w, const proto_submit_t *sm, char *err, si
 {
     const engine_t *e = w->engine;
     int32_t *ids = NULL;
-    int32_t n_ids = -1;
-    chat_msg_t *msgs = NULL;
+    int32_t n_ids;
     uint32_t code = 0;
-    if (sm->kind == PROTO_KIND_CHAT) {
-        msgs = xcalloc(sm->n_messages ? sm->n_messages : 1, sizeof *msgs);
-        for (uint32_t i = 0; i < sm->n_messages; i++) {
-            msgs[i].role = sm->messages[i].role;
-            msgs[i].content = sm->messages[i].content;
-            msgs[i].tool_calls = sm->messages[i].tool_calls;
-            msgs[i].tool_call_id = sm->messages[i].tool_call_id;
-        }
-        n_ids = engine_prompt_chat(e, msgs, sm->n_messages, sm->tools, &ids, err, errlen);
-    } else if (sm->has_prompt_ids) {
-        n_ids = (int32_t)sm->n_prompt_ids;
-        ids = xmalloc((sm->n_prompt_ids ? sm->n_prompt_ids : 1) * sizeof *ids);
-        if (sm->n_prompt_ids)
-            memcpy(ids, sm->prompt_ids, sm->n_prompt_ids * sizeof *ids);
-    } else {
-        const char *p = sm->prompt ? sm->prompt : "";
-        n_ids = engine_prompt_text(e, p, strlen(p), &ids, err, errlen);
-    }
+    n_ids = engine_prompt_submit(e, sm, &ids, err, errlen);
     if (n_ids < 0) {
         code = PROTO_CODE_BAD_REQUEST;
         goto out;
@@ -292,7 +274,6 @@ static uint32_t submit(struct worker *w, const proto_submit_t *sm, char *err, si
     }
     free(bias);
 out:
-    free(msgs);
     free(ids);
     return code;
 }
