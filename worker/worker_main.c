@@ -40,6 +40,7 @@
 #include "proto/msg.h"
 #include "worker/engine.h"
 #include "worker/model/forward.h"
+#include "worker/wait_policy.h"
 #include "worker/sched.h"
 #include "worker/worker_link.h"
 
@@ -408,7 +409,7 @@ int main(int argc, char **argv)
     /* OpenMP threads that spin while idle steal the core the gateway and
      * other workers need: re-exec once with a passive wait policy unless the
      * environment already chose one (see forward.h). */
-    forward_env_reexec(argv);
+    wait_policy_reexec(argv);
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
