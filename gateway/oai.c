@@ -584,10 +584,11 @@ static int refuse_unsupported(json_t *root, oai_kind_t kind, int64_t n, oai_erro
         /* best_of generates best_of completions and returns the n with the
          * highest mean logprob: not done here. best_of == n (or 1 with n 1)
          * asks for no ranking and is accepted. */
-        int64_t best_of = 0;
-        if (get_int(root, "best_of", INT64_MIN, INT64_MAX, &best_of, NULL, e) != 0)
+        int64_t best_of = 1;
+        int has_best_of = 0;
+        if (get_int(root, "best_of", INT64_MIN, INT64_MAX, &best_of, &has_best_of, e) != 0)
             return -1;
-        if (best_of != 0 && best_of != 1 && best_of != n)
+        if (has_best_of && best_of != 1 && best_of != n)
             return bad(e, "best_of", "'best_of' (%" PRId64 ") is not supported: pagoda does not rank "
                                      "candidates. Use 'n' to get several completions.", best_of);
         bool echo = false;
