@@ -125,7 +125,7 @@ ok(dflt.usage.completion_tokens === 16, `completion without max_tokens stops at 
   ok(chat3.choices.length === 3 && chat3.choices.every((c) => c.message.content === chat3.choices[0].message.content),
      "chat n: 3 greedy → three equal messages");
   const stream = await A.chat.completions.create({ model: MODEL, messages: chatMsg, max_tokens: 8, n: 3, seed: 5,
-                                                    temperature: 1.0, stream: true, stream_options: { include_usage: true } });
+                                                    temperature: 1.0, ignore_eos: true, stream: true, stream_options: { include_usage: true } });
   const texts = ["", "", ""], finishes = [null, null, null];
   let usage = null, bad = 0;
   for await (const ch of stream) {
@@ -138,7 +138,8 @@ ok(dflt.usage.completion_tokens === 16, `completion without max_tokens stops at 
       }
     }
   }
-  const single = await A.chat.completions.create({ model: MODEL, messages: chatMsg, max_tokens: 8, seed: 7, temperature: 1.0 });
+  const single = await A.chat.completions.create({ model: MODEL, messages: chatMsg, max_tokens: 8, seed: 7, temperature: 1.0,
+                                                     ignore_eos: true });
   ok(bad === 0 && finishes.every((f) => f !== null), `chat stream n: 3 → each choice has its own finish_reason (${finishes})`);
   ok(texts[2] === single.choices[0].message.content, "chat stream n: 3, choice 2 == single request with seed + 2");
   // every choice ended by length: 8 tokens each
