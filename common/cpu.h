@@ -16,4 +16,13 @@ bool cpu_has_f16c(void);
 /* AVX2, FMA and F16C: the set the forward pass's vector kernels use. */
 bool cpu_has_avx2_fma_f16c(void);
 
+/* AVX-VNNI (VEX-encoded 256-bit vpdpbusd) with AVX2, FMA and F16C. Intel
+ * Alder Lake and later, AMD Zen 5. From CPUID leaf 7 sub-leaf 1, cached. */
+bool cpu_has_avx_vnni(void);
+
+/* AVX-512 F, BW, DQ, VL and VNNI with AVX2, FMA and F16C, and an OS that
+ * saves the ZMM state (XGETBV). Intel Ice Lake and later, AMD Zen 4 and
+ * later. Cached. */
+bool cpu_has_avx512_vnni(void);
+
 #endif

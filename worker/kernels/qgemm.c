@@ -46,6 +46,7 @@
 #include "common/cpu.h"
 #include "common/xalloc.h"
 #include "worker/kernels/qblock.h"
+#include "worker/kernels/qkpack.h"
 #include "worker/kernels/quant.h"
 #include "worker/model/gguf.h"
 
@@ -100,7 +101,7 @@ typedef struct {
 #define PACK_HDR_BYTES 64
 typedef struct {
     uint32_t magic;       /* PACK_MAGIC */
-    uint32_t type;        /* ggml type of the source W (GGML_TYPE_Q8_0) */
+    uint32_t type;        /* ggml type of the source W (Q8_0, or a qkpack type) */
     int64_t n_out, n_in;  /* shape of the source W */
     uint64_t panel_bytes; /* stride of the panels, a multiple of 64 */
     uint64_t total;       /* bytes of the whole buffer, header included */
@@ -114,6 +115,30 @@ static bool cpu_has_avx2(void)
 }
 
 bool qgemm_avx2_available(void) { return cpu_has_avx2(); }
+
+static bool isa_available(qgemm_isa_t isa)
+{
+    switch (isa) {
+    case QGEMM_ISA_AUTO:
+    case QGEMM_ISA_SCALAR: return true;
+    case QGEMM_ISA_AVX2: return cpu_has_avx2();
+    case QGEMM_ISA_AVXVNNI: return cpu_has_avx2() && cpu_has_avx_vnni();
+    case QGEMM_ISA_AVX512VNNI: return cpu_has_avx2() && cpu_has_avx512_vnni();
+    }
+    return false;
+}
+
+static qgemm_isa_t isa_best(void)
+{
+    if (isa_available(QGEMM_ISA_AVX512VNNI))
+        return QGEMM_ISA_AVX512VNNI;
+    if (isa_available(QGEMM_ISA_AVXVNNI))
+        return QGEMM_ISA_AVXVNNI;
+    return cpu_has_avx2() ? QGEMM_ISA_AVX2 : QGEMM_ISA_SCALAR;
+}
+
+/* every level from AVX2 up runs the AVX2 code outside qkpack's kernels */
+static bool isa_avx2(const qgemm_ctx_t *c) { return c->isa >= QGEMM_ISA_AVX2; }
 
 bool qgemm_supported(uint32_t type)
 {
@@ -151,7 +176,7 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
         c->n_threads = 1;
     c->max_threads = c->n_threads;
     c->xq_rows = -1;
-    c->isa = cpu_has_avx2() ? QGEMM_ISA_AVX2 : QGEMM_ISA_SCALAR;
+    c->isa = isa_best();
     size_t nbm = (size_t)(c->max_in / QB);
     c->xq = xaligned_alloc((size_t)max_rows * (size_t)c->max_in);
     c->xd = xaligned_alloc((size_t)max_rows * nbm * sizeof(float));
@@ -198,13 +223,13 @@ int qgemm_set_isa(qgemm_ctx_t *c, qgemm_isa_t isa)
 {
     switch (isa) {
     case QGEMM_ISA_AUTO:
-        c->isa = cpu_has_avx2() ? QGEMM_ISA_AVX2 : QGEMM_ISA_SCALAR;
+        c->isa = isa_best();
         return 0;
     case QGEMM_ISA_SCALAR:
-        c->isa = isa;
-        return 0;
     case QGEMM_ISA_AVX2:
-        if (!cpu_has_avx2())
+    case QGEMM_ISA_AVXVNNI:
+    case QGEMM_ISA_AVX512VNNI:
+        if (!isa_available(isa))
             return -1;
         c->isa = isa;
         return 0;
@@ -220,6 +245,8 @@ const char *qgemm_isa_name(qgemm_isa_t isa)
     case QGEMM_ISA_AUTO: return "auto";
     case QGEMM_ISA_SCALAR: return "scalar";
     case QGEMM_ISA_AVX2: return "avx2";
+    case QGEMM_ISA_AVXVNNI: return "avxvnni";
+    case QGEMM_ISA_AVX512VNNI: return "avx512vnni";
     }
     return "unknown";
 }
@@ -855,6 +882,7 @@ typedef struct {
     const uint8_t *packed;/* first packed panel (AVX2 only), else NULL */
     size_t pstride;       /* bytes from one packed panel to the next */
     bool direct;          /* small-batch AVX2 path, no panel */
+    qkpack_isa_t qk_isa;  /* kernel flavour of a packed Q4_0 / K-quant W */
     void (*kern)(const panel_t *, const qx_t *, int, int, float[RT][NC]);
 } qmat_t;
 
@@ -907,6 +935,13 @@ static void run_panel(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows, b
     int64_t n_next_rows = n_out - (c0 + NC) < NC ? n_out - (c0 + NC) : NC;
     size_t n_next = n_next_rows > 0 ? (size_t)n_next_rows * m->rb : 0;
     const uint8_t *next = m->w + (size_t)(c0 + NC) * m->rb * (n_next > 0);
+    if (m->packed && m->kind != K_Q8_0) {
+        /* Q4_0 / K-quant panel packed at load (qkpack.h) */
+        const uint8_t *pk = m->packed + (size_t)ip * m->pstride;
+        qkpack_panel_run(m->qk_isa, m->type, pk, n_in, qx->q, qx->d, qx->s, n_rows, m->y + c0, n_out, nc,
+                         pk + m->pstride, c0 + NC < n_out ? m->pstride : 0);
+        return;
+    }
     if (m->packed) {
         /* panel ip as packed at load: no fill, the kernel reads it in place */
         panel_t pp = {0};
@@ -970,7 +1005,7 @@ static bool packed_ok(const void *packed, uint32_t type, int64_t n_out, int64_t 
 static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void *w, const void *packed,
                       int64_t n_out, int64_t n_in, float *y, int n_rows)
 {
-    const bool avx2 = c->isa == QGEMM_ISA_AVX2;
+    const bool avx2 = isa_avx2(c);
     m->kind = kind_of(type);
     m->type = type;
     m->w = w;
@@ -979,6 +1014,9 @@ static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void
     m->rb = quant_row_bytes(type, n_in);
     m->packed = NULL;
     m->pstride = 0;
+    m->qk_isa = c->isa == QGEMM_ISA_AVX512VNNI ? QKPACK_AVX512VNNI
+                : c->isa == QGEMM_ISA_AVXVNNI  ? QKPACK_AVXVNNI
+                                               : QKPACK_AVX2;
     if (packed && avx2) {
         const pack_hdr_t *h = packed;
         m->packed = (const uint8_t *)packed + PACK_HDR_BYTES;
@@ -1001,7 +1039,7 @@ int qgemm_quantize(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in)
 {
     if (!c || n_rows < 0 || n_rows > c->max_rows || n_in <= 0 || n_in > c->max_in || n_in % QB != 0)
         return -1;
-    xquant_rows(c, x, 0, n_rows, n_in, n_in / QB, c->isa == QGEMM_ISA_AVX2);
+    xquant_rows(c, x, 0, n_rows, n_in, n_in / QB, isa_avx2(c));
     c->xq_rows = n_rows;
     c->xq_in = n_in;
     return 0;
@@ -1022,7 +1060,7 @@ int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *mat, int64_t n_in, int n_r
     const qx_t qx = {c->xq, c->xd, c->xs, n_in, n_in / QB};
     panel_t p = panel_at(c, thread);
     for (int64_t ip = col0 / NC; ip * NC < col1; ip++)
-        run_panel(&m, ip, &qx, n_rows, c->isa == QGEMM_ISA_AVX2, &p);
+        run_panel(&m, ip, &qx, n_rows, isa_avx2(c), &p);
     return 0;
 }
 
@@ -1044,7 +1082,7 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
             return -1;
     if (n_rows == 0)
         return 0;
-    const bool avx2 = c->isa == QGEMM_ISA_AVX2;
+    const bool avx2 = isa_avx2(c);
     const int64_t nb = n_in / QB;
     qmat_t qm[QGEMM_MAX_MATS];
     int64_t first[QGEMM_MAX_MATS + 1]; /* global index of each matrix's first panel */
@@ -1111,11 +1149,11 @@ int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n
 
 size_t qgemm_packed_size(uint32_t type, int64_t n_out, int64_t n_in)
 {
-    if (type != GGML_TYPE_Q8_0 || n_out < 1 || n_out > PACK_MAX_OUT || n_in < QB || n_in > PACK_MAX_IN ||
-        n_in % QB != 0)
+    if ((type != GGML_TYPE_Q8_0 && !qkpack_supported(type)) || n_out < 1 || n_out > PACK_MAX_OUT || n_in < QB ||
+        n_in > PACK_MAX_IN || n_in % ggml_type_block_elems(type) != 0)
         return 0;
     uint64_t nb = (uint64_t)(n_in / QB);
-    uint64_t panel = (nb * (256 + 16) + 63) / 64 * 64;
+    uint64_t panel = type == GGML_TYPE_Q8_0 ? (nb * (256 + 16) + 63) / 64 * 64 : qkpack_panel_bytes(type, n_in);
     uint64_t n_panels = ((uint64_t)n_out + NC - 1) / NC;
     if (n_panels > (SIZE_MAX - PACK_HDR_BYTES) / panel)
         return 0;
@@ -1129,8 +1167,8 @@ int qgemm_pack_to(uint32_t type, const void *w, int64_t n_out, int64_t n_in, voi
         return -1;
     const int64_t nb = n_in / QB;
     const size_t rb = quant_row_bytes(type, n_in);
-    const size_t panel = (size_t)(nb * (256 + 16) + 63) / 64 * 64;
     const int64_t n_panels = (n_out + NC - 1) / NC;
+    const size_t panel = (total - PACK_HDR_BYTES) / (size_t)n_panels;
     uint8_t *buf = dst;
     pack_hdr_t h = {.magic = PACK_MAGIC, .type = type, .n_out = n_out, .n_in = n_in,
                     .panel_bytes = panel, .total = total};
@@ -1144,6 +1182,11 @@ int qgemm_pack_to(uint32_t type, const void *w, int64_t n_out, int64_t n_in, voi
 #pragma omp parallel for schedule(dynamic, 64) num_threads(n_threads)
     for (int64_t ip = 0; ip < n_panels; ip++) {
         uint8_t *q = buf + PACK_HDR_BYTES + (size_t)ip * panel;
+        if (type != GGML_TYPE_Q8_0) {
+            int nc = n_out - ip * NC < NC ? (int)(n_out - ip * NC) : NC;
+            qkpack_pack_panel(type, src + (size_t)(ip * NC) * rb, rb, nc, n_in, q);
+            continue;
+        }
         uint8_t *dh = q + 256 * (size_t)nb;
         /* columns past n_out and the tail padding stay zero */
         memset(q, 0, panel);

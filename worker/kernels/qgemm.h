@@ -89,11 +89,16 @@
 
 typedef struct qgemm_ctx qgemm_ctx_t;
 
-/* Instruction set used by a context's kernels. */
+/* Instruction set used by a context's kernels. Every path gives the bits of
+ * the scalar one (tested). The VNNI levels change only the kernels of packed
+ * Q4_0 / K-quant weights (qkpack.h); everything else runs the AVX2 code
+ * there. */
 typedef enum {
-    QGEMM_ISA_AUTO = 0, /* best available (AVX2 when the CPU has avx2 + f16c) */
-    QGEMM_ISA_SCALAR,   /* portable C, any CPU */
-    QGEMM_ISA_AVX2,     /* needs avx2 and f16c */
+    QGEMM_ISA_AUTO = 0,   /* best available: avx512vnni, avxvnni, avx2, scalar */
+    QGEMM_ISA_SCALAR,     /* portable C, any CPU */
+    QGEMM_ISA_AVX2,       /* needs avx2 and f16c */
+    QGEMM_ISA_AVXVNNI,    /* AVX2 + AVX-VNNI (256-bit vpdpbusd) */
+    QGEMM_ISA_AVX512VNNI, /* AVX2 + AVX-512 F/BW/DQ/VL/VNNI (512-bit vpdpbusd) */
 } qgemm_isa_t;
 
 /* Context for calls with n_rows ≤ max_rows and n_in ≤ max_in (both > 0).
@@ -117,7 +122,7 @@ int qgemm_set_threads(qgemm_ctx_t *c, int n_threads);
 int qgemm_set_isa(qgemm_ctx_t *c, qgemm_isa_t isa);
 
 /* The ISA c actually runs (never QGEMM_ISA_AUTO), and its name
- * ("scalar", "avx2"). */
+ * ("scalar", "avx2", "avxvnni", "avx512vnni"). */
 qgemm_isa_t qgemm_get_isa(const qgemm_ctx_t *c);
 const char *qgemm_isa_name(qgemm_isa_t isa);
 
@@ -185,8 +190,11 @@ int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *m, int64_t n_in, int n_row
 
 /* Packed weights: W decoded and transposed once (at model load) into the
  * panel layout the AVX2 kernel reads, so calls skip the per-call panel fill
- * (about 1/5 of a 32-row Q8_0 product). Q8_0 only. One buffer, 64-byte
- * aligned, packed size = 64 + n_panels · panel_bytes, about the size of W:
+ * (about 1/5 of a 32-row Q8_0 product; most of a K-quant one). Q8_0 as
+ * below; Q4_0, Q4_K, Q5_K, Q6_K with the same header and panels in the
+ * layout of qkpack.h (4-6 bits per weight, scales pre-decoded). One buffer,
+ * 64-byte aligned, packed size = 64 + n_panels · panel_bytes, about the
+ * size of W:
  *
  *   header (64 bytes): magic u32 "QGPK", type u32, n_out i64, n_in i64,
  *                      panel_bytes u64, total bytes u64, zero padding
@@ -205,8 +213,9 @@ int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *m, int64_t n_in, int n_row
  * across cache lines.
  *
  * qgemm_packed_size(type, n_out, n_in): bytes of the packing, 0 when it is
- *   refused: type not Q8_0, n_out < 1 or > 2^34, n_in < 32 or > 2^21 or not
- *   a multiple of 32.
+ *   refused: type not Q8_0/Q4_0/Q4_K/Q5_K/Q6_K, n_out < 1 or > 2^34,
+ *   n_in < 32 or > 2^21 or not a multiple of the type's block (32; 256
+ *   for K-quants).
  * qgemm_pack(type, w, n_out, n_in, n_threads): a new packing of w (n_out
  *   rows of quant_row_bytes(type, n_in) bytes), built by up to n_threads
  *   OpenMP threads (≤ 0: 1); NULL when refused as above or w is NULL;
