@@ -42,6 +42,7 @@
 #include "worker/model/forward.h"
 #include "worker/wait_policy.h"
 #include "worker/sched.h"
+#include "worker/kv_report.h"
 #include "worker/worker_link.h"
 
 /* The worker process state. */
@@ -51,6 +52,7 @@ struct worker {
     char replica[PROTO_MAX_NAME + 1];     /* "host:pid:random", unique per process */
     char host[PROTO_MAX_NAME + 1];
     worker_link_t *link;                  /* to the gateway */
+    kv_report_t *kv_report;               /* prefix-cache changes → KV messages */
     int heartbeat_ms;
     uint32_t capacity;                    /* max concurrent sequences */
     uint32_t n_ctx;                       /* tokens per sequence */
@@ -548,8 +550,10 @@ int main(int argc, char **argv)
              w.model_path, w.replica, w.capacity, w.n_ctx, w.kv_blocks);
 
     rc = 0;
+    w.kv_report = kv_report_new(sched_kv_pool(w.sched));
     while (!w.stop) {
         publish_load(&w);
+        kv_report_flush(w.kv_report, w.link);
         bool busy = sched_busy(w.sched);
         proto_msg_t m;
         /* drain every queued message before the next step so CANCELs and
@@ -578,6 +582,7 @@ int main(int argc, char **argv)
         }
     }
 out:
+    kv_report_free(&w.kv_report);
     worker_link_free(&w.link);
     sched_free(&w.sched);
     engine_free(&w.engine);

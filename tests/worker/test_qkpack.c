@@ -39,7 +39,6 @@
 #include "tests/worker/qgemm_testdata.h"
 
 static const uint32_t TYPES[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
-static const qgemm_isa_t ISAS[] = {QGEMM_ISA_AVX2, QGEMM_ISA_AVXVNNI, QGEMM_ISA_AVX512VNNI};
 
 static uint16_t f16_in(uint64_t *s, double lo, double hi)
 {
@@ -84,14 +83,6 @@ static float *run(qgemm_ctx_t *ctx, qgemm_isa_t isa, uint32_t type, const uint8_
     qgemm_mat_t m = {.type = type, .w = w, .n_out = n_out, .y = y, .packed = packed};
     assert_int_equal(qgemm_multi(ctx, &m, 1, n_in, x, n_rows), 0);
     return y;
-}
-
-static bool isa_ok(qgemm_ctx_t *ctx, qgemm_isa_t isa)
-{
-    if (qgemm_set_isa(ctx, isa) == 0)
-        return true;
-    print_message("  skip: this CPU has no %s\n", qgemm_isa_name(isa));
-    return false;
 }
 
 /* |y - ref| within the int8-activation bound (qgemm.h, Accuracy). */
@@ -145,21 +136,21 @@ static void check_type_shape(qgemm_ctx_t *ctx, uint32_t type, int64_t n_out, int
     uint8_t *wsave = xmalloc(wbytes);
     memcpy(wsave, w, wbytes);
     memset(w, 0x5a, wbytes);
-    for (size_t ii = 0; ii < sizeof ISAS / sizeof ISAS[0]; ii++) {
-        if (!isa_ok(ctx, ISAS[ii]))
+    for (size_t ii = 0; ii < N_VECTOR_ISAS; ii++) {
+        if (!isa_runs(VECTOR_ISAS[ii]))
             continue;
         for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++) {
             int n_rows = rows_list[ri];
-            float *y = run(ctx, ISAS[ii], type, w, packed, n_out, n_in, x, n_rows);
+            float *y = run(ctx, VECTOR_ISAS[ii], type, w, packed, n_out, n_in, x, n_rows);
             if (memcmp(y, ref, (size_t)n_rows * (size_t)n_out * sizeof(float)) != 0)
                 fail_msg("%s %s n_out %lld n_in %lld rows %d: packed differs from the scalar reference",
-                         ggml_type_name(type), qgemm_isa_name(ISAS[ii]), (long long)n_out, (long long)n_in,
+                         ggml_type_name(type), qgemm_isa_name(VECTOR_ISAS[ii]), (long long)n_out, (long long)n_in,
                          n_rows);
             free(y);
         }
         /* each row alone == the same row in the batch of 37 */
         for (int r = 0; r < max_rows; r += 6) {
-            float *y = run(ctx, ISAS[ii], type, w, packed, n_out, n_in, x + (int64_t)r * n_in, 1);
+            float *y = run(ctx, VECTOR_ISAS[ii], type, w, packed, n_out, n_in, x + (int64_t)r * n_in, 1);
             assert_memory_equal(y, ref + (int64_t)r * n_out, (size_t)n_out * sizeof(float));
             free(y);
         }
@@ -213,8 +204,8 @@ static void test_multi_quantized(void **state)
         ys[i] = xmalloc(9 * (size_t)n_out * sizeof(float));
         mats[i] = (qgemm_mat_t){.type = TYPES[i], .w = ws[i], .n_out = n_out, .y = ys[i], .packed = ps[i]};
     }
-    for (size_t ii = 0; ii < sizeof ISAS / sizeof ISAS[0]; ii++) {
-        if (!isa_ok(ctx, ISAS[ii]))
+    for (size_t ii = 0; ii < N_VECTOR_ISAS; ii++) {
+        if (!isa_runs(VECTOR_ISAS[ii]))
             continue;
         assert_int_equal(qgemm_multi(ctx, mats, 4, n_in, x, 9), 0);
         for (int i = 0; i < 4; i++)
@@ -281,7 +272,7 @@ static void run_bench(void)
             double tb[4] = {1e30, 1e30, 1e30, 1e30};
             for (int round = 0; round < 3; round++)
                 for (int k = 0; k < 4; k++) {
-                    qgemm_isa_t isa = k == 0 ? QGEMM_ISA_AVX2 : ISAS[k - 1];
+                    qgemm_isa_t isa = k == 0 ? QGEMM_ISA_AVX2 : VECTOR_ISAS[k - 1];
                     if (qgemm_set_isa(ctx, isa) != 0)
                         continue;
                     double a = best_us(reps / 3 + 1, ctx, k == 0 ? &mu : &mp, n_in, x, rows[r]);
