@@ -20,7 +20,6 @@
 
 enum qk_kind { QK_Q40, QK_Q4K, QK_Q5K, QK_Q6K };
 #define QK_AFFINE(k) ((k) == QK_Q4K || (k) == QK_Q5K)
-#define QK_RT 4 /* X rows per register tile */
 
 /* Offsets inside a chunk (8 blocks × 8 columns), qkpack.h. */
 static inline size_t qk_qh_bytes(enum qk_kind k) { return k == QK_Q5K ? 256 : k == QK_Q6K ? 512 : 0; }
