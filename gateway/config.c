@@ -94,6 +94,13 @@ static const field_t curve_fields[] = {
     OPTSTR("authorized_worker_keys_file", config_curve_t, authorized_worker_keys_file, check_path),
     BOOL("allow_plain_tcp", config_curve_t, allow_plain_tcp),
 };
+/* routing.mode, indexed by route_mode_t */
+static const char *const routing_mode_names[] = {"cache-aware", "least-loaded", NULL};
+static const field_t routing_fields[] = {
+    ENUM("mode", config_routing_t, mode, routing_mode_names),
+    INT("max_load_gap", config_routing_t, max_load_gap, 1, 65536),
+    INT("index_entries", config_routing_t, index_entries, 1, 67108864),
+};
 /* models[].kv_type, indexed by config_kv_type_t */
 static const char *const kv_type_names[] = {"f16", "f32", "auto", NULL};
 
@@ -128,6 +135,7 @@ static const field_t top_fields[] = {
     MAP("limits", config_t, limits, limits_fields),
     MAP("restart", config_t, restart, restart_fields),
     MAP("curve", config_t, curve, curve_fields),
+    MAP("routing", config_t, routing, routing_fields),
     {.key = "models", .kind = K_MODELS, .off = offsetof(config_t, models)},
 };
 #define MAX_FIELDS 16 /* entries of the largest table */
@@ -489,6 +497,9 @@ config_t *config_default(void)
                                     .crash_loop_restarts = SUPERVISOR_FAIL_RESTARTS,
                                     .crash_loop_window_s = SUPERVISOR_FAIL_WINDOW_MS / 1000};
     c->curve = (config_curve_t){.allow_plain_tcp = false};
+    c->routing = (config_routing_t){.mode = ROUTE_CACHE_AWARE,
+                                    .max_load_gap = ROUTE_DEFAULT_MAX_LOAD_GAP,
+                                    .index_entries = PREFIX_INDEX_DEFAULT_ENTRIES};
     derive(c);
     return c;
 }

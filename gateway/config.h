@@ -86,6 +86,15 @@
  *   curve.allow_plain_tcp        bool     false                   allow a tcp:// worker_endpoint that is
  *                                                                 not loopback without CURVE (trusted
  *                                                                 networks only)
+ *   routing.mode                 string   cache-aware             cache-aware | least-loaded: send a
+ *                                                                 request to the replica holding its
+ *                                                                 prefix, or to the least-loaded one
+ *                                                                 (gateway/route.h)
+ *   routing.max_load_gap         int      4                       1..65536 requests more than the
+ *                                                                 least-loaded replica the one holding
+ *                                                                 the prefix may have
+ *   routing.index_entries        int      262144                  1..67108864 block keys in the
+ *                                                                 gateway's routing index (32 B each)
  *   models                       list     []                      at most CONFIG_MAX_MODELS entries:
  *     name                       string   (required)              1..128 of [A-Za-z0-9._:/-], starting
  *                                                                 with a letter or digit; unique
@@ -200,6 +209,12 @@ typedef struct config_curve {
     bool allow_plain_tcp;              /* see the cross-field rules above */
 } config_curve_t;
 
+typedef struct config_routing {
+    int mode;                  /* route_mode_t (gateway/route.h): 0 cache-aware, 1 least-loaded */
+    int max_load_gap;          /* requests more than the least-loaded replica a cache hit may have */
+    int index_entries;         /* block keys the routing index holds */
+} config_routing_t;
+
 typedef struct config {
     char *listen;              /* "HOST:PORT" as given */
     char *listen_host;         /* HOST without brackets ("::1" for "[::1]:8080") */
@@ -215,6 +230,7 @@ typedef struct config {
     config_limits_t limits;
     config_restart_t restart;
     config_curve_t curve;
+    config_routing_t routing;
     config_model_t *models;    /* (n_models), in file order, then flag order */
     size_t n_models;
 } config_t;

@@ -94,6 +94,8 @@ static const struct flag_key {
     {"replicas", "replicas", true, false},
     {"idle-timeout", "idle_timeout_s", true, false},
     {"drain-timeout", "drain_timeout_s", false, false},
+    {"routing", "routing.mode", false, false},
+    {"routing-max-load-gap", "routing.max_load_gap", false, false},
     {"max-restarts", "restart.crash_loop_restarts", false, false},
     {"restart-window", "restart.crash_loop_window_s", false, false},
 };
@@ -153,6 +155,11 @@ static void usage(FILE *f)
             "                             within S seconds is FAILED (default %d in %d)\n"
             "                             [restart.crash_loop_restarts, restart.crash_loop_window_s]\n"
             "  --drain-timeout S          on SIGTERM, let requests finish this long (default 30)\n"
+            "  --routing MODE             cache-aware (default: to the replica holding the prompt's\n"
+            "                             prefix) or least-loaded [routing.mode]\n"
+            "  --routing-max-load-gap N   cache-aware: requests more than the least-loaded replica\n"
+            "                             the one holding the prefix may have (default 4)\n"
+            "                             [routing.max_load_gap]\n"
             "                             [drain_timeout_s]\n"
             "  --worker-arg ARG           any other worker flag, e.g. --worker-arg=--ctx=512\n"
             "                             (repeatable; wins over the settings above)\n"
@@ -482,9 +489,11 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < cfg->n_models; i++)
         n_local += (size_t)cfg->models[i].replicas;
     const char **model_names = xcalloc(cfg->n_models + 1, sizeof *model_names);
+    const char **model_paths = xcalloc(cfg->n_models + 1, sizeof *model_paths);
     double *idle_s = xcalloc(cfg->n_models + 1, sizeof *idle_s);
     for (size_t i = 0; i < cfg->n_models; i++) {
         model_names[i] = cfg->models[i].name;
+        model_paths[i] = cfg->models[i].path;
         idle_s[i] = cfg->models[i].idle_timeout_s;
     }
 
@@ -546,6 +555,9 @@ int main(int argc, char **argv)
         .models = model_names, .n_models = cfg->n_models, .idle_timeout_s = idle_s,
         .curve_secret_key = curve ? srv_sec : NULL, .curve_authorized = authorized,
         .max_redispatch = max_redispatch > 0 ? (int)max_redispatch : -1,
+        .routing = (route_mode_t)cfg->routing.mode, .model_paths = model_paths,
+        .prefix_index_entries = (size_t)cfg->routing.index_entries,
+        .route_max_load_gap = (uint32_t)cfg->routing.max_load_gap,
     };
     struct gateway *gw = gateway_new(&gcfg);
     explicit_bzero(srv_sec, sizeof srv_sec);
@@ -627,6 +639,7 @@ stop:
 out:
     curve_keylist_free(&authorized);
     free(model_names);
+    free(model_paths);
     free(idle_s);
     config_free(&cfg);
     if (rc == 0)

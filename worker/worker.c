@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
+#include "worker/kv_report.h"
 #include "worker/worker_link.h"
 
 /* The worker process state. */
@@ -23,6 +24,7 @@ struct worker {
     char replica[PROTO_MAX_NAME + 1];     /* "host:pid:random", unique per process */
     char host[PROTO_MAX_NAME + 1];        /* gethostname(), or "localhost" */
     worker_link_t *link;                  /* to the gateway (owned) */
+    kv_report_t *kv_report;               /* prefix-cache changes → KV messages (owned) */
     int heartbeat_ms;                     /* our heartbeat interval = idle poll timeout */
     uint32_t capacity;                    /* max concurrent sequences (sched_capacity) */
     uint32_t n_ctx;                       /* tokens per sequence (sched_context_length) */
@@ -352,6 +354,7 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     }
     log_info("serving model %s (%s) as %s: %u seqs, context %u, %u KV blocks", w->model_name,
              w->model_path, w->replica, w->capacity, w->n_ctx, w->kv_blocks);
+    w->kv_report = kv_report_new(sched_kv_pool(w->sched));
     return w;
 err:
     worker_free(&w);
@@ -363,6 +366,7 @@ void worker_free(worker_t **wp)
     struct worker *w = *wp;
     if (!w)
         return;
+    kv_report_free(&w->kv_report);
     worker_link_free(&w->link);
     sched_free(&w->sched);
     engine_free(&w->engine);
@@ -376,6 +380,7 @@ bool worker_run_once(worker_t *w, int wake_fd)
     if (w->stop)
         return false;
     publish_load(w);
+    kv_report_flush(w->kv_report, w->link);
     bool busy = sched_busy(w->sched);
     proto_msg_t m;
     /* drain every queued message before the next step so CANCELs and new

@@ -7,6 +7,7 @@
  *
  *   loop (worker_run_once):
  *     publish the load the next HEARTBEATs carry (credit = free slots)
+ *     send the prefix-cache changes as KV messages (kv_report.h)
  *     poll the link: wait up to one heartbeat interval when idle, just look
  *       when sequences run; then take every queued message before stepping,
  *       so CANCELs and new SUBMITs join this step's batch

@@ -24,7 +24,7 @@
 #include "common/sigwake.h"
 #include "proto/curve.h"
 #include "proto/msg.h"
-#include "worker/model/forward.h"
+#include "worker/wait_policy.h"
 #include "worker/sched.h"
 #include "worker/worker.h"
 
@@ -134,8 +134,8 @@ int main(int argc, char **argv)
     };
     /* OpenMP threads that spin while idle steal the core the gateway and
      * other workers need: re-exec once with a passive wait policy unless the
-     * environment already chose one (see forward.h). */
-    forward_env_reexec(argv);
+     * environment already chose one (see wait_policy.h). */
+    wait_policy_reexec(argv);
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {

@@ -35,7 +35,10 @@
 
 #define TEXT_CAP 8192
 #define MAX_IDS 1024
-#define HB_MS 20             /* worker heartbeat = its idle poll timeout */
+#define HB_MS 200            /* worker heartbeat = its idle poll timeout; it calls us
+                              * dead after 3 of its intervals until our first
+                              * HEARTBEAT says ours: room for a stalled test thread */
+#define OUR_HB_MS 1000       /* the fake gateway's heartbeat interval */
 #define WAIT_US 60000000LL   /* generous: sanitizer builds on a shared 2-core box */
 
 static const char *g_model;
@@ -65,6 +68,8 @@ typedef struct fx {
     proto_register_t reg;    /* copy of the REGISTER's numbers (strings not kept) */
     char reg_model[64];
     worker_t *w;
+    int64_t t_next_hb_us;    /* our next HEARTBEAT to the worker */
+    uint64_t hb_seq;
     bool stopped;            /* worker_run_once returned false */
     seen_t seen[8];          /* by request id 1..7 */
 } fx_t;
@@ -75,16 +80,35 @@ static void send_msg(fx_t *f, const proto_msg_t *m)
     assert_int_equal(proto_send(f->router, &f->peer, m, 0), PROTO_OK);
 }
 
-/* Reads everything the worker sent so far. */
+/* Sends our HEARTBEAT when one is due (a 1 s interval, sent 4 times as
+ * often: the worker calls us dead after 3 s of silence). */
+static void heartbeat(fx_t *f)
+{
+    int64_t now = clock_now_us();
+    if (f->have_peer && now >= f->t_next_hb_us) {
+        proto_msg_t hb;
+        proto_msg_init(&hb, PROTO_HEARTBEAT);
+        hb.heartbeat.seq = f->hb_seq++;
+        hb.heartbeat.heartbeat_ms = OUR_HB_MS;
+        send_msg(f, &hb);
+        f->t_next_hb_us = now + OUR_HB_MS * 1000 / 4;
+    }
+}
+
+/* Reads everything the worker sent so far, heartbeating as a gateway (the
+ * first HEARTBEAT right after REGISTER, as the gateway acknowledges it). */
 static void drain_router(fx_t *f)
 {
+    heartbeat(f);
     for (;;) {
         proto_peer_t from;
         proto_msg_t m;
         char err[256];
         int rc = proto_recv(f->router, &from, &m, ZMQ_DONTWAIT, err, sizeof err);
-        if (rc == PROTO_ESYS)
+        if (rc == PROTO_ESYS) {
+            heartbeat(f);
             return;
+        }
         assert_int_equal(rc, PROTO_OK);
         if (m.type == PROTO_REGISTER) {
             f->peer = from;

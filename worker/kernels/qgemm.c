@@ -45,8 +45,9 @@
 
 #include "common/cpu.h"
 #include "common/xalloc.h"
-#include "worker/model/gguf.h"
+#include "worker/kernels/qblock.h"
 #include "worker/kernels/quant.h"
+#include "worker/model/gguf.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
@@ -236,8 +237,13 @@ static panel_t panel_at(const qgemm_ctx_t *c, int i_thread)
     return p;
 }
 
-static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static float rdh(const uint8_t *p) { return quant_fp16_to_fp32(rd16(p)); }
+/* f16 scale bits of 32-block b of a Q8_0 or Q4_0 row */
+static uint16_t blk_d16(enum kind kind, const uint8_t *row, int64_t b)
+{
+    if (kind == K_Q8_0)
+        return ((const qblock_q8_0_t *)row)[b].d;
+    return ((const qblock_q4_0_t *)row)[b].d;
+}
 static int32_t pair16(int lo, int hi) { return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16); }
 
 /* ---- X quantization ------------------------------------------------------- */
@@ -284,10 +290,10 @@ static void decode_block_scalar(enum kind kind, uint32_t type, const uint8_t *ro
     int j = (int)(b % 8);
     switch (kind) {
     case K_Q8_0:
-        memcpy(v, row + b * 34 + 2, 32);
+        memcpy(v, ((const qblock_q8_0_t *)row)[b].qs, 32);
         return;
     case K_Q4_0: {
-        const uint8_t *qs = row + b * 18 + 2;
+        const uint8_t *qs = ((const qblock_q4_0_t *)row)[b].qs;
         for (int i = 0; i < 16; i++) {
             v[i] = qs[i] & 15;
             v[i + 16] = qs[i] >> 4;
@@ -296,8 +302,8 @@ static void decode_block_scalar(enum kind kind, uint32_t type, const uint8_t *ro
     }
     case K_Q45_K: {
         bool q5 = type == GGML_TYPE_Q5_K;
-        const uint8_t *blk = row + sb * (q5 ? 176 : 144);
-        const uint8_t *qh = blk + 16, *qs = blk + (q5 ? 48 : 16);
+        const qblock_q5_k_t *b5 = q5 ? (const qblock_q5_k_t *)row + sb : NULL;
+        const uint8_t *qh = q5 ? b5->qh : NULL, *qs = q5 ? b5->qs : ((const qblock_q4_k_t *)row)[sb].qs;
         for (int l = 0; l < 32; l++) {
             uint8_t x = qs[32 * (j / 2) + l];
             v[l] = (j & 1) ? x >> 4 : x & 15;
@@ -307,9 +313,9 @@ static void decode_block_scalar(enum kind kind, uint32_t type, const uint8_t *ro
         return;
     }
     case K_Q6_K: {
-        const uint8_t *blk = row + sb * 210;
+        const qblock_q6_k_t *blk = (const qblock_q6_k_t *)row + sb;
         int h = j / 4, r = j % 4;
-        const uint8_t *ql = blk + 64 * h + 32 * (r & 1), *qh = blk + 128 + 32 * h;
+        const uint8_t *ql = blk->ql + 64 * h + 32 * (r & 1), *qh = blk->qh + 32 * h;
         for (int l = 0; l < 32; l++) {
             int lo = r < 2 ? ql[l] & 15 : ql[l] >> 4;
             v[l] = (uint8_t)(lo | ((qh[l] >> (2 * r)) & 3) << 4);
@@ -323,14 +329,15 @@ static void decode_block_scalar(enum kind kind, uint32_t type, const uint8_t *ro
  * nb 32-blocks. Shared by both ISAs (the cost is per 256 weights). */
 static inline __attribute__((always_inline)) void
 fill_meta_k_with(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb, int c, panel_t *p,
-                 float (*rdh)(const uint8_t *))
+                 float (*h2f)(uint16_t))
 {
-    size_t bb = ggml_type_block_bytes(type);
+    const size_t bb = ggml_type_block_bytes(type);
     for (int64_t sb = 0; sb < nb / 8; sb++) {
         const uint8_t *blk = row + (size_t)sb * bb;
         if (kind == K_Q6_K) {
-            const int8_t *scales = (const int8_t *)(blk + 192);
-            float d = rdh(blk + 208);
+            const qblock_q6_k_t *b6 = (const qblock_q6_k_t *)blk;
+            const int8_t *scales = b6->scales;
+            float d = h2f(b6->d);
             for (int j = 0; j < 8; j++) {
                 int64_t b = sb * 8 + j;
                 int s0 = scales[2 * j], s1 = scales[2 * j + 1];
@@ -341,18 +348,13 @@ fill_meta_k_with(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb, 
                 p->dm[8 * b + c] = 0;
             }
         } else {
-            const uint8_t *s = blk + 4;
-            float d = rdh(blk), dmin = rdh(blk + 2);
+            /* Q5_K's head (d, dmin, scales) is Q4_K's */
+            const qblock_q4_k_t *b4 = (const qblock_q4_k_t *)blk;
+            float d = h2f(b4->d), dmin = h2f(b4->dmin);
             for (int j = 0; j < 8; j++) {
                 int64_t b = sb * 8 + j;
                 int sc, m;
-                if (j < 4) {
-                    sc = s[j] & 63;
-                    m = s[j + 4] & 63;
-                } else {
-                    sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
-                    m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-                }
+                qblock_k_scale_min(b4->scales, j, &sc, &m);
                 p->sc[16 * b + c] = p->sc[16 * b + 8 + c] = pair16(sc, sc);
                 p->mm[8 * b + c] = pair16(m, m);
                 p->d[8 * b + c] = d;
@@ -365,7 +367,7 @@ fill_meta_k_with(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb, 
 static void fill_meta_k(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb, int c,
                         panel_t *p)
 {
-    fill_meta_k_with(kind, type, row, nb, c, p, rdh);
+    fill_meta_k_with(kind, type, row, nb, c, p, quant_fp16_to_fp32);
 }
 
 /* rows[c] (c < 8) point at the 8 W rows of the panel (missing columns repeat
@@ -381,9 +383,8 @@ static void fill_panel_scalar(enum kind kind, uint32_t type, const uint8_t *cons
                 memcpy(p->q + 256 * b + 32 * k + 4 * c, v + 4 * k, 4);
         }
         if (kind == K_Q8_0 || kind == K_Q4_0) {
-            size_t bb = kind == K_Q8_0 ? 34 : 18;
             for (int64_t b = 0; b < nb; b++)
-                p->d[8 * b + c] = rdh(rows[c] + (size_t)b * bb);
+                p->d[8 * b + c] = quant_fp16_to_fp32(blk_d16(kind, rows[c], b));
         } else {
             fill_meta_k(kind, type, rows[c], nb, c, p);
         }
@@ -503,7 +504,7 @@ AVX2 static void xquant_block_avx2(const float *x, int8_t *q, float *d, int32_t 
     *s = pair16(_mm_cvtsi128_si32(t), _mm_extract_epi32(t, 1));
 }
 
-AVX2_INLINE float rdh_f16c(const uint8_t *p) { return _cvtsh_ss(rd16(p)); }
+AVX2_INLINE float rdh_f16c(uint16_t h) { return _cvtsh_ss(h); }
 
 AVX2 static void fill_meta_k_avx2(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb,
                                   int c, panel_t *p)
@@ -522,31 +523,32 @@ AVX2_INLINE __m256i decode_block_avx2(enum kind kind, bool q5, const uint8_t *ro
     int j = (int)(b % 8);
     switch (kind) {
     case K_Q8_0:
-        return _mm256_loadu_si256((const __m256i *)(row + b * 34 + 2));
+        return _mm256_loadu_si256((const __m256i *)(const void *)((const qblock_q8_0_t *)row)[b].qs);
     case K_Q4_0: {
-        __m128i qs = _mm_loadu_si128((const __m128i *)(row + b * 18 + 2));
+        __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)((const qblock_q4_0_t *)row)[b].qs);
         __m128i lo = _mm_and_si128(qs, _mm_set1_epi8(15));
         __m128i hi = _mm_and_si128(_mm_srli_epi16(qs, 4), _mm_set1_epi8(15));
         return _mm256_set_m128i(hi, lo);
     }
     case K_Q45_K: {
-        const uint8_t *blk = row + sb * (q5 ? 176 : 144);
-        __m256i x = _mm256_loadu_si256((const __m256i *)(blk + (q5 ? 48 : 16) + 32 * (j / 2)));
+        const qblock_q5_k_t *b5 = q5 ? (const qblock_q5_k_t *)row + sb : NULL;
+        const uint8_t *qs = q5 ? b5->qs : ((const qblock_q4_k_t *)row)[sb].qs;
+        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * (j / 2)));
         __m256i v = (j & 1) ? _mm256_and_si256(_mm256_srli_epi16(x, 4), m4) : _mm256_and_si256(x, m4);
         if (q5) {
             __m256i bit = _mm256_set1_epi8((char)(1 << j));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)b5->qh);
             __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
             v = _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(16)));
         }
         return v;
     }
     case K_Q6_K: {
-        const uint8_t *blk = row + sb * 210;
+        const qblock_q6_k_t *blk = (const qblock_q6_k_t *)row + sb;
         int h = j / 4, r = j % 4;
-        __m256i l = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (r & 1)));
+        __m256i l = _mm256_loadu_si256((const __m256i *)(const void *)(blk->ql + 64 * h + 32 * (r & 1)));
         __m256i lo = r < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(blk->qh + 32 * h));
         /* 16-bit shifts: bits crossing from the neighbour byte are masked off */
         __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * r)),
                                       _mm256_set1_epi8(3));
@@ -594,12 +596,11 @@ AVX2_INLINE void fill_panel_avx2_kind(enum kind kind, uint32_t type, const uint8
         for (int k = 0; k < 8; k++)
             _mm256_store_si256((__m256i *)(p->q + 256 * b + 32 * k), v[k]);
         if (kind == K_Q8_0 || kind == K_Q4_0) {
-            size_t bb = kind == K_Q8_0 ? 34 : 18;
             __m128i h = _mm_setr_epi16(
-                (short)rd16(rows[0] + b * bb), (short)rd16(rows[1] + b * bb),
-                (short)rd16(rows[2] + b * bb), (short)rd16(rows[3] + b * bb),
-                (short)rd16(rows[4] + b * bb), (short)rd16(rows[5] + b * bb),
-                (short)rd16(rows[6] + b * bb), (short)rd16(rows[7] + b * bb));
+                (short)blk_d16(kind, rows[0], b), (short)blk_d16(kind, rows[1], b),
+                (short)blk_d16(kind, rows[2], b), (short)blk_d16(kind, rows[3], b),
+                (short)blk_d16(kind, rows[4], b), (short)blk_d16(kind, rows[5], b),
+                (short)blk_d16(kind, rows[6], b), (short)blk_d16(kind, rows[7], b));
             _mm256_store_ps(p->d + 8 * b, _mm256_cvtph_ps(h));
         }
     }
@@ -771,7 +772,6 @@ AVX2_INLINE void direct_avx2_kr(enum kind kind, int R, const uint8_t *const rows
                                 float out[RT][NC], const uint8_t *next, size_t n_next)
 {
     const __m256i eight = _mm256_set1_epi16(8);
-    size_t bb = kind == K_Q8_0 ? 34 : 18;
     __m256 acc[RD];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -804,10 +804,10 @@ AVX2_INLINE void direct_avx2_kr(enum kind kind, int R, const uint8_t *const rows
             for (int r = 0; r < R; r++)
                 q[half][r] = _mm256_hadd_epi32(h[0][r], h[1][r]);
         }
-        __m128i hd = _mm_setr_epi16((short)rd16(rows[0] + b * bb), (short)rd16(rows[1] + b * bb),
-                                    (short)rd16(rows[2] + b * bb), (short)rd16(rows[3] + b * bb),
-                                    (short)rd16(rows[4] + b * bb), (short)rd16(rows[5] + b * bb),
-                                    (short)rd16(rows[6] + b * bb), (short)rd16(rows[7] + b * bb));
+        __m128i hd = _mm_setr_epi16((short)blk_d16(kind, rows[0], b), (short)blk_d16(kind, rows[1], b),
+                                    (short)blk_d16(kind, rows[2], b), (short)blk_d16(kind, rows[3], b),
+                                    (short)blk_d16(kind, rows[4], b), (short)blk_d16(kind, rows[5], b),
+                                    (short)blk_d16(kind, rows[6], b), (short)blk_d16(kind, rows[7], b));
         __m256 d = _mm256_cvtph_ps(hd);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
@@ -1150,10 +1150,10 @@ int qgemm_pack_to(uint32_t type, const void *w, int64_t n_out, int64_t n_in, voi
         for (int c = 0; c < NC && ip * NC + c < n_out; c++) {
             const uint8_t *row = src + (size_t)(ip * NC + c) * rb;
             for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *blk = row + (size_t)b * 34;
-                memcpy(dh + 2 * (8 * b + c), blk, 2); /* f16 scale, little-endian as in the file */
+                const qblock_q8_0_t *blk = (const qblock_q8_0_t *)row + b;
+                memcpy(dh + 2 * (8 * b + c), &blk->d, 2); /* f16 scale bits as in the file */
                 for (int k = 0; k < 8; k++)
-                    memcpy(q + 256 * b + 32 * k + 4 * c, blk + 2 + 4 * k, 4);
+                    memcpy(q + 256 * b + 32 * k + 4 * c, blk->qs + 4 * k, 4);
             }
         }
     }
