@@ -327,6 +327,7 @@ static void test_req_from_submit(void **state)
     assert_int_equal(r.req.n_stop_ids, 0); /* completions: no end-of-turn ids */
     assert_int_equal(r.req.top_logprobs, 3);
     assert_int_equal(r.req.deadline_us, 1000000 + 1500 * 1000);
+    assert_int_equal(r.req.n_choices, 1); /* n absent: one choice */
     const sampler_params_t *sp = &r.req.sampling;
     assert_true(fabsf(sp->temperature - 0.7f) < 1e-6f);
     assert_true(fabsf(sp->top_p - 0.9f) < 1e-6f);
@@ -346,13 +347,15 @@ static void test_req_from_submit(void **state)
     worker_req_clear(&r); /* safe twice */
     assert_null(r.prompt);
 
-    /* no logprobs, no deadline */
+    /* no logprobs, no deadline; n = 3 choices */
     submit_init(&m, 10, PROMPT, 0);
+    sm->n_choices = 3;
     assert_int_equal(worker_req_from_submit(e, sm, 5, &r, err, sizeof err), 0);
     assert_int_equal(r.req.top_logprobs, -1);
     assert_int_equal(r.req.deadline_us, 0);
     assert_int_equal(r.req.max_tokens, 0);
     assert_null(r.bias);
+    assert_int_equal(r.req.n_choices, 3);
     worker_req_clear(&r);
 
     /* prompt ids are taken as given (no BOS added) */
