@@ -1,0 +1,188 @@
+// tools_e2e.mjs — tool calling with the official `openai` npm SDK against a
+// real pagoda gateway (started by tools_sdk.sh) serving "qwen" (Qwen2.5
+// template: Hermes calls) and "llama" (Llama 3.2 template: JSON calls), both
+// tiny random-weight models. Prints "ok - …" / "not ok - …".
+//
+// env: URL  the gateway; SEEDS  seeds per (model, tool_choice) for the
+//      schema-validation sweep
+import OpenAI from "../js/node_modules/openai/index.mjs";
+import Ajv from "../js/node_modules/ajv/dist/ajv.js";
+
+const { URL, SEEDS } = process.env;
+const nSeeds = Number(SEEDS || 12);
+let failed = 0;
+const ok = (cond, what) => {
+  console.log(`${cond ? "ok" : "not ok"} - ${what}`);
+  if (!cond) failed++;
+  return cond;
+};
+const client = new OpenAI({ baseURL: `${URL}/v1`, apiKey: "none", maxRetries: 0, timeout: 120000 });
+const ajv = new (Ajv.default || Ajv)({ strict: false });
+
+const tools = [
+  {
+    type: "function",
+    function: {
+      name: "get_weather",
+      description: "Current weather for a city",
+      parameters: {
+        type: "object",
+        properties: {
+          location: { type: "string", maxLength: 12 },
+          unit: { type: "string", enum: ["celsius", "fahrenheit"] },
+          days: { type: "integer", minimum: 1, maximum: 7 },
+        },
+        required: ["location", "unit"],
+        additionalProperties: false,
+      },
+    },
+  },
+  {
+    type: "function",
+    function: {
+      name: "lookup",
+      description: "Search the knowledge base",
+      parameters: {
+        type: "object",
+        properties: { query: { type: "string", maxLength: 16 }, exact: { type: "boolean" } },
+        required: ["query"],
+      },
+    },
+  },
+];
+const validators = Object.fromEntries(tools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+const messages = [
+  { role: "system", content: "You can call tools." },
+  { role: "user", content: "What is the weather in Paris?" },
+];
+
+// Checks one choice whose tool_choice forced a call; returns a description of the problem or "".
+function checkCalls(choice, { only, single }) {
+  const m = choice.message;
+  if (choice.finish_reason !== "tool_calls") return `finish_reason ${choice.finish_reason}`;
+  if (!Array.isArray(m.tool_calls) || m.tool_calls.length === 0) return "no tool_calls";
+  if (single && m.tool_calls.length !== 1) return `${m.tool_calls.length} calls with parallel_tool_calls false`;
+  for (const c of m.tool_calls) {
+    if (c.type !== "function" || !/^call_[0-9a-f]{24}$/.test(c.id)) return `bad call envelope ${JSON.stringify(c)}`;
+    const v = validators[c.function.name];
+    if (!v) return `unknown function ${c.function.name}`;
+    if (only && c.function.name !== only) return `called ${c.function.name}, not ${only}`;
+    let args;
+    try {
+      args = JSON.parse(c.function.arguments);
+    } catch {
+      return `arguments are not JSON: ${c.function.arguments}`;
+    }
+    if (!v(args)) return `arguments ${c.function.arguments} fail the schema: ${ajv.errorsText(v.errors)}`;
+  }
+  return "";
+}
+
+for (const model of ["qwen", "llama"]) {
+  // --- forced calls over many seeds: always valid ---------------------------------------
+  const variants = [
+    { name: "required", tool_choice: "required", check: {} },
+    { name: "named lookup", tool_choice: { type: "function", function: { name: "lookup" } }, check: { only: "lookup" } },
+    { name: "required, no parallel", tool_choice: "required", parallel_tool_calls: false, check: { single: true } },
+  ];
+  for (const v of variants) {
+    let good = 0;
+    const problems = [];
+    for (let seed = 0; seed < nSeeds; seed++) {
+      const r = await client.chat.completions.create({
+        model, messages, tools, tool_choice: v.tool_choice, temperature: 1, seed, max_tokens: 200,
+        ...(v.parallel_tool_calls === false ? { parallel_tool_calls: false } : {}),
+      });
+      const p = checkCalls(r.choices[0], v.check);
+      if (p) problems.push(`seed ${seed}: ${p}`);
+      else good++;
+    }
+    ok(good === nSeeds, `${model}: tool_choice ${v.name}: ${good}/${nSeeds} seeds gave schema-valid calls` +
+       (problems.length ? ` (${problems[0]})` : ""));
+  }
+
+  // --- streaming: the SDK reassembles the same calls as the non-streamed answer ----------
+  {
+    const body = { model, messages, tools, tool_choice: "required", temperature: 1, seed: 7, max_tokens: 200 };
+    const whole = await client.chat.completions.create(body);
+    const stream = client.chat.completions.stream(body);
+    const final = await stream.finalChatCompletion();
+    const a = whole.choices[0].message.tool_calls.map((c) => [c.function.name, c.function.arguments]);
+    const b = final.choices[0].message.tool_calls.map((c) => [c.function.name, c.function.arguments]);
+    ok(JSON.stringify(a) === JSON.stringify(b) && final.choices[0].finish_reason === "tool_calls",
+       `${model}: streamed tool calls reassembled by the SDK equal the non-streamed ones (${JSON.stringify(b)})`);
+  }
+
+  // --- auto and none: a well-formed answer either way -----------------------------------
+  for (const tool_choice of ["auto", "none"]) {
+    const r = await client.chat.completions.create({ model, messages, tools, tool_choice, temperature: 1, seed: 3, max_tokens: 24 });
+    const c = r.choices[0];
+    const valid = tool_choice === "none"
+      ? c.finish_reason !== "tool_calls" && typeof c.message.content === "string" && !c.message.tool_calls
+      : (c.finish_reason === "tool_calls" ? checkCalls(c, {}) === "" : typeof c.message.content === "string");
+    ok(valid, `${model}: tool_choice ${tool_choice}: well-formed answer (finish ${c.finish_reason})`);
+  }
+
+  // --- a multi-turn tool conversation: call, result, answer -----------------------------
+  {
+    const first = await client.chat.completions.create({
+      model, messages, tools, tool_choice: { type: "function", function: { name: "get_weather" } },
+      temperature: 1, seed: 5, max_tokens: 200, parallel_tool_calls: false,
+    });
+    const call = first.choices[0].message;
+    const history = [
+      ...messages,
+      call,
+      { role: "tool", tool_call_id: call.tool_calls[0].id, content: JSON.stringify({ temperature: 21 }) },
+    ];
+    const second = await client.chat.completions.create({ model, messages: history, tools, temperature: 1, seed: 5, max_tokens: 16 });
+    ok(second.choices.length === 1 && ["stop", "length", "tool_calls"].includes(second.choices[0].finish_reason),
+       `${model}: multi-turn — the assistant's call and the tool result are accepted back (finish ${second.choices[0].finish_reason})`);
+  }
+
+  // --- the SDK's runTools helper runs our function with the parsed arguments -----------
+  {
+    let invoked = 0, lastArgs = null;
+    const runner = client.chat.completions.runTools(
+      {
+        model, messages, temperature: 1, seed: 9, max_tokens: 200,
+        tool_choice: { type: "function", function: { name: "lookup" } },
+        tools: [{ type: "function", function: { name: "lookup", parameters: tools[1].function.parameters,
+                  parse: JSON.parse, function: (a) => { invoked++; lastArgs = a; return { hits: 0 }; } } }],
+      },
+      { maxChatCompletions: 1 },
+    );
+    try {
+      await runner.done();
+    } catch (e) {
+      /* maxChatCompletions reached with a pending call is fine */
+    }
+    ok(invoked >= 1 && validators.lookup(lastArgs), `${model}: runTools invoked the function with valid arguments ${JSON.stringify(lastArgs)}`);
+  }
+}
+
+// --- refusals ------------------------------------------------------------------------
+{
+  const twoCalls = {
+    role: "assistant", content: null,
+    tool_calls: [
+      { id: "a", type: "function", function: { name: "lookup", arguments: "{\"query\":\"x\"}" } },
+      { id: "b", type: "function", function: { name: "lookup", arguments: "{\"query\":\"y\"}" } },
+    ],
+  };
+  let status = 0;
+  try {
+    await client.chat.completions.create({ model: "llama", messages: [messages[1], twoCalls], tools, max_tokens: 4 });
+  } catch (e) {
+    status = e.status;
+  }
+  ok(status === 400, `llama: two calls in one assistant turn are refused as the Llama 3 template does (${status})`);
+  status = 0;
+  try {
+    await client.chat.completions.create({ model: "qwen", messages, tools, tool_choice: { type: "function", function: { name: "nope" } } });
+  } catch (e) {
+    status = e.status;
+  }
+  ok(status === 400, `tool_choice naming an unknown function → 400 (${status})`);
+}
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Tool calling end to end with the official `openai` npm SDK
+# (tests/integration/tools_e2e.mjs) against a real gateway and real workers
+# serving two tiny random-weight models made by pagoda-mkmodel: one with the
+# real Qwen2.5 chat template (Hermes <tool_call> calls), one with the real
+# Llama 3.2 template (bare JSON calls). A random model is the hard case: with
+# tool_choice required/named it must still produce calls whose arguments
+# validate (ajv) against each tool's JSON Schema.
+source "$(dirname "$0")/../lib.sh"
+
+GW=$BUILD/pagoda-gateway
+MK=$BUILD/pagoda-mkmodel
+[[ -x $GW && -x $MK ]] || { fail "pagoda-gateway / pagoda-mkmodel not built in $BUILD"; finish; }
+if ! command -v node >/dev/null || ! bash "$ROOT/tests/js/ensure.sh"; then
+  skip "node/npm or the openai package unavailable: skipping tool-calling SDK tests"
+  exit 0
+fi
+TPL=$ROOT/tests/worker/chat_templates
+for m in qwen:qwen2.5 llama:llama3.2; do
+  check "mkmodel: tiny model with the ${m#*:} template" "$MK" -o "$TMP/${m%%:*}.gguf" --dim 64 --layers 2 \
+    --heads 4 --kv-heads 2 --ffn 128 --ctx 1024 --type F32 --seed 11 --chat-template "$TPL/${m#*:}.jinja"
+done
+
+P=$(free_port); Z=$(free_port)
+spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$P --worker-endpoint tcp://127.0.0.1:$Z \
+  --model "qwen=$TMP/qwen.gguf" --model "llama=$TMP/llama.gguf" --max-seqs 8
+ready() { curl -sf "http://127.0.0.1:$P/health" | grep -o '"replicas":1' | wc -l | grep -q 2; }
+check "both models' workers registered" wait_for 30 ready
+
+URL=http://127.0.0.1:$P SEEDS=${TOOLS_SEEDS:-12} timeout 300 node "$ROOT/tests/integration/tools_e2e.mjs" \
+  2>"$TMP/node.err" | tee "$TMP/node.out"
+rc=${PIPESTATUS[0]}
+grep -q '^not ok' "$TMP/node.out" && N_FAIL=$((N_FAIL + 1))
+if [[ $rc -ne 0 ]]; then
+  grep -q '^not ok' "$TMP/node.out" || fail "tools_e2e.mjs exited $rc"
+  sed 's/^/# node: /' "$TMP/node.err" | tail -20
+fi
+check "no worker restarted during the run" bash -c "! grep -q 'restarting in' '$TMP/gw.log'"
+[[ $N_FAIL -gt 0 ]] && tail -n 30 "$TMP/gw.log" | sed 's/^/# /'
+finish
