@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/grammar/gbnf.h"
 #include "common/xalloc.h"
 #include "gateway/supervisor.h"
 #include "gateway/zap.h"
@@ -30,6 +31,7 @@
 _Static_assert(OAI_MAX_MESSAGES <= PROTO_MAX_MESSAGES, "oai messages > proto messages");
 _Static_assert(OAI_MAX_TEXT_BYTES <= PROTO_MAX_PROMPT, "oai text > proto prompt/content");
 _Static_assert(OAI_MAX_PROMPT_TOKENS <= PROTO_MAX_TOKENS, "oai prompt tokens > proto tokens");
+_Static_assert(OAI_MAX_GRAMMAR_BYTES <= PROTO_MAX_GRAMMAR && GBNF_MAX_TEXT <= PROTO_MAX_GRAMMAR, "grammar text > proto grammar");
 _Static_assert(OAI_MAX_STOP <= PROTO_MAX_STOP, "oai stop count > proto stop count");
 _Static_assert(OAI_MAX_STOP_BYTES <= PROTO_MAX_STOP_LEN, "oai stop length > proto stop length");
 _Static_assert(OAI_MAX_LOGIT_BIAS <= PROTO_MAX_LOGIT_BIAS, "oai logit_bias > proto logit_bias");
@@ -152,6 +154,8 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
     }
     s->ignore_eos = o->ignore_eos;
     s->stream = o->stream;
+    if (o->grammar)
+        s->grammar = xstrdup(o->grammar);
     return r;
 }
 

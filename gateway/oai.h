@@ -45,6 +45,7 @@
 #define OAI_MAX_PROMPT_TOKENS (1u << 20) /* token-id prompts */
 #define OAI_MAX_TOP_LOGPROBS 20
 #define OAI_MAX_MAX_TOKENS 1000000     /* max_tokens upper bound (the context limit is checked later) */
+#define OAI_MAX_GRAMMAR_BYTES (256u << 10) /* `grammar` text; a compiled schema may reach GBNF_MAX_TEXT */
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -138,6 +139,9 @@ typedef struct {
     bool include_usage;          /* [false] stream_options.include_usage */
     bool ignore_eos;             /* [false] vLLM extension */
     char *user;                  /* NULL if absent */
+    char *grammar;               /* GBNF text the output must match (constrained decoding):
+                                    from `grammar`, or response_format json_object / json_schema
+                                    compiled by common/grammar/json_schema.h; NULL = free text */
 } oai_request_t;
 
 /* Parses and validates. Returns 0 and fills *out (release with

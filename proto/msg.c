@@ -94,6 +94,7 @@ void proto_msg_clear(proto_msg_t *m)
         free(s->messages);
         free(s->prompt);
         free(s->prompt_ids);
+        free(s->grammar);
         free(s->sampling.logit_bias);
         for (uint32_t i = 0; s->stop && i < s->n_stop; i++)
             free(s->stop[i]);
@@ -294,6 +295,8 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
     }
     if (s->prompt)
         kv_str(e, "prompt", s->prompt);
+    if (s->grammar)
+        kv_str(e, "grammar", s->grammar);
     if (s->has_prompt_ids || s->n_prompt_ids) {
         key(e, "prompt_ids");
         pack_ids(&e->pk, s->prompt_ids, s->n_prompt_ids);
@@ -728,7 +731,7 @@ static int chat_field(dec_t *d, void *obj, int idx)
 enum {
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
     S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
-    S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME,
+    S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_GRAMMAR,
 };
 
 static const field_t submit_fields[] = {
@@ -743,7 +746,7 @@ static const field_t submit_fields[] = {
     [S_TOP_LP] = {"top_lp", false},  [S_MAX_TOK] = {"max_tok", false},
     [S_STOP] = {"stop", false},      [S_IGNORE_EOS] = {"ignore_eos", false},
     [S_DEADLINE] = {"deadline_ms", false}, [S_STREAM] = {"stream", false},
-    [S_RESUME] = {"resume", false},
+    [S_RESUME] = {"resume", false},  [S_GRAMMAR] = {"grammar", false},
 };
 
 static int submit_field(dec_t *d, void *obj, int idx)
@@ -780,6 +783,7 @@ static int submit_field(dec_t *d, void *obj, int idx)
                 return -1;
         return 0;
     case S_PROMPT: return get_str(d, &s->prompt, NULL, 0, PROTO_MAX_PROMPT);
+    case S_GRAMMAR: return get_str(d, &s->grammar, NULL, 0, PROTO_MAX_GRAMMAR);
     case S_PROMPT_IDS:
         s->has_prompt_ids = true;
         return get_ids(d, &s->prompt_ids, &s->n_prompt_ids, PROTO_MAX_TOKENS);

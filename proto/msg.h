@@ -100,6 +100,11 @@
  *                         to the client (re-dispatch after a worker crash):
  *                         the worker appends them to the prompt, does not send
  *                         them again, and continues after them. ≤ PROTO_MAX_TOKENS.
+ *   grammar    str   opt  GBNF text (common/grammar/gbnf.h) the output must match
+ *                         (response_format json_object / json_schema compiled by
+ *                         the gateway, or the request's own grammar);
+ *                         ≤ PROTO_MAX_GRAMMAR bytes. The worker parses it again
+ *                         and answers ERROR 400 when it is not a valid grammar.
  *
  * CANCEL (gateway → worker) stop a request; the worker answers with a final
  *   EVENT (finish "cancelled") unless the request had already finished.
@@ -181,6 +186,7 @@
 #define PROTO_MAX_STOP_LEN 1024
 #define PROTO_MAX_LOGIT_BIAS 1024
 #define PROTO_MAX_TOP_LOGPROBS 20
+#define PROTO_MAX_GRAMMAR (1u << 20)      /* SUBMIT grammar text (= GBNF_MAX_TEXT) */
 #define PROTO_MAX_TEXT (1u << 20)         /* EVENT text delta */
 #define PROTO_MAX_EVENT_IDS 4096          /* token ids in one EVENT */
 #define PROTO_MAX_TOKEN_BYTES 1024        /* bytes of one token */
@@ -334,6 +340,7 @@ typedef struct proto_submit {
     bool stream;                 /* stream */
     int32_t *resume;             /* resume, (n_resume) */
     uint32_t n_resume;
+    char *grammar;               /* grammar, GBNF text, NULL when absent */
 } proto_submit_t;
 
 typedef struct proto_cancel {

@@ -29,6 +29,15 @@
  * by one draw per token (sampler_skip), so a greedy or seeded request goes
  * on exactly as the interrupted run would have.
  *
+ * Constrained decoding: a request with a grammar (sched_req_t.grammar) has a
+ * matcher (worker/grammar/vocab_mask.h); its draw is restricted to the
+ * tokens the grammar allows next (masks computed inside the parallel draw,
+ * cached per grammar and state), and to tokens after which the shortest
+ * completion still fits the tokens left, so the output is a complete
+ * document and ends with finish "stop" (also with ignore_eos). Compiled
+ * grammars are kept in a small LRU keyed by their text, so concurrent
+ * requests with one schema share the mask cache.
+ *
  * A sequence that is preempted keeps its generated tokens, sampler state and
  * detokenizer, so resuming it reproduces exactly what an uninterrupted run
  * would have produced (the recompute samples nothing).
@@ -93,6 +102,9 @@ typedef struct sched_req {
     sampler_params_t sampling;
     int32_t top_logprobs;      /* -1: no logprobs; 0..20: chosen token plus that many alternatives */
     int64_t deadline_us;       /* clock_now_us() deadline; 0 = none */
+    const char *grammar;       /* GBNF text (grammar_len bytes) constraining the output
+                                * (constrained decoding, worker/grammar/); NULL/0 = none */
+    size_t grammar_len;
 } sched_req_t;
 
 typedef struct sched_top_logprob {

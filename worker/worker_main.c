@@ -256,6 +256,8 @@ static uint32_t submit(struct worker *w, const proto_submit_t *sm, char *err, si
         .n_stop_ids = sm->kind == PROTO_KIND_CHAT ? e->n_turn_end : 0,
         .top_logprobs = sm->sampling.logprobs ? (int32_t)sm->sampling.top_logprobs : -1,
         .deadline_us = sm->deadline_ms ? clock_now_us() + (int64_t)sm->deadline_ms * 1000 : 0,
+        .grammar = sm->grammar,
+        .grammar_len = sm->grammar ? strlen(sm->grammar) : 0,
     };
     sampler_params_t *sp = &r.sampling;
     sampler_params_default(sp);
