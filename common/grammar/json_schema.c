@@ -801,7 +801,7 @@ static int string_rule(sc_t *c, const json_t *s)
         shared(c, &body, "string");
     } else {
         sb_puts(&body, "\"\\\"\" ");
-        shared(c, &body, "char");
+        shared(c, &body, "bchar");
         if (b)
             sb_printf(&body, "{%lld,%lld}", mn, mx);
         else
@@ -1311,6 +1311,10 @@ static void shared_rules(sbuf_t *b, const char *p)
     sb_printf(b, "%sarray ::= \"[\" %sws (%svalue %sws (\",\" %sws %svalue %sws)*)? \"]\"\n", p, p, p, p, p, p, p);
     sb_printf(b, "%sstring ::= \"\\\"\" %schar* \"\\\"\"\n", p, p);
     sb_printf(b, "%schar ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n", p);
+    /* a character that is one UTF-16 unit too (no astral characters, no
+     * surrogate escapes): length limits then hold for code points (JSON
+     * Schema, ajv) and for UTF-16 length (JavaScript, zod) alike */
+    sb_printf(b, "%sbchar ::= [^\"\\\\\\x00-\\x1f\\U00010000-\\U0010ffff] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3})\n", p);
     sb_printf(b, "%sinteger ::= \"-\"? (\"0\" | [1-9] [0-9]{0,14})\n", p);
     sb_printf(b, "%snumber ::= %sinteger (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,3})?\n", p, p);
     sb_printf(b, "%sboolean ::= \"true\" | \"false\"\n", p);
