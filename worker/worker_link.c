@@ -25,6 +25,7 @@ struct worker_link {
     int64_t t_last_seen_us;         /* last valid message from the gateway, or connect time */
     int64_t gateway_interval_us;    /* the gateway's heartbeat interval (its hb_ms) */
     bool registered;                /* the gateway answered our last REGISTER */
+    uint64_t n_registrations;       /* REGISTERs the gateway answered, ever */
 
     bool curve;                     /* the keys below are set */
     char curve_server[41], curve_public[41], curve_secret[41]; /* Z85 */
@@ -144,6 +145,11 @@ bool worker_link_registered(const worker_link_t *l)
     return l->registered;
 }
 
+uint64_t worker_link_registrations(const worker_link_t *l)
+{
+    return l->n_registrations;
+}
+
 bool worker_link_take_lost(worker_link_t *l)
 {
     bool was = l->lost;
@@ -216,6 +222,7 @@ static bool on_message(worker_link_t *l, proto_msg_t *m, int64_t now)
     l->t_last_seen_us = now;
     if (!l->registered && m->type != PROTO_ERROR) {
         l->registered = true;
+        l->n_registrations++;
         l->backoff_us = l->interval_us;
         log_info("registered with gateway %s", l->endpoint);
     }
