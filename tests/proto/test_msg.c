@@ -290,6 +290,8 @@ static void test_roundtrip_submit_chat(void **state)
     s->stream = true;
     s->resume = resume;
     s->n_resume = 3;
+    char grammar[] = "root ::= \"yes\" | \"no\"";
+    s->grammar = grammar;
     roundtrip(&in, &out);
     proto_submit_t *o = &out.submit;
     assert_true(o->id == 0x123456789abcull);
@@ -327,6 +329,7 @@ static void test_roundtrip_submit_chat(void **state)
     assert_true(o->stream);
     assert_int_equal(o->n_resume, 3);
     assert_memory_equal(o->resume, resume, sizeof resume);
+    assert_string_equal(o->grammar, grammar);
     proto_msg_clear(&out);
 }
 
