@@ -20,7 +20,7 @@
 
 #define COST_INF ((int64_t)1 << 40)
 #define EXPAND_MAX_DEPTH 512     /* nested expansions in one gr_expand call */
-#define ADVANCE_WORK (1 << 16)   /* expansion steps per advance (runaway guard) */
+#define ADVANCE_WORK (1 << 12)   /* expansion steps per advance (runaway guard) */
 
 /* ---- parser state ---------------------------------------------------------- */
 

@@ -256,6 +256,7 @@ typedef struct walk {
     uint64_t *mask;
     int64_t max_cost;     /* < 0: no budget filter */
     int32_t count;
+    int64_t work;         /* stacks advanced so far; the walk stops at GMASK_MAX_WORK */
 } walk_t;
 
 static void set_tokens(walk_t *w, const tnode_t *n, const int32_t *st, int k)
@@ -288,6 +289,8 @@ static void walk(walk_t *w, int32_t ni, const int32_t *stacks, int n)
     int32_t next[GBNF_MAX_STACKS];
     for (int32_t c = 0; c < node->n_child; c++) {
         int32_t ci = node->first_child + c;
+        if ((w->work += n) > GMASK_MAX_WORK)
+            return; /* a pathological grammar: keep the tokens found so far */
         int32_t mark = w->a->n;
         int k = gr_advance(w->g, w->a, stacks, n, w->v->node[ci].byte, next, GBNF_MAX_STACKS);
         if (k > 0) {

@@ -42,6 +42,9 @@
 #define GVOCAB_MAX_PIECE 256     /* bytes; longer tokens are never allowed */
 #define GMATCH_REDRAWS 8         /* budget-violating draws before the exact budget mask */
 #define GMASK_CACHE_BYTES (64u << 20) /* mask cache per grammar */
+#define GMASK_MAX_WORK (8 << 20)      /* stack advances in one mask walk: a hostile, highly
+                                       * ambiguous grammar gets a partial mask (still only
+                                       * valid tokens) instead of stalling the step */
 
 typedef struct gvocab gvocab_t;
 typedef struct gmask_grammar gmask_grammar_t;
