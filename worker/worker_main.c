@@ -50,7 +50,10 @@ struct worker {
     char replica[PROTO_MAX_NAME + 1];     /* "host:pid:random", unique per process */
     char host[PROTO_MAX_NAME + 1];
     worker_link_t *link;                  /* to the gateway */
-    int heartbeat_ms;
+    int heartbeat_ms;                     /* --heartbeat-ms, until the gateway's is adopted */
+    bool heartbeat_explicit;              /* --heartbeat-ms given: keep it */
+    int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
+    const char *test_step_wedge;          /* TEST ONLY, env PAGODA_TEST_STEP_WEDGE */
     uint32_t capacity;                    /* max concurrent sequences */
     uint32_t n_ctx;                       /* tokens per sequence */
     uint32_t kv_blocks;                   /* KV pool size in blocks */
@@ -365,6 +368,38 @@ static void publish_load(struct worker *w)
     worker_link_set_load(w->link, &load);
 }
 
+/* TEST ONLY: liveness tests make steps slow or wedged without a big model.
+ *   PAGODA_TEST_STEP_SLEEP_MS=N   every step first sleeps N ms
+ *   PAGODA_TEST_STEP_WEDGE=FILE   a step that finds FILE removes it and then
+ *                                 sleeps forever (one wedge per FILE, so the
+ *                                 restarted worker runs normally)
+ * Read once at start; never set them in production. */
+static void test_step_env(struct worker *w)
+{
+    const char *s = getenv("PAGODA_TEST_STEP_SLEEP_MS");
+    uint32_t ms;
+    if (s && parse_u32(s, 0, 3600000, &ms) == 0 && ms) {
+        w->test_step_sleep_us = (int64_t)ms * 1000;
+        log_warn("TEST ONLY: PAGODA_TEST_STEP_SLEEP_MS=%u: every step sleeps first", ms);
+    }
+    s = getenv("PAGODA_TEST_STEP_WEDGE");
+    if (s && *s) {
+        w->test_step_wedge = s;
+        log_warn("TEST ONLY: PAGODA_TEST_STEP_WEDGE=%s: a step wedges when that file exists", s);
+    }
+}
+
+static void test_step_delay(struct worker *w)
+{
+    if (w->test_step_sleep_us)
+        clock_sleep_us(w->test_step_sleep_us);
+    if (w->test_step_wedge && unlink(w->test_step_wedge) == 0) {
+        log_warn("TEST ONLY: step wedged (%s found)", w->test_step_wedge);
+        for (;;)
+            clock_sleep_us(3600 * 1000000LL);
+    }
+}
+
 static int parse_i32_opt(const char *name, const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 {
     if (parse_u32(s, lo, hi, out) < 0) {
@@ -418,6 +453,7 @@ int main(int argc, char **argv)
             if (parse_i32_opt("heartbeat-ms", optarg, PROTO_MIN_HEARTBEAT_MS, PROTO_MAX_HEARTBEAT_MS, &u))
                 return 2;
             w.heartbeat_ms = (int)u;
+            w.heartbeat_explicit = true;
             break;
         case 'c':
             if (parse_i32_opt("max-seqs", optarg, 1, PROTO_MAX_CAPACITY < 4096 ? PROTO_MAX_CAPACITY : 4096, &u))
@@ -497,6 +533,7 @@ int main(int argc, char **argv)
     memcpy(w.model_name, model, (size_t)(eq - model));
     w.model_path = eq + 1;
     log_init("worker", (enum log_level)level);
+    test_step_env(&w);
 
     int rc = 1;
     char err[512];
@@ -532,7 +569,8 @@ int main(int argc, char **argv)
         .capacity = w.capacity, .n_ctx = w.n_ctx, .n_vocab = (uint32_t)w.engine->model->cfg.vocab,
         .kv_blocks = w.kv_blocks, .block_size = w.block_size,
     };
-    worker_link_config_t lcfg = {.endpoint = endpoint, .heartbeat_ms = w.heartbeat_ms, .reg = &reg};
+    worker_link_config_t lcfg = {.endpoint = endpoint, .heartbeat_ms = w.heartbeat_ms,
+                                 .heartbeat_explicit = w.heartbeat_explicit, .reg = &reg};
     if (curve) {
         lcfg.curve_server_key = c_srv;
         lcfg.curve_public_key = c_pub;
@@ -553,7 +591,7 @@ int main(int argc, char **argv)
         proto_msg_t m;
         /* drain every queued message before the next step so CANCELs and
          * new SUBMITs join this step's batch */
-        int prc = worker_link_poll(w.link, busy ? 0 : w.heartbeat_ms, sfd, &m);
+        int prc = worker_link_poll(w.link, busy ? 0 : worker_link_heartbeat_ms(w.link), sfd, &m);
         drop_orphans(&w);
         while (prc == WORKER_LINK_MSG) {
             on_gateway_message(&w, &m);
@@ -569,8 +607,14 @@ int main(int argc, char **argv)
         }
         if (w.stop)
             break;
-        if (sched_busy(w.sched) && sched_step(w.sched) < 0)
-            log_error("scheduler step failed; its requests were ended with an error");
+        if (sched_busy(w.sched)) {
+            publish_load(&w); /* with this poll's SUBMITs: the link reports us busy */
+            worker_link_step_begin(w.link);
+            test_step_delay(&w);
+            if (sched_step(w.sched) < 0)
+                log_error("scheduler step failed; its requests were ended with an error");
+            worker_link_step_end(w.link);
+        }
         if (w.draining && !sched_busy(w.sched)) {
             log_info("drained: exiting");
             w.stop = true;
