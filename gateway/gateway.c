@@ -4,6 +4,7 @@
  * EVENTs back, keeps workers' liveness and sends heartbeats (see gateway.h). */
 #include "gateway/gateway.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -152,6 +153,17 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
     }
     s->ignore_eos = o->ignore_eos;
     s->stream = o->stream;
+    if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text) {
+        int64_t t0 = clock_now_us();
+        r->route_block_size = atomic_load(&gw->route_block_size);
+        r->n_route_keys = route_text_keys(gw->route_text, r->model, s, r->route_block_size,
+                                          &r->route_keys);
+        if (r->n_route_keys > 0) {
+            const char *lab[] = {r->model};
+            metrics_counter_add(gw->m.route_keys_seconds, lab, (double)(clock_now_us() - t0) / 1e6);
+            metrics_counter_add(gw->m.route_keys_requests, lab, 1);
+        }
+    }
     return r;
 }
 
@@ -171,6 +183,7 @@ void gateway_request_unref(gateway_request_t **rp)
         return;
     proto_msg_clear(&r->submit);
     free(r->sent_ids);
+    free(r->route_keys);
     chan_unref(&r->replies);
     pthread_mutex_destroy(&r->lock);
     free(r->model);
@@ -383,6 +396,12 @@ static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *w
         supervisor_kill(gw->sup, (pid_t)w->reg.pid, "missed its heartbeats");
     if (kind == REMOVE_STALLED && worker_is_local(gw, w))
         supervisor_kill(gw->sup, (pid_t)w->reg.pid, "made no progress");
+    if (w->slot >= 0) {
+        /* a dead or replaced registration's cache is gone with it */
+        metrics_gauge_set(gw->m.prefix_index_replica, (const char *[]){w->reg.model, w->reg.replica}, 0);
+        prefix_index_drop_slot(gw->pindex, w->slot);
+        gw->slots_used &= ~(1ULL << w->slot);
+    }
     proto_msg_t m = {.type = PROTO_REGISTER, .reg = w->reg};
     proto_msg_clear(&m); /* frees the registration's strings */
     size_t i = (size_t)(w - gw->workers);
@@ -691,25 +710,33 @@ static void on_cancel(struct gateway *gw, uint64_t id)
 /* Sends queued requests of model m to replicas with credit. */
 static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
 {
+    route_cand_t *cand = xmalloc((gw->n_workers ? gw->n_workers : 1) * sizeof *cand);
     while (prio_queue_len(m->queue) > 0) {
-        gateway_worker_t *best = NULL;
-        int64_t best_credit = 0;
+        prio_queue_entry_t e;
+        prio_queue_peek(m->queue, &e);
+        gateway_request_t *r = e.data;
+        /* which replicas hold how much of its prefix (routing by cache) */
+        int32_t depth[PREFIX_INDEX_MAX_SLOTS] = {0};
+        if (gw->routing == ROUTE_CACHE_AWARE && r->n_route_keys > 0)
+            prefix_index_match(gw->pindex, r->route_keys, r->n_route_keys, depth);
         for (size_t i = 0; i < gw->n_workers; i++) {
             gateway_worker_t *w = &gw->workers[i];
-            if (strcmp(w->reg.model, m->name) != 0)
-                continue;
-            int64_t c = worker_credit(w);
-            /* least loaded first: most free slots, then fewest assigned */
-            if (c > best_credit || (c == best_credit && c > 0 && w->n_assigned < best->n_assigned)) {
-                best = w;
-                best_credit = c;
-            }
+            bool ours = strcmp(w->reg.model, m->name) == 0;
+            cand[i] = (route_cand_t){
+                .credit = ours ? worker_credit(w) : 0,
+                .assigned = w->n_assigned,
+                .hit_blocks = ours && w->slot >= 0 && (int32_t)w->reg.block_size == r->route_block_size
+                                  ? depth[w->slot] : 0,
+            };
         }
-        if (!best)
-            return;
-        prio_queue_entry_t e;
+        route_reason_t why;
+        int pick = route_pick(gw->routing, cand, gw->n_workers, gw->route_max_load_gap, &why);
+        if (pick < 0)
+            break;
+        gateway_worker_t *best = &gw->workers[pick];
+        metrics_counter_add(gw->m.routed, (const char *[]){m->name, route_reason_name(why)}, 1);
         prio_queue_pop(m->queue, &e);
-        gateway_request_t *r = e.data;
+        assert(e.data == r);
         proto_submit_t *sm = &r->submit.submit;
         if (r->n_sent && sm->max_tokens && r->n_sent >= sm->max_tokens) {
             r->state = GATEWAY_REQ_NEW;
@@ -733,8 +760,9 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
         r->submit.submit.deadline_ms = left_ms < 1 ? 1 : left_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)left_ms;
         metrics_histogram_observe(gw->m.request_queue_time, (const char *[]){m->name},
                                   (double)(now - r->t_enqueue_us) / 1e6);
-        log_debug("request %" PRIu64 " (%s) → %s after %.1f ms in queue", r->id,
-                  prio_tier_name(r->tier), best->reg.replica, (double)(now - r->t_enqueue_us) / 1e3);
+        log_debug("request %" PRIu64 " (%s) → %s (by %s, %d cached blocks) after %.1f ms in queue",
+                  r->id, prio_tier_name(r->tier), best->reg.replica, route_reason_name(why),
+                  cand[pick].hit_blocks, (double)(now - r->t_enqueue_us) / 1e3);
         uint64_t uid = best->uid;
         if (send_to(gw, best, &best->peer, &r->submit) < 0) {
             /* removed with its worker (requeued there), or not sent */
@@ -745,6 +773,7 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
             }
         }
     }
+    free(cand);
 }
 
 static void dispatch_all(struct gateway *gw, int64_t now)
@@ -778,6 +807,9 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
         memset(w, 0, sizeof *w);
         w->uid = ++gw->next_worker_uid;
         w->peer = *from;
+        w->slot = ~gw->slots_used ? __builtin_ctzll(~gw->slots_used) : -1;
+        if (w->slot >= 0)
+            gw->slots_used |= 1ULL << w->slot;
         w->t_registered_us = now;
     } else {
         proto_msg_t old = {.type = PROTO_REGISTER, .reg = w->reg};
@@ -790,6 +822,7 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
     w->t_last_seen_us = now;
     w->interval_us = (int64_t)(w->reg.heartbeat_ms ? w->reg.heartbeat_ms : PROTO_HEARTBEAT_MS) * 1000;
     w->hb_credit = (int64_t)w->reg.capacity - w->n_assigned;
+    atomic_store(&gw->route_block_size, (int)w->reg.block_size);
     gateway_model_t *gm = model_add(gw, w->reg.model, false);
     gm->t_no_replica_us = 0;
     gm->n_ctx = w->reg.n_ctx;
@@ -810,18 +843,43 @@ static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_loa
     const char *lab[] = {w->reg.model};
     const proto_load_t *ol = &w->load;
     bool had = w->has_load;
-#define DELTA(field) (had && nl->field >= ol->field ? nl->field - ol->field : had ? nl->field : 0)
+    /* the first heartbeat of a registration counts from 0: it covers what
+     * the worker did since it started (or since the counters reset) */
+#define DELTA(field) (had && nl->field >= ol->field ? nl->field - ol->field : nl->field)
     uint64_t dq = DELTA(prefix_cache_queries), dh = DELTA(prefix_cache_hits);
     uint64_t dp = DELTA(preemptions);
 #undef DELTA
-    double block = w->reg.block_size ? w->reg.block_size : 1;
-    /* vLLM counts tokens; workers count blocks of block_size tokens */
-    if (dq)
-        metrics_counter_add(gw->m.prefix_cache_queries, lab, (double)dq * block);
-    if (dh)
-        metrics_counter_add(gw->m.prefix_cache_hits, lab, (double)dh * block);
+    /* tokens, like vLLM's counters: workers report prompt tokens looked up
+     * and tokens found cached */
+    const char *rlab[] = {w->reg.model, w->reg.replica};
+    if (dq) {
+        metrics_counter_add(gw->m.prefix_cache_queries, lab, (double)dq);
+        metrics_counter_add(gw->m.replica_prefix_queries, rlab, (double)dq);
+    }
+    if (dh) {
+        metrics_counter_add(gw->m.prefix_cache_hits, lab, (double)dh);
+        metrics_counter_add(gw->m.replica_prefix_hits, rlab, (double)dh);
+    }
+    if (nl->prefix_cache_queries)
+        metrics_gauge_set(gw->m.replica_prefix_hit_rate, rlab,
+                          (double)nl->prefix_cache_hits / (double)nl->prefix_cache_queries);
     if (dp)
         metrics_counter_add(gw->m.num_preemptions, lab, (double)dp);
+}
+
+/* A worker's prefix-cache changes → the routing index (order: reset, del, add). */
+static void on_kv(struct gateway *gw, gateway_worker_t *w, const proto_kv_t *kv)
+{
+    if (w->slot < 0)
+        return;
+    if (kv->reset)
+        prefix_index_drop_slot(gw->pindex, w->slot);
+    for (uint32_t i = 0; i < kv->n_del; i++)
+        prefix_index_del(gw->pindex, kv->del[i], w->slot);
+    for (uint32_t i = 0; i < kv->n_add; i++)
+        prefix_index_add(gw->pindex, kv->add[i], w->slot);
+    log_debug("KV from %s: reset %d, +%u -%u keys (%zu held)", w->reg.replica, kv->reset, kv->n_add,
+              kv->n_del, prefix_index_slot_size(gw->pindex, w->slot));
 }
 
 static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, int64_t now)
@@ -957,6 +1015,9 @@ static void on_message(struct gateway *gw, const proto_peer_t *from, proto_msg_t
         break;
     case PROTO_ERROR:
         on_worker_error(gw, w, &m->error);
+        break;
+    case PROTO_KV:
+        on_kv(gw, w, &m->kv);
         break;
     default:
         log_warn("worker %s sent %s, which only the gateway sends: dropped", w->reg.replica,
@@ -1256,10 +1317,17 @@ static char *metrics_text(struct gateway *gw)
         metrics_gauge_set(gw->m.num_requests_waiting, lab, waiting);
         metrics_gauge_set(gw->m.kv_cache_usage_perc, lab, total > 0 ? used / total : 0);
         metrics_gauge_set(gw->m.workers_connected, lab, (double)model_replicas(gw, m->name));
+        for (size_t k = 0; k < gw->n_workers; k++) {
+            const gateway_worker_t *w = &gw->workers[k];
+            if (w->slot >= 0 && strcmp(w->reg.model, m->name) == 0)
+                metrics_gauge_set(gw->m.prefix_index_replica, (const char *[]){m->name, w->reg.replica},
+                                  (double)prefix_index_slot_size(gw->pindex, w->slot));
+        }
         for (int t = 0; t < PRIO_N_TIERS; t++)
             metrics_gauge_set(gw->m.queue_length, (const char *[]){m->name, prio_tier_name(t)},
                               (double)prio_queue_len_tier(m->queue, t));
     }
+    metrics_gauge_set(gw->m.prefix_index_entries, NULL, (double)prefix_index_size(gw->pindex));
     return metrics_render(gw->metrics, NULL);
 }
 
@@ -1671,6 +1739,13 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
         if (cfg->idle_timeout_s && cfg->idle_timeout_s[i] > 0)
             m->idle_timeout_us = (int64_t)(cfg->idle_timeout_s[i] * 1e6);
     }
+    gw->routing = cfg->routing;
+    gw->route_max_load_gap = cfg->route_max_load_gap ? cfg->route_max_load_gap
+                                                     : ROUTE_DEFAULT_MAX_LOAD_GAP;
+    atomic_init(&gw->route_block_size, 32);
+    gw->pindex = prefix_index_new(cfg->prefix_index_entries);
+    if (gw->routing == ROUTE_CACHE_AWARE && cfg->model_paths)
+        gw->route_text = route_text_new(cfg->models, cfg->model_paths, cfg->n_models);
     gw->inbox = chan_new(cmd_free, CHAN_FD);
     if (gw->fatal_fd < 0) {
         log_error("eventfd: %s", strerror(errno));
@@ -1758,6 +1833,8 @@ void gateway_free(struct gateway **gwp)
     if (gw->fatal_fd >= 0)
         close(gw->fatal_fd);
     metrics_free(&gw->metrics);
+    prefix_index_free(&gw->pindex);
+    route_text_free(&gw->route_text);
     free(gw->worker_endpoint);
     free(gw);
 }

@@ -79,7 +79,9 @@
 #include "common/chan.h"
 #include "gateway/metrics.h"
 #include "gateway/oai.h"
+#include "gateway/prefix_index.h"
 #include "gateway/prio_queue.h"
+#include "gateway/route.h"
 #include "proto/curve.h"
 #include "proto/msg.h"
 
@@ -119,6 +121,13 @@ typedef struct gateway_config {
     int64_t progress_timeout_ms;  /* a busy worker with no completed step for
                                      max(this, PROTO_PROGRESS_SCALE × its slowest recent
                                      step) is hung; 0 = PROTO_PROGRESS_TIMEOUT_MS, < 0 = off */
+    route_mode_t routing;         /* which replica gets a request (gateway/route.h) */
+    const char *const *model_paths; /* (n_models) GGUF file of each model, read for its
+                                     tokenizer (routing by cache); NULL / NULL entry = none */
+    size_t prefix_index_entries;  /* keys in the routing index, 0 = PREFIX_INDEX_DEFAULT_ENTRIES */
+    uint32_t route_max_load_gap;  /* cache-aware: how many more requests than the least-loaded
+                                     replica the one holding the prefix may have; 0 =
+                                     ROUTE_DEFAULT_MAX_LOAD_GAP */
 } gateway_config_t;
 
 typedef enum gateway_worker_state {
@@ -145,6 +154,7 @@ typedef struct gateway_worker {
     uint32_t n_assigned;          /* our requests on it (SUBMIT sent, no final reply yet) */
     int64_t hb_credit;            /* free_slots of the last HEARTBEAT (capacity before one),
                                      − SUBMITs since, + finishes since */
+    int slot;                     /* its slot in gw->pindex, -1 = none (over 64 replicas) */
 } gateway_worker_t;
 
 /* One model: known from the configuration or from a registration. */
@@ -195,6 +205,14 @@ struct gateway {
     /* our heartbeats */
     uint64_t heartbeat_seq;       /* [core] seq of the next HEARTBEAT we send */
     int64_t t_next_heartbeat_us;  /* [core] when to send it (monotonic) */
+
+    /* routing by cache (gateway/route.h) */
+    route_mode_t routing;         /* [any] read-only */
+    uint32_t route_max_load_gap;  /* [any] read-only */
+    route_text_t *route_text;     /* [any] read-only: tokenizers for request keys */
+    atomic_int route_block_size;  /* [any] tokens per KV block of the last registration */
+    prefix_index_t *pindex;       /* [core] block key → replica slots, from KV messages */
+    uint64_t slots_used;          /* [core] pindex slots held by registrations */
 
     /* local workers */
     struct supervisor *sup;       /* [core] borrowed, NULL = none (gateway_set_supervisor) */
@@ -273,6 +291,10 @@ typedef struct gateway_request {
     uint32_t n_lost;              /* workers lost while running it (> max_redispatch → 502) */
     int64_t t_cancel_us;          /* when a RUNNING request was cancelled (0 = not) */
     uint32_t n_prompt;            /* prompt tokens as a worker last reported (0 = not yet) */
+    uint64_t *route_keys;         /* [any] (n_route_keys) public block keys of the prompt
+                                     (routing by cache), NULL = none */
+    int32_t n_route_keys;
+    int32_t route_block_size;     /* [any] tokens per block the keys were made for */
     struct gateway_request *next; /* hash chain */
 } gateway_request_t;
 

@@ -21,7 +21,7 @@
 const char *proto_type_name(int type)
 {
     static const char *const names[] = {NULL,     "REGISTER", "HEARTBEAT", "SUBMIT", "CANCEL",
-                                        "EVENT",  "ERROR",    "DRAIN",     "SHUTDOWN"};
+                                        "EVENT",  "ERROR",    "DRAIN",     "SHUTDOWN", "KV"};
     if (type < PROTO_TYPE_MIN || type > PROTO_TYPE_MAX)
         return "UNKNOWN";
     return names[type];
@@ -114,6 +114,10 @@ void proto_msg_clear(proto_msg_t *m)
         free(e->logprobs);
         break;
     }
+    case PROTO_KV:
+        free(m->kv.add);
+        free(m->kv.del);
+        break;
     case PROTO_ERROR:
         free(m->error.message);
         break;
@@ -399,6 +403,24 @@ static void encode_event(enc_t *e, const proto_event_t *ev)
     }
 }
 
+static void kv_keys(enc_t *e, const char *k, const uint64_t *keys, uint32_t n)
+{
+    key(e, k);
+    msgpack_pack_array(&e->pk, n);
+    for (uint32_t i = 0; i < n; i++)
+        msgpack_pack_uint64(&e->pk, keys[i]);
+}
+
+static void encode_kv(enc_t *e, const proto_kv_t *kv)
+{
+    if (kv->reset)
+        kv_bool(e, "reset", true);
+    if (kv->n_add)
+        kv_keys(e, "add", kv->add, kv->n_add);
+    if (kv->n_del)
+        kv_keys(e, "del", kv->del, kv->n_del);
+}
+
 int proto_encode(const proto_msg_t *m, uint8_t **body, size_t *body_len)
 {
     enc_t e;
@@ -409,6 +431,7 @@ int proto_encode(const proto_msg_t *m, uint8_t **body, size_t *body_len)
     case PROTO_SUBMIT: encode_submit(&e, &m->submit); break;
     case PROTO_CANCEL: kv_uint(&e, "id", m->cancel.id); break;
     case PROTO_EVENT: encode_event(&e, &m->event); break;
+    case PROTO_KV: encode_kv(&e, &m->kv); break;
     case PROTO_ERROR:
         kv_uint(&e, "id", m->error.id);
         kv_uint(&e, "code", m->error.code);
@@ -1020,6 +1043,34 @@ static int cancel_field(dec_t *d, void *obj, int idx)
     return get_uint(d, &c->id, 1, UINT64_MAX);
 }
 
+/* --- KV --- */
+
+static const field_t kv_fields[] = {{"reset", false}, {"add", false}, {"del", false}};
+
+static int get_keys(dec_t *d, uint64_t **keys, uint32_t *n_keys)
+{
+    uint32_t n;
+    if (get_array(d, &n, PROTO_MAX_KV_KEYS) < 0)
+        return -1;
+    *keys = xmalloc((size_t)n * sizeof **keys + 1);
+    *n_keys = n;
+    for (uint32_t i = 0; i < n; i++)
+        if (get_uint(d, &(*keys)[i], 0, UINT64_MAX) < 0)
+            return -1;
+    return 0;
+}
+
+static int kv_field(dec_t *d, void *obj, int idx)
+{
+    proto_kv_t *kv = obj;
+    switch (idx) {
+    case 0: return get_bool(d, &kv->reset);
+    case 1: return get_keys(d, &kv->add, &kv->n_add);
+    case 2: return get_keys(d, &kv->del, &kv->n_del);
+    }
+    return -1;
+}
+
 static int no_field(dec_t *d, void *obj, int idx)
 {
     return -1;
@@ -1068,6 +1119,9 @@ int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out
         break;
     case PROTO_ERROR:
         rc = read_map(&d, error_fields, NFIELDS(error_fields), error_field, &out->error);
+        break;
+    case PROTO_KV:
+        rc = read_map(&d, kv_fields, NFIELDS(kv_fields), kv_field, &out->kv);
         break;
     case PROTO_DRAIN:
     case PROTO_SHUTDOWN:

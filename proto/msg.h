@@ -57,8 +57,9 @@
  *     wait       uint   sequences admitted but waiting for KV blocks
  *     kv_used    uint   KV blocks in use by sequences
  *     kv_total   uint   KV blocks in the pool
- *     pc_q       uint   prefix-cache block lookups since start (u64)
- *     pc_hit     uint   prefix-cache block hits since start (u64)
+ *     pc_q       uint   prompt tokens looked up in the prefix cache since start (u64)
+ *     pc_hit     uint   of those, tokens found cached (u64); both in tokens, like
+ *                       vLLM's prefix_cache_{queries,hits}_total
  *     preempt    uint   preemptions since start (u64)
  *     gen_tok    uint   completion tokens generated since start (u64)
  *     prompt_tok uint   prompt tokens processed since start (u64)
@@ -146,6 +147,21 @@
  *                         "you are not registered — send REGISTER again"
  *   msg        str   req  human-readable, ≤ PROTO_MAX_ERROR_MSG bytes
  *
+ * KV (worker → gateway) changes to the worker's prefix cache, so the gateway
+ *   can route a request to the replica that holds its prefix (gateway/
+ *   prefix_index.h). Keys are the *public* block keys of common/prefix_key.h
+ *   (a deterministic hash chain over token ids, the same on every replica and
+ *   on the gateway), one per full KV block. Sent after the worker's steps
+ *   whenever its cache changed, at most PROTO_MAX_KV_KEYS keys per list (more
+ *   changes → several messages). The receiver applies, in this order: reset,
+ *   then del, then add (the worker sends the net change, so a key is normally
+ *   in one list only; one in both ends up added). After each REGISTER is acknowledged, and
+ *   whenever its bounded event log overflowed, the worker sends its full set:
+ *   a first message with reset, then as many messages of adds as needed.
+ *   reset      bool  opt  forget every key of this replica first, default false
+ *   add        array opt  ≤ PROTO_MAX_KV_KEYS uint (u64): blocks now cached
+ *   del        array opt  ≤ PROTO_MAX_KV_KEYS uint (u64): blocks evicted
+ *
  * DRAIN (gateway → worker) stop admitting SUBMITs (answer ERROR 503), finish
  *   the running ones, then exit. Empty body.
  * SHUTDOWN (gateway → worker) exit now. Empty body.
@@ -210,6 +226,7 @@
 #define PROTO_MAX_PENALTY 100.0
 #define PROTO_MAX_DEPTH 8                 /* nesting of skipped unknown values */
 #define PROTO_MAX_IDENTITY 255            /* ZeroMQ routing id bytes */
+#define PROTO_MAX_KV_KEYS 8192            /* keys in one KV add/del list (64 KiB) */
 
 #define PROTO_HEARTBEAT_MS 1000           /* default interval */
 #define PROTO_MIN_HEARTBEAT_MS 10
@@ -237,9 +254,10 @@ typedef enum proto_type {
     PROTO_ERROR = 6,
     PROTO_DRAIN = 7,
     PROTO_SHUTDOWN = 8,
+    PROTO_KV = 9,
 } proto_type_t;
 #define PROTO_TYPE_MIN PROTO_REGISTER
-#define PROTO_TYPE_MAX PROTO_SHUTDOWN
+#define PROTO_TYPE_MAX PROTO_KV
 
 typedef enum proto_priority {
     PROTO_PRIO_HIGH = 0,
@@ -296,8 +314,8 @@ typedef struct proto_load {
     uint32_t waiting;               /* wait */
     uint32_t kv_blocks_used;        /* kv_used */
     uint32_t kv_blocks_total;       /* kv_total */
-    uint64_t prefix_cache_queries;  /* pc_q, cumulative */
-    uint64_t prefix_cache_hits;     /* pc_hit, cumulative */
+    uint64_t prefix_cache_queries;  /* pc_q, cumulative, prompt tokens */
+    uint64_t prefix_cache_hits;     /* pc_hit, cumulative, tokens */
     uint64_t preemptions;           /* preempt, cumulative */
     uint64_t tokens_generated;      /* gen_tok, cumulative */
     uint64_t prompt_tokens;         /* prompt_tok, cumulative */
@@ -413,6 +431,15 @@ typedef struct proto_error {
     char *message;               /* msg */
 } proto_error_t;
 
+/* Prefix-cache changes of one worker (KV). */
+typedef struct proto_kv {
+    bool reset;                  /* reset: drop every key of this replica first */
+    uint64_t *add;               /* add, (n_add) public block keys now cached */
+    uint32_t n_add;
+    uint64_t *del;               /* del, (n_del) public block keys evicted */
+    uint32_t n_del;
+} proto_kv_t;
+
 /* One decoded (or to-be-encoded) message. DRAIN and SHUTDOWN use no member. */
 typedef struct proto_msg {
     proto_type_t type;
@@ -423,6 +450,7 @@ typedef struct proto_msg {
         proto_cancel_t cancel;
         proto_event_t event;
         proto_error_t error;
+        proto_kv_t kv;
     };
 } proto_msg_t;
 

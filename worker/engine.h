@@ -30,6 +30,13 @@ typedef struct engine {
 engine_t *engine_load(const char *path, char *err, size_t errlen);
 void engine_free(engine_t **e);
 
+/* Only the text side of path (tokenizer, chat template; model = NULL): what
+ * the gateway needs to compute the prompt tokens a worker of this model will
+ * see (routing by cache). Reads the GGUF's metadata, not its weights.
+ * NULL with a message in err on failure. The prompt functions below work on
+ * it; engine_pack_int8 must not be called. */
+engine_t *engine_load_text(const char *path, char *err, size_t errlen);
+
 /* model_pack_int8(e->model, n_threads) (model.h), logging what was packed
  * and how long it took. Call once after engine_load when the int8 kernels
  * will be on (not with --exact-matmul), before the model is shared. */

@@ -359,6 +359,7 @@ int32_t sched_capacity(const sched_t *s) { return s->cfg.max_seqs; }
 void sched_set_admitting(sched_t *s, bool on) { s->admitting = on; }
 bool sched_busy(const sched_t *s) { return s->n_seqs > 0; }
 int sched_check(const sched_t *s) { return kv_pool_check(s->pool); }
+kv_pool_t *sched_kv_pool(sched_t *s) { return s->pool; }
 
 void sched_stats(const sched_t *s, sched_stats_t *out)
 {

@@ -170,6 +170,8 @@ bool sched_busy(const sched_t *s);
 void sched_stats(const sched_t *s, sched_stats_t *out);
 /* KV pool consistency check (tests): 0 ok. */
 int sched_check(const sched_t *s);
+/* The scheduler's KV pool (borrowed; e.g. to read its KV events). */
+struct kv_pool *sched_kv_pool(sched_t *s);
 int32_t sched_context_length(const sched_t *s);
 int32_t sched_capacity(const sched_t *s);
 /* The KV cache's element type (KV_TYPE_AUTO resolved: F16 or F32). */

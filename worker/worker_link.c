@@ -63,6 +63,7 @@ struct worker_link {
     /* shared */
     atomic_llong interval_us;       /* our heartbeat interval (adopted from the gateway) */
     atomic_bool registered;         /* the gateway answered our last REGISTER */
+    atomic_ullong n_registrations;  /* REGISTERs the gateway answered, ever */
     atomic_bool connected;          /* sock != NULL */
     atomic_ullong n_reconnects;
     pthread_mutex_t mu;             /* guards the fields below */
@@ -288,6 +289,7 @@ static void on_gateway_frames(worker_link_t *l, zmq_msg_t *parts, int n, int64_t
                               m.error.code == PROTO_CODE_NOT_REGISTERED;
         if (!atomic_load(&l->registered) && type != PROTO_ERROR) {
             atomic_store(&l->registered, true);
+            atomic_fetch_add(&l->n_registrations, 1);
             l->backoff_us = atomic_load(&l->interval_us);
             log_info("registered with gateway %s", l->endpoint);
         }
@@ -309,6 +311,7 @@ static void on_gateway_frames(worker_link_t *l, zmq_msg_t *parts, int n, int64_t
         l->t_last_seen_us = now;
         if (!atomic_load(&l->registered)) {
             atomic_store(&l->registered, true);
+            atomic_fetch_add(&l->n_registrations, 1);
             l->backoff_us = atomic_load(&l->interval_us);
             log_info("registered with gateway %s", l->endpoint);
         }
@@ -382,6 +385,7 @@ worker_link_t *worker_link_new(const worker_link_config_t *cfg)
     int hb = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : PROTO_HEARTBEAT_MS;
     atomic_init(&l->interval_us, (long long)hb * 1000);
     atomic_init(&l->registered, false);
+    atomic_init(&l->n_registrations, 0);
     atomic_init(&l->connected, false);
     atomic_init(&l->n_reconnects, 0);
     l->interval_explicit = cfg->heartbeat_explicit;
@@ -513,6 +517,11 @@ int worker_link_heartbeat_ms(const worker_link_t *l)
 bool worker_link_registered(const worker_link_t *l)
 {
     return atomic_load(&((worker_link_t *)l)->registered);
+}
+
+uint64_t worker_link_registrations(const worker_link_t *l)
+{
+    return atomic_load(&((worker_link_t *)l)->n_registrations);
 }
 
 bool worker_link_take_lost(worker_link_t *l)

@@ -97,6 +97,10 @@ int worker_link_send(worker_link_t *l, const proto_msg_t *m);
 /* True once the gateway answered our latest REGISTER (with a heartbeat). */
 bool worker_link_registered(const worker_link_t *l);
 
+/* REGISTERs the gateway has answered since the link was made: a change
+ * means a new registration (state the gateway keeps per registration, such
+ * as the prefix-cache keys of KV messages, must be sent again). */
+uint64_t worker_link_registrations(const worker_link_t *l);
 /* True once after the link lost its gateway: it gave up on a silent one, or
  * the gateway answered ERROR 409 (it restarted, or dropped us). Requests the
  * worker holds came from that gateway and their results can no longer be

@@ -40,7 +40,9 @@
 #include "proto/msg.h"
 #include "worker/engine.h"
 #include "worker/model/forward.h"
+#include "worker/wait_policy.h"
 #include "worker/sched.h"
+#include "worker/kv_report.h"
 #include "worker/worker_link.h"
 
 /* The worker process state. */
@@ -50,6 +52,7 @@ struct worker {
     char replica[PROTO_MAX_NAME + 1];     /* "host:pid:random", unique per process */
     char host[PROTO_MAX_NAME + 1];
     worker_link_t *link;                  /* to the gateway */
+    kv_report_t *kv_report;               /* prefix-cache changes → KV messages */
     int heartbeat_ms;                     /* --heartbeat-ms, until the gateway's is adopted */
     bool heartbeat_explicit;              /* --heartbeat-ms given: keep it */
     int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
@@ -443,7 +446,7 @@ int main(int argc, char **argv)
     /* OpenMP threads that spin while idle steal the core the gateway and
      * other workers need: re-exec once with a passive wait policy unless the
      * environment already chose one (see forward.h). */
-    forward_env_reexec(argv);
+    wait_policy_reexec(argv);
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -585,8 +588,10 @@ int main(int argc, char **argv)
              w.model_path, w.replica, w.capacity, w.n_ctx, w.kv_blocks);
 
     rc = 0;
+    w.kv_report = kv_report_new(sched_kv_pool(w.sched));
     while (!w.stop) {
         publish_load(&w);
+        kv_report_flush(w.kv_report, w.link);
         bool busy = sched_busy(w.sched);
         proto_msg_t m;
         /* drain every queued message before the next step so CANCELs and
@@ -621,6 +626,7 @@ int main(int argc, char **argv)
         }
     }
 out:
+    kv_report_free(&w.kv_report);
     worker_link_free(&w.link);
     sched_free(&w.sched);
     engine_free(&w.engine);

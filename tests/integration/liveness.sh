@@ -50,16 +50,17 @@ request() {
 
 # run_batch N TAG: N concurrent requests; sets N_OK (200 with finish length)
 run_batch() {
-  local n=$1 tag=$2 i pids=()
+  local n=$1 tag=$2 i pids=() t_batch=$SECONDS
   for ((i = 0; i < n; i++)); do
     (request "$i" "$TMP/$tag.$i.json" >"$TMP/$tag.$i.code") &
     pids+=($!)
   done
   wait "${pids[@]}"
+  BATCH_S=$((SECONDS - t_batch))
   N_OK=0
   for ((i = 0; i < n; i++)); do
     if [[ $(cat "$TMP/$tag.$i.code") == 200 ]] &&
-       python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(j["choices"][0]["finish_reason"] != "length")' "$TMP/$tag.$i.json" 2>/dev/null; then
+       grep -q '"finish_reason":"length"' "$TMP/$tag.$i.json"; then
       N_OK=$((N_OK + 1))
     else
       echo "# $tag request $i: HTTP $(cat "$TMP/$tag.$i.code"): $(head -c 300 "$TMP/$tag.$i.json")"
@@ -79,36 +80,40 @@ if ! wait_for 60 bash -c '[[ -n $(worker_pids m) ]]'; then
   fail "A: the worker registered"; finish
 fi
 pid_a=$(worker_pids m)
-t0=$SECONDS
-(run_batch 16 a; echo "$N_OK" >"$TMP/a.n_ok") &
+(run_batch 16 a; echo "$N_OK $BATCH_S" >"$TMP/a.n_ok") &
 batch=$!
-# while the batch runs (steps of 5 s), the worker's last heartbeat is never
-# older than ~2 intervals and it is busy with a step in progress
-max_age=0 seen_busy=0
+# while the batch runs (steps of 5 s), sample /health (curl only: python
+# start-up is slow on a loaded machine); judged afterwards
 while kill -0 "$batch" 2>/dev/null; do
-  h=$(curl -s --max-time 2 "$URL/health")
-  read -r age busy < <(python3 -c '
-import json, sys
-try:
-    w = [w for w in json.loads(sys.argv[1])["workers"] if w["model"] == "m"]
-    p = w[0]["progress"] or {}
-    print(w[0]["last_heartbeat_ms_ago"], 1 if p.get("busy") and p.get("stall_ms", 0) > 2000 else 0)
-except Exception:
-    print(0, 0)' "$h")
-  ((age > max_age)) && max_age=$age
-  ((busy)) && seen_busy=1
+  curl -s --max-time 2 "$URL/health" >>"$TMP/a.health"
+  echo >>"$TMP/a.health"
   sleep 0.5
 done
 wait "$batch"
-dt=$((SECONDS - t0))
-n_ok=$(cat "$TMP/a.n_ok")
-echo "# A: 16 requests with 5 s steps took $dt s; oldest heartbeat seen ${max_age} ms"
+# the oldest heartbeat seen, and the longest stall seen while busy (inside a step)
+read -r max_age max_stall n_samples < <(python3 -c '
+import json, sys
+age = stall = n = 0
+for line in open(sys.argv[1]):
+    try:
+        w = [w for w in json.loads(line)["workers"] if w["model"] == "m"][0]
+    except Exception:
+        continue
+    n += 1
+    age = max(age, w["last_heartbeat_ms_ago"])
+    p = w.get("progress") or {}
+    if p.get("busy"):
+        stall = max(stall, p["stall_ms"])
+print(age, stall, n)' "$TMP/a.health")
+read -r n_ok dt <"$TMP/a.n_ok"
+echo "# A: 16 requests with 5 s steps took $dt s; $n_samples /health samples: oldest heartbeat ${max_age} ms, longest stall while busy ${max_stall} ms"
 check "A: 16 concurrent requests with 5 s steps and default flags: $n_ok/16 succeed" test "$n_ok" -eq 16
 check "A: the worker was never restarted (pid $pid_a, restarts $(metric 'pagoda_worker_restarts_total{model_name="m"}'))" \
   test "$(worker_pids m)" = "$pid_a" -a "$(metric 'pagoda_worker_restarts_total{model_name="m"}')" = 0
 check "A: no worker was lost" test "$(metric 'pagoda_workers_lost_total{model_name="m"}')" = 0
 check "A: heartbeats kept flowing during 5 s steps (oldest ${max_age} ms < 2500)" test "$max_age" -lt 2500
-check "A: /health showed the worker busy inside a step for > 2 s" test "$seen_busy" = 1
+check "A: /health showed the worker busy inside a step for > 2 s (${max_stall} ms) with fresh heartbeats" \
+  test "$max_stall" -gt 2000
 if grep -qE "removed|SIGKILL" "$TMP/gw_a.log"; then
   fail "A: gateway log has no removal or kill"; grep -E "removed|SIGKILL" "$TMP/gw_a.log" | head -5 | sed 's/^/# /'
 else
@@ -172,10 +177,8 @@ if ! wait_for 60 bash -c '[[ -n $(worker_pids m) ]]'; then
   fail "C: the worker registered"; finish
 fi
 pid_c=$(worker_pids m)
-t0=$SECONDS
 run_batch 4 c
-dt=$((SECONDS - t0))
-echo "# C: 4 requests across a wedged step took $dt s"
+echo "# C: 4 requests across a wedged step took $BATCH_S s"
 check "C: the wedge happened (the file was consumed)" test ! -e "$TMP/wedge"
 check "C: the wedged worker was declared hung for lack of progress, not silence" \
   grep -q "removed: no step completed for" "$TMP/gw_c.log"

@@ -282,6 +282,72 @@ static void test_heartbeat_progress_rules(void **state)
     }
 }
 
+/* KV: u64 keys survive, lists round-trip in order; limits and types enforced. */
+static void test_kv(void **state)
+{
+    uint64_t add[3] = {0, UINT64_MAX, 0x8000000000000001ull}, del[1] = {42};
+    proto_msg_t in, out;
+    proto_msg_init(&in, PROTO_KV);
+    in.kv = (proto_kv_t){.reset = true, .add = add, .n_add = 3, .del = del, .n_del = 1};
+    roundtrip(&in, &out);
+    assert_true(out.kv.reset);
+    assert_int_equal(out.kv.n_add, 3);
+    assert_memory_equal(out.kv.add, add, sizeof add);
+    assert_int_equal(out.kv.n_del, 1);
+    assert_true(out.kv.del[0] == 42);
+    proto_msg_clear(&out);
+    /* an empty body is a valid no-op */
+    proto_msg_init(&in, PROTO_KV);
+    roundtrip(&in, &out);
+    assert_false(out.kv.reset);
+    assert_int_equal(out.kv.n_add + out.kv.n_del, 0);
+    proto_msg_clear(&out);
+
+    /* counts: PROTO_MAX_KV_KEYS ok, one more refused before allocation */
+    for (uint32_t n = PROTO_MAX_KV_KEYS; n <= PROTO_MAX_KV_KEYS + 1; n++) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 1);
+        msgpack_pack_str(&pk, 3);
+        msgpack_pack_str_body(&pk, "add", 3);
+        msgpack_pack_array(&pk, n);
+        for (uint32_t i = 0; i < n; i++)
+            msgpack_pack_uint64(&pk, i);
+        proto_msg_t m;
+        int rc = decode_body(PROTO_KV, &sb, &m);
+        assert_int_equal(rc, n == PROTO_MAX_KV_KEYS ? PROTO_OK : PROTO_ERANGE);
+        if (rc == PROTO_OK)
+            assert_true(m.kv.add[n - 1] == n - 1);
+        proto_msg_clear(&m);
+        msgpack_sbuffer_destroy(&sb);
+    }
+    /* wrong types: a negative key, a string key, reset as int, del as map;
+     * a lying array count */
+    static const uint8_t bad[][12] = {
+        {0x81, 0xa3, 'a', 'd', 'd', 0x91, 0xff},                 /* -1 */
+        {0x81, 0xa3, 'd', 'e', 'l', 0x91, 0xa1, 'x'},            /* "x" */
+        {0x81, 0xa5, 'r', 'e', 's', 'e', 't', 0x01},             /* reset: 1 */
+        {0x81, 0xa3, 'd', 'e', 'l', 0x80},                       /* del: {} */
+        {0x81, 0xa3, 'a', 'd', 'd', 0xdd, 0, 0, 0x20, 0, 1, 2},  /* 8192 claimed, 2 there */
+    };
+    static const size_t bad_len[] = {7, 8, 8, 6, 12};
+    static const int bad_want[] = {PROTO_ERANGE, PROTO_EFIELD, PROTO_EFIELD, PROTO_EFIELD,
+                                   PROTO_EMSGPACK};
+    for (size_t i = 0; i < sizeof bad_len / sizeof bad_len[0]; i++) {
+        proto_msg_t m;
+        char err[256] = "";
+        int rc = proto_decode_body(PROTO_KV, bad[i], bad_len[i], &m, err, sizeof err);
+        if (rc != bad_want[i])
+            fail_msg("bad KV %zu: got %s (%s), want %s", i, proto_status_name(rc), err,
+                     proto_status_name(bad_want[i]));
+        assert_true(strlen(err) > 0);
+        proto_msg_clear(&m);
+    }
+    assert_string_equal(proto_type_name(PROTO_KV), "KV");
+}
+
 static void test_roundtrip_submit_chat(void **state)
 {
     proto_chat_msg_t msgs[3] = {{"system", "Be brief."}, {"user", "h\xc3\xa9llo \xe2\x9c\x93"},
@@ -513,7 +579,7 @@ static void test_frames(void **state)
         {"PGDA011", 7, PROTO_CANCEL, 1, 3, PROTO_ETAG},
         {"", 0, PROTO_CANCEL, 1, 3, PROTO_ETAG},
         {"PGDA01", 6, 0, 1, 3, PROTO_ETYPE},
-        {"PGDA01", 6, 9, 1, 3, PROTO_ETYPE},
+        {"PGDA01", 6, 10, 1, 3, PROTO_ETYPE},
         {"PGDA01", 6, 255, 1, 3, PROTO_ETYPE},
         {"PGDA01", 6, PROTO_CANCEL, 0, 3, PROTO_EFRAMES},
         {"PGDA01", 6, PROTO_CANCEL, 2, 3, PROTO_EFRAMES},
@@ -1136,6 +1202,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_register),
         cmocka_unit_test(test_roundtrip_heartbeat),
         cmocka_unit_test(test_heartbeat_progress_rules),
+        cmocka_unit_test(test_kv),
         cmocka_unit_test(test_roundtrip_submit_chat),
         cmocka_unit_test(test_roundtrip_submit_completion),
         cmocka_unit_test(test_roundtrip_event),

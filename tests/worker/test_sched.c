@@ -46,6 +46,7 @@
 #include "tests/support/support.h"
 #include "worker/engine.h"
 #include "worker/model/forward.h"
+#include "worker/wait_policy.h"
 #include "worker/model/gguf.h"
 #include "worker/sched.h"
 
@@ -1375,7 +1376,7 @@ int main(int argc, char **argv)
     (void)argc;
     /* passive OpenMP waits, as pagoda-worker: spinning barriers make the
      * 2-thread runs 5-10x slower on a shared machine (forward.h) */
-    forward_env_reexec(argv);
+    wait_policy_reexec(argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_solo),
         cmocka_unit_test(test_prefix_hit_equals_miss),

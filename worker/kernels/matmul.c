@@ -24,8 +24,9 @@
 #include <string.h>
 
 #include "common/xalloc.h"
-#include "worker/model/gguf.h"
+#include "worker/kernels/qblock.h"
 #include "worker/kernels/quant.h"
+#include "worker/model/gguf.h"
 
 /* Floats per dequantized tile: ~1 MiB keeps the tile cache-resident while
  * the GEMM streams X over it. */
@@ -83,11 +84,6 @@ void matmul_free(matmul_t **mm)
  * are bit-identical (tests/worker/test_matmul.c checks this); everything
  * else goes through quant_dequantize(). */
 
-static float half_at(const uint8_t *p)
-{
-    return quant_fp16_to_fp32((uint16_t)(p[0] | p[1] << 8));
-}
-
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define MATMUL_X86 1
@@ -98,10 +94,11 @@ static float half_at(const uint8_t *p)
 
 __attribute__((target("avx2,fma"))) static void dec_q8_0_avx2(const uint8_t *b, float *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, b += 34, y += 32) {
-        __m256 d = _mm256_set1_ps(half_at(b));
+    const qblock_q8_0_t *blk = (const qblock_q8_0_t *)b;
+    for (int64_t i = 0; i < nb; i++, blk++, y += 32) {
+        __m256 d = _mm256_set1_ps(quant_fp16_to_fp32(blk->d));
         for (int j = 0; j < 4; j++) {
-            __m128i q = _mm_loadl_epi64((const __m128i *)(const void *)(b + 2 + 8 * j));
+            __m128i q = _mm_loadl_epi64((const __m128i *)(const void *)(blk->qs + 8 * j));
             _mm256_storeu_ps(y + 8 * j, _mm256_mul_ps(I8x8(q), d));
         }
     }
@@ -110,9 +107,10 @@ __attribute__((target("avx2,fma"))) static void dec_q8_0_avx2(const uint8_t *b, 
 __attribute__((target("avx2,fma"))) static void dec_q4_0_avx2(const uint8_t *b, float *y, int64_t nb)
 {
     const __m128i m4 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
-    for (int64_t i = 0; i < nb; i++, b += 18, y += 32) {
-        __m256 d = _mm256_set1_ps(half_at(b));
-        __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)(b + 2));
+    const qblock_q4_0_t *blk = (const qblock_q4_0_t *)b;
+    for (int64_t i = 0; i < nb; i++, blk++, y += 32) {
+        __m256 d = _mm256_set1_ps(quant_fp16_to_fp32(blk->d));
+        __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)blk->qs);
         __m128i lo = _mm_sub_epi8(_mm_and_si128(qs, m4), eight);                     /* elements 0..15 */
         __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), eight);  /* 16..31 */
         _mm256_storeu_ps(y + 0, _mm256_mul_ps(d, I8x8(lo)));
@@ -122,30 +120,19 @@ __attribute__((target("avx2,fma"))) static void dec_q4_0_avx2(const uint8_t *b, 
     }
 }
 
-/* 6-bit scale and min of sub-block j of a Q4_K block (layout in quant.h). */
-static void k_scale_min(const uint8_t *s, int j, int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
-        *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-    }
-}
-
 __attribute__((target("avx2,fma"))) static void dec_q4_k_avx2(const uint8_t *b, float *y, int64_t nb)
 {
     const __m256i m4 = _mm256_set1_epi8(15);
-    for (int64_t i = 0; i < nb; i++, b += 144, y += 256) {
-        float d = half_at(b), dmin = half_at(b + 2);
-        const uint8_t *scales = b + 4, *qs = b + 16;
+    const qblock_q4_k_t *blk = (const qblock_q4_k_t *)b;
+    for (int64_t i = 0; i < nb; i++, blk++, y += 256) {
+        float d = quant_fp16_to_fp32(blk->d), dmin = quant_fp16_to_fp32(blk->dmin);
+        const uint8_t *scales = blk->scales, *qs = blk->qs;
         for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * c));
             __m256i nib[2] = { _mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) };
             for (int half = 0; half < 2; half++) {
                 int j = 2 * c + half, sc, m;
-                k_scale_min(scales, j, &sc, &m);
+                qblock_k_scale_min(scales, j, &sc, &m);
                 __m256 dl = _mm256_set1_ps(d * (float)sc), ml = _mm256_set1_ps(dmin * (float)m);
                 __m128i h0 = _mm256_castsi256_si128(nib[half]), h1 = _mm256_extracti128_si256(nib[half], 1);
                 float *o = y + 32 * j;
@@ -161,10 +148,11 @@ __attribute__((target("avx2,fma"))) static void dec_q4_k_avx2(const uint8_t *b, 
 __attribute__((target("avx2,fma"))) static void dec_q6_k_avx2(const uint8_t *b, float *y, int64_t nb)
 {
     const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
-    for (int64_t i = 0; i < nb; i++, b += 210, y += 256) {
-        const uint8_t *ql = b, *qh = b + 128;
-        const int8_t *sc = (const int8_t *)(b + 192);
-        float d = half_at(b + 208);
+    const qblock_q6_k_t *blk = (const qblock_q6_k_t *)b;
+    for (int64_t i = 0; i < nb; i++, blk++, y += 256) {
+        const uint8_t *ql = blk->ql, *qh = blk->qh;
+        const int8_t *sc = blk->scales;
+        float d = quant_fp16_to_fp32(blk->d);
         for (int h = 0; h < 2; h++) {
             __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h));
             __m256i a2 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h + 32));

@@ -10,12 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/cpu.h"
 #include "common/xalloc.h"
 #include "worker/kernels/matmul.h"
-#include "worker/kernels/quant.h"
+#include "worker/kernels/attention.h"
 
 struct forward {
     const model_t *m;
@@ -129,25 +128,6 @@ int forward_max_rows(const forward_t *f)
     return f->max_rows;
 }
 
-int forward_env_reexec(char **argv)
-{
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
-        return 0;
-    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
-        return -1;
-    /* exec the resolved path, not /proc/self/exe: the kernel names the
-     * process after the file it executes, and ps/top/systemd should show
-     * "pagoda-worker", not "exe" */
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        execv(self, argv);
-    }
-    execv("/proc/self/exe", argv);
-    return -1;
-}
-
 /* Every index in the batch is checked before anything is written. */
 static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
 {
@@ -188,47 +168,10 @@ static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
  * row's values in a fixed order that depends only on that row (never on the
  * batch), so batching and chunking do not change results. */
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
+#include "worker/kernels/vmath.h"
+#ifdef VMATH_X86
 #define FWD_X86 1
-#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
-#define AVX2_INL static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-
-AVX2_INL float hsum8(__m256 v)
-{
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-
-/* e^x for 8 lanes: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6
- * polynomial (Taylor coefficients; max relative error ~2e-7 on the range),
- * times 2^n built in the exponent field. x < -87.3 gives 0, x > 88.7
- * gives +inf (softmax arguments are <= 0; silu clamps). */
-AVX2_INL __m256 exp8(__m256 x)
-{
-    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.72283f);
-    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);   /* ln2 high bits */
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);         /* ln2 - high */
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    /* 2^n: n in [-126, 128]; split in two factors so n = 128 does not overflow the exponent */
-    __m256i ni = _mm256_cvtps_epi32(n);
-    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
-    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
-    return _mm256_andnot_ps(under, _mm256_mul_ps(_mm256_mul_ps(p, s1), s2));
-}
+#define AVX2_FN VMATH_FN
 
 /* h[i] = silu(g[i]) * u[i] = g / (1 + e^-g) * u, n elements. */
 AVX2_FN static void silu_mul_avx2(float *h, const float *g, const float *u, size_t n)
@@ -238,7 +181,7 @@ AVX2_FN static void silu_mul_avx2(float *h, const float *g, const float *u, size
     for (; i + 8 <= n; i += 8) {
         __m256 gv = _mm256_loadu_ps(g + i);
         /* e^-g overflows below g = -88: clamp (silu is -0 there anyway) */
-        __m256 e = exp8(_mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), gv), lim));
+        __m256 e = vmath_exp8(_mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), gv), lim));
         __m256 sv = _mm256_div_ps(gv, _mm256_add_ps(one, e));
         _mm256_storeu_ps(h + i, _mm256_mul_ps(sv, _mm256_loadu_ps(u + i)));
     }
@@ -246,125 +189,6 @@ AVX2_FN static void silu_mul_avx2(float *h, const float *g, const float *u, size
         h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-/* 8 K/V elements at element index i of base, widened to float. */
-AVX2_INL __m256 ld8(const void *base, size_t i, const bool f16)
-{
-    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
-               : _mm256_loadu_ps((const float *)base + i);
-}
-
-/* One (row, head) of attention with head_dim hd (multiple of 8): sc (n_pos)
- * scratch, out (hd). K/V of position t at element kvo of its cache slot,
- * stored as f16 or float (f16 is a compile-time constant in each caller:
- * the loads differ, the arithmetic and its order do not). */
-AVX2_INL void attend_avx2_impl(const float *q, const kv_store_t *kv, int l, const int32_t *bt, int n_pos,
-                               int kvo, int hd, float scale, float *sc, float *out, const bool f16)
-{
-    const int bs = kv->block_size;
-    const size_t ld = (size_t)kv->kv_dim;
-    const size_t esz = f16 ? 2 : 4;
-    /* sc[t] = q · k_t * scale; four positions at a time share each q load */
-    __m256 mx8 = _mm256_set1_ps(-INFINITY);
-    float mx = -INFINITY;
-    for (int t0 = 0, blk = 0; t0 < n_pos; t0 += bs, blk++) {
-        const void *kb = kv_store_k_at(kv, l, bt[blk], 0);  /* element (t, i) at kvo + t*ld + i */
-        const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
-        int t = 0;
-        for (; t + 4 <= n; t += 4) {
-            const size_t k0 = (size_t)kvo + (size_t)t * ld, k1 = k0 + ld, k2 = k1 + ld, k3 = k2 + ld;
-            if (t + 8 + 4 <= n)
-                for (int u = 0; u < 4; u++)
-                    for (size_t by = 0; by < (size_t)hd * esz; by += 64)
-                        _mm_prefetch((const char *)kb + (k0 + (size_t)(8 + u) * ld) * esz + by, _MM_HINT_T0);
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int i = 0; i < hd; i += 8) {
-                __m256 qv = _mm256_loadu_ps(q + i);
-                a0 = _mm256_fmadd_ps(qv, ld8(kb, k0 + (size_t)i, f16), a0);
-                a1 = _mm256_fmadd_ps(qv, ld8(kb, k1 + (size_t)i, f16), a1);
-                a2 = _mm256_fmadd_ps(qv, ld8(kb, k2 + (size_t)i, f16), a2);
-                a3 = _mm256_fmadd_ps(qv, ld8(kb, k3 + (size_t)i, f16), a3);
-            }
-            /* the same reduction as the single-position loop below */
-            float *o = sc + t0 + t;
-            o[0] = hsum8(a0) * scale;
-            o[1] = hsum8(a1) * scale;
-            o[2] = hsum8(a2) * scale;
-            o[3] = hsum8(a3) * scale;
-        }
-        for (; t < n; t++) {
-            const size_t k0 = (size_t)kvo + (size_t)t * ld;
-            __m256 a0 = _mm256_setzero_ps();
-            for (int i = 0; i < hd; i += 8)
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld8(kb, k0 + (size_t)i, f16), a0);
-            sc[t0 + t] = hsum8(a0) * scale;
-        }
-    }
-    int t = 0;
-    for (; t + 8 <= n_pos; t += 8)
-        mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(sc + t));
-    {
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx8), _mm256_extractf128_ps(mx8, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        mx = _mm_cvtss_f32(m4);
-    }
-    for (; t < n_pos; t++)
-        mx = sc[t] > mx ? sc[t] : mx;
-    /* sc = e^(sc - max), normalized at the end */
-    __m256 mxv = _mm256_set1_ps(mx), sum8 = _mm256_setzero_ps();
-    for (t = 0; t + 8 <= n_pos; t += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), mxv));
-        _mm256_storeu_ps(sc + t, e);
-        sum8 = _mm256_add_ps(sum8, e);
-    }
-    float sum = hsum8(sum8);
-    for (; t < n_pos; t++) {
-        sc[t] = expf(sc[t] - mx);
-        sum += sc[t];
-    }
-    const __m256 inv = _mm256_set1_ps(1.0f / sum);
-    /* out = Σ_t sc[t] v_t / sum, 64 output floats (8 registers) per pass */
-    for (int i0 = 0; i0 < hd; i0 += 64) {
-        const int nv = (hd - i0 < 64 ? hd - i0 : 64) / 8;
-        __m256 acc[8];
-        for (int j = 0; j < 8; j++)
-            acc[j] = _mm256_setzero_ps();
-        for (int t0 = 0, blk = 0; t0 < n_pos; t0 += bs, blk++) {
-            const void *vb = kv_store_v_at(kv, l, bt[blk], 0);  /* element (t, i) at kvo + t*ld + i */
-            const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
-            for (int tt = 0; tt < n; tt++) {
-                const size_t vt = (size_t)kvo + (size_t)i0 + (size_t)tt * ld;
-                if (tt + 8 < n)
-                    for (size_t by = 0; by < (size_t)nv * 8 * esz; by += 64)
-                        _mm_prefetch((const char *)vb + (vt + 8 * ld) * esz + by, _MM_HINT_T0);
-                __m256 w = _mm256_set1_ps(sc[t0 + tt]);
-                if (nv == 8) {
-#pragma GCC unroll 8
-                    for (int j = 0; j < 8; j++)
-                        acc[j] = _mm256_fmadd_ps(w, ld8(vb, vt + 8 * (size_t)j, f16), acc[j]);
-                } else {
-                    for (int j = 0; j < nv; j++)
-                        acc[j] = _mm256_fmadd_ps(w, ld8(vb, vt + 8 * (size_t)j, f16), acc[j]);
-                }
-            }
-        }
-        for (int j = 0; j < nv; j++)
-            _mm256_storeu_ps(out + i0 + 8 * j, _mm256_mul_ps(acc[j], inv));
-    }
-}
-
-/* attend_avx2_impl for the store's element type. */
-AVX2_FN static void attend_avx2(const float *q, const kv_store_t *kv, int l, const int32_t *bt, int n_pos,
-                                int kvo, int hd, float scale, float *sc, float *out)
-{
-    if (kv->type == KV_TYPE_F16)
-        attend_avx2_impl(q, kv, l, bt, n_pos, kvo, hd, scale, sc, out, true);
-    else
-        attend_avx2_impl(q, kv, l, bt, n_pos, kvo, hd, scale, sc, out, false);
-}
-
-/* The AVX2 path also reads f16 K/V (F16C): every AVX2 CPU has F16C, and
- * one without it takes the portable path. */
 static int have_avx2(void)
 {
     return cpu_has_avx2_fma_f16c();
@@ -372,46 +196,6 @@ static int have_avx2(void)
 #else
 static int have_avx2(void) { return 0; }
 #endif
-
-/* Element i of the K/V vector at p, as float. */
-static inline float kv_elt(const kv_store_t *kv, const void *p, int i)
-{
-    return kv->type == KV_TYPE_F16 ? quant_fp16_to_fp32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-
-/* Portable attention of one (row, head), as attend_avx2, either element type. */
-static void attend_plain(const float *q, const kv_store_t *kv, int l, const int32_t *bt, int n_pos, int kvo,
-                         int hd, float scale, float *sc, float *out)
-{
-    const int bs = kv->block_size;
-    const size_t esz = kv_type_size(kv->type);
-    float mx = -INFINITY;
-    for (int t = 0; t < n_pos; t++) {
-        const void *kt = (const char *)kv_store_k_at(kv, l, bt[t / bs], t % bs) + (size_t)kvo * esz;
-        float d = 0;
-        for (int i = 0; i < hd; i++)
-            d += q[i] * kv_elt(kv, kt, i);
-        sc[t] = d * scale;
-        if (sc[t] > mx)
-            mx = sc[t];
-    }
-    float sum = 0;
-    for (int t = 0; t < n_pos; t++) {
-        sc[t] = expf(sc[t] - mx);
-        sum += sc[t];
-    }
-    const float inv = 1.0f / sum;
-    for (int i = 0; i < hd; i++)
-        out[i] = 0;
-    for (int t = 0; t < n_pos; t++) {
-        const void *vt = (const char *)kv_store_v_at(kv, l, bt[t / bs], t % bs) + (size_t)kvo * esz;
-        const float w = sc[t];
-        for (int i = 0; i < hd; i++)
-            out[i] += w * kv_elt(kv, vt, i);
-    }
-    for (int i = 0; i < hd; i++)
-        out[i] *= inv;
-}
 
 static void silu_mul(float *h, const float *g, const float *u, size_t n)
 {
@@ -564,7 +348,6 @@ static void attention(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, 
     const int hd = c->head_dim, group = c->n_head / c->n_kv_head;
     const float scale = 1.0f / sqrtf((float)hd);
     const int R = b->n_rows;
-    const bool avx2 = have_avx2() && hd % 8 == 0;
     size_t work = 0;  /* floats of K and V read: Σ_r (pos+1) * q_dim * 2 */
     for (int r = 0; r < R; r++)
         work += (size_t)(b->pos[r] + 1) * (size_t)c->q_dim * 2;
@@ -579,14 +362,7 @@ static void attention(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, 
             const float *qh = f->q + (size_t)r * c->q_dim + (size_t)h * hd;  /* (hd) */
             float *sc = f->scores + (size_t)omp_get_thread_num() * f->scores_ld; /* (n_pos) */
             float *out = f->att + (size_t)r * c->q_dim + (size_t)h * hd;     /* (hd) */
-#ifdef FWD_X86
-            if (avx2) {
-                attend_avx2(qh, kv, l, bt, n_pos, kvo, hd, scale, sc, out);
-                continue;
-            }
-#endif
-            (void)avx2;
-            attend_plain(qh, kv, l, bt, n_pos, kvo, hd, scale, sc, out);
+            attention_head(qh, kv, l, bt, 0, n_pos, kvo, hd, scale, 0.0f, sc, out);
         }
     }
 }
@@ -604,7 +380,6 @@ static void qkv_attention_by_head(forward_t *f, const model_layer_t *L, const fw
     const model_config_t *c = &f->m->cfg;
     const int R = b->n_rows, hd = c->head_dim, group = c->n_head / c->n_kv_head;
     const float scale = 1.0f / sqrtf((float)hd);
-    const bool avx2 = have_avx2() && hd % 8 == 0;
     int rc = matmul_prepare(f->mm, f->xb, R, c->dim);
     assert(rc == 0);
     (void)rc;
@@ -640,14 +415,7 @@ static void qkv_attention_by_head(forward_t *f, const model_layer_t *L, const fw
             for (int h = 0; h < group; h++) {
                 const float *qh = f->q + (size_t)r * c->q_dim + q0 + (size_t)h * hd;
                 float *out = f->att + (size_t)r * c->q_dim + q0 + (size_t)h * hd;
-#ifdef FWD_X86
-                if (avx2) {
-                    attend_avx2(qh, kv, l, bt, b->pos[r] + 1, (int)k0, hd, scale, sc, out);
-                    continue;
-                }
-#endif
-                (void)avx2;
-                attend_plain(qh, kv, l, bt, b->pos[r] + 1, (int)k0, hd, scale, sc, out);
+                attention_head(qh, kv, l, bt, 0, b->pos[r] + 1, (int)k0, hd, scale, 0.0f, sc, out);
             }
         }
     }

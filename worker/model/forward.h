@@ -82,17 +82,4 @@ const char *forward_error(const forward_t *f);
 
 int forward_max_rows(const forward_t *f);
 
-/* OpenMP threads busy-wait at every barrier by default. When the worker's
- * cores are shared (other workers, the gateway, other tenants) a spinning
- * thread steals the core a working thread needs: measured 5-10x slower
- * steps on a loaded 2-core machine. libgomp reads OMP_WAIT_POLICY only at
- * load time, so programs call this first thing in main(): when neither
- * OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set it sets OMP_WAIT_POLICY=passive
- * and re-executes its own binary (the path /proc/self/exe resolves to, so
- * the process keeps its name) with the same argv. Returns 0 when the
- * environment was already set (nothing done); -1 when the re-exec failed
- * (the program may continue, with spinning threads). Does not return on a
- * successful re-exec. */
-int forward_env_reexec(char **argv);
-
 #endif

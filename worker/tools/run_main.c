@@ -20,6 +20,7 @@
 #include "common/xalloc.h"
 #include "worker/engine.h"
 #include "worker/model/forward.h"
+#include "worker/wait_policy.h"
 #include "worker/sched.h"
 
 static void usage(FILE *f)
@@ -170,7 +171,7 @@ int main(int argc, char **argv)
     /* OpenMP threads that spin while idle steal the core the other process
      * (gateway, client, another worker) needs: re-exec once with a passive
      * wait policy unless the environment already chose one. */
-    forward_env_reexec(argv);
+    wait_policy_reexec(argv);
     log_init("pagoda-run", LOG_WARN);
     const char *model = NULL, *prompt = NULL, *seqs = "1,4,16,32";
     int n = 128, chat = 0, bench = 0, prompt_tokens = 32, ignore_eos = 0, baseline = 0;

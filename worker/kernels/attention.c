@@ -1,0 +1,208 @@
+/* attention.c — one (row, head) of softmax attention over the paged KV
+ * cache (see attention.h): an AVX2 kernel for F32/F16 K/V and a portable
+ * fallback computing the same thing. */
+#include "worker/kernels/attention.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdbool.h>
+
+#include "common/cpu.h"
+#include "worker/kernels/quant.h"
+#include "worker/kernels/vmath.h"
+
+#ifdef VMATH_X86
+/* 8 K/V elements at element index i of base, widened to float. */
+VMATH_INL __m256 ld8(const void *base, size_t i, const bool f16)
+{
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
+               : _mm256_loadu_ps((const float *)base + i);
+}
+
+/* sc (n) = softcap * tanh(sc / softcap), in place. */
+VMATH_INL void softcap_avx2(float *sc, int n, float softcap)
+{
+    const __m256 c = _mm256_set1_ps(softcap), ic = _mm256_set1_ps(1.0f / softcap);
+    int t = 0;
+    for (; t + 8 <= n; t += 8)
+        _mm256_storeu_ps(sc + t, _mm256_mul_ps(c, vmath_tanh8(_mm256_mul_ps(_mm256_loadu_ps(sc + t), ic))));
+    for (; t < n; t++)
+        sc[t] = softcap * tanhf(sc[t] / softcap);
+}
+
+/* attention_head with head_dim hd a multiple of 8. Positions t0..t1-1 are
+ * walked block by block (a block may be entered mid-way when t0 is not
+ * block-aligned); sc[t - t0] holds position t's score. f16 is a
+ * compile-time constant in each caller: the loads differ, the arithmetic
+ * and its order do not. */
+VMATH_INL void attend_avx2_impl(const float *q, const kv_store_t *kv, int l, const int32_t *bt, int t0, int t1,
+                                int kvo, int hd, float scale, float softcap, float *sc, float *out, const bool f16)
+{
+    const int bs = kv->block_size, n_pos = t1 - t0;
+    const size_t ld = (size_t)kv->kv_dim;
+    const size_t esz = f16 ? 2 : 4;
+    /* sc[t] = q · k_t * scale; four positions at a time share each q load */
+    for (int t = t0; t < t1;) {
+        const int slot0 = t % bs, n = (t1 - t < bs - slot0) ? t1 - t : bs - slot0;
+        const void *kb = kv_store_k_at(kv, l, bt[t / bs], 0);  /* element (slot, i) at kvo + slot*ld + i */
+        float *o = sc + (t - t0);
+        int j = 0;
+        for (; j + 4 <= n; j += 4) {
+            const size_t k0 = (size_t)kvo + (size_t)(slot0 + j) * ld, k1 = k0 + ld, k2 = k1 + ld, k3 = k2 + ld;
+            if (j + 8 + 4 <= n)
+                for (int u = 0; u < 4; u++)
+                    for (size_t by = 0; by < (size_t)hd * esz; by += 64)
+                        _mm_prefetch((const char *)kb + (k0 + (size_t)(8 + u) * ld) * esz + by, _MM_HINT_T0);
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < hd; i += 8) {
+                __m256 qv = _mm256_loadu_ps(q + i);
+                a0 = _mm256_fmadd_ps(qv, ld8(kb, k0 + (size_t)i, f16), a0);
+                a1 = _mm256_fmadd_ps(qv, ld8(kb, k1 + (size_t)i, f16), a1);
+                a2 = _mm256_fmadd_ps(qv, ld8(kb, k2 + (size_t)i, f16), a2);
+                a3 = _mm256_fmadd_ps(qv, ld8(kb, k3 + (size_t)i, f16), a3);
+            }
+            /* the same reduction as the single-position loop below */
+            o[j] = vmath_hsum8(a0) * scale;
+            o[j + 1] = vmath_hsum8(a1) * scale;
+            o[j + 2] = vmath_hsum8(a2) * scale;
+            o[j + 3] = vmath_hsum8(a3) * scale;
+        }
+        for (; j < n; j++) {
+            const size_t k0 = (size_t)kvo + (size_t)(slot0 + j) * ld;
+            __m256 a0 = _mm256_setzero_ps();
+            for (int i = 0; i < hd; i += 8)
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld8(kb, k0 + (size_t)i, f16), a0);
+            o[j] = vmath_hsum8(a0) * scale;
+        }
+        t += n;
+    }
+    if (softcap > 0)
+        softcap_avx2(sc, n_pos, softcap);
+    /* max over the scores */
+    __m256 mx8 = _mm256_set1_ps(-INFINITY);
+    float mx;
+    int t = 0;
+    for (; t + 8 <= n_pos; t += 8)
+        mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(sc + t));
+    {
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx8), _mm256_extractf128_ps(mx8, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        mx = _mm_cvtss_f32(m4);
+    }
+    for (; t < n_pos; t++)
+        mx = sc[t] > mx ? sc[t] : mx;
+    /* sc = e^(sc - max), normalized at the end */
+    __m256 mxv = _mm256_set1_ps(mx), sum8 = _mm256_setzero_ps();
+    for (t = 0; t + 8 <= n_pos; t += 8) {
+        __m256 e = vmath_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), mxv));
+        _mm256_storeu_ps(sc + t, e);
+        sum8 = _mm256_add_ps(sum8, e);
+    }
+    float sum = vmath_hsum8(sum8);
+    for (; t < n_pos; t++) {
+        sc[t] = expf(sc[t] - mx);
+        sum += sc[t];
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / sum);
+    /* out = Σ_t sc[t] v_t / sum, 64 output floats (8 registers) per pass */
+    for (int i0 = 0; i0 < hd; i0 += 64) {
+        const int nv = (hd - i0 < 64 ? hd - i0 : 64) / 8;
+        __m256 acc[8];
+        for (int j = 0; j < 8; j++)
+            acc[j] = _mm256_setzero_ps();
+        for (int tb = t0; tb < t1;) {
+            const int slot0 = tb % bs, n = (t1 - tb < bs - slot0) ? t1 - tb : bs - slot0;
+            const void *vb = kv_store_v_at(kv, l, bt[tb / bs], 0);  /* element (slot, i) at kvo + slot*ld + i */
+            const float *w_t = sc + (tb - t0);
+            for (int tt = 0; tt < n; tt++) {
+                const size_t vt = (size_t)kvo + (size_t)i0 + (size_t)(slot0 + tt) * ld;
+                if (tt + 8 < n)
+                    for (size_t by = 0; by < (size_t)nv * 8 * esz; by += 64)
+                        _mm_prefetch((const char *)vb + (vt + 8 * ld) * esz + by, _MM_HINT_T0);
+                __m256 w = _mm256_set1_ps(w_t[tt]);
+                if (nv == 8) {
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++)
+                        acc[j] = _mm256_fmadd_ps(w, ld8(vb, vt + 8 * (size_t)j, f16), acc[j]);
+                } else {
+                    for (int j = 0; j < nv; j++)
+                        acc[j] = _mm256_fmadd_ps(w, ld8(vb, vt + 8 * (size_t)j, f16), acc[j]);
+                }
+            }
+            tb += n;
+        }
+        for (int j = 0; j < nv; j++)
+            _mm256_storeu_ps(out + i0 + 8 * j, _mm256_mul_ps(acc[j], inv));
+    }
+}
+
+/* attend_avx2_impl for the store's element type. */
+VMATH_FN static void attend_avx2(const float *q, const kv_store_t *kv, int l, const int32_t *bt, int t0, int t1,
+                                 int kvo, int hd, float scale, float softcap, float *sc, float *out)
+{
+    if (kv->type == KV_TYPE_F16)
+        attend_avx2_impl(q, kv, l, bt, t0, t1, kvo, hd, scale, softcap, sc, out, true);
+    else
+        attend_avx2_impl(q, kv, l, bt, t0, t1, kvo, hd, scale, softcap, sc, out, false);
+}
+#endif
+
+/* Element i of the K/V vector at p, as float. */
+static inline float kv_elt(const kv_store_t *kv, const void *p, int i)
+{
+    return kv->type == KV_TYPE_F16 ? quant_fp16_to_fp32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* Portable attention of one (row, head), as attend_avx2, either element type. */
+static void attend_plain(const float *q, const kv_store_t *kv, int l, const int32_t *bt, int t0, int t1, int kvo,
+                         int hd, float scale, float softcap, float *sc, float *out)
+{
+    const int bs = kv->block_size, n_pos = t1 - t0;
+    const size_t esz = kv_type_size(kv->type);
+    float mx = -INFINITY;
+    for (int j = 0; j < n_pos; j++) {
+        const int t = t0 + j;
+        const void *kt = (const char *)kv_store_k_at(kv, l, bt[t / bs], t % bs) + (size_t)kvo * esz;
+        float d = 0;
+        for (int i = 0; i < hd; i++)
+            d += q[i] * kv_elt(kv, kt, i);
+        sc[j] = d * scale;
+        if (softcap > 0)
+            sc[j] = softcap * tanhf(sc[j] / softcap);
+        if (sc[j] > mx)
+            mx = sc[j];
+    }
+    float sum = 0;
+    for (int j = 0; j < n_pos; j++) {
+        sc[j] = expf(sc[j] - mx);
+        sum += sc[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int i = 0; i < hd; i++)
+        out[i] = 0;
+    for (int j = 0; j < n_pos; j++) {
+        const int t = t0 + j;
+        const void *vt = (const char *)kv_store_v_at(kv, l, bt[t / bs], t % bs) + (size_t)kvo * esz;
+        const float w = sc[j];
+        for (int i = 0; i < hd; i++)
+            out[i] += w * kv_elt(kv, vt, i);
+    }
+    for (int i = 0; i < hd; i++)
+        out[i] *= inv;
+}
+
+void attention_head(const float *q, const kv_store_t *kv, int layer, const int32_t *bt, int t0, int t1,
+                    int kv_off, int head_dim, float scale, float softcap, float *scores, float *out)
+{
+    assert(t0 >= 0 && t1 > t0);
+#ifdef VMATH_X86
+    /* The AVX2 path also reads f16 K/V (F16C): every AVX2 CPU has F16C, and
+     * one without it takes the portable path. */
+    if (head_dim % 8 == 0 && cpu_has_avx2_fma_f16c()) {
+        attend_avx2(q, kv, layer, bt, t0, t1, kv_off, head_dim, scale, softcap, scores, out);
+        return;
+    }
+#endif
+    attend_plain(q, kv, layer, bt, t0, t1, kv_off, head_dim, scale, softcap, scores, out);
+}
