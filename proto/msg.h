@@ -72,9 +72,11 @@
  *     steps      uint   scheduler steps completed since start (u64)
  *     busy       bool   the worker holds requests (running or waiting), so it
  *                       should be completing steps
- *     stall_ms   uint   ms since the last step completed or since the worker
- *                       became busy, whichever is later; 0 when not busy
- *                       (0..2^31-1). Relative, so the hosts need no common clock.
+ *     stall_ms   uint   ms since the worker last made progress — a step
+ *                       completed, or inside a step a layer of the forward
+ *                       pass did — or since it became busy, whichever is
+ *                       later; 0 when not busy (0..2^31-1). Relative, so the
+ *                       hosts need no common clock.
  *     slow_ms    uint   the slowest of the last PROTO_PROGRESS_WINDOW steps, ms
  *                       (0 = none yet; 0..2^31-1)
  *   The gateway judges a busy worker hung when stall_ms (plus the time since

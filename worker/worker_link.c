@@ -59,6 +59,9 @@ struct worker_link {
     int64_t gateway_interval_us;    /* the gateway's heartbeat interval (its hb_ms) */
     int64_t backoff_us;             /* next reconnect delay */
     int64_t t_reconnect_us;         /* when sock == NULL: when to connect again */
+    const _Atomic uint64_t *work_done; /* cfg.work_done, NULL = none */
+    uint64_t work_seen;             /* its value at the last heartbeat */
+    int64_t t_work_us;              /* when it was last seen to advance, 0 = never */
 
     /* shared */
     atomic_llong interval_us;       /* our heartbeat interval (adopted from the gateway) */
@@ -149,9 +152,18 @@ static void progress_now(worker_link_t *l, int64_t now, proto_load_t *load, prot
     p->steps = l->n_steps;
     p->busy = l->busy;
     p->stall_ms = 0;
+    if (l->work_done) {
+        uint64_t w = atomic_load_explicit(l->work_done, memory_order_relaxed);
+        if (w != l->work_seen) {
+            l->work_seen = w;
+            l->t_work_us = now;
+        }
+    }
     if (l->busy) {
         int64_t since = l->t_last_step_end_us > l->t_busy_since_us ? l->t_last_step_end_us
                                                                    : l->t_busy_since_us;
+        if (l->t_work_us > since)
+            since = l->t_work_us; /* inside a long step, its layers advance */
         int64_t ms = (now - since) / 1000;
         p->stall_ms = ms < 0 ? 0 : ms > 0x7fffffff ? 0x7fffffff : (uint32_t)ms;
     }
@@ -389,6 +401,7 @@ worker_link_t *worker_link_new(const worker_link_config_t *cfg)
     atomic_init(&l->connected, false);
     atomic_init(&l->n_reconnects, 0);
     l->interval_explicit = cfg->heartbeat_explicit;
+    l->work_done = cfg->work_done;
     l->reg = *cfg->reg;
     l->reg.version = PROTO_VERSION;
     l->reg.heartbeat_ms = (uint32_t)hb;

@@ -45,6 +45,11 @@ typedef struct worker_link_config {
     const char *endpoint;           /* gateway's ROUTER, "tcp://127.0.0.1:5557" */
     int heartbeat_ms;               /* our heartbeat interval (0 = PROTO_HEARTBEAT_MS) */
     bool heartbeat_explicit;        /* keep heartbeat_ms; false = adopt the gateway's */
+    const _Atomic uint64_t *work_done; /* optional (NULL): a counter the step loop
+                                       advances inside a step (forward layers,
+                                       sched_set_progress); an advance counts as
+                                       progress like a completed step. Must
+                                       outlive the link. */
     const proto_register_t *reg;    /* announced on each connect; copied. Its
                                        version and heartbeat_ms are set here. */
     /* CURVE (proto/curve.h): all three Z85 keys, or none for a plain link */
@@ -74,7 +79,9 @@ void worker_link_set_load(worker_link_t *l, const proto_load_t *load);
 
 /* Brackets one scheduler step: the link counts completed steps, the time of
  * the last one and the slowest of the last PROTO_PROGRESS_WINDOW, for the
- * HEARTBEAT's "prog" (proto/msg.h). */
+ * HEARTBEAT's "prog" (proto/msg.h). Its stall_ms counts from the last
+ * completed step or the last advance of cfg.work_done (sampled at each
+ * heartbeat), so a long step whose layers advance is not a stall. */
 void worker_link_step_begin(worker_link_t *l);
 void worker_link_step_end(worker_link_t *l);
 

@@ -57,6 +57,7 @@ struct worker {
     bool heartbeat_explicit;              /* --heartbeat-ms given: keep it */
     int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
     const char *test_step_wedge;          /* TEST ONLY, env PAGODA_TEST_STEP_WEDGE */
+    _Atomic uint64_t layers_done;         /* forward layers computed (progress inside a step) */
     uint32_t capacity;                    /* max concurrent sequences */
     uint32_t n_ctx;                       /* tokens per sequence */
     uint32_t kv_blocks;                   /* KV pool size in blocks */
@@ -573,7 +574,9 @@ int main(int argc, char **argv)
         .kv_blocks = w.kv_blocks, .block_size = w.block_size,
     };
     worker_link_config_t lcfg = {.endpoint = endpoint, .heartbeat_ms = w.heartbeat_ms,
-                                 .heartbeat_explicit = w.heartbeat_explicit, .reg = &reg};
+                                 .heartbeat_explicit = w.heartbeat_explicit,
+                                 .work_done = &w.layers_done, .reg = &reg};
+    sched_set_progress(w.sched, &w.layers_done);
     if (curve) {
         lcfg.curve_server_key = c_srv;
         lcfg.curve_public_key = c_pub;
