@@ -153,6 +153,7 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
     }
     s->ignore_eos = o->ignore_eos;
     s->stream = o->stream;
+    s->n_choices = o->n > 1 ? (uint32_t)o->n : 1;
     if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text) {
         int64_t t0 = clock_now_us();
         r->route_block_size = atomic_load(&gw->route_block_size);
@@ -527,6 +528,12 @@ static void request_reply_error(struct gateway *gw, gateway_request_t *r, int st
     request_push(r, rep);
 }
 
+/* Choices the request asks for (a SUBMIT built without n_choices: 1). */
+static uint32_t req_choices(const gateway_request_t *r)
+{
+    return r->submit.submit.n_choices > 1 ? r->submit.submit.n_choices : 1;
+}
+
 /* Drops the core's record (after its last reply). */
 static void request_finish(struct gateway *gw, gateway_request_t *r)
 {
@@ -537,8 +544,8 @@ static void request_finish(struct gateway *gw, gateway_request_t *r)
     } else if (r->state == GATEWAY_REQ_RUNNING) {
         gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
         if (w) {
-            w->n_assigned--;
-            w->hb_credit++;
+            w->n_assigned -= r->n_slots;
+            w->hb_credit += r->n_slots;
         }
     }
     r->state = GATEWAY_REQ_NEW;
@@ -565,11 +572,20 @@ static void redispatch(struct gateway *gw, gateway_request_t *r, const char *why
 {
     gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
     if (w && r->state == GATEWAY_REQ_RUNNING) {
-        w->n_assigned--;
-        w->hb_credit++;
+        w->n_assigned -= r->n_slots;
+        w->hb_credit += r->n_slots;
     }
     r->state = GATEWAY_REQ_NEW;
     if (r->cancelled) {
+        request_finish(gw, r);
+        return;
+    }
+    if (req_choices(r) > 1 && r->output_sent) {
+        /* n choices are not resumed: the delivered tokens of each would have
+         * to travel back (and the worker prefill them n times) */
+        request_reply_error(gw, r, 502, "worker_lost",
+                            "The worker serving this request was lost (%s) after output had "
+                            "started; requests with n > 1 are not resumed", why);
         request_finish(gw, r);
         return;
     }
@@ -722,8 +738,14 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
         for (size_t i = 0; i < gw->n_workers; i++) {
             gateway_worker_t *w = &gw->workers[i];
             bool ours = strcmp(w->reg.model, m->name) == 0;
+            /* n choices take n sequence slots (at most the replica's capacity,
+             * so any request can be placed on an idle replica) */
+            int64_t need = req_choices(r) > w->reg.capacity ? w->reg.capacity : req_choices(r);
+            if (need < 1)
+                need = 1;
+            int64_t credit = ours ? worker_credit(w) : 0;
             cand[i] = (route_cand_t){
-                .credit = ours ? worker_credit(w) : 0,
+                .credit = credit >= need ? credit - need + 1 : 0,
                 .assigned = w->n_assigned,
                 .hit_blocks = ours && w->slot >= 0 && (int32_t)w->reg.block_size == r->route_block_size
                                   ? depth[w->slot] : 0,
@@ -754,8 +776,12 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
         }
         r->state = GATEWAY_REQ_RUNNING;
         r->worker_uid = best->uid;
-        best->n_assigned++;
-        best->hb_credit--;
+        r->n_slots = req_choices(r) > best->reg.capacity ? best->reg.capacity : req_choices(r);
+        if (r->n_slots < 1)
+            r->n_slots = 1;
+        r->n_done = 0;
+        best->n_assigned += r->n_slots;
+        best->hb_credit -= r->n_slots;
         int64_t left_ms = (r->t_deadline_us - now) / 1000;
         r->submit.submit.deadline_ms = left_ms < 1 ? 1 : left_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)left_ms;
         metrics_histogram_observe(gw->m.request_queue_time, (const char *[]){m->name},
@@ -909,7 +935,13 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     if (ev->n_resumed != r->submit.submit.n_resume)
         log_warn("request %" PRIu64 ": %s resumed after %u tokens, not %u", r->id, w->reg.replica,
                  ev->n_resumed, r->submit.submit.n_resume);
-    if (n_new && !r->cancelled) {
+    if (ev->choice >= req_choices(r)) {
+        log_warn("EVENT for choice %u of request %" PRIu64 " (n = %u) from %s: dropped", ev->choice,
+                 r->id, req_choices(r), w->reg.replica);
+        return;
+    }
+    /* sent_ids are the resume list: only a single-choice request resumes */
+    if (n_new && !r->cancelled && req_choices(r) == 1) {
         if (r->n_sent + n_new > r->cap_sent) {
             r->cap_sent = (r->n_sent + n_new) * 2;
             r->sent_ids = xrealloc(r->sent_ids, r->cap_sent * sizeof *r->sent_ids);
@@ -920,16 +952,18 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     if (ev->has_usage)
         r->n_prompt = ev->usage.prompt_tokens;
     proto_finish_t fin = ev->finish;
-    if (fin != PROTO_FINISH_NONE) {
+    /* the request is over when every choice has finished */
+    bool last = fin != PROTO_FINISH_NONE && ++r->n_done >= req_choices(r);
+    if (fin != PROTO_FINISH_NONE && ev->has_usage)
+        metrics_counter_add(gw->m.generation_tokens, lab, ev->usage.completion_tokens);
+    if (last) {
         const char *reason = fin == PROTO_FINISH_STOP ? "stop" : fin == PROTO_FINISH_LENGTH ? "length"
                                                                                            : "abort";
         if (fin != PROTO_FINISH_ERROR)
             metrics_counter_add(gw->m.request_success, (const char *[]){r->model, reason}, 1);
         metrics_histogram_observe(gw->m.e2e_request_latency, lab, (double)(now - r->t_arrival_us) / 1e6);
-        if (ev->has_usage) {
+        if (ev->has_usage)
             metrics_counter_add(gw->m.prompt_tokens, lab, ev->usage.prompt_tokens);
-            metrics_counter_add(gw->m.generation_tokens, lab, ev->usage.completion_tokens);
-        }
     }
     gateway_reply_t *rep = xcalloc(1, sizeof *rep);
     rep->kind = GATEWAY_REPLY_EVENT;
@@ -937,7 +971,7 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     memset(ev, 0, sizeof *ev); /* the reply owns the arrays now */
     m->type = 0;
     request_push(r, rep);
-    if (fin != PROTO_FINISH_NONE)
+    if (last)
         request_finish(gw, r);
 }
 

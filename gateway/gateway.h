@@ -291,6 +291,9 @@ typedef struct gateway_request {
     uint32_t n_lost;              /* workers lost while running it (> max_redispatch → 502) */
     int64_t t_cancel_us;          /* when a RUNNING request was cancelled (0 = not) */
     uint32_t n_prompt;            /* prompt tokens as a worker last reported (0 = not yet) */
+    uint32_t n_slots;             /* RUNNING: sequence slots taken on its worker (n choices,
+                                     at most the worker's capacity) */
+    uint32_t n_done;              /* choices whose final EVENT came (the request ends at n) */
     uint64_t *route_keys;         /* [any] (n_route_keys) public block keys of the prompt
                                      (routing by cache), NULL = none */
     int32_t n_route_keys;

@@ -578,20 +578,19 @@ static int parse_logit_bias(json_t *root, oai_request_t *r, oai_error_t *e)
 }
 
 /* Fields we know but cannot honour: refuse rather than ignore. */
-static int refuse_unsupported(json_t *root, oai_kind_t kind, oai_error_t *e)
+static int refuse_unsupported(json_t *root, oai_kind_t kind, int64_t n, oai_error_t *e)
 {
-    int64_t n = 1;
-    if (get_int(root, "n", INT64_MIN, INT64_MAX, &n, NULL, e) != 0)
-        return -1;
-    if (n != 1)
-        return bad(e, "n", "Only n=1 is supported (got n=%" PRId64 "); send separate requests for more "
-                           "choices.", n);
     if (kind == OAI_COMPLETION) {
+        /* best_of generates best_of completions and returns the n with the
+         * highest mean logprob: not done here. best_of == n (or 1 with n 1)
+         * asks for no ranking and is accepted. */
         int64_t best_of = 1;
-        if (get_int(root, "best_of", INT64_MIN, INT64_MAX, &best_of, NULL, e) != 0)
+        int has_best_of = 0;
+        if (get_int(root, "best_of", INT64_MIN, INT64_MAX, &best_of, &has_best_of, e) != 0)
             return -1;
-        if (best_of != 1)
-            return bad(e, "best_of", "Only best_of=1 is supported (got %" PRId64 ").", best_of);
+        if (has_best_of && best_of != 1 && best_of != n)
+            return bad(e, "best_of", "'best_of' (%" PRId64 ") is not supported: pagoda does not rank "
+                                     "candidates. Use 'n' to get several completions.", best_of);
         bool echo = false;
         if (get_bool(root, "echo", &echo, e) != 0)
             return -1;
@@ -641,7 +640,11 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
 
     if (kind == OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e))
         return -1;
-    if (refuse_unsupported(root, kind, e) != 0)
+    /* n: choices from one prompt (prefilled once on the worker) */
+    r->n = 1;
+    if (get_int(root, "n", 1, OAI_MAX_N, &r->n, NULL, e) != 0)
+        return -1;
+    if (refuse_unsupported(root, kind, r->n, e) != 0)
         return -1;
 
     /* max_tokens / max_completion_tokens: positive; the newer name wins. */
@@ -894,30 +897,56 @@ static json_t *envelope(const oai_meta_t *meta, const char *object)
                      jstr_or_null(meta->system_fingerprint));
 }
 
-char *oai_chat_completion_json(const oai_meta_t *meta, const char *content, size_t content_len,
-                               const char *finish_reason, const oai_logprobs_t *lp,
-                               const oai_usage_t *usage)
+char *oai_chat_completion_n_json(const oai_meta_t *meta, const oai_choice_t *choices, size_t n,
+                                 const oai_usage_t *usage)
 {
     json_t *root = envelope(meta, "chat.completion");
-    json_t *choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:o}", "index", 0, "message", "role", "assistant",
-                               "content", jstr(content, content_len), "logprobs", logprobs_chat(lp),
-                               "finish_reason", jstr_or_null(finish_reason));
-    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const oai_choice_t *c = &choices[i];
+        json_array_append_new(arr, json_pack("{s:I, s:{s:s, s:o}, s:o, s:o}", "index", (json_int_t)i,
+                                             "message", "role", "assistant", "content",
+                                             jstr(c->text, c->text_len), "logprobs",
+                                             logprobs_chat(c->logprobs), "finish_reason",
+                                             jstr_or_null(c->finish_reason)));
+    }
+    json_object_set_new(root, "choices", arr);
     static const oai_usage_t zero;
     json_object_set_new(root, "usage", usage_json(usage ? usage : &zero));
     return dump(root);
 }
 
-char *oai_completion_json(const oai_meta_t *meta, const char *text, size_t text_len,
-                          const char *finish_reason, const oai_logprobs_t *lp, const oai_usage_t *usage)
+char *oai_completion_n_json(const oai_meta_t *meta, const oai_choice_t *choices, size_t n,
+                            const oai_usage_t *usage)
 {
     json_t *root = envelope(meta, "text_completion");
-    json_t *choice = json_pack("{s:o, s:i, s:o, s:o}", "text", jstr(text, text_len), "index", 0, "logprobs",
-                               logprobs_completion(lp), "finish_reason", jstr_or_null(finish_reason));
-    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const oai_choice_t *c = &choices[i];
+        json_array_append_new(arr, json_pack("{s:o, s:I, s:o, s:o}", "text", jstr(c->text, c->text_len),
+                                             "index", (json_int_t)i, "logprobs",
+                                             logprobs_completion(c->logprobs), "finish_reason",
+                                             jstr_or_null(c->finish_reason)));
+    }
+    json_object_set_new(root, "choices", arr);
     static const oai_usage_t zero;
     json_object_set_new(root, "usage", usage_json(usage ? usage : &zero));
     return dump(root);
+}
+
+char *oai_chat_completion_json(const oai_meta_t *meta, const char *content, size_t content_len,
+                               const char *finish_reason, const oai_logprobs_t *lp,
+                               const oai_usage_t *usage)
+{
+    oai_choice_t c = {content, content_len, finish_reason, lp};
+    return oai_chat_completion_n_json(meta, &c, 1, usage);
+}
+
+char *oai_completion_json(const oai_meta_t *meta, const char *text, size_t text_len,
+                          const char *finish_reason, const oai_logprobs_t *lp, const oai_usage_t *usage)
+{
+    oai_choice_t c = {text, text_len, finish_reason, lp};
+    return oai_completion_n_json(meta, &c, 1, usage);
 }
 
 static void chunk_usage(json_t *root, const oai_chunk_t *c)
@@ -938,7 +967,7 @@ char *oai_chat_chunk_json(const oai_meta_t *meta, const oai_chunk_t *c)
             json_object_set_new(delta, "role", json_string("assistant"));
         if (c->text)
             json_object_set_new(delta, "content", jstr(c->text, c->text_len));
-        json_array_append_new(choices, json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs",
+        json_array_append_new(choices, json_pack("{s:i, s:o, s:o, s:o}", "index", (int)c->index, "delta", delta, "logprobs",
                                                  logprobs_chat(c->logprobs), "finish_reason",
                                                  jstr_or_null(c->finish_reason)));
     }
@@ -954,7 +983,7 @@ char *oai_completion_chunk_json(const oai_meta_t *meta, const oai_chunk_t *c)
     if (!c->usage) {
         json_array_append_new(choices, json_pack("{s:o, s:i, s:o, s:o}", "text",
                                                  jstr(c->text ? c->text : "", c->text ? c->text_len : 0),
-                                                 "index", 0, "logprobs", logprobs_completion(c->logprobs),
+                                                 "index", (int)c->index, "logprobs", logprobs_completion(c->logprobs),
                                                  "finish_reason", jstr_or_null(c->finish_reason)));
     }
     json_object_set_new(root, "choices", choices);

@@ -40,6 +40,7 @@
 #define OAI_MAX_USER_BYTES 1024
 #define OAI_MAX_NAME_BYTES 256         /* message "name" */
 #define OAI_MAX_STOP 16                /* stop strings */
+#define OAI_MAX_N 128                  /* n: choices per request (= PROTO_MAX_CHOICES) */
 #define OAI_MAX_STOP_BYTES 1024        /* per stop string */
 #define OAI_MAX_LOGIT_BIAS 1024        /* logit_bias entries */
 #define OAI_MAX_PROMPT_TOKENS (1u << 20) /* token-id prompts */
@@ -137,6 +138,7 @@ typedef struct {
     bool stream;                 /* [false] */
     bool include_usage;          /* [false] stream_options.include_usage */
     bool ignore_eos;             /* [false] vLLM extension */
+    int64_t n;                   /* [1] choices, 1..OAI_MAX_N */
     char *user;                  /* NULL if absent */
 } oai_request_t;
 
@@ -222,8 +224,24 @@ char *oai_chat_completion_json(const oai_meta_t *meta, const char *content, size
 char *oai_completion_json(const oai_meta_t *meta, const char *text, size_t text_len,
                           const char *finish_reason, const oai_logprobs_t *lp, const oai_usage_t *usage);
 
+/* One choice of a non-streaming answer (n > 1: several, index = position). */
+typedef struct {
+    const char *text;               /* message content / completion text (text_len bytes) */
+    size_t text_len;
+    const char *finish_reason;
+    const oai_logprobs_t *logprobs; /* NULL or !present → null */
+} oai_choice_t;
+
+/* The same envelopes with n choices, "index" 0..n-1 in order; usage covers
+ * all of them (completion_tokens summed by the caller). */
+char *oai_chat_completion_n_json(const oai_meta_t *meta, const oai_choice_t *choices, size_t n,
+                                 const oai_usage_t *usage);
+char *oai_completion_n_json(const oai_meta_t *meta, const oai_choice_t *choices, size_t n,
+                            const oai_usage_t *usage);
+
 /* One streaming chunk (the JSON after "data: "). */
 typedef struct {
+    int32_t index;              /* choices[0].index: which of the n choices (0 with n = 1) */
     bool role;                  /* chat: put "role":"assistant" in the delta (first chunk) */
     const char *text;           /* delta content / completion text; NULL → chat delta has no
                                    "content", completion "text" is "" */

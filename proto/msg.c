@@ -354,6 +354,8 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         key(e, "resume");
         pack_ids(&e->pk, s->resume, s->n_resume);
     }
+    if (s->n_choices > 1)
+        kv_uint(e, "n_choices", s->n_choices);
 }
 
 static void encode_event(enc_t *e, const proto_event_t *ev)
@@ -370,6 +372,8 @@ static void encode_event(enc_t *e, const proto_event_t *ev)
     kv_uint(e, "n", ev->n_tokens);
     if (ev->n_resumed)
         kv_uint(e, "n_resumed", ev->n_resumed);
+    if (ev->choice)
+        kv_uint(e, "choice", ev->choice);
     if (ev->n_logprobs) {
         key(e, "lp");
         msgpack_pack_array(&e->pk, ev->n_logprobs);
@@ -790,7 +794,7 @@ static int chat_field(dec_t *d, void *obj, int idx)
 enum {
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
     S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
-    S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME,
+    S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_N_CHOICES,
 };
 
 static const field_t submit_fields[] = {
@@ -805,7 +809,7 @@ static const field_t submit_fields[] = {
     [S_TOP_LP] = {"top_lp", false},  [S_MAX_TOK] = {"max_tok", false},
     [S_STOP] = {"stop", false},      [S_IGNORE_EOS] = {"ignore_eos", false},
     [S_DEADLINE] = {"deadline_ms", false}, [S_STREAM] = {"stream", false},
-    [S_RESUME] = {"resume", false},
+    [S_RESUME] = {"resume", false},  [S_N_CHOICES] = {"n_choices", false},
 };
 
 static int submit_field(dec_t *d, void *obj, int idx)
@@ -888,12 +892,13 @@ static int submit_field(dec_t *d, void *obj, int idx)
     case S_DEADLINE: return get_u32(d, &s->deadline_ms, 0, U31);
     case S_STREAM: return get_bool(d, &s->stream);
     case S_RESUME: return get_ids(d, &s->resume, &s->n_resume, PROTO_MAX_TOKENS);
+    case S_N_CHOICES: return get_u32(d, &s->n_choices, 1, PROTO_MAX_CHOICES);
     }
     return -1;
 }
 
 /* Rules that involve more than one key. */
-static int submit_check(dec_t *d, const proto_submit_t *s)
+static int submit_check(dec_t *d, proto_submit_t *s)
 {
     d->field = NULL;
     if (s->kind == PROTO_KIND_CHAT) {
@@ -909,6 +914,10 @@ static int submit_check(dec_t *d, const proto_submit_t *s)
     }
     if (s->sampling.top_logprobs > 0 && !s->sampling.logprobs)
         return fail(d, PROTO_EFIELD, "'top_lp' requires 'logprobs'");
+    if (s->n_choices == 0)
+        s->n_choices = 1;
+    if (s->n_choices > 1 && s->n_resume)
+        return fail(d, PROTO_EFIELD, "'n_choices' > 1 cannot 'resume'");
     return 0;
 }
 
@@ -962,6 +971,7 @@ static int usage_field(dec_t *d, void *obj, int idx)
 static const field_t event_fields[] = {
     {"id", true},     {"text", false},   {"ids", false},   {"n", true},
     {"n_resumed", false}, {"lp", false}, {"finish", false}, {"usage", false},
+    {"choice", false},
 };
 
 static int event_field(dec_t *d, void *obj, int idx)
@@ -998,6 +1008,7 @@ static int event_field(dec_t *d, void *obj, int idx)
     case 7:
         e->has_usage = true;
         return read_map(d, usage_fields, NFIELDS(usage_fields), usage_field, &e->usage);
+    case 8: return get_u32(d, &e->choice, 0, PROTO_MAX_CHOICES - 1);
     }
     return -1;
 }

@@ -118,6 +118,11 @@
  *                         to the client (re-dispatch after a worker crash):
  *                         the worker appends them to the prompt, does not send
  *                         them again, and continues after them. ≤ PROTO_MAX_TOKENS.
+ *   n_choices  uint  opt  completions to generate from the prompt, 1..PROTO_MAX_CHOICES,
+ *                         default 1. The worker prefills the prompt once and shares
+ *                         its KV blocks; choice i samples with seed + i. Its EVENTs
+ *                         carry `choice`; each choice ends with its own finish EVENT
+ *                         (the request is over when all have). > 1 excludes `resume`.
  *
  * CANCEL (gateway → worker) stop a request; the worker answers with a final
  *   EVENT (finish "cancelled") unless the request had already finished.
@@ -131,6 +136,9 @@
  *   n          uint  req  completion tokens so far, resumed ones included
  *   n_resumed  uint  opt  echo of the SUBMIT's resume count, so the gateway can
  *                         check the worker continued after them; default 0
+ *   choice     uint  opt  which of the SUBMIT's n_choices this EVENT is about,
+ *                         0..PROTO_MAX_CHOICES-1, default 0; `n`, `usage.completion`
+ *                         count that choice's tokens only
  *   lp         array opt  one entry per id (count must equal ids' count):
  *                         {b: bin ≤ PROTO_MAX_TOKEN_BYTES (the token's bytes, may be
  *                         a partial UTF-8 sequence), lp: float ≤ 0 (log-prob),
@@ -213,6 +221,7 @@
 #define PROTO_MAX_PROMPT (8u << 20)       /* prompt, each message content */
 #define PROTO_MAX_MESSAGES 1024
 #define PROTO_MAX_TOKENS (1u << 20)       /* prompt_ids, resume, n_ctx */
+#define PROTO_MAX_CHOICES 128             /* SUBMIT n_choices */
 #define PROTO_MAX_TOKEN_ID 0x7fffffff
 #define PROTO_MAX_STOP 16
 #define PROTO_MAX_STOP_LEN 1024
@@ -386,6 +395,7 @@ typedef struct proto_submit {
     bool stream;                 /* stream */
     int32_t *resume;             /* resume, (n_resume) */
     uint32_t n_resume;
+    uint32_t n_choices;          /* n_choices; decoded: 1 when absent. Encoded only when > 1 */
 } proto_submit_t;
 
 typedef struct proto_cancel {
@@ -420,6 +430,7 @@ typedef struct proto_event {
     uint32_t n_ids;
     uint32_t n_tokens;           /* n */
     uint32_t n_resumed;          /* n_resumed */
+    uint32_t choice;             /* choice, 0 when absent */
     proto_logprob_t *logprobs;   /* lp, (n_logprobs): 0 or n_ids entries */
     uint32_t n_logprobs;
     proto_finish_t finish;       /* finish */

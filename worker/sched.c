@@ -22,6 +22,9 @@ enum seq_state {
 
 typedef struct seq {
     uint64_t id;
+    int32_t index;             /* choice index (n > 1: the sequences of one request share id) */
+    bool wait_first;           /* index > 0: not admissible until choice 0 has sampled
+                                  (its prompt's full blocks are then in the prefix cache) */
     int32_t priority;
     enum seq_state state;
     uint64_t arrival;          /* submit order: FIFO within a priority */
@@ -232,6 +235,7 @@ static void emit(sched_t *s, seq_t *q, const char *text, size_t text_len, const 
 {
     sched_event_t ev = {
         .id = q->id,
+        .index = q->index,
         .text = text ? text : "",
         .text_len = text_len,
         .tokens = toks,
@@ -384,6 +388,8 @@ kv_type_t sched_kv_type(const sched_t *s)
     return s->cfg.kv_type;
 }
 
+static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err, size_t errlen);
+
 int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
 {
     const int32_t ctx = s->max_positions, vocab = s->model->cfg.vocab;
@@ -416,8 +422,34 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
         snprintf(err, errlen, "request %llu is already running", (unsigned long long)r->id);
         return -1;
     }
+    int32_t n_choices = r->n_choices == 0 ? 1 : r->n_choices;
+    if (n_choices < 1 || n_choices > SCHED_MAX_CHOICES || (n_choices > 1 && r->n_resume > 0)) {
+        snprintf(err, errlen, "n = %d choices: want 1..%d, and 1 when resuming", n_choices,
+                 SCHED_MAX_CHOICES);
+        return -1;
+    }
+    for (int32_t i = 0; i < n_choices; i++) {
+        sched_req_t ri = *r;
+        if (i > 0 && ri.sampling.has_seed)
+            ri.sampling.seed += (uint64_t)i; /* choice i = a request seeded seed + i */
+        if (submit_one(s, &ri, i, err, errlen) < 0) {
+            for (int32_t k = s->n_seqs - 1; k >= 0; k--)
+                if (s->seqs[k]->id == r->id)
+                    remove_seq_at(s, k);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One sequence of request r: choice `index`. */
+static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err, size_t errlen)
+{
+    const int32_t vocab = s->model->cfg.vocab;
     seq_t *q = xcalloc(1, sizeof *q);
     q->id = r->id;
+    q->index = index;
+    q->wait_first = index > 0;
     q->priority = r->priority < 0 ? 0 : r->priority > 2 ? 2 : r->priority;
     q->state = SEQ_WAITING;
     q->arrival = s->n_arrivals++;
@@ -479,11 +511,25 @@ int32_t sched_abort_all(sched_t *s)
 
 int sched_cancel(sched_t *s, uint64_t id)
 {
-    seq_t *q = find_seq(s, id);
-    if (!q)
-        return -1;
-    q->cancelled = true;
-    return 0;
+    int found = -1;
+    for (int32_t i = 0; i < s->n_seqs; i++)
+        if (s->seqs[i]->id == id) {
+            s->seqs[i]->cancelled = true;
+            found = 0;
+        }
+    return found;
+}
+
+/* Choice 0 of q's request has sampled a token, or is gone: q (a later
+ * choice) may be admitted and will find the prompt's full blocks cached. */
+static bool first_ready(const sched_t *s, const seq_t *q)
+{
+    for (int32_t i = 0; i < s->n_seqs; i++) {
+        const seq_t *p = s->seqs[i];
+        if (p->id == q->id && p->index == 0)
+            return p->n_generated > p->n_resumed;
+    }
+    return true;
 }
 
 /* ---- the step ------------------------------------------------------------- */
@@ -526,7 +572,14 @@ static void admit(sched_t *s)
         seq_t *best = NULL;
         for (int32_t i = 0; i < s->n_seqs; i++) {
             seq_t *q = s->seqs[i];
-            if (q->state == SEQ_WAITING && (!best || seq_before(q, best)))
+            if (q->state != SEQ_WAITING)
+                continue;
+            if (q->wait_first) {
+                if (!first_ready(s, q))
+                    continue;
+                q->wait_first = false;
+            }
+            if (!best || seq_before(q, best))
                 best = q;
         }
         if (!best)

@@ -174,6 +174,7 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
     e->n_ids = (uint32_t)ev->n_tokens;
     e->n_tokens = (uint32_t)ev->n_completion;
     e->n_resumed = (uint32_t)ev->n_resumed;
+    e->choice = (uint32_t)ev->index;
     proto_logprob_t lp[1];
     if (ev->logprobs && ev->n_tokens == 1) {
         const sched_token_logprob_t *l = &ev->logprobs[0];
@@ -263,6 +264,7 @@ static uint32_t submit(struct worker *w, const proto_submit_t *sm, char *err, si
         .n_stop_ids = sm->kind == PROTO_KIND_CHAT ? e->n_turn_end : 0,
         .top_logprobs = sm->sampling.logprobs ? (int32_t)sm->sampling.top_logprobs : -1,
         .deadline_us = sm->deadline_ms ? clock_now_us() + (int64_t)sm->deadline_ms * 1000 : 0,
+        .n_choices = sm->n_choices ? (int32_t)sm->n_choices : 1,
     };
     sampler_params_t *sp = &r.sampling;
     sampler_params_default(sp);

@@ -237,8 +237,11 @@ static const req_case_t CASES[] = {
     {C, CHAT(",\"stream\":true,\"stream_options\":{\"include_usage\":1}"), 0, 400, "stream_options.include_usage",
      NULL},
     {C, CHAT(",\"stream\":true,\"stream_options\":[]"), 0, 400, "stream_options", NULL},
-    {C, CHAT(",\"n\":2"), 0, 400, "n", "n=1"},
-    {C, CHAT(",\"n\":0"), 0, 400, "n", "n=1"},
+    {C, CHAT(",\"n\":2"), 0, 0, NULL, NULL},
+    {C, CHAT(",\"n\":128"), 0, 0, NULL, NULL},
+    {C, CHAT(",\"n\":129"), 0, 400, "n", "between 1 and 128"},
+    {C, CHAT(",\"n\":0"), 0, 400, "n", "between 1 and 128"},
+    {C, CHAT(",\"n\":-1"), 0, 400, "n", NULL},
     {C, CHAT(",\"n\":\"2\""), 0, 400, "n", "integer"},
     {C, CHAT(",\"user\":5"), 0, 400, "user", NULL},
     {C, CHAT(",\"ignore_eos\":\"no\""), 0, 400, "ignore_eos", NULL},
@@ -261,9 +264,12 @@ static const req_case_t CASES[] = {
     {P, CMPL(",\"logprobs\":true"), 0, 400, "logprobs", "integer"},
     {P, CMPL(",\"logprobs\":21"), 0, 400, "logprobs", NULL},
     {P, CMPL(",\"echo\":true"), 0, 400, "echo", "not supported"},
-    {P, CMPL(",\"best_of\":2"), 0, 400, "best_of", NULL},
+    {P, CMPL(",\"best_of\":2"), 0, 400, "best_of", "does not rank"},
+    {P, CMPL(",\"best_of\":3,\"n\":2"), 0, 400, "best_of", "Use 'n'"},
+    {P, CMPL(",\"best_of\":2,\"n\":2"), 0, 0, NULL, NULL},
+    {P, CMPL(",\"best_of\":0"), 0, 400, "best_of", NULL},
     {P, CMPL(",\"suffix\":\"x\""), 0, 400, "suffix", "not supported"},
-    {P, CMPL(",\"n\":3"), 0, 400, "n", "n=1"},
+    {P, CMPL(",\"n\":3"), 0, 0, NULL, NULL},
     {P, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 0, 400, "prompt", "Missing"},
     {P, NULL, GEN_BIG_PROMPT, 400, "prompt", "longer than"},
 };
@@ -518,7 +524,7 @@ static void test_error_bodies(void **st)
 
     /* A parse error's body, end to end. */
     oai_request_t r;
-    const char *body = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":4}";
+    const char *body = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":400}";
     assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e), -1);
     s = oai_error_json(&e);
     j = parse_json(s);

@@ -433,7 +433,34 @@ static void test_roundtrip_submit_completion(void **state)
     assert_true(out.submit.sampling.repetition_penalty == 1.0);
     assert_false(out.submit.sampling.has_seed);
     assert_int_equal(out.submit.n_stop, 0);
+    assert_int_equal(out.submit.n_choices, 1); /* absent = one choice */
     proto_msg_clear(&out);
+
+    /* n choices */
+    proto_msg_init(&in, PROTO_SUBMIT);
+    in.submit.id = 3;
+    in.submit.kind = PROTO_KIND_COMPLETION;
+    in.submit.prompt = "x";
+    in.submit.n_choices = PROTO_MAX_CHOICES;
+    roundtrip(&in, &out);
+    assert_int_equal(out.submit.n_choices, PROTO_MAX_CHOICES);
+    proto_msg_clear(&out);
+
+    /* n choices cannot resume: the decoder refuses the pair */
+    int32_t one = 5;
+    proto_msg_init(&in, PROTO_SUBMIT);
+    in.submit.id = 4;
+    in.submit.kind = PROTO_KIND_COMPLETION;
+    in.submit.prompt = "x";
+    in.submit.n_choices = 2;
+    in.submit.resume = &one;
+    in.submit.n_resume = 1;
+    size_t len;
+    uint8_t *body = encode(&in, &len);
+    char err[256] = "";
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, err, sizeof err), PROTO_EFIELD);
+    assert_non_null(strstr(err, "n_choices"));
+    free(body);
 
     int32_t ids[4] = {1, 15043, 3186, 29991};
     proto_msg_init(&in, PROTO_SUBMIT);
@@ -469,6 +496,7 @@ static void test_roundtrip_event(void **state)
     e->n_ids = 2;
     e->n_tokens = 12;
     e->n_resumed = 5;
+    e->choice = 7;
     e->logprobs = lps;
     e->n_logprobs = 2;
     e->finish = PROTO_FINISH_LENGTH;
@@ -483,6 +511,7 @@ static void test_roundtrip_event(void **state)
     assert_memory_equal(o->ids, ids, sizeof ids);
     assert_int_equal(o->n_tokens, 12);
     assert_int_equal(o->n_resumed, 5);
+    assert_int_equal(o->choice, 7);
     assert_int_equal(o->n_logprobs, 2);
     assert_int_equal(o->logprobs[0].n_bytes, 2);
     assert_memory_equal(o->logprobs[0].bytes, b0, 2);
@@ -507,6 +536,7 @@ static void test_roundtrip_event(void **state)
     roundtrip(&in, &out);
     assert_non_null(out.event.text);
     assert_string_equal(out.event.text, "");
+    assert_int_equal(out.event.choice, 0);
     assert_int_equal(out.event.finish, PROTO_FINISH_NONE);
     assert_false(out.event.has_usage);
     proto_msg_clear(&out);
@@ -806,6 +836,13 @@ static const field_case_t field_cases[] = {
     {"hb_ms huge", PROTO_REGISTER, NULL, KU("hb_ms", 1u << 30), PROTO_ERANGE},
     {"unsigned negative n", PROTO_EVENT, NULL, KI("n", -5), PROTO_ERANGE},
     {"n below n_resumed", PROTO_EVENT, NULL, KU("n_resumed", 2), PROTO_ERANGE},
+    {"n_choices 0", PROTO_SUBMIT, NULL, KU("n_choices", 0), PROTO_ERANGE},
+    {"n_choices 129", PROTO_SUBMIT, NULL, KU("n_choices", PROTO_MAX_CHOICES + 1), PROTO_ERANGE},
+    {"n_choices 128", PROTO_SUBMIT, NULL, KU("n_choices", PROTO_MAX_CHOICES), PROTO_OK},
+    {"n_choices as string", PROTO_SUBMIT, NULL, KS("n_choices", "2"), PROTO_EFIELD},
+    {"choice 127", PROTO_EVENT, NULL, KU("choice", PROTO_MAX_CHOICES - 1), PROTO_OK},
+    {"choice 128", PROTO_EVENT, NULL, KU("choice", PROTO_MAX_CHOICES), PROTO_ERANGE},
+    {"negative choice", PROTO_EVENT, NULL, KI("choice", -1), PROTO_ERANGE},
     /* protocol version inside REGISTER */
     {"register v2", PROTO_REGISTER, NULL, KU("v", 2), PROTO_EVERSION},
     /* floats: NaN, infinities, out of range; integers accepted as floats */
