@@ -101,6 +101,20 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
         for (size_t i = 0; i < o->n_messages; i++) {
             s->messages[i].role = xstrdup(oai_role_name(o->messages[i].role));
             s->messages[i].content = xstrdup(o->messages[i].content);
+            s->messages[i].tool_calls = dup_or_null(o->messages[i].tool_calls_json);
+            s->messages[i].tool_call_id = dup_or_null(o->messages[i].tool_call_id);
+        }
+        /* tool_choice none: the tools are not announced, so no call can come */
+        if (o->tools_json && o->tool_choice != OAI_TOOL_CHOICE_NONE) {
+            s->tools = xstrdup(o->tools_json);
+            if (o->tool_choice == OAI_TOOL_CHOICE_REQUIRED) {
+                s->tool_choice = xstrdup("required");
+            } else if (o->tool_choice == OAI_TOOL_CHOICE_NAMED) {
+                size_t n = strlen(o->tool_choice_name) + 10;
+                s->tool_choice = xmalloc(n);
+                snprintf(s->tool_choice, n, "function:%s", o->tool_choice_name);
+            }
+            s->no_par_tools = !o->parallel_tool_calls;
         }
     } else {
         s->kind = PROTO_KIND_COMPLETION;

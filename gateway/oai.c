@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/xalloc.h"
+#include "gateway/oai_tools.h"
 
 /* ====================================================================== */
 /* errors                                                                  */
@@ -420,11 +421,8 @@ static int parse_messages(json_t *root, oai_request_t *r, oai_error_t *e)
         snprintf(rp, sizeof(rp), "%s.role", param);
         if (parse_role(json_object_get(m, "role"), rp, &out->role, e) != 0)
             return -1;
-        json_t *tc = json_object_get(m, "tool_calls");
-        if (tc && !json_is_null(tc) && !(json_is_array(tc) && json_array_size(tc) == 0)) {
-            snprintf(rp, sizeof(rp), "%s.tool_calls", param);
-            return bad(e, rp, "Tool calls are not supported by this server.");
-        }
+        if (oai_tools_parse_message(m, i, out, e) != 0)
+            return -1;
         if (parse_content(json_object_get(m, "content"), out->role, i, out, e) != 0)
             return -1;
         total += out->content_len;
@@ -604,13 +602,6 @@ static int refuse_unsupported(json_t *root, oai_kind_t kind, int64_t n, oai_erro
                 return bad(e, "suffix", "'suffix' (fill-in-the-middle) is not supported.");
         }
     } else {
-        const char *tool_fields[] = {"tools", "functions"};
-        for (int i = 0; i < 2; i++) {
-            json_t *t = json_object_get(root, tool_fields[i]);
-            if (t && !json_is_null(t) && !(json_is_array(t) && json_array_size(t) == 0))
-                return bad(e, tool_fields[i], "Tool calling ('%s') is not supported by this server.",
-                           tool_fields[i]);
-        }
         json_t *rf = json_object_get(root, "response_format");
         if (rf && !json_is_null(rf)) {
             if (!json_is_object(rf))
@@ -645,6 +636,8 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
     if (get_int(root, "n", 1, OAI_MAX_N, &r->n, NULL, e) != 0)
         return -1;
     if (refuse_unsupported(root, kind, r->n, e) != 0)
+        return -1;
+    if (kind == OAI_CHAT && oai_tools_parse_request(root, r, e) != 0)
         return -1;
 
     /* max_tokens / max_completion_tokens: positive; the newer name wins. */
@@ -751,7 +744,14 @@ void oai_request_free(oai_request_t *r)
     for (size_t i = 0; i < r->n_messages; i++) {
         free(r->messages[i].content);
         free(r->messages[i].name);
+        free(r->messages[i].tool_calls_json);
+        free(r->messages[i].tool_call_id);
     }
+    free(r->tools_json);
+    for (size_t i = 0; i < r->n_tools; i++)
+        free(r->tool_names[i]);
+    free(r->tool_names);
+    free(r->tool_choice_name);
     free(r->messages);
     free(r->prompt);
     free(r->prompt_tokens);

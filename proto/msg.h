@@ -89,7 +89,21 @@
  *   kind       str   req  "chat" (uses msgs) or "completion" (uses prompt or
  *                         prompt_ids, exactly one of them)
  *   msgs       array opt  ≤ PROTO_MAX_MESSAGES maps {role: str ≤ PROTO_MAX_ROLE,
- *                         content: str ≤ PROTO_MAX_PROMPT}; required, ≥ 1, for chat
+ *                         content: str ≤ PROTO_MAX_PROMPT, tool_calls: str opt
+ *                         (assistant turns: the calls as a JSON array
+ *                         [{"id","type":"function","function":{"name",
+ *                         "arguments": object}}], 2..PROTO_MAX_PROMPT bytes),
+ *                         tool_call_id: str opt ≤ PROTO_MAX_NAME (tool turns)};
+ *                         required, ≥ 1, for chat
+ *   tools      str   opt  chat only: the tools the template announces, a JSON
+ *                         array of OpenAI tool objects {"type":"function",
+ *                         "function":{"name","description"?,"parameters"?}},
+ *                         2..PROTO_MAX_PROMPT bytes (the gateway validated it)
+ *   tool_choice str  opt  with tools: "auto" (default), "required" (at least
+ *                         one call) or "function:NAME" (a call of NAME); the
+ *                         worker enforces the last two with a grammar.
+ *                         ≤ PROTO_MAX_NAME bytes
+ *   par_tools  bool  opt  more than one call per answer allowed, default true
  *   prompt     str   opt  ≤ PROTO_MAX_PROMPT bytes
  *   prompt_ids array opt  token ids (uint ≤ PROTO_MAX_TOKEN_ID), ≤ PROTO_MAX_TOKENS;
  *                         used instead of prompt, e.g. by pagoda-bench
@@ -353,6 +367,8 @@ typedef struct proto_heartbeat {
 typedef struct proto_chat_msg {
     char *role;              /* "system", "user", "assistant", ... */
     char *content;
+    char *tool_calls;        /* tool_calls: JSON array text, NULL = absent */
+    char *tool_call_id;      /* tool_call_id, NULL = absent */
 } proto_chat_msg_t;
 
 typedef struct proto_logit_bias {
@@ -395,6 +411,9 @@ typedef struct proto_submit {
     bool stream;                 /* stream */
     int32_t *resume;             /* resume, (n_resume) */
     uint32_t n_resume;
+    char *tools;                 /* tools: JSON array text, NULL = absent */
+    char *tool_choice;           /* tool_choice, NULL = absent ("auto") */
+    bool no_par_tools;           /* par_tools false */
     uint32_t n_choices;          /* n_choices; decoded: 1 when absent. Encoded only when > 1 */
 } proto_submit_t;
 

@@ -145,24 +145,7 @@ uint32_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, int
                                 worker_req_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    int32_t n_ids = -1;
-    if (sm->kind == PROTO_KIND_CHAT) {
-        chat_msg_t *msgs = xcalloc(sm->n_messages ? sm->n_messages : 1, sizeof *msgs);
-        for (uint32_t i = 0; i < sm->n_messages; i++) {
-            msgs[i].role = sm->messages[i].role;
-            msgs[i].content = sm->messages[i].content;
-        }
-        n_ids = engine_prompt_chat(e, msgs, sm->n_messages, &out->prompt, err, errlen);
-        free(msgs);
-    } else if (sm->has_prompt_ids) {
-        n_ids = (int32_t)sm->n_prompt_ids;
-        out->prompt = xmalloc((sm->n_prompt_ids ? sm->n_prompt_ids : 1) * sizeof *out->prompt);
-        if (sm->n_prompt_ids)
-            memcpy(out->prompt, sm->prompt_ids, sm->n_prompt_ids * sizeof *out->prompt);
-    } else {
-        const char *p = sm->prompt ? sm->prompt : "";
-        n_ids = engine_prompt_text(e, p, strlen(p), &out->prompt, err, errlen);
-    }
+    int32_t n_ids = engine_prompt_submit(e, sm, &out->prompt, err, errlen);
     if (n_ids < 0) {
         worker_req_clear(out);
         return PROTO_CODE_BAD_REQUEST;

@@ -187,7 +187,7 @@ static const req_case_t CASES[] = {
     {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[\"a\"]}]}", 0, 400,
      "messages[0].content[0]", "must be an object"},
     {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":null,"
-        "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\"}]}]}", 0, 400, "messages[1].tool_calls", "not supported"},
+        "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\"}]}]}", 0, 400, "messages[1].tool_calls[0]", "must be"},
     {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":5}]}", 0, 400,
      "messages[0].name", NULL},
     {C, NULL, GEN_BIG_CONTENT, 400, "messages[0].content", "longer than"},
@@ -245,7 +245,8 @@ static const req_case_t CASES[] = {
     {C, CHAT(",\"n\":\"2\""), 0, 400, "n", "integer"},
     {C, CHAT(",\"user\":5"), 0, 400, "user", NULL},
     {C, CHAT(",\"ignore_eos\":\"no\""), 0, 400, "ignore_eos", NULL},
-    {C, CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"), 0, 400, "tools", "not supported"},
+    {C, CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"), 0, 0, NULL, NULL},
+    {C, CHAT(",\"tools\":[{\"type\":\"retrieval\"}]"), 0, 400, "tools[0]", "function"},
     {C, CHAT(",\"response_format\":{\"type\":\"json_object\"}"), 0, 400, "response_format.type", "not supported"},
     {C, CHAT(",\"response_format\":\"json\""), 0, 400, "response_format", NULL},
     /* ---- completions ---- */

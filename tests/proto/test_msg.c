@@ -350,8 +350,8 @@ static void test_kv(void **state)
 
 static void test_roundtrip_submit_chat(void **state)
 {
-    proto_chat_msg_t msgs[3] = {{"system", "Be brief."}, {"user", "h\xc3\xa9llo \xe2\x9c\x93"},
-                                {"assistant", ""}};
+    proto_chat_msg_t msgs[3] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "h\xc3\xa9llo \xe2\x9c\x93"},
+                                {.role = "assistant", .content = ""}};
     proto_logit_bias_t bias[2] = {{15043, -100.0}, {0, 2.5}};
     char *stop[2] = {"\n\n", "User:"};
     int32_t resume[3] = {1, 2, 0x7fffffff};
@@ -639,7 +639,7 @@ static void test_frames(void **state)
 #define N_SAMPLES 9
 static void sample_messages(proto_msg_t ms[N_SAMPLES])
 {
-    static proto_chat_msg_t msgs[2] = {{"system", "Be brief."}, {"user", "hi there"}};
+    static proto_chat_msg_t msgs[2] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "hi there"}};
     static proto_logit_bias_t bias[1] = {{7, 1.5}};
     static char *stop[1] = {"###"};
     static uint8_t b[] = {'a', 'b'};

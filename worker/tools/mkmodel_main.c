@@ -103,6 +103,7 @@ static int gen_fill(void *ctx, uint8_t *buf, size_t nbytes)
 
 typedef struct opts {
     const char *out, *tok_from, *arch;
+    const char *chat_template;  /* --chat-template FILE: tokenizer.chat_template, or NULL */
     int64_t dim, layers, heads, kv_heads, ffn, vocab, ctx;
     uint32_t type;                  /* matrices' type; with mix_q4_k_m the base one (Q4_K) */
     bool mix_q4_k_m;                /* --type Q4_K_M: some matrices Q6_K (see the top) */
@@ -116,7 +117,7 @@ static void usage(FILE *f)
             "usage: pagoda-mkmodel -o OUT.gguf [--tokenizer-from FILE.gguf|builtin] [--dim 768] [--layers 12]\n"
             "         [--heads 12] [--kv-heads N] [--ffn 2048] [--vocab N] [--ctx 2048]\n"
             "         [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K|Q4_K_M] [--seed S]\n"
-            "         [--arch llama|qwen2] [--rope-base B] [--eps E]\n"
+            "         [--arch llama|qwen2] [--rope-base B] [--eps E] [--chat-template FILE]\n"
             "Writes a GGUF with seeded random weights; tokenizer.* keys are copied from\n"
             "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n");
 }
@@ -219,6 +220,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->out = v;
         else if (strcmp(name, "--tokenizer-from") == 0)
             o->tok_from = v;
+        else if (strcmp(name, "--chat-template") == 0)
+            o->chat_template = v;
         else if (strcmp(name, "--arch") == 0)
             o->arch = v;
         else if (strcmp(name, "--dim") == 0)
@@ -504,6 +507,25 @@ int main(int argc, char **argv)
     int64_t vocab = copy_tokenizer(w, tok, o.vocab);
     if (vocab < 0)
         goto err;
+    if (o.chat_template) {
+        /* a Jinja chat template from a file (replaces a copied one) */
+        FILE *f = fopen(o.chat_template, "rb");
+        char *text = NULL;
+        size_t len = 0;
+        if (f) {
+            text = xmalloc(1 << 20);
+            len = fread(text, 1, (1 << 20) - 1, f);
+            text[len] = '\0';
+            fclose(f);
+        }
+        if (!f || len == 0 || strlen(text) != len) {
+            fprintf(stderr, "pagoda-mkmodel: cannot read a chat template from %s\n", o.chat_template);
+            free(text);
+            goto err;
+        }
+        gguf_writer_set_str(w, "tokenizer.chat_template", text);
+        free(text);
+    }
     gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)vocab);
 #undef K
 
