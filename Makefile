@@ -54,7 +54,7 @@ UNIT_SRC  := $(wildcard tests/*/test_*.c)
 UNIT_BINS := $(patsubst %.c,$(BUILD)/%,$(UNIT_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 
-.PHONY: all deps run test check fuzz fuzz-smoke clean install
+.PHONY: all deps run test test-large check fuzz fuzz-smoke clean install
 .SECONDARY:
 all: $(BINS) $(UNIT_BINS)
 
@@ -96,6 +96,12 @@ run: deps
 test: deps
 	@$(MAKE) --no-print-directory all
 	@PAGODA_BUILD=$(BUILD) bash tests/run.sh
+
+# Load and chaos at real model size (tests/large/: a 1.1B Q4_K_M model made by
+# pagoda-mkmodel, cached in $(BUILD)/models/; 32 streams; kill -9 mid-run).
+test-large: deps
+	@$(MAKE) --no-print-directory all
+	@PAGODA_BUILD=$(BUILD) bash tests/large/run.sh
 
 check: deps
 	@$(MAKE) --no-print-directory all

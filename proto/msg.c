@@ -282,6 +282,19 @@ static void encode_heartbeat(enc_t *e, const proto_heartbeat_t *h)
         sub_uint(&e->pk, "prompt_tok", l->prompt_tokens);
         sub_uint(&e->pk, "free", l->free_slots);
     }
+    if (h->has_progress) {
+        const proto_progress_t *g = &h->progress;
+        key(e, "prog");
+        msgpack_pack_map(&e->pk, 4);
+        sub_uint(&e->pk, "steps", g->steps);
+        pack_cstr(&e->pk, "busy");
+        if (g->busy)
+            msgpack_pack_true(&e->pk);
+        else
+            msgpack_pack_false(&e->pk);
+        sub_uint(&e->pk, "stall_ms", g->stall_ms);
+        sub_uint(&e->pk, "slow_ms", g->slow_ms);
+    }
 }
 
 static void encode_submit(enc_t *e, const proto_submit_t *s)
@@ -739,7 +752,25 @@ static int load_field(dec_t *d, void *obj, int idx)
     return -1;
 }
 
-static const field_t heartbeat_fields[] = {{"seq", true}, {"hb_ms", false}, {"load", false}};
+static const field_t progress_fields[] = {
+    {"steps", true}, {"busy", true}, {"stall_ms", true}, {"slow_ms", true},
+};
+
+static int progress_field(dec_t *d, void *obj, int idx)
+{
+    proto_progress_t *g = obj;
+    switch (idx) {
+    case 0: return get_uint(d, &g->steps, 0, UINT64_MAX);
+    case 1: return get_bool(d, &g->busy);
+    case 2: return get_u32(d, &g->stall_ms, 0, U31);
+    case 3: return get_u32(d, &g->slow_ms, 0, U31);
+    }
+    return -1;
+}
+
+static const field_t heartbeat_fields[] = {
+    {"seq", true}, {"hb_ms", false}, {"load", false}, {"prog", false},
+};
 
 static int heartbeat_field(dec_t *d, void *obj, int idx)
 {
@@ -757,6 +788,14 @@ static int heartbeat_field(dec_t *d, void *obj, int idx)
                         h->load.kv_blocks_total);
         if (h->load.prefix_cache_hits > h->load.prefix_cache_queries)
             return fail(d, PROTO_ERANGE, "pc_hit > pc_q");
+        return 0;
+    case 3:
+        h->has_progress = true;
+        if (read_map(d, progress_fields, NFIELDS(progress_fields), progress_field,
+                     &h->progress) < 0)
+            return -1;
+        if (!h->progress.busy && h->progress.stall_ms)
+            return fail(d, PROTO_ERANGE, "stall_ms %u while not busy", h->progress.stall_ms);
         return 0;
     }
     return -1;

@@ -382,6 +382,10 @@ void sched_free(sched_t **ps)
 
 int32_t sched_context_length(const sched_t *s) { return s->max_positions; }
 int32_t sched_capacity(const sched_t *s) { return s->cfg.max_seqs; }
+void sched_set_progress(sched_t *s, _Atomic uint64_t *layers_done)
+{
+    forward_set_progress(s->fwd, layers_done);
+}
 void sched_set_admitting(sched_t *s, bool on) { s->admitting = on; }
 bool sched_busy(const sched_t *s) { return s->n_seqs > 0; }
 int sched_check(const sched_t *s) { return kv_pool_check(s->pool); }

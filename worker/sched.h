@@ -204,6 +204,9 @@ int sched_check(const sched_t *s);
 struct kv_pool *sched_kv_pool(sched_t *s);
 int32_t sched_context_length(const sched_t *s);
 int32_t sched_capacity(const sched_t *s);
+/* A counter the forward pass advances after each layer (forward_set_progress),
+ * so another thread can tell a long step from a wedged one. NULL = none. */
+void sched_set_progress(sched_t *s, _Atomic uint64_t *layers_done);
 /* The KV cache's element type (KV_TYPE_AUTO resolved: F16 or F32). */
 kv_type_t sched_kv_type(const sched_t *s);
 /* What KV_TYPE_AUTO (t) becomes for model m: F16 when int8_on (the int8
