@@ -16,6 +16,8 @@
 #include <jansson.h>
 
 #include "common/clock.h"
+#include "common/grammar/gbnf.h"
+#include "common/grammar/json_schema.h"
 #include "common/xalloc.h"
 #include "gateway/oai_tools.h"
 
@@ -601,20 +603,91 @@ static int refuse_unsupported(json_t *root, oai_kind_t kind, int64_t n, oai_erro
             if (json_string_length(suffix) > 0)
                 return bad(e, "suffix", "'suffix' (fill-in-the-middle) is not supported.");
         }
-    } else {
-        json_t *rf = json_object_get(root, "response_format");
-        if (rf && !json_is_null(rf)) {
-            if (!json_is_object(rf))
-                return bad(e, "response_format", "'response_format' must be an object, got %s.",
-                           json_type_name(rf));
-            json_t *t = json_object_get(rf, "type");
-            if (!json_is_string(t))
-                return bad(e, "response_format.type", "'response_format.type' must be a string.");
-            if (strcmp(json_string_value(t), "text") != 0)
-                return bad(e, "response_format.type", "response_format type '%.40s' is not supported; only "
-                                                      "'text' is.", json_string_value(t));
-        }
     }
+    return 0;
+}
+
+/* Checks GBNF text by compiling it; 0 ok, else a 400 naming param. */
+static int check_grammar(const char *text, const char *param, const char *what, oai_error_t *e)
+{
+    grammar_t *g = NULL;
+    char msg[400];
+    if (gbnf_parse((const uint8_t *)text, strlen(text), &g, msg, sizeof msg, NULL, NULL) != 0)
+        return bad(e, param, "%s: %s", what, msg);
+    gbnf_free(&g);
+    return 0;
+}
+
+/* response_format and grammar (constrained decoding) → r->grammar. */
+static int parse_constraint(json_t *root, oai_request_t *r, oai_error_t *e)
+{
+    json_t *gr = json_object_get(root, "grammar");
+    json_t *rf = json_object_get(root, "response_format");
+    const char *type = "text";
+    if (rf && !json_is_null(rf)) {
+        if (!json_is_object(rf))
+            return bad(e, "response_format", "'response_format' must be an object, got %s.", json_type_name(rf));
+        json_t *t = json_object_get(rf, "type");
+        if (!json_is_string(t))
+            return bad(e, "response_format.type", "'response_format.type' must be a string.");
+        type = json_string_value(t);
+        if (strcmp(type, "text") && strcmp(type, "json_object") && strcmp(type, "json_schema"))
+            return bad(e, "response_format.type",
+                       "response_format type '%.40s' is not supported; use 'text', 'json_object' or "
+                       "'json_schema'.", type);
+    }
+    if (gr && !json_is_null(gr)) {
+        if (!json_is_string(gr))
+            return bad(e, "grammar", "'grammar' must be a string (GBNF), got %s.", json_type_name(gr));
+        if (strcmp(type, "text") != 0)
+            return bad(e, "grammar", "'grammar' and a response_format of type '%s' cannot be combined.", type);
+        if (json_string_length(gr) > OAI_MAX_GRAMMAR_BYTES)
+            return bad(e, "grammar", "'grammar' is longer than %u bytes.", OAI_MAX_GRAMMAR_BYTES);
+        if (check_grammar(json_string_value(gr), "grammar", "Invalid grammar", e) != 0)
+            return -1;
+        r->grammar = xstrdup(json_string_value(gr));
+        return 0;
+    }
+    if (strcmp(type, "json_object") == 0) {
+        r->grammar = json_schema_object_gbnf(NULL);
+        return 0;
+    }
+    if (strcmp(type, "json_schema") != 0)
+        return 0;
+    json_t *js = json_object_get(rf, "json_schema");
+    if (!json_is_object(js))
+        return bad(e, "response_format.json_schema",
+                   "'response_format.json_schema' must be an object with 'name' and 'schema'.");
+    json_t *name = json_object_get(js, "name");
+    if (!json_is_string(name) || json_string_length(name) < 1 || json_string_length(name) > 64)
+        return bad(e, "response_format.json_schema.name",
+                   "'response_format.json_schema.name' must be a string of 1 to 64 characters.");
+    for (const char *c = json_string_value(name); *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+              *c == '-'))
+            return bad(e, "response_format.json_schema.name",
+                       "'response_format.json_schema.name' may contain only a-z, A-Z, 0-9, '_' and '-'.");
+    json_t *strict = json_object_get(js, "strict");
+    if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+        return bad(e, "response_format.json_schema.strict", "'response_format.json_schema.strict' must be a boolean.");
+    json_t *schema = json_object_get(js, "schema");
+    if (!schema || json_is_null(schema)) {
+        r->grammar = json_schema_object_gbnf(NULL);
+        return 0;
+    }
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return bad(e, "response_format.json_schema.schema",
+                   "'response_format.json_schema.schema' must be a JSON Schema object.");
+    char msg[300], path[200];
+    char *text = json_schema_to_gbnf(schema, NULL, msg, sizeof msg, path, sizeof path);
+    if (!text)
+        return bad(e, "response_format.json_schema.schema", "Unsupported schema%s%s: %s",
+                   path[0] ? " at " : "", path, msg);
+    if (check_grammar(text, "response_format.json_schema.schema", "The schema's grammar is not usable", e) != 0) {
+        free(text);
+        return -1;
+    }
+    r->grammar = text;
     return 0;
 }
 
@@ -706,7 +779,7 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
     }
     if (get_str(root, "user", OAI_MAX_USER_BYTES, 0, &r->user, e) != 0)
         return -1;
-    return 0;
+    return parse_constraint(root, r, e);
 }
 
 int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_request_t *out, oai_error_t *err)
@@ -760,6 +833,7 @@ void oai_request_free(oai_request_t *r)
     free(r->stop);
     free(r->logit_bias);
     free(r->user);
+    free(r->grammar);
     memset(r, 0, sizeof(*r));
 }
 

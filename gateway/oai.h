@@ -46,6 +46,7 @@
 #define OAI_MAX_PROMPT_TOKENS (1u << 20) /* token-id prompts */
 #define OAI_MAX_TOP_LOGPROBS 20
 #define OAI_MAX_MAX_TOKENS 1000000     /* max_tokens upper bound (the context limit is checked later) */
+#define OAI_MAX_GRAMMAR_BYTES (256u << 10) /* `grammar` text; a compiled schema may reach GBNF_MAX_TEXT */
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -152,6 +153,9 @@ typedef struct {
     bool ignore_eos;             /* [false] vLLM extension */
     int64_t n;                   /* [1] choices, 1..OAI_MAX_N */
     char *user;                  /* NULL if absent */
+    char *grammar;               /* GBNF text the output must match (constrained decoding):
+                                    from `grammar`, or response_format json_object / json_schema
+                                    compiled by common/grammar/json_schema.h; NULL = free text */
     /* tools (gateway/oai_tools.h) */
     char *tools_json;            /* compact JSON array of the tool objects, NULL = no tools */
     char **tool_names;           /* (n_tools) function names, in order */

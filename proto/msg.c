@@ -98,6 +98,7 @@ void proto_msg_clear(proto_msg_t *m)
         free(s->tool_choice);
         free(s->prompt);
         free(s->prompt_ids);
+        free(s->grammar);
         free(s->sampling.logit_bias);
         for (uint32_t i = 0; s->stop && i < s->n_stop; i++)
             free(s->stop[i]);
@@ -281,6 +282,19 @@ static void encode_heartbeat(enc_t *e, const proto_heartbeat_t *h)
         sub_uint(&e->pk, "prompt_tok", l->prompt_tokens);
         sub_uint(&e->pk, "free", l->free_slots);
     }
+    if (h->has_progress) {
+        const proto_progress_t *g = &h->progress;
+        key(e, "prog");
+        msgpack_pack_map(&e->pk, 4);
+        sub_uint(&e->pk, "steps", g->steps);
+        pack_cstr(&e->pk, "busy");
+        if (g->busy)
+            msgpack_pack_true(&e->pk);
+        else
+            msgpack_pack_false(&e->pk);
+        sub_uint(&e->pk, "stall_ms", g->stall_ms);
+        sub_uint(&e->pk, "slow_ms", g->slow_ms);
+    }
 }
 
 static void encode_submit(enc_t *e, const proto_submit_t *s)
@@ -317,6 +331,8 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         kv_bool(e, "par_tools", false);
     if (s->prompt)
         kv_str(e, "prompt", s->prompt);
+    if (s->grammar)
+        kv_str(e, "grammar", s->grammar);
     if (s->has_prompt_ids || s->n_prompt_ids) {
         key(e, "prompt_ids");
         pack_ids(&e->pk, s->prompt_ids, s->n_prompt_ids);
@@ -736,7 +752,25 @@ static int load_field(dec_t *d, void *obj, int idx)
     return -1;
 }
 
-static const field_t heartbeat_fields[] = {{"seq", true}, {"hb_ms", false}, {"load", false}};
+static const field_t progress_fields[] = {
+    {"steps", true}, {"busy", true}, {"stall_ms", true}, {"slow_ms", true},
+};
+
+static int progress_field(dec_t *d, void *obj, int idx)
+{
+    proto_progress_t *g = obj;
+    switch (idx) {
+    case 0: return get_uint(d, &g->steps, 0, UINT64_MAX);
+    case 1: return get_bool(d, &g->busy);
+    case 2: return get_u32(d, &g->stall_ms, 0, U31);
+    case 3: return get_u32(d, &g->slow_ms, 0, U31);
+    }
+    return -1;
+}
+
+static const field_t heartbeat_fields[] = {
+    {"seq", true}, {"hb_ms", false}, {"load", false}, {"prog", false},
+};
 
 static int heartbeat_field(dec_t *d, void *obj, int idx)
 {
@@ -754,6 +788,14 @@ static int heartbeat_field(dec_t *d, void *obj, int idx)
                         h->load.kv_blocks_total);
         if (h->load.prefix_cache_hits > h->load.prefix_cache_queries)
             return fail(d, PROTO_ERANGE, "pc_hit > pc_q");
+        return 0;
+    case 3:
+        h->has_progress = true;
+        if (read_map(d, progress_fields, NFIELDS(progress_fields), progress_field,
+                     &h->progress) < 0)
+            return -1;
+        if (!h->progress.busy && h->progress.stall_ms)
+            return fail(d, PROTO_ERANGE, "stall_ms %u while not busy", h->progress.stall_ms);
         return 0;
     }
     return -1;
@@ -781,6 +823,7 @@ enum {
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
     S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
     S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS, S_TOOL_CHOICE, S_PAR_TOOLS, S_N_CHOICES,
+    S_GRAMMAR,
 };
 
 static const field_t submit_fields[] = {
@@ -798,6 +841,7 @@ static const field_t submit_fields[] = {
     [S_RESUME] = {"resume", false},  [S_TOOLS] = {"tools", false},
     [S_TOOL_CHOICE] = {"tool_choice", false}, [S_PAR_TOOLS] = {"par_tools", false},
     [S_N_CHOICES] = {"n_choices", false},
+    [S_GRAMMAR] = {"grammar", false},
 };
 
 static int submit_field(dec_t *d, void *obj, int idx)
@@ -834,6 +878,7 @@ static int submit_field(dec_t *d, void *obj, int idx)
                 return -1;
         return 0;
     case S_PROMPT: return get_str(d, &s->prompt, NULL, 0, PROTO_MAX_PROMPT);
+    case S_GRAMMAR: return get_str(d, &s->grammar, NULL, 0, PROTO_MAX_GRAMMAR);
     case S_PROMPT_IDS:
         s->has_prompt_ids = true;
         return get_ids(d, &s->prompt_ids, &s->n_prompt_ids, PROTO_MAX_TOKENS);
