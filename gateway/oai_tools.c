@@ -425,7 +425,7 @@ char *oai_tools_patch(char *body, size_t index, const char *content, size_t cont
                       const oai_tool_call_t *calls, size_t n, bool is_chunk)
 {
     json_error_t je;
-    json_t *root = json_loads(body, 0, &je);
+    json_t *root = json_loads(body, JSON_ALLOW_NUL, &je); /* content may hold \u0000 */
     json_t *choice = root ? json_array_get(json_object_get(root, "choices"), index) : NULL;
     json_t *msg = choice ? json_object_get(choice, is_chunk ? "delta" : "message") : NULL;
     if (!json_is_object(msg)) {
@@ -433,8 +433,16 @@ char *oai_tools_patch(char *body, size_t index, const char *content, size_t cont
         return body; /* not a body we built: leave it */
     }
     free(body);
-    if (!is_chunk)
-        json_object_set_new(msg, "content", content_len ? json_stringn(content, content_len) : json_null());
+    if (!is_chunk) {
+        json_t *c = json_null();
+        if (content_len) {
+            size_t n;
+            char *clean = oai_utf8_sanitize(content, content_len, &n); /* model text */
+            c = json_stringn(clean, n);
+            free(clean);
+        }
+        json_object_set_new(msg, "content", c);
+    }
     else
         json_object_del(msg, "content");
     json_object_set_new(msg, "tool_calls", oai_tool_calls_json(calls, n, is_chunk));

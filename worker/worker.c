@@ -15,6 +15,7 @@
 #include "common/sigwake.h"
 #include "common/xalloc.h"
 #include "worker/kv_report.h"
+#include "worker/text/tool_grammar.h"
 #include "worker/worker_link.h"
 
 /* The worker process state. */
@@ -138,6 +139,7 @@ void worker_req_clear(worker_req_t *r)
 {
     free(r->prompt);
     free(r->bias);
+    free(r->tool_grammar);
     memset(r, 0, sizeof *r);
 }
 
@@ -151,6 +153,23 @@ uint32_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, int
         return PROTO_CODE_BAD_REQUEST;
     }
     bool chat = sm->kind == PROTO_KIND_CHAT;
+    const char *grammar = sm->grammar;
+    if (sm->tool_choice && strcmp(sm->tool_choice, "auto") != 0) {
+        /* a forced call: the output is exactly the template's call syntax */
+        if (sm->grammar) {
+            snprintf(err, errlen, "tool_choice '%s' cannot be combined with a grammar or response_format",
+                     sm->tool_choice);
+            worker_req_clear(out);
+            return PROTO_CODE_BAD_REQUEST;
+        }
+        out->tool_grammar = tool_grammar_build(sm->tools, sm->tool_choice, !sm->no_par_tools,
+                                               chat_template_tool_format(e->tmpl), err, errlen);
+        if (!out->tool_grammar) {
+            worker_req_clear(out);
+            return PROTO_CODE_BAD_REQUEST;
+        }
+        grammar = out->tool_grammar;
+    }
     out->req = (sched_req_t){
         .id = sm->id,
         .priority = (int32_t)sm->priority,
@@ -168,8 +187,8 @@ uint32_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, int
         .top_logprobs = sm->sampling.logprobs ? (int32_t)sm->sampling.top_logprobs : -1,
         .deadline_us = sm->deadline_ms ? now_us + (int64_t)sm->deadline_ms * 1000 : 0,
         .n_choices = sm->n_choices ? (int32_t)sm->n_choices : 1,
-        .grammar = sm->grammar,
-        .grammar_len = sm->grammar ? strlen(sm->grammar) : 0,
+        .grammar = grammar,
+        .grammar_len = grammar ? strlen(grammar) : 0,
     };
     sampler_params_t *sp = &out->req.sampling;
     sampler_params_default(sp);

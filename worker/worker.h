@@ -101,6 +101,8 @@ typedef struct worker_req {
     sched_req_t req;
     int32_t *prompt;               /* owned: (req.n_prompt) token ids */
     sampler_bias_t *bias;          /* owned: (req.sampling.n_logit_bias) */
+    char *tool_grammar;            /* owned: the grammar of a forced tool call
+                                      (tool_choice required/named), or NULL */
 } worker_req_t;
 
 /* Translates one SUBMIT into a scheduler request: templates and tokenizes

@@ -50,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *body = oai_chat_completion_json(&meta, text, size, "stop", &lp, &u);
         body = oai_tools_patch(body, 0, text, content_len, calls, n, false);
         json_error_t je;
-        json_t *j = json_loads(body, 0, &je);
+        json_t *j = json_loads(body, JSON_ALLOW_NUL, &je);
         if (!j)
             __builtin_trap();
         json_decref(j);

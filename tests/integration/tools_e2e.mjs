@@ -90,7 +90,7 @@ for (const model of ["qwen", "llama"]) {
     const problems = [];
     for (let seed = 0; seed < nSeeds; seed++) {
       const r = await client.chat.completions.create({
-        model, messages, tools, tool_choice: v.tool_choice, temperature: 1, seed, max_tokens: 200,
+        model, messages, tools, tool_choice: v.tool_choice, temperature: 1, seed, max_tokens: 300,
         ...(v.parallel_tool_calls === false ? { parallel_tool_calls: false } : {}),
       });
       const p = checkCalls(r.choices[0], v.check);
@@ -103,7 +103,7 @@ for (const model of ["qwen", "llama"]) {
 
   // --- streaming: the SDK reassembles the same calls as the non-streamed answer ----------
   {
-    const body = { model, messages, tools, tool_choice: "required", temperature: 1, seed: 7, max_tokens: 200 };
+    const body = { model, messages, tools, tool_choice: "required", temperature: 1, seed: 7, max_tokens: 300 };
     const whole = await client.chat.completions.create(body);
     const stream = client.chat.completions.stream(body);
     const final = await stream.finalChatCompletion();
@@ -127,7 +127,7 @@ for (const model of ["qwen", "llama"]) {
   {
     const first = await client.chat.completions.create({
       model, messages, tools, tool_choice: { type: "function", function: { name: "get_weather" } },
-      temperature: 1, seed: 5, max_tokens: 200, parallel_tool_calls: false,
+      temperature: 1, seed: 5, max_tokens: 300, parallel_tool_calls: false,
     });
     const call = first.choices[0].message;
     const history = [
@@ -145,7 +145,7 @@ for (const model of ["qwen", "llama"]) {
     let invoked = 0, lastArgs = null;
     const runner = client.chat.completions.runTools(
       {
-        model, messages, temperature: 1, seed: 9, max_tokens: 200,
+        model, messages, temperature: 1, seed: 9, max_tokens: 300,
         tool_choice: { type: "function", function: { name: "lookup" } },
         tools: [{ type: "function", function: { name: "lookup", parameters: tools[1].function.parameters,
                   parse: JSON.parse, function: (a) => { invoked++; lastArgs = a; return { hits: 0 }; } } }],

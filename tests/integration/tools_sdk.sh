@@ -18,7 +18,7 @@ fi
 TPL=$ROOT/tests/worker/chat_templates
 for m in qwen:qwen2.5 llama:llama3.2; do
   check "mkmodel: tiny model with the ${m#*:} template" "$MK" -o "$TMP/${m%%:*}.gguf" --dim 64 --layers 2 \
-    --heads 4 --kv-heads 2 --ffn 128 --ctx 1024 --type F32 --seed 11 --chat-template "$TPL/${m#*:}.jinja"
+    --heads 4 --kv-heads 2 --ffn 128 --ctx 4096 --type F32 --seed 11 --chat-template "$TPL/${m#*:}.jinja"
 done
 
 P=$(free_port); Z=$(free_port)
