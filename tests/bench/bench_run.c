@@ -68,7 +68,10 @@ char *bench_run_endpoint(const char *base, bool chat)
 static char *make_body(struct run *run, uint64_t i_request)
 {
     const bench_config_t *cfg = run->cfg;
-    char *prompt = bench_prompt_make(cfg->prompt_words, cfg->seed, i_request, cfg->shared_prefix);
+    char *prompt = cfg->groups ? bench_prompt_conversation(cfg->prompt_words, cfg->seed, i_request,
+                                                           cfg->groups, cfg->turns, cfg->turn_words)
+                               : bench_prompt_make(cfg->prompt_words, cfg->seed, i_request,
+                                                   cfg->shared_prefix);
     json_t *b = json_object();
     json_object_set_new(b, "model", json_string(cfg->model));
     if (cfg->chat) {
