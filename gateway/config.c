@@ -59,6 +59,7 @@ static int check_listen(const char *s, char *why, size_t n);
 static int check_endpoint(const char *s, char *why, size_t n);
 static int check_name(const char *s, char *why, size_t n);
 static int check_path(const char *s, char *why, size_t n);
+static int check_origins(const char *s, char *why, size_t n);
 
 #define INT(k, st, m, lo, hi) {.key = k, .kind = K_INT, .off = offsetof(st, m), .imin = lo, .imax = hi}
 #define I64(k, st, m, lo, hi) {.key = k, .kind = K_I64, .off = offsetof(st, m), .imin = lo, .imax = hi}
@@ -131,6 +132,8 @@ static const field_t top_fields[] = {
     INT("http_threads", config_t, http_threads, 1, 256),
     OPTSTR("worker_bin", config_t, worker_bin, check_path),
     DBL("drain_timeout_s", config_t, drain_timeout_s, 0.0, 86400.0),
+    OPTSTR("cors_origins", config_t, cors_origins, check_origins),
+    BOOL("admin_open", config_t, admin_open),
     MAP("queue", config_t, queue, queue_fields),
     MAP("limits", config_t, limits, limits_fields),
     MAP("restart", config_t, restart, restart_fields),
@@ -279,6 +282,42 @@ static int check_path(const char *s, char *why, size_t n)
 {
     if (s[0] == 0) {
         snprintf(why, n, "a path must not be empty");
+        return -1;
+    }
+    return 0;
+}
+
+/* cors_origins: ORIGIN[,ORIGIN...] (commas and/or blanks between), each
+ * "*" or a browser origin scheme://host[:port] — http or https, no path,
+ * no trailing slash (a browser's Origin header never has one, so such an
+ * entry could never match). */
+static int check_origins(const char *s, char *why, size_t n)
+{
+    size_t n_seen = 0;
+    for (const char *p = s; *p;) {
+        p += strspn(p, ", \t");
+        size_t len = strcspn(p, ", \t");
+        if (len == 0)
+            break;
+        n_seen++;
+        const char *host = NULL;
+        if (len == 1 && p[0] == '*')
+            goto next;
+        if (len > 7 && strncmp(p, "http://", 7) == 0)
+            host = p + 7;
+        else if (len > 8 && strncmp(p, "https://", 8) == 0)
+            host = p + 8;
+        if (!host || memchr(host, '/', len - (size_t)(host - p)) || len > 256) {
+            snprintf(why, n, "'%.*s' is not an origin: want * or http[s]://HOST[:PORT] "
+                             "(no path, no trailing slash, at most 256 bytes)",
+                     (int)(len > 64 ? 64 : len), p);
+            return -1;
+        }
+    next:
+        p += len;
+    }
+    if (n_seen == 0) {
+        snprintf(why, n, "no origin given (want ORIGIN[,ORIGIN...], or null for none)");
         return -1;
     }
     return 0;
@@ -514,6 +553,7 @@ void config_free(config_t **cp)
     free(c->worker_endpoint);
     free(c->keys_file);
     free(c->worker_bin);
+    free(c->cors_origins);
     free(c->curve.server_secret_key_file);
     free(c->curve.authorized_worker_keys_file);
     for (size_t i = 0; i < c->n_models; i++) {

@@ -53,6 +53,13 @@
  *   drain_timeout_s              float    30                      0..86400 s; on SIGTERM, how long
  *                                                                 requests in flight may finish (new
  *                                                                 ones get 503 meanwhile)
+ *   cors_origins                 string   (none)                  browser origins allowed to call the API
+ *                                                                 (CORS): "ORIGIN[,ORIGIN...]", each * or
+ *                                                                 http[s]://HOST[:PORT]; a request whose
+ *                                                                 Origin header is not listed gets 403
+ *   admin_open                   bool     false                   without keys_file, serve the /admin/...
+ *                                                                 operations routes to anyone (else 403);
+ *                                                                 ignored with keys_file
  *   queue.max_per_model          int      1024                    1..1000000 queued requests per
  *                                                                 model; beyond it: 429 + Retry-After
  *   queue.aging_per_s            float    1/30 (0.0333…)          0..1000 priority levels gained per
@@ -226,6 +233,8 @@ typedef struct config {
     int http_threads;          /* libmicrohttpd thread pool */
     char *worker_bin;          /* NULL = pagoda-worker next to the gateway binary */
     double drain_timeout_s;    /* SIGTERM: how long requests in flight may finish, s */
+    char *cors_origins;        /* browser origins allowed (CORS), "A,B"; NULL = none */
+    bool admin_open;           /* without keys_file, /admin/... answer anyone (else 403) */
     config_queue_t queue;
     config_limits_t limits;
     config_restart_t restart;

@@ -98,6 +98,8 @@ static const struct flag_key {
     {"routing-max-load-gap", "routing.max_load_gap", false, false},
     {"max-restarts", "restart.crash_loop_restarts", false, false},
     {"restart-window", "restart.crash_loop_window_s", false, false},
+    {"cors-origin", "cors_origins", false, false},   /* repeatable: values are joined */
+    {"admin-open", "admin_open", false, true},
 };
 #define N_FLAG_KEYS (sizeof flag_keys / sizeof flag_keys[0])
 #define OPT_FLAG_KEY 1000  /* getopt value of flag_keys[i] = OPT_FLAG_KEY + i */
@@ -133,6 +135,11 @@ static void usage(FILE *f)
             "  --rate-limit-per-key R     per-key rate limit: R requests/s per API key (bursts of\n"
             "                             max(1, R)), 429 + Retry-After beyond; 0 = off (default)\n"
             "                             [limits.rate_per_key]\n"
+            "  --cors-origin ORIGIN       let web pages from ORIGIN (http[s]://HOST[:PORT], or *)\n"
+            "                             call the API from a browser (CORS; repeatable). A request\n"
+            "                             with any other Origin header gets 403 [cors_origins]\n"
+            "  --admin-open               without --keys, serve /admin/* to anyone who reaches the\n"
+            "                             port (default: 403 without an admin key) [admin_open]\n"
             "  --http-idle-timeout S      close an idle HTTP connection after S seconds (default %d)\n"
             "  --header-timeout S         close a connection whose request headers are not\n"
             "                             complete S seconds after it opened (default %d)\n"
@@ -249,6 +256,8 @@ static int hash_key(const char *spec, const char *secret)
 }
 
 static int hup_fd = -1;
+/* the --cors-origin values joined with ',' (static: reachable until exit) */
+static char *cors_joined;
 
 static void on_sighup(int sig)
 {
@@ -362,6 +371,7 @@ int main(int argc, char **argv)
 
     double http_idle_s = HTTP_DEFAULT_IDLE_TIMEOUT_S, header_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
     double max_redispatch = GATEWAY_DEFAULT_MAX_REDISPATCH;
+    size_t i_cors = 0;         /* settings[i_cors] holds cors_joined */
     struct option opts[N_FLAG_KEYS + 16];
     size_t n_opts = 0;
     for (size_t i = 0; i < N_FLAG_KEYS; i++)
@@ -389,6 +399,20 @@ int main(int argc, char **argv)
                 return 2;
             }
             int i = ch - OPT_FLAG_KEY;
+            if (strcmp(flag_keys[i].flag, "cors-origin") == 0 && cors_joined) {
+                /* repeated: one value "A,B,..." replaces the file's list */
+                size_t n = strlen(cors_joined) + strlen(optarg) + 2;
+                cors_joined = xrealloc(cors_joined, n);
+                strcat(strcat(cors_joined, ","), optarg);
+                settings[i_cors].value = cors_joined;
+                continue;
+            }
+            if (strcmp(flag_keys[i].flag, "cors-origin") == 0) {
+                cors_joined = xstrdup(optarg);
+                i_cors = n_settings;
+                settings[n_settings++] = (setting_t){i, cors_joined};
+                continue;
+            }
             settings[n_settings++] = (setting_t){i, flag_keys[i].no_arg ? "true" : optarg};
             continue;
         }
@@ -572,7 +596,8 @@ int main(int argc, char **argv)
                           .max_prompt_bytes = (size_t)cfg->limits.max_prompt_bytes,
                           .rate_per_key = cfg->limits.rate_per_key,
                           .idle_timeout_s = (unsigned)http_idle_s,
-                          .header_timeout_ms = (int64_t)(header_s * 1000)};
+                          .header_timeout_ms = (int64_t)(header_s * 1000),
+                          .cors_origins = cfg->cors_origins, .admin_open = cfg->admin_open};
     http = http_server_new(&hcfg, gw);
     if (!http)
         goto stop;
@@ -642,6 +667,8 @@ out:
     free(model_paths);
     free(idle_s);
     config_free(&cfg);
+    free(cors_joined);
+    cors_joined = NULL;
     if (rc == 0)
         log_info("bye");
     return rc;

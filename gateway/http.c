@@ -4,6 +4,7 @@
  * hang-up watcher for suspended connections (see http.h). */
 #include "gateway/http.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -83,6 +84,12 @@ struct http_server {
     pthread_mutex_t conn_lock;  /* guards conns and their flags */
     http_conn_t *conns;         /* doubly linked */
     int64_t header_timeout_us;
+
+    /* browsers (http.h "Browser safety"); read-only after start */
+    char **cors;                /* (n_cors) allowed Origin values, as configured */
+    size_t n_cors;
+    bool cors_any;              /* "*" was listed: every origin is allowed */
+    bool admin_open;            /* ops routes open without a keys file */
 };
 
 /* AUTH_OPS: an admin key when a keys file is loaded, open otherwise (an open
@@ -140,9 +147,20 @@ struct http_req {
 /* ------------------------------------------------------------------------ */
 /* responses                                                                 */
 
+static bool origin_allowed(const http_server_t *s, const char *origin);
+
 static enum MHD_Result queue(http_server_t *s, struct MHD_Connection *c, unsigned status,
                              struct MHD_Response *r)
 {
+    /* an answer to an allowed browser origin lets that page read it; a
+     * refused origin (403) gets no CORS header, so the page sees nothing */
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && origin_allowed(s, origin)) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Access-Control-Expose-Headers", "Retry-After");
+    }
+    if (s->n_cors)
+        MHD_add_response_header(r, "Vary", "Origin");
     char code[8];
     snprintf(code, sizeof code, "%u", status);
     metrics_counter_add(s->gw->m.http_responses, (const char *[]){code}, 1);
@@ -294,7 +312,13 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
                                         "(pagoda-gateway --keys FILE)");
             return -1;
         }
-        return 0; /* AUTH_OPS too: open gateway */
+        if (rt->auth == AUTH_OPS && !s->admin_open) {
+            oai_error_set(e, 403, NULL, "Operations endpoints need a keys file with an admin key "
+                                        "(pagoda-gateway --keys FILE), or --admin-open to serve "
+                                        "them without keys");
+            return -1;
+        }
+        return 0; /* AUTH_OPS with --admin-open: open gateway */
     }
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
@@ -332,6 +356,114 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
         return -1;
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* browsers: Origin, CORS, Content-Type                                      */
+
+/* Splits the configured list ("A,B" / "A B") into s->cors. */
+static void cors_parse(http_server_t *s, const char *list)
+{
+    for (const char *p = list ? list : ""; *p;) {
+        p += strspn(p, ", \t");
+        size_t len = strcspn(p, ", \t");
+        if (len == 0)
+            break;
+        if (len == 1 && p[0] == '*')
+            s->cors_any = true;
+        s->cors = xrealloc(s->cors, (s->n_cors + 1) * sizeof *s->cors);
+        s->cors[s->n_cors++] = xstrndup(p, len);
+        p += len;
+    }
+}
+
+/* Origin values are compared whole and case-insensitively (browsers send
+ * scheme and host lowercased; a listed "HTTP://X" still matches). "null"
+ * (sandboxed frames, file:// pages) matches only if listed as such. */
+static bool origin_allowed(const http_server_t *s, const char *origin)
+{
+    if (s->cors_any)
+        return true;
+    for (size_t i = 0; i < s->n_cors; i++)
+        if (strcasecmp(s->cors[i], origin) == 0)
+            return true;
+    return false;
+}
+
+/* 1 when the Content-Type header says JSON: media type application/json
+ * (any case, blanks around it), parameters allowed but a charset only if it
+ * is UTF-8 (RFC 8259: JSON between systems is UTF-8). 0 otherwise, also
+ * when the header is missing. */
+static int content_type_is_json(const char *ct)
+{
+    if (!ct)
+        return 0;
+    ct += strspn(ct, " \t");
+    static const char want[] = "application/json";
+    if (strncasecmp(ct, want, sizeof want - 1) != 0)
+        return 0;
+    const char *p = ct + sizeof want - 1;
+    p += strspn(p, " \t");
+    if (*p == '\0')
+        return 1;
+    if (*p != ';')
+        return 0; /* application/jsonx, application/json-seq, ... */
+    /* parameters: only charset is looked at */
+    while (*p == ';') {
+        p++;
+        p += strspn(p, " \t");
+        size_t n = strcspn(p, ";");
+        if (n >= 8 && strncasecmp(p, "charset=", 8) == 0) {
+            const char *v = p + 8;
+            size_t vn = n - 8;
+            while (vn && (v[vn - 1] == ' ' || v[vn - 1] == '\t'))
+                vn--;
+            if (vn >= 2 && v[0] == '"' && v[vn - 1] == '"') {
+                v++;
+                vn -= 2;
+            }
+            if (!((vn == 5 && strncasecmp(v, "utf-8", 5) == 0) ||
+                  (vn == 4 && strncasecmp(v, "utf8", 4) == 0)))
+                return 0;
+        }
+        p += n;
+    }
+    return 1;
+}
+
+/* Header values echoed in a preflight answer must be header-safe: token
+ * characters, commas and blanks, bounded. */
+static bool header_list_ok(const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > 1024)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)v[i];
+        if (!(isalnum(ch) || strchr("!#$%&'*+-.^_`|~, \t", ch)))
+            return false;
+    }
+    return true;
+}
+
+/* A CORS preflight from an allowed origin: 204 and what the page may send.
+ * `allow` = the methods of the path. */
+static enum MHD_Result respond_preflight(http_server_t *s, struct MHD_Connection *c,
+                                         const char *allow)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    char methods[160];
+    snprintf(methods, sizeof methods, "%s, OPTIONS", allow);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", methods);
+    const char *rh = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                 "Access-Control-Request-Headers");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            rh && header_list_ok(rh) ? rh : "authorization, content-type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, methods);
+    return queue(s, c, 204, r);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -911,6 +1043,19 @@ static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, cons
 {
     /* HEAD is GET without a body; libmicrohttpd drops the body itself */
     const char *m = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0 ? MHD_HTTP_METHOD_GET : method;
+    /* browsers first: a web page of a foreign origin gets nothing at all,
+     * on any route (http.h "Browser safety") */
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && !origin_allowed(s, origin)) {
+        oai_error_t e;
+        oai_error_set(&e, 403, NULL, "Requests from web pages of origin '%.200s' are not allowed "
+                                     "(the gateway allows %s; see --cors-origin)", origin,
+                      s->n_cors ? "other origins" : "no browser origin");
+        e.code = "origin_not_allowed";
+        log_debug("refused %s %.200s from origin '%.200s'", method, url, origin);
+        return respond_oai_error(s, c, &e, NULL);
+    }
+    bool preflight = origin && strcmp(method, MHD_HTTP_METHOD_OPTIONS) == 0;
     char allow[128] = "";
     bool path_known = false;
     for (size_t i = 0; i < N_ROUTES; i++) {
@@ -924,6 +1069,19 @@ static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, cons
             if (req->too_large)
                 return respond_error(s, c, 413, NULL, NULL, "Request body exceeds %zu bytes",
                                      s->max_body);
+            /* a body must say it is JSON: a page may POST text/plain (or a
+             * Blob without a type) cross-origin without a preflight */
+            if (req->body_len && !content_type_is_json(MHD_lookup_connection_value(
+                                     c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE))) {
+                const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                             MHD_HTTP_HEADER_CONTENT_TYPE);
+                oai_error_set(&e, 415, NULL, "Unsupported Content-Type '%.100s': request bodies "
+                                             "must be JSON (Content-Type: application/json)",
+                              ct ? ct : "(none)");
+                e.type = "invalid_request_error";
+                e.code = "unsupported_media_type";
+                return respond_oai_error(s, c, &e, NULL);
+            }
             return rt->fn ? rt->fn(s, c, req) : handle_generate(s, c, req, rt);
         }
         path_known = true;
@@ -931,6 +1089,8 @@ static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, cons
         snprintf(allow + n, sizeof allow - n, "%s%s%s", n ? ", " : "", rt->method,
                  strcmp(rt->method, "GET") == 0 ? ", HEAD" : "");
     }
+    if (path_known && preflight)
+        return respond_preflight(s, c, allow);
     if (path_known)
         return respond_error(s, c, 405, NULL, allow, "Method %s is not allowed on %s (allowed: %s)",
                              method, url, allow);
@@ -1082,6 +1242,8 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     pthread_mutex_init(&s->conn_lock, NULL);
     pthread_mutex_init(&s->rate_lock, NULL);
     s->rate_per_key = cfg->rate_per_key > 0 ? cfg->rate_per_key : 0;
+    cors_parse(s, cfg->cors_origins);
+    s->admin_open = cfg->admin_open;
     s->header_timeout_us = (cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms
                                                         : HTTP_DEFAULT_HEADER_TIMEOUT_S * 1000) * 1000;
     unsigned idle_s = cfg->idle_timeout_s ? cfg->idle_timeout_s : HTTP_DEFAULT_IDLE_TIMEOUT_S;
@@ -1108,7 +1270,17 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     } else {
         log_warn("no --keys file: the API is open to anyone who can reach it (every request "
                  "is tier normal)");
+        if (s->admin_open)
+            log_warn("*** --admin-open: /admin/* (drain, restart workers) is open to ANYONE who "
+                     "can reach this port, without a key ***");
     }
+    if (cfg->keys_path && s->admin_open)
+        log_warn("--admin-open is ignored: with a keys file /admin/* need an admin key");
+    if (s->cors_any)
+        log_warn("CORS: every browser origin may call the API (cors_origins '*')");
+    else if (s->n_cors)
+        log_info("CORS: %zu browser origin(s) allowed (%s%s)", s->n_cors, s->cors[0],
+                 s->n_cors > 1 ? ", ..." : "");
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -1188,6 +1360,9 @@ void http_server_free(http_server_t **sp)
     pthread_mutex_destroy(&s->conn_lock);
     pthread_mutex_destroy(&s->rate_lock);
     free(s->buckets);
+    for (size_t i = 0; i < s->n_cors; i++)
+        free(s->cors[i]);
+    free(s->cors);
     free(s);
 }
 

@@ -89,11 +89,21 @@
 
 typedef struct qgemm_ctx qgemm_ctx_t;
 
-/* Instruction set used by a context's kernels. */
+/* Instruction set used by a context's kernels. Every path gives the same
+ * bits as the scalar one (tested); they differ only in speed. The VNNI
+ * paths change only the kernel of packed Q8_0 weights (qgemm_pack); all
+ * other work (X quantization, unpacked and K-quant weights) runs the AVX2
+ * code there. */
 typedef enum {
-    QGEMM_ISA_AUTO = 0, /* best available (AVX2 when the CPU has avx2 + f16c) */
-    QGEMM_ISA_SCALAR,   /* portable C, any CPU */
-    QGEMM_ISA_AVX2,     /* needs avx2 and f16c */
+    QGEMM_ISA_AUTO = 0,   /* qgemm_isa_default() */
+    QGEMM_ISA_SCALAR,     /* portable C, any CPU */
+    QGEMM_ISA_AVX2,       /* needs avx2 and f16c */
+    QGEMM_ISA_AVXVNNI,    /* AVX2 + AVX-VNNI: packed Q8_0 with 256-bit vpdpbusd
+                           * (one instruction per 4 products instead of
+                           * sign + maddubs + madd + add) */
+    QGEMM_ISA_AVX512VNNI, /* AVX2 + AVX-512 F/BW/DQ/VL/VNNI: packed Q8_0 with
+                           * 512-bit vpdpbusd over two panels (16 output
+                           * columns) and up to 8 X rows per register tile */
 } qgemm_isa_t;
 
 /* Context for calls with n_rows ≤ max_rows and n_in ≤ max_in (both > 0).
@@ -113,13 +123,26 @@ void qgemm_ctx_free(qgemm_ctx_t **c);
 int qgemm_set_threads(qgemm_ctx_t *c, int n_threads);
 
 /* Selects the kernels of context c. Returns 0 ok, -1 when the CPU lacks the
- * ISA (the context keeps its previous choice). For tests and benchmarks. */
+ * ISA or isa is not one of the enum (the context keeps its previous
+ * choice). For tests and benchmarks. */
 int qgemm_set_isa(qgemm_ctx_t *c, qgemm_isa_t isa);
 
 /* The ISA c actually runs (never QGEMM_ISA_AUTO), and its name
- * ("scalar", "avx2"). */
+ * ("scalar", "avx2", "avxvnni", "avx512vnni"; "auto" for AUTO). */
 qgemm_isa_t qgemm_get_isa(const qgemm_ctx_t *c);
 const char *qgemm_isa_name(qgemm_isa_t isa);
+
+/* true when this CPU runs isa (CPUID and XGETBV via common/cpu.h, cached);
+ * SCALAR and AUTO always. */
+bool qgemm_isa_available(qgemm_isa_t isa);
+
+/* The ISA QGEMM_ISA_AUTO means: the environment variable PAGODA_ISA when
+ * it names an ISA this CPU runs ("scalar", "avx2", "avxvnni",
+ * "avx512vnni"; "auto" or unset: no override), otherwise the best
+ * available in the order avx512vnni, avxvnni, avx2, scalar. An unknown or
+ * unavailable name is reported once on stderr and ignored. Read at the
+ * first call and cached for the life of the process. */
+qgemm_isa_t qgemm_isa_default(void);
 
 /* true when this CPU runs the AVX2 kernels (avx2 + f16c), the ones that
  * read packed weights. */
