@@ -135,10 +135,21 @@ int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int3
 int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, int32_t **out,
                            char *err, size_t errlen)
 {
+    return engine_prompt_chat_prefix(e, msgs, n, SIZE_MAX, out, NULL, err, errlen);
+}
+
+int32_t engine_prompt_chat_prefix(const engine_t *e, const chat_msg_t *msgs, size_t n,
+                                  size_t max_bytes, int32_t **out, bool *truncated, char *err,
+                                  size_t errlen)
+{
     char *prompt = NULL;
     size_t plen = 0;
     if (chat_template_render(e->tmpl, msgs, n, true, &prompt, &plen, err, errlen) != 0)
         return -1;
+    if (truncated)
+        *truncated = plen > max_bytes;
+    if (plen > max_bytes)
+        plen = max_bytes;
     /* The template writes BOS itself when the family wants it; the
      * tokenizer's add_bos must not add a second one. */
     size_t bl = 0;

@@ -54,4 +54,12 @@ int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int3
 int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, int32_t **out,
                            char *err, size_t errlen);
 
+/* engine_prompt_chat over at most the first max_bytes of the rendered
+ * prompt (*truncated says whether it was cut; may be NULL). The tokens of a
+ * cut prompt agree with the whole prompt's except near the cut: the gateway
+ * uses it to key long prompts cheaply (gateway/route.c). */
+int32_t engine_prompt_chat_prefix(const engine_t *e, const chat_msg_t *msgs, size_t n,
+                                  size_t max_bytes, int32_t **out, bool *truncated, char *err,
+                                  size_t errlen);
+
 #endif
