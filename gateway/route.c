@@ -81,26 +81,9 @@ int32_t route_text_keys(const route_text_t *t, const char *model, const proto_su
         return 0;
     /* the same prompt construction as the worker's submit() */
     char err[256];
-    int32_t *ids = NULL, n_ids = -1;
+    int32_t *ids = NULL;
     bool cut = false;
-    if (s->kind == PROTO_KIND_CHAT) {
-        chat_msg_t *msgs = xcalloc(s->n_messages ? s->n_messages : 1, sizeof *msgs);
-        for (uint32_t i = 0; i < s->n_messages; i++) {
-            msgs[i].role = s->messages[i].role;
-            msgs[i].content = s->messages[i].content;
-        }
-        n_ids = engine_prompt_chat_prefix(e, msgs, s->n_messages, ROUTE_MAX_TEXT_BYTES, &ids, &cut,
-                                          err, sizeof err);
-        free(msgs);
-    } else if (s->has_prompt_ids) {
-        n_ids = (int32_t)s->n_prompt_ids;
-        ids = s->prompt_ids;
-    } else {
-        const char *p = s->prompt ? s->prompt : "";
-        size_t len = strlen(p);
-        cut = len > ROUTE_MAX_TEXT_BYTES;
-        n_ids = engine_prompt_text(e, p, cut ? ROUTE_MAX_TEXT_BYTES : len, &ids, err, sizeof err);
-    }
+    int32_t n_ids = engine_prompt_submit_prefix(e, s, ROUTE_MAX_TEXT_BYTES, &ids, &cut, err, sizeof err);
     int32_t n = 0;
     if (n_ids > block_size) {
         int32_t max = (n_ids - 1) / block_size - (cut ? ROUTE_CUT_BLOCKS : 0);
@@ -111,8 +94,7 @@ int32_t route_text_keys(const route_text_t *t, const char *model, const proto_su
             n = prefix_key_chain(ids, n_ids, block_size, *keys, max);
         }
     }
-    if (ids != s->prompt_ids)
-        free(ids);
+    free(ids);
     return n;
 }
 

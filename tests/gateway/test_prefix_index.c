@@ -223,14 +223,14 @@ static void test_route_text_keys(void **state)
         text[plen] = save;
     }
     /* chat: rendered by the same template on both sides */
-    proto_chat_msg_t msgs[2] = {{"system", text}, {"user", "hello"}};
+    proto_chat_msg_t msgs[2] = {{.role = "system", .content = text}, {.role = "user", .content = "hello"}};
     text[2000] = '\0';
     proto_submit_t sm = {.kind = PROTO_KIND_CHAT, .messages = msgs, .n_messages = 2};
     uint64_t *k = NULL;
     int32_t n = route_text_keys(rt, "m", &sm, 32, &k);
     chat_msg_t cm[2] = {{.role = "system", .content = text}, {.role = "user", .content = "hello"}};
     int32_t *ids = NULL;
-    int32_t n_ids = engine_prompt_chat(e, cm, 2, &ids, err, sizeof err);
+    int32_t n_ids = engine_prompt_chat(e, cm, 2, NULL, &ids, err, sizeof err);
     uint64_t ref[256];
     assert_int_equal(n, prefix_key_chain(ids, n_ids, 32, ref, 256));
     assert_true(n > 10);
