@@ -29,7 +29,10 @@ struct worker {
     char host[PROTO_MAX_NAME + 1];        /* gethostname(), or "localhost" */
     worker_link_t *link;                  /* to the gateway (owned) */
     kv_report_t *kv_report;               /* prefix-cache changes → KV messages (owned) */
-    int heartbeat_ms;                     /* our heartbeat interval = idle poll timeout */
+    int heartbeat_ms;                     /* --heartbeat-ms (the link may adopt the gateway's) */
+    int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
+    char *test_step_wedge;                /* TEST ONLY, env PAGODA_TEST_STEP_WEDGE (owned) */
+    _Atomic uint64_t layers_done;         /* forward layers computed: progress inside a step */
     uint32_t capacity;                    /* max concurrent sequences (sched_capacity) */
     uint32_t n_ctx;                       /* tokens per sequence (sched_context_length) */
     uint32_t kv_blocks;                   /* KV pool size in blocks */
@@ -162,24 +165,7 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
                                 worker_req_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    int32_t n_ids = -1;
-    if (sm->kind == PROTO_KIND_CHAT) {
-        chat_msg_t *msgs = xcalloc(sm->n_messages ? sm->n_messages : 1, sizeof *msgs);
-        for (uint32_t i = 0; i < sm->n_messages; i++) {
-            msgs[i].role = sm->messages[i].role;
-            msgs[i].content = sm->messages[i].content;
-        }
-        n_ids = engine_prompt_chat(e, msgs, sm->n_messages, &out->prompt, err, errlen);
-        free(msgs);
-    } else if (sm->has_prompt_ids) {
-        n_ids = (int32_t)sm->n_prompt_ids;
-        out->prompt = xmalloc((sm->n_prompt_ids ? sm->n_prompt_ids : 1) * sizeof *out->prompt);
-        if (sm->n_prompt_ids)
-            memcpy(out->prompt, sm->prompt_ids, sm->n_prompt_ids * sizeof *out->prompt);
-    } else {
-        const char *p = sm->prompt ? sm->prompt : "";
-        n_ids = engine_prompt_text(e, p, strlen(p), &out->prompt, err, errlen);
-    }
+    int32_t n_ids = engine_prompt_submit(e, sm, &out->prompt, err, errlen);
     if (n_ids < 0) {
         worker_req_clear(out);
         return PROTO_ERR_BAD_REQUEST;
@@ -202,6 +188,8 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
         .top_logprobs = sm->sampling.logprobs ? (int32_t)sm->sampling.top_logprobs : -1,
         .deadline_us = sm->deadline_ms ? now_us + (int64_t)sm->deadline_ms * 1000 : 0,
         .n_choices = sm->n_choices ? (int32_t)sm->n_choices : 1,
+        .grammar = sm->grammar,
+        .grammar_len = sm->grammar ? strlen(sm->grammar) : 0,
     };
     sampler_params_t *sp = &out->req.sampling;
     sampler_params_default(sp);
@@ -320,6 +308,35 @@ static void publish_load(struct worker *w)
     worker_link_set_load(w->link, &load);
 }
 
+/* TEST ONLY (worker.h): slow or wedged steps for the liveness tests, without
+ * a big model. Read once; never set in production. */
+static void test_step_env(struct worker *w)
+{
+    const char *s = getenv("PAGODA_TEST_STEP_SLEEP_MS");
+    char *end;
+    unsigned long ms = s ? strtoul(s, &end, 10) : 0;
+    if (s && *s && !*end && ms > 0 && ms <= 3600000) {
+        w->test_step_sleep_us = (int64_t)ms * 1000;
+        log_warn("TEST ONLY: PAGODA_TEST_STEP_SLEEP_MS=%lu: every step sleeps first", ms);
+    }
+    s = getenv("PAGODA_TEST_STEP_WEDGE");
+    if (s && *s) {
+        w->test_step_wedge = xstrdup(s);
+        log_warn("TEST ONLY: PAGODA_TEST_STEP_WEDGE=%s: a step wedges when that file exists", s);
+    }
+}
+
+static void test_step_delay(struct worker *w)
+{
+    if (w->test_step_sleep_us)
+        clock_sleep_us(w->test_step_sleep_us);
+    if (w->test_step_wedge && unlink(w->test_step_wedge) == 0) {
+        log_warn("TEST ONLY: step wedged (%s found)", w->test_step_wedge);
+        for (;;)
+            clock_sleep_us(3600 * 1000000LL);
+    }
+}
+
 worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
 {
     size_t name_len = cfg->model_name ? strlen(cfg->model_name) : 0;
@@ -333,6 +350,7 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     w->model_path = xstrdup(cfg->model_path);
     w->heartbeat_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : PROTO_HEARTBEAT_MS;
     w->scfg = cfg->sched;
+    test_step_env(w);
 
     w->engine = engine_load(w->model_path, err, errlen);
     if (!w->engine)
@@ -362,6 +380,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     worker_link_config_t lcfg = {
         .endpoint = cfg->endpoint,
         .heartbeat_ms = w->heartbeat_ms,
+        .heartbeat_explicit = cfg->heartbeat_explicit,
+        .work_done = &w->layers_done,
         .reg = &reg,
         .curve_server_key = cfg->curve_server_key,
         .curve_public_key = cfg->curve_public_key,
@@ -370,6 +390,7 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     if (cfg->curve_server_key)
         log_info("CURVE on: our public key %s (must be in the gateway's authorized keys)",
                  cfg->curve_public_key ? cfg->curve_public_key : "?");
+    sched_set_progress(w->sched, &w->layers_done);
     w->link = worker_link_new(&lcfg);
     if (!w->link) {
         snprintf(err, errlen, "cannot connect to gateway endpoint '%s'", cfg->endpoint);
@@ -393,6 +414,7 @@ void worker_free(worker_t **wp)
     worker_link_free(&w->link);
     sched_free(&w->sched);
     engine_free(&w->engine);
+    free(w->test_step_wedge);
     free(w->model_path);
     free(w);
     *wp = NULL;
@@ -408,7 +430,7 @@ bool worker_run_once(worker_t *w, int wake_fd)
     proto_msg_t m;
     /* drain every queued message before the next step so CANCELs and new
      * SUBMITs join this step's batch */
-    int prc = worker_link_poll(w->link, busy ? 0 : w->heartbeat_ms, wake_fd, &m);
+    int prc = worker_link_poll(w->link, busy ? 0 : worker_link_heartbeat_ms(w->link), wake_fd, &m);
     drop_orphans(w);
     while (prc == WORKER_LINK_MSG) {
         on_gateway_message(w, &m);
@@ -425,8 +447,14 @@ bool worker_run_once(worker_t *w, int wake_fd)
     }
     if (w->stop)
         return false;
-    if (sched_busy(w->sched) && sched_step(w->sched) < 0)
-        log_error("scheduler step failed; its requests were ended with an error");
+    if (sched_busy(w->sched)) {
+        publish_load(w); /* with this turn's SUBMITs: the link reports us busy */
+        worker_link_step_begin(w->link);
+        test_step_delay(w);
+        if (sched_step(w->sched) < 0)
+            log_error("scheduler step failed; its requests were ended with an error");
+        worker_link_step_end(w->link);
+    }
     if (w->draining && !sched_busy(w->sched)) {
         log_info("drained: exiting");
         w->stop = true;

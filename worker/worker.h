@@ -16,6 +16,15 @@
  *     SHUTDOWN or the wake fd (a signal) → stop
  *     one sched_step(); each sched_event_t goes back as one EVENT
  *
+ * Liveness: the link runs on a thread of its own, so HEARTBEATs flow while a
+ * step runs; each step is bracketed by worker_link_step_begin/_end and the
+ * forward pass advances a layer counter (sched_set_progress), from which the
+ * HEARTBEAT's "prog" tells the gateway whether a busy worker still makes
+ * progress. TEST ONLY environment, read once by worker_new():
+ *   PAGODA_TEST_STEP_SLEEP_MS=N   every step first sleeps N ms
+ *   PAGODA_TEST_STEP_WEDGE=FILE   a step that finds FILE deletes it and
+ *                                 never returns (tests/integration/liveness.sh)
+ *
  * Credit: HEARTBEAT's free slots = capacity - requests held (running or
  * waiting), so the gateway keeps the rest in its priority queue, where
  * priority and aging are decided. Per-request failures (prompt too long, bad
@@ -46,6 +55,8 @@ typedef struct worker_config {
     const char *model_name;        /* name served, 1..PROTO_MAX_NAME bytes */
     const char *model_path;        /* its GGUF file */
     int heartbeat_ms;              /* 0 = PROTO_HEARTBEAT_MS */
+    bool heartbeat_explicit;       /* keep heartbeat_ms; false = adopt the interval of the
+                                      gateway's HEARTBEATs (worker_link.h) */
     uint32_t ctx_cap;              /* cap the context below the model's, 0 = none */
     sched_config_t sched;          /* scheduler limits (sched_config_default + flags) */
     /* CURVE (proto/curve.h): all three Z85 keys, or all NULL for a plain link */

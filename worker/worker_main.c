@@ -35,7 +35,8 @@ static void usage(FILE *f)
             "       pagoda-worker --gen-curve-keypair PREFIX   (writes PREFIX.key, PREFIX.pub)\n"
             "  --gateway ENDPOINT   gateway ZeroMQ endpoint (default tcp://127.0.0.1:5557)\n"
             "  --model NAME=FILE    model name served and its GGUF file\n"
-            "  --heartbeat-ms N     heartbeat interval (default %d)\n"
+            "  --heartbeat-ms N     heartbeat interval (default: the gateway's, %d until\n"
+            "                       it is known)\n"
             "  --max-seqs N         concurrent sequences, 1 = batching off (default 32)\n"
             "  --max-batch-tokens N rows per forward step (default 512)\n"
             "  --kv-blocks N        KV pool size in blocks (default: from --kv-budget-mb)\n"
@@ -145,6 +146,7 @@ int main(int argc, char **argv)
             if (parse_i32_opt("heartbeat-ms", optarg, PROTO_MIN_HEARTBEAT_MS, PROTO_MAX_HEARTBEAT_MS, &u))
                 return 2;
             wc.heartbeat_ms = (int)u;
+            wc.heartbeat_explicit = true;
             break;
         case 'c':
             if (parse_i32_opt("max-seqs", optarg, 1, PROTO_MAX_CAPACITY < 4096 ? PROTO_MAX_CAPACITY : 4096, &u))

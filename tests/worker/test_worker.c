@@ -383,7 +383,7 @@ static void test_req_from_submit(void **state)
     sm->n_messages = 1;
     chat_msg_t cm = {.role = "user", .content = "Tell me a story."};
     int32_t *chat_ids = NULL;
-    int32_t n_chat = engine_prompt_chat(e, &cm, 1, &chat_ids, err, sizeof err);
+    int32_t n_chat = engine_prompt_chat(e, &cm, 1, NULL, &chat_ids, err, sizeof err);
     assert_true(n_chat > 5);
     assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_NONE);
     assert_int_equal(r.req.n_prompt, n_chat);
