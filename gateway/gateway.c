@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/grammar/gbnf.h"
 #include "common/xalloc.h"
 #include "gateway/supervisor.h"
 #include "gateway/zap.h"
@@ -31,6 +32,7 @@
 _Static_assert(OAI_MAX_MESSAGES <= PROTO_MAX_MESSAGES, "oai messages > proto messages");
 _Static_assert(OAI_MAX_TEXT_BYTES <= PROTO_MAX_PROMPT, "oai text > proto prompt/content");
 _Static_assert(OAI_MAX_PROMPT_TOKENS <= PROTO_MAX_TOKENS, "oai prompt tokens > proto tokens");
+_Static_assert(OAI_MAX_GRAMMAR_BYTES <= PROTO_MAX_GRAMMAR && GBNF_MAX_TEXT <= PROTO_MAX_GRAMMAR, "grammar text > proto grammar");
 _Static_assert(OAI_MAX_STOP <= PROTO_MAX_STOP, "oai stop count > proto stop count");
 _Static_assert(OAI_MAX_STOP_BYTES <= PROTO_MAX_STOP_LEN, "oai stop length > proto stop length");
 _Static_assert(OAI_MAX_LOGIT_BIAS <= PROTO_MAX_LOGIT_BIAS, "oai logit_bias > proto logit_bias");
@@ -101,6 +103,20 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
         for (size_t i = 0; i < o->n_messages; i++) {
             s->messages[i].role = xstrdup(oai_role_name(o->messages[i].role));
             s->messages[i].content = xstrdup(o->messages[i].content);
+            s->messages[i].tool_calls = dup_or_null(o->messages[i].tool_calls_json);
+            s->messages[i].tool_call_id = dup_or_null(o->messages[i].tool_call_id);
+        }
+        /* tool_choice none: the tools are not announced, so no call can come */
+        if (o->tools_json && o->tool_choice != OAI_TOOL_CHOICE_NONE) {
+            s->tools = xstrdup(o->tools_json);
+            if (o->tool_choice == OAI_TOOL_CHOICE_REQUIRED) {
+                s->tool_choice = xstrdup("required");
+            } else if (o->tool_choice == OAI_TOOL_CHOICE_NAMED) {
+                size_t n = strlen(o->tool_choice_name) + 10;
+                s->tool_choice = xmalloc(n);
+                snprintf(s->tool_choice, n, "function:%s", o->tool_choice_name);
+            }
+            s->no_par_tools = !o->parallel_tool_calls;
         }
     } else {
         s->kind = PROTO_KIND_COMPLETION;
@@ -153,6 +169,8 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
     }
     s->ignore_eos = o->ignore_eos;
     s->stream = o->stream;
+    if (o->grammar)
+        s->grammar = xstrdup(o->grammar);
     s->n_choices = o->n > 1 ? (uint32_t)o->n : 1;
     if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text) {
         int64_t t0 = clock_now_us();
@@ -380,6 +398,7 @@ typedef enum {
     REMOVE_REPLACED,              /* re-registered: the process is alive */
     REMOVE_CLOSED,                /* its connection closed: it died */
     REMOVE_SILENT,                /* missed heartbeats: hung (a local one is killed) */
+    REMOVE_STALLED,               /* heartbeats but no step progress: hung (killed too) */
 } remove_kind_t;
 
 static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *why,
@@ -394,6 +413,8 @@ static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *w
     }
     if (kind == REMOVE_SILENT && worker_is_local(gw, w))
         supervisor_kill(gw->sup, (pid_t)w->reg.pid, "missed its heartbeats");
+    if (kind == REMOVE_STALLED && worker_is_local(gw, w))
+        supervisor_kill(gw->sup, (pid_t)w->reg.pid, "made no progress");
     if (w->slot >= 0) {
         /* a dead or replaced registration's cache is gone with it */
         metrics_gauge_set(gw->m.prefix_index_replica, (const char *[]){w->reg.model, w->reg.replica}, 0);
@@ -435,6 +456,24 @@ static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *w
 static int64_t worker_expiry_us(const gateway_worker_t *w)
 {
     return w->t_last_seen_us + PROTO_LIVENESS * w->interval_us;
+}
+
+/* The progress deadline of a worker, µs without a completed step while busy:
+ * max(--progress-timeout-ms, PROTO_PROGRESS_SCALE × its slowest recent step). */
+static int64_t worker_progress_deadline_us(const struct gateway *gw, const gateway_worker_t *w)
+{
+    int64_t scaled = (int64_t)PROTO_PROGRESS_SCALE * w->progress.slow_ms * 1000;
+    return scaled > gw->progress_timeout_us ? scaled : gw->progress_timeout_us;
+}
+
+/* When a busy worker is judged hung for lack of progress (INT64_MAX: not
+ * busy, no progress reported, or the check is off). */
+static int64_t worker_stall_expiry_us(const struct gateway *gw, const gateway_worker_t *w)
+{
+    if (!gw->progress_timeout_us || !w->has_progress || !w->progress.busy)
+        return INT64_MAX;
+    return w->t_progress_us - (int64_t)w->progress.stall_ms * 1000 +
+           worker_progress_deadline_us(gw, w);
 }
 
 static int64_t worker_credit(const gateway_worker_t *w)
@@ -1011,6 +1050,11 @@ static void on_message(struct gateway *gw, const proto_peer_t *from, proto_msg_t
         w->heartbeat_seq = m->heartbeat.seq;
         if (m->heartbeat.heartbeat_ms)
             w->interval_us = (int64_t)m->heartbeat.heartbeat_ms * 1000;
+        if (m->heartbeat.has_progress) {
+            w->has_progress = true;
+            w->progress = m->heartbeat.progress;
+            w->t_progress_us = now;
+        }
         if (m->heartbeat.has_load) {
             load_deltas(gw, w, &m->heartbeat.load);
             w->has_load = true;
@@ -1086,10 +1130,21 @@ static json_t *health_json(struct gateway *gw)
                              "tokens_generated", (json_int_t)l->tokens_generated,
                              "prompt_tokens", (json_int_t)l->prompt_tokens);
         }
+        json_t *prog = json_null();
+        if (w->has_progress) {
+            const proto_progress_t *g = &w->progress;
+            int64_t stall = g->busy ? g->stall_ms + (now - w->t_progress_us) / 1000 : 0;
+            prog = json_pack("{s:I, s:b, s:I, s:I, s:I}", "steps", (json_int_t)g->steps,
+                             "busy", g->busy, "stall_ms", (json_int_t)stall,
+                             "slow_ms", (json_int_t)g->slow_ms,
+                             "deadline_ms",
+                             (json_int_t)(gw->progress_timeout_us
+                                              ? worker_progress_deadline_us(gw, w) / 1000 : 0));
+        }
         int64_t last = w->t_last_heartbeat_us ? w->t_last_heartbeat_us : w->t_last_seen_us;
         json_array_append_new(
             workers,
-            json_pack("{s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+            json_pack("{s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}",
                       "id", w->reg.replica, "model", w->reg.model, "host", w->reg.host,
                       "pid", (json_int_t)w->reg.pid, "state", worker_state_name(w->state),
                       "last_heartbeat_ms_ago", (json_int_t)((now - last) / 1000),
@@ -1099,7 +1154,7 @@ static json_t *health_json(struct gateway *gw)
                       "n_vocab", (json_int_t)w->reg.n_vocab,
                       "kv_blocks", (json_int_t)w->reg.kv_blocks,
                       "block_size", (json_int_t)w->reg.block_size,
-                      "assigned", (json_int_t)w->n_assigned, "load", load));
+                      "assigned", (json_int_t)w->n_assigned, "load", load, "progress", prog));
     }
     json_t *models = json_object();
     for (size_t i = 0; i < gw->n_models; i++) {
@@ -1608,6 +1663,15 @@ static void tick(struct gateway *gw, int64_t now)
             snprintf(why, sizeof why, "no message for %lld ms (%d heartbeat intervals)",
                      (long long)((now - w->t_last_seen_us) / 1000), PROTO_LIVENESS);
             worker_remove(gw, w, why, REMOVE_SILENT);
+        } else if (now >= worker_stall_expiry_us(gw, w)) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "no step completed for %lld ms while busy (deadline %lld ms: max of "
+                     "--progress-timeout-ms and %d x its slowest recent step, %u ms)",
+                     (long long)((now - w->t_progress_us) / 1000 + w->progress.stall_ms),
+                     (long long)(worker_progress_deadline_us(gw, w) / 1000),
+                     PROTO_PROGRESS_SCALE, w->progress.slow_ms);
+            worker_remove(gw, w, why, REMOVE_STALLED);
         }
     }
     for (size_t i = 0; i < gw->n_models; i++) {
@@ -1647,9 +1711,12 @@ static void *core_main(void *arg)
     for (;;) {
         int64_t now = clock_now_us();
         int64_t wake = gw->t_next_heartbeat_us;
-        for (size_t i = 0; i < gw->n_workers; i++)
+        for (size_t i = 0; i < gw->n_workers; i++) {
             if (worker_expiry_us(&gw->workers[i]) < wake)
                 wake = worker_expiry_us(&gw->workers[i]);
+            if (worker_stall_expiry_us(gw, &gw->workers[i]) < wake)
+                wake = worker_stall_expiry_us(gw, &gw->workers[i]);
+        }
         for (size_t i = 0; i < gw->n_models; i++)
             if (prio_queue_len(gw->models[i].queue) && now + QUEUE_TICK_US < wake)
                 wake = now + QUEUE_TICK_US;
@@ -1703,6 +1770,9 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
                                                      : (int64_t)GATEWAY_DEFAULT_GRACE_S * 1000000;
     gw->idle_timeout_us = cfg->idle_timeout_us > 0 ? cfg->idle_timeout_us
                                                    : (int64_t)GATEWAY_DEFAULT_IDLE_S * 1000000;
+    gw->progress_timeout_us = cfg->progress_timeout_ms > 0    ? cfg->progress_timeout_ms * 1000
+                              : cfg->progress_timeout_ms == 0 ? (int64_t)PROTO_PROGRESS_TIMEOUT_MS * 1000
+                                                              : 0;
     gw->max_redispatch = cfg->max_redispatch > 0    ? (uint32_t)cfg->max_redispatch
                          : cfg->max_redispatch == 0 ? GATEWAY_DEFAULT_MAX_REDISPATCH
                                                     : 0;

@@ -29,6 +29,14 @@
  * by one draw per token (sampler_skip), so a greedy or seeded request goes
  * on exactly as the interrupted run would have.
  *
+ * Constrained decoding: a request with a grammar (sched_req_t.grammar) has a
+ * matcher (worker/grammar/vocab_mask.h); its draw is restricted to the
+ * tokens the grammar allows next (masks computed inside the parallel draw,
+ * cached per grammar and state), and to tokens after which the shortest
+ * completion still fits the tokens left, so the output is a complete
+ * document and ends with finish "stop" (also with ignore_eos). Compiled
+ * grammars are kept in a small LRU keyed by their text, so concurrent
+ * requests with one schema share the mask cache.
  * n choices (sched_req_t.n_choices > 1): the request becomes n sequences
  * with the same id, choice index 0..n-1. Choice 0 prefills the prompt; the
  * others wait (WAITING, not admissible) until choice 0 has sampled its first
@@ -105,6 +113,9 @@ typedef struct sched_req {
     sampler_params_t sampling;
     int32_t top_logprobs;      /* -1: no logprobs; 0..20: chosen token plus that many alternatives */
     int64_t deadline_us;       /* clock_now_us() deadline; 0 = none */
+    const char *grammar;       /* GBNF text (grammar_len bytes) constraining the output
+                                * (constrained decoding, worker/grammar/); NULL/0 = none */
+    size_t grammar_len;
     int32_t n_choices;         /* sequences sharing the prompt, 1..SCHED_MAX_CHOICES; 0 = 1.
                                   n > 1 needs n_resume == 0 */
 } sched_req_t;
@@ -193,6 +204,9 @@ int sched_check(const sched_t *s);
 struct kv_pool *sched_kv_pool(sched_t *s);
 int32_t sched_context_length(const sched_t *s);
 int32_t sched_capacity(const sched_t *s);
+/* A counter the forward pass advances after each layer (forward_set_progress),
+ * so another thread can tell a long step from a wedged one. NULL = none. */
+void sched_set_progress(sched_t *s, _Atomic uint64_t *layers_done);
 /* The KV cache's element type (KV_TYPE_AUTO resolved: F16 or F32). */
 kv_type_t sched_kv_type(const sched_t *s);
 /* What KV_TYPE_AUTO (t) becomes for model m: F16 when int8_on (the int8

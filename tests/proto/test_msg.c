@@ -186,13 +186,100 @@ static void test_roundtrip_heartbeat(void **state)
     assert_memory_equal(&out.heartbeat.load, &in.heartbeat.load, sizeof(proto_load_t));
     proto_msg_clear(&out);
 
-    /* the gateway's heartbeat: no load */
+    /* with step progress (busy, stalled for a while) */
+    in.heartbeat.has_progress = true;
+    in.heartbeat.progress = (proto_progress_t){
+        .steps = 5000000000ull, .busy = true, .stall_ms = 12345, .slow_ms = 0x7fffffff,
+    };
+    roundtrip(&in, &out);
+    assert_true(out.heartbeat.has_progress);
+    assert_true(out.heartbeat.progress.steps == 5000000000ull);
+    assert_true(out.heartbeat.progress.busy);
+    assert_int_equal(out.heartbeat.progress.stall_ms, 12345);
+    assert_int_equal(out.heartbeat.progress.slow_ms, 0x7fffffff);
+    assert_memory_equal(&out.heartbeat.load, &in.heartbeat.load, sizeof(proto_load_t));
+    proto_msg_clear(&out);
+    in.heartbeat.progress = (proto_progress_t){.steps = 0, .busy = false};
+    roundtrip(&in, &out);
+    assert_true(out.heartbeat.has_progress);
+    assert_false(out.heartbeat.progress.busy);
+    proto_msg_clear(&out);
+
+    /* the gateway's heartbeat: no load, no progress */
     proto_msg_init(&in, PROTO_HEARTBEAT);
     in.heartbeat.seq = 0;
     roundtrip(&in, &out);
     assert_false(out.heartbeat.has_load);
+    assert_false(out.heartbeat.has_progress);
     assert_int_equal(out.heartbeat.heartbeat_ms, 0);
     proto_msg_clear(&out);
+}
+
+/* HEARTBEAT "prog": every key required, types and ranges checked, and
+ * "stall" without "busy" refused. Bodies are {seq: 1, prog: {...}}. */
+static void test_heartbeat_progress_rules(void **state)
+{
+    static const struct {
+        const char *what;
+        int n_keys;            /* keys of prog written, in the order below */
+        bool busy_as_int;      /* "busy": 1 instead of true */
+        bool busy;
+        uint64_t stall_ms, slow_ms;
+        int want;
+    } cases[] = {
+        {"all keys", 4, false, true, 10, 20, PROTO_OK},
+        {"idle, no stall", 4, false, false, 0, 20, PROTO_OK},
+        {"stall while idle", 4, false, false, 5, 20, PROTO_ERANGE},
+        {"busy as int", 4, true, true, 0, 0, PROTO_EFIELD},
+        {"stall_ms 2^31", 4, false, true, 1ull << 31, 0, PROTO_ERANGE},
+        {"slow_ms 2^32", 4, false, true, 0, 1ull << 32, PROTO_ERANGE},
+        {"no slow_ms", 3, false, true, 0, 0, PROTO_EFIELD},
+        {"no stall_ms", 2, false, true, 0, 0, PROTO_EFIELD},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 2);
+        msgpack_pack_str(&pk, 3);
+        msgpack_pack_str_body(&pk, "seq", 3);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_str(&pk, 4);
+        msgpack_pack_str_body(&pk, "prog", 4);
+        msgpack_pack_map(&pk, (size_t)cases[i].n_keys);
+        static const char *const keys[] = {"steps", "busy", "stall_ms", "slow_ms"};
+        for (int k = 0; k < cases[i].n_keys; k++) {
+            msgpack_pack_str(&pk, strlen(keys[k]));
+            msgpack_pack_str_body(&pk, keys[k], strlen(keys[k]));
+            if (k == 0)
+                msgpack_pack_uint64(&pk, 7);
+            else if (k == 1 && cases[i].busy_as_int)
+                msgpack_pack_uint64(&pk, 1);
+            else if (k == 1 && cases[i].busy)
+                msgpack_pack_true(&pk);
+            else if (k == 1)
+                msgpack_pack_false(&pk);
+            else
+                msgpack_pack_uint64(&pk, k == 2 ? cases[i].stall_ms : cases[i].slow_ms);
+        }
+        proto_msg_t m;
+        char err[256] = "";
+        int rc = proto_decode_body(PROTO_HEARTBEAT, (const uint8_t *)sb.data, sb.size, &m, err,
+                                   sizeof err);
+        if (rc != cases[i].want)
+            fail_msg("case '%s': got %s (%s), want %s", cases[i].what, proto_status_name(rc), err,
+                     proto_status_name(cases[i].want));
+        if (rc == PROTO_OK) {
+            assert_true(m.heartbeat.has_progress);
+            assert_true(m.heartbeat.progress.steps == 7);
+            assert_int_equal(m.heartbeat.progress.stall_ms, cases[i].stall_ms);
+        } else {
+            assert_true(strlen(err) > 0);
+        }
+        proto_msg_clear(&m);
+        msgpack_sbuffer_destroy(&sb);
+    }
 }
 
 /* KV: u64 keys survive, lists round-trip in order; limits and types enforced. */
@@ -263,8 +350,8 @@ static void test_kv(void **state)
 
 static void test_roundtrip_submit_chat(void **state)
 {
-    proto_chat_msg_t msgs[3] = {{"system", "Be brief."}, {"user", "h\xc3\xa9llo \xe2\x9c\x93"},
-                                {"assistant", ""}};
+    proto_chat_msg_t msgs[3] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "h\xc3\xa9llo \xe2\x9c\x93"},
+                                {.role = "assistant", .content = ""}};
     proto_logit_bias_t bias[2] = {{15043, -100.0}, {0, 2.5}};
     char *stop[2] = {"\n\n", "User:"};
     int32_t resume[3] = {1, 2, 0x7fffffff};
@@ -290,6 +377,8 @@ static void test_roundtrip_submit_chat(void **state)
     s->stream = true;
     s->resume = resume;
     s->n_resume = 3;
+    char grammar[] = "root ::= \"yes\" | \"no\"";
+    s->grammar = grammar;
     roundtrip(&in, &out);
     proto_submit_t *o = &out.submit;
     assert_true(o->id == 0x123456789abcull);
@@ -327,6 +416,7 @@ static void test_roundtrip_submit_chat(void **state)
     assert_true(o->stream);
     assert_int_equal(o->n_resume, 3);
     assert_memory_equal(o->resume, resume, sizeof resume);
+    assert_string_equal(o->grammar, grammar);
     proto_msg_clear(&out);
 }
 
@@ -552,7 +642,7 @@ static void test_frames(void **state)
 #define N_SAMPLES 9
 static void sample_messages(proto_msg_t ms[N_SAMPLES])
 {
-    static proto_chat_msg_t msgs[2] = {{"system", "Be brief."}, {"user", "hi there"}};
+    static proto_chat_msg_t msgs[2] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "hi there"}};
     static proto_logit_bias_t bias[1] = {{7, 1.5}};
     static char *stop[1] = {"###"};
     static uint8_t b[] = {'a', 'b'};
@@ -1151,6 +1241,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_register),
         cmocka_unit_test(test_roundtrip_heartbeat),
+        cmocka_unit_test(test_heartbeat_progress_rules),
         cmocka_unit_test(test_kv),
         cmocka_unit_test(test_roundtrip_submit_chat),
         cmocka_unit_test(test_roundtrip_submit_completion),
