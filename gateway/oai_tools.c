@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "common/xalloc.h"
 
 __attribute__((format(printf, 3, 4))) static int bad(oai_error_t *e, const char *param, const char *fmt, ...)
@@ -437,7 +438,7 @@ char *oai_tools_patch(char *body, size_t index, const char *content, size_t cont
         json_t *c = json_null();
         if (content_len) {
             size_t n;
-            char *clean = oai_utf8_sanitize(content, content_len, &n); /* model text */
+            char *clean = utf8_sanitize(content, content_len, &n); /* model text */
             c = json_stringn(clean, n);
             free(clean);
         }
