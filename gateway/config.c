@@ -59,6 +59,7 @@ static int check_listen(const char *s, char *why, size_t n);
 static int check_endpoint(const char *s, char *why, size_t n);
 static int check_name(const char *s, char *why, size_t n);
 static int check_path(const char *s, char *why, size_t n);
+static int check_origins(const char *s, char *why, size_t n);
 
 #define INT(k, st, m, lo, hi) {.key = k, .kind = K_INT, .off = offsetof(st, m), .imin = lo, .imax = hi}
 #define I64(k, st, m, lo, hi) {.key = k, .kind = K_I64, .off = offsetof(st, m), .imin = lo, .imax = hi}
@@ -94,6 +95,13 @@ static const field_t curve_fields[] = {
     OPTSTR("authorized_worker_keys_file", config_curve_t, authorized_worker_keys_file, check_path),
     BOOL("allow_plain_tcp", config_curve_t, allow_plain_tcp),
 };
+/* routing.mode, indexed by route_mode_t */
+static const char *const routing_mode_names[] = {"cache-aware", "least-loaded", NULL};
+static const field_t routing_fields[] = {
+    ENUM("mode", config_routing_t, mode, routing_mode_names),
+    INT("max_load_gap", config_routing_t, max_load_gap, 1, 65536),
+    INT("index_entries", config_routing_t, index_entries, 1, 67108864),
+};
 /* models[].kv_type, indexed by config_kv_type_t */
 static const char *const kv_type_names[] = {"f16", "f32", "auto", NULL};
 
@@ -119,18 +127,24 @@ static const field_t top_fields[] = {
     STR("listen", config_t, listen, check_listen),
     STR("worker_endpoint", config_t, worker_endpoint, check_endpoint),
     INT("heartbeat_ms", config_t, heartbeat_ms, 10, 600000),
+    INT("progress_timeout_ms", config_t, progress_timeout_ms, 0, 86400000),
     {.key = "log_level", .kind = K_LEVEL, .off = offsetof(config_t, log_level)},
     OPTSTR("keys_file", config_t, keys_file, check_path),
     INT("http_threads", config_t, http_threads, 1, 256),
     OPTSTR("worker_bin", config_t, worker_bin, check_path),
     DBL("drain_timeout_s", config_t, drain_timeout_s, 0.0, 86400.0),
+    OPTSTR("cors_origins", config_t, cors_origins, check_origins),
+    BOOL("admin_open", config_t, admin_open),
     MAP("queue", config_t, queue, queue_fields),
     MAP("limits", config_t, limits, limits_fields),
     MAP("restart", config_t, restart, restart_fields),
     MAP("curve", config_t, curve, curve_fields),
+    MAP("routing", config_t, routing, routing_fields),
     {.key = "models", .kind = K_MODELS, .off = offsetof(config_t, models)},
 };
-#define MAX_FIELDS 16 /* entries of the largest table */
+#define MAX_FIELDS 24 /* entries of the largest table */
+_Static_assert(sizeof top_fields / sizeof top_fields[0] <= MAX_FIELDS,
+               "MAX_FIELDS: seen_line[] would overflow");
 
 /* ---- defaults ----------------------------------------------------------- */
 
@@ -271,6 +285,42 @@ static int check_path(const char *s, char *why, size_t n)
 {
     if (s[0] == 0) {
         snprintf(why, n, "a path must not be empty");
+        return -1;
+    }
+    return 0;
+}
+
+/* cors_origins: ORIGIN[,ORIGIN...] (commas and/or blanks between), each
+ * "*" or a browser origin scheme://host[:port] — http or https, no path,
+ * no trailing slash (a browser's Origin header never has one, so such an
+ * entry could never match). */
+static int check_origins(const char *s, char *why, size_t n)
+{
+    size_t n_seen = 0;
+    for (const char *p = s; *p;) {
+        p += strspn(p, ", \t");
+        size_t len = strcspn(p, ", \t");
+        if (len == 0)
+            break;
+        n_seen++;
+        const char *host = NULL;
+        if (len == 1 && p[0] == '*')
+            goto next;
+        if (len > 7 && strncmp(p, "http://", 7) == 0)
+            host = p + 7;
+        else if (len > 8 && strncmp(p, "https://", 8) == 0)
+            host = p + 8;
+        if (!host || memchr(host, '/', len - (size_t)(host - p)) || len > 256) {
+            snprintf(why, n, "'%.*s' is not an origin: want * or http[s]://HOST[:PORT] "
+                             "(no path, no trailing slash, at most 256 bytes)",
+                     (int)(len > 64 ? 64 : len), p);
+            return -1;
+        }
+    next:
+        p += len;
+    }
+    if (n_seen == 0) {
+        snprintf(why, n, "no origin given (want ORIGIN[,ORIGIN...], or null for none)");
         return -1;
     }
     return 0;
@@ -467,6 +517,7 @@ config_t *config_default(void)
     c->listen = xstrdup("127.0.0.1:8080");
     c->worker_endpoint = xstrdup("tcp://127.0.0.1:5557");
     c->heartbeat_ms = PROTO_HEARTBEAT_MS;
+    c->progress_timeout_ms = PROTO_PROGRESS_TIMEOUT_MS;
     c->log_level = LOG_INFO;
     c->keys_file = NULL;
     c->http_threads = 2;
@@ -489,6 +540,9 @@ config_t *config_default(void)
                                     .crash_loop_restarts = SUPERVISOR_FAIL_RESTARTS,
                                     .crash_loop_window_s = SUPERVISOR_FAIL_WINDOW_MS / 1000};
     c->curve = (config_curve_t){.allow_plain_tcp = false};
+    c->routing = (config_routing_t){.mode = ROUTE_CACHE_AWARE,
+                                    .max_load_gap = ROUTE_DEFAULT_MAX_LOAD_GAP,
+                                    .index_entries = PREFIX_INDEX_DEFAULT_ENTRIES};
     derive(c);
     return c;
 }
@@ -503,6 +557,7 @@ void config_free(config_t **cp)
     free(c->worker_endpoint);
     free(c->keys_file);
     free(c->worker_bin);
+    free(c->cors_origins);
     free(c->curve.server_secret_key_file);
     free(c->curve.authorized_worker_keys_file);
     for (size_t i = 0; i < c->n_models; i++) {

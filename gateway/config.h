@@ -43,7 +43,14 @@
  *                                                                 (HOST may be * or an interface; PORT
  *                                                                 1..65535 or *) or ipc://PATH
  *   heartbeat_ms                 int      1000                    10..600000; a worker silent for 3
- *                                                                 intervals is considered dead
+ *                                                                 intervals is considered dead; local
+ *                                                                 workers get it as --heartbeat-ms,
+ *                                                                 remote ones adopt it
+ *   progress_timeout_ms          int      30000                   0..86400000; a worker that holds
+ *                                                                 requests but completes no step for
+ *                                                                 max(this, 20 x its slowest recent
+ *                                                                 step) is hung (killed if local,
+ *                                                                 requests re-dispatched); 0 = off
  *   log_level                    string   info                    debug | info | warn | error
  *   keys_file                    string   (none)                  API keys file (gateway/keys.h);
  *                                                                 none = no authentication
@@ -53,6 +60,13 @@
  *   drain_timeout_s              float    30                      0..86400 s; on SIGTERM, how long
  *                                                                 requests in flight may finish (new
  *                                                                 ones get 503 meanwhile)
+ *   cors_origins                 string   (none)                  browser origins allowed to call the API
+ *                                                                 (CORS): "ORIGIN[,ORIGIN...]", each * or
+ *                                                                 http[s]://HOST[:PORT]; a request whose
+ *                                                                 Origin header is not listed gets 403
+ *   admin_open                   bool     false                   without keys_file, serve the /admin/...
+ *                                                                 operations routes to anyone (else 403);
+ *                                                                 ignored with keys_file
  *   queue.max_per_model          int      1024                    1..1000000 queued requests per
  *                                                                 model; beyond it: 429 + Retry-After
  *   queue.aging_per_s            float    1/30 (0.0333…)          0..1000 priority levels gained per
@@ -86,6 +100,15 @@
  *   curve.allow_plain_tcp        bool     false                   allow a tcp:// worker_endpoint that is
  *                                                                 not loopback without CURVE (trusted
  *                                                                 networks only)
+ *   routing.mode                 string   cache-aware             cache-aware | least-loaded: send a
+ *                                                                 request to the replica holding its
+ *                                                                 prefix, or to the least-loaded one
+ *                                                                 (gateway/route.h)
+ *   routing.max_load_gap         int      4                       1..65536 requests more than the
+ *                                                                 least-loaded replica the one holding
+ *                                                                 the prefix may have
+ *   routing.index_entries        int      262144                  1..67108864 block keys in the
+ *                                                                 gateway's routing index (32 B each)
  *   models                       list     []                      at most CONFIG_MAX_MODELS entries:
  *     name                       string   (required)              1..128 of [A-Za-z0-9._:/-], starting
  *                                                                 with a letter or digit; unique
@@ -200,21 +223,31 @@ typedef struct config_curve {
     bool allow_plain_tcp;              /* see the cross-field rules above */
 } config_curve_t;
 
+typedef struct config_routing {
+    int mode;                  /* route_mode_t (gateway/route.h): 0 cache-aware, 1 least-loaded */
+    int max_load_gap;          /* requests more than the least-loaded replica a cache hit may have */
+    int index_entries;         /* block keys the routing index holds */
+} config_routing_t;
+
 typedef struct config {
     char *listen;              /* "HOST:PORT" as given */
     char *listen_host;         /* HOST without brackets ("::1" for "[::1]:8080") */
     int listen_port;           /* 0..65535 */
     char *worker_endpoint;     /* "tcp://HOST:PORT" or "ipc://PATH" */
     int heartbeat_ms;
+    int progress_timeout_ms;   /* floor of the progress deadline, ms; 0 = off */
     int log_level;             /* enum log_level (common/log.h) */
     char *keys_file;           /* NULL = no API keys */
     int http_threads;          /* libmicrohttpd thread pool */
     char *worker_bin;          /* NULL = pagoda-worker next to the gateway binary */
     double drain_timeout_s;    /* SIGTERM: how long requests in flight may finish, s */
+    char *cors_origins;        /* browser origins allowed (CORS), "A,B"; NULL = none */
+    bool admin_open;           /* without keys_file, /admin/... answer anyone (else 403) */
     config_queue_t queue;
     config_limits_t limits;
     config_restart_t restart;
     config_curve_t curve;
+    config_routing_t routing;
     config_model_t *models;    /* (n_models), in file order, then flag order */
     size_t n_models;
 } config_t;

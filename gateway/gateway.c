@@ -4,6 +4,7 @@
  * EVENTs back, keeps workers' liveness and sends heartbeats (see gateway.h). */
 #include "gateway/gateway.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/grammar/gbnf.h"
 #include "common/xalloc.h"
 #include "gateway/supervisor.h"
 #include "gateway/zap.h"
@@ -30,6 +32,7 @@
 _Static_assert(OAI_MAX_MESSAGES <= PROTO_MAX_MESSAGES, "oai messages > proto messages");
 _Static_assert(OAI_MAX_TEXT_BYTES <= PROTO_MAX_PROMPT, "oai text > proto prompt/content");
 _Static_assert(OAI_MAX_PROMPT_TOKENS <= PROTO_MAX_TOKENS, "oai prompt tokens > proto tokens");
+_Static_assert(OAI_MAX_GRAMMAR_BYTES <= PROTO_MAX_GRAMMAR && GBNF_MAX_TEXT <= PROTO_MAX_GRAMMAR, "grammar text > proto grammar");
 _Static_assert(OAI_MAX_STOP <= PROTO_MAX_STOP, "oai stop count > proto stop count");
 _Static_assert(OAI_MAX_STOP_BYTES <= PROTO_MAX_STOP_LEN, "oai stop length > proto stop length");
 _Static_assert(OAI_MAX_LOGIT_BIAS <= PROTO_MAX_LOGIT_BIAS, "oai logit_bias > proto logit_bias");
@@ -100,6 +103,20 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
         for (size_t i = 0; i < o->n_messages; i++) {
             s->messages[i].role = xstrdup(oai_role_name(o->messages[i].role));
             s->messages[i].content = xstrdup(o->messages[i].content);
+            s->messages[i].tool_calls = dup_or_null(o->messages[i].tool_calls_json);
+            s->messages[i].tool_call_id = dup_or_null(o->messages[i].tool_call_id);
+        }
+        /* tool_choice none: the tools are not announced, so no call can come */
+        if (o->tools_json && o->tool_choice != OAI_TOOL_CHOICE_NONE) {
+            s->tools = xstrdup(o->tools_json);
+            if (o->tool_choice == OAI_TOOL_CHOICE_REQUIRED) {
+                s->tool_choice = xstrdup("required");
+            } else if (o->tool_choice == OAI_TOOL_CHOICE_NAMED) {
+                size_t n = strlen(o->tool_choice_name) + 10;
+                s->tool_choice = xmalloc(n);
+                snprintf(s->tool_choice, n, "function:%s", o->tool_choice_name);
+            }
+            s->no_par_tools = !o->parallel_tool_calls;
         }
     } else {
         s->kind = PROTO_KIND_COMPLETION;
@@ -152,6 +169,20 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
     }
     s->ignore_eos = o->ignore_eos;
     s->stream = o->stream;
+    if (o->grammar)
+        s->grammar = xstrdup(o->grammar);
+    s->n_choices = o->n > 1 ? (uint32_t)o->n : 1;
+    if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text) {
+        int64_t t0 = clock_now_us();
+        r->route_block_size = atomic_load(&gw->route_block_size);
+        r->n_route_keys = route_text_keys(gw->route_text, r->model, s, r->route_block_size,
+                                          &r->route_keys);
+        if (r->n_route_keys > 0) {
+            const char *lab[] = {r->model};
+            metrics_counter_add(gw->m.route_keys_seconds, lab, (double)(clock_now_us() - t0) / 1e6);
+            metrics_counter_add(gw->m.route_keys_requests, lab, 1);
+        }
+    }
     return r;
 }
 
@@ -171,6 +202,7 @@ void gateway_request_unref(gateway_request_t **rp)
         return;
     proto_msg_clear(&r->submit);
     free(r->sent_ids);
+    free(r->route_keys);
     chan_unref(&r->replies);
     pthread_mutex_destroy(&r->lock);
     free(r->model);
@@ -366,6 +398,7 @@ typedef enum {
     REMOVE_REPLACED,              /* re-registered: the process is alive */
     REMOVE_CLOSED,                /* its connection closed: it died */
     REMOVE_SILENT,                /* missed heartbeats: hung (a local one is killed) */
+    REMOVE_STALLED,               /* heartbeats but no step progress: hung (killed too) */
 } remove_kind_t;
 
 static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *why,
@@ -380,6 +413,14 @@ static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *w
     }
     if (kind == REMOVE_SILENT && worker_is_local(gw, w))
         supervisor_kill(gw->sup, (pid_t)w->reg.pid, "missed its heartbeats");
+    if (kind == REMOVE_STALLED && worker_is_local(gw, w))
+        supervisor_kill(gw->sup, (pid_t)w->reg.pid, "made no progress");
+    if (w->slot >= 0) {
+        /* a dead or replaced registration's cache is gone with it */
+        metrics_gauge_set(gw->m.prefix_index_replica, (const char *[]){w->reg.model, w->reg.replica}, 0);
+        prefix_index_drop_slot(gw->pindex, w->slot);
+        gw->slots_used &= ~(1ULL << w->slot);
+    }
     proto_msg_t m = {.type = PROTO_REGISTER, .reg = w->reg};
     proto_msg_clear(&m); /* frees the registration's strings */
     size_t i = (size_t)(w - gw->workers);
@@ -415,6 +456,24 @@ static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *w
 static int64_t worker_expiry_us(const gateway_worker_t *w)
 {
     return w->t_last_seen_us + PROTO_LIVENESS * w->interval_us;
+}
+
+/* The progress deadline of a worker, µs without a completed step while busy:
+ * max(--progress-timeout-ms, PROTO_PROGRESS_SCALE × its slowest recent step). */
+static int64_t worker_progress_deadline_us(const struct gateway *gw, const gateway_worker_t *w)
+{
+    int64_t scaled = (int64_t)PROTO_PROGRESS_SCALE * w->progress.slow_ms * 1000;
+    return scaled > gw->progress_timeout_us ? scaled : gw->progress_timeout_us;
+}
+
+/* When a busy worker is judged hung for lack of progress (INT64_MAX: not
+ * busy, no progress reported, or the check is off). */
+static int64_t worker_stall_expiry_us(const struct gateway *gw, const gateway_worker_t *w)
+{
+    if (!gw->progress_timeout_us || !w->has_progress || !w->progress.busy)
+        return INT64_MAX;
+    return w->t_progress_us - (int64_t)w->progress.stall_ms * 1000 +
+           worker_progress_deadline_us(gw, w);
 }
 
 static int64_t worker_credit(const gateway_worker_t *w)
@@ -487,6 +546,12 @@ static void request_reply_error(struct gateway *gw, gateway_request_t *r, int st
     request_push(r, rep);
 }
 
+/* Choices the request asks for (a SUBMIT built without n_choices: 1). */
+static uint32_t req_choices(const gateway_request_t *r)
+{
+    return r->submit.submit.n_choices > 1 ? r->submit.submit.n_choices : 1;
+}
+
 /* Drops the core's record (after its last reply). */
 static void request_finish(struct gateway *gw, gateway_request_t *r)
 {
@@ -497,8 +562,8 @@ static void request_finish(struct gateway *gw, gateway_request_t *r)
     } else if (r->state == GATEWAY_REQ_RUNNING) {
         gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
         if (w) {
-            w->n_assigned--;
-            w->hb_credit++;
+            w->n_assigned -= r->n_slots;
+            w->hb_credit += r->n_slots;
         }
     }
     r->state = GATEWAY_REQ_NEW;
@@ -525,11 +590,20 @@ static void redispatch(struct gateway *gw, gateway_request_t *r, const char *why
 {
     gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
     if (w && r->state == GATEWAY_REQ_RUNNING) {
-        w->n_assigned--;
-        w->hb_credit++;
+        w->n_assigned -= r->n_slots;
+        w->hb_credit += r->n_slots;
     }
     r->state = GATEWAY_REQ_NEW;
     if (r->cancelled) {
+        request_finish(gw, r);
+        return;
+    }
+    if (req_choices(r) > 1 && r->output_sent) {
+        /* n choices are not resumed: the delivered tokens of each would have
+         * to travel back (and the worker prefill them n times) */
+        request_reply_error(gw, r, 502, "worker_lost",
+                            "The worker serving this request was lost (%s) after output had "
+                            "started; requests with n > 1 are not resumed", why);
         request_finish(gw, r);
         return;
     }
@@ -670,25 +744,39 @@ static void on_cancel(struct gateway *gw, uint64_t id)
 /* Sends queued requests of model m to replicas with credit. */
 static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
 {
+    route_cand_t *cand = xmalloc((gw->n_workers ? gw->n_workers : 1) * sizeof *cand);
     while (prio_queue_len(m->queue) > 0) {
-        gateway_worker_t *best = NULL;
-        int64_t best_credit = 0;
+        prio_queue_entry_t e;
+        prio_queue_peek(m->queue, &e);
+        gateway_request_t *r = e.data;
+        /* which replicas hold how much of its prefix (routing by cache) */
+        int32_t depth[PREFIX_INDEX_MAX_SLOTS] = {0};
+        if (gw->routing == ROUTE_CACHE_AWARE && r->n_route_keys > 0)
+            prefix_index_match(gw->pindex, r->route_keys, r->n_route_keys, depth);
         for (size_t i = 0; i < gw->n_workers; i++) {
             gateway_worker_t *w = &gw->workers[i];
-            if (strcmp(w->reg.model, m->name) != 0)
-                continue;
-            int64_t c = worker_credit(w);
-            /* least loaded first: most free slots, then fewest assigned */
-            if (c > best_credit || (c == best_credit && c > 0 && w->n_assigned < best->n_assigned)) {
-                best = w;
-                best_credit = c;
-            }
+            bool ours = strcmp(w->reg.model, m->name) == 0;
+            /* n choices take n sequence slots (at most the replica's capacity,
+             * so any request can be placed on an idle replica) */
+            int64_t need = req_choices(r) > w->reg.capacity ? w->reg.capacity : req_choices(r);
+            if (need < 1)
+                need = 1;
+            int64_t credit = ours ? worker_credit(w) : 0;
+            cand[i] = (route_cand_t){
+                .credit = credit >= need ? credit - need + 1 : 0,
+                .assigned = w->n_assigned,
+                .hit_blocks = ours && w->slot >= 0 && (int32_t)w->reg.block_size == r->route_block_size
+                                  ? depth[w->slot] : 0,
+            };
         }
-        if (!best)
-            return;
-        prio_queue_entry_t e;
+        route_reason_t why;
+        int pick = route_pick(gw->routing, cand, gw->n_workers, gw->route_max_load_gap, &why);
+        if (pick < 0)
+            break;
+        gateway_worker_t *best = &gw->workers[pick];
+        metrics_counter_add(gw->m.routed, (const char *[]){m->name, route_reason_name(why)}, 1);
         prio_queue_pop(m->queue, &e);
-        gateway_request_t *r = e.data;
+        assert(e.data == r);
         proto_submit_t *sm = &r->submit.submit;
         if (r->n_sent && sm->max_tokens && r->n_sent >= sm->max_tokens) {
             r->state = GATEWAY_REQ_NEW;
@@ -706,14 +794,19 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
         }
         r->state = GATEWAY_REQ_RUNNING;
         r->worker_uid = best->uid;
-        best->n_assigned++;
-        best->hb_credit--;
+        r->n_slots = req_choices(r) > best->reg.capacity ? best->reg.capacity : req_choices(r);
+        if (r->n_slots < 1)
+            r->n_slots = 1;
+        r->n_done = 0;
+        best->n_assigned += r->n_slots;
+        best->hb_credit -= r->n_slots;
         int64_t left_ms = (r->t_deadline_us - now) / 1000;
         r->submit.submit.deadline_ms = left_ms < 1 ? 1 : left_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)left_ms;
         metrics_histogram_observe(gw->m.request_queue_time, (const char *[]){m->name},
                                   (double)(now - r->t_enqueue_us) / 1e6);
-        log_debug("request %" PRIu64 " (%s) → %s after %.1f ms in queue", r->id,
-                  prio_tier_name(r->tier), best->reg.replica, (double)(now - r->t_enqueue_us) / 1e3);
+        log_debug("request %" PRIu64 " (%s) → %s (by %s, %d cached blocks) after %.1f ms in queue",
+                  r->id, prio_tier_name(r->tier), best->reg.replica, route_reason_name(why),
+                  cand[pick].hit_blocks, (double)(now - r->t_enqueue_us) / 1e3);
         uint64_t uid = best->uid;
         if (send_to(gw, best, &best->peer, &r->submit) < 0) {
             /* removed with its worker (requeued there), or not sent */
@@ -724,6 +817,7 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
             }
         }
     }
+    free(cand);
 }
 
 static void dispatch_all(struct gateway *gw, int64_t now)
@@ -757,6 +851,9 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
         memset(w, 0, sizeof *w);
         w->uid = ++gw->next_worker_uid;
         w->peer = *from;
+        w->slot = ~gw->slots_used ? __builtin_ctzll(~gw->slots_used) : -1;
+        if (w->slot >= 0)
+            gw->slots_used |= 1ULL << w->slot;
         w->t_registered_us = now;
     } else {
         proto_msg_t old = {.type = PROTO_REGISTER, .reg = w->reg};
@@ -769,6 +866,7 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
     w->t_last_seen_us = now;
     w->interval_us = (int64_t)(w->reg.heartbeat_ms ? w->reg.heartbeat_ms : PROTO_HEARTBEAT_MS) * 1000;
     w->hb_credit = (int64_t)w->reg.capacity - w->n_assigned;
+    atomic_store(&gw->route_block_size, (int)w->reg.block_size);
     gateway_model_t *gm = model_add(gw, w->reg.model, false);
     gm->t_no_replica_us = 0;
     gm->n_ctx = w->reg.n_ctx;
@@ -789,18 +887,43 @@ static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_loa
     const char *lab[] = {w->reg.model};
     const proto_load_t *ol = &w->load;
     bool had = w->has_load;
-#define DELTA(field) (had && nl->field >= ol->field ? nl->field - ol->field : had ? nl->field : 0)
+    /* the first heartbeat of a registration counts from 0: it covers what
+     * the worker did since it started (or since the counters reset) */
+#define DELTA(field) (had && nl->field >= ol->field ? nl->field - ol->field : nl->field)
     uint64_t dq = DELTA(prefix_cache_queries), dh = DELTA(prefix_cache_hits);
     uint64_t dp = DELTA(preemptions);
 #undef DELTA
-    double block = w->reg.block_size ? w->reg.block_size : 1;
-    /* vLLM counts tokens; workers count blocks of block_size tokens */
-    if (dq)
-        metrics_counter_add(gw->m.prefix_cache_queries, lab, (double)dq * block);
-    if (dh)
-        metrics_counter_add(gw->m.prefix_cache_hits, lab, (double)dh * block);
+    /* tokens, like vLLM's counters: workers report prompt tokens looked up
+     * and tokens found cached */
+    const char *rlab[] = {w->reg.model, w->reg.replica};
+    if (dq) {
+        metrics_counter_add(gw->m.prefix_cache_queries, lab, (double)dq);
+        metrics_counter_add(gw->m.replica_prefix_queries, rlab, (double)dq);
+    }
+    if (dh) {
+        metrics_counter_add(gw->m.prefix_cache_hits, lab, (double)dh);
+        metrics_counter_add(gw->m.replica_prefix_hits, rlab, (double)dh);
+    }
+    if (nl->prefix_cache_queries)
+        metrics_gauge_set(gw->m.replica_prefix_hit_rate, rlab,
+                          (double)nl->prefix_cache_hits / (double)nl->prefix_cache_queries);
     if (dp)
         metrics_counter_add(gw->m.num_preemptions, lab, (double)dp);
+}
+
+/* A worker's prefix-cache changes → the routing index (order: reset, del, add). */
+static void on_kv(struct gateway *gw, gateway_worker_t *w, const proto_kv_t *kv)
+{
+    if (w->slot < 0)
+        return;
+    if (kv->reset)
+        prefix_index_drop_slot(gw->pindex, w->slot);
+    for (uint32_t i = 0; i < kv->n_del; i++)
+        prefix_index_del(gw->pindex, kv->del[i], w->slot);
+    for (uint32_t i = 0; i < kv->n_add; i++)
+        prefix_index_add(gw->pindex, kv->add[i], w->slot);
+    log_debug("KV from %s: reset %d, +%u -%u keys (%zu held)", w->reg.replica, kv->reset, kv->n_add,
+              kv->n_del, prefix_index_slot_size(gw->pindex, w->slot));
 }
 
 static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, int64_t now)
@@ -830,7 +953,13 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     if (ev->n_resumed != r->submit.submit.n_resume)
         log_warn("request %" PRIu64 ": %s resumed after %u tokens, not %u", r->id, w->reg.replica,
                  ev->n_resumed, r->submit.submit.n_resume);
-    if (n_new && !r->cancelled) {
+    if (ev->choice >= req_choices(r)) {
+        log_warn("EVENT for choice %u of request %" PRIu64 " (n = %u) from %s: dropped", ev->choice,
+                 r->id, req_choices(r), w->reg.replica);
+        return;
+    }
+    /* sent_ids are the resume list: only a single-choice request resumes */
+    if (n_new && !r->cancelled && req_choices(r) == 1) {
         if (r->n_sent + n_new > r->cap_sent) {
             r->cap_sent = (r->n_sent + n_new) * 2;
             r->sent_ids = xrealloc(r->sent_ids, r->cap_sent * sizeof *r->sent_ids);
@@ -841,16 +970,18 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     if (ev->has_usage)
         r->n_prompt = ev->usage.prompt_tokens;
     proto_finish_t fin = ev->finish;
-    if (fin != PROTO_FINISH_NONE) {
+    /* the request is over when every choice has finished */
+    bool last = fin != PROTO_FINISH_NONE && ++r->n_done >= req_choices(r);
+    if (fin != PROTO_FINISH_NONE && ev->has_usage)
+        metrics_counter_add(gw->m.generation_tokens, lab, ev->usage.completion_tokens);
+    if (last) {
         const char *reason = fin == PROTO_FINISH_STOP ? "stop" : fin == PROTO_FINISH_LENGTH ? "length"
                                                                                            : "abort";
         if (fin != PROTO_FINISH_ERROR)
             metrics_counter_add(gw->m.request_success, (const char *[]){r->model, reason}, 1);
         metrics_histogram_observe(gw->m.e2e_request_latency, lab, (double)(now - r->t_arrival_us) / 1e6);
-        if (ev->has_usage) {
+        if (ev->has_usage)
             metrics_counter_add(gw->m.prompt_tokens, lab, ev->usage.prompt_tokens);
-            metrics_counter_add(gw->m.generation_tokens, lab, ev->usage.completion_tokens);
-        }
     }
     gateway_reply_t *rep = xcalloc(1, sizeof *rep);
     rep->kind = GATEWAY_REPLY_EVENT;
@@ -858,7 +989,7 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     memset(ev, 0, sizeof *ev); /* the reply owns the arrays now */
     m->type = 0;
     request_push(r, rep);
-    if (fin != PROTO_FINISH_NONE)
+    if (last)
         request_finish(gw, r);
 }
 
@@ -919,6 +1050,11 @@ static void on_message(struct gateway *gw, const proto_peer_t *from, proto_msg_t
         w->heartbeat_seq = m->heartbeat.seq;
         if (m->heartbeat.heartbeat_ms)
             w->interval_us = (int64_t)m->heartbeat.heartbeat_ms * 1000;
+        if (m->heartbeat.has_progress) {
+            w->has_progress = true;
+            w->progress = m->heartbeat.progress;
+            w->t_progress_us = now;
+        }
         if (m->heartbeat.has_load) {
             load_deltas(gw, w, &m->heartbeat.load);
             w->has_load = true;
@@ -931,6 +1067,9 @@ static void on_message(struct gateway *gw, const proto_peer_t *from, proto_msg_t
         break;
     case PROTO_ERROR:
         on_worker_error(gw, w, &m->error);
+        break;
+    case PROTO_KV:
+        on_kv(gw, w, &m->kv);
         break;
     default:
         log_warn("worker %s sent %s, which only the gateway sends: dropped", w->reg.replica,
@@ -991,10 +1130,21 @@ static json_t *health_json(struct gateway *gw)
                              "tokens_generated", (json_int_t)l->tokens_generated,
                              "prompt_tokens", (json_int_t)l->prompt_tokens);
         }
+        json_t *prog = json_null();
+        if (w->has_progress) {
+            const proto_progress_t *g = &w->progress;
+            int64_t stall = g->busy ? g->stall_ms + (now - w->t_progress_us) / 1000 : 0;
+            prog = json_pack("{s:I, s:b, s:I, s:I, s:I}", "steps", (json_int_t)g->steps,
+                             "busy", g->busy, "stall_ms", (json_int_t)stall,
+                             "slow_ms", (json_int_t)g->slow_ms,
+                             "deadline_ms",
+                             (json_int_t)(gw->progress_timeout_us
+                                              ? worker_progress_deadline_us(gw, w) / 1000 : 0));
+        }
         int64_t last = w->t_last_heartbeat_us ? w->t_last_heartbeat_us : w->t_last_seen_us;
         json_array_append_new(
             workers,
-            json_pack("{s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+            json_pack("{s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}",
                       "id", w->reg.replica, "model", w->reg.model, "host", w->reg.host,
                       "pid", (json_int_t)w->reg.pid, "state", worker_state_name(w->state),
                       "last_heartbeat_ms_ago", (json_int_t)((now - last) / 1000),
@@ -1004,7 +1154,7 @@ static json_t *health_json(struct gateway *gw)
                       "n_vocab", (json_int_t)w->reg.n_vocab,
                       "kv_blocks", (json_int_t)w->reg.kv_blocks,
                       "block_size", (json_int_t)w->reg.block_size,
-                      "assigned", (json_int_t)w->n_assigned, "load", load));
+                      "assigned", (json_int_t)w->n_assigned, "load", load, "progress", prog));
     }
     json_t *models = json_object();
     for (size_t i = 0; i < gw->n_models; i++) {
@@ -1219,10 +1369,17 @@ static char *metrics_text(struct gateway *gw)
         metrics_gauge_set(gw->m.num_requests_waiting, lab, waiting);
         metrics_gauge_set(gw->m.kv_cache_usage_perc, lab, total > 0 ? used / total : 0);
         metrics_gauge_set(gw->m.workers_connected, lab, (double)model_replicas(gw, m->name));
+        for (size_t k = 0; k < gw->n_workers; k++) {
+            const gateway_worker_t *w = &gw->workers[k];
+            if (w->slot >= 0 && strcmp(w->reg.model, m->name) == 0)
+                metrics_gauge_set(gw->m.prefix_index_replica, (const char *[]){m->name, w->reg.replica},
+                                  (double)prefix_index_slot_size(gw->pindex, w->slot));
+        }
         for (int t = 0; t < PRIO_N_TIERS; t++)
             metrics_gauge_set(gw->m.queue_length, (const char *[]){m->name, prio_tier_name(t)},
                               (double)prio_queue_len_tier(m->queue, t));
     }
+    metrics_gauge_set(gw->m.prefix_index_entries, NULL, (double)prefix_index_size(gw->pindex));
     return metrics_render(gw->metrics, NULL);
 }
 
@@ -1506,6 +1663,15 @@ static void tick(struct gateway *gw, int64_t now)
             snprintf(why, sizeof why, "no message for %lld ms (%d heartbeat intervals)",
                      (long long)((now - w->t_last_seen_us) / 1000), PROTO_LIVENESS);
             worker_remove(gw, w, why, REMOVE_SILENT);
+        } else if (now >= worker_stall_expiry_us(gw, w)) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "no step completed for %lld ms while busy (deadline %lld ms: max of "
+                     "--progress-timeout-ms and %d x its slowest recent step, %u ms)",
+                     (long long)((now - w->t_progress_us) / 1000 + w->progress.stall_ms),
+                     (long long)(worker_progress_deadline_us(gw, w) / 1000),
+                     PROTO_PROGRESS_SCALE, w->progress.slow_ms);
+            worker_remove(gw, w, why, REMOVE_STALLED);
         }
     }
     for (size_t i = 0; i < gw->n_models; i++) {
@@ -1545,9 +1711,12 @@ static void *core_main(void *arg)
     for (;;) {
         int64_t now = clock_now_us();
         int64_t wake = gw->t_next_heartbeat_us;
-        for (size_t i = 0; i < gw->n_workers; i++)
+        for (size_t i = 0; i < gw->n_workers; i++) {
             if (worker_expiry_us(&gw->workers[i]) < wake)
                 wake = worker_expiry_us(&gw->workers[i]);
+            if (worker_stall_expiry_us(gw, &gw->workers[i]) < wake)
+                wake = worker_stall_expiry_us(gw, &gw->workers[i]);
+        }
         for (size_t i = 0; i < gw->n_models; i++)
             if (prio_queue_len(gw->models[i].queue) && now + QUEUE_TICK_US < wake)
                 wake = now + QUEUE_TICK_US;
@@ -1601,6 +1770,9 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
                                                      : (int64_t)GATEWAY_DEFAULT_GRACE_S * 1000000;
     gw->idle_timeout_us = cfg->idle_timeout_us > 0 ? cfg->idle_timeout_us
                                                    : (int64_t)GATEWAY_DEFAULT_IDLE_S * 1000000;
+    gw->progress_timeout_us = cfg->progress_timeout_ms > 0    ? cfg->progress_timeout_ms * 1000
+                              : cfg->progress_timeout_ms == 0 ? (int64_t)PROTO_PROGRESS_TIMEOUT_MS * 1000
+                                                              : 0;
     gw->max_redispatch = cfg->max_redispatch > 0    ? (uint32_t)cfg->max_redispatch
                          : cfg->max_redispatch == 0 ? GATEWAY_DEFAULT_MAX_REDISPATCH
                                                     : 0;
@@ -1619,6 +1791,13 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
         if (cfg->idle_timeout_s && cfg->idle_timeout_s[i] > 0)
             m->idle_timeout_us = (int64_t)(cfg->idle_timeout_s[i] * 1e6);
     }
+    gw->routing = cfg->routing;
+    gw->route_max_load_gap = cfg->route_max_load_gap ? cfg->route_max_load_gap
+                                                     : ROUTE_DEFAULT_MAX_LOAD_GAP;
+    atomic_init(&gw->route_block_size, 32);
+    gw->pindex = prefix_index_new(cfg->prefix_index_entries);
+    if (gw->routing == ROUTE_CACHE_AWARE && cfg->model_paths)
+        gw->route_text = route_text_new(cfg->models, cfg->model_paths, cfg->n_models);
     gw->inbox = chan_new(cmd_free, CHAN_FD);
     if (gw->fatal_fd < 0) {
         log_error("eventfd: %s", strerror(errno));
@@ -1706,6 +1885,8 @@ void gateway_free(struct gateway **gwp)
     if (gw->fatal_fd >= 0)
         close(gw->fatal_fd);
     metrics_free(&gw->metrics);
+    prefix_index_free(&gw->pindex);
+    route_text_free(&gw->route_text);
     free(gw->worker_endpoint);
     free(gw);
 }

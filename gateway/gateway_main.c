@@ -70,6 +70,7 @@ static const struct flag_key {
     {"listen", "listen", false, false},
     {"worker-endpoint", "worker_endpoint", false, false},
     {"heartbeat-ms", "heartbeat_ms", false, false},
+    {"progress-timeout-ms", "progress_timeout_ms", false, false},
     {"log-level", "log_level", false, false},
     {"keys", "keys_file", false, false},
     {"max-queue", "queue.max_per_model", false, false},
@@ -94,8 +95,12 @@ static const struct flag_key {
     {"replicas", "replicas", true, false},
     {"idle-timeout", "idle_timeout_s", true, false},
     {"drain-timeout", "drain_timeout_s", false, false},
+    {"routing", "routing.mode", false, false},
+    {"routing-max-load-gap", "routing.max_load_gap", false, false},
     {"max-restarts", "restart.crash_loop_restarts", false, false},
     {"restart-window", "restart.crash_loop_window_s", false, false},
+    {"cors-origin", "cors_origins", false, false},   /* repeatable: values are joined */
+    {"admin-open", "admin_open", false, true},
 };
 #define N_FLAG_KEYS (sizeof flag_keys / sizeof flag_keys[0])
 #define OPT_FLAG_KEY 1000  /* getopt value of flag_keys[i] = OPT_FLAG_KEY + i */
@@ -131,6 +136,11 @@ static void usage(FILE *f)
             "  --rate-limit-per-key R     per-key rate limit: R requests/s per API key (bursts of\n"
             "                             max(1, R)), 429 + Retry-After beyond; 0 = off (default)\n"
             "                             [limits.rate_per_key]\n"
+            "  --cors-origin ORIGIN       let web pages from ORIGIN (http[s]://HOST[:PORT], or *)\n"
+            "                             call the API from a browser (CORS; repeatable). A request\n"
+            "                             with any other Origin header gets 403 [cors_origins]\n"
+            "  --admin-open               without --keys, serve /admin/* to anyone who reaches the\n"
+            "                             port (default: 403 without an admin key) [admin_open]\n"
             "  --http-idle-timeout S      close an idle HTTP connection after S seconds (default %d)\n"
             "  --header-timeout S         close a connection whose request headers are not\n"
             "                             complete S seconds after it opened (default %d)\n"
@@ -139,7 +149,13 @@ static void usage(FILE *f)
             "Workers:\n"
             "  --worker-endpoint ENDPOINT ZeroMQ endpoint workers connect to\n"
             "                             (default tcp://127.0.0.1:5557) [worker_endpoint]\n"
-            "  --heartbeat-ms N           heartbeat interval to workers (default %d) [heartbeat_ms]\n"
+            "  --heartbeat-ms N           heartbeat interval, both ways; local workers get it, remote\n"
+            "                             ones adopt it; silent 3 intervals = dead (default %d)\n"
+            "                             [heartbeat_ms]\n"
+            "  --progress-timeout-ms N    a worker holding requests that completes no step for\n"
+            "                             max(N, %d x its slowest recent step) is hung: killed\n"
+            "                             (local) and its requests re-dispatched; 0 = off\n"
+            "                             (default %d) [progress_timeout_ms]\n"
             "  --model NAME=FILE.gguf     serve this model with one local worker (repeatable);\n"
             "                             a model of the file keeps its settings, gets this path\n"
             "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --kv-budget-mb N, --threads N,\n"
@@ -153,6 +169,11 @@ static void usage(FILE *f)
             "                             within S seconds is FAILED (default %d in %d)\n"
             "                             [restart.crash_loop_restarts, restart.crash_loop_window_s]\n"
             "  --drain-timeout S          on SIGTERM, let requests finish this long (default 30)\n"
+            "  --routing MODE             cache-aware (default: to the replica holding the prompt's\n"
+            "                             prefix) or least-loaded [routing.mode]\n"
+            "  --routing-max-load-gap N   cache-aware: requests more than the least-loaded replica\n"
+            "                             the one holding the prefix may have (default 4)\n"
+            "                             [routing.max_load_gap]\n"
             "                             [drain_timeout_s]\n"
             "  --worker-arg ARG           any other worker flag, e.g. --worker-arg=--ctx=512\n"
             "                             (repeatable; wins over the settings above)\n"
@@ -170,6 +191,7 @@ static void usage(FILE *f)
             GATEWAY_DEFAULT_MAX_QUEUE, GATEWAY_DEFAULT_TIMEOUT_S, GATEWAY_DEFAULT_GRACE_S,
             OAI_MAX_MESSAGES, OAI_MAX_TEXT_BYTES, HTTP_DEFAULT_IDLE_TIMEOUT_S,
             HTTP_DEFAULT_HEADER_TIMEOUT_S, GATEWAY_DEFAULT_MAX_REDISPATCH, PROTO_HEARTBEAT_MS,
+            PROTO_PROGRESS_SCALE, PROTO_PROGRESS_TIMEOUT_MS,
             GATEWAY_DEFAULT_IDLE_S,
             SUPERVISOR_FAIL_RESTARTS, SUPERVISOR_FAIL_WINDOW_MS / 1000);
 }
@@ -242,6 +264,8 @@ static int hash_key(const char *spec, const char *secret)
 }
 
 static int hup_fd = -1;
+/* the --cors-origin values joined with ',' (static: reachable until exit) */
+static char *cors_joined;
 
 static void on_sighup(int sig)
 {
@@ -355,6 +379,7 @@ int main(int argc, char **argv)
 
     double http_idle_s = HTTP_DEFAULT_IDLE_TIMEOUT_S, header_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
     double max_redispatch = GATEWAY_DEFAULT_MAX_REDISPATCH;
+    size_t i_cors = 0;         /* settings[i_cors] holds cors_joined */
     struct option opts[N_FLAG_KEYS + 16];
     size_t n_opts = 0;
     for (size_t i = 0; i < N_FLAG_KEYS; i++)
@@ -382,6 +407,20 @@ int main(int argc, char **argv)
                 return 2;
             }
             int i = ch - OPT_FLAG_KEY;
+            if (strcmp(flag_keys[i].flag, "cors-origin") == 0 && cors_joined) {
+                /* repeated: one value "A,B,..." replaces the file's list */
+                size_t n = strlen(cors_joined) + strlen(optarg) + 2;
+                cors_joined = xrealloc(cors_joined, n);
+                strcat(strcat(cors_joined, ","), optarg);
+                settings[i_cors].value = cors_joined;
+                continue;
+            }
+            if (strcmp(flag_keys[i].flag, "cors-origin") == 0) {
+                cors_joined = xstrdup(optarg);
+                i_cors = n_settings;
+                settings[n_settings++] = (setting_t){i, cors_joined};
+                continue;
+            }
             settings[n_settings++] = (setting_t){i, flag_keys[i].no_arg ? "true" : optarg};
             continue;
         }
@@ -482,9 +521,11 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < cfg->n_models; i++)
         n_local += (size_t)cfg->models[i].replicas;
     const char **model_names = xcalloc(cfg->n_models + 1, sizeof *model_names);
+    const char **model_paths = xcalloc(cfg->n_models + 1, sizeof *model_paths);
     double *idle_s = xcalloc(cfg->n_models + 1, sizeof *idle_s);
     for (size_t i = 0; i < cfg->n_models; i++) {
         model_names[i] = cfg->models[i].name;
+        model_paths[i] = cfg->models[i].path;
         idle_s[i] = cfg->models[i].idle_timeout_s;
     }
 
@@ -546,6 +587,10 @@ int main(int argc, char **argv)
         .models = model_names, .n_models = cfg->n_models, .idle_timeout_s = idle_s,
         .curve_secret_key = curve ? srv_sec : NULL, .curve_authorized = authorized,
         .max_redispatch = max_redispatch > 0 ? (int)max_redispatch : -1,
+        .progress_timeout_ms = cfg->progress_timeout_ms > 0 ? cfg->progress_timeout_ms : -1,
+        .routing = (route_mode_t)cfg->routing.mode, .model_paths = model_paths,
+        .prefix_index_entries = (size_t)cfg->routing.index_entries,
+        .route_max_load_gap = (uint32_t)cfg->routing.max_load_gap,
     };
     struct gateway *gw = gateway_new(&gcfg);
     explicit_bzero(srv_sec, sizeof srv_sec);
@@ -560,14 +605,15 @@ int main(int argc, char **argv)
                           .max_prompt_bytes = (size_t)cfg->limits.max_prompt_bytes,
                           .rate_per_key = cfg->limits.rate_per_key,
                           .idle_timeout_s = (unsigned)http_idle_s,
-                          .header_timeout_ms = (int64_t)(header_s * 1000)};
+                          .header_timeout_ms = (int64_t)(header_s * 1000),
+                          .cors_origins = cfg->cors_origins, .admin_open = cfg->admin_open};
     http = http_server_new(&hcfg, gw);
     if (!http)
         goto stop;
     if (n_local) {
         supervisor_config_t scfg = {
             .worker_bin = cfg->worker_bin, .endpoint = gw->worker_endpoint,
-            .worker_args = worker_args, .n_worker_args = n_worker_args,
+            .heartbeat_ms = cfg->heartbeat_ms, .worker_args = worker_args, .n_worker_args = n_worker_args,
             .restarts = gw->m.worker_restarts,
             .fail_restarts = (unsigned)cfg->restart.crash_loop_restarts,
             .fail_window_ms = (int64_t)(cfg->restart.crash_loop_window_s * 1000),
@@ -627,8 +673,11 @@ stop:
 out:
     curve_keylist_free(&authorized);
     free(model_names);
+    free(model_paths);
     free(idle_s);
     config_free(&cfg);
+    free(cors_joined);
+    cors_joined = NULL;
     if (rc == 0)
         log_info("bye");
     return rc;

@@ -4,6 +4,7 @@
  * hang-up watcher for suspended connections (see http.h). */
 #include "gateway/http.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -26,6 +27,7 @@
 #include "gateway/gateway.h"
 #include "gateway/keys.h"
 #include "gateway/oai.h"
+#include "gateway/oai_tools.h"
 
 #define HTTP_DEFAULT_MAX_BODY (16u << 20)
 #define SNAPSHOT_TIMEOUT_US 2000000
@@ -83,6 +85,12 @@ struct http_server {
     pthread_mutex_t conn_lock;  /* guards conns and their flags */
     http_conn_t *conns;         /* doubly linked */
     int64_t header_timeout_us;
+
+    /* browsers (http.h "Browser safety"); read-only after start */
+    char **cors;                /* (n_cors) allowed Origin values, as configured */
+    size_t n_cors;
+    bool cors_any;              /* "*" was listed: every origin is allowed */
+    bool admin_open;            /* ops routes open without a keys file */
 };
 
 /* AUTH_OPS: an admin key when a keys file is loaded, open otherwise (an open
@@ -132,17 +140,39 @@ struct http_req {
     /* streaming: bytes not yet handed to libmicrohttpd */
     char *out;
     size_t out_len, out_off, out_cap;
-    bool role_sent;             /* chat: the first chunk (role) is out */
+    uint32_t n_choices;         /* the request's n (1..OAI_MAX_N) */
+    uint32_t n_finished;        /* choices whose final EVENT came */
+    oai_usage_t usage;          /* summed over finished choices (completion tokens add up) */
+    bool role_sent[OAI_MAX_N];  /* chat stream: the choice's first chunk (role) is out */
     bool done;                  /* the stream's last bytes are in `out` */
-    int64_t text_offset;        /* completions logprobs: code points so far */
+    int64_t text_offset[OAI_MAX_N]; /* completions logprobs: code points so far, per choice */
+    /* tool calling (chat with tools announced): the answer may be a call */
+    char **tool_names;          /* (n_tools) the request's tool names, NULL = no tools */
+    size_t n_tools;
+    struct tool_buf {           /* streaming, per choice */
+        char *text;             /* everything generated so far, (len) */
+        size_t len, cap;
+        size_t emitted;         /* bytes of text sent as content */
+    } tool[OAI_MAX_N];
 };
 
 /* ------------------------------------------------------------------------ */
 /* responses                                                                 */
 
+static bool origin_allowed(const http_server_t *s, const char *origin);
+
 static enum MHD_Result queue(http_server_t *s, struct MHD_Connection *c, unsigned status,
                              struct MHD_Response *r)
 {
+    /* an answer to an allowed browser origin lets that page read it; a
+     * refused origin (403) gets no CORS header, so the page sees nothing */
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && origin_allowed(s, origin)) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Access-Control-Expose-Headers", "Retry-After");
+    }
+    if (s->n_cors)
+        MHD_add_response_header(r, "Vary", "Origin");
     char code[8];
     snprintf(code, sizeof code, "%u", status);
     metrics_counter_add(s->gw->m.http_responses, (const char *[]){code}, 1);
@@ -294,7 +324,13 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
                                         "(pagoda-gateway --keys FILE)");
             return -1;
         }
-        return 0; /* AUTH_OPS too: open gateway */
+        if (rt->auth == AUTH_OPS && !s->admin_open) {
+            oai_error_set(e, 403, NULL, "Operations endpoints need a keys file with an admin key "
+                                        "(pagoda-gateway --keys FILE), or --admin-open to serve "
+                                        "them without keys");
+            return -1;
+        }
+        return 0; /* AUTH_OPS with --admin-open: open gateway */
     }
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
@@ -332,6 +368,114 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
         return -1;
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* browsers: Origin, CORS, Content-Type                                      */
+
+/* Splits the configured list ("A,B" / "A B") into s->cors. */
+static void cors_parse(http_server_t *s, const char *list)
+{
+    for (const char *p = list ? list : ""; *p;) {
+        p += strspn(p, ", \t");
+        size_t len = strcspn(p, ", \t");
+        if (len == 0)
+            break;
+        if (len == 1 && p[0] == '*')
+            s->cors_any = true;
+        s->cors = xrealloc(s->cors, (s->n_cors + 1) * sizeof *s->cors);
+        s->cors[s->n_cors++] = xstrndup(p, len);
+        p += len;
+    }
+}
+
+/* Origin values are compared whole and case-insensitively (browsers send
+ * scheme and host lowercased; a listed "HTTP://X" still matches). "null"
+ * (sandboxed frames, file:// pages) matches only if listed as such. */
+static bool origin_allowed(const http_server_t *s, const char *origin)
+{
+    if (s->cors_any)
+        return true;
+    for (size_t i = 0; i < s->n_cors; i++)
+        if (strcasecmp(s->cors[i], origin) == 0)
+            return true;
+    return false;
+}
+
+/* 1 when the Content-Type header says JSON: media type application/json
+ * (any case, blanks around it), parameters allowed but a charset only if it
+ * is UTF-8 (RFC 8259: JSON between systems is UTF-8). 0 otherwise, also
+ * when the header is missing. */
+static int content_type_is_json(const char *ct)
+{
+    if (!ct)
+        return 0;
+    ct += strspn(ct, " \t");
+    static const char want[] = "application/json";
+    if (strncasecmp(ct, want, sizeof want - 1) != 0)
+        return 0;
+    const char *p = ct + sizeof want - 1;
+    p += strspn(p, " \t");
+    if (*p == '\0')
+        return 1;
+    if (*p != ';')
+        return 0; /* application/jsonx, application/json-seq, ... */
+    /* parameters: only charset is looked at */
+    while (*p == ';') {
+        p++;
+        p += strspn(p, " \t");
+        size_t n = strcspn(p, ";");
+        if (n >= 8 && strncasecmp(p, "charset=", 8) == 0) {
+            const char *v = p + 8;
+            size_t vn = n - 8;
+            while (vn && (v[vn - 1] == ' ' || v[vn - 1] == '\t'))
+                vn--;
+            if (vn >= 2 && v[0] == '"' && v[vn - 1] == '"') {
+                v++;
+                vn -= 2;
+            }
+            if (!((vn == 5 && strncasecmp(v, "utf-8", 5) == 0) ||
+                  (vn == 4 && strncasecmp(v, "utf8", 4) == 0)))
+                return 0;
+        }
+        p += n;
+    }
+    return 1;
+}
+
+/* Header values echoed in a preflight answer must be header-safe: token
+ * characters, commas and blanks, bounded. */
+static bool header_list_ok(const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > 1024)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)v[i];
+        if (!(isalnum(ch) || strchr("!#$%&'*+-.^_`|~, \t", ch)))
+            return false;
+    }
+    return true;
+}
+
+/* A CORS preflight from an allowed origin: 204 and what the page may send.
+ * `allow` = the methods of the path. */
+static enum MHD_Result respond_preflight(http_server_t *s, struct MHD_Connection *c,
+                                         const char *allow)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    char methods[160];
+    snprintf(methods, sizeof methods, "%s, OPTIONS", allow);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", methods);
+    const char *rh = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                 "Access-Control-Request-Headers");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            rh && header_list_ok(rh) ? rh : "authorization, content-type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, methods);
+    return queue(s, c, 204, r);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -516,26 +660,79 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
         return;
     }
     const proto_event_t *ev = &rep->event;
-    if (q->kind == OAI_CHAT && !q->role_sent) {
-        oai_chunk_t ch = {.role = true, .text = "", .include_usage = q->include_usage};
+    const uint32_t ci = ev->choice < OAI_MAX_N ? ev->choice : 0; /* the core checked it < n */
+    if (q->kind == OAI_CHAT && !q->role_sent[ci]) {
+        oai_chunk_t ch = {.index = (int32_t)ci, .role = true, .text = "",
+                          .include_usage = q->include_usage};
         sse_data(q, chunk_json(q, &ch));
-        q->role_sent = true;
+        q->role_sent[ci] = true;
     }
-    if (ev->text_len || ev->n_logprobs) {
+    const char *text = ev->text;
+    size_t text_len = ev->text_len;
+    struct tool_buf *tb = &q->tool[ci];
+    if (q->tool_names) {
+        /* hold back what may still become a tool call */
+        if (tb->len + ev->text_len + 1 > tb->cap) {
+            tb->cap = (tb->len + ev->text_len + 1) * 2;
+            tb->text = xrealloc(tb->text, tb->cap);
+        }
+        memcpy(tb->text + tb->len, ev->text, ev->text_len);
+        tb->len += ev->text_len;
+        size_t safe = oai_tools_safe_prefix(tb->text, tb->len);
+        if (ev->finish != PROTO_FINISH_NONE)
+            safe = tb->emitted; /* the rest is decided below */
+        text = tb->text + tb->emitted;
+        text_len = safe > tb->emitted ? safe - tb->emitted : 0;
+        tb->emitted += text_len;
+    }
+    if (text_len || ev->n_logprobs) {
         lp_run_t lp = {0};
         lp_add(&lp, ev);
         oai_logprobs_t lps = {.present = ev->n_logprobs > 0, .tokens = lp.tok, .n_tokens = lp.n,
-                              .text_offset0 = q->text_offset};
-        oai_chunk_t ch = {.text = ev->text, .text_len = ev->text_len, .logprobs = &lps,
-                          .include_usage = q->include_usage};
+                              .text_offset0 = q->text_offset[ci]};
+        oai_chunk_t ch = {.index = (int32_t)ci, .text = text, .text_len = text_len,
+                          .logprobs = &lps, .include_usage = q->include_usage};
         sse_data(q, chunk_json(q, &ch));
-        q->text_offset += utf8_count(ev->text, ev->text_len);
+        q->text_offset[ci] += utf8_count(text, text_len);
         lp_clear(&lp);
     }
+    oai_tool_call_t *calls = NULL;
+    size_t n_calls = 0;
+    if (q->tool_names && (ev->finish == PROTO_FINISH_STOP || ev->finish == PROTO_FINISH_LENGTH)) {
+        size_t content_len;
+        n_calls = oai_tools_extract(tb->text, tb->len, q->tool_names, q->n_tools, &calls, &content_len);
+        if (n_calls > 0) {
+            oai_chunk_t ch = {.index = (int32_t)ci, .include_usage = q->include_usage};
+            sse_data(q, oai_tools_patch(chunk_json(q, &ch), 0, NULL, 0, calls, n_calls, true));
+        } else if (tb->len > tb->emitted) {
+            oai_chunk_t ch = {.index = (int32_t)ci, .text = tb->text + tb->emitted,
+                              .text_len = tb->len - tb->emitted, .include_usage = q->include_usage};
+            sse_data(q, chunk_json(q, &ch));
+            tb->emitted = tb->len;
+        }
+    }
     if (ev->finish != PROTO_FINISH_NONE) {
+        /* every choice ends with its own finish_reason chunk; the stream
+         * ends (usage, [DONE]) after the last one, or at the first error */
+        bool failed = ev->finish == PROTO_FINISH_ERROR || ev->finish == PROTO_FINISH_TIMEOUT;
+        oai_usage_t u;
+        event_usage(ev, &u);
+        q->usage.prompt_tokens = u.prompt_tokens;
+        q->usage.cached_tokens = u.cached_tokens;
+        q->usage.completion_tokens += u.completion_tokens;
+        if (!failed && ++q->n_finished < q->n_choices) {
+            oai_chunk_t ch = {.index = (int32_t)ci, .finish_reason = n_calls ? "tool_calls" : finish_name(ev->finish),
+                              .include_usage = q->include_usage};
+            if (q->kind == OAI_COMPLETION)
+                ch.text = "";
+            sse_data(q, chunk_json(q, &ch));
+            oai_tool_calls_free(calls, n_calls);
+            gateway_reply_free(&rep);
+            return;
+        }
         q->finished = true;
         q->done = true;
-        if (ev->finish == PROTO_FINISH_ERROR || ev->finish == PROTO_FINISH_TIMEOUT) {
+        if (failed) {
             oai_error_t e;
             if (ev->finish == PROTO_FINISH_TIMEOUT)
                 oai_error_set(&e, 504, NULL, "The request ran past its deadline on the worker");
@@ -544,20 +741,19 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
             sse_data(q, oai_error_json(&e));
             out_append(q, "data: [DONE]\n\n", 14);
         } else {
-            oai_chunk_t ch = {.finish_reason = finish_name(ev->finish),
+            oai_chunk_t ch = {.index = (int32_t)ci, .finish_reason = n_calls ? "tool_calls" : finish_name(ev->finish),
                               .include_usage = q->include_usage};
             if (q->kind == OAI_COMPLETION)
                 ch.text = "";
             sse_data(q, chunk_json(q, &ch));
             if (q->include_usage) {
-                oai_usage_t u;
-                event_usage(ev, &u);
-                oai_chunk_t uc = {.include_usage = true, .usage = &u};
+                oai_chunk_t uc = {.include_usage = true, .usage = &q->usage};
                 sse_data(q, chunk_json(q, &uc));
             }
             out_append(q, "data: [DONE]\n\n", 14);
         }
     }
+    oai_tool_calls_free(calls, n_calls);
     gateway_reply_free(&rep);
 }
 
@@ -570,32 +766,71 @@ static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection 
     if (last->finish == PROTO_FINISH_TIMEOUT)
         return respond_error(s, c, 504, NULL, NULL, "The request ran past its deadline (%lld s)",
                              (long long)(s->gw->request_timeout_us / 1000000));
-    size_t len = 0;
-    bool any_lp = false;
-    for (size_t i = 0; i < q->n_events; i++) {
-        len += q->events[i]->event.text_len;
-        any_lp |= q->events[i]->event.n_logprobs > 0;
-    }
-    char *text = xmalloc(len + 1);
-    lp_run_t lp = {0};
-    size_t off = 0;
-    for (size_t i = 0; i < q->n_events; i++) {
-        const proto_event_t *ev = &q->events[i]->event;
-        memcpy(text + off, ev->text, ev->text_len);
-        off += ev->text_len;
-        lp_add(&lp, ev);
-    }
-    text[len] = '\0';
+    /* one choice at a time: its events' text and logprobs in arrival order */
+    const uint32_t n = q->n_choices;
+    oai_choice_t *ch = xcalloc(n, sizeof *ch);
+    char **texts = xcalloc(n, sizeof *texts);
+    lp_run_t *lp = xcalloc(n, sizeof *lp);
+    oai_logprobs_t *lps = xcalloc(n, sizeof *lps);
     bool want_lp = q->greq->submit.submit.sampling.logprobs;
-    oai_logprobs_t lps = {.present = want_lp || any_lp, .tokens = lp.tok, .n_tokens = lp.n};
-    oai_usage_t u;
-    event_usage(last, &u);
+    oai_usage_t u = {0};
+    for (uint32_t k = 0; k < n; k++) {
+        size_t len = 0;
+        bool any_lp = false;
+        for (size_t i = 0; i < q->n_events; i++) {
+            const proto_event_t *ev = &q->events[i]->event;
+            if (ev->choice != k)
+                continue;
+            len += ev->text_len;
+            any_lp |= ev->n_logprobs > 0;
+        }
+        char *text = texts[k] = xmalloc(len + 1);
+        size_t off = 0;
+        const char *fr = NULL;
+        for (size_t i = 0; i < q->n_events; i++) {
+            const proto_event_t *ev = &q->events[i]->event;
+            if (ev->choice != k)
+                continue;
+            memcpy(text + off, ev->text, ev->text_len);
+            off += ev->text_len;
+            lp_add(&lp[k], ev);
+            if (ev->finish != PROTO_FINISH_NONE) {
+                oai_usage_t e;
+                event_usage(ev, &e);
+                u.prompt_tokens = e.prompt_tokens;
+                u.cached_tokens = e.cached_tokens;
+                u.completion_tokens += e.completion_tokens;
+                fr = finish_name(ev->finish);
+            }
+        }
+        text[len] = '\0';
+        lps[k] = (oai_logprobs_t){.present = want_lp || any_lp, .tokens = lp[k].tok,
+                                  .n_tokens = lp[k].n};
+        ch[k] = (oai_choice_t){text, len, fr, &lps[k]};
+    }
     oai_meta_t meta = meta_of(q);
-    const char *fr = finish_name(last->finish);
-    char *body = q->kind == OAI_CHAT ? oai_chat_completion_json(&meta, text, len, fr, &lps, &u)
-                                     : oai_completion_json(&meta, text, len, fr, &lps, &u);
-    lp_clear(&lp);
-    free(text);
+    char *body = q->kind == OAI_CHAT ? oai_chat_completion_n_json(&meta, ch, n, &u)
+                                     : oai_completion_n_json(&meta, ch, n, &u);
+    for (uint32_t k = 0; q->tool_names && k < n; k++) {
+        if (!ch[k].finish_reason || (strcmp(ch[k].finish_reason, "stop") != 0 &&
+                                     strcmp(ch[k].finish_reason, "length") != 0))
+            continue;
+        oai_tool_call_t *calls;
+        size_t content_len;
+        size_t n_calls = oai_tools_extract(texts[k], ch[k].text_len, q->tool_names, q->n_tools, &calls,
+                                           &content_len);
+        if (n_calls)
+            body = oai_tools_patch(body, k, texts[k], content_len, calls, n_calls, false);
+        oai_tool_calls_free(calls, n_calls);
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        lp_clear(&lp[k]);
+        free(texts[k]);
+    }
+    free(ch);
+    free(texts);
+    free(lp);
+    free(lps);
     return respond_text(s, c, 200, with_newline(body), "application/json", NULL, NULL);
 }
 
@@ -687,7 +922,10 @@ static enum MHD_Result gen_continue(http_server_t *s, struct MHD_Connection *c, 
             q->events = xrealloc(q->events, q->cap_events * sizeof *q->events);
         }
         q->events[q->n_events++] = rep;
-        if (rep->event.finish != PROTO_FINISH_NONE) {
+        proto_finish_t fin = rep->event.finish;
+        if (fin != PROTO_FINISH_NONE &&
+            (fin == PROTO_FINISH_ERROR || fin == PROTO_FINISH_TIMEOUT ||
+             ++q->n_finished >= q->n_choices)) {
             q->finished = true;
             return respond_complete(s, c, q);
         }
@@ -720,9 +958,17 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     q->kind = rt->kind;
     q->stream = o.stream;
     q->include_usage = o.include_usage;
+    q->n_choices = o.n > 1 ? (uint32_t)o.n : 1;
     q->model = xstrdup(o.model);
     q->created = clock_wall_s();
     oai_id_new(rt->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", q->id, sizeof q->id);
+    if (o.tools_json && o.tool_choice != OAI_TOOL_CHOICE_NONE) {
+        /* the answer is parsed for calls: keep the names (o is freed below) */
+        q->tool_names = o.tool_names;
+        q->n_tools = o.n_tools;
+        o.tool_names = NULL;
+        o.n_tools = 0;
+    }
     q->greq = gateway_request_from_oai(s->gw, &o, tier);
     oai_request_free(&o);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -911,6 +1157,19 @@ static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, cons
 {
     /* HEAD is GET without a body; libmicrohttpd drops the body itself */
     const char *m = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0 ? MHD_HTTP_METHOD_GET : method;
+    /* browsers first: a web page of a foreign origin gets nothing at all,
+     * on any route (http.h "Browser safety") */
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && !origin_allowed(s, origin)) {
+        oai_error_t e;
+        oai_error_set(&e, 403, NULL, "Requests from web pages of origin '%.200s' are not allowed "
+                                     "(the gateway allows %s; see --cors-origin)", origin,
+                      s->n_cors ? "other origins" : "no browser origin");
+        e.code = "origin_not_allowed";
+        log_debug("refused %s %.200s from origin '%.200s'", method, url, origin);
+        return respond_oai_error(s, c, &e, NULL);
+    }
+    bool preflight = origin && strcmp(method, MHD_HTTP_METHOD_OPTIONS) == 0;
     char allow[128] = "";
     bool path_known = false;
     for (size_t i = 0; i < N_ROUTES; i++) {
@@ -924,6 +1183,19 @@ static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, cons
             if (req->too_large)
                 return respond_error(s, c, 413, NULL, NULL, "Request body exceeds %zu bytes",
                                      s->max_body);
+            /* a body must say it is JSON: a page may POST text/plain (or a
+             * Blob without a type) cross-origin without a preflight */
+            if (req->body_len && !content_type_is_json(MHD_lookup_connection_value(
+                                     c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE))) {
+                const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                             MHD_HTTP_HEADER_CONTENT_TYPE);
+                oai_error_set(&e, 415, NULL, "Unsupported Content-Type '%.100s': request bodies "
+                                             "must be JSON (Content-Type: application/json)",
+                              ct ? ct : "(none)");
+                e.type = "invalid_request_error";
+                e.code = "unsupported_media_type";
+                return respond_oai_error(s, c, &e, NULL);
+            }
             return rt->fn ? rt->fn(s, c, req) : handle_generate(s, c, req, rt);
         }
         path_known = true;
@@ -931,6 +1203,8 @@ static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, cons
         snprintf(allow + n, sizeof allow - n, "%s%s%s", n ? ", " : "", rt->method,
                  strcmp(rt->method, "GET") == 0 ? ", HEAD" : "");
     }
+    if (path_known && preflight)
+        return respond_preflight(s, c, allow);
     if (path_known)
         return respond_error(s, c, 405, NULL, allow, "Method %s is not allowed on %s (allowed: %s)",
                              method, url, allow);
@@ -1010,6 +1284,11 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
     for (size_t i = 0; i < q->n_events; i++)
         gateway_reply_free(&q->events[i]);
     free(q->events);
+    for (size_t i = 0; i < q->n_tools; i++)
+        free(q->tool_names[i]);
+    free(q->tool_names);
+    for (size_t i = 0; i < OAI_MAX_N; i++)
+        free(q->tool[i].text);
     free(q->out);
     free(q->model);
     free(q->body);
@@ -1082,6 +1361,8 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     pthread_mutex_init(&s->conn_lock, NULL);
     pthread_mutex_init(&s->rate_lock, NULL);
     s->rate_per_key = cfg->rate_per_key > 0 ? cfg->rate_per_key : 0;
+    cors_parse(s, cfg->cors_origins);
+    s->admin_open = cfg->admin_open;
     s->header_timeout_us = (cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms
                                                         : HTTP_DEFAULT_HEADER_TIMEOUT_S * 1000) * 1000;
     unsigned idle_s = cfg->idle_timeout_s ? cfg->idle_timeout_s : HTTP_DEFAULT_IDLE_TIMEOUT_S;
@@ -1108,7 +1389,17 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     } else {
         log_warn("no --keys file: the API is open to anyone who can reach it (every request "
                  "is tier normal)");
+        if (s->admin_open)
+            log_warn("*** --admin-open: /admin/* (drain, restart workers) is open to ANYONE who "
+                     "can reach this port, without a key ***");
     }
+    if (cfg->keys_path && s->admin_open)
+        log_warn("--admin-open is ignored: with a keys file /admin/* need an admin key");
+    if (s->cors_any)
+        log_warn("CORS: every browser origin may call the API (cors_origins '*')");
+    else if (s->n_cors)
+        log_info("CORS: %zu browser origin(s) allowed (%s%s)", s->n_cors, s->cors[0],
+                 s->n_cors > 1 ? ", ..." : "");
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -1188,6 +1479,9 @@ void http_server_free(http_server_t **sp)
     pthread_mutex_destroy(&s->conn_lock);
     pthread_mutex_destroy(&s->rate_lock);
     free(s->buckets);
+    for (size_t i = 0; i < s->n_cors; i++)
+        free(s->cors[i]);
+    free(s->cors);
     free(s);
 }
 

@@ -24,6 +24,18 @@
  * HEAD is served wherever GET is. Request bodies are collected up to
  * max_body bytes (413 beyond) before the handler runs.
  *
+ * Browser safety, before any route runs (docs/API.md "Browsers"):
+ *   - a request carrying an Origin header that is not in cors_origins gets
+ *     403 (permission_error, code origin_not_allowed): a web page cannot
+ *     drive a server on the visitor's machine, whatever the route — the
+ *     "simple requests" a page may send cross-origin without a preflight
+ *     (bodyless POST, text/plain bodies) included;
+ *   - a request with a body whose Content-Type is not application/json
+ *     (parameters allowed; a charset other than UTF-8 is not) gets 415;
+ *   - OPTIONS with an allowed Origin is a CORS preflight: 204 with the
+ *     Access-Control-Allow-* headers; every answer to an allowed Origin
+ *     carries Access-Control-Allow-Origin (the origin itself) and Vary.
+ *
  * Routes (auth: "key" = a valid bearer key when a keys file is loaded):
  *   GET  /health                       no auth; 200 when a worker is registered, else 503
  *   GET  /metrics                      no auth; Prometheus text format
@@ -33,7 +45,8 @@
  *   POST /v1/batch/chat/completions    key; always tier low
  *   POST /v1/batch/completions         key; always tier low
  *   POST /admin/reload-keys            admin key; same as SIGHUP
- *   GET  /admin/workers                ops: admin key with a keys file, open without
+ *   GET  /admin/workers                ops: admin key with a keys file; without one
+ *                                      403 unless admin_open (then open)
  *   POST /admin/workers/{id}/drain     ops; id = replica id or pid
  *   POST /admin/workers/{id}/restart   ops
  *   POST /admin/models/{name}/restart  ops
@@ -42,6 +55,7 @@
 #ifndef PAGODA_GATEWAY_HTTP_H
 #define PAGODA_GATEWAY_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -62,6 +76,10 @@ typedef struct http_config {
     unsigned idle_timeout_s;  /* close a connection idle this long, 0 = HTTP_DEFAULT_IDLE_TIMEOUT_S */
     int64_t header_timeout_ms;/* close a connection whose request headers are not complete
                                  this long after it opened (slowloris), 0 = default */
+    const char *cors_origins; /* browser origins allowed, "A,B" or "A B" (each "*" = any, or
+                                 http[s]://HOST[:PORT]); NULL = none. Copied. */
+    bool admin_open;          /* without keys_path: ops routes (/admin/...) open to anyone;
+                                 false = 403 */
 } http_config_t;
 
 #define HTTP_DEFAULT_IDLE_TIMEOUT_S 30

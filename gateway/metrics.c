@@ -523,4 +523,31 @@ void metrics_std_register(metrics_t *m, metrics_std_t *o)
     o->model_failed = metrics_gauge_new(m, "pagoda_model_failed",
                                         "1 while a model's local workers are given up after a crash loop.", 1,
                                         L_MODEL);
+    static const char *const L_MODEL_REPLICA[] = {"model_name", "replica"};
+    o->routed = metrics_counter_new(m, "pagoda_routed_total",
+                                    "Requests dispatched, by why the replica was chosen: cache (it holds "
+                                    "the longest prefix), load (none holds any), overload (the one holding "
+                                    "it was too loaded).",
+                                    2, (const char *[]){"model_name", "by"});
+    o->replica_prefix_queries = metrics_counter_new(
+        m, "pagoda_replica_prefix_cache_queries_total",
+        "Prompt tokens looked up in the prefix cache, per replica.", 2, L_MODEL_REPLICA);
+    o->replica_prefix_hits = metrics_counter_new(
+        m, "pagoda_replica_prefix_cache_hits_total",
+        "Prompt tokens served from the prefix cache, per replica.", 2, L_MODEL_REPLICA);
+    o->replica_prefix_hit_rate = metrics_gauge_new(
+        m, "pagoda_replica_prefix_cache_hit_rate",
+        "Prefix-cache hit rate (hit / queried prompt tokens) of a replica since it started.", 2,
+        L_MODEL_REPLICA);
+    o->prefix_index_entries = metrics_gauge_new(m, "pagoda_prefix_index_entries",
+                                                "Block keys in the gateway's routing index.", 0, NULL);
+    o->prefix_index_replica = metrics_gauge_new(m, "pagoda_prefix_index_replica_entries",
+                                                "Block keys the routing index holds for a replica.", 2,
+                                                L_MODEL_REPLICA);
+    o->route_keys_seconds = metrics_counter_new(
+        m, "pagoda_route_keys_seconds_total",
+        "Time the gateway spent computing request block keys (template, tokenize, hash).", 1, L_MODEL);
+    o->route_keys_requests = metrics_counter_new(m, "pagoda_route_keys_requests_total",
+                                                 "Requests whose block keys the gateway computed.", 1,
+                                                 L_MODEL);
 }

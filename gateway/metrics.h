@@ -124,6 +124,18 @@ typedef struct {
     metrics_family_t *requests_redispatched;  /* counter [model_name, phase] phase = "queued" (no
                                                  output yet) | "resumed" (stream continued) */
     metrics_family_t *model_failed;           /* gauge   [model_name] 1 = crash loop, given up */
+    /* routing by cache (gateway/route.h) */
+    metrics_family_t *routed;                 /* counter [model_name, by] by = "cache" | "load" |
+                                                 "overload" */
+    metrics_family_t *replica_prefix_queries; /* counter [model_name, replica] prompt tokens looked up */
+    metrics_family_t *replica_prefix_hits;    /* counter [model_name, replica] of those, cached */
+    metrics_family_t *replica_prefix_hit_rate;/* gauge   [model_name, replica] hits / queries since
+                                                 the worker started */
+    metrics_family_t *prefix_index_entries;   /* gauge   [] block keys in the routing index */
+    metrics_family_t *prefix_index_replica;   /* gauge   [model_name, replica] of those, held by it */
+    metrics_family_t *route_keys_seconds;     /* counter [model_name] time spent computing request
+                                                 keys (render + tokenize + hash) */
+    metrics_family_t *route_keys_requests;    /* counter [model_name] requests keys were computed for */
 } metrics_std_t;
 
 /* Registers all of the above in m and fills *out. Call once per registry. */

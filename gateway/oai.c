@@ -16,7 +16,10 @@
 #include <jansson.h>
 
 #include "common/clock.h"
+#include "common/grammar/gbnf.h"
+#include "common/grammar/json_schema.h"
 #include "common/xalloc.h"
+#include "gateway/oai_tools.h"
 
 /* ====================================================================== */
 /* errors                                                                  */
@@ -420,11 +423,8 @@ static int parse_messages(json_t *root, oai_request_t *r, oai_error_t *e)
         snprintf(rp, sizeof(rp), "%s.role", param);
         if (parse_role(json_object_get(m, "role"), rp, &out->role, e) != 0)
             return -1;
-        json_t *tc = json_object_get(m, "tool_calls");
-        if (tc && !json_is_null(tc) && !(json_is_array(tc) && json_array_size(tc) == 0)) {
-            snprintf(rp, sizeof(rp), "%s.tool_calls", param);
-            return bad(e, rp, "Tool calls are not supported by this server.");
-        }
+        if (oai_tools_parse_message(m, i, out, e) != 0)
+            return -1;
         if (parse_content(json_object_get(m, "content"), out->role, i, out, e) != 0)
             return -1;
         total += out->content_len;
@@ -578,20 +578,19 @@ static int parse_logit_bias(json_t *root, oai_request_t *r, oai_error_t *e)
 }
 
 /* Fields we know but cannot honour: refuse rather than ignore. */
-static int refuse_unsupported(json_t *root, oai_kind_t kind, oai_error_t *e)
+static int refuse_unsupported(json_t *root, oai_kind_t kind, int64_t n, oai_error_t *e)
 {
-    int64_t n = 1;
-    if (get_int(root, "n", INT64_MIN, INT64_MAX, &n, NULL, e) != 0)
-        return -1;
-    if (n != 1)
-        return bad(e, "n", "Only n=1 is supported (got n=%" PRId64 "); send separate requests for more "
-                           "choices.", n);
     if (kind == OAI_COMPLETION) {
+        /* best_of generates best_of completions and returns the n with the
+         * highest mean logprob: not done here. best_of == n (or 1 with n 1)
+         * asks for no ranking and is accepted. */
         int64_t best_of = 1;
-        if (get_int(root, "best_of", INT64_MIN, INT64_MAX, &best_of, NULL, e) != 0)
+        int has_best_of = 0;
+        if (get_int(root, "best_of", INT64_MIN, INT64_MAX, &best_of, &has_best_of, e) != 0)
             return -1;
-        if (best_of != 1)
-            return bad(e, "best_of", "Only best_of=1 is supported (got %" PRId64 ").", best_of);
+        if (has_best_of && best_of != 1 && best_of != n)
+            return bad(e, "best_of", "'best_of' (%" PRId64 ") is not supported: pagoda does not rank "
+                                     "candidates. Use 'n' to get several completions.", best_of);
         bool echo = false;
         if (get_bool(root, "echo", &echo, e) != 0)
             return -1;
@@ -604,27 +603,91 @@ static int refuse_unsupported(json_t *root, oai_kind_t kind, oai_error_t *e)
             if (json_string_length(suffix) > 0)
                 return bad(e, "suffix", "'suffix' (fill-in-the-middle) is not supported.");
         }
-    } else {
-        const char *tool_fields[] = {"tools", "functions"};
-        for (int i = 0; i < 2; i++) {
-            json_t *t = json_object_get(root, tool_fields[i]);
-            if (t && !json_is_null(t) && !(json_is_array(t) && json_array_size(t) == 0))
-                return bad(e, tool_fields[i], "Tool calling ('%s') is not supported by this server.",
-                           tool_fields[i]);
-        }
-        json_t *rf = json_object_get(root, "response_format");
-        if (rf && !json_is_null(rf)) {
-            if (!json_is_object(rf))
-                return bad(e, "response_format", "'response_format' must be an object, got %s.",
-                           json_type_name(rf));
-            json_t *t = json_object_get(rf, "type");
-            if (!json_is_string(t))
-                return bad(e, "response_format.type", "'response_format.type' must be a string.");
-            if (strcmp(json_string_value(t), "text") != 0)
-                return bad(e, "response_format.type", "response_format type '%.40s' is not supported; only "
-                                                      "'text' is.", json_string_value(t));
-        }
     }
+    return 0;
+}
+
+/* Checks GBNF text by compiling it; 0 ok, else a 400 naming param. */
+static int check_grammar(const char *text, const char *param, const char *what, oai_error_t *e)
+{
+    grammar_t *g = NULL;
+    char msg[400];
+    if (gbnf_parse((const uint8_t *)text, strlen(text), &g, msg, sizeof msg, NULL, NULL) != 0)
+        return bad(e, param, "%s: %s", what, msg);
+    gbnf_free(&g);
+    return 0;
+}
+
+/* response_format and grammar (constrained decoding) → r->grammar. */
+static int parse_constraint(json_t *root, oai_request_t *r, oai_error_t *e)
+{
+    json_t *gr = json_object_get(root, "grammar");
+    json_t *rf = json_object_get(root, "response_format");
+    const char *type = "text";
+    if (rf && !json_is_null(rf)) {
+        if (!json_is_object(rf))
+            return bad(e, "response_format", "'response_format' must be an object, got %s.", json_type_name(rf));
+        json_t *t = json_object_get(rf, "type");
+        if (!json_is_string(t))
+            return bad(e, "response_format.type", "'response_format.type' must be a string.");
+        type = json_string_value(t);
+        if (strcmp(type, "text") && strcmp(type, "json_object") && strcmp(type, "json_schema"))
+            return bad(e, "response_format.type",
+                       "response_format type '%.40s' is not supported; use 'text', 'json_object' or "
+                       "'json_schema'.", type);
+    }
+    if (gr && !json_is_null(gr)) {
+        if (!json_is_string(gr))
+            return bad(e, "grammar", "'grammar' must be a string (GBNF), got %s.", json_type_name(gr));
+        if (strcmp(type, "text") != 0)
+            return bad(e, "grammar", "'grammar' and a response_format of type '%s' cannot be combined.", type);
+        if (json_string_length(gr) > OAI_MAX_GRAMMAR_BYTES)
+            return bad(e, "grammar", "'grammar' is longer than %u bytes.", OAI_MAX_GRAMMAR_BYTES);
+        if (check_grammar(json_string_value(gr), "grammar", "Invalid grammar", e) != 0)
+            return -1;
+        r->grammar = xstrdup(json_string_value(gr));
+        return 0;
+    }
+    if (strcmp(type, "json_object") == 0) {
+        r->grammar = json_schema_object_gbnf(NULL);
+        return 0;
+    }
+    if (strcmp(type, "json_schema") != 0)
+        return 0;
+    json_t *js = json_object_get(rf, "json_schema");
+    if (!json_is_object(js))
+        return bad(e, "response_format.json_schema",
+                   "'response_format.json_schema' must be an object with 'name' and 'schema'.");
+    json_t *name = json_object_get(js, "name");
+    if (!json_is_string(name) || json_string_length(name) < 1 || json_string_length(name) > 64)
+        return bad(e, "response_format.json_schema.name",
+                   "'response_format.json_schema.name' must be a string of 1 to 64 characters.");
+    for (const char *c = json_string_value(name); *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+              *c == '-'))
+            return bad(e, "response_format.json_schema.name",
+                       "'response_format.json_schema.name' may contain only a-z, A-Z, 0-9, '_' and '-'.");
+    json_t *strict = json_object_get(js, "strict");
+    if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+        return bad(e, "response_format.json_schema.strict", "'response_format.json_schema.strict' must be a boolean.");
+    json_t *schema = json_object_get(js, "schema");
+    if (!schema || json_is_null(schema)) {
+        r->grammar = json_schema_object_gbnf(NULL);
+        return 0;
+    }
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return bad(e, "response_format.json_schema.schema",
+                   "'response_format.json_schema.schema' must be a JSON Schema object.");
+    char msg[300], path[200];
+    char *text = json_schema_to_gbnf(schema, NULL, msg, sizeof msg, path, sizeof path);
+    if (!text)
+        return bad(e, "response_format.json_schema.schema", "Unsupported schema%s%s: %s",
+                   path[0] ? " at " : "", path, msg);
+    if (check_grammar(text, "response_format.json_schema.schema", "The schema's grammar is not usable", e) != 0) {
+        free(text);
+        return -1;
+    }
+    r->grammar = text;
     return 0;
 }
 
@@ -641,7 +704,13 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
 
     if (kind == OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e))
         return -1;
-    if (refuse_unsupported(root, kind, e) != 0)
+    /* n: choices from one prompt (prefilled once on the worker) */
+    r->n = 1;
+    if (get_int(root, "n", 1, OAI_MAX_N, &r->n, NULL, e) != 0)
+        return -1;
+    if (refuse_unsupported(root, kind, r->n, e) != 0)
+        return -1;
+    if (kind == OAI_CHAT && oai_tools_parse_request(root, r, e) != 0)
         return -1;
 
     /* max_tokens / max_completion_tokens: positive; the newer name wins. */
@@ -710,7 +779,7 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
     }
     if (get_str(root, "user", OAI_MAX_USER_BYTES, 0, &r->user, e) != 0)
         return -1;
-    return 0;
+    return parse_constraint(root, r, e);
 }
 
 int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_request_t *out, oai_error_t *err)
@@ -748,7 +817,14 @@ void oai_request_free(oai_request_t *r)
     for (size_t i = 0; i < r->n_messages; i++) {
         free(r->messages[i].content);
         free(r->messages[i].name);
+        free(r->messages[i].tool_calls_json);
+        free(r->messages[i].tool_call_id);
     }
+    free(r->tools_json);
+    for (size_t i = 0; i < r->n_tools; i++)
+        free(r->tool_names[i]);
+    free(r->tool_names);
+    free(r->tool_choice_name);
     free(r->messages);
     free(r->prompt);
     free(r->prompt_tokens);
@@ -757,6 +833,7 @@ void oai_request_free(oai_request_t *r)
     free(r->stop);
     free(r->logit_bias);
     free(r->user);
+    free(r->grammar);
     memset(r, 0, sizeof(*r));
 }
 
@@ -894,30 +971,56 @@ static json_t *envelope(const oai_meta_t *meta, const char *object)
                      jstr_or_null(meta->system_fingerprint));
 }
 
-char *oai_chat_completion_json(const oai_meta_t *meta, const char *content, size_t content_len,
-                               const char *finish_reason, const oai_logprobs_t *lp,
-                               const oai_usage_t *usage)
+char *oai_chat_completion_n_json(const oai_meta_t *meta, const oai_choice_t *choices, size_t n,
+                                 const oai_usage_t *usage)
 {
     json_t *root = envelope(meta, "chat.completion");
-    json_t *choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:o}", "index", 0, "message", "role", "assistant",
-                               "content", jstr(content, content_len), "logprobs", logprobs_chat(lp),
-                               "finish_reason", jstr_or_null(finish_reason));
-    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const oai_choice_t *c = &choices[i];
+        json_array_append_new(arr, json_pack("{s:I, s:{s:s, s:o}, s:o, s:o}", "index", (json_int_t)i,
+                                             "message", "role", "assistant", "content",
+                                             jstr(c->text, c->text_len), "logprobs",
+                                             logprobs_chat(c->logprobs), "finish_reason",
+                                             jstr_or_null(c->finish_reason)));
+    }
+    json_object_set_new(root, "choices", arr);
     static const oai_usage_t zero;
     json_object_set_new(root, "usage", usage_json(usage ? usage : &zero));
     return dump(root);
 }
 
-char *oai_completion_json(const oai_meta_t *meta, const char *text, size_t text_len,
-                          const char *finish_reason, const oai_logprobs_t *lp, const oai_usage_t *usage)
+char *oai_completion_n_json(const oai_meta_t *meta, const oai_choice_t *choices, size_t n,
+                            const oai_usage_t *usage)
 {
     json_t *root = envelope(meta, "text_completion");
-    json_t *choice = json_pack("{s:o, s:i, s:o, s:o}", "text", jstr(text, text_len), "index", 0, "logprobs",
-                               logprobs_completion(lp), "finish_reason", jstr_or_null(finish_reason));
-    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const oai_choice_t *c = &choices[i];
+        json_array_append_new(arr, json_pack("{s:o, s:I, s:o, s:o}", "text", jstr(c->text, c->text_len),
+                                             "index", (json_int_t)i, "logprobs",
+                                             logprobs_completion(c->logprobs), "finish_reason",
+                                             jstr_or_null(c->finish_reason)));
+    }
+    json_object_set_new(root, "choices", arr);
     static const oai_usage_t zero;
     json_object_set_new(root, "usage", usage_json(usage ? usage : &zero));
     return dump(root);
+}
+
+char *oai_chat_completion_json(const oai_meta_t *meta, const char *content, size_t content_len,
+                               const char *finish_reason, const oai_logprobs_t *lp,
+                               const oai_usage_t *usage)
+{
+    oai_choice_t c = {content, content_len, finish_reason, lp};
+    return oai_chat_completion_n_json(meta, &c, 1, usage);
+}
+
+char *oai_completion_json(const oai_meta_t *meta, const char *text, size_t text_len,
+                          const char *finish_reason, const oai_logprobs_t *lp, const oai_usage_t *usage)
+{
+    oai_choice_t c = {text, text_len, finish_reason, lp};
+    return oai_completion_n_json(meta, &c, 1, usage);
 }
 
 static void chunk_usage(json_t *root, const oai_chunk_t *c)
@@ -938,7 +1041,7 @@ char *oai_chat_chunk_json(const oai_meta_t *meta, const oai_chunk_t *c)
             json_object_set_new(delta, "role", json_string("assistant"));
         if (c->text)
             json_object_set_new(delta, "content", jstr(c->text, c->text_len));
-        json_array_append_new(choices, json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs",
+        json_array_append_new(choices, json_pack("{s:i, s:o, s:o, s:o}", "index", (int)c->index, "delta", delta, "logprobs",
                                                  logprobs_chat(c->logprobs), "finish_reason",
                                                  jstr_or_null(c->finish_reason)));
     }
@@ -954,7 +1057,7 @@ char *oai_completion_chunk_json(const oai_meta_t *meta, const oai_chunk_t *c)
     if (!c->usage) {
         json_array_append_new(choices, json_pack("{s:o, s:i, s:o, s:o}", "text",
                                                  jstr(c->text ? c->text : "", c->text ? c->text_len : 0),
-                                                 "index", 0, "logprobs", logprobs_completion(c->logprobs),
+                                                 "index", (int)c->index, "logprobs", logprobs_completion(c->logprobs),
                                                  "finish_reason", jstr_or_null(c->finish_reason)));
     }
     json_object_set_new(root, "choices", choices);

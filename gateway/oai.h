@@ -40,11 +40,13 @@
 #define OAI_MAX_USER_BYTES 1024
 #define OAI_MAX_NAME_BYTES 256         /* message "name" */
 #define OAI_MAX_STOP 16                /* stop strings */
+#define OAI_MAX_N 128                  /* n: choices per request (= PROTO_MAX_CHOICES) */
 #define OAI_MAX_STOP_BYTES 1024        /* per stop string */
 #define OAI_MAX_LOGIT_BIAS 1024        /* logit_bias entries */
 #define OAI_MAX_PROMPT_TOKENS (1u << 20) /* token-id prompts */
 #define OAI_MAX_TOP_LOGPROBS 20
 #define OAI_MAX_MAX_TOKENS 1000000     /* max_tokens upper bound (the context limit is checked later) */
+#define OAI_MAX_GRAMMAR_BYTES (256u << 10) /* `grammar` text; a compiled schema may reach GBNF_MAX_TEXT */
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -96,7 +98,19 @@ typedef struct {
     char *content;         /* UTF-8, NUL-terminated; text parts joined with "\n"; "" allowed */
     size_t content_len;    /* bytes */
     char *name;            /* optional participant name, NULL if absent */
+    char *tool_calls_json; /* assistant: its tool calls as a JSON array
+                              [{"id","type":"function","function":{"name","arguments"}}]
+                              with arguments parsed from the client's string when it
+                              is JSON (kept a string otherwise); NULL if none */
+    char *tool_call_id;    /* tool: the call it answers, NULL if absent */
 } oai_message_t;
+
+typedef enum {
+    OAI_TOOL_CHOICE_AUTO = 0,    /* the model decides (default when tools are given) */
+    OAI_TOOL_CHOICE_NONE,        /* no call: tools are not announced to the model */
+    OAI_TOOL_CHOICE_REQUIRED,    /* at least one call, enforced by a grammar */
+    OAI_TOOL_CHOICE_NAMED,       /* a call of tool_choice_name, enforced by a grammar */
+} oai_tool_choice_t;
 
 typedef struct {
     int32_t token;         /* token id ≥ 0 (checked against the vocabulary by the worker) */
@@ -137,7 +151,18 @@ typedef struct {
     bool stream;                 /* [false] */
     bool include_usage;          /* [false] stream_options.include_usage */
     bool ignore_eos;             /* [false] vLLM extension */
+    int64_t n;                   /* [1] choices, 1..OAI_MAX_N */
     char *user;                  /* NULL if absent */
+    char *grammar;               /* GBNF text the output must match (constrained decoding):
+                                    from `grammar`, or response_format json_object / json_schema
+                                    compiled by common/grammar/json_schema.h; NULL = free text */
+    /* tools (gateway/oai_tools.h) */
+    char *tools_json;            /* compact JSON array of the tool objects, NULL = no tools */
+    char **tool_names;           /* (n_tools) function names, in order */
+    size_t n_tools;
+    oai_tool_choice_t tool_choice; /* [auto] */
+    char *tool_choice_name;      /* NAMED: the function, else NULL */
+    bool parallel_tool_calls;    /* [true] more than one call per answer allowed */
 } oai_request_t;
 
 /* Parses and validates. Returns 0 and fills *out (release with
@@ -222,8 +247,24 @@ char *oai_chat_completion_json(const oai_meta_t *meta, const char *content, size
 char *oai_completion_json(const oai_meta_t *meta, const char *text, size_t text_len,
                           const char *finish_reason, const oai_logprobs_t *lp, const oai_usage_t *usage);
 
+/* One choice of a non-streaming answer (n > 1: several, index = position). */
+typedef struct {
+    const char *text;               /* message content / completion text (text_len bytes) */
+    size_t text_len;
+    const char *finish_reason;
+    const oai_logprobs_t *logprobs; /* NULL or !present → null */
+} oai_choice_t;
+
+/* The same envelopes with n choices, "index" 0..n-1 in order; usage covers
+ * all of them (completion_tokens summed by the caller). */
+char *oai_chat_completion_n_json(const oai_meta_t *meta, const oai_choice_t *choices, size_t n,
+                                 const oai_usage_t *usage);
+char *oai_completion_n_json(const oai_meta_t *meta, const oai_choice_t *choices, size_t n,
+                            const oai_usage_t *usage);
+
 /* One streaming chunk (the JSON after "data: "). */
 typedef struct {
+    int32_t index;              /* choices[0].index: which of the n choices (0 with n = 1) */
     bool role;                  /* chat: put "role":"assistant" in the delta (first chunk) */
     const char *text;           /* delta content / completion text; NULL → chat delta has no
                                    "content", completion "text" is "" */

@@ -21,7 +21,7 @@
 const char *proto_type_name(int type)
 {
     static const char *const names[] = {NULL,     "REGISTER", "HEARTBEAT", "SUBMIT", "CANCEL",
-                                        "EVENT",  "ERROR",    "DRAIN",     "SHUTDOWN"};
+                                        "EVENT",  "ERROR",    "DRAIN",     "SHUTDOWN", "KV"};
     if (type < PROTO_TYPE_MIN || type > PROTO_TYPE_MAX)
         return "UNKNOWN";
     return names[type];
@@ -90,10 +90,15 @@ void proto_msg_clear(proto_msg_t *m)
         for (uint32_t i = 0; s->messages && i < s->n_messages; i++) {
             free(s->messages[i].role);
             free(s->messages[i].content);
+            free(s->messages[i].tool_calls);
+            free(s->messages[i].tool_call_id);
         }
         free(s->messages);
+        free(s->tools);
+        free(s->tool_choice);
         free(s->prompt);
         free(s->prompt_ids);
+        free(s->grammar);
         free(s->sampling.logit_bias);
         for (uint32_t i = 0; s->stop && i < s->n_stop; i++)
             free(s->stop[i]);
@@ -114,6 +119,10 @@ void proto_msg_clear(proto_msg_t *m)
         free(e->logprobs);
         break;
     }
+    case PROTO_KV:
+        free(m->kv.add);
+        free(m->kv.del);
+        break;
     case PROTO_ERROR:
         free(m->error.message);
         break;
@@ -273,6 +282,19 @@ static void encode_heartbeat(enc_t *e, const proto_heartbeat_t *h)
         sub_uint(&e->pk, "prompt_tok", l->prompt_tokens);
         sub_uint(&e->pk, "free", l->free_slots);
     }
+    if (h->has_progress) {
+        const proto_progress_t *g = &h->progress;
+        key(e, "prog");
+        msgpack_pack_map(&e->pk, 4);
+        sub_uint(&e->pk, "steps", g->steps);
+        pack_cstr(&e->pk, "busy");
+        if (g->busy)
+            msgpack_pack_true(&e->pk);
+        else
+            msgpack_pack_false(&e->pk);
+        sub_uint(&e->pk, "stall_ms", g->stall_ms);
+        sub_uint(&e->pk, "slow_ms", g->slow_ms);
+    }
 }
 
 static void encode_submit(enc_t *e, const proto_submit_t *s)
@@ -285,15 +307,32 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         key(e, "msgs");
         msgpack_pack_array(&e->pk, s->n_messages);
         for (uint32_t i = 0; i < s->n_messages; i++) {
-            msgpack_pack_map(&e->pk, 2);
+            const proto_chat_msg_t *c = &s->messages[i];
+            msgpack_pack_map(&e->pk, 2 + (c->tool_calls != NULL) + (c->tool_call_id != NULL));
             pack_cstr(&e->pk, "role");
-            pack_cstr(&e->pk, s->messages[i].role);
+            pack_cstr(&e->pk, c->role);
             pack_cstr(&e->pk, "content");
-            pack_cstr(&e->pk, s->messages[i].content);
+            pack_cstr(&e->pk, c->content);
+            if (c->tool_calls) {
+                pack_cstr(&e->pk, "tool_calls");
+                pack_cstr(&e->pk, c->tool_calls);
+            }
+            if (c->tool_call_id) {
+                pack_cstr(&e->pk, "tool_call_id");
+                pack_cstr(&e->pk, c->tool_call_id);
+            }
         }
     }
+    if (s->tools)
+        kv_str(e, "tools", s->tools);
+    if (s->tool_choice)
+        kv_str(e, "tool_choice", s->tool_choice);
+    if (s->no_par_tools)
+        kv_bool(e, "par_tools", false);
     if (s->prompt)
         kv_str(e, "prompt", s->prompt);
+    if (s->grammar)
+        kv_str(e, "grammar", s->grammar);
     if (s->has_prompt_ids || s->n_prompt_ids) {
         key(e, "prompt_ids");
         pack_ids(&e->pk, s->prompt_ids, s->n_prompt_ids);
@@ -337,6 +376,8 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         key(e, "resume");
         pack_ids(&e->pk, s->resume, s->n_resume);
     }
+    if (s->n_choices > 1)
+        kv_uint(e, "n_choices", s->n_choices);
 }
 
 static void encode_event(enc_t *e, const proto_event_t *ev)
@@ -353,6 +394,8 @@ static void encode_event(enc_t *e, const proto_event_t *ev)
     kv_uint(e, "n", ev->n_tokens);
     if (ev->n_resumed)
         kv_uint(e, "n_resumed", ev->n_resumed);
+    if (ev->choice)
+        kv_uint(e, "choice", ev->choice);
     if (ev->n_logprobs) {
         key(e, "lp");
         msgpack_pack_array(&e->pk, ev->n_logprobs);
@@ -386,6 +429,24 @@ static void encode_event(enc_t *e, const proto_event_t *ev)
     }
 }
 
+static void kv_keys(enc_t *e, const char *k, const uint64_t *keys, uint32_t n)
+{
+    key(e, k);
+    msgpack_pack_array(&e->pk, n);
+    for (uint32_t i = 0; i < n; i++)
+        msgpack_pack_uint64(&e->pk, keys[i]);
+}
+
+static void encode_kv(enc_t *e, const proto_kv_t *kv)
+{
+    if (kv->reset)
+        kv_bool(e, "reset", true);
+    if (kv->n_add)
+        kv_keys(e, "add", kv->add, kv->n_add);
+    if (kv->n_del)
+        kv_keys(e, "del", kv->del, kv->n_del);
+}
+
 int proto_encode(const proto_msg_t *m, uint8_t **body, size_t *body_len)
 {
     enc_t e;
@@ -396,6 +457,7 @@ int proto_encode(const proto_msg_t *m, uint8_t **body, size_t *body_len)
     case PROTO_SUBMIT: encode_submit(&e, &m->submit); break;
     case PROTO_CANCEL: kv_uint(&e, "id", m->cancel.id); break;
     case PROTO_EVENT: encode_event(&e, &m->event); break;
+    case PROTO_KV: encode_kv(&e, &m->kv); break;
     case PROTO_ERROR:
         kv_uint(&e, "id", m->error.id);
         kv_uint(&e, "code", m->error.code);
@@ -690,7 +752,25 @@ static int load_field(dec_t *d, void *obj, int idx)
     return -1;
 }
 
-static const field_t heartbeat_fields[] = {{"seq", true}, {"hb_ms", false}, {"load", false}};
+static const field_t progress_fields[] = {
+    {"steps", true}, {"busy", true}, {"stall_ms", true}, {"slow_ms", true},
+};
+
+static int progress_field(dec_t *d, void *obj, int idx)
+{
+    proto_progress_t *g = obj;
+    switch (idx) {
+    case 0: return get_uint(d, &g->steps, 0, UINT64_MAX);
+    case 1: return get_bool(d, &g->busy);
+    case 2: return get_u32(d, &g->stall_ms, 0, U31);
+    case 3: return get_u32(d, &g->slow_ms, 0, U31);
+    }
+    return -1;
+}
+
+static const field_t heartbeat_fields[] = {
+    {"seq", true}, {"hb_ms", false}, {"load", false}, {"prog", false},
+};
 
 static int heartbeat_field(dec_t *d, void *obj, int idx)
 {
@@ -709,26 +789,41 @@ static int heartbeat_field(dec_t *d, void *obj, int idx)
         if (h->load.prefix_cache_hits > h->load.prefix_cache_queries)
             return fail(d, PROTO_ERANGE, "pc_hit > pc_q");
         return 0;
+    case 3:
+        h->has_progress = true;
+        if (read_map(d, progress_fields, NFIELDS(progress_fields), progress_field,
+                     &h->progress) < 0)
+            return -1;
+        if (!h->progress.busy && h->progress.stall_ms)
+            return fail(d, PROTO_ERANGE, "stall_ms %u while not busy", h->progress.stall_ms);
+        return 0;
     }
     return -1;
 }
 
 /* --- SUBMIT --- */
 
-static const field_t chat_fields[] = {{"role", true}, {"content", true}};
+static const field_t chat_fields[] = {
+    {"role", true}, {"content", true}, {"tool_calls", false}, {"tool_call_id", false},
+};
 
 static int chat_field(dec_t *d, void *obj, int idx)
 {
     proto_chat_msg_t *c = obj;
-    if (idx == 0)
-        return get_str(d, &c->role, NULL, 1, PROTO_MAX_ROLE);
-    return get_str(d, &c->content, NULL, 0, PROTO_MAX_PROMPT);
+    switch (idx) {
+    case 0: return get_str(d, &c->role, NULL, 1, PROTO_MAX_ROLE);
+    case 1: return get_str(d, &c->content, NULL, 0, PROTO_MAX_PROMPT);
+    case 2: return get_str(d, &c->tool_calls, NULL, 2, PROTO_MAX_PROMPT);
+    case 3: return get_str(d, &c->tool_call_id, NULL, 0, PROTO_MAX_NAME);
+    }
+    return -1;
 }
 
 enum {
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
     S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
-    S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME,
+    S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS, S_TOOL_CHOICE, S_PAR_TOOLS, S_N_CHOICES,
+    S_GRAMMAR,
 };
 
 static const field_t submit_fields[] = {
@@ -743,7 +838,10 @@ static const field_t submit_fields[] = {
     [S_TOP_LP] = {"top_lp", false},  [S_MAX_TOK] = {"max_tok", false},
     [S_STOP] = {"stop", false},      [S_IGNORE_EOS] = {"ignore_eos", false},
     [S_DEADLINE] = {"deadline_ms", false}, [S_STREAM] = {"stream", false},
-    [S_RESUME] = {"resume", false},
+    [S_RESUME] = {"resume", false},  [S_TOOLS] = {"tools", false},
+    [S_TOOL_CHOICE] = {"tool_choice", false}, [S_PAR_TOOLS] = {"par_tools", false},
+    [S_N_CHOICES] = {"n_choices", false},
+    [S_GRAMMAR] = {"grammar", false},
 };
 
 static int submit_field(dec_t *d, void *obj, int idx)
@@ -780,6 +878,7 @@ static int submit_field(dec_t *d, void *obj, int idx)
                 return -1;
         return 0;
     case S_PROMPT: return get_str(d, &s->prompt, NULL, 0, PROTO_MAX_PROMPT);
+    case S_GRAMMAR: return get_str(d, &s->grammar, NULL, 0, PROTO_MAX_GRAMMAR);
     case S_PROMPT_IDS:
         s->has_prompt_ids = true;
         return get_ids(d, &s->prompt_ids, &s->n_prompt_ids, PROTO_MAX_TOKENS);
@@ -826,12 +925,22 @@ static int submit_field(dec_t *d, void *obj, int idx)
     case S_DEADLINE: return get_u32(d, &s->deadline_ms, 0, U31);
     case S_STREAM: return get_bool(d, &s->stream);
     case S_RESUME: return get_ids(d, &s->resume, &s->n_resume, PROTO_MAX_TOKENS);
+    case S_TOOLS: return get_str(d, &s->tools, NULL, 2, PROTO_MAX_PROMPT);
+    case S_TOOL_CHOICE: return get_str(d, &s->tool_choice, NULL, 1, PROTO_MAX_NAME);
+    case S_PAR_TOOLS: {
+        bool par;
+        if (get_bool(d, &par) < 0)
+            return -1;
+        s->no_par_tools = !par;
+        return 0;
+    }
+    case S_N_CHOICES: return get_u32(d, &s->n_choices, 1, PROTO_MAX_CHOICES);
     }
     return -1;
 }
 
 /* Rules that involve more than one key. */
-static int submit_check(dec_t *d, const proto_submit_t *s)
+static int submit_check(dec_t *d, proto_submit_t *s)
 {
     d->field = NULL;
     if (s->kind == PROTO_KIND_CHAT) {
@@ -842,11 +951,22 @@ static int submit_check(dec_t *d, const proto_submit_t *s)
     } else {
         if (s->messages)
             return fail(d, PROTO_EFIELD, "completion takes 'prompt' or 'prompt_ids', not 'msgs'");
+        if (s->tools)
+            return fail(d, PROTO_EFIELD, "completion takes no 'tools'");
         if ((s->prompt != NULL) == s->has_prompt_ids)
             return fail(d, PROTO_EFIELD, "completion needs exactly one of 'prompt', 'prompt_ids'");
     }
+    if (s->tool_choice && !s->tools)
+        return fail(d, PROTO_EFIELD, "'tool_choice' requires 'tools'");
+    if (s->tool_choice && strcmp(s->tool_choice, "required") != 0 && strcmp(s->tool_choice, "auto") != 0 &&
+        strncmp(s->tool_choice, "function:", 9) != 0)
+        return fail(d, PROTO_ERANGE, "'tool_choice' must be auto, required or function:NAME");
     if (s->sampling.top_logprobs > 0 && !s->sampling.logprobs)
         return fail(d, PROTO_EFIELD, "'top_lp' requires 'logprobs'");
+    if (s->n_choices == 0)
+        s->n_choices = 1;
+    if (s->n_choices > 1 && s->n_resume)
+        return fail(d, PROTO_EFIELD, "'n_choices' > 1 cannot 'resume'");
     return 0;
 }
 
@@ -900,6 +1020,7 @@ static int usage_field(dec_t *d, void *obj, int idx)
 static const field_t event_fields[] = {
     {"id", true},     {"text", false},   {"ids", false},   {"n", true},
     {"n_resumed", false}, {"lp", false}, {"finish", false}, {"usage", false},
+    {"choice", false},
 };
 
 static int event_field(dec_t *d, void *obj, int idx)
@@ -936,6 +1057,7 @@ static int event_field(dec_t *d, void *obj, int idx)
     case 7:
         e->has_usage = true;
         return read_map(d, usage_fields, NFIELDS(usage_fields), usage_field, &e->usage);
+    case 8: return get_u32(d, &e->choice, 0, PROTO_MAX_CHOICES - 1);
     }
     return -1;
 }
@@ -979,6 +1101,34 @@ static int cancel_field(dec_t *d, void *obj, int idx)
 {
     proto_cancel_t *c = obj;
     return get_uint(d, &c->id, 1, UINT64_MAX);
+}
+
+/* --- KV --- */
+
+static const field_t kv_fields[] = {{"reset", false}, {"add", false}, {"del", false}};
+
+static int get_keys(dec_t *d, uint64_t **keys, uint32_t *n_keys)
+{
+    uint32_t n;
+    if (get_array(d, &n, PROTO_MAX_KV_KEYS) < 0)
+        return -1;
+    *keys = xmalloc((size_t)n * sizeof **keys + 1);
+    *n_keys = n;
+    for (uint32_t i = 0; i < n; i++)
+        if (get_uint(d, &(*keys)[i], 0, UINT64_MAX) < 0)
+            return -1;
+    return 0;
+}
+
+static int kv_field(dec_t *d, void *obj, int idx)
+{
+    proto_kv_t *kv = obj;
+    switch (idx) {
+    case 0: return get_bool(d, &kv->reset);
+    case 1: return get_keys(d, &kv->add, &kv->n_add);
+    case 2: return get_keys(d, &kv->del, &kv->n_del);
+    }
+    return -1;
 }
 
 static int no_field(dec_t *d, void *obj, int idx)
@@ -1029,6 +1179,9 @@ int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out
         break;
     case PROTO_ERROR:
         rc = read_map(&d, error_fields, NFIELDS(error_fields), error_field, &out->error);
+        break;
+    case PROTO_KV:
+        rc = read_map(&d, kv_fields, NFIELDS(kv_fields), kv_field, &out->kv);
         break;
     case PROTO_DRAIN:
     case PROTO_SHUTDOWN:

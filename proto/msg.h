@@ -57,13 +57,31 @@
  *     wait       uint   sequences admitted but waiting for KV blocks
  *     kv_used    uint   KV blocks in use by sequences
  *     kv_total   uint   KV blocks in the pool
- *     pc_q       uint   prefix-cache block lookups since start (u64)
- *     pc_hit     uint   prefix-cache block hits since start (u64)
+ *     pc_q       uint   prompt tokens looked up in the prefix cache since start (u64)
+ *     pc_hit     uint   of those, tokens found cached (u64); both in tokens, like
+ *                       vLLM's prefix_cache_{queries,hits}_total
  *     preempt    uint   preemptions since start (u64)
  *     gen_tok    uint   completion tokens generated since start (u64)
  *     prompt_tok uint   prompt tokens processed since start (u64)
  *     free       uint   credit: SUBMITs the worker accepts right now
  *   (u32 fields: 0..2^31-1)
+ *   prog       map   opt  worker → gateway only: step progress, for hang detection
+ *                         by progress rather than by heartbeats (a step may take
+ *                         longer than many heartbeat intervals); all keys required
+ *                         when present:
+ *     steps      uint   scheduler steps completed since start (u64)
+ *     busy       bool   the worker holds requests (running or waiting), so it
+ *                       should be completing steps
+ *     stall_ms   uint   ms since the worker last made progress — a step
+ *                       completed, or inside a step a layer of the forward
+ *                       pass did — or since it became busy, whichever is
+ *                       later; 0 when not busy (0..2^31-1). Relative, so the
+ *                       hosts need no common clock.
+ *     slow_ms    uint   the slowest of the last PROTO_PROGRESS_WINDOW steps, ms
+ *                       (0 = none yet; 0..2^31-1)
+ *   The gateway judges a busy worker hung when stall_ms (plus the time since
+ *   that heartbeat) passes max(--progress-timeout-ms, PROTO_PROGRESS_SCALE ×
+ *   slow_ms).
  *
  * SUBMIT (gateway → worker) one generation request.
  *   id         uint  req  request id assigned by the gateway, ≥ 1 (u64)
@@ -71,7 +89,21 @@
  *   kind       str   req  "chat" (uses msgs) or "completion" (uses prompt or
  *                         prompt_ids, exactly one of them)
  *   msgs       array opt  ≤ PROTO_MAX_MESSAGES maps {role: str ≤ PROTO_MAX_ROLE,
- *                         content: str ≤ PROTO_MAX_PROMPT}; required, ≥ 1, for chat
+ *                         content: str ≤ PROTO_MAX_PROMPT, tool_calls: str opt
+ *                         (assistant turns: the calls as a JSON array
+ *                         [{"id","type":"function","function":{"name",
+ *                         "arguments": object}}], 2..PROTO_MAX_PROMPT bytes),
+ *                         tool_call_id: str opt ≤ PROTO_MAX_NAME (tool turns)};
+ *                         required, ≥ 1, for chat
+ *   tools      str   opt  chat only: the tools the template announces, a JSON
+ *                         array of OpenAI tool objects {"type":"function",
+ *                         "function":{"name","description"?,"parameters"?}},
+ *                         2..PROTO_MAX_PROMPT bytes (the gateway validated it)
+ *   tool_choice str  opt  with tools: "auto" (default), "required" (at least
+ *                         one call) or "function:NAME" (a call of NAME); the
+ *                         worker enforces the last two with a grammar.
+ *                         ≤ PROTO_MAX_NAME bytes
+ *   par_tools  bool  opt  more than one call per answer allowed, default true
  *   prompt     str   opt  ≤ PROTO_MAX_PROMPT bytes
  *   prompt_ids array opt  token ids (uint ≤ PROTO_MAX_TOKEN_ID), ≤ PROTO_MAX_TOKENS;
  *                         used instead of prompt, e.g. by pagoda-bench
@@ -100,6 +132,16 @@
  *                         to the client (re-dispatch after a worker crash):
  *                         the worker appends them to the prompt, does not send
  *                         them again, and continues after them. ≤ PROTO_MAX_TOKENS.
+ *   grammar    str   opt  GBNF text (common/grammar/gbnf.h) the output must match
+ *                         (response_format json_object / json_schema compiled by
+ *                         the gateway, or the request's own grammar);
+ *                         ≤ PROTO_MAX_GRAMMAR bytes. The worker parses it again
+ *                         and answers ERROR 400 when it is not a valid grammar.
+ *   n_choices  uint  opt  completions to generate from the prompt, 1..PROTO_MAX_CHOICES,
+ *                         default 1. The worker prefills the prompt once and shares
+ *                         its KV blocks; choice i samples with seed + i. Its EVENTs
+ *                         carry `choice`; each choice ends with its own finish EVENT
+ *                         (the request is over when all have). > 1 excludes `resume`.
  *
  * CANCEL (gateway → worker) stop a request; the worker answers with a final
  *   EVENT (finish "cancelled") unless the request had already finished.
@@ -113,6 +155,9 @@
  *   n          uint  req  completion tokens so far, resumed ones included
  *   n_resumed  uint  opt  echo of the SUBMIT's resume count, so the gateway can
  *                         check the worker continued after them; default 0
+ *   choice     uint  opt  which of the SUBMIT's n_choices this EVENT is about,
+ *                         0..PROTO_MAX_CHOICES-1, default 0; `n`, `usage.completion`
+ *                         count that choice's tokens only
  *   lp         array opt  one entry per id (count must equal ids' count):
  *                         {b: bin ≤ PROTO_MAX_TOKEN_BYTES (the token's bytes, may be
  *                         a partial UTF-8 sequence), lp: float ≤ 0 (log-prob),
@@ -131,6 +176,21 @@
  *                         "you are not registered — send REGISTER again"
  *   msg        str   req  human-readable, ≤ PROTO_MAX_ERROR_MSG bytes
  *
+ * KV (worker → gateway) changes to the worker's prefix cache, so the gateway
+ *   can route a request to the replica that holds its prefix (gateway/
+ *   prefix_index.h). Keys are the *public* block keys of common/prefix_key.h
+ *   (a deterministic hash chain over token ids, the same on every replica and
+ *   on the gateway), one per full KV block. Sent after the worker's steps
+ *   whenever its cache changed, at most PROTO_MAX_KV_KEYS keys per list (more
+ *   changes → several messages). The receiver applies, in this order: reset,
+ *   then del, then add (the worker sends the net change, so a key is normally
+ *   in one list only; one in both ends up added). After each REGISTER is acknowledged, and
+ *   whenever its bounded event log overflowed, the worker sends its full set:
+ *   a first message with reset, then as many messages of adds as needed.
+ *   reset      bool  opt  forget every key of this replica first, default false
+ *   add        array opt  ≤ PROTO_MAX_KV_KEYS uint (u64): blocks now cached
+ *   del        array opt  ≤ PROTO_MAX_KV_KEYS uint (u64): blocks evicted
+ *
  * DRAIN (gateway → worker) stop admitting SUBMITs (answer ERROR 503), finish
  *   the running ones, then exit. Empty body.
  * SHUTDOWN (gateway → worker) exit now. Empty body.
@@ -140,7 +200,11 @@
  * removes a worker after PROTO_LIVENESS of the worker's intervals of silence
  * (or at once when ZeroMQ reports the peer gone); the worker, after
  * PROTO_LIVENESS of the gateway's intervals, closes its socket and reconnects
- * with exponential backoff, then REGISTERs again.
+ * with exponential backoff, then REGISTERs again. A worker's heartbeats come
+ * from a thread that never waits on the forward pass, so silence means the
+ * process is stopped or gone; a wedged step is caught by "prog" instead.
+ * A worker adopts the hb_ms of the gateway's HEARTBEATs (the first one
+ * acknowledges its REGISTER) unless its own interval was set explicitly.
  *
  * Ownership
  * ---------
@@ -176,11 +240,13 @@
 #define PROTO_MAX_PROMPT (8u << 20)       /* prompt, each message content */
 #define PROTO_MAX_MESSAGES 1024
 #define PROTO_MAX_TOKENS (1u << 20)       /* prompt_ids, resume, n_ctx */
+#define PROTO_MAX_CHOICES 128             /* SUBMIT n_choices */
 #define PROTO_MAX_TOKEN_ID 0x7fffffff
 #define PROTO_MAX_STOP 16
 #define PROTO_MAX_STOP_LEN 1024
 #define PROTO_MAX_LOGIT_BIAS 1024
 #define PROTO_MAX_TOP_LOGPROBS 20
+#define PROTO_MAX_GRAMMAR (1u << 20)      /* SUBMIT grammar text (= GBNF_MAX_TEXT) */
 #define PROTO_MAX_TEXT (1u << 20)         /* EVENT text delta */
 #define PROTO_MAX_EVENT_IDS 4096          /* token ids in one EVENT */
 #define PROTO_MAX_TOKEN_BYTES 1024        /* bytes of one token */
@@ -191,12 +257,16 @@
 #define PROTO_MAX_PENALTY 100.0
 #define PROTO_MAX_DEPTH 8                 /* nesting of skipped unknown values */
 #define PROTO_MAX_IDENTITY 255            /* ZeroMQ routing id bytes */
+#define PROTO_MAX_KV_KEYS 8192            /* keys in one KV add/del list (64 KiB) */
 
 #define PROTO_HEARTBEAT_MS 1000           /* default interval */
 #define PROTO_MIN_HEARTBEAT_MS 10
 #define PROTO_MAX_HEARTBEAT_MS 600000
 #define PROTO_LIVENESS 3                  /* intervals of silence before "dead" */
 #define PROTO_RECONNECT_MAX_MS 32000      /* worker backoff ceiling */
+#define PROTO_PROGRESS_WINDOW 64          /* steps behind HEARTBEAT prog.slow_ms */
+#define PROTO_PROGRESS_SCALE 20           /* hung: no step for this × the slowest recent one */
+#define PROTO_PROGRESS_TIMEOUT_MS 30000   /* ... and at least this long (default) */
 
 /* ERROR codes with a protocol meaning (others are HTTP statuses passed on). */
 #define PROTO_CODE_BAD_REQUEST 400
@@ -215,9 +285,10 @@ typedef enum proto_type {
     PROTO_ERROR = 6,
     PROTO_DRAIN = 7,
     PROTO_SHUTDOWN = 8,
+    PROTO_KV = 9,
 } proto_type_t;
 #define PROTO_TYPE_MIN PROTO_REGISTER
-#define PROTO_TYPE_MAX PROTO_SHUTDOWN
+#define PROTO_TYPE_MAX PROTO_KV
 
 typedef enum proto_priority {
     PROTO_PRIO_HIGH = 0,
@@ -274,24 +345,36 @@ typedef struct proto_load {
     uint32_t waiting;               /* wait */
     uint32_t kv_blocks_used;        /* kv_used */
     uint32_t kv_blocks_total;       /* kv_total */
-    uint64_t prefix_cache_queries;  /* pc_q, cumulative */
-    uint64_t prefix_cache_hits;     /* pc_hit, cumulative */
+    uint64_t prefix_cache_queries;  /* pc_q, cumulative, prompt tokens */
+    uint64_t prefix_cache_hits;     /* pc_hit, cumulative, tokens */
     uint64_t preemptions;           /* preempt, cumulative */
     uint64_t tokens_generated;      /* gen_tok, cumulative */
     uint64_t prompt_tokens;         /* prompt_tok, cumulative */
     uint32_t free_slots;            /* free: credit */
 } proto_load_t;
 
+/* Worker step progress, carried by the worker's HEARTBEAT. */
+typedef struct proto_progress {
+    uint64_t steps;                 /* steps, cumulative */
+    bool busy;                      /* busy: holds requests */
+    uint32_t stall_ms;              /* stall_ms: since the last step (or since busy), ms */
+    uint32_t slow_ms;               /* slow_ms: slowest recent step, ms */
+} proto_progress_t;
+
 typedef struct proto_heartbeat {
     uint64_t seq;            /* seq */
     uint32_t heartbeat_ms;   /* hb_ms, 0 = not sent */
     bool has_load;           /* load present */
     proto_load_t load;       /* load */
+    bool has_progress;       /* prog present */
+    proto_progress_t progress; /* prog */
 } proto_heartbeat_t;
 
 typedef struct proto_chat_msg {
     char *role;              /* "system", "user", "assistant", ... */
     char *content;
+    char *tool_calls;        /* tool_calls: JSON array text, NULL = absent */
+    char *tool_call_id;      /* tool_call_id, NULL = absent */
 } proto_chat_msg_t;
 
 typedef struct proto_logit_bias {
@@ -334,6 +417,11 @@ typedef struct proto_submit {
     bool stream;                 /* stream */
     int32_t *resume;             /* resume, (n_resume) */
     uint32_t n_resume;
+    char *grammar;               /* grammar, GBNF text, NULL when absent */
+    char *tools;                 /* tools: JSON array text, NULL = absent */
+    char *tool_choice;           /* tool_choice, NULL = absent ("auto") */
+    bool no_par_tools;           /* par_tools false */
+    uint32_t n_choices;          /* n_choices; decoded: 1 when absent. Encoded only when > 1 */
 } proto_submit_t;
 
 typedef struct proto_cancel {
@@ -368,6 +456,7 @@ typedef struct proto_event {
     uint32_t n_ids;
     uint32_t n_tokens;           /* n */
     uint32_t n_resumed;          /* n_resumed */
+    uint32_t choice;             /* choice, 0 when absent */
     proto_logprob_t *logprobs;   /* lp, (n_logprobs): 0 or n_ids entries */
     uint32_t n_logprobs;
     proto_finish_t finish;       /* finish */
@@ -381,6 +470,15 @@ typedef struct proto_error {
     char *message;               /* msg */
 } proto_error_t;
 
+/* Prefix-cache changes of one worker (KV). */
+typedef struct proto_kv {
+    bool reset;                  /* reset: drop every key of this replica first */
+    uint64_t *add;               /* add, (n_add) public block keys now cached */
+    uint32_t n_add;
+    uint64_t *del;               /* del, (n_del) public block keys evicted */
+    uint32_t n_del;
+} proto_kv_t;
+
 /* One decoded (or to-be-encoded) message. DRAIN and SHUTDOWN use no member. */
 typedef struct proto_msg {
     proto_type_t type;
@@ -391,6 +489,7 @@ typedef struct proto_msg {
         proto_cancel_t cancel;
         proto_event_t event;
         proto_error_t error;
+        proto_kv_t kv;
     };
 } proto_msg_t;
 

@@ -18,22 +18,22 @@ static char *token_text_dup(const tokenizer_t *t, int32_t id)
     return xstrndup(p ? p : "", p ? n : 0);
 }
 
-engine_t *engine_load(const char *path, char *err, size_t errlen)
+/* Tokenizer, chat template and end-of-turn ids from g's metadata. vocab < 0:
+ * no model to check the tokenizer's size against. */
+static int text_init(engine_t *e, const gguf_t *g, int32_t vocab, const char *path, char *err,
+                     size_t errlen)
 {
-    engine_t *e = xcalloc(1, sizeof *e);
     char *bos = NULL, *eos = NULL;
-    if (model_load(path, &e->model, err, errlen) != 0)
-        goto err;
-    e->tok = tokenizer_from_gguf(e->model->gguf, err, errlen);
+    e->tok = tokenizer_from_gguf(g, err, errlen);
     if (!e->tok)
-        goto err;
-    if (tokenizer_n_vocab(e->tok) > e->model->cfg.vocab) {
+        return -1;
+    if (vocab >= 0 && tokenizer_n_vocab(e->tok) > vocab) {
         snprintf(err, errlen, "%s: the tokenizer has %d tokens but the model only %d", path,
-                 tokenizer_n_vocab(e->tok), e->model->cfg.vocab);
-        goto err;
+                 tokenizer_n_vocab(e->tok), vocab);
+        return -1;
     }
     gguf_str_t tmpl = {0};
-    (void)gguf_get_str(e->model->gguf, "tokenizer.chat_template", &tmpl);
+    (void)gguf_get_str(g, "tokenizer.chat_template", &tmpl);
     bos = token_text_dup(e->tok, tokenizer_bos(e->tok));
     eos = token_text_dup(e->tok, tokenizer_eos(e->tok));
     e->tmpl = chat_template_new(tmpl.ptr, (size_t)tmpl.len, bos, eos);
@@ -45,14 +45,38 @@ engine_t *engine_load(const char *path, char *err, size_t errlen)
         if (id >= 0)
             e->turn_end_ids[e->n_turn_end++] = id;
     }
+    free(bos);
+    free(eos);
+    return 0;
+}
+
+engine_t *engine_load(const char *path, char *err, size_t errlen)
+{
+    engine_t *e = xcalloc(1, sizeof *e);
+    if (model_load(path, &e->model, err, errlen) != 0)
+        goto err;
+    if (text_init(e, e->model->gguf, e->model->cfg.vocab, path, err, errlen) != 0)
+        goto err;
     log_info("loaded %s: chat template %s (%s)", path,
              chat_family_name(chat_template_family(e->tmpl)), chat_template_variant(e->tmpl));
-    free(bos);
-    free(eos);
     return e;
 err:
-    free(bos);
-    free(eos);
+    engine_free(&e);
+    return NULL;
+}
+
+engine_t *engine_load_text(const char *path, char *err, size_t errlen)
+{
+    engine_t *e = xcalloc(1, sizeof *e);
+    gguf_t *g = NULL;
+    if (gguf_open(path, &g, err, errlen) != 0)
+        goto err;
+    if (text_init(e, g, -1, path, err, errlen) != 0)
+        goto err;
+    gguf_close(&g);
+    return e;
+err:
+    gguf_close(&g);
     engine_free(&e);
     return NULL;
 }
@@ -108,12 +132,37 @@ int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int3
     return encode(e, text, len, true, false, out, err, errlen);
 }
 
-int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, int32_t **out,
-                           char *err, size_t errlen)
+int32_t engine_prompt_submit(const engine_t *e, const proto_submit_t *s, int32_t **out, char *err,
+                             size_t errlen)
+{
+    if (s->kind == PROTO_KIND_CHAT) {
+        chat_msg_t *msgs = xcalloc(s->n_messages ? s->n_messages : 1, sizeof *msgs);
+        for (uint32_t i = 0; i < s->n_messages; i++) {
+            msgs[i].role = s->messages[i].role;
+            msgs[i].content = s->messages[i].content;
+            msgs[i].tool_calls = s->messages[i].tool_calls;
+            msgs[i].tool_call_id = s->messages[i].tool_call_id;
+        }
+        int32_t n = engine_prompt_chat(e, msgs, s->n_messages, s->tools, out, err, errlen);
+        free(msgs);
+        return n;
+    }
+    if (s->has_prompt_ids) {
+        *out = xmalloc((s->n_prompt_ids ? s->n_prompt_ids : 1) * sizeof **out);
+        if (s->n_prompt_ids)
+            memcpy(*out, s->prompt_ids, s->n_prompt_ids * sizeof **out);
+        return (int32_t)s->n_prompt_ids;
+    }
+    const char *p = s->prompt ? s->prompt : "";
+    return engine_prompt_text(e, p, strlen(p), out, err, errlen);
+}
+
+int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, const char *tools_json,
+                           int32_t **out, char *err, size_t errlen)
 {
     char *prompt = NULL;
     size_t plen = 0;
-    if (chat_template_render(e->tmpl, msgs, n, true, &prompt, &plen, err, errlen) != 0)
+    if (chat_template_render_tools(e->tmpl, msgs, n, tools_json, true, &prompt, &plen, err, errlen) != 0)
         return -1;
     /* The template writes BOS itself when the family wants it; the
      * tokenizer's add_bos must not add a second one. */

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/msg.h"
 #include "worker/text/chat_template.h"
 #include "worker/model/model.h"
 #include "worker/text/tokenizer.h"
@@ -30,6 +31,13 @@ typedef struct engine {
 engine_t *engine_load(const char *path, char *err, size_t errlen);
 void engine_free(engine_t **e);
 
+/* Only the text side of path (tokenizer, chat template; model = NULL): what
+ * the gateway needs to compute the prompt tokens a worker of this model will
+ * see (routing by cache). Reads the GGUF's metadata, not its weights.
+ * NULL with a message in err on failure. The prompt functions below work on
+ * it; engine_pack_int8 must not be called. */
+engine_t *engine_load_text(const char *path, char *err, size_t errlen);
+
 /* model_pack_int8(e->model, n_threads) (model.h), logging what was packed
  * and how long it took. Call once after engine_load when the int8 kernels
  * will be on (not with --exact-matmul), before the model is shared. */
@@ -42,9 +50,18 @@ int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int3
                            char *err, size_t errlen);
 
 /* A chat prompt: render msgs with the template (generation prompt added),
- * then tokenize with special tokens recognised in the rendered text.
- * Returns the token count with *out set, or -1 with err (bad roles, ...). */
-int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, int32_t **out,
-                           char *err, size_t errlen);
+ * announcing tools_json (a JSON array of OpenAI tools, or NULL; see
+ * chat_template_render_tools), then tokenize with special tokens recognised
+ * in the rendered text. Returns the token count with *out set, or -1 with err
+ * (bad roles, ...). */
+int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, const char *tools_json,
+                           int32_t **out, char *err, size_t errlen);
+
+/* The prompt tokens of a SUBMIT, as the worker builds them: chat messages
+ * (and tools) through the template, a text prompt through the tokenizer,
+ * prompt_ids copied. Same return contract (*out malloc'd). The gateway's
+ * cache-aware routing calls this too, so both sides agree on the tokens. */
+int32_t engine_prompt_submit(const engine_t *e, const proto_submit_t *s, int32_t **out, char *err,
+                             size_t errlen);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/prefix_key.h"
 #include "common/xalloc.h"
 
 typedef struct kv_block {
@@ -25,6 +26,7 @@ typedef struct kv_block {
     int32_t parent_block;   /* parent's physical id at registration, -1 = root */
     uint64_t parent_serial; /* parent's serial at registration, 0 = root */
     uint64_t serial;        /* unique per registration; 0 = never registered */
+    uint64_t pub;           /* public key (common/prefix_key.h), valid when cached */
 } kv_block_t;
 
 struct kv_seq {
@@ -35,6 +37,7 @@ struct kv_seq {
     int32_t *tokens;        /* (cap_tokens) token ids of positions, n_tokens used */
     int32_t n_tokens, cap_tokens;
     uint64_t *keys;         /* (cap_blocks) prefix key of each committed block */
+    uint64_t *pubs;         /* (cap_blocks) public key of each committed block */
     int32_t n_committed;    /* full blocks already passed to commit/match */
     /* Identity of the cached block holding the content of logical block
      * n_committed - 1 (ours, or the equal block that was cached before ours):
@@ -62,43 +65,18 @@ struct kv_pool {
     kv_seq_t *seqs;         /* live sequences */
     int32_t n_seqs;
     kv_pool_stats_t st;     /* counters (gauges are filled in by kv_pool_stats) */
+    /* KV events (kv_pool_events_enable): public keys cached/evicted, in order */
+    kv_pool_event_t *ev;    /* (cap_ev) ring, NULL = events off */
+    int32_t cap_ev, head_ev, n_ev;
+    bool ev_overflow;       /* events were lost: the reader must resync */
 };
 
 /* ---- hashing ------------------------------------------------------------ */
 
-#define H_P1 0x9E3779B185EBCA87ULL
-#define H_P2 0xC2B2AE3D27D4EB4FULL
-#define H_P3 0x165667B19E3779F9ULL
-#define H_P4 0x85EBCA77C2B2AE63ULL
-#define H_P5 0x27D4EB2F165667C5ULL
-
-static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-
-/* A 64-bit multiply-rotate hash over 32-bit token ids, keyed by the parent
- * key (xxHash64-like round structure, written for int32 tokens). Not
- * cryptographic: correctness never depends on it (hits are verified), the
- * random root key only makes bucket flooding impractical. */
-static uint64_t hash_default(uint64_t parent_key, const int32_t *t, int32_t n)
-{
-    uint64_t h = parent_key ^ (H_P5 + (uint64_t)n * 4u);
-    int32_t i = 0;
-    for (; i + 1 < n; i += 2) {
-        uint64_t w = (uint64_t)(uint32_t)t[i] | ((uint64_t)(uint32_t)t[i + 1] << 32);
-        uint64_t k = rotl64(w * H_P2, 31) * H_P1;
-        h ^= k;
-        h = rotl64(h, 27) * H_P1 + H_P4;
-    }
-    if (i < n) {
-        h ^= (uint64_t)(uint32_t)t[i] * H_P1;
-        h = rotl64(h, 23) * H_P2 + H_P3;
-    }
-    h ^= h >> 33;
-    h *= H_P2;
-    h ^= h >> 29;
-    h *= H_P3;
-    h ^= h >> 32;
-    return h;
-}
+/* The block hash is common/prefix_key.h's; the pool keys its own map from a
+ * random root, and keeps each block's public key (constant root) beside it
+ * for the KV events the gateway routes by. */
+#define hash_default prefix_key_next
 
 static inline uint64_t pool_hash(const kv_pool_t *p, uint64_t parent, const int32_t *t)
 {
@@ -176,6 +154,58 @@ static void lru_remove(kv_pool_t *p, int32_t id)
 }
 
 /* A block with ref 1 for a new owner: free first, else evict the LRU head. */
+/* ---- KV events ---------------------------------------------------------- */
+
+static void event_push(kv_pool_t *p, uint64_t pub, bool added)
+{
+    if (!p->ev)
+        return;
+    if (p->n_ev == p->cap_ev) {
+        /* the reader is behind: drop the log, it resyncs from the full set */
+        p->ev_overflow = true;
+        p->n_ev = 0;
+        p->head_ev = 0;
+    }
+    if (p->ev_overflow)
+        return;
+    p->ev[(p->head_ev + p->n_ev) % p->cap_ev] = (kv_pool_event_t){.key = pub, .added = added};
+    p->n_ev++;
+}
+
+void kv_pool_events_enable(kv_pool_t *p, int32_t cap)
+{
+    assert(cap > 0 && !p->ev);
+    p->ev = xmalloc((size_t)cap * sizeof *p->ev);
+    p->cap_ev = cap;
+    p->head_ev = p->n_ev = 0;
+    p->ev_overflow = p->n_cached_total > 0; /* blocks cached before: start with a full set */
+}
+
+int32_t kv_pool_events_take(kv_pool_t *p, kv_pool_event_t *out, int32_t max, bool *overflow)
+{
+    *overflow = p->ev_overflow;
+    if (p->ev_overflow) {
+        p->ev_overflow = false;
+        p->n_ev = p->head_ev = 0;
+        return 0;
+    }
+    int32_t n = p->n_ev < max ? p->n_ev : max;
+    for (int32_t i = 0; i < n; i++)
+        out[i] = p->ev[(p->head_ev + i) % p->cap_ev];
+    p->head_ev = p->cap_ev ? (p->head_ev + n) % p->cap_ev : 0;
+    p->n_ev -= n;
+    return n;
+}
+
+int32_t kv_pool_cached_keys(const kv_pool_t *p, uint64_t *out, int32_t max)
+{
+    int32_t n = 0;
+    for (int32_t id = 0; id < p->n_blocks && n < max; id++)
+        if (p->blk[id].cached)
+            out[n++] = p->blk[id].pub;
+    return n;
+}
+
 static int32_t block_take(kv_pool_t *p)
 {
     int32_t id;
@@ -188,6 +218,7 @@ static int32_t block_take(kv_pool_t *p)
         p->blk[id].cached = false;
         p->n_cached_total--;
         p->st.n_evictions++;
+        event_push(p, p->blk[id].pub, false);
     } else {
         return -1;
     }
@@ -315,6 +346,7 @@ void kv_pool_free(kv_pool_t **pp)
     free(p->blk_tokens);
     free(p->free_ids);
     free(p->bucket);
+    free(p->ev);
     free(p);
     *pp = NULL;
 }
@@ -352,6 +384,7 @@ static void seq_grow_blocks(kv_seq_t *s, int32_t need)
         cap = cap > INT32_MAX / 2 ? need : cap * 2;
     s->blocks = xrealloc(s->blocks, (size_t)cap * sizeof *s->blocks);
     s->keys = xrealloc(s->keys, (size_t)cap * sizeof *s->keys);
+    s->pubs = xrealloc(s->pubs, (size_t)cap * sizeof *s->pubs);
     s->cap_blocks = cap;
 }
 
@@ -406,6 +439,7 @@ void kv_seq_free(kv_seq_t **sp)
     p->n_seqs--;
     free(s->blocks);
     free(s->keys);
+    free(s->pubs);
     free(s->tokens);
     free(s);
     *sp = NULL;
@@ -481,6 +515,7 @@ int32_t kv_pool_match_prefix(kv_pool_t *p, const int32_t *tokens, int32_t n, kv_
         seq_grow_blocks(s, i + 1);
         s->blocks[i] = id;
         s->keys[i] = key;
+        s->pubs[i] = p->blk[id].pub;
         s->n_blocks = i + 1;
         parent_key = key;
         parent_block = id;
@@ -513,6 +548,8 @@ int32_t kv_pool_commit_full_blocks(kv_pool_t *p, kv_seq_t *s)
         uint64_t parent_key = i > 0 ? s->keys[i - 1] : p->root_key;
         uint64_t key = pool_hash(p, parent_key, t);
         s->keys[i] = key;
+        uint64_t pub = prefix_key_next(i > 0 ? s->pubs[i - 1] : PREFIX_KEY_PUBLIC_ROOT, t, p->bs);
+        s->pubs[i] = pub;
         int32_t dup = map_find(p, key, parent_key, s->chain_block, s->chain_serial, t);
         if (dup >= 0) {
             /* Same content already cached (computed concurrently by another
@@ -528,6 +565,8 @@ int32_t kv_pool_commit_full_blocks(kv_pool_t *p, kv_seq_t *s)
         b->parent_block = s->chain_block;
         b->parent_serial = s->chain_serial;
         b->serial = p->next_serial++;
+        b->pub = pub;
+        event_push(p, pub, true);
         memcpy(p->blk_tokens + (size_t)id * (size_t)p->bs, t, (size_t)p->bs * sizeof(int32_t));
         map_insert(p, id);
         p->n_cached_total++;

@@ -46,6 +46,7 @@
 #ifndef PAGODA_WORKER_KV_POOL_H
 #define PAGODA_WORKER_KV_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -174,5 +175,29 @@ int32_t kv_seq_capacity(const kv_seq_t *seq);      /* n_blocks * block_size */
 const int32_t *kv_seq_block_table(const kv_seq_t *seq);
 /* Token ids of positions [0, n_tokens). */
 const int32_t *kv_seq_tokens(const kv_seq_t *seq);
+
+/* ---- KV events (routing by cache, proto/msg.h KV) ------------------------ */
+
+/* One change of the prefix cache, by public key (common/prefix_key.h). */
+typedef struct kv_pool_event {
+    uint64_t key;              /* public key of the block */
+    bool added;                /* true: registered (now cached); false: evicted */
+} kv_pool_event_t;
+
+/* Starts logging cache changes into a ring of cap events (off by default:
+ * only a worker that reports to a gateway needs them). When the reader falls
+ * more than cap events behind, the log is dropped and the next take reports
+ * overflow: the reader then sends the full set (kv_pool_cached_keys). If
+ * blocks were already cached, the first take reports overflow too. */
+void kv_pool_events_enable(kv_pool_t *pool, int32_t cap);
+
+/* Moves up to max events, oldest first, into out and returns their count.
+ * *overflow = true (and 0 returned, the log emptied) when events were lost
+ * since the last take. */
+int32_t kv_pool_events_take(kv_pool_t *pool, kv_pool_event_t *out, int32_t max, bool *overflow);
+
+/* Public keys of every cached block (in use or not), at most max; returns the
+ * count. max ≥ n_blocks gets them all. */
+int32_t kv_pool_cached_keys(const kv_pool_t *pool, uint64_t *out, int32_t max);
 
 #endif

@@ -45,6 +45,7 @@ struct sampler {
     uint32_t mask;
     int32_t *hist;           /* (cap_hist) accepted tokens, only with a finite window */
     int32_t n_hist, cap_hist;
+    uint64_t last_draw;      /* raw bits of the last uniform: redraws derive theirs from it */
 };
 
 /* ---- PRNG: xoshiro256** seeded through splitmix64 ------------------------ */
@@ -72,8 +73,8 @@ static uint64_t rng_next(uint64_t s[4])
     return result;
 }
 
-/* Uniform in [0, 1) with 53 random bits. */
-static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
+/* Uniform in [0, 1) from raw bits. */
+static double bits_uniform(uint64_t x) { return (double)(x >> 11) * 0x1.0p-53; }
 
 static uint64_t global_seed(void)
 {
@@ -508,8 +509,9 @@ static double raw_logprobs(const sampler_t *s, const cand_t *a, int32_t n, sampl
     return log_z;
 }
 
-/* Step 1: c[i] = (logits[i] + bias[i], i) in token order. */
-static void load_biased(sampler_t *s, const float *logits)
+/* Step 1: c[i] = (logits[i] + bias[i], i) in token order; tokens outside
+ * allow (a bitset, NULL = all) get -inf. */
+static void load_biased(sampler_t *s, const float *logits, const uint64_t *allow)
 {
     cand_t *c = s->cand;
     for (int32_t i = 0; i < s->n_vocab; i++) {
@@ -519,6 +521,10 @@ static void load_biased(sampler_t *s, const float *logits)
     for (int32_t e = 0; e < s->n_ent; e++)
         if (s->ent[e].bias != 0.0f)
             c[s->ent[e].token].v += s->ent[e].bias;
+    if (allow)
+        for (int32_t i = 0; i < s->n_vocab; i++)
+            if (!((allow[i >> 6] >> (i & 63)) & 1))
+                c[i].v = -INFINITY;
 }
 
 /* Steps 3-4 on c (still in token order). */
@@ -538,21 +544,21 @@ static void apply_penalties(sampler_t *s)
 
 void sampler_processed_logits(sampler_t *s, const float *logits, float *out)
 {
-    load_biased(s, logits);
+    load_biased(s, logits, NULL);
     apply_penalties(s);
     for (int32_t i = 0; i < s->n_vocab; i++)
         out[i] = s->cand[i].v;
 }
 
-int32_t sampler_sample(sampler_t *s, const float *logits, sampler_logprobs_t *lp)
+static int32_t sample_with(sampler_t *s, const float *logits, const uint64_t *allow,
+                           sampler_logprobs_t *lp, double u)
 {
     const sampler_params_t *p = &s->p;
     int32_t V = s->n_vocab;
     cand_t *c = s->cand;
-    double u = rng_uniform(s->rng); /* always exactly one draw per call */
 
-    /* 1. copy + logit bias */
-    load_biased(s, logits);
+    /* 1. copy + logit bias (+ mask) */
+    load_biased(s, logits, allow);
 
     /* 2. the model's distribution (after bias) for logprobs */
     double log_z = 0;
@@ -632,4 +638,24 @@ int32_t sampler_sample(sampler_t *s, const float *logits, sampler_logprobs_t *lp
         lp->logprob = (float)((double)z - log_z);
     }
     return tok;
+}
+
+int32_t sampler_sample(sampler_t *s, const float *logits, sampler_logprobs_t *lp)
+{
+    s->last_draw = rng_next(s->rng); /* always exactly one draw per call */
+    return sample_with(s, logits, NULL, lp, bits_uniform(s->last_draw));
+}
+
+int32_t sampler_sample_masked(sampler_t *s, const float *logits, const uint64_t *allow,
+                              sampler_logprobs_t *lp)
+{
+    s->last_draw = rng_next(s->rng);
+    return sample_with(s, logits, allow, lp, bits_uniform(s->last_draw));
+}
+
+int32_t sampler_redraw_masked(sampler_t *s, const float *logits, const uint64_t *allow,
+                              sampler_logprobs_t *lp, int attempt)
+{
+    uint64_t x = s->last_draw + (uint64_t)attempt * 0x9E3779B97F4A7C15ULL;
+    return sample_with(s, logits, allow, lp, bits_uniform(splitmix64(&x)));
 }

@@ -29,6 +29,26 @@
  * by one draw per token (sampler_skip), so a greedy or seeded request goes
  * on exactly as the interrupted run would have.
  *
+ * Constrained decoding: a request with a grammar (sched_req_t.grammar) has a
+ * matcher (worker/grammar/vocab_mask.h); its draw is restricted to the
+ * tokens the grammar allows next (masks computed inside the parallel draw,
+ * cached per grammar and state), and to tokens after which the shortest
+ * completion still fits the tokens left, so the output is a complete
+ * document and ends with finish "stop" (also with ignore_eos). Compiled
+ * grammars are kept in a small LRU keyed by their text, so concurrent
+ * requests with one schema share the mask cache.
+ * n choices (sched_req_t.n_choices > 1): the request becomes n sequences
+ * with the same id, choice index 0..n-1. Choice 0 prefills the prompt; the
+ * others wait (WAITING, not admissible) until choice 0 has sampled its first
+ * token, then are admitted like any sequence: the prefix cache hands them
+ * every full block of the prompt (shared, ref-counted), and they compute
+ * only the partial last block (< block_size positions; recomputed, not
+ * copied) and sample their first token from their own logits. Choice i
+ * samples with seed + i (wrapping), so a seeded request gives the same n
+ * texts as n single requests with seeds seed, seed + 1, ...; without a seed
+ * each draws its own. Cancel and deadline end all n; each reports its own
+ * events (sched_event_t.index) and finish.
+ *
  * A sequence that is preempted keeps its generated tokens, sampler state and
  * detokenizer, so resuming it reproduces exactly what an uninterrupted run
  * would have produced (the recompute samples nothing).
@@ -93,7 +113,14 @@ typedef struct sched_req {
     sampler_params_t sampling;
     int32_t top_logprobs;      /* -1: no logprobs; 0..20: chosen token plus that many alternatives */
     int64_t deadline_us;       /* clock_now_us() deadline; 0 = none */
+    const char *grammar;       /* GBNF text (grammar_len bytes) constraining the output
+                                * (constrained decoding, worker/grammar/); NULL/0 = none */
+    size_t grammar_len;
+    int32_t n_choices;         /* sequences sharing the prompt, 1..SCHED_MAX_CHOICES; 0 = 1.
+                                  n > 1 needs n_resume == 0 */
 } sched_req_t;
+
+#define SCHED_MAX_CHOICES 128
 
 typedef struct sched_top_logprob {
     int32_t token;
@@ -110,6 +137,7 @@ typedef struct sched_token_logprob {
 /* What the scheduler reports for one request after a step. */
 typedef struct sched_event {
     uint64_t id;
+    int32_t index;             /* choice 0..n_choices-1 */
     const char *text;          /* UTF-8 delta (text_len bytes, may be 0) */
     size_t text_len;
     const int32_t *tokens;     /* (n_tokens) ids generated in this step */
@@ -147,12 +175,14 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
                    sched_event_fn on_event, void *ud, char *err, size_t errlen);
 void sched_free(sched_t **s);
 
-/* Accepts a request. Return codes:
+/* Accepts a request (all its n_choices sequences). Return codes:
  *    0  queued
- *   -1  invalid (message in err): empty prompt, prompt + 1 > context, duplicate id */
+ *   -1  invalid (message in err): empty prompt, prompt + 1 > context, duplicate id,
+ *       n_choices out of range or > 1 with resumed tokens */
 int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen);
-/* Cancels a request at any phase; its blocks are freed in the next step and a
- * final event with SCHED_FINISH_CANCELLED is reported. 0 ok, -1 unknown id. */
+/* Cancels a request at any phase (every choice); its blocks are freed in the
+ * next step and a final event with SCHED_FINISH_CANCELLED is reported for each
+ * choice still running. 0 ok, -1 unknown id. */
 int sched_cancel(sched_t *s, uint64_t id);
 /* Drops every request at once, without events, and frees their blocks: the
  * gateway they came from is gone, so nobody could receive a final event —
@@ -170,8 +200,13 @@ bool sched_busy(const sched_t *s);
 void sched_stats(const sched_t *s, sched_stats_t *out);
 /* KV pool consistency check (tests): 0 ok. */
 int sched_check(const sched_t *s);
+/* The scheduler's KV pool (borrowed; e.g. to read its KV events). */
+struct kv_pool *sched_kv_pool(sched_t *s);
 int32_t sched_context_length(const sched_t *s);
 int32_t sched_capacity(const sched_t *s);
+/* A counter the forward pass advances after each layer (forward_set_progress),
+ * so another thread can tell a long step from a wedged one. NULL = none. */
+void sched_set_progress(sched_t *s, _Atomic uint64_t *layers_done);
 /* The KV cache's element type (KV_TYPE_AUTO resolved: F16 or F32). */
 kv_type_t sched_kv_type(const sched_t *s);
 /* What KV_TYPE_AUTO (t) becomes for model m: F16 when int8_on (the int8

@@ -62,6 +62,8 @@ static const char *FULL =
     "limits: { max_body_bytes: 2097152, max_messages: 99, max_prompt_bytes: 65536, rate_per_key: 2.5 }\n"
     "restart: { backoff_initial_ms: 250, backoff_max_ms: 8000, crash_loop_restarts: 7, crash_loop_window_s: 90 }\n"
     "drain_timeout_s: 45\n"
+    "cors_origins: 'http://localhost:3000, https://app.example.com:8443'\n"
+    "admin_open: true\n"
     "curve:\n"
     "  server_secret_key_file: /etc/pagoda/curve/server.key\n"
     "  authorized_worker_keys_file: '/etc/pagoda/curve/workers'\n"
@@ -108,6 +110,8 @@ static void test_full_file(void **state)
     assert_int_equal(c->restart.crash_loop_restarts, 7);
     assert_true(c->restart.crash_loop_window_s == 90);
     assert_int_equal(c->drain_timeout_s, 45);
+    assert_string_equal(c->cors_origins, "http://localhost:3000, https://app.example.com:8443");
+    assert_true(c->admin_open);
     assert_string_equal(c->curve.server_secret_key_file, "/etc/pagoda/curve/server.key");
     assert_string_equal(c->curve.authorized_worker_keys_file, "/etc/pagoda/curve/workers");
     assert_false(c->curve.allow_plain_tcp);
@@ -125,12 +129,12 @@ static void test_full_file(void **state)
     assert_int_equal(m->max_batch_tokens, 1024);
     assert_int_equal(m->threads, 8);
     assert_int_equal(m->kv_type, CONFIG_KV_F32);
-    assert_int_equal(m->line, 18);
+    assert_int_equal(m->line, 20);
     m = &c->models[1];
     assert_string_equal(m->name, "meta-llama/Llama-3.2-1B");
     assert_string_equal(m->path, "/models/with space.gguf");
     assert_int_equal(m->replicas, 0);
-    assert_int_equal(m->line, 29);
+    assert_int_equal(m->line, 31);
     /* unspecified keys of the flow-style entry keep their defaults */
     assert_int_equal(m->max_seqs, 32);
     assert_int_equal(m->kv_type, CONFIG_KV_AUTO);
@@ -157,6 +161,8 @@ static void check_defaults(const config_t *c)
     assert_int_equal(c->log_level, LOG_INFO);
     assert_null(c->keys_file);
     assert_int_equal(c->drain_timeout_s, 30);
+    assert_null(c->cors_origins); /* no browser origin, /admin closed without keys */
+    assert_false(c->admin_open);
     assert_int_equal(c->http_threads, 2);
     assert_null(c->worker_bin);
     assert_int_equal(c->queue.max_per_model, 1024);
@@ -319,6 +325,12 @@ static const bad_case_t BAD[] = {
     {"models:\n- {name: a, path: /a, idle_timeout_s: 0}\n", 2, 39, "models[0].idle_timeout_s: expected a number in 0.001..604800"},
     {"queue: {max_per_model: 99999999999999999999999}\n", 1, 24, "queue.max_per_model: expected an integer"},
     {"http_threads: 0\n", 1, 15, "http_threads: expected an integer in 1..256"},
+    /* cors_origins: browser origins, no path, no trailing slash */
+    {"cors_origins: http://a.example/\n", 1, 15, "cors_origins: 'http://a.example/' is not an origin"},
+    {"cors_origins: 'http://a.example, ftp://b'\n", 1, 15, "cors_origins: 'ftp://b' is not an origin"},
+    {"cors_origins: a.example\n", 1, 15, "cors_origins: 'a.example' is not an origin"},
+    {"cors_origins: ' , '\n", 1, 15, "cors_origins: no origin given"},
+    {"admin_open: yes\n", 1, 13, "admin_open: expected true or false"},
     /* the worker's and the parser's ranges bound the settings passed on to them */
     {"models:\n- {name: a, path: /a, max_batch_tokens: 65537}\n", 2, 41,
      "models[0].max_batch_tokens: expected an integer in 1..65536"},

@@ -187,7 +187,7 @@ static const req_case_t CASES[] = {
     {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[\"a\"]}]}", 0, 400,
      "messages[0].content[0]", "must be an object"},
     {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":null,"
-        "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\"}]}]}", 0, 400, "messages[1].tool_calls", "not supported"},
+        "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\"}]}]}", 0, 400, "messages[1].tool_calls[0]", "must be"},
     {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":5}]}", 0, 400,
      "messages[0].name", NULL},
     {C, NULL, GEN_BIG_CONTENT, 400, "messages[0].content", "longer than"},
@@ -237,13 +237,33 @@ static const req_case_t CASES[] = {
     {C, CHAT(",\"stream\":true,\"stream_options\":{\"include_usage\":1}"), 0, 400, "stream_options.include_usage",
      NULL},
     {C, CHAT(",\"stream\":true,\"stream_options\":[]"), 0, 400, "stream_options", NULL},
-    {C, CHAT(",\"n\":2"), 0, 400, "n", "n=1"},
-    {C, CHAT(",\"n\":0"), 0, 400, "n", "n=1"},
+    {C, CHAT(",\"n\":2"), 0, 0, NULL, NULL},
+    {C, CHAT(",\"n\":128"), 0, 0, NULL, NULL},
+    {C, CHAT(",\"n\":129"), 0, 400, "n", "between 1 and 128"},
+    {C, CHAT(",\"n\":0"), 0, 400, "n", "between 1 and 128"},
+    {C, CHAT(",\"n\":-1"), 0, 400, "n", NULL},
     {C, CHAT(",\"n\":\"2\""), 0, 400, "n", "integer"},
     {C, CHAT(",\"user\":5"), 0, 400, "user", NULL},
     {C, CHAT(",\"ignore_eos\":\"no\""), 0, 400, "ignore_eos", NULL},
-    {C, CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"), 0, 400, "tools", "not supported"},
-    {C, CHAT(",\"response_format\":{\"type\":\"json_object\"}"), 0, 400, "response_format.type", "not supported"},
+    {C, CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"), 0, 0, NULL, NULL},
+    {C, CHAT(",\"tools\":[{\"type\":\"retrieval\"}]"), 0, 400, "tools[0]", "function"},
+    {C, CHAT(",\"response_format\":{\"type\":\"json_object\"}"), 0, 0, NULL, NULL},
+    {C, CHAT(",\"response_format\":{\"type\":\"yaml\"}"), 0, 400, "response_format.type", "not supported"},
+    {C, CHAT(",\"response_format\":{\"type\":\"json_schema\"}"), 0, 400, "response_format.json_schema", NULL},
+    {C, CHAT(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}}"), 0, 400,
+     "response_format.json_schema.name", NULL},
+    {C, CHAT(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"strict\":1}}"), 0, 400,
+     "response_format.json_schema.strict", NULL},
+    {C, CHAT(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":"
+             "{\"type\":\"object\",\"patternProperties\":{}}}}"), 0, 400, "response_format.json_schema.schema",
+     "/patternProperties"},
+    {C, CHAT(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":"
+             "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}"), 0, 0, NULL, NULL},
+    {C, CHAT(",\"grammar\":\"root ::= [a-z]+\""), 0, 0, NULL, NULL},
+    {C, CHAT(",\"grammar\":\"root ::= (\\\"a\\\"\""), 0, 400, "grammar", "line 1, column 10: unclosed"},
+    {C, CHAT(",\"grammar\":\"root ::= \\\"a\\\"\",\"response_format\":{\"type\":\"json_object\"}"), 0, 400,
+     "grammar", "combined"},
+    {P, "{\"model\":\"m\",\"prompt\":\"p\",\"grammar\":\"root ::= x\"}", 0, 400, "grammar", "undefined rule 'x'"},
     {C, CHAT(",\"response_format\":\"json\""), 0, 400, "response_format", NULL},
     /* ---- completions ---- */
     {P, "{\"model\":\"m\"}", 0, 400, "prompt", "Missing"},
@@ -261,9 +281,12 @@ static const req_case_t CASES[] = {
     {P, CMPL(",\"logprobs\":true"), 0, 400, "logprobs", "integer"},
     {P, CMPL(",\"logprobs\":21"), 0, 400, "logprobs", NULL},
     {P, CMPL(",\"echo\":true"), 0, 400, "echo", "not supported"},
-    {P, CMPL(",\"best_of\":2"), 0, 400, "best_of", NULL},
+    {P, CMPL(",\"best_of\":2"), 0, 400, "best_of", "does not rank"},
+    {P, CMPL(",\"best_of\":3,\"n\":2"), 0, 400, "best_of", "Use 'n'"},
+    {P, CMPL(",\"best_of\":2,\"n\":2"), 0, 0, NULL, NULL},
+    {P, CMPL(",\"best_of\":0"), 0, 400, "best_of", NULL},
     {P, CMPL(",\"suffix\":\"x\""), 0, 400, "suffix", "not supported"},
-    {P, CMPL(",\"n\":3"), 0, 400, "n", "n=1"},
+    {P, CMPL(",\"n\":3"), 0, 0, NULL, NULL},
     {P, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 0, 400, "prompt", "Missing"},
     {P, NULL, GEN_BIG_PROMPT, 400, "prompt", "longer than"},
 };
@@ -518,7 +541,7 @@ static void test_error_bodies(void **st)
 
     /* A parse error's body, end to end. */
     oai_request_t r;
-    const char *body = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":4}";
+    const char *body = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":400}";
     assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e), -1);
     s = oai_error_json(&e);
     j = parse_json(s);

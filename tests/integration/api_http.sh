@@ -19,7 +19,7 @@ py() { python3 -c "import json,sys; j=json.load(sys.stdin); sys.exit(0 if ($1) e
 # req METHOD PATH [curl args...] → status in $CODE, body in $TMP/body, headers in $TMP/hdr
 req() {
   local m=$1 p=$2; shift 2
-  CODE=$(curl -s -o "$TMP/body" -D "$TMP/hdr" -w '%{http_code}' -X "$m" "$URL$p" "$@")
+  CODE=$(curl -s -o "$TMP/body" -D "$TMP/hdr" -w '%{http_code}' -X "$m" "$URL$p" -H 'Content-Type: application/json' "$@")
 }
 is_error() { # status type [code]
   [[ $CODE == "$1" ]] && py "set(j['error'])=={'message','type','param','code'} and j['error']['type']=='$2' ${3:+and j['error']['code']=='$3'}" <"$TMP/body"
@@ -39,7 +39,7 @@ spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$HP --worker-endpoint tcp://127.0.0
 GPID=$SPAWNED
 ready() { curl -sf "$URL/health" | py "j['models']['stories']['replicas']==1"; }
 check "gateway up, local worker registered" wait_for 20 ready
-A=(-H "Authorization: Bearer alice-secret")
+A=(-H "Authorization: Bearer alice-secret" -H "Content-Type: application/json")
 
 # --- auth ----------------------------------------------------------------------
 req POST /v1/chat/completions -d "$CHAT"

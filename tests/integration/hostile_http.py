@@ -30,6 +30,7 @@ URL = os.environ.get("PAGODA_URL", "http://127.0.0.1:8080")
 HOST, PORT = URL.split("//", 1)[1].rsplit(":", 1)
 PORT = int(PORT)
 KEY = os.environ.get("PAGODA_KEY", "")
+ADMIN_KEY = os.environ.get("PAGODA_ADMIN_KEY", "")
 MODEL = os.environ.get("PAGODA_MODEL", "stories")
 N_CTX = int(os.environ.get("PAGODA_N_CTX", "0"))
 CASE_TIMEOUT = float(os.environ.get("PAGODA_CASE_TIMEOUT", "20"))
@@ -99,16 +100,22 @@ def headers_for(hdr, has_body):
     auth = "key"
     ct = "application/json"
     for t in toks:
-        if t in ("key", "nokey", "badkey", "basic", "emptykey", "longkey"):
+        if t in ("key", "nokey", "badkey", "basic", "emptykey", "longkey", "adminkey"):
             auth = t
         elif t.startswith("ct="):
             ct = t[3:]
         elif t == "noct":
             ct = None
+        elif t.startswith("origin="):
+            hs.append(("Origin", t[7:]))
+        elif t.startswith("acrm="):
+            hs.append(("Access-Control-Request-Method", t[5:]))
         else:
             raise SystemExit("unknown hdr token %r" % t)
     if auth == "key" and KEY:
         hs.append(("Authorization", "Bearer " + KEY))
+    elif auth == "adminkey":
+        hs.append(("Authorization", "Bearer " + ADMIN_KEY))
     elif auth == "badkey":
         hs.append(("Authorization", "Bearer sk-not-a-key-of-this-gateway"))
     elif auth == "basic":
@@ -117,7 +124,7 @@ def headers_for(hdr, has_body):
         hs.append(("Authorization", "Bearer "))
     elif auth == "longkey":
         hs.append(("Authorization", "Bearer " + "k" * 10000))
-    if ct and has_body:
+    if ct is not None and has_body:
         hs.append(("Content-Type", ct))
     return hs
 
@@ -152,7 +159,21 @@ def judge(c, r):
         want = want[:-4]
     if str(r.status) not in want.split("|"):
         return "status %d, want %s; body %r" % (r.status, c["status"], r.body[:200])
-    if r.status < 400 and c["path"].endswith("completions"):
+    # CORS: an answer to a browser origin carries Access-Control-Allow-Origin exactly
+    # when the origin is allowed (a refused origin must learn nothing)
+    origin = next((t[7:] for t in c["hdr"].split(",") if t.startswith("origin=")), None)
+    if origin is not None:
+        acao = r.headers.get("access-control-allow-origin")
+        refused = r.status == 403 and (r.json() or {}).get("error", {}).get("code") == "origin_not_allowed"
+        if refused and acao is not None:
+            return "refused origin got Access-Control-Allow-Origin %r" % acao
+        if not refused and acao != origin:
+            return "Access-Control-Allow-Origin %r, want %r" % (acao, origin)
+    if c["method"] == "OPTIONS" and r.status == 204:
+        for h in ("access-control-allow-methods", "access-control-allow-headers"):
+            if h not in r.headers:
+                return "preflight answer without %s" % h
+    if r.status < 400 and c["method"] == "POST" and c["path"].endswith("completions"):
         j = r.json()
         if not isinstance(j, dict) or "choices" not in j:
             return "200 without a completion body: %r" % r.body[:200]

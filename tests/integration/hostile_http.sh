@@ -55,7 +55,8 @@ ulimit -n 8192 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null
 HP=$(free_port); ZP=$(free_port)
 URL=http://127.0.0.1:$HP
 spawn "$TMP/gateway.log" "$GW" --listen "127.0.0.1:$HP" --worker-endpoint "tcp://127.0.0.1:$ZP" \
-  --keys "$TMP/keys.txt" --heartbeat-ms 200 --header-timeout "$HEADER_TIMEOUT"
+  --keys "$TMP/keys.txt" --heartbeat-ms 200 --header-timeout "$HEADER_TIMEOUT" \
+  --cors-origin http://good.example
 GPID=$SPAWNED
 spawn "$TMP/worker.log" "$WK" --gateway "tcp://127.0.0.1:$ZP" --model "m=$MODEL_FILE" \
   --max-seqs 8 --heartbeat-ms 200
@@ -72,7 +73,7 @@ ok "gateway + worker ready (n_ctx $N_CTX, model $(basename "$MODEL_FILE"))"
 # seconds per case; ASan builds copy request bodies slowly (a 17 MiB body takes ~12 s)
 CASE_TIMEOUT=10
 is_sanitized "$GW" && CASE_TIMEOUT=60
-export PAGODA_URL=$URL PAGODA_KEY=$KEY PAGODA_MODEL=m PAGODA_N_CTX=$N_CTX PAGODA_KNOWN_GAPS=$KNOWN_GAPS PAGODA_CASE_TIMEOUT=$CASE_TIMEOUT
+export PAGODA_URL=$URL PAGODA_KEY=$KEY PAGODA_ADMIN_KEY=hostile-admin-secret PAGODA_MODEL=m PAGODA_N_CTX=$N_CTX PAGODA_KNOWN_GAPS=$KNOWN_GAPS PAGODA_CASE_TIMEOUT=$CASE_TIMEOUT
 DRIVER=$ROOT/tests/integration/hostile_http.py
 
 # --- 1. the table ----------------------------------------------------------------------

@@ -10,7 +10,9 @@
 #     exits and is not restarted; /admin/models/NAME/restart brings it back;
 #   - POST /admin/workers/ID/restart: drain, then a new process at once (not
 #     counted as a crash restart);
-#   - auth: /admin/* are open without --keys, admin-key-only with keys.
+#   - auth: /admin/* are open without --keys only with --admin-open (this gateway),
+#     admin-key-only with keys; a web page's request (a foreign Origin header) to
+#     /admin/models/NAME/restart is refused (403) and restarts nothing.
 source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
@@ -23,7 +25,7 @@ py() { python3 -c "import json,sys; j=json.load(sys.stdin); sys.exit(0 if ($1) e
 pyp() { python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
 req() { # METHOD PATH [curl args] → $CODE, $TMP/body
   local m=$1 p=$2; shift 2
-  CODE=$(curl -s -o "$TMP/body" -w '%{http_code}' --max-time 30 -X "$m" "$URL$p" "$@")
+  CODE=$(curl -s -o "$TMP/body" -w '%{http_code}' --max-time 30 -X "$m" "$URL$p" -H 'Content-Type: application/json' "$@")
 }
 health() { curl -s --max-time 5 "$URL/health"; }
 adminw() { curl -s --max-time 5 "$URL/admin/workers"; }
@@ -36,7 +38,8 @@ URL=http://127.0.0.1:$HP
 spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$HP --worker-endpoint tcp://127.0.0.1:$ZP --heartbeat-ms 200 \
   --worker-arg=--heartbeat-ms=200 --threads 1 --max-seqs 4 \
   --model "stories=$M" --model "lazy=$M" --on-demand lazy --idle-timeout 1.5 \
-  --model "broken=$TMP/missing.gguf" --max-restarts 2 --restart-window 30 --log-level debug
+  --model "broken=$TMP/missing.gguf" --max-restarts 2 --restart-window 30 --log-level debug \
+  --admin-open
 GPID=$SPAWNED
 check "gateway up, stories registered" wait_for 20 bash -c "curl -s $URL/health | python3 -c \"import json,sys; sys.exit(0 if json.load(sys.stdin)['models']['stories']['state']=='ready' else 1)\""
 
@@ -75,7 +78,7 @@ restarts() { local v; v=$(curl -s $URL/metrics | sed -n 's/^pagoda_worker_restar
 R0=$(restarts)
 LONG=()
 for i in 1 2 3 4; do
-  curl -s -o "$TMP/long$i" --max-time 30 "$URL/v1/completions" \
+  curl -s -o "$TMP/long$i" --max-time 30 "$URL/v1/completions" -H 'Content-Type: application/json' \
     -d '{"model":"stories","prompt":"Once upon a time","max_tokens":400,"temperature":0,"ignore_eos":true,"stream":true}' &
   LONG+=($!)
 done
@@ -83,7 +86,7 @@ for i in $(seq 1 500); do [[ -s $TMP/long1 ]] && break; sleep 0.01; done
 req POST "/admin/workers/$WID/drain"
 check "POST /admin/workers/{id}/drain mid-generation → 200 draining, not to be restarted, requests assigned" bash -c \
   "[[ $CODE == 200 ]] && python3 -c \"import json; j=json.load(open('$TMP/body')); assert j['state']=='draining' and j['restart'] is False and j['local'] and j['assigned']>=1, j\""
-curl -s -o "$TMP/queued" -w '%{http_code}' --max-time 30 "$URL/v1/completions" \
+curl -s -o "$TMP/queued" -w '%{http_code}' --max-time 30 "$URL/v1/completions" -H 'Content-Type: application/json' \
   -d '{"model":"stories","prompt":"Once","max_tokens":4,"temperature":0}' >"$TMP/queued.code" &
 QUEUED=$!
 wait "${LONG[@]}"
@@ -122,7 +125,26 @@ c3=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer ops-secret
 check "with --keys, /admin/workers: no key 401, non-admin 403, admin 200 ($c1 $c2 $c3)" \
   bash -c "[[ $c1 == 401 && $c2 == 403 && $c3 == 200 ]]"
 c4=$(curl -s -o /dev/null -w '%{http_code}' "$URL/admin/workers")
-check "without --keys, /admin/workers is open (200)" test "$c4" = 200
+check "without --keys but with --admin-open, /admin/workers is open (200)" test "$c4" = 200
+c5=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HP2/admin/workers" -H "Origin: http://127.0.0.1:$HP2" -H "Authorization: Bearer ops-secret")
+check "even with the admin key, a request from a web page (Origin header, no --cors-origin) → 403 ($c5)" test "$c5" = 403
+HP3=$(free_port); ZP3=$(free_port)
+spawn "$TMP/gw3.log" "$GW" --listen 127.0.0.1:$HP3 --worker-endpoint tcp://127.0.0.1:$ZP3
+wait_for 10 curl -sf -o /dev/null "http://127.0.0.1:$HP3/metrics"
+c6=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HP3/admin/workers")
+c7=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$HP3/admin/models/x/restart")
+check "without --keys and without --admin-open, /admin/* are closed (403: $c6 $c7)" \
+  bash -c "[[ $c6 == 403 && $c7 == 403 ]]"
+check "--admin-open is logged as a warning" grep -q 'WARN.*--admin-open' "$TMP/gw.log"
+# the issue's scenario: any web page can send a bodyless cross-origin POST (a CORS
+# "simple request", no preflight). It must not restart the model's worker.
+WPID=$(adminw | pyp "[w for w in j['workers'] if w['model']=='stories' and w['state']=='ready'][0]['pid']")
+c8=$(curl -s -o "$TMP/evil.json" -D "$TMP/evil.hdr" -w '%{http_code}' -X POST -H 'Origin: http://evil.example' "$URL/admin/models/stories/restart")
+check "bodyless cross-origin POST /admin/models/stories/restart → 403 origin_not_allowed, no CORS header ($c8)" \
+  bash -c "[[ $c8 == 403 ]] && grep -q '\"origin_not_allowed\"' '$TMP/evil.json' && ! grep -qi '^Access-Control-Allow-Origin' '$TMP/evil.hdr'"
+sleep 0.5
+check "... and the worker (pid $WPID) was not restarted" bash -c \
+  "kill -0 $WPID && curl -s $URL/admin/workers | python3 -c \"import json,sys; sys.exit(0 if any(w['pid']==$WPID and w['state']=='ready' for w in json.load(sys.stdin)['workers']) else 1)\""
 
 kill -TERM "$GPID"
 wait "$GPID"

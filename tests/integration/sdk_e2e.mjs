@@ -109,6 +109,44 @@ ok(dflt.usage.completion_tokens === 16, `completion without max_tokens stops at 
   ok(a.choices[0].text !== c.choices[0].text, "another seed → another text");
 }
 
+// --- n: 3 choices from one prompt -----------------------------------------------------
+{
+  const p = { model: MODEL, prompt: "The little dog", max_tokens: 20, temperature: 1.0, ignore_eos: true };
+  const many = await A.completions.create({ ...p, n: 3, seed: 100 });
+  const singles = await Promise.all([100, 101, 102].map((seed) => A.completions.create({ ...p, seed })));
+  ok(many.choices.length === 3 && many.choices.every((c, i) => c.index === i && c.finish_reason === "length"),
+     `n: 3 → choices indexed 0..2 (${JSON.stringify(many.choices.map((c) => c.index))})`);
+  ok(many.choices.every((c, i) => c.text === singles[i].choices[0].text),
+     "n: 3 with seed s → choice i equals a single request with seed s + i");
+  ok(new Set(many.choices.map((c) => c.text)).size > 1, "n: 3 sampled → the choices differ");
+  ok(many.usage.completion_tokens === 60 && many.usage.prompt_tokens === singles[0].usage.prompt_tokens,
+     `n: 3 usage sums completion tokens, prompt counted once (${JSON.stringify(many.usage)})`);
+  const chat3 = await A.chat.completions.create({ model: MODEL, messages: chatMsg, max_tokens: 8, n: 3, temperature: 0 });
+  ok(chat3.choices.length === 3 && chat3.choices.every((c) => c.message.content === chat3.choices[0].message.content),
+     "chat n: 3 greedy → three equal messages");
+  const stream = await A.chat.completions.create({ model: MODEL, messages: chatMsg, max_tokens: 8, n: 3, seed: 5,
+                                                    temperature: 1.0, ignore_eos: true, stream: true, stream_options: { include_usage: true } });
+  const texts = ["", "", ""], finishes = [null, null, null];
+  let usage = null, bad = 0;
+  for await (const ch of stream) {
+    if (ch.usage) usage = ch.usage;
+    for (const c of ch.choices) {
+      if (c.index < 0 || c.index > 2) bad++;
+      else {
+        texts[c.index] += c.delta.content ?? "";
+        if (c.finish_reason) finishes[c.index] = c.finish_reason;
+      }
+    }
+  }
+  const single = await A.chat.completions.create({ model: MODEL, messages: chatMsg, max_tokens: 8, seed: 7, temperature: 1.0,
+                                                     ignore_eos: true });
+  ok(bad === 0 && finishes.every((f) => f !== null), `chat stream n: 3 → each choice has its own finish_reason (${finishes})`);
+  ok(texts[2] === single.choices[0].message.content, "chat stream n: 3, choice 2 == single request with seed + 2");
+  // every choice ended by length: 8 tokens each
+  ok(finishes.every((f) => f === "length") && usage && usage.completion_tokens === 24,
+     `chat stream n: 3 usage chunk sums completion tokens (${JSON.stringify(usage)})`);
+}
+
 // --- logprobs ----------------------------------------------------------------------
 {
   const r = await A.chat.completions.create({ model: MODEL, messages: chatMsg, max_tokens: 12, temperature: 0,
@@ -130,8 +168,10 @@ ok(dflt.usage.completion_tokens === 16, `completion without max_tokens stops at 
 {
   let e = await errorClass(() => A.chat.completions.create({ model: MODEL, messages: chatMsg, temperature: 5 }));
   ok(e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === "temperature", `400 → BadRequestError (param ${e?.param})`);
-  e = await errorClass(() => A.chat.completions.create({ model: MODEL, messages: chatMsg, n: 2 }));
-  ok(e instanceof OpenAI.BadRequestError && e.param === "n", "n=2 → BadRequestError naming n");
+  e = await errorClass(() => A.chat.completions.create({ model: MODEL, messages: chatMsg, n: 129 }));
+  ok(e instanceof OpenAI.BadRequestError && e.param === "n", "n=129 → BadRequestError naming n");
+  e = await errorClass(() => A.completions.create({ model: MODEL, prompt: "x", n: 2, best_of: 4 }));
+  ok(e instanceof OpenAI.BadRequestError && e.param === "best_of", "best_of 4 with n 2 → BadRequestError naming best_of");
   e = await errorClass(() => client(URL_A, "not-a-key").chat.completions.create({ model: MODEL, messages: chatMsg }));
   ok(e instanceof OpenAI.AuthenticationError && e.status === 401, "bad key → AuthenticationError");
   e = await errorClass(() => A.chat.completions.create({ model: "no-such-model", messages: chatMsg }));

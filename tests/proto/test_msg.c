@@ -186,19 +186,172 @@ static void test_roundtrip_heartbeat(void **state)
     assert_memory_equal(&out.heartbeat.load, &in.heartbeat.load, sizeof(proto_load_t));
     proto_msg_clear(&out);
 
-    /* the gateway's heartbeat: no load */
+    /* with step progress (busy, stalled for a while) */
+    in.heartbeat.has_progress = true;
+    in.heartbeat.progress = (proto_progress_t){
+        .steps = 5000000000ull, .busy = true, .stall_ms = 12345, .slow_ms = 0x7fffffff,
+    };
+    roundtrip(&in, &out);
+    assert_true(out.heartbeat.has_progress);
+    assert_true(out.heartbeat.progress.steps == 5000000000ull);
+    assert_true(out.heartbeat.progress.busy);
+    assert_int_equal(out.heartbeat.progress.stall_ms, 12345);
+    assert_int_equal(out.heartbeat.progress.slow_ms, 0x7fffffff);
+    assert_memory_equal(&out.heartbeat.load, &in.heartbeat.load, sizeof(proto_load_t));
+    proto_msg_clear(&out);
+    in.heartbeat.progress = (proto_progress_t){.steps = 0, .busy = false};
+    roundtrip(&in, &out);
+    assert_true(out.heartbeat.has_progress);
+    assert_false(out.heartbeat.progress.busy);
+    proto_msg_clear(&out);
+
+    /* the gateway's heartbeat: no load, no progress */
     proto_msg_init(&in, PROTO_HEARTBEAT);
     in.heartbeat.seq = 0;
     roundtrip(&in, &out);
     assert_false(out.heartbeat.has_load);
+    assert_false(out.heartbeat.has_progress);
     assert_int_equal(out.heartbeat.heartbeat_ms, 0);
     proto_msg_clear(&out);
 }
 
+/* HEARTBEAT "prog": every key required, types and ranges checked, and
+ * "stall" without "busy" refused. Bodies are {seq: 1, prog: {...}}. */
+static void test_heartbeat_progress_rules(void **state)
+{
+    static const struct {
+        const char *what;
+        int n_keys;            /* keys of prog written, in the order below */
+        bool busy_as_int;      /* "busy": 1 instead of true */
+        bool busy;
+        uint64_t stall_ms, slow_ms;
+        int want;
+    } cases[] = {
+        {"all keys", 4, false, true, 10, 20, PROTO_OK},
+        {"idle, no stall", 4, false, false, 0, 20, PROTO_OK},
+        {"stall while idle", 4, false, false, 5, 20, PROTO_ERANGE},
+        {"busy as int", 4, true, true, 0, 0, PROTO_EFIELD},
+        {"stall_ms 2^31", 4, false, true, 1ull << 31, 0, PROTO_ERANGE},
+        {"slow_ms 2^32", 4, false, true, 0, 1ull << 32, PROTO_ERANGE},
+        {"no slow_ms", 3, false, true, 0, 0, PROTO_EFIELD},
+        {"no stall_ms", 2, false, true, 0, 0, PROTO_EFIELD},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 2);
+        msgpack_pack_str(&pk, 3);
+        msgpack_pack_str_body(&pk, "seq", 3);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_str(&pk, 4);
+        msgpack_pack_str_body(&pk, "prog", 4);
+        msgpack_pack_map(&pk, (size_t)cases[i].n_keys);
+        static const char *const keys[] = {"steps", "busy", "stall_ms", "slow_ms"};
+        for (int k = 0; k < cases[i].n_keys; k++) {
+            msgpack_pack_str(&pk, strlen(keys[k]));
+            msgpack_pack_str_body(&pk, keys[k], strlen(keys[k]));
+            if (k == 0)
+                msgpack_pack_uint64(&pk, 7);
+            else if (k == 1 && cases[i].busy_as_int)
+                msgpack_pack_uint64(&pk, 1);
+            else if (k == 1 && cases[i].busy)
+                msgpack_pack_true(&pk);
+            else if (k == 1)
+                msgpack_pack_false(&pk);
+            else
+                msgpack_pack_uint64(&pk, k == 2 ? cases[i].stall_ms : cases[i].slow_ms);
+        }
+        proto_msg_t m;
+        char err[256] = "";
+        int rc = proto_decode_body(PROTO_HEARTBEAT, (const uint8_t *)sb.data, sb.size, &m, err,
+                                   sizeof err);
+        if (rc != cases[i].want)
+            fail_msg("case '%s': got %s (%s), want %s", cases[i].what, proto_status_name(rc), err,
+                     proto_status_name(cases[i].want));
+        if (rc == PROTO_OK) {
+            assert_true(m.heartbeat.has_progress);
+            assert_true(m.heartbeat.progress.steps == 7);
+            assert_int_equal(m.heartbeat.progress.stall_ms, cases[i].stall_ms);
+        } else {
+            assert_true(strlen(err) > 0);
+        }
+        proto_msg_clear(&m);
+        msgpack_sbuffer_destroy(&sb);
+    }
+}
+
+/* KV: u64 keys survive, lists round-trip in order; limits and types enforced. */
+static void test_kv(void **state)
+{
+    uint64_t add[3] = {0, UINT64_MAX, 0x8000000000000001ull}, del[1] = {42};
+    proto_msg_t in, out;
+    proto_msg_init(&in, PROTO_KV);
+    in.kv = (proto_kv_t){.reset = true, .add = add, .n_add = 3, .del = del, .n_del = 1};
+    roundtrip(&in, &out);
+    assert_true(out.kv.reset);
+    assert_int_equal(out.kv.n_add, 3);
+    assert_memory_equal(out.kv.add, add, sizeof add);
+    assert_int_equal(out.kv.n_del, 1);
+    assert_true(out.kv.del[0] == 42);
+    proto_msg_clear(&out);
+    /* an empty body is a valid no-op */
+    proto_msg_init(&in, PROTO_KV);
+    roundtrip(&in, &out);
+    assert_false(out.kv.reset);
+    assert_int_equal(out.kv.n_add + out.kv.n_del, 0);
+    proto_msg_clear(&out);
+
+    /* counts: PROTO_MAX_KV_KEYS ok, one more refused before allocation */
+    for (uint32_t n = PROTO_MAX_KV_KEYS; n <= PROTO_MAX_KV_KEYS + 1; n++) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 1);
+        msgpack_pack_str(&pk, 3);
+        msgpack_pack_str_body(&pk, "add", 3);
+        msgpack_pack_array(&pk, n);
+        for (uint32_t i = 0; i < n; i++)
+            msgpack_pack_uint64(&pk, i);
+        proto_msg_t m;
+        int rc = decode_body(PROTO_KV, &sb, &m);
+        assert_int_equal(rc, n == PROTO_MAX_KV_KEYS ? PROTO_OK : PROTO_ERANGE);
+        if (rc == PROTO_OK)
+            assert_true(m.kv.add[n - 1] == n - 1);
+        proto_msg_clear(&m);
+        msgpack_sbuffer_destroy(&sb);
+    }
+    /* wrong types: a negative key, a string key, reset as int, del as map;
+     * a lying array count */
+    static const uint8_t bad[][12] = {
+        {0x81, 0xa3, 'a', 'd', 'd', 0x91, 0xff},                 /* -1 */
+        {0x81, 0xa3, 'd', 'e', 'l', 0x91, 0xa1, 'x'},            /* "x" */
+        {0x81, 0xa5, 'r', 'e', 's', 'e', 't', 0x01},             /* reset: 1 */
+        {0x81, 0xa3, 'd', 'e', 'l', 0x80},                       /* del: {} */
+        {0x81, 0xa3, 'a', 'd', 'd', 0xdd, 0, 0, 0x20, 0, 1, 2},  /* 8192 claimed, 2 there */
+    };
+    static const size_t bad_len[] = {7, 8, 8, 6, 12};
+    static const int bad_want[] = {PROTO_ERANGE, PROTO_EFIELD, PROTO_EFIELD, PROTO_EFIELD,
+                                   PROTO_EMSGPACK};
+    for (size_t i = 0; i < sizeof bad_len / sizeof bad_len[0]; i++) {
+        proto_msg_t m;
+        char err[256] = "";
+        int rc = proto_decode_body(PROTO_KV, bad[i], bad_len[i], &m, err, sizeof err);
+        if (rc != bad_want[i])
+            fail_msg("bad KV %zu: got %s (%s), want %s", i, proto_status_name(rc), err,
+                     proto_status_name(bad_want[i]));
+        assert_true(strlen(err) > 0);
+        proto_msg_clear(&m);
+    }
+    assert_string_equal(proto_type_name(PROTO_KV), "KV");
+}
+
 static void test_roundtrip_submit_chat(void **state)
 {
-    proto_chat_msg_t msgs[3] = {{"system", "Be brief."}, {"user", "h\xc3\xa9llo \xe2\x9c\x93"},
-                                {"assistant", ""}};
+    proto_chat_msg_t msgs[3] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "h\xc3\xa9llo \xe2\x9c\x93"},
+                                {.role = "assistant", .content = ""}};
     proto_logit_bias_t bias[2] = {{15043, -100.0}, {0, 2.5}};
     char *stop[2] = {"\n\n", "User:"};
     int32_t resume[3] = {1, 2, 0x7fffffff};
@@ -224,6 +377,8 @@ static void test_roundtrip_submit_chat(void **state)
     s->stream = true;
     s->resume = resume;
     s->n_resume = 3;
+    char grammar[] = "root ::= \"yes\" | \"no\"";
+    s->grammar = grammar;
     roundtrip(&in, &out);
     proto_submit_t *o = &out.submit;
     assert_true(o->id == 0x123456789abcull);
@@ -261,6 +416,7 @@ static void test_roundtrip_submit_chat(void **state)
     assert_true(o->stream);
     assert_int_equal(o->n_resume, 3);
     assert_memory_equal(o->resume, resume, sizeof resume);
+    assert_string_equal(o->grammar, grammar);
     proto_msg_clear(&out);
 }
 
@@ -280,7 +436,34 @@ static void test_roundtrip_submit_completion(void **state)
     assert_true(out.submit.sampling.repetition_penalty == 1.0);
     assert_false(out.submit.sampling.has_seed);
     assert_int_equal(out.submit.n_stop, 0);
+    assert_int_equal(out.submit.n_choices, 1); /* absent = one choice */
     proto_msg_clear(&out);
+
+    /* n choices */
+    proto_msg_init(&in, PROTO_SUBMIT);
+    in.submit.id = 3;
+    in.submit.kind = PROTO_KIND_COMPLETION;
+    in.submit.prompt = "x";
+    in.submit.n_choices = PROTO_MAX_CHOICES;
+    roundtrip(&in, &out);
+    assert_int_equal(out.submit.n_choices, PROTO_MAX_CHOICES);
+    proto_msg_clear(&out);
+
+    /* n choices cannot resume: the decoder refuses the pair */
+    int32_t one = 5;
+    proto_msg_init(&in, PROTO_SUBMIT);
+    in.submit.id = 4;
+    in.submit.kind = PROTO_KIND_COMPLETION;
+    in.submit.prompt = "x";
+    in.submit.n_choices = 2;
+    in.submit.resume = &one;
+    in.submit.n_resume = 1;
+    size_t len;
+    uint8_t *body = encode(&in, &len);
+    char err[256] = "";
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, err, sizeof err), PROTO_EFIELD);
+    assert_non_null(strstr(err, "n_choices"));
+    free(body);
 
     int32_t ids[4] = {1, 15043, 3186, 29991};
     proto_msg_init(&in, PROTO_SUBMIT);
@@ -316,6 +499,7 @@ static void test_roundtrip_event(void **state)
     e->n_ids = 2;
     e->n_tokens = 12;
     e->n_resumed = 5;
+    e->choice = 7;
     e->logprobs = lps;
     e->n_logprobs = 2;
     e->finish = PROTO_FINISH_LENGTH;
@@ -330,6 +514,7 @@ static void test_roundtrip_event(void **state)
     assert_memory_equal(o->ids, ids, sizeof ids);
     assert_int_equal(o->n_tokens, 12);
     assert_int_equal(o->n_resumed, 5);
+    assert_int_equal(o->choice, 7);
     assert_int_equal(o->n_logprobs, 2);
     assert_int_equal(o->logprobs[0].n_bytes, 2);
     assert_memory_equal(o->logprobs[0].bytes, b0, 2);
@@ -354,6 +539,7 @@ static void test_roundtrip_event(void **state)
     roundtrip(&in, &out);
     assert_non_null(out.event.text);
     assert_string_equal(out.event.text, "");
+    assert_int_equal(out.event.choice, 0);
     assert_int_equal(out.event.finish, PROTO_FINISH_NONE);
     assert_false(out.event.has_usage);
     proto_msg_clear(&out);
@@ -426,7 +612,7 @@ static void test_frames(void **state)
         {"PGDA011", 7, PROTO_CANCEL, 1, 3, PROTO_ETAG},
         {"", 0, PROTO_CANCEL, 1, 3, PROTO_ETAG},
         {"PGDA01", 6, 0, 1, 3, PROTO_ETYPE},
-        {"PGDA01", 6, 9, 1, 3, PROTO_ETYPE},
+        {"PGDA01", 6, 10, 1, 3, PROTO_ETYPE},
         {"PGDA01", 6, 255, 1, 3, PROTO_ETYPE},
         {"PGDA01", 6, PROTO_CANCEL, 0, 3, PROTO_EFRAMES},
         {"PGDA01", 6, PROTO_CANCEL, 2, 3, PROTO_EFRAMES},
@@ -456,7 +642,7 @@ static void test_frames(void **state)
 #define N_SAMPLES 9
 static void sample_messages(proto_msg_t ms[N_SAMPLES])
 {
-    static proto_chat_msg_t msgs[2] = {{"system", "Be brief."}, {"user", "hi there"}};
+    static proto_chat_msg_t msgs[2] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "hi there"}};
     static proto_logit_bias_t bias[1] = {{7, 1.5}};
     static char *stop[1] = {"###"};
     static uint8_t b[] = {'a', 'b'};
@@ -653,6 +839,13 @@ static const field_case_t field_cases[] = {
     {"hb_ms huge", PROTO_REGISTER, NULL, KU("hb_ms", 1u << 30), PROTO_ERANGE},
     {"unsigned negative n", PROTO_EVENT, NULL, KI("n", -5), PROTO_ERANGE},
     {"n below n_resumed", PROTO_EVENT, NULL, KU("n_resumed", 2), PROTO_ERANGE},
+    {"n_choices 0", PROTO_SUBMIT, NULL, KU("n_choices", 0), PROTO_ERANGE},
+    {"n_choices 129", PROTO_SUBMIT, NULL, KU("n_choices", PROTO_MAX_CHOICES + 1), PROTO_ERANGE},
+    {"n_choices 128", PROTO_SUBMIT, NULL, KU("n_choices", PROTO_MAX_CHOICES), PROTO_OK},
+    {"n_choices as string", PROTO_SUBMIT, NULL, KS("n_choices", "2"), PROTO_EFIELD},
+    {"choice 127", PROTO_EVENT, NULL, KU("choice", PROTO_MAX_CHOICES - 1), PROTO_OK},
+    {"choice 128", PROTO_EVENT, NULL, KU("choice", PROTO_MAX_CHOICES), PROTO_ERANGE},
+    {"negative choice", PROTO_EVENT, NULL, KI("choice", -1), PROTO_ERANGE},
     /* protocol version inside REGISTER */
     {"register v2", PROTO_REGISTER, NULL, KU("v", 2), PROTO_EVERSION},
     /* floats: NaN, infinities, out of range; integers accepted as floats */
@@ -1048,6 +1241,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_register),
         cmocka_unit_test(test_roundtrip_heartbeat),
+        cmocka_unit_test(test_heartbeat_progress_rules),
+        cmocka_unit_test(test_kv),
         cmocka_unit_test(test_roundtrip_submit_chat),
         cmocka_unit_test(test_roundtrip_submit_completion),
         cmocka_unit_test(test_roundtrip_event),

@@ -6,11 +6,31 @@
 #define PAGODA_TESTS_WORKER_QGEMM_TESTDATA_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common/xalloc.h"
+#include "worker/kernels/qgemm.h"
 #include "worker/kernels/quant.h"
+
+/* The vector ISAs whose results must equal the scalar kernel's bit for
+ * bit. Tests loop over them with isa_runs(), which says once per program
+ * which ones this CPU lacks (those are skipped). */
+static const qgemm_isa_t VECTOR_ISAS[] = {QGEMM_ISA_AVX2, QGEMM_ISA_AVXVNNI, QGEMM_ISA_AVX512VNNI};
+#define N_VECTOR_ISAS (sizeof VECTOR_ISAS / sizeof VECTOR_ISAS[0])
+
+static bool isa_runs(qgemm_isa_t isa)
+{
+    static bool told[8];
+    bool ok = qgemm_isa_available(isa);
+    if (!ok && !told[isa]) {
+        printf("# skip: this CPU lacks %s; its kernels are not tested here\n", qgemm_isa_name(isa));
+        told[isa] = true;
+    }
+    return ok;
+}
 
 static uint64_t rng_next(uint64_t *s)
 {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/prefix_key.h"
 #include "worker/kv_pool.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -42,6 +43,106 @@ static void seq_tokens(int32_t *t, int32_t n, int32_t base)
 {
     for (int32_t i = 0; i < n; i++)
         t[i] = base + i;
+}
+
+/* ---- KV events (routing by cache) ---------------------------------------- */
+
+static bool has_event(const kv_pool_event_t *ev, int32_t n, uint64_t key, bool added)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (ev[i].key == key && ev[i].added == added)
+            return true;
+    return false;
+}
+
+/* Registered blocks are announced under the public key chain any other pool
+ * (and the gateway, common/prefix_key.h) computes from the same tokens;
+ * evicted ones are announced as removed; an overflowing log says so. */
+static void test_events(void **state)
+{
+    kv_pool_t *p = kv_pool_new(1, 4, 4, 4, KV_TYPE_F32);
+    kv_pool_t *q = kv_pool_new(1, 4, 4, 4, KV_TYPE_F32); /* another replica */
+    kv_pool_events_enable(p, 64);
+    kv_pool_events_enable(q, 64);
+    int32_t a[9], b[17];
+    seq_tokens(a, 9, 100);
+    seq_tokens(b, 17, 500);
+    uint64_t ka[2], kb[4];
+    assert_int_equal(prefix_key_chain(a, 9, 4, ka, 8), 2);
+    assert_int_equal(prefix_key_chain(b, 17, 4, kb, 8), 4);
+    assert_true(ka[0] != ka[1] && ka[0] != kb[0]);
+
+    kv_pool_event_t ev[64];
+    bool ovf = true;
+    kv_seq_t *s = kv_seq_new(p);
+    assert_int_equal(feed(p, s, a, 9), KV_POOL_OK);
+    int32_t n = kv_pool_events_take(p, ev, 64, &ovf);
+    assert_false(ovf);
+    assert_int_equal(n, 2);
+    assert_true(ev[0].key == ka[0] && ev[0].added && ev[1].key == ka[1] && ev[1].added);
+    kv_seq_free(&s);
+    assert_int_equal(kv_pool_events_take(p, ev, 64, &ovf), 0); /* release: still cached */
+
+    /* the same tokens on another pool (other random root): same public keys */
+    kv_seq_t *t = kv_seq_new(q);
+    assert_int_equal(feed(q, t, a, 9), KV_POOL_OK);
+    assert_int_equal(kv_pool_events_take(q, ev, 64, &ovf), 2);
+    assert_true(ev[0].key == ka[0] && ev[1].key == ka[1]);
+    kv_seq_free(&t);
+
+    /* a prefix hit registers nothing new */
+    s = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, a, 9, s), 8);
+    assert_int_equal(kv_pool_events_take(p, ev, 64, &ovf), 0);
+    kv_seq_free(&s);
+
+    /* 17 tokens need all 4 blocks: both cached blocks of a are evicted */
+    s = kv_seq_new(p);
+    assert_int_equal(feed(p, s, b, 16), KV_POOL_OK);
+    n = kv_pool_events_take(p, ev, 64, &ovf);
+    assert_int_equal(n, 6);
+    assert_true(has_event(ev, n, ka[0], false) && has_event(ev, n, ka[1], false));
+    for (int i = 0; i < 4; i++)
+        assert_true(has_event(ev, n, kb[i], true));
+    uint64_t all[8];
+    assert_int_equal(kv_pool_cached_keys(p, all, 8), 4);
+    for (int i = 0; i < 4; i++)
+        assert_true(all[0] == kb[i] || all[1] == kb[i] || all[2] == kb[i] || all[3] == kb[i]);
+    kv_seq_free(&s);
+    assert_int_equal(kv_pool_check(p), 0);
+
+    /* take in pieces, oldest first */
+    s = kv_seq_new(p);
+    assert_int_equal(feed(p, s, a, 9), KV_POOL_OK); /* 3 blocks: evicts 3 of b, adds 2 of a */
+    n = kv_pool_events_take(p, ev, 1, &ovf);
+    assert_int_equal(n, 1);
+    assert_false(ev[0].added); /* the first block of a needed an eviction first */
+    assert_int_equal(kv_pool_events_take(p, ev, 64, &ovf), 4);
+    kv_seq_free(&s);
+    kv_pool_free(&p);
+    kv_pool_free(&q);
+
+    /* a log that overflows is dropped and reported once */
+    p = kv_pool_new(1, 4, 8, 4, KV_TYPE_F32);
+    kv_pool_events_enable(p, 3);
+    s = kv_seq_new(p);
+    assert_int_equal(feed(p, s, b, 17), KV_POOL_OK); /* 4 registrations > 3 */
+    assert_int_equal(kv_pool_events_take(p, ev, 64, &ovf), 0);
+    assert_true(ovf);
+    assert_int_equal(kv_pool_events_take(p, ev, 64, &ovf), 0);
+    assert_false(ovf);
+    kv_seq_free(&s);
+    kv_pool_free(&p);
+
+    /* enabled on a pool that already caches blocks: starts with overflow */
+    p = kv_pool_new(1, 4, 8, 4, KV_TYPE_F32);
+    s = kv_seq_new(p);
+    assert_int_equal(feed(p, s, a, 9), KV_POOL_OK);
+    kv_pool_events_enable(p, 16);
+    kv_pool_events_take(p, ev, 64, &ovf);
+    assert_true(ovf);
+    kv_seq_free(&s);
+    kv_pool_free(&p);
 }
 
 /* ---- basic allocation --------------------------------------------------- */
@@ -682,6 +783,7 @@ int main(void)
         cmocka_unit_test(test_hash_collisions),
         cmocka_unit_test(test_stale_parent),
         cmocka_unit_test(test_stress),
+        cmocka_unit_test(test_events),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,10 +23,14 @@
  * (b) quant_quantize() of Gaussian floats, like a real model; with
  * ../shared, (c) the llama-quantize tensors of the zoo models.
  *
- * Exactness claims checked bit for bit: AVX2 == scalar; a row's outputs do
- * not depend on n_rows, on its position in the batch or on the thread count
+ * Exactness claims checked bit for bit: every vector ISA this CPU runs
+ * (AVX2, AVX-VNNI, AVX-512 VNNI; the others are skipped with a message)
+ * == scalar, on W as in the file and, for Q8_0, packed (qgemm_pack: the
+ * VNNI kernels read only packed panels); a row's outputs do not depend on
+ * n_rows, on its position in the batch or on the thread count, on any ISA
  * (n_rows ≤ 8 runs the AVX2 direct path for Q8_0, ≤ 4 for Q4_0, larger
- * batches the panel path: the comparisons cross both).
+ * batches the panel path; the AVX-512 kernel tiles 8 rows × 16 columns:
+ * the comparisons cross all of these).
  *
  * QGEMM_BENCH=1 build/tests/worker/test_qgemm runs a benchmark instead
  * (110M llama shapes, against dequantize + cblas_sgemm and plain sgemm on
@@ -159,6 +163,16 @@ static check_t check_against_reference(uint32_t type, const uint8_t *w, int64_t 
     return ck;
 }
 
+/* qgemm_multi with an optional packing of w (NULL: none); caller frees */
+static float *run_qgemm_p(qgemm_ctx_t *ctx, uint32_t type, const uint8_t *w, const void *packed, int64_t n_out,
+                          int64_t n_in, const float *x, int n_rows)
+{
+    float *y = xmalloc((size_t)n_rows * (size_t)n_out * sizeof(float) + 1);
+    qgemm_mat_t m = {.type = type, .w = w, .n_out = n_out, .y = y, .packed = packed};
+    assert_int_equal(qgemm_multi(ctx, &m, 1, n_in, x, n_rows), 0);
+    return y;
+}
+
 static float *run_qgemm(qgemm_ctx_t *ctx, uint32_t type, const uint8_t *w, int64_t n_out,
                         int64_t n_in, const float *x, int n_rows)
 {
@@ -167,16 +181,36 @@ static float *run_qgemm(qgemm_ctx_t *ctx, uint32_t type, const uint8_t *w, int64
     return y;
 }
 
-static bool have_avx2(qgemm_ctx_t *ctx)
+/* Every vector ISA the CPU has, with W as in the file and, for Q8_0,
+ * packed (qgemm_pack: the VNNI kernels only run on packed W), must give
+ * ys (the scalar kernel's result for x) bit for bit. Leaves ctx on AUTO. */
+static void compare_isas(qgemm_ctx_t *ctx, uint32_t type, const uint8_t *w, int64_t n_out, int64_t n_in,
+                         const float *x, int n_rows, const float *ys)
 {
-    qgemm_isa_t old = qgemm_get_isa(ctx);
-    bool ok = qgemm_set_isa(ctx, QGEMM_ISA_AVX2) == 0;
-    assert_int_equal(qgemm_set_isa(ctx, old), 0);
-    return ok;
+    void *packed = type == GGML_TYPE_Q8_0 ? qgemm_pack(type, w, n_out, n_in, 1) : NULL;
+    for (size_t i = 0; i < N_VECTOR_ISAS; i++) {
+        if (!isa_runs(VECTOR_ISAS[i]))
+            continue;
+        assert_int_equal(qgemm_set_isa(ctx, VECTOR_ISAS[i]), 0);
+        for (int pk = 0; pk < (packed ? 2 : 1); pk++) {
+            float *ya = xmalloc((size_t)n_rows * (size_t)n_out * sizeof(float) + 1);
+            qgemm_mat_t m = {.type = type, .w = w, .n_out = n_out, .y = ya, .packed = pk ? packed : NULL};
+            assert_int_equal(qgemm_multi(ctx, &m, 1, n_in, x, n_rows), 0);
+            for (int64_t e = 0; e < n_rows * n_out; e++)
+                if (memcmp(&ya[e], &ys[e], sizeof(float)) != 0)
+                    fail_msg("%s n_in %lld n_rows %d %s%s: y[%lld] = %.9g != scalar %.9g", ggml_type_name(type),
+                             (long long)n_in, n_rows, qgemm_isa_name(VECTOR_ISAS[i]), pk ? " packed" : "",
+                             (long long)e, ya[e], ys[e]);
+            free(ya);
+        }
+    }
+    qgemm_pack_free(&packed);
+    assert_int_equal(qgemm_set_isa(ctx, QGEMM_ISA_AUTO), 0);
 }
 
-/* One shape: scalar result within the bound; AVX2 (when the CPU has it)
- * bit-identical to scalar. Returns the check of the scalar result. */
+/* One shape: scalar result within the bound, and every vector ISA
+ * bit-identical to it (compare_isas). Returns the check of the scalar
+ * result. */
 static check_t check_shape(qgemm_ctx_t *ctx, uint32_t type, const uint8_t *w, int64_t n_out,
                            int64_t n_in, int n_rows, uint64_t seed)
 {
@@ -184,16 +218,7 @@ static check_t check_shape(qgemm_ctx_t *ctx, uint32_t type, const uint8_t *w, in
     assert_int_equal(qgemm_set_isa(ctx, QGEMM_ISA_SCALAR), 0);
     float *ys = run_qgemm(ctx, type, w, n_out, n_in, x, n_rows);
     check_t ck = check_against_reference(type, w, n_out, n_in, x, n_rows, ys);
-    if (have_avx2(ctx)) {
-        assert_int_equal(qgemm_set_isa(ctx, QGEMM_ISA_AVX2), 0);
-        float *ya = run_qgemm(ctx, type, w, n_out, n_in, x, n_rows);
-        for (int64_t i = 0; i < n_rows * n_out; i++)
-            if (memcmp(&ya[i], &ys[i], sizeof(float)) != 0)
-                fail_msg("%s n_in %lld n_rows %d: avx2 y[%lld] = %.9g != scalar %.9g",
-                         ggml_type_name(type), (long long)n_in, n_rows, (long long)i, ya[i], ys[i]);
-        free(ya);
-    }
-    assert_int_equal(qgemm_set_isa(ctx, QGEMM_ISA_AUTO), 0);
+    compare_isas(ctx, type, w, n_out, n_in, x, n_rows, ys);
     free(x);
     free(ys);
     return ck;
@@ -279,13 +304,12 @@ static void test_q8_0_extremes(void **state)
     for (int64_t i = 0; i < n_rows * n_in; i++)
         x[i] = (i / n_in) == 1 ? -3.0f : (i / n_in == 2 && i % 2) ? -1e4f : 1e4f;
     qgemm_ctx_t *ctx = qgemm_ctx_new(n_rows, n_in);
-    for (int isa = 0; isa < 2; isa++) {
-        if (qgemm_set_isa(ctx, isa ? QGEMM_ISA_AVX2 : QGEMM_ISA_SCALAR) != 0)
-            continue;
-        float *y = run_qgemm(ctx, GGML_TYPE_Q8_0, w, n_out, n_in, x, n_rows);
-        check_against_reference(GGML_TYPE_Q8_0, w, n_out, n_in, x, n_rows, y);
-        free(y);
-    }
+    /* scalar, then every vector ISA on W and on its packing */
+    assert_int_equal(qgemm_set_isa(ctx, QGEMM_ISA_SCALAR), 0);
+    float *y = run_qgemm(ctx, GGML_TYPE_Q8_0, w, n_out, n_in, x, n_rows);
+    check_against_reference(GGML_TYPE_Q8_0, w, n_out, n_in, x, n_rows, y);
+    compare_isas(ctx, GGML_TYPE_Q8_0, w, n_out, n_in, x, n_rows, y);
+    free(y);
     qgemm_ctx_free(&ctx);
     free(w);
     free(x);
@@ -308,30 +332,38 @@ static void test_batch_and_thread_invariance(void **state)
         uint32_t type = TYPES[t];
         uint8_t *w = weights_random_bytes(type, n_out, n_in, 4242 + t);
         float *x = activations(n_rows, n_in, 99 + t);
-        for (int isa = 0; isa < 2; isa++) {
-            if (qgemm_set_isa(ctx, isa ? QGEMM_ISA_AVX2 : QGEMM_ISA_SCALAR) != 0)
-                continue;
-            assert_int_equal(qgemm_set_isa(ctx1, qgemm_get_isa(ctx)), 0);
-            float *all = run_qgemm(ctx, type, w, n_out, n_in, x, n_rows);
-            float *one_thread = run_qgemm(ctx1, type, w, n_out, n_in, x, n_rows);
-            assert_memory_equal(all, one_thread, (size_t)n_rows * (size_t)n_out * sizeof(float));
-            for (int r = 0; r < n_rows; r++) {
-                float *y1 = run_qgemm(ctx, type, w, n_out, n_in, x + (int64_t)r * n_in, 1);
-                assert_memory_equal(y1, all + (int64_t)r * n_out, (size_t)n_out * sizeof(float));
-                free(y1);
+        /* Q8_0 also packed: the VNNI kernels (16-column tiles of up to 8 rows
+         * on AVX-512) only run there */
+        void *packed = type == GGML_TYPE_Q8_0 ? qgemm_pack(type, w, n_out, n_in, 1) : NULL;
+        for (size_t isa = 0; isa <= N_VECTOR_ISAS; isa++)
+            for (int pk = 0; pk < (packed ? 2 : 1); pk++) {
+                qgemm_isa_t want = isa ? VECTOR_ISAS[isa - 1] : QGEMM_ISA_SCALAR;
+                if (!isa_runs(want))
+                    continue;
+                assert_int_equal(qgemm_set_isa(ctx, want), 0);
+                assert_int_equal(qgemm_set_isa(ctx1, want), 0);
+                const void *pw = pk ? packed : NULL;
+                float *all = run_qgemm_p(ctx, type, w, pw, n_out, n_in, x, n_rows);
+                float *one_thread = run_qgemm_p(ctx1, type, w, pw, n_out, n_in, x, n_rows);
+                assert_memory_equal(all, one_thread, (size_t)n_rows * (size_t)n_out * sizeof(float));
+                for (int r = 0; r < n_rows; r++) {
+                    float *y1 = run_qgemm_p(ctx, type, w, pw, n_out, n_in, x + (int64_t)r * n_in, 1);
+                    assert_memory_equal(y1, all + (int64_t)r * n_out, (size_t)n_out * sizeof(float));
+                    free(y1);
+                }
+                /* 3, 4, 7 rows take the direct path for Q8_0 (7 = two passes)
+                 * and Q4_0 (3, 4); 17 the panel path (AVX-512 packed: 8 + 8 + 1) */
+                int spans[][2] = {{5, 3}, {3, 17}, {28, 4}, {20, 7}};
+                for (int s = 0; s < 4; s++) {
+                    int r0 = spans[s][0], n = spans[s][1];
+                    float *ys = run_qgemm_p(ctx, type, w, pw, n_out, n_in, x + (int64_t)r0 * n_in, n);
+                    assert_memory_equal(ys, all + (int64_t)r0 * n_out, (size_t)n * (size_t)n_out * sizeof(float));
+                    free(ys);
+                }
+                free(one_thread);
+                free(all);
             }
-            /* 3, 4, 7 rows take the direct path for Q8_0 (7 = two passes)
-             * and Q4_0 (3, 4); 17 the panel path */
-            int spans[][2] = {{5, 3}, {3, 17}, {28, 4}, {20, 7}};
-            for (int s = 0; s < 4; s++) {
-                int r0 = spans[s][0], n = spans[s][1];
-                float *ys = run_qgemm(ctx, type, w, n_out, n_in, x + (int64_t)r0 * n_in, n);
-                assert_memory_equal(ys, all + (int64_t)r0 * n_out, (size_t)n * (size_t)n_out * sizeof(float));
-                free(ys);
-            }
-            free(one_thread);
-            free(all);
-        }
+        qgemm_pack_free(&packed);
         free(w);
         free(x);
     }
@@ -413,10 +445,15 @@ static void test_nonfinite_and_zero_rows(void **state)
         x[1 * n_in + 100] = NAN;
         x[2 * n_in + 300] = -INFINITY;
         memset(x + 3 * n_in, 0, (size_t)n_in * sizeof(float));
-        for (int isa = 0; isa < 2; isa++) {
-            if (qgemm_set_isa(ctx, isa ? QGEMM_ISA_AVX2 : QGEMM_ISA_SCALAR) != 0)
+        void *packed = TYPES[t] == GGML_TYPE_Q8_0 ? qgemm_pack(TYPES[t], w, n_out, n_in, 1) : NULL;
+        for (size_t isa = 0; isa <= 2 * N_VECTOR_ISAS; isa++) {
+            /* scalar, then each vector ISA without and with the packing */
+            qgemm_isa_t want = isa ? VECTOR_ISAS[(isa - 1) / 2] : QGEMM_ISA_SCALAR;
+            const void *pw = isa && isa % 2 == 0 ? packed : NULL;
+            if (!isa_runs(want) || (isa && isa % 2 == 0 && !packed))
                 continue;
-            float *y = run_qgemm(ctx, TYPES[t], w, n_out, n_in, x, n_rows);
+            assert_int_equal(qgemm_set_isa(ctx, want), 0);
+            float *y = run_qgemm_p(ctx, TYPES[t], w, pw, n_out, n_in, x, n_rows);
             assert_memory_equal(y, clean, (size_t)n_out * sizeof(float));
             for (int64_t c = 0; c < n_out; c++) {
                 assert_true(isnan(y[n_out + c]));
@@ -425,6 +462,7 @@ static void test_nonfinite_and_zero_rows(void **state)
             }
             free(y);
         }
+        qgemm_pack_free(&packed);
         free(w);
         free(x);
         free(clean);
@@ -468,8 +506,17 @@ static void test_bad_arguments(void **state)
     assert_string_equal(qgemm_isa_name(QGEMM_ISA_SCALAR), "scalar");
     assert_int_equal(qgemm_set_isa(ctx, (qgemm_isa_t)99), -1);
     assert_int_equal(qgemm_get_isa(ctx), QGEMM_ISA_SCALAR);
+    assert_int_equal(qgemm_set_isa(ctx, (qgemm_isa_t)-1), -1);
     assert_int_equal(qgemm_set_isa(ctx, QGEMM_ISA_AUTO), 0);
     assert_int_not_equal(qgemm_get_isa(ctx), QGEMM_ISA_AUTO);
+    assert_int_equal(qgemm_get_isa(ctx), qgemm_isa_default());
+    assert_true(qgemm_isa_available(qgemm_get_isa(ctx)));
+    /* set_isa agrees with isa_available; the names PAGODA_ISA accepts */
+    static const char *names[] = {"auto", "scalar", "avx2", "avxvnni", "avx512vnni"};
+    for (int i = QGEMM_ISA_AUTO; i <= QGEMM_ISA_AVX512VNNI; i++) {
+        assert_string_equal(qgemm_isa_name((qgemm_isa_t)i), names[i]);
+        assert_int_equal(qgemm_set_isa(ctx, (qgemm_isa_t)i), qgemm_isa_available((qgemm_isa_t)i) ? 0 : -1);
+    }
     free(w);
     qgemm_ctx_free(&ctx);
     qgemm_ctx_free(&ctx);   /* already NULL: no-op */

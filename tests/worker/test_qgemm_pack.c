@@ -10,10 +10,14 @@
  *     double-precision reference), for n_out not a multiple of 8, n_rows
  *     1..40 (direct and panel paths), column ranges, several matrices in
  *     one call (packed mixed with unpacked, and with other types);
- *   - the AVX2 kernels really read the packing: after packing, W's bytes
+ *   - all of that on every vector ISA this CPU runs (AVX2, AVX-VNNI,
+ *     AVX-512 VNNI; the others are skipped with a message), against the
+ *     scalar kernel on the unpacked W;
+ *   - the vector kernels really read the packing: after packing, W's bytes
  *     are overwritten with garbage and the results do not change (the
  *     scalar kernels, which read W, are checked before that);
  *   - hostile shapes are refused (qgemm_packed_size 0, qgemm_pack NULL,
+ *     Q4_0 / K-quant packings are tested in test_qkpack.c),
  *     qgemm_pack_to -1 with dst untouched),
  *     and a packing used with another shape or type, or a buffer that is
  *     not a packing, fails the call with -1 and writes nothing.
@@ -169,29 +173,39 @@ static void test_packed_equals_unpacked(void **state)
             size_t ny = (size_t)max_rows * (size_t)n_out;
             float *ref = xmalloc(ny * sizeof(float)), *got = xmalloc(ny * sizeof(float));
             float *all = xmalloc((size_t)max_rows * ny * sizeof(float)); /* packed result per n_rows */
-            for (int n_rows = 1; n_rows <= max_rows; n_rows++) {
-                size_t n = (size_t)n_rows * (size_t)n_out * sizeof(float);
-                run1(ctx, w, NULL, n_out, n_in, x, n_rows, ref);
-                run1(sc, w, packed, n_out, n_in, x, n_rows, got); /* scalar: packed ignored */
-                assert_memory_equal(got, ref, n);
-                memset(got, 0xff, n);
-                run1(ctx, w, packed, n_out, n_in, x, n_rows, got);
-                assert_memory_equal(got, ref, n);
-                memcpy(all + (size_t)(n_rows - 1) * ny, got, n);
-                /* column pieces of 8 or 16 (the last one ragged), thread 0..2 */
-                memset(got, 0xff, n);
-                qgemm_mat_t m = {.type = GGML_TYPE_Q8_0, .w = w, .n_out = n_out, .y = got, .packed = packed};
-                assert_int_equal(qgemm_quantize(ctx, x, n_rows, n_in), 0);
-                int piece = 0;
-                for (int64_t c0 = 0; c0 < n_out; piece++) {
-                    int64_t c1 = c0 + 8 * (1 + piece % 2);
-                    c1 = c1 < n_out ? c1 : n_out;
-                    assert_int_equal(qgemm_mat_cols(ctx, &m, n_in, n_rows, c0, c1, piece % 3), 0);
-                    c0 = c1;
+            for (size_t isa = 0; isa < N_VECTOR_ISAS; isa++) {
+                if (!isa_runs(VECTOR_ISAS[isa]))
+                    continue;
+                assert_int_equal(qgemm_set_isa(ctx, VECTOR_ISAS[isa]), 0);
+                for (int n_rows = 1; n_rows <= max_rows; n_rows++) {
+                    size_t n = (size_t)n_rows * (size_t)n_out * sizeof(float);
+                    run1(sc, w, NULL, n_out, n_in, x, n_rows, ref);
+                    run1(sc, w, packed, n_out, n_in, x, n_rows, got); /* scalar: packed ignored */
+                    assert_memory_equal(got, ref, n);
+                    memset(got, 0xff, n);
+                    run1(ctx, w, NULL, n_out, n_in, x, n_rows, got);
+                    assert_memory_equal(got, ref, n);
+                    memset(got, 0xff, n);
+                    run1(ctx, w, packed, n_out, n_in, x, n_rows, got);
+                    assert_memory_equal(got, ref, n);
+                    memcpy(all + (size_t)(n_rows - 1) * ny, got, n);
+                    /* column pieces of 8 or 16 (the last one ragged), thread 0..2 */
+                    memset(got, 0xff, n);
+                    qgemm_mat_t m = {.type = GGML_TYPE_Q8_0, .w = w, .n_out = n_out, .y = got, .packed = packed};
+                    assert_int_equal(qgemm_quantize(ctx, x, n_rows, n_in), 0);
+                    int piece = 0;
+                    for (int64_t c0 = 0; c0 < n_out; piece++) {
+                        int64_t c1 = c0 + 8 * (1 + piece % 2);
+                        c1 = c1 < n_out ? c1 : n_out;
+                        assert_int_equal(qgemm_mat_cols(ctx, &m, n_in, n_rows, c0, c1, piece % 3), 0);
+                        c0 = c1;
+                    }
+                    assert_memory_equal(got, ref, n);
                 }
-                assert_memory_equal(got, ref, n);
             }
-            /* W gone: the AVX2 kernels must get everything from the packing */
+            assert_int_equal(qgemm_set_isa(ctx, QGEMM_ISA_AUTO), 0);
+            /* W gone: the vector kernels must get everything from the packing
+             * (ctx is on the best ISA here; every ISA matched scalar above) */
             if (avx2) {
                 memset(w, 0x7f, quant_row_bytes(GGML_TYPE_Q8_0, n_in) * (size_t)n_out);
                 for (int n_rows = 1; n_rows <= max_rows; n_rows++) {
@@ -266,7 +280,7 @@ static void test_hostile(void **state)
     uint8_t *w = q8_random(16, 64, 3);
     const int64_t big = (int64_t)1 << 40;
     static const struct { uint32_t type; int64_t n_out, n_in; } bad[] = {
-        {GGML_TYPE_Q4_0, 16, 64}, {GGML_TYPE_Q4_K, 16, 256}, {GGML_TYPE_F32, 16, 64}, {12345, 16, 64},
+        {GGML_TYPE_Q4_0, 16, 48}, {GGML_TYPE_Q4_K, 16, 128}, {GGML_TYPE_F32, 16, 64}, {12345, 16, 64},
         {GGML_TYPE_Q8_0, 0, 64},  {GGML_TYPE_Q8_0, -8, 64},  {GGML_TYPE_Q8_0, 16, 0}, {GGML_TYPE_Q8_0, 16, -32},
         {GGML_TYPE_Q8_0, 16, 31}, {GGML_TYPE_Q8_0, 16, 48},  {GGML_TYPE_Q8_0, 16, big},
         {GGML_TYPE_Q8_0, big, 64}, {GGML_TYPE_Q8_0, INT64_MAX, INT64_MAX - 31},

@@ -103,10 +103,13 @@ static rec_t *rec_find(run_t *R, uint64_t id)
     return NULL;
 }
 
+/* Choice i > 0 of request id is recorded as id + i * CHOICE_ID_STRIDE. */
+#define CHOICE_ID_STRIDE 1000000u
+
 static void on_event(void *ud, const sched_event_t *ev)
 {
     run_t *R = ud;
-    rec_t *r = rec_find(R, ev->id);
+    rec_t *r = rec_find(R, ev->id + (uint64_t)ev->index * CHOICE_ID_STRIDE);
     if (!r) {
         R->unknown_events++;
         return;
@@ -213,6 +216,21 @@ static rec_t *submit(run_t *R, const sched_req_t *q)
     if (sched_submit(R->s, q, err, sizeof err) != 0)
         fail_msg("submit %llu: %s", (unsigned long long)q->id, err);
     return r;
+}
+
+/* Submits q with q->n_choices choices, one record per choice (id + i * stride). */
+static void submit_n(run_t *R, const sched_req_t *q)
+{
+    for (int32_t i = 0; i < q->n_choices; i++) {
+        assert_true(R->n < MAX_REQ);
+        rec_t *r = &R->r[R->n++];
+        memset(r, 0, sizeof *r);
+        r->id = q->id + (uint64_t)i * CHOICE_ID_STRIDE;
+        r->prio = q->priority;
+    }
+    char err[256] = "";
+    if (sched_submit(R->s, q, err, sizeof err) != 0)
+        fail_msg("submit %llu (n %d): %s", (unsigned long long)q->id, q->n_choices, err);
 }
 
 /* One step, then the gap / victim bookkeeping (see the file comment). */
@@ -750,6 +768,112 @@ static void test_cancel_phases(void **state)
         assert_int_equal(R->r[0].finish, SCHED_FINISH_CANCELLED);
         assert_int_equal(R->r[0].n_tok, 0);
         drive(R);
+        run_free(&R);
+    }
+}
+
+/* ---- n choices ------------------------------------------------------------------ */
+
+/* One request with n choices == n independent requests seeded seed + i; the
+ * prompt's full blocks are prefilled once (choices 1..n-1 compute only the
+ * partial last block), and no block is left referenced afterwards. Also with
+ * fewer slots than choices, and greedy (all n equal). */
+static void test_n_choices(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    enum { N = 3, LEN = 75 };
+    int32_t p[LEN];
+    make_prompt(p, LEN, 40);
+    sched_req_t q = req_greedy(7, 1, p, LEN, 24, true);
+    req_seeded(&q, 1234);
+    rec_t solo[N];
+    for (int i = 0; i < N; i++) {
+        sched_req_t qi = q;
+        qi.sampling.seed = 1234 + (uint64_t)i;
+        run_solo(g_stories, &qi, &solo[i]);
+    }
+    assert_true(solo[0].n_tok != solo[1].n_tok ||
+                memcmp(solo[0].tok, solo[1].tok, (size_t)solo[0].n_tok * sizeof(int32_t)) != 0);
+    const int32_t bs = 32, partial = LEN % bs;
+    for (int32_t slots = N + 1; slots >= 2; slots -= N - 1) { /* 4 slots, then 2 (< N) */
+        sched_config_t c = cfg_make(slots, 512, 0, 2);
+        run_t *R = run_new(g_stories, &c);
+        q.n_choices = N;
+        submit_n(R, &q);
+        drive(R); /* one final event per choice, every block free or cached */
+        for (int i = 0; i < N; i++)
+            assert_same_output(&R->r[i], &solo[i], slots > N ? "n choices" : "n choices, 2 slots");
+        sched_stats_t st = stats(R);
+        assert_int_equal(st.prompt_tokens, (uint64_t)(LEN + (N - 1) * partial));
+        assert_int_equal(R->r[0].n_cached, 0);
+        for (int i = 1; i < N; i++)
+            assert_int_equal(R->r[i].n_cached, LEN - partial);
+        run_free(&R);
+    }
+    /* greedy: n identical texts */
+    {
+        sched_req_t g = req_greedy(8, 1, p, LEN, 16, true);
+        g.n_choices = N;
+        sched_config_t c = cfg_make(4, 512, 0, 1);
+        run_t *R = run_new(g_stories, &c);
+        submit_n(R, &g);
+        drive(R);
+        for (int i = 1; i < N; i++)
+            assert_same_output(&R->r[i], &R->r[0], "greedy choices");
+        run_free(&R);
+    }
+    /* invalid: too many choices, several choices with resumed tokens */
+    {
+        sched_config_t c = cfg_make(4, 512, 0, 1);
+        run_t *R = run_new(g_stories, &c);
+        char err[256] = "";
+        sched_req_t b = q;
+        b.n_choices = SCHED_MAX_CHOICES + 1;
+        assert_int_equal(sched_submit(R->s, &b, err, sizeof err), -1);
+        int32_t res[2] = {p[0], p[1]};
+        b.n_choices = 2;
+        b.resume = res;
+        b.n_resume = 2;
+        assert_int_equal(sched_submit(R->s, &b, err, sizeof err), -1);
+        assert_false(sched_busy(R->s));
+        run_free(&R);
+    }
+}
+
+/* Cancelling an n-choice request ends every choice — the ones waiting for
+ * choice 0's prefill and the decoding ones — and frees all their blocks. */
+static void test_n_choices_cancel(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    int32_t p[80];
+    make_prompt(p, 80, 100);
+    sched_req_t q = req_greedy(9, 1, p, 80, 200, true);
+    req_seeded(&q, 99);
+    q.n_choices = 4;
+    for (int phase = 0; phase < 2; phase++) {
+        sched_config_t c = cfg_make(4, 16, 0, 1); /* 16 rows: an 80-token prefill takes 5 steps */
+        run_t *R = run_new(g_stories, &c);
+        submit_n(R, &q);
+        step(R);
+        if (phase == 0) {
+            /* choice 0 prefilling, the others held back */
+            assert_int_equal(stats(R).n_running, 1);
+            assert_int_equal(stats(R).n_waiting, 3);
+        } else {
+            while (R->r[3].n_tok < 3)
+                step(R);
+            assert_int_equal(stats(R).n_running, 4);
+        }
+        assert_int_equal(sched_cancel(R->s, 9), 0);
+        step(R);
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(R->r[i].n_final, 1);
+            assert_int_equal(R->r[i].finish, SCHED_FINISH_CANCELLED);
+        }
+        check_clean(R);
+        assert_int_equal(sched_cancel(R->s, 9), -1);
         run_free(&R);
     }
 }
@@ -1390,6 +1514,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_resume_seeded),
         cmocka_unit_test(test_abort_all),
+        cmocka_unit_test(test_n_choices),
+        cmocka_unit_test(test_n_choices_cancel),
         cmocka_unit_test(test_invalid_submissions),
         cmocka_unit_test(test_zoo_batched_preempted),
         cmocka_unit_test(test_kv_type_auto),

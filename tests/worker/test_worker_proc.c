@@ -79,6 +79,10 @@ typedef struct gw {
     int n_req;
     int n_unknown;                /* events/errors for ids we never sent */
     int n_bad;                    /* malformed or unexpected messages */
+    int n_kv;                     /* KV messages */
+    bool kv_first_reset;          /* the first KV message had reset (full set) */
+    uint64_t kv_keys[4096];       /* the worker's cached blocks as its KV messages say */
+    int n_kv_keys;
 } gw_t;
 
 static const char *g_model;       /* stories260K path, NULL = skip */
@@ -238,6 +242,28 @@ static void on_msg(gw_t *g, const proto_peer_t *from, proto_msg_t *m)
         snprintf(r->err_msg, sizeof r->err_msg, "%s", m->error.message);
         break;
     }
+    case PROTO_KV: {
+        /* reset, then del, then add (proto/msg.h) */
+        const proto_kv_t *kv = &m->kv;
+        if (g->n_kv++ == 0)
+            g->kv_first_reset = kv->reset;
+        if (kv->reset)
+            g->n_kv_keys = 0;
+        for (uint32_t i = 0; i < kv->n_del; i++)
+            for (int j = 0; j < g->n_kv_keys; j++)
+                if (g->kv_keys[j] == kv->del[i]) {
+                    g->kv_keys[j] = g->kv_keys[--g->n_kv_keys];
+                    break;
+                }
+        for (uint32_t i = 0; i < kv->n_add; i++) {
+            int j = 0;
+            while (j < g->n_kv_keys && g->kv_keys[j] != kv->add[i])
+                j++;
+            if (j == g->n_kv_keys && g->n_kv_keys < 4096)
+                g->kv_keys[g->n_kv_keys++] = kv->add[i];
+        }
+        break;
+    }
     default:
         g->n_bad++;
         break;
@@ -302,13 +328,8 @@ static gw_t *gw_start(void)
     gw_t *g = calloc(1, sizeof *g);
     assert_non_null(g);
     g->zctx = zmq_ctx_new();
-    g->router = zmq_socket(g->zctx, ZMQ_ROUTER);
-    int zero = 0, one = 1;
-    zmq_setsockopt(g->router, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(g->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-    assert_int_equal(zmq_bind(g->router, "tcp://127.0.0.1:*"), 0); /* a free port */
-    size_t elen = sizeof g->endpoint;
-    assert_int_equal(zmq_getsockopt(g->router, ZMQ_LAST_ENDPOINT, g->endpoint, &elen), 0);
+    g->router = support_router_bind(g->zctx, g->endpoint, sizeof g->endpoint);
+    assert_non_null(g->router);
 
     snprintf(g->log_path, sizeof g->log_path, "/tmp/pagoda-worker-test.XXXXXX");
     int lfd = mkstemp(g->log_path);
@@ -665,6 +686,14 @@ static void test_load_in_heartbeats(void **state)
     assert_int_equal(g->n_unknown, 0);
     assert_int_equal(g->n_bad, 0);
     assert_int_equal(g->n_register, 1); /* never lost us */
+    /* the prefix cache as KV messages told it: a full set first, then changes;
+     * the blocks of the 4 finished requests stay cached, within the pool */
+    assert_true(g->n_kv >= 2);
+    assert_true(g->kv_first_reset);
+    fprintf(stderr, "KV messages: %d, cached blocks: %d of %u\n", g->n_kv, g->n_kv_keys,
+            g->reg.reg.kv_blocks);
+    assert_true(g->n_kv_keys >= 400 / 32);
+    assert_true(g->n_kv_keys <= (int)g->reg.reg.kv_blocks);
 }
 
 static void test_shutdown_exits_0(void **state)

@@ -36,17 +36,22 @@
  */
 #include "worker/kernels/qgemm.h"
 
+#include <assert.h>
 #include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/cpu.h"
 #include "common/xalloc.h"
-#include "worker/model/gguf.h"
+#include "worker/kernels/qblock.h"
+#include "worker/kernels/qkpack.h"
 #include "worker/kernels/quant.h"
+#include "worker/model/gguf.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
@@ -99,7 +104,7 @@ typedef struct {
 #define PACK_HDR_BYTES 64
 typedef struct {
     uint32_t magic;       /* PACK_MAGIC */
-    uint32_t type;        /* ggml type of the source W (GGML_TYPE_Q8_0) */
+    uint32_t type;        /* ggml type of the source W (Q8_0, or a qkpack type) */
     int64_t n_out, n_in;  /* shape of the source W */
     uint64_t panel_bytes; /* stride of the panels, a multiple of 64 */
     uint64_t total;       /* bytes of the whole buffer, header included */
@@ -113,6 +118,55 @@ static bool cpu_has_avx2(void)
 }
 
 bool qgemm_avx2_available(void) { return cpu_has_avx2(); }
+
+bool qgemm_isa_available(qgemm_isa_t isa)
+{
+    switch (isa) {
+    case QGEMM_ISA_AUTO:
+    case QGEMM_ISA_SCALAR: return true;
+    case QGEMM_ISA_AVX2: return cpu_has_avx2();
+    case QGEMM_ISA_AVXVNNI: return cpu_has_avx2() && cpu_has_avx_vnni();
+    case QGEMM_ISA_AVX512VNNI: return cpu_has_avx2() && cpu_has_avx512_vnni();
+    }
+    return false;
+}
+
+/* The ISA of QGEMM_ISA_AUTO: PAGODA_ISA when set to a name the CPU runs,
+ * else the best the CPU has. Read once (0 = not yet). */
+static _Atomic int g_isa_default;
+
+static qgemm_isa_t isa_best(void)
+{
+    static const qgemm_isa_t order[] = {QGEMM_ISA_AVX512VNNI, QGEMM_ISA_AVXVNNI, QGEMM_ISA_AVX2};
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++)
+        if (qgemm_isa_available(order[i]))
+            return order[i];
+    return QGEMM_ISA_SCALAR;
+}
+
+qgemm_isa_t qgemm_isa_default(void)
+{
+    int v = atomic_load_explicit(&g_isa_default, memory_order_relaxed);
+    if (v != 0)
+        return (qgemm_isa_t)v;
+    qgemm_isa_t isa = isa_best();
+    const char *env = getenv("PAGODA_ISA");
+    if (env && *env && strcmp(env, "auto") != 0) {
+        qgemm_isa_t want = QGEMM_ISA_AUTO;
+        for (int i = QGEMM_ISA_SCALAR; i <= QGEMM_ISA_AVX512VNNI; i++)
+            if (strcmp(env, qgemm_isa_name((qgemm_isa_t)i)) == 0)
+                want = (qgemm_isa_t)i;
+        if (want == QGEMM_ISA_AUTO)
+            fprintf(stderr, "pagoda: PAGODA_ISA=%s unknown (scalar, avx2, avxvnni, avx512vnni, auto); using %s\n",
+                    env, qgemm_isa_name(isa));
+        else if (!qgemm_isa_available(want))
+            fprintf(stderr, "pagoda: PAGODA_ISA=%s: this CPU lacks it; using %s\n", env, qgemm_isa_name(isa));
+        else
+            isa = want;
+    }
+    atomic_store_explicit(&g_isa_default, (int)isa, memory_order_relaxed);
+    return isa;
+}
 
 bool qgemm_supported(uint32_t type)
 {
@@ -150,7 +204,7 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
         c->n_threads = 1;
     c->max_threads = c->n_threads;
     c->xq_rows = -1;
-    c->isa = cpu_has_avx2() ? QGEMM_ISA_AVX2 : QGEMM_ISA_SCALAR;
+    c->isa = qgemm_isa_default();
     size_t nbm = (size_t)(c->max_in / QB);
     c->xq = xaligned_alloc((size_t)max_rows * (size_t)c->max_in);
     c->xd = xaligned_alloc((size_t)max_rows * nbm * sizeof(float));
@@ -195,20 +249,14 @@ int qgemm_set_threads(qgemm_ctx_t *c, int n_threads)
 
 int qgemm_set_isa(qgemm_ctx_t *c, qgemm_isa_t isa)
 {
-    switch (isa) {
-    case QGEMM_ISA_AUTO:
-        c->isa = cpu_has_avx2() ? QGEMM_ISA_AVX2 : QGEMM_ISA_SCALAR;
-        return 0;
-    case QGEMM_ISA_SCALAR:
-        c->isa = isa;
-        return 0;
-    case QGEMM_ISA_AVX2:
-        if (!cpu_has_avx2())
-            return -1;
-        c->isa = isa;
+    if (isa == QGEMM_ISA_AUTO) {
+        c->isa = qgemm_isa_default();
         return 0;
     }
-    return -1;
+    if (isa < QGEMM_ISA_SCALAR || isa > QGEMM_ISA_AVX512VNNI || !qgemm_isa_available(isa))
+        return -1;
+    c->isa = isa;
+    return 0;
 }
 
 qgemm_isa_t qgemm_get_isa(const qgemm_ctx_t *c) { return c->isa; }
@@ -219,6 +267,8 @@ const char *qgemm_isa_name(qgemm_isa_t isa)
     case QGEMM_ISA_AUTO: return "auto";
     case QGEMM_ISA_SCALAR: return "scalar";
     case QGEMM_ISA_AVX2: return "avx2";
+    case QGEMM_ISA_AVXVNNI: return "avxvnni";
+    case QGEMM_ISA_AVX512VNNI: return "avx512vnni";
     }
     return "unknown";
 }
@@ -236,8 +286,13 @@ static panel_t panel_at(const qgemm_ctx_t *c, int i_thread)
     return p;
 }
 
-static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static float rdh(const uint8_t *p) { return quant_fp16_to_fp32(rd16(p)); }
+/* f16 scale bits of 32-block b of a Q8_0 or Q4_0 row */
+static uint16_t blk_d16(enum kind kind, const uint8_t *row, int64_t b)
+{
+    if (kind == K_Q8_0)
+        return ((const qblock_q8_0_t *)row)[b].d;
+    return ((const qblock_q4_0_t *)row)[b].d;
+}
 static int32_t pair16(int lo, int hi) { return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16); }
 
 /* ---- X quantization ------------------------------------------------------- */
@@ -284,10 +339,10 @@ static void decode_block_scalar(enum kind kind, uint32_t type, const uint8_t *ro
     int j = (int)(b % 8);
     switch (kind) {
     case K_Q8_0:
-        memcpy(v, row + b * 34 + 2, 32);
+        memcpy(v, ((const qblock_q8_0_t *)row)[b].qs, 32);
         return;
     case K_Q4_0: {
-        const uint8_t *qs = row + b * 18 + 2;
+        const uint8_t *qs = ((const qblock_q4_0_t *)row)[b].qs;
         for (int i = 0; i < 16; i++) {
             v[i] = qs[i] & 15;
             v[i + 16] = qs[i] >> 4;
@@ -296,8 +351,8 @@ static void decode_block_scalar(enum kind kind, uint32_t type, const uint8_t *ro
     }
     case K_Q45_K: {
         bool q5 = type == GGML_TYPE_Q5_K;
-        const uint8_t *blk = row + sb * (q5 ? 176 : 144);
-        const uint8_t *qh = blk + 16, *qs = blk + (q5 ? 48 : 16);
+        const qblock_q5_k_t *b5 = q5 ? (const qblock_q5_k_t *)row + sb : NULL;
+        const uint8_t *qh = q5 ? b5->qh : NULL, *qs = q5 ? b5->qs : ((const qblock_q4_k_t *)row)[sb].qs;
         for (int l = 0; l < 32; l++) {
             uint8_t x = qs[32 * (j / 2) + l];
             v[l] = (j & 1) ? x >> 4 : x & 15;
@@ -307,9 +362,9 @@ static void decode_block_scalar(enum kind kind, uint32_t type, const uint8_t *ro
         return;
     }
     case K_Q6_K: {
-        const uint8_t *blk = row + sb * 210;
+        const qblock_q6_k_t *blk = (const qblock_q6_k_t *)row + sb;
         int h = j / 4, r = j % 4;
-        const uint8_t *ql = blk + 64 * h + 32 * (r & 1), *qh = blk + 128 + 32 * h;
+        const uint8_t *ql = blk->ql + 64 * h + 32 * (r & 1), *qh = blk->qh + 32 * h;
         for (int l = 0; l < 32; l++) {
             int lo = r < 2 ? ql[l] & 15 : ql[l] >> 4;
             v[l] = (uint8_t)(lo | ((qh[l] >> (2 * r)) & 3) << 4);
@@ -323,14 +378,15 @@ static void decode_block_scalar(enum kind kind, uint32_t type, const uint8_t *ro
  * nb 32-blocks. Shared by both ISAs (the cost is per 256 weights). */
 static inline __attribute__((always_inline)) void
 fill_meta_k_with(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb, int c, panel_t *p,
-                 float (*rdh)(const uint8_t *))
+                 float (*h2f)(uint16_t))
 {
-    size_t bb = ggml_type_block_bytes(type);
+    const size_t bb = ggml_type_block_bytes(type);
     for (int64_t sb = 0; sb < nb / 8; sb++) {
         const uint8_t *blk = row + (size_t)sb * bb;
         if (kind == K_Q6_K) {
-            const int8_t *scales = (const int8_t *)(blk + 192);
-            float d = rdh(blk + 208);
+            const qblock_q6_k_t *b6 = (const qblock_q6_k_t *)blk;
+            const int8_t *scales = b6->scales;
+            float d = h2f(b6->d);
             for (int j = 0; j < 8; j++) {
                 int64_t b = sb * 8 + j;
                 int s0 = scales[2 * j], s1 = scales[2 * j + 1];
@@ -341,18 +397,13 @@ fill_meta_k_with(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb, 
                 p->dm[8 * b + c] = 0;
             }
         } else {
-            const uint8_t *s = blk + 4;
-            float d = rdh(blk), dmin = rdh(blk + 2);
+            /* Q5_K's head (d, dmin, scales) is Q4_K's */
+            const qblock_q4_k_t *b4 = (const qblock_q4_k_t *)blk;
+            float d = h2f(b4->d), dmin = h2f(b4->dmin);
             for (int j = 0; j < 8; j++) {
                 int64_t b = sb * 8 + j;
                 int sc, m;
-                if (j < 4) {
-                    sc = s[j] & 63;
-                    m = s[j + 4] & 63;
-                } else {
-                    sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
-                    m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-                }
+                qblock_k_scale_min(b4->scales, j, &sc, &m);
                 p->sc[16 * b + c] = p->sc[16 * b + 8 + c] = pair16(sc, sc);
                 p->mm[8 * b + c] = pair16(m, m);
                 p->d[8 * b + c] = d;
@@ -365,7 +416,7 @@ fill_meta_k_with(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb, 
 static void fill_meta_k(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb, int c,
                         panel_t *p)
 {
-    fill_meta_k_with(kind, type, row, nb, c, p, rdh);
+    fill_meta_k_with(kind, type, row, nb, c, p, quant_fp16_to_fp32);
 }
 
 /* rows[c] (c < 8) point at the 8 W rows of the panel (missing columns repeat
@@ -381,9 +432,8 @@ static void fill_panel_scalar(enum kind kind, uint32_t type, const uint8_t *cons
                 memcpy(p->q + 256 * b + 32 * k + 4 * c, v + 4 * k, 4);
         }
         if (kind == K_Q8_0 || kind == K_Q4_0) {
-            size_t bb = kind == K_Q8_0 ? 34 : 18;
             for (int64_t b = 0; b < nb; b++)
-                p->d[8 * b + c] = rdh(rows[c] + (size_t)b * bb);
+                p->d[8 * b + c] = quant_fp16_to_fp32(blk_d16(kind, rows[c], b));
         } else {
             fill_meta_k(kind, type, rows[c], nb, c, p);
         }
@@ -503,7 +553,7 @@ AVX2 static void xquant_block_avx2(const float *x, int8_t *q, float *d, int32_t 
     *s = pair16(_mm_cvtsi128_si32(t), _mm_extract_epi32(t, 1));
 }
 
-AVX2_INLINE float rdh_f16c(const uint8_t *p) { return _cvtsh_ss(rd16(p)); }
+AVX2_INLINE float rdh_f16c(uint16_t h) { return _cvtsh_ss(h); }
 
 AVX2 static void fill_meta_k_avx2(enum kind kind, uint32_t type, const uint8_t *row, int64_t nb,
                                   int c, panel_t *p)
@@ -522,31 +572,32 @@ AVX2_INLINE __m256i decode_block_avx2(enum kind kind, bool q5, const uint8_t *ro
     int j = (int)(b % 8);
     switch (kind) {
     case K_Q8_0:
-        return _mm256_loadu_si256((const __m256i *)(row + b * 34 + 2));
+        return _mm256_loadu_si256((const __m256i *)(const void *)((const qblock_q8_0_t *)row)[b].qs);
     case K_Q4_0: {
-        __m128i qs = _mm_loadu_si128((const __m128i *)(row + b * 18 + 2));
+        __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)((const qblock_q4_0_t *)row)[b].qs);
         __m128i lo = _mm_and_si128(qs, _mm_set1_epi8(15));
         __m128i hi = _mm_and_si128(_mm_srli_epi16(qs, 4), _mm_set1_epi8(15));
         return _mm256_set_m128i(hi, lo);
     }
     case K_Q45_K: {
-        const uint8_t *blk = row + sb * (q5 ? 176 : 144);
-        __m256i x = _mm256_loadu_si256((const __m256i *)(blk + (q5 ? 48 : 16) + 32 * (j / 2)));
+        const qblock_q5_k_t *b5 = q5 ? (const qblock_q5_k_t *)row + sb : NULL;
+        const uint8_t *qs = q5 ? b5->qs : ((const qblock_q4_k_t *)row)[sb].qs;
+        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * (j / 2)));
         __m256i v = (j & 1) ? _mm256_and_si256(_mm256_srli_epi16(x, 4), m4) : _mm256_and_si256(x, m4);
         if (q5) {
             __m256i bit = _mm256_set1_epi8((char)(1 << j));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)b5->qh);
             __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
             v = _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(16)));
         }
         return v;
     }
     case K_Q6_K: {
-        const uint8_t *blk = row + sb * 210;
+        const qblock_q6_k_t *blk = (const qblock_q6_k_t *)row + sb;
         int h = j / 4, r = j % 4;
-        __m256i l = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (r & 1)));
+        __m256i l = _mm256_loadu_si256((const __m256i *)(const void *)(blk->ql + 64 * h + 32 * (r & 1)));
         __m256i lo = r < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(blk->qh + 32 * h));
         /* 16-bit shifts: bits crossing from the neighbour byte are masked off */
         __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * r)),
                                       _mm256_set1_epi8(3));
@@ -594,12 +645,11 @@ AVX2_INLINE void fill_panel_avx2_kind(enum kind kind, uint32_t type, const uint8
         for (int k = 0; k < 8; k++)
             _mm256_store_si256((__m256i *)(p->q + 256 * b + 32 * k), v[k]);
         if (kind == K_Q8_0 || kind == K_Q4_0) {
-            size_t bb = kind == K_Q8_0 ? 34 : 18;
             __m128i h = _mm_setr_epi16(
-                (short)rd16(rows[0] + b * bb), (short)rd16(rows[1] + b * bb),
-                (short)rd16(rows[2] + b * bb), (short)rd16(rows[3] + b * bb),
-                (short)rd16(rows[4] + b * bb), (short)rd16(rows[5] + b * bb),
-                (short)rd16(rows[6] + b * bb), (short)rd16(rows[7] + b * bb));
+                (short)blk_d16(kind, rows[0], b), (short)blk_d16(kind, rows[1], b),
+                (short)blk_d16(kind, rows[2], b), (short)blk_d16(kind, rows[3], b),
+                (short)blk_d16(kind, rows[4], b), (short)blk_d16(kind, rows[5], b),
+                (short)blk_d16(kind, rows[6], b), (short)blk_d16(kind, rows[7], b));
             _mm256_store_ps(p->d + 8 * b, _mm256_cvtph_ps(h));
         }
     }
@@ -733,6 +783,178 @@ AVX2 static void kern_avx2_q8_0_packed(const panel_t *p, const qx_t *x, int r0, 
     }
 }
 
+/* ---- VNNI kernels for packed Q8_0 panels ------------------------------------
+ *
+ * vpdpbusd multiplies 4 unsigned bytes by 4 signed bytes and adds the four
+ * products to an int32 lane, without saturation. Q8_0 weights and
+ * activations are both signed, so the weight is biased: u = w + 128
+ * (w XOR 0x80, in 0..255), and per block and X row
+ *     Σ u·x = Σ w·x + 128·Σx,   Σx = the block's two half sums (xs),
+ * so the accumulator starts at −128·Σx and ends at exactly the I of the
+ * scalar kernel (|Σ u·x| ≤ 32·255·127 < 2^31: no wrap). The float part is
+ * the scalar kernel's acc + (float)I · (d · dx), lane by lane, so every
+ * path gives the same bits. One instruction per 4 products and row, where
+ * AVX2 needs sign, maddubs, madd and add; the XOR is shared by the rows.
+ * Each row keeps two integer chains (even and odd groups k, added at the
+ * end of the block, exact) so the vpdpbusd latency is hidden. */
+
+#define VNNI_CHAINS 2
+
+static inline int32_t xsum(int32_t s) { return (int32_t)(int16_t)(s & 0xffff) + (int16_t)((uint32_t)s >> 16); }
+
+#define VNNI256 __attribute__((target("avx2,f16c,avxvnni")))
+#define VNNI256_INLINE static inline __attribute__((always_inline, target("avx2,f16c,avxvnni")))
+
+/* R (1..4) rows from r0 against one packed panel (AVX-VNNI, 256-bit). */
+VNNI256_INLINE void kern_vnni256_kr(int R, const panel_t *p, const qx_t *x, int r0, float out[RT][NC],
+                                    const uint8_t *next, size_t n_next)
+{
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    const int8_t *xq[RT];
+    const float *xd[RT];
+    const int32_t *xs[RT];
+    __m256 acc[RT];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        xq[r] = x->q + (int64_t)(r0 + r) * x->n_in;
+        xd[r] = x->d + (int64_t)(r0 + r) * x->nb;
+        xs[r] = x->s + (int64_t)(r0 + r) * x->nb;
+        acc[r] = _mm256_setzero_ps();
+    }
+    size_t pf = 0, pf_step = (n_next / (size_t)x->nb + 63) / 64 * 64;
+    for (int64_t b = 0; b < x->nb; b++) {
+        for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
+            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
+        const uint8_t *wq = p->q + 256 * b;
+        __m256i ia[RT][VNNI_CHAINS];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            ia[r][0] = _mm256_set1_epi32(-128 * xsum(xs[r][b]));
+            for (int h = 1; h < VNNI_CHAINS; h++)
+                ia[r][h] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m256i u = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(wq + 32 * k)), bias);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                int32_t x4;
+                memcpy(&x4, xq[r] + QB * b + 4 * k, 4);
+                ia[r][k % VNNI_CHAINS] = _mm256_dpbusd_avx_epi32(ia[r][k % VNNI_CHAINS], u, _mm256_set1_epi32(x4));
+            }
+        }
+        __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(p->dh + 8 * b)));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256i I = ia[r][0];
+            for (int h = 1; h < VNNI_CHAINS; h++)
+                I = _mm256_add_epi32(I, ia[r][h]);
+            __m256 dx = _mm256_set1_ps(xd[r][b]);
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(d, dx)));
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        _mm256_storeu_ps(out[r], acc[r]);
+}
+
+VNNI256 static void kern_vnni256_q8_0_packed(const panel_t *p, const qx_t *x, int r0, int R, float out[RT][NC],
+                                             const uint8_t *next, size_t n_next)
+{
+    switch (R) {
+    case 4: kern_vnni256_kr(4, p, x, r0, out, next, n_next); break;
+    case 3: kern_vnni256_kr(3, p, x, r0, out, next, n_next); break;
+    case 2: kern_vnni256_kr(2, p, x, r0, out, next, n_next); break;
+    default: kern_vnni256_kr(1, p, x, r0, out, next, n_next); break;
+    }
+}
+
+/* AVX-512: two packed panels side by side in one 512-bit register (lanes
+ * 0..7 = columns of panel ip, 8..15 = panel ip + 1), up to RT512 X rows
+ * per tile (32 vector registers: RT512 · (VNNI_CHAINS + 1) accumulators). */
+#define RT512 8
+#define NC512 16
+#define V512 __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+#define V512_INLINE \
+    static inline __attribute__((always_inline, target("avx2,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+
+/* R (1..RT512) rows from r0 against panels q0/dh0 and q1/dh1 (q1 may equal
+ * q0 when there is no second panel: its outputs are then dropped). */
+V512_INLINE void kern_avx512_kr(int R, const uint8_t *q0, const uint16_t *dh0, const uint8_t *q1,
+                                const uint16_t *dh1, const qx_t *x, int r0, float out[RT512][NC512],
+                                const uint8_t *next, size_t n_next)
+{
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const int8_t *xq[RT512];
+    const float *xd[RT512];
+    const int32_t *xs[RT512];
+    __m512 acc[RT512];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        xq[r] = x->q + (int64_t)(r0 + r) * x->n_in;
+        xd[r] = x->d + (int64_t)(r0 + r) * x->nb;
+        xs[r] = x->s + (int64_t)(r0 + r) * x->nb;
+        acc[r] = _mm512_setzero_ps();
+    }
+    size_t pf = 0, pf_step = (n_next / (size_t)x->nb + 63) / 64 * 64;
+    for (int64_t b = 0; b < x->nb; b++) {
+        for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
+            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
+        const uint8_t *w0 = q0 + 256 * b, *w1 = q1 + 256 * b;
+        __m512i ia[RT512][VNNI_CHAINS];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            ia[r][0] = _mm512_set1_epi32(-128 * xsum(xs[r][b]));
+            for (int h = 1; h < VNNI_CHAINS; h++)
+                ia[r][h] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(w0 + 32 * k))),
+                                           _mm256_load_si256((const __m256i *)(w1 + 32 * k)), 1);
+            __m512i u = _mm512_xor_si512(w, bias);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                int32_t x4;
+                memcpy(&x4, xq[r] + QB * b + 4 * k, 4);
+                ia[r][k % VNNI_CHAINS] = _mm512_dpbusd_epi32(ia[r][k % VNNI_CHAINS], u, _mm512_set1_epi32(x4));
+            }
+        }
+        __m256i h16 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_load_si128((const __m128i *)(dh0 + 8 * b))),
+                                              _mm_load_si128((const __m128i *)(dh1 + 8 * b)), 1);
+        __m512 d = _mm512_cvtph_ps(h16);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512i I = ia[r][0];
+            for (int h = 1; h < VNNI_CHAINS; h++)
+                I = _mm512_add_epi32(I, ia[r][h]);
+            __m512 dx = _mm512_set1_ps(xd[r][b]);
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(d, dx)));
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        _mm512_storeu_ps(out[r], acc[r]);
+}
+
+V512 static void kern_avx512_q8_0_packed(const uint8_t *q0, const uint16_t *dh0, const uint8_t *q1,
+                                         const uint16_t *dh1, const qx_t *x, int r0, int R,
+                                         float out[RT512][NC512], const uint8_t *next, size_t n_next)
+{
+#define K512(n) kern_avx512_kr(n, q0, dh0, q1, dh1, x, r0, out, next, n_next)
+    switch (R) {
+    case 8: K512(8); break;
+    case 7: K512(7); break;
+    case 6: K512(6); break;
+    case 5: K512(5); break;
+    case 4: K512(4); break;
+    case 3: K512(3); break;
+    case 2: K512(2); break;
+    default: K512(1); break;
+    }
+#undef K512
+}
+
 /* Direct path for a few X rows (Q8_0 and Q4_0): no panel. Each W row's
  * block is decoded in element order and multiplied against the X block; the
  * 8 columns' int32 partial vectors are then reduced with a horizontal-add
@@ -771,7 +993,6 @@ AVX2_INLINE void direct_avx2_kr(enum kind kind, int R, const uint8_t *const rows
                                 float out[RT][NC], const uint8_t *next, size_t n_next)
 {
     const __m256i eight = _mm256_set1_epi16(8);
-    size_t bb = kind == K_Q8_0 ? 34 : 18;
     __m256 acc[RD];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -804,10 +1025,10 @@ AVX2_INLINE void direct_avx2_kr(enum kind kind, int R, const uint8_t *const rows
             for (int r = 0; r < R; r++)
                 q[half][r] = _mm256_hadd_epi32(h[0][r], h[1][r]);
         }
-        __m128i hd = _mm_setr_epi16((short)rd16(rows[0] + b * bb), (short)rd16(rows[1] + b * bb),
-                                    (short)rd16(rows[2] + b * bb), (short)rd16(rows[3] + b * bb),
-                                    (short)rd16(rows[4] + b * bb), (short)rd16(rows[5] + b * bb),
-                                    (short)rd16(rows[6] + b * bb), (short)rd16(rows[7] + b * bb));
+        __m128i hd = _mm_setr_epi16((short)blk_d16(kind, rows[0], b), (short)blk_d16(kind, rows[1], b),
+                                    (short)blk_d16(kind, rows[2], b), (short)blk_d16(kind, rows[3], b),
+                                    (short)blk_d16(kind, rows[4], b), (short)blk_d16(kind, rows[5], b),
+                                    (short)blk_d16(kind, rows[6], b), (short)blk_d16(kind, rows[7], b));
         __m256 d = _mm256_cvtph_ps(hd);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
@@ -855,6 +1076,9 @@ typedef struct {
     const uint8_t *packed;/* first packed panel (AVX2 only), else NULL */
     size_t pstride;       /* bytes from one packed panel to the next */
     bool direct;          /* small-batch AVX2 path, no panel */
+    int ppu;              /* panels per work unit: 2 for packed W on AVX-512
+                           * (one 16-column kernel), else 1 */
+    qgemm_isa_t isa;      /* the context's ISA */
     void (*kern)(const panel_t *, const qx_t *, int, int, float[RT][NC]);
 } qmat_t;
 
@@ -893,13 +1117,42 @@ static inline void store_cols(float *dst, const float *src, int nc)
         memcpy(dst, src, (size_t)nc * sizeof(float));
 }
 
-/* Output columns [8 ip, 8 ip + 8) of matrix m for all rows; p is the
- * calling thread's panel scratch. */
-static void run_panel(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows, bool avx2, panel_t *p)
+/* Output columns [8 ip, 8 (ip + np)) (np ≤ m->ppu panels) of matrix m for
+ * all rows; p is the calling thread's panel scratch. */
+static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n_rows, bool avx2, panel_t *p)
 {
     const int64_t n_in = qx->n_in, nb = qx->nb, n_out = m->n_out;
     int64_t c0 = ip * NC;
     int nc = n_out - c0 < NC ? (int)(n_out - c0) : NC;
+    if (m->packed && m->kind != K_Q8_0) {
+        /* Q4_0 / K-quant panel packed at load (qkpack.h; always np == 1) */
+        const uint8_t *pk = m->packed + (size_t)ip * m->pstride;
+        qkpack_isa_t qi = m->isa == QGEMM_ISA_AVX512VNNI ? QKPACK_AVX512VNNI
+                          : m->isa == QGEMM_ISA_AVXVNNI  ? QKPACK_AVXVNNI
+                                                         : QKPACK_AVX2;
+        qkpack_panel_run(qi, m->type, pk, n_in, qx->q, qx->d, qx->s, n_rows, m->y + c0, n_out, nc,
+                         pk + m->pstride, c0 + NC < n_out ? m->pstride : 0);
+        return;
+    }
+    if (m->packed && np == 2) {
+        /* AVX-512: panels ip and ip + 1 as one 16-column tile */
+        assert(m->isa == QGEMM_ISA_AVX512VNNI);
+        const uint8_t *q0 = m->packed + (size_t)ip * m->pstride, *q1 = q0 + m->pstride;
+        const uint16_t *dh0 = (const uint16_t *)(const void *)(q0 + 256 * (size_t)nb);
+        const uint16_t *dh1 = (const uint16_t *)(const void *)(q1 + 256 * (size_t)nb);
+        const uint8_t *pnext = q1 + m->pstride;
+        int64_t rest = n_out - (c0 + 2 * NC); /* columns after this unit */
+        size_t n_pnext = rest <= 0 ? 0 : rest > NC ? 2 * m->pstride : m->pstride;
+        int nc2 = n_out - c0 < 2 * NC ? (int)(n_out - c0) : 2 * NC;
+        for (int r0 = 0; r0 < n_rows; r0 += RT512) {
+            int R = n_rows - r0 < RT512 ? n_rows - r0 : RT512;
+            float out[RT512][NC512];
+            kern_avx512_q8_0_packed(q0, dh0, q1, dh1, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
+            for (int r = 0; r < R; r++)
+                memcpy(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc2 * sizeof(float));
+        }
+        return;
+    }
     const uint8_t *rows[NC];
     for (int k = 0; k < NC; k++)
         rows[k] = m->w + (size_t)(c0 + (k < nc ? k : 0)) * m->rb;
@@ -907,6 +1160,20 @@ static void run_panel(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows, b
     int64_t n_next_rows = n_out - (c0 + NC) < NC ? n_out - (c0 + NC) : NC;
     size_t n_next = n_next_rows > 0 ? (size_t)n_next_rows * m->rb : 0;
     const uint8_t *next = m->w + (size_t)(c0 + NC) * m->rb * (n_next > 0);
+    if (m->packed && m->isa == QGEMM_ISA_AVX512VNNI) {
+        /* a lone last panel: the 16-column kernel with its second half
+         * reading the same panel (outputs dropped) */
+        const uint8_t *q0 = m->packed + (size_t)ip * m->pstride;
+        const uint16_t *dh0 = (const uint16_t *)(const void *)(q0 + 256 * (size_t)nb);
+        for (int r0 = 0; r0 < n_rows; r0 += RT512) {
+            int R = n_rows - r0 < RT512 ? n_rows - r0 : RT512;
+            float out[RT512][NC512];
+            kern_avx512_q8_0_packed(q0, dh0, q0, dh0, qx, r0, R, out, NULL, 0);
+            for (int r = 0; r < R; r++)
+                store_cols(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], nc);
+        }
+        return;
+    }
     if (m->packed) {
         /* panel ip as packed at load: no fill, the kernel reads it in place */
         panel_t pp = {0};
@@ -915,10 +1182,14 @@ static void run_panel(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows, b
         /* the next panel, contiguous after this one, when there is one */
         const uint8_t *pnext = pp.q + m->pstride;
         size_t n_pnext = c0 + NC < n_out ? m->pstride : 0;
+        const bool vnni = m->isa == QGEMM_ISA_AVXVNNI;
         for (int r0 = 0; r0 < n_rows; r0 += RT) {
             int R = n_rows - r0 < RT ? n_rows - r0 : RT;
             float out[RT][NC];
-            kern_avx2_q8_0_packed(&pp, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
+            if (vnni)
+                kern_vnni256_q8_0_packed(&pp, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
+            else
+                kern_avx2_q8_0_packed(&pp, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
             for (int r = 0; r < R; r++)
                 store_cols(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], nc);
         }
@@ -970,8 +1241,9 @@ static bool packed_ok(const void *packed, uint32_t type, int64_t n_out, int64_t 
 static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void *w, const void *packed,
                       int64_t n_out, int64_t n_in, float *y, int n_rows)
 {
-    const bool avx2 = c->isa == QGEMM_ISA_AVX2;
+    const bool avx2 = c->isa >= QGEMM_ISA_AVX2;
     m->kind = kind_of(type);
+    m->isa = c->isa;
     m->type = type;
     m->w = w;
     m->n_out = n_out;
@@ -988,6 +1260,7 @@ static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void
      * at every n_rows (qgemm.h, Speed) */
     m->direct = avx2 && !m->packed &&
                 ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) || (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
+    m->ppu = m->packed && m->kind == K_Q8_0 && c->isa == QGEMM_ISA_AVX512VNNI ? 2 : 1;
     m->kern = NULL;
     switch (m->kind) {
     case K_Q8_0: m->kern = kern_avx2_q8_0; break;
@@ -1001,7 +1274,7 @@ int qgemm_quantize(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in)
 {
     if (!c || n_rows < 0 || n_rows > c->max_rows || n_in <= 0 || n_in > c->max_in || n_in % QB != 0)
         return -1;
-    xquant_rows(c, x, 0, n_rows, n_in, n_in / QB, c->isa == QGEMM_ISA_AVX2);
+    xquant_rows(c, x, 0, n_rows, n_in, n_in / QB, c->isa >= QGEMM_ISA_AVX2);
     c->xq_rows = n_rows;
     c->xq_in = n_in;
     return 0;
@@ -1021,8 +1294,9 @@ int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *mat, int64_t n_in, int n_r
     qmat_init(&m, c, mat->type, mat->w, mat->packed, n_out, n_in, mat->y, n_rows);
     const qx_t qx = {c->xq, c->xd, c->xs, n_in, n_in / QB};
     panel_t p = panel_at(c, thread);
-    for (int64_t ip = col0 / NC; ip * NC < col1; ip++)
-        run_panel(&m, ip, &qx, n_rows, c->isa == QGEMM_ISA_AVX2, &p);
+    const int64_t ip1 = (col1 + NC - 1) / NC;
+    for (int64_t ip = col0 / NC; ip < ip1; ip += m.ppu)
+        run_panel(&m, ip, ip1 - ip < m.ppu ? (int)(ip1 - ip) : m.ppu, &qx, n_rows, c->isa >= QGEMM_ISA_AVX2, &p);
     return 0;
 }
 
@@ -1044,19 +1318,20 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
             return -1;
     if (n_rows == 0)
         return 0;
-    const bool avx2 = c->isa == QGEMM_ISA_AVX2;
+    const bool avx2 = c->isa >= QGEMM_ISA_AVX2;
     const int64_t nb = n_in / QB;
     qmat_t qm[QGEMM_MAX_MATS];
-    int64_t first[QGEMM_MAX_MATS + 1]; /* global index of each matrix's first panel */
+    int64_t first[QGEMM_MAX_MATS + 1]; /* global index of each matrix's first work unit */
     first[0] = 0;
     for (int i = 0; i < n_mats; i++) {
         qmat_init(&qm[i], c, mats[i].type, mats[i].w, mats[i].packed, mats[i].n_out, n_in, mats[i].y, n_rows);
-        first[i + 1] = first[i] + (qm[i].n_out + NC - 1) / NC;
+        int64_t np = (qm[i].n_out + NC - 1) / NC;
+        first[i + 1] = first[i] + (np + qm[i].ppu - 1) / qm[i].ppu;
     }
     /* the scratch now holds this X (qgemm_cols may use it) */
     c->xq_rows = n_rows;
     c->xq_in = n_in;
-    const int64_t n_panels = first[n_mats];
+    const int64_t n_panels = first[n_mats]; /* work units */
     if (n_panels == 0)
         return 0;
     const qx_t qx = {c->xq, c->xd, c->xs, n_in, nb};
@@ -1088,7 +1363,9 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
                 mi++;
             while (g < first[mi])
                 mi--;
-            run_panel(&qm[mi], g - first[mi], &qx, n_rows, avx2, &p);
+            const qmat_t *m = &qm[mi];
+            int64_t ip = (g - first[mi]) * m->ppu, np = (m->n_out + NC - 1) / NC;
+            run_panel(m, ip, np - ip < m->ppu ? (int)(np - ip) : m->ppu, &qx, n_rows, avx2, &p);
         }
     }
     return 0;
@@ -1111,11 +1388,11 @@ int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n
 
 size_t qgemm_packed_size(uint32_t type, int64_t n_out, int64_t n_in)
 {
-    if (type != GGML_TYPE_Q8_0 || n_out < 1 || n_out > PACK_MAX_OUT || n_in < QB || n_in > PACK_MAX_IN ||
-        n_in % QB != 0)
+    if ((type != GGML_TYPE_Q8_0 && !qkpack_supported(type)) || n_out < 1 || n_out > PACK_MAX_OUT || n_in < QB ||
+        n_in > PACK_MAX_IN || n_in % ggml_type_block_elems(type) != 0)
         return 0;
     uint64_t nb = (uint64_t)(n_in / QB);
-    uint64_t panel = (nb * (256 + 16) + 63) / 64 * 64;
+    uint64_t panel = type == GGML_TYPE_Q8_0 ? (nb * (256 + 16) + 63) / 64 * 64 : qkpack_panel_bytes(type, n_in);
     uint64_t n_panels = ((uint64_t)n_out + NC - 1) / NC;
     if (n_panels > (SIZE_MAX - PACK_HDR_BYTES) / panel)
         return 0;
@@ -1129,8 +1406,8 @@ int qgemm_pack_to(uint32_t type, const void *w, int64_t n_out, int64_t n_in, voi
         return -1;
     const int64_t nb = n_in / QB;
     const size_t rb = quant_row_bytes(type, n_in);
-    const size_t panel = (size_t)(nb * (256 + 16) + 63) / 64 * 64;
     const int64_t n_panels = (n_out + NC - 1) / NC;
+    const size_t panel = (total - PACK_HDR_BYTES) / (size_t)n_panels;
     uint8_t *buf = dst;
     pack_hdr_t h = {.magic = PACK_MAGIC, .type = type, .n_out = n_out, .n_in = n_in,
                     .panel_bytes = panel, .total = total};
@@ -1144,16 +1421,21 @@ int qgemm_pack_to(uint32_t type, const void *w, int64_t n_out, int64_t n_in, voi
 #pragma omp parallel for schedule(dynamic, 64) num_threads(n_threads)
     for (int64_t ip = 0; ip < n_panels; ip++) {
         uint8_t *q = buf + PACK_HDR_BYTES + (size_t)ip * panel;
+        if (type != GGML_TYPE_Q8_0) {
+            int nc = n_out - ip * NC < NC ? (int)(n_out - ip * NC) : NC;
+            qkpack_pack_panel(type, src + (size_t)(ip * NC) * rb, rb, nc, n_in, q);
+            continue;
+        }
         uint8_t *dh = q + 256 * (size_t)nb;
         /* columns past n_out and the tail padding stay zero */
         memset(q, 0, panel);
         for (int c = 0; c < NC && ip * NC + c < n_out; c++) {
             const uint8_t *row = src + (size_t)(ip * NC + c) * rb;
             for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *blk = row + (size_t)b * 34;
-                memcpy(dh + 2 * (8 * b + c), blk, 2); /* f16 scale, little-endian as in the file */
+                const qblock_q8_0_t *blk = (const qblock_q8_0_t *)row + b;
+                memcpy(dh + 2 * (8 * b + c), &blk->d, 2); /* f16 scale bits as in the file */
                 for (int k = 0; k < 8; k++)
-                    memcpy(q + 256 * b + 32 * k + 4 * c, blk + 2 + 4 * k, 4);
+                    memcpy(q + 256 * b + 32 * k + 4 * c, blk->qs + 4 * k, 4);
             }
         }
     }

@@ -8,12 +8,13 @@
 #include "worker/kernels/quant.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
+#include "worker/kernels/qblock.h"
 #include "worker/model/gguf.h"
 
-#define QK 32   /* elements per Q8_0 / Q4_0 block */
-#define QKK 256 /* elements per K-quant super-block */
+#define QK QBLOCK_QK /* elements per Q8_0 / Q4_0 block */
 
 /* ---- scalar conversions -------------------------------------------------- */
 
@@ -90,37 +91,25 @@ static void wr16(uint8_t *p, uint16_t v)
     p[0] = (uint8_t)v;
     p[1] = (uint8_t)(v >> 8);
 }
-static float rdh(const uint8_t *p) { return quant_fp16_to_fp32(rd16(p)); }
 
 /* ---- dequantizers: one block each ---------------------------------------- */
 
-static void deq_q8_0(const uint8_t *b, float *y)
+static void deq_q8_0(const uint8_t *p, float *y)
 {
-    float d = rdh(b);
-    const int8_t *q = (const int8_t *)(b + 2);
+    const qblock_q8_0_t *b = (const qblock_q8_0_t *)p;
+    float d = quant_fp16_to_fp32(b->d);
     for (int i = 0; i < QK; i++)
-        y[i] = (float)q[i] * d;
+        y[i] = (float)b->qs[i] * d;
 }
 
-static void deq_q4_0(const uint8_t *b, float *y)
+static void deq_q4_0(const uint8_t *p, float *y)
 {
-    float d = rdh(b);
-    const uint8_t *qs = b + 2;
+    const qblock_q4_0_t *b = (const qblock_q4_0_t *)p;
+    float d = quant_fp16_to_fp32(b->d);
+    const uint8_t *qs = b->qs;
     for (int i = 0; i < QK / 2; i++) {
         y[i] = d * (float)((qs[i] & 15) - 8);
         y[i + QK / 2] = d * (float)((qs[i] >> 4) - 8);
-    }
-}
-
-/* 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
-static void k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m)
-{
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((s[j + 4] & 15) | (s[j - 4] >> 6) << 4);
-        *m = (uint8_t)((s[j + 4] >> 4) | (s[j] >> 6) << 4);
     }
 }
 
@@ -131,8 +120,8 @@ static void deq_q45_k(float d, float dmin, const uint8_t *scales, const uint8_t 
     for (int c = 0; c < 4; c++) {
         for (int half = 0; half < 2; half++) {
             int j = 2 * c + half;
-            uint8_t sc, m;
-            k_scale_min(scales, j, &sc, &m);
+            int sc, m;
+            qblock_k_scale_min(scales, j, &sc, &m);
             float dl = d * (float)sc, ml = dmin * (float)m;
             for (int l = 0; l < 32; l++) {
                 int q = half ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 15;
@@ -144,21 +133,24 @@ static void deq_q45_k(float d, float dmin, const uint8_t *scales, const uint8_t 
     }
 }
 
-static void deq_q4_k(const uint8_t *b, float *y)
+static void deq_q4_k(const uint8_t *p, float *y)
 {
-    deq_q45_k(rdh(b), rdh(b + 2), b + 4, NULL, b + 16, y);
+    const qblock_q4_k_t *b = (const qblock_q4_k_t *)p;
+    deq_q45_k(quant_fp16_to_fp32(b->d), quant_fp16_to_fp32(b->dmin), b->scales, NULL, b->qs, y);
 }
 
-static void deq_q5_k(const uint8_t *b, float *y)
+static void deq_q5_k(const uint8_t *p, float *y)
 {
-    deq_q45_k(rdh(b), rdh(b + 2), b + 4, b + 16, b + 48, y);
+    const qblock_q5_k_t *b = (const qblock_q5_k_t *)p;
+    deq_q45_k(quant_fp16_to_fp32(b->d), quant_fp16_to_fp32(b->dmin), b->scales, b->qh, b->qs, y);
 }
 
-static void deq_q6_k(const uint8_t *b, float *y)
+static void deq_q6_k(const uint8_t *p, float *y)
 {
-    const uint8_t *ql = b, *qh = b + 128;
-    const int8_t *sc = (const int8_t *)(b + 192);
-    float d = rdh(b + 208);
+    const qblock_q6_k_t *b = (const qblock_q6_k_t *)p;
+    const uint8_t *ql = b->ql, *qh = b->qh;
+    const int8_t *sc = b->scales;
+    float d = quant_fp16_to_fp32(b->d);
     for (int h = 0; h < 2; h++)
         for (int r = 0; r < 4; r++)
             for (int l = 0; l < 32; l++) {
@@ -219,23 +211,25 @@ int quant_dequantize(uint32_t type, const void *src, float *dst, int64_t n)
 
 /* ggml reference Q8_0: d = amax/127 (stored as f16), q = round(x / d) with
  * the unrounded reciprocal, ties away from zero. */
-static void q_q8_0(const float *x, uint8_t *b)
+static void q_q8_0(const float *x, uint8_t *p)
 {
+    qblock_q8_0_t *b = (qblock_q8_0_t *)p;
     float amax = 0;
     for (int i = 0; i < QK; i++)
         amax = fmaxf(amax, fabsf(x[i]));
     float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    wr16(b, quant_fp32_to_fp16(d));
+    b->d = quant_fp32_to_fp16(d);
     for (int i = 0; i < QK; i++) {
         float v = roundf(x[i] * id);
-        b[2 + i] = (uint8_t)(int8_t)fmaxf(-127.0f, fminf(127.0f, v));
+        b->qs[i] = (int8_t)fmaxf(-127.0f, fminf(127.0f, v));
     }
 }
 
 /* ggml reference Q4_0: the signed value of largest magnitude maps to -8,
  * d = max / -8, q = trunc(x/d + 8.5) clamped to 15. */
-static void q_q4_0(const float *x, uint8_t *b)
+static void q_q4_0(const float *x, uint8_t *p)
 {
+    qblock_q4_0_t *b = (qblock_q4_0_t *)p;
     float amax = 0, max = 0;
     for (int i = 0; i < QK; i++)
         if (fabsf(x[i]) > amax) {
@@ -243,11 +237,11 @@ static void q_q4_0(const float *x, uint8_t *b)
             max = x[i];
         }
     float d = max / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    wr16(b, quant_fp32_to_fp16(d));
+    b->d = quant_fp32_to_fp16(d);
     for (int i = 0; i < QK / 2; i++) {
         float a = x[i] * id + 8.5f, c = x[i + QK / 2] * id + 8.5f;
         int qa = (int)fmaxf(0.0f, fminf(15.0f, a)), qc = (int)fmaxf(0.0f, fminf(15.0f, c));
-        b[2 + i] = (uint8_t)(qa | qc << 4);
+        b->qs[i] = (uint8_t)(qa | qc << 4);
     }
 }
 
@@ -278,10 +272,14 @@ static void q_q45_k(const float *x, uint8_t *b, int nmax)
         sc[j] = (uint8_t)(d > 0 ? clampi((int)lrintf(scale[j] / d), 0, 63) : 0);
         m[j] = (uint8_t)(dmin > 0 ? clampi((int)lrintf(min[j] / dmin), 0, 63) : 0);
     }
+    /* Q4_K is Q5_K without qh: the fields before qh are the same */
+    _Static_assert(offsetof(qblock_q4_k_t, qs) == offsetof(qblock_q5_k_t, qh), "Q4_K/Q5_K heads agree");
+    qblock_q5_k_t *b5 = (qblock_q5_k_t *)b;
+    qblock_q4_k_t *b4 = (qblock_q4_k_t *)b;
     bool q5 = nmax == 31;
-    uint8_t *scales = b + 4, *qh = q5 ? b + 16 : NULL, *qs = q5 ? b + 48 : b + 16;
-    wr16(b, dh);
-    wr16(b + 2, mh);
+    uint8_t *scales = b4->scales, *qh = q5 ? b5->qh : NULL, *qs = q5 ? b5->qs : b4->qs;
+    b4->d = dh;
+    b4->dmin = mh;
     for (int k = 0; k < 4; k++) {
         scales[k] = (uint8_t)((sc[k] & 63) | (sc[k + 4] >> 4) << 6);
         scales[k + 4] = (uint8_t)((m[k] & 63) | (m[k + 4] >> 4) << 6);
@@ -317,11 +315,12 @@ static void q_q6_k(const float *x, uint8_t *b)
     }
     uint16_t dh = quant_fp32_to_fp16(max_scale / 127.0f);
     float d = quant_fp16_to_fp32(dh);
-    uint8_t *ql = b, *qh = b + 128;
-    int8_t *sc = (int8_t *)(b + 192);
+    qblock_q6_k_t *blk = (qblock_q6_k_t *)b;
+    uint8_t *ql = blk->ql, *qh = blk->qh;
+    int8_t *sc = blk->scales;
     for (int s = 0; s < 16; s++)
         sc[s] = (int8_t)(d > 0 ? clampi((int)lrintf(scale[s] / d), -128, 127) : 0);
-    wr16(b + 208, dh);
+    blk->d = dh;
     memset(ql, 0, 128);
     memset(qh, 0, 64);
     for (int h = 0; h < 2; h++)

@@ -2,7 +2,8 @@
  *
  * A row of n elements of a ggml type is n / block_elems consecutive blocks
  * (see ggml_type_block_elems/_bytes in gguf.h). Block layouts (little-endian,
- * "f16" = IEEE half, all structs packed):
+ * "f16" = IEEE half; declared as packed C structs in qblock.h, which every
+ * reader of these formats uses instead of byte offsets):
  *
  *   F32   f32                                   1 element
  *   F16   f16                                   1 element

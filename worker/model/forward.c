@@ -5,6 +5,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,6 +47,7 @@ struct forward {
     float *scores;       /* (n_threads, scores_ld) attention weights, one row per thread */
     size_t scores_ld;    /* ctx rounded up to 16 floats (no false sharing) */
     int32_t *wanted;     /* (max_rows)         indices of rows with want_logits */
+    _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
     char err[160];
 };
 
@@ -76,7 +78,15 @@ int forward_set_int8(forward_t *f, bool on)
         f->mm = matmul_new(f->m->max_cols, f->n_threads);
         return 0;
     }
-    return matmul_use_int8(f->mm, f->max_rows);
+    if (matmul_use_int8(f->mm, f->max_rows) != 0)
+        return -1;
+    /* BF16 weights on AVX512-BF16 (1 = not on this CPU: exact path) */
+    return matmul_use_bf16(f->mm, f->max_rows) < 0 ? -1 : 0;
+}
+
+void forward_set_progress(forward_t *f, _Atomic uint64_t *layers_done)
+{
+    f->layers_done = layers_done;
 }
 
 forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
@@ -766,6 +776,8 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
         /* x += xb;  xb = rmsnorm(x) * next layer's attn_norm */
         if (l + 1 < c->n_layer)
             add_rmsnorm(f, f->x, f->xb, f->xb, m->layers[l + 1].attn_norm, R, dim, c->norm_eps);
+        if (f->layers_done) /* a long step shows its progress (forward_set_progress) */
+            atomic_fetch_add_explicit(f->layers_done, 1, memory_order_relaxed);
     }
 
     /* Only wanted rows go through the output head:

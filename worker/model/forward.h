@@ -64,10 +64,18 @@ typedef struct forward forward_t;
 forward_t *forward_new(const model_t *m, int max_rows, int n_threads);
 void forward_free(forward_t **f);
 /* Quantized weights through int8 kernels (see matmul_use_int8): faster,
- * ~0.5% relative error per product. On by default in pagoda-worker and
- * pagoda-run; tests comparing against the float reference turn it off.
+ * ~0.5% relative error per product; and BF16 weights through AVX512-BF16
+ * where the CPU has it (matmul_use_bf16, ≤ 2^-8 relative to Σ|w·x|). On by
+ * default in pagoda-worker and pagoda-run (--exact-matmul turns both off);
+ * tests comparing against the float reference turn it off.
  * 0 ok, -1 could not allocate the scratch. */
 int forward_set_int8(forward_t *f, bool on);
+
+/* A counter forward_run advances by one after each layer (relaxed atomic
+ * add; NULL = none, the default). Another thread reads it to see that a
+ * long step is still making progress (worker_link's hang detection). Not
+ * owned; must outlive f or be unset. */
+void forward_set_progress(forward_t *f, _Atomic uint64_t *layers_done);
 
 /* Runs one step. Returns
  *    0  ok: logits holds (number of rows with want_logits, vocab) floats

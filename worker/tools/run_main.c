@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "worker/engine.h"
+#include "worker/kernels/qgemm.h"
 #include "worker/model/forward.h"
 #include "worker/wait_policy.h"
 #include "worker/sched.h"
@@ -130,9 +131,10 @@ static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_se
 static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_list,
                      int prompt_tokens, int n_gen, int baseline)
 {
-    printf("# %s, %d prompt tokens, %d new tokens per sequence, %d threads, %s KV\n",
+    printf("# %s, %d prompt tokens, %d new tokens per sequence, %d threads, %s KV, isa %s\n",
            model_arch_name(e->model->cfg.arch), prompt_tokens, n_gen,
-           base->n_threads, kv_type_name(sched_kv_type_for(e->model, base->kv_type, !base->exact_matmul)));
+           base->n_threads, kv_type_name(sched_kv_type_for(e->model, base->kv_type, !base->exact_matmul)),
+           base->exact_matmul ? "exact" : qgemm_isa_name(qgemm_isa_default()));
     printf("%-6s %12s %12s %12s %10s", "seqs", "prefill t/s", "decode t/s", "overall t/s",
            "seconds");
     if (baseline)
@@ -258,7 +260,7 @@ int main(int argc, char **argv)
     int32_t n_ids;
     if (chat) {
         chat_msg_t m = {.role = "user", .content = prompt};
-        n_ids = engine_prompt_chat(e, &m, 1, &ids, err, sizeof err);
+        n_ids = engine_prompt_chat(e, &m, 1, NULL, &ids, err, sizeof err);
     } else {
         n_ids = engine_prompt_text(e, prompt, strlen(prompt), &ids, err, sizeof err);
     }

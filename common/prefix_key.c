@@ -1,0 +1,49 @@
+/* prefix_key.c — the prefix cache's block hash chain (see prefix_key.h). */
+#include "common/prefix_key.h"
+
+#include <stddef.h>
+
+#define H_P1 0x9E3779B185EBCA87ULL
+#define H_P2 0xC2B2AE3D27D4EB4FULL
+#define H_P3 0x165667B19E3779F9ULL
+#define H_P4 0x85EBCA77C2B2AE63ULL
+#define H_P5 0x27D4EB2F165667C5ULL
+
+static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+uint64_t prefix_key_next(uint64_t parent, const int32_t *t, int32_t n)
+{
+    uint64_t h = parent ^ (H_P5 + (uint64_t)n * 4u);
+    int32_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        uint64_t w = (uint64_t)(uint32_t)t[i] | ((uint64_t)(uint32_t)t[i + 1] << 32);
+        uint64_t k = rotl64(w * H_P2, 31) * H_P1;
+        h ^= k;
+        h = rotl64(h, 27) * H_P1 + H_P4;
+    }
+    if (i < n) {
+        h ^= (uint64_t)(uint32_t)t[i] * H_P1;
+        h = rotl64(h, 23) * H_P2 + H_P3;
+    }
+    h ^= h >> 33;
+    h *= H_P2;
+    h ^= h >> 29;
+    h *= H_P3;
+    h ^= h >> 32;
+    return h;
+}
+
+int32_t prefix_key_chain(const int32_t *tokens, int32_t n, int32_t bs, uint64_t *out, int32_t max)
+{
+    if (bs < 1 || n < 1 || max < 1)
+        return 0;
+    int32_t nb = (n - 1) / bs;
+    if (nb > max)
+        nb = max;
+    uint64_t k = PREFIX_KEY_PUBLIC_ROOT;
+    for (int32_t i = 0; i < nb; i++) {
+        k = prefix_key_next(k, tokens + (size_t)i * (size_t)bs, bs);
+        out[i] = k;
+    }
+    return nb;
+}

@@ -1,0 +1,39 @@
+/* prefix_key.h — the block keys of the prefix cache, shared by the worker's
+ * KV pool (worker/kv_pool.c) and the gateway's routing index
+ * (gateway/prefix_index.h).
+ *
+ * A full block of block_size token ids is keyed by a hash chain:
+ *     key_i = prefix_key_next(key_{i-1}, tokens[i*bs .. (i+1)*bs), bs)
+ *     key_{-1} = root
+ * prefix_key_next is a 64-bit multiply-rotate hash over the 32-bit token ids
+ * (xxHash64-like rounds, written for int32 tokens). Not cryptographic:
+ * nothing's correctness depends on it (the worker confirms every hit by
+ * comparing token ids).
+ *
+ * Two roots are used:
+ *   - the KV pool's private root, random per pool, for its own hash map (keys
+ *     unpredictable to clients, so its buckets cannot be flooded);
+ *   - PREFIX_KEY_PUBLIC_ROOT, a constant: the *public* keys a worker reports
+ *     in KV messages (proto/msg.h) and the gateway computes from a request's
+ *     tokens. They are equal on every replica of a model, so the gateway can
+ *     compare them. (The gateway's index re-mixes them with its own secret
+ *     before bucketing.)
+ * No allocation, no state: any thread.
+ */
+#ifndef PAGODA_COMMON_PREFIX_KEY_H
+#define PAGODA_COMMON_PREFIX_KEY_H
+
+#include <stdint.h>
+
+#define PREFIX_KEY_PUBLIC_ROOT 0x70616730646150ULL /* "Pad0gap", any constant */
+
+/* Key of a block of n token ids whose parent block has key `parent`. */
+uint64_t prefix_key_next(uint64_t parent, const int32_t *tokens, int32_t n);
+
+/* Public keys of the blocks of a prompt of n tokens that a prefix-cache
+ * lookup can hit: the first floor((n - 1) / bs) full blocks (the last prompt
+ * token is always recomputed), at most max. Writes them to out[0..) and
+ * returns their count (0 when n ≤ bs or bs < 1). */
+int32_t prefix_key_chain(const int32_t *tokens, int32_t n, int32_t bs, uint64_t *out, int32_t max);
+
+#endif

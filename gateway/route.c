@@ -1,0 +1,136 @@
+/* route.c — gateway-side prompt keys and the replica choice (see route.h). */
+#include "gateway/route.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/prefix_key.h"
+#include "common/xalloc.h"
+#include "worker/engine.h"
+
+struct route_text {
+    char **names;                 /* (n) model names */
+    engine_t **eng;               /* (n) text-only engines, NULL = none */
+    size_t n;
+};
+
+int route_mode_parse(const char *s, route_mode_t *out)
+{
+    if (strcmp(s, "cache-aware") == 0)
+        *out = ROUTE_CACHE_AWARE;
+    else if (strcmp(s, "least-loaded") == 0)
+        *out = ROUTE_LEAST_LOADED;
+    else
+        return -1;
+    return 0;
+}
+
+const char *route_mode_name(route_mode_t m)
+{
+    return m == ROUTE_LEAST_LOADED ? "least-loaded" : "cache-aware";
+}
+
+const char *route_reason_name(route_reason_t r)
+{
+    return r == ROUTE_BY_CACHE ? "cache" : r == ROUTE_BY_OVERLOAD ? "overload" : "load";
+}
+
+route_text_t *route_text_new(const char *const *names, const char *const *paths, size_t n)
+{
+    route_text_t *t = xcalloc(1, sizeof *t);
+    t->n = n;
+    t->names = xcalloc(n ? n : 1, sizeof *t->names);
+    t->eng = xcalloc(n ? n : 1, sizeof *t->eng);
+    for (size_t i = 0; i < n; i++) {
+        t->names[i] = xstrdup(names[i]);
+        if (!paths || !paths[i])
+            continue;
+        char err[512] = "";
+        t->eng[i] = engine_load_text(paths[i], err, sizeof err);
+        if (!t->eng[i])
+            log_warn("model %s: no tokenizer for routing by cache (%s): routed by load", names[i], err);
+    }
+    return t;
+}
+
+void route_text_free(route_text_t **tp)
+{
+    if (!tp || !*tp)
+        return;
+    route_text_t *t = *tp;
+    for (size_t i = 0; i < t->n; i++) {
+        free(t->names[i]);
+        engine_free(&t->eng[i]);
+    }
+    free(t->names);
+    free(t->eng);
+    free(t);
+    *tp = NULL;
+}
+
+int32_t route_text_keys(const route_text_t *t, const char *model, const proto_submit_t *s,
+                        int32_t block_size, uint64_t **keys)
+{
+    *keys = NULL;
+    const engine_t *e = NULL;
+    for (size_t i = 0; t && i < t->n; i++)
+        if (strcmp(t->names[i], model) == 0)
+            e = t->eng[i];
+    if (!e || block_size < 1)
+        return 0;
+    /* the same prompt construction as the worker's submit() */
+    char err[256];
+    int32_t *ids = NULL;
+    int32_t n_ids = engine_prompt_submit(e, s, &ids, err, sizeof err);
+    int32_t n = 0;
+    if (n_ids > block_size) {
+        int32_t max = (n_ids - 1) / block_size;
+        if (max > ROUTE_MAX_KEYS)
+            max = ROUTE_MAX_KEYS;
+        *keys = xmalloc((size_t)max * sizeof **keys);
+        n = prefix_key_chain(ids, n_ids, block_size, *keys, max);
+    }
+    free(ids);
+    return n;
+}
+
+/* a better least-loaded candidate than b (b < 0 = none) */
+static bool less_loaded(const route_cand_t *c, int a, int b)
+{
+    if (b < 0)
+        return true;
+    if (c[a].credit != c[b].credit)
+        return c[a].credit > c[b].credit;
+    return c[a].assigned < c[b].assigned;
+}
+
+int route_pick(route_mode_t mode, const route_cand_t *c, size_t n, uint32_t max_load_gap,
+               route_reason_t *why)
+{
+    int least = -1, cached = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (c[i].credit <= 0)
+            continue;
+        if (less_loaded(c, (int)i, least))
+            least = (int)i;
+        if (cached < 0 || c[i].hit_blocks > c[cached].hit_blocks ||
+            (c[i].hit_blocks == c[cached].hit_blocks && less_loaded(c, (int)i, cached)))
+            cached = (int)i;
+    }
+    *why = ROUTE_BY_LOAD;
+    if (least < 0)
+        return -1;
+    if (mode == ROUTE_LEAST_LOADED || c[cached].hit_blocks == 0)
+        return least;
+    if (c[cached].hit_blocks == c[least].hit_blocks) {
+        *why = ROUTE_BY_CACHE; /* the least loaded holds the longest prefix too */
+        return least;
+    }
+    if (c[cached].assigned > c[least].assigned + max_load_gap) {
+        *why = ROUTE_BY_OVERLOAD;
+        return least;
+    }
+    *why = ROUTE_BY_CACHE;
+    return cached;
+}

@@ -1,0 +1,84 @@
+/* route.h — routing by cache: which replica of a model a request goes to.
+ *
+ * Two parts:
+ *   - keys: the gateway renders and tokenizes a request's prompt exactly as a
+ *     worker will (the same engine code, worker/engine.h, loaded text-only
+ *     from the model's GGUF: tokenizer + chat template, no weights) and turns
+ *     the tokens into the public block-key chain (common/prefix_key.h). Runs
+ *     on the HTTP thread that parsed the request, so the core thread never
+ *     tokenizes. A model without a GGUF file on the gateway's host (a
+ *     remote-only model) gets no keys and is routed by load.
+ *   - pick: given, per candidate replica, its credit, load and how many of the
+ *     request's leading blocks it holds (gateway/prefix_index.h), choose one.
+ *
+ * Policy (route_pick), among replicas with credit > 0:
+ *   least  = the least-loaded replica (most credit, then fewest assigned) —
+ *            the whole policy in ROUTE_LEAST_LOADED mode;
+ *   cached = the one holding the longest prefix (ties: least loaded).
+ *   If cached holds more than least does and its load (requests we have on
+ *   it) exceeds least's by at most max_load_gap, the request goes to cached
+ *   ("cache"); if the gap is larger, to least ("overload": a hot prefix must
+ *   not pile onto one replica — the other one caches it too after serving
+ *   it); if no replica holds any of it, to least ("load").
+ * The queue's order (priority, aging) is not touched: this only decides
+ * where the most urgent request goes.
+ *
+ * Ownership: route_text_new loads engines it owns (route_text_free NULLs).
+ * A route_text_t is read-only after creation: any thread may call
+ * route_text_keys concurrently. route_pick is a pure function.
+ */
+#ifndef PAGODA_GATEWAY_ROUTE_H
+#define PAGODA_GATEWAY_ROUTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/msg.h"
+
+typedef enum route_mode {
+    ROUTE_CACHE_AWARE = 0,        /* "cache-aware" (default) */
+    ROUTE_LEAST_LOADED = 1,       /* "least-loaded" */
+} route_mode_t;
+
+#define ROUTE_DEFAULT_MAX_LOAD_GAP 4
+#define ROUTE_MAX_KEYS 65536          /* blocks of a prompt looked up (2M tokens at 32) */
+
+/* "cache-aware" / "least-loaded" → mode; 0 ok, -1 unknown. */
+int route_mode_parse(const char *s, route_mode_t *out);
+const char *route_mode_name(route_mode_t m);
+
+typedef struct route_text route_text_t;
+
+/* Loads the text side (tokenizer, chat template) of each model's GGUF;
+ * paths[i] NULL = none for names[i]. A file that fails to load is logged
+ * and that model routed by load. Never NULL. */
+route_text_t *route_text_new(const char *const *names, const char *const *paths, size_t n);
+void route_text_free(route_text_t **t);
+
+/* Public key chain of the prompt s will have on a worker of `model` with
+ * block_size tokens per block: *keys (malloc'd, caller frees; NULL when 0)
+ * gets the keys of the blocks a prefix-cache lookup can hit. Returns their
+ * count, 0 when the model has no text engine or the prompt does not render
+ * (the worker will then answer the error itself). */
+int32_t route_text_keys(const route_text_t *t, const char *model, const proto_submit_t *s,
+                        int32_t block_size, uint64_t **keys);
+
+/* One candidate replica for route_pick. */
+typedef struct route_cand {
+    int64_t credit;               /* SUBMITs it takes now; ≤ 0 = not a candidate */
+    uint32_t assigned;            /* our requests on it */
+    int32_t hit_blocks;           /* leading blocks of the request it holds */
+} route_cand_t;
+
+typedef enum route_reason {
+    ROUTE_BY_LOAD = 0,            /* no replica holds any of the prefix (or least-loaded mode) */
+    ROUTE_BY_CACHE = 1,           /* the replica holding the longest prefix */
+    ROUTE_BY_OVERLOAD = 2,        /* a replica held more, but was too loaded */
+} route_reason_t;
+const char *route_reason_name(route_reason_t r); /* "load", "cache", "overload" */
+
+/* Index of the chosen candidate, or -1 when none has credit. *why says why. */
+int route_pick(route_mode_t mode, const route_cand_t *c, size_t n, uint32_t max_load_gap,
+               route_reason_t *why);
+
+#endif
