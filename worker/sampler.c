@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/xalloc.h"
+#include "common/vec.h"
 
 #define SAMPLER_HEAP_TOP_K 512     /* top_k up to this uses the heap scan */
 #define SAMPLER_BUCKET_SHIFT 17    /* 2^17 float ulps = 1/64 octave per bucket */
@@ -127,10 +128,7 @@ static hist_entry_t *hist_get(sampler_t *s, int32_t token)
     /* keep the table at most half full; entries never exceed n_vocab */
     if ((uint32_t)(s->n_ent + 1) * 2 > s->mask + 1)
         hist_rehash(s, (s->mask + 1) * 2);
-    if (s->n_ent == s->cap_ent) {
-        s->cap_ent *= 2;
-        s->ent = xrealloc(s->ent, (size_t)s->cap_ent * sizeof *s->ent);
-    }
+    vec_reserve(s->ent, s->cap_ent, (size_t)s->n_ent + 1);
     e = s->n_ent++;
     s->ent[e] = (hist_entry_t){.token = token};
     uint32_t h = tok_hash(token) & s->mask;
@@ -147,11 +145,7 @@ static void window_push(sampler_t *s, hist_entry_t *e, int32_t token)
     int32_t last_n = s->p.repetition_last_n;
     if (last_n <= 0)
         return; /* whole history: nothing ever leaves */
-    if (s->n_hist == s->cap_hist) {
-        s->cap_hist = s->cap_hist ? s->cap_hist * 2 : 256;
-        s->hist = xrealloc(s->hist, (size_t)s->cap_hist * sizeof *s->hist);
-    }
-    s->hist[s->n_hist++] = token;
+    vec_push(s->hist, s->n_hist, s->cap_hist, token);
     if (s->n_hist > last_n) {
         int32_t old = hist_find(s, s->hist[s->n_hist - 1 - last_n]);
         s->ent[old].n_window--;

@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "common/vec.h"
 #include "worker/text/detok.h"
 #include "worker/model/forward.h"
 #include "worker/kv_pool.h"
@@ -75,7 +76,6 @@ struct sched {
     kv_pool_t *pool;
     sched_event_fn on_event;
     void *ud;
-    bool admitting;
 
     seq_t **seqs;                  /* (n_seqs) every live sequence, any state */
     int32_t n_seqs, cap_seqs;
@@ -161,11 +161,7 @@ static void seq_free(seq_t **ps)
 
 static void seq_push_token(seq_t *q, int32_t t)
 {
-    if (q->n_tokens == q->cap) {
-        q->cap = q->cap ? q->cap * 2 : 64;
-        q->tokens = xrealloc(q->tokens, (size_t)q->cap * sizeof *q->tokens);
-    }
-    q->tokens[q->n_tokens++] = t;
+    vec_push(q->tokens, q->n_tokens, q->cap, t);
 }
 
 static seq_t *find_seq(const sched_t *s, uint64_t id)
@@ -248,7 +244,7 @@ static bool reserve_or_preempt(sched_t *s, seq_t *q, int32_t n)
 
 static void emit(sched_t *s, seq_t *q, const char *text, size_t text_len, const int32_t *toks,
                  int32_t n_toks, const sched_token_logprob_t *lp, enum sched_finish fin,
-                 const char *error)
+                 sched_rc_t error_code, const char *error)
 {
     sched_event_t ev = {
         .id = q->id,
@@ -260,6 +256,7 @@ static void emit(sched_t *s, seq_t *q, const char *text, size_t text_len, const 
         .logprobs = lp,
         .finish = fin,
         .error = error,
+        .error_code = error_code,
         .n_prompt = q->n_prompt,
         .n_cached = q->n_cached,
         .n_completion = q->n_generated,
@@ -295,7 +292,6 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     s->cfg = *c;
     s->on_event = on_event;
     s->ud = ud;
-    s->admitting = true;
     /* a batch always has room for one decode row per sequence */
     if (s->cfg.max_batch_tokens < s->cfg.max_seqs)
         s->cfg.max_batch_tokens = s->cfg.max_seqs;
@@ -386,7 +382,6 @@ void sched_set_progress(sched_t *s, _Atomic uint64_t *layers_done)
 {
     forward_set_progress(s->fwd, layers_done);
 }
-void sched_set_admitting(sched_t *s, bool on) { s->admitting = on; }
 bool sched_busy(const sched_t *s) { return s->n_seqs > 0; }
 int sched_check(const sched_t *s) { return kv_pool_check(s->pool); }
 kv_pool_t *sched_kv_pool(sched_t *s) { return s->pool; }
@@ -467,38 +462,38 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
     const int32_t ctx = s->max_positions, vocab = s->model->cfg.vocab;
     if (r->n_prompt < 1) {
         snprintf(err, errlen, "the prompt is empty");
-        return -1;
+        return SCHED_EINVAL;
     }
     if (r->n_resume < 0 || (int64_t)r->n_prompt + r->n_resume + 1 > ctx) {
         snprintf(err, errlen,
                  "the prompt has %d tokens (plus %d resumed) but the context holds %d tokens",
                  r->n_prompt, r->n_resume, ctx);
-        return -1;
+        return SCHED_ETOO_LONG;
     }
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= vocab) {
             snprintf(err, errlen, "prompt token %d is out of the vocabulary", r->prompt[i]);
-            return -1;
+            return SCHED_EINVAL;
         }
     for (int32_t i = 0; i < r->n_resume; i++)
         if (r->resume[i] < 0 || r->resume[i] >= vocab) {
             snprintf(err, errlen, "resumed token %d is out of the vocabulary", r->resume[i]);
-            return -1;
+            return SCHED_EINVAL;
         }
     if (r->max_tokens > 0 && r->n_resume >= r->max_tokens) {
         snprintf(err, errlen, "%d resumed tokens already reach max_tokens %d", r->n_resume,
                  r->max_tokens);
-        return -1;
+        return SCHED_EINVAL;
     }
     if (find_seq(s, r->id)) {
         snprintf(err, errlen, "request %llu is already running", (unsigned long long)r->id);
-        return -1;
+        return SCHED_EDUPLICATE;
     }
     int32_t n_choices = r->n_choices == 0 ? 1 : r->n_choices;
     if (n_choices < 1 || n_choices > SCHED_MAX_CHOICES || (n_choices > 1 && r->n_resume > 0)) {
         snprintf(err, errlen, "n = %d choices: want 1..%d, and 1 when resuming", n_choices,
                  SCHED_MAX_CHOICES);
-        return -1;
+        return SCHED_EINVAL;
     }
     for (int32_t i = 0; i < n_choices; i++) {
         sched_req_t ri = *r;
@@ -508,10 +503,10 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
             for (int32_t k = s->n_seqs - 1; k >= 0; k--)
                 if (s->seqs[k]->id == r->id)
                     remove_seq_at(s, k);
-            return -1;
+            return SCHED_EINVAL; /* submit_one: invalid sampling or stop strings */
         }
     }
-    return 0;
+    return SCHED_OK;
 }
 
 /* One sequence of request r: choice `index`. */
@@ -528,7 +523,8 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
     q->deadline_us = r->deadline_us;
     q->max_tokens = r->max_tokens;
     q->ignore_eos = r->ignore_eos;
-    q->top_logprobs = r->top_logprobs > 20 ? 20 : r->top_logprobs;
+    q->top_logprobs = r->top_logprobs > SAMPLER_MAX_TOP_LOGPROBS ? SAMPLER_MAX_TOP_LOGPROBS
+                                                                : r->top_logprobs;
     q->n_prompt = r->n_prompt;
     for (int32_t i = 0; i < r->n_prompt; i++)
         seq_push_token(q, r->prompt[i]);
@@ -545,7 +541,7 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
     if (!q->sampler || !q->detok) {
         snprintf(err, errlen, "invalid sampling parameters or stop strings");
         seq_free(&q);
-        return -1;
+        return SCHED_EINVAL;
     }
     sampler_accept_prompt(q->sampler, r->prompt, r->n_prompt);
     if (r->grammar && r->grammar_len > 0) {
@@ -600,11 +596,7 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
     /* each of them cost the interrupted run one draw: a seeded request
      * continues the same random stream */
     sampler_skip(q->sampler, r->n_resume);
-    if (s->n_seqs == s->cap_seqs) {
-        s->cap_seqs = s->cap_seqs ? s->cap_seqs * 2 : 16;
-        s->seqs = xrealloc(s->seqs, (size_t)s->cap_seqs * sizeof *s->seqs);
-    }
-    s->seqs[s->n_seqs++] = q;
+    vec_push(s->seqs, s->n_seqs, s->cap_seqs, q);
     return 0;
 }
 
@@ -663,7 +655,7 @@ static void reap(sched_t *s)
             i++;
             continue;
         }
-        emit(s, q, NULL, 0, NULL, 0, NULL, fin, msg);
+        emit(s, q, NULL, 0, NULL, 0, NULL, fin, msg ? SCHED_EDEADLINE : SCHED_OK, msg);
         remove_seq_at(s, i);
     }
 }
@@ -673,8 +665,6 @@ static void reap(sched_t *s)
  * running one when every slot is taken. */
 static void admit(sched_t *s)
 {
-    if (!s->admitting)
-        return;
     for (;;) {
         seq_t *best = NULL;
         for (int32_t i = 0; i < s->n_seqs; i++) {
@@ -956,7 +946,8 @@ int sched_step(sched_t *s)
         const char *msg = forward_error(s->fwd);
         log_error("forward pass failed: %s", msg ? msg : "unknown error");
         while (s->n_seqs > 0) {
-            emit(s, s->seqs[0], NULL, 0, NULL, 0, NULL, SCHED_FINISH_ERROR, "engine error");
+            emit(s, s->seqs[0], NULL, 0, NULL, 0, NULL, SCHED_FINISH_ERROR, SCHED_EENGINE,
+                 "engine error");
             remove_seq_at(s, 0);
         }
         return -1;
@@ -996,9 +987,9 @@ int sched_step(sched_t *s)
         if (q->out_valid) {
             q->out_valid = false;
             emit(s, q, q->out_text, q->out_len, &q->out_token, 1,
-                 q->top_logprobs >= 0 ? &q->out_lp : NULL, q->finish, NULL);
+                 q->top_logprobs >= 0 ? &q->out_lp : NULL, q->finish, SCHED_OK, NULL);
         } else if (q->draw_error && q->finish == SCHED_FINISH_ERROR) {
-            emit(s, q, NULL, 0, NULL, 0, NULL, q->finish, q->draw_error);
+            emit(s, q, NULL, 0, NULL, 0, NULL, q->finish, SCHED_EENGINE, q->draw_error);
         }
         if (q->finish != SCHED_FINISH_NONE) {
             remove_seq_at(s, i);
