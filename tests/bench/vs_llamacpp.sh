@@ -27,10 +27,13 @@
 #
 # Wait policy: llama.cpp's threads poll for work by default (--poll 50);
 # pagoda's OpenMP threads sleep (OMP_WAIT_POLICY=passive, docs/FORWARD.md).
-# On a shared, loaded machine polling threads fight over the cores (the
-# 110M model decoded at ~1 tok/s in llama-server at load 20), so both
-# llama-server and llama-bench get --poll LLAMA_POLL, default 0 (no
-# polling, like pagoda); LLAMA_POLL=50 restores llama.cpp's default.
+# Both llama-server and llama-bench get --poll LLAMA_POLL, default 0 (no
+# polling between graphs, like pagoda); LLAMA_POLL=50 restores llama.cpp's
+# default. On an oversubscribed machine llama.cpp with 2 threads still
+# collapses (its barriers between graph nodes spin: the 110M Q8_0 model
+# decoded at 0.8-1.1 tok/s in llama-server at load 20, --poll 0 or 50,
+# against ~42 tok/s with -t 1); THREADS=1 then gives a comparison that
+# measures the kernels rather than the scheduler of the host.
 #
 # Environment: PAGODA_BUILD (build), THREADS (2), RUNS (1), N1 (8), N32 (64),
 # W32 (32: warm-up requests of the 32-stream load, not counted),
