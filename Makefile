@@ -6,7 +6,8 @@
 #   make check SANITIZE=1  the same suite under ASan+UBSan (objects in build/san)
 #   make fuzz            build libFuzzer targets with clang into build/fuzz
 #
-# Sources are picked up by folder: every common/*.c and proto/*.c goes into
+# Sources are picked up by folder: every common/*.c, common/*/*.c (grammar/)
+# and proto/*.c goes into
 # libpagoda_common.a, every worker/*.c and worker/*/*.c (model/, kernels/,
 # text/, tools/) that is not a *_main.c into libpagoda_worker.a, every
 # gateway/*.c that is not a *_main.c into libpagoda_gateway.a. Each tests/<dir>/test_*.c is one cmocka program.
@@ -30,7 +31,7 @@ CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wno-unused-paramete
 	-fopenmp -pthread -I. $(PKG_CFLAGS) $(SANFLAGS) $(CFLAGS)
 LDLIBS_ALL = $(PKG_LIBS) -lm -fopenmp -pthread $(SANFLAGS) $(LDFLAGS)
 
-COMMON_SRC  := $(wildcard common/*.c proto/*.c)
+COMMON_SRC  := $(wildcard common/*.c common/*/*.c proto/*.c)
 WORKER_SRC  := $(filter-out %_main.c,$(wildcard worker/*.c worker/*/*.c))
 GATEWAY_SRC := $(filter-out %_main.c,$(wildcard gateway/*.c))
 
@@ -53,7 +54,7 @@ UNIT_SRC  := $(wildcard tests/*/test_*.c)
 UNIT_BINS := $(patsubst %.c,$(BUILD)/%,$(UNIT_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 
-.PHONY: all deps run test check fuzz fuzz-smoke clean install
+.PHONY: all deps run test test-large check fuzz fuzz-smoke clean install
 .SECONDARY:
 all: $(BINS) $(UNIT_BINS)
 
@@ -95,6 +96,12 @@ run: deps
 test: deps
 	@$(MAKE) --no-print-directory all
 	@PAGODA_BUILD=$(BUILD) bash tests/run.sh
+
+# Load and chaos at real model size (tests/large/: a 1.1B Q4_K_M model made by
+# pagoda-mkmodel, cached in $(BUILD)/models/; 32 streams; kill -9 mid-run).
+test-large: deps
+	@$(MAKE) --no-print-directory all
+	@PAGODA_BUILD=$(BUILD) bash tests/large/run.sh
 
 check: deps
 	@$(MAKE) --no-print-directory all

@@ -127,6 +127,7 @@ static const field_t top_fields[] = {
     STR("listen", config_t, listen, check_listen),
     STR("worker_endpoint", config_t, worker_endpoint, check_endpoint),
     INT("heartbeat_ms", config_t, heartbeat_ms, 10, 600000),
+    INT("progress_timeout_ms", config_t, progress_timeout_ms, 0, 86400000),
     {.key = "log_level", .kind = K_LEVEL, .off = offsetof(config_t, log_level)},
     OPTSTR("keys_file", config_t, keys_file, check_path),
     INT("http_threads", config_t, http_threads, 1, 256),
@@ -141,7 +142,9 @@ static const field_t top_fields[] = {
     MAP("routing", config_t, routing, routing_fields),
     {.key = "models", .kind = K_MODELS, .off = offsetof(config_t, models)},
 };
-#define MAX_FIELDS 16 /* entries of the largest table */
+#define MAX_FIELDS 24 /* entries of the largest table */
+_Static_assert(sizeof top_fields / sizeof top_fields[0] <= MAX_FIELDS,
+               "MAX_FIELDS: seen_line[] would overflow");
 
 /* ---- defaults ----------------------------------------------------------- */
 
@@ -514,6 +517,7 @@ config_t *config_default(void)
     c->listen = xstrdup("127.0.0.1:8080");
     c->worker_endpoint = xstrdup("tcp://127.0.0.1:5557");
     c->heartbeat_ms = PROTO_HEARTBEAT_MS;
+    c->progress_timeout_ms = PROTO_PROGRESS_TIMEOUT_MS;
     c->log_level = LOG_INFO;
     c->keys_file = NULL;
     c->http_threads = 2;

@@ -43,7 +43,14 @@
  *                                                                 (HOST may be * or an interface; PORT
  *                                                                 1..65535 or *) or ipc://PATH
  *   heartbeat_ms                 int      1000                    10..600000; a worker silent for 3
- *                                                                 intervals is considered dead
+ *                                                                 intervals is considered dead; local
+ *                                                                 workers get it as --heartbeat-ms,
+ *                                                                 remote ones adopt it
+ *   progress_timeout_ms          int      30000                   0..86400000; a worker that holds
+ *                                                                 requests but completes no step for
+ *                                                                 max(this, 20 x its slowest recent
+ *                                                                 step) is hung (killed if local,
+ *                                                                 requests re-dispatched); 0 = off
  *   log_level                    string   info                    debug | info | warn | error
  *   keys_file                    string   (none)                  API keys file (gateway/keys.h);
  *                                                                 none = no authentication
@@ -228,6 +235,7 @@ typedef struct config {
     int listen_port;           /* 0..65535 */
     char *worker_endpoint;     /* "tcp://HOST:PORT" or "ipc://PATH" */
     int heartbeat_ms;
+    int progress_timeout_ms;   /* floor of the progress deadline, ms; 0 = off */
     int log_level;             /* enum log_level (common/log.h) */
     char *keys_file;           /* NULL = no API keys */
     int http_threads;          /* libmicrohttpd thread pool */

@@ -49,6 +49,12 @@
  * registered worker a HEARTBEAT each heartbeat_ms, and forgets a worker after
  * PROTO_LIVENESS of the worker's own intervals without a message from it, or
  * at once when ZeroMQ reports its connection gone (EHOSTUNREACH on send).
+ * Workers heartbeat from a thread that does not wait on the forward pass, so
+ * silence means a stopped or dead process, never a slow step. A worker that
+ * heartbeats but makes no progress — busy (it holds requests) and no step
+ * completed for max(progress_timeout, PROTO_PROGRESS_SCALE × its slowest
+ * recent step), from the HEARTBEAT's "prog" — is hung: removed like a silent
+ * one (its requests re-dispatched, a local one SIGKILLed and restarted).
  * A message from an unknown connection other than REGISTER is answered with
  * ERROR 409 so the worker registers again (e.g. after a gateway restart).
  *
@@ -112,6 +118,9 @@ typedef struct gateway_config {
     const curve_keylist_t *curve_authorized; /* worker public keys (copied), with the above */
     int max_redispatch;           /* a request whose worker is lost more often than this
                                      gets 502; 0 = GATEWAY_DEFAULT_MAX_REDISPATCH, < 0 = none */
+    int64_t progress_timeout_ms;  /* a busy worker with no completed step for
+                                     max(this, PROTO_PROGRESS_SCALE × its slowest recent
+                                     step) is hung; 0 = PROTO_PROGRESS_TIMEOUT_MS, < 0 = off */
     route_mode_t routing;         /* which replica gets a request (gateway/route.h) */
     const char *const *model_paths; /* (n_models) GGUF file of each model, read for its
                                      tokenizer (routing by cache); NULL / NULL entry = none */
@@ -139,6 +148,9 @@ typedef struct gateway_worker {
     uint64_t heartbeat_seq;       /* seq of its last HEARTBEAT */
     bool has_load;                /* load below came with a HEARTBEAT */
     proto_load_t load;            /* last reported load */
+    bool has_progress;            /* progress below came with a HEARTBEAT (newer workers) */
+    proto_progress_t progress;    /* step progress of its last HEARTBEAT */
+    int64_t t_progress_us;        /* when that HEARTBEAT came (its stall_ms is as of then) */
     uint32_t n_assigned;          /* our requests on it (SUBMIT sent, no final reply yet) */
     int64_t hb_credit;            /* free_slots of the last HEARTBEAT (capacity before one),
                                      − SUBMITs since, + finishes since */
@@ -168,6 +180,7 @@ struct gateway {
     int64_t replica_grace_us;     /* [any] read-only */
     int64_t idle_timeout_us;      /* [any] read-only */
     uint32_t max_redispatch;      /* [any] read-only */
+    int64_t progress_timeout_us;  /* [any] read-only; floor of the progress deadline, 0 = off */
     int64_t t_next_sweep_us;      /* [core] next check of RUNNING deadlines */
     char hostname[256];           /* [any] ours: a worker on this host may be a local child */
 
@@ -357,10 +370,15 @@ void gateway_free(struct gateway **gw);
  *                      "free_slots": int, "configured": bool}},
  *    "workers": [{"id", "model", "host", "pid", "state", "last_heartbeat_ms_ago",
  *                 "liveness", "capacity", "n_ctx", "n_vocab", "kv_blocks",
- *                 "block_size", "assigned", "load": {...} | null}]}
+ *                 "block_size", "assigned", "load": {...} | null,
+ *                 "progress": {"steps", "busy", "stall_ms", "slow_ms",
+ *                              "deadline_ms"} | null}]}
  * "liveness" counts heartbeat intervals left before the worker is dropped
  * (PROTO_LIVENESS when fresh); "assigned"/"running" count our requests on
- * workers, load.running what the worker itself last reported. */
+ * workers, load.running what the worker itself last reported. "progress":
+ * steps completed, busy (holds requests), stall_ms (no step completed for
+ * that long while busy, now), slow_ms (slowest recent step) and the stall
+ * deadline_ms past which it is declared hung (0 = check off). */
 json_t *gateway_health(struct gateway *gw, int64_t timeout_us);
 
 /* GET /v1/models body (malloc'd, caller frees) or NULL on timeout. Lists

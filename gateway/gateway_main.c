@@ -70,6 +70,7 @@ static const struct flag_key {
     {"listen", "listen", false, false},
     {"worker-endpoint", "worker_endpoint", false, false},
     {"heartbeat-ms", "heartbeat_ms", false, false},
+    {"progress-timeout-ms", "progress_timeout_ms", false, false},
     {"log-level", "log_level", false, false},
     {"keys", "keys_file", false, false},
     {"max-queue", "queue.max_per_model", false, false},
@@ -148,7 +149,13 @@ static void usage(FILE *f)
             "Workers:\n"
             "  --worker-endpoint ENDPOINT ZeroMQ endpoint workers connect to\n"
             "                             (default tcp://127.0.0.1:5557) [worker_endpoint]\n"
-            "  --heartbeat-ms N           heartbeat interval to workers (default %d) [heartbeat_ms]\n"
+            "  --heartbeat-ms N           heartbeat interval, both ways; local workers get it, remote\n"
+            "                             ones adopt it; silent 3 intervals = dead (default %d)\n"
+            "                             [heartbeat_ms]\n"
+            "  --progress-timeout-ms N    a worker holding requests that completes no step for\n"
+            "                             max(N, %d x its slowest recent step) is hung: killed\n"
+            "                             (local) and its requests re-dispatched; 0 = off\n"
+            "                             (default %d) [progress_timeout_ms]\n"
             "  --model NAME=FILE.gguf     serve this model with one local worker (repeatable);\n"
             "                             a model of the file keeps its settings, gets this path\n"
             "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --kv-budget-mb N, --threads N,\n"
@@ -184,6 +191,7 @@ static void usage(FILE *f)
             GATEWAY_DEFAULT_MAX_QUEUE, GATEWAY_DEFAULT_TIMEOUT_S, GATEWAY_DEFAULT_GRACE_S,
             OAI_MAX_MESSAGES, OAI_MAX_TEXT_BYTES, HTTP_DEFAULT_IDLE_TIMEOUT_S,
             HTTP_DEFAULT_HEADER_TIMEOUT_S, GATEWAY_DEFAULT_MAX_REDISPATCH, PROTO_HEARTBEAT_MS,
+            PROTO_PROGRESS_SCALE, PROTO_PROGRESS_TIMEOUT_MS,
             GATEWAY_DEFAULT_IDLE_S,
             SUPERVISOR_FAIL_RESTARTS, SUPERVISOR_FAIL_WINDOW_MS / 1000);
 }
@@ -579,6 +587,7 @@ int main(int argc, char **argv)
         .models = model_names, .n_models = cfg->n_models, .idle_timeout_s = idle_s,
         .curve_secret_key = curve ? srv_sec : NULL, .curve_authorized = authorized,
         .max_redispatch = max_redispatch > 0 ? (int)max_redispatch : -1,
+        .progress_timeout_ms = cfg->progress_timeout_ms > 0 ? cfg->progress_timeout_ms : -1,
         .routing = (route_mode_t)cfg->routing.mode, .model_paths = model_paths,
         .prefix_index_entries = (size_t)cfg->routing.index_entries,
         .route_max_load_gap = (uint32_t)cfg->routing.max_load_gap,
@@ -604,7 +613,7 @@ int main(int argc, char **argv)
     if (n_local) {
         supervisor_config_t scfg = {
             .worker_bin = cfg->worker_bin, .endpoint = gw->worker_endpoint,
-            .worker_args = worker_args, .n_worker_args = n_worker_args,
+            .heartbeat_ms = cfg->heartbeat_ms, .worker_args = worker_args, .n_worker_args = n_worker_args,
             .restarts = gw->m.worker_restarts,
             .fail_restarts = (unsigned)cfg->restart.crash_loop_restarts,
             .fail_window_ms = (int64_t)(cfg->restart.crash_loop_window_s * 1000),

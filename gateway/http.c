@@ -23,10 +23,13 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/utf8.h"
+#include "common/vec.h"
 #include "common/xalloc.h"
 #include "gateway/gateway.h"
 #include "gateway/keys.h"
 #include "gateway/oai.h"
+#include "gateway/oai_tools.h"
 
 #define HTTP_DEFAULT_MAX_BODY (16u << 20)
 #define SNAPSHOT_TIMEOUT_US 2000000
@@ -145,6 +148,14 @@ struct http_req {
     bool role_sent[OAI_MAX_N];  /* chat stream: the choice's first chunk (role) is out */
     bool done;                  /* the stream's last bytes are in `out` */
     int64_t text_offset[OAI_MAX_N]; /* completions logprobs: code points so far, per choice */
+    /* tool calling (chat with tools announced): the answer may be a call */
+    char **tool_names;          /* (n_tools) the request's tool names, NULL = no tools */
+    size_t n_tools;
+    struct tool_buf {           /* streaming, per choice */
+        char *text;             /* everything generated so far, (len) */
+        size_t len, cap;
+        size_t emitted;         /* bytes of text sent as content */
+    } tool[OAI_MAX_N];
 };
 
 /* ------------------------------------------------------------------------ */
@@ -227,14 +238,10 @@ static enum MHD_Result respond_error(http_server_t *s, struct MHD_Connection *c,
                                      const char *code, const char *allow, const char *fmt, ...)
 {
     oai_error_t e;
-    char msg[sizeof e.message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    oai_error_vset(&e, (int)status, code, fmt, ap);
     va_end(ap);
-    oai_error_set(&e, (int)status, NULL, "%s", msg);
-    if (code)
-        e.code = code;
     return respond_oai_error(s, c, &e, allow);
 }
 
@@ -277,10 +284,7 @@ static int rate_take(http_server_t *s, const char *name)
         if (strcmp(s->buckets[i].name, name) == 0)
             b = &s->buckets[i];
     if (!b) {
-        if (s->n_buckets == s->cap_buckets) {
-            s->cap_buckets = s->cap_buckets ? 2 * s->cap_buckets : 16;
-            s->buckets = xrealloc(s->buckets, s->cap_buckets * sizeof *s->buckets);
-        }
+        vec_reserve(s->buckets, s->cap_buckets, s->n_buckets + 1);
         b = &s->buckets[s->n_buckets++];
         snprintf(b->name, sizeof b->name, "%s", name);
         b->tokens = burst;
@@ -576,10 +580,7 @@ static void lp_add(lp_run_t *lp, const proto_event_t *ev)
 {
     for (uint32_t i = 0; i < ev->n_logprobs; i++) {
         const proto_logprob_t *p = &ev->logprobs[i];
-        if (lp->n == lp->cap) {
-            lp->cap = lp->cap ? 2 * lp->cap : 16;
-            lp->tok = xrealloc(lp->tok, lp->cap * sizeof *lp->tok);
-        }
+        vec_reserve(lp->tok, lp->cap, lp->n + 1);
         oai_top_logprob_t *top = p->n_top ? xcalloc(p->n_top, sizeof *top) : NULL;
         for (uint32_t k = 0; k < p->n_top; k++)
             top[k] = (oai_top_logprob_t){(const char *)p->top[k].bytes, p->top[k].n_bytes,
@@ -604,15 +605,6 @@ static const char *finish_name(proto_finish_t f)
     case PROTO_FINISH_LENGTH: return "length";
     default: return "abort"; /* cancelled, as vLLM names it */
     }
-}
-
-/* Code points in UTF-8 text (continuation bytes do not count). */
-static int64_t utf8_count(const char *s, size_t n)
-{
-    int64_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        k += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return k;
 }
 
 static void event_usage(const proto_event_t *ev, oai_usage_t *u)
@@ -658,16 +650,49 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
         sse_data(q, chunk_json(q, &ch));
         q->role_sent[ci] = true;
     }
-    if (ev->text_len || ev->n_logprobs) {
+    const char *text = ev->text;
+    size_t text_len = ev->text_len;
+    struct tool_buf *tb = &q->tool[ci];
+    if (q->tool_names) {
+        /* hold back what may still become a tool call */
+        if (tb->len + ev->text_len + 1 > tb->cap) {
+            tb->cap = (tb->len + ev->text_len + 1) * 2;
+            tb->text = xrealloc(tb->text, tb->cap);
+        }
+        memcpy(tb->text + tb->len, ev->text, ev->text_len);
+        tb->len += ev->text_len;
+        size_t safe = oai_tools_safe_prefix(tb->text, tb->len);
+        if (ev->finish != PROTO_FINISH_NONE)
+            safe = tb->emitted; /* the rest is decided below */
+        text = tb->text + tb->emitted;
+        text_len = safe > tb->emitted ? safe - tb->emitted : 0;
+        tb->emitted += text_len;
+    }
+    if (text_len || ev->n_logprobs) {
         lp_run_t lp = {0};
         lp_add(&lp, ev);
         oai_logprobs_t lps = {.present = ev->n_logprobs > 0, .tokens = lp.tok, .n_tokens = lp.n,
                               .text_offset0 = q->text_offset[ci]};
-        oai_chunk_t ch = {.index = (int32_t)ci, .text = ev->text, .text_len = ev->text_len,
+        oai_chunk_t ch = {.index = (int32_t)ci, .text = text, .text_len = text_len,
                           .logprobs = &lps, .include_usage = q->include_usage};
         sse_data(q, chunk_json(q, &ch));
-        q->text_offset[ci] += utf8_count(ev->text, ev->text_len);
+        q->text_offset[ci] += (int64_t)utf8_count(text, text_len);
         lp_clear(&lp);
+    }
+    oai_tool_call_t *calls = NULL;
+    size_t n_calls = 0;
+    if (q->tool_names && (ev->finish == PROTO_FINISH_STOP || ev->finish == PROTO_FINISH_LENGTH)) {
+        size_t content_len;
+        n_calls = oai_tools_extract(tb->text, tb->len, q->tool_names, q->n_tools, &calls, &content_len);
+        if (n_calls > 0) {
+            oai_chunk_t ch = {.index = (int32_t)ci, .include_usage = q->include_usage};
+            sse_data(q, oai_tools_patch(chunk_json(q, &ch), 0, NULL, 0, calls, n_calls, true));
+        } else if (tb->len > tb->emitted) {
+            oai_chunk_t ch = {.index = (int32_t)ci, .text = tb->text + tb->emitted,
+                              .text_len = tb->len - tb->emitted, .include_usage = q->include_usage};
+            sse_data(q, chunk_json(q, &ch));
+            tb->emitted = tb->len;
+        }
     }
     if (ev->finish != PROTO_FINISH_NONE) {
         /* every choice ends with its own finish_reason chunk; the stream
@@ -679,11 +704,12 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
         q->usage.cached_tokens = u.cached_tokens;
         q->usage.completion_tokens += u.completion_tokens;
         if (!failed && ++q->n_finished < q->n_choices) {
-            oai_chunk_t ch = {.index = (int32_t)ci, .finish_reason = finish_name(ev->finish),
+            oai_chunk_t ch = {.index = (int32_t)ci, .finish_reason = n_calls ? "tool_calls" : finish_name(ev->finish),
                               .include_usage = q->include_usage};
             if (q->kind == OAI_COMPLETION)
                 ch.text = "";
             sse_data(q, chunk_json(q, &ch));
+            oai_tool_calls_free(calls, n_calls);
             gateway_reply_free(&rep);
             return;
         }
@@ -691,14 +717,15 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
         q->done = true;
         if (failed) {
             oai_error_t e;
-            if (ev->finish == PROTO_FINISH_TIMEOUT)
-                oai_error_set(&e, 504, NULL, "The request ran past its deadline on the worker");
+            if (proto_event_cause(ev) == PROTO_ERR_DEADLINE)
+                oai_error_from_worker(&e, PROTO_ERR_DEADLINE,
+                                      "The request ran past its deadline on the worker");
             else
-                oai_error_set(&e, 500, NULL, "Generation failed on the worker");
+                oai_error_from_worker(&e, proto_event_cause(ev), "Generation failed on the worker");
             sse_data(q, oai_error_json(&e));
             out_append(q, "data: [DONE]\n\n", 14);
         } else {
-            oai_chunk_t ch = {.index = (int32_t)ci, .finish_reason = finish_name(ev->finish),
+            oai_chunk_t ch = {.index = (int32_t)ci, .finish_reason = n_calls ? "tool_calls" : finish_name(ev->finish),
                               .include_usage = q->include_usage};
             if (q->kind == OAI_COMPLETION)
                 ch.text = "";
@@ -710,6 +737,7 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
             out_append(q, "data: [DONE]\n\n", 14);
         }
     }
+    oai_tool_calls_free(calls, n_calls);
     gateway_reply_free(&rep);
 }
 
@@ -717,11 +745,15 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
 static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
 {
     const proto_event_t *last = &q->events[q->n_events - 1]->event;
-    if (last->finish == PROTO_FINISH_ERROR)
-        return respond_error(s, c, 500, NULL, NULL, "Generation failed on the worker");
-    if (last->finish == PROTO_FINISH_TIMEOUT)
-        return respond_error(s, c, 504, NULL, NULL, "The request ran past its deadline (%lld s)",
-                             (long long)(s->gw->request_timeout_us / 1000000));
+    if (last->finish == PROTO_FINISH_ERROR || last->finish == PROTO_FINISH_TIMEOUT) {
+        oai_error_t e;
+        if (proto_event_cause(last) == PROTO_ERR_DEADLINE)
+            oai_error_from_worker(&e, PROTO_ERR_DEADLINE, "The request ran past its deadline (%lld s)",
+                                  (long long)(s->gw->request_timeout_us / 1000000));
+        else
+            oai_error_from_worker(&e, proto_event_cause(last), "Generation failed on the worker");
+        return respond_oai_error(s, c, &e, NULL);
+    }
     /* one choice at a time: its events' text and logprobs in arrival order */
     const uint32_t n = q->n_choices;
     oai_choice_t *ch = xcalloc(n, sizeof *ch);
@@ -767,6 +799,18 @@ static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection 
     oai_meta_t meta = meta_of(q);
     char *body = q->kind == OAI_CHAT ? oai_chat_completion_n_json(&meta, ch, n, &u)
                                      : oai_completion_n_json(&meta, ch, n, &u);
+    for (uint32_t k = 0; q->tool_names && k < n; k++) {
+        if (!ch[k].finish_reason || (strcmp(ch[k].finish_reason, "stop") != 0 &&
+                                     strcmp(ch[k].finish_reason, "length") != 0))
+            continue;
+        oai_tool_call_t *calls;
+        size_t content_len;
+        size_t n_calls = oai_tools_extract(texts[k], ch[k].text_len, q->tool_names, q->n_tools, &calls,
+                                           &content_len);
+        if (n_calls)
+            body = oai_tools_patch(body, k, texts[k], content_len, calls, n_calls, false);
+        oai_tool_calls_free(calls, n_calls);
+    }
     for (uint32_t k = 0; k < n; k++) {
         lp_clear(&lp[k]);
         free(texts[k]);
@@ -861,10 +905,7 @@ static enum MHD_Result gen_continue(http_server_t *s, struct MHD_Connection *c, 
             MHD_add_response_header(r, "X-Accel-Buffering", "no");
             return queue(s, c, 200, r);
         }
-        if (q->n_events == q->cap_events) {
-            q->cap_events = q->cap_events ? 2 * q->cap_events : 16;
-            q->events = xrealloc(q->events, q->cap_events * sizeof *q->events);
-        }
+        vec_reserve(q->events, q->cap_events, q->n_events + 1);
         q->events[q->n_events++] = rep;
         proto_finish_t fin = rep->event.finish;
         if (fin != PROTO_FINISH_NONE &&
@@ -906,6 +947,13 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     q->model = xstrdup(o.model);
     q->created = clock_wall_s();
     oai_id_new(rt->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", q->id, sizeof q->id);
+    if (o.tools_json && o.tool_choice != OAI_TOOL_CHOICE_NONE) {
+        /* the answer is parsed for calls: keep the names (o is freed below) */
+        q->tool_names = o.tool_names;
+        q->n_tools = o.n_tools;
+        o.tool_names = NULL;
+        o.n_tools = 0;
+    }
     q->greq = gateway_request_from_oai(s->gw, &o, tier);
     oai_request_free(&o);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -1221,6 +1269,11 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
     for (size_t i = 0; i < q->n_events; i++)
         gateway_reply_free(&q->events[i]);
     free(q->events);
+    for (size_t i = 0; i < q->n_tools; i++)
+        free(q->tool_names[i]);
+    free(q->tool_names);
+    for (size_t i = 0; i < OAI_MAX_N; i++)
+        free(q->tool[i].text);
     free(q->out);
     free(q->model);
     free(q->body);

@@ -81,22 +81,8 @@ int32_t route_text_keys(const route_text_t *t, const char *model, const proto_su
         return 0;
     /* the same prompt construction as the worker's submit() */
     char err[256];
-    int32_t *ids = NULL, n_ids = -1;
-    if (s->kind == PROTO_KIND_CHAT) {
-        chat_msg_t *msgs = xcalloc(s->n_messages ? s->n_messages : 1, sizeof *msgs);
-        for (uint32_t i = 0; i < s->n_messages; i++) {
-            msgs[i].role = s->messages[i].role;
-            msgs[i].content = s->messages[i].content;
-        }
-        n_ids = engine_prompt_chat(e, msgs, s->n_messages, &ids, err, sizeof err);
-        free(msgs);
-    } else if (s->has_prompt_ids) {
-        n_ids = (int32_t)s->n_prompt_ids;
-        ids = s->prompt_ids;
-    } else {
-        const char *p = s->prompt ? s->prompt : "";
-        n_ids = engine_prompt_text(e, p, strlen(p), &ids, err, sizeof err);
-    }
+    int32_t *ids = NULL;
+    int32_t n_ids = engine_prompt_submit(e, s, &ids, err, sizeof err);
     int32_t n = 0;
     if (n_ids > block_size) {
         int32_t max = (n_ids - 1) / block_size;
@@ -105,8 +91,7 @@ int32_t route_text_keys(const route_text_t *t, const char *model, const proto_su
         *keys = xmalloc((size_t)max * sizeof **keys);
         n = prefix_key_chain(ids, n_ids, block_size, *keys, max);
     }
-    if (ids != s->prompt_ids)
-        free(ids);
+    free(ids);
     return n;
 }
 

@@ -48,6 +48,7 @@ typedef struct child {
 struct supervisor {
     char *bin;
     char *endpoint;
+    char hb_arg[32];            /* "--heartbeat-ms=N", "" = none */
     char **args;                /* (n_args) */
     size_t n_args;
     metrics_family_t *restarts;
@@ -107,6 +108,8 @@ supervisor_t *supervisor_new(const supervisor_config_t *cfg)
         return NULL;
     }
     s->endpoint = local_endpoint(cfg->endpoint);
+    if (cfg->heartbeat_ms > 0)
+        snprintf(s->hb_arg, sizeof s->hb_arg, "--heartbeat-ms=%d", cfg->heartbeat_ms);
     s->n_args = cfg->n_worker_args;
     s->args = xcalloc(s->n_args + 1, sizeof *s->args);
     for (size_t i = 0; i < s->n_args; i++)
@@ -141,14 +144,17 @@ void supervisor_add_args(supervisor_t *s, const char *name, const char *file, bo
     size_t model_len = strlen(name) + strlen(file) + 2;
     char *model = xmalloc(model_len);
     snprintf(model, model_len, "%s=%s", name, file);
-    /* bin --gateway EP --model NAME=FILE own-args... shared-args... NULL */
-    c->argv = xcalloc(6 + n_args + s->n_args, sizeof *c->argv);
+    /* bin --gateway EP --model NAME=FILE [--heartbeat-ms=N] own-args...
+     * shared-args... NULL (a later flag wins) */
+    c->argv = xcalloc(7 + n_args + s->n_args, sizeof *c->argv);
     size_t k = 0;
     c->argv[k++] = xstrdup(s->bin);
     c->argv[k++] = xstrdup("--gateway");
     c->argv[k++] = xstrdup(s->endpoint);
     c->argv[k++] = xstrdup("--model");
     c->argv[k++] = model;
+    if (s->hb_arg[0])
+        c->argv[k++] = xstrdup(s->hb_arg);
     for (size_t i = 0; i < n_args; i++)
         c->argv[k++] = xstrdup(args[i]);
     for (size_t i = 0; i < s->n_args; i++)

@@ -6,6 +6,10 @@
  * the gateway's own executable (dirname of /proc/self/exe) unless a path is
  * given. Workers started by hand elsewhere simply register as more replicas.
  *
+ * The gateway's heartbeat interval goes to every local worker as
+ * `--heartbeat-ms N` (supervisor_config_t.heartbeat_ms), so one flag on the
+ * gateway sets both sides.
+ *
  * Each local worker ("child") is a small state machine:
  *
  *   RUNNING ──exits (crash, or killed as hung)──► BACKOFF ──delay──► RUNNING
@@ -58,6 +62,8 @@ typedef struct supervisor_config {
     const char *worker_bin;          /* NULL = pagoda-worker next to /proc/self/exe */
     const char *endpoint;            /* what workers connect to; a wildcard host
                                         (0.0.0.0, *, [::]) becomes 127.0.0.1 */
+    int heartbeat_ms;                /* > 0: every worker gets --heartbeat-ms N (before its own
+                                        args and worker_args, which may override it) */
     const char *const *worker_args;  /* (n_worker_args) extra flags for every worker */
     size_t n_worker_args;
     metrics_family_t *restarts;      /* counter [model_name], may be NULL */

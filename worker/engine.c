@@ -134,12 +134,37 @@ int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int3
     return encode(e, text, len, true, false, out, err, errlen);
 }
 
-int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, int32_t **out,
-                           char *err, size_t errlen)
+int32_t engine_prompt_submit(const engine_t *e, const proto_submit_t *s, int32_t **out, char *err,
+                             size_t errlen)
+{
+    if (s->kind == PROTO_KIND_CHAT) {
+        chat_msg_t *msgs = xcalloc(s->n_messages ? s->n_messages : 1, sizeof *msgs);
+        for (uint32_t i = 0; i < s->n_messages; i++) {
+            msgs[i].role = s->messages[i].role;
+            msgs[i].content = s->messages[i].content;
+            msgs[i].tool_calls = s->messages[i].tool_calls;
+            msgs[i].tool_call_id = s->messages[i].tool_call_id;
+        }
+        int32_t n = engine_prompt_chat(e, msgs, s->n_messages, s->tools, out, err, errlen);
+        free(msgs);
+        return n;
+    }
+    if (s->has_prompt_ids) {
+        *out = xmalloc((s->n_prompt_ids ? s->n_prompt_ids : 1) * sizeof **out);
+        if (s->n_prompt_ids)
+            memcpy(*out, s->prompt_ids, s->n_prompt_ids * sizeof **out);
+        return (int32_t)s->n_prompt_ids;
+    }
+    const char *p = s->prompt ? s->prompt : "";
+    return engine_prompt_text(e, p, strlen(p), out, err, errlen);
+}
+
+int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, const char *tools_json,
+                           int32_t **out, char *err, size_t errlen)
 {
     char *prompt = NULL;
     size_t plen = 0;
-    if (chat_template_render(e->tmpl, msgs, n, true, &prompt, &plen, err, errlen) != 0)
+    if (chat_template_render_tools(e->tmpl, msgs, n, tools_json, true, &prompt, &plen, err, errlen) != 0)
         return -1;
     /* The template writes BOS itself when the family wants it; the
      * tokenizer's add_bos must not add a second one. */

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/msg.h"
 #include "worker/text/chat_template.h"
 #include "worker/model/model.h"
 #include "worker/text/tokenizer.h"
@@ -49,9 +50,18 @@ int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int3
                            char *err, size_t errlen);
 
 /* A chat prompt: render msgs with the template (generation prompt added),
- * then tokenize with special tokens recognised in the rendered text.
- * Returns the token count with *out set, or -1 with err (bad roles, ...). */
-int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, int32_t **out,
-                           char *err, size_t errlen);
+ * announcing tools_json (a JSON array of OpenAI tools, or NULL; see
+ * chat_template_render_tools), then tokenize with special tokens recognised
+ * in the rendered text. Returns the token count with *out set, or -1 with err
+ * (bad roles, ...). */
+int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, const char *tools_json,
+                           int32_t **out, char *err, size_t errlen);
+
+/* The prompt tokens of a SUBMIT, as the worker builds them: chat messages
+ * (and tools) through the template, a text prompt through the tokenizer,
+ * prompt_ids copied. Same return contract (*out malloc'd). The gateway's
+ * cache-aware routing calls this too, so both sides agree on the tokens. */
+int32_t engine_prompt_submit(const engine_t *e, const proto_submit_t *s, int32_t **out, char *err,
+                             size_t errlen);
 
 #endif

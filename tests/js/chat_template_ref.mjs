@@ -58,6 +58,44 @@ const S = (content) => ({ role: "system", content });
 const U = (content) => ({ role: "user", content });
 const A = (content) => ({ role: "assistant", content });
 const T = (content) => ({ role: "tool", content });
+// An assistant turn with tool calls; arguments are objects, as servers pass
+// them to templates after parsing the OpenAI "arguments" string.
+const AC = (content, ...calls) => ({
+  role: "assistant",
+  content,
+  tool_calls: calls.map(([name, args], i) => ({
+    id: `call_${i}`,
+    type: "function",
+    function: { name, arguments: args },
+  })),
+});
+
+// Tools announced to the model (OpenAI tool objects).
+const weatherTools = [
+  {
+    type: "function",
+    function: {
+      name: "get_weather",
+      description: "Current weather for a city — «quoted» \"text\"",
+      parameters: {
+        type: "object",
+        properties: {
+          location: { type: "string", description: "City name" },
+          unit: { type: "string", enum: ["celsius", "fahrenheit"] },
+          days: { type: "integer", minimum: 1, maximum: 7.5 },
+        },
+        required: ["location"],
+      },
+    },
+  },
+  {
+    type: "function",
+    function: { name: "no_params", description: "", parameters: { type: "object", properties: {} } },
+  },
+];
+// Templates whose real text renders tools (the others take pagoda's generic
+// rewrite, which no real template defines, so it is checked by unit tests).
+const toolTemplates = ["qwen2.5", "qwen3 (npm)", "llama3.2"];
 
 // Conversations. `only`: families the case applies to; `skip`: template names
 // it is not run on, each with the reason.
@@ -164,14 +202,55 @@ const conversations = [
   },
 ];
 
+// Tool conversations: run on toolTemplates only.
+conversations.push(
+  { name: "tools: system + user", tools: weatherTools, messages: [S("You are helpful."), U("Weather in Paris?")] },
+  { name: "tools: user only", tools: weatherTools, messages: [U("  Weather in Paris?  ")] },
+  {
+    name: "tools: call and result",
+    tools: weatherTools,
+    messages: [
+      S("Use tools."),
+      U("Weather in Paris?"),
+      AC("", ["get_weather", { location: "Paris", unit: "celsius" }]),
+      T('{"temperature": 21}'),
+      A("It is 21 °C in Paris."),
+      U("And tomorrow?"),
+    ],
+  },
+  {
+    name: "tools: content before the call, odd numbers",
+    tools: weatherTools,
+    messages: [
+      U("Weather?"),
+      AC("Let me check.", ["get_weather", { location: "Zürich \"x\"\n", days: 2.5, big: 10000000000, neg: -3, f: true, z: null, l: [1, "a", {}, []] }]),
+      T("sunny"),
+    ],
+  },
+  {
+    name: "tools: two calls in one turn",
+    tools: weatherTools,
+    messages: [
+      U("Weather in Paris and Rome?"),
+      AC("", ["get_weather", { location: "Paris" }], ["get_weather", { location: "Rome" }]),
+      T("sunny"),
+      T("rainy"),
+    ],
+  },
+  { name: "tools: history without tools list", messages: [U("Hi"), AC("", ["no_params", {}]), T("done")] },
+);
+for (const c of conversations) if (c.name.startsWith("tools:")) c.onlyTemplates = toolTemplates;
+
 const cases = [];
 templates.forEach((tpl, ti) => {
   const compiled = new Template(tpl.text);
   for (const conv of conversations) {
     if (conv.only && !conv.only.includes(tpl.family)) continue;
     if (conv.skip && conv.skip[tpl.name]) continue;
+    if (conv.onlyTemplates && !conv.onlyTemplates.includes(tpl.name)) continue;
     for (const add_generation_prompt of [true, false]) {
       const c = { template: ti, conv: conv.name, messages: conv.messages, add_generation_prompt };
+      if (conv.tools) c.tools = conv.tools;
       try {
         const ctx = {
           messages: conv.messages,
@@ -179,6 +258,7 @@ templates.forEach((tpl, ti) => {
           eos_token: tpl.eos,
           add_generation_prompt,
         };
+        if (conv.tools) ctx.tools = conv.tools;
         if (tpl.date) ctx.date_string = tpl.date;
         c.expected = compiled.render(ctx);
       } catch (e) {

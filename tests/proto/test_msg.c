@@ -186,13 +186,100 @@ static void test_roundtrip_heartbeat(void **state)
     assert_memory_equal(&out.heartbeat.load, &in.heartbeat.load, sizeof(proto_load_t));
     proto_msg_clear(&out);
 
-    /* the gateway's heartbeat: no load */
+    /* with step progress (busy, stalled for a while) */
+    in.heartbeat.has_progress = true;
+    in.heartbeat.progress = (proto_progress_t){
+        .steps = 5000000000ull, .busy = true, .stall_ms = 12345, .slow_ms = 0x7fffffff,
+    };
+    roundtrip(&in, &out);
+    assert_true(out.heartbeat.has_progress);
+    assert_true(out.heartbeat.progress.steps == 5000000000ull);
+    assert_true(out.heartbeat.progress.busy);
+    assert_int_equal(out.heartbeat.progress.stall_ms, 12345);
+    assert_int_equal(out.heartbeat.progress.slow_ms, 0x7fffffff);
+    assert_memory_equal(&out.heartbeat.load, &in.heartbeat.load, sizeof(proto_load_t));
+    proto_msg_clear(&out);
+    in.heartbeat.progress = (proto_progress_t){.steps = 0, .busy = false};
+    roundtrip(&in, &out);
+    assert_true(out.heartbeat.has_progress);
+    assert_false(out.heartbeat.progress.busy);
+    proto_msg_clear(&out);
+
+    /* the gateway's heartbeat: no load, no progress */
     proto_msg_init(&in, PROTO_HEARTBEAT);
     in.heartbeat.seq = 0;
     roundtrip(&in, &out);
     assert_false(out.heartbeat.has_load);
+    assert_false(out.heartbeat.has_progress);
     assert_int_equal(out.heartbeat.heartbeat_ms, 0);
     proto_msg_clear(&out);
+}
+
+/* HEARTBEAT "prog": every key required, types and ranges checked, and
+ * "stall" without "busy" refused. Bodies are {seq: 1, prog: {...}}. */
+static void test_heartbeat_progress_rules(void **state)
+{
+    static const struct {
+        const char *what;
+        int n_keys;            /* keys of prog written, in the order below */
+        bool busy_as_int;      /* "busy": 1 instead of true */
+        bool busy;
+        uint64_t stall_ms, slow_ms;
+        int want;
+    } cases[] = {
+        {"all keys", 4, false, true, 10, 20, PROTO_OK},
+        {"idle, no stall", 4, false, false, 0, 20, PROTO_OK},
+        {"stall while idle", 4, false, false, 5, 20, PROTO_ERANGE},
+        {"busy as int", 4, true, true, 0, 0, PROTO_EFIELD},
+        {"stall_ms 2^31", 4, false, true, 1ull << 31, 0, PROTO_ERANGE},
+        {"slow_ms 2^32", 4, false, true, 0, 1ull << 32, PROTO_ERANGE},
+        {"no slow_ms", 3, false, true, 0, 0, PROTO_EFIELD},
+        {"no stall_ms", 2, false, true, 0, 0, PROTO_EFIELD},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 2);
+        msgpack_pack_str(&pk, 3);
+        msgpack_pack_str_body(&pk, "seq", 3);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_str(&pk, 4);
+        msgpack_pack_str_body(&pk, "prog", 4);
+        msgpack_pack_map(&pk, (size_t)cases[i].n_keys);
+        static const char *const keys[] = {"steps", "busy", "stall_ms", "slow_ms"};
+        for (int k = 0; k < cases[i].n_keys; k++) {
+            msgpack_pack_str(&pk, strlen(keys[k]));
+            msgpack_pack_str_body(&pk, keys[k], strlen(keys[k]));
+            if (k == 0)
+                msgpack_pack_uint64(&pk, 7);
+            else if (k == 1 && cases[i].busy_as_int)
+                msgpack_pack_uint64(&pk, 1);
+            else if (k == 1 && cases[i].busy)
+                msgpack_pack_true(&pk);
+            else if (k == 1)
+                msgpack_pack_false(&pk);
+            else
+                msgpack_pack_uint64(&pk, k == 2 ? cases[i].stall_ms : cases[i].slow_ms);
+        }
+        proto_msg_t m;
+        char err[256] = "";
+        int rc = proto_decode_body(PROTO_HEARTBEAT, (const uint8_t *)sb.data, sb.size, &m, err,
+                                   sizeof err);
+        if (rc != cases[i].want)
+            fail_msg("case '%s': got %s (%s), want %s", cases[i].what, proto_status_name(rc), err,
+                     proto_status_name(cases[i].want));
+        if (rc == PROTO_OK) {
+            assert_true(m.heartbeat.has_progress);
+            assert_true(m.heartbeat.progress.steps == 7);
+            assert_int_equal(m.heartbeat.progress.stall_ms, cases[i].stall_ms);
+        } else {
+            assert_true(strlen(err) > 0);
+        }
+        proto_msg_clear(&m);
+        msgpack_sbuffer_destroy(&sb);
+    }
 }
 
 /* KV: u64 keys survive, lists round-trip in order; limits and types enforced. */
@@ -263,8 +350,8 @@ static void test_kv(void **state)
 
 static void test_roundtrip_submit_chat(void **state)
 {
-    proto_chat_msg_t msgs[3] = {{"system", "Be brief."}, {"user", "h\xc3\xa9llo \xe2\x9c\x93"},
-                                {"assistant", ""}};
+    proto_chat_msg_t msgs[3] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "h\xc3\xa9llo \xe2\x9c\x93"},
+                                {.role = "assistant", .content = ""}};
     proto_logit_bias_t bias[2] = {{15043, -100.0}, {0, 2.5}};
     char *stop[2] = {"\n\n", "User:"};
     int32_t resume[3] = {1, 2, 0x7fffffff};
@@ -290,6 +377,8 @@ static void test_roundtrip_submit_chat(void **state)
     s->stream = true;
     s->resume = resume;
     s->n_resume = 3;
+    char grammar[] = "root ::= \"yes\" | \"no\"";
+    s->grammar = grammar;
     roundtrip(&in, &out);
     proto_submit_t *o = &out.submit;
     assert_true(o->id == 0x123456789abcull);
@@ -327,6 +416,7 @@ static void test_roundtrip_submit_chat(void **state)
     assert_true(o->stream);
     assert_int_equal(o->n_resume, 3);
     assert_memory_equal(o->resume, resume, sizeof resume);
+    assert_string_equal(o->grammar, grammar);
     proto_msg_clear(&out);
 }
 
@@ -483,6 +573,31 @@ static void test_roundtrip_small(void **state)
     assert_true(out.error.id == 0);
     assert_int_equal(out.error.code, 503);
     assert_string_equal(out.error.message, "draining");
+    assert_int_equal(out.error.err, PROTO_ERR_NONE); /* absent: unspecified */
+    assert_int_equal(proto_error_cause(&out.error), PROTO_ERR_UNAVAILABLE);
+    proto_msg_clear(&out);
+
+    /* a typed cause travels with its code */
+    proto_msg_init(&in, PROTO_ERROR);
+    in.error.id = 12;
+    in.error.err = PROTO_ERR_CONTEXT_LENGTH;
+    in.error.code = proto_err_code(PROTO_ERR_CONTEXT_LENGTH);
+    in.error.message = "too long";
+    roundtrip(&in, &out);
+    assert_int_equal(out.error.err, PROTO_ERR_CONTEXT_LENGTH);
+    assert_int_equal(out.error.code, 413);
+    assert_int_equal(proto_error_cause(&out.error), PROTO_ERR_CONTEXT_LENGTH);
+    proto_msg_clear(&out);
+
+    /* and with a failed EVENT */
+    proto_msg_init(&in, PROTO_EVENT);
+    in.event.id = 4;
+    in.event.finish = PROTO_FINISH_ERROR;
+    in.event.has_usage = true;
+    in.event.err = PROTO_ERR_ENGINE;
+    roundtrip(&in, &out);
+    assert_int_equal(out.event.err, PROTO_ERR_ENGINE);
+    assert_int_equal(proto_event_cause(&out.event), PROTO_ERR_ENGINE);
     proto_msg_clear(&out);
 
     int types[] = {PROTO_DRAIN, PROTO_SHUTDOWN};
@@ -552,7 +667,7 @@ static void test_frames(void **state)
 #define N_SAMPLES 9
 static void sample_messages(proto_msg_t ms[N_SAMPLES])
 {
-    static proto_chat_msg_t msgs[2] = {{"system", "Be brief."}, {"user", "hi there"}};
+    static proto_chat_msg_t msgs[2] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "hi there"}};
     static proto_logit_bias_t bias[1] = {{7, 1.5}};
     static char *stop[1] = {"###"};
     static uint8_t b[] = {'a', 'b'};
@@ -602,7 +717,8 @@ static void sample_messages(proto_msg_t ms[N_SAMPLES])
     ms[5].event.finish = PROTO_FINISH_STOP;
     ms[5].event.has_usage = true;
     proto_msg_init(&ms[6], PROTO_ERROR);
-    ms[6].error.code = 500;
+    ms[6].error.err = PROTO_ERR_ENGINE;
+    ms[6].error.code = proto_err_code(PROTO_ERR_ENGINE);
     ms[6].error.message = "boom";
     proto_msg_init(&ms[7], PROTO_DRAIN);
     proto_msg_init(&ms[8], PROTO_SHUTDOWN);
@@ -729,6 +845,7 @@ static const field_case_t field_cases[] = {
     {"msgs as string", PROTO_SUBMIT, NULL, KS("msgs", "hi"), PROTO_EFIELD},
     {"load as int", PROTO_HEARTBEAT, NULL, KU("load", 3), PROTO_EFIELD},
     {"finish as int", PROTO_EVENT, NULL, KU("finish", 1), PROTO_EFIELD},
+    {"err as string", PROTO_ERROR, NULL, KS("err", "engine"), PROTO_EFIELD},
     /* negative or huge where unsigned expected */
     {"negative id", PROTO_SUBMIT, NULL, KI("id", -1), PROTO_ERANGE},
     {"zero id", PROTO_SUBMIT, NULL, KU("id", 0), PROTO_ERANGE},
@@ -745,6 +862,12 @@ static const field_case_t field_cases[] = {
     {"top_lp 21", PROTO_SUBMIT, NULL, KU("top_lp", 21), PROTO_ERANGE},
     {"code 99", PROTO_ERROR, NULL, KU("code", 99), PROTO_ERANGE},
     {"code 600", PROTO_ERROR, NULL, KU("code", 600), PROTO_ERANGE},
+    {"error err 2", PROTO_ERROR, NULL, KU("err", 2), PROTO_OK},
+    {"error err unknown to us", PROTO_ERROR, NULL, KU("err", 200), PROTO_OK},
+    {"error err 256", PROTO_ERROR, NULL, KU("err", 256), PROTO_ERANGE},
+    {"error err -1", PROTO_ERROR, NULL, KI("err", -1), PROTO_ERANGE},
+    {"event err 5", PROTO_EVENT, NULL, KU("err", 5), PROTO_OK},
+    {"event err 256", PROTO_EVENT, NULL, KU("err", 256), PROTO_ERANGE},
     {"hb_ms 0", PROTO_HEARTBEAT, NULL, KU("hb_ms", 0), PROTO_ERANGE},
     {"hb_ms huge", PROTO_REGISTER, NULL, KU("hb_ms", 1u << 30), PROTO_ERANGE},
     {"unsigned negative n", PROTO_EVENT, NULL, KI("n", -5), PROTO_ERANGE},
@@ -787,6 +910,53 @@ static const field_case_t field_cases[] = {
     {"top_lp without logprobs", PROTO_SUBMIT, NULL, KU("top_lp", 2), PROTO_EFIELD},
     {"finish without usage", PROTO_EVENT, NULL, KS("finish", "stop"), PROTO_EFIELD},
 };
+
+/* The error-cause table of msg.h, and how an ERROR without "err" (an older
+ * peer) is read from its code. */
+static void test_error_causes(void **state)
+{
+    static const struct {
+        proto_err_t err;
+        const char *name;
+        uint32_t code;
+    } rows[] = {
+        {PROTO_ERR_BAD_REQUEST, "bad_request", 400},
+        {PROTO_ERR_CONTEXT_LENGTH, "context_length", 413},
+        {PROTO_ERR_DUPLICATE_ID, "duplicate_id", 400},
+        {PROTO_ERR_UNAVAILABLE, "unavailable", 503},
+        {PROTO_ERR_DEADLINE, "deadline", 504},
+        {PROTO_ERR_ENGINE, "engine", 500},
+        {PROTO_ERR_NOT_REGISTERED, "not_registered", 409},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        assert_string_equal(proto_err_name(rows[i].err), rows[i].name);
+        assert_int_equal(proto_err_code(rows[i].err), rows[i].code);
+        proto_error_t e = {.code = 400, .err = rows[i].err};
+        assert_int_equal(proto_error_cause(&e), rows[i].err); /* err wins over code */
+    }
+    assert_string_equal(proto_err_name(PROTO_ERR_NONE), "unspecified");
+    assert_string_equal(proto_err_name(PROTO_ERR_LAST + 1), "unspecified");
+    assert_int_equal(proto_err_code(PROTO_ERR_LAST + 1), 500);
+    static const struct {
+        uint32_t code, err;
+        proto_err_t want;
+    } old[] = {
+        {400, 0, PROTO_ERR_BAD_REQUEST}, {404, 0, PROTO_ERR_BAD_REQUEST},
+        {409, 0, PROTO_ERR_NOT_REGISTERED}, {413, 0, PROTO_ERR_CONTEXT_LENGTH},
+        {500, 0, PROTO_ERR_ENGINE}, {503, 0, PROTO_ERR_UNAVAILABLE},
+        {413, 200, PROTO_ERR_CONTEXT_LENGTH}, /* an err from a newer peer: by code */
+    };
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+        proto_error_t e = {.code = old[i].code, .err = old[i].err};
+        assert_int_equal(proto_error_cause(&e), old[i].want);
+    }
+    proto_event_t ev = {.finish = PROTO_FINISH_TIMEOUT};
+    assert_int_equal(proto_event_cause(&ev), PROTO_ERR_DEADLINE);
+    ev.finish = PROTO_FINISH_ERROR;
+    assert_int_equal(proto_event_cause(&ev), PROTO_ERR_ENGINE);
+    ev.err = PROTO_ERR_DEADLINE;
+    assert_int_equal(proto_event_cause(&ev), PROTO_ERR_DEADLINE);
+}
 
 static void test_field_cases(void **state)
 {
@@ -1151,6 +1321,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_register),
         cmocka_unit_test(test_roundtrip_heartbeat),
+        cmocka_unit_test(test_heartbeat_progress_rules),
         cmocka_unit_test(test_kv),
         cmocka_unit_test(test_roundtrip_submit_chat),
         cmocka_unit_test(test_roundtrip_submit_completion),
@@ -1158,6 +1329,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_small),
         cmocka_unit_test(test_frames),
         cmocka_unit_test(test_truncated_everywhere),
+        cmocka_unit_test(test_error_causes),
         cmocka_unit_test(test_field_cases),
         cmocka_unit_test(test_structure),
         cmocka_unit_test(test_limits),

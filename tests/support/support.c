@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include <zmq.h>
 
 const char *support_shared_model(const char *rel)
 {
@@ -39,4 +40,21 @@ unsigned char *support_read_file(const char *path, size_t *len)
     fclose(f);
     *len = (size_t)n;
     return buf;
+}
+
+void *support_router_bind(void *ctx, char *endpoint, size_t cap)
+{
+    void *r = zmq_socket(ctx, ZMQ_ROUTER);
+    if (!r)
+        return NULL;
+    int zero = 0, one = 1;
+    size_t len = cap;
+    if (zmq_setsockopt(r, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_setsockopt(r, ZMQ_ROUTER_MANDATORY, &one, sizeof one) != 0 ||
+        zmq_bind(r, "tcp://127.0.0.1:*") != 0 ||
+        zmq_getsockopt(r, ZMQ_LAST_ENDPOINT, endpoint, &len) != 0) {
+        zmq_close(r);
+        return NULL;
+    }
+    return r;
 }

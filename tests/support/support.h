@@ -16,4 +16,10 @@ const char *support_shared_model(const char *rel);
  * or NULL. A NUL byte is appended after the data (not counted in *len). */
 unsigned char *support_read_file(const char *path, size_t *len);
 
+/* A ROUTER socket of ctx bound to a free port on 127.0.0.1, the way the
+ * gateway binds (linger 0, ROUTER_MANDATORY), for tests that play the
+ * gateway. Writes its endpoint ("tcp://127.0.0.1:PORT") to endpoint[0..cap).
+ * Returns the socket (zmq_close it), or NULL. */
+void *support_router_bind(void *ctx, char *endpoint, size_t cap);
+
 #endif

@@ -126,7 +126,7 @@ static void test_detect_markers(void **state)
 static void test_default_and_fallback(void **state)
 {
     (void)state;
-    chat_msg_t m[] = {{"system", "S"}, {"user", "U"}};
+    chat_msg_t m[] = {{.role = "system", .content = "S"}, {.role = "user", .content = "U"}};
     chat_template_t *t = chat_template_new(NULL, 0, "<s>", "</s>");
     assert_int_equal(chat_template_family(t), CHAT_FAMILY_CHATML);
     assert_string_equal(chat_template_variant(t), "chatml-default");
@@ -190,7 +190,7 @@ static void test_stops(void **state)
 static void test_llama31_date(void **state)
 {
     (void)state;
-    chat_msg_t m[] = {{"user", "Hi"}};
+    chat_msg_t m[] = {{.role = "user", .content = "Hi"}};
     chat_template_t *t = from_file("llama3.2", "<|begin_of_text|>", "<|eot_id|>");
     char today[32], want[64];
     time_t now = time(NULL);
@@ -226,13 +226,13 @@ static void test_errors_common(void **state)
     (void)state;
     chat_template_t *t = from_file("llama3-instruct", "<s>", "</s>");
     expect_error(t, NULL, 0, "at least one message");
-    chat_msg_t bad_role[] = {{"user", "a"}, {"narrator", "b"}};
+    chat_msg_t bad_role[] = {{.role = "user", .content = "a"}, {.role = "narrator", .content = "b"}};
     expect_error(t, bad_role, 2, "messages[1]: unknown role 'narrator'");
-    chat_msg_t upper[] = {{"User", "a"}};
+    chat_msg_t upper[] = {{.role = "User", .content = "a"}};
     expect_error(t, upper, 1, "unknown role");
-    chat_msg_t no_content[] = {{"user", NULL}};
+    chat_msg_t no_content[] = {{.role = "user", .content = NULL}};
     expect_error(t, no_content, 1, "messages[0]: missing content");
-    chat_msg_t no_role[] = {{NULL, "x"}};
+    chat_msg_t no_role[] = {{.role = NULL, .content = "x"}};
     expect_error(t, no_role, 1, "missing role");
     /* err may be absent */
     char *out;
@@ -245,7 +245,7 @@ static void test_errors_stricter_than_jinja(void **state)
 {
     (void)state;
     const char *no_tool[] = {"llama2-chat", "mistral-v1", "zephyr", "gemma3", "phi3.5"};
-    chat_msg_t tool[] = {{"user", "q"}, {"assistant", "a"}, {"tool", "r"}};
+    chat_msg_t tool[] = {{.role = "user", .content = "q"}, {.role = "assistant", .content = "a"}, {.role = "tool", .content = "r"}};
     for (size_t i = 0; i < sizeof(no_tool) / sizeof(no_tool[0]); i++) {
         chat_template_t *t = from_file(no_tool[i], "<s>", "</s>");
         expect_error(t, tool, 3, "role 'tool' is not supported");
@@ -254,7 +254,7 @@ static void test_errors_stricter_than_jinja(void **state)
     /* llama2: a system message at an odd position is silently skipped by the
      * real template; pagoda refuses it. */
     chat_template_t *t = from_file("llama2-chat", "<s>", "</s>");
-    chat_msg_t late_sys[] = {{"user", "q"}, {"system", "s"}};
+    chat_msg_t late_sys[] = {{.role = "user", .content = "q"}, {.role = "system", .content = "s"}};
     expect_error(t, late_sys, 2, "system message is only allowed first");
     chat_template_free(&t);
     /* Tools are fine where the template knows them. */
@@ -371,18 +371,25 @@ static void test_reference_jinja(void **state)
         json_t *jm = json_object_get(c, "messages");
         size_t n_m = json_array_size(jm);
         chat_msg_t *m = calloc(n_m ? n_m : 1, sizeof(*m));
+        char **calls = calloc(n_m ? n_m : 1, sizeof(*calls));
         assert_non_null(m);
+        assert_non_null(calls);
         for (size_t k = 0; k < n_m; k++) {
             json_t *o = json_array_get(jm, k);
             m[k].role = json_string_value(json_object_get(o, "role"));
             m[k].content = json_string_value(json_object_get(o, "content"));
+            json_t *tc = json_object_get(o, "tool_calls");
+            if (tc)
+                m[k].tool_calls = calls[k] = json_dumps(tc, JSON_COMPACT);
         }
+        json_t *jtools = json_object_get(c, "tools");
+        char *tools = jtools ? json_dumps(jtools, JSON_COMPACT) : NULL;
         bool gen = json_is_true(json_object_get(c, "add_generation_prompt"));
         const char *expected = json_string_value(json_object_get(c, "expected"));
         const char *jerror = json_string_value(json_object_get(c, "error"));
         char *out = NULL, err[256];
         size_t out_len = 0;
-        int rc = chat_template_render(tmpl[ti], m, n_m, gen, &out, &out_len, err, sizeof(err));
+        int rc = chat_template_render_tools(tmpl[ti], m, n_m, tools, gen, &out, &out_len, err, sizeof(err));
         const char *tname = json_string_value(json_object_get(json_array_get(jt, ti), "name"));
         const char *conv = json_string_value(json_object_get(c, "conv"));
         bool ok;
@@ -409,6 +416,10 @@ static void test_reference_jinja(void **state)
         }
         free(out);
         free(m);
+        for (size_t k = 0; k < n_m; k++)
+            free(calls[k]);
+        free(calls);
+        free(tools);
     }
     printf("chat templates: %zu templates, %zu cases: %zu byte-identical, %zu refused as jinja "
            "raised, %zu mismatches\n",

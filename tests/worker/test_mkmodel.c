@@ -181,6 +181,44 @@ static void test_every_type(void **s)
     }
 }
 
+/* --type Q4_K_M: Q4_K everywhere except output.weight and, in llama.cpp's
+ * "use more bits" layers, attn_v and ffn_down (Q6_K). With 16 layers those
+ * are i < 16/8, i >= 7*16/8, or (i - 2) % 3 == 2: layers 0 1 4 7 10 13 14 15,
+ * written out here from the rule rather than computed by it. */
+static void test_q4_k_m(void **s)
+{
+    (void)s;
+    char path[1200];
+    assert_int_equal(run("--tokenizer-from " TINY_TOK " --dim 256 --layers 16 --heads 4 "
+                         "--kv-heads 2 --ffn 512 --vocab 300 --ctx 128 --type Q4_K_M --seed 5",
+                         path, sizeof path, "km.gguf"), 0);
+    static const int more[16] = {1, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 1, 1};
+    gguf_t *g = NULL;
+    char err[256];
+    if (gguf_open(path, &g, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    assert_int_equal(get_int(g, "general.file_type"), 15); /* LLAMA_FTYPE_MOSTLY_Q4_K_M */
+    need(g, "token_embd.weight", GGML_TYPE_Q4_K, 256, 300);
+    need(g, "output.weight", GGML_TYPE_Q6_K, 256, 300);
+    for (int l = 0; l < 16; l++) {
+        char n[96];
+        uint32_t hi = more[l] ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
+#define N(x) (snprintf(n, sizeof n, "blk.%d.%s", l, x), n)
+        need(g, N("attn_q.weight"), GGML_TYPE_Q4_K, 256, 256);
+        need(g, N("attn_k.weight"), GGML_TYPE_Q4_K, 256, 128);
+        need(g, N("attn_v.weight"), hi, 256, 128);
+        need(g, N("attn_output.weight"), GGML_TYPE_Q4_K, 256, 256);
+        need(g, N("ffn_gate.weight"), GGML_TYPE_Q4_K, 256, 512);
+        need(g, N("ffn_up.weight"), GGML_TYPE_Q4_K, 256, 512);
+        const gguf_tensor_t *t = need(g, N("ffn_down.weight"), hi, 512, 256);
+        double mean, sd;
+        stats(t, &mean, &sd);
+        assert_true(fabs(sd * sqrt(512.0) - 1.0) < 0.1);
+#undef N
+    }
+    gguf_close(&g);
+}
+
 static void test_qwen2(void **s)
 {
     (void)s;
@@ -343,6 +381,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_type),
+        cmocka_unit_test(test_q4_k_m),
         cmocka_unit_test(test_qwen2),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_vocab_padding),

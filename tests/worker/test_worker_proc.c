@@ -328,13 +328,8 @@ static gw_t *gw_start(void)
     gw_t *g = calloc(1, sizeof *g);
     assert_non_null(g);
     g->zctx = zmq_ctx_new();
-    g->router = zmq_socket(g->zctx, ZMQ_ROUTER);
-    int zero = 0, one = 1;
-    zmq_setsockopt(g->router, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(g->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-    assert_int_equal(zmq_bind(g->router, "tcp://127.0.0.1:*"), 0); /* a free port */
-    size_t elen = sizeof g->endpoint;
-    assert_int_equal(zmq_getsockopt(g->router, ZMQ_LAST_ENDPOINT, g->endpoint, &elen), 0);
+    g->router = support_router_bind(g->zctx, g->endpoint, sizeof g->endpoint);
+    assert_non_null(g->router);
 
     snprintf(g->log_path, sizeof g->log_path, "/tmp/pagoda-worker-test.XXXXXX");
     int lfd = mkstemp(g->log_path);

@@ -5,12 +5,14 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "common/cpu.h"
 #include "common/xalloc.h"
 #include "worker/kernels/matmul.h"
@@ -35,6 +37,7 @@ struct forward {
     float *scores;       /* (n_threads, scores_ld) attention weights, one row per thread */
     size_t scores_ld;    /* ctx rounded up to 16 floats (no false sharing) */
     int32_t *wanted;     /* (max_rows)         indices of rows with want_logits */
+    _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
     char err[160];
 };
 
@@ -53,7 +56,7 @@ static int bad(forward_t *f, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(f->err, sizeof f->err, fmt, ap);
+    errbuf_vset(f->err, sizeof f->err, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -69,6 +72,11 @@ int forward_set_int8(forward_t *f, bool on)
         return -1;
     /* BF16 weights on AVX512-BF16 (1 = not on this CPU: exact path) */
     return matmul_use_bf16(f->mm, f->max_rows) < 0 ? -1 : 0;
+}
+
+void forward_set_progress(forward_t *f, _Atomic uint64_t *layers_done)
+{
+    f->layers_done = layers_done;
 }
 
 forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
@@ -529,6 +537,8 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
         mm(f, &L->w_down, f->hg, R, f->xb);
         if (l + 1 < c->n_layer)
             add_rmsnorm(f, f->x, f->xb, f->xb, m->layers[l + 1].attn_norm, R, dim, c->norm_eps);
+        if (f->layers_done) /* a long step shows its progress (forward_set_progress) */
+            atomic_fetch_add_explicit(f->layers_done, 1, memory_order_relaxed);
     }
 
     /* Only wanted rows go through the output head:

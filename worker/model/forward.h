@@ -71,6 +71,12 @@ void forward_free(forward_t **f);
  * 0 ok, -1 could not allocate the scratch. */
 int forward_set_int8(forward_t *f, bool on);
 
+/* A counter forward_run advances by one after each layer (relaxed atomic
+ * add; NULL = none, the default). Another thread reads it to see that a
+ * long step is still making progress (worker_link's hang detection). Not
+ * owned; must outlive f or be unset. */
+void forward_set_progress(forward_t *f, _Atomic uint64_t *layers_done);
+
 /* Runs one step. Returns
  *    0  ok: logits holds (number of rows with want_logits, vocab) floats
  *   -1  bad input (row count, token, position, sequence index, block table

@@ -7,14 +7,18 @@
  */
 #include "worker/text/chat_template.h"
 
+#include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "common/vec.h"
 
 /* Variant switches, set from markers in the template text. */
 enum {
@@ -51,15 +55,8 @@ typedef struct {
 
 static void sb_putn(sb_t *sb, const char *s, size_t n)
 {
-    if (sb->len + n + 1 > sb->cap) {
-        size_t c = sb->cap ? sb->cap : 256;
-        while (c < sb->len + n + 1)
-            c *= 2;
-        sb->buf = xrealloc(sb->buf, c);
-        sb->cap = c;
-    }
-    memcpy(sb->buf + sb->len, s, n);
-    sb->len += n;
+    vec_reserve(sb->buf, sb->cap, sb->len + n + 1); /* + the NUL */
+    vec_append(sb->buf, sb->len, sb->cap, s, n);
     sb->buf[sb->len] = '\0';
 }
 
@@ -376,6 +373,8 @@ typedef struct {
     const role_t *r;
     size_t n;
     bool gen;
+    json_t *tools;        /* array of tool objects, or NULL: no tools announced */
+    json_t **calls;       /* (n) per message: its tool_calls array, or NULL */
     sb_t sb;
     char *err;
     size_t errlen;
@@ -383,12 +382,10 @@ typedef struct {
 
 __attribute__((format(printf, 2, 3))) static int fail(render_t *R, const char *fmt, ...)
 {
-    if (R->err && R->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(R->err, R->errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    errbuf_vset(R->err, R->errlen, fmt, ap);
+    va_end(ap);
     return CHAT_TEMPLATE_EINVAL;
 }
 
@@ -468,6 +465,8 @@ static const char *memrmem(const char *s, size_t n, const char *needle)
     return NULL;
 }
 
+static void put_hermes_call(sb_t *sb, const json_t *call, bool raw_string);
+
 /* Qwen3 assistant turn: reasoning between <think> and </think> is split off
  * the content; it is shown (in a <think> block) only for assistant turns
  * after the last real user query. */
@@ -505,15 +504,188 @@ static void qwen3_assistant(render_t *R, size_t i, size_t last_query)
         lstrip_nl(c, &ca, &cn);
     }
     sb_putn(&R->sb, c + ca, cn);
+    if (R->calls[i]) {
+        size_t k;
+        json_t *call;
+        json_array_foreach(R->calls[i], k, call) {
+            if (k > 0 || cn > 0)
+                sb_puts(&R->sb, "\n");
+            put_hermes_call(&R->sb, call, true);
+        }
+    }
     sb_puts(&R->sb, "<|im_end|>\n");
+}
+
+/* ---- tools ---- */
+
+static void sb_put_json_string(sb_t *sb, const char *s);
+
+/* A double as JavaScript's Number#toString writes it (what @huggingface/jinja's
+ * tojson does): integral values without a fraction, otherwise the shortest
+ * digits that read back to the same double. */
+static void sb_put_js_number(sb_t *sb, double v)
+{
+    char b[40];
+    if (!isfinite(v)) {
+        sb_puts(sb, "null");
+        return;
+    }
+    if (v == floor(v) && fabs(v) < 1e21) {
+        snprintf(b, sizeof b, "%.0f", v);
+        sb_puts(sb, b);
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(b, sizeof b, "%.*g", prec, v);
+        if (strtod(b, NULL) == v)
+            break;
+    }
+    /* C writes 1e-07 / 1e+21; JavaScript 1e-7 / 1e+21 */
+    char *e = strchr(b, 'e');
+    if (e) {
+        char *d = e + 2;
+        while (d[0] == '0' && d[1])
+            memmove(d, d + 1, strlen(d));
+    }
+    sb_puts(sb, b);
+}
+
+/* Jinja's `tojson` as @huggingface/jinja implements it (Python json.dumps
+ * with ensure_ascii off): ", " and ": " between items, or with indent > 0
+ * one item per line, "," after each and ": " after keys. Object keys keep
+ * their order (jansson preserves insertion order). */
+static void sb_put_tojson(sb_t *sb, const json_t *v, int indent, int depth)
+{
+    switch (json_typeof(v)) {
+    case JSON_NULL: sb_puts(sb, "null"); return;
+    case JSON_TRUE: sb_puts(sb, "true"); return;
+    case JSON_FALSE: sb_puts(sb, "false"); return;
+    case JSON_INTEGER: {
+        char b[32];
+        snprintf(b, sizeof b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        sb_puts(sb, b);
+        return;
+    }
+    case JSON_REAL: sb_put_js_number(sb, json_real_value(v)); return;
+    case JSON_STRING: sb_put_json_string(sb, json_string_value(v)); return;
+    default: break;
+    }
+    bool arr = json_is_array(v);
+    size_t n = arr ? json_array_size(v) : json_object_size(v);
+    sb_puts(sb, arr ? "[" : "{");
+    if (n == 0) {
+        sb_puts(sb, arr ? "]" : "}");
+        return;
+    }
+    size_t i = 0;
+    const char *key;
+    const json_t *val;
+    void *it = arr ? NULL : json_object_iter((json_t *)v);
+    for (i = 0; i < n; i++) {
+        if (i > 0)
+            sb_puts(sb, indent > 0 ? "," : ", ");
+        if (indent > 0) {
+            sb_puts(sb, "\n");
+            for (int k = 0; k < indent * (depth + 1); k++)
+                sb_puts(sb, " ");
+        }
+        if (arr) {
+            val = json_array_get(v, i);
+        } else {
+            key = json_object_iter_key(it);
+            val = json_object_iter_value(it);
+            it = json_object_iter_next((json_t *)v, it);
+            sb_put_json_string(sb, key);
+            sb_puts(sb, ": ");
+        }
+        sb_put_tojson(sb, val, indent, depth + 1);
+    }
+    if (indent > 0) {
+        sb_puts(sb, "\n");
+        for (int k = 0; k < indent * depth; k++)
+            sb_puts(sb, " ");
+    }
+    sb_puts(sb, arr ? "]" : "}");
+}
+
+/* The function object of a tool call ({"function": {...}} or the bare
+ * function object), its name and its arguments (any JSON value). */
+static const json_t *call_function(const json_t *call)
+{
+    const json_t *f = json_object_get(call, "function");
+    return f ? f : call;
+}
+static const char *call_name(const json_t *call)
+{
+    const char *n = json_string_value(json_object_get(call_function(call), "name"));
+    return n ? n : "";
+}
+static const json_t *call_args(const json_t *call)
+{
+    static json_t *empty;
+    const json_t *a = json_object_get(call_function(call), "arguments");
+    if (!a) {
+        if (!empty)
+            empty = json_object();
+        a = empty;
+    }
+    return a;
+}
+
+/* The Hermes/Qwen tool preamble: "# Tools ... <tools>\n{tool}...\n</tools> ...". */
+static void put_hermes_tools(render_t *R, sb_t *sb)
+{
+    sb_puts(sb, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+    size_t i;
+    json_t *tool;
+    json_array_foreach(R->tools, i, tool) {
+        sb_puts(sb, "\n");
+        sb_put_tojson(sb, tool, 0, 0);
+    }
+    sb_puts(sb, "\n</tools>\n\nFor each function call, return a json object with function name and "
+                "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+                "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
+}
+
+/* One Hermes call: <tool_call>\n{"name": "N", "arguments": A}\n</tool_call>.
+ * raw_string: a string argument is written as is (Qwen3), not JSON-encoded. */
+static void put_hermes_call(sb_t *sb, const json_t *call, bool raw_string)
+{
+    const json_t *a = call_args(call);
+    sb_puts(sb, "<tool_call>\n{\"name\": \"");
+    sb_puts(sb, call_name(call));
+    sb_puts(sb, "\", \"arguments\": ");
+    if (raw_string && json_is_string(a))
+        sb_puts(sb, json_string_value(a));
+    else
+        sb_put_tojson(sb, a, 0, 0);
+    sb_puts(sb, "}\n</tool_call>");
 }
 
 static int render_chatml(render_t *R)
 {
     const chat_template_t *t = R->t;
+    bool qwen3 = t->flags & V_QWEN3_THINK;
     put_bos(R);
-    if (t->default_system && R->r[0] != R_SYSTEM)
+    size_t from = 0; /* first message of the loop below */
+    if (R->tools) {
+        /* Qwen2.5: system text (or the default) + "\n\n# Tools..."; Qwen3:
+         * the system text + "\n\n" only when there is one */
+        sb_puts(&R->sb, "<|im_start|>system\n");
+        if (R->r[0] == R_SYSTEM) {
+            sb_puts(&R->sb, R->m[0].content);
+            sb_puts(&R->sb, "\n\n");
+            from = 1;
+        } else if (!qwen3 && t->default_system) {
+            sb_puts(&R->sb, t->default_system);
+            sb_puts(&R->sb, "\n\n");
+        }
+        put_hermes_tools(R, &R->sb);
+        sb_puts(&R->sb, "<|im_end|>\n");
+    } else if (t->default_system && R->r[0] != R_SYSTEM) {
         chatml_turn(R, "system", t->default_system);
+    }
     size_t last_query = R->n - 1;
     if (t->flags & V_QWEN3_THINK) {
         for (size_t k = R->n; k > 0; k--) {
@@ -525,8 +697,22 @@ static int render_chatml(render_t *R)
             }
         }
     }
-    for (size_t i = 0; i < R->n; i++) {
-        if (R->r[i] == R_TOOL && (t->flags & V_QWEN_TOOLS)) {
+    for (size_t i = from; i < R->n; i++) {
+        if (R->r[i] == R_ASSISTANT && R->calls[i] && !qwen3) {
+            /* Qwen2.5: "assistant" + ("\n" content) + ("\n" call)... */
+            sb_puts(&R->sb, "<|im_start|>assistant");
+            if (R->m[i].content[0]) {
+                sb_puts(&R->sb, "\n");
+                sb_puts(&R->sb, R->m[i].content);
+            }
+            size_t k;
+            json_t *call;
+            json_array_foreach(R->calls[i], k, call) {
+                sb_puts(&R->sb, "\n");
+                put_hermes_call(&R->sb, call, false);
+            }
+            sb_puts(&R->sb, "<|im_end|>\n");
+        } else if (R->r[i] == R_TOOL && (t->flags & V_QWEN_TOOLS)) {
             if (i == 0 || R->r[i - 1] != R_TOOL)
                 sb_puts(&R->sb, "<|im_start|>user");
             sb_puts(&R->sb, "\n<tool_response>\n");
@@ -587,8 +773,10 @@ static int render_llama31(render_t *R)
             date = today;
     }
     put_bos(R);
-    sb_puts(&R->sb, "<|start_header_id|>system<|end_header_id|>\n\n"
-                    "Cutting Knowledge Date: December 2023\nToday Date: ");
+    sb_puts(&R->sb, "<|start_header_id|>system<|end_header_id|>\n\n");
+    if (R->tools)
+        sb_puts(&R->sb, "Environment: ipython\n");
+    sb_puts(&R->sb, "Cutting Knowledge Date: December 2023\nToday Date: ");
     sb_puts(&R->sb, date);
     sb_puts(&R->sb, "\n\n");
     size_t first = 0;
@@ -597,8 +785,39 @@ static int render_llama31(render_t *R)
         first = 1;
     }
     sb_puts(&R->sb, "<|eot_id|>");
+    if (R->tools) {
+        /* tools_in_user_message (the template's default): the tool list goes
+         * in front of the first message after the system one, whatever its role */
+        if (first >= R->n)
+            return fail(R, "tools need a user message after the system message (%s template)",
+                        R->t->variant);
+        sb_puts(&R->sb, "<|start_header_id|>user<|end_header_id|>\n\n"
+                        "Given the following functions, please respond with a JSON for a function call "
+                        "with its proper arguments that best answers the given prompt.\n\n"
+                        "Respond in the format {\"name\": function name, \"parameters\": dictionary of "
+                        "argument name and its value}.Do not use variables.\n\n");
+        size_t k;
+        json_t *tool;
+        json_array_foreach(R->tools, k, tool) {
+            sb_put_tojson(&R->sb, tool, 4, 0);
+            sb_puts(&R->sb, "\n\n");
+        }
+        sb_put_trimmed(&R->sb, R->m[first].content);
+        sb_puts(&R->sb, "<|eot_id|>");
+        first++;
+    }
     for (size_t i = first; i < R->n; i++) {
-        if (R->r[i] == R_TOOL) {
+        if (R->r[i] == R_ASSISTANT && R->calls[i]) {
+            if (json_array_size(R->calls[i]) != 1)
+                return fail(R, "messages[%zu]: the %s template takes exactly one tool call per "
+                               "assistant message", i, R->t->variant);
+            const json_t *call = json_array_get(R->calls[i], 0);
+            sb_puts(&R->sb, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
+            sb_puts(&R->sb, call_name(call));
+            sb_puts(&R->sb, "\", \"parameters\": ");
+            sb_put_tojson(&R->sb, call_args(call), 0, 0);
+            sb_puts(&R->sb, "}");
+        } else if (R->r[i] == R_TOOL) {
             sb_puts(&R->sb, "<|start_header_id|>ipython<|end_header_id|>\n\n");
             sb_put_json_string(&R->sb, R->m[i].content);
         } else {
@@ -777,9 +996,151 @@ static int render_phi3(render_t *R)
     return 0;
 }
 
+/* Families whose real templates know tools: Qwen2.5/Qwen3 ChatML and
+ * Llama 3.1+. The others get the generic rewrite below. */
+static bool native_tools(const chat_template_t *t)
+{
+    return (t->family == CHAT_FAMILY_CHATML && (t->flags & V_QWEN_TOOLS)) ||
+           (t->family == CHAT_FAMILY_LLAMA3 && (t->flags & V_LLAMA31));
+}
+
+const char *chat_template_tool_format(const chat_template_t *t)
+{
+    return t->family == CHAT_FAMILY_LLAMA3 && (t->flags & V_LLAMA31) ? "llama3" : "hermes";
+}
+
+/* Families without tools in their template: the conversation is rewritten
+ * into plain system/user/assistant turns the template accepts, in the Hermes
+ * convention (the most widely trained one):
+ *   - the tool preamble (as Qwen's) is appended to the system message after
+ *     "\n\n", or becomes the system message; templates that refuse a system
+ *     message get it in front of the first user message instead;
+ *   - an assistant turn's calls follow its content as <tool_call> blocks;
+ *   - a run of tool results becomes one user turn of <tool_response> blocks.
+ * Returns the new messages (strings in *owned, freed by the caller). */
+static chat_msg_t *generic_rewrite(render_t *R, size_t *n_out, char ***owned, size_t *n_owned)
+{
+    const chat_template_t *t = R->t;
+    chat_msg_t *m = xcalloc(R->n + 1, sizeof *m);
+    *owned = xcalloc(R->n + 1, sizeof **owned);
+    size_t k = 0, o = 0;
+    bool no_system = (t->family == CHAT_FAMILY_MISTRAL && !(t->flags & V_MISTRAL_SYS)) ||
+                     (t->family == CHAT_FAMILY_GEMMA && !(t->flags & V_GEMMA3));
+    sb_t pre = {0};
+    if (R->tools)
+        put_hermes_tools(R, &pre);
+    size_t i = 0;
+    if (pre.len && R->r[0] == R_SYSTEM) {
+        sb_t c = {0};
+        sb_puts(&c, R->m[0].content);
+        sb_puts(&c, "\n\n");
+        sb_putn(&c, pre.buf, pre.len);
+        m[k++] = (chat_msg_t){.role = "system", .content = (*owned)[o++] = c.buf};
+        i = 1;
+    } else if (pre.len && !no_system) {
+        m[k++] = (chat_msg_t){.role = "system", .content = (*owned)[o++] = xstrdup(pre.buf)};
+    }
+    bool pre_pending = pre.len && no_system && R->r[0] != R_SYSTEM;
+    for (; i < R->n; i++) {
+        if (R->r[i] == R_TOOL) {
+            sb_t c = {0};
+            for (; i < R->n && R->r[i] == R_TOOL; i++) {
+                if (c.len)
+                    sb_puts(&c, "\n");
+                sb_puts(&c, "<tool_response>\n");
+                sb_puts(&c, R->m[i].content);
+                sb_puts(&c, "\n</tool_response>");
+            }
+            i--;
+            m[k++] = (chat_msg_t){.role = "user", .content = (*owned)[o++] = c.buf};
+        } else if (R->r[i] == R_ASSISTANT && R->calls[i]) {
+            sb_t c = {0};
+            sb_puts(&c, R->m[i].content);
+            size_t j;
+            json_t *call;
+            json_array_foreach(R->calls[i], j, call) {
+                if (c.len)
+                    sb_puts(&c, "\n");
+                put_hermes_call(&c, call, false);
+            }
+            m[k++] = (chat_msg_t){.role = "assistant", .content = (*owned)[o++] = c.buf};
+        } else if (pre_pending && R->r[i] == R_USER) {
+            sb_t c = {0};
+            sb_putn(&c, pre.buf, pre.len);
+            sb_puts(&c, "\n\n");
+            sb_puts(&c, R->m[i].content);
+            m[k++] = (chat_msg_t){.role = "user", .content = (*owned)[o++] = c.buf};
+            pre_pending = false;
+        } else {
+            m[k++] = (chat_msg_t){.role = R->m[i].role, .content = R->m[i].content};
+        }
+    }
+    free(pre.buf);
+    *n_out = k;
+    *n_owned = o;
+    return m;
+}
+
+/* Parses the tools and every message's tool_calls into R (JSON arrays).
+ * Returns 0 or a failure with a message naming the input. */
+static int parse_tool_json(render_t *R, const char *tools_json)
+{
+    json_error_t je;
+    if (tools_json) {
+        R->tools = json_loads(tools_json, JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_array(R->tools))
+            return fail(R, "tools: not a JSON array");
+        if (json_array_size(R->tools) == 0) {
+            json_decref(R->tools);
+            R->tools = NULL;
+        }
+    }
+    R->calls = xcalloc(R->n ? R->n : 1, sizeof *R->calls);
+    for (size_t i = 0; i < R->n; i++) {
+        if (!R->m[i].tool_calls)
+            continue;
+        if (R->r[i] != R_ASSISTANT)
+            return fail(R, "messages[%zu]: only assistant messages carry tool_calls", i);
+        json_t *c = json_loads(R->m[i].tool_calls, JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_array(c)) {
+            json_decref(c);
+            return fail(R, "messages[%zu].tool_calls: not a JSON array", i);
+        }
+        size_t k;
+        json_t *call;
+        json_array_foreach(c, k, call) {
+            if (!json_is_object(call) || !json_is_object(call_function(call)) ||
+                !json_is_string(json_object_get(call_function(call), "name"))) {
+                json_decref(c);
+                return fail(R, "messages[%zu].tool_calls[%zu]: needs function.name", i, k);
+            }
+        }
+        if (json_array_size(c) == 0)
+            json_decref(c);
+        else
+            R->calls[i] = c;
+    }
+    return 0;
+}
+
+static void free_tool_json(render_t *R)
+{
+    json_decref(R->tools);
+    for (size_t i = 0; R->calls && i < R->n; i++)
+        json_decref(R->calls[i]);
+    free(R->calls);
+}
+
 int chat_template_render(const chat_template_t *t, const chat_msg_t *msgs, size_t n,
                          bool add_generation_prompt, char **out, size_t *out_len, char *err,
                          size_t errlen)
+{
+    return chat_template_render_tools(t, msgs, n, NULL, add_generation_prompt, out, out_len, err, errlen);
+}
+
+int chat_template_render_tools(const chat_template_t *t, const chat_msg_t *msgs, size_t n,
+                               const char *tools_json, bool add_generation_prompt, char **out,
+                               size_t *out_len, char *err, size_t errlen)
 {
     render_t R = {.t = t, .m = msgs, .n = n, .gen = add_generation_prompt, .err = err, .errlen = errlen};
     *out = NULL;
@@ -810,6 +1171,28 @@ int chat_template_render(const chat_template_t *t, const chat_msg_t *msgs, size_
             rc = fail(&R, "messages[%zu]: unknown role '%.32s' (expected system, user, assistant or tool)",
                       i, role);
     }
+    if (rc == 0)
+        rc = parse_tool_json(&R, tools_json);
+    bool any_calls = false;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        any_calls |= R.calls[i] != NULL;
+    chat_msg_t *rewritten = NULL;
+    char **owned = NULL;
+    size_t n_owned = 0;
+    if (rc == 0 && !native_tools(t) && (R.tools || any_calls)) {
+        /* re-run the role table on the rewritten conversation */
+        size_t n2;
+        rewritten = generic_rewrite(&R, &n2, &owned, &n_owned);
+        free_tool_json(&R);
+        R.tools = NULL;
+        R.calls = xcalloc(n2 ? n2 : 1, sizeof *R.calls);
+        R.m = rewritten;
+        R.n = n2;
+        for (size_t i = 0; i < n2; i++)
+            roles[i] = strcmp(rewritten[i].role, "system") == 0 ? R_SYSTEM
+                       : strcmp(rewritten[i].role, "user") == 0 ? R_USER
+                                                                 : R_ASSISTANT;
+    }
     if (rc == 0) {
         sb_puts(&R.sb, ""); /* an empty prompt is still a valid string */
         switch (t->family) {
@@ -823,6 +1206,11 @@ int chat_template_render(const chat_template_t *t, const chat_msg_t *msgs, size_
         }
     }
     free(roles);
+    free_tool_json(&R);
+    for (size_t i = 0; i < n_owned; i++)
+        free(owned[i]);
+    free(owned);
+    free(rewritten);
     if (rc != 0) {
         free(R.sb.buf);
         return rc;

@@ -79,10 +79,15 @@ enum {
     CHAT_TEMPLATE_EINVAL = -1, /* bad conversation; err says why */
 };
 
-/* One message. Both strings are borrowed for the duration of the call. */
+/* One message. All strings are borrowed for the duration of the call. */
 typedef struct {
     const char *role;    /* "system" | "user" | "assistant" | "tool" */
     const char *content; /* UTF-8, NUL-terminated */
+    const char *tool_calls;   /* assistant only, or NULL: the calls as a JSON array
+                                 [{"id","type":"function","function":{"name","arguments"}}]
+                                 where arguments is any JSON value (an object
+                                 normally; a string is written as the template does) */
+    const char *tool_call_id; /* tool only, or NULL (no family renders it today) */
 } chat_msg_t;
 
 typedef struct chat_template chat_template_t;
@@ -130,5 +135,33 @@ size_t chat_template_stops(const chat_template_t *t, const char *const **stops);
 int chat_template_render(const chat_template_t *t, const chat_msg_t *msgs, size_t n,
                          bool add_generation_prompt, char **out, size_t *out_len, char *err,
                          size_t errlen);
+
+/* Tool calling. chat_template_render() is this with tools_json NULL.
+ *
+ * tools_json: the tools announced to the model, a JSON array of OpenAI tool
+ * objects ({"type":"function","function":{"name","description","parameters"}}),
+ * or NULL / "[]" for none. Messages may carry tool_calls (assistant) and role
+ * "tool" results.
+ *   - Qwen2.5 / Qwen3 ChatML and Llama 3.1+ render them as their real
+ *     templates do (Hermes <tool_call> blocks; Llama's JSON in the first user
+ *     message, one call per assistant turn — more is refused as the template
+ *     does).
+ *   - Every other family (generic fallback): the conversation is rewritten
+ *     into turns the template accepts, in the Hermes convention: the tool list
+ *     is appended to the system message (or prepended to the first user
+ *     message where the template refuses system), calls follow the assistant
+ *     content as <tool_call>{"name": .., "arguments": ..}</tool_call>, and a
+ *     run of tool results becomes one user turn of <tool_response> blocks.
+ * Malformed tools_json / tool_calls JSON → CHAT_TEMPLATE_EINVAL (the gateway
+ * validates them first; this only guards the worker). */
+int chat_template_render_tools(const chat_template_t *t, const chat_msg_t *msgs, size_t n,
+                               const char *tools_json, bool add_generation_prompt, char **out,
+                               size_t *out_len, char *err, size_t errlen);
+
+/* How a model of this template writes a tool call, for the gateway's parser:
+ * "llama3" (Llama 3.1+: a bare {"name": .., "parameters": ..} object) or
+ * "hermes" (<tool_call>{...}</tool_call>: Qwen and the generic fallback).
+ * A static string. */
+const char *chat_template_tool_format(const chat_template_t *t);
 
 #endif

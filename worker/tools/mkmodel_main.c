@@ -4,8 +4,13 @@
  *
  *   pagoda-mkmodel -o OUT.gguf [--tokenizer-from FILE.gguf|builtin] [--dim 768] [--layers 12]
  *       [--heads 12] [--kv-heads N] [--ffn 2048] [--vocab N] [--ctx 2048]
- *       [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K] [--seed S] [--arch llama|qwen2]
+ *       [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K|Q4_K_M] [--seed S] [--arch llama|qwen2]
  *       [--rope-base B] [--eps E]
+ *
+ * --type Q4_K_M is a mix like llama.cpp's file type of that name: Q4_K for
+ * every matrix except output.weight and, in the layers use_more_bits() picks
+ * (the first and last eighth and every third one between), attn_v and
+ * ffn_down, which are Q6_K.
  *
  * Tensors and metadata follow llama.cpp's names. A weight with GGUF dims
  * ne = [in, out] is a row-major (out x in) matrix whose rows are quantized in
@@ -98,8 +103,10 @@ static int gen_fill(void *ctx, uint8_t *buf, size_t nbytes)
 
 typedef struct opts {
     const char *out, *tok_from, *arch;
+    const char *chat_template;  /* --chat-template FILE: tokenizer.chat_template, or NULL */
     int64_t dim, layers, heads, kv_heads, ffn, vocab, ctx;
-    uint32_t type;
+    uint32_t type;                  /* matrices' type; with mix_q4_k_m the base one (Q4_K) */
+    bool mix_q4_k_m;                /* --type Q4_K_M: some matrices Q6_K (see the top) */
     uint64_t seed;
     double rope_base, eps;
 } opts_t;
@@ -109,8 +116,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: pagoda-mkmodel -o OUT.gguf [--tokenizer-from FILE.gguf|builtin] [--dim 768] [--layers 12]\n"
             "         [--heads 12] [--kv-heads N] [--ffn 2048] [--vocab N] [--ctx 2048]\n"
-            "         [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K] [--seed S]\n"
-            "         [--arch llama|qwen2] [--rope-base B] [--eps E]\n"
+            "         [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K|Q4_K_M] [--seed S]\n"
+            "         [--arch llama|qwen2] [--rope-base B] [--eps E] [--chat-template FILE]\n"
             "Writes a GGUF with seeded random weights; tokenizer.* keys are copied from\n"
             "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n");
 }
@@ -128,10 +135,34 @@ static int parse_type(const char *s, uint32_t *out)
     return -1;
 }
 
-/* llama.cpp's llama_ftype for a single-type file. */
-static uint32_t file_type_of(uint32_t t)
+/* Q4_K_M's rule for which layers get more bits in attn_v / ffn_down: the
+ * first and last eighth of the layers, and every third layer in between. */
+static bool use_more_bits(int64_t i_layer, int64_t n_layers)
 {
-    switch (t) {
+    return i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 ||
+           (i_layer - n_layers / 8) % 3 == 2;
+}
+
+/* The type of a matrix: o->type, except for the Q4_K_M mix. `role` is
+ * "output", "attn_v", "ffn_down" or anything else; layer -1 = none. */
+static uint32_t matrix_type(const opts_t *o, const char *role, int64_t layer)
+{
+    if (!o->mix_q4_k_m)
+        return o->type;
+    if (strcmp(role, "output") == 0)
+        return GGML_TYPE_Q6_K;
+    if ((strcmp(role, "attn_v") == 0 || strcmp(role, "ffn_down") == 0) &&
+        use_more_bits(layer, o->layers))
+        return GGML_TYPE_Q6_K;
+    return GGML_TYPE_Q4_K;
+}
+
+/* llama.cpp's llama_ftype for a single-type file (or the Q4_K_M mix). */
+static uint32_t file_type_of(const opts_t *o)
+{
+    if (o->mix_q4_k_m)
+        return 15; /* MOSTLY_Q4_K_M */
+    switch (o->type) {
     case GGML_TYPE_F32: return 0;
     case GGML_TYPE_F16: return 1;
     case GGML_TYPE_Q4_0: return 2;
@@ -189,6 +220,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->out = v;
         else if (strcmp(name, "--tokenizer-from") == 0)
             o->tok_from = v;
+        else if (strcmp(name, "--chat-template") == 0)
+            o->chat_template = v;
         else if (strcmp(name, "--arch") == 0)
             o->arch = v;
         else if (strcmp(name, "--dim") == 0)
@@ -209,9 +242,12 @@ static int parse_args(int argc, char **argv, opts_t *o)
             rc = parse_int(name, v, 0, INT64_MAX, &x);
             o->seed = (uint64_t)x;
         } else if (strcmp(name, "--type") == 0) {
-            if (parse_type(v, &o->type) != 0) {
+            o->mix_q4_k_m = strcasecmp(v, "Q4_K_M") == 0;
+            if (o->mix_q4_k_m)
+                o->type = GGML_TYPE_Q4_K;
+            else if (parse_type(v, &o->type) != 0) {
                 fprintf(stderr, "pagoda-mkmodel: unknown --type '%s' "
-                                "(F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K)\n", v);
+                                "(F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M)\n", v);
                 return -1;
             }
         } else if (strcmp(name, "--rope-base") == 0 || strcmp(name, "--eps") == 0) {
@@ -456,7 +492,7 @@ int main(int argc, char **argv)
     int64_t head_dim = o.dim / o.heads, kv_dim = head_dim * o.kv_heads;
     gguf_writer_set_str(w, "general.architecture", A);
     gguf_writer_set_str(w, "general.name", "pagoda-mkmodel synthetic");
-    gguf_writer_set_u32(w, "general.file_type", file_type_of(o.type));
+    gguf_writer_set_u32(w, "general.file_type", file_type_of(&o));
     if (ggml_type_block_elems(o.type) > 1)
         gguf_writer_set_u32(w, "general.quantization_version", 2);
     gguf_writer_set_u32(w, K("context_length"), (uint32_t)o.ctx);
@@ -471,6 +507,25 @@ int main(int argc, char **argv)
     int64_t vocab = copy_tokenizer(w, tok, o.vocab);
     if (vocab < 0)
         goto err;
+    if (o.chat_template) {
+        /* a Jinja chat template from a file (replaces a copied one) */
+        FILE *f = fopen(o.chat_template, "rb");
+        char *text = NULL;
+        size_t len = 0;
+        if (f) {
+            text = xmalloc(1 << 20);
+            len = fread(text, 1, (1 << 20) - 1, f);
+            text[len] = '\0';
+            fclose(f);
+        }
+        if (!f || len == 0 || strlen(text) != len) {
+            fprintf(stderr, "pagoda-mkmodel: cannot read a chat template from %s\n", o.chat_template);
+            free(text);
+            goto err;
+        }
+        gguf_writer_set_str(w, "tokenizer.chat_template", text);
+        free(text);
+    }
     gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)vocab);
 #undef K
 
@@ -498,7 +553,7 @@ int main(int argc, char **argv)
         ADD(L("attn_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
         ADD(L("attn_q.weight"), o.type, o.dim, o.dim, INIT_NORMAL, s_dim);
         ADD(L("attn_k.weight"), o.type, o.dim, kv_dim, INIT_NORMAL, s_dim);
-        ADD(L("attn_v.weight"), o.type, o.dim, kv_dim, INIT_NORMAL, s_dim);
+        ADD(L("attn_v.weight"), matrix_type(&o, "attn_v", l), o.dim, kv_dim, INIT_NORMAL, s_dim);
         if (qwen2) {
             ADD(L("attn_q.bias"), GGML_TYPE_F32, o.dim, 1, INIT_NORMAL, 0.02);
             ADD(L("attn_k.bias"), GGML_TYPE_F32, kv_dim, 1, INIT_NORMAL, 0.02);
@@ -508,11 +563,11 @@ int main(int argc, char **argv)
         ADD(L("ffn_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
         ADD(L("ffn_gate.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
         ADD(L("ffn_up.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
-        ADD(L("ffn_down.weight"), o.type, o.ffn, o.dim, INIT_NORMAL, s_ffn);
+        ADD(L("ffn_down.weight"), matrix_type(&o, "ffn_down", l), o.ffn, o.dim, INIT_NORMAL, s_ffn);
 #undef L
     }
     ADD("output_norm.weight", GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
-    ADD("output.weight", o.type, o.dim, vocab, INIT_NORMAL, s_dim);
+    ADD("output.weight", matrix_type(&o, "output", -1), o.dim, vocab, INIT_NORMAL, s_dim);
 #undef ADD
     uint64_t n_params = 0;
     for (size_t i = 0; i < n; i++) {
@@ -532,7 +587,7 @@ int main(int argc, char **argv)
     free(plan);
     log_info("wrote %s: %s %s, %.1fM params, dim %lld, %lld layers, %lld/%lld heads, ffn %lld, "
              "vocab %lld, in %.2f s",
-             o.out, A, ggml_type_name(o.type), (double)n_params / 1e6, (long long)o.dim,
+             o.out, A, o.mix_q4_k_m ? "Q4_K_M" : ggml_type_name(o.type), (double)n_params / 1e6, (long long)o.dim,
              (long long)o.layers, (long long)o.heads, (long long)o.kv_heads, (long long)o.ffn,
              (long long)vocab, (double)(clock_now_us() - t0) / 1e6);
     gguf_writer_free(&w);

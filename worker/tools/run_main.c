@@ -260,7 +260,7 @@ int main(int argc, char **argv)
     int32_t n_ids;
     if (chat) {
         chat_msg_t m = {.role = "user", .content = prompt};
-        n_ids = engine_prompt_chat(e, &m, 1, &ids, err, sizeof err);
+        n_ids = engine_prompt_chat(e, &m, 1, NULL, &ids, err, sizeof err);
     } else {
         n_ids = engine_prompt_text(e, prompt, strlen(prompt), &ids, err, sizeof err);
     }

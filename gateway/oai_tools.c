@@ -1,0 +1,446 @@
+/* oai_tools.c — tool calling in the OpenAI layer (see oai_tools.h). */
+#include "gateway/oai_tools.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/xalloc.h"
+
+__attribute__((format(printf, 3, 4))) static int bad(oai_error_t *e, const char *param, const char *fmt, ...)
+{
+    char msg[sizeof e->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    oai_error_set(e, 400, param, "%s", msg);
+    return -1;
+}
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static bool name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > OAI_MAX_TOOL_NAME)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+              c == '-'))
+            return false;
+    }
+    return true;
+}
+
+static bool present(const json_t *v) { return v && !json_is_null(v); }
+
+/* ---- request ---------------------------------------------------------- */
+
+/* One entry of `tools`: {"type":"function","function":{"name","description"?,
+ * "parameters"?,"strict"?}}. Stores the name. */
+static int parse_tool(json_t *t, size_t i, oai_request_t *r, oai_error_t *e)
+{
+    char p[64];
+    snprintf(p, sizeof p, "tools[%zu]", i);
+    if (!json_is_object(t))
+        return bad(e, p, "'%s' must be an object, got %s.", p, type_name(t));
+    json_t *type = json_object_get(t, "type");
+    if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0)
+        return bad(e, p, "'%s.type' must be \"function\" (the only tool type served here).", p);
+    json_t *f = json_object_get(t, "function");
+    if (!json_is_object(f))
+        return bad(e, p, "'%s.function' must be an object.", p);
+    json_t *name = json_object_get(f, "name");
+    if (!json_is_string(name) || !name_ok(json_string_value(name), json_string_length(name)))
+        return bad(e, p, "'%s.function.name' must be 1..%d characters of a-z, A-Z, 0-9, _ and -.", p,
+                   OAI_MAX_TOOL_NAME);
+    for (size_t k = 0; k < r->n_tools; k++)
+        if (strcmp(r->tool_names[k], json_string_value(name)) == 0)
+            return bad(e, p, "Tool name '%s' is given twice in 'tools'.", json_string_value(name));
+    json_t *d = json_object_get(f, "description");
+    if (present(d) && !json_is_string(d))
+        return bad(e, p, "'%s.function.description' must be a string.", p);
+    json_t *params = json_object_get(f, "parameters");
+    if (present(params) && !json_is_object(params))
+        return bad(e, p, "'%s.function.parameters' must be a JSON Schema object, got %s.", p,
+                   type_name(params));
+    json_t *strict = json_object_get(f, "strict");
+    if (present(strict) && !json_is_boolean(strict))
+        return bad(e, p, "'%s.function.strict' must be a boolean.", p);
+    r->tool_names[r->n_tools++] = xstrdup(json_string_value(name));
+    return 0;
+}
+
+int oai_tools_parse_request(json_t *root, oai_request_t *r, oai_error_t *e)
+{
+    r->parallel_tool_calls = true;
+    r->tool_choice = OAI_TOOL_CHOICE_AUTO;
+    if (present(json_object_get(root, "functions")) || present(json_object_get(root, "function_call")))
+        return bad(e, present(json_object_get(root, "functions")) ? "functions" : "function_call",
+                   "The deprecated 'functions'/'function_call' parameters are not supported; use 'tools' "
+                   "and 'tool_choice'.");
+    json_t *tools = json_object_get(root, "tools");
+    if (present(tools)) {
+        if (!json_is_array(tools))
+            return bad(e, "tools", "'tools' must be an array, got %s.", type_name(tools));
+        size_t n = json_array_size(tools);
+        if (n > OAI_MAX_TOOLS)
+            return bad(e, "tools", "'tools' has %zu entries; at most %d are accepted.", n, OAI_MAX_TOOLS);
+        r->tool_names = xcalloc(n ? n : 1, sizeof *r->tool_names);
+        for (size_t i = 0; i < n; i++)
+            if (parse_tool(json_array_get(tools, i), i, r, e) != 0)
+                return -1;
+        if (n > 0)
+            r->tools_json = json_dumps(tools, JSON_COMPACT);
+    }
+    json_t *par = json_object_get(root, "parallel_tool_calls");
+    if (present(par)) {
+        if (!json_is_boolean(par))
+            return bad(e, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean, got %s.",
+                       type_name(par));
+        r->parallel_tool_calls = json_is_true(par);
+    }
+    json_t *tc = json_object_get(root, "tool_choice");
+    if (!present(tc))
+        return 0;
+    if (json_is_string(tc)) {
+        const char *s = json_string_value(tc);
+        if (strcmp(s, "auto") == 0)
+            r->tool_choice = OAI_TOOL_CHOICE_AUTO;
+        else if (strcmp(s, "none") == 0)
+            r->tool_choice = OAI_TOOL_CHOICE_NONE;
+        else if (strcmp(s, "required") == 0)
+            r->tool_choice = OAI_TOOL_CHOICE_REQUIRED;
+        else
+            return bad(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                         "{\"type\": \"function\", \"function\": {\"name\": ...}}; got "
+                                         "'%.40s'.", s);
+    } else if (json_is_object(tc)) {
+        json_t *type = json_object_get(tc, "type");
+        json_t *f = json_object_get(tc, "function");
+        json_t *name = json_is_object(f) ? json_object_get(f, "name") : NULL;
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0 || !json_is_string(name))
+            return bad(e, "tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", "
+                                         "\"function\": {\"name\": ...}}.");
+        r->tool_choice = OAI_TOOL_CHOICE_NAMED;
+        r->tool_choice_name = xstrdup(json_string_value(name));
+    } else {
+        return bad(e, "tool_choice", "'tool_choice' must be a string or an object, got %s.", type_name(tc));
+    }
+    if (r->tool_choice != OAI_TOOL_CHOICE_NONE && r->tool_choice != OAI_TOOL_CHOICE_AUTO && r->n_tools == 0)
+        return bad(e, "tool_choice", "'tool_choice' is only allowed when 'tools' are specified.");
+    if (r->tool_choice == OAI_TOOL_CHOICE_NAMED) {
+        bool found = false;
+        for (size_t k = 0; k < r->n_tools && !found; k++)
+            found = strcmp(r->tool_names[k], r->tool_choice_name) == 0;
+        if (!found)
+            return bad(e, "tool_choice", "'tool_choice' names the function '%.64s', which is not in 'tools'.",
+                       r->tool_choice_name);
+    }
+    return 0;
+}
+
+int oai_tools_parse_message(json_t *msg, size_t i, oai_message_t *m, oai_error_t *e)
+{
+    char p[96];
+    json_t *id = json_object_get(msg, "tool_call_id");
+    if (present(id)) {
+        snprintf(p, sizeof p, "messages[%zu].tool_call_id", i);
+        if (!json_is_string(id) || json_string_length(id) > 256)
+            return bad(e, p, "'%s' must be a string of at most 256 bytes.", p);
+        if (m->role == OAI_ROLE_TOOL)
+            m->tool_call_id = xstrdup(json_string_value(id));
+    }
+    json_t *tc = json_object_get(msg, "tool_calls");
+    if (!present(tc) || (json_is_array(tc) && json_array_size(tc) == 0))
+        return 0;
+    snprintf(p, sizeof p, "messages[%zu].tool_calls", i);
+    if (m->role != OAI_ROLE_ASSISTANT)
+        return bad(e, p, "'%s': only assistant messages have tool calls.", p);
+    if (!json_is_array(tc))
+        return bad(e, p, "'%s' must be an array, got %s.", p, type_name(tc));
+    size_t n = json_array_size(tc);
+    if (n > OAI_MAX_TOOL_CALLS)
+        return bad(e, p, "'%s' has more than %d calls.", p, OAI_MAX_TOOL_CALLS);
+    json_t *out = json_array();
+    for (size_t k = 0; k < n; k++) {
+        json_t *c = json_array_get(tc, k);
+        char cp[128];
+        snprintf(cp, sizeof cp, "%s[%zu]", p, k);
+        json_t *f = json_is_object(c) ? json_object_get(c, "function") : NULL;
+        json_t *name = json_is_object(f) ? json_object_get(f, "name") : NULL;
+        json_t *args = json_is_object(f) ? json_object_get(f, "arguments") : NULL;
+        json_t *cid = json_is_object(c) ? json_object_get(c, "id") : NULL;
+        json_t *type = json_is_object(c) ? json_object_get(c, "type") : NULL;
+        if (!json_is_object(c) || !json_is_object(f) || !json_is_string(name) ||
+            json_string_length(name) == 0 || json_string_length(name) > 256 ||
+            (present(type) && !(json_is_string(type) && strcmp(json_string_value(type), "function") == 0)) ||
+            (present(cid) && !json_is_string(cid)) || (present(args) && !json_is_string(args))) {
+            json_decref(out);
+            return bad(e, cp, "'%s' must be {\"id\": string, \"type\": \"function\", \"function\": "
+                              "{\"name\": string, \"arguments\": string}}.", cp);
+        }
+        /* arguments: a JSON string in the API; templates want the value */
+        json_t *val = NULL;
+        if (present(args)) {
+            json_error_t je;
+            val = json_loadb(json_string_value(args), json_string_length(args),
+                             JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+            if (!val)
+                val = json_incref(args);
+        } else {
+            val = json_object();
+        }
+        json_t *fn = json_pack("{s:O, s:o}", "name", name, "arguments", val);
+        json_t *call = json_pack("{s:s, s:s, s:o}", "id", present(cid) ? json_string_value(cid) : "",
+                                 "type", "function", "function", fn);
+        json_array_append_new(out, call);
+    }
+    m->tool_calls_json = json_dumps(out, JSON_COMPACT);
+    json_decref(out);
+    return 0;
+}
+
+/* ---- output ----------------------------------------------------------- */
+
+static const char HERMES_OPEN[] = "<tool_call>";
+static const char HERMES_CLOSE[] = "</tool_call>";
+static const char MISTRAL_TAG[] = "[TOOL_CALLS]";
+static const char PYTHON_TAG[] = "<|python_tag|>";
+
+static bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+static size_t skip_ws(const char *s, size_t i, size_t n)
+{
+    while (i < n && is_ws(s[i]))
+        i++;
+    return i;
+}
+
+static bool at(const char *s, size_t i, size_t n, const char *lit)
+{
+    size_t k = strlen(lit);
+    return i + k <= n && memcmp(s + i, lit, k) == 0;
+}
+
+/* One JSON value starting at s[i]: returns it (new reference) and sets
+ * *end past it, or NULL. */
+static json_t *json_at(const char *s, size_t i, size_t n, size_t *end)
+{
+    json_error_t je;
+    json_t *v = json_loadb(s + i, n - i, JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+    if (v)
+        *end = i + (size_t)je.position;
+    return v;
+}
+
+/* Appends the call described by obj ({"name", "arguments"|"parameters"}). */
+static bool add_call(json_t *obj, char *const *names, size_t n_names, oai_tool_call_t **calls, size_t *n)
+{
+    if (!json_is_object(obj) || *n >= OAI_MAX_TOOL_CALLS)
+        return false;
+    json_t *name = json_object_get(obj, "name");
+    json_t *args = json_object_get(obj, "arguments");
+    if (!args)
+        args = json_object_get(obj, "parameters");
+    if (!json_is_string(name) || json_string_length(name) == 0)
+        return false;
+    if (names) {
+        bool found = false;
+        for (size_t k = 0; k < n_names && !found; k++)
+            found = strcmp(names[k], json_string_value(name)) == 0;
+        if (!found)
+            return false;
+    }
+    oai_tool_call_t c = {.name = xstrdup(json_string_value(name))};
+    if (json_is_string(args))
+        c.arguments = xstrdup(json_string_value(args)); /* already JSON text */
+    else if (args)
+        c.arguments = json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY);
+    else
+        c.arguments = xstrdup("{}");
+    oai_id_new("call_", c.id, sizeof c.id);
+    *calls = xrealloc(*calls, (*n + 1) * sizeof **calls);
+    (*calls)[(*n)++] = c;
+    return true;
+}
+
+static size_t hermes(const char *s, size_t i, size_t n, oai_tool_call_t **calls)
+{
+    size_t k = 0;
+    while (at(s, i, n, HERMES_OPEN)) {
+        size_t end;
+        json_t *v = json_at(s, skip_ws(s, i + sizeof HERMES_OPEN - 1, n), n, &end);
+        bool ok = add_call(v, NULL, 0, calls, &k);
+        json_decref(v);
+        if (!ok)
+            return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+        i = skip_ws(s, end, n);
+        if (at(s, i, n, HERMES_CLOSE))
+            i = skip_ws(s, i + sizeof HERMES_CLOSE - 1, n);
+        else if (i < n) /* an unclosed block is only accepted at the very end */
+            return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+    }
+    if (i < n)
+        return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+    return k;
+}
+
+static size_t mistral(const char *s, size_t i, size_t n, oai_tool_call_t **calls)
+{
+    size_t end, k = 0;
+    json_t *v = json_at(s, skip_ws(s, i + sizeof MISTRAL_TAG - 1, n), n, &end);
+    bool ok = json_is_array(v) && json_array_size(v) > 0 && skip_ws(s, end, n) == n;
+    for (size_t j = 0; ok && j < json_array_size(v); j++)
+        ok = add_call(json_array_get(v, j), NULL, 0, calls, &k);
+    json_decref(v);
+    if (!ok)
+        return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+    return k;
+}
+
+static size_t bare_json(const char *s, size_t i, size_t n, char *const *names, size_t n_names,
+                        oai_tool_call_t **calls)
+{
+    size_t k = 0;
+    for (;;) {
+        size_t end;
+        json_t *v = json_at(s, i, n, &end);
+        bool ok = add_call(v, names, n_names, calls, &k);
+        json_decref(v);
+        if (!ok)
+            return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+        i = skip_ws(s, end, n);
+        if (i == n)
+            return k;
+        if (s[i] != ';')
+            return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+        i = skip_ws(s, i + 1, n);
+    }
+}
+
+size_t oai_tools_extract(const char *text, size_t len, char *const *names, size_t n_names,
+                         oai_tool_call_t **calls, size_t *content_len)
+{
+    *calls = NULL;
+    *content_len = len;
+    const char *h = memmem(text, len, HERMES_OPEN, sizeof HERMES_OPEN - 1);
+    const char *m = memmem(text, len, MISTRAL_TAG, sizeof MISTRAL_TAG - 1);
+    size_t k = 0, start = len;
+    if (h && (!m || h < m)) {
+        start = (size_t)(h - text);
+        k = hermes(text, start, len, calls);
+    } else if (m) {
+        start = (size_t)(m - text);
+        k = mistral(text, start, len, calls);
+    } else {
+        size_t i = skip_ws(text, 0, len);
+        if (at(text, i, len, PYTHON_TAG))
+            i = skip_ws(text, i + sizeof PYTHON_TAG - 1, len);
+        if (i < len && text[i] == '{') {
+            start = 0;
+            k = bare_json(text, i, len, names, n_names, calls);
+        }
+    }
+    if (k == 0)
+        return 0;
+    while (start > 0 && is_ws(text[start - 1]))
+        start--;
+    *content_len = start;
+    return k;
+}
+
+void oai_tool_calls_free(oai_tool_call_t *calls, size_t n)
+{
+    for (size_t i = 0; calls && i < n; i++) {
+        free(calls[i].name);
+        free(calls[i].arguments);
+    }
+    free(calls);
+}
+
+/* Longest suffix of s[0..n) that is a proper prefix of lit. */
+static size_t partial_suffix(const char *s, size_t n, const char *lit)
+{
+    size_t k = strlen(lit);
+    for (size_t m = k - 1 < n ? k - 1 : n; m > 0; m--)
+        if (memcmp(s + n - m, lit, m) == 0)
+            return m;
+    return 0;
+}
+
+size_t oai_tools_safe_prefix(const char *text, size_t len)
+{
+    size_t i = skip_ws(text, 0, len);
+    if (i == len)
+        return 0; /* only white space so far: a call may still begin */
+    if (text[i] == '{' || at(text, i, len, PYTHON_TAG) || partial_suffix(text + i, len - i, PYTHON_TAG) == len - i)
+        return 0; /* may be a bare JSON call: hold everything */
+    const char *h = memmem(text, len, HERMES_OPEN, sizeof HERMES_OPEN - 1);
+    const char *m = memmem(text, len, MISTRAL_TAG, sizeof MISTRAL_TAG - 1);
+    size_t cut = len;
+    if (h)
+        cut = (size_t)(h - text);
+    if (m && (size_t)(m - text) < cut)
+        cut = (size_t)(m - text);
+    if (cut < len)
+        return cut;
+    size_t a = partial_suffix(text, len, HERMES_OPEN), b = partial_suffix(text, len, MISTRAL_TAG);
+    return len - (a > b ? a : b);
+}
+
+json_t *oai_tool_calls_json(const oai_tool_call_t *calls, size_t n, bool with_index)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *c = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", calls[i].id, "type", "function", "function",
+                              "name", calls[i].name, "arguments", calls[i].arguments);
+        if (with_index) {
+            /* "index" first, as OpenAI streams it */
+            json_t *o = json_pack("{s:I}", "index", (json_int_t)i);
+            json_object_update(o, c);
+            json_decref(c);
+            c = o;
+        }
+        json_array_append_new(a, c);
+    }
+    return a;
+}
+
+char *oai_tools_patch(char *body, size_t index, const char *content, size_t content_len,
+                      const oai_tool_call_t *calls, size_t n, bool is_chunk)
+{
+    json_error_t je;
+    json_t *root = json_loads(body, 0, &je);
+    json_t *choice = root ? json_array_get(json_object_get(root, "choices"), index) : NULL;
+    json_t *msg = choice ? json_object_get(choice, is_chunk ? "delta" : "message") : NULL;
+    if (!json_is_object(msg)) {
+        json_decref(root);
+        return body; /* not a body we built: leave it */
+    }
+    free(body);
+    if (!is_chunk)
+        json_object_set_new(msg, "content", content_len ? json_stringn(content, content_len) : json_null());
+    else
+        json_object_del(msg, "content");
+    json_object_set_new(msg, "tool_calls", oai_tool_calls_json(calls, n, is_chunk));
+    if (present(json_object_get(choice, "finish_reason")))
+        json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
+    char *out = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return out;
+}

@@ -1,0 +1,226 @@
+/* Unit tests for gateway/oai_tools: the request fields (parsed values of
+ * valid requests), the output parser as a table of hand-worked model outputs,
+ * and the streaming hold-back checked as a property over every split point
+ * of every table entry (content never runs into a call; nothing is lost). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "gateway/oai.h"
+#include "gateway/oai_tools.h"
+
+static char *names[] = {"get_weather", "lookup"};
+
+typedef struct {
+    const char *text;
+    size_t n_calls;             /* expected calls (0 = content only) */
+    const char *name0, *args0;  /* first call: name, arguments as compact JSON */
+    const char *name1, *args1;  /* second call, when n_calls == 2 */
+    const char *content;        /* expected content before the calls (n_calls > 0) */
+} out_case_t;
+
+static const out_case_t OUT[] = {
+    /* plain text */
+    {"Hello there.", 0, NULL, NULL, NULL, NULL, NULL},
+    {"", 0, NULL, NULL, NULL, NULL, NULL},
+    {"a < b and <tool is not a call", 0, NULL, NULL, NULL, NULL, NULL},
+    /* Hermes */
+    {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}\n</tool_call>", 1,
+     "get_weather", "{\"location\":\"Paris\"}", NULL, NULL, ""},
+    {"Let me check.\n<tool_call>\n{\"name\": \"lookup\", \"arguments\": {}}\n</tool_call>", 1, "lookup", "{}",
+     NULL, NULL, "Let me check."},
+    {"<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"location\":\"Paris\"}}</tool_call>\n"
+     "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"location\":\"Rome\"}}</tool_call>",
+     2, "get_weather", "{\"location\":\"Paris\"}", "get_weather", "{\"location\":\"Rome\"}", ""},
+    /* unclosed last block: the model stopped at EOS before the close tag */
+    {"<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"q\": 1}}", 1, "lookup", "{\"q\":1}", NULL, NULL, ""},
+    /* arguments given as a JSON string (some models do): kept as is */
+    {"<tool_call>{\"name\": \"lookup\", \"arguments\": \"{\\\"q\\\": 2}\"}</tool_call>", 1, "lookup",
+     "{\"q\": 2}", NULL, NULL, ""},
+    /* broken JSON inside the block: no call, all content */
+    {"<tool_call>{\"name\": \"lookup\", \"arguments\": {</tool_call>", 0, NULL, NULL, NULL, NULL, NULL},
+    /* text after the block: not a clean call */
+    {"<tool_call>{\"name\":\"lookup\",\"arguments\":{}}</tool_call> and more", 0, NULL, NULL, NULL, NULL, NULL},
+    /* no name */
+    {"<tool_call>{\"arguments\":{}}</tool_call>", 0, NULL, NULL, NULL, NULL, NULL},
+    /* Mistral */
+    {"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Oslo\"}}]", 1, "get_weather",
+     "{\"location\":\"Oslo\"}", NULL, NULL, ""},
+    {"[TOOL_CALLS] not json", 0, NULL, NULL, NULL, NULL, NULL},
+    /* Llama 3 bare JSON: a declared name is required */
+    {"{\"name\": \"get_weather\", \"parameters\": {\"location\": \"Lima\"}}", 1, "get_weather",
+     "{\"location\":\"Lima\"}", NULL, NULL, ""},
+    {"  <|python_tag|>{\"name\": \"lookup\", \"parameters\": {}}", 1, "lookup", "{}", NULL, NULL, ""},
+    {"{\"name\": \"lookup\", \"parameters\": {}}; {\"name\": \"get_weather\", \"parameters\": {\"location\": \"X\"}}",
+     2, "lookup", "{}", "get_weather", "{\"location\":\"X\"}", ""},
+    {"{\"name\": \"not_declared\", \"parameters\": {}}", 0, NULL, NULL, NULL, NULL, NULL},
+    {"{\"answer\": 42}", 0, NULL, NULL, NULL, NULL, NULL},
+};
+
+static void test_extract_table(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof OUT / sizeof OUT[0]; i++) {
+        const out_case_t *c = &OUT[i];
+        oai_tool_call_t *calls;
+        size_t content_len;
+        size_t n = oai_tools_extract(c->text, strlen(c->text), names, 2, &calls, &content_len);
+        if (n != c->n_calls)
+            fail_msg("case %zu (%s): %zu calls, expected %zu", i, c->text, n, c->n_calls);
+        if (n == 0) {
+            assert_null(calls);
+            assert_int_equal(content_len, strlen(c->text));
+            continue;
+        }
+        assert_string_equal(calls[0].name, c->name0);
+        assert_string_equal(calls[0].arguments, c->args0);
+        assert_int_equal(strncmp(calls[0].id, "call_", 5), 0);
+        assert_int_equal(strlen(calls[0].id), 29);
+        if (n > 1) {
+            assert_string_equal(calls[1].name, c->name1);
+            assert_string_equal(calls[1].arguments, c->args1);
+            assert_string_not_equal(calls[0].id, calls[1].id);
+        }
+        assert_int_equal(content_len, strlen(c->content));
+        assert_memory_equal(c->text, c->content, content_len);
+        oai_tool_calls_free(calls, n);
+    }
+}
+
+/* Streaming: feed every prefix; what is released as content must never
+ * reach into a call, must only grow, and content released + the finish
+ * decision must give back exactly the text or its content part. */
+static void test_hold_back_property(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof OUT / sizeof OUT[0]; i++) {
+        const char *t = OUT[i].text;
+        size_t len = strlen(t), prev = 0;
+        for (size_t l = 0; l <= len; l++) {
+            size_t safe = oai_tools_safe_prefix(t, l);
+            assert_true(safe <= l);
+            if (safe < prev)
+                fail_msg("case %zu: released %zu bytes, then only %zu at length %zu", i, prev, safe, l);
+            prev = safe;
+            if (OUT[i].n_calls > 0 && safe > strlen(OUT[i].content)) {
+                /* white space between content and the call may be released */
+                for (size_t k = strlen(OUT[i].content); k < safe; k++)
+                    if (!strchr(" \n\t\r", t[k]))
+                        fail_msg("case %zu: released byte %zu ('%c') of a call", i, k, t[k]);
+            }
+        }
+        if (OUT[i].n_calls == 0 && !strchr(t, '{') && !strstr(t, "[TOOL_CALLS") && !strstr(t, "<tool_call"))
+            assert_int_equal(oai_tools_safe_prefix(t, len), len); /* plain text streams entirely */
+    }
+}
+
+static void test_parse_request(void **state)
+{
+    (void)state;
+    const char *body =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+        "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"location\\\": \\\"Paris\\\"}\"}},"
+        "{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"lookup\",\"arguments\":\"not json\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"21 C\"}],"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+        "\"object\"}}},{\"type\":\"function\",\"function\":{\"name\":\"lookup\"}}],"
+        "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"lookup\"}},\"parallel_tool_calls\":false}";
+    oai_request_t r;
+    oai_error_t e;
+    int rc = oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e);
+    if (rc != 0)
+        fail_msg("refused: %s (%s)", e.message, e.param);
+    assert_int_equal(r.n_tools, 2);
+    assert_string_equal(r.tool_names[0], "get_weather");
+    assert_string_equal(r.tool_names[1], "lookup");
+    assert_int_equal(r.tool_choice, OAI_TOOL_CHOICE_NAMED);
+    assert_string_equal(r.tool_choice_name, "lookup");
+    assert_false(r.parallel_tool_calls);
+    /* tools forwarded as they came (compact), arguments parsed when JSON */
+    json_error_t je;
+    json_t *tools = json_loads(r.tools_json, 0, &je);
+    assert_true(json_is_array(tools) && json_array_size(tools) == 2);
+    json_decref(tools);
+    json_t *calls = json_loads(r.messages[1].tool_calls_json, 0, &je);
+    assert_true(json_is_array(calls) && json_array_size(calls) == 2);
+    json_t *a0 = json_object_get(json_object_get(json_array_get(calls, 0), "function"), "arguments");
+    assert_true(json_is_object(a0));
+    assert_string_equal(json_string_value(json_object_get(a0, "location")), "Paris");
+    json_t *a1 = json_object_get(json_object_get(json_array_get(calls, 1), "function"), "arguments");
+    assert_true(json_is_string(a1));
+    assert_string_equal(json_string_value(a1), "not json");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(calls, 0), "id")), "c1");
+    json_decref(calls);
+    assert_string_equal(r.messages[2].tool_call_id, "c1");
+    assert_string_equal(r.messages[1].content, "");
+    oai_request_free(&r);
+
+    /* defaults */
+    const char *b2 = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    assert_int_equal(oai_parse_request((const uint8_t *)b2, strlen(b2), OAI_CHAT, &r, &e), 0);
+    assert_null(r.tools_json);
+    assert_int_equal(r.n_tools, 0);
+    assert_int_equal(r.tool_choice, OAI_TOOL_CHOICE_AUTO);
+    assert_true(r.parallel_tool_calls);
+    oai_request_free(&r);
+}
+
+/* The patched bodies are what the SDKs read: message.tool_calls with
+ * id/type/function{name, arguments: string}, content null, finish
+ * "tool_calls"; a chunk's delta.tool_calls carries index. */
+static void test_patch(void **state)
+{
+    (void)state;
+    oai_tool_call_t call = {.id = "call_0123456789abcdef01234567", .name = "lookup", .arguments = "{\"q\":1}"};
+    oai_meta_t meta = {.id = "chatcmpl-x", .model = "m", .created = 1};
+    oai_usage_t u = {1, 2, 0};
+    oai_logprobs_t lp = {0};
+    char *body = oai_chat_completion_json(&meta, "", 0, "stop", &lp, &u);
+    body = oai_tools_patch(body, 0, "", 0, &call, 1, false);
+    json_error_t je;
+    json_t *j = json_loads(body, 0, &je);
+    assert_non_null(j);
+    json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *msg = json_object_get(ch, "message");
+    assert_true(json_is_null(json_object_get(msg, "content")));
+    assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")), "tool_calls");
+    json_t *tc = json_array_get(json_object_get(msg, "tool_calls"), 0);
+    assert_string_equal(json_string_value(json_object_get(tc, "id")), call.id);
+    assert_string_equal(json_string_value(json_object_get(tc, "type")), "function");
+    json_t *f = json_object_get(tc, "function");
+    assert_string_equal(json_string_value(json_object_get(f, "name")), "lookup");
+    assert_string_equal(json_string_value(json_object_get(f, "arguments")), "{\"q\":1}");
+    json_decref(j);
+    free(body);
+
+    oai_chunk_t c = {0};
+    body = oai_tools_patch(oai_chat_chunk_json(&meta, &c), 0, NULL, 0, &call, 1, true);
+    j = json_loads(body, 0, &je);
+    ch = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *d = json_object_get(ch, "delta");
+    assert_null(json_object_get(d, "content"));
+    tc = json_array_get(json_object_get(d, "tool_calls"), 0);
+    assert_int_equal(json_integer_value(json_object_get(tc, "index")), 0);
+    assert_true(json_is_null(json_object_get(ch, "finish_reason")));
+    json_decref(j);
+    free(body);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_extract_table),
+        cmocka_unit_test(test_hold_back_property),
+        cmocka_unit_test(test_parse_request),
+        cmocka_unit_test(test_patch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

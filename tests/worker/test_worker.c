@@ -1,0 +1,602 @@
+/* The worker module (worker/worker.h) in-process, against a real ZeroMQ
+ * ROUTER socket that plays the gateway, with stories260K.
+ *
+ * The test drives both sides on one thread: it sends protocol messages on its
+ * ROUTER, calls worker_run_once() to let the worker take them and step, and
+ * reads the EVENTs/ERRORs back. Checked:
+ *   - SUBMIT → scheduler translation (worker_req_from_submit), field by
+ *     field: prompt tokens (text, chat, ids), limits, stop strings, sampling
+ *     parameters, logit bias, logprobs, deadline; invalid sampling → 400;
+ *   - a greedy completion streamed as EVENTs has exactly the tokens and text
+ *     of the same request run on a scheduler of its own (the reference: the
+ *     worker adds nothing between SUBMIT and sched, nor between sched and EVENT);
+ *   - logprobs arrive with the requested number of alternatives;
+ *   - a prompt longer than the context → ERROR 413 for that request only;
+ *     CANCEL → finish "cancelled"; deadline_ms → finish "timeout";
+ *   - DRAIN: new SUBMITs get ERROR 503, the worker stops once idle;
+ *     SHUTDOWN stops it at once.
+ * The out-of-process view (flags, signals, exit codes) is test_worker_proc.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "common/clock.h"
+#include "proto/msg.h"
+#include "tests/support/support.h"
+#include "worker/worker.h"
+
+#define TEXT_CAP 8192
+#define MAX_IDS 1024
+#define HB_MS 200            /* worker heartbeat = its idle poll timeout; it calls us
+                              * dead after 3 of its intervals until our first
+                              * HEARTBEAT says ours: room for a stalled test thread */
+#define OUR_HB_MS 1000       /* the fake gateway's heartbeat interval */
+#define WAIT_US 60000000LL   /* generous: sanitizer builds on a shared 2-core box */
+
+static const char *g_model;
+static const char *PROMPT = "Once upon a time";
+
+/* What the fake gateway saw of one request. */
+typedef struct seen {
+    char text[TEXT_CAP];
+    size_t text_len;
+    int32_t ids[MAX_IDS];
+    uint32_t n_ids;
+    int n_events;
+    int n_logprobs;          /* EVENTs with one lp entry */
+    uint32_t max_top;        /* largest lp top count seen */
+    bool lp_ok;              /* every lp entry well-formed: logprob <= 0, top sorted */
+    proto_finish_t finish;
+    bool final;
+    proto_usage_t usage;
+    uint32_t err_code;       /* ERROR code for this id, 0 none */
+    uint32_t err;            /* its typed cause (ERROR err), or the failed EVENT's err */
+} seen_t;
+
+typedef struct fx {
+    void *zctx, *router;
+    char endpoint[128];
+    proto_peer_t peer;
+    bool have_peer;
+    proto_register_t reg;    /* copy of the REGISTER's numbers (strings not kept) */
+    char reg_model[64];
+    worker_t *w;
+    int64_t t_next_hb_us;    /* our next HEARTBEAT to the worker */
+    uint64_t hb_seq;
+    bool stopped;            /* worker_run_once returned false */
+    seen_t seen[8];          /* by request id 1..7 */
+} fx_t;
+
+static void send_msg(fx_t *f, const proto_msg_t *m)
+{
+    assert_true(f->have_peer);
+    assert_int_equal(proto_send(f->router, &f->peer, m, 0), PROTO_OK);
+}
+
+/* Sends our HEARTBEAT when one is due (a 1 s interval, sent 4 times as
+ * often: the worker calls us dead after 3 s of silence). */
+static void heartbeat(fx_t *f)
+{
+    int64_t now = clock_now_us();
+    if (f->have_peer && now >= f->t_next_hb_us) {
+        proto_msg_t hb;
+        proto_msg_init(&hb, PROTO_HEARTBEAT);
+        hb.heartbeat.seq = f->hb_seq++;
+        hb.heartbeat.heartbeat_ms = OUR_HB_MS;
+        send_msg(f, &hb);
+        f->t_next_hb_us = now + OUR_HB_MS * 1000 / 4;
+    }
+}
+
+/* Reads everything the worker sent so far, heartbeating as a gateway (the
+ * first HEARTBEAT right after REGISTER, as the gateway acknowledges it). */
+static void drain_router(fx_t *f)
+{
+    heartbeat(f);
+    for (;;) {
+        proto_peer_t from;
+        proto_msg_t m;
+        char err[256];
+        int rc = proto_recv(f->router, &from, &m, ZMQ_DONTWAIT, err, sizeof err);
+        if (rc == PROTO_ESYS) {
+            heartbeat(f);
+            return;
+        }
+        assert_int_equal(rc, PROTO_OK);
+        if (m.type == PROTO_REGISTER) {
+            f->peer = from;
+            f->have_peer = true;
+            f->reg = m.reg;
+            snprintf(f->reg_model, sizeof f->reg_model, "%s", m.reg.model);
+        } else if (m.type == PROTO_EVENT) {
+            assert_true(m.event.id >= 1 && m.event.id < 8);
+            seen_t *s = &f->seen[m.event.id];
+            assert_false(s->final); /* nothing after the final event */
+            s->n_events++;
+            assert_true(s->text_len + m.event.text_len < TEXT_CAP);
+            memcpy(s->text + s->text_len, m.event.text, m.event.text_len);
+            s->text_len += m.event.text_len;
+            for (uint32_t i = 0; i < m.event.n_ids; i++) {
+                assert_true(s->n_ids < MAX_IDS);
+                s->ids[s->n_ids++] = m.event.ids[i];
+            }
+            if (m.event.n_logprobs) {
+                assert_int_equal(m.event.n_logprobs, m.event.n_ids);
+                const proto_logprob_t *lp = &m.event.logprobs[0];
+                s->n_logprobs++;
+                if (lp->n_top > s->max_top)
+                    s->max_top = lp->n_top;
+                if (lp->logprob > 0)
+                    s->lp_ok = false;
+                for (uint32_t k = 1; k < lp->n_top; k++)
+                    if (lp->top[k].logprob > lp->top[k - 1].logprob)
+                        s->lp_ok = false;
+            }
+            if (m.event.finish != PROTO_FINISH_NONE) {
+                s->final = true;
+                s->finish = m.event.finish;
+                assert_true(m.event.has_usage);
+                s->usage = m.event.usage;
+                assert_int_equal(m.event.n_tokens, s->n_ids);
+                s->err = m.event.err;
+            }
+        } else if (m.type == PROTO_ERROR) {
+            assert_true(m.error.id >= 1 && m.error.id < 8);
+            f->seen[m.error.id].err_code = m.error.code;
+            f->seen[m.error.id].err = m.error.err;
+            /* the code is the one that goes with the cause, for older gateways */
+            assert_int_equal(m.error.code, proto_err_code(m.error.err));
+        }
+        /* the worker's HEARTBEATs and KV messages: nothing to check here */
+        proto_msg_clear(&m);
+    }
+}
+
+/* Turns the worker and reads its output until cond holds (or fails). */
+#define RUN_UNTIL(f, cond, what)                                                \
+    do {                                                                        \
+        int64_t t_end_ = clock_now_us() + WAIT_US;                              \
+        drain_router(f);                                                        \
+        while (!(cond) && !(f)->stopped && clock_now_us() < t_end_) {           \
+            if (!worker_run_once((f)->w, -1))                                   \
+                (f)->stopped = true;                                            \
+            drain_router(f);                                                    \
+        }                                                                       \
+        if (!(cond))                                                            \
+            fail_msg("timed out (or stopped) waiting for %s", what);            \
+    } while (0)
+
+/* Reads the worker's output (without turning it: it has stopped) until cond
+ * holds: what it sent last may still be on its way over TCP. */
+#define READ_UNTIL(f, cond, what)                                               \
+    do {                                                                        \
+        int64_t t_end_ = clock_now_us() + WAIT_US;                              \
+        drain_router(f);                                                        \
+        while (!(cond) && clock_now_us() < t_end_) {                            \
+            zmq_pollitem_t it_ = {.socket = (f)->router, .events = ZMQ_POLLIN}; \
+            zmq_poll(&it_, 1, 10);                                              \
+            drain_router(f);                                                    \
+        }                                                                       \
+        if (!(cond))                                                            \
+            fail_msg("timed out waiting for %s", what);                         \
+    } while (0)
+
+static fx_t *fx_new(void)
+{
+    fx_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->zctx = zmq_ctx_new();
+    f->router = support_router_bind(f->zctx, f->endpoint, sizeof f->endpoint);
+    assert_non_null(f->router);
+    worker_config_t c;
+    worker_config_default(&c);
+    c.endpoint = f->endpoint;
+    c.model_name = "stories";
+    c.model_path = g_model;
+    c.heartbeat_ms = HB_MS;
+    c.sched.max_seqs = 4;
+    c.sched.n_threads = 1;
+    char err[256];
+    f->w = worker_new(&c, err, sizeof err);
+    if (!f->w)
+        fail_msg("worker_new: %s", err);
+    RUN_UNTIL(f, f->have_peer, "REGISTER");
+    for (int i = 0; i < 8; i++)
+        f->seen[i].lp_ok = true;
+    return f;
+}
+
+static void fx_free(fx_t **pf)
+{
+    fx_t *f = *pf;
+    worker_free(&f->w);
+    assert_null(f->w);
+    zmq_close(f->router);
+    zmq_ctx_term(f->zctx);
+    free(f);
+    *pf = NULL;
+}
+
+static void submit_init(proto_msg_t *m, uint64_t id, const char *prompt, uint32_t max_tok)
+{
+    proto_msg_init(m, PROTO_SUBMIT);
+    m->submit.id = id;
+    m->submit.priority = PROTO_PRIO_NORMAL;
+    m->submit.kind = PROTO_KIND_COMPLETION;
+    m->submit.prompt = (char *)prompt;
+    m->submit.sampling.temperature = 0;
+    m->submit.max_tokens = max_tok;
+}
+
+/* Collects a reference run's tokens and text. */
+typedef struct ref_run {
+    int32_t *ids;
+    int cap, n;
+    char *text;
+    size_t len;
+} ref_run_t;
+
+static void on_ref_event(void *ud, const sched_event_t *ev)
+{
+    ref_run_t *ref = ud;
+    for (int32_t i = 0; i < ev->n_tokens && ref->n < ref->cap; i++)
+        ref->ids[ref->n++] = ev->tokens[i];
+    if (ev->text_len && ref->len + ev->text_len < TEXT_CAP) {
+        memcpy(ref->text + ref->len, ev->text, ev->text_len);
+        ref->len += ev->text_len;
+    }
+}
+
+/* Runs r alone on a scheduler of its own over the same model: the tokens
+ * the worker must stream for it. Returns the count. */
+static int32_t reference_run(const engine_t *e, const sched_req_t *r, int32_t *out, int cap,
+                             char *text, size_t *text_len)
+{
+    ref_run_t ref = {out, cap, 0, text, 0};
+    sched_config_t c;
+    sched_config_default(&c);
+    c.max_seqs = 1;
+    c.n_threads = 1;
+    char err[256];
+    sched_t *s = sched_new(e->model, e->tok, &c, on_ref_event, &ref, err, sizeof err);
+    assert_non_null(s);
+    assert_int_equal(sched_submit(s, r, err, sizeof err), 0);
+    while (sched_busy(s))
+        assert_true(sched_step(s) >= 0);
+    sched_free(&s);
+    *text_len = ref.len;
+    return ref.n;
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+#define NEED_MODEL()                                                            \
+    do {                                                                        \
+        if (!g_model)                                                           \
+            skip();                                                             \
+    } while (0)
+
+static void test_req_from_submit(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    char err[256];
+    engine_t *e = engine_load(g_model, err, sizeof err);
+    assert_non_null(e);
+
+    /* completion text: the prompt is the engine's tokenization */
+    int32_t *want = NULL;
+    int32_t n_want = engine_prompt_text(e, PROMPT, strlen(PROMPT), &want, err, sizeof err);
+    assert_int_equal(n_want, 5); /* BOS + 4 */
+    proto_msg_t m;
+    submit_init(&m, 9, PROMPT, 33);
+    proto_submit_t *sm = &m.submit;
+    char *stops[] = {(char *)"The end", (char *)"."};
+    int32_t resume[] = {10, 11, 12};
+    proto_logit_bias_t bias[] = {{.token = 7, .bias = -100}, {.token = 8, .bias = 2.5}};
+    sm->priority = PROTO_PRIO_LOW;
+    sm->stop = stops;
+    sm->n_stop = 2;
+    sm->resume = resume;
+    sm->n_resume = 3;
+    sm->ignore_eos = true;
+    sm->deadline_ms = 1500;
+    sm->sampling = (proto_sampling_t){
+        .temperature = 0.7, .top_p = 0.9, .top_k = 40, .min_p = 0.05,
+        .repetition_penalty = 1.1, .presence_penalty = 0.5, .frequency_penalty = -0.5,
+        .has_seed = true, .seed = 1234567890123ULL, .logit_bias = bias, .n_logit_bias = 2,
+        .logprobs = true, .top_logprobs = 3,
+    };
+    worker_req_t r;
+    assert_int_equal(worker_req_from_submit(e, sm, 1000000, &r, err, sizeof err), PROTO_ERR_NONE);
+    assert_int_equal(r.req.id, 9);
+    assert_int_equal(r.req.priority, 2);
+    assert_int_equal(r.req.n_prompt, n_want);
+    assert_memory_equal(r.req.prompt, want, (size_t)n_want * sizeof *want);
+    assert_ptr_equal(r.req.prompt, r.prompt);
+    assert_int_equal(r.req.n_resume, 3);
+    assert_memory_equal(r.req.resume, resume, sizeof resume);
+    assert_int_equal(r.req.max_tokens, 33);
+    assert_true(r.req.ignore_eos);
+    assert_int_equal(r.req.n_stop, 2);
+    assert_string_equal(r.req.stop[0], "The end");
+    assert_string_equal(r.req.stop[1], ".");
+    assert_int_equal(r.req.n_stop_ids, 0); /* completions: no end-of-turn ids */
+    assert_int_equal(r.req.top_logprobs, 3);
+    assert_int_equal(r.req.deadline_us, 1000000 + 1500 * 1000);
+    assert_int_equal(r.req.n_choices, 1); /* n absent: one choice */
+    const sampler_params_t *sp = &r.req.sampling;
+    assert_true(fabsf(sp->temperature - 0.7f) < 1e-6f);
+    assert_true(fabsf(sp->top_p - 0.9f) < 1e-6f);
+    assert_int_equal(sp->top_k, 40);
+    assert_true(fabsf(sp->min_p - 0.05f) < 1e-6f);
+    assert_true(fabsf(sp->repetition_penalty - 1.1f) < 1e-6f);
+    assert_true(fabsf(sp->presence_penalty - 0.5f) < 1e-6f);
+    assert_true(fabsf(sp->frequency_penalty + 0.5f) < 1e-6f);
+    assert_true(sp->has_seed);
+    assert_true(sp->seed == 1234567890123ULL);
+    assert_int_equal(sp->n_logit_bias, 2);
+    assert_int_equal(sp->logit_bias[0].token, 7);
+    assert_true(sp->logit_bias[0].bias == -100.0f);
+    assert_int_equal(sp->logit_bias[1].token, 8);
+    assert_true(sp->logit_bias[1].bias == 2.5f);
+    worker_req_clear(&r);
+    worker_req_clear(&r); /* safe twice */
+    assert_null(r.prompt);
+
+    /* no logprobs, no deadline; n = 3 choices */
+    submit_init(&m, 10, PROMPT, 0);
+    sm->n_choices = 3;
+    assert_int_equal(worker_req_from_submit(e, sm, 5, &r, err, sizeof err), PROTO_ERR_NONE);
+    assert_int_equal(r.req.top_logprobs, -1);
+    assert_int_equal(r.req.deadline_us, 0);
+    assert_int_equal(r.req.max_tokens, 0);
+    assert_null(r.bias);
+    assert_int_equal(r.req.n_choices, 3);
+    worker_req_clear(&r);
+
+    /* prompt ids are taken as given (no BOS added) */
+    submit_init(&m, 11, NULL, 4);
+    int32_t ids[] = {1, 2, 3};
+    sm->prompt_ids = ids;
+    sm->n_prompt_ids = 3;
+    sm->has_prompt_ids = true;
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_NONE);
+    assert_int_equal(r.req.n_prompt, 3);
+    assert_memory_equal(r.req.prompt, ids, sizeof ids);
+    worker_req_clear(&r);
+
+    /* chat: rendered by the template, ends at its end-of-turn ids too */
+    submit_init(&m, 12, NULL, 4);
+    proto_chat_msg_t msg = {.role = (char *)"user", .content = (char *)"Tell me a story."};
+    sm->kind = PROTO_KIND_CHAT;
+    sm->prompt = NULL;
+    sm->messages = &msg;
+    sm->n_messages = 1;
+    chat_msg_t cm = {.role = "user", .content = "Tell me a story."};
+    int32_t *chat_ids = NULL;
+    int32_t n_chat = engine_prompt_chat(e, &cm, 1, NULL, &chat_ids, err, sizeof err);
+    assert_true(n_chat > 5);
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_NONE);
+    assert_int_equal(r.req.n_prompt, n_chat);
+    assert_memory_equal(r.req.prompt, chat_ids, (size_t)n_chat * sizeof *chat_ids);
+    assert_int_equal(r.req.n_stop_ids, e->n_turn_end);
+    assert_ptr_equal(r.req.stop_ids, e->turn_end_ids);
+    worker_req_clear(&r);
+    free(chat_ids);
+
+    /* a chat role the template rejects, and sampling the sampler rejects */
+    msg.role = (char *)"no such role";
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_BAD_REQUEST);
+    assert_null(r.prompt);
+    submit_init(&m, 13, PROMPT, 4);
+    proto_logit_bias_t bad = {.token = 100000, .bias = 1}; /* outside the 512-token vocab */
+    sm->sampling.logit_bias = &bad;
+    sm->sampling.n_logit_bias = 1;
+    err[0] = 0;
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_BAD_REQUEST);
+    assert_non_null(strstr(err, "invalid sampling parameters"));
+    assert_null(r.prompt);
+    assert_null(r.bias);
+
+    free(want);
+    engine_free(&e);
+}
+
+static void test_register_and_greedy_stream(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    fx_t *f = fx_new();
+    assert_string_equal(f->reg_model, "stories");
+    assert_int_equal(f->reg.capacity, 4);
+    assert_int_equal(f->reg.n_ctx, 512);
+    assert_int_equal(f->reg.n_vocab, 512);
+    assert_int_equal(f->reg.heartbeat_ms, HB_MS);
+    assert_non_null(strstr(worker_replica(f->w), ":"));
+
+    proto_msg_t m;
+    submit_init(&m, 1, PROMPT, 60);
+    m.submit.stream = true;
+    send_msg(f, &m);
+    submit_init(&m, 2, PROMPT, 8); /* a second one in the same batch, with logprobs */
+    m.submit.sampling.logprobs = true;
+    m.submit.sampling.top_logprobs = 5;
+    send_msg(f, &m);
+    RUN_UNTIL(f, f->seen[1].final && f->seen[2].final, "requests 1 and 2");
+
+    /* the reference: request 1 alone on its own scheduler */
+    char err[256];
+    worker_req_t r;
+    submit_init(&m, 1, PROMPT, 60);
+    assert_int_equal(worker_req_from_submit(worker_engine(f->w), &m.submit, 0, &r, err, sizeof err), PROTO_ERR_NONE);
+    int32_t ref[MAX_IDS];
+    char ref_text[TEXT_CAP];
+    size_t ref_len = 0;
+    int32_t n_ref = reference_run(worker_engine(f->w), &r.req, ref, MAX_IDS, ref_text, &ref_len);
+    worker_req_clear(&r);
+
+    const seen_t *s = &f->seen[1];
+    assert_int_equal(s->err_code, 0);
+    assert_int_equal(s->finish, PROTO_FINISH_LENGTH);
+    assert_int_equal(n_ref, 60);
+    assert_int_equal(s->n_ids, 60);
+    assert_memory_equal(s->ids, ref, 60 * sizeof *ref);
+    assert_true(ref_len > 100);
+    assert_int_equal(s->text_len, ref_len);
+    assert_memory_equal(s->text, ref_text, ref_len);
+    assert_true(s->n_events >= 2);
+    assert_int_equal(s->usage.prompt_tokens, 5);
+    assert_int_equal(s->usage.completion_tokens, 60);
+
+    const seen_t *s2 = &f->seen[2];
+    assert_int_equal(s2->finish, PROTO_FINISH_LENGTH);
+    assert_int_equal(s2->n_ids, 8);
+    assert_memory_equal(s2->ids, ref, 8 * sizeof *ref); /* greedy: same start */
+    assert_int_equal(s2->n_logprobs, 8);
+    assert_int_equal(s2->max_top, 5);
+    assert_true(s2->lp_ok);
+    assert_true(worker_sched(f->w) != NULL);
+    fx_free(&f);
+}
+
+static void test_errors_cancel_timeout(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    fx_t *f = fx_new();
+    proto_msg_t m;
+    /* 1: runs long; 2: prompt longer than the 512-token context */
+    submit_init(&m, 1, PROMPT, 400);
+    m.submit.ignore_eos = true;
+    send_msg(f, &m);
+    static int32_t long_ids[600];
+    for (int i = 0; i < 600; i++)
+        long_ids[i] = 1 + i % 500;
+    submit_init(&m, 2, NULL, 4);
+    m.submit.prompt_ids = long_ids;
+    m.submit.n_prompt_ids = 600;
+    m.submit.has_prompt_ids = true;
+    send_msg(f, &m);
+    RUN_UNTIL(f, f->seen[2].err_code && f->seen[1].n_ids >= 3, "ERROR for request 2");
+    assert_int_equal(f->seen[2].err_code, PROTO_CODE_TOO_LONG);
+    assert_int_equal(f->seen[2].err, PROTO_ERR_CONTEXT_LENGTH);
+    assert_false(f->seen[2].final);
+    /* request 1 goes on; cancel it */
+    proto_msg_init(&m, PROTO_CANCEL);
+    m.cancel.id = 1;
+    send_msg(f, &m);
+    RUN_UNTIL(f, f->seen[1].final, "cancelled request 1");
+    assert_int_equal(f->seen[1].finish, PROTO_FINISH_CANCELLED);
+    assert_int_equal(f->seen[1].err_code, 0);
+    assert_int_equal(f->seen[1].err, PROTO_ERR_NONE);
+    assert_true(f->seen[1].n_ids < 400);
+
+    /* 3: a 1 ms deadline on a long request ends it with "timeout" */
+    submit_init(&m, 3, PROMPT, 400);
+    m.submit.ignore_eos = true;
+    m.submit.deadline_ms = 1;
+    send_msg(f, &m);
+    RUN_UNTIL(f, f->seen[3].final || f->seen[3].err_code, "request 3");
+    assert_int_equal(f->seen[3].finish, PROTO_FINISH_TIMEOUT);
+    assert_int_equal(f->seen[3].err, PROTO_ERR_DEADLINE);
+    assert_true(f->seen[3].n_ids < 400);
+
+    /* 4: invalid sampling → 400 for that request */
+    submit_init(&m, 4, PROMPT, 4);
+    proto_logit_bias_t bad = {.token = 100000, .bias = 1};
+    m.submit.sampling.logit_bias = &bad;
+    m.submit.sampling.n_logit_bias = 1;
+    send_msg(f, &m);
+    RUN_UNTIL(f, f->seen[4].err_code, "ERROR for request 4");
+    assert_int_equal(f->seen[4].err_code, PROTO_CODE_BAD_REQUEST);
+    assert_int_equal(f->seen[4].err, PROTO_ERR_BAD_REQUEST);
+
+    /* the worker keeps serving: 5 runs to its end */
+    submit_init(&m, 5, PROMPT, 6);
+    send_msg(f, &m);
+    RUN_UNTIL(f, f->seen[5].final, "request 5");
+    assert_int_equal(f->seen[5].finish, PROTO_FINISH_LENGTH);
+    assert_int_equal(f->seen[5].n_ids, 6);
+    assert_false(f->stopped);
+    fx_free(&f);
+}
+
+static void test_drain_and_shutdown(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    fx_t *f = fx_new();
+    proto_msg_t m;
+    submit_init(&m, 1, PROMPT, 100);
+    m.submit.ignore_eos = true; /* long enough for DRAIN and SUBMIT 2 to arrive meanwhile */
+    send_msg(f, &m);
+    RUN_UNTIL(f, f->seen[1].n_ids >= 1, "request 1 started");
+    proto_msg_init(&m, PROTO_DRAIN);
+    send_msg(f, &m);
+    submit_init(&m, 2, PROMPT, 4);
+    send_msg(f, &m);
+    /* request 1 finishes, 2 is refused, then the worker stops by itself */
+    RUN_UNTIL(f, f->stopped, "the drained worker to stop");
+    READ_UNTIL(f, f->seen[1].final && f->seen[2].err_code, "request 1's end and 2's ERROR");
+    assert_int_equal(f->seen[1].finish, PROTO_FINISH_LENGTH);
+    assert_int_equal(f->seen[1].n_ids, 100);
+    assert_int_equal(f->seen[2].err_code, PROTO_CODE_UNAVAILABLE);
+    assert_int_equal(f->seen[2].err, PROTO_ERR_UNAVAILABLE);
+    assert_false(worker_run_once(f->w, -1)); /* stays stopped */
+    fx_free(&f);
+
+    f = fx_new();
+    proto_msg_init(&m, PROTO_SHUTDOWN);
+    send_msg(f, &m);
+    RUN_UNTIL(f, f->stopped, "SHUTDOWN");
+    fx_free(&f);
+}
+
+static void test_new_rejects_bad_config(void **state)
+{
+    (void)state;
+    worker_config_t c;
+    worker_config_default(&c);
+    char err[256] = "";
+    c.model_name = "m";
+    c.model_path = "/nonexistent/model.gguf";
+    assert_null(worker_new(&c, err, sizeof err));
+    assert_true(strlen(err) > 0);
+    c.model_name = "";
+    err[0] = 0;
+    assert_null(worker_new(&c, err, sizeof err));
+    assert_true(strlen(err) > 0);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    static char model[4096];
+    const char *p = support_shared_model("stories260K.gguf");
+    if (p) {
+        snprintf(model, sizeof model, "%s", p);
+        g_model = model;
+    }
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_new_rejects_bad_config),
+        cmocka_unit_test(test_req_from_submit),
+        cmocka_unit_test(test_register_and_greedy_stream),
+        cmocka_unit_test(test_errors_cancel_timeout),
+        cmocka_unit_test(test_drain_and_shutdown),
+    };
+    return cmocka_run_group_tests(tests, group_setup, NULL);
+}

@@ -1,0 +1,387 @@
+/* qkpack.c — packing and kernels for Q4_0 / Q4_K / Q5_K / Q6_K panels
+ * (layout and arithmetic in qkpack.h; the kernel body is qkpack_kern.inc,
+ * compiled once per instruction set).
+ *
+ * No FP contraction may fuse the float step of the kernels (the scalar
+ * reference in qgemm.c does a separate multiply and add): GCC's -std=c11
+ * implies -ffp-contract=off and the pragma covers clang.
+ */
+#include "worker/kernels/qkpack.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "worker/kernels/qblock.h"
+#include "worker/model/gguf.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+enum qk_kind { QK_Q40, QK_Q4K, QK_Q5K, QK_Q6K };
+#define QK_AFFINE(k) ((k) == QK_Q4K || (k) == QK_Q5K)
+
+/* Offsets inside a chunk (8 blocks × 8 columns), qkpack.h. */
+static inline size_t qk_qh_bytes(enum qk_kind k) { return k == QK_Q5K ? 256 : k == QK_Q6K ? 512 : 0; }
+static inline size_t qk_off_sc(enum qk_kind k) { return 1024 + qk_qh_bytes(k); }
+static inline size_t qk_off_mm(enum qk_kind k) { return qk_off_sc(k) + (k == QK_Q6K ? 128 : QK_AFFINE(k) ? 64 : 0); }
+static inline size_t qk_off_d(enum qk_kind k) { return qk_off_mm(k) + (QK_AFFINE(k) ? 64 : 0); }
+static inline size_t qk_chunk_bytes(enum qk_kind k)
+{
+    switch (k) {
+    case QK_Q40: return 1024 + 128;
+    case QK_Q4K: return 1024 + 64 + 64 + 32;
+    case QK_Q5K: return 1024 + 256 + 64 + 64 + 32;
+    case QK_Q6K: return 1024 + 512 + 128 + 32; /* 16 bytes of d, 16 of padding */
+    }
+    return 0;
+}
+
+static bool kind_of(uint32_t type, enum qk_kind *k)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_0: *k = QK_Q40; return true;
+    case GGML_TYPE_Q4_K: *k = QK_Q4K; return true;
+    case GGML_TYPE_Q5_K: *k = QK_Q5K; return true;
+    case GGML_TYPE_Q6_K: *k = QK_Q6K; return true;
+    default: return false;
+    }
+}
+
+bool qkpack_supported(uint32_t type)
+{
+    enum qk_kind k;
+    return kind_of(type, &k);
+}
+
+size_t qkpack_panel_bytes(uint32_t type, int64_t n_in)
+{
+    enum qk_kind k;
+    if (!kind_of(type, &k) || n_in <= 0 || n_in % (int64_t)ggml_type_block_elems(type) != 0)
+        return 0;
+    int64_t nb = n_in / 32, n_chunks = (nb + 7) / 8;
+    return ((size_t)n_chunks * qk_chunk_bytes(k) + 63) / 64 * 64;
+}
+
+/* ---- packing ---------------------------------------------------------------- */
+
+/* Raw quants q[8][32] (blocks 8ch..8ch+7 of a row, n valid) and, for
+ * K-quants, integer scales sc[8][2] (per half block), mins m[8], and the
+ * f16 bits d, dmin of chunk ch (= super-block ch); Q4_0's per-block d16[8]. */
+typedef struct {
+    uint8_t q[8][32];
+    int sc[8][2], m[8];
+    uint16_t d, dmin, d16[8];
+} chunk_src_t;
+
+static void chunk_decode(enum qk_kind k, const uint8_t *row, int64_t ch, int n, chunk_src_t *s)
+{
+    memset(s, 0, sizeof *s);
+    if (k == QK_Q40) {
+        const qblock_q4_0_t *b = (const qblock_q4_0_t *)row + 8 * ch;
+        for (int j = 0; j < n; j++) {
+            s->d16[j] = b[j].d;
+            for (int i = 0; i < 16; i++) {
+                s->q[j][i] = b[j].qs[i] & 15;
+                s->q[j][i + 16] = b[j].qs[i] >> 4;
+            }
+        }
+        return;
+    }
+    if (k == QK_Q6K) {
+        const qblock_q6_k_t *b = (const qblock_q6_k_t *)row + ch;
+        s->d = b->d;
+        for (int e = 0; e < 256; e++) {
+            int h = e / 128, r = (e % 128) / 32, l = e % 32;
+            uint8_t lo = b->ql[64 * h + 32 * (r & 1) + l];
+            s->q[e / 32][e % 32] = (uint8_t)((r < 2 ? lo & 15 : lo >> 4) | ((b->qh[32 * h + l] >> (2 * r)) & 3) << 4);
+        }
+        for (int j = 0; j < 8; j++) {
+            s->sc[j][0] = b->scales[2 * j];
+            s->sc[j][1] = b->scales[2 * j + 1];
+        }
+        return;
+    }
+    /* Q4_K / Q5_K: Q5_K's head (d, dmin, scales) is Q4_K's */
+    const qblock_q4_k_t *b4 = (const qblock_q4_k_t *)row + ch;
+    const qblock_q5_k_t *b5 = (const qblock_q5_k_t *)row + ch;
+    const qblock_q4_k_t *head = k == QK_Q5K ? (const qblock_q4_k_t *)(const void *)b5 : b4;
+    const uint8_t *qs = k == QK_Q5K ? b5->qs : b4->qs;
+    s->d = head->d;
+    s->dmin = head->dmin;
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        qblock_k_scale_min(head->scales, j, &sc, &m);
+        s->sc[j][0] = s->sc[j][1] = sc;
+        s->m[j] = m;
+        for (int l = 0; l < 32; l++) {
+            uint8_t x = qs[32 * (j / 2) + l];
+            int q = (j & 1) ? x >> 4 : x & 15;
+            if (k == QK_Q5K)
+                q |= ((b5->qh[l] >> j) & 1) << 4;
+            s->q[j][l] = (uint8_t)q;
+        }
+    }
+}
+
+static void wr16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+
+void qkpack_pack_panel(uint32_t type, const uint8_t *w, size_t rb, int nc, int64_t n_in, uint8_t *dst)
+{
+    enum qk_kind k;
+    if (!kind_of(type, &k))
+        return;
+    const int64_t nb = n_in / 32, n_chunks = (nb + 7) / 8;
+    const size_t CH = qk_chunk_bytes(k), OQH = 1024, OSC = qk_off_sc(k), OMM = qk_off_mm(k), OD = qk_off_d(k);
+    memset(dst, 0, qkpack_panel_bytes(type, n_in));
+    chunk_src_t s;
+    for (int c = 0; c < nc; c++) {
+        const uint8_t *row = w + (size_t)c * rb;
+        for (int64_t ch = 0; ch < n_chunks; ch++) {
+            int n = nb - 8 * ch < 8 ? (int)(nb - 8 * ch) : 8;
+            chunk_decode(k, row, ch, n, &s);
+            uint8_t *o = dst + (size_t)ch * CH;
+            for (int j = 0; j < n; j++) {
+                for (int g = 0; g < 4; g++)
+                    for (int i = 0; i < 4; i++) {
+                        uint8_t lo = s.q[j][4 * g + i], hi = s.q[j][16 + 4 * g + i];
+                        o[128 * j + 32 * g + 4 * c + i] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+                        if (k == QK_Q6K) {
+                            o[OQH + 64 * j + 4 * c + i] |= (uint8_t)((lo >> 4) << (2 * g));
+                            o[OQH + 64 * j + 32 + 4 * c + i] |= (uint8_t)((hi >> 4) << (2 * g));
+                        }
+                    }
+                if (k == QK_Q5K)
+                    for (int g = 0; g < 8; g++)
+                        for (int i = 0; i < 4; i++)
+                            o[OQH + 32 * j + 4 * c + i] |= (uint8_t)(((s.q[j][4 * g + i] >> 4) & 1) << g);
+                if (QK_AFFINE(k)) {
+                    o[OSC + 8 * j + c] = (uint8_t)(int8_t)s.sc[j][0];
+                    o[OMM + 8 * j + c] = (uint8_t)s.m[j];
+                } else if (k == QK_Q6K) {
+                    o[OSC + 16 * j + c] = (uint8_t)(int8_t)s.sc[j][0];
+                    o[OSC + 16 * j + 8 + c] = (uint8_t)(int8_t)s.sc[j][1];
+                } else {
+                    wr16(o + OD + 16 * j + 2 * c, s.d16[j]);
+                }
+            }
+            if (k != QK_Q40)
+                wr16(o + OD + 2 * c, s.d);
+            if (QK_AFFINE(k))
+                wr16(o + OD + 16 + 2 * c, s.dmin);
+        }
+    }
+}
+
+/* ---- kernels ------------------------------------------------------------------ */
+
+#define QK_ATTR __attribute__((target("avx2,f16c")))
+#define QK_SFX(n) n##_avx2
+#define QK_ISA 0
+#include "worker/kernels/qkpack_kern.inc"
+#undef QK_ATTR
+#undef QK_SFX
+#undef QK_ISA
+
+#define QK_ATTR __attribute__((target("avx2,f16c,avxvnni")))
+#define QK_SFX(n) n##_avxvnni
+#define QK_ISA 1
+#include "worker/kernels/qkpack_kern.inc"
+#undef QK_ATTR
+#undef QK_SFX
+#undef QK_ISA
+
+/* AVX512-VNNI: two panels (16 columns) per zmm, so every vpdpbusd takes
+ * one activation dword broadcast to all 16 lanes, and 8 X rows per tile.
+ * Same integers and the same float step per lane as the kernels above. */
+#define AVX512 __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define RT512 8
+
+/* 32 bytes at a (columns 0-7) and b (columns 8-15) as one zmm */
+static inline __attribute__((always_inline)) AVX512 __m512i ld2x256(const uint8_t *a, const uint8_t *b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(const void *)a)),
+                              _mm256_load_si256((const __m256i *)(const void *)b), 1);
+}
+
+/* 8 bytes at a and 8 at b as the low / high half of an xmm */
+static inline __attribute__((always_inline)) AVX512 __m128i ld2x64(const uint8_t *a, const uint8_t *b)
+{
+    return _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(const void *)a),
+                              _mm_loadl_epi64((const __m128i *)(const void *)b));
+}
+
+/* 8 f16 at a and 8 at b as 16 floats */
+static inline __attribute__((always_inline)) AVX512 __m512 ld2h(const uint8_t *a, const uint8_t *b)
+{
+    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_load_si128((const __m128i *)(const void *)a)),
+                                        _mm_load_si128((const __m128i *)(const void *)b), 1);
+    return _mm512_cvtph_ps(h);
+}
+
+static inline __attribute__((always_inline)) AVX512 void
+tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1, int64_t nb, const int8_t *xq, int64_t n_in,
+       const float *xd, const int32_t *xs, float out[RT512][16], const uint8_t *next, size_t n_next)
+{
+    const size_t CH = qk_chunk_bytes(kind), OQH = 1024, OSC = qk_off_sc(kind), OMM = qk_off_mm(kind),
+                 OD = qk_off_d(kind);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512 acc[RT512];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm512_setzero_ps();
+    size_t pf = 0, pf_step = (n_next / (size_t)nb + 63) / 64 * 64;
+    for (int64_t b = 0; b < nb; b++) {
+        for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
+            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
+        const uint8_t *c0 = p0 + (size_t)(b / 8) * CH, *c1 = p1 + (size_t)(b / 8) * CH;
+        const int j = (int)(b % 8);
+        __m512i s_lo = _mm512_setzero_si512(), s_hi = s_lo;
+        if (QK_AFFINE(kind)) {
+            s_lo = s_hi = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 8 * j, c1 + OSC + 8 * j));
+        } else if (kind == QK_Q6K) {
+            s_lo = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j, c1 + OSC + 16 * j));
+            s_hi = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j + 8, c1 + OSC + 16 * j + 8));
+        }
+        __m512i qh0 = _mm512_setzero_si512(), qh1 = qh0;
+        if (kind == QK_Q5K)
+            qh0 = ld2x256(c0 + OQH + 32 * j, c1 + OQH + 32 * j);
+        if (kind == QK_Q6K) {
+            qh0 = ld2x256(c0 + OQH + 64 * j, c1 + OQH + 64 * j);
+            qh1 = ld2x256(c0 + OQH + 64 * j + 32, c1 + OQH + 64 * j + 32);
+        }
+        const int8_t *xb[RT512];
+        __m512i za[RT512], zb[RT512];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            xb[r] = xq + (int64_t)r * n_in + 32 * b;
+            za[r] = zb[r] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m512i v = ld2x256(c0 + 128 * j + 32 * g, c1 + 128 * j + 32 * g);
+            __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            if (kind == QK_Q5K) {
+                const __m512i b4 = _mm512_set1_epi8(16);
+                __m512i hl = _mm512_slli_epi16(qh0, 4 - g);
+                __m512i hh = g == 0 ? qh0 : _mm512_srli_epi16(qh0, g);
+                lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b4));
+                hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b4));
+            }
+            if (kind == QK_Q6K) {
+                const __m512i b45 = _mm512_set1_epi8(0x30);
+                __m512i hl = g < 3 ? _mm512_slli_epi16(qh0, 4 - 2 * g) : _mm512_srli_epi16(qh0, 2);
+                __m512i hh = g < 3 ? _mm512_slli_epi16(qh1, 4 - 2 * g) : _mm512_srli_epi16(qh1, 2);
+                lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b45));
+                hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b45));
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                int32_t x4l, x4h;
+                memcpy(&x4l, xb[r] + 4 * g, 4);
+                memcpy(&x4h, xb[r] + 16 + 4 * g, 4);
+                za[r] = _mm512_dpbusd_epi32(za[r], lo, _mm512_set1_epi32(x4l));
+                if (kind == QK_Q6K)
+                    zb[r] = _mm512_dpbusd_epi32(zb[r], hi, _mm512_set1_epi32(x4h));
+                else
+                    za[r] = _mm512_dpbusd_epi32(za[r], hi, _mm512_set1_epi32(x4h));
+            }
+        }
+        __m512i mm;
+        __m512 d, dm = _mm512_setzero_ps();
+        if (kind == QK_Q40) {
+            mm = _mm512_set1_epi16(8);
+            d = ld2h(c0 + OD + 16 * j, c1 + OD + 16 * j);
+        } else if (kind == QK_Q6K) {
+            mm = _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_slli_epi32(s_lo, 5), _mm512_slli_epi32(s_hi, 21));
+            d = ld2h(c0 + OD, c1 + OD);
+        } else {
+            __m512i m32 = _mm512_cvtepu8_epi32(ld2x64(c0 + OMM + 8 * j, c1 + OMM + 8 * j));
+            mm = _mm512_or_si512(m32, _mm512_slli_epi32(m32, 16));
+            d = ld2h(c0 + OD, c1 + OD);
+            dm = ld2h(c0 + OD + 16, c1 + OD + 16);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512i I = za[r];
+            if (QK_AFFINE(kind))
+                I = _mm512_mullo_epi32(I, s_lo);
+            else if (kind == QK_Q6K)
+                I = _mm512_add_epi32(_mm512_mullo_epi32(I, s_lo), _mm512_mullo_epi32(zb[r], s_hi));
+            __m512 dx = _mm512_set1_ps(xd[(int64_t)r * nb + b]);
+            __m512i M = _mm512_madd_epi16(mm, _mm512_set1_epi32(xs[(int64_t)r * nb + b]));
+            if (QK_AFFINE(kind)) {
+                __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), d),
+                                         _mm512_mul_ps(_mm512_cvtepi32_ps(M), dm));
+                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(dx, t));
+            } else {
+                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(I, M)),
+                                                             _mm512_mul_ps(d, dx)));
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        _mm512_storeu_ps(out[r], acc[r]);
+}
+
+static inline __attribute__((always_inline)) AVX512 void
+run16_kind(enum qk_kind kind, const uint8_t *p0, const uint8_t *p1, int64_t n_in, const int8_t *xq, const float *xd,
+           const int32_t *xs, int n_rows, float *y, int64_t ldy, int nc, const uint8_t *next, size_t n_next)
+{
+    const int64_t nb = n_in / 32;
+    for (int r0 = 0; r0 < n_rows; r0 += RT512) {
+        int R = n_rows - r0 < RT512 ? n_rows - r0 : RT512;
+        float out[RT512][16];
+        const int8_t *xq0 = xq + (int64_t)r0 * n_in;
+        const float *xd0 = xd + (int64_t)r0 * nb;
+        const int32_t *xs0 = xs + (int64_t)r0 * nb;
+        size_t nn = r0 == 0 ? n_next : 0;
+        switch (R) {
+        case 8: tile16(kind, 8, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        case 7: tile16(kind, 7, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        case 6: tile16(kind, 6, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        case 5: tile16(kind, 5, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        case 4: tile16(kind, 4, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        case 3: tile16(kind, 3, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        case 2: tile16(kind, 2, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        default: tile16(kind, 1, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        }
+        for (int r = 0; r < R; r++)
+            memcpy(y + (int64_t)(r0 + r) * ldy, out[r], (size_t)nc * sizeof(float));
+    }
+}
+
+static AVX512 void run_avx512vnni(enum qk_kind k, const uint8_t *p0, const uint8_t *p1, int64_t n_in,
+                                  const int8_t *xq, const float *xd, const int32_t *xs, int n_rows, float *y,
+                                  int64_t ldy, int nc, const uint8_t *next, size_t n_next)
+{
+    switch (k) {
+    case QK_Q40: run16_kind(QK_Q40, p0, p1, n_in, xq, xd, xs, n_rows, y, ldy, nc, next, n_next); break;
+    case QK_Q4K: run16_kind(QK_Q4K, p0, p1, n_in, xq, xd, xs, n_rows, y, ldy, nc, next, n_next); break;
+    case QK_Q5K: run16_kind(QK_Q5K, p0, p1, n_in, xq, xd, xs, n_rows, y, ldy, nc, next, n_next); break;
+    case QK_Q6K: run16_kind(QK_Q6K, p0, p1, n_in, xq, xd, xs, n_rows, y, ldy, nc, next, n_next); break;
+    }
+}
+
+void qkpack_panel_run(qkpack_isa_t isa, uint32_t type, const uint8_t *panel, const uint8_t *panel2, int64_t n_in,
+                      const int8_t *xq, const float *xd, const int32_t *xs, int n_rows, float *y, int64_t ldy,
+                      int nc, const uint8_t *next, size_t n_next)
+{
+    enum qk_kind k;
+    if (!kind_of(type, &k))
+        return;
+    if (isa == QKPACK_AVX512VNNI) {
+        /* a lone panel runs as the pair (panel, panel), columns 8-15 dropped */
+        run_avx512vnni(k, panel, panel2 ? panel2 : panel, n_in, xq, xd, xs, n_rows, y, ldy, nc, next, n_next);
+        return;
+    }
+    for (int h = 0; h < (panel2 ? 2 : 1); h++) {
+        const uint8_t *p = h ? panel2 : panel;
+        int nch = h ? nc - 8 : nc < 8 ? nc : 8;
+        if (isa == QKPACK_AVX2)
+            run_avx2(k, p, n_in, xq, xd, xs, n_rows, y + 8 * h, ldy, nch, next, h ? 0 : n_next);
+        else
+            run_avxvnni(k, p, n_in, xq, xd, xs, n_rows, y + 8 * h, ldy, nch, next, h ? 0 : n_next);
+    }
+}

@@ -1,0 +1,474 @@
+/* worker.c — the pagoda-worker process: one model, its scheduler and the link
+ * to the gateway, and the translation between the wire protocol
+ * (proto/msg.h) and the scheduler (sched.h). See worker.h for the loop. */
+#include "worker/worker.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/sigwake.h"
+#include "common/xalloc.h"
+#include "worker/kv_report.h"
+#include "worker/worker_link.h"
+
+/* The scheduler's per-token alternatives fit an EVENT's lp top array. */
+_Static_assert(SAMPLER_MAX_TOP_LOGPROBS == PROTO_MAX_TOP_LOGPROBS,
+               "sched/sampler and the wire must agree on the top-logprobs limit");
+
+/* The worker process state. */
+struct worker {
+    char model_name[PROTO_MAX_NAME + 1];  /* the name served (REGISTER model) */
+    char *model_path;                     /* its GGUF file (owned copy) */
+    char replica[PROTO_MAX_NAME + 1];     /* "host:pid:random", unique per process */
+    char host[PROTO_MAX_NAME + 1];        /* gethostname(), or "localhost" */
+    worker_link_t *link;                  /* to the gateway (owned) */
+    kv_report_t *kv_report;               /* prefix-cache changes → KV messages (owned) */
+    int heartbeat_ms;                     /* --heartbeat-ms (the link may adopt the gateway's) */
+    int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
+    char *test_step_wedge;                /* TEST ONLY, env PAGODA_TEST_STEP_WEDGE (owned) */
+    _Atomic uint64_t layers_done;         /* forward layers computed: progress inside a step */
+    uint32_t capacity;                    /* max concurrent sequences (sched_capacity) */
+    uint32_t n_ctx;                       /* tokens per sequence (sched_context_length) */
+    uint32_t kv_blocks;                   /* KV pool size in blocks */
+    uint32_t block_size;                  /* KV block size in tokens */
+    bool draining;                        /* DRAIN received: admit nothing new */
+    bool stop;                            /* leave the loop */
+    engine_t *engine;                     /* model, tokenizer, chat template (owned) */
+    sched_t *sched;                       /* continuous-batching scheduler (owned) */
+    sched_config_t scfg;                  /* its limits, as configured */
+    /* scratch of on_sched_event: one EVENT's top alternatives */
+    proto_top_logprob_t lp_top[PROTO_MAX_TOP_LOGPROBS];
+};
+
+void worker_config_default(worker_config_t *c)
+{
+    memset(c, 0, sizeof *c);
+    c->endpoint = "tcp://127.0.0.1:5557";
+    c->heartbeat_ms = PROTO_HEARTBEAT_MS;
+    sched_config_default(&c->sched);
+}
+
+static void make_replica_id(struct worker *w)
+{
+    if (gethostname(w->host, sizeof w->host - 1) != 0)
+        snprintf(w->host, sizeof w->host, "localhost");
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof r, 0) != sizeof r)
+        r = (uint32_t)getpid() * 2654435761u;
+    snprintf(w->replica, sizeof w->replica, "%.200s:%d:%08x", w->host, (int)getpid(), r);
+}
+
+/* The wire cause of each scheduler result code (sched.h ↔ proto/msg.h). */
+static proto_err_t err_from_sched(sched_rc_t rc)
+{
+    switch (rc) {
+    case SCHED_OK: return PROTO_ERR_NONE;
+    case SCHED_EINVAL: return PROTO_ERR_BAD_REQUEST;
+    case SCHED_ETOO_LONG: return PROTO_ERR_CONTEXT_LENGTH;
+    case SCHED_EDUPLICATE: return PROTO_ERR_DUPLICATE_ID;
+    case SCHED_EDEADLINE: return PROTO_ERR_DEADLINE;
+    case SCHED_EENGINE: return PROTO_ERR_ENGINE;
+    }
+    return PROTO_ERR_ENGINE;
+}
+
+/* ERROR for one request: the typed cause and the code that goes with it. */
+static void reply_error(struct worker *w, uint64_t id, proto_err_t err, const char *msg)
+{
+    proto_msg_t e;
+    proto_msg_init(&e, PROTO_ERROR);
+    e.error.id = id;
+    e.error.err = err;
+    e.error.code = proto_err_code(err);
+    e.error.message = (char *)msg;
+    worker_link_send(w->link, &e);
+}
+
+/* Sends one scheduler event as an EVENT. Logprobs carry each token's bytes
+ * (possibly a partial UTF-8 sequence; the gateway renders them). */
+static void on_sched_event(void *ud, const sched_event_t *ev)
+{
+    struct worker *w = ud;
+    const tokenizer_t *tok = w->engine->tok;
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_EVENT);
+    proto_event_t *e = &m.event;
+    e->id = ev->id;
+    /* ev->text is not NUL-terminated and the encoder takes text_len 0 as
+     * "use strlen": a token with no text yet (BOS, held UTF-8 or stop
+     * prefix) must pass "" or stale bytes past the delta would be sent */
+    e->text = (char *)(ev->text && ev->text_len ? ev->text : "");
+    e->text_len = (uint32_t)ev->text_len;
+    e->ids = (int32_t *)ev->tokens;
+    e->n_ids = (uint32_t)ev->n_tokens;
+    e->n_tokens = (uint32_t)ev->n_completion;
+    e->n_resumed = (uint32_t)ev->n_resumed;
+    e->choice = (uint32_t)ev->index;
+    proto_logprob_t lp[1];
+    if (ev->logprobs && ev->n_tokens == 1) {
+        const sched_token_logprob_t *l = &ev->logprobs[0];
+        size_t n = 0;
+        const char *b = tokenizer_token_piece(tok, l->token, true, &n);
+        lp[0].bytes = (uint8_t *)b;
+        lp[0].n_bytes = (uint32_t)n;
+        lp[0].logprob = l->logprob;
+        lp[0].n_top = (uint32_t)l->n_top;
+        lp[0].top = w->lp_top;
+        for (int32_t i = 0; i < l->n_top; i++) {
+            size_t tn = 0;
+            const char *tb = tokenizer_token_piece(tok, l->top[i].token, true, &tn);
+            w->lp_top[i].bytes = (uint8_t *)tb;
+            w->lp_top[i].n_bytes = (uint32_t)tn;
+            w->lp_top[i].logprob = l->top[i].logprob;
+        }
+        e->logprobs = lp;
+        e->n_logprobs = 1;
+    }
+    switch (ev->finish) {
+    case SCHED_FINISH_NONE: e->finish = PROTO_FINISH_NONE; break;
+    case SCHED_FINISH_STOP: e->finish = PROTO_FINISH_STOP; break;
+    case SCHED_FINISH_LENGTH: e->finish = PROTO_FINISH_LENGTH; break;
+    case SCHED_FINISH_CANCELLED: e->finish = PROTO_FINISH_CANCELLED; break;
+    case SCHED_FINISH_ERROR:
+        e->finish = ev->error_code == SCHED_EDEADLINE ? PROTO_FINISH_TIMEOUT : PROTO_FINISH_ERROR;
+        e->err = err_from_sched(ev->error_code);
+        break;
+    }
+    if (e->finish != PROTO_FINISH_NONE) {
+        e->has_usage = true;
+        e->usage.prompt_tokens = (uint32_t)ev->n_prompt;
+        e->usage.cached_tokens = (uint32_t)ev->n_cached;
+        e->usage.completion_tokens = (uint32_t)ev->n_completion;
+        if (ev->finish == SCHED_FINISH_ERROR)
+            log_warn("request %llu failed: %s", (unsigned long long)ev->id,
+                     ev->error ? ev->error : "error");
+    }
+    if (worker_link_send(w->link, &m) != 0)
+        log_warn("EVENT for request %llu dropped: no gateway connection",
+                 (unsigned long long)ev->id);
+}
+
+void worker_req_clear(worker_req_t *r)
+{
+    free(r->prompt);
+    free(r->bias);
+    memset(r, 0, sizeof *r);
+}
+
+proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, int64_t now_us,
+                                worker_req_t *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    int32_t n_ids = engine_prompt_submit(e, sm, &out->prompt, err, errlen);
+    if (n_ids < 0) {
+        worker_req_clear(out);
+        return PROTO_ERR_BAD_REQUEST;
+    }
+    bool chat = sm->kind == PROTO_KIND_CHAT;
+    out->req = (sched_req_t){
+        .id = sm->id,
+        .priority = (int32_t)sm->priority,
+        .prompt = out->prompt,
+        .n_prompt = n_ids,
+        .resume = sm->resume,
+        .n_resume = (int32_t)sm->n_resume,
+        .max_tokens = (int32_t)sm->max_tokens,
+        .ignore_eos = sm->ignore_eos,
+        .stop = (const char *const *)sm->stop,
+        .n_stop = (int32_t)sm->n_stop,
+        /* a chat turn also ends at the template's end-of-turn token */
+        .stop_ids = chat ? e->turn_end_ids : NULL,
+        .n_stop_ids = chat ? e->n_turn_end : 0,
+        .top_logprobs = sm->sampling.logprobs ? (int32_t)sm->sampling.top_logprobs : -1,
+        .deadline_us = sm->deadline_ms ? now_us + (int64_t)sm->deadline_ms * 1000 : 0,
+        .n_choices = sm->n_choices ? (int32_t)sm->n_choices : 1,
+        .grammar = sm->grammar,
+        .grammar_len = sm->grammar ? strlen(sm->grammar) : 0,
+    };
+    sampler_params_t *sp = &out->req.sampling;
+    sampler_params_default(sp);
+    sp->temperature = (float)sm->sampling.temperature;
+    sp->top_p = (float)sm->sampling.top_p;
+    sp->top_k = (int32_t)sm->sampling.top_k;
+    sp->min_p = (float)sm->sampling.min_p;
+    sp->repetition_penalty = (float)sm->sampling.repetition_penalty;
+    sp->presence_penalty = (float)sm->sampling.presence_penalty;
+    sp->frequency_penalty = (float)sm->sampling.frequency_penalty;
+    sp->has_seed = sm->sampling.has_seed;
+    sp->seed = sm->sampling.seed;
+    if (sm->sampling.n_logit_bias) {
+        out->bias = xcalloc(sm->sampling.n_logit_bias, sizeof *out->bias);
+        for (uint32_t i = 0; i < sm->sampling.n_logit_bias; i++) {
+            out->bias[i].token = sm->sampling.logit_bias[i].token;
+            out->bias[i].bias = (float)sm->sampling.logit_bias[i].bias;
+        }
+        sp->logit_bias = out->bias;
+        sp->n_logit_bias = (int32_t)sm->sampling.n_logit_bias;
+    }
+    const char *why = NULL;
+    if (sampler_params_validate(sp, e->model->cfg.vocab, &why) != 0) {
+        snprintf(err, errlen, "invalid sampling parameters: %s", why ? why : "?");
+        worker_req_clear(out);
+        return PROTO_ERR_BAD_REQUEST;
+    }
+    return PROTO_ERR_NONE;
+}
+
+/* Hands a SUBMIT to the scheduler. Returns PROTO_ERR_NONE, or the cause
+ * with a message for an ERROR reply. */
+static proto_err_t submit(struct worker *w, const proto_submit_t *sm, char *err, size_t errlen)
+{
+    worker_req_t r;
+    proto_err_t cause = worker_req_from_submit(w->engine, sm, clock_now_us(), &r, err, errlen);
+    if (cause != PROTO_ERR_NONE)
+        return cause;
+    cause = err_from_sched(sched_submit(w->sched, &r.req, err, errlen));
+    worker_req_clear(&r);
+    return cause;
+}
+
+static void on_gateway_message(struct worker *w, const proto_msg_t *m)
+{
+    char err[512];
+    switch (m->type) {
+    case PROTO_SUBMIT: {
+        if (w->draining) {
+            reply_error(w, m->submit.id, PROTO_ERR_UNAVAILABLE, "worker is draining");
+            break;
+        }
+        proto_err_t cause = submit(w, &m->submit, err, sizeof err);
+        if (cause != PROTO_ERR_NONE) {
+            log_info("request %llu refused (%s): %s", (unsigned long long)m->submit.id,
+                     proto_err_name(cause), err);
+            reply_error(w, m->submit.id, cause, err);
+        }
+        break;
+    }
+    case PROTO_CANCEL:
+        if (sched_cancel(w->sched, m->cancel.id) != 0)
+            log_debug("CANCEL %llu: no such request", (unsigned long long)m->cancel.id);
+        break;
+    case PROTO_DRAIN: {
+        sched_stats_t st;
+        sched_stats(w->sched, &st);
+        log_info("DRAIN: admitting nothing new, exiting once %d requests finish",
+                 st.n_running + st.n_waiting);
+        w->draining = true;
+        break;
+    }
+    case PROTO_SHUTDOWN:
+        log_info("SHUTDOWN: exiting");
+        w->stop = true;
+        break;
+    case PROTO_ERROR:
+        log_warn("gateway error %u (%s): %s", m->error.code,
+                 proto_err_name(proto_error_cause(&m->error)), m->error.message);
+        break;
+    default:
+        log_warn("gateway sent %s, which only workers send: dropped", proto_type_name(m->type));
+        break;
+    }
+}
+
+/* The gateway that sent our requests is gone (silent, or it no longer knows
+ * us): their output cannot be delivered and that gateway's successor
+ * re-dispatches them, so stop computing them now. */
+static void drop_orphans(struct worker *w)
+{
+    if (!worker_link_take_lost(w->link))
+        return;
+    int32_t n = sched_abort_all(w->sched);
+    if (n)
+        log_warn("gateway lost: dropped %d requests whose results cannot be delivered", n);
+}
+
+static void publish_load(struct worker *w)
+{
+    sched_stats_t st;
+    sched_stats(w->sched, &st);
+    uint32_t held = (uint32_t)(st.n_running + st.n_waiting);
+    proto_load_t load = {
+        .running = (uint32_t)st.n_running,
+        .waiting = (uint32_t)st.n_waiting,
+        .kv_blocks_used = (uint32_t)st.kv_blocks_used,
+        .kv_blocks_total = (uint32_t)st.kv_blocks_total,
+        .prefix_cache_queries = st.prefix_query_tokens,
+        .prefix_cache_hits = st.prefix_hit_tokens,
+        .preemptions = st.preemptions,
+        .tokens_generated = st.generated_tokens,
+        .prompt_tokens = st.prompt_tokens,
+        .free_slots = w->draining || held >= w->capacity ? 0 : w->capacity - held,
+    };
+    worker_link_set_load(w->link, &load);
+}
+
+/* TEST ONLY (worker.h): slow or wedged steps for the liveness tests, without
+ * a big model. Read once; never set in production. */
+static void test_step_env(struct worker *w)
+{
+    const char *s = getenv("PAGODA_TEST_STEP_SLEEP_MS");
+    char *end;
+    unsigned long ms = s ? strtoul(s, &end, 10) : 0;
+    if (s && *s && !*end && ms > 0 && ms <= 3600000) {
+        w->test_step_sleep_us = (int64_t)ms * 1000;
+        log_warn("TEST ONLY: PAGODA_TEST_STEP_SLEEP_MS=%lu: every step sleeps first", ms);
+    }
+    s = getenv("PAGODA_TEST_STEP_WEDGE");
+    if (s && *s) {
+        w->test_step_wedge = xstrdup(s);
+        log_warn("TEST ONLY: PAGODA_TEST_STEP_WEDGE=%s: a step wedges when that file exists", s);
+    }
+}
+
+static void test_step_delay(struct worker *w)
+{
+    if (w->test_step_sleep_us)
+        clock_sleep_us(w->test_step_sleep_us);
+    if (w->test_step_wedge && unlink(w->test_step_wedge) == 0) {
+        log_warn("TEST ONLY: step wedged (%s found)", w->test_step_wedge);
+        for (;;)
+            clock_sleep_us(3600 * 1000000LL);
+    }
+}
+
+worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
+{
+    size_t name_len = cfg->model_name ? strlen(cfg->model_name) : 0;
+    if (!name_len || name_len > PROTO_MAX_NAME || !cfg->model_path || !cfg->endpoint) {
+        snprintf(err, errlen, "worker: a model name (1..%d bytes), a model file and a gateway "
+                              "endpoint are required", PROTO_MAX_NAME);
+        return NULL;
+    }
+    struct worker *w = xcalloc(1, sizeof *w);
+    memcpy(w->model_name, cfg->model_name, name_len);
+    w->model_path = xstrdup(cfg->model_path);
+    w->heartbeat_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : PROTO_HEARTBEAT_MS;
+    w->scfg = cfg->sched;
+    test_step_env(w);
+
+    w->engine = engine_load(w->model_path, err, errlen);
+    if (!w->engine)
+        goto err;
+    if (!w->scfg.exact_matmul)
+        engine_pack_int8(w->engine, w->scfg.n_threads);
+    if (cfg->ctx_cap && (int32_t)cfg->ctx_cap < w->engine->model->cfg.ctx)
+        w->engine->model->cfg.ctx = (int32_t)cfg->ctx_cap;
+    w->sched = sched_new(w->engine->model, w->engine->tok, &w->scfg, on_sched_event, w, err,
+                         errlen);
+    if (!w->sched)
+        goto err;
+    sched_stats_t st0;
+    sched_stats(w->sched, &st0);
+    w->capacity = (uint32_t)sched_capacity(w->sched);
+    w->n_ctx = (uint32_t)sched_context_length(w->sched);
+    w->kv_blocks = (uint32_t)st0.kv_blocks_total;
+    w->block_size = (uint32_t)w->scfg.block_size;
+
+    make_replica_id(w);
+    proto_register_t reg = {
+        .model = w->model_name, .replica = w->replica, .host = w->host, .pid = (uint32_t)getpid(),
+        .capacity = w->capacity, .n_ctx = w->n_ctx,
+        .n_vocab = (uint32_t)w->engine->model->cfg.vocab,
+        .kv_blocks = w->kv_blocks, .block_size = w->block_size,
+    };
+    worker_link_config_t lcfg = {
+        .endpoint = cfg->endpoint,
+        .heartbeat_ms = w->heartbeat_ms,
+        .heartbeat_explicit = cfg->heartbeat_explicit,
+        .work_done = &w->layers_done,
+        .reg = &reg,
+        .curve_server_key = cfg->curve_server_key,
+        .curve_public_key = cfg->curve_public_key,
+        .curve_secret_key = cfg->curve_secret_key,
+    };
+    if (cfg->curve_server_key)
+        log_info("CURVE on: our public key %s (must be in the gateway's authorized keys)",
+                 cfg->curve_public_key ? cfg->curve_public_key : "?");
+    sched_set_progress(w->sched, &w->layers_done);
+    w->link = worker_link_new(&lcfg);
+    if (!w->link) {
+        snprintf(err, errlen, "cannot connect to gateway endpoint '%s'", cfg->endpoint);
+        goto err;
+    }
+    log_info("serving model %s (%s) as %s: %u seqs, context %u, %u KV blocks", w->model_name,
+             w->model_path, w->replica, w->capacity, w->n_ctx, w->kv_blocks);
+    w->kv_report = kv_report_new(sched_kv_pool(w->sched));
+    return w;
+err:
+    worker_free(&w);
+    return NULL;
+}
+
+void worker_free(worker_t **wp)
+{
+    struct worker *w = *wp;
+    if (!w)
+        return;
+    kv_report_free(&w->kv_report);
+    worker_link_free(&w->link);
+    sched_free(&w->sched);
+    engine_free(&w->engine);
+    free(w->test_step_wedge);
+    free(w->model_path);
+    free(w);
+    *wp = NULL;
+}
+
+bool worker_run_once(worker_t *w, int wake_fd)
+{
+    if (w->stop)
+        return false;
+    publish_load(w);
+    kv_report_flush(w->kv_report, w->link);
+    bool busy = sched_busy(w->sched);
+    proto_msg_t m;
+    /* drain every queued message before the next step so CANCELs and new
+     * SUBMITs join this step's batch */
+    int prc = worker_link_poll(w->link, busy ? 0 : worker_link_heartbeat_ms(w->link), wake_fd, &m);
+    drop_orphans(w);
+    while (prc == WORKER_LINK_MSG) {
+        on_gateway_message(w, &m);
+        proto_msg_clear(&m);
+        if (w->stop)
+            break;
+        prc = worker_link_poll(w->link, 0, wake_fd, &m);
+        drop_orphans(w);
+    }
+    if (prc == WORKER_LINK_WAKE) {
+        int sig = sigwake_signal();
+        log_info("%s: exiting", sig > 0 ? strsignal(sig) : "woken");
+        w->stop = true;
+    }
+    if (w->stop)
+        return false;
+    if (sched_busy(w->sched)) {
+        publish_load(w); /* with this turn's SUBMITs: the link reports us busy */
+        worker_link_step_begin(w->link);
+        test_step_delay(w);
+        if (sched_step(w->sched) < 0)
+            log_error("scheduler step failed; its requests were ended with an error");
+        worker_link_step_end(w->link);
+    }
+    if (w->draining && !sched_busy(w->sched)) {
+        log_info("drained: exiting");
+        w->stop = true;
+    }
+    return !w->stop;
+}
+
+int worker_run(worker_t *w, int wake_fd)
+{
+    while (worker_run_once(w, wake_fd))
+        ;
+    return 0;
+}
+
+const char *worker_replica(const worker_t *w) { return w->replica; }
+const sched_t *worker_sched(const worker_t *w) { return w->sched; }
+const engine_t *worker_engine(const worker_t *w) { return w->engine; }

@@ -1,0 +1,120 @@
+/* worker.h — the pagoda-worker process as a module: one model served to a
+ * gateway.
+ *
+ * A worker loads the model (engine.h: weights, tokenizer, chat template),
+ * connects to the gateway (worker_link.h: REGISTER, heartbeats, reconnect)
+ * and runs the step loop:
+ *
+ *   loop (worker_run_once):
+ *     publish the load the next HEARTBEATs carry (credit = free slots)
+ *     send the prefix-cache changes as KV messages (kv_report.h)
+ *     poll the link: wait up to one heartbeat interval when idle, just look
+ *       when sequences run; then take every queued message before stepping,
+ *       so CANCELs and new SUBMITs join this step's batch
+ *     SUBMIT → worker_req_from_submit() → sched_submit(), or an ERROR reply
+ *     CANCEL → sched_cancel(); DRAIN → admit nothing new, exit once idle;
+ *     SHUTDOWN or the wake fd (a signal) → stop
+ *     one sched_step(); each sched_event_t goes back as one EVENT
+ *
+ * Liveness: the link runs on a thread of its own, so HEARTBEATs flow while a
+ * step runs; each step is bracketed by worker_link_step_begin/_end and the
+ * forward pass advances a layer counter (sched_set_progress), from which the
+ * HEARTBEAT's "prog" tells the gateway whether a busy worker still makes
+ * progress. TEST ONLY environment, read once by worker_new():
+ *   PAGODA_TEST_STEP_SLEEP_MS=N   every step first sleeps N ms
+ *   PAGODA_TEST_STEP_WEDGE=FILE   a step that finds FILE deletes it and
+ *                                 never returns (tests/integration/liveness.sh)
+ *
+ * Credit: HEARTBEAT's free slots = capacity - requests held (running or
+ * waiting), so the gateway keeps the rest in its priority queue, where
+ * priority and aging are decided. Per-request failures (prompt too long, bad
+ * messages, invalid sampling) go back as ERROR for that request only.
+ *
+ * The command line (flags, CURVE key files, signals) is worker_main.c's; this
+ * module takes everything through worker_config_t, so tests run a worker
+ * in-process against their own ROUTER socket (tests/worker/test_worker.c).
+ *
+ * Ownership: worker_new() copies what it needs from the config (strings and
+ * keys included); worker_free() releases everything and NULLs the pointer.
+ * Single-threaded: every call from the thread that made the worker.
+ */
+#ifndef PAGODA_WORKER_WORKER_H
+#define PAGODA_WORKER_WORKER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/msg.h"
+#include "worker/engine.h"
+#include "worker/sampler.h"
+#include "worker/sched.h"
+
+typedef struct worker_config {
+    const char *endpoint;          /* gateway's ROUTER, "tcp://127.0.0.1:5557" */
+    const char *model_name;        /* name served, 1..PROTO_MAX_NAME bytes */
+    const char *model_path;        /* its GGUF file */
+    int heartbeat_ms;              /* 0 = PROTO_HEARTBEAT_MS */
+    bool heartbeat_explicit;       /* keep heartbeat_ms; false = adopt the interval of the
+                                      gateway's HEARTBEATs (worker_link.h) */
+    uint32_t ctx_cap;              /* cap the context below the model's, 0 = none */
+    sched_config_t sched;          /* scheduler limits (sched_config_default + flags) */
+    /* CURVE (proto/curve.h): all three Z85 keys, or all NULL for a plain link */
+    const char *curve_server_key;  /* the gateway's public key */
+    const char *curve_public_key;  /* our key pair */
+    const char *curve_secret_key;
+} worker_config_t;
+
+/* endpoint tcp://127.0.0.1:5557, default heartbeat, sched_config_default,
+ * no CURVE; model_name/model_path must still be set. */
+void worker_config_default(worker_config_t *c);
+
+typedef struct worker worker_t;
+
+/* Loads the model, makes the scheduler and connects to the gateway
+ * (REGISTER queued at once). Returns NULL with a message in err when the
+ * model cannot be loaded, the config is unusable or the endpoint is bad. */
+worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen);
+void worker_free(worker_t **w);
+
+/* One turn of the loop above. wake_fd (-1 = none) is polled next to the
+ * socket; readable means stop (common/sigwake.h: a signal), it is not read.
+ * Returns true while the worker should go on, false once it stops
+ * (SHUTDOWN, drained, wake_fd readable); then it stays stopped. */
+bool worker_run_once(worker_t *w, int wake_fd);
+
+/* worker_run_once until it returns false. Returns 0. */
+int worker_run(worker_t *w, int wake_fd);
+
+/* The replica id announced in REGISTER ("host:pid:random"). */
+const char *worker_replica(const worker_t *w);
+/* The scheduler and engine, for tests and stats (owned by the worker). */
+const sched_t *worker_sched(const worker_t *w);
+const engine_t *worker_engine(const worker_t *w);
+
+/* --- SUBMIT → scheduler request ------------------------------------------- */
+
+/* A scheduler request made from a SUBMIT, with the storage it points to.
+ * `req` also borrows from the SUBMIT (stop strings, resume ids) and from the
+ * engine (end-of-turn ids): both must outlive its sched_submit() call. */
+typedef struct worker_req {
+    sched_req_t req;
+    int32_t *prompt;               /* owned: (req.n_prompt) token ids */
+    sampler_bias_t *bias;          /* owned: (req.sampling.n_logit_bias) */
+} worker_req_t;
+
+/* Translates one SUBMIT into a scheduler request: templates and tokenizes
+ * the prompt (chat messages, text, or ids as given), copies limits, stop
+ * strings and sampling parameters, turns deadline_ms into an absolute
+ * deadline from now_us (clock_now_us()), and validates the sampling
+ * parameters against the vocabulary. Every SUBMIT field the scheduler needs
+ * is translated here and nowhere else: a new SUBMIT field lands in this one
+ * function. Returns PROTO_ERR_NONE with *out filled (release with
+ * worker_req_clear), or PROTO_ERR_BAD_REQUEST with a message in err and *out
+ * cleared (nothing to free). */
+proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, int64_t now_us,
+                                   worker_req_t *out, char *err, size_t errlen);
+/* Frees what worker_req_from_submit allocated and zeroes *r; safe twice. */
+void worker_req_clear(worker_req_t *r);
+
+#endif
