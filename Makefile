@@ -6,7 +6,8 @@
 #   make check SANITIZE=1  the same suite under ASan+UBSan (objects in build/san)
 #   make fuzz            build libFuzzer targets with clang into build/fuzz
 #
-# Sources are picked up by folder: every common/*.c and proto/*.c goes into
+# Sources are picked up by folder: every common/*.c, common/*/*.c (grammar/)
+# and proto/*.c goes into
 # libpagoda_common.a, every worker/*.c and worker/*/*.c (model/, kernels/,
 # text/, tools/) that is not a *_main.c into libpagoda_worker.a, every
 # gateway/*.c that is not a *_main.c into libpagoda_gateway.a. Each tests/<dir>/test_*.c is one cmocka program.
@@ -30,7 +31,7 @@ CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wno-unused-paramete
 	-fopenmp -pthread -I. $(PKG_CFLAGS) $(SANFLAGS) $(CFLAGS)
 LDLIBS_ALL = $(PKG_LIBS) -lm -fopenmp -pthread $(SANFLAGS) $(LDFLAGS)
 
-COMMON_SRC  := $(wildcard common/*.c proto/*.c)
+COMMON_SRC  := $(wildcard common/*.c common/*/*.c proto/*.c)
 WORKER_SRC  := $(filter-out %_main.c,$(wildcard worker/*.c worker/*/*.c))
 GATEWAY_SRC := $(filter-out %_main.c,$(wildcard gateway/*.c))
 

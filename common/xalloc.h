@@ -1,8 +1,9 @@
 /* xalloc.h — checked allocation.
  *
- * Out of memory is fatal in pagoda (STYLE.md rule 4): these wrappers log the
- * caller's file:line and abort() instead of returning NULL. Out of *capacity*
- * (a full queue, no free KV block) is never reported through here.
+ * Out of memory is fatal in pagoda (docs/ARCHITECTURE.md, "Conventions"):
+ * these wrappers log the caller's file:line and abort() instead of returning
+ * NULL. Out of *capacity* (a full queue, no free KV block) is never reported
+ * through here.
  * Memory from these calls is released with free().
  */
 #ifndef PAGODA_COMMON_XALLOC_H

@@ -18,7 +18,9 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/grammar/gbnf.h"
 #include "common/xalloc.h"
+#include "common/vec.h"
 #include "gateway/supervisor.h"
 #include "gateway/zap.h"
 
@@ -31,6 +33,7 @@
 _Static_assert(OAI_MAX_MESSAGES <= PROTO_MAX_MESSAGES, "oai messages > proto messages");
 _Static_assert(OAI_MAX_TEXT_BYTES <= PROTO_MAX_PROMPT, "oai text > proto prompt/content");
 _Static_assert(OAI_MAX_PROMPT_TOKENS <= PROTO_MAX_TOKENS, "oai prompt tokens > proto tokens");
+_Static_assert(OAI_MAX_GRAMMAR_BYTES <= PROTO_MAX_GRAMMAR && GBNF_MAX_TEXT <= PROTO_MAX_GRAMMAR, "grammar text > proto grammar");
 _Static_assert(OAI_MAX_STOP <= PROTO_MAX_STOP, "oai stop count > proto stop count");
 _Static_assert(OAI_MAX_STOP_BYTES <= PROTO_MAX_STOP_LEN, "oai stop length > proto stop length");
 _Static_assert(OAI_MAX_LOGIT_BIAS <= PROTO_MAX_LOGIT_BIAS, "oai logit_bias > proto logit_bias");
@@ -167,6 +170,8 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
     }
     s->ignore_eos = o->ignore_eos;
     s->stream = o->stream;
+    if (o->grammar)
+        s->grammar = xstrdup(o->grammar);
     s->n_choices = o->n > 1 ? (uint32_t)o->n : 1;
     if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text) {
         int64_t t0 = clock_now_us();
@@ -296,10 +301,7 @@ static gateway_model_t *model_add(struct gateway *gw, const char *name, bool con
         m->configured |= configured;
         return m;
     }
-    if (gw->n_models == gw->cap_models) {
-        gw->cap_models = gw->cap_models ? 2 * gw->cap_models : 4;
-        gw->models = xrealloc(gw->models, gw->cap_models * sizeof *gw->models);
-    }
+    vec_reserve(gw->models, gw->cap_models, gw->n_models + 1);
     m = &gw->models[gw->n_models++];
     memset(m, 0, sizeof *m);
     m->name = xstrdup(name);
@@ -429,10 +431,7 @@ static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *w
     for (size_t b = 0; b < gw->n_req_buckets; b++)
         for (gateway_request_t *r = gw->req_buckets[b]; r; r = r->next)
             if (r->state == GATEWAY_REQ_RUNNING && r->worker_uid == uid) {
-                if (n == cap) {
-                    cap = cap ? 2 * cap : 8;
-                    lost = xrealloc(lost, cap * sizeof *lost);
-                }
+                vec_reserve(lost, cap, n + 1);
                 lost[n++] = r;
             }
     for (size_t k = 0; k < n; k++)
@@ -531,14 +530,10 @@ static void request_reply_error(struct gateway *gw, gateway_request_t *r, int st
 {
     gateway_reply_t *rep = xcalloc(1, sizeof *rep);
     rep->kind = GATEWAY_REPLY_ERROR;
-    char msg[sizeof rep->error.message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    oai_error_vset(&rep->error, status, code, fmt, ap);
     va_end(ap);
-    oai_error_set(&rep->error, status, NULL, "%s", msg);
-    if (code)
-        rep->error.code = code;
     request_push(r, rep);
 }
 
@@ -839,10 +834,7 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
         gateway_worker_t *old = worker_by_replica(gw, r->replica);
         if (old)
             worker_remove(gw, old, "re-registered on a new connection", REMOVE_REPLACED);
-        if (gw->n_workers == gw->cap_workers) {
-            gw->cap_workers = gw->cap_workers ? 2 * gw->cap_workers : 8;
-            gw->workers = xrealloc(gw->workers, gw->cap_workers * sizeof *gw->workers);
-        }
+        vec_reserve(gw->workers, gw->cap_workers, gw->n_workers + 1);
         w = &gw->workers[gw->n_workers++];
         memset(w, 0, sizeof *w);
         w->uid = ++gw->next_worker_uid;
@@ -956,12 +948,7 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     }
     /* sent_ids are the resume list: only a single-choice request resumes */
     if (n_new && !r->cancelled && req_choices(r) == 1) {
-        if (r->n_sent + n_new > r->cap_sent) {
-            r->cap_sent = (r->n_sent + n_new) * 2;
-            r->sent_ids = xrealloc(r->sent_ids, r->cap_sent * sizeof *r->sent_ids);
-        }
-        memcpy(r->sent_ids + r->n_sent, ev->ids, n_new * sizeof *ev->ids);
-        r->n_sent += n_new;
+        vec_append(r->sent_ids, r->n_sent, r->cap_sent, ev->ids, n_new);
     }
     if (ev->has_usage)
         r->n_prompt = ev->usage.prompt_tokens;
@@ -997,26 +984,24 @@ static void on_worker_error(struct gateway *gw, gateway_worker_t *w, const proto
                  e->id ? " on unknown request " : " (request ", e->id, e->message);
         return;
     }
-    if (e->code == PROTO_CODE_UNAVAILABLE && !r->cancelled) {
+    proto_err_t cause = proto_error_cause(e);
+    if (cause == PROTO_ERR_UNAVAILABLE && !r->cancelled) {
         w->hb_credit = 0; /* it is full or draining: wait for its next heartbeat */
         redispatch(gw, r, e->message, false);
         return;
     }
-    if (e->code == PROTO_CODE_TOO_LONG && r->n_sent && !r->cancelled) {
+    if (cause == PROTO_ERR_CONTEXT_LENGTH && r->n_sent && !r->cancelled) {
         /* prompt + delivered tokens fill the context: the interrupted run
          * would have stopped here with "length" */
         finish_length(gw, r);
         return;
     }
-    log_info("request %" PRIu64 " failed on %s: %u %s", r->id, w->reg.replica, e->code, e->message);
-    int status = e->code >= 400 && e->code <= 599 ? (int)e->code : 500;
-    const char *code = NULL;
-    if (status == PROTO_CODE_TOO_LONG) {
-        /* the prompt does not fit the context: OpenAI says 400 for that */
-        status = 400;
-        code = "context_length_exceeded";
-    }
-    request_reply_error(gw, r, status, code, "%s", e->message);
+    log_info("request %" PRIu64 " failed on %s: %u %s: %s", r->id, w->reg.replica, e->code,
+             proto_err_name(cause), e->message);
+    gateway_reply_t *rep = xcalloc(1, sizeof *rep);
+    rep->kind = GATEWAY_REPLY_ERROR;
+    oai_error_from_worker(&rep->error, cause, "%s", e->message);
+    request_push(r, rep);
     request_finish(gw, r);
 }
 
@@ -1032,7 +1017,8 @@ static void on_message(struct gateway *gw, const proto_peer_t *from, proto_msg_t
         /* e.g. we restarted, or dropped it for silence: ask it to register */
         proto_msg_t e;
         proto_msg_init(&e, PROTO_ERROR);
-        e.error.code = PROTO_CODE_NOT_REGISTERED;
+        e.error.err = PROTO_ERR_NOT_REGISTERED;
+        e.error.code = proto_err_code(PROTO_ERR_NOT_REGISTERED);
         e.error.message = "not registered: send REGISTER";
         log_debug("%s from an unregistered connection: asking it to register",
                   proto_type_name(m->type));
@@ -1193,16 +1179,13 @@ static json_t *admin_error(int status, const char *code, const char *fmt, ...)
 static json_t *admin_error(int status, const char *code, const char *fmt, ...)
 {
     oai_error_t e;
-    char msg[sizeof e.message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    oai_error_vset(&e, status, code, fmt, ap);
     va_end(ap);
-    oai_error_set(&e, status, NULL, "%s", msg);
-    if (code)
-        e.code = code;
-    return json_pack("{s:i, s:{s:s, s:s, s:n, s:s?}}", "status", status, "error", "message", e.message,
-                     "type", e.type, "param", "code", e.code);
+    json_t *j = oai_error_object(&e);
+    json_object_set_new(j, "status", json_integer(status));
+    return j;
 }
 
 static json_t *admin_workers(struct gateway *gw)
@@ -1562,6 +1545,23 @@ static void on_expired(const prio_queue_entry_t *e, void *ctx)
     request_finish(gw, r);
 }
 
+/* Answers every request queued for m with 503 (OpenAI code `code`, message
+ * msg — after "The worker serving this request was lost. " for requests
+ * that lost one, when say_lost) and drops them. */
+static void queue_refuse_all(struct gateway *gw, gateway_model_t *m, const char *code, bool say_lost,
+                             const char *msg)
+{
+    prio_queue_entry_t e;
+    while (prio_queue_pop(m->queue, &e) == PRIO_QUEUE_OK) {
+        gateway_request_t *r = e.data;
+        r->state = GATEWAY_REQ_NEW;
+        request_reply_error(gw, r, 503, code, "%s%s",
+                            say_lost && r->n_lost ? "The worker serving this request was lost. " : "",
+                            msg);
+        request_finish(gw, r);
+    }
+}
+
 /* Supervisor-facing upkeep of one model: crash-loop FAILED answers its
  * queued requests with 503; an on-demand model is woken for queued work and
  * drained after idle_timeout without requests. */
@@ -1574,15 +1574,10 @@ static void local_workers_tick(struct gateway *gw, gateway_model_t *m, int64_t n
     if (!li.n_children)
         return;
     if (model_failed(gw, m, &li)) {
-        prio_queue_entry_t e;
-        while (prio_queue_pop(m->queue, &e) == PRIO_QUEUE_OK) {
-            gateway_request_t *r = e.data;
-            r->state = GATEWAY_REQ_NEW;
-            request_reply_error(gw, r, 503, "model_failed",
-                                "Model '%s' is unavailable: its worker crashed repeatedly (%s)",
-                                m->name, li.reason);
-            request_finish(gw, r);
-        }
+        char msg[512];
+        snprintf(msg, sizeof msg, "Model '%s' is unavailable: its worker crashed repeatedly (%s)",
+                 m->name, li.reason);
+        queue_refuse_all(gw, m, "model_failed", false, msg);
         return;
     }
     if (!li.on_demand)
@@ -1674,17 +1669,12 @@ static void tick(struct gateway *gw, int64_t now)
         gateway_model_t *m = &gw->models[i];
         prio_queue_expire(m->queue, now, on_expired, gw);
         local_workers_tick(gw, m, now);
-        if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us) {
-            prio_queue_entry_t e;
-            while (prio_queue_pop(m->queue, &e) == PRIO_QUEUE_OK) {
-                gateway_request_t *r = e.data;
-                r->state = GATEWAY_REQ_NEW;
-                request_reply_error(gw, r, 503, "service_unavailable",
-                                    "%sNo worker came up for model '%s' within %lld s",
-                                    r->n_lost ? "The worker serving this request was lost. " : "",
-                                    m->name, (long long)(gw->replica_grace_us / 1000000));
-                request_finish(gw, r);
-            }
+        if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us &&
+            prio_queue_len(m->queue)) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "No worker came up for model '%s' within %lld s", m->name,
+                     (long long)(gw->replica_grace_us / 1000000));
+            queue_refuse_all(gw, m, "service_unavailable", true, msg);
         }
     }
     if (now >= gw->t_next_heartbeat_us) {

@@ -23,6 +23,8 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/utf8.h"
+#include "common/vec.h"
 #include "common/xalloc.h"
 #include "gateway/gateway.h"
 #include "gateway/keys.h"
@@ -236,14 +238,10 @@ static enum MHD_Result respond_error(http_server_t *s, struct MHD_Connection *c,
                                      const char *code, const char *allow, const char *fmt, ...)
 {
     oai_error_t e;
-    char msg[sizeof e.message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    oai_error_vset(&e, (int)status, code, fmt, ap);
     va_end(ap);
-    oai_error_set(&e, (int)status, NULL, "%s", msg);
-    if (code)
-        e.code = code;
     return respond_oai_error(s, c, &e, allow);
 }
 
@@ -286,10 +284,7 @@ static int rate_take(http_server_t *s, const char *name)
         if (strcmp(s->buckets[i].name, name) == 0)
             b = &s->buckets[i];
     if (!b) {
-        if (s->n_buckets == s->cap_buckets) {
-            s->cap_buckets = s->cap_buckets ? 2 * s->cap_buckets : 16;
-            s->buckets = xrealloc(s->buckets, s->cap_buckets * sizeof *s->buckets);
-        }
+        vec_reserve(s->buckets, s->cap_buckets, s->n_buckets + 1);
         b = &s->buckets[s->n_buckets++];
         snprintf(b->name, sizeof b->name, "%s", name);
         b->tokens = burst;
@@ -585,10 +580,7 @@ static void lp_add(lp_run_t *lp, const proto_event_t *ev)
 {
     for (uint32_t i = 0; i < ev->n_logprobs; i++) {
         const proto_logprob_t *p = &ev->logprobs[i];
-        if (lp->n == lp->cap) {
-            lp->cap = lp->cap ? 2 * lp->cap : 16;
-            lp->tok = xrealloc(lp->tok, lp->cap * sizeof *lp->tok);
-        }
+        vec_reserve(lp->tok, lp->cap, lp->n + 1);
         oai_top_logprob_t *top = p->n_top ? xcalloc(p->n_top, sizeof *top) : NULL;
         for (uint32_t k = 0; k < p->n_top; k++)
             top[k] = (oai_top_logprob_t){(const char *)p->top[k].bytes, p->top[k].n_bytes,
@@ -613,15 +605,6 @@ static const char *finish_name(proto_finish_t f)
     case PROTO_FINISH_LENGTH: return "length";
     default: return "abort"; /* cancelled, as vLLM names it */
     }
-}
-
-/* Code points in UTF-8 text (continuation bytes do not count). */
-static int64_t utf8_count(const char *s, size_t n)
-{
-    int64_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        k += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return k;
 }
 
 static void event_usage(const proto_event_t *ev, oai_usage_t *u)
@@ -693,7 +676,7 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
         oai_chunk_t ch = {.index = (int32_t)ci, .text = text, .text_len = text_len,
                           .logprobs = &lps, .include_usage = q->include_usage};
         sse_data(q, chunk_json(q, &ch));
-        q->text_offset[ci] += utf8_count(text, text_len);
+        q->text_offset[ci] += (int64_t)utf8_count(text, text_len);
         lp_clear(&lp);
     }
     oai_tool_call_t *calls = NULL;
@@ -734,10 +717,11 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
         q->done = true;
         if (failed) {
             oai_error_t e;
-            if (ev->finish == PROTO_FINISH_TIMEOUT)
-                oai_error_set(&e, 504, NULL, "The request ran past its deadline on the worker");
+            if (proto_event_cause(ev) == PROTO_ERR_DEADLINE)
+                oai_error_from_worker(&e, PROTO_ERR_DEADLINE,
+                                      "The request ran past its deadline on the worker");
             else
-                oai_error_set(&e, 500, NULL, "Generation failed on the worker");
+                oai_error_from_worker(&e, proto_event_cause(ev), "Generation failed on the worker");
             sse_data(q, oai_error_json(&e));
             out_append(q, "data: [DONE]\n\n", 14);
         } else {
@@ -761,11 +745,15 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
 static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
 {
     const proto_event_t *last = &q->events[q->n_events - 1]->event;
-    if (last->finish == PROTO_FINISH_ERROR)
-        return respond_error(s, c, 500, NULL, NULL, "Generation failed on the worker");
-    if (last->finish == PROTO_FINISH_TIMEOUT)
-        return respond_error(s, c, 504, NULL, NULL, "The request ran past its deadline (%lld s)",
-                             (long long)(s->gw->request_timeout_us / 1000000));
+    if (last->finish == PROTO_FINISH_ERROR || last->finish == PROTO_FINISH_TIMEOUT) {
+        oai_error_t e;
+        if (proto_event_cause(last) == PROTO_ERR_DEADLINE)
+            oai_error_from_worker(&e, PROTO_ERR_DEADLINE, "The request ran past its deadline (%lld s)",
+                                  (long long)(s->gw->request_timeout_us / 1000000));
+        else
+            oai_error_from_worker(&e, proto_event_cause(last), "Generation failed on the worker");
+        return respond_oai_error(s, c, &e, NULL);
+    }
     /* one choice at a time: its events' text and logprobs in arrival order */
     const uint32_t n = q->n_choices;
     oai_choice_t *ch = xcalloc(n, sizeof *ch);
@@ -917,10 +905,7 @@ static enum MHD_Result gen_continue(http_server_t *s, struct MHD_Connection *c, 
             MHD_add_response_header(r, "X-Accel-Buffering", "no");
             return queue(s, c, 200, r);
         }
-        if (q->n_events == q->cap_events) {
-            q->cap_events = q->cap_events ? 2 * q->cap_events : 16;
-            q->events = xrealloc(q->events, q->cap_events * sizeof *q->events);
-        }
+        vec_reserve(q->events, q->cap_events, q->n_events + 1);
         q->events[q->n_events++] = rep;
         proto_finish_t fin = rep->event.finish;
         if (fin != PROTO_FINISH_NONE &&

@@ -10,24 +10,14 @@
 
 #include <sodium.h>
 
+#include "common/errbuf.h"
+#include "common/vec.h"
 #include "common/xalloc.h"
 
 struct keys {
     keys_entry_t *entries; /* (n) in file order */
     size_t n;
 };
-
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-{
-    if (!err || cap == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
 
 static int name_char_ok(unsigned char c)
 {
@@ -149,11 +139,11 @@ int keys_parse(const uint8_t *buf, size_t len, const char *source, keys_t **out,
     if (!source)
         source = "keys";
     if (sodium_init() < 0) {
-        set_err(err, err_cap, "%s: libsodium failed to initialise", source);
+        errbuf_set(err, err_cap, "%s: libsodium failed to initialise", source);
         return -1;
     }
     if (len > KEYS_FILE_MAX) {
-        set_err(err, err_cap, "%s: file larger than %u bytes", source, KEYS_FILE_MAX);
+        errbuf_set(err, err_cap, "%s: file larger than %u bytes", source, KEYS_FILE_MAX);
         return -1;
     }
     keys_t *k = xcalloc(1, sizeof(*k));
@@ -168,13 +158,13 @@ int keys_parse(const uint8_t *buf, size_t len, const char *source, keys_t **out,
         size_t line_len = end - pos;
         pos = nl ? end + 1 : len;
         if (line_len > KEYS_LINE_MAX) {
-            set_err(err, err_cap, "%s:%zu: line longer than %d bytes", source, line_no, KEYS_LINE_MAX);
+            errbuf_set(err, err_cap, "%s:%zu: line longer than %d bytes", source, line_no, KEYS_LINE_MAX);
             goto err;
         }
         if (line_len > 0 && line[line_len - 1] == '\r')
             line_len--;
         if (memchr(line, '\0', line_len)) {
-            set_err(err, err_cap, "%s:%zu: NUL byte in line", source, line_no);
+            errbuf_set(err, err_cap, "%s:%zu: NUL byte in line", source, line_no);
             goto err;
         }
         size_t i = 0;
@@ -185,33 +175,30 @@ int keys_parse(const uint8_t *buf, size_t len, const char *source, keys_t **out,
         for (size_t c = i; c < line_len; c++) {
             unsigned char ch = (unsigned char)line[c];
             if (ch < 0x20 && ch != '\t') {
-                set_err(err, err_cap, "%s:%zu: control character 0x%02x in line", source, line_no, ch);
+                errbuf_set(err, err_cap, "%s:%zu: control character 0x%02x in line", source, line_no, ch);
                 goto err;
             }
         }
         if (k->n == KEYS_MAX_ENTRIES) {
-            set_err(err, err_cap, "%s:%zu: more than %d entries", source, line_no, KEYS_MAX_ENTRIES);
+            errbuf_set(err, err_cap, "%s:%zu: more than %d entries", source, line_no, KEYS_MAX_ENTRIES);
             goto err;
         }
-        if (k->n == cap) {
-            cap = cap ? 2 * cap : 16;
-            k->entries = xrealloc(k->entries, cap * sizeof(keys_entry_t));
-        }
+        vec_reserve(k->entries, cap, k->n + 1);
         keys_entry_t *e = &k->entries[k->n];
         memset(e, 0, sizeof(*e));
         const char *why = NULL;
         if (parse_line(line + i, line_len - i, e, &why, detail, sizeof(detail)) != 0) {
-            set_err(err, err_cap, "%s:%zu: %s", source, line_no, why);
+            errbuf_set(err, err_cap, "%s:%zu: %s", source, line_no, why);
             goto err;
         }
         /* Uniqueness: quadratic, but only at load time and bounded by the file size. */
         for (size_t j = 0; j < k->n; j++) {
             if (strcmp(k->entries[j].name, e->name) == 0) {
-                set_err(err, err_cap, "%s:%zu: duplicate name '%s'", source, line_no, e->name);
+                errbuf_set(err, err_cap, "%s:%zu: duplicate name '%s'", source, line_no, e->name);
                 goto err;
             }
             if (memcmp(k->entries[j].sha256, e->sha256, 32) == 0) {
-                set_err(err, err_cap, "%s:%zu: same key hash as '%s'", source, line_no,
+                errbuf_set(err, err_cap, "%s:%zu: same key hash as '%s'", source, line_no,
                         k->entries[j].name);
                 goto err;
             }
@@ -230,7 +217,7 @@ int keys_load(const char *path, keys_t **out, char *err, size_t err_cap)
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        set_err(err, err_cap, "%s: %s", path, strerror(errno));
+        errbuf_set(err, err_cap, "%s: %s", path, strerror(errno));
         return -1;
     }
     size_t cap = 4096, n = 0;
@@ -240,7 +227,7 @@ int keys_load(const char *path, keys_t **out, char *err, size_t err_cap)
             if (cap > KEYS_FILE_MAX) {
                 fclose(f);
                 free(buf);
-                set_err(err, err_cap, "%s: file larger than %u bytes", path, KEYS_FILE_MAX);
+                errbuf_set(err, err_cap, "%s: file larger than %u bytes", path, KEYS_FILE_MAX);
                 return -1;
             }
             cap *= 2;
@@ -255,7 +242,7 @@ int keys_load(const char *path, keys_t **out, char *err, size_t err_cap)
     fclose(f);
     if (bad) {
         free(buf);
-        set_err(err, err_cap, "%s: read error", path);
+        errbuf_set(err, err_cap, "%s: read error", path);
         return -1;
     }
     int rc = keys_parse(buf, n, path, out, err, err_cap);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/vec.h"
 #include "common/xalloc.h"
 
 typedef struct {
@@ -128,10 +129,7 @@ static series_t *series_get(metrics_family_t *f, const char *const *values, int 
         }
         return NULL;
     }
-    if (f->n_series == f->cap_series) {
-        f->cap_series = f->cap_series ? 2 * f->cap_series : 4;
-        f->series = xrealloc(f->series, f->cap_series * sizeof(series_t));
-    }
+    vec_reserve(f->series, f->cap_series, f->n_series + 1);
     series_t *s = &f->series[f->n_series++];
     memset(s, 0, sizeof(*s));
     s->values = xcalloc(f->n_labels ? f->n_labels : 1, sizeof(char *));
@@ -163,10 +161,7 @@ static metrics_family_t *family_new(metrics_t *m, metrics_type_t type, const cha
     pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < m->n; i++)
         assert(strcmp(m->families[i]->name, name) != 0);
-    if (m->n == m->cap) {
-        m->cap = m->cap ? 2 * m->cap : 16;
-        m->families = xrealloc(m->families, m->cap * sizeof(*m->families));
-    }
+    vec_reserve(m->families, m->cap, m->n + 1);
     m->families[m->n++] = f;
     pthread_mutex_unlock(&m->lock);
     return f;
@@ -314,11 +309,7 @@ typedef struct {
 
 static void buf_reserve(buf_t *b, size_t extra)
 {
-    if (b->len + extra + 1 > b->cap) {
-        while (b->len + extra + 1 > b->cap)
-            b->cap = b->cap ? 2 * b->cap : 4096;
-        b->p = xrealloc(b->p, b->cap);
-    }
+    vec_reserve(b->p, b->cap, b->len + extra + 1);
 }
 
 static void buf_put(buf_t *b, const char *s, size_t n)

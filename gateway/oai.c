@@ -16,6 +16,9 @@
 #include <jansson.h>
 
 #include "common/clock.h"
+#include "common/grammar/gbnf.h"
+#include "common/grammar/json_schema.h"
+#include "common/utf8.h"
 #include "common/xalloc.h"
 #include "gateway/oai_tools.h"
 
@@ -57,6 +60,13 @@ static void error_vset(oai_error_t *e, int status, const char *param, const char
     vsnprintf(e->message, sizeof(e->message), fmt, ap);
 }
 
+void oai_error_vset(oai_error_t *e, int status, const char *code, const char *fmt, va_list ap)
+{
+    error_vset(e, status, NULL, fmt, ap);
+    if (code)
+        e->code = code;
+}
+
 void oai_error_set(oai_error_t *e, int status, const char *param, const char *fmt, ...)
 {
     va_list ap;
@@ -72,85 +82,47 @@ void oai_error_model_not_found(oai_error_t *e, const char *model)
     e->code = "model_not_found";
 }
 
+/* proto_err_t → HTTP status and OpenAI code (oai.h). */
+static const struct {
+    proto_err_t cause;
+    int status;
+    const char *code; /* NULL: the status table's */
+} WORKER_ERR_TABLE[] = {
+    {PROTO_ERR_BAD_REQUEST, 400, NULL},
+    {PROTO_ERR_CONTEXT_LENGTH, 400, "context_length_exceeded"},
+    {PROTO_ERR_DUPLICATE_ID, 400, NULL},
+    {PROTO_ERR_UNAVAILABLE, 503, NULL},
+    {PROTO_ERR_DEADLINE, 504, NULL},
+    {PROTO_ERR_ENGINE, 500, NULL},
+};
+
+void oai_error_from_worker(oai_error_t *e, proto_err_t cause, const char *fmt, ...)
+{
+    int status = 500;
+    const char *code = NULL;
+    for (size_t i = 0; i < sizeof WORKER_ERR_TABLE / sizeof WORKER_ERR_TABLE[0]; i++) {
+        if (WORKER_ERR_TABLE[i].cause == cause) {
+            status = WORKER_ERR_TABLE[i].status;
+            code = WORKER_ERR_TABLE[i].code;
+        }
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    error_vset(e, status, NULL, fmt, ap);
+    va_end(ap);
+    if (code)
+        e->code = code;
+}
+
 /* ====================================================================== */
 /* UTF-8                                                                   */
 /* ====================================================================== */
-
-/* Length of the valid UTF-8 character at s (n > 0 bytes available), or 0 with
- * *bad set to the length of the maximal invalid subpart to replace (≥ 1). */
-static size_t utf8_char(const uint8_t *s, size_t n, size_t *bad)
-{
-    uint8_t c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t need;
-    uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) {
-        need = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        need = 3;
-        if (c == 0xE0)
-            lo = 0xA0; /* no overlongs */
-        else if (c == 0xED)
-            hi = 0x9F; /* no surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F; /* ≤ U+10FFFF */
-    } else {
-        *bad = 1;
-        return 0;
-    }
-    for (size_t k = 1; k < need; k++) {
-        uint8_t l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
-        if (k >= n || s[k] < l || s[k] > h) {
-            *bad = k;
-            return 0;
-        }
-    }
-    return need;
-}
-
-char *oai_utf8_sanitize(const char *str, size_t len, size_t *out_len)
-{
-    const uint8_t *s = (const uint8_t *)str;
-    /* Worst case every byte becomes 3 bytes of U+FFFD. */
-    char *out = xmalloc(len * 3 + 1);
-    size_t o = 0, i = 0;
-    while (i < len) {
-        size_t bad = 0, n = utf8_char(s + i, len - i, &bad);
-        if (n) {
-            memcpy(out + o, s + i, n);
-            o += n;
-            i += n;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i += bad;
-        }
-    }
-    out[o] = '\0';
-    if (out_len)
-        *out_len = o;
-    return out;
-}
-
-/* Code points in valid UTF-8. */
-static int64_t utf8_count(const char *s, size_t len)
-{
-    int64_t n = 0;
-    for (size_t i = 0; i < len; i++)
-        n += ((uint8_t)s[i] & 0xC0) != 0x80;
-    return n;
-}
 
 /* A JSON string from untrusted bytes. */
 static json_t *jstr(const char *s, size_t len)
 {
     size_t n;
-    char *clean = oai_utf8_sanitize(s ? s : "", s ? len : 0, &n);
+    char *clean = utf8_sanitize(s ? s : "", s ? len : 0, &n);
     json_t *j = json_stringn_nocheck(clean, n);
     free(clean);
     if (!j)
@@ -601,20 +573,91 @@ static int refuse_unsupported(json_t *root, oai_kind_t kind, int64_t n, oai_erro
             if (json_string_length(suffix) > 0)
                 return bad(e, "suffix", "'suffix' (fill-in-the-middle) is not supported.");
         }
-    } else {
-        json_t *rf = json_object_get(root, "response_format");
-        if (rf && !json_is_null(rf)) {
-            if (!json_is_object(rf))
-                return bad(e, "response_format", "'response_format' must be an object, got %s.",
-                           json_type_name(rf));
-            json_t *t = json_object_get(rf, "type");
-            if (!json_is_string(t))
-                return bad(e, "response_format.type", "'response_format.type' must be a string.");
-            if (strcmp(json_string_value(t), "text") != 0)
-                return bad(e, "response_format.type", "response_format type '%.40s' is not supported; only "
-                                                      "'text' is.", json_string_value(t));
-        }
     }
+    return 0;
+}
+
+/* Checks GBNF text by compiling it; 0 ok, else a 400 naming param. */
+static int check_grammar(const char *text, const char *param, const char *what, oai_error_t *e)
+{
+    grammar_t *g = NULL;
+    char msg[400];
+    if (gbnf_parse((const uint8_t *)text, strlen(text), &g, msg, sizeof msg, NULL, NULL) != 0)
+        return bad(e, param, "%s: %s", what, msg);
+    gbnf_free(&g);
+    return 0;
+}
+
+/* response_format and grammar (constrained decoding) → r->grammar. */
+static int parse_constraint(json_t *root, oai_request_t *r, oai_error_t *e)
+{
+    json_t *gr = json_object_get(root, "grammar");
+    json_t *rf = json_object_get(root, "response_format");
+    const char *type = "text";
+    if (rf && !json_is_null(rf)) {
+        if (!json_is_object(rf))
+            return bad(e, "response_format", "'response_format' must be an object, got %s.", json_type_name(rf));
+        json_t *t = json_object_get(rf, "type");
+        if (!json_is_string(t))
+            return bad(e, "response_format.type", "'response_format.type' must be a string.");
+        type = json_string_value(t);
+        if (strcmp(type, "text") && strcmp(type, "json_object") && strcmp(type, "json_schema"))
+            return bad(e, "response_format.type",
+                       "response_format type '%.40s' is not supported; use 'text', 'json_object' or "
+                       "'json_schema'.", type);
+    }
+    if (gr && !json_is_null(gr)) {
+        if (!json_is_string(gr))
+            return bad(e, "grammar", "'grammar' must be a string (GBNF), got %s.", json_type_name(gr));
+        if (strcmp(type, "text") != 0)
+            return bad(e, "grammar", "'grammar' and a response_format of type '%s' cannot be combined.", type);
+        if (json_string_length(gr) > OAI_MAX_GRAMMAR_BYTES)
+            return bad(e, "grammar", "'grammar' is longer than %u bytes.", OAI_MAX_GRAMMAR_BYTES);
+        if (check_grammar(json_string_value(gr), "grammar", "Invalid grammar", e) != 0)
+            return -1;
+        r->grammar = xstrdup(json_string_value(gr));
+        return 0;
+    }
+    if (strcmp(type, "json_object") == 0) {
+        r->grammar = json_schema_object_gbnf(NULL);
+        return 0;
+    }
+    if (strcmp(type, "json_schema") != 0)
+        return 0;
+    json_t *js = json_object_get(rf, "json_schema");
+    if (!json_is_object(js))
+        return bad(e, "response_format.json_schema",
+                   "'response_format.json_schema' must be an object with 'name' and 'schema'.");
+    json_t *name = json_object_get(js, "name");
+    if (!json_is_string(name) || json_string_length(name) < 1 || json_string_length(name) > 64)
+        return bad(e, "response_format.json_schema.name",
+                   "'response_format.json_schema.name' must be a string of 1 to 64 characters.");
+    for (const char *c = json_string_value(name); *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+              *c == '-'))
+            return bad(e, "response_format.json_schema.name",
+                       "'response_format.json_schema.name' may contain only a-z, A-Z, 0-9, '_' and '-'.");
+    json_t *strict = json_object_get(js, "strict");
+    if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+        return bad(e, "response_format.json_schema.strict", "'response_format.json_schema.strict' must be a boolean.");
+    json_t *schema = json_object_get(js, "schema");
+    if (!schema || json_is_null(schema)) {
+        r->grammar = json_schema_object_gbnf(NULL);
+        return 0;
+    }
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return bad(e, "response_format.json_schema.schema",
+                   "'response_format.json_schema.schema' must be a JSON Schema object.");
+    char msg[300], path[200];
+    char *text = json_schema_to_gbnf(schema, NULL, msg, sizeof msg, path, sizeof path);
+    if (!text)
+        return bad(e, "response_format.json_schema.schema", "Unsupported schema%s%s: %s",
+                   path[0] ? " at " : "", path, msg);
+    if (check_grammar(text, "response_format.json_schema.schema", "The schema's grammar is not usable", e) != 0) {
+        free(text);
+        return -1;
+    }
+    r->grammar = text;
     return 0;
 }
 
@@ -706,7 +749,7 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
     }
     if (get_str(root, "user", OAI_MAX_USER_BYTES, 0, &r->user, e) != 0)
         return -1;
-    return 0;
+    return parse_constraint(root, r, e);
 }
 
 int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_request_t *out, oai_error_t *err)
@@ -760,6 +803,7 @@ void oai_request_free(oai_request_t *r)
     free(r->stop);
     free(r->logit_bias);
     free(r->user);
+    free(r->grammar);
     memset(r, 0, sizeof(*r));
 }
 
@@ -853,13 +897,13 @@ static json_t *logprobs_completion(const oai_logprobs_t *lp)
     for (size_t i = 0; i < lp->n_tokens; i++) {
         const oai_token_logprob_t *t = &lp->tokens[i];
         json_t *tok = jstr(t->token, t->token_len);
-        int64_t n_cp = utf8_count(json_string_value(tok), json_string_length(tok));
+        int64_t n_cp = (int64_t)utf8_count(json_string_value(tok), json_string_length(tok));
         json_array_append_new(tokens, tok);
         json_array_append_new(lps, jlogprob(t->logprob));
         json_t *top = json_object();
         for (size_t k = 0; k < t->n_top; k++) {
             size_t n;
-            char *key = oai_utf8_sanitize(t->top[k].token, t->top[k].token_len, &n);
+            char *key = utf8_sanitize(t->top[k].token, t->top[k].token_len, &n);
             /* Keys are C strings: an embedded NUL would truncate, so use setn. */
             json_object_setn_new_nocheck(top, key, n, jlogprob(t->top[k].logprob));
             free(key);
@@ -1005,12 +1049,17 @@ char *oai_models_json(const oai_model_info_t *models, size_t n)
     return dump(json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
-char *oai_error_json(const oai_error_t *e)
+json_t *oai_error_object(const oai_error_t *e)
 {
     json_t *inner = json_pack("{s:o, s:s, s:o, s:o}", "message", jcstr(e->message), "type",
                               e->type ? e->type : "server_error", "param",
                               e->param[0] ? jcstr(e->param) : json_null(), "code", jstr_or_null(e->code));
-    return dump(json_pack("{s:o}", "error", inner));
+    return json_pack("{s:o}", "error", inner);
+}
+
+char *oai_error_json(const oai_error_t *e)
+{
+    return dump(oai_error_object(e));
 }
 
 int oai_request_check_limits(const oai_request_t *r, size_t max_messages, size_t max_text_bytes,

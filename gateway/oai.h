@@ -23,9 +23,13 @@
 #ifndef PAGODA_GATEWAY_OAI_H
 #define PAGODA_GATEWAY_OAI_H
 
+#include <jansson.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "proto/msg.h"
 
 /* ---- limits ------------------------------------------------------------ */
 
@@ -46,6 +50,7 @@
 #define OAI_MAX_PROMPT_TOKENS (1u << 20) /* token-id prompts */
 #define OAI_MAX_TOP_LOGPROBS 20
 #define OAI_MAX_MAX_TOKENS 1000000     /* max_tokens upper bound (the context limit is checked later) */
+#define OAI_MAX_GRAMMAR_BYTES (256u << 10) /* `grammar` text; a compiled schema may reach GBNF_MAX_TEXT */
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -75,7 +80,26 @@ void oai_error_set(oai_error_t *e, int status, const char *param, const char *fm
     __attribute__((format(printf, 4, 5)));
 /* 404 for an unknown model, code "model_not_found", param "model". */
 void oai_error_model_not_found(oai_error_t *e, const char *model);
-/* Body of the error as JSON (malloc'd). */
+/* A worker's typed error (proto/msg.h proto_err_t) as the client sees it —
+ * the one table from wire cause to HTTP status and OpenAI code:
+ *   bad_request     400 invalid_request_error  (code null)
+ *   context_length  400 invalid_request_error  context_length_exceeded
+ *   duplicate_id    400 invalid_request_error  (code null)
+ *   unavailable     503 server_error           service_unavailable
+ *   deadline        504 server_error           timeout
+ *   engine          500 server_error           internal_error
+ *   not_registered, unknown causes: 500 server_error internal_error */
+void oai_error_from_worker(oai_error_t *e, proto_err_t cause, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* oai_error_set with a va_list and the OpenAI code given: `code` (a static
+ * string) replaces the status table's unless NULL; param is null. */
+void oai_error_vset(oai_error_t *e, int status, const char *code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
+/* The error as the JSON object {"error":{"message","type","param","code"}}
+ * (a new reference; strings sanitized to UTF-8) — the one encoder of the
+ * OpenAI error shape, used for every error body the gateway writes. */
+json_t *oai_error_object(const oai_error_t *e);
+/* oai_error_object serialized (malloc'd). */
 char *oai_error_json(const oai_error_t *e);
 
 /* ---- requests ---------------------------------------------------------- */
@@ -152,6 +176,9 @@ typedef struct {
     bool ignore_eos;             /* [false] vLLM extension */
     int64_t n;                   /* [1] choices, 1..OAI_MAX_N */
     char *user;                  /* NULL if absent */
+    char *grammar;               /* GBNF text the output must match (constrained decoding):
+                                    from `grammar`, or response_format json_object / json_schema
+                                    compiled by common/grammar/json_schema.h; NULL = free text */
     /* tools (gateway/oai_tools.h) */
     char *tools_json;            /* compact JSON array of the tool objects, NULL = no tools */
     char **tool_names;           /* (n_tools) function names, in order */
@@ -291,12 +318,5 @@ typedef struct {
     int64_t max_model_len;
 } oai_model_info_t;
 char *oai_models_json(const oai_model_info_t *models, size_t n);
-
-/* Copies `len` bytes of possibly-invalid UTF-8 into a malloc'd NUL-terminated
- * string, replacing each maximal invalid subpart (Unicode ch. 3 "U+FFFD
- * substitution of maximal subparts", as Python's errors="replace") with
- * U+FFFD. Embedded NUL bytes are kept (JSON writes them as \u0000).
- * *out_len (if non-NULL) receives the length. */
-char *oai_utf8_sanitize(const char *s, size_t len, size_t *out_len);
 
 #endif

@@ -12,6 +12,9 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "common/errbuf.h"
+#include "common/utf8.h"
+#include "common/vec.h"
 #include "common/xalloc.h"
 #include "proto/mpread.h"
 
@@ -43,6 +46,52 @@ static const char *const kind_names[] = {"chat", "completion"};
 const char *proto_kind_name(proto_kind_t k)
 {
     return (int)k == 1 ? kind_names[1] : kind_names[0];
+}
+
+/* The error-cause table of msg.h: name and ERROR code, by proto_err_t. */
+static const struct {
+    const char *name;
+    uint32_t code;
+} err_table[] = {
+    [PROTO_ERR_NONE] = {"unspecified", PROTO_CODE_INTERNAL},
+    [PROTO_ERR_BAD_REQUEST] = {"bad_request", PROTO_CODE_BAD_REQUEST},
+    [PROTO_ERR_CONTEXT_LENGTH] = {"context_length", PROTO_CODE_TOO_LONG},
+    [PROTO_ERR_DUPLICATE_ID] = {"duplicate_id", PROTO_CODE_BAD_REQUEST},
+    [PROTO_ERR_UNAVAILABLE] = {"unavailable", PROTO_CODE_UNAVAILABLE},
+    [PROTO_ERR_DEADLINE] = {"deadline", 504},
+    [PROTO_ERR_ENGINE] = {"engine", PROTO_CODE_INTERNAL},
+    [PROTO_ERR_NOT_REGISTERED] = {"not_registered", PROTO_CODE_NOT_REGISTERED},
+};
+_Static_assert(sizeof err_table / sizeof err_table[0] == PROTO_ERR_LAST + 1,
+               "one err_table row per proto_err_t");
+
+const char *proto_err_name(uint32_t err)
+{
+    return err <= PROTO_ERR_LAST ? err_table[err].name : err_table[0].name;
+}
+
+uint32_t proto_err_code(uint32_t err)
+{
+    return err <= PROTO_ERR_LAST ? err_table[err].code : PROTO_CODE_INTERNAL;
+}
+
+proto_err_t proto_error_cause(const proto_error_t *e)
+{
+    if (e->err != PROTO_ERR_NONE && e->err <= PROTO_ERR_LAST)
+        return (proto_err_t)e->err;
+    switch (e->code) {
+    case PROTO_CODE_NOT_REGISTERED: return PROTO_ERR_NOT_REGISTERED;
+    case PROTO_CODE_TOO_LONG: return PROTO_ERR_CONTEXT_LENGTH;
+    case PROTO_CODE_UNAVAILABLE: return PROTO_ERR_UNAVAILABLE;
+    default: return e->code >= 400 && e->code < 500 ? PROTO_ERR_BAD_REQUEST : PROTO_ERR_ENGINE;
+    }
+}
+
+proto_err_t proto_event_cause(const proto_event_t *ev)
+{
+    if (ev->err != PROTO_ERR_NONE && ev->err <= PROTO_ERR_LAST)
+        return (proto_err_t)ev->err;
+    return ev->finish == PROTO_FINISH_TIMEOUT ? PROTO_ERR_DEADLINE : PROTO_ERR_ENGINE;
 }
 
 const char *proto_status_name(int status)
@@ -98,6 +147,7 @@ void proto_msg_clear(proto_msg_t *m)
         free(s->tool_choice);
         free(s->prompt);
         free(s->prompt_ids);
+        free(s->grammar);
         free(s->sampling.logit_bias);
         for (uint32_t i = 0; s->stop && i < s->n_stop; i++)
             free(s->stop[i]);
@@ -144,15 +194,7 @@ typedef struct outbuf {
 static int outbuf_write(void *data, const char *p, size_t n)
 {
     outbuf_t *b = data;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n)
-            cap *= 2;
-        b->data = xrealloc(b->data, cap);
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
+    vec_append(b->data, b->len, b->cap, p, n);
     return 0;
 }
 
@@ -330,6 +372,8 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         kv_bool(e, "par_tools", false);
     if (s->prompt)
         kv_str(e, "prompt", s->prompt);
+    if (s->grammar)
+        kv_str(e, "grammar", s->grammar);
     if (s->has_prompt_ids || s->n_prompt_ids) {
         key(e, "prompt_ids");
         pack_ids(&e->pk, s->prompt_ids, s->n_prompt_ids);
@@ -424,6 +468,8 @@ static void encode_event(enc_t *e, const proto_event_t *ev)
         sub_uint(&e->pk, "cached", ev->usage.cached_tokens);
         sub_uint(&e->pk, "completion", ev->usage.completion_tokens);
     }
+    if (ev->err)
+        kv_uint(e, "err", ev->err);
 }
 
 static void kv_keys(enc_t *e, const char *k, const uint64_t *keys, uint32_t n)
@@ -459,6 +505,8 @@ int proto_encode(const proto_msg_t *m, uint8_t **body, size_t *body_len)
         kv_uint(&e, "id", m->error.id);
         kv_uint(&e, "code", m->error.code);
         kv_str(&e, "msg", m->error.message);
+        if (m->error.err)
+            kv_uint(&e, "err", m->error.err);
         break;
     case PROTO_DRAIN:
     case PROTO_SHUTDOWN:
@@ -582,48 +630,6 @@ static int get_bool(dec_t *d, bool *v)
     return mpread_bool(&d->r, v);
 }
 
-/* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF) and
- * no NUL, since the string is handed out as a C string. */
-static bool utf8_valid(const uint8_t *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c == 0)
-            return false;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        uint32_t cp;
-        if (c >= 0xc2 && c <= 0xdf) {
-            len = 2;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            return false;
-        }
-        if (n - i < len)
-            return false;
-        for (size_t j = 1; j < len; j++) {
-            if ((s[i + j] & 0xc0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i + j] & 0x3f);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += len;
-    }
-    return true;
-}
-
 /* A heap copy of a string of min..max bytes. */
 static int get_str(dec_t *d, char **out, uint32_t *out_len, uint32_t min, uint32_t max)
 {
@@ -633,7 +639,8 @@ static int get_str(dec_t *d, char **out, uint32_t *out_len, uint32_t min, uint32
         return -1;
     if (n < min || n > max)
         return fail(d, PROTO_ERANGE, "string of %u bytes outside [%u, %u]", n, min, max);
-    if (!utf8_valid(s, n))
+    /* no NUL: the string is handed out as a C string */
+    if (!utf8_valid(s, n) || memchr(s, 0, n))
         return fail(d, PROTO_ERANGE, "string is not valid UTF-8 or contains NUL");
     *out = xstrndup((const char *)s, n);
     if (out_len)
@@ -820,6 +827,7 @@ enum {
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
     S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
     S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS, S_TOOL_CHOICE, S_PAR_TOOLS, S_N_CHOICES,
+    S_GRAMMAR,
 };
 
 static const field_t submit_fields[] = {
@@ -837,6 +845,7 @@ static const field_t submit_fields[] = {
     [S_RESUME] = {"resume", false},  [S_TOOLS] = {"tools", false},
     [S_TOOL_CHOICE] = {"tool_choice", false}, [S_PAR_TOOLS] = {"par_tools", false},
     [S_N_CHOICES] = {"n_choices", false},
+    [S_GRAMMAR] = {"grammar", false},
 };
 
 static int submit_field(dec_t *d, void *obj, int idx)
@@ -873,6 +882,7 @@ static int submit_field(dec_t *d, void *obj, int idx)
                 return -1;
         return 0;
     case S_PROMPT: return get_str(d, &s->prompt, NULL, 0, PROTO_MAX_PROMPT);
+    case S_GRAMMAR: return get_str(d, &s->grammar, NULL, 0, PROTO_MAX_GRAMMAR);
     case S_PROMPT_IDS:
         s->has_prompt_ids = true;
         return get_ids(d, &s->prompt_ids, &s->n_prompt_ids, PROTO_MAX_TOKENS);
@@ -1015,6 +1025,7 @@ static const field_t event_fields[] = {
     {"id", true},     {"text", false},   {"ids", false},   {"n", true},
     {"n_resumed", false}, {"lp", false}, {"finish", false}, {"usage", false},
     {"choice", false},
+    {"err", false},
 };
 
 static int event_field(dec_t *d, void *obj, int idx)
@@ -1052,6 +1063,7 @@ static int event_field(dec_t *d, void *obj, int idx)
         e->has_usage = true;
         return read_map(d, usage_fields, NFIELDS(usage_fields), usage_field, &e->usage);
     case 8: return get_u32(d, &e->choice, 0, PROTO_MAX_CHOICES - 1);
+    case 9: return get_u32(d, &e->err, 0, PROTO_MAX_ERR);
     }
     return -1;
 }
@@ -1076,7 +1088,7 @@ static int event_check(dec_t *d, proto_event_t *e)
 
 /* --- ERROR, CANCEL, DRAIN, SHUTDOWN --- */
 
-static const field_t error_fields[] = {{"id", true}, {"code", true}, {"msg", true}};
+static const field_t error_fields[] = {{"id", true}, {"code", true}, {"msg", true}, {"err", false}};
 
 static int error_field(dec_t *d, void *obj, int idx)
 {
@@ -1085,6 +1097,7 @@ static int error_field(dec_t *d, void *obj, int idx)
     case 0: return get_uint(d, &e->id, 0, UINT64_MAX);
     case 1: return get_u32(d, &e->code, 100, 599);
     case 2: return get_str(d, &e->message, NULL, 0, PROTO_MAX_ERROR_MSG);
+    case 3: return get_u32(d, &e->err, 0, PROTO_MAX_ERR);
     }
     return -1;
 }
@@ -1206,16 +1219,15 @@ int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out
     return PROTO_OK;
 }
 
+/* errbuf_set, returning a proto_status instead of -1. */
 static int decode_err(char *err, size_t err_len, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int decode_err(char *err, size_t err_len, int status, const char *fmt, ...)
 {
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    errbuf_vset(err, err_len, fmt, ap);
+    va_end(ap);
     return status;
 }
 

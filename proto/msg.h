@@ -132,6 +132,11 @@
  *                         to the client (re-dispatch after a worker crash):
  *                         the worker appends them to the prompt, does not send
  *                         them again, and continues after them. ≤ PROTO_MAX_TOKENS.
+ *   grammar    str   opt  GBNF text (common/grammar/gbnf.h) the output must match
+ *                         (response_format json_object / json_schema compiled by
+ *                         the gateway, or the request's own grammar);
+ *                         ≤ PROTO_MAX_GRAMMAR bytes. The worker parses it again
+ *                         and answers ERROR 400 when it is not a valid grammar.
  *   n_choices  uint  opt  completions to generate from the prompt, 1..PROTO_MAX_CHOICES,
  *                         default 1. The worker prefills the prompt once and shares
  *                         its KV blocks; choice i samples with seed + i. Its EVENTs
@@ -162,6 +167,8 @@
  *   usage      map   opt  required with finish: {prompt: uint, cached: uint
  *                         (prompt tokens served from the prefix cache),
  *                         completion: uint}
+ *   err        uint  opt  with finish "error" / "timeout": why, a proto_err_t
+ *                         (table below), 0..PROTO_MAX_ERR; default 0 = unspecified
  *
  * ERROR (both ways) something failed.
  *   id         uint  req  request id, 0 = not about one request
@@ -170,6 +177,23 @@
  *                         (draining, no credit), 409 (gateway → worker, id 0):
  *                         "you are not registered — send REGISTER again"
  *   msg        str   req  human-readable, ≤ PROTO_MAX_ERROR_MSG bytes
+ *   err        uint  opt  the typed cause, a proto_err_t (table below),
+ *                         0..PROTO_MAX_ERR; default 0 = unspecified (a peer
+ *                         that predates the key: go by `code`). Senders set
+ *                         `code` = proto_err_code(err) so older peers agree.
+ *
+ * Error causes (ERROR err, EVENT err): wire constants, never renumber.
+ *   err  name             code  meaning
+ *   0    unspecified      any   not given (older peer): go by ERROR code
+ *   1    bad_request      400   invalid request: prompt, template roles, token ids,
+ *                               sampling parameters, stop strings, resume
+ *   2    context_length   413   prompt (+ resumed tokens) + 1 > the context
+ *   3    duplicate_id     400   the id is live on this worker already
+ *   4    unavailable      503   not accepting now (draining)
+ *   5    deadline         504   deadline_ms passed (EVENT finish "timeout")
+ *   6    engine           500   the forward pass failed (EVENT finish "error")
+ *   7    not_registered   409   gateway → worker, id 0: send REGISTER again
+ * A receiver treats an err it does not know (a newer peer's) as unspecified.
  *
  * KV (worker → gateway) changes to the worker's prefix cache, so the gateway
  *   can route a request to the replica that holds its prefix (gateway/
@@ -241,6 +265,7 @@
 #define PROTO_MAX_STOP_LEN 1024
 #define PROTO_MAX_LOGIT_BIAS 1024
 #define PROTO_MAX_TOP_LOGPROBS 20
+#define PROTO_MAX_GRAMMAR (1u << 20)      /* SUBMIT grammar text (= GBNF_MAX_TEXT) */
 #define PROTO_MAX_TEXT (1u << 20)         /* EVENT text delta */
 #define PROTO_MAX_EVENT_IDS 4096          /* token ids in one EVENT */
 #define PROTO_MAX_TOKEN_BYTES 1024        /* bytes of one token */
@@ -262,12 +287,28 @@
 #define PROTO_PROGRESS_SCALE 20           /* hung: no step for this × the slowest recent one */
 #define PROTO_PROGRESS_TIMEOUT_MS 30000   /* ... and at least this long (default) */
 
-/* ERROR codes with a protocol meaning (others are HTTP statuses passed on). */
+/* ERROR codes with a protocol meaning (others are HTTP statuses passed on).
+ * proto_err_code() gives the one that goes with each typed cause. */
 #define PROTO_CODE_BAD_REQUEST 400
 #define PROTO_CODE_NOT_REGISTERED 409     /* gateway → worker, id 0 */
 #define PROTO_CODE_TOO_LONG 413
 #define PROTO_CODE_INTERNAL 500
 #define PROTO_CODE_UNAVAILABLE 503
+
+/* Typed error causes: ERROR and EVENT "err" (table in the header comment).
+ * Wire constants: never renumber; add new ones at the end. */
+typedef enum proto_err {
+    PROTO_ERR_NONE = 0,             /* unspecified: go by the ERROR's code */
+    PROTO_ERR_BAD_REQUEST = 1,
+    PROTO_ERR_CONTEXT_LENGTH = 2,
+    PROTO_ERR_DUPLICATE_ID = 3,
+    PROTO_ERR_UNAVAILABLE = 4,
+    PROTO_ERR_DEADLINE = 5,
+    PROTO_ERR_ENGINE = 6,
+    PROTO_ERR_NOT_REGISTERED = 7,
+} proto_err_t;
+#define PROTO_ERR_LAST PROTO_ERR_NOT_REGISTERED  /* the highest this version knows */
+#define PROTO_MAX_ERR 255                        /* decoder range of "err" */
 
 /* Frame 2. Values are wire constants: never renumber. */
 typedef enum proto_type {
@@ -411,6 +452,7 @@ typedef struct proto_submit {
     bool stream;                 /* stream */
     int32_t *resume;             /* resume, (n_resume) */
     uint32_t n_resume;
+    char *grammar;               /* grammar, GBNF text, NULL when absent */
     char *tools;                 /* tools: JSON array text, NULL = absent */
     char *tool_choice;           /* tool_choice, NULL = absent ("auto") */
     bool no_par_tools;           /* par_tools false */
@@ -455,12 +497,14 @@ typedef struct proto_event {
     proto_finish_t finish;       /* finish */
     bool has_usage;              /* usage present */
     proto_usage_t usage;         /* usage */
+    uint32_t err;                /* err: proto_err_t with finish error/timeout, 0 = unspecified */
 } proto_event_t;
 
 typedef struct proto_error {
     uint64_t id;                 /* id, 0 = not request-specific */
     uint32_t code;               /* code */
     char *message;               /* msg */
+    uint32_t err;                /* err: proto_err_t, 0 = unspecified */
 } proto_error_t;
 
 /* Prefix-cache changes of one worker (KV). */
@@ -515,6 +559,19 @@ const char *proto_type_name(int type);
 const char *proto_finish_name(proto_finish_t f);
 const char *proto_kind_name(proto_kind_t k);
 const char *proto_status_name(int status);
+/* "context_length"... for a proto_err_t; "unspecified" for 0 and for values
+ * this version does not know. */
+const char *proto_err_name(uint32_t err);
+/* The ERROR code that goes with err (table above); 500 for unknown ones. */
+uint32_t proto_err_code(uint32_t err);
+/* The typed cause an ERROR stands for: its err when this version knows it,
+ * else the cause its code means (an older peer's ERROR): 409 not_registered,
+ * 413 context_length, 503 unavailable, other 4xx bad_request, 5xx engine.
+ * Never PROTO_ERR_NONE. */
+proto_err_t proto_error_cause(const proto_error_t *e);
+/* Why an EVENT finished with "error" or "timeout": its err when this version
+ * knows it, else DEADLINE for "timeout" and ENGINE otherwise. */
+proto_err_t proto_event_cause(const proto_event_t *ev);
 
 /* Encodes m's body (frame 3) with msgpack-c into a malloc'd buffer the
  * caller frees. The message's own limits are not checked here — the peer's

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/prefix_key.h"
+#include "common/vec.h"
 #include "common/xalloc.h"
 
 typedef struct kv_block {
@@ -375,28 +376,24 @@ void kv_pool_test_set_hash(kv_pool_t *p, kv_pool_hash_fn fn)
 
 /* ---- sequences ---------------------------------------------------------- */
 
+/* Sequences are bounded by the context (< 2^20 tokens), far from int32 limits. */
 static void seq_grow_blocks(kv_seq_t *s, int32_t need)
 {
     if (need <= s->cap_blocks)
         return;
-    int32_t cap = s->cap_blocks ? s->cap_blocks : 8;
-    while (cap < need)
-        cap = cap > INT32_MAX / 2 ? need : cap * 2;
-    s->blocks = xrealloc(s->blocks, (size_t)cap * sizeof *s->blocks);
-    s->keys = xrealloc(s->keys, (size_t)cap * sizeof *s->keys);
-    s->pubs = xrealloc(s->pubs, (size_t)cap * sizeof *s->pubs);
-    s->cap_blocks = cap;
+    assert(need <= INT32_MAX / 2);
+    /* three parallel arrays, one capacity */
+    size_t cap = vec_grow_cap((size_t)s->cap_blocks, (size_t)need, 8, sizeof *s->keys);
+    s->blocks = xrealloc(s->blocks, cap * sizeof *s->blocks);
+    s->keys = xrealloc(s->keys, cap * sizeof *s->keys);
+    s->pubs = xrealloc(s->pubs, cap * sizeof *s->pubs);
+    s->cap_blocks = (int32_t)cap;
 }
 
 static void seq_grow_tokens(kv_seq_t *s, int32_t need)
 {
-    if (need <= s->cap_tokens)
-        return;
-    int32_t cap = s->cap_tokens ? s->cap_tokens : 256;
-    while (cap < need)
-        cap = cap > INT32_MAX / 2 ? need : cap * 2;
-    s->tokens = xrealloc(s->tokens, (size_t)cap * sizeof *s->tokens);
-    s->cap_tokens = cap;
+    assert(need <= INT32_MAX / 2);
+    vec_reserve(s->tokens, s->cap_tokens, need);
 }
 
 kv_seq_t *kv_seq_new(kv_pool_t *p)

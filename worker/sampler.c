@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/xalloc.h"
+#include "common/vec.h"
 
 #define SAMPLER_HEAP_TOP_K 512     /* top_k up to this uses the heap scan */
 #define SAMPLER_BUCKET_SHIFT 17    /* 2^17 float ulps = 1/64 octave per bucket */
@@ -45,6 +46,7 @@ struct sampler {
     uint32_t mask;
     int32_t *hist;           /* (cap_hist) accepted tokens, only with a finite window */
     int32_t n_hist, cap_hist;
+    uint64_t last_draw;      /* raw bits of the last uniform: redraws derive theirs from it */
 };
 
 /* ---- PRNG: xoshiro256** seeded through splitmix64 ------------------------ */
@@ -72,8 +74,8 @@ static uint64_t rng_next(uint64_t s[4])
     return result;
 }
 
-/* Uniform in [0, 1) with 53 random bits. */
-static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
+/* Uniform in [0, 1) from raw bits. */
+static double bits_uniform(uint64_t x) { return (double)(x >> 11) * 0x1.0p-53; }
 
 static uint64_t global_seed(void)
 {
@@ -126,10 +128,7 @@ static hist_entry_t *hist_get(sampler_t *s, int32_t token)
     /* keep the table at most half full; entries never exceed n_vocab */
     if ((uint32_t)(s->n_ent + 1) * 2 > s->mask + 1)
         hist_rehash(s, (s->mask + 1) * 2);
-    if (s->n_ent == s->cap_ent) {
-        s->cap_ent *= 2;
-        s->ent = xrealloc(s->ent, (size_t)s->cap_ent * sizeof *s->ent);
-    }
+    vec_reserve(s->ent, s->cap_ent, (size_t)s->n_ent + 1);
     e = s->n_ent++;
     s->ent[e] = (hist_entry_t){.token = token};
     uint32_t h = tok_hash(token) & s->mask;
@@ -146,11 +145,7 @@ static void window_push(sampler_t *s, hist_entry_t *e, int32_t token)
     int32_t last_n = s->p.repetition_last_n;
     if (last_n <= 0)
         return; /* whole history: nothing ever leaves */
-    if (s->n_hist == s->cap_hist) {
-        s->cap_hist = s->cap_hist ? s->cap_hist * 2 : 256;
-        s->hist = xrealloc(s->hist, (size_t)s->cap_hist * sizeof *s->hist);
-    }
-    s->hist[s->n_hist++] = token;
+    vec_push(s->hist, s->n_hist, s->cap_hist, token);
     if (s->n_hist > last_n) {
         int32_t old = hist_find(s, s->hist[s->n_hist - 1 - last_n]);
         s->ent[old].n_window--;
@@ -508,8 +503,9 @@ static double raw_logprobs(const sampler_t *s, const cand_t *a, int32_t n, sampl
     return log_z;
 }
 
-/* Step 1: c[i] = (logits[i] + bias[i], i) in token order. */
-static void load_biased(sampler_t *s, const float *logits)
+/* Step 1: c[i] = (logits[i] + bias[i], i) in token order; tokens outside
+ * allow (a bitset, NULL = all) get -inf. */
+static void load_biased(sampler_t *s, const float *logits, const uint64_t *allow)
 {
     cand_t *c = s->cand;
     for (int32_t i = 0; i < s->n_vocab; i++) {
@@ -519,6 +515,10 @@ static void load_biased(sampler_t *s, const float *logits)
     for (int32_t e = 0; e < s->n_ent; e++)
         if (s->ent[e].bias != 0.0f)
             c[s->ent[e].token].v += s->ent[e].bias;
+    if (allow)
+        for (int32_t i = 0; i < s->n_vocab; i++)
+            if (!((allow[i >> 6] >> (i & 63)) & 1))
+                c[i].v = -INFINITY;
 }
 
 /* Steps 3-4 on c (still in token order). */
@@ -538,21 +538,21 @@ static void apply_penalties(sampler_t *s)
 
 void sampler_processed_logits(sampler_t *s, const float *logits, float *out)
 {
-    load_biased(s, logits);
+    load_biased(s, logits, NULL);
     apply_penalties(s);
     for (int32_t i = 0; i < s->n_vocab; i++)
         out[i] = s->cand[i].v;
 }
 
-int32_t sampler_sample(sampler_t *s, const float *logits, sampler_logprobs_t *lp)
+static int32_t sample_with(sampler_t *s, const float *logits, const uint64_t *allow,
+                           sampler_logprobs_t *lp, double u)
 {
     const sampler_params_t *p = &s->p;
     int32_t V = s->n_vocab;
     cand_t *c = s->cand;
-    double u = rng_uniform(s->rng); /* always exactly one draw per call */
 
-    /* 1. copy + logit bias */
-    load_biased(s, logits);
+    /* 1. copy + logit bias (+ mask) */
+    load_biased(s, logits, allow);
 
     /* 2. the model's distribution (after bias) for logprobs */
     double log_z = 0;
@@ -632,4 +632,24 @@ int32_t sampler_sample(sampler_t *s, const float *logits, sampler_logprobs_t *lp
         lp->logprob = (float)((double)z - log_z);
     }
     return tok;
+}
+
+int32_t sampler_sample(sampler_t *s, const float *logits, sampler_logprobs_t *lp)
+{
+    s->last_draw = rng_next(s->rng); /* always exactly one draw per call */
+    return sample_with(s, logits, NULL, lp, bits_uniform(s->last_draw));
+}
+
+int32_t sampler_sample_masked(sampler_t *s, const float *logits, const uint64_t *allow,
+                              sampler_logprobs_t *lp)
+{
+    s->last_draw = rng_next(s->rng);
+    return sample_with(s, logits, allow, lp, bits_uniform(s->last_draw));
+}
+
+int32_t sampler_redraw_masked(sampler_t *s, const float *logits, const uint64_t *allow,
+                              sampler_logprobs_t *lp, int attempt)
+{
+    uint64_t x = s->last_draw + (uint64_t)attempt * 0x9E3779B97F4A7C15ULL;
+    return sample_with(s, logits, allow, lp, bits_uniform(splitmix64(&x)));
 }

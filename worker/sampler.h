@@ -114,6 +114,20 @@ int sampler_accept(sampler_t *s, int32_t token);
  * in [0, n_vocab). Consumes exactly one uniform. */
 int32_t sampler_sample(sampler_t *s, const float *logits, sampler_logprobs_t *lp);
 
+/* sampler_sample restricted to the tokens whose bit is set in allow (a
+ * bitset of n_vocab bits, at least one allowed token with a finite logit):
+ * the others get -inf in step 1, so logprobs are those of the constrained
+ * distribution. Consumes exactly one uniform, like sampler_sample. */
+int32_t sampler_sample_masked(sampler_t *s, const float *logits, const uint64_t *allow,
+                              sampler_logprobs_t *lp);
+
+/* Draws again for the same position (constrained decoding bans a token the
+ * grammar's length budget cannot afford and redraws): the uniform is derived
+ * from the position's draw and attempt (≥ 1), so the PRNG stream still
+ * advances by exactly one per token and a seeded request stays reproducible. */
+int32_t sampler_redraw_masked(sampler_t *s, const float *logits, const uint64_t *allow,
+                              sampler_logprobs_t *lp, int attempt);
+
 /* Advances the PRNG by n draws (n >= 0) without sampling: what n
  * sampler_sample() calls would have consumed. A request resumed after n
  * tokens that were already delivered (sched_req_t.resume) calls this so a

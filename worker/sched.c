@@ -10,10 +10,14 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "common/vec.h"
 #include "worker/text/detok.h"
 #include "worker/model/forward.h"
 #include "worker/kv_pool.h"
 #include "worker/kernels/qgemm.h"
+#include "worker/grammar/vocab_mask.h"
+
+#define SCHED_GRAMMAR_CACHE 8   /* compiled grammars kept for reuse (with their mask caches) */
 
 enum seq_state {
     SEQ_WAITING = 0, /* accepted, holds no KV blocks */
@@ -49,6 +53,9 @@ typedef struct seq {
     kv_seq_t *kv;
     sampler_t *sampler;
     detok_t *detok;
+    gmatch_t *gm;              /* grammar matcher (constrained decoding), NULL = free text */
+    uint64_t *gmask;           /* (gvocab_mask_words) allowed-token scratch for the draw */
+    const char *draw_error;    /* set by sample_draw: end the sequence with this error */
     bool cancelled;
     enum sched_finish finish;  /* set when the sequence ends during a step */
 
@@ -69,7 +76,6 @@ struct sched {
     kv_pool_t *pool;
     sched_event_fn on_event;
     void *ud;
-    bool admitting;
 
     seq_t **seqs;                  /* (n_seqs) every live sequence, any state */
     int32_t n_seqs, cap_seqs;
@@ -87,6 +93,15 @@ struct sched {
 
     int32_t max_positions;            /* min(context, KV pool positions): a sequence's hard limit */
     sched_stats_t st;
+
+    gvocab_t *gvocab;                 /* vocabulary trie for grammars, built at the first one */
+    struct {
+        char *text;                   /* grammar text (len bytes), NULL = free slot */
+        size_t len;
+        gmask_grammar_t *gg;          /* one reference held by the cache */
+        uint64_t used;                /* gclock at the last use (LRU) */
+    } gcache[SCHED_GRAMMAR_CACHE];
+    uint64_t gclock;
 };
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -135,6 +150,8 @@ static void seq_free(seq_t **ps)
     kv_seq_free(&q->kv);
     sampler_free(&q->sampler);
     detok_free(&q->detok);
+    gmatch_free(&q->gm);
+    free(q->gmask);
     free(q->tokens);
     free(q->stop_ids);
     free(q->out_text);
@@ -144,11 +161,7 @@ static void seq_free(seq_t **ps)
 
 static void seq_push_token(seq_t *q, int32_t t)
 {
-    if (q->n_tokens == q->cap) {
-        q->cap = q->cap ? q->cap * 2 : 64;
-        q->tokens = xrealloc(q->tokens, (size_t)q->cap * sizeof *q->tokens);
-    }
-    q->tokens[q->n_tokens++] = t;
+    vec_push(q->tokens, q->n_tokens, q->cap, t);
 }
 
 static seq_t *find_seq(const sched_t *s, uint64_t id)
@@ -231,7 +244,7 @@ static bool reserve_or_preempt(sched_t *s, seq_t *q, int32_t n)
 
 static void emit(sched_t *s, seq_t *q, const char *text, size_t text_len, const int32_t *toks,
                  int32_t n_toks, const sched_token_logprob_t *lp, enum sched_finish fin,
-                 const char *error)
+                 sched_rc_t error_code, const char *error)
 {
     sched_event_t ev = {
         .id = q->id,
@@ -243,6 +256,7 @@ static void emit(sched_t *s, seq_t *q, const char *text, size_t text_len, const 
         .logprobs = lp,
         .finish = fin,
         .error = error,
+        .error_code = error_code,
         .n_prompt = q->n_prompt,
         .n_cached = q->n_cached,
         .n_completion = q->n_generated,
@@ -278,7 +292,6 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     s->cfg = *c;
     s->on_event = on_event;
     s->ud = ud;
-    s->admitting = true;
     /* a batch always has room for one decode row per sequence */
     if (s->cfg.max_batch_tokens < s->cfg.max_seqs)
         s->cfg.max_batch_tokens = s->cfg.max_seqs;
@@ -354,6 +367,11 @@ void sched_free(sched_t **ps)
     free(s->b_draw);
     free(s->b_chunk);
     free(s->logits);
+    for (int i = 0; i < SCHED_GRAMMAR_CACHE; i++) {
+        free(s->gcache[i].text);
+        gmask_grammar_unref(&s->gcache[i].gg);
+    }
+    gvocab_free(&s->gvocab);
     free(s);
     *ps = NULL;
 }
@@ -364,7 +382,6 @@ void sched_set_progress(sched_t *s, _Atomic uint64_t *layers_done)
 {
     forward_set_progress(s->fwd, layers_done);
 }
-void sched_set_admitting(sched_t *s, bool on) { s->admitting = on; }
 bool sched_busy(const sched_t *s) { return s->n_seqs > 0; }
 int sched_check(const sched_t *s) { return kv_pool_check(s->pool); }
 kv_pool_t *sched_kv_pool(sched_t *s) { return s->pool; }
@@ -388,6 +405,56 @@ kv_type_t sched_kv_type(const sched_t *s)
     return s->cfg.kv_type;
 }
 
+/* The compiled grammar for text (from the cache, or parsed now); a new
+ * reference the caller releases. NULL with a message on a bad grammar. */
+static gmask_grammar_t *grammar_get(sched_t *s, const char *text, size_t len, char *err, size_t errlen)
+{
+    s->gclock++;
+    for (int i = 0; i < SCHED_GRAMMAR_CACHE; i++)
+        if (s->gcache[i].text && s->gcache[i].len == len && memcmp(s->gcache[i].text, text, len) == 0) {
+            s->gcache[i].used = s->gclock;
+            gmask_grammar_ref(s->gcache[i].gg);
+            return s->gcache[i].gg;
+        }
+    if (!s->gvocab) {
+        int32_t V = s->model->cfg.vocab, nt = tokenizer_n_vocab(s->tok);
+        const uint8_t **pieces = xcalloc((size_t)V, sizeof *pieces);
+        size_t *lens = xcalloc((size_t)V, sizeof *lens);
+        bool *eog = xcalloc((size_t)V, sizeof *eog);
+        for (int32_t i = 0; i < V && i < nt; i++) {
+            pieces[i] = (const uint8_t *)tokenizer_token_piece(s->tok, i, false, &lens[i]);
+            eog[i] = tokenizer_is_eog(s->tok, i);
+        }
+        int64_t t0 = clock_now_us();
+        s->gvocab = gvocab_new(pieces, lens, eog, V);
+        log_info("grammar: vocabulary trie of %d tokens built in %.1f ms", V,
+                 (double)(clock_now_us() - t0) / 1000.0);
+        free(pieces);
+        free(lens);
+        free(eog);
+    }
+    grammar_t *g = NULL;
+    char perr[512];
+    if (gbnf_parse((const uint8_t *)text, len, &g, perr, sizeof perr, NULL, NULL) != 0) {
+        snprintf(err, errlen, "invalid grammar: %s", perr);
+        return NULL;
+    }
+    gmask_grammar_t *gg = gmask_grammar_new(g, s->gvocab);
+    int slot = 0;
+    for (int i = 1; i < SCHED_GRAMMAR_CACHE; i++)
+        if (!s->gcache[i].text || (s->gcache[slot].text && s->gcache[i].used < s->gcache[slot].used))
+            slot = i;
+    free(s->gcache[slot].text);
+    gmask_grammar_unref(&s->gcache[slot].gg);
+    s->gcache[slot].text = xmalloc(len + 1);
+    memcpy(s->gcache[slot].text, text, len);
+    s->gcache[slot].text[len] = 0;
+    s->gcache[slot].len = len;
+    s->gcache[slot].gg = gg;
+    s->gcache[slot].used = s->gclock;
+    gmask_grammar_ref(gg);
+    return gg;
+}
 static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err, size_t errlen);
 
 int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
@@ -395,38 +462,38 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
     const int32_t ctx = s->max_positions, vocab = s->model->cfg.vocab;
     if (r->n_prompt < 1) {
         snprintf(err, errlen, "the prompt is empty");
-        return -1;
+        return SCHED_EINVAL;
     }
     if (r->n_resume < 0 || (int64_t)r->n_prompt + r->n_resume + 1 > ctx) {
         snprintf(err, errlen,
                  "the prompt has %d tokens (plus %d resumed) but the context holds %d tokens",
                  r->n_prompt, r->n_resume, ctx);
-        return -1;
+        return SCHED_ETOO_LONG;
     }
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= vocab) {
             snprintf(err, errlen, "prompt token %d is out of the vocabulary", r->prompt[i]);
-            return -1;
+            return SCHED_EINVAL;
         }
     for (int32_t i = 0; i < r->n_resume; i++)
         if (r->resume[i] < 0 || r->resume[i] >= vocab) {
             snprintf(err, errlen, "resumed token %d is out of the vocabulary", r->resume[i]);
-            return -1;
+            return SCHED_EINVAL;
         }
     if (r->max_tokens > 0 && r->n_resume >= r->max_tokens) {
         snprintf(err, errlen, "%d resumed tokens already reach max_tokens %d", r->n_resume,
                  r->max_tokens);
-        return -1;
+        return SCHED_EINVAL;
     }
     if (find_seq(s, r->id)) {
         snprintf(err, errlen, "request %llu is already running", (unsigned long long)r->id);
-        return -1;
+        return SCHED_EDUPLICATE;
     }
     int32_t n_choices = r->n_choices == 0 ? 1 : r->n_choices;
     if (n_choices < 1 || n_choices > SCHED_MAX_CHOICES || (n_choices > 1 && r->n_resume > 0)) {
         snprintf(err, errlen, "n = %d choices: want 1..%d, and 1 when resuming", n_choices,
                  SCHED_MAX_CHOICES);
-        return -1;
+        return SCHED_EINVAL;
     }
     for (int32_t i = 0; i < n_choices; i++) {
         sched_req_t ri = *r;
@@ -436,10 +503,10 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
             for (int32_t k = s->n_seqs - 1; k >= 0; k--)
                 if (s->seqs[k]->id == r->id)
                     remove_seq_at(s, k);
-            return -1;
+            return SCHED_EINVAL; /* submit_one: invalid sampling or stop strings */
         }
     }
-    return 0;
+    return SCHED_OK;
 }
 
 /* One sequence of request r: choice `index`. */
@@ -456,7 +523,8 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
     q->deadline_us = r->deadline_us;
     q->max_tokens = r->max_tokens;
     q->ignore_eos = r->ignore_eos;
-    q->top_logprobs = r->top_logprobs > 20 ? 20 : r->top_logprobs;
+    q->top_logprobs = r->top_logprobs > SAMPLER_MAX_TOP_LOGPROBS ? SAMPLER_MAX_TOP_LOGPROBS
+                                                                : r->top_logprobs;
     q->n_prompt = r->n_prompt;
     for (int32_t i = 0; i < r->n_prompt; i++)
         seq_push_token(q, r->prompt[i]);
@@ -473,9 +541,44 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
     if (!q->sampler || !q->detok) {
         snprintf(err, errlen, "invalid sampling parameters or stop strings");
         seq_free(&q);
-        return -1;
+        return SCHED_EINVAL;
     }
     sampler_accept_prompt(q->sampler, r->prompt, r->n_prompt);
+    if (r->grammar && r->grammar_len > 0) {
+        gmask_grammar_t *gg = grammar_get(s, r->grammar, r->grammar_len, err, errlen);
+        if (!gg) {
+            seq_free(&q);
+            return -1;
+        }
+        q->gm = gmatch_new(gg);
+        gmask_grammar_unref(&gg);
+        if (!q->gm) {
+            snprintf(err, errlen, "the grammar matches nothing");
+            seq_free(&q);
+            return -1;
+        }
+        q->gmask = xmalloc(gvocab_mask_words(s->gvocab) * sizeof *q->gmask);
+        for (int32_t i = 0; i < r->n_resume; i++)
+            if (gmatch_accept(q->gm, r->resume[i]) != 0) {
+                snprintf(err, errlen, "resumed token %d does not match the grammar", r->resume[i]);
+                seq_free(&q);
+                return -1;
+            }
+        /* the shortest complete document (in bytes, at least as many
+         * tokens as it needs) plus the end token must fit */
+        int64_t left = (int64_t)s->max_positions - r->n_prompt - r->n_resume;
+        if (r->max_tokens > 0 && r->max_tokens - r->n_resume < left)
+            left = r->max_tokens - r->n_resume;
+        int64_t need = gmatch_cost(q->gm) + 1;
+        if (need > left) {
+            snprintf(err, errlen,
+                     "max_tokens leaves %lld tokens, but the shortest output the response format or "
+                     "grammar allows needs up to %lld",
+                     (long long)left, (long long)need);
+            seq_free(&q);
+            return -1;
+        }
+    }
     /* Resumed tokens were delivered already: they join the sequence as
      * generated text, and the detokenizer sees them so UTF-8 and stop-string
      * state carry on exactly where the client's stream left off. */
@@ -493,11 +596,7 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
     /* each of them cost the interrupted run one draw: a seeded request
      * continues the same random stream */
     sampler_skip(q->sampler, r->n_resume);
-    if (s->n_seqs == s->cap_seqs) {
-        s->cap_seqs = s->cap_seqs ? s->cap_seqs * 2 : 16;
-        s->seqs = xrealloc(s->seqs, (size_t)s->cap_seqs * sizeof *s->seqs);
-    }
-    s->seqs[s->n_seqs++] = q;
+    vec_push(s->seqs, s->n_seqs, s->cap_seqs, q);
     return 0;
 }
 
@@ -556,7 +655,7 @@ static void reap(sched_t *s)
             i++;
             continue;
         }
-        emit(s, q, NULL, 0, NULL, 0, NULL, fin, msg);
+        emit(s, q, NULL, 0, NULL, 0, NULL, fin, msg ? SCHED_EDEADLINE : SCHED_OK, msg);
         remove_seq_at(s, i);
     }
 }
@@ -566,8 +665,6 @@ static void reap(sched_t *s)
  * running one when every slot is taken. */
 static void admit(sched_t *s)
 {
-    if (!s->admitting)
-        return;
     for (;;) {
         seq_t *best = NULL;
         for (int32_t i = 0; i < s->n_seqs; i++) {
@@ -636,13 +733,58 @@ static void out_append(seq_t *q, const char *d, size_t n)
     q->out_len += n;
 }
 
+/* Constrained draw: from the grammar's mask, banning and redrawing tokens
+ * the length budget (tokens left, this one included) cannot afford; after
+ * GMATCH_REDRAWS bans the mask is recomputed with the budget applied to
+ * every token. Returns -1 (q->draw_error set) when no token is allowed. */
+static int32_t grammar_draw(seq_t *q, const float *row, int64_t budget, sampler_logprobs_t *lp)
+{
+    int32_t n_ok = gmatch_mask(q->gm, q->gmask);
+    if (n_ok == 0) {
+        q->draw_error = "the grammar allows no token of this vocabulary here";
+        return -1;
+    }
+    int32_t t = sampler_sample_masked(q->sampler, row, q->gmask, lp);
+    for (int attempt = 1; !gmatch_fits(q->gm, t, budget); attempt++) {
+        q->gmask[t >> 6] &= ~(1ull << (t & 63));
+        n_ok--;
+        if (attempt > GMATCH_REDRAWS) /* the budget mask holds only fitting tokens */
+            break;
+        if (attempt == GMATCH_REDRAWS || n_ok == 0) {
+            attempt = GMATCH_REDRAWS;
+            n_ok = gmatch_mask_budget(q->gm, budget, q->gmask);
+            if (n_ok == 0) { /* nothing fits: keep to the grammar, end by length */
+                n_ok = gmatch_mask(q->gm, q->gmask);
+                t = sampler_redraw_masked(q->sampler, row, q->gmask, lp, attempt);
+                (void)gmatch_fits(q->gm, t, INT64_MAX);
+                break;
+            }
+        }
+        t = sampler_redraw_masked(q->sampler, row, q->gmask, lp, attempt);
+    }
+    return t;
+}
+
 /* Draws the next token of q from its logits row into q->out_token (and
  * q->out_lp). Touches only q and its sampler, so the sequences of a step
- * are drawn in parallel (sched_step). */
-static void sample_draw(seq_t *q, const float *row)
+ * are drawn in parallel (sched_step). max_positions: the sequence limit. */
+static void sample_draw(seq_t *q, const float *row, int32_t max_positions)
 {
     sampler_logprobs_t lp;
-    int32_t t = sampler_sample(q->sampler, row, q->top_logprobs >= 0 ? &lp : NULL);
+    sampler_logprobs_t *lpp = q->top_logprobs >= 0 ? &lp : NULL;
+    int32_t t;
+    if (q->gm) {
+        int64_t budget = (int64_t)max_positions - q->n_tokens;
+        if (q->max_tokens > 0 && q->max_tokens - q->n_generated < budget)
+            budget = q->max_tokens - q->n_generated;
+        t = grammar_draw(q, row, budget, lpp);
+        if (t < 0) {
+            q->out_token = 0;
+            return;
+        }
+    } else {
+        t = sampler_sample(q->sampler, row, lpp);
+    }
     q->out_token = t;
     if (q->top_logprobs >= 0) {
         q->out_lp.token = t;
@@ -663,6 +805,11 @@ static void sample_finish(sched_t *s, seq_t *q)
     const int32_t t = q->out_token;
     q->out_valid = true;
     q->out_len = 0;
+    if (q->draw_error) {
+        q->out_valid = false;
+        q->finish = SCHED_FINISH_ERROR;
+        return;
+    }
     sampler_accept(q->sampler, t);
     seq_push_token(q, t);
     q->n_generated++;
@@ -673,7 +820,12 @@ static void sample_finish(sched_t *s, seq_t *q)
     bool eog = tokenizer_is_eog(s->tok, t);
     for (int32_t i = 0; !eog && i < q->n_stop_ids; i++)
         eog = q->stop_ids[i] == t;
-    if (eog && !q->ignore_eos) {
+    if (q->gm) {
+        int rc = gmatch_accept(q->gm, t);
+        assert(rc == 0 || !tokenizer_is_eog(s->tok, t));
+        (void)rc;
+    }
+    if (eog && (!q->ignore_eos || q->gm)) { /* a grammar's end is the end */
         detok_finish(q->detok, DETOK_FINISH_EOS, &d, &dl);
         out_append(q, d, dl);
         q->finish = SCHED_FINISH_STOP;
@@ -683,7 +835,11 @@ static void sample_finish(sched_t *s, seq_t *q)
     const char *piece = tokenizer_token_piece(s->tok, t, false, &plen);
     int rc = detok_push(q->detok, piece, plen, &d, &dl);
     out_append(q, d, dl);
-    if (rc == DETOK_STOP) {
+    if (rc == DETOK_STOP || (q->gm && gmatch_done(q->gm))) {
+        if (rc != DETOK_STOP) { /* the document is complete: nothing may follow */
+            detok_finish(q->detok, DETOK_FINISH_EOS, &d, &dl);
+            out_append(q, d, dl);
+        }
         q->finish = SCHED_FINISH_STOP;
         return;
     }
@@ -790,7 +946,8 @@ int sched_step(sched_t *s)
         const char *msg = forward_error(s->fwd);
         log_error("forward pass failed: %s", msg ? msg : "unknown error");
         while (s->n_seqs > 0) {
-            emit(s, s->seqs[0], NULL, 0, NULL, 0, NULL, SCHED_FINISH_ERROR, "engine error");
+            emit(s, s->seqs[0], NULL, 0, NULL, 0, NULL, SCHED_FINISH_ERROR, SCHED_EENGINE,
+                 "engine error");
             remove_seq_at(s, 0);
         }
         return -1;
@@ -820,7 +977,7 @@ int sched_step(sched_t *s)
     (void)n_par; /* unused without OpenMP */
 #pragma omp parallel for num_threads(n_par) schedule(dynamic, 1)
     for (int32_t i = 0; i < n_draw; i++)
-        sample_draw(s->b_draw[i], s->logits + (size_t)i * vocab);
+        sample_draw(s->b_draw[i], s->logits + (size_t)i * vocab, s->max_positions);
     for (int32_t i = 0; i < n_draw; i++)
         sample_finish(s, s->b_draw[i]);
 
@@ -830,7 +987,9 @@ int sched_step(sched_t *s)
         if (q->out_valid) {
             q->out_valid = false;
             emit(s, q, q->out_text, q->out_len, &q->out_token, 1,
-                 q->top_logprobs >= 0 ? &q->out_lp : NULL, q->finish, NULL);
+                 q->top_logprobs >= 0 ? &q->out_lp : NULL, q->finish, SCHED_OK, NULL);
+        } else if (q->draw_error && q->finish == SCHED_FINISH_ERROR) {
+            emit(s, q, NULL, 0, NULL, 0, NULL, q->finish, SCHED_EENGINE, q->draw_error);
         }
         if (q->finish != SCHED_FINISH_NONE) {
             remove_seq_at(s, i);

@@ -17,11 +17,17 @@
  *   5. forward the batch, sample one token for every sequence whose prompt is
  *      fully computed, detokenize, check stop conditions and report events.
  *
- * Sequence states (enum sched_seq_state):
+ * Sequence states (enum seq_state in sched.c):
  *
- *   WAITING ──admit──► PREFILL ──last prompt chunk──► DECODE ──stop──► (freed)
- *      ▲                  │                             │
- *      └────preempt───────┴─────────────────────────────┘
+ *   WAITING ──admit──► RUNNING ──stop / length / cancel / deadline──► (freed)
+ *      ▲                  │
+ *      └────preempt───────┘
+ *
+ * WAITING holds no KV blocks. A RUNNING sequence owns blocks; it is
+ * prefilling while some prompt (or recomputed) tokens are not in its KV yet,
+ * and decoding once only its latest sampled token is — one state with a
+ * counter (n_computed) rather than two, because chunked prefill moves a
+ * sequence through both within the same batches.
  *
  * A resumed request (sched_req_t.resume: tokens another replica already
  * delivered) starts with those tokens as generated text: the detokenizer is
@@ -29,6 +35,14 @@
  * by one draw per token (sampler_skip), so a greedy or seeded request goes
  * on exactly as the interrupted run would have.
  *
+ * Constrained decoding: a request with a grammar (sched_req_t.grammar) has a
+ * matcher (worker/grammar/vocab_mask.h); its draw is restricted to the
+ * tokens the grammar allows next (masks computed inside the parallel draw,
+ * cached per grammar and state), and to tokens after which the shortest
+ * completion still fits the tokens left, so the output is a complete
+ * document and ends with finish "stop" (also with ignore_eos). Compiled
+ * grammars are kept in a small LRU keyed by their text, so concurrent
+ * requests with one schema share the mask cache.
  * n choices (sched_req_t.n_choices > 1): the request becomes n sequences
  * with the same id, choice index 0..n-1. Choice 0 prefills the prompt; the
  * others wait (WAITING, not admissible) until choice 0 has sampled its first
@@ -88,6 +102,19 @@ enum sched_finish {
 };
 const char *sched_finish_name(enum sched_finish f); /* "stop", "length", ... */
 
+/* Result codes: what sched_submit returns, and why a request ended with
+ * SCHED_FINISH_ERROR (sched_event_t.error_code). The worker turns each into
+ * a proto_err_t (worker.c); the message that goes with it is for people. */
+typedef enum sched_rc {
+    SCHED_OK = 0,
+    SCHED_EINVAL = -1,       /* submit: empty prompt, token outside the vocabulary, resumed
+                              * tokens already at max_tokens, invalid sampling or stop strings */
+    SCHED_ETOO_LONG = -2,    /* submit: prompt + resumed + 1 > the context */
+    SCHED_EDUPLICATE = -3,   /* submit: a live request has this id */
+    SCHED_EDEADLINE = -4,    /* event: the request's deadline passed */
+    SCHED_EENGINE = -5,      /* event: the forward pass failed */
+} sched_rc_t;
+
 /* One request, as the worker hands it over (copied by sched_submit). */
 typedef struct sched_req {
     uint64_t id;               /* unique among live requests */
@@ -103,8 +130,12 @@ typedef struct sched_req {
     const int32_t *stop_ids;   /* (n_stop_ids) extra token ids that end generation */
     int32_t n_stop_ids;
     sampler_params_t sampling;
-    int32_t top_logprobs;      /* -1: no logprobs; 0..20: chosen token plus that many alternatives */
+    int32_t top_logprobs;      /* -1: no logprobs; 0..SAMPLER_MAX_TOP_LOGPROBS: chosen token
+                                * plus that many alternatives */
     int64_t deadline_us;       /* clock_now_us() deadline; 0 = none */
+    const char *grammar;       /* GBNF text (grammar_len bytes) constraining the output
+                                * (constrained decoding, worker/grammar/); NULL/0 = none */
+    size_t grammar_len;
     int32_t n_choices;         /* sequences sharing the prompt, 1..SCHED_MAX_CHOICES; 0 = 1.
                                   n > 1 needs n_resume == 0 */
 } sched_req_t;
@@ -120,7 +151,7 @@ typedef struct sched_token_logprob {
     int32_t token;
     float logprob;
     int32_t n_top;
-    sched_top_logprob_t top[20];
+    sched_top_logprob_t top[SAMPLER_MAX_TOP_LOGPROBS];
 } sched_token_logprob_t;
 
 /* What the scheduler reports for one request after a step. */
@@ -134,6 +165,8 @@ typedef struct sched_event {
     const sched_token_logprob_t *logprobs; /* (n_tokens) or NULL */
     enum sched_finish finish;
     const char *error;         /* message when finish == SCHED_FINISH_ERROR */
+    sched_rc_t error_code;     /* why, with SCHED_FINISH_ERROR: SCHED_EDEADLINE or
+                                * SCHED_EENGINE; SCHED_OK otherwise */
     /* usage, meaningful with finish != NONE */
     int32_t n_prompt;          /* prompt tokens */
     int32_t n_cached;          /* prompt tokens served from the prefix cache at first admission */
@@ -164,10 +197,12 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
                    sched_event_fn on_event, void *ud, char *err, size_t errlen);
 void sched_free(sched_t **s);
 
-/* Accepts a request (all its n_choices sequences). Return codes:
- *    0  queued
- *   -1  invalid (message in err): empty prompt, prompt + 1 > context, duplicate id,
- *       n_choices out of range or > 1 with resumed tokens */
+/* Accepts a request (all its n_choices sequences). Returns SCHED_OK (queued),
+ * or with a message in err:
+ *   SCHED_EINVAL      invalid request (see sched_rc_t; also n_choices out of
+ *                     range, or > 1 with resumed tokens)
+ *   SCHED_ETOO_LONG   prompt + resumed + 1 > context
+ *   SCHED_EDUPLICATE  a live request has this id */
 int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen);
 /* Cancels a request at any phase (every choice); its blocks are freed in the
  * next step and a final event with SCHED_FINISH_CANCELLED is reported for each
@@ -178,8 +213,6 @@ int sched_cancel(sched_t *s, uint64_t id);
  * and a new gateway may SUBMIT the same ids again right away. Returns how
  * many were dropped. */
 int32_t sched_abort_all(sched_t *s);
-/* Stops admitting new work (drain); running and waiting requests continue. */
-void sched_set_admitting(sched_t *s, bool on);
 
 /* Runs one step. Returns the number of rows forwarded (0 when idle), -1 on an
  * engine error (every active request then ends with SCHED_FINISH_ERROR). */

@@ -17,6 +17,10 @@
 #include "worker/kv_report.h"
 #include "worker/worker_link.h"
 
+/* The scheduler's per-token alternatives fit an EVENT's lp top array. */
+_Static_assert(SAMPLER_MAX_TOP_LOGPROBS == PROTO_MAX_TOP_LOGPROBS,
+               "sched/sampler and the wire must agree on the top-logprobs limit");
+
 /* The worker process state. */
 struct worker {
     char model_name[PROTO_MAX_NAME + 1];  /* the name served (REGISTER model) */
@@ -60,12 +64,28 @@ static void make_replica_id(struct worker *w)
     snprintf(w->replica, sizeof w->replica, "%.200s:%d:%08x", w->host, (int)getpid(), r);
 }
 
-static void reply_error(struct worker *w, uint64_t id, uint32_t code, const char *msg)
+/* The wire cause of each scheduler result code (sched.h ↔ proto/msg.h). */
+static proto_err_t err_from_sched(sched_rc_t rc)
+{
+    switch (rc) {
+    case SCHED_OK: return PROTO_ERR_NONE;
+    case SCHED_EINVAL: return PROTO_ERR_BAD_REQUEST;
+    case SCHED_ETOO_LONG: return PROTO_ERR_CONTEXT_LENGTH;
+    case SCHED_EDUPLICATE: return PROTO_ERR_DUPLICATE_ID;
+    case SCHED_EDEADLINE: return PROTO_ERR_DEADLINE;
+    case SCHED_EENGINE: return PROTO_ERR_ENGINE;
+    }
+    return PROTO_ERR_ENGINE;
+}
+
+/* ERROR for one request: the typed cause and the code that goes with it. */
+static void reply_error(struct worker *w, uint64_t id, proto_err_t err, const char *msg)
 {
     proto_msg_t e;
     proto_msg_init(&e, PROTO_ERROR);
     e.error.id = id;
-    e.error.code = code;
+    e.error.err = err;
+    e.error.code = proto_err_code(err);
     e.error.message = (char *)msg;
     worker_link_send(w->link, &e);
 }
@@ -116,8 +136,8 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
     case SCHED_FINISH_LENGTH: e->finish = PROTO_FINISH_LENGTH; break;
     case SCHED_FINISH_CANCELLED: e->finish = PROTO_FINISH_CANCELLED; break;
     case SCHED_FINISH_ERROR:
-        e->finish = ev->error && strstr(ev->error, "deadline") ? PROTO_FINISH_TIMEOUT
-                                                                : PROTO_FINISH_ERROR;
+        e->finish = ev->error_code == SCHED_EDEADLINE ? PROTO_FINISH_TIMEOUT : PROTO_FINISH_ERROR;
+        e->err = err_from_sched(ev->error_code);
         break;
     }
     if (e->finish != PROTO_FINISH_NONE) {
@@ -141,14 +161,14 @@ void worker_req_clear(worker_req_t *r)
     memset(r, 0, sizeof *r);
 }
 
-uint32_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, int64_t now_us,
+proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, int64_t now_us,
                                 worker_req_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     int32_t n_ids = engine_prompt_submit(e, sm, &out->prompt, err, errlen);
     if (n_ids < 0) {
         worker_req_clear(out);
-        return PROTO_CODE_BAD_REQUEST;
+        return PROTO_ERR_BAD_REQUEST;
     }
     bool chat = sm->kind == PROTO_KIND_CHAT;
     out->req = (sched_req_t){
@@ -168,6 +188,8 @@ uint32_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, int
         .top_logprobs = sm->sampling.logprobs ? (int32_t)sm->sampling.top_logprobs : -1,
         .deadline_us = sm->deadline_ms ? now_us + (int64_t)sm->deadline_ms * 1000 : 0,
         .n_choices = sm->n_choices ? (int32_t)sm->n_choices : 1,
+        .grammar = sm->grammar,
+        .grammar_len = sm->grammar ? strlen(sm->grammar) : 0,
     };
     sampler_params_t *sp = &out->req.sampling;
     sampler_params_default(sp);
@@ -193,23 +215,22 @@ uint32_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, int
     if (sampler_params_validate(sp, e->model->cfg.vocab, &why) != 0) {
         snprintf(err, errlen, "invalid sampling parameters: %s", why ? why : "?");
         worker_req_clear(out);
-        return PROTO_CODE_BAD_REQUEST;
+        return PROTO_ERR_BAD_REQUEST;
     }
-    return 0;
+    return PROTO_ERR_NONE;
 }
 
-/* Turns a SUBMIT into a scheduler request. Returns 0, or an HTTP-like code
+/* Hands a SUBMIT to the scheduler. Returns PROTO_ERR_NONE, or the cause
  * with a message for an ERROR reply. */
-static uint32_t submit(struct worker *w, const proto_submit_t *sm, char *err, size_t errlen)
+static proto_err_t submit(struct worker *w, const proto_submit_t *sm, char *err, size_t errlen)
 {
     worker_req_t r;
-    uint32_t code = worker_req_from_submit(w->engine, sm, clock_now_us(), &r, err, errlen);
-    if (code)
-        return code;
-    if (sched_submit(w->sched, &r.req, err, errlen) != 0)
-        code = strstr(err, "context") ? PROTO_CODE_TOO_LONG : PROTO_CODE_BAD_REQUEST;
+    proto_err_t cause = worker_req_from_submit(w->engine, sm, clock_now_us(), &r, err, errlen);
+    if (cause != PROTO_ERR_NONE)
+        return cause;
+    cause = err_from_sched(sched_submit(w->sched, &r.req, err, errlen));
     worker_req_clear(&r);
-    return code;
+    return cause;
 }
 
 static void on_gateway_message(struct worker *w, const proto_msg_t *m)
@@ -218,13 +239,14 @@ static void on_gateway_message(struct worker *w, const proto_msg_t *m)
     switch (m->type) {
     case PROTO_SUBMIT: {
         if (w->draining) {
-            reply_error(w, m->submit.id, PROTO_CODE_UNAVAILABLE, "worker is draining");
+            reply_error(w, m->submit.id, PROTO_ERR_UNAVAILABLE, "worker is draining");
             break;
         }
-        uint32_t code = submit(w, &m->submit, err, sizeof err);
-        if (code) {
-            log_info("request %llu refused (%u): %s", (unsigned long long)m->submit.id, code, err);
-            reply_error(w, m->submit.id, code, err);
+        proto_err_t cause = submit(w, &m->submit, err, sizeof err);
+        if (cause != PROTO_ERR_NONE) {
+            log_info("request %llu refused (%s): %s", (unsigned long long)m->submit.id,
+                     proto_err_name(cause), err);
+            reply_error(w, m->submit.id, cause, err);
         }
         break;
     }
@@ -245,7 +267,8 @@ static void on_gateway_message(struct worker *w, const proto_msg_t *m)
         w->stop = true;
         break;
     case PROTO_ERROR:
-        log_warn("gateway error %u: %s", m->error.code, m->error.message);
+        log_warn("gateway error %u (%s): %s", m->error.code,
+                 proto_err_name(proto_error_cause(&m->error)), m->error.message);
         break;
     default:
         log_warn("gateway sent %s, which only workers send: dropped", proto_type_name(m->type));

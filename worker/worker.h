@@ -109,10 +109,11 @@ typedef struct worker_req {
  * deadline from now_us (clock_now_us()), and validates the sampling
  * parameters against the vocabulary. Every SUBMIT field the scheduler needs
  * is translated here and nowhere else: a new SUBMIT field lands in this one
- * function. Returns 0 with *out filled (release with worker_req_clear), or a
- * PROTO_CODE_* with a message in err and *out cleared (nothing to free). */
-uint32_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, int64_t now_us,
-                                worker_req_t *out, char *err, size_t errlen);
+ * function. Returns PROTO_ERR_NONE with *out filled (release with
+ * worker_req_clear), or PROTO_ERR_BAD_REQUEST with a message in err and *out
+ * cleared (nothing to free). */
+proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, int64_t now_us,
+                                   worker_req_t *out, char *err, size_t errlen);
 /* Frees what worker_req_from_submit allocated and zeroes *r; safe twice. */
 void worker_req_clear(worker_req_t *r);
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "common/xalloc.h"
+#include "common/vec.h"
 
 void sse_reader_init(sse_reader_t *r, size_t max_bytes)
 {
@@ -23,13 +24,7 @@ void sse_reader_fini(sse_reader_t *r)
 /* Grows *buf so that it holds at least need+1 bytes (room for a NUL). */
 static void grow(char **buf, size_t *cap, size_t need)
 {
-    if (need + 1 <= *cap)
-        return;
-    size_t c = *cap ? *cap : 256;
-    while (c < need + 1)
-        c *= 2;
-    *buf = xrealloc(*buf, c);
-    *cap = c;
+    vec_reserve(*buf, *cap, need + 1);
 }
 
 static void dispatch(sse_reader_t *r, sse_reader_event_fn fn, void *ud)

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "worker/text/detok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -46,13 +47,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 l = size - pos;
             rc = detok_push(d, (const char *)data + pos, l, &delta, &dl);
             pos += l;
-            if (!detok_utf8_valid(delta, dl))
+            if (!utf8_valid((const uint8_t *)delta, dl))
                 abort();
             memcpy(text + n_text, delta, dl);
             n_text += dl;
         }
         detok_finish(d, fin, &delta, &dl);
-        if (!detok_utf8_valid(delta, dl))
+        if (!utf8_valid((const uint8_t *)delta, dl))
             abort();
         memcpy(text + n_text, delta, dl);
         n_text += dl;

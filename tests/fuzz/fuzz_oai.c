@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "common/utf8.h"
 #include "gateway/oai.h"
 
 static void must_be_json(char *s)
@@ -38,8 +39,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* Sanitizer: output must be a fixed point. */
     size_t n1, n2;
-    char *s1 = oai_utf8_sanitize((const char *)body, len, &n1);
-    char *s2 = oai_utf8_sanitize(s1, n1, &n2);
+    char *s1 = utf8_sanitize((const char *)body, len, &n1);
+    char *s2 = utf8_sanitize(s1, n1, &n2);
     if (n1 != n2 || memcmp(s1, s2, n1) != 0)
         __builtin_trap();
     free(s2);

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "worker/model/gguf.h"
 #include "worker/model/gguf_write.h"
 #include "worker/text/tokenizer.h"
@@ -180,7 +181,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bool check = bpe || (!parse_special && !memmem(text, len, "\xe2\x96\x81", 3));
     if (check && (need != len || memcmp(out, text, len) != 0))
         abort();
-    if (tokenizer_utf8_complete(out, need) > need)
+    if (utf8_complete_len(out, need) > need)
         abort();
     for (int i = 0; i < n; i++) {
         size_t pl;

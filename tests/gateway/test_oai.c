@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "common/utf8.h"
 #include "gateway/oai.h"
 
 /* ---- generated bodies --------------------------------------------------- */
@@ -247,7 +248,23 @@ static const req_case_t CASES[] = {
     {C, CHAT(",\"ignore_eos\":\"no\""), 0, 400, "ignore_eos", NULL},
     {C, CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"), 0, 0, NULL, NULL},
     {C, CHAT(",\"tools\":[{\"type\":\"retrieval\"}]"), 0, 400, "tools[0]", "function"},
-    {C, CHAT(",\"response_format\":{\"type\":\"json_object\"}"), 0, 400, "response_format.type", "not supported"},
+    {C, CHAT(",\"response_format\":{\"type\":\"json_object\"}"), 0, 0, NULL, NULL},
+    {C, CHAT(",\"response_format\":{\"type\":\"yaml\"}"), 0, 400, "response_format.type", "not supported"},
+    {C, CHAT(",\"response_format\":{\"type\":\"json_schema\"}"), 0, 400, "response_format.json_schema", NULL},
+    {C, CHAT(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}}"), 0, 400,
+     "response_format.json_schema.name", NULL},
+    {C, CHAT(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"strict\":1}}"), 0, 400,
+     "response_format.json_schema.strict", NULL},
+    {C, CHAT(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":"
+             "{\"type\":\"object\",\"patternProperties\":{}}}}"), 0, 400, "response_format.json_schema.schema",
+     "/patternProperties"},
+    {C, CHAT(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":"
+             "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}"), 0, 0, NULL, NULL},
+    {C, CHAT(",\"grammar\":\"root ::= [a-z]+\""), 0, 0, NULL, NULL},
+    {C, CHAT(",\"grammar\":\"root ::= (\\\"a\\\"\""), 0, 400, "grammar", "line 1, column 10: unclosed"},
+    {C, CHAT(",\"grammar\":\"root ::= \\\"a\\\"\",\"response_format\":{\"type\":\"json_object\"}"), 0, 400,
+     "grammar", "combined"},
+    {P, "{\"model\":\"m\",\"prompt\":\"p\",\"grammar\":\"root ::= x\"}", 0, 400, "grammar", "undefined rule 'x'"},
     {C, CHAT(",\"response_format\":\"json\""), 0, 400, "response_format", NULL},
     /* ---- completions ---- */
     {P, "{\"model\":\"m\"}", 0, 400, "prompt", "Missing"},
@@ -535,6 +552,40 @@ static void test_error_bodies(void **st)
     assert_true(json_is_null(json_object_get(in, "code")));
     json_decref(j);
     free(s);
+}
+
+/* A worker's typed error → the client's status, type and code (oai.h table). */
+static void test_worker_errors(void **st)
+{
+    (void)st;
+    static const struct {
+        proto_err_t cause;
+        int status;
+        const char *type, *code;
+    } rows[] = {
+        {PROTO_ERR_BAD_REQUEST, 400, "invalid_request_error", NULL},
+        {PROTO_ERR_CONTEXT_LENGTH, 400, "invalid_request_error", "context_length_exceeded"},
+        {PROTO_ERR_DUPLICATE_ID, 400, "invalid_request_error", NULL},
+        {PROTO_ERR_UNAVAILABLE, 503, "server_error", "service_unavailable"},
+        {PROTO_ERR_DEADLINE, 504, "server_error", "timeout"},
+        {PROTO_ERR_ENGINE, 500, "server_error", "internal_error"},
+        {PROTO_ERR_NOT_REGISTERED, 500, "server_error", "internal_error"},
+        {(proto_err_t)200, 500, "server_error", "internal_error"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        oai_error_t e;
+        oai_error_from_worker(&e, rows[i].cause, "worker says %d", (int)i);
+        assert_int_equal(e.status, rows[i].status);
+        assert_string_equal(e.type, rows[i].type);
+        if (rows[i].code)
+            assert_string_equal(e.code, rows[i].code);
+        else
+            assert_null(e.code);
+        char want[32];
+        snprintf(want, sizeof want, "worker says %d", (int)i);
+        assert_string_equal(e.message, want);
+        assert_string_equal(e.param, "");
+    }
 }
 
 /* ---- response builders -------------------------------------------------- */
@@ -863,13 +914,13 @@ static void test_utf8_sanitize(void **st)
     };
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
         size_t n;
-        char *o = oai_utf8_sanitize(fixed[i].in, fixed[i].len, &n);
+        char *o = utf8_sanitize(fixed[i].in, fixed[i].len, &n);
         assert_string_equal(o, fixed[i].out);
         assert_int_equal(n, strlen(fixed[i].out));
         free(o);
     }
     size_t n;
-    char *o = oai_utf8_sanitize("a\0b", 3, &n); /* NUL kept */
+    char *o = utf8_sanitize("a\0b", 3, &n); /* NUL kept */
     assert_int_equal(n, 3);
     assert_memory_equal(o, "a\0b", 3);
     free(o);
@@ -907,7 +958,7 @@ static void test_utf8_sanitize(void **st)
     for (int i = 0; i < N_STR; i++) {
         assert_non_null(fgets(line, sizeof(line), p));
         line[strcspn(line, "\n")] = '\0';
-        o = oai_utf8_sanitize((const char *)buf[i], LEN, &n);
+        o = utf8_sanitize((const char *)buf[i], LEN, &n);
         char hex[LEN * 3 * 2 + 1];
         for (size_t k = 0; k < n; k++)
             sprintf(hex + 2 * k, "%02x", (uint8_t)o[k]);
@@ -928,6 +979,7 @@ int main(void)
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_completion_values),
         cmocka_unit_test(test_error_bodies),
+        cmocka_unit_test(test_worker_errors),
         cmocka_unit_test(test_chat_completion),
         cmocka_unit_test(test_text_completion),
         cmocka_unit_test(test_chat_stream),

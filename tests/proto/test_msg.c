@@ -377,6 +377,8 @@ static void test_roundtrip_submit_chat(void **state)
     s->stream = true;
     s->resume = resume;
     s->n_resume = 3;
+    char grammar[] = "root ::= \"yes\" | \"no\"";
+    s->grammar = grammar;
     roundtrip(&in, &out);
     proto_submit_t *o = &out.submit;
     assert_true(o->id == 0x123456789abcull);
@@ -414,6 +416,7 @@ static void test_roundtrip_submit_chat(void **state)
     assert_true(o->stream);
     assert_int_equal(o->n_resume, 3);
     assert_memory_equal(o->resume, resume, sizeof resume);
+    assert_string_equal(o->grammar, grammar);
     proto_msg_clear(&out);
 }
 
@@ -570,6 +573,31 @@ static void test_roundtrip_small(void **state)
     assert_true(out.error.id == 0);
     assert_int_equal(out.error.code, 503);
     assert_string_equal(out.error.message, "draining");
+    assert_int_equal(out.error.err, PROTO_ERR_NONE); /* absent: unspecified */
+    assert_int_equal(proto_error_cause(&out.error), PROTO_ERR_UNAVAILABLE);
+    proto_msg_clear(&out);
+
+    /* a typed cause travels with its code */
+    proto_msg_init(&in, PROTO_ERROR);
+    in.error.id = 12;
+    in.error.err = PROTO_ERR_CONTEXT_LENGTH;
+    in.error.code = proto_err_code(PROTO_ERR_CONTEXT_LENGTH);
+    in.error.message = "too long";
+    roundtrip(&in, &out);
+    assert_int_equal(out.error.err, PROTO_ERR_CONTEXT_LENGTH);
+    assert_int_equal(out.error.code, 413);
+    assert_int_equal(proto_error_cause(&out.error), PROTO_ERR_CONTEXT_LENGTH);
+    proto_msg_clear(&out);
+
+    /* and with a failed EVENT */
+    proto_msg_init(&in, PROTO_EVENT);
+    in.event.id = 4;
+    in.event.finish = PROTO_FINISH_ERROR;
+    in.event.has_usage = true;
+    in.event.err = PROTO_ERR_ENGINE;
+    roundtrip(&in, &out);
+    assert_int_equal(out.event.err, PROTO_ERR_ENGINE);
+    assert_int_equal(proto_event_cause(&out.event), PROTO_ERR_ENGINE);
     proto_msg_clear(&out);
 
     int types[] = {PROTO_DRAIN, PROTO_SHUTDOWN};
@@ -689,7 +717,8 @@ static void sample_messages(proto_msg_t ms[N_SAMPLES])
     ms[5].event.finish = PROTO_FINISH_STOP;
     ms[5].event.has_usage = true;
     proto_msg_init(&ms[6], PROTO_ERROR);
-    ms[6].error.code = 500;
+    ms[6].error.err = PROTO_ERR_ENGINE;
+    ms[6].error.code = proto_err_code(PROTO_ERR_ENGINE);
     ms[6].error.message = "boom";
     proto_msg_init(&ms[7], PROTO_DRAIN);
     proto_msg_init(&ms[8], PROTO_SHUTDOWN);
@@ -816,6 +845,7 @@ static const field_case_t field_cases[] = {
     {"msgs as string", PROTO_SUBMIT, NULL, KS("msgs", "hi"), PROTO_EFIELD},
     {"load as int", PROTO_HEARTBEAT, NULL, KU("load", 3), PROTO_EFIELD},
     {"finish as int", PROTO_EVENT, NULL, KU("finish", 1), PROTO_EFIELD},
+    {"err as string", PROTO_ERROR, NULL, KS("err", "engine"), PROTO_EFIELD},
     /* negative or huge where unsigned expected */
     {"negative id", PROTO_SUBMIT, NULL, KI("id", -1), PROTO_ERANGE},
     {"zero id", PROTO_SUBMIT, NULL, KU("id", 0), PROTO_ERANGE},
@@ -832,6 +862,12 @@ static const field_case_t field_cases[] = {
     {"top_lp 21", PROTO_SUBMIT, NULL, KU("top_lp", 21), PROTO_ERANGE},
     {"code 99", PROTO_ERROR, NULL, KU("code", 99), PROTO_ERANGE},
     {"code 600", PROTO_ERROR, NULL, KU("code", 600), PROTO_ERANGE},
+    {"error err 2", PROTO_ERROR, NULL, KU("err", 2), PROTO_OK},
+    {"error err unknown to us", PROTO_ERROR, NULL, KU("err", 200), PROTO_OK},
+    {"error err 256", PROTO_ERROR, NULL, KU("err", 256), PROTO_ERANGE},
+    {"error err -1", PROTO_ERROR, NULL, KI("err", -1), PROTO_ERANGE},
+    {"event err 5", PROTO_EVENT, NULL, KU("err", 5), PROTO_OK},
+    {"event err 256", PROTO_EVENT, NULL, KU("err", 256), PROTO_ERANGE},
     {"hb_ms 0", PROTO_HEARTBEAT, NULL, KU("hb_ms", 0), PROTO_ERANGE},
     {"hb_ms huge", PROTO_REGISTER, NULL, KU("hb_ms", 1u << 30), PROTO_ERANGE},
     {"unsigned negative n", PROTO_EVENT, NULL, KI("n", -5), PROTO_ERANGE},
@@ -874,6 +910,53 @@ static const field_case_t field_cases[] = {
     {"top_lp without logprobs", PROTO_SUBMIT, NULL, KU("top_lp", 2), PROTO_EFIELD},
     {"finish without usage", PROTO_EVENT, NULL, KS("finish", "stop"), PROTO_EFIELD},
 };
+
+/* The error-cause table of msg.h, and how an ERROR without "err" (an older
+ * peer) is read from its code. */
+static void test_error_causes(void **state)
+{
+    static const struct {
+        proto_err_t err;
+        const char *name;
+        uint32_t code;
+    } rows[] = {
+        {PROTO_ERR_BAD_REQUEST, "bad_request", 400},
+        {PROTO_ERR_CONTEXT_LENGTH, "context_length", 413},
+        {PROTO_ERR_DUPLICATE_ID, "duplicate_id", 400},
+        {PROTO_ERR_UNAVAILABLE, "unavailable", 503},
+        {PROTO_ERR_DEADLINE, "deadline", 504},
+        {PROTO_ERR_ENGINE, "engine", 500},
+        {PROTO_ERR_NOT_REGISTERED, "not_registered", 409},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        assert_string_equal(proto_err_name(rows[i].err), rows[i].name);
+        assert_int_equal(proto_err_code(rows[i].err), rows[i].code);
+        proto_error_t e = {.code = 400, .err = rows[i].err};
+        assert_int_equal(proto_error_cause(&e), rows[i].err); /* err wins over code */
+    }
+    assert_string_equal(proto_err_name(PROTO_ERR_NONE), "unspecified");
+    assert_string_equal(proto_err_name(PROTO_ERR_LAST + 1), "unspecified");
+    assert_int_equal(proto_err_code(PROTO_ERR_LAST + 1), 500);
+    static const struct {
+        uint32_t code, err;
+        proto_err_t want;
+    } old[] = {
+        {400, 0, PROTO_ERR_BAD_REQUEST}, {404, 0, PROTO_ERR_BAD_REQUEST},
+        {409, 0, PROTO_ERR_NOT_REGISTERED}, {413, 0, PROTO_ERR_CONTEXT_LENGTH},
+        {500, 0, PROTO_ERR_ENGINE}, {503, 0, PROTO_ERR_UNAVAILABLE},
+        {413, 200, PROTO_ERR_CONTEXT_LENGTH}, /* an err from a newer peer: by code */
+    };
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+        proto_error_t e = {.code = old[i].code, .err = old[i].err};
+        assert_int_equal(proto_error_cause(&e), old[i].want);
+    }
+    proto_event_t ev = {.finish = PROTO_FINISH_TIMEOUT};
+    assert_int_equal(proto_event_cause(&ev), PROTO_ERR_DEADLINE);
+    ev.finish = PROTO_FINISH_ERROR;
+    assert_int_equal(proto_event_cause(&ev), PROTO_ERR_ENGINE);
+    ev.err = PROTO_ERR_DEADLINE;
+    assert_int_equal(proto_event_cause(&ev), PROTO_ERR_DEADLINE);
+}
 
 static void test_field_cases(void **state)
 {
@@ -1246,6 +1329,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_small),
         cmocka_unit_test(test_frames),
         cmocka_unit_test(test_truncated_everywhere),
+        cmocka_unit_test(test_error_causes),
         cmocka_unit_test(test_field_cases),
         cmocka_unit_test(test_structure),
         cmocka_unit_test(test_limits),

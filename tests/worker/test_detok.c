@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "worker/text/detok.h"
 
 #define FFFD "\xEF\xBF\xBD"
@@ -130,7 +131,7 @@ static void run_case(const struct tcase *c)
         const char *delta;
         size_t dl;
         rc = detok_push(d, c->tok[i], strlen(c->tok[i]), &delta, &dl);
-        assert_true(detok_utf8_valid(delta, dl));
+        assert_true(utf8_valid((const uint8_t *)delta, dl));
         if (c->deltas[i]) {
             if (dl != strlen(c->deltas[i]) || memcmp(delta, c->deltas[i], dl) != 0)
                 fail_msg("%s: push %zu: delta '%.*s', expected '%s'", c->name, i, (int)dl, delta,
@@ -151,7 +152,7 @@ static void run_case(const struct tcase *c)
         const char *delta;
         size_t dl;
         detok_finish(d, c->finish, &delta, &dl);
-        assert_true(detok_utf8_valid(delta, dl));
+        assert_true(utf8_valid((const uint8_t *)delta, dl));
         if (c->finish_delta &&
             (dl != strlen(c->finish_delta) || memcmp(delta, c->finish_delta, dl) != 0))
             fail_msg("%s: finish delta '%.*s', expected '%s'", c->name, (int)dl, delta, c->finish_delta);
@@ -299,7 +300,7 @@ static size_t stream(const unsigned char *s, size_t n, const size_t *cuts, size_
         const char *delta;
         size_t dl;
         rc = detok_push(d, (const char *)s + prev, end - prev, &delta, &dl);
-        assert_true(detok_utf8_valid(delta, dl));
+        assert_true(utf8_valid((const uint8_t *)delta, dl));
         memcpy(out + o, delta, dl);
         o += dl;
         prev = end;
@@ -308,7 +309,7 @@ static size_t stream(const unsigned char *s, size_t n, const size_t *cuts, size_
         const char *delta;
         size_t dl;
         detok_finish(d, fin, &delta, &dl);
-        assert_true(detok_utf8_valid(delta, dl));
+        assert_true(utf8_valid((const uint8_t *)delta, dl));
         memcpy(out + o, delta, dl);
         o += dl;
     }

@@ -73,6 +73,7 @@ typedef struct rec {
     int n_twice;               /* steps with two events for this request (must stay 0) */
     int n_bad;                 /* events with n_tokens other than 0/1, or no text ptr */
     char error[128];
+    sched_rc_t error_code;     /* the final event's, SCHED_OK unless it failed */
     int32_t n_prompt, n_cached, n_completion;
     int64_t first_step, last_step; /* step of the first / last token event (0 none) */
     int64_t final_step;
@@ -151,6 +152,7 @@ static void on_event(void *ud, const sched_event_t *ev)
         r->n_completion = ev->n_completion;
         if (ev->error)
             snprintf(r->error, sizeof r->error, "%s", ev->error);
+        r->error_code = ev->error_code;
     }
 }
 
@@ -904,11 +906,14 @@ static void test_deadline(void **state)
     step(R);
     assert_int_equal(rc->finish, SCHED_FINISH_ERROR);
     assert_non_null(strstr(rc->error, "deadline"));
+    assert_int_equal(rc->error_code, SCHED_EDEADLINE);
     assert_int_equal(rc->n_tok, 0);
     drive(R);
     assert_int_equal(rb->finish, SCHED_FINISH_ERROR);
     assert_non_null(strstr(rb->error, "deadline"));
+    assert_int_equal(rb->error_code, SCHED_EDEADLINE);
     assert_true(rb->n_tok < 400);
+    assert_int_equal(R->r[0].error_code, SCHED_OK);
     assert_same_output(&R->r[0], &sa, "next to expired requests");
     run_free(&R);
 }
@@ -1324,47 +1329,49 @@ static void test_invalid_submissions(void **state)
     struct {
         const char *what;
         sched_req_t q;
+        sched_rc_t want;
     } bad[] = {
-        {"empty prompt", req_greedy(1, 1, p, 0, 5, false)},
-        {"negative length", req_greedy(1, 1, p, -3, 5, false)},
-        {"prompt + 1 > context", req_greedy(1, 1, p, ctx, 5, false)},
-        {"prompt > context", req_greedy(1, 1, p, ctx + 1, 5, false)},
-        {"prompt + resume > context", req_greedy(1, 1, p, ctx - 10, 5, false)},
+        {"empty prompt", req_greedy(1, 1, p, 0, 5, false), SCHED_EINVAL},
+        {"negative length", req_greedy(1, 1, p, -3, 5, false), SCHED_EINVAL},
+        {"prompt + 1 > context", req_greedy(1, 1, p, ctx, 5, false), SCHED_ETOO_LONG},
+        {"prompt > context", req_greedy(1, 1, p, ctx + 1, 5, false), SCHED_ETOO_LONG},
+        {"prompt + resume > context", req_greedy(1, 1, p, ctx - 10, 5, false), SCHED_ETOO_LONG},
     };
     bad[4].q.resume = p;
     bad[4].q.n_resume = 10;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = 0;
-        if (sched_submit(R->s, &bad[i].q, err, sizeof err) != -1)
-            fail_msg("%s accepted", bad[i].what);
+        int rc = sched_submit(R->s, &bad[i].q, err, sizeof err);
+        if (rc != (int)bad[i].want)
+            fail_msg("%s: got %d, want %d", bad[i].what, rc, (int)bad[i].want);
         assert_true(strlen(err) > 0);
     }
     int32_t oov[3] = {1, 512, 5};
     int32_t neg[3] = {1, -1, 5};
     sched_req_t q = req_greedy(1, 1, oov, 3, 5, false);
-    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), -1);
+    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), SCHED_EINVAL);
     q.prompt = neg;
-    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), -1);
+    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), SCHED_EINVAL);
     q.prompt = p;
     q.resume = oov + 1;
     q.n_resume = 1;
-    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), -1);
+    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), SCHED_EINVAL);
     /* invalid sampling parameters and stop strings */
     q = req_greedy(1, 1, p, 5, 5, false);
     q.sampling.top_p = 0;
-    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), -1);
+    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), SCHED_EINVAL);
     q = req_greedy(1, 1, p, 5, 5, false);
     const char *badstop[] = {"\xff\xfe"};
     q.stop = badstop;
     q.n_stop = 1;
-    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), -1);
+    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), SCHED_EINVAL);
     assert_false(sched_busy(R->s));
 
     /* duplicate id while live; the id may be reused once it has finished */
     q = req_greedy(7, 1, p, 20, 5, true);
     rec_t *r = submit(R, &q);
     err[0] = 0;
-    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), -1);
+    assert_int_equal(sched_submit(R->s, &q, err, sizeof err), SCHED_EDUPLICATE);
     assert_true(strlen(err) > 0);
     drive(R);
     assert_int_equal(r->n_tok, 5);

@@ -27,6 +27,7 @@
 #include <jansson.h>
 #include <pthread.h>
 
+#include "common/utf8.h"
 #include "common/clock.h"
 #include "common/xalloc.h"
 #include "tests/support/support.h"
@@ -562,8 +563,8 @@ static void test_utf8_complete(void **s)
         {"", 0, 0},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
-        if (tokenizer_utf8_complete(c[i].s, c[i].len) != c[i].want)
-            fail_msg("case %zu: got %zu want %zu", i, tokenizer_utf8_complete(c[i].s, c[i].len), c[i].want);
+        if (utf8_complete_len(c[i].s, c[i].len) != c[i].want)
+            fail_msg("case %zu: got %zu want %zu", i, utf8_complete_len(c[i].s, c[i].len), c[i].want);
 }
 
 /* ---- stories260K ------------------------------------------------------------ */

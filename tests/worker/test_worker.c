@@ -57,7 +57,8 @@ typedef struct seen {
     proto_finish_t finish;
     bool final;
     proto_usage_t usage;
-    uint32_t err_code;
+    uint32_t err_code;       /* ERROR code for this id, 0 none */
+    uint32_t err;            /* its typed cause (ERROR err), or the failed EVENT's err */
 } seen_t;
 
 typedef struct fx {
@@ -145,12 +146,16 @@ static void drain_router(fx_t *f)
                 assert_true(m.event.has_usage);
                 s->usage = m.event.usage;
                 assert_int_equal(m.event.n_tokens, s->n_ids);
+                s->err = m.event.err;
             }
         } else if (m.type == PROTO_ERROR) {
             assert_true(m.error.id >= 1 && m.error.id < 8);
             f->seen[m.error.id].err_code = m.error.code;
+            f->seen[m.error.id].err = m.error.err;
+            /* the code is the one that goes with the cause, for older gateways */
+            assert_int_equal(m.error.code, proto_err_code(m.error.err));
         }
-        /* HEARTBEATs need no answer within this test's few seconds */
+        /* the worker's HEARTBEATs and KV messages: nothing to check here */
         proto_msg_clear(&m);
     }
 }
@@ -311,7 +316,7 @@ static void test_req_from_submit(void **state)
         .logprobs = true, .top_logprobs = 3,
     };
     worker_req_t r;
-    assert_int_equal(worker_req_from_submit(e, sm, 1000000, &r, err, sizeof err), 0);
+    assert_int_equal(worker_req_from_submit(e, sm, 1000000, &r, err, sizeof err), PROTO_ERR_NONE);
     assert_int_equal(r.req.id, 9);
     assert_int_equal(r.req.priority, 2);
     assert_int_equal(r.req.n_prompt, n_want);
@@ -350,7 +355,7 @@ static void test_req_from_submit(void **state)
     /* no logprobs, no deadline; n = 3 choices */
     submit_init(&m, 10, PROMPT, 0);
     sm->n_choices = 3;
-    assert_int_equal(worker_req_from_submit(e, sm, 5, &r, err, sizeof err), 0);
+    assert_int_equal(worker_req_from_submit(e, sm, 5, &r, err, sizeof err), PROTO_ERR_NONE);
     assert_int_equal(r.req.top_logprobs, -1);
     assert_int_equal(r.req.deadline_us, 0);
     assert_int_equal(r.req.max_tokens, 0);
@@ -364,7 +369,7 @@ static void test_req_from_submit(void **state)
     sm->prompt_ids = ids;
     sm->n_prompt_ids = 3;
     sm->has_prompt_ids = true;
-    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), 0);
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_NONE);
     assert_int_equal(r.req.n_prompt, 3);
     assert_memory_equal(r.req.prompt, ids, sizeof ids);
     worker_req_clear(&r);
@@ -380,7 +385,7 @@ static void test_req_from_submit(void **state)
     int32_t *chat_ids = NULL;
     int32_t n_chat = engine_prompt_chat(e, &cm, 1, NULL, &chat_ids, err, sizeof err);
     assert_true(n_chat > 5);
-    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), 0);
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_NONE);
     assert_int_equal(r.req.n_prompt, n_chat);
     assert_memory_equal(r.req.prompt, chat_ids, (size_t)n_chat * sizeof *chat_ids);
     assert_int_equal(r.req.n_stop_ids, e->n_turn_end);
@@ -390,14 +395,14 @@ static void test_req_from_submit(void **state)
 
     /* a chat role the template rejects, and sampling the sampler rejects */
     msg.role = (char *)"no such role";
-    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_CODE_BAD_REQUEST);
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_BAD_REQUEST);
     assert_null(r.prompt);
     submit_init(&m, 13, PROMPT, 4);
     proto_logit_bias_t bad = {.token = 100000, .bias = 1}; /* outside the 512-token vocab */
     sm->sampling.logit_bias = &bad;
     sm->sampling.n_logit_bias = 1;
     err[0] = 0;
-    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_CODE_BAD_REQUEST);
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_BAD_REQUEST);
     assert_non_null(strstr(err, "invalid sampling parameters"));
     assert_null(r.prompt);
     assert_null(r.bias);
@@ -432,7 +437,7 @@ static void test_register_and_greedy_stream(void **state)
     char err[256];
     worker_req_t r;
     submit_init(&m, 1, PROMPT, 60);
-    assert_int_equal(worker_req_from_submit(worker_engine(f->w), &m.submit, 0, &r, err, sizeof err), 0);
+    assert_int_equal(worker_req_from_submit(worker_engine(f->w), &m.submit, 0, &r, err, sizeof err), PROTO_ERR_NONE);
     int32_t ref[MAX_IDS];
     char ref_text[TEXT_CAP];
     size_t ref_len = 0;
@@ -483,6 +488,7 @@ static void test_errors_cancel_timeout(void **state)
     send_msg(f, &m);
     RUN_UNTIL(f, f->seen[2].err_code && f->seen[1].n_ids >= 3, "ERROR for request 2");
     assert_int_equal(f->seen[2].err_code, PROTO_CODE_TOO_LONG);
+    assert_int_equal(f->seen[2].err, PROTO_ERR_CONTEXT_LENGTH);
     assert_false(f->seen[2].final);
     /* request 1 goes on; cancel it */
     proto_msg_init(&m, PROTO_CANCEL);
@@ -491,6 +497,7 @@ static void test_errors_cancel_timeout(void **state)
     RUN_UNTIL(f, f->seen[1].final, "cancelled request 1");
     assert_int_equal(f->seen[1].finish, PROTO_FINISH_CANCELLED);
     assert_int_equal(f->seen[1].err_code, 0);
+    assert_int_equal(f->seen[1].err, PROTO_ERR_NONE);
     assert_true(f->seen[1].n_ids < 400);
 
     /* 3: a 1 ms deadline on a long request ends it with "timeout" */
@@ -500,6 +507,7 @@ static void test_errors_cancel_timeout(void **state)
     send_msg(f, &m);
     RUN_UNTIL(f, f->seen[3].final || f->seen[3].err_code, "request 3");
     assert_int_equal(f->seen[3].finish, PROTO_FINISH_TIMEOUT);
+    assert_int_equal(f->seen[3].err, PROTO_ERR_DEADLINE);
     assert_true(f->seen[3].n_ids < 400);
 
     /* 4: invalid sampling → 400 for that request */
@@ -510,6 +518,7 @@ static void test_errors_cancel_timeout(void **state)
     send_msg(f, &m);
     RUN_UNTIL(f, f->seen[4].err_code, "ERROR for request 4");
     assert_int_equal(f->seen[4].err_code, PROTO_CODE_BAD_REQUEST);
+    assert_int_equal(f->seen[4].err, PROTO_ERR_BAD_REQUEST);
 
     /* the worker keeps serving: 5 runs to its end */
     submit_init(&m, 5, PROMPT, 6);
@@ -541,6 +550,7 @@ static void test_drain_and_shutdown(void **state)
     assert_int_equal(f->seen[1].finish, PROTO_FINISH_LENGTH);
     assert_int_equal(f->seen[1].n_ids, 100);
     assert_int_equal(f->seen[2].err_code, PROTO_CODE_UNAVAILABLE);
+    assert_int_equal(f->seen[2].err, PROTO_ERR_UNAVAILABLE);
     assert_false(worker_run_once(f->w, -1)); /* stays stopped */
     fx_free(&f);
 

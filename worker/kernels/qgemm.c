@@ -1125,13 +1125,16 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
     int64_t c0 = ip * NC;
     int nc = n_out - c0 < NC ? (int)(n_out - c0) : NC;
     if (m->packed && m->kind != K_Q8_0) {
-        /* Q4_0 / K-quant panel packed at load (qkpack.h; always np == 1) */
+        /* Q4_0 / K-quant panels ip (and ip + 1) packed at load (qkpack.h) */
         const uint8_t *pk = m->packed + (size_t)ip * m->pstride;
         qkpack_isa_t qi = m->isa == QGEMM_ISA_AVX512VNNI ? QKPACK_AVX512VNNI
                           : m->isa == QGEMM_ISA_AVXVNNI  ? QKPACK_AVXVNNI
                                                          : QKPACK_AVX2;
-        qkpack_panel_run(qi, m->type, pk, n_in, qx->q, qx->d, qx->s, n_rows, m->y + c0, n_out, nc,
-                         pk + m->pstride, c0 + NC < n_out ? m->pstride : 0);
+        int64_t rest = n_out - (c0 + np * NC); /* columns after this unit */
+        size_t n_pnext = rest <= 0 ? 0 : rest > NC ? 2 * m->pstride : m->pstride;
+        int ncu = n_out - c0 < np * NC ? (int)(n_out - c0) : np * NC;
+        qkpack_panel_run(qi, m->type, pk, np == 2 ? pk + m->pstride : NULL, n_in, qx->q, qx->d, qx->s, n_rows,
+                         m->y + c0, n_out, ncu, pk + np * m->pstride, n_pnext);
         return;
     }
     if (m->packed && np == 2) {
@@ -1260,7 +1263,7 @@ static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void
      * at every n_rows (qgemm.h, Speed) */
     m->direct = avx2 && !m->packed &&
                 ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) || (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
-    m->ppu = m->packed && m->kind == K_Q8_0 && c->isa == QGEMM_ISA_AVX512VNNI ? 2 : 1;
+    m->ppu = m->packed && c->isa == QGEMM_ISA_AVX512VNNI ? 2 : 1;
     m->kern = NULL;
     switch (m->kind) {
     case K_Q8_0: m->kern = kern_avx2_q8_0; break;

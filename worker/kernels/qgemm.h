@@ -35,8 +35,9 @@
  * 2 per multiply-add); Q4_K/Q6_K 1 row ≈ 290 us (the panel path: decode
  * dominated), 32 rows ≈ 95 GFLOP/s. dequantize + cblas_sgemm is 10-30×
  * slower below 32 rows. Packed Q4_0 / K-quants (test_qkpack's benchmark,
- * Zen 5, loaded box): Q4_K 1/8/32 rows 199/315/750 us unpacked against
- * 31/146/558 packed with AVX2, 26/119/459 with AVX512-VNNI. Packed Q8_0 (test_qgemm_pack's benchmark, same
+ * Zen 5, loaded box): Q4_K 1/8/32/128 rows 198/323/766/2596 us unpacked
+ * against 31/149/575/2337 packed with AVX2, 22/66/246/1003 with
+ * AVX512-VNNI. Packed Q8_0 (test_qgemm_pack's benchmark, same
  * shape): 1/2/4/8 rows 42/68/116/224 us against 63/98/168/323 direct,
  * 9/16/32 rows 259/442/879 us against 403/586/1030 with the fill; from
  * DRAM (32000×768) 1 row 1.04 ms (25 GB/s) against 1.17 direct.

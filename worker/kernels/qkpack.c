@@ -191,24 +191,197 @@ void qkpack_pack_panel(uint32_t type, const uint8_t *w, size_t rb, int nc, int64
 #undef QK_SFX
 #undef QK_ISA
 
-#define QK_ATTR __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define QK_SFX(n) n##_avx512vnni
-#define QK_ISA 2
-#include "worker/kernels/qkpack_kern.inc"
-#undef QK_ATTR
-#undef QK_SFX
-#undef QK_ISA
+/* AVX512-VNNI: two panels (16 columns) per zmm, so every vpdpbusd takes
+ * one activation dword broadcast to all 16 lanes, and 8 X rows per tile.
+ * Same integers and the same float step per lane as the kernels above. */
+#define AVX512 __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define RT512 8
 
-void qkpack_panel_run(qkpack_isa_t isa, uint32_t type, const uint8_t *panel, int64_t n_in, const int8_t *xq,
-                      const float *xd, const int32_t *xs, int n_rows, float *y, int64_t ldy, int nc,
-                      const uint8_t *next, size_t n_next)
+/* 32 bytes at a (columns 0-7) and b (columns 8-15) as one zmm */
+static inline __attribute__((always_inline)) AVX512 __m512i ld2x256(const uint8_t *a, const uint8_t *b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(const void *)a)),
+                              _mm256_load_si256((const __m256i *)(const void *)b), 1);
+}
+
+/* 8 bytes at a and 8 at b as the low / high half of an xmm */
+static inline __attribute__((always_inline)) AVX512 __m128i ld2x64(const uint8_t *a, const uint8_t *b)
+{
+    return _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(const void *)a),
+                              _mm_loadl_epi64((const __m128i *)(const void *)b));
+}
+
+/* 8 f16 at a and 8 at b as 16 floats */
+static inline __attribute__((always_inline)) AVX512 __m512 ld2h(const uint8_t *a, const uint8_t *b)
+{
+    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_load_si128((const __m128i *)(const void *)a)),
+                                        _mm_load_si128((const __m128i *)(const void *)b), 1);
+    return _mm512_cvtph_ps(h);
+}
+
+static inline __attribute__((always_inline)) AVX512 void
+tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1, int64_t nb, const int8_t *xq, int64_t n_in,
+       const float *xd, const int32_t *xs, float out[RT512][16], const uint8_t *next, size_t n_next)
+{
+    const size_t CH = qk_chunk_bytes(kind), OQH = 1024, OSC = qk_off_sc(kind), OMM = qk_off_mm(kind),
+                 OD = qk_off_d(kind);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512 acc[RT512];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm512_setzero_ps();
+    size_t pf = 0, pf_step = (n_next / (size_t)nb + 63) / 64 * 64;
+    for (int64_t b = 0; b < nb; b++) {
+        for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
+            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
+        const uint8_t *c0 = p0 + (size_t)(b / 8) * CH, *c1 = p1 + (size_t)(b / 8) * CH;
+        const int j = (int)(b % 8);
+        __m512i s_lo = _mm512_setzero_si512(), s_hi = s_lo;
+        if (QK_AFFINE(kind)) {
+            s_lo = s_hi = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 8 * j, c1 + OSC + 8 * j));
+        } else if (kind == QK_Q6K) {
+            s_lo = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j, c1 + OSC + 16 * j));
+            s_hi = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j + 8, c1 + OSC + 16 * j + 8));
+        }
+        __m512i qh0 = _mm512_setzero_si512(), qh1 = qh0;
+        if (kind == QK_Q5K)
+            qh0 = ld2x256(c0 + OQH + 32 * j, c1 + OQH + 32 * j);
+        if (kind == QK_Q6K) {
+            qh0 = ld2x256(c0 + OQH + 64 * j, c1 + OQH + 64 * j);
+            qh1 = ld2x256(c0 + OQH + 64 * j + 32, c1 + OQH + 64 * j + 32);
+        }
+        const int8_t *xb[RT512];
+        __m512i za[RT512], zb[RT512];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            xb[r] = xq + (int64_t)r * n_in + 32 * b;
+            za[r] = zb[r] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m512i v = ld2x256(c0 + 128 * j + 32 * g, c1 + 128 * j + 32 * g);
+            __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            if (kind == QK_Q5K) {
+                const __m512i b4 = _mm512_set1_epi8(16);
+                __m512i hl = _mm512_slli_epi16(qh0, 4 - g);
+                __m512i hh = g == 0 ? qh0 : _mm512_srli_epi16(qh0, g);
+                lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b4));
+                hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b4));
+            }
+            if (kind == QK_Q6K) {
+                const __m512i b45 = _mm512_set1_epi8(0x30);
+                __m512i hl = g < 3 ? _mm512_slli_epi16(qh0, 4 - 2 * g) : _mm512_srli_epi16(qh0, 2);
+                __m512i hh = g < 3 ? _mm512_slli_epi16(qh1, 4 - 2 * g) : _mm512_srli_epi16(qh1, 2);
+                lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b45));
+                hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b45));
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                int32_t x4l, x4h;
+                memcpy(&x4l, xb[r] + 4 * g, 4);
+                memcpy(&x4h, xb[r] + 16 + 4 * g, 4);
+                za[r] = _mm512_dpbusd_epi32(za[r], lo, _mm512_set1_epi32(x4l));
+                if (kind == QK_Q6K)
+                    zb[r] = _mm512_dpbusd_epi32(zb[r], hi, _mm512_set1_epi32(x4h));
+                else
+                    za[r] = _mm512_dpbusd_epi32(za[r], hi, _mm512_set1_epi32(x4h));
+            }
+        }
+        __m512i mm;
+        __m512 d, dm = _mm512_setzero_ps();
+        if (kind == QK_Q40) {
+            mm = _mm512_set1_epi16(8);
+            d = ld2h(c0 + OD + 16 * j, c1 + OD + 16 * j);
+        } else if (kind == QK_Q6K) {
+            mm = _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_slli_epi32(s_lo, 5), _mm512_slli_epi32(s_hi, 21));
+            d = ld2h(c0 + OD, c1 + OD);
+        } else {
+            __m512i m32 = _mm512_cvtepu8_epi32(ld2x64(c0 + OMM + 8 * j, c1 + OMM + 8 * j));
+            mm = _mm512_or_si512(m32, _mm512_slli_epi32(m32, 16));
+            d = ld2h(c0 + OD, c1 + OD);
+            dm = ld2h(c0 + OD + 16, c1 + OD + 16);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512i I = za[r];
+            if (QK_AFFINE(kind))
+                I = _mm512_mullo_epi32(I, s_lo);
+            else if (kind == QK_Q6K)
+                I = _mm512_add_epi32(_mm512_mullo_epi32(I, s_lo), _mm512_mullo_epi32(zb[r], s_hi));
+            __m512 dx = _mm512_set1_ps(xd[(int64_t)r * nb + b]);
+            __m512i M = _mm512_madd_epi16(mm, _mm512_set1_epi32(xs[(int64_t)r * nb + b]));
+            if (QK_AFFINE(kind)) {
+                __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), d),
+                                         _mm512_mul_ps(_mm512_cvtepi32_ps(M), dm));
+                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(dx, t));
+            } else {
+                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(I, M)),
+                                                             _mm512_mul_ps(d, dx)));
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        _mm512_storeu_ps(out[r], acc[r]);
+}
+
+static inline __attribute__((always_inline)) AVX512 void
+run16_kind(enum qk_kind kind, const uint8_t *p0, const uint8_t *p1, int64_t n_in, const int8_t *xq, const float *xd,
+           const int32_t *xs, int n_rows, float *y, int64_t ldy, int nc, const uint8_t *next, size_t n_next)
+{
+    const int64_t nb = n_in / 32;
+    for (int r0 = 0; r0 < n_rows; r0 += RT512) {
+        int R = n_rows - r0 < RT512 ? n_rows - r0 : RT512;
+        float out[RT512][16];
+        const int8_t *xq0 = xq + (int64_t)r0 * n_in;
+        const float *xd0 = xd + (int64_t)r0 * nb;
+        const int32_t *xs0 = xs + (int64_t)r0 * nb;
+        size_t nn = r0 == 0 ? n_next : 0;
+        switch (R) {
+        case 8: tile16(kind, 8, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        case 7: tile16(kind, 7, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        case 6: tile16(kind, 6, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        case 5: tile16(kind, 5, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        case 4: tile16(kind, 4, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        case 3: tile16(kind, 3, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        case 2: tile16(kind, 2, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        default: tile16(kind, 1, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        }
+        for (int r = 0; r < R; r++)
+            memcpy(y + (int64_t)(r0 + r) * ldy, out[r], (size_t)nc * sizeof(float));
+    }
+}
+
+static AVX512 void run_avx512vnni(enum qk_kind k, const uint8_t *p0, const uint8_t *p1, int64_t n_in,
+                                  const int8_t *xq, const float *xd, const int32_t *xs, int n_rows, float *y,
+                                  int64_t ldy, int nc, const uint8_t *next, size_t n_next)
+{
+    switch (k) {
+    case QK_Q40: run16_kind(QK_Q40, p0, p1, n_in, xq, xd, xs, n_rows, y, ldy, nc, next, n_next); break;
+    case QK_Q4K: run16_kind(QK_Q4K, p0, p1, n_in, xq, xd, xs, n_rows, y, ldy, nc, next, n_next); break;
+    case QK_Q5K: run16_kind(QK_Q5K, p0, p1, n_in, xq, xd, xs, n_rows, y, ldy, nc, next, n_next); break;
+    case QK_Q6K: run16_kind(QK_Q6K, p0, p1, n_in, xq, xd, xs, n_rows, y, ldy, nc, next, n_next); break;
+    }
+}
+
+void qkpack_panel_run(qkpack_isa_t isa, uint32_t type, const uint8_t *panel, const uint8_t *panel2, int64_t n_in,
+                      const int8_t *xq, const float *xd, const int32_t *xs, int n_rows, float *y, int64_t ldy,
+                      int nc, const uint8_t *next, size_t n_next)
 {
     enum qk_kind k;
     if (!kind_of(type, &k))
         return;
-    switch (isa) {
-    case QKPACK_AVX2: run_avx2(k, panel, n_in, xq, xd, xs, n_rows, y, ldy, nc, next, n_next); break;
-    case QKPACK_AVXVNNI: run_avxvnni(k, panel, n_in, xq, xd, xs, n_rows, y, ldy, nc, next, n_next); break;
-    case QKPACK_AVX512VNNI: run_avx512vnni(k, panel, n_in, xq, xd, xs, n_rows, y, ldy, nc, next, n_next); break;
+    if (isa == QKPACK_AVX512VNNI) {
+        /* a lone panel runs as the pair (panel, panel), columns 8-15 dropped */
+        run_avx512vnni(k, panel, panel2 ? panel2 : panel, n_in, xq, xd, xs, n_rows, y, ldy, nc, next, n_next);
+        return;
+    }
+    for (int h = 0; h < (panel2 ? 2 : 1); h++) {
+        const uint8_t *p = h ? panel2 : panel;
+        int nch = h ? nc - 8 : nc < 8 ? nc : 8;
+        if (isa == QKPACK_AVX2)
+            run_avx2(k, p, n_in, xq, xd, xs, n_rows, y + 8 * h, ldy, nch, next, h ? 0 : n_next);
+        else
+            run_avxvnni(k, p, n_in, xq, xd, xs, n_rows, y + 8 * h, ldy, nch, next, h ? 0 : n_next);
     }
 }

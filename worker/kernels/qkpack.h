@@ -55,7 +55,7 @@
 typedef enum {
     QKPACK_AVX2 = 0,     /* avx2 + f16c: maddubs/madd */
     QKPACK_AVXVNNI,      /* + AVX-VNNI: 256-bit vpdpbusd */
-    QKPACK_AVX512VNNI,   /* + AVX-512 F/BW/VL/VNNI: 512-bit vpdpbusd, two groups per op */
+    QKPACK_AVX512VNNI,   /* + AVX-512 F/BW/VL/VNNI: 512-bit vpdpbusd over two panels */
 } qkpack_isa_t;
 
 /* true for the types packed here: Q4_0, Q4_K, Q5_K, Q6_K. */
@@ -72,13 +72,15 @@ size_t qkpack_panel_bytes(uint32_t type, int64_t n_in);
  * accepts (the caller checks). */
 void qkpack_pack_panel(uint32_t type, const uint8_t *w, size_t rb, int nc, int64_t n_in, uint8_t *dst);
 
-/* Y rows 0..n_rows-1, columns 0..nc-1 (y + r·ldy + c) = X · the panel's
- * columns, for the int8 X of qgemm (xq (n_rows, n_in) int8 row-major, xd
- * (n_rows, n_in/32) f32 block scales, xs (n_rows, n_in/32) int16 pairs of
- * the block's half sums). Prefetches the n_next bytes at next (the next
- * panel) on the way. The CPU must have isa. */
-void qkpack_panel_run(qkpack_isa_t isa, uint32_t type, const uint8_t *panel, int64_t n_in, const int8_t *xq,
-                      const float *xd, const int32_t *xs, int n_rows, float *y, int64_t ldy, int nc,
-                      const uint8_t *next, size_t n_next);
+/* Y rows 0..n_rows-1, columns 0..nc-1 (y + r·ldy + c) = X · the columns
+ * of panel (columns 0-7) and panel2 (columns 8-15; NULL: none, nc ≤ 8), for
+ * the int8 X of qgemm (xq (n_rows, n_in) int8 row-major, xd (n_rows,
+ * n_in/32) f32 block scales, xs (n_rows, n_in/32) int16 pairs of the
+ * block's half sums). AVX512-VNNI runs both panels in one 16-column kernel
+ * (a lone panel as twice itself). Prefetches the n_next bytes at next (the
+ * following panels) on the way. The CPU must have isa. */
+void qkpack_panel_run(qkpack_isa_t isa, uint32_t type, const uint8_t *panel, const uint8_t *panel2, int64_t n_in,
+                      const int8_t *xq, const float *xd, const int32_t *xs, int n_rows, float *y, int64_t ldy,
+                      int nc, const uint8_t *next, size_t n_next);
 
 #endif

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "common/cpu.h"
 #include "common/xalloc.h"
 #include "worker/kernels/matmul.h"
@@ -55,7 +56,7 @@ static int bad(forward_t *f, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(f->err, sizeof f->err, fmt, ap);
+    errbuf_vset(f->err, sizeof f->err, fmt, ap);
     va_end(ap);
     return -1;
 }

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/errbuf.h"
 #include "common/xalloc.h"
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
@@ -95,8 +96,7 @@ bool ggml_type_supported(uint32_t type)
     }
 }
 
-/* Size in bytes of one scalar GGUF value; 0 for STRING/ARRAY/unknown. */
-static size_t gguf_scalar_size(uint32_t t)
+size_t gguf_scalar_size(uint32_t t)
 {
     switch (t) {
     case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
@@ -120,12 +120,10 @@ typedef struct cursor {
 static int fail(cursor_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(cursor_t *c, const char *fmt, ...)
 {
-    if (c->err && c->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(c->err, c->errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    errbuf_vset(c->err, c->errlen, fmt, ap);
+    va_end(ap);
     return -1;
 }
 

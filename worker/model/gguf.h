@@ -54,6 +54,10 @@ enum gguf_type {
     GGUF_TYPE_COUNT
 };
 
+/* Size in bytes of one scalar value of GGUF type t; 0 for STRING, ARRAY and
+ * unknown types. Shared by the reader and the writer (gguf_write.h). */
+size_t gguf_scalar_size(uint32_t t);
+
 /* Tensor element types (ggml numbering). Only those listed in
  * ggml_type_supported() can be loaded; others are refused by name. */
 enum ggml_type {

@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "common/vec.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "gguf_write copies host-order numbers; GGUF is little-endian");
@@ -25,16 +26,7 @@ typedef struct bytes {
 
 static void b_put(bytes_t *b, const void *src, size_t n)
 {
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n)
-            cap *= 2;
-        b->p = xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->len, src, n);
-    b->len += n;
+    vec_append(b->p, b->len, b->cap, (const uint8_t *)src, n);
 }
 
 static void b_u32(bytes_t *b, uint32_t v) { b_put(b, &v, 4); }
@@ -108,10 +100,7 @@ static bytes_t *kv_slot(gguf_writer_t *w, const char *key, size_t klen, uint32_t
 {
     wkv_t *e = find_kv(w, key, klen);
     if (!e) {
-        if (w->n_kv == w->cap_kv) {
-            w->cap_kv = w->cap_kv ? 2 * w->cap_kv : 32;
-            w->kv = xrealloc(w->kv, w->cap_kv * sizeof *w->kv);
-        }
+        vec_reserve(w->kv, w->cap_kv, w->n_kv + 1);
         e = &w->kv[w->n_kv++];
         e->key = xmalloc(klen + 1);
         memcpy(e->key, key, klen);
@@ -157,30 +146,19 @@ void gguf_writer_set_str(gguf_writer_t *w, const char *key, const char *s)
     gguf_writer_set_strn(w, key, s, strlen(s));
 }
 
-static size_t elem_size(uint32_t t)
-{
-    switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 static void set_arr_n(gguf_writer_t *w, const char *key, size_t klen, uint32_t et,
                       const void *data, uint64_t n)
 {
     bytes_t *b = kv_slot(w, key, klen, GGUF_TYPE_ARRAY);
     b_u32(b, et);
     b_u64(b, n);
-    b_put(b, data, (size_t)n * elem_size(et));
+    b_put(b, data, (size_t)n * gguf_scalar_size(et));
 }
 
 int gguf_writer_set_arr(gguf_writer_t *w, const char *key, uint32_t elem_type,
                         const void *data, uint64_t n)
 {
-    if (elem_size(elem_type) == 0)
+    if (gguf_scalar_size(elem_type) == 0)
         return -1;
     set_arr_n(w, key, strlen(key), elem_type, data, n);
     return 0;
@@ -239,10 +217,10 @@ int gguf_writer_copy_kv(gguf_writer_t *w, const gguf_kv_t *kv)
         b_put(b, &kv->v.f, 8);
         break;
     case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
-        b_put(b, &kv->v.i, elem_size(kv->type)); /* low bytes of the LE int64 */
+        b_put(b, &kv->v.i, gguf_scalar_size(kv->type)); /* low bytes of the LE int64 */
         break;
     default: /* unsigned and bool */
-        b_put(b, &kv->v.u, elem_size(kv->type));
+        b_put(b, &kv->v.u, gguf_scalar_size(kv->type));
         break;
     }
     return 0;
@@ -291,10 +269,7 @@ static int add_tensor(gguf_writer_t *w, const char *name, uint32_t type, uint32_
             log_error("gguf_write: duplicate tensor '%s'", name);
             return -1;
         }
-    if (w->n_t == w->cap_t) {
-        w->cap_t = w->cap_t ? 2 * w->cap_t : 64;
-        w->t = xrealloc(w->t, w->cap_t * sizeof *w->t);
-    }
+    vec_reserve(w->t, w->cap_t, w->n_t + 1);
     wtensor_t *t = &w->t[w->n_t];
     memset(t, 0, sizeof *t);
     t->name = xstrdup(name);

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/errbuf.h"
 #include "common/xalloc.h"
 #include "worker/kernels/qgemm.h"
 #include "worker/kernels/quant.h"
@@ -37,12 +38,10 @@ typedef struct loader {
 static int fail(loader_t *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(loader_t *ld, const char *fmt, ...)
 {
-    if (ld->err && ld->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ld->err, ld->errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    errbuf_vset(ld->err, ld->errlen, fmt, ap);
+    va_end(ap);
     return -1;
 }
 

@@ -15,8 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "common/vec.h"
 
 /* Variant switches, set from markers in the template text. */
 enum {
@@ -53,15 +55,8 @@ typedef struct {
 
 static void sb_putn(sb_t *sb, const char *s, size_t n)
 {
-    if (sb->len + n + 1 > sb->cap) {
-        size_t c = sb->cap ? sb->cap : 256;
-        while (c < sb->len + n + 1)
-            c *= 2;
-        sb->buf = xrealloc(sb->buf, c);
-        sb->cap = c;
-    }
-    memcpy(sb->buf + sb->len, s, n);
-    sb->len += n;
+    vec_reserve(sb->buf, sb->cap, sb->len + n + 1); /* + the NUL */
+    vec_append(sb->buf, sb->len, sb->cap, s, n);
     sb->buf[sb->len] = '\0';
 }
 
@@ -387,12 +382,10 @@ typedef struct {
 
 __attribute__((format(printf, 2, 3))) static int fail(render_t *R, const char *fmt, ...)
 {
-    if (R->err && R->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(R->err, R->errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    errbuf_vset(R->err, R->errlen, fmt, ap);
+    va_end(ap);
     return CHAT_TEMPLATE_EINVAL;
 }
 

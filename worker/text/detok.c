@@ -11,6 +11,8 @@
 #include <string.h>
 #include <stdlib.h>
 
+#include "common/utf8.h"
+#include "common/vec.h"
 #include "common/xalloc.h"
 
 struct detok {
@@ -36,64 +38,7 @@ struct detok {
 
 static void buf_append(char **buf, size_t *n, size_t *cap, const void *src, size_t len)
 {
-    if (*n + len > *cap) {
-        size_t c = *cap ? *cap : 64;
-        while (c < *n + len)
-            c *= 2;
-        *buf = xrealloc(*buf, c);
-        *cap = c;
-    }
-    memcpy(*buf + *n, src, len);
-    *n += len;
-}
-
-static const unsigned char REPLACEMENT[3] = {0xEF, 0xBF, 0xBD}; /* U+FFFD */
-
-/* Length of the sequence a lead byte announces, or 0 when it can never start
- * a well-formed sequence (80..C1, F5..FF). */
-static size_t utf8_lead_len(unsigned char c)
-{
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) return 2;
-    if (c >= 0xE0 && c <= 0xEF) return 3;
-    if (c >= 0xF0 && c <= 0xF4) return 4;
-    return 0;
-}
-
-/* Allowed range of the second byte after `lead` (Unicode Table 3-7). */
-static void utf8_second_range(unsigned char lead, unsigned char *lo, unsigned char *hi)
-{
-    *lo = 0x80;
-    *hi = 0xBF;
-    switch (lead) {
-    case 0xE0: *lo = 0xA0; break;  /* no overlongs */
-    case 0xED: *hi = 0x9F; break;  /* no surrogates */
-    case 0xF0: *lo = 0x90; break;  /* no overlongs */
-    case 0xF4: *hi = 0x8F; break;  /* <= U+10FFFF */
-    default: break;
-    }
-}
-
-bool detok_utf8_valid(const char *buf, size_t len)
-{
-    const unsigned char *s = (const unsigned char *)buf;
-    size_t i = 0;
-    while (i < len) {
-        size_t n = utf8_lead_len(s[i]);
-        if (n == 0 || i + n > len)
-            return false;
-        if (n > 1) {
-            unsigned char lo, hi;
-            utf8_second_range(s[i], &lo, &hi);
-            if (s[i + 1] < lo || s[i + 1] > hi)
-                return false;
-            for (size_t k = 2; k < n; k++)
-                if (s[i + k] < 0x80 || s[i + k] > 0xBF)
-                    return false;
-        }
-        i += n;
-    }
-    return true;
+    vec_append(*buf, *n, *cap, (const char *)src, len);
 }
 
 static void hold_append(detok_t *d, const void *src, size_t len)
@@ -110,7 +55,7 @@ static void utf8_feed_byte(detok_t *d, unsigned char c)
             if (n == 1) {
                 hold_append(d, &c, 1);
             } else if (n == 0) {
-                hold_append(d, REPLACEMENT, 3);
+                hold_append(d, UTF8_REPLACEMENT, UTF8_REPLACEMENT_LEN);
             } else {
                 d->pend[0] = c;
                 d->n_pend = 1;
@@ -118,7 +63,7 @@ static void utf8_feed_byte(detok_t *d, unsigned char c)
             }
             return;
         }
-        unsigned char lo = 0x80, hi = 0xBF;
+        uint8_t lo = 0x80, hi = 0xBF;
         if (d->n_pend == 1)
             utf8_second_range(d->pend[0], &lo, &hi);
         if (c >= lo && c <= hi) {
@@ -131,7 +76,7 @@ static void utf8_feed_byte(detok_t *d, unsigned char c)
         }
         /* The pending maximal subpart can never complete: one U+FFFD for it,
          * then look at c again as the start of something new. */
-        hold_append(d, REPLACEMENT, 3);
+        hold_append(d, UTF8_REPLACEMENT, UTF8_REPLACEMENT_LEN);
         d->n_pend = 0;
     }
 }
@@ -191,7 +136,7 @@ static bool stop_scan(detok_t *d)
 detok_t *detok_new(const char *const *stops, size_t n_stops)
 {
     for (size_t i = 0; i < n_stops; i++) {
-        if (!stops[i] || !detok_utf8_valid(stops[i], strlen(stops[i])))
+        if (!stops[i] || !utf8_valid((const uint8_t *)stops[i], strlen(stops[i])))
             return NULL;
     }
     detok_t *d = xcalloc(1, sizeof(*d));
@@ -259,7 +204,7 @@ void detok_finish(detok_t *d, detok_finish_t reason, const char **delta, size_t 
     if (d->reason != DETOK_FINISH_NONE)
         return;
     if (d->n_pend > 0) {
-        hold_append(d, REPLACEMENT, 3);
+        hold_append(d, UTF8_REPLACEMENT, UTF8_REPLACEMENT_LEN);
         d->n_pend = 0;
     }
     if (!stop_scan(d)) {

@@ -94,7 +94,4 @@ size_t detok_held_bytes(const detok_t *d);
 
 const char *detok_finish_name(detok_finish_t r); /* stop, eos, length or none */
 
-/* True when buf[0..len) is well-formed UTF-8 (Unicode Table 3-7). */
-bool detok_utf8_valid(const char *buf, size_t len);
-
 #endif

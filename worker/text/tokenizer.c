@@ -25,8 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "common/xalloc.h"
+#include "common/vec.h"
 
 /* Hard limits on hostile metadata (far above any real vocabulary). */
 #define MAX_VOCAB (1 << 24)
@@ -84,18 +87,6 @@ struct tokenizer {
     pcre2_code *re[2];   /* pre-tokenizer regexes, applied in order */
     int n_re;
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---------------------------------------------------------------- hashing */
 
@@ -180,71 +171,6 @@ static const merge_slot_t *merge_find(const tokenizer_t *t, int32_t a, int32_t b
     }
 }
 
-/* ---------------------------------------------------------------- UTF-8 */
-
-/* Length of the valid UTF-8 character at p (n bytes available), or 0 when
- * the bytes there are not a complete, valid, shortest-form character. */
-static size_t utf8_char_len(const uint8_t *p, size_t n)
-{
-    uint8_t c = p[0];
-    if (c < 0x80)
-        return 1;
-    size_t k;
-    uint32_t min;
-    if ((c & 0xe0) == 0xc0) { k = 2; min = 0x80; }
-    else if ((c & 0xf0) == 0xe0) { k = 3; min = 0x800; }
-    else if ((c & 0xf8) == 0xf0) { k = 4; min = 0x10000; }
-    else return 0;
-    if (k > n)
-        return 0;
-    uint32_t cp = c & (0x7f >> k);
-    for (size_t i = 1; i < k; i++) {
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (p[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return k;
-}
-
-static size_t utf8_put(uint32_t cp, char *out)
-{
-    if (cp < 0x80) { out[0] = (char)cp; return 1; }
-    if (cp < 0x800) {
-        out[0] = (char)(0xc0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    out[0] = (char)(0xe0 | (cp >> 12));
-    out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    out[2] = (char)(0x80 | (cp & 0x3f));
-    return 3; /* byte-level code points are all < 0x10000 */
-}
-
-size_t tokenizer_utf8_complete(const char *buf, size_t len)
-{
-    const uint8_t *p = (const uint8_t *)buf;
-    /* Look at the last up-to-3 bytes for the lead byte of a sequence that
-     * the buffer cuts short. */
-    size_t back = len < 3 ? len : 3;
-    for (size_t i = 1; i <= back; i++) {
-        uint8_t c = p[len - i];
-        if ((c & 0xc0) == 0x80)
-            continue; /* continuation: keep looking for the lead */
-        size_t need = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 1;
-        if (need > i) {
-            /* Hold back only if what is there so far could still become valid. */
-            for (size_t j = 1; j < i; j++)
-                if ((p[len - i + j] & 0xc0) != 0x80)
-                    return len;
-            return len - i;
-        }
-        return len;
-    }
-    return len;
-}
-
 /* GPT-2 byte-level alphabet: printable Latin-1 bytes stand for themselves,
  * the other 68 bytes are mapped in order to U+0100.. so every byte has a
  * visible, non-space character. */
@@ -273,13 +199,13 @@ static int get_opt_id(const gguf_t *g, const char *key, int32_t n_vocab, int32_t
         return 0;
     int64_t v;
     if (gguf_get_int(g, key, &v) != 0) {
-        seterr(err, errlen, "%s: not an integer", key);
+        errbuf_set(err, errlen, "%s: not an integer", key);
         return -1;
     }
     if (v == -1 || v == 0xffffffffll)
         return 0;
     if (v < 0 || v >= n_vocab) {
-        seterr(err, errlen, "%s = %lld out of range (n_vocab %d)", key, (long long)v, n_vocab);
+        errbuf_set(err, errlen, "%s = %lld out of range (n_vocab %d)", key, (long long)v, n_vocab);
         return -1;
     }
     *out = (int32_t)v;
@@ -292,7 +218,7 @@ static int get_opt_bool(const gguf_t *g, const char *key, bool def, bool *out, c
     if (!gguf_find_kv(g, key))
         return 0;
     if (gguf_get_bool(g, key, out) != 0) {
-        seterr(err, errlen, "%s: not a bool", key);
+        errbuf_set(err, errlen, "%s: not a bool", key);
         return -1;
     }
     return 0;
@@ -355,7 +281,7 @@ static pcre2_code *compile_re(const char *pat, char *err, size_t errlen)
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        seterr(err, errlen, "pre-tokenizer regex: %s at %zu", (const char *)msg, (size_t)eo);
+        errbuf_set(err, errlen, "pre-tokenizer regex: %s at %zu", (const char *)msg, (size_t)eo);
         return NULL;
     }
     /* JIT is an optimisation only: the interpreter gives the same matches. */
@@ -373,10 +299,7 @@ static void trie_add(tokenizer_t *t, int32_t *cap, int32_t id)
         while (c >= 0 && t->trie[c].byte != p[i])
             c = t->trie[c].sibling;
         if (c < 0) {
-            if (t->n_trie == *cap) {
-                *cap *= 2;
-                t->trie = xrealloc(t->trie, (size_t)*cap * sizeof *t->trie);
-            }
+            vec_reserve(t->trie, *cap, (size_t)t->n_trie + 1);
             c = t->n_trie++;
             t->trie[c] = (trie_node_t){.child = -1, .sibling = t->trie[node].child, .id = -1, .byte = p[i]};
             t->trie[node].child = c;
@@ -394,11 +317,7 @@ static void build_piece(tokenizer_t *t, int32_t id, const int16_t byte_of_cp[324
 {
     size_t n;
     const char *p = tok_text(t, id, &n);
-    if (*used + n + 8 > *cap) {
-        while (*used + n + 8 > *cap)
-            *cap *= 2;
-        *buf = xrealloc(*buf, *cap);
-    }
+    vec_reserve(*buf, *cap, *used + n + 8);
     char *o = *buf + *used;
     size_t k = 0;
     int type = t->type[id];
@@ -421,7 +340,7 @@ static void build_piece(tokenizer_t *t, int32_t id, const int16_t byte_of_cp[324
     } else {
         /* byte-level: each character of the text is one byte */
         for (size_t i = 0; i < n;) {
-            size_t cl = utf8_char_len((const uint8_t *)p + i, n - i);
+            size_t cl = utf8_char((const uint8_t *)p + i, n - i, NULL);
             if (cl == 0) {
                 o[k++] = p[i++]; /* not UTF-8: copy the byte */
                 continue;
@@ -466,7 +385,7 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
 
     gguf_str_t model;
     if (gguf_get_str(g, "tokenizer.ggml.model", &model) != 0) {
-        seterr(err, errlen, "tokenizer.ggml.model missing or not a string");
+        errbuf_set(err, errlen, "tokenizer.ggml.model missing or not a string");
         goto err;
     }
     if (str_is(model, "llama")) {
@@ -475,7 +394,7 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
     } else if (str_is(model, "gpt2")) {
         t->model = TOKENIZER_MODEL_BPE;
     } else {
-        seterr(err, errlen, "tokenizer model '%.*s' not supported (supported: llama, gpt2)",
+        errbuf_set(err, errlen, "tokenizer model '%.*s' not supported (supported: llama, gpt2)",
                (int)(model.len > 64 ? 64 : model.len), model.ptr);
         goto err;
     }
@@ -483,11 +402,11 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
     /* tokens */
     const gguf_kv_t *tokens;
     if (gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tokens) != 0) {
-        seterr(err, errlen, "tokenizer.ggml.tokens missing or not an array of strings");
+        errbuf_set(err, errlen, "tokenizer.ggml.tokens missing or not an array of strings");
         goto err;
     }
     if (tokens->arr_n == 0 || tokens->arr_n > MAX_VOCAB) {
-        seterr(err, errlen, "tokenizer.ggml.tokens: %llu tokens (1..%d allowed)",
+        errbuf_set(err, errlen, "tokenizer.ggml.tokens: %llu tokens (1..%d allowed)",
                (unsigned long long)tokens->arr_n, MAX_VOCAB);
         goto err;
     }
@@ -495,14 +414,14 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
     uint64_t total = 0;
     for (int32_t i = 0; i < n; i++) {
         if (tokens->arr_str[i].len > MAX_TOKEN_LEN) {
-            seterr(err, errlen, "token %d: text of %llu bytes (max %d)", i,
+            errbuf_set(err, errlen, "token %d: text of %llu bytes (max %d)", i,
                    (unsigned long long)tokens->arr_str[i].len, MAX_TOKEN_LEN);
             goto err;
         }
         total += tokens->arr_str[i].len;
     }
     if (total > UINT32_MAX / 2) {
-        seterr(err, errlen, "tokenizer.ggml.tokens: %llu bytes of text", (unsigned long long)total);
+        errbuf_set(err, errlen, "tokenizer.ggml.tokens: %llu bytes of text", (unsigned long long)total);
         goto err;
     }
     t->text = xmalloc(total + 1);
@@ -523,13 +442,13 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
     const gguf_kv_t *kv = gguf_find_kv(g, "tokenizer.ggml.token_type");
     if (kv) {
         if (kv->type != GGUF_TYPE_ARRAY || kv->arr_n != (uint64_t)n) {
-            seterr(err, errlen, "tokenizer.ggml.token_type: expected an array of %d integers", n);
+            errbuf_set(err, errlen, "tokenizer.ggml.token_type: expected an array of %d integers", n);
             goto err;
         }
         for (int32_t i = 0; i < n; i++) {
             int64_t v;
             if (gguf_arr_get_int(kv, (uint64_t)i, &v) != 0 || v < 0 || v > 6) {
-                seterr(err, errlen, "tokenizer.ggml.token_type[%d]: not a type 0..6", i);
+                errbuf_set(err, errlen, "tokenizer.ggml.token_type[%d]: not a type 0..6", i);
                 goto err;
             }
             t->type[i] = v == 0 ? TOKENIZER_TOKEN_NORMAL : (uint8_t)v;
@@ -543,13 +462,13 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
     kv = gguf_find_kv(g, "tokenizer.ggml.scores");
     if (kv) {
         if (kv->type != GGUF_TYPE_ARRAY || kv->arr_n != (uint64_t)n) {
-            seterr(err, errlen, "tokenizer.ggml.scores: expected an array of %d floats", n);
+            errbuf_set(err, errlen, "tokenizer.ggml.scores: expected an array of %d floats", n);
             goto err;
         }
         for (int32_t i = 0; i < n; i++) {
             double v;
             if (gguf_arr_get_float(kv, (uint64_t)i, &v) != 0 || v != v) {
-                seterr(err, errlen, "tokenizer.ggml.scores[%d]: not a number", i);
+                errbuf_set(err, errlen, "tokenizer.ggml.scores[%d]: not a number", i);
                 goto err;
             }
             t->score[i] = (float)v;
@@ -576,7 +495,7 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
         gguf_str_t pre = {0};
         bool has_pre = gguf_find_kv(g, "tokenizer.ggml.pre") != NULL;
         if (has_pre && gguf_get_str(g, "tokenizer.ggml.pre", &pre) != 0) {
-            seterr(err, errlen, "tokenizer.ggml.pre: not a string");
+            errbuf_set(err, errlen, "tokenizer.ggml.pre: not a string");
             goto err;
         }
         if (!has_pre || str_is(pre, "default")) {
@@ -591,7 +510,7 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
         } else if (in_list(pre, k_pre_smollm)) {
             t->pre = PRE_SMOLLM;
         } else {
-            seterr(err, errlen,
+            errbuf_set(err, errlen,
                    "pre-tokenizer '%.*s' not supported (supported: llama3/llama-bpe, qwen2, gpt2, smollm "
                    "and their aliases; see docs/TOKENIZERS.md)",
                    (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
@@ -617,13 +536,13 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
         t->add_space_prefix = false;
     if (t->add_bos && t->bos < 0) {
         if (has_add_bos) {
-            seterr(err, errlen, "tokenizer.ggml.add_bos_token is true but there is no BOS token");
+            errbuf_set(err, errlen, "tokenizer.ggml.add_bos_token is true but there is no BOS token");
             goto err;
         }
         t->add_bos = false;
     }
     if (t->add_eos && t->eos < 0) {
-        seterr(err, errlen, "tokenizer.ggml.add_eos_token is true but there is no EOS token");
+        errbuf_set(err, errlen, "tokenizer.ggml.add_eos_token is true but there is no EOS token");
         goto err;
     }
 
@@ -654,7 +573,7 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
             const char *p = tok_text(t, i, &len);
             int b = parse_byte_token(p, len);
             if (b < 0) {
-                seterr(err, errlen, "token %d is of type BYTE but its text is not <0xNN>", i);
+                errbuf_set(err, errlen, "token %d is of type BYTE but its text is not <0xNN>", i);
                 goto err;
             }
             if (t->byte_tok[b] < 0)
@@ -663,7 +582,7 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
         if (t->unk < 0)
             for (int b = 0; b < 256; b++)
                 if (t->byte_tok[b] < 0) {
-                    seterr(err, errlen, "llama vocabulary has no <0x%02X> byte token and no unknown token", b);
+                    errbuf_set(err, errlen, "llama vocabulary has no <0x%02X> byte token and no unknown token", b);
                     goto err;
                 }
     } else {
@@ -672,7 +591,7 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
             size_t k = utf8_put(cp_of_byte[b], u);
             int32_t id = tokenizer_find(t, u, k);
             if (id < 0 || t->type[id] != TOKENIZER_TOKEN_NORMAL) {
-                seterr(err, errlen, "gpt2 vocabulary lacks the byte-level token for byte 0x%02X", b);
+                errbuf_set(err, errlen, "gpt2 vocabulary lacks the byte-level token for byte 0x%02X", b);
                 goto err;
             }
             t->byte_tok[b] = id;
@@ -695,11 +614,11 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
     if (t->model == TOKENIZER_MODEL_BPE) {
         const gguf_kv_t *mg;
         if (gguf_get_arr(g, "tokenizer.ggml.merges", GGUF_TYPE_STRING, &mg) != 0) {
-            seterr(err, errlen, "gpt2 tokenizer: tokenizer.ggml.merges missing or not an array of strings");
+            errbuf_set(err, errlen, "gpt2 tokenizer: tokenizer.ggml.merges missing or not an array of strings");
             goto err;
         }
         if (mg->arr_n > MAX_MERGES) {
-            seterr(err, errlen, "tokenizer.ggml.merges: %llu entries (max %d)",
+            errbuf_set(err, errlen, "tokenizer.ggml.merges: %llu entries (max %d)",
                    (unsigned long long)mg->arr_n, MAX_MERGES);
             goto err;
         }
@@ -714,7 +633,7 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
             const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
             if (!sp) {
                 free(cat);
-                seterr(err, errlen, "tokenizer.ggml.merges[%llu]: no space between the two parts",
+                errbuf_set(err, errlen, "tokenizer.ggml.merges[%llu]: no space between the two parts",
                        (unsigned long long)r);
                 goto err;
             }
@@ -948,7 +867,7 @@ static void spm_segment(const tokenizer_t *t, scratch_t *s, const char *text, si
     grow_syms(s, m);
     int32_t ns = 0;
     for (size_t i = 0; i < m;) {
-        size_t cl = utf8_char_len((const uint8_t *)s->norm + i, m - i);
+        size_t cl = utf8_char((const uint8_t *)s->norm + i, m - i, NULL);
         if (cl == 0)
             cl = 1;
         s->sym[ns] = (sym_t){.start = (int32_t)i, .len = (int32_t)cl, .prev = ns - 1, .next = ns + 1};

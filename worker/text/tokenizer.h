@@ -100,7 +100,7 @@ int tokenizer_encode(const tokenizer_t *t, const char *text, size_t len, bool ad
  *   CONTROL, UNKNOWN  the text when special is true, else empty
  *   UNUSED        empty
  * No leading-space rule is applied: this is what a streaming detokenizer
- * appends for each generated token (see tokenizer_utf8_complete()). */
+ * appends for each generated token (see utf8_complete_len() in common/utf8.h). */
 const char *tokenizer_token_piece(const tokenizer_t *t, int32_t id, bool special, size_t *len);
 
 /* Decodes a whole sequence into out (cap bytes; no NUL is added). Returns the
@@ -142,10 +142,5 @@ bool tokenizer_add_bos(const tokenizer_t *t);
  * "<|eom_id|>", "</s>". */
 bool tokenizer_is_eog(const tokenizer_t *t, int32_t id);
 
-/* Length of the longest prefix of buf[0..len) that does not end inside an
- * incomplete UTF-8 sequence — what a streaming detokenizer may send now; the
- * rest waits for the next token's bytes. Invalid bytes count as complete
- * (they will never become valid), so at most 3 bytes are ever held back. */
-size_t tokenizer_utf8_complete(const char *buf, size_t len);
 
 #endif

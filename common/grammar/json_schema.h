@@ -1,0 +1,70 @@
+/* json_schema.h — a JSON Schema subset compiled to GBNF (gbnf.h), so that
+ * constrained decoding produces JSON that validates against the schema.
+ *
+ * Supported keywords (anything else is refused, naming the keyword and its
+ * JSON pointer — never silently ignored):
+ *   type          "object" "array" "string" "integer" "number" "boolean" "null",
+ *                 or an array of them (alternatives)
+ *   enum, const   any JSON values (written compactly, as json_dumps does)
+ *   anyOf         alternatives; allOf with exactly one schema
+ *   $ref          "#", "#/$defs/NAME", "#/definitions/NAME" (recursion allowed)
+ *   object        properties, required, additionalProperties (false or absent:
+ *                 only the listed properties; true or a schema: allowed only
+ *                 when there are no properties — a map)
+ *   array         items (one schema), minItems, maxItems (≤ JSON_SCHEMA_MAX_COUNT)
+ *   string        minLength, maxLength (≤ JSON_SCHEMA_MAX_COUNT, in code points),
+ *                 pattern (an ECMA-262 subset: literals, escapes \d \w \s \D \W \S,
+ *                 classes, ., groups, |, quantifiers; ^ and $ only at the ends;
+ *                 no lookaround or backreferences)
+ *   integer       minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers)
+ *   number        minimum, maximum with integral values
+ *   annotations   $schema $id $comment title description default examples
+ *                 deprecated readOnly writeOnly $defs definitions (ignored)
+ *
+ * What is generated (a subset of what the schema accepts, chosen so a random
+ * model still writes short, valid JSON): properties in the schema's order,
+ * each optional one present or not; whitespace limited to one space or a
+ * newline and ≤ 12 indents between tokens; integers ≤ 15 digits; numbers
+ * without an exponent when bounded; no properties beyond the listed ones
+ * when additionalProperties is absent; a pattern's match itself (a string
+ * that *is* a match also *contains* one, so unanchored patterns hold).
+ *
+ * Rule names all start with `prefix` (NULL = ""), and the schema's rule is
+ * `<prefix>root`, so several compiled schemas can be joined into one grammar
+ * (e.g. root ::= "<tool>" t0-root "</tool>" | t1-root) — see
+ * json_schema_gbnf_wrap.
+ *
+ * Ownership: returned strings are malloc'd; the caller frees them.
+ */
+#ifndef PAGODA_COMMON_GRAMMAR_JSON_SCHEMA_H
+#define PAGODA_COMMON_GRAMMAR_JSON_SCHEMA_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define JSON_SCHEMA_MAX_COUNT 10000     /* minItems, maxItems, minLength, maxLength */
+#define JSON_SCHEMA_MAX_DEPTH 64        /* nested schemas */
+#define JSON_SCHEMA_MAX_RULES 20000     /* generated rules */
+
+/* GBNF text for `schema` (a JSON object or boolean). Returns NULL on a
+ * schema it cannot compile: err gets the reason ("unsupported JSON Schema
+ * keyword 'oneOf'") and path (may be NULL) the JSON pointer of the offending
+ * keyword ("/properties/age/oneOf"). */
+char *json_schema_to_gbnf(const json_t *schema, const char *prefix, char *err, size_t errlen,
+                          char *path, size_t pathlen);
+
+/* GBNF text for any JSON object (response_format {"type":"json_object"}). */
+char *json_schema_object_gbnf(const char *prefix);
+
+/* Parses buf as JSON, compiles it and checks the result with gbnf_parse.
+ * 0 ok, -1 error (message in err). For fuzzing and tests. */
+int json_schema_check(const uint8_t *buf, size_t len, char *err, size_t errlen);
+
+/* A grammar whose root is prefix_text <inner_prefix>root suffix_text, plus
+ * the rules of inner (compiled with inner_prefix, which must not be ""):
+ * for wrapping a schema in fixed text (tool-call markup). malloc'd. */
+char *json_schema_gbnf_wrap(const char *inner, const char *inner_prefix, const char *prefix_text,
+                            const char *suffix_text);
+
+#endif

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Constrained decoding end to end (tests/integration/grammar_e2e.mjs): real
+# gateways and workers on a random-weight model (pagoda-mkmodel, stories260K's
+# tokenizer) and on stories260K.gguf; many seeds × several schemas at
+# temperature 1, every output parsed and validated by ajv (an independent
+# JSON Schema validator) and required to finish with "stop"; the openai SDK's
+# zodResponseFormat + chat.completions.parse; bad schemas and grammars → 400.
+source "$(dirname "$0")/../lib.sh"
+
+GW=$BUILD/pagoda-gateway
+[[ -x $GW ]] || { fail "pagoda-gateway not built in $BUILD"; finish; }
+need_shared_model stories260K.gguf
+if ! command -v node >/dev/null || ! bash "$ROOT/tests/js/ensure.sh"; then
+  skip "node/npm or the npm packages unavailable: skipping grammar tests"
+  exit 0
+fi
+REAL=$SHARED/models/stories260K.gguf
+RAND=$TMP/random.gguf
+check "pagoda-mkmodel makes a random-weight model" "$BUILD/pagoda-mkmodel" -o "$RAND" --dim 64 --layers 2 \
+  --heads 4 --kv-heads 2 --ffn 128 --ctx 1024 --type F32 --seed 11 --tokenizer-from "$REAL"
+
+PR=$(free_port); ZR=$(free_port); PS=$(free_port); ZS=$(free_port)
+spawn "$TMP/gw_rand.log" "$GW" --listen 127.0.0.1:$PR --worker-endpoint tcp://127.0.0.1:$ZR \
+  --model "rand=$RAND" --max-seqs 16
+spawn "$TMP/gw_real.log" "$GW" --listen 127.0.0.1:$PS --worker-endpoint tcp://127.0.0.1:$ZS \
+  --model "stories=$REAL" --max-seqs 16
+ready() { curl -sf "http://127.0.0.1:$1/health" | grep -q '"replicas":1'; }
+check "random-model gateway: worker registered" wait_for 30 ready $PR
+check "stories gateway: worker registered" wait_for 30 ready $PS
+
+URL_RAND=http://127.0.0.1:$PR URL_REAL=http://127.0.0.1:$PS SEEDS=${GRAMMAR_SEEDS:-12} \
+  timeout 600 node "$ROOT/tests/integration/grammar_e2e.mjs" 2>"$TMP/node.err" | tee "$TMP/node.out"
+rc=${PIPESTATUS[0]}
+grep -q '^not ok' "$TMP/node.out" && N_FAIL=$((N_FAIL + 1))
+if [[ $rc -ne 0 ]]; then
+  grep -q '^not ok' "$TMP/node.out" || fail "grammar_e2e.mjs exited $rc"
+  sed 's/^/# node: /' "$TMP/node.err" | tail -20
+fi
+check "no worker restarted during the run" bash -c "! grep -q 'restarting in' '$TMP/gw_rand.log' '$TMP/gw_real.log'"
+if [[ $N_FAIL -gt 0 ]]; then for f in "$TMP"/gw*.log; do echo "# --- $f"; tail -n 30 "$f" | sed 's/^/# /'; done; fi
+finish
