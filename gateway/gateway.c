@@ -413,6 +413,11 @@ static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *w
         supervisor_kill(gw->sup, (pid_t)w->reg.pid, "missed its heartbeats");
     if (kind == REMOVE_STALLED && worker_is_local(gw, w))
         supervisor_kill(gw->sup, (pid_t)w->reg.pid, "made no progress");
+    if (w->has_counted) {
+        gateway_retired_t *rt = &gw->retired[gw->i_retired++ % GATEWAY_RETIRED];
+        snprintf(rt->replica, sizeof rt->replica, "%s", w->reg.replica);
+        rt->counted = w->counted;
+    }
     if (w->slot >= 0) {
         /* a dead or replaced registration's cache is gone with it */
         metrics_gauge_set(gw->m.prefix_index_replica, (const char *[]){w->reg.model, w->reg.replica}, 0);
@@ -839,6 +844,14 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
         memset(w, 0, sizeof *w);
         w->uid = ++gw->next_worker_uid;
         w->peer = *from;
+        for (size_t k = 0; k < GATEWAY_RETIRED; k++) {
+            gateway_retired_t *rt = &gw->retired[k];
+            if (rt->replica[0] && strcmp(rt->replica, r->replica) == 0) {
+                w->has_counted = true; /* counted before: continue from there */
+                w->counted = rt->counted;
+                rt->replica[0] = '\0';
+            }
+        }
         w->slot = ~gw->slots_used ? __builtin_ctzll(~gw->slots_used) : -1;
         if (w->slot >= 0)
             gw->slots_used |= 1ULL << w->slot;
@@ -873,10 +886,11 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
 static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_load_t *nl)
 {
     const char *lab[] = {w->reg.model};
-    const proto_load_t *ol = &w->load;
-    bool had = w->has_load;
-    /* the first heartbeat of a registration counts from 0: it covers what
-     * the worker did since it started (or since the counters reset) */
+    const proto_load_t *ol = &w->counted;
+    bool had = w->has_counted;
+    /* the first heartbeat of a worker process counts from 0: it covers what
+     * the worker did since it started (a process registering again continues
+     * from its retired counters) */
 #define DELTA(field) (had && nl->field >= ol->field ? nl->field - ol->field : nl->field)
     uint64_t dq = DELTA(prefix_cache_queries), dh = DELTA(prefix_cache_hits);
     uint64_t dp = DELTA(preemptions);
@@ -897,6 +911,8 @@ static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_loa
                           (double)nl->prefix_cache_hits / (double)nl->prefix_cache_queries);
     if (dp)
         metrics_counter_add(gw->m.num_preemptions, lab, (double)dp);
+    w->has_counted = true;
+    w->counted = *nl;
 }
 
 /* A worker's prefix-cache changes → the routing index (order: reset, del, add). */

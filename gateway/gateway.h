@@ -155,7 +155,19 @@ typedef struct gateway_worker {
     int64_t hb_credit;            /* free_slots of the last HEARTBEAT (capacity before one),
                                      − SUBMITs since, + finishes since */
     int slot;                     /* its slot in gw->pindex, -1 = none (over 64 replicas) */
+    bool has_counted;             /* `counted` holds cumulative counters already added to
+                                     our metrics (this or an earlier registration) */
+    proto_load_t counted;         /* their values (prefix cache, preemptions) */
 } gateway_worker_t;
+
+/* Cumulative counters of a removed registration, kept so that the same
+ * worker process registering again (reconnect, ERROR 409) is counted from
+ * where it left off, not from 0 again. */
+typedef struct gateway_retired {
+    char replica[PROTO_MAX_NAME + 1]; /* "" = empty entry */
+    proto_load_t counted;
+} gateway_retired_t;
+#define GATEWAY_RETIRED 64
 
 /* One model: known from the configuration or from a registration. */
 typedef struct gateway_model {
@@ -213,6 +225,8 @@ struct gateway {
     atomic_int route_block_size;  /* [any] tokens per KV block of the last registration */
     prefix_index_t *pindex;       /* [core] block key → replica slots, from KV messages */
     uint64_t slots_used;          /* [core] pindex slots held by registrations */
+    gateway_retired_t retired[GATEWAY_RETIRED]; /* [core] ring of removed registrations' counters */
+    size_t i_retired;             /* [core] next entry of the ring to overwrite */
 
     /* local workers */
     struct supervisor *sup;       /* [core] borrowed, NULL = none (gateway_set_supervisor) */

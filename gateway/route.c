@@ -82,14 +82,17 @@ int32_t route_text_keys(const route_text_t *t, const char *model, const proto_su
     /* the same prompt construction as the worker's submit() */
     char err[256];
     int32_t *ids = NULL;
-    int32_t n_ids = engine_prompt_submit(e, s, &ids, err, sizeof err);
+    bool cut = false;
+    int32_t n_ids = engine_prompt_submit_prefix(e, s, ROUTE_MAX_TEXT_BYTES, &ids, &cut, err, sizeof err);
     int32_t n = 0;
     if (n_ids > block_size) {
-        int32_t max = (n_ids - 1) / block_size;
+        int32_t max = (n_ids - 1) / block_size - (cut ? ROUTE_CUT_BLOCKS : 0);
         if (max > ROUTE_MAX_KEYS)
             max = ROUTE_MAX_KEYS;
-        *keys = xmalloc((size_t)max * sizeof **keys);
-        n = prefix_key_chain(ids, n_ids, block_size, *keys, max);
+        if (max > 0) {
+            *keys = xmalloc((size_t)max * sizeof **keys);
+            n = prefix_key_chain(ids, n_ids, block_size, *keys, max);
+        }
     }
     free(ids);
     return n;

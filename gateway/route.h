@@ -42,6 +42,12 @@ typedef enum route_mode {
 
 #define ROUTE_DEFAULT_MAX_LOAD_GAP 4
 #define ROUTE_MAX_KEYS 65536          /* blocks of a prompt looked up (2M tokens at 32) */
+/* Bytes of a rendered prompt the gateway tokenizes for keys: a longer prompt
+ * is keyed on its first ROUTE_MAX_TEXT_BYTES (≈ 32k tokens), minus
+ * ROUTE_CUT_BLOCKS blocks before the cut (whose tokens may differ from the
+ * whole prompt's), so a hostile multi-MiB prompt costs the gateway little. */
+#define ROUTE_MAX_TEXT_BYTES (128u << 10)
+#define ROUTE_CUT_BLOCKS 2
 
 /* "cache-aware" / "least-loaded" → mode; 0 ok, -1 unknown. */
 int route_mode_parse(const char *s, route_mode_t *out);
@@ -59,7 +65,8 @@ void route_text_free(route_text_t **t);
  * block_size tokens per block: *keys (malloc'd, caller frees; NULL when 0)
  * gets the keys of the blocks a prefix-cache lookup can hit. Returns their
  * count, 0 when the model has no text engine or the prompt does not render
- * (the worker will then answer the error itself). */
+ * (the worker will then answer the error itself). Text past
+ * ROUTE_MAX_TEXT_BYTES is not tokenized (see above). */
 int32_t route_text_keys(const route_text_t *t, const char *model, const proto_submit_t *s,
                         int32_t block_size, uint64_t **keys);
 

@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "worker/kernels/qgemm.h"
 
 /* The token text of id as a NUL-terminated malloc'd string ("" for none). */
 static char *token_text_dup(const tokenizer_t *t, int32_t id)
@@ -86,8 +87,9 @@ void engine_pack_int8(engine_t *e, int n_threads)
     int64_t t0 = clock_now_us();
     int n = model_pack_int8(e->model, n_threads);
     if (n > 0)
-        log_info("packed %d Q8_0 matrices for the int8 kernels: %.1f MiB in %.0f ms", n,
-                 (double)e->model->packed_bytes / (1024.0 * 1024.0), (double)(clock_now_us() - t0) / 1e3);
+        log_info("packed %d Q8_0 matrices for the int8 kernels (isa %s): %.1f MiB in %.0f ms", n,
+                 qgemm_isa_name(qgemm_isa_default()), (double)e->model->packed_bytes / (1024.0 * 1024.0),
+                 (double)(clock_now_us() - t0) / 1e3);
 }
 
 void engine_free(engine_t **pe)
@@ -135,6 +137,14 @@ int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int3
 int32_t engine_prompt_submit(const engine_t *e, const proto_submit_t *s, int32_t **out, char *err,
                              size_t errlen)
 {
+    return engine_prompt_submit_prefix(e, s, SIZE_MAX, out, NULL, err, errlen);
+}
+
+int32_t engine_prompt_submit_prefix(const engine_t *e, const proto_submit_t *s, size_t max_bytes,
+                                    int32_t **out, bool *truncated, char *err, size_t errlen)
+{
+    if (truncated)
+        *truncated = false;
     if (s->kind == PROTO_KIND_CHAT) {
         chat_msg_t *msgs = xcalloc(s->n_messages ? s->n_messages : 1, sizeof *msgs);
         for (uint32_t i = 0; i < s->n_messages; i++) {
@@ -143,7 +153,8 @@ int32_t engine_prompt_submit(const engine_t *e, const proto_submit_t *s, int32_t
             msgs[i].tool_calls = s->messages[i].tool_calls;
             msgs[i].tool_call_id = s->messages[i].tool_call_id;
         }
-        int32_t n = engine_prompt_chat(e, msgs, s->n_messages, s->tools, out, err, errlen);
+        int32_t n = engine_prompt_chat_prefix(e, msgs, s->n_messages, s->tools, max_bytes, out,
+                                              truncated, err, errlen);
         free(msgs);
         return n;
     }
@@ -154,16 +165,33 @@ int32_t engine_prompt_submit(const engine_t *e, const proto_submit_t *s, int32_t
         return (int32_t)s->n_prompt_ids;
     }
     const char *p = s->prompt ? s->prompt : "";
-    return engine_prompt_text(e, p, strlen(p), out, err, errlen);
+    size_t len = strlen(p);
+    if (len > max_bytes) {
+        len = max_bytes;
+        if (truncated)
+            *truncated = true;
+    }
+    return engine_prompt_text(e, p, len, out, err, errlen);
 }
 
 int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, const char *tools_json,
                            int32_t **out, char *err, size_t errlen)
 {
+    return engine_prompt_chat_prefix(e, msgs, n, tools_json, SIZE_MAX, out, NULL, err, errlen);
+}
+
+int32_t engine_prompt_chat_prefix(const engine_t *e, const chat_msg_t *msgs, size_t n,
+                                  const char *tools_json, size_t max_bytes, int32_t **out,
+                                  bool *truncated, char *err, size_t errlen)
+{
     char *prompt = NULL;
     size_t plen = 0;
     if (chat_template_render_tools(e->tmpl, msgs, n, tools_json, true, &prompt, &plen, err, errlen) != 0)
         return -1;
+    if (truncated)
+        *truncated = plen > max_bytes;
+    if (plen > max_bytes)
+        plen = max_bytes;
     /* The template writes BOS itself when the family wants it; the
      * tokenizer's add_bos must not add a second one. */
     size_t bl = 0;

@@ -64,4 +64,15 @@ int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, 
 int32_t engine_prompt_submit(const engine_t *e, const proto_submit_t *s, int32_t **out, char *err,
                              size_t errlen);
 
+/* engine_prompt_submit / engine_prompt_chat over at most the first max_bytes
+ * of the rendered chat prompt or the text prompt (*truncated, may be NULL,
+ * says whether it was cut; prompt_ids are never cut). The tokens of a cut
+ * prompt agree with the whole prompt's except near the cut: the gateway uses
+ * this to key long prompts cheaply (gateway/route.c). */
+int32_t engine_prompt_submit_prefix(const engine_t *e, const proto_submit_t *s, size_t max_bytes,
+                                    int32_t **out, bool *truncated, char *err, size_t errlen);
+int32_t engine_prompt_chat_prefix(const engine_t *e, const chat_msg_t *msgs, size_t n,
+                                  const char *tools_json, size_t max_bytes, int32_t **out,
+                                  bool *truncated, char *err, size_t errlen);
+
 #endif

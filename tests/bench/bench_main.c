@@ -22,6 +22,12 @@
  *                        without -c the cap is the request count)
  *   --chat               use /v1/chat/completions (one user message)
  *   --shared-prefix      prompts share all but their last 8 words (prefix cache on)
+ *   --groups G           multi-turn / shared-prefix workload: G long prefixes
+ *                        ("system prompts" of --prompt-tokens words), each used by
+ *                        a stream of conversations (tests/bench/bench_prompt.h)
+ *   --turns T            turns per conversation (default 1: requests of a group
+ *                        share the prefix, tails differ)
+ *   --turn-words W       words each past turn adds to the history (default 64)
  *   --api-key KEY        send Authorization: Bearer KEY (default $PAGODA_API_KEY)
  *   --timeout S          per-request time limit in seconds (default 300; 0 = none)
  *   --warmup N           requests sent first and not counted (default 0)
@@ -85,6 +91,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: pagoda-bench --url URL [--model NAME] [-c N] [-n N] [--max-tokens T]\n"
             "         [--prompt-tokens P] [--ignore-eos] [--rate R] [--chat] [--shared-prefix]\n"
+            "         [--groups G [--turns T] [--turn-words W]]\n"
             "         [--api-key KEY] [--timeout S] [--warmup N] [--seed S] [--extra-json OBJ]\n"
             "         [--json] [--progress|--no-progress] [--sweep 1,4,16] [--chart FILE.png]\n"
             "         [--compare --baseline-url URL] [--dump FILE]\n"
@@ -142,7 +149,7 @@ static int parse_args(int argc, char **argv, struct options *o)
     enum {
         O_URL = 256, O_MODEL, O_MAXTOK, O_PROMPT, O_IGNORE_EOS, O_RATE, O_CHAT, O_SHARED,
         O_KEY, O_TIMEOUT, O_WARMUP, O_SEED, O_EXTRA, O_JSON, O_PROGRESS, O_NOPROGRESS,
-        O_SWEEP, O_CHART, O_COMPARE, O_BASELINE, O_DUMP,
+        O_SWEEP, O_CHART, O_COMPARE, O_BASELINE, O_DUMP, O_GROUPS, O_TURNS, O_TURN_WORDS,
     };
     static const struct option longopts[] = {
         { "url", required_argument, 0, O_URL },
@@ -168,6 +175,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         { "compare", no_argument, 0, O_COMPARE },
         { "baseline-url", required_argument, 0, O_BASELINE },
         { "dump", required_argument, 0, O_DUMP },
+        { "groups", required_argument, 0, O_GROUPS },
+        { "turns", required_argument, 0, O_TURNS },
+        { "turn-words", required_argument, 0, O_TURN_WORDS },
         { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 },
     };
@@ -176,6 +186,8 @@ static int parse_args(int argc, char **argv, struct options *o)
     c->n_requests = 100;
     c->max_tokens = 128;
     c->prompt_words = 128;
+    c->turns = 1;
+    c->turn_words = 64;
     c->timeout_s = 300;
     c->api_key = getenv("PAGODA_API_KEY");
     o->chart = "bench.png";
@@ -211,6 +223,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         case O_COMPARE: o->compare = true; break;
         case O_BASELINE: o->baseline_url = optarg; break;
         case O_DUMP: o->dump = optarg; break;
+        case O_GROUPS: ok = parse_size(optarg, &c->groups) && c->groups > 0 && c->groups < (1u << 20); break;
+        case O_TURNS: ok = parse_size(optarg, &c->turns) && c->turns > 0 && c->turns < 4096; break;
+        case O_TURN_WORDS: ok = parse_size(optarg, &c->turn_words) && c->turn_words < (1u << 16); break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }

@@ -33,6 +33,44 @@ uint64_t bench_prompt_rand(uint64_t *state)
     return z ^ (z >> 31);
 }
 
+/* Appends n words drawn from state st to out[*len] (space-separated). */
+static void put_words(char *out, size_t *len, size_t n, uint64_t st)
+{
+    bench_prompt_rand(&st);
+    for (size_t i = 0; i < n; i++) {
+        const char *w = words[bench_prompt_rand(&st) % N_WORDS];
+        size_t wl = strlen(w);
+        if (*len > 0)
+            out[(*len)++] = ' ';
+        memcpy(out + *len, w, wl);
+        *len += wl;
+    }
+    out[*len] = '\0';
+}
+
+char *bench_prompt_conversation(size_t prefix_words, uint64_t seed, uint64_t i_request,
+                                size_t groups, size_t turns, size_t turn_words)
+{
+    if (groups < 1)
+        groups = 1;
+    if (turns < 1)
+        turns = 1;
+    uint64_t slot = i_request % groups, cycle = i_request / groups;
+    uint64_t turn = cycle % turns, conv = slot + groups * (cycle / turns);
+    size_t n = prefix_words + (turn + 1) * BENCH_PROMPT_TAIL + turn * turn_words;
+    char *out = xmalloc(n * 12 + 1);
+    size_t len = 0;
+    out[0] = '\0';
+    put_words(out, &len, prefix_words, seed ^ ((slot + 1) * 0x9e3779b97f4a7c15ull));
+    for (uint64_t k = 0; k <= turn; k++) {
+        uint64_t id = (conv * 1024 + k) * 0xd1b54a32d192ed03ull;
+        put_words(out, &len, BENCH_PROMPT_TAIL, seed ^ id ^ 0x75u);
+        if (k < turn)
+            put_words(out, &len, turn_words, seed ^ id ^ 0x61u);
+    }
+    return out;
+}
+
 char *bench_prompt_make(size_t n_words, uint64_t seed, uint64_t i_request, bool shared_prefix)
 {
     size_t n_shared = 0;

@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "tests/bench/bench_prompt.h"
 
 extern char **environ;
 
@@ -35,6 +36,8 @@ json_t *bench_report_json(const bench_config_t *cfg, const bench_result_t *res)
     json_object_set_new(j, "prompt_words", json_integer((json_int_t)cfg->prompt_words));
     json_object_set_new(j, "ignore_eos", json_boolean(cfg->ignore_eos));
     json_object_set_new(j, "shared_prefix", json_boolean(cfg->shared_prefix));
+    json_object_set_new(j, "groups", json_integer((json_int_t)cfg->groups));
+    json_object_set_new(j, "turns", json_integer((json_int_t)cfg->turns));
     json_object_set_new(j, "duration_s", json_real(res->duration_s));
     json_object_set_new(j, "requests_ok", json_integer((json_int_t)res->n_ok));
     json_object_set_new(j, "requests_err", json_integer((json_int_t)res->n_err));
@@ -102,6 +105,10 @@ void bench_report_print(FILE *f, const bench_config_t *cfg, const bench_result_t
             cfg->n_requests, cfg->n_warmup, cfg->prompt_words,
             cfg->shared_prefix ? " (shared prefix)" : "", cfg->max_tokens,
             cfg->ignore_eos ? ", ignore_eos" : "");
+    if (cfg->groups)
+        fprintf(f, "  workload   %zu prefixes of %zu words, %zu turns per conversation, +%zu words "
+                   "per turn\n", cfg->groups, cfg->prompt_words, cfg->turns,
+                cfg->turn_words + BENCH_PROMPT_TAIL);
     fprintf(f, "  duration   %.3f s\n", res->duration_s);
     fprintf(f, "  requests   %zu ok, %zu errors\n", res->n_ok, res->n_err);
     fprintf(f, "  throughput %.2f req/s, %.1f output tok/s, %.1f prompt tok/s\n", res->req_per_s,

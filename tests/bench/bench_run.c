@@ -68,7 +68,10 @@ char *bench_run_endpoint(const char *base, bool chat)
 static char *make_body(struct run *run, uint64_t i_request)
 {
     const bench_config_t *cfg = run->cfg;
-    char *prompt = bench_prompt_make(cfg->prompt_words, cfg->seed, i_request, cfg->shared_prefix);
+    char *prompt = cfg->groups ? bench_prompt_conversation(cfg->prompt_words, cfg->seed, i_request,
+                                                           cfg->groups, cfg->turns, cfg->turn_words)
+                               : bench_prompt_make(cfg->prompt_words, cfg->seed, i_request,
+                                                   cfg->shared_prefix);
     json_t *b = json_object();
     json_object_set_new(b, "model", json_string(cfg->model));
     if (cfg->chat) {
@@ -374,9 +377,17 @@ int bench_run(const bench_config_t *cfg, bench_result_t *res)
     if (!run.headers)
         abort();
 
-    /* Warm-up: prompt indices after the measured ones so no prompt repeats. */
+    /* Warm-up: prompt indices after the measured ones so no prompt repeats.
+     * With --groups they start at a multiple of groups * turns: the warm-up
+     * runs conversations of their own (first turns: the system prompts get
+     * cached) and caches no measured conversation's history. */
+    uint64_t i_warm = cfg->n_requests;
+    if (cfg->groups) {
+        uint64_t cyc = (uint64_t)cfg->groups * (cfg->turns ? cfg->turns : 1);
+        i_warm = (cfg->n_requests + cyc - 1) / cyc * cyc;
+    }
     if (cfg->n_warmup > 0)
-        run_phase(&run, cfg->n_warmup, cfg->n_requests, false, NULL);
+        run_phase(&run, cfg->n_warmup, i_warm, false, NULL);
 
     int64_t *arrivals = NULL;
     if (cfg->rate > 0 && cfg->n_requests > 0) {

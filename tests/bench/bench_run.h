@@ -43,6 +43,10 @@ typedef struct bench_config {
     size_t prompt_words;     /* synthetic prompt length in words (~tokens) */
     bool ignore_eos;         /* send "ignore_eos": true */
     bool shared_prefix;      /* prompts share all but their last words */
+    size_t groups;           /* > 0: multi-turn / shared-prefix workload with this many
+                                long prefixes (bench_prompt_conversation) */
+    size_t turns;            /* turns per conversation (with groups), ≥ 1 */
+    size_t turn_words;       /* words each past turn adds to the history (with groups) */
     double timeout_s;        /* per-request limit; 0 = none */
     uint64_t seed;           /* prompts and arrival times */
     bool progress;           /* progress line on stderr */

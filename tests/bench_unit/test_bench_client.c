@@ -348,6 +348,46 @@ static void test_prompt_shape(void **state)
     }
 }
 
+static bool starts_with(const char *s, const char *pre)
+{
+    return strncmp(s, pre, strlen(pre)) == 0;
+}
+
+/* --groups/--turns: turn t extends turn t-1 of the same conversation; a
+ * slot's conversations share the system prompt; other slots share nothing. */
+static void test_prompt_conversation(void **state)
+{
+    (void)state;
+    enum { G = 3, T = 4, P = 50, W = 20 };
+    char *p[2 * G * T];
+    for (size_t i = 0; i < 2 * G * T; i++) {
+        p[i] = bench_prompt_conversation(P, 5, i, G, T, W);
+        size_t turn = (i / G) % T;
+        assert_int_equal(count_words(p[i]), P + (turn + 1) * BENCH_PROMPT_TAIL + turn * W);
+        char *again = bench_prompt_conversation(P, 5, i, G, T, W);
+        assert_string_equal(p[i], again);
+        free(again);
+    }
+    for (size_t i = 0; i < 2 * G * T; i++) {
+        size_t turn = (i / G) % T;
+        if (turn > 0) {
+            /* the previous turn's prompt is a prefix of this one's */
+            assert_true(starts_with(p[i], p[i - G]));
+            assert_true(strlen(p[i]) > strlen(p[i - G]));
+        }
+        if (i >= G)
+            assert_int_equal(memcmp(p[i], p[i % G], (size_t)(word_at(p[i % G], P) - p[i % G])),
+                             0); /* same slot: same system prompt */
+        if (i % G != 0)
+            assert_int_not_equal(memcmp(p[i], p[0], 4), 0);
+    }
+    /* a new conversation in the same slot restarts the history */
+    assert_false(starts_with(p[G * T], p[G * (T - 1)]));
+    assert_int_equal(count_words(p[G * T]), P + BENCH_PROMPT_TAIL);
+    for (size_t i = 0; i < 2 * G * T; i++)
+        free(p[i]);
+}
+
 static void test_prompt_prefixes(void **state)
 {
     (void)state;
@@ -415,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_stats_percentiles),
         cmocka_unit_test(test_prompt_shape),
         cmocka_unit_test(test_prompt_prefixes),
+        cmocka_unit_test(test_prompt_conversation),
         cmocka_unit_test(test_endpoint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

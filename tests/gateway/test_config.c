@@ -80,7 +80,8 @@ static const char *FULL =
     "    max_batch_tokens: 1024\n"
     "    threads: 8\n"
     "    kv_type: f32\n"
-    "  - {name: \"meta-llama/Llama-3.2-1B\", path: \"/models/with space.gguf\", replicas: 0}\n";
+    "  - {name: \"meta-llama/Llama-3.2-1B\", path: \"/models/with space.gguf\", replicas: 0}\n"
+    "routing: {mode: least-loaded, max_load_gap: 2, index_entries: 1000}\n";
 
 /* ---- valid files ---------------------------------------------------------- */
 
@@ -115,6 +116,9 @@ static void test_full_file(void **state)
     assert_string_equal(c->curve.server_secret_key_file, "/etc/pagoda/curve/server.key");
     assert_string_equal(c->curve.authorized_worker_keys_file, "/etc/pagoda/curve/workers");
     assert_false(c->curve.allow_plain_tcp);
+    assert_int_equal(c->routing.mode, ROUTE_LEAST_LOADED);
+    assert_int_equal(c->routing.max_load_gap, 2);
+    assert_int_equal(c->routing.index_entries, 1000);
 
     assert_int_equal(c->n_models, 2);
     const config_model_t *m = &c->models[0];
@@ -180,6 +184,9 @@ static void check_defaults(const config_t *c)
     assert_null(c->curve.server_secret_key_file);
     assert_null(c->curve.authorized_worker_keys_file);
     assert_false(c->curve.allow_plain_tcp);
+    assert_int_equal(c->routing.mode, ROUTE_CACHE_AWARE);
+    assert_int_equal(c->routing.max_load_gap, ROUTE_DEFAULT_MAX_LOAD_GAP);
+    assert_int_equal(c->routing.index_entries, PREFIX_INDEX_DEFAULT_ENTRIES);
     /* a gateway started without a file behaves as with one: the defaults are
      * the runtime modules' own */
     prio_queue_config_t q;
@@ -344,6 +351,9 @@ static const bad_case_t BAD[] = {
     {"queue: {aging_per_s: .inf}\n", 1, 22, "queue.aging_per_s: expected a number"},
     {"queue: {aging_per_s: -0.5}\n", 1, 22, "queue.aging_per_s: expected a number in 0..1000"},
     {"curve:\n  allow_plain_tcp: yes\n", 2, 20, "curve.allow_plain_tcp: expected true or false, got 'yes'"},
+    {"routing: {mode: random}\n", 1, 17, "routing.mode: expected cache-aware or least-loaded, got 'random'"},
+    {"routing: {max_load_gap: 0}\n", 1, 25, "routing.max_load_gap: expected an integer in 1..65536"},
+    {"routing: {index_entries: 67108865}\n", 1, 26, "routing.index_entries: expected an integer in 1..67108864"},
     /* strings */
     {"log_level: verbose\n", 1, 12, "log_level: expected debug, info, warn or error"},
     {"keys_file: \"/a\\nb\"\n", 1, 12, "keys_file: contains a control"},

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "common/clock.h"
@@ -257,12 +258,74 @@ static void test_replace_by_replica(void **state)
     zmq_close(b);
 }
 
+static void send_counters(void *s, uint64_t seq, uint64_t pc_q, uint64_t pc_hit)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_HEARTBEAT);
+    m.heartbeat.seq = seq;
+    m.heartbeat.heartbeat_ms = HB_MS;
+    m.heartbeat.has_load = true;
+    m.heartbeat.load.kv_blocks_total = 12;
+    m.heartbeat.load.free_slots = 3;
+    m.heartbeat.load.prefix_cache_queries = pc_q;
+    m.heartbeat.load.prefix_cache_hits = pc_hit;
+    assert_int_equal(proto_send(s, NULL, &m, 0), PROTO_OK);
+}
+
+/* vllm:prefix_cache_hits_total{model_name="m"}, -1 = absent */
+static double hits_metric(fixture_t *f)
+{
+    char *t = gateway_metrics_text(f->gw, 2000000);
+    assert_non_null(t);
+    const char *key = "vllm:prefix_cache_hits_total{model_name=\"m\"} ";
+    const char *p = strstr(t, key);
+    double v = p ? strtod(p + strlen(key), NULL) : -1;
+    free(t);
+    return v;
+}
+
+/* Workers report prefix-cache counters in tokens, cumulative: the gateway
+ * adds them as they are (no block-size factor), counts the first heartbeat,
+ * and a process that registers again on a new connection continues from
+ * what was counted, not from 0. */
+static void test_prefix_counters(void **state)
+{
+    fixture_t *f = *state;
+    void *a = dealer(f), *b = dealer(f);
+    proto_msg_t m;
+    send_register(a, "h:5:cc", "m");
+    recv_msg(a, &m, 2000);
+    proto_msg_clear(&m);
+    send_counters(a, 1, 100, 40);
+    double v = -1;
+    for (int i = 0; i < 200 && v != 40; i++, usleep(10000))
+        v = hits_metric(f);
+    assert_true(v == 40); /* the first heartbeat, in tokens */
+    send_counters(a, 2, 130, 50);
+    for (int i = 0; i < 200 && v != 50; i++, usleep(10000))
+        v = hits_metric(f);
+    assert_true(v == 50);
+    /* reconnect: same replica id, new connection, counters go on */
+    send_register(b, "h:5:cc", "m");
+    recv_msg(b, &m, 2000);
+    proto_msg_clear(&m);
+    send_counters(b, 3, 160, 70);
+    for (int i = 0; i < 200 && v != 70; i++, usleep(10000))
+        v = hits_metric(f);
+    assert_true(v == 70); /* not 50 + 70 */
+    usleep(100000);
+    assert_true(hits_metric(f) == 70);
+    zmq_close(a);
+    zmq_close(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_hostport),
         cmocka_unit_test_setup_teardown(test_register_heartbeat_expire, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replace_by_replica, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prefix_counters, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

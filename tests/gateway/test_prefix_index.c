@@ -10,6 +10,11 @@
 #include "common/prefix_key.h"
 #include "gateway/prefix_index.h"
 #include "gateway/route.h"
+#include "tests/support/support.h"
+#include "worker/engine.h"
+
+#include <stdio.h>
+#include <string.h>
 
 /* A chain of n keys for "conversation" c (as a prompt's blocks would be). */
 static void chain(uint64_t *k, int n, int c)
@@ -171,12 +176,83 @@ static void test_route_pick(void **state)
     assert_int_equal(route_mode_parse("random", &m), -1);
 }
 
+/* The gateway's keys for a prompt are the worker's: route_text_keys (text-only
+ * engine) == prefix_key_chain over what the worker's engine tokenizes, for a
+ * completion and a chat; a prompt past ROUTE_MAX_TEXT_BYTES is keyed on its
+ * start, and those keys still equal the whole prompt's. */
+static void test_route_text_keys(void **state)
+{
+    const char *path = support_shared_model("stories260K.gguf");
+    if (!path) {
+        print_message("skip: stories260K.gguf absent\n");
+        return;
+    }
+    const char *names[] = {"m"};
+    route_text_t *rt = route_text_new(names, &path, 1);
+    char err[256];
+    engine_t *e = engine_load(path, err, sizeof err); /* the worker's engine */
+    assert_non_null(e);
+    /* a long text prompt, longer than the cap */
+    size_t len = ROUTE_MAX_TEXT_BYTES + 5000;
+    char *text = malloc(len + 1);
+    static const char *const w[] = {"Once", "upon", "a", "time", "there", "was", "a", "little", "cat"};
+    size_t o = 0;
+    for (int i = 0; o < len; i++)
+        o += (size_t)snprintf(text + o, len + 1 - o, "%s ", w[(i * 7) % 9]);
+    text[len] = '\0';
+    for (int pass = 0; pass < 2; pass++) {
+        size_t plen = pass == 0 ? 3000 : len; /* short, then cut */
+        char save = text[plen];
+        text[plen] = '\0';
+        proto_submit_t sm = {.kind = PROTO_KIND_COMPLETION, .prompt = text};
+        uint64_t *k = NULL;
+        int32_t n = route_text_keys(rt, "m", &sm, 32, &k);
+        int32_t *ids = NULL;
+        int32_t n_ids = engine_prompt_text(e, text, plen, &ids, err, sizeof err);
+        uint64_t *ref = malloc(((size_t)n_ids / 32 + 1) * sizeof *ref);
+        int32_t n_ref = prefix_key_chain(ids, n_ids, 32, ref, n_ids);
+        print_message("%zu bytes: %d tokens, %d keys (worker %d)\n", plen, n_ids, n, n_ref);
+        if (pass == 0)
+            assert_int_equal(n, n_ref);
+        else
+            assert_true(n > 1000 && n < n_ref); /* cut: keys of the start only */
+        assert_memory_equal(k, ref, (size_t)n * sizeof *k);
+        free(k);
+        free(ids);
+        free(ref);
+        text[plen] = save;
+    }
+    /* chat: rendered by the same template on both sides */
+    proto_chat_msg_t msgs[2] = {{.role = "system", .content = text}, {.role = "user", .content = "hello"}};
+    text[2000] = '\0';
+    proto_submit_t sm = {.kind = PROTO_KIND_CHAT, .messages = msgs, .n_messages = 2};
+    uint64_t *k = NULL;
+    int32_t n = route_text_keys(rt, "m", &sm, 32, &k);
+    chat_msg_t cm[2] = {{.role = "system", .content = text}, {.role = "user", .content = "hello"}};
+    int32_t *ids = NULL;
+    int32_t n_ids = engine_prompt_chat(e, cm, 2, NULL, &ids, err, sizeof err);
+    uint64_t ref[256];
+    assert_int_equal(n, prefix_key_chain(ids, n_ids, 32, ref, 256));
+    assert_true(n > 10);
+    assert_memory_equal(k, ref, (size_t)n * sizeof *k);
+    free(k);
+    free(ids);
+    /* another model name, or no engine: no keys */
+    assert_int_equal(route_text_keys(rt, "other", &sm, 32, &k), 0);
+    assert_null(k);
+    free(text);
+    engine_free(&e);
+    route_text_free(&rt);
+    assert_null(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_match_depths),
         cmocka_unit_test(test_lru_bound),
         cmocka_unit_test(test_route_pick),
+        cmocka_unit_test(test_route_text_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
