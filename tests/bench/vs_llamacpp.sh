@@ -170,7 +170,9 @@ for c in (1, 32):
 rows.append(("pp512 tok/s", pp_p, pp_l, ""))
 rows.append((f"tg{tg} tok/s", tg_p, tg_l, ""))
 for metric, p, l, note in rows:
-    print("\t".join([run, name, load, isa, metric, f"{p:.1f}", f"{l:.1f}", f"{p / l:.2f}", note]))
+    # a side with no successful request (or no pagoda-run line) has no ratio
+    ratio = f"{p / l:.2f}" if p and l else "nan"
+    print("\t".join([run, name, load, isa, metric, f"{p or 0:.1f}", f"{l or 0:.1f}", ratio, note]))
 EOF
     awk -F'\t' -v r="$run" -v n="$name" '$1 == r && $2 == n' "$RESULTS" | awk -F'\t' '
       NR == 1 { printf "\n## run %s, %s (load %s, pagoda isa %s)\n%-22s %10s %10s %7s  %s\n", $1, $2, $3, $4, "metric", "pagoda", "llama.cpp", "ratio", "" }
