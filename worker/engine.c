@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "worker/kernels/qgemm.h"
 
 /* The token text of id as a NUL-terminated malloc'd string ("" for none). */
 static char *token_text_dup(const tokenizer_t *t, int32_t id)
@@ -86,8 +87,9 @@ void engine_pack_int8(engine_t *e, int n_threads)
     int64_t t0 = clock_now_us();
     int n = model_pack_int8(e->model, n_threads);
     if (n > 0)
-        log_info("packed %d Q8_0 matrices for the int8 kernels: %.1f MiB in %.0f ms", n,
-                 (double)e->model->packed_bytes / (1024.0 * 1024.0), (double)(clock_now_us() - t0) / 1e3);
+        log_info("packed %d Q8_0 matrices for the int8 kernels (isa %s): %.1f MiB in %.0f ms", n,
+                 qgemm_isa_name(qgemm_isa_default()), (double)e->model->packed_bytes / (1024.0 * 1024.0),
+                 (double)(clock_now_us() - t0) / 1e3);
 }
 
 void engine_free(engine_t **pe)

@@ -25,7 +25,18 @@
 # both sides). Output tok/s = generated tokens / wall time of the measured
 # requests, prefill included, as pagoda-bench reports it (docs/BENCH.md).
 #
+# Wait policy: llama.cpp's threads poll for work by default (--poll 50);
+# pagoda's OpenMP threads sleep (OMP_WAIT_POLICY=passive, docs/FORWARD.md).
+# Both llama-server and llama-bench get --poll LLAMA_POLL, default 0 (no
+# polling between graphs, like pagoda); LLAMA_POLL=50 restores llama.cpp's
+# default. On an oversubscribed machine llama.cpp with 2 threads still
+# collapses (its barriers between graph nodes spin: the 110M Q8_0 model
+# decoded at 0.8-1.1 tok/s in llama-server at load 20, --poll 0 or 50,
+# against ~42 tok/s with -t 1); THREADS=1 then gives a comparison that
+# measures the kernels rather than the scheduler of the host.
+#
 # Environment: PAGODA_BUILD (build), THREADS (2), RUNS (1), N1 (8), N32 (64),
+# W32 (32: warm-up requests of the 32-stream load, not counted),
 # PROMPT_WORDS (9: ~32 tokens with the stories260K tokenizer the generated
 # test models carry; 24 is ~32 tokens with a llama-2 tokenizer), TG (32),
 # LB_REPS (3), PAGODA_ISA (forces pagoda's int8 kernel path, docs/FORWARD.md),
@@ -44,6 +55,8 @@ THREADS=${THREADS:-2}
 RUNS=${RUNS:-1}
 N1=${N1:-8}
 N32=${N32:-64}
+W32=${W32:-32}
+LLAMA_POLL=${LLAMA_POLL:-0}
 PROMPT_WORDS=${PROMPT_WORDS:-9}
 TG=${TG:-32}
 LB_REPS=${LB_REPS:-3}
@@ -88,14 +101,14 @@ load() {
   local url=$1 model=$2 tag=$3
   "$BUILD/pagoda-bench" --url "$url" --model "$model" -c 1 -n "$N1" --warmup 1 --max-tokens 64 \
     --prompt-tokens "$PROMPT_WORDS" --ignore-eos --no-progress --json >"$OUT/$tag-c1.json" 2>>"$OUT/$tag.log"
-  "$BUILD/pagoda-bench" --url "$url" --model "$model" -c 32 -n "$N32" --warmup 32 --max-tokens 64 \
+  "$BUILD/pagoda-bench" --url "$url" --model "$model" -c 32 -n "$N32" --warmup "$W32" --max-tokens 64 \
     --prompt-tokens "$PROMPT_WORDS" --ignore-eos --no-progress --json >"$OUT/$tag-c32.json" 2>>"$OUT/$tag.log"
 }
 
 echo "# vs_llamacpp: $(date -u +%FT%TZ), $(nproc) cores, threads $THREADS, logs in $OUT"
 echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 echo "# flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512bw|avx512dq|avx512vl|avx512_vnni|avx512_bf16|avx512vbmi|avx_vnni|amx_int8|amx_bf16)$' | tr '\n' ' ')"
-echo "# llama.cpp: $LLAMA ($(cd "$LLAMA/.." 2>/dev/null && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "# llama.cpp: $LLAMA, $("$LLAMA/bin/llama-server" --version 2>&1 | grep -m1 -i version), --poll $LLAMA_POLL"
 echo "# pagoda: $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null), PAGODA_ISA=${PAGODA_ISA:-auto}"
 
 RESULTS=$OUT/results.tsv
@@ -108,7 +121,7 @@ for run in $(seq "$RUNS"); do
 
     # 1. llama-server
     port=$(free_port)
-    "$LLAMA/bin/llama-server" -m "$model" -np 32 -t "$THREADS" -c $((32 * 256)) --host 127.0.0.1 --port "$port" \
+    "$LLAMA/bin/llama-server" -m "$model" -np 32 -t "$THREADS" --poll "$LLAMA_POLL" -c $((32 * 256)) --host 127.0.0.1 --port "$port" \
       >"$tag-llama-server.log" 2>&1 &
     PID=$!
     if ! wait_ok 300 "http://127.0.0.1:$port/health" "j.get('status') == 'ok'"; then
@@ -129,7 +142,7 @@ for run in $(seq "$RUNS"); do
     stop
 
     # 3. llama-bench, 4. pagoda-run --bench
-    "$LLAMA/bin/llama-bench" -m "$model" -p 512 -n "$TG" -t "$THREADS" -r "$LB_REPS" -o json \
+    "$LLAMA/bin/llama-bench" -m "$model" -p 512 -n "$TG" -t "$THREADS" --poll "$LLAMA_POLL" -r "$LB_REPS" -o json \
       >"$tag-llama-bench.json" 2>"$tag-llama-bench.log"
     "$BUILD/pagoda-run" -m "$model" --bench --seqs 1 --prompt-tokens 512 -n "$TG" --threads "$THREADS" \
       >"$tag-pagoda-run.txt" 2>"$tag-pagoda-run.log"
@@ -157,7 +170,9 @@ for c in (1, 32):
 rows.append(("pp512 tok/s", pp_p, pp_l, ""))
 rows.append((f"tg{tg} tok/s", tg_p, tg_l, ""))
 for metric, p, l, note in rows:
-    print("\t".join([run, name, load, isa, metric, f"{p:.1f}", f"{l:.1f}", f"{p / l:.2f}", note]))
+    # a side with no successful request (or no pagoda-run line) has no ratio
+    ratio = f"{p / l:.2f}" if p and l else "nan"
+    print("\t".join([run, name, load, isa, metric, f"{p or 0:.1f}", f"{l or 0:.1f}", ratio, note]))
 EOF
     awk -F'\t' -v r="$run" -v n="$name" '$1 == r && $2 == n' "$RESULTS" | awk -F'\t' '
       NR == 1 { printf "\n## run %s, %s (load %s, pagoda isa %s)\n%-22s %10s %10s %7s  %s\n", $1, $2, $3, $4, "metric", "pagoda", "llama.cpp", "ratio", "" }

@@ -1,4 +1,5 @@
-"""llama_ref.py — independent NumPy forward pass for GGUF `llama` and `qwen2` models.
+"""llama_ref.py — independent NumPy forward pass for GGUF decoder models:
+`llama`, `qwen2`, `qwen3`, `qwen2moe`, `qwen3moe`, `gemma2`, `gemma3`, `phi3`.
 
 The plainest possible transcription of the math, in float64, with full-sequence
 causal attention (no KV cache, no paging, no batching), so pagoda's paged and
@@ -15,6 +16,27 @@ batched C forward pass can be checked against it.
       h    = rmsnorm(x) * ffn_norm
       x   += (silu(h Wg^T) * (h Wu^T)) Wd^T
     logits = (rmsnorm(x) * output_norm) Wout^T          (Wout = token_embd if absent)
+
+Families (written from the model papers / Hugging Face modeling descriptions,
+not from pagoda's C code):
+  qwen3, qwen3moe, gemma3: q and k of every head RMS-normalised (weight of
+      head_dim) right after the projection, before rope.
+  gemma2, gemma3: x scaled by sqrt(dim) after the lookup; the attention output
+      and the FFN output are RMS-normalised (post_attention_norm, post_ffw_norm)
+      before they are added to x; FFN gelu_tanh(h Wg) * (h Wu); gemma2 scores
+      soft-capped 50 * tanh(s / 50) and logits 30 * tanh(l / 30) (metadata
+      overrides); sliding-window layers (pattern p: layer i local when
+      i % p < p - 1) see only keys with query_pos - key_pos < window; gemma3's
+      local layers use rope.freq_base_swa and no rope scaling.
+  llama with attention.sliding_window: every layer sliding (Mistral).
+  phi3: attn_qkv split into q, k, v rows; ffn_up split into gate, up rows;
+      inv_freq divided by rope_factors_short (or _long when context_length >
+      original_context_length); cos and sin times rope.scaling.attn_factor.
+  qwen2moe, qwen3moe: the FFN is a mixture: p = softmax(h Wr), the top
+      expert_used_count experts by p, weights p (renormalised for qwen3moe or
+      when expert_weights_norm), out = sum_e w_e * ffn_e(h); qwen2moe adds
+      sigmoid(h . w_shexp_gate) * ffn_shared(h).
+Every architecture except llama uses the half-split (NeoX) rope pairing.
 
 Rope frequencies: inv_freq_i = base^(-2i/rope_dim), divided by rope_freqs.weight[i]
 when that tensor exists (llama3 scaling as written by llama.cpp's converter) or by the
@@ -43,13 +65,25 @@ sys.path.insert(0, __import__("os").path.dirname(__file__))
 from gguf_ref import GGUF  # noqa: E402
 
 
+ARCHS = ("llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3")
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
 class Model:
     def __init__(self, path, kv_f16=False):
         self.kv_f16 = kv_f16
         g = GGUF(path)
         self.arch = a = g.arch()
-        if a not in ("llama", "qwen2"):
+        if a not in ARCHS:
             raise ValueError("architecture %s not supported by the reference" % a)
+        gemma = a in ("gemma2", "gemma3")
         self.n_layer = int(g.get(a + ".block_count"))
         self.dim = int(g.get(a + ".embedding_length"))
         self.n_head = int(g.get(a + ".attention.head_count"))
@@ -58,13 +92,22 @@ class Model:
         self.eps = float(g.get(a + ".attention.layer_norm_rms_epsilon", 1e-5))
         self.rope_dim = int(g.get(a + ".rope.dimension_count", self.hd))
         self.base = float(g.get(a + ".rope.freq_base", 10000.0))
-        self.neox = (a == "qwen2")
+        self.ctx = int(g.get(a + ".context_length"))
+        self.neox = (a != "llama")
         stype = g.get(a + ".rope.scaling.type", "none")
         self.pos_scale = 1.0
-        inv = self.base ** (-np.arange(0, self.rope_dim, 2, dtype=np.float64) / self.rope_dim)
+        exps = np.arange(0, self.rope_dim, 2, dtype=np.float64) / self.rope_dim
+        inv = self.base ** (-exps)
+        self.rope_mag = 1.0
         if stype == "linear":
             self.pos_scale = 1.0 / float(g.get(a + ".rope.scaling.factor", 1.0))
-        if g.has("rope_freqs.weight"):
+        if a == "phi3":
+            orig = int(g.get(a + ".rope.scaling.original_context_length", 8192))
+            name = "rope_factors_long.weight" if self.ctx > orig else "rope_factors_short.weight"
+            if g.has(name):
+                inv = inv / g.tensor(name).astype(np.float64)
+            self.rope_mag = float(g.get(a + ".rope.scaling.attn_factor", 1.0))
+        elif g.has("rope_freqs.weight"):
             inv = inv / g.tensor("rope_freqs.weight").astype(np.float64)
         elif stype == "llama3":
             factor = float(g.get(a + ".rope.scaling.factor", 8.0))
@@ -86,6 +129,37 @@ class Model:
             raise ValueError("rope scaling %s not supported by the reference" % stype)
         self.inv_freq = inv
 
+        # sliding window: which layers, how wide, and their rope
+        self.window = 0
+        pattern = 1
+        if gemma or a == "llama":
+            self.window = int(g.get(a + ".attention.sliding_window", 4096 if a == "gemma2" else 0))
+            pattern = g.get(a + ".attention.sliding_window_pattern", 2 if a == "gemma2" else 6 if a == "gemma3" else 1)
+        if isinstance(pattern, list):
+            self.local = [bool(x) for x in pattern]
+        else:
+            p = int(pattern)
+            self.local = [p == 1 or i % p < p - 1 for i in range(self.n_layer)]
+        if self.window == 0:
+            self.local = [False] * self.n_layer
+        self.local_inv_freq, self.local_pos_scale = self.inv_freq, self.pos_scale
+        if a == "gemma3":
+            b_loc = float(g.get(a + ".rope.freq_base_swa", 10000.0))
+            self.local_inv_freq, self.local_pos_scale = b_loc ** (-exps), 1.0
+
+        self.emb_scale = math.sqrt(self.dim) if gemma else 1.0
+        self.scale = 1.0 / math.sqrt(self.hd)
+        if (a == "gemma2" and self.n_layer == 46) or (a == "gemma3" and self.n_layer == 62):
+            self.scale = 1.0 / math.sqrt(self.dim / self.n_head)
+        self.att_cap = float(g.get(a + ".attn_logit_softcapping", 50.0)) if a == "gemma2" else 0.0
+        self.out_cap = float(g.get(a + ".final_logit_softcapping", 30.0 if a == "gemma2" else 0.0)) if gemma else 0.0
+        self.act = gelu_tanh if gemma else silu
+        self.n_expert = int(g.get(a + ".expert_count", 0)) if a.endswith("moe") else 0
+        self.k_used = int(g.get(a + ".expert_used_count", 0))
+        self.moe_norm = bool(g.get(a + ".expert_weights_norm", a == "qwen3moe"))
+        sc = float(g.get(a + ".expert_weights_scale", 1.0))
+        self.moe_scale = sc if sc != 0 else 1.0
+
         def t(name):
             return g.tensor(name).astype(np.float64)
 
@@ -97,29 +171,49 @@ class Model:
         self.out = opt("output.weight")
         if self.out is None:
             self.out = self.emb
+        qd, kd = self.n_head * self.hd, self.n_kv_head * self.hd
         self.layers = []
         for i in range(self.n_layer):
             p = "blk.%d." % i
-            self.layers.append({
-                "attn_norm": t(p + "attn_norm.weight"),
-                "wq": t(p + "attn_q.weight"), "wk": t(p + "attn_k.weight"),
-                "wv": t(p + "attn_v.weight"), "wo": t(p + "attn_output.weight"),
-                "bq": opt(p + "attn_q.bias"), "bk": opt(p + "attn_k.bias"),
-                "bv": opt(p + "attn_v.bias"),
-                "ffn_norm": t(p + "ffn_norm.weight"),
-                "wg": t(p + "ffn_gate.weight"), "wu": t(p + "ffn_up.weight"),
-                "wd": t(p + "ffn_down.weight"),
-            })
+            L = {"attn_norm": t(p + "attn_norm.weight"), "wo": t(p + "attn_output.weight"),
+                 "ffn_norm": t(p + "ffn_norm.weight"),
+                 "q_norm": opt(p + "attn_q_norm.weight"), "k_norm": opt(p + "attn_k_norm.weight"),
+                 "post_attn": opt(p + "post_attention_norm.weight"),
+                 "post_ffn": opt(p + "post_ffw_norm.weight")}
+            if g.has(p + "attn_qkv.weight"):
+                w = t(p + "attn_qkv.weight")
+                L["wq"], L["wk"], L["wv"] = w[:qd], w[qd:qd + kd], w[qd + kd:]
+                b = opt(p + "attn_qkv.bias")
+                L["bq"], L["bk"], L["bv"] = (None, None, None) if b is None else (b[:qd], b[qd:qd + kd], b[qd + kd:])
+            else:
+                L["wq"], L["wk"], L["wv"] = t(p + "attn_q.weight"), t(p + "attn_k.weight"), t(p + "attn_v.weight")
+                L["bq"], L["bk"], L["bv"] = opt(p + "attn_q.bias"), opt(p + "attn_k.bias"), opt(p + "attn_v.bias")
+            if self.n_expert:
+                L["router"] = t(p + "ffn_gate_inp.weight")            # (E, dim)
+                L["eg"] = t(p + "ffn_gate_exps.weight")               # (E, ffe, dim)
+                L["eu"] = t(p + "ffn_up_exps.weight")
+                L["ed"] = t(p + "ffn_down_exps.weight")               # (E, dim, ffe)
+                L["sh_inp"] = opt(p + "ffn_gate_inp_shexp.weight")
+                if L["sh_inp"] is not None:
+                    L["sg"], L["su"], L["sd"] = (t(p + "ffn_gate_shexp.weight"), t(p + "ffn_up_shexp.weight"),
+                                                 t(p + "ffn_down_shexp.weight"))
+            elif g.has(p + "ffn_gate.weight"):
+                L["wg"], L["wu"], L["wd"] = t(p + "ffn_gate.weight"), t(p + "ffn_up.weight"), t(p + "ffn_down.weight")
+            else:
+                w = t(p + "ffn_up.weight")
+                n = w.shape[0] // 2
+                L["wg"], L["wu"], L["wd"] = w[:n], w[n:], t(p + "ffn_down.weight")
+            self.layers.append(L)
         self.vocab = self.emb.shape[0]
 
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, pos):
+    def rope(self, x, pos, inv_freq, pos_scale):
         """x: (T, heads, hd); rotates the first rope_dim dims of every head."""
-        ang = np.outer(pos * self.pos_scale, self.inv_freq)      # (T, rope_dim/2)
-        c = np.cos(ang)[:, None, :]
-        s = np.sin(ang)[:, None, :]
+        ang = np.outer(pos * pos_scale, inv_freq)                 # (T, rope_dim/2)
+        c = np.cos(ang)[:, None, :] * self.rope_mag
+        s = np.sin(ang)[:, None, :] * self.rope_mag
         y = x.copy()
         r = self.rope_dim
         if self.neox:
@@ -132,20 +226,49 @@ class Model:
             y[..., 1:r:2] = a * s + b * c
         return y
 
+    def ffn(self, L, h):
+        if not self.n_expert:
+            return (self.act(h @ L["wg"].T) * (h @ L["wu"].T)) @ L["wd"].T
+        logits = h @ L["router"].T                                # (T, E)
+        p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+        out = np.zeros_like(h)
+        for ti in range(h.shape[0]):
+            top = sorted(range(self.n_expert), key=lambda e: (-p[ti, e], e))[: self.k_used]
+            w = np.array([p[ti, e] for e in top])
+            if self.moe_norm:
+                w = w / w.sum()
+            w = w * self.moe_scale
+            for we, e in zip(w, top):
+                x = h[ti]
+                out[ti] += we * ((self.act(L["eg"][e] @ x) * (L["eu"][e] @ x)) @ L["ed"][e].T)
+        if L.get("sh_inp") is not None:
+            gate = 1.0 / (1.0 + np.exp(-(h @ L["sh_inp"])))        # (T,)
+            out += gate[:, None] * ((self.act(h @ L["sg"].T) * (h @ L["su"].T)) @ L["sd"].T)
+        return out
+
     def forward(self, tokens):
         """Logits (T, vocab) for every position of one sequence starting at 0."""
         T = len(tokens)
         pos = np.arange(T, dtype=np.float64)
-        x = self.emb[np.array(tokens)]
+        x = self.emb[np.array(tokens)] * self.emb_scale
         group = self.n_head // self.n_kv_head
-        mask = np.triu(np.full((T, T), -np.inf), k=1)
-        for L in self.layers:
+        causal = np.triu(np.full((T, T), -np.inf), k=1)
+        dist = pos[:, None] - pos[None, :]                       # query pos - key pos
+        windowed = np.where(dist >= self.window, -np.inf, causal) if self.window else causal
+        for i, L in enumerate(self.layers):
+            local = self.local[i]
             h = self.rmsnorm(x, L["attn_norm"])
             q, k, v = h @ L["wq"].T, h @ L["wk"].T, h @ L["wv"].T
             if L["bq"] is not None:
                 q, k, v = q + L["bq"], k + L["bk"], v + L["bv"]
-            q = self.rope(q.reshape(T, self.n_head, self.hd), pos)
-            k = self.rope(k.reshape(T, self.n_kv_head, self.hd), pos)
+            q = q.reshape(T, self.n_head, self.hd)
+            k = k.reshape(T, self.n_kv_head, self.hd)
+            if L["q_norm"] is not None:
+                q, k = self.rmsnorm(q, L["q_norm"]), self.rmsnorm(k, L["k_norm"])
+            inv, ps = (self.local_inv_freq, self.local_pos_scale) if local else (self.inv_freq, self.pos_scale)
+            q = self.rope(q, pos, inv, ps)
+            k = self.rope(k, pos, inv, ps)
             v = v.reshape(T, self.n_kv_head, self.hd)
             if self.kv_f16:
                 # the cache keeps half precision: round to f16, widen back
@@ -153,15 +276,24 @@ class Model:
                 v = v.astype(np.float16).astype(np.float64)
             k = np.repeat(k, group, axis=1)
             v = np.repeat(v, group, axis=1)
-            sc = np.einsum("thd,shd->hts", q, k) / math.sqrt(self.hd) + mask
+            sc = np.einsum("thd,shd->hts", q, k) * self.scale
+            if self.att_cap:
+                sc = self.att_cap * np.tanh(sc / self.att_cap)
+            sc = sc + (windowed if local else causal)
             sc = np.exp(sc - sc.max(axis=-1, keepdims=True))
             sc /= sc.sum(axis=-1, keepdims=True)
-            att = np.einsum("hts,shd->thd", sc, v).reshape(T, self.n_head * self.hd)
-            x = x + att @ L["wo"].T
-            h = self.rmsnorm(x, L["ffn_norm"])
-            g = h @ L["wg"].T
-            x = x + ((g / (1 + np.exp(-g))) * (h @ L["wu"].T)) @ L["wd"].T
-        return self.rmsnorm(x, self.out_norm) @ self.out.T
+            att = np.einsum("hts,shd->thd", sc, v).reshape(T, self.n_head * self.hd) @ L["wo"].T
+            if L["post_attn"] is not None:
+                att = self.rmsnorm(att, L["post_attn"])
+            x = x + att
+            f = self.ffn(L, self.rmsnorm(x, L["ffn_norm"]))
+            if L["post_ffn"] is not None:
+                f = self.rmsnorm(f, L["post_ffn"])
+            x = x + f
+        logits = self.rmsnorm(x, self.out_norm) @ self.out.T
+        if self.out_cap:
+            logits = self.out_cap * np.tanh(logits / self.out_cap)
+        return logits
 
 
 def main():

@@ -428,6 +428,64 @@ static void test_generated_variants_vs_ref(void **state)
     model_free(&m);
 }
 
+/* Every architecture family (tests/ref/make_test_models.py FAMILIES), F32
+ * and Q8_0 weights, F32 and F16 caches, against the reference; then the
+ * invariants on each (alone == batched, chunked == one shot, shuffled ==
+ * contiguous blocks; the sliding windows (8, 16) are much shorter than the
+ * 33- and 70-token sequences, so windowed attention crosses blocks). */
+static void invariants_path(const char *path, kv_type_t kv, int int8);
+
+static void test_families_vs_ref(void **state)
+{
+    (void)state;
+    static const char *const names[] = { "llama-swa", "qwen3", "qwen3moe", "qwen2moe", "gemma2", "gemma3", "phi3" };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char p[128], q[128];
+        snprintf(p, sizeof p, "%s/%s.gguf", g_tmp, names[i]);
+        snprintf(q, sizeof q, "%s/%s-q8.gguf", g_tmp, names[i]);
+        check_vs_ref(p, p, KV_TYPE_F32);
+        check_vs_ref(p, p, KV_TYPE_F16);
+        check_vs_ref(q, q, KV_TYPE_F32);
+        invariants_path(p, KV_TYPE_F32, 0);
+        invariants_path(q, KV_TYPE_F16, 1);
+    }
+}
+
+/* What the loader makes of each family's metadata. */
+static void test_families_config(void **state)
+{
+    (void)state;
+    char p[128], err[256];
+    model_t *m = NULL;
+#define LOAD(name) (snprintf(p, sizeof p, "%s/%s.gguf", g_tmp, name), model_load(p, &m, err, sizeof err))
+    assert_int_equal(LOAD("gemma3"), 0);
+    assert_int_equal(m->cfg.arch, MODEL_ARCH_GEMMA3);
+    assert_true(m->layers[0].swa && m->layers[1].swa && !m->layers[2].swa);
+    assert_int_equal(m->cfg.swa_window, 8);
+    assert_true(m->cfg.qk_norm && m->cfg.post_norms && m->rope_inv_freq_swa);
+    assert_true(m->cfg.final_softcap == 0 && m->cfg.attn_softcap == 0);
+    model_free(&m);
+    assert_int_equal(LOAD("gemma2"), 0);
+    assert_true(m->layers[0].swa && !m->layers[1].swa && !m->rope_inv_freq_swa);
+    assert_true(m->cfg.attn_softcap == 2.0f && m->cfg.final_softcap == 5.0f && m->cfg.tied_output);
+    model_free(&m);
+    assert_int_equal(LOAD("qwen3moe"), 0);
+    assert_true(m->cfg.n_expert == 8 && m->cfg.n_expert_used == 2 && m->cfg.expert_norm);
+    assert_null(m->layers[0].shexp_gate_inp);
+    model_free(&m);
+    assert_int_equal(LOAD("qwen2moe"), 0);
+    assert_true(m->cfg.n_expert == 4 && !m->cfg.expert_norm && m->layers[0].shexp_gate_inp && m->layers[0].bq);
+    model_free(&m);
+    assert_int_equal(LOAD("phi3"), 0);
+    assert_int_equal(m->cfg.rope_scaling, MODEL_ROPE_SCALING_LONGROPE);
+    assert_true(m->cfg.rope_neox && m->cfg.rope_attn_factor == 1.2f);
+    model_free(&m);
+    assert_int_equal(LOAD("llama-swa"), 0);
+    assert_true(m->cfg.swa_window == 16 && m->cfg.n_swa_layers == m->cfg.n_layer && !m->cfg.rope_neox);
+    model_free(&m);
+#undef LOAD
+}
+
 static void expect_refused(const char *file, const char *needle)
 {
     char p[128], err[256] = "";
@@ -462,6 +520,11 @@ static void invariants_on(const char *rel, kv_type_t kv, int int8)
     const char *path = support_shared_model(rel);
     if (!path)
         skip();
+    invariants_path(path, kv, int8);
+}
+
+static void invariants_path(const char *path, kv_type_t kv, int int8)
+{
     model_t *m = load(path);
     print_message("  KV cache %s, %s matmul\n", kv_type_name(kv), int8 ? "int8" : "float");
     const int V = m->cfg.vocab;
@@ -706,6 +769,9 @@ static int group_teardown(void **state)
 
 int main(void)
 {
+    /* PAGODA_TEST_FILTER=test_families* runs a subset while iterating */
+    if (getenv("PAGODA_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("PAGODA_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zoo_f32_vs_ref),
         cmocka_unit_test(test_zoo_kv_f16_vs_ref),
@@ -714,6 +780,8 @@ int main(void)
         cmocka_unit_test(test_zoo_f16_bf16_vs_ref),
         cmocka_unit_test(test_zoo_quantized_vs_dequant_twin),
         cmocka_unit_test(test_generated_variants_vs_ref),
+        cmocka_unit_test(test_families_config),
+        cmocka_unit_test(test_families_vs_ref),
         cmocka_unit_test(test_load_refusals),
         cmocka_unit_test(test_invariants_f32),
         cmocka_unit_test(test_invariants_q4_k_m),

@@ -19,6 +19,8 @@
 #include "common/xalloc.h"
 #include "tests/support/support.h"
 #include "worker/model/gguf.h"
+#include "worker/model/forward.h"
+#include "worker/model/model.h"
 #include "worker/kernels/quant.h"
 #include "worker/text/tokenizer.h"
 
@@ -229,6 +231,58 @@ static void test_qwen2(void **s)
     check_model(path, "qwen2", GGML_TYPE_Q8_0, 64, 3, 4, 1, 96, 8);
 }
 
+/* Every architecture family: the file loads (model_load validates every
+ * family tensor and key), the loader sees the family's features, and one
+ * forward step gives finite logits. */
+static void test_families(void **s)
+{
+    (void)s;
+    static const char *const archs[] = {"llama", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3"};
+    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++) {
+        char path[1200], args[512], out[64], err[256], desc[512];
+        snprintf(args, sizeof args, "--tokenizer-from " TINY_TOK " --arch %s --dim 64 --layers 2 --heads 4 "
+                 "--kv-heads 2 --ffn 96 --expert-ffn 32 --experts 4 --window 8 --type Q8_0", archs[i]);
+        snprintf(out, sizeof out, "fam-%s.gguf", archs[i]);
+        assert_int_equal(run(args, path, sizeof path, out), 0);
+        model_t *m = NULL;
+        int rc = model_load(path, &m, err, sizeof err);
+        if (rc != 0)
+            print_error("%s: %s\n", archs[i], err);
+        assert_int_equal(rc, 0);
+        model_describe(m, desc, sizeof desc);
+        print_message("  %s\n", desc);
+        const model_config_t *c = &m->cfg;
+        assert_string_equal(model_arch_name(c->arch), archs[i]);
+        assert_int_equal(c->n_expert, strstr(archs[i], "moe") ? 4 : 0);
+        assert_int_equal(c->swa_window, strcmp(archs[i], "qwen3") == 0 || strstr(archs[i], "moe") ||
+                                                strcmp(archs[i], "phi3") == 0 ? 0 : 8);
+        assert_int_equal(c->qk_norm, strcmp(archs[i], "qwen3") == 0 || strcmp(archs[i], "qwen3moe") == 0 ||
+                                         strcmp(archs[i], "gemma3") == 0);
+        assert_int_equal(c->post_norms, strncmp(archs[i], "gemma", 5) == 0);
+        assert_true(m->layers[0].shexp_gate_inp ? strcmp(archs[i], "qwen2moe") == 0 : strcmp(archs[i], "qwen2moe") != 0);
+        /* one step of 3 rows */
+        kv_store_t kv = { .type = KV_TYPE_F32, .n_layer = c->n_layer, .n_blocks = 1, .block_size = 32,
+                          .kv_dim = c->kv_dim };
+        kv.k = xcalloc((size_t)c->n_layer * 32 * c->kv_dim, sizeof(float));
+        kv.v = xcalloc((size_t)c->n_layer * 32 * c->kv_dim, sizeof(float));
+        forward_t *f = forward_new(m, 3, 1);
+        const int32_t tok[3] = {1, 5, 7}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0}, bt0[1] = {0};
+        const uint8_t want[3] = {1, 1, 1};
+        const int32_t *bts[1] = {bt0};
+        fwd_batch_t b = { .n_rows = 3, .token = tok, .pos = pos, .seq = seq, .want_logits = want, .n_seq = 1,
+                          .block_tables = bts };
+        float *logits = xmalloc((size_t)3 * c->vocab * sizeof(float));
+        assert_int_equal(forward_run(f, &b, &kv, logits), 0);
+        for (int64_t j = 0; j < 3 * (int64_t)c->vocab; j++)
+            assert_true(isfinite(logits[j]));
+        free(logits);
+        forward_free(&f);
+        free(kv.k);
+        free(kv.v);
+        model_free(&m);
+    }
+}
+
 /* Same seed: identical bytes (also across thread counts); other seed: differs. */
 static void test_deterministic(void **s)
 {
@@ -383,6 +437,7 @@ int main(void)
         cmocka_unit_test(test_every_type),
         cmocka_unit_test(test_q4_k_m),
         cmocka_unit_test(test_qwen2),
+        cmocka_unit_test(test_families),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_vocab_padding),
         cmocka_unit_test(test_builtin_tokenizer),

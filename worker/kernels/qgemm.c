@@ -75,6 +75,8 @@ struct qgemm_ctx {
     int8_t *xq;        /* (max_rows, max_in) quantized X */
     float *xd;         /* (max_rows, max_in/32) X block scales */
     int32_t *xs;       /* (max_rows, max_in/32) int16 pairs of block half sums */
+    int32_t *xc;       /* (max_rows, max_in/32) −128 · Σq of the block: the start
+                        * of the VNNI kernels' accumulators, one broadcast load */
     uint8_t *panels;   /* n_threads panels of panel_bytes each */
     size_t panel_bytes;
 };
@@ -96,6 +98,7 @@ typedef struct {
     const float *d;   /* (n_rows, nb) */
     const int32_t *s; /* (n_rows, nb) */
     int64_t n_in, nb;
+    const int32_t *c; /* (n_rows, nb) −128·Σq per block (qgemm_ctx.xc) */
 } qx_t;
 
 /* Header of a packed W (qgemm_pack; layout in qgemm.h), PACK_HDR_BYTES
@@ -209,6 +212,7 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
     c->xq = xaligned_alloc((size_t)max_rows * (size_t)c->max_in);
     c->xd = xaligned_alloc((size_t)max_rows * nbm * sizeof(float));
     c->xs = xaligned_alloc((size_t)max_rows * nbm * sizeof(int32_t));
+    c->xc = xaligned_alloc((size_t)max_rows * nbm * sizeof(int32_t));
     /* rounded to 64 bytes so every panel starts cache-line aligned */
     c->panel_bytes = (nbm * PANEL_BLOCK_BYTES + 63) / 64 * 64;
     c->panels = xaligned_alloc(c->panel_bytes * (size_t)c->n_threads);
@@ -216,6 +220,7 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
     memset(c->xq, 0, (size_t)max_rows * (size_t)c->max_in);
     memset(c->xd, 0, (size_t)max_rows * nbm * sizeof(float));
     memset(c->xs, 0, (size_t)max_rows * nbm * sizeof(int32_t));
+    memset(c->xc, 0, (size_t)max_rows * nbm * sizeof(int32_t));
     memset(c->panels, 0, c->panel_bytes * (size_t)c->n_threads);
     return c;
 }
@@ -228,6 +233,7 @@ void qgemm_ctx_free(qgemm_ctx_t **pc)
     free(c->xq);
     free(c->xd);
     free(c->xs);
+    free(c->xc);
     free(c->panels);
     free(c);
     *pc = NULL;
@@ -790,7 +796,8 @@ AVX2 static void kern_avx2_q8_0_packed(const panel_t *p, const qx_t *x, int r0, 
  * activations are both signed, so the weight is biased: u = w + 128
  * (w XOR 0x80, in 0..255), and per block and X row
  *     Σ u·x = Σ w·x + 128·Σx,   Σx = the block's two half sums (xs),
- * so the accumulator starts at −128·Σx and ends at exactly the I of the
+ * so the accumulator starts at −128·Σx (kept per block in xc by the X
+ * quantization) and ends at exactly the I of the
  * scalar kernel (|Σ u·x| ≤ 32·255·127 < 2^31: no wrap). The float part is
  * the scalar kernel's acc + (float)I · (d · dx), lane by lane, so every
  * path gives the same bits. One instruction per 4 products and row, where
@@ -818,7 +825,7 @@ VNNI256_INLINE void kern_vnni256_kr(int R, const panel_t *p, const qx_t *x, int 
     for (int r = 0; r < R; r++) {
         xq[r] = x->q + (int64_t)(r0 + r) * x->n_in;
         xd[r] = x->d + (int64_t)(r0 + r) * x->nb;
-        xs[r] = x->s + (int64_t)(r0 + r) * x->nb;
+        xs[r] = x->c + (int64_t)(r0 + r) * x->nb;
         acc[r] = _mm256_setzero_ps();
     }
     size_t pf = 0, pf_step = (n_next / (size_t)x->nb + 63) / 64 * 64;
@@ -829,7 +836,7 @@ VNNI256_INLINE void kern_vnni256_kr(int R, const panel_t *p, const qx_t *x, int 
         __m256i ia[RT][VNNI_CHAINS];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            ia[r][0] = _mm256_set1_epi32(-128 * xsum(xs[r][b]));
+            ia[r][0] = _mm256_set1_epi32(xs[r][b]); /* −128·Σx */
             for (int h = 1; h < VNNI_CHAINS; h++)
                 ia[r][h] = _mm256_setzero_si256();
         }
@@ -893,7 +900,7 @@ V512_INLINE void kern_avx512_kr(int R, const uint8_t *q0, const uint16_t *dh0, c
     for (int r = 0; r < R; r++) {
         xq[r] = x->q + (int64_t)(r0 + r) * x->n_in;
         xd[r] = x->d + (int64_t)(r0 + r) * x->nb;
-        xs[r] = x->s + (int64_t)(r0 + r) * x->nb;
+        xs[r] = x->c + (int64_t)(r0 + r) * x->nb;
         acc[r] = _mm512_setzero_ps();
     }
     size_t pf = 0, pf_step = (n_next / (size_t)x->nb + 63) / 64 * 64;
@@ -904,7 +911,7 @@ V512_INLINE void kern_avx512_kr(int R, const uint8_t *q0, const uint16_t *dh0, c
         __m512i ia[RT512][VNNI_CHAINS];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
-            ia[r][0] = _mm512_set1_epi32(-128 * xsum(xs[r][b]));
+            ia[r][0] = _mm512_set1_epi32(xs[r][b]); /* −128·Σx */
             for (int h = 1; h < VNNI_CHAINS; h++)
                 ia[r][h] = _mm512_setzero_si512();
         }
@@ -1099,10 +1106,12 @@ static void xquant_rows(qgemm_ctx_t *c, const float *x, int r0, int r1, int64_t 
             int8_t *q = c->xq + (int64_t)r * n_in + QB * b;
             float *d = c->xd + (int64_t)r * nb + b;
             int32_t *s = c->xs + (int64_t)r * nb + b;
+            int32_t *xc = c->xc + (int64_t)r * nb + b;
             if (avx2)
                 xquant_block_avx2(xr, q, d, s);
             else
                 xquant_block_scalar(xr, q, d, s);
+            *xc = -128 * xsum(*s);
         }
 }
 
@@ -1201,7 +1210,8 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
     if (m->direct) {
         for (int r0 = 0; r0 < n_rows; r0 += RD) {
             int R = n_rows - r0 < RD ? n_rows - r0 : RD;
-            qx_t qr = {qx->q + (int64_t)r0 * n_in, qx->d + (int64_t)r0 * nb, qx->s + (int64_t)r0 * nb, n_in, nb};
+            qx_t qr = {qx->q + (int64_t)r0 * n_in, qx->d + (int64_t)r0 * nb, qx->s + (int64_t)r0 * nb, n_in, nb,
+                       qx->c + (int64_t)r0 * nb};
             float out[RT][NC];
             direct_avx2(m->kind, R, rows, &qr, out, next, r0 == 0 ? n_next : 0);
             for (int r = 0; r < R; r++)
@@ -1295,7 +1305,7 @@ int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *mat, int64_t n_in, int n_r
         return -1;
     qmat_t m;
     qmat_init(&m, c, mat->type, mat->w, mat->packed, n_out, n_in, mat->y, n_rows);
-    const qx_t qx = {c->xq, c->xd, c->xs, n_in, n_in / QB};
+    const qx_t qx = {c->xq, c->xd, c->xs, n_in, n_in / QB, c->xc};
     panel_t p = panel_at(c, thread);
     const int64_t ip1 = (col1 + NC - 1) / NC;
     for (int64_t ip = col0 / NC; ip < ip1; ip += m.ppu)
@@ -1337,7 +1347,7 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
     const int64_t n_panels = first[n_mats]; /* work units */
     if (n_panels == 0)
         return 0;
-    const qx_t qx = {c->xq, c->xd, c->xs, n_in, nb};
+    const qx_t qx = {c->xq, c->xd, c->xs, n_in, nb, c->xc};
     int n_threads = c->n_threads;
     if ((int64_t)n_threads > n_panels)
         n_threads = (int)n_panels;

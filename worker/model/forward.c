@@ -1,5 +1,5 @@
-/* forward.c — batched llama/qwen2 forward pass over a paged KV cache (see
- * forward.h). Reads like the math, one comment per step; every scratch
+/* forward.c — batched decoder forward pass over a paged KV cache for every
+ * architecture model.h loads (see forward.h). Reads like the math, one comment per step; every scratch
  * pointer carries its shape. R = rows of the current batch (<= max_rows). */
 #include "worker/model/forward.h"
 
@@ -30,10 +30,21 @@ struct forward {
     float *k;            /* (max_rows, kv_dim) keys of this step's rows, rotated */
     float *v;            /* (max_rows, kv_dim) values of this step's rows */
     float *att;          /* (max_rows, q_dim)  attention output, heads concatenated */
-    float *hg;           /* (max_rows, ffn)    gate projection, then silu(gate) * up */
+    float *hg;           /* (max_rows, ffn)    gate projection, then act(gate) * up (ffn: the widest FFN) */
     float *hu;           /* (max_rows, ffn)    up projection */
-    float *rope_cos;     /* (max_rows, rope_dim/2) cos(pos * theta_i) */
-    float *rope_sin;     /* (max_rows, rope_dim/2) sin(pos * theta_i) */
+    float *rope_cos[2];  /* (max_rows, rope_dim/2) cos(pos * theta_i) * attn_factor; [1]: sliding-window
+                          * layers' table when the model has its own for them (else == [0]) */
+    float *rope_sin[2];  /* (max_rows, rope_dim/2) sin(pos * theta_i) * attn_factor */
+    /* mixture of experts (n_expert > 0 only, else NULL) */
+    float *moe_logits;   /* (max_rows, n_expert) router logits, then probabilities */
+    int32_t *moe_sel;    /* (max_rows, n_expert_used) experts chosen per row */
+    float *moe_wt;       /* (max_rows, n_expert_used) their weights */
+    int32_t *exp_rows;   /* (n_expert, max_rows) rows routed to each expert, ascending */
+    float *exp_wt;       /* (n_expert, max_rows) the weight of each of those rows */
+    int32_t *exp_n;      /* (n_expert) rows routed to each expert this step */
+    float *xe;           /* (max_rows, dim) rows gathered for one expert */
+    float *ye;           /* (max_rows, dim) one expert's output for them */
+    float *moe_out;      /* (max_rows, dim) Σ over a row's experts of weight * output */
     float *scores;       /* (n_threads, scores_ld) attention weights, one row per thread */
     size_t scores_ld;    /* ctx rounded up to 16 floats (no false sharing) */
     int32_t *wanted;     /* (max_rows)         indices of rows with want_logits */
@@ -96,10 +107,27 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->k = ALLOC(R * c->kv_dim);
     f->v = ALLOC(R * c->kv_dim);
     f->att = ALLOC(R * c->q_dim);
-    f->hg = ALLOC(R * c->ffn_dim);
-    f->hu = ALLOC(R * c->ffn_dim);
-    f->rope_cos = ALLOC(R * half + 1);
-    f->rope_sin = ALLOC(R * half + 1);
+    size_t ffn = (size_t)c->ffn_dim;
+    if (c->n_expert > 0)
+        ffn = (size_t)(c->expert_ffn_dim > c->shexp_ffn_dim ? c->expert_ffn_dim : c->shexp_ffn_dim);
+    f->hg = ALLOC(R * ffn);
+    f->hu = ALLOC(R * ffn);
+    for (int i = 0; i < 2; i++) {
+        f->rope_cos[i] = i == 1 && !m->rope_inv_freq_swa ? f->rope_cos[0] : ALLOC(R * half + 1);
+        f->rope_sin[i] = i == 1 && !m->rope_inv_freq_swa ? f->rope_sin[0] : ALLOC(R * half + 1);
+    }
+    if (c->n_expert > 0) {
+        size_t E = (size_t)c->n_expert, K = (size_t)c->n_expert_used;
+        f->moe_logits = ALLOC(R * E);
+        f->moe_wt = ALLOC(R * K);
+        f->exp_wt = ALLOC(E * R);
+        f->xe = ALLOC(R * c->dim);
+        f->ye = ALLOC(R * c->dim);
+        f->moe_out = ALLOC(R * c->dim);
+        f->moe_sel = xcalloc(R * K, sizeof(int32_t));
+        f->exp_rows = xcalloc(E * R, sizeof(int32_t));
+        f->exp_n = xcalloc(E, sizeof(int32_t));
+    }
     f->scores_ld = ((size_t)c->ctx + 15) / 16 * 16;
     f->scores = ALLOC((size_t)f->n_threads * f->scores_ld);
 #undef ALLOC
@@ -121,8 +149,21 @@ void forward_free(forward_t **fp)
     free(f->att);
     free(f->hg);
     free(f->hu);
-    free(f->rope_cos);
-    free(f->rope_sin);
+    if (f->rope_cos[1] != f->rope_cos[0]) {
+        free(f->rope_cos[1]);
+        free(f->rope_sin[1]);
+    }
+    free(f->rope_cos[0]);
+    free(f->rope_sin[0]);
+    free(f->moe_logits);
+    free(f->moe_sel);
+    free(f->moe_wt);
+    free(f->exp_rows);
+    free(f->exp_wt);
+    free(f->exp_n);
+    free(f->xe);
+    free(f->ye);
+    free(f->moe_out);
     free(f->scores);
     free(f->wanted);
     free(f);
@@ -200,6 +241,33 @@ AVX2_FN static void silu_mul_avx2(float *h, const float *g, const float *u, size
         h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* h[i] = gelu(g[i]) * u[i], gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+AVX2_FN static void gelu_mul_avx2(float *h, const float *g, const float *u, size_t n)
+{
+    size_t i = 0;
+    const __m256 c0 = _mm256_set1_ps(0.7978845608f), c1 = _mm256_set1_ps(0.044715f), half = _mm256_set1_ps(0.5f),
+                 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(g + i);
+        __m256 inner = _mm256_mul_ps(c0, _mm256_fmadd_ps(_mm256_mul_ps(c1, x), _mm256_mul_ps(x, x), x));
+        __m256 gl = _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, vmath_tanh8(inner)));
+        _mm256_storeu_ps(h + i, _mm256_mul_ps(gl, _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++)
+        h[i] = 0.5f * g[i] * (1.0f + tanhf(0.7978845608f * (g[i] + 0.044715f * g[i] * g[i] * g[i]))) * u[i];
+}
+
+/* x (n) = cap * tanh(x / cap), in place. */
+AVX2_FN static void softcap_avx2(float *x, size_t n, float cap)
+{
+    const __m256 c = _mm256_set1_ps(cap), ic = _mm256_set1_ps(1.0f / cap);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(c, vmath_tanh8(_mm256_mul_ps(_mm256_loadu_ps(x + i), ic))));
+    for (; i < n; i++)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
 static int have_avx2(void)
 {
     return cpu_has_avx2_fma_f16c();
@@ -208,16 +276,35 @@ static int have_avx2(void)
 static int have_avx2(void) { return 0; }
 #endif
 
-static void silu_mul(float *h, const float *g, const float *u, size_t n)
+/* h = act(g) * u for n elements (h may be g): SwiGLU or GeGLU. */
+static void act_mul(enum model_ffn_act act, float *h, const float *g, const float *u, size_t n)
 {
 #ifdef FWD_X86
     if (have_avx2()) {
-        silu_mul_avx2(h, g, u, n);
+        if (act == MODEL_FFN_GELU_TANH)
+            gelu_mul_avx2(h, g, u, n);
+        else
+            silu_mul_avx2(h, g, u, n);
         return;
     }
 #endif
     for (size_t i = 0; i < n; i++)
-        h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        h[i] = act == MODEL_FFN_GELU_TANH
+                   ? 0.5f * g[i] * (1.0f + tanhf(0.7978845608f * (g[i] + 0.044715f * g[i] * g[i] * g[i]))) * u[i]
+                   : g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* x (n) = cap * tanh(x / cap). */
+static void softcap(float *x, size_t n, float cap)
+{
+#ifdef FWD_X86
+    if (have_avx2()) {
+        softcap_avx2(x, n, cap);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        x[i] = cap * tanhf(x[i] / cap);
 }
 
 /* ---- steps ------------------------------------------------------------------ */
@@ -284,20 +371,30 @@ static void add_rmsnorm(forward_t *f, float *x, const float *d, float *out, cons
         add_rmsnorm_row(x + (size_t)r * n, d ? d + (size_t)r * n : NULL, out + (size_t)r * n, w, n, eps);
 }
 
+/* What one layer's attention needs besides its weights. */
+typedef struct layer_att {
+    const model_layer_t *L;
+    int l;               /* layer index (KV cache layer) */
+    const float *cos;    /* (R, rope_dim/2) this layer's rope table */
+    const float *sin;    /* (R, rope_dim/2) */
+    int32_t window;      /* 0: attend to 0..pos; W > 0: to pos-W+1..pos */
+} layer_att_t;
+
 /* Rotates the first rope_dim dims of each of n_heads heads of row r of v
- * (n_heads*head_dim). Normal pairing: (2i, 2i+1); NeoX: (i, i+half). */
-static void rope_row(const forward_t *f, float *v, int r, int n_heads)
+ * (n_heads*head_dim) with table (cos, sin). Normal pairing: (2i, 2i+1);
+ * NeoX: (i, i+half). */
+static void rope_row(const forward_t *f, const layer_att_t *a, float *v, int r, int n_heads)
 {
     const model_config_t *c = &f->m->cfg;
     const int half = c->rope_dim / 2, hd = c->head_dim;
-    const float *cs = f->rope_cos + (size_t)r * half, *sn = f->rope_sin + (size_t)r * half;
+    const float *cs = a->cos + (size_t)r * half, *sn = a->sin + (size_t)r * half;
     for (int h = 0; h < n_heads; h++) {
         float *x = v + (size_t)h * hd;
         for (int i = 0; i < half; i++) {
             int i0 = c->rope_neox ? i : 2 * i, i1 = c->rope_neox ? i + half : 2 * i + 1;
-            float a = x[i0], bb = x[i1];
-            x[i0] = a * cs[i] - bb * sn[i];
-            x[i1] = a * sn[i] + bb * cs[i];
+            float a0 = x[i0], b0 = x[i1];
+            x[i0] = a0 * cs[i] - b0 * sn[i];
+            x[i1] = a0 * sn[i] + b0 * cs[i];
         }
     }
 }
@@ -309,26 +406,57 @@ static void add_bias_row(float *y, const float *b, int n)
             y[i] += b[i];
 }
 
-/* After the Q/K/V projections, per row: biases, rope of q and k by the row's
- * position, then k and v into the cache slot of (layer l, row's position). */
-static void qkv_post(forward_t *f, const model_layer_t *L, const fwd_batch_t *b, const kv_store_t *kv, int l)
+/* Each of n_heads heads of v (n_heads*head_dim) = rmsnorm(head) * w (head_dim). */
+static void head_norm(const model_config_t *c, float *v, const float *w, int n_heads)
+{
+    for (int h = 0; h < n_heads; h++) {
+        float *x = v + (size_t)h * c->head_dim;
+        add_rmsnorm_row(x, NULL, x, w, c->head_dim, c->norm_eps);
+    }
+}
+
+/* Row r's projections of heads [q0, q0+nq) and kv slice [k0, k0+nk):
+ * biases, per-head Q/K norm, rope by the row's position, then k and v
+ * into the cache slot of (layer, position). */
+static void qkv_row_post(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv, int r,
+                         int64_t q0, int nq, int64_t k0, int nk)
+{
+    const model_config_t *c = &f->m->cfg;
+    const model_layer_t *L = a->L;
+    float *q = f->q + (size_t)r * c->q_dim + q0;   /* (nq) */
+    float *k = f->k + (size_t)r * c->kv_dim + k0;  /* (nk) */
+    float *v = f->v + (size_t)r * c->kv_dim + k0;  /* (nk) */
+    add_bias_row(q, L->bq ? L->bq + q0 : NULL, nq);
+    add_bias_row(k, L->bk ? L->bk + k0 : NULL, nk);
+    add_bias_row(v, L->bv ? L->bv + k0 : NULL, nk);
+    if (L->q_norm) {
+        head_norm(c, q, L->q_norm, nq / c->head_dim);
+        head_norm(c, k, L->k_norm, nk / c->head_dim);
+    }
+    rope_row(f, a, q, r, nq / c->head_dim);
+    rope_row(f, a, k, r, nk / c->head_dim);
+    const int32_t *bt = b->block_tables[b->seq[r]];
+    int p = b->pos[r];
+    int blk = bt[p / kv->block_size], slot = p % kv->block_size;
+    const size_t at = (size_t)k0 * kv_type_size(kv->type);  /* bytes to this slice */
+    kv_store_write(kv->type, (char *)kv_store_k_at(kv, a->l, blk, slot) + at, k, (size_t)nk);
+    kv_store_write(kv->type, (char *)kv_store_v_at(kv, a->l, blk, slot) + at, v, (size_t)nk);
+}
+
+/* First position row r attends to: 0, or pos-W+1 in a sliding-window layer. */
+static int att_first(const layer_att_t *a, int32_t pos)
+{
+    return a->window > 0 && pos >= a->window ? pos - a->window + 1 : 0;
+}
+
+/* After the Q/K/V projections, every row: qkv_row_post over all heads. */
+static void qkv_post(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv)
 {
     const model_config_t *c = &f->m->cfg;
     const int R = b->n_rows;
 #pragma omp parallel for num_threads(nth(f, (size_t)R * (c->q_dim + 2 * c->kv_dim) * 2)) schedule(static)
-    for (int r = 0; r < R; r++) {
-        float *q = f->q + (size_t)r * c->q_dim, *k = f->k + (size_t)r * c->kv_dim, *v = f->v + (size_t)r * c->kv_dim;
-        add_bias_row(q, L->bq, c->q_dim);
-        add_bias_row(k, L->bk, c->kv_dim);
-        add_bias_row(v, L->bv, c->kv_dim);
-        rope_row(f, q, r, c->n_head);
-        rope_row(f, k, r, c->n_kv_head);
-        const int32_t *bt = b->block_tables[b->seq[r]];
-        int p = b->pos[r];
-        int blk = bt[p / kv->block_size], slot = p % kv->block_size;
-        kv_store_write(kv->type, kv_store_k_at(kv, l, blk, slot), k, (size_t)c->kv_dim);
-        kv_store_write(kv->type, kv_store_v_at(kv, l, blk, slot), v, (size_t)c->kv_dim);
-    }
+    for (int r = 0; r < R; r++)
+        qkv_row_post(f, a, b, kv, r, 0, c->q_dim, 0, c->kv_dim);
 }
 
 static void mm(forward_t *f, const matmul_weight_t *w, const float *x, int R, float *y)
@@ -351,46 +479,44 @@ static void mm_multi(forward_t *f, const matmul_weight_t *const *ws, int n, cons
  * read; ~10 us of AVX2 work, less than waking a thread and the barrier). */
 #define FWD_ATT_PAR_MIN 32768
 
-/* Causal attention of every (row, head) against its sequence's cached K/V
- * for layer l. q (R, q_dim) → att (R, q_dim). */
-static void attention(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, int l)
+/* Causal (or sliding-window) attention of every (row, head) against its
+ * sequence's cached K/V for the layer. q (R, q_dim) → att (R, q_dim). */
+static void attention(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv)
 {
     const model_config_t *c = &f->m->cfg;
     const int hd = c->head_dim, group = c->n_head / c->n_kv_head;
-    const float scale = 1.0f / sqrtf((float)hd);
     const int R = b->n_rows;
-    size_t work = 0;  /* floats of K and V read: Σ_r (pos+1) * q_dim * 2 */
+    size_t work = 0;  /* floats of K and V read: Σ_r positions * q_dim * 2 */
     for (int r = 0; r < R; r++)
-        work += (size_t)(b->pos[r] + 1) * (size_t)c->q_dim * 2;
+        work += (size_t)(b->pos[r] + 1 - att_first(a, b->pos[r])) * (size_t)c->q_dim * 2;
     const int n_par = work >= FWD_ATT_PAR_MIN ? f->n_threads : 1;
     (void)n_par;  /* unused when compiled without OpenMP */
 #pragma omp parallel for num_threads(n_par) schedule(dynamic, 1) collapse(2)
     for (int r = 0; r < R; r++) {
         for (int h = 0; h < c->n_head; h++) {
             const int32_t *bt = b->block_tables[b->seq[r]];
-            const int n_pos = b->pos[r] + 1;        /* attends to positions 0..pos */
             const int kvo = (h / group) * hd;       /* offset of this head's kv head in a K/V vector */
             const float *qh = f->q + (size_t)r * c->q_dim + (size_t)h * hd;  /* (hd) */
-            float *sc = f->scores + (size_t)omp_get_thread_num() * f->scores_ld; /* (n_pos) */
+            float *sc = f->scores + (size_t)omp_get_thread_num() * f->scores_ld; /* (positions) */
             float *out = f->att + (size_t)r * c->q_dim + (size_t)h * hd;     /* (hd) */
-            attention_head(qh, kv, l, bt, 0, n_pos, kvo, hd, scale, 0.0f, sc, out);
+            attention_head(qh, kv, a->l, bt, att_first(a, b->pos[r]), b->pos[r] + 1, kvo, hd, c->attn_scale,
+                           c->attn_softcap, sc, out);
         }
     }
 }
 
-/* Q/K/V projections, biases, rope, cache write and attention in ONE
+/* Q/K/V projections, biases, norms, rope, cache write and attention in ONE
  * parallel region: task g = kv head g with its group of query heads. The
  * task computes the q/k/v columns of its heads for all rows, writes its
  * slice of every row's K/V, then attends with them: attention of head h
  * only reads kv head g's slice, so no barrier is needed between the
  * projections and the attention (the two-region path has one). Requires
  * head_dim % 16 == 0 (matmul_run_range's column alignment). */
-static void qkv_attention_by_head(forward_t *f, const model_layer_t *L, const fwd_batch_t *b, const kv_store_t *kv,
-                                  int l)
+static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv)
 {
     const model_config_t *c = &f->m->cfg;
+    const model_layer_t *L = a->L;
     const int R = b->n_rows, hd = c->head_dim, group = c->n_head / c->n_kv_head;
-    const float scale = 1.0f / sqrtf((float)hd);
     int rc = matmul_prepare(f->mm, f->xb, R, c->dim);
     assert(rc == 0);
     (void)rc;
@@ -404,29 +530,16 @@ static void qkv_attention_by_head(forward_t *f, const model_layer_t *L, const fw
                      matmul_run_range(f->mm, &L->wv, f->xb, R, k0, k0 + hd, f->v, t);
         assert(bad_mm == 0 && "weights were validated at load");
         (void)bad_mm;
-        for (int r = 0; r < R; r++) {
-            float *q = f->q + (size_t)r * c->q_dim + q0;   /* (group, hd) */
-            float *k = f->k + (size_t)r * c->kv_dim + k0;  /* (hd) */
-            float *v = f->v + (size_t)r * c->kv_dim + k0;  /* (hd) */
-            add_bias_row(q, L->bq ? L->bq + q0 : NULL, nq);
-            add_bias_row(k, L->bk ? L->bk + k0 : NULL, hd);
-            add_bias_row(v, L->bv ? L->bv + k0 : NULL, hd);
-            rope_row(f, q, r, group);
-            rope_row(f, k, r, 1);
-            const int32_t *bt = b->block_tables[b->seq[r]];
-            int p = b->pos[r];
-            int blk = bt[p / kv->block_size], slot = p % kv->block_size;
-            const size_t at = (size_t)k0 * kv_type_size(kv->type);  /* bytes to this head's slice */
-            kv_store_write(kv->type, (char *)kv_store_k_at(kv, l, blk, slot) + at, k, (size_t)hd);
-            kv_store_write(kv->type, (char *)kv_store_v_at(kv, l, blk, slot) + at, v, (size_t)hd);
-        }
+        for (int r = 0; r < R; r++)
+            qkv_row_post(f, a, b, kv, r, q0, nq, k0, hd);
         float *sc = f->scores + (size_t)t * f->scores_ld;
         for (int r = 0; r < R; r++) {
             const int32_t *bt = b->block_tables[b->seq[r]];
             for (int h = 0; h < group; h++) {
                 const float *qh = f->q + (size_t)r * c->q_dim + q0 + (size_t)h * hd;
                 float *out = f->att + (size_t)r * c->q_dim + q0 + (size_t)h * hd;
-                attention_head(qh, kv, l, bt, 0, b->pos[r] + 1, (int)k0, hd, scale, 0.0f, sc, out);
+                attention_head(qh, kv, a->l, bt, att_first(a, b->pos[r]), b->pos[r] + 1, (int)k0, hd, c->attn_scale,
+                               c->attn_softcap, sc, out);
             }
         }
     }
@@ -438,27 +551,136 @@ static void qkv_attention_by_head(forward_t *f, const model_layer_t *L, const fw
 /* FFN columns per task of ffn_gate_up (a multiple of 16). */
 #define FWD_FFN_COLS 64
 
-/* hg (R, ffn) = silu(xb · Wgateᵀ) * (xb · Wupᵀ) in one region: each task
- * takes FWD_FFN_COLS columns of both projections and applies silu * up to
- * them while they are in cache. */
-static void ffn_gate_up(forward_t *f, const model_layer_t *L, int R)
+/* hg (R, ffn) = act(x · Wgateᵀ) * (x · Wupᵀ), ffn = wg->rows, in one
+ * region: each task takes FWD_FFN_COLS columns of both projections and
+ * applies the activation to them while they are in cache. */
+static void ffn_gate_up(forward_t *f, const matmul_weight_t *wg, const matmul_weight_t *wu, const float *x, int R)
 {
     const model_config_t *c = &f->m->cfg;
-    const int ffn = c->ffn_dim, n_chunks = (ffn + FWD_FFN_COLS - 1) / FWD_FFN_COLS;
-    int rc = matmul_prepare(f->mm, f->xb, R, c->dim);
+    const int ffn = (int)wg->rows, n_chunks = (ffn + FWD_FFN_COLS - 1) / FWD_FFN_COLS;
+    int rc = matmul_prepare(f->mm, x, R, c->dim);
     assert(rc == 0);
     (void)rc;
 #pragma omp parallel for num_threads(f->n_threads) schedule(dynamic, 1)
     for (int ch = 0; ch < n_chunks; ch++) {
         const int t = omp_get_thread_num();
         const int64_t n0 = (int64_t)ch * FWD_FFN_COLS, n1 = n0 + FWD_FFN_COLS < ffn ? n0 + FWD_FFN_COLS : ffn;
-        int bad_mm = matmul_run_range(f->mm, &L->w_gate, f->xb, R, n0, n1, f->hg, t) |
-                     matmul_run_range(f->mm, &L->w_up, f->xb, R, n0, n1, f->hu, t);
+        int bad_mm = matmul_run_range(f->mm, wg, x, R, n0, n1, f->hg, t) |
+                     matmul_run_range(f->mm, wu, x, R, n0, n1, f->hu, t);
         assert(bad_mm == 0 && "weights were validated at load");
         (void)bad_mm;
         for (int r = 0; r < R; r++) {
             float *h = f->hg + (size_t)r * ffn + n0;
-            silu_mul(h, h, f->hu + (size_t)r * ffn + n0, (size_t)(n1 - n0));
+            act_mul(c->ffn_act, h, h, f->hu + (size_t)r * ffn + n0, (size_t)(n1 - n0));
+        }
+    }
+}
+
+/* Router of a MoE layer, per row: probabilities p (n_expert) = softmax(xb ·
+ * Wrouterᵀ); the n_expert_used largest (ties: lower expert index) with
+ * weights p_e (divided by their sum when expert_norm) * expert_scale; then
+ * per expert the ascending list of rows routed to it. */
+static void moe_route(forward_t *f, const model_layer_t *L, int R)
+{
+    const model_config_t *c = &f->m->cfg;
+    const int E = c->n_expert, K = c->n_expert_used;
+    mm(f, &L->router, f->xb, R, f->moe_logits);
+    memset(f->exp_n, 0, (size_t)E * sizeof(int32_t));
+    for (int r = 0; r < R; r++) {
+        float *p = f->moe_logits + (size_t)r * E;  /* (E) */
+        int32_t *sel = f->moe_sel + (size_t)r * K;  /* (K) */
+        float *w = f->moe_wt + (size_t)r * K;       /* (K) */
+        float mx = p[0], sum = 0;
+        for (int e = 1; e < E; e++)
+            mx = p[e] > mx ? p[e] : mx;
+        for (int e = 0; e < E; e++)
+            sum += (p[e] = expf(p[e] - mx));
+        float wsum = 0;
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                bool taken = false;
+                for (int i = 0; i < j; i++)
+                    taken |= sel[i] == e;
+                if (!taken && (best < 0 || p[e] > p[best]))
+                    best = e;
+            }
+            sel[j] = best;
+            w[j] = p[best] / sum;
+            wsum += w[j];
+        }
+        for (int j = 0; j < K; j++) {
+            w[j] = (c->expert_norm ? w[j] / wsum : w[j]) * c->expert_scale;
+            int e = sel[j], n = f->exp_n[e]++;
+            f->exp_rows[(size_t)e * R + n] = r;
+            f->exp_wt[(size_t)e * R + n] = w[j];
+        }
+    }
+}
+
+/* moe_out (R, dim) = Σ over each row's experts of weight * expert FFN(xb),
+ * plus the gated shared expert. Expert by expert: the rows routed to it are
+ * gathered and go through its three matrices together, so each expert's
+ * weights are read once per step whatever the number of rows. A row adds
+ * its experts' outputs in ascending expert order, so its result does not
+ * depend on the other rows of the batch. */
+static void ffn_moe(forward_t *f, const model_layer_t *L, int R)
+{
+    const model_config_t *c = &f->m->cfg;
+    const int dim = c->dim;
+    moe_route(f, L, R);
+    memset(f->moe_out, 0, (size_t)R * dim * sizeof(float));
+    for (int e = 0; e < c->n_expert; e++) {
+        const int n = f->exp_n[e];
+        if (n == 0)
+            continue;
+        const int32_t *rows = f->exp_rows + (size_t)e * R;  /* (n) */
+        const float *wt = f->exp_wt + (size_t)e * R;         /* (n) */
+        /* xe (n, dim) = xb[rows] */
+        for (int j = 0; j < n; j++)
+            memcpy(f->xe + (size_t)j * dim, f->xb + (size_t)rows[j] * dim, (size_t)dim * sizeof(float));
+        /* hg (n, ffn_exp) = act(xe · Wgate_eᵀ) * (xe · Wup_eᵀ);  ye (n, dim) = hg · Wdown_eᵀ */
+        ffn_gate_up(f, &L->exp_gate[e], &L->exp_up[e], f->xe, n);
+        mm(f, &L->exp_down[e], f->hg, n, f->ye);
+        /* moe_out[rows[j]] += wt[j] * ye[j] */
+        for (int j = 0; j < n; j++) {
+            float *o = f->moe_out + (size_t)rows[j] * dim;
+            const float *y = f->ye + (size_t)j * dim;
+            for (int i = 0; i < dim; i++)
+                o[i] += wt[j] * y[i];
+        }
+    }
+    if (!L->shexp_gate_inp)
+        return;
+    /* shared expert on every row: moe_out += sigmoid(xb · w_gate_inp) * FFN_shared(xb) */
+    ffn_gate_up(f, &L->sh_gate, &L->sh_up, f->xb, R);
+    mm(f, &L->sh_down, f->hg, R, f->ye);
+    for (int r = 0; r < R; r++) {
+        const float *x = f->xb + (size_t)r * dim, *y = f->ye + (size_t)r * dim;
+        float d = 0, *o = f->moe_out + (size_t)r * dim;
+        for (int i = 0; i < dim; i++)
+            d += x[i] * L->shexp_gate_inp[i];
+        const float gate = 1.0f / (1.0f + expf(-d));
+        for (int i = 0; i < dim; i++)
+            o[i] += gate * y[i];
+    }
+}
+
+/* rope tables (R, half) for inverse frequencies inv (scaled positions
+ * pos * pos_scale): cos/sin in double so large positions keep their
+ * precision, times the family's attn_factor (phi3 LongRoPE; else 1). */
+static void rope_tables(forward_t *f, const fwd_batch_t *b, const double *inv, double pos_scale, float *cs,
+                        float *sn)
+{
+    const int R = b->n_rows, half = f->m->cfg.rope_dim / 2;
+    const double af = f->m->cfg.rope_attn_factor;
+#pragma omp parallel for num_threads(nth(f, (size_t)R * half * 8)) schedule(static)
+    for (int r = 0; r < R; r++) {
+        double p = (double)b->pos[r] * pos_scale;
+        for (int i = 0; i < half; i++) {
+            double a = p * inv[i];
+            cs[(size_t)r * half + i] = (float)(cos(a) * af);
+            sn[(size_t)r * half + i] = (float)(sin(a) * af);
         }
     }
 }
@@ -470,29 +692,27 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
     f->err[0] = '\0';
     if (validate(f, b, kv) != 0)
         return -1;
-    const int R = b->n_rows, dim = c->dim, half = c->rope_dim / 2;
+    const int R = b->n_rows, dim = c->dim;
     if (R == 0)
         return 0;
 
-    /* x (R, dim) = token_embd[token[r]] */
+    /* x (R, dim) = token_embd[token[r]] * embd_scale */
 #pragma omp parallel for num_threads(nth(f, (size_t)R * dim)) schedule(static)
     for (int r = 0; r < R; r++) {
-        int rc = matmul_weight_rows(&m->tok_embd, b->token[r], 1, f->x + (size_t)r * dim);
+        float *x = f->x + (size_t)r * dim;
+        int rc = matmul_weight_rows(&m->tok_embd, b->token[r], 1, x);
         assert(rc == 0);
         (void)rc;
+        if (c->embd_scale != 1.0f)
+            for (int i = 0; i < dim; i++)
+                x[i] *= c->embd_scale;
     }
 
-    /* rope tables (R, half): angle = pos * pos_scale * inv_freq[i], in double
-     * so large positions keep their precision. */
-#pragma omp parallel for num_threads(nth(f, (size_t)R * half * 8)) schedule(static)
-    for (int r = 0; r < R; r++) {
-        double p = (double)b->pos[r] * m->rope_pos_scale;
-        for (int i = 0; i < half; i++) {
-            double a = p * m->rope_inv_freq[i];
-            f->rope_cos[(size_t)r * half + i] = (float)cos(a);
-            f->rope_sin[(size_t)r * half + i] = (float)sin(a);
-        }
-    }
+    /* rope tables (R, half): angle = pos * pos_scale * inv_freq[i]; the
+     * sliding-window layers' own table when the model has one (gemma3) */
+    rope_tables(f, b, m->rope_inv_freq, m->rope_pos_scale, f->rope_cos[0], f->rope_sin[0]);
+    if (m->rope_inv_freq_swa)
+        rope_tables(f, b, m->rope_inv_freq_swa, 1.0, f->rope_cos[1], f->rope_sin[1]);
 
     /* xb (R, dim) = rmsnorm(x) * attn_norm of layer 0; later layers get it
      * fused with the residual add that ends the previous layer. */
@@ -508,33 +728,53 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
                          (c->n_kv_head % f->n_threads == 0 || c->n_kv_head >= 4 * f->n_threads);
     for (int l = 0; l < c->n_layer; l++) {
         const model_layer_t *L = &m->layers[l];
+        const int t = L->swa ? 1 : 0;
+        const layer_att_t a = { .L = L, .l = l, .cos = f->rope_cos[t], .sin = f->rope_sin[t],
+                                .window = L->swa ? c->swa_window : 0 };
 
         if (by_head) {
             /* everything below in one region, one task per kv head */
-            qkv_attention_by_head(f, L, b, kv, l);
+            qkv_attention_by_head(f, &a, b, kv);
         } else {
             /* q (R, q_dim), k, v (R, kv_dim) = xb · W{q,k,v}ᵀ: one region */
             const matmul_weight_t *wqkv[3] = {&L->wq, &L->wk, &L->wv};
             float *const yqkv[3] = {f->q, f->k, f->v};
             mm_multi(f, wqkv, 3, f->xb, R, yqkv);
 
-            /* + biases; rotate q and k by their row's position;
-             * cache[l, block_table[pos / bs], pos % bs] = k, v  (all rows before any attends) */
-            qkv_post(f, L, b, kv, l);
+            /* + biases; per-head rmsnorm of q and k (qk_norm); rotate q and k by
+             * their row's position; cache[l, block_table[pos / bs], pos % bs] = k, v
+             * (all rows before any attends) */
+            qkv_post(f, &a, b, kv);
 
-            /* att (R, q_dim) = softmax(q kᵀ / sqrt(hd), causal) v, per head over its kv head */
-            attention(f, b, kv, l);
+            /* att (R, q_dim) = softmax(softcap(q kᵀ * attn_scale), causal, window) v,
+             * per head over its kv head */
+            attention(f, &a, b, kv);
         }
 
-        /* xb = att · Woᵀ;  x += xb;  xb = rmsnorm(x) * ffn_norm */
+        /* xb = att · Woᵀ;  [gemma: xb = rmsnorm(xb) * attn_post_norm]
+         * x += xb;  xb = rmsnorm(x) * ffn_norm */
         mm(f, &L->wo, f->att, R, f->xb);
+        if (L->attn_post_norm)
+            add_rmsnorm(f, f->xb, NULL, f->xb, L->attn_post_norm, R, dim, c->norm_eps);
         add_rmsnorm(f, f->x, f->xb, f->xb, L->ffn_norm, R, dim, c->norm_eps);
 
-        /* hg (R, ffn) = silu(xb · Wgateᵀ) * (xb · Wupᵀ), one region */
-        ffn_gate_up(f, L, R);
+        /* dense: hg (R, ffn) = act(xb · Wgateᵀ) * (xb · Wupᵀ);  out (R, dim) = hg · Wdownᵀ
+         * MoE:   out (R, dim) = Σ_experts weight * the same per expert (+ shared expert) */
+        float *out = f->xb;
+        if (c->n_expert > 0) {
+            ffn_moe(f, L, R);
+            out = f->moe_out;
+        } else {
+            ffn_gate_up(f, &L->w_gate, &L->w_up, f->xb, R);
+            mm(f, &L->w_down, f->hg, R, f->xb);
+        }
+        /* [gemma: out = rmsnorm(out) * ffn_post_norm] */
+        if (L->ffn_post_norm)
+            add_rmsnorm(f, out, NULL, out, L->ffn_post_norm, R, dim, c->norm_eps);
+        if (out != f->xb)
+            memcpy(f->xb, out, (size_t)R * dim * sizeof(float));
 
-        /* xb = hg · Wdownᵀ;  x += xb;  xb = rmsnorm(x) * next layer's attn_norm */
-        mm(f, &L->w_down, f->hg, R, f->xb);
+        /* x += xb;  xb = rmsnorm(x) * next layer's attn_norm */
         if (l + 1 < c->n_layer)
             add_rmsnorm(f, f->x, f->xb, f->xb, m->layers[l + 1].attn_norm, R, dim, c->norm_eps);
         if (f->layers_done) /* a long step shows its progress (forward_set_progress) */
@@ -556,7 +796,9 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
         size_t r = (size_t)f->wanted[j];
         add_rmsnorm_row(f->x + r * dim, f->xb + r * dim, f->xb + (size_t)j * dim, m->output_norm, dim, c->norm_eps);
     }
-    /* logits (n_want, vocab) = xb · Woutᵀ */
+    /* logits (n_want, vocab) = xb · Woutᵀ;  [gemma2: logits = cap * tanh(logits / cap)] */
     mm(f, &m->output, f->xb, n_want, logits);
+    if (c->final_softcap > 0)
+        softcap(logits, (size_t)n_want * c->vocab, c->final_softcap);
     return 0;
 }

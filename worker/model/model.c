@@ -1,5 +1,6 @@
-/* model.c — validates a GGUF file's metadata and tensors against the llama /
- * qwen2 architectures and builds the model_t the forward pass reads (see
+/* model.c — validates a GGUF file's metadata and tensors against the
+ * supported architectures (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2,
+ * gemma3, phi3) and builds the model_t the forward pass reads (see
  * model.h). The file is hostile input: every key, shape, type and byte count
  * is checked before a pointer into it is kept. */
 #include "worker/model/model.h"
@@ -28,7 +29,7 @@
 
 typedef struct loader {
     const gguf_t *g;
-    const char *arch;     /* "llama" or "qwen2" */
+    const char *arch;     /* general.architecture, e.g. "llama" */
     char *err;
     size_t errlen;
     float *arena;         /* f32 storage for 1-D tensors */
@@ -131,6 +132,51 @@ static int load_matrix(loader_t *ld, const char *name, int64_t cols, int64_t row
     return 1;
 }
 
+/* w = rows [row0, row0 + n) of the matrix `whole` (a fused tensor split
+ * into its parts: rows are contiguous, so a part is a sub-range). */
+static matmul_weight_t matrix_rows(const matmul_weight_t *whole, int64_t row0, int64_t n)
+{
+    matmul_weight_t w = *whole;
+    w.rows = n;
+    w.data = (const uint8_t *)whole->data + (size_t)row0 * whole->row_bytes;
+    w.packed = NULL;
+    return w;
+}
+
+/* 3-D expert tensor [cols, rows, n_expert]: n_expert views of (rows, cols)
+ * into *out (malloc'd array, owned by the layer). Required. */
+static int load_experts(loader_t *ld, const char *name, int64_t cols, int64_t rows, int64_t n_expert,
+                        matmul_weight_t **out)
+{
+    const gguf_tensor_t *t = gguf_find_tensor(ld->g, name);
+    if (!t)
+        return fail(ld, "tensor %s missing", name);
+    if (!ggml_type_supported(t->type))
+        return fail(ld, "tensor %s has unsupported type %s (%u)", name, ggml_type_name(t->type), t->type);
+    for (uint32_t d = 3; d < t->n_dims; d++)
+        if (t->ne[d] != 1)
+            return fail(ld, "tensor %s has %u dimensions, expected 3", name, t->n_dims);
+    if ((int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows || (int64_t)t->ne[2] != n_expert)
+        return fail(ld, "tensor %s has shape [%" PRIu64 ", %" PRIu64 ", %" PRIu64 "], expected [%" PRId64
+                    ", %" PRId64 ", %" PRId64 "]", name, t->ne[0], t->ne[1], t->ne[2], cols, rows, n_expert);
+    uint32_t be = ggml_type_block_elems(t->type);
+    if (be == 0 || cols % be != 0)
+        return fail(ld, "tensor %s: row length %" PRId64 " is not a multiple of the %s block (%u)",
+                    name, cols, ggml_type_name(t->type), be);
+    size_t rb = quant_row_bytes(t->type, cols);
+    if (rb == 0 || t->nbytes != rb * (uint64_t)rows * (uint64_t)n_expert)
+        return fail(ld, "tensor %s: %" PRIu64 " bytes, expected %" PRIu64, name, t->nbytes,
+                    (uint64_t)(rb * (uint64_t)rows * (uint64_t)n_expert));
+    if (((uintptr_t)t->data & 3) != 0)
+        return fail(ld, "tensor %s: data is not 4-byte aligned", name);
+    matmul_weight_t whole = { .type = t->type, .rows = rows * n_expert, .cols = cols, .row_bytes = rb,
+                              .data = t->data };
+    *out = xcalloc((size_t)n_expert, sizeof(matmul_weight_t));
+    for (int64_t e = 0; e < n_expert; e++)
+        (*out)[e] = matrix_rows(&whole, e * rows, rows);
+    return 1;
+}
+
 /* 1-D tensor converted to floats in the arena. */
 static int load_vector(loader_t *ld, const char *name, int64_t n, int optional, const float **out)
 {
@@ -150,6 +196,112 @@ static int load_vector(loader_t *ld, const char *name, int64_t n, int optional, 
     ld->arena_used += (size_t)n;
     *out = dst;
     return 1;
+}
+
+static bool is_moe(enum model_arch a)
+{
+    return a == MODEL_ARCH_QWEN2MOE || a == MODEL_ARCH_QWEN3MOE;
+}
+
+static bool is_gemma(enum model_arch a)
+{
+    return a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3;
+}
+
+/* Sliding-window layout: {arch}.attention.sliding_window (window W) and
+ * sliding_window_pattern, an integer p (layer l local when l % p < p - 1)
+ * or an array of n_layer bools. def_window 0: no window unless the file
+ * gives one. */
+static int load_swa(loader_t *ld, model_config_t *c, int32_t def_window, int32_t def_pattern)
+{
+    if (get_i(ld, "attention.sliding_window", def_window, 0, MODEL_MAX_CTX, &c->swa_window))
+        return -1;
+    c->swa_pattern = def_pattern;
+    c->n_swa_layers = 0;
+    if (c->swa_window == 0)
+        return 0;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", ld->arch);
+    const gguf_kv_t *kv = gguf_find_kv(ld->g, key);
+    if (kv && kv->type == GGUF_TYPE_ARRAY) {
+        if (kv->arr_type != GGUF_TYPE_BOOL || kv->arr_n != (uint64_t)c->n_layer)
+            return fail(ld, "metadata %s: expected %d bools", key, c->n_layer);
+        c->swa_pattern = 0;  /* per layer, from the array (model_t layers[].swa) */
+    } else if (get_i(ld, "attention.sliding_window_pattern", def_pattern, 1, MODEL_MAX_LAYERS, &c->swa_pattern)) {
+        return -1;
+    }
+    return 0;
+}
+
+/* The features of each family (model.h); generic metadata already read. */
+static int load_family(loader_t *ld, model_config_t *c)
+{
+    const enum model_arch a = c->arch;
+    c->ffn_act = is_gemma(a) ? MODEL_FFN_GELU_TANH : MODEL_FFN_SILU;
+    c->qk_norm = a == MODEL_ARCH_QWEN3 || a == MODEL_ARCH_QWEN3MOE || a == MODEL_ARCH_GEMMA3;
+    c->post_norms = is_gemma(a);
+    c->embd_scale = is_gemma(a) ? sqrtf((float)c->dim) : 1.0f;
+    c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    c->rope_attn_factor = 1.0f;
+    c->rope_base_swa = c->rope_base;
+    if (is_gemma(a)) {
+        /* gemma_pytorch: the 27B models scale by 1/sqrt(dim / n_head) (their
+         * query_pre_attn_scalar), the others by 1/sqrt(head_dim); llama.cpp
+         * tells them apart by layer count (46: gemma2 27B, 62: gemma3 27B) */
+        if ((a == MODEL_ARCH_GEMMA2 && c->n_layer == 46) || (a == MODEL_ARCH_GEMMA3 && c->n_layer == 62))
+            c->attn_scale = 1.0f / sqrtf((float)c->dim / (float)c->n_head);
+        if (get_f(ld, "attn_logit_softcapping", a == MODEL_ARCH_GEMMA2 ? 50.0 : 0.0, &c->attn_softcap) ||
+            get_f(ld, "final_logit_softcapping", a == MODEL_ARCH_GEMMA2 ? 30.0 : 0.0, &c->final_softcap))
+            return -1;
+        if (a == MODEL_ARCH_GEMMA3)
+            c->attn_softcap = 0;  /* removed in Gemma 3 */
+        if (c->attn_softcap < 0 || c->final_softcap < 0)
+            return fail(ld, "negative soft-capping");
+        if (load_swa(ld, c, a == MODEL_ARCH_GEMMA2 ? 4096 : 0, a == MODEL_ARCH_GEMMA2 ? 2 : 6))
+            return -1;
+        if (get_f(ld, "rope.freq_base_swa", a == MODEL_ARCH_GEMMA3 ? 10000.0 : c->rope_base, &c->rope_base_swa))
+            return -1;
+        if (!(c->rope_base_swa > 0))
+            return fail(ld, "rope.freq_base_swa is not positive");
+        /* gemma3's local layers: own base, no scaling; gemma2: the same rope everywhere */
+        c->rope_swa_own = a == MODEL_ARCH_GEMMA3 && c->swa_window > 0 &&
+                          (c->rope_base_swa != c->rope_base || c->rope_scaling != MODEL_ROPE_SCALING_NONE);
+    } else if (a == MODEL_ARCH_LLAMA) {
+        /* Mistral v0.1-style: every layer within the window when the file gives one */
+        if (load_swa(ld, c, 0, 1))
+            return -1;
+    } else if (a == MODEL_ARCH_PHI3) {
+        c->swa_window = 0;  /* llama.cpp ignores phi3's sliding_window too (see model.h) */
+        if (get_f(ld, "rope.scaling.attn_factor", 1.0, &c->rope_attn_factor))
+            return -1;
+        if (!(c->rope_attn_factor > 0))
+            return fail(ld, "rope.scaling.attn_factor is not positive");
+    }
+    if (is_moe(a)) {
+        if (get_i(ld, "expert_count", -1, 1, 4096, &c->n_expert) ||
+            get_i(ld, "expert_used_count", -1, 1, 4096, &c->n_expert_used))
+            return -1;
+        if (c->n_expert_used > c->n_expert)
+            return fail(ld, "expert_used_count %d > expert_count %d", c->n_expert_used, c->n_expert);
+        if (get_i(ld, "expert_feed_forward_length", c->ffn_dim / c->n_expert_used, 1, MODEL_MAX_DIM,
+                  &c->expert_ffn_dim) ||
+            get_i(ld, "expert_shared_feed_forward_length", c->ffn_dim, 1, MODEL_MAX_DIM, &c->shexp_ffn_dim) ||
+            get_f(ld, "expert_weights_scale", 1.0, &c->expert_scale))
+            return -1;
+        if (c->expert_scale == 0)
+            c->expert_scale = 1;  /* llama.cpp writes 0 for "not set" */
+        char key[128];
+        bool norm = a == MODEL_ARCH_QWEN3MOE;  /* Qwen3-MoE norm_topk_prob; Qwen1.5/2-MoE don't */
+        snprintf(key, sizeof key, "%s.expert_weights_norm", ld->arch);
+        if (gguf_find_kv(ld->g, key) && gguf_get_bool(ld->g, key, &norm) != 0)
+            return fail(ld, "metadata %s is not a bool", key);
+        c->expert_norm = norm;
+        snprintf(key, sizeof key, "%s.expert_gating_func", ld->arch);
+        int64_t gf;
+        if (gguf_find_kv(ld->g, key) && (gguf_get_int(ld->g, key, &gf) != 0 || gf != 1))
+            return fail(ld, "metadata %s: only 1 (softmax) is supported", key);
+    }
+    return 0;
 }
 
 static int load_config(loader_t *ld, model_config_t *c)
@@ -186,7 +338,7 @@ static int load_config(loader_t *ld, model_config_t *c)
         return fail(ld, "bad norm epsilon or rope base");
     if (c->rope_dim % 2 != 0)
         return fail(ld, "rope.dimension_count %d is odd", c->rope_dim);
-    c->rope_neox = c->arch == MODEL_ARCH_QWEN2;
+    c->rope_neox = c->arch != MODEL_ARCH_LLAMA;
 
     /* Rope scaling: {arch}.rope.scaling.type, or the older rope.scale_linear. */
     char key[128];
@@ -226,7 +378,7 @@ static int load_config(loader_t *ld, model_config_t *c)
     if (c->rope_scaling == MODEL_ROPE_SCALING_LLAMA3 &&
         !(c->rope_llama3_high > c->rope_llama3_low && c->rope_llama3_low > 0))
         return fail(ld, "llama3 rope: need high_freq_factor > low_freq_factor > 0");
-    return 0;
+    return load_family(ld, c);
 }
 
 /* inv_freq[i] = base^(-2i/rope_dim), then the scaling's per-frequency factors. */
@@ -241,7 +393,29 @@ static int load_rope(loader_t *ld, model_t *m)
     if (c->rope_scaling == MODEL_ROPE_SCALING_LINEAR)
         m->rope_pos_scale = 1.0 / c->rope_scale_factor;
 
+    if (c->rope_swa_own) {
+        m->rope_inv_freq_swa = xmalloc((size_t)half * sizeof(double));
+        for (int i = 0; i < half; i++)
+            m->rope_inv_freq_swa[i] = pow((double)c->rope_base_swa, -2.0 * i / c->rope_dim);
+    }
+
     const float *factors;
+    if (c->arch == MODEL_ARCH_PHI3) {
+        /* LongRoPE: short factors while the context fits the original one */
+        const char *which = c->ctx > c->rope_llama3_orig_ctx ? "rope_factors_long.weight" : "rope_factors_short.weight";
+        int rc = load_vector(ld, which, half, 1, &factors);
+        if (rc < 0)
+            return -1;
+        if (rc == 1) {
+            for (int i = 0; i < half; i++) {
+                if (!(factors[i] > 0))
+                    return fail(ld, "%s[%d] is not positive", which, i);
+                m->rope_inv_freq[i] /= factors[i];
+            }
+            c->rope_scaling = MODEL_ROPE_SCALING_LONGROPE;
+        }
+        return 0;
+    }
     int rc = load_vector(ld, "rope_freqs.weight", half, 1, &factors);
     if (rc < 0)
         return -1;
@@ -278,26 +452,35 @@ static void widen(model_t *m, const matmul_weight_t *w)
         m->max_cols = w->cols;
 }
 
-static int load_layers(loader_t *ld, model_t *m)
+/* Attention tensors of layer l: attn_q/k/v (+ biases) or the fused attn_qkv. */
+static int load_attention(loader_t *ld, const model_config_t *c, int l, model_layer_t *L)
 {
-    const model_config_t *c = &m->cfg;
     char name[96];
-    m->layers = xcalloc((size_t)c->n_layer, sizeof(model_layer_t));
-    for (int l = 0; l < c->n_layer; l++) {
-        model_layer_t *L = &m->layers[l];
 #define T(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
-        if (load_vector(ld, T("attn_norm.weight"), c->dim, 0, &L->attn_norm) < 0 ||
-            load_matrix(ld, T("attn_q.weight"), c->dim, c->q_dim, 0, &L->wq) < 0 ||
-            load_matrix(ld, T("attn_k.weight"), c->dim, c->kv_dim, 0, &L->wk) < 0 ||
-            load_matrix(ld, T("attn_v.weight"), c->dim, c->kv_dim, 0, &L->wv) < 0 ||
-            load_matrix(ld, T("attn_output.weight"), c->q_dim, c->dim, 0, &L->wo) < 0 ||
-            load_vector(ld, T("ffn_norm.weight"), c->dim, 0, &L->ffn_norm) < 0 ||
-            load_matrix(ld, T("ffn_gate.weight"), c->dim, c->ffn_dim, 0, &L->w_gate) < 0 ||
-            load_matrix(ld, T("ffn_up.weight"), c->dim, c->ffn_dim, 0, &L->w_up) < 0 ||
-            load_matrix(ld, T("ffn_down.weight"), c->ffn_dim, c->dim, 0, &L->w_down) < 0)
+    const int64_t n_qkv = (int64_t)c->q_dim + 2 * (int64_t)c->kv_dim;
+    matmul_weight_t qkv = {0};
+    int rc = load_matrix(ld, T("attn_qkv.weight"), c->dim, n_qkv, 1, &qkv);
+    if (rc < 0)
+        return -1;
+    if (rc == 1) {
+        L->wq = matrix_rows(&qkv, 0, c->q_dim);
+        L->wk = matrix_rows(&qkv, c->q_dim, c->kv_dim);
+        L->wv = matrix_rows(&qkv, c->q_dim + c->kv_dim, c->kv_dim);
+        const float *b;
+        if (load_vector(ld, T("attn_qkv.bias"), n_qkv, 1, &b) < 0)
             return -1;
-        /* qwen2 has Q/K/V biases; llama files normally have none, but a
-         * llama file carrying them is honoured too. */
+        if (b) {
+            L->bq = b;
+            L->bk = b + c->q_dim;
+            L->bv = b + c->q_dim + c->kv_dim;
+        }
+    } else {
+        if (load_matrix(ld, T("attn_q.weight"), c->dim, c->q_dim, 0, &L->wq) < 0 ||
+            load_matrix(ld, T("attn_k.weight"), c->dim, c->kv_dim, 0, &L->wk) < 0 ||
+            load_matrix(ld, T("attn_v.weight"), c->dim, c->kv_dim, 0, &L->wv) < 0)
+            return -1;
+        /* qwen2 has Q/K/V biases; other files normally have none, but one
+         * carrying them is honoured too. */
         int opt = c->arch != MODEL_ARCH_QWEN2;
         if (load_vector(ld, T("attn_q.bias"), c->q_dim, opt, &L->bq) < 0 ||
             load_vector(ld, T("attn_k.bias"), c->kv_dim, opt, &L->bk) < 0 ||
@@ -305,15 +488,140 @@ static int load_layers(loader_t *ld, model_t *m)
             return -1;
         if (!L->bq != !L->bk || !L->bq != !L->bv)
             return fail(ld, "layer %d: Q/K/V biases must be all present or all absent", l);
-        if (gguf_find_tensor(ld->g, T("attn_output.bias")))
-            return fail(ld, "tensor %s (output projection bias) is not supported", name);
+    }
+    if (load_matrix(ld, T("attn_output.weight"), c->q_dim, c->dim, 0, &L->wo) < 0)
+        return -1;
+    if (gguf_find_tensor(ld->g, T("attn_output.bias")))
+        return fail(ld, "tensor %s (output projection bias) is not supported", name);
+    if (c->qk_norm && (load_vector(ld, T("attn_q_norm.weight"), c->head_dim, 0, &L->q_norm) < 0 ||
+                       load_vector(ld, T("attn_k_norm.weight"), c->head_dim, 0, &L->k_norm) < 0))
+        return -1;
+    if (c->post_norms && load_vector(ld, T("post_attention_norm.weight"), c->dim, 0, &L->attn_post_norm) < 0)
+        return -1;
 #undef T
+    return 0;
+}
+
+/* FFN tensors of layer l: gate/up/down, phi3's fused up, or the experts. */
+static int load_ffn(loader_t *ld, const model_config_t *c, int l, model_layer_t *L)
+{
+    char name[96];
+#define T(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
+    if (load_vector(ld, T("ffn_norm.weight"), c->dim, 0, &L->ffn_norm) < 0)
+        return -1;
+    if (c->post_norms && load_vector(ld, T("post_ffw_norm.weight"), c->dim, 0, &L->ffn_post_norm) < 0)
+        return -1;
+    if (c->n_expert > 0) {
+        const int64_t fe = c->expert_ffn_dim, ne = c->n_expert;
+        if (load_matrix(ld, T("ffn_gate_inp.weight"), c->dim, ne, 0, &L->router) < 0 ||
+            load_experts(ld, T("ffn_gate_exps.weight"), c->dim, fe, ne, &L->exp_gate) < 0 ||
+            load_experts(ld, T("ffn_up_exps.weight"), c->dim, fe, ne, &L->exp_up) < 0 ||
+            load_experts(ld, T("ffn_down_exps.weight"), fe, c->dim, ne, &L->exp_down) < 0)
+            return -1;
+        /* the shared expert: qwen2moe always has one */
+        int opt = c->arch != MODEL_ARCH_QWEN2MOE;
+        int rc = load_vector(ld, T("ffn_gate_inp_shexp.weight"), c->dim, opt, &L->shexp_gate_inp);
+        if (rc < 0)
+            return -1;
+        if (rc == 1 && (load_matrix(ld, T("ffn_gate_shexp.weight"), c->dim, c->shexp_ffn_dim, 0, &L->sh_gate) < 0 ||
+                        load_matrix(ld, T("ffn_up_shexp.weight"), c->dim, c->shexp_ffn_dim, 0, &L->sh_up) < 0 ||
+                        load_matrix(ld, T("ffn_down_shexp.weight"), c->shexp_ffn_dim, c->dim, 0, &L->sh_down) < 0))
+            return -1;
+        return 0;
+    }
+    if (load_matrix(ld, T("ffn_down.weight"), c->ffn_dim, c->dim, 0, &L->w_down) < 0)
+        return -1;
+    int rc = load_matrix(ld, T("ffn_gate.weight"), c->dim, c->ffn_dim, c->arch == MODEL_ARCH_PHI3, &L->w_gate);
+    if (rc < 0)
+        return -1;
+    if (rc == 0) {
+        /* phi3: ffn_up holds the gate rows, then the up rows */
+        matmul_weight_t up2 = {0};
+        if (load_matrix(ld, T("ffn_up.weight"), c->dim, 2 * (int64_t)c->ffn_dim, 0, &up2) < 0)
+            return -1;
+        L->w_gate = matrix_rows(&up2, 0, c->ffn_dim);
+        L->w_up = matrix_rows(&up2, c->ffn_dim, c->ffn_dim);
+        return 0;
+    }
+    if (load_matrix(ld, T("ffn_up.weight"), c->dim, c->ffn_dim, 0, &L->w_up) < 0)
+        return -1;
+#undef T
+    return 0;
+}
+
+/* Which layers attend within the sliding window (cfg.swa_window > 0). */
+static void load_swa_layers(loader_t *ld, model_t *m)
+{
+    model_config_t *c = &m->cfg;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", ld->arch);
+    const gguf_kv_t *kv = c->swa_pattern == 0 ? gguf_find_kv(ld->g, key) : NULL;
+    c->n_swa_layers = 0;
+    for (int l = 0; l < c->n_layer; l++) {
+        int swa = 0;
+        if (c->swa_window > 0)
+            swa = kv ? kv->arr_data[l] != 0 : (l % c->swa_pattern < c->swa_pattern - 1 || c->swa_pattern == 1);
+        m->layers[l].swa = swa;
+        c->n_swa_layers += swa;
+    }
+}
+
+static int load_layers(loader_t *ld, model_t *m)
+{
+    const model_config_t *c = &m->cfg;
+    char name[96];
+    m->layers = xcalloc((size_t)c->n_layer, sizeof(model_layer_t));
+    for (int l = 0; l < c->n_layer; l++) {
+        model_layer_t *L = &m->layers[l];
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        if (load_vector(ld, name, c->dim, 0, &L->attn_norm) < 0 || load_attention(ld, c, l, L) < 0 ||
+            load_ffn(ld, c, l, L) < 0)
+            return -1;
         widen(m, &L->wq);
         widen(m, &L->wo);
-        widen(m, &L->w_gate);
-        widen(m, &L->w_down);
+        if (c->n_expert > 0) {
+            widen(m, &L->router);
+            widen(m, &L->exp_gate[0]);
+            widen(m, &L->exp_down[0]);
+            if (L->shexp_gate_inp)
+                widen(m, &L->sh_down);
+        } else {
+            widen(m, &L->w_gate);
+            widen(m, &L->w_down);
+        }
     }
+    load_swa_layers(ld, m);
     return 0;
+}
+
+static void free_layers(model_t *m)
+{
+    if (!m->layers)
+        return;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        free(m->layers[l].exp_gate);
+        free(m->layers[l].exp_up);
+        free(m->layers[l].exp_down);
+    }
+    free(m->layers);
+    m->layers = NULL;
+}
+
+static const struct {
+    const char *name;
+    enum model_arch arch;
+} model_archs[] = {
+    { "llama", MODEL_ARCH_LLAMA },       { "qwen2", MODEL_ARCH_QWEN2 },   { "qwen3", MODEL_ARCH_QWEN3 },
+    { "qwen2moe", MODEL_ARCH_QWEN2MOE }, { "qwen3moe", MODEL_ARCH_QWEN3MOE },
+    { "gemma2", MODEL_ARCH_GEMMA2 },     { "gemma3", MODEL_ARCH_GEMMA3 }, { "phi3", MODEL_ARCH_PHI3 },
+};
+
+const char *model_arch_name(enum model_arch a)
+{
+    for (size_t i = 0; i < sizeof model_archs / sizeof *model_archs; i++)
+        if (model_archs[i].arch == a)
+            return model_archs[i].name;
+    return "?";
 }
 
 int model_load_gguf(gguf_t **gp, model_t **out, char *err, size_t errlen)
@@ -329,15 +637,14 @@ int model_load_gguf(gguf_t **gp, model_t **out, char *err, size_t errlen)
         fail(&ld, "metadata general.architecture missing");
         goto err;
     }
-    if (gguf_str_eq(arch, "llama")) {
-        c->arch = MODEL_ARCH_LLAMA;
-        ld.arch = "llama";
-    } else if (gguf_str_eq(arch, "qwen2")) {
-        c->arch = MODEL_ARCH_QWEN2;
-        ld.arch = "qwen2";
-    } else {
-        fail(&ld, "architecture '%.*s' is not supported (supported: llama, qwen2)",
-             (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    for (size_t i = 0; i < sizeof model_archs / sizeof *model_archs; i++)
+        if (gguf_str_eq(arch, model_archs[i].name)) {
+            c->arch = model_archs[i].arch;
+            ld.arch = model_archs[i].name;
+        }
+    if (!ld.arch) {
+        fail(&ld, "architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, "
+             "gemma2, gemma3, phi3)", (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto err;
     }
     if (load_config(&ld, c) != 0)
@@ -356,7 +663,8 @@ int model_load_gguf(gguf_t **gp, model_t **out, char *err, size_t errlen)
     c->vocab = (int32_t)emb->ne[1];
 
     /* Every 1-D float tensor the loader may convert: norms, biases, rope factors. */
-    ld.arena_cap = (size_t)c->n_layer * (2 * (size_t)c->dim + (size_t)c->q_dim + 2 * (size_t)c->kv_dim) +
+    ld.arena_cap = (size_t)c->n_layer * (5 * (size_t)c->dim + (size_t)c->q_dim + 2 * (size_t)c->kv_dim +
+                                         2 * (size_t)c->head_dim) +
                    (size_t)c->dim + (size_t)c->rope_dim;
     ld.arena = m->f32_arena = xmalloc(ld.arena_cap * sizeof(float));
 
@@ -379,8 +687,9 @@ int model_load_gguf(gguf_t **gp, model_t **out, char *err, size_t errlen)
     *out = m;
     return 0;
 err:
-    free(m->layers);
+    free_layers(m);
     free(m->rope_inv_freq);
+    free(m->rope_inv_freq_swa);
     free(m->f32_arena);
     free(m);
     return -1;
@@ -407,8 +716,24 @@ static int matmul_weights(model_t *m, matmul_weight_t **ws, int *shared)
         model_layer_t *L = &m->layers[l];
         matmul_weight_t *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++) {
+            if (!lw[i]->data)
+                continue;  /* MoE layers have no dense FFN */
             shared[n] = 0;
             ws[n++] = lw[i];
+        }
+        for (int e = 0; e < m->cfg.n_expert; e++) {
+            matmul_weight_t *ew[3] = {&L->exp_gate[e], &L->exp_up[e], &L->exp_down[e]};
+            for (int i = 0; i < 3; i++) {
+                shared[n] = 0;
+                ws[n++] = ew[i];
+            }
+        }
+        if (L->shexp_gate_inp) {
+            matmul_weight_t *sw[3] = {&L->sh_gate, &L->sh_up, &L->sh_down};
+            for (int i = 0; i < 3; i++) {
+                shared[n] = 0;
+                ws[n++] = sw[i];
+            }
         }
     }
     shared[n] = m->output.data == m->tok_embd.data;
@@ -420,7 +745,7 @@ int model_pack_int8(model_t *m, int n_threads)
 {
     if (!m || m->packed_arena || !qgemm_avx2_available())
         return 0;
-    int n_ws = 7 * m->cfg.n_layer + 1, n_packed = 0;
+    int n_ws = (10 + 3 * m->cfg.n_expert) * m->cfg.n_layer + 1, n_packed = 0;
     matmul_weight_t **ws = xmalloc((size_t)n_ws * sizeof *ws);
     int *shared = xmalloc((size_t)n_ws * sizeof *shared);
     n_ws = matmul_weights(m, ws, shared);
@@ -474,8 +799,9 @@ void model_free(model_t **mp)
     model_t *m = *mp;
     free(m->packed_arena);
     gguf_close(&m->gguf);
-    free(m->layers);
+    free_layers(m);
     free(m->rope_inv_freq);
+    free(m->rope_inv_freq_swa);
     free(m->f32_arena);
     free(m);
     *mp = NULL;
@@ -492,7 +818,10 @@ size_t model_weight_bytes(const model_t *m)
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const model_layer_t *L = &m->layers[l];
         n += wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) + wbytes(&L->wo) +
-             wbytes(&L->w_gate) + wbytes(&L->w_up) + wbytes(&L->w_down);
+             wbytes(&L->w_gate) + wbytes(&L->w_up) + wbytes(&L->w_down) + wbytes(&L->router) +
+             wbytes(&L->sh_gate) + wbytes(&L->sh_up) + wbytes(&L->sh_down);
+        for (int e = 0; e < m->cfg.n_expert; e++)
+            n += wbytes(&L->exp_gate[e]) + wbytes(&L->exp_up[e]) + wbytes(&L->exp_down[e]);
     }
     return n;
 }
@@ -500,13 +829,24 @@ size_t model_weight_bytes(const model_t *m)
 void model_describe(const model_t *m, char *buf, size_t len)
 {
     const model_config_t *c = &m->cfg;
-    static const char *const scal[] = { "none", "linear", "llama3" };
+    static const char *const scal[] = { "none", "linear", "llama3", "longrope" };
+    char fam[160] = "";
+    if (c->n_expert > 0)
+        snprintf(fam, sizeof fam, ", %d experts (%d used, ffn %d%s%s)", c->n_expert, c->n_expert_used,
+                 c->expert_ffn_dim, c->expert_norm ? ", normalised" : "",
+                 m->layers[0].shexp_gate_inp ? ", shared expert" : "");
+    if (c->swa_window > 0)
+        snprintf(fam + strlen(fam), sizeof fam - strlen(fam), ", sliding window %d on %d/%d layers",
+                 c->swa_window, c->n_swa_layers, c->n_layer);
+    if (c->attn_softcap > 0 || c->final_softcap > 0)
+        snprintf(fam + strlen(fam), sizeof fam - strlen(fam), ", softcap %g/%g", (double)c->attn_softcap,
+                 (double)c->final_softcap);
     snprintf(buf, len,
              "%s: %d layers, dim %d, %d heads (%d kv, head_dim %d), ffn %d, vocab %d, ctx %d, "
-             "rope %s base %g dim %d scaling %s x%g, eps %g, %s output, weights %s %.1f MiB",
-             c->arch == MODEL_ARCH_QWEN2 ? "qwen2" : "llama", c->n_layer, c->dim, c->n_head,
+             "rope %s base %g dim %d scaling %s x%g, eps %g, %s output%s, weights %s %.1f MiB",
+             model_arch_name(c->arch), c->n_layer, c->dim, c->n_head,
              c->n_kv_head, c->head_dim, c->ffn_dim, c->vocab, c->ctx, c->rope_neox ? "neox" : "normal",
              (double)c->rope_base, c->rope_dim, scal[c->rope_scaling], (double)c->rope_scale_factor,
-             (double)c->norm_eps, c->tied_output ? "tied" : "separate",
+             (double)c->norm_eps, c->tied_output ? "tied" : "separate", fam,
              ggml_type_name(m->layers[0].wq.type), (double)model_weight_bytes(m) / (1024.0 * 1024.0));
 }

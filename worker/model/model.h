@@ -1,17 +1,46 @@
 /* model.h — a decoder-only transformer loaded from a GGUF file.
  *
- * Supported architectures (general.architecture):
- *   llama  Llama 2/3, TinyLlama, SmolLM, Mistral: RMSNorm, SwiGLU FFN, GQA,
- *          rope on adjacent pairs (x[2i], x[2i+1]) — llama.cpp's converter
- *          permutes HF's Q/K rows so that this "normal" pairing applies;
- *          optional linear rope scaling and Llama-3 rope scaling (the
- *          `rope_freqs.weight` tensor, or the `rope.scaling.type` = llama3
- *          metadata); output.weight absent → tied to token_embd.
- *   qwen2  as llama plus Q/K/V biases, rope on half-split pairs
- *          (x[i], x[i + rope_dim/2]) ("NeoX" style).
- * Anything else (another architecture, yarn scaling, a tensor type other than
- * F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K, a missing tensor or a shape that does
- * not match the metadata) is refused by model_load with a message naming it.
+ * Supported architectures (general.architecture, llama.cpp's names):
+ *   llama     Llama 2/3, TinyLlama, SmolLM, Mistral: RMSNorm, SwiGLU FFN, GQA,
+ *             rope on adjacent pairs (x[2i], x[2i+1]) — llama.cpp's converter
+ *             permutes HF's Q/K rows so that this "normal" pairing applies;
+ *             optional linear rope scaling and Llama-3 rope scaling (the
+ *             `rope_freqs.weight` tensor, or the `rope.scaling.type` = llama3
+ *             metadata); output.weight absent → tied to token_embd.
+ *             Mistral-style sliding window when llama.attention.sliding_window
+ *             is given (every layer attends to the last W positions).
+ *   qwen2     as llama plus Q/K/V biases, rope on half-split pairs
+ *             (x[i], x[i + rope_dim/2]) ("NeoX" style).
+ *   qwen3     qwen2's rope, no biases, RMSNorm of every q and k head
+ *             (attn_q_norm / attn_k_norm, head_dim wide) before rope.
+ *   qwen2moe  qwen2 with a mixture-of-experts FFN: softmax router over
+ *             expert_count experts, top expert_used_count, weights not
+ *             renormalised (expert_weights_norm overrides), plus a shared
+ *             expert gated by sigmoid(x · ffn_gate_inp_shexp).
+ *   qwen3moe  qwen3 attention with the MoE FFN, top-k weights renormalised,
+ *             no shared expert.
+ *   gemma2    embedding scaled by sqrt(dim), GeGLU FFN (gelu, tanh form),
+ *             RMSNorm after attention and after the FFN too (post norms),
+ *             attention and final logit soft-capping (cap * tanh(x / cap)),
+ *             sliding-window layers (attention.sliding_window, default 4096)
+ *             interleaved with global ones (sliding_window_pattern, default
+ *             2: even layers local), NeoX rope, tied output.
+ *   gemma3    gemma2 without attention soft-capping (final cap only if the
+ *             metadata gives one), plus per-head Q/K RMSNorm, pattern
+ *             default 6 (5 local : 1 global), local layers using
+ *             rope.freq_base_swa (default 10000) without scaling, global
+ *             ones rope.freq_base with the file's rope scaling.
+ *   phi3      Phi-3/3.5/4-mini: fused attn_qkv and fused ffn_up (gate rows
+ *             then up rows), NeoX rope, LongRoPE: rope_factors_short /
+ *             rope_factors_long divide the frequencies (long when ctx >
+ *             rope.scaling.original_context_length) and
+ *             rope.scaling.attn_factor scales cos and sin. Its
+ *             sliding_window metadata is ignored (as llama.cpp does).
+ * Any architecture may use a fused attn_qkv (+ .bias) in place of
+ * attn_q/k/v. Anything else (another architecture, yarn scaling, a tensor
+ * type other than F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K, a missing tensor
+ * or a shape that does not match the metadata) is refused by model_load
+ * with a message naming it.
  *
  * GGUF tensors used (ne listed fastest-first as in the file; `rows` below is
  * ne[1], `cols` is ne[0]):
@@ -19,15 +48,26 @@
  *   output_norm.weight       [dim]
  *   output.weight            [dim, vocab]           (optional: tied)
  *   rope_freqs.weight        [rope_dim/2]           (optional: llama3 factors)
+ *   rope_factors_{short,long}.weight [rope_dim/2]   (phi3, optional)
  *   blk.L.attn_norm.weight   [dim]
  *   blk.L.attn_q.weight      [dim, n_head*head_dim]    .bias [n_head*head_dim] (qwen2)
  *   blk.L.attn_k.weight      [dim, n_kv_head*head_dim] .bias [kv_dim]          (qwen2)
  *   blk.L.attn_v.weight      [dim, n_kv_head*head_dim] .bias [kv_dim]          (qwen2)
+ *   blk.L.attn_qkv.weight    [dim, q_dim + 2*kv_dim]   (instead of the three)
+ *   blk.L.attn_q_norm.weight [head_dim], attn_k_norm   (qwen3, qwen3moe, gemma3)
  *   blk.L.attn_output.weight [n_head*head_dim, dim]
+ *   blk.L.post_attention_norm.weight [dim]             (gemma2/3)
  *   blk.L.ffn_norm.weight    [dim]
  *   blk.L.ffn_gate.weight    [dim, ffn]
- *   blk.L.ffn_up.weight      [dim, ffn]
+ *   blk.L.ffn_up.weight      [dim, ffn]             ([dim, 2*ffn] without gate: phi3)
  *   blk.L.ffn_down.weight    [ffn, dim]
+ *   blk.L.post_ffw_norm.weight [dim]                   (gemma2/3)
+ *   MoE (qwen2moe, qwen3moe) instead of ffn_gate/up/down:
+ *   blk.L.ffn_gate_inp.weight  [dim, n_expert]         router
+ *   blk.L.ffn_gate_exps.weight [dim, ffn_exp, n_expert], ffn_up_exps likewise,
+ *   blk.L.ffn_down_exps.weight [ffn_exp, dim, n_expert]
+ *   blk.L.ffn_gate_inp_shexp.weight [dim], ffn_{gate,up}_shexp [dim, ffn_shexp],
+ *   blk.L.ffn_down_shexp [ffn_shexp, dim]              (qwen2moe shared expert)
  *
  * Matrices stay in the mmap in their stored type (matmul_weight_t). Small
  * 1-D tensors (norm weights, biases, rope factors) are converted to float
@@ -46,12 +86,28 @@
 #include "worker/model/gguf.h"
 #include "worker/kernels/matmul.h"
 
-enum model_arch { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 = 1 };
+enum model_arch {
+    MODEL_ARCH_LLAMA = 0,
+    MODEL_ARCH_QWEN2 = 1,
+    MODEL_ARCH_QWEN3 = 2,
+    MODEL_ARCH_QWEN2MOE = 3,
+    MODEL_ARCH_QWEN3MOE = 4,
+    MODEL_ARCH_GEMMA2 = 5,
+    MODEL_ARCH_GEMMA3 = 6,
+    MODEL_ARCH_PHI3 = 7,
+};
+
+/* FFN activation of the gate projection. */
+enum model_ffn_act {
+    MODEL_FFN_SILU = 0,       /* SwiGLU: silu(g) * u */
+    MODEL_FFN_GELU_TANH = 1,  /* GeGLU: gelu(g) * u, gelu in its tanh form */
+};
 
 enum model_rope_scaling {
     MODEL_ROPE_SCALING_NONE = 0,
     MODEL_ROPE_SCALING_LINEAR = 1,  /* position divided by rope_scale_factor */
     MODEL_ROPE_SCALING_LLAMA3 = 2,  /* per-frequency factors (rope_freq_factors) */
+    MODEL_ROPE_SCALING_LONGROPE = 3, /* phi3: rope_factors_{short,long} + attn_factor */
 };
 
 typedef struct model_config {
@@ -76,6 +132,27 @@ typedef struct model_config {
     float rope_llama3_high;     /* {arch}.rope.scaling.high_freq_factor */
     int32_t rope_llama3_orig_ctx; /* {arch}.rope.scaling.original_context_length */
     int tied_output;       /* 1 when output.weight is absent and token_embd is reused */
+    /* family features (0 / 1 / none unless the architecture has them) */
+    int qk_norm;           /* 1: RMSNorm of each q and k head before rope (qwen3, gemma3) */
+    int post_norms;        /* 1: RMSNorm of the attention and FFN outputs before the residual add (gemma) */
+    enum model_ffn_act ffn_act;
+    float embd_scale;      /* x = token_embd[t] * embd_scale (gemma: sqrt(dim)); 1 otherwise */
+    float attn_scale;      /* scores = q·k * attn_scale (1/sqrt(head_dim) unless the family says) */
+    float attn_softcap;    /* > 0: scores = cap * tanh(scores / cap) (gemma2 attn_logit_softcapping) */
+    float final_softcap;   /* > 0: logits = cap * tanh(logits / cap) (gemma2 final_logit_softcapping) */
+    int32_t swa_window;    /* > 0: sliding-window layers attend to positions pos-W+1..pos */
+    int32_t swa_pattern;   /* layer l is sliding-window when l % pattern < pattern - 1 (1: all) */
+    int n_swa_layers;      /* how many layers are sliding-window (0 .. n_layer) */
+    int rope_swa_own;      /* 1: sliding-window layers use their own rope table (gemma3) */
+    float rope_base_swa;   /* {arch}.rope.freq_base_swa (gemma3 local layers) */
+    float rope_attn_factor;/* cos and sin multiplied by this (phi3 LongRoPE magnitude); 1 otherwise */
+    /* mixture of experts (qwen2moe, qwen3moe); n_expert 0 for dense models */
+    int32_t n_expert;      /* {arch}.expert_count */
+    int32_t n_expert_used; /* {arch}.expert_used_count: experts per token */
+    int32_t expert_ffn_dim;/* {arch}.expert_feed_forward_length (default ffn / n_expert_used) */
+    int32_t shexp_ffn_dim; /* {arch}.expert_shared_feed_forward_length (qwen2moe; default ffn) */
+    int expert_norm;       /* 1: top-k weights renormalised to sum 1 ({arch}.expert_weights_norm) */
+    float expert_scale;    /* top-k weights multiplied by this ({arch}.expert_weights_scale, default 1) */
 } model_config_t;
 
 typedef struct model_layer {
@@ -91,6 +168,20 @@ typedef struct model_layer {
     matmul_weight_t w_gate;   /* (ffn_dim, dim) */
     matmul_weight_t w_up;     /* (ffn_dim, dim) */
     matmul_weight_t w_down;   /* (dim, ffn_dim) */
+    const float *q_norm;      /* (head_dim) or NULL: per-head RMSNorm of q (qk_norm) */
+    const float *k_norm;      /* (head_dim) or NULL */
+    const float *attn_post_norm; /* (dim) or NULL (post_norms) */
+    const float *ffn_post_norm;  /* (dim) or NULL */
+    int swa;                  /* 1: this layer attends within cfg.swa_window */
+    /* MoE layers (cfg.n_expert > 0): w_gate/w_up/w_down unused */
+    matmul_weight_t router;   /* (n_expert, dim) */
+    matmul_weight_t *exp_gate;/* (n_expert) views, each (expert_ffn_dim, dim); owned array */
+    matmul_weight_t *exp_up;  /* (n_expert) views, each (expert_ffn_dim, dim) */
+    matmul_weight_t *exp_down;/* (n_expert) views, each (dim, expert_ffn_dim) */
+    const float *shexp_gate_inp; /* (dim) or NULL: shared expert gate sigmoid(x · w) */
+    matmul_weight_t sh_gate;  /* (shexp_ffn_dim, dim) when shexp_gate_inp */
+    matmul_weight_t sh_up;    /* (shexp_ffn_dim, dim) */
+    matmul_weight_t sh_down;  /* (dim, shexp_ffn_dim) */
 } model_layer_t;
 
 typedef struct model {
@@ -104,6 +195,8 @@ typedef struct model {
      * position p is p * rope_pos_scale * rope_inv_freq[i]. */
     double *rope_inv_freq;    /* (rope_dim/2), owned */
     double rope_pos_scale;    /* 1 / rope_scale_factor for linear scaling, else 1 */
+    double *rope_inv_freq_swa;/* (rope_dim/2), owned, or NULL: the sliding-window layers'
+                               * table when cfg.rope_swa_own (position scale 1) */
     int64_t max_cols;         /* widest matrix row (for matmul scratch) */
     float *f32_arena;         /* owned storage behind the const float * fields */
     void *packed_arena;       /* owned: the packed weights (model_pack_int8) that the
@@ -139,6 +232,9 @@ void model_free(model_t **m);
  * forward_t's, not concurrently with forward_run. Returns the number of
  * matrices packed (0: none is Q8_0, or no AVX2). */
 int model_pack_int8(model_t *m, int n_threads);
+
+/* "llama", "qwen3moe", ... (llama.cpp's general.architecture names). */
+const char *model_arch_name(enum model_arch a);
 
 /* One-line summary ("llama: 2 layers, dim 256, ...") into buf. */
 void model_describe(const model_t *m, char *buf, size_t len);

@@ -1,11 +1,21 @@
-/* mkmodel_main.c — pagoda-mkmodel: writes a synthetic llama/qwen2-architecture
- * GGUF with seeded random weights, for benchmarks and tests at real model
+/* mkmodel_main.c — pagoda-mkmodel: writes a synthetic GGUF of any
+ * architecture pagoda loads (llama qwen2 qwen3 qwen2moe qwen3moe gemma2
+ * gemma3 phi3) with seeded random weights, for benchmarks and tests at real model
  * shapes without downloading a model.
  *
  *   pagoda-mkmodel -o OUT.gguf [--tokenizer-from FILE.gguf|builtin] [--dim 768] [--layers 12]
  *       [--heads 12] [--kv-heads N] [--ffn 2048] [--vocab N] [--ctx 2048]
- *       [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K|Q4_K_M] [--seed S] [--arch llama|qwen2]
- *       [--rope-base B] [--eps E]
+ *       [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K|Q4_K_M] [--seed S] [--arch ARCH]
+ *       [--rope-base B] [--eps E] [--experts N] [--experts-used K] [--expert-ffn F] [--window W]
+ *       [--chat-template FILE]
+ *
+ * Family tensors (model.h): qwen3/qwen3moe/gemma3 get attn_q_norm/attn_k_norm;
+ * gemma2/3 post_attention_norm/post_ffw_norm, tied output, --window
+ * (default 4096 for gemma2, 512 for gemma3; 0 for llama = none) on the
+ * default layer pattern; phi3 a fused attn_qkv and ffn_up (no rope scaling);
+ * qwen2moe/qwen3moe --experts (8) experts of --expert-ffn (ffn / K) with
+ * --experts-used (2) active, a router (F32) and, for qwen2moe, a shared
+ * expert of --ffn.
  *
  * --type Q4_K_M is a mix like llama.cpp's file type of that name: Q4_K for
  * every matrix except output.weight and, in the layers use_more_bits() picks
@@ -47,6 +57,7 @@ typedef struct gen_tensor {
     enum init_kind kind;
     float std;
     uint64_t seed;
+    uint64_t n_expert;  /* > 1: a 3-D expert tensor [cols, rows / n_expert, n_expert] */
 } gen_tensor_t;
 
 static uint64_t splitmix64(uint64_t *s)
@@ -105,6 +116,7 @@ typedef struct opts {
     const char *out, *tok_from, *arch;
     const char *chat_template;  /* --chat-template FILE: tokenizer.chat_template, or NULL */
     int64_t dim, layers, heads, kv_heads, ffn, vocab, ctx;
+    int64_t experts, experts_used, expert_ffn, window;  /* MoE and sliding-window families */
     uint32_t type;                  /* matrices' type; with mix_q4_k_m the base one (Q4_K) */
     bool mix_q4_k_m;                /* --type Q4_K_M: some matrices Q6_K (see the top) */
     uint64_t seed;
@@ -117,7 +129,9 @@ static void usage(FILE *f)
             "usage: pagoda-mkmodel -o OUT.gguf [--tokenizer-from FILE.gguf|builtin] [--dim 768] [--layers 12]\n"
             "         [--heads 12] [--kv-heads N] [--ffn 2048] [--vocab N] [--ctx 2048]\n"
             "         [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K|Q4_K_M] [--seed S]\n"
-            "         [--arch llama|qwen2] [--rope-base B] [--eps E] [--chat-template FILE]\n"
+            "         [--arch llama|qwen2|qwen3|qwen2moe|qwen3moe|gemma2|gemma3|phi3]\n"
+            "         [--rope-base B] [--eps E] [--experts 8] [--experts-used 2] [--expert-ffn F]\n"
+            "         [--window W] [--chat-template FILE]\n"
             "Writes a GGUF with seeded random weights; tokenizer.* keys are copied from\n"
             "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n");
 }
@@ -192,7 +206,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
 {
     *o = (opts_t){.arch = "llama", .dim = 768, .layers = 12, .heads = 12, .kv_heads = -1,
                   .ffn = 2048, .vocab = -1, .ctx = 2048, .type = GGML_TYPE_F32, .seed = 1,
-                  .rope_base = -1, .eps = -1};
+                  .rope_base = -1, .eps = -1, .experts = 8, .experts_used = 2, .expert_ffn = -1,
+                  .window = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         char name[64];
@@ -236,6 +251,14 @@ static int parse_args(int argc, char **argv, opts_t *o)
             rc = parse_int(name, v, 1, 1 << 18, &o->ffn);
         else if (strcmp(name, "--vocab") == 0)
             rc = parse_int(name, v, 1, 1 << 22, &o->vocab);
+        else if (strcmp(name, "--experts") == 0)
+            rc = parse_int(name, v, 1, 1024, &o->experts);
+        else if (strcmp(name, "--experts-used") == 0)
+            rc = parse_int(name, v, 1, 1024, &o->experts_used);
+        else if (strcmp(name, "--expert-ffn") == 0)
+            rc = parse_int(name, v, 1, 1 << 18, &o->expert_ffn);
+        else if (strcmp(name, "--window") == 0)
+            rc = parse_int(name, v, 0, 1 << 22, &o->window);
         else if (strcmp(name, "--ctx") == 0)
             rc = parse_int(name, v, 1, 1 << 22, &o->ctx);
         else if (strcmp(name, "--seed") == 0) {
@@ -272,11 +295,23 @@ static int parse_args(int argc, char **argv, opts_t *o)
     }
     if (!o->tok_from)
         o->tok_from = "builtin";
-    bool qwen2 = strcmp(o->arch, "qwen2") == 0;
-    if (!qwen2 && strcmp(o->arch, "llama") != 0) {
-        fprintf(stderr, "pagoda-mkmodel: --arch must be llama or qwen2\n");
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
+        known |= strcmp(o->arch, archs[i]) == 0;
+    if (!known) {
+        fprintf(stderr, "pagoda-mkmodel: --arch must be one of llama qwen2 qwen3 qwen2moe qwen3moe gemma2 gemma3 phi3\n");
         return -1;
     }
+    bool qwen2 = strcmp(o->arch, "llama") != 0;  /* every family but llama: Qwen-like defaults */
+    if (o->experts_used > o->experts) {
+        fprintf(stderr, "pagoda-mkmodel: --experts-used must be <= --experts\n");
+        return -1;
+    }
+    if (o->expert_ffn < 0)
+        o->expert_ffn = o->ffn / o->experts_used;
+    if (o->window < 0)
+        o->window = strcmp(o->arch, "gemma2") == 0 ? 4096 : strcmp(o->arch, "gemma3") == 0 ? 512 : 0;
     if (o->kv_heads < 0)
         o->kv_heads = o->heads;
     if (o->rope_base < 0)
@@ -294,7 +329,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         return -1;
     }
     uint32_t be = ggml_type_block_elems(o->type);
-    if (o->dim % be != 0 || o->ffn % be != 0) {
+    if (o->dim % be != 0 || o->ffn % be != 0 || (strstr(o->arch, "moe") && o->expert_ffn % be != 0)) {
         fprintf(stderr, "pagoda-mkmodel: %s rows come in blocks of %u: --dim %lld and --ffn %lld "
                         "must be multiples of %u\n", ggml_type_name(o->type), be,
                 (long long)o->dim, (long long)o->ffn, be);
@@ -486,7 +521,6 @@ int main(int argc, char **argv)
     }
     gguf_writer_t *w = gguf_writer_new();
     const char *A = o.arch;
-    bool qwen2 = strcmp(A, "qwen2") == 0;
     char key[128];
 #define K(suffix) (snprintf(key, sizeof key, "%s.%s", A, suffix), key)
     int64_t head_dim = o.dim / o.heads, kv_dim = head_dim * o.kv_heads;
@@ -504,6 +538,18 @@ int main(int argc, char **argv)
     gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), (float)o.eps);
     gguf_writer_set_f32(w, K("rope.freq_base"), (float)o.rope_base);
     gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)head_dim);
+    const bool moe = strstr(A, "moe") != NULL, gemma = strncmp(A, "gemma", 5) == 0;
+    const bool qk_norm = strcmp(A, "qwen3") == 0 || strcmp(A, "qwen3moe") == 0 || strcmp(A, "gemma3") == 0;
+    const bool phi3 = strcmp(A, "phi3") == 0;
+    if (moe) {
+        gguf_writer_set_u32(w, K("expert_count"), (uint32_t)o.experts);
+        gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)o.experts_used);
+        gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)o.expert_ffn);
+        if (strcmp(A, "qwen2moe") == 0)
+            gguf_writer_set_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)o.ffn);
+    }
+    if (o.window > 0 && (gemma || strcmp(A, "llama") == 0))
+        gguf_writer_set_u32(w, K("attention.sliding_window"), (uint32_t)o.window);
     int64_t vocab = copy_tokenizer(w, tok, o.vocab);
     if (vocab < 0)
         goto err;
@@ -530,7 +576,7 @@ int main(int argc, char **argv)
 #undef K
 
     /* Tensor plan, in llama.cpp's order. */
-    size_t n_plan = 3 + (size_t)o.layers * 12, n = 0;
+    size_t n_plan = 3 + (size_t)o.layers * 24, n = 0;
     uint64_t base_seed = o.seed;
     base_seed = splitmix64(&base_seed) ^ 0xcbf29ce484222325ull;
     gen_tensor_t *plan = xcalloc(n_plan, sizeof *plan);
@@ -544,6 +590,7 @@ int main(int argc, char **argv)
         t_->kind = (kind_);                                                          \
         t_->std = (float)(std_);                                                     \
         t_->seed = hash_str(t_->name, base_seed);                                   \
+        t_->n_expert = 1;                                                            \
     } while (0)
     const float s_dim = 1.0f / sqrtf((float)o.dim), s_ffn = 1.0f / sqrtf((float)o.ffn);
     char nm[96];
@@ -551,30 +598,64 @@ int main(int argc, char **argv)
     for (int64_t l = 0; l < o.layers; l++) {
 #define L(s) (snprintf(nm, sizeof nm, "blk.%lld.%s", (long long)l, s), nm)
         ADD(L("attn_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
-        ADD(L("attn_q.weight"), o.type, o.dim, o.dim, INIT_NORMAL, s_dim);
-        ADD(L("attn_k.weight"), o.type, o.dim, kv_dim, INIT_NORMAL, s_dim);
-        ADD(L("attn_v.weight"), matrix_type(&o, "attn_v", l), o.dim, kv_dim, INIT_NORMAL, s_dim);
-        if (qwen2) {
+        if (phi3) {
+            ADD(L("attn_qkv.weight"), o.type, o.dim, o.dim + 2 * kv_dim, INIT_NORMAL, s_dim);
+        } else {
+            ADD(L("attn_q.weight"), o.type, o.dim, o.dim, INIT_NORMAL, s_dim);
+            ADD(L("attn_k.weight"), o.type, o.dim, kv_dim, INIT_NORMAL, s_dim);
+            ADD(L("attn_v.weight"), matrix_type(&o, "attn_v", l), o.dim, kv_dim, INIT_NORMAL, s_dim);
+        }
+        if (qk_norm) {
+            ADD(L("attn_q_norm.weight"), GGML_TYPE_F32, head_dim, 1, INIT_NORM_WEIGHT, 0.1);
+            ADD(L("attn_k_norm.weight"), GGML_TYPE_F32, head_dim, 1, INIT_NORM_WEIGHT, 0.1);
+        }
+        if (strcmp(A, "qwen2") == 0 || strcmp(A, "qwen2moe") == 0) {
             ADD(L("attn_q.bias"), GGML_TYPE_F32, o.dim, 1, INIT_NORMAL, 0.02);
             ADD(L("attn_k.bias"), GGML_TYPE_F32, kv_dim, 1, INIT_NORMAL, 0.02);
             ADD(L("attn_v.bias"), GGML_TYPE_F32, kv_dim, 1, INIT_NORMAL, 0.02);
         }
         ADD(L("attn_output.weight"), o.type, o.dim, o.dim, INIT_NORMAL, s_dim);
         ADD(L("ffn_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
-        ADD(L("ffn_gate.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
-        ADD(L("ffn_up.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
-        ADD(L("ffn_down.weight"), matrix_type(&o, "ffn_down", l), o.ffn, o.dim, INIT_NORMAL, s_ffn);
+        if (gemma) {
+            ADD(L("post_attention_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
+            ADD(L("post_ffw_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
+        }
+        if (moe) {
+            const float s_fe = 1.0f / sqrtf((float)o.expert_ffn);
+            ADD(L("ffn_gate_inp.weight"), GGML_TYPE_F32, o.dim, o.experts, INIT_NORMAL, s_dim);
+            ADD(L("ffn_gate_exps.weight"), o.type, o.dim, o.expert_ffn * o.experts, INIT_NORMAL, s_dim);
+            plan[n - 1].n_expert = (uint64_t)o.experts;
+            ADD(L("ffn_up_exps.weight"), o.type, o.dim, o.expert_ffn * o.experts, INIT_NORMAL, s_dim);
+            plan[n - 1].n_expert = (uint64_t)o.experts;
+            ADD(L("ffn_down_exps.weight"), o.type, o.expert_ffn, o.dim * o.experts, INIT_NORMAL, s_fe);
+            plan[n - 1].n_expert = (uint64_t)o.experts;
+            if (strcmp(A, "qwen2moe") == 0) {
+                ADD(L("ffn_gate_inp_shexp.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORMAL, s_dim);
+                ADD(L("ffn_gate_shexp.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
+                ADD(L("ffn_up_shexp.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
+                ADD(L("ffn_down_shexp.weight"), o.type, o.ffn, o.dim, INIT_NORMAL, s_ffn);
+            }
+        } else if (phi3) {
+            ADD(L("ffn_up.weight"), o.type, o.dim, 2 * o.ffn, INIT_NORMAL, s_dim);
+            ADD(L("ffn_down.weight"), o.type, o.ffn, o.dim, INIT_NORMAL, s_ffn);
+        } else {
+            ADD(L("ffn_gate.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
+            ADD(L("ffn_up.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
+            ADD(L("ffn_down.weight"), matrix_type(&o, "ffn_down", l), o.ffn, o.dim, INIT_NORMAL, s_ffn);
+        }
 #undef L
     }
     ADD("output_norm.weight", GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
-    ADD("output.weight", matrix_type(&o, "output", -1), o.dim, vocab, INIT_NORMAL, s_dim);
+    if (!gemma)
+        ADD("output.weight", matrix_type(&o, "output", -1), o.dim, vocab, INIT_NORMAL, s_dim);
 #undef ADD
     uint64_t n_params = 0;
     for (size_t i = 0; i < n; i++) {
         gen_tensor_t *t = &plan[i];
-        uint64_t ne[2] = {t->cols, t->rows};
+        uint64_t ne[3] = {t->cols, t->rows / t->n_expert, t->n_expert};
         n_params += t->cols * t->rows;
-        if (gguf_writer_add_tensor_fn(w, t->name, t->type, t->rows > 1 ? 2 : 1, ne, gen_fill, t)) {
+        if (gguf_writer_add_tensor_fn(w, t->name, t->type, t->n_expert > 1 ? 3 : t->rows > 1 ? 2 : 1, ne,
+                                      gen_fill, t)) {
             free(plan);
             goto err;
         }
