@@ -1820,6 +1820,10 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
     zmq_setsockopt(gw->router, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(gw->router, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof mandatory);
     zmq_setsockopt(gw->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    /* SUBMITs and CANCELs queue rather than fail when a worker reads slowly
+     * (a send that would block is treated as a lost peer) */
+    int unlimited = 0;
+    zmq_setsockopt(gw->router, ZMQ_SNDHWM, &unlimited, sizeof unlimited);
     if (cfg->curve_secret_key &&
         !(gw->zap = zap_new(gw->zctx, gw->router, cfg->curve_secret_key, cfg->curve_authorized)))
         goto err;

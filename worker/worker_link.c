@@ -102,6 +102,13 @@ static int link_connect(worker_link_t *l, int64_t now)
     int64_t maxmsg = (int64_t)PROTO_MAX_BODY + 1024;
     zmq_setsockopt(l->sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(l->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    /* no send high-water mark: EVENTs are the answers the gateway waits for,
+     * and a send that would block is dropped (ZMQ_DONTWAIT), so a gateway
+     * slower than the step loop for a moment (1000 queued messages, the
+     * default) must not cost a stream its text; they queue instead, bounded
+     * by what the running requests produce */
+    int unlimited = 0;
+    zmq_setsockopt(l->sock, ZMQ_SNDHWM, &unlimited, sizeof unlimited);
     if (l->curve && (zmq_setsockopt(l->sock, ZMQ_CURVE_SERVERKEY, l->curve_server, 41) != 0 ||
                      zmq_setsockopt(l->sock, ZMQ_CURVE_PUBLICKEY, l->curve_public, 41) != 0 ||
                      zmq_setsockopt(l->sock, ZMQ_CURVE_SECRETKEY, l->curve_secret, 41) != 0)) {
