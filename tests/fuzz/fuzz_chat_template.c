@@ -10,7 +10,10 @@
  *   seg 1, seg 2      bos, eos
  *   then pairs        role, content; a one-byte role 0x01..0x05 stands for
  *                     system/user/assistant/tool/"bogus" so that known roles
- *                     are common. */
+ *                     are common; odd-numbered messages also carry their
+ *                     content as tool_calls JSON (mostly invalid: refused)
+ *   a last unpaired   the tools JSON (chat_template_render_tools)
+ *   segment */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,13 +56,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *role = segs[s];
         if (lens[s] == 1 && segs[s][0] >= 1 && segs[s][0] <= 5)
             role = roles[segs[s][0] - 1];
-        msgs[n_msgs].role = role;
-        msgs[n_msgs].content = segs[s + 1];
+        /* odd roles (4th, 6th, ...) also carry the content as tool_calls JSON */
+        msgs[n_msgs] = (chat_msg_t){.role = role, .content = segs[s + 1],
+                                    .tool_calls = (n_msgs % 2 == 1) ? segs[s + 1] : NULL};
         n_msgs++;
     }
+    /* a segment left over after the (role, content) pairs is the tools JSON */
+    const char *tools = n_seg > 3 && (n_seg - 3) % 2 == 1 ? segs[n_seg - 1] : NULL;
     char *out = NULL, err[128];
     size_t out_len = 0;
-    int rc = chat_template_render(t, msgs, n_msgs, gen, &out, &out_len, err, sizeof(err));
+    int rc = chat_template_render_tools(t, msgs, n_msgs, tools, gen, &out, &out_len, err, sizeof(err));
     if (rc == CHAT_TEMPLATE_OK) {
         if (!out || strlen(out) != out_len)
             abort();
