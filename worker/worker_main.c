@@ -42,6 +42,7 @@
 #include "worker/model/forward.h"
 #include "worker/wait_policy.h"
 #include "worker/sched.h"
+#include "worker/text/detok.h"
 #include "worker/kv_report.h"
 #include "worker/worker_link.h"
 
@@ -215,6 +216,85 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
                  (unsigned long long)ev->id);
 }
 
+/* Sends one EVENT of a tokenizer op (no generation): ids and/or text, and
+ * with `last` the finish "stop" and usage (prompt = n_prompt). */
+static void send_op_event(struct worker *w, uint64_t id, const int32_t *ids, uint32_t n_ids,
+                          uint32_t n_so_far, const char *text, size_t text_len, bool last,
+                          uint32_t n_prompt)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_EVENT);
+    proto_event_t *e = &m.event;
+    e->id = id;
+    e->text = (char *)(text && text_len ? text : "");
+    e->text_len = (uint32_t)text_len;
+    e->ids = (int32_t *)ids;
+    e->n_ids = n_ids;
+    e->n_tokens = n_so_far;
+    if (last) {
+        e->finish = PROTO_FINISH_STOP;
+        e->has_usage = true;
+        e->usage.prompt_tokens = n_prompt;
+    }
+    if (worker_link_send(w->link, &m) != 0)
+        log_warn("EVENT for request %llu dropped: no gateway connection", (unsigned long long)id);
+}
+
+/* op "tokenize": the prompt's ids, PROTO_MAX_EVENT_IDS per EVENT. */
+static void op_tokenize(struct worker *w, uint64_t id, const int32_t *ids, uint32_t n)
+{
+    uint32_t off = 0;
+    do {
+        uint32_t k = n - off < PROTO_MAX_EVENT_IDS ? n - off : PROTO_MAX_EVENT_IDS;
+        send_op_event(w, id, ids + off, k, off + k, NULL, 0, off + k == n, n);
+        off += k;
+    } while (off < n);
+}
+
+/* op "detokenize": the ids' text through the streaming detokenizer (valid
+ * UTF-8; broken sequences become U+FFFD), in EVENTs of ≤ ~PROTO_MAX_TEXT/2
+ * bytes cut between tokens. Returns 0, or 400 for an id out of the vocabulary. */
+static uint32_t op_detokenize(struct worker *w, uint64_t id, const int32_t *ids, uint32_t n,
+                              char *err, size_t errlen)
+{
+    const tokenizer_t *tok = w->engine->tok;
+    const int32_t vocab = w->engine->model->cfg.vocab;
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab) {
+            snprintf(err, errlen, "token %d (tokens[%u]) is out of the vocabulary (%d)", ids[i], i,
+                     vocab);
+            return PROTO_CODE_BAD_REQUEST;
+        }
+    detok_t *d = detok_new(NULL, 0);
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (uint32_t i = 0; i <= n; i++) {
+        const char *delta;
+        size_t dl;
+        if (i < n) {
+            size_t plen = 0;
+            const char *piece = tokenizer_token_piece(tok, ids[i], false, &plen);
+            detok_push(d, piece, plen, &delta, &dl);
+        } else {
+            detok_finish(d, DETOK_FINISH_LENGTH, &delta, &dl);
+        }
+        if (len + dl > cap) {
+            cap = (len + dl) * 2 + 256;
+            buf = xrealloc(buf, cap);
+        }
+        memcpy(buf + len, delta, dl);
+        len += dl;
+        if (len >= PROTO_MAX_TEXT / 2 && i < n) {
+            send_op_event(w, id, NULL, 0, 0, buf, len, false, n);
+            len = 0;
+        }
+    }
+    send_op_event(w, id, NULL, 0, 0, buf, len, true, n);
+    free(buf);
+    detok_free(&d);
+    return 0;
+}
+
 /* Turns a SUBMIT into a scheduler request. Returns 0, or an HTTP-like code
  * with a message for an ERROR reply. */
 static uint32_t submit(struct worker *w, const proto_submit_t *sm, char *err, size_t errlen)
@@ -242,6 +322,19 @@ static uint32_t submit(struct worker *w, const proto_submit_t *sm, char *err, si
     }
     if (n_ids < 0) {
         code = PROTO_CODE_BAD_REQUEST;
+        goto out;
+    }
+    if (sm->op == PROTO_OP_DETOKENIZE) {
+        code = op_detokenize(w, sm->id, ids, (uint32_t)n_ids, err, errlen);
+        goto out;
+    }
+    if (sm->op == PROTO_OP_TOKENIZE) {
+        int32_t skip = 0;
+        /* add_special false: a text prompt without the BOS the rule added */
+        if (sm->no_special && sm->kind == PROTO_KIND_COMPLETION && !sm->has_prompt_ids &&
+            n_ids > 0 && tokenizer_add_bos(e->tok) && ids[0] == tokenizer_bos(e->tok))
+            skip = 1;
+        op_tokenize(w, sm->id, ids + skip, (uint32_t)(n_ids - skip));
         goto out;
     }
     sched_req_t r = {
