@@ -147,7 +147,7 @@ static void test_matmul_vs_f64(void **state)
 }
 
 /* matmul_run_multi and matmul_run_range (pieces from several thread slots)
- * equal matmul_run bit for bit, with exact and with int8 kernels, for row
+ * equal matmul_run bit for bit, with exact, int8 and BF16-dot kernels, for row
  * counts on the decode path and the unpacked F32 kernel. */
 static void test_multi_and_range(void **state)
 {
@@ -166,10 +166,13 @@ static void test_multi_and_range(void **state)
             s = s * 1664525u + 1013904223u;
             x[j] = (float)((int)(s >> 9) % 2001 - 1000) / 500.0f;
         }
-        for (int int8 = 0; int8 < 2; int8++) {
+        for (int int8 = 0; int8 < 3; int8++) {
             matmul_t *mm = matmul_new(m->max_cols, 2);
-            if (int8)
+            if (int8 == 1)
                 assert_int_equal(matmul_use_int8(mm, MMAX), 0);
+            /* 2: BF16 weights on AVX512-BF16 where present (else exact again) */
+            if (int8 == 2)
+                assert_true(matmul_use_bf16(mm, MMAX) >= 0);
             for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
                 int M = rows[ri];
                 float *ref[3], *got[3];
@@ -210,6 +213,85 @@ static void test_multi_and_range(void **state)
     }
 }
 
+/* BF16 weights on AVX512-BF16 (matmul_use_bf16): every zoo BF16 matrix
+ * against float64 within the documented bound |y − ref| ≤ 2^-8 · Σ|x·w|
+ * (x rounded to bf16: ≤ 2^-9 relative per element, plus f32 sums); a row
+ * alone gives the same bits as inside any batch; run_multi / run_range
+ * equal matmul_run. Skipped, with a message, on CPUs without AVX512-BF16. */
+static void test_bf16_dot(void **state)
+{
+    (void)state;
+    model_t *m = load_zoo("BF16");
+    if (!m)
+        skip();
+    matmul_t *mm = matmul_new(m->max_cols, 2);
+    int on = matmul_use_bf16(mm, 70);
+    assert_true(on == 0 || on == 1);
+    if (on == 1) {
+        print_message("  skip: no AVX512-BF16 on this CPU (or PAGODA_ISA below avx512vnni): exact path only\n");
+        matmul_free(&mm);
+        model_free(&m);
+        skip();
+    }
+    assert_int_equal(matmul_use_bf16(mm, 0), -1);
+    assert_int_equal(matmul_use_bf16(mm, 70), 0);
+    static const int rows[] = { 1, 3, 8, 9, 40, 70 };
+    const matmul_weight_t *ws[64];
+    int n = weights_of(m, ws), n_checked = 0;
+    double worst = 0, err2 = 0, ref2 = 0;
+    for (int i = 0; i < n; i++) {
+        const matmul_weight_t *w = ws[i];
+        assert_int_equal(w->type, GGML_TYPE_BF16);
+        if (w->cols % 32 != 0)
+            continue;
+        const int K = (int)w->cols, N = (int)w->rows, MMAX = 70;
+        float *wf = malloc((size_t)N * K * sizeof(float));
+        float *x = malloc((size_t)MMAX * K * sizeof(float));
+        float *y = malloc((size_t)MMAX * N * sizeof(float)), *y1 = malloc((size_t)N * sizeof(float));
+        assert_int_equal(quant_dequantize(w->type, w->data, wf, (int64_t)N * K), 0);
+        uint32_t s = 29u + (uint32_t)i;
+        for (int j = 0; j < MMAX * K; j++) {
+            s = s * 1664525u + 1013904223u;
+            x[j] = (float)((int)(s >> 9) % 2001 - 1000) / 500.0f;
+        }
+        for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
+            int M = rows[ri];
+            assert_int_equal(matmul_run(mm, w, x, M, y), 0);
+            for (int r = 0; r < M; r++)
+                for (int c = 0; c < N; c++) {
+                    double acc = 0, mg = 0;
+                    for (int k = 0; k < K; k++) {
+                        double p = (double)x[(size_t)r * K + k] * wf[(size_t)c * K + k];
+                        acc += p;
+                        mg += fabs(p);
+                    }
+                    double d = fabs(acc - y[(size_t)r * N + c]);
+                    if (d > 0x1p-8 * mg + 1e-6)
+                        fail_msg("BF16 matrix %d M=%d: y[%d][%d] = %g, expected %g (bound %g)", i, M, r, c,
+                                 (double)y[(size_t)r * N + c], acc, 0x1p-8 * mg);
+                    worst = mg > 0 && d / mg > worst ? d / mg : worst;
+                    err2 += d * d;
+                    ref2 += acc * acc;
+                }
+            /* batch invariance: each row alone */
+            for (int r = 0; r < M; r += 7) {
+                assert_int_equal(matmul_run(mm, w, x + (size_t)r * K, 1, y1), 0);
+                assert_memory_equal(y1, y + (size_t)r * N, (size_t)N * sizeof(float));
+            }
+        }
+        n_checked++;
+        free(wf);
+        free(x);
+        free(y);
+        free(y1);
+    }
+    print_message("  BF16 dot: %d matrices, worst |diff| / sum|x w| = %.2g, rel err %.3g%%\n", n_checked, worst,
+                  100 * sqrt(err2 / ref2));
+    assert_true(n_checked > 0);
+    matmul_free(&mm);
+    model_free(&m);
+}
+
 static void test_matmul_bad_args(void **state)
 {
     (void)state;
@@ -233,6 +315,7 @@ int main(void)
         cmocka_unit_test(test_decode_bit_exact),
         cmocka_unit_test(test_matmul_vs_f64),
         cmocka_unit_test(test_multi_and_range),
+        cmocka_unit_test(test_bf16_dot),
         cmocka_unit_test(test_matmul_bad_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,6 +17,7 @@
  *     are overwritten with garbage and the results do not change (the
  *     scalar kernels, which read W, are checked before that);
  *   - hostile shapes are refused (qgemm_packed_size 0, qgemm_pack NULL,
+ *     Q4_0 / K-quant packings are tested in test_qkpack.c),
  *     qgemm_pack_to -1 with dst untouched),
  *     and a packing used with another shape or type, or a buffer that is
  *     not a packing, fails the call with -1 and writes nothing.
@@ -279,7 +280,7 @@ static void test_hostile(void **state)
     uint8_t *w = q8_random(16, 64, 3);
     const int64_t big = (int64_t)1 << 40;
     static const struct { uint32_t type; int64_t n_out, n_in; } bad[] = {
-        {GGML_TYPE_Q4_0, 16, 64}, {GGML_TYPE_Q4_K, 16, 256}, {GGML_TYPE_F32, 16, 64}, {12345, 16, 64},
+        {GGML_TYPE_Q4_0, 16, 48}, {GGML_TYPE_Q4_K, 16, 128}, {GGML_TYPE_F32, 16, 64}, {12345, 16, 64},
         {GGML_TYPE_Q8_0, 0, 64},  {GGML_TYPE_Q8_0, -8, 64},  {GGML_TYPE_Q8_0, 16, 0}, {GGML_TYPE_Q8_0, 16, -32},
         {GGML_TYPE_Q8_0, 16, 31}, {GGML_TYPE_Q8_0, 16, 48},  {GGML_TYPE_Q8_0, 16, big},
         {GGML_TYPE_Q8_0, big, 64}, {GGML_TYPE_Q8_0, INT64_MAX, INT64_MAX - 31},

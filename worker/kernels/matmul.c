@@ -18,11 +18,14 @@
 #include "worker/kernels/matmul.h"
 #include "worker/kernels/qgemm.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cpu.h"
 #include "common/xalloc.h"
 #include "worker/kernels/qblock.h"
 #include "worker/kernels/quant.h"
@@ -46,6 +49,11 @@ struct matmul {
     float *tile;         /* (n_threads, tile_rows, max_cols): one tile per thread */
     qgemm_ctx_t *q;      /* int8 kernels, NULL when off */
     int q_rows;          /* rows q was sized for */
+    uint16_t *xbf;       /* (bf_rows, max_cols) X rounded to bf16 for the
+                          * AVX512-BF16 kernel; NULL when that path is off */
+    int bf_rows;         /* rows xbf was sized for */
+    const float *xbf_of; /* the X xbf holds (set by bf16_prepare), NULL: none */
+    int xbf_n;           /* its rows */
 };
 
 matmul_t *matmul_new(int64_t max_cols, int n_threads)
@@ -70,6 +78,7 @@ void matmul_free(matmul_t **mm)
     if (!mm || !*mm)
         return;
     free((*mm)->tile);
+    free((*mm)->xbf);
     qgemm_ctx_free(&(*mm)->q);
     free(*mm);
     *mm = NULL;
@@ -317,6 +326,86 @@ static int have_avx2(void)
 {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
+
+/* ---- AVX512-BF16 (vdpbf16ps) for BF16 weights ------------------------------
+ *
+ * BF16 W rows are read in place: two consecutive bf16 values are one 32-bit
+ * lane, the pair layout vdpbf16ps takes. X is rounded to bf16 once per call
+ * (round to nearest even, vcvtne2ps2bf16) into mm->xbf. Each output is one
+ * 16-lane accumulator over k in order, then _mm512_reduce_add_ps, so a row's
+ * result does not depend on the other rows or on the tiling. Numerics: W is
+ * exact; x loses its low 16 mantissa bits (relative error ≤ 2^-9 per
+ * element) and vdpbf16ps sums pairs in f32 (products of two bf16 are exact
+ * in f32), so |y − Σ w·x| ≤ 2^-8 · Σ|w·x| (tests/worker/test_matmul.c). */
+#define BF_TARGET "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma"
+#define BF_MR 4
+#define BF_NR 4
+
+__attribute__((target(BF_TARGET))) static void bf16_round_rows(const float *x, int M, int K, uint16_t *xb)
+{
+    for (size_t i = 0; i < (size_t)M * (size_t)K; i += 32) {
+        __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+        _mm512_storeu_si512((void *)(xb + i), (__m512i)v);
+    }
+}
+
+static inline __attribute__((always_inline, target(BF_TARGET))) void
+bf16_tile(int MR, int NR, const uint16_t *x, const uint16_t *w, int K, float *y, size_t ldy)
+{
+    __m512 acc[BF_MR][BF_NR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++)
+            acc[i][j] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 32) {
+        __m512i wv[BF_NR];
+        for (int j = 0; j < NR; j++)
+            wv[j] = _mm512_loadu_si512((const void *)(w + (size_t)j * K + k));
+        for (int i = 0; i < MR; i++) {
+            __m512i xv = _mm512_loadu_si512((const void *)(x + (size_t)i * K + k));
+            for (int j = 0; j < NR; j++)
+                acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)xv, (__m512bh)wv[j]);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++)
+            y[(size_t)i * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+#define BF_TILE_MR(MR)                                                                                   \
+    __attribute__((target(BF_TARGET))) static void bf16_tile_##MR(int nr, const uint16_t *x, const uint16_t *w, \
+                                                                  int K, float *y, size_t ldy)           \
+    {                                                                                                    \
+        switch (nr) {                                                                                    \
+        case 4: bf16_tile(MR, 4, x, w, K, y, ldy); break;                                                \
+        case 3: bf16_tile(MR, 3, x, w, K, y, ldy); break;                                                \
+        case 2: bf16_tile(MR, 2, x, w, K, y, ldy); break;                                                \
+        default: bf16_tile(MR, 1, x, w, K, y, ldy); break;                                               \
+        }                                                                                                \
+    }
+BF_TILE_MR(1)
+BF_TILE_MR(2)
+BF_TILE_MR(3)
+BF_TILE_MR(4)
+
+/* Y[:, n0:n1) (row stride ldy) = Xbf (M, K) · W[n0:n1)ᵀ, W BF16 rows of K. */
+static void gemm_bf16(const uint16_t *xb, int M, int K, const uint16_t *w, int64_t n0, int64_t n1, float *y,
+                      size_t ldy)
+{
+    for (int m = 0; m < M; m += BF_MR) {
+        const int mr = M - m < BF_MR ? M - m : BF_MR;
+        for (int64_t n = n0; n < n1; n += BF_NR) {
+            const int nr = n1 - n < BF_NR ? (int)(n1 - n) : BF_NR;
+            const uint16_t *xm = xb + (size_t)m * K, *wn = w + (size_t)n * K;
+            float *yo = y + (size_t)m * ldy + n;
+            switch (mr) {
+            case 4: bf16_tile_4(nr, xm, wn, K, yo, ldy); break;
+            case 3: bf16_tile_3(nr, xm, wn, K, yo, ldy); break;
+            case 2: bf16_tile_2(nr, xm, wn, K, yo, ldy); break;
+            default: bf16_tile_1(nr, xm, wn, K, yo, ldy); break;
+            }
+        }
+    }
+}
 #endif
 
 static void dot_rows_plain(const float *w, const float *x, int M, int K, float *y, size_t ldy)
@@ -393,6 +482,44 @@ int matmul_use_int8(matmul_t *mm, int max_rows)
     return mm->q ? 0 : -1;
 }
 
+int matmul_use_bf16(matmul_t *mm, int max_rows)
+{
+    if (max_rows < 1)
+        return -1;
+    free(mm->xbf);
+    mm->xbf = NULL;
+    mm->bf_rows = 0;
+    mm->xbf_of = NULL;
+#ifdef MATMUL_X86
+    if (!cpu_has_avx512_bf16() || qgemm_isa_default() != QGEMM_ISA_AVX512VNNI)
+        return 1;
+    size_t n = (size_t)max_rows * (size_t)mm->max_cols;
+    mm->xbf = memset(xaligned_alloc(n * sizeof(uint16_t) + 64), 0, n * sizeof(uint16_t) + 64);
+    mm->bf_rows = max_rows;
+    return 0;
+#else
+    return 1;
+#endif
+}
+
+/* true when w takes the BF16 kernel for a batch of M rows */
+static bool bf16_path(const matmul_t *mm, const matmul_weight_t *w, int M)
+{
+    return mm->xbf && w->type == GGML_TYPE_BF16 && M <= mm->bf_rows && w->cols % 32 == 0;
+}
+
+/* X (M, K) rounded to bf16 into mm->xbf, on the calling thread. */
+static void bf16_prepare(matmul_t *mm, const float *x, int M, int64_t K)
+{
+#ifdef MATMUL_X86
+    bf16_round_rows(x, M, (int)K, mm->xbf);
+    mm->xbf_of = x;
+    mm->xbf_n = M;
+#else
+    (void)mm, (void)x, (void)M, (void)K;
+#endif
+}
+
 /* Output rows of W per dynamic chunk: about MATMUL_CHUNKS_PER_THREAD chunks
  * per thread over all matrices of the call (a late or descheduled thread
  * then holds the others up by one small chunk), a multiple of 16, at least
@@ -415,6 +542,13 @@ static int run_rows(matmul_t *mm, const matmul_weight_t *w, const float *x, int 
 {
     const int K = (int)w->cols;
     const int64_t N = w->rows;
+#ifdef MATMUL_X86
+    if (bf16_path(mm, w, M)) {
+        assert(mm->xbf_of == x && mm->xbf_n == M);
+        gemm_bf16(mm->xbf, M, K, (const uint16_t *)(const void *)w->data, n0, n1, y, (size_t)N);
+        return 0;
+    }
+#endif
     if (M <= MATMUL_FUSED_MAX_ROWS) {
         /* Few rows (decode): take one W row at a time (F32 in place, others
          * decoded into L1) and dot it with every X row. W is read once,
@@ -500,6 +634,12 @@ int matmul_run_multi(matmul_t *mm, const matmul_weight_t *const *ws, int n, cons
         }
     }
 
+    for (int i = 0; i < n; i++)
+        if (bf16_path(mm, ws[i], M)) {
+            bf16_prepare(mm, x, M, K);
+            break;
+        }
+
     /* Chunks of output rows over all matrices, claimed dynamically. */
     int64_t total = 0;
     for (int i = 0; i < n; i++)
@@ -537,6 +677,8 @@ int matmul_prepare(matmul_t *mm, const float *x, int n_rows, int64_t cols)
 {
     if (n_rows < 0 || cols < 1 || cols > mm->max_cols)
         return -1;
+    if (mm->xbf && n_rows <= mm->bf_rows && n_rows > 0 && cols % 32 == 0)
+        bf16_prepare(mm, x, n_rows, cols);
     if (mm->q && n_rows <= mm->q_rows && n_rows > 0 && cols % 32 == 0)
         return qgemm_quantize(mm->q, x, n_rows, cols);
     return 0;

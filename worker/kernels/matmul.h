@@ -22,6 +22,8 @@
  *     8-lane FMA accumulation over k in order, so a row's result does not
  *     depend on the other rows (bit for bit);
  *   - more rows: cblas_sgemm on the mmap (F32) or on dequantized tiles.
+ *   - BF16 weights when matmul_use_bf16 is on (AVX512-BF16 CPUs): any row
+ *     count up to its max_rows, X rounded to bf16, vdpbf16ps on W in place.
  *
  * Threads: matmul_run splits W's output rows into chunks (about 8 per
  * thread, 16-row aligned, claimed dynamically so a descheduled thread delays the others by
@@ -68,6 +70,18 @@ void matmul_free(matmul_t **mm);
  * matmul_use_int8(mm, max_rows) turns it on for batches of up to max_rows
  * rows (scratch allocated here, once). 0 ok, -1 bad max_rows. */
 int matmul_use_int8(matmul_t *mm, int max_rows);
+
+/* BF16 weights through AVX512-BF16 (vdpbf16ps) for batches of up to
+ * max_rows rows: X is rounded to bf16 once per call (round to nearest
+ * even) and multiplied with W read in place, 32 products per instruction.
+ * Not exact: |y − Σ w·x| ≤ 2^-8 · Σ|w·x| per output (observed ~1e-3
+ * relative), against float rounding on the exact path. A row's result
+ * still does not depend on the batch (bit for bit). Off by default; only
+ * where the CPU has AVX512-BF16 and PAGODA_ISA does not force a lower
+ * path (qgemm_isa_default() is avx512vnni). Weights whose cols are not a
+ * multiple of 32 keep the exact path. Returns 0 on, 1 not available on this
+ * CPU (the exact path stays), -1 bad max_rows. */
+int matmul_use_bf16(matmul_t *mm, int max_rows);
 
 /* Y (n_rows, w->rows) = X (n_rows, w->cols) · Wᵀ.
  * Returns  0 ok

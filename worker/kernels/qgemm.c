@@ -49,6 +49,7 @@
 #include "common/cpu.h"
 #include "common/xalloc.h"
 #include "worker/kernels/qblock.h"
+#include "worker/kernels/qkpack.h"
 #include "worker/kernels/quant.h"
 #include "worker/model/gguf.h"
 
@@ -103,7 +104,7 @@ typedef struct {
 #define PACK_HDR_BYTES 64
 typedef struct {
     uint32_t magic;       /* PACK_MAGIC */
-    uint32_t type;        /* ggml type of the source W (GGML_TYPE_Q8_0) */
+    uint32_t type;        /* ggml type of the source W (Q8_0, or a qkpack type) */
     int64_t n_out, n_in;  /* shape of the source W */
     uint64_t panel_bytes; /* stride of the panels, a multiple of 64 */
     uint64_t total;       /* bytes of the whole buffer, header included */
@@ -1123,6 +1124,16 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
     const int64_t n_in = qx->n_in, nb = qx->nb, n_out = m->n_out;
     int64_t c0 = ip * NC;
     int nc = n_out - c0 < NC ? (int)(n_out - c0) : NC;
+    if (m->packed && m->kind != K_Q8_0) {
+        /* Q4_0 / K-quant panel packed at load (qkpack.h; always np == 1) */
+        const uint8_t *pk = m->packed + (size_t)ip * m->pstride;
+        qkpack_isa_t qi = m->isa == QGEMM_ISA_AVX512VNNI ? QKPACK_AVX512VNNI
+                          : m->isa == QGEMM_ISA_AVXVNNI  ? QKPACK_AVXVNNI
+                                                         : QKPACK_AVX2;
+        qkpack_panel_run(qi, m->type, pk, n_in, qx->q, qx->d, qx->s, n_rows, m->y + c0, n_out, nc,
+                         pk + m->pstride, c0 + NC < n_out ? m->pstride : 0);
+        return;
+    }
     if (m->packed && np == 2) {
         /* AVX-512: panels ip and ip + 1 as one 16-column tile */
         assert(m->isa == QGEMM_ISA_AVX512VNNI);
@@ -1249,7 +1260,7 @@ static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void
      * at every n_rows (qgemm.h, Speed) */
     m->direct = avx2 && !m->packed &&
                 ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) || (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
-    m->ppu = m->packed && c->isa == QGEMM_ISA_AVX512VNNI ? 2 : 1;
+    m->ppu = m->packed && m->kind == K_Q8_0 && c->isa == QGEMM_ISA_AVX512VNNI ? 2 : 1;
     m->kern = NULL;
     switch (m->kind) {
     case K_Q8_0: m->kern = kern_avx2_q8_0; break;
@@ -1377,11 +1388,11 @@ int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n
 
 size_t qgemm_packed_size(uint32_t type, int64_t n_out, int64_t n_in)
 {
-    if (type != GGML_TYPE_Q8_0 || n_out < 1 || n_out > PACK_MAX_OUT || n_in < QB || n_in > PACK_MAX_IN ||
-        n_in % QB != 0)
+    if ((type != GGML_TYPE_Q8_0 && !qkpack_supported(type)) || n_out < 1 || n_out > PACK_MAX_OUT || n_in < QB ||
+        n_in > PACK_MAX_IN || n_in % ggml_type_block_elems(type) != 0)
         return 0;
     uint64_t nb = (uint64_t)(n_in / QB);
-    uint64_t panel = (nb * (256 + 16) + 63) / 64 * 64;
+    uint64_t panel = type == GGML_TYPE_Q8_0 ? (nb * (256 + 16) + 63) / 64 * 64 : qkpack_panel_bytes(type, n_in);
     uint64_t n_panels = ((uint64_t)n_out + NC - 1) / NC;
     if (n_panels > (SIZE_MAX - PACK_HDR_BYTES) / panel)
         return 0;
@@ -1395,8 +1406,8 @@ int qgemm_pack_to(uint32_t type, const void *w, int64_t n_out, int64_t n_in, voi
         return -1;
     const int64_t nb = n_in / QB;
     const size_t rb = quant_row_bytes(type, n_in);
-    const size_t panel = (size_t)(nb * (256 + 16) + 63) / 64 * 64;
     const int64_t n_panels = (n_out + NC - 1) / NC;
+    const size_t panel = (total - PACK_HDR_BYTES) / (size_t)n_panels;
     uint8_t *buf = dst;
     pack_hdr_t h = {.magic = PACK_MAGIC, .type = type, .n_out = n_out, .n_in = n_in,
                     .panel_bytes = panel, .total = total};
@@ -1410,6 +1421,11 @@ int qgemm_pack_to(uint32_t type, const void *w, int64_t n_out, int64_t n_in, voi
 #pragma omp parallel for schedule(dynamic, 64) num_threads(n_threads)
     for (int64_t ip = 0; ip < n_panels; ip++) {
         uint8_t *q = buf + PACK_HDR_BYTES + (size_t)ip * panel;
+        if (type != GGML_TYPE_Q8_0) {
+            int nc = n_out - ip * NC < NC ? (int)(n_out - ip * NC) : NC;
+            qkpack_pack_panel(type, src + (size_t)(ip * NC) * rb, rb, nc, n_in, q);
+            continue;
+        }
         uint8_t *dh = q + 256 * (size_t)nb;
         /* columns past n_out and the tail padding stay zero */
         memset(q, 0, panel);

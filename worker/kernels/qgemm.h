@@ -16,9 +16,11 @@
  *   2. output columns go 8 at a time (8 rows of W). A "panel" holds the 8
  *      rows transposed so that one 256-bit register holds 4 consecutive
  *      weights of each of the 8 columns; every X row (4 at a time, sharing
- *      each weight register) runs against it. A Q8_0 W packed at load
+ *      each weight register) runs against it. A W packed at load
  *      (qgemm_pack, below) is already a sequence of panels: the kernel reads
- *      them in place, for every n_rows. Otherwise small batches of Q8_0
+ *      them in place, for every n_rows (Q4_0 / K-quant packed panels keep
+ *      4-6 bits per weight and have their own kernels, qkpack.h, with
+ *      AVX2, AVX-VNNI and AVX512-VNNI flavours). Otherwise small batches of Q8_0
  *      (n_rows ≤ 8) and Q4_0 (≤ 4) use the "direct" AVX2 path: each W block
  *      is multiplied in place against the X block and the 8 columns' partial
  *      sums are folded with a horizontal-add tree; larger batches decode and
@@ -32,7 +34,9 @@
  * 63 us (26 GB/s of weights), 32 rows ≈ 100 GFLOP/s (int8 ops counted as
  * 2 per multiply-add); Q4_K/Q6_K 1 row ≈ 290 us (the panel path: decode
  * dominated), 32 rows ≈ 95 GFLOP/s. dequantize + cblas_sgemm is 10-30×
- * slower below 32 rows. Packed Q8_0 (test_qgemm_pack's benchmark, same
+ * slower below 32 rows. Packed Q4_0 / K-quants (test_qkpack's benchmark,
+ * Zen 5, loaded box): Q4_K 1/8/32 rows 199/315/750 us unpacked against
+ * 31/146/558 packed with AVX2, 26/119/459 with AVX512-VNNI. Packed Q8_0 (test_qgemm_pack's benchmark, same
  * shape): 1/2/4/8 rows 42/68/116/224 us against 63/98/168/323 direct,
  * 9/16/32 rows 259/442/879 us against 403/586/1030 with the fill; from
  * DRAM (32000×768) 1 row 1.04 ms (25 GB/s) against 1.17 direct.
@@ -91,19 +95,20 @@ typedef struct qgemm_ctx qgemm_ctx_t;
 
 /* Instruction set used by a context's kernels. Every path gives the same
  * bits as the scalar one (tested); they differ only in speed. The VNNI
- * paths change only the kernel of packed Q8_0 weights (qgemm_pack); all
- * other work (X quantization, unpacked and K-quant weights) runs the AVX2
- * code there. */
+ * paths change only the kernels of packed weights (qgemm_pack: Q8_0 here,
+ * Q4_0 / K-quants in qkpack.h); all other work (X quantization, unpacked
+ * weights) runs the AVX2 code there. */
 typedef enum {
     QGEMM_ISA_AUTO = 0,   /* qgemm_isa_default() */
     QGEMM_ISA_SCALAR,     /* portable C, any CPU */
     QGEMM_ISA_AVX2,       /* needs avx2 and f16c */
-    QGEMM_ISA_AVXVNNI,    /* AVX2 + AVX-VNNI: packed Q8_0 with 256-bit vpdpbusd
+    QGEMM_ISA_AVXVNNI,    /* AVX2 + AVX-VNNI: packed weights with 256-bit vpdpbusd
                            * (one instruction per 4 products instead of
                            * sign + maddubs + madd + add) */
-    QGEMM_ISA_AVX512VNNI, /* AVX2 + AVX-512 F/BW/DQ/VL/VNNI: packed Q8_0 with
-                           * 512-bit vpdpbusd over two panels (16 output
-                           * columns) and up to 8 X rows per register tile */
+    QGEMM_ISA_AVX512VNNI, /* AVX2 + AVX-512 F/BW/DQ/VL/VNNI: packed weights with
+                           * 512-bit vpdpbusd (Q8_0: over two panels, 16
+                           * output columns, and up to 8 X rows per register
+                           * tile; qkpack: two groups of one panel) */
 } qgemm_isa_t;
 
 /* Context for calls with n_rows ≤ max_rows and n_in ≤ max_in (both > 0).
@@ -208,8 +213,11 @@ int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *m, int64_t n_in, int n_row
 
 /* Packed weights: W decoded and transposed once (at model load) into the
  * panel layout the AVX2 kernel reads, so calls skip the per-call panel fill
- * (about 1/5 of a 32-row Q8_0 product). Q8_0 only. One buffer, 64-byte
- * aligned, packed size = 64 + n_panels · panel_bytes, about the size of W:
+ * (about 1/5 of a 32-row Q8_0 product; most of a K-quant one). Q8_0 as
+ * below; Q4_0, Q4_K, Q5_K, Q6_K with the same header and panels in the
+ * layout of qkpack.h (4-6 bits per weight, scales pre-decoded). One buffer,
+ * 64-byte aligned, packed size = 64 + n_panels · panel_bytes, about the
+ * size of W:
  *
  *   header (64 bytes): magic u32 "QGPK", type u32, n_out i64, n_in i64,
  *                      panel_bytes u64, total bytes u64, zero padding
@@ -228,8 +236,9 @@ int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *m, int64_t n_in, int n_row
  * across cache lines.
  *
  * qgemm_packed_size(type, n_out, n_in): bytes of the packing, 0 when it is
- *   refused: type not Q8_0, n_out < 1 or > 2^34, n_in < 32 or > 2^21 or not
- *   a multiple of 32.
+ *   refused: type not Q8_0/Q4_0/Q4_K/Q5_K/Q6_K, n_out < 1 or > 2^34,
+ *   n_in < 32 or > 2^21 or not a multiple of the type's block (32; 256
+ *   for K-quants).
  * qgemm_pack(type, w, n_out, n_in, n_threads): a new packing of w (n_out
  *   rows of quant_row_bytes(type, n_in) bytes), built by up to n_threads
  *   OpenMP threads (≤ 0: 1); NULL when refused as above or w is NULL;

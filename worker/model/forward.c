@@ -65,7 +65,10 @@ int forward_set_int8(forward_t *f, bool on)
         f->mm = matmul_new(f->m->max_cols, f->n_threads);
         return 0;
     }
-    return matmul_use_int8(f->mm, f->max_rows);
+    if (matmul_use_int8(f->mm, f->max_rows) != 0)
+        return -1;
+    /* BF16 weights on AVX512-BF16 (1 = not on this CPU: exact path) */
+    return matmul_use_bf16(f->mm, f->max_rows) < 0 ? -1 : 0;
 }
 
 forward_t *forward_new(const model_t *m, int max_rows, int n_threads)

@@ -64,8 +64,10 @@ typedef struct forward forward_t;
 forward_t *forward_new(const model_t *m, int max_rows, int n_threads);
 void forward_free(forward_t **f);
 /* Quantized weights through int8 kernels (see matmul_use_int8): faster,
- * ~0.5% relative error per product. On by default in pagoda-worker and
- * pagoda-run; tests comparing against the float reference turn it off.
+ * ~0.5% relative error per product; and BF16 weights through AVX512-BF16
+ * where the CPU has it (matmul_use_bf16, ≤ 2^-8 relative to Σ|w·x|). On by
+ * default in pagoda-worker and pagoda-run (--exact-matmul turns both off);
+ * tests comparing against the float reference turn it off.
  * 0 ok, -1 could not allocate the scratch. */
 int forward_set_int8(forward_t *f, bool on);
 

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "worker/engine.h"
+#include "worker/kernels/qgemm.h"
 #include "worker/model/forward.h"
 #include "worker/wait_policy.h"
 #include "worker/sched.h"
@@ -130,9 +131,10 @@ static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_se
 static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_list,
                      int prompt_tokens, int n_gen, int baseline)
 {
-    printf("# %s, %d prompt tokens, %d new tokens per sequence, %d threads, %s KV\n",
+    printf("# %s, %d prompt tokens, %d new tokens per sequence, %d threads, %s KV, isa %s\n",
            e->model->cfg.arch == MODEL_ARCH_QWEN2 ? "qwen2" : "llama", prompt_tokens, n_gen,
-           base->n_threads, kv_type_name(sched_kv_type_for(e->model, base->kv_type, !base->exact_matmul)));
+           base->n_threads, kv_type_name(sched_kv_type_for(e->model, base->kv_type, !base->exact_matmul)),
+           base->exact_matmul ? "exact" : qgemm_isa_name(qgemm_isa_default()));
     printf("%-6s %12s %12s %12s %10s", "seqs", "prefill t/s", "decode t/s", "overall t/s",
            "seconds");
     if (baseline)
