@@ -70,7 +70,9 @@ def start_gateway(tag, extra=()):
         "--worker-endpoint", "tcp://127.0.0.1:%d" % ZP, "--heartbeat-ms", str(HB_MS),
         "--model", "stories=" + MODEL, "--replicas", "2", "--max-seqs", "3", "--threads", "1",
         "--worker-arg=--heartbeat-ms=%d" % HB_MS, "--replica-grace", "3",
-        "--request-timeout", "60", "--drain-timeout", "20", "--log-level", "debug", *extra])
+        "--request-timeout", "60", "--drain-timeout", "20", "--log-level", "debug",
+        "--admin-open",  # /admin/workers without a keys file (403 otherwise)
+        *extra])
 
 
 def start_solo(tag):
