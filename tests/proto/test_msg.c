@@ -883,6 +883,11 @@ static const field_case_t field_cases[] = {
     {"choice 127", PROTO_EVENT, NULL, KU("choice", PROTO_MAX_CHOICES - 1), PROTO_OK},
     {"choice 128", PROTO_EVENT, NULL, KU("choice", PROTO_MAX_CHOICES), PROTO_ERANGE},
     {"negative choice", PROTO_EVENT, NULL, KI("choice", -1), PROTO_ERANGE},
+    {"op tokenize", PROTO_SUBMIT, NULL, KS("op", "tokenize"), PROTO_OK},
+    {"op unknown", PROTO_SUBMIT, NULL, KS("op", "embed"), PROTO_ERANGE},
+    {"op as int", PROTO_SUBMIT, NULL, KU("op", 1), PROTO_EFIELD},
+    {"detokenize without prompt_ids", PROTO_SUBMIT, NULL, KS("op", "detokenize"), PROTO_EFIELD},
+    {"add_special false", PROTO_SUBMIT, NULL, KB("add_special", false), PROTO_OK},
     /* protocol version inside REGISTER */
     {"register v2", PROTO_REGISTER, NULL, KU("v", 2), PROTO_EVERSION},
     /* floats: NaN, infinities, out of range; integers accepted as floats */
