@@ -107,6 +107,8 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
             s->messages[i].tool_calls = dup_or_null(o->messages[i].tool_calls_json);
             s->messages[i].tool_call_id = dup_or_null(o->messages[i].tool_call_id);
         }
+        s->has_think = o->has_enable_thinking;
+        s->think = o->enable_thinking;
         /* tool_choice none: the tools are not announced, so no call can come */
         if (o->tools_json && o->tool_choice != OAI_TOOL_CHOICE_NONE) {
             s->tools = xstrdup(o->tools_json);

@@ -663,6 +663,28 @@ static int parse_constraint(json_t *root, oai_request_t *r, oai_error_t *e)
     return 0;
 }
 
+/* chat_template_kwargs (vLLM): an object of extra variables for the chat
+ * template. Known keys are type-checked and forwarded: enable_thinking
+ * (boolean). Other keys are ignored (no template pagoda renders reads them). */
+static int parse_template_kwargs(json_t *root, oai_request_t *r, oai_error_t *e)
+{
+    json_t *kw = json_object_get(root, "chat_template_kwargs");
+    if (!kw || json_is_null(kw))
+        return 0;
+    if (!json_is_object(kw))
+        return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s.",
+                   json_type_name(kw));
+    json_t *think = json_object_get(kw, "enable_thinking");
+    if (think && !json_is_null(think)) {
+        if (!json_is_boolean(think))
+            return bad(e, "chat_template_kwargs.enable_thinking",
+                       "'chat_template_kwargs.enable_thinking' must be a boolean, got %s.", json_type_name(think));
+        r->has_enable_thinking = true;
+        r->enable_thinking = json_is_true(think);
+    }
+    return 0;
+}
+
 static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_error_t *e)
 {
     if (!json_is_object(root))
@@ -683,6 +705,8 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
     if (refuse_unsupported(root, kind, r->n, e) != 0)
         return -1;
     if (kind == OAI_CHAT && oai_tools_parse_request(root, r, e) != 0)
+        return -1;
+    if (kind == OAI_CHAT && parse_template_kwargs(root, r, e) != 0)
         return -1;
 
     /* max_tokens / max_completion_tokens: positive; the newer name wins. */

@@ -213,6 +213,9 @@ typedef struct {
     oai_tool_choice_t tool_choice; /* [auto] */
     char *tool_choice_name;      /* NAMED: the function, else NULL */
     bool parallel_tool_calls;    /* [true] more than one call per answer allowed */
+    /* chat_template_kwargs (chat only; other keys are ignored) */
+    bool has_enable_thinking;    /* enable_thinking given */
+    bool enable_thinking;        /* its value, when has_enable_thinking */
 } oai_request_t;
 
 /* Parses and validates. Returns 0 and fills *out (release with

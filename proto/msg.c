@@ -386,6 +386,8 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         kv_str(e, "tool_choice", s->tool_choice);
     if (s->no_par_tools)
         kv_bool(e, "par_tools", false);
+    if (s->has_think)
+        kv_bool(e, "think", s->think);
     if (s->prompt)
         kv_str(e, "prompt", s->prompt);
     if (s->grammar)
@@ -881,7 +883,7 @@ enum {
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
     S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
     S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS, S_TOOL_CHOICE, S_PAR_TOOLS, S_N_CHOICES,
-    S_GRAMMAR, S_OP, S_ADD_SPECIAL, S_INPUTS, S_DIMS,
+    S_GRAMMAR, S_OP, S_ADD_SPECIAL, S_THINK, S_INPUTS, S_DIMS,
 };
 
 static const field_t submit_fields[] = {
@@ -901,6 +903,7 @@ static const field_t submit_fields[] = {
     [S_N_CHOICES] = {"n_choices", false},
     [S_GRAMMAR] = {"grammar", false},
     [S_OP] = {"op", false},          [S_ADD_SPECIAL] = {"add_special", false},
+    [S_THINK] = {"think", false},
     [S_INPUTS] = {"inputs", false},  [S_DIMS] = {"dims", false},
 };
 
@@ -1044,6 +1047,9 @@ static int submit_field(dec_t *d, void *obj, int idx)
         s->no_special = !b;
         return 0;
     }
+    case S_THINK:
+        s->has_think = true;
+        return get_bool(d, &s->think);
     }
     return -1;
 }
@@ -1062,6 +1068,8 @@ static int submit_check(dec_t *d, proto_submit_t *s)
             return fail(d, PROTO_EFIELD, "completion takes 'prompt' or 'prompt_ids', not 'msgs'");
         if (s->tools)
             return fail(d, PROTO_EFIELD, "completion takes no 'tools'");
+        if (s->has_think)
+            return fail(d, PROTO_EFIELD, "completion takes no 'think'");
         if (s->op == PROTO_OP_EMBED) {
             if (s->prompt || s->has_prompt_ids || !s->n_inputs)
                 return fail(d, PROTO_EFIELD, "op embed takes 'inputs', not 'prompt'/'prompt_ids'");

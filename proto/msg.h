@@ -104,6 +104,9 @@
  *                         worker enforces the last two with a grammar.
  *                         ≤ PROTO_MAX_NAME bytes
  *   par_tools  bool  opt  more than one call per answer allowed, default true
+ *   think      bool  opt  chat only: chat_template_kwargs.enable_thinking
+ *                         (absent = not given; templates that do not read it
+ *                         ignore it)
  *   prompt     str   opt  ≤ PROTO_MAX_PROMPT bytes
  *   prompt_ids array opt  token ids (uint ≤ PROTO_MAX_TOKEN_ID), ≤ PROTO_MAX_TOKENS;
  *                         used instead of prompt, e.g. by pagoda-bench
@@ -499,6 +502,8 @@ typedef struct proto_submit {
     char *tools;                 /* tools: JSON array text, NULL = absent */
     char *tool_choice;           /* tool_choice, NULL = absent ("auto") */
     bool no_par_tools;           /* par_tools false */
+    bool has_think;              /* think present */
+    bool think;                  /* think: enable_thinking, when has_think */
     uint32_t n_choices;          /* n_choices; decoded: 1 when absent. Encoded only when > 1 */
     proto_op_t op;               /* op */
     bool no_special;             /* add_special: false (encoded only then) */

@@ -379,8 +379,11 @@ static void test_roundtrip_submit_chat(void **state)
     s->n_resume = 3;
     char grammar[] = "root ::= \"yes\" | \"no\"";
     s->grammar = grammar;
+    s->has_think = true; /* enable_thinking false */
     roundtrip(&in, &out);
     proto_submit_t *o = &out.submit;
+    assert_true(o->has_think);
+    assert_false(o->think);
     assert_true(o->id == 0x123456789abcull);
     assert_int_equal(o->priority, PROTO_PRIO_LOW);
     assert_int_equal(o->kind, PROTO_KIND_CHAT);
@@ -437,6 +440,7 @@ static void test_roundtrip_submit_completion(void **state)
     assert_false(out.submit.sampling.has_seed);
     assert_int_equal(out.submit.n_stop, 0);
     assert_int_equal(out.submit.n_choices, 1); /* absent = one choice */
+    assert_false(out.submit.has_think);            /* absent = not given */
     proto_msg_clear(&out);
 
     /* n choices */
