@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chaos_driver as cd  # noqa: E402  (reads BUILD, TMP, MODEL_FILE, HP, ZP)
 
