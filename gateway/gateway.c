@@ -107,6 +107,8 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
             s->messages[i].tool_calls = dup_or_null(o->messages[i].tool_calls_json);
             s->messages[i].tool_call_id = dup_or_null(o->messages[i].tool_call_id);
         }
+        s->has_think = o->has_enable_thinking;
+        s->think = o->enable_thinking;
         /* tool_choice none: the tools are not announced, so no call can come */
         if (o->tools_json && o->tool_choice != OAI_TOOL_CHOICE_NONE) {
             s->tools = xstrdup(o->tools_json);
@@ -173,6 +175,9 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
     if (o->grammar)
         s->grammar = xstrdup(o->grammar);
     s->n_choices = o->n > 1 ? (uint32_t)o->n : 1;
+    s->op = o->op == OAI_OP_TOKENIZE ? PROTO_OP_TOKENIZE
+          : o->op == OAI_OP_DETOKENIZE ? PROTO_OP_DETOKENIZE : PROTO_OP_GENERATE;
+    s->no_special = o->op == OAI_OP_TOKENIZE && !o->add_special;
     if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text) {
         int64_t t0 = clock_now_us();
         r->route_block_size = atomic_load(&gw->route_block_size);
@@ -608,7 +613,7 @@ static void redispatch(struct gateway *gw, gateway_request_t *r, const char *why
         request_finish(gw, r);
         return;
     }
-    if (req_choices(r) > 1 && r->output_sent) {
+    if ((req_choices(r) > 1 || r->submit.submit.op != PROTO_OP_GENERATE) && r->output_sent) {
         /* n choices are not resumed: the delivered tokens of each would have
          * to travel back (and the worker prefill them n times) */
         request_reply_error(gw, r, 502, "worker_lost",
@@ -958,7 +963,12 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     }
     const char *lab[] = {r->model};
     uint32_t n_new = ev->n_ids;
-    if (n_new || ev->text_len) {
+    /* tokenizer ops (/tokenize, /detokenize) generate nothing: no token metrics */
+    bool gen = r->submit.submit.op == PROTO_OP_GENERATE;
+    if ((n_new || ev->text_len) && !gen) {
+        if (!r->cancelled)
+            r->output_sent = true;
+    } else if (n_new || ev->text_len) {
         if (!r->t_first_token_us) {
             r->t_first_token_us = now;
             metrics_histogram_observe(gw->m.time_to_first_token, lab,
@@ -981,7 +991,8 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
         return;
     }
     /* sent_ids are the resume list: only a single-choice request resumes */
-    if (n_new && !r->cancelled && req_choices(r) == 1) {
+    if (n_new && !r->cancelled && req_choices(r) == 1
+        && r->submit.submit.op == PROTO_OP_GENERATE) {
         vec_append(r->sent_ids, r->n_sent, r->cap_sent, ev->ids, n_new);
     }
     if (ev->has_usage)
@@ -989,9 +1000,9 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     proto_finish_t fin = ev->finish;
     /* the request is over when every choice has finished */
     bool last = fin != PROTO_FINISH_NONE && ++r->n_done >= req_choices(r);
-    if (fin != PROTO_FINISH_NONE && ev->has_usage)
+    if (fin != PROTO_FINISH_NONE && ev->has_usage && gen)
         metrics_counter_add(gw->m.generation_tokens, lab, ev->usage.completion_tokens);
-    if (last) {
+    if (last && gen) {
         const char *reason = fin == PROTO_FINISH_STOP ? "stop" : fin == PROTO_FINISH_LENGTH ? "length"
                                                                                            : "abort";
         if (fin != PROTO_FINISH_ERROR)
@@ -1003,6 +1014,7 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     gateway_reply_t *rep = xcalloc(1, sizeof *rep);
     rep->kind = GATEWAY_REPLY_EVENT;
     rep->event = *ev;
+    rep->n_ctx = w->reg.n_ctx;
     memset(ev, 0, sizeof *ev); /* the reply owns the arrays now */
     m->type = 0;
     request_push(r, rep);

@@ -268,6 +268,7 @@ typedef struct gateway_reply {
     gateway_reply_kind_t kind;
     proto_event_t event;          /* EVENT: a decoded event, owns its arrays */
     oai_error_t error;            /* ERROR: status, type, code, message */
+    uint32_t n_ctx;               /* EVENT: context length of the worker that sent it */
 } gateway_reply_t;
 
 void gateway_reply_free(gateway_reply_t **r);
