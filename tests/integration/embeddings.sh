@@ -9,7 +9,8 @@
 #     little-endian float32 bytes; usage.prompt_tokens = Σ input tokens;
 #   * an input alone and inside a batch of other inputs, and while
 #     generation requests share the steps, gives the same vector (≤ 1e-5);
-#   * hostile rows → 400 OpenAI-shaped errors, and the server keeps serving.
+#   * hostile rows → 400 OpenAI-shaped errors, and the server keeps serving;
+#   * last pooling on a pagoda-mkmodel model written with pooling_type 3.
 source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
@@ -165,6 +166,25 @@ if [[ -f $ZOO ]]; then
   check "zoo F32: 2 inputs match the NumPy reference" cmp_ref "$TMP/zoo.json" "$ZOO" 1,2,3,4,5,6,7,8,9,10 100,50,25
 else
   skip "zoo-F32.gguf missing"
+fi
+# ---- last pooling: a model whose GGUF says pooling_type 3 ----------------------------
+MK=$BUILD/pagoda-mkmodel
+if [[ -x $MK ]] && "$MK" -o "$TMP/last.gguf" --tokenizer-from builtin --dim 64 --layers 2 --heads 4 \
+     --ffn 128 --ctx 256 --type F32 --pooling 3 --seed 7 >/dev/null 2>&1; then
+  start last "$TMP/last.gguf"
+  req /v1/embeddings '{"model":"last","input":[[1,2,3,4,5,6,7,8],[9,10,11]]}'
+  cp "$TMP/body" "$TMP/last.json"
+  check "pooling_type 3: 200" test "$CODE" = 200
+  check "pooling_type 3: the last token's state matches the reference's last pooling" \
+    cmp_ref "$TMP/last.json" "$TMP/last.gguf" 1,2,3,4,5,6,7,8 9,10,11
+  # the same vectors are not what mean pooling gives (the check above can tell them apart)
+  $PYN "$ROOT/tests/ref/llama_ref.py" "$TMP/last.gguf" --seq 1,2,3,4,5,6,7,8 --pooling mean --embed "$TMP/mean.bin"
+  check "pooling_type 3: differs from mean pooling (cosine < 0.99)" $PYN -c "
+import json,sys,numpy as np
+g=np.array(json.load(open('$TMP/last.json'))['data'][0]['embedding']); m=np.fromfile('$TMP/mean.bin','<f4')
+sys.exit(0 if float(g@m) < 0.99 else 1)"
+else
+  skip "pagoda-mkmodel missing or failed: no last-pooling model"
 fi
 check "no worker restarted" bash -c "! grep -q 'restarting in' '$TMP'/gw_*.log"
 if [[ $N_FAIL -gt 0 ]]; then for f in "$TMP"/gw_*.log; do echo "# --- $f"; tail -n 30 "$f" | sed 's/^/# /'; done; fi

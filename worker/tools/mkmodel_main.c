@@ -7,6 +7,7 @@
  *       [--heads 12] [--kv-heads N] [--ffn 2048] [--vocab N] [--ctx 2048]
  *       [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K|Q4_K_M] [--seed S] [--arch ARCH]
  *       [--rope-base B] [--eps E] [--experts N] [--experts-used K] [--expert-ffn F] [--window W]
+ *       [--pooling N] ({arch}.pooling_type for embeddings: 1 mean, 3 last; absent by default)
  *       [--chat-template FILE]
  *
  * Family tensors (model.h): qwen3/qwen3moe/gemma3 get attn_q_norm/attn_k_norm;
@@ -117,6 +118,7 @@ typedef struct opts {
     const char *chat_template;  /* --chat-template FILE: tokenizer.chat_template, or NULL */
     int64_t dim, layers, heads, kv_heads, ffn, vocab, ctx;
     int64_t experts, experts_used, expert_ffn, window;  /* MoE and sliding-window families */
+    int64_t pooling;   /* --pooling: {arch}.pooling_type written when >= 0 */
     uint32_t type;                  /* matrices' type; with mix_q4_k_m the base one (Q4_K) */
     bool mix_q4_k_m;                /* --type Q4_K_M: some matrices Q6_K (see the top) */
     uint64_t seed;
@@ -131,7 +133,7 @@ static void usage(FILE *f)
             "         [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K|Q4_K_M] [--seed S]\n"
             "         [--arch llama|qwen2|qwen3|qwen2moe|qwen3moe|gemma2|gemma3|phi3]\n"
             "         [--rope-base B] [--eps E] [--experts 8] [--experts-used 2] [--expert-ffn F]\n"
-            "         [--window W] [--chat-template FILE]\n"
+            "         [--window W] [--chat-template FILE] [--pooling N]\n"
             "Writes a GGUF with seeded random weights; tokenizer.* keys are copied from\n"
             "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n");
 }
@@ -207,7 +209,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
     *o = (opts_t){.arch = "llama", .dim = 768, .layers = 12, .heads = 12, .kv_heads = -1,
                   .ffn = 2048, .vocab = -1, .ctx = 2048, .type = GGML_TYPE_F32, .seed = 1,
                   .rope_base = -1, .eps = -1, .experts = 8, .experts_used = 2, .expert_ffn = -1,
-                  .window = -1};
+                  .window = -1, .pooling = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         char name[64];
@@ -259,6 +261,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             rc = parse_int(name, v, 1, 1 << 18, &o->expert_ffn);
         else if (strcmp(name, "--window") == 0)
             rc = parse_int(name, v, 0, 1 << 22, &o->window);
+        else if (strcmp(name, "--pooling") == 0)
+            rc = parse_int(name, v, 0, 4, &o->pooling);
         else if (strcmp(name, "--ctx") == 0)
             rc = parse_int(name, v, 1, 1 << 22, &o->ctx);
         else if (strcmp(name, "--seed") == 0) {
@@ -530,6 +534,8 @@ int main(int argc, char **argv)
     if (ggml_type_block_elems(o.type) > 1)
         gguf_writer_set_u32(w, "general.quantization_version", 2);
     gguf_writer_set_u32(w, K("context_length"), (uint32_t)o.ctx);
+    if (o.pooling >= 0)
+        gguf_writer_set_u32(w, K("pooling_type"), (uint32_t)o.pooling);
     gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)o.dim);
     gguf_writer_set_u32(w, K("block_count"), (uint32_t)o.layers);
     gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)o.ffn);
