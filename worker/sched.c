@@ -744,6 +744,14 @@ static int32_t grammar_draw(seq_t *q, const float *row, int64_t budget, sampler_
         q->draw_error = "the grammar allows no token of this vocabulary here";
         return -1;
     }
+    /* close to the limit most draws would not fit: apply the budget at once */
+    if (budget - 2 <= gmatch_cost(q->gm) + 1) {
+        int32_t n_fit = gmatch_mask_budget(q->gm, budget, q->gmask);
+        if (n_fit > 0)
+            n_ok = n_fit;
+        else
+            gmatch_mask(q->gm, q->gmask);
+    }
     int32_t t = sampler_sample_masked(q->sampler, row, q->gmask, lp);
     for (int attempt = 1; !gmatch_fits(q->gm, t, budget); attempt++) {
         q->gmask[t >> 6] &= ~(1ull << (t & 63));
