@@ -736,7 +736,11 @@ static void out_append(seq_t *q, const char *d, size_t n)
 /* Constrained draw: from the grammar's mask, banning and redrawing tokens
  * the length budget (tokens left, this one included) cannot afford; after
  * GMATCH_REDRAWS bans the mask is recomputed with the budget applied to
- * every token. Returns -1 (q->draw_error set) when no token is allowed. */
+ * every token. When the budget is tight (at most one byte of slack over the
+ * fewest bytes that complete the document) that budget mask is used from
+ * the first draw, since most grammar tokens would not fit. Either way the
+ * token is drawn from the fitting ones (greedy: the best fitting token).
+ * Returns -1 (q->draw_error set) when no token is allowed. */
 static int32_t grammar_draw(seq_t *q, const float *row, int64_t budget, sampler_logprobs_t *lp)
 {
     int32_t n_ok = gmatch_mask(q->gm, q->gmask);
