@@ -816,13 +816,25 @@ static void out_append(seq_t *q, const char *d, size_t n)
 /* Constrained draw: from the grammar's mask, banning and redrawing tokens
  * the length budget (tokens left, this one included) cannot afford; after
  * GMATCH_REDRAWS bans the mask is recomputed with the budget applied to
- * every token. Returns -1 (q->draw_error set) when no token is allowed. */
+ * every token. When the budget is tight (at most one byte of slack over the
+ * fewest bytes that complete the document) that budget mask is used from
+ * the first draw, since most grammar tokens would not fit. Either way the
+ * token is drawn from the fitting ones (greedy: the best fitting token).
+ * Returns -1 (q->draw_error set) when no token is allowed. */
 static int32_t grammar_draw(seq_t *q, const float *row, int64_t budget, sampler_logprobs_t *lp)
 {
     int32_t n_ok = gmatch_mask(q->gm, q->gmask);
     if (n_ok == 0) {
         q->draw_error = "the grammar allows no token of this vocabulary here";
         return -1;
+    }
+    /* close to the limit most draws would not fit: apply the budget at once */
+    if (budget - 2 <= gmatch_cost(q->gm) + 1) {
+        int32_t n_fit = gmatch_mask_budget(q->gm, budget, q->gmask);
+        if (n_fit > 0)
+            n_ok = n_fit;
+        else
+            gmatch_mask(q->gm, q->gmask);
     }
     int32_t t = sampler_sample_masked(q->sampler, row, q->gmask, lp);
     for (int attempt = 1; !gmatch_fits(q->gm, t, budget); attempt++) {
