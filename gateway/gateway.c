@@ -356,6 +356,20 @@ static bool model_failed(struct gateway *gw, gateway_model_t *m, supervisor_mode
     return failed;
 }
 
+/* True while the supervisor is bringing a local worker of the model up: one
+ * is spawned and has not registered yet (loading), or waits in back-off for
+ * its restart — not FAILED, STOPPED or IDLE. A model without a replica then
+ * keeps its requests queued up to their own deadline instead of answering
+ * 503 after --replica-grace: loading and repacking a real-size model can
+ * take longer than the grace (a 1.1B worker needed > 30 s on a loaded
+ * host), and a crash loop ends in FAILED (503 model_failed) anyway. Only
+ * meaningful while the model has no replica: a registered local worker is
+ * RUNNING too. */
+static bool model_local_starting(const supervisor_model_info_t *li)
+{
+    return li->n_running + li->n_backoff > 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* worker table                                                              */
 
@@ -684,10 +698,14 @@ static void on_submit(struct gateway *gw, gateway_request_t *r)
         request_finish(gw, r);
         return;
     }
+    bool starting = model_local_starting(&li);
     if (li.on_demand && model_ready_replicas(gw, m->name) == 0 &&
-        supervisor_wake(gw->sup, m->name) > 0 && m->t_no_replica_us)
-        m->t_no_replica_us = now; /* the grace period counts from the start */
-    if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us) {
+        supervisor_wake(gw->sup, m->name) > 0) {
+        starting = true;
+        if (m->t_no_replica_us)
+            m->t_no_replica_us = now; /* the grace period counts from the start */
+    }
+    if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us && !starting) {
         request_reply_error(gw, r, 503, "service_unavailable",
                             "No worker serves model '%s' right now (none for %lld s)", m->name,
                             (long long)((now - m->t_no_replica_us) / 1000000));
@@ -1568,8 +1586,9 @@ static void on_expired(const prio_queue_entry_t *e, void *ctx)
                             "took it over before its deadline", r->model);
     else
         request_reply_error(gw, r, 504, "timeout",
-                            "The request waited %.1f s in the queue of model '%s' without a free worker",
-                            (double)(clock_now_us() - r->t_enqueue_us) / 1e6, r->model);
+                            "The request waited %.1f s in the queue of model '%s' without a free worker%s",
+                            (double)(clock_now_us() - r->t_enqueue_us) / 1e6, r->model,
+                            model_replicas(gw, r->model) ? "" : " (none registered)");
     request_finish(gw, r);
 }
 
@@ -1699,6 +1718,10 @@ static void tick(struct gateway *gw, int64_t now)
         local_workers_tick(gw, m, now);
         if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us &&
             prio_queue_len(m->queue)) {
+            supervisor_model_info_t li;
+            model_local(gw, m->name, &li);
+            if (model_local_starting(&li))
+                continue; /* its requests wait for the worker, up to their deadline */
             char msg[512];
             snprintf(msg, sizeof msg, "No worker came up for model '%s' within %lld s", m->name,
                      (long long)(gw->replica_grace_us / 1000000));

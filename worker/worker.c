@@ -34,6 +34,7 @@ struct worker {
     int heartbeat_ms;                     /* --heartbeat-ms (the link may adopt the gateway's) */
     int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
     char *test_step_wedge;                /* TEST ONLY, env PAGODA_TEST_STEP_WEDGE (owned) */
+    int64_t test_load_sleep_us;           /* TEST ONLY, env PAGODA_TEST_LOAD_SLEEP_MS */
     _Atomic uint64_t layers_done;         /* forward layers computed: progress inside a step */
     uint32_t capacity;                    /* max concurrent sequences (sched_capacity) */
     uint32_t n_ctx;                       /* tokens per sequence (sched_context_length) */
@@ -435,18 +436,31 @@ static void publish_load(struct worker *w)
     worker_link_set_load(w->link, &load);
 }
 
-/* TEST ONLY (worker.h): slow or wedged steps for the liveness tests, without
- * a big model. Read once; never set in production. */
-static void test_step_env(struct worker *w)
+/* TEST ONLY: a PAGODA_TEST_*_MS variable in 1..3600000, else 0. */
+static int64_t test_env_ms(const char *name)
 {
-    const char *s = getenv("PAGODA_TEST_STEP_SLEEP_MS");
+    const char *s = getenv(name);
     char *end;
     unsigned long ms = s ? strtoul(s, &end, 10) : 0;
-    if (s && *s && !*end && ms > 0 && ms <= 3600000) {
-        w->test_step_sleep_us = (int64_t)ms * 1000;
-        log_warn("TEST ONLY: PAGODA_TEST_STEP_SLEEP_MS=%lu: every step sleeps first", ms);
+    return s && *s && !*end && ms > 0 && ms <= 3600000 ? (int64_t)ms : 0;
+}
+
+/* TEST ONLY (worker.h): slow or wedged steps and a slow model load for the
+ * liveness and restart tests, without a big model. Read once; never set in
+ * production. */
+static void test_step_env(struct worker *w)
+{
+    int64_t ms = test_env_ms("PAGODA_TEST_STEP_SLEEP_MS");
+    if (ms) {
+        w->test_step_sleep_us = ms * 1000;
+        log_warn("TEST ONLY: PAGODA_TEST_STEP_SLEEP_MS=%lld: every step sleeps first", (long long)ms);
     }
-    s = getenv("PAGODA_TEST_STEP_WEDGE");
+    ms = test_env_ms("PAGODA_TEST_LOAD_SLEEP_MS");
+    if (ms) {
+        w->test_load_sleep_us = ms * 1000;
+        log_warn("TEST ONLY: PAGODA_TEST_LOAD_SLEEP_MS=%lld: the model load sleeps first", (long long)ms);
+    }
+    const char *s = getenv("PAGODA_TEST_STEP_WEDGE");
     if (s && *s) {
         w->test_step_wedge = xstrdup(s);
         log_warn("TEST ONLY: PAGODA_TEST_STEP_WEDGE=%s: a step wedges when that file exists", s);
@@ -479,6 +493,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     w->scfg = cfg->sched;
     test_step_env(w);
 
+    if (w->test_load_sleep_us)
+        clock_sleep_us(w->test_load_sleep_us);
     w->engine = engine_load(w->model_path, err, errlen);
     if (!w->engine)
         goto err;
