@@ -107,6 +107,8 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
             s->messages[i].tool_calls = dup_or_null(o->messages[i].tool_calls_json);
             s->messages[i].tool_call_id = dup_or_null(o->messages[i].tool_call_id);
         }
+        s->has_think = o->has_enable_thinking;
+        s->think = o->enable_thinking;
         /* tool_choice none: the tools are not announced, so no call can come */
         if (o->tools_json && o->tool_choice != OAI_TOOL_CHOICE_NONE) {
             s->tools = xstrdup(o->tools_json);
@@ -173,6 +175,9 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
     if (o->grammar)
         s->grammar = xstrdup(o->grammar);
     s->n_choices = o->n > 1 ? (uint32_t)o->n : 1;
+    s->op = o->op == OAI_OP_TOKENIZE ? PROTO_OP_TOKENIZE
+          : o->op == OAI_OP_DETOKENIZE ? PROTO_OP_DETOKENIZE : PROTO_OP_GENERATE;
+    s->no_special = o->op == OAI_OP_TOKENIZE && !o->add_special;
     if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text) {
         int64_t t0 = clock_now_us();
         r->route_block_size = atomic_load(&gw->route_block_size);
@@ -349,6 +354,20 @@ static bool model_failed(struct gateway *gw, gateway_model_t *m, supervisor_mode
         metrics_gauge_set(gw->m.model_failed, (const char *[]){m->name}, failed);
     }
     return failed;
+}
+
+/* True while the supervisor is bringing a local worker of the model up: one
+ * is spawned and has not registered yet (loading), or waits in back-off for
+ * its restart — not FAILED, STOPPED or IDLE. A model without a replica then
+ * keeps its requests queued up to their own deadline instead of answering
+ * 503 after --replica-grace: loading and repacking a real-size model can
+ * take longer than the grace (a 1.1B worker needed > 30 s on a loaded
+ * host), and a crash loop ends in FAILED (503 model_failed) anyway. Only
+ * meaningful while the model has no replica: a registered local worker is
+ * RUNNING too. */
+static bool model_local_starting(const supervisor_model_info_t *li)
+{
+    return li->n_running + li->n_backoff > 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -594,7 +613,7 @@ static void redispatch(struct gateway *gw, gateway_request_t *r, const char *why
         request_finish(gw, r);
         return;
     }
-    if (req_choices(r) > 1 && r->output_sent) {
+    if ((req_choices(r) > 1 || r->submit.submit.op != PROTO_OP_GENERATE) && r->output_sent) {
         /* n choices are not resumed: the delivered tokens of each would have
          * to travel back (and the worker prefill them n times) */
         request_reply_error(gw, r, 502, "worker_lost",
@@ -679,10 +698,14 @@ static void on_submit(struct gateway *gw, gateway_request_t *r)
         request_finish(gw, r);
         return;
     }
+    bool starting = model_local_starting(&li);
     if (li.on_demand && model_ready_replicas(gw, m->name) == 0 &&
-        supervisor_wake(gw->sup, m->name) > 0 && m->t_no_replica_us)
-        m->t_no_replica_us = now; /* the grace period counts from the start */
-    if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us) {
+        supervisor_wake(gw->sup, m->name) > 0) {
+        starting = true;
+        if (m->t_no_replica_us)
+            m->t_no_replica_us = now; /* the grace period counts from the start */
+    }
+    if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us && !starting) {
         request_reply_error(gw, r, 503, "service_unavailable",
                             "No worker serves model '%s' right now (none for %lld s)", m->name,
                             (long long)((now - m->t_no_replica_us) / 1000000));
@@ -940,7 +963,12 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     }
     const char *lab[] = {r->model};
     uint32_t n_new = ev->n_ids;
-    if (n_new || ev->text_len) {
+    /* tokenizer ops (/tokenize, /detokenize) generate nothing: no token metrics */
+    bool gen = r->submit.submit.op == PROTO_OP_GENERATE;
+    if ((n_new || ev->text_len) && !gen) {
+        if (!r->cancelled)
+            r->output_sent = true;
+    } else if (n_new || ev->text_len) {
         if (!r->t_first_token_us) {
             r->t_first_token_us = now;
             metrics_histogram_observe(gw->m.time_to_first_token, lab,
@@ -963,7 +991,8 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
         return;
     }
     /* sent_ids are the resume list: only a single-choice request resumes */
-    if (n_new && !r->cancelled && req_choices(r) == 1) {
+    if (n_new && !r->cancelled && req_choices(r) == 1
+        && r->submit.submit.op == PROTO_OP_GENERATE) {
         vec_append(r->sent_ids, r->n_sent, r->cap_sent, ev->ids, n_new);
     }
     if (ev->has_usage)
@@ -971,9 +1000,9 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     proto_finish_t fin = ev->finish;
     /* the request is over when every choice has finished */
     bool last = fin != PROTO_FINISH_NONE && ++r->n_done >= req_choices(r);
-    if (fin != PROTO_FINISH_NONE && ev->has_usage)
+    if (fin != PROTO_FINISH_NONE && ev->has_usage && gen)
         metrics_counter_add(gw->m.generation_tokens, lab, ev->usage.completion_tokens);
-    if (last) {
+    if (last && gen) {
         const char *reason = fin == PROTO_FINISH_STOP ? "stop" : fin == PROTO_FINISH_LENGTH ? "length"
                                                                                            : "abort";
         if (fin != PROTO_FINISH_ERROR)
@@ -985,6 +1014,7 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     gateway_reply_t *rep = xcalloc(1, sizeof *rep);
     rep->kind = GATEWAY_REPLY_EVENT;
     rep->event = *ev;
+    rep->n_ctx = w->reg.n_ctx;
     memset(ev, 0, sizeof *ev); /* the reply owns the arrays now */
     m->type = 0;
     request_push(r, rep);
@@ -1556,8 +1586,9 @@ static void on_expired(const prio_queue_entry_t *e, void *ctx)
                             "took it over before its deadline", r->model);
     else
         request_reply_error(gw, r, 504, "timeout",
-                            "The request waited %.1f s in the queue of model '%s' without a free worker",
-                            (double)(clock_now_us() - r->t_enqueue_us) / 1e6, r->model);
+                            "The request waited %.1f s in the queue of model '%s' without a free worker%s",
+                            (double)(clock_now_us() - r->t_enqueue_us) / 1e6, r->model,
+                            model_replicas(gw, r->model) ? "" : " (none registered)");
     request_finish(gw, r);
 }
 
@@ -1687,6 +1718,10 @@ static void tick(struct gateway *gw, int64_t now)
         local_workers_tick(gw, m, now);
         if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us &&
             prio_queue_len(m->queue)) {
+            supervisor_model_info_t li;
+            model_local(gw, m->name, &li);
+            if (model_local_starting(&li))
+                continue; /* its requests wait for the worker, up to their deadline */
             char msg[512];
             snprintf(msg, sizeof msg, "No worker came up for model '%s' within %lld s", m->name,
                      (long long)(gw->replica_grace_us / 1000000));

@@ -110,6 +110,7 @@ typedef struct route {
     auth_t auth;
     oai_kind_t kind;            /* generation routes */
     bool batch;                 /* the /v1/batch routes: tier low */
+    oai_op_t op;                /* /tokenize, /detokenize: the tokenizer alone */
 } route_t;
 
 /* Per-request state, made on the first callback of a request and freed by
@@ -132,6 +133,7 @@ struct http_req {
     bool gone;                  /* [lock] client hung up / server stopping */
     bool finished;              /* the last reply was taken */
     oai_kind_t kind;
+    oai_op_t op;                /* OAI_OP_GENERATE, or a tokenizer op */
     bool stream, include_usage;
     char id[48];                /* "chatcmpl-…" / "cmpl-…" */
     char *model;
@@ -742,6 +744,36 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
 }
 
 /* Non-streaming: the whole answer from the collected events. */
+/* /tokenize → {"tokens":[ids],"count","max_model_len"}; /detokenize →
+ * {"prompt": text} (vLLM's shapes), from the worker's EVENTs. */
+static enum MHD_Result respond_tokenizer(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
+{
+    json_t *j;
+    if (q->op == OAI_OP_TOKENIZE) {
+        json_t *ids = json_array();
+        for (size_t i = 0; i < q->n_events; i++) {
+            const proto_event_t *ev = &q->events[i]->event;
+            for (uint32_t k = 0; k < ev->n_ids; k++)
+                json_array_append_new(ids, json_integer(ev->ids[k]));
+        }
+        j = json_pack("{s:I, s:o, s:I}", "count", (json_int_t)json_array_size(ids), "tokens", ids,
+                      "max_model_len", (json_int_t)q->events[q->n_events - 1]->n_ctx);
+    } else {
+        size_t len = 0;
+        for (size_t i = 0; i < q->n_events; i++)
+            len += q->events[i]->event.text_len;
+        char *text = xmalloc(len + 1);
+        size_t off = 0;
+        for (size_t i = 0; i < q->n_events; i++) {
+            memcpy(text + off, q->events[i]->event.text, q->events[i]->event.text_len);
+            off += q->events[i]->event.text_len;
+        }
+        j = json_pack("{s:s%}", "prompt", text, len);
+        free(text);
+    }
+    return respond_json(s, c, 200, j);
+}
+
 static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
 {
     const proto_event_t *last = &q->events[q->n_events - 1]->event;
@@ -754,6 +786,8 @@ static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection 
             oai_error_from_worker(&e, proto_event_cause(last), "Generation failed on the worker");
         return respond_oai_error(s, c, &e, NULL);
     }
+    if (q->op != OAI_OP_GENERATE)
+        return respond_tokenizer(s, c, q);
     /* one choice at a time: its events' text and logprobs in arrival order */
     const uint32_t n = q->n_choices;
     oai_choice_t *ch = xcalloc(n, sizeof *ch);
@@ -933,14 +967,17 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
 {
     oai_request_t o;
     oai_error_t e;
-    if (oai_parse_request((const uint8_t *)(q->body ? q->body : ""), q->body_len, rt->kind, &o, &e) < 0)
+    const uint8_t *body = (const uint8_t *)(q->body ? q->body : "");
+    if ((rt->op == OAI_OP_GENERATE ? oai_parse_request(body, q->body_len, rt->kind, &o, &e)
+                                   : oai_parse_tokenizer(body, q->body_len, rt->op, &o, &e)) < 0)
         return respond_oai_error(s, c, &e, NULL);
     if (oai_request_check_limits(&o, s->max_messages, s->max_prompt_bytes, &e) < 0) {
         oai_request_free(&o);
         return respond_oai_error(s, c, &e, NULL);
     }
     prio_tier_t tier = rt->batch ? PRIO_TIER_LOW : q->tier;
-    q->kind = rt->kind;
+    q->kind = o.kind;
+    q->op = rt->op;
     q->stream = o.stream;
     q->include_usage = o.include_usage;
     q->n_choices = o.n > 1 ? (uint32_t)o.n : 1;
@@ -1103,18 +1140,20 @@ static void *watcher_main(void *arg)
 /* dispatch                                                                  */
 
 static const route_t routes[] = {
-    {"GET", "/health", handle_health, AUTH_NONE, 0, false},
-    {"GET", "/metrics", handle_metrics, AUTH_NONE, 0, false},
-    {"GET", "/v1/models", handle_models, AUTH_KEY, 0, false},
-    {"POST", "/v1/chat/completions", NULL, AUTH_KEY, OAI_CHAT, false},
-    {"POST", "/v1/completions", NULL, AUTH_KEY, OAI_COMPLETION, false},
-    {"POST", "/v1/batch/chat/completions", NULL, AUTH_KEY, OAI_CHAT, true},
-    {"POST", "/v1/batch/completions", NULL, AUTH_KEY, OAI_COMPLETION, true},
-    {"POST", "/admin/reload-keys", handle_reload_keys, AUTH_ADMIN, 0, false},
-    {"GET", "/admin/workers", handle_admin_workers, AUTH_OPS, 0, false},
-    {"POST", "/admin/workers/*/drain", handle_admin_drain, AUTH_OPS, 0, false},
-    {"POST", "/admin/workers/*/restart", handle_admin_restart, AUTH_OPS, 0, false},
-    {"POST", "/admin/models/*/restart", handle_admin_restart_model, AUTH_OPS, 0, false},
+    {"GET", "/health", handle_health, AUTH_NONE, 0, false, OAI_OP_GENERATE},
+    {"GET", "/metrics", handle_metrics, AUTH_NONE, 0, false, OAI_OP_GENERATE},
+    {"GET", "/v1/models", handle_models, AUTH_KEY, 0, false, OAI_OP_GENERATE},
+    {"POST", "/v1/chat/completions", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE},
+    {"POST", "/v1/completions", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_GENERATE},
+    {"POST", "/v1/batch/chat/completions", NULL, AUTH_KEY, OAI_CHAT, true, OAI_OP_GENERATE},
+    {"POST", "/v1/batch/completions", NULL, AUTH_KEY, OAI_COMPLETION, true, OAI_OP_GENERATE},
+    {"POST", "/tokenize", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_TOKENIZE},
+    {"POST", "/detokenize", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_DETOKENIZE},
+    {"POST", "/admin/reload-keys", handle_reload_keys, AUTH_ADMIN, 0, false, OAI_OP_GENERATE},
+    {"GET", "/admin/workers", handle_admin_workers, AUTH_OPS, 0, false, OAI_OP_GENERATE},
+    {"POST", "/admin/workers/*/drain", handle_admin_drain, AUTH_OPS, 0, false, OAI_OP_GENERATE},
+    {"POST", "/admin/workers/*/restart", handle_admin_restart, AUTH_OPS, 0, false, OAI_OP_GENERATE},
+    {"POST", "/admin/models/*/restart", handle_admin_restart_model, AUTH_OPS, 0, false, OAI_OP_GENERATE},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 

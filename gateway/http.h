@@ -44,6 +44,7 @@
  *   POST /v1/completions               key
  *   POST /v1/batch/chat/completions    key; always tier low
  *   POST /v1/batch/completions         key; always tier low
+ *   POST /tokenize, POST /detokenize   key; the worker's tokenizer (oai_parse_tokenizer)
  *   POST /admin/reload-keys            admin key; same as SIGHUP
  *   GET  /admin/workers                ops: admin key with a keys file; without one
  *                                      403 unless admin_open (then open)

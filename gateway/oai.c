@@ -3,6 +3,7 @@
  * use, and every builder sanitizes text to UTF-8 before handing it over. */
 #include "gateway/oai.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -661,6 +662,28 @@ static int parse_constraint(json_t *root, oai_request_t *r, oai_error_t *e)
     return 0;
 }
 
+/* chat_template_kwargs (vLLM): an object of extra variables for the chat
+ * template. Known keys are type-checked and forwarded: enable_thinking
+ * (boolean). Other keys are ignored (no template pagoda renders reads them). */
+static int parse_template_kwargs(json_t *root, oai_request_t *r, oai_error_t *e)
+{
+    json_t *kw = json_object_get(root, "chat_template_kwargs");
+    if (!kw || json_is_null(kw))
+        return 0;
+    if (!json_is_object(kw))
+        return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s.",
+                   json_type_name(kw));
+    json_t *think = json_object_get(kw, "enable_thinking");
+    if (think && !json_is_null(think)) {
+        if (!json_is_boolean(think))
+            return bad(e, "chat_template_kwargs.enable_thinking",
+                       "'chat_template_kwargs.enable_thinking' must be a boolean, got %s.", json_type_name(think));
+        r->has_enable_thinking = true;
+        r->enable_thinking = json_is_true(think);
+    }
+    return 0;
+}
+
 static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_error_t *e)
 {
     if (!json_is_object(root))
@@ -681,6 +704,8 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
     if (refuse_unsupported(root, kind, r->n, e) != 0)
         return -1;
     if (kind == OAI_CHAT && oai_tools_parse_request(root, r, e) != 0)
+        return -1;
+    if (kind == OAI_CHAT && parse_template_kwargs(root, r, e) != 0)
         return -1;
 
     /* max_tokens / max_completion_tokens: positive; the newer name wins. */
@@ -775,6 +800,74 @@ int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_requ
     if (rc != 0) {
         oai_request_free(out);
         out->kind = kind;
+    }
+    return rc;
+}
+
+static int parse_tokenizer_fields(json_t *root, oai_op_t op, oai_request_t *r, oai_error_t *e)
+{
+    if (!json_is_object(root))
+        return bad(e, NULL, "The request body must be a JSON object, got %s.", json_type_name(root));
+    json_t *model = json_object_get(root, "model");
+    if (!model || json_is_null(model))
+        return bad(e, "model", "Missing required parameter 'model'.");
+    if (get_str(root, "model", OAI_MAX_MODEL_BYTES, 1, &r->model, e) != 0)
+        return -1;
+    if (op == OAI_OP_DETOKENIZE) {
+        json_t *t = json_object_get(root, "tokens");
+        if (!t || json_is_null(t))
+            return bad(e, "tokens", "Missing required parameter 'tokens'.");
+        if (!json_is_array(t))
+            return bad(e, "tokens", "'tokens' must be an array of token ids, got %s.", json_type_name(t));
+        return parse_token_array(t, "tokens", r, e);
+    }
+    json_t *msgs = json_object_get(root, "messages");
+    if (msgs && !json_is_null(msgs)) {
+        if (json_object_get(root, "prompt") && !json_is_null(json_object_get(root, "prompt")))
+            return bad(e, "prompt", "Give either 'prompt' or 'messages', not both.");
+        r->kind = OAI_CHAT;
+        if (parse_messages(root, r, e) != 0)
+            return -1;
+    } else if (parse_prompt(root, r, e) != 0) {
+        return -1;
+    }
+    /* vLLM names it add_special_tokens, llama.cpp add_special */
+    const char *names[] = {"add_special_tokens", "add_special"};
+    for (int i = 0; i < 2; i++)
+        if (get_bool(root, names[i], &r->add_special, e) != 0)
+            return -1;
+    return 0;
+}
+
+int oai_parse_tokenizer(const uint8_t *body, size_t len, oai_op_t op, oai_request_t *out,
+                        oai_error_t *err)
+{
+    memset(out, 0, sizeof(*out));
+    memset(err, 0, sizeof(*err));
+    assert(op == OAI_OP_TOKENIZE || op == OAI_OP_DETOKENIZE);
+    out->kind = OAI_COMPLETION;
+    out->op = op;
+    out->add_special = true;
+    out->n = 1;
+    out->max_tokens = -1;
+    out->temperature = 0;
+    out->top_p = 1.0;
+    out->repetition_penalty = 1.0;
+    if (!body || len == 0)
+        return bad(err, NULL, "The request body is empty; expected a JSON object.");
+    if (!depth_ok(body, len))
+        return bad(err, NULL, "The JSON body is nested deeper than %d levels.", OAI_MAX_DEPTH);
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return bad(err, NULL, "We could not parse the JSON body of your request: %s (line %d, column %d).",
+                   jerr.text, jerr.line, jerr.column);
+    int rc = parse_tokenizer_fields(root, op, out, err);
+    json_decref(root);
+    if (rc != 0) {
+        oai_request_free(out);
+        out->kind = OAI_COMPLETION;
+        out->op = op;
     }
     return rc;
 }

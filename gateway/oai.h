@@ -106,6 +106,10 @@ char *oai_error_json(const oai_error_t *e);
 
 typedef enum { OAI_CHAT = 0, OAI_COMPLETION = 1 } oai_kind_t;
 
+/* What a request asks of the worker: generation (the /v1 routes), or the
+ * tokenizer alone (POST /tokenize, /detokenize; oai_parse_tokenizer). */
+typedef enum { OAI_OP_GENERATE = 0, OAI_OP_TOKENIZE = 1, OAI_OP_DETOKENIZE = 2 } oai_op_t;
+
 typedef enum {
     OAI_ROLE_SYSTEM = 0,   /* "system", and "developer" (its newer name) */
     OAI_ROLE_USER = 1,
@@ -175,6 +179,8 @@ typedef struct {
     bool include_usage;          /* [false] stream_options.include_usage */
     bool ignore_eos;             /* [false] vLLM extension */
     int64_t n;                   /* [1] choices, 1..OAI_MAX_N */
+    oai_op_t op;                 /* [OAI_OP_GENERATE] */
+    bool add_special;            /* tokenize: [true] BOS per the tokenizer's rule (text prompts) */
     char *user;                  /* NULL if absent */
     char *grammar;               /* GBNF text the output must match (constrained decoding):
                                     from `grammar`, or response_format json_object / json_schema
@@ -186,6 +192,9 @@ typedef struct {
     oai_tool_choice_t tool_choice; /* [auto] */
     char *tool_choice_name;      /* NAMED: the function, else NULL */
     bool parallel_tool_calls;    /* [true] more than one call per answer allowed */
+    /* chat_template_kwargs (chat only; other keys are ignored) */
+    bool has_enable_thinking;    /* enable_thinking given */
+    bool enable_thinking;        /* its value, when has_enable_thinking */
 } oai_request_t;
 
 /* Parses and validates. Returns 0 and fills *out (release with
@@ -196,6 +205,15 @@ int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_requ
                       oai_error_t *err);
 /* Frees what the parser allocated and zeroes *r. NULL-safe. */
 void oai_request_free(oai_request_t *r);
+
+/* POST /tokenize and /detokenize bodies (vLLM's shapes), into the same
+ * request type (op set, kind COMPLETION unless "messages" is given):
+ *   tokenize:   {"model", "prompt": str | "messages": [...] (chat template applied),
+ *                "add_special_tokens" | "add_special": bool [true]}
+ *   detokenize: {"model", "tokens": [int 0..2^31-1, ≤ OAI_MAX_PROMPT_TOKENS]}
+ * Unknown fields are ignored. Returns 0, or -1 with a 400 in *err. */
+int oai_parse_tokenizer(const uint8_t *body, size_t len, oai_op_t op, oai_request_t *out,
+                        oai_error_t *err);
 
 /* The operator's limits, tighter than the parser's fixed ones (config
  * limits.max_messages ≤ OAI_MAX_MESSAGES, limits.max_prompt_bytes ≤

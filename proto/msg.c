@@ -370,6 +370,8 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         kv_str(e, "tool_choice", s->tool_choice);
     if (s->no_par_tools)
         kv_bool(e, "par_tools", false);
+    if (s->has_think)
+        kv_bool(e, "think", s->think);
     if (s->prompt)
         kv_str(e, "prompt", s->prompt);
     if (s->grammar)
@@ -419,6 +421,12 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
     }
     if (s->n_choices > 1)
         kv_uint(e, "n_choices", s->n_choices);
+    if (s->op == PROTO_OP_TOKENIZE || s->op == PROTO_OP_DETOKENIZE) {
+        key(e, "op");
+        pack_cstr(&e->pk, s->op == PROTO_OP_TOKENIZE ? "tokenize" : "detokenize");
+    }
+    if (s->no_special)
+        kv_bool(e, "add_special", false);
 }
 
 static void encode_event(enc_t *e, const proto_event_t *ev)
@@ -827,7 +835,7 @@ enum {
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
     S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
     S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS, S_TOOL_CHOICE, S_PAR_TOOLS, S_N_CHOICES,
-    S_GRAMMAR,
+    S_GRAMMAR, S_OP, S_ADD_SPECIAL, S_THINK,
 };
 
 static const field_t submit_fields[] = {
@@ -846,6 +854,8 @@ static const field_t submit_fields[] = {
     [S_TOOL_CHOICE] = {"tool_choice", false}, [S_PAR_TOOLS] = {"par_tools", false},
     [S_N_CHOICES] = {"n_choices", false},
     [S_GRAMMAR] = {"grammar", false},
+    [S_OP] = {"op", false},          [S_ADD_SPECIAL] = {"add_special", false},
+    [S_THINK] = {"think", false},
 };
 
 static int submit_field(dec_t *d, void *obj, int idx)
@@ -939,6 +949,28 @@ static int submit_field(dec_t *d, void *obj, int idx)
         return 0;
     }
     case S_N_CHOICES: return get_u32(d, &s->n_choices, 1, PROTO_MAX_CHOICES);
+    case S_OP: {
+        const uint8_t *k;
+        if (mpread_str(&d->r, &k, &n) < 0)
+            return -1;
+        if (n == 8 && memcmp(k, "tokenize", 8) == 0)
+            s->op = PROTO_OP_TOKENIZE;
+        else if (n == 10 && memcmp(k, "detokenize", 10) == 0)
+            s->op = PROTO_OP_DETOKENIZE;
+        else
+            return fail(d, PROTO_ERANGE, "unknown op");
+        return 0;
+    }
+    case S_ADD_SPECIAL: {
+        bool b;
+        if (get_bool(d, &b) < 0)
+            return -1;
+        s->no_special = !b;
+        return 0;
+    }
+    case S_THINK:
+        s->has_think = true;
+        return get_bool(d, &s->think);
     }
     return -1;
 }
@@ -957,6 +989,8 @@ static int submit_check(dec_t *d, proto_submit_t *s)
             return fail(d, PROTO_EFIELD, "completion takes 'prompt' or 'prompt_ids', not 'msgs'");
         if (s->tools)
             return fail(d, PROTO_EFIELD, "completion takes no 'tools'");
+        if (s->has_think)
+            return fail(d, PROTO_EFIELD, "completion takes no 'think'");
         if ((s->prompt != NULL) == s->has_prompt_ids)
             return fail(d, PROTO_EFIELD, "completion needs exactly one of 'prompt', 'prompt_ids'");
     }
@@ -971,6 +1005,11 @@ static int submit_check(dec_t *d, proto_submit_t *s)
         s->n_choices = 1;
     if (s->n_choices > 1 && s->n_resume)
         return fail(d, PROTO_EFIELD, "'n_choices' > 1 cannot 'resume'");
+    if (s->op != PROTO_OP_GENERATE && (s->n_choices > 1 || s->n_resume))
+        return fail(d, PROTO_EFIELD, "'op' %s takes neither 'n_choices' > 1 nor 'resume'",
+                    s->op == PROTO_OP_TOKENIZE ? "tokenize" : "detokenize");
+    if (s->op == PROTO_OP_DETOKENIZE && !s->has_prompt_ids)
+        return fail(d, PROTO_EFIELD, "'op' detokenize needs 'prompt_ids'");
     return 0;
 }
 

@@ -104,6 +104,9 @@
  *                         worker enforces the last two with a grammar.
  *                         ≤ PROTO_MAX_NAME bytes
  *   par_tools  bool  opt  more than one call per answer allowed, default true
+ *   think      bool  opt  chat only: chat_template_kwargs.enable_thinking
+ *                         (absent = not given; templates that do not read it
+ *                         ignore it)
  *   prompt     str   opt  ≤ PROTO_MAX_PROMPT bytes
  *   prompt_ids array opt  token ids (uint ≤ PROTO_MAX_TOKEN_ID), ≤ PROTO_MAX_TOKENS;
  *                         used instead of prompt, e.g. by pagoda-bench
@@ -142,6 +145,17 @@
  *                         its KV blocks; choice i samples with seed + i. Its EVENTs
  *                         carry `choice`; each choice ends with its own finish EVENT
  *                         (the request is over when all have). > 1 excludes `resume`.
+ *   op         str   opt  "tokenize" | "detokenize"; absent = generate. Tokenize:
+ *                         the worker renders/tokenizes the prompt and answers with
+ *                         EVENTs whose `ids` are the prompt's tokens (≤
+ *                         PROTO_MAX_EVENT_IDS each, `n` counting them), the last
+ *                         with finish "stop" and usage.prompt = the count.
+ *                         Detokenize (completion kind with prompt_ids only): EVENTs
+ *                         whose `text` is the ids' text (valid UTF-8, U+FFFD for
+ *                         broken sequences), finish "stop". Either: n_choices 1, no
+ *                         resume, nothing is generated or sampled.
+ *   add_special bool opt  tokenize a text prompt with the tokenizer's BOS rule
+ *                         (default true); false = no BOS
  *
  * CANCEL (gateway → worker) stop a request; the worker answers with a final
  *   EVENT (finish "cancelled") unless the request had already finished.
@@ -336,6 +350,12 @@ typedef enum proto_kind {
     PROTO_KIND_COMPLETION = 1,  /* wire "completion" */
 } proto_kind_t;
 
+typedef enum proto_op {
+    PROTO_OP_GENERATE = 0,      /* "op" absent */
+    PROTO_OP_TOKENIZE = 1,      /* wire "tokenize" */
+    PROTO_OP_DETOKENIZE = 2,    /* wire "detokenize" */
+} proto_op_t;
+
 typedef enum proto_finish {
     PROTO_FINISH_NONE = 0,      /* not finished: "finish" key absent */
     PROTO_FINISH_STOP,          /* "stop": EOS or a stop string */
@@ -456,7 +476,11 @@ typedef struct proto_submit {
     char *tools;                 /* tools: JSON array text, NULL = absent */
     char *tool_choice;           /* tool_choice, NULL = absent ("auto") */
     bool no_par_tools;           /* par_tools false */
+    bool has_think;              /* think present */
+    bool think;                  /* think: enable_thinking, when has_think */
     uint32_t n_choices;          /* n_choices; decoded: 1 when absent. Encoded only when > 1 */
+    proto_op_t op;               /* op */
+    bool no_special;             /* add_special: false (encoded only then) */
 } proto_submit_t;
 
 typedef struct proto_cancel {

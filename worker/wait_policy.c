@@ -1,4 +1,4 @@
-/* wait_policy.c — OMP_WAIT_POLICY=passive by re-executing (see wait_policy.h). */
+/* wait_policy.c — a bounded OpenMP spin by re-executing (see wait_policy.h). */
 #include "worker/wait_policy.h"
 
 #include <stdlib.h>
@@ -9,7 +9,7 @@ int wait_policy_reexec(char **argv)
 {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
         return 0;
-    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
+    if (setenv("GOMP_SPINCOUNT", WAIT_POLICY_SPINCOUNT, 1) != 0)
         return -1;
     /* exec the resolved path, not /proc/self/exe: the kernel names the
      * process after the file it executes, and ps/top/systemd should show

@@ -15,6 +15,7 @@
 #include "common/sigwake.h"
 #include "common/xalloc.h"
 #include "worker/kv_report.h"
+#include "worker/text/detok.h"
 #include "worker/text/tool_grammar.h"
 #include "worker/worker_link.h"
 
@@ -33,6 +34,7 @@ struct worker {
     int heartbeat_ms;                     /* --heartbeat-ms (the link may adopt the gateway's) */
     int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
     char *test_step_wedge;                /* TEST ONLY, env PAGODA_TEST_STEP_WEDGE (owned) */
+    int64_t test_load_sleep_us;           /* TEST ONLY, env PAGODA_TEST_LOAD_SLEEP_MS */
     _Atomic uint64_t layers_done;         /* forward layers computed: progress inside a step */
     uint32_t capacity;                    /* max concurrent sequences (sched_capacity) */
     uint32_t n_ctx;                       /* tokens per sequence (sched_context_length) */
@@ -239,10 +241,117 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
     return PROTO_ERR_NONE;
 }
 
+/* Sends one EVENT of a tokenizer op (no generation): ids and/or text, and
+ * with `last` the finish "stop" and usage (prompt = n_prompt). */
+static void send_op_event(struct worker *w, uint64_t id, const int32_t *ids, uint32_t n_ids,
+                          uint32_t n_so_far, const char *text, size_t text_len, bool last,
+                          uint32_t n_prompt)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_EVENT);
+    proto_event_t *e = &m.event;
+    e->id = id;
+    e->text = (char *)(text && text_len ? text : "");
+    e->text_len = (uint32_t)text_len;
+    e->ids = (int32_t *)ids;
+    e->n_ids = n_ids;
+    e->n_tokens = n_so_far;
+    if (last) {
+        e->finish = PROTO_FINISH_STOP;
+        e->has_usage = true;
+        e->usage.prompt_tokens = n_prompt;
+    }
+    if (worker_link_send(w->link, &m) != 0)
+        log_warn("EVENT for request %llu dropped: no gateway connection", (unsigned long long)id);
+}
+
+/* op "tokenize": the prompt's ids, PROTO_MAX_EVENT_IDS per EVENT. */
+static void op_tokenize(struct worker *w, uint64_t id, const int32_t *ids, uint32_t n)
+{
+    uint32_t off = 0;
+    do {
+        uint32_t k = n - off < PROTO_MAX_EVENT_IDS ? n - off : PROTO_MAX_EVENT_IDS;
+        send_op_event(w, id, ids + off, k, off + k, NULL, 0, off + k == n, n);
+        off += k;
+    } while (off < n);
+}
+
+/* op "detokenize": the ids' text through the streaming detokenizer (valid
+ * UTF-8; broken sequences become U+FFFD), in EVENTs of ≤ ~PROTO_MAX_TEXT/2
+ * bytes cut between tokens. Returns PROTO_ERR_NONE, or BAD_REQUEST for an id
+ * out of the vocabulary. */
+static proto_err_t op_detokenize(struct worker *w, uint64_t id, const int32_t *ids, uint32_t n,
+                                 char *err, size_t errlen)
+{
+    const tokenizer_t *tok = w->engine->tok;
+    const int32_t vocab = w->engine->model->cfg.vocab;
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab) {
+            snprintf(err, errlen, "token %d (tokens[%u]) is out of the vocabulary (%d)", ids[i], i,
+                     vocab);
+            return PROTO_ERR_BAD_REQUEST;
+        }
+    detok_t *d = detok_new(NULL, 0);
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (uint32_t i = 0; i <= n; i++) {
+        const char *delta;
+        size_t dl;
+        if (i < n) {
+            size_t plen = 0;
+            const char *piece = tokenizer_token_piece(tok, ids[i], false, &plen);
+            detok_push(d, piece, plen, &delta, &dl);
+        } else {
+            detok_finish(d, DETOK_FINISH_LENGTH, &delta, &dl);
+        }
+        if (len + dl > cap) {
+            cap = (len + dl) * 2 + 256;
+            buf = xrealloc(buf, cap);
+        }
+        memcpy(buf + len, delta, dl);
+        len += dl;
+        if (len >= PROTO_MAX_TEXT / 2 && i < n) {
+            send_op_event(w, id, NULL, 0, 0, buf, len, false, n);
+            len = 0;
+        }
+    }
+    send_op_event(w, id, NULL, 0, 0, buf, len, true, n);
+    free(buf);
+    detok_free(&d);
+    return PROTO_ERR_NONE;
+}
+
+/* A tokenize/detokenize SUBMIT: answered by the tokenizer alone, at once,
+ * without the scheduler. */
+static proto_err_t submit_tokenizer_op(struct worker *w, const proto_submit_t *sm, char *err,
+                                       size_t errlen)
+{
+    const engine_t *e = w->engine;
+    int32_t *ids = NULL;
+    int32_t n_ids = engine_prompt_submit(e, sm, &ids, err, errlen);
+    proto_err_t cause = PROTO_ERR_NONE;
+    if (n_ids < 0) {
+        cause = PROTO_ERR_BAD_REQUEST;
+    } else if (sm->op == PROTO_OP_DETOKENIZE) {
+        cause = op_detokenize(w, sm->id, ids, (uint32_t)n_ids, err, errlen);
+    } else {
+        int32_t skip = 0;
+        /* add_special false: a text prompt without the BOS the rule added */
+        if (sm->no_special && sm->kind == PROTO_KIND_COMPLETION && !sm->has_prompt_ids &&
+            n_ids > 0 && tokenizer_add_bos(e->tok) && ids[0] == tokenizer_bos(e->tok))
+            skip = 1;
+        op_tokenize(w, sm->id, ids + skip, (uint32_t)(n_ids - skip));
+    }
+    free(ids);
+    return cause;
+}
+
 /* Hands a SUBMIT to the scheduler. Returns PROTO_ERR_NONE, or the cause
  * with a message for an ERROR reply. */
 static proto_err_t submit(struct worker *w, const proto_submit_t *sm, char *err, size_t errlen)
 {
+    if (sm->op == PROTO_OP_TOKENIZE || sm->op == PROTO_OP_DETOKENIZE)
+        return submit_tokenizer_op(w, sm, err, errlen);
     worker_req_t r;
     proto_err_t cause = worker_req_from_submit(w->engine, sm, clock_now_us(), &r, err, errlen);
     if (cause != PROTO_ERR_NONE)
@@ -327,18 +436,31 @@ static void publish_load(struct worker *w)
     worker_link_set_load(w->link, &load);
 }
 
-/* TEST ONLY (worker.h): slow or wedged steps for the liveness tests, without
- * a big model. Read once; never set in production. */
-static void test_step_env(struct worker *w)
+/* TEST ONLY: a PAGODA_TEST_*_MS variable in 1..3600000, else 0. */
+static int64_t test_env_ms(const char *name)
 {
-    const char *s = getenv("PAGODA_TEST_STEP_SLEEP_MS");
+    const char *s = getenv(name);
     char *end;
     unsigned long ms = s ? strtoul(s, &end, 10) : 0;
-    if (s && *s && !*end && ms > 0 && ms <= 3600000) {
-        w->test_step_sleep_us = (int64_t)ms * 1000;
-        log_warn("TEST ONLY: PAGODA_TEST_STEP_SLEEP_MS=%lu: every step sleeps first", ms);
+    return s && *s && !*end && ms > 0 && ms <= 3600000 ? (int64_t)ms : 0;
+}
+
+/* TEST ONLY (worker.h): slow or wedged steps and a slow model load for the
+ * liveness and restart tests, without a big model. Read once; never set in
+ * production. */
+static void test_step_env(struct worker *w)
+{
+    int64_t ms = test_env_ms("PAGODA_TEST_STEP_SLEEP_MS");
+    if (ms) {
+        w->test_step_sleep_us = ms * 1000;
+        log_warn("TEST ONLY: PAGODA_TEST_STEP_SLEEP_MS=%lld: every step sleeps first", (long long)ms);
     }
-    s = getenv("PAGODA_TEST_STEP_WEDGE");
+    ms = test_env_ms("PAGODA_TEST_LOAD_SLEEP_MS");
+    if (ms) {
+        w->test_load_sleep_us = ms * 1000;
+        log_warn("TEST ONLY: PAGODA_TEST_LOAD_SLEEP_MS=%lld: the model load sleeps first", (long long)ms);
+    }
+    const char *s = getenv("PAGODA_TEST_STEP_WEDGE");
     if (s && *s) {
         w->test_step_wedge = xstrdup(s);
         log_warn("TEST ONLY: PAGODA_TEST_STEP_WEDGE=%s: a step wedges when that file exists", s);
@@ -371,6 +493,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     w->scfg = cfg->sched;
     test_step_env(w);
 
+    if (w->test_load_sleep_us)
+        clock_sleep_us(w->test_load_sleep_us);
     w->engine = engine_load(w->model_path, err, errlen);
     if (!w->engine)
         goto err;

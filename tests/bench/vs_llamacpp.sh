@@ -16,8 +16,13 @@
 #   2. pagoda-gateway --model m=FILE --max-seqs 32 --threads THREADS, the
 #      same two loads; then stopped;
 #   3. llama-bench -p 512 -n TG -t THREADS (pp512, tgTG, mean of LB_REPS);
-#   4. pagoda-run --bench --seqs 1 --prompt-tokens 512 -n TG --threads
-#      THREADS (engine-level prefill and decode of one sequence).
+#   4. pagoda-run --bench --seqs 1 --prompt-tokens 512 -n 1 (prefill of
+#      one 512-token sequence, against pp512) and --prompt-tokens 1 -n TG
+#      (decode from an empty context, as llama-bench's tgTG does).
+#
+# Failed requests (llama-server rejects some random-model outputs with "does not
+# match the expected Content-only format") count as if they had produced all
+# their tokens: the failing side's rate is an upper bound, never a discount.
 #
 # Output: a table per run (pagoda, llama.cpp, ratio pagoda / llama.cpp) with
 # the load average before each model, and with RUNS > 1 the median of each
@@ -26,10 +31,10 @@
 # requests, prefill included, as pagoda-bench reports it (docs/BENCH.md).
 #
 # Wait policy: llama.cpp's threads poll for work by default (--poll 50);
-# pagoda's OpenMP threads sleep (OMP_WAIT_POLICY=passive, docs/FORWARD.md).
-# Both llama-server and llama-bench get --poll LLAMA_POLL, default 0 (no
-# polling between graphs, like pagoda); LLAMA_POLL=50 restores llama.cpp's
-# default. On an oversubscribed machine llama.cpp with 2 threads still
+# pagoda's OpenMP threads spin ~25 us, then sleep (GOMP_SPINCOUNT=1000,
+# docs/FORWARD.md). Both llama-server and llama-bench get --poll LLAMA_POLL,
+# default 50 (llama.cpp's own default); LLAMA_POLL=0 stops its polling
+# between graphs. On an oversubscribed machine llama.cpp with 2 threads still
 # collapses (its barriers between graph nodes spin: the 110M Q8_0 model
 # decoded at 0.8-1.1 tok/s in llama-server at load 20, --poll 0 or 50,
 # against ~42 tok/s with -t 1); THREADS=1 then gives a comparison that
@@ -56,7 +61,7 @@ RUNS=${RUNS:-1}
 N1=${N1:-8}
 N32=${N32:-64}
 W32=${W32:-32}
-LLAMA_POLL=${LLAMA_POLL:-0}
+LLAMA_POLL=${LLAMA_POLL:-50}
 PROMPT_WORDS=${PROMPT_WORDS:-9}
 TG=${TG:-32}
 LB_REPS=${LB_REPS:-3}
@@ -144,15 +149,24 @@ for run in $(seq "$RUNS"); do
     # 3. llama-bench, 4. pagoda-run --bench
     "$LLAMA/bin/llama-bench" -m "$model" -p 512 -n "$TG" -t "$THREADS" --poll "$LLAMA_POLL" -r "$LB_REPS" -o json \
       >"$tag-llama-bench.json" 2>"$tag-llama-bench.log"
-    "$BUILD/pagoda-run" -m "$model" --bench --seqs 1 --prompt-tokens 512 -n "$TG" --threads "$THREADS" \
+    "$BUILD/pagoda-run" -m "$model" --bench --seqs 1 --prompt-tokens 512 -n 1 --threads "$THREADS" \
       >"$tag-pagoda-run.txt" 2>"$tag-pagoda-run.log"
+    "$BUILD/pagoda-run" -m "$model" --bench --seqs 1 --prompt-tokens 1 -n "$TG" --threads "$THREADS" \
+      >"$tag-pagoda-tg.txt" 2>>"$tag-pagoda-run.log"
 
     python3 - "$OUT" "r$run-$name" "$run" "$name" "$load_avg" "$TG" >>"$RESULTS" <<'EOF'
 import json, sys
 out, tag, run, name, load, tg = sys.argv[1:]
 def bench(side, c):
     j = json.load(open(f"{out}/{tag}-{side}-c{c}.json"))
-    return j["output_tok_per_s"], j["prompt_tokens_mean"], j["requests_err"]
+    ok, err = j["requests_ok"], j["requests_err"]
+    # A failed request is counted as if it had produced all its tokens: recent
+    # llama-server parses every completion's text and ends some streams of a
+    # random-weight model with "does not match the expected Content-only
+    # format" (invalid UTF-8 bytes) after generating them. An upper bound for
+    # the failing side, so the ratio is never flattered by the other's errors.
+    rate = j["output_tok_per_s"] * (ok + err) / ok if ok else 0.0
+    return rate, j["prompt_tokens_mean"], err
 lb = {(r["n_prompt"], r["n_gen"]): r["avg_ts"] for r in json.load(open(f"{out}/{tag}-llama-bench.json"))}
 pp_l, tg_l = lb[(512, 0)], lb[(0, int(tg))]
 isa, pp_p, tg_p = "?", None, None
@@ -161,7 +175,11 @@ for line in open(f"{out}/{tag}-pagoda-run.txt"):
         isa = line.split("isa ")[1].split(",")[0].strip()
     f = line.split()
     if f and f[0] == "1":
-        pp_p, tg_p = float(f[1]), float(f[2])
+        pp_p = float(f[1])
+for line in open(f"{out}/{tag}-pagoda-tg.txt"):
+    f = line.split()
+    if f and f[0] == "1":
+        tg_p = float(f[2])
 rows = []
 for c in (1, 32):
     p, pt_p, e_p = bench("pagoda", c)

@@ -1,7 +1,8 @@
 /* fuzz_oai.c — libFuzzer target for the OpenAI request parser (gateway/oai.h).
  *
  * Input layout (the seed corpus in tests/fuzz/corpus/oai/ uses it):
- *   byte 0     kind selector: even → chat completions, odd → completions
+ *   byte 0     kind selector: even → chat completions, odd → completions;
+ *              bit 1 set: the /tokenize (bit 2 clear) or /detokenize parser instead
  *   bytes 1..  the HTTP request body
  *
  * Beyond "no crash, no leak, no overread" (ASan/UBSan), it checks:
@@ -47,6 +48,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     oai_request_t r;
     oai_error_t err;
+    if (data[0] & 2) {
+        oai_op_t op = (data[0] & 4) ? OAI_OP_DETOKENIZE : OAI_OP_TOKENIZE;
+        int trc = oai_parse_tokenizer(body, len, op, &r, &err);
+        if (trc != 0) {
+            if (trc != -1 || err.status != 400 || r.model || r.messages || r.prompt || r.prompt_tokens)
+                __builtin_trap();
+            must_be_json(oai_error_json(&err));
+        } else {
+            if (!r.model || !r.model[0] || r.op != op)
+                __builtin_trap();
+            if (op == OAI_OP_DETOKENIZE && (!r.prompt_tokens || r.n_prompt_tokens < 1 || r.prompt))
+                __builtin_trap();
+            if (op == OAI_OP_TOKENIZE && (r.kind == OAI_CHAT ? r.n_messages < 1 : !r.prompt && !r.prompt_tokens))
+                __builtin_trap();
+            oai_request_free(&r);
+        }
+        free(s1);
+        return 0;
+    }
     int rc = oai_parse_request(body, len, kind, &r, &err);
     if (rc != 0) {
         if (rc != -1 || err.status != 400 || r.model || r.messages || r.prompt)

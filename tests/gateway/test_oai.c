@@ -488,6 +488,58 @@ static const char *jget_str(json_t *o, const char *k)
     return json_string_value(v);
 }
 
+/* POST /tokenize and /detokenize bodies (oai_parse_tokenizer). */
+static void test_tokenizer_bodies(void **state)
+{
+    (void)state;
+    static const struct {
+        oai_op_t op;
+        const char *body;
+        const char *param; /* NULL: must parse; "-": refused, any param */
+    } cases[] = {
+        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi\"}", NULL},
+        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", NULL},
+        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi\",\"add_special_tokens\":false}", NULL},
+        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi\",\"add_special\":false,\"x\":1}", NULL},
+        {OAI_OP_TOKENIZE, "{\"prompt\":\"hi\"}", "model"},
+        {OAI_OP_TOKENIZE, "{\"model\":\"m\"}", "prompt"},
+        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"\"}", "prompt"},
+        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "prompt"},
+        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi\",\"add_special_tokens\":1}", "add_special_tokens"},
+        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "-"},
+        {OAI_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":[1,2,3]}", NULL},
+        {OAI_OP_DETOKENIZE, "{\"model\":\"m\"}", "tokens"},
+        {OAI_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":[]}", "tokens"},
+        {OAI_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":\"1 2\"}", "tokens"},
+        {OAI_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":[1,-2]}", "tokens[1]"},
+        {OAI_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":[1,2147483648]}", "tokens[1]"},
+        {OAI_OP_DETOKENIZE, "[1]", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        oai_request_t r;
+        oai_error_t e;
+        int rc = oai_parse_tokenizer((const uint8_t *)cases[i].body, strlen(cases[i].body), cases[i].op,
+                                     &r, &e);
+        if (!cases[i].param) {
+            if (rc != 0)
+                fail_msg("case %zu (%s): %s", i, cases[i].body, e.message);
+            assert_int_equal(r.op, cases[i].op);
+            assert_string_equal(r.model, "m");
+            if (cases[i].op == OAI_OP_DETOKENIZE) {
+                assert_int_equal(r.n_prompt_tokens, 3);
+                assert_int_equal(r.prompt_tokens[2], 3);
+            }
+            assert_int_equal(r.kind, i == 1 ? OAI_CHAT : OAI_COMPLETION);
+            assert_int_equal(r.add_special, i != 2 && i != 3);
+            oai_request_free(&r);
+        } else if (rc != -1 || e.status != 400 ||
+                   (strcmp(cases[i].param, "-") != 0 && strcmp(e.param, cases[i].param) != 0)) {
+            fail_msg("case %zu (%s): rc %d status %d param '%s', want 400 '%s'", i, cases[i].body, rc,
+                     e.status, e.param, cases[i].param);
+        }
+    }
+}
+
 static void test_error_bodies(void **st)
 {
     (void)st;
@@ -980,6 +1032,7 @@ int main(void)
         cmocka_unit_test(test_completion_values),
         cmocka_unit_test(test_error_bodies),
         cmocka_unit_test(test_worker_errors),
+        cmocka_unit_test(test_tokenizer_bodies),
         cmocka_unit_test(test_chat_completion),
         cmocka_unit_test(test_text_completion),
         cmocka_unit_test(test_chat_stream),

@@ -103,6 +103,36 @@ assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] 
 assert all("usage" in c for c in chunks)
 EOF
 
+# --- /tokenize and /detokenize (vLLM shapes), through the worker's tokenizer ------------------
+P='Once upon a time, there was a little fox'
+req POST /tokenize "${A[@]}" -d "{\"model\":\"stories\",\"prompt\":\"$P\"}"
+cp "$TMP/body" "$TMP/tok.json"
+req POST /v1/completions "${A[@]}" -d "{\"model\":\"stories\",\"prompt\":\"$P\",\"max_tokens\":1}"
+check "/tokenize: tokens, count = usage.prompt_tokens of the same prompt, max_model_len" python3 -c "
+import json; t = json.load(open('$TMP/tok.json')); c = json.load(open('$TMP/body'))
+assert t['count'] == len(t['tokens']) == c['usage']['prompt_tokens'] > 0, (t, c['usage'])
+assert t['max_model_len'] > 0 and all(isinstance(i, int) for i in t['tokens'])"
+req POST /tokenize "${A[@]}" -d "{\"model\":\"stories\",\"prompt\":\"$P\",\"add_special_tokens\":false}"
+cp "$TMP/body" "$TMP/tok_nobos.json"
+check "/tokenize add_special_tokens false: the same ids without the leading BOS" python3 -c "
+import json; a = json.load(open('$TMP/tok.json'))['tokens']; b = json.load(open('$TMP/tok_nobos.json'))['tokens']
+assert a[1:] == b and len(a) == len(b) + 1, (a, b)"
+req POST /detokenize "${A[@]}" -d "{\"model\":\"stories\",\"tokens\":$(python3 -c "import json; print(json.load(open('$TMP/tok_nobos.json'))['tokens'])")}"
+check "/detokenize(/tokenize(text)) gives the text back" python3 -c "
+import json; p = json.load(open('$TMP/body'))['prompt']; assert p.strip() == '$P', repr(p)"
+req POST /tokenize "${A[@]}" -d '{"model":"stories","messages":[{"role":"user","content":"Hi"}]}'
+cp "$TMP/body" "$TMP/tokc.json"
+req POST /v1/chat/completions "${A[@]}" -d '{"model":"stories","messages":[{"role":"user","content":"Hi"}],"max_tokens":1}'
+check "/tokenize with messages: the chat template is applied (count = chat usage.prompt_tokens)" python3 -c "
+import json; t = json.load(open('$TMP/tokc.json')); c = json.load(open('$TMP/body'))
+assert t['count'] == c['usage']['prompt_tokens'], (t['count'], c['usage'])"
+req POST /detokenize "${A[@]}" -d '{"model":"stories","tokens":[1,99999999]}'
+check "/detokenize of a token out of the vocabulary → 400" is_error 400 invalid_request_error
+req POST /tokenize "${A[@]}" -d '{"model":"nope","prompt":"x"}'
+check "/tokenize for an unknown model → 404 model_not_found" is_error 404 not_found_error model_not_found
+req POST /tokenize -d '{"model":"stories","prompt":"x"}'
+check "/tokenize needs a key like the API (401)" is_error 401 authentication_error
+
 # --- batch route: tier low -----------------------------------------------------------------
 low_count() { curl -s "$URL/metrics" | sed -n 's/^pagoda_requests_total{model_name="stories",tier="low"} //p'; }
 low0=$(low_count)

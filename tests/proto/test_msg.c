@@ -379,8 +379,11 @@ static void test_roundtrip_submit_chat(void **state)
     s->n_resume = 3;
     char grammar[] = "root ::= \"yes\" | \"no\"";
     s->grammar = grammar;
+    s->has_think = true; /* enable_thinking false */
     roundtrip(&in, &out);
     proto_submit_t *o = &out.submit;
+    assert_true(o->has_think);
+    assert_false(o->think);
     assert_true(o->id == 0x123456789abcull);
     assert_int_equal(o->priority, PROTO_PRIO_LOW);
     assert_int_equal(o->kind, PROTO_KIND_CHAT);
@@ -437,6 +440,7 @@ static void test_roundtrip_submit_completion(void **state)
     assert_false(out.submit.sampling.has_seed);
     assert_int_equal(out.submit.n_stop, 0);
     assert_int_equal(out.submit.n_choices, 1); /* absent = one choice */
+    assert_false(out.submit.has_think);            /* absent = not given */
     proto_msg_clear(&out);
 
     /* n choices */
@@ -879,6 +883,11 @@ static const field_case_t field_cases[] = {
     {"choice 127", PROTO_EVENT, NULL, KU("choice", PROTO_MAX_CHOICES - 1), PROTO_OK},
     {"choice 128", PROTO_EVENT, NULL, KU("choice", PROTO_MAX_CHOICES), PROTO_ERANGE},
     {"negative choice", PROTO_EVENT, NULL, KI("choice", -1), PROTO_ERANGE},
+    {"op tokenize", PROTO_SUBMIT, NULL, KS("op", "tokenize"), PROTO_OK},
+    {"op unknown", PROTO_SUBMIT, NULL, KS("op", "embed"), PROTO_ERANGE},
+    {"op as int", PROTO_SUBMIT, NULL, KU("op", 1), PROTO_EFIELD},
+    {"detokenize without prompt_ids", PROTO_SUBMIT, NULL, KS("op", "detokenize"), PROTO_EFIELD},
+    {"add_special false", PROTO_SUBMIT, NULL, KB("add_special", false), PROTO_OK},
     /* protocol version inside REGISTER */
     {"register v2", PROTO_REGISTER, NULL, KU("v", 2), PROTO_EVERSION},
     /* floats: NaN, infinities, out of range; integers accepted as floats */

@@ -36,7 +36,7 @@
  * (110M llama shapes, against dequantize + cblas_sgemm and plain sgemm on
  * f32 weights; QGEMM_BENCH_REPS=n repetitions, best kept;
  * QGEMM_BENCH_NOBLAS=1 skips OpenBLAS). On a shared machine run it with
- * OMP_WAIT_POLICY=passive (see qgemm.h, Threading).
+ * GOMP_SPINCOUNT=1000 or OMP_WAIT_POLICY=passive (see qgemm.h, Threading).
  */
 #include <setjmp.h>
 #include <stdarg.h>

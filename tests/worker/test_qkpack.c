@@ -250,23 +250,28 @@ static double best_us(int reps, qgemm_ctx_t *ctx, const qgemm_mat_t *m, int64_t 
 }
 
 /* 2048x768 (ffn-up of the 110M shape), 1 thread: unpacked (AVX2 panel
- * fill per call) against packed with each ISA, best of interleaved runs. */
+ * fill per call) against packed with each ISA, best of interleaved runs.
+ * Packed Q8_0 (qgemm_pack) comes first as the yardstick per weight. */
 static void run_bench(void)
 {
     static const int rows[] = {1, 4, 8, 32, 128};
+    static const uint32_t BTYPES[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     int reps = getenv("QKPACK_BENCH_REPS") ? atoi(getenv("QKPACK_BENCH_REPS")) : 30;
     const int64_t n_out = 2048, n_in = 768;
     qgemm_ctx_t *ctx = qgemm_ctx_new(128, n_in);
     qgemm_set_threads(ctx, 1);
     printf("2048x768, 1 thread, best of %d interleaved (us)\n", reps);
     printf("%-5s %4s %10s %10s %10s %10s\n", "type", "rows", "unpacked", "avx2", "avxvnni", "avx512vnni");
-    for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) {
-        uint8_t *w = weights_quantized(TYPES[t], n_out, n_in, 5);
-        void *p = qgemm_pack(TYPES[t], w, n_out, n_in, 1);
+    const char *only = getenv("QKPACK_BENCH_TYPE");
+    for (size_t t = 0; t < sizeof BTYPES / sizeof BTYPES[0]; t++) {
+        if (only && strcmp(only, ggml_type_name(BTYPES[t])) != 0)
+            continue;
+        uint8_t *w = weights_quantized(BTYPES[t], n_out, n_in, 5);
+        void *p = qgemm_pack(BTYPES[t], w, n_out, n_in, 1);
         float *x = activations(128, n_in, 6);
         float *y = xmalloc((size_t)128 * (size_t)n_out * sizeof(float));
         for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
-            qgemm_mat_t mu = {.type = TYPES[t], .w = w, .n_out = n_out, .y = y};
+            qgemm_mat_t mu = {.type = BTYPES[t], .w = w, .n_out = n_out, .y = y};
             qgemm_mat_t mp = mu;
             mp.packed = p;
             double tb[4] = {1e30, 1e30, 1e30, 1e30};
@@ -278,7 +283,7 @@ static void run_bench(void)
                     double a = best_us(reps / 3 + 1, ctx, k == 0 ? &mu : &mp, n_in, x, rows[r]);
                     tb[k] = a < tb[k] ? a : tb[k];
                 }
-            printf("%-5s %4d %10.1f %10.1f %10.1f %10.1f\n", ggml_type_name(TYPES[t]), rows[r], tb[0], tb[1], tb[2],
+            printf("%-5s %4d %10.1f %10.1f %10.1f %10.1f\n", ggml_type_name(BTYPES[t]), rows[r], tb[0], tb[1], tb[2],
                    tb[3]);
         }
         qgemm_pack_free(&p);

@@ -77,9 +77,9 @@
  * context per calling thread, and do not call it from inside another
  * OpenMP parallel region. On a machine whose cores are shared with other
  * busy processes, libgomp's default spin-waiting makes 2-thread regions
- * collapse (measured: 100× slower); start such processes with
- * OMP_WAIT_POLICY=passive (it is read when libgomp loads, so it must be in
- * the environment before exec). Likewise OpenBLAS's pthread build spins
+ * collapse (measured: 100× slower); pagoda's programs bound the spin
+ * (worker/wait_policy.h: GOMP_SPINCOUNT=1000, read when libgomp loads, so it
+ * must be in the environment before exec). Likewise OpenBLAS's pthread build spins
  * after each call: interleaving it with qgemm on the same cores costs time.
  *
  * Memory. The context owns all scratch: X quantized (max_rows × max_in bytes

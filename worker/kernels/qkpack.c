@@ -219,6 +219,20 @@ static inline __attribute__((always_inline)) AVX512 __m512 ld2h(const uint8_t *a
     return _mm512_cvtph_ps(h);
 }
 
+/* Q4_K / Q5_K float step with the scale folded into the weight side.
+ * The scalar reference computes t = (float)(I·s)·d − (float)(m·X)·dm with
+ * I = Σ q·x (unscaled), s, m the 6-bit scale and min, X = Σ x of the block,
+ * d, dm the f16 super-block scales. Here: t = (float)I·(d·s) − (float)X·(dm·m).
+ * Same bits: |I·s| ≤ 31·32·127·63 < 2^24 and |m·X| ≤ 63·32·127 < 2^24, so
+ * both integer products convert exactly; d·s and dm·m are exact in f32 (an
+ * f16 significand of 11 bits times a 6-bit integer); so each product is the
+ * one rounding of the same real number. (A zero's sign may differ, but acc
+ * starts at +0 and x + (−0) = x for every x ≠ −0, so the sum never sees it;
+ * NaN d / dm propagate as NaN either way.) This takes the scale multiply
+ * (vpmulld) and the min pair multiply (vpmaddwd) out of the per-row work:
+ * d·s and dm·m are per column and block, shared by all the rows of a tile,
+ * and (float)X per row and block is converted once per chunk. */
+
 static inline __attribute__((always_inline)) AVX512 void
 tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1, int64_t nb, const int8_t *xq, int64_t n_in,
        const float *xd, const int32_t *xs, float out[RT512][16], const uint8_t *next, size_t n_next)
@@ -230,93 +244,106 @@ tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1, int64_t n
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
         acc[r] = _mm512_setzero_ps();
+    const int64_t n_chunks = (nb + 7) / 8;
     size_t pf = 0, pf_step = (n_next / (size_t)nb + 63) / 64 * 64;
-    for (int64_t b = 0; b < nb; b++) {
-        for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
-            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
-        const uint8_t *c0 = p0 + (size_t)(b / 8) * CH, *c1 = p1 + (size_t)(b / 8) * CH;
-        const int j = (int)(b % 8);
-        __m512i s_lo = _mm512_setzero_si512(), s_hi = s_lo;
+    for (int64_t ch = 0; ch < n_chunks; ch++) {
+        const uint8_t *c0 = p0 + (size_t)ch * CH, *c1 = p1 + (size_t)ch * CH;
+        const int nj = nb - 8 * ch < 8 ? (int)(nb - 8 * ch) : 8;
+        /* super-block scales (Q4_0: per block, below) */
+        __m512 d = _mm512_setzero_ps(), dm = d;
+        if (kind != QK_Q40)
+            d = ld2h(c0 + OD, c1 + OD);
+        if (QK_AFFINE(kind))
+            dm = ld2h(c0 + OD + 16, c1 + OD + 16);
+        /* (float) Σx of each row's 8 blocks (affine kinds), from the half sums */
+        float xsf[RT512][8];
         if (QK_AFFINE(kind)) {
-            s_lo = s_hi = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 8 * j, c1 + OSC + 8 * j));
-        } else if (kind == QK_Q6K) {
-            s_lo = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j, c1 + OSC + 16 * j));
-            s_hi = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j + 8, c1 + OSC + 16 * j + 8));
-        }
-        __m512i qh0 = _mm512_setzero_si512(), qh1 = qh0;
-        if (kind == QK_Q5K)
-            qh0 = ld2x256(c0 + OQH + 32 * j, c1 + OQH + 32 * j);
-        if (kind == QK_Q6K) {
-            qh0 = ld2x256(c0 + OQH + 64 * j, c1 + OQH + 64 * j);
-            qh1 = ld2x256(c0 + OQH + 64 * j + 32, c1 + OQH + 64 * j + 32);
-        }
-        const int8_t *xb[RT512];
-        __m512i za[RT512], zb[RT512];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            xb[r] = xq + (int64_t)r * n_in + 32 * b;
-            za[r] = zb[r] = _mm512_setzero_si512();
-        }
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) {
-            __m512i v = ld2x256(c0 + 128 * j + 32 * g, c1 + 128 * j + 32 * g);
-            __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            if (kind == QK_Q5K) {
-                const __m512i b4 = _mm512_set1_epi8(16);
-                __m512i hl = _mm512_slli_epi16(qh0, 4 - g);
-                __m512i hh = g == 0 ? qh0 : _mm512_srli_epi16(qh0, g);
-                lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b4));
-                hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b4));
-            }
-            if (kind == QK_Q6K) {
-                const __m512i b45 = _mm512_set1_epi8(0x30);
-                __m512i hl = g < 3 ? _mm512_slli_epi16(qh0, 4 - 2 * g) : _mm512_srli_epi16(qh0, 2);
-                __m512i hh = g < 3 ? _mm512_slli_epi16(qh1, 4 - 2 * g) : _mm512_srli_epi16(qh1, 2);
-                lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b45));
-                hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b45));
-            }
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) {
-                int32_t x4l, x4h;
-                memcpy(&x4l, xb[r] + 4 * g, 4);
-                memcpy(&x4h, xb[r] + 16 + 4 * g, 4);
-                za[r] = _mm512_dpbusd_epi32(za[r], lo, _mm512_set1_epi32(x4l));
-                if (kind == QK_Q6K)
-                    zb[r] = _mm512_dpbusd_epi32(zb[r], hi, _mm512_set1_epi32(x4h));
-                else
-                    za[r] = _mm512_dpbusd_epi32(za[r], hi, _mm512_set1_epi32(x4h));
+                __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(xs + (int64_t)r * nb + 8 * ch));
+                _mm256_storeu_ps(xsf[r], _mm256_cvtepi32_ps(_mm256_madd_epi16(h, _mm256_set1_epi16(1))));
             }
         }
-        __m512i mm;
-        __m512 d, dm = _mm512_setzero_ps();
-        if (kind == QK_Q40) {
-            mm = _mm512_set1_epi16(8);
-            d = ld2h(c0 + OD + 16 * j, c1 + OD + 16 * j);
-        } else if (kind == QK_Q6K) {
-            mm = _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_slli_epi32(s_lo, 5), _mm512_slli_epi32(s_hi, 21));
-            d = ld2h(c0 + OD, c1 + OD);
-        } else {
-            __m512i m32 = _mm512_cvtepu8_epi32(ld2x64(c0 + OMM + 8 * j, c1 + OMM + 8 * j));
-            mm = _mm512_or_si512(m32, _mm512_slli_epi32(m32, 16));
-            d = ld2h(c0 + OD, c1 + OD);
-            dm = ld2h(c0 + OD + 16, c1 + OD + 16);
-        }
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            __m512i I = za[r];
-            if (QK_AFFINE(kind))
-                I = _mm512_mullo_epi32(I, s_lo);
-            else if (kind == QK_Q6K)
-                I = _mm512_add_epi32(_mm512_mullo_epi32(I, s_lo), _mm512_mullo_epi32(zb[r], s_hi));
-            __m512 dx = _mm512_set1_ps(xd[(int64_t)r * nb + b]);
-            __m512i M = _mm512_madd_epi16(mm, _mm512_set1_epi32(xs[(int64_t)r * nb + b]));
+        for (int j = 0; j < nj; j++) {
+            const int64_t b = 8 * ch + j;
+            for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
+                _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
+            __m512i s_lo = _mm512_setzero_si512(), s_hi = s_lo;
+            if (kind == QK_Q6K) {
+                s_lo = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j, c1 + OSC + 16 * j));
+                s_hi = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j + 8, c1 + OSC + 16 * j + 8));
+            }
+            __m512i qh0 = _mm512_setzero_si512(), qh1 = qh0;
+            if (kind == QK_Q5K)
+                qh0 = ld2x256(c0 + OQH + 32 * j, c1 + OQH + 32 * j);
+            if (kind == QK_Q6K) {
+                qh0 = ld2x256(c0 + OQH + 64 * j, c1 + OQH + 64 * j);
+                qh1 = ld2x256(c0 + OQH + 64 * j + 32, c1 + OQH + 64 * j + 32);
+            }
+            /* the block's weights of the 16 columns, unpacked once for all
+             * the rows of the tile: groups g (wl) and g + 4 (wh) */
+            __m512i wl[4], wh[4];
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m512i v = ld2x256(c0 + 128 * j + 32 * g, c1 + 128 * j + 32 * g);
+                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (kind == QK_Q5K) {
+                    const __m512i b4 = _mm512_set1_epi8(16);
+                    __m512i hl = _mm512_slli_epi16(qh0, 4 - g);
+                    __m512i hh = g == 0 ? qh0 : _mm512_srli_epi16(qh0, g);
+                    lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b4));
+                    hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b4));
+                }
+                if (kind == QK_Q6K) {
+                    const __m512i b45 = _mm512_set1_epi8(0x30);
+                    __m512i hl = g < 3 ? _mm512_slli_epi16(qh0, 4 - 2 * g) : _mm512_srli_epi16(qh0, 2);
+                    __m512i hh = g < 3 ? _mm512_slli_epi16(qh1, 4 - 2 * g) : _mm512_srli_epi16(qh1, 2);
+                    lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b45));
+                    hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b45));
+                }
+                wl[g] = lo;
+                wh[g] = hi;
+            }
+            __m512 ds = d, dmm = dm;
+            __m512i mm = _mm512_setzero_si512();
             if (QK_AFFINE(kind)) {
-                __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), d),
-                                         _mm512_mul_ps(_mm512_cvtepi32_ps(M), dm));
-                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(dx, t));
+                /* d·s and dm·m of the 16 columns (exact, see above) */
+                ds = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 8 * j, c1 + OSC + 8 * j))),
+                                   d);
+                dmm = _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(ld2x64(c0 + OMM + 8 * j, c1 + OMM + 8 * j))), dm);
+            } else if (kind == QK_Q40) {
+                mm = _mm512_set1_epi16(8);
+                ds = ld2h(c0 + OD + 16 * j, c1 + OD + 16 * j);
             } else {
+                mm = _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_slli_epi32(s_lo, 5), _mm512_slli_epi32(s_hi, 21));
+            }
+            /* per row: the two halves in two dpbusd chains (lo: elements
+             * 0-15, hi: 16-31), then the float step */
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const int8_t *xb = xq + (int64_t)r * n_in + 32 * b;
+                __m512i za = _mm512_setzero_si512(), zb = za;
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; g++) {
+                    int32_t x4l, x4h;
+                    memcpy(&x4l, xb + 4 * g, 4);
+                    memcpy(&x4h, xb + 16 + 4 * g, 4);
+                    za = _mm512_dpbusd_epi32(za, wl[g], _mm512_set1_epi32(x4l));
+                    zb = _mm512_dpbusd_epi32(zb, wh[g], _mm512_set1_epi32(x4h));
+                }
+                __m512 dx = _mm512_set1_ps(xd[(int64_t)r * nb + b]);
+                if (QK_AFFINE(kind)) {
+                    __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(za, zb)), ds),
+                                             _mm512_mul_ps(_mm512_set1_ps(xsf[r][j]), dmm));
+                    acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(dx, t));
+                    continue;
+                }
+                __m512i I = kind == QK_Q6K ? _mm512_add_epi32(_mm512_mullo_epi32(za, s_lo), _mm512_mullo_epi32(zb, s_hi))
+                                           : _mm512_add_epi32(za, zb);
+                __m512i M = _mm512_madd_epi16(mm, _mm512_set1_epi32(xs[(int64_t)r * nb + b]));
                 acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(I, M)),
-                                                             _mm512_mul_ps(d, dx)));
+                                                             _mm512_mul_ps(ds, dx)));
             }
         }
     }
