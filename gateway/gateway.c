@@ -123,7 +123,23 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
         }
     } else {
         s->kind = PROTO_KIND_COMPLETION;
-        if (o->prompt) {
+        if (o->op == OAI_OP_EMBED) {
+            /* one SUBMIT for all inputs: each a sequence of its own, its
+             * EVENT's choice = the input's index */
+            s->n_inputs = (uint32_t)o->n_inputs;
+            s->inputs = xcalloc(o->n_inputs ? o->n_inputs : 1, sizeof *s->inputs);
+            for (size_t i = 0; i < o->n_inputs; i++) {
+                const oai_embed_input_t *in = &o->inputs[i];
+                if (in->text) {
+                    s->inputs[i].text = xstrdup(in->text);
+                } else {
+                    s->inputs[i].n_ids = (uint32_t)in->n_ids;
+                    s->inputs[i].ids = xmalloc(in->n_ids * sizeof(int32_t));
+                    memcpy(s->inputs[i].ids, in->ids, in->n_ids * sizeof(int32_t));
+                }
+            }
+            s->dimensions = (uint32_t)o->dimensions;
+        } else if (o->prompt) {
             s->prompt = xstrdup(o->prompt);
         } else {
             s->has_prompt_ids = true;
@@ -176,9 +192,13 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
         s->grammar = xstrdup(o->grammar);
     s->n_choices = o->n > 1 ? (uint32_t)o->n : 1;
     s->op = o->op == OAI_OP_TOKENIZE ? PROTO_OP_TOKENIZE
-          : o->op == OAI_OP_DETOKENIZE ? PROTO_OP_DETOKENIZE : PROTO_OP_GENERATE;
+          : o->op == OAI_OP_DETOKENIZE ? PROTO_OP_DETOKENIZE
+          : o->op == OAI_OP_EMBED ? PROTO_OP_EMBED : PROTO_OP_GENERATE;
     s->no_special = o->op == OAI_OP_TOKENIZE && !o->add_special;
-    if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text) {
+    if (o->op == OAI_OP_EMBED)
+        s->n_choices = s->n_inputs;
+    /* embeddings skip the prefix cache (worker/sched.h): no cache routing */
+    if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text && o->op != OAI_OP_EMBED) {
         int64_t t0 = clock_now_us();
         r->route_block_size = atomic_load(&gw->route_block_size);
         r->n_route_keys = route_text_keys(gw->route_text, r->model, s, r->route_block_size,

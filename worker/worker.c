@@ -113,6 +113,8 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
     e->n_tokens = (uint32_t)ev->n_completion;
     e->n_resumed = (uint32_t)ev->n_resumed;
     e->choice = (uint32_t)ev->index;
+    e->embedding = (float *)ev->embedding;
+    e->n_embedding = ev->embedding ? (uint32_t)ev->n_embedding : 0;
     proto_logprob_t lp[1];
     if (ev->logprobs && ev->n_tokens == 1) {
         const sched_token_logprob_t *l = &ev->logprobs[0];
@@ -346,10 +348,58 @@ static proto_err_t submit_tokenizer_op(struct worker *w, const proto_submit_t *s
     return cause;
 }
 
+/* An op "embed" SUBMIT: each input tokenized (text with the BOS rule, as a
+ * completion prompt) and handed to the scheduler as one prefill-only
+ * sequence, pooled as the model's {arch}.pooling_type says. */
+static proto_err_t submit_embed(struct worker *w, const proto_submit_t *sm, char *err, size_t errlen)
+{
+    const engine_t *e = w->engine;
+    const uint32_t n = sm->n_inputs;
+    if (sm->dimensions && sm->dimensions != (uint32_t)e->model->cfg.dim) {
+        snprintf(err, errlen, "dimensions %u is not supported: this model's embeddings have %d",
+                 sm->dimensions, e->model->cfg.dim);
+        return PROTO_ERR_BAD_REQUEST;
+    }
+    int32_t **prompts = xcalloc(n ? n : 1, sizeof *prompts);
+    int32_t *lens = xcalloc(n ? n : 1, sizeof *lens);
+    proto_err_t cause = PROTO_ERR_NONE;
+    for (uint32_t i = 0; i < n && cause == PROTO_ERR_NONE; i++) {
+        const proto_input_t *in = &sm->inputs[i];
+        if (in->text) {
+            lens[i] = engine_prompt_text(e, in->text, strlen(in->text), &prompts[i], err, errlen);
+            if (lens[i] < 0)
+                cause = PROTO_ERR_BAD_REQUEST;
+        } else {
+            prompts[i] = xmalloc((in->n_ids ? in->n_ids : 1) * sizeof **prompts);
+            memcpy(prompts[i], in->ids, in->n_ids * sizeof **prompts);
+            lens[i] = (int32_t)in->n_ids;
+        }
+    }
+    if (cause == PROTO_ERR_NONE) {
+        sched_embed_req_t r = {
+            .id = sm->id,
+            .priority = (int32_t)sm->priority,
+            .deadline_us = sm->deadline_ms ? clock_now_us() + (int64_t)sm->deadline_ms * 1000 : 0,
+            .pooling = e->model->cfg.pooling,
+            .prompts = (const int32_t *const *)prompts,
+            .n_prompts = lens,
+            .n_inputs = (int32_t)n,
+        };
+        cause = err_from_sched(sched_submit_embed(w->sched, &r, err, errlen));
+    }
+    for (uint32_t i = 0; i < n; i++)
+        free(prompts[i]);
+    free(prompts);
+    free(lens);
+    return cause;
+}
+
 /* Hands a SUBMIT to the scheduler. Returns PROTO_ERR_NONE, or the cause
  * with a message for an ERROR reply. */
 static proto_err_t submit(struct worker *w, const proto_submit_t *sm, char *err, size_t errlen)
 {
+    if (sm->op == PROTO_OP_EMBED)
+        return submit_embed(w, sm, err, errlen);
     if (sm->op == PROTO_OP_TOKENIZE || sm->op == PROTO_OP_DETOKENIZE)
         return submit_tokenizer_op(w, sm, err, errlen);
     worker_req_t r;

@@ -190,6 +190,8 @@ static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
         return 0;
     if (!b->token || !b->pos || !b->seq || !b->want_logits || !b->block_tables || b->n_seq < 1)
         return bad(f, "batch arrays missing");
+    if (b->want_hidden && !b->hidden)
+        return bad(f, "want_hidden without a hidden output");
     if (!kv || !kv->k || !kv->v || kv->n_layer != c->n_layer || kv->kv_dim != c->kv_dim ||
         kv->block_size < 1 || kv->n_blocks < 1 || kv_type_size(kv->type) == 0)
         return bad(f, "kv_store shape does not fit the model (n_layer %d kv_dim %d) or has an unknown type",
@@ -205,7 +207,11 @@ static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
         int32_t last = p / kv->block_size;
         if (b->n_blocks && last >= b->n_blocks[s])
             return bad(f, "row %d: position %d needs block %d, sequence %d has %d", r, p, last, s, b->n_blocks[s]);
-        for (int32_t i = 0; i <= last; i++) {
+        /* entries a row never reads may be KV_SEQ_NO_BLOCK: with a window on
+         * every layer, those of blocks wholly before pos - W + 1 */
+        int32_t win = model_kv_window(c);
+        int32_t first = win > 0 && p >= win ? (p - win + 1) / kv->block_size : 0;
+        for (int32_t i = first; i <= last; i++) {
             int32_t pb = b->block_tables[s][i];
             if (pb < 0 || pb >= kv->n_blocks)
                 return bad(f, "sequence %d: block table entry %d = %d outside [0, %d)", s, i, pb, kv->n_blocks);
@@ -784,6 +790,18 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
     /* Only wanted rows go through the output head:
      * x[wanted[j]] += xb[wanted[j]] (the last residual), then
      * xb[j] (n_want, dim) = rmsnorm(x[wanted[j]]) * output_norm. */
+    /* Rows wanting their hidden state (embeddings) first, in row order:
+     * x[r] += xb[r]; hidden[j] = rmsnorm(x[r]) * output_norm. Their residual
+     * is then in x, so the logits pass below must not add xb again. */
+    if (b->want_hidden) {
+        int j = 0;
+        for (int r = 0; r < R; r++)
+            if (b->want_hidden[r]) {
+                add_rmsnorm_row(f->x + (size_t)r * dim, f->xb + (size_t)r * dim,
+                                b->hidden + (size_t)j * dim, m->output_norm, dim, c->norm_eps);
+                j++;
+            }
+    }
     int n_want = 0;
     for (int r = 0; r < R; r++)
         if (b->want_logits[r])
@@ -794,7 +812,9 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
      * never clobbers the delta of a later wanted row */
     for (int j = 0; j < n_want; j++) {
         size_t r = (size_t)f->wanted[j];
-        add_rmsnorm_row(f->x + r * dim, f->xb + r * dim, f->xb + (size_t)j * dim, m->output_norm, dim, c->norm_eps);
+        bool added = b->want_hidden && b->want_hidden[r];
+        add_rmsnorm_row(f->x + r * dim, added ? NULL : f->xb + r * dim, f->xb + (size_t)j * dim,
+                        m->output_norm, dim, c->norm_eps);
     }
     /* logits (n_want, vocab) = xb · Woutᵀ;  [gemma2: logits = cap * tanh(logits / cap)] */
     mm(f, &m->output, f->xb, n_want, logits);

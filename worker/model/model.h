@@ -103,6 +103,14 @@ enum model_ffn_act {
     MODEL_FFN_GELU_TANH = 1,  /* GeGLU: gelu(g) * u, gelu in its tanh form */
 };
 
+/* How an embedding pools a sequence's final hidden states: llama.cpp's
+ * {arch}.pooling_type values. Only mean and last are served; absent and
+ * other values (0 none, 2 cls, 4 rank) load as mean (model_pooling). */
+enum model_pooling {
+    MODEL_POOL_MEAN = 1,      /* average over every prompt token */
+    MODEL_POOL_LAST = 3,      /* the last prompt token's state */
+};
+
 enum model_rope_scaling {
     MODEL_ROPE_SCALING_NONE = 0,
     MODEL_ROPE_SCALING_LINEAR = 1,  /* position divided by rope_scale_factor */
@@ -140,6 +148,8 @@ typedef struct model_config {
     float attn_scale;      /* scores = q·k * attn_scale (1/sqrt(head_dim) unless the family says) */
     float attn_softcap;    /* > 0: scores = cap * tanh(scores / cap) (gemma2 attn_logit_softcapping) */
     float final_softcap;   /* > 0: logits = cap * tanh(logits / cap) (gemma2 final_logit_softcapping) */
+    enum model_pooling pooling; /* embeddings: {arch}.pooling_type 3 → LAST, anything else MEAN */
+    int32_t pooling_raw;   /* {arch}.pooling_type as written (-1 when absent) */
     int32_t swa_window;    /* > 0: sliding-window layers attend to positions pos-W+1..pos */
     int32_t swa_pattern;   /* layer l is sliding-window when l % pattern < pattern - 1 (1: all) */
     int n_swa_layers;      /* how many layers are sliding-window (0 .. n_layer) */
@@ -238,6 +248,16 @@ const char *model_arch_name(enum model_arch a);
 
 /* One-line summary ("llama: 2 layers, dim 256, ...") into buf. */
 void model_describe(const model_t *m, char *buf, size_t len);
+
+/* The window W when EVERY layer is sliding-window (Mistral-style): no row at
+ * position p ever reads a position below p - W + 1, so the KV blocks behind
+ * that can be released (kv_seq_drop_before). 0 when the model has a global
+ * layer (gemma2/3 mix local and global layers: the global ones read every
+ * position, so every block is kept) or no window at all. */
+static inline int32_t model_kv_window(const model_config_t *c)
+{
+    return c->swa_window > 0 && c->n_swa_layers == c->n_layer ? c->swa_window : 0;
+}
 
 /* Bytes of weight data in the mmap used by the model's matrices. */
 size_t model_weight_bytes(const model_t *m);
