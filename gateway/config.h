@@ -78,7 +78,8 @@
  *                                                                 by then ends with 504
  *   queue.replica_grace_s        float    30                      0.001..86400 s a configured model may
  *                                                                 have no worker before its requests
- *                                                                 get 503
+ *                                                                 get 503 (not while a local worker
+ *                                                                 of it is (re)starting)
  *   limits.max_body_bytes        int      16777216                1024..1073741824 HTTP body (413)
  *   limits.max_messages          int      1024                    1..1024 (OAI_MAX_MESSAGES) chat
  *                                                                 messages per request (400)

@@ -107,6 +107,8 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
             s->messages[i].tool_calls = dup_or_null(o->messages[i].tool_calls_json);
             s->messages[i].tool_call_id = dup_or_null(o->messages[i].tool_call_id);
         }
+        s->has_think = o->has_enable_thinking;
+        s->think = o->enable_thinking;
         /* tool_choice none: the tools are not announced, so no call can come */
         if (o->tools_json && o->tool_choice != OAI_TOOL_CHOICE_NONE) {
             s->tools = xstrdup(o->tools_json);
@@ -121,7 +123,23 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
         }
     } else {
         s->kind = PROTO_KIND_COMPLETION;
-        if (o->prompt) {
+        if (o->op == OAI_OP_EMBED) {
+            /* one SUBMIT for all inputs: each a sequence of its own, its
+             * EVENT's choice = the input's index */
+            s->n_inputs = (uint32_t)o->n_inputs;
+            s->inputs = xcalloc(o->n_inputs ? o->n_inputs : 1, sizeof *s->inputs);
+            for (size_t i = 0; i < o->n_inputs; i++) {
+                const oai_embed_input_t *in = &o->inputs[i];
+                if (in->text) {
+                    s->inputs[i].text = xstrdup(in->text);
+                } else {
+                    s->inputs[i].n_ids = (uint32_t)in->n_ids;
+                    s->inputs[i].ids = xmalloc(in->n_ids * sizeof(int32_t));
+                    memcpy(s->inputs[i].ids, in->ids, in->n_ids * sizeof(int32_t));
+                }
+            }
+            s->dimensions = (uint32_t)o->dimensions;
+        } else if (o->prompt) {
             s->prompt = xstrdup(o->prompt);
         } else {
             s->has_prompt_ids = true;
@@ -174,9 +192,13 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
         s->grammar = xstrdup(o->grammar);
     s->n_choices = o->n > 1 ? (uint32_t)o->n : 1;
     s->op = o->op == OAI_OP_TOKENIZE ? PROTO_OP_TOKENIZE
-          : o->op == OAI_OP_DETOKENIZE ? PROTO_OP_DETOKENIZE : PROTO_OP_GENERATE;
+          : o->op == OAI_OP_DETOKENIZE ? PROTO_OP_DETOKENIZE
+          : o->op == OAI_OP_EMBED ? PROTO_OP_EMBED : PROTO_OP_GENERATE;
     s->no_special = o->op == OAI_OP_TOKENIZE && !o->add_special;
-    if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text) {
+    if (o->op == OAI_OP_EMBED)
+        s->n_choices = s->n_inputs;
+    /* embeddings skip the prefix cache (worker/sched.h): no cache routing */
+    if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text && o->op != OAI_OP_EMBED) {
         int64_t t0 = clock_now_us();
         r->route_block_size = atomic_load(&gw->route_block_size);
         r->n_route_keys = route_text_keys(gw->route_text, r->model, s, r->route_block_size,
@@ -352,6 +374,20 @@ static bool model_failed(struct gateway *gw, gateway_model_t *m, supervisor_mode
         metrics_gauge_set(gw->m.model_failed, (const char *[]){m->name}, failed);
     }
     return failed;
+}
+
+/* True while the supervisor is bringing a local worker of the model up: one
+ * is spawned and has not registered yet (loading), or waits in back-off for
+ * its restart — not FAILED, STOPPED or IDLE. A model without a replica then
+ * keeps its requests queued up to their own deadline instead of answering
+ * 503 after --replica-grace: loading and repacking a real-size model can
+ * take longer than the grace (a 1.1B worker needed > 30 s on a loaded
+ * host), and a crash loop ends in FAILED (503 model_failed) anyway. Only
+ * meaningful while the model has no replica: a registered local worker is
+ * RUNNING too. */
+static bool model_local_starting(const supervisor_model_info_t *li)
+{
+    return li->n_running + li->n_backoff > 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -682,10 +718,14 @@ static void on_submit(struct gateway *gw, gateway_request_t *r)
         request_finish(gw, r);
         return;
     }
+    bool starting = model_local_starting(&li);
     if (li.on_demand && model_ready_replicas(gw, m->name) == 0 &&
-        supervisor_wake(gw->sup, m->name) > 0 && m->t_no_replica_us)
-        m->t_no_replica_us = now; /* the grace period counts from the start */
-    if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us) {
+        supervisor_wake(gw->sup, m->name) > 0) {
+        starting = true;
+        if (m->t_no_replica_us)
+            m->t_no_replica_us = now; /* the grace period counts from the start */
+    }
+    if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us && !starting) {
         request_reply_error(gw, r, 503, "service_unavailable",
                             "No worker serves model '%s' right now (none for %lld s)", m->name,
                             (long long)((now - m->t_no_replica_us) / 1000000));
@@ -1566,8 +1606,9 @@ static void on_expired(const prio_queue_entry_t *e, void *ctx)
                             "took it over before its deadline", r->model);
     else
         request_reply_error(gw, r, 504, "timeout",
-                            "The request waited %.1f s in the queue of model '%s' without a free worker",
-                            (double)(clock_now_us() - r->t_enqueue_us) / 1e6, r->model);
+                            "The request waited %.1f s in the queue of model '%s' without a free worker%s",
+                            (double)(clock_now_us() - r->t_enqueue_us) / 1e6, r->model,
+                            model_replicas(gw, r->model) ? "" : " (none registered)");
     request_finish(gw, r);
 }
 
@@ -1697,6 +1738,10 @@ static void tick(struct gateway *gw, int64_t now)
         local_workers_tick(gw, m, now);
         if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us &&
             prio_queue_len(m->queue)) {
+            supervisor_model_info_t li;
+            model_local(gw, m->name, &li);
+            if (model_local_starting(&li))
+                continue; /* its requests wait for the worker, up to their deadline */
             char msg[512];
             snprintf(msg, sizeof msg, "No worker came up for model '%s' within %lld s", m->name,
                      (long long)(gw->replica_grace_us / 1000000));

@@ -19,7 +19,9 @@
  *   1. An HTTP thread builds a gateway_request_t (gateway_request_from_oai),
  *      registers a notify hook and calls gateway_submit().
  *   2. The core looks the model up: unknown → reply 404; no replica for
- *      longer than replica_grace → 503; queue full → 429. Otherwise the
+ *      longer than replica_grace → 503 (not while a local worker of the
+ *      model is starting or restarting: then requests wait up to their
+ *      deadline); queue full → 429. Otherwise the
  *      request enters the model's priority queue (prio_queue.h) with its
  *      tier and a deadline (now + request_timeout).
  *   3. Dispatch: while the queue is not empty and a READY replica of the
@@ -41,7 +43,8 @@
  *      after them without sending them again — the client sees one unbroken
  *      stream (or one complete JSON body). Only when no replica takes it
  *      before its deadline (504) or the model has had none for
- *      replica_grace (503) does it end with an ERROR reply.
+ *      replica_grace (503; but a local worker being restarted is waited
+ *      for up to the deadline) does it end with an ERROR reply.
  *   6. gateway_cancel() (client gone): queued → removed at once; on a worker
  *      → CANCEL sent, the record is dropped at the worker's final EVENT.
  *
@@ -105,7 +108,8 @@ typedef struct gateway_config {
     double aging_per_s;           /* priority units per waited second, < 0 = prio_queue default */
     int64_t request_timeout_us;   /* queue deadline (also passed to workers), 0 = default */
     int64_t replica_grace_us;     /* how long a known model may have no replica before
-                                     its requests get 503, 0 = default */
+                                     its requests get 503, 0 = default; not applied
+                                     while a local worker of it is (re)starting */
     const char *const *models;    /* (n_models) model names known from the start (local
                                      workers); others become known when a worker registers */
     size_t n_models;

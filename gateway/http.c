@@ -133,7 +133,8 @@ struct http_req {
     bool gone;                  /* [lock] client hung up / server stopping */
     bool finished;              /* the last reply was taken */
     oai_kind_t kind;
-    oai_op_t op;                /* OAI_OP_GENERATE, or a tokenizer op */
+    oai_op_t op;                /* OAI_OP_GENERATE, a tokenizer op, or OAI_OP_EMBED */
+    bool base64;                /* embeddings: encoding_format base64 */
     bool stream, include_usage;
     char id[48];                /* "chatcmpl-…" / "cmpl-…" */
     char *model;
@@ -744,6 +745,34 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
 }
 
 /* Non-streaming: the whole answer from the collected events. */
+/* /v1/embeddings: one EVENT per input (choice = its index) with the vector;
+ * usage.prompt_tokens sums the inputs' token counts. */
+static enum MHD_Result respond_embeddings(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
+{
+    const uint32_t n = q->n_choices;
+    oai_embedding_t *emb = xcalloc(n ? n : 1, sizeof *emb);
+    uint64_t prompt_tokens = 0;
+    for (size_t i = 0; i < q->n_events; i++) {
+        const proto_event_t *ev = &q->events[i]->event;
+        if (ev->choice < n && ev->n_embedding) {
+            emb[ev->choice].v = ev->embedding;
+            emb[ev->choice].dim = ev->n_embedding;
+        }
+        if (ev->has_usage && ev->finish != PROTO_FINISH_NONE)
+            prompt_tokens += ev->usage.prompt_tokens;
+    }
+    char *body = NULL;
+    bool complete = true;
+    for (uint32_t i = 0; i < n; i++)
+        complete = complete && emb[i].v && emb[i].dim == emb[0].dim;
+    if (complete)
+        body = oai_embeddings_json(q->model, emb, n, q->base64, prompt_tokens);
+    free(emb);
+    if (!body)
+        return respond_error(s, c, 500, NULL, NULL, "The worker's embeddings were incomplete or not finite");
+    return respond_text(s, c, 200, with_newline(body), "application/json", NULL, NULL);
+}
+
 /* /tokenize → {"tokens":[ids],"count","max_model_len"}; /detokenize →
  * {"prompt": text} (vLLM's shapes), from the worker's EVENTs. */
 static enum MHD_Result respond_tokenizer(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
@@ -786,6 +815,8 @@ static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection 
             oai_error_from_worker(&e, proto_event_cause(last), "Generation failed on the worker");
         return respond_oai_error(s, c, &e, NULL);
     }
+    if (q->op == OAI_OP_EMBED)
+        return respond_embeddings(s, c, q);
     if (q->op != OAI_OP_GENERATE)
         return respond_tokenizer(s, c, q);
     /* one choice at a time: its events' text and logprobs in arrival order */
@@ -969,6 +1000,7 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     oai_error_t e;
     const uint8_t *body = (const uint8_t *)(q->body ? q->body : "");
     if ((rt->op == OAI_OP_GENERATE ? oai_parse_request(body, q->body_len, rt->kind, &o, &e)
+         : rt->op == OAI_OP_EMBED  ? oai_parse_embeddings(body, q->body_len, &o, &e)
                                    : oai_parse_tokenizer(body, q->body_len, rt->op, &o, &e)) < 0)
         return respond_oai_error(s, c, &e, NULL);
     if (oai_request_check_limits(&o, s->max_messages, s->max_prompt_bytes, &e) < 0) {
@@ -980,10 +1012,12 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     q->op = rt->op;
     q->stream = o.stream;
     q->include_usage = o.include_usage;
-    q->n_choices = o.n > 1 ? (uint32_t)o.n : 1;
+    q->n_choices = rt->op == OAI_OP_EMBED ? (uint32_t)o.n_inputs : o.n > 1 ? (uint32_t)o.n : 1;
+    q->base64 = o.base64;
     q->model = xstrdup(o.model);
     q->created = clock_wall_s();
-    oai_id_new(rt->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", q->id, sizeof q->id);
+    oai_id_new(rt->op == OAI_OP_EMBED ? "embd-" : rt->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", q->id,
+               sizeof q->id);
     if (o.tools_json && o.tool_choice != OAI_TOOL_CHOICE_NONE) {
         /* the answer is parsed for calls: keep the names (o is freed below) */
         q->tool_names = o.tool_names;
@@ -1147,6 +1181,7 @@ static const route_t routes[] = {
     {"POST", "/v1/completions", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_GENERATE},
     {"POST", "/v1/batch/chat/completions", NULL, AUTH_KEY, OAI_CHAT, true, OAI_OP_GENERATE},
     {"POST", "/v1/batch/completions", NULL, AUTH_KEY, OAI_COMPLETION, true, OAI_OP_GENERATE},
+    {"POST", "/v1/embeddings", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_EMBED},
     {"POST", "/tokenize", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_TOKENIZE},
     {"POST", "/detokenize", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_DETOKENIZE},
     {"POST", "/admin/reload-keys", handle_reload_keys, AUTH_ADMIN, 0, false, OAI_OP_GENERATE},

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include <jansson.h>
+#include <sodium.h>
 
 #include "common/clock.h"
 #include "common/grammar/gbnf.h"
@@ -662,6 +663,28 @@ static int parse_constraint(json_t *root, oai_request_t *r, oai_error_t *e)
     return 0;
 }
 
+/* chat_template_kwargs (vLLM): an object of extra variables for the chat
+ * template. Known keys are type-checked and forwarded: enable_thinking
+ * (boolean). Other keys are ignored (no template pagoda renders reads them). */
+static int parse_template_kwargs(json_t *root, oai_request_t *r, oai_error_t *e)
+{
+    json_t *kw = json_object_get(root, "chat_template_kwargs");
+    if (!kw || json_is_null(kw))
+        return 0;
+    if (!json_is_object(kw))
+        return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s.",
+                   json_type_name(kw));
+    json_t *think = json_object_get(kw, "enable_thinking");
+    if (think && !json_is_null(think)) {
+        if (!json_is_boolean(think))
+            return bad(e, "chat_template_kwargs.enable_thinking",
+                       "'chat_template_kwargs.enable_thinking' must be a boolean, got %s.", json_type_name(think));
+        r->has_enable_thinking = true;
+        r->enable_thinking = json_is_true(think);
+    }
+    return 0;
+}
+
 static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_error_t *e)
 {
     if (!json_is_object(root))
@@ -682,6 +705,8 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
     if (refuse_unsupported(root, kind, r->n, e) != 0)
         return -1;
     if (kind == OAI_CHAT && oai_tools_parse_request(root, r, e) != 0)
+        return -1;
+    if (kind == OAI_CHAT && parse_template_kwargs(root, r, e) != 0)
         return -1;
 
     /* max_tokens / max_completion_tokens: positive; the newer name wins. */
@@ -848,10 +873,157 @@ int oai_parse_tokenizer(const uint8_t *body, size_t len, oai_op_t op, oai_reques
     return rc;
 }
 
+/* ---- /v1/embeddings ------------------------------------------------------ */
+
+static int embed_ids(json_t *arr, const char *param, oai_embed_input_t *in, size_t *total,
+                     oai_error_t *e)
+{
+    size_t n = json_array_size(arr);
+    if (n == 0)
+        return bad(e, param, "'%s' must not be an empty array of token ids.", param);
+    if (n > OAI_MAX_PROMPT_TOKENS - *total)
+        return bad(e, param, "'input' has more than %u tokens in all.", OAI_MAX_PROMPT_TOKENS);
+    *total += n;
+    in->ids = xmalloc(n * sizeof *in->ids);
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(arr, i);
+        char tp[96];
+        snprintf(tp, sizeof tp, "%s[%zu]", param, i);
+        if (!json_is_integer(t))
+            return bad(e, tp, "'%s' must be a token id (integer), got %s.", tp, json_type_name(t));
+        json_int_t v = json_integer_value(t);
+        if (v < 0 || v > INT32_MAX)
+            return bad(e, tp, "'%s' is not a valid token id: %lld.", tp, (long long)v);
+        in->ids[i] = (int32_t)v;
+        in->n_ids = i + 1;
+    }
+    return 0;
+}
+
+static int embed_text(json_t *v, const char *param, oai_embed_input_t *in, size_t *total,
+                      oai_error_t *e)
+{
+    size_t n = json_string_length(v);
+    if (n == 0)
+        return bad(e, param, "'%s' must not be an empty string.", param);
+    if (n > OAI_MAX_TEXT_BYTES - *total)
+        return bad(e, param, "'input' is longer than %u bytes in all.", OAI_MAX_TEXT_BYTES);
+    if (memchr(json_string_value(v), 0, n))
+        return bad(e, param, "'%s' contains a NUL character.", param);
+    *total += n;
+    in->text = xstrndup(json_string_value(v), n);
+    in->text_len = n;
+    return 0;
+}
+
+static int parse_embeddings_fields(json_t *root, oai_request_t *r, oai_error_t *e)
+{
+    if (!json_is_object(root))
+        return bad(e, NULL, "The request body must be a JSON object, got %s.", json_type_name(root));
+    json_t *model = json_object_get(root, "model");
+    if (!model || json_is_null(model))
+        return bad(e, "model", "Missing required parameter 'model'.");
+    if (get_str(root, "model", OAI_MAX_MODEL_BYTES, 1, &r->model, e) != 0)
+        return -1;
+    if (get_str(root, "user", OAI_MAX_USER_BYTES, 0, &r->user, e) != 0)
+        return -1;
+    json_t *fmt = json_object_get(root, "encoding_format");
+    if (fmt && !json_is_null(fmt)) {
+        const char *f = json_is_string(fmt) ? json_string_value(fmt) : NULL;
+        if (f && strcmp(f, "base64") == 0)
+            r->base64 = true;
+        else if (!f || strcmp(f, "float") != 0)
+            return bad(e, "encoding_format", "'encoding_format' must be \"float\" or \"base64\".");
+    }
+    json_t *dims = json_object_get(root, "dimensions");
+    if (dims && !json_is_null(dims)) {
+        if (!json_is_integer(dims) || json_integer_value(dims) < 1 ||
+            json_integer_value(dims) > OAI_MAX_EMBED_DIM)
+            return bad(e, "dimensions", "'dimensions' must be an integer in [1, %d].", OAI_MAX_EMBED_DIM);
+        r->dimensions = json_integer_value(dims);
+    }
+    json_t *in = json_object_get(root, "input");
+    if (!in || json_is_null(in))
+        return bad(e, "input", "Missing required parameter 'input'.");
+    size_t total_bytes = 0, total_ids = 0;
+    if (json_is_string(in)) {
+        r->inputs = xcalloc(1, sizeof *r->inputs);
+        r->n_inputs = 1;
+        return embed_text(in, "input", &r->inputs[0], &total_bytes, e);
+    }
+    if (!json_is_array(in))
+        return bad(e, "input", "'input' must be a string, an array of strings, an array of token ids or an "
+                               "array of token-id arrays, got %s.", json_type_name(in));
+    size_t n = json_array_size(in);
+    if (n == 0)
+        return bad(e, "input", "'input' must not be an empty array.");
+    json_t *first = json_array_get(in, 0);
+    if (json_is_integer(first)) { /* one input given as token ids */
+        r->inputs = xcalloc(1, sizeof *r->inputs);
+        r->n_inputs = 1;
+        return embed_ids(in, "input", &r->inputs[0], &total_ids, e);
+    }
+    if (n > OAI_MAX_EMBED_INPUTS)
+        return bad(e, "input", "'input' has %zu inputs; this server embeds at most %d per request.", n,
+                   OAI_MAX_EMBED_INPUTS);
+    bool text = json_is_string(first);
+    if (!text && !json_is_array(first))
+        return bad(e, "input[0]", "'input[0]' must be a string, a token id or an array of token ids, got %s.",
+                   json_type_name(first));
+    r->inputs = xcalloc(n, sizeof *r->inputs);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(in, i);
+        char tp[64];
+        snprintf(tp, sizeof tp, "input[%zu]", i);
+        r->n_inputs = i + 1; /* what oai_request_free must release */
+        if (text ? !json_is_string(v) : !json_is_array(v))
+            return bad(e, tp, "'%s' must be %s like input[0], got %s; mixed input arrays are not supported.",
+                       tp, text ? "a string" : "an array of token ids", json_type_name(v));
+        if ((text ? embed_text(v, tp, &r->inputs[i], &total_bytes, e)
+                  : embed_ids(v, tp, &r->inputs[i], &total_ids, e)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int oai_parse_embeddings(const uint8_t *body, size_t len, oai_request_t *out, oai_error_t *err)
+{
+    memset(out, 0, sizeof(*out));
+    memset(err, 0, sizeof(*err));
+    out->kind = OAI_COMPLETION;
+    out->op = OAI_OP_EMBED;
+    out->n = 1;
+    out->max_tokens = -1;
+    out->top_p = 1.0;
+    out->repetition_penalty = 1.0;
+    if (!body || len == 0)
+        return bad(err, NULL, "The request body is empty; expected a JSON object.");
+    if (!depth_ok(body, len))
+        return bad(err, NULL, "The JSON body is nested deeper than %d levels.", OAI_MAX_DEPTH);
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return bad(err, NULL, "We could not parse the JSON body of your request: %s (line %d, column %d).",
+                   jerr.text, jerr.line, jerr.column);
+    int rc = parse_embeddings_fields(root, out, err);
+    json_decref(root);
+    if (rc != 0) {
+        oai_request_free(out);
+        out->kind = OAI_COMPLETION;
+        out->op = OAI_OP_EMBED;
+    }
+    return rc;
+}
+
 void oai_request_free(oai_request_t *r)
 {
     if (!r)
         return;
+    for (size_t i = 0; r->inputs && i < r->n_inputs; i++) {
+        free(r->inputs[i].text);
+        free(r->inputs[i].ids);
+    }
+    free(r->inputs);
     free(r->model);
     for (size_t i = 0; i < r->n_messages; i++) {
         free(r->messages[i].content);
@@ -1118,6 +1290,53 @@ char *oai_models_json(const oai_model_info_t *models, size_t n)
     return dump(json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
+char *oai_embeddings_json(const char *model, const oai_embedding_t *emb, size_t n, bool base64,
+                          uint64_t prompt_tokens)
+{
+    json_t *data = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *v;
+        for (size_t k = 0; k < emb[i].dim; k++)
+            if (!isfinite(emb[i].v[k])) {
+                json_decref(data);
+                return NULL;
+            }
+        if (base64) {
+            /* OpenAI's base64: the float32 array's little-endian bytes */
+            size_t nb = emb[i].dim * 4;
+            uint8_t *b = xmalloc(nb ? nb : 1);
+            for (size_t k = 0; k < emb[i].dim; k++) {
+                uint32_t u;
+                memcpy(&u, &emb[i].v[k], 4);
+                b[4 * k] = (uint8_t)u;
+                b[4 * k + 1] = (uint8_t)(u >> 8);
+                b[4 * k + 2] = (uint8_t)(u >> 16);
+                b[4 * k + 3] = (uint8_t)(u >> 24);
+            }
+            size_t cap = sodium_base64_ENCODED_LEN(nb, sodium_base64_VARIANT_ORIGINAL);
+            char *t = xmalloc(cap);
+            sodium_bin2base64(t, cap, b, nb, sodium_base64_VARIANT_ORIGINAL);
+            v = json_string(t);
+            free(t);
+            free(b);
+        } else {
+            v = json_array();
+            for (size_t k = 0; k < emb[i].dim; k++)
+                json_array_append_new(v, json_real((double)emb[i].v[k]));
+        }
+        json_array_append_new(data, json_pack("{s:s, s:I, s:o}", "object", "embedding", "index",
+                                              (json_int_t)i, "embedding", v));
+    }
+    json_t *j = json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data, "model",
+                          model ? model : "", "usage", "prompt_tokens", (json_int_t)prompt_tokens,
+                          "total_tokens", (json_int_t)prompt_tokens);
+    char *out = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(j);
+    if (!out)
+        abort();
+    return out;
+}
+
 json_t *oai_error_object(const oai_error_t *e)
 {
     json_t *inner = json_pack("{s:o, s:s, s:o, s:o}", "message", jcstr(e->message), "type",
@@ -1146,6 +1365,12 @@ int oai_request_check_limits(const oai_request_t *r, size_t max_messages, size_t
                        max_text_bytes);
     } else if (r->prompt && max_text_bytes && r->prompt_len > max_text_bytes) {
         return bad(e, "prompt", "'prompt' is longer than %zu bytes.", max_text_bytes);
+    } else if (r->op == OAI_OP_EMBED && max_text_bytes) {
+        size_t total = 0;
+        for (size_t i = 0; i < r->n_inputs; i++)
+            total += r->inputs[i].text_len;
+        if (total > max_text_bytes)
+            return bad(e, "input", "'input' is longer than %zu bytes in all.", max_text_bytes);
     }
     return 0;
 }

@@ -108,7 +108,23 @@ typedef enum { OAI_CHAT = 0, OAI_COMPLETION = 1 } oai_kind_t;
 
 /* What a request asks of the worker: generation (the /v1 routes), or the
  * tokenizer alone (POST /tokenize, /detokenize; oai_parse_tokenizer). */
-typedef enum { OAI_OP_GENERATE = 0, OAI_OP_TOKENIZE = 1, OAI_OP_DETOKENIZE = 2 } oai_op_t;
+typedef enum {
+    OAI_OP_GENERATE = 0,
+    OAI_OP_TOKENIZE = 1,
+    OAI_OP_DETOKENIZE = 2,
+    OAI_OP_EMBED = 3,            /* POST /v1/embeddings (oai_parse_embeddings) */
+} oai_op_t;
+
+#define OAI_MAX_EMBED_INPUTS 128       /* inputs per /v1/embeddings request (= PROTO_MAX_CHOICES) */
+#define OAI_MAX_EMBED_DIM 65536        /* `dimensions` upper bound (= PROTO_MAX_EMBED_DIM) */
+
+/* One /v1/embeddings input: text, or token ids. */
+typedef struct {
+    char *text;                  /* NULL when given as token ids */
+    size_t text_len;
+    int32_t *ids;                /* (n_ids ≥ 1) ids 0..2^31-1, when text is NULL */
+    size_t n_ids;
+} oai_embed_input_t;
 
 typedef enum {
     OAI_ROLE_SYSTEM = 0,   /* "system", and "developer" (its newer name) */
@@ -180,6 +196,11 @@ typedef struct {
     bool ignore_eos;             /* [false] vLLM extension */
     int64_t n;                   /* [1] choices, 1..OAI_MAX_N */
     oai_op_t op;                 /* [OAI_OP_GENERATE] */
+    /* embeddings (op OAI_OP_EMBED) */
+    oai_embed_input_t *inputs;   /* (n_inputs, 1..OAI_MAX_EMBED_INPUTS) */
+    size_t n_inputs;
+    bool base64;                 /* [false] encoding_format "base64" (little-endian float32) */
+    int64_t dimensions;          /* [0 = not given] 1..OAI_MAX_EMBED_DIM, checked by the worker */
     bool add_special;            /* tokenize: [true] BOS per the tokenizer's rule (text prompts) */
     char *user;                  /* NULL if absent */
     char *grammar;               /* GBNF text the output must match (constrained decoding):
@@ -192,6 +213,9 @@ typedef struct {
     oai_tool_choice_t tool_choice; /* [auto] */
     char *tool_choice_name;      /* NAMED: the function, else NULL */
     bool parallel_tool_calls;    /* [true] more than one call per answer allowed */
+    /* chat_template_kwargs (chat only; other keys are ignored) */
+    bool has_enable_thinking;    /* enable_thinking given */
+    bool enable_thinking;        /* its value, when has_enable_thinking */
 } oai_request_t;
 
 /* Parses and validates. Returns 0 and fills *out (release with
@@ -211,6 +235,29 @@ void oai_request_free(oai_request_t *r);
  * Unknown fields are ignored. Returns 0, or -1 with a 400 in *err. */
 int oai_parse_tokenizer(const uint8_t *body, size_t len, oai_op_t op, oai_request_t *out,
                         oai_error_t *err);
+
+/* POST /v1/embeddings body (OpenAI's shape) into the same request type (op
+ * OAI_OP_EMBED, kind COMPLETION):
+ *   {"model", "input": str | [str, ...] | [int, ...] | [[int, ...], ...],
+ *    "encoding_format": "float" | "base64" [float], "dimensions": int, "user": str}
+ * Strings must be non-empty (≤ OAI_MAX_TEXT_BYTES in all), token arrays
+ * non-empty (ids 0..2^31-1, ≤ OAI_MAX_PROMPT_TOKENS in all), at most
+ * OAI_MAX_EMBED_INPUTS inputs; unknown fields are ignored. Returns 0, or -1
+ * with a 400 in *err. */
+int oai_parse_embeddings(const uint8_t *body, size_t len, oai_request_t *out, oai_error_t *err);
+
+/* One embedding of an /v1/embeddings answer: (dim) floats. */
+typedef struct {
+    const float *v;
+    size_t dim;
+} oai_embedding_t;
+
+/* The /v1/embeddings answer (malloc'd JSON):
+ * {"object":"list","data":[{"object":"embedding","index":i,"embedding":[floats] |
+ *  "base64 of little-endian float32"}],"model","usage":{"prompt_tokens","total_tokens"}}.
+ * NULL when a value is not finite (the caller answers 500). */
+char *oai_embeddings_json(const char *model, const oai_embedding_t *emb, size_t n, bool base64,
+                          uint64_t prompt_tokens);
 
 /* The operator's limits, tighter than the parser's fixed ones (config
  * limits.max_messages ≤ OAI_MAX_MESSAGES, limits.max_prompt_bytes ≤

@@ -314,6 +314,24 @@ static size_t mistral(const char *s, size_t i, size_t n, oai_tool_call_t **calls
     return k;
 }
 
+/* Mistral's calls without the tag: [TOOL_CALLS] is a control token, which
+ * the worker does not write into the text, so a real Mistral model's call
+ * arrives as a bare array [{"name": <one of tools>, "arguments": ..}, ...]
+ * that must be the whole answer. */
+static size_t bare_array(const char *s, size_t i, size_t n, char *const *names, size_t n_names,
+                         oai_tool_call_t **calls)
+{
+    size_t end, k = 0;
+    json_t *v = json_at(s, i, n, &end);
+    bool ok = json_is_array(v) && json_array_size(v) > 0 && skip_ws(s, end, n) == n;
+    for (size_t j = 0; ok && j < json_array_size(v); j++)
+        ok = add_call(json_array_get(v, j), names, n_names, calls, &k);
+    json_decref(v);
+    if (!ok)
+        return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+    return k;
+}
+
 static size_t bare_json(const char *s, size_t i, size_t n, char *const *names, size_t n_names,
                         oai_tool_call_t **calls)
 {
@@ -355,6 +373,9 @@ size_t oai_tools_extract(const char *text, size_t len, char *const *names, size_
         if (i < len && text[i] == '{') {
             start = 0;
             k = bare_json(text, i, len, names, n_names, calls);
+        } else if (i < len && text[i] == '[') {
+            start = 0;
+            k = bare_array(text, i, len, names, n_names, calls);
         }
     }
     if (k == 0)
@@ -391,6 +412,11 @@ size_t oai_tools_safe_prefix(const char *text, size_t len)
         return 0; /* only white space so far: a call may still begin */
     if (text[i] == '{' || at(text, i, len, PYTHON_TAG) || partial_suffix(text + i, len - i, PYTHON_TAG) == len - i)
         return 0; /* may be a bare JSON call: hold everything */
+    if (text[i] == '[') { /* "[" then "{": may be Mistral's untagged array */
+        size_t j = skip_ws(text, i + 1, len);
+        if (j == len || text[j] == '{')
+            return 0;
+    }
     const char *h = memmem(text, len, HERMES_OPEN, sizeof HERMES_OPEN - 1);
     const char *m = memmem(text, len, MISTRAL_TAG, sizeof MISTRAL_TAG - 1);
     size_t cut = len;

@@ -14,14 +14,18 @@
  *            (Qwen2.5/Qwen3, and every family without native tools: the
  *            worker's generic rewrite teaches this form), repeated for
  *            parallel calls; text before the first block is the content;
- *   mistral  [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]
+ *   mistral  [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]; without
+ *            the tag (a control token the worker leaves out of the text)
+ *            the whole answer is the array and every name must be one of
+ *            the request's tools (extra keys such as "id" are ignored)
  *   llama3   the whole output is {"name": "f", "parameters": {...}}
  *            (optionally after <|python_tag|>, several joined by ";"); the
  *            name must be one of the request's tools, so a JSON answer that
  *            is not a call stays content.
  * When nothing parses, the text is plain content and finish_reason is what
  * the worker said. Streaming holds back only what may still become a call
- * (from a marker on, or a leading '{'), so ordinary text streams as it comes.
+ * (from a marker on, a leading '{', or a leading '[' followed by '{'), so
+ * ordinary text streams as it comes.
  */
 #ifndef PAGODA_GATEWAY_OAI_TOOLS_H
 #define PAGODA_GATEWAY_OAI_TOOLS_H

@@ -48,6 +48,16 @@ const char *proto_kind_name(proto_kind_t k)
     return (int)k == 1 ? kind_names[1] : kind_names[0];
 }
 
+const char *proto_op_name(proto_op_t op)
+{
+    switch (op) {
+    case PROTO_OP_TOKENIZE: return "tokenize";
+    case PROTO_OP_DETOKENIZE: return "detokenize";
+    case PROTO_OP_EMBED: return "embed";
+    default: return "generate";
+    }
+}
+
 /* The error-cause table of msg.h: name and ERROR code, by proto_err_t. */
 static const struct {
     const char *name;
@@ -153,6 +163,11 @@ void proto_msg_clear(proto_msg_t *m)
             free(s->stop[i]);
         free(s->stop);
         free(s->resume);
+        for (uint32_t i = 0; s->inputs && i < s->n_inputs; i++) {
+            free(s->inputs[i].text);
+            free(s->inputs[i].ids);
+        }
+        free(s->inputs);
         break;
     }
     case PROTO_EVENT: {
@@ -166,6 +181,7 @@ void proto_msg_clear(proto_msg_t *m)
             free(e->logprobs[i].bytes);
         }
         free(e->logprobs);
+        free(e->embedding);
         break;
     }
     case PROTO_KV:
@@ -370,6 +386,8 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         kv_str(e, "tool_choice", s->tool_choice);
     if (s->no_par_tools)
         kv_bool(e, "par_tools", false);
+    if (s->has_think)
+        kv_bool(e, "think", s->think);
     if (s->prompt)
         kv_str(e, "prompt", s->prompt);
     if (s->grammar)
@@ -419,10 +437,26 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
     }
     if (s->n_choices > 1)
         kv_uint(e, "n_choices", s->n_choices);
-    if (s->op == PROTO_OP_TOKENIZE || s->op == PROTO_OP_DETOKENIZE) {
+    if (s->op != PROTO_OP_GENERATE) {
         key(e, "op");
-        pack_cstr(&e->pk, s->op == PROTO_OP_TOKENIZE ? "tokenize" : "detokenize");
+        pack_cstr(&e->pk, proto_op_name(s->op));
     }
+    if (s->n_inputs) {
+        key(e, "inputs");
+        msgpack_pack_array(&e->pk, s->n_inputs);
+        for (uint32_t i = 0; i < s->n_inputs; i++) {
+            msgpack_pack_map(&e->pk, 1);
+            if (s->inputs[i].text) {
+                pack_cstr(&e->pk, "t");
+                pack_cstr(&e->pk, s->inputs[i].text);
+            } else {
+                pack_cstr(&e->pk, "ids");
+                pack_ids(&e->pk, s->inputs[i].ids, s->inputs[i].n_ids);
+            }
+        }
+    }
+    if (s->dimensions)
+        kv_uint(e, "dims", s->dimensions);
     if (s->no_special)
         kv_bool(e, "add_special", false);
 }
@@ -476,6 +510,22 @@ static void encode_event(enc_t *e, const proto_event_t *ev)
     }
     if (ev->err)
         kv_uint(e, "err", ev->err);
+    if (ev->n_embedding) {
+        /* little-endian float32, whatever the host order */
+        uint8_t *b = xmalloc((size_t)ev->n_embedding * 4);
+        for (uint32_t i = 0; i < ev->n_embedding; i++) {
+            uint32_t u;
+            memcpy(&u, &ev->embedding[i], 4);
+            b[4 * i] = (uint8_t)u;
+            b[4 * i + 1] = (uint8_t)(u >> 8);
+            b[4 * i + 2] = (uint8_t)(u >> 16);
+            b[4 * i + 3] = (uint8_t)(u >> 24);
+        }
+        key(e, "emb");
+        msgpack_pack_bin(&e->pk, ev->n_embedding * 4);
+        msgpack_pack_bin_body(&e->pk, b, ev->n_embedding * 4);
+        free(b);
+    }
 }
 
 static void kv_keys(enc_t *e, const char *k, const uint64_t *keys, uint32_t n)
@@ -833,7 +883,7 @@ enum {
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
     S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
     S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS, S_TOOL_CHOICE, S_PAR_TOOLS, S_N_CHOICES,
-    S_GRAMMAR, S_OP, S_ADD_SPECIAL,
+    S_GRAMMAR, S_OP, S_ADD_SPECIAL, S_THINK, S_INPUTS, S_DIMS,
 };
 
 static const field_t submit_fields[] = {
@@ -853,7 +903,25 @@ static const field_t submit_fields[] = {
     [S_N_CHOICES] = {"n_choices", false},
     [S_GRAMMAR] = {"grammar", false},
     [S_OP] = {"op", false},          [S_ADD_SPECIAL] = {"add_special", false},
+    [S_THINK] = {"think", false},
+    [S_INPUTS] = {"inputs", false},  [S_DIMS] = {"dims", false},
 };
+
+static const field_t input_fields[] = {{"t", false}, {"ids", false}};
+
+static int input_field(dec_t *d, void *obj, int idx)
+{
+    proto_input_t *in = obj;
+    if (in->text || in->ids)
+        return fail(d, PROTO_EFIELD, "an input takes one of 't', 'ids'");
+    if (idx == 0)
+        return get_str(d, &in->text, NULL, 0, PROTO_MAX_PROMPT);
+    if (get_ids(d, &in->ids, &in->n_ids, PROTO_MAX_TOKENS) < 0)
+        return -1;
+    if (in->n_ids == 0)
+        return fail(d, PROTO_ERANGE, "an input's 'ids' is empty");
+    return 0;
+}
 
 static int submit_field(dec_t *d, void *obj, int idx)
 {
@@ -950,14 +1018,28 @@ static int submit_field(dec_t *d, void *obj, int idx)
         const uint8_t *k;
         if (mpread_str(&d->r, &k, &n) < 0)
             return -1;
-        if (n == 8 && memcmp(k, "tokenize", 8) == 0)
-            s->op = PROTO_OP_TOKENIZE;
-        else if (n == 10 && memcmp(k, "detokenize", 10) == 0)
-            s->op = PROTO_OP_DETOKENIZE;
-        else
-            return fail(d, PROTO_ERANGE, "unknown op");
-        return 0;
+        for (int op = PROTO_OP_TOKENIZE; op <= PROTO_OP_EMBED; op++)
+            if (strlen(proto_op_name((proto_op_t)op)) == n && memcmp(k, proto_op_name((proto_op_t)op), n) == 0) {
+                s->op = (proto_op_t)op;
+                return 0;
+            }
+        return fail(d, PROTO_ERANGE, "unknown op");
     }
+    case S_INPUTS:
+        if (get_array(d, &n, PROTO_MAX_CHOICES) < 0)
+            return -1;
+        if (n == 0)
+            return fail(d, PROTO_ERANGE, "'inputs' is empty");
+        s->inputs = xcalloc(n, sizeof *s->inputs);
+        s->n_inputs = n;
+        for (uint32_t i = 0; i < n; i++) {
+            if (read_map(d, input_fields, NFIELDS(input_fields), input_field, &s->inputs[i]) < 0)
+                return -1;
+            if (!s->inputs[i].text && !s->inputs[i].ids)
+                return fail(d, PROTO_EFIELD, "an input needs 't' or 'ids'");
+        }
+        return 0;
+    case S_DIMS: return get_u32(d, &s->dimensions, 1, PROTO_MAX_EMBED_DIM);
     case S_ADD_SPECIAL: {
         bool b;
         if (get_bool(d, &b) < 0)
@@ -965,6 +1047,9 @@ static int submit_field(dec_t *d, void *obj, int idx)
         s->no_special = !b;
         return 0;
     }
+    case S_THINK:
+        s->has_think = true;
+        return get_bool(d, &s->think);
     }
     return -1;
 }
@@ -983,9 +1068,19 @@ static int submit_check(dec_t *d, proto_submit_t *s)
             return fail(d, PROTO_EFIELD, "completion takes 'prompt' or 'prompt_ids', not 'msgs'");
         if (s->tools)
             return fail(d, PROTO_EFIELD, "completion takes no 'tools'");
-        if ((s->prompt != NULL) == s->has_prompt_ids)
+        if (s->has_think)
+            return fail(d, PROTO_EFIELD, "completion takes no 'think'");
+        if (s->op == PROTO_OP_EMBED) {
+            if (s->prompt || s->has_prompt_ids || !s->n_inputs)
+                return fail(d, PROTO_EFIELD, "op embed takes 'inputs', not 'prompt'/'prompt_ids'");
+        } else if ((s->prompt != NULL) == s->has_prompt_ids) {
             return fail(d, PROTO_EFIELD, "completion needs exactly one of 'prompt', 'prompt_ids'");
+        }
     }
+    if (s->op != PROTO_OP_EMBED && (s->n_inputs || s->dimensions))
+        return fail(d, PROTO_EFIELD, "'inputs' and 'dims' belong to op embed");
+    if (s->op == PROTO_OP_EMBED && s->kind != PROTO_KIND_COMPLETION)
+        return fail(d, PROTO_EFIELD, "op embed is of kind completion");
     if (s->tool_choice && !s->tools)
         return fail(d, PROTO_EFIELD, "'tool_choice' requires 'tools'");
     if (s->tool_choice && strcmp(s->tool_choice, "required") != 0 && strcmp(s->tool_choice, "auto") != 0 &&
@@ -997,9 +1092,11 @@ static int submit_check(dec_t *d, proto_submit_t *s)
         s->n_choices = 1;
     if (s->n_choices > 1 && s->n_resume)
         return fail(d, PROTO_EFIELD, "'n_choices' > 1 cannot 'resume'");
-    if (s->op != PROTO_OP_GENERATE && (s->n_choices > 1 || s->n_resume))
+    if (s->op == PROTO_OP_EMBED && (s->n_choices != s->n_inputs || s->n_resume))
+        return fail(d, PROTO_EFIELD, "op embed needs 'n_choices' = the number of inputs, no 'resume'");
+    if ((s->op == PROTO_OP_TOKENIZE || s->op == PROTO_OP_DETOKENIZE) && (s->n_choices > 1 || s->n_resume))
         return fail(d, PROTO_EFIELD, "'op' %s takes neither 'n_choices' > 1 nor 'resume'",
-                    s->op == PROTO_OP_TOKENIZE ? "tokenize" : "detokenize");
+                    proto_op_name(s->op));
     if (s->op == PROTO_OP_DETOKENIZE && !s->has_prompt_ids)
         return fail(d, PROTO_EFIELD, "'op' detokenize needs 'prompt_ids'");
     return 0;
@@ -1056,7 +1153,7 @@ static const field_t event_fields[] = {
     {"id", true},     {"text", false},   {"ids", false},   {"n", true},
     {"n_resumed", false}, {"lp", false}, {"finish", false}, {"usage", false},
     {"choice", false},
-    {"err", false},
+    {"err", false},   {"emb", false},
 };
 
 static int event_field(dec_t *d, void *obj, int idx)
@@ -1095,6 +1192,22 @@ static int event_field(dec_t *d, void *obj, int idx)
         return read_map(d, usage_fields, NFIELDS(usage_fields), usage_field, &e->usage);
     case 8: return get_u32(d, &e->choice, 0, PROTO_MAX_CHOICES - 1);
     case 9: return get_u32(d, &e->err, 0, PROTO_MAX_ERR);
+    case 10: {
+        const uint8_t *b;
+        if (mpread_bin(&d->r, &b, &n) < 0)
+            return -1;
+        if (n == 0 || n % 4 || n / 4 > PROTO_MAX_EMBED_DIM)
+            return fail(d, PROTO_ERANGE, "'emb' of %u bytes: want a multiple of 4 in [4, %u]", n,
+                        4 * PROTO_MAX_EMBED_DIM);
+        e->n_embedding = n / 4;
+        e->embedding = xmalloc((size_t)n);
+        for (uint32_t i = 0; i < n / 4; i++) {
+            uint32_t u = (uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 |
+                         (uint32_t)b[4 * i + 2] << 16 | (uint32_t)b[4 * i + 3] << 24;
+            memcpy(&e->embedding[i], &u, 4);
+        }
+        return 0;
+    }
     }
     return -1;
 }

@@ -104,6 +104,9 @@
  *                         worker enforces the last two with a grammar.
  *                         ≤ PROTO_MAX_NAME bytes
  *   par_tools  bool  opt  more than one call per answer allowed, default true
+ *   think      bool  opt  chat only: chat_template_kwargs.enable_thinking
+ *                         (absent = not given; templates that do not read it
+ *                         ignore it)
  *   prompt     str   opt  ≤ PROTO_MAX_PROMPT bytes
  *   prompt_ids array opt  token ids (uint ≤ PROTO_MAX_TOKEN_ID), ≤ PROTO_MAX_TOKENS;
  *                         used instead of prompt, e.g. by pagoda-bench
@@ -153,6 +156,19 @@
  *                         resume, nothing is generated or sampled.
  *   add_special bool opt  tokenize a text prompt with the tokenizer's BOS rule
  *                         (default true); false = no BOS
+ *                         op "embed" (POST /v1/embeddings): kind "completion",
+ *                         no prompt/prompt_ids; `inputs` instead, n_choices =
+ *                         the number of inputs. Each input is a prefill-only
+ *                         sequence (nothing sampled); the worker answers one
+ *                         EVENT per input (choice = its index) with `emb`,
+ *                         finish "stop" and usage.prompt = its token count.
+ *   inputs     array opt  op embed only (and required there): 1..PROTO_MAX_CHOICES
+ *                         maps {t: str ≤ PROTO_MAX_PROMPT (text, tokenized with
+ *                         the BOS rule)} or {ids: array of token ids, 1..
+ *                         PROTO_MAX_TOKENS}, exactly one of the two keys
+ *   dims       uint  opt  op embed: the client's `dimensions`, 1..PROTO_MAX_EMBED_DIM;
+ *                         the worker answers ERROR 400 unless it equals the model's
+ *                         embedding size
  *
  * CANCEL (gateway → worker) stop a request; the worker answers with a final
  *   EVENT (finish "cancelled") unless the request had already finished.
@@ -180,6 +196,10 @@
  *                         completion: uint}
  *   err        uint  opt  with finish "error" / "timeout": why, a proto_err_t
  *                         (table below), 0..PROTO_MAX_ERR; default 0 = unspecified
+ *   emb        bin   opt  op embed, with finish "stop": the input's embedding as
+ *                         little-endian float32, 4..4·PROTO_MAX_EMBED_DIM bytes
+ *                         (a multiple of 4): pooled final-norm hidden state,
+ *                         L2-normalised
  *
  * ERROR (both ways) something failed.
  *   id         uint  req  request id, 0 = not about one request
@@ -270,7 +290,8 @@
 #define PROTO_MAX_PROMPT (8u << 20)       /* prompt, each message content */
 #define PROTO_MAX_MESSAGES 1024
 #define PROTO_MAX_TOKENS (1u << 20)       /* prompt_ids, resume, n_ctx */
-#define PROTO_MAX_CHOICES 128             /* SUBMIT n_choices */
+#define PROTO_MAX_CHOICES 128             /* SUBMIT n_choices, and inputs of op embed */
+#define PROTO_MAX_EMBED_DIM 65536         /* floats in one EVENT emb */
 #define PROTO_MAX_TOKEN_ID 0x7fffffff
 #define PROTO_MAX_STOP 16
 #define PROTO_MAX_STOP_LEN 1024
@@ -351,6 +372,7 @@ typedef enum proto_op {
     PROTO_OP_GENERATE = 0,      /* "op" absent */
     PROTO_OP_TOKENIZE = 1,      /* wire "tokenize" */
     PROTO_OP_DETOKENIZE = 2,    /* wire "detokenize" */
+    PROTO_OP_EMBED = 3,         /* wire "embed" */
 } proto_op_t;
 
 typedef enum proto_finish {
@@ -450,6 +472,13 @@ typedef struct proto_sampling {
     uint32_t top_logprobs;       /* top_lp */
 } proto_sampling_t;
 
+/* One input of op embed: text (tokenized by the worker) or token ids. */
+typedef struct proto_input {
+    char *text;                  /* t, NULL when ids are given */
+    int32_t *ids;                /* ids, (n_ids); used when text is NULL */
+    uint32_t n_ids;
+} proto_input_t;
+
 typedef struct proto_submit {
     uint64_t id;                 /* id */
     proto_priority_t priority;   /* prio */
@@ -473,9 +502,14 @@ typedef struct proto_submit {
     char *tools;                 /* tools: JSON array text, NULL = absent */
     char *tool_choice;           /* tool_choice, NULL = absent ("auto") */
     bool no_par_tools;           /* par_tools false */
+    bool has_think;              /* think present */
+    bool think;                  /* think: enable_thinking, when has_think */
     uint32_t n_choices;          /* n_choices; decoded: 1 when absent. Encoded only when > 1 */
     proto_op_t op;               /* op */
     bool no_special;             /* add_special: false (encoded only then) */
+    proto_input_t *inputs;       /* inputs (op embed), (n_inputs); NULL otherwise */
+    uint32_t n_inputs;
+    uint32_t dimensions;         /* dims (op embed), 0 = absent */
 } proto_submit_t;
 
 typedef struct proto_cancel {
@@ -517,6 +551,8 @@ typedef struct proto_event {
     bool has_usage;              /* usage present */
     proto_usage_t usage;         /* usage */
     uint32_t err;                /* err: proto_err_t with finish error/timeout, 0 = unspecified */
+    float *embedding;            /* emb (op embed), (n_embedding) floats; NULL otherwise */
+    uint32_t n_embedding;
 } proto_event_t;
 
 typedef struct proto_error {
@@ -577,6 +613,8 @@ void proto_msg_clear(proto_msg_t *m);
 const char *proto_type_name(int type);
 const char *proto_finish_name(proto_finish_t f);
 const char *proto_kind_name(proto_kind_t k);
+/* "tokenize", "detokenize", "embed" (wire op values); "generate" otherwise. */
+const char *proto_op_name(proto_op_t op);
 const char *proto_status_name(int status);
 /* "context_length"... for a proto_err_t; "unspecified" for 0 and for values
  * this version does not know. */

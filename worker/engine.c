@@ -140,6 +140,10 @@ int32_t engine_prompt_submit(const engine_t *e, const proto_submit_t *s, int32_t
     return engine_prompt_submit_prefix(e, s, SIZE_MAX, out, NULL, err, errlen);
 }
 
+/* Renders msgs with o and tokenizes at most max_bytes of the prompt. */
+static int32_t prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, const chat_render_opts_t *o,
+                           size_t max_bytes, int32_t **out, bool *truncated, char *err, size_t errlen);
+
 int32_t engine_prompt_submit_prefix(const engine_t *e, const proto_submit_t *s, size_t max_bytes,
                                     int32_t **out, bool *truncated, char *err, size_t errlen)
 {
@@ -153,8 +157,9 @@ int32_t engine_prompt_submit_prefix(const engine_t *e, const proto_submit_t *s, 
             msgs[i].tool_calls = s->messages[i].tool_calls;
             msgs[i].tool_call_id = s->messages[i].tool_call_id;
         }
-        int32_t n = engine_prompt_chat_prefix(e, msgs, s->n_messages, s->tools, max_bytes, out,
-                                              truncated, err, errlen);
+        chat_render_opts_t o = {.tools_json = s->tools, .add_generation_prompt = true,
+                                .enable_thinking = s->has_think ? s->think : -1};
+        int32_t n = prompt_chat(e, msgs, s->n_messages, &o, max_bytes, out, truncated, err, errlen);
         free(msgs);
         return n;
     }
@@ -184,9 +189,16 @@ int32_t engine_prompt_chat_prefix(const engine_t *e, const chat_msg_t *msgs, siz
                                   const char *tools_json, size_t max_bytes, int32_t **out,
                                   bool *truncated, char *err, size_t errlen)
 {
+    chat_render_opts_t o = {.tools_json = tools_json, .add_generation_prompt = true, .enable_thinking = -1};
+    return prompt_chat(e, msgs, n, &o, max_bytes, out, truncated, err, errlen);
+}
+
+static int32_t prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, const chat_render_opts_t *o,
+                           size_t max_bytes, int32_t **out, bool *truncated, char *err, size_t errlen)
+{
     char *prompt = NULL;
     size_t plen = 0;
-    if (chat_template_render_tools(e->tmpl, msgs, n, tools_json, true, &prompt, &plen, err, errlen) != 0)
+    if (chat_template_render_opts(e->tmpl, msgs, n, o, &prompt, &plen, err, errlen) != 0)
         return -1;
     if (truncated)
         *truncated = plen > max_bytes;

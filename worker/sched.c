@@ -3,6 +3,7 @@
 #include "worker/sched.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,9 @@ typedef struct seq {
     const char *draw_error;    /* set by sample_draw: end the sequence with this error */
     bool cancelled;
     enum sched_finish finish;  /* set when the sequence ends during a step */
+    enum model_pooling embed;  /* embedding sequence: its pooling; 0 = generation */
+    double *emb_sum;           /* (dim) embedding: sum (mean) or last hidden state so far */
+    float *emb_out;            /* (dim) embedding: the reported vector */
 
     /* this step */
     bool in_batch;             /* has rows in the batch being built */
@@ -84,6 +88,8 @@ struct sched {
     /* step scratch, sized once */
     int32_t *b_token, *b_pos, *b_seq; /* (max_batch_tokens) */
     uint8_t *b_want;                  /* (max_batch_tokens) */
+    uint8_t *b_hid;                   /* (max_batch_tokens) rows whose hidden state embeddings pool */
+    float *hidden;                    /* (max_batch_tokens, dim) those hidden states, row order */
     const int32_t **b_tables;         /* (max_seqs) */
     int32_t *b_nblocks;               /* (max_seqs) */
     seq_t **b_seqs;                   /* (max_seqs) sequence of batch seq index */
@@ -155,6 +161,8 @@ static void seq_free(seq_t **ps)
     free(q->tokens);
     free(q->stop_ids);
     free(q->out_text);
+    free(q->emb_sum);
+    free(q->emb_out);
     free(q);
     *ps = NULL;
 }
@@ -331,6 +339,8 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     s->b_pos = xmalloc((size_t)mb * sizeof(int32_t));
     s->b_seq = xmalloc((size_t)mb * sizeof(int32_t));
     s->b_want = xmalloc((size_t)mb);
+    s->b_hid = xmalloc((size_t)mb);
+    s->hidden = xmalloc((size_t)mb * (size_t)mc->dim * sizeof(float));
     s->b_tables = xmalloc((size_t)ms * sizeof *s->b_tables);
     s->b_nblocks = xmalloc((size_t)ms * sizeof(int32_t));
     s->b_seqs = xmalloc((size_t)ms * sizeof *s->b_seqs);
@@ -361,6 +371,8 @@ void sched_free(sched_t **ps)
     free(s->b_pos);
     free(s->b_seq);
     free(s->b_want);
+    free(s->b_hid);
+    free(s->hidden);
     free(s->b_tables);
     free(s->b_nblocks);
     free(s->b_seqs);
@@ -600,6 +612,71 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
     return 0;
 }
 
+int sched_submit_embed(sched_t *s, const sched_embed_req_t *r, char *err, size_t errlen)
+{
+    const int32_t ctx = s->max_positions, vocab = s->model->cfg.vocab, dim = s->model->cfg.dim;
+    if (r->n_inputs < 1 || r->n_inputs > SCHED_MAX_CHOICES) {
+        snprintf(err, errlen, "%d inputs: want 1..%d", r->n_inputs, SCHED_MAX_CHOICES);
+        return SCHED_EINVAL;
+    }
+    for (int32_t i = 0; i < r->n_inputs; i++) {
+        if (r->n_prompts[i] < 1) {
+            snprintf(err, errlen, "input %d is empty", i);
+            return SCHED_EINVAL;
+        }
+        if (r->n_prompts[i] > ctx) {
+            snprintf(err, errlen, "input %d has %d tokens but the context holds %d tokens", i,
+                     r->n_prompts[i], ctx);
+            return SCHED_ETOO_LONG;
+        }
+        for (int32_t k = 0; k < r->n_prompts[i]; k++)
+            if (r->prompts[i][k] < 0 || r->prompts[i][k] >= vocab) {
+                snprintf(err, errlen, "input %d: token %d is out of the vocabulary (%d)", i,
+                         r->prompts[i][k], vocab);
+                return SCHED_EINVAL;
+            }
+    }
+    if (find_seq(s, r->id)) {
+        snprintf(err, errlen, "request %llu is already running", (unsigned long long)r->id);
+        return SCHED_EDUPLICATE;
+    }
+    for (int32_t i = 0; i < r->n_inputs; i++) {
+        seq_t *q = xcalloc(1, sizeof *q);
+        q->id = r->id;
+        q->index = i;
+        q->priority = r->priority < 0 ? 0 : r->priority > 2 ? 2 : r->priority;
+        q->state = SEQ_WAITING;
+        q->arrival = s->n_arrivals++;
+        q->deadline_us = r->deadline_us;
+        q->top_logprobs = -1;
+        q->n_prompt = r->n_prompts[i];
+        for (int32_t k = 0; k < r->n_prompts[i]; k++)
+            seq_push_token(q, r->prompts[i][k]);
+        q->kv = kv_seq_new(s->pool);
+        q->embed = r->pooling == MODEL_POOL_LAST ? MODEL_POOL_LAST : MODEL_POOL_MEAN;
+        q->emb_sum = xcalloc((size_t)dim, sizeof *q->emb_sum);
+        q->emb_out = xcalloc((size_t)dim, sizeof *q->emb_out);
+        vec_push(s->seqs, s->n_seqs, s->cap_seqs, q);
+    }
+    return SCHED_OK;
+}
+
+/* The end of an embedding sequence's prompt: its pooled vector, L2-normalised
+ * (a zero vector stays zero), into q->emb_out. */
+static void embed_finish(const sched_t *s, seq_t *q)
+{
+    const int32_t dim = s->model->cfg.dim;
+    const double scale = q->embed == MODEL_POOL_MEAN ? 1.0 / q->n_prompt : 1.0;
+    double ss = 0;
+    for (int32_t i = 0; i < dim; i++) {
+        double v = q->emb_sum[i] * scale;
+        ss += v * v;
+    }
+    const double inv = ss > 0 ? 1.0 / sqrt(ss) : 0.0;
+    for (int32_t i = 0; i < dim; i++)
+        q->emb_out[i] = (float)(q->emb_sum[i] * scale * inv);
+}
+
 int32_t sched_abort_all(sched_t *s)
 {
     int32_t n = s->n_seqs;
@@ -690,7 +767,8 @@ static void admit(sched_t *s)
         /* Attach cached prefix blocks, then reserve the rest of the prompt
          * (and resumed tokens): admission needs room for the whole recompute
          * so a new sequence never starts only to be preempted mid-prompt. */
-        int32_t hit = kv_pool_match_prefix(s->pool, best->tokens, best->n_tokens, best->kv);
+        /* embeddings pool every prompt position: nothing from the cache */
+        int32_t hit = best->embed ? 0 : kv_pool_match_prefix(s->pool, best->tokens, best->n_tokens, best->kv);
         if (hit < 0)
             hit = 0;
         int32_t need = best->n_tokens - hit;
@@ -711,6 +789,8 @@ static void admit(sched_t *s)
         best->state = SEQ_RUNNING;
         best->admitted = s->n_admissions++;
         best->n_computed = hit;
+        if (best->embed) /* (re)admitted: its sum starts again with position 0 */
+            memset(best->emb_sum, 0, (size_t)s->model->cfg.dim * sizeof *best->emb_sum);
         if (!best->first_admission_done) {
             /* usage counts prompt tokens: a resumed request's hit can reach
              * into its resumed tokens, which are not prompt */
@@ -736,13 +816,25 @@ static void out_append(seq_t *q, const char *d, size_t n)
 /* Constrained draw: from the grammar's mask, banning and redrawing tokens
  * the length budget (tokens left, this one included) cannot afford; after
  * GMATCH_REDRAWS bans the mask is recomputed with the budget applied to
- * every token. Returns -1 (q->draw_error set) when no token is allowed. */
+ * every token. When the budget is tight (at most one byte of slack over the
+ * fewest bytes that complete the document) that budget mask is used from
+ * the first draw, since most grammar tokens would not fit. Either way the
+ * token is drawn from the fitting ones (greedy: the best fitting token).
+ * Returns -1 (q->draw_error set) when no token is allowed. */
 static int32_t grammar_draw(seq_t *q, const float *row, int64_t budget, sampler_logprobs_t *lp)
 {
     int32_t n_ok = gmatch_mask(q->gm, q->gmask);
     if (n_ok == 0) {
         q->draw_error = "the grammar allows no token of this vocabulary here";
         return -1;
+    }
+    /* close to the limit most draws would not fit: apply the budget at once */
+    if (budget - 2 <= gmatch_cost(q->gm) + 1) {
+        int32_t n_fit = gmatch_mask_budget(q->gm, budget, q->gmask);
+        if (n_fit > 0)
+            n_ok = n_fit;
+        else
+            gmatch_mask(q->gm, q->gmask);
     }
     int32_t t = sampler_sample_masked(q->sampler, row, q->gmask, lp);
     for (int attempt = 1; !gmatch_fits(q->gm, t, budget); attempt++) {
@@ -905,7 +997,9 @@ restart:
                 s->b_token[n_rows] = q->tokens[p];
                 s->b_pos[n_rows] = p;
                 s->b_seq[n_rows] = b;
-                s->b_want[n_rows] = (uint8_t)(p == q->n_tokens - 1);
+                bool last = p == q->n_tokens - 1;
+                s->b_want[n_rows] = (uint8_t)(last && !q->embed);
+                s->b_hid[n_rows] = (uint8_t)(q->embed == MODEL_POOL_MEAN || (q->embed && last));
                 n_rows++;
             }
         }
@@ -942,6 +1036,12 @@ int sched_step(sched_t *s)
         .block_tables = s->b_tables,
         .n_blocks = s->b_nblocks,
     };
+    for (int32_t r = 0; r < n_rows; r++)
+        if (s->b_hid[r]) {
+            fb.want_hidden = s->b_hid;
+            fb.hidden = s->hidden;
+            break;
+        }
     if (forward_run(s->fwd, &fb, kv_pool_store(s->pool), s->logits) != 0) {
         const char *msg = forward_error(s->fwd);
         log_error("forward pass failed: %s", msg ? msg : "unknown error");
@@ -957,17 +1057,43 @@ int sched_step(sched_t *s)
     /* Logits rows come in batch order, one per sequence whose chunk ended on
      * its last pending token (rows of one sequence are contiguous). */
     int32_t n_draw = 0;
+    const int32_t dim = s->model->cfg.dim;
+    int32_t row = 0, i_hid = 0; /* this sequence's first row; next hidden-state row */
     for (int32_t b = 0; b < n_bseq; b++) {
         seq_t *q = s->b_seqs[b];
         int32_t end = q->n_computed + s->b_chunk[b];
+        /* embeddings: sum (mean) or keep (last) the hidden states of its rows */
+        for (int32_t k = 0; k < s->b_chunk[b]; k++, row++) {
+            if (!s->b_hid[row])
+                continue;
+            assert(q->embed);
+            const float *h = s->hidden + (size_t)i_hid++ * dim;
+            for (int32_t i = 0; i < dim; i++)
+                q->emb_sum[i] += h[i];
+        }
         if (q->n_computed < q->n_prompt) {
             int32_t pe = end < q->n_prompt ? end : q->n_prompt;
             s->st.prompt_tokens += (uint64_t)(pe - q->n_computed);
         }
         q->n_computed = end;
         kv_pool_commit_full_blocks(s->pool, q->kv);
-        if (end == q->n_tokens)
+        if (end == q->n_tokens && q->embed) {
+            embed_finish(s, q);
+            sched_event_t ev = {
+                .id = q->id,
+                .index = q->index,
+                .text = "",
+                .finish = SCHED_FINISH_STOP,
+                .n_prompt = q->n_prompt,
+                .embedding = q->emb_out,
+                .n_embedding = dim,
+            };
+            if (s->on_event)
+                s->on_event(s->ud, &ev);
+            q->finish = SCHED_FINISH_STOP; /* retired below */
+        } else if (end == q->n_tokens) {
             s->b_draw[n_draw++] = q; /* logits row n_draw - 1 */
+        }
     }
     /* Drawing is per sequence (its own sampler and RNG), ~30-60 us per row at
      * a 32k vocabulary: split over the threads instead of leaving the other

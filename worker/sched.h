@@ -55,6 +55,18 @@
  * each draws its own. Cancel and deadline end all n; each reports its own
  * events (sched_event_t.index) and finish.
  *
+ * Embeddings (sched_submit_embed): each input is a prefill-only sequence
+ * that goes through the same steps as generation (admitted by priority,
+ * packed in prefill chunks beside decode rows, preemptible) but samples
+ * nothing: its rows ask the forward pass for their final hidden state
+ * (fwd_batch_t.want_hidden; every row for mean pooling, the last prompt
+ * row for last pooling) instead of logits. After its last prompt row the
+ * pooled vector is L2-normalised and reported in one event (finish STOP,
+ * n_completion 0) and the sequence ends. Mean pooling needs every prompt
+ * token's hidden state, so embedding sequences never take blocks from the
+ * prefix cache (their full blocks still go into it when computed, for
+ * later generation requests); a preempted one starts its sum again.
+ *
  * A sequence that is preempted keeps its generated tokens, sampler state and
  * detokenizer, so resuming it reproduces exactly what an uninterrupted run
  * would have produced (the recompute samples nothing).
@@ -172,6 +184,9 @@ typedef struct sched_event {
     int32_t n_cached;          /* prompt tokens served from the prefix cache at first admission */
     int32_t n_completion;      /* tokens generated, resumed ones included */
     int32_t n_resumed;         /* the request's n_resume (echoed in EVENT n_resumed) */
+    const float *embedding;    /* embedding requests, with finish STOP: (n_embedding) floats,
+                                * L2-normalised; NULL otherwise */
+    int32_t n_embedding;       /* the model's dim */
 } sched_event_t;
 
 typedef void (*sched_event_fn)(void *ud, const sched_event_t *ev);
@@ -204,6 +219,23 @@ void sched_free(sched_t **s);
  *   SCHED_ETOO_LONG   prompt + resumed + 1 > context
  *   SCHED_EDUPLICATE  a live request has this id */
 int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen);
+/* An embedding request: n_inputs prompts pooled by `pooling`, one sequence
+ * each, sharing the id (sched_event_t.index = input index). */
+typedef struct sched_embed_req {
+    uint64_t id;               /* unique among live requests */
+    int32_t priority;          /* 0 high, 1 normal, 2 low */
+    int64_t deadline_us;       /* clock_now_us() deadline; 0 = none */
+    enum model_pooling pooling;
+    const int32_t *const *prompts; /* (n_inputs) pointers, each (n_prompts[i]) token ids */
+    const int32_t *n_prompts;  /* (n_inputs) */
+    int32_t n_inputs;          /* 1..SCHED_MAX_CHOICES */
+} sched_embed_req_t;
+
+/* Accepts an embedding request (copied). Returns SCHED_OK, or with a
+ * message in err: SCHED_EINVAL (no inputs or too many, an empty input, a
+ * token outside the vocabulary), SCHED_ETOO_LONG (an input longer than the
+ * context), SCHED_EDUPLICATE. Each input ends with its own event. */
+int sched_submit_embed(sched_t *s, const sched_embed_req_t *r, char *err, size_t errlen);
 /* Cancels a request at any phase (every choice); its blocks are freed in the
  * next step and a final event with SCHED_FINISH_CANCELLED is reported for each
  * choice still running. 0 ok, -1 unknown id. */

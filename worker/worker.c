@@ -34,6 +34,7 @@ struct worker {
     int heartbeat_ms;                     /* --heartbeat-ms (the link may adopt the gateway's) */
     int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
     char *test_step_wedge;                /* TEST ONLY, env PAGODA_TEST_STEP_WEDGE (owned) */
+    int64_t test_load_sleep_us;           /* TEST ONLY, env PAGODA_TEST_LOAD_SLEEP_MS */
     _Atomic uint64_t layers_done;         /* forward layers computed: progress inside a step */
     uint32_t capacity;                    /* max concurrent sequences (sched_capacity) */
     uint32_t n_ctx;                       /* tokens per sequence (sched_context_length) */
@@ -112,6 +113,8 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
     e->n_tokens = (uint32_t)ev->n_completion;
     e->n_resumed = (uint32_t)ev->n_resumed;
     e->choice = (uint32_t)ev->index;
+    e->embedding = (float *)ev->embedding;
+    e->n_embedding = ev->embedding ? (uint32_t)ev->n_embedding : 0;
     proto_logprob_t lp[1];
     if (ev->logprobs && ev->n_tokens == 1) {
         const sched_token_logprob_t *l = &ev->logprobs[0];
@@ -345,10 +348,58 @@ static proto_err_t submit_tokenizer_op(struct worker *w, const proto_submit_t *s
     return cause;
 }
 
+/* An op "embed" SUBMIT: each input tokenized (text with the BOS rule, as a
+ * completion prompt) and handed to the scheduler as one prefill-only
+ * sequence, pooled as the model's {arch}.pooling_type says. */
+static proto_err_t submit_embed(struct worker *w, const proto_submit_t *sm, char *err, size_t errlen)
+{
+    const engine_t *e = w->engine;
+    const uint32_t n = sm->n_inputs;
+    if (sm->dimensions && sm->dimensions != (uint32_t)e->model->cfg.dim) {
+        snprintf(err, errlen, "dimensions %u is not supported: this model's embeddings have %d",
+                 sm->dimensions, e->model->cfg.dim);
+        return PROTO_ERR_BAD_REQUEST;
+    }
+    int32_t **prompts = xcalloc(n ? n : 1, sizeof *prompts);
+    int32_t *lens = xcalloc(n ? n : 1, sizeof *lens);
+    proto_err_t cause = PROTO_ERR_NONE;
+    for (uint32_t i = 0; i < n && cause == PROTO_ERR_NONE; i++) {
+        const proto_input_t *in = &sm->inputs[i];
+        if (in->text) {
+            lens[i] = engine_prompt_text(e, in->text, strlen(in->text), &prompts[i], err, errlen);
+            if (lens[i] < 0)
+                cause = PROTO_ERR_BAD_REQUEST;
+        } else {
+            prompts[i] = xmalloc((in->n_ids ? in->n_ids : 1) * sizeof **prompts);
+            memcpy(prompts[i], in->ids, in->n_ids * sizeof **prompts);
+            lens[i] = (int32_t)in->n_ids;
+        }
+    }
+    if (cause == PROTO_ERR_NONE) {
+        sched_embed_req_t r = {
+            .id = sm->id,
+            .priority = (int32_t)sm->priority,
+            .deadline_us = sm->deadline_ms ? clock_now_us() + (int64_t)sm->deadline_ms * 1000 : 0,
+            .pooling = e->model->cfg.pooling,
+            .prompts = (const int32_t *const *)prompts,
+            .n_prompts = lens,
+            .n_inputs = (int32_t)n,
+        };
+        cause = err_from_sched(sched_submit_embed(w->sched, &r, err, errlen));
+    }
+    for (uint32_t i = 0; i < n; i++)
+        free(prompts[i]);
+    free(prompts);
+    free(lens);
+    return cause;
+}
+
 /* Hands a SUBMIT to the scheduler. Returns PROTO_ERR_NONE, or the cause
  * with a message for an ERROR reply. */
 static proto_err_t submit(struct worker *w, const proto_submit_t *sm, char *err, size_t errlen)
 {
+    if (sm->op == PROTO_OP_EMBED)
+        return submit_embed(w, sm, err, errlen);
     if (sm->op == PROTO_OP_TOKENIZE || sm->op == PROTO_OP_DETOKENIZE)
         return submit_tokenizer_op(w, sm, err, errlen);
     worker_req_t r;
@@ -435,18 +486,31 @@ static void publish_load(struct worker *w)
     worker_link_set_load(w->link, &load);
 }
 
-/* TEST ONLY (worker.h): slow or wedged steps for the liveness tests, without
- * a big model. Read once; never set in production. */
-static void test_step_env(struct worker *w)
+/* TEST ONLY: a PAGODA_TEST_*_MS variable in 1..3600000, else 0. */
+static int64_t test_env_ms(const char *name)
 {
-    const char *s = getenv("PAGODA_TEST_STEP_SLEEP_MS");
+    const char *s = getenv(name);
     char *end;
     unsigned long ms = s ? strtoul(s, &end, 10) : 0;
-    if (s && *s && !*end && ms > 0 && ms <= 3600000) {
-        w->test_step_sleep_us = (int64_t)ms * 1000;
-        log_warn("TEST ONLY: PAGODA_TEST_STEP_SLEEP_MS=%lu: every step sleeps first", ms);
+    return s && *s && !*end && ms > 0 && ms <= 3600000 ? (int64_t)ms : 0;
+}
+
+/* TEST ONLY (worker.h): slow or wedged steps and a slow model load for the
+ * liveness and restart tests, without a big model. Read once; never set in
+ * production. */
+static void test_step_env(struct worker *w)
+{
+    int64_t ms = test_env_ms("PAGODA_TEST_STEP_SLEEP_MS");
+    if (ms) {
+        w->test_step_sleep_us = ms * 1000;
+        log_warn("TEST ONLY: PAGODA_TEST_STEP_SLEEP_MS=%lld: every step sleeps first", (long long)ms);
     }
-    s = getenv("PAGODA_TEST_STEP_WEDGE");
+    ms = test_env_ms("PAGODA_TEST_LOAD_SLEEP_MS");
+    if (ms) {
+        w->test_load_sleep_us = ms * 1000;
+        log_warn("TEST ONLY: PAGODA_TEST_LOAD_SLEEP_MS=%lld: the model load sleeps first", (long long)ms);
+    }
+    const char *s = getenv("PAGODA_TEST_STEP_WEDGE");
     if (s && *s) {
         w->test_step_wedge = xstrdup(s);
         log_warn("TEST ONLY: PAGODA_TEST_STEP_WEDGE=%s: a step wedges when that file exists", s);
@@ -479,6 +543,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     w->scfg = cfg->sched;
     test_step_env(w);
 
+    if (w->test_load_sleep_us)
+        clock_sleep_us(w->test_load_sleep_us);
     w->engine = engine_load(w->model_path, err, errlen);
     if (!w->engine)
         goto err;

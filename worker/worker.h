@@ -24,6 +24,9 @@
  *   PAGODA_TEST_STEP_SLEEP_MS=N   every step first sleeps N ms
  *   PAGODA_TEST_STEP_WEDGE=FILE   a step that finds FILE deletes it and
  *                                 never returns (tests/integration/liveness.sh)
+ *   PAGODA_TEST_LOAD_SLEEP_MS=N   worker_new() sleeps N ms before loading the
+ *                                 model, like a real-size model's slow load
+ *                                 (tests/integration/restart_wait.sh)
  *
  * Credit: HEARTBEAT's free slots = capacity - requests held (running or
  * waiting), so the gateway keeps the rest in its priority queue, where

@@ -11,7 +11,8 @@
  *   then pairs        role, content; a one-byte role 0x01..0x05 stands for
  *                     system/user/assistant/tool/"bogus" so that known roles
  *                     are common; odd-numbered messages also carry their
- *                     content as tool_calls JSON (mostly invalid: refused)
+ *                     content as tool_calls JSON (mostly invalid: refused);
+ *                     every message has its content as tool_call_id
  *   a last unpaired   the tools JSON (chat_template_render_tools)
  *   segment */
 #include <stdint.h>
@@ -58,7 +59,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             role = roles[segs[s][0] - 1];
         /* odd roles (4th, 6th, ...) also carry the content as tool_calls JSON */
         msgs[n_msgs] = (chat_msg_t){.role = role, .content = segs[s + 1],
-                                    .tool_calls = (n_msgs % 2 == 1) ? segs[s + 1] : NULL};
+                                    .tool_calls = (n_msgs % 2 == 1) ? segs[s + 1] : NULL,
+                                    .tool_call_id = segs[s + 1]};
         n_msgs++;
     }
     /* a segment left over after the (role, content) pairs is the tools JSON */

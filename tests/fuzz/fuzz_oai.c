@@ -2,7 +2,8 @@
  *
  * Input layout (the seed corpus in tests/fuzz/corpus/oai/ uses it):
  *   byte 0     kind selector: even → chat completions, odd → completions;
- *              bit 1 set: the /tokenize (bit 2 clear) or /detokenize parser instead
+ *              bit 1 set: the /tokenize (bit 2 clear) or /detokenize parser instead;
+ *              bit 3 set (and bit 1 clear): the /v1/embeddings parser
  *   bytes 1..  the HTTP request body
  *
  * Beyond "no crash, no leak, no overread" (ASan/UBSan), it checks:
@@ -48,6 +49,40 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     oai_request_t r;
     oai_error_t err;
+    if ((data[0] & 10) == 8) {
+        int erc = oai_parse_embeddings(body, len, &r, &err);
+        if (erc != 0) {
+            if (erc != -1 || err.status != 400 || r.model || r.inputs || r.n_inputs)
+                __builtin_trap();
+            must_be_json(oai_error_json(&err));
+        } else {
+            if (!r.model || !r.model[0] || r.op != OAI_OP_EMBED || r.n_inputs < 1 ||
+                r.n_inputs > OAI_MAX_EMBED_INPUTS || r.dimensions < 0 || r.dimensions > OAI_MAX_EMBED_DIM)
+                __builtin_trap();
+            /* each input is exactly one non-empty form; the answer for
+             * vectors as long as the inputs is valid JSON in both encodings */
+            oai_embedding_t *emb = calloc(r.n_inputs, sizeof *emb);
+            float *v = calloc(64, sizeof *v);
+            for (size_t i = 0; i < r.n_inputs; i++) {
+                const oai_embed_input_t *in = &r.inputs[i];
+                if (in->text ? (in->ids || in->text_len == 0 || strlen(in->text) != in->text_len)
+                             : (!in->ids || in->n_ids < 1))
+                    __builtin_trap();
+                for (size_t k = 0; k < in->n_ids; k++)
+                    if (in->ids[k] < 0)
+                        __builtin_trap();
+                emb[i].v = v;
+                emb[i].dim = (in->text ? in->text_len : in->n_ids) % 64;
+                v[i % 64] = in->text ? (float)in->text[0] : (float)in->ids[0];
+            }
+            must_be_json(oai_embeddings_json(r.model, emb, r.n_inputs, r.base64, r.n_inputs));
+            free(v);
+            free(emb);
+            oai_request_free(&r);
+        }
+        free(s1);
+        return 0;
+    }
     if (data[0] & 2) {
         oai_op_t op = (data[0] & 4) ? OAI_OP_DETOKENIZE : OAI_OP_TOKENIZE;
         int trc = oai_parse_tokenizer(body, len, op, &r, &err);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <sodium.h>
 
 #include "common/utf8.h"
 #include "gateway/oai.h"
@@ -489,6 +490,140 @@ static const char *jget_str(json_t *o, const char *k)
 }
 
 /* POST /tokenize and /detokenize bodies (oai_parse_tokenizer). */
+/* /v1/embeddings bodies as a table: what parses (input forms, encoding,
+ * dimensions) and what is refused with which param. */
+static void test_embeddings_bodies(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body;
+        const char *param;   /* NULL: must parse; "-": refused with no param */
+        size_t n_inputs;     /* parsed: inputs */
+        int form;            /* parsed: 't' text inputs, 'i' token inputs */
+        bool base64;
+        int64_t dims;
+    } cases[] = {
+        {"{\"model\":\"m\",\"input\":\"hello\"}", NULL, 1, 't', false, 0},
+        {"{\"model\":\"m\",\"input\":[\"a\",\"b\",\"c\"],\"encoding_format\":\"base64\"}", NULL, 3, 't', true, 0},
+        {"{\"model\":\"m\",\"input\":[1,2,3],\"encoding_format\":\"float\",\"dimensions\":64}", NULL, 1, 'i', false, 64},
+        {"{\"model\":\"m\",\"input\":[[1,2],[3]],\"user\":\"x\",\"encoding_format\":null,\"other\":1}", NULL, 2, 'i', false, 0},
+        {"{\"input\":\"a\"}", "model", 0, 0, false, 0},
+        {"{\"model\":\"m\"}", "input", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":null}", "input", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":\"\"}", "input", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":[]}", "input", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":[\"a\",\"\"]}", "input[1]", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":[[1],[]]}", "input[1]", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":[\"a\",[1]]}", "input[1]", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":[[1],\"a\"]}", "input[1]", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":[1,\"a\"]}", "input[1]", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":[1,-1]}", "input[1]", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":[[2147483648]]}", "input[0][0]", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":[true]}", "input[0]", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":7}", "input", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":\"a\",\"encoding_format\":\"int8\"}", "encoding_format", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":\"a\",\"encoding_format\":1}", "encoding_format", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":\"a\",\"dimensions\":0}", "dimensions", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":\"a\",\"dimensions\":65537}", "dimensions", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":\"a\",\"dimensions\":1.5}", "dimensions", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":\"a\",\"user\":5}", "user", 0, 0, false, 0},
+        {"[\"a\"]", "-", 0, 0, false, 0},
+        {"{\"model\":\"m\",\"input\":\"a\"", "-", 0, 0, false, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        oai_request_t r;
+        oai_error_t e;
+        int rc = oai_parse_embeddings((const uint8_t *)cases[i].body, strlen(cases[i].body), &r, &e);
+        if (!cases[i].param) {
+            if (rc != 0)
+                fail_msg("case %zu (%s): %s", i, cases[i].body, e.message);
+            assert_int_equal(r.op, OAI_OP_EMBED);
+            assert_string_equal(r.model, "m");
+            assert_int_equal(r.n_inputs, cases[i].n_inputs);
+            for (size_t k = 0; k < r.n_inputs; k++)
+                assert_true(cases[i].form == 't' ? r.inputs[k].text && !r.inputs[k].ids
+                                                 : !r.inputs[k].text && r.inputs[k].n_ids >= 1);
+            assert_int_equal(r.base64, cases[i].base64);
+            assert_int_equal(r.dimensions, cases[i].dims);
+            oai_request_free(&r);
+            continue;
+        }
+        if (rc != -1)
+            fail_msg("case %zu (%s) was accepted", i, cases[i].body);
+        assert_int_equal(e.status, 400);
+        assert_null(r.inputs);
+        if (strcmp(cases[i].param, "-") == 0)
+            assert_true(e.param[0] == 0);
+        else if (strcmp(e.param, cases[i].param) != 0)
+            fail_msg("case %zu (%s): param '%s', want '%s' (%s)", i, cases[i].body, e.param,
+                     cases[i].param, e.message);
+    }
+
+    /* the input-count limit, and the token total */
+    size_t cap = 16 + 4 * (OAI_MAX_EMBED_INPUTS + 1) + 64;
+    char *big = malloc(cap);
+    size_t off = (size_t)snprintf(big, cap, "{\"model\":\"m\",\"input\":[");
+    for (int i = 0; i <= OAI_MAX_EMBED_INPUTS; i++)
+        off += (size_t)snprintf(big + off, cap - off, "%s\"x\"", i ? "," : "");
+    snprintf(big + off, cap - off, "]}");
+    oai_request_t r;
+    oai_error_t e;
+    assert_int_equal(oai_parse_embeddings((const uint8_t *)big, strlen(big), &r, &e), -1);
+    assert_string_equal(e.param, "input");
+    free(big);
+}
+
+/* The answer: OpenAI's shape; floats printed so float32 round-trips; base64
+ * decodes to the little-endian float32 bytes; a non-finite value is refused. */
+static void test_embeddings_json(void **state)
+{
+    (void)state;
+    const float a[3] = {0.6f, -0.8f, 1.0f / 3.0f}, b[3] = {1.0f, 0.0f, -0.0f};
+    oai_embedding_t emb[2] = {{a, 3}, {b, 3}};
+    char *s = oai_embeddings_json("m", emb, 2, false, 17);
+    json_error_t je;
+    json_t *j = json_loads(s, 0, &je);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "list");
+    assert_string_equal(json_string_value(json_object_get(j, "model")), "m");
+    json_t *u = json_object_get(j, "usage");
+    assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")), 17);
+    assert_int_equal(json_integer_value(json_object_get(u, "total_tokens")), 17);
+    json_t *data = json_object_get(j, "data");
+    assert_int_equal(json_array_size(data), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *d = json_array_get(data, i);
+        assert_string_equal(json_string_value(json_object_get(d, "object")), "embedding");
+        assert_int_equal(json_integer_value(json_object_get(d, "index")), (json_int_t)i);
+        json_t *v = json_object_get(d, "embedding");
+        assert_int_equal(json_array_size(v), 3);
+        for (size_t k = 0; k < 3; k++) /* the printed decimal reads back as the same float32 */
+            assert_true((float)json_number_value(json_array_get(v, k)) == emb[i].v[k]);
+    }
+    json_decref(j);
+    free(s);
+
+    s = oai_embeddings_json("m", emb, 1, true, 3);
+    j = json_loads(s, 0, &je);
+    assert_non_null(j);
+    const char *b64 = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "embedding"));
+    assert_non_null(b64);
+    /* 0.6f = 0x3f19999a, -0.8f = 0xbf4ccccd, 1/3f = 0x3eaaaaab, little-endian */
+    static const uint8_t want[12] = {0x9a, 0x99, 0x19, 0x3f, 0xcd, 0xcc, 0x4c, 0xbf, 0xab, 0xaa, 0xaa, 0x3e};
+    uint8_t got[16];
+    size_t n = 0;
+    assert_int_equal(sodium_base642bin(got, sizeof got, b64, strlen(b64), NULL, &n, NULL,
+                                       sodium_base64_VARIANT_ORIGINAL), 0);
+    assert_int_equal(n, 12);
+    assert_memory_equal(got, want, 12);
+    json_decref(j);
+    free(s);
+
+    const float bad[2] = {1.0f, NAN};
+    oai_embedding_t e1 = {bad, 2};
+    assert_null(oai_embeddings_json("m", &e1, 1, false, 1));
+}
+
 static void test_tokenizer_bodies(void **state)
 {
     (void)state;
@@ -1033,6 +1168,8 @@ int main(void)
         cmocka_unit_test(test_error_bodies),
         cmocka_unit_test(test_worker_errors),
         cmocka_unit_test(test_tokenizer_bodies),
+        cmocka_unit_test(test_embeddings_bodies),
+        cmocka_unit_test(test_embeddings_json),
         cmocka_unit_test(test_chat_completion),
         cmocka_unit_test(test_text_completion),
         cmocka_unit_test(test_chat_stream),

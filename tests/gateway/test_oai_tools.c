@@ -54,6 +54,22 @@ static const out_case_t OUT[] = {
     {"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Oslo\"}}]", 1, "get_weather",
      "{\"location\":\"Oslo\"}", NULL, NULL, ""},
     {"[TOOL_CALLS] not json", 0, NULL, NULL, NULL, NULL, NULL},
+    /* Mistral Nemo: parallel calls, the "id" a model may add is ignored, content before the tag */
+    {"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Oslo\"}, \"id\": \"a1b2c3d4e\"}, "
+     "{\"name\": \"lookup\", \"arguments\": {\"q\": [1, 2]}}]", 2, "get_weather", "{\"location\":\"Oslo\"}", "lookup",
+     "{\"q\":[1,2]}", ""},
+    {"Checking.\n\n[TOOL_CALLS] [{\"name\": \"lookup\", \"arguments\": {}}]\n", 1, "lookup", "{}", NULL, NULL,
+     "Checking."},
+    {"[TOOL_CALLS][]", 0, NULL, NULL, NULL, NULL, NULL},
+    {"[TOOL_CALLS][{\"name\": \"lookup\", \"arguments\": {}}] trailing", 0, NULL, NULL, NULL, NULL, NULL},
+    {"[TOOL_CALLS][{\"arguments\": {}}]", 0, NULL, NULL, NULL, NULL, NULL},
+    /* untagged (the [TOOL_CALLS] control token is not in the text): declared names only */
+    {"[{\"name\": \"lookup\", \"arguments\": {\"q\": \"x\"}}]", 1, "lookup", "{\"q\":\"x\"}", NULL, NULL, ""},
+    {" [ {\"name\": \"get_weather\", \"arguments\": {}}, {\"name\": \"lookup\", \"arguments\": {}} ] ", 2,
+     "get_weather", "{}", "lookup", "{}", ""},
+    {"[{\"name\": \"not_declared\", \"arguments\": {}}]", 0, NULL, NULL, NULL, NULL, NULL},
+    {"[1, 2, 3] are numbers", 0, NULL, NULL, NULL, NULL, NULL},
+    {"[link](http://x) text", 0, NULL, NULL, NULL, NULL, NULL},
     /* Llama 3 bare JSON: a declared name is required */
     {"{\"name\": \"get_weather\", \"parameters\": {\"location\": \"Lima\"}}", 1, "get_weather",
      "{\"location\":\"Lima\"}", NULL, NULL, ""},
@@ -116,7 +132,7 @@ static void test_hold_back_property(void **state)
                         fail_msg("case %zu: released byte %zu ('%c') of a call", i, k, t[k]);
             }
         }
-        if (OUT[i].n_calls == 0 && !strchr(t, '{') && !strstr(t, "[TOOL_CALLS") && !strstr(t, "<tool_call"))
+        if (OUT[i].n_calls == 0 && !strchr(t, '{') && !strchr(t, '[') && !strstr(t, "<tool_call"))
             assert_int_equal(oai_tools_safe_prefix(t, len), len); /* plain text streams entirely */
     }
 }
@@ -173,6 +189,49 @@ static void test_parse_request(void **state)
     oai_request_free(&r);
 }
 
+/* chat_template_kwargs: enable_thinking parsed; other keys ignored; wrong
+ * types 400 naming the field. */
+static void test_template_kwargs(void **state)
+{
+    (void)state;
+    oai_request_t r;
+    oai_error_t e;
+    const char *ok = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                     "\"chat_template_kwargs\":{\"enable_thinking\":false,\"custom\":[1,{\"x\":2}]}}";
+    assert_int_equal(oai_parse_request((const uint8_t *)ok, strlen(ok), OAI_CHAT, &r, &e), 0);
+    assert_true(r.has_enable_thinking);
+    assert_false(r.enable_thinking);
+    oai_request_free(&r);
+    const char *on = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                     "\"chat_template_kwargs\":{\"enable_thinking\":true}}";
+    assert_int_equal(oai_parse_request((const uint8_t *)on, strlen(on), OAI_CHAT, &r, &e), 0);
+    assert_true(r.has_enable_thinking);
+    assert_true(r.enable_thinking);
+    oai_request_free(&r);
+    const char *none = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                       "\"chat_template_kwargs\":{}}";
+    assert_int_equal(oai_parse_request((const uint8_t *)none, strlen(none), OAI_CHAT, &r, &e), 0);
+    assert_false(r.has_enable_thinking);
+    oai_request_free(&r);
+    static const struct {
+        const char *kw, *param;
+    } BAD[] = {
+        {"\"yes\"", "chat_template_kwargs"},
+        {"[]", "chat_template_kwargs"},
+        {"{\"enable_thinking\":\"false\"}", "chat_template_kwargs.enable_thinking"},
+        {"{\"enable_thinking\":0}", "chat_template_kwargs.enable_thinking"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body,
+                 "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                 "\"chat_template_kwargs\":%s}", BAD[i].kw);
+        assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e), -1);
+        assert_int_equal(e.status, 400);
+        assert_string_equal(e.param, BAD[i].param);
+    }
+}
+
 /* The patched bodies are what the SDKs read: message.tool_calls with
  * id/type/function{name, arguments: string}, content null, finish
  * "tool_calls"; a chunk's delta.tool_calls carries index. */
@@ -221,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_hold_back_property),
         cmocka_unit_test(test_parse_request),
         cmocka_unit_test(test_patch),
+        cmocka_unit_test(test_template_kwargs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 // tools_e2e.mjs — tool calling with the official `openai` npm SDK against a
 // real pagoda gateway (started by tools_sdk.sh) serving "qwen" (Qwen2.5
-// template: Hermes calls) and "llama" (Llama 3.2 template: JSON calls), both
-// tiny random-weight models. Prints "ok - …" / "not ok - …".
+// template: Hermes calls), "llama" (Llama 3.2 template: JSON calls),
+// "mistral" (Mistral Nemo template: [TOOL_CALLS] arrays) and "qwen3" (Qwen3
+// template, for chat_template_kwargs), all tiny random-weight models. Prints "ok - …" / "not ok - …".
 //
 // env: URL  the gateway; SEEDS  seeds per (model, tool_choice) for the
 //      schema-validation sweep
@@ -78,7 +79,7 @@ function checkCalls(choice, { only, single }) {
   return "";
 }
 
-for (const model of ["qwen", "llama"]) {
+for (const model of ["qwen", "llama", "mistral"]) {
   // --- forced calls over many seeds: always valid ---------------------------------------
   const variants = [
     { name: "required", tool_choice: "required", check: {} },
@@ -184,5 +185,47 @@ for (const model of ["qwen", "llama"]) {
     status = e.status;
   }
   ok(status === 400, `tool_choice naming an unknown function → 400 (${status})`);
+}
+// --- chat_template_kwargs.enable_thinking: the prompt grows by the closed think
+// block for Qwen3 only; other templates ignore it; a non-boolean is a 400 -----------
+{
+  const ask = async (model, kw) =>
+    (await client.chat.completions.create({
+      model, messages: [messages[1]], max_tokens: 1, temperature: 0,
+      ...(kw === undefined ? {} : { chat_template_kwargs: kw }),
+    })).usage.prompt_tokens;
+  const q = [await ask("qwen3"), await ask("qwen3", { enable_thinking: true }), await ask("qwen3", { enable_thinking: false, other: [1] })];
+  ok(q[0] === q[1] && q[2] > q[0], `qwen3: enable_thinking false adds the empty think block to the prompt (prompt tokens ${q.join(", ")})`);
+  const l = [await ask("llama"), await ask("llama", { enable_thinking: false })];
+  ok(l[0] === l[1], `llama: enable_thinking is ignored by a template that does not read it (prompt tokens ${l.join(", ")})`);
+  let status = 0, param = null;
+  try {
+    await ask("qwen3", { enable_thinking: "no" });
+  } catch (e) {
+    status = e.status;
+    param = e.param;
+  }
+  ok(status === 400 && param === "chat_template_kwargs.enable_thinking", `enable_thinking "no" → 400 naming the field (${status}, ${param})`);
+}
+
+// --- Mistral ids: a call id the client invents (not 9 characters) is mapped, and a
+// tool message without tool_call_id is refused as the template raises -----------------
+{
+  const call = { role: "assistant", content: null,
+    tool_calls: [{ id: "my-own-id-1", type: "function", function: { name: "lookup", arguments: "{\"query\":\"x\"}" } }] };
+  const r = await client.chat.completions.create({
+    model: "mistral", tools, max_tokens: 4,
+    messages: [messages[1], call, { role: "tool", tool_call_id: "my-own-id-1", content: "{\"hits\": 0}" }],
+  });
+  ok(r.choices.length === 1, "mistral: a history with a client-chosen call id is rendered (mapped to 9 characters)");
+  let status = 0;
+  try {
+    await client.chat.completions.create({
+      model: "mistral", tools, max_tokens: 4, messages: [messages[1], call, { role: "tool", content: "x" }],
+    });
+  } catch (e) {
+    status = e.status;
+  }
+  ok(status === 400, `mistral: a tool message without tool_call_id → 400 (${status})`);
 }
 process.exit(failed ? 1 : 0);

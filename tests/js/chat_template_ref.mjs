@@ -48,6 +48,9 @@ const templates = [
   fromFile("llama2-chat", "llama2", "llama2", "<s>", "</s>"),
   fromFile("mistral-v0.2", "mistral", "mistral-v0.2", "<s>", "</s>"),
   fromFile("mistral-v1", "mistral", "mistral-v1", "<s>", "</s>"),
+  // ids: Mistral templates raise unless every tool-call id is 9 characters;
+  // pagoda maps ids (mistralId below) and the C side gets the originals.
+  { ...fromFile("mistral-nemo", "mistral", "mistral-nemo", "<s>", "</s>"), ids: "mistral" },
   fromFile("zephyr", "zephyr", "zephyr", "<s>", "</s>"),
   fromFile("gemma2", "gemma", "gemma2", "<bos>", "<eos>"),
   fromFile("gemma3", "gemma", "gemma3", "<bos>", "<eos>"),
@@ -57,14 +60,14 @@ const templates = [
 const S = (content) => ({ role: "system", content });
 const U = (content) => ({ role: "user", content });
 const A = (content) => ({ role: "assistant", content });
-const T = (content) => ({ role: "tool", content });
+const T = (content, tool_call_id) => (tool_call_id ? { role: "tool", content, tool_call_id } : { role: "tool", content });
 // An assistant turn with tool calls; arguments are objects, as servers pass
 // them to templates after parsing the OpenAI "arguments" string.
 const AC = (content, ...calls) => ({
   role: "assistant",
   content,
-  tool_calls: calls.map(([name, args], i) => ({
-    id: `call_${i}`,
+  tool_calls: calls.map(([name, args, id], i) => ({
+    id: id ?? `call_${i}`,
     type: "function",
     function: { name, arguments: args },
   })),
@@ -95,7 +98,32 @@ const weatherTools = [
 ];
 // Templates whose real text renders tools (the others take pagoda's generic
 // rewrite, which no real template defines, so it is checked by unit tests).
-const toolTemplates = ["qwen2.5", "qwen3 (npm)", "llama3.2"];
+const toolTemplates = ["qwen2.5", "qwen3 (npm)", "llama3.2", "mistral-nemo"];
+
+// pagoda's id mapping for Mistral templates (worker/text/chat_template.h),
+// written independently here: an id of 9 characters [A-Za-z0-9] is kept,
+// any other becomes 9 base-62 digits (least significant first) of its 64-bit
+// FNV-1a hash over the UTF-8 bytes.
+const B62 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+function mistralId(id) {
+  if (/^[A-Za-z0-9]{9}$/.test(id)) return id;
+  let h = 0xcbf29ce484222325n;
+  for (const b of new TextEncoder().encode(id)) h = ((h ^ BigInt(b)) * 0x100000001b3n) & 0xffffffffffffffffn;
+  let out = "";
+  for (let i = 0; i < 9; i++) {
+    out += B62[Number(h % 62n)];
+    h /= 62n;
+  }
+  return out;
+}
+const mapIds = (messages) =>
+  messages.map((m) => {
+    const o = { ...m };
+    if (typeof o.tool_call_id === "string") o.tool_call_id = mistralId(o.tool_call_id);
+    if (o.tool_calls && o.tool_calls.every((c) => typeof c.id === "string" && c.id !== ""))
+      o.tool_calls = o.tool_calls.map((c) => ({ ...c, id: mistralId(c.id) }));
+    return o;
+  });
 
 // Conversations. `only`: families the case applies to; `skip`: template names
 // it is not run on, each with the reason.
@@ -202,6 +230,18 @@ const conversations = [
   },
 ];
 
+// chat_template_kwargs: enable_thinking is passed to every template (those
+// that do not read it must ignore it; Qwen3 closes an empty think block).
+conversations.push(
+  { name: "enable_thinking false", kwargs: { enable_thinking: false }, messages: [S("sys"), U("Hi")] },
+  { name: "enable_thinking true", kwargs: { enable_thinking: true }, messages: [U("Hi")] },
+  {
+    name: "enable_thinking false, history with reasoning",
+    kwargs: { enable_thinking: false },
+    messages: [U("What is 3*7?"), A("<think>\n3 times 7 is 21.\n</think>\n\n21"), U("And 3*8?")],
+  },
+);
+
 // Tool conversations: run on toolTemplates only.
 conversations.push(
   { name: "tools: system + user", tools: weatherTools, messages: [S("You are helpful."), U("Weather in Paris?")] },
@@ -213,7 +253,7 @@ conversations.push(
       S("Use tools."),
       U("Weather in Paris?"),
       AC("", ["get_weather", { location: "Paris", unit: "celsius" }]),
-      T('{"temperature": 21}'),
+      T('{"temperature": 21}', "call_0"),
       A("It is 21 °C in Paris."),
       U("And tomorrow?"),
     ],
@@ -223,8 +263,8 @@ conversations.push(
     tools: weatherTools,
     messages: [
       U("Weather?"),
-      AC("Let me check.", ["get_weather", { location: "Zürich \"x\"\n", days: 2.5, big: 10000000000, neg: -3, f: true, z: null, l: [1, "a", {}, []] }]),
-      T("sunny"),
+      AC("Let me check.", ["get_weather", { location: "Zürich \"x\"\n", days: 2.5, big: 10000000000, neg: -3, f: true, z: null, l: [1, "a", {}, []] }, "call_é9"]),
+      T("sunny", "call_é9"),
     ],
   },
   {
@@ -232,12 +272,40 @@ conversations.push(
     tools: weatherTools,
     messages: [
       U("Weather in Paris and Rome?"),
-      AC("", ["get_weather", { location: "Paris" }], ["get_weather", { location: "Rome" }]),
-      T("sunny"),
-      T("rainy"),
+      AC("", ["get_weather", { location: "Paris" }, "aB3dE5gH9"], ["get_weather", { location: "Rome" }, "call_8f3a2c1e9d7b6a5f4e3d2c1b"]),
+      T("sunny", "aB3dE5gH9"),
+      T("rainy", "call_8f3a2c1e9d7b6a5f4e3d2c1b"),
     ],
   },
-  { name: "tools: history without tools list", messages: [U("Hi"), AC("", ["no_params", {}]), T("done")] },
+  {
+    name: "tools: enable_thinking false",
+    tools: weatherTools,
+    kwargs: { enable_thinking: false },
+    messages: [U("Weather in Paris?"), AC("", ["get_weather", { location: "Paris" }, "call_p"]), T("sunny", "call_p")],
+  },
+  { name: "tools: history without tools list", messages: [U("Hi"), AC("", ["no_params", {}]), T("done", "call_0")] },
+  {
+    name: "tools: system, call, result, next user",
+    tools: weatherTools,
+    messages: [
+      S("Be brief."),
+      U("Weather?"),
+      AC("", ["get_weather", { location: "Oslo" }, "call_abc"]),
+      T('{"t": -3}', "call_abc"),
+      A("Cold."),
+      U("Thanks"),
+    ],
+  },
+  {
+    name: "tools: tool result without an id",
+    tools: weatherTools,
+    messages: [U("Weather?"), AC("", ["get_weather", { location: "Oslo" }, "call_abc"]), T("cold")],
+  },
+  {
+    name: "tools: call without an id",
+    tools: weatherTools,
+    messages: [U("Weather?"), AC("", ["get_weather", { location: "Oslo" }, ""]), T("cold", "call_abc")],
+  },
 );
 for (const c of conversations) if (c.name.startsWith("tools:")) c.onlyTemplates = toolTemplates;
 
@@ -251,14 +319,16 @@ templates.forEach((tpl, ti) => {
     for (const add_generation_prompt of [true, false]) {
       const c = { template: ti, conv: conv.name, messages: conv.messages, add_generation_prompt };
       if (conv.tools) c.tools = conv.tools;
+      if (conv.kwargs) c.kwargs = conv.kwargs;
       try {
         const ctx = {
-          messages: conv.messages,
+          messages: tpl.ids === "mistral" ? mapIds(conv.messages) : conv.messages,
           bos_token: tpl.bos,
           eos_token: tpl.eos,
           add_generation_prompt,
         };
         if (conv.tools) ctx.tools = conv.tools;
+        if (conv.kwargs) Object.assign(ctx, conv.kwargs);
         if (tpl.date) ctx.date_string = tpl.date;
         c.expected = compiled.render(ctx);
       } catch (e) {

@@ -379,8 +379,11 @@ static void test_roundtrip_submit_chat(void **state)
     s->n_resume = 3;
     char grammar[] = "root ::= \"yes\" | \"no\"";
     s->grammar = grammar;
+    s->has_think = true; /* enable_thinking false */
     roundtrip(&in, &out);
     proto_submit_t *o = &out.submit;
+    assert_true(o->has_think);
+    assert_false(o->think);
     assert_true(o->id == 0x123456789abcull);
     assert_int_equal(o->priority, PROTO_PRIO_LOW);
     assert_int_equal(o->kind, PROTO_KIND_CHAT);
@@ -437,6 +440,7 @@ static void test_roundtrip_submit_completion(void **state)
     assert_false(out.submit.sampling.has_seed);
     assert_int_equal(out.submit.n_stop, 0);
     assert_int_equal(out.submit.n_choices, 1); /* absent = one choice */
+    assert_false(out.submit.has_think);            /* absent = not given */
     proto_msg_clear(&out);
 
     /* n choices */
@@ -880,7 +884,7 @@ static const field_case_t field_cases[] = {
     {"choice 128", PROTO_EVENT, NULL, KU("choice", PROTO_MAX_CHOICES), PROTO_ERANGE},
     {"negative choice", PROTO_EVENT, NULL, KI("choice", -1), PROTO_ERANGE},
     {"op tokenize", PROTO_SUBMIT, NULL, KS("op", "tokenize"), PROTO_OK},
-    {"op unknown", PROTO_SUBMIT, NULL, KS("op", "embed"), PROTO_ERANGE},
+    {"op unknown", PROTO_SUBMIT, NULL, KS("op", "summarize"), PROTO_ERANGE},
     {"op as int", PROTO_SUBMIT, NULL, KU("op", 1), PROTO_EFIELD},
     {"detokenize without prompt_ids", PROTO_SUBMIT, NULL, KS("op", "detokenize"), PROTO_EFIELD},
     {"add_special false", PROTO_SUBMIT, NULL, KB("add_special", false), PROTO_OK},
@@ -1175,6 +1179,74 @@ static void test_limits(void **state)
 }
 
 /* Event-specific shape rules. */
+/* op embed: inputs (text and ids) and dims in the SUBMIT, the vector as
+ * little-endian float32 bytes in the EVENT; the cross-key rules. */
+static void test_roundtrip_embed(void **state)
+{
+    (void)state;
+    proto_msg_t in, out;
+    int32_t ids[3] = {1, 42, 7};
+    proto_input_t inputs[2] = {{.text = "hello"}, {.ids = ids, .n_ids = 3}};
+    proto_msg_init(&in, PROTO_SUBMIT);
+    in.submit.id = 9;
+    in.submit.kind = PROTO_KIND_COMPLETION;
+    in.submit.op = PROTO_OP_EMBED;
+    in.submit.inputs = inputs;
+    in.submit.n_inputs = 2;
+    in.submit.n_choices = 2;
+    in.submit.dimensions = 64;
+    roundtrip(&in, &out);
+    assert_int_equal(out.submit.op, PROTO_OP_EMBED);
+    assert_int_equal(out.submit.n_inputs, 2);
+    assert_string_equal(out.submit.inputs[0].text, "hello");
+    assert_null(out.submit.inputs[1].text);
+    assert_int_equal(out.submit.inputs[1].n_ids, 3);
+    assert_memory_equal(out.submit.inputs[1].ids, ids, sizeof ids);
+    assert_int_equal(out.submit.dimensions, 64);
+    proto_msg_clear(&out);
+
+    /* n_choices must match the inputs; inputs need op embed; prompt is not allowed */
+    size_t len;
+    uint8_t *body;
+    in.submit.n_choices = 1;
+    body = encode(&in, &len);
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, NULL, 0), PROTO_EFIELD);
+    free(body);
+    in.submit.n_choices = 2;
+    in.submit.prompt = "x";
+    body = encode(&in, &len);
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, NULL, 0), PROTO_EFIELD);
+    free(body);
+    in.submit.prompt = "x";
+    in.submit.op = PROTO_OP_GENERATE;
+    in.submit.n_choices = 1;
+    body = encode(&in, &len);
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, NULL, 0), PROTO_EFIELD);
+    free(body);
+
+    float v[4] = {0.5f, -0.25f, 1e-30f, -0.0f};
+    proto_msg_init(&in, PROTO_EVENT);
+    in.event.id = 9;
+    in.event.choice = 1;
+    in.event.finish = PROTO_FINISH_STOP;
+    in.event.has_usage = true;
+    in.event.usage.prompt_tokens = 3;
+    in.event.embedding = v;
+    in.event.n_embedding = 4;
+    body = encode(&in, &len);
+    /* the bytes on the wire are little-endian float32: 0.5f = 00 00 00 3f */
+    static const uint8_t half_le[4] = {0x00, 0x00, 0x00, 0x3f};
+    bool found = false;
+    for (size_t i = 0; i + 16 <= len && !found; i++)
+        found = memcmp(body + i, half_le, 4) == 0 && body[i + 7] == 0xbe; /* -0.25f = 00 00 80 be */
+    assert_true(found);
+    free(body);
+    roundtrip(&in, &out);
+    assert_int_equal(out.event.n_embedding, 4);
+    assert_memory_equal(out.event.embedding, v, sizeof v);
+    proto_msg_clear(&out);
+}
+
 static void test_event_rules(void **state)
 {
     uint8_t b[] = {'a'};
@@ -1339,6 +1411,7 @@ int main(void)
         cmocka_unit_test(test_structure),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_event_rules),
+        cmocka_unit_test(test_roundtrip_embed),
         cmocka_unit_test(test_fuzz_corpus),
         cmocka_unit_test(test_zmq_roundtrip),
     };

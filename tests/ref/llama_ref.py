@@ -54,6 +54,13 @@ Usage:
       concatenated in order: (sum of lengths, vocab), little-endian, no header.
   llama_ref.py MODEL --seq 1,2,3 [--kv-f16] --greedy N
       prints the N greedily generated token ids, space-separated, on one line.
+  llama_ref.py MODEL --seq 1,2,3 [--seq ...] [--pooling mean|last] --embed FILE
+      writes one embedding per sequence, float32 little-endian (n_seq, dim):
+      the final hidden states rmsnorm(x) * output_norm (what the output head
+      reads), pooled over the sequence — mean of every position, or the last
+      position — and L2-normalised. The pooling defaults to the GGUF's
+      {arch}.pooling_type (llama.cpp's enum: 3 = last, anything else or
+      absent = mean).
 """
 import argparse
 import math
@@ -88,6 +95,7 @@ class Model:
         self.dim = int(g.get(a + ".embedding_length"))
         self.n_head = int(g.get(a + ".attention.head_count"))
         self.n_kv_head = int(g.get(a + ".attention.head_count_kv", self.n_head))
+        self.pooling_type = int(g.get(a + ".pooling_type", -1))
         self.hd = int(g.get(a + ".attention.key_length", self.dim // self.n_head))
         self.eps = float(g.get(a + ".attention.layer_norm_rms_epsilon", 1e-5))
         self.rope_dim = int(g.get(a + ".rope.dimension_count", self.hd))
@@ -247,7 +255,7 @@ class Model:
             out += gate[:, None] * ((self.act(h @ L["sg"].T) * (h @ L["su"].T)) @ L["sd"].T)
         return out
 
-    def forward(self, tokens):
+    def forward(self, tokens, hidden=False):
         """Logits (T, vocab) for every position of one sequence starting at 0."""
         T = len(tokens)
         pos = np.arange(T, dtype=np.float64)
@@ -290,7 +298,10 @@ class Model:
             if L["post_ffn"] is not None:
                 f = self.rmsnorm(f, L["post_ffn"])
             x = x + f
-        logits = self.rmsnorm(x, self.out_norm) @ self.out.T
+        h = self.rmsnorm(x, self.out_norm)                       # (T, dim) final hidden states
+        if hidden:
+            return h
+        logits = h @ self.out.T
         if self.out_cap:
             logits = self.out_cap * np.tanh(logits / self.out_cap)
         return logits
@@ -304,6 +315,8 @@ def main():
     ap.add_argument("--out", help="write float32 logits here")
     ap.add_argument("--greedy", type=int, default=0, help="generate N tokens greedily")
     ap.add_argument("--kv-f16", action="store_true", help="round K and V to float16 (an f16 KV cache)")
+    ap.add_argument("--embed", help="write float32 pooled, L2-normalised embeddings here")
+    ap.add_argument("--pooling", choices=["mean", "last"], help="default: the GGUF's pooling_type")
     args = ap.parse_args()
     m = Model(args.model, kv_f16=args.kv_f16)
     seqs = [[int(t) for t in s.split(",") if t != ""] for s in args.seq]
@@ -315,6 +328,14 @@ def main():
             gen.append(nxt)
             toks.append(nxt)
         print(" ".join(str(t) for t in gen))
+    if args.embed:
+        pooling = args.pooling or ("last" if m.pooling_type == 3 else "mean")
+        with open(args.embed, "wb") as f:
+            for s in seqs:
+                h = m.forward(s, hidden=True)
+                v = h[-1] if pooling == "last" else h.mean(axis=0)
+                n = np.linalg.norm(v)
+                f.write((v / n if n > 0 else v).astype("<f4").tobytes())
     if args.out:
         parts = [m.forward(s).astype("<f4") for s in seqs]
         with open(args.out, "wb") as f:

@@ -83,6 +83,7 @@ static void test_detect_real_templates(void **state)
         {"gemma3", CHAT_FAMILY_GEMMA, "gemma3", NULL},
         {"phi3.5", CHAT_FAMILY_PHI3, "phi3", NULL},
         {"llama3.2", CHAT_FAMILY_LLAMA3, "llama3.1", NULL},
+        {"mistral-nemo", CHAT_FAMILY_MISTRAL, "mistral-nemo", NULL},
     };
     for (size_t i = 0; i < sizeof(T) / sizeof(T[0]); i++) {
         chat_template_t *t = from_file(T[i].file, "<s>", "</s>");
@@ -378,6 +379,7 @@ static void test_reference_jinja(void **state)
             json_t *o = json_array_get(jm, k);
             m[k].role = json_string_value(json_object_get(o, "role"));
             m[k].content = json_string_value(json_object_get(o, "content"));
+            m[k].tool_call_id = json_string_value(json_object_get(o, "tool_call_id"));
             json_t *tc = json_object_get(o, "tool_calls");
             if (tc)
                 m[k].tool_calls = calls[k] = json_dumps(tc, JSON_COMPACT);
@@ -389,7 +391,10 @@ static void test_reference_jinja(void **state)
         const char *jerror = json_string_value(json_object_get(c, "error"));
         char *out = NULL, err[256];
         size_t out_len = 0;
-        int rc = chat_template_render_tools(tmpl[ti], m, n_m, tools, gen, &out, &out_len, err, sizeof(err));
+        json_t *think = json_object_get(json_object_get(c, "kwargs"), "enable_thinking");
+        chat_render_opts_t opts = {.tools_json = tools, .add_generation_prompt = gen,
+                                   .enable_thinking = think ? json_is_true(think) : -1};
+        int rc = chat_template_render_opts(tmpl[ti], m, n_m, &opts, &out, &out_len, err, sizeof(err));
         const char *tname = json_string_value(json_object_get(json_array_get(jt, ti), "name"));
         const char *conv = json_string_value(json_object_get(c, "conv"));
         bool ok;
@@ -434,6 +439,61 @@ static void test_reference_jinja(void **state)
         fail_msg("%zu of %zu cases differ from @huggingface/jinja", n_bad, n_cases);
 }
 
+/* Mistral Nemo ids: the "id" of the call and the "call_id" of its result
+ * are the same 9 alphanumerics; distinct OpenAI ids stay distinct; a 9-char
+ * alphanumeric id is kept; the format is "mistral". (The exact mapping is
+ * checked against an independent JavaScript implementation in
+ * test_reference_jinja.) */
+static void test_mistral_ids(void **state)
+{
+    (void)state;
+    chat_template_t *t = from_file("mistral-nemo", "<s>", "</s>");
+    assert_string_equal(chat_template_tool_format(t), "mistral");
+    chat_msg_t m[] = {
+        {.role = "user", .content = "q"},
+        {.role = "assistant", .content = "",
+         .tool_calls = "[{\"id\":\"call_0123456789abcdef01234567\",\"type\":\"function\","
+                       "\"function\":{\"name\":\"f\",\"arguments\":{}}},"
+                       "{\"id\":\"call_0123456789abcdef01234568\",\"type\":\"function\","
+                       "\"function\":{\"name\":\"f\",\"arguments\":{}}},"
+                       "{\"id\":\"Ab3De5Gh9\",\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"},
+        {.role = "tool", .content = "r1", .tool_call_id = "call_0123456789abcdef01234567"},
+        {.role = "tool", .content = "r2", .tool_call_id = "call_0123456789abcdef01234568"},
+        {.role = "tool", .content = "r3", .tool_call_id = "Ab3De5Gh9"},
+    };
+    char *out = NULL, err[256];
+    assert_int_equal(chat_template_render_tools(t, m, 5, NULL, true, &out, NULL, err, sizeof err), 0);
+    char ids[3][10], res[3][10];
+    const char *p = out;
+    for (int i = 0; i < 3; i++) {
+        p = strstr(p, "\"id\": \"");
+        assert_non_null(p);
+        p += 7;
+        assert_int_equal(strspn(p, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"), 9);
+        assert_int_equal(p[9], '"');
+        memcpy(ids[i], p, 9);
+        ids[i][9] = '\0';
+    }
+    for (int i = 0; i < 3; i++) {
+        p = strstr(p, "\"call_id\": \"");
+        assert_non_null(p);
+        p += 12;
+        memcpy(res[i], p, 9);
+        res[i][9] = '\0';
+        assert_string_equal(ids[i], res[i]);
+    }
+    assert_string_not_equal(ids[0], ids[1]);
+    assert_string_equal(ids[2], "Ab3De5Gh9");
+    free(out);
+    /* without ids: refused, as the template raises */
+    chat_msg_t noid[] = {{.role = "user", .content = "q"},
+                         {.role = "assistant", .content = "", .tool_calls = "[{\"function\":{\"name\":\"f\"}}]"}};
+    assert_int_equal(chat_template_render_tools(t, noid, 2, NULL, true, &out, NULL, err, sizeof err),
+                     CHAT_TEMPLATE_EINVAL);
+    assert_non_null(strstr(err, "id"));
+    chat_template_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -445,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_errors_common),
         cmocka_unit_test(test_errors_stricter_than_jinja),
         cmocka_unit_test(test_template_not_nul_terminated),
+        cmocka_unit_test(test_mistral_ids),
         cmocka_unit_test(test_reference_jinja),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

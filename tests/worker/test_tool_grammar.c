@@ -56,6 +56,19 @@ static const case_t CASES[] = {
     {"llama3", "required", true, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\", \"unit\": \"f\"}}", true},
     {"llama3", "required", true, "{\"name\": \"ping\", \"arguments\": {}}", false},
     {"llama3", "function:get_weather", true, "{\"name\": \"ping\", \"parameters\": {}}", false},
+    /* Mistral Nemo */
+    {"mistral", "required", true, "[TOOL_CALLS][{\"name\": \"ping\", \"arguments\": {}}]", true},
+    {"mistral", "required", true,
+     "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"unit\": \"c\"}}, "
+     "{\"name\": \"ping\", \"arguments\": {}}]", true},
+    {"mistral", "required", false,
+     "[TOOL_CALLS][{\"name\": \"ping\", \"arguments\": {}}, {\"name\": \"ping\", \"arguments\": {}}]", false},
+    {"mistral", "required", true, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]",
+     false},
+    {"mistral", "required", true, "[TOOL_CALLS][]", false},
+    {"mistral", "required", true, "[{\"name\": \"ping\", \"arguments\": {}}]", false},
+    {"mistral", "function:ping", true, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"unit\": \"c\"}}]", false},
+    {"mistral", "required", true, P, false},
 };
 
 static void test_table(void **state)

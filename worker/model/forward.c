@@ -191,6 +191,8 @@ static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
         return 0;
     if (!b->token || !b->pos || !b->seq || !b->want_logits || !b->block_tables || b->n_seq < 1)
         return bad(f, "batch arrays missing");
+    if (b->want_hidden && !b->hidden)
+        return bad(f, "want_hidden without a hidden output");
     if (!kv || !kv->k || !kv->v || kv->n_layer != c->n_layer || kv->kv_dim != c->kv_dim ||
         kv->block_size < 1 || kv->n_blocks < 1 || kv_type_size(kv->type) == 0)
         return bad(f, "kv_store shape does not fit the model (n_layer %d kv_dim %d) or has an unknown type",
@@ -782,6 +784,18 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
     /* Only wanted rows go through the output head:
      * x[wanted[j]] += xb[wanted[j]] (the last residual), then
      * xb[j] (n_want, dim) = rmsnorm(x[wanted[j]]) * output_norm. */
+    /* Rows wanting their hidden state (embeddings) first, in row order:
+     * x[r] += xb[r]; hidden[j] = rmsnorm(x[r]) * output_norm. Their residual
+     * is then in x, so the logits pass below must not add xb again. */
+    if (b->want_hidden) {
+        int j = 0;
+        for (int r = 0; r < R; r++)
+            if (b->want_hidden[r]) {
+                add_rmsnorm_row(f->x + (size_t)r * dim, f->xb + (size_t)r * dim,
+                                b->hidden + (size_t)j * dim, m->output_norm, dim, c->norm_eps);
+                j++;
+            }
+    }
     int n_want = 0;
     for (int r = 0; r < R; r++)
         if (b->want_logits[r])
@@ -792,7 +806,9 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
      * never clobbers the delta of a later wanted row */
     for (int j = 0; j < n_want; j++) {
         size_t r = (size_t)f->wanted[j];
-        add_rmsnorm_row(f->x + r * dim, f->xb + r * dim, f->xb + (size_t)j * dim, m->output_norm, dim, c->norm_eps);
+        bool added = b->want_hidden && b->want_hidden[r];
+        add_rmsnorm_row(f->x + r * dim, added ? NULL : f->xb + r * dim, f->xb + (size_t)j * dim,
+                        m->output_norm, dim, c->norm_eps);
     }
     /* logits (n_want, vocab) = xb · Woutᵀ;  [gemma2: logits = cap * tanh(logits / cap)] */
     mm(f, &m->output, f->xb, n_want, logits);

@@ -27,7 +27,9 @@
  * sequences may interleave freely.
  *
  * Output: logits for the rows whose want_logits is set, in row order,
- * (n_wanted, vocab) floats.
+ * (n_wanted, vocab) floats; and, when want_hidden is given, the output of the
+ * final norm for the rows whose want_hidden is set into hidden, in row order,
+ * (n_hidden, dim) floats (embeddings pool these; a row may want both).
  *
  * Memory: forward_new allocates all scratch for max_rows rows once;
  * forward_run never allocates. The KV store belongs to the caller.
@@ -55,6 +57,10 @@ typedef struct fwd_batch {
     int32_t n_seq;
     const int32_t *const *block_tables;  /* (n_seq) pointers, each (n_blocks[s]) */
     const int32_t *n_blocks;             /* (n_seq) or NULL */
+    const uint8_t *want_hidden;          /* (n_rows) or NULL: nonzero = write this row's
+                                          * final hidden state (embeddings) */
+    float *hidden;                       /* (rows with want_hidden, dim) output, row order:
+                                          * rmsnorm(x) * output_norm, what the LM head reads */
 } fwd_batch_t;
 
 typedef struct forward forward_t;

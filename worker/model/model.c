@@ -313,6 +313,14 @@ static int load_config(loader_t *ld, model_config_t *c)
         get_i(ld, "feed_forward_length", -1, 1, MODEL_MAX_DIM, &c->ffn_dim) ||
         get_i(ld, "context_length", -1, 1, MODEL_MAX_CTX, &c->ctx))
         return -1;
+    c->pooling_raw = -1;
+    char pkey[128];
+    snprintf(pkey, sizeof pkey, "%s.pooling_type", ld->arch);
+    if (gguf_find_kv(ld->g, pkey) && get_i(ld, "pooling_type", 0, 0, 1000, &c->pooling_raw))
+        return -1;
+    /* llama.cpp's enum: 1 mean, 3 last; unset (-1), none (0), cls (2) and
+     * rank (4) fall back to mean, which every decoder-only model can give */
+    c->pooling = c->pooling_raw == MODEL_POOL_LAST ? MODEL_POOL_LAST : MODEL_POOL_MEAN;
     if (c->n_head % c->n_kv_head != 0)
         return fail(ld, "head_count %d is not a multiple of head_count_kv %d", c->n_head, c->n_kv_head);
     char klen[128];

@@ -103,6 +103,14 @@ enum model_ffn_act {
     MODEL_FFN_GELU_TANH = 1,  /* GeGLU: gelu(g) * u, gelu in its tanh form */
 };
 
+/* How an embedding pools a sequence's final hidden states: llama.cpp's
+ * {arch}.pooling_type values. Only mean and last are served; absent and
+ * other values (0 none, 2 cls, 4 rank) load as mean (model_pooling). */
+enum model_pooling {
+    MODEL_POOL_MEAN = 1,      /* average over every prompt token */
+    MODEL_POOL_LAST = 3,      /* the last prompt token's state */
+};
+
 enum model_rope_scaling {
     MODEL_ROPE_SCALING_NONE = 0,
     MODEL_ROPE_SCALING_LINEAR = 1,  /* position divided by rope_scale_factor */
@@ -140,6 +148,8 @@ typedef struct model_config {
     float attn_scale;      /* scores = q·k * attn_scale (1/sqrt(head_dim) unless the family says) */
     float attn_softcap;    /* > 0: scores = cap * tanh(scores / cap) (gemma2 attn_logit_softcapping) */
     float final_softcap;   /* > 0: logits = cap * tanh(logits / cap) (gemma2 final_logit_softcapping) */
+    enum model_pooling pooling; /* embeddings: {arch}.pooling_type 3 → LAST, anything else MEAN */
+    int32_t pooling_raw;   /* {arch}.pooling_type as written (-1 when absent) */
     int32_t swa_window;    /* > 0: sliding-window layers attend to positions pos-W+1..pos */
     int32_t swa_pattern;   /* layer l is sliding-window when l % pattern < pattern - 1 (1: all) */
     int n_swa_layers;      /* how many layers are sliding-window (0 .. n_layer) */

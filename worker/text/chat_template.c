@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
@@ -33,6 +34,8 @@ enum {
     V_FALLBACK = 1 << 8,          /* unrecognised template rendered as ChatML */
     V_LLAMA31 = 1 << 9,           /* llama3.1+: knowledge-date system header, tool -> ipython */
     V_DATE_NOW = 1 << 10,         /* llama3.2: date_string = strftime_now("%d %b %Y") */
+    V_MISTRAL_TOOLS = 1 << 11,    /* mistral nemo: [AVAILABLE_TOOLS]/[TOOL_CALLS]/[TOOL_RESULTS], system in the last user turn */
+    V_THINK_SWITCH = 1 << 12,     /* chatml (Qwen3): enable_thinking=false closes an empty <think> block */
 };
 
 struct chat_template {
@@ -276,6 +279,8 @@ chat_template_t *chat_template_new(const char *tmpl, size_t len, const char *bos
                 t->flags |= V_QWEN3_THINK | V_QWEN_TOOLS;
                 variant = "qwen3";
             }
+            if (has(tmpl, len, "enable_thinking is false"))
+                t->flags |= V_THINK_SWITCH;
             if (t->default_system && !(t->flags & V_QWEN_TOOLS))
                 variant = "chatml-default-system";
         }
@@ -295,7 +300,10 @@ chat_template_t *chat_template_new(const char *tmpl, size_t len, const char *bos
         }
         break;
     case CHAT_FAMILY_MISTRAL:
-        if (has(tmpl, len, "system_message")) {
+        if (has(tmpl, len, "[AVAILABLE_TOOLS][")) {
+            t->flags |= V_MISTRAL_TOOLS;
+            variant = "mistral-nemo";
+        } else if (has(tmpl, len, "system_message")) {
             t->flags |= V_MISTRAL_SYS;
             variant = "mistral-v1";
         } else {
@@ -373,6 +381,7 @@ typedef struct {
     const role_t *r;
     size_t n;
     bool gen;
+    int think;            /* enable_thinking: -1 not given, 0 false, 1 true */
     json_t *tools;        /* array of tool objects, or NULL: no tools announced */
     json_t **calls;       /* (n) per message: its tool_calls array, or NULL */
     sb_t sb;
@@ -726,8 +735,11 @@ static int render_chatml(render_t *R)
             chatml_turn(R, R->m[i].role, R->m[i].content);
         }
     }
-    if (R->gen)
+    if (R->gen) {
         sb_puts(&R->sb, "<|im_start|>assistant\n");
+        if (R->think == 0 && (t->flags & V_THINK_SWITCH))
+            sb_puts(&R->sb, "<think>\n\n</think>\n\n");
+    }
     return 0;
 }
 
@@ -889,6 +901,8 @@ static int render_llama2(render_t *R)
     return 0;
 }
 
+static int render_mistral_nemo(render_t *R);
+
 /* Mistral Instruct: "<s>[INST] user [/INST]answer</s>[INST] ..." (v0.2) or
  * "<s> [INST] system\n\nuser [/INST] answer</s> [INST] ..." (v1 with a
  * system prompt). No stripping, no generation prompt. */
@@ -896,6 +910,8 @@ static int render_mistral(render_t *R)
 {
     int rc;
     bool v1 = R->t->flags & V_MISTRAL_SYS;
+    if (R->t->flags & V_MISTRAL_TOOLS)
+        return render_mistral_nemo(R);
     if ((rc = refuse_tool(R)))
         return rc;
     if (!v1 && R->r[0] == R_SYSTEM)
@@ -919,6 +935,154 @@ static int render_mistral(render_t *R)
                 sb_puts(&R->sb, " ");
             sb_puts(&R->sb, R->m[i].content);
             sb_puts(&R->sb, R->t->eos);
+        }
+    }
+    return 0;
+}
+
+/* The 9-character alphanumeric tool-call id Mistral's templates require
+ * (they raise on any other length). An id that already is 9 characters of
+ * [A-Za-z0-9] is kept; any other is replaced by 9 base-62 digits of its
+ * 64-bit FNV-1a hash (least significant digit first), so an OpenAI id like
+ * "call_<24 hex>" maps to the same short id in the assistant's call and in
+ * the tool result that answers it. out: 10 bytes. */
+static void mistral_id(const char *id, char out[10])
+{
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    size_t n = strlen(id);
+    bool keep = n == 9;
+    for (size_t i = 0; keep && i < n; i++) {
+        char c = id[i];
+        keep = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    }
+    if (keep) {
+        memcpy(out, id, 10);
+        return;
+    }
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)id[i];
+        h *= 0x100000001b3ull;
+    }
+    for (int i = 0; i < 9; i++) {
+        out[i] = digits[h % 62];
+        h /= 62;
+    }
+    out[9] = '\0';
+}
+
+/* Mistral Nemo (tokenizer v3 "tekken"): "<s>[INST]user[/INST]answer</s>",
+ * no spaces; the system prompt goes in front of the last message when that
+ * is a user message (and is dropped otherwise, as the real template does);
+ * the tool list "[AVAILABLE_TOOLS][...][/AVAILABLE_TOOLS]" goes in front of
+ * the last user message; an assistant turn with calls is only
+ * "[TOOL_CALLS][{"name": .., "arguments": .., "id": ".."}, ...]</s>" (its
+ * content is not shown), a tool result is
+ * "[TOOL_RESULTS]{"content": <text>, "call_id": ".."}[/TOOL_RESULTS]".
+ * Alternation is checked on user/plain-assistant turns only. Ids are mapped
+ * by mistral_id(); a call or result without an id is refused, as the
+ * template raises. (Python Jinja compares messages by value, so with two
+ * identical last-user texts it would list the tools twice; @huggingface/jinja
+ * and this code list them once, before the last user message.) */
+static int render_mistral_nemo(render_t *R)
+{
+    size_t first = R->r[0] == R_SYSTEM ? 1 : 0;
+    size_t k = 0, last_user = R->n;
+    for (size_t i = first; i < R->n; i++) {
+        if (R->r[i] == R_SYSTEM)
+            return fail(R, "messages[%zu]: a system message is only allowed first with the %s template",
+                        i, R->t->variant);
+        if (R->r[i] == R_USER)
+            last_user = i;
+        if (R->r[i] == R_TOOL || R->calls[i])
+            continue;
+        if ((R->r[i] == R_USER) != (k % 2 == 0))
+            return fail(R,
+                        "messages[%zu]: after the optional system message, roles must alternate "
+                        "user/assistant/user/assistant/... (tool calls and results aside; %s template)",
+                        i, R->t->variant);
+        k++;
+    }
+    put_bos(R);
+    char id[10];
+    for (size_t i = first; i < R->n; i++) {
+        if (R->r[i] == R_USER) {
+            if (R->tools && i == last_user) {
+                sb_puts(&R->sb, "[AVAILABLE_TOOLS][");
+                size_t j;
+                json_t *tool;
+                json_array_foreach(R->tools, j, tool) {
+                    const json_t *f = json_object_get(tool, "function");
+                    sb_puts(&R->sb, "{\"type\": \"function\", \"function\": {");
+                    const char *key;
+                    const json_t *val;
+                    bool sep = false;
+                    json_object_foreach((json_t *)f, key, val) {
+                        if (strcmp(key, "return") == 0)
+                            continue;
+                        if (sep)
+                            sb_puts(&R->sb, ", ");
+                        sep = true;
+                        sb_puts(&R->sb, "\"");
+                        sb_puts(&R->sb, key);
+                        sb_puts(&R->sb, "\": ");
+                        if (json_is_string(val)) { /* not escaped: the template concatenates */
+                            sb_puts(&R->sb, "\"");
+                            sb_puts(&R->sb, json_string_value(val));
+                            sb_puts(&R->sb, "\"");
+                        } else {
+                            sb_put_tojson(&R->sb, val, 0, 0);
+                        }
+                    }
+                    sb_puts(&R->sb, "}}");
+                    sb_puts(&R->sb, j + 1 < json_array_size(R->tools) ? ", " : "]");
+                }
+                sb_puts(&R->sb, "[/AVAILABLE_TOOLS]");
+            }
+            sb_puts(&R->sb, "[INST]");
+            if (first && i == R->n - 1) {
+                sb_puts(&R->sb, R->m[0].content);
+                sb_puts(&R->sb, "\n\n");
+            }
+            sb_puts(&R->sb, R->m[i].content);
+            sb_puts(&R->sb, "[/INST]");
+        } else if (R->calls[i]) {
+            sb_puts(&R->sb, "[TOOL_CALLS][");
+            size_t j;
+            json_t *call;
+            json_array_foreach(R->calls[i], j, call) {
+                const char *cid = json_string_value(json_object_get(call, "id"));
+                if (!cid || !cid[0])
+                    return fail(R, "messages[%zu].tool_calls[%zu]: the %s template needs the call's id",
+                                i, j, R->t->variant);
+                sb_t f = {0};
+                sb_put_tojson(&f, call_function(call), 0, 0);
+                sb_putn(&R->sb, f.buf, f.len - 1); /* without the closing brace */
+                free(f.buf);
+                mistral_id(cid, id);
+                sb_puts(&R->sb, ", \"id\": \"");
+                sb_puts(&R->sb, id);
+                sb_puts(&R->sb, "\"}");
+                if (j + 1 < json_array_size(R->calls[i])) {
+                    sb_puts(&R->sb, ", ");
+                } else {
+                    sb_puts(&R->sb, "]");
+                    sb_puts(&R->sb, R->t->eos);
+                }
+            }
+        } else if (R->r[i] == R_ASSISTANT) {
+            sb_puts(&R->sb, R->m[i].content);
+            sb_puts(&R->sb, R->t->eos);
+        } else { /* R_TOOL */
+            if (!R->m[i].tool_call_id || !R->m[i].tool_call_id[0])
+                return fail(R, "messages[%zu]: the %s template needs tool_call_id on tool messages", i,
+                            R->t->variant);
+            mistral_id(R->m[i].tool_call_id, id);
+            sb_puts(&R->sb, "[TOOL_RESULTS]{\"content\": ");
+            sb_puts(&R->sb, R->m[i].content);
+            sb_puts(&R->sb, ", \"call_id\": \"");
+            sb_puts(&R->sb, id);
+            sb_puts(&R->sb, "\"}[/TOOL_RESULTS]");
         }
     }
     return 0;
@@ -1001,12 +1165,17 @@ static int render_phi3(render_t *R)
 static bool native_tools(const chat_template_t *t)
 {
     return (t->family == CHAT_FAMILY_CHATML && (t->flags & V_QWEN_TOOLS)) ||
-           (t->family == CHAT_FAMILY_LLAMA3 && (t->flags & V_LLAMA31));
+           (t->family == CHAT_FAMILY_LLAMA3 && (t->flags & V_LLAMA31)) ||
+           (t->family == CHAT_FAMILY_MISTRAL && (t->flags & V_MISTRAL_TOOLS));
 }
 
 const char *chat_template_tool_format(const chat_template_t *t)
 {
-    return t->family == CHAT_FAMILY_LLAMA3 && (t->flags & V_LLAMA31) ? "llama3" : "hermes";
+    if (t->family == CHAT_FAMILY_LLAMA3 && (t->flags & V_LLAMA31))
+        return "llama3";
+    if (t->family == CHAT_FAMILY_MISTRAL && (t->flags & V_MISTRAL_TOOLS))
+        return "mistral";
+    return "hermes";
 }
 
 /* Families without tools in their template: the conversation is rewritten
@@ -1142,7 +1311,18 @@ int chat_template_render_tools(const chat_template_t *t, const chat_msg_t *msgs,
                                const char *tools_json, bool add_generation_prompt, char **out,
                                size_t *out_len, char *err, size_t errlen)
 {
-    render_t R = {.t = t, .m = msgs, .n = n, .gen = add_generation_prompt, .err = err, .errlen = errlen};
+    chat_render_opts_t o = {.tools_json = tools_json, .add_generation_prompt = add_generation_prompt,
+                            .enable_thinking = -1};
+    return chat_template_render_opts(t, msgs, n, &o, out, out_len, err, errlen);
+}
+
+int chat_template_render_opts(const chat_template_t *t, const chat_msg_t *msgs, size_t n,
+                              const chat_render_opts_t *o, char **out, size_t *out_len, char *err,
+                              size_t errlen)
+{
+    const char *tools_json = o->tools_json;
+    render_t R = {.t = t, .m = msgs, .n = n, .gen = o->add_generation_prompt, .think = o->enable_thinking,
+                  .err = err, .errlen = errlen};
     *out = NULL;
     if (out_len)
         *out_len = 0;

@@ -28,7 +28,9 @@
  * handling; `first_user_prefix` selects Gemma 3 (system merged into the first
  * user turn) over Gemma 1/2 (system refused); `system_message` selects
  * Mistral's "v1" template (system merged into the first user turn) over v0.2
- * (system refused); a Llama-3 template that never mentions
+ * (system refused); "[AVAILABLE_TOOLS][" selects Mistral Nemo (tokenizer v3
+ * tekken: no spaces around [INST], system prompt in front of the last user
+ * message, native tools); a Llama-3 template that never mentions
  * add_generation_prompt always ends with the assistant header (as the
  * original Meta-Llama-3 template does); "Cutting Knowledge Date" selects
  * Llama 3.1+ (a system turn with the dates always comes first, tool results
@@ -87,7 +89,7 @@ typedef struct {
                                  [{"id","type":"function","function":{"name","arguments"}}]
                                  where arguments is any JSON value (an object
                                  normally; a string is written as the template does) */
-    const char *tool_call_id; /* tool only, or NULL (no family renders it today) */
+    const char *tool_call_id; /* tool only, or NULL (only Mistral Nemo renders it) */
 } chat_msg_t;
 
 typedef struct chat_template chat_template_t;
@@ -146,6 +148,13 @@ int chat_template_render(const chat_template_t *t, const chat_msg_t *msgs, size_
  *     templates do (Hermes <tool_call> blocks; Llama's JSON in the first user
  *     message, one call per assistant turn — more is refused as the template
  *     does).
+ *   - Mistral Nemo renders them as its real template does: [AVAILABLE_TOOLS]
+ *     before the last user message, [TOOL_CALLS][{"name", "arguments", "id"}]
+ *     and [TOOL_RESULTS]{"content", "call_id"}[/TOOL_RESULTS]. The template
+ *     requires 9-character ids: an id that is 9 characters of [A-Za-z0-9] is
+ *     kept, any other becomes 9 base-62 digits of its 64-bit FNV-1a hash (the
+ *     same in the call and in the result answering it); a call or a tool
+ *     message without an id is refused, as the template raises.
  *   - Every other family (generic fallback): the conversation is rewritten
  *     into turns the template accepts, in the Hermes convention: the tool list
  *     is appended to the system message (or prepended to the first user
@@ -158,9 +167,26 @@ int chat_template_render_tools(const chat_template_t *t, const chat_msg_t *msgs,
                                const char *tools_json, bool add_generation_prompt, char **out,
                                size_t *out_len, char *err, size_t errlen);
 
+/* Everything a render can take; chat_template_render_tools() is this with
+ * enable_thinking -1. */
+typedef struct {
+    const char *tools_json;     /* as chat_template_render_tools(), or NULL */
+    bool add_generation_prompt;
+    int enable_thinking;        /* chat_template_kwargs.enable_thinking: -1 not given,
+                                   0 false, 1 true. Used by templates that read it
+                                   (Qwen3: false appends "<think>\n\n</think>\n\n" after
+                                   the generation prompt, as the real template does);
+                                   ignored by every other template */
+} chat_render_opts_t;
+
+int chat_template_render_opts(const chat_template_t *t, const chat_msg_t *msgs, size_t n,
+                              const chat_render_opts_t *o, char **out, size_t *out_len, char *err,
+                              size_t errlen);
+
 /* How a model of this template writes a tool call, for the gateway's parser:
- * "llama3" (Llama 3.1+: a bare {"name": .., "parameters": ..} object) or
- * "hermes" (<tool_call>{...}</tool_call>: Qwen and the generic fallback).
+ * "llama3" (Llama 3.1+: a bare {"name": .., "parameters": ..} object),
+ * "mistral" (Mistral Nemo: [TOOL_CALLS][{"name": .., "arguments": ..}, ...])
+ * or "hermes" (<tool_call>{...}</tool_call>: Qwen and the generic fallback).
  * A static string. */
 const char *chat_template_tool_format(const chat_template_t *t);
 

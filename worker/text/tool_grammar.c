@@ -46,6 +46,7 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
     json_t *tools = json_loads(tools_json ? tools_json : "", 0, &je);
     const char *only = strncmp(choice, "function:", 9) == 0 ? choice + 9 : NULL;
     bool llama3 = strcmp(fmt, "llama3") == 0;
+    bool mistral = strcmp(fmt, "mistral") == 0;
     buf_t alts = {0}, rules = {0};
     char *out = NULL;
     size_t n_alts = 0;
@@ -95,6 +96,10 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
     buf_t g = {0};
     if (llama3) {
         put(&g, "root ::= \"{\\\"name\\\": \\\"\" call-body \"}\"\n");
+    } else if (mistral) {
+        put(&g, parallel ? "root ::= \"[TOOL_CALLS][\" call (\", \" call)* \"]\"\n"
+                         : "root ::= \"[TOOL_CALLS][\" call \"]\"\n");
+        put(&g, "call ::= \"{\\\"name\\\": \\\"\" call-body \"}\"\n");
     } else {
         put(&g, parallel ? "root ::= call (\"\\n\" call)*\n" : "root ::= call\n");
         put(&g, "call ::= \"<tool_call>\\n{\\\"name\\\": \\\"\" call-body \"}\\n</tool_call>\"\n");

@@ -9,6 +9,10 @@
  *
  *   hermes  root ::= call ("\n" call)*        (one call without parallel)
  *           call ::= "<tool_call>\n{\"name\": \"" ( "f\", \"arguments\": " f-args | ... ) "}\n</tool_call>"
+ *   mistral root ::= "[TOOL_CALLS][" call (", " call)* "]"   (one call without parallel)
+ *           call ::= "{\"name\": \"" ( "f\", \"arguments\": " f-args | ... ) "}"
+ *           (Mistral Nemo; [TOOL_CALLS] is spelled in text tokens: the
+ *           grammar never allows control tokens)
  *   llama3  root ::= "{\"name\": \"" ( "f\", \"parameters\": " f-args | ... ) "}"   (one call: the
  *           Llama 3.1 templates take one call per turn)
  *
