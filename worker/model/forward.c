@@ -208,7 +208,11 @@ static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
         int32_t last = p / kv->block_size;
         if (b->n_blocks && last >= b->n_blocks[s])
             return bad(f, "row %d: position %d needs block %d, sequence %d has %d", r, p, last, s, b->n_blocks[s]);
-        for (int32_t i = 0; i <= last; i++) {
+        /* entries a row never reads may be KV_SEQ_NO_BLOCK: with a window on
+         * every layer, those of blocks wholly before pos - W + 1 */
+        int32_t win = model_kv_window(c);
+        int32_t first = win > 0 && p >= win ? (p - win + 1) / kv->block_size : 0;
+        for (int32_t i = first; i <= last; i++) {
             int32_t pb = b->block_tables[s][i];
             if (pb < 0 || pb >= kv->n_blocks)
                 return bad(f, "sequence %d: block table entry %d = %d outside [0, %d)", s, i, pb, kv->n_blocks);
