@@ -45,6 +45,6 @@ echo "# w1b_driver took $((SECONDS - t0)) s"
 if ((rc != 0)); then
   grep -E "WARN|ERROR|removed|restart" "$TMP/gw.log" | tail -n 30 | sed 's/^/# /'
 fi
-grep -E "removed|SIGKILL|made no progress" "$TMP/gw.log" | sed 's/^/# gateway: /' | head -n 10
+grep -E "removed|SIGKILL|made no progress|started worker|registered:" "$TMP/gw.log" | sed 's/^/# gateway: /' | head -n 10
 stop_and_check pagoda-gateway "$GPID" "$TMP/gw.log" 60
 finish

@@ -7,8 +7,9 @@
  *     is reported and skipped), qgemm with the packing equals qgemm's scalar
  *     path on the file's blocks (the reference kernel), for n_out not a
  *     multiple of 8, Q4_0 rows whose block count is not a multiple of 8,
- *     n_rows 1..37, random quant bytes (every quant value, every 6-bit scale
- *     and min, Q6_K scales down to -128);
+ *     n_rows 1..70 (AVX2 Q6_K above 32 rows reads W, restored for it),
+ *     random quant bytes (every quant value, every 6-bit scale and min,
+ *     Q6_K scales down to -128);
  *   - batch invariance: each X row computed alone gives the bits it has in
  *     the batch, for every ISA;
  *   - the kernels really read the packing: W's bytes are overwritten after
@@ -123,8 +124,8 @@ static void check_float_reference(uint32_t type, const uint8_t *w, int64_t n_out
 /* Packed == scalar reference for every ISA, batch invariance, W garbage. */
 static void check_type_shape(qgemm_ctx_t *ctx, uint32_t type, int64_t n_out, int64_t n_in, uint64_t seed)
 {
-    const int rows_list[] = {1, 2, 3, 4, 5, 8, 13, 37};
-    const int max_rows = 37;
+    const int rows_list[] = {1, 2, 3, 4, 5, 8, 13, 37, 70};
+    const int max_rows = 70;
     uint8_t *w = w_random(type, n_out, n_in, seed);
     size_t wbytes = quant_row_bytes(type, n_in) * (size_t)n_out;
     void *packed = qgemm_pack(type, w, n_out, n_in, 2);
@@ -141,14 +142,20 @@ static void check_type_shape(qgemm_ctx_t *ctx, uint32_t type, int64_t n_out, int
             continue;
         for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++) {
             int n_rows = rows_list[ri];
+            /* AVX2 Q6_K above 32 rows reads W, not the packing (qgemm.c) */
+            bool reads_w = type == GGML_TYPE_Q6_K && VECTOR_ISAS[ii] == QGEMM_ISA_AVX2 && n_rows > 32;
+            if (reads_w)
+                memcpy(w, wsave, wbytes);
             float *y = run(ctx, VECTOR_ISAS[ii], type, w, packed, n_out, n_in, x, n_rows);
+            if (reads_w)
+                memset(w, 0x5a, wbytes);
             if (memcmp(y, ref, (size_t)n_rows * (size_t)n_out * sizeof(float)) != 0)
                 fail_msg("%s %s n_out %lld n_in %lld rows %d: packed differs from the scalar reference",
                          ggml_type_name(type), qgemm_isa_name(VECTOR_ISAS[ii]), (long long)n_out, (long long)n_in,
                          n_rows);
             free(y);
         }
-        /* each row alone == the same row in the batch of 37 */
+        /* each row alone == the same row in the batch of 70 */
         for (int r = 0; r < max_rows; r += 6) {
             float *y = run(ctx, VECTOR_ISAS[ii], type, w, packed, n_out, n_in, x + (int64_t)r * n_in, 1);
             assert_memory_equal(y, ref + (int64_t)r * n_out, (size_t)n_out * sizeof(float));
@@ -169,7 +176,7 @@ static void test_packed_bit_exact(void **state)
         print_message("  skip: no AVX2 + F16C, packed weights are never read\n");
         return;
     }
-    qgemm_ctx_t *ctx = qgemm_ctx_new(37, 2048);
+    qgemm_ctx_t *ctx = qgemm_ctx_new(70, 2048);
     for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) {
         bool k = TYPES[t] != GGML_TYPE_Q4_0;
         check_type_shape(ctx, TYPES[t], 37, k ? 512 : 96, 100 + t);   /* ragged columns; Q4_0: 3 blocks */
@@ -254,13 +261,16 @@ static double best_us(int reps, qgemm_ctx_t *ctx, const qgemm_mat_t *m, int64_t 
  * Packed Q8_0 (qgemm_pack) comes first as the yardstick per weight. */
 static void run_bench(void)
 {
-    static const int rows[] = {1, 4, 8, 32, 128};
+    static const int rows[] = {1, 4, 8, 16, 32, 64, 128};
     static const uint32_t BTYPES[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     int reps = getenv("QKPACK_BENCH_REPS") ? atoi(getenv("QKPACK_BENCH_REPS")) : 30;
-    const int64_t n_out = 2048, n_in = 768;
+    /* QKPACK_BENCH_OUT: another n_out (e.g. 65536: weights from DRAM) */
+    const int64_t n_out = getenv("QKPACK_BENCH_OUT") ? atoll(getenv("QKPACK_BENCH_OUT")) : 2048, n_in = 768;
+    if (n_out < 8 || n_out > 1 << 20)
+        abort();
     qgemm_ctx_t *ctx = qgemm_ctx_new(128, n_in);
     qgemm_set_threads(ctx, 1);
-    printf("2048x768, 1 thread, best of %d interleaved (us)\n", reps);
+    printf("%lldx768, 1 thread, best of %d interleaved (us)\n", (long long)n_out, reps);
     printf("%-5s %4s %10s %10s %10s %10s\n", "type", "rows", "unpacked", "avx2", "avxvnni", "avx512vnni");
     const char *only = getenv("QKPACK_BENCH_TYPE");
     for (size_t t = 0; t < sizeof BTYPES / sizeof BTYPES[0]; t++) {

@@ -23,7 +23,9 @@
  * in the tokens left, one kept for the end-of-generation token
  * (gmatch_fits). The sampler draws from the grammar mask, and a draw that
  * does not fit is banned and redrawn; after GMATCH_REDRAWS the mask is
- * recomputed with the budget applied to every token (gmatch_mask_budget).
+ * recomputed with the budget applied to every token (gmatch_mask_budget),
+ * which worker/sched.c also uses from the first draw when the budget is
+ * tight.
  *
  * Ownership: gvocab_new copies the pieces. gmask_grammar_new takes the
  * grammar; gmatch_new takes a reference to the gmask_grammar_t. Free with the

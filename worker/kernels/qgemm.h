@@ -187,7 +187,9 @@ typedef struct qgemm_mat {
     float *y;        /* (n_rows, n_out) f32, overwritten (not owned) */
     const void *packed; /* optional qgemm_pack(type, w, n_out, n_in) (not owned),
                          * read instead of w by the AVX2 kernels; NULL: none.
-                         * w must stay valid (the scalar kernels read it). A
+                         * w must stay valid (the scalar kernels read it, and
+                         * the AVX2 ISA reads a Q6_K w instead of its packing
+                         * above 32 X rows, where the fill is faster). A
                          * packing of another type or shape fails the call. */
 } qgemm_mat_t;
 int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_in, const float *x,

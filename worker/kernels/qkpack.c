@@ -233,13 +233,120 @@ static inline __attribute__((always_inline)) AVX512 __m512 ld2h(const uint8_t *a
  * d·s and dm·m are per column and block, shared by all the rows of a tile,
  * and (float)X per row and block is converted once per chunk. */
 
-static inline __attribute__((always_inline)) AVX512 void
-tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1, int64_t nb, const int8_t *xq, int64_t n_in,
-       const float *xd, const int32_t *xs, float out[RT512][16], const uint8_t *next, size_t n_next)
+#define AINL static inline __attribute__((always_inline)) AVX512
+
+/* The weight side of one block of a 16-column tile, shared by its rows. */
+typedef struct {
+    __m512i wl[4], wh[4]; /* quants of groups g (elements 4g..4g+3) and g + 4 */
+    __m512i s_lo, s_hi;   /* Q6_K: int32 scales of elements 0-15 / 16-31 */
+    __m512i mm;           /* Q6_K / Q4_0: int16 pairs of the offset term */
+    __m512 ds, dmm;       /* affine: d·s, dm·m; Q6_K: d; Q4_0: the block's d */
+} blk16_t;
+
+/* Block j of chunks c0 / c1 (d, dm: the chunk's f16 scales as floats). */
+AINL void blk16_load(enum qk_kind kind, const uint8_t *c0, const uint8_t *c1, int j, __m512 d, __m512 dm, blk16_t *o)
 {
-    const size_t CH = qk_chunk_bytes(kind), OQH = 1024, OSC = qk_off_sc(kind), OMM = qk_off_mm(kind),
-                 OD = qk_off_d(kind);
+    const size_t OQH = 1024, OSC = qk_off_sc(kind), OMM = qk_off_mm(kind), OD = qk_off_d(kind);
     const __m512i m4 = _mm512_set1_epi8(15);
+    __m512i qh0 = _mm512_setzero_si512(), qh1 = qh0;
+    o->s_lo = o->s_hi = o->mm = _mm512_setzero_si512();
+    o->ds = d;
+    o->dmm = dm;
+    if (kind == QK_Q6K) {
+        o->s_lo = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j, c1 + OSC + 16 * j));
+        o->s_hi = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j + 8, c1 + OSC + 16 * j + 8));
+        o->mm = _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_slli_epi32(o->s_lo, 5), _mm512_slli_epi32(o->s_hi, 21));
+        qh0 = ld2x256(c0 + OQH + 64 * j, c1 + OQH + 64 * j);
+        qh1 = ld2x256(c0 + OQH + 64 * j + 32, c1 + OQH + 64 * j + 32);
+    } else if (kind == QK_Q40) {
+        o->mm = _mm512_set1_epi16(8);
+        o->ds = ld2h(c0 + OD + 16 * j, c1 + OD + 16 * j);
+    } else {
+        /* d·s and dm·m of the 16 columns (exact, see above) */
+        o->ds = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 8 * j, c1 + OSC + 8 * j))), d);
+        o->dmm =
+            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(ld2x64(c0 + OMM + 8 * j, c1 + OMM + 8 * j))), dm);
+        if (kind == QK_Q5K)
+            qh0 = ld2x256(c0 + OQH + 32 * j, c1 + OQH + 32 * j);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        __m512i v = ld2x256(c0 + 128 * j + 32 * g, c1 + 128 * j + 32 * g);
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if (kind == QK_Q5K) {
+            const __m512i b4 = _mm512_set1_epi8(16);
+            __m512i hl = _mm512_slli_epi16(qh0, 4 - g);
+            __m512i hh = g == 0 ? qh0 : _mm512_srli_epi16(qh0, g);
+            lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b4));
+            hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b4));
+        }
+        if (kind == QK_Q6K) {
+            const __m512i b45 = _mm512_set1_epi8(0x30);
+            __m512i hl = g < 3 ? _mm512_slli_epi16(qh0, 4 - 2 * g) : _mm512_srli_epi16(qh0, 2);
+            __m512i hh = g < 3 ? _mm512_slli_epi16(qh1, 4 - 2 * g) : _mm512_srli_epi16(qh1, 2);
+            lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b45));
+            hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b45));
+        }
+        o->wl[g] = lo;
+        o->wh[g] = hi;
+    }
+}
+
+/* acc + one X row's block xb (scale dx, Σx as float xsf, half sums xs)
+ * against the block w: the two halves in two dpbusd chains, then the float
+ * step of the scalar kernel (affine kinds: with the folded scales). */
+AINL __m512 row16(enum qk_kind kind, const blk16_t *w, const int8_t *xb, float dx, float xsf, int32_t xs, __m512 acc)
+{
+    __m512i za = _mm512_setzero_si512(), zb = za;
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        int32_t x4l, x4h;
+        memcpy(&x4l, xb + 4 * g, 4);
+        memcpy(&x4h, xb + 16 + 4 * g, 4);
+        za = _mm512_dpbusd_epi32(za, w->wl[g], _mm512_set1_epi32(x4l));
+        zb = _mm512_dpbusd_epi32(zb, w->wh[g], _mm512_set1_epi32(x4h));
+    }
+    __m512 vdx = _mm512_set1_ps(dx);
+    if (QK_AFFINE(kind)) {
+        __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(za, zb)), w->ds),
+                                 _mm512_mul_ps(_mm512_set1_ps(xsf), w->dmm));
+        return _mm512_add_ps(acc, _mm512_mul_ps(vdx, t));
+    }
+    __m512i I = kind == QK_Q6K ? _mm512_add_epi32(_mm512_mullo_epi32(za, w->s_lo), _mm512_mullo_epi32(zb, w->s_hi))
+                               : _mm512_add_epi32(za, zb);
+    __m512i M = _mm512_madd_epi16(w->mm, _mm512_set1_epi32(xs));
+    return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(I, M)), _mm512_mul_ps(w->ds, vdx)));
+}
+
+/* The chunk's f16 scales: d (all but Q4_0) and dm (affine). */
+AINL void chunk_scales(enum qk_kind kind, const uint8_t *c0, const uint8_t *c1, __m512 *d, __m512 *dm)
+{
+    const size_t OD = qk_off_d(kind);
+    *d = *dm = _mm512_setzero_ps();
+    if (kind != QK_Q40)
+        *d = ld2h(c0 + OD, c1 + OD);
+    if (QK_AFFINE(kind))
+        *dm = ld2h(c0 + OD + 16, c1 + OD + 16);
+}
+
+/* (float) Σx of R rows' 8 blocks from block b0 (affine kinds; nb is then a
+ * multiple of 8), from the int16 half sums. */
+AINL void xsum8(int R, const int32_t *xs, int64_t nb, int64_t b0, float xsf[RT512][8])
+{
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(xs + (int64_t)r * nb + b0));
+        _mm256_storeu_ps(xsf[r], _mm256_cvtepi32_ps(_mm256_madd_epi16(h, _mm256_set1_epi16(1))));
+    }
+}
+
+/* R (≤ RT512) rows against the whole panel pair, block by block (each
+ * block's weights unpacked once into registers for the R rows). */
+AINL void tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1, int64_t nb, const int8_t *xq,
+                 int64_t n_in, const float *xd, const int32_t *xs, float out[RT512][16], const uint8_t *next,
+                 size_t n_next)
+{
+    const size_t CH = qk_chunk_bytes(kind);
     __m512 acc[RT512];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
@@ -249,102 +356,21 @@ tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1, int64_t n
     for (int64_t ch = 0; ch < n_chunks; ch++) {
         const uint8_t *c0 = p0 + (size_t)ch * CH, *c1 = p1 + (size_t)ch * CH;
         const int nj = nb - 8 * ch < 8 ? (int)(nb - 8 * ch) : 8;
-        /* super-block scales (Q4_0: per block, below) */
-        __m512 d = _mm512_setzero_ps(), dm = d;
-        if (kind != QK_Q40)
-            d = ld2h(c0 + OD, c1 + OD);
+        __m512 d, dm;
+        chunk_scales(kind, c0, c1, &d, &dm);
+        float xsf[RT512][8] = {{0}};
         if (QK_AFFINE(kind))
-            dm = ld2h(c0 + OD + 16, c1 + OD + 16);
-        /* (float) Σx of each row's 8 blocks (affine kinds), from the half sums */
-        float xsf[RT512][8];
-        if (QK_AFFINE(kind)) {
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(xs + (int64_t)r * nb + 8 * ch));
-                _mm256_storeu_ps(xsf[r], _mm256_cvtepi32_ps(_mm256_madd_epi16(h, _mm256_set1_epi16(1))));
-            }
-        }
+            xsum8(R, xs, nb, 8 * ch, xsf);
         for (int j = 0; j < nj; j++) {
             const int64_t b = 8 * ch + j;
             for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
                 _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
-            __m512i s_lo = _mm512_setzero_si512(), s_hi = s_lo;
-            if (kind == QK_Q6K) {
-                s_lo = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j, c1 + OSC + 16 * j));
-                s_hi = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j + 8, c1 + OSC + 16 * j + 8));
-            }
-            __m512i qh0 = _mm512_setzero_si512(), qh1 = qh0;
-            if (kind == QK_Q5K)
-                qh0 = ld2x256(c0 + OQH + 32 * j, c1 + OQH + 32 * j);
-            if (kind == QK_Q6K) {
-                qh0 = ld2x256(c0 + OQH + 64 * j, c1 + OQH + 64 * j);
-                qh1 = ld2x256(c0 + OQH + 64 * j + 32, c1 + OQH + 64 * j + 32);
-            }
-            /* the block's weights of the 16 columns, unpacked once for all
-             * the rows of the tile: groups g (wl) and g + 4 (wh) */
-            __m512i wl[4], wh[4];
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                __m512i v = ld2x256(c0 + 128 * j + 32 * g, c1 + 128 * j + 32 * g);
-                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                if (kind == QK_Q5K) {
-                    const __m512i b4 = _mm512_set1_epi8(16);
-                    __m512i hl = _mm512_slli_epi16(qh0, 4 - g);
-                    __m512i hh = g == 0 ? qh0 : _mm512_srli_epi16(qh0, g);
-                    lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b4));
-                    hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b4));
-                }
-                if (kind == QK_Q6K) {
-                    const __m512i b45 = _mm512_set1_epi8(0x30);
-                    __m512i hl = g < 3 ? _mm512_slli_epi16(qh0, 4 - 2 * g) : _mm512_srli_epi16(qh0, 2);
-                    __m512i hh = g < 3 ? _mm512_slli_epi16(qh1, 4 - 2 * g) : _mm512_srli_epi16(qh1, 2);
-                    lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b45));
-                    hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b45));
-                }
-                wl[g] = lo;
-                wh[g] = hi;
-            }
-            __m512 ds = d, dmm = dm;
-            __m512i mm = _mm512_setzero_si512();
-            if (QK_AFFINE(kind)) {
-                /* d·s and dm·m of the 16 columns (exact, see above) */
-                ds = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 8 * j, c1 + OSC + 8 * j))),
-                                   d);
-                dmm = _mm512_mul_ps(
-                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(ld2x64(c0 + OMM + 8 * j, c1 + OMM + 8 * j))), dm);
-            } else if (kind == QK_Q40) {
-                mm = _mm512_set1_epi16(8);
-                ds = ld2h(c0 + OD + 16 * j, c1 + OD + 16 * j);
-            } else {
-                mm = _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_slli_epi32(s_lo, 5), _mm512_slli_epi32(s_hi, 21));
-            }
-            /* per row: the two halves in two dpbusd chains (lo: elements
-             * 0-15, hi: 16-31), then the float step */
+            blk16_t w;
+            blk16_load(kind, c0, c1, j, d, dm, &w);
 #pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                const int8_t *xb = xq + (int64_t)r * n_in + 32 * b;
-                __m512i za = _mm512_setzero_si512(), zb = za;
-#pragma GCC unroll 4
-                for (int g = 0; g < 4; g++) {
-                    int32_t x4l, x4h;
-                    memcpy(&x4l, xb + 4 * g, 4);
-                    memcpy(&x4h, xb + 16 + 4 * g, 4);
-                    za = _mm512_dpbusd_epi32(za, wl[g], _mm512_set1_epi32(x4l));
-                    zb = _mm512_dpbusd_epi32(zb, wh[g], _mm512_set1_epi32(x4h));
-                }
-                __m512 dx = _mm512_set1_ps(xd[(int64_t)r * nb + b]);
-                if (QK_AFFINE(kind)) {
-                    __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(za, zb)), ds),
-                                             _mm512_mul_ps(_mm512_set1_ps(xsf[r][j]), dmm));
-                    acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(dx, t));
-                    continue;
-                }
-                __m512i I = kind == QK_Q6K ? _mm512_add_epi32(_mm512_mullo_epi32(za, s_lo), _mm512_mullo_epi32(zb, s_hi))
-                                           : _mm512_add_epi32(za, zb);
-                __m512i M = _mm512_madd_epi16(mm, _mm512_set1_epi32(xs[(int64_t)r * nb + b]));
-                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(I, M)),
-                                                             _mm512_mul_ps(ds, dx)));
-            }
+            for (int r = 0; r < R; r++)
+                acc[r] = row16(kind, &w, xq + (int64_t)r * n_in + 32 * b, xd[(int64_t)r * nb + b], xsf[r][j],
+                               xs[(int64_t)r * nb + b], acc[r]);
         }
     }
 #pragma GCC unroll 8
@@ -352,28 +378,33 @@ tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1, int64_t n
         _mm512_storeu_ps(out[r], acc[r]);
 }
 
-static inline __attribute__((always_inline)) AVX512 void
-run16_kind(enum qk_kind kind, const uint8_t *p0, const uint8_t *p1, int64_t n_in, const int8_t *xq, const float *xd,
-           const int32_t *xs, int n_rows, float *y, int64_t ldy, int nc, const uint8_t *next, size_t n_next)
+AINL void run16_kind(enum qk_kind kind, const uint8_t *p0, const uint8_t *p1, int64_t n_in, const int8_t *xq,
+                     const float *xd, const int32_t *xs, int n_rows, float *y, int64_t ldy, int nc,
+                     const uint8_t *next, size_t n_next)
 {
     const int64_t nb = n_in / 32;
+    /* (Unpacking each chunk once into L1 for all the tiles of a larger
+     * batch was measured slower: 32 rows Q4_K 244 vs 229 us, Q6_K 273 vs
+     * 262; the weight side is not the bottleneck at 8 rows per tile.) */
     for (int r0 = 0; r0 < n_rows; r0 += RT512) {
-        int R = n_rows - r0 < RT512 ? n_rows - r0 : RT512;
+        const int R = n_rows - r0 < RT512 ? n_rows - r0 : RT512;
         float out[RT512][16];
         const int8_t *xq0 = xq + (int64_t)r0 * n_in;
         const float *xd0 = xd + (int64_t)r0 * nb;
         const int32_t *xs0 = xs + (int64_t)r0 * nb;
-        size_t nn = r0 == 0 ? n_next : 0;
+        const size_t nn = r0 == 0 ? n_next : 0;
+#define T16(n) tile16(kind, n, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn)
         switch (R) {
-        case 8: tile16(kind, 8, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
-        case 7: tile16(kind, 7, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
-        case 6: tile16(kind, 6, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
-        case 5: tile16(kind, 5, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
-        case 4: tile16(kind, 4, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
-        case 3: tile16(kind, 3, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
-        case 2: tile16(kind, 2, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
-        default: tile16(kind, 1, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn); break;
+        case 8: T16(8); break;
+        case 7: T16(7); break;
+        case 6: T16(6); break;
+        case 5: T16(5); break;
+        case 4: T16(4); break;
+        case 3: T16(3); break;
+        case 2: T16(2); break;
+        default: T16(1); break;
         }
+#undef T16
         for (int r = 0; r < R; r++)
             memcpy(y + (int64_t)(r0 + r) * ldy, out[r], (size_t)nc * sizeof(float));
     }
