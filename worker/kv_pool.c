@@ -33,8 +33,10 @@ typedef struct kv_block {
 struct kv_seq {
     kv_pool_t *pool;
     kv_seq_t *prev, *next;  /* the pool's list of live sequences */
-    int32_t *blocks;        /* (cap_blocks) physical ids, n_blocks used */
+    int32_t *blocks;        /* (cap_blocks) physical ids, n_blocks used; the first
+                             * n_dropped are KV_SEQ_NO_BLOCK (kv_seq_drop_before) */
     int32_t n_blocks, cap_blocks;
+    int32_t n_dropped;      /* leading logical blocks released by kv_seq_drop_before */
     int32_t *tokens;        /* (cap_tokens) token ids of positions, n_tokens used */
     int32_t n_tokens, cap_tokens;
     uint64_t *keys;         /* (cap_blocks) prefix key of each committed block */
@@ -411,9 +413,10 @@ kv_seq_t *kv_seq_new(kv_pool_t *p)
 
 void kv_seq_release(kv_seq_t *s)
 {
-    for (int32_t i = s->n_blocks - 1; i >= 0; i--)
+    for (int32_t i = s->n_blocks - 1; i >= s->n_dropped; i--)
         block_unref(s->pool, s->blocks[i]);
     s->n_blocks = 0;
+    s->n_dropped = 0;
     s->n_tokens = 0;
     s->n_committed = 0;
     s->chain_block = -1;
@@ -483,6 +486,30 @@ int kv_seq_append(kv_seq_t *s, const int32_t *tokens, int32_t n)
     return KV_POOL_OK;
 }
 
+int32_t kv_seq_drop_before(kv_seq_t *s, int32_t first)
+{
+    const int32_t bs = s->pool->bs;
+    if (first < 0)
+        first = 0;
+    /* whole blocks before `first`, committed ones only: a block not yet
+     * committed is still being written (or awaits its commit) */
+    int32_t upto = first / bs;
+    if (upto > s->n_committed)
+        upto = s->n_committed;
+    int32_t n = 0;
+    /* last logical block first, as kv_seq_release: a released chain is then
+     * evicted tail first */
+    for (int32_t i = upto - 1; i >= s->n_dropped; i--, n++) {
+        block_unref(s->pool, s->blocks[i]);
+        s->blocks[i] = KV_SEQ_NO_BLOCK;
+    }
+    if (upto > s->n_dropped)
+        s->n_dropped = upto;
+    return n;
+}
+
+int32_t kv_seq_n_live(const kv_seq_t *s) { return s->n_blocks - s->n_dropped; }
+int32_t kv_seq_n_dropped(const kv_seq_t *s) { return s->n_dropped; }
 int32_t kv_seq_n_tokens(const kv_seq_t *s) { return s->n_tokens; }
 int32_t kv_seq_n_blocks(const kv_seq_t *s) { return s->n_blocks; }
 int32_t kv_seq_capacity(const kv_seq_t *s) { return s->n_blocks * s->pool->bs; }
@@ -602,10 +629,14 @@ int kv_pool_check(const kv_pool_t *p)
               "seq has %d tokens in %d blocks", s->n_tokens, s->n_blocks);
         CHECK(s->n_committed >= 0 && s->n_committed <= s->n_tokens / p->bs,
               "seq committed %d blocks with %d tokens", s->n_committed, s->n_tokens);
-        for (int32_t i = 0; i < s->n_blocks; i++) {
+        CHECK(s->n_dropped >= 0 && s->n_dropped <= s->n_committed, "seq dropped %d blocks, committed %d",
+              s->n_dropped, s->n_committed);
+        for (int32_t i = 0; i < s->n_dropped; i++)
+            CHECK(s->blocks[i] == KV_SEQ_NO_BLOCK, "seq's dropped logical block %d holds %d", i, s->blocks[i]);
+        for (int32_t i = s->n_dropped; i < s->n_blocks; i++) {
             int32_t id = s->blocks[i];
             CHECK(id >= 0 && id < nb, "seq block id %d out of range", id);
-            for (int32_t j = 0; j < i; j++)
+            for (int32_t j = s->n_dropped; j < i; j++)
                 CHECK(s->blocks[j] != id, "seq references block %d twice", id);
             refs[id]++;
             const kv_block_t *b = &p->blk[id];

@@ -29,6 +29,7 @@
  *           kv_seq_append(seq, chunk_tokens, n_chunk)  // positions being written
  *           forward pass writes K/V of those positions through kv_seq_block_table()
  *           kv_pool_commit_full_blocks(pool, seq)      // after the K/V is written
+ *           kv_seq_drop_before(seq, next_pos - W + 1)  // sliding-window models only
  *     kv_seq_free(&seq);   // blocks go back: cached ones stay cached
  *
  * Return codes (int) used below:
@@ -168,10 +169,28 @@ int kv_seq_reserve(kv_seq_t *seq, int32_t n);
  * not enough reserved capacity). */
 int kv_seq_append(kv_seq_t *seq, const int32_t *tokens, int32_t n);
 
+/* Sliding-window models (every layer attends only to the last W positions,
+ * model_kv_window): once no future row can read a block, the sequence lets it
+ * go. Releases every block of seq whose positions all lie before `first`
+ * (the lowest position any later row will read, pos - W + 1 of the next row)
+ * and that is already committed (kv_pool_commit_full_blocks): it becomes
+ * cached-evictable if registered (still in the prefix cache, so a later
+ * prompt with the same prefix can reuse it), else free. Its table entry
+ * becomes KV_SEQ_NO_BLOCK: "never read" — the forward pass must not touch
+ * positions before `first` (forward_run checks only the entries a row reads).
+ * Dropped blocks are always a prefix of the table (kv_seq_n_dropped of them);
+ * kv_seq_n_blocks and kv_seq_capacity still count them, so positions keep
+ * their logical block. Returns the number of blocks released now (>= 0). */
+#define KV_SEQ_NO_BLOCK (-1)
+int32_t kv_seq_drop_before(kv_seq_t *seq, int32_t first);
+int32_t kv_seq_n_dropped(const kv_seq_t *seq);     /* leading entries released */
+int32_t kv_seq_n_live(const kv_seq_t *seq);        /* blocks held: n_blocks - n_dropped */
+
 int32_t kv_seq_n_tokens(const kv_seq_t *seq);      /* positions recorded */
 int32_t kv_seq_n_blocks(const kv_seq_t *seq);      /* blocks in the table */
 int32_t kv_seq_capacity(const kv_seq_t *seq);      /* n_blocks * block_size */
-/* Physical block ids, kv_seq_n_blocks() entries. */
+/* Physical block ids, kv_seq_n_blocks() entries (KV_SEQ_NO_BLOCK for the
+ * first kv_seq_n_dropped()). */
 const int32_t *kv_seq_block_table(const kv_seq_t *seq);
 /* Token ids of positions [0, n_tokens). */
 const int32_t *kv_seq_tokens(const kv_seq_t *seq);

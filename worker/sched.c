@@ -97,7 +97,11 @@ struct sched {
     int32_t *b_chunk;                 /* (max_seqs) rows given to each */
     float *logits;                    /* (max_seqs, vocab) */
 
-    int32_t max_positions;            /* min(context, KV pool positions): a sequence's hard limit */
+    int32_t max_positions;            /* a sequence's hard limit: min(context, KV pool positions),
+                                         or the context for a windowed model whose pool holds a
+                                         full chunk's window (see sched_new) */
+    int32_t kv_window;                /* model_kv_window: > 0 → every layer is sliding-window and
+                                         blocks behind pos - W + 1 are released (kv_trim) */
     sched_stats_t st;
 
     gvocab_t *gvocab;                 /* vocabulary trie for grammars, built at the first one */
@@ -194,6 +198,15 @@ static bool seq_before(const seq_t *a, const seq_t *b)
     if (a->priority != b->priority)
         return a->priority < b->priority;
     return a->arrival < b->arrival;
+}
+
+/* Sliding-window models: releases q's blocks that no later row can read (all
+ * their positions before n_computed - W + 1, the first position the next row
+ * attends to). Cached ones stay in the prefix cache as evictable blocks. */
+static void kv_trim(sched_t *s, seq_t *q)
+{
+    if (s->kv_window > 0)
+        kv_seq_drop_before(q->kv, q->n_computed - s->kv_window + 1);
 }
 
 /* Drops q's blocks and sends it back to the waiting queue; everything it has
@@ -334,6 +347,16 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
         goto err;
     }
     s->max_positions = mc->ctx < n_blocks * c->block_size ? mc->ctx : n_blocks * c->block_size;
+    s->kv_window = model_kv_window(mc);
+    if (s->kv_window > 0) {
+        /* A windowed sequence holds at most the blocks spanning its window
+         * plus the chunk being computed: ceil((W - 1 + chunk) / bs) + 1. When
+         * the pool has that for a full chunk, a lone sequence always makes
+         * progress, so only the context limits its length. */
+        int64_t live = ((int64_t)s->kv_window - 1 + s->cfg.max_batch_tokens + c->block_size - 1) / c->block_size + 1;
+        if (n_blocks >= live)
+            s->max_positions = mc->ctx;
+    }
     int32_t mb = s->cfg.max_batch_tokens, ms = s->cfg.max_seqs;
     s->b_token = xmalloc((size_t)mb * sizeof(int32_t));
     s->b_pos = xmalloc((size_t)mb * sizeof(int32_t));
@@ -772,10 +795,18 @@ static void admit(sched_t *s)
         if (hit < 0)
             hit = 0;
         int32_t need = best->n_tokens - hit;
+        if (s->kv_window > 0) {
+            /* windowed: the cached blocks behind the window go at once, and
+             * the prompt's blocks are taken chunk by chunk as older ones are
+             * released (build_batch), so admission counts the first chunk */
+            kv_seq_drop_before(best->kv, hit - s->kv_window + 1);
+            if (need > s->cfg.max_batch_tokens)
+                need = s->cfg.max_batch_tokens;
+        }
         /* Watermark: leave every running sequence a block to grow into, or
          * the admission would only cause preemptions a few steps later. */
         int32_t bs = s->cfg.block_size;
-        int32_t need_blocks = (best->n_tokens + bs - 1) / bs - hit / bs;
+        int32_t need_blocks = (hit + need + bs - 1) / bs - hit / bs;
         int32_t running = n_running(s);
         bool fits = running == 0 || kv_pool_n_available(s->pool) - need_blocks >= running;
         if (!fits || kv_seq_reserve(best->kv, need) != KV_POOL_OK) {
@@ -1077,6 +1108,7 @@ int sched_step(sched_t *s)
         }
         q->n_computed = end;
         kv_pool_commit_full_blocks(s->pool, q->kv);
+        kv_trim(s, q);
         if (end == q->n_tokens && q->embed) {
             embed_finish(s, q);
             sched_event_t ev = {

@@ -11,6 +11,9 @@
  *   3. pack the batch under the token budget (--max-batch-tokens): one decode
  *      row for every running sequence that has sampled a token, then prefill
  *      chunks of sequences still reading their prompt (chunked prefill);
+ *      Models with a window on every layer (model_kv_window) release the
+ *      blocks behind each sequence's window after every step, so a
+ *      sequence's length is bounded by the context, not the pool;
  *   4. when the KV pool has no block for a row, preempt the lowest-priority,
  *      most recently admitted sequence: free its blocks and put it back in the
  *      waiting queue to recompute prompt + generated tokens later;

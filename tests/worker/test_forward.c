@@ -49,6 +49,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "worker/kv_pool.h"
 #include "worker/model/forward.h"
 #include "worker/model/model.h"
 #include "tests/support/support.h"
@@ -742,6 +743,200 @@ static void test_bad_batch_refused(void **state)
     model_free(&m);
 }
 
+/* ---- sliding window: blocks behind the window released ------------------ */
+
+/* Runs the sequences through forward_run on a kv_pool of n_blocks blocks of
+ * bs positions, as the scheduler does for a windowed model: the first step
+ * takes `prefill` tokens of each, then one token per step; before each step
+ * every sequence drops the blocks behind pos - W + 1 (kv_seq_drop_before).
+ * The pool's K/V starts as NaN, and released blocks are reused by the other
+ * sequences, so a read of a dropped slot shows in the logits. *max_live gets
+ * the most blocks one sequence held. Returns (sum of lengths, vocab) logits. */
+static float *window_pool_logits(const model_t *m, const tseq_t *s, int n_seq, int bs, int n_blocks,
+                                 int prefill, kv_type_t kvt, int int8, int *max_live)
+{
+    const int V = m->cfg.vocab, W = model_kv_window(&m->cfg), total = total_len(s, n_seq);
+    assert_true(W > 0 && n_seq <= 4);
+    forward_t *f = forward_new(m, n_seq * prefill, 2);
+    if (int8)
+        assert_int_equal(forward_set_int8(f, true), 0);
+    kv_pool_t *pool = kv_pool_new(m->cfg.n_layer, m->cfg.kv_dim, n_blocks, bs, kvt);
+    kv_store_t *kv = kv_pool_store(pool);
+    size_t n_el = (size_t)kv->n_layer * kv->n_blocks * kv->block_size * kv->kv_dim;
+    for (size_t i = 0; i < n_el; i++) {
+        if (kvt == KV_TYPE_F16)
+            ((uint16_t *)kv->k)[i] = ((uint16_t *)kv->v)[i] = 0x7e00;
+        else
+            ((float *)kv->k)[i] = ((float *)kv->v)[i] = NAN;
+    }
+    kv_seq_t *ks[4];
+    int done[4] = { 0 }, base[4];
+    for (int i = 0, b = 0; i < n_seq; b += s[i].n, i++) {
+        ks[i] = kv_seq_new(pool);
+        base[i] = b;
+    }
+    float *out = malloc((size_t)total * V * sizeof(float));
+    float *lg = malloc((size_t)n_seq * prefill * V * sizeof(float));
+    int32_t tok[4 * 64], pos[4 * 64], seq[4 * 64], dst[4 * 64];
+    uint8_t want[4 * 64];
+    assert_true(prefill <= 64);
+    const int32_t *tables[4];
+    int32_t nb[4];
+    *max_live = 0;
+    for (int step = 0;; step++) {
+        int R = 0, n_b = 0;
+        for (int i = 0; i < n_seq; i++) {
+            int c = step == 0 ? prefill : 1;
+            if (c > s[i].n - done[i])
+                c = s[i].n - done[i];
+            if (c <= 0)
+                continue;
+            kv_seq_drop_before(ks[i], done[i] - W + 1);
+            assert_int_equal(kv_seq_reserve(ks[i], c), KV_POOL_OK);
+            assert_int_equal(kv_seq_append(ks[i], s[i].tok + done[i], c), KV_POOL_OK);
+            int live = kv_seq_n_live(ks[i]);
+            *max_live = live > *max_live ? live : *max_live;
+            /* the bound the scheduler budgets for: the window plus the chunk */
+            assert_true(live <= (W - 1 + c + bs - 1) / bs + 1);
+            tables[n_b] = kv_seq_block_table(ks[i]);
+            nb[n_b] = kv_seq_n_blocks(ks[i]);
+            for (int j = 0; j < c; j++, R++) {
+                tok[R] = s[i].tok[done[i] + j];
+                pos[R] = done[i] + j;
+                seq[R] = n_b;
+                want[R] = 1;
+                dst[R] = base[i] + done[i] + j;
+            }
+            n_b++;
+            done[i] += c;
+        }
+        if (R == 0)
+            break;
+        fwd_batch_t b = { .n_rows = R, .token = tok, .pos = pos, .seq = seq, .want_logits = want,
+                          .n_seq = n_b, .block_tables = tables, .n_blocks = nb };
+        int rc = forward_run(f, &b, kv, lg);
+        if (rc != 0)
+            print_error("forward_run: %s\n", forward_error(f));
+        assert_int_equal(rc, 0);
+        for (int r = 0; r < R; r++)
+            memcpy(out + (size_t)dst[r] * V, lg + (size_t)r * V, (size_t)V * sizeof(float));
+        for (int i = 0; i < n_seq; i++)
+            kv_pool_commit_full_blocks(pool, ks[i]);
+        assert_int_equal(kv_pool_check(pool), 0);
+    }
+    for (int i = 0; i < n_seq; i++) {
+        /* every sequence really let blocks go (its table has holes) */
+        assert_true(kv_seq_n_dropped(ks[i]) > 0);
+        kv_seq_free(&ks[i]);
+    }
+    kv_pool_free(&pool);
+    forward_free(&f);
+    free(lg);
+    return out;
+}
+
+/* A model with a window on every layer (llama-swa: W 16) releases the blocks
+ * behind the window: three sequences of 128, 100 and 77 tokens (8, 6 and 4
+ * windows) run in a pool of 15 blocks of 8 positions (the 305 positions would
+ * need 40 without releasing), each holding at most ceil((W - 1 + chunk) / 8)
+ * + 1 blocks, and every position's logits match the NumPy reference (which
+ * keeps the whole sequence and masks). Batched == alone: bit-exact with the
+ * int8 kernels and an F16 cache, to TOL_SELF with float weights. Mixed
+ * models (gemma2/3) keep every block: model_kv_window is 0 for them. */
+static void test_window_pool_vs_ref(void **state)
+{
+    (void)state;
+    char p[128], q[128];
+    snprintf(p, sizeof p, "%s/llama-swa.gguf", g_tmp);
+    snprintf(q, sizeof q, "%s/llama-swa-q8.gguf", g_tmp);
+    static const int lens[] = { 128, 100, 77 };
+    const int bs = 8, prefill = 20;
+    for (int v = 0; v < 2; v++) {
+        model_t *m = load(v == 0 ? p : q);
+        const int V = m->cfg.vocab, W = model_kv_window(&m->cfg);
+        assert_int_equal(W, 16);
+        tseq_t s[3];
+        make_seqs(s, lens, 3, V, 4242);
+        size_t n = (size_t)total_len(s, 3) * V;
+        int live = 0;
+        /* vs the reference: float matmuls (the int8 kernels quantize the
+         * activations, so they are checked against this run, not the
+         * reference), F32 cache; ceil((16 - 1 + 20) / 8) + 1 = 6 blocks per
+         * sequence at most while prefilling */
+        float *got = window_pool_logits(m, s, 3, bs, 15, prefill, KV_TYPE_F32, 0, &live);
+        print_message("  %s: at most %d live blocks per sequence (W %d, block %d)\n", v ? "Q8_0" : "F32", live,
+                      W, bs);
+        assert_true(live <= 6);
+        float *ref = ref_logits(v == 0 ? p : q, s, 3, V, KV_TYPE_F32);
+        assert_non_null(ref);
+        float scale = fmaxf(1.0f, max_abs(ref, n));
+        double d = max_diff(got, ref, n);
+        print_message("  windowed pool vs reference: max |diff| %.3g (scale %.3g, tolerance %.3g)\n", d, scale,
+                      TOL_REF * scale);
+        assert_true(d <= TOL_REF * scale);
+        kv_type_t kvt = KV_TYPE_F32;
+        if (v == 1) { /* the serving configuration: int8 kernels, F16 cache */
+            free(got);
+            kvt = KV_TYPE_F16;
+            got = window_pool_logits(m, s, 3, bs, 15, prefill, kvt, 1, &live);
+            d = max_diff(got, ref, n);
+            print_message("  int8 + F16 cache vs reference: max |diff| %.3g (not asserted: int8 activations)\n", d);
+        }
+        for (int i = 0, off = 0; i < 3; off += s[i].n, i++) {
+            int l1 = 0;
+            float *alone = window_pool_logits(m, &s[i], 1, bs, 6, prefill, kvt, v, &l1);
+            if (v == 1)
+                assert_memory_equal(alone, got + (size_t)off * V, (size_t)s[i].n * V * sizeof(float));
+            else
+                check_close(alone, got + (size_t)off * V, (size_t)s[i].n * V, "windowed alone vs batched", kvt);
+            free(alone);
+        }
+        free(ref);
+        free(got);
+        model_free(&m);
+    }
+    /* mixed local/global models keep every block */
+    const char *mixed[] = { "gemma2", "gemma3" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s.gguf", g_tmp, mixed[i]);
+        model_t *m = load(p);
+        assert_true(m->cfg.swa_window > 0 && m->cfg.n_swa_layers < m->cfg.n_layer);
+        assert_int_equal(model_kv_window(&m->cfg), 0);
+        model_free(&m);
+    }
+}
+
+/* A dropped entry is refused where a row would read it, accepted below the
+ * window. */
+static void test_window_table_checked(void **state)
+{
+    (void)state;
+    char p[128];
+    snprintf(p, sizeof p, "%s/llama-swa.gguf", g_tmp);
+    model_t *m = load(p);
+    forward_t *f = forward_new(m, 4, 1);
+    kv_store_t kv = { .n_layer = m->cfg.n_layer, .n_blocks = 8, .block_size = 8, .kv_dim = m->cfg.kv_dim,
+                      .type = KV_TYPE_F32 };
+    kv_alloc_nan(&kv);
+    float *lg = malloc((size_t)m->cfg.vocab * sizeof(float));
+    /* position 40 reads 25..40: blocks 3..5; 0..2 are never read */
+    int32_t table[6] = { KV_SEQ_NO_BLOCK, KV_SEQ_NO_BLOCK, KV_SEQ_NO_BLOCK, 1, 2, 3 }, nb = 6;
+    int32_t tok = 5, pos = 40, seq = 0;
+    uint8_t want = 1;
+    const int32_t *tables[1] = { table };
+    fwd_batch_t b = { .n_rows = 1, .token = &tok, .pos = &pos, .seq = &seq, .want_logits = &want, .n_seq = 1,
+                      .block_tables = tables, .n_blocks = &nb };
+    assert_int_equal(forward_run(f, &b, &kv, lg), 0);
+    table[3] = KV_SEQ_NO_BLOCK;
+    assert_int_equal(forward_run(f, &b, &kv, lg), -1);
+    print_message("  refused: %s\n", forward_error(f));
+    free(lg);
+    free(kv.k);
+    free(kv.v);
+    forward_free(&f);
+    model_free(&m);
+}
+
 /* ---- setup -------------------------------------------------------------- */
 
 static int group_setup(void **state)
@@ -782,6 +977,8 @@ int main(void)
         cmocka_unit_test(test_generated_variants_vs_ref),
         cmocka_unit_test(test_families_config),
         cmocka_unit_test(test_families_vs_ref),
+        cmocka_unit_test(test_window_pool_vs_ref),
+        cmocka_unit_test(test_window_table_checked),
         cmocka_unit_test(test_load_refusals),
         cmocka_unit_test(test_invariants_f32),
         cmocka_unit_test(test_invariants_q4_k_m),

@@ -511,6 +511,122 @@ static void test_duplicate_commit(void **state)
     kv_pool_free(&p);
 }
 
+/* ---- sliding window: releasing blocks behind the window ----------------- */
+
+/* kv_seq_drop_before: only whole, committed blocks before the position go;
+ * a cached one stays in the prefix cache (evictable) and another sequence's
+ * reference keeps a shared one alive; uncached ones become free; the table
+ * keeps its length with KV_SEQ_NO_BLOCK entries; release skips them. */
+static void test_window_drop(void **state)
+{
+    (void)state;
+    const int bs = 4;
+    kv_pool_t *p = kv_pool_new(1, 2, 16, bs, KV_TYPE_F32);
+    int32_t t[24];
+    seq_tokens(t, 24, 500);
+    kv_seq_t *a = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, t, 24, a), 0);
+    assert_int_equal(kv_seq_drop_before(a, -5), 0);
+    assert_int_equal(feed(p, a, t, 18), KV_POOL_OK); /* 4 full blocks + 2 tokens */
+    int32_t phys[5];
+    memcpy(phys, kv_seq_block_table(a), sizeof phys);
+    /* position 11 is in logical block 2: blocks 0 and 1 lie wholly before */
+    assert_int_equal(kv_seq_drop_before(a, 11), 2);
+    assert_int_equal(kv_seq_n_dropped(a), 2);
+    assert_int_equal(kv_seq_n_live(a), 3);
+    assert_int_equal(kv_seq_n_blocks(a), 5);
+    assert_int_equal(kv_seq_capacity(a), 20);
+    assert_int_equal(kv_seq_block_table(a)[0], KV_SEQ_NO_BLOCK);
+    assert_int_equal(kv_seq_block_table(a)[1], KV_SEQ_NO_BLOCK);
+    assert_int_equal(kv_seq_block_table(a)[2], phys[2]);
+    kv_pool_stats_t st = stats(p);
+    assert_int_equal(st.n_used, 3);
+    assert_int_equal(st.n_cached, 2);  /* still in the prefix cache */
+    assert_int_equal(kv_pool_check(p), 0);
+    /* idempotent; never past the committed blocks (block 4 is being written) */
+    assert_int_equal(kv_seq_drop_before(a, 11), 0);
+    assert_int_equal(kv_seq_drop_before(a, 1000), 2);
+    assert_int_equal(kv_seq_n_dropped(a), 4);
+    assert_int_equal(kv_seq_block_table(a)[4], phys[4]);
+    assert_int_equal(kv_pool_check(p), 0);
+
+    /* the dropped blocks still serve a new prompt with the same prefix */
+    kv_seq_t *b = kv_seq_new(p);
+    assert_int_equal(kv_pool_match_prefix(p, t, 24, b), 16);
+    assert_memory_equal(kv_seq_block_table(b), phys, 4 * sizeof(int32_t));
+    assert_int_equal(stats(p).n_cached, 0);
+    /* a keeps writing after its drops */
+    assert_int_equal(feed(p, a, t + 18, 6), KV_POOL_OK);
+    assert_int_equal(kv_seq_n_tokens(a), 24);
+    assert_int_equal(kv_pool_check(p), 0);
+    /* b drops its references: the blocks go back to the LRU list */
+    assert_int_equal(kv_seq_drop_before(b, 16), 4);
+    st = stats(p);
+    assert_int_equal(st.n_cached, 4);
+    assert_int_equal(st.n_used, 2); /* a's blocks 4 and 5 */
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_seq_free(&b);
+
+    /* a private duplicate (same content cached first by another sequence) is
+     * freed, not cached, when dropped */
+    kv_seq_t *c = kv_seq_new(p), *d = kv_seq_new(p);
+    int32_t u[9];
+    seq_tokens(u, 9, 900);
+    assert_int_equal(kv_pool_match_prefix(p, u, 9, c), 0);
+    assert_int_equal(kv_pool_match_prefix(p, u, 9, d), 0);
+    assert_int_equal(feed(p, c, u, 8), KV_POOL_OK);
+    assert_int_equal(feed(p, d, u, 8), KV_POOL_OK); /* d's two blocks are duplicates */
+    int32_t free_before = stats(p).n_free;
+    assert_int_equal(kv_seq_drop_before(d, 8), 2);
+    assert_int_equal(stats(p).n_free, free_before + 2);
+    assert_int_equal(kv_pool_check(p), 0);
+    /* releasing a sequence with dropped blocks returns only its live ones */
+    kv_seq_release(d);
+    assert_int_equal(kv_seq_n_blocks(d), 0);
+    assert_int_equal(kv_seq_n_dropped(d), 0);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_seq_free(&d);
+    kv_seq_free(&c);
+    kv_seq_free(&a);
+    st = stats(p);
+    assert_int_equal(st.n_used, 0);
+    assert_int_equal(st.n_free + st.n_cached, 16);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_pool_free(&p);
+}
+
+/* A sequence decoding one token at a time and dropping what a window of W
+ * no longer covers lives in ceil(W / bs) + 1 blocks: 200 positions in a
+ * 3-block pool. Without the drops the same pool runs out at position 12. */
+static void test_window_bounded(void **state)
+{
+    (void)state;
+    const int bs = 4, W = 6;
+    for (int drop = 1; drop >= 0; drop--) {
+        kv_pool_t *p = kv_pool_new(1, 2, 3, bs, KV_TYPE_F32);
+        kv_seq_t *s = kv_seq_new(p);
+        int32_t pos = 0, max_live = 0;
+        for (; pos < 200; pos++) {
+            if (drop)
+                kv_seq_drop_before(s, pos - W + 1); /* what the row at pos reads */
+            int32_t tok = 7 + pos % 5;
+            if (feed(p, s, &tok, 1) != KV_POOL_OK)
+                break;
+            max_live = kv_seq_n_live(s) > max_live ? kv_seq_n_live(s) : max_live;
+            assert_int_equal(kv_pool_check(p), 0);
+        }
+        if (drop) {
+            assert_int_equal(pos, 200);
+            assert_true(max_live <= (W + bs - 1) / bs + 1);
+            assert_int_equal(kv_seq_n_blocks(s), 50);
+        } else {
+            assert_int_equal(pos, 3 * bs);
+        }
+        kv_seq_free(&s);
+        kv_pool_free(&p);
+    }
+}
+
 /* ---- hash collisions ---------------------------------------------------- */
 
 static uint64_t hash_const(uint64_t parent, const int32_t *t, int32_t n)
@@ -651,7 +767,8 @@ static void st_write(kv_store_t *kv, const kv_seq_t *s, int32_t pos, uint64_t fp
 static void st_verify(kv_store_t *kv, const st_seq_t *q, int32_t upto)
 {
     const int32_t *bt = kv_seq_block_table(q->kv);
-    for (int32_t pos = 0; pos < upto; pos++) {
+    /* positions of dropped blocks (window runs) are never read again */
+    for (int32_t pos = kv_seq_n_dropped(q->kv) * kv->block_size; pos < upto; pos++) {
         int32_t b = bt[pos / kv->block_size], slot = pos % kv->block_size;
         uint64_t fp = q->fp[pos];
         for (int l = 0; l < kv->n_layer; l++) {
@@ -663,9 +780,12 @@ static void st_verify(kv_store_t *kv, const st_seq_t *q, int32_t upto)
     }
 }
 
-static void stress_run(uint64_t seed, kv_pool_hash_fn fn, int n_ops)
+/* window > 0: every sequence drops the blocks a window of that many
+ * positions no longer covers, as the scheduler does for windowed models. */
+static void stress_run(uint64_t seed, kv_pool_hash_fn fn, int n_ops, int32_t window)
 {
-    const int bs = 4, n_blocks = 40;
+    /* windowed sequences hold ~3 blocks each: a smaller pool still runs out */
+    const int bs = 4, n_blocks = window > 0 ? 12 : 40;
     kv_pool_t *p = kv_pool_new(2, 2, n_blocks, bs, KV_TYPE_F32);
     kv_pool_test_set_hash(p, fn);
     kv_store_t *kv = kv_pool_store(p);
@@ -696,6 +816,8 @@ static void stress_run(uint64_t seed, kv_pool_hash_fn fn, int n_ops)
             int32_t hit = kv_pool_match_prefix(p, q->tok, n_prompt, q->kv);
             assert_true(hit >= 0 && hit % bs == 0 && hit <= ((n_prompt - 1) / bs) * bs);
             assert_int_equal(kv_seq_n_tokens(q->kv), hit);
+            if (window > 0)
+                kv_seq_drop_before(q->kv, hit - window + 1);
             st_verify(kv, q, hit);
             n_hits += hit > 0;
         } else if (what < 8) {
@@ -719,6 +841,8 @@ static void stress_run(uint64_t seed, kv_pool_hash_fn fn, int n_ops)
                     for (int32_t i = at; i < at + n; i++)
                         st_write(kv, q->kv, i, q->fp[i]);
                     assert_true(kv_pool_commit_full_blocks(p, q->kv) >= 0);
+                    if (window > 0)
+                        kv_seq_drop_before(q->kv, at + n - window + 1);
                 }
             }
             /* nobody else's writes ever land in this sequence's blocks */
@@ -763,10 +887,12 @@ static void stress_run(uint64_t seed, kv_pool_hash_fn fn, int n_ops)
 static void test_stress(void **state)
 {
     (void)state;
-    stress_run(1, NULL, 4000);
-    stress_run(2, NULL, 4000);
-    stress_run(3, hash_const, 2000);
-    stress_run(4, hash_tokens_only, 3000);
+    stress_run(1, NULL, 4000, 0);
+    stress_run(2, NULL, 4000, 0);
+    stress_run(3, hash_const, 2000, 0);
+    stress_run(4, hash_tokens_only, 3000, 0);
+    stress_run(5, NULL, 4000, 6);
+    stress_run(6, hash_tokens_only, 3000, 9);
 }
 
 int main(void)
@@ -780,6 +906,8 @@ int main(void)
         cmocka_unit_test(test_lru_order),
         cmocka_unit_test(test_evict_only_unreferenced),
         cmocka_unit_test(test_duplicate_commit),
+        cmocka_unit_test(test_window_drop),
+        cmocka_unit_test(test_window_bounded),
         cmocka_unit_test(test_hash_collisions),
         cmocka_unit_test(test_stale_parent),
         cmocka_unit_test(test_stress),

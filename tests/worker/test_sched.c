@@ -22,7 +22,11 @@
  *   stop / EOS / length      finish reasons and text truncation;
  *   resume                   resuming from a solo run's first k tokens yields
  *                            that run's remainder;
- *   invalid submissions      -1 with a message.
+ *   invalid submissions      -1 with a message;
+ *   sliding window           a model windowed on every layer releases the
+ *                            blocks behind its window: three 440-position
+ *                            generations in a 10-block pool, == solo; the
+ *                            same model without the window cannot.
  *
  * Observing the scheduler from outside: with a budget >= max_seqs every
  * running decoding sequence gets a row (and so an event) in every step, so a
@@ -40,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -1502,9 +1507,125 @@ static void test_zoo_batched_preempted(void **state)
     engine_free(&e);
 }
 
+/* ---- sliding window: blocks behind the window released ------------------- */
+
+/* pagoda-mkmodel ($PAGODA_BUILD) writes a random Q8_0 llama with the
+ * stories260K tokenizer into dir/name; extra = e.g. "--window 40". */
+static engine_t *mkmodel_engine(const char *dir, const char *name, const char *extra)
+{
+    const char *b = getenv("PAGODA_BUILD");
+    char bin[512], path[512], cmd[2048], err[256];
+    snprintf(bin, sizeof bin, "%s/pagoda-mkmodel", b ? b : "build");
+    if (access(bin, X_OK) != 0)
+        fail_msg("%s missing (build first)", bin);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(cmd, sizeof cmd,
+             "%s -o %s --tokenizer-from %s --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --ctx 1024 "
+             "--type Q8_0 %s > %s/%s.log 2>&1",
+             bin, path, support_shared_model("stories260K.gguf"), extra, dir, name);
+    if (system(cmd) != 0)
+        fail_msg("%s failed", cmd);
+    engine_t *e = engine_load(path, err, sizeof err);
+    if (!e)
+        fail_msg("engine_load %s: %s", path, err);
+    return e;
+}
+
+#define WIN_SEQS 3
+#define WIN_GEN 400
+
+/* Three greedy requests (40-token prompts, 400 tokens each) on e with a
+ * 10-block pool (320 positions), batch budget 64. *max_decode_used: the most
+ * blocks in use in a step where all three were decoding. */
+static run_t *window_run(engine_t *e, const sched_req_t *reqs, int32_t *max_decode_used)
+{
+    sched_config_t c = cfg_make(WIN_SEQS, 64, 10, 2);
+    run_t *R = run_new(e, &c);
+    for (int i = 0; i < WIN_SEQS; i++)
+        submit(R, &reqs[i]);
+    *max_decode_used = 0;
+    while (sched_busy(R->s)) {
+        step(R);
+        if (R->step > MAX_STEPS)
+            fail_msg("no progress after %d steps", MAX_STEPS);
+        assert_int_equal(sched_check(R->s), 0);
+        bool all_decoding = true;
+        for (int i = 0; i < WIN_SEQS; i++)
+            all_decoding &= R->r[i].n_tok > 0 && !R->r[i].n_final;
+        if (all_decoding && (int32_t)stats(R).kv_blocks_used > *max_decode_used)
+            *max_decode_used = (int32_t)stats(R).kv_blocks_used;
+    }
+    check_records(R);
+    check_clean(R);
+    return R;
+}
+
+static void test_window_long_generation(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    char dir[] = "/tmp/pagoda-sched-swa.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    engine_t *swa = mkmodel_engine(dir, "swa.gguf", "--window 40");
+    engine_t *dense = mkmodel_engine(dir, "dense.gguf", "");
+    assert_int_equal(model_kv_window(&swa->model->cfg), 40);
+    assert_int_equal(model_kv_window(&dense->model->cfg), 0);
+
+    static int32_t prompts[WIN_SEQS][40];
+    sched_req_t reqs[WIN_SEQS];
+    for (int i = 0; i < WIN_SEQS; i++) {
+        make_prompt(prompts[i], 40, 50 * i + 3);
+        reqs[i] = req_greedy((uint64_t)(700 + i), 1, prompts[i], 40, WIN_GEN, true);
+    }
+
+    /* windowed: the whole context is usable although the pool holds 320
+     * positions, and three 440-position sequences run side by side, each in
+     * at most ceil(40 / 32) + 1 = 3 blocks while decoding */
+    sched_config_t c = cfg_make(WIN_SEQS, 64, 10, 2);
+    run_t *R = run_new(swa, &c);
+    assert_int_equal(sched_context_length(R->s), 1024);
+    run_free(&R);
+    int32_t max_used = 0;
+    R = window_run(swa, reqs, &max_used);
+    sched_stats_t st = stats(R);
+    fprintf(stderr, "windowed: %llu preemptions, at most %d blocks used while all decode\n",
+            (unsigned long long)st.preemptions, max_used);
+    assert_true(max_used > 0 && max_used <= WIN_SEQS * 3);
+    for (int i = 0; i < WIN_SEQS; i++) {
+        assert_int_equal(R->r[i].n_tok, WIN_GEN);
+        assert_int_equal(R->r[i].finish, SCHED_FINISH_LENGTH);
+        rec_t solo;
+        run_solo(swa, &reqs[i], &solo);
+        assert_same_output(&solo, &R->r[i], "windowed, tight pool vs solo");
+    }
+    run_free(&R);
+
+    /* the same model without the window: a sequence is limited to the pool
+     * (320 positions), and three of them only fit by preempting each other */
+    R = window_run(dense, reqs, &max_used);
+    st = stats(R);
+    fprintf(stderr, "dense: %llu preemptions, context %d\n", (unsigned long long)st.preemptions,
+            sched_context_length(R->s));
+    assert_int_equal(sched_context_length(R->s), 320);
+    assert_true(st.preemptions > 0);
+    for (int i = 0; i < WIN_SEQS; i++) {
+        assert_int_equal(R->r[i].n_tok, 320 - 40);
+        assert_int_equal(R->r[i].finish, SCHED_FINISH_LENGTH);
+    }
+    run_free(&R);
+    engine_free(&swa);
+    engine_free(&dense);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
+    /* PAGODA_TEST_FILTER=test_window* runs a subset while iterating */
+    if (getenv("PAGODA_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("PAGODA_TEST_FILTER"));
     /* passive OpenMP waits, as pagoda-worker: spinning barriers make the
      * 2-thread runs 5-10x slower on a shared machine (forward.h) */
     wait_policy_reexec(argv);
@@ -1526,6 +1647,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_invalid_submissions),
         cmocka_unit_test(test_zoo_batched_preempted),
         cmocka_unit_test(test_kv_type_auto),
+        cmocka_unit_test(test_window_long_generation),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

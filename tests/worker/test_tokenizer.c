@@ -143,6 +143,7 @@ static tokenizer_t *spm_vocab(bool add_space_prefix, int with_bytes)
     static const struct { const char *text; float score; } pieces[] = {
         {"\xe2\x96\x81", -1}, {"a", -1}, {"b", -1}, {"c", -1},
         {"ab", -2}, {"bc", -1}, {"\xe2\x96\x81" "a", -5}, {"abc", -3}, {"aa", -1}, {"<u>", 0},
+        {"  ", -1000}, /* a whitespace run as llama.cpp writes Gemma's: USER_DEFINED, spaces */
     };
     size_t np = sizeof pieces / sizeof pieces[0];
     size_t n = 3 + (with_bytes ? 256 : 0) + np;
@@ -162,7 +163,8 @@ static tokenizer_t *spm_vocab(bool add_space_prefix, int with_bytes)
     for (size_t i = 0; i < np; i++) {
         tok[k] = xstrdup(pieces[i].text);
         sc[k] = pieces[i].score;
-        ty[k++] = strcmp(pieces[i].text, "<u>") == 0 ? TOKENIZER_TOKEN_USER_DEFINED : TOKENIZER_TOKEN_NORMAL;
+        ty[k++] = strcmp(pieces[i].text, "<u>") == 0 || pieces[i].text[0] == ' ' ? TOKENIZER_TOKEN_USER_DEFINED
+                                                                                  : TOKENIZER_TOKEN_NORMAL;
     }
     gguf_writer_t *w = gguf_writer_new();
     gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
@@ -223,6 +225,11 @@ static void test_spm_merges(void **s)
     expect_texts(t, "aaa", false, true, "aa", "a", NULL);
     expect_texts(t, "aaaa", false, true, "aa", "aa", NULL);
     expect_texts(t, "abc", false, true, "abc", NULL);
+    /* Gemma-style whitespace piece: split out of the raw text as a
+     * USER_DEFINED text; a literal ▁▁ in the input merges into it too */
+    expect_texts(t, "a  b", false, false, "a", "  ", "b", NULL);
+    expect_texts(t, "a" SP SP "b", false, false, "a", "  ", "b", NULL);
+    expect_texts(t, "a" SP "b", false, false, "a", SP, "b", NULL);
     tokenizer_free(&t);
 
     /* no byte tokens: a missing character becomes one UNKNOWN */

@@ -15,7 +15,11 @@
  *   sequence s (0 <= s < n_seq):
  *     block_tables[s] logical block -> physical block in the kv_store;
  *                     position p lives in block_tables[s][p / block_size],
- *                     slot p % block_size
+ *                     slot p % block_size; when every layer is
+ *                     sliding-window (model_kv_window W > 0), entries of
+ *                     blocks wholly before pos - W + 1 of the sequence's
+ *                     first row are never read and may be -1
+ *                     (KV_SEQ_NO_BLOCK: released by the KV pool)
  *     n_blocks[s]     entries in block_tables[s] (may be NULL: then trusted)
  *
  * Semantics: row r's K/V are written to its cache slot for every layer; it

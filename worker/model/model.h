@@ -249,6 +249,16 @@ const char *model_arch_name(enum model_arch a);
 /* One-line summary ("llama: 2 layers, dim 256, ...") into buf. */
 void model_describe(const model_t *m, char *buf, size_t len);
 
+/* The window W when EVERY layer is sliding-window (Mistral-style): no row at
+ * position p ever reads a position below p - W + 1, so the KV blocks behind
+ * that can be released (kv_seq_drop_before). 0 when the model has a global
+ * layer (gemma2/3 mix local and global layers: the global ones read every
+ * position, so every block is kept) or no window at all. */
+static inline int32_t model_kv_window(const model_config_t *c)
+{
+    return c->swa_window > 0 && c->n_swa_layers == c->n_layer ? c->swa_window : 0;
+}
+
 /* Bytes of weight data in the mmap used by the model's matrices. */
 size_t model_weight_bytes(const model_t *m);
 

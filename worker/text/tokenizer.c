@@ -83,6 +83,7 @@ struct tokenizer {
 
     int32_t bos, eos, eot, eom, unk;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
+    bool has_user_space; /* SPM: some USER_DEFINED text holds ' ' (spm_lookup) */
 
     pcre2_code *re[2];   /* pre-tokenizer regexes, applied in order */
     int n_re;
@@ -678,6 +679,9 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
             if ((ty != TOKENIZER_TOKEN_CONTROL && ty != TOKENIZER_TOKEN_UNKNOWN &&
                  ty != TOKENIZER_TOKEN_USER_DEFINED) || t->text_off[i + 1] == t->text_off[i])
                 continue;
+            if (ty == TOKENIZER_TOKEN_USER_DEFINED &&
+                memchr(t->text + t->text_off[i], ' ', t->text_off[i + 1] - t->text_off[i]))
+                t->has_user_space = true;
             if (!t->trie) {
                 t->trie = xmalloc((size_t)cap * sizeof *t->trie);
                 t->trie[0] = (trie_node_t){.child = -1, .sibling = -1, .id = -1, .byte = 0};
@@ -823,10 +827,39 @@ static void grow_syms(scratch_t *s, size_t n)
 
 /* ---- SPM */
 
-static bool spm_mergeable(int type) { return type == TOKENIZER_TOKEN_NORMAL; }
+static bool spm_mergeable(int type)
+{
+    return type == TOKENIZER_TOKEN_NORMAL || type == TOKENIZER_TOKEN_USER_DEFINED;
+}
 static bool spm_final(int type)
 {
     return type == TOKENIZER_TOKEN_NORMAL || type == TOKENIZER_TOKEN_USER_DEFINED;
+}
+
+/* The token a merge (or a final symbol) of normalized text p[0..n) may be:
+ * a NORMAL token with that text, else a USER_DEFINED one whose text is p
+ * with every "▁" turned back into ' ' — llama.cpp's converter stores
+ * Gemma's whitespace-run pieces ("▁▁" ...) so, "pre-normalized", and the
+ * special-text split only meets them in raw text; this catches the runs a
+ * literal U+2581 in the input makes (SentencePiece and Hugging Face map
+ * those to the same pieces). -1 when neither exists. */
+static int32_t spm_lookup(const tokenizer_t *t, const char *p, size_t n)
+{
+    int32_t id = map_find(t, t->map, t->map_mask, false, p, n);
+    if (id >= 0 || !t->has_user_space || n > 512 || !memmem(p, n, "\xe2\x96\x81", 3))
+        return id;
+    char buf[512];
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+        if (i + 3 <= n && memcmp(p + i, "\xe2\x96\x81", 3) == 0) {
+            buf[m++] = ' ';
+            i += 3;
+        } else {
+            buf[m++] = p[i++];
+        }
+    }
+    id = map_find(t, t->map, t->map_mask, false, buf, m);
+    return id >= 0 && t->type[id] == TOKENIZER_TOKEN_USER_DEFINED ? id : -1;
 }
 
 static void spm_try_pair(const tokenizer_t *t, scratch_t *s, int32_t l, int32_t r)
@@ -834,7 +867,7 @@ static void spm_try_pair(const tokenizer_t *t, scratch_t *s, int32_t l, int32_t 
     if (l < 0 || r < 0)
         return;
     const sym_t *a = &s->sym[l], *b = &s->sym[r];
-    int32_t id = map_find(t, t->map, t->map_mask, false, s->norm + a->start, (size_t)(a->len + b->len));
+    int32_t id = spm_lookup(t, s->norm + a->start, (size_t)(a->len + b->len));
     if (id < 0 || !spm_mergeable(t->type[id]))
         return;
     heap_push(s, (cand_t){.key = cand_key(score_prio(t->score[id]), l), .x = a->len + b->len});
@@ -896,7 +929,7 @@ static void spm_segment(const tokenizer_t *t, scratch_t *s, const char *text, si
     for (int32_t i = 0; i >= 0; i = s->sym[i].next) {
         const sym_t *y = &s->sym[i];
         const char *p = s->norm + y->start;
-        int32_t id = map_find(t, t->map, t->map_mask, false, p, (size_t)y->len);
+        int32_t id = spm_lookup(t, p, (size_t)y->len);
         if (id >= 0 && spm_final(t->type[id])) {
             emit(s, id);
             continue;
