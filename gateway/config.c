@@ -123,6 +123,9 @@ static const field_t model_fields[] = {
     INT("threads", config_model_t, threads, 1, 256),
     ENUM("kv_type", config_model_t, kv_type, kv_type_names),
 };
+/* reasoning_parser, indexed by reasoning_parser_t (gateway/reasoning.h) */
+static const char *const reasoning_parser_names[] = {"none", "qwen3", NULL};
+
 static const field_t top_fields[] = {
     STR("listen", config_t, listen, check_listen),
     STR("worker_endpoint", config_t, worker_endpoint, check_endpoint),
@@ -135,6 +138,7 @@ static const field_t top_fields[] = {
     DBL("drain_timeout_s", config_t, drain_timeout_s, 0.0, 86400.0),
     OPTSTR("cors_origins", config_t, cors_origins, check_origins),
     BOOL("admin_open", config_t, admin_open),
+    ENUM("reasoning_parser", config_t, reasoning_parser, reasoning_parser_names),
     MAP("queue", config_t, queue, queue_fields),
     MAP("limits", config_t, limits, limits_fields),
     MAP("restart", config_t, restart, restart_fields),

@@ -67,6 +67,9 @@
  *   admin_open                   bool     false                   without keys_file, serve the /admin/...
  *                                                                 operations routes to anyone (else 403);
  *                                                                 ignored with keys_file
+ *   reasoning_parser             string   none                    none | qwen3: split <think>...</think>
+ *                                                                 at the start of chat answers into
+ *                                                                 reasoning_content (gateway/reasoning.h)
  *   queue.max_per_model          int      1024                    1..1000000 queued requests per
  *                                                                 model; beyond it: 429 + Retry-After
  *   queue.aging_per_s            float    1/30 (0.0333…)          0..1000 priority levels gained per
@@ -244,6 +247,7 @@ typedef struct config {
     double drain_timeout_s;    /* SIGTERM: how long requests in flight may finish, s */
     char *cors_origins;        /* browser origins allowed (CORS), "A,B"; NULL = none */
     bool admin_open;           /* without keys_file, /admin/... answer anyone (else 403) */
+    int reasoning_parser;      /* reasoning_parser_t: 0 none, 1 qwen3 */
     config_queue_t queue;
     config_limits_t limits;
     config_restart_t restart;

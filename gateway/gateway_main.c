@@ -101,6 +101,7 @@ static const struct flag_key {
     {"restart-window", "restart.crash_loop_window_s", false, false},
     {"cors-origin", "cors_origins", false, false},   /* repeatable: values are joined */
     {"admin-open", "admin_open", false, true},
+    {"reasoning-parser", "reasoning_parser", false, false},
 };
 #define N_FLAG_KEYS (sizeof flag_keys / sizeof flag_keys[0])
 #define OPT_FLAG_KEY 1000  /* getopt value of flag_keys[i] = OPT_FLAG_KEY + i */
@@ -143,6 +144,9 @@ static void usage(FILE *f)
             "                             with any other Origin header gets 403 [cors_origins]\n"
             "  --admin-open               without --keys, serve /admin/* to anyone who reaches the\n"
             "                             port (default: 403 without an admin key) [admin_open]\n"
+            "  --reasoning-parser P       none (default) or qwen3: put <think>...</think> at the\n"
+            "                             start of chat answers into reasoning_content\n"
+            "                             [reasoning_parser]\n"
             "  --http-idle-timeout S      close an idle HTTP connection after S seconds (default %d)\n"
             "  --header-timeout S         close a connection whose request headers are not\n"
             "                             complete S seconds after it opened (default %d)\n"
@@ -608,7 +612,8 @@ int main(int argc, char **argv)
                           .rate_per_key = cfg->limits.rate_per_key,
                           .idle_timeout_s = (unsigned)http_idle_s,
                           .header_timeout_ms = (int64_t)(header_s * 1000),
-                          .cors_origins = cfg->cors_origins, .admin_open = cfg->admin_open};
+                          .cors_origins = cfg->cors_origins, .admin_open = cfg->admin_open,
+                          .reasoning_parser = cfg->reasoning_parser};
     http = http_server_new(&hcfg, gw);
     if (!http)
         goto stop;

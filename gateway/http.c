@@ -30,6 +30,7 @@
 #include "gateway/keys.h"
 #include "gateway/oai.h"
 #include "gateway/oai_tools.h"
+#include "gateway/reasoning.h"
 
 #define HTTP_DEFAULT_MAX_BODY (16u << 20)
 #define SNAPSHOT_TIMEOUT_US 2000000
@@ -93,6 +94,7 @@ struct http_server {
     size_t n_cors;
     bool cors_any;              /* "*" was listed: every origin is allowed */
     bool admin_open;            /* ops routes open without a keys file */
+    reasoning_parser_t reasoning; /* --reasoning-parser */
 };
 
 /* AUTH_OPS: an admin key when a keys file is loaded, open otherwise (an open
@@ -154,10 +156,12 @@ struct http_req {
     /* tool calling (chat with tools announced): the answer may be a call */
     char **tool_names;          /* (n_tools) the request's tool names, NULL = no tools */
     size_t n_tools;
-    struct tool_buf {           /* streaming, per choice */
+    bool reasoning;             /* chat answers get <think>...</think> split off (reasoning.h) */
+    struct tool_buf {           /* streaming, per choice (tools or reasoning) */
         char *text;             /* everything generated so far, (len) */
         size_t len, cap;
-        size_t emitted;         /* bytes of text sent as content */
+        size_t emitted;         /* bytes of the content part sent as content */
+        size_t r_emitted;       /* bytes of the reasoning part sent as reasoning_content */
     } tool[OAI_MAX_N];
 };
 
@@ -656,25 +660,63 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
     const char *text = ev->text;
     size_t text_len = ev->text_len;
     struct tool_buf *tb = &q->tool[ci];
-    if (q->tool_names) {
-        /* hold back what may still become a tool call */
+    bool final = ev->finish == PROTO_FINISH_STOP || ev->finish == PROTO_FINISH_LENGTH;
+    bool lp_sent = false;       /* this event's logprobs went out with a reasoning chunk */
+    bool content_ready = true;  /* where content starts is known */
+    const char *content = NULL; /* buffered: the content part of tb->text, (clen) */
+    size_t clen = 0;
+    if (q->tool_names || q->reasoning) {
         if (tb->len + ev->text_len + 1 > tb->cap) {
             tb->cap = (tb->len + ev->text_len + 1) * 2;
             tb->text = xrealloc(tb->text, tb->cap);
         }
         memcpy(tb->text + tb->len, ev->text, ev->text_len);
         tb->len += ev->text_len;
-        size_t safe = oai_tools_safe_prefix(tb->text, tb->len);
-        if (ev->finish != PROTO_FINISH_NONE)
-            safe = tb->emitted; /* the rest is decided below */
-        text = tb->text + tb->emitted;
+        size_t c0 = 0;
+        if (q->reasoning) {
+            reasoning_split_t sp;
+            if (ev->finish != PROTO_FINISH_NONE)
+                reasoning_split(tb->text, tb->len, &sp);
+            else
+                reasoning_stream_feed(tb->text, tb->len, &sp);
+            if (sp.undecided) {
+                content_ready = false;
+            } else if (sp.has_reasoning) {
+                if (sp.r_len > tb->r_emitted) {
+                    lp_run_t lp = {0};
+                    lp_add(&lp, ev);
+                    oai_logprobs_t lps = {.present = ev->n_logprobs > 0, .tokens = lp.tok, .n_tokens = lp.n};
+                    const char *r = tb->text + sp.r_start + tb->r_emitted;
+                    size_t rl = sp.r_len - tb->r_emitted;
+                    oai_chunk_t ch = {.index = (int32_t)ci, .text = "", .logprobs = &lps,
+                                      .include_usage = q->include_usage};
+                    sse_data(q, reasoning_patch(chunk_json(q, &ch), 0, r, rl, true, true));
+                    lp_clear(&lp);
+                    tb->r_emitted = sp.r_len;
+                    lp_sent = true;
+                }
+                content_ready = sp.closed;
+                c0 = sp.c_start;
+            }
+        }
+        content = tb->text + c0;
+        clen = tb->len - c0;
+        size_t safe = content_ready ? clen : 0;
+        if (content_ready && q->tool_names) {
+            /* hold back what may still become a tool call */
+            safe = oai_tools_safe_prefix(content, clen);
+            if (ev->finish != PROTO_FINISH_NONE)
+                safe = tb->emitted; /* the rest is decided below */
+        }
+        text = content + tb->emitted;
         text_len = safe > tb->emitted ? safe - tb->emitted : 0;
         tb->emitted += text_len;
     }
-    if (text_len || ev->n_logprobs) {
+    if (text_len || (ev->n_logprobs && !lp_sent)) {
         lp_run_t lp = {0};
-        lp_add(&lp, ev);
-        oai_logprobs_t lps = {.present = ev->n_logprobs > 0, .tokens = lp.tok, .n_tokens = lp.n,
+        if (!lp_sent)
+            lp_add(&lp, ev);
+        oai_logprobs_t lps = {.present = ev->n_logprobs > 0 && !lp_sent, .tokens = lp.tok, .n_tokens = lp.n,
                               .text_offset0 = q->text_offset[ci]};
         oai_chunk_t ch = {.index = (int32_t)ci, .text = text, .text_len = text_len,
                           .logprobs = &lps, .include_usage = q->include_usage};
@@ -684,17 +726,17 @@ static void stream_render(http_req_t *q, gateway_reply_t *rep)
     }
     oai_tool_call_t *calls = NULL;
     size_t n_calls = 0;
-    if (q->tool_names && (ev->finish == PROTO_FINISH_STOP || ev->finish == PROTO_FINISH_LENGTH)) {
+    if (q->tool_names && final && content_ready) {
         size_t content_len;
-        n_calls = oai_tools_extract(tb->text, tb->len, q->tool_names, q->n_tools, &calls, &content_len);
+        n_calls = oai_tools_extract(content, clen, q->tool_names, q->n_tools, &calls, &content_len);
         if (n_calls > 0) {
             oai_chunk_t ch = {.index = (int32_t)ci, .include_usage = q->include_usage};
             sse_data(q, oai_tools_patch(chunk_json(q, &ch), 0, NULL, 0, calls, n_calls, true));
-        } else if (tb->len > tb->emitted) {
-            oai_chunk_t ch = {.index = (int32_t)ci, .text = tb->text + tb->emitted,
-                              .text_len = tb->len - tb->emitted, .include_usage = q->include_usage};
+        } else if (clen > tb->emitted) {
+            oai_chunk_t ch = {.index = (int32_t)ci, .text = content + tb->emitted,
+                              .text_len = clen - tb->emitted, .include_usage = q->include_usage};
             sse_data(q, chunk_json(q, &ch));
-            tb->emitted = tb->len;
+            tb->emitted = clen;
         }
     }
     if (ev->finish != PROTO_FINISH_NONE) {
@@ -825,6 +867,7 @@ static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection 
     char **texts = xcalloc(n, sizeof *texts);
     lp_run_t *lp = xcalloc(n, sizeof *lp);
     oai_logprobs_t *lps = xcalloc(n, sizeof *lps);
+    reasoning_split_t *rs = xcalloc(n, sizeof *rs);
     bool want_lp = q->greq->submit.submit.sampling.logprobs;
     oai_usage_t u = {0};
     for (uint32_t k = 0; k < n; k++) {
@@ -860,20 +903,30 @@ static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection 
         lps[k] = (oai_logprobs_t){.present = want_lp || any_lp, .tokens = lp[k].tok,
                                   .n_tokens = lp[k].n};
         ch[k] = (oai_choice_t){text, len, fr, &lps[k]};
+        if (q->reasoning) {
+            reasoning_split(text, len, &rs[k]);
+            if (rs[k].has_reasoning) { /* the message's content is what follows </think> */
+                ch[k].text = text + rs[k].c_start;
+                ch[k].text_len = len - rs[k].c_start;
+            }
+        }
     }
     oai_meta_t meta = meta_of(q);
     char *body = q->kind == OAI_CHAT ? oai_chat_completion_n_json(&meta, ch, n, &u)
                                      : oai_completion_n_json(&meta, ch, n, &u);
+    for (uint32_t k = 0; k < n; k++)
+        if (rs[k].has_reasoning)
+            body = reasoning_patch(body, k, texts[k] + rs[k].r_start, rs[k].r_len, false, false);
     for (uint32_t k = 0; q->tool_names && k < n; k++) {
         if (!ch[k].finish_reason || (strcmp(ch[k].finish_reason, "stop") != 0 &&
                                      strcmp(ch[k].finish_reason, "length") != 0))
             continue;
         oai_tool_call_t *calls;
         size_t content_len;
-        size_t n_calls = oai_tools_extract(texts[k], ch[k].text_len, q->tool_names, q->n_tools, &calls,
+        size_t n_calls = oai_tools_extract(ch[k].text, ch[k].text_len, q->tool_names, q->n_tools, &calls,
                                            &content_len);
         if (n_calls)
-            body = oai_tools_patch(body, k, texts[k], content_len, calls, n_calls, false);
+            body = oai_tools_patch(body, k, ch[k].text, content_len, calls, n_calls, false);
         oai_tool_calls_free(calls, n_calls);
     }
     for (uint32_t k = 0; k < n; k++) {
@@ -884,6 +937,7 @@ static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection 
     free(texts);
     free(lp);
     free(lps);
+    free(rs);
     return respond_text(s, c, 200, with_newline(body), "application/json", NULL, NULL);
 }
 
@@ -1025,6 +1079,7 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
         o.tool_names = NULL;
         o.n_tools = 0;
     }
+    q->reasoning = rt->kind == OAI_CHAT && rt->op == OAI_OP_GENERATE && s->reasoning != REASONING_NONE;
     q->greq = gateway_request_from_oai(s->gw, &o, tier);
     oai_request_free(&o);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -1422,6 +1477,7 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     s->rate_per_key = cfg->rate_per_key > 0 ? cfg->rate_per_key : 0;
     cors_parse(s, cfg->cors_origins);
     s->admin_open = cfg->admin_open;
+    s->reasoning = (reasoning_parser_t)cfg->reasoning_parser;
     s->header_timeout_us = (cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms
                                                         : HTTP_DEFAULT_HEADER_TIMEOUT_S * 1000) * 1000;
     unsigned idle_s = cfg->idle_timeout_s ? cfg->idle_timeout_s : HTTP_DEFAULT_IDLE_TIMEOUT_S;

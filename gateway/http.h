@@ -81,6 +81,9 @@ typedef struct http_config {
                                  http[s]://HOST[:PORT]); NULL = none. Copied. */
     bool admin_open;          /* without keys_path: ops routes (/admin/...) open to anyone;
                                  false = 403 */
+    int reasoning_parser;     /* reasoning_parser_t (gateway/reasoning.h): REASONING_QWEN3
+                                 splits <think>...</think> off chat answers into
+                                 reasoning_content; 0 = none */
 } http_config_t;
 
 #define HTTP_DEFAULT_IDLE_TIMEOUT_S 30

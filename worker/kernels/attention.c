@@ -30,6 +30,42 @@ VMATH_INL void softcap_avx2(float *sc, int n, float softcap)
         sc[t] = softcap * tanhf(sc[t] / softcap);
 }
 
+/* Soft-capping (softcap > 0), then sc (n_pos) = e^(sc - max sc) in place;
+ * returns 1 / Σ sc. The one softmax of both AVX2 kernels, so a head's bits
+ * do not depend on which of them ran it. */
+VMATH_INL float softmax_avx2(float *sc, int n_pos, float softcap)
+{
+    if (softcap > 0)
+        softcap_avx2(sc, n_pos, softcap);
+    /* max over the scores */
+    __m256 mx8 = _mm256_set1_ps(-INFINITY);
+    float mx;
+    int t = 0;
+    for (; t + 8 <= n_pos; t += 8)
+        mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(sc + t));
+    {
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx8), _mm256_extractf128_ps(mx8, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        mx = _mm_cvtss_f32(m4);
+    }
+    for (; t < n_pos; t++)
+        mx = sc[t] > mx ? sc[t] : mx;
+    /* sc = e^(sc - max), normalized at the end */
+    __m256 mxv = _mm256_set1_ps(mx), sum8 = _mm256_setzero_ps();
+    for (t = 0; t + 8 <= n_pos; t += 8) {
+        __m256 e = vmath_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), mxv));
+        _mm256_storeu_ps(sc + t, e);
+        sum8 = _mm256_add_ps(sum8, e);
+    }
+    float sum = vmath_hsum8(sum8);
+    for (; t < n_pos; t++) {
+        sc[t] = expf(sc[t] - mx);
+        sum += sc[t];
+    }
+    return 1.0f / sum;
+}
+
 /* attention_head with head_dim hd a multiple of 8. Positions t0..t1-1 are
  * walked block by block (a block may be entered mid-way when t0 is not
  * block-aligned); sc[t - t0] holds position t's score. f16 is a
@@ -76,35 +112,7 @@ VMATH_INL void attend_avx2_impl(const float *q, const kv_store_t *kv, int l, con
         }
         t += n;
     }
-    if (softcap > 0)
-        softcap_avx2(sc, n_pos, softcap);
-    /* max over the scores */
-    __m256 mx8 = _mm256_set1_ps(-INFINITY);
-    float mx;
-    int t = 0;
-    for (; t + 8 <= n_pos; t += 8)
-        mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(sc + t));
-    {
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx8), _mm256_extractf128_ps(mx8, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        mx = _mm_cvtss_f32(m4);
-    }
-    for (; t < n_pos; t++)
-        mx = sc[t] > mx ? sc[t] : mx;
-    /* sc = e^(sc - max), normalized at the end */
-    __m256 mxv = _mm256_set1_ps(mx), sum8 = _mm256_setzero_ps();
-    for (t = 0; t + 8 <= n_pos; t += 8) {
-        __m256 e = vmath_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), mxv));
-        _mm256_storeu_ps(sc + t, e);
-        sum8 = _mm256_add_ps(sum8, e);
-    }
-    float sum = vmath_hsum8(sum8);
-    for (; t < n_pos; t++) {
-        sc[t] = expf(sc[t] - mx);
-        sum += sc[t];
-    }
-    const __m256 inv = _mm256_set1_ps(1.0f / sum);
+    const __m256 inv = _mm256_set1_ps(softmax_avx2(sc, n_pos, softcap));
     /* out = Σ_t sc[t] v_t / sum, 64 output floats (8 registers) per pass */
     for (int i0 = 0; i0 < hd; i0 += 64) {
         const int nv = (hd - i0 < 64 ? hd - i0 : 64) / 8;
@@ -145,6 +153,141 @@ VMATH_FN static void attend_avx2(const float *q, const kv_store_t *kv, int l, co
         attend_avx2_impl(q, kv, l, bt, t0, t1, kvo, hd, scale, softcap, sc, out, true);
     else
         attend_avx2_impl(q, kv, l, bt, t0, t1, kvo, hd, scale, softcap, sc, out, false);
+}
+
+/* Scores of heads q[0..nh) (nh <= 4, head h at q + h*hd) for positions
+ * t0..t1-1: sc[h*ld + t - t0] = (q_h · k_t) * scale. Two positions per
+ * pass share each K load among the heads; every (head, position) keeps
+ * its own accumulator, fed over i in the order attend_avx2_impl uses, and
+ * the same reduction, so its bits are attend_avx2_impl's. */
+VMATH_INL void group_scores(const float *q, const int nh, const kv_store_t *kv, int l, const int32_t *bt, int t0,
+                            int t1, int kvo, int hd, float scale, float *sc, size_t ld, const bool f16)
+{
+    const int bs = kv->block_size;
+    const size_t kld = (size_t)kv->kv_dim, esz = f16 ? 2 : 4;
+    for (int t = t0; t < t1;) {
+        const int slot0 = t % bs, n = (t1 - t < bs - slot0) ? t1 - t : bs - slot0;
+        const void *kb = kv_store_k_at(kv, l, bt[t / bs], 0);
+        const size_t o = (size_t)(t - t0);
+        int j = 0;
+        for (; j + 2 <= n; j += 2) {
+            const size_t k0 = (size_t)kvo + (size_t)(slot0 + j) * kld, k1 = k0 + kld;
+            if (j + 8 + 2 <= n)
+                for (int u = 0; u < 2; u++)
+                    for (size_t by = 0; by < (size_t)hd * esz; by += 64)
+                        _mm_prefetch((const char *)kb + (k0 + (size_t)(8 + u) * kld) * esz + by, _MM_HINT_T0);
+            __m256 a[4][2];
+            #pragma GCC unroll 4
+            for (int h = 0; h < nh; h++)
+                a[h][0] = a[h][1] = _mm256_setzero_ps();
+            for (int i = 0; i < hd; i += 8) {
+                const __m256 kv0 = ld8(kb, k0 + (size_t)i, f16), kv1 = ld8(kb, k1 + (size_t)i, f16);
+                #pragma GCC unroll 4
+                for (int h = 0; h < nh; h++) {
+                    const __m256 qv = _mm256_loadu_ps(q + (size_t)h * hd + i);
+                    a[h][0] = _mm256_fmadd_ps(qv, kv0, a[h][0]);
+                    a[h][1] = _mm256_fmadd_ps(qv, kv1, a[h][1]);
+                }
+            }
+            #pragma GCC unroll 4
+            for (int h = 0; h < nh; h++) {
+                sc[h * ld + o + j] = vmath_hsum8(a[h][0]) * scale;
+                sc[h * ld + o + j + 1] = vmath_hsum8(a[h][1]) * scale;
+            }
+        }
+        for (; j < n; j++) {
+            const size_t k0 = (size_t)kvo + (size_t)(slot0 + j) * kld;
+            #pragma GCC unroll 4
+            for (int h = 0; h < nh; h++) {
+                __m256 a0 = _mm256_setzero_ps();
+                for (int i = 0; i < hd; i += 8)
+                    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * hd + i), ld8(kb, k0 + (size_t)i, f16), a0);
+                sc[h * ld + o + j] = vmath_hsum8(a0) * scale;
+            }
+        }
+        t += n;
+    }
+}
+
+/* out_h (hd) = Σ_t w_h[t] v_t * inv[h] for heads 0..nh-1 (nh <= 4, weights
+ * w + h*ld, outputs out + h*hd), 16 output floats of each head per pass so
+ * that one V load serves every head. Each output element sums over t in
+ * order, as attend_avx2_impl does: the same bits. */
+VMATH_INL void group_values(const float *w, size_t ld, const int nh, const float *inv, const kv_store_t *kv, int l,
+                            const int32_t *bt, int t0, int t1, int kvo, int hd, float *out, const bool f16)
+{
+    const int bs = kv->block_size;
+    const size_t vld = (size_t)kv->kv_dim;
+    for (int i0 = 0; i0 < hd; i0 += 16) {
+        const int nv = hd - i0 >= 16 ? 2 : 1;
+        __m256 acc[4][2];
+        #pragma GCC unroll 4
+        for (int h = 0; h < nh; h++)
+            acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+        for (int tb = t0; tb < t1;) {
+            const int slot0 = tb % bs, n = (t1 - tb < bs - slot0) ? t1 - tb : bs - slot0;
+            const void *vb = kv_store_v_at(kv, l, bt[tb / bs], 0);
+            const size_t o = (size_t)(tb - t0);
+            for (int tt = 0; tt < n; tt++) {
+                const size_t vt = (size_t)kvo + (size_t)i0 + (size_t)(slot0 + tt) * vld;
+                if (nv == 2) {
+                    const __m256 v0 = ld8(vb, vt, f16), v1 = ld8(vb, vt + 8, f16);
+                    #pragma GCC unroll 4
+                    for (int h = 0; h < nh; h++) {
+                        const __m256 wv = _mm256_set1_ps(w[h * ld + o + tt]);
+                        acc[h][0] = _mm256_fmadd_ps(wv, v0, acc[h][0]);
+                        acc[h][1] = _mm256_fmadd_ps(wv, v1, acc[h][1]);
+                    }
+                } else {
+                    const __m256 v0 = ld8(vb, vt, f16);
+                    #pragma GCC unroll 4
+                    for (int h = 0; h < nh; h++)
+                        acc[h][0] = _mm256_fmadd_ps(_mm256_set1_ps(w[h * ld + o + tt]), v0, acc[h][0]);
+                }
+            }
+            tb += n;
+        }
+        #pragma GCC unroll 4
+        for (int h = 0; h < nh; h++)
+            for (int j = 0; j < nv; j++)
+                _mm256_storeu_ps(out + (size_t)h * hd + i0 + 8 * j,
+                                 _mm256_mul_ps(acc[h][j], _mm256_set1_ps(inv[h])));
+    }
+}
+
+/* attention_group for 2 to 4 heads at once, hd a multiple of 8. */
+VMATH_INL void attend_group_avx2_impl(const float *q, const int nh, const kv_store_t *kv, int l, const int32_t *bt,
+                                      int t0, int t1, int kvo, int hd, float scale, float softcap, float *sc,
+                                      size_t ld, float *out, const bool f16)
+{
+    float inv[4];
+    group_scores(q, nh, kv, l, bt, t0, t1, kvo, hd, scale, sc, ld, f16);
+    for (int h = 0; h < nh; h++)
+        inv[h] = softmax_avx2(sc + (size_t)h * ld, t1 - t0, softcap);
+    group_values(sc, ld, nh, inv, kv, l, bt, t0, t1, kvo, hd, out, f16);
+}
+
+/* attend_group_avx2_impl with nh and the element type as constants. */
+VMATH_FN static void attend_group_avx2(const float *q, int nh, const kv_store_t *kv, int l, const int32_t *bt,
+                                       int t0, int t1, int kvo, int hd, float scale, float softcap, float *sc,
+                                       size_t ld, float *out)
+{
+    const bool f16 = kv->type == KV_TYPE_F16;
+#define ATT_GROUP_CASE(N)                                                                                      \
+    case N:                                                                                                    \
+        if (f16)                                                                                               \
+            attend_group_avx2_impl(q, N, kv, l, bt, t0, t1, kvo, hd, scale, softcap, sc, ld, out, true);       \
+        else                                                                                                   \
+            attend_group_avx2_impl(q, N, kv, l, bt, t0, t1, kvo, hd, scale, softcap, sc, ld, out, false);      \
+        break;
+    switch (nh) {
+        ATT_GROUP_CASE(2)
+        ATT_GROUP_CASE(3)
+        ATT_GROUP_CASE(4)
+    default:
+        assert(0 && "nh is 2..4");
+    }
+#undef ATT_GROUP_CASE
 }
 #endif
 
@@ -205,4 +348,29 @@ void attention_head(const float *q, const kv_store_t *kv, int layer, const int32
     }
 #endif
     attend_plain(q, kv, layer, bt, t0, t1, kv_off, head_dim, scale, softcap, scores, out);
+}
+
+void attention_group(const float *q, int n_q, const kv_store_t *kv, int layer, const int32_t *bt, int t0, int t1,
+                     int kv_off, int head_dim, float scale, float softcap, float *scores, size_t scores_ld,
+                     float *out)
+{
+    assert(t0 >= 0 && t1 > t0 && n_q >= 1 && scores_ld >= (size_t)(t1 - t0));
+#ifdef VMATH_X86
+    if (head_dim % 8 == 0 && cpu_has_avx2_fma_f16c()) {
+        for (int h = 0; h < n_q; h += 4) {
+            const int nh = n_q - h < 4 ? n_q - h : 4;
+            if (nh == 1) { /* nothing to share: the one-head kernel keeps 4 positions in flight */
+                attend_avx2(q + (size_t)h * head_dim, kv, layer, bt, t0, t1, kv_off, head_dim, scale, softcap,
+                            scores + (size_t)h * scores_ld, out + (size_t)h * head_dim);
+                continue;
+            }
+            attend_group_avx2(q + (size_t)h * head_dim, nh, kv, layer, bt, t0, t1, kv_off, head_dim, scale, softcap,
+                              scores + (size_t)h * scores_ld, scores_ld, out + (size_t)h * head_dim);
+        }
+        return;
+    }
+#endif
+    for (int h = 0; h < n_q; h++)
+        attend_plain(q + (size_t)h * head_dim, kv, layer, bt, t0, t1, kv_off, head_dim, scale, softcap,
+                     scores + (size_t)h * scores_ld, out + (size_t)h * head_dim);
 }

@@ -21,11 +21,23 @@
 #ifndef PAGODA_WORKER_KERNELS_ATTENTION_H
 #define PAGODA_WORKER_KERNELS_ATTENTION_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "worker/model/kv_store.h"
 
 void attention_head(const float *q, const kv_store_t *kv, int layer, const int32_t *bt, int t0, int t1,
                     int kv_off, int head_dim, float scale, float softcap, float *scores, float *out);
+
+/* attention_head for the n_q query heads that share one kv head (grouped-
+ * query attention): head h's query at q + h*head_dim, its output at
+ * out + h*head_dim, its scores in scores + h*scores_ld (scratch of n_q rows
+ * of scores_ld >= t1 - t0 floats). The AVX2 path reads each K/V element
+ * once per 4 heads instead of once per head; every head's result has the
+ * bits attention_head gives it (same operations in the same order), on
+ * either path. */
+void attention_group(const float *q, int n_q, const kv_store_t *kv, int layer, const int32_t *bt, int t0, int t1,
+                     int kv_off, int head_dim, float scale, float softcap, float *scores, size_t scores_ld,
+                     float *out);
 
 #endif

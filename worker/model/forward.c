@@ -45,7 +45,8 @@ struct forward {
     float *xe;           /* (max_rows, dim) rows gathered for one expert */
     float *ye;           /* (max_rows, dim) one expert's output for them */
     float *moe_out;      /* (max_rows, dim) Σ over a row's experts of weight * output */
-    float *scores;       /* (n_threads, scores_ld) attention weights, one row per thread */
+    float *scores;       /* (n_threads, group, scores_ld) attention weights: each thread
+                          * has one row per query head of a kv head's group */
     size_t scores_ld;    /* ctx rounded up to 16 floats (no false sharing) */
     int32_t *wanted;     /* (max_rows)         indices of rows with want_logits */
     _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
@@ -129,7 +130,7 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
         f->exp_n = xcalloc(E, sizeof(int32_t));
     }
     f->scores_ld = ((size_t)c->ctx + 15) / 16 * 16;
-    f->scores = ALLOC((size_t)f->n_threads * f->scores_ld);
+    f->scores = ALLOC((size_t)f->n_threads * (size_t)(c->n_head / c->n_kv_head) * f->scores_ld);
 #undef ALLOC
     f->wanted = xmalloc(R * sizeof(int32_t));
     return f;
@@ -486,7 +487,8 @@ static void mm_multi(forward_t *f, const matmul_weight_t *const *ws, int n, cons
 #define FWD_ATT_PAR_MIN 32768
 
 /* Causal (or sliding-window) attention of every (row, head) against its
- * sequence's cached K/V for the layer. q (R, q_dim) → att (R, q_dim). */
+ * sequence's cached K/V for the layer, one task per (row, kv head) with the
+ * query heads of its group. q (R, q_dim) → att (R, q_dim). */
 static void attention(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv)
 {
     const model_config_t *c = &f->m->cfg;
@@ -499,14 +501,13 @@ static void attention(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, 
     (void)n_par;  /* unused when compiled without OpenMP */
 #pragma omp parallel for num_threads(n_par) schedule(dynamic, 1) collapse(2)
     for (int r = 0; r < R; r++) {
-        for (int h = 0; h < c->n_head; h++) {
+        for (int g = 0; g < c->n_kv_head; g++) {
             const int32_t *bt = b->block_tables[b->seq[r]];
-            const int kvo = (h / group) * hd;       /* offset of this head's kv head in a K/V vector */
-            const float *qh = f->q + (size_t)r * c->q_dim + (size_t)h * hd;  /* (hd) */
-            float *sc = f->scores + (size_t)omp_get_thread_num() * f->scores_ld; /* (positions) */
-            float *out = f->att + (size_t)r * c->q_dim + (size_t)h * hd;     /* (hd) */
-            attention_head(qh, kv, a->l, bt, att_first(a, b->pos[r]), b->pos[r] + 1, kvo, hd, c->attn_scale,
-                           c->attn_softcap, sc, out);
+            const int kvo = g * hd;                 /* offset of kv head g in a K/V vector */
+            const size_t q0 = (size_t)r * c->q_dim + (size_t)g * group * hd;  /* its first query head */
+            float *sc = f->scores + (size_t)omp_get_thread_num() * (size_t)group * f->scores_ld;
+            attention_group(f->q + q0, group, kv, a->l, bt, att_first(a, b->pos[r]), b->pos[r] + 1, kvo, hd,
+                            c->attn_scale, c->attn_softcap, sc, f->scores_ld, f->att + q0);
         }
     }
 }
@@ -538,15 +539,12 @@ static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_
         (void)bad_mm;
         for (int r = 0; r < R; r++)
             qkv_row_post(f, a, b, kv, r, q0, nq, k0, hd);
-        float *sc = f->scores + (size_t)t * f->scores_ld;
+        float *sc = f->scores + (size_t)t * (size_t)group * f->scores_ld;
         for (int r = 0; r < R; r++) {
             const int32_t *bt = b->block_tables[b->seq[r]];
-            for (int h = 0; h < group; h++) {
-                const float *qh = f->q + (size_t)r * c->q_dim + q0 + (size_t)h * hd;
-                float *out = f->att + (size_t)r * c->q_dim + q0 + (size_t)h * hd;
-                attention_head(qh, kv, a->l, bt, att_first(a, b->pos[r]), b->pos[r] + 1, (int)k0, hd, c->attn_scale,
-                               c->attn_softcap, sc, out);
-            }
+            const size_t qr = (size_t)r * c->q_dim + (size_t)q0;
+            attention_group(f->q + qr, group, kv, a->l, bt, att_first(a, b->pos[r]), b->pos[r] + 1, (int)k0, hd,
+                            c->attn_scale, c->attn_softcap, sc, f->scores_ld, f->att + qr);
         }
     }
 }
