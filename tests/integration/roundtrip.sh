@@ -37,14 +37,20 @@ not_listed() { ! health | grep -q "\"$1\""; }
 replica_of() { # pid → replica id from /health
   health | python3 -c "import json,sys; j=json.load(sys.stdin); print(next((w['id'] for w in j['workers'] if w['pid']==$1), ''))"
 }
-# Polls until $1 is gone from /health; prints elapsed ms since $2.
+# Polls until $1 is gone from /health; prints "LO HI": ms since $2 at which the last
+# poll that still listed it started (it was removed after LO) and the first poll that
+# did not ended (removed before HI). A bound is checked on the side that cannot be
+# blamed on a slow poll: under load one curl + grep took ~300 ms, and the end of the
+# first "gone" poll came 948 ms after the SIGSTOP while the gateway logged 601 ms.
 wait_gone() {
-  local id=$1 t0=$2 deadline=$(( $(now_ms) + 5000 ))
+  local id=$1 t0=$2 deadline=$(( $(now_ms) + 5000 )) lo=0 ts
   while (( $(now_ms) < deadline )); do
-    if ! health | grep -q "\"$id\""; then echo $(( $(now_ms) - t0 )); return 0; fi
+    ts=$(now_ms)
+    if ! health | grep -q "\"$id\""; then echo "$lo $(( $(now_ms) - t0 ))"; return 0; fi
+    lo=$(( ts - t0 ))
     sleep 0.01
   done
-  echo 999999
+  echo "$lo 999999"
   return 1
 }
 start_gateway() {
@@ -88,9 +94,9 @@ check "worker A never lost the gateway (gateway heartbeats arrive)" \
 t0=$(now_ms)
 kill -9 "$WA"
 wait "$WA" 2>/dev/null
-dt=$(wait_gone "$RA" "$t0")
-check "kill -9 worker A: gone from /health after ${dt} ms (limit ${LIMIT} ms + ${SLACK} ms slack)" \
-  test "$dt" -le $((LIMIT + SLACK))
+read -r lo hi < <(wait_gone "$RA" "$t0")
+check "kill -9 worker A: gone from /health ${lo}-${hi} ms after the kill (still listed at ${lo} ms; limit ${LIMIT} ms + ${SLACK} ms slack)" \
+  test "$lo" -le $((LIMIT + SLACK))
 
 # --- a new worker appears ----------------------------------------------------
 start_worker B
@@ -103,14 +109,17 @@ check "worker B has another replica id" test -n "$RB" -a "$RB" != "$RA"
 sleep 0.3
 t0=$(now_ms)
 kill -STOP "$WB"
-dt=$(wait_gone "$RB" "$t0")
-check "stopped worker B: dropped for silence after ${dt} ms (limit ${LIMIT} ms + ${SLACK} ms slack)" \
-  test "$dt" -le $((LIMIT + SLACK))
-check "...and not before ~2 intervals (it was the liveness counter, not a disconnect)" \
-  test "$dt" -ge $((HB + HB / 2))
+read -r lo hi < <(wait_gone "$RB" "$t0")
+check "stopped worker B: dropped for silence ${lo}-${hi} ms after SIGSTOP (still listed at ${lo} ms; limit ${LIMIT} ms + ${SLACK} ms slack)" \
+  test "$lo" -le $((LIMIT + SLACK))
+check "...and not before ~2 intervals (it was the liveness counter, not a disconnect; gone by ${hi} ms)" \
+  test "$hi" -ge $((HB + HB / 2))
 gw_ms=$(grep -oE "$RB \(model tiny\) removed: no message for [0-9]+ ms" "$TMP/gateway1.log" | grep -oE '[0-9]+ ms' | grep -oE '[0-9]+' | tail -1)
-check "gateway measured ${gw_ms:-?} ms of silence before dropping it (≤ ${LIMIT} ms + 50 ms tick)" \
-  test "${gw_ms:-99999}" -le $((LIMIT + 50))
+# the gateway drops it at its first tick past 3 intervals of silence: ≥ LIMIT exactly,
+# and before a 4th interval (a tick delayed by a loaded host measured 620 ms; an
+# off-by-one-interval rule would measure ≥ 800)
+check "gateway measured ${gw_ms:-?} ms of silence before dropping it (≥ ${LIMIT} ms, < 4 intervals)" \
+  test "${gw_ms:-0}" -ge $LIMIT -a "${gw_ms:-99999}" -lt $((LIMIT + HB))
 sleep 0.5                   # stopped for > 3 intervals in all
 kill -CONT "$WB"
 # Either path is right here: the worker reads the gateway's queued heartbeats,
