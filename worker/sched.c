@@ -102,6 +102,8 @@ struct sched {
                                          full chunk's window (see sched_new) */
     int32_t kv_window;                /* model_kv_window: > 0 → every layer is sliding-window and
                                          blocks behind pos - W + 1 are released (kv_trim) */
+    bool kv_window_fits;              /* kv_window > 0 and the pool holds a full chunk's window:
+                                         sequences run to the context, admitted by first chunk */
     sched_stats_t st;
 
     gvocab_t *gvocab;                 /* vocabulary trie for grammars, built at the first one */
@@ -354,8 +356,10 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
          * the pool has that for a full chunk, a lone sequence always makes
          * progress, so only the context limits its length. */
         int64_t live = ((int64_t)s->kv_window - 1 + s->cfg.max_batch_tokens + c->block_size - 1) / c->block_size + 1;
-        if (n_blocks >= live)
+        if (n_blocks >= live) {
             s->max_positions = mc->ctx;
+            s->kv_window_fits = true;
+        }
     }
     int32_t mb = s->cfg.max_batch_tokens, ms = s->cfg.max_seqs;
     s->b_token = xmalloc((size_t)mb * sizeof(int32_t));
@@ -796,11 +800,13 @@ static void admit(sched_t *s)
             hit = 0;
         int32_t need = best->n_tokens - hit;
         if (s->kv_window > 0) {
-            /* windowed: the cached blocks behind the window go at once, and
-             * the prompt's blocks are taken chunk by chunk as older ones are
-             * released (build_batch), so admission counts the first chunk */
+            /* windowed: the cached blocks behind the window go at once; when
+             * the pool holds a full chunk's window, the prompt's blocks are
+             * taken chunk by chunk as older ones are released (build_batch),
+             * so admission counts the first chunk. (A smaller pool keeps the
+             * whole-prompt reservation: a lone sequence then always fits.) */
             kv_seq_drop_before(best->kv, hit - s->kv_window + 1);
-            if (need > s->cfg.max_batch_tokens)
+            if (s->kv_window_fits && need > s->cfg.max_batch_tokens)
                 need = s->cfg.max_batch_tokens;
         }
         /* Watermark: leave every running sequence a block to grow into, or

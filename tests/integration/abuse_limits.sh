@@ -108,9 +108,12 @@ check "admin route with the admin key → 200 (got $c)" test "$c" = 200
 if start_pair Q --keys "$TMP/keys.txt" --max-queue 2 -- --max-seqs 1; then
   ok "gateway Q (--max-queue 2) + worker (--max-seqs 1) ready"
   PAGODA_URL=$URL_Q PAGODA_KEY=$SECRET_N PAGODA_MODEL=m python3 "$FLOOD" queue 16 48 >"$TMP/queue.out"
+  # at least the 2 queue places complete; the running slot adds a third only
+  # when the gateway dispatched the first request before the queue filled
+  # (on a loaded machine all 16 can arrive first: 2 completed, 14 × 429)
   read -r _ _ q200 q429 qbad qwhy < <(grep '^measure queue' "$TMP/queue.out")
   check "queue flood: 16 at once → ${q200:-?} completed, ${q429:-?} got 429, ${qbad:-?} anything else ($qwhy)" \
-    test "${qbad:-1}" -eq 0 -a "${q429:-0}" -ge 1 -a "${q200:-0}" -ge 3
+    test "${qbad:-1}" -eq 0 -a "${q429:-0}" -ge 1 -a "${q200:-0}" -ge 2
   m429=$(curl -s "$URL_Q/metrics" | awk '/^pagoda_rejected_queue_full_total[{ ]/ {s += $NF} END {print s + 0}')
   check "/metrics pagoda_rejected_queue_full_total counts the 429s ($m429 = ${q429:-?})" test "$m429" = "${q429:-x}"
   check "after the flood a request is served again" \

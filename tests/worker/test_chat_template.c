@@ -494,6 +494,23 @@ static void test_mistral_ids(void **state)
     chat_template_free(&t);
 }
 
+/* The generic rewrite adds a system turn for the tool list when there is
+ * none: the role table must grow with it (a heap overflow found by
+ * fuzz_chat_template; ASan builds catch a regression). */
+static void test_generic_rewrite_adds_system(void **state)
+{
+    (void)state;
+    chat_template_t *t = from_file("zephyr", "<s>", "</s>");
+    chat_msg_t m[] = {{.role = "user", .content = "q"}};
+    char *out = NULL, err[256];
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+    assert_int_equal(chat_template_render_tools(t, m, 1, tools, true, &out, NULL, err, sizeof err), 0);
+    assert_non_null(strstr(out, "<|system|>\n# Tools"));
+    assert_non_null(strstr(out, "<|user|>\nq</s>"));
+    free(out);
+    chat_template_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -506,6 +523,7 @@ int main(void)
         cmocka_unit_test(test_errors_stricter_than_jinja),
         cmocka_unit_test(test_template_not_nul_terminated),
         cmocka_unit_test(test_mistral_ids),
+        cmocka_unit_test(test_generic_rewrite_adds_system),
         cmocka_unit_test(test_reference_jinja),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

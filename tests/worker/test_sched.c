@@ -1613,6 +1613,21 @@ static void test_window_long_generation(void **state)
         assert_int_equal(R->r[i].finish, SCHED_FINISH_LENGTH);
     }
     run_free(&R);
+
+    /* a pool smaller than a full chunk's window (3 blocks < ceil((40 - 1 +
+     * 64) / 32) + 1 = 5): the pool bounds the sequence, the prompt is
+     * reserved whole, and a lone long prompt still completes */
+    c = cfg_make(1, 64, 3, 2);
+    R = run_new(swa, &c);
+    assert_int_equal(sched_context_length(R->s), 96);
+    static int32_t long_prompt[90];
+    make_prompt(long_prompt, 90, 11);
+    sched_req_t lq = req_greedy(790, 1, long_prompt, 90, 50, true);
+    submit(R, &lq);
+    drive(R);
+    assert_int_equal(R->r[0].n_tok, 6);
+    assert_int_equal(R->r[0].finish, SCHED_FINISH_LENGTH);
+    run_free(&R);
     engine_free(&swa);
     engine_free(&dense);
     char cmd[256];

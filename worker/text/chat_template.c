@@ -1368,6 +1368,9 @@ int chat_template_render_opts(const chat_template_t *t, const chat_msg_t *msgs, 
         R.calls = xcalloc(n2 ? n2 : 1, sizeof *R.calls);
         R.m = rewritten;
         R.n = n2;
+        /* the rewrite may add a message (the tool list as a system turn) */
+        roles = xrealloc(roles, (n2 ? n2 : 1) * sizeof *roles);
+        R.r = roles;
         for (size_t i = 0; i < n2; i++)
             roles[i] = strcmp(rewritten[i].role, "system") == 0 ? R_SYSTEM
                        : strcmp(rewritten[i].role, "user") == 0 ? R_USER
