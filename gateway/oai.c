@@ -778,6 +778,27 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
     return parse_constraint(root, r, e);
 }
 
+/* The request body as a JSON document (owned by the caller), or NULL with
+ * *err set: empty body, nesting deeper than OAI_MAX_DEPTH, invalid JSON or
+ * duplicate keys. The one entry of every body parser below. */
+static json_t *load_body(const uint8_t *body, size_t len, oai_error_t *err)
+{
+    if (!body || len == 0) {
+        bad(err, NULL, "The request body is empty; expected a JSON object.");
+        return NULL;
+    }
+    if (!depth_ok(body, len)) {
+        bad(err, NULL, "The JSON body is nested deeper than %d levels.", OAI_MAX_DEPTH);
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        bad(err, NULL, "We could not parse the JSON body of your request: %s (line %d, column %d).", jerr.text,
+            jerr.line, jerr.column);
+    return root;
+}
+
 int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_request_t *out, oai_error_t *err)
 {
     memset(out, 0, sizeof(*out));
@@ -787,15 +808,9 @@ int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_requ
     out->temperature = 1.0;
     out->top_p = 1.0;
     out->repetition_penalty = 1.0;
-    if (!body || len == 0)
-        return bad(err, NULL, "The request body is empty; expected a JSON object.");
-    if (!depth_ok(body, len))
-        return bad(err, NULL, "The JSON body is nested deeper than %d levels.", OAI_MAX_DEPTH);
-    json_error_t jerr;
-    json_t *root = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = load_body(body, len, err);
     if (!root)
-        return bad(err, NULL, "We could not parse the JSON body of your request: %s (line %d, column %d).",
-                   jerr.text, jerr.line, jerr.column);
+        return -1;
     int rc = parse_fields(root, kind, out, err);
     json_decref(root);
     if (rc != 0) {
@@ -854,15 +869,9 @@ int oai_parse_tokenizer(const uint8_t *body, size_t len, oai_op_t op, oai_reques
     out->temperature = 0;
     out->top_p = 1.0;
     out->repetition_penalty = 1.0;
-    if (!body || len == 0)
-        return bad(err, NULL, "The request body is empty; expected a JSON object.");
-    if (!depth_ok(body, len))
-        return bad(err, NULL, "The JSON body is nested deeper than %d levels.", OAI_MAX_DEPTH);
-    json_error_t jerr;
-    json_t *root = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = load_body(body, len, err);
     if (!root)
-        return bad(err, NULL, "We could not parse the JSON body of your request: %s (line %d, column %d).",
-                   jerr.text, jerr.line, jerr.column);
+        return -1;
     int rc = parse_tokenizer_fields(root, op, out, err);
     json_decref(root);
     if (rc != 0) {
@@ -996,15 +1005,9 @@ int oai_parse_embeddings(const uint8_t *body, size_t len, oai_request_t *out, oa
     out->max_tokens = -1;
     out->top_p = 1.0;
     out->repetition_penalty = 1.0;
-    if (!body || len == 0)
-        return bad(err, NULL, "The request body is empty; expected a JSON object.");
-    if (!depth_ok(body, len))
-        return bad(err, NULL, "The JSON body is nested deeper than %d levels.", OAI_MAX_DEPTH);
-    json_error_t jerr;
-    json_t *root = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = load_body(body, len, err);
     if (!root)
-        return bad(err, NULL, "We could not parse the JSON body of your request: %s (line %d, column %d).",
-                   jerr.text, jerr.line, jerr.column);
+        return -1;
     int rc = parse_embeddings_fields(root, out, err);
     json_decref(root);
     if (rc != 0) {
