@@ -685,15 +685,18 @@ static int parse_template_kwargs(json_t *root, oai_request_t *r, oai_error_t *e)
     return 0;
 }
 
-static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_error_t *e)
+/* The required "model" string of a request body into r->model. */
+static int get_model(json_t *root, oai_request_t *r, oai_error_t *e)
 {
-    if (!json_is_object(root))
-        return bad(e, NULL, "The request body must be a JSON object, got %s.", json_type_name(root));
-
     json_t *model = json_object_get(root, "model");
     if (!model || json_is_null(model))
         return bad(e, "model", "Missing required parameter 'model'.");
-    if (get_str(root, "model", OAI_MAX_MODEL_BYTES, 1, &r->model, e) != 0)
+    return get_str(root, "model", OAI_MAX_MODEL_BYTES, 1, &r->model, e);
+}
+
+static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_error_t *e)
+{
+    if (get_model(root, r, e) != 0)
         return -1;
 
     if (kind == OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e))
@@ -780,7 +783,8 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
 
 /* The request body as a JSON document (owned by the caller), or NULL with
  * *err set: empty body, nesting deeper than OAI_MAX_DEPTH, invalid JSON or
- * duplicate keys. The one entry of every body parser below. */
+ * duplicate keys, or a document that is not an object. The one entry of
+ * every body parser below. */
 static json_t *load_body(const uint8_t *body, size_t len, oai_error_t *err)
 {
     if (!body || len == 0) {
@@ -793,9 +797,16 @@ static json_t *load_body(const uint8_t *body, size_t len, oai_error_t *err)
     }
     json_error_t jerr;
     json_t *root = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
+    if (!root) {
         bad(err, NULL, "We could not parse the JSON body of your request: %s (line %d, column %d).", jerr.text,
             jerr.line, jerr.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        bad(err, NULL, "The request body must be a JSON object, got %s.", json_type_name(root));
+        json_decref(root);
+        return NULL;
+    }
     return root;
 }
 
@@ -822,12 +833,7 @@ int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_requ
 
 static int parse_tokenizer_fields(json_t *root, oai_op_t op, oai_request_t *r, oai_error_t *e)
 {
-    if (!json_is_object(root))
-        return bad(e, NULL, "The request body must be a JSON object, got %s.", json_type_name(root));
-    json_t *model = json_object_get(root, "model");
-    if (!model || json_is_null(model))
-        return bad(e, "model", "Missing required parameter 'model'.");
-    if (get_str(root, "model", OAI_MAX_MODEL_BYTES, 1, &r->model, e) != 0)
+    if (get_model(root, r, e) != 0)
         return -1;
     if (op == OAI_OP_DETOKENIZE) {
         json_t *t = json_object_get(root, "tokens");
@@ -927,12 +933,7 @@ static int embed_text(json_t *v, const char *param, oai_embed_input_t *in, size_
 
 static int parse_embeddings_fields(json_t *root, oai_request_t *r, oai_error_t *e)
 {
-    if (!json_is_object(root))
-        return bad(e, NULL, "The request body must be a JSON object, got %s.", json_type_name(root));
-    json_t *model = json_object_get(root, "model");
-    if (!model || json_is_null(model))
-        return bad(e, "model", "Missing required parameter 'model'.");
-    if (get_str(root, "model", OAI_MAX_MODEL_BYTES, 1, &r->model, e) != 0)
+    if (get_model(root, r, e) != 0)
         return -1;
     if (get_str(root, "user", OAI_MAX_USER_BYTES, 0, &r->user, e) != 0)
         return -1;
