@@ -63,6 +63,28 @@ need_shared_model() { # relative path under shared/models
 
 finish() { exit $((N_FAIL > 0)); }
 
+need_node_packages() { # what is skipped; node and tests/js's npm packages, else skip the script
+  if ! command -v node >/dev/null || ! bash "$ROOT/tests/js/ensure.sh"; then
+    skip "node/npm or the npm packages unavailable: skipping $1"
+    exit 0
+  fi
+}
+
+# run_node_tap SECONDS SCRIPT.mjs: runs a node script that prints ok / not ok
+# lines (echoed into this script's output); any "not ok" line counts as one
+# failure, and so does a non-zero exit without one (node's stderr then shown).
+# Variables the script reads go before the call: URL=... run_node_tap 120 x.mjs
+run_node_tap() {
+  local rc
+  timeout "$1" node "$2" 2>"$TMP/node.err" | tee "$TMP/node.out"
+  rc=${PIPESTATUS[0]}
+  grep -q '^not ok' "$TMP/node.out" && N_FAIL=$((N_FAIL + 1))
+  if [[ $rc -ne 0 ]]; then
+    grep -q '^not ok' "$TMP/node.out" || fail "$(basename "$2") exited $rc"
+    sed 's/^/# node: /' "$TMP/node.err" | tail -20
+  fi
+}
+
 # A small real model for process tests: stories260K from ../shared when
 # present, else a tiny random one made with pagoda-mkmodel (builtin tokenizer).
 small_model() {

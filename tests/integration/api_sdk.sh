@@ -12,10 +12,7 @@ source "$(dirname "$0")/../lib.sh"
 GW=$BUILD/pagoda-gateway
 [[ -x $GW ]] || { fail "pagoda-gateway not built in $BUILD"; finish; }
 need_shared_model stories260K.gguf
-if ! command -v node >/dev/null || ! bash "$ROOT/tests/js/ensure.sh"; then
-  skip "node/npm or the openai package unavailable: skipping SDK tests"
-  exit 0
-fi
+need_node_packages "SDK tests"
 MODEL_FILE=$SHARED/models/stories260K.gguf
 
 # keys: secrets are fixed strings here; the file holds their hashes only
@@ -34,13 +31,7 @@ check "gateway A: its local worker registered" wait_for 20 ready $PA
 check "gateway B: its local worker registered" wait_for 20 ready $PB
 
 URL_A=http://127.0.0.1:$PA URL_B=http://127.0.0.1:$PB KEY_HIGH=secret-hi KEY_LOW=secret-lo KEY_ADMIN=secret-ops \
-  MODEL=stories timeout 120 node "$ROOT/tests/integration/sdk_e2e.mjs" 2>"$TMP/node.err" | tee "$TMP/node.out"
-rc=${PIPESTATUS[0]}
-grep -q '^not ok' "$TMP/node.out" && N_FAIL=$((N_FAIL + 1))
-if [[ $rc -ne 0 ]]; then
-  grep -q '^not ok' "$TMP/node.out" || fail "sdk_e2e.mjs exited $rc"
-  sed 's/^/# node: /' "$TMP/node.err" | tail -20
-fi
+  MODEL=stories run_node_tap 120 "$ROOT/tests/integration/sdk_e2e.mjs"
 check "no worker restarted during the run" bash -c "! grep -q 'restarting in' '$TMP/gwA.log' '$TMP/gwB.log'"
 if [[ $N_FAIL -gt 0 ]]; then for f in "$TMP"/gw*.log; do echo "# --- $f"; tail -n 40 "$f" | sed 's/^/# /'; done; fi
 finish

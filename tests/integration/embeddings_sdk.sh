@@ -9,10 +9,7 @@ source "$(dirname "$0")/../lib.sh"
 GW=$BUILD/pagoda-gateway
 [[ -x $GW ]] || { fail "pagoda-gateway not built in $BUILD"; finish; }
 need_shared_model stories260K.gguf
-if ! command -v node >/dev/null || ! bash "$ROOT/tests/js/ensure.sh"; then
-  skip "node/npm or the openai package unavailable: skipping SDK tests"
-  exit 0
-fi
+need_node_packages "SDK tests"
 "$GW" --hash-key emb:normal --secret secret-emb | grep -v '^#' >"$TMP/keys.txt"
 HP=$(free_port); ZP=$(free_port)
 spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$HP --worker-endpoint tcp://127.0.0.1:$ZP --keys "$TMP/keys.txt" \
@@ -21,13 +18,7 @@ ready() { curl -sf "http://127.0.0.1:$HP/health" | grep -q '"replicas":1'; }
 check "gateway up, local worker registered" wait_for 20 ready
 
 URL=http://127.0.0.1:$HP KEY=secret-emb MODEL=stories DIM=64 \
-  timeout 120 node "$ROOT/tests/integration/embeddings_sdk.mjs" 2>"$TMP/node.err" | tee "$TMP/node.out"
-rc=${PIPESTATUS[0]}
-grep -q '^not ok' "$TMP/node.out" && N_FAIL=$((N_FAIL + 1))
-if [[ $rc -ne 0 ]]; then
-  grep -q '^not ok' "$TMP/node.out" || fail "embeddings_sdk.mjs exited $rc"
-  sed 's/^/# node: /' "$TMP/node.err" | tail -20
-fi
+  run_node_tap 120 "$ROOT/tests/integration/embeddings_sdk.mjs"
 check "no worker restarted during the run" bash -c "! grep -q 'restarting in' '$TMP/gw.log'"
 [[ $N_FAIL -gt 0 ]] && tail -n 40 "$TMP/gw.log" | sed 's/^/# /'
 finish

@@ -10,10 +10,7 @@ source "$(dirname "$0")/../lib.sh"
 GW=$BUILD/pagoda-gateway
 [[ -x $GW ]] || { fail "pagoda-gateway not built in $BUILD"; finish; }
 need_shared_model stories260K.gguf
-if ! command -v node >/dev/null || ! bash "$ROOT/tests/js/ensure.sh"; then
-  skip "node/npm or the npm packages unavailable: skipping grammar tests"
-  exit 0
-fi
+need_node_packages "grammar tests"
 REAL=$SHARED/models/stories260K.gguf
 RAND=$TMP/random.gguf
 check "pagoda-mkmodel makes a random-weight model" "$BUILD/pagoda-mkmodel" -o "$RAND" --dim 64 --layers 2 \
@@ -29,13 +26,7 @@ check "random-model gateway: worker registered" wait_for 30 ready $PR
 check "stories gateway: worker registered" wait_for 30 ready $PS
 
 URL_RAND=http://127.0.0.1:$PR URL_REAL=http://127.0.0.1:$PS SEEDS=${GRAMMAR_SEEDS:-12} \
-  timeout 600 node "$ROOT/tests/integration/grammar_e2e.mjs" 2>"$TMP/node.err" | tee "$TMP/node.out"
-rc=${PIPESTATUS[0]}
-grep -q '^not ok' "$TMP/node.out" && N_FAIL=$((N_FAIL + 1))
-if [[ $rc -ne 0 ]]; then
-  grep -q '^not ok' "$TMP/node.out" || fail "grammar_e2e.mjs exited $rc"
-  sed 's/^/# node: /' "$TMP/node.err" | tail -20
-fi
+  run_node_tap 600 "$ROOT/tests/integration/grammar_e2e.mjs"
 check "no worker restarted during the run" bash -c "! grep -q 'restarting in' '$TMP/gw_rand.log' '$TMP/gw_real.log'"
 if [[ $N_FAIL -gt 0 ]]; then for f in "$TMP"/gw*.log; do echo "# --- $f"; tail -n 30 "$f" | sed 's/^/# /'; done; fi
 finish

