@@ -265,12 +265,16 @@ static void run_bench(void)
     static const uint32_t BTYPES[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     int reps = getenv("QKPACK_BENCH_REPS") ? atoi(getenv("QKPACK_BENCH_REPS")) : 30;
     /* QKPACK_BENCH_OUT: another n_out (e.g. 65536: weights from DRAM) */
-    const int64_t n_out = getenv("QKPACK_BENCH_OUT") ? atoll(getenv("QKPACK_BENCH_OUT")) : 2048, n_in = 768;
-    if (n_out < 8 || n_out > 1 << 20)
+    /* QKPACK_BENCH_IN: another n_in (a multiple of 256); QKPACK_BENCH_THREADS */
+    const int64_t n_out = getenv("QKPACK_BENCH_OUT") ? atoll(getenv("QKPACK_BENCH_OUT")) : 2048;
+    const int64_t n_in = getenv("QKPACK_BENCH_IN") ? atoll(getenv("QKPACK_BENCH_IN")) : 768;
+    const int n_thr = getenv("QKPACK_BENCH_THREADS") ? atoi(getenv("QKPACK_BENCH_THREADS")) : 1;
+    if (n_out < 8 || n_out > 1 << 20 || n_in < 256 || n_in > 1 << 16 || n_in % 256 != 0 || n_thr < 1 || n_thr > 64)
         abort();
     qgemm_ctx_t *ctx = qgemm_ctx_new(128, n_in);
-    qgemm_set_threads(ctx, 1);
-    printf("%lldx768, 1 thread, best of %d interleaved (us)\n", (long long)n_out, reps);
+    qgemm_set_threads(ctx, n_thr);
+    printf("%lldx%lld, %d thread(s), best of %d interleaved (us)\n", (long long)n_out, (long long)n_in, n_thr,
+           reps);
     printf("%-5s %4s %10s %10s %10s %10s\n", "type", "rows", "unpacked", "avx2", "avxvnni", "avx512vnni");
     const char *only = getenv("QKPACK_BENCH_TYPE");
     for (size_t t = 0; t < sizeof BTYPES / sizeof BTYPES[0]; t++) {

@@ -117,6 +117,7 @@ VMATH_INL void attend_avx2_impl(const float *q, const kv_store_t *kv, int l, con
     for (int i0 = 0; i0 < hd; i0 += 64) {
         const int nv = (hd - i0 < 64 ? hd - i0 : 64) / 8;
         __m256 acc[8];
+#pragma GCC unroll 8
         for (int j = 0; j < 8; j++)
             acc[j] = _mm256_setzero_ps();
         for (int tb = t0; tb < t1;) {
@@ -129,19 +130,20 @@ VMATH_INL void attend_avx2_impl(const float *q, const kv_store_t *kv, int l, con
                     for (size_t by = 0; by < (size_t)nv * 8 * esz; by += 64)
                         _mm_prefetch((const char *)vb + (vt + 8 * ld) * esz + by, _MM_HINT_T0);
                 __m256 w = _mm256_set1_ps(w_t[tt]);
-                if (nv == 8) {
+                /* constant indices only (j < 8 unrolled, nv tested per j):
+                 * acc then stays in registers; a loop to nv made GCC keep
+                 * the array on the stack, one store-load round trip per FMA */
 #pragma GCC unroll 8
-                    for (int j = 0; j < 8; j++)
+                for (int j = 0; j < 8; j++)
+                    if (j < nv)
                         acc[j] = _mm256_fmadd_ps(w, ld8(vb, vt + 8 * (size_t)j, f16), acc[j]);
-                } else {
-                    for (int j = 0; j < nv; j++)
-                        acc[j] = _mm256_fmadd_ps(w, ld8(vb, vt + 8 * (size_t)j, f16), acc[j]);
-                }
             }
             tb += n;
         }
-        for (int j = 0; j < nv; j++)
-            _mm256_storeu_ps(out + i0 + 8 * j, _mm256_mul_ps(acc[j], inv));
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            if (j < nv)
+                _mm256_storeu_ps(out + i0 + 8 * j, _mm256_mul_ps(acc[j], inv));
     }
 }
 
