@@ -1,5 +1,6 @@
 /* Unit tests for worker/kernels/attention.{h,c}: attention_head and the
- * grouped-query attention_group over a paged KV store.
+ * grouped-query attention_group and the whole-row attention_row over a
+ * paged KV store.
  *
  * Claims checked:
  *   - bit for bit (memcmp of the outputs): attention_group over n_q query
@@ -22,7 +23,14 @@
  * one thread, F16 K/V, head_dim 64, 4 kv heads, group sizes 1-8 and 64-512
  * positions, time of one row's attention over a layer through n_q calls of
  * attention_head against attention_group (best of 30 interleaved reps).
+ * ATT_BENCH=rows runs the decode-step benchmark: 12 layers × 32 rows, each
+ * row its own sequence of ATT_POS positions (default 96) in scattered
+ * blocks, K/V F16 and cold (~113 MB for 12 × 12 heads of 64, more than the
+ * caches hold); per layer the rows in an OpenMP loop (OMP_NUM_THREADS)
+ * through attention_row against per-kv-head attention_group, for MHA
+ * (12/12 heads) and GQA (32/4); best of 5.
  */
+#include <omp.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -219,6 +227,58 @@ static void test_group_equals_heads(void **state)
     }
 }
 
+/* attention_row (every head of a row) against one attention_head call per
+ * head, bit for bit, with the positions outside [t0, t1) poisoned. */
+static void run_row_case(kv_type_t type, const att_case_t *c)
+{
+    kv_store_t s = store_new(type, c->n_kv, c->hd);
+    const int l = 0, n_bt = (c->t1 + BS - 1) / BS;
+    int32_t bt[N_BLOCKS];
+    for (int j = 0; j < n_bt; j++)
+        bt[j] = (3 + 7 * j) % N_BLOCKS;
+    poison_outside(&s, l, bt, n_bt, c->t0, c->t1);
+    const int hd = c->hd, n_head = c->group * c->n_kv, n = c->t1 - c->t0;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const size_t ld = (size_t)n + 3, nq = (size_t)n_head * (size_t)hd;
+    float *q = malloc(sizeof(float) * nq), *o_head = malloc(sizeof(float) * nq), *o_row = malloc(sizeof(float) * nq),
+          *sc = malloc(sizeof(float) * (size_t)n_head * ld);
+    for (size_t i = 0; i < nq; i++)
+        q[i] = frand() * 2.0f;
+    for (int h = 0; h < n_head; h++)
+        attention_head(q + (size_t)h * hd, &s, l, bt, c->t0, c->t1, (h / c->group) * hd, hd, scale, c->softcap, sc,
+                       o_head + (size_t)h * hd);
+    memset(o_row, 0xff, sizeof(float) * nq);
+    attention_row(q, n_head, c->n_kv, &s, l, bt, c->t0, c->t1, hd, scale, c->softcap, sc, ld, o_row);
+    for (size_t i = 0; i < nq; i++)
+        if (memcmp(&o_head[i], &o_row[i], sizeof(float)) != 0) {
+            print_error("%s hd %d heads %d/%d [%d,%d) softcap %g: head %zu elt %zu: %.9g (head) vs %.9g (row)\n",
+                        kv_type_name(type), hd, n_head, c->n_kv, c->t0, c->t1, c->softcap, i / (size_t)hd,
+                        i % (size_t)hd, o_head[i], o_row[i]);
+            fail();
+        }
+    free(q);
+    free(o_head);
+    free(o_row);
+    free(sc);
+    free(s.k);
+    free(s.v);
+}
+
+static void test_row_equals_heads(void **state)
+{
+    (void)state;
+    /* group = query heads per kv head; n_kv kv heads */
+    const att_case_t cases[] = {
+        {64, 1, 12, 0, 97, 0},  {64, 1, 4, 0, 1, 0},     {64, 3, 4, 5, 200, 0},  {64, 8, 2, 0, 150, 0},
+        {128, 4, 2, 31, 33, 0}, {128, 9, 1, 100, 401, 0}, {24, 3, 2, 0, 77, 0},  {8, 2, 3, 40, 41, 0},
+        {64, 2, 3, 0, 150, 50.0f}, {12, 3, 2, 3, 70, 0}, {48, 5, 2, 17, 250, 30.0f}, {64, 1, 5, 63, 64, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_row_case(KV_TYPE_F32, &cases[i]);
+        run_row_case(KV_TYPE_F16, &cases[i]);
+    }
+}
+
 static double now_s(void)
 {
     struct timespec t;
@@ -265,12 +325,78 @@ static int bench(void)
     return 0;
 }
 
+/* ATT_BENCH=rows: attention_row against attention_group per kv head over
+ * a cold store (see the header). */
+static int bench_rows(void)
+{
+    enum { L = 12, S = 32, HD = 64, BSZ = 32 };
+    const int P = getenv("ATT_POS") ? atoi(getenv("ATT_POS")) : 96;
+    if (P < 1 || P > 8192)
+        return 1;
+    const int shapes[2][2] = {{12, 12}, {32, 4}}; /* query heads, kv heads */
+    printf("%d layers x %d rows x %d positions, F16 K/V, head_dim %d, %d thread(s), ms per step, best of 5\n", L, S,
+           P, HD, omp_get_max_threads());
+    printf("%-7s %12s %12s %10s\n", "heads", "row", "group", "speedup");
+    for (int k = 0; k < 2; k++) {
+        const int NH = shapes[k][0], NKV = shapes[k][1], bps = (P + BSZ - 1) / BSZ, NB = S * bps;
+        kv_store_t s = {.n_layer = L, .n_blocks = NB, .block_size = BSZ, .kv_dim = NKV * HD, .type = KV_TYPE_F16};
+        const size_t n = (size_t)L * (size_t)NB * BSZ * (size_t)s.kv_dim;
+        s.k = malloc(n * 2);
+        s.v = malloc(n * 2);
+        int32_t *bt = malloc(sizeof(int32_t) * (size_t)NB);
+        float *q = malloc(sizeof(float) * S * NH * HD), *out = malloc(sizeof(float) * S * NH * HD);
+        const size_t ld = ((size_t)P + 15) / 16 * 16;
+        float *sc = malloc(sizeof(float) * (size_t)omp_get_max_threads() * (size_t)NH * ld);
+        if (!s.k || !s.v || !bt || !q || !out || !sc)
+            return 1;
+        for (size_t i = 0; i < n; i++) {
+            ((uint16_t *)s.k)[i] = quant_fp32_to_fp16(frand());
+            ((uint16_t *)s.v)[i] = quant_fp32_to_fp16(frand());
+        }
+        for (int i = 0; i < NB; i++)
+            bt[i] = (int32_t)(((int64_t)i * 7919) % NB); /* scattered blocks */
+        for (int i = 0; i < S * NH * HD; i++)
+            q[i] = frand();
+        double best[2] = {1e30, 1e30};
+        for (int rep = 0; rep < 5; rep++)
+            for (int mode = 0; mode < 2; mode++) {
+                double t0 = now_s();
+                for (int l = 0; l < L; l++) {
+#pragma omp parallel for schedule(dynamic, 1)
+                    for (int r = 0; r < S; r++) {
+                        float *scr = sc + (size_t)omp_get_thread_num() * (size_t)NH * ld;
+                        float *qr = q + (size_t)r * NH * HD, *o = out + (size_t)r * NH * HD;
+                        if (mode == 0) {
+                            attention_row(qr, NH, NKV, &s, l, bt + (size_t)r * bps, 0, P, HD, 0.125f, 0, scr, ld, o);
+                        } else {
+                            const int grp = NH / NKV;
+                            for (int g = 0; g < NKV; g++)
+                                attention_group(qr + (size_t)g * grp * HD, grp, &s, l, bt + (size_t)r * bps, 0, P,
+                                                g * HD, HD, 0.125f, 0, scr, ld, o + (size_t)g * grp * HD);
+                        }
+                    }
+                }
+                double dt = now_s() - t0;
+                best[mode] = dt < best[mode] ? dt : best[mode];
+            }
+        printf("%2d/%-4d %12.2f %12.2f %9.2fx\n", NH, NKV, best[0] * 1e3, best[1] * 1e3, best[1] / best[0]);
+        free(s.k);
+        free(s.v);
+        free(bt);
+        free(q);
+        free(out);
+        free(sc);
+    }
+    return 0;
+}
+
 int main(void)
 {
     if (getenv("ATT_BENCH"))
-        return bench();
+        return strcmp(getenv("ATT_BENCH"), "rows") == 0 ? bench_rows() : bench();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_group_equals_heads),
+        cmocka_unit_test(test_row_equals_heads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,6 +66,50 @@ VMATH_INL float softmax_avx2(float *sc, int n_pos, float softcap)
     return 1.0f / sum;
 }
 
+/* out (hd) = Σ_t w[t - t0] v_t * inv over one head's slice (kvo) of the
+ * V vectors, 64 output floats (8 registers) per pass, each element summed
+ * over t in order. */
+VMATH_INL void head_values(const float *sc, float inv_s, const kv_store_t *kv, int l, const int32_t *bt, int t0,
+                           int t1, int kvo, int hd, float *out, const bool f16)
+{
+    const int bs = kv->block_size;
+    const size_t ld = (size_t)kv->kv_dim;
+    const size_t esz = f16 ? 2 : 4;
+    const __m256 inv = _mm256_set1_ps(inv_s);
+    /* out = Σ_t sc[t] v_t / sum, 64 output floats (8 registers) per pass */
+    for (int i0 = 0; i0 < hd; i0 += 64) {
+        const int nv = (hd - i0 < 64 ? hd - i0 : 64) / 8;
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            acc[j] = _mm256_setzero_ps();
+        for (int tb = t0; tb < t1;) {
+            const int slot0 = tb % bs, n = (t1 - tb < bs - slot0) ? t1 - tb : bs - slot0;
+            const void *vb = kv_store_v_at(kv, l, bt[tb / bs], 0);  /* element (slot, i) at kvo + slot*ld + i */
+            const float *w_t = sc + (tb - t0);
+            for (int tt = 0; tt < n; tt++) {
+                const size_t vt = (size_t)kvo + (size_t)i0 + (size_t)(slot0 + tt) * ld;
+                if (tt + 8 < n)
+                    for (size_t by = 0; by < (size_t)nv * 8 * esz; by += 64)
+                        _mm_prefetch((const char *)vb + (vt + 8 * ld) * esz + by, _MM_HINT_T0);
+                __m256 w = _mm256_set1_ps(w_t[tt]);
+                /* constant indices only (j < 8 unrolled, nv tested per j):
+                 * acc then stays in registers; a loop to nv made GCC keep
+                 * the array on the stack, one store-load round trip per FMA */
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    if (j < nv)
+                        acc[j] = _mm256_fmadd_ps(w, ld8(vb, vt + 8 * (size_t)j, f16), acc[j]);
+            }
+            tb += n;
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            if (j < nv)
+                _mm256_storeu_ps(out + i0 + 8 * j, _mm256_mul_ps(acc[j], inv));
+    }
+}
+
 /* attention_head with head_dim hd a multiple of 8. Positions t0..t1-1 are
  * walked block by block (a block may be entered mid-way when t0 is not
  * block-aligned); sc[t - t0] holds position t's score. f16 is a
@@ -112,39 +156,7 @@ VMATH_INL void attend_avx2_impl(const float *q, const kv_store_t *kv, int l, con
         }
         t += n;
     }
-    const __m256 inv = _mm256_set1_ps(softmax_avx2(sc, n_pos, softcap));
-    /* out = Σ_t sc[t] v_t / sum, 64 output floats (8 registers) per pass */
-    for (int i0 = 0; i0 < hd; i0 += 64) {
-        const int nv = (hd - i0 < 64 ? hd - i0 : 64) / 8;
-        __m256 acc[8];
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
-            acc[j] = _mm256_setzero_ps();
-        for (int tb = t0; tb < t1;) {
-            const int slot0 = tb % bs, n = (t1 - tb < bs - slot0) ? t1 - tb : bs - slot0;
-            const void *vb = kv_store_v_at(kv, l, bt[tb / bs], 0);  /* element (slot, i) at kvo + slot*ld + i */
-            const float *w_t = sc + (tb - t0);
-            for (int tt = 0; tt < n; tt++) {
-                const size_t vt = (size_t)kvo + (size_t)i0 + (size_t)(slot0 + tt) * ld;
-                if (tt + 8 < n)
-                    for (size_t by = 0; by < (size_t)nv * 8 * esz; by += 64)
-                        _mm_prefetch((const char *)vb + (vt + 8 * ld) * esz + by, _MM_HINT_T0);
-                __m256 w = _mm256_set1_ps(w_t[tt]);
-                /* constant indices only (j < 8 unrolled, nv tested per j):
-                 * acc then stays in registers; a loop to nv made GCC keep
-                 * the array on the stack, one store-load round trip per FMA */
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++)
-                    if (j < nv)
-                        acc[j] = _mm256_fmadd_ps(w, ld8(vb, vt + 8 * (size_t)j, f16), acc[j]);
-            }
-            tb += n;
-        }
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
-            if (j < nv)
-                _mm256_storeu_ps(out + i0 + 8 * j, _mm256_mul_ps(acc[j], inv));
-    }
+    head_values(sc, softmax_avx2(sc, n_pos, softcap), kv, l, bt, t0, t1, kvo, hd, out, f16);
 }
 
 /* attend_avx2_impl for the store's element type. */
@@ -291,6 +303,107 @@ VMATH_FN static void attend_group_avx2(const float *q, int nh, const kv_store_t 
     }
 #undef ATT_GROUP_CASE
 }
+
+/* Scores of every head of a row, sc[h*ld + t - t0] = (q_h · k_t[kv head of
+ * h]) * scale, walking positions (four at a time) over the whole K vector;
+ * each (head, position) is one accumulator fed over i in attend_avx2_impl's
+ * order and reduced the same way, so the bits are attend_avx2_impl's. The
+ * V vectors of the positions are prefetched for the value passes. */
+VMATH_INL void row_scores(const float *q, int n_head, int group, const kv_store_t *kv, int l, const int32_t *bt,
+                          int t0, int t1, int hd, float scale, float *sc, size_t ld, const bool f16)
+{
+    const int bs = kv->block_size;
+    const size_t kld = (size_t)kv->kv_dim, esz = f16 ? 2 : 4, vbytes = kld * esz;
+    for (int t = t0; t < t1;) {
+        const int slot0 = t % bs, n = (t1 - t < bs - slot0) ? t1 - t : bs - slot0;
+        const void *kb = kv_store_k_at(kv, l, bt[t / bs], 0);
+        const char *vb = kv_store_v_at(kv, l, bt[t / bs], slot0);
+        const size_t o = (size_t)(t - t0);
+        const char *kc = (const char *)kb + (size_t)slot0 * vbytes;
+        /* the first positions' K vectors */
+        for (size_t by = 0; by < (size_t)(n < 8 ? n : 8) * vbytes; by += 64)
+            _mm_prefetch(kc + by, _MM_HINT_T0);
+        int j = 0;
+        for (; j + 4 <= n; j += 4) {
+            const size_t p0 = (size_t)(slot0 + j) * kld;
+            /* K 8 positions ahead, and these positions' V vectors for the
+             * value passes (they read them head slice by head slice) */
+            {
+                const int ja = j + 8 < n ? j + 8 : n, je = j + 12 < n ? j + 12 : n;
+                for (size_t by = (size_t)ja * vbytes; by < (size_t)je * vbytes; by += 64)
+                    _mm_prefetch(kc + by, _MM_HINT_T0);
+                for (size_t by = (size_t)j * vbytes; by < (size_t)(j + 4) * vbytes; by += 64)
+                    _mm_prefetch(vb + by, _MM_HINT_T0);
+            }
+            for (int h = 0; h < n_head; h++) {
+                const size_t k0 = p0 + (size_t)(h / group) * (size_t)hd, k1 = k0 + kld, k2 = k1 + kld, k3 = k2 + kld;
+                const float *qh = q + (size_t)h * (size_t)hd;
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+                for (int i = 0; i < hd; i += 8) {
+                    __m256 qv = _mm256_loadu_ps(qh + i);
+                    a0 = _mm256_fmadd_ps(qv, ld8(kb, k0 + (size_t)i, f16), a0);
+                    a1 = _mm256_fmadd_ps(qv, ld8(kb, k1 + (size_t)i, f16), a1);
+                    a2 = _mm256_fmadd_ps(qv, ld8(kb, k2 + (size_t)i, f16), a2);
+                    a3 = _mm256_fmadd_ps(qv, ld8(kb, k3 + (size_t)i, f16), a3);
+                }
+                float *s = sc + (size_t)h * ld + o + (size_t)j;
+                s[0] = vmath_hsum8(a0) * scale;
+                s[1] = vmath_hsum8(a1) * scale;
+                s[2] = vmath_hsum8(a2) * scale;
+                s[3] = vmath_hsum8(a3) * scale;
+            }
+        }
+        for (; j < n; j++) {
+            const size_t p0 = (size_t)(slot0 + j) * kld;
+            for (size_t by = (size_t)j * vbytes; by < (size_t)(j + 1) * vbytes; by += 64)
+                _mm_prefetch(vb + by, _MM_HINT_T0);
+            for (int h = 0; h < n_head; h++) {
+                const size_t k0 = p0 + (size_t)(h / group) * (size_t)hd;
+                const float *qh = q + (size_t)h * (size_t)hd;
+                __m256 a0 = _mm256_setzero_ps();
+                for (int i = 0; i < hd; i += 8)
+                    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), ld8(kb, k0 + (size_t)i, f16), a0);
+                sc[(size_t)h * ld + o + (size_t)j] = vmath_hsum8(a0) * scale;
+            }
+        }
+        t += n;
+    }
+}
+
+/* attention_row on AVX2: the scores of every head first (row_scores), then
+ * per kv head the softmax and the values of its query heads, four at a
+ * time as attend_group_avx2_impl does (a lone head: attend_avx2_impl's
+ * value loop, head_values). */
+VMATH_INL void attend_row_avx2_impl(const float *q, int n_head, int n_kv, const kv_store_t *kv, int l,
+                                    const int32_t *bt, int t0, int t1, int hd, float scale, float softcap, float *sc,
+                                    size_t ld, float *out, const bool f16)
+{
+    const int group = n_head / n_kv, n_pos = t1 - t0;
+    row_scores(q, n_head, group, kv, l, bt, t0, t1, hd, scale, sc, ld, f16);
+    for (int g = 0; g < n_kv; g++)
+        for (int h0 = g * group; h0 < (g + 1) * group; h0 += 4) {
+            const int nh = (g + 1) * group - h0 < 4 ? (g + 1) * group - h0 : 4;
+            float inv[4];
+            for (int h = 0; h < nh; h++)
+                inv[h] = softmax_avx2(sc + (size_t)(h0 + h) * ld, n_pos, softcap);
+            if (nh == 1)
+                head_values(sc + (size_t)h0 * ld, inv[0], kv, l, bt, t0, t1, g * hd, hd, out + (size_t)h0 * (size_t)hd,
+                            f16);
+            else
+                group_values(sc + (size_t)h0 * ld, ld, nh, inv, kv, l, bt, t0, t1, g * hd, hd,
+                             out + (size_t)h0 * (size_t)hd, f16);
+        }
+}
+
+VMATH_FN static void attend_row_avx2(const float *q, int n_head, int n_kv, const kv_store_t *kv, int l,
+                                     const int32_t *bt, int t0, int t1, int hd, float scale, float softcap,
+                                     float *sc, size_t ld, float *out)
+{
+    if (kv->type == KV_TYPE_F16)
+        attend_row_avx2_impl(q, n_head, n_kv, kv, l, bt, t0, t1, hd, scale, softcap, sc, ld, out, true);
+    else
+        attend_row_avx2_impl(q, n_head, n_kv, kv, l, bt, t0, t1, hd, scale, softcap, sc, ld, out, false);
+}
 #endif
 
 /* Element i of the K/V vector at p, as float. */
@@ -375,4 +488,23 @@ void attention_group(const float *q, int n_q, const kv_store_t *kv, int layer, c
     for (int h = 0; h < n_q; h++)
         attend_plain(q + (size_t)h * head_dim, kv, layer, bt, t0, t1, kv_off, head_dim, scale, softcap,
                      scores + (size_t)h * scores_ld, out + (size_t)h * head_dim);
+}
+
+void attention_row(const float *q, int n_head, int n_kv_head, const kv_store_t *kv, int layer, const int32_t *bt,
+                   int t0, int t1, int head_dim, float scale, float softcap, float *scores, size_t scores_ld,
+                   float *out)
+{
+    assert(n_head >= 1 && n_kv_head >= 1 && n_head % n_kv_head == 0);
+#ifdef VMATH_X86
+    if (head_dim % 8 == 0 && cpu_has_avx2_fma_f16c()) {
+        attend_row_avx2(q, n_head, n_kv_head, kv, layer, bt, t0, t1, head_dim, scale, softcap, scores, scores_ld,
+                        out);
+        return;
+    }
+#endif
+    const int group = n_head / n_kv_head;
+    for (int g = 0; g < n_kv_head; g++)
+        attention_group(q + (size_t)g * group * head_dim, group, kv, layer, bt, t0, t1, g * head_dim, head_dim, scale,
+                        softcap, scores + (size_t)g * group * scores_ld, scores_ld,
+                        out + (size_t)g * group * head_dim);
 }

@@ -40,4 +40,20 @@ void attention_group(const float *q, int n_q, const kv_store_t *kv, int layer, c
                      int kv_off, int head_dim, float scale, float softcap, float *scores, size_t scores_ld,
                      float *out);
 
+/* Every head of one row: query head h (0..n_head-1) at q + h*head_dim
+ * attends with kv head h / (n_head / n_kv_head) (kv_off = that * head_dim)
+ * and writes out + h*head_dim; scores is scratch of n_head rows of
+ * scores_ld >= t1 - t0 floats. The AVX2 path computes the scores position
+ * by position over the whole K vector (a K/V vector is contiguous, a head's
+ * slice of it is not: walking one head at a time reads scattered 2-line
+ * pieces), prefetching K ahead and each position's V vector on the way,
+ * then each kv
+ * head's softmax and values as attention_group does. Every head's result
+ * has the bits attention_head gives it (same operations per (head,
+ * position) in the same order), on either path. n_kv_head must divide
+ * n_head. */
+void attention_row(const float *q, int n_head, int n_kv_head, const kv_store_t *kv, int layer, const int32_t *bt,
+                   int t0, int t1, int head_dim, float scale, float softcap, float *scores, size_t scores_ld,
+                   float *out);
+
 #endif

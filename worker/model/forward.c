@@ -45,8 +45,12 @@ struct forward {
     float *xe;           /* (max_rows, dim) rows gathered for one expert */
     float *ye;           /* (max_rows, dim) one expert's output for them */
     float *moe_out;      /* (max_rows, dim) Σ over a row's experts of weight * output */
-    float *scores;       /* (n_threads, group, scores_ld) attention weights: each thread
-                          * has one row per query head of a kv head's group */
+    float *scores;       /* (n_threads, score_rows, scores_ld) attention weights: each
+                          * thread has one row per query head (att_row) or per query
+                          * head of a kv head's group */
+    bool att_row;        /* batches > 8 rows attend with attention_row: the scores of
+                          * all heads fit FWD_ATT_ROW_SCRATCH */
+    int score_rows;      /* n_head when att_row, else the group size */
     size_t scores_ld;    /* ctx rounded up to 16 floats (no false sharing) */
     int32_t *wanted;     /* (max_rows)         indices of rows with want_logits */
     _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
@@ -91,6 +95,11 @@ void forward_set_progress(forward_t *f, _Atomic uint64_t *layers_done)
     f->layers_done = layers_done;
 }
 
+/* Per-thread scratch of attention_row's scores (n_head rows of the model's
+ * context) up to which it is used; longer contexts × more heads attend kv
+ * head by kv head with a group's rows of scratch (same bits). */
+#define FWD_ATT_ROW_SCRATCH ((size_t)4 << 20)
+
 forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
 {
     const model_config_t *c = &m->cfg;
@@ -130,7 +139,9 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
         f->exp_n = xcalloc(E, sizeof(int32_t));
     }
     f->scores_ld = ((size_t)c->ctx + 15) / 16 * 16;
-    f->scores = ALLOC((size_t)f->n_threads * (size_t)(c->n_head / c->n_kv_head) * f->scores_ld);
+    f->att_row = (size_t)c->n_head * f->scores_ld * sizeof(float) <= FWD_ATT_ROW_SCRATCH;
+    f->score_rows = f->att_row ? c->n_head : c->n_head / c->n_kv_head;
+    f->scores = ALLOC((size_t)f->n_threads * (size_t)f->score_rows * f->scores_ld);
 #undef ALLOC
     f->wanted = xmalloc(R * sizeof(int32_t));
     return f;
@@ -486,84 +497,37 @@ static void mm_multi(forward_t *f, const matmul_weight_t *const *ws, int n, cons
  * read; ~10 us of AVX2 work, less than waking a thread and the barrier). */
 #define FWD_ATT_PAR_MIN 32768
 
-/* Rows of the batch per attention task chunk, as a share of the rows per
- * thread: a chunk is claimed dynamically (a descheduled thread holds up
- * the others by one chunk), and within a chunk each row prefetches the
- * next one's K/V. */
-#define FWD_ATT_CHUNKS_PER_THREAD 4
-/* A row's K/V bytes (both, this layer) up to which the row before it
- * prefetches them all; longer rows stream through the kernel's own
- * prefetch (they would not stay in L2 anyway). */
-#define FWD_ATT_PREFETCH_MAX (512u << 10)
-
-/* Bytes of row r's K (or V) vectors of layer l in block table entry j:
- * positions [t0, t1) of the row as (address, length) per block. Issues
- * prefetches for the part [part/n_parts, (part+1)/n_parts) of the lines. */
-static void att_prefetch_row(const kv_store_t *kv, int l, const int32_t *bt, int t0, int t1, int part, int n_parts)
-{
-    const int bs = kv->block_size;
-    const size_t vec = (size_t)kv->kv_dim * kv_type_size(kv->type);
-    for (int t = t0; t < t1;) {
-        const int slot0 = t % bs, n = (t1 - t < bs - slot0) ? t1 - t : bs - slot0;
-        const size_t len = (size_t)n * vec, lines = (len + 63) / 64;
-        const size_t a = lines * (size_t)part / (size_t)n_parts, e = lines * (size_t)(part + 1) / (size_t)n_parts;
-        const char *k = kv_store_k_at(kv, l, bt[t / bs], slot0), *v = kv_store_v_at(kv, l, bt[t / bs], slot0);
-        for (size_t i = a; i < e; i++) {
-            __builtin_prefetch(k + 64 * i);
-            __builtin_prefetch(v + 64 * i);
-        }
-        t += n;
-    }
-}
-
 /* Causal (or sliding-window) attention of every (row, head) against its
- * sequence's cached K/V for the layer; a task is a chunk of rows, each row
- * attends kv head by kv head (attention_group: the query heads that share
- * it). A row's K/V of one layer is contiguous per block, a kv head's slice
- * of it is not: while row r attends, the lines of row r + 1 (same chunk)
- * are prefetched, a 1/n_kv_head share before each kv head, so the next
- * row's scattered head slices come from L2 instead of memory (110M MHA
- * shape, 32 rows at ~33 positions: 2.6-2.9 -> 1.8 ms of attention per
- * step, docs/FORWARD.md).
+ * sequence's cached K/V for the layer, one task per row, claimed
+ * dynamically (attention_row: all the row's heads, walking the K vectors
+ * position by position, which are contiguous, where one head's slice of
+ * them is not; docs/FORWARD.md "Attention tasks of larger batches").
  * q (R, q_dim) → att (R, q_dim). */
 static void attention(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv)
 {
     const model_config_t *c = &f->m->cfg;
-    const int hd = c->head_dim, group = c->n_head / c->n_kv_head;
     const int R = b->n_rows;
     size_t work = 0;  /* floats of K and V read: Σ_r positions * q_dim * 2 */
     for (int r = 0; r < R; r++)
         work += (size_t)(b->pos[r] + 1 - att_first(a, b->pos[r])) * (size_t)c->q_dim * 2;
     const int n_par = work >= FWD_ATT_PAR_MIN ? f->n_threads : 1;
-    int rows_per = R / (n_par * FWD_ATT_CHUNKS_PER_THREAD);
-    if (rows_per < 1)
-        rows_per = 1;
-    const int n_chunks = (R + rows_per - 1) / rows_per;
-    const size_t vec_bytes = (size_t)c->kv_dim * kv_type_size(kv->type) * 2;
     (void)n_par;  /* unused when compiled without OpenMP */
 #pragma omp parallel for num_threads(n_par) schedule(dynamic, 1)
-    for (int ch = 0; ch < n_chunks; ch++) {
-        const int r1 = (ch + 1) * rows_per < R ? (ch + 1) * rows_per : R;
-        float *sc = f->scores + (size_t)omp_get_thread_num() * (size_t)group * f->scores_ld;
-        for (int r = ch * rows_per; r < r1; r++) {
-            const int32_t *bt = b->block_tables[b->seq[r]];
-            /* the next row of the chunk, when its K/V fit the budget */
-            const int32_t *nbt = NULL;
-            int nt0 = 0, nt1 = 0;
-            if (r + 1 < r1) {
-                nt0 = att_first(a, b->pos[r + 1]);
-                nt1 = b->pos[r + 1] + 1;
-                if ((size_t)(nt1 - nt0) * vec_bytes <= FWD_ATT_PREFETCH_MAX)
-                    nbt = b->block_tables[b->seq[r + 1]];
-            }
-            for (int g = 0; g < c->n_kv_head; g++) {
-                if (nbt)
-                    att_prefetch_row(kv, a->l, nbt, nt0, nt1, g, c->n_kv_head);
-                const int kvo = g * hd;                 /* offset of kv head g in a K/V vector */
-                const size_t q0 = (size_t)r * c->q_dim + (size_t)g * group * hd;  /* its first query head */
-                attention_group(f->q + q0, group, kv, a->l, bt, att_first(a, b->pos[r]), b->pos[r] + 1, kvo, hd,
-                                c->attn_scale, c->attn_softcap, sc, f->scores_ld, f->att + q0);
-            }
+    for (int r = 0; r < R; r++) {
+        float *sc = f->scores + (size_t)omp_get_thread_num() * (size_t)f->score_rows * f->scores_ld;
+        const size_t q0 = (size_t)r * c->q_dim;
+        const int32_t *bt = b->block_tables[b->seq[r]];
+        const int t0 = att_first(a, b->pos[r]), t1 = b->pos[r] + 1, hd = c->head_dim;
+        if (f->att_row) {
+            attention_row(f->q + q0, c->n_head, c->n_kv_head, kv, a->l, bt, t0, t1, hd, c->attn_scale,
+                          c->attn_softcap, sc, f->scores_ld, f->att + q0);
+            continue;
+        }
+        const int group = c->n_head / c->n_kv_head;
+        for (int g = 0; g < c->n_kv_head; g++) {
+            const size_t qg = q0 + (size_t)g * group * hd;
+            attention_group(f->q + qg, group, kv, a->l, bt, t0, t1, g * hd, hd, c->attn_scale, c->attn_softcap, sc,
+                            f->scores_ld, f->att + qg);
         }
     }
 }
@@ -595,7 +559,7 @@ static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_
         (void)bad_mm;
         for (int r = 0; r < R; r++)
             qkv_row_post(f, a, b, kv, r, q0, nq, k0, hd);
-        float *sc = f->scores + (size_t)t * (size_t)group * f->scores_ld;
+        float *sc = f->scores + (size_t)t * (size_t)f->score_rows * f->scores_ld;
         for (int r = 0; r < R; r++) {
             const int32_t *bt = b->block_tables[b->seq[r]];
             const size_t qr = (size_t)r * c->q_dim + (size_t)q0;
