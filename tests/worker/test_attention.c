@@ -9,6 +9,9 @@
  *     F32 and F16 K/V, head_dim 8, 24, 64 and 128 (whole and half 16-float
  *     V passes) and 12 (the portable path), position ranges that start and
  *     end inside blocks (sliding windows), one position, and soft-capping;
+ *   - bit for bit: attention_row (every head of a row, MHA and GQA head
+ *     counts, windows, soft-capping, F32/F16) equals one attention_head
+ *     call per head;
  *   - against an independent reference (double precision softmax attention
  *     computed here from the same K/V values): every output within
  *     2e-5 · (1 + max |v|) absolute;
