@@ -50,6 +50,7 @@
 #include "common/xalloc.h"
 #include "worker/kernels/qblock.h"
 #include "worker/kernels/qkpack.h"
+#include "worker/kernels/worksteal.h"
 #include "worker/kernels/quant.h"
 #include "worker/model/gguf.h"
 
@@ -78,6 +79,7 @@ struct qgemm_ctx {
     int32_t *xc;       /* (max_rows, max_in/32) −128 · Σq of the block: the start
                         * of the VNNI kernels' accumulators, one broadcast load */
     uint8_t *panels;   /* n_threads panels of panel_bytes each */
+    ws_t *ws;          /* the panel loop's per-thread ranges (worksteal.h), max_threads */
     size_t panel_bytes;
 };
 
@@ -216,6 +218,7 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
     /* rounded to 64 bytes so every panel starts cache-line aligned */
     c->panel_bytes = (nbm * PANEL_BLOCK_BYTES + 63) / 64 * 64;
     c->panels = xaligned_alloc(c->panel_bytes * (size_t)c->n_threads);
+    c->ws = ws_new(QGEMM_MAX_THREADS);
     /* map the pages now rather than in the first call */
     memset(c->xq, 0, (size_t)max_rows * (size_t)c->max_in);
     memset(c->xd, 0, (size_t)max_rows * nbm * sizeof(float));
@@ -235,6 +238,7 @@ void qgemm_ctx_free(qgemm_ctx_t **pc)
     free(c->xs);
     free(c->xc);
     free(c->panels);
+    ws_free(&c->ws);
     free(c);
     *pc = NULL;
 }
@@ -1093,10 +1097,6 @@ typedef struct {
  * thread before the parallel region: a split would cost one more barrier
  * than the quantization itself (768 elements take ~0.3 us). */
 #define XQUANT_PAR_MIN 16384
-/* Dynamic chunks per thread of the panel loop: enough that a thread that is
- * descheduled or late to wake (shared cores) holds up the others by one
- * small chunk only, few enough that claiming a chunk costs nothing. */
-#define CHUNKS_PER_THREAD 16
 
 static void xquant_rows(qgemm_ctx_t *c, const float *x, int r0, int r1, int64_t n_in, int64_t nb, bool avx2)
 {
@@ -1361,12 +1361,10 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
     int n_threads = c->n_threads;
     if ((int64_t)n_threads > n_panels)
         n_threads = (int)n_panels;
-    int64_t chunk = n_panels / ((int64_t)n_threads * CHUNKS_PER_THREAD);
-    if (chunk < 1)
-        chunk = 1;
     const bool xq_par = (int64_t)n_rows * n_in >= XQUANT_PAR_MIN && n_threads > 1;
     if (!xq_par)
         xquant_rows(c, x, 0, n_rows, n_in, nb, avx2);
+    ws_init(c->ws, n_panels, n_threads);
 
 #pragma omp parallel num_threads(n_threads)
     {
@@ -1377,11 +1375,14 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
             for (int r = 0; r < n_rows; r++)
                 xquant_rows(c, x, r, r + 1, n_in, nb, avx2);
         }
-        /* 2. panels of 8 output columns of all matrices, in dynamic chunks */
-        panel_t p = panel_at(c, omp_get_thread_num());
+        /* 2. work units (1-2 panels of 8 output columns) of all matrices:
+         * a contiguous range per thread, stolen from the back by a thread
+         * that runs out (worksteal.h), so each thread's "next panel"
+         * prefetch is almost always the panel it runs next */
+        const int tn = omp_get_thread_num();
+        panel_t p = panel_at(c, tn);
         int mi = 0;
-#pragma omp for schedule(dynamic, chunk)
-        for (int64_t g = 0; g < n_panels; g++) {
+        for (int64_t g; (g = ws_next(c->ws, tn)) >= 0;) {
             while (g >= first[mi + 1])
                 mi++;
             while (g < first[mi])

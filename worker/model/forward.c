@@ -17,6 +17,7 @@
 #include "common/xalloc.h"
 #include "worker/kernels/matmul.h"
 #include "worker/kernels/attention.h"
+#include "worker/kernels/worksteal.h"
 
 struct forward {
     const model_t *m;
@@ -53,6 +54,7 @@ struct forward {
     int score_rows;      /* n_head when att_row, else the group size */
     size_t scores_ld;    /* ctx rounded up to 16 floats (no false sharing) */
     int32_t *wanted;     /* (max_rows)         indices of rows with want_logits */
+    ws_t *ws;            /* ffn_gate_up's per-thread ranges of column tasks */
     _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
     char err[160];
 };
@@ -144,6 +146,7 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->scores = ALLOC((size_t)f->n_threads * (size_t)f->score_rows * f->scores_ld);
 #undef ALLOC
     f->wanted = xmalloc(R * sizeof(int32_t));
+    f->ws = ws_new(f->n_threads);
     return f;
 }
 
@@ -178,6 +181,7 @@ void forward_free(forward_t **fp)
     free(f->moe_out);
     free(f->scores);
     free(f->wanted);
+    ws_free(&f->ws);
     free(f);
     *fp = NULL;
 }
@@ -585,10 +589,14 @@ static void ffn_gate_up(forward_t *f, const matmul_weight_t *wg, const matmul_we
     int rc = matmul_prepare(f->mm, x, R, c->dim);
     assert(rc == 0);
     (void)rc;
-#pragma omp parallel for num_threads(f->n_threads) schedule(dynamic, 1)
-    for (int ch = 0; ch < n_chunks; ch++) {
+    /* per-thread contiguous ranges of tasks, stolen from the back when a
+     * thread runs out (worksteal.h): each matrix's "next panels" prefetch
+     * then reads the thread's own next task */
+    ws_init(f->ws, n_chunks, f->n_threads);
+#pragma omp parallel num_threads(f->n_threads)
+    for (int64_t ch; (ch = ws_next(f->ws, omp_get_thread_num())) >= 0;) {
         const int t = omp_get_thread_num();
-        const int64_t n0 = (int64_t)ch * FWD_FFN_COLS, n1 = n0 + FWD_FFN_COLS < ffn ? n0 + FWD_FFN_COLS : ffn;
+        const int64_t n0 = ch * FWD_FFN_COLS, n1 = n0 + FWD_FFN_COLS < ffn ? n0 + FWD_FFN_COLS : ffn;
         int bad_mm = matmul_run_range(f->mm, wg, x, R, n0, n1, f->hg, t) |
                      matmul_run_range(f->mm, wu, x, R, n0, n1, f->hu, t);
         assert(bad_mm == 0 && "weights were validated at load");
