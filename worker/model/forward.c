@@ -54,7 +54,8 @@ struct forward {
     int score_rows;      /* n_head when att_row, else the group size */
     size_t scores_ld;    /* ctx rounded up to 16 floats (no false sharing) */
     int32_t *wanted;     /* (max_rows)         indices of rows with want_logits */
-    ws_t *ws;            /* ffn_gate_up's per-thread ranges of column tasks */
+    ws_t *ws;            /* per-thread ranges of ffn_gate_up's column tasks and of
+                          * qkv_attention_by_head's kv heads */
     _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
     char err[160];
 };
@@ -551,9 +552,13 @@ static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_
     int rc = matmul_prepare(f->mm, f->xb, R, c->dim);
     assert(rc == 0);
     (void)rc;
-#pragma omp parallel for num_threads(f->n_threads) schedule(dynamic, 1)
-    for (int g = 0; g < c->n_kv_head; g++) {
-        const int t = omp_get_thread_num();
+    /* kv heads in per-thread contiguous ranges (worksteal.h): the weight
+     * columns of a thread's next head follow those of this one, which the
+     * kernels prefetch */
+    ws_init(f->ws, c->n_kv_head, f->n_threads);
+#pragma omp parallel num_threads(f->n_threads)
+    for (int64_t gi; (gi = ws_next(f->ws, omp_get_thread_num())) >= 0;) {
+        const int g = (int)gi, t = omp_get_thread_num();
         const int64_t q0 = (int64_t)g * group * hd, k0 = (int64_t)g * hd;
         const int nq = group * hd;
         int bad_mm = matmul_run_range(f->mm, &L->wq, f->xb, R, q0, q0 + nq, f->q, t) |
