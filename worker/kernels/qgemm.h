@@ -68,10 +68,12 @@
  * the file's (tests/worker/test_qgemm_pack.c).
  *
  * Threading. qgemm() runs an OpenMP parallel region (num_threads = the
- * thread count fixed at qgemm_ctx_new: omp_get_max_threads() then) split
- * in dynamic chunks (about 8 per thread) over panels of 8 output columns, so
- * a thread that is descheduled or slow to wake delays the others by one
- * small chunk; X quantization is split over rows when X is large, done on
+ * thread count fixed at qgemm_ctx_new: omp_get_max_threads() then) over
+ * units of 8-16 output columns, a contiguous range of units per thread
+ * with stealing from the back of the others' ranges (worksteal.h): each
+ * thread's prefetch of the next panels reads its own next unit, and a
+ * thread that is descheduled or slow to wake delays the others by one
+ * unit; X quantization is split over rows when X is large, done on
  * the calling thread before the region otherwise (saves a barrier). A
  * context must not be used by two qgemm() calls at the same time; use one
  * context per calling thread, and do not call it from inside another

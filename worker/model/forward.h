@@ -37,11 +37,14 @@
  *
  * Memory: forward_new allocates all scratch for max_rows rows once;
  * forward_run never allocates. The KV store belongs to the caller.
- * Threads: n_threads OpenMP threads for everything, in dynamic chunks:
- * the matmuls (chunks of W's output rows, single-threaded OpenBLAS inside;
- * see matmul.h — this sets OpenBLAS to 1 thread process-wide), attention
- * over (row, head) or, for batches of <= 8 rows, Q/K/V + attention as one
- * task per kv head; 4-5 parallel regions per layer (docs/FORWARD.md).
+ * Threads: n_threads OpenMP threads for everything, never in one static
+ * share per thread: the int8 matmuls, the gate/up tasks and the per-kv-head
+ * tasks in per-thread ranges with stealing (worksteal.h), float matmuls in
+ * dynamic chunks of W's output rows (single-threaded OpenBLAS inside; see
+ * matmul.h — this sets OpenBLAS to 1 thread process-wide), attention one
+ * row per dynamic task (attention_row) or, for batches of <= 8 rows, Q/K/V
+ * + attention as one task per kv head; 4-5 parallel regions per layer
+ * (docs/FORWARD.md).
  */
 #ifndef PAGODA_WORKER_FORWARD_H
 #define PAGODA_WORKER_FORWARD_H
