@@ -156,15 +156,24 @@ typedef struct {
     float softcap;
 } att_case_t;
 
-static void run_case(kv_type_t type, const att_case_t *c)
+/* A store for case c with layer l's positions [t0, t1) in a scrambled
+ * block table (position p in block (a + m p/BS) % N) and everything else
+ * poisoned. */
+static kv_store_t case_store(kv_type_t type, const att_case_t *c, int l, int a, int m, int32_t bt[N_BLOCKS])
 {
     kv_store_t s = store_new(type, c->n_kv, c->hd);
-    const int l = 1, n_bt = (c->t1 + BS - 1) / BS;
-    int32_t bt[N_BLOCKS];
-    /* a scrambled block table: position p lives in block (7 + 5 p/BS) % N */
+    const int n_bt = (c->t1 + BS - 1) / BS;
     for (int j = 0; j < n_bt; j++)
-        bt[j] = (7 + 5 * j) % N_BLOCKS;
+        bt[j] = (a + m * j) % N_BLOCKS;
     poison_outside(&s, l, bt, n_bt, c->t0, c->t1);
+    return s;
+}
+
+static void run_case(kv_type_t type, const att_case_t *c)
+{
+    const int l = 1;
+    int32_t bt[N_BLOCKS];
+    kv_store_t s = case_store(type, c, l, 7, 5, bt);
 
     const int hd = c->hd, n_q = c->group, n = c->t1 - c->t0;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -234,12 +243,9 @@ static void test_group_equals_heads(void **state)
  * head, bit for bit, with the positions outside [t0, t1) poisoned. */
 static void run_row_case(kv_type_t type, const att_case_t *c)
 {
-    kv_store_t s = store_new(type, c->n_kv, c->hd);
-    const int l = 0, n_bt = (c->t1 + BS - 1) / BS;
+    const int l = 0;
     int32_t bt[N_BLOCKS];
-    for (int j = 0; j < n_bt; j++)
-        bt[j] = (3 + 7 * j) % N_BLOCKS;
-    poison_outside(&s, l, bt, n_bt, c->t0, c->t1);
+    kv_store_t s = case_store(type, c, l, 3, 7, bt);
     const int hd = c->hd, n_head = c->group * c->n_kv, n = c->t1 - c->t0;
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t ld = (size_t)n + 3, nq = (size_t)n_head * (size_t)hd;

@@ -110,6 +110,28 @@ VMATH_INL void head_values(const float *sc, float inv_s, const kv_store_t *kv, i
     }
 }
 
+/* o[0..3] = (q · k_p) * scale for the four K vectors at element offsets
+ * k0, k0 + kld, k0 + 2 kld, k0 + 3 kld of kb: one accumulator per
+ * position fed over i in order, then vmath_hsum8 (the reduction every
+ * score of both kernels uses, so their bits agree). */
+VMATH_INL void score4(const float *q, const void *kb, size_t k0, size_t kld, int hd, float scale, float *o,
+                      const bool f16)
+{
+    const size_t k1 = k0 + kld, k2 = k1 + kld, k3 = k2 + kld;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int i = 0; i < hd; i += 8) {
+        __m256 qv = _mm256_loadu_ps(q + i);
+        a0 = _mm256_fmadd_ps(qv, ld8(kb, k0 + (size_t)i, f16), a0);
+        a1 = _mm256_fmadd_ps(qv, ld8(kb, k1 + (size_t)i, f16), a1);
+        a2 = _mm256_fmadd_ps(qv, ld8(kb, k2 + (size_t)i, f16), a2);
+        a3 = _mm256_fmadd_ps(qv, ld8(kb, k3 + (size_t)i, f16), a3);
+    }
+    o[0] = vmath_hsum8(a0) * scale;
+    o[1] = vmath_hsum8(a1) * scale;
+    o[2] = vmath_hsum8(a2) * scale;
+    o[3] = vmath_hsum8(a3) * scale;
+}
+
 /* attention_head with head_dim hd a multiple of 8. Positions t0..t1-1 are
  * walked block by block (a block may be entered mid-way when t0 is not
  * block-aligned); sc[t - t0] holds position t's score. f16 is a
@@ -128,24 +150,13 @@ VMATH_INL void attend_avx2_impl(const float *q, const kv_store_t *kv, int l, con
         float *o = sc + (t - t0);
         int j = 0;
         for (; j + 4 <= n; j += 4) {
-            const size_t k0 = (size_t)kvo + (size_t)(slot0 + j) * ld, k1 = k0 + ld, k2 = k1 + ld, k3 = k2 + ld;
+            const size_t k0 = (size_t)kvo + (size_t)(slot0 + j) * ld;
             if (j + 8 + 4 <= n)
                 for (int u = 0; u < 4; u++)
                     for (size_t by = 0; by < (size_t)hd * esz; by += 64)
                         _mm_prefetch((const char *)kb + (k0 + (size_t)(8 + u) * ld) * esz + by, _MM_HINT_T0);
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int i = 0; i < hd; i += 8) {
-                __m256 qv = _mm256_loadu_ps(q + i);
-                a0 = _mm256_fmadd_ps(qv, ld8(kb, k0 + (size_t)i, f16), a0);
-                a1 = _mm256_fmadd_ps(qv, ld8(kb, k1 + (size_t)i, f16), a1);
-                a2 = _mm256_fmadd_ps(qv, ld8(kb, k2 + (size_t)i, f16), a2);
-                a3 = _mm256_fmadd_ps(qv, ld8(kb, k3 + (size_t)i, f16), a3);
-            }
             /* the same reduction as the single-position loop below */
-            o[j] = vmath_hsum8(a0) * scale;
-            o[j + 1] = vmath_hsum8(a1) * scale;
-            o[j + 2] = vmath_hsum8(a2) * scale;
-            o[j + 3] = vmath_hsum8(a3) * scale;
+            score4(q, kb, k0, ld, hd, scale, o + j, f16);
         }
         for (; j < n; j++) {
             const size_t k0 = (size_t)kvo + (size_t)(slot0 + j) * ld;
@@ -335,23 +346,9 @@ VMATH_INL void row_scores(const float *q, int n_head, int group, const kv_store_
                 for (size_t by = (size_t)j * vbytes; by < (size_t)(j + 4) * vbytes; by += 64)
                     _mm_prefetch(vb + by, _MM_HINT_T0);
             }
-            for (int h = 0; h < n_head; h++) {
-                const size_t k0 = p0 + (size_t)(h / group) * (size_t)hd, k1 = k0 + kld, k2 = k1 + kld, k3 = k2 + kld;
-                const float *qh = q + (size_t)h * (size_t)hd;
-                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-                for (int i = 0; i < hd; i += 8) {
-                    __m256 qv = _mm256_loadu_ps(qh + i);
-                    a0 = _mm256_fmadd_ps(qv, ld8(kb, k0 + (size_t)i, f16), a0);
-                    a1 = _mm256_fmadd_ps(qv, ld8(kb, k1 + (size_t)i, f16), a1);
-                    a2 = _mm256_fmadd_ps(qv, ld8(kb, k2 + (size_t)i, f16), a2);
-                    a3 = _mm256_fmadd_ps(qv, ld8(kb, k3 + (size_t)i, f16), a3);
-                }
-                float *s = sc + (size_t)h * ld + o + (size_t)j;
-                s[0] = vmath_hsum8(a0) * scale;
-                s[1] = vmath_hsum8(a1) * scale;
-                s[2] = vmath_hsum8(a2) * scale;
-                s[3] = vmath_hsum8(a3) * scale;
-            }
+            for (int h = 0; h < n_head; h++)
+                score4(q + (size_t)h * (size_t)hd, kb, p0 + (size_t)(h / group) * (size_t)hd, kld, hd, scale,
+                       sc + (size_t)h * ld + o + (size_t)j, f16);
         }
         for (; j < n; j++) {
             const size_t p0 = (size_t)(slot0 + j) * kld;
