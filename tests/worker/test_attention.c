@@ -10,7 +10,8 @@
  *     V passes) and 12 (the portable path), position ranges that start and
  *     end inside blocks (sliding windows), one position, and soft-capping;
  *   - bit for bit: attention_row (every head of a row, MHA and GQA head
- *     counts, windows, soft-capping, F32/F16) equals one attention_head
+ *     counts, windows, soft-capping, F32/F16) and attention_row_by_group
+ *     (the same with a group's rows of scratch) equal one attention_head
  *     call per head;
  *   - against an independent reference (double precision softmax attention
  *     computed here from the same K/V values): every output within
@@ -30,7 +31,8 @@
  * row its own sequence of ATT_POS positions (default 96) in scattered
  * blocks, K/V F16 and cold (~113 MB for 12 × 12 heads of 64, more than the
  * caches hold); per layer the rows in an OpenMP loop (OMP_NUM_THREADS)
- * through attention_row against per-kv-head attention_group, for MHA
+ * through attention_row against attention_row_by_group (per-kv-head
+ * attention_group calls, the tasks before 2026-11-23), for MHA
  * (12/12 heads) and GQA (32/4); best of 5.
  */
 #include <omp.h>
@@ -256,15 +258,20 @@ static void run_row_case(kv_type_t type, const att_case_t *c)
     for (int h = 0; h < n_head; h++)
         attention_head(q + (size_t)h * hd, &s, l, bt, c->t0, c->t1, (h / c->group) * hd, hd, scale, c->softcap, sc,
                        o_head + (size_t)h * hd);
-    memset(o_row, 0xff, sizeof(float) * nq);
-    attention_row(q, n_head, c->n_kv, &s, l, bt, c->t0, c->t1, hd, scale, c->softcap, sc, ld, o_row);
-    for (size_t i = 0; i < nq; i++)
-        if (memcmp(&o_head[i], &o_row[i], sizeof(float)) != 0) {
-            print_error("%s hd %d heads %d/%d [%d,%d) softcap %g: head %zu elt %zu: %.9g (head) vs %.9g (row)\n",
-                        kv_type_name(type), hd, n_head, c->n_kv, c->t0, c->t1, c->softcap, i / (size_t)hd,
-                        i % (size_t)hd, o_head[i], o_row[i]);
-            fail();
-        }
+    /* attention_row with n_head rows of scratch, then attention_row_by_group
+     * with a group's rows (sc's first rows) */
+    for (int by_group = 0; by_group < 2; by_group++) {
+        memset(o_row, 0xff, sizeof(float) * nq);
+        (by_group ? attention_row_by_group : attention_row)(q, n_head, c->n_kv, &s, l, bt, c->t0, c->t1, hd, scale,
+                                                            c->softcap, sc, ld, o_row);
+        for (size_t i = 0; i < nq; i++)
+            if (memcmp(&o_head[i], &o_row[i], sizeof(float)) != 0) {
+                print_error("%s hd %d heads %d/%d [%d,%d) softcap %g: head %zu elt %zu: %.9g (head) vs %.9g (%s)\n",
+                            kv_type_name(type), hd, n_head, c->n_kv, c->t0, c->t1, c->softcap, i / (size_t)hd,
+                            i % (size_t)hd, o_head[i], o_row[i], by_group ? "row by group" : "row");
+                fail();
+            }
+    }
     free(q);
     free(o_head);
     free(o_row);
@@ -375,14 +382,8 @@ static int bench_rows(void)
                     for (int r = 0; r < S; r++) {
                         float *scr = sc + (size_t)omp_get_thread_num() * (size_t)NH * ld;
                         float *qr = q + (size_t)r * NH * HD, *o = out + (size_t)r * NH * HD;
-                        if (mode == 0) {
-                            attention_row(qr, NH, NKV, &s, l, bt + (size_t)r * bps, 0, P, HD, 0.125f, 0, scr, ld, o);
-                        } else {
-                            const int grp = NH / NKV;
-                            for (int g = 0; g < NKV; g++)
-                                attention_group(qr + (size_t)g * grp * HD, grp, &s, l, bt + (size_t)r * bps, 0, P,
-                                                g * HD, HD, 0.125f, 0, scr, ld, o + (size_t)g * grp * HD);
-                        }
+                        (mode == 0 ? attention_row : attention_row_by_group)(
+                            qr, NH, NKV, &s, l, bt + (size_t)r * bps, 0, P, HD, 0.125f, 0, scr, ld, o);
                     }
                 }
                 double dt = now_s() - t0;

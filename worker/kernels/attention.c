@@ -110,6 +110,16 @@ VMATH_INL void head_values(const float *sc, float inv_s, const kv_store_t *kv, i
     }
 }
 
+/* (q · k) * scale for the K vector at element offset k0 of kb: one
+ * accumulator fed over i in order, then vmath_hsum8 (score4 per position). */
+VMATH_INL float score1(const float *q, const void *kb, size_t k0, int hd, float scale, const bool f16)
+{
+    __m256 a0 = _mm256_setzero_ps();
+    for (int i = 0; i < hd; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld8(kb, k0 + (size_t)i, f16), a0);
+    return vmath_hsum8(a0) * scale;
+}
+
 /* o[0..3] = (q · k_p) * scale for the four K vectors at element offsets
  * k0, k0 + kld, k0 + 2 kld, k0 + 3 kld of kb: one accumulator per
  * position fed over i in order, then vmath_hsum8 (the reduction every
@@ -159,11 +169,7 @@ VMATH_INL void attend_avx2_impl(const float *q, const kv_store_t *kv, int l, con
             score4(q, kb, k0, ld, hd, scale, o + j, f16);
         }
         for (; j < n; j++) {
-            const size_t k0 = (size_t)kvo + (size_t)(slot0 + j) * ld;
-            __m256 a0 = _mm256_setzero_ps();
-            for (int i = 0; i < hd; i += 8)
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld8(kb, k0 + (size_t)i, f16), a0);
-            o[j] = vmath_hsum8(a0) * scale;
+            o[j] = score1(q, kb, (size_t)kvo + (size_t)(slot0 + j) * ld, hd, scale, f16);
         }
         t += n;
     }
@@ -223,12 +229,8 @@ VMATH_INL void group_scores(const float *q, const int nh, const kv_store_t *kv, 
         for (; j < n; j++) {
             const size_t k0 = (size_t)kvo + (size_t)(slot0 + j) * kld;
             #pragma GCC unroll 4
-            for (int h = 0; h < nh; h++) {
-                __m256 a0 = _mm256_setzero_ps();
-                for (int i = 0; i < hd; i += 8)
-                    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * hd + i), ld8(kb, k0 + (size_t)i, f16), a0);
-                sc[h * ld + o + j] = vmath_hsum8(a0) * scale;
-            }
+            for (int h = 0; h < nh; h++)
+                sc[h * ld + o + j] = score1(q + (size_t)h * hd, kb, k0, hd, scale, f16);
         }
         t += n;
     }
@@ -354,14 +356,9 @@ VMATH_INL void row_scores(const float *q, int n_head, int group, const kv_store_
             const size_t p0 = (size_t)(slot0 + j) * kld;
             for (size_t by = (size_t)j * vbytes; by < (size_t)(j + 1) * vbytes; by += 64)
                 _mm_prefetch(vb + by, _MM_HINT_T0);
-            for (int h = 0; h < n_head; h++) {
-                const size_t k0 = p0 + (size_t)(h / group) * (size_t)hd;
-                const float *qh = q + (size_t)h * (size_t)hd;
-                __m256 a0 = _mm256_setzero_ps();
-                for (int i = 0; i < hd; i += 8)
-                    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), ld8(kb, k0 + (size_t)i, f16), a0);
-                sc[(size_t)h * ld + o + (size_t)j] = vmath_hsum8(a0) * scale;
-            }
+            for (int h = 0; h < n_head; h++)
+                sc[(size_t)h * ld + o + (size_t)j] =
+                    score1(q + (size_t)h * (size_t)hd, kb, p0 + (size_t)(h / group) * (size_t)hd, hd, scale, f16);
         }
         t += n;
     }
@@ -499,9 +496,17 @@ void attention_row(const float *q, int n_head, int n_kv_head, const kv_store_t *
         return;
     }
 #endif
+    attention_row_by_group(q, n_head, n_kv_head, kv, layer, bt, t0, t1, head_dim, scale, softcap, scores, scores_ld,
+                           out);
+}
+
+void attention_row_by_group(const float *q, int n_head, int n_kv_head, const kv_store_t *kv, int layer,
+                            const int32_t *bt, int t0, int t1, int head_dim, float scale, float softcap,
+                            float *scores, size_t scores_ld, float *out)
+{
+    assert(n_head >= 1 && n_kv_head >= 1 && n_head % n_kv_head == 0);
     const int group = n_head / n_kv_head;
     for (int g = 0; g < n_kv_head; g++)
         attention_group(q + (size_t)g * group * head_dim, group, kv, layer, bt, t0, t1, g * head_dim, head_dim, scale,
-                        softcap, scores + (size_t)g * group * scores_ld, scores_ld,
-                        out + (size_t)g * group * head_dim);
+                        softcap, scores, scores_ld, out + (size_t)g * group * head_dim);
 }

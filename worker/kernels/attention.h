@@ -47,13 +47,19 @@ void attention_group(const float *q, int n_q, const kv_store_t *kv, int layer, c
  * by position over the whole K vector (a K/V vector is contiguous, a head's
  * slice of it is not: walking one head at a time reads scattered 2-line
  * pieces), prefetching K ahead and each position's V vector on the way,
- * then each kv
- * head's softmax and values as attention_group does. Every head's result
- * has the bits attention_head gives it (same operations per (head,
- * position) in the same order), on either path. n_kv_head must divide
- * n_head. */
+ * then each kv head's softmax and values as attention_group does; without
+ * AVX2 it is attention_row_by_group. Every head's result has the bits
+ * attention_head gives it (same operations per (head, position) in the
+ * same order), on either path. n_kv_head must divide n_head. */
 void attention_row(const float *q, int n_head, int n_kv_head, const kv_store_t *kv, int layer, const int32_t *bt,
                    int t0, int t1, int head_dim, float scale, float softcap, float *scores, size_t scores_ld,
                    float *out);
+
+/* The same heads and bits as attention_row, kv head by kv head through
+ * attention_group: scores is scratch of only n_head / n_kv_head rows (for
+ * contexts where n_head rows of scratch would be too large). */
+void attention_row_by_group(const float *q, int n_head, int n_kv_head, const kv_store_t *kv, int layer,
+                            const int32_t *bt, int t0, int t1, int head_dim, float scale, float softcap,
+                            float *scores, size_t scores_ld, float *out);
 
 #endif

@@ -522,18 +522,10 @@ static void attention(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, 
         float *sc = f->scores + (size_t)omp_get_thread_num() * (size_t)f->score_rows * f->scores_ld;
         const size_t q0 = (size_t)r * c->q_dim;
         const int32_t *bt = b->block_tables[b->seq[r]];
-        const int t0 = att_first(a, b->pos[r]), t1 = b->pos[r] + 1, hd = c->head_dim;
-        if (f->att_row) {
-            attention_row(f->q + q0, c->n_head, c->n_kv_head, kv, a->l, bt, t0, t1, hd, c->attn_scale,
-                          c->attn_softcap, sc, f->scores_ld, f->att + q0);
-            continue;
-        }
-        const int group = c->n_head / c->n_kv_head;
-        for (int g = 0; g < c->n_kv_head; g++) {
-            const size_t qg = q0 + (size_t)g * group * hd;
-            attention_group(f->q + qg, group, kv, a->l, bt, t0, t1, g * hd, hd, c->attn_scale, c->attn_softcap, sc,
-                            f->scores_ld, f->att + qg);
-        }
+        const int t0 = att_first(a, b->pos[r]), t1 = b->pos[r] + 1;
+        (f->att_row ? attention_row : attention_row_by_group)(f->q + q0, c->n_head, c->n_kv_head, kv, a->l, bt, t0,
+                                                              t1, c->head_dim, c->attn_scale, c->attn_softcap, sc,
+                                                              f->scores_ld, f->att + q0);
     }
 }
 
