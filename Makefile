@@ -22,7 +22,7 @@ SANFLAGS =
 endif
 
 CC ?= gcc
-PKGS = libzmq msgpack openblas libmicrohttpd jansson libpcre2-8 yaml-0.1 libcyaml libcurl libsodium
+PKGS = libzmq msgpack openblas libmicrohttpd jansson libpcre2-8 yaml-0.1 libcyaml libcurl libsodium sqlite3
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WERROR ?= $(if $(CI),-Werror,)

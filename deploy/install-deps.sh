@@ -8,11 +8,12 @@ PKGS=(
   build-essential pkg-config clang
   libzmq3-dev libmsgpack-dev libopenblas-dev libmicrohttpd-dev libjansson-dev
   libpcre2-dev libcmocka-dev libyaml-dev libcyaml-dev libcurl4-openssl-dev libsodium-dev
+  libsqlite3-dev
   python3 python3-numpy curl iproute2 procps
 )
 # Extras needed only by tests and benchmarks (reference implementations, chart, validators).
 if [[ "${PAGODA_DEPS:-}" != "build" ]]; then
-  PKGS+=(gnuplot-nox prometheus python3-sentencepiece libclang-rt-14-dev)
+  PKGS+=(gnuplot-nox prometheus python3-sentencepiece libclang-rt-14-dev sqlite3 chromium)
 fi
 
 missing=()
