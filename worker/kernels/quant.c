@@ -416,20 +416,27 @@ size_t quant_row_bytes(uint32_t type, int64_t n)
     return (size_t)(n / be) * ggml_type_block_bytes(type);
 }
 
+/* Blocks in n elements of row t; -1 when t is NULL or n is negative or not
+ * a whole number of blocks. */
+static int64_t n_blocks(const quant_traits_t *t, int64_t n)
+{
+    return t && n >= 0 && n % t->block_elems == 0 ? n / t->block_elems : -1;
+}
+
 int quant_dequantize(uint32_t type, const void *src, float *dst, int64_t n)
 {
     const quant_traits_t *t = quant_traits(type);
-    if (!t || n < 0 || n % t->block_elems != 0)
-        return -1;
-    t->dequantize(src, dst, n / t->block_elems);
-    return 0;
+    int64_t nb = n_blocks(t, n);
+    if (nb >= 0)
+        t->dequantize(src, dst, nb);
+    return nb >= 0 ? 0 : -1;
 }
 
 int quant_quantize(uint32_t type, const float *src, void *dst, int64_t n)
 {
     const quant_traits_t *t = quant_traits(type);
-    if (!t || n < 0 || n % t->block_elems != 0)
-        return -1;
-    t->quantize(src, dst, n / t->block_elems);
-    return 0;
+    int64_t nb = n_blocks(t, n);
+    if (nb >= 0)
+        t->quantize(src, dst, nb);
+    return nb >= 0 ? 0 : -1;
 }
