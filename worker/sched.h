@@ -88,7 +88,7 @@
 #include "worker/model/kv_store.h"
 #include "worker/model/model.h"
 #include "worker/sampler.h"
-#include "worker/text/tokenizer.h"
+#include "common/text/tokenizer.h"
 
 typedef struct sched_config {
     int32_t max_seqs;          /* sequence slots; 1 turns batching off */

@@ -1,4 +1,4 @@
-// Reference renderings for worker/text/chat_template.c.
+// Reference renderings for common/text/chat_template.c.
 //
 // Renders a table of conversations with @huggingface/jinja executing REAL chat
 // templates (tests/worker/chat_templates/*.jinja and the tokenizer_config.json
@@ -100,7 +100,7 @@ const weatherTools = [
 // rewrite, which no real template defines, so it is checked by unit tests).
 const toolTemplates = ["qwen2.5", "qwen3 (npm)", "llama3.2", "mistral-nemo"];
 
-// pagoda's id mapping for Mistral templates (worker/text/chat_template.h),
+// pagoda's id mapping for Mistral templates (common/text/chat_template.h),
 // written independently here: an id of 9 characters [A-Za-z0-9] is kept,
 // any other becomes 9 base-62 digits (least significant first) of its 64-bit
 // FNV-1a hash over the UTF-8 bytes.

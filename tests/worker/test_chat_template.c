@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "tests/support/support.h"
-#include "worker/text/chat_template.h"
+#include "common/text/chat_template.h"
 
 /* ---- helpers ---- */
 

@@ -54,7 +54,7 @@
 #include "common/clock.h"
 #include "common/xalloc.h"
 #include "tests/support/support.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/kernels/qgemm.h"
 #include "worker/kernels/quant.h"
 #include "tests/worker/qgemm_testdata.h"

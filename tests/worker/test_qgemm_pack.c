@@ -39,7 +39,7 @@
 
 #include "common/clock.h"
 #include "common/xalloc.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/kernels/qgemm.h"
 #include "worker/kernels/quant.h"
 #include "tests/worker/qgemm_testdata.h"

@@ -52,7 +52,7 @@
 #include "worker/engine.h"
 #include "worker/model/forward.h"
 #include "worker/wait_policy.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/sched.h"
 
 #define MAX_REQ 40

@@ -29,7 +29,7 @@
 #include "common/xalloc.h"
 #include "worker/kernels/qblock.h"
 #include "worker/kernels/quant.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 
 /* Floats per dequantized tile: ~1 MiB keeps the tile cache-resident while
  * the GEMM streams X over it. */

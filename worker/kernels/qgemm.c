@@ -52,7 +52,7 @@
 #include "worker/kernels/qkpack.h"
 #include "worker/kernels/worksteal.h"
 #include "worker/kernels/quant.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF

@@ -58,8 +58,8 @@
  * "<s>") as plain text: tokenize it with special tokens recognised and without
  * adding a second BOS.
  */
-#ifndef PAGODA_WORKER_CHAT_TEMPLATE_H
-#define PAGODA_WORKER_CHAT_TEMPLATE_H
+#ifndef PAGODA_TEXT_CHAT_TEMPLATE_H
+#define PAGODA_TEXT_CHAT_TEMPLATE_H
 
 #include <stdbool.h>
 #include <stddef.h>

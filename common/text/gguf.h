@@ -30,8 +30,8 @@
  * gguf_t. gguf_open() owns its mapping. gguf_close() frees everything and
  * NULLs the pointer.
  */
-#ifndef PAGODA_WORKER_GGUF_H
-#define PAGODA_WORKER_GGUF_H
+#ifndef PAGODA_TEXT_GGUF_H
+#define PAGODA_TEXT_GGUF_H
 
 #include <stdbool.h>
 #include <stddef.h>
