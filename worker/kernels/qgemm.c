@@ -52,7 +52,7 @@
 #include "worker/kernels/qkpack.h"
 #include "worker/kernels/worksteal.h"
 #include "worker/kernels/quant.h"
-#include "common/text/gguf.h"
+#include "common/text/ggml_type.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "worker/kernels/qblock.h"
-#include "common/text/gguf.h"
+#include "common/text/ggml_type.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF

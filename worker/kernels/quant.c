@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "worker/kernels/qblock.h"
-#include "common/text/gguf.h"
+#include "common/text/ggml_type.h"
 
 #define QK QBLOCK_QK /* elements per Q8_0 / Q4_0 block */
 
