@@ -417,14 +417,12 @@ int gguf_open(const char *path, gguf_t **out, char *err, size_t errlen)
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        errbuf_set(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: not a regular non-empty file", path);
+        errbuf_set(err, errlen, "%s: not a regular non-empty file", path);
         close(fd);
         return -1;
     }
@@ -433,8 +431,7 @@ int gguf_open(const char *path, gguf_t **out, char *err, size_t errlen)
     int mmap_errno = errno;
     close(fd);
     if (map == MAP_FAILED) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: mmap: %s", path, strerror(mmap_errno));
+        errbuf_set(err, errlen, "%s: mmap: %s", path, strerror(mmap_errno));
         return -1;
     }
     gguf_t *g;
@@ -442,7 +439,7 @@ int gguf_open(const char *path, gguf_t **out, char *err, size_t errlen)
         /* Prefix the path so the caller's message says which file. */
         if (err && errlen) {
             char *tmp = xstrdup(err);
-            snprintf(err, errlen, "%s: %s", path, tmp);
+            errbuf_set(err, errlen, "%s: %s", path, tmp);
             free(tmp);
         }
         munmap(map, len);

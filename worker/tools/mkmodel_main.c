@@ -42,6 +42,7 @@
 #include <strings.h>
 
 #include "common/clock.h"
+#include "common/splitmix.h"
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "common/text/gguf.h"
@@ -61,13 +62,6 @@ typedef struct gen_tensor {
     uint64_t n_expert;  /* > 1: a 3-D expert tensor [cols, rows / n_expert, n_expert] */
 } gen_tensor_t;
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t hash_str(const char *s, uint64_t h)
 {
@@ -81,8 +75,8 @@ static void fill_normal(float *x, uint64_t n, uint64_t seed)
 {
     uint64_t st = seed;
     for (uint64_t i = 0; i < n; i += 2) {
-        double u1 = ((double)(splitmix64(&st) >> 11) + 1.0) * 0x1p-53;
-        double u2 = (double)(splitmix64(&st) >> 11) * 0x1p-53;
+        double u1 = ((double)(splitmix64_next(&st) >> 11) + 1.0) * 0x1p-53;
+        double u2 = (double)(splitmix64_next(&st) >> 11) * 0x1p-53;
         double r = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
         x[i] = (float)(r * cos(a));
         if (i + 1 < n)
@@ -584,7 +578,7 @@ int main(int argc, char **argv)
     /* Tensor plan, in llama.cpp's order. */
     size_t n_plan = 3 + (size_t)o.layers * 24, n = 0;
     uint64_t base_seed = o.seed;
-    base_seed = splitmix64(&base_seed) ^ 0xcbf29ce484222325ull;
+    base_seed = splitmix64_next(&base_seed) ^ 0xcbf29ce484222325ull;
     gen_tensor_t *plan = xcalloc(n_plan, sizeof *plan);
 #define ADD(nm, ty, c, r, kind_, std_)                                              \
     do {                                                                             \
