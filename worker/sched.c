@@ -13,7 +13,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "common/vec.h"
-#include "worker/text/detok.h"
+#include "common/text/detok.h"
 #include "worker/model/forward.h"
 #include "worker/kv_pool.h"
 #include "worker/kernels/qgemm.h"

@@ -16,8 +16,8 @@
 #include "common/sigwake.h"
 #include "common/xalloc.h"
 #include "worker/kv_report.h"
-#include "worker/text/detok.h"
-#include "worker/text/tool_grammar.h"
+#include "common/text/detok.h"
+#include "common/text/tool_grammar.h"
 #include "worker/worker_link.h"
 
 /* The scheduler's per-token alternatives fit an EVENT's lp top array. */

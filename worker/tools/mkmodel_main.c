@@ -45,7 +45,7 @@
 #include "common/splitmix.h"
 #include "common/log.h"
 #include "common/xalloc.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/model/gguf_write.h"
 #include "worker/kernels/quant.h"
 

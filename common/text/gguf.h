@@ -30,14 +30,14 @@
  * gguf_t. gguf_open() owns its mapping. gguf_close() frees everything and
  * NULLs the pointer.
  */
-#ifndef PAGODA_WORKER_GGUF_H
-#define PAGODA_WORKER_GGUF_H
+#ifndef PAGODA_TEXT_GGUF_H
+#define PAGODA_TEXT_GGUF_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/text/ggml_type.h" /* enum ggml_type, block geometry */
+#include "common/text/ggml_type.h"
 
 enum gguf_type {
     GGUF_TYPE_UINT8 = 0,

@@ -1,5 +1,5 @@
 /* tool_grammar.c — grammar for tool_choice required/named (see tool_grammar.h). */
-#include "worker/text/tool_grammar.h"
+#include "common/text/tool_grammar.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * left before anything is allocated, so a hostile header cannot make us
  * allocate more than a small multiple of the file size.
  */
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
