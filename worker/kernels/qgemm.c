@@ -47,12 +47,12 @@
 #include <string.h>
 
 #include "common/cpu.h"
+#include "common/text/ggml_type.h"
 #include "common/xalloc.h"
 #include "worker/kernels/qblock.h"
 #include "worker/kernels/qkpack.h"
 #include "worker/kernels/worksteal.h"
 #include "worker/kernels/quant.h"
-#include "worker/model/gguf.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
@@ -63,7 +63,8 @@
 #define RT 4  /* X rows per register tile */
 #define PANEL_BLOCK_BYTES (256 + 16 * 4 + 8 * 4 + 8 * 4 + 8 * 4)
 
-enum kind { K_Q8_0, K_Q4_0, K_Q6_K, K_Q45_K };
+/* The kernel families, named by the traits table's int8 column (quant.h). */
+enum kind { K_Q8_0 = QUANT_INT8_Q8_0, K_Q4_0 = QUANT_INT8_Q4_0, K_Q6_K = QUANT_INT8_Q6_K, K_Q45_K = QUANT_INT8_Q45_K };
 
 struct qgemm_ctx {
     int max_rows;      /* capacity in X rows */
@@ -175,27 +176,12 @@ qgemm_isa_t qgemm_isa_default(void)
 
 bool qgemm_supported(uint32_t type)
 {
-    switch (type) {
-    case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q4_0:
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K:
-        return true;
-    default:
-        return false;
-    }
+    const quant_traits_t *t = quant_traits(type);
+    return t && t->int8 != QUANT_INT8_NONE;
 }
 
-static enum kind kind_of(uint32_t type)
-{
-    switch (type) {
-    case GGML_TYPE_Q8_0: return K_Q8_0;
-    case GGML_TYPE_Q4_0: return K_Q4_0;
-    case GGML_TYPE_Q6_K: return K_Q6_K;
-    default: return K_Q45_K;
-    }
-}
+/* the type's kernel family (qgemm_supported(type)) */
+static enum kind kind_of(uint32_t type) { return (enum kind)quant_traits(type)->int8; }
 
 qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
 {
@@ -1412,11 +1398,12 @@ int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n
 
 size_t qgemm_packed_size(uint32_t type, int64_t n_out, int64_t n_in)
 {
-    if ((type != GGML_TYPE_Q8_0 && !qkpack_supported(type)) || n_out < 1 || n_out > PACK_MAX_OUT || n_in < QB ||
+    const quant_traits_t *t = quant_traits(type);
+    if (!t || t->packed == QUANT_PACK_NONE || n_out < 1 || n_out > PACK_MAX_OUT || n_in < QB ||
         n_in > PACK_MAX_IN || n_in % ggml_type_block_elems(type) != 0)
         return 0;
     uint64_t nb = (uint64_t)(n_in / QB);
-    uint64_t panel = type == GGML_TYPE_Q8_0 ? (nb * (256 + 16) + 63) / 64 * 64 : qkpack_panel_bytes(type, n_in);
+    uint64_t panel = t->packed == QUANT_PACK_Q8_0 ? (nb * (256 + 16) + 63) / 64 * 64 : qkpack_panel_bytes(type, n_in);
     uint64_t n_panels = ((uint64_t)n_out + NC - 1) / NC;
     if (n_panels > (SIZE_MAX - PACK_HDR_BYTES) / panel)
         return 0;
@@ -1445,7 +1432,7 @@ int qgemm_pack_to(uint32_t type, const void *w, int64_t n_out, int64_t n_in, voi
 #pragma omp parallel for schedule(dynamic, 64) num_threads(n_threads)
     for (int64_t ip = 0; ip < n_panels; ip++) {
         uint8_t *q = buf + PACK_HDR_BYTES + (size_t)ip * panel;
-        if (type != GGML_TYPE_Q8_0) {
+        if (quant_traits(type)->packed != QUANT_PACK_Q8_0) {
             int nc = n_out - ip * NC < NC ? (int)(n_out - ip * NC) : NC;
             qkpack_pack_panel(type, src + (size_t)(ip * NC) * rb, rb, nc, n_in, q);
             continue;

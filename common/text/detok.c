@@ -5,7 +5,7 @@
  * `pend` keeps the (at most 3) bytes of a character that may still complete;
  * `hold` keeps text that is valid but might be the start of a stop string.
  */
-#include "worker/text/detok.h"
+#include "common/text/detok.h"
 
 #include <assert.h>
 #include <string.h>

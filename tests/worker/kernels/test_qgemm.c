@@ -32,7 +32,7 @@
  * batches the panel path; the AVX-512 kernel tiles 8 rows × 16 columns:
  * the comparisons cross all of these).
  *
- * QGEMM_BENCH=1 build/tests/worker/test_qgemm runs a benchmark instead
+ * QGEMM_BENCH=1 build/tests/worker/kernels/test_qgemm runs a benchmark instead
  * (110M llama shapes, against dequantize + cblas_sgemm and plain sgemm on
  * f32 weights; QGEMM_BENCH_REPS=n repetitions, best kept;
  * QGEMM_BENCH_NOBLAS=1 skips OpenBLAS). On a shared machine run it with
@@ -54,10 +54,10 @@
 #include "common/clock.h"
 #include "common/xalloc.h"
 #include "tests/support/support.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/kernels/qgemm.h"
 #include "worker/kernels/quant.h"
-#include "tests/worker/qgemm_testdata.h"
+#include "tests/worker/kernels/qgemm_testdata.h"
 
 /* ---- data ------------------------------------------------------------------ */
 

@@ -31,9 +31,9 @@
 #include "common/clock.h"
 #include "common/xalloc.h"
 #include "tests/support/support.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/model/gguf_write.h"
-#include "worker/text/tokenizer.h"
+#include "common/text/tokenizer.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 

@@ -25,7 +25,7 @@
 
 #include "common/xalloc.h"
 #include "tests/support/support.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/kernels/quant.h"
 
 static uint64_t tensor_nel(const gguf_tensor_t *t)

@@ -2,7 +2,7 @@
  * rows into F32 / F16 cache slots and back. The F16 write is on the forward
  * pass's path once per (row, layer) for K and V; F16C converts 8 floats per
  * instruction, the portable converter (worker/kernels/quant.c) one at a time. */
-#include "worker/model/kv_store.h"
+#include "worker/kernels/kv_store.h"
 
 #include <string.h>
 

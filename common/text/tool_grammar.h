@@ -21,8 +21,8 @@
  * tool's arguments fall back to any JSON object (logged), as OpenAI only
  * guarantees schema adherence in strict mode.
  */
-#ifndef PAGODA_WORKER_TOOL_GRAMMAR_H
-#define PAGODA_WORKER_TOOL_GRAMMAR_H
+#ifndef PAGODA_TEXT_TOOL_GRAMMAR_H
+#define PAGODA_TEXT_TOOL_GRAMMAR_H
 
 #include <stdbool.h>
 #include <stddef.h>

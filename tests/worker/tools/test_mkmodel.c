@@ -18,11 +18,11 @@
 
 #include "common/xalloc.h"
 #include "tests/support/support.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/model/forward.h"
 #include "worker/model/model.h"
 #include "worker/kernels/quant.h"
-#include "worker/text/tokenizer.h"
+#include "common/text/tokenizer.h"
 
 #define TINY_TOK "tests/fuzz/corpus/gguf/llama.gguf"
 

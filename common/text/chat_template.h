@@ -5,7 +5,7 @@
  * pagoda does not run a Jinja interpreter: it recognises the template's family
  * from marker strings and renders that family in C, reproducing byte for byte
  * what the real template produces under Hugging Face's Jinja settings
- * (trim_blocks, lstrip_blocks). tests/worker/test_chat_template.c checks this
+ * (trim_blocks, lstrip_blocks). tests/common/text/test_chat_template.c checks this
  * against @huggingface/jinja executing the real template strings.
  *
  * Families and how they are detected (first match wins):
@@ -58,8 +58,8 @@
  * "<s>") as plain text: tokenize it with special tokens recognised and without
  * adding a second BOS.
  */
-#ifndef PAGODA_WORKER_CHAT_TEMPLATE_H
-#define PAGODA_WORKER_CHAT_TEMPLATE_H
+#ifndef PAGODA_TEXT_CHAT_TEMPLATE_H
+#define PAGODA_TEXT_CHAT_TEMPLATE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -22,8 +22,8 @@
  * Memory is owned by whoever filled in the struct (kv_pool or a test); the
  * forward pass never allocates or frees it.
  */
-#ifndef PAGODA_WORKER_KV_STORE_H
-#define PAGODA_WORKER_KV_STORE_H
+#ifndef PAGODA_KERNELS_KV_STORE_H
+#define PAGODA_KERNELS_KV_STORE_H
 
 #include <assert.h>
 #include <stddef.h>

@@ -42,14 +42,14 @@
  * Pointers returned by the accessors point into the tokenizer and live until
  * tokenizer_free().
  */
-#ifndef PAGODA_WORKER_TOKENIZER_H
-#define PAGODA_WORKER_TOKENIZER_H
+#ifndef PAGODA_TEXT_TOKENIZER_H
+#define PAGODA_TEXT_TOKENIZER_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 
 typedef struct tokenizer tokenizer_t;
 

@@ -42,8 +42,8 @@
  * the next call on the same object; copy what you keep. Deltas are not
  * NUL-terminated (use the length). Not thread-safe: one detok_t per sequence.
  */
-#ifndef PAGODA_WORKER_DETOK_H
-#define PAGODA_WORKER_DETOK_H
+#ifndef PAGODA_TEXT_DETOK_H
+#define PAGODA_TEXT_DETOK_H
 
 #include <stdbool.h>
 #include <stddef.h>

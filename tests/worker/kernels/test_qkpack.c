@@ -36,8 +36,8 @@
 #include "worker/kernels/qblock.h"
 #include "worker/kernels/qgemm.h"
 #include "worker/kernels/quant.h"
-#include "worker/model/gguf.h"
-#include "tests/worker/qgemm_testdata.h"
+#include "common/text/gguf.h"
+#include "tests/worker/kernels/qgemm_testdata.h"
 
 static const uint32_t TYPES[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
 

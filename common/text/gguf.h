@@ -30,12 +30,14 @@
  * gguf_t. gguf_open() owns its mapping. gguf_close() frees everything and
  * NULLs the pointer.
  */
-#ifndef PAGODA_WORKER_GGUF_H
-#define PAGODA_WORKER_GGUF_H
+#ifndef PAGODA_TEXT_GGUF_H
+#define PAGODA_TEXT_GGUF_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "common/text/ggml_type.h"
 
 enum gguf_type {
     GGUF_TYPE_UINT8 = 0,
@@ -57,27 +59,6 @@ enum gguf_type {
 /* Size in bytes of one scalar value of GGUF type t; 0 for STRING, ARRAY and
  * unknown types. Shared by the reader and the writer (gguf_write.h). */
 size_t gguf_scalar_size(uint32_t t);
-
-/* Tensor element types (ggml numbering). Only those listed in
- * ggml_type_supported() can be loaded; others are refused by name. */
-enum ggml_type {
-    GGML_TYPE_F32 = 0,
-    GGML_TYPE_F16 = 1,
-    GGML_TYPE_Q4_0 = 2,
-    GGML_TYPE_Q4_1 = 3,
-    GGML_TYPE_Q5_0 = 6,
-    GGML_TYPE_Q5_1 = 7,
-    GGML_TYPE_Q8_0 = 8,
-    GGML_TYPE_Q8_1 = 9,
-    GGML_TYPE_Q2_K = 10,
-    GGML_TYPE_Q3_K = 11,
-    GGML_TYPE_Q4_K = 12,
-    GGML_TYPE_Q5_K = 13,
-    GGML_TYPE_Q6_K = 14,
-    GGML_TYPE_Q8_K = 15,
-    GGML_TYPE_BF16 = 30,
-    GGML_TYPE_COUNT = 40
-};
 
 typedef struct gguf_str {
     const char *ptr; /* into the file buffer; not NUL-terminated */
@@ -152,12 +133,5 @@ int gguf_arr_get_float(const gguf_kv_t *kv, uint64_t i, double *out);
 
 /* True when s (ptr,len) equals the NUL-terminated c string. */
 bool gguf_str_eq(gguf_str_t s, const char *c);
-
-/* Type facts: elements per block (1 for F32/F16/BF16, 32 for Q4_0/Q8_0,
- * 256 for K-quants) and bytes per block; 0 for unknown types. */
-uint32_t ggml_type_block_elems(uint32_t type);
-uint32_t ggml_type_block_bytes(uint32_t type);
-const char *ggml_type_name(uint32_t type); /* "F32", "Q4_K", ... or "unknown" */
-bool ggml_type_supported(uint32_t type);   /* F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K */
 
 #endif

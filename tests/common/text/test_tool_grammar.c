@@ -1,4 +1,4 @@
-/* Unit tests for worker/text/tool_grammar: the grammar of a forced tool call
+/* Unit tests for common/text/tool_grammar: the grammar of a forced tool call
  * compiles (gbnf_parse), accepts exactly the call syntax of each format and
  * each tool's schema (a table of hand-written outputs), and everything it
  * accepts is parsed back into calls by the gateway's parser
@@ -13,7 +13,7 @@
 
 #include "common/grammar/gbnf.h"
 #include "gateway/oai_tools.h"
-#include "worker/text/tool_grammar.h"
+#include "common/text/tool_grammar.h"
 
 static const char *TOOLS =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","

@@ -16,7 +16,7 @@
 
 #include "common/xalloc.h"
 #include "tests/support/support.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/model/gguf_write.h"
 #include "worker/kernels/quant.h"
 

@@ -5,7 +5,7 @@
  * compare every one of them with @huggingface/jinja running the real
  * template strings, so any change here must keep those byte-exact.
  */
-#include "worker/text/chat_template.h"
+#include "common/text/chat_template.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -1,11 +1,12 @@
 /* tool_grammar.c — grammar for tool_choice required/named (see tool_grammar.h). */
-#include "worker/text/tool_grammar.h"
+#include "common/text/tool_grammar.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "common/grammar/json_schema.h"
 #include "common/log.h"
 #include "common/xalloc.h"
@@ -51,7 +52,7 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
     char *out = NULL;
     size_t n_alts = 0;
     if (!json_is_array(tools)) {
-        snprintf(err, errlen, "tools: not a JSON array");
+        errbuf_set(err, errlen, "tools: not a JSON array");
         goto done;
     }
     size_t i;
@@ -60,7 +61,7 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
         json_t *f = json_object_get(tool, "function");
         const char *name = json_string_value(json_object_get(f, "name"));
         if (!name || !plain_name(name)) {
-            snprintf(err, errlen, "tools[%zu]: bad function name", i);
+            errbuf_set(err, errlen, "tools[%zu]: bad function name", i);
             goto done;
         }
         if (only && strcmp(only, name) != 0)
@@ -73,7 +74,7 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
             g = json_schema_to_gbnf(params, prefix, cerr, sizeof cerr, path, sizeof path);
         if (!g) {
             if (params && json_is_true(json_object_get(f, "strict"))) {
-                snprintf(err, errlen, "tools[%zu].function.parameters%s: %s", i, path, cerr);
+                errbuf_set(err, errlen, "tools[%zu].function.parameters%s: %s", i, path, cerr);
                 goto done;
             }
             if (params)
@@ -90,7 +91,7 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
         n_alts++;
     }
     if (n_alts == 0) {
-        snprintf(err, errlen, "tool_choice names the function '%.64s', which is not in tools", only ? only : "");
+        errbuf_set(err, errlen, "tool_choice names the function '%.64s', which is not in tools", only ? only : "");
         goto done;
     }
     buf_t g = {0};

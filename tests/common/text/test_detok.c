@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/utf8.h"
-#include "worker/text/detok.h"
+#include "common/text/detok.h"
 
 #define FFFD "\xEF\xBF\xBD"
 #define MAX_TOK 8
