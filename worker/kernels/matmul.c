@@ -26,10 +26,10 @@
 #include <string.h>
 
 #include "common/cpu.h"
+#include "common/text/ggml_type.h"
 #include "common/xalloc.h"
 #include "worker/kernels/qblock.h"
 #include "worker/kernels/quant.h"
-#include "common/text/ggml_type.h"
 
 /* Floats per dequantized tile: ~1 MiB keeps the tile cache-resident while
  * the GEMM streams X over it. */

@@ -132,17 +132,14 @@ static void usage(FILE *f)
             "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n");
 }
 
+/* A --type name: any row of the traits table (quant.h). */
 static int parse_type(const char *s, uint32_t *out)
 {
-    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
-                                     GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
-                                     GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (strcasecmp(s, ggml_type_name(types[i])) == 0) {
-            *out = types[i];
-            return 0;
-        }
-    return -1;
+    uint32_t t;
+    if (ggml_type_from_name(s, &t) != 0 || !quant_traits(t))
+        return -1;
+    *out = t;
+    return 0;
 }
 
 /* Q4_K_M's rule for which layers get more bits in attn_v / ffn_down: the
@@ -167,22 +164,13 @@ static uint32_t matrix_type(const opts_t *o, const char *role, int64_t layer)
     return GGML_TYPE_Q4_K;
 }
 
-/* llama.cpp's llama_ftype for a single-type file (or the Q4_K_M mix). */
+/* llama.cpp's llama_ftype for a single-type file (the traits row's
+ * file_type) or the Q4_K_M mix. */
 static uint32_t file_type_of(const opts_t *o)
 {
     if (o->mix_q4_k_m)
         return 15; /* MOSTLY_Q4_K_M */
-    switch (o->type) {
-    case GGML_TYPE_F32: return 0;
-    case GGML_TYPE_F16: return 1;
-    case GGML_TYPE_Q4_0: return 2;
-    case GGML_TYPE_Q8_0: return 7;
-    case GGML_TYPE_Q4_K: return 14; /* Q4_K_S */
-    case GGML_TYPE_Q5_K: return 16; /* Q5_K_S */
-    case GGML_TYPE_Q6_K: return 18;
-    case GGML_TYPE_BF16: return 32;
-    default: return 0;
-    }
+    return (uint32_t)quant_traits(o->type)->file_type;
 }
 
 static int parse_int(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out)
