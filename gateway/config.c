@@ -98,10 +98,8 @@ static const field_t curve_fields[] = {
     OPTSTR("authorized_worker_keys_file", config_curve_t, authorized_worker_keys_file, check_path),
     BOOL("allow_plain_tcp", config_curve_t, allow_plain_tcp),
 };
-/* routing.mode, indexed by route_mode_t */
-static const char *const routing_mode_names[] = {"cache-aware", "least-loaded", NULL};
 static const field_t routing_fields[] = {
-    ENUM("mode", config_routing_t, mode, routing_mode_names),
+    ENUM("mode", config_routing_t, mode, route_mode_names), /* gateway/route.h's list */
     INT("max_load_gap", config_routing_t, max_load_gap, 1, 65536),
     INT("index_entries", config_routing_t, index_entries, 1, 67108864),
 };

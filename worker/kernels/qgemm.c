@@ -799,158 +799,33 @@ AVX2 static void kern_avx2_q8_0_packed(const panel_t *p, const qx_t *x, int r0, 
 
 static inline int32_t xsum(int32_t s) { return (int32_t)(int16_t)(s & 0xffff) + (int16_t)((uint32_t)s >> 16); }
 
-#define VNNI256 __attribute__((target("avx2,f16c,avxvnni")))
-#define VNNI256_INLINE static inline __attribute__((always_inline, target("avx2,f16c,avxvnni")))
-
-/* R (1..4) rows from r0 against one packed panel (AVX-VNNI, 256-bit). */
-VNNI256_INLINE void kern_vnni256_kr(int R, const panel_t *p, const qx_t *x, int r0, float out[RT][NC],
-                                    const uint8_t *next, size_t n_next)
-{
-    const __m256i bias = _mm256_set1_epi8((char)0x80);
-    const int8_t *xq[RT];
-    const float *xd[RT];
-    const int32_t *xs[RT];
-    __m256 acc[RT];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        xq[r] = x->q + (int64_t)(r0 + r) * x->n_in;
-        xd[r] = x->d + (int64_t)(r0 + r) * x->nb;
-        xs[r] = x->c + (int64_t)(r0 + r) * x->nb;
-        acc[r] = _mm256_setzero_ps();
-    }
-    size_t pf = 0, pf_step = (n_next / (size_t)x->nb + 63) / 64 * 64;
-    for (int64_t b = 0; b < x->nb; b++) {
-        for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
-            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
-        const uint8_t *wq = p->q + 256 * b;
-        __m256i ia[RT][VNNI_CHAINS];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            ia[r][0] = _mm256_set1_epi32(xs[r][b]); /* −128·Σx */
-            for (int h = 1; h < VNNI_CHAINS; h++)
-                ia[r][h] = _mm256_setzero_si256();
-        }
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            __m256i u = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(wq + 32 * k)), bias);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                int32_t x4;
-                memcpy(&x4, xq[r] + QB * b + 4 * k, 4);
-                ia[r][k % VNNI_CHAINS] = _mm256_dpbusd_avx_epi32(ia[r][k % VNNI_CHAINS], u, _mm256_set1_epi32(x4));
-            }
-        }
-        __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(p->dh + 8 * b)));
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            __m256i I = ia[r][0];
-            for (int h = 1; h < VNNI_CHAINS; h++)
-                I = _mm256_add_epi32(I, ia[r][h]);
-            __m256 dx = _mm256_set1_ps(xd[r][b]);
-            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(d, dx)));
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-        _mm256_storeu_ps(out[r], acc[r]);
-}
-
-VNNI256 static void kern_vnni256_q8_0_packed(const panel_t *p, const qx_t *x, int r0, int R, float out[RT][NC],
-                                             const uint8_t *next, size_t n_next)
-{
-    switch (R) {
-    case 4: kern_vnni256_kr(4, p, x, r0, out, next, n_next); break;
-    case 3: kern_vnni256_kr(3, p, x, r0, out, next, n_next); break;
-    case 2: kern_vnni256_kr(2, p, x, r0, out, next, n_next); break;
-    default: kern_vnni256_kr(1, p, x, r0, out, next, n_next); break;
-    }
-}
-
-/* AVX-512: two packed panels side by side in one 512-bit register (lanes
- * 0..7 = columns of panel ip, 8..15 = panel ip + 1), up to RT512 X rows
- * per tile (32 vector registers: RT512 · (VNNI_CHAINS + 1) accumulators). */
+/* One source, two widths (qgemm_vnni.inc): kern_vnni256_q8_0_packed
+ * (AVX-VNNI, one panel, RT rows per tile) and kern_avx512_q8_0_packed
+ * (AVX-512: two packed panels side by side in one 512-bit register, lanes
+ * 0..7 = columns of panel ip, 8..15 = panel ip + 1, up to RT512 X rows per
+ * tile: 32 vector registers hold RT512 · (VNNI_CHAINS + 1) accumulators). */
 #define RT512 8
 #define NC512 16
-#define V512 __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
-#define V512_INLINE \
-    static inline __attribute__((always_inline, target("avx2,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 
-/* R (1..RT512) rows from r0 against panels q0/dh0 and q1/dh1 (q1 may equal
- * q0 when there is no second panel: its outputs are then dropped). */
-V512_INLINE void kern_avx512_kr(int R, const uint8_t *q0, const uint16_t *dh0, const uint8_t *q1,
-                                const uint16_t *dh1, const qx_t *x, int r0, float out[RT512][NC512],
-                                const uint8_t *next, size_t n_next)
-{
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
-    const int8_t *xq[RT512];
-    const float *xd[RT512];
-    const int32_t *xs[RT512];
-    __m512 acc[RT512];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-        xq[r] = x->q + (int64_t)(r0 + r) * x->n_in;
-        xd[r] = x->d + (int64_t)(r0 + r) * x->nb;
-        xs[r] = x->c + (int64_t)(r0 + r) * x->nb;
-        acc[r] = _mm512_setzero_ps();
-    }
-    size_t pf = 0, pf_step = (n_next / (size_t)x->nb + 63) / 64 * 64;
-    for (int64_t b = 0; b < x->nb; b++) {
-        for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
-            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
-        const uint8_t *w0 = q0 + 256 * b, *w1 = q1 + 256 * b;
-        __m512i ia[RT512][VNNI_CHAINS];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            ia[r][0] = _mm512_set1_epi32(xs[r][b]); /* −128·Σx */
-            for (int h = 1; h < VNNI_CHAINS; h++)
-                ia[r][h] = _mm512_setzero_si512();
-        }
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(w0 + 32 * k))),
-                                           _mm256_load_si256((const __m256i *)(w1 + 32 * k)), 1);
-            __m512i u = _mm512_xor_si512(w, bias);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                int32_t x4;
-                memcpy(&x4, xq[r] + QB * b + 4 * k, 4);
-                ia[r][k % VNNI_CHAINS] = _mm512_dpbusd_epi32(ia[r][k % VNNI_CHAINS], u, _mm512_set1_epi32(x4));
-            }
-        }
-        __m256i h16 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_load_si128((const __m128i *)(dh0 + 8 * b))),
-                                              _mm_load_si128((const __m128i *)(dh1 + 8 * b)), 1);
-        __m512 d = _mm512_cvtph_ps(h16);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            __m512i I = ia[r][0];
-            for (int h = 1; h < VNNI_CHAINS; h++)
-                I = _mm512_add_epi32(I, ia[r][h]);
-            __m512 dx = _mm512_set1_ps(xd[r][b]);
-            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(d, dx)));
-        }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
-        _mm512_storeu_ps(out[r], acc[r]);
-}
+#define QV_BITS 256
+#define QV_RT RT
+#define QV_ATTR __attribute__((target("avx2,f16c,avxvnni")))
+#define QV_NAME(n) kern_vnni256_##n
+#include "worker/kernels/qgemm_vnni.inc"
+#undef QV_BITS
+#undef QV_RT
+#undef QV_ATTR
+#undef QV_NAME
 
-V512 static void kern_avx512_q8_0_packed(const uint8_t *q0, const uint16_t *dh0, const uint8_t *q1,
-                                         const uint16_t *dh1, const qx_t *x, int r0, int R,
-                                         float out[RT512][NC512], const uint8_t *next, size_t n_next)
-{
-#define K512(n) kern_avx512_kr(n, q0, dh0, q1, dh1, x, r0, out, next, n_next)
-    switch (R) {
-    case 8: K512(8); break;
-    case 7: K512(7); break;
-    case 6: K512(6); break;
-    case 5: K512(5); break;
-    case 4: K512(4); break;
-    case 3: K512(3); break;
-    case 2: K512(2); break;
-    default: K512(1); break;
-    }
-#undef K512
-}
+#define QV_BITS 512
+#define QV_RT RT512
+#define QV_ATTR __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+#define QV_NAME(n) kern_avx512_##n
+#include "worker/kernels/qgemm_vnni.inc"
+#undef QV_BITS
+#undef QV_RT
+#undef QV_ATTR
+#undef QV_NAME
 
 /* Direct path for a few X rows (Q8_0 and Q4_0): no panel. Each W row's
  * block is decoded in element order and multiplied against the X block; the
@@ -1185,7 +1060,7 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
             int R = n_rows - r0 < RT ? n_rows - r0 : RT;
             float out[RT][NC];
             if (vnni)
-                kern_vnni256_q8_0_packed(&pp, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
+                kern_vnni256_q8_0_packed(pp.q, pp.dh, pp.q, pp.dh, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
             else
                 kern_avx2_q8_0_packed(&pp, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
             for (int r = 0; r < R; r++)
