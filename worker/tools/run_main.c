@@ -1,7 +1,7 @@
 /* run_main.c — pagoda-run: generate text from a GGUF model on the command line.
  *
  *   pagoda-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]
- *              [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos] [--kv-type auto|f16|f32]
+ *              [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos] [--kv-type auto|f16|f32|q8_0]
  *   pagoda-run -m FILE --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N] [--baseline]
  *
  * Only the continuation goes to stdout; diagnostics go to stderr. It runs the
@@ -29,9 +29,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: pagoda-run -m FILE.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos]\n"
-            "                  [--kv-type auto|f16|f32]\n"
+            "                  [--kv-type auto|f16|f32|q8_0]\n"
             "       pagoda-run -m FILE.gguf --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N]\n"
-            "                  [--max-batch-tokens N] [--exact-matmul] [--kv-type auto|f16|f32] [--baseline]\n"
+            "                  [--max-batch-tokens N] [--exact-matmul] [--kv-type auto|f16|f32|q8_0] [--baseline]\n"
             "Prints only the continuation on stdout. --temp 0 is greedy and deterministic.\n");
 }
 
@@ -224,7 +224,7 @@ int main(int argc, char **argv)
         case O_EXACT: cfg.exact_matmul = true; break;
         case O_KVTYPE:
             if (kv_type_parse(optarg, &cfg.kv_type) != 0) {
-                fprintf(stderr, "pagoda-run: --kv-type must be auto, f16 or f32\n");
+                fprintf(stderr, "pagoda-run: --kv-type must be auto, f16, f32 or q8_0\n");
                 return 2;
             }
             break;
