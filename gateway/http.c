@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 
 #include "common/clock.h"
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "common/utf8.h"
 #include "common/vec.h"
@@ -274,8 +275,7 @@ int http_server_reload_keys(http_server_t *s, char *err, size_t err_len)
     return 0;
 fail:
     log_error("keys not (re)loaded: %s", buf);
-    if (err)
-        snprintf(err, err_len, "%s", buf);
+    errbuf_set(err, err_len, "%s", buf);
     return -1;
 }
 

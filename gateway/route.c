@@ -15,20 +15,26 @@ struct route_text {
     size_t n;
 };
 
+const char *const route_mode_names[ROUTE_N_MODES + 1] = {
+#define ROUTE_MODE_NAME_(e, name, fn) [ROUTE_##e] = name,
+    ROUTE_MODES(ROUTE_MODE_NAME_)
+#undef ROUTE_MODE_NAME_
+    [ROUTE_N_MODES] = NULL,
+};
+
 int route_mode_parse(const char *s, route_mode_t *out)
 {
-    if (strcmp(s, "cache-aware") == 0)
-        *out = ROUTE_CACHE_AWARE;
-    else if (strcmp(s, "least-loaded") == 0)
-        *out = ROUTE_LEAST_LOADED;
-    else
-        return -1;
-    return 0;
+    for (int m = 0; m < ROUTE_N_MODES; m++)
+        if (strcmp(s, route_mode_names[m]) == 0) {
+            *out = (route_mode_t)m;
+            return 0;
+        }
+    return -1;
 }
 
 const char *route_mode_name(route_mode_t m)
 {
-    return m == ROUTE_LEAST_LOADED ? "least-loaded" : "cache-aware";
+    return m >= 0 && m < ROUTE_N_MODES ? route_mode_names[m] : route_mode_names[0];
 }
 
 const char *route_reason_name(route_reason_t r)
@@ -108,23 +114,40 @@ static bool less_loaded(const route_cand_t *c, int a, int b)
     return c[a].assigned < c[b].assigned;
 }
 
-int route_pick(route_mode_t mode, const route_cand_t *c, size_t n, uint32_t max_load_gap,
-               route_reason_t *why)
+/* The least-loaded candidate with credit (*least) and the one holding the
+ * longest prefix, ties to the less loaded (*cached); both -1 when none has
+ * credit. */
+static void scan(const route_cand_t *c, size_t n, int *least, int *cached)
 {
-    int least = -1, cached = -1;
+    *least = *cached = -1;
     for (size_t i = 0; i < n; i++) {
         if (c[i].credit <= 0)
             continue;
-        if (less_loaded(c, (int)i, least))
-            least = (int)i;
-        if (cached < 0 || c[i].hit_blocks > c[cached].hit_blocks ||
-            (c[i].hit_blocks == c[cached].hit_blocks && less_loaded(c, (int)i, cached)))
-            cached = (int)i;
+        if (less_loaded(c, (int)i, *least))
+            *least = (int)i;
+        if (*cached < 0 || c[i].hit_blocks > c[*cached].hit_blocks ||
+            (c[i].hit_blocks == c[*cached].hit_blocks && less_loaded(c, (int)i, *cached)))
+            *cached = (int)i;
     }
+}
+
+/* "least-loaded": the most credit, then the fewest of our requests. */
+static int route_pick_least_loaded(const route_cand_t *c, size_t n, uint32_t max_load_gap, route_reason_t *why)
+{
+    int least, cached;
+    scan(c, n, &least, &cached);
     *why = ROUTE_BY_LOAD;
-    if (least < 0)
-        return -1;
-    if (mode == ROUTE_LEAST_LOADED || c[cached].hit_blocks == 0)
+    return least;
+}
+
+/* "cache-aware": the replica holding the longest prefix, unless it has more
+ * than max_load_gap requests beyond the least loaded. */
+static int route_pick_cache_aware(const route_cand_t *c, size_t n, uint32_t max_load_gap, route_reason_t *why)
+{
+    int least, cached;
+    scan(c, n, &least, &cached);
+    *why = ROUTE_BY_LOAD;
+    if (least < 0 || c[cached].hit_blocks == 0)
         return least;
     if (c[cached].hit_blocks == c[least].hit_blocks) {
         *why = ROUTE_BY_CACHE; /* the least loaded holds the longest prefix too */
@@ -136,4 +159,16 @@ int route_pick(route_mode_t mode, const route_cand_t *c, size_t n, uint32_t max_
     }
     *why = ROUTE_BY_CACHE;
     return cached;
+}
+
+int route_pick(route_mode_t mode, const route_cand_t *c, size_t n, uint32_t max_load_gap,
+               route_reason_t *why)
+{
+    typedef int (*policy_fn)(const route_cand_t *, size_t, uint32_t, route_reason_t *);
+    static const policy_fn policies[ROUTE_N_MODES] = {
+#define ROUTE_MODE_FN_(e, name, fn) [ROUTE_##e] = fn,
+        ROUTE_MODES(ROUTE_MODE_FN_)
+#undef ROUTE_MODE_FN_
+    };
+    return policies[mode >= 0 && mode < ROUTE_N_MODES ? mode : 0](c, n, max_load_gap, why);
 }

@@ -35,10 +35,25 @@
 
 #include "proto/msg.h"
 
+/* The routing policies, the one list of them: a row is
+ *     X(ENUM suffix, name in --routing / routing.mode, policy function)
+ * and a policy is one function of route_pick's signature in route.c
+ * (route_pick dispatches on the mode). A new policy = its function + its
+ * row here; the config table, --routing and the docs' mode list read
+ * route_mode_names. The first row is the default. */
+#define ROUTE_MODES(X)                                      \
+    X(CACHE_AWARE, "cache-aware", route_pick_cache_aware)   \
+    X(LEAST_LOADED, "least-loaded", route_pick_least_loaded)
+
 typedef enum route_mode {
-    ROUTE_CACHE_AWARE = 0,        /* "cache-aware" (default) */
-    ROUTE_LEAST_LOADED = 1,       /* "least-loaded" */
+#define ROUTE_MODE_ENUM_(e, name, fn) ROUTE_##e,
+    ROUTE_MODES(ROUTE_MODE_ENUM_)
+#undef ROUTE_MODE_ENUM_
+    ROUTE_N_MODES
 } route_mode_t;
+
+/* The modes' names indexed by route_mode_t, NULL-terminated (static). */
+extern const char *const route_mode_names[ROUTE_N_MODES + 1];
 
 #define ROUTE_DEFAULT_MAX_LOAD_GAP 4
 #define ROUTE_MAX_KEYS 65536          /* blocks of a prompt looked up (2M tokens at 32) */
@@ -49,7 +64,7 @@ typedef enum route_mode {
 #define ROUTE_MAX_TEXT_BYTES (128u << 10)
 #define ROUTE_CUT_BLOCKS 2
 
-/* "cache-aware" / "least-loaded" → mode; 0 ok, -1 unknown. */
+/* A name of route_mode_names → mode; 0 ok, -1 unknown. */
 int route_mode_parse(const char *s, route_mode_t *out);
 const char *route_mode_name(route_mode_t m);
 

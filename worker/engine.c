@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "worker/kernels/qgemm.h"
@@ -29,8 +30,8 @@ static int text_init(engine_t *e, const gguf_t *g, int32_t vocab, const char *pa
     if (!e->tok)
         return -1;
     if (vocab >= 0 && tokenizer_n_vocab(e->tok) > vocab) {
-        snprintf(err, errlen, "%s: the tokenizer has %d tokens but the model only %d", path,
-                 tokenizer_n_vocab(e->tok), vocab);
+        errbuf_set(err, errlen, "%s: the tokenizer has %d tokens but the model only %d", path,
+                   tokenizer_n_vocab(e->tok), vocab);
         return -1;
     }
     gguf_str_t tmpl = {0};
@@ -115,7 +116,7 @@ static int32_t encode(const engine_t *e, const char *text, size_t len, bool add_
     for (;;) {
         int n = tokenizer_encode(e->tok, text, len, add_special, parse_special, ids, cap);
         if (n < 0) {
-            snprintf(err, errlen, "the prompt is too long (%zu bytes)", len);
+            errbuf_set(err, errlen, "the prompt is too long (%zu bytes)", len);
             free(ids);
             return -1;
         }

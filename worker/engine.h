@@ -15,9 +15,9 @@
 #include <stdint.h>
 
 #include "proto/msg.h"
-#include "worker/text/chat_template.h"
+#include "common/text/chat_template.h"
 #include "worker/model/model.h"
-#include "worker/text/tokenizer.h"
+#include "common/text/tokenizer.h"
 
 typedef struct engine {
     model_t *model;            /* owned */

@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "worker/kernels/qgemm.h"
-#include "worker/model/kv_store.h"
+#include "worker/kernels/kv_store.h"
 
 /* Largest head_dim the Q8 kernels take (stack scratch); asserted. */
 #define ATTQ8_MAX_HEAD_DIM 512
