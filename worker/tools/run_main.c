@@ -32,6 +32,7 @@ static void usage(FILE *f)
             "                  [--kv-type auto|f16|f32|q8_0]\n"
             "       pagoda-run -m FILE.gguf --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N]\n"
             "                  [--max-batch-tokens N] [--exact-matmul] [--kv-type auto|f16|f32|q8_0] [--baseline]\n"
+            "                  [--kv-budget-mb N]  (KV pool budget, default 1024)\n"
             "Prints only the continuation on stdout. --temp 0 is greedy and deterministic.\n");
 }
 
@@ -184,7 +185,7 @@ int main(int argc, char **argv)
     sched_config_default(&cfg);
     cfg.max_seqs = 1;
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
-           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE };
+           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
@@ -198,6 +199,7 @@ int main(int argc, char **argv)
         {"max-batch-tokens", required_argument, 0, O_MBT},
         {"exact-matmul", no_argument, 0, O_EXACT},
         {"kv-type", required_argument, 0, O_KVTYPE},
+        {"kv-budget-mb", required_argument, 0, O_KVMB},
         {"baseline", no_argument, 0, O_BASELINE},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
@@ -228,6 +230,7 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case O_KVMB: cfg.kv_budget_bytes = (size_t)strtoull(optarg, NULL, 10) << 20; break;
         case O_BASELINE: baseline = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
