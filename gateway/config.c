@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "gateway/gateway.h"
+#include "gateway/http.h"
 #include "gateway/oai.h"
 #include "gateway/prio_queue.h"
 #include "gateway/supervisor.h"
@@ -78,6 +79,7 @@ static const field_t queue_fields[] = {
     DBL("aging_per_s", config_queue_t, aging_per_s, 0.0, 1000.0),
     DBL("default_timeout_s", config_queue_t, default_timeout_s, 0.001, 86400.0),
     DBL("replica_grace_s", config_queue_t, replica_grace_s, 0.001, 86400.0),
+    INT("max_redispatch", config_queue_t, max_redispatch, 0, 1000),
 };
 static const field_t limits_fields[] = {
     I64("max_body_bytes", config_limits_t, max_body_bytes, 1024, 1073741824),
@@ -133,6 +135,8 @@ static const field_t top_fields[] = {
     {.key = "log_level", .kind = K_LEVEL, .off = offsetof(config_t, log_level)},
     OPTSTR("keys_file", config_t, keys_file, check_path),
     INT("http_threads", config_t, http_threads, 1, 256),
+    DBL("http_idle_timeout_s", config_t, http_idle_timeout_s, 1.0, 86400.0),
+    DBL("header_timeout_s", config_t, header_timeout_s, 0.1, 86400.0),
     OPTSTR("worker_bin", config_t, worker_bin, check_path),
     DBL("drain_timeout_s", config_t, drain_timeout_s, 0.0, 86400.0),
     OPTSTR("cors_origins", config_t, cors_origins, check_origins),
@@ -524,6 +528,8 @@ config_t *config_default(void)
     c->log_level = LOG_INFO;
     c->keys_file = NULL;
     c->http_threads = 2;
+    c->http_idle_timeout_s = HTTP_DEFAULT_IDLE_TIMEOUT_S;
+    c->header_timeout_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
     c->worker_bin = NULL;
     c->drain_timeout_s = 30;
     /* the queue's own defaults (prio_queue.h, gateway.h), so that a gateway
@@ -533,7 +539,8 @@ config_t *config_default(void)
     c->queue = (config_queue_t){.max_per_model = GATEWAY_DEFAULT_MAX_QUEUE,
                                 .aging_per_s = q.aging_per_s,
                                 .default_timeout_s = GATEWAY_DEFAULT_TIMEOUT_S,
-                                .replica_grace_s = GATEWAY_DEFAULT_GRACE_S};
+                                .replica_grace_s = GATEWAY_DEFAULT_GRACE_S,
+                                .max_redispatch = GATEWAY_DEFAULT_MAX_REDISPATCH};
     c->limits = (config_limits_t){.max_body_bytes = CONFIG_DEFAULT_MAX_BODY,
                                   .max_messages = OAI_MAX_MESSAGES,
                                   .max_prompt_bytes = OAI_MAX_TEXT_BYTES,

@@ -7,11 +7,12 @@
 #include "common/log.h"
 #include "common/prefix_key.h"
 #include "common/xalloc.h"
-#include "worker/engine.h"
+#include "common/text/text_model.h"
+#include "proto/submit_prompt.h"
 
 struct route_text {
     char **names;                 /* (n) model names */
-    engine_t **eng;               /* (n) text-only engines, NULL = none */
+    text_model_t **text;          /* (n) tokenizer + template of each, NULL = none */
     size_t n;
 };
 
@@ -47,14 +48,14 @@ route_text_t *route_text_new(const char *const *names, const char *const *paths,
     route_text_t *t = xcalloc(1, sizeof *t);
     t->n = n;
     t->names = xcalloc(n ? n : 1, sizeof *t->names);
-    t->eng = xcalloc(n ? n : 1, sizeof *t->eng);
+    t->text = xcalloc(n ? n : 1, sizeof *t->text);
     for (size_t i = 0; i < n; i++) {
         t->names[i] = xstrdup(names[i]);
         if (!paths || !paths[i])
             continue;
         char err[512] = "";
-        t->eng[i] = engine_load_text(paths[i], err, sizeof err);
-        if (!t->eng[i])
+        t->text[i] = text_model_load(paths[i], err, sizeof err);
+        if (!t->text[i])
             log_warn("model %s: no tokenizer for routing by cache (%s): routed by load", names[i], err);
     }
     return t;
@@ -67,10 +68,10 @@ void route_text_free(route_text_t **tp)
     route_text_t *t = *tp;
     for (size_t i = 0; i < t->n; i++) {
         free(t->names[i]);
-        engine_free(&t->eng[i]);
+        text_model_free(&t->text[i]);
     }
     free(t->names);
-    free(t->eng);
+    free(t->text);
     free(t);
     *tp = NULL;
 }
@@ -79,17 +80,17 @@ int32_t route_text_keys(const route_text_t *t, const char *model, const proto_su
                         int32_t block_size, uint64_t **keys)
 {
     *keys = NULL;
-    const engine_t *e = NULL;
+    const text_model_t *tm = NULL;
     for (size_t i = 0; t && i < t->n; i++)
         if (strcmp(t->names[i], model) == 0)
-            e = t->eng[i];
-    if (!e || block_size < 1)
+            tm = t->text[i];
+    if (!tm || block_size < 1)
         return 0;
-    /* the same prompt construction as the worker's submit() */
+    /* the same prompt construction as the worker's (proto/submit_prompt.h) */
     char err[256];
     int32_t *ids = NULL;
     bool cut = false;
-    int32_t n_ids = engine_prompt_submit_prefix(e, s, ROUTE_MAX_TEXT_BYTES, &ids, &cut, err, sizeof err);
+    int32_t n_ids = submit_prompt_encode(tm, s, ROUTE_MAX_TEXT_BYTES, &ids, &cut, err, sizeof err);
     int32_t n = 0;
     if (n_ids > block_size) {
         int32_t max = (n_ids - 1) / block_size - (cut ? ROUTE_CUT_BLOCKS : 0);

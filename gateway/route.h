@@ -2,8 +2,9 @@
  *
  * Two parts:
  *   - keys: the gateway renders and tokenizes a request's prompt exactly as a
- *     worker will (the same engine code, worker/engine.h, loaded text-only
- *     from the model's GGUF: tokenizer + chat template, no weights) and turns
+ *     worker will (the same code, proto/submit_prompt.h over a
+ *     common/text/text_model.h read from the model's GGUF metadata:
+ *     tokenizer + chat template, no weights) and turns
  *     the tokens into the public block-key chain (common/prefix_key.h). Runs
  *     on the HTTP thread that parsed the request, so the core thread never
  *     tokenizes. A model without a GGUF file on the gateway's host (a
@@ -23,7 +24,7 @@
  * The queue's order (priority, aging) is not touched: this only decides
  * where the most urgent request goes.
  *
- * Ownership: route_text_new loads engines it owns (route_text_free NULLs).
+ * Ownership: route_text_new loads text models it owns (route_text_free NULLs).
  * A route_text_t is read-only after creation: any thread may call
  * route_text_keys concurrently. route_pick is a pure function.
  */
@@ -79,7 +80,7 @@ void route_text_free(route_text_t **t);
 /* Public key chain of the prompt s will have on a worker of `model` with
  * block_size tokens per block: *keys (malloc'd, caller frees; NULL when 0)
  * gets the keys of the blocks a prefix-cache lookup can hit. Returns their
- * count, 0 when the model has no text engine or the prompt does not render
+ * count, 0 when the model has no text model or the prompt does not render
  * (the worker will then answer the error itself). Text past
  * ROUTE_MAX_TEXT_BYTES is not tokenized (see above). */
 int32_t route_text_keys(const route_text_t *t, const char *model, const proto_submit_t *s,
