@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/text/tool_format.h"
 #include "common/utf8.h"
 #include "common/xalloc.h"
 
@@ -219,26 +218,172 @@ int oai_tools_parse_message(json_t *msg, size_t i, oai_message_t *m, oai_error_t
 
 /* ---- output ----------------------------------------------------------- */
 
-/* The syntax of each family's calls is common/text/tool_format.h's; here the
- * calls it reads get their OpenAI ids. */
-_Static_assert(OAI_MAX_TOOL_CALLS == TOOL_FORMAT_MAX_CALLS, "one limit on calls per answer");
+static const char HERMES_OPEN[] = "<tool_call>";
+static const char HERMES_CLOSE[] = "</tool_call>";
+static const char MISTRAL_TAG[] = "[TOOL_CALLS]";
+static const char PYTHON_TAG[] = "<|python_tag|>";
+
+static bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+static size_t skip_ws(const char *s, size_t i, size_t n)
+{
+    while (i < n && is_ws(s[i]))
+        i++;
+    return i;
+}
+
+static bool at(const char *s, size_t i, size_t n, const char *lit)
+{
+    size_t k = strlen(lit);
+    return i + k <= n && memcmp(s + i, lit, k) == 0;
+}
+
+/* One JSON value starting at s[i]: returns it (new reference) and sets
+ * *end past it, or NULL. */
+static json_t *json_at(const char *s, size_t i, size_t n, size_t *end)
+{
+    json_error_t je;
+    json_t *v = json_loadb(s + i, n - i, JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+    if (v)
+        *end = i + (size_t)je.position;
+    return v;
+}
+
+/* Appends the call described by obj ({"name", "arguments"|"parameters"}). */
+static bool add_call(json_t *obj, char *const *names, size_t n_names, oai_tool_call_t **calls, size_t *n)
+{
+    if (!json_is_object(obj) || *n >= OAI_MAX_TOOL_CALLS)
+        return false;
+    json_t *name = json_object_get(obj, "name");
+    json_t *args = json_object_get(obj, "arguments");
+    if (!args)
+        args = json_object_get(obj, "parameters");
+    if (!json_is_string(name) || json_string_length(name) == 0)
+        return false;
+    if (names) {
+        bool found = false;
+        for (size_t k = 0; k < n_names && !found; k++)
+            found = strcmp(names[k], json_string_value(name)) == 0;
+        if (!found)
+            return false;
+    }
+    oai_tool_call_t c = {.name = xstrdup(json_string_value(name))};
+    if (json_is_string(args))
+        c.arguments = xstrdup(json_string_value(args)); /* already JSON text */
+    else if (args)
+        c.arguments = json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY);
+    else
+        c.arguments = xstrdup("{}");
+    oai_id_new("call_", c.id, sizeof c.id);
+    *calls = xrealloc(*calls, (*n + 1) * sizeof **calls);
+    (*calls)[(*n)++] = c;
+    return true;
+}
+
+static size_t hermes(const char *s, size_t i, size_t n, oai_tool_call_t **calls)
+{
+    size_t k = 0;
+    while (at(s, i, n, HERMES_OPEN)) {
+        size_t end;
+        json_t *v = json_at(s, skip_ws(s, i + sizeof HERMES_OPEN - 1, n), n, &end);
+        bool ok = add_call(v, NULL, 0, calls, &k);
+        json_decref(v);
+        if (!ok)
+            return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+        i = skip_ws(s, end, n);
+        if (at(s, i, n, HERMES_CLOSE))
+            i = skip_ws(s, i + sizeof HERMES_CLOSE - 1, n);
+        else if (i < n) /* an unclosed block is only accepted at the very end */
+            return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+    }
+    if (i < n)
+        return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+    return k;
+}
+
+static size_t mistral(const char *s, size_t i, size_t n, oai_tool_call_t **calls)
+{
+    size_t end, k = 0;
+    json_t *v = json_at(s, skip_ws(s, i + sizeof MISTRAL_TAG - 1, n), n, &end);
+    bool ok = json_is_array(v) && json_array_size(v) > 0 && skip_ws(s, end, n) == n;
+    for (size_t j = 0; ok && j < json_array_size(v); j++)
+        ok = add_call(json_array_get(v, j), NULL, 0, calls, &k);
+    json_decref(v);
+    if (!ok)
+        return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+    return k;
+}
+
+/* Mistral's calls without the tag: [TOOL_CALLS] is a control token, which
+ * the worker does not write into the text, so a real Mistral model's call
+ * arrives as a bare array [{"name": <one of tools>, "arguments": ..}, ...]
+ * that must be the whole answer. */
+static size_t bare_array(const char *s, size_t i, size_t n, char *const *names, size_t n_names,
+                         oai_tool_call_t **calls)
+{
+    size_t end, k = 0;
+    json_t *v = json_at(s, i, n, &end);
+    bool ok = json_is_array(v) && json_array_size(v) > 0 && skip_ws(s, end, n) == n;
+    for (size_t j = 0; ok && j < json_array_size(v); j++)
+        ok = add_call(json_array_get(v, j), names, n_names, calls, &k);
+    json_decref(v);
+    if (!ok)
+        return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+    return k;
+}
+
+static size_t bare_json(const char *s, size_t i, size_t n, char *const *names, size_t n_names,
+                        oai_tool_call_t **calls)
+{
+    size_t k = 0;
+    for (;;) {
+        size_t end;
+        json_t *v = json_at(s, i, n, &end);
+        bool ok = add_call(v, names, n_names, calls, &k);
+        json_decref(v);
+        if (!ok)
+            return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+        i = skip_ws(s, end, n);
+        if (i == n)
+            return k;
+        if (s[i] != ';')
+            return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
+        i = skip_ws(s, i + 1, n);
+    }
+}
 
 size_t oai_tools_extract(const char *text, size_t len, char *const *names, size_t n_names,
                          oai_tool_call_t **calls, size_t *content_len)
 {
-    tool_call_t *tc = NULL;
-    size_t n = tool_format_extract(text, len, names, n_names, &tc, content_len);
     *calls = NULL;
-    if (n == 0)
-        return 0;
-    *calls = xcalloc(n, sizeof **calls);
-    for (size_t i = 0; i < n; i++) {
-        (*calls)[i].name = tc[i].name;
-        (*calls)[i].arguments = tc[i].arguments;
-        oai_id_new("call_", (*calls)[i].id, sizeof (*calls)[i].id);
+    *content_len = len;
+    const char *h = memmem(text, len, HERMES_OPEN, sizeof HERMES_OPEN - 1);
+    const char *m = memmem(text, len, MISTRAL_TAG, sizeof MISTRAL_TAG - 1);
+    size_t k = 0, start = len;
+    if (h && (!m || h < m)) {
+        start = (size_t)(h - text);
+        k = hermes(text, start, len, calls);
+    } else if (m) {
+        start = (size_t)(m - text);
+        k = mistral(text, start, len, calls);
+    } else {
+        size_t i = skip_ws(text, 0, len);
+        if (at(text, i, len, PYTHON_TAG))
+            i = skip_ws(text, i + sizeof PYTHON_TAG - 1, len);
+        if (i < len && text[i] == '{') {
+            start = 0;
+            k = bare_json(text, i, len, names, n_names, calls);
+        } else if (i < len && text[i] == '[') {
+            start = 0;
+            k = bare_array(text, i, len, names, n_names, calls);
+        }
     }
-    free(tc); /* the strings moved to *calls */
-    return n;
+    if (k == 0)
+        return 0;
+    while (start > 0 && is_ws(text[start - 1]))
+        start--;
+    *content_len = start;
+    return k;
 }
 
 void oai_tool_calls_free(oai_tool_call_t *calls, size_t n)
@@ -250,9 +395,39 @@ void oai_tool_calls_free(oai_tool_call_t *calls, size_t n)
     free(calls);
 }
 
+/* Longest suffix of s[0..n) that is a proper prefix of lit. */
+static size_t partial_suffix(const char *s, size_t n, const char *lit)
+{
+    size_t k = strlen(lit);
+    for (size_t m = k - 1 < n ? k - 1 : n; m > 0; m--)
+        if (memcmp(s + n - m, lit, m) == 0)
+            return m;
+    return 0;
+}
+
 size_t oai_tools_safe_prefix(const char *text, size_t len)
 {
-    return tool_format_safe_prefix(text, len);
+    size_t i = skip_ws(text, 0, len);
+    if (i == len)
+        return 0; /* only white space so far: a call may still begin */
+    if (text[i] == '{' || at(text, i, len, PYTHON_TAG) || partial_suffix(text + i, len - i, PYTHON_TAG) == len - i)
+        return 0; /* may be a bare JSON call: hold everything */
+    if (text[i] == '[') { /* "[" then "{": may be Mistral's untagged array */
+        size_t j = skip_ws(text, i + 1, len);
+        if (j == len || text[j] == '{')
+            return 0;
+    }
+    const char *h = memmem(text, len, HERMES_OPEN, sizeof HERMES_OPEN - 1);
+    const char *m = memmem(text, len, MISTRAL_TAG, sizeof MISTRAL_TAG - 1);
+    size_t cut = len;
+    if (h)
+        cut = (size_t)(h - text);
+    if (m && (size_t)(m - text) < cut)
+        cut = (size_t)(m - text);
+    if (cut < len)
+        return cut;
+    size_t a = partial_suffix(text, len, HERMES_OPEN), b = partial_suffix(text, len, MISTRAL_TAG);
+    return len - (a > b ? a : b);
 }
 
 json_t *oai_tool_calls_json(const oai_tool_call_t *calls, size_t n, bool with_index)

@@ -8,15 +8,24 @@
  * `tool_choice`, `par_tools`, message `tool_calls`/`tool_call_id`), whose
  * chat template renders it (common/text/chat_template.h).
  *
- * Responses: the model writes a call in its family's convention
- * (common/text/tool_format.h: hermes, mistral, llama3, the same markers the
- * template rendered and the forcing grammar used); the gateway reads the
- * generated text back into OpenAI `tool_calls` with tool_format_extract and
- * gives each call an id. When nothing parses, the text is plain content and
- * finish_reason is what the worker said. Streaming holds back only what may
- * still become a call (tool_format_safe_prefix: from a marker on, a leading
- * '{', or a leading '[' followed by '{'), so ordinary text streams as it
- * comes.
+ * Responses: the model writes a call in its family's convention; the gateway
+ * parses the generated text back into OpenAI `tool_calls`:
+ *   hermes   <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
+ *            (Qwen2.5/Qwen3, and every family without native tools: the
+ *            worker's generic rewrite teaches this form), repeated for
+ *            parallel calls; text before the first block is the content;
+ *   mistral  [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]; without
+ *            the tag (a control token the worker leaves out of the text)
+ *            the whole answer is the array and every name must be one of
+ *            the request's tools (extra keys such as "id" are ignored)
+ *   llama3   the whole output is {"name": "f", "parameters": {...}}
+ *            (optionally after <|python_tag|>, several joined by ";"); the
+ *            name must be one of the request's tools, so a JSON answer that
+ *            is not a call stays content.
+ * When nothing parses, the text is plain content and finish_reason is what
+ * the worker said. Streaming holds back only what may still become a call
+ * (from a marker on, a leading '{', or a leading '[' followed by '{'), so
+ * ordinary text streams as it comes.
  */
 #ifndef PAGODA_GATEWAY_OAI_TOOLS_H
 #define PAGODA_GATEWAY_OAI_TOOLS_H
@@ -47,7 +56,7 @@ typedef struct {
     char *arguments;             /* compact JSON text (an object normally) */
 } oai_tool_call_t;
 
-/* Parses text[0..len) for tool calls (tool_format_extract). names[0..n_names) are
+/* Parses text[0..len) for tool calls (formats above). names[0..n_names) are
  * the request's tool names (for the bare-JSON form). Returns the number of
  * calls (0 = none: the text is content) with *calls malloc'd (free with
  * oai_tool_calls_free) and *content_len = the length of the content before
@@ -58,7 +67,7 @@ void oai_tool_calls_free(oai_tool_call_t *calls, size_t n);
 
 /* Streaming: how many bytes of text[0..len) (everything generated so far)
  * are plain content for sure, i.e. before anything that may still turn out
- * to be a tool call (tool_format_safe_prefix). Monotonic as text grows. */
+ * to be a tool call. Monotonic as text grows. */
 size_t oai_tools_safe_prefix(const char *text, size_t len);
 
 /* The OpenAI `tool_calls` array: [{"index"?, "id", "type":"function",
