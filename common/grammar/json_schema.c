@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "common/grammar/gbnf.h"
 #include "common/xalloc.h"
 
@@ -2291,7 +2292,7 @@ static char *to_gbnf(const json_t *schema, const char *prefix, bool relax, char 
     free(c.memo);
     if (top < 0 || c.failed) {
         if (err && errlen)
-            snprintf(err, errlen, "%s", c.ferr);
+            errbuf_set(err, errlen, "%s", c.ferr);
         if (path && pathlen)
             snprintf(path, pathlen, "%s", c.fpath);
         free(c.out.s);
@@ -2306,8 +2307,7 @@ static char *to_gbnf(const json_t *schema, const char *prefix, bool relax, char 
     shared_rules(&out, c.pfx);
     format_rules(&out, c.pfx, c.formats);
     if (out.n > GBNF_MAX_TEXT) {
-        if (err && errlen)
-            snprintf(err, errlen, "the schema is too large (its grammar exceeds %u bytes)", GBNF_MAX_TEXT);
+        errbuf_set(err, errlen, "the schema is too large (its grammar exceeds %u bytes)", GBNF_MAX_TEXT);
         free(out.s);
         free(c.relaxed.s);
         return NULL;
@@ -2364,7 +2364,7 @@ int json_schema_check(const uint8_t *buf, size_t len, char *err, size_t errlen)
     json_error_t je;
     json_t *s = json_loadb((const char *)buf, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
     if (!s) {
-        snprintf(err, errlen, "invalid JSON: %s", je.text);
+        errbuf_set(err, errlen, "invalid JSON: %s", je.text);
         return -1;
     }
     char path[256];
