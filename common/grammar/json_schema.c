@@ -411,45 +411,82 @@ static void fixed_mag(sbuf_t *b, long long a, long long hi, int k)
     sb_puts(b, ")");
 }
 
-/* Positive multiples of m = c·10^j (c not divisible by 10): the digits of
- * a multiple of c (a remainder automaton, one rule per remainder), then j
- * zeros. Writes the rules; returns the rule for the multiples, or -1. */
+/* Positive multiples of m with at most 15 digits. Two forms:
+ *  - m divides 10^t (m = 2^a·5^b, 10^t/m ≤ 1000): the multiples below 10^t
+ *    listed, or any digits followed by one of the t-digit endings that are
+ *    multiples of m;
+ *  - else m = c·10^j with c ≤ 64: a remainder automaton over the digits of
+ *    a multiple of c (one rule per remainder and length), then j zeros.
+ * Writes the rules; returns the rule for the multiples, or -1. */
 static int multiples_rule(sc_t *c, long long m)
 {
+    long long pow10 = 1;
+    int t = 0;
+    while (t <= 15 && pow10 % m != 0)
+        pow10 *= 10, t++;
+    if (t <= 12 && pow10 % m == 0 && pow10 / m <= 1000) {
+        int p = new_rule(c);
+        if (p < 0)
+            return -1;
+        rule_open(c, p);
+        for (long long k = m; k < pow10; k += m)
+            sb_printf(&c->out, "\"%lld\" | ", k);
+        sb_printf(&c->out, "[1-9] [0-9]{0,%d} (", 14 - t);
+        for (long long k = 0; k < pow10; k += m)
+            sb_printf(&c->out, "%s\"%0*lld\"", k ? " | " : "", t, k);
+        sb_puts(&c->out, ")\n");
+        return p;
+    }
     int j = 0;
     while (m % 10 == 0)
         m /= 10, j++;
-    if (m > 500) {
-        sc_fail(c, "multipleOf", "'multipleOf' is supported for integers whose digits before trailing zeros are at most 500");
+    if (m > 64) {
+        sc_fail(c, "multipleOf", "'multipleOf' is supported for integers whose digits before trailing zeros are at most 64, "
+                                 "or that divide a power of ten");
         return -1;
     }
+    int nd = 15 - j; /* digits before the zeros */
     int q0 = c->n_rules;
-    for (long long r = 0; r < m; r++)
+    for (long long i = 0; i < m * nd; i++)
         if (new_rule(c) < 0)
             return -1;
-    for (long long r = 0; r < m; r++) {
-        rule_open(c, q0 + (int)r);
-        bool any = false;
-        for (int d = 0; d < 10; d++) {
-            long long t = (r * 10 + d) % m;
-            bool first = true;
-            for (int e = 0; e < d; e++)
-                if ((r * 10 + e) % m == t)
-                    first = false;
-            if (!first)
-                continue;
-            sb_printf(&c->out, "%s[", any ? " | " : "");
-            for (int e = d; e < 10; e++)
-                if ((r * 10 + e) % m == t)
-                    sb_printf(&c->out, "%d", e);
-            sb_puts(&c->out, "] ");
-            ref(c, &c->out, q0 + (int)t);
-            any = true;
+    /* rule q0 + r*nd + (d-1): remainder r after d digits; live[] = it can
+     * still end on remainder 0 within nd digits (dead ones are written but
+     * never referenced) */
+    bool *live = xcalloc((size_t)(m * (nd + 1)), sizeof *live);
+    for (int d = nd; d >= 1; d--)
+        for (long long r = 0; r < m; r++) {
+            bool l = r == 0;
+            for (int e = 0; e < 10 && d < nd && !l; e++)
+                l = live[((r * 10 + e) % m) * (nd + 1) + d + 1];
+            live[r * (nd + 1) + d] = l;
         }
-        if (r == 0)
-            sb_puts(&c->out, " | \"\"");
-        sb_puts(&c->out, "\n");
-    }
+    for (long long r = 0; r < m; r++)
+        for (int d = 1; d <= nd; d++) {
+            rule_open(c, q0 + (int)(r * nd + d - 1));
+            bool any = false;
+            if (d < nd)
+                for (int e = 0; e < 10; e++) {
+                    long long to = (r * 10 + e) % m;
+                    if (!live[to * (nd + 1) + d + 1])
+                        continue;
+                    bool first = true;
+                    for (int f = 0; f < e; f++)
+                        first &= (r * 10 + f) % m != to;
+                    if (!first)
+                        continue;
+                    sb_printf(&c->out, "%s[", any ? " | " : "");
+                    for (int f = e; f < 10; f++)
+                        if ((r * 10 + f) % m == to)
+                            sb_printf(&c->out, "%d", f);
+                    sb_puts(&c->out, "] ");
+                    ref(c, &c->out, q0 + (int)(to * nd + d));
+                    any = true;
+                }
+            if (r == 0 || !any)
+                sb_puts(&c->out, any ? " | \"\"" : "\"\""); /* !any && r != 0: dead, never referenced */
+            sb_puts(&c->out, "\n");
+        }
     int p = new_rule(c);
     if (p < 0)
         return -1;
@@ -457,10 +494,13 @@ static int multiples_rule(sc_t *c, long long m)
     sb_puts(&c->out, "(");
     bool any = false;
     for (int d = 1; d < 10; d++) {
+        if (!live[(d % m) * (nd + 1) + 1])
+            continue;
         sb_printf(&c->out, "%s\"%d\" ", any ? " | " : "", d);
-        ref(c, &c->out, q0 + (int)(d % m));
+        ref(c, &c->out, q0 + (int)((d % m) * nd));
         any = true;
     }
+    free(live);
     sb_puts(&c->out, ")");
     if (j)
         sb_printf(&c->out, " \"%0*d\"", j, 0);
@@ -479,13 +519,23 @@ static int number_rule(sc_t *c, const json_t *s, bool integer)
     int hm = get_num(c, s, "multipleOf", &mult);
     if (hm < 0)
         return -1;
+    /* multipleOf 1/q (0.5, 0.01, z.number().multipleOf(0.01)): every
+     * integer is a multiple, and n / m rounds to exactly n·q in binary
+     * floating point too (what ajv and zod compute), so integers are
+     * generated */
+    bool whole = integer;
+    if (hm && mult > 0 && mult < 1) {
+        double q = floor(1 / mult + 0.5);
+        if (q >= 2 && q <= 1e6 && fabs(q * mult - 1) < 1e-12)
+            hm = 0, whole = true;
+    }
     if (hm && (!(mult > 0) || mult != floor(mult) || mult > 1e12)) {
-        sc_fail(c, "multipleOf", "'multipleOf' is supported only as a positive integer (at most 10^12)");
+        sc_fail(c, "multipleOf", "'multipleOf' is supported only as a positive integer (at most 10^12) or 1/n (0.5, 0.01, ...)");
         return -1;
     }
-    if (hm && mult == 1 && integer)
-        hm = 0;
-    bool whole = integer || hm; /* only integers are generated */
+    if (hm && mult == 1)
+        hm = 0, whole = true;
+    whole |= hm != 0; /* only integers are generated */
     /* find the coarsest decimal grid (k fraction digits) with a value inside */
     int k = 0;
     long long lo = 0, hi = 0;
@@ -546,7 +596,7 @@ static int number_rule(sc_t *c, const json_t *s, bool integer)
     }
     rule_open(c, r);
     if (!L.set && !H.set) {
-        shared(c, &c->out, integer ? "integer" : "number");
+        shared(c, &c->out, whole ? "integer" : "number");
         sb_puts(&c->out, "\n");
         return r;
     }
@@ -554,7 +604,7 @@ static int number_rule(sc_t *c, const json_t *s, bool integer)
     sb_puts(&c->out, "(");
     if (lo < 0) { /* negative part: magnitudes [max(1 or 0, -hi), -lo] */
         sb_puts(&c->out, "\"-\" ");
-        if (integer) {
+        if (whole) {
             uint_range(&c->out, hi >= 0 ? 1 : -hi, -lo);
         } else if (k == 0) {
             real_mag(&c->out, hi >= 0 ? 0 : -hi, -lo, !L.set);
@@ -567,7 +617,7 @@ static int number_rule(sc_t *c, const json_t *s, bool integer)
         if (any)
             sb_puts(&c->out, " | ");
         long long a = lo > 0 ? lo : 0;
-        if (integer)
+        if (whole)
             uint_range(&c->out, a, hi);
         else if (k == 0)
             real_mag(&c->out, a, hi, !H.set);
@@ -1001,7 +1051,9 @@ static const struct format {
     {"ipv6", "[0-9a-f]{1,4} (\":\" [0-9a-f]{1,4}){7}", 15, 39, "2001:db8:0:0:0:0:0:1"},
     {"uuid", "[0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [1-8] [0-9a-f]{3} \"-\" [89ab] [0-9a-f]{3} \"-\" [0-9a-f]{12}", 36,
      36, "123e4567-e89b-42d3-a456-426614174000"},
-    {"uri", "\"http\" \"s\"? \"://\" fd-label (\".\" fd-label){1,3} (\"/\" [a-zA-Z0-9._~-]{1,16}){0,4}", 11, 150,
+    /* the last host label is letters: a numeric one makes WHATWG URL (zod's
+     * z.url()) read the host as a bad IPv4 address */
+    {"uri", "\"http\" \"s\"? \"://\" (fd-label \".\"){1,3} [a-z]{2,10} (\"/\" [a-zA-Z0-9._~-]{1,16}){0,4}", 12, 150,
      "https://example.com/a"},
 };
 #define N_FORMATS ((int)(sizeof FORMATS / sizeof FORMATS[0]))
@@ -2270,7 +2322,8 @@ static void shared_rules(sbuf_t *b, const char *p)
      * Schema, ajv) and for UTF-16 length (JavaScript, zod) alike */
     sb_printf(b, "%sbchar ::= [^\"\\\\\\x00-\\x1f\\U00010000-\\U0010ffff] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3})\n", p);
     sb_printf(b, "%sinteger ::= \"-\"? (\"0\" | [1-9] [0-9]{0,14})\n", p);
-    sb_printf(b, "%snumber ::= %sinteger (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,3})?\n", p, p);
+    /* exponents of ≤ 2 digits: the value stays finite in a double */
+    sb_printf(b, "%snumber ::= %sinteger (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,2})?\n", p, p);
     sb_printf(b, "%sboolean ::= \"true\" | \"false\"\n", p);
     sb_printf(b, "%snull ::= \"null\"\n", p);
     sb_printf(b, "%sws ::= (\" \" | \"\\n\" [ \\t]{0,12})?\n", p);
