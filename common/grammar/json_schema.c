@@ -630,12 +630,23 @@ static int number_rule(sc_t *c, const json_t *s, bool integer)
 
 /* ---- pattern (ECMA-262 subset) → GBNF of the JSON-escaped string body -------- */
 
+/* length range of a pattern part in code points (hi = RX_INF: unbounded) */
+typedef struct rxlen {
+    long long lo, hi;
+} rxlen_t;
+#define RX_INF (1LL << 40)
+
 typedef struct rx {
     const char *s;
     size_t n, p;
     sc_t *c;
     int depth;
+    long long cap;      /* ≥ 0: repetition counts above it are cut to it (maxLength) */
+    bool bmp;           /* only characters of one UTF-16 unit (lengths are checked) */
+    rxlen_t atom;       /* length of the atom rx_atom just read */
 } rx_t;
+
+static long long rx_mul(long long a, long long k) { return a >= RX_INF || k >= RX_INF ? RX_INF : a * k < RX_INF ? a * k : RX_INF; }
 
 typedef struct cpr {
     uint32_t lo, hi;
@@ -840,11 +851,30 @@ static int32_t rx_char(rx_t *x, bool in_class)
     }
 }
 
-static void rx_alt(rx_t *x, sbuf_t *b);
+static rxlen_t rx_alt(rx_t *x, sbuf_t *b);
+
+/* emits a character set; with x->bmp without astral characters, so a length
+ * counted in code points (JSON Schema) and in UTF-16 units (zod) agree */
+static void rx_emit(rx_t *x, sbuf_t *b, cpset_t *set)
+{
+    if (x->bmp) {
+        int m = 0;
+        for (int i = 0; i < set->n; i++)
+            if (set->r[i].lo <= 0xFFFF) {
+                set->r[m] = set->r[i];
+                if (set->r[m].hi > 0xFFFF)
+                    set->r[m].hi = 0xFFFF;
+                m++;
+            }
+        set->n = m;
+    }
+    cps_emit(b, set);
+}
 
 static void rx_atom(rx_t *x, sbuf_t *b)
 {
     char ch = x->s[x->p];
+    x->atom = (rxlen_t){1, 1};
     if (ch == '(') {
         x->p++;
         if (x->p < x->n && x->s[x->p] == '?') {
@@ -860,7 +890,7 @@ static void rx_atom(rx_t *x, sbuf_t *b)
             return;
         }
         sb_puts(b, "(");
-        rx_alt(x, b);
+        rxlen_t g = rx_alt(x, b);
         x->depth--;
         if (x->p >= x->n || x->s[x->p] != ')') {
             rx_fail(x, "unclosed group");
@@ -868,6 +898,7 @@ static void rx_atom(rx_t *x, sbuf_t *b)
         }
         x->p++;
         sb_puts(b, ")");
+        x->atom = g;
     } else if (ch == '[') {
         x->p++;
         bool neg = false;
@@ -911,7 +942,7 @@ static void rx_atom(rx_t *x, sbuf_t *b)
         }
         if (!x->c->failed) {
             cps_norm(&set, neg);
-            cps_emit(b, &set);
+            rx_emit(x, b, &set);
         }
         free(set.r);
     } else if (ch == '.') {
@@ -921,7 +952,7 @@ static void rx_atom(rx_t *x, sbuf_t *b)
         cps_add(&set, '\r', '\r');
         cps_add(&set, 0x2028, 0x2029);
         cps_norm(&set, true);
-        cps_emit(b, &set);
+        rx_emit(x, b, &set);
         free(set.r);
     } else if (ch == '\\' && x->p + 1 < x->n && strchr("dDwWsS", x->s[x->p + 1])) {
         cpset_t set = {0};
@@ -929,7 +960,7 @@ static void rx_atom(rx_t *x, sbuf_t *b)
         rx_class_escape(x, x->s[x->p + 1], &set, &neg);
         x->p += 2;
         cps_norm(&set, neg);
-        cps_emit(b, &set);
+        rx_emit(x, b, &set);
         free(set.r);
     } else if (ch == '^' || ch == '$') {
         rx_fail(x, "anchor inside the pattern");
@@ -941,14 +972,15 @@ static void rx_atom(rx_t *x, sbuf_t *b)
             return;
         cpset_t set = {0};
         cps_add(&set, (uint32_t)cp, (uint32_t)cp);
-        cps_emit(b, &set);
+        rx_emit(x, b, &set);
         free(set.r);
     }
 }
 
-static void rx_seq(rx_t *x, sbuf_t *b)
+static rxlen_t rx_seq(rx_t *x, sbuf_t *b)
 {
     bool any = false;
+    rxlen_t len = {0, 0};
     while (x->p < x->n && !x->c->failed) {
         char ch = x->s[x->p];
         if (ch == '|' || ch == ')')
@@ -965,12 +997,17 @@ static void rx_seq(rx_t *x, sbuf_t *b)
         sb_puts(b, any ? " " : "");
         rx_atom(x, b);
         if (x->c->failed)
-            return;
+            return len;
         any = true;
+        long long qm = 1, qM = 1; /* repetition counts (qM = RX_INF: unbounded) */
         if (x->p < x->n) {
             ch = x->s[x->p];
             if (ch == '*' || ch == '+' || ch == '?') {
-                sb_putn(b, &ch, 1);
+                qm = ch == '+', qM = ch == '?' ? 1 : RX_INF;
+                if (qM == RX_INF && x->cap >= 0)
+                    sb_printf(b, "{%lld,%lld}", qm, x->cap > qm ? x->cap : qm);
+                else
+                    sb_putn(b, &ch, 1);
                 x->p++;
             } else if (ch == '{') {
                 size_t q = x->p + 1;
@@ -994,34 +1031,51 @@ static void rx_seq(rx_t *x, sbuf_t *b)
                 if (M == -2 || q == x->p + 1 || m > JSON_SCHEMA_MAX_COUNT || M > JSON_SCHEMA_MAX_COUNT ||
                     (M >= 0 && M < m)) {
                     rx_fail(x, "bad {m,n} quantifier");
-                    return;
+                    return len;
                 }
-                if (M == -1)
+                qm = m, qM = M == -1 ? RX_INF : M;
+                if (x->cap >= 0 && qM > x->cap)
+                    qM = x->cap > qm ? x->cap : qm;
+                if (qM == RX_INF)
                     sb_printf(b, "{%ld,}", m);
                 else
-                    sb_printf(b, "{%ld,%ld}", m, M);
+                    sb_printf(b, "{%ld,%lld}", m, qM);
                 x->p = q + 1;
             }
+            if (qM == RX_INF && x->cap >= 0)
+                qM = x->cap > qm ? x->cap : qm;
             if (x->p < x->n && x->s[x->p] == '?')
                 x->p++; /* lazy: same language */
             if (x->p < x->n && strchr("*+?{", x->s[x->p])) {
                 rx_fail(x, "two quantifiers in a row");
-                return;
+                return len;
             }
         }
+        len.lo = len.lo + rx_mul(x->atom.lo, qm);
+        len.hi = len.hi + rx_mul(x->atom.hi, qM);
+        if (len.lo > RX_INF)
+            len.lo = RX_INF;
+        if (len.hi > RX_INF)
+            len.hi = RX_INF;
     }
     if (!any)
         sb_puts(b, "\"\"");
+    return len;
 }
 
-static void rx_alt(rx_t *x, sbuf_t *b)
+static rxlen_t rx_alt(rx_t *x, sbuf_t *b)
 {
-    rx_seq(x, b);
+    rxlen_t len = rx_seq(x, b);
     while (!x->c->failed && x->p < x->n && x->s[x->p] == '|') {
         x->p++;
         sb_puts(b, " | ");
-        rx_seq(x, b);
+        rxlen_t l = rx_seq(x, b);
+        if (l.lo < len.lo)
+            len.lo = l.lo;
+        if (l.hi > len.hi)
+            len.hi = l.hi;
     }
+    return len;
 }
 
 /* ---- formats ----------------------------------------------------------------- */
@@ -1140,14 +1194,63 @@ static int get_count(sc_t *c, const json_t *s, const char *key, long long *out)
 }
 
 /* Compiles `pattern` into body (the GBNF of the quoted JSON string). */
-static void pattern_body(sc_t *c, const json_t *pat, sbuf_t *body)
+/* Compiles `pattern` into body (the GBNF of the quoted JSON string), with
+ * repetitions cut at cap (≥ 0) and BMP-only classes (bmp). Returns the
+ * length range of what it generates. */
+static rxlen_t pattern_body(sc_t *c, const json_t *pat, sbuf_t *body, long long cap, bool bmp)
 {
-    rx_t x = {.s = json_string_value(pat), .n = json_string_length(pat), .c = c};
+    rx_t x = {.s = json_string_value(pat), .n = json_string_length(pat), .c = c, .cap = cap, .bmp = bmp};
     sb_puts(body, "\"\\\"\" (");
-    rx_alt(&x, body);
+    rxlen_t len = rx_alt(&x, body);
     if (!c->failed && x.p < x.n)
         rx_fail(&x, "unmatched ')'");
     sb_puts(body, ") \"\\\"\"");
+    return len;
+}
+
+/* The length range of pattern with repetitions cut at cap, or {-1, -1}
+ * when the pattern does not compile. */
+static rxlen_t pattern_len(const json_t *pat, long long cap)
+{
+    sc_t t = {.pfx = ""};
+    sbuf_t body = {0};
+    rxlen_t len = pattern_body(&t, pat, &body, cap, true);
+    free(body.s);
+    free(t.out.s);
+    return t.failed ? (rxlen_t){-1, -1} : len;
+}
+
+/* A pattern with minLength/maxLength: the pattern's own matches, with its
+ * repetitions cut to the largest count that keeps every match within
+ * maxLength (a subset of the pattern); its shortest match must reach
+ * minLength. Sets *cap (-1: no cut needed); 0 ok, -1 refused. */
+static int pattern_cap(sc_t *c, const json_t *pat, long long mn, long long mx, long long *cap)
+{
+    *cap = -1;
+    rxlen_t len = pattern_len(pat, -1);
+    if (len.lo < 0)
+        return 0; /* pattern_body on c reports the failure */
+    if (mx >= 0 && len.hi > mx) {
+        long long lo = 0, hi = mx; /* largest cap with pattern_len(cap).hi <= mx */
+        if (pattern_len(pat, 0).hi > mx) {
+            sc_fail(c, "maxLength", "'pattern' has no match within maxLength");
+            return -1;
+        }
+        while (lo < hi) {
+            long long mid = (lo + hi + 1) / 2;
+            if (pattern_len(pat, mid).hi <= mx)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        *cap = lo;
+        len = pattern_len(pat, lo);
+    }
+    if (len.lo < mn) {
+        sc_fail(c, "minLength", "minLength above the shortest match of 'pattern' is not supported");
+        return -1;
+    }
+    return 0;
 }
 
 /* A pattern next to a format: the format's grammar is generated, so the
@@ -1157,7 +1260,7 @@ static void format_pattern_check(sc_t *c, const json_t *pat, int f)
 {
     sc_t t = {.pfx = ""};
     sbuf_t body = {0};
-    pattern_body(&t, pat, &body);
+    pattern_body(&t, pat, &body, -1, false);
     free(t.out.s);
     if (t.failed) {
         free(body.s);
@@ -1225,12 +1328,12 @@ static int string_rule(sc_t *c, const json_t *s)
         sb_printf(&body, "%sfmt-%s", c->pfx, FORMATS[f].name);
         sb_puts(&body, " \"\\\"\"");
     } else if (pat) {
-        if (a || b) {
-            sc_fail(c, "pattern", "'pattern' together with minLength/maxLength is not supported");
+        long long cap = -1;
+        if ((a || b) && pattern_cap(c, pat, mn, b ? mx : -1, &cap) != 0) {
             free(body.s);
             return -1;
         }
-        pattern_body(c, pat, &body);
+        pattern_body(c, pat, &body, cap, a || b);
     } else if (!a && !b) {
         shared(c, &body, "string");
     } else {

@@ -165,6 +165,11 @@ static const struct {
     {"{'type':'object','properties':{'a':{'type':'string'}},'required':['a'],'additionalProperties':{}}", {"+{'a':'x'}", "-{'a':'x','b':1}"}},
     {"{'type':'object','properties':{'a':{'type':'string'}},'additionalProperties':{'type':'number'},'required':['a','n']}",
      {"+{'a':'x','n':1}", "-{'a':'x','n':'y'}", "-{'a':'x'}"}},
+    /* pattern with maxLength (z.string().max(8).regex(...)): repetitions cut so
+     * every match fits; BMP characters only (zod counts UTF-16 units) */
+    {"{'type':'string','maxLength':5,'pattern':'^[a-z]+$'}", {"+'abcde'", "+'a'", "-'abcdef'", "-''", "-'A'"}},
+    {"{'type':'string','minLength':2,'maxLength':8,'pattern':'^[a-z]+@[a-z]+$'}", {"+'a@b'", "+'abc@def'", "-'abcd@defg'"}},
+    {"{'type':'string','maxLength':3,'pattern':'^a.$'}", {"+'ab'", "-'a\xf0\x9f\x98\x80'"}},
     /* pattern anchors on each top-level alternative */
     {"{'type':'string','pattern':'^ab$|^cd$'}", {"+'ab'", "+'cd'", "-'abcd'"}},
 };
@@ -219,7 +224,8 @@ static const struct {
     {"{'type':'string','format':'uuid','maxLength':10}", "/maxLength", "next to format"},
     {"{'type':'string','pattern':'(?=a)'}", "/pattern", "lookaround"},
     {"{'type':'string','pattern':'a^b'}", "/pattern", "anchor"},
-    {"{'type':'string','pattern':'^a$','maxLength':3}", "/pattern", "minLength/maxLength"},
+    {"{'type':'string','pattern':'^abcd$','maxLength':3}", "/maxLength", "no match within"},
+    {"{'type':'string','pattern':'^[a-z]+$','minLength':3}", "/minLength", "shortest match"},
     {"{'$ref':'http://example.com/s'}", "/$ref", "does not resolve"},
     {"{'type':'object','properties':{'a':{}},'required':['b'],'additionalProperties':false}", "/required", "'b' is not in"},
     {"{'type':'object','propertyNames':{'type':'integer'}}", "/propertyNames", "string schema"},

@@ -62,6 +62,7 @@ const TYPES = {
   string_length: z.string().length(4),
   regex: z.string().regex(/^[A-Z]{2}-\d{3}$/),
   regex_max: z.string().max(8).regex(/^[a-z]+$/),
+  regex_min_max: z.string().min(1).max(12).regex(/^[a-z]+(-[a-z]+)*$/),
   starts_ends: z.string().startsWith("a").endsWith("z"),
   enum: z.enum(["red", "green", "blue"]),
   literal: z.literal("fixed"),
@@ -102,10 +103,9 @@ const TYPES = {
 };
 
 // Refused by pagoda as documented (docs/API.md): type → JSON pointer of the
-// refused keyword. A zod pattern next to minLength/maxLength, and two
-// patterns (startsWith + endsWith) cannot be intersected.
+// refused keyword. Two patterns (startsWith + endsWith: allOf of patterns)
+// cannot be intersected.
 const REFUSED = {
-  regex_max: "/properties/v/pattern",
   starts_ends: "/properties/v/allOf",
 };
 
