@@ -234,6 +234,34 @@ for (const [e, rs] of bySchema) {
     if (!r.ok) console.log(`# ${label} seed ${r.seed}: ${r.why ?? `HTTP ${r.status} ${r.msg}`}`);
   ok(good === rs.length, `${label}: ${good}/${rs.length} outputs finish "stop" and validate (ajv + ajv-formats${e.clients.every((c) => c === "openai") ? "" : ", zod"})`);
 }
+// The refused schemas as tools (AI SDK / LangChain send no "strict"): with a
+// forced call, a non-strict tool is compiled relaxed — only the refused
+// keyword is dropped, the rest (an object with exactly the required "v", a
+// string) still holds; the worker logs the pointer (checked by the .sh). A
+// strict tool with the same schema is refused with 400 naming the pointer.
+for (const e of entries.filter((x) => REFUSED[x.name])) {
+  const label = `${e.name} [${e.clients.join(", ")}] as a tool`;
+  const tool = (strict) => [{ type: "function", function: { name: "put", parameters: e.schema, ...(strict ? { strict } : {}) } }];
+  const strictR = await post({ model: MODEL, messages: [{ role: "user", content: "call put" }], max_tokens: 64,
+    tools: tool(true), tool_choice: "required" });
+  ok(strictR.status === 400 && (strictR.json?.error?.message ?? "").includes(REFUSED[e.name]),
+    `${label}: strict → 400 naming ${REFUSED[e.name]} (${strictR.status}: ${(strictR.json?.error?.message ?? "").slice(0, 120)})`);
+  let good = 0;
+  const N = SEEDS;
+  for (let seed = 1; seed <= N; seed++) {
+    const r = await post({ model: MODEL, messages: [{ role: "user", content: "call put" }], max_tokens: MAX_TOKENS, seed,
+      temperature: 1, tools: tool(false), tool_choice: { type: "function", function: { name: "put" } } });
+    const call = r.json?.choices?.[0]?.message?.tool_calls?.[0];
+    let args;
+    try { args = JSON.parse(call.function.arguments); } catch { args = undefined; }
+    const fine = r.status === 200 && call?.function?.name === "put" && args && typeof args.v === "string" &&
+      Object.keys(args).length === 1;
+    if (fine) good++;
+    else console.log(`# ${label} seed ${seed}: ${r.status} ${JSON.stringify(r.json).slice(0, 300)}`);
+  }
+  ok(good === N, `${label}: non-strict, forced call → ${good}/${N} calls whose arguments hold what was not relaxed ({"v": string})`);
+}
+
 console.log(`# corpus: ${Object.keys(TYPES).length} zod types, ${entries.length} distinct client schemas: ` +
   `${n_compiled} compiled (${n_valid}/${n_outputs} outputs valid over ${SEEDS} seeds), ${n_refused} refused as documented, ` +
   `${unwritable} client/type pairs the client itself cannot write; ${jobs.length} requests took ${((Date.now() - t0) / 1000).toFixed(1)} s`);
