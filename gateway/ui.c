@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sodium.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -131,10 +132,12 @@ struct MHD_Response *ui_response(const char *name, const char *if_none_match, un
     return NULL;
 }
 
-const char *ui_file_name(size_t i, size_t *len)
+const char *ui_file_get(size_t i, const unsigned char **data, size_t *len)
 {
     if (i >= N_FILES)
         return NULL;
+    if (data)
+        *data = files[i].data;
     if (len)
         *len = (size_t)(files[i].end - files[i].data);
     return files[i].name;
@@ -177,7 +180,7 @@ static bool host_is_literal(const char *host)
         return false;
     port++;
     size_t digits = strspn(port, "0123456789");
-    return digits >= 1 && digits <= 5 && port[digits] == '\0';
+    return digits >= 1 && digits <= 5 && port[digits] == '\0' && atoi(port) <= 65535;
 }
 
 bool ui_origin_is_self(const char *origin, const char *host)

@@ -61,7 +61,8 @@ struct MHD_Response *ui_redirect(void);
  * behind a TLS proxy) is allowed by listing its origin in cors_origins. */
 bool ui_origin_is_self(const char *origin, const char *host);
 
-/* The table, for tests: names i = 0.. (NULL past the end) and their sizes. */
-const char *ui_file_name(size_t i, size_t *len);
+/* The table, for tests: the name of file i = 0.. (NULL past the end), its
+ * bytes and size (static; either pointer may be NULL). */
+const char *ui_file_get(size_t i, const unsigned char **data, size_t *len);
 
 #endif

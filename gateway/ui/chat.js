@@ -267,7 +267,7 @@ async function generate() {
     $("settings").open = true;
     return;
   }
-  const msg = { role: "assistant", content: "", stats: {} };
+  const msg = { role: "assistant", content: "" }; // stats come when it ends
   state.messages.push(msg);
   const controller = new AbortController();
   running = { controller, msg };

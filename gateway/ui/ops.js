@@ -270,17 +270,38 @@ async function probeAdmin() {
   if (last) render(last);
 }
 
-async function poll(once = false) {
+// One /health round trip, then the next is scheduled. `force` polls even
+// when paused (after an action). At most one request is in flight: a poll
+// asked for meanwhile runs right after it.
+let inflight = false;
+let again = false;
+async function poll(force = false) {
+  if (inflight) {
+    again = true;
+    return;
+  }
   clearTimeout(timer);
   timer = 0;
-  if (!once && $("ops-pause").checked) return schedule();
-  const res = await getJSON("/health");
-  if (res.body && (res.ok || res.status === 503) && res.body.models) render(res.body);
-  else render(null, res.status ? errorText(res) : "the gateway is unreachable");
-  if (!once) schedule();
+  if (force === true || !$("ops-pause").checked) {
+    inflight = true;
+    try {
+      const res = await getJSON("/health");
+      if (res.body && (res.ok || res.status === 503) && res.body.models) render(res.body);
+      else render(null, res.status ? errorText(res) : "the gateway is unreachable");
+    } finally {
+      inflight = false;
+    }
+    if (again) {
+      again = false;
+      return poll(true);
+    }
+  }
+  schedule();
 }
 
 function schedule() {
+  clearTimeout(timer);
+  timer = 0;
   if (active && !document.hidden) timer = setTimeout(poll, POLL_MS);
 }
 
