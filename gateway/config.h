@@ -55,6 +55,11 @@
  *   keys_file                    string   (none)                  API keys file (gateway/keys.h);
  *                                                                 none = no authentication
  *   http_threads                 int      2                       1..256 HTTP worker threads
+ *   http_idle_timeout_s          float    30                      1..86400 s; an idle HTTP connection
+ *                                                                 is closed after this long
+ *   header_timeout_s             float    10                      0.1..86400 s; a connection whose
+ *                                                                 request headers are not complete
+ *                                                                 this long after it opened is closed
  *   worker_bin                   string   (none)                  worker executable for local workers;
  *                                                                 none = pagoda-worker next to the gateway
  *   drain_timeout_s              float    30                      0..86400 s; on SIGTERM, how long
@@ -85,6 +90,9 @@
  *                                                                 have no worker before its requests
  *                                                                 get 503 (not while a local worker
  *                                                                 of it is (re)starting)
+ *   queue.max_redispatch         int      2                       0..1000 worker losses a request
+ *                                                                 survives (re-dispatched each time);
+ *                                                                 one more gets 502 worker_lost
  *   limits.max_body_bytes        int      16777216                1024..1073741824 HTTP body (413)
  *   limits.max_messages          int      1024                    1..1024 (OAI_MAX_MESSAGES) chat
  *                                                                 messages per request (400)
@@ -207,6 +215,7 @@ typedef struct config_queue {
     double aging_per_s;        /* tier levels gained per second of waiting */
     double default_timeout_s;  /* deadline of a request without its own, s */
     double replica_grace_s;    /* a configured model with no worker this long → 503, s */
+    int max_redispatch;        /* worker losses a request survives (then 502); 0 = none */
 } config_queue_t;
 
 typedef struct config_limits {
@@ -245,6 +254,9 @@ typedef struct config {
     int log_level;             /* enum log_level (common/log.h) */
     char *keys_file;           /* NULL = no API keys */
     int http_threads;          /* libmicrohttpd thread pool */
+    double http_idle_timeout_s;/* close an idle HTTP connection after this long, s */
+    double header_timeout_s;   /* close a connection whose request headers are not complete
+                                  this long after it opened (slowloris), s */
     char *worker_bin;          /* NULL = pagoda-worker next to the gateway binary */
     double drain_timeout_s;    /* SIGTERM: how long requests in flight may finish, s */
     char *cors_origins;        /* browser origins allowed (CORS), "A,B"; NULL = none */

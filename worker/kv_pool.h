@@ -51,7 +51,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/model/kv_store.h"
+#include "worker/kernels/kv_store.h"
 
 enum kv_pool_rc {
     KV_POOL_OK = 0,

@@ -83,7 +83,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/kernels/matmul.h"
 
 enum model_arch {

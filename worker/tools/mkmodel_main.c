@@ -42,9 +42,10 @@
 #include <strings.h>
 
 #include "common/clock.h"
+#include "common/splitmix.h"
 #include "common/log.h"
 #include "common/xalloc.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/model/gguf_write.h"
 #include "worker/kernels/quant.h"
 
@@ -61,13 +62,6 @@ typedef struct gen_tensor {
     uint64_t n_expert;  /* > 1: a 3-D expert tensor [cols, rows / n_expert, n_expert] */
 } gen_tensor_t;
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t hash_str(const char *s, uint64_t h)
 {
@@ -81,8 +75,8 @@ static void fill_normal(float *x, uint64_t n, uint64_t seed)
 {
     uint64_t st = seed;
     for (uint64_t i = 0; i < n; i += 2) {
-        double u1 = ((double)(splitmix64(&st) >> 11) + 1.0) * 0x1p-53;
-        double u2 = (double)(splitmix64(&st) >> 11) * 0x1p-53;
+        double u1 = ((double)(splitmix64_next(&st) >> 11) + 1.0) * 0x1p-53;
+        double u2 = (double)(splitmix64_next(&st) >> 11) * 0x1p-53;
         double r = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
         x[i] = (float)(r * cos(a));
         if (i + 1 < n)
@@ -138,17 +132,14 @@ static void usage(FILE *f)
             "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n");
 }
 
+/* A --type name: any row of the traits table (quant.h). */
 static int parse_type(const char *s, uint32_t *out)
 {
-    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
-                                     GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
-                                     GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (strcasecmp(s, ggml_type_name(types[i])) == 0) {
-            *out = types[i];
-            return 0;
-        }
-    return -1;
+    uint32_t t;
+    if (ggml_type_from_name(s, &t) != 0 || !quant_traits(t))
+        return -1;
+    *out = t;
+    return 0;
 }
 
 /* Q4_K_M's rule for which layers get more bits in attn_v / ffn_down: the
@@ -173,22 +164,13 @@ static uint32_t matrix_type(const opts_t *o, const char *role, int64_t layer)
     return GGML_TYPE_Q4_K;
 }
 
-/* llama.cpp's llama_ftype for a single-type file (or the Q4_K_M mix). */
+/* llama.cpp's llama_ftype for a single-type file (the traits row's
+ * file_type) or the Q4_K_M mix. */
 static uint32_t file_type_of(const opts_t *o)
 {
     if (o->mix_q4_k_m)
         return 15; /* MOSTLY_Q4_K_M */
-    switch (o->type) {
-    case GGML_TYPE_F32: return 0;
-    case GGML_TYPE_F16: return 1;
-    case GGML_TYPE_Q4_0: return 2;
-    case GGML_TYPE_Q8_0: return 7;
-    case GGML_TYPE_Q4_K: return 14; /* Q4_K_S */
-    case GGML_TYPE_Q5_K: return 16; /* Q5_K_S */
-    case GGML_TYPE_Q6_K: return 18;
-    case GGML_TYPE_BF16: return 32;
-    default: return 0;
-    }
+    return (uint32_t)quant_traits(o->type)->file_type;
 }
 
 static int parse_int(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out)
@@ -584,7 +566,7 @@ int main(int argc, char **argv)
     /* Tensor plan, in llama.cpp's order. */
     size_t n_plan = 3 + (size_t)o.layers * 24, n = 0;
     uint64_t base_seed = o.seed;
-    base_seed = splitmix64(&base_seed) ^ 0xcbf29ce484222325ull;
+    base_seed = splitmix64_next(&base_seed) ^ 0xcbf29ce484222325ull;
     gen_tensor_t *plan = xcalloc(n_plan, sizeof *plan);
 #define ADD(nm, ty, c, r, kind_, std_)                                              \
     do {                                                                             \
