@@ -550,6 +550,20 @@ static enum MHD_Result handle_admin_restart_model(http_server_t *s, struct MHD_C
                                              SNAPSHOT_TIMEOUT_US));
 }
 
+static enum MHD_Result handle_admin_start_model(http_server_t *s, struct MHD_Connection *c,
+                                                http_req_t *req)
+{
+    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_START_MODEL, req->param,
+                                             SNAPSHOT_TIMEOUT_US));
+}
+
+static enum MHD_Result handle_admin_stop_model(http_server_t *s, struct MHD_Connection *c,
+                                               http_req_t *req)
+{
+    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_STOP_MODEL, req->param,
+                                             SNAPSHOT_TIMEOUT_US));
+}
+
 /* The web console (ui.h): /ui/ and /ui/NAME are files of its table (a name
  * not in it is the usual 404), /ui redirects to /ui/. */
 static enum MHD_Result handle_ui(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
@@ -907,6 +921,8 @@ static const route_t routes[] = {
     {"POST", "/admin/workers/*/drain", handle_admin_drain, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
     {"POST", "/admin/workers/*/restart", handle_admin_restart, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
     {"POST", "/admin/models/*/restart", handle_admin_restart_model, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
+    {"POST", "/admin/models/*/start", handle_admin_start_model, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
+    {"POST", "/admin/models/*/stop", handle_admin_stop_model, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
     {"GET", "/ui", handle_ui_redirect, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
     {"GET", "/ui/", handle_ui, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
     {"GET", "/ui/*", handle_ui, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},

@@ -57,6 +57,8 @@
  *   POST /admin/workers/{id}/drain     ops; id = replica id or pid
  *   POST /admin/workers/{id}/restart   ops
  *   POST /admin/models/{name}/restart  ops
+ *   POST /admin/models/{name}/start    ops; an on-demand model's workers start now
+ *   POST /admin/models/{name}/stop     ops; an on-demand model goes idle now
  *   GET  /ui, /ui/, /ui/{file}         no auth; the web console (ui.h), absent with no_ui
  * docs/API.md describes bodies, streams and errors.
  */

@@ -139,7 +139,7 @@ function renderReplicas(h, model, now) {
     const tr = el("tr");
     tr.dataset.state = r.state;
     tr.dataset.replica = w ? w.id : `slot:${c.pid || c.prev_pid || "?"}`;
-    const name = el("span", "rid", w ? w.id : c.pid ? `pid ${c.pid}` : "(no process)");
+    const name = el("span", "rid", w ? w.id : c.pid ? `pid ${c.pid}` : c.prev_pid ? `no process (was pid ${c.prev_pid})` : "no process");
     name.title = w ? `${w.id} (pid ${w.pid})` : c.last_exit || "";
     cell(tr, "Replica", name);
     const st = el("span", "");
@@ -157,11 +157,12 @@ function renderReplicas(h, model, now) {
     cell(tr, "Tokens/s", tps == null ? "–" : tps.toFixed(1), "num");
     cell(tr, "Restarts", c ? String(c.restarts ?? 0) : "–", "num");
     if (admin) {
-      const td = cell(tr, "Actions", "", "actions");
+      const btns = el("span", "btns");
       if (w && w.state === "ready") {
         const id = encodeURIComponent(w.id);
-        td.append(actionButton("Drain", `/admin/workers/${id}/drain`), actionButton("Restart", `/admin/workers/${id}/restart`));
+        btns.append(actionButton("Drain", `/admin/workers/${id}/drain`), actionButton("Restart", `/admin/workers/${id}/restart`));
       }
+      cell(tr, "Actions", btns, "actions");
     }
     body.append(tr);
   }
@@ -253,7 +254,8 @@ function note(text, cls = "note") {
 async function act(label, path, b) {
   b.disabled = true;
   const res = await post(path);
-  note(res.ok ? `${label}: done (${res.body?.state ?? res.body?.model ?? "ok"})` : `${label}: ${errorText(res)}`, res.ok ? "note ok" : "note error");
+  const what = decodeURIComponent(path.split("/")[3] || "");
+  note(res.ok ? `${label} ${what}: ${res.body?.state ?? "done"}` : `${label} ${what}: ${errorText(res)}`, res.ok ? "note ok" : "note error");
   if (res.status === 401 || res.status === 403) await probeAdmin();
   poll(true);
 }
