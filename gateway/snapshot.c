@@ -199,6 +199,25 @@ static gateway_worker_t *worker_by_target(struct gateway *gw, const char *t)
     return NULL;
 }
 
+/* Drains every ready local worker of model m with exit plan `plan`; returns
+ * how many. (A drain may remove a worker from the table: count it first.) */
+static unsigned drain_local(struct gateway *gw, gateway_model_t *m, supervisor_exit_plan_t plan)
+{
+    unsigned draining = 0;
+    for (size_t i = 0; i < gw->n_workers;) {
+        gateway_worker_t *w = &gw->workers[i];
+        size_t n_before = gw->n_workers;
+        if (strcmp(w->reg.model, m->name) == 0 && w->state == GATEWAY_WORKER_READY &&
+            gateway_worker_is_local(gw, w)) {
+            draining++;
+            gateway_worker_drain(gw, w, plan);
+        }
+        if (gw->n_workers == n_before)
+            i++;
+    }
+    return draining;
+}
+
 /* START_MODEL / STOP_MODEL of an on-demand model: what a first request and
  * the idle timer do, now. */
 static json_t *admin_on_demand(struct gateway *gw, bool start, const char *target)
@@ -226,18 +245,7 @@ static json_t *admin_on_demand(struct gateway *gw, bool start, const char *targe
      * once they are ready */
     int64_t idle_us = m->idle_timeout_us ? m->idle_timeout_us : gw->idle_timeout_us;
     m->t_last_active_us = now - idle_us;
-    unsigned draining = 0;
-    for (size_t i = 0; i < gw->n_workers;) {
-        gateway_worker_t *w = &gw->workers[i];
-        size_t n_before = gw->n_workers;
-        if (strcmp(w->reg.model, m->name) == 0 && w->state == GATEWAY_WORKER_READY &&
-            gateway_worker_is_local(gw, w)) {
-            draining++;
-            gateway_worker_drain(gw, w, SUPERVISOR_EXIT_IDLE);
-        }
-        if (gw->n_workers == n_before)
-            i++;
-    }
+    unsigned draining = drain_local(gw, m, SUPERVISOR_EXIT_IDLE);
     log_info("admin: stop on-demand model %s: %u local workers draining to idle", m->name, draining);
     return json_pack("{s:i, s:s, s:I}", "status", 200, "model", m->name, "draining", (json_int_t)draining);
 }
@@ -251,18 +259,7 @@ json_t *snapshot_admin(struct gateway *gw, gateway_admin_op_t op, const char *ta
         if (!m)
             return admin_error(404, "model_not_found", "The model '%s' does not exist", target);
         unsigned started = gw->sup ? supervisor_restart_model(gw->sup, m->name) : 0;
-        unsigned draining = 0;
-        for (size_t i = 0; i < gw->n_workers;) {
-            gateway_worker_t *w = &gw->workers[i];
-            size_t n_before = gw->n_workers;
-            if (strcmp(w->reg.model, m->name) == 0 && w->state == GATEWAY_WORKER_READY &&
-                gateway_worker_is_local(gw, w)) {
-                draining++;
-                gateway_worker_drain(gw, w, SUPERVISOR_EXIT_RESTART);
-            }
-            if (gw->n_workers == n_before)
-                i++;
-        }
+        unsigned draining = drain_local(gw, m, SUPERVISOR_EXIT_RESTART);
         if (started)
             m->t_no_replica_us = m->t_no_replica_us ? clock_now_us() : 0;
         gateway_model_failed(gw, m, &(supervisor_model_info_t){0});

@@ -16,23 +16,7 @@
 #include <string.h>
 
 #include "gateway/ui.h"
-
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
+#include "tests/support/support.h"
 
 static bool in_table(const char *name, size_t n)
 {
@@ -59,7 +43,7 @@ static void test_every_file(void **st)
         char path[256];
         snprintf(path, sizeof path, "gateway/ui/%s", name[0] ? name : "index.html");
         size_t disk_len;
-        char *disk = read_file(path, &disk_len);
+        unsigned char *disk = support_read_file(path, &disk_len);
         if (!disk)
             fail_msg("%s: not readable (run from the repository root)", path);
         assert_int_equal(len, disk_len);
