@@ -104,7 +104,7 @@ static const field_t routing_fields[] = {
     INT("index_entries", config_routing_t, index_entries, 1, 67108864),
 };
 /* models[].kv_type, indexed by config_kv_type_t */
-static const char *const kv_type_names[] = {"f16", "f32", "auto", NULL};
+static const char *const kv_type_names[] = {"f16", "f32", "auto", "q8_0", NULL};
 
 const char *config_kv_type_name(int t)
 {
