@@ -104,7 +104,7 @@ static const field_t routing_fields[] = {
     INT("index_entries", config_routing_t, index_entries, 1, 67108864),
 };
 /* models[].kv_type, indexed by config_kv_type_t */
-static const char *const kv_type_names[] = {"f16", "f32", "auto", NULL};
+static const char *const kv_type_names[] = {"f16", "f32", "auto", "q8_0", NULL};
 
 const char *config_kv_type_name(int t)
 {
@@ -141,6 +141,7 @@ static const field_t top_fields[] = {
     DBL("drain_timeout_s", config_t, drain_timeout_s, 0.0, 86400.0),
     OPTSTR("cors_origins", config_t, cors_origins, check_origins),
     BOOL("admin_open", config_t, admin_open),
+    BOOL("no_ui", config_t, no_ui),
     ENUM("reasoning_parser", config_t, reasoning_parser, reasoning_parser_names),
     MAP("queue", config_t, queue, queue_fields),
     MAP("limits", config_t, limits, limits_fields),

@@ -72,6 +72,8 @@
  *   admin_open                   bool     false                   without keys_file, serve the /admin/...
  *                                                                 operations routes to anyone (else 403);
  *                                                                 ignored with keys_file
+ *   no_ui                        bool     false                   true: do not serve the web console
+ *                                                                 (GET /ui/, gateway/ui.h)
  *   reasoning_parser             string   none                    none | qwen3: split <think>...</think>
  *                                                                 at the start of chat answers into
  *                                                                 reasoning_content (gateway/reasoning.h)
@@ -137,7 +139,7 @@
  *     max_seqs                   int      32                      1..4096 sequences batched at once
  *     max_batch_tokens           int      512                     1..65536 tokens per step
  *     threads                    int      2                       1..256 compute threads
- *     kv_type                    string   f16                     f16 or f32: KV cache element type
+ *     kv_type                    string   auto                    auto, f16, f32 or q8_0: KV cache element type
  *                                                                 (f16 halves the KV memory per token)
  *   (the model settings are the local workers' --kv-blocks (or --kv-budget-mb
  *   when kv_blocks is 0), --max-seqs, --max-batch-tokens, --threads,
@@ -187,10 +189,11 @@ typedef enum config_kv_type {
     CONFIG_KV_F16 = 0,
     CONFIG_KV_F32 = 1,
     CONFIG_KV_AUTO = 2, /* the worker picks: f16 for quantized K/V weights, else f32 */
+    CONFIG_KV_Q8_0 = 3, /* int8 quants + f16 scale per block of 32 */
     CONFIG_KV_N
 } config_kv_type_t;
 
-/* "f16" / "f32" for a config_kv_type_t ("f16" for anything else). */
+/* "f16" / "f32" / "auto" / "q8_0" for a config_kv_type_t ("auto" for anything else). */
 const char *config_kv_type_name(int t);
 
 typedef struct config_model {
@@ -259,6 +262,7 @@ typedef struct config {
     double drain_timeout_s;    /* SIGTERM: how long requests in flight may finish, s */
     char *cors_origins;        /* browser origins allowed (CORS), "A,B"; NULL = none */
     bool admin_open;           /* without keys_file, /admin/... answer anyone (else 403) */
+    bool no_ui;                /* the web console (GET /ui/) is not served */
     int reasoning_parser;      /* reasoning_parser_t: 0 none, 1 qwen3 */
     config_queue_t queue;
     config_limits_t limits;

@@ -228,9 +228,15 @@ static void block_unref(kv_pool_t *p, int32_t id)
 
 size_t kv_pool_block_bytes(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type)
 {
-    if (n_layer <= 0 || kv_dim <= 0 || block_size <= 0 || kv_type_size(type) == 0)
+    return kv_pool_block_bytes_q(n_layer, kv_dim, block_size, type, 0);
+}
+
+size_t kv_pool_block_bytes_q(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type, int32_t qblock)
+{
+    const size_t rb = kv_type_row_bytes(type, kv_dim, qblock);
+    if (n_layer <= 0 || kv_dim <= 0 || block_size <= 0 || rb == 0)
         return 0;
-    size_t kv = 2u * (size_t)n_layer * (size_t)block_size * (size_t)kv_dim * kv_type_size(type);
+    size_t kv = 2u * (size_t)n_layer * (size_t)block_size * rb;
     size_t meta = sizeof(kv_block_t) + (size_t)block_size * sizeof(int32_t) + 2 * sizeof(int32_t);
     return kv + meta;
 }
@@ -238,7 +244,13 @@ size_t kv_pool_block_bytes(int32_t n_layer, int32_t kv_dim, int32_t block_size, 
 int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type,
                                   size_t budget_bytes)
 {
-    size_t per = kv_pool_block_bytes(n_layer, kv_dim, block_size, type);
+    return kv_pool_blocks_for_budget_q(n_layer, kv_dim, block_size, type, 0, budget_bytes);
+}
+
+int32_t kv_pool_blocks_for_budget_q(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type,
+                                    int32_t qblock, size_t budget_bytes)
+{
+    size_t per = kv_pool_block_bytes_q(n_layer, kv_dim, block_size, type, qblock);
     if (per == 0)
         return 0;
     size_t n = budget_bytes / per;
@@ -248,7 +260,13 @@ int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block
 
 kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size, kv_type_t type)
 {
-    const size_t esz = kv_type_size(type);
+    return kv_pool_new_q(n_layer, kv_dim, n_blocks, block_size, type, 0);
+}
+
+kv_pool_t *kv_pool_new_q(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size, kv_type_t type,
+                         int32_t qblock)
+{
+    const size_t esz = kv_type_row_bytes(type, kv_dim, qblock); /* bytes per K vector */
     if (n_layer <= 0 || kv_dim <= 0 || n_blocks <= 0 || block_size <= 0 ||
         n_blocks > INT32_MAX / block_size || esz == 0) {
         log_error("kv_pool: invalid geometry n_layer=%d kv_dim=%d n_blocks=%d block_size=%d type=%d",
@@ -256,12 +274,12 @@ kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_
         return NULL;
     }
     size_t per_layer = (size_t)n_blocks * (size_t)block_size; /* fits: checked above */
-    if ((size_t)kv_dim > SIZE_MAX / esz / per_layer / (size_t)n_layer) {
+    if (esz > SIZE_MAX / per_layer / (size_t)n_layer) {
         log_error("kv_pool: %d layers x %d blocks x %d x %d elements overflow size_t",
                   n_layer, n_blocks, block_size, kv_dim);
         return NULL;
     }
-    size_t n_bytes = (size_t)n_layer * per_layer * (size_t)kv_dim * esz;
+    size_t n_bytes = (size_t)n_layer * per_layer * esz;
 
     kv_pool_t *p = xcalloc(1, sizeof *p);
     p->n_blocks = n_blocks;
@@ -271,6 +289,7 @@ kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_
     p->store.block_size = block_size;
     p->store.kv_dim = kv_dim;
     p->store.type = type;
+    p->store.qblock = type == KV_TYPE_Q8_0 ? qblock : 0;
     /* on huge pages where allowed (the attention's scattered block reads
      * miss the TLB less); the memsets map it all up front, as llama.cpp
      * clears its KV buffer at start, so no request pays page faults */

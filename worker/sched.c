@@ -305,7 +305,8 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     const model_config_t *mc = &m->cfg;
     if (c->max_seqs < 1 || c->max_seqs > 4096 || c->max_batch_tokens < 1 ||
         c->max_batch_tokens > 65536 || c->block_size < 1 || c->block_size > 4096 ||
-        c->n_threads < 1 || (kv_type_size(c->kv_type) == 0 && c->kv_type != KV_TYPE_AUTO)) {
+        c->n_threads < 1 ||
+        (kv_type_size(c->kv_type) == 0 && c->kv_type != KV_TYPE_AUTO && c->kv_type != KV_TYPE_Q8_0)) {
         errbuf_set(err, errlen, "invalid scheduler limits (max_seqs %d, max_batch_tokens %d, block_size %d, kv type %d)",
                    c->max_seqs, c->max_batch_tokens, c->block_size, (int)c->kv_type);
         return NULL;
@@ -332,19 +333,25 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     }
     s->cfg.kv_type = sched_kv_type_for(m, c->kv_type, int8_on);
     c = &s->cfg;
+    const int32_t qblock = c->kv_type == KV_TYPE_Q8_0 ? kv_store_qblock(mc->head_dim) : 0;
+    if (c->kv_type == KV_TYPE_Q8_0 && (qblock == 0 || mc->head_dim > 512)) {
+        errbuf_set(err, errlen, "--kv-type q8_0 needs a head_dim that is a multiple of 8 and at most 512 (this model: %d)",
+                   mc->head_dim);
+        goto err;
+    }
 
     int32_t n_blocks = c->kv_blocks;
     if (n_blocks <= 0) {
         int32_t want = (int32_t)(((int64_t)s->cfg.max_seqs * mc->ctx + c->block_size - 1) / c->block_size);
-        int32_t fit = kv_pool_blocks_for_budget(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type,
-                                                c->kv_budget_bytes ? c->kv_budget_bytes : ((size_t)1 << 30));
+        int32_t fit = kv_pool_blocks_for_budget_q(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type, qblock,
+                                                  c->kv_budget_bytes ? c->kv_budget_bytes : ((size_t)1 << 30));
         n_blocks = want < fit ? want : fit;
     }
     if (n_blocks < 1) {
         errbuf_set(err, errlen, "KV budget holds no block");
         goto err;
     }
-    s->pool = kv_pool_new(mc->n_layer, mc->kv_dim, n_blocks, c->block_size, c->kv_type);
+    s->pool = kv_pool_new_q(mc->n_layer, mc->kv_dim, n_blocks, c->block_size, c->kv_type, qblock);
     if (!s->pool) {
         errbuf_set(err, errlen, "cannot create a KV pool of %d blocks", n_blocks);
         goto err;
@@ -377,7 +384,8 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     s->logits = xmalloc((size_t)ms * (size_t)mc->vocab * sizeof(float));
     log_info("scheduler: %d seqs, %d batch tokens, %d KV blocks of %d positions (%s, %.1f MiB)",
              ms, mb, n_blocks, c->block_size, kv_type_name(c->kv_type),
-             (double)n_blocks * (double)kv_pool_block_bytes(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type) /
+             (double)n_blocks * (double)kv_pool_block_bytes_q(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type,
+                                                              qblock) /
                  1048576.0);
     return s;
 err:

@@ -106,7 +106,12 @@ static void test_types(void **state)
     assert_int_equal(t, KV_TYPE_F16);
     assert_int_equal(kv_type_parse("f32", &t), 0);
     assert_int_equal(t, KV_TYPE_F32);
-    static const char *const bad[] = { "", "F16", "f16 ", "fp16", "q8_0", "f", "f1" };
+    assert_int_equal(kv_type_parse("q8_0", &t), 0);
+    assert_int_equal(t, KV_TYPE_Q8_0);
+    assert_string_equal(kv_type_name(KV_TYPE_Q8_0), "q8_0");
+    assert_int_equal(kv_type_size(KV_TYPE_Q8_0), 0); /* no whole bytes per element */
+    assert_int_equal(kv_type_parse("f32", &t), 0);
+    static const char *const bad[] = { "", "F16", "f16 ", "fp16", "q8", "Q8_0", "q4_0", "f", "f1" };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         assert_int_equal(kv_type_parse(bad[i], &t), -1);
         assert_int_equal(t, KV_TYPE_F32);  /* unchanged */
