@@ -17,7 +17,11 @@
  * and the completion callback sends gateway_cancel() — whether the request
  * was queued, prefilling or decoding.
  *
- * Routing is a static table (method, exact path, handler) in http.c. A path
+ * Routing is a static table (method, exact path, handler) in http.c; a
+ * generation route names its API surface instead of a handler
+ * (gateway/api_surface.h: the API's request parser and response renderer,
+ * OpenAI's in gateway/oai_stream.c), and every refusal on that route comes in
+ * the surface's error shape. A path
  * not in the table answers 404, a known path with another method 405 (with an
  * Allow header); both, like every refusal, carry an OpenAI-shaped body:
  *   {"error": {"message": str, "type": str, "param": str|null, "code": str|null}}

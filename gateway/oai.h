@@ -35,7 +35,7 @@
 
 #define OAI_MAX_DEPTH 32               /* JSON nesting of the whole body */
 /* Every limit here is at most the matching proto/msg.h limit of a SUBMIT (checked
- * by _Static_assert in gateway.c): a request the gateway accepts must reach the
+ * by _Static_assert in submit.c): a request the gateway accepts must reach the
  * worker, or the worker drops the SUBMIT and the client waits for nothing. */
 #define OAI_MAX_MESSAGES 1024          /* chat messages per request (= PROTO_MAX_MESSAGES) */
 #define OAI_MAX_CONTENT_PARTS 256      /* content parts per message */
