@@ -20,7 +20,7 @@ MK=$BUILD/pagoda-mkmodel
 [[ -x $GW && -x $MK ]] || { fail "pagoda-gateway / pagoda-mkmodel not built in $BUILD"; finish; }
 check "mkmodel: tiny model with the Qwen2.5 template" "$MK" -o "$TMP/qwen.gguf" --dim 64 --layers 2 \
   --heads 4 --kv-heads 2 --ffn 128 --ctx 2048 --type F32 --seed 11 \
-  --chat-template "$ROOT/tests/worker/chat_templates/qwen2.5.jinja"
+  --chat-template "$ROOT/tests/common/text/chat_templates/qwen2.5.jinja"
 
 HP=$(free_port); ZP=$(free_port)
 URL=http://127.0.0.1:$HP
