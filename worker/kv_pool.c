@@ -699,7 +699,13 @@ int32_t kv_pool_commit_full_blocks(kv_pool_t *p, kv_seq_t *s)
         s->chain_block = id;
         s->chain_serial = b->serial;
         n_new++;
+        /* write-through: the tier gets every block when it is computed, so
+         * a crash (kill -9) loses nothing that was committed */
+        if (p->tier.store)
+            p->tier.store(p->tier.ud, &p->store, id, pub, b->parent_pub, t);
     }
+    if (p->tier.store && n_new)
+        tier_drain_dropped(p);
     s->n_committed = n_full > s->n_committed ? n_full : s->n_committed;
     return n_new;
 }

@@ -253,8 +253,12 @@ typedef struct kv_pool_tier {
 } kv_pool_tier_t;
 
 /* Puts `tier` (copied; NULL detaches) under the pool:
- *   - an evicted cached block is stored first; if the tier then holds it,
- *     no eviction event is logged (the replica still has the prefix);
+ *   - every block registered by kv_pool_commit_full_blocks is stored at
+ *     once (write-through: a process killed without warning has lost no
+ *     committed block);
+ *   - an evicted cached block is stored (a no-op when the tier has it); if
+ *     the tier then holds it, no eviction event is logged (the replica
+ *     still has the prefix);
  *   - kv_pool_match_prefix continues past the RAM chain: each next block
  *     of the prompt (same limit: never the whole prompt) is loaded from the
  *     tier into a newly taken block, registered in the prefix cache like a
