@@ -143,6 +143,7 @@ static const field_t top_fields[] = {
     DBL("drain_timeout_s", config_t, drain_timeout_s, 0.0, 86400.0),
     OPTSTR("cors_origins", config_t, cors_origins, check_origins),
     BOOL("admin_open", config_t, admin_open),
+    BOOL("no_ui", config_t, no_ui),
     ENUM("reasoning_parser", config_t, reasoning_parser, reasoning_parser_names),
     MAP("queue", config_t, queue, queue_fields),
     MAP("limits", config_t, limits, limits_fields),

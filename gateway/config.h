@@ -72,6 +72,8 @@
  *   admin_open                   bool     false                   without keys_file, serve the /admin/...
  *                                                                 operations routes to anyone (else 403);
  *                                                                 ignored with keys_file
+ *   no_ui                        bool     false                   true: do not serve the web console
+ *                                                                 (GET /ui/, gateway/ui.h)
  *   reasoning_parser             string   none                    none | qwen3: split <think>...</think>
  *                                                                 at the start of chat answers into
  *                                                                 reasoning_content (gateway/reasoning.h)
@@ -265,6 +267,7 @@ typedef struct config {
     double drain_timeout_s;    /* SIGTERM: how long requests in flight may finish, s */
     char *cors_origins;        /* browser origins allowed (CORS), "A,B"; NULL = none */
     bool admin_open;           /* without keys_file, /admin/... answer anyone (else 403) */
+    bool no_ui;                /* the web console (GET /ui/) is not served */
     int reasoning_parser;      /* reasoning_parser_t: 0 none, 1 qwen3 */
     config_queue_t queue;
     config_limits_t limits;

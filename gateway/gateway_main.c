@@ -105,6 +105,7 @@ static const struct flag_key {
     {"restart-window", "restart.crash_loop_window_s", false, false},
     {"cors-origin", "cors_origins", false, false},   /* repeatable: values are joined */
     {"admin-open", "admin_open", false, true},
+    {"no-ui", "no_ui", false, true},
     {"reasoning-parser", "reasoning_parser", false, false},
 };
 #define N_FLAG_KEYS (sizeof flag_keys / sizeof flag_keys[0])
@@ -148,6 +149,7 @@ static void usage(FILE *f)
             "                             with any other Origin header gets 403 [cors_origins]\n"
             "  --admin-open               without --keys, serve /admin/* to anyone who reaches the\n"
             "                             port (default: 403 without an admin key) [admin_open]\n"
+            "  --no-ui                    do not serve the web console at /ui/ [no_ui]\n"
             "  --reasoning-parser P       none (default) or qwen3: put <think>...</think> at the\n"
             "                             start of chat answers into reasoning_content\n"
             "                             [reasoning_parser]\n"
@@ -598,7 +600,7 @@ static http_config_t http_config(const config_t *cfg)
                            .idle_timeout_s = (unsigned)cfg->http_idle_timeout_s,
                            .header_timeout_ms = (int64_t)(cfg->header_timeout_s * 1000),
                            .cors_origins = cfg->cors_origins, .admin_open = cfg->admin_open,
-                           .reasoning_parser = cfg->reasoning_parser};
+                           .no_ui = cfg->no_ui, .reasoning_parser = cfg->reasoning_parser};
 }
 
 /* Starts every model's local workers (replicas each) and hands them to the

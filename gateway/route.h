@@ -40,8 +40,10 @@
  *     X(ENUM suffix, name in --routing / routing.mode, policy function)
  * and a policy is one function of route_pick's signature in route.c
  * (route_pick dispatches on the mode). A new policy = its function + its
- * row here; the config table, --routing and the docs' mode list read
- * route_mode_names. The first row is the default. */
+ * row here: routing.mode in the config table (and so --routing and
+ * --print-config) takes its names from route_mode_names; the --help text
+ * and docs/OPERATIONS.md describe each mode in words. The first row is the
+ * default. */
 #define ROUTE_MODES(X)                                      \
     X(CACHE_AWARE, "cache-aware", route_pick_cache_aware)   \
     X(LEAST_LOADED, "least-loaded", route_pick_least_loaded)
