@@ -1020,6 +1020,38 @@ static void on_message(struct gateway *gw, const proto_peer_t *from, proto_msg_t
     }
 }
 
+/* A malformed EVENT or ERROR from w whose request id was readable (proto
+ * keeps it): that request cannot go on as the worker meant it, so it fails
+ * now with 502 (a stream that had started ends with an error event and
+ * [DONE]) instead of waiting for its deadline. After an EVENT the worker may
+ * still be generating, so it gets a CANCEL and the record goes with its
+ * final EVENT (or the cancel grace); after an ERROR the worker has already
+ * dropped the request. */
+static void on_malformed(struct gateway *gw, gateway_worker_t *w, const proto_msg_t *m,
+                         const char *why)
+{
+    uint64_t id = m->type == PROTO_EVENT ? m->event.id : m->type == PROTO_ERROR ? m->error.id : 0;
+    gateway_request_t *r = id ? req_find(gw, id) : NULL;
+    if (!r || r->state != GATEWAY_REQ_RUNNING || r->worker_uid != w->uid)
+        return;
+    if (r->cancelled) {
+        /* the client is gone or the deadline answered: only the record is left */
+        if (m->type == PROTO_ERROR)
+            request_finish(gw, r);
+        return;
+    }
+    log_warn("request %" PRIu64 " failed: %s sent a malformed %s for it (%s)", r->id,
+             w->reg.replica, proto_type_name(m->type), why);
+    request_reply_error(gw, r, 502, "bad_worker_message",
+                        "The worker serving this request sent a malformed %s message (%s); the "
+                        "request was stopped. This is a server bug: please report it.",
+                        proto_type_name(m->type), why);
+    if (m->type == PROTO_EVENT)
+        send_cancel(gw, w, r);
+    else
+        request_finish(gw, r);
+}
+
 /* Reads what is queued on the ROUTER, at most a batch so commands and
  * heartbeats are not starved by a chatty worker. */
 static void drain_router(struct gateway *gw)
@@ -1039,6 +1071,8 @@ static void drain_router(struct gateway *gw)
             gateway_worker_t *w = worker_by_peer(gw, &from);
             log_warn("dropped malformed message from %s: %s (%s)",
                      w ? w->reg.replica : "unregistered peer", proto_status_name(rc), err);
+            if (w)
+                on_malformed(gw, w, &m, err);
             continue;
         }
         on_message(gw, &from, &m);

@@ -1309,6 +1309,31 @@ static int no_field(dec_t *d, void *obj, int idx)
     return -1;
 }
 
+/* The request id of a body the decoder refused: the value of the first "id"
+ * key of its top-level map when that is an unsigned integer ≥ 1, wherever
+ * the key sits and whatever fails after it; 0 otherwise. */
+static uint64_t salvage_id(const uint8_t *buf, size_t len)
+{
+    mpread_t r;
+    mpread_init(&r, buf, len);
+    uint32_t n;
+    if (mpread_map(&r, &n) < 0)
+        return 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *k;
+        uint32_t kn;
+        if (mpread_peek(&r) != MPREAD_STR || mpread_str(&r, &k, &kn) < 0)
+            return 0;
+        if (kn == 2 && memcmp(k, "id", 2) == 0) {
+            uint64_t v;
+            return mpread_peek(&r) == MPREAD_INT && mpread_uint(&r, &v) == 0 ? v : 0;
+        }
+        if (mpread_skip(&r, PROTO_MAX_DEPTH) < 0)
+            return 0;
+    }
+    return 0;
+}
+
 int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out,
                       char *err, size_t err_len)
 {
@@ -1370,13 +1395,22 @@ int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out
                 errbuf_set(err, err_len, "%s: %s", proto_type_name(type), d.r.err);
         }
         int status = d.r.status;
-        /* a SUBMIT whose id was read keeps its type and id, so the worker
-         * can answer ERROR(id) instead of leaving the request hanging */
-        uint64_t id = out->type == PROTO_SUBMIT ? out->submit.id : 0;
+        /* a SUBMIT, EVENT or ERROR with a readable request id keeps its type
+         * and id, so the receiver can end that request at once (the worker
+         * answers ERROR(id), the gateway fails it) instead of leaving it to
+         * its deadline */
+        proto_type_t t = out->type;
+        uint64_t id = t == PROTO_SUBMIT || t == PROTO_EVENT || t == PROTO_ERROR
+                          ? salvage_id(buf, len) : 0;
         proto_msg_clear(out);
         if (id) {
-            out->type = PROTO_SUBMIT;
-            out->submit.id = id;
+            out->type = t;
+            if (t == PROTO_SUBMIT)
+                out->submit.id = id;
+            else if (t == PROTO_EVENT)
+                out->event.id = id;
+            else
+                out->error.id = id;
         }
         return status;
     }

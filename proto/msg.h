@@ -648,9 +648,12 @@ int proto_encode(const proto_msg_t *m, uint8_t **body, size_t *body_len);
 
 /* Decodes a body of the given type. Returns PROTO_OK with *out filled
  * (free with proto_msg_clear) or a negative proto_status with *out cleared —
- * except that a malformed SUBMIT whose id was readable keeps type PROTO_SUBMIT
- * and submit.id (nothing else; still nothing to free), so the receiver can
- * answer ERROR(id); when err is not NULL a message naming the offending field is written to
+ * except that a malformed SUBMIT, EVENT or ERROR whose request id was readable
+ * (an unsigned integer ≥ 1 under the map's first "id" key, wherever it sits)
+ * keeps its type and that id in submit.id / event.id / error.id (nothing else;
+ * still nothing to free), so the receiver can end that request at once: the
+ * worker answers ERROR(id), the gateway fails the request with 502. When err
+ * is not NULL a message naming the offending field is written to
  * err[0..err_len). Never reads outside buf[0..len). */
 int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out,
                       char *err, size_t err_len);

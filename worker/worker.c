@@ -3,6 +3,7 @@
  * (proto/msg.h) and the scheduler (sched.h). See worker.h for the loop. */
 #include "worker/worker.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +90,9 @@ static proto_err_t err_from_sched(sched_rc_t rc)
 /* ERROR for one request: the typed cause and the code that goes with it. */
 static void reply_error(struct worker *w, uint64_t id, proto_err_t err, const char *msg)
 {
+    /* a typed cause, never an HTTP status (the gateway drops an ERROR whose
+     * err it cannot read) */
+    assert(err > PROTO_ERR_NONE && err <= PROTO_ERR_LAST);
     proto_msg_t e;
     proto_msg_init(&e, PROTO_ERROR);
     e.error.id = id;
@@ -189,13 +193,13 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
             errbuf_set(err, errlen, "tool_choice '%s' cannot be combined with a grammar or response_format",
                        sm->tool_choice);
             worker_req_clear(out);
-            return PROTO_CODE_BAD_REQUEST;
+            return PROTO_ERR_BAD_REQUEST;
         }
         out->tool_grammar = tool_grammar_build(sm->tools, sm->tool_choice, !sm->no_par_tools,
                                                chat_template_tool_format(e->tmpl), err, errlen);
         if (!out->tool_grammar) {
             worker_req_clear(out);
-            return PROTO_CODE_BAD_REQUEST;
+            return PROTO_ERR_BAD_REQUEST;
         }
         grammar = out->tool_grammar;
     }
