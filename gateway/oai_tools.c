@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grammar/gbnf.h"
+#include "common/grammar/json_schema.h"
 #include "common/utf8.h"
 #include "common/xalloc.h"
 #include "gateway/tool_stream.h"
@@ -52,6 +54,24 @@ static bool present(const json_t *v) { return v && !json_is_null(v); }
 
 /* ---- request ---------------------------------------------------------- */
 
+/* A strict tool's parameters compile to a usable grammar, or a 400 naming
+ * the refused keyword's JSON pointer. */
+static int strict_schema_check(const json_t *params, const char *p, oai_error_t *e)
+{
+    char msg[300], path[200], param[96];
+    snprintf(param, sizeof param, "%s.function.parameters", p);
+    char *text = json_schema_to_gbnf(params, NULL, msg, sizeof msg, path, sizeof path);
+    if (!text)
+        return bad(e, param, "Unsupported schema in strict tool '%s'%s%s: %s", p, path[0] ? " at " : "", path, msg);
+    grammar_t *g = NULL;
+    int rc = gbnf_parse((const uint8_t *)text, strlen(text), &g, msg, sizeof msg, NULL, NULL);
+    gbnf_free(&g);
+    free(text);
+    if (rc != 0)
+        return bad(e, param, "The schema of strict tool '%s' is not usable: %s", p, msg);
+    return 0;
+}
+
 /* One entry of `tools`: {"type":"function","function":{"name","description"?,
  * "parameters"?,"strict"?}}. Stores the name. */
 static int parse_tool(json_t *t, size_t i, oai_request_t *r, oai_error_t *e)
@@ -83,6 +103,10 @@ static int parse_tool(json_t *t, size_t i, oai_request_t *r, oai_error_t *e)
     json_t *strict = json_object_get(f, "strict");
     if (present(strict) && !json_is_boolean(strict))
         return bad(e, p, "'%s.function.strict' must be a boolean.", p);
+    /* strict: the schema must compile whole (non-strict schemas are
+     * compiled relaxed by the worker when a call is forced, tool_grammar.h) */
+    if (json_is_true(strict) && present(params) && strict_schema_check(params, p, e) != 0)
+        return -1;
     r->tool_names[r->n_tools++] = xstrdup(json_string_value(name));
     return 0;
 }
