@@ -812,7 +812,22 @@ static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_loa
 #define DELTA(field) (had && nl->field >= ol->field ? nl->field - ol->field : nl->field)
     uint64_t dq = DELTA(prefix_cache_queries), dh = DELTA(prefix_cache_hits);
     uint64_t dp = DELTA(preemptions);
+    uint64_t ddh = DELTA(prefix_cache_disk_hits), dev = DELTA(kv_evictions), dwb = DELTA(kv_disk_bytes_written),
+             drb = DELTA(kv_disk_bytes_read), dde = DELTA(kv_disk_evictions), drj = DELTA(kv_disk_rejected);
 #undef DELTA
+    /* the KV tiers (worker/kv_disk.h) */
+    if (ddh)
+        metrics_counter_add(gw->m.external_prefix_cache_hits, lab, (double)ddh);
+    if (dev)
+        metrics_counter_add(gw->m.kv_evictions, lab, (double)dev);
+    if (dwb)
+        metrics_counter_add(gw->m.kv_disk_written, lab, (double)dwb);
+    if (drb)
+        metrics_counter_add(gw->m.kv_disk_read, lab, (double)drb);
+    if (dde)
+        metrics_counter_add(gw->m.kv_disk_evictions, lab, (double)dde);
+    if (drj)
+        metrics_counter_add(gw->m.kv_disk_rejected, lab, (double)drj);
     /* tokens, like vLLM's counters: workers report prompt tokens looked up
      * and tokens found cached */
     const char *rlab[] = {w->reg.model, w->reg.replica};
@@ -829,6 +844,10 @@ static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_loa
                           (double)nl->prefix_cache_hits / (double)nl->prefix_cache_queries);
     if (dp)
         metrics_counter_add(gw->m.num_preemptions, lab, (double)dp);
+    if (nl->kv_disk_state) {
+        metrics_gauge_set(gw->m.kv_disk_enabled, rlab, nl->kv_disk_state == 1 ? 1.0 : 0.0);
+        metrics_gauge_set(gw->m.kv_disk_bytes, rlab, (double)nl->kv_disk_bytes_used);
+    }
     w->has_counted = true;
     w->counted = *nl;
 }

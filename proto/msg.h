@@ -425,6 +425,16 @@ typedef struct proto_load {
     uint64_t tokens_generated;      /* gen_tok, cumulative */
     uint64_t prompt_tokens;         /* prompt_tok, cumulative */
     uint32_t free_slots;            /* free: credit */
+    /* optional (absent = 0): the KV tiers (worker/kv_disk.h) */
+    uint64_t prefix_cache_disk_hits; /* pc_disk, cumulative, prompt tokens loaded from the
+                                      * disk tier (not in pc_hit, which counts RAM hits) */
+    uint64_t kv_evictions;          /* kv_evict, cumulative, blocks evicted from RAM */
+    uint32_t kv_disk_state;         /* kvd_state: 0 no disk tier, 1 on, 2 off after an error */
+    uint64_t kv_disk_bytes_written; /* kvd_wb, cumulative */
+    uint64_t kv_disk_bytes_read;    /* kvd_rb, cumulative */
+    uint64_t kv_disk_evictions;     /* kvd_evict, cumulative, files removed by the size cap */
+    uint64_t kv_disk_rejected;      /* kvd_rej, cumulative, torn/corrupt files not served */
+    uint64_t kv_disk_bytes_used;    /* kvd_used, bytes of block files now */
 } proto_load_t;
 
 /* Worker step progress, carried by the worker's HEARTBEAT. */
