@@ -123,6 +123,8 @@ static const field_t model_fields[] = {
     INT("max_batch_tokens", config_model_t, max_batch_tokens, 1, 65536),
     INT("threads", config_model_t, threads, 1, 256),
     ENUM("kv_type", config_model_t, kv_type, kv_type_names),
+    OPTSTR("kv_cache_dir", config_model_t, kv_cache_dir, check_path),
+    INT("kv_cache_mb", config_model_t, kv_cache_mb, 1, 1073741824),
 };
 /* reasoning_parser, indexed by reasoning_parser_t (gateway/reasoning.h) */
 static const char *const reasoning_parser_names[] = {"none", "qwen3", NULL};
@@ -168,6 +170,7 @@ static void model_defaults(config_model_t *m)
         .max_batch_tokens = 512,
         .threads = 2,
         .kv_type = CONFIG_KV_AUTO,
+        .kv_cache_mb = 4096,
     };
 }
 
@@ -574,6 +577,7 @@ void config_free(config_t **cp)
     for (size_t i = 0; i < c->n_models; i++) {
         free(c->models[i].name);
         free(c->models[i].path);
+        free(c->models[i].kv_cache_dir);
     }
     free(c->models);
     free(c);

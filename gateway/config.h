@@ -140,6 +140,9 @@
  *     max_batch_tokens           int      512                     1..65536 tokens per step
  *     threads                    int      2                       1..256 compute threads
  *     kv_type                    string   auto                    auto, f16, f32 or q8_0: KV cache element type
+ *     kv_cache_dir               string   (none)                  the workers' disk tier under the prefix
+ *                                                                 cache (worker --kv-cache-dir)
+ *     kv_cache_mb                int      4096                    1..2^30 MiB, its size cap
  *                                                                 (f16 halves the KV memory per token)
  *   (the model settings are the local workers' --kv-blocks (or --kv-budget-mb
  *   when kv_blocks is 0), --max-seqs, --max-batch-tokens, --threads,
@@ -208,6 +211,8 @@ typedef struct config_model {
     int max_batch_tokens;      /* worker --max-batch-tokens */
     int threads;               /* worker --threads */
     int kv_type;               /* worker --kv-type, a config_kv_type_t */
+    char *kv_cache_dir;        /* worker --kv-cache-dir, NULL = no disk tier */
+    int kv_cache_mb;           /* worker --kv-cache-mb */
     int line;                  /* 1-based line of its entry in the file, 0 = from a flag */
 } config_model_t;
 

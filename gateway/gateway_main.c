@@ -95,6 +95,7 @@ static const struct flag_key {
     {"kv-budget-mb", "kv_budget_mb", true, false},
     {"threads", "threads", true, false},
     {"kv-type", "kv_type", true, false},
+    {"kv-cache-mb", "kv_cache_mb", true, false},
     {"replicas", "replicas", true, false},
     {"idle-timeout", "idle_timeout_s", true, false},
     {"drain-timeout", "drain_timeout_s", false, false},
@@ -172,7 +173,9 @@ static void usage(FILE *f)
             "  --model NAME=FILE.gguf     serve this model with one local worker (repeatable);\n"
             "                             a model of the file keeps its settings, gets this path\n"
             "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --kv-budget-mb N, --threads N,\n"
-            "  --kv-type auto|f16|f32     set for every model's local workers [models[].*]\n"
+            "  --kv-type auto|f16|f32|q8_0 set for every model's local workers [models[].*]\n"
+            "  --kv-cache-mb N            size cap of the workers' disk tier [models[].kv_cache_mb];\n"
+            "                             the folder is models[].kv_cache_dir in the file\n"
             "  --replicas N               local workers per model (default 1) [models[].replicas]\n"
             "  --on-demand NAME           start NAME's local workers at its first request and\n"
             "                             stop them after --idle-timeout S (default %d) idle\n"
@@ -348,7 +351,7 @@ static void drain(struct gateway *gw, http_server_t *http, double drain_s)
 }
 
 /* Flags of one model's local workers (strings in *owned, freed by the caller). */
-static size_t model_worker_args(const config_model_t *m, const char **args, char owned[5][32])
+static size_t model_worker_args(const config_model_t *m, const char **args, char owned[6][32])
 {
     size_t n = 0;
     snprintf(owned[0], 32, "%d", m->max_seqs);
@@ -365,6 +368,13 @@ static size_t model_worker_args(const config_model_t *m, const char **args, char
     args[n++] = owned[3];
     args[n++] = "--kv-type";
     args[n++] = config_kv_type_name(m->kv_type);
+    if (m->kv_cache_dir) {
+        snprintf(owned[4], 32, "%d", m->kv_cache_mb);
+        args[n++] = "--kv-cache-dir";
+        args[n++] = m->kv_cache_dir;
+        args[n++] = "--kv-cache-mb";
+        args[n++] = owned[4];
+    }
     return n;
 }
 
@@ -610,8 +620,8 @@ static supervisor_t *local_workers_start(const config_t *cfg, struct gateway *gw
         return NULL;
     for (size_t i = 0; i < cfg->n_models; i++) {
         const config_model_t *m = &cfg->models[i];
-        const char *args[10];
-        char owned[5][32];
+        const char *args[16];
+        char owned[6][32];
         size_t n = model_worker_args(m, args, owned);
         for (int r = 0; r < m->replicas; r++)
             supervisor_add_args(sup, m->name, m->path, m->on_demand, args, n);

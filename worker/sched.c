@@ -446,6 +446,8 @@ void sched_stats(const sched_t *s, sched_stats_t *out)
     out->kv_blocks_cached = ps.n_cached;
     out->prefix_query_tokens = ps.n_prefix_query_tokens;
     out->prefix_hit_tokens = ps.n_prefix_hit_tokens;
+    out->prefix_disk_hit_tokens = ps.n_tier_hit_tokens;
+    out->kv_evictions = ps.n_evictions;
 }
 
 kv_type_t sched_kv_type(const sched_t *s)

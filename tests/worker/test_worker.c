@@ -6,7 +6,9 @@
  * reads the EVENTs/ERRORs back. Checked:
  *   - SUBMIT → scheduler translation (worker_req_from_submit), field by
  *     field: prompt tokens (text, chat, ids), limits, stop strings, sampling
- *     parameters, logit bias, logprobs, deadline; invalid sampling → 400;
+ *     parameters, logit bias, logprobs, deadline; invalid sampling, a forced
+ *     tool call with a grammar and an uncompilable strict tool → BAD_REQUEST
+ *     (the typed cause, not the HTTP status);
  *   - a greedy completion streamed as EVENTs has exactly the tokens and text
  *     of the same request run on a scheduler of its own (the reference: the
  *     worker adds nothing between SUBMIT and sched, nor between sched and EVENT);
@@ -407,6 +409,32 @@ static void test_req_from_submit(void **state)
     assert_null(r.prompt);
     assert_null(r.bias);
 
+    /* a forced tool call cannot also follow a grammar, and a strict tool
+     * whose schema does not compile cannot be forced: both are the typed
+     * cause BAD_REQUEST (1), never the HTTP status 400 — an ERROR carrying
+     * err 400 is malformed and was dropped by the gateway (#22's hang) */
+    submit_init(&m, 14, NULL, 80);
+    msg.role = (char *)"user";
+    sm->kind = PROTO_KIND_CHAT;
+    sm->prompt = NULL;
+    sm->messages = &msg;
+    sm->n_messages = 1;
+    sm->tools = (char *)"[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+                        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}]";
+    sm->tool_choice = (char *)"required";
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_NONE);
+    assert_non_null(r.tool_grammar);
+    worker_req_clear(&r);
+    sm->grammar = (char *)"root ::= \"x\"";
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_BAD_REQUEST);
+    assert_non_null(strstr(err, "cannot be combined"));
+    assert_null(r.tool_grammar);
+    sm->grammar = NULL;
+    sm->tools = (char *)"[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
+                        "\"parameters\":{\"not\":{}}}}]";
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_BAD_REQUEST);
+    assert_null(r.tool_grammar);
+
     free(want);
     engine_free(&e);
 }
@@ -519,6 +547,22 @@ static void test_errors_cancel_timeout(void **state)
     RUN_UNTIL(f, f->seen[4].err_code, "ERROR for request 4");
     assert_int_equal(f->seen[4].err_code, PROTO_CODE_BAD_REQUEST);
     assert_int_equal(f->seen[4].err, PROTO_ERR_BAD_REQUEST);
+
+    /* 6: a forced tool call with a grammar → ERROR with the typed cause
+     * (drain_router asserts every message decodes: err 400 would not) */
+    submit_init(&m, 6, NULL, 80);
+    proto_chat_msg_t cm = {.role = (char *)"user", .content = (char *)"hi"};
+    m.submit.kind = PROTO_KIND_CHAT;
+    m.submit.prompt = NULL;
+    m.submit.messages = &cm;
+    m.submit.n_messages = 1;
+    m.submit.tools = (char *)"[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+    m.submit.tool_choice = (char *)"function:f";
+    m.submit.grammar = (char *)"root ::= \"x\"";
+    send_msg(f, &m);
+    RUN_UNTIL(f, f->seen[6].err_code, "ERROR for request 6");
+    assert_int_equal(f->seen[6].err, PROTO_ERR_BAD_REQUEST);
+    assert_int_equal(f->seen[6].err_code, PROTO_CODE_BAD_REQUEST);
 
     /* the worker keeps serving: 5 runs to its end */
     submit_init(&m, 5, PROMPT, 6);
