@@ -642,6 +642,8 @@ typedef struct rx {
     sc_t *c;
     int depth;
     long long cap;      /* ≥ 0: repetition counts above it are cut to it (maxLength) */
+    long long floor;    /* > 0: repetition counts below it are raised to it (minLength) */
+    bool floor_all;     /* raise optional repetitions too (else only those of min ≥ 1) */
     bool bmp;           /* only characters of one UTF-16 unit (lengths are checked) */
     rxlen_t atom;       /* length of the atom rx_atom just read */
 } rx_t;
@@ -1002,12 +1004,9 @@ static rxlen_t rx_seq(rx_t *x, sbuf_t *b)
         long long qm = 1, qM = 1; /* repetition counts (qM = RX_INF: unbounded) */
         if (x->p < x->n) {
             ch = x->s[x->p];
+            bool quantified = true;
             if (ch == '*' || ch == '+' || ch == '?') {
                 qm = ch == '+', qM = ch == '?' ? 1 : RX_INF;
-                if (qM == RX_INF && x->cap >= 0)
-                    sb_printf(b, "{%lld,%lld}", qm, x->cap > qm ? x->cap : qm);
-                else
-                    sb_putn(b, &ch, 1);
                 x->p++;
             } else if (ch == '{') {
                 size_t q = x->p + 1;
@@ -1034,16 +1033,27 @@ static rxlen_t rx_seq(rx_t *x, sbuf_t *b)
                     return len;
                 }
                 qm = m, qM = M == -1 ? RX_INF : M;
+                x->p = q + 1;
+            } else {
+                quantified = false;
+            }
+            if (quantified) {
+                /* length limits: counts cut at cap, raised to floor (a subset) */
                 if (x->cap >= 0 && qM > x->cap)
                     qM = x->cap > qm ? x->cap : qm;
-                if (qM == RX_INF)
-                    sb_printf(b, "{%ld,}", m);
+                if (x->floor > qm && (qm >= 1 || x->floor_all))
+                    qm = x->floor < qM ? x->floor : qM;
+                if (qm == 0 && qM == RX_INF)
+                    sb_puts(b, "*");
+                else if (qm == 1 && qM == RX_INF)
+                    sb_puts(b, "+");
+                else if (qm == 0 && qM == 1)
+                    sb_puts(b, "?");
+                else if (qM == RX_INF)
+                    sb_printf(b, "{%lld,}", qm);
                 else
-                    sb_printf(b, "{%ld,%lld}", m, qM);
-                x->p = q + 1;
+                    sb_printf(b, "{%lld,%lld}", qm, qM);
             }
-            if (qM == RX_INF && x->cap >= 0)
-                qM = x->cap > qm ? x->cap : qm;
             if (x->p < x->n && x->s[x->p] == '?')
                 x->p++; /* lazy: same language */
             if (x->p < x->n && strchr("*+?{", x->s[x->p])) {
@@ -1195,11 +1205,13 @@ static int get_count(sc_t *c, const json_t *s, const char *key, long long *out)
 
 /* Compiles `pattern` into body (the GBNF of the quoted JSON string). */
 /* Compiles `pattern` into body (the GBNF of the quoted JSON string), with
- * repetitions cut at cap (≥ 0) and BMP-only classes (bmp). Returns the
- * length range of what it generates. */
-static rxlen_t pattern_body(sc_t *c, const json_t *pat, sbuf_t *body, long long cap, bool bmp)
+ * repetition counts cut at cap (≥ 0) and raised to floor (> 0), and
+ * BMP-only classes (bmp). Returns the length range of what it generates. */
+static rxlen_t pattern_body(sc_t *c, const json_t *pat, sbuf_t *body, long long cap, long long floor, bool bmp)
 {
-    rx_t x = {.s = json_string_value(pat), .n = json_string_length(pat), .c = c, .cap = cap, .bmp = bmp};
+    /* floor < 0: -floor applies to optional repetitions too */
+    rx_t x = {.s = json_string_value(pat), .n = json_string_length(pat), .c = c, .cap = cap,
+              .floor = floor < 0 ? -floor : floor, .floor_all = floor < 0, .bmp = bmp};
     sb_puts(body, "\"\\\"\" (");
     rxlen_t len = rx_alt(&x, body);
     if (!c->failed && x.p < x.n)
@@ -1208,46 +1220,67 @@ static rxlen_t pattern_body(sc_t *c, const json_t *pat, sbuf_t *body, long long 
     return len;
 }
 
-/* The length range of pattern with repetitions cut at cap, or {-1, -1}
- * when the pattern does not compile. */
-static rxlen_t pattern_len(const json_t *pat, long long cap)
+/* The length range of pattern's generated matches, or {-1, -1} when the
+ * pattern does not compile. */
+static rxlen_t pattern_len(const json_t *pat, long long cap, long long floor)
 {
     sc_t t = {.pfx = ""};
     sbuf_t body = {0};
-    rxlen_t len = pattern_body(&t, pat, &body, cap, true);
+    rxlen_t len = pattern_body(&t, pat, &body, cap, floor, true);
     free(body.s);
     free(t.out.s);
     return t.failed ? (rxlen_t){-1, -1} : len;
 }
 
 /* A pattern with minLength/maxLength: the pattern's own matches, with its
- * repetitions cut to the largest count that keeps every match within
- * maxLength (a subset of the pattern); its shortest match must reach
- * minLength. Sets *cap (-1: no cut needed); 0 ok, -1 refused. */
-static int pattern_cap(sc_t *c, const json_t *pat, long long mn, long long mx, long long *cap)
+ * repetition counts raised to the smallest floor that makes every match
+ * reach minLength and cut to the largest cap that keeps every match within
+ * maxLength (a subset of the pattern). Sets *cap (-1: no cut) and *floor
+ * (0: none); 0 ok, -1 refused (no such floor and cap). */
+static int pattern_limits(sc_t *c, const json_t *pat, long long mn, long long mx, long long *cap, long long *floor)
 {
-    *cap = -1;
-    rxlen_t len = pattern_len(pat, -1);
+    *cap = -1, *floor = 0;
+    rxlen_t len = pattern_len(pat, -1, 0);
     if (len.lo < 0)
         return 0; /* pattern_body on c reports the failure */
+    if (len.lo < mn) {
+        /* raise the repetitions that must occur; if that is not enough, the
+         * optional ones too (floor < 0, see pattern_body) */
+        long long sign = pattern_len(pat, -1, mn).lo >= mn ? 1 : -1;
+        if (sign < 0 && pattern_len(pat, -1, -mn).lo < mn) {
+            sc_fail(c, "minLength", "'pattern' has no match as long as minLength");
+            return -1;
+        }
+        long long lo = 1, hi = mn; /* smallest floor with every match ≥ mn */
+        while (lo < hi) {
+            long long mid = (lo + hi) / 2;
+            if (pattern_len(pat, -1, sign * mid).lo >= mn)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        *floor = sign * lo;
+        len = pattern_len(pat, -1, *floor);
+    }
     if (mx >= 0 && len.hi > mx) {
-        long long lo = 0, hi = mx; /* largest cap with pattern_len(cap).hi <= mx */
-        if (pattern_len(pat, 0).hi > mx) {
+        long long lo = 0, hi = mx; /* largest cap with every match ≤ mx */
+        if (pattern_len(pat, 0, *floor).hi > mx) {
             sc_fail(c, "maxLength", "'pattern' has no match within maxLength");
             return -1;
         }
         while (lo < hi) {
             long long mid = (lo + hi + 1) / 2;
-            if (pattern_len(pat, mid).hi <= mx)
+            if (pattern_len(pat, mid, *floor).hi <= mx)
                 lo = mid;
             else
                 hi = mid - 1;
         }
         *cap = lo;
-        len = pattern_len(pat, lo);
+        len = pattern_len(pat, lo, *floor);
     }
-    if (len.lo < mn) {
-        sc_fail(c, "minLength", "minLength above the shortest match of 'pattern' is not supported");
+    if (len.lo < mn || (mx >= 0 && len.hi > mx)) {
+        sc_fail(c, mx >= 0 ? "maxLength" : "minLength",
+                "'pattern' has no matches between minLength and maxLength that this compiler can generate");
         return -1;
     }
     return 0;
@@ -1260,7 +1293,7 @@ static void format_pattern_check(sc_t *c, const json_t *pat, int f)
 {
     sc_t t = {.pfx = ""};
     sbuf_t body = {0};
-    pattern_body(&t, pat, &body, -1, false);
+    pattern_body(&t, pat, &body, -1, 0, false);
     free(t.out.s);
     if (t.failed) {
         free(body.s);
@@ -1328,12 +1361,12 @@ static int string_rule(sc_t *c, const json_t *s)
         sb_printf(&body, "%sfmt-%s", c->pfx, FORMATS[f].name);
         sb_puts(&body, " \"\\\"\"");
     } else if (pat) {
-        long long cap = -1;
-        if ((a || b) && pattern_cap(c, pat, mn, b ? mx : -1, &cap) != 0) {
+        long long cap = -1, floor = 0;
+        if ((a || b) && pattern_limits(c, pat, mn, b ? mx : -1, &cap, &floor) != 0) {
             free(body.s);
             return -1;
         }
-        pattern_body(c, pat, &body, cap, a || b);
+        pattern_body(c, pat, &body, cap, floor, a || b);
     } else if (!a && !b) {
         shared(c, &body, "string");
     } else {

@@ -22,7 +22,9 @@
  *   string        minLength, maxLength (≤ JSON_SCHEMA_MAX_COUNT, in code points),
  *                 pattern (an ECMA-262 subset: literals, escapes \d \w \s \D \W \S,
  *                 classes, ., groups, |, quantifiers; ^ and $ only at the ends
- *                 of top-level alternatives; no lookaround or backreferences),
+ *                 of top-level alternatives; no lookaround or backreferences;
+ *                 with minLength/maxLength its repetition counts are raised /
+ *                 cut so every generated match fits),
  *                 format date, time, date-time, duration, email, hostname, ipv4,
  *                 ipv6, uuid, uri (a fixed subset of each, valid for ajv-formats;
  *                 a pattern next to it must accept the format's example; other

@@ -170,6 +170,10 @@ static const struct {
     {"{'type':'string','maxLength':5,'pattern':'^[a-z]+$'}", {"+'abcde'", "+'a'", "-'abcdef'", "-''", "-'A'"}},
     {"{'type':'string','minLength':2,'maxLength':8,'pattern':'^[a-z]+@[a-z]+$'}", {"+'a@b'", "+'abc@def'", "-'abcd@defg'"}},
     {"{'type':'string','maxLength':3,'pattern':'^a.$'}", {"+'ab'", "-'a\xf0\x9f\x98\x80'"}},
+    /* minLength: repetitions raised (those that must occur first) */
+    {"{'type':'string','minLength':3,'maxLength':5,'pattern':'^[a-z]+$'}", {"+'abc'", "+'abcde'", "-'ab'", "-'abcdef'"}},
+    {"{'type':'string','minLength':2,'maxLength':12,'pattern':'^[a-z]+(-[a-z]+)*$'}", {"+'ab'", "+'ab-cd'", "-'a'", "-'abcdefghijklm'"}},
+    {"{'type':'string','minLength':4,'maxLength':4,'pattern':'^[0-9]*$'}", {"+'1234'", "-'123'", "-'12345'"}},
     /* pattern anchors on each top-level alternative */
     {"{'type':'string','pattern':'^ab$|^cd$'}", {"+'ab'", "+'cd'", "-'abcd'"}},
 };
@@ -225,7 +229,7 @@ static const struct {
     {"{'type':'string','pattern':'(?=a)'}", "/pattern", "lookaround"},
     {"{'type':'string','pattern':'a^b'}", "/pattern", "anchor"},
     {"{'type':'string','pattern':'^abcd$','maxLength':3}", "/maxLength", "no match within"},
-    {"{'type':'string','pattern':'^[a-z]+$','minLength':3}", "/minLength", "shortest match"},
+    {"{'type':'string','pattern':'^ab?$','minLength':5}", "/minLength", "no match as long as minLength"},
     {"{'$ref':'http://example.com/s'}", "/$ref", "does not resolve"},
     {"{'type':'object','properties':{'a':{}},'required':['b'],'additionalProperties':false}", "/required", "'b' is not in"},
     {"{'type':'object','propertyNames':{'type':'integer'}}", "/propertyNames", "string schema"},

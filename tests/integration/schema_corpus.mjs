@@ -63,6 +63,7 @@ const TYPES = {
   regex: z.string().regex(/^[A-Z]{2}-\d{3}$/),
   regex_max: z.string().max(8).regex(/^[a-z]+$/),
   regex_min_max: z.string().min(1).max(12).regex(/^[a-z]+(-[a-z]+)*$/),
+  regex_min: z.string().min(3).regex(/^[A-Za-z0-9_]*$/),
   starts_ends: z.string().startsWith("a").endsWith("z"),
   enum: z.enum(["red", "green", "blue"]),
   literal: z.literal("fixed"),
