@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hex.h"
+#include "common/utf8.h"
 #include "common/vec.h"
 #include "common/xalloc.h"
 
@@ -39,7 +41,7 @@ static void buf_byte(buf_t *b, char c)
     buf_put(b, &c, 1);
 }
 
-static bool is_ws(char c)
+bool tool_stream_is_ws(char c)
 {
     return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
@@ -58,34 +60,9 @@ typedef struct strdec {
 static void put_utf8(buf_t *out, uint32_t cp)
 {
     char b[4];
-    size_t n;
-    if (cp < 0x80) {
-        b[0] = (char)cp;
-        n = 1;
-    } else if (cp < 0x800) {
-        b[0] = (char)(0xC0 | (cp >> 6));
-        b[1] = (char)(0x80 | (cp & 0x3F));
-        n = 2;
-    } else if (cp < 0x10000) {
-        b[0] = (char)(0xE0 | (cp >> 12));
-        b[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        b[2] = (char)(0x80 | (cp & 0x3F));
-        n = 3;
-    } else {
-        b[0] = (char)(0xF0 | (cp >> 18));
-        b[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        b[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        b[3] = (char)(0x80 | (cp & 0x3F));
-        n = 4;
-    }
+    size_t n = utf8_put(cp, b);
     if (out)
         buf_put(out, b, n);
-}
-
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
 /* One byte after the opening quote. Returns true when c is the closing
@@ -128,7 +105,7 @@ static bool strdec_byte(strdec_t *d, char c, buf_t *out)
         return false;
     }
     default: { /* SD_HEX */
-        int h = hexval(c);
+        int h = hex_value((unsigned char)c);
         if (h < 0) {
             d->st = SD_TEXT;
             d->hi = 0;
@@ -196,7 +173,7 @@ static int valscan_byte(valscan_t *v, char c)
         }
         return VS_MORE;
     default: /* 'L' */
-        return is_ws(c) || c == ',' || c == '}' || c == ']' ? VS_BEFORE : VS_MORE;
+        return tool_stream_is_ws(c) || c == ',' || c == '}' || c == ']' ? VS_BEFORE : VS_MORE;
     }
 }
 
@@ -256,7 +233,7 @@ static bool key_is(const objscan_t *o, const char *lit)
  * unless it is white space outside the value's strings. */
 static void args_byte(objscan_t *o, char c)
 {
-    if (!is_ws(c) || (o->vs.kind == 'C' && o->vs.in_str))
+    if (!tool_stream_is_ws(c) || (o->vs.kind == 'C' && o->vs.in_str))
         buf_byte(&o->args, c);
 }
 
@@ -266,12 +243,12 @@ static bool objscan_step(objscan_t *o, char c)
 {
     switch (o->st) {
     case OS_OPEN:
-        if (is_ws(c))
+        if (tool_stream_is_ws(c))
             return true;
         o->st = c == '{' ? OS_KEY_OR_END : OS_FAILED;
         return true;
     case OS_KEY_OR_END:
-        if (is_ws(c))
+        if (tool_stream_is_ws(c))
             return true;
         if (c == '}') {
             o->st = OS_CLOSED;
@@ -289,12 +266,12 @@ static bool objscan_step(objscan_t *o, char c)
             o->st = OS_COLON;
         return true;
     case OS_COLON:
-        if (is_ws(c))
+        if (tool_stream_is_ws(c))
             return true;
         o->st = c == ':' ? OS_VALUE_START : OS_FAILED;
         return true;
     case OS_VALUE_START:
-        if (is_ws(c))
+        if (tool_stream_is_ws(c))
             return true;
         o->which = W_OTHER;
         if (key_is(o, "name") && !o->name_done) {
@@ -333,7 +310,7 @@ static bool objscan_step(objscan_t *o, char c)
         return true;
     }
     case OS_AFTER:
-        if (is_ws(c))
+        if (tool_stream_is_ws(c))
             return true;
         o->st = c == ',' ? OS_KEY_OR_END : c == '}' ? OS_CLOSED : OS_FAILED;
         return true;
@@ -480,7 +457,7 @@ static bool begin_call(tool_stream_t *t)
     return true;
 }
 
-static bool at(const char *s, size_t i, size_t n, const char *lit)
+bool tool_stream_at(const char *s, size_t i, size_t n, const char *lit)
 {
     size_t k = strlen(lit);
     return i + k <= n && memcmp(s + i, lit, k) == 0;
@@ -494,7 +471,7 @@ static bool prefix_of(const char *s, size_t i, size_t n, const char *lit)
 }
 
 /* Longest suffix of s[0..n) that is a proper prefix of lit. */
-static size_t partial_suffix(const char *s, size_t n, const char *lit)
+size_t tool_stream_partial_suffix(const char *s, size_t n, const char *lit)
 {
     size_t k = strlen(lit);
     for (size_t m = k - 1 < n ? k - 1 : n; m > 0; m--)
@@ -503,9 +480,9 @@ static size_t partial_suffix(const char *s, size_t n, const char *lit)
     return 0;
 }
 
-static size_t skip_ws(const char *s, size_t i, size_t n)
+size_t tool_stream_skip_ws(const char *s, size_t i, size_t n)
 {
-    while (i < n && is_ws(s[i]))
+    while (i < n && tool_stream_is_ws(s[i]))
         i++;
     return i;
 }
@@ -561,12 +538,12 @@ static bool detect(tool_stream_t *t, const char *text, size_t len, bool final)
     if (take_marker(t, text, len))
         return true;
     if (!t->bare_off) {
-        size_t i = skip_ws(text, 0, len);
+        size_t i = tool_stream_skip_ws(text, 0, len);
         if (i == len)
             return false; /* only white space so far: a call may still begin */
         size_t j = i;
-        if (at(text, i, len, TOOL_PYTHON_TAG))
-            j = skip_ws(text, i + sizeof TOOL_PYTHON_TAG - 1, len);
+        if (tool_stream_at(text, i, len, TOOL_PYTHON_TAG))
+            j = tool_stream_skip_ws(text, i + sizeof TOOL_PYTHON_TAG - 1, len);
         else if (prefix_of(text, i, len, TOOL_PYTHON_TAG) && !final)
             return false;
         if (j == len && !final)
@@ -576,7 +553,7 @@ static bool detect(tool_stream_t *t, const char *text, size_t len, bool final)
             return true;
         }
         if (j < len && text[j] == '[') {
-            size_t k = skip_ws(text, j + 1, len);
+            size_t k = tool_stream_skip_ws(text, j + 1, len);
             if (k == len && !final)
                 return false;
             if (k < len && text[k] == '{') {
@@ -588,7 +565,7 @@ static bool detect(tool_stream_t *t, const char *text, size_t len, bool final)
         t->bare_off = true; /* the answer does not start like a bare call */
     }
     /* plain text: hold back only a partial marker at the end */
-    size_t a = partial_suffix(text, len, TOOL_HERMES_OPEN), b = partial_suffix(text, len, TOOL_MISTRAL_TAG);
+    size_t a = tool_stream_partial_suffix(text, len, TOOL_HERMES_OPEN), b = tool_stream_partial_suffix(text, len, TOOL_MISTRAL_TAG);
     release_to(t, text, final ? len : len - (a > b ? a : b));
     return false;
 }
@@ -647,7 +624,7 @@ static bool step_calls(tool_stream_t *t, const char *text, size_t len)
             t->sub = SUB_AFTER;
         return r != 0;
     }
-    size_t i = skip_ws(text, t->pos, len);
+    size_t i = tool_stream_skip_ws(text, t->pos, len);
     if (i == len)
         return false;
     const char *open = t->mode == TS_HERMES ? TOOL_HERMES_OPEN : NULL;
@@ -656,7 +633,7 @@ static bool step_calls(tool_stream_t *t, const char *text, size_t len)
         if (open) {
             if (prefix_of(text, i, len, open))
                 return false;
-            if (!at(text, i, len, open)) {
+            if (!tool_stream_at(text, i, len, open)) {
                 fail(t);
                 return true;
             }
@@ -685,7 +662,7 @@ static bool step_calls(tool_stream_t *t, const char *text, size_t len)
         if (t->mode == TS_HERMES) {
             if (prefix_of(text, i, len, TOOL_HERMES_CLOSE))
                 return false;
-            if (!at(text, i, len, TOOL_HERMES_CLOSE)) {
+            if (!tool_stream_at(text, i, len, TOOL_HERMES_CLOSE)) {
                 fail(t); /* an unclosed block ends the answer */
                 return true;
             }

@@ -88,4 +88,11 @@ uint32_t tool_stream_n_calls(const tool_stream_t *t);
  * closing brace (or all of len when it does not close). */
 char *tool_stream_args_of(const char *obj, size_t len, size_t *used);
 
+/* Text helpers of the call formats (also oai_tools.c's). */
+bool tool_stream_is_ws(char c);                                   /* ' ' \n \t \r */
+size_t tool_stream_skip_ws(const char *s, size_t i, size_t n);    /* first non-blank at/after i */
+bool tool_stream_at(const char *s, size_t i, size_t n, const char *lit); /* s[i..] starts with lit */
+/* Longest suffix of s[0..n) that is a proper prefix of lit. */
+size_t tool_stream_partial_suffix(const char *s, size_t n, const char *lit);
+
 #endif
