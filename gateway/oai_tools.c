@@ -10,7 +10,7 @@
 #include "common/grammar/json_schema.h"
 #include "common/utf8.h"
 #include "common/xalloc.h"
-#include "gateway/tool_stream.h"
+#include "common/text/tool_stream.h"
 
 __attribute__((format(printf, 3, 4))) static int bad(oai_error_t *e, const char *param, const char *fmt, ...)
 {
