@@ -70,7 +70,7 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
     const tool_format_t *tf = tool_format_find(fmt);
     if (!tf)
         tf = &tool_format_hermes;
-    buf_t alts = {0}, rules = {0};
+    buf_t alts = {0}, rules = {0}, notes = {0}; /* notes: what was relaxed, logged once */
     char *out = NULL;
     size_t n_alts = 0;
     if (!json_is_array(tools)) {
@@ -91,17 +91,27 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
         char prefix[32], line[256];
         snprintf(prefix, sizeof prefix, "t%zu-", i);
         json_t *params = json_object_get(f, "parameters");
-        char *g = NULL, cerr[256] = "", path[256] = "";
-        if (params)
+        bool strict = json_is_true(json_object_get(f, "strict"));
+        char *g = NULL, *relaxed = NULL, cerr[256] = "", path[256] = "";
+        if (params && strict)
             g = json_schema_to_gbnf(params, prefix, cerr, sizeof cerr, path, sizeof path);
+        else if (params)
+            g = json_schema_to_gbnf_relaxed(params, prefix, &relaxed, cerr, sizeof cerr);
+        if (!g && params && strict) {
+            errbuf_set(err, errlen, "tools[%zu].function.parameters%s: %s", i, path, cerr);
+            goto done;
+        }
+        if (relaxed) {
+            snprintf(line, sizeof line, "%stool %s: ", notes.len ? "; " : "", name);
+            put(&notes, line);
+            put(&notes, relaxed);
+            free(relaxed);
+        }
         if (!g) {
-            if (params && json_is_true(json_object_get(f, "strict"))) {
-                errbuf_set(err, errlen, "tools[%zu].function.parameters%s: %s", i, path, cerr);
-                goto done;
+            if (params) {
+                snprintf(line, sizeof line, "%stool %s: any JSON object (%.150s)", notes.len ? "; " : "", name, cerr);
+                put(&notes, line);
             }
-            if (params)
-                log_info("tool %s: parameters schema not compiled (%s at %s): any JSON object", name, cerr,
-                         path[0] ? path : "/");
             g = json_schema_object_gbnf(prefix);
         }
         put(&rules, g);
@@ -152,6 +162,10 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
     put(&g, rules.buf);
     out = g.buf;
 done:
+    if (notes.len && out)
+        log_warn("tool_choice %s: schema keywords relaxed (not enforced, the tools are not strict): %s", choice,
+                 notes.buf);
+    free(notes.buf);
     json_decref(tools);
     free(alts.buf);
     free(rules.buf);

@@ -23,9 +23,14 @@
  *           call ::= "{\"name\": \"" ( "f\", \"parameters\": " f-args | ... ) "}"
  *
  * A tool without `parameters` takes any JSON object. A schema the compiler
- * refuses is an error when the tool says "strict": true; otherwise that
- * tool's arguments fall back to any JSON object (logged), as OpenAI only
- * guarantees schema adherence in strict mode.
+ * refuses is an error when the tool says "strict": true (the gateway
+ * already answers 400 for those, gateway/oai_tools.c). Otherwise the schema
+ * is compiled relaxed (json_schema_to_gbnf_relaxed): only the refused
+ * keywords are dropped, everything else is enforced, and what was relaxed
+ * is logged once per request (a warning naming each tool and JSON pointer);
+ * only a schema past the size limits falls back to any JSON object. OpenAI
+ * guarantees schema adherence only in strict mode; vLLM and llama.cpp
+ * likewise enforce what their compilers support.
  */
 #ifndef PAGODA_TEXT_TOOL_GRAMMAR_H
 #define PAGODA_TEXT_TOOL_GRAMMAR_H
