@@ -52,6 +52,8 @@ struct worker {
     sched_config_t scfg;                  /* its limits, as configured */
     /* scratch of on_sched_event: one EVENT's top alternatives */
     proto_top_logprob_t lp_top[PROTO_MAX_TOP_LOGPROBS];
+    char *wire_text;                      /* scratch of wire_text(): (wire_cap) bytes, owned */
+    size_t wire_cap;
 };
 
 void worker_config_default(worker_config_t *c)
@@ -102,6 +104,36 @@ static void reply_error(struct worker *w, uint64_t id, proto_err_t err, const ch
     worker_link_send(w->link, &e);
 }
 
+/* The wire's form of generated text: NUL-free UTF-8 (proto/msg.h strings are
+ * C strings), so a U+0000 the model writes (a random or broken model's byte
+ * token) goes out as U+FFFD, the character invalid bytes already become; the
+ * EVENT carrying it would otherwise be refused by the gateway and end the
+ * request with 502 (found by #22's property test). Returns text itself when
+ * it has no NUL, else the worker's scratch copy; *n_out its length. */
+static const char *wire_text(struct worker *w, const char *text, size_t n, size_t *n_out)
+{
+    *n_out = n;
+    if (!text || !memchr(text, 0, n))
+        return text;
+    size_t n_nul = 0;
+    for (size_t i = 0; i < n; i++)
+        n_nul += text[i] == 0;
+    size_t need = n + 2 * n_nul; /* 1 byte → EF BF BD */
+    if (need > w->wire_cap) {
+        w->wire_text = xrealloc(w->wire_text, need);
+        w->wire_cap = need;
+    }
+    char *o = w->wire_text;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i])
+            *o++ = text[i];
+        else
+            *o++ = (char)0xEF, *o++ = (char)0xBF, *o++ = (char)0xBD;
+    }
+    *n_out = need;
+    return w->wire_text;
+}
+
 /* Sends one scheduler event as an EVENT. Logprobs carry each token's bytes
  * (possibly a partial UTF-8 sequence; the gateway renders them). */
 static void on_sched_event(void *ud, const sched_event_t *ev)
@@ -115,8 +147,10 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
     /* ev->text is not NUL-terminated and the encoder takes text_len 0 as
      * "use strlen": a token with no text yet (BOS, held UTF-8 or stop
      * prefix) must pass "" or stale bytes past the delta would be sent */
-    e->text = (char *)(ev->text && ev->text_len ? ev->text : "");
-    e->text_len = (uint32_t)ev->text_len;
+    size_t text_len;
+    const char *text = wire_text(w, ev->text, ev->text_len, &text_len);
+    e->text = (char *)(text && text_len ? text : "");
+    e->text_len = (uint32_t)text_len;
     e->ids = (int32_t *)ev->tokens;
     e->n_ids = (uint32_t)ev->n_tokens;
     e->n_tokens = (uint32_t)ev->n_completion;
@@ -262,6 +296,7 @@ static void send_op_event(struct worker *w, uint64_t id, const int32_t *ids, uin
     proto_msg_init(&m, PROTO_EVENT);
     proto_event_t *e = &m.event;
     e->id = id;
+    text = wire_text(w, text, text_len, &text_len);
     e->text = (char *)(text && text_len ? text : "");
     e->text_len = (uint32_t)text_len;
     e->ids = (int32_t *)ids;
@@ -654,6 +689,7 @@ void worker_free(worker_t **wp)
     kv_disk_close(&w->disk);
     engine_free(&w->engine);
     free(w->test_step_wedge);
+    free(w->wire_text);
     free(w->model_path);
     free(w);
     *wp = NULL;
