@@ -1,4 +1,4 @@
-/* Unit tests for gateway/tool_stream: the incremental tool-call parser
+/* Unit tests for common/text/tool_stream: the incremental tool-call parser
  * checked against the non-streaming one (oai_tools_extract) on a table of
  * model outputs in every format, fed
  *   - in two pieces, for every split point of the text,
