@@ -224,6 +224,15 @@ typedef struct {
  * to free, but oai_request_free on it is harmless). */
 int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_request_t *out,
                       oai_error_t *err);
+/* The other API surfaces (gateway/anthropic.h, gateway/responses.h) translate
+ * their bodies into a chat-completions JSON object and validate it here, so
+ * the one internal request is checked by one parser:
+ * oai_load_body returns the body as a JSON object (a new reference; NULL with
+ * a 400 in *err: empty, nested deeper than OAI_MAX_DEPTH, invalid, duplicate
+ * keys, not an object); oai_parse_chat_root is oai_parse_request(OAI_CHAT)
+ * on such an object (root is borrowed). */
+json_t *oai_load_body(const uint8_t *body, size_t len, oai_error_t *err);
+int oai_parse_chat_root(json_t *root, oai_request_t *out, oai_error_t *err);
 /* Frees what the parser allocated and zeroes *r. NULL-safe. */
 void oai_request_free(oai_request_t *r);
 
