@@ -6,11 +6,18 @@
 #   make check SANITIZE=1  the same suite under ASan+UBSan (objects in build/san)
 #   make fuzz            build libFuzzer targets with clang into build/fuzz
 #
-# Sources are picked up by folder: every common/*.c, common/*/*.c (grammar/)
-# and proto/*.c goes into
-# libpagoda_common.a, every worker/*.c and worker/*/*.c (model/, kernels/,
-# text/, tools/) that is not a *_main.c into libpagoda_worker.a, every
-# gateway/*.c that is not a *_main.c into libpagoda_gateway.a. Each tests/<dir>/test_*.c is one cmocka program.
+# Sources are picked up by folder, one library per layer:
+#   libpagoda_common.a   common/*.c, common/grammar/*.c
+#   libpagoda_text.a     common/text/*.c: GGUF metadata, tokenizer, templates,
+#                        prompts, tool formats (what both processes need to
+#                        understand a model's words)
+#   libpagoda_proto.a    proto/*.c: the wire (and a SUBMIT's prompt)
+#   libpagoda_worker.a   worker/*.c, worker/*/*.c (model/, kernels/, grammar/,
+#                        tools/) that are not *_main.c: weights and kernels
+#   libpagoda_gateway.a  gateway/*.c that are not *_main.c
+# pagoda-gateway links gateway + proto + text + common, never the worker library
+# (tests/layering.sh checks the includes and the gateway's symbols).
+# Each tests/<dir>/test_*.c and tests/<dir>/<sub>/test_*.c is one cmocka program.
 
 SANITIZE ?=
 ifeq ($(SANITIZE),1)
@@ -31,15 +38,21 @@ CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wno-unused-paramete
 	-fopenmp -pthread -I. $(PKG_CFLAGS) $(SANFLAGS) $(CFLAGS)
 LDLIBS_ALL = $(PKG_LIBS) -lm -fopenmp -pthread $(SANFLAGS) $(LDFLAGS)
 
-COMMON_SRC  := $(wildcard common/*.c common/*/*.c proto/*.c)
+COMMON_SRC  := $(filter-out common/text/%,$(wildcard common/*.c common/*/*.c))
+TEXT_SRC    := $(wildcard common/text/*.c)
+PROTO_SRC   := $(wildcard proto/*.c)
 WORKER_SRC  := $(filter-out %_main.c,$(wildcard worker/*.c worker/*/*.c))
 GATEWAY_SRC := $(filter-out %_main.c,$(wildcard gateway/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 LIB_COMMON  = $(BUILD)/libpagoda_common.a
+LIB_TEXT    = $(BUILD)/libpagoda_text.a
+LIB_PROTO   = $(BUILD)/libpagoda_proto.a
 LIB_WORKER  = $(BUILD)/libpagoda_worker.a
 LIB_GATEWAY = $(BUILD)/libpagoda_gateway.a
-LIBS = $(LIB_GATEWAY) $(LIB_WORKER) $(LIB_COMMON)
+# in link order: a library before the ones it uses
+LIBS = $(LIB_GATEWAY) $(LIB_WORKER) $(LIB_PROTO) $(LIB_TEXT) $(LIB_COMMON)
+LIBS_GATEWAY = $(LIB_GATEWAY) $(LIB_PROTO) $(LIB_TEXT) $(LIB_COMMON)
 
 BIN_NAMES = pagoda-gateway pagoda-worker pagoda-run pagoda-mkmodel pagoda-bench
 BIN_MAIN_pagoda-gateway = gateway/gateway_main.c
@@ -50,7 +63,7 @@ BIN_MAIN_pagoda-bench   = tests/bench/bench_main.c
 # A binary is built once its main file exists.
 BINS = $(foreach b,$(BIN_NAMES),$(if $(wildcard $(BIN_MAIN_$(b))),$(BUILD)/$(b)))
 
-UNIT_SRC  := $(wildcard tests/*/test_*.c)
+UNIT_SRC  := $(wildcard tests/*/test_*.c tests/*/*/test_*.c)
 UNIT_BINS := $(patsubst %.c,$(BUILD)/%,$(UNIT_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 
@@ -70,6 +83,10 @@ $(BUILD)/obj/%.o: %.c
 
 $(LIB_COMMON): $(call obj,$(COMMON_SRC))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+$(LIB_TEXT): $(call obj,$(TEXT_SRC))
+	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+$(LIB_PROTO): $(call obj,$(PROTO_SRC))
+	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
 $(LIB_WORKER): $(call obj,$(WORKER_SRC))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
 $(LIB_GATEWAY): $(call obj,$(GATEWAY_SRC))
@@ -79,7 +96,9 @@ $(LIB_GATEWAY): $(call obj,$(GATEWAY_SRC))
 # pagoda-bench also links every other tests/bench/*.c file.
 BENCH_EXTRA := $(filter-out tests/bench/bench_main.c,$(wildcard tests/bench/*.c))
 $(BUILD)/pagoda-bench: $(call obj,$(BENCH_EXTRA))
-$(BINS): $(BUILD)/%: $$(call obj,$$(BIN_MAIN_%)) $(LIBS)
+# Every binary links the libraries it uses: pagoda-gateway never the worker's.
+BIN_LIBS_pagoda-gateway = $(LIBS_GATEWAY)
+$(BINS): $(BUILD)/%: $$(call obj,$$(BIN_MAIN_%)) $$(or $$(BIN_LIBS_%),$(LIBS))
 	@$(if $(V),,echo "  LD      $@")
 	$(Q)$(CC) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL)
 
@@ -114,7 +133,7 @@ fuzz: $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -c $< -o $@
-$(FUZZ_BUILD)/libfuzzlib.a: $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(COMMON_SRC) $(WORKER_SRC) $(GATEWAY_SRC))
+$(FUZZ_BUILD)/libfuzzlib.a: $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(COMMON_SRC) $(TEXT_SRC) $(PROTO_SRC) $(WORKER_SRC) $(GATEWAY_SRC))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_BUILD)/libfuzzlib.a
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ $(PKG_LIBS) -lm -fopenmp=libgomp -pthread

@@ -1,161 +1,181 @@
-/* answer.c — a generated chat answer as reasoning / content / tool-call parts
- * (see answer.h): reasoning.h's split and oai_tools.h's parser and hold-back,
- * applied to the text so far. */
+/* answer.c — a choice's text split into reasoning, content and tool-call
+ * parts, streamed or whole (see answer.h). */
 #include "gateway/answer.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/utf8.h"
+#include "common/vec.h"
 #include "common/xalloc.h"
 #include "gateway/reasoning.h"
 
-struct answer_stream {
-    bool reasoning;
-    char *const *names;
-    size_t n_names;
-    char *text;        /* everything so far, (len) */
+struct answer {
+    char *const *tool_names;      /* borrowed; NULL = not parsed for calls */
+    size_t n_tools;
+    bool reasoning;               /* <think>...</think> split off */
+    bool ended;                   /* a feed other than ANSWER_MORE came */
+    char *text;                   /* (len) everything fed so far (only when tools or
+                                     reasoning: otherwise text passes straight through) */
     size_t len, cap;
-    size_t r_emitted;  /* reasoning bytes emitted */
-    size_t c_emitted;  /* content bytes emitted */
-    bool done;
+    size_t emitted;               /* bytes of the content part released as content */
+    size_t r_emitted;             /* bytes of the reasoning part released */
+    uint32_t n_calls;             /* calls begun */
+    oai_tool_call_t *calls;       /* (n_call_objs) parsed calls the parts point into */
+    size_t n_call_objs;
+    answer_part_t *parts;         /* (n_parts) of the last feed */
+    size_t n_parts, cap_parts;
 };
 
-answer_stream_t *answer_stream_new(bool reasoning, char *const *tool_names, size_t n_tools)
+answer_t *answer_new(char *const *tool_names, size_t n_tools, bool reasoning)
 {
-    answer_stream_t *a = xcalloc(1, sizeof *a);
+    answer_t *a = xcalloc(1, sizeof *a);
+    a->tool_names = tool_names;
+    a->n_tools = n_tools;
     a->reasoning = reasoning;
-    a->names = tool_names;
-    a->n_names = tool_names ? n_tools : 0;
     return a;
 }
 
-void answer_stream_free(answer_stream_t **ap)
+void answer_free(answer_t **ap)
 {
-    answer_stream_t *a = *ap;
+    answer_t *a = *ap;
     if (!a)
         return;
     *ap = NULL;
+    oai_tool_calls_free(a->calls, a->n_call_objs);
+    free(a->parts);
     free(a->text);
     free(a);
 }
 
-static void emit_text(answer_emit_fn emit, void *ctx, answer_part_kind_t k, const char *t, size_t n)
+uint32_t answer_n_calls(const answer_t *a)
 {
-    if (n == 0)
-        return;
-    answer_part_t p = {.kind = k, .text = t, .len = n};
-    emit(ctx, &p);
+    return a->n_calls;
 }
 
-size_t answer_stream_feed(answer_stream_t *a, const char *text, size_t len, bool final,
-                          answer_emit_fn emit, void *ctx)
+static void push(answer_t *a, answer_part_t p)
 {
-    if (a->done)
+    vec_reserve(a->parts, a->cap_parts, a->n_parts + 1);
+    a->parts[a->n_parts++] = p;
+}
+
+static void push_text(answer_t *a, answer_part_kind_t kind, const char *text, size_t len)
+{
+    if (len)
+        push(a, (answer_part_t){.kind = kind, .text = text, .len = len});
+}
+
+/* The whole call, as the three parts a streamed one is made of. */
+static void push_call(answer_t *a, const oai_tool_call_t *c)
+{
+    uint32_t i = a->n_calls++;
+    push(a, (answer_part_t){.kind = ANSWER_TOOL_BEGIN, .i_call = i, .id = c->id, .name = c->name});
+    push(a, (answer_part_t){.kind = ANSWER_TOOL_ARGS, .i_call = i, .text = c->arguments,
+                            .len = strlen(c->arguments)});
+    push(a, (answer_part_t){.kind = ANSWER_TOOL_END, .i_call = i});
+}
+
+/* Releases the reasoning decided so far; returns where content starts in
+ * a->text, or SIZE_MAX while that is not known yet. */
+static size_t release_reasoning(answer_t *a, answer_end_t end)
+{
+    if (!a->reasoning)
         return 0;
-    if (a->len + len + 1 > a->cap) {
-        a->cap = (a->len + len + 1) * 2;
-        a->text = xrealloc(a->text, a->cap);
+    reasoning_split_t sp;
+    if (end != ANSWER_MORE)
+        reasoning_split(a->text, a->len, &sp);
+    else
+        reasoning_stream_feed(a->text, a->len, &sp);
+    if (sp.undecided)
+        return SIZE_MAX;
+    if (!sp.has_reasoning)
+        return 0;
+    if (sp.r_len > a->r_emitted) {
+        push_text(a, ANSWER_REASONING, a->text + sp.r_start + a->r_emitted, sp.r_len - a->r_emitted);
+        a->r_emitted = sp.r_len;
     }
+    return sp.closed ? sp.c_start : SIZE_MAX;
+}
+
+/* Releases the content decided so far (content = a->text + c0), and at a
+ * normal end the calls it holds. */
+static void release_content(answer_t *a, size_t c0, answer_end_t end)
+{
+    const char *content = a->text + c0;
+    size_t clen = a->len - c0;
+    size_t safe = clen;
+    if (a->tool_names) {
+        /* hold back what may still become a tool call; at the end the
+         * calls below decide the rest */
+        safe = end == ANSWER_MORE ? oai_tools_safe_prefix(content, clen) : a->emitted;
+    }
+    if (safe > a->emitted) {
+        push_text(a, ANSWER_CONTENT, content + a->emitted, safe - a->emitted);
+        a->emitted = safe;
+    }
+    if (!a->tool_names || end != ANSWER_DONE)
+        return;
+    size_t content_len;
+    a->n_call_objs = oai_tools_extract(content, clen, a->tool_names, a->n_tools, &a->calls,
+                                       &content_len);
+    if (a->n_call_objs == 0) {
+        push_text(a, ANSWER_CONTENT, content + a->emitted, clen - a->emitted);
+        a->emitted = clen;
+        return;
+    }
+    for (size_t i = 0; i < a->n_call_objs; i++)
+        push_call(a, &a->calls[i]);
+}
+
+size_t answer_feed(answer_t *a, const char *text, size_t len, answer_end_t end,
+                   const answer_part_t **parts)
+{
+    assert(!a->ended);
+    a->ended = end != ANSWER_MORE;
+    a->n_parts = 0;
+    if (!a->tool_names && !a->reasoning) {
+        /* nothing to take out: the text is content as it comes */
+        push_text(a, ANSWER_CONTENT, text, len);
+        *parts = a->parts;
+        return a->n_parts;
+    }
+    vec_reserve(a->text, a->cap, a->len + len + 1);
     memcpy(a->text + a->len, text, len);
     a->len += len;
     a->text[a->len] = '\0';
-    size_t c0 = 0;
-    bool content_ready = true;
-    if (a->reasoning) {
-        reasoning_split_t sp;
-        if (final)
-            reasoning_split(a->text, a->len, &sp);
-        else
-            reasoning_stream_feed(a->text, a->len, &sp);
-        if (sp.undecided) {
-            content_ready = false;
-        } else if (sp.has_reasoning) {
-            if (sp.r_len > a->r_emitted) {
-                emit_text(emit, ctx, ANSWER_REASONING, a->text + sp.r_start + a->r_emitted,
-                          sp.r_len - a->r_emitted);
-                a->r_emitted = sp.r_len;
-            }
-            content_ready = sp.closed;
-            c0 = sp.c_start;
+    size_t c0 = release_reasoning(a, end);
+    if (c0 != SIZE_MAX)
+        release_content(a, c0, end);
+    *parts = a->parts;
+    return a->n_parts;
+}
+
+void answer_whole_split(const char *text, size_t len, char *const *tool_names, size_t n_tools,
+                        bool reasoning, bool parse_calls, answer_whole_t *out)
+{
+    *out = (answer_whole_t){.content = text, .content_len = len};
+    if (reasoning) {
+        reasoning_split_t rs;
+        reasoning_split(text, len, &rs);
+        if (rs.has_reasoning) { /* the content is what follows </think> */
+            out->has_reasoning = true;
+            out->reasoning = text + rs.r_start;
+            out->reasoning_len = rs.r_len;
+            out->content = text + rs.c_start;
+            out->content_len = len - rs.c_start;
         }
     }
-    if (!content_ready) {
-        a->done = final;
-        return 0;
-    }
-    const char *content = a->text + c0;
-    size_t clen = a->len - c0;
-    size_t n_calls = 0;
-    if (final && a->n_names) {
-        oai_tool_call_t *calls = NULL;
+    if (tool_names && parse_calls) {
         size_t content_len;
-        n_calls = oai_tools_extract(content, clen, a->names, a->n_names, &calls, &content_len);
-        if (n_calls) {
-            if (content_len > a->c_emitted)
-                emit_text(emit, ctx, ANSWER_TEXT, content + a->c_emitted, content_len - a->c_emitted);
-            for (size_t i = 0; i < n_calls; i++) {
-                answer_part_t p = {.kind = ANSWER_CALL, .call = &calls[i]};
-                emit(ctx, &p);
-            }
-            oai_tool_calls_free(calls, n_calls);
-            a->c_emitted = clen;
-        }
+        out->n_calls = oai_tools_extract(out->content, out->content_len, tool_names, n_tools,
+                                         &out->calls, &content_len);
+        if (out->n_calls)
+            out->content_len = content_len;
     }
-    size_t safe = clen;
-    if (!final && a->n_names)
-        safe = oai_tools_safe_prefix(content, clen); /* what may still become a call waits */
-    if (safe > a->c_emitted) {
-        emit_text(emit, ctx, ANSWER_TEXT, content + a->c_emitted, safe - a->c_emitted);
-        a->c_emitted = safe;
-    }
-    a->done = final;
-    return n_calls;
 }
 
-size_t answer_split(bool reasoning, char *const *tool_names, size_t n_tools, const char *text,
-                    size_t len, answer_emit_fn emit, void *ctx)
+void answer_whole_clear(answer_whole_t *w)
 {
-    answer_stream_t *a = answer_stream_new(reasoning, tool_names, n_tools);
-    size_t n = answer_stream_feed(a, text, len, true, emit, ctx);
-    answer_stream_free(&a);
-    return n;
-}
-
-json_t *answer_jstr(const char *s, size_t len)
-{
-    size_t n;
-    char *clean = utf8_sanitize(s ? s : "", s ? len : 0, &n);
-    json_t *j = json_stringn_nocheck(clean, n);
-    free(clean);
-    if (!j)
-        abort(); /* jansson fails only on OOM here */
-    return j;
-}
-
-static void append(char **out, size_t *len, size_t *cap, const char *s, size_t n)
-{
-    if (*len + n > *cap) {
-        *cap = (*len + n) * 2 + 256;
-        *out = xrealloc(*out, *cap);
-    }
-    memcpy(*out + *len, s, n);
-    *len += n;
-}
-
-void answer_sse(char **out, size_t *len, size_t *cap, const char *name, json_t *data)
-{
-    char *text = json_dumps(data, JSON_COMPACT);
-    json_decref(data);
-    if (!text)
-        abort();
-    if (name) {
-        append(out, len, cap, "event: ", 7);
-        append(out, len, cap, name, strlen(name));
-        append(out, len, cap, "\n", 1);
-    }
-    append(out, len, cap, "data: ", 6);
-    append(out, len, cap, text, strlen(text));
-    append(out, len, cap, "\n\n", 2);
-    free(text);
+    oai_tool_calls_free(w->calls, w->n_calls);
+    *w = (answer_whole_t){0};
 }

@@ -1,67 +1,102 @@
-/* answer.h — a chat answer as parts, for the API surfaces that are not
- * chat completions (gateway/anthropic.h, gateway/responses.h).
+/* answer.h — a model's answer split into the parts every API surface
+ * renders: reasoning, content and tool calls.
  *
- * The worker sends text; what the text means (reasoning between <think> and
- * </think> with --reasoning-parser, plain content, tool calls in the model's
- * syntax) is decided by gateway/reasoning.h and gateway/oai_tools.h. This
- * module applies them once and hands each surface typed parts, so a surface
- * only renders:
+ * The worker streams one choice's text in EVENTs. Before an API surface
+ * (gateway/api_surface.h) can render it, two things the model wrote in its
+ * own conventions are taken out of the text:
+ *   - reasoning: <think>...</think> at the start, with --reasoning-parser
+ *     (gateway/reasoning.h);
+ *   - tool calls: the family's call syntax (gateway/oai_tools.h), when the
+ *     request announced tools.
+ * What remains is content. This module does it for a stream (answer_t, fed
+ * event by event) and for a whole answer (answer_whole_split), so the
+ * OpenAI, Anthropic and Responses renderers share one decision about which
+ * byte is what.
  *
- *   ANSWER_REASONING  a run of reasoning text
- *   ANSWER_TEXT       a run of content text
- *   ANSWER_CALL       a tool call: id ("call_…"), name, arguments (JSON text)
+ * Streaming yields parts in the order the client must see them:
+ *   ANSWER_REASONING  a fragment of the reasoning
+ *   ANSWER_CONTENT    a fragment of the content
+ *   ANSWER_TOOL_BEGIN call i_call starts: its id ("call_" + 24 hex) and name
+ *   ANSWER_TOOL_ARGS  a fragment of call i_call's arguments (JSON text);
+ *                     the fragments of one call concatenated are its whole
+ *                     arguments, exactly the non-streamed `arguments`
+ *   ANSWER_TOOL_END   call i_call's arguments are complete
+ * Calls are numbered 0, 1, ... within the choice. Content that may still
+ * turn into a call (from a marker on) is held back until it is decided;
+ * ordinary text streams as it comes.
  *
- * Streaming holds back exactly what chat streaming holds back: a possible
- * partial <think>/</think>, and from the first byte that may start a call
- * (oai_tools_safe_prefix). Calls are parsed when the answer ends; their
- * arguments therefore come whole, as one part per call.
+ * Ownership: part texts and names point into the answer_t (or into the text
+ * fed) and are valid until the next answer_feed / answer_free.
  */
 #ifndef PAGODA_GATEWAY_ANSWER_H
 #define PAGODA_GATEWAY_ANSWER_H
 
 #include <stdbool.h>
 #include <stddef.h>
-
-#include <jansson.h>
+#include <stdint.h>
 
 #include "gateway/oai_tools.h"
 
-typedef enum { ANSWER_REASONING, ANSWER_TEXT, ANSWER_CALL } answer_part_kind_t;
+typedef enum answer_part_kind {
+    ANSWER_REASONING,
+    ANSWER_CONTENT,
+    ANSWER_TOOL_BEGIN,
+    ANSWER_TOOL_ARGS,
+    ANSWER_TOOL_END,
+} answer_part_kind_t;
 
-/* One part; pointers are valid during the callback only. */
 typedef struct answer_part {
     answer_part_kind_t kind;
-    const char *text;            /* REASONING / TEXT: (len) bytes, may be invalid UTF-8 */
+    const char *text;             /* REASONING, CONTENT, TOOL_ARGS: (len) bytes */
     size_t len;
-    const oai_tool_call_t *call; /* CALL */
+    uint32_t i_call;              /* TOOL_*: the call's number in this choice */
+    const char *id, *name;        /* TOOL_BEGIN: NUL-terminated */
 } answer_part_t;
 
-typedef void (*answer_emit_fn)(void *ctx, const answer_part_t *part);
+typedef struct answer answer_t;
 
-typedef struct answer_stream answer_stream_t;
+/* One choice's answer. tool_names[0..n_tools) (borrowed, must outlive the
+ * answer) are the request's tools, NULL = the answer is not parsed for
+ * calls; `reasoning` = split <think>...</think> off the start. */
+answer_t *answer_new(char *const *tool_names, size_t n_tools, bool reasoning);
+void answer_free(answer_t **a);
 
-/* A decoder for one answer: reasoning split on or off, tool names of the
- * request (names borrowed for its life; n_tools 0 = no calls parsed). */
-answer_stream_t *answer_stream_new(bool reasoning, char *const *tool_names, size_t n_tools);
-void answer_stream_free(answer_stream_t **a);
+/* How the EVENT fed ends its choice. */
+typedef enum answer_end {
+    ANSWER_MORE,                  /* more text follows */
+    ANSWER_DONE,                  /* ended normally (stop, length): everything held back
+                                     is decided now, tool calls included */
+    ANSWER_FAILED,                /* ended with an error: reasoning is released, held-back
+                                     content and calls are dropped */
+} answer_end_t;
 
-/* Feeds the next text delta; emits what is decided. final = the answer is
- * over (then everything left is emitted, calls included). Returns the
- * number of calls emitted by this call. */
-size_t answer_stream_feed(answer_stream_t *a, const char *text, size_t len, bool final,
-                          answer_emit_fn emit, void *ctx);
+/* Adds text[0..len) (the next EVENT's text; borrowed) and returns the parts
+ * it decides, in order, in *parts (n returned; owned by the answer, valid
+ * until the next call). Not called again after an end other than MORE. */
+size_t answer_feed(answer_t *a, const char *text, size_t len, answer_end_t end,
+                   const answer_part_t **parts);
 
-/* The whole answer at once: the same parts answer_stream_feed would emit
- * over all its deltas, merged (one REASONING, one TEXT, then the calls).
- * Returns the number of calls. */
-size_t answer_split(bool reasoning, char *const *tool_names, size_t n_tools, const char *text,
-                    size_t len, answer_emit_fn emit, void *ctx);
+/* Calls the answer has begun so far (finish_reason "tool_calls" when > 0). */
+uint32_t answer_n_calls(const answer_t *a);
 
-/* Helpers every surface's renderer uses. */
-/* A JSON string from untrusted bytes (invalid UTF-8 → U+FFFD). New reference. */
-json_t *answer_jstr(const char *s, size_t len);
-/* Appends "event: NAME\ndata: JSON\n\n" (event line left out when name is
- * NULL) to (*out, *len, *cap), growing it; takes `data`. */
-void answer_sse(char **out, size_t *len, size_t *cap, const char *name, json_t *data);
+/* A whole answer (non-streaming), split the same way. Pointers go into
+ * `text`; calls are owned (answer_whole_clear frees them). */
+typedef struct answer_whole {
+    bool has_reasoning;           /* the answer started with <think> */
+    const char *reasoning;        /* (reasoning_len) */
+    size_t reasoning_len;
+    const char *content;          /* what follows the reasoning, (content_len); with
+                                     calls, only the text before them (trailing white
+                                     space dropped) */
+    size_t content_len;
+    oai_tool_call_t *calls;       /* (n_calls), NULL = none */
+    size_t n_calls;
+} answer_whole_t;
+
+/* Splits text[0..len). `parse_calls`: the answer ended normally (stop or
+ * length), so it is parsed for tool calls (when tool_names is not NULL). */
+void answer_whole_split(const char *text, size_t len, char *const *tool_names, size_t n_tools,
+                        bool reasoning, bool parse_calls, answer_whole_t *out);
+void answer_whole_clear(answer_whole_t *w);
 
 #endif

@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "common/xalloc.h"
+#include "common/clock.h"
 #include "gateway/answer.h"
 
 /* ====================================================================== */
@@ -35,7 +36,7 @@ char *anthropic_error_json(const oai_error_t *e)
 {
     json_t *j = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type",
                           anthropic_error_type(e->status), "message",
-                          answer_jstr(e->message, strlen(e->message)));
+                          oai_json_text(e->message, strlen(e->message)));
     char *s = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     return s;
@@ -410,6 +411,15 @@ int anthropic_parse_request(const uint8_t *body, size_t len, bool count_tokens, 
 /* responses                                                               */
 /* ====================================================================== */
 
+static char *dump(json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s)
+        abort(); /* jansson fails only on OOM here */
+    return s;
+}
+
 /* "call_<hex>" → "toolu_<hex>" (Anthropic's id form). */
 static void tool_id(const char *call_id, char *out, size_t cap)
 {
@@ -417,11 +427,11 @@ static void tool_id(const char *call_id, char *out, size_t cap)
     snprintf(out, cap, "toolu_%s", u ? u + 1 : call_id);
 }
 
-/* A call's arguments as the "input" object (non-object JSON or text the
- * model got wrong is wrapped, so "input" is always an object). */
-static json_t *call_input(const oai_tool_call_t *c)
+/* A call's arguments as the "input" object (arguments that are not a JSON
+ * object are wrapped as {}: "input" is always an object). */
+static json_t *call_input(const char *args, size_t len)
 {
-    json_t *v = json_loads(c->arguments, JSON_DECODE_ANY, NULL);
+    json_t *v = json_loadb(args, len, JSON_DECODE_ANY, NULL);
     if (json_is_object(v))
         return v;
     json_decref(v);
@@ -435,92 +445,69 @@ static const char *stop_reason(proto_finish_t f, size_t n_calls)
     return f == PROTO_FINISH_LENGTH ? "max_tokens" : "end_turn";
 }
 
-static json_t *usage_json(const oai_usage_t *u, bool with_output)
+static json_t *usage_json(const oai_usage_t *u)
 {
     int64_t cached = u->cached_tokens < u->prompt_tokens ? u->cached_tokens : u->prompt_tokens;
-    json_t *j = json_pack("{s:I, s:I, s:I}", "input_tokens", (json_int_t)(u->prompt_tokens - cached),
-                          "cache_creation_input_tokens", (json_int_t)0, "cache_read_input_tokens",
-                          (json_int_t)cached);
-    json_object_set_new(j, "output_tokens", json_integer(with_output ? u->completion_tokens : 0));
-    return j;
+    return json_pack("{s:I, s:I, s:I, s:I}", "input_tokens", (json_int_t)(u->prompt_tokens - cached),
+                     "cache_creation_input_tokens", (json_int_t)0, "cache_read_input_tokens",
+                     (json_int_t)cached, "output_tokens", (json_int_t)u->completion_tokens);
 }
 
-typedef struct {
-    json_t *content;     /* blocks */
-    size_t n_calls;
-} collect_t;
-
-static void collect(void *ctx, const answer_part_t *p)
+static void usage_of(const proto_event_t *e, oai_usage_t *u)
 {
-    collect_t *c = ctx;
-    if (p->kind == ANSWER_CALL) {
-        char id[48];
-        tool_id(p->call->id, id, sizeof id);
-        json_array_append_new(c->content, json_pack("{s:s, s:s, s:s, s:o}", "type", "tool_use", "id", id,
-                                                    "name", p->call->name, "input", call_input(p->call)));
-        c->n_calls++;
-        return;
-    }
-    /* one block per kind: parts of the same kind in a row are merged */
-    const char *ty = p->kind == ANSWER_REASONING ? "thinking" : "text";
-    size_t n = json_array_size(c->content);
-    json_t *last = n ? json_array_get(c->content, n - 1) : NULL;
-    if (last && strcmp(json_string_value(json_object_get(last, "type")), ty) == 0) {
-        json_t *old = json_object_get(last, ty);
-        size_t ol = json_string_length(old);
-        json_t *add = answer_jstr(p->text, p->len);
-        char *buf = xmalloc(ol + json_string_length(add) + 1);
-        memcpy(buf, json_string_value(old), ol);
-        memcpy(buf + ol, json_string_value(add), json_string_length(add));
-        json_object_set_new(last, ty, json_stringn(buf, ol + json_string_length(add)));
-        free(buf);
-        json_decref(add);
-        return;
-    }
-    json_t *b = json_pack("{s:s, s:o}", "type", ty, ty, answer_jstr(p->text, p->len));
-    if (p->kind == ANSWER_REASONING)
-        json_object_set_new(b, "signature", json_string(""));
-    json_array_append_new(c->content, b);
+    *u = (oai_usage_t){0};
+    if (e->has_usage)
+        *u = (oai_usage_t){e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens};
+    else
+        u->completion_tokens = e->n_tokens;
 }
 
 char *anthropic_message_json(const anthropic_meta_t *m, const char *text, size_t len,
                              proto_finish_t finish, const oai_usage_t *usage)
 {
-    collect_t c = {.content = json_array()};
-    answer_split(m->reasoning, m->tool_names, m->n_tools, text, len, collect, &c);
+    answer_whole_t w;
+    answer_whole_split(text, len, m->tool_names, m->n_tools, m->reasoning, true, &w);
+    json_t *content = json_array();
+    if (w.has_reasoning)
+        json_array_append_new(content, json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
+                                                 oai_json_text(w.reasoning, w.reasoning_len), "signature", ""));
+    if (w.content_len || (!w.n_calls && !w.has_reasoning))
+        json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text",
+                                                 oai_json_text(w.content, w.content_len)));
+    for (size_t i = 0; i < w.n_calls; i++) {
+        char id[48];
+        tool_id(w.calls[i].id, id, sizeof id);
+        json_array_append_new(content, json_pack("{s:s, s:s, s:s, s:o}", "type", "tool_use", "id", id, "name",
+                                                 w.calls[i].name, "input",
+                                                 call_input(w.calls[i].arguments, strlen(w.calls[i].arguments))));
+    }
     json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:n, s:o}", "id", m->id, "type", "message", "role",
-                          "assistant", "model", m->model, "content", c.content, "stop_reason",
-                          stop_reason(finish, c.n_calls), "stop_sequence", "usage", usage_json(usage, true));
-    char *s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    return s;
+                          "assistant", "model", m->model, "content", content, "stop_reason",
+                          stop_reason(finish, w.n_calls), "stop_sequence", "usage", usage_json(usage));
+    answer_whole_clear(&w);
+    return dump(j);
 }
 
 char *anthropic_count_json(int64_t n)
 {
-    json_t *j = json_pack("{s:I}", "input_tokens", (json_int_t)n);
-    char *s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    return s;
+    return dump(json_pack("{s:I}", "input_tokens", (json_int_t)n));
 }
 
 /* ---- streaming --------------------------------------------------------- */
 
-typedef enum { BLOCK_NONE, BLOCK_THINKING, BLOCK_TEXT } block_t;
+typedef enum { BLOCK_NONE, BLOCK_THINKING, BLOCK_TEXT, BLOCK_TOOL } block_t;
 
 struct anthropic_stream {
     char *id, *model;
-    answer_stream_t *ans;
-    char **names;          /* copies of the tool names, (n_names) */
+    answer_t *ans;
+    char **names;          /* copies of the tool names, (n_names); NULL = no calls parsed */
     size_t n_names;
     bool started;          /* message_start sent */
     block_t open;          /* the block being written */
-    int index;             /* index of the open block; next one is index + 1 */
+    int index;             /* index of the open (or last) block */
     size_t n_calls;
     bool done;
-    /* the caller's buffer during one anthropic_stream_event call */
-    char **out;
-    size_t *len, *cap;
+    api_buf_t *out;        /* the caller's buffer during one call */
 };
 
 anthropic_stream_t *anthropic_stream_new(const anthropic_meta_t *m)
@@ -528,13 +515,13 @@ anthropic_stream_t *anthropic_stream_new(const anthropic_meta_t *m)
     anthropic_stream_t *st = xcalloc(1, sizeof *st);
     st->id = xstrdup(m->id);
     st->model = xstrdup(m->model);
-    if (m->n_tools) {
-        st->names = xcalloc(m->n_tools, sizeof *st->names);
+    if (m->tool_names) {
+        st->names = xcalloc(m->n_tools + 1, sizeof *st->names);
         for (size_t i = 0; i < m->n_tools; i++)
             st->names[i] = xstrdup(m->tool_names[i]);
         st->n_names = m->n_tools;
     }
-    st->ans = answer_stream_new(m->reasoning, st->names, st->n_names);
+    st->ans = answer_new(st->names, st->n_names, m->reasoning);
     st->index = -1;
     return st;
 }
@@ -545,7 +532,7 @@ void anthropic_stream_free(anthropic_stream_t **sp)
     if (!st)
         return;
     *sp = NULL;
-    answer_stream_free(&st->ans);
+    answer_free(&st->ans);
     for (size_t i = 0; i < st->n_names; i++)
         free(st->names[i]);
     free(st->names);
@@ -556,7 +543,7 @@ void anthropic_stream_free(anthropic_stream_t **sp)
 
 static void ev(anthropic_stream_t *st, const char *name, json_t *data)
 {
-    answer_sse(st->out, st->len, st->cap, name, data);
+    api_buf_sse(st->out, name, dump(data));
 }
 
 static void close_block(anthropic_stream_t *st)
@@ -570,44 +557,50 @@ static void close_block(anthropic_stream_t *st)
     st->open = BLOCK_NONE;
 }
 
-static void on_part(void *ctx, const answer_part_t *p)
+static void open_block(anthropic_stream_t *st, block_t b, json_t *block)
 {
-    anthropic_stream_t *st = ctx;
-    if (p->kind == ANSWER_CALL) {
-        close_block(st);
-        char id[48];
-        tool_id(p->call->id, id, sizeof id);
-        st->index++;
-        ev(st, "content_block_start",
-           json_pack("{s:s, s:i, s:{s:s, s:s, s:s, s:{}}}", "type", "content_block_start", "index", st->index,
-                     "content_block", "type", "tool_use", "id", id, "name", p->call->name, "input"));
-        json_t *input = call_input(p->call);
-        char *args = json_dumps(input, JSON_COMPACT);
-        json_decref(input);
-        ev(st, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta",
-                                                "index", st->index, "delta", "type", "input_json_delta",
-                                                "partial_json", args));
-        free(args);
-        ev(st, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", st->index));
-        st->n_calls++;
-        return;
-    }
-    block_t want = p->kind == ANSWER_REASONING ? BLOCK_THINKING : BLOCK_TEXT;
-    if (st->open != want) {
-        close_block(st);
-        st->index++;
-        st->open = want;
-        ev(st, "content_block_start",
-           want == BLOCK_THINKING
-               ? json_pack("{s:s, s:i, s:{s:s, s:s, s:s}}", "type", "content_block_start", "index", st->index,
-                           "content_block", "type", "thinking", "thinking", "", "signature", "")
-               : json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", st->index,
-                           "content_block", "type", "text", "text", ""));
-    }
-    const char *dt = want == BLOCK_THINKING ? "thinking_delta" : "text_delta";
-    const char *key = want == BLOCK_THINKING ? "thinking" : "text";
+    close_block(st);
+    st->index++;
+    st->open = b;
+    ev(st, "content_block_start", json_pack("{s:s, s:i, s:o}", "type", "content_block_start", "index", st->index,
+                                            "content_block", block));
+}
+
+static void delta(anthropic_stream_t *st, const char *type, const char *key, json_t *value)
+{
     ev(st, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index",
-                                            st->index, "delta", "type", dt, key, answer_jstr(p->text, p->len)));
+                                            st->index, "delta", "type", type, key, value));
+}
+
+static void on_part(anthropic_stream_t *st, const answer_part_t *p)
+{
+    switch (p->kind) {
+    case ANSWER_REASONING:
+        if (st->open != BLOCK_THINKING)
+            open_block(st, BLOCK_THINKING, json_pack("{s:s, s:s, s:s}", "type", "thinking", "thinking", "",
+                                                     "signature", ""));
+        delta(st, "thinking_delta", "thinking", oai_json_text(p->text, p->len));
+        break;
+    case ANSWER_CONTENT:
+        if (st->open != BLOCK_TEXT)
+            open_block(st, BLOCK_TEXT, json_pack("{s:s, s:s}", "type", "text", "text", ""));
+        delta(st, "text_delta", "text", oai_json_text(p->text, p->len));
+        break;
+    case ANSWER_TOOL_BEGIN: {
+        char id[48];
+        tool_id(p->id, id, sizeof id);
+        open_block(st, BLOCK_TOOL, json_pack("{s:s, s:s, s:s, s:{}}", "type", "tool_use", "id", id, "name",
+                                             p->name, "input"));
+        st->n_calls++;
+        break;
+    }
+    case ANSWER_TOOL_ARGS:
+        delta(st, "input_json_delta", "partial_json", oai_json_text(p->text, p->len));
+        break;
+    case ANSWER_TOOL_END:
+        close_block(st);
+        break;
+    }
 }
 
 static void start(anthropic_stream_t *st)
@@ -619,18 +612,15 @@ static void start(anthropic_stream_t *st)
     ev(st, "message_start",
        json_pack("{s:s, s:{s:s, s:s, s:s, s:s, s:[], s:n, s:n, s:o}}", "type", "message_start", "message", "id",
                  st->id, "type", "message", "role", "assistant", "model", st->model, "content", "stop_reason",
-                 "stop_sequence", "usage", usage_json(&u, false)));
+                 "stop_sequence", "usage", usage_json(&u)));
     ev(st, "ping", json_pack("{s:s}", "type", "ping"));
 }
 
-bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *e, char **out, size_t *len,
-                            size_t *cap)
+bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *e, api_buf_t *out)
 {
     if (st->done)
         return true;
     st->out = out;
-    st->len = len;
-    st->cap = cap;
     start(st);
     if (e->finish == PROTO_FINISH_ERROR || e->finish == PROTO_FINISH_TIMEOUT ||
         e->finish == PROTO_FINISH_CANCELLED) {
@@ -638,34 +628,135 @@ bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *e, char
         oai_error_from_worker(&err, proto_event_cause(e), e->finish == PROTO_FINISH_TIMEOUT
                                                               ? "The request ran past its deadline on the worker"
                                                               : "Generation failed on the worker");
-        anthropic_stream_error(st, &err, out, len, cap);
+        anthropic_stream_error(st, &err, out);
         return true;
     }
     bool final = e->finish != PROTO_FINISH_NONE;
-    answer_stream_feed(st->ans, e->text, e->text_len, final, on_part, st);
+    const answer_part_t *parts;
+    size_t n = answer_feed(st->ans, e->text, e->text_len, final ? ANSWER_DONE : ANSWER_MORE, &parts);
+    for (size_t i = 0; i < n; i++)
+        on_part(st, &parts[i]);
     if (final) {
         close_block(st);
-        oai_usage_t u = {0};
-        if (e->has_usage)
-            u = (oai_usage_t){e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens};
-        else
-            u.completion_tokens = e->n_tokens;
+        oai_usage_t u;
+        usage_of(e, &u);
         ev(st, "message_delta", json_pack("{s:s, s:{s:s, s:n}, s:o}", "type", "message_delta", "delta",
                                           "stop_reason", stop_reason(e->finish, st->n_calls), "stop_sequence",
-                                          "usage", usage_json(&u, true)));
+                                          "usage", usage_json(&u)));
         ev(st, "message_stop", json_pack("{s:s}", "type", "message_stop"));
         st->done = true;
     }
     return st->done;
 }
 
-void anthropic_stream_error(anthropic_stream_t *st, const oai_error_t *e, char **out, size_t *len, size_t *cap)
+void anthropic_stream_error(anthropic_stream_t *st, const oai_error_t *e, api_buf_t *out)
 {
     st->out = out;
-    st->len = len;
-    st->cap = cap;
-    json_t *j = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", anthropic_error_type(e->status),
-                          "message", answer_jstr(e->message, strlen(e->message)));
-    ev(st, "error", j);
+    ev(st, "error", json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type",
+                              anthropic_error_type(e->status), "message",
+                              oai_json_text(e->message, strlen(e->message))));
     st->done = true;
 }
+
+/* ---- the surfaces ------------------------------------------------------ */
+
+/* call->state: the stream (streaming), or the message id (not). */
+typedef struct {
+    char id[48];
+    anthropic_stream_t *stream;
+} surface_state_t;
+
+static int surface_parse(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o, oai_error_t *e)
+{
+    return anthropic_parse_request(body, len, call->op == OAI_OP_TOKENIZE, o, e);
+}
+
+static void surface_begin(api_call_t *call, oai_request_t *o)
+{
+    surface_state_t *st = xcalloc(1, sizeof *st);
+    oai_id_new("msg_", st->id, sizeof st->id);
+    if (call->stream) {
+        anthropic_meta_t m = {.id = st->id, .model = call->model, .reasoning = call->reasoning,
+                              .tool_names = call->tool_names, .n_tools = call->n_tools};
+        st->stream = anthropic_stream_new(&m);
+    }
+    call->state = st;
+}
+
+static void surface_stream_event(api_call_t *call, gateway_reply_t *rep, api_buf_t *out)
+{
+    surface_state_t *st = call->state;
+    if (rep->kind == GATEWAY_REPLY_ERROR) {
+        anthropic_stream_error(st->stream, &rep->error, out);
+        call->done = true;
+    } else {
+        call->done = anthropic_stream_event(st->stream, &rep->event, out);
+    }
+    gateway_reply_free(&rep);
+}
+
+/* The failure of a last EVENT that ended in error, as an error body. */
+static char *failed_body(const api_call_t *call, const proto_event_t *last, int *status)
+{
+    oai_error_t e;
+    if (proto_event_cause(last) == PROTO_ERR_DEADLINE)
+        oai_error_from_worker(&e, PROTO_ERR_DEADLINE, "The request ran past its deadline (%lld s)",
+                              (long long)call->request_timeout_s);
+    else
+        oai_error_from_worker(&e, proto_event_cause(last), "Generation failed on the worker");
+    *status = e.status;
+    return anthropic_error_json(&e);
+}
+
+static char *surface_complete(api_call_t *call, gateway_reply_t *const *events, size_t n, int *status)
+{
+    surface_state_t *st = call->state;
+    const proto_event_t *last = &events[n - 1]->event;
+    if (last->finish == PROTO_FINISH_ERROR || last->finish == PROTO_FINISH_TIMEOUT ||
+        last->finish == PROTO_FINISH_CANCELLED)
+        return failed_body(call, last, status);
+    *status = 200;
+    if (call->op == OAI_OP_TOKENIZE) {
+        int64_t count = 0;
+        for (size_t i = 0; i < n; i++)
+            count += events[i]->event.n_ids;
+        return anthropic_count_json(count);
+    }
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += events[i]->event.text_len;
+    char *text = xmalloc(len + 1);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(text + off, events[i]->event.text, events[i]->event.text_len);
+        off += events[i]->event.text_len;
+    }
+    text[len] = '\0';
+    oai_usage_t u;
+    usage_of(last, &u);
+    anthropic_meta_t m = {.id = st->id, .model = call->model, .reasoning = call->reasoning,
+                          .tool_names = call->tool_names, .n_tools = call->n_tools};
+    char *body = anthropic_message_json(&m, text, len, last->finish, &u);
+    free(text);
+    return body;
+}
+
+static void surface_end(api_call_t *call)
+{
+    surface_state_t *st = call->state;
+    if (!st)
+        return;
+    anthropic_stream_free(&st->stream);
+    free(st);
+    call->state = NULL;
+}
+
+const api_surface_t anthropic_surface = {
+    .name = "anthropic",
+    .parse = surface_parse,
+    .begin = surface_begin,
+    .stream_event = surface_stream_event,
+    .complete = surface_complete,
+    .error_body = anthropic_error_json,
+    .end = surface_end,
+};

@@ -53,6 +53,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gateway/api_surface.h"
 #include "gateway/oai.h"
 #include "proto/msg.h"
 
@@ -73,7 +74,7 @@ typedef struct anthropic_meta {
     const char *id;          /* "msg_…" */
     const char *model;
     bool reasoning;          /* split <think>…</think> into thinking blocks */
-    char *const *tool_names; /* (n_tools) calls are parsed when n_tools > 0 */
+    char *const *tool_names; /* (n_tools) calls are parsed when not NULL */
     size_t n_tools;
 } anthropic_meta_t;
 
@@ -86,17 +87,18 @@ char *anthropic_message_json(const anthropic_meta_t *m, const char *text, size_t
 char *anthropic_count_json(int64_t n);
 
 /* Streaming: one per request; the SSE bytes of each EVENT are appended to
- * the caller's buffer (*out, *len, *cap; grown with xrealloc). meta's
- * strings are copied. */
+ * out. meta's strings are copied (tool names too). */
 typedef struct anthropic_stream anthropic_stream_t;
 anthropic_stream_t *anthropic_stream_new(const anthropic_meta_t *m);
 void anthropic_stream_free(anthropic_stream_t **st);
 /* One EVENT (text delta; finish and usage on the last). Returns true when
  * the stream is complete (message_stop or error written). */
-bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *ev, char **out, size_t *len,
-                            size_t *cap);
+bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *ev, api_buf_t *out);
 /* A failure: an `error` event. Always completes the stream. */
-void anthropic_stream_error(anthropic_stream_t *st, const oai_error_t *e, char **out, size_t *len,
-                            size_t *cap);
+void anthropic_stream_error(anthropic_stream_t *st, const oai_error_t *e, api_buf_t *out);
+
+/* The surface (api_surface.h) of POST /v1/messages, and of
+ * POST /v1/messages/count_tokens with the route's op OAI_OP_TOKENIZE. */
+extern const api_surface_t anthropic_surface;
 
 #endif

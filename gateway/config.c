@@ -6,6 +6,7 @@
  * schema is fixed and shallow, so each mapping is parsed by walking a table of
  * field descriptors. The same descriptors drive config_set (flags) and
  * config_format, so the three can never disagree about a key. */
+#include "gateway/resp_store.h"
 #include "gateway/config.h"
 
 #include <assert.h>
@@ -18,9 +19,11 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "gateway/gateway.h"
+#include "gateway/http.h"
 #include "gateway/oai.h"
 #include "gateway/prio_queue.h"
 #include "gateway/supervisor.h"
@@ -77,6 +80,7 @@ static const field_t queue_fields[] = {
     DBL("aging_per_s", config_queue_t, aging_per_s, 0.0, 1000.0),
     DBL("default_timeout_s", config_queue_t, default_timeout_s, 0.001, 86400.0),
     DBL("replica_grace_s", config_queue_t, replica_grace_s, 0.001, 86400.0),
+    INT("max_redispatch", config_queue_t, max_redispatch, 0, 1000),
 };
 static const field_t limits_fields[] = {
     I64("max_body_bytes", config_limits_t, max_body_bytes, 1024, 1073741824),
@@ -95,15 +99,13 @@ static const field_t curve_fields[] = {
     OPTSTR("authorized_worker_keys_file", config_curve_t, authorized_worker_keys_file, check_path),
     BOOL("allow_plain_tcp", config_curve_t, allow_plain_tcp),
 };
-/* routing.mode, indexed by route_mode_t */
-static const char *const routing_mode_names[] = {"cache-aware", "least-loaded", NULL};
 static const field_t routing_fields[] = {
-    ENUM("mode", config_routing_t, mode, routing_mode_names),
+    ENUM("mode", config_routing_t, mode, route_mode_names), /* gateway/route.h's list */
     INT("max_load_gap", config_routing_t, max_load_gap, 1, 65536),
     INT("index_entries", config_routing_t, index_entries, 1, 67108864),
 };
 /* models[].kv_type, indexed by config_kv_type_t */
-static const char *const kv_type_names[] = {"f16", "f32", "auto", NULL};
+static const char *const kv_type_names[] = {"f16", "f32", "auto", "q8_0", NULL};
 
 const char *config_kv_type_name(int t)
 {
@@ -134,11 +136,16 @@ static const field_t top_fields[] = {
     {.key = "log_level", .kind = K_LEVEL, .off = offsetof(config_t, log_level)},
     OPTSTR("keys_file", config_t, keys_file, check_path),
     INT("http_threads", config_t, http_threads, 1, 256),
+    DBL("http_idle_timeout_s", config_t, http_idle_timeout_s, 1.0, 86400.0),
+    DBL("header_timeout_s", config_t, header_timeout_s, 0.1, 86400.0),
     OPTSTR("worker_bin", config_t, worker_bin, check_path),
     DBL("drain_timeout_s", config_t, drain_timeout_s, 0.0, 86400.0),
     OPTSTR("cors_origins", config_t, cors_origins, check_origins),
     BOOL("admin_open", config_t, admin_open),
     ENUM("reasoning_parser", config_t, reasoning_parser, reasoning_parser_names),
+    OPTSTR("state_dir", config_t, state_dir, check_path),
+    DBL("responses_max_age_s", config_t, responses_max_age_s, 1.0, 315360000.0),
+    I64("responses_max_bytes", config_t, responses_max_bytes, 4096, 1099511627776LL),
     MAP("queue", config_t, queue, queue_fields),
     MAP("limits", config_t, limits, limits_fields),
     MAP("restart", config_t, restart, restart_fields),
@@ -525,8 +532,13 @@ config_t *config_default(void)
     c->log_level = LOG_INFO;
     c->keys_file = NULL;
     c->http_threads = 2;
+    c->http_idle_timeout_s = HTTP_DEFAULT_IDLE_TIMEOUT_S;
+    c->header_timeout_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
     c->worker_bin = NULL;
     c->drain_timeout_s = 30;
+    c->state_dir = NULL; /* gateway_main.c picks the default directory */
+    c->responses_max_age_s = RESP_STORE_DEFAULT_MAX_AGE_S;
+    c->responses_max_bytes = RESP_STORE_DEFAULT_MAX_BYTES;
     /* the queue's own defaults (prio_queue.h, gateway.h), so that a gateway
      * started with or without a file behaves the same */
     prio_queue_config_t q;
@@ -534,7 +546,8 @@ config_t *config_default(void)
     c->queue = (config_queue_t){.max_per_model = GATEWAY_DEFAULT_MAX_QUEUE,
                                 .aging_per_s = q.aging_per_s,
                                 .default_timeout_s = GATEWAY_DEFAULT_TIMEOUT_S,
-                                .replica_grace_s = GATEWAY_DEFAULT_GRACE_S};
+                                .replica_grace_s = GATEWAY_DEFAULT_GRACE_S,
+                                .max_redispatch = GATEWAY_DEFAULT_MAX_REDISPATCH};
     c->limits = (config_limits_t){.max_body_bytes = CONFIG_DEFAULT_MAX_BODY,
                                   .max_messages = OAI_MAX_MESSAGES,
                                   .max_prompt_bytes = OAI_MAX_TEXT_BYTES,
@@ -562,6 +575,7 @@ void config_free(config_t **cp)
     free(c->keys_file);
     free(c->worker_bin);
     free(c->cors_origins);
+    free(c->state_dir);
     free(c->curve.server_secret_key_file);
     free(c->curve.authorized_worker_keys_file);
     for (size_t i = 0; i < c->n_models; i++) {
@@ -1044,8 +1058,7 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        errbuf_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     uint8_t *buf = xmalloc(CONFIG_MAX_BYTES + 1);
@@ -1054,11 +1067,9 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
     fclose(f);
     int rc = -1;
     if (bad) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: read error", path);
+        errbuf_set(err, errlen, "%s: read error", path);
     } else if (n > CONFIG_MAX_BYTES) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: larger than %u bytes", path, CONFIG_MAX_BYTES);
+        errbuf_set(err, errlen, "%s: larger than %u bytes", path, CONFIG_MAX_BYTES);
     } else {
         rc = config_parse(buf, n, path, out, err, errlen);
     }
@@ -1088,7 +1099,7 @@ int config_set(config_t *c, const char *key, const char *value, char *err, size_
             if (strlen(tab[i].key) == kl && !memcmp(tab[i].key, k, kl))
                 f = &tab[i];
         if (!f) {
-            snprintf(err, errlen, "--%s: unknown configuration key", key);
+            errbuf_set(err, errlen, "--%s: unknown configuration key", key);
             return -1;
         }
         if (!dot || f->kind != K_MAP)
@@ -1100,13 +1111,13 @@ int config_set(config_t *c, const char *key, const char *value, char *err, size_
         dot = strchr(k, '.');
     }
     if (dot || f->kind == K_MAP || f->kind == K_MODELS) {
-        snprintf(err, errlen, "--%s: not a single value%s", key,
-                 f->kind == K_MODELS ? " (use --model NAME=PATH)" : "");
+        errbuf_set(err, errlen, "--%s: not a single value%s", key,
+                   f->kind == K_MODELS ? " (use --model NAME=PATH)" : "");
         return -1;
     }
     char why[256];
     if (set_scalar(f, base, value, strlen(value), true, why, sizeof why)) {
-        snprintf(err, errlen, "--%s: %s", key, why);
+        errbuf_set(err, errlen, "--%s: %s", key, why);
         return -1;
     }
     if (!strcmp(key, "listen"))
@@ -1123,19 +1134,19 @@ int config_model_set(config_t *c, const char *arg, char *err, size_t errlen)
     }
     const char *eq = strchr(arg, '=');
     if (!eq) {
-        snprintf(err, errlen, "--model: expected NAME=PATH");
+        errbuf_set(err, errlen, "--model: expected NAME=PATH");
         return -1;
     }
     size_t nl = (size_t)(eq - arg);
     if (nl > CONFIG_MAX_NAME) {
-        snprintf(err, errlen, "--model: a model name has 1..%d characters", CONFIG_MAX_NAME);
+        errbuf_set(err, errlen, "--model: a model name has 1..%d characters", CONFIG_MAX_NAME);
         return -1;
     }
     char name[CONFIG_MAX_NAME + 1];
     memcpy(name, arg, nl);
     name[nl] = 0;
     if (check_name(name, why, sizeof why)) {
-        snprintf(err, errlen, "--model: %s", why);
+        errbuf_set(err, errlen, "--model: %s", why);
         return -1;
     }
     /* validate the path with the same rules as the file, into a scratch model */
@@ -1144,14 +1155,14 @@ int config_model_set(config_t *c, const char *arg, char *err, size_t errlen)
     tmp.path = NULL;
     const char *path = eq + 1;
     if (set_scalar(&model_fields[1], &tmp, path, strlen(path), false, why, sizeof why)) {
-        snprintf(err, errlen, "--model %s: %s", name, why);
+        errbuf_set(err, errlen, "--model %s: %s", name, why);
         return -1;
     }
     config_model_t *m = (config_model_t *)config_model_find(c, name);
     if (!m) {
         if (c->n_models >= CONFIG_MAX_MODELS) {
             free(tmp.path);
-            snprintf(err, errlen, "--model: more than %d models", CONFIG_MAX_MODELS);
+            errbuf_set(err, errlen, "--model: more than %d models", CONFIG_MAX_MODELS);
             return -1;
         }
         m = model_append(c);
@@ -1176,7 +1187,7 @@ int config_models_set(config_t *c, const char *model, const char *key, const cha
         if (!strcmp(model_fields[i].key, key))
             f = &model_fields[i];
     if (!f || f->kind == K_STR || f->kind == K_OPTSTR) {
-        snprintf(err, errlen, "--models.%s: not a per-model setting", key);
+        errbuf_set(err, errlen, "--models.%s: not a per-model setting", key);
         return -1;
     }
     /* validate once into a scratch model, so a bad value fails even with no
@@ -1184,11 +1195,11 @@ int config_models_set(config_t *c, const char *model, const char *key, const cha
     config_model_t tmp;
     model_defaults(&tmp);
     if (set_scalar(f, &tmp, value, strlen(value), true, why, sizeof why)) {
-        snprintf(err, errlen, "--models.%s: %s", key, why);
+        errbuf_set(err, errlen, "--models.%s: %s", key, why);
         return -1;
     }
     if (model && !config_model_find(c, model)) {
-        snprintf(err, errlen, "--models.%s: no model called '%s'", key, model);
+        errbuf_set(err, errlen, "--models.%s: no model called '%s'", key, model);
         return -1;
     }
     for (size_t i = 0; i < c->n_models; i++)

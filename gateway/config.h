@@ -55,6 +55,11 @@
  *   keys_file                    string   (none)                  API keys file (gateway/keys.h);
  *                                                                 none = no authentication
  *   http_threads                 int      2                       1..256 HTTP worker threads
+ *   http_idle_timeout_s          float    30                      1..86400 s; an idle HTTP connection
+ *                                                                 is closed after this long
+ *   header_timeout_s             float    10                      0.1..86400 s; a connection whose
+ *                                                                 request headers are not complete
+ *                                                                 this long after it opened is closed
  *   worker_bin                   string   (none)                  worker executable for local workers;
  *                                                                 none = pagoda-worker next to the gateway
  *   drain_timeout_s              float    30                      0..86400 s; on SIGTERM, how long
@@ -70,6 +75,14 @@
  *   reasoning_parser             string   none                    none | qwen3: split <think>...</think>
  *                                                                 at the start of chat answers into
  *                                                                 reasoning_content (gateway/reasoning.h)
+ *   state_dir                    string   (see right)             directory of responses.sqlite3 (stored
+ *                                                                 Responses API responses) or ":memory:";
+ *                                                                 none = $STATE_DIRECTORY, else
+ *                                                                 $XDG_STATE_HOME/pagoda, else
+ *                                                                 ~/.local/state/pagoda
+ *   responses_max_age_s          float    2592000 (30 days)       1..315360000 s; older responses deleted
+ *   responses_max_bytes          int      1073741824              4096..2^40 bytes of stored responses;
+ *                                                                 the oldest are deleted beyond
  *   queue.max_per_model          int      1024                    1..1000000 queued requests per
  *                                                                 model; beyond it: 429 + Retry-After
  *   queue.aging_per_s            float    1/30 (0.0333…)          0..1000 priority levels gained per
@@ -83,6 +96,9 @@
  *                                                                 have no worker before its requests
  *                                                                 get 503 (not while a local worker
  *                                                                 of it is (re)starting)
+ *   queue.max_redispatch         int      2                       0..1000 worker losses a request
+ *                                                                 survives (re-dispatched each time);
+ *                                                                 one more gets 502 worker_lost
  *   limits.max_body_bytes        int      16777216                1024..1073741824 HTTP body (413)
  *   limits.max_messages          int      1024                    1..1024 (OAI_MAX_MESSAGES) chat
  *                                                                 messages per request (400)
@@ -129,7 +145,7 @@
  *     max_seqs                   int      32                      1..4096 sequences batched at once
  *     max_batch_tokens           int      512                     1..65536 tokens per step
  *     threads                    int      2                       1..256 compute threads
- *     kv_type                    string   f16                     f16 or f32: KV cache element type
+ *     kv_type                    string   auto                    auto, f16, f32 or q8_0: KV cache element type
  *                                                                 (f16 halves the KV memory per token)
  *   (the model settings are the local workers' --kv-blocks (or --kv-budget-mb
  *   when kv_blocks is 0), --max-seqs, --max-batch-tokens, --threads,
@@ -179,10 +195,11 @@ typedef enum config_kv_type {
     CONFIG_KV_F16 = 0,
     CONFIG_KV_F32 = 1,
     CONFIG_KV_AUTO = 2, /* the worker picks: f16 for quantized K/V weights, else f32 */
+    CONFIG_KV_Q8_0 = 3, /* int8 quants + f16 scale per block of 32 */
     CONFIG_KV_N
 } config_kv_type_t;
 
-/* "f16" / "f32" for a config_kv_type_t ("f16" for anything else). */
+/* "f16" / "f32" / "auto" / "q8_0" for a config_kv_type_t ("auto" for anything else). */
 const char *config_kv_type_name(int t);
 
 typedef struct config_model {
@@ -205,6 +222,7 @@ typedef struct config_queue {
     double aging_per_s;        /* tier levels gained per second of waiting */
     double default_timeout_s;  /* deadline of a request without its own, s */
     double replica_grace_s;    /* a configured model with no worker this long → 503, s */
+    int max_redispatch;        /* worker losses a request survives (then 502); 0 = none */
 } config_queue_t;
 
 typedef struct config_limits {
@@ -243,11 +261,18 @@ typedef struct config {
     int log_level;             /* enum log_level (common/log.h) */
     char *keys_file;           /* NULL = no API keys */
     int http_threads;          /* libmicrohttpd thread pool */
+    double http_idle_timeout_s;/* close an idle HTTP connection after this long, s */
+    double header_timeout_s;   /* close a connection whose request headers are not complete
+                                  this long after it opened (slowloris), s */
     char *worker_bin;          /* NULL = pagoda-worker next to the gateway binary */
     double drain_timeout_s;    /* SIGTERM: how long requests in flight may finish, s */
     char *cors_origins;        /* browser origins allowed (CORS), "A,B"; NULL = none */
     bool admin_open;           /* without keys_file, /admin/... answer anyone (else 403) */
     int reasoning_parser;      /* reasoning_parser_t: 0 none, 1 qwen3 */
+    char *state_dir;           /* stored responses' directory, ":memory:", NULL = the default
+                                  ($STATE_DIRECTORY, $XDG_STATE_HOME/pagoda, ~/.local/state/pagoda) */
+    double responses_max_age_s;/* stored responses older than this are deleted, s */
+    int64_t responses_max_bytes; /* stored responses' bytes; the oldest go beyond */
     config_queue_t queue;
     config_limits_t limits;
     config_restart_t restart;

@@ -12,41 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/grammar/gbnf.h"
 #include "common/xalloc.h"
 #include "common/vec.h"
+#include "gateway/gateway_core.h"
+#include "gateway/snapshot.h"
+#include "gateway/submit.h"
 #include "gateway/supervisor.h"
 #include "gateway/zap.h"
 
 /* While a queue holds requests the core wakes at least this often to expire
  * deadlines (prio_queue has no "next deadline" query). */
 #define QUEUE_TICK_US 50000
-
-/* What oai.c accepts must fit in a SUBMIT (proto/msg.h), or the worker
- * cannot decode it. */
-_Static_assert(OAI_MAX_MESSAGES <= PROTO_MAX_MESSAGES, "oai messages > proto messages");
-_Static_assert(OAI_MAX_TEXT_BYTES <= PROTO_MAX_PROMPT, "oai text > proto prompt/content");
-_Static_assert(OAI_MAX_PROMPT_TOKENS <= PROTO_MAX_TOKENS, "oai prompt tokens > proto tokens");
-_Static_assert(OAI_MAX_GRAMMAR_BYTES <= PROTO_MAX_GRAMMAR && GBNF_MAX_TEXT <= PROTO_MAX_GRAMMAR, "grammar text > proto grammar");
-_Static_assert(OAI_MAX_STOP <= PROTO_MAX_STOP, "oai stop count > proto stop count");
-_Static_assert(OAI_MAX_STOP_BYTES <= PROTO_MAX_STOP_LEN, "oai stop length > proto stop length");
-_Static_assert(OAI_MAX_LOGIT_BIAS <= PROTO_MAX_LOGIT_BIAS, "oai logit_bias > proto logit_bias");
-_Static_assert(OAI_MAX_TOP_LOGPROBS <= PROTO_MAX_TOP_LOGPROBS, "oai top_logprobs > proto");
-_Static_assert(OAI_MAX_MODEL_BYTES <= PROTO_MAX_NAME, "oai model name > proto name");
-_Static_assert(OAI_MAX_MAX_TOKENS <= 0x7fffffff, "oai max_tokens > proto max_tok (u31)");
-/* the largest SUBMIT: all text (or 5 msgpack bytes per token id), the stop
- * strings, logit_bias (≤ 14 bytes an entry) and 1 MiB for roles and fields */
-_Static_assert((uint64_t)(OAI_MAX_TEXT_BYTES > 5ull * OAI_MAX_PROMPT_TOKENS ? OAI_MAX_TEXT_BYTES
-                                                                              : 5ull * OAI_MAX_PROMPT_TOKENS) +
-                       (uint64_t)OAI_MAX_STOP * OAI_MAX_STOP_BYTES + 14ull * OAI_MAX_LOGIT_BIAS + (1ull << 20) <=
-                   PROTO_MAX_BODY,
-               "the largest request the gateway accepts does not fit in a SUBMIT body");
 
 static void request_finish(struct gateway *gw, gateway_request_t *r);
 static void request_reply_error(struct gateway *gw, gateway_request_t *r, int status,
@@ -76,11 +57,6 @@ static void reply_item_free(void *p)
     gateway_reply_free(&r);
 }
 
-static char *dup_or_null(const char *s)
-{
-    return s ? xstrdup(s) : NULL;
-}
-
 gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_request_t *o,
                                             prio_tier_t tier)
 {
@@ -95,108 +71,7 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
 
     proto_msg_init(&r->submit, PROTO_SUBMIT);
     proto_submit_t *s = &r->submit.submit;
-    s->id = r->id;
-    s->priority = (proto_priority_t)tier;
-    if (o->kind == OAI_CHAT) {
-        s->kind = PROTO_KIND_CHAT;
-        s->n_messages = (uint32_t)o->n_messages;
-        s->messages = xcalloc(o->n_messages, sizeof *s->messages);
-        for (size_t i = 0; i < o->n_messages; i++) {
-            s->messages[i].role = xstrdup(oai_role_name(o->messages[i].role));
-            s->messages[i].content = xstrdup(o->messages[i].content);
-            s->messages[i].tool_calls = dup_or_null(o->messages[i].tool_calls_json);
-            s->messages[i].tool_call_id = dup_or_null(o->messages[i].tool_call_id);
-        }
-        s->has_think = o->has_enable_thinking;
-        s->think = o->enable_thinking;
-        /* tool_choice none: the tools are not announced, so no call can come */
-        if (o->tools_json && o->tool_choice != OAI_TOOL_CHOICE_NONE) {
-            s->tools = xstrdup(o->tools_json);
-            if (o->tool_choice == OAI_TOOL_CHOICE_REQUIRED) {
-                s->tool_choice = xstrdup("required");
-            } else if (o->tool_choice == OAI_TOOL_CHOICE_NAMED) {
-                size_t n = strlen(o->tool_choice_name) + 10;
-                s->tool_choice = xmalloc(n);
-                snprintf(s->tool_choice, n, "function:%s", o->tool_choice_name);
-            }
-            s->no_par_tools = !o->parallel_tool_calls;
-        }
-    } else {
-        s->kind = PROTO_KIND_COMPLETION;
-        if (o->op == OAI_OP_EMBED) {
-            /* one SUBMIT for all inputs: each a sequence of its own, its
-             * EVENT's choice = the input's index */
-            s->n_inputs = (uint32_t)o->n_inputs;
-            s->inputs = xcalloc(o->n_inputs ? o->n_inputs : 1, sizeof *s->inputs);
-            for (size_t i = 0; i < o->n_inputs; i++) {
-                const oai_embed_input_t *in = &o->inputs[i];
-                if (in->text) {
-                    s->inputs[i].text = xstrdup(in->text);
-                } else {
-                    s->inputs[i].n_ids = (uint32_t)in->n_ids;
-                    s->inputs[i].ids = xmalloc(in->n_ids * sizeof(int32_t));
-                    memcpy(s->inputs[i].ids, in->ids, in->n_ids * sizeof(int32_t));
-                }
-            }
-            s->dimensions = (uint32_t)o->dimensions;
-        } else if (o->prompt) {
-            s->prompt = xstrdup(o->prompt);
-        } else {
-            s->has_prompt_ids = true;
-            s->n_prompt_ids = (uint32_t)o->n_prompt_tokens;
-            s->prompt_ids = xcalloc(o->n_prompt_tokens ? o->n_prompt_tokens : 1, sizeof(int32_t));
-            memcpy(s->prompt_ids, o->prompt_tokens, o->n_prompt_tokens * sizeof(int32_t));
-        }
-    }
-    proto_sampling_t *sp = &s->sampling;
-    sp->temperature = o->temperature;
-    sp->top_p = o->top_p;
-    sp->top_k = o->top_k > 0 ? (uint32_t)o->top_k : 0;
-    sp->min_p = o->min_p;
-    sp->repetition_penalty = o->repetition_penalty;
-    sp->presence_penalty = o->presence_penalty;
-    sp->frequency_penalty = o->frequency_penalty;
-    sp->has_seed = o->has_seed;
-    sp->seed = (uint64_t)o->seed;
-    if (!sp->has_seed) {
-        /* pick the seed here rather than on the worker: a request resumed on
-         * another replica after a crash then continues the same random
-         * stream (the worker skips one draw per resumed token) */
-        uint64_t seed;
-        if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != sizeof seed)
-            seed = (uint64_t)clock_now_us() * 0x9E3779B97F4A7C15ull ^ r->id;
-        sp->has_seed = true;
-        sp->seed = seed;
-    }
-    if (o->n_logit_bias) {
-        sp->n_logit_bias = (uint32_t)o->n_logit_bias;
-        sp->logit_bias = xcalloc(o->n_logit_bias, sizeof *sp->logit_bias);
-        for (size_t i = 0; i < o->n_logit_bias; i++)
-            sp->logit_bias[i] = (proto_logit_bias_t){o->logit_bias[i].token, o->logit_bias[i].bias};
-    }
-    sp->logprobs = o->logprobs;
-    sp->top_logprobs = o->top_logprobs > 0 ? (uint32_t)o->top_logprobs : 0;
-    if (o->max_tokens >= 0)
-        s->max_tokens = (uint32_t)o->max_tokens;
-    else
-        s->max_tokens = o->kind == OAI_COMPLETION ? GATEWAY_COMPLETION_MAX_TOKENS : 0;
-    if (o->n_stop) {
-        s->n_stop = (uint32_t)o->n_stop;
-        s->stop = xcalloc(o->n_stop, sizeof *s->stop);
-        for (size_t i = 0; i < o->n_stop; i++)
-            s->stop[i] = dup_or_null(o->stop[i]);
-    }
-    s->ignore_eos = o->ignore_eos;
-    s->stream = o->stream;
-    if (o->grammar)
-        s->grammar = xstrdup(o->grammar);
-    s->n_choices = o->n > 1 ? (uint32_t)o->n : 1;
-    s->op = o->op == OAI_OP_TOKENIZE ? PROTO_OP_TOKENIZE
-          : o->op == OAI_OP_DETOKENIZE ? PROTO_OP_DETOKENIZE
-          : o->op == OAI_OP_EMBED ? PROTO_OP_EMBED : PROTO_OP_GENERATE;
-    s->no_special = o->op == OAI_OP_TOKENIZE && !o->add_special;
-    if (o->op == OAI_OP_EMBED)
-        s->n_choices = s->n_inputs;
+    submit_from_oai(o, r->id, tier, s);
     /* embeddings skip the prefix cache (worker/sched.h): no cache routing */
     if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text && o->op != OAI_OP_EMBED) {
         int64_t t0 = clock_now_us();
@@ -311,7 +186,7 @@ static void req_unlink(struct gateway *gw, gateway_request_t *r)
 /* ------------------------------------------------------------------------ */
 /* models                                                                    */
 
-static gateway_model_t *model_find(struct gateway *gw, const char *name)
+gateway_model_t *gateway_model_find(struct gateway *gw, const char *name)
 {
     for (size_t i = 0; i < gw->n_models; i++)
         if (strcmp(gw->models[i].name, name) == 0)
@@ -321,7 +196,7 @@ static gateway_model_t *model_find(struct gateway *gw, const char *name)
 
 static gateway_model_t *model_add(struct gateway *gw, const char *name, bool configured)
 {
-    gateway_model_t *m = model_find(gw, name);
+    gateway_model_t *m = gateway_model_find(gw, name);
     if (m) {
         m->configured |= configured;
         return m;
@@ -336,7 +211,7 @@ static gateway_model_t *model_add(struct gateway *gw, const char *name, bool con
     return m;
 }
 
-static size_t model_replicas(const struct gateway *gw, const char *name)
+size_t gateway_model_replicas(const struct gateway *gw, const char *name)
 {
     size_t n = 0;
     for (size_t i = 0; i < gw->n_workers; i++)
@@ -344,7 +219,7 @@ static size_t model_replicas(const struct gateway *gw, const char *name)
     return n;
 }
 
-static size_t model_ready_replicas(const struct gateway *gw, const char *name)
+size_t gateway_model_ready_replicas(const struct gateway *gw, const char *name)
 {
     size_t n = 0;
     for (size_t i = 0; i < gw->n_workers; i++)
@@ -354,7 +229,7 @@ static size_t model_ready_replicas(const struct gateway *gw, const char *name)
 }
 
 /* Its local workers, all zero without a supervisor. */
-static void model_local(struct gateway *gw, const char *name, supervisor_model_info_t *out)
+void gateway_model_local(struct gateway *gw, const char *name, supervisor_model_info_t *out)
 {
     if (gw->sup)
         supervisor_model_info(gw->sup, name, out);
@@ -365,10 +240,10 @@ static void model_local(struct gateway *gw, const char *name, supervisor_model_i
 /* True when every local worker of the model is given up (crash loop) and
  * nothing else serves it: its requests get 503 at once. Keeps m->failed and
  * the pagoda_model_failed gauge current. */
-static bool model_failed(struct gateway *gw, gateway_model_t *m, supervisor_model_info_t *li)
+bool gateway_model_failed(struct gateway *gw, gateway_model_t *m, supervisor_model_info_t *li)
 {
     bool failed = li->n_failed > 0 && li->n_running + li->n_backoff == 0 &&
-                  model_replicas(gw, m->name) == 0;
+                  gateway_model_replicas(gw, m->name) == 0;
     if (failed != m->failed) {
         m->failed = failed;
         metrics_gauge_set(gw->m.model_failed, (const char *[]){m->name}, failed);
@@ -393,7 +268,7 @@ static bool model_local_starting(const supervisor_model_info_t *li)
 /* ------------------------------------------------------------------------ */
 /* worker table                                                              */
 
-static const char *worker_state_name(gateway_worker_state_t s)
+const char *gateway_worker_state_name(gateway_worker_state_t s)
 {
     return s == GATEWAY_WORKER_DRAINING ? "draining" : "ready";
 }
@@ -416,7 +291,7 @@ static gateway_worker_t *worker_by_uid(struct gateway *gw, uint64_t uid)
     return NULL;
 }
 
-static gateway_worker_t *worker_by_replica(struct gateway *gw, const char *replica)
+gateway_worker_t *gateway_worker_by_replica(struct gateway *gw, const char *replica)
 {
     for (size_t i = 0; i < gw->n_workers; i++)
         if (strcmp(gw->workers[i].reg.replica, replica) == 0)
@@ -425,7 +300,7 @@ static gateway_worker_t *worker_by_replica(struct gateway *gw, const char *repli
 }
 
 /* A worker on our host whose pid is one of the supervisor's children. */
-static bool worker_is_local(struct gateway *gw, const gateway_worker_t *w)
+bool gateway_worker_is_local(struct gateway *gw, const gateway_worker_t *w)
 {
     return gw->sup && strcmp(w->reg.host, gw->hostname) == 0 &&
            supervisor_owns(gw->sup, (pid_t)w->reg.pid);
@@ -448,9 +323,9 @@ static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *w
         gw->n_workers_lost++;
         metrics_counter_add(gw->m.workers_lost, (const char *[]){model}, 1);
     }
-    if (kind == REMOVE_SILENT && worker_is_local(gw, w))
+    if (kind == REMOVE_SILENT && gateway_worker_is_local(gw, w))
         supervisor_kill(gw->sup, (pid_t)w->reg.pid, "missed its heartbeats");
-    if (kind == REMOVE_STALLED && worker_is_local(gw, w))
+    if (kind == REMOVE_STALLED && gateway_worker_is_local(gw, w))
         supervisor_kill(gw->sup, (pid_t)w->reg.pid, "made no progress");
     if (w->has_counted) {
         gateway_retired_t *rt = &gw->retired[gw->i_retired++ % GATEWAY_RETIRED];
@@ -482,24 +357,24 @@ static void worker_remove(struct gateway *gw, gateway_worker_t *w, const char *w
         redispatch(gw, lost[k], why, true);
     free(lost);
 
-    gateway_model_t *gm = model_find(gw, model);
-    if (gm && model_replicas(gw, model) == 0) {
+    gateway_model_t *gm = gateway_model_find(gw, model);
+    if (gm && gateway_model_replicas(gw, model) == 0) {
         gm->t_no_replica_us = clock_now_us();
         log_warn("model %s has no replica left", model);
     }
     metrics_gauge_set(gw->m.workers_connected, (const char *[]){model},
-                      (double)model_replicas(gw, model));
+                      (double)gateway_model_replicas(gw, model));
     free(model);
 }
 
-static int64_t worker_expiry_us(const gateway_worker_t *w)
+int64_t gateway_worker_expiry_us(const gateway_worker_t *w)
 {
     return w->t_last_seen_us + PROTO_LIVENESS * w->interval_us;
 }
 
 /* The progress deadline of a worker, µs without a completed step while busy:
  * max(--progress-timeout-ms, PROTO_PROGRESS_SCALE × its slowest recent step). */
-static int64_t worker_progress_deadline_us(const struct gateway *gw, const gateway_worker_t *w)
+int64_t gateway_worker_progress_deadline_us(const struct gateway *gw, const gateway_worker_t *w)
 {
     int64_t scaled = (int64_t)PROTO_PROGRESS_SCALE * w->progress.slow_ms * 1000;
     return scaled > gw->progress_timeout_us ? scaled : gw->progress_timeout_us;
@@ -512,10 +387,10 @@ static int64_t worker_stall_expiry_us(const struct gateway *gw, const gateway_wo
     if (!gw->progress_timeout_us || !w->has_progress || !w->progress.busy)
         return INT64_MAX;
     return w->t_progress_us - (int64_t)w->progress.stall_ms * 1000 +
-           worker_progress_deadline_us(gw, w);
+           gateway_worker_progress_deadline_us(gw, w);
 }
 
-static int64_t worker_credit(const gateway_worker_t *w)
+int64_t gateway_worker_credit(const gateway_worker_t *w)
 {
     if (w->state != GATEWAY_WORKER_READY)
         return 0;
@@ -554,7 +429,7 @@ static void send_heartbeat(struct gateway *gw, gateway_worker_t *w)
 
 /* Sends DRAIN to worker w and marks it draining; `plan` says what a local
  * one does when it exits (0: nothing to tell the supervisor). */
-static void worker_drain(struct gateway *gw, gateway_worker_t *w, int plan)
+void gateway_worker_drain(struct gateway *gw, gateway_worker_t *w, int plan)
 {
     if (plan && gw->sup && strcmp(w->reg.host, gw->hostname) == 0)
         supervisor_expect_exit(gw->sup, (pid_t)w->reg.pid, (supervisor_exit_plan_t)plan);
@@ -591,7 +466,7 @@ static uint32_t req_choices(const gateway_request_t *r)
 static void request_finish(struct gateway *gw, gateway_request_t *r)
 {
     if (r->state == GATEWAY_REQ_QUEUED) {
-        gateway_model_t *m = model_find(gw, r->model);
+        gateway_model_t *m = gateway_model_find(gw, r->model);
         if (m)
             prio_queue_remove(m->queue, r->id, NULL);
     } else if (r->state == GATEWAY_REQ_RUNNING) {
@@ -602,7 +477,7 @@ static void request_finish(struct gateway *gw, gateway_request_t *r)
         }
     }
     r->state = GATEWAY_REQ_NEW;
-    gateway_model_t *m = model_find(gw, r->model);
+    gateway_model_t *m = gateway_model_find(gw, r->model);
     if (m)
         m->t_last_active_us = clock_now_us();
     req_unlink(gw, r);
@@ -653,7 +528,7 @@ static void redispatch(struct gateway *gw, gateway_request_t *r, const char *why
         request_finish(gw, r);
         return;
     }
-    gateway_model_t *m = model_find(gw, r->model);
+    gateway_model_t *m = gateway_model_find(gw, r->model);
     if (m && enqueue(gw, m, r) == PRIO_QUEUE_OK) {
         gw->n_requeued++;
         metrics_counter_add(gw->m.requests_redispatched,
@@ -690,7 +565,7 @@ static void finish_length(struct gateway *gw, gateway_request_t *r)
 static void on_submit(struct gateway *gw, gateway_request_t *r)
 {
     int64_t now = clock_now_us();
-    gateway_model_t *m = model_find(gw, r->model);
+    gateway_model_t *m = gateway_model_find(gw, r->model);
     req_insert(gw, r); /* the command's reference is now the table's */
     if (!m) {
         gateway_reply_t *rep = xcalloc(1, sizeof *rep);
@@ -709,8 +584,8 @@ static void on_submit(struct gateway *gw, gateway_request_t *r)
     }
     m->t_last_active_us = now;
     supervisor_model_info_t li;
-    model_local(gw, m->name, &li);
-    if (model_failed(gw, m, &li)) {
+    gateway_model_local(gw, m->name, &li);
+    if (gateway_model_failed(gw, m, &li)) {
         request_reply_error(gw, r, 503, "model_failed",
                             "Model '%s' is unavailable: its worker crashed repeatedly (%s). An "
                             "operator can retry with POST /admin/models/%s/restart",
@@ -719,7 +594,7 @@ static void on_submit(struct gateway *gw, gateway_request_t *r)
         return;
     }
     bool starting = model_local_starting(&li);
-    if (li.on_demand && model_ready_replicas(gw, m->name) == 0 &&
+    if (li.on_demand && gateway_model_ready_replicas(gw, m->name) == 0 &&
         supervisor_wake(gw->sup, m->name) > 0) {
         starting = true;
         if (m->t_no_replica_us)
@@ -800,7 +675,7 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
             int64_t need = req_choices(r) > w->reg.capacity ? w->reg.capacity : req_choices(r);
             if (need < 1)
                 need = 1;
-            int64_t credit = ours ? worker_credit(w) : 0;
+            int64_t credit = ours ? gateway_worker_credit(w) : 0;
             cand[i] = (route_cand_t){
                 .credit = credit >= need ? credit - need + 1 : 0,
                 .assigned = w->n_assigned,
@@ -879,7 +754,7 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
     }
     if (!w) {
         /* the same process on a new connection replaces its old entry */
-        gateway_worker_t *old = worker_by_replica(gw, r->replica);
+        gateway_worker_t *old = gateway_worker_by_replica(gw, r->replica);
         if (old)
             worker_remove(gw, old, "re-registered on a new connection", REMOVE_REPLACED);
         vec_reserve(gw->workers, gw->cap_workers, gw->n_workers + 1);
@@ -915,7 +790,7 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
     gm->t_no_replica_us = 0;
     gm->n_ctx = w->reg.n_ctx;
     metrics_gauge_set(gw->m.workers_connected, (const char *[]){gm->name},
-                      (double)model_replicas(gw, gm->name));
+                      (double)gateway_model_replicas(gw, gm->name));
     log_info("worker %s registered: model %s, capacity %u, n_ctx %u, %u KV blocks of %u, "
              "heartbeat %u ms (%zu connected)",
              w->reg.replica, w->reg.model, w->reg.capacity, w->reg.n_ctx, w->reg.kv_blocks,
@@ -1153,282 +1028,6 @@ static void drain_router(struct gateway *gw)
 }
 
 /* ------------------------------------------------------------------------ */
-/* snapshots                                                                 */
-
-static json_t *health_json(struct gateway *gw)
-{
-    int64_t now = clock_now_us();
-    json_t *workers = json_array();
-    for (size_t i = 0; i < gw->n_workers; i++) {
-        const gateway_worker_t *w = &gw->workers[i];
-        int64_t left_us = worker_expiry_us(w) - now;
-        int64_t liveness = left_us <= 0 ? 0 : (left_us + w->interval_us - 1) / w->interval_us;
-        json_t *load = json_null();
-        if (w->has_load) {
-            const proto_load_t *l = &w->load;
-            load = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-                             "running", (json_int_t)l->running,
-                             "waiting", (json_int_t)l->waiting,
-                             "kv_blocks_used", (json_int_t)l->kv_blocks_used,
-                             "kv_blocks_total", (json_int_t)l->kv_blocks_total,
-                             "free_slots", (json_int_t)l->free_slots,
-                             "prefix_cache_queries", (json_int_t)l->prefix_cache_queries,
-                             "prefix_cache_hits", (json_int_t)l->prefix_cache_hits,
-                             "preemptions", (json_int_t)l->preemptions,
-                             "tokens_generated", (json_int_t)l->tokens_generated,
-                             "prompt_tokens", (json_int_t)l->prompt_tokens);
-        }
-        json_t *prog = json_null();
-        if (w->has_progress) {
-            const proto_progress_t *g = &w->progress;
-            int64_t stall = g->busy ? g->stall_ms + (now - w->t_progress_us) / 1000 : 0;
-            prog = json_pack("{s:I, s:b, s:I, s:I, s:I}", "steps", (json_int_t)g->steps,
-                             "busy", g->busy, "stall_ms", (json_int_t)stall,
-                             "slow_ms", (json_int_t)g->slow_ms,
-                             "deadline_ms",
-                             (json_int_t)(gw->progress_timeout_us
-                                              ? worker_progress_deadline_us(gw, w) / 1000 : 0));
-        }
-        int64_t last = w->t_last_heartbeat_us ? w->t_last_heartbeat_us : w->t_last_seen_us;
-        json_array_append_new(
-            workers,
-            json_pack("{s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}",
-                      "id", w->reg.replica, "model", w->reg.model, "host", w->reg.host,
-                      "pid", (json_int_t)w->reg.pid, "state", worker_state_name(w->state),
-                      "last_heartbeat_ms_ago", (json_int_t)((now - last) / 1000),
-                      "liveness", (json_int_t)liveness,
-                      "capacity", (json_int_t)w->reg.capacity,
-                      "n_ctx", (json_int_t)w->reg.n_ctx,
-                      "n_vocab", (json_int_t)w->reg.n_vocab,
-                      "kv_blocks", (json_int_t)w->reg.kv_blocks,
-                      "block_size", (json_int_t)w->reg.block_size,
-                      "assigned", (json_int_t)w->n_assigned, "load", load, "progress", prog));
-    }
-    json_t *models = json_object();
-    for (size_t i = 0; i < gw->n_models; i++) {
-        gateway_model_t *m = &gw->models[i];
-        json_int_t replicas = 0, running = 0, free_slots = 0;
-        for (size_t k = 0; k < gw->n_workers; k++) {
-            const gateway_worker_t *w = &gw->workers[k];
-            if (strcmp(w->reg.model, m->name) != 0)
-                continue;
-            replicas++;
-            running += w->n_assigned;
-            int64_t c = worker_credit(w);
-            free_slots += c > 0 ? c : 0;
-        }
-        supervisor_model_info_t li;
-        model_local(gw, m->name, &li);
-        const char *state = model_ready_replicas(gw, m->name) ? "ready"
-                            : model_failed(gw, m, &li)         ? "failed"
-                            : li.n_running + li.n_backoff      ? "starting"
-                            : li.n_idle                        ? "idle"
-                            : replicas                         ? "draining"
-                                                               : "unavailable";
-        json_t *jm = json_pack("{s:s, s:I, s:I, s:I, s:I, s:b, s:I, s:b}", "state", state,
-                               "replicas", replicas, "queued", (json_int_t)prio_queue_len(m->queue),
-                               "running", running, "free_slots", free_slots,
-                               "configured", m->configured, "local_workers", (json_int_t)li.n_children,
-                               "on_demand", li.on_demand);
-        if (m->failed)
-            json_object_set_new(jm, "failed_reason", json_string(li.reason));
-        json_object_set_new(models, m->name, jm);
-    }
-    return json_pack("{s:s, s:i, s:o, s:o}", "status", gw->n_workers ? "ok" : "no_workers",
-                     "heartbeat_ms", gw->heartbeat_ms, "models", models, "workers", workers);
-}
-
-/* ---- operations API ---- */
-
-static json_t *admin_error(int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static json_t *admin_error(int status, const char *code, const char *fmt, ...)
-{
-    oai_error_t e;
-    va_list ap;
-    va_start(ap, fmt);
-    oai_error_vset(&e, status, code, fmt, ap);
-    va_end(ap);
-    json_t *j = oai_error_object(&e);
-    json_object_set_new(j, "status", json_integer(status));
-    return j;
-}
-
-static json_t *admin_workers(struct gateway *gw)
-{
-    int64_t now = clock_now_us();
-    json_t *local = gw->sup ? supervisor_json(gw->sup) : json_array();
-    json_t *out = json_array();
-    for (size_t i = 0; i < gw->n_workers; i++) {
-        const gateway_worker_t *w = &gw->workers[i];
-        json_t *child = NULL;
-        size_t k;
-        json_t *c;
-        if (strcmp(w->reg.host, gw->hostname) == 0) {
-            json_array_foreach(local, k, c) {
-                if (json_integer_value(json_object_get(c, "pid")) == (json_int_t)w->reg.pid) {
-                    child = c;
-                    break;
-                }
-            }
-        }
-        json_t *load = json_null();
-        if (w->has_load)
-            load = json_pack("{s:I, s:I, s:I, s:I, s:I}", "running", (json_int_t)w->load.running,
-                             "waiting", (json_int_t)w->load.waiting,
-                             "kv_blocks_used", (json_int_t)w->load.kv_blocks_used,
-                             "kv_blocks_total", (json_int_t)w->load.kv_blocks_total,
-                             "free_slots", (json_int_t)w->load.free_slots);
-        json_t *jw = json_pack("{s:s, s:s, s:s, s:I, s:s, s:b, s:f, s:I, s:I, s:o}",
-                               "id", w->reg.replica, "model", w->reg.model, "host", w->reg.host,
-                               "pid", (json_int_t)w->reg.pid, "state", worker_state_name(w->state),
-                               "local", child != NULL,
-                               "uptime_s", (double)(now - w->t_registered_us) / 1e6,
-                               "assigned", (json_int_t)w->n_assigned,
-                               "capacity", (json_int_t)w->reg.capacity, "load", load);
-        json_object_set(jw, "restarts", child ? json_object_get(child, "restarts") : json_null());
-        json_object_set(jw, "last_exit", child ? json_object_get(child, "last_exit") : json_null());
-        if (child)
-            json_object_set_new(child, "registered", json_true());
-        json_array_append_new(out, jw);
-    }
-    size_t k;
-    json_t *c;
-    json_array_foreach(local, k, c) {
-        if (json_object_get(c, "registered"))
-            continue;
-        const char *st = json_string_value(json_object_get(c, "state"));
-        json_t *jw = json_pack("{s:n, s:O, s:s, s:O, s:s, s:b, s:O, s:O, s:O, s:O}", "id",
-                               "model", json_object_get(c, "model"), "host", gw->hostname,
-                               "pid", json_object_get(c, "pid"),
-                               "state", st && strcmp(st, "running") == 0 ? "starting" : st ? st : "?",
-                               "local", 1, "uptime_s", json_object_get(c, "uptime_s"),
-                               "restarts", json_object_get(c, "restarts"),
-                               "next_start_ms", json_object_get(c, "next_start_ms"),
-                               "last_exit", json_object_get(c, "last_exit"));
-        json_array_append_new(out, jw);
-    }
-    json_decref(local);
-    return json_pack("{s:i, s:o}", "status", 200, "workers", out);
-}
-
-/* By replica id, or by pid written in decimal. */
-static gateway_worker_t *worker_by_target(struct gateway *gw, const char *t)
-{
-    gateway_worker_t *w = worker_by_replica(gw, t);
-    if (w)
-        return w;
-    char *end;
-    unsigned long pid = strtoul(t, &end, 10);
-    if (!*t || *end)
-        return NULL;
-    for (size_t i = 0; i < gw->n_workers; i++)
-        if (gw->workers[i].reg.pid == pid)
-            return &gw->workers[i];
-    return NULL;
-}
-
-static json_t *admin_command(struct gateway *gw, gateway_admin_op_t op, const char *target)
-{
-    if (op == GATEWAY_ADMIN_WORKERS)
-        return admin_workers(gw);
-    if (op == GATEWAY_ADMIN_RESTART_MODEL) {
-        gateway_model_t *m = model_find(gw, target);
-        if (!m)
-            return admin_error(404, "model_not_found", "The model '%s' does not exist", target);
-        unsigned started = gw->sup ? supervisor_restart_model(gw->sup, m->name) : 0;
-        unsigned draining = 0;
-        for (size_t i = 0; i < gw->n_workers;) {
-            gateway_worker_t *w = &gw->workers[i];
-            size_t n_before = gw->n_workers;
-            if (strcmp(w->reg.model, m->name) == 0 && w->state == GATEWAY_WORKER_READY &&
-                worker_is_local(gw, w)) {
-                draining++;
-                worker_drain(gw, w, SUPERVISOR_EXIT_RESTART);
-            }
-            if (gw->n_workers == n_before)
-                i++;
-        }
-        if (started)
-            m->t_no_replica_us = m->t_no_replica_us ? clock_now_us() : 0;
-        model_failed(gw, m, &(supervisor_model_info_t){0});
-        log_info("admin: restart model %s: %u local workers started, %u draining to restart",
-                 m->name, started, draining);
-        return json_pack("{s:i, s:s, s:I, s:I}", "status", 200, "model", m->name,
-                         "started", (json_int_t)started, "draining", (json_int_t)draining);
-    }
-    gateway_worker_t *w = worker_by_target(gw, target);
-    if (!w)
-        return admin_error(404, "worker_not_found",
-                           "No registered worker has id or pid '%s' (see GET /admin/workers)", target);
-    bool local = worker_is_local(gw, w);
-    bool restart = op == GATEWAY_ADMIN_RESTART && local;
-    json_t *res = json_pack("{s:i, s:s, s:s, s:I, s:s, s:b, s:b, s:I}", "status", 200,
-                            "id", w->reg.replica, "model", w->reg.model, "pid", (json_int_t)w->reg.pid,
-                            "state", "draining", "local", local, "restart", restart,
-                            "assigned", (json_int_t)w->n_assigned);
-    log_info("admin: %s worker %s", op == GATEWAY_ADMIN_RESTART ? "restart" : "drain", w->reg.replica);
-    if (w->state == GATEWAY_WORKER_DRAINING) {
-        /* already draining: only the exit plan changes */
-        if (local)
-            supervisor_expect_exit(gw->sup, (pid_t)w->reg.pid,
-                                   restart ? SUPERVISOR_EXIT_RESTART : SUPERVISOR_EXIT_STAY_DOWN);
-    } else {
-        worker_drain(gw, w, local ? (restart ? SUPERVISOR_EXIT_RESTART : SUPERVISOR_EXIT_STAY_DOWN) : 0);
-    }
-    return res;
-}
-
-static char *models_json(struct gateway *gw)
-{
-    oai_model_info_t *info = xcalloc(gw->n_models + 1, sizeof *info);
-    int64_t created = clock_wall_s();
-    for (size_t i = 0; i < gw->n_models; i++) {
-        const gateway_model_t *m = &gw->models[i];
-        info[i] = (oai_model_info_t){.id = m->name, .created = created, .owned_by = "pagoda",
-                                     .max_model_len = m->n_ctx};
-    }
-    char *s = oai_models_json(info, gw->n_models);
-    free(info);
-    return s;
-}
-
-static char *metrics_text(struct gateway *gw)
-{
-    for (size_t i = 0; i < gw->n_models; i++) {
-        const gateway_model_t *m = &gw->models[i];
-        const char *lab[] = {m->name};
-        double running = 0, waiting = (double)prio_queue_len(m->queue), used = 0, total = 0;
-        for (size_t k = 0; k < gw->n_workers; k++) {
-            const gateway_worker_t *w = &gw->workers[k];
-            if (strcmp(w->reg.model, m->name) != 0)
-                continue;
-            running += w->n_assigned;
-            if (w->has_load) {
-                waiting += w->load.waiting;
-                used += w->load.kv_blocks_used;
-                total += w->load.kv_blocks_total;
-            }
-        }
-        metrics_gauge_set(gw->m.num_requests_running, lab, running);
-        metrics_gauge_set(gw->m.num_requests_waiting, lab, waiting);
-        metrics_gauge_set(gw->m.kv_cache_usage_perc, lab, total > 0 ? used / total : 0);
-        metrics_gauge_set(gw->m.workers_connected, lab, (double)model_replicas(gw, m->name));
-        for (size_t k = 0; k < gw->n_workers; k++) {
-            const gateway_worker_t *w = &gw->workers[k];
-            if (w->slot >= 0 && strcmp(w->reg.model, m->name) == 0)
-                metrics_gauge_set(gw->m.prefix_index_replica, (const char *[]){m->name, w->reg.replica},
-                                  (double)prefix_index_slot_size(gw->pindex, w->slot));
-        }
-        for (int t = 0; t < PRIO_N_TIERS; t++)
-            metrics_gauge_set(gw->m.queue_length, (const char *[]){m->name, prio_tier_name(t)},
-                              (double)prio_queue_len_tier(m->queue, t));
-    }
-    metrics_gauge_set(gw->m.prefix_index_entries, NULL, (double)prefix_index_size(gw->pindex));
-    return metrics_render(gw->metrics, NULL);
-}
-
-/* ------------------------------------------------------------------------ */
 /* commands from other threads                                               */
 
 static void cmd_free(void *p)
@@ -1449,14 +1048,14 @@ static void on_command(struct gateway *gw, gateway_cmd_t *cmd)
 {
     switch (cmd->kind) {
     case GATEWAY_CMD_HEALTH: {
-        json_t *j = health_json(gw);
+        json_t *j = snapshot_health(gw);
         if (chan_push(cmd->reply, j) < 0)
             json_decref(j); /* the asker gave up */
         break;
     }
     case GATEWAY_CMD_MODELS:
     case GATEWAY_CMD_METRICS: {
-        char *s = cmd->kind == GATEWAY_CMD_MODELS ? models_json(gw) : metrics_text(gw);
+        char *s = cmd->kind == GATEWAY_CMD_MODELS ? snapshot_models(gw) : snapshot_metrics(gw);
         if (chan_push(cmd->reply, s) < 0)
             free(s);
         break;
@@ -1474,7 +1073,7 @@ static void on_command(struct gateway *gw, gateway_cmd_t *cmd)
             (void)0; /* the asker gave up; nothing to free */
         break;
     case GATEWAY_CMD_ADMIN: {
-        json_t *j = admin_command(gw, cmd->op, cmd->target ? cmd->target : "");
+        json_t *j = snapshot_admin(gw, cmd->op, cmd->target ? cmd->target : "");
         if (chan_push(cmd->reply, j) < 0)
             json_decref(j);
         break;
@@ -1608,7 +1207,7 @@ static void on_expired(const prio_queue_entry_t *e, void *ctx)
         request_reply_error(gw, r, 504, "timeout",
                             "The request waited %.1f s in the queue of model '%s' without a free worker%s",
                             (double)(clock_now_us() - r->t_enqueue_us) / 1e6, r->model,
-                            model_replicas(gw, r->model) ? "" : " (none registered)");
+                            gateway_model_replicas(gw, r->model) ? "" : " (none registered)");
     request_finish(gw, r);
 }
 
@@ -1640,7 +1239,7 @@ static void local_workers_tick(struct gateway *gw, gateway_model_t *m, int64_t n
     supervisor_model_info(gw->sup, m->name, &li);
     if (!li.n_children)
         return;
-    if (model_failed(gw, m, &li)) {
+    if (gateway_model_failed(gw, m, &li)) {
         char msg[512];
         snprintf(msg, sizeof msg, "Model '%s' is unavailable: its worker crashed repeatedly (%s)",
                  m->name, li.reason);
@@ -1649,7 +1248,7 @@ static void local_workers_tick(struct gateway *gw, gateway_model_t *m, int64_t n
     }
     if (!li.on_demand)
         return;
-    bool ready = model_ready_replicas(gw, m->name) > 0;
+    bool ready = gateway_model_ready_replicas(gw, m->name) > 0;
     if (prio_queue_len(m->queue) && !ready) {
         if (supervisor_wake(gw->sup, m->name) > 0 && m->t_no_replica_us)
             m->t_no_replica_us = now;
@@ -1660,11 +1259,11 @@ static void local_workers_tick(struct gateway *gw, gateway_model_t *m, int64_t n
     for (size_t i = 0; i < gw->n_workers; i++) {
         gateway_worker_t *w = &gw->workers[i];
         if (strcmp(w->reg.model, m->name) != 0 || w->state != GATEWAY_WORKER_READY ||
-            w->n_assigned || !worker_is_local(gw, w))
+            w->n_assigned || !gateway_worker_is_local(gw, w))
             continue;
         log_info("model %s idle for %lld s: stopping its on-demand worker %s", m->name,
                  (long long)((now - m->t_last_active_us) / 1000000), w->reg.replica);
-        worker_drain(gw, w, SUPERVISOR_EXIT_IDLE);
+        gateway_worker_drain(gw, w, SUPERVISOR_EXIT_IDLE);
         return; /* the table may have changed */
     }
 }
@@ -1716,7 +1315,7 @@ static void tick(struct gateway *gw, int64_t now)
         if (i >= gw->n_workers)
             continue; /* a removal above took more than one */
         gateway_worker_t *w = &gw->workers[i];
-        if (now >= worker_expiry_us(w)) {
+        if (now >= gateway_worker_expiry_us(w)) {
             char why[96];
             snprintf(why, sizeof why, "no message for %lld ms (%d heartbeat intervals)",
                      (long long)((now - w->t_last_seen_us) / 1000), PROTO_LIVENESS);
@@ -1727,7 +1326,7 @@ static void tick(struct gateway *gw, int64_t now)
                      "no step completed for %lld ms while busy (deadline %lld ms: max of "
                      "--progress-timeout-ms and %d x its slowest recent step, %u ms)",
                      (long long)((now - w->t_progress_us) / 1000 + w->progress.stall_ms),
-                     (long long)(worker_progress_deadline_us(gw, w) / 1000),
+                     (long long)(gateway_worker_progress_deadline_us(gw, w) / 1000),
                      PROTO_PROGRESS_SCALE, w->progress.slow_ms);
             worker_remove(gw, w, why, REMOVE_STALLED);
         }
@@ -1739,7 +1338,7 @@ static void tick(struct gateway *gw, int64_t now)
         if (m->t_no_replica_us && now - m->t_no_replica_us > gw->replica_grace_us &&
             prio_queue_len(m->queue)) {
             supervisor_model_info_t li;
-            model_local(gw, m->name, &li);
+            gateway_model_local(gw, m->name, &li);
             if (model_local_starting(&li))
                 continue; /* its requests wait for the worker, up to their deadline */
             char msg[512];
@@ -1769,8 +1368,8 @@ static void *core_main(void *arg)
         int64_t now = clock_now_us();
         int64_t wake = gw->t_next_heartbeat_us;
         for (size_t i = 0; i < gw->n_workers; i++) {
-            if (worker_expiry_us(&gw->workers[i]) < wake)
-                wake = worker_expiry_us(&gw->workers[i]);
+            if (gateway_worker_expiry_us(&gw->workers[i]) < wake)
+                wake = gateway_worker_expiry_us(&gw->workers[i]);
             if (worker_stall_expiry_us(gw, &gw->workers[i]) < wake)
                 wake = worker_stall_expiry_us(gw, &gw->workers[i]);
         }

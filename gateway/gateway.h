@@ -85,13 +85,13 @@
 #include "gateway/prefix_index.h"
 #include "gateway/prio_queue.h"
 #include "gateway/route.h"
+#include "gateway/submit.h"
 #include "proto/curve.h"
 #include "proto/msg.h"
 
 #define GATEWAY_DEFAULT_TIMEOUT_S 600     /* --request-timeout */
 #define GATEWAY_DEFAULT_GRACE_S 30        /* --replica-grace */
 #define GATEWAY_DEFAULT_MAX_QUEUE 1024    /* --max-queue, per model */
-#define GATEWAY_COMPLETION_MAX_TOKENS 16  /* /v1/completions default, as OpenAI */
 #define GATEWAY_DEFAULT_IDLE_S 300        /* --idle-timeout, on-demand models */
 #define GATEWAY_DEFAULT_MAX_REDISPATCH 2  /* --max-redispatch: worker losses a request survives */
 /* A RUNNING request past its deadline by this much (the worker enforces
@@ -320,9 +320,9 @@ typedef struct gateway_request {
     struct gateway_request *next; /* hash chain */
 } gateway_request_t;
 
-/* A request for `r` at `tier` (SUBMIT built from r; r is not kept). One
- * reference, owned by the caller. max_tokens not given → 0 (until the
- * context is full) for chat, GATEWAY_COMPLETION_MAX_TOKENS for completions. */
+/* A request for `r` at `tier`: a fresh id, its SUBMIT built by
+ * submit_from_oai (gateway/submit.h; r is not kept) and, with cache-aware
+ * routing, its prompt's block keys. One reference, owned by the caller. */
 gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_request_t *r,
                                             prio_tier_t tier);
 gateway_request_t *gateway_request_ref(gateway_request_t *r);

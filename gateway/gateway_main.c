@@ -44,11 +44,15 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <sys/stat.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
+#include "gateway/resp_store.h"
 #include "gateway/config.h"
 #include "gateway/gateway.h"
 #include "gateway/http.h"
@@ -78,6 +82,9 @@ static const struct flag_key {
     {"request-timeout", "queue.default_timeout_s", false, false},
     {"replica-grace", "queue.replica_grace_s", false, false},
     {"http-threads", "http_threads", false, false},
+    {"http-idle-timeout", "http_idle_timeout_s", false, false},
+    {"header-timeout", "header_timeout_s", false, false},
+    {"max-redispatch", "queue.max_redispatch", false, false},
     {"max-body", "limits.max_body_bytes", false, false},
     {"max-messages", "limits.max_messages", false, false},
     {"max-prompt-bytes", "limits.max_prompt_bytes", false, false},
@@ -102,6 +109,9 @@ static const struct flag_key {
     {"cors-origin", "cors_origins", false, false},   /* repeatable: values are joined */
     {"admin-open", "admin_open", false, true},
     {"reasoning-parser", "reasoning_parser", false, false},
+    {"state-dir", "state_dir", false, false},
+    {"responses-max-age", "responses_max_age_s", false, false},
+    {"responses-max-bytes", "responses_max_bytes", false, false},
 };
 #define N_FLAG_KEYS (sizeof flag_keys / sizeof flag_keys[0])
 #define OPT_FLAG_KEY 1000  /* getopt value of flag_keys[i] = OPT_FLAG_KEY + i */
@@ -147,11 +157,21 @@ static void usage(FILE *f)
             "  --reasoning-parser P       none (default) or qwen3: put <think>...</think> at the\n"
             "                             start of chat answers into reasoning_content\n"
             "                             [reasoning_parser]\n"
+            "  --state-dir DIR            where stored Responses API responses live\n"
+            "                             (DIR/responses.sqlite3; :memory: = not kept). Default\n"
+            "                             $STATE_DIRECTORY, $XDG_STATE_HOME/pagoda or\n"
+            "                             ~/.local/state/pagoda [state_dir]\n"
+            "  --responses-max-age S      delete stored responses older than S seconds (default\n"
+            "                             30 days) [responses_max_age_s]\n"
+            "  --responses-max-bytes N    keep at most N bytes of stored responses, oldest deleted\n"
+            "                             first (default 1 GiB) [responses_max_bytes]\n"
             "  --http-idle-timeout S      close an idle HTTP connection after S seconds (default %d)\n"
+            "                             [http_idle_timeout_s]\n"
             "  --header-timeout S         close a connection whose request headers are not\n"
             "                             complete S seconds after it opened (default %d)\n"
+            "                             [header_timeout_s]\n"
             "  --max-redispatch N         re-dispatches after worker losses before a request\n"
-            "                             gets 502 (default %d)\n"
+            "                             gets 502 (default %d) [queue.max_redispatch]\n"
             "Workers:\n"
             "  --worker-endpoint ENDPOINT ZeroMQ endpoint workers connect to\n"
             "                             (default tcp://127.0.0.1:5557) [worker_endpoint]\n"
@@ -200,19 +220,6 @@ static void usage(FILE *f)
             PROTO_PROGRESS_SCALE, PROTO_PROGRESS_TIMEOUT_MS,
             GATEWAY_DEFAULT_IDLE_S,
             SUPERVISOR_FAIL_RESTARTS, SUPERVISOR_FAIL_WINDOW_MS / 1000);
-}
-
-static int parse_num(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
-        fprintf(stderr, "pagoda-gateway: --%s must be a number in [%g, %g]\n", opt, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 /* --hash-key NAME[:TIER[:admin]]: prints the secret and its keys-file line. */
@@ -374,18 +381,23 @@ static size_t model_worker_args(const config_model_t *m, const char **args, char
     return n;
 }
 
-int main(int argc, char **argv)
-{
-    const char *config_path = NULL, *hash_spec = NULL, *secret = NULL, *gen_prefix = NULL;
-    bool print_config = false;
+/* The command line: flags with a configuration key are recorded (applied
+ * after the file), the rest say what to do. */
+typedef struct cli {
+    const char *config_path;      /* --config, NULL = defaults only */
+    bool print_config;
+    const char *hash_spec, *secret, *gen_prefix; /* --hash-key, --secret, --gen-curve-keypair */
     setting_t settings[MAX_SETTINGS];
-    size_t n_settings = 0;
-    const char *worker_args[MAX_WORKER_ARGS];
-    size_t n_worker_args = 0;
+    size_t n_settings;
+    size_t i_cors;                /* settings[i_cors] holds cors_joined */
+    const char *worker_args[MAX_WORKER_ARGS]; /* --worker-arg values, then CURVE's two */
+    size_t n_worker_args;
+} cli_t;
 
-    double http_idle_s = HTTP_DEFAULT_IDLE_TIMEOUT_S, header_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
-    double max_redispatch = GATEWAY_DEFAULT_MAX_REDISPATCH;
-    size_t i_cors = 0;         /* settings[i_cors] holds cors_joined */
+/* Reads argv into *o. Returns -1 to go on, else the exit status (--help 0,
+ * a bad option 2). */
+static int cli_parse(int argc, char **argv, cli_t *o)
+{
     struct option opts[N_FLAG_KEYS + 16];
     size_t n_opts = 0;
     for (size_t i = 0; i < N_FLAG_KEYS; i++)
@@ -400,15 +412,12 @@ int main(int argc, char **argv)
     opts[n_opts++] = (struct option){"hash-key", required_argument, NULL, 'H'};
     opts[n_opts++] = (struct option){"secret", required_argument, NULL, 'S'};
     opts[n_opts++] = (struct option){"gen-curve-keypair", required_argument, NULL, 'G'};
-    opts[n_opts++] = (struct option){"http-idle-timeout", required_argument, NULL, 'I'};
-    opts[n_opts++] = (struct option){"header-timeout", required_argument, NULL, 'T'};
-    opts[n_opts++] = (struct option){"max-redispatch", required_argument, NULL, 'R'};
     opts[n_opts++] = (struct option){"help", no_argument, NULL, 'h'};
     opts[n_opts++] = (struct option){NULL, 0, NULL, 0};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (ch >= OPT_FLAG_KEY && ch < OPT_FLAG_KEY + (int)N_FLAG_KEYS) {
-            if (n_settings == MAX_SETTINGS) {
+            if (o->n_settings == MAX_SETTINGS) {
                 fprintf(stderr, "pagoda-gateway: too many options\n");
                 return 2;
             }
@@ -418,52 +427,40 @@ int main(int argc, char **argv)
                 size_t n = strlen(cors_joined) + strlen(optarg) + 2;
                 cors_joined = xrealloc(cors_joined, n);
                 strcat(strcat(cors_joined, ","), optarg);
-                settings[i_cors].value = cors_joined;
+                o->settings[o->i_cors].value = cors_joined;
                 continue;
             }
             if (strcmp(flag_keys[i].flag, "cors-origin") == 0) {
                 cors_joined = xstrdup(optarg);
-                i_cors = n_settings;
-                settings[n_settings++] = (setting_t){i, cors_joined};
+                o->i_cors = o->n_settings;
+                o->settings[o->n_settings++] = (setting_t){i, cors_joined};
                 continue;
             }
-            settings[n_settings++] = (setting_t){i, flag_keys[i].no_arg ? "true" : optarg};
+            o->settings[o->n_settings++] = (setting_t){i, flag_keys[i].no_arg ? "true" : optarg};
             continue;
         }
         switch (ch) {
-        case 'c': config_path = optarg; break;
-        case 'P': print_config = true; break;
+        case 'c': o->config_path = optarg; break;
+        case 'P': o->print_config = true; break;
         case 'm':
         case 'O':
-            if (n_settings == MAX_SETTINGS) {
+            if (o->n_settings == MAX_SETTINGS) {
                 fprintf(stderr, "pagoda-gateway: too many options\n");
                 return 2;
             }
-            settings[n_settings++] =
+            o->settings[o->n_settings++] =
                 (setting_t){ch == 'm' ? SETTING_MODEL : SETTING_ON_DEMAND, optarg};
             break;
         case 'A':
-            if (n_worker_args + 1 > MAX_WORKER_ARGS - 2) {
+            if (o->n_worker_args + 1 > MAX_WORKER_ARGS - 2) {
                 fprintf(stderr, "pagoda-gateway: too many worker flags\n");
                 return 2;
             }
-            worker_args[n_worker_args++] = optarg;
+            o->worker_args[o->n_worker_args++] = optarg;
             break;
-        case 'H': hash_spec = optarg; break;
-        case 'S': secret = optarg; break;
-        case 'G': gen_prefix = optarg; break;
-        case 'I':
-            if (parse_num("http-idle-timeout", optarg, 1, 86400, &http_idle_s) < 0)
-                return 2;
-            break;
-        case 'T':
-            if (parse_num("header-timeout", optarg, 0.1, 86400, &header_s) < 0)
-                return 2;
-            break;
-        case 'R':
-            if (parse_num("max-redispatch", optarg, 0, 1000, &max_redispatch) < 0)
-                return 2;
-            break;
+        case 'H': o->hash_spec = optarg; break;
+        case 'S': o->secret = optarg; break;
+        case 'G': o->gen_prefix = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -472,26 +469,31 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (hash_spec)
-        return hash_key(hash_spec, secret);
-    if (gen_prefix) {
-        char err[512], pub[CURVE_Z85_LEN + 1];
-        if (curve_keypair_write(gen_prefix, pub, err, sizeof err) < 0) {
-            fprintf(stderr, "pagoda-gateway: %s\n", err);
-            return 1;
-        }
-        printf("wrote %s.key (secret, mode 0600) and %s.pub\npublic key: %s\n", gen_prefix,
-               gen_prefix, pub);
-        return 0;
-    }
+    return -1;
+}
 
-    /* defaults < file < flags (the order above), then the cross-field rules */
+/* --gen-curve-keypair PREFIX: writes PREFIX.key / PREFIX.pub. Exit status. */
+static int gen_curve_keypair(const char *prefix)
+{
+    char err[512], pub[CURVE_Z85_LEN + 1];
+    if (curve_keypair_write(prefix, pub, err, sizeof err) < 0) {
+        fprintf(stderr, "pagoda-gateway: %s\n", err);
+        return 1;
+    }
+    printf("wrote %s.key (secret, mode 0600) and %s.pub\npublic key: %s\n", prefix, prefix, pub);
+    return 0;
+}
+
+/* defaults < file < flags, then the cross-field rules. NULL (printed) on a
+ * bad file or value. */
+static config_t *config_build(const cli_t *o)
+{
     char err[1024];
     config_t *cfg = NULL;
-    if (config_path) {
-        if (config_load(config_path, &cfg, err, sizeof err) < 0) {
+    if (o->config_path) {
+        if (config_load(o->config_path, &cfg, err, sizeof err) < 0) {
             fprintf(stderr, "pagoda-gateway: %s\n", err);
-            return 2;
+            return NULL;
         }
     } else {
         cfg = config_default();
@@ -499,20 +501,248 @@ int main(int argc, char **argv)
     /* scalar flags and --model in command-line order, then the ones about
      * models (they see every model of the file and of --model) */
     for (int pass = 0; pass < 2; pass++)
-        for (size_t i = 0; i < n_settings; i++) {
-            int k = settings[i].i_key;
+        for (size_t i = 0; i < o->n_settings; i++) {
+            int k = o->settings[i].i_key;
             bool later = k == SETTING_ON_DEMAND || (k >= 0 && flag_keys[k].all_models);
-            if (later == (pass == 1) && apply_setting(cfg, &settings[i]) < 0) {
+            if (later == (pass == 1) && apply_setting(cfg, &o->settings[i]) < 0) {
                 config_free(&cfg);
-                return 2;
+                return NULL;
             }
         }
     if (config_check(cfg, err, sizeof err) < 0) {
         fprintf(stderr, "pagoda-gateway: %s\n", err);
         config_free(&cfg);
+        return NULL;
+    }
+    return cfg;
+}
+
+/* CURVE keys of one run: the server's pair, the local workers' pair and the
+ * authorized list, read before anything starts. */
+typedef struct curve_setup {
+    bool on;                      /* the configuration names a server secret key */
+    char srv_sec[CURVE_Z85_LEN + 1], srv_pub[CURVE_Z85_LEN + 1];
+    char loc_pub[CURVE_Z85_LEN + 1];
+    curve_keylist_t *authorized;  /* owned */
+} curve_setup_t;
+
+/* Loads the keys; with local workers makes their pair, exports its secret
+ * (CURVE_ENV_SECRET) and adds --curve-server-key to their flags. Returns 0,
+ * 2 for a bad key file (a configuration error), 1 when no pair can be made. */
+static int curve_setup(const config_t *cfg, size_t n_local, curve_setup_t *cs, cli_t *o)
+{
+    char err[1024];
+    cs->on = cfg->curve.server_secret_key_file != NULL;
+    if (!cs->on)
+        return 0;
+    if (!curve_available()) {
+        log_error("CURVE is configured but this libzmq has no CURVE support");
         return 2;
     }
-    if (print_config) {
+    if (curve_secret_load(cfg->curve.server_secret_key_file, cs->srv_sec, cs->srv_pub, err,
+                          sizeof err) < 0) {
+        log_error("%s", err);
+        return 2;
+    }
+    char loc_sec[CURVE_Z85_LEN + 1] = "";
+    if (n_local && curve_keypair_new(cs->loc_pub, loc_sec) < 0) {
+        log_error("cannot make a CURVE key pair for the local workers");
+        return 1;
+    }
+    cs->authorized = load_authorized(cfg, n_local ? cs->loc_pub : NULL);
+    if (!cs->authorized)
+        return 2;
+    if (cs->authorized->n == 0)
+        log_warn("CURVE: %s lists no worker key: no worker can connect",
+                 cfg->curve.authorized_worker_keys_file);
+    log_info("CURVE: the gateway's public key is %s (workers: --curve-server-key)", cs->srv_pub);
+    if (n_local) {
+        /* before any thread exists: setenv is not thread-safe; the
+         * environment, unlike argv, is private to the user */
+        setenv(CURVE_ENV_SECRET, loc_sec, 1);
+        explicit_bzero(loc_sec, sizeof loc_sec);
+        o->worker_args[o->n_worker_args++] = "--curve-server-key";
+        o->worker_args[o->n_worker_args++] = cs->srv_pub;
+    }
+    return 0;
+}
+
+/* The core's configuration. The arrays (n_models each) are the caller's,
+ * freed after gateway_new. */
+static gateway_config_t core_config(const config_t *cfg, const curve_setup_t *cs,
+                                    const char **names, const char **paths, double *idle_s)
+{
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        names[i] = cfg->models[i].name;
+        paths[i] = cfg->models[i].path;
+        idle_s[i] = cfg->models[i].idle_timeout_s;
+    }
+    return (gateway_config_t){
+        .worker_endpoint = cfg->worker_endpoint, .heartbeat_ms = cfg->heartbeat_ms,
+        .max_queue = (size_t)cfg->queue.max_per_model, .aging_per_s = cfg->queue.aging_per_s,
+        .request_timeout_us = (int64_t)(cfg->queue.default_timeout_s * 1e6),
+        .replica_grace_us = (int64_t)(cfg->queue.replica_grace_s * 1e6),
+        .models = names, .n_models = cfg->n_models, .idle_timeout_s = idle_s,
+        .curve_secret_key = cs->on ? cs->srv_sec : NULL, .curve_authorized = cs->authorized,
+        .max_redispatch = cfg->queue.max_redispatch > 0 ? cfg->queue.max_redispatch : -1,
+        .progress_timeout_ms = cfg->progress_timeout_ms > 0 ? cfg->progress_timeout_ms : -1,
+        .routing = (route_mode_t)cfg->routing.mode, .model_paths = paths,
+        .prefix_index_entries = (size_t)cfg->routing.index_entries,
+        .route_max_load_gap = (uint32_t)cfg->routing.max_load_gap,
+    };
+}
+
+/* mkdir -p with mode 0700 for the directories it makes. 0, or -1 (errno). */
+static int mkdir_p(const char *path)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Opens the stored responses (gateway/resp_store.h) in cfg->state_dir, or
+ * in the default state directory. A configured directory that cannot be
+ * used is an error (-1, logged); a default one that cannot be made only a
+ * warning: responses are then kept in memory (*out set either way on 0). */
+static int state_open(const config_t *cfg, resp_store_t **out)
+{
+    resp_store_config_t rc = {.max_age_s = (int64_t)cfg->responses_max_age_s,
+                              .max_bytes = cfg->responses_max_bytes};
+    char dir[PATH_MAX], path[PATH_MAX + 32], err[512];
+    const char *env;
+    bool configured = cfg->state_dir != NULL;
+    if (configured)
+        snprintf(dir, sizeof dir, "%s", cfg->state_dir);
+    else if ((env = getenv("STATE_DIRECTORY")) && *env) /* systemd StateDirectory=; first entry */
+        snprintf(dir, sizeof dir, "%.*s", (int)strcspn(env, ":"), env);
+    else if ((env = getenv("XDG_STATE_HOME")) && *env)
+        snprintf(dir, sizeof dir, "%s/pagoda", env);
+    else if ((env = getenv("HOME")) && *env)
+        snprintf(dir, sizeof dir, "%s/.local/state/pagoda", env);
+    else
+        snprintf(dir, sizeof dir, "pagoda-state");
+    bool mem = strcmp(dir, ":memory:") == 0;
+    if (!mem && mkdir_p(dir) != 0) {
+        if (configured) {
+            log_error("state_dir %s: %s", dir, strerror(errno));
+            return -1;
+        }
+        log_warn("cannot make the state directory %s (%s): stored responses are kept in memory only "
+                 "and lost at exit; set --state-dir", dir, strerror(errno));
+        mem = true;
+    }
+    snprintf(path, sizeof path, mem ? ":memory:" : "%s/" RESP_STORE_FILE, dir);
+    if (resp_store_open(path, &rc, out, err, sizeof err) != 0) {
+        log_error("stored responses: %s", err);
+        return -1;
+    }
+    log_info("stored responses: %s (max age %g s, max %lld bytes)", path, cfg->responses_max_age_s,
+             (long long)cfg->responses_max_bytes);
+    return 0;
+}
+
+static http_config_t http_config(const config_t *cfg)
+{
+    return (http_config_t){.listen = cfg->listen, .keys_path = cfg->keys_file,
+                           .n_threads = (unsigned)cfg->http_threads,
+                           .max_body = (size_t)cfg->limits.max_body_bytes,
+                           .max_messages = (size_t)cfg->limits.max_messages,
+                           .max_prompt_bytes = (size_t)cfg->limits.max_prompt_bytes,
+                           .rate_per_key = cfg->limits.rate_per_key,
+                           .idle_timeout_s = (unsigned)cfg->http_idle_timeout_s,
+                           .header_timeout_ms = (int64_t)(cfg->header_timeout_s * 1000),
+                           .cors_origins = cfg->cors_origins, .admin_open = cfg->admin_open,
+                           .reasoning_parser = cfg->reasoning_parser};
+}
+
+/* Starts every model's local workers (replicas each) and hands them to the
+ * core. NULL (logged) when the supervisor cannot start. */
+static supervisor_t *local_workers_start(const config_t *cfg, struct gateway *gw, const cli_t *o)
+{
+    supervisor_config_t scfg = {
+        .worker_bin = cfg->worker_bin, .endpoint = gw->worker_endpoint,
+        .heartbeat_ms = cfg->heartbeat_ms, .worker_args = o->worker_args,
+        .n_worker_args = o->n_worker_args, .restarts = gw->m.worker_restarts,
+        .fail_restarts = (unsigned)cfg->restart.crash_loop_restarts,
+        .fail_window_ms = (int64_t)(cfg->restart.crash_loop_window_s * 1000),
+        .backoff_min_ms = cfg->restart.backoff_initial_ms,
+        .backoff_max_ms = cfg->restart.backoff_max_ms};
+    supervisor_t *sup = supervisor_new(&scfg);
+    if (!sup)
+        return NULL;
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        const config_model_t *m = &cfg->models[i];
+        const char *args[10];
+        char owned[5][32];
+        size_t n = model_worker_args(m, args, owned);
+        for (int r = 0; r < m->replicas; r++)
+            supervisor_add_args(sup, m->name, m->path, m->on_demand, args, n);
+    }
+    if (supervisor_start(sup) < 0) {
+        supervisor_free(&sup);
+        return NULL;
+    }
+    gateway_set_supervisor(gw, sup);
+    return sup;
+}
+
+/* Sleeps until SIGINT/SIGTERM (returns 0) or a fatal stop of the core
+ * (returns 1); SIGHUP reloads the keys file and the authorized worker keys. */
+static int serve(struct gateway *gw, http_server_t *http, const config_t *cfg,
+                 const curve_setup_t *cs, size_t n_local, int sfd)
+{
+    struct pollfd p[3] = {{.fd = sfd, .events = POLLIN}, {.fd = hup_fd, .events = POLLIN},
+                          {.fd = gateway_fatal_fd(gw), .events = POLLIN}};
+    for (;;) {
+        if (poll(p, 3, -1) < 1)
+            continue;
+        if (p[2].revents & POLLIN) {
+            log_error("the gateway core stopped: exiting");
+            return 1;
+        }
+        if (p[0].revents & POLLIN)
+            return 0;
+        if (p[1].revents & POLLIN) {
+            uint64_t n;
+            if (read(hup_fd, &n, sizeof n) == sizeof n) {
+                log_info("SIGHUP: reloading the keys file");
+                http_server_reload_keys(http, NULL, 0);
+                if (cs->on) {
+                    curve_keylist_t *fresh = load_authorized(cfg, n_local ? cs->loc_pub : NULL);
+                    if (fresh) /* else logged; the old list stays */
+                        zap_set_keys(gw->zap, fresh);
+                    curve_keylist_free(&fresh);
+                }
+            }
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    cli_t o = {0};
+    int rc = cli_parse(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    if (o.hash_spec)
+        return hash_key(o.hash_spec, o.secret);
+    if (o.gen_prefix)
+        return gen_curve_keypair(o.gen_prefix);
+    config_t *cfg = config_build(&o);
+    if (!cfg)
+        return 2;
+    if (o.print_config) {
         char *y = config_format(cfg, NULL);
         fputs(y, stdout);
         free(y);
@@ -522,58 +752,20 @@ int main(int argc, char **argv)
     log_init("gateway", (enum log_level)cfg->log_level);
     warn_pending(cfg);
 
-    int rc = 2;
     size_t n_local = 0;
     for (size_t i = 0; i < cfg->n_models; i++)
         n_local += (size_t)cfg->models[i].replicas;
     const char **model_names = xcalloc(cfg->n_models + 1, sizeof *model_names);
     const char **model_paths = xcalloc(cfg->n_models + 1, sizeof *model_paths);
     double *idle_s = xcalloc(cfg->n_models + 1, sizeof *idle_s);
-    for (size_t i = 0; i < cfg->n_models; i++) {
-        model_names[i] = cfg->models[i].name;
-        model_paths[i] = cfg->models[i].path;
-        idle_s[i] = cfg->models[i].idle_timeout_s;
-    }
-
-    /* CURVE: the keys are read before anything starts; a bad key file is a
-     * configuration error (exit 2) */
-    bool curve = cfg->curve.server_secret_key_file != NULL;
-    char srv_sec[CURVE_Z85_LEN + 1] = "", srv_pub[CURVE_Z85_LEN + 1] = "";
-    char loc_sec[CURVE_Z85_LEN + 1] = "", loc_pub[CURVE_Z85_LEN + 1] = "";
-    curve_keylist_t *authorized = NULL;
-    if (curve) {
-        if (!curve_available()) {
-            log_error("CURVE is configured but this libzmq has no CURVE support");
-            goto out;
-        }
-        if (curve_secret_load(cfg->curve.server_secret_key_file, srv_sec, srv_pub, err,
-                              sizeof err) < 0) {
-            log_error("%s", err);
-            goto out;
-        }
-        if (n_local && curve_keypair_new(loc_pub, loc_sec) < 0) {
-            log_error("cannot make a CURVE key pair for the local workers");
-            rc = 1;
-            goto out;
-        }
-        authorized = load_authorized(cfg, n_local ? loc_pub : NULL);
-        if (!authorized)
-            goto out;
-        if (authorized->n == 0)
-            log_warn("CURVE: %s lists no worker key: no worker can connect",
-                     cfg->curve.authorized_worker_keys_file);
-        log_info("CURVE: the gateway's public key is %s (workers: --curve-server-key)", srv_pub);
-        if (n_local) {
-            /* before any thread exists: setenv is not thread-safe; the
-             * environment, unlike argv, is private to the user */
-            setenv(CURVE_ENV_SECRET, loc_sec, 1);
-            explicit_bzero(loc_sec, sizeof loc_sec);
-            worker_args[n_worker_args++] = "--curve-server-key";
-            worker_args[n_worker_args++] = srv_pub;
-        }
-    }
+    curve_setup_t cs = {0};
+    struct gateway *gw = NULL;
+    http_server_t *http = NULL;
+    supervisor_t *sup = NULL;
+    resp_store_t *responses = NULL;
+    if ((rc = curve_setup(cfg, n_local, &cs, &o)) != 0)
+        goto out;
     rc = 1;
-
     int sfd = sigwake_install();
     hup_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (sfd < 0 || hup_fd < 0) {
@@ -585,87 +777,22 @@ int main(int argc, char **argv)
     sa.sa_flags = SA_RESTART;
     sigaction(SIGHUP, &sa, NULL);
 
-    gateway_config_t gcfg = {
-        .worker_endpoint = cfg->worker_endpoint, .heartbeat_ms = cfg->heartbeat_ms,
-        .max_queue = (size_t)cfg->queue.max_per_model, .aging_per_s = cfg->queue.aging_per_s,
-        .request_timeout_us = (int64_t)(cfg->queue.default_timeout_s * 1e6),
-        .replica_grace_us = (int64_t)(cfg->queue.replica_grace_s * 1e6),
-        .models = model_names, .n_models = cfg->n_models, .idle_timeout_s = idle_s,
-        .curve_secret_key = curve ? srv_sec : NULL, .curve_authorized = authorized,
-        .max_redispatch = max_redispatch > 0 ? (int)max_redispatch : -1,
-        .progress_timeout_ms = cfg->progress_timeout_ms > 0 ? cfg->progress_timeout_ms : -1,
-        .routing = (route_mode_t)cfg->routing.mode, .model_paths = model_paths,
-        .prefix_index_entries = (size_t)cfg->routing.index_entries,
-        .route_max_load_gap = (uint32_t)cfg->routing.max_load_gap,
-    };
-    struct gateway *gw = gateway_new(&gcfg);
-    explicit_bzero(srv_sec, sizeof srv_sec);
-    http_server_t *http = NULL;
-    supervisor_t *sup = NULL;
+    /* start order: core, HTTP, local workers; teardown the reverse of use */
+    gateway_config_t gcfg = core_config(cfg, &cs, model_names, model_paths, idle_s);
+    gw = gateway_new(&gcfg);
+    explicit_bzero(cs.srv_sec, sizeof cs.srv_sec);
     if (!gw)
         goto out;
-    http_config_t hcfg = {.listen = cfg->listen, .keys_path = cfg->keys_file,
-                          .n_threads = (unsigned)cfg->http_threads,
-                          .max_body = (size_t)cfg->limits.max_body_bytes,
-                          .max_messages = (size_t)cfg->limits.max_messages,
-                          .max_prompt_bytes = (size_t)cfg->limits.max_prompt_bytes,
-                          .rate_per_key = cfg->limits.rate_per_key,
-                          .idle_timeout_s = (unsigned)http_idle_s,
-                          .header_timeout_ms = (int64_t)(header_s * 1000),
-                          .cors_origins = cfg->cors_origins, .admin_open = cfg->admin_open,
-                          .reasoning_parser = cfg->reasoning_parser};
-    http = http_server_new(&hcfg, gw);
-    if (!http)
+    if (state_open(cfg, &responses) != 0)
         goto stop;
-    if (n_local) {
-        supervisor_config_t scfg = {
-            .worker_bin = cfg->worker_bin, .endpoint = gw->worker_endpoint,
-            .heartbeat_ms = cfg->heartbeat_ms, .worker_args = worker_args, .n_worker_args = n_worker_args,
-            .restarts = gw->m.worker_restarts,
-            .fail_restarts = (unsigned)cfg->restart.crash_loop_restarts,
-            .fail_window_ms = (int64_t)(cfg->restart.crash_loop_window_s * 1000),
-            .backoff_min_ms = cfg->restart.backoff_initial_ms,
-            .backoff_max_ms = cfg->restart.backoff_max_ms};
-        sup = supervisor_new(&scfg);
-        if (!sup)
-            goto stop;
-        for (size_t i = 0; i < cfg->n_models; i++) {
-            const config_model_t *m = &cfg->models[i];
-            const char *args[10];
-            char owned[5][32];
-            size_t n = model_worker_args(m, args, owned);
-            for (int r = 0; r < m->replicas; r++)
-                supervisor_add_args(sup, m->name, m->path, m->on_demand, args, n);
-        }
-        if (supervisor_start(sup) < 0)
-            goto stop;
-        gateway_set_supervisor(gw, sup);
-    }
-    struct pollfd p[3] = {{.fd = sfd, .events = POLLIN}, {.fd = hup_fd, .events = POLLIN},
-                          {.fd = gateway_fatal_fd(gw), .events = POLLIN}};
-    for (;;) {
-        if (poll(p, 3, -1) < 1)
-            continue;
-        if (p[2].revents & POLLIN) {
-            log_error("the gateway core stopped: exiting");
-            goto stop;
-        }
-        if (p[0].revents & POLLIN)
-            break;
-        if (p[1].revents & POLLIN) {
-            uint64_t n;
-            if (read(hup_fd, &n, sizeof n) == sizeof n) {
-                log_info("SIGHUP: reloading the keys file");
-                http_server_reload_keys(http, NULL, 0);
-                if (curve) {
-                    curve_keylist_t *fresh = load_authorized(cfg, n_local ? loc_pub : NULL);
-                    if (fresh) /* else logged; the old list stays */
-                        zap_set_keys(gw->zap, fresh);
-                    curve_keylist_free(&fresh);
-                }
-            }
-        }
-    }
+    http_config_t hcfg = http_config(cfg);
+    hcfg.responses = responses;
+    if (!(http = http_server_new(&hcfg, gw)))
+        goto stop;
+    if (n_local && !(sup = local_workers_start(cfg, gw, &o)))
+        goto stop;
+    if (serve(gw, http, cfg, &cs, n_local, sfd) != 0)
+        goto stop;
     log_info("%s: shutting down; new requests get 503, %zu in flight may finish within %g s",
              strsignal(sigwake_signal()), gateway_inflight(gw), cfg->drain_timeout_s);
     gateway_set_stopping(gw);
@@ -677,8 +804,9 @@ stop:
         gateway_set_supervisor(gw, NULL);
     supervisor_free(&sup);
     gateway_free(&gw);
+    resp_store_close(&responses); /* after the HTTP server: its handlers use it */
 out:
-    curve_keylist_free(&authorized);
+    curve_keylist_free(&cs.authorized);
     free(model_names);
     free(model_paths);
     free(idle_s);

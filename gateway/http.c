@@ -1,7 +1,9 @@
 /* http.c — libmicrohttpd daemon, route table, authorization, and the
- * HTTP side of generation requests: JSON bodies and SSE streams built from
- * the core's replies, with suspend/resume instead of blocked threads and a
- * hang-up watcher for suspended connections (see http.h). */
+ * transport side of generation requests: an API surface (api_surface.h;
+ * OpenAI's is oai_stream.c) parses the body and renders the core's replies,
+ * while this file owns the connection — suspend/resume instead of blocked
+ * threads, SSE bytes handed to libmicrohttpd, the hang-up watcher for
+ * suspended connections (see http.h). */
 #include "gateway/http.h"
 
 #include <ctype.h>
@@ -22,15 +24,20 @@
 #include <sys/socket.h>
 
 #include "common/clock.h"
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "common/utf8.h"
 #include "common/vec.h"
 #include "common/xalloc.h"
+#include "gateway/anthropic.h"
+#include "gateway/api_surface.h"
 #include "gateway/gateway.h"
 #include "gateway/keys.h"
 #include "gateway/oai.h"
-#include "gateway/oai_tools.h"
+#include "gateway/oai_stream.h"
 #include "gateway/reasoning.h"
+#include "gateway/resp_store.h"
+#include "gateway/responses.h"
 
 #define HTTP_DEFAULT_MAX_BODY (16u << 20)
 #define SNAPSHOT_TIMEOUT_US 2000000
@@ -95,6 +102,7 @@ struct http_server {
     bool cors_any;              /* "*" was listed: every origin is allowed */
     bool admin_open;            /* ops routes open without a keys file */
     reasoning_parser_t reasoning; /* --reasoning-parser */
+    resp_store_t *responses;    /* stored responses (borrowed), NULL = none */
 };
 
 /* AUTH_OPS: an admin key when a keys file is loaded, open otherwise (an open
@@ -113,6 +121,7 @@ typedef struct route {
     oai_kind_t kind;            /* generation routes */
     bool batch;                 /* the /v1/batch routes: tier low */
     oai_op_t op;                /* /tokenize, /detokenize: the tokenizer alone */
+    const api_surface_t *surface; /* generation routes (fn NULL): the API's translation */
 } route_t;
 
 /* Per-request state, made on the first callback of a request and freed by
@@ -126,6 +135,8 @@ struct http_req {
     bool too_large;             /* body exceeded max_body: answer 413 */
     char param[512];            /* the path segment a route's '*' matched */
     prio_tier_t tier;           /* from the key */
+    char owner[65];             /* the key's SHA-256 in hex, RESP_STORE_ANON without keys:
+                                   who owns the responses it stores */
 
     /* generation */
     gateway_request_t *greq;    /* NULL until submitted */
@@ -134,35 +145,16 @@ struct http_req {
     bool suspended;             /* [lock] we called MHD_suspend_connection */
     bool gone;                  /* [lock] client hung up / server stopping */
     bool finished;              /* the last reply was taken */
-    oai_kind_t kind;
-    oai_op_t op;                /* OAI_OP_GENERATE, a tokenizer op, or OAI_OP_EMBED */
-    bool base64;                /* embeddings: encoding_format base64 */
-    bool stream, include_usage;
-    char id[48];                /* "chatcmpl-…" / "cmpl-…" */
-    char *model;
-    int64_t created;
+    const api_surface_t *surface; /* the route's API (api_surface.h); NULL = OpenAI's */
+    api_call_t call;            /* what the surface renders from; call.state is its own */
+    bool began;                 /* surface->parse succeeded: surface->end must run */
     /* non-streaming: every EVENT reply until the last */
     gateway_reply_t **events;
     size_t n_events, cap_events;
-    /* streaming: bytes not yet handed to libmicrohttpd */
-    char *out;
-    size_t out_len, out_off, out_cap;
-    uint32_t n_choices;         /* the request's n (1..OAI_MAX_N) */
     uint32_t n_finished;        /* choices whose final EVENT came */
-    oai_usage_t usage;          /* summed over finished choices (completion tokens add up) */
-    bool role_sent[OAI_MAX_N];  /* chat stream: the choice's first chunk (role) is out */
-    bool done;                  /* the stream's last bytes are in `out` */
-    int64_t text_offset[OAI_MAX_N]; /* completions logprobs: code points so far, per choice */
-    /* tool calling (chat with tools announced): the answer may be a call */
-    char **tool_names;          /* (n_tools) the request's tool names, NULL = no tools */
-    size_t n_tools;
-    bool reasoning;             /* chat answers get <think>...</think> split off (reasoning.h) */
-    struct tool_buf {           /* streaming, per choice (tools or reasoning) */
-        char *text;             /* everything generated so far, (len) */
-        size_t len, cap;
-        size_t emitted;         /* bytes of the content part sent as content */
-        size_t r_emitted;       /* bytes of the reasoning part sent as reasoning_content */
-    } tool[OAI_MAX_N];
+    /* streaming: bytes not yet handed to libmicrohttpd, from out_off */
+    api_buf_t out;
+    size_t out_off;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -231,11 +223,20 @@ static enum MHD_Result respond_json(http_server_t *s, struct MHD_Connection *c, 
     return respond_text(s, c, status, with_newline(text), "application/json", NULL, NULL);
 }
 
+/* An error in the shape of `api` (NULL = OpenAI's, for routes of no surface). */
+static enum MHD_Result respond_api_error(http_server_t *s, struct MHD_Connection *c,
+                                         const api_surface_t *api, const oai_error_t *e,
+                                         const char *allow)
+{
+    char *body = api ? api->error_body(e) : oai_error_json(e);
+    return respond_text(s, c, (unsigned)e->status, with_newline(body), "application/json", allow,
+                        e->status == 429 ? "1" : NULL);
+}
+
 static enum MHD_Result respond_oai_error(http_server_t *s, struct MHD_Connection *c,
                                          const oai_error_t *e, const char *allow)
 {
-    return respond_text(s, c, (unsigned)e->status, with_newline(oai_error_json(e)),
-                        "application/json", allow, e->status == 429 ? "1" : NULL);
+    return respond_api_error(s, c, NULL, e, allow);
 }
 
 static enum MHD_Result respond_error(http_server_t *s, struct MHD_Connection *c, unsigned status,
@@ -274,8 +275,7 @@ int http_server_reload_keys(http_server_t *s, char *err, size_t err_len)
     return 0;
 fail:
     log_error("keys not (re)loaded: %s", buf);
-    if (err)
-        snprintf(err, err_len, "%s", buf);
+    errbuf_set(err, err_len, "%s", buf);
     return -1;
 }
 
@@ -318,6 +318,7 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
                      oai_error_t *e)
 {
     q->tier = PRIO_TIER_NORMAL;
+    snprintf(q->owner, sizeof q->owner, "%s", RESP_STORE_ANON);
     if (rt->auth == AUTH_NONE)
         return 0;
     if (!s->keys_path) {
@@ -334,13 +335,19 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
         }
         return 0; /* AUTH_OPS with --admin-open: open gateway */
     }
+    /* the key: "Authorization: Bearer KEY" (OpenAI), or "x-api-key: KEY"
+     * (Anthropic's SDKs), on every route */
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
+    const char *tok = NULL;
+    if (h && strncasecmp(h, "Bearer ", 7) == 0)
+        tok = h + 7;
+    else if (!h)
+        tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (!tok) {
         oai_error_set(e, 401, NULL, "You didn't provide an API key. Send it as "
-                                    "'Authorization: Bearer YOUR_KEY'.");
+                                    "'Authorization: Bearer YOUR_KEY' (or 'x-api-key: YOUR_KEY').");
         return -1;
     }
-    const char *tok = h + 7;
     while (*tok == ' ')
         tok++;
     bool found = false, admin = false;
@@ -352,6 +359,8 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
         admin = k->admin;
         q->tier = k->tier;
         snprintf(name, sizeof name, "%s", k->name);
+        for (int i = 0; i < 32; i++)
+            snprintf(q->owner + 2 * i, 3, "%02x", k->sha256[i]);
     }
     pthread_rwlock_unlock(&s->keys_lock);
     if (!found) {
@@ -520,6 +529,32 @@ static enum MHD_Result handle_reload_keys(http_server_t *s, struct MHD_Connectio
     return respond_json(s, c, 200, json_pack("{s:b, s:I}", "reloaded", 1, "keys", (json_int_t)n));
 }
 
+/* The stored-response routes (responses.h); the caller sees only its own. */
+static enum MHD_Result respond_stored(http_server_t *s, struct MHD_Connection *c, http_req_t *req,
+                                      responses_op_t op)
+{
+    const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
+    int status = 500;
+    char *body = responses_stored(s->responses, req->owner, req->param, op, order && strcmp(order, "asc") == 0,
+                                  &status);
+    return respond_text(s, c, (unsigned)status, with_newline(body), "application/json", NULL, NULL);
+}
+
+static enum MHD_Result handle_responses_get(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
+{
+    return respond_stored(s, c, req, RESPONSES_GET);
+}
+
+static enum MHD_Result handle_responses_delete(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
+{
+    return respond_stored(s, c, req, RESPONSES_DELETE);
+}
+
+static enum MHD_Result handle_responses_items(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
+{
+    return respond_stored(s, c, req, RESPONSES_INPUT_ITEMS);
+}
+
 /* The core's answer to an operations command: {"status": N, ...}. */
 static enum MHD_Result respond_admin(http_server_t *s, struct MHD_Connection *c, json_t *j)
 {
@@ -555,393 +590,6 @@ static enum MHD_Result handle_admin_restart_model(http_server_t *s, struct MHD_C
 }
 
 /* ------------------------------------------------------------------------ */
-/* generation: rendering replies                                             */
-
-static void out_append(http_req_t *q, const char *s, size_t n)
-{
-    if (q->out_len + n > q->out_cap) {
-        q->out_cap = (q->out_len + n) * 2 + 256;
-        q->out = xrealloc(q->out, q->out_cap);
-    }
-    memcpy(q->out + q->out_len, s, n);
-    q->out_len += n;
-}
-
-/* "data: JSON\n\n"; takes json. */
-static void sse_data(http_req_t *q, char *json)
-{
-    out_append(q, "data: ", 6);
-    out_append(q, json, strlen(json));
-    out_append(q, "\n\n", 2);
-    free(json);
-}
-
-/* Logprobs of a run of events, pointing into their memory (plus per-token
- * `top` arrays this struct owns). */
-typedef struct lp_run {
-    oai_token_logprob_t *tok;
-    size_t n, cap;
-} lp_run_t;
-
-static void lp_add(lp_run_t *lp, const proto_event_t *ev)
-{
-    for (uint32_t i = 0; i < ev->n_logprobs; i++) {
-        const proto_logprob_t *p = &ev->logprobs[i];
-        vec_reserve(lp->tok, lp->cap, lp->n + 1);
-        oai_top_logprob_t *top = p->n_top ? xcalloc(p->n_top, sizeof *top) : NULL;
-        for (uint32_t k = 0; k < p->n_top; k++)
-            top[k] = (oai_top_logprob_t){(const char *)p->top[k].bytes, p->top[k].n_bytes,
-                                         p->top[k].logprob};
-        lp->tok[lp->n++] = (oai_token_logprob_t){(const char *)p->bytes, p->n_bytes, p->logprob,
-                                                 top, p->n_top};
-    }
-}
-
-static void lp_clear(lp_run_t *lp)
-{
-    for (size_t i = 0; i < lp->n; i++)
-        free((void *)lp->tok[i].top);
-    free(lp->tok);
-    memset(lp, 0, sizeof *lp);
-}
-
-static const char *finish_name(proto_finish_t f)
-{
-    switch (f) {
-    case PROTO_FINISH_STOP: return "stop";
-    case PROTO_FINISH_LENGTH: return "length";
-    default: return "abort"; /* cancelled, as vLLM names it */
-    }
-}
-
-static void event_usage(const proto_event_t *ev, oai_usage_t *u)
-{
-    *u = (oai_usage_t){0};
-    if (ev->has_usage) {
-        u->prompt_tokens = ev->usage.prompt_tokens;
-        u->completion_tokens = ev->usage.completion_tokens;
-        u->cached_tokens = ev->usage.cached_tokens;
-    } else {
-        u->completion_tokens = ev->n_tokens;
-    }
-}
-
-static oai_meta_t meta_of(const http_req_t *q)
-{
-    return (oai_meta_t){.id = q->id, .model = q->model, .created = q->created};
-}
-
-static char *chunk_json(const http_req_t *q, const oai_chunk_t *ch)
-{
-    oai_meta_t meta = meta_of(q);
-    return q->kind == OAI_CHAT ? oai_chat_chunk_json(&meta, ch) : oai_completion_chunk_json(&meta, ch);
-}
-
-/* Appends the SSE bytes for one reply (takes it). */
-static void stream_render(http_req_t *q, gateway_reply_t *rep)
-{
-    if (rep->kind == GATEWAY_REPLY_ERROR) {
-        /* an error event, then [DONE]: every stream ends the same way */
-        sse_data(q, oai_error_json(&rep->error));
-        out_append(q, "data: [DONE]\n\n", 14);
-        q->done = true;
-        q->finished = true;
-        gateway_reply_free(&rep);
-        return;
-    }
-    const proto_event_t *ev = &rep->event;
-    const uint32_t ci = ev->choice < OAI_MAX_N ? ev->choice : 0; /* the core checked it < n */
-    if (q->kind == OAI_CHAT && !q->role_sent[ci]) {
-        oai_chunk_t ch = {.index = (int32_t)ci, .role = true, .text = "",
-                          .include_usage = q->include_usage};
-        sse_data(q, chunk_json(q, &ch));
-        q->role_sent[ci] = true;
-    }
-    const char *text = ev->text;
-    size_t text_len = ev->text_len;
-    struct tool_buf *tb = &q->tool[ci];
-    bool final = ev->finish == PROTO_FINISH_STOP || ev->finish == PROTO_FINISH_LENGTH;
-    bool lp_sent = false;       /* this event's logprobs went out with a reasoning chunk */
-    bool content_ready = true;  /* where content starts is known */
-    const char *content = NULL; /* buffered: the content part of tb->text, (clen) */
-    size_t clen = 0;
-    if (q->tool_names || q->reasoning) {
-        if (tb->len + ev->text_len + 1 > tb->cap) {
-            tb->cap = (tb->len + ev->text_len + 1) * 2;
-            tb->text = xrealloc(tb->text, tb->cap);
-        }
-        memcpy(tb->text + tb->len, ev->text, ev->text_len);
-        tb->len += ev->text_len;
-        size_t c0 = 0;
-        if (q->reasoning) {
-            reasoning_split_t sp;
-            if (ev->finish != PROTO_FINISH_NONE)
-                reasoning_split(tb->text, tb->len, &sp);
-            else
-                reasoning_stream_feed(tb->text, tb->len, &sp);
-            if (sp.undecided) {
-                content_ready = false;
-            } else if (sp.has_reasoning) {
-                if (sp.r_len > tb->r_emitted) {
-                    lp_run_t lp = {0};
-                    lp_add(&lp, ev);
-                    oai_logprobs_t lps = {.present = ev->n_logprobs > 0, .tokens = lp.tok, .n_tokens = lp.n};
-                    const char *r = tb->text + sp.r_start + tb->r_emitted;
-                    size_t rl = sp.r_len - tb->r_emitted;
-                    oai_chunk_t ch = {.index = (int32_t)ci, .text = "", .logprobs = &lps,
-                                      .include_usage = q->include_usage};
-                    sse_data(q, reasoning_patch(chunk_json(q, &ch), 0, r, rl, true, true));
-                    lp_clear(&lp);
-                    tb->r_emitted = sp.r_len;
-                    lp_sent = true;
-                }
-                content_ready = sp.closed;
-                c0 = sp.c_start;
-            }
-        }
-        content = tb->text + c0;
-        clen = tb->len - c0;
-        size_t safe = content_ready ? clen : 0;
-        if (content_ready && q->tool_names) {
-            /* hold back what may still become a tool call */
-            safe = oai_tools_safe_prefix(content, clen);
-            if (ev->finish != PROTO_FINISH_NONE)
-                safe = tb->emitted; /* the rest is decided below */
-        }
-        text = content + tb->emitted;
-        text_len = safe > tb->emitted ? safe - tb->emitted : 0;
-        tb->emitted += text_len;
-    }
-    if (text_len || (ev->n_logprobs && !lp_sent)) {
-        lp_run_t lp = {0};
-        if (!lp_sent)
-            lp_add(&lp, ev);
-        oai_logprobs_t lps = {.present = ev->n_logprobs > 0 && !lp_sent, .tokens = lp.tok, .n_tokens = lp.n,
-                              .text_offset0 = q->text_offset[ci]};
-        oai_chunk_t ch = {.index = (int32_t)ci, .text = text, .text_len = text_len,
-                          .logprobs = &lps, .include_usage = q->include_usage};
-        sse_data(q, chunk_json(q, &ch));
-        q->text_offset[ci] += (int64_t)utf8_count(text, text_len);
-        lp_clear(&lp);
-    }
-    oai_tool_call_t *calls = NULL;
-    size_t n_calls = 0;
-    if (q->tool_names && final && content_ready) {
-        size_t content_len;
-        n_calls = oai_tools_extract(content, clen, q->tool_names, q->n_tools, &calls, &content_len);
-        if (n_calls > 0) {
-            oai_chunk_t ch = {.index = (int32_t)ci, .include_usage = q->include_usage};
-            sse_data(q, oai_tools_patch(chunk_json(q, &ch), 0, NULL, 0, calls, n_calls, true));
-        } else if (clen > tb->emitted) {
-            oai_chunk_t ch = {.index = (int32_t)ci, .text = content + tb->emitted,
-                              .text_len = clen - tb->emitted, .include_usage = q->include_usage};
-            sse_data(q, chunk_json(q, &ch));
-            tb->emitted = clen;
-        }
-    }
-    if (ev->finish != PROTO_FINISH_NONE) {
-        /* every choice ends with its own finish_reason chunk; the stream
-         * ends (usage, [DONE]) after the last one, or at the first error */
-        bool failed = ev->finish == PROTO_FINISH_ERROR || ev->finish == PROTO_FINISH_TIMEOUT;
-        oai_usage_t u;
-        event_usage(ev, &u);
-        q->usage.prompt_tokens = u.prompt_tokens;
-        q->usage.cached_tokens = u.cached_tokens;
-        q->usage.completion_tokens += u.completion_tokens;
-        if (!failed && ++q->n_finished < q->n_choices) {
-            oai_chunk_t ch = {.index = (int32_t)ci, .finish_reason = n_calls ? "tool_calls" : finish_name(ev->finish),
-                              .include_usage = q->include_usage};
-            if (q->kind == OAI_COMPLETION)
-                ch.text = "";
-            sse_data(q, chunk_json(q, &ch));
-            oai_tool_calls_free(calls, n_calls);
-            gateway_reply_free(&rep);
-            return;
-        }
-        q->finished = true;
-        q->done = true;
-        if (failed) {
-            oai_error_t e;
-            if (proto_event_cause(ev) == PROTO_ERR_DEADLINE)
-                oai_error_from_worker(&e, PROTO_ERR_DEADLINE,
-                                      "The request ran past its deadline on the worker");
-            else
-                oai_error_from_worker(&e, proto_event_cause(ev), "Generation failed on the worker");
-            sse_data(q, oai_error_json(&e));
-            out_append(q, "data: [DONE]\n\n", 14);
-        } else {
-            oai_chunk_t ch = {.index = (int32_t)ci, .finish_reason = n_calls ? "tool_calls" : finish_name(ev->finish),
-                              .include_usage = q->include_usage};
-            if (q->kind == OAI_COMPLETION)
-                ch.text = "";
-            sse_data(q, chunk_json(q, &ch));
-            if (q->include_usage) {
-                oai_chunk_t uc = {.include_usage = true, .usage = &q->usage};
-                sse_data(q, chunk_json(q, &uc));
-            }
-            out_append(q, "data: [DONE]\n\n", 14);
-        }
-    }
-    oai_tool_calls_free(calls, n_calls);
-    gateway_reply_free(&rep);
-}
-
-/* Non-streaming: the whole answer from the collected events. */
-/* /v1/embeddings: one EVENT per input (choice = its index) with the vector;
- * usage.prompt_tokens sums the inputs' token counts. */
-static enum MHD_Result respond_embeddings(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
-{
-    const uint32_t n = q->n_choices;
-    oai_embedding_t *emb = xcalloc(n ? n : 1, sizeof *emb);
-    uint64_t prompt_tokens = 0;
-    for (size_t i = 0; i < q->n_events; i++) {
-        const proto_event_t *ev = &q->events[i]->event;
-        if (ev->choice < n && ev->n_embedding) {
-            emb[ev->choice].v = ev->embedding;
-            emb[ev->choice].dim = ev->n_embedding;
-        }
-        if (ev->has_usage && ev->finish != PROTO_FINISH_NONE)
-            prompt_tokens += ev->usage.prompt_tokens;
-    }
-    char *body = NULL;
-    bool complete = true;
-    for (uint32_t i = 0; i < n; i++)
-        complete = complete && emb[i].v && emb[i].dim == emb[0].dim;
-    if (complete)
-        body = oai_embeddings_json(q->model, emb, n, q->base64, prompt_tokens);
-    free(emb);
-    if (!body)
-        return respond_error(s, c, 500, NULL, NULL, "The worker's embeddings were incomplete or not finite");
-    return respond_text(s, c, 200, with_newline(body), "application/json", NULL, NULL);
-}
-
-/* /tokenize → {"tokens":[ids],"count","max_model_len"}; /detokenize →
- * {"prompt": text} (vLLM's shapes), from the worker's EVENTs. */
-static enum MHD_Result respond_tokenizer(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
-{
-    json_t *j;
-    if (q->op == OAI_OP_TOKENIZE) {
-        json_t *ids = json_array();
-        for (size_t i = 0; i < q->n_events; i++) {
-            const proto_event_t *ev = &q->events[i]->event;
-            for (uint32_t k = 0; k < ev->n_ids; k++)
-                json_array_append_new(ids, json_integer(ev->ids[k]));
-        }
-        j = json_pack("{s:I, s:o, s:I}", "count", (json_int_t)json_array_size(ids), "tokens", ids,
-                      "max_model_len", (json_int_t)q->events[q->n_events - 1]->n_ctx);
-    } else {
-        size_t len = 0;
-        for (size_t i = 0; i < q->n_events; i++)
-            len += q->events[i]->event.text_len;
-        char *text = xmalloc(len + 1);
-        size_t off = 0;
-        for (size_t i = 0; i < q->n_events; i++) {
-            memcpy(text + off, q->events[i]->event.text, q->events[i]->event.text_len);
-            off += q->events[i]->event.text_len;
-        }
-        j = json_pack("{s:s%}", "prompt", text, len);
-        free(text);
-    }
-    return respond_json(s, c, 200, j);
-}
-
-static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
-{
-    const proto_event_t *last = &q->events[q->n_events - 1]->event;
-    if (last->finish == PROTO_FINISH_ERROR || last->finish == PROTO_FINISH_TIMEOUT) {
-        oai_error_t e;
-        if (proto_event_cause(last) == PROTO_ERR_DEADLINE)
-            oai_error_from_worker(&e, PROTO_ERR_DEADLINE, "The request ran past its deadline (%lld s)",
-                                  (long long)(s->gw->request_timeout_us / 1000000));
-        else
-            oai_error_from_worker(&e, proto_event_cause(last), "Generation failed on the worker");
-        return respond_oai_error(s, c, &e, NULL);
-    }
-    if (q->op == OAI_OP_EMBED)
-        return respond_embeddings(s, c, q);
-    if (q->op != OAI_OP_GENERATE)
-        return respond_tokenizer(s, c, q);
-    /* one choice at a time: its events' text and logprobs in arrival order */
-    const uint32_t n = q->n_choices;
-    oai_choice_t *ch = xcalloc(n, sizeof *ch);
-    char **texts = xcalloc(n, sizeof *texts);
-    lp_run_t *lp = xcalloc(n, sizeof *lp);
-    oai_logprobs_t *lps = xcalloc(n, sizeof *lps);
-    reasoning_split_t *rs = xcalloc(n, sizeof *rs);
-    bool want_lp = q->greq->submit.submit.sampling.logprobs;
-    oai_usage_t u = {0};
-    for (uint32_t k = 0; k < n; k++) {
-        size_t len = 0;
-        bool any_lp = false;
-        for (size_t i = 0; i < q->n_events; i++) {
-            const proto_event_t *ev = &q->events[i]->event;
-            if (ev->choice != k)
-                continue;
-            len += ev->text_len;
-            any_lp |= ev->n_logprobs > 0;
-        }
-        char *text = texts[k] = xmalloc(len + 1);
-        size_t off = 0;
-        const char *fr = NULL;
-        for (size_t i = 0; i < q->n_events; i++) {
-            const proto_event_t *ev = &q->events[i]->event;
-            if (ev->choice != k)
-                continue;
-            memcpy(text + off, ev->text, ev->text_len);
-            off += ev->text_len;
-            lp_add(&lp[k], ev);
-            if (ev->finish != PROTO_FINISH_NONE) {
-                oai_usage_t e;
-                event_usage(ev, &e);
-                u.prompt_tokens = e.prompt_tokens;
-                u.cached_tokens = e.cached_tokens;
-                u.completion_tokens += e.completion_tokens;
-                fr = finish_name(ev->finish);
-            }
-        }
-        text[len] = '\0';
-        lps[k] = (oai_logprobs_t){.present = want_lp || any_lp, .tokens = lp[k].tok,
-                                  .n_tokens = lp[k].n};
-        ch[k] = (oai_choice_t){text, len, fr, &lps[k]};
-        if (q->reasoning) {
-            reasoning_split(text, len, &rs[k]);
-            if (rs[k].has_reasoning) { /* the message's content is what follows </think> */
-                ch[k].text = text + rs[k].c_start;
-                ch[k].text_len = len - rs[k].c_start;
-            }
-        }
-    }
-    oai_meta_t meta = meta_of(q);
-    char *body = q->kind == OAI_CHAT ? oai_chat_completion_n_json(&meta, ch, n, &u)
-                                     : oai_completion_n_json(&meta, ch, n, &u);
-    for (uint32_t k = 0; k < n; k++)
-        if (rs[k].has_reasoning)
-            body = reasoning_patch(body, k, texts[k] + rs[k].r_start, rs[k].r_len, false, false);
-    for (uint32_t k = 0; q->tool_names && k < n; k++) {
-        if (!ch[k].finish_reason || (strcmp(ch[k].finish_reason, "stop") != 0 &&
-                                     strcmp(ch[k].finish_reason, "length") != 0))
-            continue;
-        oai_tool_call_t *calls;
-        size_t content_len;
-        size_t n_calls = oai_tools_extract(ch[k].text, ch[k].text_len, q->tool_names, q->n_tools, &calls,
-                                           &content_len);
-        if (n_calls)
-            body = oai_tools_patch(body, k, ch[k].text, content_len, calls, n_calls, false);
-        oai_tool_calls_free(calls, n_calls);
-    }
-    for (uint32_t k = 0; k < n; k++) {
-        lp_clear(&lp[k]);
-        free(texts[k]);
-    }
-    free(ch);
-    free(texts);
-    free(lp);
-    free(lps);
-    free(rs);
-    return respond_text(s, c, 200, with_newline(body), "application/json", NULL, NULL);
-}
-
-/* ------------------------------------------------------------------------ */
 /* generation: flow                                                          */
 
 /* The core's notify hook: runs on the core thread with greq->lock held. */
@@ -972,12 +620,21 @@ static gateway_reply_t *next_reply(http_req_t *q, bool *gone)
     return rep;
 }
 
+/* One reply through the surface into q->out; the stream's last bytes mark
+ * the request finished. */
+static void stream_render(http_req_t *q, gateway_reply_t *rep)
+{
+    q->surface->stream_event(&q->call, rep, &q->out);
+    if (q->call.done)
+        q->finished = true;
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     http_req_t *q = cls;
-    while (q->out_off == q->out_len) {
-        q->out_off = q->out_len = 0;
-        if (q->done)
+    while (q->out_off == q->out.len) {
+        q->out_off = q->out.len = 0;
+        if (q->call.done)
             return MHD_CONTENT_READER_END_OF_STREAM;
         bool gone;
         gateway_reply_t *rep = next_reply(q, &gone);
@@ -987,12 +644,21 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             return 0; /* suspended: on_reply resumes us */
         stream_render(q, rep);
     }
-    size_t n = q->out_len - q->out_off;
+    size_t n = q->out.len - q->out_off;
     if (n > max)
         n = max;
-    memcpy(buf, q->out + q->out_off, n);
+    memcpy(buf, q->out.p + q->out_off, n);
     q->out_off += n;
     return (ssize_t)n;
+}
+
+/* Not streaming: the surface's body for every event collected. */
+static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
+{
+    int status = 500;
+    char *body = q->surface->complete(&q->call, q->events, q->n_events, &status);
+    return respond_text(s, c, (unsigned)status, with_newline(body), "application/json", NULL,
+                        status == 429 ? "1" : NULL);
 }
 
 /* Called on every resume until a response is queued. */
@@ -1007,13 +673,13 @@ static enum MHD_Result gen_continue(http_server_t *s, struct MHD_Connection *c, 
             return MHD_YES;
         if (rep->kind == GATEWAY_REPLY_ERROR) {
             q->finished = true;
-            enum MHD_Result ret = respond_oai_error(s, c, &rep->error, NULL);
+            enum MHD_Result ret = respond_api_error(s, c, q->surface, &rep->error, NULL);
             gateway_reply_free(&rep);
             return ret;
         }
-        if (q->stream) {
+        if (q->call.stream) {
             /* the first event: headers go out now, errors from here on are
-             * SSE error events */
+             * the surface's stream error events */
             stream_render(q, rep);
             struct MHD_Response *r =
                 MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, q, NULL);
@@ -1029,7 +695,7 @@ static enum MHD_Result gen_continue(http_server_t *s, struct MHD_Connection *c, 
         proto_finish_t fin = rep->event.finish;
         if (fin != PROTO_FINISH_NONE &&
             (fin == PROTO_FINISH_ERROR || fin == PROTO_FINISH_TIMEOUT ||
-             ++q->n_finished >= q->n_choices)) {
+             ++q->n_finished >= q->call.n_choices)) {
             q->finished = true;
             return respond_complete(s, c, q);
         }
@@ -1047,39 +713,45 @@ static void live_remove(http_server_t *s, http_req_t *q)
     q->prev = q->next = NULL;
 }
 
+/* A generation route: the surface parses the body into the internal
+ * request, the core runs it, the surface renders the replies. */
 static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *c, http_req_t *q,
                                        const route_t *rt)
 {
+    const api_surface_t *api = rt->surface;
+    q->surface = api;
+    q->call.kind = rt->kind;
+    q->call.op = rt->op;
+    q->call.owner = q->owner;
+    q->call.store = s->responses;
     oai_request_t o;
     oai_error_t e;
     const uint8_t *body = (const uint8_t *)(q->body ? q->body : "");
-    if ((rt->op == OAI_OP_GENERATE ? oai_parse_request(body, q->body_len, rt->kind, &o, &e)
-         : rt->op == OAI_OP_EMBED  ? oai_parse_embeddings(body, q->body_len, &o, &e)
-                                   : oai_parse_tokenizer(body, q->body_len, rt->op, &o, &e)) < 0)
-        return respond_oai_error(s, c, &e, NULL);
+    if (api->parse(&q->call, body, q->body_len, &o, &e) < 0)
+        return respond_api_error(s, c, api, &e, NULL);
+    q->began = true; /* parse may have set call.state: end() frees it from here on */
     if (oai_request_check_limits(&o, s->max_messages, s->max_prompt_bytes, &e) < 0) {
         oai_request_free(&o);
-        return respond_oai_error(s, c, &e, NULL);
+        return respond_api_error(s, c, api, &e, NULL);
     }
     prio_tier_t tier = rt->batch ? PRIO_TIER_LOW : q->tier;
-    q->kind = o.kind;
-    q->op = rt->op;
-    q->stream = o.stream;
-    q->include_usage = o.include_usage;
-    q->n_choices = rt->op == OAI_OP_EMBED ? (uint32_t)o.n_inputs : o.n > 1 ? (uint32_t)o.n : 1;
-    q->base64 = o.base64;
-    q->model = xstrdup(o.model);
-    q->created = clock_wall_s();
-    oai_id_new(rt->op == OAI_OP_EMBED ? "embd-" : rt->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", q->id,
-               sizeof q->id);
+    api_call_t *call = &q->call;
+    call->kind = o.kind;
+    call->stream = o.stream;
+    call->n_choices = rt->op == OAI_OP_EMBED ? (uint32_t)o.n_inputs : o.n > 1 ? (uint32_t)o.n : 1;
+    call->model = xstrdup(o.model);
+    call->created = clock_wall_s();
+    call->want_logprobs = o.logprobs;
+    call->request_timeout_s = s->gw->request_timeout_us / 1000000;
     if (o.tools_json && o.tool_choice != OAI_TOOL_CHOICE_NONE) {
         /* the answer is parsed for calls: keep the names (o is freed below) */
-        q->tool_names = o.tool_names;
-        q->n_tools = o.n_tools;
+        call->tool_names = o.tool_names;
+        call->n_tools = o.n_tools;
         o.tool_names = NULL;
         o.n_tools = 0;
     }
-    q->reasoning = rt->kind == OAI_CHAT && rt->op == OAI_OP_GENERATE && s->reasoning != REASONING_NONE;
+    call->reasoning = rt->kind == OAI_CHAT && rt->op == OAI_OP_GENERATE && s->reasoning != REASONING_NONE;
+    api->begin(call, &o);
     q->greq = gateway_request_from_oai(s->gw, &o, tier);
     oai_request_free(&o);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -1098,10 +770,11 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     pthread_mutex_unlock(&s->live_lock);
     if (stopping || gateway_submit(s->gw, q->greq) < 0) {
         q->finished = true;
-        return respond_error(s, c, 503, NULL, NULL, "The gateway is shutting down");
+        oai_error_set(&e, 503, NULL, "The gateway is shutting down");
+        return respond_api_error(s, c, api, &e, NULL);
     }
-    log_debug("%s request %" PRIu64 " for %s (tier %s%s)", rt->path, q->greq->id, q->model,
-              prio_tier_name(tier), q->stream ? ", stream" : "");
+    log_debug("%s request %" PRIu64 " for %s (tier %s%s)", rt->path, q->greq->id, call->model,
+              prio_tier_name(tier), call->stream ? ", stream" : "");
     return gen_continue(s, c, q);
 }
 
@@ -1229,21 +902,35 @@ static void *watcher_main(void *arg)
 /* dispatch                                                                  */
 
 static const route_t routes[] = {
-    {"GET", "/health", handle_health, AUTH_NONE, 0, false, OAI_OP_GENERATE},
-    {"GET", "/metrics", handle_metrics, AUTH_NONE, 0, false, OAI_OP_GENERATE},
-    {"GET", "/v1/models", handle_models, AUTH_KEY, 0, false, OAI_OP_GENERATE},
-    {"POST", "/v1/chat/completions", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE},
-    {"POST", "/v1/completions", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_GENERATE},
-    {"POST", "/v1/batch/chat/completions", NULL, AUTH_KEY, OAI_CHAT, true, OAI_OP_GENERATE},
-    {"POST", "/v1/batch/completions", NULL, AUTH_KEY, OAI_COMPLETION, true, OAI_OP_GENERATE},
-    {"POST", "/v1/embeddings", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_EMBED},
-    {"POST", "/tokenize", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_TOKENIZE},
-    {"POST", "/detokenize", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_DETOKENIZE},
-    {"POST", "/admin/reload-keys", handle_reload_keys, AUTH_ADMIN, 0, false, OAI_OP_GENERATE},
-    {"GET", "/admin/workers", handle_admin_workers, AUTH_OPS, 0, false, OAI_OP_GENERATE},
-    {"POST", "/admin/workers/*/drain", handle_admin_drain, AUTH_OPS, 0, false, OAI_OP_GENERATE},
-    {"POST", "/admin/workers/*/restart", handle_admin_restart, AUTH_OPS, 0, false, OAI_OP_GENERATE},
-    {"POST", "/admin/models/*/restart", handle_admin_restart_model, AUTH_OPS, 0, false, OAI_OP_GENERATE},
+    {"GET", "/health", handle_health, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
+    {"GET", "/metrics", handle_metrics, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
+    {"GET", "/v1/models", handle_models, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
+    {"POST", "/v1/chat/completions", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE,
+     &oai_surface},
+    {"POST", "/v1/completions", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_GENERATE,
+     &oai_surface},
+    {"POST", "/v1/batch/chat/completions", NULL, AUTH_KEY, OAI_CHAT, true, OAI_OP_GENERATE,
+     &oai_surface},
+    {"POST", "/v1/batch/completions", NULL, AUTH_KEY, OAI_COMPLETION, true, OAI_OP_GENERATE,
+     &oai_surface},
+    {"POST", "/v1/embeddings", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_EMBED,
+     &oai_surface},
+    {"POST", "/tokenize", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_TOKENIZE,
+     &oai_surface},
+    {"POST", "/detokenize", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_DETOKENIZE,
+     &oai_surface},
+    {"POST", "/v1/messages", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE, &anthropic_surface},
+    {"POST", "/v1/messages/count_tokens", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_TOKENIZE,
+     &anthropic_surface},
+    {"POST", "/v1/responses", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE, &responses_surface},
+    {"GET", "/v1/responses/*", handle_responses_get, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
+    {"DELETE", "/v1/responses/*", handle_responses_delete, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
+    {"GET", "/v1/responses/*/input_items", handle_responses_items, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
+    {"POST", "/admin/reload-keys", handle_reload_keys, AUTH_ADMIN, 0, false, OAI_OP_GENERATE, NULL},
+    {"GET", "/admin/workers", handle_admin_workers, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
+    {"POST", "/admin/workers/*/drain", handle_admin_drain, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
+    {"POST", "/admin/workers/*/restart", handle_admin_restart, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
+    {"POST", "/admin/models/*/restart", handle_admin_restart_model, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 
@@ -1291,12 +978,14 @@ static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, cons
         if (!route_match(rt->path, url, req->param, sizeof req->param))
             continue;
         if (strcmp(rt->method, m) == 0) {
+            /* refusals of a surface's route come in its API's shape */
             oai_error_t e;
             if (authorize(s, c, rt, req, &e) < 0)
-                return respond_oai_error(s, c, &e, NULL);
-            if (req->too_large)
-                return respond_error(s, c, 413, NULL, NULL, "Request body exceeds %zu bytes",
-                                     s->max_body);
+                return respond_api_error(s, c, rt->surface, &e, NULL);
+            if (req->too_large) {
+                oai_error_set(&e, 413, NULL, "Request body exceeds %zu bytes", s->max_body);
+                return respond_api_error(s, c, rt->surface, &e, NULL);
+            }
             /* a body must say it is JSON: a page may POST text/plain (or a
              * Blob without a type) cross-origin without a preflight */
             if (req->body_len && !content_type_is_json(MHD_lookup_connection_value(
@@ -1308,7 +997,7 @@ static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, cons
                               ct ? ct : "(none)");
                 e.type = "invalid_request_error";
                 e.code = "unsupported_media_type";
-                return respond_oai_error(s, c, &e, NULL);
+                return respond_api_error(s, c, rt->surface, &e, NULL);
             }
             return rt->fn ? rt->fn(s, c, req) : handle_generate(s, c, req, rt);
         }
@@ -1398,13 +1087,13 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
     for (size_t i = 0; i < q->n_events; i++)
         gateway_reply_free(&q->events[i]);
     free(q->events);
-    for (size_t i = 0; i < q->n_tools; i++)
-        free(q->tool_names[i]);
-    free(q->tool_names);
-    for (size_t i = 0; i < OAI_MAX_N; i++)
-        free(q->tool[i].text);
-    free(q->out);
-    free(q->model);
+    if (q->began)
+        q->surface->end(&q->call);
+    for (size_t i = 0; i < q->call.n_tools; i++)
+        free(q->call.tool_names[i]);
+    free(q->call.tool_names);
+    free(q->out.p);
+    free(q->call.model);
     free(q->body);
     free(q);
 }
@@ -1478,6 +1167,7 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     cors_parse(s, cfg->cors_origins);
     s->admin_open = cfg->admin_open;
     s->reasoning = (reasoning_parser_t)cfg->reasoning_parser;
+    s->responses = cfg->responses;
     s->header_timeout_us = (cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms
                                                         : HTTP_DEFAULT_HEADER_TIMEOUT_S * 1000) * 1000;
     unsigned idle_s = cfg->idle_timeout_s ? cfg->idle_timeout_s : HTTP_DEFAULT_IDLE_TIMEOUT_S;

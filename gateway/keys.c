@@ -11,6 +11,7 @@
 #include <sodium.h>
 
 #include "common/errbuf.h"
+#include "common/hex.h"
 #include "common/vec.h"
 #include "common/xalloc.h"
 
@@ -23,17 +24,6 @@ static int name_char_ok(unsigned char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
            c == '_' || c == '-' || c == '@';
-}
-
-static int hex_val(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 /* A field of a line: [p, p+len). */
@@ -111,7 +101,7 @@ static int parse_line(const char *line, size_t len, keys_entry_t *e, const char 
         return -1;
     }
     for (size_t k = 0; k < 32; k++) {
-        int hi = hex_val((unsigned char)f[2].p[2 * k]), lo = hex_val((unsigned char)f[2].p[2 * k + 1]);
+        int hi = hex_value((unsigned char)f[2].p[2 * k]), lo = hex_value((unsigned char)f[2].p[2 * k + 1]);
         if (hi < 0 || lo < 0) {
             *why = "hash contains a non-hex character";
             return -1;
@@ -199,7 +189,7 @@ int keys_parse(const uint8_t *buf, size_t len, const char *source, keys_t **out,
             }
             if (memcmp(k->entries[j].sha256, e->sha256, 32) == 0) {
                 errbuf_set(err, err_cap, "%s:%zu: same key hash as '%s'", source, line_no,
-                        k->entries[j].name);
+                           k->entries[j].name);
                 goto err;
             }
         }

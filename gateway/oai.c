@@ -132,6 +132,11 @@ static json_t *jstr(const char *s, size_t len)
     return j;
 }
 
+json_t *oai_json_text(const char *s, size_t len)
+{
+    return jstr(s, len);
+}
+
 static json_t *jcstr(const char *s)
 {
     return jstr(s, s ? strlen(s) : 0);

@@ -35,7 +35,7 @@
 
 #define OAI_MAX_DEPTH 32               /* JSON nesting of the whole body */
 /* Every limit here is at most the matching proto/msg.h limit of a SUBMIT (checked
- * by _Static_assert in gateway.c): a request the gateway accepts must reach the
+ * by _Static_assert in submit.c): a request the gateway accepts must reach the
  * worker, or the worker drops the SUBMIT and the client waits for nothing. */
 #define OAI_MAX_MESSAGES 1024          /* chat messages per request (= PROTO_MAX_MESSAGES) */
 #define OAI_MAX_CONTENT_PARTS 256      /* content parts per message */
@@ -95,6 +95,10 @@ void oai_error_from_worker(oai_error_t *e, proto_err_t cause, const char *fmt, .
  * string) replaces the status table's unless NULL; param is null. */
 void oai_error_vset(oai_error_t *e, int status, const char *code, const char *fmt, va_list ap)
     __attribute__((format(printf, 4, 0)));
+/* A JSON string from bytes that may not be UTF-8 (tokenizer output, model
+ * text): invalid sequences become U+FFFD. New reference; the one such
+ * constructor every surface's renderer uses. */
+json_t *oai_json_text(const char *s, size_t len);
 /* The error as the JSON object {"error":{"message","type","param","code"}}
  * (a new reference; strings sanitized to UTF-8) — the one encoder of the
  * OpenAI error shape, used for every error body the gateway writes. */

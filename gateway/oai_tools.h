@@ -6,7 +6,7 @@
  * messages with `tool_call_id`. oai_parse_request() calls the two parsers
  * below; what they accept is forwarded to the worker (proto SUBMIT `tools`,
  * `tool_choice`, `par_tools`, message `tool_calls`/`tool_call_id`), whose
- * chat template renders it (worker/text/chat_template.h).
+ * chat template renders it (common/text/chat_template.h).
  *
  * Responses: the model writes a call in its family's convention; the gateway
  * parses the generated text back into OpenAI `tool_calls`:

@@ -8,13 +8,15 @@
 #include <sys/random.h>
 
 #include "common/clock.h"
+#include "common/idxlist.h"
+#include "common/splitmix.h"
 #include "common/xalloc.h"
 
 typedef struct entry {
     uint64_t key;
     uint64_t slots;               /* bit i: slot i holds the key; 0 = entry free */
     int32_t hnext;                /* bucket chain, -1 = end */
-    int32_t prev, next;           /* LRU (used) or free list (next only); -1 = end */
+    idxlist_link_t lru;           /* LRU (used) or free list (lru.next only); -1 = end */
 } entry_t;
 
 struct prefix_index {
@@ -23,26 +25,16 @@ struct prefix_index {
     int32_t *bucket;              /* (mask + 1) chains, -1 = empty */
     uint64_t mask;
     uint64_t secret;              /* bucket = mix(key ^ secret) */
-    int32_t free_head;            /* free entries, linked by next */
-    int32_t lru_head, lru_tail;   /* head = least recently used */
+    int32_t free_head;            /* free entries, linked by lru.next */
+    idxlist_t lru;                /* used entries, head = least recently used */
     size_t n_used;
     size_t n_slot[PREFIX_INDEX_MAX_SLOTS]; /* keys per slot */
     uint64_t n_evictions;
 };
 
-static inline uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
 static inline size_t bucket_of(const prefix_index_t *x, uint64_t key)
 {
-    return (size_t)(mix(key ^ x->secret) & x->mask);
+    return (size_t)(splitmix64_mix(key ^ x->secret) & x->mask);
 }
 
 prefix_index_t *prefix_index_new(size_t max_entries)
@@ -55,7 +47,7 @@ prefix_index_t *prefix_index_new(size_t max_entries)
     x->cap = (int32_t)max_entries;
     x->e = xmalloc((size_t)x->cap * sizeof *x->e);
     for (int32_t i = 0; i < x->cap; i++)
-        x->e[i] = (entry_t){.hnext = -1, .prev = -1, .next = i + 1 < x->cap ? i + 1 : -1};
+        x->e[i] = (entry_t){.hnext = -1, .lru = {-1, i + 1 < x->cap ? i + 1 : -1}};
     x->free_head = 0;
     size_t nb = 16;
     while (nb < max_entries)
@@ -64,9 +56,9 @@ prefix_index_t *prefix_index_new(size_t max_entries)
     for (size_t i = 0; i < nb; i++)
         x->bucket[i] = -1;
     x->mask = nb - 1;
-    x->lru_head = x->lru_tail = -1;
+    x->lru = IDXLIST_EMPTY;
     if (getrandom(&x->secret, sizeof x->secret, 0) != (ssize_t)sizeof x->secret)
-        x->secret = mix((uint64_t)clock_now_us() ^ (uint64_t)(uintptr_t)x);
+        x->secret = splitmix64_mix((uint64_t)clock_now_us() ^ (uint64_t)(uintptr_t)x);
     return x;
 }
 
@@ -80,31 +72,9 @@ void prefix_index_free(prefix_index_t **xp)
     *xp = NULL;
 }
 
-static void lru_unlink(prefix_index_t *x, int32_t i)
-{
-    entry_t *e = &x->e[i];
-    if (e->prev >= 0)
-        x->e[e->prev].next = e->next;
-    else
-        x->lru_head = e->next;
-    if (e->next >= 0)
-        x->e[e->next].prev = e->prev;
-    else
-        x->lru_tail = e->prev;
-    e->prev = e->next = -1;
-}
+static void lru_unlink(prefix_index_t *x, int32_t i) { idxlist_remove(&x->lru, &x->e[0].lru, sizeof *x->e, i); }
 
-static void lru_push_tail(prefix_index_t *x, int32_t i)
-{
-    entry_t *e = &x->e[i];
-    e->prev = x->lru_tail;
-    e->next = -1;
-    if (x->lru_tail >= 0)
-        x->e[x->lru_tail].next = i;
-    else
-        x->lru_head = i;
-    x->lru_tail = i;
-}
+static void lru_push_tail(prefix_index_t *x, int32_t i) { idxlist_push_tail(&x->lru, &x->e[0].lru, sizeof *x->e, i); }
 
 static int32_t find(const prefix_index_t *x, uint64_t key)
 {
@@ -128,7 +98,7 @@ static void entry_remove(prefix_index_t *x, int32_t i)
     lru_unlink(x, i);
     for (uint64_t s = e->slots; s; s &= s - 1)
         x->n_slot[__builtin_ctzll(s)]--;
-    *e = (entry_t){.hnext = -1, .prev = -1, .next = x->free_head};
+    *e = (entry_t){.hnext = -1, .lru = {-1, x->free_head}};
     x->free_head = i;
     x->n_used--;
 }
@@ -141,15 +111,15 @@ void prefix_index_add(prefix_index_t *x, uint64_t key, int slot)
     int32_t i = find(x, key);
     if (i < 0) {
         if (x->free_head < 0) {
-            assert(x->lru_head >= 0);
-            entry_remove(x, x->lru_head);
+            assert(x->lru.head >= 0);
+            entry_remove(x, x->lru.head);
             x->n_evictions++;
         }
         i = x->free_head;
         entry_t *e = &x->e[i];
-        x->free_head = e->next;
+        x->free_head = e->lru.next;
         size_t b = bucket_of(x, key);
-        *e = (entry_t){.key = key, .slots = 0, .hnext = x->bucket[b], .prev = -1, .next = -1};
+        *e = (entry_t){.key = key, .slots = 0, .hnext = x->bucket[b], .lru = {-1, -1}};
         x->bucket[b] = i;
         x->n_used++;
         lru_push_tail(x, i);
@@ -184,8 +154,8 @@ void prefix_index_drop_slot(prefix_index_t *x, int slot)
     if (slot < 0 || slot >= PREFIX_INDEX_MAX_SLOTS || x->n_slot[slot] == 0)
         return;
     uint64_t bit = 1ULL << slot;
-    for (int32_t i = x->lru_head; i >= 0;) {
-        int32_t next = x->e[i].next;
+    for (int32_t i = x->lru.head; i >= 0;) {
+        int32_t next = x->e[i].lru.next;
         if (x->e[i].slots & bit) {
             x->e[i].slots &= ~bit;
             x->n_slot[slot]--;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/splitmix.h"
 #include "common/xalloc.h"
 
 /* One heap slot. */
@@ -88,13 +89,8 @@ static int slot_less(const prio_queue_t *q, const slot_t *a, const slot_t *b)
 
 static size_t id_hash(uint64_t id)
 {
-    /* splitmix64 finalizer: request ids are sequential, spread them. */
-    id ^= id >> 30;
-    id *= 0xbf58476d1ce4e5b9ULL;
-    id ^= id >> 27;
-    id *= 0x94d049bb133111ebULL;
-    id ^= id >> 31;
-    return (size_t)id;
+    /* request ids are sequential: spread them */
+    return (size_t)splitmix64_mix(id);
 }
 
 /* Slot of `id` in the index, or of the empty slot where it would go. */

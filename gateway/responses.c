@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "gateway/answer.h"
@@ -524,12 +525,30 @@ void responses_request_free(responses_request_t *r)
 /* responses                                                               */
 /* ====================================================================== */
 
+static char *dump(json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s)
+        abort(); /* jansson fails only on OOM here */
+    return s;
+}
+
 static json_t *usage_json(const oai_usage_t *u)
 {
     return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens", (json_int_t)u->prompt_tokens,
                      "input_tokens_details", "cached_tokens", (json_int_t)u->cached_tokens, "output_tokens",
                      (json_int_t)u->completion_tokens, "output_tokens_details", "reasoning_tokens", (json_int_t)0,
                      "total_tokens", (json_int_t)(u->prompt_tokens + u->completion_tokens));
+}
+
+static void usage_of(const proto_event_t *e, oai_usage_t *u)
+{
+    *u = (oai_usage_t){0};
+    if (e->has_usage)
+        *u = (oai_usage_t){e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens};
+    else
+        u->completion_tokens = e->n_tokens;
 }
 
 /* The response object; takes output, usage, error, incomplete (NULL → null
@@ -548,14 +567,6 @@ static json_t *response_object(const char *id, const char *model, int64_t create
     return r;
 }
 
-/* The output items of an answer, built part by part. */
-typedef struct {
-    json_t *output;      /* items */
-    json_t *cur;         /* the reasoning or message item being filled, borrowed */
-    answer_part_kind_t cur_kind;
-    size_t n_calls;
-} items_t;
-
 static json_t *text_part(const char *type, json_t *text)
 {
     json_t *p = json_pack("{s:s, s:o}", "type", type, "text", text);
@@ -566,79 +577,25 @@ static json_t *text_part(const char *type, json_t *text)
     return p;
 }
 
-static json_t *call_item(const oai_tool_call_t *c, const char *status)
+static json_t *reasoning_item(json_t *text)
 {
-    return json_pack("{s:s, s:o, s:s, s:s, s:s, s:s}", "type", "function_call", "id", new_id("fc_"), "call_id",
-                     c->id, "name", c->name, "arguments", c->arguments, "status", status);
+    return json_pack("{s:s, s:o, s:[], s:[o]}", "type", "reasoning", "id", new_id("rs_"), "summary", "content",
+                     text_part("reasoning_text", text));
 }
 
-/* Appends (p, n) to the text of the first content part of item. */
-static void item_append(json_t *item, const char *p, size_t n)
+static json_t *message_item(const char *status, json_t *text)
 {
-    json_t *part = json_array_get(json_object_get(item, "content"), 0);
-    json_t *old = json_object_get(part, "text");
-    json_t *add = answer_jstr(p, n);
-    size_t ol = json_string_length(old), al = json_string_length(add);
-    char *buf = xmalloc(ol + al + 1);
-    memcpy(buf, json_string_value(old), ol);
-    memcpy(buf + ol, json_string_value(add), al);
-    json_object_set_new(part, "text", json_stringn(buf, ol + al));
-    free(buf);
-    json_decref(add);
+    return json_pack("{s:s, s:o, s:s, s:s, s:[o]}", "type", "message", "id", new_id("msg_"), "status", status,
+                     "role", "assistant", "content", text_part("output_text", text));
 }
 
-static void items_add(void *ctx, const answer_part_t *p)
+static json_t *call_item(const char *call_id, const char *name, json_t *args, const char *status)
 {
-    items_t *it = ctx;
-    if (p->kind == ANSWER_CALL) {
-        json_array_append_new(it->output, call_item(p->call, "completed"));
-        it->cur = NULL;
-        it->n_calls++;
-        return;
-    }
-    if (!it->cur || it->cur_kind != p->kind) {
-        it->cur = p->kind == ANSWER_REASONING
-                      ? json_pack("{s:s, s:o, s:[], s:[o]}", "type", "reasoning", "id", new_id("rs_"), "summary",
-                                  "content", text_part("reasoning_text", json_string("")))
-                      : json_pack("{s:s, s:o, s:s, s:s, s:[o]}", "type", "message", "id", new_id("msg_"),
-                                  "status", "completed", "role", "assistant", "content",
-                                  text_part("output_text", json_string("")));
-        it->cur_kind = p->kind;
-        json_array_append_new(it->output, it->cur);
-    }
-    item_append(it->cur, p->text, p->len);
+    return json_pack("{s:s, s:o, s:s, s:s, s:o, s:s}", "type", "function_call", "id", new_id("fc_"), "call_id",
+                     call_id, "name", name, "arguments", args, "status", status);
 }
 
-static void set_items_status(json_t *output, const char *status)
-{
-    size_t i;
-    json_t *it;
-    json_array_foreach(output, i, it)
-        if (json_object_get(it, "status"))
-            json_object_set_new(it, "status", json_string(status));
-}
-
-/* Keeps a finished response: its object, its input items, and the
- * conversation through its output. Failures are logged by the store; the
- * client still gets its answer. */
-static void store_response(resp_store_t *store, const char *owner, const char *id, int64_t created,
-                           json_t *resp, json_t *input, json_t *context, json_t *output)
-{
-    json_t *ctx = json_array();
-    json_array_extend(ctx, context);
-    json_array_extend(ctx, output);
-    char *r = json_dumps(resp, JSON_COMPACT), *in = json_dumps(input, JSON_COMPACT),
-         *c = json_dumps(ctx, JSON_COMPACT);
-    char err[256];
-    if (resp_store_put(store, id, owner, created, r, in, c, err, sizeof err) == 1)
-        log_warn("response %s not stored: %s", id, err);
-    free(r);
-    free(in);
-    free(c);
-    json_decref(ctx);
-}
-
-/* status, incomplete_details for a finish. */
+/* status and incomplete_details for a finish. */
 static const char *finish_status(proto_finish_t f, json_t **incomplete)
 {
     *incomplete = NULL;
@@ -649,26 +606,52 @@ static const char *finish_status(proto_finish_t f, json_t **incomplete)
     return "completed";
 }
 
+/* Keeps a finished response: its object, its input items, and the
+ * conversation through its output. A failure is logged (by the store); the
+ * client still gets its answer. */
+static void store_response(resp_store_t *store, const char *owner, const char *id, int64_t created,
+                           json_t *resp, json_t *input, json_t *context, json_t *output)
+{
+    json_t *ctx = json_array();
+    json_array_extend(ctx, context);
+    json_array_extend(ctx, output);
+    char *r = json_dumps(resp, JSON_COMPACT), *in = json_dumps(input, JSON_COMPACT), *c = dump(ctx);
+    char err[256];
+    if (resp_store_put(store, id, owner, created, r, in, c, err, sizeof err) == 1)
+        log_warn("response %s not stored: %s", id, err);
+    free(r);
+    free(in);
+    free(c);
+}
+
 char *responses_complete_json(const responses_meta_t *m, const responses_request_t *req, const char *text,
                               size_t len, proto_finish_t finish, const oai_usage_t *usage)
 {
-    items_t it = {.output = json_array()};
-    answer_split(m->reasoning, m->tool_names, m->n_tools, text, len, items_add, &it);
+    answer_whole_t w;
+    answer_whole_split(text, len, m->tool_names, m->n_tools, m->reasoning, true, &w);
     json_t *incomplete;
     const char *status = finish_status(finish, &incomplete);
-    if (incomplete)
-        set_items_status(it.output, "incomplete");
-    json_t *r = response_object(m->id, m->model, m->created, req->echo, status, json_incref(it.output),
+    json_t *output = json_array();
+    if (w.has_reasoning)
+        json_array_append_new(output, reasoning_item(oai_json_text(w.reasoning, w.reasoning_len)));
+    if (w.content_len || (!w.n_calls && !w.has_reasoning))
+        json_array_append_new(output, message_item(status, oai_json_text(w.content, w.content_len)));
+    for (size_t i = 0; i < w.n_calls; i++)
+        json_array_append_new(output, call_item(w.calls[i].id, w.calls[i].name, json_string(w.calls[i].arguments),
+                                                "completed"));
+    answer_whole_clear(&w);
+    json_t *r = response_object(m->id, m->model, m->created, req->echo, status, json_incref(output),
                                 usage_json(usage), NULL, incomplete);
     if (req->store && m->store)
-        store_response(m->store, m->owner, m->id, m->created, r, req->input, req->context, it.output);
-    json_decref(it.output);
-    char *s = json_dumps(r, JSON_COMPACT);
-    json_decref(r);
-    return s;
+        store_response(m->store, m->owner ? m->owner : RESP_STORE_ANON, m->id, m->created, r, req->input,
+                       req->context, output);
+    json_decref(output);
+    return dump(r);
 }
 
 /* ---- streaming --------------------------------------------------------- */
+
+typedef enum { ITEM_NONE, ITEM_REASONING, ITEM_MESSAGE, ITEM_CALL } item_t;
 
 struct responses_stream {
     char *id, *model, *owner;
@@ -676,16 +659,15 @@ struct responses_stream {
     json_t *echo, *input, *context; /* references */
     bool store;
     resp_store_t *rs;
-    answer_stream_t *ans;
-    char **names;
+    answer_t *ans;
+    char **names;        /* copies of the tool names, NULL = no calls parsed */
     size_t n_names;
     int64_t seq;         /* next sequence_number */
     bool started, done;
     json_t *output;      /* items so far (the open one included) */
-    json_t *cur;         /* open reasoning / message item, borrowed from output */
-    answer_part_kind_t cur_kind;
-    char **out;
-    size_t *len, *cap;
+    json_t *cur;         /* the open item, borrowed from output */
+    item_t cur_kind;
+    api_buf_t *out;
 };
 
 responses_stream_t *responses_stream_new(const responses_meta_t *m, const responses_request_t *req)
@@ -700,13 +682,13 @@ responses_stream_t *responses_stream_new(const responses_meta_t *m, const respon
     st->context = json_incref(req->context);
     st->store = req->store && m->store;
     st->rs = m->store;
-    if (m->n_tools) {
-        st->names = xcalloc(m->n_tools, sizeof *st->names);
+    if (m->tool_names) {
+        st->names = xcalloc(m->n_tools + 1, sizeof *st->names);
         for (size_t i = 0; i < m->n_tools; i++)
             st->names[i] = xstrdup(m->tool_names[i]);
         st->n_names = m->n_tools;
     }
-    st->ans = answer_stream_new(m->reasoning, st->names, st->n_names);
+    st->ans = answer_new(st->names, st->n_names, m->reasoning);
     st->output = json_array();
     return st;
 }
@@ -717,7 +699,7 @@ void responses_stream_free(responses_stream_t **sp)
     if (!st)
         return;
     *sp = NULL;
-    answer_stream_free(&st->ans);
+    answer_free(&st->ans);
     for (size_t i = 0; i < st->n_names; i++)
         free(st->names[i]);
     free(st->names);
@@ -736,7 +718,7 @@ static void emit(responses_stream_t *st, const char *type, json_t *data)
 {
     json_object_set_new(data, "type", json_string(type));
     json_object_set_new(data, "sequence_number", json_integer(st->seq++));
-    answer_sse(st->out, st->len, st->cap, type, data);
+    api_buf_sse(st->out, type, dump(data));
 }
 
 static json_t *snapshot(responses_stream_t *st, const char *status, json_t *usage, json_t *error,
@@ -746,89 +728,112 @@ static json_t *snapshot(responses_stream_t *st, const char *status, json_t *usag
                            error, incomplete);
 }
 
-static size_t out_index(responses_stream_t *st)
+static json_int_t out_index(responses_stream_t *st)
 {
-    return json_array_size(st->output) - 1;
+    return (json_int_t)json_array_size(st->output) - 1;
 }
 
-static void close_item(responses_stream_t *st)
+/* Appends (p, n) to a JSON string member. */
+static void append_to(json_t *obj, const char *key, const char *p, size_t n)
 {
-    if (!st->cur)
-        return;
+    json_t *old = json_object_get(obj, key);
+    json_t *add = oai_json_text(p, n);
+    size_t ol = json_string_length(old), al = json_string_length(add);
+    char *buf = xmalloc(ol + al + 1);
+    memcpy(buf, json_string_value(old), ol);
+    memcpy(buf + ol, json_string_value(add), al);
+    json_object_set_new(obj, key, json_stringn(buf, ol + al));
+    free(buf);
+    json_decref(add);
+}
+
+static void close_item(responses_stream_t *st, const char *status)
+{
     json_t *item = st->cur;
-    size_t oi = out_index(st);
+    if (!item)
+        return;
+    json_int_t oi = out_index(st);
     json_t *iid = json_object_get(item, "id");
-    json_t *part = json_array_get(json_object_get(item, "content"), 0);
-    if (st->cur_kind == ANSWER_TEXT) {
-        emit(st, "response.output_text.done",
-             json_pack("{s:O, s:I, s:i, s:O, s:[]}", "item_id", iid, "output_index", (json_int_t)oi, "content_index", 0,
-                       "text", json_object_get(part, "text"), "logprobs"));
+    if (st->cur_kind == ITEM_CALL) {
+        emit(st, "response.function_call_arguments.done",
+             json_pack("{s:O, s:I, s:O, s:O}", "item_id", iid, "output_index", oi, "name",
+                       json_object_get(item, "name"), "arguments", json_object_get(item, "arguments")));
     } else {
-        emit(st, "response.reasoning_text.done",
-             json_pack("{s:O, s:I, s:i, s:O}", "item_id", iid, "output_index", (json_int_t)oi, "content_index", 0,
-                       "text", json_object_get(part, "text")));
+        json_t *part = json_array_get(json_object_get(item, "content"), 0);
+        if (st->cur_kind == ITEM_MESSAGE)
+            emit(st, "response.output_text.done",
+                 json_pack("{s:O, s:I, s:i, s:O, s:[]}", "item_id", iid, "output_index", oi, "content_index", 0,
+                           "text", json_object_get(part, "text"), "logprobs"));
+        else
+            emit(st, "response.reasoning_text.done",
+                 json_pack("{s:O, s:I, s:i, s:O}", "item_id", iid, "output_index", oi, "content_index", 0,
+                           "text", json_object_get(part, "text")));
+        emit(st, "response.content_part.done",
+             json_pack("{s:O, s:I, s:i, s:o}", "item_id", iid, "output_index", oi, "content_index", 0, "part",
+                       json_deep_copy(part)));
     }
-    emit(st, "response.content_part.done",
-         json_pack("{s:O, s:I, s:i, s:o}", "item_id", iid, "output_index", (json_int_t)oi, "content_index", 0,
-                   "part", json_deep_copy(part)));
-    if (st->cur_kind == ANSWER_TEXT)
-        json_object_set_new(item, "status", json_string("completed"));
-    emit(st, "response.output_item.done",
-         json_pack("{s:I, s:o}", "output_index", (json_int_t)oi, "item", json_deep_copy(item)));
+    if (st->cur_kind != ITEM_REASONING)
+        json_object_set_new(item, "status", json_string(status));
+    emit(st, "response.output_item.done", json_pack("{s:I, s:o}", "output_index", oi, "item", json_deep_copy(item)));
     st->cur = NULL;
+    st->cur_kind = ITEM_NONE;
 }
 
-static void on_part(void *ctx, const answer_part_t *p)
+/* Opens an item (taken) and announces it; a reasoning or message item
+ * also gets its (empty) content part. */
+static void open_item(responses_stream_t *st, item_t kind, json_t *item)
 {
-    responses_stream_t *st = ctx;
-    if (p->kind == ANSWER_CALL) {
-        close_item(st);
-        json_t *item = call_item(p->call, "in_progress");
-        json_object_set_new(item, "arguments", json_string(""));
-        json_array_append(st->output, item);
-        size_t oi = out_index(st);
-        emit(st, "response.output_item.added",
-             json_pack("{s:I, s:o}", "output_index", (json_int_t)oi, "item", json_deep_copy(item)));
-        json_t *iid = json_object_get(item, "id");
-        emit(st, "response.function_call_arguments.delta",
-             json_pack("{s:O, s:I, s:s}", "item_id", iid, "output_index", (json_int_t)oi, "delta", p->call->arguments));
-        emit(st, "response.function_call_arguments.done",
-             json_pack("{s:O, s:I, s:s, s:s}", "item_id", iid, "output_index", (json_int_t)oi, "name", p->call->name,
-                       "arguments", p->call->arguments));
-        json_object_set_new(item, "arguments", json_string(p->call->arguments));
-        json_object_set_new(item, "status", json_string("completed"));
-        emit(st, "response.output_item.done",
-             json_pack("{s:I, s:o}", "output_index", (json_int_t)oi, "item", json_deep_copy(item)));
-        json_decref(item);
-        return;
-    }
-    if (!st->cur || st->cur_kind != p->kind) {
-        close_item(st);
-        bool r = p->kind == ANSWER_REASONING;
-        json_t *item = r ? json_pack("{s:s, s:o, s:[], s:[]}", "type", "reasoning", "id", new_id("rs_"), "summary",
-                                     "content")
-                         : json_pack("{s:s, s:o, s:s, s:s, s:[]}", "type", "message", "id", new_id("msg_"), "status",
-                                     "in_progress", "role", "assistant", "content");
-        json_array_append_new(st->output, item);
-        st->cur = item;
-        st->cur_kind = p->kind;
-        size_t oi = out_index(st);
-        emit(st, "response.output_item.added",
-             json_pack("{s:I, s:o}", "output_index", (json_int_t)oi, "item", json_deep_copy(item)));
-        json_t *part = text_part(r ? "reasoning_text" : "output_text", json_string(""));
+    close_item(st, "completed");
+    json_t *part = json_array_get(json_object_get(item, "content"), 0);
+    json_incref(part);
+    if (part)
+        json_array_clear(json_object_get(item, "content"));
+    json_array_append_new(st->output, item);
+    st->cur = item;
+    st->cur_kind = kind;
+    json_int_t oi = out_index(st);
+    emit(st, "response.output_item.added", json_pack("{s:I, s:o}", "output_index", oi, "item", json_deep_copy(item)));
+    if (part) {
         emit(st, "response.content_part.added",
-             json_pack("{s:O, s:I, s:i, s:o}", "item_id", json_object_get(item, "id"), "output_index",
-                       (json_int_t)oi, "content_index", 0, "part", json_deep_copy(part)));
+             json_pack("{s:O, s:I, s:i, s:o}", "item_id", json_object_get(item, "id"), "output_index", oi,
+                       "content_index", 0, "part", json_deep_copy(part)));
         json_array_append_new(json_object_get(item, "content"), part);
     }
-    item_append(st->cur, p->text, p->len);
-    emit(st, p->kind == ANSWER_REASONING ? "response.reasoning_text.delta" : "response.output_text.delta",
-         json_pack("{s:O, s:I, s:i, s:o}", "item_id", json_object_get(st->cur, "id"), "output_index",
-                   (json_int_t)out_index(st), "content_index", 0, "delta", answer_jstr(p->text, p->len)));
 }
 
-static void begin(responses_stream_t *st)
+static void on_part(responses_stream_t *st, const answer_part_t *p)
 {
+    switch (p->kind) {
+    case ANSWER_REASONING:
+    case ANSWER_CONTENT: {
+        bool r = p->kind == ANSWER_REASONING;
+        item_t want = r ? ITEM_REASONING : ITEM_MESSAGE;
+        if (st->cur_kind != want)
+            open_item(st, want, r ? reasoning_item(json_string("")) : message_item("in_progress", json_string("")));
+        append_to(json_array_get(json_object_get(st->cur, "content"), 0), "text", p->text, p->len);
+        emit(st, r ? "response.reasoning_text.delta" : "response.output_text.delta",
+             json_pack("{s:O, s:I, s:i, s:o}", "item_id", json_object_get(st->cur, "id"), "output_index",
+                       out_index(st), "content_index", 0, "delta", oai_json_text(p->text, p->len)));
+        break;
+    }
+    case ANSWER_TOOL_BEGIN:
+        open_item(st, ITEM_CALL, call_item(p->id, p->name, json_string(""), "in_progress"));
+        break;
+    case ANSWER_TOOL_ARGS:
+        append_to(st->cur, "arguments", p->text, p->len);
+        emit(st, "response.function_call_arguments.delta",
+             json_pack("{s:O, s:I, s:o}", "item_id", json_object_get(st->cur, "id"), "output_index", out_index(st),
+                       "delta", oai_json_text(p->text, p->len)));
+        break;
+    case ANSWER_TOOL_END:
+        close_item(st, "completed");
+        break;
+    }
+}
+
+static void begin(responses_stream_t *st, api_buf_t *out)
+{
+    st->out = out;
     if (st->started)
         return;
     st->started = true;
@@ -836,44 +841,32 @@ static void begin(responses_stream_t *st)
     emit(st, "response.in_progress", json_pack("{s:o}", "response", snapshot(st, "in_progress", NULL, NULL, NULL)));
 }
 
-static void bind(responses_stream_t *st, char **out, size_t *len, size_t *cap)
-{
-    st->out = out;
-    st->len = len;
-    st->cap = cap;
-}
-
-bool responses_stream_event(responses_stream_t *st, const proto_event_t *e, char **out, size_t *len, size_t *cap)
+bool responses_stream_event(responses_stream_t *st, const proto_event_t *e, api_buf_t *out)
 {
     if (st->done)
         return true;
-    bind(st, out, len, cap);
-    begin(st);
+    begin(st, out);
     if (e->finish == PROTO_FINISH_ERROR || e->finish == PROTO_FINISH_TIMEOUT ||
         e->finish == PROTO_FINISH_CANCELLED) {
         oai_error_t err;
         oai_error_from_worker(&err, proto_event_cause(e), e->finish == PROTO_FINISH_TIMEOUT
                                                               ? "The request ran past its deadline on the worker"
                                                               : "Generation failed on the worker");
-        responses_stream_error(st, &err, out, len, cap);
+        responses_stream_error(st, &err, out);
         return true;
     }
     bool final = e->finish != PROTO_FINISH_NONE;
-    answer_stream_feed(st->ans, e->text, e->text_len, final, on_part, st);
+    const answer_part_t *parts;
+    size_t n = answer_feed(st->ans, e->text, e->text_len, final ? ANSWER_DONE : ANSWER_MORE, &parts);
+    for (size_t i = 0; i < n; i++)
+        on_part(st, &parts[i]);
     if (!final)
         return false;
     json_t *incomplete;
     const char *status = finish_status(e->finish, &incomplete);
-    if (incomplete && st->cur && st->cur_kind == ANSWER_TEXT)
-        json_object_set_new(st->cur, "status", json_string("incomplete"));
-    close_item(st);
-    if (incomplete)
-        set_items_status(st->output, "incomplete");
-    oai_usage_t u = {0};
-    if (e->has_usage)
-        u = (oai_usage_t){e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens};
-    else
-        u.completion_tokens = e->n_tokens;
+    close_item(st, status);
+    oai_usage_t u;
+    usage_of(e, &u);
     json_t *resp = snapshot(st, status, usage_json(&u), NULL, incomplete);
     if (st->store)
         store_response(st->rs, st->owner, st->id, st->created, resp, st->input, st->context, st->output);
@@ -882,20 +875,146 @@ bool responses_stream_event(responses_stream_t *st, const proto_event_t *e, char
     return true;
 }
 
-void responses_stream_error(responses_stream_t *st, const oai_error_t *e, char **out, size_t *len, size_t *cap)
+void responses_stream_error(responses_stream_t *st, const oai_error_t *e, api_buf_t *out)
 {
-    bind(st, out, len, cap);
-    begin(st);
-    json_t *err = json_pack("{s:s, s:o}", "code", e->code ? e->code : (e->status >= 500 ? "server_error" : "invalid_request"),
-                            "message", answer_jstr(e->message, strlen(e->message)));
-    emit(st, "response.failed",
-         json_pack("{s:o}", "response", snapshot(st, "failed", NULL, err, NULL)));
+    begin(st, out);
+    close_item(st, "incomplete");
+    json_t *err = json_pack("{s:s, s:o}", "code",
+                            e->code ? e->code : (e->status >= 500 ? "server_error" : "invalid_request"),
+                            "message", oai_json_text(e->message, strlen(e->message)));
+    emit(st, "response.failed", json_pack("{s:o}", "response", snapshot(st, "failed", NULL, err, NULL)));
     st->done = true;
 }
 
+/* ---- the surface ------------------------------------------------------ */
+
+typedef struct {
+    responses_request_t req;     /* the extras (req.chat moved out to the internal request) */
+    char id[48];
+    responses_stream_t *stream;
+} surface_state_t;
+
+typedef struct {
+    resp_store_t *store;
+    const char *owner;
+} load_ctx_t;
+
+static int load_context(void *ctx, const char *id, json_t **context)
+{
+    load_ctx_t *l = ctx;
+    if (!l->store)
+        return 1;
+    resp_store_row_t row;
+    int rc = resp_store_get(l->store, id, l->owner, clock_wall_s(), &row);
+    if (rc != 0)
+        return rc;
+    *context = json_loads(row.context, 0, NULL);
+    resp_store_row_free(&row);
+    return *context ? 0 : -1;
+}
+
+static int surface_parse(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o, oai_error_t *e)
+{
+    load_ctx_t l = {call->store, call->owner ? call->owner : RESP_STORE_ANON};
+    responses_request_t r;
+    if (responses_parse_request(body, len, load_context, &l, &r, e) < 0)
+        return -1;
+    surface_state_t *st = xcalloc(1, sizeof *st);
+    *o = r.chat;
+    memset(&r.chat, 0, sizeof r.chat);
+    st->req = r;
+    call->state = st;
+    return 0;
+}
+
+static responses_meta_t meta_of(const api_call_t *call, const surface_state_t *st)
+{
+    return (responses_meta_t){.id = st->id, .model = call->model, .created = call->created,
+                              .reasoning = call->reasoning, .tool_names = call->tool_names,
+                              .n_tools = call->n_tools, .store = call->store,
+                              .owner = call->owner ? call->owner : RESP_STORE_ANON};
+}
+
+static void surface_begin(api_call_t *call, oai_request_t *o)
+{
+    surface_state_t *st = call->state;
+    oai_id_new("resp_", st->id, sizeof st->id);
+    if (call->stream) {
+        responses_meta_t m = meta_of(call, st);
+        st->stream = responses_stream_new(&m, &st->req);
+    }
+}
+
+static void surface_stream_event(api_call_t *call, gateway_reply_t *rep, api_buf_t *out)
+{
+    surface_state_t *st = call->state;
+    if (rep->kind == GATEWAY_REPLY_ERROR) {
+        responses_stream_error(st->stream, &rep->error, out);
+        call->done = true;
+    } else {
+        call->done = responses_stream_event(st->stream, &rep->event, out);
+    }
+    gateway_reply_free(&rep);
+}
+
+static char *surface_complete(api_call_t *call, gateway_reply_t *const *events, size_t n, int *status)
+{
+    surface_state_t *st = call->state;
+    const proto_event_t *last = &events[n - 1]->event;
+    if (last->finish == PROTO_FINISH_ERROR || last->finish == PROTO_FINISH_TIMEOUT ||
+        last->finish == PROTO_FINISH_CANCELLED) {
+        oai_error_t e;
+        if (proto_event_cause(last) == PROTO_ERR_DEADLINE)
+            oai_error_from_worker(&e, PROTO_ERR_DEADLINE, "The request ran past its deadline (%lld s)",
+                                  (long long)call->request_timeout_s);
+        else
+            oai_error_from_worker(&e, proto_event_cause(last), "Generation failed on the worker");
+        *status = e.status;
+        return oai_error_json(&e);
+    }
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += events[i]->event.text_len;
+    char *text = xmalloc(len + 1);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(text + off, events[i]->event.text, events[i]->event.text_len);
+        off += events[i]->event.text_len;
+    }
+    text[len] = '\0';
+    oai_usage_t u;
+    usage_of(last, &u);
+    responses_meta_t m = meta_of(call, st);
+    char *body = responses_complete_json(&m, &st->req, text, len, last->finish, &u);
+    free(text);
+    *status = 200;
+    return body;
+}
+
+static void surface_end(api_call_t *call)
+{
+    surface_state_t *st = call->state;
+    if (!st)
+        return;
+    responses_stream_free(&st->stream);
+    responses_request_free(&st->req);
+    free(st);
+    call->state = NULL;
+}
+
+const api_surface_t responses_surface = {
+    .name = "responses",
+    .parse = surface_parse,
+    .begin = surface_begin,
+    .stream_event = surface_stream_event,
+    .complete = surface_complete,
+    .error_body = oai_error_json,
+    .end = surface_end,
+};
+
 /* ---- stored responses -------------------------------------------------- */
 
-char *responses_input_items_json(const char *input, bool asc)
+static char *input_items_json(const char *input, bool asc)
 {
     json_t *items = json_loads(input, 0, NULL);
     if (!json_is_array(items)) {
@@ -911,15 +1030,41 @@ char *responses_input_items_json(const char *input, bool asc)
     json_t *j = json_pack("{s:s, s:o, s:O, s:O, s:b}", "object", "list", "data", data, "first_id",
                           first ? first : json_null(), "last_id", last ? last : json_null(), "has_more", 0);
     json_decref(items);
-    char *s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    return s;
+    return dump(j);
 }
 
-char *responses_deleted_json(const char *id)
+char *responses_stored(resp_store_t *store, const char *owner, const char *id, responses_op_t op, bool asc,
+                       int *status)
 {
-    json_t *j = json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1);
-    char *s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    return s;
+    oai_error_t e;
+    if (!store) {
+        oai_error_set(&e, 503, NULL, "This gateway keeps no responses (no state directory).");
+        *status = e.status;
+        return oai_error_json(&e);
+    }
+    owner = owner ? owner : RESP_STORE_ANON;
+    int rc;
+    char *body = NULL;
+    if (op == RESPONSES_DELETE) {
+        rc = resp_store_delete(store, id, owner);
+        if (rc == 0)
+            body = dump(json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1));
+    } else {
+        resp_store_row_t row;
+        rc = resp_store_get(store, id, owner, clock_wall_s(), &row);
+        if (rc == 0) {
+            body = op == RESPONSES_GET ? xstrdup(row.response) : input_items_json(row.input, asc);
+            resp_store_row_free(&row);
+        }
+    }
+    if (rc == 0) {
+        *status = 200;
+        return body;
+    }
+    if (rc == 1)
+        oai_error_set(&e, 404, NULL, "No response found with id '%.128s'.", id);
+    else
+        oai_error_set(&e, 500, NULL, "The stored responses could not be read.");
+    *status = e.status;
+    return oai_error_json(&e);
 }

@@ -51,6 +51,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gateway/api_surface.h"
 #include "gateway/oai.h"
 #include "gateway/resp_store.h"
 #include "proto/msg.h"
@@ -87,7 +88,7 @@ typedef struct responses_meta {
     const char *model;
     int64_t created;             /* Unix seconds */
     bool reasoning;              /* --reasoning-parser on */
-    char *const *tool_names;     /* (n_tools) calls are parsed when n_tools > 0 */
+    char *const *tool_names;     /* (n_tools) calls are parsed when not NULL */
     size_t n_tools;
     resp_store_t *store;         /* NULL: nothing is stored */
     const char *owner;           /* the API key's hash (RESP_STORE_ANON without keys) */
@@ -98,23 +99,34 @@ typedef struct responses_meta {
 char *responses_complete_json(const responses_meta_t *m, const responses_request_t *req, const char *text,
                               size_t len, proto_finish_t finish, const oai_usage_t *usage);
 
-/* Streaming, one per request: takes ownership of nothing; copies what it
- * needs from m and req. SSE bytes are appended to (*out, *len, *cap). */
+/* Streaming, one per request: copies what it needs from m and req (takes
+ * references to req's JSON). SSE bytes are appended to out. */
 typedef struct responses_stream responses_stream_t;
 responses_stream_t *responses_stream_new(const responses_meta_t *m, const responses_request_t *req);
 void responses_stream_free(responses_stream_t **st);
-/* One EVENT; returns true when the stream is complete. */
-bool responses_stream_event(responses_stream_t *st, const proto_event_t *ev, char **out, size_t *len,
-                            size_t *cap);
-/* A failure after the stream started: response.failed. Completes it. */
-void responses_stream_error(responses_stream_t *st, const oai_error_t *e, char **out, size_t *len,
-                            size_t *cap);
+/* One EVENT; returns true when the stream is complete (and the response
+ * stored). */
+bool responses_stream_event(responses_stream_t *st, const proto_event_t *ev, api_buf_t *out);
+/* A failure after the stream started: response.failed. Completes it;
+ * nothing is stored. */
+void responses_stream_error(responses_stream_t *st, const oai_error_t *e, api_buf_t *out);
 
-/* GET /v1/responses/{id}/input_items body from a stored row's input:
- * {"object":"list","data":[items newest first],"first_id","last_id",
- * "has_more":false}. order "asc" lists them in input order. Malloc'd. */
-char *responses_input_items_json(const char *input, bool asc);
-/* DELETE answer: {"id","object":"response","deleted":true}. Malloc'd. */
-char *responses_deleted_json(const char *id);
+/* The surface (api_surface.h) of POST /v1/responses: call->store and
+ * call->owner resolve previous_response_id and keep the answer. */
+extern const api_surface_t responses_surface;
+
+/* The stored-response routes, answered from the store for `owner`: the
+ * body (malloc'd; an OpenAI error object when *status is not 200).
+ *   RESPONSES_GET          GET /v1/responses/{id}: the response as answered
+ *   RESPONSES_INPUT_ITEMS  GET /v1/responses/{id}/input_items: {"object":"list",
+ *                          "data":[its input items],"first_id","last_id",
+ *                          "has_more":false}; newest first unless asc
+ *   RESPONSES_DELETE       DELETE /v1/responses/{id}: {"id","object":"response",
+ *                          "deleted":true}
+ * 404 when there is no such response for this owner (never made, deleted,
+ * expired, or another key's), 503 without a store, 500 on a storage error. */
+typedef enum { RESPONSES_GET, RESPONSES_INPUT_ITEMS, RESPONSES_DELETE } responses_op_t;
+char *responses_stored(resp_store_t *store, const char *owner, const char *id, responses_op_t op, bool asc,
+                       int *status);
 
 #endif

@@ -7,28 +7,35 @@
 #include "common/log.h"
 #include "common/prefix_key.h"
 #include "common/xalloc.h"
-#include "worker/engine.h"
+#include "common/text/text_model.h"
+#include "proto/submit_prompt.h"
 
 struct route_text {
     char **names;                 /* (n) model names */
-    engine_t **eng;               /* (n) text-only engines, NULL = none */
+    text_model_t **text;          /* (n) tokenizer + template of each, NULL = none */
     size_t n;
+};
+
+const char *const route_mode_names[ROUTE_N_MODES + 1] = {
+#define ROUTE_MODE_NAME_(e, name, fn) [ROUTE_##e] = name,
+    ROUTE_MODES(ROUTE_MODE_NAME_)
+#undef ROUTE_MODE_NAME_
+    [ROUTE_N_MODES] = NULL,
 };
 
 int route_mode_parse(const char *s, route_mode_t *out)
 {
-    if (strcmp(s, "cache-aware") == 0)
-        *out = ROUTE_CACHE_AWARE;
-    else if (strcmp(s, "least-loaded") == 0)
-        *out = ROUTE_LEAST_LOADED;
-    else
-        return -1;
-    return 0;
+    for (int m = 0; m < ROUTE_N_MODES; m++)
+        if (strcmp(s, route_mode_names[m]) == 0) {
+            *out = (route_mode_t)m;
+            return 0;
+        }
+    return -1;
 }
 
 const char *route_mode_name(route_mode_t m)
 {
-    return m == ROUTE_LEAST_LOADED ? "least-loaded" : "cache-aware";
+    return m >= 0 && m < ROUTE_N_MODES ? route_mode_names[m] : route_mode_names[0];
 }
 
 const char *route_reason_name(route_reason_t r)
@@ -41,14 +48,14 @@ route_text_t *route_text_new(const char *const *names, const char *const *paths,
     route_text_t *t = xcalloc(1, sizeof *t);
     t->n = n;
     t->names = xcalloc(n ? n : 1, sizeof *t->names);
-    t->eng = xcalloc(n ? n : 1, sizeof *t->eng);
+    t->text = xcalloc(n ? n : 1, sizeof *t->text);
     for (size_t i = 0; i < n; i++) {
         t->names[i] = xstrdup(names[i]);
         if (!paths || !paths[i])
             continue;
         char err[512] = "";
-        t->eng[i] = engine_load_text(paths[i], err, sizeof err);
-        if (!t->eng[i])
+        t->text[i] = text_model_load(paths[i], err, sizeof err);
+        if (!t->text[i])
             log_warn("model %s: no tokenizer for routing by cache (%s): routed by load", names[i], err);
     }
     return t;
@@ -61,10 +68,10 @@ void route_text_free(route_text_t **tp)
     route_text_t *t = *tp;
     for (size_t i = 0; i < t->n; i++) {
         free(t->names[i]);
-        engine_free(&t->eng[i]);
+        text_model_free(&t->text[i]);
     }
     free(t->names);
-    free(t->eng);
+    free(t->text);
     free(t);
     *tp = NULL;
 }
@@ -73,17 +80,17 @@ int32_t route_text_keys(const route_text_t *t, const char *model, const proto_su
                         int32_t block_size, uint64_t **keys)
 {
     *keys = NULL;
-    const engine_t *e = NULL;
+    const text_model_t *tm = NULL;
     for (size_t i = 0; t && i < t->n; i++)
         if (strcmp(t->names[i], model) == 0)
-            e = t->eng[i];
-    if (!e || block_size < 1)
+            tm = t->text[i];
+    if (!tm || block_size < 1)
         return 0;
-    /* the same prompt construction as the worker's submit() */
+    /* the same prompt construction as the worker's (proto/submit_prompt.h) */
     char err[256];
     int32_t *ids = NULL;
     bool cut = false;
-    int32_t n_ids = engine_prompt_submit_prefix(e, s, ROUTE_MAX_TEXT_BYTES, &ids, &cut, err, sizeof err);
+    int32_t n_ids = submit_prompt_encode(tm, s, ROUTE_MAX_TEXT_BYTES, &ids, &cut, err, sizeof err);
     int32_t n = 0;
     if (n_ids > block_size) {
         int32_t max = (n_ids - 1) / block_size - (cut ? ROUTE_CUT_BLOCKS : 0);
@@ -108,23 +115,40 @@ static bool less_loaded(const route_cand_t *c, int a, int b)
     return c[a].assigned < c[b].assigned;
 }
 
-int route_pick(route_mode_t mode, const route_cand_t *c, size_t n, uint32_t max_load_gap,
-               route_reason_t *why)
+/* The least-loaded candidate with credit (*least) and the one holding the
+ * longest prefix, ties to the less loaded (*cached); both -1 when none has
+ * credit. */
+static void scan(const route_cand_t *c, size_t n, int *least, int *cached)
 {
-    int least = -1, cached = -1;
+    *least = *cached = -1;
     for (size_t i = 0; i < n; i++) {
         if (c[i].credit <= 0)
             continue;
-        if (less_loaded(c, (int)i, least))
-            least = (int)i;
-        if (cached < 0 || c[i].hit_blocks > c[cached].hit_blocks ||
-            (c[i].hit_blocks == c[cached].hit_blocks && less_loaded(c, (int)i, cached)))
-            cached = (int)i;
+        if (less_loaded(c, (int)i, *least))
+            *least = (int)i;
+        if (*cached < 0 || c[i].hit_blocks > c[*cached].hit_blocks ||
+            (c[i].hit_blocks == c[*cached].hit_blocks && less_loaded(c, (int)i, *cached)))
+            *cached = (int)i;
     }
+}
+
+/* "least-loaded": the most credit, then the fewest of our requests. */
+static int route_pick_least_loaded(const route_cand_t *c, size_t n, uint32_t max_load_gap, route_reason_t *why)
+{
+    int least, cached;
+    scan(c, n, &least, &cached);
     *why = ROUTE_BY_LOAD;
-    if (least < 0)
-        return -1;
-    if (mode == ROUTE_LEAST_LOADED || c[cached].hit_blocks == 0)
+    return least;
+}
+
+/* "cache-aware": the replica holding the longest prefix, unless it has more
+ * than max_load_gap requests beyond the least loaded. */
+static int route_pick_cache_aware(const route_cand_t *c, size_t n, uint32_t max_load_gap, route_reason_t *why)
+{
+    int least, cached;
+    scan(c, n, &least, &cached);
+    *why = ROUTE_BY_LOAD;
+    if (least < 0 || c[cached].hit_blocks == 0)
         return least;
     if (c[cached].hit_blocks == c[least].hit_blocks) {
         *why = ROUTE_BY_CACHE; /* the least loaded holds the longest prefix too */
@@ -136,4 +160,16 @@ int route_pick(route_mode_t mode, const route_cand_t *c, size_t n, uint32_t max_
     }
     *why = ROUTE_BY_CACHE;
     return cached;
+}
+
+int route_pick(route_mode_t mode, const route_cand_t *c, size_t n, uint32_t max_load_gap,
+               route_reason_t *why)
+{
+    typedef int (*policy_fn)(const route_cand_t *, size_t, uint32_t, route_reason_t *);
+    static const policy_fn policies[ROUTE_N_MODES] = {
+#define ROUTE_MODE_FN_(e, name, fn) [ROUTE_##e] = fn,
+        ROUTE_MODES(ROUTE_MODE_FN_)
+#undef ROUTE_MODE_FN_
+    };
+    return policies[mode >= 0 && mode < ROUTE_N_MODES ? mode : 0](c, n, max_load_gap, why);
 }

@@ -2,8 +2,9 @@
  *
  * Two parts:
  *   - keys: the gateway renders and tokenizes a request's prompt exactly as a
- *     worker will (the same engine code, worker/engine.h, loaded text-only
- *     from the model's GGUF: tokenizer + chat template, no weights) and turns
+ *     worker will (the same code, proto/submit_prompt.h over a
+ *     common/text/text_model.h read from the model's GGUF metadata:
+ *     tokenizer + chat template, no weights) and turns
  *     the tokens into the public block-key chain (common/prefix_key.h). Runs
  *     on the HTTP thread that parsed the request, so the core thread never
  *     tokenizes. A model without a GGUF file on the gateway's host (a
@@ -23,7 +24,7 @@
  * The queue's order (priority, aging) is not touched: this only decides
  * where the most urgent request goes.
  *
- * Ownership: route_text_new loads engines it owns (route_text_free NULLs).
+ * Ownership: route_text_new loads text models it owns (route_text_free NULLs).
  * A route_text_t is read-only after creation: any thread may call
  * route_text_keys concurrently. route_pick is a pure function.
  */
@@ -35,10 +36,27 @@
 
 #include "proto/msg.h"
 
+/* The routing policies, the one list of them: a row is
+ *     X(ENUM suffix, name in --routing / routing.mode, policy function)
+ * and a policy is one function of route_pick's signature in route.c
+ * (route_pick dispatches on the mode). A new policy = its function + its
+ * row here: routing.mode in the config table (and so --routing and
+ * --print-config) takes its names from route_mode_names; the --help text
+ * and docs/OPERATIONS.md describe each mode in words. The first row is the
+ * default. */
+#define ROUTE_MODES(X)                                      \
+    X(CACHE_AWARE, "cache-aware", route_pick_cache_aware)   \
+    X(LEAST_LOADED, "least-loaded", route_pick_least_loaded)
+
 typedef enum route_mode {
-    ROUTE_CACHE_AWARE = 0,        /* "cache-aware" (default) */
-    ROUTE_LEAST_LOADED = 1,       /* "least-loaded" */
+#define ROUTE_MODE_ENUM_(e, name, fn) ROUTE_##e,
+    ROUTE_MODES(ROUTE_MODE_ENUM_)
+#undef ROUTE_MODE_ENUM_
+    ROUTE_N_MODES
 } route_mode_t;
+
+/* The modes' names indexed by route_mode_t, NULL-terminated (static). */
+extern const char *const route_mode_names[ROUTE_N_MODES + 1];
 
 #define ROUTE_DEFAULT_MAX_LOAD_GAP 4
 #define ROUTE_MAX_KEYS 65536          /* blocks of a prompt looked up (2M tokens at 32) */
@@ -49,7 +67,7 @@ typedef enum route_mode {
 #define ROUTE_MAX_TEXT_BYTES (128u << 10)
 #define ROUTE_CUT_BLOCKS 2
 
-/* "cache-aware" / "least-loaded" → mode; 0 ok, -1 unknown. */
+/* A name of route_mode_names → mode; 0 ok, -1 unknown. */
 int route_mode_parse(const char *s, route_mode_t *out);
 const char *route_mode_name(route_mode_t m);
 
@@ -64,7 +82,7 @@ void route_text_free(route_text_t **t);
 /* Public key chain of the prompt s will have on a worker of `model` with
  * block_size tokens per block: *keys (malloc'd, caller frees; NULL when 0)
  * gets the keys of the blocks a prefix-cache lookup can hit. Returns their
- * count, 0 when the model has no text engine or the prompt does not render
+ * count, 0 when the model has no text model or the prompt does not render
  * (the worker will then answer the error itself). Text past
  * ROUTE_MAX_TEXT_BYTES is not tokenized (see above). */
 int32_t route_text_keys(const route_text_t *t, const char *model, const proto_submit_t *s,

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "common/xalloc.h"
 
@@ -222,7 +223,7 @@ int curve_keylist_parse(const uint8_t *buf, size_t len, const char *source, curv
     if (!source)
         source = "keys";
     if (len > CURVE_FILE_MAX) {
-        snprintf(err, errlen, "%s: larger than %u bytes", source, CURVE_FILE_MAX);
+        errbuf_set(err, errlen, "%s: larger than %u bytes", source, CURVE_FILE_MAX);
         return -1;
     }
     curve_keylist_t *l = curve_keylist_new();
@@ -234,7 +235,7 @@ int curve_keylist_parse(const uint8_t *buf, size_t len, const char *source, curv
         const char *le = nl ? nl : end;
         const char *ce = le > p && le[-1] == '\r' ? le - 1 : le;
         if (parse_line(p, ce, line, l, why, sizeof why) < 0) {
-            snprintf(err, errlen, "%s:%d: %s", source, line, why);
+            errbuf_set(err, errlen, "%s:%d: %s", source, line, why);
             curve_keylist_free(&l);
             return -1;
         }
@@ -251,13 +252,13 @@ static uint8_t *read_file(const char *path, size_t *len, mode_t *mode, char *err
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+        errbuf_set(err, errlen, "%s: cannot open: %s", path, strerror(e));
         errno = e;
         return NULL;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file", path);
+        errbuf_set(err, errlen, "%s: not a regular file", path);
         close(fd);
         return NULL;
     }
@@ -270,7 +271,7 @@ static uint8_t *read_file(const char *path, size_t *len, mode_t *mode, char *err
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
+            errbuf_set(err, errlen, "%s: read error: %s", path, strerror(errno));
             close(fd);
             free(buf);
             return NULL;
@@ -279,7 +280,7 @@ static uint8_t *read_file(const char *path, size_t *len, mode_t *mode, char *err
             break;
         n += (size_t)r;
         if (n > CURVE_FILE_MAX) {
-            snprintf(err, errlen, "%s: larger than %u bytes", path, CURVE_FILE_MAX);
+            errbuf_set(err, errlen, "%s: larger than %u bytes", path, CURVE_FILE_MAX);
             close(fd);
             free(buf);
             return NULL;
@@ -322,11 +323,11 @@ int curve_key_file_parse(const uint8_t *buf, size_t len, const char *source,
         return -1;
     int rc = -1;
     if (l->n == 0)
-        snprintf(err, errlen, "%s: no key in the file (expected one line of %d Z85 characters)",
-                 source, CURVE_Z85_LEN);
+        errbuf_set(err, errlen, "%s: no key in the file (expected one line of %d Z85 characters)",
+                   source, CURVE_Z85_LEN);
     else if (l->n > 1)
-        snprintf(err, errlen, "%s:%d: a second key (a key file holds exactly one)", source,
-                 l->keys[1].line);
+        errbuf_set(err, errlen, "%s:%d: a second key (a key file holds exactly one)", source,
+                   l->keys[1].line);
     else {
         memcpy(z85, l->keys[0].z85, CURVE_Z85_LEN + 1);
         rc = 0;
@@ -340,7 +341,7 @@ static int derive_public(const char secret[CURVE_Z85_LEN + 1], char public_z85[C
 {
     char pub[CURVE_Z85_LEN + 1];
     if (zmq_curve_public(pub, secret) != 0) {
-        snprintf(err, errlen, "%s: cannot derive the public key: %s", source, zmq_strerror(errno));
+        errbuf_set(err, errlen, "%s: cannot derive the public key: %s", source, zmq_strerror(errno));
         return -1;
     }
     if (public_z85)
@@ -416,8 +417,8 @@ int curve_public_load(const char *key_or_path, char public_z85[CURVE_Z85_LEN + 1
         if (errno == ENOENT && kl != CURVE_Z85_LEN) {
             size_t used = strlen(err);
             if (used < errlen)
-                snprintf(err + used, errlen - used, " (and not a %d-character Z85 key)",
-                         CURVE_Z85_LEN);
+                errbuf_set(err + used, errlen - used, " (and not a %d-character Z85 key)",
+                           CURVE_Z85_LEN);
         }
         return -1;
     }
@@ -450,19 +451,19 @@ static int write_new(const char *path, mode_t mode, const char *text, char *err,
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
     if (fd < 0) {
-        snprintf(err, errlen, "%s: %s", path,
-                 errno == EEXIST ? "exists already (not overwritten)" : strerror(errno));
+        errbuf_set(err, errlen, "%s: %s", path,
+                   errno == EEXIST ? "exists already (not overwritten)" : strerror(errno));
         return -1;
     }
     /* the umask may have taken bits away; never added any */
     if (fchmod(fd, mode) != 0 || write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0) {
-        snprintf(err, errlen, "%s: write error: %s", path, strerror(errno));
+        errbuf_set(err, errlen, "%s: write error: %s", path, strerror(errno));
         close(fd);
         unlink(path);
         return -1;
     }
     if (close(fd) != 0) {
-        snprintf(err, errlen, "%s: write error: %s", path, strerror(errno));
+        errbuf_set(err, errlen, "%s: write error: %s", path, strerror(errno));
         unlink(path);
         return -1;
     }
@@ -478,17 +479,17 @@ int curve_keypair_write(const char *prefix, char public_z85[CURVE_Z85_LEN + 1], 
         errlen = sizeof dummy;
     }
     if (!curve_available()) {
-        snprintf(err, errlen, "this libzmq has no CURVE support (built without libsodium)");
+        errbuf_set(err, errlen, "this libzmq has no CURVE support (built without libsodium)");
         return -1;
     }
     size_t pl = strlen(prefix);
     if (pl == 0 || pl > 4000) {
-        snprintf(err, errlen, "bad key file prefix");
+        errbuf_set(err, errlen, "bad key file prefix");
         return -1;
     }
     char pub[CURVE_Z85_LEN + 1], sec[CURVE_Z85_LEN + 1];
     if (curve_keypair_new(pub, sec) < 0) {
-        snprintf(err, errlen, "cannot generate a key pair: %s", zmq_strerror(errno));
+        errbuf_set(err, errlen, "cannot generate a key pair: %s", zmq_strerror(errno));
         return -1;
     }
     /* the name in PREFIX.pub: PREFIX's basename, limited to name characters */

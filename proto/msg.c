@@ -1292,16 +1292,14 @@ int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out
 {
     if (type < PROTO_TYPE_MIN || type > PROTO_TYPE_MAX) {
         memset(out, 0, sizeof *out);
-        if (err && err_len)
-            snprintf(err, err_len, "unknown message type %d", type);
+        errbuf_set(err, err_len, "unknown message type %d", type);
         return PROTO_ETYPE;
     }
     proto_msg_init(out, (proto_type_t)type);
     if (len > PROTO_MAX_BODY) {
         memset(out, 0, sizeof *out);
-        if (err && err_len)
-            snprintf(err, err_len, "%s: body of %zu bytes exceeds %u", proto_type_name(type),
-                     len, PROTO_MAX_BODY);
+        errbuf_set(err, err_len, "%s: body of %zu bytes exceeds %u", proto_type_name(type),
+                   len, PROTO_MAX_BODY);
         return PROTO_ERANGE;
     }
     dec_t d = {.field = NULL};
@@ -1345,9 +1343,9 @@ int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out
     if (d.r.status != 0) {
         if (err && err_len) {
             if (d.field)
-                snprintf(err, err_len, "%s: '%s': %s", proto_type_name(type), d.field, d.r.err);
+                errbuf_set(err, err_len, "%s: '%s': %s", proto_type_name(type), d.field, d.r.err);
             else
-                snprintf(err, err_len, "%s: %s", proto_type_name(type), d.r.err);
+                errbuf_set(err, err_len, "%s: %s", proto_type_name(type), d.r.err);
         }
         int status = d.r.status;
         /* a SUBMIT whose id was read keeps its type and id, so the worker

@@ -89,14 +89,17 @@ run_node_tap() {
 }
 
 # A small real model for process tests: stories260K from ../shared when
-# present, else a tiny random one made with pagoda-mkmodel (builtin tokenizer).
-small_model() {
+# present, else a tiny random one made with pagoda-mkmodel (builtin tokenizer,
+# weights seeded by SEED, default 7; a script whose checks need greedy text
+# after "Once upon a time" asks for seed 1, where EOS does not come first).
+small_model() { # [SEED]
   if [[ -f $SHARED/models/stories260K.gguf ]]; then
     echo "$SHARED/models/stories260K.gguf"
     return
   fi
-  local out=$TMP/small.gguf
+  local seed=${1:-7}
+  local out=$TMP/small-$seed.gguf
   [[ -f $out ]] || "$BUILD/pagoda-mkmodel" -o "$out" --dim 64 --layers 2 --heads 4 --kv-heads 2 \
-    --ffn 128 --ctx 512 --type F32 --seed 7 >/dev/null 2>&1
+    --ffn 128 --ctx 512 --type F32 --seed "$seed" >/dev/null 2>&1
   echo "$out"
 }

@@ -1,7 +1,10 @@
 /* engine.h — everything a worker needs from one GGUF file, loaded together:
- * the model (weights, config), its tokenizer, its chat template and the token
- * ids that end an assistant turn. Shared by pagoda-worker and pagoda-run so
- * both turn text into prompts exactly the same way.
+ * the model (weights, config) and its words (common/text/text_model.h:
+ * tokenizer, chat template, the token ids that end an assistant turn).
+ * Shared by pagoda-worker and pagoda-run so both turn text into prompts
+ * exactly the same way; the prompt functions below are common/text/prompt.h
+ * and proto/submit_prompt.h applied to the engine's text model, which is
+ * also what the gateway loads (without the weights) to route by cache.
  *
  * Ownership: engine_load() returns an engine freed with engine_free(), which
  * NULLs the pointer. Token arrays returned by the prompt functions are
@@ -14,29 +17,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/text/chat_template.h"
+#include "common/text/text_model.h"
+#include "common/text/tokenizer.h"
 #include "proto/msg.h"
-#include "worker/text/chat_template.h"
 #include "worker/model/model.h"
-#include "worker/text/tokenizer.h"
 
 typedef struct engine {
     model_t *model;            /* owned */
-    tokenizer_t *tok;          /* owned */
-    chat_template_t *tmpl;     /* owned; ChatML when the file has none */
-    int32_t *turn_end_ids;     /* (n_turn_end) ids of the template's end-of-turn texts */
+    text_model_t *text;        /* owned: the words, read from the same file */
+    /* text's fields, borrowed (freed with text) for the worker's many uses */
+    tokenizer_t *tok;          /* text->tok */
+    chat_template_t *tmpl;     /* text->tmpl; ChatML when the file has none */
+    int32_t *turn_end_ids;     /* text->turn_end_ids, (n_turn_end) */
     int32_t n_turn_end;
 } engine_t;
 
 /* Loads path. Returns NULL with a message in err on any failure. */
 engine_t *engine_load(const char *path, char *err, size_t errlen);
 void engine_free(engine_t **e);
-
-/* Only the text side of path (tokenizer, chat template; model = NULL): what
- * the gateway needs to compute the prompt tokens a worker of this model will
- * see (routing by cache). Reads the GGUF's metadata, not its weights.
- * NULL with a message in err on failure. The prompt functions below work on
- * it; engine_pack_int8 must not be called. */
-engine_t *engine_load_text(const char *path, char *err, size_t errlen);
 
 /* model_pack_int8(e->model, n_threads) (model.h), logging what was packed
  * and how long it took. Call once after engine_load when the int8 kernels
@@ -57,22 +56,10 @@ int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int3
 int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, const char *tools_json,
                            int32_t **out, char *err, size_t errlen);
 
-/* The prompt tokens of a SUBMIT, as the worker builds them: chat messages
+/* The prompt tokens of a SUBMIT (submit_prompt_encode, uncut): chat messages
  * (and tools) through the template, a text prompt through the tokenizer,
- * prompt_ids copied. Same return contract (*out malloc'd). The gateway's
- * cache-aware routing calls this too, so both sides agree on the tokens. */
+ * prompt_ids copied. Same return contract (*out malloc'd). */
 int32_t engine_prompt_submit(const engine_t *e, const proto_submit_t *s, int32_t **out, char *err,
                              size_t errlen);
-
-/* engine_prompt_submit / engine_prompt_chat over at most the first max_bytes
- * of the rendered chat prompt or the text prompt (*truncated, may be NULL,
- * says whether it was cut; prompt_ids are never cut). The tokens of a cut
- * prompt agree with the whole prompt's except near the cut: the gateway uses
- * this to key long prompts cheaply (gateway/route.c). */
-int32_t engine_prompt_submit_prefix(const engine_t *e, const proto_submit_t *s, size_t max_bytes,
-                                    int32_t **out, bool *truncated, char *err, size_t errlen);
-int32_t engine_prompt_chat_prefix(const engine_t *e, const chat_msg_t *msgs, size_t n,
-                                  const char *tools_json, size_t max_bytes, int32_t **out,
-                                  bool *truncated, char *err, size_t errlen);
 
 #endif

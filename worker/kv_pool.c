@@ -11,16 +11,17 @@
 #include <sys/random.h>
 
 #include "common/clock.h"
+#include "common/idxlist.h"
 #include "common/log.h"
 #include "common/prefix_key.h"
+#include "common/splitmix.h"
 #include "common/vec.h"
 #include "common/xalloc.h"
 
 typedef struct kv_block {
     int32_t ref;            /* sequences referencing the block */
     bool cached;            /* registered in the prefix cache (in the hash map) */
-    int32_t lru_prev;       /* LRU links, valid when ref == 0 && cached; -1 = none */
-    int32_t lru_next;
+    idxlist_link_t lru;     /* LRU links, valid when ref == 0 && cached; -1 = none */
     int32_t hnext;          /* next block in the same hash bucket, -1 = end */
     uint64_t key;           /* prefix key of the block (valid when cached) */
     uint64_t parent_key;    /* key of the parent block (root key for block 0) */
@@ -56,8 +57,7 @@ struct kv_pool {
     int32_t *blk_tokens;    /* (n_blocks, bs) token ids of cached blocks */
     int32_t *free_ids;      /* stack of free block ids, n_free used */
     int32_t n_free;
-    int32_t lru_head, lru_tail; /* head = least recently released; -1 = empty */
-    int32_t n_lru;
+    idxlist_t lru;          /* evictable cached blocks, head = least recently released */
     int32_t n_used;
     int32_t n_cached_total;
     int32_t *bucket;        /* (mask + 1) hash chains, -1 = empty */
@@ -84,14 +84,6 @@ struct kv_pool {
 static inline uint64_t pool_hash(const kv_pool_t *p, uint64_t parent, const int32_t *t)
 {
     return p->hash ? p->hash(parent, t, p->bs) : hash_default(parent, t, p->bs);
-}
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
 }
 
 /* Cached block with this key, parent and tokens, or -1. */
@@ -128,33 +120,9 @@ static void map_remove(kv_pool_t *p, int32_t id)
 
 /* ---- block lists -------------------------------------------------------- */
 
-static void lru_push_tail(kv_pool_t *p, int32_t id)
-{
-    kv_block_t *b = &p->blk[id];
-    b->lru_prev = p->lru_tail;
-    b->lru_next = -1;
-    if (p->lru_tail >= 0)
-        p->blk[p->lru_tail].lru_next = id;
-    else
-        p->lru_head = id;
-    p->lru_tail = id;
-    p->n_lru++;
-}
+static void lru_push_tail(kv_pool_t *p, int32_t id) { idxlist_push_tail(&p->lru, &p->blk[0].lru, sizeof *p->blk, id); }
 
-static void lru_remove(kv_pool_t *p, int32_t id)
-{
-    kv_block_t *b = &p->blk[id];
-    if (b->lru_prev >= 0)
-        p->blk[b->lru_prev].lru_next = b->lru_next;
-    else
-        p->lru_head = b->lru_next;
-    if (b->lru_next >= 0)
-        p->blk[b->lru_next].lru_prev = b->lru_prev;
-    else
-        p->lru_tail = b->lru_prev;
-    b->lru_prev = b->lru_next = -1;
-    p->n_lru--;
-}
+static void lru_remove(kv_pool_t *p, int32_t id) { idxlist_remove(&p->lru, &p->blk[0].lru, sizeof *p->blk, id); }
 
 /* A block with ref 1 for a new owner: free first, else evict the LRU head. */
 /* ---- KV events ---------------------------------------------------------- */
@@ -214,8 +182,8 @@ static int32_t block_take(kv_pool_t *p)
     int32_t id;
     if (p->n_free > 0) {
         id = p->free_ids[--p->n_free];
-    } else if (p->lru_head >= 0) {
-        id = p->lru_head;
+    } else if (p->lru.head >= 0) {
+        id = p->lru.head;
         lru_remove(p, id);
         map_remove(p, id);
         p->blk[id].cached = false;
@@ -260,9 +228,15 @@ static void block_unref(kv_pool_t *p, int32_t id)
 
 size_t kv_pool_block_bytes(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type)
 {
-    if (n_layer <= 0 || kv_dim <= 0 || block_size <= 0 || kv_type_size(type) == 0)
+    return kv_pool_block_bytes_q(n_layer, kv_dim, block_size, type, 0);
+}
+
+size_t kv_pool_block_bytes_q(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type, int32_t qblock)
+{
+    const size_t rb = kv_type_row_bytes(type, kv_dim, qblock);
+    if (n_layer <= 0 || kv_dim <= 0 || block_size <= 0 || rb == 0)
         return 0;
-    size_t kv = 2u * (size_t)n_layer * (size_t)block_size * (size_t)kv_dim * kv_type_size(type);
+    size_t kv = 2u * (size_t)n_layer * (size_t)block_size * rb;
     size_t meta = sizeof(kv_block_t) + (size_t)block_size * sizeof(int32_t) + 2 * sizeof(int32_t);
     return kv + meta;
 }
@@ -270,7 +244,13 @@ size_t kv_pool_block_bytes(int32_t n_layer, int32_t kv_dim, int32_t block_size, 
 int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type,
                                   size_t budget_bytes)
 {
-    size_t per = kv_pool_block_bytes(n_layer, kv_dim, block_size, type);
+    return kv_pool_blocks_for_budget_q(n_layer, kv_dim, block_size, type, 0, budget_bytes);
+}
+
+int32_t kv_pool_blocks_for_budget_q(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type,
+                                    int32_t qblock, size_t budget_bytes)
+{
+    size_t per = kv_pool_block_bytes_q(n_layer, kv_dim, block_size, type, qblock);
     if (per == 0)
         return 0;
     size_t n = budget_bytes / per;
@@ -280,7 +260,13 @@ int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block
 
 kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size, kv_type_t type)
 {
-    const size_t esz = kv_type_size(type);
+    return kv_pool_new_q(n_layer, kv_dim, n_blocks, block_size, type, 0);
+}
+
+kv_pool_t *kv_pool_new_q(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size, kv_type_t type,
+                         int32_t qblock)
+{
+    const size_t esz = kv_type_row_bytes(type, kv_dim, qblock); /* bytes per K vector */
     if (n_layer <= 0 || kv_dim <= 0 || n_blocks <= 0 || block_size <= 0 ||
         n_blocks > INT32_MAX / block_size || esz == 0) {
         log_error("kv_pool: invalid geometry n_layer=%d kv_dim=%d n_blocks=%d block_size=%d type=%d",
@@ -288,12 +274,12 @@ kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_
         return NULL;
     }
     size_t per_layer = (size_t)n_blocks * (size_t)block_size; /* fits: checked above */
-    if ((size_t)kv_dim > SIZE_MAX / esz / per_layer / (size_t)n_layer) {
+    if (esz > SIZE_MAX / per_layer / (size_t)n_layer) {
         log_error("kv_pool: %d layers x %d blocks x %d x %d elements overflow size_t",
                   n_layer, n_blocks, block_size, kv_dim);
         return NULL;
     }
-    size_t n_bytes = (size_t)n_layer * per_layer * (size_t)kv_dim * esz;
+    size_t n_bytes = (size_t)n_layer * per_layer * esz;
 
     kv_pool_t *p = xcalloc(1, sizeof *p);
     p->n_blocks = n_blocks;
@@ -303,6 +289,7 @@ kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_
     p->store.block_size = block_size;
     p->store.kv_dim = kv_dim;
     p->store.type = type;
+    p->store.qblock = type == KV_TYPE_Q8_0 ? qblock : 0;
     /* on huge pages where allowed (the attention's scattered block reads
      * miss the TLB less); the memsets map it all up front, as llama.cpp
      * clears its KV buffer at start, so no request pays page faults */
@@ -315,11 +302,11 @@ kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_
     p->blk_tokens = xcalloc(per_layer, sizeof(int32_t));
     p->free_ids = xmalloc((size_t)n_blocks * sizeof(int32_t));
     for (int32_t i = 0; i < n_blocks; i++) {
-        p->blk[i].lru_prev = p->blk[i].lru_next = p->blk[i].hnext = -1;
+        p->blk[i].lru.prev = p->blk[i].lru.next = p->blk[i].hnext = -1;
         p->free_ids[i] = n_blocks - 1 - i; /* block 0 is taken first */
     }
     p->n_free = n_blocks;
-    p->lru_head = p->lru_tail = -1;
+    p->lru = IDXLIST_EMPTY;
 
     size_t n_buckets = 16;
     while (n_buckets < (size_t)n_blocks)
@@ -332,7 +319,7 @@ kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_
     uint64_t seed = 0;
     if (getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
         seed = (uint64_t)clock_now_us() ^ (uint64_t)(uintptr_t)p;
-    p->root_key = splitmix64(&seed);
+    p->root_key = splitmix64_next(&seed);
     p->next_serial = 1;
     return p;
 }
@@ -356,14 +343,14 @@ void kv_pool_free(kv_pool_t **pp)
 
 kv_store_t *kv_pool_store(kv_pool_t *p) { return &p->store; }
 int32_t kv_pool_block_size(const kv_pool_t *p) { return p->bs; }
-int32_t kv_pool_n_available(const kv_pool_t *p) { return p->n_free + p->n_lru; }
+int32_t kv_pool_n_available(const kv_pool_t *p) { return p->n_free + p->lru.n; }
 
 void kv_pool_stats(const kv_pool_t *p, kv_pool_stats_t *out)
 {
     *out = p->st;
     out->n_blocks = p->n_blocks;
     out->n_used = p->n_used;
-    out->n_cached = p->n_lru;
+    out->n_cached = p->lru.n;
     out->n_free = p->n_free;
     out->n_cached_total = p->n_cached_total;
     out->n_seqs = p->n_seqs;
@@ -454,7 +441,7 @@ int kv_seq_reserve(kv_seq_t *s, int32_t n)
     int64_t add = need - s->n_blocks;
     if (add <= 0)
         return KV_POOL_OK;
-    if (add > (int64_t)p->n_free + p->n_lru)
+    if (add > (int64_t)p->n_free + p->lru.n)
         return KV_POOL_NO_CAPACITY;
     seq_grow_blocks(s, (int32_t)need);
     for (int64_t i = 0; i < add; i++) {
@@ -665,15 +652,15 @@ int kv_pool_check(const kv_pool_t *p)
     }
     /* LRU list, both directions */
     int32_t n_lru = 0, prev = -1;
-    for (int32_t id = p->lru_head; id >= 0; id = p->blk[id].lru_next) {
+    for (int32_t id = p->lru.head; id >= 0; id = p->blk[id].lru.next) {
         CHECK(id < nb && !(seen[id] & 2), "LRU entry %d bad or cycle", id);
-        CHECK(p->blk[id].lru_prev == prev, "LRU back link of %d", id);
+        CHECK(p->blk[id].lru.prev == prev, "LRU back link of %d", id);
         seen[id] |= 2;
         prev = id;
         n_lru++;
     }
-    CHECK(prev == p->lru_tail, "LRU tail %d, walked to %d", p->lru_tail, prev);
-    CHECK(n_lru == p->n_lru, "LRU has %d, counter %d", n_lru, p->n_lru);
+    CHECK(prev == p->lru.tail, "LRU tail %d, walked to %d", p->lru.tail, prev);
+    CHECK(n_lru == p->lru.n, "LRU has %d, counter %d", n_lru, p->lru.n);
     /* hash map */
     int32_t n_map = 0;
     for (uint64_t h = 0; h <= p->mask; h++) {
@@ -702,8 +689,8 @@ int kv_pool_check(const kv_pool_t *p)
         }
     }
     CHECK(n_used == p->n_used, "used %d, counter %d", n_used, p->n_used);
-    CHECK(p->n_free + p->n_lru + p->n_used == nb, "free %d + cached %d + used %d != %d",
-          p->n_free, p->n_lru, p->n_used, nb);
+    CHECK(p->n_free + p->lru.n + p->n_used == nb, "free %d + cached %d + used %d != %d",
+          p->n_free, p->lru.n, p->n_used, nb);
     rc = 0;
 fail:
     free(refs);

@@ -51,7 +51,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/model/kv_store.h"
+#include "worker/kernels/kv_store.h"
 
 enum kv_pool_rc {
     KV_POOL_OK = 0,
@@ -85,12 +85,17 @@ typedef struct kv_pool_stats {
  * kv_dim elements of `type`: 4 bytes each for F32, 2 for F16) plus per-block
  * bookkeeping. 0 for invalid arguments. */
 size_t kv_pool_block_bytes(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type);
+/* The same for any type: Q8_0 vectors of kv_dim + 2 * kv_dim / qblock bytes
+ * (kv_store.h; qblock ignored for F32/F16). */
+size_t kv_pool_block_bytes_q(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type, int32_t qblock);
 
 /* Blocks that fit in budget_bytes (floor(budget / kv_pool_block_bytes),
  * capped at INT32_MAX / block_size so positions fit in int32). 0 when the
  * arguments are invalid or the budget holds no block. */
 int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type,
                                   size_t budget_bytes);
+int32_t kv_pool_blocks_for_budget_q(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type,
+                                    int32_t qblock, size_t budget_bytes);
 
 /* Allocates and zeroes K/V for n_blocks blocks of element type `type`
  * (zeroed so a forward pass that masks unwritten slots never meets NaN
@@ -98,6 +103,10 @@ int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block
  * must fit in size_t; otherwise logs and returns NULL. Out of memory aborts
  * (xalloc). The hash root is seeded from getrandom(2). */
 kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size, kv_type_t type);
+/* kv_pool_new for any type: a Q8_0 store with scales every qblock elements
+ * (kv_store_qblock(head_dim)); F32/F16 ignore qblock. */
+kv_pool_t *kv_pool_new_q(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size, kv_type_t type,
+                         int32_t qblock);
 
 /* Frees the pool and its memory; NULLs *pool. Asserts no sequence is alive. */
 void kv_pool_free(kv_pool_t **pool);

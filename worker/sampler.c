@@ -11,6 +11,7 @@
 #include <sys/random.h>
 
 #include "common/clock.h"
+#include "common/splitmix.h"
 #include "common/xalloc.h"
 #include "common/vec.h"
 
@@ -51,14 +52,6 @@ struct sampler {
 
 /* ---- PRNG: xoshiro256** seeded through splitmix64 ------------------------ */
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 static inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 static uint64_t rng_next(uint64_t s[4])
@@ -84,7 +77,7 @@ static uint64_t global_seed(void)
     if (getrandom(&seed, sizeof seed, 0) == (ssize_t)sizeof seed)
         return seed;
     uint64_t x = (uint64_t)clock_now_us() ^ (++counter * 0x9E3779B97F4A7C15ULL);
-    return splitmix64(&x);
+    return splitmix64_next(&x);
 }
 
 /* ---- history table ------------------------------------------------------ */
@@ -206,7 +199,7 @@ sampler_t *sampler_new(const sampler_params_t *p, int32_t n_vocab)
     s->seed = p->has_seed ? p->seed : global_seed();
     uint64_t x = s->seed;
     for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix64(&x);
+        s->rng[i] = splitmix64_next(&x);
     s->cand = xmalloc((size_t)n_vocab * sizeof *s->cand);
     s->bucket_mass = xmalloc(SAMPLER_N_BUCKETS * sizeof *s->bucket_mass);
     s->cap_ent = 64;
@@ -651,5 +644,5 @@ int32_t sampler_redraw_masked(sampler_t *s, const float *logits, const uint64_t 
                               sampler_logprobs_t *lp, int attempt)
 {
     uint64_t x = s->last_draw + (uint64_t)attempt * 0x9E3779B97F4A7C15ULL;
-    return sample_with(s, logits, allow, lp, bits_uniform(splitmix64(&x)));
+    return sample_with(s, logits, allow, lp, bits_uniform(splitmix64_next(&x)));
 }

@@ -9,10 +9,11 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "common/vec.h"
-#include "worker/text/detok.h"
+#include "common/text/detok.h"
 #include "worker/model/forward.h"
 #include "worker/kv_pool.h"
 #include "worker/kernels/qgemm.h"
@@ -304,9 +305,10 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     const model_config_t *mc = &m->cfg;
     if (c->max_seqs < 1 || c->max_seqs > 4096 || c->max_batch_tokens < 1 ||
         c->max_batch_tokens > 65536 || c->block_size < 1 || c->block_size > 4096 ||
-        c->n_threads < 1 || (kv_type_size(c->kv_type) == 0 && c->kv_type != KV_TYPE_AUTO)) {
-        snprintf(err, errlen, "invalid scheduler limits (max_seqs %d, max_batch_tokens %d, block_size %d, kv type %d)",
-                 c->max_seqs, c->max_batch_tokens, c->block_size, (int)c->kv_type);
+        c->n_threads < 1 ||
+        (kv_type_size(c->kv_type) == 0 && c->kv_type != KV_TYPE_AUTO && c->kv_type != KV_TYPE_Q8_0)) {
+        errbuf_set(err, errlen, "invalid scheduler limits (max_seqs %d, max_batch_tokens %d, block_size %d, kv type %d)",
+                   c->max_seqs, c->max_batch_tokens, c->block_size, (int)c->kv_type);
         return NULL;
     }
     s = xcalloc(1, sizeof *s);
@@ -321,7 +323,7 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
 
     s->fwd = forward_new(m, s->cfg.max_batch_tokens, c->n_threads);
     if (!s->fwd) {
-        snprintf(err, errlen, "cannot create the forward pass context");
+        errbuf_set(err, errlen, "cannot create the forward pass context");
         goto err;
     }
     bool int8_on = !c->exact_matmul;
@@ -331,21 +333,27 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     }
     s->cfg.kv_type = sched_kv_type_for(m, c->kv_type, int8_on);
     c = &s->cfg;
+    const int32_t qblock = c->kv_type == KV_TYPE_Q8_0 ? kv_store_qblock(mc->head_dim) : 0;
+    if (c->kv_type == KV_TYPE_Q8_0 && (qblock == 0 || mc->head_dim > 512)) {
+        errbuf_set(err, errlen, "--kv-type q8_0 needs a head_dim that is a multiple of 8 and at most 512 (this model: %d)",
+                   mc->head_dim);
+        goto err;
+    }
 
     int32_t n_blocks = c->kv_blocks;
     if (n_blocks <= 0) {
         int32_t want = (int32_t)(((int64_t)s->cfg.max_seqs * mc->ctx + c->block_size - 1) / c->block_size);
-        int32_t fit = kv_pool_blocks_for_budget(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type,
-                                                c->kv_budget_bytes ? c->kv_budget_bytes : ((size_t)1 << 30));
+        int32_t fit = kv_pool_blocks_for_budget_q(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type, qblock,
+                                                  c->kv_budget_bytes ? c->kv_budget_bytes : ((size_t)1 << 30));
         n_blocks = want < fit ? want : fit;
     }
     if (n_blocks < 1) {
-        snprintf(err, errlen, "KV budget holds no block");
+        errbuf_set(err, errlen, "KV budget holds no block");
         goto err;
     }
-    s->pool = kv_pool_new(mc->n_layer, mc->kv_dim, n_blocks, c->block_size, c->kv_type);
+    s->pool = kv_pool_new_q(mc->n_layer, mc->kv_dim, n_blocks, c->block_size, c->kv_type, qblock);
     if (!s->pool) {
-        snprintf(err, errlen, "cannot create a KV pool of %d blocks", n_blocks);
+        errbuf_set(err, errlen, "cannot create a KV pool of %d blocks", n_blocks);
         goto err;
     }
     s->max_positions = mc->ctx < n_blocks * c->block_size ? mc->ctx : n_blocks * c->block_size;
@@ -376,7 +384,8 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     s->logits = xmalloc((size_t)ms * (size_t)mc->vocab * sizeof(float));
     log_info("scheduler: %d seqs, %d batch tokens, %d KV blocks of %d positions (%s, %.1f MiB)",
              ms, mb, n_blocks, c->block_size, kv_type_name(c->kv_type),
-             (double)n_blocks * (double)kv_pool_block_bytes(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type) /
+             (double)n_blocks * (double)kv_pool_block_bytes_q(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type,
+                                                              qblock) /
                  1048576.0);
     return s;
 err:
@@ -475,7 +484,7 @@ static gmask_grammar_t *grammar_get(sched_t *s, const char *text, size_t len, ch
     grammar_t *g = NULL;
     char perr[512];
     if (gbnf_parse((const uint8_t *)text, len, &g, perr, sizeof perr, NULL, NULL) != 0) {
-        snprintf(err, errlen, "invalid grammar: %s", perr);
+        errbuf_set(err, errlen, "invalid grammar: %s", perr);
         return NULL;
     }
     gmask_grammar_t *gg = gmask_grammar_new(g, s->gvocab);
@@ -500,38 +509,38 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
 {
     const int32_t ctx = s->max_positions, vocab = s->model->cfg.vocab;
     if (r->n_prompt < 1) {
-        snprintf(err, errlen, "the prompt is empty");
+        errbuf_set(err, errlen, "the prompt is empty");
         return SCHED_EINVAL;
     }
     if (r->n_resume < 0 || (int64_t)r->n_prompt + r->n_resume + 1 > ctx) {
-        snprintf(err, errlen,
-                 "the prompt has %d tokens (plus %d resumed) but the context holds %d tokens",
-                 r->n_prompt, r->n_resume, ctx);
+        errbuf_set(err, errlen,
+                   "the prompt has %d tokens (plus %d resumed) but the context holds %d tokens",
+                   r->n_prompt, r->n_resume, ctx);
         return SCHED_ETOO_LONG;
     }
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= vocab) {
-            snprintf(err, errlen, "prompt token %d is out of the vocabulary", r->prompt[i]);
+            errbuf_set(err, errlen, "prompt token %d is out of the vocabulary", r->prompt[i]);
             return SCHED_EINVAL;
         }
     for (int32_t i = 0; i < r->n_resume; i++)
         if (r->resume[i] < 0 || r->resume[i] >= vocab) {
-            snprintf(err, errlen, "resumed token %d is out of the vocabulary", r->resume[i]);
+            errbuf_set(err, errlen, "resumed token %d is out of the vocabulary", r->resume[i]);
             return SCHED_EINVAL;
         }
     if (r->max_tokens > 0 && r->n_resume >= r->max_tokens) {
-        snprintf(err, errlen, "%d resumed tokens already reach max_tokens %d", r->n_resume,
-                 r->max_tokens);
+        errbuf_set(err, errlen, "%d resumed tokens already reach max_tokens %d", r->n_resume,
+                   r->max_tokens);
         return SCHED_EINVAL;
     }
     if (find_seq(s, r->id)) {
-        snprintf(err, errlen, "request %llu is already running", (unsigned long long)r->id);
+        errbuf_set(err, errlen, "request %llu is already running", (unsigned long long)r->id);
         return SCHED_EDUPLICATE;
     }
     int32_t n_choices = r->n_choices == 0 ? 1 : r->n_choices;
     if (n_choices < 1 || n_choices > SCHED_MAX_CHOICES || (n_choices > 1 && r->n_resume > 0)) {
-        snprintf(err, errlen, "n = %d choices: want 1..%d, and 1 when resuming", n_choices,
-                 SCHED_MAX_CHOICES);
+        errbuf_set(err, errlen, "n = %d choices: want 1..%d, and 1 when resuming", n_choices,
+                   SCHED_MAX_CHOICES);
         return SCHED_EINVAL;
     }
     for (int32_t i = 0; i < n_choices; i++) {
@@ -578,7 +587,7 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
     q->sampler = sampler_new(&sp, vocab);
     q->detok = detok_new(r->stop, (size_t)(r->n_stop > 0 ? r->n_stop : 0));
     if (!q->sampler || !q->detok) {
-        snprintf(err, errlen, "invalid sampling parameters or stop strings");
+        errbuf_set(err, errlen, "invalid sampling parameters or stop strings");
         seq_free(&q);
         return SCHED_EINVAL;
     }
@@ -592,14 +601,14 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
         q->gm = gmatch_new(gg);
         gmask_grammar_unref(&gg);
         if (!q->gm) {
-            snprintf(err, errlen, "the grammar matches nothing");
+            errbuf_set(err, errlen, "the grammar matches nothing");
             seq_free(&q);
             return -1;
         }
         q->gmask = xmalloc(gvocab_mask_words(s->gvocab) * sizeof *q->gmask);
         for (int32_t i = 0; i < r->n_resume; i++)
             if (gmatch_accept(q->gm, r->resume[i]) != 0) {
-                snprintf(err, errlen, "resumed token %d does not match the grammar", r->resume[i]);
+                errbuf_set(err, errlen, "resumed token %d does not match the grammar", r->resume[i]);
                 seq_free(&q);
                 return -1;
             }
@@ -610,10 +619,10 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
             left = r->max_tokens - r->n_resume;
         int64_t need = gmatch_cost(q->gm) + 1;
         if (need > left) {
-            snprintf(err, errlen,
-                     "max_tokens leaves %lld tokens, but the shortest output the response format or "
-                     "grammar allows needs up to %lld",
-                     (long long)left, (long long)need);
+            errbuf_set(err, errlen,
+                       "max_tokens leaves %lld tokens, but the shortest output the response format or "
+                       "grammar allows needs up to %lld",
+                       (long long)left, (long long)need);
             seq_free(&q);
             return -1;
         }
@@ -643,28 +652,28 @@ int sched_submit_embed(sched_t *s, const sched_embed_req_t *r, char *err, size_t
 {
     const int32_t ctx = s->max_positions, vocab = s->model->cfg.vocab, dim = s->model->cfg.dim;
     if (r->n_inputs < 1 || r->n_inputs > SCHED_MAX_CHOICES) {
-        snprintf(err, errlen, "%d inputs: want 1..%d", r->n_inputs, SCHED_MAX_CHOICES);
+        errbuf_set(err, errlen, "%d inputs: want 1..%d", r->n_inputs, SCHED_MAX_CHOICES);
         return SCHED_EINVAL;
     }
     for (int32_t i = 0; i < r->n_inputs; i++) {
         if (r->n_prompts[i] < 1) {
-            snprintf(err, errlen, "input %d is empty", i);
+            errbuf_set(err, errlen, "input %d is empty", i);
             return SCHED_EINVAL;
         }
         if (r->n_prompts[i] > ctx) {
-            snprintf(err, errlen, "input %d has %d tokens but the context holds %d tokens", i,
-                     r->n_prompts[i], ctx);
+            errbuf_set(err, errlen, "input %d has %d tokens but the context holds %d tokens", i,
+                       r->n_prompts[i], ctx);
             return SCHED_ETOO_LONG;
         }
         for (int32_t k = 0; k < r->n_prompts[i]; k++)
             if (r->prompts[i][k] < 0 || r->prompts[i][k] >= vocab) {
-                snprintf(err, errlen, "input %d: token %d is out of the vocabulary (%d)", i,
-                         r->prompts[i][k], vocab);
+                errbuf_set(err, errlen, "input %d: token %d is out of the vocabulary (%d)", i,
+                           r->prompts[i][k], vocab);
                 return SCHED_EINVAL;
             }
     }
     if (find_seq(s, r->id)) {
-        snprintf(err, errlen, "request %llu is already running", (unsigned long long)r->id);
+        errbuf_set(err, errlen, "request %llu is already running", (unsigned long long)r->id);
         return SCHED_EDUPLICATE;
     }
     for (int32_t i = 0; i < r->n_inputs; i++) {

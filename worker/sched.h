@@ -85,10 +85,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/model/kv_store.h"
+#include "worker/kernels/kv_store.h"
 #include "worker/model/model.h"
 #include "worker/sampler.h"
-#include "worker/text/tokenizer.h"
+#include "common/text/tokenizer.h"
 
 typedef struct sched_config {
     int32_t max_seqs;          /* sequence slots; 1 turns batching off */

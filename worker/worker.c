@@ -11,12 +11,13 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
 #include "worker/kv_report.h"
-#include "worker/text/detok.h"
-#include "worker/text/tool_grammar.h"
+#include "common/text/detok.h"
+#include "common/text/tool_grammar.h"
 #include "worker/worker_link.h"
 
 /* The scheduler's per-token alternatives fit an EVENT's lp top array. */
@@ -181,8 +182,8 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
     if (sm->tool_choice && strcmp(sm->tool_choice, "auto") != 0) {
         /* a forced call: the output is exactly the template's call syntax */
         if (sm->grammar) {
-            snprintf(err, errlen, "tool_choice '%s' cannot be combined with a grammar or response_format",
-                     sm->tool_choice);
+            errbuf_set(err, errlen, "tool_choice '%s' cannot be combined with a grammar or response_format",
+                       sm->tool_choice);
             worker_req_clear(out);
             return PROTO_CODE_BAD_REQUEST;
         }
@@ -236,7 +237,7 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
     }
     const char *why = NULL;
     if (sampler_params_validate(sp, e->model->cfg.vocab, &why) != 0) {
-        snprintf(err, errlen, "invalid sampling parameters: %s", why ? why : "?");
+        errbuf_set(err, errlen, "invalid sampling parameters: %s", why ? why : "?");
         worker_req_clear(out);
         return PROTO_ERR_BAD_REQUEST;
     }
@@ -289,8 +290,8 @@ static proto_err_t op_detokenize(struct worker *w, uint64_t id, const int32_t *i
     const int32_t vocab = w->engine->model->cfg.vocab;
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= vocab) {
-            snprintf(err, errlen, "token %d (tokens[%u]) is out of the vocabulary (%d)", ids[i], i,
-                     vocab);
+            errbuf_set(err, errlen, "token %d (tokens[%u]) is out of the vocabulary (%d)", ids[i], i,
+                       vocab);
             return PROTO_ERR_BAD_REQUEST;
         }
     detok_t *d = detok_new(NULL, 0);
@@ -356,8 +357,8 @@ static proto_err_t submit_embed(struct worker *w, const proto_submit_t *sm, char
     const engine_t *e = w->engine;
     const uint32_t n = sm->n_inputs;
     if (sm->dimensions && sm->dimensions != (uint32_t)e->model->cfg.dim) {
-        snprintf(err, errlen, "dimensions %u is not supported: this model's embeddings have %d",
-                 sm->dimensions, e->model->cfg.dim);
+        errbuf_set(err, errlen, "dimensions %u is not supported: this model's embeddings have %d",
+                   sm->dimensions, e->model->cfg.dim);
         return PROTO_ERR_BAD_REQUEST;
     }
     int32_t **prompts = xcalloc(n ? n : 1, sizeof *prompts);
@@ -532,8 +533,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
 {
     size_t name_len = cfg->model_name ? strlen(cfg->model_name) : 0;
     if (!name_len || name_len > PROTO_MAX_NAME || !cfg->model_path || !cfg->endpoint) {
-        snprintf(err, errlen, "worker: a model name (1..%d bytes), a model file and a gateway "
-                              "endpoint are required", PROTO_MAX_NAME);
+        errbuf_set(err, errlen, "worker: a model name (1..%d bytes), a model file and a gateway "
+                   "endpoint are required", PROTO_MAX_NAME);
         return NULL;
     }
     struct worker *w = xcalloc(1, sizeof *w);
@@ -586,7 +587,7 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     sched_set_progress(w->sched, &w->layers_done);
     w->link = worker_link_new(&lcfg);
     if (!w->link) {
-        snprintf(err, errlen, "cannot connect to gateway endpoint '%s'", cfg->endpoint);
+        errbuf_set(err, errlen, "cannot connect to gateway endpoint '%s'", cfg->endpoint);
         goto err;
     }
     log_info("serving model %s (%s) as %s: %u seqs, context %u, %u KV blocks", w->model_name,

@@ -43,7 +43,8 @@ static void usage(FILE *f)
             "  --kv-budget-mb N     KV pool memory budget (default 1024)\n"
             "  --block-size N       tokens per KV block (default 32)\n"
             "  --kv-type T          K/V element type: auto (default: f16 when the K/V\n"
-            "                       weights are quantized, f32 otherwise), f16 or f32\n"
+            "                       weights are quantized, f32 otherwise), f16, f32 or\n"
+            "                       q8_0 (int8 + f16 scale per 32: 1.88x the tokens of f16)\n"
             "  --threads N          threads for the forward pass (default 2)\n"
             "  --ctx N              cap the context length below the model's\n"
             "  --exact-matmul       quantized weights via dequantize+sgemm, not int8 kernels\n"
@@ -180,7 +181,7 @@ int main(int argc, char **argv)
             break;
         case O_KVTYPE:
             if (kv_type_parse(optarg, &wc.sched.kv_type) != 0) {
-                fprintf(stderr, "pagoda-worker: --kv-type must be auto, f16 or f32\n");
+                fprintf(stderr, "pagoda-worker: --kv-type must be auto, f16, f32 or q8_0\n");
                 return 2;
             }
             break;

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
+#include "common/hex.h"
 #include "common/xalloc.h"
 
 #define COST_INF ((int64_t)1 << 40)
@@ -66,12 +68,10 @@ static void fail(parser_t *P, size_t off, const char *fmt, ...)
         return;
     P->failed = true;
     P->err_off = off;
-    if (P->err && P->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(P->err, P->errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    errbuf_vset(P->err, P->errlen, fmt, ap);
+    va_end(ap);
 }
 
 static uint32_t name_hash(const char *s, size_t n)
@@ -272,17 +272,6 @@ static int32_t read_utf8(parser_t *P)
     return (int32_t)cp;
 }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* One character of a literal or class (escape or UTF-8); -1 on error. */
 static int32_t read_char(parser_t *P)
 {
@@ -315,7 +304,7 @@ static int32_t read_char(parser_t *P)
     }
     uint32_t v = 0;
     for (int i = 0; i < nhex; i++) {
-        int h = at_end(P) ? -1 : hexval(peek(P));
+        int h = at_end(P) ? -1 : hex_value(peek(P));
         if (h < 0) {
             fail(P, at, "escape '\\%c' needs %d hex digits", c, nhex);
             return -1;
@@ -1102,7 +1091,7 @@ err:
         offset_to_linecol(P.s, P.len, P.err_off, &l, &c);
         char tmp[512];
         snprintf(tmp, sizeof tmp, "line %d, column %d: %s", l, c, err);
-        snprintf(err, errlen, "%s", tmp);
+        errbuf_set(err, errlen, "%s", tmp);
     }
     free(rule_cost);
     gbnf_free(&g);

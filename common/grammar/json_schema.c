@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "common/grammar/gbnf.h"
 #include "common/xalloc.h"
 
@@ -99,12 +100,10 @@ static void sc_fail(sc_t *c, const char *key, const char *fmt, ...)
     if (c->failed)
         return;
     c->failed = true;
-    if (c->err && c->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(c->err, c->errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    errbuf_vset(c->err, c->errlen, fmt, ap);
+    va_end(ap);
     if (c->epath && c->epathlen)
         snprintf(c->epath, c->epathlen, "%s%s%s", c->path, key ? "/" : "", key ? key : "");
 }
@@ -1345,8 +1344,7 @@ char *json_schema_to_gbnf(const json_t *schema, const char *prefix, char *err, s
     free(c.out.s);
     shared_rules(&out, c.pfx);
     if (out.n > GBNF_MAX_TEXT) {
-        if (err && errlen)
-            snprintf(err, errlen, "the schema is too large (its grammar exceeds %u bytes)", GBNF_MAX_TEXT);
+        errbuf_set(err, errlen, "the schema is too large (its grammar exceeds %u bytes)", GBNF_MAX_TEXT);
         free(out.s);
         return NULL;
     }
@@ -1386,7 +1384,7 @@ int json_schema_check(const uint8_t *buf, size_t len, char *err, size_t errlen)
     json_error_t je;
     json_t *s = json_loadb((const char *)buf, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
     if (!s) {
-        snprintf(err, errlen, "invalid JSON: %s", je.text);
+        errbuf_set(err, errlen, "invalid JSON: %s", je.text);
         return -1;
     }
     char path[256];

@@ -52,21 +52,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     must_be_json(anthropic_message_json(&m, last->content, last->content_len,
                                         (data[0] & 4) ? PROTO_FINISH_LENGTH : PROTO_FINISH_STOP, &u));
     anthropic_stream_t *st = anthropic_stream_new(&m);
-    char *out = NULL;
-    size_t len = 0, cap = 0;
+    api_buf_t buf = {0};
     bool done = false;
     for (size_t i = 0; !done; i += 5) {
         size_t n = last->content_len > i ? last->content_len - i : 0;
         proto_event_t ev = {.text = last->content + (n ? i : 0), .text_len = (uint32_t)(n < 5 ? n : 5)};
         if (n <= 5)
             ev.finish = PROTO_FINISH_STOP;
-        done = anthropic_stream_event(st, &ev, &out, &len, &cap);
+        done = anthropic_stream_event(st, &ev, &buf);
         if (done != (n <= 5))
             __builtin_trap();
     }
     anthropic_stream_free(&st);
     /* every event: "event: X\ndata: JSON\n\n"; the last is message_stop */
-    const char *p = out, *end = out + len, *last_name = NULL;
+    const char *p = buf.p, *end = buf.p + buf.len, *last_name = NULL;
     while (p < end) {
         const char *sep = memmem(p, (size_t)(end - p), "\n\n", 2);
         const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -81,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (!last_name || strncmp(last_name, "message_stop\n", 13) != 0)
         __builtin_trap();
-    free(out);
+    free(buf.p);
     oai_request_free(&r);
     return 0;
 }

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/text/chat_template.h"
+#include "common/text/chat_template.h"
 
 #define MAX_SEG 64
 

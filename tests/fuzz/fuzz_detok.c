@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/utf8.h"
-#include "worker/text/detok.h"
+#include "common/text/detok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,4 +1,4 @@
-/* libFuzzer target for the GGUF reader (worker/model/gguf.c).
+/* libFuzzer target for the GGUF reader (common/text/gguf.c).
  *
  * Parses the input; when it parses, exercises the getters, dequantizes the
  * start of the first row of every tensor of a supported type (up to 1024
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/model/gguf_write.h"
 #include "worker/kernels/quant.h"
 

@@ -76,26 +76,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         resp_store_row_t row;
         if (resp_store_get(store, id, "fuzz", 1000, &row) != 0)
             __builtin_trap();
-        json_decref(must_be_json(responses_input_items_json(row.input, data[0] & 4)));
         resp_store_row_free(&row);
-        resp_store_delete(store, id, "fuzz");
+        int status;
+        json_decref(must_be_json(responses_stored(store, "fuzz", id, RESPONSES_INPUT_ITEMS, data[0] & 4, &status)));
+        if (status != 200)
+            __builtin_trap();
+        json_decref(must_be_json(responses_stored(store, "fuzz", id, RESPONSES_DELETE, false, &status)));
+        if (status != 200)
+            __builtin_trap();
     }
     m.store = NULL;
     responses_stream_t *st = responses_stream_new(&m, &r);
-    char *out = NULL;
-    size_t len = 0, cap = 0;
+    api_buf_t buf = {0};
     bool done = false;
     for (size_t i = 0; !done; i += 7) {
         size_t n = last->content_len > i ? last->content_len - i : 0;
         proto_event_t ev = {.text = last->content + (n ? i : 0), .text_len = (uint32_t)(n < 7 ? n : 7)};
         if (n <= 7)
             ev.finish = fin;
-        done = responses_stream_event(st, &ev, &out, &len, &cap);
+        done = responses_stream_event(st, &ev, &buf);
         if (done != (n <= 7))
             __builtin_trap();
     }
     responses_stream_free(&st);
-    const char *p = out, *end = out + len;
+    const char *p = buf.p, *end = buf.p + buf.len;
     json_int_t seq = 0;
     const char *final = NULL;
     while (p < end) {
@@ -114,7 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (!final)
         __builtin_trap();
-    free(out);
+    free(buf.p);
     responses_request_free(&r);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* libFuzzer target for the tokenizer (worker/text/tokenizer.c): arbitrary bytes
+/* libFuzzer target for the tokenizer (common/text/tokenizer.c): arbitrary bytes
  * are encoded and decoded again.
  *
  * Input layout: byte 0 picks the case, the rest is the text.
@@ -29,9 +29,9 @@
 #include <string.h>
 
 #include "common/utf8.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/model/gguf_write.h"
-#include "worker/text/tokenizer.h"
+#include "common/text/tokenizer.h"
 
 static tokenizer_t *g_spm, *g_bpe;
 

@@ -297,8 +297,8 @@ static void test_stream(void **st)
                        "</tool_call>";
     anthropic_meta_t m = {.id = "msg_3", .model = "qwen", .reasoning = true, .tool_names = tool_names, .n_tools = 1};
     anthropic_stream_t *s = anthropic_stream_new(&m);
-    char *out = NULL;
-    size_t len = 0, cap = 0, n = strlen(text);
+    api_buf_t buf = {0};
+    size_t n = strlen(text);
     for (size_t i = 0; i < n; i += 3) {
         proto_event_t ev = {.text = (char *)text + i, .text_len = (uint32_t)(n - i < 3 ? n - i : 3)};
         if (i + 3 >= n) {
@@ -306,14 +306,14 @@ static void test_stream(void **st)
             ev.has_usage = true;
             ev.usage = (proto_usage_t){.prompt_tokens = 50, .cached_tokens = 32, .completion_tokens = 30};
         }
-        bool done = anthropic_stream_event(s, &ev, &out, &len, &cap);
+        bool done = anthropic_stream_event(s, &ev, &buf);
         assert_int_equal(done, i + 3 >= n);
     }
     anthropic_stream_free(&s);
     char names[128][48];
     json_t *data[128];
-    size_t k = sse_events(out, len, names, data, 128);
-    free(out);
+    size_t k = sse_events(buf.p, buf.len, names, data, 128);
+    free(buf.p);
     /* message_start, ping, thinking block, text block, tool_use block, message_delta, message_stop */
     assert_string_equal(names[0], "message_start");
     assert_string_equal(names[1], "ping");
@@ -373,17 +373,16 @@ static void test_stream_error(void **st)
 {
     anthropic_meta_t m = {.id = "msg_4", .model = "m"};
     anthropic_stream_t *s = anthropic_stream_new(&m);
-    char *out = NULL;
-    size_t len = 0, cap = 0;
+    api_buf_t buf = {0};
     proto_event_t ev = {.text = "Hel", .text_len = 3};
-    assert_false(anthropic_stream_event(s, &ev, &out, &len, &cap));
+    assert_false(anthropic_stream_event(s, &ev, &buf));
     proto_event_t fail = {.text = "", .finish = PROTO_FINISH_ERROR};
-    assert_true(anthropic_stream_event(s, &fail, &out, &len, &cap));
+    assert_true(anthropic_stream_event(s, &fail, &buf));
     anthropic_stream_free(&s);
     char names[16][48];
     json_t *data[16];
-    size_t k = sse_events(out, len, names, data, 16);
-    free(out);
+    size_t k = sse_events(buf.p, buf.len, names, data, 16);
+    free(buf.p);
     assert_string_equal(names[k - 1], "error");
     assert_string_equal(json_string_value(json_object_get(json_object_get(data[k - 1], "error"), "type")), "api_error");
     for (size_t i = 0; i < k; i++)

@@ -321,8 +321,8 @@ static const bad_case_t BAD[] = {
     {"models:\n  - name: a\n    path: /a\n  - name: b\n    path: /b\n    replicas: 65\n", 6, 15,
      "models[1].replicas: expected an integer in 0..64"},
     {"models:\n- name: a\n  path: /a\n  max_seqs: lots\n", 4, 13, "models[0].max_seqs: expected an integer"},
-    {"models:\n- name: a\n  path: /a\n  kv_type: q8_0\n", 4, 12, "models[0].kv_type: expected f16 or f32 or auto, got 'q8_0'"},
-    {"models:\n- name: a\n  path: /a\n  kv_type: F16\n", 4, 12, "models[0].kv_type: expected f16 or f32 or auto"},
+    {"models:\n- name: a\n  path: /a\n  kv_type: q4_0\n", 4, 12, "models[0].kv_type: expected f16 or f32 or auto or q8_0, got 'q4_0'"},
+    {"models:\n- name: a\n  path: /a\n  kv_type: F16\n", 4, 12, "models[0].kv_type: expected f16 or f32 or auto or q8_0"},
     {"heartbeat_ms: \"100\"\n", 1, 15, "heartbeat_ms: expected an integer in 10..600000, got the quoted string"},
     {"heartbeat_ms: 5\n", 1, 15, "heartbeat_ms: expected an integer in 10..600000"},
     {"heartbeat_ms: 0x100\n", 1, 15, "heartbeat_ms: expected an integer"},
@@ -579,12 +579,15 @@ static void test_model_flags(void **state)
     assert_non_null(strstr(err, "not a per-model setting"));
     assert_int_equal(config_models_set(c, NULL, "nope", "1", err, sizeof err), -1);
     /* --kv-type */
+    assert_int_equal(config_models_set(c, NULL, "kv_type", "q8_0", err, sizeof err), 0);
+    assert_int_equal(c->models[0].kv_type, CONFIG_KV_Q8_0);
+    assert_string_equal(config_kv_type_name(c->models[0].kv_type), "q8_0");
     assert_int_equal(config_models_set(c, NULL, "kv_type", "f32", err, sizeof err), 0);
     assert_int_equal(c->models[0].kv_type, CONFIG_KV_F32);
     assert_int_equal(c->models[1].kv_type, CONFIG_KV_F32);
     assert_string_equal(config_kv_type_name(c->models[1].kv_type), "f32");
     assert_int_equal(config_models_set(c, NULL, "kv_type", "f8", err, sizeof err), -1);
-    assert_non_null(strstr(err, "--models.kv_type: expected f16 or f32 or auto, got 'f8'"));
+    assert_non_null(strstr(err, "--models.kv_type: expected f16 or f32 or auto or q8_0, got 'f8'"));
     assert_int_equal(c->models[0].kv_type, CONFIG_KV_F32);
     /* one model by name (--on-demand NAME) */
     assert_int_equal(config_models_set(c, "b", "on_demand", "true", err, sizeof err), 0);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -179,12 +180,13 @@ static char *names[] = {"get_weather"};
 
 static void test_complete_and_store(void **st)
 {
+    const int64_t now = (int64_t)time(NULL); /* the routes check age against the wall clock */
     resp_store_t *store = NULL;
     assert_int_equal(resp_store_open(":memory:", NULL, &store, NULL, 0), 0);
     responses_request_t r;
     parse_ok("{\"model\":\"m\",\"input\":\"Weather in Rome?\",\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\","
              "\"parameters\":{\"type\":\"object\"}}]}", NULL, NULL, &r);
-    responses_meta_t m = {.id = "resp_1", .model = "m", .created = 1700000000, .tool_names = names, .n_tools = 1,
+    responses_meta_t m = {.id = "resp_1", .model = "m", .created = now, .tool_names = names, .n_tools = 1,
                           .store = store, .owner = "key-a"};
     const char *text = "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}</tool_call>";
     oai_usage_t u = {.prompt_tokens = 40, .completion_tokens = 12, .cached_tokens = 32};
@@ -205,13 +207,15 @@ static void test_complete_and_store(void **st)
     assert_int_equal(json_integer_value(json_object_get(us, "total_tokens")), 52);
     /* stored under its owner, with the conversation through the call */
     resp_store_row_t row;
-    assert_int_equal(resp_store_get(store, "resp_1", "key-a", 1700000000, &row), 0);
+    assert_int_equal(resp_store_get(store, "resp_1", "key-a", now, &row), 0);
     json_t *stored = json_loads(row.response, 0, NULL);
     assert_true(json_equal(stored, j));
     json_t *ctx = json_loads(row.context, 0, NULL);
     assert_int_equal(json_array_size(ctx), 2);
     assert_string_equal(json_string_value(json_object_get(json_array_get(ctx, 1), "type")), "function_call");
-    char *items = responses_input_items_json(row.input, false);
+    int status = 0;
+    char *items = responses_stored(store, "key-a", "resp_1", RESPONSES_INPUT_ITEMS, false, &status);
+    assert_int_equal(status, 200);
     json_t *li = json_loads(items, 0, NULL);
     assert_int_equal(json_array_size(json_object_get(li, "data")), 1);
     assert_false(json_is_true(json_object_get(li, "has_more")));
@@ -220,14 +224,33 @@ static void test_complete_and_store(void **st)
     json_decref(stored);
     json_decref(ctx);
     resp_store_row_free(&row);
-    assert_int_equal(resp_store_get(store, "resp_1", "key-b", 1700000000, &row), 1);
+    assert_int_equal(resp_store_get(store, "resp_1", "key-b", now, &row), 1);
+    /* the routes: GET gives the response as answered; another owner 404; DELETE once */
+    char *got = responses_stored(store, "key-a", "resp_1", RESPONSES_GET, false, &status);
+    assert_int_equal(status, 200);
+    assert_string_equal(got, s);
+    free(got);
+    got = responses_stored(store, "key-b", "resp_1", RESPONSES_GET, false, &status);
+    assert_int_equal(status, 404);
+    assert_non_null(strstr(got, "not_found_error"));
+    free(got);
+    free(responses_stored(store, "key-b", "resp_1", RESPONSES_DELETE, false, &status));
+    assert_int_equal(status, 404);
+    got = responses_stored(store, "key-a", "resp_1", RESPONSES_DELETE, false, &status);
+    assert_int_equal(status, 200);
+    assert_non_null(strstr(got, "\"deleted\":true"));
+    free(got);
+    free(responses_stored(store, "key-a", "resp_1", RESPONSES_GET, false, &status));
+    assert_int_equal(status, 404);
+    free(responses_stored(NULL, "key-a", "resp_1", RESPONSES_GET, false, &status));
+    assert_int_equal(status, 503);
     json_decref(j);
     free(s);
     responses_request_free(&r);
 
     /* max_output_tokens reached: incomplete, and store false keeps nothing */
     parse_ok("{\"model\":\"m\",\"input\":\"x\",\"store\":false}", NULL, NULL, &r);
-    responses_meta_t m2 = {.id = "resp_2", .model = "m", .created = 1700000000, .store = store, .owner = "key-a"};
+    responses_meta_t m2 = {.id = "resp_2", .model = "m", .created = now, .store = store, .owner = "key-a"};
     s = responses_complete_json(&m2, &r, "partial", 7, PROTO_FINISH_LENGTH, &u);
     j = json_loads(s, 0, NULL);
     assert_string_equal(json_string_value(json_object_get(j, "status")), "incomplete");
@@ -237,7 +260,7 @@ static void test_complete_and_store(void **st)
     assert_string_equal(json_string_value(json_object_get(msg, "status")), "incomplete");
     assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(msg, "content"), 0), "text")),
                         "partial");
-    assert_int_equal(resp_store_get(store, "resp_2", "key-a", 1700000000, &row), 1);
+    assert_int_equal(resp_store_get(store, "resp_2", "key-a", now, &row), 1);
     json_decref(j);
     free(s);
     responses_request_free(&r);
@@ -254,8 +277,8 @@ static void test_stream(void **st)
     responses_stream_t *s = responses_stream_new(&m, &r);
     const char *text = "<think>ok</think>Here.<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}"
                        "</tool_call>";
-    char *out = NULL;
-    size_t len = 0, cap = 0, n = strlen(text);
+    api_buf_t buf = {0};
+    size_t n = strlen(text);
     for (size_t i = 0; i < n; i += 4) {
         proto_event_t ev = {.text = (char *)text + i, .text_len = (uint32_t)(n - i < 4 ? n - i : 4)};
         if (i + 4 >= n) {
@@ -263,12 +286,12 @@ static void test_stream(void **st)
             ev.has_usage = true;
             ev.usage = (proto_usage_t){.prompt_tokens = 10, .completion_tokens = 30};
         }
-        assert_int_equal(responses_stream_event(s, &ev, &out, &len, &cap), i + 4 >= n);
+        assert_int_equal(responses_stream_event(s, &ev, &buf), i + 4 >= n);
     }
     responses_stream_free(&s);
     responses_request_free(&r);
     /* parse the SSE: event name = data.type, sequence numbers 0, 1, 2, ... */
-    const char *p = out, *end = out + len;
+    const char *p = buf.p, *end = buf.p + buf.len;
     int64_t seq = 0;
     char order[2048] = "";
     char text_out[64] = "", reasoning[64] = "", args[128] = "";
@@ -300,7 +323,7 @@ static void test_stream(void **st)
         json_decref(d);
         p = sep + 2;
     }
-    free(out);
+    free(buf.p);
     assert_string_equal(order, "created in_progress output_item.added content_part.added reasoning_text.delta "
                                "reasoning_text.done content_part.done output_item.done output_item.added "
                                "content_part.added output_text.delta output_text.done content_part.done "

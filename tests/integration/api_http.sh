@@ -11,8 +11,8 @@ source "$(dirname "$0")/../lib.sh"
 GW=$BUILD/pagoda-gateway
 WK=$BUILD/pagoda-worker
 [[ -x $GW && -x $WK ]] || { fail "pagoda-gateway / pagoda-worker not built in $BUILD"; finish; }
-need_shared_model stories260K.gguf
-MODEL_FILE=$SHARED/models/stories260K.gguf
+SMALL=$(small_model) # stories260K, or a generated model when ../shared is absent
+MODEL_FILE=$SMALL
 
 # py 'expression over j' < json  (python3 without numpy is enough)
 py() { python3 -c "import json,sys; j=json.load(sys.stdin); sys.exit(0 if ($1) else 1)"; }

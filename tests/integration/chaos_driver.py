@@ -57,9 +57,9 @@ def log(msg):
 
 # --- processes ------------------------------------------------------------------
 
-def spawn(name, args):
+def spawn(name, args, env=None):
     f = open(os.path.join(TMP, name + ".log"), "ab")
-    p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
+    p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=env)
     PROCS.append(p)
     return p
 
@@ -74,10 +74,13 @@ def start_gateway(tag, extra=()):
         "--admin-open", *extra])  # /admin/workers without --keys
 
 
-def start_solo(tag):
+def start_solo(tag, step_sleep_ms=0):
+    # step_sleep_ms: every step sleeps first (test hook), so a drain is still
+    # under way a given time after the signal however fast the machine is
+    env = dict(os.environ, PAGODA_TEST_STEP_SLEEP_MS=str(step_sleep_ms)) if step_sleep_ms else None
     return spawn("solo-" + tag, [
         BUILD + "/pagoda-worker", "--gateway", "tcp://127.0.0.1:%d" % ZP, "--model", "solo=" + MODEL,
-        "--heartbeat-ms", str(HB_MS), "--max-seqs", "4", "--threads", "1"])
+        "--heartbeat-ms", str(HB_MS), "--max-seqs", "4", "--threads", "1"], env)
 
 
 # --- HTTP ---------------------------------------------------------------------
@@ -380,8 +383,10 @@ def scenario_only_worker(solo, refs):
 
 
 def scenario_gateway_restart(gw, refs):
-    # SIGTERM under load: in-flight finish, new get 503, exit 0
-    solo = start_solo("c")
+    # SIGTERM under load: in-flight finish, new get 503, exit 0. The 6
+    # requests still have >= 295 steps of >= 2 ms each when the late one
+    # comes 0.1 s after the signal.
+    solo = start_solo("c", step_sleep_ms=2)
     ok(wait_until(lambda: len(workers("solo")) == 1, 20), "a new solo worker registers")
     reqs = [Req(body("solo", i, i % 2 == 0, 300)) for i in range(6)]
     run_batch(reqs)

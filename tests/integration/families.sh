@@ -11,7 +11,7 @@
 #   - greedy output alone == the same request inside a batch of 4 concurrent
 #     ones (the worker batches them into the same steps).
 # The numerics of each family are checked against the NumPy reference in
-# tests/worker/test_forward.c; this checks that they load and serve.
+# tests/worker/model/test_forward.c; this checks that they load and serve.
 source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway

@@ -11,9 +11,9 @@ source "$(dirname "$0")/../lib_proc.sh"
 GW=$BUILD/pagoda-gateway
 WK=$BUILD/pagoda-worker
 [[ -x $GW && -x $WK ]] || { fail "pagoda-gateway / pagoda-worker not built in $BUILD"; finish; }
-need_shared_model stories260K.gguf
+SMALL=$(small_model) # stories260K, or a generated model when ../shared is absent
 
-export BUILD TMP MODEL_FILE=$SHARED/models/stories260K.gguf HP=$(free_port) ZP=$(free_port)
+export BUILD TMP MODEL_FILE=$SMALL HP=$(free_port) ZP=$(free_port)
 t0=$SECONDS
 python3 "$(dirname "$0")/restart_wait_driver.py"
 rc=$?

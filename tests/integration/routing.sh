@@ -9,8 +9,8 @@ source "$(dirname "$0")/../lib.sh"
 GW=$BUILD/pagoda-gateway
 WK=$BUILD/pagoda-worker
 [[ -x $GW && -x $WK ]] || { fail "pagoda-gateway / pagoda-worker not built in $BUILD"; finish; }
-need_shared_model stories260K.gguf
-M=$SHARED/models/stories260K.gguf
+SMALL=$(small_model) # stories260K, or a generated model when ../shared is absent
+M=$SMALL
 KV_BLOCKS=40
 
 HP=$(free_port); ZP=$(free_port)

@@ -27,7 +27,7 @@
 source "$(dirname "$0")/../lib.sh"
 cd "$ROOT"
 
-BIN=$BUILD/tests/worker/test_tokenizer
+BIN=$BUILD/tests/common/text/test_tokenizer
 if [[ ! -x $BIN ]]; then
   fail "$BIN not built"
   finish

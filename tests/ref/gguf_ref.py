@@ -1,7 +1,7 @@
 """gguf_ref.py — a small, independent GGUF reader for the NumPy references.
 
 Written from the GGUF specification (little-endian header, metadata key/values,
-tensor infos, aligned data section); it shares no code with worker/model/gguf.c so the
+tensor infos, aligned data section); it shares no code with common/text/gguf.c so the
 reference forward pass does not inherit the C reader's mistakes.
 
 Tensors come back as numpy arrays shaped like the math uses them: GGUF lists

@@ -47,6 +47,11 @@ KV cache element type: with --kv-f16, every K (after rope) and V vector is
 rounded to IEEE half (np.float16, round to nearest even) before attention
 reads it, exactly where a pagoda f16 KV cache stores it; everything else stays
 float64. Without it K/V are used unrounded (what an f32 cache approximates).
+With --kv-q8, K and V are quantized as a pagoda q8_0 cache stores them (blocks of
+qb = 32, 16 or 8 elements, the largest dividing head_dim: d = amax/127, quants
+round(x/d) clipped to [-127, 127], read back as f16(d) * q) and the queries as the
+q8 attention quantizes them (same blocks, d kept unrounded), in float64; the
+scores are then the products of those values (pagoda sums them exactly in int32).
 
 Usage:
   llama_ref.py MODEL --seq 1,2,3 [--seq 4,5 ...] [--kv-f16] --out FILE
@@ -83,9 +88,24 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
+def q8(x, f16_scale):
+    """x (T, heads, hd) quantized in blocks of qb along hd, dequantized back."""
+    hd = x.shape[-1]
+    qb = 32 if hd % 32 == 0 else 16 if hd % 16 == 0 else 8
+    b = x.reshape(x.shape[:-1] + (hd // qb, qb)).astype(np.float32)
+    amax = np.abs(b).max(axis=-1, keepdims=True)
+    d = amax / np.float32(127)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
+    qv = np.clip(np.rint(b * inv), -127, 127)
+    if f16_scale:
+        d = d.astype(np.float16)
+    return (d.astype(np.float64) * qv).reshape(x.shape)
+
+
 class Model:
-    def __init__(self, path, kv_f16=False):
+    def __init__(self, path, kv_f16=False, kv_q8=False):
         self.kv_f16 = kv_f16
+        self.kv_q8 = kv_q8
         g = GGUF(path)
         self.arch = a = g.arch()
         if a not in ARCHS:
@@ -282,6 +302,8 @@ class Model:
                 # the cache keeps half precision: round to f16, widen back
                 k = k.astype(np.float16).astype(np.float64)
                 v = v.astype(np.float16).astype(np.float64)
+            if self.kv_q8:
+                k, v, q = q8(k, True), q8(v, True), q8(q, False)
             k = np.repeat(k, group, axis=1)
             v = np.repeat(v, group, axis=1)
             sc = np.einsum("thd,shd->hts", q, k) * self.scale
@@ -315,10 +337,11 @@ def main():
     ap.add_argument("--out", help="write float32 logits here")
     ap.add_argument("--greedy", type=int, default=0, help="generate N tokens greedily")
     ap.add_argument("--kv-f16", action="store_true", help="round K and V to float16 (an f16 KV cache)")
+    ap.add_argument("--kv-q8", action="store_true", help="K/V and queries as a q8_0 KV cache quantizes them")
     ap.add_argument("--embed", help="write float32 pooled, L2-normalised embeddings here")
     ap.add_argument("--pooling", choices=["mean", "last"], help="default: the GGUF's pooling_type")
     args = ap.parse_args()
-    m = Model(args.model, kv_f16=args.kv_f16)
+    m = Model(args.model, kv_f16=args.kv_f16, kv_q8=args.kv_q8)
     seqs = [[int(t) for t in s.split(",") if t != ""] for s in args.seq]
     if args.greedy:
         toks = list(seqs[0])

@@ -28,7 +28,7 @@ Writes (all F32, random weights, vocab 128, BOS 1):
   bad-type.gguf        llama with one Q2_K matrix (must be refused naming Q2_K)
   bad-shape.gguf       llama whose attn_k has the wrong number of rows
 
-The GGUF writer here follows the format description in worker/model/gguf.h and is
+The GGUF writer here follows the format description in common/text/gguf.h and is
 deliberately separate from the C reader and from gguf_ref.py's reader.
 """
 import os

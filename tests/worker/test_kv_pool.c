@@ -175,6 +175,24 @@ static void test_geometry_and_budget(void **state)
     int32_t n16 = kv_pool_blocks_for_budget(2, 64, 32, KV_TYPE_F16, 1u << 26);
     print_message("  64 MiB: %d f32 blocks, %d f16 blocks\n", n32, n16);
     assert_true(n16 > 19 * n32 / 10 && n16 <= 2 * n32);
+    /* q8_0 at the 1.1B shape (TinyLlama: 22 layers, 4 kv heads of 64, blocks
+     * of 32): 272 bytes per K vector instead of 512, so a 1 GiB budget holds
+     * >= 1.85x the f16 tokens (issue #27); the worker logs the same count */
+    int32_t b16 = kv_pool_blocks_for_budget_q(22, 256, 32, KV_TYPE_F16, 0, (size_t)1 << 30);
+    int32_t b8 = kv_pool_blocks_for_budget_q(22, 256, 32, KV_TYPE_Q8_0, 32, (size_t)1 << 30);
+    print_message("  1.1B shape, 1024 MiB: f16 %d blocks = %d tokens, q8_0 %d blocks = %d tokens (%.3fx)\n", b16,
+                  b16 * 32, b8, b8 * 32, (double)b8 / b16);
+    assert_true((double)b8 >= 1.85 * b16);
+    assert_int_equal(kv_pool_block_bytes_q(22, 256, 32, KV_TYPE_Q8_0, 32) - kv_pool_block_bytes_q(22, 256, 32, KV_TYPE_F16, 0),
+                     -(ptrdiff_t)(2u * 22 * 32 * (512 - 272)));
+    assert_int_equal(kv_pool_block_bytes_q(22, 256, 32, KV_TYPE_Q8_0, 0), 0); /* no q block */
+    {
+        kv_pool_t *q = kv_pool_new_q(2, 64, 3, 4, KV_TYPE_Q8_0, 32);
+        assert_non_null(q);
+        assert_int_equal(kv_pool_store(q)->qblock, 32);
+        assert_int_equal(kv_store_row_bytes(kv_pool_store(q)), 68);
+        kv_pool_free(&q);
+    }
 
     kv_pool_t *p = kv_pool_new(3, 5, 7, 4, KV_TYPE_F32);
     assert_non_null(p);

@@ -52,7 +52,7 @@
 #include "worker/engine.h"
 #include "worker/model/forward.h"
 #include "worker/wait_policy.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/sched.h"
 
 #define MAX_REQ 40
@@ -1496,7 +1496,7 @@ static void test_zoo_batched_preempted(void **state)
      * shape (~1e-7), an f16 cache turns that into a half-ulp flip now and
      * then, and on this random-weight model that moved a seeded sample (the
      * f16 cache's batch invariance is to a tolerance there, see
-     * tests/worker/test_forward.c). */
+     * tests/worker/model/test_forward.c). */
     for (int exact = 0; exact < 2; exact++) {
         g_exact_matmul = exact;
         g_kv_type = exact ? KV_TYPE_F32 : KV_TYPE_F16;

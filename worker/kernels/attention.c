@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "common/cpu.h"
+#include "worker/kernels/attention_q8.h"
 #include "worker/kernels/quant.h"
 #include "worker/kernels/vmath.h"
 
@@ -444,9 +445,70 @@ static void attend_plain(const float *q, const kv_store_t *kv, int l, const int3
         out[i] *= inv;
 }
 
+/* Soft-capping, then sc = e^(sc - max) in place; returns 1 / Σ sc
+ * (attend_plain's softmax). */
+static float softmax_plain(float *sc, int n_pos, float softcap)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < n_pos; j++) {
+        if (softcap > 0)
+            sc[j] = softcap * tanhf(sc[j] / softcap);
+        if (sc[j] > mx)
+            mx = sc[j];
+    }
+    float sum = 0;
+    for (int j = 0; j < n_pos; j++) {
+        sc[j] = expf(sc[j] - mx);
+        sum += sc[j];
+    }
+    return 1.0f / sum;
+}
+
+#ifdef VMATH_X86
+VMATH_FN static float softmax_vec(float *sc, int n_pos, float softcap)
+{
+    return softmax_avx2(sc, n_pos, softcap);
+}
+#endif
+
+/* attention_group over a Q8_0 store (attention_q8.h): queries quantized per
+ * head, integer scores, the softmax of the other kernels, values
+ * dequantized on the fly; four heads at a time share each K/V read. */
+static void attend_q8(const float *q, int n_q, const kv_store_t *kv, int l, const int32_t *bt, int t0, int t1,
+                      int kvo, int hd, float scale, float softcap, float *sc, size_t ld, float *out)
+{
+    const int qb = kv->qblock;
+    assert(qb > 0 && hd % qb == 0 && hd <= ATTQ8_MAX_HEAD_DIM);
+    const qgemm_isa_t isa = attention_q8_isa();
+    int8_t qq[4 * ATTQ8_MAX_HEAD_DIM];
+    float qd[4 * (ATTQ8_MAX_HEAD_DIM / 8)];
+    for (int h0 = 0; h0 < n_q; h0 += 4) {
+        const int nh = n_q - h0 < 4 ? n_q - h0 : 4;
+        float inv[4];
+        attention_q8_quantize_q(q + (size_t)h0 * hd, nh, hd, qb, qq, qd);
+        attention_q8_scores(isa, qq, qd, nh, kv, l, bt, t0, t1, kvo, hd, scale, sc + (size_t)h0 * ld, ld);
+        for (int h = 0; h < nh; h++) {
+#ifdef VMATH_X86
+            if (isa != QGEMM_ISA_SCALAR && cpu_has_avx2_fma_f16c()) {
+                inv[h] = softmax_vec(sc + (size_t)(h0 + h) * ld, t1 - t0, softcap);
+                continue;
+            }
+#endif
+            inv[h] = softmax_plain(sc + (size_t)(h0 + h) * ld, t1 - t0, softcap);
+        }
+        attention_q8_values(isa, sc + (size_t)h0 * ld, ld, nh, inv, kv, l, bt, t0, t1, kvo, hd,
+                            out + (size_t)h0 * hd);
+    }
+}
+
 void attention_head(const float *q, const kv_store_t *kv, int layer, const int32_t *bt, int t0, int t1,
                     int kv_off, int head_dim, float scale, float softcap, float *scores, float *out)
 {
+    if (kv->type == KV_TYPE_Q8_0) {
+        assert(t0 >= 0 && t1 > t0);
+        attend_q8(q, 1, kv, layer, bt, t0, t1, kv_off, head_dim, scale, softcap, scores, (size_t)(t1 - t0), out);
+        return;
+    }
     assert(t0 >= 0 && t1 > t0);
 #ifdef VMATH_X86
     /* The AVX2 path also reads f16 K/V (F16C): every AVX2 CPU has F16C, and
@@ -464,6 +526,10 @@ void attention_group(const float *q, int n_q, const kv_store_t *kv, int layer, c
                      float *out)
 {
     assert(t0 >= 0 && t1 > t0 && n_q >= 1 && scores_ld >= (size_t)(t1 - t0));
+    if (kv->type == KV_TYPE_Q8_0) {
+        attend_q8(q, n_q, kv, layer, bt, t0, t1, kv_off, head_dim, scale, softcap, scores, scores_ld, out);
+        return;
+    }
 #ifdef VMATH_X86
     if (head_dim % 8 == 0 && cpu_has_avx2_fma_f16c()) {
         for (int h = 0; h < n_q; h += 4) {
@@ -490,7 +556,7 @@ void attention_row(const float *q, int n_head, int n_kv_head, const kv_store_t *
 {
     assert(n_head >= 1 && n_kv_head >= 1 && n_head % n_kv_head == 0);
 #ifdef VMATH_X86
-    if (head_dim % 8 == 0 && cpu_has_avx2_fma_f16c()) {
+    if (head_dim % 8 == 0 && cpu_has_avx2_fma_f16c() && kv->type != KV_TYPE_Q8_0) {
         attend_row_avx2(q, n_head, n_kv_head, kv, layer, bt, t0, t1, head_dim, scale, softcap, scores, scores_ld,
                         out);
         return;

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/model/kv_store.h"
+#include "worker/kernels/kv_store.h"
 
 void attention_head(const float *q, const kv_store_t *kv, int layer, const int32_t *bt, int t0, int t1,
                     int kv_off, int head_dim, float scale, float softcap, float *scores, float *out);

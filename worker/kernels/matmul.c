@@ -26,10 +26,10 @@
 #include <string.h>
 
 #include "common/cpu.h"
+#include "common/text/ggml_type.h"
 #include "common/xalloc.h"
 #include "worker/kernels/qblock.h"
 #include "worker/kernels/quant.h"
-#include "worker/model/gguf.h"
 
 /* Floats per dequantized tile: ~1 MiB keeps the tile cache-resident while
  * the GEMM streams X over it. */
@@ -90,7 +90,7 @@ void matmul_free(matmul_t **mm)
  * Q6_K on AVX2 machines it uses the vector decoders below, which compute
  * every value with the same float operations, in the same order, as
  * quant_dequantize() (x = (float)q * d, x = dl * q - ml, ...), so results
- * are bit-identical (tests/worker/test_matmul.c checks this); everything
+ * are bit-identical (tests/worker/kernels/test_matmul.c checks this); everything
  * else goes through quant_dequantize(). */
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -336,7 +336,7 @@ static int have_avx2(void)
  * result does not depend on the other rows or on the tiling. Numerics: W is
  * exact; x loses its low 16 mantissa bits (relative error ≤ 2^-9 per
  * element) and vdpbf16ps sums pairs in f32 (products of two bf16 are exact
- * in f32), so |y − Σ w·x| ≤ 2^-8 · Σ|w·x| (tests/worker/test_matmul.c). */
+ * in f32), so |y − Σ w·x| ≤ 2^-8 · Σ|w·x| (tests/worker/kernels/test_matmul.c). */
 #define BF_TARGET "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma"
 #define BF_MR 4
 #define BF_NR 4

@@ -4,8 +4,9 @@
  * "f16" fields hold IEEE half bits; convert with quant_fp16_to_fp32). The
  * structs are packed (alignment 1), so a pointer to one may point anywhere in
  * a mmapped tensor: GGUF tensors are 32-byte aligned but a 34-byte Q8_0 block
- * is not. Every struct's size is checked against the file format below and
- * equals ggml_type_block_bytes() (gguf.c's table).
+ * is not. Every struct's size is checked here against the block bytes of
+ * common/text/ggml_type.h's table (GGML_<NAME>_BLOCK_BYTES), and the
+ * traits table in quant.c asserts the same of each row.
  *
  * What the fields mean (dequantization, quant.h has the same in prose):
  *
@@ -28,20 +29,24 @@
 
 #include <stdint.h>
 
+#include "common/text/ggml_type.h"
+
 #define QBLOCK_QK 32   /* elements of a Q8_0 / Q4_0 block */
 #define QBLOCK_QKK 256 /* elements of a K-quant super-block */
+_Static_assert(QBLOCK_QK == GGML_Q8_0_BLOCK_ELEMS && QBLOCK_QK == GGML_Q4_0_BLOCK_ELEMS, "32-element blocks");
+_Static_assert(QBLOCK_QKK == GGML_Q4_K_BLOCK_ELEMS && QBLOCK_QKK == GGML_Q6_K_BLOCK_ELEMS, "256-element super-blocks");
 
 typedef struct __attribute__((packed)) {
     uint16_t d;    /* f16 scale */
     int8_t qs[32]; /* quants */
 } qblock_q8_0_t;
-_Static_assert(sizeof(qblock_q8_0_t) == 34, "Q8_0 block is 34 bytes");
+_Static_assert(sizeof(qblock_q8_0_t) == GGML_Q8_0_BLOCK_BYTES, "Q8_0 block is 34 bytes");
 
 typedef struct __attribute__((packed)) {
     uint16_t d;     /* f16 scale */
     uint8_t qs[16]; /* element i in the low nibble of qs[i], i + 16 in the high one */
 } qblock_q4_0_t;
-_Static_assert(sizeof(qblock_q4_0_t) == 18, "Q4_0 block is 18 bytes");
+_Static_assert(sizeof(qblock_q4_0_t) == GGML_Q4_0_BLOCK_BYTES, "Q4_0 block is 18 bytes");
 
 typedef struct __attribute__((packed)) {
     uint16_t d;          /* f16 super-block scale of the sub-block scales */
@@ -49,7 +54,7 @@ typedef struct __attribute__((packed)) {
     uint8_t scales[12];  /* 8 six-bit scales and 8 six-bit mins, qblock_k_scale_min */
     uint8_t qs[128];     /* 4-bit quants, two sub-blocks per 32 bytes */
 } qblock_q4_k_t;
-_Static_assert(sizeof(qblock_q4_k_t) == 144, "Q4_K block is 144 bytes");
+_Static_assert(sizeof(qblock_q4_k_t) == GGML_Q4_K_BLOCK_BYTES, "Q4_K block is 144 bytes");
 
 typedef struct __attribute__((packed)) {
     uint16_t d;          /* as Q4_K */
@@ -58,7 +63,7 @@ typedef struct __attribute__((packed)) {
     uint8_t qh[32];      /* bit j of qh[l]: bit 4 of element 32j + l */
     uint8_t qs[128];     /* low 4 bits, as Q4_K */
 } qblock_q5_k_t;
-_Static_assert(sizeof(qblock_q5_k_t) == 176, "Q5_K block is 176 bytes");
+_Static_assert(sizeof(qblock_q5_k_t) == GGML_Q5_K_BLOCK_BYTES, "Q5_K block is 176 bytes");
 
 typedef struct __attribute__((packed)) {
     uint8_t ql[128];     /* low 4 bits of the quants */
@@ -66,7 +71,7 @@ typedef struct __attribute__((packed)) {
     int8_t scales[16];   /* one per 16 elements */
     uint16_t d;          /* f16 super-block scale */
 } qblock_q6_k_t;
-_Static_assert(sizeof(qblock_q6_k_t) == 210, "Q6_K block is 210 bytes");
+_Static_assert(sizeof(qblock_q6_k_t) == GGML_Q6_K_BLOCK_BYTES, "Q6_K block is 210 bytes");
 
 /* The 6-bit scale *sc and min *m (0..63) of sub-block j (0..7) of a Q4_K /
  * Q5_K super-block, from its 12 scale bytes:

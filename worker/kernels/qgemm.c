@@ -47,12 +47,12 @@
 #include <string.h>
 
 #include "common/cpu.h"
+#include "common/text/ggml_type.h"
 #include "common/xalloc.h"
 #include "worker/kernels/qblock.h"
 #include "worker/kernels/qkpack.h"
 #include "worker/kernels/worksteal.h"
 #include "worker/kernels/quant.h"
-#include "worker/model/gguf.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
@@ -63,7 +63,8 @@
 #define RT 4  /* X rows per register tile */
 #define PANEL_BLOCK_BYTES (256 + 16 * 4 + 8 * 4 + 8 * 4 + 8 * 4)
 
-enum kind { K_Q8_0, K_Q4_0, K_Q6_K, K_Q45_K };
+/* The kernel families, named by the traits table's int8 column (quant.h). */
+enum kind { K_Q8_0 = QUANT_INT8_Q8_0, K_Q4_0 = QUANT_INT8_Q4_0, K_Q6_K = QUANT_INT8_Q6_K, K_Q45_K = QUANT_INT8_Q45_K };
 
 struct qgemm_ctx {
     int max_rows;      /* capacity in X rows */
@@ -175,27 +176,12 @@ qgemm_isa_t qgemm_isa_default(void)
 
 bool qgemm_supported(uint32_t type)
 {
-    switch (type) {
-    case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q4_0:
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K:
-        return true;
-    default:
-        return false;
-    }
+    const quant_traits_t *t = quant_traits(type);
+    return t && t->int8 != QUANT_INT8_NONE;
 }
 
-static enum kind kind_of(uint32_t type)
-{
-    switch (type) {
-    case GGML_TYPE_Q8_0: return K_Q8_0;
-    case GGML_TYPE_Q4_0: return K_Q4_0;
-    case GGML_TYPE_Q6_K: return K_Q6_K;
-    default: return K_Q45_K;
-    }
-}
+/* the type's kernel family (qgemm_supported(type)) */
+static enum kind kind_of(uint32_t type) { return (enum kind)quant_traits(type)->int8; }
 
 qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
 {
@@ -813,158 +799,33 @@ AVX2 static void kern_avx2_q8_0_packed(const panel_t *p, const qx_t *x, int r0, 
 
 static inline int32_t xsum(int32_t s) { return (int32_t)(int16_t)(s & 0xffff) + (int16_t)((uint32_t)s >> 16); }
 
-#define VNNI256 __attribute__((target("avx2,f16c,avxvnni")))
-#define VNNI256_INLINE static inline __attribute__((always_inline, target("avx2,f16c,avxvnni")))
-
-/* R (1..4) rows from r0 against one packed panel (AVX-VNNI, 256-bit). */
-VNNI256_INLINE void kern_vnni256_kr(int R, const panel_t *p, const qx_t *x, int r0, float out[RT][NC],
-                                    const uint8_t *next, size_t n_next)
-{
-    const __m256i bias = _mm256_set1_epi8((char)0x80);
-    const int8_t *xq[RT];
-    const float *xd[RT];
-    const int32_t *xs[RT];
-    __m256 acc[RT];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        xq[r] = x->q + (int64_t)(r0 + r) * x->n_in;
-        xd[r] = x->d + (int64_t)(r0 + r) * x->nb;
-        xs[r] = x->c + (int64_t)(r0 + r) * x->nb;
-        acc[r] = _mm256_setzero_ps();
-    }
-    size_t pf = 0, pf_step = (n_next / (size_t)x->nb + 63) / 64 * 64;
-    for (int64_t b = 0; b < x->nb; b++) {
-        for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
-            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
-        const uint8_t *wq = p->q + 256 * b;
-        __m256i ia[RT][VNNI_CHAINS];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            ia[r][0] = _mm256_set1_epi32(xs[r][b]); /* −128·Σx */
-            for (int h = 1; h < VNNI_CHAINS; h++)
-                ia[r][h] = _mm256_setzero_si256();
-        }
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            __m256i u = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(wq + 32 * k)), bias);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                int32_t x4;
-                memcpy(&x4, xq[r] + QB * b + 4 * k, 4);
-                ia[r][k % VNNI_CHAINS] = _mm256_dpbusd_avx_epi32(ia[r][k % VNNI_CHAINS], u, _mm256_set1_epi32(x4));
-            }
-        }
-        __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(p->dh + 8 * b)));
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            __m256i I = ia[r][0];
-            for (int h = 1; h < VNNI_CHAINS; h++)
-                I = _mm256_add_epi32(I, ia[r][h]);
-            __m256 dx = _mm256_set1_ps(xd[r][b]);
-            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(d, dx)));
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-        _mm256_storeu_ps(out[r], acc[r]);
-}
-
-VNNI256 static void kern_vnni256_q8_0_packed(const panel_t *p, const qx_t *x, int r0, int R, float out[RT][NC],
-                                             const uint8_t *next, size_t n_next)
-{
-    switch (R) {
-    case 4: kern_vnni256_kr(4, p, x, r0, out, next, n_next); break;
-    case 3: kern_vnni256_kr(3, p, x, r0, out, next, n_next); break;
-    case 2: kern_vnni256_kr(2, p, x, r0, out, next, n_next); break;
-    default: kern_vnni256_kr(1, p, x, r0, out, next, n_next); break;
-    }
-}
-
-/* AVX-512: two packed panels side by side in one 512-bit register (lanes
- * 0..7 = columns of panel ip, 8..15 = panel ip + 1), up to RT512 X rows
- * per tile (32 vector registers: RT512 · (VNNI_CHAINS + 1) accumulators). */
+/* One source, two widths (qgemm_vnni.inc): kern_vnni256_q8_0_packed
+ * (AVX-VNNI, one panel, RT rows per tile) and kern_avx512_q8_0_packed
+ * (AVX-512: two packed panels side by side in one 512-bit register, lanes
+ * 0..7 = columns of panel ip, 8..15 = panel ip + 1, up to RT512 X rows per
+ * tile: 32 vector registers hold RT512 · (VNNI_CHAINS + 1) accumulators). */
 #define RT512 8
 #define NC512 16
-#define V512 __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
-#define V512_INLINE \
-    static inline __attribute__((always_inline, target("avx2,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 
-/* R (1..RT512) rows from r0 against panels q0/dh0 and q1/dh1 (q1 may equal
- * q0 when there is no second panel: its outputs are then dropped). */
-V512_INLINE void kern_avx512_kr(int R, const uint8_t *q0, const uint16_t *dh0, const uint8_t *q1,
-                                const uint16_t *dh1, const qx_t *x, int r0, float out[RT512][NC512],
-                                const uint8_t *next, size_t n_next)
-{
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
-    const int8_t *xq[RT512];
-    const float *xd[RT512];
-    const int32_t *xs[RT512];
-    __m512 acc[RT512];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-        xq[r] = x->q + (int64_t)(r0 + r) * x->n_in;
-        xd[r] = x->d + (int64_t)(r0 + r) * x->nb;
-        xs[r] = x->c + (int64_t)(r0 + r) * x->nb;
-        acc[r] = _mm512_setzero_ps();
-    }
-    size_t pf = 0, pf_step = (n_next / (size_t)x->nb + 63) / 64 * 64;
-    for (int64_t b = 0; b < x->nb; b++) {
-        for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
-            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
-        const uint8_t *w0 = q0 + 256 * b, *w1 = q1 + 256 * b;
-        __m512i ia[RT512][VNNI_CHAINS];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            ia[r][0] = _mm512_set1_epi32(xs[r][b]); /* −128·Σx */
-            for (int h = 1; h < VNNI_CHAINS; h++)
-                ia[r][h] = _mm512_setzero_si512();
-        }
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(w0 + 32 * k))),
-                                           _mm256_load_si256((const __m256i *)(w1 + 32 * k)), 1);
-            __m512i u = _mm512_xor_si512(w, bias);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                int32_t x4;
-                memcpy(&x4, xq[r] + QB * b + 4 * k, 4);
-                ia[r][k % VNNI_CHAINS] = _mm512_dpbusd_epi32(ia[r][k % VNNI_CHAINS], u, _mm512_set1_epi32(x4));
-            }
-        }
-        __m256i h16 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_load_si128((const __m128i *)(dh0 + 8 * b))),
-                                              _mm_load_si128((const __m128i *)(dh1 + 8 * b)), 1);
-        __m512 d = _mm512_cvtph_ps(h16);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            __m512i I = ia[r][0];
-            for (int h = 1; h < VNNI_CHAINS; h++)
-                I = _mm512_add_epi32(I, ia[r][h]);
-            __m512 dx = _mm512_set1_ps(xd[r][b]);
-            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(d, dx)));
-        }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
-        _mm512_storeu_ps(out[r], acc[r]);
-}
+#define QV_BITS 256
+#define QV_RT RT
+#define QV_ATTR __attribute__((target("avx2,f16c,avxvnni")))
+#define QV_NAME(n) kern_vnni256_##n
+#include "worker/kernels/qgemm_vnni.inc"
+#undef QV_BITS
+#undef QV_RT
+#undef QV_ATTR
+#undef QV_NAME
 
-V512 static void kern_avx512_q8_0_packed(const uint8_t *q0, const uint16_t *dh0, const uint8_t *q1,
-                                         const uint16_t *dh1, const qx_t *x, int r0, int R,
-                                         float out[RT512][NC512], const uint8_t *next, size_t n_next)
-{
-#define K512(n) kern_avx512_kr(n, q0, dh0, q1, dh1, x, r0, out, next, n_next)
-    switch (R) {
-    case 8: K512(8); break;
-    case 7: K512(7); break;
-    case 6: K512(6); break;
-    case 5: K512(5); break;
-    case 4: K512(4); break;
-    case 3: K512(3); break;
-    case 2: K512(2); break;
-    default: K512(1); break;
-    }
-#undef K512
-}
+#define QV_BITS 512
+#define QV_RT RT512
+#define QV_ATTR __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+#define QV_NAME(n) kern_avx512_##n
+#include "worker/kernels/qgemm_vnni.inc"
+#undef QV_BITS
+#undef QV_RT
+#undef QV_ATTR
+#undef QV_NAME
 
 /* Direct path for a few X rows (Q8_0 and Q4_0): no panel. Each W row's
  * block is decoded in element order and multiplied against the X block; the
@@ -1199,7 +1060,7 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
             int R = n_rows - r0 < RT ? n_rows - r0 : RT;
             float out[RT][NC];
             if (vnni)
-                kern_vnni256_q8_0_packed(&pp, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
+                kern_vnni256_q8_0_packed(pp.q, pp.dh, pp.q, pp.dh, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
             else
                 kern_avx2_q8_0_packed(&pp, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
             for (int r = 0; r < R; r++)
@@ -1412,11 +1273,12 @@ int qgemm(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n
 
 size_t qgemm_packed_size(uint32_t type, int64_t n_out, int64_t n_in)
 {
-    if ((type != GGML_TYPE_Q8_0 && !qkpack_supported(type)) || n_out < 1 || n_out > PACK_MAX_OUT || n_in < QB ||
+    const quant_traits_t *t = quant_traits(type);
+    if (!t || t->packed == QUANT_PACK_NONE || n_out < 1 || n_out > PACK_MAX_OUT || n_in < QB ||
         n_in > PACK_MAX_IN || n_in % ggml_type_block_elems(type) != 0)
         return 0;
     uint64_t nb = (uint64_t)(n_in / QB);
-    uint64_t panel = type == GGML_TYPE_Q8_0 ? (nb * (256 + 16) + 63) / 64 * 64 : qkpack_panel_bytes(type, n_in);
+    uint64_t panel = t->packed == QUANT_PACK_Q8_0 ? (nb * (256 + 16) + 63) / 64 * 64 : qkpack_panel_bytes(type, n_in);
     uint64_t n_panels = ((uint64_t)n_out + NC - 1) / NC;
     if (n_panels > (SIZE_MAX - PACK_HDR_BYTES) / panel)
         return 0;
@@ -1445,7 +1307,7 @@ int qgemm_pack_to(uint32_t type, const void *w, int64_t n_out, int64_t n_in, voi
 #pragma omp parallel for schedule(dynamic, 64) num_threads(n_threads)
     for (int64_t ip = 0; ip < n_panels; ip++) {
         uint8_t *q = buf + PACK_HDR_BYTES + (size_t)ip * panel;
-        if (type != GGML_TYPE_Q8_0) {
+        if (quant_traits(type)->packed != QUANT_PACK_Q8_0) {
             int nc = n_out - ip * NC < NC ? (int)(n_out - ip * NC) : NC;
             qkpack_pack_panel(type, src + (size_t)(ip * NC) * rb, rb, nc, n_in, q);
             continue;

@@ -55,7 +55,7 @@
  * is uniform in ±d/2, so the expected relative error is ≈ rms(d)/√12/rms(x):
  * measured ‖y − y_ref‖/‖y_ref‖ = 0.5 % for Gaussian activations and 1.1 %
  * when 1 % of them are 20σ outliers (each matches the prediction within a
- * few %); tests/worker/test_qgemm.c checks the bound and the prediction.
+ * few %); tests/worker/kernels/test_qgemm.c checks the bound and the prediction.
  * Non-finite X (inf, NaN) in a block gives NaN in every output of that row.
  *
  * Determinism. The value of Y[r][c] depends only on X row r and W row c: the
@@ -65,7 +65,7 @@
  * panel) and of the ISA. The AVX2 and the scalar paths are bit-identical
  * (tested), a row computed alone equals the same row computed inside a
  * batch (batch invariance, tested), and a packed W gives the same bits as
- * the file's (tests/worker/test_qgemm_pack.c).
+ * the file's (tests/worker/kernels/test_qgemm_pack.c).
  *
  * Threading. qgemm() runs an OpenMP parallel region (num_threads = the
  * thread count fixed at qgemm_ctx_new: omp_get_max_threads() then) over

@@ -12,13 +12,14 @@
 #include <string.h>
 
 #include "worker/kernels/qblock.h"
-#include "worker/model/gguf.h"
+#include "worker/kernels/quant.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-enum qk_kind { QK_Q40, QK_Q4K, QK_Q5K, QK_Q6K };
+/* The panel kinds, named by the traits table's packed column (quant.h). */
+enum qk_kind { QK_Q40 = QUANT_PACK_Q4_0, QK_Q4K = QUANT_PACK_Q4_K, QK_Q5K = QUANT_PACK_Q5_K, QK_Q6K = QUANT_PACK_Q6_K };
 #define QK_AFFINE(k) ((k) == QK_Q4K || (k) == QK_Q5K)
 
 /* Offsets inside a chunk (8 blocks × 8 columns), qkpack.h. */
@@ -37,13 +38,15 @@ static inline size_t qk_chunk_bytes(enum qk_kind k)
     return 0;
 }
 
+/* The panel kind of a type packed here (its row's packed column). */
 static bool kind_of(uint32_t type, enum qk_kind *k)
 {
-    switch (type) {
-    case GGML_TYPE_Q4_0: *k = QK_Q40; return true;
-    case GGML_TYPE_Q4_K: *k = QK_Q4K; return true;
-    case GGML_TYPE_Q5_K: *k = QK_Q5K; return true;
-    case GGML_TYPE_Q6_K: *k = QK_Q6K; return true;
+    const quant_traits_t *t = quant_traits(type);
+    switch (t ? t->packed : QUANT_PACK_NONE) {
+    case QUANT_PACK_Q4_0:
+    case QUANT_PACK_Q4_K:
+    case QUANT_PACK_Q5_K:
+    case QUANT_PACK_Q6_K: *k = (enum qk_kind)t->packed; return true;
     default: return false;
     }
 }

@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "worker/kernels/qblock.h"
-#include "worker/model/gguf.h"
 
 #define QK QBLOCK_QK /* elements per Q8_0 / Q4_0 block */
 
@@ -161,51 +160,36 @@ static void deq_q6_k(const uint8_t *p, float *y)
             }
 }
 
-bool quant_can_dequantize(uint32_t type) { return ggml_type_supported(type); }
+/* Row functions of the traits table: n_blocks blocks from src into dst. */
+static void deq_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
 
-size_t quant_row_bytes(uint32_t type, int64_t n)
-{
-    uint32_t be = ggml_type_block_elems(type);
-    if (be == 0 || n < 0 || n % be != 0)
-        return 0;
-    return (size_t)(n / be) * ggml_type_block_bytes(type);
-}
-
-int quant_dequantize(uint32_t type, const void *src, float *dst, int64_t n)
+static void deq_f16(const void *src, float *dst, int64_t n)
 {
     const uint8_t *s = src;
-    if (!quant_can_dequantize(type) || (quant_row_bytes(type, n) == 0 && n != 0))
-        return -1;
-    uint32_t be = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);
-    int64_t nb = n / be;
-    switch (type) {
-    case GGML_TYPE_F32:
-        memcpy(dst, src, (size_t)n * 4);
-        return 0;
-    case GGML_TYPE_F16:
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = quant_fp16_to_fp32(rd16(s + 2 * i));
-        return 0;
-    case GGML_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = quant_bf16_to_fp32(rd16(s + 2 * i));
-        return 0;
-    default:
-        break;
-    }
-    void (*fn)(const uint8_t *, float *) = NULL;
-    switch (type) {
-    case GGML_TYPE_Q8_0: fn = deq_q8_0; break;
-    case GGML_TYPE_Q4_0: fn = deq_q4_0; break;
-    case GGML_TYPE_Q4_K: fn = deq_q4_k; break;
-    case GGML_TYPE_Q5_K: fn = deq_q5_k; break;
-    case GGML_TYPE_Q6_K: fn = deq_q6_k; break;
-    default: return -1;
-    }
-    for (int64_t i = 0; i < nb; i++)
-        fn(s + (size_t)i * bb, dst + i * be);
-    return 0;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = quant_fp16_to_fp32(rd16(s + 2 * i));
 }
+
+static void deq_bf16(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *s = src;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = quant_bf16_to_fp32(rd16(s + 2 * i));
+}
+
+/* A row function over blocks of blk_t (elems each) from a one-block decoder. */
+#define DEQ_ROWS(fn, blk_t, elems)                                      \
+    static void fn##_rows(const void *src, float *dst, int64_t n)       \
+    {                                                                   \
+        for (int64_t i = 0; i < n; i++)                                 \
+            fn((const uint8_t *)src + (size_t)i * sizeof(blk_t), dst + i * (elems)); \
+    }
+DEQ_ROWS(deq_q8_0, qblock_q8_0_t, QK)
+DEQ_ROWS(deq_q4_0, qblock_q4_0_t, QK)
+DEQ_ROWS(deq_q4_k, qblock_q4_k_t, QBLOCK_QKK)
+DEQ_ROWS(deq_q5_k, qblock_q5_k_t, QBLOCK_QKK)
+DEQ_ROWS(deq_q6_k, qblock_q6_k_t, QBLOCK_QKK)
+#undef DEQ_ROWS
 
 /* ---- quantizers ---------------------------------------------------------- */
 
@@ -334,41 +318,125 @@ static void q_q6_k(const float *x, uint8_t *b)
             }
 }
 
-bool quant_can_quantize(uint32_t type) { return ggml_type_supported(type); }
+static void q_f32(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
+
+static void q_f16(const float *src, void *dst, int64_t n)
+{
+    uint8_t *d = dst;
+    for (int64_t i = 0; i < n; i++)
+        wr16(d + 2 * i, quant_fp32_to_fp16(src[i]));
+}
+
+static void q_bf16(const float *src, void *dst, int64_t n)
+{
+    uint8_t *d = dst;
+    for (int64_t i = 0; i < n; i++)
+        wr16(d + 2 * i, quant_fp32_to_bf16(src[i]));
+}
+
+static void q_q4_k(const float *x, uint8_t *b) { q_q45_k(x, b, 15); }
+static void q_q5_k(const float *x, uint8_t *b) { q_q45_k(x, b, 31); }
+
+#define Q_ROWS(fn, blk_t, elems)                                        \
+    static void fn##_rows(const float *src, void *dst, int64_t n)       \
+    {                                                                   \
+        for (int64_t i = 0; i < n; i++)                                 \
+            fn(src + i * (elems), (uint8_t *)dst + (size_t)i * sizeof(blk_t)); \
+    }
+Q_ROWS(q_q8_0, qblock_q8_0_t, QK)
+Q_ROWS(q_q4_0, qblock_q4_0_t, QK)
+Q_ROWS(q_q4_k, qblock_q4_k_t, QBLOCK_QKK)
+Q_ROWS(q_q5_k, qblock_q5_k_t, QBLOCK_QKK)
+Q_ROWS(q_q6_k, qblock_q6_k_t, QBLOCK_QKK)
+#undef Q_ROWS
+
+/* ---- the traits table ------------------------------------------------------ */
+
+/* One row per type pagoda computes with (quant.h). ROW fills the format
+ * columns from ggml_type.h's table and the block struct; the assert below
+ * each row ties that struct to ggml_type.h's geometry. */
+#define ROW(NAME, blk_t, deq, q, int8_path, pack_path, ftype)                              \
+    [GGML_TYPE_##NAME] = {.type = GGML_TYPE_##NAME, .name = #NAME,                          \
+                          .block_elems = GGML_##NAME##_BLOCK_ELEMS, .block_bytes = sizeof(blk_t), \
+                          .dequantize = deq, .quantize = q, .int8 = int8_path, .packed = pack_path, \
+                          .file_type = ftype}
+#define ROW_ASSERT(NAME, blk_t, elems)                                                     \
+    _Static_assert(sizeof(blk_t) == GGML_##NAME##_BLOCK_BYTES && (elems) == GGML_##NAME##_BLOCK_ELEMS, \
+                   #NAME " block struct = ggml_type.h's row")
+
+/* file_type: llama.cpp's general.file_type for a model whose matrices are
+ * all this type (F32 0, F16 1, Q4_0 2, Q8_0 7, Q4_K_S 14, Q5_K_S 16, Q6_K 18,
+ * BF16 32); pagoda-mkmodel writes it. */
+static const quant_traits_t traits[GGML_TYPE_COUNT] = {
+    /*  type  block struct     to float        from float    int8 kernels      packed at load    file_type */
+    ROW(F32,  float,           deq_f32,        q_f32,        QUANT_INT8_NONE,  QUANT_PACK_NONE,  0),
+    ROW(F16,  uint16_t,        deq_f16,        q_f16,        QUANT_INT8_NONE,  QUANT_PACK_NONE,  1),
+    ROW(BF16, uint16_t,        deq_bf16,       q_bf16,       QUANT_INT8_NONE,  QUANT_PACK_NONE,  32),
+    ROW(Q8_0, qblock_q8_0_t,   deq_q8_0_rows,  q_q8_0_rows,  QUANT_INT8_Q8_0,  QUANT_PACK_Q8_0,  7),
+    ROW(Q4_0, qblock_q4_0_t,   deq_q4_0_rows,  q_q4_0_rows,  QUANT_INT8_Q4_0,  QUANT_PACK_Q4_0,  2),
+    ROW(Q4_K, qblock_q4_k_t,   deq_q4_k_rows,  q_q4_k_rows,  QUANT_INT8_Q45_K, QUANT_PACK_Q4_K,  14),
+    ROW(Q5_K, qblock_q5_k_t,   deq_q5_k_rows,  q_q5_k_rows,  QUANT_INT8_Q45_K, QUANT_PACK_Q5_K,  16),
+    ROW(Q6_K, qblock_q6_k_t,   deq_q6_k_rows,  q_q6_k_rows,  QUANT_INT8_Q6_K,  QUANT_PACK_Q6_K,  18),
+};
+ROW_ASSERT(F32, float, 1);
+ROW_ASSERT(F16, uint16_t, 1);
+ROW_ASSERT(BF16, uint16_t, 1);
+ROW_ASSERT(Q8_0, qblock_q8_0_t, QBLOCK_QK);
+ROW_ASSERT(Q4_0, qblock_q4_0_t, QBLOCK_QK);
+ROW_ASSERT(Q4_K, qblock_q4_k_t, QBLOCK_QKK);
+ROW_ASSERT(Q5_K, qblock_q5_k_t, QBLOCK_QKK);
+ROW_ASSERT(Q6_K, qblock_q6_k_t, QBLOCK_QKK);
+#undef ROW
+#undef ROW_ASSERT
+
+const quant_traits_t *quant_traits(uint32_t type)
+{
+    return type < GGML_TYPE_COUNT && traits[type].dequantize ? &traits[type] : NULL;
+}
+
+const quant_traits_t *quant_traits_at(size_t i)
+{
+    for (size_t k = 0; k < GGML_TYPE_COUNT; k++)
+        if (traits[k].dequantize && i-- == 0)
+            return &traits[k];
+    return NULL;
+}
+
+bool ggml_type_supported(uint32_t type) { return quant_traits(type) != NULL; }
+
+bool quant_can_dequantize(uint32_t type) { return quant_traits(type) != NULL; }
+
+bool quant_can_quantize(uint32_t type) { return quant_traits(type) != NULL; }
+
+size_t quant_row_bytes(uint32_t type, int64_t n)
+{
+    uint32_t be = ggml_type_block_elems(type);
+    if (be == 0 || n < 0 || n % be != 0)
+        return 0;
+    return (size_t)(n / be) * ggml_type_block_bytes(type);
+}
+
+/* Blocks in n elements of row t; -1 when t is NULL or n is negative or not
+ * a whole number of blocks. */
+static int64_t n_blocks(const quant_traits_t *t, int64_t n)
+{
+    return t && n >= 0 && n % t->block_elems == 0 ? n / t->block_elems : -1;
+}
+
+int quant_dequantize(uint32_t type, const void *src, float *dst, int64_t n)
+{
+    const quant_traits_t *t = quant_traits(type);
+    int64_t nb = n_blocks(t, n);
+    if (nb >= 0)
+        t->dequantize(src, dst, nb);
+    return nb >= 0 ? 0 : -1;
+}
 
 int quant_quantize(uint32_t type, const float *src, void *dst, int64_t n)
 {
-    uint8_t *d = dst;
-    if (!quant_can_quantize(type) || (quant_row_bytes(type, n) == 0 && n != 0))
-        return -1;
-    uint32_t be = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);
-    int64_t nb = n / be;
-    switch (type) {
-    case GGML_TYPE_F32:
-        memcpy(dst, src, (size_t)n * 4);
-        return 0;
-    case GGML_TYPE_F16:
-        for (int64_t i = 0; i < n; i++)
-            wr16(d + 2 * i, quant_fp32_to_fp16(src[i]));
-        return 0;
-    case GGML_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++)
-            wr16(d + 2 * i, quant_fp32_to_bf16(src[i]));
-        return 0;
-    default:
-        break;
-    }
-    for (int64_t i = 0; i < nb; i++) {
-        const float *x = src + i * be;
-        uint8_t *b = d + (size_t)i * bb;
-        switch (type) {
-        case GGML_TYPE_Q8_0: q_q8_0(x, b); break;
-        case GGML_TYPE_Q4_0: q_q4_0(x, b); break;
-        case GGML_TYPE_Q4_K: q_q45_k(x, b, 15); break;
-        case GGML_TYPE_Q5_K: q_q45_k(x, b, 31); break;
-        case GGML_TYPE_Q6_K: q_q6_k(x, b); break;
-        default: return -1;
-        }
-    }
-    return 0;
+    const quant_traits_t *t = quant_traits(type);
+    int64_t nb = n_blocks(t, n);
+    if (nb >= 0)
+        t->quantize(src, dst, nb);
+    return nb >= 0 ? 0 : -1;
 }

@@ -1,7 +1,26 @@
-/* quant.h — ggml weight formats: dequantize to float, quantize from float.
+/* quant.h — ggml weight formats: the quant-type traits table, dequantize to
+ * float, quantize from float.
+ *
+ * The traits table (quant_traits) has one row per type the worker computes
+ * with, and is the only list of them: a type is supported (the loader takes
+ * its tensors, quant_dequantize/quant_quantize convert it, qgemm multiplies
+ * it, qgemm_pack packs it) exactly when its row says so. A row holds:
+ *     name, block elements, block bytes   (ggml_type.h's geometry; quant.c
+ *                                          _Static_asserts the block struct
+ *                                          of qblock.h against it)
+ *     dequantize, quantize                 blocks to / from float
+ *     int8                                 qgemm's kernel family (qgemm.c)
+ *     packed                               qgemm_pack's layout (qgemm.h for
+ *                                          Q8_0, qkpack.h for the others)
+ *     file_type                            general.file_type of a model that
+ *                                          is all this type (pagoda-mkmodel)
+ * Adding a format: its block struct in qblock.h, its row functions and its
+ * row in quant.c, and kernels in qgemm.c / qkpack.c if it gets an int8 or
+ * packed path that no existing family serves (a type ggml_type.h lacks also
+ * needs its line there). The KV cache's quantized types read the same rows.
  *
  * A row of n elements of a ggml type is n / block_elems consecutive blocks
- * (see ggml_type_block_elems/_bytes in gguf.h). Block layouts (little-endian,
+ * (see ggml_type_block_elems/_bytes in common/text/ggml_type.h). Block layouts (little-endian,
  * "f16" = IEEE half; declared as packed C structs in qblock.h, which every
  * reader of these formats uses instead of byte offsets):
  *
@@ -43,6 +62,51 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/text/ggml_type.h"
+
+/* The family of qgemm's int8 kernels that multiplies a type (qgemm.c: one
+ * scalar reference, AVX2 fill and direct paths per family). */
+typedef enum quant_int8 {
+    QUANT_INT8_NONE = 0, /* no int8 path: matmul converts to f32 / bf16 */
+    QUANT_INT8_Q8_0,     /* signed 8-bit quants, one f16 scale per 32 */
+    QUANT_INT8_Q4_0,     /* 4-bit quants offset by 8, one f16 scale per 32 */
+    QUANT_INT8_Q6_K,     /* 6-bit quants offset by 32, an int8 scale per 16 */
+    QUANT_INT8_Q45_K,    /* 4/5-bit affine: 6-bit scale and min per 32 (Q4_K, Q5_K) */
+} quant_int8_t;
+
+/* The layout qgemm_pack packs a type into at load (qgemm.h). */
+typedef enum quant_pack {
+    QUANT_PACK_NONE = 0, /* not packed: the kernels read the file's blocks */
+    QUANT_PACK_Q8_0,     /* qgemm's own: int8 quants transposed, f16 scales */
+    QUANT_PACK_Q4_0,     /* qkpack.h's 4-6 bit panels, one kernel kind each */
+    QUANT_PACK_Q4_K,
+    QUANT_PACK_Q5_K,
+    QUANT_PACK_Q6_K,
+} quant_pack_t;
+
+/* One row of the traits table. Rows are static: never freed. */
+typedef struct quant_traits {
+    uint32_t type;        /* enum ggml_type */
+    const char *name;     /* "Q4_K", as ggml_type_name */
+    uint32_t block_elems; /* elements per block */
+    uint32_t block_bytes; /* bytes per block = sizeof its block struct */
+    /* n_blocks blocks at src to n_blocks · block_elems floats at dst, and back */
+    void (*dequantize)(const void *src, float *dst, int64_t n_blocks);
+    void (*quantize)(const float *src, void *dst, int64_t n_blocks);
+    quant_int8_t int8;    /* qgemm's kernel family; NONE: qgemm refuses the type */
+    quant_pack_t packed;  /* qgemm_pack's layout; NONE: not packed */
+    int32_t file_type;    /* general.file_type of an all-this-type model (llama_ftype) */
+} quant_traits_t;
+
+/* The row of `type`, NULL when the worker does not compute with it. */
+const quant_traits_t *quant_traits(uint32_t type);
+/* Row i (0, 1, ... in type number order) of the table, NULL past the last:
+ * for listing the supported types. */
+const quant_traits_t *quant_traits_at(size_t i);
+/* quant_traits(type) != NULL: the tensor types the model loader accepts
+ * (the name is older than the table; the loader and tests use it). */
+bool ggml_type_supported(uint32_t type);
+
 /* Bytes of a row of n elements; 0 when the type is unknown or n is not a
  * multiple of its block size (or n < 0). */
 size_t quant_row_bytes(uint32_t type, int64_t n);
@@ -52,10 +116,11 @@ size_t quant_row_bytes(uint32_t type, int64_t n);
 int quant_dequantize(uint32_t type, const void *src, float *dst, int64_t n);
 
 /* Encodes n floats into src-type blocks at dst (quant_row_bytes(type, n) bytes).
- * Supported: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K.
+ * Supported: every type of the traits table.
  * Returns 0 ok, -1 unsupported type or n not a multiple of the block. */
 int quant_quantize(uint32_t type, const float *src, void *dst, int64_t n);
 
+/* quant_traits(type) != NULL (every row does both). */
 bool quant_can_dequantize(uint32_t type);
 bool quant_can_quantize(uint32_t type);
 

@@ -210,9 +210,10 @@ static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
     if (b->want_hidden && !b->hidden)
         return bad(f, "want_hidden without a hidden output");
     if (!kv || !kv->k || !kv->v || kv->n_layer != c->n_layer || kv->kv_dim != c->kv_dim ||
-        kv->block_size < 1 || kv->n_blocks < 1 || kv_type_size(kv->type) == 0)
-        return bad(f, "kv_store shape does not fit the model (n_layer %d kv_dim %d) or has an unknown type",
-                   c->n_layer, c->kv_dim);
+        kv->block_size < 1 || kv->n_blocks < 1 || kv_store_row_bytes(kv) == 0 ||
+        (kv->type == KV_TYPE_Q8_0 && (kv->qblock < 1 || c->head_dim % kv->qblock != 0 || c->head_dim > 512)))
+        return bad(f, "kv_store shape does not fit the model (n_layer %d kv_dim %d head_dim %d) or has an unknown type",
+                   c->n_layer, c->kv_dim, c->head_dim);
     for (int r = 0; r < b->n_rows; r++) {
         int32_t t = b->token[r], p = b->pos[r], s = b->seq[r];
         if (t < 0 || t >= c->vocab)
@@ -461,9 +462,8 @@ static void qkv_row_post(forward_t *f, const layer_att_t *a, const fwd_batch_t *
     const int32_t *bt = b->block_tables[b->seq[r]];
     int p = b->pos[r];
     int blk = bt[p / kv->block_size], slot = p % kv->block_size;
-    const size_t at = (size_t)k0 * kv_type_size(kv->type);  /* bytes to this slice */
-    kv_store_write(kv->type, (char *)kv_store_k_at(kv, a->l, blk, slot) + at, k, (size_t)nk);
-    kv_store_write(kv->type, (char *)kv_store_v_at(kv, a->l, blk, slot) + at, v, (size_t)nk);
+    kv_store_write_slice(kv, kv_store_k_at(kv, a->l, blk, slot), (int)k0, k, nk);
+    kv_store_write_slice(kv, kv_store_v_at(kv, a->l, blk, slot), (int)k0, v, nk);
 }
 
 /* First position row r attends to: 0, or pos-W+1 in a sliding-window layer. */

@@ -52,7 +52,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "worker/model/kv_store.h"
+#include "worker/kernels/kv_store.h"
 #include "worker/model/model.h"
 
 typedef struct fwd_batch {

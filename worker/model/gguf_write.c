@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "common/vec.h"
@@ -364,8 +365,7 @@ int gguf_writer_write(gguf_writer_t *w, FILE *f, char *err, size_t errlen)
         const uint8_t *src = t->data;
         if (t->fill) {
             if (t->fill(t->ctx, scratch, t->nbytes) != 0) {
-                if (err && errlen)
-                    snprintf(err, errlen, "tensor '%s': data generator failed", t->name);
+                errbuf_set(err, errlen, "tensor '%s': data generator failed", t->name);
                 free(scratch);
                 return -1;
             }
@@ -379,7 +379,7 @@ int gguf_writer_write(gguf_writer_t *w, FILE *f, char *err, size_t errlen)
     if (rc == 0)
         rc = fflush(f) == 0 ? 0 : -1;
     if (rc != 0 && err && errlen)
-        snprintf(err, errlen, "write failed: %s", strerror(errno));
+        errbuf_set(err, errlen, "write failed: %s", strerror(errno));
     return rc;
 }
 
@@ -390,21 +390,18 @@ int gguf_writer_write_file(gguf_writer_t *w, const char *path, char *err, size_t
     snprintf(tmp, n, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
+        errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
         free(tmp);
         return -1;
     }
     int rc = gguf_writer_write(w, f, err, errlen);
     if (fclose(f) != 0 && rc == 0) {
         rc = -1;
-        if (err && errlen)
-            snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
+        errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
     }
     if (rc == 0 && rename(tmp, path) != 0) {
         rc = -1;
-        if (err && errlen)
-            snprintf(err, errlen, "rename %s: %s", path, strerror(errno));
+        errbuf_set(err, errlen, "rename %s: %s", path, strerror(errno));
     }
     if (rc != 0)
         unlink(tmp);
@@ -419,8 +416,7 @@ int gguf_writer_write_mem(gguf_writer_t *w, uint8_t **out, size_t *len, char *er
     size_t n = 0;
     FILE *f = open_memstream(&p, &n);
     if (!f) {
-        if (err && errlen)
-            snprintf(err, errlen, "open_memstream: %s", strerror(errno));
+        errbuf_set(err, errlen, "open_memstream: %s", strerror(errno));
         return -1;
     }
     int rc = gguf_writer_write(w, f, err, errlen);

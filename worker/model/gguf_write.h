@@ -29,7 +29,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 
 typedef struct gguf_writer gguf_writer_t;
 

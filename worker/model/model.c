@@ -1,6 +1,6 @@
 /* model.c — validates a GGUF file's metadata and tensors against the
- * supported architectures (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2,
- * gemma3, phi3) and builds the model_t the forward pass reads (see
+ * architecture table (arch.h: a family's row says which keys, tensors and
+ * features it has) and builds the model_t the forward pass reads (see
  * model.h). The file is hostile input: every key, shape, type and byte count
  * is checked before a pointer into it is kept. */
 #include "worker/model/model.h"
@@ -30,6 +30,7 @@
 typedef struct loader {
     const gguf_t *g;
     const char *arch;     /* general.architecture, e.g. "llama" */
+    const model_arch_info_t *fam; /* its row of the architecture table */
     char *err;
     size_t errlen;
     float *arena;         /* f32 storage for 1-D tensors */
@@ -198,16 +199,6 @@ static int load_vector(loader_t *ld, const char *name, int64_t n, int optional, 
     return 1;
 }
 
-static bool is_moe(enum model_arch a)
-{
-    return a == MODEL_ARCH_QWEN2MOE || a == MODEL_ARCH_QWEN3MOE;
-}
-
-static bool is_gemma(enum model_arch a)
-{
-    return a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3;
-}
-
 /* Sliding-window layout: {arch}.attention.sliding_window (window W) and
  * sliding_window_pattern, an integer p (layer l local when l % p < p - 1)
  * or an array of n_layer bools. def_window 0: no window unless the file
@@ -233,51 +224,54 @@ static int load_swa(loader_t *ld, model_config_t *c, int32_t def_window, int32_t
     return 0;
 }
 
-/* The features of each family (model.h); generic metadata already read. */
+/* The features of the family (its row of arch.h's table); generic metadata
+ * already read. */
 static int load_family(loader_t *ld, model_config_t *c)
 {
-    const enum model_arch a = c->arch;
-    c->ffn_act = is_gemma(a) ? MODEL_FFN_GELU_TANH : MODEL_FFN_SILU;
-    c->qk_norm = a == MODEL_ARCH_QWEN3 || a == MODEL_ARCH_QWEN3MOE || a == MODEL_ARCH_GEMMA3;
-    c->post_norms = is_gemma(a);
-    c->embd_scale = is_gemma(a) ? sqrtf((float)c->dim) : 1.0f;
+    const model_arch_info_t *t = ld->fam;
+    c->ffn_act = t->ffn_act;
+    c->qk_norm = t->qk_norm;
+    c->post_norms = t->post_norms;
+    c->embd_scale = t->embd_scale_sqrt_dim ? sqrtf((float)c->dim) : 1.0f;
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
     c->rope_attn_factor = 1.0f;
     c->rope_base_swa = c->rope_base;
-    if (is_gemma(a)) {
-        /* gemma_pytorch: the 27B models scale by 1/sqrt(dim / n_head) (their
-         * query_pre_attn_scalar), the others by 1/sqrt(head_dim); llama.cpp
-         * tells them apart by layer count (46: gemma2 27B, 62: gemma3 27B) */
-        if ((a == MODEL_ARCH_GEMMA2 && c->n_layer == 46) || (a == MODEL_ARCH_GEMMA3 && c->n_layer == 62))
-            c->attn_scale = 1.0f / sqrtf((float)c->dim / (float)c->n_head);
-        if (get_f(ld, "attn_logit_softcapping", a == MODEL_ARCH_GEMMA2 ? 50.0 : 0.0, &c->attn_softcap) ||
-            get_f(ld, "final_logit_softcapping", a == MODEL_ARCH_GEMMA2 ? 30.0 : 0.0, &c->final_softcap))
+    /* gemma_pytorch: the 27B models scale by 1/sqrt(dim / n_head) (their
+     * query_pre_attn_scalar), the others by 1/sqrt(head_dim); llama.cpp
+     * tells them apart by layer count (46: gemma2 27B, 62: gemma3 27B) */
+    if (t->attn_scale_layers > 0 && c->n_layer == t->attn_scale_layers)
+        c->attn_scale = 1.0f / sqrtf((float)c->dim / (float)c->n_head);
+    if (t->softcap) {
+        if (get_f(ld, "attn_logit_softcapping", t->attn_softcap, &c->attn_softcap) ||
+            get_f(ld, "final_logit_softcapping", t->final_softcap, &c->final_softcap))
             return -1;
-        if (a == MODEL_ARCH_GEMMA3)
+        if (t->attn_softcap_off)
             c->attn_softcap = 0;  /* removed in Gemma 3 */
         if (c->attn_softcap < 0 || c->final_softcap < 0)
             return fail(ld, "negative soft-capping");
-        if (load_swa(ld, c, a == MODEL_ARCH_GEMMA2 ? 4096 : 0, a == MODEL_ARCH_GEMMA2 ? 2 : 6))
-            return -1;
-        if (get_f(ld, "rope.freq_base_swa", a == MODEL_ARCH_GEMMA3 ? 10000.0 : c->rope_base, &c->rope_base_swa))
+    }
+    /* llama: Mistral v0.1-style, every layer within the window when the file
+     * gives one; gemma: local layers interleaved with global ones */
+    if (t->swa && load_swa(ld, c, t->swa_window, t->swa_pattern))
+        return -1;
+    if (t->rope_swa) {
+        if (get_f(ld, "rope.freq_base_swa", t->rope_base_swa > 0 ? t->rope_base_swa : c->rope_base,
+                  &c->rope_base_swa))
             return -1;
         if (!(c->rope_base_swa > 0))
             return fail(ld, "rope.freq_base_swa is not positive");
         /* gemma3's local layers: own base, no scaling; gemma2: the same rope everywhere */
-        c->rope_swa_own = a == MODEL_ARCH_GEMMA3 && c->swa_window > 0 &&
+        c->rope_swa_own = t->rope_swa_own && c->swa_window > 0 &&
                           (c->rope_base_swa != c->rope_base || c->rope_scaling != MODEL_ROPE_SCALING_NONE);
-    } else if (a == MODEL_ARCH_LLAMA) {
-        /* Mistral v0.1-style: every layer within the window when the file gives one */
-        if (load_swa(ld, c, 0, 1))
-            return -1;
-    } else if (a == MODEL_ARCH_PHI3) {
+    }
+    if (t->longrope) {
         c->swa_window = 0;  /* llama.cpp ignores phi3's sliding_window too (see model.h) */
         if (get_f(ld, "rope.scaling.attn_factor", 1.0, &c->rope_attn_factor))
             return -1;
         if (!(c->rope_attn_factor > 0))
             return fail(ld, "rope.scaling.attn_factor is not positive");
     }
-    if (is_moe(a)) {
+    if (t->moe) {
         if (get_i(ld, "expert_count", -1, 1, 4096, &c->n_expert) ||
             get_i(ld, "expert_used_count", -1, 1, 4096, &c->n_expert_used))
             return -1;
@@ -291,7 +285,7 @@ static int load_family(loader_t *ld, model_config_t *c)
         if (c->expert_scale == 0)
             c->expert_scale = 1;  /* llama.cpp writes 0 for "not set" */
         char key[128];
-        bool norm = a == MODEL_ARCH_QWEN3MOE;  /* Qwen3-MoE norm_topk_prob; Qwen1.5/2-MoE don't */
+        bool norm = t->moe_norm;  /* Qwen3-MoE norm_topk_prob; Qwen1.5/2-MoE don't */
         snprintf(key, sizeof key, "%s.expert_weights_norm", ld->arch);
         if (gguf_find_kv(ld->g, key) && gguf_get_bool(ld->g, key, &norm) != 0)
             return fail(ld, "metadata %s is not a bool", key);
@@ -346,7 +340,7 @@ static int load_config(loader_t *ld, model_config_t *c)
         return fail(ld, "bad norm epsilon or rope base");
     if (c->rope_dim % 2 != 0)
         return fail(ld, "rope.dimension_count %d is odd", c->rope_dim);
-    c->rope_neox = c->arch != MODEL_ARCH_LLAMA;
+    c->rope_neox = ld->fam->rope_neox;
 
     /* Rope scaling: {arch}.rope.scaling.type, or the older rope.scale_linear. */
     char key[128];
@@ -408,7 +402,7 @@ static int load_rope(loader_t *ld, model_t *m)
     }
 
     const float *factors;
-    if (c->arch == MODEL_ARCH_PHI3) {
+    if (ld->fam->longrope) {
         /* LongRoPE: short factors while the context fits the original one */
         const char *which = c->ctx > c->rope_llama3_orig_ctx ? "rope_factors_long.weight" : "rope_factors_short.weight";
         int rc = load_vector(ld, which, half, 1, &factors);
@@ -487,9 +481,9 @@ static int load_attention(loader_t *ld, const model_config_t *c, int l, model_la
             load_matrix(ld, T("attn_k.weight"), c->dim, c->kv_dim, 0, &L->wk) < 0 ||
             load_matrix(ld, T("attn_v.weight"), c->dim, c->kv_dim, 0, &L->wv) < 0)
             return -1;
-        /* qwen2 has Q/K/V biases; other files normally have none, but one
-         * carrying them is honoured too. */
-        int opt = c->arch != MODEL_ARCH_QWEN2;
+        /* qwen2 requires Q/K/V biases; any other file carrying them has them
+         * honoured too (qkv_bias_required in arch.h). */
+        int opt = !ld->fam->qkv_bias_required;
         if (load_vector(ld, T("attn_q.bias"), c->q_dim, opt, &L->bq) < 0 ||
             load_vector(ld, T("attn_k.bias"), c->kv_dim, opt, &L->bk) < 0 ||
             load_vector(ld, T("attn_v.bias"), c->kv_dim, opt, &L->bv) < 0)
@@ -526,8 +520,8 @@ static int load_ffn(loader_t *ld, const model_config_t *c, int l, model_layer_t 
             load_experts(ld, T("ffn_up_exps.weight"), c->dim, fe, ne, &L->exp_up) < 0 ||
             load_experts(ld, T("ffn_down_exps.weight"), fe, c->dim, ne, &L->exp_down) < 0)
             return -1;
-        /* the shared expert: qwen2moe always has one */
-        int opt = c->arch != MODEL_ARCH_QWEN2MOE;
+        /* the shared expert: required where the family always has one (qwen2moe) */
+        int opt = !ld->fam->moe_shared_expert;
         int rc = load_vector(ld, T("ffn_gate_inp_shexp.weight"), c->dim, opt, &L->shexp_gate_inp);
         if (rc < 0)
             return -1;
@@ -539,7 +533,7 @@ static int load_ffn(loader_t *ld, const model_config_t *c, int l, model_layer_t 
     }
     if (load_matrix(ld, T("ffn_down.weight"), c->ffn_dim, c->dim, 0, &L->w_down) < 0)
         return -1;
-    int rc = load_matrix(ld, T("ffn_gate.weight"), c->dim, c->ffn_dim, c->arch == MODEL_ARCH_PHI3, &L->w_gate);
+    int rc = load_matrix(ld, T("ffn_gate.weight"), c->dim, c->ffn_dim, ld->fam->fused_up, &L->w_gate);
     if (rc < 0)
         return -1;
     if (rc == 0) {
@@ -615,21 +609,10 @@ static void free_layers(model_t *m)
     m->layers = NULL;
 }
 
-static const struct {
-    const char *name;
-    enum model_arch arch;
-} model_archs[] = {
-    { "llama", MODEL_ARCH_LLAMA },       { "qwen2", MODEL_ARCH_QWEN2 },   { "qwen3", MODEL_ARCH_QWEN3 },
-    { "qwen2moe", MODEL_ARCH_QWEN2MOE }, { "qwen3moe", MODEL_ARCH_QWEN3MOE },
-    { "gemma2", MODEL_ARCH_GEMMA2 },     { "gemma3", MODEL_ARCH_GEMMA3 }, { "phi3", MODEL_ARCH_PHI3 },
-};
-
 const char *model_arch_name(enum model_arch a)
 {
-    for (size_t i = 0; i < sizeof model_archs / sizeof *model_archs; i++)
-        if (model_archs[i].arch == a)
-            return model_archs[i].name;
-    return "?";
+    const model_arch_info_t *t = model_arch_info(a);
+    return t ? t->name : "?";
 }
 
 int model_load_gguf(gguf_t **gp, model_t **out, char *err, size_t errlen)
@@ -645,16 +628,16 @@ int model_load_gguf(gguf_t **gp, model_t **out, char *err, size_t errlen)
         fail(&ld, "metadata general.architecture missing");
         goto err;
     }
-    for (size_t i = 0; i < sizeof model_archs / sizeof *model_archs; i++)
-        if (gguf_str_eq(arch, model_archs[i].name)) {
-            c->arch = model_archs[i].arch;
-            ld.arch = model_archs[i].name;
-        }
-    if (!ld.arch) {
-        fail(&ld, "architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, "
-             "gemma2, gemma3, phi3)", (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    ld.fam = model_arch_find(arch.ptr, (size_t)arch.len);
+    if (!ld.fam) {
+        char names[256];
+        model_arch_list(names, sizeof names, ", ");
+        fail(&ld, "architecture '%.*s' is not supported (supported: %s)", (int)(arch.len > 64 ? 64 : arch.len),
+             arch.ptr, names);
         goto err;
     }
+    c->arch = ld.fam->arch;
+    ld.arch = ld.fam->name;
     if (load_config(&ld, c) != 0)
         goto err;
 

@@ -1,6 +1,8 @@
 /* model.h — a decoder-only transformer loaded from a GGUF file.
  *
- * Supported architectures (general.architecture, llama.cpp's names):
+ * Supported architectures (general.architecture, llama.cpp's names; the
+ * table of what each one reads and switches on is MODEL_ARCH_TABLE in
+ * arch.h, and a family is supported exactly when it has a row there):
  *   llama     Llama 2/3, TinyLlama, SmolLM, Mistral: RMSNorm, SwiGLU FFN, GQA,
  *             rope on adjacent pairs (x[2i], x[2i+1]) — llama.cpp's converter
  *             permutes HF's Q/K rows so that this "normal" pairing applies;
@@ -38,7 +40,7 @@
  *             sliding_window metadata is ignored (as llama.cpp does).
  * Any architecture may use a fused attn_qkv (+ .bias) in place of
  * attn_q/k/v. Anything else (another architecture, yarn scaling, a tensor
- * type other than F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K, a missing tensor
+ * type without a row in quant.h's traits table, a missing tensor
  * or a shape that does not match the metadata) is refused by model_load
  * with a message naming it.
  *
@@ -83,25 +85,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/kernels/matmul.h"
-
-enum model_arch {
-    MODEL_ARCH_LLAMA = 0,
-    MODEL_ARCH_QWEN2 = 1,
-    MODEL_ARCH_QWEN3 = 2,
-    MODEL_ARCH_QWEN2MOE = 3,
-    MODEL_ARCH_QWEN3MOE = 4,
-    MODEL_ARCH_GEMMA2 = 5,
-    MODEL_ARCH_GEMMA3 = 6,
-    MODEL_ARCH_PHI3 = 7,
-};
-
-/* FFN activation of the gate projection. */
-enum model_ffn_act {
-    MODEL_FFN_SILU = 0,       /* SwiGLU: silu(g) * u */
-    MODEL_FFN_GELU_TANH = 1,  /* GeGLU: gelu(g) * u, gelu in its tanh form */
-};
+#include "worker/model/arch.h" /* enum model_arch, enum model_ffn_act, the family table */
 
 /* How an embedding pools a sequence's final hidden states: llama.cpp's
  * {arch}.pooling_type values. Only mean and last are served; absent and
@@ -243,7 +229,8 @@ void model_free(model_t **m);
  * matrices packed (0: none is Q8_0, or no AVX2). */
 int model_pack_int8(model_t *m, int n_threads);
 
-/* "llama", "qwen3moe", ... (llama.cpp's general.architecture names). */
+/* "llama", "qwen3moe", ... (the table's general.architecture names; "?"
+ * for a value not in it). */
 const char *model_arch_name(enum model_arch a);
 
 /* One-line summary ("llama: 2 layers, dim 256, ...") into buf. */

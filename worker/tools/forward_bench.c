@@ -25,10 +25,10 @@ static int bench_level(const model_t *m, forward_t *f, const forward_bench_opts_
     const int rows = o->step_rows > n_seq ? o->step_rows : n_seq;
 
     kv_store_t kv = { .n_layer = c->n_layer, .n_blocks = n_seq * bps, .block_size = BENCH_BLOCK,
-                      .kv_dim = c->kv_dim, .type = o->kv_type };
-    size_t kvn = (size_t)kv.n_layer * kv.n_blocks * BENCH_BLOCK * kv.kv_dim;
-    kv.k = xmalloc(kvn * kv_type_size(kv.type));
-    kv.v = xmalloc(kvn * kv_type_size(kv.type));
+                      .kv_dim = c->kv_dim, .type = o->kv_type, .qblock = kv_store_qblock(c->head_dim) };
+    size_t kvn = (size_t)kv.n_layer * kv.n_blocks * BENCH_BLOCK;  /* K (or V) vectors */
+    kv.k = xcalloc(kvn, kv_store_row_bytes(&kv));
+    kv.v = xcalloc(kvn, kv_store_row_bytes(&kv));
     int32_t *tables = xmalloc((size_t)n_seq * bps * sizeof(int32_t));
     const int32_t **bt = xmalloc((size_t)n_seq * sizeof(*bt));
     int32_t *nb = xmalloc((size_t)n_seq * sizeof(int32_t));

@@ -19,7 +19,7 @@
 
 #include <stdio.h>
 
-#include "worker/model/kv_store.h"
+#include "worker/kernels/kv_store.h"
 
 typedef struct forward_bench_opts {
     int n_threads;          /* OpenMP threads (BLAS runs inside them); <= 0: 2 */

@@ -1,6 +1,7 @@
 /* mkmodel_main.c — pagoda-mkmodel: writes a synthetic GGUF of any
- * architecture pagoda loads (llama qwen2 qwen3 qwen2moe qwen3moe gemma2
- * gemma3 phi3) with seeded random weights, for benchmarks and tests at real model
+ * architecture pagoda loads (a row of MODEL_ARCH_TABLE, worker/model/arch.h:
+ * llama qwen2 qwen3 qwen2moe qwen3moe gemma2 gemma3 phi3) of any tensor
+ * type of quant.h's traits table, with seeded random weights, for benchmarks and tests at real model
  * shapes without downloading a model.
  *
  *   pagoda-mkmodel -o OUT.gguf [--tokenizer-from FILE.gguf|builtin] [--dim 768] [--layers 12]
@@ -10,13 +11,16 @@
  *       [--pooling N] ({arch}.pooling_type for embeddings: 1 mean, 3 last; absent by default)
  *       [--chat-template FILE]
  *
- * Family tensors (model.h): qwen3/qwen3moe/gemma3 get attn_q_norm/attn_k_norm;
- * gemma2/3 post_attention_norm/post_ffw_norm, tied output, --window
- * (default 4096 for gemma2, 512 for gemma3; 0 for llama = none) on the
- * default layer pattern; phi3 a fused attn_qkv and ffn_up (no rope scaling);
- * qwen2moe/qwen3moe --experts (8) experts of --expert-ffn (ffn / K) with
- * --experts-used (2) active, a router (F32) and, for qwen2moe, a shared
- * expert of --ffn.
+ * Family tensors and defaults come from the family's row of arch.h's table
+ * (qk_norm: attn_q_norm/attn_k_norm; post_norms: post_attention_norm/
+ * post_ffw_norm; tied_output: no output.weight; qkv_bias: q/k/v biases;
+ * fused_qkv / fused_up: attn_qkv and phi3's ffn_up; swa: --window, default
+ * synth_window, on the default layer pattern; moe: --experts (8) experts of
+ * --expert-ffn (ffn / K) with --experts-used (2) active, a router (F32) and,
+ * with moe_shared_expert, a shared expert of --ffn; --rope-base and --eps
+ * default to synth_rope_base / synth_eps). Today: qwen3/qwen3moe/gemma3 get
+ * q/k norms; gemma2/3 post norms, tied output and windows (4096, 512);
+ * phi3 the fused tensors; qwen2moe the shared expert.
  *
  * --type Q4_K_M is a mix like llama.cpp's file type of that name: Q4_K for
  * every matrix except output.weight and, in the layers use_more_bits() picks
@@ -42,11 +46,13 @@
 #include <strings.h>
 
 #include "common/clock.h"
+#include "common/splitmix.h"
 #include "common/log.h"
 #include "common/xalloc.h"
-#include "worker/model/gguf.h"
+#include "common/text/gguf.h"
 #include "worker/model/gguf_write.h"
 #include "worker/kernels/quant.h"
+#include "worker/model/arch.h"
 
 enum init_kind { INIT_NORMAL, INIT_NORM_WEIGHT };
 
@@ -61,13 +67,6 @@ typedef struct gen_tensor {
     uint64_t n_expert;  /* > 1: a 3-D expert tensor [cols, rows / n_expert, n_expert] */
 } gen_tensor_t;
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t hash_str(const char *s, uint64_t h)
 {
@@ -81,8 +80,8 @@ static void fill_normal(float *x, uint64_t n, uint64_t seed)
 {
     uint64_t st = seed;
     for (uint64_t i = 0; i < n; i += 2) {
-        double u1 = ((double)(splitmix64(&st) >> 11) + 1.0) * 0x1p-53;
-        double u2 = (double)(splitmix64(&st) >> 11) * 0x1p-53;
+        double u1 = ((double)(splitmix64_next(&st) >> 11) + 1.0) * 0x1p-53;
+        double u2 = (double)(splitmix64_next(&st) >> 11) * 0x1p-53;
         double r = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
         x[i] = (float)(r * cos(a));
         if (i + 1 < n)
@@ -115,6 +114,7 @@ static int gen_fill(void *ctx, uint8_t *buf, size_t nbytes)
 
 typedef struct opts {
     const char *out, *tok_from, *arch;
+    const model_arch_info_t *fam;   /* arch's row of the architecture table (set by the checks) */
     const char *chat_template;  /* --chat-template FILE: tokenizer.chat_template, or NULL */
     int64_t dim, layers, heads, kv_heads, ffn, vocab, ctx;
     int64_t experts, experts_used, expert_ffn, window;  /* MoE and sliding-window families */
@@ -127,28 +127,31 @@ typedef struct opts {
 
 static void usage(FILE *f)
 {
+    /* the --type and --arch choices: the traits and architecture tables */
+    char types[256] = "", archs[256];
+    for (size_t i = 0; quant_traits_at(i); i++)
+        snprintf(types + strlen(types), sizeof types - strlen(types), "%s|", quant_traits_at(i)->name);
+    model_arch_list(archs, sizeof archs, "|");
     fprintf(f,
             "usage: pagoda-mkmodel -o OUT.gguf [--tokenizer-from FILE.gguf|builtin] [--dim 768] [--layers 12]\n"
             "         [--heads 12] [--kv-heads N] [--ffn 2048] [--vocab N] [--ctx 2048]\n"
-            "         [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K|Q4_K_M] [--seed S]\n"
-            "         [--arch llama|qwen2|qwen3|qwen2moe|qwen3moe|gemma2|gemma3|phi3]\n"
+            "         [--type %sQ4_K_M] [--seed S]\n"
+            "         [--arch %s]\n"
             "         [--rope-base B] [--eps E] [--experts 8] [--experts-used 2] [--expert-ffn F]\n"
             "         [--window W] [--chat-template FILE] [--pooling N]\n"
             "Writes a GGUF with seeded random weights; tokenizer.* keys are copied from\n"
-            "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n");
+            "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n",
+            types, archs);
 }
 
+/* A --type name: any row of the traits table (quant.h). */
 static int parse_type(const char *s, uint32_t *out)
 {
-    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
-                                     GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
-                                     GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (strcasecmp(s, ggml_type_name(types[i])) == 0) {
-            *out = types[i];
-            return 0;
-        }
-    return -1;
+    uint32_t t;
+    if (ggml_type_from_name(s, &t) != 0 || !quant_traits(t))
+        return -1;
+    *out = t;
+    return 0;
 }
 
 /* Q4_K_M's rule for which layers get more bits in attn_v / ffn_down: the
@@ -173,22 +176,13 @@ static uint32_t matrix_type(const opts_t *o, const char *role, int64_t layer)
     return GGML_TYPE_Q4_K;
 }
 
-/* llama.cpp's llama_ftype for a single-type file (or the Q4_K_M mix). */
+/* llama.cpp's llama_ftype for a single-type file (the traits row's
+ * file_type) or the Q4_K_M mix. */
 static uint32_t file_type_of(const opts_t *o)
 {
     if (o->mix_q4_k_m)
         return 15; /* MOSTLY_Q4_K_M */
-    switch (o->type) {
-    case GGML_TYPE_F32: return 0;
-    case GGML_TYPE_F16: return 1;
-    case GGML_TYPE_Q4_0: return 2;
-    case GGML_TYPE_Q8_0: return 7;
-    case GGML_TYPE_Q4_K: return 14; /* Q4_K_S */
-    case GGML_TYPE_Q5_K: return 16; /* Q5_K_S */
-    case GGML_TYPE_Q6_K: return 18;
-    case GGML_TYPE_BF16: return 32;
-    default: return 0;
-    }
+    return (uint32_t)quant_traits(o->type)->file_type;
 }
 
 static int parse_int(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out)
@@ -299,15 +293,13 @@ static int parse_args(int argc, char **argv, opts_t *o)
     }
     if (!o->tok_from)
         o->tok_from = "builtin";
-    static const char *const archs[] = {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3"};
-    bool known = false;
-    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
-        known |= strcmp(o->arch, archs[i]) == 0;
-    if (!known) {
-        fprintf(stderr, "pagoda-mkmodel: --arch must be one of llama qwen2 qwen3 qwen2moe qwen3moe gemma2 gemma3 phi3\n");
+    o->fam = model_arch_find(o->arch, strlen(o->arch));
+    if (!o->fam) {
+        char names[256];
+        model_arch_list(names, sizeof names, " ");
+        fprintf(stderr, "pagoda-mkmodel: --arch must be one of %s\n", names);
         return -1;
     }
-    bool qwen2 = strcmp(o->arch, "llama") != 0;  /* every family but llama: Qwen-like defaults */
     if (o->experts_used > o->experts) {
         fprintf(stderr, "pagoda-mkmodel: --experts-used must be <= --experts\n");
         return -1;
@@ -315,13 +307,13 @@ static int parse_args(int argc, char **argv, opts_t *o)
     if (o->expert_ffn < 0)
         o->expert_ffn = o->ffn / o->experts_used;
     if (o->window < 0)
-        o->window = strcmp(o->arch, "gemma2") == 0 ? 4096 : strcmp(o->arch, "gemma3") == 0 ? 512 : 0;
+        o->window = o->fam->synth_window;
     if (o->kv_heads < 0)
         o->kv_heads = o->heads;
     if (o->rope_base < 0)
-        o->rope_base = qwen2 ? 1000000.0 : 10000.0;
+        o->rope_base = o->fam->synth_rope_base;
     if (o->eps < 0)
-        o->eps = qwen2 ? 1e-6 : 1e-5;
+        o->eps = o->fam->synth_eps;
     if (o->dim % o->heads != 0 || (o->dim / o->heads) % 2 != 0) {
         fprintf(stderr, "pagoda-mkmodel: --dim %lld must be --heads %lld times an even head size\n",
                 (long long)o->dim, (long long)o->heads);
@@ -333,7 +325,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         return -1;
     }
     uint32_t be = ggml_type_block_elems(o->type);
-    if (o->dim % be != 0 || o->ffn % be != 0 || (strstr(o->arch, "moe") && o->expert_ffn % be != 0)) {
+    if (o->dim % be != 0 || o->ffn % be != 0 || (o->fam->moe && o->expert_ffn % be != 0)) {
         fprintf(stderr, "pagoda-mkmodel: %s rows come in blocks of %u: --dim %lld and --ffn %lld "
                         "must be multiples of %u\n", ggml_type_name(o->type), be,
                 (long long)o->dim, (long long)o->ffn, be);
@@ -544,17 +536,15 @@ int main(int argc, char **argv)
     gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), (float)o.eps);
     gguf_writer_set_f32(w, K("rope.freq_base"), (float)o.rope_base);
     gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)head_dim);
-    const bool moe = strstr(A, "moe") != NULL, gemma = strncmp(A, "gemma", 5) == 0;
-    const bool qk_norm = strcmp(A, "qwen3") == 0 || strcmp(A, "qwen3moe") == 0 || strcmp(A, "gemma3") == 0;
-    const bool phi3 = strcmp(A, "phi3") == 0;
-    if (moe) {
+    const model_arch_info_t *fam = o.fam;
+    if (fam->moe) {
         gguf_writer_set_u32(w, K("expert_count"), (uint32_t)o.experts);
         gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)o.experts_used);
         gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)o.expert_ffn);
-        if (strcmp(A, "qwen2moe") == 0)
+        if (fam->moe_shared_expert)
             gguf_writer_set_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)o.ffn);
     }
-    if (o.window > 0 && (gemma || strcmp(A, "llama") == 0))
+    if (o.window > 0 && fam->swa)
         gguf_writer_set_u32(w, K("attention.sliding_window"), (uint32_t)o.window);
     int64_t vocab = copy_tokenizer(w, tok, o.vocab);
     if (vocab < 0)
@@ -584,7 +574,7 @@ int main(int argc, char **argv)
     /* Tensor plan, in llama.cpp's order. */
     size_t n_plan = 3 + (size_t)o.layers * 24, n = 0;
     uint64_t base_seed = o.seed;
-    base_seed = splitmix64(&base_seed) ^ 0xcbf29ce484222325ull;
+    base_seed = splitmix64_next(&base_seed) ^ 0xcbf29ce484222325ull;
     gen_tensor_t *plan = xcalloc(n_plan, sizeof *plan);
 #define ADD(nm, ty, c, r, kind_, std_)                                              \
     do {                                                                             \
@@ -604,29 +594,29 @@ int main(int argc, char **argv)
     for (int64_t l = 0; l < o.layers; l++) {
 #define L(s) (snprintf(nm, sizeof nm, "blk.%lld.%s", (long long)l, s), nm)
         ADD(L("attn_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
-        if (phi3) {
+        if (fam->fused_qkv) {
             ADD(L("attn_qkv.weight"), o.type, o.dim, o.dim + 2 * kv_dim, INIT_NORMAL, s_dim);
         } else {
             ADD(L("attn_q.weight"), o.type, o.dim, o.dim, INIT_NORMAL, s_dim);
             ADD(L("attn_k.weight"), o.type, o.dim, kv_dim, INIT_NORMAL, s_dim);
             ADD(L("attn_v.weight"), matrix_type(&o, "attn_v", l), o.dim, kv_dim, INIT_NORMAL, s_dim);
         }
-        if (qk_norm) {
+        if (fam->qk_norm) {
             ADD(L("attn_q_norm.weight"), GGML_TYPE_F32, head_dim, 1, INIT_NORM_WEIGHT, 0.1);
             ADD(L("attn_k_norm.weight"), GGML_TYPE_F32, head_dim, 1, INIT_NORM_WEIGHT, 0.1);
         }
-        if (strcmp(A, "qwen2") == 0 || strcmp(A, "qwen2moe") == 0) {
+        if (fam->qkv_bias) {
             ADD(L("attn_q.bias"), GGML_TYPE_F32, o.dim, 1, INIT_NORMAL, 0.02);
             ADD(L("attn_k.bias"), GGML_TYPE_F32, kv_dim, 1, INIT_NORMAL, 0.02);
             ADD(L("attn_v.bias"), GGML_TYPE_F32, kv_dim, 1, INIT_NORMAL, 0.02);
         }
         ADD(L("attn_output.weight"), o.type, o.dim, o.dim, INIT_NORMAL, s_dim);
         ADD(L("ffn_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
-        if (gemma) {
+        if (fam->post_norms) {
             ADD(L("post_attention_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
             ADD(L("post_ffw_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
         }
-        if (moe) {
+        if (fam->moe) {
             const float s_fe = 1.0f / sqrtf((float)o.expert_ffn);
             ADD(L("ffn_gate_inp.weight"), GGML_TYPE_F32, o.dim, o.experts, INIT_NORMAL, s_dim);
             ADD(L("ffn_gate_exps.weight"), o.type, o.dim, o.expert_ffn * o.experts, INIT_NORMAL, s_dim);
@@ -635,13 +625,13 @@ int main(int argc, char **argv)
             plan[n - 1].n_expert = (uint64_t)o.experts;
             ADD(L("ffn_down_exps.weight"), o.type, o.expert_ffn, o.dim * o.experts, INIT_NORMAL, s_fe);
             plan[n - 1].n_expert = (uint64_t)o.experts;
-            if (strcmp(A, "qwen2moe") == 0) {
+            if (fam->moe_shared_expert) {
                 ADD(L("ffn_gate_inp_shexp.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORMAL, s_dim);
                 ADD(L("ffn_gate_shexp.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
                 ADD(L("ffn_up_shexp.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
                 ADD(L("ffn_down_shexp.weight"), o.type, o.ffn, o.dim, INIT_NORMAL, s_ffn);
             }
-        } else if (phi3) {
+        } else if (fam->fused_up) {
             ADD(L("ffn_up.weight"), o.type, o.dim, 2 * o.ffn, INIT_NORMAL, s_dim);
             ADD(L("ffn_down.weight"), o.type, o.ffn, o.dim, INIT_NORMAL, s_ffn);
         } else {
@@ -652,7 +642,7 @@ int main(int argc, char **argv)
 #undef L
     }
     ADD("output_norm.weight", GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
-    if (!gemma)
+    if (!fam->tied_output)
         ADD("output.weight", matrix_type(&o, "output", -1), o.dim, vocab, INIT_NORMAL, s_dim);
 #undef ADD
     uint64_t n_params = 0;

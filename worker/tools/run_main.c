@@ -1,7 +1,7 @@
 /* run_main.c — pagoda-run: generate text from a GGUF model on the command line.
  *
  *   pagoda-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]
- *              [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos] [--kv-type auto|f16|f32]
+ *              [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos] [--kv-type auto|f16|f32|q8_0]
  *   pagoda-run -m FILE --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N] [--baseline]
  *
  * Only the continuation goes to stdout; diagnostics go to stderr. It runs the
@@ -29,9 +29,10 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: pagoda-run -m FILE.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos]\n"
-            "                  [--kv-type auto|f16|f32]\n"
+            "                  [--kv-type auto|f16|f32|q8_0]\n"
             "       pagoda-run -m FILE.gguf --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N]\n"
-            "                  [--max-batch-tokens N] [--exact-matmul] [--kv-type auto|f16|f32] [--baseline]\n"
+            "                  [--max-batch-tokens N] [--exact-matmul] [--kv-type auto|f16|f32|q8_0] [--baseline]\n"
+            "                  [--kv-budget-mb N]  (KV pool budget, default 1024)\n"
             "Prints only the continuation on stdout. --temp 0 is greedy and deterministic.\n");
 }
 
@@ -184,7 +185,7 @@ int main(int argc, char **argv)
     sched_config_default(&cfg);
     cfg.max_seqs = 1;
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
-           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE };
+           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
@@ -198,6 +199,7 @@ int main(int argc, char **argv)
         {"max-batch-tokens", required_argument, 0, O_MBT},
         {"exact-matmul", no_argument, 0, O_EXACT},
         {"kv-type", required_argument, 0, O_KVTYPE},
+        {"kv-budget-mb", required_argument, 0, O_KVMB},
         {"baseline", no_argument, 0, O_BASELINE},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
@@ -224,10 +226,11 @@ int main(int argc, char **argv)
         case O_EXACT: cfg.exact_matmul = true; break;
         case O_KVTYPE:
             if (kv_type_parse(optarg, &cfg.kv_type) != 0) {
-                fprintf(stderr, "pagoda-run: --kv-type must be auto, f16 or f32\n");
+                fprintf(stderr, "pagoda-run: --kv-type must be auto, f16, f32 or q8_0\n");
                 return 2;
             }
             break;
+        case O_KVMB: cfg.kv_budget_bytes = (size_t)strtoull(optarg, NULL, 10) << 20; break;
         case O_BASELINE: baseline = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

@@ -1,0 +1,120 @@
+/* api_surface.h — the seam between the HTTP transport (gateway/http.c) and
+ * one HTTP API's JSON: an "API surface".
+ *
+ * pagoda serves several APIs over ONE internal request: oai_request_t
+ * (gateway/oai.h: messages, tools, tool_choice, response format / grammar,
+ * sampling, limits, stream), which gateway/submit.c turns into the SUBMIT a
+ * worker runs. A surface translates its API's request body into that
+ * internal request and the core's replies (gateway_reply_t: EVENTs and
+ * ERRORs) back into its API's JSON — and nothing else: transport, auth,
+ * limits, queueing, suspend/resume and the hang-up watcher stay in http.c,
+ * the split of an answer into reasoning / content / tool calls is shared
+ * (gateway/answer.h).
+ *
+ *   surface          file                   routes
+ *   oai_surface      gateway/oai_stream.c   /v1/chat/completions, /v1/completions,
+ *                                           /v1/batch/..., /v1/embeddings,
+ *                                           /tokenize, /detokenize
+ *
+ * A new API = one translation file defining a const api_surface_t, plus one
+ * route line in http.c's route table naming it, e.g.
+ *   {"POST", "/v1/messages", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE,
+ *    &anthropic_surface},
+ * and its docs (docs/API.md). docs/ARCHITECTURE.md "A new endpoint" walks
+ * through it.
+ *
+ * Life of a request on a surface route (all on HTTP threads):
+ *   1. parse(call, body) → internal request `o`, or an error (rendered with
+ *      error_body). http.c then checks the server's limits on `o`, takes the
+ *      tool names out of it into call->tool_names, sets call->reasoning, and
+ *   2. begin(call, o): the surface keeps what it renders from (ids, options;
+ *      its own state in call->state). `o` is freed after begin.
+ *   3. Streaming (call->stream): stream_event(call, reply, out) for every
+ *      reply, in order, appends the bytes to send (SSE framing included;
+ *      api_buf_sse helps); it sets call->done with the stream's last bytes.
+ *      An ERROR before the first EVENT is answered with error_body instead
+ *      (no stream has started: a plain error response).
+ *   4. Not streaming: complete(call, events) once every choice has its final
+ *      EVENT (or one failed) → status and body.
+ *   5. end(call) frees call->state (always, once, also when the client left).
+ * Every error a surface route answers — auth, 413, 415, 429, 503, refusals
+ * of the worker — goes through error_body, so a client sees its own API's
+ * error shape.
+ */
+#ifndef PAGODA_GATEWAY_API_SURFACE_H
+#define PAGODA_GATEWAY_API_SURFACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gateway/gateway.h"
+#include "gateway/oai.h"
+
+struct resp_store;
+
+/* A growing byte buffer for the bytes of a stream. */
+typedef struct api_buf {
+    char *p;                      /* (len) bytes, malloc'd; owned by whoever holds the buf */
+    size_t len, cap;
+} api_buf_t;
+
+void api_buf_append(api_buf_t *b, const char *s, size_t n);
+/* One SSE event: "event: NAME\n" (when event is not NULL), "data: JSON\n\n".
+ * Takes json (malloc'd). */
+void api_buf_sse(api_buf_t *b, const char *event, char *json);
+
+/* One generation request as its surface renders it. http.c fills the
+ * fields above `state`; the surface owns `state` and sets `done`. */
+typedef struct api_call {
+    /* from the route */
+    oai_kind_t kind;              /* OAI_CHAT / OAI_COMPLETION */
+    oai_op_t op;                  /* generate, embed, tokenize, detokenize */
+    /* from the internal request (after parse) */
+    char *model;                  /* owned by http.c */
+    int64_t created;              /* wall clock, s */
+    bool stream;
+    uint32_t n_choices;           /* choices (n), or inputs for embeddings */
+    bool want_logprobs;           /* the request asked for logprobs */
+    char **tool_names;            /* (n_tools) the request's tools when the answer is
+                                     parsed for calls (tools announced, tool_choice not
+                                     none), else NULL; owned by http.c */
+    size_t n_tools;
+    bool reasoning;               /* the server splits <think>...</think> off chat answers */
+    int64_t request_timeout_s;    /* --request-timeout, for error messages */
+    /* from the server, for surfaces that keep state (set before parse) */
+    const char *owner;            /* who calls: the API key's SHA-256 in hex, or
+                                     RESP_STORE_ANON without a keys file (http.c's) */
+    struct resp_store *store;     /* stored responses (resp_store.h), NULL = none */
+    /* the surface's */
+    void *state;                  /* per-request render state, freed by end() */
+    bool done;                    /* stream: its last bytes are written */
+} api_call_t;
+
+typedef struct api_surface {
+    const char *name;             /* "openai", for logs */
+    /* body[0..len) (hostile, not NUL-terminated) → *o. Returns 0, or -1 with
+     * *e (status, type, code, message) filled. call->kind/op/owner/store are
+     * set. A surface whose API carries more than the internal request (the
+     * Responses API: input items, the stored conversation, echoed fields) may
+     * set call->state here; end() frees it once parse returned 0 — a parse
+     * that fails leaves call->state NULL. */
+    int (*parse)(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o,
+                 oai_error_t *e);
+    /* After parse: keep what rendering needs (may take fields out of o,
+     * leaving them NULL), set call->state. */
+    void (*begin)(api_call_t *call, oai_request_t *o);
+    /* Streaming: appends the bytes for one reply (taken: free it with
+     * gateway_reply_free) to out; sets call->done with the last bytes. */
+    void (*stream_event)(api_call_t *call, gateway_reply_t *rep, api_buf_t *out);
+    /* Not streaming: the body for events[0..n) (borrowed, in arrival order;
+     * the last is a final EVENT), malloc'd, with its HTTP status in *status. */
+    char *(*complete)(api_call_t *call, gateway_reply_t *const *events, size_t n, int *status);
+    /* The body of an error response in this API's shape (status = e->status),
+     * malloc'd. Also used for refusals before parse (auth, 413, 415, 429). */
+    char *(*error_body)(const oai_error_t *e);
+    /* Frees call->state (NULL-safe). */
+    void (*end)(api_call_t *call);
+} api_surface_t;
+
+#endif

@@ -1,0 +1,290 @@
+/* snapshot.c — what the core answers GET /health, /v1/models, /metrics and
+ * the operations API (/admin/...) with, read from its tables (see
+ * snapshot.h). Runs on the core thread only. */
+#include "gateway/snapshot.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "gateway/gateway_core.h"
+#include "gateway/supervisor.h"
+
+/* ---- GET /health ---- */
+
+json_t *snapshot_health(struct gateway *gw)
+{
+    int64_t now = clock_now_us();
+    json_t *workers = json_array();
+    for (size_t i = 0; i < gw->n_workers; i++) {
+        const gateway_worker_t *w = &gw->workers[i];
+        int64_t left_us = gateway_worker_expiry_us(w) - now;
+        int64_t liveness = left_us <= 0 ? 0 : (left_us + w->interval_us - 1) / w->interval_us;
+        json_t *load = json_null();
+        if (w->has_load) {
+            const proto_load_t *l = &w->load;
+            load = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+                             "running", (json_int_t)l->running,
+                             "waiting", (json_int_t)l->waiting,
+                             "kv_blocks_used", (json_int_t)l->kv_blocks_used,
+                             "kv_blocks_total", (json_int_t)l->kv_blocks_total,
+                             "free_slots", (json_int_t)l->free_slots,
+                             "prefix_cache_queries", (json_int_t)l->prefix_cache_queries,
+                             "prefix_cache_hits", (json_int_t)l->prefix_cache_hits,
+                             "preemptions", (json_int_t)l->preemptions,
+                             "tokens_generated", (json_int_t)l->tokens_generated,
+                             "prompt_tokens", (json_int_t)l->prompt_tokens);
+        }
+        json_t *prog = json_null();
+        if (w->has_progress) {
+            const proto_progress_t *g = &w->progress;
+            int64_t stall = g->busy ? g->stall_ms + (now - w->t_progress_us) / 1000 : 0;
+            prog = json_pack("{s:I, s:b, s:I, s:I, s:I}", "steps", (json_int_t)g->steps,
+                             "busy", g->busy, "stall_ms", (json_int_t)stall,
+                             "slow_ms", (json_int_t)g->slow_ms,
+                             "deadline_ms",
+                             (json_int_t)(gw->progress_timeout_us
+                                              ? gateway_worker_progress_deadline_us(gw, w) / 1000 : 0));
+        }
+        int64_t last = w->t_last_heartbeat_us ? w->t_last_heartbeat_us : w->t_last_seen_us;
+        json_array_append_new(
+            workers,
+            json_pack("{s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}",
+                      "id", w->reg.replica, "model", w->reg.model, "host", w->reg.host,
+                      "pid", (json_int_t)w->reg.pid, "state", gateway_worker_state_name(w->state),
+                      "last_heartbeat_ms_ago", (json_int_t)((now - last) / 1000),
+                      "liveness", (json_int_t)liveness,
+                      "capacity", (json_int_t)w->reg.capacity,
+                      "n_ctx", (json_int_t)w->reg.n_ctx,
+                      "n_vocab", (json_int_t)w->reg.n_vocab,
+                      "kv_blocks", (json_int_t)w->reg.kv_blocks,
+                      "block_size", (json_int_t)w->reg.block_size,
+                      "assigned", (json_int_t)w->n_assigned, "load", load, "progress", prog));
+    }
+    json_t *models = json_object();
+    for (size_t i = 0; i < gw->n_models; i++) {
+        gateway_model_t *m = &gw->models[i];
+        json_int_t replicas = 0, running = 0, free_slots = 0;
+        for (size_t k = 0; k < gw->n_workers; k++) {
+            const gateway_worker_t *w = &gw->workers[k];
+            if (strcmp(w->reg.model, m->name) != 0)
+                continue;
+            replicas++;
+            running += w->n_assigned;
+            int64_t c = gateway_worker_credit(w);
+            free_slots += c > 0 ? c : 0;
+        }
+        supervisor_model_info_t li;
+        gateway_model_local(gw, m->name, &li);
+        const char *state = gateway_model_ready_replicas(gw, m->name) ? "ready"
+                            : gateway_model_failed(gw, m, &li)         ? "failed"
+                            : li.n_running + li.n_backoff      ? "starting"
+                            : li.n_idle                        ? "idle"
+                            : replicas                         ? "draining"
+                                                               : "unavailable";
+        json_t *jm = json_pack("{s:s, s:I, s:I, s:I, s:I, s:b, s:I, s:b}", "state", state,
+                               "replicas", replicas, "queued", (json_int_t)prio_queue_len(m->queue),
+                               "running", running, "free_slots", free_slots,
+                               "configured", m->configured, "local_workers", (json_int_t)li.n_children,
+                               "on_demand", li.on_demand);
+        if (m->failed)
+            json_object_set_new(jm, "failed_reason", json_string(li.reason));
+        json_object_set_new(models, m->name, jm);
+    }
+    return json_pack("{s:s, s:i, s:o, s:o}", "status", gw->n_workers ? "ok" : "no_workers",
+                     "heartbeat_ms", gw->heartbeat_ms, "models", models, "workers", workers);
+}
+
+/* ---- operations API ---- */
+
+static json_t *admin_error(int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static json_t *admin_error(int status, const char *code, const char *fmt, ...)
+{
+    oai_error_t e;
+    va_list ap;
+    va_start(ap, fmt);
+    oai_error_vset(&e, status, code, fmt, ap);
+    va_end(ap);
+    json_t *j = oai_error_object(&e);
+    json_object_set_new(j, "status", json_integer(status));
+    return j;
+}
+
+static json_t *admin_workers(struct gateway *gw)
+{
+    int64_t now = clock_now_us();
+    json_t *local = gw->sup ? supervisor_json(gw->sup) : json_array();
+    json_t *out = json_array();
+    for (size_t i = 0; i < gw->n_workers; i++) {
+        const gateway_worker_t *w = &gw->workers[i];
+        json_t *child = NULL;
+        size_t k;
+        json_t *c;
+        if (strcmp(w->reg.host, gw->hostname) == 0) {
+            json_array_foreach(local, k, c) {
+                if (json_integer_value(json_object_get(c, "pid")) == (json_int_t)w->reg.pid) {
+                    child = c;
+                    break;
+                }
+            }
+        }
+        json_t *load = json_null();
+        if (w->has_load)
+            load = json_pack("{s:I, s:I, s:I, s:I, s:I}", "running", (json_int_t)w->load.running,
+                             "waiting", (json_int_t)w->load.waiting,
+                             "kv_blocks_used", (json_int_t)w->load.kv_blocks_used,
+                             "kv_blocks_total", (json_int_t)w->load.kv_blocks_total,
+                             "free_slots", (json_int_t)w->load.free_slots);
+        json_t *jw = json_pack("{s:s, s:s, s:s, s:I, s:s, s:b, s:f, s:I, s:I, s:o}",
+                               "id", w->reg.replica, "model", w->reg.model, "host", w->reg.host,
+                               "pid", (json_int_t)w->reg.pid, "state", gateway_worker_state_name(w->state),
+                               "local", child != NULL,
+                               "uptime_s", (double)(now - w->t_registered_us) / 1e6,
+                               "assigned", (json_int_t)w->n_assigned,
+                               "capacity", (json_int_t)w->reg.capacity, "load", load);
+        json_object_set(jw, "restarts", child ? json_object_get(child, "restarts") : json_null());
+        json_object_set(jw, "last_exit", child ? json_object_get(child, "last_exit") : json_null());
+        if (child)
+            json_object_set_new(child, "registered", json_true());
+        json_array_append_new(out, jw);
+    }
+    size_t k;
+    json_t *c;
+    json_array_foreach(local, k, c) {
+        if (json_object_get(c, "registered"))
+            continue;
+        const char *st = json_string_value(json_object_get(c, "state"));
+        json_t *jw = json_pack("{s:n, s:O, s:s, s:O, s:s, s:b, s:O, s:O, s:O, s:O}", "id",
+                               "model", json_object_get(c, "model"), "host", gw->hostname,
+                               "pid", json_object_get(c, "pid"),
+                               "state", st && strcmp(st, "running") == 0 ? "starting" : st ? st : "?",
+                               "local", 1, "uptime_s", json_object_get(c, "uptime_s"),
+                               "restarts", json_object_get(c, "restarts"),
+                               "next_start_ms", json_object_get(c, "next_start_ms"),
+                               "last_exit", json_object_get(c, "last_exit"));
+        json_array_append_new(out, jw);
+    }
+    json_decref(local);
+    return json_pack("{s:i, s:o}", "status", 200, "workers", out);
+}
+
+/* By replica id, or by pid written in decimal. */
+static gateway_worker_t *worker_by_target(struct gateway *gw, const char *t)
+{
+    gateway_worker_t *w = gateway_worker_by_replica(gw, t);
+    if (w)
+        return w;
+    char *end;
+    unsigned long pid = strtoul(t, &end, 10);
+    if (!*t || *end)
+        return NULL;
+    for (size_t i = 0; i < gw->n_workers; i++)
+        if (gw->workers[i].reg.pid == pid)
+            return &gw->workers[i];
+    return NULL;
+}
+
+json_t *snapshot_admin(struct gateway *gw, gateway_admin_op_t op, const char *target)
+{
+    if (op == GATEWAY_ADMIN_WORKERS)
+        return admin_workers(gw);
+    if (op == GATEWAY_ADMIN_RESTART_MODEL) {
+        gateway_model_t *m = gateway_model_find(gw, target);
+        if (!m)
+            return admin_error(404, "model_not_found", "The model '%s' does not exist", target);
+        unsigned started = gw->sup ? supervisor_restart_model(gw->sup, m->name) : 0;
+        unsigned draining = 0;
+        for (size_t i = 0; i < gw->n_workers;) {
+            gateway_worker_t *w = &gw->workers[i];
+            size_t n_before = gw->n_workers;
+            if (strcmp(w->reg.model, m->name) == 0 && w->state == GATEWAY_WORKER_READY &&
+                gateway_worker_is_local(gw, w)) {
+                draining++;
+                gateway_worker_drain(gw, w, SUPERVISOR_EXIT_RESTART);
+            }
+            if (gw->n_workers == n_before)
+                i++;
+        }
+        if (started)
+            m->t_no_replica_us = m->t_no_replica_us ? clock_now_us() : 0;
+        gateway_model_failed(gw, m, &(supervisor_model_info_t){0});
+        log_info("admin: restart model %s: %u local workers started, %u draining to restart",
+                 m->name, started, draining);
+        return json_pack("{s:i, s:s, s:I, s:I}", "status", 200, "model", m->name,
+                         "started", (json_int_t)started, "draining", (json_int_t)draining);
+    }
+    gateway_worker_t *w = worker_by_target(gw, target);
+    if (!w)
+        return admin_error(404, "worker_not_found",
+                           "No registered worker has id or pid '%s' (see GET /admin/workers)", target);
+    bool local = gateway_worker_is_local(gw, w);
+    bool restart = op == GATEWAY_ADMIN_RESTART && local;
+    json_t *res = json_pack("{s:i, s:s, s:s, s:I, s:s, s:b, s:b, s:I}", "status", 200,
+                            "id", w->reg.replica, "model", w->reg.model, "pid", (json_int_t)w->reg.pid,
+                            "state", "draining", "local", local, "restart", restart,
+                            "assigned", (json_int_t)w->n_assigned);
+    log_info("admin: %s worker %s", op == GATEWAY_ADMIN_RESTART ? "restart" : "drain", w->reg.replica);
+    if (w->state == GATEWAY_WORKER_DRAINING) {
+        /* already draining: only the exit plan changes */
+        if (local)
+            supervisor_expect_exit(gw->sup, (pid_t)w->reg.pid,
+                                   restart ? SUPERVISOR_EXIT_RESTART : SUPERVISOR_EXIT_STAY_DOWN);
+    } else {
+        gateway_worker_drain(gw, w, local ? (restart ? SUPERVISOR_EXIT_RESTART : SUPERVISOR_EXIT_STAY_DOWN) : 0);
+    }
+    return res;
+}
+
+char *snapshot_models(struct gateway *gw)
+{
+    oai_model_info_t *info = xcalloc(gw->n_models + 1, sizeof *info);
+    int64_t created = clock_wall_s();
+    for (size_t i = 0; i < gw->n_models; i++) {
+        const gateway_model_t *m = &gw->models[i];
+        info[i] = (oai_model_info_t){.id = m->name, .created = created, .owned_by = "pagoda",
+                                     .max_model_len = m->n_ctx};
+    }
+    char *s = oai_models_json(info, gw->n_models);
+    free(info);
+    return s;
+}
+
+char *snapshot_metrics(struct gateway *gw)
+{
+    for (size_t i = 0; i < gw->n_models; i++) {
+        const gateway_model_t *m = &gw->models[i];
+        const char *lab[] = {m->name};
+        double running = 0, waiting = (double)prio_queue_len(m->queue), used = 0, total = 0;
+        for (size_t k = 0; k < gw->n_workers; k++) {
+            const gateway_worker_t *w = &gw->workers[k];
+            if (strcmp(w->reg.model, m->name) != 0)
+                continue;
+            running += w->n_assigned;
+            if (w->has_load) {
+                waiting += w->load.waiting;
+                used += w->load.kv_blocks_used;
+                total += w->load.kv_blocks_total;
+            }
+        }
+        metrics_gauge_set(gw->m.num_requests_running, lab, running);
+        metrics_gauge_set(gw->m.num_requests_waiting, lab, waiting);
+        metrics_gauge_set(gw->m.kv_cache_usage_perc, lab, total > 0 ? used / total : 0);
+        metrics_gauge_set(gw->m.workers_connected, lab, (double)gateway_model_replicas(gw, m->name));
+        for (size_t k = 0; k < gw->n_workers; k++) {
+            const gateway_worker_t *w = &gw->workers[k];
+            if (w->slot >= 0 && strcmp(w->reg.model, m->name) == 0)
+                metrics_gauge_set(gw->m.prefix_index_replica, (const char *[]){m->name, w->reg.replica},
+                                  (double)prefix_index_slot_size(gw->pindex, w->slot));
+        }
+        for (int t = 0; t < PRIO_N_TIERS; t++)
+            metrics_gauge_set(gw->m.queue_length, (const char *[]){m->name, prio_tier_name(t)},
+                              (double)prio_queue_len_tier(m->queue, t));
+    }
+    metrics_gauge_set(gw->m.prefix_index_entries, NULL, (double)prefix_index_size(gw->pindex));
+    return metrics_render(gw->metrics, NULL);
+}

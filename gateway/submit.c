@@ -1,0 +1,143 @@
+/* submit.c — the internal request (oai_request_t) → SUBMIT translation
+ * (see submit.h), the gateway's twin of worker_req_from_submit. */
+#include "gateway/submit.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "common/clock.h"
+#include "common/grammar/gbnf.h"
+#include "common/xalloc.h"
+
+/* What oai.c accepts must fit in a SUBMIT (proto/msg.h), or the worker
+ * cannot decode it. */
+_Static_assert(OAI_MAX_MESSAGES <= PROTO_MAX_MESSAGES, "oai messages > proto messages");
+_Static_assert(OAI_MAX_TEXT_BYTES <= PROTO_MAX_PROMPT, "oai text > proto prompt/content");
+_Static_assert(OAI_MAX_PROMPT_TOKENS <= PROTO_MAX_TOKENS, "oai prompt tokens > proto tokens");
+_Static_assert(OAI_MAX_GRAMMAR_BYTES <= PROTO_MAX_GRAMMAR && GBNF_MAX_TEXT <= PROTO_MAX_GRAMMAR, "grammar text > proto grammar");
+_Static_assert(OAI_MAX_STOP <= PROTO_MAX_STOP, "oai stop count > proto stop count");
+_Static_assert(OAI_MAX_STOP_BYTES <= PROTO_MAX_STOP_LEN, "oai stop length > proto stop length");
+_Static_assert(OAI_MAX_LOGIT_BIAS <= PROTO_MAX_LOGIT_BIAS, "oai logit_bias > proto logit_bias");
+_Static_assert(OAI_MAX_TOP_LOGPROBS <= PROTO_MAX_TOP_LOGPROBS, "oai top_logprobs > proto");
+_Static_assert(OAI_MAX_MODEL_BYTES <= PROTO_MAX_NAME, "oai model name > proto name");
+_Static_assert(OAI_MAX_MAX_TOKENS <= 0x7fffffff, "oai max_tokens > proto max_tok (u31)");
+/* the largest SUBMIT: all text (or 5 msgpack bytes per token id), the stop
+ * strings, logit_bias (≤ 14 bytes an entry) and 1 MiB for roles and fields */
+_Static_assert((uint64_t)(OAI_MAX_TEXT_BYTES > 5ull * OAI_MAX_PROMPT_TOKENS ? OAI_MAX_TEXT_BYTES
+                                                                              : 5ull * OAI_MAX_PROMPT_TOKENS) +
+                       (uint64_t)OAI_MAX_STOP * OAI_MAX_STOP_BYTES + 14ull * OAI_MAX_LOGIT_BIAS + (1ull << 20) <=
+                   PROTO_MAX_BODY,
+               "the largest request the gateway accepts does not fit in a SUBMIT body");
+
+static char *dup_or_null(const char *s)
+{
+    return s ? xstrdup(s) : NULL;
+}
+
+void submit_from_oai(const oai_request_t *o, uint64_t id, prio_tier_t tier, proto_submit_t *s)
+{
+    s->id = id;
+    s->priority = (proto_priority_t)tier;
+    if (o->kind == OAI_CHAT) {
+        s->kind = PROTO_KIND_CHAT;
+        s->n_messages = (uint32_t)o->n_messages;
+        s->messages = xcalloc(o->n_messages, sizeof *s->messages);
+        for (size_t i = 0; i < o->n_messages; i++) {
+            s->messages[i].role = xstrdup(oai_role_name(o->messages[i].role));
+            s->messages[i].content = xstrdup(o->messages[i].content);
+            s->messages[i].tool_calls = dup_or_null(o->messages[i].tool_calls_json);
+            s->messages[i].tool_call_id = dup_or_null(o->messages[i].tool_call_id);
+        }
+        s->has_think = o->has_enable_thinking;
+        s->think = o->enable_thinking;
+        /* tool_choice none: the tools are not announced, so no call can come */
+        if (o->tools_json && o->tool_choice != OAI_TOOL_CHOICE_NONE) {
+            s->tools = xstrdup(o->tools_json);
+            if (o->tool_choice == OAI_TOOL_CHOICE_REQUIRED) {
+                s->tool_choice = xstrdup("required");
+            } else if (o->tool_choice == OAI_TOOL_CHOICE_NAMED) {
+                size_t n = strlen(o->tool_choice_name) + 10;
+                s->tool_choice = xmalloc(n);
+                snprintf(s->tool_choice, n, "function:%s", o->tool_choice_name);
+            }
+            s->no_par_tools = !o->parallel_tool_calls;
+        }
+    } else {
+        s->kind = PROTO_KIND_COMPLETION;
+        if (o->op == OAI_OP_EMBED) {
+            /* one SUBMIT for all inputs: each a sequence of its own, its
+             * EVENT's choice = the input's index */
+            s->n_inputs = (uint32_t)o->n_inputs;
+            s->inputs = xcalloc(o->n_inputs ? o->n_inputs : 1, sizeof *s->inputs);
+            for (size_t i = 0; i < o->n_inputs; i++) {
+                const oai_embed_input_t *in = &o->inputs[i];
+                if (in->text) {
+                    s->inputs[i].text = xstrdup(in->text);
+                } else {
+                    s->inputs[i].n_ids = (uint32_t)in->n_ids;
+                    s->inputs[i].ids = xmalloc(in->n_ids * sizeof(int32_t));
+                    memcpy(s->inputs[i].ids, in->ids, in->n_ids * sizeof(int32_t));
+                }
+            }
+            s->dimensions = (uint32_t)o->dimensions;
+        } else if (o->prompt) {
+            s->prompt = xstrdup(o->prompt);
+        } else {
+            s->has_prompt_ids = true;
+            s->n_prompt_ids = (uint32_t)o->n_prompt_tokens;
+            s->prompt_ids = xcalloc(o->n_prompt_tokens ? o->n_prompt_tokens : 1, sizeof(int32_t));
+            memcpy(s->prompt_ids, o->prompt_tokens, o->n_prompt_tokens * sizeof(int32_t));
+        }
+    }
+    proto_sampling_t *sp = &s->sampling;
+    sp->temperature = o->temperature;
+    sp->top_p = o->top_p;
+    sp->top_k = o->top_k > 0 ? (uint32_t)o->top_k : 0;
+    sp->min_p = o->min_p;
+    sp->repetition_penalty = o->repetition_penalty;
+    sp->presence_penalty = o->presence_penalty;
+    sp->frequency_penalty = o->frequency_penalty;
+    sp->has_seed = o->has_seed;
+    sp->seed = (uint64_t)o->seed;
+    if (!sp->has_seed) {
+        /* pick the seed here rather than on the worker: a request resumed on
+         * another replica after a crash then continues the same random
+         * stream (the worker skips one draw per resumed token) */
+        uint64_t seed;
+        if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != sizeof seed)
+            seed = (uint64_t)clock_now_us() * 0x9E3779B97F4A7C15ull ^ id;
+        sp->has_seed = true;
+        sp->seed = seed;
+    }
+    if (o->n_logit_bias) {
+        sp->n_logit_bias = (uint32_t)o->n_logit_bias;
+        sp->logit_bias = xcalloc(o->n_logit_bias, sizeof *sp->logit_bias);
+        for (size_t i = 0; i < o->n_logit_bias; i++)
+            sp->logit_bias[i] = (proto_logit_bias_t){o->logit_bias[i].token, o->logit_bias[i].bias};
+    }
+    sp->logprobs = o->logprobs;
+    sp->top_logprobs = o->top_logprobs > 0 ? (uint32_t)o->top_logprobs : 0;
+    if (o->max_tokens >= 0)
+        s->max_tokens = (uint32_t)o->max_tokens;
+    else
+        s->max_tokens = o->kind == OAI_COMPLETION ? GATEWAY_COMPLETION_MAX_TOKENS : 0;
+    if (o->n_stop) {
+        s->n_stop = (uint32_t)o->n_stop;
+        s->stop = xcalloc(o->n_stop, sizeof *s->stop);
+        for (size_t i = 0; i < o->n_stop; i++)
+            s->stop[i] = dup_or_null(o->stop[i]);
+    }
+    s->ignore_eos = o->ignore_eos;
+    s->stream = o->stream;
+    if (o->grammar)
+        s->grammar = xstrdup(o->grammar);
+    s->n_choices = o->n > 1 ? (uint32_t)o->n : 1;
+    s->op = o->op == OAI_OP_TOKENIZE ? PROTO_OP_TOKENIZE
+          : o->op == OAI_OP_DETOKENIZE ? PROTO_OP_DETOKENIZE
+          : o->op == OAI_OP_EMBED ? PROTO_OP_EMBED : PROTO_OP_GENERATE;
+    s->no_special = o->op == OAI_OP_TOKENIZE && !o->add_special;
+    if (o->op == OAI_OP_EMBED)
+        s->n_choices = s->n_inputs;
+}

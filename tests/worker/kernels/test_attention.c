@@ -1,0 +1,412 @@
+/* Unit tests for worker/kernels/attention.{h,c}: attention_head and the
+ * grouped-query attention_group and the whole-row attention_row over a
+ * paged KV store.
+ *
+ * Claims checked:
+ *   - bit for bit (memcmp of the outputs): attention_group over n_q query
+ *     heads equals n_q calls of attention_head, for group sizes 1..9 (so
+ *     the AVX2 path's sub-groups of 4 and their remainders are crossed),
+ *     F32 and F16 K/V, head_dim 8, 24, 64 and 128 (whole and half 16-float
+ *     V passes) and 12 (the portable path), position ranges that start and
+ *     end inside blocks (sliding windows), one position, and soft-capping;
+ *   - bit for bit: attention_row (every head of a row, MHA and GQA head
+ *     counts, windows, soft-capping, F32/F16) and attention_row_by_group
+ *     (the same with a group's rows of scratch) equal one attention_head
+ *     call per head;
+ *   - against an independent reference (double precision softmax attention
+ *     computed here from the same K/V values): every output within
+ *     2e-5 · (1 + max |v|) absolute;
+ *   - the block table is honoured: K/V of positions outside [t0, t1) and of
+ *     blocks the table does not name are poisoned with NaN and never read
+ *     (a NaN would reach the output).
+ * Which path ran (AVX2 or portable) is printed; on a CPU without AVX2 both
+ * sides take the portable path and the bit-for-bit claim is trivially
+ * true, which the message says.
+ *
+ * ATT_BENCH=1 build/tests/worker/kernels/test_attention runs a benchmark instead:
+ * one thread, F16 K/V, head_dim 64, 4 kv heads, group sizes 1-8 and 64-512
+ * positions, time of one row's attention over a layer through n_q calls of
+ * attention_head against attention_group (best of 30 interleaved reps).
+ * ATT_BENCH=rows runs the decode-step benchmark: 12 layers × 32 rows, each
+ * row its own sequence of ATT_POS positions (default 96) in scattered
+ * blocks, K/V F16 and cold (~113 MB for 12 × 12 heads of 64, more than the
+ * caches hold); per layer the rows in an OpenMP loop (OMP_NUM_THREADS)
+ * through attention_row against attention_row_by_group (per-kv-head
+ * attention_group calls, the tasks before 2026-11-23), for MHA
+ * (12/12 heads) and GQA (32/4); best of 5.
+ */
+#include <omp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/cpu.h"
+#include "worker/kernels/attention.h"
+#include "worker/kernels/quant.h"
+#include "worker/kernels/kv_store.h"
+
+#define BS 32          /* block size */
+#define N_BLOCKS 24    /* physical blocks in the test store */
+#define N_LAYER 2
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+
+static float frand(void)  /* uniform in [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / (double)(1ULL << 53) * 2.0 - 1.0);
+}
+
+/* A store of n_kv heads of hd, every element random, in type t. */
+static kv_store_t store_new(kv_type_t t, int n_kv, int hd)
+{
+    kv_store_t s = {.n_layer = N_LAYER, .n_blocks = N_BLOCKS, .block_size = BS, .kv_dim = n_kv * hd, .type = t};
+    size_t n = (size_t)N_LAYER * N_BLOCKS * BS * (size_t)s.kv_dim;
+    s.k = malloc(n * kv_type_size(t));
+    s.v = malloc(n * kv_type_size(t));
+    assert_non_null(s.k);
+    assert_non_null(s.v);
+    for (size_t i = 0; i < n; i++) {
+        float a = frand() * 2.0f, b = frand() * 3.0f;
+        if (t == KV_TYPE_F16) {
+            ((uint16_t *)s.k)[i] = quant_fp32_to_fp16(a);
+            ((uint16_t *)s.v)[i] = quant_fp32_to_fp16(b);
+        } else {
+            ((float *)s.k)[i] = a;
+            ((float *)s.v)[i] = b;
+        }
+    }
+    return s;
+}
+
+static float elt(const kv_store_t *s, const void *base, size_t i)
+{
+    return s->type == KV_TYPE_F16 ? quant_fp16_to_fp32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
+static void put(const kv_store_t *s, void *base, size_t i, float x)
+{
+    if (s->type == KV_TYPE_F16)
+        ((uint16_t *)base)[i] = quant_fp32_to_fp16(x);
+    else
+        ((float *)base)[i] = x;
+}
+
+/* NaN into every K/V element of layer l that [t0, t1) through bt does not
+ * cover (other positions of named blocks, and unnamed blocks). */
+static void poison_outside(kv_store_t *s, int l, const int32_t *bt, int n_bt, int t0, int t1)
+{
+    for (int b = 0; b < N_BLOCKS; b++)
+        for (int slot = 0; slot < BS; slot++) {
+            int named = -1;
+            for (int j = 0; j < n_bt; j++)
+                if (bt[j] == b)
+                    named = j;
+            int pos = named * BS + slot;
+            if (named >= 0 && pos >= t0 && pos < t1)
+                continue;
+            size_t at = kv_store_index(s, l, b, slot);
+            for (int i = 0; i < s->kv_dim; i++) {
+                put(s, s->k, at + (size_t)i, NAN);
+                put(s, s->v, at + (size_t)i, NAN);
+            }
+        }
+}
+
+/* Double-precision attention of one head (the independent reference). */
+static void ref_head(const kv_store_t *s, int l, const int32_t *bt, int t0, int t1, int kvo, int hd,
+                     const float *q, float scale, float softcap, double *out)
+{
+    int n = t1 - t0;
+    double *sc = malloc(sizeof(double) * (size_t)n), mx = -INFINITY, sum = 0;
+    for (int j = 0; j < n; j++) {
+        int t = t0 + j;
+        size_t at = kv_store_index(s, l, bt[t / BS], t % BS) + (size_t)kvo;
+        double d = 0;
+        for (int i = 0; i < hd; i++)
+            d += (double)q[i] * elt(s, s->k, at + (size_t)i);
+        d *= scale;
+        if (softcap > 0)
+            d = softcap * tanh(d / softcap);
+        sc[j] = d;
+        mx = d > mx ? d : mx;
+    }
+    for (int j = 0; j < n; j++)
+        sum += sc[j] = exp(sc[j] - mx);
+    for (int i = 0; i < hd; i++)
+        out[i] = 0;
+    for (int j = 0; j < n; j++) {
+        int t = t0 + j;
+        size_t at = kv_store_index(s, l, bt[t / BS], t % BS) + (size_t)kvo;
+        for (int i = 0; i < hd; i++)
+            out[i] += sc[j] / sum * elt(s, s->v, at + (size_t)i);
+    }
+    free(sc);
+}
+
+typedef struct {
+    int hd, group, n_kv, t0, t1;
+    float softcap;
+} att_case_t;
+
+/* A store for case c with layer l's positions [t0, t1) in a scrambled
+ * block table (position p in block (a + m p/BS) % N) and everything else
+ * poisoned. */
+static kv_store_t case_store(kv_type_t type, const att_case_t *c, int l, int a, int m, int32_t bt[N_BLOCKS])
+{
+    kv_store_t s = store_new(type, c->n_kv, c->hd);
+    const int n_bt = (c->t1 + BS - 1) / BS;
+    for (int j = 0; j < n_bt; j++)
+        bt[j] = (a + m * j) % N_BLOCKS;
+    poison_outside(&s, l, bt, n_bt, c->t0, c->t1);
+    return s;
+}
+
+static void run_case(kv_type_t type, const att_case_t *c)
+{
+    const int l = 1;
+    int32_t bt[N_BLOCKS];
+    kv_store_t s = case_store(type, c, l, 7, 5, bt);
+
+    const int hd = c->hd, n_q = c->group, n = c->t1 - c->t0;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const size_t ld = (size_t)n + 5;
+    float *q = malloc(sizeof(float) * (size_t)n_q * hd), *o_head = malloc(sizeof(float) * (size_t)n_q * hd),
+          *o_group = malloc(sizeof(float) * (size_t)n_q * hd), *sc = malloc(sizeof(float) * (size_t)n_q * ld);
+    double *ref = malloc(sizeof(double) * (size_t)hd);
+    for (int g = 0; g < c->n_kv; g++) {
+        const int kvo = g * hd;
+        for (int i = 0; i < n_q * hd; i++)
+            q[i] = frand() * 2.0f;
+        for (int h = 0; h < n_q; h++)
+            attention_head(q + (size_t)h * hd, &s, l, bt, c->t0, c->t1, kvo, hd, scale, c->softcap, sc,
+                           o_head + (size_t)h * hd);
+        memset(o_group, 0xff, sizeof(float) * (size_t)n_q * hd);
+        attention_group(q, n_q, &s, l, bt, c->t0, c->t1, kvo, hd, scale, c->softcap, sc, ld, o_group);
+        if (memcmp(o_head, o_group, sizeof(float) * (size_t)n_q * hd) != 0) {
+            for (int i = 0; i < n_q * hd; i++)
+                if (memcmp(&o_head[i], &o_group[i], sizeof(float)) != 0) {
+                    print_error("%s hd %d group %d [%d,%d) softcap %g: head %d elt %d: %.9g (head) vs %.9g (group)\n",
+                                kv_type_name(type), hd, n_q, c->t0, c->t1, c->softcap, i / hd, i % hd, o_head[i],
+                                o_group[i]);
+                    break;
+                }
+            fail();
+        }
+        for (int h = 0; h < n_q; h++) {
+            ref_head(&s, l, bt, c->t0, c->t1, kvo, hd, q + (size_t)h * hd, scale, c->softcap, ref);
+            for (int i = 0; i < hd; i++) {
+                double d = fabs((double)o_group[(size_t)h * hd + i] - ref[i]);
+                if (!(d <= 2e-5 * (1.0 + 3.0))) {
+                    print_error("%s hd %d group %d [%d,%d): head %d elt %d: %.9g vs reference %.9g\n",
+                                kv_type_name(type), hd, n_q, c->t0, c->t1, h, i, o_group[(size_t)h * hd + i], ref[i]);
+                    fail();
+                }
+            }
+        }
+    }
+    (void)n;
+    free(q);
+    free(o_head);
+    free(o_group);
+    free(sc);
+    free(ref);
+    free(s.k);
+    free(s.v);
+}
+
+static void test_group_equals_heads(void **state)
+{
+    (void)state;
+    printf("# attention path: %s\n",
+           cpu_has_avx2_fma_f16c() ? "AVX2 (head_dim % 8 == 0), portable for head_dim 12"
+                                   : "portable only (no AVX2/FMA/F16C): group == heads is trivially true here");
+    const att_case_t cases[] = {
+        {64, 1, 2, 0, 97, 0},    {64, 2, 2, 0, 64, 0},    {64, 3, 4, 5, 200, 0},  {64, 4, 1, 0, 1, 0},
+        {64, 5, 1, 31, 33, 0},   {128, 8, 1, 0, 300, 0},  {128, 9, 1, 100, 401, 0}, {24, 3, 2, 0, 77, 0},
+        {8, 7, 3, 40, 41, 0},    {64, 4, 2, 0, 150, 50.0f}, {12, 3, 2, 3, 70, 0}, {48, 6, 2, 17, 250, 30.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_case(KV_TYPE_F32, &cases[i]);
+        run_case(KV_TYPE_F16, &cases[i]);
+    }
+}
+
+/* attention_row (every head of a row) against one attention_head call per
+ * head, bit for bit, with the positions outside [t0, t1) poisoned. */
+static void run_row_case(kv_type_t type, const att_case_t *c)
+{
+    const int l = 0;
+    int32_t bt[N_BLOCKS];
+    kv_store_t s = case_store(type, c, l, 3, 7, bt);
+    const int hd = c->hd, n_head = c->group * c->n_kv, n = c->t1 - c->t0;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const size_t ld = (size_t)n + 3, nq = (size_t)n_head * (size_t)hd;
+    float *q = malloc(sizeof(float) * nq), *o_head = malloc(sizeof(float) * nq), *o_row = malloc(sizeof(float) * nq),
+          *sc = malloc(sizeof(float) * (size_t)n_head * ld);
+    for (size_t i = 0; i < nq; i++)
+        q[i] = frand() * 2.0f;
+    for (int h = 0; h < n_head; h++)
+        attention_head(q + (size_t)h * hd, &s, l, bt, c->t0, c->t1, (h / c->group) * hd, hd, scale, c->softcap, sc,
+                       o_head + (size_t)h * hd);
+    /* attention_row with n_head rows of scratch, then attention_row_by_group
+     * with a group's rows (sc's first rows) */
+    for (int by_group = 0; by_group < 2; by_group++) {
+        memset(o_row, 0xff, sizeof(float) * nq);
+        (by_group ? attention_row_by_group : attention_row)(q, n_head, c->n_kv, &s, l, bt, c->t0, c->t1, hd, scale,
+                                                            c->softcap, sc, ld, o_row);
+        for (size_t i = 0; i < nq; i++)
+            if (memcmp(&o_head[i], &o_row[i], sizeof(float)) != 0) {
+                print_error("%s hd %d heads %d/%d [%d,%d) softcap %g: head %zu elt %zu: %.9g (head) vs %.9g (%s)\n",
+                            kv_type_name(type), hd, n_head, c->n_kv, c->t0, c->t1, c->softcap, i / (size_t)hd,
+                            i % (size_t)hd, o_head[i], o_row[i], by_group ? "row by group" : "row");
+                fail();
+            }
+    }
+    free(q);
+    free(o_head);
+    free(o_row);
+    free(sc);
+    free(s.k);
+    free(s.v);
+}
+
+static void test_row_equals_heads(void **state)
+{
+    (void)state;
+    /* group = query heads per kv head; n_kv kv heads */
+    const att_case_t cases[] = {
+        {64, 1, 12, 0, 97, 0},  {64, 1, 4, 0, 1, 0},     {64, 3, 4, 5, 200, 0},  {64, 8, 2, 0, 150, 0},
+        {128, 4, 2, 31, 33, 0}, {128, 9, 1, 100, 401, 0}, {24, 3, 2, 0, 77, 0},  {8, 2, 3, 40, 41, 0},
+        {64, 2, 3, 0, 150, 50.0f}, {12, 3, 2, 3, 70, 0}, {48, 5, 2, 17, 250, 30.0f}, {64, 1, 5, 63, 64, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_row_case(KV_TYPE_F32, &cases[i]);
+        run_row_case(KV_TYPE_F16, &cases[i]);
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ATT_BENCH=1: prints timings, checks nothing. */
+static int bench(void)
+{
+    enum { HD = 64, NKV = 4, ITERS = 100 };
+    static float q[8 * HD], out[8 * HD], sc[8 * 512];
+    kv_store_t s = store_new(KV_TYPE_F16, NKV, HD);
+    int32_t bt[N_BLOCKS];
+    for (int j = 0; j < N_BLOCKS; j++)
+        bt[j] = (7 + 5 * j) % N_BLOCKS;
+    for (int i = 0; i < 8 * HD; i++)
+        q[i] = frand();
+    printf("%-6s %-9s %14s %14s %8s\n", "group", "positions", "per-head us", "grouped us", "speedup");
+    const int groups[] = {1, 2, 3, 4, 8}, lens[] = {64, 512};
+    for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int g = groups[gi], T = lens[li];
+            double best_h = 1e30, best_g = 1e30;
+            for (int rep = 0; rep < 30; rep++) {
+                double t0 = now_s();
+                for (int it = 0; it < ITERS; it++)
+                    for (int k = 0; k < NKV; k++)
+                        for (int h = 0; h < g; h++)
+                            attention_head(q + h * HD, &s, 0, bt, 0, T, k * HD, HD, 0.125f, 0, sc, out + h * HD);
+                double t1 = now_s();
+                for (int it = 0; it < ITERS; it++)
+                    for (int k = 0; k < NKV; k++)
+                        attention_group(q, g, &s, 0, bt, 0, T, k * HD, HD, 0.125f, 0, sc, 512, out);
+                double t2 = now_s();
+                best_h = t1 - t0 < best_h ? t1 - t0 : best_h;
+                best_g = t2 - t1 < best_g ? t2 - t1 : best_g;
+            }
+            printf("%-6d %-9d %14.2f %14.2f %7.2fx\n", g, T, best_h / ITERS * 1e6, best_g / ITERS * 1e6,
+                   best_h / best_g);
+        }
+    free(s.k);
+    free(s.v);
+    return 0;
+}
+
+/* ATT_BENCH=rows: attention_row against attention_group per kv head over
+ * a cold store (see the header). */
+static int bench_rows(void)
+{
+    enum { L = 12, S = 32, HD = 64, BSZ = 32 };
+    const int P = getenv("ATT_POS") ? atoi(getenv("ATT_POS")) : 96;
+    if (P < 1 || P > 8192)
+        return 1;
+    const int shapes[2][2] = {{12, 12}, {32, 4}}; /* query heads, kv heads */
+    printf("%d layers x %d rows x %d positions, F16 K/V, head_dim %d, %d thread(s), ms per step, best of 5\n", L, S,
+           P, HD, omp_get_max_threads());
+    printf("%-7s %12s %12s %10s\n", "heads", "row", "group", "speedup");
+    for (int k = 0; k < 2; k++) {
+        const int NH = shapes[k][0], NKV = shapes[k][1], bps = (P + BSZ - 1) / BSZ, NB = S * bps;
+        kv_store_t s = {.n_layer = L, .n_blocks = NB, .block_size = BSZ, .kv_dim = NKV * HD, .type = KV_TYPE_F16};
+        const size_t n = (size_t)L * (size_t)NB * BSZ * (size_t)s.kv_dim;
+        s.k = malloc(n * 2);
+        s.v = malloc(n * 2);
+        int32_t *bt = malloc(sizeof(int32_t) * (size_t)NB);
+        float *q = malloc(sizeof(float) * S * NH * HD), *out = malloc(sizeof(float) * S * NH * HD);
+        const size_t ld = ((size_t)P + 15) / 16 * 16;
+        float *sc = malloc(sizeof(float) * (size_t)omp_get_max_threads() * (size_t)NH * ld);
+        if (!s.k || !s.v || !bt || !q || !out || !sc)
+            return 1;
+        for (size_t i = 0; i < n; i++) {
+            ((uint16_t *)s.k)[i] = quant_fp32_to_fp16(frand());
+            ((uint16_t *)s.v)[i] = quant_fp32_to_fp16(frand());
+        }
+        for (int i = 0; i < NB; i++)
+            bt[i] = (int32_t)(((int64_t)i * 7919) % NB); /* scattered blocks */
+        for (int i = 0; i < S * NH * HD; i++)
+            q[i] = frand();
+        double best[2] = {1e30, 1e30};
+        for (int rep = 0; rep < 5; rep++)
+            for (int mode = 0; mode < 2; mode++) {
+                double t0 = now_s();
+                for (int l = 0; l < L; l++) {
+#pragma omp parallel for schedule(dynamic, 1)
+                    for (int r = 0; r < S; r++) {
+                        float *scr = sc + (size_t)omp_get_thread_num() * (size_t)NH * ld;
+                        float *qr = q + (size_t)r * NH * HD, *o = out + (size_t)r * NH * HD;
+                        (mode == 0 ? attention_row : attention_row_by_group)(
+                            qr, NH, NKV, &s, l, bt + (size_t)r * bps, 0, P, HD, 0.125f, 0, scr, ld, o);
+                    }
+                }
+                double dt = now_s() - t0;
+                best[mode] = dt < best[mode] ? dt : best[mode];
+            }
+        printf("%2d/%-4d %12.2f %12.2f %9.2fx\n", NH, NKV, best[0] * 1e3, best[1] * 1e3, best[1] / best[0]);
+        free(s.k);
+        free(s.v);
+        free(bt);
+        free(q);
+        free(out);
+        free(sc);
+    }
+    return 0;
+}
+
+int main(void)
+{
+    if (getenv("ATT_BENCH"))
+        return strcmp(getenv("ATT_BENCH"), "rows") == 0 ? bench_rows() : bench();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_group_equals_heads),
+        cmocka_unit_test(test_row_equals_heads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
