@@ -3,12 +3,15 @@
  * transactions so that gateways sharing the file take turns. */
 #include "gateway/resp_store.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/errbuf.h"
 #include "common/log.h"
@@ -62,6 +65,16 @@ int resp_store_open(const char *path, const resp_store_config_t *cfg, resp_store
     s->max_age_s = cfg && cfg->max_age_s > 0 ? cfg->max_age_s : RESP_STORE_DEFAULT_MAX_AGE_S;
     s->max_bytes = cfg && cfg->max_bytes > 0 ? cfg->max_bytes : RESP_STORE_DEFAULT_MAX_BYTES;
     int busy = cfg && cfg->busy_timeout_ms > 0 ? cfg->busy_timeout_ms : RESP_STORE_DEFAULT_BUSY_MS;
+    /* a new file is created private (0600): it holds users' conversations;
+     * SQLite gives the -wal and -shm files the same mode */
+    if (strcmp(path, ":memory:") != 0) {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            errbuf_set(err, errlen, "cannot open %s: %s", path, strerror(errno));
+            goto err;
+        }
+        close(fd);
+    }
     /* NOMUTEX: our own mutex serializes the handle */
     int rc = sqlite3_open_v2(path, &s->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);

@@ -25,7 +25,8 @@ const ok = (cond, what, detail) => {
 const client = new OpenAI({ baseURL: `${URL}/v1`, apiKey: KEY_A, maxRetries: 0, timeout: 120000 });
 const other = new OpenAI({ baseURL: `${URL}/v1`, apiKey: KEY_B, maxRetries: 0, timeout: 120000 });
 const ajv = new (Ajv.default || Ajv)({ strict: false });
-const kept = [];
+// ids of responses left stored, written as they are made (the restart test reads them)
+const keep = (id) => { if (IDS_FILE) fs.appendFileSync(IDS_FILE, `${id} ${KEY_A}\n`); };
 const strip = (r) => { const { output_text, output_parsed, ...rest } = r; return rest; };
 
 async function expectError(what, cls, status, call) {
@@ -74,7 +75,7 @@ let first;
   const nostore = await client.responses.create({ model: "text", input: "Hi", max_output_tokens: 4, store: false });
   ok(nostore.store === false, "store: false is echoed");
   await expectError("store: false keeps nothing", OpenAI.NotFoundError, 404, () => client.responses.retrieve(nostore.id));
-  kept.push(`${r.id} ${KEY_A}`);
+  keep(r.id);
 
   // streaming: typed events with sequence numbers, the same greedy text
   const stream = client.responses.stream({ model: "text", input: story, instructions: "Tell a story.", max_output_tokens: 20, temperature: 0 });
@@ -95,27 +96,33 @@ let first;
     { text, fin: fin.output_text, create: r.output_text });
   const stored = await client.responses.retrieve(fin.id);
   ok(stored.output_text === fin.output_text && stored.status === fin.status, "a streamed response is stored too");
-  kept.push(`${fin.id} ${KEY_A}`);
+  keep(fin.id);
 }
 
 // ---- previous_response_id: the conversation continues -----------------------
 {
-  const r2 = await client.responses.create({ model: "text", previous_response_id: first.id, input: "What happened next?", max_output_tokens: 12 });
-  ok(r2.previous_response_id === first.id && r2.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens,
+  // no instructions here: they are not carried over, so the continuation's
+  // prompt starts with this one's and its blocks come from the prefix cache
+  const r1 = await client.responses.create({ model: "text", input: story + " Then", max_output_tokens: 12 });
+  const r2 = await client.responses.create({ model: "text", previous_response_id: r1.id, input: "What happened next?", max_output_tokens: 12 });
+  ok(r2.previous_response_id === r1.id && r2.usage.input_tokens > r1.usage.input_tokens + r1.usage.output_tokens,
     "previous_response_id: the earlier input and output are in the prompt (" + r2.usage.input_tokens + " tokens)", r2.usage);
-  ok(r2.usage.input_tokens_details.cached_tokens > 0, "previous_response_id: the shared prefix comes from the cache (" +
+  ok(r2.usage.input_tokens_details.cached_tokens >= 32, "previous_response_id: the shared prefix comes from the cache (" +
     r2.usage.input_tokens_details.cached_tokens + ")");
+  // instructions of the earlier response are not carried over (as OpenAI)
+  const r3 = await client.responses.create({ model: "text", previous_response_id: first.id, input: "What happened next?", max_output_tokens: 4 });
+  ok(r3.instructions === null && r3.usage.input_tokens > first.usage.output_tokens, "previous_response_id: its instructions are not carried over");
   const items = await client.responses.inputItems.list(r2.id);
   ok(items.data.length === 1 && items.data[0].content[0].text === "What happened next?", "inputItems of a continuation: only its own input");
   await expectError("previous_response_id of another key", OpenAI.NotFoundError, 404, () =>
-    other.responses.create({ model: "text", previous_response_id: first.id, input: "x", max_output_tokens: 2 }));
-  kept.push(`${r2.id} ${KEY_A}`);
+    other.responses.create({ model: "text", previous_response_id: r1.id, input: "x", max_output_tokens: 2 }));
+  keep(r2.id);
 }
 
 // ---- json_schema via zod 4 and the SDK's helpers ------------------------------
 {
   const Pet = z.object({ name: z.string().max(10), legs: z.number().int().min(0).max(8), kind: z.enum(["cat", "dog", "bird"]) });
-  const r = await client.responses.parse({ model: "text", input: "Describe a pet as JSON.", max_output_tokens: 80,
+  const r = await client.responses.parse({ model: "text", input: "Describe a pet as JSON.", max_output_tokens: 300,
     text: { format: zodTextFormat(Pet, "pet") } });
   ok(r.status === "completed" && r.output_parsed && Pet.safeParse(r.output_parsed).success,
     "responses.parse with zodTextFormat: output_parsed matches the zod schema", r.output_text);
@@ -132,7 +139,7 @@ const tools = [
 const validWeather = ajv.compile(weatherParams);
 {
   const r = await client.responses.create({ model: "tools", input: "Weather in Paris?", tools,
-    tool_choice: { type: "function", name: "get_weather" }, max_output_tokens: 80 });
+    tool_choice: { type: "function", name: "get_weather" }, max_output_tokens: 300 });
   const calls = r.output.filter((o) => o.type === "function_call");
   ok(r.status === "completed" && calls.length >= 1 && calls[0].name === "get_weather" && calls[0].call_id.startsWith("call_") &&
      validWeather(JSON.parse(calls[0].arguments)), "forced function tool: a function_call with valid arguments", r.output);
@@ -144,18 +151,18 @@ const validWeather = ajv.compile(weatherParams);
     "round trip through previous_response_id: function_call_output answered (" + r2.status + ")", r2);
   const items = await client.responses.inputItems.list(r2.id);
   ok(items.data[0]?.type === "function_call_output" && items.data[0].call_id === calls[0]?.call_id, "its input item is the function_call_output");
-  kept.push(`${r.id} ${KEY_A}`);
+  keep(r.id);
 
   // zod tools through responses.parse: parsed_arguments
   const Weather = z.object({ city: z.string().max(12), unit: z.enum(["celsius", "fahrenheit"]) });
-  const p = await client.responses.parse({ model: "tools", input: "Weather in Rome?", max_output_tokens: 80,
+  const p = await client.responses.parse({ model: "tools", input: "Weather in Rome?", max_output_tokens: 300,
     tools: [zodResponsesFunction({ name: "get_weather", parameters: Weather })], tool_choice: "required" });
   const pc = p.output.find((o) => o.type === "function_call");
   ok(pc && Weather.safeParse(pc.parsed_arguments).success, "responses.parse with zodResponsesFunction: parsed_arguments", p.output);
 
   // streamed: function_call_arguments.delta / .done
   const st = client.responses.stream({ model: "tools", input: "Weather in Oslo?", tools, tool_choice: "required",
-    parallel_tool_calls: false, max_output_tokens: 80 });
+    parallel_tool_calls: false, max_output_tokens: 300 });
   let args = "";
   const types = [];
   for await (const ev of st) {
@@ -178,5 +185,4 @@ await expectError("retrieve unknown", OpenAI.NotFoundError, 404, () => client.re
 await expectError("web_search tool", OpenAI.BadRequestError, 400, () =>
   client.responses.create({ model: "text", input: "x", tools: [{ type: "web_search" }] }));
 
-if (IDS_FILE) fs.writeFileSync(IDS_FILE, kept.join("\n") + "\n");
 process.exit(failed ? 1 : 0);

