@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -66,7 +67,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static unsigned long n_ids;
     char id[48];
     snprintf(id, sizeof id, "resp_f%lu", n_ids++);
-    responses_meta_t m = {.id = id, .model = r.chat.model, .created = 1000, .reasoning = data[0] & 1,
+    /* made now: the stored-response routes check age against the wall clock */
+    const int64_t now = (int64_t)time(NULL);
+    responses_meta_t m = {.id = id, .model = r.chat.model, .created = now, .reasoning = data[0] & 1,
                           .tool_names = r.chat.tool_names, .n_tools = r.chat.n_tools, .store = store,
                           .owner = "fuzz"};
     proto_finish_t fin = (data[0] & 2) ? PROTO_FINISH_LENGTH : PROTO_FINISH_STOP;
@@ -74,7 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_decref(must_be_json(responses_complete_json(&m, &r, last->content, last->content_len, fin, &u)));
     if (r.store) {
         resp_store_row_t row;
-        if (resp_store_get(store, id, "fuzz", 1000, &row) != 0)
+        if (resp_store_get(store, id, "fuzz", now, &row) != 0)
             __builtin_trap();
         resp_store_row_free(&row);
         int status;
