@@ -453,15 +453,6 @@ static json_t *usage_json(const oai_usage_t *u)
                      (json_int_t)cached, "output_tokens", (json_int_t)u->completion_tokens);
 }
 
-static void usage_of(const proto_event_t *e, oai_usage_t *u)
-{
-    *u = (oai_usage_t){0};
-    if (e->has_usage)
-        *u = (oai_usage_t){e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens};
-    else
-        u->completion_tokens = e->n_tokens;
-}
-
 char *anthropic_message_json(const anthropic_meta_t *m, const char *text, size_t len,
                              proto_finish_t finish, const oai_usage_t *usage)
 {
@@ -500,8 +491,6 @@ typedef enum { BLOCK_NONE, BLOCK_THINKING, BLOCK_TEXT, BLOCK_TOOL } block_t;
 struct anthropic_stream {
     char *id, *model;
     answer_t *ans;
-    char **names;          /* copies of the tool names, (n_names); NULL = no calls parsed */
-    size_t n_names;
     bool started;          /* message_start sent */
     block_t open;          /* the block being written */
     int index;             /* index of the open (or last) block */
@@ -515,13 +504,7 @@ anthropic_stream_t *anthropic_stream_new(const anthropic_meta_t *m)
     anthropic_stream_t *st = xcalloc(1, sizeof *st);
     st->id = xstrdup(m->id);
     st->model = xstrdup(m->model);
-    if (m->tool_names) {
-        st->names = xcalloc(m->n_tools + 1, sizeof *st->names);
-        for (size_t i = 0; i < m->n_tools; i++)
-            st->names[i] = xstrdup(m->tool_names[i]);
-        st->n_names = m->n_tools;
-    }
-    st->ans = answer_new(st->names, st->n_names, m->reasoning);
+    st->ans = answer_new(m->tool_names, m->n_tools, m->reasoning); /* names borrowed */
     st->index = -1;
     return st;
 }
@@ -533,9 +516,6 @@ void anthropic_stream_free(anthropic_stream_t **sp)
         return;
     *sp = NULL;
     answer_free(&st->ans);
-    for (size_t i = 0; i < st->n_names; i++)
-        free(st->names[i]);
-    free(st->names);
     free(st->id);
     free(st->model);
     free(st);
@@ -622,12 +602,9 @@ bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *e, api_
         return true;
     st->out = out;
     start(st);
-    if (e->finish == PROTO_FINISH_ERROR || e->finish == PROTO_FINISH_TIMEOUT ||
-        e->finish == PROTO_FINISH_CANCELLED) {
+    if (api_finish_failed(e->finish)) {
         oai_error_t err;
-        oai_error_from_worker(&err, proto_event_cause(e), e->finish == PROTO_FINISH_TIMEOUT
-                                                              ? "The request ran past its deadline on the worker"
-                                                              : "Generation failed on the worker");
+        api_event_error(e, &err, -1);
         anthropic_stream_error(st, &err, out);
         return true;
     }
@@ -639,7 +616,7 @@ bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *e, api_
     if (final) {
         close_block(st);
         oai_usage_t u;
-        usage_of(e, &u);
+        api_event_usage(e, &u);
         ev(st, "message_delta", json_pack("{s:s, s:{s:s, s:n}, s:o}", "type", "message_delta", "delta",
                                           "stop_reason", stop_reason(e->finish, st->n_calls), "stop_sequence",
                                           "usage", usage_json(&u)));
@@ -695,26 +672,16 @@ static void surface_stream_event(api_call_t *call, gateway_reply_t *rep, api_buf
     gateway_reply_free(&rep);
 }
 
-/* The failure of a last EVENT that ended in error, as an error body. */
-static char *failed_body(const api_call_t *call, const proto_event_t *last, int *status)
-{
-    oai_error_t e;
-    if (proto_event_cause(last) == PROTO_ERR_DEADLINE)
-        oai_error_from_worker(&e, PROTO_ERR_DEADLINE, "The request ran past its deadline (%lld s)",
-                              (long long)call->request_timeout_s);
-    else
-        oai_error_from_worker(&e, proto_event_cause(last), "Generation failed on the worker");
-    *status = e.status;
-    return anthropic_error_json(&e);
-}
-
 static char *surface_complete(api_call_t *call, gateway_reply_t *const *events, size_t n, int *status)
 {
     surface_state_t *st = call->state;
     const proto_event_t *last = &events[n - 1]->event;
-    if (last->finish == PROTO_FINISH_ERROR || last->finish == PROTO_FINISH_TIMEOUT ||
-        last->finish == PROTO_FINISH_CANCELLED)
-        return failed_body(call, last, status);
+    if (api_finish_failed(last->finish)) {
+        oai_error_t e;
+        api_event_error(last, &e, call->request_timeout_s);
+        *status = e.status;
+        return anthropic_error_json(&e);
+    }
     *status = 200;
     if (call->op == OAI_OP_TOKENIZE) {
         int64_t count = 0;
@@ -722,18 +689,10 @@ static char *surface_complete(api_call_t *call, gateway_reply_t *const *events, 
             count += events[i]->event.n_ids;
         return anthropic_count_json(count);
     }
-    size_t len = 0;
-    for (size_t i = 0; i < n; i++)
-        len += events[i]->event.text_len;
-    char *text = xmalloc(len + 1);
-    size_t off = 0;
-    for (size_t i = 0; i < n; i++) {
-        memcpy(text + off, events[i]->event.text, events[i]->event.text_len);
-        off += events[i]->event.text_len;
-    }
-    text[len] = '\0';
+    size_t len;
+    char *text = api_events_text(events, n, &len);
     oai_usage_t u;
-    usage_of(last, &u);
+    api_event_usage(last, &u);
     anthropic_meta_t m = {.id = st->id, .model = call->model, .reasoning = call->reasoning,
                           .tool_names = call->tool_names, .n_tools = call->n_tools};
     char *body = anthropic_message_json(&m, text, len, last->finish, &u);

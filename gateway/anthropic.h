@@ -87,7 +87,8 @@ char *anthropic_message_json(const anthropic_meta_t *m, const char *text, size_t
 char *anthropic_count_json(int64_t n);
 
 /* Streaming: one per request; the SSE bytes of each EVENT are appended to
- * out. meta's strings are copied (tool names too). */
+ * out. meta's strings are copied; its tool names are borrowed and must
+ * outlive the stream. */
 typedef struct anthropic_stream anthropic_stream_t;
 anthropic_stream_t *anthropic_stream_new(const anthropic_meta_t *m);
 void anthropic_stream_free(anthropic_stream_t **st);

@@ -64,6 +64,18 @@ void api_buf_append(api_buf_t *b, const char *s, size_t n);
  * Takes json (malloc'd). */
 void api_buf_sse(api_buf_t *b, const char *event, char *json);
 
+/* Helpers over the core's replies, for every surface's renderer. */
+/* A final EVENT that failed (finish error or timeout). */
+bool api_finish_failed(proto_finish_t f);
+/* The usage of a final EVENT (its usage block; without one, its n). */
+void api_event_usage(const proto_event_t *ev, oai_usage_t *u);
+/* The error of a failed final EVENT. A complete body names the deadline
+ * (timeout_s >= 0); a stream (timeout_s < 0) says only that it ran past it. */
+void api_event_error(const proto_event_t *ev, oai_error_t *e, int64_t timeout_s);
+/* The text of events[0..n) joined in order (malloc'd, NUL-terminated,
+ * *len bytes). */
+char *api_events_text(gateway_reply_t *const *events, size_t n, size_t *len);
+
 /* One generation request as its surface renders it. http.c fills the
  * fields above `state`; the surface owns `state` and sets `done`. */
 typedef struct api_call {

@@ -542,15 +542,6 @@ static json_t *usage_json(const oai_usage_t *u)
                      "total_tokens", (json_int_t)(u->prompt_tokens + u->completion_tokens));
 }
 
-static void usage_of(const proto_event_t *e, oai_usage_t *u)
-{
-    *u = (oai_usage_t){0};
-    if (e->has_usage)
-        *u = (oai_usage_t){e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens};
-    else
-        u->completion_tokens = e->n_tokens;
-}
-
 /* The response object; takes output, usage, error, incomplete (NULL → null
  * / [] for output). */
 static json_t *response_object(const char *id, const char *model, int64_t created, json_t *echo,
@@ -660,8 +651,6 @@ struct responses_stream {
     bool store;
     resp_store_t *rs;
     answer_t *ans;
-    char **names;        /* copies of the tool names, NULL = no calls parsed */
-    size_t n_names;
     int64_t seq;         /* next sequence_number */
     bool started, done;
     json_t *output;      /* items so far (the open one included) */
@@ -682,13 +671,7 @@ responses_stream_t *responses_stream_new(const responses_meta_t *m, const respon
     st->context = json_incref(req->context);
     st->store = req->store && m->store;
     st->rs = m->store;
-    if (m->tool_names) {
-        st->names = xcalloc(m->n_tools + 1, sizeof *st->names);
-        for (size_t i = 0; i < m->n_tools; i++)
-            st->names[i] = xstrdup(m->tool_names[i]);
-        st->n_names = m->n_tools;
-    }
-    st->ans = answer_new(st->names, st->n_names, m->reasoning);
+    st->ans = answer_new(m->tool_names, m->n_tools, m->reasoning); /* names borrowed */
     st->output = json_array();
     return st;
 }
@@ -700,9 +683,6 @@ void responses_stream_free(responses_stream_t **sp)
         return;
     *sp = NULL;
     answer_free(&st->ans);
-    for (size_t i = 0; i < st->n_names; i++)
-        free(st->names[i]);
-    free(st->names);
     json_decref(st->echo);
     json_decref(st->input);
     json_decref(st->context);
@@ -846,12 +826,9 @@ bool responses_stream_event(responses_stream_t *st, const proto_event_t *e, api_
     if (st->done)
         return true;
     begin(st, out);
-    if (e->finish == PROTO_FINISH_ERROR || e->finish == PROTO_FINISH_TIMEOUT ||
-        e->finish == PROTO_FINISH_CANCELLED) {
+    if (api_finish_failed(e->finish)) {
         oai_error_t err;
-        oai_error_from_worker(&err, proto_event_cause(e), e->finish == PROTO_FINISH_TIMEOUT
-                                                              ? "The request ran past its deadline on the worker"
-                                                              : "Generation failed on the worker");
+        api_event_error(e, &err, -1);
         responses_stream_error(st, &err, out);
         return true;
     }
@@ -866,7 +843,7 @@ bool responses_stream_event(responses_stream_t *st, const proto_event_t *e, api_
     const char *status = finish_status(e->finish, &incomplete);
     close_item(st, status);
     oai_usage_t u;
-    usage_of(e, &u);
+    api_event_usage(e, &u);
     json_t *resp = snapshot(st, status, usage_json(&u), NULL, incomplete);
     if (st->store)
         store_response(st->rs, st->owner, st->id, st->created, resp, st->input, st->context, st->output);
@@ -961,29 +938,16 @@ static char *surface_complete(api_call_t *call, gateway_reply_t *const *events, 
 {
     surface_state_t *st = call->state;
     const proto_event_t *last = &events[n - 1]->event;
-    if (last->finish == PROTO_FINISH_ERROR || last->finish == PROTO_FINISH_TIMEOUT ||
-        last->finish == PROTO_FINISH_CANCELLED) {
+    if (api_finish_failed(last->finish)) {
         oai_error_t e;
-        if (proto_event_cause(last) == PROTO_ERR_DEADLINE)
-            oai_error_from_worker(&e, PROTO_ERR_DEADLINE, "The request ran past its deadline (%lld s)",
-                                  (long long)call->request_timeout_s);
-        else
-            oai_error_from_worker(&e, proto_event_cause(last), "Generation failed on the worker");
+        api_event_error(last, &e, call->request_timeout_s);
         *status = e.status;
         return oai_error_json(&e);
     }
-    size_t len = 0;
-    for (size_t i = 0; i < n; i++)
-        len += events[i]->event.text_len;
-    char *text = xmalloc(len + 1);
-    size_t off = 0;
-    for (size_t i = 0; i < n; i++) {
-        memcpy(text + off, events[i]->event.text, events[i]->event.text_len);
-        off += events[i]->event.text_len;
-    }
-    text[len] = '\0';
+    size_t len;
+    char *text = api_events_text(events, n, &len);
     oai_usage_t u;
-    usage_of(last, &u);
+    api_event_usage(last, &u);
     responses_meta_t m = meta_of(call, st);
     char *body = responses_complete_json(&m, &st->req, text, len, last->finish, &u);
     free(text);

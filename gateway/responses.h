@@ -100,7 +100,8 @@ char *responses_complete_json(const responses_meta_t *m, const responses_request
                               size_t len, proto_finish_t finish, const oai_usage_t *usage);
 
 /* Streaming, one per request: copies what it needs from m and req (takes
- * references to req's JSON). SSE bytes are appended to out. */
+ * references to req's JSON; m's tool names are borrowed and must outlive
+ * the stream). SSE bytes are appended to out. */
 typedef struct responses_stream responses_stream_t;
 responses_stream_t *responses_stream_new(const responses_meta_t *m, const responses_request_t *req);
 void responses_stream_free(responses_stream_t **st);
