@@ -34,7 +34,15 @@ static const char SCHEMA[] =
     " input TEXT NOT NULL,"
     " context TEXT NOT NULL,"
     " bytes INTEGER NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS responses_created ON responses(created_s);";
+    "CREATE INDEX IF NOT EXISTS responses_created ON responses(created_s);"
+    /* the running total of bytes, kept by triggers, so a put checks the cap
+     * without summing the table */
+    "CREATE TABLE IF NOT EXISTS totals(k INTEGER PRIMARY KEY CHECK (k = 0), bytes INTEGER NOT NULL);"
+    "INSERT OR IGNORE INTO totals(k, bytes) SELECT 0, COALESCE(SUM(bytes), 0) FROM responses;"
+    "CREATE TRIGGER IF NOT EXISTS responses_ins AFTER INSERT ON responses"
+    " BEGIN UPDATE totals SET bytes = bytes + new.bytes WHERE k = 0; END;"
+    "CREATE TRIGGER IF NOT EXISTS responses_del AFTER DELETE ON responses"
+    " BEGIN UPDATE totals SET bytes = bytes - old.bytes WHERE k = 0; END;";
 
 /* Runs SQL without results; -1 (logged, err filled) on failure. */
 static int exec(resp_store_t *s, const char *sql, char *err, size_t errlen)
@@ -100,7 +108,10 @@ int resp_store_open(const char *path, const resp_store_config_t *cfg, resp_store
         goto err;
     }
     sqlite3_finalize(st);
+    /* recursive_triggers: the rows INSERT OR REPLACE deletes fire the delete
+     * trigger, so the total stays right */
     if (exec(s, "PRAGMA synchronous=NORMAL", err, errlen) < 0 ||
+        exec(s, "PRAGMA recursive_triggers=ON", err, errlen) < 0 ||
         exec(s, "BEGIN IMMEDIATE", err, errlen) < 0)
         goto err;
     if (exec(s, SCHEMA, err, errlen) < 0) {
@@ -184,16 +195,28 @@ int resp_store_put(resp_store_t *s, const char *id, const char *owner, int64_t n
     if (run(s, st, "insert", err, errlen) < 0)
         goto rollback;
     /* over the cap: drop the oldest rows (not the one just written) until
-     * the total fits; the running sum walks the created_s index */
-    st = prep(s, "DELETE FROM responses WHERE id IN ("
-                 " SELECT id FROM (SELECT id, SUM(bytes) OVER (ORDER BY created_s DESC, rowid DESC"
-                 "  ROWS UNBOUNDED PRECEDING) AS total FROM responses) WHERE total > ?1) AND id <> ?2");
-    if (st) {
-        sqlite3_bind_int64(st, 1, s->max_bytes);
-        sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
-    }
-    if (run(s, st, "cap", err, errlen) < 0)
+     * the total is 90% of the cap, so the scan behind it runs once per ~10%
+     * of the cap written, not at every put */
+    int64_t total = 0;
+    st = prep(s, "SELECT bytes FROM totals WHERE k = 0");
+    if (!st || sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        fail(s, "total", err, errlen);
         goto rollback;
+    }
+    total = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    if (total > s->max_bytes) {
+        st = prep(s, "DELETE FROM responses WHERE id IN ("
+                     " SELECT id FROM (SELECT id, SUM(bytes) OVER (ORDER BY created_s DESC, rowid DESC"
+                     "  ROWS UNBOUNDED PRECEDING) AS total FROM responses) WHERE total > ?1) AND id <> ?2");
+        if (st) {
+            sqlite3_bind_int64(st, 1, s->max_bytes - s->max_bytes / 10);
+            sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+        }
+        if (run(s, st, "cap", err, errlen) < 0)
+            goto rollback;
+    }
     if (exec(s, "COMMIT", err, errlen) < 0)
         goto rollback;
     rc = 0;
@@ -264,7 +287,7 @@ int resp_store_stats(resp_store_t *s, int64_t *n_rows, int64_t *n_bytes)
 {
     pthread_mutex_lock(&s->lock);
     int rc = -1;
-    sqlite3_stmt *st = prep(s, "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM responses");
+    sqlite3_stmt *st = prep(s, "SELECT (SELECT COUNT(*) FROM responses), (SELECT bytes FROM totals WHERE k = 0)");
     if (st && sqlite3_step(st) == SQLITE_ROW) {
         *n_rows = sqlite3_column_int64(st, 0);
         *n_bytes = sqlite3_column_int64(st, 1);

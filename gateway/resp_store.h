@@ -30,7 +30,8 @@
  *
  * Bounds: rows older than max_age_s are deleted at each put and never
  * returned; when the stored bytes exceed max_bytes the oldest rows are
- * deleted until they fit. A single response larger than max_bytes is not
+ * deleted until they are down to 90% of it (a table `totals`, kept by
+ * triggers, holds the running sum, so a put under the cap reads one row). A single response larger than max_bytes is not
  * stored (resp_store_put returns 1).
  *
  * Return codes (every call that can fail):

@@ -256,9 +256,11 @@ static int map_tools(json_t *root, json_t *chat, json_t *echo, oai_error_t *e)
             json_t *name = json_object_get(t, "name");
             if (!json_is_string(name))
                 return bad(e, param, "'%s.name' must be a string.", param);
-            json_t *fn = json_pack("{s:O}", "name", name);
-            const char *keys[] = {"description", "parameters", "strict"};
-            for (int k = 0; k < 3; k++)
+            /* strict defaults to true in the Responses API (false in chat) */
+            json_t *strict = json_object_get(t, "strict");
+            json_t *fn = json_pack("{s:O, s:O}", "name", name, "strict", present(strict) ? strict : json_true());
+            const char *keys[] = {"description", "parameters"};
+            for (int k = 0; k < 2; k++)
                 if (present(json_object_get(t, keys[k])))
                     json_object_set(fn, keys[k], json_object_get(t, keys[k]));
             json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", fn));

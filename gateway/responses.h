@@ -18,8 +18,10 @@
  *                                           other types → 400
  *   previous_response_id                    the stored conversation of that response
  *                                           (its context, input and output items) goes first
- *   tools [{type:"function", name, description, parameters, strict}]  function tools
- *                                           (other tool types → 400)
+ *   tools [{type:"function", name, description, parameters, strict}]  function tools;
+ *                                           strict defaults to true here (as OpenAI's
+ *                                           Responses API; chat's default is false);
+ *                                           other tool types → 400
  *   tool_choice "auto"|"none"|"required"|{type:"function",name}
  *   parallel_tool_calls, temperature, top_p, seed, stream, user
  *   text.format {type text|json_object|json_schema{name, schema, strict}}  response_format

@@ -186,6 +186,8 @@ static void test_complete_and_store(void **st)
     responses_request_t r;
     parse_ok("{\"model\":\"m\",\"input\":\"Weather in Rome?\",\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\","
              "\"parameters\":{\"type\":\"object\"}}]}", NULL, NULL, &r);
+    /* Responses tools are strict unless they say otherwise */
+    assert_non_null(strstr(r.chat.tools_json, "\"strict\":true"));
     responses_meta_t m = {.id = "resp_1", .model = "m", .created = now, .tool_names = names, .n_tools = 1,
                           .store = store, .owner = "key-a"};
     const char *text = "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}</tool_call>";
