@@ -89,6 +89,8 @@ $(LIB_PROTO): $(call obj,$(PROTO_SRC))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
 $(LIB_WORKER): $(call obj,$(WORKER_SRC))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+# gateway/ui.c embeds gateway/ui/* with .incbin (paths relative to this directory)
+$(BUILD)/obj/gateway/ui.o: $(wildcard gateway/ui/*)
 $(LIB_GATEWAY): $(call obj,$(GATEWAY_SRC))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
 
@@ -133,6 +135,7 @@ fuzz: $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -c $< -o $@
+$(FUZZ_BUILD)/obj/gateway/ui.o: $(wildcard gateway/ui/*)
 $(FUZZ_BUILD)/libfuzzlib.a: $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(COMMON_SRC) $(TEXT_SRC) $(PROTO_SRC) $(WORKER_SRC) $(GATEWAY_SRC))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_BUILD)/libfuzzlib.a

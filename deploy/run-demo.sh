@@ -30,6 +30,7 @@ fi
 
 cat <<MSG
 pagoda: serving model "$name" ($model) on http://$LISTEN — Ctrl-C stops.
+Web console (chat playground, operations view): http://$LISTEN/ui/
 Try:
   curl http://$LISTEN/v1/chat/completions -H 'Content-Type: application/json' \\
     -d '{"model":"$name","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":60}'

@@ -8,7 +8,9 @@
 
 #include "common/vec.h"
 #include "common/xalloc.h"
+#include "gateway/oai.h"
 #include "gateway/reasoning.h"
+#include "common/text/tool_stream.h"
 
 struct answer {
     char *const *tool_names;      /* borrowed; NULL = not parsed for calls */
@@ -20,9 +22,9 @@ struct answer {
     size_t len, cap;
     size_t emitted;               /* bytes of the content part released as content */
     size_t r_emitted;             /* bytes of the reasoning part released */
-    uint32_t n_calls;             /* calls begun */
-    oai_tool_call_t *calls;       /* (n_call_objs) parsed calls the parts point into */
-    size_t n_call_objs;
+    tool_stream_t *tools;         /* the calls in the content, NULL without tool_names */
+    char (*ids)[40];              /* (n_ids) "call_…" id of each call begun */
+    size_t n_ids, cap_ids;
     answer_part_t *parts;         /* (n_parts) of the last feed */
     size_t n_parts, cap_parts;
 };
@@ -33,6 +35,8 @@ answer_t *answer_new(char *const *tool_names, size_t n_tools, bool reasoning)
     a->tool_names = tool_names;
     a->n_tools = n_tools;
     a->reasoning = reasoning;
+    if (tool_names)
+        a->tools = tool_stream_new(tool_names, n_tools);
     return a;
 }
 
@@ -42,7 +46,8 @@ void answer_free(answer_t **ap)
     if (!a)
         return;
     *ap = NULL;
-    oai_tool_calls_free(a->calls, a->n_call_objs);
+    tool_stream_free(&a->tools);
+    free(a->ids);
     free(a->parts);
     free(a->text);
     free(a);
@@ -50,7 +55,7 @@ void answer_free(answer_t **ap)
 
 uint32_t answer_n_calls(const answer_t *a)
 {
-    return a->n_calls;
+    return a->tools ? tool_stream_n_calls(a->tools) : 0;
 }
 
 static void push(answer_t *a, answer_part_t p)
@@ -63,16 +68,6 @@ static void push_text(answer_t *a, answer_part_kind_t kind, const char *text, si
 {
     if (len)
         push(a, (answer_part_t){.kind = kind, .text = text, .len = len});
-}
-
-/* The whole call, as the three parts a streamed one is made of. */
-static void push_call(answer_t *a, const oai_tool_call_t *c)
-{
-    uint32_t i = a->n_calls++;
-    push(a, (answer_part_t){.kind = ANSWER_TOOL_BEGIN, .i_call = i, .id = c->id, .name = c->name});
-    push(a, (answer_part_t){.kind = ANSWER_TOOL_ARGS, .i_call = i, .text = c->arguments,
-                            .len = strlen(c->arguments)});
-    push(a, (answer_part_t){.kind = ANSWER_TOOL_END, .i_call = i});
 }
 
 /* Releases the reasoning decided so far; returns where content starts in
@@ -97,34 +92,43 @@ static size_t release_reasoning(answer_t *a, answer_end_t end)
     return sp.closed ? sp.c_start : SIZE_MAX;
 }
 
-/* Releases the content decided so far (content = a->text + c0), and at a
- * normal end the calls it holds. */
+/* Releases the content decided so far (content = a->text + c0) and, with
+ * tools, the tool calls in it as the tool stream decides them. */
 static void release_content(answer_t *a, size_t c0, answer_end_t end)
 {
     const char *content = a->text + c0;
     size_t clen = a->len - c0;
-    size_t safe = clen;
-    if (a->tool_names) {
-        /* hold back what may still become a tool call; at the end the
-         * calls below decide the rest */
-        safe = end == ANSWER_MORE ? oai_tools_safe_prefix(content, clen) : a->emitted;
-    }
-    if (safe > a->emitted) {
-        push_text(a, ANSWER_CONTENT, content + a->emitted, safe - a->emitted);
-        a->emitted = safe;
-    }
-    if (!a->tool_names || end != ANSWER_DONE)
-        return;
-    size_t content_len;
-    a->n_call_objs = oai_tools_extract(content, clen, a->tool_names, a->n_tools, &a->calls,
-                                       &content_len);
-    if (a->n_call_objs == 0) {
+    if (!a->tools) {
         push_text(a, ANSWER_CONTENT, content + a->emitted, clen - a->emitted);
         a->emitted = clen;
         return;
     }
-    for (size_t i = 0; i < a->n_call_objs; i++)
-        push_call(a, &a->calls[i]);
+    const tool_stream_delta_t *d;
+    size_t n = tool_stream_feed(a->tools, content, clen, end == ANSWER_DONE, &d);
+    size_t first = a->n_parts;
+    for (size_t i = 0; i < n; i++) {
+        switch (d[i].kind) {
+        case TOOL_STREAM_CONTENT:
+            push_text(a, ANSWER_CONTENT, d[i].text, d[i].len);
+            break;
+        case TOOL_STREAM_BEGIN:
+            assert(d[i].i_call == a->n_ids);
+            vec_reserve(a->ids, a->cap_ids, a->n_ids + 1);
+            oai_id_new("call_", a->ids[a->n_ids++], sizeof a->ids[0]);
+            push(a, (answer_part_t){.kind = ANSWER_TOOL_BEGIN, .i_call = d[i].i_call, .name = d[i].name});
+            break;
+        case TOOL_STREAM_ARGS:
+            push(a, (answer_part_t){.kind = ANSWER_TOOL_ARGS, .i_call = d[i].i_call, .text = d[i].text,
+                                    .len = d[i].len});
+            break;
+        case TOOL_STREAM_END:
+            push(a, (answer_part_t){.kind = ANSWER_TOOL_END, .i_call = d[i].i_call});
+            break;
+        }
+    }
+    for (size_t i = first; i < a->n_parts; i++) /* ids no longer move */
+        if (a->parts[i].kind == ANSWER_TOOL_BEGIN)
+            a->parts[i].id = a->ids[a->parts[i].i_call];
 }
 
 size_t answer_feed(answer_t *a, const char *text, size_t len, answer_end_t end,

@@ -21,9 +21,13 @@
  *                     the fragments of one call concatenated are its whole
  *                     arguments, exactly the non-streamed `arguments`
  *   ANSWER_TOOL_END   call i_call's arguments are complete
- * Calls are numbered 0, 1, ... within the choice. Content that may still
- * turn into a call (from a marker on) is held back until it is decided;
- * ordinary text streams as it comes.
+ * Calls are numbered 0, 1, ... within the choice; a call begins as soon as
+ * its name is written and its arguments follow fragment by fragment as the
+ * model writes them (common/text/tool_stream.h), so every surface can show them
+ * growing (OpenAI delta.tool_calls, Anthropic input_json_delta, Responses
+ * response.function_call_arguments.delta). Content that may still turn into a
+ * call (from a marker on) is held back until it is decided; ordinary text
+ * streams as it comes.
  *
  * Ownership: part texts and names point into the answer_t (or into the text
  * fed) and are valid until the next answer_feed / answer_free.

@@ -124,6 +124,8 @@ static const field_t model_fields[] = {
     INT("max_batch_tokens", config_model_t, max_batch_tokens, 1, 65536),
     INT("threads", config_model_t, threads, 1, 256),
     ENUM("kv_type", config_model_t, kv_type, kv_type_names),
+    OPTSTR("kv_cache_dir", config_model_t, kv_cache_dir, check_path),
+    INT("kv_cache_mb", config_model_t, kv_cache_mb, 1, 1073741824),
 };
 /* reasoning_parser, indexed by reasoning_parser_t (gateway/reasoning.h) */
 static const char *const reasoning_parser_names[] = {"none", "qwen3", NULL};
@@ -142,6 +144,7 @@ static const field_t top_fields[] = {
     DBL("drain_timeout_s", config_t, drain_timeout_s, 0.0, 86400.0),
     OPTSTR("cors_origins", config_t, cors_origins, check_origins),
     BOOL("admin_open", config_t, admin_open),
+    BOOL("no_ui", config_t, no_ui),
     ENUM("reasoning_parser", config_t, reasoning_parser, reasoning_parser_names),
     OPTSTR("state_dir", config_t, state_dir, check_path),
     DBL("responses_max_age_s", config_t, responses_max_age_s, 1.0, 315360000.0),
@@ -171,6 +174,7 @@ static void model_defaults(config_model_t *m)
         .max_batch_tokens = 512,
         .threads = 2,
         .kv_type = CONFIG_KV_AUTO,
+        .kv_cache_mb = 4096,
     };
 }
 
@@ -581,6 +585,7 @@ void config_free(config_t **cp)
     for (size_t i = 0; i < c->n_models; i++) {
         free(c->models[i].name);
         free(c->models[i].path);
+        free(c->models[i].kv_cache_dir);
     }
     free(c->models);
     free(c);

@@ -72,6 +72,8 @@
  *   admin_open                   bool     false                   without keys_file, serve the /admin/...
  *                                                                 operations routes to anyone (else 403);
  *                                                                 ignored with keys_file
+ *   no_ui                        bool     false                   true: do not serve the web console
+ *                                                                 (GET /ui/, gateway/ui.h)
  *   reasoning_parser             string   none                    none | qwen3: split <think>...</think>
  *                                                                 at the start of chat answers into
  *                                                                 reasoning_content (gateway/reasoning.h)
@@ -146,6 +148,9 @@
  *     max_batch_tokens           int      512                     1..65536 tokens per step
  *     threads                    int      2                       1..256 compute threads
  *     kv_type                    string   auto                    auto, f16, f32 or q8_0: KV cache element type
+ *     kv_cache_dir               string   (none)                  the workers' disk tier under the prefix
+ *                                                                 cache (worker --kv-cache-dir)
+ *     kv_cache_mb                int      4096                    1..2^30 MiB, its size cap
  *                                                                 (f16 halves the KV memory per token)
  *   (the model settings are the local workers' --kv-blocks (or --kv-budget-mb
  *   when kv_blocks is 0), --max-seqs, --max-batch-tokens, --threads,
@@ -214,6 +219,8 @@ typedef struct config_model {
     int max_batch_tokens;      /* worker --max-batch-tokens */
     int threads;               /* worker --threads */
     int kv_type;               /* worker --kv-type, a config_kv_type_t */
+    char *kv_cache_dir;        /* worker --kv-cache-dir, NULL = no disk tier */
+    int kv_cache_mb;           /* worker --kv-cache-mb */
     int line;                  /* 1-based line of its entry in the file, 0 = from a flag */
 } config_model_t;
 
@@ -268,6 +275,7 @@ typedef struct config {
     double drain_timeout_s;    /* SIGTERM: how long requests in flight may finish, s */
     char *cors_origins;        /* browser origins allowed (CORS), "A,B"; NULL = none */
     bool admin_open;           /* without keys_file, /admin/... answer anyone (else 403) */
+    bool no_ui;                /* the web console (GET /ui/) is not served */
     int reasoning_parser;      /* reasoning_parser_t: 0 none, 1 qwen3 */
     char *state_dir;           /* stored responses' directory, ":memory:", NULL = the default
                                   ($STATE_DIRECTORY, $XDG_STATE_HOME/pagoda, ~/.local/state/pagoda) */

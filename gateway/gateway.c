@@ -812,7 +812,22 @@ static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_loa
 #define DELTA(field) (had && nl->field >= ol->field ? nl->field - ol->field : nl->field)
     uint64_t dq = DELTA(prefix_cache_queries), dh = DELTA(prefix_cache_hits);
     uint64_t dp = DELTA(preemptions);
+    uint64_t ddh = DELTA(prefix_cache_disk_hits), dev = DELTA(kv_evictions), dwb = DELTA(kv_disk_bytes_written),
+             drb = DELTA(kv_disk_bytes_read), dde = DELTA(kv_disk_evictions), drj = DELTA(kv_disk_rejected);
 #undef DELTA
+    /* the KV tiers (worker/kv_disk.h) */
+    if (ddh)
+        metrics_counter_add(gw->m.external_prefix_cache_hits, lab, (double)ddh);
+    if (dev)
+        metrics_counter_add(gw->m.kv_evictions, lab, (double)dev);
+    if (dwb)
+        metrics_counter_add(gw->m.kv_disk_written, lab, (double)dwb);
+    if (drb)
+        metrics_counter_add(gw->m.kv_disk_read, lab, (double)drb);
+    if (dde)
+        metrics_counter_add(gw->m.kv_disk_evictions, lab, (double)dde);
+    if (drj)
+        metrics_counter_add(gw->m.kv_disk_rejected, lab, (double)drj);
     /* tokens, like vLLM's counters: workers report prompt tokens looked up
      * and tokens found cached */
     const char *rlab[] = {w->reg.model, w->reg.replica};
@@ -829,6 +844,10 @@ static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_loa
                           (double)nl->prefix_cache_hits / (double)nl->prefix_cache_queries);
     if (dp)
         metrics_counter_add(gw->m.num_preemptions, lab, (double)dp);
+    if (nl->kv_disk_state) {
+        metrics_gauge_set(gw->m.kv_disk_enabled, rlab, nl->kv_disk_state == 1 ? 1.0 : 0.0);
+        metrics_gauge_set(gw->m.kv_disk_bytes, rlab, (double)nl->kv_disk_bytes_used);
+    }
     w->has_counted = true;
     w->counted = *nl;
 }
@@ -1001,6 +1020,38 @@ static void on_message(struct gateway *gw, const proto_peer_t *from, proto_msg_t
     }
 }
 
+/* A malformed EVENT or ERROR from w whose request id was readable (proto
+ * keeps it): that request cannot go on as the worker meant it, so it fails
+ * now with 502 (a stream that had started ends with an error event and
+ * [DONE]) instead of waiting for its deadline. After an EVENT the worker may
+ * still be generating, so it gets a CANCEL and the record goes with its
+ * final EVENT (or the cancel grace); after an ERROR the worker has already
+ * dropped the request. */
+static void on_malformed(struct gateway *gw, gateway_worker_t *w, const proto_msg_t *m,
+                         const char *why)
+{
+    uint64_t id = m->type == PROTO_EVENT ? m->event.id : m->type == PROTO_ERROR ? m->error.id : 0;
+    gateway_request_t *r = id ? req_find(gw, id) : NULL;
+    if (!r || r->state != GATEWAY_REQ_RUNNING || r->worker_uid != w->uid)
+        return;
+    if (r->cancelled) {
+        /* the client is gone or the deadline answered: only the record is left */
+        if (m->type == PROTO_ERROR)
+            request_finish(gw, r);
+        return;
+    }
+    log_warn("request %" PRIu64 " failed: %s sent a malformed %s for it (%s)", r->id,
+             w->reg.replica, proto_type_name(m->type), why);
+    request_reply_error(gw, r, 502, "bad_worker_message",
+                        "The worker serving this request sent a malformed %s message (%s); the "
+                        "request was stopped. This is a server bug: please report it.",
+                        proto_type_name(m->type), why);
+    if (m->type == PROTO_EVENT)
+        send_cancel(gw, w, r);
+    else
+        request_finish(gw, r);
+}
+
 /* Reads what is queued on the ROUTER, at most a batch so commands and
  * heartbeats are not starved by a chatty worker. */
 static void drain_router(struct gateway *gw)
@@ -1020,6 +1071,8 @@ static void drain_router(struct gateway *gw)
             gateway_worker_t *w = worker_by_peer(gw, &from);
             log_warn("dropped malformed message from %s: %s (%s)",
                      w ? w->reg.replica : "unregistered peer", proto_status_name(rc), err);
+            if (w)
+                on_malformed(gw, w, &m, err);
             continue;
         }
         on_message(gw, &from, &m);

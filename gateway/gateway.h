@@ -357,6 +357,8 @@ typedef enum gateway_admin_op {
     GATEWAY_ADMIN_DRAIN,          /* POST /admin/workers/{id}/drain */
     GATEWAY_ADMIN_RESTART,        /* POST /admin/workers/{id}/restart */
     GATEWAY_ADMIN_RESTART_MODEL,  /* POST /admin/models/{name}/restart */
+    GATEWAY_ADMIN_START_MODEL,    /* POST /admin/models/{name}/start (on-demand) */
+    GATEWAY_ADMIN_STOP_MODEL,     /* POST /admin/models/{name}/stop (on-demand) */
 } gateway_admin_op_t;
 
 /* A command to the core. Snapshot commands are answered on `reply`; the
@@ -384,9 +386,14 @@ void gateway_free(struct gateway **gw);
 /* Any thread: a snapshot of the gateway for GET /health, or NULL when the
  * core did not answer within timeout_us (or is stopping). Caller owns the
  * returned object (json_decref). Shape:
- *   {"status": "ok" | "no_workers", "heartbeat_ms": int,
- *    "models": {NAME: {"replicas": int, "queued": int, "running": int,
- *                      "free_slots": int, "configured": bool}},
+ *   {"status": "ok" | "no_workers", "heartbeat_ms": int, "host": our hostname,
+ *    "models": {NAME: {"state", "replicas": int, "queued": int, "running": int,
+ *                      "free_slots": int, "configured": bool, "local_workers": int,
+ *                      "on_demand": bool, "failed_reason"?,
+ *                      "queue": {"high"|"normal"|"low": {"queued": int,
+ *                                "oldest_wait_ms": int (0 when empty)}}}},
+ *    "local_workers": supervisor_json()'s array (every local process slot:
+ *                 model, pid, prev_pid, state, restarts, ...; [] without any),
  *    "workers": [{"id", "model", "host", "pid", "state", "last_heartbeat_ms_ago",
  *                 "liveness", "capacity", "n_ctx", "n_vocab", "kv_blocks",
  *                 "block_size", "assigned", "load": {...} | null,
@@ -430,7 +437,15 @@ void gateway_set_supervisor(struct gateway *gw, struct supervisor *sup);
  *                  ("restart": true; a remote one only drains, "restart": false)
  *   RESTART_MODEL  target = model name: 200 {"model", "started", "draining"}:
  *                  FAILED/stopped local workers start now, live local ones
- *                  drain and restart. 404 for an unknown worker or model. */
+ *                  drain and restart.
+ *   START_MODEL    target = an on-demand model: 200 {"model", "started"}: its
+ *                  idle local workers start now (as a request would start
+ *                  them) and its idle time counts from now
+ *   STOP_MODEL     target = an on-demand model: 200 {"model", "draining"}: it
+ *                  is idle from now: ready local workers drain to idle at
+ *                  once, starting ones once ready; the next request starts
+ *                  it again. 409 not_on_demand for another model.
+ *   404 for an unknown worker or model. */
 json_t *gateway_admin(struct gateway *gw, gateway_admin_op_t op, const char *target,
                       int64_t timeout_us);
 

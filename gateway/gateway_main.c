@@ -99,6 +99,7 @@ static const struct flag_key {
     {"kv-budget-mb", "kv_budget_mb", true, false},
     {"threads", "threads", true, false},
     {"kv-type", "kv_type", true, false},
+    {"kv-cache-mb", "kv_cache_mb", true, false},
     {"replicas", "replicas", true, false},
     {"idle-timeout", "idle_timeout_s", true, false},
     {"drain-timeout", "drain_timeout_s", false, false},
@@ -108,6 +109,7 @@ static const struct flag_key {
     {"restart-window", "restart.crash_loop_window_s", false, false},
     {"cors-origin", "cors_origins", false, false},   /* repeatable: values are joined */
     {"admin-open", "admin_open", false, true},
+    {"no-ui", "no_ui", false, true},
     {"reasoning-parser", "reasoning_parser", false, false},
     {"state-dir", "state_dir", false, false},
     {"responses-max-age", "responses_max_age_s", false, false},
@@ -154,6 +156,7 @@ static void usage(FILE *f)
             "                             with any other Origin header gets 403 [cors_origins]\n"
             "  --admin-open               without --keys, serve /admin/* to anyone who reaches the\n"
             "                             port (default: 403 without an admin key) [admin_open]\n"
+            "  --no-ui                    do not serve the web console at /ui/ [no_ui]\n"
             "  --reasoning-parser P       none (default) or qwen3: put <think>...</think> at the\n"
             "                             start of chat answers into reasoning_content\n"
             "                             [reasoning_parser]\n"
@@ -185,7 +188,9 @@ static void usage(FILE *f)
             "  --model NAME=FILE.gguf     serve this model with one local worker (repeatable);\n"
             "                             a model of the file keeps its settings, gets this path\n"
             "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --kv-budget-mb N, --threads N,\n"
-            "  --kv-type auto|f16|f32     set for every model's local workers [models[].*]\n"
+            "  --kv-type auto|f16|f32|q8_0 set for every model's local workers [models[].*]\n"
+            "  --kv-cache-mb N            size cap of the workers' disk tier [models[].kv_cache_mb];\n"
+            "                             the folder is models[].kv_cache_dir in the file\n"
             "  --replicas N               local workers per model (default 1) [models[].replicas]\n"
             "  --on-demand NAME           start NAME's local workers at its first request and\n"
             "                             stop them after --idle-timeout S (default %d) idle\n"
@@ -361,7 +366,7 @@ static void drain(struct gateway *gw, http_server_t *http, double drain_s)
 }
 
 /* Flags of one model's local workers (strings in *owned, freed by the caller). */
-static size_t model_worker_args(const config_model_t *m, const char **args, char owned[5][32])
+static size_t model_worker_args(const config_model_t *m, const char **args, char owned[6][32])
 {
     size_t n = 0;
     snprintf(owned[0], 32, "%d", m->max_seqs);
@@ -378,6 +383,13 @@ static size_t model_worker_args(const config_model_t *m, const char **args, char
     args[n++] = owned[3];
     args[n++] = "--kv-type";
     args[n++] = config_kv_type_name(m->kv_type);
+    if (m->kv_cache_dir) {
+        snprintf(owned[4], 32, "%d", m->kv_cache_mb);
+        args[n++] = "--kv-cache-dir";
+        args[n++] = m->kv_cache_dir;
+        args[n++] = "--kv-cache-mb";
+        args[n++] = owned[4];
+    }
     return n;
 }
 
@@ -663,7 +675,7 @@ static http_config_t http_config(const config_t *cfg)
                            .idle_timeout_s = (unsigned)cfg->http_idle_timeout_s,
                            .header_timeout_ms = (int64_t)(cfg->header_timeout_s * 1000),
                            .cors_origins = cfg->cors_origins, .admin_open = cfg->admin_open,
-                           .reasoning_parser = cfg->reasoning_parser};
+                           .no_ui = cfg->no_ui, .reasoning_parser = cfg->reasoning_parser};
 }
 
 /* Starts every model's local workers (replicas each) and hands them to the
@@ -683,8 +695,8 @@ static supervisor_t *local_workers_start(const config_t *cfg, struct gateway *gw
         return NULL;
     for (size_t i = 0; i < cfg->n_models; i++) {
         const config_model_t *m = &cfg->models[i];
-        const char *args[10];
-        char owned[5][32];
+        const char *args[16];
+        char owned[6][32];
         size_t n = model_worker_args(m, args, owned);
         for (int r = 0; r < m->replicas; r++)
             supervisor_add_args(sup, m->name, m->path, m->on_demand, args, n);

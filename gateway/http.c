@@ -38,6 +38,7 @@
 #include "gateway/reasoning.h"
 #include "gateway/resp_store.h"
 #include "gateway/responses.h"
+#include "gateway/ui.h"
 
 #define HTTP_DEFAULT_MAX_BODY (16u << 20)
 #define SNAPSHOT_TIMEOUT_US 2000000
@@ -103,6 +104,7 @@ struct http_server {
     bool admin_open;            /* ops routes open without a keys file */
     reasoning_parser_t reasoning; /* --reasoning-parser */
     resp_store_t *responses;    /* stored responses (borrowed), NULL = none */
+    bool ui;                    /* the web console is served (not --no-ui) */
 };
 
 /* AUTH_OPS: an admin key when a keys file is loaded, open otherwise (an open
@@ -589,6 +591,44 @@ static enum MHD_Result handle_admin_restart_model(http_server_t *s, struct MHD_C
                                              SNAPSHOT_TIMEOUT_US));
 }
 
+static enum MHD_Result handle_admin_start_model(http_server_t *s, struct MHD_Connection *c,
+                                                http_req_t *req)
+{
+    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_START_MODEL, req->param,
+                                             SNAPSHOT_TIMEOUT_US));
+}
+
+static enum MHD_Result handle_admin_stop_model(http_server_t *s, struct MHD_Connection *c,
+                                               http_req_t *req)
+{
+    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_STOP_MODEL, req->param,
+                                             SNAPSHOT_TIMEOUT_US));
+}
+
+/* The web console (ui.h): /ui/ and /ui/NAME are files of its table (a name
+ * not in it is the usual 404), /ui redirects to /ui/. */
+static enum MHD_Result handle_ui(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
+{
+    unsigned status = 200;
+    struct MHD_Response *r = ui_response(
+        req->param, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH),
+        &status);
+    if (!r) {
+        oai_error_t e;
+        oai_error_set(&e, 404, NULL, "Invalid URL (GET /ui/%.300s)", req->param);
+        e.type = "invalid_request_error";
+        e.code = "not_found";
+        return respond_oai_error(s, c, &e, NULL);
+    }
+    return queue(s, c, status, r);
+}
+
+static enum MHD_Result handle_ui_redirect(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
+{
+    struct MHD_Response *r = ui_redirect();
+    return r ? queue(s, c, 308, r) : MHD_NO;
+}
+
 /* ------------------------------------------------------------------------ */
 /* generation: flow                                                          */
 
@@ -931,6 +971,11 @@ static const route_t routes[] = {
     {"POST", "/admin/workers/*/drain", handle_admin_drain, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
     {"POST", "/admin/workers/*/restart", handle_admin_restart, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
     {"POST", "/admin/models/*/restart", handle_admin_restart_model, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
+    {"POST", "/admin/models/*/start", handle_admin_start_model, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
+    {"POST", "/admin/models/*/stop", handle_admin_stop_model, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
+    {"GET", "/ui", handle_ui_redirect, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
+    {"GET", "/ui/", handle_ui, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
+    {"GET", "/ui/*", handle_ui, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 
@@ -939,8 +984,12 @@ static const route_t routes[] = {
 static bool route_match(const char *pattern, const char *url, char *param, size_t param_len)
 {
     const char *star = strchr(pattern, '*');
-    if (!star)
-        return strcmp(pattern, url) == 0;
+    if (!star) {
+        if (strcmp(pattern, url) != 0)
+            return false;
+        param[0] = '\0';
+        return true;
+    }
     size_t pre = (size_t)(star - pattern);
     if (strncmp(pattern, url, pre) != 0)
         return false;
@@ -961,7 +1010,8 @@ static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, cons
     /* browsers first: a web page of a foreign origin gets nothing at all,
      * on any route (http.h "Browser safety") */
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (origin && !origin_allowed(s, origin)) {
+    if (origin && !origin_allowed(s, origin) &&
+        !(s->ui && ui_origin_is_self(origin, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))) {
         oai_error_t e;
         oai_error_set(&e, 403, NULL, "Requests from web pages of origin '%.200s' are not allowed "
                                      "(the gateway allows %s; see --cors-origin)", origin,
@@ -975,7 +1025,8 @@ static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, cons
     bool path_known = false;
     for (size_t i = 0; i < N_ROUTES; i++) {
         const route_t *rt = &routes[i];
-        if (!route_match(rt->path, url, req->param, sizeof req->param))
+        if ((!s->ui && (rt->fn == handle_ui || rt->fn == handle_ui_redirect)) ||
+            !route_match(rt->path, url, req->param, sizeof req->param))
             continue;
         if (strcmp(rt->method, m) == 0) {
             /* refusals of a surface's route come in its API's shape */
@@ -1168,6 +1219,7 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     s->admin_open = cfg->admin_open;
     s->reasoning = (reasoning_parser_t)cfg->reasoning_parser;
     s->responses = cfg->responses;
+    s->ui = !cfg->no_ui;
     s->header_timeout_us = (cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms
                                                         : HTTP_DEFAULT_HEADER_TIMEOUT_S * 1000) * 1000;
     unsigned idle_s = cfg->idle_timeout_s ? cfg->idle_timeout_s : HTTP_DEFAULT_IDLE_TIMEOUT_S;

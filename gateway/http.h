@@ -33,7 +33,9 @@
  *     403 (permission_error, code origin_not_allowed): a web page cannot
  *     drive a server on the visitor's machine, whatever the route — the
  *     "simple requests" a page may send cross-origin without a preflight
- *     (bodyless POST, text/plain bodies) included;
+ *     (bodyless POST, text/plain bodies) included. The console's own origin
+ *     (http://HOST, HOST an IP literal or localhost: ui_origin_is_self) is
+ *     allowed too while the console is served;
  *   - a request with a body whose Content-Type is not application/json
  *     (parameters allowed; a charset other than UTF-8 is not) gets 415;
  *   - OPTIONS with an allowed Origin is a CORS preflight: 204 with the
@@ -60,6 +62,9 @@
  *   POST /admin/workers/{id}/drain     ops; id = replica id or pid
  *   POST /admin/workers/{id}/restart   ops
  *   POST /admin/models/{name}/restart  ops
+ *   POST /admin/models/{name}/start    ops; an on-demand model's workers start now
+ *   POST /admin/models/{name}/stop     ops; an on-demand model goes idle now
+ *   GET  /ui, /ui/, /ui/{file}         no auth; the web console (ui.h), absent with no_ui
  * docs/API.md describes bodies, streams and errors.
  */
 #ifndef PAGODA_GATEWAY_HTTP_H
@@ -96,6 +101,8 @@ typedef struct http_config {
     struct resp_store *responses; /* stored Responses API responses (gateway/resp_store.h),
                                  borrowed, must outlive the server; NULL = none (POST
                                  /v1/responses then stores nothing, GET/DELETE answer 503) */
+    bool no_ui;               /* do not serve the web console (GET /ui/, ui.h); false = served,
+                                 and its own origin may call the API (ui_origin_is_self) */
 } http_config_t;
 
 #define HTTP_DEFAULT_IDLE_TIMEOUT_S 30

@@ -471,6 +471,9 @@ void metrics_std_register(metrics_t *m, metrics_std_t *o)
     o->prefix_cache_hits = metrics_counter_new(m, "vllm:prefix_cache_hits_total",
                                                "Prefix cache hits, in terms of number of cached tokens.", 1,
                                                L_MODEL);
+    o->external_prefix_cache_hits = metrics_counter_new(
+        m, "vllm:external_prefix_cache_hits_total",
+        "Prefix cache hits from the workers' disk tier, in terms of number of loaded tokens.", 1, L_MODEL);
     o->num_preemptions = metrics_counter_new(m, "vllm:num_preemptions_total",
                                              "Cumulative number of preemptions by the workers.", 1, L_MODEL);
     o->prompt_tokens = metrics_counter_new(m, "vllm:prompt_tokens_total", "Number of prefill tokens processed.",
@@ -530,6 +533,24 @@ void metrics_std_register(metrics_t *m, metrics_std_t *o)
         m, "pagoda_replica_prefix_cache_hit_rate",
         "Prefix-cache hit rate (hit / queried prompt tokens) of a replica since it started.", 2,
         L_MODEL_REPLICA);
+    o->kv_evictions = metrics_counter_new(m, "pagoda_kv_evictions_total",
+                                          "KV blocks evicted from the workers' RAM prefix cache.", 1, L_MODEL);
+    o->kv_disk_written = metrics_counter_new(m, "pagoda_kv_disk_written_bytes_total",
+                                             "Bytes of KV blocks written to the disk tier.", 1, L_MODEL);
+    o->kv_disk_read = metrics_counter_new(m, "pagoda_kv_disk_read_bytes_total",
+                                          "Bytes of KV blocks loaded from the disk tier.", 1, L_MODEL);
+    o->kv_disk_evictions = metrics_counter_new(m, "pagoda_kv_disk_evictions_total",
+                                               "KV block files removed by the disk tier's size cap.", 1, L_MODEL);
+    o->kv_disk_rejected = metrics_counter_new(
+        m, "pagoda_kv_disk_rejected_total",
+        "KV block files found but not served (torn, truncated or corrupt: checksum or header mismatch).", 1,
+        L_MODEL);
+    o->kv_disk_enabled = metrics_gauge_new(
+        m, "pagoda_kv_disk_enabled",
+        "1 while a replica's disk tier works, 0 after an I/O error (full or read-only disk) turned it off.", 2,
+        (const char *[]){"model_name", "replica"});
+    o->kv_disk_bytes = metrics_gauge_new(m, "pagoda_kv_disk_bytes", "Bytes of KV block files a replica's disk tier holds.",
+                                         2, (const char *[]){"model_name", "replica"});
     o->prefix_index_entries = metrics_gauge_new(m, "pagoda_prefix_index_entries",
                                                 "Block keys in the gateway's routing index.", 0, NULL);
     o->prefix_index_replica = metrics_gauge_new(m, "pagoda_prefix_index_replica_entries",

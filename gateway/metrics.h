@@ -104,7 +104,9 @@ typedef struct {
     metrics_family_t *num_requests_waiting;   /* gauge   [model_name] requests queued */
     metrics_family_t *kv_cache_usage_perc;    /* gauge   [model_name] used KV blocks, 0..1 */
     metrics_family_t *prefix_cache_queries;   /* counter [model_name] prompt tokens looked up */
-    metrics_family_t *prefix_cache_hits;      /* counter [model_name] of those, found cached */
+    metrics_family_t *prefix_cache_hits;      /* counter [model_name] of those, found cached in RAM */
+    metrics_family_t *external_prefix_cache_hits; /* counter [model_name] of those, loaded from the
+                                                     workers' disk tier (worker/kv_disk.h) */
     metrics_family_t *num_preemptions;        /* counter [model_name] */
     metrics_family_t *prompt_tokens;          /* counter [model_name] */
     metrics_family_t *generation_tokens;      /* counter [model_name] */
@@ -131,6 +133,15 @@ typedef struct {
     metrics_family_t *replica_prefix_hits;    /* counter [model_name, replica] of those, cached */
     metrics_family_t *replica_prefix_hit_rate;/* gauge   [model_name, replica] hits / queries since
                                                  the worker started */
+    /* KV tiers (docs/KV_CACHE.md "Disk tier") */
+    metrics_family_t *kv_evictions;           /* counter [model_name] blocks evicted from workers' RAM */
+    metrics_family_t *kv_disk_written;        /* counter [model_name] bytes written to the disk tier */
+    metrics_family_t *kv_disk_read;           /* counter [model_name] bytes loaded from it */
+    metrics_family_t *kv_disk_evictions;      /* counter [model_name] files removed by the size cap */
+    metrics_family_t *kv_disk_rejected;       /* counter [model_name] torn/corrupt files not served */
+    metrics_family_t *kv_disk_enabled;        /* gauge   [model_name, replica] 1 on, 0 off after an
+                                                 I/O error (absent: no disk tier) */
+    metrics_family_t *kv_disk_bytes;          /* gauge   [model_name, replica] bytes of block files */
     metrics_family_t *prefix_index_entries;   /* gauge   [] block keys in the routing index */
     metrics_family_t *prefix_index_replica;   /* gauge   [model_name, replica] of those, held by it */
     metrics_family_t *route_keys_seconds;     /* counter [model_name] time spent computing request

@@ -668,6 +668,29 @@ static int parse_constraint(json_t *root, oai_request_t *r, oai_error_t *e)
     return 0;
 }
 
+/* A forced tool call (tool_choice "required" or a named function) is
+ * generated under a grammar of its own: the template's call syntax around
+ * the tools' argument schemas (the worker builds it). A response_format
+ * json_object / json_schema then has nothing to shape, since the turn has no
+ * text answer: it has been validated above and is dropped, as OpenAI accepts
+ * the pair and vLLM lets the tool's schema replace the response format. A
+ * `grammar` is a constraint on the whole output that cannot hold beside the
+ * call's: 400, as llama.cpp and vLLM refuse two constraints. */
+static int forced_call_constraint(json_t *root, oai_request_t *r, oai_error_t *e)
+{
+    if (r->tool_choice != OAI_TOOL_CHOICE_REQUIRED && r->tool_choice != OAI_TOOL_CHOICE_NAMED)
+        return 0;
+    json_t *gr = json_object_get(root, "grammar");
+    if (gr && !json_is_null(gr))
+        return bad(e, "grammar",
+                   "'grammar' cannot be combined with tool_choice '%s': a forced tool call is "
+                   "generated under its own grammar. Use tool_choice 'auto' or 'none' with a grammar.",
+                   r->tool_choice == OAI_TOOL_CHOICE_REQUIRED ? "required" : "function");
+    free(r->grammar);
+    r->grammar = NULL;
+    return 0;
+}
+
 /* chat_template_kwargs (vLLM): an object of extra variables for the chat
  * template. Known keys are type-checked and forwarded: enable_thinking
  * (boolean). Other keys are ignored (no template pagoda renders reads them). */
@@ -783,7 +806,9 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
     }
     if (get_str(root, "user", OAI_MAX_USER_BYTES, 0, &r->user, e) != 0)
         return -1;
-    return parse_constraint(root, r, e);
+    if (parse_constraint(root, r, e) != 0)
+        return -1;
+    return forced_call_constraint(root, r, e);
 }
 
 /* The request body as a JSON document (owned by the caller), or NULL with

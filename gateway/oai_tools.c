@@ -6,8 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grammar/gbnf.h"
+#include "common/grammar/json_schema.h"
 #include "common/utf8.h"
 #include "common/xalloc.h"
+#include "common/text/tool_stream.h"
 
 __attribute__((format(printf, 3, 4))) static int bad(oai_error_t *e, const char *param, const char *fmt, ...)
 {
@@ -51,6 +54,24 @@ static bool present(const json_t *v) { return v && !json_is_null(v); }
 
 /* ---- request ---------------------------------------------------------- */
 
+/* A strict tool's parameters compile to a usable grammar, or a 400 naming
+ * the refused keyword's JSON pointer. */
+static int strict_schema_check(const json_t *params, const char *p, oai_error_t *e)
+{
+    char msg[300], path[200], param[96];
+    snprintf(param, sizeof param, "%s.function.parameters", p);
+    char *text = json_schema_to_gbnf(params, NULL, msg, sizeof msg, path, sizeof path);
+    if (!text)
+        return bad(e, param, "Unsupported schema in strict tool '%s'%s%s: %s", p, path[0] ? " at " : "", path, msg);
+    grammar_t *g = NULL;
+    int rc = gbnf_parse((const uint8_t *)text, strlen(text), &g, msg, sizeof msg, NULL, NULL);
+    gbnf_free(&g);
+    free(text);
+    if (rc != 0)
+        return bad(e, param, "The schema of strict tool '%s' is not usable: %s", p, msg);
+    return 0;
+}
+
 /* One entry of `tools`: {"type":"function","function":{"name","description"?,
  * "parameters"?,"strict"?}}. Stores the name. */
 static int parse_tool(json_t *t, size_t i, oai_request_t *r, oai_error_t *e)
@@ -82,6 +103,10 @@ static int parse_tool(json_t *t, size_t i, oai_request_t *r, oai_error_t *e)
     json_t *strict = json_object_get(f, "strict");
     if (present(strict) && !json_is_boolean(strict))
         return bad(e, p, "'%s.function.strict' must be a boolean.", p);
+    /* strict: the schema must compile whole (non-strict schemas are
+     * compiled relaxed by the worker when a call is forced, tool_grammar.h) */
+    if (json_is_true(strict) && present(params) && strict_schema_check(params, p, e) != 0)
+        return -1;
     r->tool_names[r->n_tools++] = xstrdup(json_string_value(name));
     return 0;
 }
@@ -218,25 +243,10 @@ int oai_tools_parse_message(json_t *msg, size_t i, oai_message_t *m, oai_error_t
 
 /* ---- output ----------------------------------------------------------- */
 
-static const char HERMES_OPEN[] = "<tool_call>";
-static const char HERMES_CLOSE[] = "</tool_call>";
-static const char MISTRAL_TAG[] = "[TOOL_CALLS]";
-static const char PYTHON_TAG[] = "<|python_tag|>";
-
-static bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-
-static size_t skip_ws(const char *s, size_t i, size_t n)
-{
-    while (i < n && is_ws(s[i]))
-        i++;
-    return i;
-}
-
-static bool at(const char *s, size_t i, size_t n, const char *lit)
-{
-    size_t k = strlen(lit);
-    return i + k <= n && memcmp(s + i, lit, k) == 0;
-}
+static const char HERMES_OPEN[] = TOOL_HERMES_OPEN;
+static const char HERMES_CLOSE[] = TOOL_HERMES_CLOSE;
+static const char MISTRAL_TAG[] = TOOL_MISTRAL_TAG;
+static const char PYTHON_TAG[] = TOOL_PYTHON_TAG;
 
 /* One JSON value starting at s[i]: returns it (new reference) and sets
  * *end past it, or NULL. */
@@ -249,50 +259,45 @@ static json_t *json_at(const char *s, size_t i, size_t n, size_t *end)
     return v;
 }
 
-/* Appends the call described by obj ({"name", "arguments"|"parameters"}). */
-static bool add_call(json_t *obj, char *const *names, size_t n_names, oai_tool_call_t **calls, size_t *n)
+/* Appends the call described by obj ({"name", "arguments"|"parameters"}),
+ * whose text is s[i..n): its arguments are that text's (tool_stream.h), so a
+ * streamed call's fragments add up to exactly what this parser returns. */
+static bool add_call(json_t *obj, const char *s, size_t i, size_t n, char *const *names,
+                     size_t n_names, oai_tool_call_t **calls, size_t *k)
 {
-    if (!json_is_object(obj) || *n >= OAI_MAX_TOOL_CALLS)
+    if (!json_is_object(obj) || *k >= OAI_MAX_TOOL_CALLS)
         return false;
     json_t *name = json_object_get(obj, "name");
-    json_t *args = json_object_get(obj, "arguments");
-    if (!args)
-        args = json_object_get(obj, "parameters");
     if (!json_is_string(name) || json_string_length(name) == 0)
         return false;
     if (names) {
         bool found = false;
-        for (size_t k = 0; k < n_names && !found; k++)
-            found = strcmp(names[k], json_string_value(name)) == 0;
+        for (size_t j = 0; j < n_names && !found; j++)
+            found = strcmp(names[j], json_string_value(name)) == 0;
         if (!found)
             return false;
     }
-    oai_tool_call_t c = {.name = xstrdup(json_string_value(name))};
-    if (json_is_string(args))
-        c.arguments = xstrdup(json_string_value(args)); /* already JSON text */
-    else if (args)
-        c.arguments = json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY);
-    else
-        c.arguments = xstrdup("{}");
+    oai_tool_call_t c = {.name = xstrdup(json_string_value(name)),
+                         .arguments = tool_stream_args_of(s + i, n - i, NULL)};
     oai_id_new("call_", c.id, sizeof c.id);
-    *calls = xrealloc(*calls, (*n + 1) * sizeof **calls);
-    (*calls)[(*n)++] = c;
+    *calls = xrealloc(*calls, (*k + 1) * sizeof **calls);
+    (*calls)[(*k)++] = c;
     return true;
 }
 
 static size_t hermes(const char *s, size_t i, size_t n, oai_tool_call_t **calls)
 {
     size_t k = 0;
-    while (at(s, i, n, HERMES_OPEN)) {
-        size_t end;
-        json_t *v = json_at(s, skip_ws(s, i + sizeof HERMES_OPEN - 1, n), n, &end);
-        bool ok = add_call(v, NULL, 0, calls, &k);
+    while (tool_stream_at(s, i, n, HERMES_OPEN)) {
+        size_t end, start = tool_stream_skip_ws(s, i + sizeof HERMES_OPEN - 1, n);
+        json_t *v = json_at(s, start, n, &end);
+        bool ok = add_call(v, s, start, end, NULL, 0, calls, &k);
         json_decref(v);
         if (!ok)
             return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
-        i = skip_ws(s, end, n);
-        if (at(s, i, n, HERMES_CLOSE))
-            i = skip_ws(s, i + sizeof HERMES_CLOSE - 1, n);
+        i = tool_stream_skip_ws(s, end, n);
+        if (tool_stream_at(s, i, n, HERMES_CLOSE))
+            i = tool_stream_skip_ws(s, i + sizeof HERMES_CLOSE - 1, n);
         else if (i < n) /* an unclosed block is only accepted at the very end */
             return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
     }
@@ -301,17 +306,34 @@ static size_t hermes(const char *s, size_t i, size_t n, oai_tool_call_t **calls)
     return k;
 }
 
-static size_t mistral(const char *s, size_t i, size_t n, oai_tool_call_t **calls)
+/* A JSON array of call objects at s[i] that ends the text: [TOOL_CALLS]'s
+ * list, or the untagged one (names = the declared tools). Elements are
+ * walked in the text too, for each call's arguments text. */
+static size_t call_list(const char *s, size_t i, size_t n, char *const *names, size_t n_names,
+                        oai_tool_call_t **calls)
 {
     size_t end, k = 0;
-    json_t *v = json_at(s, skip_ws(s, i + sizeof MISTRAL_TAG - 1, n), n, &end);
-    bool ok = json_is_array(v) && json_array_size(v) > 0 && skip_ws(s, end, n) == n;
-    for (size_t j = 0; ok && j < json_array_size(v); j++)
-        ok = add_call(json_array_get(v, j), NULL, 0, calls, &k);
+    json_t *v = json_at(s, i, n, &end);
+    bool ok = json_is_array(v) && json_array_size(v) > 0 && tool_stream_skip_ws(s, end, n) == n;
+    size_t p = i + 1; /* past '[' */
+    for (size_t j = 0; ok && j < json_array_size(v); j++) {
+        p = tool_stream_skip_ws(s, p, n);
+        size_t used;
+        free(tool_stream_args_of(s + p, end - p, &used)); /* only for where it ends */
+        ok = add_call(json_array_get(v, j), s, p, p + used, names, n_names, calls, &k);
+        p = tool_stream_skip_ws(s, p + used, n);
+        if (p < n && s[p] == ',')
+            p++;
+    }
     json_decref(v);
     if (!ok)
         return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
     return k;
+}
+
+static size_t mistral(const char *s, size_t i, size_t n, oai_tool_call_t **calls)
+{
+    return call_list(s, tool_stream_skip_ws(s, i + sizeof MISTRAL_TAG - 1, n), n, NULL, 0, calls);
 }
 
 /* Mistral's calls without the tag: [TOOL_CALLS] is a control token, which
@@ -321,15 +343,7 @@ static size_t mistral(const char *s, size_t i, size_t n, oai_tool_call_t **calls
 static size_t bare_array(const char *s, size_t i, size_t n, char *const *names, size_t n_names,
                          oai_tool_call_t **calls)
 {
-    size_t end, k = 0;
-    json_t *v = json_at(s, i, n, &end);
-    bool ok = json_is_array(v) && json_array_size(v) > 0 && skip_ws(s, end, n) == n;
-    for (size_t j = 0; ok && j < json_array_size(v); j++)
-        ok = add_call(json_array_get(v, j), names, n_names, calls, &k);
-    json_decref(v);
-    if (!ok)
-        return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
-    return k;
+    return call_list(s, i, n, names, n_names, calls);
 }
 
 static size_t bare_json(const char *s, size_t i, size_t n, char *const *names, size_t n_names,
@@ -339,16 +353,16 @@ static size_t bare_json(const char *s, size_t i, size_t n, char *const *names, s
     for (;;) {
         size_t end;
         json_t *v = json_at(s, i, n, &end);
-        bool ok = add_call(v, names, n_names, calls, &k);
+        bool ok = add_call(v, s, i, end, names, n_names, calls, &k);
         json_decref(v);
         if (!ok)
             return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
-        i = skip_ws(s, end, n);
+        i = tool_stream_skip_ws(s, end, n);
         if (i == n)
             return k;
         if (s[i] != ';')
             return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
-        i = skip_ws(s, i + 1, n);
+        i = tool_stream_skip_ws(s, i + 1, n);
     }
 }
 
@@ -367,9 +381,9 @@ size_t oai_tools_extract(const char *text, size_t len, char *const *names, size_
         start = (size_t)(m - text);
         k = mistral(text, start, len, calls);
     } else {
-        size_t i = skip_ws(text, 0, len);
-        if (at(text, i, len, PYTHON_TAG))
-            i = skip_ws(text, i + sizeof PYTHON_TAG - 1, len);
+        size_t i = tool_stream_skip_ws(text, 0, len);
+        if (tool_stream_at(text, i, len, PYTHON_TAG))
+            i = tool_stream_skip_ws(text, i + sizeof PYTHON_TAG - 1, len);
         if (i < len && text[i] == '{') {
             start = 0;
             k = bare_json(text, i, len, names, n_names, calls);
@@ -380,7 +394,7 @@ size_t oai_tools_extract(const char *text, size_t len, char *const *names, size_
     }
     if (k == 0)
         return 0;
-    while (start > 0 && is_ws(text[start - 1]))
+    while (start > 0 && tool_stream_is_ws(text[start - 1]))
         start--;
     *content_len = start;
     return k;
@@ -395,25 +409,15 @@ void oai_tool_calls_free(oai_tool_call_t *calls, size_t n)
     free(calls);
 }
 
-/* Longest suffix of s[0..n) that is a proper prefix of lit. */
-static size_t partial_suffix(const char *s, size_t n, const char *lit)
-{
-    size_t k = strlen(lit);
-    for (size_t m = k - 1 < n ? k - 1 : n; m > 0; m--)
-        if (memcmp(s + n - m, lit, m) == 0)
-            return m;
-    return 0;
-}
-
 size_t oai_tools_safe_prefix(const char *text, size_t len)
 {
-    size_t i = skip_ws(text, 0, len);
+    size_t i = tool_stream_skip_ws(text, 0, len);
     if (i == len)
         return 0; /* only white space so far: a call may still begin */
-    if (text[i] == '{' || at(text, i, len, PYTHON_TAG) || partial_suffix(text + i, len - i, PYTHON_TAG) == len - i)
+    if (text[i] == '{' || tool_stream_at(text, i, len, PYTHON_TAG) || tool_stream_partial_suffix(text + i, len - i, PYTHON_TAG) == len - i)
         return 0; /* may be a bare JSON call: hold everything */
     if (text[i] == '[') { /* "[" then "{": may be Mistral's untagged array */
-        size_t j = skip_ws(text, i + 1, len);
+        size_t j = tool_stream_skip_ws(text, i + 1, len);
         if (j == len || text[j] == '{')
             return 0;
     }
@@ -426,7 +430,7 @@ size_t oai_tools_safe_prefix(const char *text, size_t len)
         cut = (size_t)(m - text);
     if (cut < len)
         return cut;
-    size_t a = partial_suffix(text, len, HERMES_OPEN), b = partial_suffix(text, len, MISTRAL_TAG);
+    size_t a = tool_stream_partial_suffix(text, len, HERMES_OPEN), b = tool_stream_partial_suffix(text, len, MISTRAL_TAG);
     return len - (a > b ? a : b);
 }
 

@@ -23,9 +23,13 @@
  *            name must be one of the request's tools, so a JSON answer that
  *            is not a call stays content.
  * When nothing parses, the text is plain content and finish_reason is what
- * the worker said. Streaming holds back only what may still become a call
- * (from a marker on, a leading '{', or a leading '[' followed by '{'), so
- * ordinary text streams as it comes.
+ * the worker said. A call's `arguments` is the model's text of the arguments
+ * value without white space outside strings (or a string value's contents),
+ * as common/text/tool_stream.h defines it: the incremental parser there streams
+ * the same calls fragment by fragment, and both give the same text.
+ * oai_tools_safe_prefix says what plain content may be released before a
+ * call is decided (from a marker on, a leading '{', or a leading '[' followed
+ * by '{' is held), so ordinary text streams as it comes.
  */
 #ifndef PAGODA_GATEWAY_OAI_TOOLS_H
 #define PAGODA_GATEWAY_OAI_TOOLS_H
@@ -53,7 +57,7 @@ int oai_tools_parse_message(json_t *msg, size_t i, oai_message_t *m, oai_error_t
 typedef struct {
     char id[40];                 /* "call_" + 24 random hex */
     char *name;
-    char *arguments;             /* compact JSON text (an object normally) */
+    char *arguments;             /* JSON text (tool_stream.h: the model's, minus white space) */
 } oai_tool_call_t;
 
 /* Parses text[0..len) for tool calls (formats above). names[0..n_names) are

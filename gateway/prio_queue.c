@@ -356,6 +356,17 @@ size_t prio_queue_len_tier(const prio_queue_t *q, prio_tier_t tier)
     return q->n_tier[tier];
 }
 
+int64_t prio_queue_oldest_us(const prio_queue_t *q, prio_tier_t tier)
+{
+    if ((int)tier < 0 || (int)tier >= PRIO_N_TIERS || !q->n_tier[tier])
+        return 0;
+    int64_t oldest = INT64_MAX;
+    for (size_t i = 0; i < q->n; i++)
+        if (q->heap[i].e.tier == tier && q->heap[i].e.t_enqueue_us < oldest)
+            oldest = q->heap[i].e.t_enqueue_us;
+    return oldest;
+}
+
 size_t prio_queue_capacity(const prio_queue_t *q)
 {
     return q->cfg.max_entries;

@@ -104,6 +104,9 @@ size_t prio_queue_expire(prio_queue_t *q, int64_t now_us, prio_queue_expire_cb c
 
 size_t prio_queue_len(const prio_queue_t *q);
 size_t prio_queue_len_tier(const prio_queue_t *q, prio_tier_t tier);
+/* The earliest t_enqueue_us among the tier's entries (its longest waiter),
+ * 0 when the tier is empty. O(n): for /health, not for dispatch. */
+int64_t prio_queue_oldest_us(const prio_queue_t *q, prio_tier_t tier);
 size_t prio_queue_capacity(const prio_queue_t *q);
 /* The effective priority formula above (lower = more urgent), for logs/admin. */
 double prio_queue_effective(const prio_queue_t *q, const prio_queue_entry_t *e, int64_t now_us);

@@ -93,10 +93,20 @@ json_t *snapshot_health(struct gateway *gw)
                                "on_demand", li.on_demand);
         if (m->failed)
             json_object_set_new(jm, "failed_reason", json_string(li.reason));
+        json_t *queue = json_object();
+        for (int t = 0; t < PRIO_N_TIERS; t++) {
+            int64_t oldest = prio_queue_oldest_us(m->queue, (prio_tier_t)t);
+            json_object_set_new(queue, prio_tier_name((prio_tier_t)t),
+                                json_pack("{s:I, s:I}", "queued",
+                                          (json_int_t)prio_queue_len_tier(m->queue, (prio_tier_t)t),
+                                          "oldest_wait_ms", (json_int_t)(oldest ? (now - oldest) / 1000 : 0)));
+        }
+        json_object_set_new(jm, "queue", queue);
         json_object_set_new(models, m->name, jm);
     }
-    return json_pack("{s:s, s:i, s:o, s:o}", "status", gw->n_workers ? "ok" : "no_workers",
-                     "heartbeat_ms", gw->heartbeat_ms, "models", models, "workers", workers);
+    return json_pack("{s:s, s:i, s:s, s:o, s:o, s:o}", "status", gw->n_workers ? "ok" : "no_workers",
+                     "heartbeat_ms", gw->heartbeat_ms, "host", gw->hostname, "models", models,
+                     "workers", workers, "local_workers", gw->sup ? supervisor_json(gw->sup) : json_array());
 }
 
 /* ---- operations API ---- */
@@ -189,6 +199,57 @@ static gateway_worker_t *worker_by_target(struct gateway *gw, const char *t)
     return NULL;
 }
 
+/* Drains every ready local worker of model m with exit plan `plan`; returns
+ * how many. (A drain may remove a worker from the table: count it first.) */
+static unsigned drain_local(struct gateway *gw, gateway_model_t *m, supervisor_exit_plan_t plan)
+{
+    unsigned draining = 0;
+    for (size_t i = 0; i < gw->n_workers;) {
+        gateway_worker_t *w = &gw->workers[i];
+        size_t n_before = gw->n_workers;
+        if (strcmp(w->reg.model, m->name) == 0 && w->state == GATEWAY_WORKER_READY &&
+            gateway_worker_is_local(gw, w)) {
+            draining++;
+            gateway_worker_drain(gw, w, plan);
+        }
+        if (gw->n_workers == n_before)
+            i++;
+    }
+    return draining;
+}
+
+/* START_MODEL / STOP_MODEL of an on-demand model: what a first request and
+ * the idle timer do, now. */
+static json_t *admin_on_demand(struct gateway *gw, bool start, const char *target)
+{
+    gateway_model_t *m = gateway_model_find(gw, target);
+    if (!m)
+        return admin_error(404, "model_not_found", "The model '%s' does not exist", target);
+    supervisor_model_info_t li;
+    gateway_model_local(gw, m->name, &li);
+    if (!li.on_demand)
+        return admin_error(409, "not_on_demand",
+                           "The model '%s' is not an on-demand model: drain or restart its workers "
+                           "(POST /admin/workers/{id}/drain, /admin/models/%s/restart)",
+                           m->name, m->name);
+    int64_t now = clock_now_us();
+    if (start) {
+        unsigned started = supervisor_wake(gw->sup, m->name);
+        m->t_last_active_us = now;
+        if (started && m->t_no_replica_us)
+            m->t_no_replica_us = now; /* the grace period counts from the start */
+        log_info("admin: start on-demand model %s: %u local workers starting", m->name, started);
+        return json_pack("{s:i, s:s, s:I}", "status", 200, "model", m->name, "started", (json_int_t)started);
+    }
+    /* idle from now on: the idle check stops replicas that are still starting
+     * once they are ready */
+    int64_t idle_us = m->idle_timeout_us ? m->idle_timeout_us : gw->idle_timeout_us;
+    m->t_last_active_us = now - idle_us;
+    unsigned draining = drain_local(gw, m, SUPERVISOR_EXIT_IDLE);
+    log_info("admin: stop on-demand model %s: %u local workers draining to idle", m->name, draining);
+    return json_pack("{s:i, s:s, s:I}", "status", 200, "model", m->name, "draining", (json_int_t)draining);
+}
+
 json_t *snapshot_admin(struct gateway *gw, gateway_admin_op_t op, const char *target)
 {
     if (op == GATEWAY_ADMIN_WORKERS)
@@ -198,18 +259,7 @@ json_t *snapshot_admin(struct gateway *gw, gateway_admin_op_t op, const char *ta
         if (!m)
             return admin_error(404, "model_not_found", "The model '%s' does not exist", target);
         unsigned started = gw->sup ? supervisor_restart_model(gw->sup, m->name) : 0;
-        unsigned draining = 0;
-        for (size_t i = 0; i < gw->n_workers;) {
-            gateway_worker_t *w = &gw->workers[i];
-            size_t n_before = gw->n_workers;
-            if (strcmp(w->reg.model, m->name) == 0 && w->state == GATEWAY_WORKER_READY &&
-                gateway_worker_is_local(gw, w)) {
-                draining++;
-                gateway_worker_drain(gw, w, SUPERVISOR_EXIT_RESTART);
-            }
-            if (gw->n_workers == n_before)
-                i++;
-        }
+        unsigned draining = drain_local(gw, m, SUPERVISOR_EXIT_RESTART);
         if (started)
             m->t_no_replica_us = m->t_no_replica_us ? clock_now_us() : 0;
         gateway_model_failed(gw, m, &(supervisor_model_info_t){0});
@@ -218,6 +268,8 @@ json_t *snapshot_admin(struct gateway *gw, gateway_admin_op_t op, const char *ta
         return json_pack("{s:i, s:s, s:I, s:I}", "status", 200, "model", m->name,
                          "started", (json_int_t)started, "draining", (json_int_t)draining);
     }
+    if (op == GATEWAY_ADMIN_START_MODEL || op == GATEWAY_ADMIN_STOP_MODEL)
+        return admin_on_demand(gw, op == GATEWAY_ADMIN_START_MODEL, target);
     gateway_worker_t *w = worker_by_target(gw, target);
     if (!w)
         return admin_error(404, "worker_not_found",

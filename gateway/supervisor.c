@@ -34,6 +34,8 @@ typedef struct child {
     bool on_demand;
     child_state_t state;
     pid_t pid;                  /* RUNNING: the process */
+    pid_t prev_pid;             /* the process before it (RUNNING) or the last one (down),
+                                   0 = none yet: tells a stale registration from a replica */
     int exit_plan;              /* 0 = an exit is a crash, else supervisor_exit_plan_t */
     bool killed;                /* we SIGKILLed it as hung */
     int64_t t_started_us;
@@ -235,6 +237,7 @@ static void reap(supervisor_t *s, child_t *c, int64_t now)
         return; /* stopped/continued: still ours */
     double ran_s = (double)(now - c->t_started_us) / 1e6;
     snprintf(c->last_exit, sizeof c->last_exit, "%s after %.1f s", how, ran_s);
+    c->prev_pid = c->pid;
     c->pid = 0;
     switch (c->exit_plan) {
     case SUPERVISOR_EXIT_RESTART:
@@ -440,8 +443,9 @@ json_t *supervisor_json(supervisor_t *s)
         const child_t *c = &s->children[i];
         bool up = c->state == CHILD_RUNNING;
         json_array_append_new(
-            a, json_pack("{s:s, s:I, s:s, s:b, s:I, s:o, s:o, s:o}", "model", c->name,
-                         "pid", (json_int_t)(up ? c->pid : 0), "state", child_state_name(c->state),
+            a, json_pack("{s:s, s:I, s:I, s:s, s:b, s:I, s:o, s:o, s:o}", "model", c->name,
+                         "pid", (json_int_t)(up ? c->pid : 0), "prev_pid", (json_int_t)c->prev_pid,
+                         "state", child_state_name(c->state),
                          "on_demand", c->on_demand, "restarts", (json_int_t)c->n_restarts,
                          "uptime_s", up ? json_real((double)(now - c->t_started_us) / 1e6) : json_null(),
                          "next_start_ms", c->state == CHILD_BACKOFF

@@ -132,8 +132,9 @@ unsigned supervisor_wake(supervisor_t *s, const char *name);
  * now (crash history forgotten). Running children are not touched here: the
  * caller drains them with expect_exit(RESTART). Returns how many start. */
 unsigned supervisor_restart_model(supervisor_t *s, const char *name);
-/* [{"model", "pid" (0 when down), "state": "running"|"backoff"|"failed"|
- *   "stopped"|"idle", "on_demand", "restarts", "uptime_s" | null,
+/* [{"model", "pid" (0 when down), "prev_pid" (the process before this one,
+ *   or the last one when down; 0 = none yet), "state": "running"|"backoff"|
+ *   "failed"|"stopped"|"idle", "on_demand", "restarts", "uptime_s" | null,
  *   "next_start_ms" | null, "last_exit" | null}] — caller owns it. */
 json_t *supervisor_json(supervisor_t *s);
 

@@ -327,7 +327,8 @@ static void encode_heartbeat(enc_t *e, const proto_heartbeat_t *h)
     if (h->has_load) {
         const proto_load_t *l = &h->load;
         key(e, "load");
-        msgpack_pack_map(&e->pk, 10);
+        const bool tiers = l->kv_disk_state || l->kv_evictions || l->prefix_cache_disk_hits;
+        msgpack_pack_map(&e->pk, tiers ? 18 : 10);
         sub_uint(&e->pk, "run", l->running);
         sub_uint(&e->pk, "wait", l->waiting);
         sub_uint(&e->pk, "kv_used", l->kv_blocks_used);
@@ -338,6 +339,16 @@ static void encode_heartbeat(enc_t *e, const proto_heartbeat_t *h)
         sub_uint(&e->pk, "gen_tok", l->tokens_generated);
         sub_uint(&e->pk, "prompt_tok", l->prompt_tokens);
         sub_uint(&e->pk, "free", l->free_slots);
+        if (tiers) {
+            sub_uint(&e->pk, "pc_disk", l->prefix_cache_disk_hits);
+            sub_uint(&e->pk, "kv_evict", l->kv_evictions);
+            sub_uint(&e->pk, "kvd_state", l->kv_disk_state);
+            sub_uint(&e->pk, "kvd_wb", l->kv_disk_bytes_written);
+            sub_uint(&e->pk, "kvd_rb", l->kv_disk_bytes_read);
+            sub_uint(&e->pk, "kvd_evict", l->kv_disk_evictions);
+            sub_uint(&e->pk, "kvd_rej", l->kv_disk_rejected);
+            sub_uint(&e->pk, "kvd_used", l->kv_disk_bytes_used);
+        }
     }
     if (h->has_progress) {
         const proto_progress_t *g = &h->progress;
@@ -792,6 +803,8 @@ static const field_t load_fields[] = {
     {"run", true},  {"wait", true},    {"kv_used", true}, {"kv_total", true},
     {"pc_q", true}, {"pc_hit", true},  {"preempt", true}, {"gen_tok", true},
     {"prompt_tok", true}, {"free", true},
+    {"pc_disk", false}, {"kv_evict", false}, {"kvd_state", false}, {"kvd_wb", false},
+    {"kvd_rb", false}, {"kvd_evict", false}, {"kvd_rej", false}, {"kvd_used", false},
 };
 
 static int load_field(dec_t *d, void *obj, int idx)
@@ -808,6 +821,14 @@ static int load_field(dec_t *d, void *obj, int idx)
     case 7: return get_uint(d, &l->tokens_generated, 0, UINT64_MAX);
     case 8: return get_uint(d, &l->prompt_tokens, 0, UINT64_MAX);
     case 9: return get_u32(d, &l->free_slots, 0, U31);
+    case 10: return get_uint(d, &l->prefix_cache_disk_hits, 0, UINT64_MAX);
+    case 11: return get_uint(d, &l->kv_evictions, 0, UINT64_MAX);
+    case 12: return get_u32(d, &l->kv_disk_state, 0, 2);
+    case 13: return get_uint(d, &l->kv_disk_bytes_written, 0, UINT64_MAX);
+    case 14: return get_uint(d, &l->kv_disk_bytes_read, 0, UINT64_MAX);
+    case 15: return get_uint(d, &l->kv_disk_evictions, 0, UINT64_MAX);
+    case 16: return get_uint(d, &l->kv_disk_rejected, 0, UINT64_MAX);
+    case 17: return get_uint(d, &l->kv_disk_bytes_used, 0, UINT64_MAX);
     }
     return -1;
 }
@@ -846,8 +867,9 @@ static int heartbeat_field(dec_t *d, void *obj, int idx)
         if (h->load.kv_blocks_used > h->load.kv_blocks_total)
             return fail(d, PROTO_ERANGE, "kv_used %u > kv_total %u", h->load.kv_blocks_used,
                         h->load.kv_blocks_total);
-        if (h->load.prefix_cache_hits > h->load.prefix_cache_queries)
-            return fail(d, PROTO_ERANGE, "pc_hit > pc_q");
+        if (h->load.prefix_cache_hits > h->load.prefix_cache_queries ||
+            h->load.prefix_cache_disk_hits > h->load.prefix_cache_queries - h->load.prefix_cache_hits)
+            return fail(d, PROTO_ERANGE, "pc_hit + pc_disk > pc_q");
         return 0;
     case 3:
         h->has_progress = true;
@@ -1287,6 +1309,31 @@ static int no_field(dec_t *d, void *obj, int idx)
     return -1;
 }
 
+/* The request id of a body the decoder refused: the value of the first "id"
+ * key of its top-level map when that is an unsigned integer ≥ 1, wherever
+ * the key sits and whatever fails after it; 0 otherwise. */
+static uint64_t salvage_id(const uint8_t *buf, size_t len)
+{
+    mpread_t r;
+    mpread_init(&r, buf, len);
+    uint32_t n;
+    if (mpread_map(&r, &n) < 0)
+        return 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *k;
+        uint32_t kn;
+        if (mpread_peek(&r) != MPREAD_STR || mpread_str(&r, &k, &kn) < 0)
+            return 0;
+        if (kn == 2 && memcmp(k, "id", 2) == 0) {
+            uint64_t v;
+            return mpread_peek(&r) == MPREAD_INT && mpread_uint(&r, &v) == 0 ? v : 0;
+        }
+        if (mpread_skip(&r, PROTO_MAX_DEPTH) < 0)
+            return 0;
+    }
+    return 0;
+}
+
 int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out,
                       char *err, size_t err_len)
 {
@@ -1348,13 +1395,22 @@ int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out
                 errbuf_set(err, err_len, "%s: %s", proto_type_name(type), d.r.err);
         }
         int status = d.r.status;
-        /* a SUBMIT whose id was read keeps its type and id, so the worker
-         * can answer ERROR(id) instead of leaving the request hanging */
-        uint64_t id = out->type == PROTO_SUBMIT ? out->submit.id : 0;
+        /* a SUBMIT, EVENT or ERROR with a readable request id keeps its type
+         * and id, so the receiver can end that request at once (the worker
+         * answers ERROR(id), the gateway fails it) instead of leaving it to
+         * its deadline */
+        proto_type_t t = out->type;
+        uint64_t id = t == PROTO_SUBMIT || t == PROTO_EVENT || t == PROTO_ERROR
+                          ? salvage_id(buf, len) : 0;
         proto_msg_clear(out);
         if (id) {
-            out->type = PROTO_SUBMIT;
-            out->submit.id = id;
+            out->type = t;
+            if (t == PROTO_SUBMIT)
+                out->submit.id = id;
+            else if (t == PROTO_EVENT)
+                out->event.id = id;
+            else
+                out->error.id = id;
         }
         return status;
     }

@@ -425,6 +425,16 @@ typedef struct proto_load {
     uint64_t tokens_generated;      /* gen_tok, cumulative */
     uint64_t prompt_tokens;         /* prompt_tok, cumulative */
     uint32_t free_slots;            /* free: credit */
+    /* optional (absent = 0): the KV tiers (worker/kv_disk.h) */
+    uint64_t prefix_cache_disk_hits; /* pc_disk, cumulative, prompt tokens loaded from the
+                                      * disk tier (not in pc_hit, which counts RAM hits) */
+    uint64_t kv_evictions;          /* kv_evict, cumulative, blocks evicted from RAM */
+    uint32_t kv_disk_state;         /* kvd_state: 0 no disk tier, 1 on, 2 off after an error */
+    uint64_t kv_disk_bytes_written; /* kvd_wb, cumulative */
+    uint64_t kv_disk_bytes_read;    /* kvd_rb, cumulative */
+    uint64_t kv_disk_evictions;     /* kvd_evict, cumulative, files removed by the size cap */
+    uint64_t kv_disk_rejected;      /* kvd_rej, cumulative, torn/corrupt files not served */
+    uint64_t kv_disk_bytes_used;    /* kvd_used, bytes of block files now */
 } proto_load_t;
 
 /* Worker step progress, carried by the worker's HEARTBEAT. */
@@ -638,9 +648,12 @@ int proto_encode(const proto_msg_t *m, uint8_t **body, size_t *body_len);
 
 /* Decodes a body of the given type. Returns PROTO_OK with *out filled
  * (free with proto_msg_clear) or a negative proto_status with *out cleared —
- * except that a malformed SUBMIT whose id was readable keeps type PROTO_SUBMIT
- * and submit.id (nothing else; still nothing to free), so the receiver can
- * answer ERROR(id); when err is not NULL a message naming the offending field is written to
+ * except that a malformed SUBMIT, EVENT or ERROR whose request id was readable
+ * (an unsigned integer ≥ 1 under the map's first "id" key, wherever it sits)
+ * keeps its type and that id in submit.id / event.id / error.id (nothing else;
+ * still nothing to free), so the receiver can end that request at once: the
+ * worker answers ERROR(id), the gateway fails the request with 502. When err
+ * is not NULL a message naming the offending field is written to
  * err[0..err_len). Never reads outside buf[0..len). */
 int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out,
                       char *err, size_t err_len);

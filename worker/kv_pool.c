@@ -29,6 +29,7 @@ typedef struct kv_block {
     uint64_t parent_serial; /* parent's serial at registration, 0 = root */
     uint64_t serial;        /* unique per registration; 0 = never registered */
     uint64_t pub;           /* public key (common/prefix_key.h), valid when cached */
+    uint64_t parent_pub;    /* the parent's public key (PREFIX_KEY_PUBLIC_ROOT for block 0) */
 } kv_block_t;
 
 struct kv_seq {
@@ -72,6 +73,7 @@ struct kv_pool {
     kv_pool_event_t *ev;    /* (cap_ev) ring, NULL = events off */
     int32_t cap_ev, head_ev, n_ev;
     bool ev_overflow;       /* events were lost: the reader must resync */
+    kv_pool_tier_t tier;    /* lower tier, tier.store NULL = none */
 };
 
 /* ---- hashing ------------------------------------------------------------ */
@@ -168,6 +170,8 @@ int32_t kv_pool_events_take(kv_pool_t *p, kv_pool_event_t *out, int32_t max, boo
     return n;
 }
 
+static void tier_drain_dropped(kv_pool_t *p);
+
 int32_t kv_pool_cached_keys(const kv_pool_t *p, uint64_t *out, int32_t max)
 {
     int32_t n = 0;
@@ -175,6 +179,65 @@ int32_t kv_pool_cached_keys(const kv_pool_t *p, uint64_t *out, int32_t max)
         if (p->blk[id].cached)
             out[n++] = p->blk[id].pub;
     return n;
+}
+
+void kv_pool_set_tier(kv_pool_t *p, const kv_pool_tier_t *tier)
+{
+    if (tier)
+        p->tier = *tier;
+    else
+        memset(&p->tier, 0, sizeof p->tier);
+}
+
+int32_t kv_pool_n_held_keys(const kv_pool_t *p)
+{
+    int64_t n = (int64_t)p->n_cached_total + (p->tier.n_keys ? p->tier.n_keys(p->tier.ud) : 0);
+    return n > INT32_MAX ? INT32_MAX : (int32_t)n;
+}
+
+int32_t kv_pool_held_keys(const kv_pool_t *p, uint64_t *out, int32_t max)
+{
+    int32_t n = kv_pool_cached_keys(p, out, max);
+    if (p->tier.keys && n < max)
+        n += p->tier.keys(p->tier.ud, out + n, max - n);
+    return n;
+}
+
+int32_t kv_pool_tier_flush(kv_pool_t *p)
+{
+    if (!p->tier.store)
+        return 0;
+    int32_t n = 0;
+    for (int32_t id = 0; id < p->n_blocks; id++)
+        if (p->blk[id].cached &&
+            p->tier.store(p->tier.ud, &p->store, id, p->blk[id].pub, p->blk[id].parent_pub,
+                          p->blk_tokens + (size_t)id * (size_t)p->bs) == 0)
+            n++;
+    tier_drain_dropped(p);
+    return n;
+}
+
+/* Whether a cached block has public key pub (linear: used only when the
+ * tier drops keys, which is rare). */
+static bool ram_holds(const kv_pool_t *p, uint64_t pub)
+{
+    for (int32_t id = 0; id < p->n_blocks; id++)
+        if (p->blk[id].cached && p->blk[id].pub == pub)
+            return true;
+    return false;
+}
+
+/* Keys the tier dropped become eviction events unless RAM still has them. */
+static void tier_drain_dropped(kv_pool_t *p)
+{
+    if (!p->tier.take_dropped)
+        return;
+    uint64_t k[64];
+    int32_t n;
+    while ((n = p->tier.take_dropped(p->tier.ud, k, 64)) > 0)
+        for (int32_t i = 0; i < n; i++)
+            if (!ram_holds(p, k[i]))
+                event_push(p, k[i], false);
 }
 
 static int32_t block_take(kv_pool_t *p)
@@ -189,7 +252,15 @@ static int32_t block_take(kv_pool_t *p)
         p->blk[id].cached = false;
         p->n_cached_total--;
         p->st.n_evictions++;
-        event_push(p, p->blk[id].pub, false);
+        /* the K/V are still intact: the tier may keep them */
+        bool kept = p->tier.store &&
+                    p->tier.store(p->tier.ud, &p->store, id, p->blk[id].pub, p->blk[id].parent_pub,
+                                  p->blk_tokens + (size_t)id * (size_t)p->bs) == 0;
+        if (kept)
+            p->st.n_tier_stored++;
+        else
+            event_push(p, p->blk[id].pub, false);
+        tier_drain_dropped(p);
     } else {
         return -1;
     }
@@ -532,6 +603,48 @@ int32_t kv_pool_match_prefix(kv_pool_t *p, const int32_t *tokens, int32_t n, kv_
         parent_block = id;
         parent_serial = p->blk[id].serial;
     }
+    const int32_t n_ram = i;
+    /* past the RAM chain: blocks of the lower tier, each loaded into a new
+     * block and registered as if this sequence had computed it */
+    for (; p->tier.load && i < max_blocks; i++) {
+        const int32_t *t = tokens + (size_t)i * (size_t)p->bs;
+        const uint64_t parent_pub = i > 0 ? s->pubs[i - 1] : PREFIX_KEY_PUBLIC_ROOT;
+        const uint64_t pub = prefix_key_next(parent_pub, t, p->bs);
+        int32_t id = block_take(p);
+        if (id < 0)
+            break;
+        if (p->tier.load(p->tier.ud, &p->store, id, pub, parent_pub, t) != 0) {
+            kv_block_t *b = &p->blk[id]; /* back to the free stack */
+            b->ref = 0;
+            p->n_used--;
+            p->free_ids[p->n_free++] = id;
+            break;
+        }
+        uint64_t key = pool_hash(p, parent_key, t);
+        kv_block_t *b = &p->blk[id];
+        b->cached = true;
+        b->key = key;
+        b->parent_key = parent_key;
+        b->parent_block = parent_block;
+        b->parent_serial = parent_serial;
+        b->serial = p->next_serial++;
+        b->pub = pub;
+        b->parent_pub = parent_pub;
+        event_push(p, pub, true);
+        memcpy(p->blk_tokens + (size_t)id * (size_t)p->bs, t, (size_t)p->bs * sizeof(int32_t));
+        map_insert(p, id);
+        p->n_cached_total++;
+        seq_grow_blocks(s, i + 1);
+        s->blocks[i] = id;
+        s->keys[i] = key;
+        s->pubs[i] = pub;
+        s->n_blocks = i + 1;
+        parent_key = key;
+        parent_block = id;
+        parent_serial = b->serial;
+    }
+    tier_drain_dropped(p);
+    p->st.n_tier_hit_tokens += (uint64_t)(i - n_ram) * (uint64_t)p->bs;
     int32_t covered = i * p->bs;
     seq_grow_tokens(s, covered);
     if (covered > 0)
@@ -540,8 +653,8 @@ int32_t kv_pool_match_prefix(kv_pool_t *p, const int32_t *tokens, int32_t n, kv_
     s->n_committed = i;
     s->chain_block = parent_block;
     s->chain_serial = parent_serial;
-    p->st.n_prefix_hit_tokens += (uint64_t)covered;
-    p->st.n_prefix_hit_blocks += (uint64_t)i;
+    p->st.n_prefix_hit_tokens += (uint64_t)n_ram * (uint64_t)p->bs;
+    p->st.n_prefix_hit_blocks += (uint64_t)n_ram;
     return covered;
 }
 
@@ -577,6 +690,7 @@ int32_t kv_pool_commit_full_blocks(kv_pool_t *p, kv_seq_t *s)
         b->parent_serial = s->chain_serial;
         b->serial = p->next_serial++;
         b->pub = pub;
+        b->parent_pub = i > 0 ? s->pubs[i - 1] : PREFIX_KEY_PUBLIC_ROOT;
         event_push(p, pub, true);
         memcpy(p->blk_tokens + (size_t)id * (size_t)p->bs, t, (size_t)p->bs * sizeof(int32_t));
         map_insert(p, id);
@@ -585,7 +699,13 @@ int32_t kv_pool_commit_full_blocks(kv_pool_t *p, kv_seq_t *s)
         s->chain_block = id;
         s->chain_serial = b->serial;
         n_new++;
+        /* write-through: the tier gets every block when it is computed, so
+         * a crash (kill -9) loses nothing that was committed */
+        if (p->tier.store)
+            p->tier.store(p->tier.ud, &p->store, id, pub, b->parent_pub, t);
     }
+    if (p->tier.store && n_new)
+        tier_drain_dropped(p);
     s->n_committed = n_full > s->n_committed ? n_full : s->n_committed;
     return n_new;
 }

@@ -79,6 +79,10 @@ typedef struct kv_pool_stats {
     uint64_t n_prefix_hit_blocks;
     uint64_t n_registered;     /* blocks ever registered by commit_full_blocks */
     uint64_t n_evictions;      /* cached blocks evicted to satisfy an allocation */
+    /* with a lower tier (kv_pool_set_tier) */
+    uint64_t n_tier_hit_tokens;  /* prompt tokens covered by blocks loaded from the tier
+                                  * (not in n_prefix_hit_tokens, which counts RAM hits) */
+    uint64_t n_tier_stored;      /* evicted blocks the tier holds (stored or had) */
 } kv_pool_stats_t;
 
 /* Bytes one block costs: K and V for every layer (2 * n_layer * block_size *
@@ -227,5 +231,51 @@ int32_t kv_pool_events_take(kv_pool_t *pool, kv_pool_event_t *out, int32_t max, 
 /* Public keys of every cached block (in use or not), at most max; returns the
  * count. max ≥ n_blocks gets them all. */
 int32_t kv_pool_cached_keys(const kv_pool_t *pool, uint64_t *out, int32_t max);
+
+/* ---- lower tier (worker/kv_disk.h) --------------------------------------- */
+
+/* A store below the RAM pool, by public key. Every function gets ud. */
+typedef struct kv_pool_tier {
+    void *ud;
+    /* keep block `block` of st (evicted now, or flushed at a clean stop):
+     * 0 when the tier holds pub afterwards, else -1 */
+    int (*store)(void *ud, const kv_store_t *st, int32_t block, uint64_t pub, uint64_t parent_pub,
+                 const int32_t *tokens);
+    /* fill block `block` of st with pub's K/V, checked against parent_pub
+     * and tokens: 0 loaded, else not (the block's contents are then junk) */
+    int (*load)(void *ud, kv_store_t *st, int32_t block, uint64_t pub, uint64_t parent_pub,
+                const int32_t *tokens);
+    bool (*has)(void *ud, uint64_t pub);
+    int32_t (*n_keys)(void *ud);
+    int32_t (*keys)(void *ud, uint64_t *out, int32_t max);
+    /* keys the tier no longer holds since the last call */
+    int32_t (*take_dropped)(void *ud, uint64_t *out, int32_t max);
+} kv_pool_tier_t;
+
+/* Puts `tier` (copied; NULL detaches) under the pool:
+ *   - every block registered by kv_pool_commit_full_blocks is stored at
+ *     once (write-through: a process killed without warning has lost no
+ *     committed block);
+ *   - an evicted cached block is stored (a no-op when the tier has it); if
+ *     the tier then holds it, no eviction event is logged (the replica
+ *     still has the prefix);
+ *   - kv_pool_match_prefix continues past the RAM chain: each next block
+ *     of the prompt (same limit: never the whole prompt) is loaded from the
+ *     tier into a newly taken block, registered in the prefix cache like a
+ *     committed one and attached to the sequence, until a miss or no block
+ *     is available (n_tier_hit_tokens counts them);
+ *   - keys the tier drops are logged as evicted unless RAM has them, and
+ *     kv_pool_held_keys reports both tiers. */
+void kv_pool_set_tier(kv_pool_t *pool, const kv_pool_tier_t *tier);
+
+/* Stores every cached block in the tier (a clean stop keeps the hot set).
+ * Returns how many the tier holds afterwards; 0 without a tier. */
+int32_t kv_pool_tier_flush(kv_pool_t *pool);
+
+/* Public keys held by RAM or the tier (a key in both may appear twice):
+ * kv_pool_n_held_keys bounds the count, kv_pool_held_keys fills out with up
+ * to max of them and returns how many. */
+int32_t kv_pool_n_held_keys(const kv_pool_t *pool);
+int32_t kv_pool_held_keys(const kv_pool_t *pool, uint64_t *out, int32_t max);
 
 #endif

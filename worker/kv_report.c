@@ -15,8 +15,8 @@ struct kv_report {
     kv_pool_event_t *ev;          /* (PROTO_MAX_KV_KEYS) events of one batch */
     uint32_t *order;              /* (PROTO_MAX_KV_KEYS) event indices, sorted by key */
     uint64_t *add, *del;          /* (PROTO_MAX_KV_KEYS each) net change of one batch */
-    uint64_t *all;                /* (n_blocks) full set */
-    int32_t n_blocks;
+    uint64_t *all;                /* (n_all) full set */
+    int32_t n_blocks, n_all;
     uint64_t n_msgs, n_keys, n_full; /* counters */
 };
 
@@ -32,6 +32,7 @@ kv_report_t *kv_report_new(kv_pool_t *pool)
     r->add = xmalloc(PROTO_MAX_KV_KEYS * sizeof *r->add);
     r->del = xmalloc(PROTO_MAX_KV_KEYS * sizeof *r->del);
     r->all = xmalloc(((size_t)st.n_blocks + 1) * sizeof *r->all);
+    r->n_all = st.n_blocks;
     /* a step registers or evicts at most a few blocks per sequence; 4 pools'
      * worth of changes between two flushes means the reader is far behind */
     int64_t cap = 4 * (int64_t)st.n_blocks + 1024;
@@ -67,7 +68,13 @@ static int send_kv(kv_report_t *r, worker_link_t *link, bool reset, uint64_t *ad
 
 static int send_full(kv_report_t *r, worker_link_t *link)
 {
-    int32_t n = kv_pool_cached_keys(r->pool, r->all, r->n_blocks);
+    /* both tiers: RAM's cached blocks and the disk tier's (kv_pool_set_tier) */
+    int32_t want = kv_pool_n_held_keys(r->pool);
+    if (want > r->n_all) {
+        r->n_all = want;
+        r->all = xrealloc(r->all, ((size_t)want + 1) * sizeof *r->all);
+    }
+    int32_t n = kv_pool_held_keys(r->pool, r->all, r->n_all);
     r->n_full++;
     int32_t i = 0;
     do {

@@ -491,7 +491,7 @@ static double raw_logprobs(const sampler_t *s, const cand_t *a, int32_t n, sampl
     lp->n_top = k;
     for (int32_t j = 0; j < k; j++) {
         lp->top_token[j] = top[j].id;
-        lp->top_logprob[j] = (float)((double)top[j].v - log_z);
+        lp->top_logprob[j] = fmaxf((float)((double)top[j].v - log_z), SAMPLER_LOGPROB_FLOOR);
     }
     return log_z;
 }
@@ -622,7 +622,7 @@ static int32_t sample_with(sampler_t *s, const float *logits, const uint64_t *al
         if (e >= 0 && s->ent[e].bias != 0.0f)
             z += s->ent[e].bias;
         lp->token = tok;
-        lp->logprob = (float)((double)z - log_z);
+        lp->logprob = fmaxf((float)((double)z - log_z), SAMPLER_LOGPROB_FLOOR);
     }
     return tok;
 }

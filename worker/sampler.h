@@ -49,6 +49,11 @@
 #include <stdint.h>
 
 #define SAMPLER_MAX_TOP_LOGPROBS 20
+/* The logprob reported for a token of probability 0 (one a grammar forbids,
+ * listed among the top alternatives when fewer than asked are allowed):
+ * -inf has no JSON spelling and the wire refuses it; OpenAI and vLLM report
+ * -9999.0 there. */
+#define SAMPLER_LOGPROB_FLOOR (-9999.0f)
 
 typedef struct sampler_bias {
     int32_t token;   /* in [0, n_vocab) */
@@ -117,7 +122,8 @@ int32_t sampler_sample(sampler_t *s, const float *logits, sampler_logprobs_t *lp
 /* sampler_sample restricted to the tokens whose bit is set in allow (a
  * bitset of n_vocab bits, at least one allowed token with a finite logit):
  * the others get -inf in step 1, so logprobs are those of the constrained
- * distribution. Consumes exactly one uniform, like sampler_sample. */
+ * distribution (forbidden alternatives: SAMPLER_LOGPROB_FLOOR). Consumes
+ * exactly one uniform, like sampler_sample. */
 int32_t sampler_sample_masked(sampler_t *s, const float *logits, const uint64_t *allow,
                               sampler_logprobs_t *lp);
 

@@ -201,7 +201,9 @@ typedef struct sched_stats {
     int32_t kv_blocks_used;    /* referenced by a sequence */
     int32_t kv_blocks_cached;  /* unreferenced, kept for the prefix cache */
     uint64_t prefix_query_tokens;
-    uint64_t prefix_hit_tokens;
+    uint64_t prefix_hit_tokens;     /* found in RAM */
+    uint64_t prefix_disk_hit_tokens; /* loaded from the disk tier (kv_pool_set_tier) */
+    uint64_t kv_evictions;          /* cached blocks evicted from RAM */
     uint64_t preemptions;
     uint64_t prompt_tokens;    /* prompt tokens computed (cache hits excluded) */
     uint64_t generated_tokens;

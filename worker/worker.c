@@ -3,6 +3,7 @@
  * (proto/msg.h) and the scheduler (sched.h). See worker.h for the loop. */
 #include "worker/worker.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,8 @@
 #include "common/log.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
+#include "worker/kv_disk.h"
+#include "worker/kv_pool.h"
 #include "worker/kv_report.h"
 #include "common/text/detok.h"
 #include "common/text/tool_grammar.h"
@@ -31,6 +34,7 @@ struct worker {
     char replica[PROTO_MAX_NAME + 1];     /* "host:pid:random", unique per process */
     char host[PROTO_MAX_NAME + 1];        /* gethostname(), or "localhost" */
     worker_link_t *link;                  /* to the gateway (owned) */
+    kv_disk_t *disk;                      /* disk tier under the prefix cache (owned), NULL = none */
     kv_report_t *kv_report;               /* prefix-cache changes → KV messages (owned) */
     int heartbeat_ms;                     /* --heartbeat-ms (the link may adopt the gateway's) */
     int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
@@ -48,6 +52,8 @@ struct worker {
     sched_config_t scfg;                  /* its limits, as configured */
     /* scratch of on_sched_event: one EVENT's top alternatives */
     proto_top_logprob_t lp_top[PROTO_MAX_TOP_LOGPROBS];
+    char *wire_text;                      /* scratch of wire_text(): (wire_cap) bytes, owned */
+    size_t wire_cap;
 };
 
 void worker_config_default(worker_config_t *c)
@@ -55,6 +61,7 @@ void worker_config_default(worker_config_t *c)
     memset(c, 0, sizeof *c);
     c->endpoint = "tcp://127.0.0.1:5557";
     c->heartbeat_ms = PROTO_HEARTBEAT_MS;
+    c->kv_cache_bytes = (uint64_t)4096 << 20;
     sched_config_default(&c->sched);
 }
 
@@ -85,6 +92,9 @@ static proto_err_t err_from_sched(sched_rc_t rc)
 /* ERROR for one request: the typed cause and the code that goes with it. */
 static void reply_error(struct worker *w, uint64_t id, proto_err_t err, const char *msg)
 {
+    /* a typed cause, never an HTTP status (the gateway drops an ERROR whose
+     * err it cannot read) */
+    assert(err > PROTO_ERR_NONE && err <= PROTO_ERR_LAST);
     proto_msg_t e;
     proto_msg_init(&e, PROTO_ERROR);
     e.error.id = id;
@@ -92,6 +102,36 @@ static void reply_error(struct worker *w, uint64_t id, proto_err_t err, const ch
     e.error.code = proto_err_code(err);
     e.error.message = (char *)msg;
     worker_link_send(w->link, &e);
+}
+
+/* The wire's form of generated text: NUL-free UTF-8 (proto/msg.h strings are
+ * C strings), so a U+0000 the model writes (a random or broken model's byte
+ * token) goes out as U+FFFD, the character invalid bytes already become; the
+ * EVENT carrying it would otherwise be refused by the gateway and end the
+ * request with 502 (found by #22's property test). Returns text itself when
+ * it has no NUL, else the worker's scratch copy; *n_out its length. */
+static const char *wire_text(struct worker *w, const char *text, size_t n, size_t *n_out)
+{
+    *n_out = n;
+    if (!text || !memchr(text, 0, n))
+        return text;
+    size_t n_nul = 0;
+    for (size_t i = 0; i < n; i++)
+        n_nul += text[i] == 0;
+    size_t need = n + 2 * n_nul; /* 1 byte → EF BF BD */
+    if (need > w->wire_cap) {
+        w->wire_text = xrealloc(w->wire_text, need);
+        w->wire_cap = need;
+    }
+    char *o = w->wire_text;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i])
+            *o++ = text[i];
+        else
+            *o++ = (char)0xEF, *o++ = (char)0xBF, *o++ = (char)0xBD;
+    }
+    *n_out = need;
+    return w->wire_text;
 }
 
 /* Sends one scheduler event as an EVENT. Logprobs carry each token's bytes
@@ -107,8 +147,10 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
     /* ev->text is not NUL-terminated and the encoder takes text_len 0 as
      * "use strlen": a token with no text yet (BOS, held UTF-8 or stop
      * prefix) must pass "" or stale bytes past the delta would be sent */
-    e->text = (char *)(ev->text && ev->text_len ? ev->text : "");
-    e->text_len = (uint32_t)ev->text_len;
+    size_t text_len;
+    const char *text = wire_text(w, ev->text, ev->text_len, &text_len);
+    e->text = (char *)(text && text_len ? text : "");
+    e->text_len = (uint32_t)text_len;
     e->ids = (int32_t *)ev->tokens;
     e->n_ids = (uint32_t)ev->n_tokens;
     e->n_tokens = (uint32_t)ev->n_completion;
@@ -185,13 +227,13 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
             errbuf_set(err, errlen, "tool_choice '%s' cannot be combined with a grammar or response_format",
                        sm->tool_choice);
             worker_req_clear(out);
-            return PROTO_CODE_BAD_REQUEST;
+            return PROTO_ERR_BAD_REQUEST;
         }
         out->tool_grammar = tool_grammar_build(sm->tools, sm->tool_choice, !sm->no_par_tools,
                                                chat_template_tool_format(e->tmpl), err, errlen);
         if (!out->tool_grammar) {
             worker_req_clear(out);
-            return PROTO_CODE_BAD_REQUEST;
+            return PROTO_ERR_BAD_REQUEST;
         }
         grammar = out->tool_grammar;
     }
@@ -254,6 +296,7 @@ static void send_op_event(struct worker *w, uint64_t id, const int32_t *ids, uin
     proto_msg_init(&m, PROTO_EVENT);
     proto_event_t *e = &m.event;
     e->id = id;
+    text = wire_text(w, text, text_len, &text_len);
     e->text = (char *)(text && text_len ? text : "");
     e->text_len = (uint32_t)text_len;
     e->ids = (int32_t *)ids;
@@ -483,7 +526,19 @@ static void publish_load(struct worker *w)
         .tokens_generated = st.generated_tokens,
         .prompt_tokens = st.prompt_tokens,
         .free_slots = w->draining || held >= w->capacity ? 0 : w->capacity - held,
+        .prefix_cache_disk_hits = st.prefix_disk_hit_tokens,
+        .kv_evictions = st.kv_evictions,
     };
+    if (w->disk) {
+        kv_disk_stats_t ds;
+        kv_disk_stats(w->disk, &ds);
+        load.kv_disk_state = ds.enabled ? 1 : 2;
+        load.kv_disk_bytes_written = ds.bytes_written;
+        load.kv_disk_bytes_read = ds.bytes_read;
+        load.kv_disk_evictions = ds.n_evicted;
+        load.kv_disk_rejected = ds.n_rejected;
+        load.kv_disk_bytes_used = ds.bytes_used;
+    }
     worker_link_set_load(w->link, &load);
 }
 
@@ -563,6 +618,23 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     w->n_ctx = (uint32_t)sched_context_length(w->sched);
     w->kv_blocks = (uint32_t)st0.kv_blocks_total;
     w->block_size = (uint32_t)w->scfg.block_size;
+    if (cfg->kv_cache_dir && *cfg->kv_cache_dir) {
+        /* the disk tier: its folder is keyed by the weights' hash and the KV format */
+        const kv_store_t *kst = kv_pool_store(sched_kv_pool(w->sched));
+        kv_disk_shape_t shape = {.kv_type = kst->type, .qblock = kst->qblock, .block_size = kst->block_size,
+                                 .n_layer = kst->n_layer, .kv_dim = kst->kv_dim};
+        char herr[256];
+        int64_t t0 = clock_now_us();
+        if (kv_disk_hash_file(w->model_path, &shape.weights_hash, herr, sizeof herr) != 0) {
+            log_warn("kv disk tier off: cannot hash the weights: %s", herr);
+        } else {
+            log_info("kv disk tier: weights hash %016llx (%.0f ms)", (unsigned long long)shape.weights_hash,
+                     (double)(clock_now_us() - t0) / 1000.0);
+            w->disk = kv_disk_open(cfg->kv_cache_dir, cfg->kv_cache_bytes ? cfg->kv_cache_bytes : (uint64_t)4096 << 20,
+                                   &shape);
+            kv_disk_attach(w->disk, sched_kv_pool(w->sched));
+        }
+    }
 
     make_replica_id(w);
     proto_register_t reg = {
@@ -606,9 +678,18 @@ void worker_free(worker_t **wp)
         return;
     kv_report_free(&w->kv_report);
     worker_link_free(&w->link);
+    if (w->disk && w->sched) {
+        /* a clean stop keeps the hot set: a restart (or the next on-demand
+         * start) finds it on disk */
+        int32_t n = kv_pool_tier_flush(sched_kv_pool(w->sched));
+        log_info("kv disk tier: %d cached blocks on disk at stop", n);
+        kv_pool_set_tier(sched_kv_pool(w->sched), NULL);
+    }
     sched_free(&w->sched);
+    kv_disk_close(&w->disk);
     engine_free(&w->engine);
     free(w->test_step_wedge);
+    free(w->wire_text);
     free(w->model_path);
     free(w);
     *wp = NULL;

@@ -588,8 +588,8 @@ static int recv_one(worker_link_t *l, proto_msg_t *out)
             e.error.code = PROTO_CODE_BAD_REQUEST;
             e.error.message = err;
             worker_link_send(l, &e);
-            memset(out, 0, sizeof *out);
         }
+        memset(out, 0, sizeof *out); /* a kept type and id own nothing */
         return 0;
     }
     if (out->type == PROTO_ERROR && out->error.id == 0 &&

@@ -3,6 +3,7 @@
  *   pagoda-worker --gateway ENDPOINT --model NAME=FILE.gguf [--max-seqs N]
  *                 [--max-batch-tokens N] [--kv-blocks N | --kv-budget-mb N]
  *                 [--threads N] [--ctx N] [--heartbeat-ms N]
+ *                 [--kv-type T] [--kv-cache-dir DIR [--kv-cache-mb N]]
  *                 [--curve-server-key KEY_OR_FILE --curve-secret-key FILE]
  *   pagoda-worker --gen-curve-keypair PREFIX
  *
@@ -45,6 +46,10 @@ static void usage(FILE *f)
             "  --kv-type T          K/V element type: auto (default: f16 when the K/V\n"
             "                       weights are quantized, f32 otherwise), f16, f32 or\n"
             "                       q8_0 (int8 + f16 scale per 32: 1.88x the tokens of f16)\n"
+            "  --kv-cache-dir DIR   disk tier under the prefix cache: evicted blocks (and\n"
+            "                       the hot set at a clean stop) are kept in DIR/<model id>/\n"
+            "                       and loaded on a prefix hit, across restarts\n"
+            "  --kv-cache-mb N      size cap of the disk tier (default 4096)\n"
             "  --threads N          threads for the forward pass (default 2)\n"
             "  --ctx N              cap the context length below the model's\n"
             "  --exact-matmul       quantized weights via dequantize+sgemm, not int8 kernels\n"
@@ -112,7 +117,8 @@ int main(int argc, char **argv)
     int level = LOG_INFO;
     uint32_t u;
     const char *curve_server = NULL, *curve_secret = NULL, *gen_prefix = NULL;
-    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE };
+    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR,
+           O_KVDMB };
     static const struct option opts[] = {
         {"gateway", required_argument, NULL, 'g'},
         {"model", required_argument, NULL, 'm'},
@@ -124,6 +130,8 @@ int main(int argc, char **argv)
         {"kv-budget-mb", required_argument, NULL, O_KVMB},
         {"block-size", required_argument, NULL, O_BLOCK},
         {"kv-type", required_argument, NULL, O_KVTYPE},
+        {"kv-cache-dir", required_argument, NULL, O_KVDIR},
+        {"kv-cache-mb", required_argument, NULL, O_KVDMB},
         {"threads", required_argument, NULL, O_THREADS},
         {"ctx", required_argument, NULL, 'x'},
         {"exact-matmul", no_argument, NULL, O_EXACT},
@@ -184,6 +192,12 @@ int main(int argc, char **argv)
                 fprintf(stderr, "pagoda-worker: --kv-type must be auto, f16, f32 or q8_0\n");
                 return 2;
             }
+            break;
+        case O_KVDIR: wc.kv_cache_dir = optarg; break;
+        case O_KVDMB:
+            if (parse_i32_opt("kv-cache-mb", optarg, 1, 1u << 30, &u))
+                return 2;
+            wc.kv_cache_bytes = (uint64_t)u << 20;
             break;
         case O_EXACT: wc.sched.exact_matmul = true; break;
         case O_CSRV: curve_server = optarg; break;

@@ -87,12 +87,20 @@ typedef struct sc {
     int n_memo, cap_memo;
     int depth;
     char path[512];          /* JSON pointer of the node being compiled */
+    const json_t *cur;       /* the node being compiled (its keywords are path/KEY) */
+    unsigned formats;        /* shared format rules used (bit i = FORMATS[i]) */
     bool failed;
-    char *err;
-    size_t errlen;
-    char *epath;
-    size_t epathlen;
+    bool fatal;              /* a limit was hit: no relaxing helps */
+    const json_t *fnode;     /* node whose keyword failed (cur at the failure) */
+    char fkey[64];           /* that keyword ("" = the node itself) */
+    char ferr[300];          /* why */
+    char fpath[600];         /* JSON pointer of the keyword */
+    bool relax;              /* relax refused keywords instead of failing */
+    int n_relaxed;
+    sbuf_t relaxed;          /* "pointer: reason; ..." */
 } sc_t;
+
+#define MAX_RELAXED 64 /* relaxed keywords per schema (each costs a recompile of its node) */
 
 static void sc_fail(sc_t *c, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void sc_fail(sc_t *c, const char *key, const char *fmt, ...)
@@ -102,16 +110,33 @@ static void sc_fail(sc_t *c, const char *key, const char *fmt, ...)
     c->failed = true;
     va_list ap;
     va_start(ap, fmt);
-    errbuf_vset(c->err, c->errlen, fmt, ap);
+    vsnprintf(c->ferr, sizeof c->ferr, fmt, ap);
     va_end(ap);
-    if (c->epath && c->epathlen)
-        snprintf(c->epath, c->epathlen, "%s%s%s", c->path, key ? "/" : "", key ? key : "");
+    snprintf(c->fpath, sizeof c->fpath, "%s%s%s", c->path, key ? "/" : "", key ? key : "");
+    snprintf(c->fkey, sizeof c->fkey, "%s", key ? key : "");
+    c->fnode = c->cur;
+}
+
+/* A failure that relaxing cannot help (size limits). */
+static void sc_fatal(sc_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sc_fatal(sc_t *c, const char *fmt, ...)
+{
+    if (c->failed)
+        return;
+    c->failed = c->fatal = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->ferr, sizeof c->ferr, fmt, ap);
+    va_end(ap);
+    snprintf(c->fpath, sizeof c->fpath, "%s", c->path);
+    c->fkey[0] = 0;
+    c->fnode = NULL;
 }
 
 static int new_rule(sc_t *c)
 {
     if (c->n_rules >= JSON_SCHEMA_MAX_RULES) {
-        sc_fail(c, NULL, "the schema is too large (more than %d grammar rules)", JSON_SCHEMA_MAX_RULES);
+        sc_fatal(c, "the schema is too large (more than %d grammar rules)", JSON_SCHEMA_MAX_RULES);
         return -1;
     }
     return c->n_rules++;
@@ -127,6 +152,7 @@ static size_t path_push(sc_t *c, const char *a, const char *b)
 static void path_pop(sc_t *c, size_t old) { c->path[old] = 0; }
 
 static int compile(sc_t *c, const json_t *s);
+static int alternatives_rule(sc_t *c, const int *subs, size_t n);
 
 /* rule "<pfx>sN ::= " opened; caller writes the body and "\n" */
 static void rule_open(sc_t *c, int r) { sb_printf(&c->out, "%ss%d ::= ", c->pfx, r); }
@@ -251,8 +277,15 @@ static void real_mag(sbuf_t *b, long long a, long long hi, bool unbounded)
     sb_puts(b, ")");
 }
 
-/* Reads a numeric bound; returns 0 (absent), 1 (set), -1 (error). */
-static int get_bound(sc_t *c, const json_t *s, const char *key, bool integral, double *out)
+/* One side of a range: value v, exclusive or not; set = false when absent
+ * or when it cannot bind what is generated (|v| ≥ 10^15 on the open side). */
+typedef struct bound {
+    bool set, excl;
+    double v;
+} bound_t;
+
+/* Reads a numeric keyword; 0 absent, 1 set, -1 error. */
+static int get_num(sc_t *c, const json_t *s, const char *key, double *out)
 {
     const json_t *v = json_object_get(s, key);
     if (!v)
@@ -261,67 +294,322 @@ static int get_bound(sc_t *c, const json_t *s, const char *key, bool integral, d
         sc_fail(c, key, "'%s' must be a number", key);
         return -1;
     }
-    double x = json_number_value(v);
-    if (integral && x != floor(x)) {
-        sc_fail(c, key, "'%s' must be an integer here (non-integer bounds are supported only for integers)", key);
-        return -1;
-    }
-    if (fabs(x) > (double)MAXV) {
-        sc_fail(c, key, "'%s' is out of the supported range (|x| < 10^15)", key);
-        return -1;
-    }
-    *out = x;
+    *out = json_number_value(v);
     return 1;
 }
 
+/* The tighter of minimum / exclusiveMinimum (lower = true) or of maximum /
+ * exclusiveMaximum. exclusiveMinimum may also be a boolean next to minimum
+ * (draft 4, OpenAPI 3.0). 0 ok, -1 error. */
+static int get_side(sc_t *c, const json_t *s, bool lower, bound_t *out)
+{
+    const char *ik = lower ? "minimum" : "maximum", *ek = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+    *out = (bound_t){0};
+    double iv = 0, ev = 0;
+    bool old_excl = json_is_boolean(json_object_get(s, ek));
+    int hi = get_num(c, s, ik, &iv), he = old_excl ? 0 : get_num(c, s, ek, &ev);
+    if (hi < 0 || he < 0)
+        return -1;
+    if (hi)
+        *out = (bound_t){.set = true, .excl = old_excl && json_is_true(json_object_get(s, ek)), .v = iv};
+    if (he && (!hi || (lower ? ev >= iv : ev <= iv)))
+        *out = (bound_t){.set = true, .excl = true, .v = ev};
+    if (!out->set)
+        return 0;
+    const char *key = out->excl && !old_excl ? ek : ik;
+    /* a bound the generator cannot reach (integers have ≤ 15 digits) is a
+     * no-op: zod writes z.number().int() as ±(2^53 - 1) */
+    if (lower ? out->v <= -(double)MAXV : out->v >= (double)MAXV) {
+        out->set = false;
+        return 0;
+    }
+    if (lower ? out->v >= (double)MAXV : out->v <= -(double)MAXV) {
+        sc_fail(c, key, "'%s' leaves no number of at most 15 digits", key);
+        return -1;
+    }
+    return 0;
+}
+
+/* Does the decimal text t (as a client parses it) satisfy bound b? */
+static bool text_ok(const char *t, const bound_t *b, bool lower)
+{
+    if (!b->set)
+        return true;
+    double x = strtod(t, NULL);
+    if (lower)
+        return b->excl ? x > b->v : x >= b->v;
+    return b->excl ? x < b->v : x <= b->v;
+}
+
+/* n / 10^k as decimal text with exactly k fraction digits */
+static void fixed_text(char *out, size_t len, long long n, int k)
+{
+    char d[48];
+    int nd = snprintf(d, sizeof d, "%0*lld", k + 1, n < 0 ? -n : n);
+    if (k == 0)
+        snprintf(out, len, "%s%s", n < 0 ? "-" : "", d);
+    else
+        snprintf(out, len, "%s%.*s.%s", n < 0 ? "-" : "", nd - k, d, d + nd - k);
+}
+
+/* The smallest (lower) or largest (upper) n with n / 10^k inside b, checked
+ * on the decimal text a client parses (so 0.3 > 0.3 is never generated). */
+static long long grid_edge(const bound_t *b, bool lower, int k, long long unset)
+{
+    if (!b->set)
+        return unset;
+    double scale = pow(10, k);
+    long long n = lower ? (long long)ceil(b->v * scale) - 2 : (long long)floor(b->v * scale) + 2;
+    char t[64];
+    for (int i = 0; i < 8; i++) {
+        fixed_text(t, sizeof t, n, k);
+        if (text_ok(t, b, lower))
+            break;
+        n += lower ? 1 : -1;
+    }
+    /* walk back while the neighbour is still inside */
+    for (int i = 0; i < 8; i++) {
+        fixed_text(t, sizeof t, lower ? n - 1 : n + 1, k);
+        if (!text_ok(t, b, lower))
+            break;
+        n += lower ? -1 : 1;
+    }
+    return n;
+}
+
+/* magnitudes a..hi (0 ≤ a ≤ hi) scaled by 10^k, written with exactly k
+ * fraction digits: the integer part, ".", k digits bounded at the ends */
+static void fixed_mag(sbuf_t *b, long long a, long long hi, int k)
+{
+    long long scale = 1;
+    for (int i = 0; i < k; i++)
+        scale *= 10;
+    long long ia = a / scale, fa = a % scale, ih = hi / scale, fh = hi % scale;
+    char FA[32], FH[32], Z[32], N[32];
+    snprintf(FA, sizeof FA, "%0*lld", k, fa);
+    snprintf(FH, sizeof FH, "%0*lld", k, fh);
+    memset(Z, '0', (size_t)k), Z[k] = 0;
+    memset(N, '9', (size_t)k), N[k] = 0;
+    sb_puts(b, "(");
+    if (ia == ih) {
+        sb_printf(b, "\"%lld.\" (", ia);
+        digits_range(b, FA, FH, k);
+        sb_puts(b, ")");
+    } else {
+        sb_printf(b, "\"%lld.\" (", ia);
+        digits_range(b, FA, N, k);
+        sb_puts(b, ")");
+        if (ih - ia > 1) {
+            sb_puts(b, " | ");
+            uint_range(b, ia + 1, ih - 1);
+            sb_printf(b, " \".\" [0-9]{%d}", k);
+        }
+        sb_printf(b, " | \"%lld.\" (", ih);
+        digits_range(b, Z, FH, k);
+        sb_puts(b, ")");
+    }
+    sb_puts(b, ")");
+}
+
+/* Positive multiples of m with at most 15 digits. Two forms:
+ *  - m divides 10^t (m = 2^a·5^b, 10^t/m ≤ 1000): the multiples below 10^t
+ *    listed, or any digits followed by one of the t-digit endings that are
+ *    multiples of m;
+ *  - else m = c·10^j with c ≤ 64: a remainder automaton over the digits of
+ *    a multiple of c (one rule per remainder and length), then j zeros.
+ * Writes the rules; returns the rule for the multiples, or -1. */
+static int multiples_rule(sc_t *c, long long m)
+{
+    long long pow10 = 1;
+    int t = 0;
+    while (t <= 15 && pow10 % m != 0)
+        pow10 *= 10, t++;
+    if (t <= 12 && pow10 % m == 0 && pow10 / m <= 1000) {
+        int p = new_rule(c);
+        if (p < 0)
+            return -1;
+        rule_open(c, p);
+        for (long long k = m; k < pow10; k += m)
+            sb_printf(&c->out, "\"%lld\" | ", k);
+        sb_printf(&c->out, "[1-9] [0-9]{0,%d} (", 14 - t);
+        for (long long k = 0; k < pow10; k += m)
+            sb_printf(&c->out, "%s\"%0*lld\"", k ? " | " : "", t, k);
+        sb_puts(&c->out, ")\n");
+        return p;
+    }
+    int j = 0;
+    while (m % 10 == 0)
+        m /= 10, j++;
+    if (m > 64) {
+        sc_fail(c, "multipleOf", "'multipleOf' is supported for integers whose digits before trailing zeros are at most 64, "
+                                 "or that divide a power of ten");
+        return -1;
+    }
+    int nd = 15 - j; /* digits before the zeros */
+    int q0 = c->n_rules;
+    for (long long i = 0; i < m * nd; i++)
+        if (new_rule(c) < 0)
+            return -1;
+    /* rule q0 + r*nd + (d-1): remainder r after d digits; live[] = it can
+     * still end on remainder 0 within nd digits (dead ones are written but
+     * never referenced) */
+    bool *live = xcalloc((size_t)(m * (nd + 1)), sizeof *live);
+    for (int d = nd; d >= 1; d--)
+        for (long long r = 0; r < m; r++) {
+            bool l = r == 0;
+            for (int e = 0; e < 10 && d < nd && !l; e++)
+                l = live[((r * 10 + e) % m) * (nd + 1) + d + 1];
+            live[r * (nd + 1) + d] = l;
+        }
+    for (long long r = 0; r < m; r++)
+        for (int d = 1; d <= nd; d++) {
+            rule_open(c, q0 + (int)(r * nd + d - 1));
+            bool any = false;
+            if (d < nd)
+                for (int e = 0; e < 10; e++) {
+                    long long to = (r * 10 + e) % m;
+                    if (!live[to * (nd + 1) + d + 1])
+                        continue;
+                    bool first = true;
+                    for (int f = 0; f < e; f++)
+                        first &= (r * 10 + f) % m != to;
+                    if (!first)
+                        continue;
+                    sb_printf(&c->out, "%s[", any ? " | " : "");
+                    for (int f = e; f < 10; f++)
+                        if ((r * 10 + f) % m == to)
+                            sb_printf(&c->out, "%d", f);
+                    sb_puts(&c->out, "] ");
+                    ref(c, &c->out, q0 + (int)(to * nd + d));
+                    any = true;
+                }
+            if (r == 0 || !any)
+                sb_puts(&c->out, any ? " | \"\"" : "\"\""); /* !any && r != 0: dead, never referenced */
+            sb_puts(&c->out, "\n");
+        }
+    int p = new_rule(c);
+    if (p < 0)
+        return -1;
+    rule_open(c, p);
+    sb_puts(&c->out, "(");
+    bool any = false;
+    for (int d = 1; d < 10; d++) {
+        if (!live[(d % m) * (nd + 1) + 1])
+            continue;
+        sb_printf(&c->out, "%s\"%d\" ", any ? " | " : "", d);
+        ref(c, &c->out, q0 + (int)((d % m) * nd));
+        any = true;
+    }
+    free(live);
+    sb_puts(&c->out, ")");
+    if (j)
+        sb_printf(&c->out, " \"%0*d\"", j, 0);
+    sb_puts(&c->out, "\n");
+    return p;
+}
+
+/* integer / number with bounds (any of minimum, maximum, exclusiveMinimum,
+ * exclusiveMaximum, fractional or not) and multipleOf (integral). */
 static int number_rule(sc_t *c, const json_t *s, bool integer)
 {
-    double mn = 0, mx = 0, emn = 0, emx = 0;
-    int hmn = get_bound(c, s, "minimum", !integer, &mn);
-    int hmx = get_bound(c, s, "maximum", !integer, &mx);
-    int hemn = get_bound(c, s, "exclusiveMinimum", !integer, &emn);
-    int hemx = get_bound(c, s, "exclusiveMaximum", !integer, &emx);
-    if (hmn < 0 || hmx < 0 || hemn < 0 || hemx < 0)
+    bound_t L, H;
+    if (get_side(c, s, true, &L) < 0 || get_side(c, s, false, &H) < 0)
         return -1;
-    if (!integer && (hemn || hemx)) {
-        sc_fail(c, hemn ? "exclusiveMinimum" : "exclusiveMaximum",
-                "exclusive bounds are supported only for type integer");
+    double mult = 0;
+    int hm = get_num(c, s, "multipleOf", &mult);
+    if (hm < 0)
         return -1;
+    /* multipleOf 1/q (0.5, 0.01, z.number().multipleOf(0.01)): every
+     * integer is a multiple, and n / m rounds to exactly n·q in binary
+     * floating point too (what ajv and zod compute), so integers are
+     * generated */
+    bool whole = integer;
+    if (hm && mult > 0 && mult < 1) {
+        double q = floor(1 / mult + 0.5);
+        if (q >= 2 && q <= 1e6 && fabs(q * mult - 1) < 1e-12)
+            hm = 0, whole = true;
+    }
+    if (hm && (!(mult > 0) || mult != floor(mult) || mult > 1e12)) {
+        sc_fail(c, "multipleOf", "'multipleOf' is supported only as a positive integer (at most 10^12) or 1/n (0.5, 0.01, ...)");
+        return -1;
+    }
+    if (hm && mult == 1)
+        hm = 0, whole = true;
+    whole |= hm != 0; /* only integers are generated */
+    /* find the coarsest decimal grid (k fraction digits) with a value inside */
+    int k = 0;
+    long long lo = 0, hi = 0;
+    for (;; k++) {
+        if (k > (whole ? 0 : 6) || (k > 0 && (fabs(L.v) > 1e12 || fabs(H.v) > 1e12))) {
+            sc_fail(c, L.set ? "minimum" : "maximum", "no number satisfies these bounds");
+            return -1;
+        }
+        lo = grid_edge(&L, true, k, -MAXV);
+        hi = grid_edge(&H, false, k, MAXV);
+        if (lo <= hi)
+            break;
     }
     int r = new_rule(c);
     if (r < 0)
         return -1;
-    rule_open(c, r);
-    if (!hmn && !hmx && !hemn && !hemx) {
-        shared(c, &c->out, integer ? "integer" : "number");
+    if (hm) {
+        long long m = (long long)mult;
+        long long qa = lo >= 0 ? (lo + m - 1) / m : -((-lo) / m), qb = hi >= 0 ? hi / m : -((-hi + m - 1) / m);
+        if (qa > qb) {
+            sc_fail(c, "multipleOf", "no multiple of 'multipleOf' lies within the bounds");
+            return -1;
+        }
+        if (qb - qa < 256) { /* few: list them */
+            rule_open(c, r);
+            for (long long q = qa; q <= qb; q++)
+                sb_printf(&c->out, "%s\"%lld\"", q > qa ? " | " : "", q * m);
+            sb_puts(&c->out, "\n");
+            return r;
+        }
+        /* many: every multiple of each sign the bounds allow wholesale */
+        bool neg = !L.set, zero = lo <= 0 && hi >= 0, pos = !H.set;
+        if ((L.set && lo > m) || (H.set && hi < -m) || (L.set && lo < 0) || (H.set && hi > 0)) {
+            sc_fail(c, "multipleOf", "'multipleOf' with bounds spanning more than 256 multiples is supported "
+                                      "only with bounds at 0 or within one multiple of it");
+            return -1;
+        }
+        int p = multiples_rule(c, m);
+        if (p < 0)
+            return -1;
+        rule_open(c, r);
+        bool any = false;
+        if (neg) {
+            sb_puts(&c->out, "\"-\" ");
+            ref(c, &c->out, p);
+            any = true;
+        }
+        if (zero) {
+            sb_printf(&c->out, "%s\"0\"", any ? " | " : "");
+            any = true;
+        }
+        if (pos) {
+            sb_puts(&c->out, any ? " | " : "");
+            ref(c, &c->out, p);
+        }
         sb_puts(&c->out, "\n");
         return r;
     }
-    long long lo = -MAXV, hi = MAXV;
-    bool has_lo = false, has_hi = false;
-    if (integer) {
-        if (hmn) lo = (long long)ceil(mn), has_lo = true;
-        if (hemn && (long long)floor(emn) + 1 > lo) lo = (long long)floor(emn) + 1, has_lo = true;
-        if (hmx) hi = (long long)floor(mx), has_hi = true;
-        if (hemx && (long long)ceil(emx) - 1 < hi) hi = (long long)ceil(emx) - 1, has_hi = true;
-    } else {
-        if (hmn) lo = (long long)mn, has_lo = true;
-        if (hmx) hi = (long long)mx, has_hi = true;
-    }
-    if (lo > hi) {
-        sc_fail(c, "minimum", "no number satisfies these bounds (minimum > maximum)");
-        return -1;
+    rule_open(c, r);
+    if (!L.set && !H.set) {
+        shared(c, &c->out, whole ? "integer" : "number");
+        sb_puts(&c->out, "\n");
+        return r;
     }
     bool any = false;
     sb_puts(&c->out, "(");
     if (lo < 0) { /* negative part: magnitudes [max(1 or 0, -hi), -lo] */
         sb_puts(&c->out, "\"-\" ");
-        if (integer) {
-            long long a = hi >= 0 ? 1 : -hi;
-            uint_range(&c->out, a, -lo);
+        if (whole) {
+            uint_range(&c->out, hi >= 0 ? 1 : -hi, -lo);
+        } else if (k == 0) {
+            real_mag(&c->out, hi >= 0 ? 0 : -hi, -lo, !L.set);
         } else {
-            long long a = hi >= 0 ? 0 : -hi;
-            real_mag(&c->out, a, -lo, !has_lo);
+            fixed_mag(&c->out, hi >= 0 ? 1 : -hi, -lo, k);
         }
         any = true;
     }
@@ -329,10 +617,12 @@ static int number_rule(sc_t *c, const json_t *s, bool integer)
         if (any)
             sb_puts(&c->out, " | ");
         long long a = lo > 0 ? lo : 0;
-        if (integer)
+        if (whole)
             uint_range(&c->out, a, hi);
+        else if (k == 0)
+            real_mag(&c->out, a, hi, !H.set);
         else
-            real_mag(&c->out, a, hi, !has_hi);
+            fixed_mag(&c->out, a, hi, k);
     }
     sb_puts(&c->out, ")\n");
     return r;
@@ -340,12 +630,25 @@ static int number_rule(sc_t *c, const json_t *s, bool integer)
 
 /* ---- pattern (ECMA-262 subset) → GBNF of the JSON-escaped string body -------- */
 
+/* length range of a pattern part in code points (hi = RX_INF: unbounded) */
+typedef struct rxlen {
+    long long lo, hi;
+} rxlen_t;
+#define RX_INF (1LL << 40)
+
 typedef struct rx {
     const char *s;
     size_t n, p;
     sc_t *c;
     int depth;
+    long long cap;      /* ≥ 0: repetition counts above it are cut to it (maxLength) */
+    long long floor;    /* > 0: repetition counts below it are raised to it (minLength) */
+    bool floor_all;     /* raise optional repetitions too (else only those of min ≥ 1) */
+    bool bmp;           /* only characters of one UTF-16 unit (lengths are checked) */
+    rxlen_t atom;       /* length of the atom rx_atom just read */
 } rx_t;
+
+static long long rx_mul(long long a, long long k) { return a >= RX_INF || k >= RX_INF ? RX_INF : a * k < RX_INF ? a * k : RX_INF; }
 
 typedef struct cpr {
     uint32_t lo, hi;
@@ -550,11 +853,30 @@ static int32_t rx_char(rx_t *x, bool in_class)
     }
 }
 
-static void rx_alt(rx_t *x, sbuf_t *b);
+static rxlen_t rx_alt(rx_t *x, sbuf_t *b);
+
+/* emits a character set; with x->bmp without astral characters, so a length
+ * counted in code points (JSON Schema) and in UTF-16 units (zod) agree */
+static void rx_emit(rx_t *x, sbuf_t *b, cpset_t *set)
+{
+    if (x->bmp) {
+        int m = 0;
+        for (int i = 0; i < set->n; i++)
+            if (set->r[i].lo <= 0xFFFF) {
+                set->r[m] = set->r[i];
+                if (set->r[m].hi > 0xFFFF)
+                    set->r[m].hi = 0xFFFF;
+                m++;
+            }
+        set->n = m;
+    }
+    cps_emit(b, set);
+}
 
 static void rx_atom(rx_t *x, sbuf_t *b)
 {
     char ch = x->s[x->p];
+    x->atom = (rxlen_t){1, 1};
     if (ch == '(') {
         x->p++;
         if (x->p < x->n && x->s[x->p] == '?') {
@@ -570,7 +892,7 @@ static void rx_atom(rx_t *x, sbuf_t *b)
             return;
         }
         sb_puts(b, "(");
-        rx_alt(x, b);
+        rxlen_t g = rx_alt(x, b);
         x->depth--;
         if (x->p >= x->n || x->s[x->p] != ')') {
             rx_fail(x, "unclosed group");
@@ -578,6 +900,7 @@ static void rx_atom(rx_t *x, sbuf_t *b)
         }
         x->p++;
         sb_puts(b, ")");
+        x->atom = g;
     } else if (ch == '[') {
         x->p++;
         bool neg = false;
@@ -621,7 +944,7 @@ static void rx_atom(rx_t *x, sbuf_t *b)
         }
         if (!x->c->failed) {
             cps_norm(&set, neg);
-            cps_emit(b, &set);
+            rx_emit(x, b, &set);
         }
         free(set.r);
     } else if (ch == '.') {
@@ -631,7 +954,7 @@ static void rx_atom(rx_t *x, sbuf_t *b)
         cps_add(&set, '\r', '\r');
         cps_add(&set, 0x2028, 0x2029);
         cps_norm(&set, true);
-        cps_emit(b, &set);
+        rx_emit(x, b, &set);
         free(set.r);
     } else if (ch == '\\' && x->p + 1 < x->n && strchr("dDwWsS", x->s[x->p + 1])) {
         cpset_t set = {0};
@@ -639,7 +962,7 @@ static void rx_atom(rx_t *x, sbuf_t *b)
         rx_class_escape(x, x->s[x->p + 1], &set, &neg);
         x->p += 2;
         cps_norm(&set, neg);
-        cps_emit(b, &set);
+        rx_emit(x, b, &set);
         free(set.r);
     } else if (ch == '^' || ch == '$') {
         rx_fail(x, "anchor inside the pattern");
@@ -651,31 +974,39 @@ static void rx_atom(rx_t *x, sbuf_t *b)
             return;
         cpset_t set = {0};
         cps_add(&set, (uint32_t)cp, (uint32_t)cp);
-        cps_emit(b, &set);
+        rx_emit(x, b, &set);
         free(set.r);
     }
 }
 
-static void rx_seq(rx_t *x, sbuf_t *b)
+static rxlen_t rx_seq(rx_t *x, sbuf_t *b)
 {
     bool any = false;
+    rxlen_t len = {0, 0};
     while (x->p < x->n && !x->c->failed) {
         char ch = x->s[x->p];
         if (ch == '|' || ch == ')')
             break;
-        if (ch == '$' && x->p + 1 == x->n && x->depth == 0) {
+        /* anchors: ^ opening and $ closing a top-level alternative */
+        if (ch == '^' && !any && x->depth == 0) {
+            x->p++;
+            continue;
+        }
+        if (ch == '$' && x->depth == 0 && (x->p + 1 == x->n || x->s[x->p + 1] == '|')) {
             x->p++;
             break;
         }
         sb_puts(b, any ? " " : "");
         rx_atom(x, b);
         if (x->c->failed)
-            return;
+            return len;
         any = true;
+        long long qm = 1, qM = 1; /* repetition counts (qM = RX_INF: unbounded) */
         if (x->p < x->n) {
             ch = x->s[x->p];
+            bool quantified = true;
             if (ch == '*' || ch == '+' || ch == '?') {
-                sb_putn(b, &ch, 1);
+                qm = ch == '+', qM = ch == '?' ? 1 : RX_INF;
                 x->p++;
             } else if (ch == '{') {
                 size_t q = x->p + 1;
@@ -699,45 +1030,153 @@ static void rx_seq(rx_t *x, sbuf_t *b)
                 if (M == -2 || q == x->p + 1 || m > JSON_SCHEMA_MAX_COUNT || M > JSON_SCHEMA_MAX_COUNT ||
                     (M >= 0 && M < m)) {
                     rx_fail(x, "bad {m,n} quantifier");
-                    return;
+                    return len;
                 }
-                if (M == -1)
-                    sb_printf(b, "{%ld,}", m);
-                else
-                    sb_printf(b, "{%ld,%ld}", m, M);
+                qm = m, qM = M == -1 ? RX_INF : M;
                 x->p = q + 1;
+            } else {
+                quantified = false;
+            }
+            if (quantified) {
+                /* length limits: counts cut at cap, raised to floor (a subset) */
+                if (x->cap >= 0 && qM > x->cap)
+                    qM = x->cap > qm ? x->cap : qm;
+                if (x->floor > qm && (qm >= 1 || x->floor_all))
+                    qm = x->floor < qM ? x->floor : qM;
+                if (qm == 0 && qM == RX_INF)
+                    sb_puts(b, "*");
+                else if (qm == 1 && qM == RX_INF)
+                    sb_puts(b, "+");
+                else if (qm == 0 && qM == 1)
+                    sb_puts(b, "?");
+                else if (qM == RX_INF)
+                    sb_printf(b, "{%lld,}", qm);
+                else
+                    sb_printf(b, "{%lld,%lld}", qm, qM);
             }
             if (x->p < x->n && x->s[x->p] == '?')
                 x->p++; /* lazy: same language */
             if (x->p < x->n && strchr("*+?{", x->s[x->p])) {
                 rx_fail(x, "two quantifiers in a row");
-                return;
+                return len;
             }
         }
+        len.lo = len.lo + rx_mul(x->atom.lo, qm);
+        len.hi = len.hi + rx_mul(x->atom.hi, qM);
+        if (len.lo > RX_INF)
+            len.lo = RX_INF;
+        if (len.hi > RX_INF)
+            len.hi = RX_INF;
     }
     if (!any)
         sb_puts(b, "\"\"");
+    return len;
 }
 
-static void rx_alt(rx_t *x, sbuf_t *b)
+static rxlen_t rx_alt(rx_t *x, sbuf_t *b)
 {
-    rx_seq(x, b);
+    rxlen_t len = rx_seq(x, b);
     while (!x->c->failed && x->p < x->n && x->s[x->p] == '|') {
         x->p++;
         sb_puts(b, " | ");
-        rx_seq(x, b);
+        rxlen_t l = rx_seq(x, b);
+        if (l.lo < len.lo)
+            len.lo = l.lo;
+        if (l.hi > len.hi)
+            len.hi = l.hi;
     }
+    return len;
+}
+
+/* ---- formats ----------------------------------------------------------------- */
+
+/* Each supported `format` is generated from a fixed grammar: a subset of the
+ * format chosen to be valid for ajv-formats ("full" mode) and for the
+ * pattern zod 4 writes next to it (tests/integration/schema_corpus.mjs
+ * checks both). ASCII only, no '"' or '\', so the text needs no JSON escape.
+ * min/max: the length range of what the grammar generates (for
+ * minLength/maxLength next to a format). example: a string of the format
+ * that a `pattern` written next to the format must accept. */
+static const struct format {
+    const char *name, *gbnf;
+    int min, max;
+    const char *example;
+} FORMATS[] = {
+    {"date", "fd-date", 10, 10, "2024-01-15"},
+    {"time", "fd-time \"Z\"", 9, 13, "10:30:00Z"},
+    {"date-time", "fd-date \"T\" fd-time \"Z\"", 20, 24, "2024-01-15T10:30:00Z"},
+    {"duration",
+     "\"P\" (fd-n \"W\" | fd-n \"Y\" (fd-n \"M\")? (fd-n \"D\")? fd-dt? | fd-n \"M\" (fd-n \"D\")? fd-dt? | "
+     "fd-n \"D\" fd-dt? | fd-dt)", 3, 26, "P1DT2H"},
+    {"email", "[a-z0-9]{1,16} (\".\" [a-z0-9]{1,16}){0,2} \"@\" (fd-label \".\"){1,3} [a-z]{2,6}", 6, 108,
+     "user@example.com"},
+    {"hostname", "fd-label (\".\" fd-label){0,3}", 1, 67, "example.com"},
+    {"ipv4", "fd-octet \".\" fd-octet \".\" fd-octet \".\" fd-octet", 7, 15, "192.168.0.1"},
+    {"ipv6", "[0-9a-f]{1,4} (\":\" [0-9a-f]{1,4}){7}", 15, 39, "2001:db8:0:0:0:0:0:1"},
+    {"uuid", "[0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [1-8] [0-9a-f]{3} \"-\" [89ab] [0-9a-f]{3} \"-\" [0-9a-f]{12}", 36,
+     36, "123e4567-e89b-42d3-a456-426614174000"},
+    /* the last host label is letters: a numeric one makes WHATWG URL (zod's
+     * z.url()) read the host as a bad IPv4 address */
+    {"uri", "\"http\" \"s\"? \"://\" (fd-label \".\"){1,3} [a-z]{2,10} (\"/\" [a-zA-Z0-9._~-]{1,16}){0,4}", 12, 150,
+     "https://example.com/a"},
+};
+#define N_FORMATS ((int)(sizeof FORMATS / sizeof FORMATS[0]))
+
+/* The pieces the format grammars share (written once, prefixed). */
+static void format_rules(sbuf_t *b, const char *p, unsigned used)
+{
+    if (!used)
+        return;
+    for (int i = 0; i < N_FORMATS; i++)
+        if (used & (1u << i)) {
+            sb_printf(b, "%sfmt-%s ::= ", p, FORMATS[i].name);
+            /* prefix the fd-* references */
+            for (const char *q = FORMATS[i].gbnf; *q;) {
+                const char *f = strstr(q, "fd-");
+                if (!f) {
+                    sb_puts(b, q);
+                    break;
+                }
+                sb_putn(b, q, (size_t)(f - q));
+                sb_puts(b, p);
+                sb_puts(b, "fd-");
+                q = f + 3;
+            }
+            sb_puts(b, "\n");
+        }
+    sb_printf(b, "%sfd-date ::= [12] [0-9]{3} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
+                 "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]))\n", p);
+    sb_printf(b, "%sfd-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,3})?\n", p);
+    sb_printf(b, "%sfd-n ::= [0-9]{1,3}\n", p);
+    sb_printf(b, "%sfd-dt ::= \"T\" (%sfd-n \"H\" (%sfd-n \"M\")? (%sfd-n \"S\")? | %sfd-n \"M\" (%sfd-n \"S\")? | %sfd-n \"S\")\n",
+              p, p, p, p, p, p, p);
+    sb_printf(b, "%sfd-label ::= [a-z0-9] ([a-z0-9-]{0,14} [a-z0-9])?\n", p);
+    sb_printf(b, "%sfd-octet ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]\n", p);
+}
+
+static int format_find(const char *name)
+{
+    for (int i = 0; i < N_FORMATS; i++)
+        if (strcmp(FORMATS[i].name, name) == 0)
+            return i;
+    return -1;
 }
 
 /* ---- schema nodes ---------------------------------------------------------- */
 
+/* Keywords without effect on what is generated. discriminator (OpenAPI,
+ * pydantic) names the property whose const tells oneOf's alternatives
+ * apart; contentEncoding/contentMediaType are annotations in 2020-12. */
 static const char *const ANNOTATIONS[] = {"$schema", "$id", "$comment", "title", "description", "default",
                                           "examples", "deprecated", "readOnly", "writeOnly", "$defs",
-                                          "definitions", NULL};
-static const char *const SUPPORTED[] = {"type", "enum", "const", "anyOf", "allOf", "$ref", "properties",
-                                        "required", "additionalProperties", "items", "minItems", "maxItems",
-                                        "minLength", "maxLength", "pattern", "minimum", "maximum",
-                                        "exclusiveMinimum", "exclusiveMaximum", NULL};
+                                          "definitions", "discriminator", "contentEncoding",
+                                          "contentMediaType", "$anchor", NULL};
+static const char *const SUPPORTED[] = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "properties",
+                                        "required", "additionalProperties", "propertyNames", "minProperties",
+                                        "maxProperties", "dependentRequired", "items", "prefixItems",
+                                        "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength",
+                                        "maxLength", "pattern", "format", "minimum", "maximum",
+                                        "exclusiveMinimum", "exclusiveMaximum", "multipleOf", NULL};
 
 static bool in_list(const char *k, const char *const *l)
 {
@@ -764,6 +1203,117 @@ static int get_count(sc_t *c, const json_t *s, const char *key, long long *out)
     return 1;
 }
 
+/* Compiles `pattern` into body (the GBNF of the quoted JSON string). */
+/* Compiles `pattern` into body (the GBNF of the quoted JSON string), with
+ * repetition counts cut at cap (≥ 0) and raised to floor (> 0), and
+ * BMP-only classes (bmp). Returns the length range of what it generates. */
+static rxlen_t pattern_body(sc_t *c, const json_t *pat, sbuf_t *body, long long cap, long long floor, bool bmp)
+{
+    /* floor < 0: -floor applies to optional repetitions too */
+    rx_t x = {.s = json_string_value(pat), .n = json_string_length(pat), .c = c, .cap = cap,
+              .floor = floor < 0 ? -floor : floor, .floor_all = floor < 0, .bmp = bmp};
+    sb_puts(body, "\"\\\"\" (");
+    rxlen_t len = rx_alt(&x, body);
+    if (!c->failed && x.p < x.n)
+        rx_fail(&x, "unmatched ')'");
+    sb_puts(body, ") \"\\\"\"");
+    return len;
+}
+
+/* The length range of pattern's generated matches, or {-1, -1} when the
+ * pattern does not compile. */
+static rxlen_t pattern_len(const json_t *pat, long long cap, long long floor)
+{
+    sc_t t = {.pfx = ""};
+    sbuf_t body = {0};
+    rxlen_t len = pattern_body(&t, pat, &body, cap, floor, true);
+    free(body.s);
+    free(t.out.s);
+    return t.failed ? (rxlen_t){-1, -1} : len;
+}
+
+/* A pattern with minLength/maxLength: the pattern's own matches, with its
+ * repetition counts raised to the smallest floor that makes every match
+ * reach minLength and cut to the largest cap that keeps every match within
+ * maxLength (a subset of the pattern). Sets *cap (-1: no cut) and *floor
+ * (0: none); 0 ok, -1 refused (no such floor and cap). */
+static int pattern_limits(sc_t *c, const json_t *pat, long long mn, long long mx, long long *cap, long long *floor)
+{
+    *cap = -1, *floor = 0;
+    rxlen_t len = pattern_len(pat, -1, 0);
+    if (len.lo < 0)
+        return 0; /* pattern_body on c reports the failure */
+    if (len.lo < mn) {
+        /* raise the repetitions that must occur; if that is not enough, the
+         * optional ones too (floor < 0, see pattern_body) */
+        long long sign = pattern_len(pat, -1, mn).lo >= mn ? 1 : -1;
+        if (sign < 0 && pattern_len(pat, -1, -mn).lo < mn) {
+            sc_fail(c, "minLength", "'pattern' has no match as long as minLength");
+            return -1;
+        }
+        long long lo = 1, hi = mn; /* smallest floor with every match ≥ mn */
+        while (lo < hi) {
+            long long mid = (lo + hi) / 2;
+            if (pattern_len(pat, -1, sign * mid).lo >= mn)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        *floor = sign * lo;
+        len = pattern_len(pat, -1, *floor);
+    }
+    if (mx >= 0 && len.hi > mx) {
+        long long lo = 0, hi = mx; /* largest cap with every match ≤ mx */
+        if (pattern_len(pat, 0, *floor).hi > mx) {
+            sc_fail(c, "maxLength", "'pattern' has no match within maxLength");
+            return -1;
+        }
+        while (lo < hi) {
+            long long mid = (lo + hi + 1) / 2;
+            if (pattern_len(pat, mid, *floor).hi <= mx)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        *cap = lo;
+        len = pattern_len(pat, lo, *floor);
+    }
+    if (len.lo < mn || (mx >= 0 && len.hi > mx)) {
+        sc_fail(c, mx >= 0 ? "maxLength" : "minLength",
+                "'pattern' has no matches between minLength and maxLength that this compiler can generate");
+        return -1;
+    }
+    return 0;
+}
+
+/* A pattern next to a format: the format's grammar is generated, so the
+ * pattern must at least accept the format's example string (a pattern this
+ * compiler cannot read — lookaround — is not checked). */
+static void format_pattern_check(sc_t *c, const json_t *pat, int f)
+{
+    sc_t t = {.pfx = ""};
+    sbuf_t body = {0};
+    pattern_body(&t, pat, &body, -1, 0, false);
+    free(t.out.s);
+    if (t.failed) {
+        free(body.s);
+        return;
+    }
+    sbuf_t g = {0};
+    sb_printf(&g, "root ::= %s\n", body.s);
+    free(body.s);
+    grammar_t *gr = NULL;
+    char ex[64], e[200];
+    snprintf(ex, sizeof ex, "\"%s\"", FORMATS[f].example);
+    int ok = gbnf_parse((const uint8_t *)g.s, g.n, &gr, e, sizeof e, NULL, NULL) == 0 &&
+             gbnf_match(gr, (const uint8_t *)ex, strlen(ex)) == 1;
+    gbnf_free(&gr);
+    free(g.s);
+    if (!ok)
+        sc_fail(c, "pattern", "'pattern' next to format '%s' does not accept the format's strings (e.g. %s)",
+                FORMATS[f].name, FORMATS[f].example);
+}
+
 static int string_rule(sc_t *c, const json_t *s)
 {
     long long mn = 0, mx = -1;
@@ -775,27 +1325,48 @@ static int string_rule(sc_t *c, const json_t *s)
         return -1;
     }
     const json_t *pat = json_object_get(s, "pattern");
+    const json_t *fmt = json_object_get(s, "format");
+    if (pat && !json_is_string(pat)) {
+        sc_fail(c, "pattern", "'pattern' must be a string");
+        return -1;
+    }
+    int f = -1;
+    if (fmt) {
+        if (!json_is_string(fmt)) {
+            sc_fail(c, "format", "'format' must be a string");
+            return -1;
+        }
+        f = format_find(json_string_value(fmt));
+        /* an unknown format next to a pattern (zod: cuid, nanoid, e164,
+         * base64, ...) is an annotation: the pattern is what is enforced */
+        if (f < 0 && !pat) {
+            sc_fail(c, "format", "format '%.40s' is not supported (supported: date, time, date-time, duration, "
+                                 "email, hostname, ipv4, ipv6, uuid, uri)", json_string_value(fmt));
+            return -1;
+        }
+    }
     int r = new_rule(c);
     if (r < 0)
         return -1;
     sbuf_t body = {0};
-    if (pat) {
-        if (!json_is_string(pat)) {
-            sc_fail(c, "pattern", "'pattern' must be a string");
+    if (f >= 0) {
+        if (pat)
+            format_pattern_check(c, pat, f);
+        if ((a && mn > FORMATS[f].min) || (b && mx < FORMATS[f].max))
+            sc_fail(c, a && mn > FORMATS[f].min ? "minLength" : "maxLength",
+                    "minLength/maxLength next to format '%s' is supported only when they allow %d to %d characters",
+                    FORMATS[f].name, FORMATS[f].min, FORMATS[f].max);
+        c->formats |= 1u << f;
+        sb_puts(&body, "\"\\\"\" ");
+        sb_printf(&body, "%sfmt-%s", c->pfx, FORMATS[f].name);
+        sb_puts(&body, " \"\\\"\"");
+    } else if (pat) {
+        long long cap = -1, floor = 0;
+        if ((a || b) && pattern_limits(c, pat, mn, b ? mx : -1, &cap, &floor) != 0) {
+            free(body.s);
             return -1;
         }
-        if (a || b) {
-            sc_fail(c, "pattern", "'pattern' together with minLength/maxLength is not supported");
-            return -1;
-        }
-        rx_t x = {.s = json_string_value(pat), .n = json_string_length(pat), .c = c};
-        if (x.n && x.s[0] == '^')
-            x.p = 1;
-        sb_puts(&body, "\"\\\"\" (");
-        rx_alt(&x, &body);
-        if (!c->failed && x.p < x.n)
-            rx_fail(&x, "unmatched ')'");
-        sb_puts(&body, ") \"\\\"\"");
+        pattern_body(c, pat, &body, cap, floor, a || b);
     } else if (!a && !b) {
         shared(c, &body, "string");
     } else {
@@ -816,6 +1387,21 @@ static int string_rule(sc_t *c, const json_t *s)
     return c->failed ? -1 : r;
 }
 
+/* Compiles a sub-schema at path /a[/b]. */
+static int compile_at(sc_t *c, const json_t *sub, const char *a, const char *b)
+{
+    size_t old = path_push(c, a, b);
+    int r = compile(c, sub);
+    path_pop(c, old);
+    return r;
+}
+
+/* Arrays: items (one schema), prefixItems + items (2020-12 tuples), items
+ * as an array + additionalItems (draft 7 tuples), minItems, maxItems,
+ * uniqueItems false. Tuple elements are generated in order; prefix items
+ * beyond minItems are optional (each only after the one before), further
+ * items (the rest schema) only after all prefix items and only as many as
+ * minItems needs when no rest schema is given. */
 static int array_rule(sc_t *c, const json_t *s)
 {
     long long mn = 0, mx = -1;
@@ -826,61 +1412,275 @@ static int array_rule(sc_t *c, const json_t *s)
         sc_fail(c, "maxItems", "maxItems is below minItems");
         return -1;
     }
+    const json_t *uniq = json_object_get(s, "uniqueItems");
+    if (uniq && !json_is_false(uniq)) {
+        sc_fail(c, "uniqueItems", "'uniqueItems' is supported only as false");
+        return -1;
+    }
     const json_t *items = json_object_get(s, "items");
-    int item;
-    if (items) {
-        if (json_is_array(items)) {
-            sc_fail(c, "items", "'items' as an array (tuples) is not supported");
+    const json_t *prefix = json_object_get(s, "prefixItems");
+    const json_t *rest = items;
+    const char *rest_key = "items";
+    if (prefix) {
+        if (!json_is_array(prefix)) {
+            sc_fail(c, "prefixItems", "'prefixItems' must be an array of schemas");
             return -1;
         }
-        size_t old = path_push(c, "items", NULL);
-        item = compile(c, items);
-        path_pop(c, old);
-        if (item < 0)
+        if (json_is_array(items)) {
+            sc_fail(c, "items", "'items' as an array next to 'prefixItems' is not supported");
             return -1;
-    } else {
-        item = -1;
+        }
+    } else if (json_is_array(items)) {
+        prefix = items;
+        rest = json_object_get(s, "additionalItems");
+        rest_key = "additionalItems";
+    }
+    const char *pkey = prefix == items ? "items" : "prefixItems";
+    size_t n = prefix ? json_array_size(prefix) : 0;
+    if (n > JSON_SCHEMA_MAX_COUNT) {
+        sc_fail(c, pkey, "more than %d tuple items", JSON_SCHEMA_MAX_COUNT);
+        return -1;
+    }
+    if (rest && !json_is_boolean(rest) && !json_is_object(rest)) {
+        sc_fail(c, rest_key, "'%s' must be a schema", rest_key);
+        return -1;
+    }
+    int *el = xcalloc(n + 1, sizeof *el);
+    for (size_t i = 0; i < n; i++) {
+        char idx[24];
+        snprintf(idx, sizeof idx, "%zu", i);
+        el[i] = compile_at(c, json_array_get(prefix, i), pkey, idx);
+        if (el[i] < 0) {
+            free(el);
+            return -1;
+        }
+    }
+    int item = -1; /* the rest schema's rule; -1 = any value */
+    bool rest_none = rest && json_is_false(rest);
+    if (rest && json_is_object(rest)) {
+        item = compile_at(c, rest, rest_key, NULL);
+        if (item < 0) {
+            free(el);
+            return -1;
+        }
+    }
+    /* how many prefix items may appear, how many must; the rest's count */
+    long long np = b && mx < (long long)n ? mx : (long long)n;
+    long long nreq = mn < np ? mn : np;
+    long long ra = mn > (long long)n ? mn - (long long)n : 0, rb;
+    if (n == 0)
+        rb = b ? mx : -1;
+    else if (rest_none || np < (long long)n)
+        rb = 0;
+    else if (!rest)
+        rb = ra; /* absent: any value allowed, generated only when needed */
+    else
+        rb = b ? mx - (long long)n : -1;
+    if (rest_none && n == 0 && mn > 0) {
+        sc_fail(c, rest_key, "no array satisfies minItems with '%s': false", rest_key);
+        free(el);
+        return -1;
+    }
+    if (rb >= 0 && ra > rb) {
+        sc_fail(c, "minItems", "no array satisfies minItems with these tuple items");
+        free(el);
+        return -1;
     }
     int r = new_rule(c);
-    if (r < 0)
+    if (r < 0) {
+        free(el);
         return -1;
-    sbuf_t it = {0};
+    }
+    sbuf_t it = {0}; /* one rest item and the white space after it */
     if (item >= 0)
         ref(c, &it, item);
     else
         shared(c, &it, "value");
     sb_puts(&it, " ");
     shared(c, &it, "ws");
+    if (n == 0) {
+        rule_open(c, r);
+        sb_puts(&c->out, "\"[\" ");
+        shared(c, &c->out, "ws");
+        sb_puts(&c->out, " ");
+        if (!(rest_none || (rb == 0))) {
+            if (ra == 0)
+                sb_puts(&c->out, "(");
+            sb_printf(&c->out, "%s (\",\" ", it.s);
+            shared(c, &c->out, "ws");
+            sb_printf(&c->out, " %s)", it.s);
+            long long lo = ra > 0 ? ra - 1 : 0;
+            if (rb >= 0)
+                sb_printf(&c->out, "{%lld,%lld}", lo, rb - 1);
+            else
+                sb_printf(&c->out, "{%lld,}", lo);
+            if (ra == 0)
+                sb_puts(&c->out, ")?");
+        }
+        sb_puts(&c->out, " \"]\"\n");
+        free(it.s);
+        free(el);
+        return r;
+    }
+    /* tuple: tail rules t_i = "," e_i ws t_(i+1) (optional when i ≥ nreq),
+     * the last followed by the rest items */
+    int next = -1; /* rule for what follows element i (-1 = nothing) */
+    if (rb != 0) {
+        next = new_rule(c);
+        if (next < 0)
+            goto fail;
+        rule_open(c, next);
+        sb_puts(&c->out, "(\",\" ");
+        shared(c, &c->out, "ws");
+        sb_printf(&c->out, " %s)", it.s);
+        if (rb >= 0)
+            sb_printf(&c->out, "{%lld,%lld}\n", ra, rb);
+        else
+            sb_printf(&c->out, "{%lld,}\n", ra);
+    }
+    for (long long i = np - 1; i >= 1; i--) {
+        int t = new_rule(c);
+        if (t < 0)
+            goto fail;
+        rule_open(c, t);
+        sb_puts(&c->out, i >= nreq ? "(\",\" " : "\",\" ");
+        shared(c, &c->out, "ws");
+        sb_puts(&c->out, " ");
+        ref(c, &c->out, el[i]);
+        sb_puts(&c->out, " ");
+        shared(c, &c->out, "ws");
+        if (next >= 0) {
+            sb_puts(&c->out, " ");
+            ref(c, &c->out, next);
+        }
+        sb_puts(&c->out, i >= nreq ? ")?\n" : "\n");
+        next = t;
+    }
     rule_open(c, r);
     sb_puts(&c->out, "\"[\" ");
     shared(c, &c->out, "ws");
-    sb_puts(&c->out, " ");
-    if (b && mx == 0) {
-        /* nothing */
-    } else {
-        if (mn == 0)
-            sb_puts(&c->out, "(");
-        sb_printf(&c->out, "%s (\",\" ", it.s);
+    if (np > 0) {
+        sb_puts(&c->out, nreq > 0 ? " " : " (");
+        ref(c, &c->out, el[0]);
+        sb_puts(&c->out, " ");
         shared(c, &c->out, "ws");
-        sb_printf(&c->out, " %s)", it.s);
-        long long lo = mn > 0 ? mn - 1 : 0;
-        if (b)
-            sb_printf(&c->out, "{%lld,%lld}", lo, mx - 1);
-        else
-            sb_printf(&c->out, "{%lld,}", lo);
-        if (mn == 0)
-            sb_puts(&c->out, ")?");
+        if (next >= 0) {
+            sb_puts(&c->out, " ");
+            ref(c, &c->out, next);
+        }
+        sb_puts(&c->out, nreq > 0 ? "" : ")?");
     }
     sb_puts(&c->out, " \"]\"\n");
     free(it.s);
+    free(el);
+    return r;
+fail:
+    free(it.s);
+    free(el);
+    return -1;
+}
+
+/* One listed property of an object being compiled. */
+typedef struct oprop {
+    const char *key;
+    const json_t *schema;
+    const char *via;       /* path of the schema: "properties" or "additionalProperties" */
+    bool required;
+} oprop_t;
+
+/* propertyNames that lists its names (enum/const of strings): n, or -1. */
+static long long enum_names(const json_t *pn, const json_t **arr)
+{
+    if (!json_is_object(pn))
+        return -1;
+    const json_t *e = json_object_get(pn, "enum"), *k = json_object_get(pn, "const");
+    if (k && json_is_string(k)) {
+        *arr = NULL;
+        return 1;
+    }
+    if (!json_is_array(e) || json_array_size(e) == 0)
+        return -1;
+    for (size_t i = 0; i < json_array_size(e); i++)
+        if (!json_is_string(json_array_get(e, i)))
+            return -1;
+    *arr = e;
+    return (long long)json_array_size(e);
+}
+
+/* A map: "{" (key ws ":" ws value ws),{mn,mx} "}" — keys from propertyNames
+ * (a string schema) or any string. */
+static int map_rule(sc_t *c, const json_t *s, const json_t *add, long long mn, long long mx)
+{
+    const json_t *pn = json_object_get(s, "propertyNames");
+    int kr = -1, v = -1;
+    if (pn && !json_is_true(pn)) {
+        const json_t *t = json_is_object(pn) ? json_object_get(pn, "type") : NULL;
+        if (!json_is_object(pn) || (t && !(json_is_string(t) && strcmp(json_string_value(t), "string") == 0))) {
+            sc_fail(c, "propertyNames", "'propertyNames' must be a string schema");
+            return -1;
+        }
+        kr = compile_at(c, pn, "propertyNames", NULL);
+        if (kr < 0)
+            return -1;
+    }
+    if (json_is_object(add)) {
+        v = compile_at(c, add, "additionalProperties", NULL);
+        if (v < 0)
+            return -1;
+    }
+    int r = new_rule(c);
+    if (r < 0)
+        return -1;
+    sbuf_t kv = {0};
+    if (kr >= 0)
+        ref(c, &kv, kr);
+    else
+        shared(c, &kv, "string");
+    sb_puts(&kv, " ");
+    shared(c, &kv, "ws");
+    sb_puts(&kv, " \":\" ");
+    shared(c, &kv, "ws");
+    sb_puts(&kv, " ");
+    if (v >= 0)
+        ref(c, &kv, v);
+    else
+        shared(c, &kv, "value");
+    sb_puts(&kv, " ");
+    shared(c, &kv, "ws");
+    rule_open(c, r);
+    sb_puts(&c->out, "\"{\" ");
+    shared(c, &c->out, "ws");
+    if (mx != 0) {
+        sb_printf(&c->out, " %s%s (\",\" ", mn == 0 ? "(" : "", kv.s);
+        shared(c, &c->out, "ws");
+        sb_printf(&c->out, " %s)", kv.s);
+        if (mx > 0)
+            sb_printf(&c->out, "{%lld,%lld}", mn > 0 ? mn - 1 : 0, mx - 1);
+        else
+            sb_printf(&c->out, "{%lld,}", mn > 0 ? mn - 1 : 0);
+        sb_puts(&c->out, mn == 0 ? ")?" : "");
+    }
+    sb_puts(&c->out, " \"}\"\n");
+    free(kv.s);
     return r;
 }
 
+/* Objects. Listed properties are generated in the schema's order, each
+ * optional one present or not; additionalProperties true or a schema next
+ * to properties allows more, which are not generated; required names that
+ * are not listed get the additionalProperties schema; propertyNames that
+ * enumerates names (z.record(z.enum(...))) lists them. Without listed
+ * properties, additionalProperties / propertyNames make a map.
+ * minProperties / maxProperties count the properties present (a chain of
+ * rules per (property, count so far)); dependentRequired makes the
+ * dependent properties required. */
 static int object_rule(sc_t *c, const json_t *s)
 {
     const json_t *props = json_object_get(s, "properties");
     const json_t *req = json_object_get(s, "required");
     const json_t *add = json_object_get(s, "additionalProperties");
+    const json_t *pn = json_object_get(s, "propertyNames");
+    const json_t *dep = json_object_get(s, "dependentRequired");
     if (props && !json_is_object(props)) {
         sc_fail(c, "properties", "'properties' must be an object");
         return -1;
@@ -895,81 +1695,135 @@ static int object_rule(sc_t *c, const json_t *s)
             sc_fail(c, "required", "'required' must be an array of strings");
             return -1;
         }
-    bool map = add && !json_is_false(add);
     if (add && !json_is_boolean(add) && !json_is_object(add)) {
         sc_fail(c, "additionalProperties", "'additionalProperties' must be a boolean or a schema");
         return -1;
     }
+    if (pn && !json_is_boolean(pn) && !json_is_object(pn)) {
+        sc_fail(c, "propertyNames", "'propertyNames' must be a schema");
+        return -1;
+    }
+    if (dep && !json_is_object(dep)) {
+        sc_fail(c, "dependentRequired", "'dependentRequired' must be an object of string arrays");
+        return -1;
+    }
+    long long mn = 0, mx = -1;
+    int ha = get_count(c, s, "minProperties", &mn), hb = get_count(c, s, "maxProperties", &mx);
+    if (ha < 0 || hb < 0)
+        return -1;
+    if (hb && mx < mn) {
+        sc_fail(c, "maxProperties", "maxProperties is below minProperties");
+        return -1;
+    }
+    bool closed = add && json_is_false(add);
     size_t n_props = props ? json_object_size(props) : 0;
-    if (map && n_props) {
-        sc_fail(c, "additionalProperties",
-                "additionalProperties other than false together with 'properties' is not supported");
+    const json_t *names = NULL;
+    long long n_names = pn ? enum_names(pn, &names) : -1;
+    if (pn && n_props && n_names < 0 && !json_is_true(pn)) {
+        sc_fail(c, "propertyNames", "'propertyNames' next to 'properties' is supported only as an enum of names");
         return -1;
     }
-    if (map && n_req) {
-        sc_fail(c, "required", "'required' on a map (additionalProperties without properties) is not supported");
-        return -1;
-    }
-    for (size_t i = 0; i < n_req; i++) {
-        const char *k = json_string_value(json_array_get(req, i));
-        if (!props || !json_object_get(props, k)) {
-            sc_fail(c, "required", "required property '%.100s' is not in 'properties'", k);
-            return -1;
-        }
-    }
-    if (map) {
-        int v = -1;
-        if (json_is_object(add)) {
-            size_t old = path_push(c, "additionalProperties", NULL);
-            v = compile(c, add);
-            path_pop(c, old);
-            if (v < 0)
-                return -1;
-        }
-        int r = new_rule(c);
-        if (r < 0)
-            return -1;
-        sbuf_t kv = {0};
-        shared(c, &kv, "string");
-        sb_puts(&kv, " ");
-        shared(c, &kv, "ws");
-        sb_puts(&kv, " \":\" ");
-        shared(c, &kv, "ws");
-        sb_puts(&kv, " ");
-        if (v >= 0)
-            ref(c, &kv, v);
-        else
-            shared(c, &kv, "value");
-        sb_puts(&kv, " ");
-        shared(c, &kv, "ws");
-        rule_open(c, r);
-        sb_puts(&c->out, "\"{\" ");
-        shared(c, &c->out, "ws");
-        sb_printf(&c->out, " (%s (\",\" ", kv.s);
-        shared(c, &c->out, "ws");
-        sb_printf(&c->out, " %s)*)? \"}\"\n", kv.s);
-        free(kv.s);
-        return r;
-    }
-    /* listed properties in order; each kv rule, then first_i / rest_i chains */
-    int *kv = xcalloc(n_props + 1, sizeof *kv);
-    bool *required = xcalloc(n_props + 1, sizeof *required);
-    size_t i = 0;
+    /* the listed properties */
+    size_t cap = n_props + n_req + (n_names > 0 ? (size_t)n_names : 0) + 1;
+    oprop_t *P = xcalloc(cap, sizeof *P);
+    size_t n = 0;
     const char *key;
     json_t *sub;
-    json_object_foreach((json_t *)props, key, sub) {
-        for (size_t k = 0; k < n_req; k++)
-            if (strcmp(json_string_value(json_array_get(req, k)), key) == 0)
-                required[i] = true;
-        size_t old = path_push(c, "properties", key);
-        int v = compile(c, sub);
-        path_pop(c, old);
+    json_object_foreach((json_t *)props, key, sub) P[n++] = (oprop_t){key, sub, "properties", false};
+    const json_t *value_schema = json_is_object(add) ? add : json_true();
+    if (n_names > 0 && n_props) {
+        json_object_foreach((json_t *)props, key, sub) {
+            bool listed = false;
+            for (long long i = 0; i < n_names; i++)
+                listed |= strcmp(key, names ? json_string_value(json_array_get(names, (size_t)i))
+                                            : json_string_value(json_object_get(pn, "const"))) == 0;
+            if (!listed) {
+                sc_fail(c, "propertyNames", "property '%.100s' is not one of 'propertyNames'", key);
+                free(P);
+                return -1;
+            }
+        }
+    }
+    if (n_names > 0 && !n_props && !closed) {
+        for (long long i = 0; i < n_names; i++) {
+            const char *k = names ? json_string_value(json_array_get(names, (size_t)i))
+                                  : json_string_value(json_object_get(pn, "const"));
+            bool dup = false;
+            for (size_t j = 0; j < n; j++)
+                dup |= strcmp(P[j].key, k) == 0;
+            if (!dup)
+                P[n++] = (oprop_t){k, value_schema, "additionalProperties", false};
+        }
+    }
+    int rc = -1;
+    int *kv = NULL, *st = NULL;
+    for (size_t i = 0; i < n_req; i++) {
+        const char *k = json_string_value(json_array_get(req, i));
+        size_t j = 0;
+        while (j < n && strcmp(P[j].key, k) != 0)
+            j++;
+        if (j == n) {
+            bool allowed = !closed && (n_names < 0 || !n_props);
+            if (!allowed || (n_names > 0 && !n_props)) {
+                sc_fail(c, "required", "required property '%.100s' is not in 'properties'", k);
+                goto out;
+            }
+            P[n++] = (oprop_t){k, value_schema, "additionalProperties", false};
+        }
+        P[j].required = true;
+    }
+    if (dep) {
+        json_t *list;
+        json_object_foreach((json_t *)dep, key, list) {
+            if (!json_is_array(list)) {
+                sc_fail(c, "dependentRequired", "'dependentRequired' must be an object of string arrays");
+                goto out;
+            }
+            size_t trig = 0;
+            while (trig < n && strcmp(P[trig].key, key) != 0)
+                trig++;
+            if (trig == n)
+                continue; /* a property never generated triggers nothing */
+            for (size_t i = 0; i < json_array_size(list); i++) {
+                const char *k = json_string_value(json_array_get(list, i));
+                size_t j = 0;
+                while (k && j < n && strcmp(P[j].key, k) != 0)
+                    j++;
+                if (!k || j == n) {
+                    sc_fail(c, "dependentRequired", "'dependentRequired' names '%.100s', which is not in 'properties'",
+                            k ? k : "(not a string)");
+                    goto out;
+                }
+                P[j].required = true;
+            }
+        }
+    }
+    if (n == 0 && (pn || (add && !closed) || mn > 0)) {
+        rc = map_rule(c, s, add, mn, hb ? mx : -1);
+        goto out;
+    }
+    size_t n_required = 0;
+    for (size_t i = 0; i < n; i++)
+        n_required += P[i].required;
+    /* bounds that cannot bind: no counting needed */
+    if (hb && mx >= (long long)n)
+        hb = 0, mx = -1;
+    if (mn <= (long long)n_required)
+        mn = 0;
+    if ((hb && (long long)n_required > mx) || mn > (long long)n) {
+        sc_fail(c, hb && (long long)n_required > mx ? "maxProperties" : "minProperties",
+                "no object of the listed properties satisfies minProperties/maxProperties");
+        goto out;
+    }
+    kv = xcalloc(n + 1, sizeof *kv);
+    for (size_t i = 0; i < n; i++) {
+        int v = compile_at(c, P[i].schema, P[i].via, strcmp(P[i].via, "properties") == 0 ? P[i].key : NULL);
         if (v < 0)
-            goto fail;
+            goto out;
         int r = new_rule(c);
         if (r < 0)
-            goto fail;
-        json_t *ks = json_string(key);
+            goto out;
+        json_t *ks = json_string(P[i].key);
         char *kt = json_dumps(ks, JSON_ENCODE_ANY);
         json_decref(ks);
         rule_open(c, r);
@@ -984,56 +1838,88 @@ static int object_rule(sc_t *c, const json_t *s)
         sb_puts(&c->out, " ");
         shared(c, &c->out, "ws");
         sb_puts(&c->out, "\n");
-        kv[i++] = r;
+        kv[i] = r;
     }
-    int first_next = -1, rest_next = -1; /* -1 = empty */
-    for (size_t j = n_props; j-- > 0;) {
-        int rest = new_rule(c), first = new_rule(c);
-        if (rest < 0 || first < 0)
-            goto fail;
-        rule_open(c, rest);
-        sb_puts(&c->out, required[j] ? "" : "(");
-        sb_puts(&c->out, "\",\" ");
-        shared(c, &c->out, "ws");
-        sb_puts(&c->out, " ");
-        ref(c, &c->out, kv[j]);
-        sb_puts(&c->out, required[j] ? " " : ")? ");
-        if (rest_next >= 0)
-            ref(c, &c->out, rest_next);
-        sb_puts(&c->out, "\n");
-        rule_open(c, first);
-        ref(c, &c->out, kv[j]);
-        sb_puts(&c->out, " ");
-        if (rest_next >= 0)
-            ref(c, &c->out, rest_next);
-        if (!required[j]) {
-            sb_puts(&c->out, " | ");
-            if (first_next >= 0)
-                ref(c, &c->out, first_next);
-            else
-                sb_puts(&c->out, "\"\"");
+    /* states (j, k): properties j.. still to decide, k present so far
+     * (k > 0: the next one needs a comma). k saturates at K: past max(mn,
+     * mx, 1) the exact count no longer matters. */
+    long long K = mn > mx ? mn : mx;
+    if (K < 1)
+        K = 1;
+    if ((long long)(n + 1) * (K + 1) > JSON_SCHEMA_MAX_RULES / 4) {
+        sc_fail(c, mn ? "minProperties" : "maxProperties",
+                "minProperties/maxProperties over %zu optional properties is not supported", n);
+        goto out;
+    }
+    st = xmalloc((n + 1) * (size_t)(K + 1) * sizeof *st);
+    size_t rreq = 0; /* required among j.. */
+    for (size_t jj = n + 1; jj-- > 0;) {
+        if (jj < n)
+            rreq += P[jj].required;
+        for (long long k = 0; k <= K; k++) {
+            int *me = &st[jj * (size_t)(K + 1) + (size_t)k];
+            *me = -1;
+            /* viable: the count can still end inside [mn, mx] */
+            if (k < K && ((hb && k + (long long)rreq > mx) || k + (long long)(n - jj) < mn))
+                continue;
+            if (k == K && hb && K == mx && rreq > 0)
+                continue;
+            bool take = false, skip = false;
+            int t = -1, sk = -1;
+            if (jj < n) {
+                long long k1 = k + 1 > K ? K : k + 1;
+                t = st[(jj + 1) * (size_t)(K + 1) + (size_t)k1];
+                take = t >= 0 && !(hb && k + 1 > mx);
+                sk = st[(jj + 1) * (size_t)(K + 1) + (size_t)k];
+                skip = !P[jj].required && sk >= 0;
+                if (!take && !skip)
+                    continue;
+            }
+            int r = new_rule(c);
+            if (r < 0)
+                goto out;
+            *me = r;
+            rule_open(c, r);
+            if (jj == n) {
+                sb_puts(&c->out, "\"\"\n");
+                continue;
+            }
+            if (take) {
+                if (k > 0) {
+                    sb_puts(&c->out, "\",\" ");
+                    shared(c, &c->out, "ws");
+                    sb_puts(&c->out, " ");
+                }
+                ref(c, &c->out, kv[jj]);
+                sb_puts(&c->out, " ");
+                ref(c, &c->out, t);
+            }
+            if (skip) {
+                sb_puts(&c->out, take ? " | " : "");
+                ref(c, &c->out, sk);
+            }
+            sb_puts(&c->out, "\n");
         }
-        sb_puts(&c->out, "\n");
-        rest_next = rest;
-        first_next = first;
+    }
+    if (st[0] < 0) {
+        sc_fail(c, "minProperties", "no object of the listed properties satisfies minProperties/maxProperties");
+        goto out;
     }
     int r = new_rule(c);
     if (r < 0)
-        goto fail;
+        goto out;
     rule_open(c, r);
     sb_puts(&c->out, "\"{\" ");
     shared(c, &c->out, "ws");
     sb_puts(&c->out, " ");
-    if (first_next >= 0)
-        ref(c, &c->out, first_next);
+    ref(c, &c->out, st[0]);
     sb_puts(&c->out, " \"}\"\n");
+    rc = r;
+out:
+    free(st);
     free(kv);
-    free(required);
-    return r;
-fail:
-    free(kv);
-    free(required);
-    return -1;
+    free(P);
+    return c->failed ? -1 : rc;
 }
 
 static int type_rule(sc_t *c, const json_t *s, const char *type)
@@ -1104,12 +1990,252 @@ static const json_t *resolve_ref(sc_t *c, const char *p)
     return json_object_get(defs, buf);
 }
 
-static int compile(sc_t *c, const json_t *s)
+/* Keywords an allOf part may use to be merged (besides annotations). */
+static const char *const MERGEABLE[] = {"type", "properties", "required", "additionalProperties", NULL};
+
+/* allOf of object schemas (and the object keywords next to it) → one object
+ * schema, new reference: properties united in order (a property two parts
+ * describe differently gets allOf of both), required united, properties a
+ * closed part (additionalProperties false) does not list are left out, and
+ * nothing beyond the listed properties is generated. NULL on failure. */
+static json_t *all_of_merge(sc_t *c, const json_t *s, const json_t *all)
 {
-    if (c->failed)
+    size_t n = json_array_size(all);
+    const json_t **parts = xmalloc((n + 1) * sizeof *parts);
+    size_t np = 0;
+    parts[np++] = s;
+    json_t *props = json_object(), *req = json_array(), *out = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(all, i);
+        const json_t *r = json_is_object(e) ? json_object_get(e, "$ref") : NULL;
+        if (r) {
+            const json_t *t = json_is_string(r) ? resolve_ref(c, json_string_value(r)) : NULL;
+            if (!t || json_object_get(t, "$ref")) {
+                sc_fail(c, "allOf", "'allOf' item %zu: its '$ref' does not resolve to a schema without '$ref'", i);
+                goto out;
+            }
+            e = t;
+        }
+        if (!json_is_object(e)) {
+            sc_fail(c, "allOf", "'allOf' item %zu must be an object schema to be merged", i);
+            goto out;
+        }
+        parts[np++] = e;
+    }
+    for (size_t i = 0; i < np; i++) {
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)parts[i], key, v) {
+            if (in_list(key, ANNOTATIONS) || (i == 0 && strcmp(key, "allOf") == 0) || (i > 0 && strcmp(key, "$ref") == 0))
+                continue;
+            if (!in_list(key, MERGEABLE) ||
+                (strcmp(key, "type") == 0 && !(json_is_string(v) && strcmp(json_string_value(v), "object") == 0)) ||
+                (strcmp(key, "properties") == 0 && !json_is_object(v)) ||
+                (strcmp(key, "required") == 0 && !json_is_array(v))) {
+                sc_fail(c, "allOf", "'allOf' is supported with one schema, or with object schemas (type object, "
+                                    "properties, required, additionalProperties); %s has '%.40s'",
+                        i ? "an item" : "the schema next to it", key);
+                goto out;
+            }
+        }
+        const char *k;
+        json_t *sub;
+        json_object_foreach(json_object_get(parts[i], "properties"), k, sub) {
+            json_t *have = json_object_get(props, k);
+            if (!have)
+                json_object_set(props, k, sub);
+            else if (!json_equal(have, sub))
+                json_object_set_new(props, k, json_pack("{s:[O,O]}", "allOf", have, sub));
+        }
+        size_t j;
+        json_t *rk;
+        json_array_foreach(json_object_get(parts[i], "required"), j, rk) {
+            bool dup = false;
+            for (size_t q = 0; q < json_array_size(req); q++)
+                dup |= json_equal(json_array_get(req, q), rk);
+            if (!dup)
+                json_array_append(req, rk);
+        }
+    }
+    /* what each part says about the properties it does not list */
+    for (size_t i = 0; i < np; i++) {
+        const json_t *add = json_object_get(parts[i], "additionalProperties");
+        const json_t *own = json_object_get(parts[i], "properties");
+        if (!add || json_is_true(add) || (json_is_object(add) && json_object_size(add) == 0))
+            continue;
+        const char *k;
+        json_t *sub;
+        void *tmp;
+        json_object_foreach_safe(props, tmp, k, sub) {
+            if (own && json_object_get(own, k))
+                continue;
+            if (json_is_false(add)) {
+                for (size_t q = 0; q < json_array_size(req); q++)
+                    if (strcmp(json_string_value(json_array_get(req, q)), k) == 0) {
+                        sc_fail(c, "allOf", "'allOf': property '%.100s' is required by one part and not allowed by another", k);
+                        goto out;
+                    }
+                json_object_del(props, k);
+            } else if (!json_equal(sub, add)) {
+                json_object_set_new(props, k, json_pack("{s:[O,O]}", "allOf", sub, add));
+            }
+        }
+    }
+    out = json_pack("{s:s,s:O,s:O,s:b}", "type", "object", "properties", props, "required", req,
+                    "additionalProperties", 0);
+out:
+    json_decref(props);
+    json_decref(req);
+    free(parts);
+    return out;
+}
+
+/* allOf part i of s (0 = s itself), its $ref resolved; NULL when it is not
+ * an object schema. */
+static const json_t *all_of_part(sc_t *c, const json_t *s, const json_t *all, size_t i)
+{
+    const json_t *e = i == 0 ? s : json_array_get(all, i - 1);
+    const json_t *r = i && json_is_object(e) ? json_object_get(e, "$ref") : NULL;
+    if (r)
+        e = json_is_string(r) ? resolve_ref(c, json_string_value(r)) : NULL;
+    return json_is_object(e) ? e : NULL;
+}
+
+/* Does some part of the allOf describe an object? Then the parts are merged
+ * as objects (all_of_merge), else keyword by keyword (all_of_scalars). */
+static bool all_of_is_objects(sc_t *c, const json_t *s, const json_t *all)
+{
+    for (size_t i = 0; i <= json_array_size(all); i++) {
+        const json_t *e = all_of_part(c, s, all, i);
+        const json_t *t = e ? json_object_get(e, "type") : NULL;
+        if (e && (json_object_get(e, "properties") || json_object_get(e, "required") ||
+                  json_object_get(e, "additionalProperties") ||
+                  (json_is_string(t) && strcmp(json_string_value(t), "object") == 0)))
+            return true;
+    }
+    return false;
+}
+
+/* Keywords allOf parts may combine one by one: a conjunction of
+ * independent constraints is the union of the keywords. Where two parts
+ * give the same keyword, the values must be equal, or the keyword is a
+ * bound and the tighter one is kept (sign: +1 keep the larger, -1 the
+ * smaller). */
+static const struct {
+    const char *key;
+    int sign;
+} SCALAR_KEYS[] = {{"type", 0}, {"enum", 0}, {"const", 0}, {"minimum", 1}, {"exclusiveMinimum", 1},
+                   {"maximum", -1}, {"exclusiveMaximum", -1}, {"multipleOf", 0}, {"minLength", 1},
+                   {"maxLength", -1}, {"pattern", 0}, {"format", 0}, {"minItems", 1}, {"maxItems", -1},
+                   {"uniqueItems", 0}, {"items", 0}};
+
+/* allOf of non-object schemas → one schema (new reference), or NULL. */
+static json_t *all_of_scalars(sc_t *c, const json_t *s, const json_t *all)
+{
+    json_t *out = json_object();
+    for (size_t i = 0; i <= json_array_size(all); i++) {
+        const json_t *e = all_of_part(c, s, all, i);
+        if (!e) {
+            sc_fail(c, "allOf", "'allOf' item %zu must be an object schema to be merged", i - 1);
+            goto fail;
+        }
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)e, key, v) {
+            if (in_list(key, ANNOTATIONS) || (i == 0 && strcmp(key, "allOf") == 0) || (i > 0 && strcmp(key, "$ref") == 0))
+                continue;
+            int k = -1;
+            for (size_t q = 0; q < sizeof SCALAR_KEYS / sizeof SCALAR_KEYS[0]; q++)
+                if (strcmp(SCALAR_KEYS[q].key, key) == 0)
+                    k = (int)q;
+            if (k < 0) {
+                sc_fail(c, "allOf", "'allOf' is supported with one schema, with object schemas, or with schemas of "
+                                    "independent keywords (%s has '%.40s')", i ? "an item" : "the schema next to it", key);
+                goto fail;
+            }
+            json_t *have = json_object_get(out, key);
+            if (!have || json_equal(have, v)) {
+                json_object_set(out, key, v);
+            } else if (SCALAR_KEYS[k].sign && json_is_number(have) && json_is_number(v)) {
+                double a = json_number_value(have), b = json_number_value(v);
+                if (SCALAR_KEYS[k].sign > 0 ? b > a : b < a)
+                    json_object_set(out, key, v);
+            } else {
+                sc_fail(c, "allOf", "'allOf' parts give different values for '%.40s'", key);
+                goto fail;
+            }
+        }
+    }
+    return out;
+fail:
+    json_decref(out);
+    return NULL;
+}
+
+/* alternatives of anyOf / oneOf (key) */
+static int alternatives_of(sc_t *c, const json_t *s, const char *kw)
+{
+    const json_t *alts = json_object_get(s, kw);
+    if (!json_is_array(alts) || json_array_size(alts) == 0) {
+        sc_fail(c, kw, "'%s' must be a non-empty array", kw);
         return -1;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)s, key, v) {
+        if (strcmp(key, kw) && !in_list(key, ANNOTATIONS)) {
+            sc_fail(c, key, "keyword '%.60s' next to '%s' is not supported", key, kw);
+            return -1;
+        }
+    }
+    size_t n = json_array_size(alts);
+    int *subs = xmalloc(n * sizeof *subs);
+    for (size_t i = 0; i < n; i++) {
+        char idx[24];
+        snprintf(idx, sizeof idx, "%zu", i);
+        subs[i] = compile_at(c, json_array_get(alts, i), kw, idx);
+        if (subs[i] < 0) {
+            free(subs);
+            return -1;
+        }
+    }
+    int r = alternatives_rule(c, subs, n);
+    free(subs);
+    return r;
+}
+
+static bool has_any(const json_t *s, const char *const *keys)
+{
+    for (; *keys; keys++)
+        if (json_object_get(s, *keys))
+            return true;
+    return false;
+}
+
+static const char *const OBJECT_KEYS[] = {"properties", "required", "additionalProperties", "propertyNames",
+                                          "minProperties", "maxProperties", "dependentRequired", NULL};
+static const char *const ARRAY_KEYS[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems",
+                                         "uniqueItems", NULL};
+static const char *const STRING_KEYS[] = {"minLength", "maxLength", "pattern", "format", NULL};
+static const char *const NUMBER_KEYS[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                          "multipleOf", NULL};
+
+static int any_rule(sc_t *c)
+{
+    int rr = new_rule(c);
+    if (rr < 0)
+        return -1;
+    rule_open(c, rr);
+    shared(c, &c->out, "value");
+    sb_puts(&c->out, "\n");
+    return rr;
+}
+
+/* One node, no relaxing (compile() wraps it). */
+static int compile_once(sc_t *c, const json_t *s)
+{
     if (json_is_true(s))
-        goto any;
+        return any_rule(c);
     if (json_is_false(s)) {
         sc_fail(c, NULL, "the schema 'false' matches nothing");
         return -1;
@@ -1118,10 +2244,11 @@ static int compile(sc_t *c, const json_t *s)
         sc_fail(c, NULL, "a schema must be an object or a boolean");
         return -1;
     }
-    if (++c->depth > JSON_SCHEMA_MAX_DEPTH) {
-        sc_fail(c, NULL, "schemas nested deeper than %d", JSON_SCHEMA_MAX_DEPTH);
+    if (c->depth + 1 > JSON_SCHEMA_MAX_DEPTH) {
+        sc_fatal(c, "schemas nested deeper than %d", JSON_SCHEMA_MAX_DEPTH);
         return -1;
     }
+    c->depth++;
     int result = -1;
     const char *key;
     json_t *v;
@@ -1195,48 +2322,32 @@ static int compile(sc_t *c, const json_t *s)
         free(vals);
         goto out;
     }
-    const json_t *any_of = json_object_get(s, "anyOf");
     const json_t *all_of = json_object_get(s, "allOf");
     if (all_of) {
-        if (!json_is_array(all_of) || json_array_size(all_of) != 1) {
-            sc_fail(c, "allOf", "'allOf' is supported only with exactly one schema");
+        if (!json_is_array(all_of) || json_array_size(all_of) == 0) {
+            sc_fail(c, "allOf", "'allOf' must be a non-empty array");
             goto out;
         }
-        if (any_of || json_object_get(s, "type")) {
-            sc_fail(c, "allOf", "'allOf' together with other constraints is not supported");
+        bool alone = true;
+        json_object_foreach((json_t *)s, key, v) alone &= strcmp(key, "allOf") == 0 || in_list(key, ANNOTATIONS);
+        if (alone && json_array_size(all_of) == 1) {
+            result = compile_at(c, json_array_get(all_of, 0), "allOf", "0");
             goto out;
         }
-        size_t old = path_push(c, "allOf", "0");
-        result = compile(c, json_array_get(all_of, 0));
-        path_pop(c, old);
+        json_t *m = all_of_is_objects(c, s, all_of) ? all_of_merge(c, s, all_of) : all_of_scalars(c, s, all_of);
+        if (!m)
+            goto out;
+        result = compile_at(c, m, "allOf", NULL);
+        json_decref(m);
         goto out;
     }
-    if (any_of) {
-        if (!json_is_array(any_of) || json_array_size(any_of) == 0) {
-            sc_fail(c, "anyOf", "'anyOf' must be a non-empty array");
-            goto out;
-        }
-        json_object_foreach((json_t *)s, key, v) {
-            if (strcmp(key, "anyOf") && !in_list(key, ANNOTATIONS)) {
-                sc_fail(c, key, "keyword '%.60s' next to 'anyOf' is not supported", key);
-                goto out;
-            }
-        }
-        size_t n = json_array_size(any_of);
-        int *subs = xmalloc(n * sizeof *subs);
-        for (size_t i = 0; i < n; i++) {
-            char idx[24];
-            snprintf(idx, sizeof idx, "%zu", i);
-            size_t old = path_push(c, "anyOf", idx);
-            subs[i] = compile(c, json_array_get(any_of, i));
-            path_pop(c, old);
-            if (subs[i] < 0) {
-                free(subs);
-                goto out;
-            }
-        }
-        result = alternatives_rule(c, subs, n);
-        free(subs);
+    if (json_object_get(s, "anyOf") && json_object_get(s, "oneOf")) {
+        sc_fail(c, "oneOf", "'oneOf' next to 'anyOf' is not supported");
+        goto out;
+    }
+    /* oneOf: alternatives; that exactly one matches is not enforced */
+    if (json_object_get(s, "anyOf") || json_object_get(s, "oneOf")) {
+        result = alternatives_of(c, s, json_object_get(s, "anyOf") ? "anyOf" : "oneOf");
         goto out;
     }
     const json_t *type = json_object_get(s, "type");
@@ -1273,32 +2384,64 @@ static int compile(sc_t *c, const json_t *s)
         goto out;
     }
     /* no type: infer it from the keywords used */
-    if (json_object_get(s, "properties") || json_object_get(s, "required") ||
-        json_object_get(s, "additionalProperties"))
+    if (has_any(s, OBJECT_KEYS))
         result = object_rule(c, s);
-    else if (json_object_get(s, "items") || json_object_get(s, "minItems") || json_object_get(s, "maxItems"))
+    else if (has_any(s, ARRAY_KEYS))
         result = array_rule(c, s);
-    else if (json_object_get(s, "minLength") || json_object_get(s, "maxLength") || json_object_get(s, "pattern"))
+    else if (has_any(s, STRING_KEYS))
         result = string_rule(c, s);
-    else if (json_object_get(s, "minimum") || json_object_get(s, "maximum") ||
-             json_object_get(s, "exclusiveMinimum") || json_object_get(s, "exclusiveMaximum"))
+    else if (has_any(s, NUMBER_KEYS))
         result = number_rule(c, s, false);
-    else {
-        c->depth--;
-        goto any;
-    }
+    else
+        result = any_rule(c);
 out:
     c->depth--;
     return c->failed ? -1 : result;
-any: {
-    int rr = new_rule(c);
-    if (rr < 0)
-        return -1;
-    rule_open(c, rr);
-    shared(c, &c->out, "value");
-    sb_puts(&c->out, "\n");
-    return rr;
 }
+
+/* Compiles node s. When relaxing, a keyword of s that fails is dropped (s
+ * is compiled again without it, its rules so far forgotten) and noted; a
+ * node that fails as a whole becomes "any value". */
+static int compile(sc_t *c, const json_t *s)
+{
+    if (c->failed)
+        return -1;
+    size_t out_n = c->out.n;
+    int n_rules = c->n_rules, n_memo = c->n_memo;
+    unsigned formats = c->formats;
+    json_t *copy = NULL;
+    const json_t *node = s;
+    for (;;) {
+        const json_t *prev = c->cur;
+        c->cur = node;
+        int r = compile_once(c, node);
+        c->cur = prev;
+        if (!c->failed || !c->relax || c->fatal || c->fnode != node || c->n_relaxed >= MAX_RELAXED) {
+            json_decref(copy);
+            return c->failed ? -1 : r;
+        }
+        c->out.n = out_n;
+        if (c->out.s)
+            c->out.s[out_n] = 0;
+        c->n_rules = n_rules;
+        for (int i = n_memo; i < c->n_memo; i++)
+            free(c->memo[i].ref);
+        c->n_memo = n_memo;
+        c->formats = formats;
+        sb_printf(&c->relaxed, "%s%s: %s", c->n_relaxed ? "; " : "", c->fpath[0] ? c->fpath : "/", c->ferr);
+        c->n_relaxed++;
+        c->failed = false;
+        json_t *next;
+        if (c->fkey[0] && json_is_object(node) && json_object_get(node, c->fkey)) {
+            next = json_copy((json_t *)node);
+            json_object_del(next, c->fkey);
+        } else {
+            next = json_true();
+        }
+        json_decref(copy);
+        copy = next;
+        node = next;
+    }
 }
 
 /* The shared JSON rules, every name prefixed. */
@@ -1315,40 +2458,66 @@ static void shared_rules(sbuf_t *b, const char *p)
      * Schema, ajv) and for UTF-16 length (JavaScript, zod) alike */
     sb_printf(b, "%sbchar ::= [^\"\\\\\\x00-\\x1f\\U00010000-\\U0010ffff] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3})\n", p);
     sb_printf(b, "%sinteger ::= \"-\"? (\"0\" | [1-9] [0-9]{0,14})\n", p);
-    sb_printf(b, "%snumber ::= %sinteger (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,3})?\n", p, p);
+    /* exponents of ≤ 2 digits: the value stays finite in a double */
+    sb_printf(b, "%snumber ::= %sinteger (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,2})?\n", p, p);
     sb_printf(b, "%sboolean ::= \"true\" | \"false\"\n", p);
     sb_printf(b, "%snull ::= \"null\"\n", p);
     sb_printf(b, "%sws ::= (\" \" | \"\\n\" [ \\t]{0,12})?\n", p);
 }
 
-char *json_schema_to_gbnf(const json_t *schema, const char *prefix, char *err, size_t errlen, char *path,
-                          size_t pathlen)
+static char *to_gbnf(const json_t *schema, const char *prefix, bool relax, char **relaxed, char *err,
+                     size_t errlen, char *path, size_t pathlen)
 {
-    sc_t c = {.root = schema, .pfx = prefix ? prefix : "", .err = err, .errlen = errlen, .epath = path,
-              .epathlen = pathlen};
+    sc_t c = {.root = schema, .pfx = prefix ? prefix : "", .relax = relax};
     if (err && errlen)
         err[0] = 0;
     if (path && pathlen)
         path[0] = 0;
+    if (relaxed)
+        *relaxed = NULL;
     int top = compile(&c, schema);
     for (int i = 0; i < c.n_memo; i++)
         free(c.memo[i].ref);
     free(c.memo);
     if (top < 0 || c.failed) {
+        if (err && errlen)
+            errbuf_set(err, errlen, "%s", c.ferr);
+        if (path && pathlen)
+            snprintf(path, pathlen, "%s", c.fpath);
         free(c.out.s);
+        free(c.relaxed.s);
         return NULL;
     }
     sbuf_t out = {0};
     sb_printf(&out, "%sroot ::= %ss%d\n", c.pfx, c.pfx, top);
-    sb_putn(&out, c.out.s, c.out.n);
+    if (c.out.s)
+        sb_putn(&out, c.out.s, c.out.n);
     free(c.out.s);
     shared_rules(&out, c.pfx);
+    format_rules(&out, c.pfx, c.formats);
     if (out.n > GBNF_MAX_TEXT) {
         errbuf_set(err, errlen, "the schema is too large (its grammar exceeds %u bytes)", GBNF_MAX_TEXT);
         free(out.s);
+        free(c.relaxed.s);
         return NULL;
     }
+    if (relaxed)
+        *relaxed = c.relaxed.s;
+    else
+        free(c.relaxed.s);
     return out.s;
+}
+
+char *json_schema_to_gbnf(const json_t *schema, const char *prefix, char *err, size_t errlen, char *path,
+                          size_t pathlen)
+{
+    return to_gbnf(schema, prefix, false, NULL, err, errlen, path, pathlen);
+}
+
+char *json_schema_to_gbnf_relaxed(const json_t *schema, const char *prefix, char **relaxed, char *err,
+                                  size_t errlen)
+{
+    return to_gbnf(schema, prefix, true, relaxed, err, errlen, NULL, 0);
 }
 
 char *json_schema_object_gbnf(const char *prefix)

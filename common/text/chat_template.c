@@ -18,6 +18,7 @@
 
 #include "common/errbuf.h"
 #include "common/log.h"
+#include "common/text/tool_format.h"
 #include "common/xalloc.h"
 #include "common/vec.h"
 
@@ -641,6 +642,23 @@ static const json_t *call_args(const json_t *call)
     return a;
 }
 
+/* One call in f's syntax (common/text/tool_format.h), its arguments written
+ * as the template's tojson does. raw_string: a string argument is written as
+ * is (Qwen3), not JSON-encoded. */
+static void put_call(sb_t *sb, const tool_format_t *f, const json_t *call, bool raw_string)
+{
+    const json_t *a = call_args(call);
+    sb_t args = {0};
+    if (raw_string && json_is_string(a))
+        sb_puts(&args, json_string_value(a));
+    else
+        sb_put_tojson(&args, a, 0, 0);
+    char *text = tool_format_call_text(f, call_name(call), args.buf ? args.buf : "");
+    sb_puts(sb, text);
+    free(text);
+    free(args.buf);
+}
+
 /* The Hermes/Qwen tool preamble: "# Tools ... <tools>\n{tool}...\n</tools> ...". */
 static void put_hermes_tools(render_t *R, sb_t *sb)
 {
@@ -661,15 +679,7 @@ static void put_hermes_tools(render_t *R, sb_t *sb)
  * raw_string: a string argument is written as is (Qwen3), not JSON-encoded. */
 static void put_hermes_call(sb_t *sb, const json_t *call, bool raw_string)
 {
-    const json_t *a = call_args(call);
-    sb_puts(sb, "<tool_call>\n{\"name\": \"");
-    sb_puts(sb, call_name(call));
-    sb_puts(sb, "\", \"arguments\": ");
-    if (raw_string && json_is_string(a))
-        sb_puts(sb, json_string_value(a));
-    else
-        sb_put_tojson(sb, a, 0, 0);
-    sb_puts(sb, "}\n</tool_call>");
+    put_call(sb, &tool_format_hermes, call, raw_string);
 }
 
 static int render_chatml(render_t *R)
@@ -824,11 +834,8 @@ static int render_llama31(render_t *R)
                 return fail(R, "messages[%zu]: the %s template takes exactly one tool call per "
                                "assistant message", i, R->t->variant);
             const json_t *call = json_array_get(R->calls[i], 0);
-            sb_puts(&R->sb, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
-            sb_puts(&R->sb, call_name(call));
-            sb_puts(&R->sb, "\", \"parameters\": ");
-            sb_put_tojson(&R->sb, call_args(call), 0, 0);
-            sb_puts(&R->sb, "}");
+            sb_puts(&R->sb, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+            put_call(&R->sb, &tool_format_llama3, call, false);
         } else if (R->r[i] == R_TOOL) {
             sb_puts(&R->sb, "<|start_header_id|>ipython<|end_header_id|>\n\n");
             sb_put_json_string(&R->sb, R->m[i].content);
@@ -1047,7 +1054,7 @@ static int render_mistral_nemo(render_t *R)
             sb_puts(&R->sb, R->m[i].content);
             sb_puts(&R->sb, "[/INST]");
         } else if (R->calls[i]) {
-            sb_puts(&R->sb, "[TOOL_CALLS][");
+            sb_puts(&R->sb, tool_format_mistral.open);
             size_t j;
             json_t *call;
             json_array_foreach(R->calls[i], j, call) {
@@ -1064,9 +1071,9 @@ static int render_mistral_nemo(render_t *R)
                 sb_puts(&R->sb, id);
                 sb_puts(&R->sb, "\"}");
                 if (j + 1 < json_array_size(R->calls[i])) {
-                    sb_puts(&R->sb, ", ");
+                    sb_puts(&R->sb, tool_format_mistral.sep);
                 } else {
-                    sb_puts(&R->sb, "]");
+                    sb_puts(&R->sb, tool_format_mistral.close);
                     sb_puts(&R->sb, R->t->eos);
                 }
             }
@@ -1172,10 +1179,10 @@ static bool native_tools(const chat_template_t *t)
 const char *chat_template_tool_format(const chat_template_t *t)
 {
     if (t->family == CHAT_FAMILY_LLAMA3 && (t->flags & V_LLAMA31))
-        return "llama3";
+        return tool_format_llama3.name;
     if (t->family == CHAT_FAMILY_MISTRAL && (t->flags & V_MISTRAL_TOOLS))
-        return "mistral";
-    return "hermes";
+        return tool_format_mistral.name;
+    return tool_format_hermes.name;
 }
 
 /* Families without tools in their template: the conversation is rewritten

@@ -183,11 +183,11 @@ int chat_template_render_opts(const chat_template_t *t, const chat_msg_t *msgs, 
                               const chat_render_opts_t *o, char **out, size_t *out_len, char *err,
                               size_t errlen);
 
-/* How a model of this template writes a tool call, for the gateway's parser:
- * "llama3" (Llama 3.1+: a bare {"name": .., "parameters": ..} object),
- * "mistral" (Mistral Nemo: [TOOL_CALLS][{"name": .., "arguments": ..}, ...])
- * or "hermes" (<tool_call>{...}</tool_call>: Qwen and the generic fallback).
- * A static string. */
+/* How a model of this template writes a tool call: the name of its
+ * tool_format_t (common/text/tool_format.h) — "llama3" (Llama 3.1+),
+ * "mistral" (Mistral Nemo) or "hermes" (Qwen and the generic rewrite of
+ * every family without native tools). The calls this file renders use that
+ * format's markers. A static string. */
 const char *chat_template_tool_format(const chat_template_t *t);
 
 #endif

@@ -9,6 +9,7 @@
 #include "common/errbuf.h"
 #include "common/grammar/json_schema.h"
 #include "common/log.h"
+#include "common/text/tool_format.h"
 #include "common/xalloc.h"
 
 typedef struct {
@@ -25,6 +26,26 @@ static void put(buf_t *b, const char *s)
     }
     memcpy(b->buf + b->len, s, n + 1);
     b->len += n;
+}
+
+/* s as a GBNF string literal (quotes, backslashes and control characters
+ * escaped). */
+static void put_lit(buf_t *b, const char *s)
+{
+    put(b, "\"");
+    for (; *s; s++) {
+        char c[3] = {*s, 0, 0};
+        if (*s == '"' || *s == '\\')
+            c[0] = '\\', c[1] = *s;
+        else if (*s == '\n')
+            c[0] = '\\', c[1] = 'n';
+        else if (*s == '\r')
+            c[0] = '\\', c[1] = 'r';
+        else if (*s == '\t')
+            c[0] = '\\', c[1] = 't';
+        put(b, c);
+    }
+    put(b, "\"");
 }
 
 /* Names are [A-Za-z0-9_-] (the gateway checks), so they need no escaping
@@ -46,9 +67,10 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
     json_error_t je;
     json_t *tools = json_loads(tools_json ? tools_json : "", 0, &je);
     const char *only = strncmp(choice, "function:", 9) == 0 ? choice + 9 : NULL;
-    bool llama3 = strcmp(fmt, "llama3") == 0;
-    bool mistral = strcmp(fmt, "mistral") == 0;
-    buf_t alts = {0}, rules = {0};
+    const tool_format_t *tf = tool_format_find(fmt);
+    if (!tf)
+        tf = &tool_format_hermes;
+    buf_t alts = {0}, rules = {0}, notes = {0}; /* notes: what was relaxed, logged once */
     char *out = NULL;
     size_t n_alts = 0;
     if (!json_is_array(tools)) {
@@ -69,24 +91,34 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
         char prefix[32], line[256];
         snprintf(prefix, sizeof prefix, "t%zu-", i);
         json_t *params = json_object_get(f, "parameters");
-        char *g = NULL, cerr[256] = "", path[256] = "";
-        if (params)
+        bool strict = json_is_true(json_object_get(f, "strict"));
+        char *g = NULL, *relaxed = NULL, cerr[256] = "", path[256] = "";
+        if (params && strict)
             g = json_schema_to_gbnf(params, prefix, cerr, sizeof cerr, path, sizeof path);
+        else if (params)
+            g = json_schema_to_gbnf_relaxed(params, prefix, &relaxed, cerr, sizeof cerr);
+        if (!g && params && strict) {
+            errbuf_set(err, errlen, "tools[%zu].function.parameters%s: %s", i, path, cerr);
+            goto done;
+        }
+        if (relaxed) {
+            snprintf(line, sizeof line, "%stool %s: ", notes.len ? "; " : "", name);
+            put(&notes, line);
+            put(&notes, relaxed);
+            free(relaxed);
+        }
         if (!g) {
-            if (params && json_is_true(json_object_get(f, "strict"))) {
-                errbuf_set(err, errlen, "tools[%zu].function.parameters%s: %s", i, path, cerr);
-                goto done;
+            if (params) {
+                snprintf(line, sizeof line, "%stool %s: any JSON object (%.150s)", notes.len ? "; " : "", name, cerr);
+                put(&notes, line);
             }
-            if (params)
-                log_info("tool %s: parameters schema not compiled (%s at %s): any JSON object", name, cerr,
-                         path[0] ? path : "/");
             g = json_schema_object_gbnf(prefix);
         }
         put(&rules, g);
         put(&rules, "\n");
         free(g);
         snprintf(line, sizeof line, "%s\"%s\\\", \\\"%s\\\": \" %sroot", n_alts ? " | " : "", name,
-                 llama3 ? "parameters" : "arguments", prefix);
+                 tf->args_key, prefix);
         put(&alts, line);
         n_alts++;
     }
@@ -94,23 +126,46 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
         errbuf_set(err, errlen, "tool_choice names the function '%.64s', which is not in tools", only ? only : "");
         goto done;
     }
+    /* root ::= open call (sep call)* close   (one call without sep or parallel)
+     * call ::= call_open {"name": " call-body } call_close */
     buf_t g = {0};
-    if (llama3) {
-        put(&g, "root ::= \"{\\\"name\\\": \\\"\" call-body \"}\"\n");
-    } else if (mistral) {
-        put(&g, parallel ? "root ::= \"[TOOL_CALLS][\" call (\", \" call)* \"]\"\n"
-                         : "root ::= \"[TOOL_CALLS][\" call \"]\"\n");
-        put(&g, "call ::= \"{\\\"name\\\": \\\"\" call-body \"}\"\n");
-    } else {
-        put(&g, parallel ? "root ::= call (\"\\n\" call)*\n" : "root ::= call\n");
-        put(&g, "call ::= \"<tool_call>\\n{\\\"name\\\": \\\"\" call-body \"}\\n</tool_call>\"\n");
+    put(&g, "root ::= ");
+    if (tf->open[0]) {
+        put_lit(&g, tf->open);
+        put(&g, " ");
     }
+    put(&g, "call");
+    if (parallel && tf->sep) {
+        put(&g, " (");
+        put_lit(&g, tf->sep);
+        put(&g, " call)*");
+    }
+    if (tf->close[0]) {
+        put(&g, " ");
+        put_lit(&g, tf->close);
+    }
+    put(&g, "\ncall ::= ");
+    buf_t head = {0}, tail = {0};
+    put(&head, tf->call_open);
+    put(&head, "{\"name\": \"");
+    put(&tail, "}");
+    put(&tail, tf->call_close);
+    put_lit(&g, head.buf);
+    put(&g, " call-body ");
+    put_lit(&g, tail.buf);
+    put(&g, "\n");
+    free(head.buf);
+    free(tail.buf);
     put(&g, "call-body ::= ");
     put(&g, alts.buf);
     put(&g, "\n");
     put(&g, rules.buf);
     out = g.buf;
 done:
+    if (notes.len && out)
+        log_warn("tool_choice %s: schema keywords relaxed (not enforced, the tools are not strict): %s", choice,
+                 notes.buf);
+    free(notes.buf);
     json_decref(tools);
     free(alts.buf);
     free(rules.buf);

@@ -276,6 +276,9 @@ static char *render_std(void)
         metrics_gauge_set(s.kv_cache_usage_perc, lm, 0.42);
         metrics_counter_add(s.prefix_cache_queries, lm, 1000);
         metrics_counter_add(s.prefix_cache_hits, lm, 640);
+        metrics_counter_add(s.external_prefix_cache_hits, lm, 128);
+        metrics_counter_add(s.kv_disk_written, lm, 4096);
+        metrics_gauge_set(s.kv_disk_enabled, (const char *[]){"qwen3-0.6b", "host:1:a"}, 1);
         metrics_counter_add(s.num_preemptions, lm, 2);
         metrics_counter_add(s.prompt_tokens, lm, 1234);
         metrics_counter_add(s.generation_tokens, lm, 4321);
@@ -313,6 +316,7 @@ static void test_std_families(void **st)
     const char *names[] = {
         "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
+        "vllm:external_prefix_cache_hits_total", "pagoda_kv_disk_written_bytes_total", "pagoda_kv_disk_enabled",
         "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
         "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
         "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds", "pagoda_requests_total",
@@ -368,7 +372,7 @@ static void test_promtool(void **st)
     unlink(path);
     assert_true(rc == 0 || rc == 3); /* 1 would be a parse failure */
     assert_int_equal(n_other, 0);
-    assert_int_equal(n_colon, 13);   /* one per vllm: family, nothing else */
+    assert_int_equal(n_colon, 14);   /* one per vllm: family, nothing else */
 
     /* The pagoda_* part alone must be entirely lint-clean (rc 0). */
     char *pg = strstr(text, "# HELP pagoda_");

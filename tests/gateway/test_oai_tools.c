@@ -232,6 +232,37 @@ static void test_template_kwargs(void **state)
     }
 }
 
+/* A strict tool's schema must compile whole: 400 naming the parameters and
+ * the refused keyword's JSON pointer; the same schema without strict is
+ * accepted (the worker relaxes the keyword when it forces a call). */
+static void test_strict_schema(void **state)
+{
+    (void)state;
+    static const char *fmt =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"a\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\",%s\"parameters\":"
+        "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"array\",\"uniqueItems\":true}}}}}]}";
+    char body[512];
+    oai_request_t r;
+    oai_error_t e;
+    snprintf(body, sizeof body, fmt, "\"strict\":true,");
+    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "tools[1].function.parameters");
+    if (!strstr(e.message, "/properties/x/uniqueItems"))
+        fail_msg("message without the pointer: %s", e.message);
+    snprintf(body, sizeof body, fmt, "\"strict\":false,");
+    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e), 0);
+    oai_request_free(&r);
+    /* a strict schema that compiles is accepted */
+    const char *good = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":"
+                       "\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":{\"type\":\"object\","
+                       "\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":-9007199254740991}},\"required\":[\"n\"],"
+                       "\"additionalProperties\":false}}}]}";
+    assert_int_equal(oai_parse_request((const uint8_t *)good, strlen(good), OAI_CHAT, &r, &e), 0);
+    oai_request_free(&r);
+}
+
 /* The patched bodies are what the SDKs read: message.tool_calls with
  * id/type/function{name, arguments: string}, content null, finish
  * "tool_calls"; a chunk's delta.tool_calls carries index. */
@@ -281,6 +312,7 @@ int main(void)
         cmocka_unit_test(test_parse_request),
         cmocka_unit_test(test_patch),
         cmocka_unit_test(test_template_kwargs),
+        cmocka_unit_test(test_strict_schema),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

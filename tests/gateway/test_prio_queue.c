@@ -49,6 +49,28 @@ static void test_tier_names(void **st)
     assert_string_equal(prio_tier_name(PRIO_TIER_NORMAL), "normal");
 }
 
+/* The oldest waiter per tier (for /health): pushes out of time order,
+ * then removals of the oldest, down to empty tiers. */
+static void test_oldest_per_tier(void **st)
+{
+    (void)st;
+    prio_queue_t *q = mkq(16, 0, 1, 2, 1.0 / 30);
+    assert_int_equal(prio_queue_oldest_us(q, PRIO_TIER_HIGH), 0);
+    assert_int_equal(prio_queue_push(q, 1, PRIO_TIER_LOW, 50 * S, 0, NULL), PRIO_QUEUE_OK);
+    assert_int_equal(prio_queue_push(q, 2, PRIO_TIER_LOW, 20 * S, 0, NULL), PRIO_QUEUE_OK);
+    assert_int_equal(prio_queue_push(q, 3, PRIO_TIER_HIGH, 70 * S, 0, NULL), PRIO_QUEUE_OK);
+    assert_int_equal(prio_queue_push(q, 4, PRIO_TIER_LOW, 90 * S, 0, NULL), PRIO_QUEUE_OK);
+    assert_int_equal(prio_queue_oldest_us(q, PRIO_TIER_LOW), 20 * S);
+    assert_int_equal(prio_queue_oldest_us(q, PRIO_TIER_HIGH), 70 * S);
+    assert_int_equal(prio_queue_oldest_us(q, PRIO_TIER_NORMAL), 0);
+    assert_int_equal(prio_queue_remove(q, 2, NULL), PRIO_QUEUE_OK);
+    assert_int_equal(prio_queue_oldest_us(q, PRIO_TIER_LOW), 50 * S);
+    assert_int_equal(pop_id(q), 3);
+    assert_int_equal(prio_queue_oldest_us(q, PRIO_TIER_HIGH), 0);
+    assert_int_equal(prio_queue_oldest_us(q, (prio_tier_t)7), 0);
+    prio_queue_free(&q);
+}
+
 static void test_bad_config(void **st)
 {
     (void)st;
@@ -365,6 +387,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tier_names),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_oldest_per_tier),
         cmocka_unit_test(test_tiers_and_fifo),
         cmocka_unit_test(test_fifo_by_time_not_push_order),
         cmocka_unit_test(test_aging_overtake),

@@ -146,8 +146,8 @@ async function hostile(url, model) {
   const big = { type: "object", properties: {} };
   for (let i = 0; i < 20000; i++) big.properties["p" + i] = { type: "integer", minimum: -i, maximum: 99999 + i };
   const rows = [
-    ["oneOf refused, keyword named", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { oneOf: [{}] } } } }, /oneOf/],
-    ["format refused at its path", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object", properties: { e: { type: "string", format: "email" } } } } } }, /properties\/e\/format/],
+    ["'not' refused, keyword named", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { not: {} } } } }, /'not'/],
+    ["unknown format refused at its path", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object", properties: { e: { type: "string", format: "iri" } } } } } }, /properties\/e\/format/],
     ["unresolvable $ref", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { $ref: "#/$defs/nope" } } } }, /\$ref/],
     ["schema that never finishes", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { $defs: { a: { type: "array", items: { $ref: "#/$defs/a" }, minItems: 1 } }, $ref: "#/$defs/a" } } } }, /never finish/],
     ["missing json_schema", { response_format: { type: "json_schema" } }, /json_schema/],

@@ -135,7 +135,8 @@ check "with --keys, /admin/workers: no key 401, non-admin 403, admin 200 ($c1 $c
   bash -c "[[ $c1 == 401 && $c2 == 403 && $c3 == 200 ]]"
 c4=$(curl -s -o /dev/null -w '%{http_code}' "$URL/admin/workers")
 check "without --keys but with --admin-open, /admin/workers is open (200)" test "$c4" = 200
-c5=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HP2/admin/workers" -H "Origin: http://127.0.0.1:$HP2" -H "Authorization: Bearer ops-secret")
+# (a page of another origin: the gateway's own origin is its web console's, gateway/ui.h)
+c5=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HP2/admin/workers" -H "Origin: http://127.0.0.1:$((HP2 + 1))" -H "Authorization: Bearer ops-secret")
 check "even with the admin key, a request from a web page (Origin header, no --cors-origin) → 403 ($c5)" test "$c5" = 403
 HP3=$(free_port); ZP3=$(free_port)
 spawn "$TMP/gw3.log" "$GW" --listen 127.0.0.1:$HP3 --worker-endpoint tcp://127.0.0.1:$ZP3

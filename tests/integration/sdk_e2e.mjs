@@ -26,6 +26,17 @@ const metric = async (url, line) => {
   return m ? Number(m.slice(line.length + 1)) : 0;
 };
 const chatMsg = [{ role: "user", content: "Once upon a time" }];
+// The health of url once pred holds on it (polled), or the last one after ms:
+// the gateway's state, not a sleep, says when a step has happened.
+const healthWhen = async (url, pred, ms = 20000) => {
+  const end = Date.now() + ms;
+  let h = await health(url);
+  while (!pred(h) && Date.now() < end) {
+    await sleep(20);
+    h = await health(url);
+  }
+  return h;
+};
 
 async function errorClass(fn) {
   try {
@@ -223,7 +234,8 @@ ok(dflt.usage.completion_tokens === 16, `completion without max_tokens stops at 
 // --- gateway B: one slot, --max-queue 7. Priority, 429, queued cancel ----------------------------
 // The worker is saturated deterministically: SIGSTOP it (its one slot then
 // holds the first request), queue the rest, SIGCONT it well within the
-// liveness window (3 heartbeats of 1 s).
+// liveness window (3 heartbeats of 1 s). Each step waits for /health to show
+// the previous one happened, not for a fixed time.
 {
   const wpid = (await health(URL_B)).workers[0].pid;
   const order = [];
@@ -231,12 +243,11 @@ ok(dflt.usage.completion_tokens === 16, `completion without max_tokens stops at 
     .then(() => order.push(tag));
   process.kill(wpid, "SIGSTOP");
   const lows = [req(B_low, "L0")];
-  await sleep(100); // L0 takes the one slot
+  await healthWhen(URL_B, (h) => h.models[MODEL].running === 1); // L0 takes the one slot
   lows.push(...[1, 2, 3].map((i) => req(B_low, `L${i}`)));
-  await sleep(100);
+  await healthWhen(URL_B, (h) => h.models[MODEL].queued === 3);
   const highs = [0, 1, 2, 3].map((i) => req(B_high, `H${i}`));
-  await sleep(100);
-  let h = await health(URL_B);
+  let h = await healthWhen(URL_B, (h) => h.models[MODEL].queued === 7);
   ok(h.models[MODEL].queued === 7 && h.models[MODEL].running === 1,
      `worker busy: 1 running, 7 queued (${h.models[MODEL].running}, ${h.models[MODEL].queued})`);
   const e = await errorClass(() => B_low.completions.create({ model: MODEL, prompt: "x", max_tokens: 2 }));
@@ -256,15 +267,14 @@ ok(dflt.usage.completion_tokens === 16, `completion without max_tokens stops at 
   const wpid = (await health(URL_B)).workers[0].pid;
   process.kill(wpid, "SIGSTOP");
   const first = B_high.completions.create({ model: MODEL, prompt: "Once upon a time", max_tokens: 4, temperature: 0 });
-  await sleep(50);
+  await healthWhen(URL_B, (h) => h.models[MODEL].running === 1); // it holds the slot
   const ac = new AbortController();
   const p = B_low.completions.create({ model: MODEL, prompt: "Once upon a time", max_tokens: 4 }, { signal: ac.signal }).catch((x) => x);
-  let h;
-  for (let i = 0; i < 20; i++) { h = await health(URL_B); if (h.models[MODEL].queued === 1) break; await sleep(20); }
+  let h = await healthWhen(URL_B, (h) => h.models[MODEL].queued === 1);
   ok(h.models[MODEL].queued === 1, "a request waits in the queue");
   ac.abort();
   await p;
-  for (let i = 0; i < 20; i++) { h = await health(URL_B); if (h.models[MODEL].queued === 0) break; await sleep(50); }
+  h = await healthWhen(URL_B, (h) => h.models[MODEL].queued === 0);
   ok(h.models[MODEL].queued === 0 && h.models[MODEL].running === 1, "aborting it removes it from the queue (the running one stays)");
   process.kill(wpid, "SIGCONT");
   const r = await first;

@@ -2,12 +2,18 @@
 // real pagoda gateway (started by tools_sdk.sh) serving "qwen" (Qwen2.5
 // template: Hermes calls), "llama" (Llama 3.2 template: JSON calls),
 // "mistral" (Mistral Nemo template: [TOOL_CALLS] arrays) and "qwen3" (Qwen3
-// template, for chat_template_kwargs), all tiny random-weight models. Prints "ok - …" / "not ok - …".
+// template, for chat_template_kwargs), all tiny random-weight models; streamed
+// tool calls also through the AI SDK (ai + @ai-sdk/openai-compatible, zod 4
+// schemas) and LangChain JS (@langchain/openai). Prints "ok - …" / "not ok - …".
 //
 // env: URL  the gateway; SEEDS  seeds per (model, tool_choice) for the
 //      schema-validation sweep
 import OpenAI from "../js/node_modules/openai/index.mjs";
 import Ajv from "../js/node_modules/ajv/dist/ajv.js";
+import { streamText, tool as aiTool } from "../js/node_modules/ai/dist/index.mjs";
+import { createOpenAICompatible } from "../js/node_modules/@ai-sdk/openai-compatible/dist/index.mjs";
+import { z } from "../js/node_modules/zod/index.js";
+import { ChatOpenAI } from "../js/node_modules/@langchain/openai/dist/index.js";
 
 const { URL, SEEDS } = process.env;
 const nSeeds = Number(SEEDS || 12);
@@ -112,6 +118,106 @@ for (const model of ["qwen", "llama", "mistral"]) {
     const b = final.choices[0].message.tool_calls.map((c) => [c.function.name, c.function.arguments]);
     ok(JSON.stringify(a) === JSON.stringify(b) && final.choices[0].finish_reason === "tool_calls",
        `${model}: streamed tool calls reassembled by the SDK equal the non-streamed ones (${JSON.stringify(b)})`);
+  }
+
+  // --- streamed arguments arrive in fragments as the model writes them: the call's
+  // first chunk has id, type and name, later ones only argument fragments, and the
+  // fragments add up to the non-streamed arguments ---------------------------------------
+  {
+    const body = { model, messages, tools, tool_choice: "required", temperature: 1, seed: 7, max_tokens: 300 };
+    const stream = await client.chat.completions.create({ ...body, stream: true });
+    const calls = [];
+    let shape = "", finish = null;
+    for await (const chunk of stream) {
+      const ch = chunk.choices[0];
+      if (!ch) continue;
+      if (ch.finish_reason) finish = ch.finish_reason;
+      for (const tc of ch.delta.tool_calls || []) {
+        let c = calls[tc.index];
+        if (!c) {
+          c = calls[tc.index] = { name: tc.function?.name, args: "", frags: 0 };
+          if (!(/^call_[0-9a-f]{24}$/.test(tc.id) && tc.type === "function" && tc.function?.name))
+            shape ||= `first chunk of call ${tc.index} lacks id/type/name: ${JSON.stringify(tc)}`;
+        } else if (tc.id !== undefined || tc.function?.name !== undefined) {
+          shape ||= `a later chunk of call ${tc.index} repeats id/name: ${JSON.stringify(tc)}`;
+        }
+        if (tc.function?.arguments) {
+          c.args += tc.function.arguments;
+          c.frags++;
+        }
+      }
+    }
+    const whole = await client.chat.completions.create(body);
+    const a = whole.choices[0].message.tool_calls.map((c) => [c.function.name, c.function.arguments]);
+    const b = calls.map((c) => [c.name, c.args]);
+    const frags = calls.map((c) => c.frags);
+    ok(!shape && JSON.stringify(a) === JSON.stringify(b) && finish === "tool_calls" && Math.max(...frags) > 1,
+       `${model}: streamed arguments come in fragments (${frags.join(", ")} per call) that add up to the ` +
+       `non-streamed ones${shape ? ` — ${shape}` : ""} (${JSON.stringify(b)})`);
+  }
+
+  // --- the AI SDK's streamText shows the call's input growing: tool-input-start, several
+  // tool-input-delta parts, tool-input-end, then the tool-call with the same input -------
+  {
+    const provider = createOpenAICompatible({ name: "pagoda", baseURL: `${URL}/v1`, apiKey: "none" });
+    const weather = aiTool({
+      description: "Current weather for a city",
+      inputSchema: z.object({ location: z.string().max(12), unit: z.enum(["celsius", "fahrenheit"]) }),
+    });
+    const r = streamText({
+      model: provider.chatModel(model), system: messages[0].content, messages: messages.slice(1),
+      tools: { get_weather: weather }, toolChoice: "required", temperature: 1, seed: 7,
+      maxOutputTokens: 300, maxRetries: 0,
+    });
+    // per call (parallel calls interleave nothing, but each has its own id)
+    const seen = [], deltas = {}, texts = {}, inputs = {};
+    let err = null;
+    for await (const part of r.fullStream) {
+      seen.push(part.type);
+      if (part.type === "tool-input-delta") {
+        deltas[part.id] = (deltas[part.id] || 0) + 1;
+        texts[part.id] = (texts[part.id] || "") + part.delta;
+      } else if (part.type === "tool-call") {
+        inputs[part.toolCallId] = part.input;
+      } else if (part.type === "error") {
+        err = part.error;
+      }
+    }
+    const ids = Object.keys(inputs);
+    const order = seen.indexOf("tool-input-start") >= 0 && seen.indexOf("tool-input-start") < seen.indexOf("tool-input-delta") &&
+      seen.indexOf("tool-input-delta") < seen.indexOf("tool-call");
+    const same = ids.length > 0 && ids.every((id) => {
+      try {
+        return JSON.stringify(JSON.parse(texts[id])) === JSON.stringify(inputs[id]) && validators.get_weather(inputs[id]);
+      } catch {
+        return false;
+      }
+    });
+    const counts = ids.map((id) => deltas[id] || 0);
+    ok(!err && order && same && Math.max(...counts) > 1,
+       `${model}: AI SDK streamText: tool-input-delta parts (${counts.join(", ")} per call) build each ` +
+       `tool-call's input ${JSON.stringify(Object.values(inputs))}` + (err ? ` (error ${err})` : ""));
+  }
+
+  // --- LangChain JS: streamed AIMessageChunks carry tool_call_chunks with the
+  // arguments growing; the concatenated message has the same calls -------------------
+  {
+    const llm = new ChatOpenAI({ model, apiKey: "none", configuration: { baseURL: `${URL}/v1` },
+                                 temperature: 1, maxTokens: 300, maxRetries: 0, modelKwargs: { seed: 7 } });
+    const bound = llm.bindTools([tools[0]], { tool_choice: "required" });
+    let full = null, withArgs = 0, err = null;
+    try {
+      for await (const chunk of await bound.stream(messages)) {
+        withArgs += (chunk.tool_call_chunks || []).filter((c) => c.args).length;
+        full = full ? full.concat(chunk) : chunk;
+      }
+    } catch (e) {
+      err = e;
+    }
+    const calls = full?.tool_calls || [];
+    ok(!err && calls.length > 0 && withArgs > 1 && calls.every((c) => c.name === "get_weather" && validators.get_weather(c.args)),
+       `${model}: LangChain stream: ${withArgs} tool_call_chunks with argument fragments, calls ` +
+       `${JSON.stringify(calls.map((c) => c.args))}` + (err ? ` (error ${err.message})` : ""));
   }
 
   // --- auto and none: a well-formed answer either way -----------------------------------

@@ -729,6 +729,82 @@ static void sample_messages(proto_msg_t ms[N_SAMPLES])
 }
 
 /* Every proper prefix of every valid body is rejected as truncated. */
+/* The request id of a SUBMIT, EVENT or ERROR; 0 for other types. */
+static uint64_t msg_id(const proto_msg_t *m)
+{
+    switch (m->type) {
+    case PROTO_SUBMIT: return m->submit.id;
+    case PROTO_EVENT: return m->event.id;
+    case PROTO_ERROR: return m->error.id;
+    default: return 0;
+    }
+}
+
+/* What a refused body with a readable id decodes to: type and id, nothing else. */
+static const proto_msg_t *only_id(int type, uint64_t id)
+{
+    static proto_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = (proto_type_t)type;
+    if (type == PROTO_SUBMIT)
+        m.submit.id = id;
+    else if (type == PROTO_EVENT)
+        m.event.id = id;
+    else if (type == PROTO_ERROR)
+        m.error.id = id;
+    return &m;
+}
+
+/* A malformed EVENT or ERROR keeps its request id wherever the id sits in the
+ * map (the gateway fails that request at once instead of at its deadline);
+ * an id that is not a uint >= 1 at the top level, or another type, keeps
+ * nothing. Bodies from msgpack-c's packer. */
+static void test_malformed_keeps_id(void **state)
+{
+    static const struct {
+        const char *what;
+        int type;
+        kv_t kv[5];
+        size_t n;
+        int want_rc;
+        uint64_t want_id; /* 0: out cleared */
+    } cases[] = {
+        {"ERROR with an HTTP status as its err (the #22 hang)", PROTO_ERROR,
+         {KU("id", 42), KU("code", 400), KS("msg", "bad"), KU("err", 400)}, 4, PROTO_ERANGE, 42},
+        {"EVENT with a bad finish, id after it", PROTO_EVENT,
+         {KU("n", 1), KS("finish", "bogus"), KU("id", 43)}, 3, PROTO_ERANGE, 43},
+        {"EVENT missing its required n", PROTO_EVENT, {KU("id", 44), KS("text", "x")}, 2,
+         PROTO_EFIELD, 44},
+        {"EVENT whose id is a string", PROTO_EVENT, {KS("id", "45"), KU("n", 1)}, 2, PROTO_EFIELD, 0},
+        {"EVENT whose id is negative", PROTO_EVENT, {KI("id", -3), KU("n", 1)}, 2, PROTO_ERANGE, 0},
+        {"ERROR about no request (id 0)", PROTO_ERROR,
+         {KU("id", 0), KU("code", 99), KS("msg", "x")}, 3, PROTO_ERANGE, 0},
+        {"CANCEL is not kept", PROTO_CANCEL, {KU("id", 5), KS("id2", "x"), KU("id", 6)}, 3,
+         PROTO_EFIELD, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        build_map(&sb, cases[i].kv, cases[i].n, NULL, NULL);
+        proto_msg_t out;
+        char err[256] = "";
+        int rc = proto_decode_body(cases[i].type, (const uint8_t *)sb.data, sb.size, &out, err, sizeof err);
+        if (rc != cases[i].want_rc)
+            fail_msg("%s: got %s (%s)", cases[i].what, proto_status_name(rc), err);
+        if (cases[i].want_id)
+            assert_memory_equal(&out, only_id(cases[i].type, cases[i].want_id), sizeof out);
+        else
+            assert_int_equal(out.type, 0);
+        msgpack_sbuffer_destroy(&sb);
+    }
+    /* an "id" inside a nested map is not the request's */
+    static const uint8_t nested[] = {0x82, 0xa4, 'm', 'e', 't', 'a', 0x81, 0xa2, 'i', 'd', 0x07,
+                                     0xa1, 'n', 0xa1, 'x'};
+    proto_msg_t out;
+    assert_int_equal(proto_decode_body(PROTO_EVENT, nested, sizeof nested, &out, NULL, 0), PROTO_EFIELD);
+    assert_int_equal(out.type, 0);
+}
+
 static void test_truncated_everywhere(void **state)
 {
     proto_msg_t ms[N_SAMPLES];
@@ -750,19 +826,14 @@ static void test_truncated_everywhere(void **state)
                 fail_msg("%s cut at %zu/%zu: got %s (%s)", proto_type_name(ms[i].type), cut, len,
                          proto_status_name(rc), err);
             /* on error the output is cleared: nothing to free — except that a
-             * SUBMIT cut after its id keeps type and id (the worker answers
-             * ERROR(id)), and only those */
-            if (out.type == PROTO_SUBMIT) {
-                assert_int_equal(ms[i].type, PROTO_SUBMIT);
-                assert_true(out.submit.id == ms[i].submit.id);
-                proto_msg_t only_id;
-                memset(&only_id, 0, sizeof only_id);
-                only_id.type = PROTO_SUBMIT;
-                only_id.submit.id = out.submit.id;
-                assert_memory_equal(&out, &only_id, sizeof out);
+             * SUBMIT, EVENT or ERROR cut after its id keeps type and id (the
+             * receiver ends that request at once), and only those */
+            if (out.type != 0) {
+                assert_int_equal(out.type, ms[i].type);
+                assert_true(msg_id(&ms[i]) != 0);
+                assert_true(msg_id(&out) == msg_id(&ms[i]));
+                assert_memory_equal(&out, only_id(ms[i].type, msg_id(&ms[i])), sizeof out);
                 n_with_id++;
-            } else {
-                assert_int_equal(out.type, 0);
             }
             free(copy);
             n_checked++;
@@ -776,7 +847,7 @@ static void test_truncated_everywhere(void **state)
         free(longer);
         free(body);
     }
-    print_message("    %zu truncated bodies rejected (%zu SUBMITs kept their id)\n", n_checked, n_with_id);
+    print_message("    %zu truncated bodies rejected (%zu kept their request id)\n", n_checked, n_with_id);
     assert_true(n_with_id > 0);
     assert_true(n_checked > 300);
 }
@@ -1406,6 +1477,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_small),
         cmocka_unit_test(test_frames),
         cmocka_unit_test(test_truncated_everywhere),
+        cmocka_unit_test(test_malformed_keeps_id),
         cmocka_unit_test(test_error_causes),
         cmocka_unit_test(test_field_cases),
         cmocka_unit_test(test_structure),

@@ -445,6 +445,34 @@ static void test_logit_bias(void **state)
     sampler_free(&s);
 }
 
+/* Constrained decoding with fewer allowed tokens than top_logprobs asks for:
+ * the forbidden alternatives (probability 0, logit -inf) are reported at
+ * SAMPLER_LOGPROB_FLOOR, never -inf (which the wire refuses: #22's property
+ * test found such EVENTs dropped as malformed). The allowed ones keep the
+ * log-softmax of the constrained distribution: log(e^3/(e^3+e^2.5)). */
+static void test_logprobs_masked(void **state)
+{
+    (void)state;
+    enum { V = 6 };
+    float l[V] = {3.0f, 2.5f, 1.0f, 0.0f, -1.0f, 2.9f};
+    uint64_t allow = (1u << 0) | (1u << 1);
+    sampler_params_t p = params();
+    p.temperature = 0;
+    p.n_top_logprobs = 5;
+    sampler_t *s = sampler_new(&p, V);
+    sampler_logprobs_t lp;
+    assert_int_equal(sampler_sample_masked(s, l, &allow, &lp), 0);
+    double want0 = 3.0 - (3.0 + log1p(exp(2.5 - 3.0)));
+    assert_true(fabs(lp.logprob - want0) < 1e-5);
+    assert_int_equal(lp.n_top, 5);
+    assert_int_equal(lp.top_token[0], 0);
+    assert_int_equal(lp.top_token[1], 1);
+    assert_true(fabs(lp.top_logprob[1] - (2.5 - (3.0 + log1p(exp(2.5 - 3.0))))) < 1e-5);
+    for (int j = 2; j < 5; j++)
+        assert_true(lp.top_logprob[j] == SAMPLER_LOGPROB_FLOOR);
+    sampler_free(&s);
+}
+
 static void test_seeds(void **state)
 {
     (void)state;
@@ -678,6 +706,7 @@ int main(void)
         cmocka_unit_test(test_seeds),
         cmocka_unit_test(test_skip),
         cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_logprobs_masked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

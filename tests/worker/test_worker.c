@@ -6,7 +6,9 @@
  * reads the EVENTs/ERRORs back. Checked:
  *   - SUBMIT → scheduler translation (worker_req_from_submit), field by
  *     field: prompt tokens (text, chat, ids), limits, stop strings, sampling
- *     parameters, logit bias, logprobs, deadline; invalid sampling → 400;
+ *     parameters, logit bias, logprobs, deadline; invalid sampling, a forced
+ *     tool call with a grammar and an uncompilable strict tool → BAD_REQUEST
+ *     (the typed cause, not the HTTP status);
  *   - a greedy completion streamed as EVENTs has exactly the tokens and text
  *     of the same request run on a scheduler of its own (the reference: the
  *     worker adds nothing between SUBMIT and sched, nor between sched and EVENT);
@@ -160,6 +162,18 @@ static void drain_router(fx_t *f)
     }
 }
 
+/* Output still on its way from an idle worker (the last EVENT of a request
+ * crosses the link thread and TCP): wait for it here, since an idle worker's
+ * turn sleeps a heartbeat interval when no message comes. */
+static void wait_output_if_idle(fx_t *f)
+{
+    if (sched_busy(worker_sched(f->w)))
+        return;
+    zmq_pollitem_t it = {.socket = f->router, .events = ZMQ_POLLIN};
+    zmq_poll(&it, 1, 50);
+    drain_router(f);
+}
+
 /* Turns the worker and reads its output until cond holds (or fails). */
 #define RUN_UNTIL(f, cond, what)                                                \
     do {                                                                        \
@@ -169,6 +183,8 @@ static void drain_router(fx_t *f)
             if (!worker_run_once((f)->w, -1))                                   \
                 (f)->stopped = true;                                            \
             drain_router(f);                                                    \
+            if (!(cond) && !(f)->stopped)                                       \
+                wait_output_if_idle(f);                                         \
         }                                                                       \
         if (!(cond))                                                            \
             fail_msg("timed out (or stopped) waiting for %s", what);            \
@@ -189,7 +205,11 @@ static void drain_router(fx_t *f)
             fail_msg("timed out waiting for %s", what);                         \
     } while (0)
 
-static fx_t *fx_new(void)
+/* step_sleep_ms: PAGODA_TEST_STEP_SLEEP_MS for this worker (worker.h, read
+ * by worker_new), a floor on each step's length so that "still running when
+ * the next message arrives over TCP" holds however fast the machine; NULL =
+ * full speed. */
+static fx_t *fx_new_slowed(const char *step_sleep_ms)
 {
     fx_t *f = calloc(1, sizeof *f);
     assert_non_null(f);
@@ -205,13 +225,21 @@ static fx_t *fx_new(void)
     c.sched.max_seqs = 4;
     c.sched.n_threads = 1;
     char err[256];
+    if (step_sleep_ms)
+        setenv("PAGODA_TEST_STEP_SLEEP_MS", step_sleep_ms, 1);
     f->w = worker_new(&c, err, sizeof err);
+    unsetenv("PAGODA_TEST_STEP_SLEEP_MS");
     if (!f->w)
         fail_msg("worker_new: %s", err);
     RUN_UNTIL(f, f->have_peer, "REGISTER");
     for (int i = 0; i < 8; i++)
         f->seen[i].lp_ok = true;
     return f;
+}
+
+static fx_t *fx_new(void)
+{
+    return fx_new_slowed(NULL);
 }
 
 static void fx_free(fx_t **pf)
@@ -407,6 +435,32 @@ static void test_req_from_submit(void **state)
     assert_null(r.prompt);
     assert_null(r.bias);
 
+    /* a forced tool call cannot also follow a grammar, and a strict tool
+     * whose schema does not compile cannot be forced: both are the typed
+     * cause BAD_REQUEST (1), never the HTTP status 400 — an ERROR carrying
+     * err 400 is malformed and was dropped by the gateway (#22's hang) */
+    submit_init(&m, 14, NULL, 80);
+    msg.role = (char *)"user";
+    sm->kind = PROTO_KIND_CHAT;
+    sm->prompt = NULL;
+    sm->messages = &msg;
+    sm->n_messages = 1;
+    sm->tools = (char *)"[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+                        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}]";
+    sm->tool_choice = (char *)"required";
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_NONE);
+    assert_non_null(r.tool_grammar);
+    worker_req_clear(&r);
+    sm->grammar = (char *)"root ::= \"x\"";
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_BAD_REQUEST);
+    assert_non_null(strstr(err, "cannot be combined"));
+    assert_null(r.tool_grammar);
+    sm->grammar = NULL;
+    sm->tools = (char *)"[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
+                        "\"parameters\":{\"not\":{}}}}]";
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_BAD_REQUEST);
+    assert_null(r.tool_grammar);
+
     free(want);
     engine_free(&e);
 }
@@ -472,7 +526,9 @@ static void test_errors_cancel_timeout(void **state)
 {
     (void)state;
     NEED_MODEL();
-    fx_t *f = fx_new();
+    /* steps of ≥ 3 ms: request 1 (400 tokens) is still running when its
+     * CANCEL arrives, request 3 outlives its 1 ms deadline */
+    fx_t *f = fx_new_slowed("3");
     proto_msg_t m;
     /* 1: runs long; 2: prompt longer than the 512-token context */
     submit_init(&m, 1, PROMPT, 400);
@@ -520,6 +576,37 @@ static void test_errors_cancel_timeout(void **state)
     assert_int_equal(f->seen[4].err_code, PROTO_CODE_BAD_REQUEST);
     assert_int_equal(f->seen[4].err, PROTO_ERR_BAD_REQUEST);
 
+    /* 6: a forced tool call with a grammar → ERROR with the typed cause
+     * (drain_router asserts every message decodes: err 400 would not) */
+    submit_init(&m, 6, NULL, 80);
+    proto_chat_msg_t cm = {.role = (char *)"user", .content = (char *)"hi"};
+    m.submit.kind = PROTO_KIND_CHAT;
+    m.submit.prompt = NULL;
+    m.submit.messages = &cm;
+    m.submit.n_messages = 1;
+    m.submit.tools = (char *)"[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+    m.submit.tool_choice = (char *)"function:f";
+    m.submit.grammar = (char *)"root ::= \"x\"";
+    send_msg(f, &m);
+    RUN_UNTIL(f, f->seen[6].err_code, "ERROR for request 6");
+    assert_int_equal(f->seen[6].err, PROTO_ERR_BAD_REQUEST);
+    assert_int_equal(f->seen[6].err_code, PROTO_CODE_BAD_REQUEST);
+
+    /* 7: text with a NUL (the byte token <0x00>, id 3 in stories260K's
+     * SentencePiece vocabulary) goes out as U+FFFD: the wire's strings are
+     * NUL-free and drain_router asserts every EVENT decodes */
+    submit_init(&m, 7, NULL, 0);
+    int32_t nul_ids[] = {3};
+    m.submit.op = PROTO_OP_DETOKENIZE;
+    m.submit.prompt_ids = nul_ids;
+    m.submit.n_prompt_ids = 1;
+    m.submit.has_prompt_ids = true;
+    send_msg(f, &m);
+    RUN_UNTIL(f, f->seen[7].final || f->seen[7].err_code, "request 7");
+    assert_int_equal(f->seen[7].err_code, 0);
+    assert_int_equal(f->seen[7].text_len, 3);
+    assert_memory_equal(f->seen[7].text, "\xEF\xBF\xBD", 3);
+
     /* the worker keeps serving: 5 runs to its end */
     submit_init(&m, 5, PROMPT, 6);
     send_msg(f, &m);
@@ -534,21 +621,26 @@ static void test_drain_and_shutdown(void **state)
 {
     (void)state;
     NEED_MODEL();
-    fx_t *f = fx_new();
+    /* request 1 must still run when DRAIN and SUBMIT 2 arrive over TCP: its
+     * 60 steps last ≥ 20 ms each (test-only hook, read by worker_new), not
+     * "long enough" by the machine's speed */
+    fx_t *f = fx_new_slowed("20");
     proto_msg_t m;
-    submit_init(&m, 1, PROMPT, 100);
-    m.submit.ignore_eos = true; /* long enough for DRAIN and SUBMIT 2 to arrive meanwhile */
+    submit_init(&m, 1, PROMPT, 60);
+    m.submit.ignore_eos = true;
     send_msg(f, &m);
     RUN_UNTIL(f, f->seen[1].n_ids >= 1, "request 1 started");
     proto_msg_init(&m, PROTO_DRAIN);
     send_msg(f, &m);
     submit_init(&m, 2, PROMPT, 4);
     send_msg(f, &m);
-    /* request 1 finishes, 2 is refused, then the worker stops by itself */
+    /* 2 is refused while 1 runs; 1 finishes, then the worker stops by itself */
+    RUN_UNTIL(f, f->seen[2].err_code, "request 2's ERROR");
+    assert_false(f->seen[1].final);
     RUN_UNTIL(f, f->stopped, "the drained worker to stop");
-    READ_UNTIL(f, f->seen[1].final && f->seen[2].err_code, "request 1's end and 2's ERROR");
+    READ_UNTIL(f, f->seen[1].final, "request 1's end");
     assert_int_equal(f->seen[1].finish, PROTO_FINISH_LENGTH);
-    assert_int_equal(f->seen[1].n_ids, 100);
+    assert_int_equal(f->seen[1].n_ids, 60);
     assert_int_equal(f->seen[2].err_code, PROTO_CODE_UNAVAILABLE);
     assert_int_equal(f->seen[2].err, PROTO_ERR_UNAVAILABLE);
     assert_false(worker_run_once(f->w, -1)); /* stays stopped */

@@ -13,6 +13,9 @@
  *     a request running next to it is unaffected and the worker keeps serving;
  *   - HEARTBEAT load: running > 0 while busy, back to 0 (all credit free, no
  *     KV block used) when idle, counters move;
+ * The worker runs with PAGODA_TEST_STEP_SLEEP_MS (every step lasts ≥ 3 ms),
+ * so "busy across heartbeats" and "cancelled before its end" hold on a
+ * machine of any speed, not only on one where 400 tokens take long enough.
  *   - SHUTDOWN and SIGTERM both make it exit 0.
  * The worker's log goes to a temporary file, printed when a check fails. */
 #include <setjmp.h>
@@ -42,6 +45,7 @@
 #define HB_MS 100            /* the worker's heartbeat interval (--heartbeat-ms) */
 #define OUR_HB_MS 1000       /* ours: the worker declares us dead after 3 s of silence */
 #define WAIT_MS 30000        /* generous: sanitizer builds on a shared 2-core box */
+#define STEP_SLEEP_MS "3"    /* the worker's test-only floor on a step's length */
 
 /* One request as seen by the fake gateway. */
 typedef struct wreq {
@@ -348,6 +352,10 @@ static gw_t *gw_start(void)
         dup2(lfd, 1);
         dup2(lfd, 2);
         close(lfd);
+        /* every step takes at least STEP_SLEEP_MS, however fast the machine:
+         * a 400-token request then outlasts several heartbeats and a CANCEL
+         * sent after 5 tokens arrives long before the 500th (worker.h) */
+        setenv("PAGODA_TEST_STEP_SLEEP_MS", STEP_SLEEP_MS, 1);
         execv(worker, argv);
         _exit(127);
     }

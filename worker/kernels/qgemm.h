@@ -5,7 +5,8 @@
  * W is (n_out × n_in): n_out rows of n_in elements each, every row stored as
  * quant_row_bytes(type, n_in) bytes of ggml blocks (formats in quant.h), rows
  * back to back — exactly a GGUF 2-D tensor with ne[0] = n_in, ne[1] = n_out.
- * Supported types: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (F16/BF16/F32 are not handled
+ * Supported types: those whose traits row (quant.h) names an int8 kernel
+ * family — today Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (F16/BF16/F32 are not handled
  * here: convert them and use sgemm).
  *
  * How (qgemm.c has the details):
@@ -159,7 +160,8 @@ qgemm_isa_t qgemm_isa_default(void);
  * read packed weights. */
 bool qgemm_avx2_available(void);
 
-/* true for the weight types qgemm() handles (ggml type ids, gguf.h). */
+/* true for the weight types qgemm() handles: the traits row's int8 column
+ * (quant.h) is not QUANT_INT8_NONE. */
 bool qgemm_supported(uint32_t type);
 
 /* y = x · wᵀ, shapes as above: w has n_out rows of quant_row_bytes(type,
@@ -244,7 +246,8 @@ int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *m, int64_t n_in, int n_row
  * across cache lines.
  *
  * qgemm_packed_size(type, n_out, n_in): bytes of the packing, 0 when it is
- *   refused: type not Q8_0/Q4_0/Q4_K/Q5_K/Q6_K, n_out < 1 or > 2^34,
+ *   refused: type whose traits row (quant.h) has no packed layout (today
+ *   Q8_0/Q4_0/Q4_K/Q5_K/Q6_K have one), n_out < 1 or > 2^34,
  *   n_in < 32 or > 2^21 or not a multiple of the type's block (32; 256
  *   for K-quants).
  * qgemm_pack(type, w, n_out, n_in, n_threads): a new packing of w (n_out

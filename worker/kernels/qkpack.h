@@ -58,7 +58,8 @@ typedef enum {
     QKPACK_AVX512VNNI,   /* + AVX-512 F/BW/VL/VNNI: 512-bit vpdpbusd over two panels */
 } qkpack_isa_t;
 
-/* true for the types packed here: Q4_0, Q4_K, Q5_K, Q6_K. */
+/* true for the types packed here: those whose traits row (quant.h) names
+ * one of this file's panel kinds (Q4_0, Q4_K, Q5_K, Q6_K). */
 bool qkpack_supported(uint32_t type);
 
 /* Bytes of one packed panel of a W with n_in columns, a multiple of 64;

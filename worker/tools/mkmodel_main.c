@@ -267,8 +267,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
             if (o->mix_q4_k_m)
                 o->type = GGML_TYPE_Q4_K;
             else if (parse_type(v, &o->type) != 0) {
-                fprintf(stderr, "pagoda-mkmodel: unknown --type '%s' "
-                                "(F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M)\n", v);
+                fprintf(stderr, "pagoda-mkmodel: unknown --type '%s' (", v);
+                for (size_t i = 0; quant_traits_at(i); i++)
+                    fprintf(stderr, "%s ", quant_traits_at(i)->name);
+                fprintf(stderr, "Q4_K_M)\n");
                 return -1;
             }
         } else if (strcmp(name, "--rope-base") == 0 || strcmp(name, "--eps") == 0) {

@@ -20,7 +20,8 @@ static const char *TOOLS =
     "\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8},\"unit\":{\"enum\":[\"c\",\"f\"]}},"
     "\"required\":[\"city\",\"unit\"]}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"ping\"}},"
-    "{\"type\":\"function\",\"function\":{\"name\":\"odd\",\"parameters\":{\"type\":\"object\",\"oneOf\":[]}}}]";
+    "{\"type\":\"function\",\"function\":{\"name\":\"odd\",\"parameters\":{\"type\":\"object\",\"properties\":"
+    "{\"n\":{\"type\":\"integer\",\"maximum\":5,\"not\":{\"const\":3}}},\"required\":[\"n\"],\"if\":{}}}}]";
 
 typedef struct {
     const char *fmt, *choice;
@@ -49,8 +50,12 @@ static const case_t CASES[] = {
     {"hermes", "required", true,
      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Amsterdam!\", \"unit\": \"c\"}}\n</tool_call>",
      false},
-    /* a tool whose schema does not compile (not strict) takes any object */
-    {"hermes", "function:odd", true, "<tool_call>\n{\"name\": \"odd\", \"arguments\": {\"x\": [1, 2]}}\n</tool_call>", true},
+    /* a tool whose schema has refused keywords (not strict): only those are
+     * relaxed ('not', 'if'); the rest (type, maximum, required) still holds */
+    {"hermes", "function:odd", true, "<tool_call>\n{\"name\": \"odd\", \"arguments\": {\"n\": 3}}\n</tool_call>", true},
+    {"hermes", "function:odd", true, "<tool_call>\n{\"name\": \"odd\", \"arguments\": {\"n\": 9}}\n</tool_call>", false},
+    {"hermes", "function:odd", true, "<tool_call>\n{\"name\": \"odd\", \"arguments\": {}}\n</tool_call>", false},
+    {"hermes", "function:odd", true, "<tool_call>\n{\"name\": \"odd\", \"arguments\": {\"x\": [1, 2]}}\n</tool_call>", false},
     {"hermes", "required", true, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>", false},
     {"llama3", "required", true, "{\"name\": \"ping\", \"parameters\": {}}", true},
     {"llama3", "required", true, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\", \"unit\": \"f\"}}", true},

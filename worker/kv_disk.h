@@ -1,0 +1,153 @@
+/* kv_disk.h — the disk tier under the prefix cache: full KV blocks kept as
+ * files in a per-model directory, so a restarted worker starts warm.
+ *
+ * Directory. `--kv-cache-dir DIR` names a directory shared by any number of
+ * workers; each writes under DIR/<ident>/ where ident (16 hex digits) is a
+ * 64-bit hash of everything that decides what a block's bytes mean: a hash
+ * of the whole weights file, the KV element type, the q8 block length, the
+ * block size, n_layer and kv_dim. A different model or format therefore
+ * never even looks in the same folder, and every file repeats those fields
+ * in its header (checked on load). Replicas of one model share the folder.
+ *
+ * File DIR/<ident>/<pub>.kvb, pub = the block's public prefix key
+ * (common/prefix_key.h: a hash chain over the token ids from a constant
+ * root, equal on every replica). Little-endian, host layout:
+ *
+ *     offset  size              field
+ *     0       8                 magic "PGKVBLK1"
+ *     8       4                 version (1)
+ *     12      4                 header bytes (96)
+ *     16      8                 ident (as the folder name)
+ *     24      8                 weights hash
+ *     32      8                 pub: this block's public key
+ *     40      8                 parent pub (PREFIX_KEY_PUBLIC_ROOT for block 0)
+ *     48      4 × 5             block_size, n_layer, kv_dim, kv_type, qblock
+ *     68      4                 row_bytes (one K or V vector)
+ *     72      8                 payload bytes = 2 · n_layer · block_size · row_bytes
+ *     80      16                reserved, zero
+ *     96      4 · block_size    token ids of the block
+ *     …       payload           per layer: K rows of the block's slots, then V rows
+ *     end-8   8                 checksum: kv_disk_hash64 of every byte before it
+ *
+ * A load checks the size, the checksum, every header field against this
+ * worker's shape, and pub, parent pub and token ids against the prompt's
+ * block: a torn, truncated or corrupt file (or one that collides) is never
+ * served — it is counted as rejected and removed. Writes go to a unique
+ * temporary name in the folder (".tmp-<pid>-<n>") and are renamed into
+ * place, so a reader sees a whole file or none; two replicas writing the
+ * same block write the same bytes. No fsync: a process crash keeps the page
+ * cache, and a power loss that tears a file is caught by the checksum.
+ *
+ * Size cap: the tier keeps at most cap bytes of block files it knows of
+ * (its own writes, and what it found at start-up), removing the oldest
+ * (by write or last hit) first. With replicas sharing a folder each counts
+ * against its own cap, so the folder may hold up to replicas × cap.
+ *
+ * Failure: an I/O error on write (full disk, read-only folder, quota) or a
+ * cap smaller than one block turns the tier off for the life of the
+ * process — one log line, `enabled` false in the stats (exported as a
+ * metric) — and the worker runs as if it had none. Read errors only miss.
+ *
+ * Not thread-safe: the scheduler thread owns it. Ownership: kv_disk_open
+ * returns a tier freed with kv_disk_close; kv_disk_attach lends it to a
+ * pool, which must be freed (or detached) first.
+ */
+#ifndef PAGODA_WORKER_KV_DISK_H
+#define PAGODA_WORKER_KV_DISK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/kernels/kv_store.h"
+
+typedef struct kv_pool kv_pool_t;
+typedef struct kv_disk kv_disk_t;
+
+#define KV_DISK_HEADER_BYTES 96
+
+/* What a block's bytes mean; all fields must match for a file to load. */
+typedef struct kv_disk_shape {
+    uint64_t weights_hash; /* kv_disk_hash_file of the GGUF */
+    int32_t kv_type;       /* kv_type_t of the store */
+    int32_t qblock;        /* q8 block length, 0 for float types */
+    int32_t block_size;
+    int32_t n_layer;
+    int32_t kv_dim;
+} kv_disk_shape_t;
+
+typedef struct kv_disk_stats {
+    bool enabled;            /* false after an I/O error or at a bad folder */
+    int32_t n_files;         /* block files this tier knows of */
+    uint64_t bytes_used;     /* their bytes */
+    uint64_t cap_bytes;
+    uint64_t n_written, bytes_written; /* blocks stored (files written) */
+    uint64_t n_loaded, bytes_read;     /* blocks served from disk */
+    uint64_t n_missed;       /* load attempts with no file */
+    uint64_t n_rejected;     /* files found but not served: torn, corrupt, other content */
+    uint64_t n_evicted;      /* files removed by the size cap */
+    uint64_t n_errors;       /* write errors (the first turns the tier off) */
+} kv_disk_stats_t;
+
+/* 64-bit hash of n bytes (four multiply-rotate lanes over 8-byte words,
+ * then the tail; seed-dependent). Deterministic across runs and machines of
+ * one byte order. */
+uint64_t kv_disk_hash64(const void *p, size_t n, uint64_t seed);
+
+/* kv_disk_hash64 of a whole file (read through mmap). 0 ok, -1 on error
+ * (message in err). */
+int kv_disk_hash_file(const char *path, uint64_t *out, char *err, size_t errlen);
+
+/* The folder name of a shape (its 64-bit identity). */
+uint64_t kv_disk_ident(const kv_disk_shape_t *shape);
+
+/* Opens (creating DIR/<ident>/ as needed) a tier for blocks of `shape` with
+ * a cap of cap_bytes, and indexes the block files already there (their
+ * contents are only checked when loaded; leftover temporaries older than
+ * 10 minutes are removed). Never NULL for valid arguments: when the folder
+ * cannot be created or read, the tier starts off (one log line). NULL only
+ * for a NULL dir/shape. */
+kv_disk_t *kv_disk_open(const char *dir, uint64_t cap_bytes, const kv_disk_shape_t *shape);
+
+/* Frees the tier (files stay); NULLs *d. NULL ok. */
+void kv_disk_close(kv_disk_t **d);
+
+/* Writes block `block` of st (its block_size slots of every layer, K and V)
+ * as pub's file unless the tier already has it. Returns 0 when the tier
+ * holds pub afterwards, -1 when not (tier off, or this write failed and
+ * turned it off). */
+int kv_disk_store(kv_disk_t *d, const kv_store_t *st, int32_t block, uint64_t pub, uint64_t parent_pub,
+                  const int32_t *tokens);
+
+/* Loads pub's file into block `block` of st after checking it (see above).
+ * Returns 0 loaded, 1 no such file (or tier off), 2 rejected (the file is
+ * removed; st's block may hold garbage: the caller must not use it). */
+int kv_disk_load(kv_disk_t *d, kv_store_t *st, int32_t block, uint64_t pub, uint64_t parent_pub,
+                 const int32_t *tokens);
+
+/* The checks a block file's bytes must pass before they are served: size,
+ * header (every field against shape, pub, parent_pub), token ids, checksum.
+ * 0 ok, -1 not this block (anything else: torn, corrupt, another shape or
+ * content). Reads only buf[0, len). */
+int kv_disk_check(const kv_disk_shape_t *shape, const uint8_t *buf, size_t len, uint64_t pub, uint64_t parent_pub,
+                  const int32_t *tokens);
+
+/* Whether the tier's index has pub (a file it wrote or found). */
+bool kv_disk_has(const kv_disk_t *d, uint64_t pub);
+
+/* Up to max keys of the index into out; returns how many. */
+int32_t kv_disk_keys(const kv_disk_t *d, uint64_t *out, int32_t max);
+int32_t kv_disk_n_keys(const kv_disk_t *d);
+
+/* Keys the tier dropped since the last call (cap evictions, rejected
+ * files, or all of them when it turned off), up to max; returns how many. */
+int32_t kv_disk_take_dropped(kv_disk_t *d, uint64_t *out, int32_t max);
+
+void kv_disk_stats(const kv_disk_t *d, kv_disk_stats_t *out);
+
+/* Makes d the pool's lower tier (kv_pool_set_tier): blocks evicted from RAM
+ * are stored, prefix lookups continue on disk past the RAM chain, the KV
+ * events and full key sets cover both tiers. */
+void kv_disk_attach(kv_disk_t *d, kv_pool_t *pool);
+
+#endif
