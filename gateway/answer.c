@@ -10,7 +10,7 @@
 #include "common/xalloc.h"
 #include "gateway/oai.h"
 #include "gateway/reasoning.h"
-#include "gateway/tool_stream.h"
+#include "common/text/tool_stream.h"
 
 struct answer {
     char *const *tool_names;      /* borrowed; NULL = not parsed for calls */

@@ -23,7 +23,7 @@
  *   ANSWER_TOOL_END   call i_call's arguments are complete
  * Calls are numbered 0, 1, ... within the choice; a call begins as soon as
  * its name is written and its arguments follow fragment by fragment as the
- * model writes them (gateway/tool_stream.h), so every surface can show them
+ * model writes them (common/text/tool_stream.h), so every surface can show them
  * growing (OpenAI delta.tool_calls, Anthropic input_json_delta, Responses
  * response.function_call_arguments.delta). Content that may still turn into a
  * call (from a marker on) is held back until it is decided; ordinary text

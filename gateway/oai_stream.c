@@ -170,9 +170,11 @@ typedef struct lp_once {
     bool sent;
 } lp_once_t;
 
-/* A content (or completion text) chunk; takes the logprobs if not sent. */
-static void emit_content(api_call_t *call, uint32_t ci, const char *text, size_t len, lp_once_t *lpo,
-                         api_buf_t *out)
+/* A content (or completion text) chunk, or with `reasoning` one whose delta
+ * carries only reasoning_content; it takes the event's logprobs if no chunk
+ * did yet. */
+static void emit_text(api_call_t *call, uint32_t ci, const char *text, size_t len, bool reasoning,
+                      lp_once_t *lpo, api_buf_t *out)
 {
     oai_stream_t *st = call->state;
     lp_run_t lp = {0};
@@ -181,28 +183,15 @@ static void emit_content(api_call_t *call, uint32_t ci, const char *text, size_t
         lp_add(&lp, lpo->ev);
     lpo->sent = true;
     oai_logprobs_t lps = {.present = with_lp, .tokens = lp.tok, .n_tokens = lp.n,
-                          .text_offset0 = st->text_offset[ci]};
-    oai_chunk_t ch = {.index = (int32_t)ci, .text = text, .text_len = len, .logprobs = &lps,
-                      .include_usage = st->include_usage};
-    api_buf_sse(out, NULL, chunk_json(call, &ch));
-    st->text_offset[ci] += (int64_t)utf8_count(text, len);
-    lp_clear(&lp);
-}
-
-/* A chunk whose delta carries only reasoning_content; takes the logprobs. */
-static void emit_reasoning(api_call_t *call, uint32_t ci, const char *text, size_t len, lp_once_t *lpo,
-                           api_buf_t *out)
-{
-    oai_stream_t *st = call->state;
-    lp_run_t lp = {0};
-    bool with_lp = !lpo->sent && lpo->ev->n_logprobs > 0;
-    if (with_lp)
-        lp_add(&lp, lpo->ev);
-    lpo->sent = true;
-    oai_logprobs_t lps = {.present = with_lp, .tokens = lp.tok, .n_tokens = lp.n};
-    oai_chunk_t ch = {.index = (int32_t)ci, .text = "", .logprobs = &lps,
-                      .include_usage = st->include_usage};
-    api_buf_sse(out, NULL, reasoning_patch(chunk_json(call, &ch), 0, text, len, true, true));
+                          .text_offset0 = reasoning ? 0 : st->text_offset[ci]};
+    oai_chunk_t ch = {.index = (int32_t)ci, .text = reasoning ? "" : text, .text_len = reasoning ? 0 : len,
+                      .logprobs = &lps, .include_usage = st->include_usage};
+    char *json = chunk_json(call, &ch);
+    if (reasoning)
+        json = reasoning_patch(json, 0, text, len, true, true);
+    else
+        st->text_offset[ci] += (int64_t)utf8_count(text, len);
+    api_buf_sse(out, NULL, json);
     lp_clear(&lp);
 }
 
@@ -271,16 +260,16 @@ static void emit_parts(api_call_t *call, uint32_t ci, const answer_part_t *p, si
     for (size_t i = 0; i < n;) {
         switch (p[i].kind) {
         case ANSWER_REASONING:
-            emit_reasoning(call, ci, p[i].text, p[i].len, &lpo, out);
+            emit_text(call, ci, p[i].text, p[i].len, true, &lpo, out);
             i++;
             break;
         case ANSWER_CONTENT:
-            emit_content(call, ci, p[i].text, p[i].len, &lpo, out);
+            emit_text(call, ci, p[i].text, p[i].len, false, &lpo, out);
             i++;
             break;
         default: { /* a run of tool parts: one chunk */
             if (!lpo.sent && ev->n_logprobs)
-                emit_content(call, ci, "", 0, &lpo, out);
+                emit_text(call, ci, "", 0, false, &lpo, out);
             size_t j = i;
             while (j < n && p[j].kind >= ANSWER_TOOL_BEGIN)
                 j++;
@@ -290,7 +279,7 @@ static void emit_parts(api_call_t *call, uint32_t ci, const answer_part_t *p, si
         }
     }
     if (!lpo.sent && ev->n_logprobs) /* logprobs of tokens whose text is held back */
-        emit_content(call, ci, "", 0, &lpo, out);
+        emit_text(call, ci, "", 0, false, &lpo, out);
 }
 
 /* A choice's final EVENT: its finish_reason chunk; after the last choice the

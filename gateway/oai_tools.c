@@ -10,7 +10,7 @@
 #include "common/grammar/json_schema.h"
 #include "common/utf8.h"
 #include "common/xalloc.h"
-#include "gateway/tool_stream.h"
+#include "common/text/tool_stream.h"
 
 __attribute__((format(printf, 3, 4))) static int bad(oai_error_t *e, const char *param, const char *fmt, ...)
 {
@@ -248,21 +248,6 @@ static const char HERMES_CLOSE[] = TOOL_HERMES_CLOSE;
 static const char MISTRAL_TAG[] = TOOL_MISTRAL_TAG;
 static const char PYTHON_TAG[] = TOOL_PYTHON_TAG;
 
-static bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-
-static size_t skip_ws(const char *s, size_t i, size_t n)
-{
-    while (i < n && is_ws(s[i]))
-        i++;
-    return i;
-}
-
-static bool at(const char *s, size_t i, size_t n, const char *lit)
-{
-    size_t k = strlen(lit);
-    return i + k <= n && memcmp(s + i, lit, k) == 0;
-}
-
 /* One JSON value starting at s[i]: returns it (new reference) and sets
  * *end past it, or NULL. */
 static json_t *json_at(const char *s, size_t i, size_t n, size_t *end)
@@ -303,16 +288,16 @@ static bool add_call(json_t *obj, const char *s, size_t i, size_t n, char *const
 static size_t hermes(const char *s, size_t i, size_t n, oai_tool_call_t **calls)
 {
     size_t k = 0;
-    while (at(s, i, n, HERMES_OPEN)) {
-        size_t end, start = skip_ws(s, i + sizeof HERMES_OPEN - 1, n);
+    while (tool_stream_at(s, i, n, HERMES_OPEN)) {
+        size_t end, start = tool_stream_skip_ws(s, i + sizeof HERMES_OPEN - 1, n);
         json_t *v = json_at(s, start, n, &end);
         bool ok = add_call(v, s, start, end, NULL, 0, calls, &k);
         json_decref(v);
         if (!ok)
             return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
-        i = skip_ws(s, end, n);
-        if (at(s, i, n, HERMES_CLOSE))
-            i = skip_ws(s, i + sizeof HERMES_CLOSE - 1, n);
+        i = tool_stream_skip_ws(s, end, n);
+        if (tool_stream_at(s, i, n, HERMES_CLOSE))
+            i = tool_stream_skip_ws(s, i + sizeof HERMES_CLOSE - 1, n);
         else if (i < n) /* an unclosed block is only accepted at the very end */
             return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
     }
@@ -329,14 +314,14 @@ static size_t call_list(const char *s, size_t i, size_t n, char *const *names, s
 {
     size_t end, k = 0;
     json_t *v = json_at(s, i, n, &end);
-    bool ok = json_is_array(v) && json_array_size(v) > 0 && skip_ws(s, end, n) == n;
+    bool ok = json_is_array(v) && json_array_size(v) > 0 && tool_stream_skip_ws(s, end, n) == n;
     size_t p = i + 1; /* past '[' */
     for (size_t j = 0; ok && j < json_array_size(v); j++) {
-        p = skip_ws(s, p, n);
+        p = tool_stream_skip_ws(s, p, n);
         size_t used;
         free(tool_stream_args_of(s + p, end - p, &used)); /* only for where it ends */
         ok = add_call(json_array_get(v, j), s, p, p + used, names, n_names, calls, &k);
-        p = skip_ws(s, p + used, n);
+        p = tool_stream_skip_ws(s, p + used, n);
         if (p < n && s[p] == ',')
             p++;
     }
@@ -348,7 +333,7 @@ static size_t call_list(const char *s, size_t i, size_t n, char *const *names, s
 
 static size_t mistral(const char *s, size_t i, size_t n, oai_tool_call_t **calls)
 {
-    return call_list(s, skip_ws(s, i + sizeof MISTRAL_TAG - 1, n), n, NULL, 0, calls);
+    return call_list(s, tool_stream_skip_ws(s, i + sizeof MISTRAL_TAG - 1, n), n, NULL, 0, calls);
 }
 
 /* Mistral's calls without the tag: [TOOL_CALLS] is a control token, which
@@ -372,12 +357,12 @@ static size_t bare_json(const char *s, size_t i, size_t n, char *const *names, s
         json_decref(v);
         if (!ok)
             return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
-        i = skip_ws(s, end, n);
+        i = tool_stream_skip_ws(s, end, n);
         if (i == n)
             return k;
         if (s[i] != ';')
             return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
-        i = skip_ws(s, i + 1, n);
+        i = tool_stream_skip_ws(s, i + 1, n);
     }
 }
 
@@ -396,9 +381,9 @@ size_t oai_tools_extract(const char *text, size_t len, char *const *names, size_
         start = (size_t)(m - text);
         k = mistral(text, start, len, calls);
     } else {
-        size_t i = skip_ws(text, 0, len);
-        if (at(text, i, len, PYTHON_TAG))
-            i = skip_ws(text, i + sizeof PYTHON_TAG - 1, len);
+        size_t i = tool_stream_skip_ws(text, 0, len);
+        if (tool_stream_at(text, i, len, PYTHON_TAG))
+            i = tool_stream_skip_ws(text, i + sizeof PYTHON_TAG - 1, len);
         if (i < len && text[i] == '{') {
             start = 0;
             k = bare_json(text, i, len, names, n_names, calls);
@@ -409,7 +394,7 @@ size_t oai_tools_extract(const char *text, size_t len, char *const *names, size_
     }
     if (k == 0)
         return 0;
-    while (start > 0 && is_ws(text[start - 1]))
+    while (start > 0 && tool_stream_is_ws(text[start - 1]))
         start--;
     *content_len = start;
     return k;
@@ -424,25 +409,15 @@ void oai_tool_calls_free(oai_tool_call_t *calls, size_t n)
     free(calls);
 }
 
-/* Longest suffix of s[0..n) that is a proper prefix of lit. */
-static size_t partial_suffix(const char *s, size_t n, const char *lit)
-{
-    size_t k = strlen(lit);
-    for (size_t m = k - 1 < n ? k - 1 : n; m > 0; m--)
-        if (memcmp(s + n - m, lit, m) == 0)
-            return m;
-    return 0;
-}
-
 size_t oai_tools_safe_prefix(const char *text, size_t len)
 {
-    size_t i = skip_ws(text, 0, len);
+    size_t i = tool_stream_skip_ws(text, 0, len);
     if (i == len)
         return 0; /* only white space so far: a call may still begin */
-    if (text[i] == '{' || at(text, i, len, PYTHON_TAG) || partial_suffix(text + i, len - i, PYTHON_TAG) == len - i)
+    if (text[i] == '{' || tool_stream_at(text, i, len, PYTHON_TAG) || tool_stream_partial_suffix(text + i, len - i, PYTHON_TAG) == len - i)
         return 0; /* may be a bare JSON call: hold everything */
     if (text[i] == '[') { /* "[" then "{": may be Mistral's untagged array */
-        size_t j = skip_ws(text, i + 1, len);
+        size_t j = tool_stream_skip_ws(text, i + 1, len);
         if (j == len || text[j] == '{')
             return 0;
     }
@@ -455,7 +430,7 @@ size_t oai_tools_safe_prefix(const char *text, size_t len)
         cut = (size_t)(m - text);
     if (cut < len)
         return cut;
-    size_t a = partial_suffix(text, len, HERMES_OPEN), b = partial_suffix(text, len, MISTRAL_TAG);
+    size_t a = tool_stream_partial_suffix(text, len, HERMES_OPEN), b = tool_stream_partial_suffix(text, len, MISTRAL_TAG);
     return len - (a > b ? a : b);
 }
 

@@ -25,7 +25,7 @@
  * When nothing parses, the text is plain content and finish_reason is what
  * the worker said. A call's `arguments` is the model's text of the arguments
  * value without white space outside strings (or a string value's contents),
- * as gateway/tool_stream.h defines it: the incremental parser there streams
+ * as common/text/tool_stream.h defines it: the incremental parser there streams
  * the same calls fragment by fragment, and both give the same text.
  * oai_tools_safe_prefix says what plain content may be released before a
  * call is decided (from a marker on, a leading '{', or a leading '[' followed

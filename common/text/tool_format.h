@@ -3,7 +3,7 @@
  * (common/text/chat_template.c) and the grammar that forces a call in that
  * syntax (common/text/tool_grammar.c). The gateway reads calls back out of
  * the model's answer in gateway/oai_tools.c (being made incremental in
- * gateway/tool_stream.c; both move here next, so that one module per family
+ * common/text/tool_stream.c; both move here next, so that one module per family
  * owns writing and reading).
  *
  * Every call is the object {"name": "N", "<args_key>": A} wrapped in the

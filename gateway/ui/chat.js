@@ -101,6 +101,7 @@ function buildRequest() {
   for (const m of state.messages) {
     if (m.error && !m.content && !m.tool_calls) continue;
     const out = { role: m.role, content: m.content ?? "" };
+    if (m.role === "assistant" && m.tool_calls?.length && !m.content) out.content = null;
     if (m.tool_calls?.length) out.tool_calls = m.tool_calls;
     if (m.role === "tool") out.tool_call_id = m.tool_call_id;
     messages.push(out);
@@ -160,7 +161,9 @@ function statsText(st) {
   return parts.join(" · ");
 }
 
-function renderToolCalls(m, box, isLast) {
+// `open`: the model waits for these calls' results (nothing but tool results
+// follows the message), so each unanswered call gets an input.
+function renderToolCalls(m, box, open) {
   for (const call of m.tool_calls || []) {
     const t = el("div", "toolcall");
     t.append(el("div", "toolcall-name", `tool call: ${call.function?.name ?? "?"}`));
@@ -172,7 +175,7 @@ function renderToolCalls(m, box, isLast) {
     }
     t.append(codeBlock(args, "json"));
     const answered = state.messages.some((x) => x.role === "tool" && x.tool_call_id === call.id);
-    if (isLast && !answered) {
+    if (open && !answered) {
       const input = el("textarea", "mono tool-result");
       input.rows = 2;
       input.placeholder = `result of ${call.function?.name ?? "the call"} (sent as a tool message)`;
@@ -199,6 +202,7 @@ function renderMessage(m, i) {
   head.append(el("span", "role", m.role === "tool" ? "tool result" : m.role));
   const actions = el("span", "actions");
   const isLast = i === state.messages.length - 1;
+  const open = !running && state.messages.slice(i + 1).every((x) => x.role === "tool");
   if (m.content) actions.append(button("copy", "ghost small copy-msg", (e) => copyText(m.content, e.target), "Copy this message"));
   if (m.role === "assistant" && isLast && !running)
     actions.append(button("regenerate", "ghost small regenerate", () => regenerate(), "Ask again for this answer"));
@@ -213,10 +217,12 @@ function renderMessage(m, i) {
     box.append(d);
   }
   const body = el("div", "body");
-  if (m.role === "assistant") body.append(renderMarkdown(m.content || ""));
+  // a JSON-mode answer shows as JSON, not as Markdown
+  if (m.role === "assistant" && m.json && m.content) body.append(codeBlock(m.content, "json"));
+  else if (m.role === "assistant") body.append(renderMarkdown(m.content || ""));
   else body.textContent = m.content || "";
   box.append(body);
-  renderToolCalls(m, box, isLast);
+  renderToolCalls(m, box, open);
   if (m.error) box.append(el("div", "error", m.error));
   if (m.stats) box.append(el("div", "stats", statsText(m.stats)));
   return box;
@@ -268,6 +274,7 @@ async function generate() {
     return;
   }
   const msg = { role: "assistant", content: "" }; // stats come when it ends
+  if (body.response_format) msg.json = true;
   state.messages.push(msg);
   const controller = new AbortController();
   running = { controller, msg };

@@ -26,7 +26,7 @@ ok()   { echo "ok - $*"; n_ok=$((n_ok + 1)); }
 fail() { echo "not ok - $*"; n_fail=$((n_fail + 1)); }
 
 # parsers of untrusted text (const char *, size_t): GGUF metadata and request content
-TEXT_PARSERS="common/text/chat_template.h:chat_template_new common/text/tokenizer.h:tokenizer_encode common/text/detok.h:detok_push gateway/tool_stream.h:tool_stream_feed"
+TEXT_PARSERS="common/text/chat_template.h:chat_template_new common/text/tokenizer.h:tokenizer_encode common/text/detok.h:detok_push common/text/tool_stream.h:tool_stream_feed"
 # functions with a parser's signature that need no target of their own
 declare -A EXEMPT=(
   [mpread_init]="a bounds-checked msgpack cursor; every use is inside proto_decode_body (fuzz_proto)"

@@ -7,7 +7,7 @@
  *   - the streaming hold-back only grows with the text and never releases
  *     a byte past the content of the text's calls;
  *   - a patched response body is still valid JSON;
- *   - the incremental parser (gateway/tool_stream.h), fed the same text in
+ *   - the incremental parser (common/text/tool_stream.h), fed the same text in
  *     pieces cut by a PRNG seeded from the input: deltas well ordered (BEGIN,
  *     ARGS, END per call; content only before the first call, and the
  *     content is a prefix of the text), and, when the text does not start
@@ -22,7 +22,7 @@
 
 #include "gateway/oai.h"
 #include "gateway/oai_tools.h"
-#include "gateway/tool_stream.h"
+#include "common/text/tool_stream.h"
 
 static char *names[] = {"get_weather", "lookup", "f"};
 

@@ -8,7 +8,8 @@
 #         cancels, model text with <script>/<img onerror> shown as text, the
 #         conversation kept over a reload, the operations view through kill -9
 #         of a replica (restarting, then ready), admin buttons with and without
-#         keys, drain / restart / on-demand start and stop, phone width.
+#         keys, drain / restart / on-demand start and stop, tools (calls, results)
+#         and JSON schema from the page, phone width.
 # Screenshots go to $PAGODA_BUILD/test-logs/console/. About 60-90 s.
 source "$(dirname "$0")/../lib.sh"
 
@@ -23,7 +24,7 @@ MODEL_FILE=$SHARED/models/stories260K.gguf
 PA=$(free_port); ZA=$(free_port)
 PAGODA_TEST_STEP_SLEEP_MS=30 PAGODA_TEST_LOAD_SLEEP_MS=1500 \
   spawn "$TMP/gwA.log" "$GW" --listen 127.0.0.1:$PA --worker-endpoint tcp://127.0.0.1:$ZA \
-  --model "stories=$MODEL_FILE" --replicas 2 --max-seqs 4 --heartbeat-ms 200 --log-level debug
+  --model "stories=$MODEL_FILE" --replicas 2 --max-seqs 4 --log-level debug
 A=http://127.0.0.1:$PA
 ready2() { curl -sf "$1/health" | grep -q '"replicas":2'; }
 check "gateway A: two local workers registered" wait_for 30 ready2 $A
@@ -69,17 +70,29 @@ check "POST with Host and Origin both a DNS name (rebinding): 403" \
 check "admin routes stay closed without --keys / --admin-open (403), console origin or not" \
   bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Origin: $A' $A/admin/workers/1/drain) == 403 ]]"
 
-# ---- gateway B: API keys (user, admin), a model and an on-demand model
+# ---- gateway B: API keys (user, admin), a model, an on-demand model, and a
+# tiny random model with a tool-calling chat template (tools, JSON schema)
+"$BUILD/pagoda-mkmodel" -o "$TMP/tools.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 \
+  --ctx 4096 --type F32 --seed 11 --chat-template "$ROOT/tests/common/text/chat_templates/qwen2.5.jinja" \
+  >/dev/null 2>&1 || fail "pagoda-mkmodel: the tool-calling model"
 for k in user:normal admin:normal:admin; do
   "$GW" --hash-key "$k" --secret "secret-${k%%:*}" | grep -v '^#' >>"$TMP/keys.txt"
 done
 PB=$(free_port); ZB=$(free_port)
 spawn "$TMP/gwB.log" "$GW" --listen 127.0.0.1:$PB --worker-endpoint tcp://127.0.0.1:$ZB --keys "$TMP/keys.txt" \
-  --model "stories=$MODEL_FILE" --model "lazy=$MODEL_FILE" --on-demand lazy --max-seqs 2 --heartbeat-ms 200 \
+  --model "stories=$MODEL_FILE" --model "lazy=$MODEL_FILE" --on-demand lazy --model "tools=$TMP/tools.gguf" \
+  --max-seqs 2 --heartbeat-ms 200 \
   --log-level debug
 B=http://127.0.0.1:$PB
-ready1() { curl -sf "$1/health" | grep -q '"stories":{"state":"ready"'; }
+ready1() { curl -sf "$1/health" | grep -q '"stories":{"state":"ready"' && curl -sf "$1/health" | grep -q '"tools":{"state":"ready"'; }
 check "gateway B: its worker registered (the on-demand model idle)" wait_for 30 ready1 $B
+
+adm() { curl -s -o /dev/null -w '%{http_code}' -X POST "$@"; }
+check "on-demand start/stop: 401 without a key, 403 with a user key" \
+  bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' -X POST $B/admin/models/lazy/start)\$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Authorization: Bearer secret-user' $B/admin/models/lazy/stop) == 401403 ]]"
+check "start of a model that is not on-demand: 409 not_on_demand" \
+  bash -c "curl -s -X POST -H 'Authorization: Bearer secret-admin' $B/admin/models/stories/start | grep -q '\"not_on_demand\"'"
+check "stop of an unknown model: 404" test "$(adm -H 'Authorization: Bearer secret-admin' $B/admin/models/nope/stop)" = 404
 
 # ---- gateway C: --no-ui
 PC=$(free_port); ZC=$(free_port)

@@ -15,6 +15,8 @@
 // listed one that compiles, fails the test.
 //
 // Prints TAP-like lines and a summary "# corpus: ..." with the counts.
+import { execFileSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 const require = createRequire(new URL("../js/package.json", import.meta.url));
 const { z } = require("zod");
@@ -134,8 +136,8 @@ async function resolveAll(list) {
 const ajvOpts = { strict: false, allErrors: true, logger: false };
 const ajv7 = addFormats(new Ajv(ajvOpts));
 const ajv2020 = addFormats(new Ajv2020(ajvOpts));
-function validator(schema) {
-  const is2020 = typeof schema.$schema === "string" && schema.$schema.includes("2020-12");
+function validator(schema, draft2020) {
+  const is2020 = draft2020 || (typeof schema.$schema === "string" && schema.$schema.includes("2020-12"));
   return (is2020 ? ajv2020 : ajv7).compile(schema);
 }
 
@@ -172,15 +174,23 @@ for (const v of all) {
   if (distinct.has(key)) distinct.get(key).clients.push(v.client);
   else distinct.set(key, { ...v, clients: [v.client] });
 }
+// pydantic v2 models' schemas (schema_corpus_pydantic.py, when pydantic is
+// installed): 2020-12 schemas, outputs checked by ajv and by pydantic itself
+if (process.env.PYDANTIC_SCHEMAS) {
+  const models = JSON.parse(readFileSync(process.env.PYDANTIC_SCHEMAS, "utf8"));
+  for (const [name, schema] of Object.entries(models))
+    distinct.set("pydantic:" + name, { name: "pydantic:" + name, model: name, schema, clients: ["pydantic"], draft2020: true });
+}
 const entries = [...distinct.values()];
 console.log(`# ${Object.keys(TYPES).length} zod types, ${all.length} client schemas, ${entries.length} distinct`);
 
 // every distinct schema × SEEDS seeds, in parallel; a schema pagoda refuses
 // comes back 400 (for every seed) naming the refused keyword's pointer
 const jobs = [];
+const pydanticDocs = []; // outputs for pydantic schemas, validated by pydantic below
 for (const e of entries) {
   let validate = null;
-  try { validate = validator(e.schema); } catch (err) { console.log(`# ajv cannot compile ${e.name}: ${err.message}`); }
+  try { validate = validator(e.schema, e.draft2020); } catch (err) { console.log(`# ajv cannot compile ${e.name}: ${err.message}`); }
   for (let seed = 1; seed <= SEEDS; seed++) {
     jobs.push(async () => {
       const r = await post({
@@ -195,7 +205,8 @@ for (const e of entries) {
       try { doc = JSON.parse(c.message.content); } catch { return { e, seed, status: 200, ok: false, why: `not JSON: ${c.message.content.slice(0, 200)}` }; }
       const valid = validate ? validate(doc) : false;
       // zod's own check of T (the openai strict form turns optional into nullable, so not for it)
-      const zr = e.clients.every((k) => k === "openai") ? { success: true } : e.zodType.safeParse(doc);
+      if (e.model) pydanticDocs.push({ name: e.model, content: c.message.content });
+      const zr = !e.zodType || e.clients.every((k) => k === "openai") ? { success: true } : e.zodType.safeParse(doc);
       const zodOk = zr.success;
       return {
         e, seed, status: 200, ok: valid && zodOk && c.finish_reason === "stop",
@@ -233,8 +244,21 @@ for (const [e, rs] of bySchema) {
   n_valid += good;
   for (const r of rs)
     if (!r.ok) console.log(`# ${label} seed ${r.seed}: ${r.why ?? `HTTP ${r.status} ${r.msg}`}`);
-  ok(good === rs.length, `${label}: ${good}/${rs.length} outputs finish "stop" and validate (ajv + ajv-formats${e.clients.every((c) => c === "openai") ? "" : ", zod"})`);
+  const also = e.model ? ", pydantic below" : e.clients.every((c) => c === "openai") ? "" : ", zod";
+  ok(good === rs.length, `${label}: ${good}/${rs.length} outputs finish "stop" and validate (ajv + ajv-formats${also})`);
 }
+// pydantic's own validator on the outputs for its schemas
+if (pydanticDocs.length) {
+  const f = process.env.PYDANTIC_SCHEMAS + ".out.json";
+  writeFileSync(f, JSON.stringify(pydanticDocs));
+  const lines = execFileSync(process.env.PYTHON || "python3", [process.env.PYDANTIC_SCRIPT, "validate", f], { encoding: "utf8" })
+    .trim().split("\n");
+  const bad = lines.filter((l) => !/ ok$/.test(l));
+  for (const l of bad) console.log(`# pydantic: ${l}`);
+  ok(bad.length === 0 && lines.length === pydanticDocs.length,
+    `pydantic's model_validate_json accepts ${lines.length - bad.length}/${pydanticDocs.length} outputs for its schemas`);
+}
+
 // The refused schemas as tools (AI SDK / LangChain send no "strict"): with a
 // forced call, a non-strict tool is compiled relaxed — only the refused
 // keyword is dropped, the rest (an object with exactly the required "v", a
@@ -263,7 +287,8 @@ for (const e of entries.filter((x) => REFUSED[x.name])) {
   ok(good === N, `${label}: non-strict, forced call → ${good}/${N} calls whose arguments hold what was not relaxed ({"v": string})`);
 }
 
-console.log(`# corpus: ${Object.keys(TYPES).length} zod types, ${entries.length} distinct client schemas: ` +
+console.log(`# corpus: ${Object.keys(TYPES).length} zod types and ${entries.filter((e) => e.model).length} pydantic models, ` +
+  `${entries.length} distinct client schemas: ` +
   `${n_compiled} compiled (${n_valid}/${n_outputs} outputs valid over ${SEEDS} seeds), ${n_refused} refused as documented, ` +
   `${unwritable} client/type pairs the client itself cannot write; ${jobs.length} requests took ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 process.exit(failed ? 1 : 0);

@@ -4,7 +4,8 @@
 # with the npm packages), each compiled by a real gateway and enforced by a
 # real worker on a random-weight model (pagoda-mkmodel, stories260K's
 # tokenizer): SEEDS seeds per schema at temperature 1, every output checked
-# by ajv + ajv-formats (and zod). Schemas pagoda refuses must be the ones
+# by ajv + ajv-formats (and zod). When python3 has pydantic 2, pydantic
+# models' schemas too, their outputs checked by pydantic as well. Schemas pagoda refuses must be the ones
 # docs/API.md lists, refused with their JSON pointer; the same schemas as
 # non-strict tools with a forced call are compiled relaxed (logged). About 10 s (4 seeds × 115 schemas).
 source "$(dirname "$0")/../lib.sh"
@@ -23,6 +24,14 @@ spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$P --worker-endpoint tcp://127.0.0.
 ready() { curl -sf "http://127.0.0.1:$P/health" | grep -q '"replicas":1'; }
 check "gateway: worker registered" wait_for 30 ready
 
+# pydantic v2 models' schemas too, when pydantic is installed (not a dependency)
+PYD=$ROOT/tests/integration/schema_corpus_pydantic.py
+export PYDANTIC_SCHEMAS= PYDANTIC_SCRIPT=$PYD
+if python3 "$PYD" schemas >"$TMP/pydantic.json" 2>/dev/null; then
+  PYDANTIC_SCHEMAS=$TMP/pydantic.json
+else
+  skip "pydantic v2 models (python3 has no pydantic)"
+fi
 URL_RAND=http://127.0.0.1:$P SEEDS=${SCHEMA_SEEDS:-4} run_node_tap 600 "$ROOT/tests/integration/schema_corpus.mjs"
 check "the worker logged the relaxed keyword of the non-strict tool with its pointer" \
   grep -q "schema keywords relaxed.*tool put: /properties/v/allOf" "$TMP/gw.log"

@@ -4,7 +4,7 @@
 // "mistral" (Mistral Nemo template: [TOOL_CALLS] arrays) and "qwen3" (Qwen3
 // template, for chat_template_kwargs), all tiny random-weight models; streamed
 // tool calls also through the AI SDK (ai + @ai-sdk/openai-compatible, zod 4
-// schemas). Prints "ok - …" / "not ok - …".
+// schemas) and LangChain JS (@langchain/openai). Prints "ok - …" / "not ok - …".
 //
 // env: URL  the gateway; SEEDS  seeds per (model, tool_choice) for the
 //      schema-validation sweep
@@ -13,6 +13,7 @@ import Ajv from "../js/node_modules/ajv/dist/ajv.js";
 import { streamText, tool as aiTool } from "../js/node_modules/ai/dist/index.mjs";
 import { createOpenAICompatible } from "../js/node_modules/@ai-sdk/openai-compatible/dist/index.mjs";
 import { z } from "../js/node_modules/zod/index.js";
+import { ChatOpenAI } from "../js/node_modules/@langchain/openai/dist/index.js";
 
 const { URL, SEEDS } = process.env;
 const nSeeds = Number(SEEDS || 12);
@@ -196,6 +197,27 @@ for (const model of ["qwen", "llama", "mistral"]) {
     ok(!err && order && same && Math.max(...counts) > 1,
        `${model}: AI SDK streamText: tool-input-delta parts (${counts.join(", ")} per call) build each ` +
        `tool-call's input ${JSON.stringify(Object.values(inputs))}` + (err ? ` (error ${err})` : ""));
+  }
+
+  // --- LangChain JS: streamed AIMessageChunks carry tool_call_chunks with the
+  // arguments growing; the concatenated message has the same calls -------------------
+  {
+    const llm = new ChatOpenAI({ model, apiKey: "none", configuration: { baseURL: `${URL}/v1` },
+                                 temperature: 1, maxTokens: 300, maxRetries: 0, modelKwargs: { seed: 7 } });
+    const bound = llm.bindTools([tools[0]], { tool_choice: "required" });
+    let full = null, withArgs = 0, err = null;
+    try {
+      for await (const chunk of await bound.stream(messages)) {
+        withArgs += (chunk.tool_call_chunks || []).filter((c) => c.args).length;
+        full = full ? full.concat(chunk) : chunk;
+      }
+    } catch (e) {
+      err = e;
+    }
+    const calls = full?.tool_calls || [];
+    ok(!err && calls.length > 0 && withArgs > 1 && calls.every((c) => c.name === "get_weather" && validators.get_weather(c.args)),
+       `${model}: LangChain stream: ${withArgs} tool_call_chunks with argument fragments, calls ` +
+       `${JSON.stringify(calls.map((c) => c.args))}` + (err ? ` (error ${err.message})` : ""));
   }
 
   // --- auto and none: a well-formed answer either way -----------------------------------

@@ -1,0 +1,98 @@
+/* tool_stream.h — tool calls parsed out of a model's answer while it is
+ * being written: content, then each call's name and its arguments in
+ * fragments, as OpenAI and vLLM stream delta.tool_calls.
+ *
+ * The formats are those of gateway/oai_tools.h (the non-streaming parser):
+ *   hermes   <tool_call>{"name": .., "arguments": ..}</tool_call> ... (Qwen, generic)
+ *   mistral  [TOOL_CALLS][{"name": .., "arguments": ..}, ...]
+ *   bare     [{"name": <a tool>, "arguments": ..}, ...] (Mistral without its control token)
+ *   llama3   [<|python_tag|>]{"name": <a tool>, "parameters": ..}[; {...}]
+ * Each call object is scanned byte by byte: its keys in any order, other
+ * keys skipped; the first "arguments" or "parameters" key is the arguments.
+ *
+ * Arguments text (the one definition both parsers use, tool_stream_args_of):
+ *   - a JSON string value → its decoded contents (the model wrote JSON text
+ *     as a string);
+ *   - any other JSON value → the model's own text of it with the white space
+ *     outside strings removed (numbers and string escapes as written);
+ *   - no such key → "{}".
+ * The fragments of one call concatenated are exactly that text, wherever the
+ * answer was split into events (tests/common/text/test_tool_stream.c checks every
+ * split point of every format).
+ *
+ * What is held back: content that may still become a call — from a marker
+ * (or a partial marker at the end) on, or all of an answer that starts like a
+ * bare call ('{', '[' + '{', <|python_tag|>) — exactly as
+ * oai_tools_safe_prefix holds it. A call begins (TOOL_STREAM_BEGIN) once its
+ * name is known (and, for the bare forms, is one of the request's tools);
+ * from then on it is streamed and cannot be taken back. So for output that is
+ * not a well-formed call list the two parsers can differ: if what follows a
+ * begun call is not a call (text after </tool_call>, a broken object), the
+ * stream has sent the calls so far and drops the rest, while the
+ * non-streaming parser would call the whole answer content. Before the first
+ * call begins, a failed candidate is released as content, as the
+ * non-streaming parser would.
+ *
+ * No dependency on the API layer: call ids are the caller's.
+ */
+#ifndef PAGODA_TEXT_TOOL_STREAM_H
+#define PAGODA_TEXT_TOOL_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The call markers (also read by oai_tools.c). */
+#define TOOL_HERMES_OPEN "<tool_call>"
+#define TOOL_HERMES_CLOSE "</tool_call>"
+#define TOOL_MISTRAL_TAG "[TOOL_CALLS]"
+#define TOOL_PYTHON_TAG "<|python_tag|>"
+
+typedef enum tool_stream_kind {
+    TOOL_STREAM_CONTENT,          /* text: content (points into the text fed) */
+    TOOL_STREAM_BEGIN,            /* call i_call starts; name */
+    TOOL_STREAM_ARGS,             /* text: a fragment of call i_call's arguments */
+    TOOL_STREAM_END,              /* call i_call is complete */
+} tool_stream_kind_t;
+
+typedef struct tool_stream_delta {
+    tool_stream_kind_t kind;
+    const char *text;             /* CONTENT, ARGS: (len) bytes */
+    size_t len;
+    uint32_t i_call;              /* BEGIN, ARGS, END: 0, 1, ... in the answer */
+    const char *name;             /* BEGIN: NUL-terminated */
+} tool_stream_delta_t;
+
+typedef struct tool_stream tool_stream_t;
+
+/* names[0..n_names) (borrowed; outlive the stream): the request's tools,
+ * which the bare forms must name. */
+tool_stream_t *tool_stream_new(char *const *names, size_t n_names);
+void tool_stream_free(tool_stream_t **t);
+
+/* text[0..len) is everything written so far: what the previous call saw plus
+ * new bytes (the caller keeps it; same bytes each time). `final`: the answer
+ * is complete — what is held back is decided (a candidate that never became
+ * a call is content; an open call ends). Returns the deltas in order in
+ * *out (owned by the stream, valid until the next call). Not called again
+ * after a final call. */
+size_t tool_stream_feed(tool_stream_t *t, const char *text, size_t len, bool final,
+                        const tool_stream_delta_t **out);
+
+/* Calls begun so far. */
+uint32_t tool_stream_n_calls(const tool_stream_t *t);
+
+/* The arguments text (above) of the call object at obj[0..len) (e.g. as
+ * the non-streaming parser found it: the same bytes give the same text).
+ * malloc'd. *used (when not NULL) = bytes up to and including the object's
+ * closing brace (or all of len when it does not close). */
+char *tool_stream_args_of(const char *obj, size_t len, size_t *used);
+
+/* Text helpers of the call formats (also oai_tools.c's). */
+bool tool_stream_is_ws(char c);                                   /* ' ' \n \t \r */
+size_t tool_stream_skip_ws(const char *s, size_t i, size_t n);    /* first non-blank at/after i */
+bool tool_stream_at(const char *s, size_t i, size_t n, const char *lit); /* s[i..] starts with lit */
+/* Longest suffix of s[0..n) that is a proper prefix of lit. */
+size_t tool_stream_partial_suffix(const char *s, size_t n, const char *lit);
+
+#endif
