@@ -57,16 +57,16 @@ function replicasOf(h, model) {
   const rows = [];
   const ours = (pid) => workers.find((w) => !used.has(w) && w.host === h.host && pid && w.pid === pid);
   for (const c of slots) {
+    // the process this slot ran before may still be registered until the gateway
+    // drops it (heartbeat silence): it is this row's past, not another replica
+    const stale = ours(c.prev_pid);
+    if (stale) used.add(stale);
     const w = c.state === "running" ? ours(c.pid) : null;
     if (w) {
       used.add(w);
       rows.push({ worker: w, slot: c, state: w.state });
       continue;
     }
-    // no registration for this slot's process: the one it replaced may still be listed
-    // until the gateway drops it; it is this row's past, not another replica
-    const stale = ours(c.prev_pid);
-    if (stale) used.add(stale);
     const state =
       c.state === "running" ? (c.prev_pid && c.restarts ? "restarting" : "starting") : c.state === "backoff" ? "restarting" : c.state;
     rows.push({ worker: null, slot: c, state });

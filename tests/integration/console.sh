@@ -24,7 +24,7 @@ MODEL_FILE=$SHARED/models/stories260K.gguf
 PA=$(free_port); ZA=$(free_port)
 PAGODA_TEST_STEP_SLEEP_MS=30 PAGODA_TEST_LOAD_SLEEP_MS=1500 \
   spawn "$TMP/gwA.log" "$GW" --listen 127.0.0.1:$PA --worker-endpoint tcp://127.0.0.1:$ZA \
-  --model "stories=$MODEL_FILE" --replicas 2 --max-seqs 4 --heartbeat-ms 200 --log-level debug
+  --model "stories=$MODEL_FILE" --replicas 2 --max-seqs 4 --log-level debug
 A=http://127.0.0.1:$PA
 ready2() { curl -sf "$1/health" | grep -q '"replicas":2'; }
 check "gateway A: two local workers registered" wait_for 30 ready2 $A
@@ -86,6 +86,13 @@ spawn "$TMP/gwB.log" "$GW" --listen 127.0.0.1:$PB --worker-endpoint tcp://127.0.
 B=http://127.0.0.1:$PB
 ready1() { curl -sf "$1/health" | grep -q '"stories":{"state":"ready"' && curl -sf "$1/health" | grep -q '"tools":{"state":"ready"'; }
 check "gateway B: its worker registered (the on-demand model idle)" wait_for 30 ready1 $B
+
+adm() { curl -s -o /dev/null -w '%{http_code}' -X POST "$@"; }
+check "on-demand start/stop: 401 without a key, 403 with a user key" \
+  bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' -X POST $B/admin/models/lazy/start)\$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Authorization: Bearer secret-user' $B/admin/models/lazy/stop) == 401403 ]]"
+check "start of a model that is not on-demand: 409 not_on_demand" \
+  bash -c "curl -s -X POST -H 'Authorization: Bearer secret-admin' $B/admin/models/stories/start | grep -q '\"not_on_demand\"'"
+check "stop of an unknown model: 404" test "$(adm -H 'Authorization: Bearer secret-admin' $B/admin/models/nope/stop)" = 404
 
 # ---- gateway C: --no-ui
 PC=$(free_port); ZC=$(free_port)
