@@ -526,17 +526,9 @@ int kv_disk_load(kv_disk_t *d, kv_store_t *st, int32_t block, uint64_t pub, uint
         }
     }
     close(fd);
-    if (got != d->file_bytes || big)
+    if (big || kv_disk_check(&d->shape, b, got, pub, parent_pub, tokens) != 0)
         return reject(d, path, pub);
-    const size_t body = d->file_bytes - 8;
-    uint64_t sum;
-    memcpy(&sum, b + body, 8);
-    unsigned char want[KV_DISK_HEADER_BYTES];
-    header_fill(d, want, pub, parent_pub);
     const int bs = d->shape.block_size;
-    if (sum != kv_disk_hash64(b, body, d->ident) || memcmp(b, want, KV_DISK_HEADER_BYTES) != 0 ||
-        memcmp(b + KV_DISK_HEADER_BYTES, tokens, (size_t)bs * 4) != 0)
-        return reject(d, path, pub);
     const size_t blk_bytes = (size_t)bs * d->row_bytes;
     size_t off = KV_DISK_HEADER_BYTES + (size_t)bs * 4;
     for (int l = 0; l < d->shape.n_layer; l++) {
@@ -548,6 +540,28 @@ int kv_disk_load(kv_disk_t *d, kv_store_t *st, int32_t block, uint64_t pub, uint
     index_touch(d, pub);
     d->st.n_loaded++;
     d->st.bytes_read += d->file_bytes;
+    return 0;
+}
+
+int kv_disk_check(const kv_disk_shape_t *shape, const uint8_t *buf, size_t len, uint64_t pub, uint64_t parent_pub,
+                  const int32_t *tokens)
+{
+    kv_disk_t d = {.shape = *shape, .ident = kv_disk_ident(shape)};
+    d.row_bytes = kv_type_row_bytes((kv_type_t)shape->kv_type, shape->kv_dim, shape->qblock);
+    if (d.row_bytes == 0 || shape->block_size < 1 || shape->n_layer < 1)
+        return -1;
+    const size_t want_len = KV_DISK_HEADER_BYTES + (size_t)shape->block_size * 4 +
+                            2 * (size_t)shape->n_layer * (size_t)shape->block_size * d.row_bytes + 8;
+    if (!buf || len != want_len)
+        return -1;
+    unsigned char want[KV_DISK_HEADER_BYTES];
+    header_fill(&d, want, pub, parent_pub);
+    uint64_t sum;
+    memcpy(&sum, buf + len - 8, 8);
+    if (memcmp(buf, want, KV_DISK_HEADER_BYTES) != 0 ||
+        memcmp(buf + KV_DISK_HEADER_BYTES, tokens, (size_t)shape->block_size * 4) != 0 ||
+        sum != kv_disk_hash64(buf, len - 8, d.ident))
+        return -1;
     return 0;
 }
 

@@ -125,6 +125,13 @@ int kv_disk_store(kv_disk_t *d, const kv_store_t *st, int32_t block, uint64_t pu
 int kv_disk_load(kv_disk_t *d, kv_store_t *st, int32_t block, uint64_t pub, uint64_t parent_pub,
                  const int32_t *tokens);
 
+/* The checks a block file's bytes must pass before they are served: size,
+ * header (every field against shape, pub, parent_pub), token ids, checksum.
+ * 0 ok, -1 not this block (anything else: torn, corrupt, another shape or
+ * content). Reads only buf[0, len). */
+int kv_disk_check(const kv_disk_shape_t *shape, const uint8_t *buf, size_t len, uint64_t pub, uint64_t parent_pub,
+                  const int32_t *tokens);
+
 /* Whether the tier's index has pub (a file it wrote or found). */
 bool kv_disk_has(const kv_disk_t *d, uint64_t pub);
 

@@ -8,16 +8,19 @@
  * [-127, 127]); per (head h, position t) and block b the integer dot
  *     isum_b = Σ_i qq_h[b*qb + i] * kq_t[b*qb + i]          (exact int32)
  * is what differs by ISA (scalar; AVX2 sign + maddubs + madd; AVX-VNNI and
- * AVX512-VNNI vpdpbusd, 256-bit), then, the same C code for every ISA,
+ * AVX512-VNNI vpdpbusd, 256-bit; eight positions' sums reduced into one
+ * vector), then, in this order with these IEEE operations on every path
+ * (lane-wise in the vector ones),
  *     p_b = (qd_h[b] * kd_t[b]) * (float)isum_b
  *     s   = ((p_0 + p_1) + p_2) + ...        sc[h*ld + t - t0] = s * scale
  * The SIMD paths need qb == 32; smaller blocks (head_dim 8 or 16) always
  * take the scalar dot.
  *
- * Values. out_h[i] = (Σ_t fma(w_h[t] * vd_t[b(i)], (float)vq_t[i], ·)) * inv[h],
+ * Values. out_h[i] = (Σ_t fma(w_h[t], vd_t[b(i)] * (float)vq_t[i], ·)) * inv[h],
  * the sum over t in order with one fused multiply-add per term (fmaf in the
  * scalar path, _mm256_fmadd_ps in the AVX2 one, which every vector ISA
- * uses): the same bits.
+ * uses; the product d * q is exact in float for |q| <= 127 and an f16 d
+ * anyway): the same bits.
  *
  * Nothing is allocated; no state but the ISA choice (process-wide, read
  * from qgemm_isa_default() unless a test sets it).
