@@ -10,7 +10,7 @@
 #include "common/grammar/json_schema.h"
 #include "common/utf8.h"
 #include "common/xalloc.h"
-#include "common/text/tool_stream.h"
+#include "common/text/tool_format.h"
 
 __attribute__((format(printf, 3, 4))) static int bad(oai_error_t *e, const char *param, const char *fmt, ...)
 {
@@ -243,161 +243,26 @@ int oai_tools_parse_message(json_t *msg, size_t i, oai_message_t *m, oai_error_t
 
 /* ---- output ----------------------------------------------------------- */
 
-static const char HERMES_OPEN[] = TOOL_HERMES_OPEN;
-static const char HERMES_CLOSE[] = TOOL_HERMES_CLOSE;
-static const char MISTRAL_TAG[] = TOOL_MISTRAL_TAG;
-static const char PYTHON_TAG[] = TOOL_PYTHON_TAG;
-
-/* One JSON value starting at s[i]: returns it (new reference) and sets
- * *end past it, or NULL. */
-static json_t *json_at(const char *s, size_t i, size_t n, size_t *end)
-{
-    json_error_t je;
-    json_t *v = json_loadb(s + i, n - i, JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
-    if (v)
-        *end = i + (size_t)je.position;
-    return v;
-}
-
-/* Appends the call described by obj ({"name", "arguments"|"parameters"}),
- * whose text is s[i..n): its arguments are that text's (tool_stream.h), so a
- * streamed call's fragments add up to exactly what this parser returns. */
-static bool add_call(json_t *obj, const char *s, size_t i, size_t n, char *const *names,
-                     size_t n_names, oai_tool_call_t **calls, size_t *k)
-{
-    if (!json_is_object(obj) || *k >= OAI_MAX_TOOL_CALLS)
-        return false;
-    json_t *name = json_object_get(obj, "name");
-    if (!json_is_string(name) || json_string_length(name) == 0)
-        return false;
-    if (names) {
-        bool found = false;
-        for (size_t j = 0; j < n_names && !found; j++)
-            found = strcmp(names[j], json_string_value(name)) == 0;
-        if (!found)
-            return false;
-    }
-    oai_tool_call_t c = {.name = xstrdup(json_string_value(name)),
-                         .arguments = tool_stream_args_of(s + i, n - i, NULL)};
-    oai_id_new("call_", c.id, sizeof c.id);
-    *calls = xrealloc(*calls, (*k + 1) * sizeof **calls);
-    (*calls)[(*k)++] = c;
-    return true;
-}
-
-static size_t hermes(const char *s, size_t i, size_t n, oai_tool_call_t **calls)
-{
-    size_t k = 0;
-    while (tool_stream_at(s, i, n, HERMES_OPEN)) {
-        size_t end, start = tool_stream_skip_ws(s, i + sizeof HERMES_OPEN - 1, n);
-        json_t *v = json_at(s, start, n, &end);
-        bool ok = add_call(v, s, start, end, NULL, 0, calls, &k);
-        json_decref(v);
-        if (!ok)
-            return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
-        i = tool_stream_skip_ws(s, end, n);
-        if (tool_stream_at(s, i, n, HERMES_CLOSE))
-            i = tool_stream_skip_ws(s, i + sizeof HERMES_CLOSE - 1, n);
-        else if (i < n) /* an unclosed block is only accepted at the very end */
-            return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
-    }
-    if (i < n)
-        return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
-    return k;
-}
-
-/* A JSON array of call objects at s[i] that ends the text: [TOOL_CALLS]'s
- * list, or the untagged one (names = the declared tools). Elements are
- * walked in the text too, for each call's arguments text. */
-static size_t call_list(const char *s, size_t i, size_t n, char *const *names, size_t n_names,
-                        oai_tool_call_t **calls)
-{
-    size_t end, k = 0;
-    json_t *v = json_at(s, i, n, &end);
-    bool ok = json_is_array(v) && json_array_size(v) > 0 && tool_stream_skip_ws(s, end, n) == n;
-    size_t p = i + 1; /* past '[' */
-    for (size_t j = 0; ok && j < json_array_size(v); j++) {
-        p = tool_stream_skip_ws(s, p, n);
-        size_t used;
-        free(tool_stream_args_of(s + p, end - p, &used)); /* only for where it ends */
-        ok = add_call(json_array_get(v, j), s, p, p + used, names, n_names, calls, &k);
-        p = tool_stream_skip_ws(s, p + used, n);
-        if (p < n && s[p] == ',')
-            p++;
-    }
-    json_decref(v);
-    if (!ok)
-        return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
-    return k;
-}
-
-static size_t mistral(const char *s, size_t i, size_t n, oai_tool_call_t **calls)
-{
-    return call_list(s, tool_stream_skip_ws(s, i + sizeof MISTRAL_TAG - 1, n), n, NULL, 0, calls);
-}
-
-/* Mistral's calls without the tag: [TOOL_CALLS] is a control token, which
- * the worker does not write into the text, so a real Mistral model's call
- * arrives as a bare array [{"name": <one of tools>, "arguments": ..}, ...]
- * that must be the whole answer. */
-static size_t bare_array(const char *s, size_t i, size_t n, char *const *names, size_t n_names,
-                         oai_tool_call_t **calls)
-{
-    return call_list(s, i, n, names, n_names, calls);
-}
-
-static size_t bare_json(const char *s, size_t i, size_t n, char *const *names, size_t n_names,
-                        oai_tool_call_t **calls)
-{
-    size_t k = 0;
-    for (;;) {
-        size_t end;
-        json_t *v = json_at(s, i, n, &end);
-        bool ok = add_call(v, s, i, end, names, n_names, calls, &k);
-        json_decref(v);
-        if (!ok)
-            return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
-        i = tool_stream_skip_ws(s, end, n);
-        if (i == n)
-            return k;
-        if (s[i] != ';')
-            return oai_tool_calls_free(*calls, k), *calls = NULL, 0;
-        i = tool_stream_skip_ws(s, i + 1, n);
-    }
-}
+/* The syntax of each family's calls, and reading them, is
+ * common/text/tool_format.h's; here the calls get their OpenAI ids. */
+_Static_assert(OAI_MAX_TOOL_CALLS == TOOL_FORMAT_MAX_CALLS, "one limit on calls per answer");
 
 size_t oai_tools_extract(const char *text, size_t len, char *const *names, size_t n_names,
                          oai_tool_call_t **calls, size_t *content_len)
 {
+    tool_call_t *tc = NULL;
+    size_t n = tool_format_extract(text, len, names, n_names, &tc, content_len);
     *calls = NULL;
-    *content_len = len;
-    const char *h = memmem(text, len, HERMES_OPEN, sizeof HERMES_OPEN - 1);
-    const char *m = memmem(text, len, MISTRAL_TAG, sizeof MISTRAL_TAG - 1);
-    size_t k = 0, start = len;
-    if (h && (!m || h < m)) {
-        start = (size_t)(h - text);
-        k = hermes(text, start, len, calls);
-    } else if (m) {
-        start = (size_t)(m - text);
-        k = mistral(text, start, len, calls);
-    } else {
-        size_t i = tool_stream_skip_ws(text, 0, len);
-        if (tool_stream_at(text, i, len, PYTHON_TAG))
-            i = tool_stream_skip_ws(text, i + sizeof PYTHON_TAG - 1, len);
-        if (i < len && text[i] == '{') {
-            start = 0;
-            k = bare_json(text, i, len, names, n_names, calls);
-        } else if (i < len && text[i] == '[') {
-            start = 0;
-            k = bare_array(text, i, len, names, n_names, calls);
-        }
-    }
-    if (k == 0)
+    if (n == 0)
         return 0;
-    while (start > 0 && tool_stream_is_ws(text[start - 1]))
-        start--;
-    *content_len = start;
-    return k;
+    *calls = xcalloc(n, sizeof **calls);
+    for (size_t i = 0; i < n; i++) {
+        (*calls)[i].name = tc[i].name;
+        (*calls)[i].arguments = tc[i].arguments;
+        oai_id_new("call_", (*calls)[i].id, sizeof (*calls)[i].id);
+    }
+    free(tc); /* its strings moved to *calls */
+    return n;
 }
 
 void oai_tool_calls_free(oai_tool_call_t *calls, size_t n)
@@ -411,27 +276,7 @@ void oai_tool_calls_free(oai_tool_call_t *calls, size_t n)
 
 size_t oai_tools_safe_prefix(const char *text, size_t len)
 {
-    size_t i = tool_stream_skip_ws(text, 0, len);
-    if (i == len)
-        return 0; /* only white space so far: a call may still begin */
-    if (text[i] == '{' || tool_stream_at(text, i, len, PYTHON_TAG) || tool_stream_partial_suffix(text + i, len - i, PYTHON_TAG) == len - i)
-        return 0; /* may be a bare JSON call: hold everything */
-    if (text[i] == '[') { /* "[" then "{": may be Mistral's untagged array */
-        size_t j = tool_stream_skip_ws(text, i + 1, len);
-        if (j == len || text[j] == '{')
-            return 0;
-    }
-    const char *h = memmem(text, len, HERMES_OPEN, sizeof HERMES_OPEN - 1);
-    const char *m = memmem(text, len, MISTRAL_TAG, sizeof MISTRAL_TAG - 1);
-    size_t cut = len;
-    if (h)
-        cut = (size_t)(h - text);
-    if (m && (size_t)(m - text) < cut)
-        cut = (size_t)(m - text);
-    if (cut < len)
-        return cut;
-    size_t a = tool_stream_partial_suffix(text, len, HERMES_OPEN), b = tool_stream_partial_suffix(text, len, MISTRAL_TAG);
-    return len - (a > b ? a : b);
+    return tool_format_safe_prefix(text, len);
 }
 
 json_t *oai_tool_calls_json(const oai_tool_call_t *calls, size_t n, bool with_index)

@@ -8,28 +8,17 @@
  * `tool_choice`, `par_tools`, message `tool_calls`/`tool_call_id`), whose
  * chat template renders it (common/text/chat_template.h).
  *
- * Responses: the model writes a call in its family's convention; the gateway
- * parses the generated text back into OpenAI `tool_calls`:
- *   hermes   <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
- *            (Qwen2.5/Qwen3, and every family without native tools: the
- *            worker's generic rewrite teaches this form), repeated for
- *            parallel calls; text before the first block is the content;
- *   mistral  [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]; without
- *            the tag (a control token the worker leaves out of the text)
- *            the whole answer is the array and every name must be one of
- *            the request's tools (extra keys such as "id" are ignored)
- *   llama3   the whole output is {"name": "f", "parameters": {...}}
- *            (optionally after <|python_tag|>, several joined by ";"); the
- *            name must be one of the request's tools, so a JSON answer that
- *            is not a call stays content.
- * When nothing parses, the text is plain content and finish_reason is what
- * the worker said. A call's `arguments` is the model's text of the arguments
- * value without white space outside strings (or a string value's contents),
- * as common/text/tool_stream.h defines it: the incremental parser there streams
- * the same calls fragment by fragment, and both give the same text.
- * oai_tools_safe_prefix says what plain content may be released before a
- * call is decided (from a marker on, a leading '{', or a leading '[' followed
- * by '{' is held), so ordinary text streams as it comes.
+ * Responses: the model writes a call in its family's convention
+ * (common/text/tool_format.h: hermes, mistral, llama3 — the markers its
+ * template rendered and the forcing grammar used, and how each is read
+ * back). oai_tools_extract reads the whole answer with tool_format_extract
+ * and gives each call an OpenAI id; common/text/tool_stream.h reads the same
+ * calls fragment by fragment while they are written, and both give the same
+ * arguments text. When nothing parses, the text is plain content and
+ * finish_reason is what the worker said. oai_tools_safe_prefix
+ * (tool_format_safe_prefix) says what plain content may be released before
+ * a call is decided (from a marker on, a leading '{', or a leading '['
+ * followed by '{' is held), so ordinary text streams as it comes.
  */
 #ifndef PAGODA_GATEWAY_OAI_TOOLS_H
 #define PAGODA_GATEWAY_OAI_TOOLS_H

@@ -1,10 +1,12 @@
-/* tool_format.c — the family table and the call text (see tool_format.h). */
+/* tool_format.c — the family table, the call text, and reading calls out of
+ * an answer in whichever family's syntax it is (see tool_format.h). */
 #include "common/text/tool_format.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/text/tool_stream.h"
 #include "common/xalloc.h"
 
 const tool_format_t *const tool_format_all[] = {&tool_format_hermes, &tool_format_mistral, &tool_format_llama3,
@@ -26,4 +28,137 @@ char *tool_format_call_text(const tool_format_t *f, const char *name, const char
     snprintf(out, n, "%s{\"name\": \"%s\", \"%s\": %s}%s", f->call_open, name, f->args_key, args,
              f->call_close);
     return out;
+}
+
+/* ---- reading ---------------------------------------------------------- */
+
+json_t *tool_format_json_at(const char *s, size_t i, size_t n, size_t *end)
+{
+    json_error_t je;
+    json_t *v = json_loadb(s + i, n - i, JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+    if (v)
+        *end = i + (size_t)je.position;
+    return v;
+}
+
+bool tool_format_add_call(const json_t *obj, const char *s, size_t i, size_t n, char *const *names,
+                          size_t n_names, tool_call_t **calls, size_t *k)
+{
+    if (!json_is_object(obj) || *k >= TOOL_FORMAT_MAX_CALLS)
+        return false;
+    json_t *name = json_object_get(obj, "name");
+    if (!json_is_string(name) || json_string_length(name) == 0)
+        return false;
+    if (names) {
+        bool found = false;
+        for (size_t j = 0; j < n_names && !found; j++)
+            found = strcmp(names[j], json_string_value(name)) == 0;
+        if (!found)
+            return false;
+    }
+    tool_call_t c = {.name = xstrdup(json_string_value(name)),
+                     .arguments = tool_stream_args_of(s + i, n - i, NULL)};
+    *calls = xrealloc(*calls, (*k + 1) * sizeof **calls);
+    (*calls)[(*k)++] = c;
+    return true;
+}
+
+void tool_calls_free(tool_call_t *calls, size_t n)
+{
+    for (size_t i = 0; calls && i < n; i++) {
+        free(calls[i].name);
+        free(calls[i].arguments);
+    }
+    free(calls);
+}
+
+size_t tool_format_fail(tool_call_t **calls, size_t k)
+{
+    tool_calls_free(*calls, k);
+    *calls = NULL;
+    return 0;
+}
+
+/* 1: s[i..n) starts with f's bare_open (white space between its characters);
+ * 0: it cannot; -1: the text ends before it can tell. */
+static int bare_match(const tool_format_t *f, const char *s, size_t i, size_t n)
+{
+    for (const char *c = f->bare_open; *c; c++) {
+        if (c != f->bare_open)
+            i = tool_stream_skip_ws(s, i, n);
+        if (i == n)
+            return -1;
+        if (s[i++] != *c)
+            return 0;
+    }
+    return 1;
+}
+
+size_t tool_format_extract(const char *text, size_t len, char *const *names, size_t n_names,
+                           tool_call_t **calls, size_t *content_len)
+{
+    *calls = NULL;
+    *content_len = len;
+    /* the earliest tag of any family */
+    const tool_format_t *tagged = NULL;
+    size_t start = len;
+    for (size_t k = 0; tool_format_all[k]; k++) {
+        const tool_format_t *f = tool_format_all[k];
+        const char *p = f->tag ? memmem(text, len, f->tag, strlen(f->tag)) : NULL;
+        if (p && (size_t)(p - text) < start) {
+            start = (size_t)(p - text);
+            tagged = f;
+        }
+    }
+    size_t n = 0;
+    if (tagged) {
+        n = tagged->parse_tagged(text, start, len, calls);
+    } else { /* untagged: the whole answer is the calls */
+        size_t i = tool_stream_skip_ws(text, 0, len);
+        for (size_t k = 0; tool_format_all[k]; k++) {
+            const char *pre = tool_format_all[k]->bare_prefix;
+            if (pre && tool_stream_at(text, i, len, pre))
+                i = tool_stream_skip_ws(text, i + strlen(pre), len);
+        }
+        start = 0;
+        for (size_t k = 0; tool_format_all[k] && n == 0; k++) {
+            const tool_format_t *f = tool_format_all[k];
+            if (f->bare_open && i < len && text[i] == f->bare_open[0])
+                n = f->parse_bare(text, i, len, names, n_names, calls);
+        }
+    }
+    if (n == 0)
+        return 0;
+    while (start > 0 && tool_stream_is_ws(text[start - 1]))
+        start--;
+    *content_len = start;
+    return n;
+}
+
+size_t tool_format_safe_prefix(const char *text, size_t len)
+{
+    size_t i = tool_stream_skip_ws(text, 0, len);
+    if (i == len)
+        return 0; /* only white space so far: a call may still begin */
+    for (size_t k = 0; tool_format_all[k]; k++) {
+        const tool_format_t *f = tool_format_all[k];
+        /* may be an untagged call: hold everything */
+        if (f->bare_prefix && (tool_stream_at(text, i, len, f->bare_prefix) ||
+                               tool_stream_partial_suffix(text + i, len - i, f->bare_prefix) == len - i))
+            return 0;
+        if (f->bare_open && bare_match(f, text, i, len) != 0)
+            return 0;
+    }
+    size_t cut = len, part = 0;
+    for (size_t k = 0; tool_format_all[k]; k++) {
+        const char *tag = tool_format_all[k]->tag;
+        if (!tag)
+            continue;
+        const char *p = memmem(text, len, tag, strlen(tag));
+        if (p && (size_t)(p - text) < cut)
+            cut = (size_t)(p - text);
+        size_t m = tool_stream_partial_suffix(text, len, tag);
+        part = m > part ? m : part;
+    }
+    return cut < len ? cut : len - part;
 }

@@ -15,8 +15,15 @@
 
 #include "common/hex.h"
 #include "common/utf8.h"
+#include "common/text/tool_format.h"
 #include "common/vec.h"
 #include "common/xalloc.h"
+
+/* The families' markers, each owned by its tool_format_<family>.c. */
+#define HERMES_OPEN (tool_format_hermes.tag)
+#define HERMES_CLOSE (tool_format_hermes.tag_close)
+#define MISTRAL_TAG (tool_format_mistral.tag)
+#define PYTHON_TAG (tool_format_llama3.bare_prefix)
 
 #define MAX_CALLS 128             /* as OAI_MAX_TOOL_CALLS: the non-streaming parser's limit */
 #define KEY_MAX 16                /* keys longer than this are none of ours */
@@ -490,8 +497,8 @@ size_t tool_stream_skip_ws(const char *s, size_t i, size_t n)
 /* The earliest marker in text[0..n): 0 none, 'h' hermes, 'm' mistral (*at). */
 static int find_marker(const char *text, size_t n, size_t *where)
 {
-    const char *h = memmem(text, n, TOOL_HERMES_OPEN, sizeof TOOL_HERMES_OPEN - 1);
-    const char *m = memmem(text, n, TOOL_MISTRAL_TAG, sizeof TOOL_MISTRAL_TAG - 1);
+    const char *h = memmem(text, n, HERMES_OPEN, strlen(HERMES_OPEN));
+    const char *m = memmem(text, n, MISTRAL_TAG, strlen(MISTRAL_TAG));
     if (h && (!m || h < m)) {
         *where = (size_t)(h - text);
         return 'h';
@@ -518,7 +525,7 @@ static bool take_marker(tool_stream_t *t, const char *text, size_t len)
     size_t p, from = t->searched < len ? t->searched : len;
     int mk = find_marker(text + from, len - from, &p);
     /* a marker may straddle this feed and the next: look again at its tail */
-    t->searched = len >= sizeof TOOL_MISTRAL_TAG ? len - sizeof TOOL_MISTRAL_TAG : 0;
+    t->searched = len >= strlen(MISTRAL_TAG) + 1 ? len - (strlen(MISTRAL_TAG) + 1) : 0;
     if (!mk)
         return false;
     p += from;
@@ -526,7 +533,7 @@ static bool take_marker(tool_stream_t *t, const char *text, size_t len)
     if (mk == 'h') {
         enter(t, TS_HERMES, p);
     } else {
-        enter(t, TS_LIST, p + sizeof TOOL_MISTRAL_TAG - 1);
+        enter(t, TS_LIST, p + strlen(MISTRAL_TAG));
         t->list_named = false;
     }
     return true;
@@ -542,9 +549,9 @@ static bool detect(tool_stream_t *t, const char *text, size_t len, bool final)
         if (i == len)
             return false; /* only white space so far: a call may still begin */
         size_t j = i;
-        if (tool_stream_at(text, i, len, TOOL_PYTHON_TAG))
-            j = tool_stream_skip_ws(text, i + sizeof TOOL_PYTHON_TAG - 1, len);
-        else if (prefix_of(text, i, len, TOOL_PYTHON_TAG) && !final)
+        if (tool_stream_at(text, i, len, PYTHON_TAG))
+            j = tool_stream_skip_ws(text, i + strlen(PYTHON_TAG), len);
+        else if (prefix_of(text, i, len, PYTHON_TAG) && !final)
             return false;
         if (j == len && !final)
             return false;
@@ -565,7 +572,7 @@ static bool detect(tool_stream_t *t, const char *text, size_t len, bool final)
         t->bare_off = true; /* the answer does not start like a bare call */
     }
     /* plain text: hold back only a partial marker at the end */
-    size_t a = tool_stream_partial_suffix(text, len, TOOL_HERMES_OPEN), b = tool_stream_partial_suffix(text, len, TOOL_MISTRAL_TAG);
+    size_t a = tool_stream_partial_suffix(text, len, HERMES_OPEN), b = tool_stream_partial_suffix(text, len, MISTRAL_TAG);
     release_to(t, text, final ? len : len - (a > b ? a : b));
     return false;
 }
@@ -627,7 +634,7 @@ static bool step_calls(tool_stream_t *t, const char *text, size_t len)
     size_t i = tool_stream_skip_ws(text, t->pos, len);
     if (i == len)
         return false;
-    const char *open = t->mode == TS_HERMES ? TOOL_HERMES_OPEN : NULL;
+    const char *open = t->mode == TS_HERMES ? HERMES_OPEN : NULL;
     switch (t->sub) {
     case SUB_START: /* hermes: <tool_call>; lists: '[' */
         if (open) {
@@ -660,13 +667,13 @@ static bool step_calls(tool_stream_t *t, const char *text, size_t len)
         return true;
     default: /* SUB_AFTER: between calls */
         if (t->mode == TS_HERMES) {
-            if (prefix_of(text, i, len, TOOL_HERMES_CLOSE))
+            if (prefix_of(text, i, len, HERMES_CLOSE))
                 return false;
-            if (!tool_stream_at(text, i, len, TOOL_HERMES_CLOSE)) {
+            if (!tool_stream_at(text, i, len, HERMES_CLOSE)) {
                 fail(t); /* an unclosed block ends the answer */
                 return true;
             }
-            t->pos = i + sizeof TOOL_HERMES_CLOSE - 1;
+            t->pos = i + strlen(HERMES_CLOSE);
             t->sub = SUB_START;
         } else if (t->mode == TS_LIST) {
             if (text[i] == ',') {

@@ -2,7 +2,8 @@
  * being written: content, then each call's name and its arguments in
  * fragments, as OpenAI and vLLM stream delta.tool_calls.
  *
- * The formats are those of gateway/oai_tools.h (the non-streaming parser):
+ * The formats are common/text/tool_format.h's (whose tool_format_extract is
+ * the non-streaming parser; the markers are the family modules'):
  *   hermes   <tool_call>{"name": .., "arguments": ..}</tool_call> ... (Qwen, generic)
  *   mistral  [TOOL_CALLS][{"name": .., "arguments": ..}, ...]
  *   bare     [{"name": <a tool>, "arguments": ..}, ...] (Mistral without its control token)
@@ -23,7 +24,7 @@
  * What is held back: content that may still become a call — from a marker
  * (or a partial marker at the end) on, or all of an answer that starts like a
  * bare call ('{', '[' + '{', <|python_tag|>) — exactly as
- * oai_tools_safe_prefix holds it. A call begins (TOOL_STREAM_BEGIN) once its
+ * tool_format_safe_prefix holds it. A call begins (TOOL_STREAM_BEGIN) once its
  * name is known (and, for the bare forms, is one of the request's tools);
  * from then on it is streamed and cannot be taken back. So for output that is
  * not a well-formed call list the two parsers can differ: if what follows a
@@ -41,12 +42,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* The call markers (also read by oai_tools.c). */
-#define TOOL_HERMES_OPEN "<tool_call>"
-#define TOOL_HERMES_CLOSE "</tool_call>"
-#define TOOL_MISTRAL_TAG "[TOOL_CALLS]"
-#define TOOL_PYTHON_TAG "<|python_tag|>"
 
 typedef enum tool_stream_kind {
     TOOL_STREAM_CONTENT,          /* text: content (points into the text fed) */
@@ -88,7 +83,7 @@ uint32_t tool_stream_n_calls(const tool_stream_t *t);
  * closing brace (or all of len when it does not close). */
 char *tool_stream_args_of(const char *obj, size_t len, size_t *used);
 
-/* Text helpers of the call formats (also oai_tools.c's). */
+/* Text helpers of the call formats (also tool_format's). */
 bool tool_stream_is_ws(char c);                                   /* ' ' \n \t \r */
 size_t tool_stream_skip_ws(const char *s, size_t i, size_t n);    /* first non-blank at/after i */
 bool tool_stream_at(const char *s, size_t i, size_t n, const char *lit); /* s[i..] starts with lit */

@@ -3,12 +3,19 @@
  *   pagoda-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]
  *              [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos] [--kv-type auto|f16|f32|q8_0]
  *   pagoda-run -m FILE --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N] [--baseline]
+ *   pagoda-run [-m FILE] --bench-bandwidth [--threads N]
  *
  * Only the continuation goes to stdout; diagnostics go to stderr. It runs the
  * same scheduler as pagoda-worker (with one sequence), so what it prints is
  * what the server would stream. --bench measures engine-level prefill and
- * decode throughput at several concurrencies through that scheduler.
+ * decode throughput at several concurrencies through that scheduler, and the
+ * weight-read rate decode achieved (bytes of weights one step reads × steps
+ * per second). --bench-bandwidth measures the machine's read bandwidth with
+ * the same thread count (a parallel read loop over a buffer several times the
+ * last-level cache), so the limit and the achieved rate come from one run;
+ * with --bench both are printed.
  */
+#include <omp.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +39,8 @@ static void usage(FILE *f)
             "                  [--kv-type auto|f16|f32|q8_0]\n"
             "       pagoda-run -m FILE.gguf --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N]\n"
             "                  [--max-batch-tokens N] [--exact-matmul] [--kv-type auto|f16|f32|q8_0] [--baseline]\n"
-            "                  [--kv-budget-mb N]  (KV pool budget, default 1024)\n"
+            "                  [--kv-budget-mb N]  (KV pool budget, default 1024) [--bench-bandwidth]\n"
+            "       pagoda-run [-m FILE.gguf] --bench-bandwidth [--threads N]\n"
             "Prints only the continuation on stdout. --temp 0 is greedy and deterministic.\n");
 }
 
@@ -127,17 +135,90 @@ static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_se
     return rc;
 }
 
+/* Bytes of weights one decode step reads, whatever its row count: every
+ * layer matrix, the output projection (read even when tied to the
+ * embedding, which only a row of is read), and for MoE layers the used
+ * share of the experts (n_expert_used / n_expert: on average, for one row).
+ * File (GGUF) sizes: the int8 packing of Q8_0 has the same bytes per weight
+ * up to its scales. */
+static size_t wb(const matmul_weight_t *w)
+{
+    return (size_t)w->rows * w->row_bytes;
+}
+
+static double decode_weight_bytes(const model_t *m)
+{
+    double n = (double)model_weight_bytes(m) - (double)wb(&m->tok_embd);
+    if (m->cfg.tied_output)
+        n += (double)wb(&m->output);
+    if (m->cfg.n_expert > 0) {
+        double ex = 0;
+        for (int l = 0; l < m->cfg.n_layer; l++)
+            for (int e = 0; e < m->cfg.n_expert; e++)
+                ex += (double)(wb(&m->layers[l].exp_gate[e]) +
+                               wb(&m->layers[l].exp_up[e]) +
+                               wb(&m->layers[l].exp_down[e]));
+        n -= ex * (1.0 - (double)m->cfg.n_expert_used / m->cfg.n_expert);
+    }
+    return n;
+}
+
+/* Read bandwidth with n_threads threads: each sums its share of a buffer of
+ * 4x the last-level cache (512 MiB .. 2 GiB) as 64-bit words, 8 passes, the
+ * best pass counts (a pass = the whole buffer once). Returns GB/s (1e9). */
+static double bench_bandwidth(int n_threads)
+{
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    size_t bytes = llc > 0 ? (size_t)llc * 4 : (size_t)1 << 30;
+    if (bytes < ((size_t)512 << 20))
+        bytes = (size_t)512 << 20;
+    if (bytes > ((size_t)2 << 30))
+        bytes = (size_t)2 << 30;
+    size_t n = bytes / sizeof(uint64_t);
+    uint64_t *buf = xmalloc(n * sizeof *buf);
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i * 0x9E3779B97F4A7C15ull; /* touch every page, from the thread that reads it */
+    double best = 0;
+    volatile uint64_t sink = 0;
+    for (int pass = 0; pass < 8; pass++) {
+        uint64_t total = 0;
+        int64_t t0 = clock_now_us();
+#pragma omp parallel for num_threads(n_threads) schedule(static) reduction(+ : total)
+        for (size_t i = 0; i < n; i += 8) {
+            /* 8 independent chains: the loop is bound by loads, not adds */
+            total += buf[i] + buf[i + 1] + buf[i + 2] + buf[i + 3] + buf[i + 4] + buf[i + 5] +
+                     buf[i + 6] + buf[i + 7];
+        }
+        int64_t dt = clock_now_us() - t0;
+        sink += total;
+        double gbs = dt > 0 ? (double)(n * sizeof *buf) / ((double)dt * 1e3) : 0;
+        if (gbs > best)
+            best = gbs;
+    }
+    (void)sink;
+    printf("# read bandwidth: %.1f GB/s (%d threads, %.0f MiB buffer, best of 8 passes)\n", best,
+           n_threads, (double)bytes / 1048576.0);
+    fflush(stdout);
+    free(buf);
+    return best;
+}
+
 /* Engine benchmark over a list of concurrencies; with `baseline`, each is
  * also run with batching off (--max-seqs 1) and the speedup printed. */
 static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_list,
-                     int prompt_tokens, int n_gen, int baseline)
+                     int prompt_tokens, int n_gen, int baseline, double bw_gbs)
 {
+    const double wbytes = decode_weight_bytes(e->model);
     printf("# %s, %d prompt tokens, %d new tokens per sequence, %d threads, %s KV, isa %s\n",
            model_arch_name(e->model->cfg.arch), prompt_tokens, n_gen,
            base->n_threads, kv_type_name(sched_kv_type_for(e->model, base->kv_type, !base->exact_matmul)),
            base->exact_matmul ? "exact" : qgemm_isa_name(qgemm_isa_default()));
-    printf("%-6s %12s %12s %12s %10s", "seqs", "prefill t/s", "decode t/s", "overall t/s",
-           "seconds");
+    printf("# weights read per decode step: %.1f MB\n", wbytes / 1e6);
+    printf("%-6s %12s %12s %12s %10s %10s", "seqs", "prefill t/s", "decode t/s", "overall t/s",
+           "seconds", "wt GB/s");
+    if (bw_gbs > 0)
+        printf(" %8s", "of limit");
     if (baseline)
         printf(" %14s %8s", "max-seqs-1 t/s", "speedup");
     printf("\n");
@@ -152,8 +233,12 @@ static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_l
             rc = 1;
             break;
         }
-        printf("%-6d %12.1f %12.1f %12.1f %10.2f", c, r.prefill_tps, r.decode_tps,
-               r.overall_tps, r.seconds);
+        /* one decode step reads the weights once for its c rows */
+        double gbs = wbytes * (r.decode_tps / c) / 1e9;
+        printf("%-6d %12.1f %12.1f %12.1f %10.2f %10.1f", c, r.prefill_tps, r.decode_tps,
+               r.overall_tps, r.seconds, gbs);
+        if (bw_gbs > 0)
+            printf(" %7.0f%%", 100.0 * gbs / bw_gbs);
         if (baseline) {
             if (bench_once(e, base, c, 1, prompt_tokens, n_gen, &b) != 0) {
                 rc = 1;
@@ -177,7 +262,7 @@ int main(int argc, char **argv)
     wait_policy_reexec(argv);
     log_init("pagoda-run", LOG_WARN);
     const char *model = NULL, *prompt = NULL, *seqs = "1,4,16,32";
-    int n = 128, chat = 0, bench = 0, prompt_tokens = 32, ignore_eos = 0, baseline = 0;
+    int n = 128, chat = 0, bench = 0, bench_bw = 0, prompt_tokens = 32, ignore_eos = 0, baseline = 0;
     sampler_params_t sp;
     sampler_params_default(&sp);
     sp.temperature = 0.8f;
@@ -185,7 +270,7 @@ int main(int argc, char **argv)
     sched_config_default(&cfg);
     cfg.max_seqs = 1;
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
-           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB };
+           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
@@ -201,6 +286,7 @@ int main(int argc, char **argv)
         {"kv-type", required_argument, 0, O_KVTYPE},
         {"kv-budget-mb", required_argument, 0, O_KVMB},
         {"baseline", no_argument, 0, O_BASELINE},
+        {"bench-bandwidth", no_argument, 0, O_BENCH_BW},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     int c;
@@ -232,11 +318,14 @@ int main(int argc, char **argv)
             break;
         case O_KVMB: cfg.kv_budget_bytes = (size_t)strtoull(optarg, NULL, 10) << 20; break;
         case O_BASELINE: baseline = 1; break;
+        case O_BENCH_BW: bench_bw = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (!model || (!prompt && !bench) || n < 1 || prompt_tokens < 1 || cfg.n_threads < 1) {
+    if (bench_bw && !bench && !model && cfg.n_threads >= 1)
+        return bench_bandwidth(cfg.n_threads) > 0 ? 0 : 1;
+    if (!model || (!prompt && !bench && !bench_bw) || n < 1 || prompt_tokens < 1 || cfg.n_threads < 1) {
         usage(stderr);
         return 2;
     }
@@ -254,8 +343,9 @@ int main(int argc, char **argv)
         engine_free(&e);
         return 2;
     }
-    if (bench) {
-        int rc = run_bench(e, &cfg, seqs, prompt_tokens, n, baseline);
+    if (bench || bench_bw) {
+        double bw = bench_bw ? bench_bandwidth(cfg.n_threads) : 0;
+        int rc = bench ? run_bench(e, &cfg, seqs, prompt_tokens, n, baseline, bw) : 0;
         engine_free(&e);
         return rc;
     }

@@ -1,8 +1,9 @@
 /* Unit tests for common/text/tool_format: for every family, an answer written
  * with its markers (as the chat template renders calls) is accepted by the
- * forcing grammar built from the same markers (tool_grammar) and read back
- * by the gateway's parser (gateway/oai_tools.h) to the same names and
- * arguments; the lookup by name covers the table. Runs in well under a
+ * forcing grammar built from the same markers (tool_grammar), read back by
+ * tool_format_extract to the same names and arguments, and held back while
+ * streaming from its first call on; answers that are not calls stay
+ * content; the lookup by name covers the table. Runs in well under a
  * second. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,7 +17,6 @@
 #include "common/grammar/gbnf.h"
 #include "common/text/tool_format.h"
 #include "common/text/tool_grammar.h"
-#include "gateway/oai_tools.h"
 
 static const char *TOOLS =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
@@ -24,12 +24,13 @@ static const char *TOOLS =
     "\"required\":[\"city\",\"unit\"]}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}]";
 
-/* f's answer with n calls: open call (sep call) close */
-static char *answer(const tool_format_t *f, size_t n_calls)
+/* f's answer with n calls after content: open call (sep call) close */
+static char *answer(const tool_format_t *f, const char *content, size_t n_calls)
 {
     static const char *const names[] = {"get_weather", "ping"};
     static const char *const args[] = {"{\"city\": \"Oslo\", \"unit\": \"c\"}", "{}"};
     char *out = calloc(1, 4096);
+    strcat(out, content);
     strcat(out, f->open);
     for (size_t i = 0; i < n_calls; i++) {
         if (i)
@@ -56,22 +57,30 @@ static void test_write_force_read(void **state)
         if (gbnf_parse((const uint8_t *)gt, strlen(gt), &g, err, sizeof err, NULL, NULL) != 0)
             fail_msg("%s: grammar does not compile: %s", f->name, err);
         for (size_t n = 1; n <= (f->sep ? 2u : 1u); n++) {
-            char *text = answer(f, n);
+            char *text = answer(f, "", n);
             if (!gbnf_match(g, (const uint8_t *)text, strlen(text)))
                 fail_msg("%s: the grammar refuses %s", f->name, text);
-            oai_tool_call_t *calls = NULL;
+            free(text);
+            /* a tagged family keeps the text before its calls as content;
+             * an untagged answer is all calls */
+            const char *content = f->tag ? "Let me check. " : "";
+            text = answer(f, content, n);
+            tool_call_t *calls = NULL;
             size_t clen = 99;
-            size_t got = oai_tools_extract(text, strlen(text), names, 2, &calls, &clen);
+            size_t got = tool_format_extract(text, strlen(text), names, 2, &calls, &clen);
             if (got != n)
                 fail_msg("%s: %zu calls read from %s", f->name, got, text);
-            assert_int_equal(clen, 0);
+            assert_int_equal(clen, f->tag ? strlen(content) - 1 : 0); /* trailing space dropped */
             assert_string_equal(calls[0].name, "get_weather");
             assert_string_equal(calls[0].arguments, "{\"city\":\"Oslo\",\"unit\":\"c\"}");
             if (n == 2) {
                 assert_string_equal(calls[1].name, "ping");
                 assert_string_equal(calls[1].arguments, "{}");
             }
-            oai_tool_calls_free(calls, got);
+            tool_calls_free(calls, got);
+            /* streaming: nothing from the first call on is released early */
+            for (size_t p = 0; p <= strlen(text); p++)
+                assert_true(tool_format_safe_prefix(text, p) <= strlen(content));
             free(text);
         }
         /* a family without sep takes one call: the grammar refuses two */
@@ -91,10 +100,35 @@ static void test_write_force_read(void **state)
     assert_null(tool_format_find(NULL));
 }
 
+static void test_not_calls(void **state)
+{
+    (void)state;
+    char *names[] = {"ping"};
+    static const char *const texts[] = {
+        "Just text.",
+        "{\"name\": \"other\", \"parameters\": {}}",                 /* not a tool of the request */
+        "[{\"name\": \"other\", \"arguments\": {}}]",
+        "<tool_call>\n{\"name\": \"ping\"}\n</tool_call> and more", /* text after the block */
+        "[TOOL_CALLS][]",                                              /* no call */
+        "{\"a\": 1}",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        tool_call_t *calls = (tool_call_t *)1;
+        size_t clen = 0;
+        assert_int_equal(tool_format_extract(texts[i], strlen(texts[i]), names, 1, &calls, &clen), 0);
+        assert_null(calls);
+        assert_int_equal(clen, strlen(texts[i]));
+    }
+    /* plain text streams as it comes; a partial marker is held */
+    assert_int_equal(tool_format_safe_prefix("Hello there", 11), 11);
+    assert_int_equal(tool_format_safe_prefix("Hello <tool_", 12), 6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_force_read),
+        cmocka_unit_test(test_not_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
