@@ -342,12 +342,51 @@ static void test_stream(void **st)
     json_decref(final);
 }
 
+/* A failure after output began: the open item is closed, response.failed
+ * carries the error, nothing is stored. */
+static void test_stream_failed(void **st)
+{
+    resp_store_t *store = NULL;
+    assert_int_equal(resp_store_open(":memory:", NULL, &store, NULL, 0), 0);
+    responses_request_t r;
+    parse_ok("{\"model\":\"m\",\"input\":\"x\",\"stream\":true}", NULL, NULL, &r);
+    responses_meta_t m = {.id = "resp_f", .model = "m", .created = (int64_t)time(NULL), .store = store,
+                          .owner = "k"};
+    responses_stream_t *s = responses_stream_new(&m, &r);
+    api_buf_t buf = {0};
+    proto_event_t ev = {.text = "Hel", .text_len = 3};
+    assert_false(responses_stream_event(s, &ev, &buf));
+    proto_event_t fail = {.text = "", .finish = PROTO_FINISH_TIMEOUT, .err = PROTO_ERR_DEADLINE};
+    assert_true(responses_stream_event(s, &fail, &buf));
+    responses_stream_free(&s);
+    /* the last event */
+    buf.p = realloc(buf.p, buf.len + 1);
+    buf.p[buf.len] = '\0';
+    const char *last = strstr(buf.p, "event: response.failed\n");
+    assert_non_null(last);
+    json_t *d = json_loads(strstr(last, "data: ") + 6, JSON_DISABLE_EOF_CHECK, NULL);
+    json_t *resp = json_object_get(d, "response");
+    assert_string_equal(json_string_value(json_object_get(resp, "status")), "failed");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(resp, "error"), "code")), "timeout");
+    json_t *item = json_array_get(json_object_get(resp, "output"), 0);
+    assert_string_equal(json_string_value(json_object_get(item, "status")), "incomplete");
+    assert_non_null(strstr(buf.p, "event: response.output_item.done"));
+    assert_null(strstr(buf.p, "response.completed"));
+    json_decref(d);
+    free(buf.p);
+    resp_store_row_t row;
+    assert_int_equal(resp_store_get(store, "resp_f", "k", m.created, &row), 1);
+    responses_request_free(&r);
+    resp_store_close(&store);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_string_input), cmocka_unit_test(test_items_and_tools),
         cmocka_unit_test(test_previous),     cmocka_unit_test(test_refused),
         cmocka_unit_test(test_complete_and_store), cmocka_unit_test(test_stream),
+        cmocka_unit_test(test_stream_failed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
