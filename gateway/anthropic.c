@@ -438,11 +438,22 @@ static json_t *call_input(const char *args, size_t len)
     return json_object();
 }
 
-static const char *stop_reason(proto_finish_t f, size_t n_calls)
+/* stop_reason, and the stop_sequence it names (a new reference: a string
+ * or null). stop = 1 + the index of the stop string that ended the answer
+ * (the EVENT's), 0 = none. */
+static const char *stop_reason(const anthropic_meta_t *m, proto_finish_t f, size_t n_calls, uint32_t stop,
+                               json_t **seq)
 {
+    *seq = json_null();
     if (n_calls)
         return "tool_use";
-    return f == PROTO_FINISH_LENGTH ? "max_tokens" : "end_turn";
+    if (f == PROTO_FINISH_LENGTH)
+        return "max_tokens";
+    if (stop >= 1 && stop <= m->n_stop) {
+        *seq = json_string(m->stop[stop - 1]);
+        return "stop_sequence";
+    }
+    return "end_turn";
 }
 
 static json_t *usage_json(const oai_usage_t *u)
@@ -454,7 +465,7 @@ static json_t *usage_json(const oai_usage_t *u)
 }
 
 char *anthropic_message_json(const anthropic_meta_t *m, const char *text, size_t len,
-                             proto_finish_t finish, const oai_usage_t *usage)
+                             proto_finish_t finish, uint32_t stop, const oai_usage_t *usage)
 {
     answer_whole_t w;
     answer_whole_split(text, len, m->tool_names, m->n_tools, m->reasoning, true, &w);
@@ -472,9 +483,11 @@ char *anthropic_message_json(const anthropic_meta_t *m, const char *text, size_t
                                                  w.calls[i].name, "input",
                                                  call_input(w.calls[i].arguments, strlen(w.calls[i].arguments))));
     }
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:n, s:o}", "id", m->id, "type", "message", "role",
-                          "assistant", "model", m->model, "content", content, "stop_reason",
-                          stop_reason(finish, w.n_calls), "stop_sequence", "usage", usage_json(usage));
+    json_t *seq;
+    const char *reason = stop_reason(m, finish, w.n_calls, stop, &seq);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o}", "id", m->id, "type", "message", "role",
+                          "assistant", "model", m->model, "content", content, "stop_reason", reason,
+                          "stop_sequence", seq, "usage", usage_json(usage));
     answer_whole_clear(&w);
     return dump(j);
 }
@@ -490,6 +503,8 @@ typedef enum { BLOCK_NONE, BLOCK_THINKING, BLOCK_TEXT, BLOCK_TOOL } block_t;
 
 struct anthropic_stream {
     char *id, *model;
+    char *const *stop;     /* (n_stop) the request's stop strings, borrowed */
+    size_t n_stop;
     answer_t *ans;
     bool started;          /* message_start sent */
     block_t open;          /* the block being written */
@@ -504,6 +519,8 @@ anthropic_stream_t *anthropic_stream_new(const anthropic_meta_t *m)
     anthropic_stream_t *st = xcalloc(1, sizeof *st);
     st->id = xstrdup(m->id);
     st->model = xstrdup(m->model);
+    st->stop = m->stop;
+    st->n_stop = m->n_stop;
     st->ans = answer_new(m->tool_names, m->n_tools, m->reasoning); /* names borrowed */
     st->index = -1;
     return st;
@@ -617,9 +634,11 @@ bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *e, api_
         close_block(st);
         oai_usage_t u;
         api_event_usage(e, &u);
-        ev(st, "message_delta", json_pack("{s:s, s:{s:s, s:n}, s:o}", "type", "message_delta", "delta",
-                                          "stop_reason", stop_reason(e->finish, st->n_calls), "stop_sequence",
-                                          "usage", usage_json(&u)));
+        anthropic_meta_t m = {.stop = st->stop, .n_stop = st->n_stop};
+        json_t *seq;
+        const char *reason = stop_reason(&m, e->finish, st->n_calls, e->stop, &seq);
+        ev(st, "message_delta", json_pack("{s:s, s:{s:s, s:o}, s:o}", "type", "message_delta", "delta",
+                                          "stop_reason", reason, "stop_sequence", seq, "usage", usage_json(&u)));
         ev(st, "message_stop", json_pack("{s:s}", "type", "message_stop"));
         st->done = true;
     }
@@ -640,6 +659,8 @@ void anthropic_stream_error(anthropic_stream_t *st, const oai_error_t *e, api_bu
 /* call->state: the stream (streaming), or the message id (not). */
 typedef struct {
     char id[48];
+    char **stop;           /* (n_stop) copies of the request's stop strings */
+    size_t n_stop;
     anthropic_stream_t *stream;
 } surface_state_t;
 
@@ -652,9 +673,16 @@ static void surface_begin(api_call_t *call, oai_request_t *o)
 {
     surface_state_t *st = xcalloc(1, sizeof *st);
     oai_id_new("msg_", st->id, sizeof st->id);
+    /* a copy of the stop strings (o still goes to the worker with them), to
+     * name the one that ended the answer (stop_sequence) */
+    st->n_stop = o->n_stop;
+    st->stop = xcalloc(o->n_stop + 1, sizeof *st->stop);
+    for (size_t i = 0; i < o->n_stop; i++)
+        st->stop[i] = xstrdup(o->stop[i]);
     if (call->stream) {
         anthropic_meta_t m = {.id = st->id, .model = call->model, .reasoning = call->reasoning,
-                              .tool_names = call->tool_names, .n_tools = call->n_tools};
+                              .tool_names = call->tool_names, .n_tools = call->n_tools,
+                              .stop = st->stop, .n_stop = st->n_stop};
         st->stream = anthropic_stream_new(&m);
     }
     call->state = st;
@@ -694,8 +722,9 @@ static char *surface_complete(api_call_t *call, gateway_reply_t *const *events, 
     oai_usage_t u;
     api_event_usage(last, &u);
     anthropic_meta_t m = {.id = st->id, .model = call->model, .reasoning = call->reasoning,
-                          .tool_names = call->tool_names, .n_tools = call->n_tools};
-    char *body = anthropic_message_json(&m, text, len, last->finish, &u);
+                          .tool_names = call->tool_names, .n_tools = call->n_tools,
+                          .stop = st->stop, .n_stop = st->n_stop};
+    char *body = anthropic_message_json(&m, text, len, last->finish, last->stop, &u);
     free(text);
     return body;
 }
@@ -706,6 +735,9 @@ static void surface_end(api_call_t *call)
     if (!st)
         return;
     anthropic_stream_free(&st->stream);
+    for (size_t i = 0; i < st->n_stop; i++)
+        free(st->stop[i]);
+    free(st->stop);
     free(st);
     call->state = NULL;
 }

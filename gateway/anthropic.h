@@ -28,12 +28,11 @@
  *
  * Out: the answer's parts (gateway/answer.h) become content blocks —
  * thinking (signature ""), text, tool_use (id "toolu_…", input object) —
- * with stop_reason end_turn | max_tokens | tool_use, stop_sequence null, and
+ * with stop_reason end_turn | max_tokens | stop_sequence (stop_sequence = the
+ * string, from the EVENT's `stop`) | tool_use, and
  * usage {input_tokens = prompt − cached, output_tokens,
  * cache_creation_input_tokens 0, cache_read_input_tokens = cached}: input
  * tokens as Anthropic counts them, the prefix cache's hits as cache reads.
- * A stop string ends the turn as EOS does: the worker does not say which one
- * matched, so "stop_sequence" is not reported (end_turn).
  *
  * Streaming: message_start, ping, then per block content_block_start,
  * content_block_delta (text_delta | thinking_delta | input_json_delta),
@@ -76,12 +75,15 @@ typedef struct anthropic_meta {
     bool reasoning;          /* split <think>…</think> into thinking blocks */
     char *const *tool_names; /* (n_tools) calls are parsed when not NULL */
     size_t n_tools;
+    char *const *stop;       /* (n_stop) the request's stop_sequences, for stop_sequence */
+    size_t n_stop;
 } anthropic_meta_t;
 
 /* Non-streaming: the message object for the whole answer text.
- * finish is the last EVENT's (STOP or LENGTH). Malloc'd JSON. */
+ * finish and stop are the last EVENT's (STOP or LENGTH; stop = 1 + index
+ * of the stop string that ended it, 0 = none). Malloc'd JSON. */
 char *anthropic_message_json(const anthropic_meta_t *m, const char *text, size_t len,
-                             proto_finish_t finish, const oai_usage_t *usage);
+                             proto_finish_t finish, uint32_t stop, const oai_usage_t *usage);
 
 /* {"input_tokens": n} for count_tokens. */
 char *anthropic_count_json(int64_t n);

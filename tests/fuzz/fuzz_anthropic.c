@@ -47,10 +47,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         __builtin_trap();
     const oai_message_t *last = &r.messages[r.n_messages - 1];
     anthropic_meta_t m = {.id = "msg_fuzz", .model = r.model, .reasoning = reasoning,
-                          .tool_names = r.tool_names, .n_tools = r.n_tools};
+                          .tool_names = r.tool_names, .n_tools = r.n_tools, .stop = r.stop, .n_stop = r.n_stop};
     oai_usage_t u = {10, 5, 3};
     must_be_json(anthropic_message_json(&m, last->content, last->content_len,
-                                        (data[0] & 4) ? PROTO_FINISH_LENGTH : PROTO_FINISH_STOP, &u));
+                                        (data[0] & 4) ? PROTO_FINISH_LENGTH : PROTO_FINISH_STOP, (uint32_t)(data[0] >> 3), &u));
     anthropic_stream_t *st = anthropic_stream_new(&m);
     api_buf_t buf = {0};
     bool done = false;

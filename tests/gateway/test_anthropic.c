@@ -234,7 +234,7 @@ static void test_message_json(void **st)
                        "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
     anthropic_meta_t m = {.id = "msg_1", .model = "qwen", .reasoning = true, .tool_names = tool_names, .n_tools = 1};
     oai_usage_t u = {.prompt_tokens = 100, .completion_tokens = 20, .cached_tokens = 64};
-    char *s = anthropic_message_json(&m, text, strlen(text), PROTO_FINISH_STOP, &u);
+    char *s = anthropic_message_json(&m, text, strlen(text), PROTO_FINISH_STOP, 0, &u);
     json_t *j = json_loads(s, 0, NULL);
     free(s);
     assert_string_equal(json_string_value(json_object_get(j, "type")), "message");
@@ -259,7 +259,22 @@ static void test_message_json(void **st)
     json_decref(j);
 
     anthropic_meta_t plain = {.id = "msg_2", .model = "m"};
-    s = anthropic_message_json(&plain, "cut", 3, PROTO_FINISH_LENGTH, &u);
+    /* a stop string ended it: stop_sequence names it */
+    char *stops[] = {"END", "\n\n"};
+    anthropic_meta_t stopped = {.id = "msg_s", .model = "m", .stop = stops, .n_stop = 2};
+    s = anthropic_message_json(&stopped, "done", 4, PROTO_FINISH_STOP, 2, &u);
+    j = json_loads(s, 0, NULL);
+    free(s);
+    assert_string_equal(json_string_value(json_object_get(j, "stop_reason")), "stop_sequence");
+    assert_string_equal(json_string_value(json_object_get(j, "stop_sequence")), "\n\n");
+    json_decref(j);
+    s = anthropic_message_json(&stopped, "done", 4, PROTO_FINISH_STOP, 0, &u); /* EOS */
+    j = json_loads(s, 0, NULL);
+    free(s);
+    assert_string_equal(json_string_value(json_object_get(j, "stop_reason")), "end_turn");
+    assert_true(json_is_null(json_object_get(j, "stop_sequence")));
+    json_decref(j);
+    s = anthropic_message_json(&plain, "cut", 3, PROTO_FINISH_LENGTH, 0, &u);
     j = json_loads(s, 0, NULL);
     free(s);
     assert_string_equal(json_string_value(json_object_get(j, "stop_reason")), "max_tokens");

@@ -81,8 +81,15 @@ const story = "Once upon a time there was a little girl named Lily. She liked to
       model: "text", max_tokens: 24, temperature: 0, system: "You tell stories.", stop_sequences: [stopAt],
       messages: [{ role: "user", content: story }],
     });
-    ok(!textOf(s).includes(stopAt) && s.stop_reason === "end_turn" && textOf(m).startsWith(textOf(s)),
-      "stop_sequences: the answer ends before '" + stopAt + "'", textOf(s));
+    ok(!textOf(s).includes(stopAt) && s.stop_reason === "stop_sequence" && s.stop_sequence === stopAt &&
+       textOf(m).startsWith(textOf(s)), "stop_sequences: the answer ends before '" + stopAt + "', stop_reason stop_sequence",
+      { text: textOf(s), stop_reason: s.stop_reason, stop_sequence: s.stop_sequence });
+    const ss = client.messages.stream({
+      model: "text", max_tokens: 24, temperature: 0, system: "You tell stories.", stop_sequences: ["zzz-never", stopAt],
+      messages: [{ role: "user", content: story }],
+    });
+    const sf = await ss.finalMessage();
+    ok(sf.stop_reason === "stop_sequence" && sf.stop_sequence === stopAt, "messages.stream: stop_sequence in message_delta", sf);
   }
 
   // Authorization: Bearer works as well as x-api-key
