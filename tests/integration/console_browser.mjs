@@ -111,6 +111,36 @@ try {
     ok(/^TTFT \d+ ms · [\d.]+ tok\/s · 12 tokens · length$/.test(stats), `TTFT, tokens/s, tokens, finish shown: "${stats}"`);
   });
 
+  // ---- the Markdown renderer, as the served page has it -----------------------------
+  await attempt("markdown", async () => {
+    const cases = [
+      ["# Title\ntext", 'h1("Title") p("text")'],
+      ["- a\n- b\n  - c", 'ul(li("a") li("b" ul(li("c"))))'],
+      ["1. x\n2. y", 'ol(li("x") li("y"))'],
+      ["> q\n> r", 'blockquote(p("q" br "r"))'],
+      ["a\nb\n\nc", 'p("a" br "b") p("c")'],
+      ["`<i>` and ``a`b``", 'p(code("<i>") " and " code("a`b"))'],
+      ["**b** _i_ *e* ~~d~~", 'p(strong("b") " " em("i") " " em("e") " " del("d"))'],
+      ["```js\nx<y\n```", 'div(div(span("js") button("copy")) pre(code("x<y")))'],
+      ["```\nunclosed", 'div(div(span("code") button("copy")) pre(code("unclosed")))'],
+      ["see https://x.example/p.", 'p("see " a[https://x.example/p]("https://x.example/p") ".")'],
+      ["[t](https://x.example)", 'p(a[https://x.example]("t"))'],
+      ["[t](data:text/html,x)", 'p("t (data:text/html,x)")'],
+      ["<b onclick=\"x()\">hi</b><script>y()</script>", 'p("<b onclick=\\"x()\\">hi</b><script>y()</script>")'],
+      ["---", "hr"],
+      ["snake_case_name", 'p("snake_case_name")'],
+    ];
+    const got = await page.evaluate(async (cases) => {
+      const { renderMarkdown } = await import("/ui/markdown.js");
+      const ser = (n) => n.nodeType === 3 ? JSON.stringify(n.data)
+        : n.tagName.toLowerCase() + (n.tagName === "A" ? `[${n.getAttribute("href")}]` : "") +
+          (n.childNodes.length ? `(${[...n.childNodes].map(ser).join(" ")})` : "");
+      return cases.map(([src]) => [...renderMarkdown(src).childNodes].map(ser).join(" "));
+    }, cases);
+    const bad = cases.filter(([, want], i) => got[i] !== want).map(([src], i) => `${JSON.stringify(src)} → ${got[cases.findIndex((c) => c[0] === src)]}`);
+    ok(bad.length === 0, `markdown.js renders ${cases.length} cases as DOM nodes${bad.length ? `; wrong: ${bad.join(" | ")}` : ""}`);
+  });
+
   // ---- stop cancels it on the worker --------------------------------------------------
   const abortLine = `vllm:request_success_total{model_name="${MODEL}",finished_reason="abort"}`;
   const abort0 = await metric(URL_A, abortLine);
