@@ -171,17 +171,22 @@ const ask = [{ role: "user", content: "What is the weather in Paris?" }];
   const st = client.messages.stream({
     model: "tools", max_tokens: 300, tools: [weather], tool_choice: { type: "tool", name: "get_weather" }, messages: ask,
   });
-  let partial = "";
-  const deltas = [];
-  st.on("inputJson", (d) => { partial += d; });
-  st.on("streamEvent", (e) => { if (e.type === "content_block_delta") deltas.push(e.delta.type); });
+  const partial = {}; // block index → its input_json_delta fragments joined
+  let nFrag = 0;
+  st.on("streamEvent", (e) => {
+    if (e.type === "content_block_delta" && e.delta.type === "input_json_delta") {
+      partial[e.index] = (partial[e.index] || "") + e.delta.partial_json;
+      nFrag++;
+    }
+  });
   const fin = await st.finalMessage();
-  const fc = fin.content.find((b) => b.type === "tool_use");
-  ok(fin.stop_reason === "tool_use" && fc && fc.id.startsWith("toolu_") && validWeather(fc.input),
-    "messages.stream with a forced tool: finalMessage has a valid tool_use", fin.content);
-  const nFrag = deltas.filter((d) => d === "input_json_delta").length;
-  ok(nFrag >= 2 && fc && JSON.stringify(JSON.parse(partial)) === JSON.stringify(fc.input),
-    `messages.stream: input_json_delta fragments as generated (${nFrag}) add up to the input`, { partial, input: fc?.input });
+  const uses = fin.content.map((b, i) => [b, i]).filter(([b]) => b.type === "tool_use");
+  ok(fin.stop_reason === "tool_use" && uses.length >= 1 && uses.every(([b]) => b.id.startsWith("toolu_") && validWeather(b.input)),
+    "messages.stream with a forced tool: finalMessage has valid tool_use blocks", fin.content);
+  ok(nFrag >= 2 * uses.length && uses.every(([b, i]) => partial[i] !== undefined &&
+       JSON.stringify(JSON.parse(partial[i])) === JSON.stringify(b.input)),
+    `messages.stream: input_json_delta fragments as generated (${nFrag} for ${uses.length} calls) add up to each input`,
+    { partial, content: fin.content });
 }
 
 // ---- thinking reaches the chat template (Qwen3): disabled inserts the empty think block
