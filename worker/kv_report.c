@@ -66,6 +66,12 @@ static int send_kv(kv_report_t *r, worker_link_t *link, bool reset, uint64_t *ad
     return 0;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static int send_full(kv_report_t *r, worker_link_t *link)
 {
     /* both tiers: RAM's cached blocks and the disk tier's (kv_pool_set_tier) */
@@ -75,6 +81,15 @@ static int send_full(kv_report_t *r, worker_link_t *link)
         r->all = xrealloc(r->all, ((size_t)want + 1) * sizeof *r->all);
     }
     int32_t n = kv_pool_held_keys(r->pool, r->all, r->n_all);
+    if (n > 1) {
+        /* a block in RAM and on disk (write-through) is listed by both: once */
+        qsort(r->all, (size_t)n, sizeof *r->all, cmp_u64);
+        int32_t m = 1;
+        for (int32_t i = 1; i < n; i++)
+            if (r->all[i] != r->all[m - 1])
+                r->all[m++] = r->all[i];
+        n = m;
+    }
     r->n_full++;
     int32_t i = 0;
     do {

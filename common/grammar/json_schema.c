@@ -8,6 +8,7 @@
  * (json_schema_check), which also catches schemas that can never finish. */
 #include "common/grammar/json_schema.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -381,15 +382,19 @@ static long long grid_edge(const bound_t *b, bool lower, int k, long long unset)
  * fraction digits: the integer part, ".", k digits bounded at the ends */
 static void fixed_mag(sbuf_t *b, long long a, long long hi, int k)
 {
+    assert(k >= 1 && k <= 6); /* number_rule's grid */
     long long scale = 1;
     for (int i = 0; i < k; i++)
         scale *= 10;
     long long ia = a / scale, fa = a % scale, ih = hi / scale, fh = hi % scale;
-    char FA[32], FH[32], Z[32], N[32];
-    snprintf(FA, sizeof FA, "%0*lld", k, fa);
-    snprintf(FH, sizeof FH, "%0*lld", k, fh);
-    memset(Z, '0', (size_t)k), Z[k] = 0;
-    memset(N, '9', (size_t)k), N[k] = 0;
+    char FA[8], FH[8], Z[8], N[8]; /* k digits each, written from the right */
+    for (int i = k - 1; i >= 0; i--, fa /= 10, fh /= 10) {
+        FA[i] = (char)('0' + fa % 10);
+        FH[i] = (char)('0' + fh % 10);
+        Z[i] = '0';
+        N[i] = '9';
+    }
+    FA[k] = FH[k] = Z[k] = N[k] = 0;
     sb_puts(b, "(");
     if (ia == ih) {
         sb_printf(b, "\"%lld.\" (", ia);

@@ -80,6 +80,8 @@ static const char *FULL =
     "    max_batch_tokens: 1024\n"
     "    threads: 8\n"
     "    kv_type: f32\n"
+    "    kv_cache_dir: /var/cache/pagoda/kv\n"
+    "    kv_cache_mb: 8192\n"
     "  - {name: \"meta-llama/Llama-3.2-1B\", path: \"/models/with space.gguf\", replicas: 0}\n"
     "routing: {mode: least-loaded, max_load_gap: 2, index_entries: 1000}\n";
 
@@ -133,12 +135,16 @@ static void test_full_file(void **state)
     assert_int_equal(m->max_batch_tokens, 1024);
     assert_int_equal(m->threads, 8);
     assert_int_equal(m->kv_type, CONFIG_KV_F32);
+    assert_string_equal(m->kv_cache_dir, "/var/cache/pagoda/kv");
+    assert_int_equal(m->kv_cache_mb, 8192);
     assert_int_equal(m->line, 20);
     m = &c->models[1];
+    assert_null(m->kv_cache_dir); /* no disk tier unless asked */
+    assert_int_equal(m->kv_cache_mb, 4096);
     assert_string_equal(m->name, "meta-llama/Llama-3.2-1B");
     assert_string_equal(m->path, "/models/with space.gguf");
     assert_int_equal(m->replicas, 0);
-    assert_int_equal(m->line, 31);
+    assert_int_equal(m->line, 33);
     /* unspecified keys of the flow-style entry keep their defaults */
     assert_int_equal(m->max_seqs, 32);
     assert_int_equal(m->kv_type, CONFIG_KV_AUTO);

@@ -5,15 +5,10 @@
 // env: URL  the gateway; KEY  a bearer secret; MODEL  the model name; DIM  its embedding size
 // tests/js/node_modules holds the SDK (bash tests/js/ensure.sh installs it)
 import OpenAI from "../js/node_modules/openai/index.mjs";
+import { ok, exitCode } from "./tap.mjs";
 
 const { URL, KEY, MODEL } = process.env;
 const DIM = Number(process.env.DIM);
-let failed = 0;
-const ok = (cond, what) => {
-  console.log(`${cond ? "ok" : "not ok"} - ${what}`);
-  if (!cond) failed++;
-  return cond;
-};
 const client = new OpenAI({ baseURL: `${URL}/v1`, apiKey: KEY, maxRetries: 0, timeout: 60000 });
 const norm = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
 const maxDiff = (a, b) => a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i])), 0);
@@ -87,4 +82,4 @@ ok(e404 instanceof OpenAI.NotFoundError, "unknown model → NotFoundError");
 const after = await client.embeddings.create({ model: MODEL, input: text, encoding_format: "float" });
 ok(maxDiff(after.data[0].embedding, v) <= 1e-5, "after the hostile rows: same vector, still serving");
 
-process.exit(failed ? 1 : 0);
+process.exit(exitCode());
