@@ -51,6 +51,8 @@
 #include "gateway/gateway.h"
 #include "gateway/oai.h"
 
+struct resp_store;
+
 /* A growing byte buffer for the bytes of a stream. */
 typedef struct api_buf {
     char *p;                      /* (len) bytes, malloc'd; owned by whoever holds the buf */
@@ -61,6 +63,18 @@ void api_buf_append(api_buf_t *b, const char *s, size_t n);
 /* One SSE event: "event: NAME\n" (when event is not NULL), "data: JSON\n\n".
  * Takes json (malloc'd). */
 void api_buf_sse(api_buf_t *b, const char *event, char *json);
+
+/* Helpers over the core's replies, for every surface's renderer. */
+/* A final EVENT that failed (finish error or timeout). */
+bool api_finish_failed(proto_finish_t f);
+/* The usage of a final EVENT (its usage block; without one, its n). */
+void api_event_usage(const proto_event_t *ev, oai_usage_t *u);
+/* The error of a failed final EVENT. A complete body names the deadline
+ * (timeout_s >= 0); a stream (timeout_s < 0) says only that it ran past it. */
+void api_event_error(const proto_event_t *ev, oai_error_t *e, int64_t timeout_s);
+/* The text of events[0..n) joined in order (malloc'd, NUL-terminated,
+ * *len bytes). */
+char *api_events_text(gateway_reply_t *const *events, size_t n, size_t *len);
 
 /* One generation request as its surface renders it. http.c fills the
  * fields above `state`; the surface owns `state` and sets `done`. */
@@ -80,6 +94,10 @@ typedef struct api_call {
     size_t n_tools;
     bool reasoning;               /* the server splits <think>...</think> off chat answers */
     int64_t request_timeout_s;    /* --request-timeout, for error messages */
+    /* from the server, for surfaces that keep state (set before parse) */
+    const char *owner;            /* who calls: the API key's SHA-256 in hex, or
+                                     RESP_STORE_ANON without a keys file (http.c's) */
+    struct resp_store *store;     /* stored responses (resp_store.h), NULL = none */
     /* the surface's */
     void *state;                  /* per-request render state, freed by end() */
     bool done;                    /* stream: its last bytes are written */
@@ -88,8 +106,12 @@ typedef struct api_call {
 typedef struct api_surface {
     const char *name;             /* "openai", for logs */
     /* body[0..len) (hostile, not NUL-terminated) → *o. Returns 0, or -1 with
-     * *e (status, type, code, message) filled. call->kind/op are set. */
-    int (*parse)(const api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o,
+     * *e (status, type, code, message) filled. call->kind/op/owner/store are
+     * set. A surface whose API carries more than the internal request (the
+     * Responses API: input items, the stored conversation, echoed fields) may
+     * set call->state here; end() frees it once parse returned 0 — a parse
+     * that fails leaves call->state NULL. */
+    int (*parse)(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o,
                  oai_error_t *e);
     /* After parse: keep what rendering needs (may take fields out of o,
      * leaving them NULL), set call->state. */

@@ -6,6 +6,7 @@
  * schema is fixed and shallow, so each mapping is parsed by walking a table of
  * field descriptors. The same descriptors drive config_set (flags) and
  * config_format, so the three can never disagree about a key. */
+#include "gateway/resp_store.h"
 #include "gateway/config.h"
 
 #include <assert.h>
@@ -145,6 +146,9 @@ static const field_t top_fields[] = {
     BOOL("admin_open", config_t, admin_open),
     BOOL("no_ui", config_t, no_ui),
     ENUM("reasoning_parser", config_t, reasoning_parser, reasoning_parser_names),
+    OPTSTR("state_dir", config_t, state_dir, check_path),
+    DBL("responses_max_age_s", config_t, responses_max_age_s, 1.0, 315360000.0),
+    I64("responses_max_bytes", config_t, responses_max_bytes, 4096, 1099511627776LL),
     MAP("queue", config_t, queue, queue_fields),
     MAP("limits", config_t, limits, limits_fields),
     MAP("restart", config_t, restart, restart_fields),
@@ -536,6 +540,9 @@ config_t *config_default(void)
     c->header_timeout_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
     c->worker_bin = NULL;
     c->drain_timeout_s = 30;
+    c->state_dir = NULL; /* gateway_main.c picks the default directory */
+    c->responses_max_age_s = RESP_STORE_DEFAULT_MAX_AGE_S;
+    c->responses_max_bytes = RESP_STORE_DEFAULT_MAX_BYTES;
     /* the queue's own defaults (prio_queue.h, gateway.h), so that a gateway
      * started with or without a file behaves the same */
     prio_queue_config_t q;
@@ -572,6 +579,7 @@ void config_free(config_t **cp)
     free(c->keys_file);
     free(c->worker_bin);
     free(c->cors_origins);
+    free(c->state_dir);
     free(c->curve.server_secret_key_file);
     free(c->curve.authorized_worker_keys_file);
     for (size_t i = 0; i < c->n_models; i++) {

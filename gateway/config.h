@@ -77,6 +77,14 @@
  *   reasoning_parser             string   none                    none | qwen3: split <think>...</think>
  *                                                                 at the start of chat answers into
  *                                                                 reasoning_content (gateway/reasoning.h)
+ *   state_dir                    string   (see right)             directory of responses.sqlite3 (stored
+ *                                                                 Responses API responses) or ":memory:";
+ *                                                                 none = $STATE_DIRECTORY, else
+ *                                                                 $XDG_STATE_HOME/pagoda, else
+ *                                                                 ~/.local/state/pagoda
+ *   responses_max_age_s          float    2592000 (30 days)       1..315360000 s; older responses deleted
+ *   responses_max_bytes          int      1073741824              4096..2^40 bytes of stored responses;
+ *                                                                 the oldest are deleted beyond
  *   queue.max_per_model          int      1024                    1..1000000 queued requests per
  *                                                                 model; beyond it: 429 + Retry-After
  *   queue.aging_per_s            float    1/30 (0.0333…)          0..1000 priority levels gained per
@@ -269,6 +277,10 @@ typedef struct config {
     bool admin_open;           /* without keys_file, /admin/... answer anyone (else 403) */
     bool no_ui;                /* the web console (GET /ui/) is not served */
     int reasoning_parser;      /* reasoning_parser_t: 0 none, 1 qwen3 */
+    char *state_dir;           /* stored responses' directory, ":memory:", NULL = the default
+                                  ($STATE_DIRECTORY, $XDG_STATE_HOME/pagoda, ~/.local/state/pagoda) */
+    double responses_max_age_s;/* stored responses older than this are deleted, s */
+    int64_t responses_max_bytes; /* stored responses' bytes; the oldest go beyond */
     config_queue_t queue;
     config_limits_t limits;
     config_restart_t restart;

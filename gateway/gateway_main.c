@@ -44,11 +44,15 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <sys/stat.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
+#include "gateway/resp_store.h"
 #include "gateway/config.h"
 #include "gateway/gateway.h"
 #include "gateway/http.h"
@@ -107,6 +111,9 @@ static const struct flag_key {
     {"admin-open", "admin_open", false, true},
     {"no-ui", "no_ui", false, true},
     {"reasoning-parser", "reasoning_parser", false, false},
+    {"state-dir", "state_dir", false, false},
+    {"responses-max-age", "responses_max_age_s", false, false},
+    {"responses-max-bytes", "responses_max_bytes", false, false},
 };
 #define N_FLAG_KEYS (sizeof flag_keys / sizeof flag_keys[0])
 #define OPT_FLAG_KEY 1000  /* getopt value of flag_keys[i] = OPT_FLAG_KEY + i */
@@ -153,6 +160,14 @@ static void usage(FILE *f)
             "  --reasoning-parser P       none (default) or qwen3: put <think>...</think> at the\n"
             "                             start of chat answers into reasoning_content\n"
             "                             [reasoning_parser]\n"
+            "  --state-dir DIR            where stored Responses API responses live\n"
+            "                             (DIR/responses.sqlite3; :memory: = not kept). Default\n"
+            "                             $STATE_DIRECTORY, $XDG_STATE_HOME/pagoda or\n"
+            "                             ~/.local/state/pagoda [state_dir]\n"
+            "  --responses-max-age S      delete stored responses older than S seconds (default\n"
+            "                             30 days) [responses_max_age_s]\n"
+            "  --responses-max-bytes N    keep at most N bytes of stored responses, oldest deleted\n"
+            "                             first (default 1 GiB) [responses_max_bytes]\n"
             "  --http-idle-timeout S      close an idle HTTP connection after S seconds (default %d)\n"
             "                             [http_idle_timeout_s]\n"
             "  --header-timeout S         close a connection whose request headers are not\n"
@@ -589,6 +604,66 @@ static gateway_config_t core_config(const config_t *cfg, const curve_setup_t *cs
     };
 }
 
+/* mkdir -p with mode 0700 for the directories it makes. 0, or -1 (errno). */
+static int mkdir_p(const char *path)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Opens the stored responses (gateway/resp_store.h) in cfg->state_dir, or
+ * in the default state directory. A configured directory that cannot be
+ * used is an error (-1, logged); a default one that cannot be made only a
+ * warning: responses are then kept in memory (*out set either way on 0). */
+static int state_open(const config_t *cfg, resp_store_t **out)
+{
+    resp_store_config_t rc = {.max_age_s = (int64_t)cfg->responses_max_age_s,
+                              .max_bytes = cfg->responses_max_bytes};
+    char dir[PATH_MAX], path[PATH_MAX + 32], err[512];
+    const char *env;
+    bool configured = cfg->state_dir != NULL;
+    if (configured)
+        snprintf(dir, sizeof dir, "%s", cfg->state_dir);
+    else if ((env = getenv("STATE_DIRECTORY")) && *env) /* systemd StateDirectory=; first entry */
+        snprintf(dir, sizeof dir, "%.*s", (int)strcspn(env, ":"), env);
+    else if ((env = getenv("XDG_STATE_HOME")) && *env)
+        snprintf(dir, sizeof dir, "%s/pagoda", env);
+    else if ((env = getenv("HOME")) && *env)
+        snprintf(dir, sizeof dir, "%s/.local/state/pagoda", env);
+    else
+        snprintf(dir, sizeof dir, "pagoda-state");
+    bool mem = strcmp(dir, ":memory:") == 0;
+    if (!mem && mkdir_p(dir) != 0) {
+        if (configured) {
+            log_error("state_dir %s: %s", dir, strerror(errno));
+            return -1;
+        }
+        log_warn("cannot make the state directory %s (%s): stored responses are kept in memory only "
+                 "and lost at exit; set --state-dir", dir, strerror(errno));
+        mem = true;
+    }
+    snprintf(path, sizeof path, mem ? ":memory:" : "%s/" RESP_STORE_FILE, dir);
+    if (resp_store_open(path, &rc, out, err, sizeof err) != 0) {
+        log_error("stored responses: %s", err);
+        return -1;
+    }
+    log_info("stored responses: %s (max age %g s, max %lld bytes)", path, cfg->responses_max_age_s,
+             (long long)cfg->responses_max_bytes);
+    return 0;
+}
+
 static http_config_t http_config(const config_t *cfg)
 {
     return (http_config_t){.listen = cfg->listen, .keys_path = cfg->keys_file,
@@ -699,6 +774,7 @@ int main(int argc, char **argv)
     struct gateway *gw = NULL;
     http_server_t *http = NULL;
     supervisor_t *sup = NULL;
+    resp_store_t *responses = NULL;
     if ((rc = curve_setup(cfg, n_local, &cs, &o)) != 0)
         goto out;
     rc = 1;
@@ -719,7 +795,10 @@ int main(int argc, char **argv)
     explicit_bzero(cs.srv_sec, sizeof cs.srv_sec);
     if (!gw)
         goto out;
+    if (state_open(cfg, &responses) != 0)
+        goto stop;
     http_config_t hcfg = http_config(cfg);
+    hcfg.responses = responses;
     if (!(http = http_server_new(&hcfg, gw)))
         goto stop;
     if (n_local && !(sup = local_workers_start(cfg, gw, &o)))
@@ -737,6 +816,7 @@ stop:
         gateway_set_supervisor(gw, NULL);
     supervisor_free(&sup);
     gateway_free(&gw);
+    resp_store_close(&responses); /* after the HTTP server: its handlers use it */
 out:
     curve_keylist_free(&cs.authorized);
     free(model_names);

@@ -29,12 +29,15 @@
 #include "common/utf8.h"
 #include "common/vec.h"
 #include "common/xalloc.h"
+#include "gateway/anthropic.h"
 #include "gateway/api_surface.h"
 #include "gateway/gateway.h"
 #include "gateway/keys.h"
 #include "gateway/oai.h"
 #include "gateway/oai_stream.h"
 #include "gateway/reasoning.h"
+#include "gateway/resp_store.h"
+#include "gateway/responses.h"
 #include "gateway/ui.h"
 
 #define HTTP_DEFAULT_MAX_BODY (16u << 20)
@@ -100,6 +103,7 @@ struct http_server {
     bool cors_any;              /* "*" was listed: every origin is allowed */
     bool admin_open;            /* ops routes open without a keys file */
     reasoning_parser_t reasoning; /* --reasoning-parser */
+    resp_store_t *responses;    /* stored responses (borrowed), NULL = none */
     bool ui;                    /* the web console is served (not --no-ui) */
 };
 
@@ -133,6 +137,8 @@ struct http_req {
     bool too_large;             /* body exceeded max_body: answer 413 */
     char param[512];            /* the path segment a route's '*' matched */
     prio_tier_t tier;           /* from the key */
+    char owner[65];             /* the key's SHA-256 in hex, RESP_STORE_ANON without keys:
+                                   who owns the responses it stores */
 
     /* generation */
     gateway_request_t *greq;    /* NULL until submitted */
@@ -143,7 +149,7 @@ struct http_req {
     bool finished;              /* the last reply was taken */
     const api_surface_t *surface; /* the route's API (api_surface.h); NULL = OpenAI's */
     api_call_t call;            /* what the surface renders from; call.state is its own */
-    bool began;                 /* surface->begin ran: surface->end must run */
+    bool began;                 /* surface->parse succeeded: surface->end must run */
     /* non-streaming: every EVENT reply until the last */
     gateway_reply_t **events;
     size_t n_events, cap_events;
@@ -314,6 +320,7 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
                      oai_error_t *e)
 {
     q->tier = PRIO_TIER_NORMAL;
+    snprintf(q->owner, sizeof q->owner, "%s", RESP_STORE_ANON);
     if (rt->auth == AUTH_NONE)
         return 0;
     if (!s->keys_path) {
@@ -330,13 +337,19 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
         }
         return 0; /* AUTH_OPS with --admin-open: open gateway */
     }
+    /* the key: "Authorization: Bearer KEY" (OpenAI), or "x-api-key: KEY"
+     * (Anthropic's SDKs), on every route */
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
+    const char *tok = NULL;
+    if (h && strncasecmp(h, "Bearer ", 7) == 0)
+        tok = h + 7;
+    else if (!h)
+        tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (!tok) {
         oai_error_set(e, 401, NULL, "You didn't provide an API key. Send it as "
-                                    "'Authorization: Bearer YOUR_KEY'.");
+                                    "'Authorization: Bearer YOUR_KEY' (or 'x-api-key: YOUR_KEY').");
         return -1;
     }
-    const char *tok = h + 7;
     while (*tok == ' ')
         tok++;
     bool found = false, admin = false;
@@ -348,6 +361,8 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
         admin = k->admin;
         q->tier = k->tier;
         snprintf(name, sizeof name, "%s", k->name);
+        for (int i = 0; i < 32; i++)
+            snprintf(q->owner + 2 * i, 3, "%02x", k->sha256[i]);
     }
     pthread_rwlock_unlock(&s->keys_lock);
     if (!found) {
@@ -514,6 +529,32 @@ static enum MHD_Result handle_reload_keys(http_server_t *s, struct MHD_Connectio
     size_t n = keys_count(s->keys);
     pthread_rwlock_unlock(&s->keys_lock);
     return respond_json(s, c, 200, json_pack("{s:b, s:I}", "reloaded", 1, "keys", (json_int_t)n));
+}
+
+/* The stored-response routes (responses.h); the caller sees only its own. */
+static enum MHD_Result respond_stored(http_server_t *s, struct MHD_Connection *c, http_req_t *req,
+                                      responses_op_t op)
+{
+    const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
+    int status = 500;
+    char *body = responses_stored(s->responses, req->owner, req->param, op, order && strcmp(order, "asc") == 0,
+                                  &status);
+    return respond_text(s, c, (unsigned)status, with_newline(body), "application/json", NULL, NULL);
+}
+
+static enum MHD_Result handle_responses_get(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
+{
+    return respond_stored(s, c, req, RESPONSES_GET);
+}
+
+static enum MHD_Result handle_responses_delete(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
+{
+    return respond_stored(s, c, req, RESPONSES_DELETE);
+}
+
+static enum MHD_Result handle_responses_items(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
+{
+    return respond_stored(s, c, req, RESPONSES_INPUT_ITEMS);
 }
 
 /* The core's answer to an operations command: {"status": N, ...}. */
@@ -721,11 +762,14 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     q->surface = api;
     q->call.kind = rt->kind;
     q->call.op = rt->op;
+    q->call.owner = q->owner;
+    q->call.store = s->responses;
     oai_request_t o;
     oai_error_t e;
     const uint8_t *body = (const uint8_t *)(q->body ? q->body : "");
     if (api->parse(&q->call, body, q->body_len, &o, &e) < 0)
         return respond_api_error(s, c, api, &e, NULL);
+    q->began = true; /* parse may have set call.state: end() frees it from here on */
     if (oai_request_check_limits(&o, s->max_messages, s->max_prompt_bytes, &e) < 0) {
         oai_request_free(&o);
         return respond_api_error(s, c, api, &e, NULL);
@@ -748,7 +792,6 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     }
     call->reasoning = rt->kind == OAI_CHAT && rt->op == OAI_OP_GENERATE && s->reasoning != REASONING_NONE;
     api->begin(call, &o);
-    q->began = true;
     q->greq = gateway_request_from_oai(s->gw, &o, tier);
     oai_request_free(&o);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -916,6 +959,13 @@ static const route_t routes[] = {
      &oai_surface},
     {"POST", "/detokenize", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_DETOKENIZE,
      &oai_surface},
+    {"POST", "/v1/messages", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE, &anthropic_surface},
+    {"POST", "/v1/messages/count_tokens", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_TOKENIZE,
+     &anthropic_surface},
+    {"POST", "/v1/responses", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE, &responses_surface},
+    {"GET", "/v1/responses/*", handle_responses_get, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
+    {"DELETE", "/v1/responses/*", handle_responses_delete, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
+    {"GET", "/v1/responses/*/input_items", handle_responses_items, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
     {"POST", "/admin/reload-keys", handle_reload_keys, AUTH_ADMIN, 0, false, OAI_OP_GENERATE, NULL},
     {"GET", "/admin/workers", handle_admin_workers, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
     {"POST", "/admin/workers/*/drain", handle_admin_drain, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
@@ -1168,6 +1218,7 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     cors_parse(s, cfg->cors_origins);
     s->admin_open = cfg->admin_open;
     s->reasoning = (reasoning_parser_t)cfg->reasoning_parser;
+    s->responses = cfg->responses;
     s->ui = !cfg->no_ui;
     s->header_timeout_us = (cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms
                                                         : HTTP_DEFAULT_HEADER_TIMEOUT_S * 1000) * 1000;

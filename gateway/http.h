@@ -42,7 +42,8 @@
  *     Access-Control-Allow-* headers; every answer to an allowed Origin
  *     carries Access-Control-Allow-Origin (the origin itself) and Vary.
  *
- * Routes (auth: "key" = a valid bearer key when a keys file is loaded):
+ * Routes (auth: "key" = a valid key when a keys file is loaded, sent as
+ * "Authorization: Bearer KEY" or "x-api-key: KEY"):
  *   GET  /health                       no auth; 200 when a worker is registered, else 503
  *   GET  /metrics                      no auth; Prometheus text format
  *   GET  /v1/models                    key
@@ -51,6 +52,10 @@
  *   POST /v1/batch/chat/completions    key; always tier low
  *   POST /v1/batch/completions         key; always tier low
  *   POST /tokenize, POST /detokenize   key; the worker's tokenizer (oai_parse_tokenizer)
+ *   POST /v1/messages[/count_tokens]   key; Anthropic Messages API (gateway/anthropic.h)
+ *   POST /v1/responses                 key; OpenAI Responses API (gateway/responses.h)
+ *   GET|DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items
+ *                                      key; stored responses of that key only
  *   POST /admin/reload-keys            admin key; same as SIGHUP
  *   GET  /admin/workers                ops: admin key with a keys file; without one
  *                                      403 unless admin_open (then open)
@@ -93,6 +98,9 @@ typedef struct http_config {
     int reasoning_parser;     /* reasoning_parser_t (gateway/reasoning.h): REASONING_QWEN3
                                  splits <think>...</think> off chat answers into
                                  reasoning_content; 0 = none */
+    struct resp_store *responses; /* stored Responses API responses (gateway/resp_store.h),
+                                 borrowed, must outlive the server; NULL = none (POST
+                                 /v1/responses then stores nothing, GET/DELETE answer 503) */
     bool no_ui;               /* do not serve the web console (GET /ui/, ui.h); false = served,
                                  and its own origin may call the API (ui_origin_is_self) */
 } http_config_t;

@@ -132,6 +132,11 @@ static json_t *jstr(const char *s, size_t len)
     return j;
 }
 
+json_t *oai_json_text(const char *s, size_t len)
+{
+    return jstr(s, len);
+}
+
 static json_t *jcstr(const char *s)
 {
     return jstr(s, s ? strlen(s) : 0);
@@ -833,6 +838,29 @@ static json_t *load_body(const uint8_t *body, size_t len, oai_error_t *err)
         return NULL;
     }
     return root;
+}
+
+json_t *oai_load_body(const uint8_t *body, size_t len, oai_error_t *err)
+{
+    memset(err, 0, sizeof(*err));
+    return load_body(body, len, err);
+}
+
+int oai_parse_chat_root(json_t *root, oai_request_t *out, oai_error_t *err)
+{
+    memset(out, 0, sizeof(*out));
+    memset(err, 0, sizeof(*err));
+    out->kind = OAI_CHAT;
+    out->max_tokens = -1;
+    out->temperature = 1.0;
+    out->top_p = 1.0;
+    out->repetition_penalty = 1.0;
+    int rc = parse_fields(root, OAI_CHAT, out, err);
+    if (rc != 0) {
+        oai_request_free(out);
+        out->kind = OAI_CHAT;
+    }
+    return rc;
 }
 
 int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_request_t *out, oai_error_t *err)

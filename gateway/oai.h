@@ -95,6 +95,10 @@ void oai_error_from_worker(oai_error_t *e, proto_err_t cause, const char *fmt, .
  * string) replaces the status table's unless NULL; param is null. */
 void oai_error_vset(oai_error_t *e, int status, const char *code, const char *fmt, va_list ap)
     __attribute__((format(printf, 4, 0)));
+/* A JSON string from bytes that may not be UTF-8 (tokenizer output, model
+ * text): invalid sequences become U+FFFD. New reference; the one such
+ * constructor every surface's renderer uses. */
+json_t *oai_json_text(const char *s, size_t len);
 /* The error as the JSON object {"error":{"message","type","param","code"}}
  * (a new reference; strings sanitized to UTF-8) — the one encoder of the
  * OpenAI error shape, used for every error body the gateway writes. */
@@ -224,6 +228,15 @@ typedef struct {
  * to free, but oai_request_free on it is harmless). */
 int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_request_t *out,
                       oai_error_t *err);
+/* The other API surfaces (gateway/anthropic.h, gateway/responses.h) translate
+ * their bodies into a chat-completions JSON object and validate it here, so
+ * the one internal request is checked by one parser:
+ * oai_load_body returns the body as a JSON object (a new reference; NULL with
+ * a 400 in *err: empty, nested deeper than OAI_MAX_DEPTH, invalid, duplicate
+ * keys, not an object); oai_parse_chat_root is oai_parse_request(OAI_CHAT)
+ * on such an object (root is borrowed). */
+json_t *oai_load_body(const uint8_t *body, size_t len, oai_error_t *err);
+int oai_parse_chat_root(json_t *root, oai_request_t *out, oai_error_t *err);
 /* Frees what the parser allocated and zeroes *r. NULL-safe. */
 void oai_request_free(oai_request_t *r);
 

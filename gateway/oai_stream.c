@@ -67,36 +67,6 @@ static const char *finish_name(proto_finish_t f)
     }
 }
 
-static bool finish_failed(proto_finish_t f)
-{
-    return f == PROTO_FINISH_ERROR || f == PROTO_FINISH_TIMEOUT;
-}
-
-static void event_usage(const proto_event_t *ev, oai_usage_t *u)
-{
-    *u = (oai_usage_t){0};
-    if (ev->has_usage) {
-        u->prompt_tokens = ev->usage.prompt_tokens;
-        u->completion_tokens = ev->usage.completion_tokens;
-        u->cached_tokens = ev->usage.cached_tokens;
-    } else {
-        u->completion_tokens = ev->n_tokens;
-    }
-}
-
-/* The error of a failed final EVENT. A complete body names the deadline
- * (timeout_s >= 0); a stream (timeout_s < 0) says only that it ran past it. */
-static void event_error(const proto_event_t *ev, oai_error_t *e, int64_t timeout_s)
-{
-    if (proto_event_cause(ev) != PROTO_ERR_DEADLINE)
-        oai_error_from_worker(e, proto_event_cause(ev), "Generation failed on the worker");
-    else if (timeout_s >= 0)
-        oai_error_from_worker(e, PROTO_ERR_DEADLINE, "The request ran past its deadline (%lld s)",
-                              (long long)timeout_s);
-    else
-        oai_error_from_worker(e, PROTO_ERR_DEADLINE, "The request ran past its deadline on the worker");
-}
-
 static oai_meta_t meta_of(const api_call_t *call)
 {
     const oai_stream_t *st = call->state;
@@ -106,7 +76,7 @@ static oai_meta_t meta_of(const api_call_t *call)
 /* ------------------------------------------------------------------------ */
 /* parse                                                                     */
 
-static int oai_parse(const api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o,
+static int oai_parse(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o,
                      oai_error_t *e)
 {
     switch (call->op) {
@@ -288,13 +258,13 @@ static void emit_finish(api_call_t *call, uint32_t ci, const proto_event_t *ev, 
 {
     oai_stream_t *st = call->state;
     oai_usage_t u;
-    event_usage(ev, &u);
+    api_event_usage(ev, &u);
     st->usage.prompt_tokens = u.prompt_tokens;
     st->usage.cached_tokens = u.cached_tokens;
     st->usage.completion_tokens += u.completion_tokens;
-    if (finish_failed(ev->finish)) {
+    if (api_finish_failed(ev->finish)) {
         oai_error_t e;
-        event_error(ev, &e, -1);
+        api_event_error(ev, &e, -1);
         stream_fail(call, out, &e);
         return;
     }
@@ -335,7 +305,7 @@ static void oai_stream_event(api_call_t *call, gateway_reply_t *rep, api_buf_t *
     if (!st->answer[ci])
         st->answer[ci] = answer_new(call->tool_names, call->n_tools, call->reasoning);
     answer_end_t end = ev->finish == PROTO_FINISH_NONE ? ANSWER_MORE
-                       : finish_failed(ev->finish)      ? ANSWER_FAILED
+                       : api_finish_failed(ev->finish)      ? ANSWER_FAILED
                        : ev->finish == PROTO_FINISH_STOP || ev->finish == PROTO_FINISH_LENGTH
                            ? ANSWER_DONE
                            : ANSWER_FAILED;
@@ -401,15 +371,8 @@ static char *complete_tokenizer(api_call_t *call, gateway_reply_t *const *events
         j = json_pack("{s:I, s:o, s:I}", "count", (json_int_t)json_array_size(ids), "tokens", ids,
                       "max_model_len", (json_int_t)events[n_events - 1]->n_ctx);
     } else {
-        size_t len = 0;
-        for (size_t i = 0; i < n_events; i++)
-            len += events[i]->event.text_len;
-        char *text = xmalloc(len + 1);
-        size_t off = 0;
-        for (size_t i = 0; i < n_events; i++) {
-            memcpy(text + off, events[i]->event.text, events[i]->event.text_len);
-            off += events[i]->event.text_len;
-        }
+        size_t len;
+        char *text = api_events_text(events, n_events, &len);
         j = json_pack("{s:s%}", "prompt", text, len);
         free(text);
     }
@@ -451,7 +414,7 @@ static void choice_collect(choice_acc_t *c, uint32_t k, gateway_reply_t *const *
         lp_add(&c->lp, ev);
         if (ev->finish != PROTO_FINISH_NONE) {
             oai_usage_t e;
-            event_usage(ev, &e);
+            api_event_usage(ev, &e);
             u->prompt_tokens = e.prompt_tokens;
             u->cached_tokens = e.cached_tokens;
             u->completion_tokens += e.completion_tokens;
@@ -465,9 +428,9 @@ static void choice_collect(choice_acc_t *c, uint32_t k, gateway_reply_t *const *
 static char *oai_complete(api_call_t *call, gateway_reply_t *const *events, size_t n_events, int *status)
 {
     const proto_event_t *last = &events[n_events - 1]->event;
-    if (finish_failed(last->finish)) {
+    if (api_finish_failed(last->finish)) {
         oai_error_t e;
-        event_error(last, &e, call->request_timeout_s);
+        api_event_error(last, &e, call->request_timeout_s);
         *status = e.status;
         return oai_error_json(&e);
     }

@@ -512,6 +512,8 @@ static void encode_event(enc_t *e, const proto_event_t *ev)
     const char *fin = proto_finish_name(ev->finish);
     if (fin)
         kv_str(e, "finish", fin);
+    if (ev->stop)
+        kv_uint(e, "stop", ev->stop);
     if (ev->has_usage) {
         key(e, "usage");
         msgpack_pack_map(&e->pk, 3);
@@ -1175,7 +1177,7 @@ static const field_t event_fields[] = {
     {"id", true},     {"text", false},   {"ids", false},   {"n", true},
     {"n_resumed", false}, {"lp", false}, {"finish", false}, {"usage", false},
     {"choice", false},
-    {"err", false},   {"emb", false},
+    {"err", false},   {"emb", false},     {"stop", false},
 };
 
 static int event_field(dec_t *d, void *obj, int idx)
@@ -1230,6 +1232,7 @@ static int event_field(dec_t *d, void *obj, int idx)
         }
         return 0;
     }
+    case 11: return get_u32(d, &e->stop, 1, PROTO_MAX_STOP);
     }
     return -1;
 }
@@ -1249,6 +1252,8 @@ static int event_check(dec_t *d, proto_event_t *e)
         return fail(d, PROTO_ERANGE, "n %u < n_resumed %u", e->n_tokens, e->n_resumed);
     if (e->finish != PROTO_FINISH_NONE && !e->has_usage)
         return fail(d, PROTO_EFIELD, "finished EVENT without 'usage'");
+    if (e->stop && e->finish != PROTO_FINISH_STOP)
+        return fail(d, PROTO_EFIELD, "'stop' without finish \"stop\"");
     return 0;
 }
 

@@ -191,6 +191,10 @@
  *                         top: array opt ≤ PROTO_MAX_TOP_LOGPROBS of {b, lp}}
  *   finish     str   opt  "stop" | "length" | "cancelled" | "error" | "timeout";
  *                         absent = not finished
+ *   stop       uint  opt  with finish "stop" when a stop string ended the choice:
+ *                         1 + its index in the SUBMIT's `stop`, 1..PROTO_MAX_STOP;
+ *                         absent = EOS / end of grammar (the Anthropic API reports
+ *                         which stop sequence matched)
  *   usage      map   opt  required with finish: {prompt: uint, cached: uint
  *                         (prompt tokens served from the prefix cache),
  *                         completion: uint}
@@ -560,6 +564,7 @@ typedef struct proto_event {
     proto_finish_t finish;       /* finish */
     bool has_usage;              /* usage present */
     proto_usage_t usage;         /* usage */
+    uint32_t stop;               /* stop: 1 + index of the stop string that ended it, 0 = none */
     uint32_t err;                /* err: proto_err_t with finish error/timeout, 0 = unspecified */
     float *embedding;            /* emb (op embed), (n_embedding) floats; NULL otherwise */
     uint32_t n_embedding;

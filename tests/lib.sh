@@ -9,6 +9,9 @@ BUILD=${PAGODA_BUILD:-build}
 [[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
 SHARED=${PAGODA_SHARED:-$ROOT/../shared}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/pagoda-test.XXXXXX")
+# gateways started by tests keep their state (stored responses) under $TMP, not $HOME
+export XDG_STATE_HOME=$TMP/xdg-state
+unset STATE_DIRECTORY
 PIDS=()
 N_FAIL=0
 

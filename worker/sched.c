@@ -279,6 +279,9 @@ static void emit(sched_t *s, seq_t *q, const char *text, size_t text_len, const 
         .n_tokens = n_toks,
         .logprobs = lp,
         .finish = fin,
+        .stop = fin == SCHED_FINISH_STOP && q->detok && detok_finish_reason(q->detok) == DETOK_FINISH_STOP
+                    ? detok_stop_index(q->detok) + 1
+                    : 0,
         .error = error,
         .error_code = error_code,
         .n_prompt = q->n_prompt,

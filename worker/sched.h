@@ -179,6 +179,8 @@ typedef struct sched_event {
     int32_t n_tokens;
     const sched_token_logprob_t *logprobs; /* (n_tokens) or NULL */
     enum sched_finish finish;
+    int32_t stop;              /* with finish STOP: 1 + index (into sched_req_t.stop) of the stop
+                                * string that ended it; 0 = EOS, a grammar's end, or not a stop */
     const char *error;         /* message when finish == SCHED_FINISH_ERROR */
     sched_rc_t error_code;     /* why, with SCHED_FINISH_ERROR: SCHED_EDEADLINE or
                                 * SCHED_EENGINE; SCHED_OK otherwise */

@@ -180,7 +180,10 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
     }
     switch (ev->finish) {
     case SCHED_FINISH_NONE: e->finish = PROTO_FINISH_NONE; break;
-    case SCHED_FINISH_STOP: e->finish = PROTO_FINISH_STOP; break;
+    case SCHED_FINISH_STOP:
+        e->finish = PROTO_FINISH_STOP;
+        e->stop = ev->stop > 0 ? (uint32_t)ev->stop : 0;
+        break;
     case SCHED_FINISH_LENGTH: e->finish = PROTO_FINISH_LENGTH; break;
     case SCHED_FINISH_CANCELLED: e->finish = PROTO_FINISH_CANCELLED; break;
     case SCHED_FINISH_ERROR:

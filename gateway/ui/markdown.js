@@ -130,11 +130,9 @@ function renderList(lines, i, parent) {
   }
   for (const it of list.items || []) {
     renderBlocks(it.body, it.li);
-    // a one-paragraph item shows without the paragraph's margins
-    if (it.li.childNodes.length === 1 && it.li.firstChild.tagName === "P") {
-      const p = it.li.firstChild;
-      p.replaceWith(...p.childNodes);
-    }
+    // a tight item (no blank line in it) shows its text without paragraphs
+    if (!it.body.includes(""))
+      for (const p of [...it.li.children]) if (p.tagName === "P") p.replaceWith(...p.childNodes);
   }
   delete list.items;
   parent.append(list);

@@ -8,7 +8,7 @@
 // supervisor's children), or a slot with no registered worker right now —
 // starting, restarting (after a crash, until the new process registers),
 // failed, stopped, idle. Tokens/s is the change of the worker's
-// tokens_generated between two polls.
+// tokens_generated between its last two heartbeats.
 //
 // Admin buttons exist only when GET /admin/workers answers 200 with the key
 // entered (or on a gateway started with --admin-open): otherwise they are
@@ -75,17 +75,22 @@ function replicasOf(h, model) {
   return rows;
 }
 
-function tokensPerS(w, now) {
+// Generated tokens per second between the worker's last two heartbeats that
+// carried its counter: the count changes only with a heartbeat, so the time
+// is the heartbeats' (now − last_heartbeat_ms_ago), not the polls'.
+function tokensPerS(w, hbMs) {
   const n = w.load?.tokens_generated;
   if (n == null) return null;
+  const t = Date.now() - w.last_heartbeat_ms_ago;
   const r = rates.get(w.id);
   if (!r) {
-    rates.set(w.id, { t: now, n, tps: null });
+    rates.set(w.id, { t, n, tps: null });
     return null;
   }
-  if (now - r.t >= 250) {
-    r.tps = n >= r.n ? ((n - r.n) * 1000) / (now - r.t) : null;
-    r.t = now;
+  if (t - r.t >= hbMs / 2) {
+    // a newer heartbeat than the last one counted
+    r.tps = n >= r.n ? ((n - r.n) * 1000) / (t - r.t) : null;
+    r.t = t;
     r.n = n;
   }
   return r.tps;
@@ -124,7 +129,7 @@ function kvBar(used, total) {
   return box;
 }
 
-function renderReplicas(h, model, now) {
+function renderReplicas(h, model) {
   const rows = replicasOf(h, model);
   const table = el("table", "replicas");
   const head = el("tr");
@@ -150,10 +155,12 @@ function renderReplicas(h, model, now) {
     cell(tr, "State", st);
     cell(tr, "Host", w ? `${w.host}` : h.host || "local");
     const l = w?.load;
-    cell(tr, "Load", w ? `${l?.running ?? w.assigned}/${w.capacity}${l?.waiting ? ` +${l.waiting} waiting` : ""}` : "–");
+    // the gateway's own count of requests on it (fresh), then what the worker said it
+    // holds waiting in its last heartbeat
+    cell(tr, "Load", w ? `${w.assigned}/${w.capacity}${l?.waiting ? ` +${l.waiting} waiting` : ""}` : "–");
     cell(tr, "KV", w ? kvBar(l?.kv_blocks_used ?? 0, l?.kv_blocks_total ?? w.kv_blocks) : "–");
     cell(tr, "Prefix hits", l?.prefix_cache_queries ? pct(l.prefix_cache_hits / l.prefix_cache_queries) : "–");
-    const tps = w ? tokensPerS(w, now) : null;
+    const tps = w ? tokensPerS(w, h.heartbeat_ms || 1000) : null;
     cell(tr, "Tokens/s", tps == null ? "–" : tps.toFixed(1), "num");
     cell(tr, "Restarts", c ? String(c.restarts ?? 0) : "–", "num");
     if (admin) {
@@ -196,7 +203,7 @@ function renderQueues(m) {
   return box;
 }
 
-function renderModel(h, name, m, now) {
+function renderModel(h, name, m) {
   const card = el("section", "model");
   card.dataset.model = name;
   card.dataset.state = m.state;
@@ -219,13 +226,12 @@ function renderModel(h, name, m, now) {
     el("span", "", `${m.free_slots} free slots`),
   );
   if (m.failed_reason) facts.append(el("span", "error", `failed: ${m.failed_reason}`));
-  card.append(facts, renderQueues(m), renderReplicas(h, name, now));
+  card.append(facts, renderQueues(m), renderReplicas(h, name));
   return card;
 }
 
 function render(h, err) {
   const sum = $("ops-summary");
-  const now = performance.now();
   if (err) {
     sum.replaceChildren(badge("failed"), ` ${err}`);
     sum.dataset.ok = "0";
@@ -240,7 +246,7 @@ function render(h, err) {
   );
   const models = Object.entries(h.models || {}).sort(([a], [b]) => a.localeCompare(b));
   const list = $("ops-models");
-  list.replaceChildren(...models.map(([name, m]) => renderModel(h, name, m, now)));
+  list.replaceChildren(...models.map(([name, m]) => renderModel(h, name, m)));
   if (!models.length) list.append(el("p", "empty", "No model is configured or registered."));
   for (const id of rates.keys()) if (!(h.workers || []).some((w) => w.id === id)) rates.delete(id);
 }

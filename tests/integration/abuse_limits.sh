@@ -105,7 +105,9 @@ c=$(code -X POST -H "Authorization: Bearer $SECRET_A" "$URL_L/admin/reload-keys"
 check "admin route with the admin key → 200 (got $c)" test "$c" = 200
 
 # --- 2. queue bound: 429 + Retry-After ----------------------------------------------------------
-if start_pair Q --keys "$TMP/keys.txt" --max-queue 2 -- --max-seqs 1; then
+# TEST ONLY: the worker's steps last >= 5 ms (worker.h): a 48-token request holds the one
+# slot for >= 240 ms, so the flood finds the queue full on a machine of any speed
+if PAGODA_TEST_STEP_SLEEP_MS=5 start_pair Q --keys "$TMP/keys.txt" --max-queue 2 -- --max-seqs 1; then
   ok "gateway Q (--max-queue 2) + worker (--max-seqs 1) ready"
   PAGODA_URL=$URL_Q PAGODA_KEY=$SECRET_N PAGODA_MODEL=m python3 "$FLOOD" queue 16 48 >"$TMP/queue.out"
   # at least the 2 queue places complete; the running slot adds a third only

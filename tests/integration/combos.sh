@@ -12,6 +12,7 @@
 # several times slower; what is under test is the server's answer to each
 # combination, which a random model exercises as well as a trained one.
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/../lib_proc.sh"
 
 GW=$BUILD/pagoda-gateway
 MK=$BUILD/pagoda-mkmodel
@@ -27,6 +28,7 @@ HP=$(free_port); ZP=$(free_port)
 spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$HP --worker-endpoint tcp://127.0.0.1:$ZP \
   --model "qwen=$TMP/qwen.gguf" --model "llama=$TMP/llama.gguf" --model "mistral=$TMP/mistral.gguf" \
   --max-seqs 8 --request-timeout 120
+GPID=$SPAWNED
 ready() { curl -sf "http://127.0.0.1:$HP/health" | grep -o '"replicas":1' | wc -l | grep -q 3; }
 check "gateway up, the three models' workers registered" wait_for 30 ready
 
@@ -35,5 +37,6 @@ python3 "$ROOT/tests/integration/combos_driver.py" "http://127.0.0.1:$HP" qwen,l
 echo "# combos.sh: the driver took $((SECONDS - t0)) s"
 check "no worker restarted during the run" bash -c "! grep -q 'restarting in' '$TMP/gw.log'"
 check "no malformed message between workers and gateway" bash -c "! grep -q 'malformed' '$TMP/gw.log'"
+stop_and_check "gateway (and its workers)" "$GPID" "$TMP/gw.log"
 [[ $N_FAIL -gt 0 ]] && grep -E "WARN|ERROR" "$TMP/gw.log" | tail -n 30 | sed 's/^/# /'
 finish

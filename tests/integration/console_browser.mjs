@@ -111,6 +111,36 @@ try {
     ok(/^TTFT \d+ ms · [\d.]+ tok\/s · 12 tokens · length$/.test(stats), `TTFT, tokens/s, tokens, finish shown: "${stats}"`);
   });
 
+  // ---- the Markdown renderer, as the served page has it -----------------------------
+  await attempt("markdown", async () => {
+    const cases = [
+      ["# Title\ntext", 'h1("Title") p("text")'],
+      ["- a\n- b\n  - c", 'ul(li("a") li("b" ul(li("c"))))'],
+      ["1. x\n2. y", 'ol(li("x") li("y"))'],
+      ["> q\n> r", 'blockquote(p("q" br "r"))'],
+      ["a\nb\n\nc", 'p("a" br "b") p("c")'],
+      ["`<i>` and ``a`b``", 'p(code("<i>") " and " code("a`b"))'],
+      ["**b** _i_ *e* ~~d~~", 'p(strong("b") " " em("i") " " em("e") " " del("d"))'],
+      ["```js\nx<y\n```", 'div(div(span("js") button("copy")) pre(code("x<y")))'],
+      ["```\nunclosed", 'div(div(span("code") button("copy")) pre(code("unclosed")))'],
+      ["see https://x.example/p.", 'p("see " a[https://x.example/p]("https://x.example/p") ".")'],
+      ["[t](https://x.example)", 'p(a[https://x.example]("t"))'],
+      ["[t](data:text/html,x)", 'p("t (data:text/html,x)")'],
+      ["<b onclick=\"x()\">hi</b><script>y()</script>", 'p("<b onclick=\\"x()\\">hi</b><script>y()</script>")'],
+      ["---", "hr"],
+      ["snake_case_name", 'p("snake_case_name")'],
+    ];
+    const got = await page.evaluate(async (cases) => {
+      const { renderMarkdown } = await import("/ui/markdown.js");
+      const ser = (n) => n.nodeType === 3 ? JSON.stringify(n.data)
+        : n.tagName.toLowerCase() + (n.tagName === "A" ? `[${n.getAttribute("href")}]` : "") +
+          (n.childNodes.length ? `(${[...n.childNodes].map(ser).join(" ")})` : "");
+      return cases.map(([src]) => [...renderMarkdown(src).childNodes].map(ser).join(" "));
+    }, cases);
+    const bad = cases.filter(([, want], i) => got[i] !== want).map(([src], i) => `${JSON.stringify(src)} → ${got[cases.findIndex((c) => c[0] === src)]}`);
+    ok(bad.length === 0, `markdown.js renders ${cases.length} cases as DOM nodes${bad.length ? `; wrong: ${bad.join(" | ")}` : ""}`);
+  });
+
   // ---- stop cancels it on the worker --------------------------------------------------
   const abortLine = `vllm:request_success_total{model_name="${MODEL}",finished_reason="abort"}`;
   const abort0 = await metric(URL_A, abortLine);
@@ -208,6 +238,44 @@ try {
     const refused = await page.evaluate(async () => (await fetch("/admin/workers/1/drain", { method: "POST" })).status);
     ok(refused === 403, `and the page's own POST to /admin is refused (${refused})`);
     await shot(page, "ops-desktop.png");
+  });
+  await attempt("queues", async () => {
+    // fill all 8 slots (2 replicas × --max-seqs 4) with long requests (every step sleeps
+    // 30 ms: 300 tokens take 9 s or more), then 2 normal and 1 low (/v1/batch) must wait
+    const ac = new AbortController();
+    const body = (extra) => JSON.stringify({ model: MODEL, prompt: "Once upon a time", max_tokens: 300, ignore_eos: true, ...extra });
+    const send = (path) => fetch(`${URL_A}${path}`, { method: "POST", headers: { "Content-Type": "application/json" },
+                                                       body: body({}), signal: ac.signal }).then((r) => r.text()).catch(() => null);
+    const long = Array.from({ length: 8 }, () => send("/v1/completions"));
+    const full = await until(async () => (await health(URL_A)).models[MODEL].running === 8, 20000);
+    ok(!!full, "8 long requests hold every slot");
+    const waiting = [send("/v1/completions"), send("/v1/completions"), send("/v1/batch/completions")];
+    const q = (t) => page.locator(`section.model[data-model="${MODEL}"] .q-${t}`).textContent();
+    await page.waitForFunction((m) => {
+      const t = (x) => document.querySelector(`section.model[data-model="${m}"] .q-${x}`)?.textContent || "";
+      return /^normal 2 queued, oldest \d/.test(t("normal")) && /^low 1 queued, oldest \d/.test(t("low")) && /^high 0 queued$/.test(t("high"));
+    }, MODEL, { timeout: 10000 });
+    ok(true, `per-priority queues: "${await q("high")}", "${await q("normal")}", "${await q("low")}"`);
+    const loads = await page.locator(`section.model[data-model="${MODEL}"] td[data-label="Load"]`).allTextContents();
+    ok(loads.every((l) => l.startsWith("4/4")), `both replicas full: ${loads.join(", ")}`);
+    // tokens/s and KV come from the workers' heartbeats (one a second): wait for two
+    const sel = `section.model[data-model="${MODEL}"] td[data-label="Tokens/s"]`;
+    const rated = await page.waitForFunction((s) => [...document.querySelectorAll(s)].every((td) => Number(td.textContent) > 0),
+                                             sel, { timeout: 15000 }).then(() => true, () => false);
+    const tps = await page.locator(sel).allTextContents();
+    const kv = await page.locator(`section.model[data-model="${MODEL}"] td[data-label="KV"]`).allTextContents();
+    ok(rated && kv.every((k) => /[1-9]\d*%/.test(k)), `tokens/s (${tps.join(", ")}) and KV use (${kv.map((k) => k.trim()).join(", ")}) while they run`);
+    // every step sleeps 30 ms first, so a replica running 4 sequences makes at most
+    // 4 tokens per 30 ms: 133 tok/s (+15% for the heartbeats' millisecond timing)
+    ok(tps.every((x) => Number(x) <= (4 * 1000 / 30) * 1.15), `tokens/s stays under the hook's ceiling of 133/s per replica`);
+    await shot(page, "ops-queues.png");
+    ac.abort();
+    await Promise.all([...long, ...waiting]);
+    const drained = await until(async () => {
+      const x = await health(URL_A);
+      return x.models[MODEL].running === 0 && x.models[MODEL].queued === 0;
+    }, 15000);
+    ok(!!drained, "after the clients abort, nothing runs or waits");
   });
   await attempt("kill -9", async () => {
     const h = await health(URL_A);

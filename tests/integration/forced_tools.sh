@@ -14,6 +14,7 @@
 #     refusal reaches the client);
 #   - the server keeps serving.
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/../lib_proc.sh"
 
 GW=$BUILD/pagoda-gateway
 MK=$BUILD/pagoda-mkmodel
@@ -26,6 +27,7 @@ HP=$(free_port); ZP=$(free_port)
 URL=http://127.0.0.1:$HP
 spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$HP --worker-endpoint tcp://127.0.0.1:$ZP \
   --model "qwen=$TMP/qwen.gguf" --max-seqs 4 --request-timeout 120
+GPID=$SPAWNED
 ready() { curl -sf "$URL/health" | grep -q '"replicas":1'; }
 check "gateway up, local worker registered" wait_for 20 ready
 
@@ -107,5 +109,6 @@ check "forced strict tool whose schema does not compile: 400 at once ($CODE)" \
 post after '{"model":"qwen","max_tokens":8,"messages":[{"role":"user","content":"Once upon a time"}]}'
 check "the server keeps serving ($CODE)" test "$CODE" = 200
 check "no malformed message between worker and gateway" bash -c "! grep -q 'malformed' '$TMP/gw.log'"
+stop_and_check "gateway (and its worker)" "$GPID" "$TMP/gw.log"
 [[ $N_FAIL -gt 0 ]] && tail -n 30 "$TMP/gw.log" | sed 's/^/# /'
 finish

@@ -35,6 +35,9 @@ gen() { # model max_tokens → $CODE, $TMP/body
 
 HP=$(free_port); ZP=$(free_port)
 URL=http://127.0.0.1:$HP
+# TEST ONLY: the workers' steps last >= 2 ms (worker.h), so the four 400-token streams
+# are still running when the drain arrives, on a machine of any speed
+PAGODA_TEST_STEP_SLEEP_MS=2 \
 spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$HP --worker-endpoint tcp://127.0.0.1:$ZP --heartbeat-ms 200 \
   --worker-arg=--heartbeat-ms=200 --threads 1 --max-seqs 4 \
   --model "stories=$M" --model "lazy=$M" --on-demand lazy --idle-timeout 1.5 \
@@ -50,8 +53,10 @@ check "/admin/workers shows the failed local worker with its restarts and last e
   "curl -s $URL/admin/workers | python3 -c \"import json,sys; w=[w for w in json.load(sys.stdin)['workers'] if w['model']=='broken'][0]; sys.exit(0 if w['state']=='failed' and w['restarts']==2 and w['id'] is None and w['local'] and 'status 1' in w['last_exit'] else 1)\""
 check "pagoda_model_failed{broken} is 1" bash -c "curl -s $URL/metrics | grep -q '^pagoda_model_failed{model_name=\"broken\"} 1$'"
 t0=$(date +%s%3N); gen broken 4; dt=$(( $(date +%s%3N) - t0 ))
+# "at once": well before the 30 s replica grace a request would otherwise wait; not a bound
+# on the machine's speed
 check "a request for a FAILED model gets 503 model_failed at once (${dt} ms)" bash -c \
-  "[[ $CODE == 503 ]] && (( $dt < 1000 )) && python3 -c \"import json; e=json.load(open('$TMP/body'))['error']; assert e['code']=='model_failed' and 'restart' in e['message']\""
+  "[[ $CODE == 503 ]] && (( $dt < 5000 )) && python3 -c \"import json; e=json.load(open('$TMP/body'))['error']; assert e['code']=='model_failed' and 'restart' in e['message']\""
 req POST /admin/models/broken/restart
 check "POST /admin/models/broken/restart starts it again (200, started 1)" bash -c \
   "[[ $CODE == 200 ]] && python3 -c \"import json; j=json.load(open('$TMP/body')); assert j['started']==1 and j['model']=='broken'\""

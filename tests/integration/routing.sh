@@ -16,6 +16,9 @@ KV_BLOCKS=40
 HP=$(free_port); ZP=$(free_port)
 URL=http://127.0.0.1:$HP
 # --replica-grace keeps the model served while a killed replica restarts
+# TEST ONLY: steps of >= 1 ms (worker.h), so the 300-token requests that load a replica
+# past the gap are still running when the next request is routed, on any machine
+PAGODA_TEST_STEP_SLEEP_MS=1 \
 spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$HP --worker-endpoint tcp://127.0.0.1:$ZP --heartbeat-ms 200 \
   --worker-arg=--heartbeat-ms=200 --threads 1 --max-seqs 4 --kv-blocks $KV_BLOCKS \
   --model "m=$M" --replicas 2 --routing cache-aware --routing-max-load-gap 1 --log-level debug

@@ -604,6 +604,16 @@ static void test_roundtrip_small(void **state)
     assert_int_equal(proto_event_cause(&out.event), PROTO_ERR_ENGINE);
     proto_msg_clear(&out);
 
+    /* which stop string ended a choice: 1 + its index, with finish stop only */
+    proto_msg_init(&in, PROTO_EVENT);
+    in.event.id = 5;
+    in.event.finish = PROTO_FINISH_STOP;
+    in.event.has_usage = true;
+    in.event.stop = PROTO_MAX_STOP;
+    roundtrip(&in, &out);
+    assert_int_equal(out.event.stop, PROTO_MAX_STOP);
+    proto_msg_clear(&out);
+
     int types[] = {PROTO_DRAIN, PROTO_SHUTDOWN};
     for (int i = 0; i < 2; i++) {
         proto_msg_init(&in, (proto_type_t)types[i]);
@@ -1345,6 +1355,18 @@ static void test_event_rules(void **state)
 
     in.event.n_logprobs = 0;
     in.event.n_tokens = 0; /* fewer tokens so far than in this delta */
+    body = encode(&in, &len);
+    assert_int_equal(proto_decode_body(PROTO_EVENT, body, len, &out, NULL, 0), PROTO_ERANGE);
+    free(body);
+
+    in.event.n_tokens = 1;
+    in.event.stop = 1; /* a stop string without finish "stop" */
+    body = encode(&in, &len);
+    assert_int_equal(proto_decode_body(PROTO_EVENT, body, len, &out, NULL, 0), PROTO_EFIELD);
+    free(body);
+    in.event.finish = PROTO_FINISH_STOP;
+    in.event.has_usage = true;
+    in.event.stop = PROTO_MAX_STOP + 1; /* past the SUBMIT's limit */
     body = encode(&in, &len);
     assert_int_equal(proto_decode_body(PROTO_EVENT, body, len, &out, NULL, 0), PROTO_ERANGE);
     free(body);

@@ -73,6 +73,7 @@ typedef struct rec {
     size_t text_len;
     size_t last_delta;         /* bytes of the final event's text */
     enum sched_finish finish;
+    int32_t stop;              /* the final event's: 1 + the stop string's index, 0 = none */
     int n_final;               /* final events (must end at 1) */
     int n_after_final;         /* events after the final one (must stay 0) */
     int n_twice;               /* steps with two events for this request (must stay 0) */
@@ -150,6 +151,7 @@ static void on_event(void *ud, const sched_event_t *ev)
     if (ev->finish != SCHED_FINISH_NONE) {
         r->n_final++;
         r->finish = ev->finish;
+        r->stop = ev->stop;
         r->final_step = R->step;
         r->last_delta = ev->text_len;
         r->n_prompt = ev->n_prompt;
@@ -1081,6 +1083,7 @@ static void test_stop_eos_length(void **state)
             fail_msg("EOS bias %.0f: stopped after %d tokens", b, eos.n_tok);
         if (n_eos) {
             fprintf(stderr, "EOS bias %.0f: EOS is token %d\n", b, n_eos);
+            assert_int_equal(eos.stop, 0); /* EOS, not a stop string */
             /* same bias, EOS ignored: exactly max_tokens, through the EOS */
             sched_req_t qi = q;
             qi.id = 3;
@@ -1114,6 +1117,7 @@ static void test_stop_eos_length(void **state)
         rec_t st;
         run_solo(g_stories, &q, &st);
         assert_int_equal(st.finish, SCHED_FINISH_STOP);
+        assert_int_equal(st.stop, 0); /* a stop id, not a stop string */
         assert_int_equal(st.n_tok, k + 1);
         assert_int_equal(st.text_len, base.cum[k - 1]);
         assert_memory_equal(st.text, base.text, st.text_len);
@@ -1151,6 +1155,7 @@ static void test_stop_eos_length(void **state)
         rec_t st;
         run_solo(g_stories, &q, &st);
         assert_int_equal(st.finish, SCHED_FINISH_STOP);
+        assert_int_equal(st.stop, 2); /* the second stop string, reported as 1 + its index */
         assert_int_equal(st.n_tok, k + 1);
         assert_memory_equal(st.tok, base.tok, (size_t)(k + 1) * sizeof(int32_t));
         assert_int_equal(st.text_len, f);
@@ -1172,6 +1177,7 @@ static void test_stop_eos_length(void **state)
         rec_t st;
         run_solo(g_stories, &q, &st);
         assert_int_equal(st.finish, SCHED_FINISH_LENGTH);
+        assert_int_equal(st.stop, 0);
         assert_int_equal(st.n_tok, m);
         assert_int_equal(st.text_len, end);
         assert_memory_equal(st.text, base.text, end);

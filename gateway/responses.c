@@ -1,0 +1,1036 @@
+/* responses.c — the OpenAI Responses API: body (+ stored conversation) →
+ * chat request, answer → response object / typed event stream, stored
+ * responses (responses.h, resp_store.h). */
+#include "gateway/responses.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "gateway/answer.h"
+
+/* ====================================================================== */
+/* request                                                                 */
+/* ====================================================================== */
+
+static int bad(oai_error_t *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(oai_error_t *e, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    oai_error_vset(e, 400, NULL, fmt, ap);
+    va_end(ap);
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    return -1;
+}
+
+static bool present(json_t *v)
+{
+    return v && !json_is_null(v);
+}
+
+static json_t *new_id(const char *prefix)
+{
+    char id[48];
+    oai_id_new(prefix, id, sizeof id);
+    return json_string(id);
+}
+
+/* Text of a string or of an array of text parts of the given types
+ * (joined with "\n"); NULL with a 400 otherwise. New reference. */
+static json_t *parts_text(json_t *v, const char *param, oai_error_t *e)
+{
+    if (json_is_string(v))
+        return json_incref(v);
+    if (!json_is_array(v)) {
+        bad(e, param, "'%s' must be a string or an array of text parts.", param);
+        return NULL;
+    }
+    size_t total = 0, i;
+    json_t *p;
+    json_array_foreach(v, i, p) {
+        const char *ty = json_string_value(json_object_get(p, "type"));
+        json_t *t = json_object_get(p, "text");
+        if (ty && (strcmp(ty, "input_image") == 0 || strcmp(ty, "input_file") == 0 ||
+                   strcmp(ty, "input_audio") == 0)) {
+            bad(e, param, "'%s[%zu]': content of type '%s' is not supported: the models served here "
+                          "take text only.", param, i, ty);
+            return NULL;
+        }
+        if (!ty || (strcmp(ty, "input_text") != 0 && strcmp(ty, "output_text") != 0 && strcmp(ty, "text") != 0) ||
+            !json_is_string(t)) {
+            bad(e, param, "'%s[%zu]' must be an input_text or output_text part with a string 'text'.", param, i);
+            return NULL;
+        }
+        total += json_string_length(t) + 1;
+        if (total > OAI_MAX_TEXT_BYTES) {
+            bad(e, param, "'%s' is longer than %u bytes.", param, OAI_MAX_TEXT_BYTES);
+            return NULL;
+        }
+    }
+    char *buf = xmalloc(total + 1);
+    size_t o = 0;
+    json_array_foreach(v, i, p) {
+        json_t *t = json_object_get(p, "text");
+        if (i)
+            buf[o++] = '\n';
+        memcpy(buf + o, json_string_value(t), json_string_length(t));
+        o += json_string_length(t);
+    }
+    json_t *s = json_stringn(buf, o);
+    free(buf);
+    return s;
+}
+
+/* One input item → its normalized form (new reference), or NULL + 400. */
+static json_t *norm_item(json_t *it, size_t i, oai_error_t *e)
+{
+    char param[64];
+    snprintf(param, sizeof param, "input[%zu]", i);
+    if (!json_is_object(it)) {
+        bad(e, param, "'%s' must be an object.", param);
+        return NULL;
+    }
+    const char *ty = json_string_value(json_object_get(it, "type"));
+    json_t *id = json_object_get(it, "id");
+    if (present(id) && (!json_is_string(id) || json_string_length(id) > 128)) {
+        bad(e, param, "'%s.id' must be a string of at most 128 bytes.", param);
+        return NULL;
+    }
+    if (!ty || strcmp(ty, "message") == 0) {
+        const char *role = json_string_value(json_object_get(it, "role"));
+        if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") &&
+                      strcmp(role, "developer"))) {
+            bad(e, param, "'%s.role' must be 'user', 'assistant', 'system' or 'developer'.", param);
+            return NULL;
+        }
+        char cp[80];
+        snprintf(cp, sizeof cp, "%s.content", param);
+        json_t *text = parts_text(json_object_get(it, "content"), cp, e);
+        if (!text)
+            return NULL;
+        bool asst = strcmp(role, "assistant") == 0;
+        json_t *part = json_pack("{s:s, s:o}", "type", asst ? "output_text" : "input_text", "text", text);
+        if (asst)
+            json_object_set_new(part, "annotations", json_array());
+        json_t *m = json_pack("{s:s, s:o, s:s, s:[o]}", "type", "message", "id",
+                              present(id) ? json_incref(id) : new_id("msg_"), "role", role, "content", part);
+        json_object_set_new(m, "status", json_string("completed"));
+        return m;
+    }
+    if (strcmp(ty, "function_call") == 0) {
+        json_t *call_id = json_object_get(it, "call_id"), *name = json_object_get(it, "name"),
+               *args = json_object_get(it, "arguments");
+        if (!json_is_string(call_id) || !json_is_string(name) || !json_is_string(args)) {
+            bad(e, param, "'%s': a function_call needs string 'call_id', 'name' and 'arguments'.", param);
+            return NULL;
+        }
+        return json_pack("{s:s, s:o, s:O, s:O, s:O, s:s}", "type", "function_call", "id",
+                         present(id) ? json_incref(id) : new_id("fc_"), "call_id", call_id, "name", name,
+                         "arguments", args, "status", "completed");
+    }
+    if (strcmp(ty, "function_call_output") == 0) {
+        json_t *call_id = json_object_get(it, "call_id");
+        if (!json_is_string(call_id)) {
+            bad(e, param, "'%s.call_id' must be a string.", param);
+            return NULL;
+        }
+        char op[80];
+        snprintf(op, sizeof op, "%s.output", param);
+        json_t *out = parts_text(json_object_get(it, "output"), op, e);
+        if (!out)
+            return NULL;
+        return json_pack("{s:s, s:o, s:O, s:o, s:s}", "type", "function_call_output", "id",
+                         present(id) ? json_incref(id) : new_id("fco_"), "call_id", call_id, "output", out,
+                         "status", "completed");
+    }
+    if (strcmp(ty, "reasoning") == 0)
+        return json_incref(it); /* kept in the record; not sent to the model */
+    bad(e, param, "Input items of type '%.40s' are not supported; use message, function_call or "
+                  "function_call_output.", ty);
+    return NULL;
+}
+
+static json_t *norm_input(json_t *input, oai_error_t *e)
+{
+    if (!present(input)) {
+        bad(e, "input", "Missing required parameter: 'input'.");
+        return NULL;
+    }
+    if (json_is_string(input)) {
+        json_t *part = json_pack("{s:s, s:O}", "type", "input_text", "text", input);
+        return json_pack("[{s:s, s:o, s:s, s:[o], s:s}]", "type", "message", "id", new_id("msg_"), "role", "user",
+                         "content", part, "status", "completed");
+    }
+    if (!json_is_array(input)) {
+        bad(e, "input", "'input' must be a string or an array of input items.");
+        return NULL;
+    }
+    if (json_array_size(input) > RESPONSES_MAX_ITEMS) {
+        bad(e, "input", "'input' has more than %d items.", RESPONSES_MAX_ITEMS);
+        return NULL;
+    }
+    json_t *items = json_array();
+    size_t i;
+    json_t *it;
+    json_array_foreach(input, i, it) {
+        json_t *n = norm_item(it, i, e);
+        if (!n) {
+            json_decref(items);
+            return NULL;
+        }
+        json_array_append_new(items, n);
+    }
+    return items;
+}
+
+/* Conversation items (normalized) → chat messages appended to msgs. */
+static void items_to_messages(json_t *items, json_t *msgs)
+{
+    size_t i;
+    json_t *it;
+    json_array_foreach(items, i, it) {
+        const char *ty = json_string_value(json_object_get(it, "type"));
+        if (!ty)
+            continue;
+        if (strcmp(ty, "message") == 0) {
+            json_t *parts = json_array();
+            size_t k;
+            json_t *p;
+            json_array_foreach(json_object_get(it, "content"), k, p) {
+                json_t *t = json_object_get(p, "text");
+                if (json_is_string(t))
+                    json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text", t));
+            }
+            json_array_append_new(msgs, json_pack("{s:O, s:o}", "role", json_object_get(it, "role"), "content",
+                                                  parts));
+        } else if (strcmp(ty, "function_call") == 0) {
+            size_t n = json_array_size(msgs);
+            json_t *last = n ? json_array_get(msgs, n - 1) : NULL;
+            const char *lr = last ? json_string_value(json_object_get(last, "role")) : NULL;
+            if (!lr || strcmp(lr, "assistant") != 0) {
+                last = json_pack("{s:s, s:s}", "role", "assistant", "content", "");
+                json_array_append_new(msgs, last);
+            }
+            json_t *calls = json_object_get(last, "tool_calls");
+            if (!calls) {
+                calls = json_array();
+                json_object_set_new(last, "tool_calls", calls);
+            }
+            json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", json_object_get(it, "call_id"),
+                                                   "type", "function", "function", "name",
+                                                   json_object_get(it, "name"), "arguments",
+                                                   json_object_get(it, "arguments")));
+        } else if (strcmp(ty, "function_call_output") == 0) {
+            json_array_append_new(msgs, json_pack("{s:s, s:O, s:O}", "role", "tool", "tool_call_id",
+                                                  json_object_get(it, "call_id"), "content",
+                                                  json_object_get(it, "output")));
+        }
+    }
+}
+
+static int map_tools(json_t *root, json_t *chat, json_t *echo, oai_error_t *e)
+{
+    json_t *tools = json_object_get(root, "tools");
+    json_t *etools = json_array();
+    json_object_set_new(echo, "tools", etools);
+    if (present(tools)) {
+        if (!json_is_array(tools))
+            return bad(e, "tools", "'tools' must be an array.");
+        json_t *out = json_array();
+        json_object_set_new(chat, "tools", out);
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            char param[32];
+            snprintf(param, sizeof param, "tools[%zu]", i);
+            const char *ty = json_string_value(json_object_get(t, "type"));
+            if (!json_is_object(t) || !ty || strcmp(ty, "function") != 0)
+                return bad(e, param, "Only tools of type 'function' are supported%s%s.", ty ? "; got " : "",
+                           ty ? ty : "");
+            json_t *name = json_object_get(t, "name");
+            if (!json_is_string(name))
+                return bad(e, param, "'%s.name' must be a string.", param);
+            /* strict defaults to true in the Responses API (false in chat) */
+            json_t *strict = json_object_get(t, "strict");
+            json_t *fn = json_pack("{s:O, s:O}", "name", name, "strict", present(strict) ? strict : json_true());
+            const char *keys[] = {"description", "parameters"};
+            for (int k = 0; k < 2; k++)
+                if (present(json_object_get(t, keys[k])))
+                    json_object_set(fn, keys[k], json_object_get(t, keys[k]));
+            json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+            json_t *et = json_pack("{s:s, s:O, s:O, s:O, s:O}", "type", "function", "name", name, "description",
+                                   present(json_object_get(t, "description")) ? json_object_get(t, "description")
+                                                                              : json_null(),
+                                   "parameters",
+                                   present(json_object_get(t, "parameters")) ? json_object_get(t, "parameters")
+                                                                             : json_null(),
+                                   "strict", json_is_boolean(json_object_get(t, "strict"))
+                                                 ? json_object_get(t, "strict") : json_true());
+            json_array_append_new(etools, et);
+        }
+    }
+    json_t *tc = json_object_get(root, "tool_choice");
+    if (!present(tc)) {
+        json_object_set_new(echo, "tool_choice", json_string("auto"));
+        return 0;
+    }
+    json_object_set(echo, "tool_choice", tc);
+    if (json_is_string(tc)) {
+        json_object_set(chat, "tool_choice", tc); /* auto / none / required, checked there */
+        return 0;
+    }
+    const char *ty = json_string_value(json_object_get(tc, "type"));
+    json_t *name = json_object_get(tc, "name");
+    if (!json_is_object(tc) || !ty || strcmp(ty, "function") != 0 || !json_is_string(name))
+        return bad(e, "tool_choice", "'tool_choice' must be 'auto', 'none', 'required' or "
+                                     "{\"type\":\"function\",\"name\":...}.");
+    json_object_set_new(chat, "tool_choice",
+                        json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name", name));
+    return 0;
+}
+
+static int map_text(json_t *root, json_t *chat, json_t *echo, oai_error_t *e)
+{
+    json_t *text = json_object_get(root, "text");
+    json_t *fmt = present(text) ? json_object_get(text, "format") : NULL;
+    if (present(text) && !json_is_object(text))
+        return bad(e, "text", "'text' must be an object.");
+    if (!present(fmt)) {
+        json_object_set_new(echo, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
+        return 0;
+    }
+    const char *ty = json_string_value(json_object_get(fmt, "type"));
+    if (!json_is_object(fmt) || !ty)
+        return bad(e, "text.format", "'text.format' must be an object with a 'type'.");
+    json_object_set_new(echo, "text", json_pack("{s:O}", "format", fmt));
+    if (strcmp(ty, "text") == 0 || strcmp(ty, "json_object") == 0) {
+        json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", ty));
+        return 0;
+    }
+    if (strcmp(ty, "json_schema") != 0)
+        return bad(e, "text.format.type", "'text.format.type' must be 'text', 'json_object' or 'json_schema'.");
+    json_t *js = json_object();
+    const char *keys[] = {"name", "schema", "strict", "description"};
+    for (int k = 0; k < 4; k++)
+        if (present(json_object_get(fmt, keys[k])))
+            json_object_set(js, keys[k], json_object_get(fmt, keys[k]));
+    if (!json_object_get(js, "name")) {
+        json_decref(js);
+        return bad(e, "text.format.name", "'text.format.name' is required for json_schema.");
+    }
+    json_object_set_new(chat, "response_format", json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
+    return 0;
+}
+
+static int map_reasoning(json_t *root, json_t *chat, json_t *echo, oai_error_t *e)
+{
+    json_t *r = json_object_get(root, "reasoning");
+    if (!present(r)) {
+        json_object_set_new(echo, "reasoning", json_pack("{s:n, s:n}", "effort", "summary"));
+        return 0;
+    }
+    if (!json_is_object(r))
+        return bad(e, "reasoning", "'reasoning' must be an object.");
+    json_object_set_new(echo, "reasoning", json_pack("{s:O, s:O}", "effort",
+                                                     present(json_object_get(r, "effort")) ? json_object_get(r, "effort") : json_null(),
+                                                     "summary",
+                                                     present(json_object_get(r, "summary")) ? json_object_get(r, "summary") : json_null()));
+    json_t *eff = json_object_get(r, "effort");
+    if (!present(eff))
+        return 0;
+    const char *s = json_string_value(eff);
+    if (!s || (strcmp(s, "none") && strcmp(s, "minimal") && strcmp(s, "low") && strcmp(s, "medium") &&
+               strcmp(s, "high") && strcmp(s, "xhigh")))
+        return bad(e, "reasoning.effort", "'reasoning.effort' must be none, minimal, low, medium or high.");
+    bool on = strcmp(s, "none") != 0 && strcmp(s, "minimal") != 0;
+    json_object_set_new(chat, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", on));
+    return 0;
+}
+
+static int check_metadata(json_t *md, oai_error_t *e)
+{
+    if (!json_is_object(md))
+        return bad(e, "metadata", "'metadata' must be an object of strings.");
+    if (json_object_size(md) > RESPONSES_MAX_METADATA)
+        return bad(e, "metadata", "'metadata' has more than %d keys.", RESPONSES_MAX_METADATA);
+    const char *k;
+    json_t *v;
+    json_object_foreach(md, k, v)
+        if (strlen(k) > 64 || !json_is_string(v) || json_string_length(v) > 512)
+            return bad(e, "metadata", "'metadata' keys are at most 64 characters and values strings of at "
+                                      "most 512.");
+    return 0;
+}
+
+static void copy(json_t *from, const char *key, json_t *to, const char *as)
+{
+    json_t *v = json_object_get(from, key);
+    if (present(v))
+        json_object_set(to, as, v);
+}
+
+static json_t *or_null(json_t *v)
+{
+    return present(v) ? v : json_null();
+}
+
+/* The whole translation; fills out (but not out->chat) and returns the chat body. */
+static json_t *translate(json_t *root, responses_load_fn load, void *load_ctx, responses_request_t *out,
+                         oai_error_t *e)
+{
+    json_t *chat = json_object();
+    json_t *msgs = json_array();
+    json_object_set_new(chat, "messages", msgs);
+    json_t *echo = out->echo = json_object();
+    copy(root, "model", chat, "model");
+    const char *refused[] = {"conversation", "prompt"};
+    for (int k = 0; k < 2; k++)
+        if (present(json_object_get(root, refused[k]))) {
+            bad(e, refused[k], "'%s' is not supported by this server.", refused[k]);
+            goto err;
+        }
+    if (json_is_true(json_object_get(root, "background"))) {
+        bad(e, "background", "'background': true is not supported by this server.");
+        goto err;
+    }
+    json_t *tr = json_object_get(root, "truncation");
+    if (present(tr) && (!json_is_string(tr) || strcmp(json_string_value(tr), "disabled") != 0)) {
+        bad(e, "truncation", "Only 'truncation': 'disabled' is supported.");
+        goto err;
+    }
+    out->store = true;
+    json_t *st = json_object_get(root, "store");
+    if (present(st)) {
+        if (!json_is_boolean(st)) {
+            bad(e, "store", "'store' must be a boolean.");
+            goto err;
+        }
+        out->store = json_is_true(st);
+    }
+    json_t *ins = json_object_get(root, "instructions");
+    if (present(ins)) {
+        if (!json_is_string(ins)) {
+            bad(e, "instructions", "'instructions' must be a string.");
+            goto err;
+        }
+        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content", ins));
+    }
+    json_object_set(echo, "instructions", or_null(ins));
+    out->context = json_array();
+    json_t *prev = json_object_get(root, "previous_response_id");
+    if (present(prev)) {
+        if (!json_is_string(prev) || json_string_length(prev) == 0 || json_string_length(prev) > 128) {
+            bad(e, "previous_response_id", "'previous_response_id' must be a response id.");
+            goto err;
+        }
+        json_t *ctx = NULL;
+        int rc = load ? load(load_ctx, json_string_value(prev), &ctx) : 1;
+        if (rc == 1) {
+            oai_error_set(e, 404, "previous_response_id", "Previous response with id '%.128s' not found.",
+                          json_string_value(prev));
+            goto err;
+        }
+        if (rc < 0 || !json_is_array(ctx)) {
+            json_decref(ctx);
+            oai_error_set(e, 500, "previous_response_id", "The stored responses could not be read.");
+            goto err;
+        }
+        json_array_extend(out->context, ctx);
+        json_decref(ctx);
+    }
+    json_object_set(echo, "previous_response_id", or_null(prev));
+    out->input = norm_input(json_object_get(root, "input"), e);
+    if (!out->input)
+        goto err;
+    json_array_extend(out->context, out->input);
+    if (json_array_size(out->context) > RESPONSES_MAX_ITEMS) {
+        bad(e, "input", "The conversation has more than %d items.", RESPONSES_MAX_ITEMS);
+        goto err;
+    }
+    items_to_messages(out->context, msgs);
+    if (json_array_size(msgs) == 0) {
+        bad(e, "input", "'input' must contain at least one message.");
+        goto err;
+    }
+    json_t *mot = json_object_get(root, "max_output_tokens");
+    if (present(mot) && (!json_is_integer(mot) || json_integer_value(mot) < 1)) {
+        bad(e, "max_output_tokens", "'max_output_tokens' must be an integer >= 1.");
+        goto err;
+    }
+    copy(root, "max_output_tokens", chat, "max_tokens");
+    json_object_set(echo, "max_output_tokens", or_null(mot));
+    const char *same[] = {"temperature", "top_p", "seed", "parallel_tool_calls", "stream", "user"};
+    for (int k = 0; k < 6; k++)
+        copy(root, same[k], chat, same[k]);
+    json_t *md = json_object_get(root, "metadata");
+    if (present(md) && check_metadata(md, e) < 0)
+        goto err;
+    json_object_set_new(echo, "metadata", present(md) ? json_incref(md) : json_object());
+    if (map_tools(root, chat, echo, e) < 0 || map_text(root, chat, echo, e) < 0 ||
+        map_reasoning(root, chat, echo, e) < 0)
+        goto err;
+    return chat;
+err:
+    json_decref(chat);
+    return NULL;
+}
+
+int responses_parse_request(const uint8_t *body, size_t len, responses_load_fn load, void *load_ctx,
+                            responses_request_t *out, oai_error_t *err)
+{
+    memset(out, 0, sizeof *out);
+    json_t *root = oai_load_body(body, len, err);
+    if (!root)
+        return -1;
+    json_t *chat = translate(root, load, load_ctx, out, err);
+    if (!chat) {
+        json_decref(root);
+        responses_request_free(out);
+        return -1;
+    }
+    int rc = oai_parse_chat_root(chat, &out->chat, err);
+    json_decref(chat);
+    if (rc == 0) {
+        /* what the response repeats, with the parser's defaults */
+        json_object_set_new(out->echo, "temperature", json_real(out->chat.temperature));
+        json_object_set_new(out->echo, "top_p", json_real(out->chat.top_p));
+        json_object_set_new(out->echo, "parallel_tool_calls", json_boolean(out->chat.parallel_tool_calls ||
+                                                                          !out->chat.tools_json));
+        json_object_set_new(out->echo, "store", json_boolean(out->store));
+        json_object_set_new(out->echo, "truncation", json_string("disabled"));
+        json_object_set(out->echo, "user", or_null(json_object_get(root, "user")));
+    }
+    json_decref(root);
+    if (rc != 0)
+        responses_request_free(out);
+    return rc;
+}
+
+void responses_request_free(responses_request_t *r)
+{
+    if (!r)
+        return;
+    oai_request_free(&r->chat);
+    json_decref(r->input);
+    json_decref(r->context);
+    json_decref(r->echo);
+    memset(r, 0, sizeof *r);
+}
+
+/* ====================================================================== */
+/* responses                                                               */
+/* ====================================================================== */
+
+static char *dump(json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s)
+        abort(); /* jansson fails only on OOM here */
+    return s;
+}
+
+static json_t *usage_json(const oai_usage_t *u)
+{
+    return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens", (json_int_t)u->prompt_tokens,
+                     "input_tokens_details", "cached_tokens", (json_int_t)u->cached_tokens, "output_tokens",
+                     (json_int_t)u->completion_tokens, "output_tokens_details", "reasoning_tokens", (json_int_t)0,
+                     "total_tokens", (json_int_t)(u->prompt_tokens + u->completion_tokens));
+}
+
+/* The response object; takes output, usage, error, incomplete (NULL → null
+ * / [] for output). */
+static json_t *response_object(const char *id, const char *model, int64_t created, json_t *echo,
+                               const char *status, json_t *output, json_t *usage, json_t *error,
+                               json_t *incomplete)
+{
+    json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", id, "object", "response", "created_at",
+                          (json_int_t)created, "status", status, "model", model);
+    json_object_set_new(r, "error", error ? error : json_null());
+    json_object_set_new(r, "incomplete_details", incomplete ? incomplete : json_null());
+    json_object_update(r, echo);
+    json_object_set_new(r, "output", output ? output : json_array());
+    json_object_set_new(r, "usage", usage ? usage : json_null());
+    return r;
+}
+
+static json_t *text_part(const char *type, json_t *text)
+{
+    json_t *p = json_pack("{s:s, s:o}", "type", type, "text", text);
+    if (strcmp(type, "output_text") == 0) {
+        json_object_set_new(p, "annotations", json_array());
+        json_object_set_new(p, "logprobs", json_array());
+    }
+    return p;
+}
+
+static json_t *reasoning_item(json_t *text)
+{
+    return json_pack("{s:s, s:o, s:[], s:[o]}", "type", "reasoning", "id", new_id("rs_"), "summary", "content",
+                     text_part("reasoning_text", text));
+}
+
+static json_t *message_item(const char *status, json_t *text)
+{
+    return json_pack("{s:s, s:o, s:s, s:s, s:[o]}", "type", "message", "id", new_id("msg_"), "status", status,
+                     "role", "assistant", "content", text_part("output_text", text));
+}
+
+static json_t *call_item(const char *call_id, const char *name, json_t *args, const char *status)
+{
+    return json_pack("{s:s, s:o, s:s, s:s, s:o, s:s}", "type", "function_call", "id", new_id("fc_"), "call_id",
+                     call_id, "name", name, "arguments", args, "status", status);
+}
+
+/* status and incomplete_details for a finish. */
+static const char *finish_status(proto_finish_t f, json_t **incomplete)
+{
+    *incomplete = NULL;
+    if (f == PROTO_FINISH_LENGTH) {
+        *incomplete = json_pack("{s:s}", "reason", "max_output_tokens");
+        return "incomplete";
+    }
+    return "completed";
+}
+
+/* Keeps a finished response: its object, its input items, and the
+ * conversation through its output. A failure is logged (by the store); the
+ * client still gets its answer. */
+static void store_response(resp_store_t *store, const char *owner, const char *id, int64_t created,
+                           json_t *resp, json_t *input, json_t *context, json_t *output)
+{
+    json_t *ctx = json_array();
+    json_array_extend(ctx, context);
+    json_array_extend(ctx, output);
+    char *r = json_dumps(resp, JSON_COMPACT), *in = json_dumps(input, JSON_COMPACT), *c = dump(ctx);
+    char err[256];
+    if (resp_store_put(store, id, owner, created, r, in, c, err, sizeof err) == 1)
+        log_warn("response %s not stored: %s", id, err);
+    free(r);
+    free(in);
+    free(c);
+}
+
+char *responses_complete_json(const responses_meta_t *m, const responses_request_t *req, const char *text,
+                              size_t len, proto_finish_t finish, const oai_usage_t *usage)
+{
+    answer_whole_t w;
+    answer_whole_split(text, len, m->tool_names, m->n_tools, m->reasoning, true, &w);
+    json_t *incomplete;
+    const char *status = finish_status(finish, &incomplete);
+    json_t *output = json_array();
+    if (w.has_reasoning)
+        json_array_append_new(output, reasoning_item(oai_json_text(w.reasoning, w.reasoning_len)));
+    if (w.content_len || (!w.n_calls && !w.has_reasoning))
+        json_array_append_new(output, message_item(status, oai_json_text(w.content, w.content_len)));
+    for (size_t i = 0; i < w.n_calls; i++)
+        json_array_append_new(output, call_item(w.calls[i].id, w.calls[i].name, json_string(w.calls[i].arguments),
+                                                "completed"));
+    answer_whole_clear(&w);
+    json_t *r = response_object(m->id, m->model, m->created, req->echo, status, json_incref(output),
+                                usage_json(usage), NULL, incomplete);
+    if (req->store && m->store)
+        store_response(m->store, m->owner ? m->owner : RESP_STORE_ANON, m->id, m->created, r, req->input,
+                       req->context, output);
+    json_decref(output);
+    return dump(r);
+}
+
+/* ---- streaming --------------------------------------------------------- */
+
+typedef enum { ITEM_NONE, ITEM_REASONING, ITEM_MESSAGE, ITEM_CALL } item_t;
+
+struct responses_stream {
+    char *id, *model, *owner;
+    int64_t created;
+    json_t *echo, *input, *context; /* references */
+    bool store;
+    resp_store_t *rs;
+    answer_t *ans;
+    int64_t seq;         /* next sequence_number */
+    bool started, done;
+    json_t *output;      /* items so far (the open one included) */
+    json_t *cur;         /* the open item, borrowed from output */
+    item_t cur_kind;
+    api_buf_t *out;
+};
+
+responses_stream_t *responses_stream_new(const responses_meta_t *m, const responses_request_t *req)
+{
+    responses_stream_t *st = xcalloc(1, sizeof *st);
+    st->id = xstrdup(m->id);
+    st->model = xstrdup(m->model);
+    st->owner = xstrdup(m->owner ? m->owner : RESP_STORE_ANON);
+    st->created = m->created;
+    st->echo = json_incref(req->echo);
+    st->input = json_incref(req->input);
+    st->context = json_incref(req->context);
+    st->store = req->store && m->store;
+    st->rs = m->store;
+    st->ans = answer_new(m->tool_names, m->n_tools, m->reasoning); /* names borrowed */
+    st->output = json_array();
+    return st;
+}
+
+void responses_stream_free(responses_stream_t **sp)
+{
+    responses_stream_t *st = *sp;
+    if (!st)
+        return;
+    *sp = NULL;
+    answer_free(&st->ans);
+    json_decref(st->echo);
+    json_decref(st->input);
+    json_decref(st->context);
+    json_decref(st->output);
+    free(st->id);
+    free(st->model);
+    free(st->owner);
+    free(st);
+}
+
+/* One event: `type` and sequence_number added to data (taken). */
+static void emit(responses_stream_t *st, const char *type, json_t *data)
+{
+    json_object_set_new(data, "type", json_string(type));
+    json_object_set_new(data, "sequence_number", json_integer(st->seq++));
+    api_buf_sse(st->out, type, dump(data));
+}
+
+static json_t *snapshot(responses_stream_t *st, const char *status, json_t *usage, json_t *error,
+                        json_t *incomplete)
+{
+    return response_object(st->id, st->model, st->created, st->echo, status, json_deep_copy(st->output), usage,
+                           error, incomplete);
+}
+
+static json_int_t out_index(responses_stream_t *st)
+{
+    return (json_int_t)json_array_size(st->output) - 1;
+}
+
+/* Appends (p, n) to a JSON string member. */
+static void append_to(json_t *obj, const char *key, const char *p, size_t n)
+{
+    json_t *old = json_object_get(obj, key);
+    json_t *add = oai_json_text(p, n);
+    size_t ol = json_string_length(old), al = json_string_length(add);
+    char *buf = xmalloc(ol + al + 1);
+    memcpy(buf, json_string_value(old), ol);
+    memcpy(buf + ol, json_string_value(add), al);
+    json_object_set_new(obj, key, json_stringn(buf, ol + al));
+    free(buf);
+    json_decref(add);
+}
+
+static void close_item(responses_stream_t *st, const char *status)
+{
+    json_t *item = st->cur;
+    if (!item)
+        return;
+    json_int_t oi = out_index(st);
+    json_t *iid = json_object_get(item, "id");
+    if (st->cur_kind == ITEM_CALL) {
+        emit(st, "response.function_call_arguments.done",
+             json_pack("{s:O, s:I, s:O, s:O}", "item_id", iid, "output_index", oi, "name",
+                       json_object_get(item, "name"), "arguments", json_object_get(item, "arguments")));
+    } else {
+        json_t *part = json_array_get(json_object_get(item, "content"), 0);
+        if (st->cur_kind == ITEM_MESSAGE)
+            emit(st, "response.output_text.done",
+                 json_pack("{s:O, s:I, s:i, s:O, s:[]}", "item_id", iid, "output_index", oi, "content_index", 0,
+                           "text", json_object_get(part, "text"), "logprobs"));
+        else
+            emit(st, "response.reasoning_text.done",
+                 json_pack("{s:O, s:I, s:i, s:O}", "item_id", iid, "output_index", oi, "content_index", 0,
+                           "text", json_object_get(part, "text")));
+        emit(st, "response.content_part.done",
+             json_pack("{s:O, s:I, s:i, s:o}", "item_id", iid, "output_index", oi, "content_index", 0, "part",
+                       json_deep_copy(part)));
+    }
+    if (st->cur_kind != ITEM_REASONING)
+        json_object_set_new(item, "status", json_string(status));
+    emit(st, "response.output_item.done", json_pack("{s:I, s:o}", "output_index", oi, "item", json_deep_copy(item)));
+    st->cur = NULL;
+    st->cur_kind = ITEM_NONE;
+}
+
+/* Opens an item (taken) and announces it; a reasoning or message item
+ * also gets its (empty) content part. */
+static void open_item(responses_stream_t *st, item_t kind, json_t *item)
+{
+    close_item(st, "completed");
+    json_t *part = json_array_get(json_object_get(item, "content"), 0);
+    json_incref(part);
+    if (part)
+        json_array_clear(json_object_get(item, "content"));
+    json_array_append_new(st->output, item);
+    st->cur = item;
+    st->cur_kind = kind;
+    json_int_t oi = out_index(st);
+    emit(st, "response.output_item.added", json_pack("{s:I, s:o}", "output_index", oi, "item", json_deep_copy(item)));
+    if (part) {
+        emit(st, "response.content_part.added",
+             json_pack("{s:O, s:I, s:i, s:o}", "item_id", json_object_get(item, "id"), "output_index", oi,
+                       "content_index", 0, "part", json_deep_copy(part)));
+        json_array_append_new(json_object_get(item, "content"), part);
+    }
+}
+
+static void on_part(responses_stream_t *st, const answer_part_t *p)
+{
+    switch (p->kind) {
+    case ANSWER_REASONING:
+    case ANSWER_CONTENT: {
+        bool r = p->kind == ANSWER_REASONING;
+        item_t want = r ? ITEM_REASONING : ITEM_MESSAGE;
+        if (st->cur_kind != want)
+            open_item(st, want, r ? reasoning_item(json_string("")) : message_item("in_progress", json_string("")));
+        append_to(json_array_get(json_object_get(st->cur, "content"), 0), "text", p->text, p->len);
+        emit(st, r ? "response.reasoning_text.delta" : "response.output_text.delta",
+             json_pack("{s:O, s:I, s:i, s:o}", "item_id", json_object_get(st->cur, "id"), "output_index",
+                       out_index(st), "content_index", 0, "delta", oai_json_text(p->text, p->len)));
+        break;
+    }
+    case ANSWER_TOOL_BEGIN:
+        open_item(st, ITEM_CALL, call_item(p->id, p->name, json_string(""), "in_progress"));
+        break;
+    case ANSWER_TOOL_ARGS:
+        append_to(st->cur, "arguments", p->text, p->len);
+        emit(st, "response.function_call_arguments.delta",
+             json_pack("{s:O, s:I, s:o}", "item_id", json_object_get(st->cur, "id"), "output_index", out_index(st),
+                       "delta", oai_json_text(p->text, p->len)));
+        break;
+    case ANSWER_TOOL_END:
+        close_item(st, "completed");
+        break;
+    }
+}
+
+static void begin(responses_stream_t *st, api_buf_t *out)
+{
+    st->out = out;
+    if (st->started)
+        return;
+    st->started = true;
+    emit(st, "response.created", json_pack("{s:o}", "response", snapshot(st, "in_progress", NULL, NULL, NULL)));
+    emit(st, "response.in_progress", json_pack("{s:o}", "response", snapshot(st, "in_progress", NULL, NULL, NULL)));
+}
+
+bool responses_stream_event(responses_stream_t *st, const proto_event_t *e, api_buf_t *out)
+{
+    if (st->done)
+        return true;
+    begin(st, out);
+    if (api_finish_failed(e->finish)) {
+        oai_error_t err;
+        api_event_error(e, &err, -1);
+        responses_stream_error(st, &err, out);
+        return true;
+    }
+    bool final = e->finish != PROTO_FINISH_NONE;
+    const answer_part_t *parts;
+    size_t n = answer_feed(st->ans, e->text, e->text_len, final ? ANSWER_DONE : ANSWER_MORE, &parts);
+    for (size_t i = 0; i < n; i++)
+        on_part(st, &parts[i]);
+    if (!final)
+        return false;
+    json_t *incomplete;
+    const char *status = finish_status(e->finish, &incomplete);
+    close_item(st, status);
+    oai_usage_t u;
+    api_event_usage(e, &u);
+    json_t *resp = snapshot(st, status, usage_json(&u), NULL, incomplete);
+    if (st->store)
+        store_response(st->rs, st->owner, st->id, st->created, resp, st->input, st->context, st->output);
+    emit(st, incomplete ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", resp));
+    st->done = true;
+    return true;
+}
+
+void responses_stream_error(responses_stream_t *st, const oai_error_t *e, api_buf_t *out)
+{
+    begin(st, out);
+    close_item(st, "incomplete");
+    json_t *err = json_pack("{s:s, s:o}", "code",
+                            e->code ? e->code : (e->status >= 500 ? "server_error" : "invalid_request"),
+                            "message", oai_json_text(e->message, strlen(e->message)));
+    emit(st, "response.failed", json_pack("{s:o}", "response", snapshot(st, "failed", NULL, err, NULL)));
+    st->done = true;
+}
+
+/* ---- the surface ------------------------------------------------------ */
+
+typedef struct {
+    responses_request_t req;     /* the extras (req.chat moved out to the internal request) */
+    char id[48];
+    responses_stream_t *stream;
+} surface_state_t;
+
+typedef struct {
+    resp_store_t *store;
+    const char *owner;
+} load_ctx_t;
+
+static int load_context(void *ctx, const char *id, json_t **context)
+{
+    load_ctx_t *l = ctx;
+    if (!l->store)
+        return 1;
+    resp_store_row_t row;
+    int rc = resp_store_get(l->store, id, l->owner, clock_wall_s(), &row);
+    if (rc != 0)
+        return rc;
+    *context = json_loads(row.context, 0, NULL);
+    resp_store_row_free(&row);
+    return *context ? 0 : -1;
+}
+
+static int surface_parse(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o, oai_error_t *e)
+{
+    load_ctx_t l = {call->store, call->owner ? call->owner : RESP_STORE_ANON};
+    responses_request_t r;
+    if (responses_parse_request(body, len, load_context, &l, &r, e) < 0)
+        return -1;
+    surface_state_t *st = xcalloc(1, sizeof *st);
+    *o = r.chat;
+    memset(&r.chat, 0, sizeof r.chat);
+    st->req = r;
+    call->state = st;
+    return 0;
+}
+
+static responses_meta_t meta_of(const api_call_t *call, const surface_state_t *st)
+{
+    return (responses_meta_t){.id = st->id, .model = call->model, .created = call->created,
+                              .reasoning = call->reasoning, .tool_names = call->tool_names,
+                              .n_tools = call->n_tools, .store = call->store,
+                              .owner = call->owner ? call->owner : RESP_STORE_ANON};
+}
+
+static void surface_begin(api_call_t *call, oai_request_t *o)
+{
+    surface_state_t *st = call->state;
+    oai_id_new("resp_", st->id, sizeof st->id);
+    if (call->stream) {
+        responses_meta_t m = meta_of(call, st);
+        st->stream = responses_stream_new(&m, &st->req);
+    }
+}
+
+static void surface_stream_event(api_call_t *call, gateway_reply_t *rep, api_buf_t *out)
+{
+    surface_state_t *st = call->state;
+    if (rep->kind == GATEWAY_REPLY_ERROR) {
+        responses_stream_error(st->stream, &rep->error, out);
+        call->done = true;
+    } else {
+        call->done = responses_stream_event(st->stream, &rep->event, out);
+    }
+    gateway_reply_free(&rep);
+}
+
+static char *surface_complete(api_call_t *call, gateway_reply_t *const *events, size_t n, int *status)
+{
+    surface_state_t *st = call->state;
+    const proto_event_t *last = &events[n - 1]->event;
+    if (api_finish_failed(last->finish)) {
+        oai_error_t e;
+        api_event_error(last, &e, call->request_timeout_s);
+        *status = e.status;
+        return oai_error_json(&e);
+    }
+    size_t len;
+    char *text = api_events_text(events, n, &len);
+    oai_usage_t u;
+    api_event_usage(last, &u);
+    responses_meta_t m = meta_of(call, st);
+    char *body = responses_complete_json(&m, &st->req, text, len, last->finish, &u);
+    free(text);
+    *status = 200;
+    return body;
+}
+
+static void surface_end(api_call_t *call)
+{
+    surface_state_t *st = call->state;
+    if (!st)
+        return;
+    responses_stream_free(&st->stream);
+    responses_request_free(&st->req);
+    free(st);
+    call->state = NULL;
+}
+
+const api_surface_t responses_surface = {
+    .name = "responses",
+    .parse = surface_parse,
+    .begin = surface_begin,
+    .stream_event = surface_stream_event,
+    .complete = surface_complete,
+    .error_body = oai_error_json,
+    .end = surface_end,
+};
+
+/* ---- stored responses -------------------------------------------------- */
+
+static char *input_items_json(const char *input, bool asc)
+{
+    json_t *items = json_loads(input, 0, NULL);
+    if (!json_is_array(items)) {
+        json_decref(items);
+        items = json_array();
+    }
+    json_t *data = json_array();
+    size_t n = json_array_size(items);
+    for (size_t i = 0; i < n; i++)
+        json_array_append(data, json_array_get(items, asc ? i : n - 1 - i));
+    json_t *first = n ? json_object_get(json_array_get(data, 0), "id") : NULL;
+    json_t *last = n ? json_object_get(json_array_get(data, n - 1), "id") : NULL;
+    json_t *j = json_pack("{s:s, s:o, s:O, s:O, s:b}", "object", "list", "data", data, "first_id",
+                          first ? first : json_null(), "last_id", last ? last : json_null(), "has_more", 0);
+    json_decref(items);
+    return dump(j);
+}
+
+char *responses_stored(resp_store_t *store, const char *owner, const char *id, responses_op_t op, bool asc,
+                       int *status)
+{
+    oai_error_t e;
+    if (!store) {
+        oai_error_set(&e, 503, NULL, "This gateway keeps no responses (no state directory).");
+        *status = e.status;
+        return oai_error_json(&e);
+    }
+    owner = owner ? owner : RESP_STORE_ANON;
+    int rc;
+    char *body = NULL;
+    if (op == RESPONSES_DELETE) {
+        rc = resp_store_delete(store, id, owner);
+        if (rc == 0)
+            body = dump(json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1));
+    } else {
+        resp_store_row_t row;
+        rc = resp_store_get(store, id, owner, clock_wall_s(), &row);
+        if (rc == 0) {
+            body = op == RESPONSES_GET ? xstrdup(row.response) : input_items_json(row.input, asc);
+            resp_store_row_free(&row);
+        }
+    }
+    if (rc == 0) {
+        *status = 200;
+        return body;
+    }
+    if (rc == 1)
+        oai_error_set(&e, 404, NULL, "No response found with id '%.128s'.", id);
+    else
+        oai_error_set(&e, 500, NULL, "The stored responses could not be read.");
+    *status = e.status;
+    return oai_error_json(&e);
+}
