@@ -166,7 +166,7 @@ static const field_t top_fields[] = {
     MAP("routing", config_t, routing, routing_fields),
     {.key = "models", .kind = K_MODELS, .off = offsetof(config_t, models)},
 };
-#define MAX_FIELDS 24 /* entries of the largest table */
+#define MAX_FIELDS 32 /* entries of the largest table */
 _Static_assert(sizeof top_fields / sizeof top_fields[0] <= MAX_FIELDS,
                "MAX_FIELDS: seen_line[] would overflow");
 
