@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The KV disk tier under faults (issue #27): kill -9 and restart served from
 # disk, clean stop, corrupt and truncated block files, two workers on one
-# folder, a read-only and a full folder — every text compared with a worker
-# without a disk tier. Checks in kv_disk_driver.py (~30 s on stories260K).
+# folder, q8_0 KV in a folder of its own, a read-only and a full folder —
+# every text compared with a worker
+# without a disk tier. Checks in kv_disk_driver.py (~5-12 s on stories260K).
 source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway

@@ -17,6 +17,8 @@ WITHOUT a disk tier gives (greedy), so "correct" means "the same tokens".
   4. two workers on one folder: both serve P0..P5 concurrently (and write
      the same blocks), then a third alone serves every prompt from disk,
      same texts, nothing rejected;
+  q8_0 KV: a q8_0 worker finds none of the f32 blocks (another folder),
+     and after kill -9 + restart serves its own from disk, same texts;
   5. a read-only folder (a read-only bind mount in a private mount
      namespace, `unshare -m`) and 6. a full one (a 64 KiB tmpfs): the worker
      serves the same texts, says once that it continues without a disk
@@ -133,8 +135,9 @@ def wait_until(pred, secs):
 
 
 class Worker:
-    def __init__(self, name, kv_dir=None, wrap=None):
-        args = [BUILD + "/pagoda-worker", "--gateway", "tcp://127.0.0.1:%d" % ZP, "--model", "m=" + MODEL] + WORKER_ARGS
+    def __init__(self, name, kv_dir=None, wrap=None, extra=()):
+        args = [BUILD + "/pagoda-worker", "--gateway", "tcp://127.0.0.1:%d" % ZP, "--model", "m=" + MODEL] + \
+            WORKER_ARGS + list(extra)
         if kv_dir:
             args += ["--kv-cache-dir", kv_dir]
         self.log = os.path.join(TMP, name + ".log")
@@ -295,6 +298,23 @@ def run():
           "cached %s, rejected %s -> %s" % ([r[1] for r in res], rej0, metric(m, "pagoda_kv_disk_rejected_total")))
     c.term()
 
+    # q8_0 KV: its own folder identity; the same texts from disk as from its RAM
+    w = Worker("q8ref", extra=("--kv-type", "q8_0"))
+    ref8 = [post(p)[0] for p in PROMPTS[:2]]
+    w.term()
+    w = Worker("q8a", d2, extra=("--kv-type", "q8_0"))
+    res = [post(p) for p in PROMPTS[:2]]
+    check("a q8_0 worker on a folder of f32 blocks of the same model loads none of them",
+          all(r[1] == 0 for r in res) and [r[0] for r in res] == ref8, [r[1] for r in res])
+    w.kill9()
+    w = Worker("q8b", d2, extra=("--kv-type", "q8_0"))
+    res = [post(p) for p in PROMPTS[:2]]
+    check("q8_0 after kill -9 + restart: served from disk, the same texts as q8_0 without a disk tier",
+          [r[0] for r in res] == ref8 and all(r[1] == full_blocks(r[2]) > 0 for r in res), [r[1] for r in res])
+    w.term()
+    check("q8_0 blocks sit in a folder of their own",
+          len({os.path.dirname(f) for f in block_files(d2)}) == 2)
+
     # 5, 6. read-only and full folders, in a private mount namespace
     probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt && true"],
                            capture_output=True)
@@ -302,7 +322,7 @@ def run():
         print("skip - read-only and full folders: unshare -m / mount not allowed here (%s)"
               % probe.stderr.decode().strip()[:120], flush=True)
         return
-    ident = os.path.basename(os.path.dirname(block_files(d2)[0]))
+    ident = os.path.basename(os.path.dirname(block_files(d1)[0]))
     d3 = os.path.join(TMP, "d3")
     os.makedirs(os.path.join(d3, ident))
     ro = 'mount --bind "%s" "%s" && mount -o remount,bind,ro "%s" "%s" && exec "$@"' % (d3, d3, d3, d3)
