@@ -321,7 +321,10 @@ static void greedy_all_modes(const engine_t *e, const char *name, int32_t max_to
         int streams, blocks;
         bool twice;
     } CFG[] = {{1, 256, true}, {32, 16, false}, {32, 512, true}};
-    for (size_t k = 0; k < sizeof CFG / sizeof CFG[0]; k++) {
+    /* the random-weight models: 1 stream with hits and 32 preempting streams (their
+     * 32-stream prefix hits add nothing stories260K's do not check) */
+    size_t n_cfg = n_solo == 8 ? 3 : 2;
+    for (size_t k = 0; k < n_cfg; k++) {
         const int streams = CFG[k].streams;
         const bool twice = CFG[k].twice;
         int n = streams == 1 ? n_solo : 32;
@@ -469,7 +472,7 @@ static void test_sampling_distribution(void **state)
 {
     (void)state;
     NEED_STORIES();
-    enum { N = 1536, BATCH = 64, POS = 3 };
+    enum { N = 1024, BATCH = 64, POS = 3 };
     const int32_t V = g_stories->model->cfg.vocab;
     static sched_req_t reqs[BATCH];
     static run_t R;
