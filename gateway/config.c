@@ -107,6 +107,14 @@ static const field_t routing_fields[] = {
 /* models[].kv_type, indexed by config_kv_type_t */
 static const char *const kv_type_names[] = {"f16", "f32", "auto", "q8_0", NULL};
 
+/* models[].spec: the worker's --spec names (worker/spec.h; a draft model is not offered yet) */
+static const char *const spec_names[] = {"off", "ngram", NULL};
+
+const char *config_spec_name(int t)
+{
+    return t == 1 ? spec_names[1] : spec_names[0];
+}
+
 const char *config_kv_type_name(int t)
 {
     return t >= 0 && t < CONFIG_KV_N ? kv_type_names[t] : "auto";
@@ -126,6 +134,8 @@ static const field_t model_fields[] = {
     ENUM("kv_type", config_model_t, kv_type, kv_type_names),
     OPTSTR("kv_cache_dir", config_model_t, kv_cache_dir, check_path),
     INT("kv_cache_mb", config_model_t, kv_cache_mb, 1, 1073741824),
+    ENUM("spec", config_model_t, spec, spec_names),
+    INT("spec_max_draft", config_model_t, spec_max_draft, 1, 16),
 };
 /* reasoning_parser, indexed by reasoning_parser_t (gateway/reasoning.h) */
 static const char *const reasoning_parser_names[] = {"none", "qwen3", NULL};
@@ -156,7 +166,7 @@ static const field_t top_fields[] = {
     MAP("routing", config_t, routing, routing_fields),
     {.key = "models", .kind = K_MODELS, .off = offsetof(config_t, models)},
 };
-#define MAX_FIELDS 24 /* entries of the largest table */
+#define MAX_FIELDS 32 /* entries of the largest table */
 _Static_assert(sizeof top_fields / sizeof top_fields[0] <= MAX_FIELDS,
                "MAX_FIELDS: seen_line[] would overflow");
 
@@ -175,6 +185,8 @@ static void model_defaults(config_model_t *m)
         .threads = 2,
         .kv_type = CONFIG_KV_AUTO,
         .kv_cache_mb = 4096,
+        .spec = 0,
+        .spec_max_draft = 8,
     };
 }
 

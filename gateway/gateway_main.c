@@ -100,6 +100,8 @@ static const struct flag_key {
     {"threads", "threads", true, false},
     {"kv-type", "kv_type", true, false},
     {"kv-cache-mb", "kv_cache_mb", true, false},
+    {"spec", "spec", true, false},
+    {"spec-max-draft", "spec_max_draft", true, false},
     {"replicas", "replicas", true, false},
     {"idle-timeout", "idle_timeout_s", true, false},
     {"drain-timeout", "drain_timeout_s", false, false},
@@ -189,6 +191,8 @@ static void usage(FILE *f)
             "                             a model of the file keeps its settings, gets this path\n"
             "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --kv-budget-mb N, --threads N,\n"
             "  --kv-type auto|f16|f32|q8_0 set for every model's local workers [models[].*]\n"
+            "  --spec off|ngram           speculative decoding in the workers (default off)\n"
+            "                             [models[].spec]; --spec-max-draft N (1..16, default 8)\n"
             "  --kv-cache-mb N            size cap of the workers' disk tier [models[].kv_cache_mb];\n"
             "                             the folder is models[].kv_cache_dir in the file\n"
             "  --replicas N               local workers per model (default 1) [models[].replicas]\n"
@@ -390,6 +394,11 @@ static size_t model_worker_args(const config_model_t *m, const char **args, char
         args[n++] = "--kv-cache-mb";
         args[n++] = owned[4];
     }
+    snprintf(owned[5], 32, "%d", m->spec_max_draft);
+    args[n++] = "--spec";
+    args[n++] = config_spec_name(m->spec);
+    args[n++] = "--spec-max-draft";
+    args[n++] = owned[5];
     return n;
 }
 
@@ -695,7 +704,7 @@ static supervisor_t *local_workers_start(const config_t *cfg, struct gateway *gw
         return NULL;
     for (size_t i = 0; i < cfg->n_models; i++) {
         const config_model_t *m = &cfg->models[i];
-        const char *args[16];
+        const char *args[24];
         char owned[6][32];
         size_t n = model_worker_args(m, args, owned);
         for (int r = 0; r < m->replicas; r++)

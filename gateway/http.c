@@ -536,6 +536,13 @@ static enum MHD_Result respond_stored(http_server_t *s, struct MHD_Connection *c
                                       responses_op_t op)
 {
     const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
+    const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
+    if (op == RESPONSES_GET && stream && strcmp(stream, "true") == 0) {
+        oai_error_t e;
+        oai_error_set(&e, 400, "stream", "Replaying a stored response as a stream is not supported; "
+                                         "GET it without 'stream'.");
+        return respond_oai_error(s, c, &e, NULL);
+    }
     int status = 500;
     char *body = responses_stored(s->responses, req->owner, req->param, op, order && strcmp(order, "asc") == 0,
                                   &status);

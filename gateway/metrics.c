@@ -476,6 +476,13 @@ void metrics_std_register(metrics_t *m, metrics_std_t *o)
         "Prefix cache hits from the workers' disk tier, in terms of number of loaded tokens.", 1, L_MODEL);
     o->num_preemptions = metrics_counter_new(m, "vllm:num_preemptions_total",
                                              "Cumulative number of preemptions by the workers.", 1, L_MODEL);
+    o->spec_num_drafts = metrics_counter_new(m, "vllm:spec_decode_num_drafts_total",
+                                             "Number of spec decoding drafts (verifies of a sequence "
+                                             "with draft tokens).", 1, L_MODEL);
+    o->spec_num_draft_tokens = metrics_counter_new(m, "vllm:spec_decode_num_draft_tokens_total",
+                                                   "Number of draft tokens.", 1, L_MODEL);
+    o->spec_num_accepted = metrics_counter_new(m, "vllm:spec_decode_num_accepted_tokens_total",
+                                               "Number of accepted tokens.", 1, L_MODEL);
     o->prompt_tokens = metrics_counter_new(m, "vllm:prompt_tokens_total", "Number of prefill tokens processed.",
                                            1, L_MODEL);
     o->generation_tokens = metrics_counter_new(m, "vllm:generation_tokens_total",

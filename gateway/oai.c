@@ -790,6 +790,10 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
 
     if (get_bool(root, "stream", &r->stream, e) || get_bool(root, "ignore_eos", &r->ignore_eos, e))
         return -1;
+    bool speculative = true;
+    if (get_bool(root, "speculative", &speculative, e))
+        return -1;
+    r->no_spec = !speculative;
     json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {
         if (!r->stream)

@@ -198,6 +198,8 @@ typedef struct {
     bool stream;                 /* [false] */
     bool include_usage;          /* [false] stream_options.include_usage */
     bool ignore_eos;             /* [false] vLLM extension */
+    bool no_spec;                /* [false] `"speculative": false`: no speculative decoding
+                                    for this request (pagoda extension) */
     int64_t n;                   /* [1] choices, 1..OAI_MAX_N */
     oai_op_t op;                 /* [OAI_OP_GENERATE] */
     /* embeddings (op OAI_OP_EMBED) */

@@ -130,6 +130,7 @@ void submit_from_oai(const oai_request_t *o, uint64_t id, prio_tier_t tier, prot
             s->stop[i] = dup_or_null(o->stop[i]);
     }
     s->ignore_eos = o->ignore_eos;
+    s->no_spec = o->no_spec;
     s->stream = o->stream;
     if (o->grammar)
         s->grammar = xstrdup(o->grammar);

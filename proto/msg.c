@@ -328,7 +328,8 @@ static void encode_heartbeat(enc_t *e, const proto_heartbeat_t *h)
         const proto_load_t *l = &h->load;
         key(e, "load");
         const bool tiers = l->kv_disk_state || l->kv_evictions || l->prefix_cache_disk_hits;
-        msgpack_pack_map(&e->pk, tiers ? 18 : 10);
+        const bool spec = l->spec_drafts || l->spec_draft_tokens || l->spec_accepted_tokens;
+        msgpack_pack_map(&e->pk, 10 + (tiers ? 8 : 0) + (spec ? 3 : 0));
         sub_uint(&e->pk, "run", l->running);
         sub_uint(&e->pk, "wait", l->waiting);
         sub_uint(&e->pk, "kv_used", l->kv_blocks_used);
@@ -348,6 +349,11 @@ static void encode_heartbeat(enc_t *e, const proto_heartbeat_t *h)
             sub_uint(&e->pk, "kvd_evict", l->kv_disk_evictions);
             sub_uint(&e->pk, "kvd_rej", l->kv_disk_rejected);
             sub_uint(&e->pk, "kvd_used", l->kv_disk_bytes_used);
+        }
+        if (spec) {
+            sub_uint(&e->pk, "sd_n", l->spec_drafts);
+            sub_uint(&e->pk, "sd_dt", l->spec_draft_tokens);
+            sub_uint(&e->pk, "sd_acc", l->spec_accepted_tokens);
         }
     }
     if (h->has_progress) {
@@ -438,6 +444,8 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
     }
     if (s->ignore_eos)
         kv_bool(e, "ignore_eos", true);
+    if (s->no_spec)
+        kv_bool(e, "no_spec", true);
     if (s->deadline_ms)
         kv_uint(e, "deadline_ms", s->deadline_ms);
     if (s->stream)
@@ -807,6 +815,7 @@ static const field_t load_fields[] = {
     {"prompt_tok", true}, {"free", true},
     {"pc_disk", false}, {"kv_evict", false}, {"kvd_state", false}, {"kvd_wb", false},
     {"kvd_rb", false}, {"kvd_evict", false}, {"kvd_rej", false}, {"kvd_used", false},
+    {"sd_n", false}, {"sd_dt", false}, {"sd_acc", false},
 };
 
 static int load_field(dec_t *d, void *obj, int idx)
@@ -831,6 +840,9 @@ static int load_field(dec_t *d, void *obj, int idx)
     case 15: return get_uint(d, &l->kv_disk_evictions, 0, UINT64_MAX);
     case 16: return get_uint(d, &l->kv_disk_rejected, 0, UINT64_MAX);
     case 17: return get_uint(d, &l->kv_disk_bytes_used, 0, UINT64_MAX);
+    case 18: return get_uint(d, &l->spec_drafts, 0, UINT64_MAX);
+    case 19: return get_uint(d, &l->spec_draft_tokens, 0, UINT64_MAX);
+    case 20: return get_uint(d, &l->spec_accepted_tokens, 0, UINT64_MAX);
     }
     return -1;
 }
@@ -907,7 +919,7 @@ enum {
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
     S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
     S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS, S_TOOL_CHOICE, S_PAR_TOOLS, S_N_CHOICES,
-    S_GRAMMAR, S_OP, S_ADD_SPECIAL, S_THINK, S_INPUTS, S_DIMS,
+    S_GRAMMAR, S_OP, S_ADD_SPECIAL, S_THINK, S_INPUTS, S_DIMS, S_NO_SPEC,
 };
 
 static const field_t submit_fields[] = {
@@ -929,6 +941,7 @@ static const field_t submit_fields[] = {
     [S_OP] = {"op", false},          [S_ADD_SPECIAL] = {"add_special", false},
     [S_THINK] = {"think", false},
     [S_INPUTS] = {"inputs", false},  [S_DIMS] = {"dims", false},
+    [S_NO_SPEC] = {"no_spec", false},
 };
 
 static const field_t input_fields[] = {{"t", false}, {"ids", false}};
@@ -1025,6 +1038,7 @@ static int submit_field(dec_t *d, void *obj, int idx)
                 return -1;
         return 0;
     case S_IGNORE_EOS: return get_bool(d, &s->ignore_eos);
+    case S_NO_SPEC: return get_bool(d, &s->no_spec);
     case S_DEADLINE: return get_u32(d, &s->deadline_ms, 0, U31);
     case S_STREAM: return get_bool(d, &s->stream);
     case S_RESUME: return get_ids(d, &s->resume, &s->n_resume, PROTO_MAX_TOKENS);

@@ -64,6 +64,8 @@
  *     gen_tok    uint   completion tokens generated since start (u64)
  *     prompt_tok uint   prompt tokens processed since start (u64)
  *     free       uint   credit: SUBMITs the worker accepts right now
+ *     sd_n, sd_dt, sd_acc  uint  optional (absent = 0): speculative decoding since
+ *                       start (u64): verifies with drafts, draft tokens, accepted ones
  *   (u32 fields: 0..2^31-1)
  *   prog       map   opt  worker → gateway only: step progress, for hang detection
  *                         by progress rather than by heartbeats (a step may take
@@ -126,6 +128,7 @@
  *   max_tok    uint  opt  completion token limit, 0 = until the context is full
  *   stop       array opt  ≤ PROTO_MAX_STOP strings, each 1..PROTO_MAX_STOP_LEN bytes
  *   ignore_eos bool  opt  keep generating past end-of-sequence, default false
+ *   no_spec    bool  opt  no speculative decoding for this request, default false
  *   deadline_ms uint opt  give up this many ms after the worker receives the
  *                         SUBMIT (finish "timeout"); 0 = none. Relative, so
  *                         gateway and worker hosts need not share a clock.
@@ -439,6 +442,10 @@ typedef struct proto_load {
     uint64_t kv_disk_evictions;     /* kvd_evict, cumulative, files removed by the size cap */
     uint64_t kv_disk_rejected;      /* kvd_rej, cumulative, torn/corrupt files not served */
     uint64_t kv_disk_bytes_used;    /* kvd_used, bytes of block files now */
+    /* optional (absent = 0): speculative decoding (worker/spec.h), cumulative */
+    uint64_t spec_drafts;           /* sd_n: verifies of a sequence with drafts */
+    uint64_t spec_draft_tokens;     /* sd_dt: draft tokens verified */
+    uint64_t spec_accepted_tokens;  /* sd_acc: of those, accepted */
 } proto_load_t;
 
 /* Worker step progress, carried by the worker's HEARTBEAT. */
@@ -508,6 +515,7 @@ typedef struct proto_submit {
     char **stop;                 /* stop, (n_stop) */
     uint32_t n_stop;
     bool ignore_eos;             /* ignore_eos */
+    bool no_spec;                /* no_spec */
     uint32_t deadline_ms;        /* deadline_ms, relative; 0 = none */
     bool stream;                 /* stream */
     int32_t *resume;             /* resume, (n_resume) */

@@ -64,11 +64,21 @@ typedef struct seq {
     double *emb_sum;           /* (dim) embedding: sum (mean) or last hidden state so far */
     float *emb_out;            /* (dim) embedding: the reported vector */
 
+    /* speculative decoding (spec.h) */
+    bool no_spec;              /* the request opted out */
+    spec_seq_t spec;           /* acceptance history: draft length */
+    int32_t draft[SPEC_MAX_DRAFT]; /* this step's draft tokens (n_draft of them) */
+    int32_t n_draft;
+
     /* this step */
     bool in_batch;             /* has rows in the batch being built */
     bool out_valid;            /* sampled a token this step: report it */
-    int32_t out_token;
+    int32_t out_token;         /* the latest draw (sample_draw) */
     sched_token_logprob_t out_lp;
+    int32_t out_toks[SPEC_MAX_DRAFT + 1]; /* this step's tokens (n_out): one, or up to
+                                            * n_draft + 1 with speculation */
+    int32_t n_out;
+    sched_token_logprob_t *out_lps; /* (SPEC_MAX_DRAFT + 1) their logprobs; with top_logprobs >= 0 */
     char *out_text;            /* (out_cap) this step's text delta */
     size_t out_len, out_cap;
 } seq_t;
@@ -95,8 +105,15 @@ struct sched {
     int32_t *b_nblocks;               /* (max_seqs) */
     seq_t **b_seqs;                   /* (max_seqs) sequence of batch seq index */
     seq_t **b_draw;                   /* (max_seqs) sequences sampled this step, logits row order */
+    int32_t *b_drow;                  /* (max_seqs) logits row of each b_draw entry */
+    int32_t *b_ndraft;                /* (max_seqs) draft rows after each batch sequence's chunk */
+    seq_t **b_vdraw;                  /* (max_seqs) sequences verifying drafts this step */
+    int32_t *b_vrow;                  /* (max_seqs) their first logits row */
+    sched_drafter_fn drafter;         /* sched_set_drafter: replaces the n-gram drafter */
+    void *drafter_ud;
     int32_t *b_chunk;                 /* (max_seqs) rows given to each */
-    float *logits;                    /* (max_seqs, vocab) */
+    float *logits;                    /* (max_seqs + spec_max_rows, vocab): one row per sampled
+                                         sequence plus one per draft row */
 
     int32_t max_positions;            /* a sequence's hard limit: min(context, KV pool positions),
                                          or the context for a windowed model whose pool holds a
@@ -139,6 +156,9 @@ void sched_config_default(sched_config_t *c)
     c->n_threads = 2;
     c->kv_budget_bytes = (size_t)1 << 30;
     c->kv_type = KV_TYPE_AUTO;
+    c->spec = SPEC_OFF;
+    c->spec_max_draft = 8;
+    c->spec_max_rows = 16;
 }
 
 /* KV_TYPE_AUTO → F16 when every layer's K and V projections run on the int8
@@ -170,6 +190,7 @@ static void seq_free(seq_t **ps)
     free(q->out_text);
     free(q->emb_sum);
     free(q->emb_out);
+    free(q->out_lps);
     free(q);
     *ps = NULL;
 }
@@ -309,7 +330,9 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     if (c->max_seqs < 1 || c->max_seqs > 4096 || c->max_batch_tokens < 1 ||
         c->max_batch_tokens > 65536 || c->block_size < 1 || c->block_size > 4096 ||
         c->n_threads < 1 ||
-        (kv_type_size(c->kv_type) == 0 && c->kv_type != KV_TYPE_AUTO && c->kv_type != KV_TYPE_Q8_0)) {
+        (kv_type_size(c->kv_type) == 0 && c->kv_type != KV_TYPE_AUTO && c->kv_type != KV_TYPE_Q8_0) ||
+        c->spec_max_draft < 0 || c->spec_max_draft > SPEC_MAX_DRAFT || c->spec_max_rows < 0 ||
+        c->spec_max_rows > 4096) {
         errbuf_set(err, errlen, "invalid scheduler limits (max_seqs %d, max_batch_tokens %d, block_size %d, kv type %d)",
                    c->max_seqs, c->max_batch_tokens, c->block_size, (int)c->kv_type);
         return NULL;
@@ -384,7 +407,15 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     s->b_seqs = xmalloc((size_t)ms * sizeof *s->b_seqs);
     s->b_draw = xmalloc((size_t)ms * sizeof *s->b_draw);
     s->b_chunk = xmalloc((size_t)ms * sizeof(int32_t));
-    s->logits = xmalloc((size_t)ms * (size_t)mc->vocab * sizeof(float));
+    s->b_drow = xmalloc((size_t)ms * sizeof(int32_t));
+    s->b_ndraft = xmalloc((size_t)ms * sizeof(int32_t));
+    s->b_vdraw = xmalloc((size_t)ms * sizeof *s->b_vdraw);
+    s->b_vrow = xmalloc((size_t)ms * sizeof(int32_t));
+    if (c->spec == SPEC_DRAFT) {
+        errbuf_set(err, errlen, "--spec draft (a draft model) is not implemented yet; use ngram");
+        goto err;
+    }
+    s->logits = xmalloc(((size_t)ms + (size_t)c->spec_max_rows) * (size_t)mc->vocab * sizeof(float));
     log_info("scheduler: %d seqs, %d batch tokens, %d KV blocks of %d positions (%s, %.1f MiB)",
              ms, mb, n_blocks, c->block_size, kv_type_name(c->kv_type),
              (double)n_blocks * (double)kv_pool_block_bytes_q(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type,
@@ -417,6 +448,10 @@ void sched_free(sched_t **ps)
     free(s->b_seqs);
     free(s->b_draw);
     free(s->b_chunk);
+    free(s->b_drow);
+    free(s->b_ndraft);
+    free(s->b_vdraw);
+    free(s->b_vrow);
     free(s->logits);
     for (int i = 0; i < SCHED_GRAMMAR_CACHE; i++) {
         free(s->gcache[i].text);
@@ -579,6 +614,9 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
     q->top_logprobs = r->top_logprobs > SAMPLER_MAX_TOP_LOGPROBS ? SAMPLER_MAX_TOP_LOGPROBS
                                                                 : r->top_logprobs;
     q->n_prompt = r->n_prompt;
+    q->no_spec = r->no_spec;
+    if (q->top_logprobs >= 0)
+        q->out_lps = xcalloc(SPEC_MAX_DRAFT + 1, sizeof *q->out_lps);
     for (int32_t i = 0; i < r->n_prompt; i++)
         seq_push_token(q, r->prompt[i]);
     if (r->n_stop_ids > 0) {
@@ -956,7 +994,6 @@ static void sample_finish(sched_t *s, seq_t *q)
 {
     const int32_t t = q->out_token;
     q->out_valid = true;
-    q->out_len = 0;
     if (q->draw_error) {
         q->out_valid = false;
         q->finish = SCHED_FINISH_ERROR;
@@ -966,6 +1003,10 @@ static void sample_finish(sched_t *s, seq_t *q)
     seq_push_token(q, t);
     q->n_generated++;
     s->st.generated_tokens++;
+    q->out_toks[q->n_out] = t;
+    if (q->out_lps)
+        q->out_lps[q->n_out] = q->out_lp;
+    q->n_out++;
 
     const char *d;
     size_t dl;
@@ -1023,6 +1064,122 @@ static seq_t *next_for_batch(sched_t *s, int pass)
     return pick;
 }
 
+/* ---- speculative decoding (spec.h) ----------------------------------------- */
+
+void sched_set_drafter(sched_t *s, sched_drafter_fn fn, void *ud)
+{
+    s->drafter = fn;
+    s->drafter_ud = ud;
+}
+
+static bool is_decode_ready(const seq_t *q)
+{
+    return q->state == SEQ_RUNNING && q->n_tokens - q->n_computed == 1 && q->n_generated > 0;
+}
+
+/* Gives decoding sequences their drafts for this step (q->n_draft), best
+ * priority first, while the step's rows — one per decoding sequence, every
+ * pending prefill token, the drafts — stay within spec_max_rows: above that
+ * the step is compute-bound and drafts would cost their share of its time. */
+static void spec_plan(sched_t *s)
+{
+    int32_t n_dec = 0, n_other = 0;
+    for (int32_t i = 0; i < s->n_seqs; i++) {
+        seq_t *q = s->seqs[i];
+        q->n_draft = 0;
+        if (q->state != SEQ_RUNNING)
+            continue;
+        if (is_decode_ready(q))
+            s->b_vdraw[n_dec++] = q; /* scratch: the candidates */
+        else
+            n_other += q->n_tokens - q->n_computed;
+    }
+    if ((s->cfg.spec == SPEC_OFF && !s->drafter) || s->cfg.spec_max_draft <= 0)
+        return;
+    int32_t limit = s->cfg.spec_max_rows < s->cfg.max_batch_tokens ? s->cfg.spec_max_rows
+                                                                   : s->cfg.max_batch_tokens;
+    int32_t room = limit - n_dec - n_other;
+    /* priority order (a few sequences at most get here: room is small) */
+    for (int32_t i = 1; i < n_dec; i++)
+        for (int32_t j = i; j > 0 && seq_before(s->b_vdraw[j], s->b_vdraw[j - 1]); j--) {
+            seq_t *t = s->b_vdraw[j];
+            s->b_vdraw[j] = s->b_vdraw[j - 1];
+            s->b_vdraw[j - 1] = t;
+        }
+    for (int32_t i = 0; i < n_dec && room > 0; i++) {
+        seq_t *q = s->b_vdraw[i];
+        if (q->no_spec || q->embed)
+            continue;
+        /* the last draft's position stays inside the context, and every
+         * draft plus the bonus token within max_tokens */
+        int32_t lim = s->cfg.spec_max_draft < room ? s->cfg.spec_max_draft : room;
+        if (lim > s->max_positions - q->n_tokens - 1)
+            lim = s->max_positions - q->n_tokens - 1;
+        if (q->max_tokens > 0 && lim > q->max_tokens - q->n_generated - 1)
+            lim = q->max_tokens - q->n_generated - 1;
+        if (lim <= 0)
+            continue;
+        int32_t k = s->cfg.spec_fixed ? lim : spec_seq_len(&q->spec, lim);
+        if (k <= 0)
+            continue;
+        int32_t n = s->drafter ? s->drafter(s->drafter_ud, q->id, q->index, q->tokens, q->n_tokens, k,
+                                            q->draft)
+                               : spec_ngram_draft(q->tokens, q->n_tokens, k, q->draft);
+        if (n > k)
+            n = k;
+        /* nothing follows an end token; a grammar drafts only what it allows */
+        for (int32_t j = 0; j < n; j++)
+            if (q->draft[j] < 0 || q->draft[j] >= s->model->cfg.vocab || tokenizer_is_eog(s->tok, q->draft[j])) {
+                n = q->draft[j] < 0 || q->draft[j] >= s->model->cfg.vocab ? j : j + 1;
+                break;
+            }
+        if (q->gm && n > 0)
+            n = gmatch_prefix_allowed(q->gm, q->draft, n);
+        q->n_draft = n > 0 ? n : 0;
+        room -= q->n_draft;
+    }
+}
+
+/* Draws q's tokens from its 1 + n_draft logits rows (rows: the first): row i
+ * gives position P+1+i, drawn exactly as without speculation; the run goes
+ * on while the draw equals the draft fed at that position. Records the
+ * accepted drafts' positions in the KV (the rest are overwritten later). */
+static void spec_verify(sched_t *s, seq_t *q, const float *rows)
+{
+    const size_t vocab = (size_t)s->model->cfg.vocab;
+    const int32_t nd = q->n_draft;
+    int32_t m = 0; /* drafts equal to the draws, in a row */
+    q->out_len = 0;
+    q->n_out = 0;
+    for (int32_t i = 0; i <= nd; i++) {
+        sample_draw(q, rows + (size_t)i * vocab, s->max_positions);
+        sample_finish(s, q);
+        if (!q->out_valid || q->finish != SCHED_FINISH_NONE)
+            break;
+        if (i == nd || q->out_token != q->draft[i])
+            break;
+        m++;
+    }
+    if (m < nd && q->n_out == m + 1 && q->out_valid && q->out_token == q->draft[m])
+        m++; /* matched, but the sequence ended on it */
+    s->st.spec_drafts++;
+    s->st.spec_draft_tokens += (uint64_t)nd;
+    s->st.spec_accepted_tokens += (uint64_t)m;
+    for (int32_t i = 0; i < m; i++)
+        s->st.spec_accepted_per_pos[i]++;
+    spec_seq_update(&q->spec, nd, m);
+    if (q->finish != SCHED_FINISH_NONE)
+        return; /* retired after the report */
+    /* positions P+1..P+m hold the K/V of tokens the sequence now has */
+    int rc = kv_seq_append(q->kv, q->tokens + q->n_computed, m);
+    assert(rc == KV_POOL_OK);
+    (void)rc;
+    q->n_computed += m;
+    assert(q->n_tokens - q->n_computed == 1);
+    kv_pool_commit_full_blocks(s->pool, q->kv);
+    kv_trim(s, q);
+}
+
 /* Packs the step's batch; returns its row count. Preemption while packing
  * can take a sequence that is already in the batch, so packing restarts
  * from scratch whenever it preempts (it preempts at most n_seqs times). */
@@ -1032,12 +1189,21 @@ static int32_t build_batch(sched_t *s, int32_t *n_bseq_out)
 restart:
     for (int32_t i = 0; i < s->n_seqs; i++)
         s->seqs[i]->in_batch = false;
+    spec_plan(s);
     int32_t n_rows = 0, n_bseq = 0;
     for (int pass = 0; pass < 2; pass++) {
         seq_t *q;
         while (n_rows < budget && n_bseq < s->cfg.max_seqs && (q = next_for_batch(s, pass))) {
             int32_t pending = q->n_tokens - q->n_computed;
             int32_t chunk = pending < budget - n_rows ? pending : budget - n_rows;
+            /* drafts take blocks only when free ones are there: never preempt for them */
+            int32_t nd = q->n_draft;
+            if (n_rows + chunk + nd > budget) /* keep within the budget */
+                nd = budget - n_rows - chunk;
+            if (nd > 0 && kv_seq_capacity(q->kv) - q->n_computed < chunk + nd &&
+                kv_seq_reserve(q->kv, chunk + nd) != KV_POOL_OK)
+                nd = 0;
+            q->n_draft = nd > 0 ? nd : 0;
             if (kv_seq_capacity(q->kv) - q->n_computed < chunk) {
                 uint64_t before = s->st.preemptions;
                 bool ok = reserve_or_preempt(s, q, chunk);
@@ -1052,6 +1218,7 @@ restart:
             int32_t b = n_bseq++;
             s->b_seqs[b] = q;
             s->b_chunk[b] = chunk;
+            s->b_ndraft[b] = q->n_draft;
             for (int32_t k = 0; k < chunk; k++) {
                 int32_t p = q->n_computed + k;
                 s->b_token[n_rows] = q->tokens[p];
@@ -1060,6 +1227,14 @@ restart:
                 bool last = p == q->n_tokens - 1;
                 s->b_want[n_rows] = (uint8_t)(last && !q->embed);
                 s->b_hid[n_rows] = (uint8_t)(q->embed == MODEL_POOL_MEAN || (q->embed && last));
+                n_rows++;
+            }
+            for (int32_t k = 0; k < q->n_draft; k++) { /* drafts at P+1.., each with logits */
+                s->b_token[n_rows] = q->draft[k];
+                s->b_pos[n_rows] = q->n_computed + chunk + k;
+                s->b_seq[n_rows] = b;
+                s->b_want[n_rows] = 1;
+                s->b_hid[n_rows] = 0;
                 n_rows++;
             }
         }
@@ -1116,7 +1291,7 @@ int sched_step(sched_t *s)
 
     /* Logits rows come in batch order, one per sequence whose chunk ended on
      * its last pending token (rows of one sequence are contiguous). */
-    int32_t n_draw = 0;
+    int32_t n_draw = 0, n_vdraw = 0, lrow = 0; /* lrow: next logits row */
     const int32_t dim = s->model->cfg.dim;
     int32_t row = 0, i_hid = 0; /* this sequence's first row; next hidden-state row */
     for (int32_t b = 0; b < n_bseq; b++) {
@@ -1131,6 +1306,7 @@ int sched_step(sched_t *s)
             for (int32_t i = 0; i < dim; i++)
                 q->emb_sum[i] += h[i];
         }
+        row += s->b_ndraft[b];
         if (q->n_computed < q->n_prompt) {
             int32_t pe = end < q->n_prompt ? end : q->n_prompt;
             s->st.prompt_tokens += (uint64_t)(pe - q->n_computed);
@@ -1152,8 +1328,13 @@ int sched_step(sched_t *s)
             if (s->on_event)
                 s->on_event(s->ud, &ev);
             q->finish = SCHED_FINISH_STOP; /* retired below */
+        } else if (end == q->n_tokens && s->b_ndraft[b] > 0) {
+            s->b_vdraw[n_vdraw] = q;
+            s->b_vrow[n_vdraw++] = lrow;
+            lrow += 1 + s->b_ndraft[b];
         } else if (end == q->n_tokens) {
-            s->b_draw[n_draw++] = q; /* logits row n_draw - 1 */
+            s->b_draw[n_draw] = q;
+            s->b_drow[n_draw++] = lrow++;
         }
     }
     /* Drawing is per sequence (its own sampler and RNG), ~30-60 us per row at
@@ -1164,17 +1345,23 @@ int sched_step(sched_t *s)
     (void)n_par; /* unused without OpenMP */
 #pragma omp parallel for num_threads(n_par) schedule(dynamic, 1)
     for (int32_t i = 0; i < n_draw; i++)
-        sample_draw(s->b_draw[i], s->logits + (size_t)i * vocab, s->max_positions);
-    for (int32_t i = 0; i < n_draw; i++)
+        sample_draw(s->b_draw[i], s->logits + (size_t)s->b_drow[i] * vocab, s->max_positions);
+    for (int32_t i = 0; i < n_draw; i++) {
+        s->b_draw[i]->out_len = 0;
+        s->b_draw[i]->n_out = 0;
         sample_finish(s, s->b_draw[i]);
+    }
+    /* sequences with drafts: a run of draws each (few of them: spec_max_rows) */
+    for (int32_t i = 0; i < n_vdraw; i++)
+        spec_verify(s, s->b_vdraw[i], s->logits + (size_t)s->b_vrow[i] * vocab);
 
     /* Report, then retire finished sequences (their full blocks stay cached). */
     for (int32_t i = 0; i < s->n_seqs;) {
         seq_t *q = s->seqs[i];
         if (q->out_valid) {
             q->out_valid = false;
-            emit(s, q, q->out_text, q->out_len, &q->out_token, 1,
-                 q->top_logprobs >= 0 ? &q->out_lp : NULL, q->finish, SCHED_OK, NULL);
+            emit(s, q, q->out_text, q->out_len, q->out_toks, q->n_out,
+                 q->top_logprobs >= 0 ? q->out_lps : NULL, q->finish, SCHED_OK, NULL);
         } else if (q->draw_error && q->finish == SCHED_FINISH_ERROR) {
             emit(s, q, NULL, 0, NULL, 0, NULL, q->finish, SCHED_EENGINE, q->draw_error);
         }

@@ -88,6 +88,7 @@
 #include "worker/kernels/kv_store.h"
 #include "worker/model/model.h"
 #include "worker/sampler.h"
+#include "worker/spec.h"
 #include "common/text/tokenizer.h"
 
 typedef struct sched_config {
@@ -101,11 +102,17 @@ typedef struct sched_config {
     kv_type_t kv_type;         /* K/V element type (F16: half the memory and attention traffic);
                                 * KV_TYPE_AUTO (the default) picks F16 for int8-kernel K/V
                                 * projections, F32 otherwise; sched_new resolves it */
+    spec_mode_t spec;          /* speculative decoding (worker/spec.h); default SPEC_OFF */
+    int32_t spec_max_draft;    /* draft tokens per sequence and step, 1..SPEC_MAX_DRAFT (8) */
+    int32_t spec_max_rows;     /* drafts are added only while the step has at most this many
+                                * rows, drafts included (16): beyond it the step is
+                                * compute-bound and each row costs its share of the time */
+    bool spec_fixed;           /* benchmarks: always the longest draft allowed (no adaptation) */
 } sched_config_t;
 
-/* Defaults: 32 seqs, 512 batch tokens, 32-token blocks, 2 threads, F16 K/V
- * and a KV pool that holds max_seqs full contexts or 1 GiB, whichever is
- * smaller. */
+/* Defaults: 32 seqs, 512 batch tokens, 32-token blocks, 2 threads, F16 K/V,
+ * no speculation (max draft 8, 16 rows) and a KV pool that holds max_seqs
+ * full contexts or 1 GiB, whichever is smaller. */
 void sched_config_default(sched_config_t *c);
 
 enum sched_finish {
@@ -153,6 +160,8 @@ typedef struct sched_req {
     size_t grammar_len;
     int32_t n_choices;         /* sequences sharing the prompt, 1..SCHED_MAX_CHOICES; 0 = 1.
                                   n > 1 needs n_resume == 0 */
+    bool no_spec;              /* never speculate for this request (the output is the same
+                                * either way; this only opts out of the extra rows) */
 } sched_req_t;
 
 #define SCHED_MAX_CHOICES 128
@@ -210,6 +219,11 @@ typedef struct sched_stats {
     uint64_t prompt_tokens;    /* prompt tokens computed (cache hits excluded) */
     uint64_t generated_tokens;
     uint64_t steps;
+    /* speculative decoding (vLLM's spec_decode counters) */
+    uint64_t spec_drafts;          /* verifies of a sequence with at least one draft token */
+    uint64_t spec_draft_tokens;    /* draft tokens verified */
+    uint64_t spec_accepted_tokens; /* of those, accepted (equal to the target's draw) */
+    uint64_t spec_accepted_per_pos[SPEC_MAX_DRAFT]; /* accepted at draft position i */
 } sched_stats_t;
 
 typedef struct sched sched_t;
@@ -261,6 +275,16 @@ bool sched_busy(const sched_t *s);
 void sched_stats(const sched_t *s, sched_stats_t *out);
 /* KV pool consistency check (tests): 0 ok. */
 int sched_check(const sched_t *s);
+/* Replaces the n-gram drafter (any spec mode, SPEC_OFF included) with fn:
+ * it writes up to max_draft proposed next tokens of the sequence (request
+ * id, choice index; tokens[0..n_tokens) = prompt + generated so far) to out
+ * and returns their count. For tests and benchmarks (an oracle that knows
+ * the greedy continuation, a drafter that is always wrong). NULL restores
+ * the configured mode. */
+typedef int32_t (*sched_drafter_fn)(void *ud, uint64_t id, int32_t index, const int32_t *tokens,
+                                    int32_t n_tokens, int32_t max_draft, int32_t *out);
+void sched_set_drafter(sched_t *s, sched_drafter_fn fn, void *ud);
+
 /* The scheduler's KV pool (borrowed; e.g. to read its KV events). */
 struct kv_pool *sched_kv_pool(sched_t *s);
 int32_t sched_context_length(const sched_t *s);

@@ -249,6 +249,7 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
         .n_resume = (int32_t)sm->n_resume,
         .max_tokens = (int32_t)sm->max_tokens,
         .ignore_eos = sm->ignore_eos,
+        .no_spec = sm->no_spec,
         .stop = (const char *const *)sm->stop,
         .n_stop = (int32_t)sm->n_stop,
         /* a chat turn also ends at the template's end-of-turn token */
@@ -531,6 +532,9 @@ static void publish_load(struct worker *w)
         .free_slots = w->draining || held >= w->capacity ? 0 : w->capacity - held,
         .prefix_cache_disk_hits = st.prefix_disk_hit_tokens,
         .kv_evictions = st.kv_evictions,
+        .spec_drafts = st.spec_drafts,
+        .spec_draft_tokens = st.spec_draft_tokens,
+        .spec_accepted_tokens = st.spec_accepted_tokens,
     };
     if (w->disk) {
         kv_disk_stats_t ds;

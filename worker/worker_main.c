@@ -53,6 +53,10 @@ static void usage(FILE *f)
             "  --threads N          threads for the forward pass (default 2)\n"
             "  --ctx N              cap the context length below the model's\n"
             "  --exact-matmul       quantized weights via dequantize+sgemm, not int8 kernels\n"
+            "  --spec MODE          speculative decoding: off (default) or ngram (prompt\n"
+            "                       lookup; output unchanged, docs/BATCHING.md)\n"
+            "  --spec-max-draft N   draft tokens per sequence and step, 1..16 (default 8)\n"
+            "  --spec-max-rows N    drafts only in steps of at most N rows (default 16)\n"
             "  --log-level LEVEL    debug|info|warn|error (default info; env PAGODA_LOG)\n"
             "  --curve-server-key KEY_OR_FILE  the gateway's CURVE public key (Z85 or a file);\n"
             "                       turns on CURVE (docs/OPERATIONS.md)\n"
@@ -118,7 +122,7 @@ int main(int argc, char **argv)
     uint32_t u;
     const char *curve_server = NULL, *curve_secret = NULL, *gen_prefix = NULL;
     enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR,
-           O_KVDMB };
+           O_KVDMB, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS };
     static const struct option opts[] = {
         {"gateway", required_argument, NULL, 'g'},
         {"model", required_argument, NULL, 'm'},
@@ -135,6 +139,9 @@ int main(int argc, char **argv)
         {"threads", required_argument, NULL, O_THREADS},
         {"ctx", required_argument, NULL, 'x'},
         {"exact-matmul", no_argument, NULL, O_EXACT},
+        {"spec", required_argument, NULL, O_SPEC},
+        {"spec-max-draft", required_argument, NULL, O_SPEC_MAX},
+        {"spec-max-rows", required_argument, NULL, O_SPEC_ROWS},
         {"log-level", required_argument, NULL, 'v'},
         {"curve-server-key", required_argument, NULL, O_CSRV},
         {"curve-secret-key", required_argument, NULL, O_CSEC},
@@ -200,6 +207,22 @@ int main(int argc, char **argv)
             wc.kv_cache_bytes = (uint64_t)u << 20;
             break;
         case O_EXACT: wc.sched.exact_matmul = true; break;
+        case O_SPEC:
+            if (spec_mode_parse(optarg, &wc.sched.spec) != 0) {
+                fprintf(stderr, "pagoda-worker: --spec must be off, ngram or draft\n");
+                return 2;
+            }
+            break;
+        case O_SPEC_MAX:
+            if (parse_i32_opt("spec-max-draft", optarg, 1, SPEC_MAX_DRAFT, &u))
+                return 2;
+            wc.sched.spec_max_draft = (int32_t)u;
+            break;
+        case O_SPEC_ROWS:
+            if (parse_i32_opt("spec-max-rows", optarg, 0, 4096, &u))
+                return 2;
+            wc.sched.spec_max_rows = (int32_t)u;
+            break;
         case O_CSRV: curve_server = optarg; break;
         case O_CSEC: curve_secret = optarg; break;
         case O_GEN: gen_prefix = optarg; break;

@@ -7,11 +7,14 @@
 #   tools  a random-weight 110M llama (dim 768, 12 layers, 2048 context, Q8_0)
 #          with the real Qwen2.5 template: Hermes tool calls
 #   qwen3  a tiny random model with the real Qwen3 template (thinking on/off)
-# Then the stored responses survive the gateway: kill -9, a new gateway on the
-# same --state-dir reads every one back (GET and input_items), another key
-# gets 404, and a second gateway sharing the state file sees the same rows.
+# Then the stored responses survive the gateway: a SIGTERM restart (with the
+# first gateway's leak check under SANITIZE=1), then kill -9 right after two
+# more are stored; each new gateway on the same --state-dir reads every one
+# back byte for byte (GET and input_items), another key gets 404, and a
+# second gateway sharing the state file sees the same rows.
 # Takes about 60-120 s on 2 loaded cores (most of it the 110M model's tokens).
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/../lib_proc.sh"
 
 GW=$BUILD/pagoda-gateway
 MK=$BUILD/pagoda-mkmodel
@@ -53,42 +56,67 @@ check "raw Messages stream: message_start, ping first; message_stop last" bash -
 URL=http://127.0.0.1:$P KEY_A=secret-a KEY_B=secret-b IDS_FILE=$TMP/ids.txt \
   run_node_tap 300 "$ROOT/tests/integration/responses_e2e.mjs"
 
-# ---- restart: kill -9, a new gateway on the same state dir ----------------------
+# ---- restarts: SIGTERM (leak check of all the traffic above), then kill -9 -------
 get() { curl -s -o "$TMP/body" -w '%{http_code}' -H "Authorization: Bearer $2" "http://127.0.0.1:$1$3"; }
 n_ids=$(grep -c . "$TMP/ids.txt" 2>/dev/null || echo 0)
 check "the SDK run left responses stored ($n_ids)" test "$n_ids" -ge 3
 while read -r id key; do get $P "$key" "/v1/responses/$id" >/dev/null; cp "$TMP/body" "$TMP/before.$id"; done <"$TMP/ids.txt"
-kill -9 "$GW_PID"
-wait "$GW_PID" 2>/dev/null
+check "no worker restarted during the SDK run" bash -c "! grep -q 'restarting in' '$TMP/gw.log'"
+# SIGTERM: a clean exit, and (under SANITIZE=1) no leak or UB report from the SDK traffic
+stop_and_check "gateway 1 (served both SDKs)" "$GW_PID" "$TMP/gw.log"
+read_back() { # port what: every stored response byte for byte, 404 for the other key, input_items
+  local port=$1 what=$2 same=0 other=0 items=0 n
+  n=$(grep -c . "$TMP/ids.txt")
+  while read -r id key; do
+    [[ $(get $port "$key" "/v1/responses/$id") == 200 ]] && cmp -s "$TMP/body" "$TMP/before.$id" && same=$((same + 1))
+    [[ $(get $port secret-b "/v1/responses/$id") == 404 ]] && grep -q 'not_found_error' "$TMP/body" && other=$((other + 1))
+    [[ $(get $port "$key" "/v1/responses/$id/input_items") == 200 ]] && grep -q '"object":"list"' "$TMP/body" && items=$((items + 1))
+  done <"$TMP/ids.txt"
+  check "$what: all $n stored responses read back byte for byte ($same)" test $same -eq "$n"
+  check "$what: another key gets 404 for each ($other)" test $other -eq "$n"
+  check "$what: input_items of each ($items)" test $items -eq "$n"
+}
 P2=$(free_port); Z2=$(free_port)
 start_gateway "$TMP/gw2.log" $P2 $Z2
-check "restarted gateway: workers registered" wait_for 60 ready $P2
-same=0 other=0 items=0
-while read -r id key; do
-  [[ $(get $P2 "$key" "/v1/responses/$id") == 200 ]] && cmp -s "$TMP/body" "$TMP/before.$id" && same=$((same + 1))
-  [[ $(get $P2 secret-b "/v1/responses/$id") == 404 ]] && grep -q '"not_found_error"\|not found' "$TMP/body" && other=$((other + 1))
-  [[ $(get $P2 "$key" "/v1/responses/$id/input_items") == 200 ]] && grep -q '"object":"list"' "$TMP/body" && items=$((items + 1))
-done <"$TMP/ids.txt"
-check "after kill -9 and restart: all $n_ids stored responses read back byte for byte ($same)" test $same -eq "$n_ids"
-check "after restart: another key gets 404 for each ($other)" test $other -eq "$n_ids"
-check "after restart: input_items of each ($items)" test $items -eq "$n_ids"
+GW2_PID=$SPAWNED
+check "gateway 2 on the same state dir: workers registered" wait_for 60 ready $P2
+read_back $P2 "after a restart"
+# two more, one streamed, made on gateway 2 just before it is killed with -9
+for stream in false true; do
+  curl -s -o "$TMP/made" -H "Authorization: Bearer secret-a" -H 'Content-Type: application/json' \
+    -d "{\"model\":\"text\",\"input\":\"Once upon a time\",\"max_output_tokens\":6,\"stream\":$stream}" \
+    "http://127.0.0.1:$P2/v1/responses"
+  id=$(grep -o '"id":"resp_[0-9a-f]*"' "$TMP/made" | head -1 | cut -d'"' -f4)
+  [[ -n $id ]] && echo "$id secret-a" >>"$TMP/ids.txt" && get $P2 secret-a "/v1/responses/$id" >/dev/null &&
+    cp "$TMP/body" "$TMP/before.$id"
+done
+check "gateway 2 stored a plain and a streamed response" test "$(grep -c . "$TMP/ids.txt")" -eq $((n_ids + 2))
+kill -9 "$GW2_PID"
+wait "$GW2_PID" 2>/dev/null
+P4=$(free_port); Z4=$(free_port)
+start_gateway "$TMP/gw4.log" $P4 $Z4
+GW4_PID=$SPAWNED
+check "gateway 4 after kill -9 of gateway 2: workers registered" wait_for 60 ready $P4
+read_back $P4 "after kill -9 and restart"
 
 # a second gateway sharing the state file: a response made on one is read on the other
 P3=$(free_port); Z3=$(free_port)
 spawn "$TMP/gw3.log" "$GW" --listen 127.0.0.1:$P3 --worker-endpoint tcp://127.0.0.1:$Z3 --keys "$TMP/keys.txt" \
   --state-dir "$STATE" --model "text=$TEXT"
-check "second gateway on the same state dir: worker registered" wait_for 30 bash -c \
+GW3_PID=$SPAWNED
+check "gateway 3 on the same state dir: worker registered" wait_for 30 bash -c \
   "curl -sf http://127.0.0.1:$P3/health | grep -q '\"replicas\":1'"
 code=$(curl -s -o "$TMP/made" -w '%{http_code}' -H "Authorization: Bearer secret-a" -H 'Content-Type: application/json' \
   -d '{"model":"text","input":"Hello","max_output_tokens":4}' "http://127.0.0.1:$P3/v1/responses")
 id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$TMP/made" 2>/dev/null)
 check "shared state: created on gateway 3 ($code)" test "$code" = 200 -a -n "$id"
-check "shared state: read on gateway 2" test "$(get $P2 secret-a "/v1/responses/$id")" = 200
-check "shared state: deleted on gateway 2, gone on gateway 3" bash -c \
-  "test \"\$(curl -s -o /dev/null -w '%{http_code}' -X DELETE -H 'Authorization: Bearer secret-a' http://127.0.0.1:$P2/v1/responses/$id)\" = 200 &&
+check "shared state: read on gateway 4" test "$(get $P4 secret-a "/v1/responses/$id")" = 200
+check "shared state: deleted on gateway 4, gone on gateway 3" bash -c \
+  "test \"\$(curl -s -o /dev/null -w '%{http_code}' -X DELETE -H 'Authorization: Bearer secret-a' http://127.0.0.1:$P4/v1/responses/$id)\" = 200 &&
    test \"\$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer secret-a' http://127.0.0.1:$P3/v1/responses/$id)\" = 404"
 check "state file is a WAL-mode SQLite database that passes integrity_check" bash -c \
   "sqlite3 '$STATE/responses.sqlite3' 'PRAGMA journal_mode; PRAGMA integrity_check;' | tr '\n' ' ' | grep -q '^wal ok'"
-check "no worker restarted during the run" bash -c "! grep -q 'restarting in' '$TMP/gw.log' '$TMP/gw2.log'"
+stop_and_check "gateway 4" "$GW4_PID" "$TMP/gw4.log"
+stop_and_check "gateway 3" "$GW3_PID" "$TMP/gw3.log"
 [[ $N_FAIL -gt 0 ]] && for f in "$TMP"/gw*.log; do echo "# --- $f"; tail -n 30 "$f" | sed 's/^/# /'; done
 finish

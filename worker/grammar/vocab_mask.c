@@ -411,6 +411,34 @@ int gmatch_fits(gmatch_t *m, int32_t t, int64_t budget)
     return gr_state_cost(m->gg->g, &m->next) <= budget - 2;
 }
 
+int32_t gmatch_prefix_allowed(gmatch_t *m, const int32_t *toks, int32_t n)
+{
+    const gvocab_t *v = m->gg->v;
+    gr_state_t st = {0};
+    if (m->st.n > 0) {
+        st.cap = m->st.n;
+        st.data = xmalloc((size_t)st.cap * sizeof *st.data);
+        memcpy(st.data, m->st.data, (size_t)m->st.n * sizeof *st.data);
+    }
+    st.n = m->st.n;
+    st.n_stacks = m->st.n_stacks;
+    int32_t k = 0;
+    for (; k < n; k++) {
+        int32_t t = toks[k];
+        if (t < 0 || t >= v->n_vocab)
+            break;
+        if (is_eog(v, t)) {
+            if (gr_state_accepting(&st))
+                k++;
+            break;
+        }
+        if (!v->len[t] || gr_state_advance(m->gg->g, &m->a, &st, v->piece[t], v->len[t]) != 0)
+            break;
+    }
+    gr_state_free(&st);
+    return k;
+}
+
 int gmatch_accept(gmatch_t *m, int32_t t)
 {
     const gvocab_t *v = m->gg->v;

@@ -84,6 +84,11 @@ int gmatch_fits(gmatch_t *m, int32_t t, int64_t budget);
 /* Advances by token t: 0 ok, -1 t is not allowed (state unchanged).
  * End-of-generation tokens are accepted when the state is accepting. */
 int gmatch_accept(gmatch_t *m, int32_t t);
+/* How many leading tokens of toks[0..n) the grammar allows in a row from the
+ * current state (an end-of-generation token counts when the text so far is
+ * complete, and ends the run). The state is not changed. For speculative
+ * decoding: drafts stop at the first token the grammar would refuse. */
+int32_t gmatch_prefix_allowed(gmatch_t *m, const int32_t *toks, int32_t n);
 /* Nothing more may follow (every stack is empty). */
 bool gmatch_done(const gmatch_t *m);
 /* Fewest bytes that complete the document from here. */

@@ -41,6 +41,9 @@ static void usage(FILE *f)
             "                  [--max-batch-tokens N] [--exact-matmul] [--kv-type auto|f16|f32|q8_0] [--baseline]\n"
             "                  [--kv-budget-mb N]  (KV pool budget, default 1024) [--bench-bandwidth]\n"
             "       pagoda-run [-m FILE.gguf] --bench-bandwidth [--threads N]\n"
+            "       pagoda-run -m FILE.gguf --bench-spec [-n N] [--threads N]\n"
+            "  --spec off|ngram (speculative decoding, default off), --spec-max-draft N (8),\n"
+            "  --spec-max-rows N (16: no drafts in steps of more rows)\n"
             "Prints only the continuation on stdout. --temp 0 is greedy and deterministic.\n");
 }
 
@@ -254,6 +257,187 @@ static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_l
     return rc;
 }
 
+/* ---- --bench-spec: speculative decoding's mechanism and n-gram acceptance ---- */
+
+/* The oracle: the known greedy continuation (prompt + output of a run
+ * without speculation); `wrong` proposes a token that is never it. */
+struct oracle {
+    const int32_t *ref;
+    int32_t n_ref;
+    int32_t vocab;
+    bool wrong;
+};
+
+static int32_t oracle_draft(void *ud, uint64_t id, int32_t index, const int32_t *tokens, int32_t n_tokens,
+                            int32_t max_draft, int32_t *out)
+{
+    const struct oracle *o = ud;
+    int32_t k = 0;
+    for (int32_t p = n_tokens; p < o->n_ref && k < max_draft; p++)
+        out[k++] = o->wrong ? (o->ref[p] + 1) % o->vocab : o->ref[p];
+    return k;
+}
+
+struct spec_run {
+    int64_t t_first_us, t_end_us; /* first token, last event */
+    int32_t *toks;                /* generated ids */
+    int32_t n_toks, cap_toks;
+};
+
+static void on_event_spec(void *ud, const sched_event_t *ev)
+{
+    struct spec_run *r = ud;
+    for (int32_t i = 0; i < ev->n_tokens; i++) {
+        if (r->n_toks == r->cap_toks) {
+            r->cap_toks = r->cap_toks ? r->cap_toks * 2 : 256;
+            r->toks = xrealloc(r->toks, (size_t)r->cap_toks * sizeof *r->toks);
+        }
+        r->toks[r->n_toks++] = ev->tokens[i];
+    }
+    if (ev->n_tokens > 0 && !r->t_first_us)
+        r->t_first_us = clock_now_us();
+    r->t_end_us = clock_now_us();
+}
+
+/* One greedy sequence of prompt → n_gen tokens (EOS ignored) with cfg and
+ * drafter (NULL: the configured mode). Fills out (generated ids, times) and
+ * *st; returns decode seconds per step after the first token, or -1. */
+static double spec_once(engine_t *e, const sched_config_t *cfg, const int32_t *prompt, int32_t n_prompt,
+                        int n_gen, struct oracle *o, struct spec_run *out, sched_stats_t *st)
+{
+    char err[256];
+    memset(out, 0, sizeof *out);
+    sched_t *s = sched_new(e->model, e->tok, cfg, on_event_spec, out, err, sizeof err);
+    if (!s) {
+        log_error("%s", err);
+        return -1;
+    }
+    if (o)
+        sched_set_drafter(s, oracle_draft, o);
+    sched_req_t r = {.id = 1, .priority = 1, .prompt = prompt, .n_prompt = n_prompt, .max_tokens = n_gen,
+                     .ignore_eos = true, .top_logprobs = -1};
+    sampler_params_default(&r.sampling);
+    r.sampling.temperature = 0;
+    if (sched_submit(s, &r, err, sizeof err) != 0) {
+        log_error("%s", err);
+        sched_free(&s);
+        return -1;
+    }
+    uint64_t steps_at_first = 0;
+    while (sched_busy(s)) {
+        if (sched_step(s) < 0)
+            break;
+        if (!steps_at_first && out->n_toks > 0) {
+            sched_stats(s, st);
+            steps_at_first = st->steps;
+        }
+    }
+    sched_stats(s, st);
+    sched_free(&s);
+    uint64_t steps = st->steps - steps_at_first;
+    return steps > 0 ? (double)(out->t_end_us - out->t_first_us) / 1e6 / (double)steps : -1;
+}
+
+static const char *const spec_prompts[] = {
+    "Once upon a time, there was a little girl named Lily. She loved to play outside",
+    "One day, a boy named Tom went to the park with his mom. He saw a big red ball",
+    "There was a cat who lived in a small house. The cat liked to sleep in the sun",
+    "Sam and his dog went for a walk in the forest. They found a shiny stone",
+};
+
+/* Prints the verify-cost curve (time of a decode step with k draft rows
+ * that are all accepted ÷ a one-row step, k = 1..8, one sequence), the
+ * oracle's and an always-wrong drafter's decode rate against no
+ * speculation, and the n-gram drafter's acceptance on story continuations
+ * (greedy; outputs checked equal to the run without speculation). */
+static int run_bench_spec(engine_t *e, const sched_config_t *base, int n_gen)
+{
+    sched_config_t off = *base;
+    off.spec = SPEC_OFF;
+    off.max_seqs = 1;
+    struct spec_run ref, run;
+    sched_stats_t st;
+    int32_t *prompt = NULL;
+    char err[256];
+    int rc = 0;
+    int32_t n_prompt = engine_prompt_text(e, spec_prompts[0], strlen(spec_prompts[0]), &prompt, err, sizeof err);
+    if (n_prompt < 0) {
+        log_error("%s", err);
+        return 1;
+    }
+    double t1 = spec_once(e, &off, prompt, n_prompt, n_gen, NULL, &ref, &st);
+    if (t1 <= 0) {
+        free(prompt);
+        return 1;
+    }
+    int32_t n_ref = n_prompt + ref.n_toks;
+    int32_t *full = xmalloc((size_t)n_ref * sizeof *full);
+    memcpy(full, prompt, (size_t)n_prompt * sizeof *full);
+    memcpy(full + n_prompt, ref.toks, (size_t)ref.n_toks * sizeof *full);
+    struct oracle o = {.ref = full, .n_ref = n_ref, .vocab = e->model->cfg.vocab};
+    printf("# %s, %d threads, %d new tokens, 1 sequence, greedy; no speculation: %.3f ms/step, %.1f tok/s\n",
+           model_arch_name(e->model->cfg.arch), base->n_threads, n_gen, t1 * 1e3, 1.0 / t1);
+    printf("%-3s %12s %14s %12s %10s\n", "k", "ms/step", "step / 1-row", "tok/s", "speedup");
+    for (int k = 1; k <= 8; k++) {
+        sched_config_t c = off;
+        c.spec_max_draft = k;
+        c.spec_max_rows = k + 1;
+        c.spec_fixed = true;
+        double tk = spec_once(e, &c, prompt, n_prompt, n_gen, &o, &run, &st);
+        double secs = (double)(run.t_end_us - run.t_first_us) / 1e6;
+        double tps = secs > 0 ? (run.n_toks - 1) / secs : 0;
+        bool same = run.n_toks == ref.n_toks && !memcmp(run.toks, ref.toks, (size_t)ref.n_toks * sizeof(int32_t));
+        printf("%-3d %12.3f %14.2f %12.1f %9.2fx%s\n", k, tk * 1e3, tk / t1, tps, tps * t1,
+               same ? "" : "  OUTPUT DIFFERS");
+        rc |= !same;
+        free(run.toks);
+    }
+    /* adaptive length with drafts that are always wrong: what speculation costs */
+    {
+        sched_config_t c = off;
+        c.spec = SPEC_NGRAM;
+        o.wrong = true;
+        spec_once(e, &c, prompt, n_prompt, n_gen, &o, &run, &st);
+        double secs = (double)(run.t_end_us - run.t_first_us) / 1e6;
+        double tps = secs > 0 ? (run.n_toks - 1) / secs : 0;
+        printf("# always-wrong drafts (adaptive length, max %d): %.1f tok/s = %.3fx no speculation; %llu drafts, %llu draft tokens\n",
+               c.spec_max_draft, tps, tps * t1, (unsigned long long)st.spec_drafts,
+               (unsigned long long)st.spec_draft_tokens);
+        free(run.toks);
+    }
+    free(full);
+    free(ref.toks);
+    free(prompt);
+    /* n-gram acceptance on story continuations */
+    printf("%-7s %10s %12s %10s %12s %10s\n", "prompt", "drafts", "draft toks", "accepted", "accept rate", "tok/s x");
+    uint64_t all_d = 0, all_a = 0;
+    for (size_t i = 0; i < sizeof spec_prompts / sizeof *spec_prompts; i++) {
+        n_prompt = engine_prompt_text(e, spec_prompts[i], strlen(spec_prompts[i]), &prompt, err, sizeof err);
+        if (n_prompt < 0)
+            return 1;
+        double a = spec_once(e, &off, prompt, n_prompt, n_gen, NULL, &ref, &st);
+        double ta = (double)(ref.t_end_us - ref.t_first_us) / 1e6;
+        sched_config_t c = off;
+        c.spec = SPEC_NGRAM;
+        spec_once(e, &c, prompt, n_prompt, n_gen, NULL, &run, &st);
+        double tb = (double)(run.t_end_us - run.t_first_us) / 1e6;
+        bool same = run.n_toks == ref.n_toks && !memcmp(run.toks, ref.toks, (size_t)ref.n_toks * sizeof(int32_t));
+        printf("%-7zu %10llu %12llu %10llu %11.1f%% %9.2fx%s\n", i, (unsigned long long)st.spec_drafts,
+               (unsigned long long)st.spec_draft_tokens, (unsigned long long)st.spec_accepted_tokens,
+               st.spec_draft_tokens ? 100.0 * (double)st.spec_accepted_tokens / (double)st.spec_draft_tokens : 0.0,
+               a > 0 && tb > 0 ? ta / tb : 0.0, same ? "" : "  OUTPUT DIFFERS");
+        rc |= !same;
+        all_d += st.spec_draft_tokens;
+        all_a += st.spec_accepted_tokens;
+        free(run.toks);
+        free(ref.toks);
+        free(prompt);
+    }
+    printf("# n-gram acceptance over all prompts: %.1f%% of %llu draft tokens\n",
+           all_d ? 100.0 * (double)all_a / (double)all_d : 0.0, (unsigned long long)all_d);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     /* OpenMP threads that spin while idle steal the core the other process
@@ -262,15 +446,16 @@ int main(int argc, char **argv)
     wait_policy_reexec(argv);
     log_init("pagoda-run", LOG_WARN);
     const char *model = NULL, *prompt = NULL, *seqs = "1,4,16,32";
-    int n = 128, chat = 0, bench = 0, bench_bw = 0, prompt_tokens = 32, ignore_eos = 0, baseline = 0;
+    int n = 128, chat = 0, bench = 0, bench_bw = 0, bench_spec = 0, prompt_tokens = 32, ignore_eos = 0, baseline = 0;
     sampler_params_t sp;
     sampler_params_default(&sp);
     sp.temperature = 0.8f;
     sched_config_t cfg;
     sched_config_default(&cfg);
     cfg.max_seqs = 1;
+    char err0[512];
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
-           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW };
+           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_BENCH_SPEC };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
@@ -287,6 +472,10 @@ int main(int argc, char **argv)
         {"kv-budget-mb", required_argument, 0, O_KVMB},
         {"baseline", no_argument, 0, O_BASELINE},
         {"bench-bandwidth", no_argument, 0, O_BENCH_BW},
+        {"spec", required_argument, 0, O_SPEC},
+        {"spec-max-draft", required_argument, 0, O_SPEC_MAX},
+        {"spec-max-rows", required_argument, 0, O_SPEC_ROWS},
+        {"bench-spec", no_argument, 0, O_BENCH_SPEC},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     int c;
@@ -319,9 +508,30 @@ int main(int argc, char **argv)
         case O_KVMB: cfg.kv_budget_bytes = (size_t)strtoull(optarg, NULL, 10) << 20; break;
         case O_BASELINE: baseline = 1; break;
         case O_BENCH_BW: bench_bw = 1; break;
+        case O_SPEC:
+            if (spec_mode_parse(optarg, &cfg.spec) != 0) {
+                fprintf(stderr, "pagoda-run: --spec must be off, ngram or draft\n");
+                return 2;
+            }
+            break;
+        case O_SPEC_MAX: cfg.spec_max_draft = atoi(optarg); break;
+        case O_SPEC_ROWS: cfg.spec_max_rows = atoi(optarg); break;
+        case O_BENCH_SPEC: bench_spec = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
+    }
+    if (bench_spec && model) {
+        engine_t *e = engine_load(model, err0, sizeof err0);
+        if (!e) {
+            fprintf(stderr, "pagoda-run: %s\n", err0);
+            return 1;
+        }
+        if (!cfg.exact_matmul)
+            engine_pack_int8(e, cfg.n_threads);
+        int rc = run_bench_spec(e, &cfg, n);
+        engine_free(&e);
+        return rc;
     }
     if (bench_bw && !bench && !model && cfg.n_threads >= 1)
         return bench_bandwidth(cfg.n_threads) > 0 ? 0 : 1;
@@ -391,6 +601,13 @@ int main(int argc, char **argv)
     fprintf(stderr, "pagoda-run: %d prompt tokens, %d generated in %.2f s (%.1f tok/s), finish: %s\n",
             n_ids, rs.n_completion, dt, dt > 0 ? rs.n_completion / dt : 0.0,
             rs.finish ? rs.finish : "?");
+    if (cfg.spec != SPEC_OFF) {
+        sched_stats_t st;
+        sched_stats(s, &st);
+        fprintf(stderr, "pagoda-run: speculation %s: %llu of %llu draft tokens accepted in %llu steps\n",
+                spec_mode_name(cfg.spec), (unsigned long long)st.spec_accepted_tokens,
+                (unsigned long long)st.spec_draft_tokens, (unsigned long long)st.steps);
+    }
 out:
     sched_free(&s);
     free(ids);
