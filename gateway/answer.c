@@ -58,6 +58,11 @@ uint32_t answer_n_calls(const answer_t *a)
     return a->tools ? tool_stream_n_calls(a->tools) : 0;
 }
 
+bool answer_ends_in_calls(const answer_t *a)
+{
+    return answer_n_calls(a) > 0 && !tool_stream_cut(a->tools);
+}
+
 static void push(answer_t *a, answer_part_t p)
 {
     vec_reserve(a->parts, a->cap_parts, a->n_parts + 1);
@@ -154,6 +159,51 @@ size_t answer_feed(answer_t *a, const char *text, size_t len, answer_end_t end,
     return a->n_parts;
 }
 
+/* The answer read as the stream reads it (tool_stream, one final feed):
+ * when it ends inside a begun call, its content and calls are taken from
+ * that reading (so both modes return the same cut call) and true is
+ * returned; otherwise out is untouched. */
+static bool whole_cut_calls(answer_whole_t *out, char *const *tool_names, size_t n_tools)
+{
+    tool_stream_t *ts = tool_stream_new(tool_names, n_tools);
+    const tool_stream_delta_t *d;
+    size_t n = tool_stream_feed(ts, out->content, out->content_len, true, &d);
+    bool cut = tool_stream_cut(ts);
+    if (cut) {
+        size_t content_end = 0; /* CONTENT deltas: text[0..content_end), before the calls */
+        out->n_calls = tool_stream_n_calls(ts);
+        out->calls = xcalloc(out->n_calls, sizeof *out->calls);
+        for (size_t i = 0; i < n; i++) {
+            oai_tool_call_t *c = d[i].kind == TOOL_STREAM_CONTENT ? NULL : &out->calls[d[i].i_call];
+            switch (d[i].kind) {
+            case TOOL_STREAM_CONTENT:
+                content_end = (size_t)(d[i].text - out->content) + d[i].len;
+                break;
+            case TOOL_STREAM_BEGIN:
+                c->name = xstrdup(d[i].name);
+                c->arguments = xstrdup("");
+                oai_id_new("call_", c->id, sizeof c->id);
+                break;
+            case TOOL_STREAM_ARGS: {
+                size_t have = strlen(c->arguments);
+                c->arguments = xrealloc(c->arguments, have + d[i].len + 1);
+                memcpy(c->arguments + have, d[i].text, d[i].len);
+                c->arguments[have + d[i].len] = '\0';
+                break;
+            }
+            case TOOL_STREAM_END:
+                break;
+            }
+        }
+        while (content_end && tool_stream_is_ws(out->content[content_end - 1]))
+            content_end--; /* as oai_tools_extract: trailing white space dropped */
+        out->content_len = content_end;
+        out->cut = true;
+    }
+    tool_stream_free(&ts);
+    return cut;
+}
+
 void answer_whole_split(const char *text, size_t len, char *const *tool_names, size_t n_tools,
                         bool reasoning, bool parse_calls, answer_whole_t *out)
 {
@@ -169,6 +219,8 @@ void answer_whole_split(const char *text, size_t len, char *const *tool_names, s
             out->content_len = len - rs.c_start;
         }
     }
+    if (tool_names && parse_calls && whole_cut_calls(out, tool_names, n_tools))
+        return;
     if (tool_names && parse_calls) {
         size_t content_len;
         out->n_calls = oai_tools_extract(out->content, out->content_len, tool_names, n_tools,

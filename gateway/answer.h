@@ -29,6 +29,16 @@
  * call (from a marker on) is held back until it is decided; ordinary text
  * streams as it comes.
  *
+ * Cut-short calls (the rule both modes follow, docs/API.md "Tool calling"):
+ * once a call has begun (its name is written), an answer that ends inside it
+ * — the caller's stop string matched, or max_tokens ran out — still returns
+ * that call and the ones before it, with the arguments as written so far
+ * (usually not complete JSON), streamed or not. The finish is then the real
+ * reason the generation ended (stop, length), not "tool_calls"
+ * (answer_ends_in_calls, answer_whole_t.cut): "tool_calls" / "tool_use"
+ * only when every call begun was completed. Text before the first call stays
+ * content; a cut before the name is complete leaves no call, only content.
+ *
  * Ownership: part texts and names point into the answer_t (or into the text
  * fed) and are valid until the next answer_feed / answer_free.
  */
@@ -80,8 +90,14 @@ typedef enum answer_end {
 size_t answer_feed(answer_t *a, const char *text, size_t len, answer_end_t end,
                    const answer_part_t **parts);
 
-/* Calls the answer has begun so far (finish_reason "tool_calls" when > 0). */
+/* Calls the answer has begun so far. */
 uint32_t answer_n_calls(const answer_t *a);
+
+/* After the ANSWER_DONE feed: the answer ends in tool calls, i.e. at least
+ * one call began and none was cut short (finish_reason "tool_calls",
+ * stop_reason "tool_use"). False when the last call was cut by a stop string
+ * or max_tokens: the worker's finish stands. */
+bool answer_ends_in_calls(const answer_t *a);
 
 /* A whole answer (non-streaming), split the same way. Pointers go into
  * `text`; calls are owned (answer_whole_clear frees them). */
@@ -95,10 +111,24 @@ typedef struct answer_whole {
     size_t content_len;
     oai_tool_call_t *calls;       /* (n_calls), NULL = none */
     size_t n_calls;
+    bool cut;                     /* the last call was cut short (stop string, max_tokens):
+                                     its arguments are what was written; the finish is the
+                                     worker's, not "tool_calls" */
 } answer_whole_t;
 
+/* w's calls are the answer's end (finish_reason "tool_calls"): as
+ * answer_ends_in_calls. */
+static inline bool answer_whole_ends_in_calls(const answer_whole_t *w)
+{
+    return w->n_calls > 0 && !w->cut;
+}
+
 /* Splits text[0..len). `parse_calls`: the answer ended normally (stop or
- * length), so it is parsed for tool calls (when tool_names is not NULL). */
+ * length), so it is parsed for tool calls (when tool_names is not NULL).
+ * An answer cut inside a begun call gives the same calls, arguments and
+ * content as the stream (answer_feed) would (`cut` set); otherwise the
+ * calls are tool_format_extract's (tool_stream.h says where the two differ
+ * on output that is not a well-formed call list). */
 void answer_whole_split(const char *text, size_t len, char *const *tool_names, size_t n_tools,
                         bool reasoning, bool parse_calls, answer_whole_t *out);
 void answer_whole_clear(answer_whole_t *w);

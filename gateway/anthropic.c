@@ -440,12 +440,13 @@ static json_t *call_input(const char *args, size_t len)
 
 /* stop_reason, and the stop_sequence it names (a new reference: a string
  * or null). stop = 1 + the index of the stop string that ended the answer
- * (the EVENT's), 0 = none. */
-static const char *stop_reason(const anthropic_meta_t *m, proto_finish_t f, size_t n_calls, uint32_t stop,
+ * (the EVENT's), 0 = none. `calls`: the answer ends in tool calls (none cut
+ * short: gateway/answer.h). */
+static const char *stop_reason(const anthropic_meta_t *m, proto_finish_t f, bool calls, uint32_t stop,
                                json_t **seq)
 {
     *seq = json_null();
-    if (n_calls)
+    if (calls)
         return "tool_use";
     if (f == PROTO_FINISH_LENGTH)
         return "max_tokens";
@@ -484,7 +485,7 @@ char *anthropic_message_json(const anthropic_meta_t *m, const char *text, size_t
                                                  call_input(w.calls[i].arguments, strlen(w.calls[i].arguments))));
     }
     json_t *seq;
-    const char *reason = stop_reason(m, finish, w.n_calls, stop, &seq);
+    const char *reason = stop_reason(m, finish, answer_whole_ends_in_calls(&w), stop, &seq);
     json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o}", "id", m->id, "type", "message", "role",
                           "assistant", "model", m->model, "content", content, "stop_reason", reason,
                           "stop_sequence", seq, "usage", usage_json(usage));
@@ -636,7 +637,7 @@ bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *e, api_
         api_event_usage(e, &u);
         anthropic_meta_t m = {.stop = st->stop, .n_stop = st->n_stop};
         json_t *seq;
-        const char *reason = stop_reason(&m, e->finish, st->n_calls, e->stop, &seq);
+        const char *reason = stop_reason(&m, e->finish, answer_ends_in_calls(st->ans), e->stop, &seq);
         ev(st, "message_delta", json_pack("{s:s, s:{s:s, s:o}, s:o}", "type", "message_delta", "delta",
                                           "stop_reason", reason, "stop_sequence", seq, "usage", usage_json(&u)));
         ev(st, "message_stop", json_pack("{s:s}", "type", "message_stop"));

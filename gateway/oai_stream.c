@@ -268,7 +268,7 @@ static void emit_finish(api_call_t *call, uint32_t ci, const proto_event_t *ev, 
         stream_fail(call, out, &e);
         return;
     }
-    bool calls = st->answer[ci] && answer_n_calls(st->answer[ci]) > 0;
+    bool calls = st->answer[ci] && answer_ends_in_calls(st->answer[ci]); /* not when cut short */
     oai_chunk_t ch = {.index = (int32_t)ci, .finish_reason = calls ? "tool_calls" : finish_name(ev->finish),
                       .include_usage = st->include_usage};
     if (call->kind == OAI_COMPLETION)
@@ -461,7 +461,8 @@ static char *oai_complete(api_call_t *call, gateway_reply_t *const *events, size
         if (w->has_reasoning)
             body = reasoning_patch(body, k, w->reasoning, w->reasoning_len, false, false);
         if (w->n_calls)
-            body = oai_tools_patch(body, k, w->content, w->content_len, w->calls, w->n_calls, false);
+            body = oai_tools_patch(body, k, w->content, w->content_len, w->calls, w->n_calls,
+                                   answer_whole_ends_in_calls(w), false);
     }
     for (uint32_t k = 0; k < n; k++) {
         lp_clear(&acc[k].lp);

@@ -10,7 +10,8 @@
  *          such chunk, or on an empty content chunk), tool calls as
  *          delta.tool_calls[{index, id, type, function{name, arguments}}]
  *          (id, type and name with the call's first chunk) —, then a chunk
- *          with its finish_reason ("tool_calls" when it made calls).
+ *          with its finish_reason ("tool_calls" when it ended in calls, not when
+ *          a call was cut short: gateway/answer.h).
  *   after the last choice: the usage chunk (stream_options.include_usage),
  *   then "data: [DONE]". A failure ends the stream with an error event
  *   ({"error":{...}}) and [DONE]: every stream ends with [DONE].

@@ -298,7 +298,7 @@ json_t *oai_tool_calls_json(const oai_tool_call_t *calls, size_t n, bool with_in
 }
 
 char *oai_tools_patch(char *body, size_t index, const char *content, size_t content_len,
-                      const oai_tool_call_t *calls, size_t n, bool is_chunk)
+                      const oai_tool_call_t *calls, size_t n, bool ends_in_calls, bool is_chunk)
 {
     json_error_t je;
     json_t *root = json_loads(body, JSON_ALLOW_NUL, &je); /* content may hold \u0000 */
@@ -322,7 +322,7 @@ char *oai_tools_patch(char *body, size_t index, const char *content, size_t cont
     else
         json_object_del(msg, "content");
     json_object_set_new(msg, "tool_calls", oai_tool_calls_json(calls, n, is_chunk));
-    if (present(json_object_get(choice, "finish_reason")))
+    if (ends_in_calls && present(json_object_get(choice, "finish_reason")))
         json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
     char *out = json_dumps(root, JSON_COMPACT);
     json_decref(root);

@@ -71,9 +71,11 @@ json_t *oai_tool_calls_json(const oai_tool_call_t *calls, size_t n, bool with_in
 /* Rewrites a response body built by oai_chat_completion_json /
  * oai_chat_chunk_json for choice `index`: the message (or delta) gets
  * `tool_calls`, its content becomes content[0..content_len) (null when
- * empty; the delta gets none), and a non-null finish_reason becomes
- * "tool_calls". Takes `body`, returns the new malloc'd body. */
+ * empty; the delta gets none), and with `ends_in_calls` a non-null
+ * finish_reason becomes "tool_calls" (without, the calls were cut short and
+ * the finish stays: gateway/answer.h). Takes `body`, returns the new
+ * malloc'd body. */
 char *oai_tools_patch(char *body, size_t index, const char *content, size_t content_len,
-                      const oai_tool_call_t *calls, size_t n, bool is_chunk);
+                      const oai_tool_call_t *calls, size_t n, bool ends_in_calls, bool is_chunk);
 
 #endif

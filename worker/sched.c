@@ -1108,7 +1108,9 @@ static void spec_plan(sched_t *s)
         }
     for (int32_t i = 0; i < n_dec && room > 0; i++) {
         seq_t *q = s->b_vdraw[i];
-        if (q->no_spec || q->embed)
+        /* logprobs travel one token per EVENT (worker.c): such requests
+         * decode a token per step */
+        if (q->no_spec || q->embed || q->top_logprobs >= 0)
             continue;
         /* the last draft's position stays inside the context, and every
          * draft plus the bonus token within max_tokens */

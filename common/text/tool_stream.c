@@ -361,6 +361,8 @@ struct tool_stream {
     objscan_t obj;                /* SUB_IN_OBJ: the call object */
     uint32_t n_calls;             /* calls begun */
     bool call_open;               /* BEGIN sent, END not yet */
+    bool cut;                     /* the answer ended inside a begun call (the final feed
+                                     closed it): a stop string or max_tokens cut it short */
     size_t args_sent;             /* bytes of obj.args sent for the open call */
     char **call_names;            /* (n_calls) names sent with BEGIN, owned */
     tool_stream_delta_t *out;     /* (n_out) of this feed */
@@ -394,6 +396,11 @@ void tool_stream_free(tool_stream_t **tp)
 uint32_t tool_stream_n_calls(const tool_stream_t *t)
 {
     return t->n_calls;
+}
+
+bool tool_stream_cut(const tool_stream_t *t)
+{
+    return t->cut;
 }
 
 static void emit(tool_stream_t *t, tool_stream_delta_t d)
@@ -724,7 +731,8 @@ size_t tool_stream_feed(tool_stream_t *t, const char *text, size_t len, bool fin
          * partial marker) */
         if (!t->committed)
             release_to(t, text, len);
-        end_call(t); /* cut off inside a call */
+        t->cut = t->call_open;
+        end_call(t); /* cut off inside a call: its arguments as written so far */
         t->mode = TS_DONE;
     }
     /* ARGS texts: offsets into argbuf → pointers (argbuf no longer moves) */

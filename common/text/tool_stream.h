@@ -34,6 +34,11 @@
  * call begins, a failed candidate is released as content, as the
  * non-streaming parser would.
  *
+ * An answer that ends inside a begun call (cut short by a stop string or
+ * max_tokens) ends that call at the final feed with the arguments written so
+ * far, and tool_stream_cut says so. Cut before the name is complete, no call
+ * has begun and everything held back is content.
+ *
  * No dependency on the API layer: call ids are the caller's.
  */
 #ifndef PAGODA_TEXT_TOOL_STREAM_H
@@ -76,6 +81,13 @@ size_t tool_stream_feed(tool_stream_t *t, const char *text, size_t len, bool fin
 
 /* Calls begun so far. */
 uint32_t tool_stream_n_calls(const tool_stream_t *t);
+
+/* After the final feed: the answer ended inside a begun call (its object
+ * never closed), i.e. a stop string or max_tokens cut the call short. That
+ * call still got its BEGIN, the arguments as written so far (usually not
+ * complete JSON) and an END; the caller reports the real finish (stop,
+ * length), not "tool_calls" (answer.h). */
+bool tool_stream_cut(const tool_stream_t *t);
 
 /* The arguments text (above) of the call object at obj[0..len) (e.g. as
  * the non-streaming parser found it: the same bytes give the same text).

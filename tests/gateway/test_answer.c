@@ -6,7 +6,11 @@
  *     id ("call_" + 24 hex), name and arguments in several fragments adding
  *     up to answer_whole_split's arguments;
  *   - a failed end releases no held-back call;
- *   - answer_whole_split: reasoning, content before the calls, the calls.
+ *   - answer_whole_split: reasoning, content before the calls, the calls;
+ *   - a call cut short (the text ends where a stop string matched or
+ *     max_tokens ran out): both modes return the same content, calls and
+ *     arguments as written, and neither ends in calls (so the finish is the
+ *     worker's, not "tool_calls"); cut before the name: content only.
  * Runs in milliseconds. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -153,6 +157,79 @@ static void test_whole_split(void **state)
     answer_whole_clear(&w);
 }
 
+/* Answers cut short, as the worker ends them: the text stops where the
+ * caller's stop string matched (the string itself is not in the text) or
+ * where max_tokens ran out (anywhere, mid-string included). */
+static const struct cut_case {
+    const char *why, *text;
+    unsigned n_calls;             /* calls begun, the last cut unless complete */
+    bool ends_in_calls;           /* every call completed ("tool_calls") */
+    const char *content;          /* content (whole: trailing white space dropped) */
+    const char *name[2], *args[2];
+} CUT[] = {
+    {"stop \"]\" inside an array argument",
+     "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"tags\": [\"a\", \"b\"", 1, false, "",
+     {"lookup"}, {"{\"tags\":[\"a\",\"b\""}},
+    {"stop \"]\", text before the call",
+     "Let me look.\n<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"tags\": [", 1, false,
+     "Let me look.", {"lookup"}, {"{\"tags\":["}},
+    {"length mid-string", "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"location\":\"Par", 1, false, "",
+     {"get_weather"}, {"{\"location\":\"Par"}},
+    /* no arguments key written: "{}", as for a complete call without one (tool_stream.h) */
+    {"length right after the name", "<tool_call>{\"name\":\"get_weather\",", 1, false, "", {"get_weather"}, {"{}"}},
+    {"length in the second call",
+     "<tool_call>{\"name\":\"lookup\",\"arguments\":{\"q\":1}}</tool_call>\n<tool_call>{\"name\":\"get_weather\","
+     "\"arguments\":{\"days\":[1,", 2, false, "", {"lookup", "get_weather"}, {"{\"q\":1}", "{\"days\":[1,"}},
+    {"length in a bare list (Mistral/Llama forms)", "[{\"name\": \"lookup\", \"arguments\": {\"q\": \"x", 1, false, "",
+     {"lookup"}, {"{\"q\":\"x"}},
+    {"length after the object closed, before </tool_call>: complete",
+     "<tool_call>{\"name\":\"lookup\",\"arguments\":{\"q\":1}}", 1, true, "", {"lookup"}, {"{\"q\":1}"}},
+    {"length before the name is complete: content", "Hi <tool_call>{\"name\":\"look", 0, false,
+     "Hi <tool_call>{\"name\":\"look", {0}, {0}},
+};
+
+static void test_cut_calls(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < sizeof CUT / sizeof CUT[0]; k++) {
+        const struct cut_case *c = &CUT[k];
+        print_message("# %s\n", c->why);
+        answer_whole_t w;
+        answer_whole_split(c->text, strlen(c->text), names, 2, false, true, &w);
+        assert_int_equal(w.n_calls, c->n_calls);
+        assert_int_equal(answer_whole_ends_in_calls(&w), c->ends_in_calls);
+        assert_int_equal(w.cut, c->n_calls && !c->ends_in_calls);
+        assert_int_equal(w.content_len, strlen(c->content));
+        assert_memory_equal(w.content, c->content, w.content_len);
+        for (unsigned i = 0; i < c->n_calls; i++) {
+            assert_string_equal(w.calls[i].name, c->name[i]);
+            assert_string_equal(w.calls[i].arguments, c->args[i]);
+            assert_memory_equal(w.calls[i].id, "call_", 5);
+        }
+        for (int bytewise = 0; bytewise < 2; bytewise++) {
+            answer_t *a = answer_new(names, 2, false);
+            got_t g;
+            feed(a, c->text, bytewise, ANSWER_DONE, &g);
+            assert_int_equal(g.n_calls, c->n_calls);
+            assert_int_equal(g.n_ends, c->n_calls); /* a cut call is ended too */
+            assert_int_equal(answer_n_calls(a), c->n_calls);
+            assert_int_equal(answer_ends_in_calls(a), c->ends_in_calls);
+            /* the streamed content may keep white space before the call */
+            assert_true(g.c_len >= w.content_len);
+            assert_memory_equal(g.content, w.content, w.content_len);
+            for (size_t i = w.content_len; i < g.c_len; i++)
+                assert_non_null(strchr(" \n", g.content[i]));
+            for (unsigned i = 0; i < c->n_calls; i++) {
+                assert_string_equal(g.name[i], c->name[i]);
+                assert_int_equal(g.a_len[i], strlen(c->args[i]));
+                assert_memory_equal(g.args[i], c->args[i], g.a_len[i]);
+            }
+            answer_free(&a);
+        }
+        answer_whole_clear(&w);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -160,6 +237,7 @@ int main(void)
         cmocka_unit_test(test_reasoning_then_call),
         cmocka_unit_test(test_failed_end),
         cmocka_unit_test(test_whole_split),
+        cmocka_unit_test(test_cut_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -406,13 +406,70 @@ static void test_stream_error(void **st)
         json_decref(data[i]);
 }
 
+/* A tool_use block cut short (gateway/answer.h): the block is there in both
+ * modes, and stop_reason is why generation ended (max_tokens, or
+ * stop_sequence with the string), never tool_use. */
+static void test_cut_call(void **st)
+{
+    (void)st;
+    const char *text = "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"days\":[1,2";
+    char *stops[] = {"]"};
+    const struct { proto_finish_t f; uint32_t stop; const char *reason, *seq; } CASES[] = {
+        {PROTO_FINISH_LENGTH, 0, "max_tokens", NULL},
+        {PROTO_FINISH_STOP, 1, "stop_sequence", "]"},
+    };
+    oai_usage_t u = {.prompt_tokens = 10, .completion_tokens = 20};
+    for (size_t k = 0; k < 2; k++) {
+        anthropic_meta_t m = {.id = "msg_c", .model = "qwen", .tool_names = tool_names, .n_tools = 1,
+                              .stop = stops, .n_stop = 1};
+        char *s = anthropic_message_json(&m, text, strlen(text), CASES[k].f, CASES[k].stop, &u);
+        json_t *j = json_loads(s, 0, NULL);
+        free(s);
+        assert_string_equal(json_string_value(json_object_get(j, "stop_reason")), CASES[k].reason);
+        json_t *b = json_array_get(json_object_get(j, "content"), 0);
+        assert_string_equal(json_string_value(json_object_get(b, "type")), "tool_use");
+        assert_string_equal(json_string_value(json_object_get(b, "name")), "get_weather");
+        json_decref(j);
+
+        anthropic_stream_t *sm = anthropic_stream_new(&m);
+        api_buf_t buf = {0};
+        proto_event_t e1 = {.text = (char *)text, .text_len = 20};
+        proto_event_t e2 = {.text = (char *)text + 20, .text_len = (uint32_t)(strlen(text) - 20),
+                            .finish = CASES[k].f, .stop = CASES[k].stop, .has_usage = true};
+        assert_false(anthropic_stream_event(sm, &e1, &buf));
+        assert_true(anthropic_stream_event(sm, &e2, &buf));
+        anthropic_stream_free(&sm);
+        char names[64][48];
+        json_t *data[64];
+        size_t n = sse_events(buf.p, buf.len, names, data, 64);
+        free(buf.p);
+        bool tool_block = false;
+        for (size_t i = 0; i < n; i++) {
+            json_t *cb = json_object_get(data[i], "content_block");
+            if (strcmp(names[i], "content_block_start") == 0 &&
+                strcmp(json_string_value(json_object_get(cb, "type")), "tool_use") == 0)
+                tool_block = true;
+        }
+        assert_true(tool_block);
+        assert_string_equal(names[n - 2], "message_delta");
+        json_t *d = json_object_get(data[n - 2], "delta");
+        assert_string_equal(json_string_value(json_object_get(d, "stop_reason")), CASES[k].reason);
+        if (CASES[k].seq)
+            assert_string_equal(json_string_value(json_object_get(d, "stop_sequence")), CASES[k].seq);
+        else
+            assert_true(json_is_null(json_object_get(d, "stop_sequence")));
+        for (size_t i = 0; i < n; i++)
+            json_decref(data[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basic_fields), cmocka_unit_test(test_tools_round_trip),
         cmocka_unit_test(test_thinking_and_count), cmocka_unit_test(test_refused),
         cmocka_unit_test(test_error_shape), cmocka_unit_test(test_message_json),
-        cmocka_unit_test(test_stream), cmocka_unit_test(test_stream_error),
+        cmocka_unit_test(test_stream), cmocka_unit_test(test_stream_error), cmocka_unit_test(test_cut_call),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -274,7 +274,7 @@ static void test_patch(void **state)
     oai_usage_t u = {1, 2, 0};
     oai_logprobs_t lp = {0};
     char *body = oai_chat_completion_json(&meta, "", 0, "stop", &lp, &u);
-    body = oai_tools_patch(body, 0, "", 0, &call, 1, false);
+    body = oai_tools_patch(body, 0, "", 0, &call, 1, true, false);
     json_error_t je;
     json_t *j = json_loads(body, 0, &je);
     assert_non_null(j);
@@ -291,8 +291,18 @@ static void test_patch(void **state)
     json_decref(j);
     free(body);
 
+    /* a call cut short (gateway/answer.h): the calls, and the finish stays */
+    body = oai_tools_patch(oai_chat_completion_json(&meta, "", 0, "length", &lp, &u), 0, "", 0, &call, 1,
+                           false, false);
+    j = json_loads(body, 0, &je);
+    ch = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")), "length");
+    assert_int_equal(json_array_size(json_object_get(json_object_get(ch, "message"), "tool_calls")), 1);
+    json_decref(j);
+    free(body);
+
     oai_chunk_t c = {0};
-    body = oai_tools_patch(oai_chat_chunk_json(&meta, &c), 0, NULL, 0, &call, 1, true);
+    body = oai_tools_patch(oai_chat_chunk_json(&meta, &c), 0, NULL, 0, &call, 1, true, true);
     j = json_loads(body, 0, &je);
     ch = json_array_get(json_object_get(j, "choices"), 0);
     json_t *d = json_object_get(ch, "delta");

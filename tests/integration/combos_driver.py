@@ -25,19 +25,33 @@ must be 400. Checked on 200:
     each choice index < n finished exactly once, usage only (and then
     exactly once, last, with empty choices) with include_usage;
   - tool_calls (reassembled from deltas when streamed): id, type function, a
-    name from `tools`, arguments a JSON object; finish_reason tool_calls;
-    none with tool_choice none; with a forced choice and no stop string,
-    calls are present (only the named function when named) and validate
-    against that tool's schema;
+    name from `tools`, arguments a JSON object, or, for a call cut short by a
+    stop string or max_tokens, not JSON and then finish_reason stop/length,
+    never tool_calls (docs/API.md "Calls cut short"); none with tool_choice
+    none; with a forced choice and no stop string, calls are present (only
+    the named function when named) and validate against that tool's schema;
   - a json_object / json_schema answer without tools that ended with "stop"
     (no stop string) parses as JSON and (json_schema) validates;
   - logprobs: one entry per token, logprob <= 0, top_logprobs of the size
     asked.
+Then, one request at a time, COMBO_PAIRS (40) forced tool calls drawn to be
+cut short (a tool with an array argument and stop "]", or max_tokens a little
+above the least the call's grammar needs), greedy: each is sent non-streamed,
+streamed and non-streamed again, and the stream assembled must equal the last
+non-streamed body: content (trailing white space aside), call names,
+concatenated arguments, finish_reason. The first request fills the prefix
+cache so the two compared ones compute the same rows (docs/FORWARD.md: a float
+batch over 64 rows may change the last bits). Some must be cut by the stop
+string. A forced call is never cut by max_tokens (its grammar steers it closed
+within the limit, docs/API.md "Length"), and a random-weight model does not
+write unforced calls, so cuts by max_tokens are checked by
+tests/gateway/test_answer.c and counted here only if they occur.
 """
 import http.client
 import json
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -50,6 +64,7 @@ SEED = int(os.environ.get("COMBO_SEED") or random.SystemRandom().randrange(1 << 
 N = int(os.environ.get("COMBO_N", "400"))
 CONC = int(os.environ.get("COMBO_CONC", "4"))
 TIMEOUT_S = float(os.environ.get("COMBO_TIMEOUT_S", "30"))
+PAIRS = int(os.environ.get("COMBO_PAIRS", "40"))
 HOST = urllib.parse.urlparse(URL)
 
 print("# combos: seed %d, %d requests, %d at a time, models %s (replay: COMBO_SEED=%d)"
@@ -215,7 +230,7 @@ def check_choice(body, c, problems, tool_calls, content, finish):
     if finish not in ("stop", "length", "tool_calls"):
         problems.append("finish_reason %r" % finish)
     if tool_calls:
-        if finish != "tool_calls":
+        if finish not in ("tool_calls", "stop", "length"):
             problems.append("tool_calls with finish_reason %r" % finish)
         if body.get("tool_choice") == "none":
             problems.append("tool_calls with tool_choice none")
@@ -229,11 +244,15 @@ def check_choice(body, c, problems, tool_calls, content, finish):
             try:
                 args = json.loads(fn.get("arguments", ""))
             except ValueError:
-                # a stop string may cut a call short (docs/API.md: the caller's choice)
-                if "stop" not in body:
-                    problems.append("arguments not JSON (finish %s): %r" % (finish, fn.get("arguments")))
+                # cut short by a stop string or max_tokens (docs/API.md "Calls cut short"):
+                # the arguments written so far, and the real finish, never tool_calls
+                if finish == "tool_calls":
+                    problems.append("arguments not JSON with finish tool_calls: %r" % fn.get("arguments"))
+                elif finish == "stop" and "stop" not in body:
+                    problems.append("arguments not JSON, finish stop without a stop string: %r"
+                                    % fn.get("arguments"))
                 else:
-                    cover("tool calls cut by a stop string (finish %s)" % finish)
+                    cover("tool calls cut short (finish %s)" % finish)
                 continue
             if not isinstance(args, dict):
                 problems.append("arguments not an object: %r" % args)
@@ -321,6 +340,7 @@ def check_plain(body, j, problems):
 
 
 def check_stream(body, raw, problems):
+    """Checks a stream; returns its choices assembled [(content, tool_calls, finish)]."""
     n = body.get("n", 1)
     lines = [l for l in raw.decode("utf-8", "replace").split("\n") if l.strip()]
     data = []
@@ -333,7 +353,7 @@ def check_stream(body, raw, problems):
         data.append(l[6:])
     if not data or data[-1] != "[DONE]":
         problems.append("stream does not end with [DONE]: %r" % (data[-1:] if data else "empty"))
-        return
+        return None
     if data.count("[DONE]") != 1:
         problems.append("[DONE] %d times" % data.count("[DONE]"))
     content = {i: "" for i in range(n)}
@@ -347,10 +367,10 @@ def check_stream(body, raw, problems):
             c = json.loads(d)
         except ValueError:
             problems.append("chunk is not JSON: %r" % d[:80])
-            return
+            return None
         if "error" in c:
             problems.append("error object inside a 200 stream: %r" % c["error"])
-            return
+            return None
         if c.get("object") != "chat.completion.chunk":
             problems.append("chunk object %r" % c.get("object"))
         if c.get("usage"):
@@ -381,6 +401,7 @@ def check_stream(body, raw, problems):
                 lps[i] = lp
             if ch.get("finish_reason"):
                 finish[i] = ch["finish_reason"]
+    assembled = []
     for i in range(n):
         if i not in finish:
             problems.append("choice %d never finished" % i)
@@ -388,6 +409,7 @@ def check_stream(body, raw, problems):
         tc = [calls[i][k] for k in sorted(calls[i], key=lambda x: (x is None, x))]
         check_choice(body, None, problems, tc, content[i] if had_content[i] or not tc else None, finish[i])
         check_logprobs(body, lps[i], problems)
+        assembled.append((content[i], tc, finish[i]))
     cover("streams ended with [DONE]")
     want_usage = (body.get("stream_options") or {}).get("include_usage")
     if want_usage:
@@ -395,6 +417,7 @@ def check_stream(body, raw, problems):
             problems.append("include_usage: %d usage chunks, want one last with no choices" % len(usage_chunks))
     elif usage_chunks:
         problems.append("usage chunks without include_usage")
+    return assembled
 
 
 LOCK = threading.Lock()
@@ -441,6 +464,94 @@ def run_one(i, body, bad):
         RESULTS.append((i, status, dt, problems, body, msg))
 
 
+# ---- streamed == non-streamed for calls cut short ----------------------------------
+
+ARRAY_TOOL = {"type": "function", "function": {"name": "tag", "description": "tags things",
+                                               "parameters": SCHEMAS[2]}}
+
+
+def draw_pair(rng):
+    """A greedy forced call likely to be cut: stop "]" inside the array argument, or a
+    small max_tokens (then no stop string)."""
+    tools = [ARRAY_TOOL] + [{"type": "function", "function": {"name": "tool_%d" % k,
+                                                               "parameters": SCHEMAS[k]}}
+                            for k in range(rng.randint(0, 2))]
+    body = {"model": rng.choice(MODELS), "temperature": 0, "tools": tools,
+            "messages": [{"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 8)))}],
+            "tool_choice": rng.choice(["required", {"type": "function", "function": {"name": "tag"}}])}
+    if rng.random() < 0.5:
+        body["stop"] = ["]"]
+        body["max_tokens"] = 120
+    else:
+        body["max_tokens"] = rng.randint(1, 40)
+    if rng.random() < 0.3:
+        body["parallel_tool_calls"] = False
+    return body
+
+
+def answer_of(c):
+    """(content, [(name, arguments)], finish) of one assembled choice, for comparing."""
+    content, calls, finish = c
+    return ((content or "").rstrip(" \n"),
+            [((t.get("function") or {}).get("name"), (t.get("function") or {}).get("arguments", ""))
+             for t in calls or []], finish)
+
+
+def fit_max_tokens(body, rng):
+    """A forced call's grammar needs a least number of tokens (the gateway refuses a
+    max_tokens below it with 400): asks, then draws max_tokens a little above it, where
+    the greedy call is likely to run out."""
+    status, raw = post(body)
+    if status == 400 and b"max_tokens leaves" in raw:
+        m = re.search(r"leaves (\d+) tokens, but .* needs up to (\d+)", json.loads(raw)["error"]["message"])
+        if m:
+            body["max_tokens"] += int(m.group(2)) - int(m.group(1)) + rng.randint(0, 25)
+    return body
+
+
+def run_pair(i, body):
+    problems = []
+    got = {}
+    for step, stream in (("warm", False), ("streamed", True), ("plain", False)):
+        b = dict(body, stream=True) if stream else body
+        try:
+            status, raw = post(b)
+        except Exception as e:
+            problems.append("%s: no answer within %.0f s: %s" % (step, TIMEOUT_S, e))
+            break
+        if status != 200:
+            problems.append("%s: status %d: %r" % (step, status, raw[:200]))
+            break
+        if stream:
+            got[step] = check_stream(b, raw, problems)
+        else:
+            try:
+                j = json.loads(raw)
+            except ValueError:
+                problems.append("%s: 200 body is not JSON" % step)
+                break
+            check_plain(b, j, problems)
+            got[step] = [((c.get("message") or {}).get("content"), (c.get("message") or {}).get("tool_calls"),
+                          c.get("finish_reason")) for c in j.get("choices") or []]
+    if not problems and got.get("streamed") is not None:
+        s, p = [answer_of(c) for c in got["streamed"]], [answer_of(c) for c in got["plain"]]
+        if s != p:
+            problems.append("streamed %r != non-streamed %r" % (s, p))
+        for content, calls, finish in p:
+            cut = calls and finish != "tool_calls"
+            cover("pairs compared" + (" with a call cut by %s" % ("max_tokens" if finish == "length"
+                                                                  else "a stop string") if cut else ""))
+            if cut:
+                CUT_KINDS.add(finish)
+    if problems:
+        print("not ok - pair %d: %s\n#   body: %s" % (i, "; ".join(problems[:3]), json.dumps(body)[:1500]),
+              flush=True)
+    return not problems
+
+
+CUT_KINDS = set()
+
+
 def main():
     rng = random.Random(SEED)
     draws = [draw(rng, i) for i in range(N)]
@@ -472,12 +583,28 @@ def main():
     for k, v in sorted(why.items(), key=lambda kv: -kv[1])[:8]:
         print("#   4xx x%d: %s" % (v, k))
     ok = n_fail == 0
+    prng = random.Random(SEED ^ 0x5EED)
+    t1 = time.monotonic()
+    pairs_ok = True
+    for k in range(PAIRS):
+        body = draw_pair(prng)
+        if "stop" not in body:
+            body = fit_max_tokens(body, prng)
+        pairs_ok = run_pair(k, body) and pairs_ok
+    print("%s - %d greedy forced calls drawn to be cut short: streamed == non-streamed (content, names, "
+          "arguments, finish_reason) in %.1f s" % ("ok" if pairs_ok else "not ok", PAIRS, time.monotonic() - t1))
+    both = PAIRS == 0 or "stop" in CUT_KINDS
+    print("%s - the pairs include calls cut by a stop string (finishes of cut calls: %s)"
+          % ("ok" if both else "not ok", sorted(CUT_KINDS)))
+    for k in sorted(COVER):
+        if k.startswith("pairs"):
+            print("#   checked: %d %s" % (COVER[k], k))
     print("%s - %d seeded combinations (seed %d): each answered within %.0f s with a well-formed 200 or a "
           "4xx OpenAI error (%d failed)" % ("ok" if ok else "not ok", len(RESULTS), SEED, TIMEOUT_S, n_fail))
     enough = n200 >= len(RESULTS) * 2 // 5
     print("%s - most combinations are served, not refused (%d of %d answered 200)"
           % ("ok" if enough else "not ok", n200, len(RESULTS)))
-    return 0 if ok and enough else 1
+    return 0 if ok and enough and pairs_ok and both else 1
 
 
 sys.exit(main())

@@ -60,6 +60,16 @@ for (const [i, prompt] of PROMPTS.entries()) {
      `"speculative": "no" → 400 naming the field (${err && err.status})`);
 }
 
+// logprobs: such requests decode a token per step; every token keeps its logprobs
+{
+  const r = await client.completions.create({
+    model: "spec", prompt: PROMPTS[0], max_tokens: 96, temperature: 0, ignore_eos: true, logprobs: 2 });
+  const [p] = await both({ prompt: PROMPTS[0], max_tokens: 96, temperature: 0, ignore_eos: true });
+  const lp = r.choices[0].logprobs;
+  ok(r.choices[0].text === p && lp.tokens.length === 96 && lp.top_logprobs.every((t) => Object.keys(t).length >= 1),
+     `logprobs with speculation on: 96 tokens, each with its logprobs (${lp.tokens.length})`);
+}
+
 // a json_schema response (zod 4 through the SDK's helper): drafts stay inside the grammar
 {
   const Pet = z.object({ name: z.string().max(12), kind: z.enum(["cat", "dog"]), age: z.number().int() });
