@@ -5,6 +5,7 @@
 # every text compared with a worker
 # without a disk tier. Checks in kv_disk_driver.py (~5-12 s on stories260K).
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/../lib_proc.sh"
 
 GW=$BUILD/pagoda-gateway
 WK=$BUILD/pagoda-worker
@@ -16,6 +17,17 @@ t0=$SECONDS
 python3 "$(dirname "$0")/kv_disk_driver.py"
 rc=$?
 echo "# kv_disk.sh took $((SECONDS - t0)) s"
+san=0
+for f in "$TMP"/*.log; do
+  if sanitizer_report "$f" >"$TMP/san"; then
+    san=1; echo "# --- $f"; sed 's/^/# /' "$TMP/san"
+  fi
+done
+if ((san)); then
+  echo "not ok - no sanitizer report in the gateway's and workers' logs"; rc=1
+else
+  echo "ok - no sanitizer report in the gateway's and workers' logs"
+fi
 if ((rc != 0)); then
   for f in "$TMP"/*.log; do echo "# --- $f"; grep -E "WARN|ERROR|disk|registered|exit" "$f" | tail -n 20 | sed 's/^/# /'; done
 fi

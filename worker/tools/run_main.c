@@ -73,9 +73,14 @@ static void on_event(void *ud, const sched_event_t *ev)
  * generate n_gen tokens with EOS ignored, max_seqs at a time. Prefill rate =
  * prompt tokens / time until every sequence has its first token; decode
  * rate = the remaining generated tokens / the remaining time; overall rate
- * = all generated tokens / wall time. Returns 0 or -1. */
+ * = all generated tokens / wall time. With long prompts the first sequences
+ * decode while later ones still prefill, so "decode" then mixes both; the
+ * steady rate is the generated tokens per second over the steps in which
+ * every sequence is prefilled and none has finished (0 steps when there are
+ * none: raise -n above the prefill steps). Returns 0 or -1. */
 struct bench_result {
-    double prefill_tps, decode_tps, overall_tps, seconds;
+    double prefill_tps, decode_tps, overall_tps, seconds, steady_tps;
+    int steady_steps;
 };
 
 static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_seqs,
@@ -115,7 +120,11 @@ static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_se
         }
     }
     free(prompt);
-    int64_t t0 = clock_now_us(), t_prefilled = 0;
+    int64_t t0 = clock_now_us(), t_prefilled = 0, t_all = 0;
+    uint64_t g_all = 0;
+    bool steady_over = false;
+    out->steady_steps = 0;
+    out->steady_tps = 0;
     sched_stats_t st;
     int rc = 0;
     while (sched_busy(s)) {
@@ -126,6 +135,17 @@ static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_se
         sched_stats(s, &st);
         if (!t_prefilled && st.generated_tokens >= (uint64_t)c)
             t_prefilled = clock_now_us();
+        if (!t_all && st.prompt_tokens >= (uint64_t)c * (uint64_t)prompt_tokens && st.n_running == c) {
+            t_all = clock_now_us(); /* every prompt prefilled: all decode from the next step */
+            g_all = st.generated_tokens;
+        } else if (t_all && !steady_over) {
+            if (st.n_running < c) {
+                steady_over = true; /* a sequence finished */
+            } else {
+                out->steady_steps++;
+                out->steady_tps = (double)(st.generated_tokens - g_all) / ((double)(clock_now_us() - t_all) / 1e6);
+            }
+        }
     }
     int64_t t1 = clock_now_us();
     sched_stats(s, &st);
@@ -251,6 +271,9 @@ static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_l
                    b.overall_tps > 0 ? r.overall_tps / b.overall_tps : 0.0);
         }
         printf("\n");
+        if (r.steady_steps > 0)
+            printf("#   steady decode (all %d prefilled, none finished): %.1f tok/s over %d steps\n", c,
+                   r.steady_tps, r.steady_steps);
         fflush(stdout);
     }
     free(list);
