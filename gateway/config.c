@@ -107,12 +107,12 @@ static const field_t routing_fields[] = {
 /* models[].kv_type, indexed by config_kv_type_t */
 static const char *const kv_type_names[] = {"f16", "f32", "auto", "q8_0", NULL};
 
-/* models[].spec: the worker's --spec names (worker/spec.h; a draft model is not offered yet) */
-static const char *const spec_names[] = {"off", "ngram", NULL};
+/* models[].spec: the worker's --spec names (worker/spec.h) */
+static const char *const spec_names[] = {"off", "ngram", "draft", NULL};
 
 const char *config_spec_name(int t)
 {
-    return t == 1 ? spec_names[1] : spec_names[0];
+    return t == 1 || t == 2 ? spec_names[t] : spec_names[0];
 }
 
 const char *config_kv_type_name(int t)
@@ -136,6 +136,7 @@ static const field_t model_fields[] = {
     INT("kv_cache_mb", config_model_t, kv_cache_mb, 1, 1073741824),
     ENUM("spec", config_model_t, spec, spec_names),
     INT("spec_max_draft", config_model_t, spec_max_draft, 1, 16),
+    OPTSTR("draft_model", config_model_t, draft_model, check_path),
 };
 /* reasoning_parser, indexed by reasoning_parser_t (gateway/reasoning.h) */
 static const char *const reasoning_parser_names[] = {"none", "qwen3", NULL};
@@ -598,6 +599,7 @@ void config_free(config_t **cp)
         free(c->models[i].name);
         free(c->models[i].path);
         free(c->models[i].kv_cache_dir);
+        free(c->models[i].draft_model);
     }
     free(c->models);
     free(c);

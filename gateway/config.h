@@ -151,8 +151,10 @@
  *     kv_cache_dir               string   (none)                  the workers' disk tier under the prefix
  *                                                                 cache (worker --kv-cache-dir)
  *     kv_cache_mb                int      4096                    1..2^30 MiB, its size cap
- *     spec                       string   off                     off or ngram: speculative decoding
+ *     spec                       string   off                     off, ngram or draft: speculative decoding
  *                                                                 (worker --spec, docs/BATCHING.md)
+ *     draft_model                string   (none)                  spec draft: the draft model's GGUF
+ *                                                                 (same vocabulary; worker --draft-model)
  *     spec_max_draft             int      8                       1..16 draft tokens per sequence and step
  *                                                                 (f16 halves the KV memory per token)
  *   (the model settings are the local workers' --kv-blocks (or --kv-budget-mb
@@ -209,7 +211,7 @@ typedef enum config_kv_type {
 
 /* "f16" / "f32" / "auto" / "q8_0" for a config_kv_type_t ("auto" for anything else). */
 const char *config_kv_type_name(int t);
-/* "off" / "ngram" for models[].spec ("off" for anything else). */
+/* "off" / "ngram" / "draft" for models[].spec ("off" for anything else). */
 const char *config_spec_name(int t);
 
 typedef struct config_model {
@@ -226,7 +228,8 @@ typedef struct config_model {
     int kv_type;               /* worker --kv-type, a config_kv_type_t */
     char *kv_cache_dir;        /* worker --kv-cache-dir, NULL = no disk tier */
     int kv_cache_mb;           /* worker --kv-cache-mb */
-    int spec;                  /* worker --spec: 0 off, 1 ngram (config_spec_name) */
+    int spec;                  /* worker --spec: 0 off, 1 ngram, 2 draft (config_spec_name) */
+    char *draft_model;         /* worker --draft-model (spec draft), NULL = none */
     int spec_max_draft;        /* worker --spec-max-draft */
     int line;                  /* 1-based line of its entry in the file, 0 = from a flag */
 } config_model_t;

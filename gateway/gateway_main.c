@@ -191,8 +191,9 @@ static void usage(FILE *f)
             "                             a model of the file keeps its settings, gets this path\n"
             "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --kv-budget-mb N, --threads N,\n"
             "  --kv-type auto|f16|f32|q8_0 set for every model's local workers [models[].*]\n"
-            "  --spec off|ngram           speculative decoding in the workers (default off)\n"
-            "                             [models[].spec]; --spec-max-draft N (1..16, default 8)\n"
+            "  --spec off|ngram|draft     speculative decoding in the workers (default off)\n"
+            "                             [models[].spec]; --spec-max-draft N (1..16, default 8);\n"
+            "                             spec draft takes models[].draft_model from the file\n"
             "  --kv-cache-mb N            size cap of the workers' disk tier [models[].kv_cache_mb];\n"
             "                             the folder is models[].kv_cache_dir in the file\n"
             "  --replicas N               local workers per model (default 1) [models[].replicas]\n"
@@ -399,6 +400,12 @@ static size_t model_worker_args(const config_model_t *m, const char **args, char
     args[n++] = config_spec_name(m->spec);
     args[n++] = "--spec-max-draft";
     args[n++] = owned[5];
+    if (m->draft_model) {
+        args[n++] = "--draft-model";
+        args[n++] = m->draft_model;
+        args[n++] = "--spec"; /* after --draft-model: the configured mode wins */
+        args[n++] = config_spec_name(m->spec);
+    }
     return n;
 }
 

@@ -586,7 +586,8 @@ int32_t kv_disk_take_dropped(kv_disk_t *d, uint64_t *out, int32_t max)
     int32_t n = (int32_t)(d->n_dropped < (size_t)max ? d->n_dropped : (size_t)max);
     if (n <= 0)
         return 0;
-    memcpy(out, d->dropped + (d->n_dropped - (size_t)n), (size_t)n * sizeof *out);
+    if (n > 0) /* d->dropped is NULL before the first drop */
+        memcpy(out, d->dropped + (d->n_dropped - (size_t)n), (size_t)n * sizeof *out);
     d->n_dropped -= (size_t)n;
     return n;
 }

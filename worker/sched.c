@@ -69,6 +69,11 @@ typedef struct seq {
     spec_seq_t spec;           /* acceptance history: draft length */
     int32_t draft[SPEC_MAX_DRAFT]; /* this step's draft tokens (n_draft of them) */
     int32_t n_draft;
+    kv_seq_t *dkv;             /* SPEC_DRAFT: the draft model's K/V of this sequence */
+    int32_t d_computed;        /* positions in dkv (a prefix of tokens[]) */
+    int32_t d_len;             /* this step: draft length wanted from the draft model */
+    int32_t d_fed;             /* this step: drafts fed to the draft model (their K/V is in dkv's
+                                * blocks past d_computed) */
 
     /* this step */
     bool in_batch;             /* has rows in the batch being built */
@@ -109,6 +114,16 @@ struct sched {
     int32_t *b_ndraft;                /* (max_seqs) draft rows after each batch sequence's chunk */
     seq_t **b_vdraw;                  /* (max_seqs) sequences verifying drafts this step */
     int32_t *b_vrow;                  /* (max_seqs) their first logits row */
+    /* SPEC_DRAFT: the draft model's pass, pool and scratch (one row per
+     * sequence per draft round, plus catch-up chunks in the first round) */
+    forward_t *dfwd;
+    kv_pool_t *dpool;
+    float *dlogits;                   /* (max_seqs, vocab) */
+    int32_t *d_token, *d_pos, *d_seq; /* (max_batch_tokens) */
+    uint8_t *d_want;                  /* (max_batch_tokens) */
+    const int32_t **d_tables;         /* (max_seqs) */
+    int32_t *d_nblocks;               /* (max_seqs) */
+    seq_t **d_seqs;                   /* (max_seqs) */
     sched_drafter_fn drafter;         /* sched_set_drafter: replaces the n-gram drafter */
     void *drafter_ud;
     int32_t *b_chunk;                 /* (max_seqs) rows given to each */
@@ -181,6 +196,7 @@ static void seq_free(seq_t **ps)
     if (!q)
         return;
     kv_seq_free(&q->kv);
+    kv_seq_free(&q->dkv);
     sampler_free(&q->sampler);
     detok_free(&q->detok);
     gmatch_free(&q->gm);
@@ -241,6 +257,11 @@ static void preempt(sched_t *s, seq_t *q)
               q->priority, q->n_tokens);
     kv_seq_release(q->kv);
     q->n_computed = 0;
+    if (q->dkv) {
+        kv_seq_release(q->dkv);
+        q->d_computed = 0;
+    }
+    q->n_draft = 0;
     q->state = SEQ_WAITING;
     q->in_batch = false;
     s->st.preemptions++;
@@ -412,8 +433,35 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     s->b_vdraw = xmalloc((size_t)ms * sizeof *s->b_vdraw);
     s->b_vrow = xmalloc((size_t)ms * sizeof(int32_t));
     if (c->spec == SPEC_DRAFT) {
-        errbuf_set(err, errlen, "--spec draft (a draft model) is not implemented yet; use ngram");
-        goto err;
+        const model_t *dm = c->draft_model;
+        if (!dm || dm->cfg.vocab != mc->vocab) {
+            errbuf_set(err, errlen, "--spec draft needs a draft model with the target's vocabulary (%d tokens)",
+                       mc->vocab);
+            goto err;
+        }
+        s->dfwd = forward_new(dm, s->cfg.max_batch_tokens, c->n_threads);
+        if (!s->dfwd) {
+            errbuf_set(err, errlen, "cannot create the draft model's forward pass");
+            goto err;
+        }
+        if (int8_on && forward_set_int8(s->dfwd, true) != 0)
+            log_warn("draft model: int8 matmul kernels unavailable");
+        /* as many blocks as the target's pool: a draft model is smaller, so
+         * this is less memory, and every running sequence fits */
+        kv_type_t dt = sched_kv_type_for(dm, KV_TYPE_AUTO, int8_on);
+        s->dpool = kv_pool_new(dm->cfg.n_layer, dm->cfg.kv_dim, n_blocks, c->block_size, dt);
+        if (!s->dpool) {
+            errbuf_set(err, errlen, "cannot create the draft model's KV pool");
+            goto err;
+        }
+        s->dlogits = xmalloc((size_t)ms * (size_t)mc->vocab * sizeof(float));
+        s->d_token = xmalloc((size_t)mb * sizeof(int32_t));
+        s->d_pos = xmalloc((size_t)mb * sizeof(int32_t));
+        s->d_seq = xmalloc((size_t)mb * sizeof(int32_t));
+        s->d_want = xmalloc((size_t)mb);
+        s->d_tables = xmalloc((size_t)ms * sizeof *s->d_tables);
+        s->d_nblocks = xmalloc((size_t)ms * sizeof(int32_t));
+        s->d_seqs = xmalloc((size_t)ms * sizeof *s->d_seqs);
     }
     s->logits = xmalloc(((size_t)ms + (size_t)c->spec_max_rows) * (size_t)mc->vocab * sizeof(float));
     log_info("scheduler: %d seqs, %d batch tokens, %d KV blocks of %d positions (%s, %.1f MiB)",
@@ -437,6 +485,7 @@ void sched_free(sched_t **ps)
     free(s->seqs);
     forward_free(&s->fwd);
     kv_pool_free(&s->pool);
+    kv_pool_free(&s->dpool); /* after the sequences' dkv */
     free(s->b_token);
     free(s->b_pos);
     free(s->b_seq);
@@ -453,6 +502,15 @@ void sched_free(sched_t **ps)
     free(s->b_vdraw);
     free(s->b_vrow);
     free(s->logits);
+    forward_free(&s->dfwd);
+    free(s->dlogits);
+    free(s->d_token);
+    free(s->d_pos);
+    free(s->d_seq);
+    free(s->d_want);
+    free(s->d_tables);
+    free(s->d_nblocks);
+    free(s->d_seqs);
     for (int i = 0; i < SCHED_GRAMMAR_CACHE; i++) {
         free(s->gcache[i].text);
         gmask_grammar_unref(&s->gcache[i].gg);
@@ -625,6 +683,8 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
         q->n_stop_ids = r->n_stop_ids;
     }
     q->kv = kv_seq_new(s->pool);
+    if (s->dpool)
+        q->dkv = kv_seq_new(s->dpool);
     sampler_params_t sp = r->sampling;
     sp.n_top_logprobs = q->top_logprobs > 0 ? q->top_logprobs : 0;
     q->sampler = sampler_new(&sp, vocab);
@@ -1072,9 +1132,131 @@ void sched_set_drafter(sched_t *s, sched_drafter_fn fn, void *ud)
     s->drafter_ud = ud;
 }
 
+int sched_draft_check(const model_t *target, const tokenizer_t *ttok, const model_t *draft,
+                      const tokenizer_t *dtok, char *err, size_t errlen)
+{
+    if (target->cfg.vocab != draft->cfg.vocab || tokenizer_n_vocab(ttok) != tokenizer_n_vocab(dtok)) {
+        errbuf_set(err, errlen, "the draft model has %d tokens, the model %d: not the same vocabulary",
+                   draft->cfg.vocab, target->cfg.vocab);
+        return -1;
+    }
+    for (int32_t t = 0; t < tokenizer_n_vocab(ttok); t++) {
+        size_t na = 0, nb = 0;
+        const char *a = tokenizer_token_piece(ttok, t, true, &na);
+        const char *b = tokenizer_token_piece(dtok, t, true, &nb);
+        if (na != nb || (na && memcmp(a, b, na) != 0)) {
+            errbuf_set(err, errlen, "the draft model's token %d differs from the model's: not the same vocabulary",
+                       t);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The index of the largest logit (ties: the lowest id). */
+static int32_t argmax(const float *row, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (row[i] > row[best])
+            best = i;
+    return best;
+}
+
+/* SPEC_DRAFT: the draft model proposes, greedily, up to q->n_draft tokens for
+ * each of the n sequences in d (their wanted lengths): round 0 feeds each the
+ * tokens its draft KV lacks (catch-up, at most the step's row budget in all;
+ * a sequence whose catch-up does not fit drafts nothing this step), round j
+ * feeds every sequence still drafting its j-th draft. Each round is one
+ * batched pass over the sequences. Only real tokens are recorded in the
+ * draft KV; spec_verify adds the drafts that were accepted (q->d_fed of them
+ * were fed, so their K/V is there). */
+static void draft_run(sched_t *s, seq_t **d, int32_t n)
+{
+    const int32_t vocab = s->model->cfg.vocab, budget = s->cfg.max_batch_tokens;
+    int32_t rows = 0, nb = 0;
+    for (int32_t i = 0; i < n; i++) {
+        seq_t *q = d[i];
+        int32_t catchup = q->n_tokens - q->d_computed;
+        q->d_len = q->n_draft;
+        q->n_draft = 0;
+        q->d_fed = 0;
+        /* a long catch-up (a new prompt) goes in chunks over several steps,
+         * without drafts until it is complete */
+        int32_t chunk = catchup < budget - rows ? catchup : budget - rows;
+        if (chunk < catchup)
+            q->d_len = 0;
+        if (chunk < 1 || kv_seq_reserve(q->dkv, chunk + (q->d_len > 0 ? q->d_len - 1 : 0)) != KV_POOL_OK)
+            continue;
+        int rc = kv_seq_append(q->dkv, q->tokens + q->d_computed, chunk);
+        assert(rc == KV_POOL_OK);
+        (void)rc;
+        for (int32_t j = 0; j < chunk; j++) {
+            s->d_token[rows] = q->tokens[q->d_computed + j];
+            s->d_pos[rows] = q->d_computed + j;
+            s->d_seq[rows] = nb;
+            s->d_want[rows] = q->d_len > 0 && j == chunk - 1;
+            rows++;
+        }
+        q->d_computed += chunk;
+        s->d_seqs[nb++] = q;
+    }
+    while (nb > 0) {
+        for (int32_t b = 0; b < nb; b++) {
+            s->d_tables[b] = kv_seq_block_table(s->d_seqs[b]->dkv);
+            s->d_nblocks[b] = kv_seq_n_blocks(s->d_seqs[b]->dkv);
+        }
+        fwd_batch_t fb = {.n_rows = rows, .token = s->d_token, .pos = s->d_pos, .seq = s->d_seq,
+                          .want_logits = s->d_want, .n_seq = nb, .block_tables = s->d_tables,
+                          .n_blocks = s->d_nblocks};
+        if (forward_run(s->dfwd, &fb, kv_pool_store(s->dpool), s->dlogits) != 0) {
+            const char *msg = forward_error(s->dfwd);
+            log_warn("draft model pass failed: %s; no drafts this step", msg ? msg : "?");
+            for (int32_t b = 0; b < nb; b++)
+                s->d_seqs[b]->n_draft = 0;
+            return;
+        }
+        /* one logits row per sequence, in order; then the next round's rows */
+        int32_t nb2 = 0, lrow = 0;
+        rows = 0;
+        for (int32_t b = 0; b < nb; b++) {
+            seq_t *q = s->d_seqs[b];
+            if (q->d_len == 0)
+                continue; /* catch-up only */
+            int32_t t = argmax(s->dlogits + (size_t)lrow++ * vocab, vocab);
+            q->draft[q->n_draft++] = t;
+            if (q->n_draft >= q->d_len || tokenizer_is_eog(s->tok, t))
+                continue;
+            s->d_token[rows] = t; /* fed at the draft's position: its K/V for the next round */
+            s->d_pos[rows] = q->n_tokens - 1 + q->n_draft;
+            s->d_seq[rows] = nb2;
+            s->d_want[rows] = 1;
+            q->d_fed++;
+            rows++;
+            s->d_seqs[nb2++] = q;
+        }
+        nb = nb2;
+    }
+}
+
 static bool is_decode_ready(const seq_t *q)
 {
     return q->state == SEQ_RUNNING && q->n_tokens - q->n_computed == 1 && q->n_generated > 0;
+}
+
+/* Cuts q's draft at a token outside the vocabulary, after an end token
+ * (nothing follows it), and where the grammar (if any) refuses. */
+static void draft_filter(const sched_t *s, seq_t *q)
+{
+    int32_t n = q->n_draft;
+    for (int32_t j = 0; j < n; j++)
+        if (q->draft[j] < 0 || q->draft[j] >= s->model->cfg.vocab || tokenizer_is_eog(s->tok, q->draft[j])) {
+            n = q->draft[j] < 0 || q->draft[j] >= s->model->cfg.vocab ? j : j + 1;
+            break;
+        }
+    if (q->gm && n > 0)
+        n = gmatch_prefix_allowed(q->gm, q->draft, n);
+    q->n_draft = n > 0 ? n : 0;
 }
 
 /* Gives decoding sequences their drafts for this step (q->n_draft), best
@@ -1106,6 +1288,7 @@ static void spec_plan(sched_t *s)
             s->b_vdraw[j] = s->b_vdraw[j - 1];
             s->b_vdraw[j - 1] = t;
         }
+    int32_t n_model = 0; /* sequences for the draft model, compacted at the front of b_vdraw */
     for (int32_t i = 0; i < n_dec && room > 0; i++) {
         seq_t *q = s->b_vdraw[i];
         /* logprobs travel one token per EVENT (worker.c): such requests
@@ -1124,21 +1307,23 @@ static void spec_plan(sched_t *s)
         int32_t k = s->cfg.spec_fixed ? lim : spec_seq_len(&q->spec, lim);
         if (k <= 0)
             continue;
+        if (!s->drafter && s->dpool) { /* the draft model runs for all of them below */
+            q->n_draft = k;
+            s->b_vdraw[n_model++] = q; /* i >= n_model: the list is consumed in order */
+            room -= k;
+            continue;
+        }
         int32_t n = s->drafter ? s->drafter(s->drafter_ud, q->id, q->index, q->tokens, q->n_tokens, k,
                                             q->draft)
                                : spec_ngram_draft(q->tokens, q->n_tokens, k, q->draft);
-        if (n > k)
-            n = k;
-        /* nothing follows an end token; a grammar drafts only what it allows */
-        for (int32_t j = 0; j < n; j++)
-            if (q->draft[j] < 0 || q->draft[j] >= s->model->cfg.vocab || tokenizer_is_eog(s->tok, q->draft[j])) {
-                n = q->draft[j] < 0 || q->draft[j] >= s->model->cfg.vocab ? j : j + 1;
-                break;
-            }
-        if (q->gm && n > 0)
-            n = gmatch_prefix_allowed(q->gm, q->draft, n);
-        q->n_draft = n > 0 ? n : 0;
+        q->n_draft = n > k ? k : n;
+        draft_filter(s, q);
         room -= q->n_draft;
+    }
+    if (n_model > 0) {
+        draft_run(s, s->b_vdraw, n_model);
+        for (int32_t i = 0; i < n_model; i++)
+            draft_filter(s, s->b_vdraw[i]);
     }
 }
 
@@ -1172,6 +1357,14 @@ static void spec_verify(sched_t *s, seq_t *q, const float *rows)
     spec_seq_update(&q->spec, nd, m);
     if (q->finish != SCHED_FINISH_NONE)
         return; /* retired after the report */
+    /* the draft model's K/V of the accepted drafts it was fed is there too */
+    if (q->dkv && q->d_computed == q->n_computed) {
+        int32_t a = m < q->d_fed ? m : q->d_fed;
+        int drc = kv_seq_append(q->dkv, q->tokens + q->d_computed, a);
+        assert(drc == KV_POOL_OK);
+        (void)drc;
+        q->d_computed += a;
+    }
     /* positions P+1..P+m hold the K/V of tokens the sequence now has */
     int rc = kv_seq_append(q->kv, q->tokens + q->n_computed, m);
     assert(rc == KV_POOL_OK);
@@ -1188,10 +1381,10 @@ static void spec_verify(sched_t *s, seq_t *q, const float *rows)
 static int32_t build_batch(sched_t *s, int32_t *n_bseq_out)
 {
     const int32_t budget = s->cfg.max_batch_tokens;
+    spec_plan(s); /* once: a preempted sequence loses its drafts (preempt) */
 restart:
     for (int32_t i = 0; i < s->n_seqs; i++)
         s->seqs[i]->in_batch = false;
-    spec_plan(s);
     int32_t n_rows = 0, n_bseq = 0;
     for (int pass = 0; pass < 2; pass++) {
         seq_t *q;

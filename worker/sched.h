@@ -108,6 +108,9 @@ typedef struct sched_config {
                                 * rows, drafts included (16): beyond it the step is
                                 * compute-bound and each row costs its share of the time */
     bool spec_fixed;           /* benchmarks: always the longest draft allowed (no adaptation) */
+    const model_t *draft_model; /* SPEC_DRAFT: the draft model (borrowed, outlives the
+                                * scheduler); its vocabulary must be the target's
+                                * (sched_draft_check) */
 } sched_config_t;
 
 /* Defaults: 32 seqs, 512 batch tokens, 32-token blocks, 2 threads, F16 K/V,
@@ -284,6 +287,12 @@ int sched_check(const sched_t *s);
 typedef int32_t (*sched_drafter_fn)(void *ud, uint64_t id, int32_t index, const int32_t *tokens,
                                     int32_t n_tokens, int32_t max_draft, int32_t *out);
 void sched_set_drafter(sched_t *s, sched_drafter_fn fn, void *ud);
+
+/* 0 when draft (with its tokenizer dtok) can draft for target (ttok): the
+ * same vocabulary size and every token's text the same; else -1 with a
+ * message in err. */
+int sched_draft_check(const model_t *target, const tokenizer_t *ttok, const model_t *draft,
+                      const tokenizer_t *dtok, char *err, size_t errlen);
 
 /* The scheduler's KV pool (borrowed; e.g. to read its KV events). */
 struct kv_pool *sched_kv_pool(sched_t *s);

@@ -34,7 +34,8 @@
  *               sequence's last n tokens (n = SPEC_NGRAM_MAX down to
  *               SPEC_NGRAM_MIN) in its own prompt and output, and the tokens
  *               that followed it. No model.
- *   SPEC_DRAFT  a draft model: not implemented yet (sched_new refuses it).
+ *   SPEC_DRAFT  a draft model (sched_config_t.draft_model), greedy, run by sched.c
+ *               (draft_run) in batched rounds across the drafting sequences.
  *   test hook   sched_set_drafter (sched.h): any function, e.g. an oracle
  *               reading the known greedy continuation (benchmarks, tests).
  *
@@ -56,7 +57,7 @@
 typedef enum spec_mode {
     SPEC_OFF = 0,
     SPEC_NGRAM,      /* prompt lookup */
-    SPEC_DRAFT,      /* draft model (--draft-model): not available yet */
+    SPEC_DRAFT,      /* draft model (--draft-model) */
 } spec_mode_t;
 
 #define SPEC_MAX_DRAFT 16     /* hard cap of --spec-max-draft */

@@ -48,6 +48,7 @@ struct worker {
     bool draining;                        /* DRAIN received: admit nothing new */
     bool stop;                            /* leave the loop */
     engine_t *engine;                     /* model, tokenizer, chat template (owned) */
+    engine_t *draft;                      /* --draft-model (owned), NULL = none */
     sched_t *sched;                       /* continuous-batching scheduler (owned) */
     sched_config_t scfg;                  /* its limits, as configured */
     /* scratch of on_sched_event: one EVENT's top alternatives */
@@ -615,6 +616,21 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
         engine_pack_int8(w->engine, w->scfg.n_threads);
     if (cfg->ctx_cap && (int32_t)cfg->ctx_cap < w->engine->model->cfg.ctx)
         w->engine->model->cfg.ctx = (int32_t)cfg->ctx_cap;
+    if (w->scfg.spec == SPEC_DRAFT) {
+        if (!cfg->draft_path) {
+            errbuf_set(err, errlen, "--spec draft needs --draft-model FILE.gguf");
+            goto err;
+        }
+        w->draft = engine_load(cfg->draft_path, err, errlen);
+        if (!w->draft)
+            goto err;
+        if (!w->scfg.exact_matmul)
+            engine_pack_int8(w->draft, w->scfg.n_threads);
+        if (sched_draft_check(w->engine->model, w->engine->tok, w->draft->model, w->draft->tok, err,
+                              errlen) != 0)
+            goto err;
+        w->scfg.draft_model = w->draft->model;
+    }
     w->sched = sched_new(w->engine->model, w->engine->tok, &w->scfg, on_sched_event, w, err,
                          errlen);
     if (!w->sched)
@@ -695,6 +711,7 @@ void worker_free(worker_t **wp)
     sched_free(&w->sched);
     kv_disk_close(&w->disk);
     engine_free(&w->engine);
+    engine_free(&w->draft);
     free(w->test_step_wedge);
     free(w->wire_text);
     free(w->model_path);

@@ -53,8 +53,10 @@ static void usage(FILE *f)
             "  --threads N          threads for the forward pass (default 2)\n"
             "  --ctx N              cap the context length below the model's\n"
             "  --exact-matmul       quantized weights via dequantize+sgemm, not int8 kernels\n"
-            "  --spec MODE          speculative decoding: off (default) or ngram (prompt\n"
-            "                       lookup; output unchanged, docs/BATCHING.md)\n"
+            "  --spec MODE          speculative decoding: off (default), ngram (prompt\n"
+            "                       lookup) or draft (a draft model); output unchanged,\n"
+            "                       docs/BATCHING.md\n"
+            "  --draft-model FILE   the draft model's GGUF (same vocabulary; implies --spec draft)\n"
             "  --spec-max-draft N   draft tokens per sequence and step, 1..16 (default 8)\n"
             "  --spec-max-rows N    drafts only in steps of at most N rows (default 16)\n"
             "  --log-level LEVEL    debug|info|warn|error (default info; env PAGODA_LOG)\n"
@@ -122,7 +124,7 @@ int main(int argc, char **argv)
     uint32_t u;
     const char *curve_server = NULL, *curve_secret = NULL, *gen_prefix = NULL;
     enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR,
-           O_KVDMB, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS };
+           O_KVDMB, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT };
     static const struct option opts[] = {
         {"gateway", required_argument, NULL, 'g'},
         {"model", required_argument, NULL, 'm'},
@@ -142,6 +144,7 @@ int main(int argc, char **argv)
         {"spec", required_argument, NULL, O_SPEC},
         {"spec-max-draft", required_argument, NULL, O_SPEC_MAX},
         {"spec-max-rows", required_argument, NULL, O_SPEC_ROWS},
+        {"draft-model", required_argument, NULL, O_DRAFT},
         {"log-level", required_argument, NULL, 'v'},
         {"curve-server-key", required_argument, NULL, O_CSRV},
         {"curve-secret-key", required_argument, NULL, O_CSEC},
@@ -212,6 +215,10 @@ int main(int argc, char **argv)
                 fprintf(stderr, "pagoda-worker: --spec must be off, ngram or draft\n");
                 return 2;
             }
+            break;
+        case O_DRAFT:
+            wc.draft_path = optarg;
+            wc.sched.spec = SPEC_DRAFT;
             break;
         case O_SPEC_MAX:
             if (parse_i32_opt("spec-max-draft", optarg, 1, SPEC_MAX_DRAFT, &u))

@@ -32,6 +32,14 @@ for (const [i, prompt] of PROMPTS.entries()) {
   ok(ss === ps && ss.length > 0, `seeded sampling prompt ${i} (T 0.9, top_p 0.95): same text`);
 }
 
+// a draft model (the file itself): greedy and seeded answers equal the plain ones
+for (const [i, prompt] of PROMPTS.entries()) {
+  const params = { prompt, max_tokens: 64, temperature: i ? 0.9 : 0, seed: 70 + i };
+  const [d, p] = await Promise.all(["drafted", "plain"].map((model) =>
+    client.completions.create({ model, ...params }).then((r) => r.choices[0].text)));
+  ok(d === p && d.length > 0, `draft model, prompt ${i} (${i ? "seeded" : "greedy"}): same text`);
+}
+
 // streamed: a step may now deliver several tokens; the chunks add up to the same text
 {
   const stream = await client.completions.create({

@@ -321,7 +321,10 @@ static void greedy_all_modes(const engine_t *e, const char *name, int32_t max_to
         int streams, blocks;
         bool twice;
     } CFG[] = {{1, 256, true}, {32, 16, false}, {32, 512, true}};
-    for (size_t k = 0; k < sizeof CFG / sizeof CFG[0]; k++) {
+    /* the random-weight models: 1 stream with hits and 32 preempting streams (their
+     * 32-stream prefix hits add nothing stories260K's do not check) */
+    size_t n_cfg = n_solo == 8 ? 3 : 2;
+    for (size_t k = 0; k < n_cfg; k++) {
         const int streams = CFG[k].streams;
         const bool twice = CFG[k].twice;
         int n = streams == 1 ? n_solo : 32;
@@ -409,6 +412,94 @@ static void test_greedy_architectures(void **state)
     rmdir(dir);
 }
 
+/* ---- draft model -------------------------------------------------------------- */
+
+/* The draft model dm (greedy drafts, its own KV) against speculation off, on
+ * stories260K: 1 stream with prefix-cache hits, 32 streams in a pool that
+ * preempts, greedy and seeded. Returns the accepted and drafted counts. */
+static uint64_t g_draft_preemptions; /* in the tight-pool runs with a draft model */
+
+static void draft_vs_off(const engine_t *dm, const char *name, bool all_accepted)
+{
+    static sched_req_t reqs[32];
+    static run_t ref, R;
+    const int32_t vocab = g_stories->model->cfg.vocab;
+    static const struct {
+        int streams, blocks;
+        bool twice, seeded;
+    } CFG[] = {{1, 256, true, false}, {32, 16, false, false}, {8, 0, false, true}};
+    for (size_t k = 0; k < sizeof CFG / sizeof CFG[0]; k++) {
+        int n = CFG[k].streams == 1 ? 6 : CFG[k].streams;
+        make_reqs(reqs, n, vocab, 40, true);
+        for (int i = 0; CFG[k].seeded && i < n; i++) {
+            reqs[i].sampling.temperature = 0.8f;
+            reqs[i].sampling.has_seed = true;
+            reqs[i].sampling.seed = 9 + (uint64_t)i;
+        }
+        sched_config_t c = cfg_make(CFG[k].streams, CFG[k].blocks, SPEC_OFF);
+        sched_stats_t st0 = run_reqs(g_stories, &c, reqs, n, NULL, CFG[k].twice, &ref);
+        sched_config_t cd = cfg_make(CFG[k].streams, CFG[k].blocks, SPEC_DRAFT);
+        cd.draft_model = dm->model;
+        sched_stats_t st = run_reqs(g_stories, &cd, reqs, n, NULL, CFG[k].twice, &R);
+        char what[128];
+        snprintf(what, sizeof what, "draft %s, %d streams%s", name, CFG[k].streams,
+                 CFG[k].seeded ? ", seeded" : "");
+        for (int i = 0; i < (CFG[k].twice ? 2 : 1) * n; i++)
+            assert_same(&R.o[i], &ref.o[i], what, i);
+        fprintf(stderr, "%s: %llu/%llu accepted, %llu steps (off: %llu), %llu preemptions (off: %llu)\n", what,
+                (unsigned long long)st.spec_accepted_tokens, (unsigned long long)st.spec_draft_tokens,
+                (unsigned long long)st.steps, (unsigned long long)st0.steps, (unsigned long long)st.preemptions,
+                (unsigned long long)st0.preemptions);
+        assert_true(st.spec_draft_tokens > 0);
+        if (CFG[k].blocks == 16) {
+            assert_true(st0.preemptions > 0);
+            g_draft_preemptions += st.preemptions;
+        }
+        if (all_accepted && !CFG[k].seeded) /* the model drafting for itself, greedy */
+            assert_int_equal(st.spec_accepted_tokens, st.spec_draft_tokens);
+    }
+}
+
+static void test_draft_model(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    /* the model as its own draft: every greedy draft is right */
+    draft_vs_off(g_stories, "stories260K (itself)", true);
+    /* a random-weight llama with stories260K's tokenizer: mostly wrong drafts */
+    const char *b = getenv("PAGODA_BUILD");
+    char bin[512], dir[] = "/tmp/pagoda-draft-XXXXXX", path[600], other[600], cmd[8192], err[256];
+    snprintf(bin, sizeof bin, "%s/pagoda-mkmodel", b ? b : "build");
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/d.gguf", dir);
+    snprintf(other, sizeof other, "%s/o.gguf", dir);
+    snprintf(cmd, sizeof cmd,
+             "%s -o %s --tokenizer-from %s --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --ctx 512 "
+             "--type Q8_0 > %s.log 2>&1 && %s -o %s --dim 64 --layers 1 --heads 4 --ffn 96 --ctx 256 --type Q8_0 "
+             ">> %s.log 2>&1",
+             bin, path, support_shared_model("stories260K.gguf"), path, bin, other, path);
+    if (system(cmd) != 0)
+        fail_msg("%s failed", cmd);
+    engine_t *dm = engine_load(path, err, sizeof err);
+    engine_t *om = engine_load(other, err, sizeof err);
+    assert_non_null(dm);
+    assert_non_null(om);
+    assert_int_equal(sched_draft_check(g_stories->model, g_stories->tok, dm->model, dm->tok, err, sizeof err), 0);
+    draft_vs_off(dm, "random llama", false);
+    assert_true(g_draft_preemptions > 0); /* drafting sequences were preempted and resumed */
+    /* another vocabulary is refused, with a message; so is SPEC_DRAFT without a model */
+    err[0] = 0;
+    assert_int_equal(sched_draft_check(g_stories->model, g_stories->tok, om->model, om->tok, err, sizeof err), -1);
+    assert_non_null(strstr(err, "vocabulary"));
+    sched_config_t c = cfg_make(4, 0, SPEC_DRAFT);
+    assert_null(sched_new(g_stories->model, g_stories->tok, &c, on_event, NULL, err, sizeof err));
+    assert_non_null(strstr(err, "draft model"));
+    engine_free(&dm);
+    engine_free(&om);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* ---- sampling --------------------------------------------------------------------- */
 
 static void test_seeded_sampling_same(void **state)
@@ -469,7 +560,7 @@ static void test_sampling_distribution(void **state)
 {
     (void)state;
     NEED_STORIES();
-    enum { N = 1536, BATCH = 64, POS = 3 };
+    enum { N = 1024, BATCH = 64, POS = 3 };
     const int32_t V = g_stories->model->cfg.vocab;
     static sched_req_t reqs[BATCH];
     static run_t R;
@@ -637,6 +728,7 @@ int main(void)
         cmocka_unit_test(test_draft_length_adapts),
         cmocka_unit_test(test_greedy_stories),
         cmocka_unit_test(test_greedy_architectures),
+        cmocka_unit_test(test_draft_model),
         cmocka_unit_test(test_seeded_sampling_same),
         cmocka_unit_test(test_sampling_distribution),
         cmocka_unit_test(test_grammar_drafts),

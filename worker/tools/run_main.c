@@ -42,7 +42,7 @@ static void usage(FILE *f)
             "                  [--kv-budget-mb N]  (KV pool budget, default 1024) [--bench-bandwidth]\n"
             "       pagoda-run [-m FILE.gguf] --bench-bandwidth [--threads N]\n"
             "       pagoda-run -m FILE.gguf --bench-spec [-n N] [--threads N]\n"
-            "  --spec off|ngram (speculative decoding, default off), --spec-max-draft N (8),\n"
+            "  --spec off|ngram|draft (speculative decoding, default off), --draft-model FILE,\n  --spec-max-draft N (8),"
             "  --spec-max-rows N (16: no drafts in steps of more rows)\n"
             "Prints only the continuation on stdout. --temp 0 is greedy and deterministic.\n");
 }
@@ -441,7 +441,7 @@ static int run_bench_spec(engine_t *e, const sched_config_t *base, int n_gen)
         double a = spec_once(e, &off, prompt, n_prompt, n_gen, NULL, &ref, &st);
         double ta = (double)(ref.t_end_us - ref.t_first_us) / 1e6;
         sched_config_t c = off;
-        c.spec = SPEC_NGRAM;
+        c.spec = base->spec == SPEC_DRAFT ? SPEC_DRAFT : SPEC_NGRAM;
         spec_once(e, &c, prompt, n_prompt, n_gen, NULL, &run, &st);
         double tb = (double)(run.t_end_us - run.t_first_us) / 1e6;
         bool same = run.n_toks == ref.n_toks && !memcmp(run.toks, ref.toks, (size_t)ref.n_toks * sizeof(int32_t));
@@ -456,7 +456,8 @@ static int run_bench_spec(engine_t *e, const sched_config_t *base, int n_gen)
         free(ref.toks);
         free(prompt);
     }
-    printf("# n-gram acceptance over all prompts: %.1f%% of %llu draft tokens\n",
+    printf("# %s acceptance over all prompts: %.1f%% of %llu draft tokens\n",
+           base->spec == SPEC_DRAFT ? "draft-model" : "n-gram",
            all_d ? 100.0 * (double)all_a / (double)all_d : 0.0, (unsigned long long)all_d);
     return rc;
 }
@@ -477,8 +478,10 @@ int main(int argc, char **argv)
     sched_config_default(&cfg);
     cfg.max_seqs = 1;
     char err0[512];
+    const char *draft_path = NULL;
+    engine_t *draft = NULL;
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
-           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_BENCH_SPEC };
+           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_BENCH_SPEC, O_DRAFT };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
@@ -499,6 +502,7 @@ int main(int argc, char **argv)
         {"spec-max-draft", required_argument, 0, O_SPEC_MAX},
         {"spec-max-rows", required_argument, 0, O_SPEC_ROWS},
         {"bench-spec", no_argument, 0, O_BENCH_SPEC},
+        {"draft-model", required_argument, 0, O_DRAFT},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     int c;
@@ -540,9 +544,20 @@ int main(int argc, char **argv)
         case O_SPEC_MAX: cfg.spec_max_draft = atoi(optarg); break;
         case O_SPEC_ROWS: cfg.spec_max_rows = atoi(optarg); break;
         case O_BENCH_SPEC: bench_spec = 1; break;
+        case O_DRAFT: draft_path = optarg; cfg.spec = SPEC_DRAFT; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
+    }
+    if (draft_path) {
+        draft = engine_load(draft_path, err0, sizeof err0);
+        if (!draft) {
+            fprintf(stderr, "pagoda-run: draft model: %s\n", err0);
+            return 1;
+        }
+        if (!cfg.exact_matmul)
+            engine_pack_int8(draft, cfg.n_threads);
+        cfg.draft_model = draft->model;
     }
     if (bench_spec && model) {
         engine_t *e = engine_load(model, err0, sizeof err0);
@@ -552,8 +567,13 @@ int main(int argc, char **argv)
         }
         if (!cfg.exact_matmul)
             engine_pack_int8(e, cfg.n_threads);
-        int rc = run_bench_spec(e, &cfg, n);
+        int rc = draft && sched_draft_check(e->model, e->tok, draft->model, draft->tok, err0, sizeof err0) != 0;
+        if (rc)
+            fprintf(stderr, "pagoda-run: %s\n", err0);
+        else
+            rc = run_bench_spec(e, &cfg, n);
         engine_free(&e);
+        engine_free(&draft);
         return rc;
     }
     if (bench_bw && !bench && !model && cfg.n_threads >= 1)
@@ -596,6 +616,13 @@ int main(int argc, char **argv)
         return 2;
     }
     struct run_state rs = {.echo = 1};
+    if (draft && sched_draft_check(e->model, e->tok, draft->model, draft->tok, err, sizeof err) != 0) {
+        fprintf(stderr, "pagoda-run: %s\n", err);
+        free(ids);
+        engine_free(&e);
+        engine_free(&draft);
+        return 1;
+    }
     sched_t *s = sched_new(e->model, e->tok, &cfg, on_event, &rs, err, sizeof err);
     int rc = 0;
     if (!s) {
@@ -635,5 +662,6 @@ out:
     sched_free(&s);
     free(ids);
     engine_free(&e);
+    engine_free(&draft);
     return rc;
 }
