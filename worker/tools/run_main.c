@@ -388,7 +388,10 @@ static int run_bench_spec(engine_t *e, const sched_config_t *base, int n_gen)
         log_error("%s", err);
         return 1;
     }
+    /* a warm-up run first (threads, page faults), then the reference */
     double t1 = spec_once(e, &off, prompt, n_prompt, n_gen, NULL, &ref, &st);
+    free(ref.toks);
+    t1 = spec_once(e, &off, prompt, n_prompt, n_gen, NULL, &ref, &st);
     if (t1 <= 0) {
         free(prompt);
         return 1;
