@@ -137,7 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         oai_usage_t u = {1, 1, 0};
         oai_logprobs_t lp = {0};
         char *body = oai_chat_completion_json(&meta, text, size, "stop", &lp, &u);
-        body = oai_tools_patch(body, 0, text, content_len, calls, n, false);
+        body = oai_tools_patch(body, 0, text, content_len, calls, n, size & 1, false);
         json_error_t je;
         json_t *j = json_loads(body, JSON_ALLOW_NUL, &je);
         if (!j)
