@@ -11,7 +11,9 @@
  *     ≥ 1 message for chat, exactly one prompt form for completions, ranges);
  *   - a refused request has status 400 and an error body that is valid JSON;
  *   - response builders fed with the parsed text produce valid JSON;
- *   - UTF-8 sanitizing is idempotent (its output is valid UTF-8). */
+ *   - UTF-8 sanitizing is idempotent (its output is valid UTF-8);
+ *   - for chat, oai_load_body + oai_parse_chat_root (the Anthropic and
+ *     Responses surfaces' path) accept exactly what oai_parse_request accepts. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +105,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     int rc = oai_parse_request(body, len, kind, &r, &err);
+    if (kind == OAI_CHAT) {
+        /* The other surfaces' path (oai_load_body + oai_parse_chat_root)
+         * must agree with oai_parse_request on every chat body. */
+        oai_error_t e2;
+        json_t *root = oai_load_body(body, len, &e2);
+        int rc2 = -1;
+        if (!root) {
+            if (e2.status != 400)
+                __builtin_trap();
+        } else {
+            if (!json_is_object(root))
+                __builtin_trap();
+            oai_request_t r2;
+            rc2 = oai_parse_chat_root(root, &r2, &e2);
+            if (rc2 == 0)
+                oai_request_free(&r2);
+            json_decref(root);
+        }
+        if ((rc == 0) != (rc2 == 0))
+            __builtin_trap();
+    }
     if (rc != 0) {
         if (rc != -1 || err.status != 400 || r.model || r.messages || r.prompt)
             __builtin_trap();
