@@ -34,7 +34,13 @@ ZP=$(free_port)
 spawn "$TMP/gw.log" "$GW" --listen "127.0.0.1:$HP" --worker-endpoint "tcp://127.0.0.1:$ZP" \
   --model "m=$MODEL"
 GPID=$SPAWNED
-if ! wait_for 300 bash -c "curl -s http://127.0.0.1:$HP/health | grep -q '\"model\": *\"m\"'"; then
+# A registered worker is an entry of /health's "workers" (a supervised process that is
+# still loading is listed under "local_workers" with the same model name).
+registered() {
+  curl -s "http://127.0.0.1:$HP/health" |
+    python3 -c 'import json, sys; sys.exit(not any(w["model"] == "m" for w in json.load(sys.stdin)["workers"]))'
+}
+if ! wait_for 300 registered; then
   fail "the 1.1B worker registered within 300 s"; tail -n 20 "$TMP/gw.log" | sed 's/^/# /'; finish
 fi
 ok "the 1.1B worker registered ($(grep -m1 -o 'scheduler: .*' "$TMP/gw.log"))"
