@@ -358,7 +358,10 @@ async def run(cfg):
     base = "http://%s:%d" % (u.hostname, u.port or 80)
     cfg.path = "/v1/completions"
     if cfg.model is None:
-        cfg.model = first_model(base)
+        try:
+            cfg.model = first_model(base)
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            raise SystemExit("loadgen: GET %s/v1/models gave no model (%s); pass --model" % (base, e))
     conns = [Conn(u.hostname, u.port or 80) for _ in range(cfg.concurrency)]
     n, w = cfg.requests, cfg.warmup
     if w:
