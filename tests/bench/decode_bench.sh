@@ -48,7 +48,7 @@ echo "# pagoda $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$([[ -n $LLAM
 
 lb_tg() { # BIN MODEL EXTRA... -> tok/s of tgTG, or nothing
   local bin=$1 model=$2; shift 2
-  "$bin" -m "$model" -p 0 -n "$TG" -t "$THREADS" --poll "$LLAMA_POLL" -r 1 -o json "$@" 2>>"$OUT/llama-bench.log" |
+  "$bin" -m "$model" -p 0 -n "$TG" -t "$THREADS" -r 1 -o json "$@" 2>>"$OUT/llama-bench.log" |
     python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["avg_ts"])' 2>/dev/null
 }
 
@@ -62,8 +62,9 @@ for model in "$@"; do
     pg=$(sed -n 's/.*steady decode.*: \([0-9.]*\) tok\/s.*/\1/p' "$OUT/$tag-pagoda-$round.txt")
     mb=$(sed -n 's/.*weights read per decode step: \([0-9.]*\) MB.*/\1/p' "$OUT/$tag-pagoda-$round.txt")
     ll=""; ik=""
-    [[ -n $LLAMA ]] && ll=$(lb_tg "$LLAMA/bin/llama-bench" "$model")
-    # ik_llama.cpp: -rtr 1 repacks the weights at load into its row-interleaved layouts
+    [[ -n $LLAMA ]] && ll=$(lb_tg "$LLAMA/bin/llama-bench" "$model" --poll "$LLAMA_POLL")
+    # ik_llama.cpp: -rtr 1 repacks the weights at load into its row-interleaved
+    # layouts (its llama-bench has no --poll: its threads spin between graphs)
     [[ -n $IK ]] && ik=$(lb_tg "$IK/bin/llama-bench" "$model" -rtr 1)
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "${bw:-}" "${mb:-}" "${pg:-}" "${ll:-}" "${ik:-}" >>"$OUT/$tag.tsv"
     echo "#   $tag round $round (load $(cut -d' ' -f1 /proc/loadavg)): bw ${bw:-?} GB/s, pagoda ${pg:-?}, llama.cpp ${ll:--}, ik_llama.cpp ${ik:--} tok/s"
