@@ -27,4 +27,4 @@ if [[ $MODE != idle ]]; then
 fi
 echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores; mode $MODE; $MODEL; kv $KVT"
 python3 tests/bench/kv_restart_bench.py "http://127.0.0.1:$HP" "$MODE" "${TOKENS:-1800}"
-grep -E "disk tier|scheduler:" "$TMP/gw.log" | sed "s/^/# /" | tail -n 12
+grep -E "disk tier|scheduler:|start-up|wanted|registered|packed|loaded|pack cache" "$TMP/gw.log" | sed "s/^/# /" | tail -n 40
