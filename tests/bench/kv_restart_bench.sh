@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # TTFT of a ~1,800-token shared prefix on the 1.1B Q4_K_M model with the KV
 # disk tier (issue #27): cold, warm, after kill -9 + restart (MODE=kill9), and
-# after an on-demand idle stop + start (MODE=idle). Prints numbers only.
+# after an on-demand idle stop + start (MODE=idle). Prints numbers only, then
+# the gateway log lines about the disk tier, the pack cache and each worker's
+# start-up phases ("start-up N ms: weights hash, load, pack, scheduler, ...").
 #   PAGODA_BUILD=build bash tests/bench/kv_restart_bench.sh [kill9|idle] [MODEL] [KV_TYPE]
 # MODEL defaults to $BUILD/models/w1b-q4_k_m.gguf (tests/large/w1b.sh makes it).
 set -uo pipefail

@@ -177,9 +177,9 @@ static void *load_file(const char *path, const model_packable_t *plan, int n, ui
 {
     why[0] = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    if (fd < 0) { /* no file to reject: ENOENT, or a folder that is not there (the store says why) */
         if (errno != ENOENT)
-            errbuf_set(why, whylen, "open: %s", strerror(errno));
+            log_debug("pack cache: cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
     void *arena = NULL;
