@@ -2,6 +2,7 @@
  * pack_cache.h). */
 #include "worker/model/pack_cache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <omp.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -25,6 +27,7 @@
 #define SEED_FP 0x7061636b66707231ULL   /* layout fingerprint */
 #define PAYLOAD_ALIGN 4096u
 #define IO_CHUNK ((size_t)8 << 20)
+#define TMP_STALE_S 600 /* leftover temporaries older than this are removed before a write */
 
 /* ---- fingerprint -------------------------------------------------------- */
 
@@ -266,6 +269,26 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
+/* Removes DIR/packed/\*.pack.tmp.* older than TMP_STALE_S: what a worker
+ * killed while writing left (as large as the model). Younger ones may be
+ * another worker's write in progress. */
+static void remove_stale_tmps(const char *sub)
+{
+    DIR *dh = opendir(sub);
+    if (!dh)
+        return;
+    time_t now = time(NULL);
+    for (struct dirent *de; (de = readdir(dh)) != NULL;) {
+        char f[4400];
+        struct stat sb;
+        if (!strstr(de->d_name, ".pack.tmp.") || (size_t)snprintf(f, sizeof f, "%s/%s", sub, de->d_name) >= sizeof f)
+            continue;
+        if (stat(f, &sb) == 0 && S_ISREG(sb.st_mode) && now - sb.st_mtime > TMP_STALE_S && unlink(f) == 0)
+            log_info("pack cache: removed %s, a write that never finished", f);
+    }
+    closedir(dh);
+}
+
 /* Writes m's arena to path (tmp + fsync + rename). 0 or an errno. */
 static int store_file(const char *path, const model_t *m, const model_packable_t *plan, int n,
                       uint64_t weights_hash)
@@ -354,8 +377,10 @@ int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights
     }
     int64_t t1 = clock_now_us();
     int e = kv_disk_mkdir_p(sub);
-    if (!e)
+    if (!e) {
+        remove_stale_tmps(sub);
         e = store_file(path, m, plan, n, weights_hash);
+    }
     if (e) {
         log_warn("pack cache off: cannot write %s: %s (the next start packs again)", path, strerror(e));
     } else {

@@ -40,7 +40,8 @@
  * packed as without a cache and the file is rewritten. Writers write
  * DIR/packed/NAME.tmp.<pid>, fsync it and rename it into place, so a reader
  * sees a whole file or none; two workers of one model writing at once each
- * rename a complete file (the last one stays). A directory that cannot be
+ * rename a complete file (the last one stays). Temporaries older than 10
+ * minutes (a writer killed mid-write) are removed before a write. A directory that cannot be
  * created or written, or a full disk, means no cache file: the worker packs
  * and logs one line. */
 #ifndef PAGODA_WORKER_MODEL_PACK_CACHE_H

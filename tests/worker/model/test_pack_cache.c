@@ -13,7 +13,8 @@
  *   4. damaged files, each rejected (never used), repacked with the same
  *      bytes, and rewritten so that the next start loads again: a flipped
  *      payload byte, a flipped header byte, a file cut to half, and a
- *      foreign file (the right name, made for other weights).
+ *      foreign file (the right name, made for other weights). A write
+ *      removes a temporary older than 10 minutes, not a young one.
  * A folder that cannot be created (its parent is a regular file) gives
  * PACKED (no file) and the same arena. pack_cache_parse refuses short,
  * misaligned and inconsistent headers. The weights hash: computed once,
@@ -207,7 +208,16 @@ static void check_type(const char *type)
     through(&r, path, dir, hash + 1, PACK_CACHE_STORED, false);
     cache_file(dir, hash + 1, other, sizeof other);
     assert_int_equal(rename(other, file), 0);
+    /* a temporary a killed writer left an hour ago goes at the next write;
+     * one just begun (another writer's) stays */
+    char stale[600], young[600];
+    snprintf(stale, sizeof stale, "%s.tmp.1", file);
+    snprintf(young, sizeof young, "%s.tmp.2", file);
+    assert_int_equal(sh("touch -d '1 hour ago' %s && touch %s", stale, young), 0);
     through(&r, path, dir, hash, PACK_CACHE_STORED, true);
+    assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(access(young, F_OK), 0);
+    assert_int_equal(unlink(young), 0);
     through(&r, path, dir, hash, PACK_CACHE_LOADED, false);
 
     /* a folder that cannot be made: packed, nothing written */
