@@ -645,8 +645,14 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
         w->draft = engine_load(cfg->draft_path, err, errlen);
         if (!w->draft)
             goto err;
-        if (!w->scfg.exact_matmul)
-            engine_pack_int8(w->draft, w->scfg.n_threads);
+        if (!w->scfg.exact_matmul) { /* the draft's packings are cached too, under its own hash */
+            uint64_t draft_hash;
+            if (cache_dir &&
+                kv_disk_hash_file_cached(cfg->draft_path, cache_dir, &draft_hash, NULL, herr, sizeof herr) == 0)
+                pack_cache_pack(w->draft->model, w->scfg.n_threads, cache_dir, draft_hash, NULL);
+            else
+                engine_pack_int8(w->draft, w->scfg.n_threads);
+        }
         if (sched_draft_check(w->engine->model, w->engine->tok, w->draft->model, w->draft->tok, err,
                               errlen) != 0)
             goto err;
