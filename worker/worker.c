@@ -36,6 +36,8 @@ struct worker {
     char host[PROTO_MAX_NAME + 1];        /* gethostname(), or "localhost" */
     worker_link_t *link;                  /* to the gateway (owned) */
     kv_disk_t *disk;                      /* disk tier under the prefix cache (owned), NULL = none */
+    pack_cache_write_t *pack_write;       /* the pack file written after registering (owned), or NULL */
+    pack_cache_write_t *draft_pack_write; /* the same for the draft model */
     kv_report_t *kv_report;               /* prefix-cache changes → KV messages (owned) */
     int heartbeat_ms;                     /* --heartbeat-ms (the link may adopt the gateway's) */
     int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
@@ -630,7 +632,7 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     t_load = clock_now_us();
     if (!w->scfg.exact_matmul) {
         if (have_hash)
-            pack_cache_pack(w->engine->model, w->scfg.n_threads, cache_dir, weights_hash, NULL);
+            pack_cache_pack(w->engine->model, w->scfg.n_threads, cache_dir, weights_hash, NULL, &w->pack_write);
         else
             engine_pack_int8(w->engine, w->scfg.n_threads);
     }
@@ -649,7 +651,7 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
             uint64_t draft_hash;
             if (cache_dir &&
                 kv_disk_hash_file_cached(cfg->draft_path, cache_dir, &draft_hash, NULL, herr, sizeof herr) == 0)
-                pack_cache_pack(w->draft->model, w->scfg.n_threads, cache_dir, draft_hash, NULL);
+                pack_cache_pack(w->draft->model, w->scfg.n_threads, cache_dir, draft_hash, NULL, &w->draft_pack_write);
             else
                 engine_pack_int8(w->draft, w->scfg.n_threads);
         }
@@ -708,6 +710,10 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     }
     log_info("serving model %s (%s) as %s: %u seqs, context %u, %u KV blocks", w->model_name,
              w->model_path, w->replica, w->capacity, w->n_ctx, w->kv_blocks);
+    /* the pack files, if due, are written while we serve: registering
+     * does not wait for 0.6 GB to reach the disk */
+    pack_cache_write_begin(w->pack_write);
+    pack_cache_write_begin(w->draft_pack_write);
     log_info("start-up %.0f ms: weights hash %.0f, load %.0f, pack %.0f, scheduler %.0f, disk tier %.0f, link %.0f",
              (double)(clock_now_us() - t_start) / 1e3, (double)(t_hash - t_start) / 1e3, (double)(t_load - t_hash) / 1e3,
              (double)(t_pack - t_load) / 1e3, (double)(t_sched - t_pack) / 1e3, (double)(t_disk - t_sched) / 1e3,
@@ -735,6 +741,8 @@ void worker_free(worker_t **wp)
     }
     sched_free(&w->sched);
     kv_disk_close(&w->disk);
+    pack_cache_write_end(&w->pack_write); /* waits for a write in progress: it reads the arena */
+    pack_cache_write_end(&w->draft_pack_write);
     engine_free(&w->engine);
     engine_free(&w->draft);
     free(w->test_step_wedge);

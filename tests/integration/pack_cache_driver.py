@@ -3,7 +3,8 @@ pack_cache.sh; helpers from kv_disk_driver.py). Prints TAP-like lines.
 
 Env: BUILD, TMP, MODEL_FILE (a Q4_K_M model: Q4_K and Q6_K matrices).
 Every text is compared with a worker WITHOUT --kv-cache-dir (greedy):
-  1. first worker with a folder: packs, writes DIR/packed/*.pack, same texts;
+  1. first worker with a folder: packs, registers, writes DIR/packed/*.pack
+     on a thread while it serves, same texts;
   2. killed with -9, started again: reads the file (log "pack cache: read"),
      remembers the weights hash (log "remembered"), same texts;
   3. a flipped byte in the file's payload: the worker says the file is not
@@ -43,6 +44,7 @@ def run():
 
     w = kd.Worker("p1", d)
     texts = [kd.post(p)[0] for p in kd.PROMPTS[:3]]
+    kd.wait_until(lambda: "pack cache: wrote" in w.text(), 60)  # written after registering, on a thread
     files = pack_files(d)
     kd.check("first start: packs, writes one pack file, the same texts",
              texts == ref and len(files) == 1 and "pack cache: wrote" in w.text(), w.text()[-1500:])

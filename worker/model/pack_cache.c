@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,8 +315,9 @@ static int store_file(const char *path, const model_t *m, const model_packable_t
         wr64(e + 32, kv_disk_hash64(w->packed, plan[i].bytes, SEED_SUM));
     }
     wr64(head + hb - 8, kv_disk_hash64(head, hb - 8, SEED_HEAD));
+    static atomic_uint serial;
     char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&serial, 1));
     int e = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         e = errno;
@@ -337,18 +339,72 @@ static int store_file(const char *path, const model_t *m, const model_packable_t
 
 /* ---- entry point -------------------------------------------------------- */
 
-int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights_hash, pack_cache_result_t *res)
+struct pack_cache_write {
+    const model_t *m;
+    model_packable_t *plan;
+    int n;
+    uint64_t weights_hash;
+    char sub[4096], path[4200];
+    pthread_t thread;
+    bool started;
+};
+
+/* mkdir, stale temporaries, the file, one log line: 0 or an errno */
+static int write_run(pack_cache_write_t *job)
+{
+    int64_t t1 = clock_now_us();
+    int e = kv_disk_mkdir_p(job->sub);
+    if (!e) {
+        remove_stale_tmps(job->sub);
+        e = store_file(job->path, job->m, job->plan, job->n, job->weights_hash);
+    }
+    if (e)
+        log_warn("pack cache off: cannot write %s: %s (the next start packs again)", job->path, strerror(e));
+    else
+        log_info("pack cache: wrote %s (%.1f MiB) in %.0f ms", job->path,
+                 (double)job->m->packed_bytes / (1024.0 * 1024.0), (double)(clock_now_us() - t1) / 1e3);
+    return e;
+}
+
+static void *write_thread(void *arg)
+{
+    (void)write_run(arg);
+    return NULL;
+}
+
+void pack_cache_write_begin(pack_cache_write_t *job)
+{
+    if (!job || job->started)
+        return;
+    if (pthread_create(&job->thread, NULL, write_thread, job) == 0)
+        job->started = true;
+    else
+        (void)write_run(job); /* no thread: write now */
+}
+
+void pack_cache_write_end(pack_cache_write_t **jobp)
+{
+    pack_cache_write_t *job = jobp ? *jobp : NULL;
+    if (!job)
+        return;
+    if (job->started)
+        pthread_join(job->thread, NULL);
+    free(job->plan);
+    free(job);
+    *jobp = NULL;
+}
+
+int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights_hash, pack_cache_result_t *res,
+                    pack_cache_write_t **deferred)
 {
     pack_cache_result_t r = {.outcome = PACK_CACHE_OFF};
     int64_t t0 = clock_now_us();
+    if (deferred)
+        *deferred = NULL;
     model_packable_t *plan = NULL;
     int n = dir && *dir ? model_pack_plan(m, &plan) : 0;
-    if (n == 0) {
-        r.n_packed = model_pack_int8(m, n_threads);
-        goto done;
-    }
     char sub[4096], path[4200], why[256];
-    if ((size_t)snprintf(sub, sizeof sub, "%s/packed", dir) >= sizeof sub) {
+    if (n == 0 || (size_t)snprintf(sub, sizeof sub, "%s/packed", dir) >= sizeof sub) {
         r.n_packed = model_pack_int8(m, n_threads);
         goto done;
     }
@@ -375,19 +431,18 @@ int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights
         log_warn("pack cache: %d of %d matrices packed; not writing a cache file", r.n_packed, n);
         goto done;
     }
-    int64_t t1 = clock_now_us();
-    int e = kv_disk_mkdir_p(sub);
-    if (!e) {
-        remove_stale_tmps(sub);
-        e = store_file(path, m, plan, n, weights_hash);
+    pack_cache_write_t *job = xcalloc(1, sizeof *job);
+    *job = (pack_cache_write_t){.m = m, .plan = plan, .n = n, .weights_hash = weights_hash};
+    memcpy(job->sub, sub, sizeof sub);
+    memcpy(job->path, path, sizeof path);
+    plan = NULL; /* the job's now */
+    if (deferred) {
+        *deferred = job;
+        goto done;
     }
-    if (e) {
-        log_warn("pack cache off: cannot write %s: %s (the next start packs again)", path, strerror(e));
-    } else {
+    if (write_run(job) == 0)
         r.outcome = PACK_CACHE_STORED;
-        log_info("pack cache: wrote %s (%.1f MiB) in %.0f ms", path, (double)m->packed_bytes / (1024.0 * 1024.0),
-                 (double)(clock_now_us() - t1) / 1e3);
-    }
+    pack_cache_write_end(&job);
 done:
     free(plan);
     r.ms = (double)(clock_now_us() - t0) / 1e3;

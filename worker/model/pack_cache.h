@@ -38,7 +38,7 @@
  * payload is hashed while it is read into the arena: ~0.1 s per GB per core;
  * a flipped bit anywhere is caught). Anything else is logged, the model is
  * packed as without a cache and the file is rewritten. Writers write
- * DIR/packed/NAME.tmp.<pid>, fsync it and rename it into place, so a reader
+ * DIR/packed/NAME.tmp.<pid>.<n>, fsync it and rename it into place, so a reader
  * sees a whole file or none; two workers of one model writing at once each
  * rename a complete file (the last one stays). Temporaries older than 10
  * minutes (a writer killed mid-write) are removed before a write. A directory that cannot be
@@ -102,7 +102,19 @@ int pack_cache_parse(const uint8_t *buf, size_t len, pack_cache_header_t *h, pac
 
 /* model_pack_int8 through the cache in dir/packed/ (dir NULL or "": plain
  * model_pack_int8, outcome OFF). Returns the number of matrices packed or
- * loaded (as model_pack_int8) and fills *res (may be NULL). Logs one line. */
-int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights_hash, pack_cache_result_t *res);
+ * loaded (as model_pack_int8) and fills *res (may be NULL). Logs a line per
+ * step (read, not used, packed, wrote, cannot write).
+ * deferred NULL: a file to write is written before returning (STORED, or
+ * PACKED when the write failed). deferred non-NULL: the write is not done
+ * but returned in *deferred (NULL when there is none; outcome PACKED), so
+ * that a worker can register first: pack_cache_write_begin(job) writes it
+ * on a thread of its own (the arena is only read; m must stay alive and
+ * packed), pack_cache_write_end(&job) waits for that thread and frees the
+ * job (without a begin it drops the write). */
+typedef struct pack_cache_write pack_cache_write_t;
+int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights_hash, pack_cache_result_t *res,
+                    pack_cache_write_t **deferred);
+void pack_cache_write_begin(pack_cache_write_t *job);
+void pack_cache_write_end(pack_cache_write_t **job);
 
 #endif

@@ -15,6 +15,9 @@
  *      payload byte, a flipped header byte, a file cut to half, and a
  *      foreign file (the right name, made for other weights). A write
  *      removes a temporary older than 10 minutes, not a young one.
+ *   5. a deferred write: no file until pack_cache_write_begin, the file
+ *      there after pack_cache_write_end (and loadable); ended without a
+ *      begin, no file.
  * A folder that cannot be created (its parent is a regular file) gives
  * PACKED (no file) and the same arena. pack_cache_parse refuses short,
  * misaligned and inconsistent headers. The weights hash: computed once,
@@ -143,7 +146,7 @@ static void through(const ref_t *r, const char *path, const char *dir, uint64_t 
 {
     model_t *m = load(path);
     pack_cache_result_t res;
-    int n = pack_cache_pack(m, 2, dir, hash, &res);
+    int n = pack_cache_pack(m, 2, dir, hash, &res, NULL);
     assert_int_equal(res.outcome, want);
     assert_int_equal(res.rejected, rejected);
     assert_int_equal(n, res.n_packed);
@@ -218,6 +221,26 @@ static void check_type(const char *type)
     assert_int_equal(access(stale, F_OK), -1);
     assert_int_equal(access(young, F_OK), 0);
     assert_int_equal(unlink(young), 0);
+    through(&r, path, dir, hash, PACK_CACHE_LOADED, false);
+
+    /* deferred: nothing written until begin; end waits for the thread;
+     * a job ended without a begin writes nothing */
+    assert_int_equal(unlink(file), 0);
+    for (int begin = 0; begin < 2; begin++) {
+        model_t *m = load(path);
+        pack_cache_result_t res;
+        pack_cache_write_t *job = NULL;
+        assert_true(pack_cache_pack(m, 2, dir, hash, &res, &job) > 0);
+        assert_int_equal(res.outcome, PACK_CACHE_PACKED);
+        assert_non_null(job);
+        assert_int_equal(access(file, F_OK), -1);
+        if (begin)
+            pack_cache_write_begin(job);
+        pack_cache_write_end(&job);
+        assert_null(job);
+        assert_int_equal(access(file, F_OK), begin ? 0 : -1);
+        model_free(&m);
+    }
     through(&r, path, dir, hash, PACK_CACHE_LOADED, false);
 
     /* a folder that cannot be made: packed, nothing written */
