@@ -368,26 +368,31 @@ static void on_event_spec(void *ud, const sched_event_t *ev)
 /* One greedy sequence of prompt → n_gen tokens (EOS ignored) with cfg and
  * drafter (NULL: the configured mode). Fills out (generated ids, times) and
  * *st; returns decode seconds per step after the first token, or -1. */
-static double spec_once(engine_t *e, const sched_config_t *cfg, const int32_t *prompt, int32_t n_prompt,
-                        int n_gen, struct oracle *o, struct spec_run *out, sched_stats_t *st)
+static double spec_run_seqs(engine_t *e, const sched_config_t *cfg, const int32_t *prompt, int32_t n_prompt,
+                            int n_gen, int n_seqs, struct oracle *o, struct spec_run *out, sched_stats_t *st)
 {
     char err[256];
     memset(out, 0, sizeof *out);
-    sched_t *s = sched_new(e->model, e->tok, cfg, on_event_spec, out, err, sizeof err);
+    sched_config_t c = *cfg;
+    if (c.max_seqs < n_seqs)
+        c.max_seqs = n_seqs;
+    sched_t *s = sched_new(e->model, e->tok, &c, on_event_spec, out, err, sizeof err);
     if (!s) {
         log_error("%s", err);
         return -1;
     }
     if (o)
         sched_set_drafter(s, oracle_draft, o);
-    sched_req_t r = {.id = 1, .priority = 1, .prompt = prompt, .n_prompt = n_prompt, .max_tokens = n_gen,
-                     .ignore_eos = true, .top_logprobs = -1};
-    sampler_params_default(&r.sampling);
-    r.sampling.temperature = 0;
-    if (sched_submit(s, &r, err, sizeof err) != 0) {
-        log_error("%s", err);
-        sched_free(&s);
-        return -1;
+    for (int i = 0; i < n_seqs; i++) {
+        sched_req_t r = {.id = (uint64_t)i + 1, .priority = 1, .prompt = prompt, .n_prompt = n_prompt,
+                         .max_tokens = n_gen, .ignore_eos = true, .top_logprobs = -1};
+        sampler_params_default(&r.sampling);
+        r.sampling.temperature = 0;
+        if (sched_submit(s, &r, err, sizeof err) != 0) {
+            log_error("%s", err);
+            sched_free(&s);
+            return -1;
+        }
     }
     uint64_t steps_at_first = 0;
     while (sched_busy(s)) {
@@ -402,6 +407,31 @@ static double spec_once(engine_t *e, const sched_config_t *cfg, const int32_t *p
     sched_free(&s);
     uint64_t steps = st->steps - steps_at_first;
     return steps > 0 ? (double)(out->t_end_us - out->t_first_us) / 1e6 / (double)steps : -1;
+}
+
+static double spec_once(engine_t *e, const sched_config_t *cfg, const int32_t *prompt, int32_t n_prompt,
+                        int n_gen, struct oracle *o, struct spec_run *out, sched_stats_t *st)
+{
+    return spec_run_seqs(e, cfg, prompt, n_prompt, n_gen, 1, o, out, st);
+}
+
+/* Decode tok/s of n_seqs greedy sequences (after the first token; all the
+ * sequences' tokens) with the configuration c and drafter o (NULL: none). */
+static double spec_tps(engine_t *e, const sched_config_t *c, const int32_t *prompt, int32_t n_prompt, int n_gen,
+                       int n_seqs, struct oracle *o, sched_stats_t *st)
+{
+    struct spec_run run;
+    spec_run_seqs(e, c, prompt, n_prompt, n_gen, n_seqs, o, &run, st);
+    double secs = (double)(run.t_end_us - run.t_first_us) / 1e6;
+    double tps = secs > 0 ? (run.n_toks - n_seqs) / secs : 0;
+    free(run.toks);
+    return tps;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 static const char *const spec_prompts[] = {
@@ -461,19 +491,28 @@ static int run_bench_spec(engine_t *e, const sched_config_t *base, int n_gen)
         rc |= !same;
         free(run.toks);
     }
-    /* adaptive length with drafts that are always wrong: what speculation costs */
-    {
-        sched_config_t c = off;
+    /* adaptive length with drafts that are always wrong: what speculation
+     * costs, at 1 and 32 sequences; runs with and without alternate (3
+     * pairs) and the median of the per-pair ratios counts */
+    for (int ns = 1; ns <= 32; ns += 31) {
+        sched_config_t c = off, c_off = off;
         c.spec = SPEC_NGRAM;
-        o.wrong = true;
-        spec_once(e, &c, prompt, n_prompt, n_gen, &o, &run, &st);
-        double secs = (double)(run.t_end_us - run.t_first_us) / 1e6;
-        double tps = secs > 0 ? (run.n_toks - 1) / secs : 0;
-        printf("# always-wrong drafts (adaptive length, max %d): %.1f tok/s = %.3fx no speculation; %llu drafts, %llu draft tokens\n",
-               c.spec_max_draft, tps, tps * t1, (unsigned long long)st.spec_drafts,
-               (unsigned long long)st.spec_draft_tokens);
-        free(run.toks);
+        double ratio[3], tw = 0, to = 0;
+        for (int i = 0; i < 3; i++) {
+            o.wrong = false;
+            to = spec_tps(e, &c_off, prompt, n_prompt, n_gen, ns, NULL, &st);
+            o.wrong = true;
+            tw = spec_tps(e, &c, prompt, n_prompt, n_gen, ns, &o, &st);
+            ratio[i] = to > 0 ? tw / to : 0;
+        }
+        qsort(ratio, 3, sizeof ratio[0], cmp_double);
+        printf("# always-wrong drafts, %d sequence%s (adaptive length, max %d, no drafts in steps over %d rows): "
+               "%.3fx no speculation (median of 3 alternating pairs; last pair %.1f / %.1f tok/s); %llu drafts, "
+               "%llu draft tokens in the last run\n",
+               ns, ns > 1 ? "s" : "", c.spec_max_draft, c.spec_max_rows, ratio[1], tw, to,
+               (unsigned long long)st.spec_drafts, (unsigned long long)st.spec_draft_tokens);
     }
+    o.wrong = false;
     free(full);
     free(ref.toks);
     free(prompt);
