@@ -88,6 +88,61 @@ int kv_disk_hash_file(const char *path, uint64_t *out, char *err, size_t errlen)
     return 0;
 }
 
+#define KVD_HASH_MAGIC 0x3148535748445650ULL /* "PVDHWSH1" */
+
+int kv_disk_hash_file_cached(const char *path, const char *dir, uint64_t *out, bool *cached, char *err,
+                             size_t errlen)
+{
+    if (cached)
+        *cached = false;
+    struct stat sb;
+    char sub[4096], rec[4200];
+    if (!dir || !*dir || stat(path, &sb) != 0 ||
+        (size_t)snprintf(sub, sizeof sub, "%s/weights-hash", dir) >= sizeof sub)
+        return kv_disk_hash_file(path, out, err, errlen);
+    snprintf(rec, sizeof rec, "%s/%llx-%llx-%lld-%lld%09ld-%lld%09ld.hash", sub, (unsigned long long)sb.st_dev,
+             (unsigned long long)sb.st_ino, (long long)sb.st_size, (long long)sb.st_mtim.tv_sec,
+             (long)sb.st_mtim.tv_nsec, (long long)sb.st_ctim.tv_sec, (long)sb.st_ctim.tv_nsec);
+    uint64_t r[3];
+    int fd = open(rec, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t got = read(fd, r, sizeof r);
+        close(fd);
+        if (got == (ssize_t)sizeof r && r[0] == KVD_HASH_MAGIC && r[2] == kv_disk_hash64(r, 16, KVD_HASH_MAGIC)) {
+            *out = r[1];
+            if (cached)
+                *cached = true;
+            return 0;
+        }
+        log_warn("weights hash record %s is damaged: hashing the file again", rec);
+    }
+    if (kv_disk_hash_file(path, out, err, errlen) != 0)
+        return -1;
+    r[0] = KVD_HASH_MAGIC;
+    r[1] = *out;
+    r[2] = kv_disk_hash64(r, 16, KVD_HASH_MAGIC);
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", rec, (long)getpid());
+    int e = kv_disk_mkdir_p(sub);
+    if (e == 0) {
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        e = fd < 0 ? errno : 0;
+    }
+    if (e == 0) {
+        bool ok = write(fd, r, sizeof r) == (ssize_t)sizeof r;
+        e = ok ? 0 : errno ? errno : EIO;
+        if (close(fd) != 0 && !e)
+            e = errno;
+        if (!e && rename(tmp, rec) != 0)
+            e = errno;
+        if (e)
+            unlink(tmp);
+    }
+    if (e)
+        log_debug("weights hash record %s not written: %s", rec, strerror(e));
+    return 0;
+}
+
 uint64_t kv_disk_ident(const kv_disk_shape_t *s)
 {
     int64_t f[6] = {(int64_t)s->weights_hash, s->kv_type, s->qblock, s->block_size, s->n_layer, s->kv_dim};
@@ -259,7 +314,7 @@ static void tier_off(kv_disk_t *d, const char *what, int err)
 
 /* ---- open / close ------------------------------------------------------- */
 
-static int mkdir_p(const char *path)
+int kv_disk_mkdir_p(const char *path)
 {
     char tmp[4096];
     size_t n = strlen(path);
@@ -319,7 +374,7 @@ kv_disk_t *kv_disk_open(const char *dir, uint64_t cap_bytes, const kv_disk_shape
         tier_off(d, "size cap", ENOSPC);
         return d;
     }
-    int e = mkdir_p(d->dir);
+    int e = kv_disk_mkdir_p(d->dir);
     if (e != 0) {
         tier_off(d, "cannot create the folder", e);
         return d;

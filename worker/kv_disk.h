@@ -98,6 +98,22 @@ uint64_t kv_disk_hash64(const void *p, size_t n, uint64_t seed);
  * (message in err). */
 int kv_disk_hash_file(const char *path, uint64_t *out, char *err, size_t errlen);
 
+/* kv_disk_hash_file, remembered under DIR/weights-hash/: the file
+ * DEV-INO-SIZE-MTIME-CTIME.hash (nanosecond times of path's stat) holds the
+ * hash (24 bytes: magic, hash, kv_disk_hash64 of the two). Trust rule: a
+ * file whose device, inode, size, mtime and ctime are all unchanged is
+ * taken to have unchanged bytes (ctime cannot be set from user space: any
+ * write, chmod or rename bumps it); a replaced or rewritten file gets
+ * another name and is hashed again. A record that is short or fails its
+ * check is ignored and rewritten. *cached (may be NULL) tells whether the
+ * record was used. dir NULL or "": kv_disk_hash_file. A directory that cannot
+ * be written only costs the record (log_debug). 0 ok, -1 as kv_disk_hash_file. */
+int kv_disk_hash_file_cached(const char *path, const char *dir, uint64_t *out, bool *cached, char *err,
+                             size_t errlen);
+
+/* mkdir -p with mode 0755: 0, or an errno (ENOTDIR when path is a file). */
+int kv_disk_mkdir_p(const char *path);
+
 /* The folder name of a shape (its 64-bit identity). */
 uint64_t kv_disk_ident(const kv_disk_shape_t *shape);
 

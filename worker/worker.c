@@ -17,6 +17,7 @@
 #include "common/sigwake.h"
 #include "common/xalloc.h"
 #include "worker/kv_disk.h"
+#include "worker/model/pack_cache.h"
 #include "worker/kv_pool.h"
 #include "worker/kv_report.h"
 #include "common/text/detok.h"
@@ -35,6 +36,8 @@ struct worker {
     char host[PROTO_MAX_NAME + 1];        /* gethostname(), or "localhost" */
     worker_link_t *link;                  /* to the gateway (owned) */
     kv_disk_t *disk;                      /* disk tier under the prefix cache (owned), NULL = none */
+    pack_cache_write_t *pack_write;       /* the pack file written after registering (owned), or NULL */
+    pack_cache_write_t *draft_pack_write; /* the same for the draft model */
     kv_report_t *kv_report;               /* prefix-cache changes → KV messages (owned) */
     int heartbeat_ms;                     /* --heartbeat-ms (the link may adopt the gateway's) */
     int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
@@ -609,11 +612,31 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
 
     if (w->test_load_sleep_us)
         clock_sleep_us(w->test_load_sleep_us);
+    int64_t t_start = clock_now_us(), t_hash, t_load, t_pack, t_sched, t_disk;
+    /* with a cache directory: the weights' hash (remembered there by the
+     * file's identity) keys both the packed-weight cache and the disk tier */
+    const char *cache_dir = cfg->kv_cache_dir && *cfg->kv_cache_dir ? cfg->kv_cache_dir : NULL;
+    uint64_t weights_hash = 0;
+    bool have_hash = false, hash_cached = false;
+    char herr[256];
+    if (cache_dir) {
+        if (kv_disk_hash_file_cached(w->model_path, cache_dir, &weights_hash, &hash_cached, herr, sizeof herr) != 0)
+            log_warn("kv disk tier and pack cache off: cannot hash the weights: %s", herr);
+        else
+            have_hash = true;
+    }
+    t_hash = clock_now_us();
     w->engine = engine_load(w->model_path, err, errlen);
     if (!w->engine)
         goto err;
-    if (!w->scfg.exact_matmul)
-        engine_pack_int8(w->engine, w->scfg.n_threads);
+    t_load = clock_now_us();
+    if (!w->scfg.exact_matmul) {
+        if (have_hash)
+            pack_cache_pack(w->engine->model, w->scfg.n_threads, cache_dir, weights_hash, NULL, &w->pack_write);
+        else
+            engine_pack_int8(w->engine, w->scfg.n_threads);
+    }
+    t_pack = clock_now_us();
     if (cfg->ctx_cap && (int32_t)cfg->ctx_cap < w->engine->model->cfg.ctx)
         w->engine->model->cfg.ctx = (int32_t)cfg->ctx_cap;
     if (w->scfg.spec == SPEC_DRAFT) {
@@ -624,8 +647,14 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
         w->draft = engine_load(cfg->draft_path, err, errlen);
         if (!w->draft)
             goto err;
-        if (!w->scfg.exact_matmul)
-            engine_pack_int8(w->draft, w->scfg.n_threads);
+        if (!w->scfg.exact_matmul) { /* the draft's packings are cached too, under its own hash */
+            uint64_t draft_hash;
+            if (cache_dir &&
+                kv_disk_hash_file_cached(cfg->draft_path, cache_dir, &draft_hash, NULL, herr, sizeof herr) == 0)
+                pack_cache_pack(w->draft->model, w->scfg.n_threads, cache_dir, draft_hash, NULL, &w->draft_pack_write);
+            else
+                engine_pack_int8(w->draft, w->scfg.n_threads);
+        }
         if (sched_draft_check(w->engine->model, w->engine->tok, w->draft->model, w->draft->tok, err,
                               errlen) != 0)
             goto err;
@@ -635,30 +664,24 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
                          errlen);
     if (!w->sched)
         goto err;
+    t_sched = clock_now_us();
     sched_stats_t st0;
     sched_stats(w->sched, &st0);
     w->capacity = (uint32_t)sched_capacity(w->sched);
     w->n_ctx = (uint32_t)sched_context_length(w->sched);
     w->kv_blocks = (uint32_t)st0.kv_blocks_total;
     w->block_size = (uint32_t)w->scfg.block_size;
-    if (cfg->kv_cache_dir && *cfg->kv_cache_dir) {
+    if (have_hash) {
         /* the disk tier: its folder is keyed by the weights' hash and the KV format */
         const kv_store_t *kst = kv_pool_store(sched_kv_pool(w->sched));
         kv_disk_shape_t shape = {.kv_type = kst->type, .qblock = kst->qblock, .block_size = kst->block_size,
-                                 .n_layer = kst->n_layer, .kv_dim = kst->kv_dim};
-        char herr[256];
-        int64_t t0 = clock_now_us();
-        if (kv_disk_hash_file(w->model_path, &shape.weights_hash, herr, sizeof herr) != 0) {
-            log_warn("kv disk tier off: cannot hash the weights: %s", herr);
-        } else {
-            log_info("kv disk tier: weights hash %016llx (%.0f ms)", (unsigned long long)shape.weights_hash,
-                     (double)(clock_now_us() - t0) / 1000.0);
-            w->disk = kv_disk_open(cfg->kv_cache_dir, cfg->kv_cache_bytes ? cfg->kv_cache_bytes : (uint64_t)4096 << 20,
-                                   &shape);
-            kv_disk_attach(w->disk, sched_kv_pool(w->sched));
-        }
+                                 .n_layer = kst->n_layer, .kv_dim = kst->kv_dim, .weights_hash = weights_hash};
+        log_info("kv disk tier: weights hash %016llx (%s, %.0f ms)", (unsigned long long)weights_hash,
+                 hash_cached ? "remembered" : "hashed", (double)(t_hash - t_start) / 1000.0);
+        w->disk = kv_disk_open(cache_dir, cfg->kv_cache_bytes ? cfg->kv_cache_bytes : (uint64_t)4096 << 20, &shape);
+        kv_disk_attach(w->disk, sched_kv_pool(w->sched));
     }
-
+    t_disk = clock_now_us();
     make_replica_id(w);
     proto_register_t reg = {
         .model = w->model_name, .replica = w->replica, .host = w->host, .pid = (uint32_t)getpid(),
@@ -687,6 +710,14 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     }
     log_info("serving model %s (%s) as %s: %u seqs, context %u, %u KV blocks", w->model_name,
              w->model_path, w->replica, w->capacity, w->n_ctx, w->kv_blocks);
+    /* the pack files, if due, are written while we serve: registering
+     * does not wait for 0.6 GB to reach the disk */
+    pack_cache_write_begin(w->pack_write);
+    pack_cache_write_begin(w->draft_pack_write);
+    log_info("start-up %.0f ms: weights hash %.0f, load %.0f, pack %.0f, scheduler %.0f, disk tier %.0f, link %.0f",
+             (double)(clock_now_us() - t_start) / 1e3, (double)(t_hash - t_start) / 1e3, (double)(t_load - t_hash) / 1e3,
+             (double)(t_pack - t_load) / 1e3, (double)(t_sched - t_pack) / 1e3, (double)(t_disk - t_sched) / 1e3,
+             (double)(clock_now_us() - t_disk) / 1e3);
     w->kv_report = kv_report_new(sched_kv_pool(w->sched));
     return w;
 err:
@@ -710,6 +741,8 @@ void worker_free(worker_t **wp)
     }
     sched_free(&w->sched);
     kv_disk_close(&w->disk);
+    pack_cache_write_end(&w->pack_write); /* waits for a write in progress: it reads the arena */
+    pack_cache_write_end(&w->draft_pack_write);
     engine_free(&w->engine);
     engine_free(&w->draft);
     free(w->test_step_wedge);

@@ -54,12 +54,12 @@ def workers():
         return []
 
 
-def wait(pred, secs):
+def wait(pred, secs, step=0.2):
     end = time.time() + secs
     while time.time() < end:
         if pred():
             return True
-        time.sleep(0.2)
+        time.sleep(step)
     return False
 
 
@@ -87,7 +87,8 @@ for rep in range(int(os.environ.get("REPEAT", "1"))):
             os.kill(pid, signal.SIGKILL)
         t_kill = time.time()
         ok = wait(lambda: any(x["pid"] not in old for x in workers()), 600)
-        print("worker restarted by the supervisor in %.1f s (registered: %s)" % (time.time() - t_kill, ok), flush=True)
+        print("worker restarted by the supervisor in %.1f s (registered: %s; kill to registration, incl. the"
+              " supervisor's backoff and the worker's start-up)" % (time.time() - t_kill, ok), flush=True)
         label = "after kill -9 + restart"
     else:
         ok = wait(lambda: not workers(), 600)
@@ -95,14 +96,15 @@ for rep in range(int(os.environ.get("REPEAT", "1"))):
         label = "after idle stop (start incl.)"
         t_req = time.time()
         reg = []
-        th = threading.Thread(target=lambda: wait(lambda: bool(workers()), 600) and reg.append(time.time() - t_req))
+        th = threading.Thread(target=lambda: wait(lambda: bool(workers()), 600, 0.02) and reg.append(time.time() - t_req))
         th.start()
     t, c, _ = stream(prefix + suffix(9 + rep))
     if MODE != "kill9":
         th.join()
         if reg:
-            print("  (the worker registered %.3f s after the request: model load + packing + weights hash;"
-                  " TTFT after that %.3f s)" % (reg[0], t - reg[0]), flush=True)
+            print("  (the worker registered %.3f s after the request, /health polled every 20 ms: its start-up,"
+                  " phases in the worker's 'start-up' log line below; TTFT after that %.3f s)" % (reg[0], t - reg[0]),
+                  flush=True)
     after.append(t)
     print("%-27s TTFT %7.3f s  cached %d" % (label, t, c), flush=True)
     t2, c2, _ = stream(prefix + suffix(20 + rep))

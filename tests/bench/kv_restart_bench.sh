@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # TTFT of a ~1,800-token shared prefix on the 1.1B Q4_K_M model with the KV
 # disk tier (issue #27): cold, warm, after kill -9 + restart (MODE=kill9), and
-# after an on-demand idle stop + start (MODE=idle). Prints numbers only.
+# after an on-demand idle stop + start (MODE=idle). Prints numbers only, then
+# the gateway log lines about the disk tier, the pack cache and each worker's
+# start-up phases ("start-up N ms: weights hash, load, pack, scheduler, ...").
 #   PAGODA_BUILD=build bash tests/bench/kv_restart_bench.sh [kill9|idle] [MODEL] [KV_TYPE]
 # MODEL defaults to $BUILD/models/w1b-q4_k_m.gguf (tests/large/w1b.sh makes it).
 set -uo pipefail
@@ -27,4 +29,4 @@ if [[ $MODE != idle ]]; then
 fi
 echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores; mode $MODE; $MODEL; kv $KVT"
 python3 tests/bench/kv_restart_bench.py "http://127.0.0.1:$HP" "$MODE" "${TOKENS:-1800}"
-grep -E "disk tier|scheduler:" "$TMP/gw.log" | sed "s/^/# /" | tail -n 12
+grep -E "disk tier|scheduler:|start-up|wanted|registered|packed|loaded|pack cache" "$TMP/gw.log" | sed "s/^/# /" | tail -n 40

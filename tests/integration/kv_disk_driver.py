@@ -185,7 +185,8 @@ def block_files(d):
     return sorted(glob.glob(os.path.join(d, "*", "*.kvb")))
 
 
-def main():
+def main(body=None):
+    """Starts the gateway (model MODEL, no local worker), runs body (run) against it."""
     gw_log = open(os.path.join(TMP, "gateway.log"), "w")
     gw = subprocess.Popen([BUILD + "/pagoda-gateway", "--listen", "127.0.0.1:%d" % HP, "--worker-endpoint",
                            "tcp://127.0.0.1:%d" % ZP, "--model", "m=" + MODEL, "--replicas", "0",
@@ -195,7 +196,7 @@ def main():
     except Exception:
         pass
     try:
-        run()
+        (body or run)()
     finally:
         gw.send_signal(signal.SIGTERM)
         try:
@@ -347,5 +348,6 @@ def run():
               "%d lines, rc %d\n%s" % (n_lines, rc, w.text()[-1500:]))
 
 
-main()
-sys.exit(1 if N_FAIL else 0)
+if __name__ == "__main__":
+    main()
+    sys.exit(1 if N_FAIL else 0)

@@ -88,4 +88,18 @@ static inline void qblock_k_scale_min(const uint8_t s[12], int j, int *sc, int *
     }
 }
 
+/* Prefetch of a line of weights streamed from memory ahead of use. When
+ * the call reads each weight once (all its X rows in one register tile, as
+ * in a 1-row decode), a non-temporal hint: the line goes to L1 only, and the
+ * panel being streamed does not push older lines out of L2 (measured on Zen 5,
+ * 1.1B Q4_K_M, 1-row decode: +4-5 % over T0; T1 was 5 % slower). When
+ * later tiles of rows read the panel again, T0, so they find it in L2. */
+#define QB_PREFETCH(p, once)                                   \
+    do {                                                       \
+        if (once)                                              \
+            _mm_prefetch((const char *)(p), _MM_HINT_NTA);     \
+        else                                                   \
+            _mm_prefetch((const char *)(p), _MM_HINT_T0);      \
+    } while (0)
+
 #endif

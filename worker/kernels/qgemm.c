@@ -668,7 +668,7 @@ AVX2 static void fill_panel_avx2(enum kind kind, uint32_t type, const uint8_t *c
 /* R (1..4) rows of X from r0 against the panel; kind and R are constants
  * after inlining, so the r- and k-loops unroll and acc stays in registers. */
 AVX2_INLINE void kern_avx2_kr(enum kind kind, int R, bool half, const panel_t *p, const qx_t *x, int r0,
-                              float out[RT][NC], const uint8_t *next, size_t n_next)
+                              float out[RT][NC], const uint8_t *next, size_t n_next, bool once)
 {
     const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi16(8);
     const int8_t *xq[RT];
@@ -689,7 +689,7 @@ AVX2_INLINE void kern_avx2_kr(enum kind kind, int R, bool half, const panel_t *p
     for (int64_t b = 0; b < x->nb; b++) {
         if (half)
             for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
-                _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
+                QB_PREFETCH((const char *)next + pf, once);
         const uint8_t *wq = p->q + 256 * b;
         __m256i sclo = ones, schi = ones;
         if (kind == K_Q6_K || kind == K_Q45_K) {
@@ -755,10 +755,10 @@ AVX2_INLINE void kern_avx2_kr(enum kind kind, int R, bool half, const panel_t *p
     AVX2 static void NAME(const panel_t *p, const qx_t *x, int r0, int R, float out[RT][NC])   \
     {                                                                                          \
         switch (R) {                                                                           \
-        case 4: kern_avx2_kr(KIND, 4, false, p, x, r0, out, NULL, 0); break;                   \
-        case 3: kern_avx2_kr(KIND, 3, false, p, x, r0, out, NULL, 0); break;                   \
-        case 2: kern_avx2_kr(KIND, 2, false, p, x, r0, out, NULL, 0); break;                   \
-        default: kern_avx2_kr(KIND, 1, false, p, x, r0, out, NULL, 0); break;                  \
+        case 4: kern_avx2_kr(KIND, 4, false, p, x, r0, out, NULL, 0, false); break;                   \
+        case 3: kern_avx2_kr(KIND, 3, false, p, x, r0, out, NULL, 0, false); break;                   \
+        case 2: kern_avx2_kr(KIND, 2, false, p, x, r0, out, NULL, 0, false); break;                   \
+        default: kern_avx2_kr(KIND, 1, false, p, x, r0, out, NULL, 0, false); break;                  \
         }                                                                                      \
     }
 KERN_AVX2(kern_avx2_q8_0, K_Q8_0)
@@ -769,13 +769,13 @@ KERN_AVX2(kern_avx2_q45_k, K_Q45_K)
 /* A packed Q8_0 panel (f16 scales read in place); prefetches n_next bytes
  * at next meanwhile. */
 AVX2 static void kern_avx2_q8_0_packed(const panel_t *p, const qx_t *x, int r0, int R, float out[RT][NC],
-                                       const uint8_t *next, size_t n_next)
+                                       const uint8_t *next, size_t n_next, bool once)
 {
     switch (R) {
-    case 4: kern_avx2_kr(K_Q8_0, 4, true, p, x, r0, out, next, n_next); break;
-    case 3: kern_avx2_kr(K_Q8_0, 3, true, p, x, r0, out, next, n_next); break;
-    case 2: kern_avx2_kr(K_Q8_0, 2, true, p, x, r0, out, next, n_next); break;
-    default: kern_avx2_kr(K_Q8_0, 1, true, p, x, r0, out, next, n_next); break;
+    case 4: kern_avx2_kr(K_Q8_0, 4, true, p, x, r0, out, next, n_next, once); break;
+    case 3: kern_avx2_kr(K_Q8_0, 3, true, p, x, r0, out, next, n_next, once); break;
+    case 2: kern_avx2_kr(K_Q8_0, 2, true, p, x, r0, out, next, n_next, once); break;
+    default: kern_avx2_kr(K_Q8_0, 1, true, p, x, r0, out, next, n_next, once); break;
     }
 }
 
@@ -1020,7 +1020,7 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
         for (int r0 = 0; r0 < n_rows; r0 += RT512) {
             int R = n_rows - r0 < RT512 ? n_rows - r0 : RT512;
             float out[RT512][NC512];
-            kern_avx512_q8_0_packed(q0, dh0, q1, dh1, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
+            kern_avx512_q8_0_packed(q0, dh0, q1, dh1, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0, n_rows <= RT512);
             for (int r = 0; r < R; r++)
                 memcpy(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc2 * sizeof(float));
         }
@@ -1041,7 +1041,7 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
         for (int r0 = 0; r0 < n_rows; r0 += RT512) {
             int R = n_rows - r0 < RT512 ? n_rows - r0 : RT512;
             float out[RT512][NC512];
-            kern_avx512_q8_0_packed(q0, dh0, q0, dh0, qx, r0, R, out, NULL, 0);
+            kern_avx512_q8_0_packed(q0, dh0, q0, dh0, qx, r0, R, out, NULL, 0, false);
             for (int r = 0; r < R; r++)
                 store_cols(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], nc);
         }
@@ -1060,9 +1060,9 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
             int R = n_rows - r0 < RT ? n_rows - r0 : RT;
             float out[RT][NC];
             if (vnni)
-                kern_vnni256_q8_0_packed(pp.q, pp.dh, pp.q, pp.dh, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
+                kern_vnni256_q8_0_packed(pp.q, pp.dh, pp.q, pp.dh, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0, n_rows <= RT);
             else
-                kern_avx2_q8_0_packed(&pp, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0);
+                kern_avx2_q8_0_packed(&pp, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0, n_rows <= RT);
             for (int r = 0; r < R; r++)
                 store_cols(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], nc);
         }

@@ -347,7 +347,7 @@ AINL void xsum8(int R, const int32_t *xs, int64_t nb, int64_t b0, float xsf[RT51
  * block's weights unpacked once into registers for the R rows). */
 AINL void tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1, int64_t nb, const int8_t *xq,
                  int64_t n_in, const float *xd, const int32_t *xs, float out[RT512][16], const uint8_t *next,
-                 size_t n_next)
+                 size_t n_next, bool once)
 {
     const size_t CH = qk_chunk_bytes(kind);
     __m512 acc[RT512];
@@ -367,7 +367,7 @@ AINL void tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1,
         for (int j = 0; j < nj; j++) {
             const int64_t b = 8 * ch + j;
             for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
-                _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
+                QB_PREFETCH((const char *)next + pf, once);
             blk16_t w;
             blk16_load(kind, c0, c1, j, d, dm, &w);
 #pragma GCC unroll 8
@@ -396,7 +396,7 @@ AINL void run16_kind(enum qk_kind kind, const uint8_t *p0, const uint8_t *p1, in
         const float *xd0 = xd + (int64_t)r0 * nb;
         const int32_t *xs0 = xs + (int64_t)r0 * nb;
         const size_t nn = r0 == 0 ? n_next : 0;
-#define T16(n) tile16(kind, n, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn)
+#define T16(n) tile16(kind, n, p0, p1, nb, xq0, n_in, xd0, xs0, out, next, nn, n_rows <= RT512)
         switch (R) {
         case 8: T16(8); break;
         case 7: T16(7); break;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/errbuf.h"
 #include "common/cpu.h"
@@ -58,7 +59,41 @@ struct forward {
                           * qkv_attention_by_head's kv heads */
     _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
     char err[160];
+    /* PAGODA_FWD_PROFILE=1: time per phase of 1-row steps, printed to
+     * stderr by forward_free (a profiling aid for the decode path) */
+    bool prof;
+    uint64_t prof_steps;
+    double prof_ns[8], prof_bytes[8];
 };
+
+enum { PH_EMBED, PH_QKV_ATT, PH_WO, PH_NORM, PH_GATE_UP, PH_DOWN, PH_HEAD, PH_N };
+static const char *const ph_name[PH_N] = {"embed+rope+norm", "qkv+attention", "wo", "norms",
+                                           "gate+up", "down", "head"};
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static size_t wbytes(const matmul_weight_t *w)
+{
+    return w->data ? (size_t)w->rows * w->row_bytes : 0;
+}
+
+/* PROF(ph, bytes, statement): times statement into phase ph when profiling */
+#define PROF(ph, bytes, ...)                                                  \
+    do {                                                                      \
+        if (prof) {                                                           \
+            double t_ = now_ns();                                             \
+            __VA_ARGS__;                                                      \
+            f->prof_ns[ph] += now_ns() - t_;                                  \
+            f->prof_bytes[ph] += (double)(bytes);                             \
+        } else {                                                              \
+            __VA_ARGS__;                                                      \
+        }                                                                     \
+    } while (0)
 
 /* Threads for a parallel region touching `work` floats: below the threshold
  * the region runs on the calling thread, because waking the pool and the
@@ -148,7 +183,27 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
 #undef ALLOC
     f->wanted = xmalloc(R * sizeof(int32_t));
     f->ws = ws_new(f->n_threads);
+    const char *pe = getenv("PAGODA_FWD_PROFILE");
+    f->prof = pe && *pe && *pe != '0';
     return f;
+}
+
+static void prof_print(const forward_t *f)
+{
+    if (!f->prof || f->prof_steps == 0)
+        return;
+    double tot = 0, totb = 0;
+    for (int i = 0; i < PH_N; i++) {
+        tot += f->prof_ns[i];
+        totb += f->prof_bytes[i];
+    }
+    const double n = (double)f->prof_steps;
+    fprintf(stderr, "# forward profile, %llu 1-row steps: %.3f ms/step, %.1f MB weights, %.1f GB/s\n",
+            (unsigned long long)f->prof_steps, tot / n / 1e6, totb / n / 1e6, totb / tot);
+    for (int i = 0; i < PH_N; i++)
+        fprintf(stderr, "#   %-16s %7.3f ms %5.1f%%  %7.1f MB  %5.1f GB/s\n", ph_name[i], f->prof_ns[i] / n / 1e6,
+                100 * f->prof_ns[i] / tot, f->prof_bytes[i] / n / 1e6,
+                f->prof_ns[i] > 0 ? f->prof_bytes[i] / f->prof_ns[i] : 0.0);
 }
 
 void forward_free(forward_t **fp)
@@ -156,6 +211,7 @@ void forward_free(forward_t **fp)
     if (!fp || !*fp)
         return;
     forward_t *f = *fp;
+    prof_print(f);
     matmul_free(&f->mm);
     free(f->x);
     free(f->xb);
@@ -724,6 +780,10 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
     const int R = b->n_rows, dim = c->dim;
     if (R == 0)
         return 0;
+    const bool prof = f->prof && R == 1;
+    double t_start = prof ? now_ns() : 0;
+    if (prof)
+        f->prof_steps++;
 
     /* x (R, dim) = token_embd[token[r]] * embd_scale */
 #pragma omp parallel for num_threads(nth(f, (size_t)R * dim)) schedule(static)
@@ -746,6 +806,8 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
     /* xb (R, dim) = rmsnorm(x) * attn_norm of layer 0; later layers get it
      * fused with the residual add that ends the previous layer. */
     add_rmsnorm(f, f->x, NULL, f->xb, m->layers[0].attn_norm, R, dim, c->norm_eps);
+    if (prof)
+        f->prof_ns[PH_EMBED] += now_ns() - t_start;
     /* Head-wise fused attention block for small batches, where the saved
      * barrier is a large part of the step; larger batches keep the finer
      * chunks of the two-region path (a thread preempted inside a whole-head
@@ -763,7 +825,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
 
         if (by_head) {
             /* everything below in one region, one task per kv head */
-            qkv_attention_by_head(f, &a, b, kv);
+            PROF(PH_QKV_ATT, wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv), qkv_attention_by_head(f, &a, b, kv));
         } else {
             /* q (R, q_dim), k, v (R, kv_dim) = xb · W{q,k,v}ᵀ: one region */
             const matmul_weight_t *wqkv[3] = {&L->wq, &L->wk, &L->wv};
@@ -782,10 +844,12 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
 
         /* xb = att · Woᵀ;  [gemma: xb = rmsnorm(xb) * attn_post_norm]
          * x += xb;  xb = rmsnorm(x) * ffn_norm */
-        mm(f, &L->wo, f->att, R, f->xb);
-        if (L->attn_post_norm)
-            add_rmsnorm(f, f->xb, NULL, f->xb, L->attn_post_norm, R, dim, c->norm_eps);
-        add_rmsnorm(f, f->x, f->xb, f->xb, L->ffn_norm, R, dim, c->norm_eps);
+        PROF(PH_WO, wbytes(&L->wo), mm(f, &L->wo, f->att, R, f->xb));
+        PROF(PH_NORM, 0, {
+            if (L->attn_post_norm)
+                add_rmsnorm(f, f->xb, NULL, f->xb, L->attn_post_norm, R, dim, c->norm_eps);
+            add_rmsnorm(f, f->x, f->xb, f->xb, L->ffn_norm, R, dim, c->norm_eps);
+        });
 
         /* dense: hg (R, ffn) = act(xb · Wgateᵀ) * (xb · Wupᵀ);  out (R, dim) = hg · Wdownᵀ
          * MoE:   out (R, dim) = Σ_experts weight * the same per expert (+ shared expert) */
@@ -794,8 +858,8 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
             ffn_moe(f, L, R);
             out = f->moe_out;
         } else {
-            ffn_gate_up(f, &L->w_gate, &L->w_up, f->xb, R);
-            mm(f, &L->w_down, f->hg, R, f->xb);
+            PROF(PH_GATE_UP, wbytes(&L->w_gate) + wbytes(&L->w_up), ffn_gate_up(f, &L->w_gate, &L->w_up, f->xb, R));
+            PROF(PH_DOWN, wbytes(&L->w_down), mm(f, &L->w_down, f->hg, R, f->xb));
         }
         /* [gemma: out = rmsnorm(out) * ffn_post_norm] */
         if (L->ffn_post_norm)
@@ -805,7 +869,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
 
         /* x += xb;  xb = rmsnorm(x) * next layer's attn_norm */
         if (l + 1 < c->n_layer)
-            add_rmsnorm(f, f->x, f->xb, f->xb, m->layers[l + 1].attn_norm, R, dim, c->norm_eps);
+            PROF(PH_NORM, 0, add_rmsnorm(f, f->x, f->xb, f->xb, m->layers[l + 1].attn_norm, R, dim, c->norm_eps));
         if (f->layers_done) /* a long step shows its progress (forward_set_progress) */
             atomic_fetch_add_explicit(f->layers_done, 1, memory_order_relaxed);
     }
@@ -825,6 +889,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
                 j++;
             }
     }
+    double t_head = prof ? now_ns() : 0;
     int n_want = 0;
     for (int r = 0; r < R; r++)
         if (b->want_logits[r])
@@ -843,5 +908,9 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
     mm(f, &m->output, f->xb, n_want, logits);
     if (c->final_softcap > 0)
         softcap(logits, (size_t)n_want * c->vocab, c->final_softcap);
+    if (prof) {
+        f->prof_ns[PH_HEAD] += now_ns() - t_head;
+        f->prof_bytes[PH_HEAD] += (double)wbytes(&m->output);
+    }
     return 0;
 }

@@ -5,6 +5,7 @@
  * is checked before a pointer into it is kept. */
 #include "worker/model/model.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -732,54 +733,88 @@ static int matmul_weights(model_t *m, matmul_weight_t **ws, int *shared)
     return n;
 }
 
-int model_pack_int8(model_t *m, int n_threads)
+int model_pack_plan(model_t *m, model_packable_t **out)
 {
+    *out = NULL;
     if (!m || m->packed_arena || !qgemm_avx2_available())
         return 0;
-    int n_ws = (10 + 3 * m->cfg.n_expert) * m->cfg.n_layer + 1, n_packed = 0;
+    int n_ws = (10 + 3 * m->cfg.n_expert) * m->cfg.n_layer + 1, n = 0;
     matmul_weight_t **ws = xmalloc((size_t)n_ws * sizeof *ws);
     int *shared = xmalloc((size_t)n_ws * sizeof *shared);
     n_ws = matmul_weights(m, ws, shared);
+    model_packable_t *plan = xmalloc((size_t)n_ws * sizeof *plan);
+    for (int i = 0; i < n_ws; i++) {
+        size_t sz = ws[i]->packed || !ws[i]->data ? 0 : qgemm_packed_size(ws[i]->type, ws[i]->rows, ws[i]->cols);
+        if (sz)
+            plan[n++] = (model_packable_t){.w = ws[i], .bytes = sz, .shared = shared[i] != 0};
+    }
+    free(ws);
+    free(shared);
+    if (n == 0) {
+        free(plan);
+        return 0;
+    }
+    *out = plan;
+    return n;
+}
+
+/* Drop the file pages wholly inside w: the hot path reads the packing now.
+ * Only for a file mapping (MAP_PRIVATE, never written): the pages come back
+ * from the file on the next read. */
+static void drop_file_pages(const model_t *m, const model_packable_t *p)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (!(m->gguf && m->gguf->map) || p->shared || page == 0)
+        return;
+    uintptr_t a = (uintptr_t)p->w->data, e = a + (size_t)p->w->rows * p->w->row_bytes;
+    a = (a + page - 1) / page * page;
+    e = e / page * page;
+    if (e > a)
+        (void)madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+void model_pack_adopt(model_t *m, void *arena, const model_packable_t *plan, int n)
+{
+    assert(m && !m->packed_arena && arena);
+    uint8_t *at = arena;
+    for (int i = 0; i < n; i++) {
+        plan[i].w->packed = at;
+        at += plan[i].bytes;
+        drop_file_pages(m, &plan[i]);
+    }
+    m->packed_arena = arena;
+    m->packed_bytes = (size_t)(at - (uint8_t *)arena);
+}
+
+int model_pack_int8(model_t *m, int n_threads)
+{
+    model_packable_t *plan;
+    int n_plan = model_pack_plan(m, &plan), n_packed = 0;
+    if (n_plan == 0)
+        return 0;
     /* one arena for all packings: each size is a multiple of 64, so every
      * packing starts 64-byte aligned */
     size_t total = 0;
-    for (int i = 0; i < n_ws; i++)
-        if (!ws[i]->packed)
-            total += qgemm_packed_size(ws[i]->type, ws[i]->rows, ws[i]->cols);
-    if (total == 0)
-        goto out;
+    for (int i = 0; i < n_plan; i++)
+        total += plan[i].bytes;
     /* On huge pages the 1-row decode, which streams every packed byte from
      * DRAM once per token, ran ~10 % faster (fewer TLB misses; the hardware
      * prefetcher does not cross 4 KiB pages), and packing faults in 2 MiB
      * at a time (110M model: 45 instead of 95 ms). */
     void *arena = xhuge_alloc(total);
     m->packed_arena = arena;
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    const bool mapped = m->gguf && m->gguf->map;
     uint8_t *at = arena;
-    for (int i = 0; i < n_ws; i++) {
-        matmul_weight_t *w = ws[i];
-        size_t sz = w->packed ? 0 : qgemm_packed_size(w->type, w->rows, w->cols);
-        if (sz == 0 || qgemm_pack_to(w->type, w->data, w->rows, w->cols, at, n_threads) != 0)
+    for (int i = 0; i < n_plan; i++) {
+        matmul_weight_t *w = plan[i].w;
+        if (qgemm_pack_to(w->type, w->data, w->rows, w->cols, at, n_threads) != 0)
             continue;
         w->packed = at;
-        at += sz;
+        at += plan[i].bytes;
         n_packed++;
-        /* Drop the file pages wholly inside this matrix: the hot path reads
-         * the packing now. Only for a file mapping (MAP_PRIVATE, never
-         * written): the pages come back from the file on the next read. */
-        if (mapped && !shared[i] && page > 0) {
-            uintptr_t a = (uintptr_t)w->data, e = a + (size_t)w->rows * w->row_bytes;
-            a = (a + page - 1) / page * page;
-            e = e / page * page;
-            if (e > a)
-                (void)madvise((void *)a, e - a, MADV_DONTNEED);
-        }
+        drop_file_pages(m, &plan[i]);
     }
     m->packed_bytes = (size_t)(at - (uint8_t *)arena);
-out:
-    free(ws);
-    free(shared);
+    free(plan);
     return n_packed;
 }
 

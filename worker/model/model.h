@@ -82,6 +82,7 @@
 #ifndef PAGODA_WORKER_MODEL_H
 #define PAGODA_WORKER_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -228,6 +229,24 @@ void model_free(model_t **m);
  * forward_t's, not concurrently with forward_run. Returns the number of
  * matrices packed (0: none is Q8_0, or no AVX2). */
 int model_pack_int8(model_t *m, int n_threads);
+
+/* The matrices model_pack_int8 packs, in arena order: each with its packed
+ * size (qgemm_packed_size, a multiple of 64) and whether another path (the
+ * embedding lookup) reads its rows. model_pack_plan returns their number
+ * (0 and *out NULL when none: no AVX2, already packed, no packable type);
+ * *out is the caller's (free). model_pack_adopt(m, arena, plan, n) takes
+ * an arena that holds plan's packings back to back (what model_pack_int8
+ * would have built, e.g. read from worker/model/pack_cache's file): m owns
+ * it from then on (free()d by model_free; allocate it with xhuge_alloc), the
+ * matrices point into it and their file pages are dropped as in
+ * model_pack_int8. m must not be packed yet. */
+typedef struct model_packable {
+    matmul_weight_t *w;
+    size_t bytes;
+    bool shared;
+} model_packable_t;
+int model_pack_plan(model_t *m, model_packable_t **out);
+void model_pack_adopt(model_t *m, void *arena, const model_packable_t *plan, int n);
 
 /* "llama", "qwen3moe", ... (the table's general.architecture names; "?"
  * for a value not in it). */

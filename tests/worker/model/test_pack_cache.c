@@ -1,0 +1,361 @@
+/* Tests for the packed-weight cache (worker/model/pack_cache.h) and the
+ * remembered weights hash (kv_disk_hash_file_cached, worker/kv_disk.h).
+ *
+ * Models from the real $PAGODA_BUILD/pagoda-mkmodel: Q4_K_M (Q4_K and Q6_K
+ * matrices) and Q8_0, 2 layers of dim 256. For each:
+ *   1. a fresh model packed without a cache: its packed arena and the
+ *      logits of an 8-row prefill (the reference);
+ *   2. pack_cache_pack into an empty folder: packs (STORED), writes one
+ *      file; the arena is byte-identical to the reference;
+ *   3. a second load through the cache: LOADED from the file, the arena
+ *      byte-identical, every matrix at the same offset, and the prefill's
+ *      logits bit-identical to the reference;
+ *   4. damaged files, each rejected (never used), repacked with the same
+ *      bytes, and rewritten so that the next start loads again: a flipped
+ *      payload byte, a flipped header byte, a file cut to half, and a
+ *      foreign file (the right name, made for other weights). A write
+ *      removes a temporary older than 10 minutes, not a young one.
+ *   5. a deferred write: no file until pack_cache_write_begin, the file
+ *      there after pack_cache_write_end (and loadable); ended without a
+ *      begin, no file.
+ * A folder that cannot be created (its parent is a regular file) gives
+ * PACKED (no file) and the same arena. pack_cache_parse refuses short,
+ * misaligned and inconsistent headers. The weights hash: computed once,
+ * then remembered (same value); a new mtime or a damaged record computes
+ * it again. ~0.3 s. Without AVX2 nothing is packed: only the parser and
+ * hash tests run. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/xalloc.h"
+#include "worker/kernels/qgemm.h"
+#include "worker/kv_disk.h"
+#include "worker/model/forward.h"
+#include "worker/model/model.h"
+#include "worker/model/pack_cache.h"
+
+static char g_dir[] = "/tmp/pagoda-pack-cache-test-XXXXXX";
+
+static int sh(const char *fmt, const char *a, const char *b)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, fmt, a, b);
+    int st = system(cmd);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static int setup(void **s)
+{
+    (void)s;
+    if (!mkdtemp(g_dir))
+        return -1;
+    const char *b = getenv("PAGODA_BUILD");
+    char cmd[1024];
+    const char *types[2] = {"Q4_K_M", "Q8_0"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s/pagoda-mkmodel -o %s/%s.gguf --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 "
+                 "--type %s --seed 5 > %s/log 2>&1",
+                 b ? b : "build", g_dir, types[i], types[i], g_dir);
+        int st = system(cmd);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **s)
+{
+    (void)s;
+    return sh("rm -rf %s%s", g_dir, "");
+}
+
+/* logits of an 8-row prefill of one sequence (vocab floats of the last row) */
+static float *prefill(const model_t *m)
+{
+    forward_t *f = forward_new(m, 8, 2);
+    assert_non_null(f);
+    kv_store_t kv = {.n_layer = m->cfg.n_layer, .n_blocks = 1, .block_size = 8, .kv_dim = m->cfg.kv_dim};
+    size_t kvn = (size_t)kv.n_layer * 8 * kv.kv_dim;
+    kv.k = xcalloc(kvn, sizeof(float));
+    kv.v = xcalloc(kvn, sizeof(float));
+    int32_t bt[1] = {0}, nbs[1] = {1}, tok[8], pos[8], seq[8] = {0};
+    const int32_t *bts[1] = {bt};
+    uint8_t want[8] = {0, 0, 0, 0, 0, 0, 0, 1};
+    for (int i = 0; i < 8; i++) {
+        tok[i] = (13 + 37 * i) % m->cfg.vocab;
+        pos[i] = i;
+    }
+    fwd_batch_t b = {.n_rows = 8, .token = tok, .pos = pos, .seq = seq, .want_logits = want, .n_seq = 1,
+                     .block_tables = bts, .n_blocks = nbs};
+    float *lg = xmalloc((size_t)m->cfg.vocab * sizeof(float));
+    assert_int_equal(forward_run(f, &b, &kv, lg), 0);
+    free(kv.k);
+    free(kv.v);
+    forward_free(&f);
+    return lg;
+}
+
+typedef struct ref {
+    model_t *m;   /* packed without a cache */
+    float *logits;
+} ref_t;
+
+static model_t *load(const char *path)
+{
+    model_t *m = NULL;
+    char err[256];
+    assert_int_equal(model_load(path, &m, err, sizeof err), 0);
+    return m;
+}
+
+/* m (packed through the cache) equals the reference: same bytes, same
+ * offsets, same logits */
+static void same_as_ref(const ref_t *r, model_t *m)
+{
+    assert_int_equal(m->packed_bytes, r->m->packed_bytes);
+    assert_memory_equal(m->packed_arena, r->m->packed_arena, m->packed_bytes);
+    const uint8_t *a = m->packed_arena, *b = r->m->packed_arena;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        assert_int_equal((const uint8_t *)m->layers[l].wq.packed - a, (const uint8_t *)r->m->layers[l].wq.packed - b);
+        assert_int_equal((const uint8_t *)m->layers[l].w_down.packed - a,
+                         (const uint8_t *)r->m->layers[l].w_down.packed - b);
+    }
+    assert_int_equal((const uint8_t *)m->output.packed - a, (const uint8_t *)r->m->output.packed - b);
+    float *lg = prefill(m);
+    assert_memory_equal(lg, r->logits, (size_t)m->cfg.vocab * sizeof(float));
+    free(lg);
+}
+
+/* pack path through the cache in dir with hash; checks the outcome and the
+ * result, frees the model */
+static void through(const ref_t *r, const char *path, const char *dir, uint64_t hash, pack_cache_outcome_t want,
+                    bool rejected)
+{
+    model_t *m = load(path);
+    pack_cache_result_t res;
+    int n = pack_cache_pack(m, 2, dir, hash, &res, NULL);
+    assert_int_equal(res.outcome, want);
+    assert_int_equal(res.rejected, rejected);
+    assert_int_equal(n, res.n_packed);
+    assert_true(n > 0);
+    same_as_ref(r, m);
+    model_free(&m);
+}
+
+static void cache_file(const char *dir, uint64_t hash, char *out, size_t n)
+{
+    snprintf(out, n, "%s/packed/%016llx-%016llx.pack", dir, (unsigned long long)hash,
+             (unsigned long long)pack_cache_fingerprint());
+}
+
+static void flip(const char *file, off_t at)
+{
+    int fd = open(file, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t c;
+    assert_int_equal(pread(fd, &c, 1, at), 1);
+    c ^= 0x10;
+    assert_int_equal(pwrite(fd, &c, 1, at), 1);
+    close(fd);
+}
+
+static off_t file_size(const char *file)
+{
+    struct stat sb;
+    assert_int_equal(stat(file, &sb), 0);
+    return sb.st_size;
+}
+
+static void check_type(const char *type)
+{
+    if (!qgemm_avx2_available()) {
+        print_message("  no AVX2 + F16C: nothing is packed, nothing cached\n");
+        skip();
+    }
+    char path[256], dir[256], file[512], other[512];
+    snprintf(path, sizeof path, "%s/%s.gguf", g_dir, type);
+    snprintf(dir, sizeof dir, "%s/cache-%s", g_dir, type);
+    ref_t r = {.m = load(path)};
+    assert_true(model_pack_int8(r.m, 2) > 0);
+    r.logits = prefill(r.m);
+    uint64_t hash = 0x1234abcd5678ef00ULL ^ (uint64_t)type[1];
+    cache_file(dir, hash, file, sizeof file);
+
+    through(&r, path, dir, hash, PACK_CACHE_STORED, false);        /* 2 */
+    const off_t size = file_size(file);
+    through(&r, path, dir, hash, PACK_CACHE_LOADED, false);        /* 3 */
+    through(&r, path, dir, hash, PACK_CACHE_LOADED, false);
+
+    flip(file, size - 100);                                        /* 4: payload byte */
+    through(&r, path, dir, hash, PACK_CACHE_STORED, true);
+    through(&r, path, dir, hash, PACK_CACHE_LOADED, false);
+    flip(file, 60);                                                /* the table */
+    through(&r, path, dir, hash, PACK_CACHE_STORED, true);
+    assert_int_equal(truncate(file, size / 2), 0);                 /* torn */
+    through(&r, path, dir, hash, PACK_CACHE_STORED, true);
+    assert_int_equal(file_size(file), size);
+    /* foreign: a whole file made for other weights, under this name */
+    through(&r, path, dir, hash + 1, PACK_CACHE_STORED, false);
+    cache_file(dir, hash + 1, other, sizeof other);
+    assert_int_equal(rename(other, file), 0);
+    /* a temporary a killed writer left an hour ago goes at the next write;
+     * one just begun (another writer's) stays */
+    char stale[600], young[600];
+    snprintf(stale, sizeof stale, "%s.tmp.1", file);
+    snprintf(young, sizeof young, "%s.tmp.2", file);
+    assert_int_equal(sh("touch -d '1 hour ago' %s && touch %s", stale, young), 0);
+    through(&r, path, dir, hash, PACK_CACHE_STORED, true);
+    assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(access(young, F_OK), 0);
+    assert_int_equal(unlink(young), 0);
+    through(&r, path, dir, hash, PACK_CACHE_LOADED, false);
+
+    /* deferred: nothing written until begin; end waits for the thread;
+     * a job ended without a begin writes nothing */
+    assert_int_equal(unlink(file), 0);
+    for (int begin = 0; begin < 2; begin++) {
+        model_t *m = load(path);
+        pack_cache_result_t res;
+        pack_cache_write_t *job = NULL;
+        assert_true(pack_cache_pack(m, 2, dir, hash, &res, &job) > 0);
+        assert_int_equal(res.outcome, PACK_CACHE_PACKED);
+        assert_non_null(job);
+        assert_int_equal(access(file, F_OK), -1);
+        if (begin)
+            pack_cache_write_begin(job);
+        pack_cache_write_end(&job);
+        assert_null(job);
+        assert_int_equal(access(file, F_OK), begin ? 0 : -1);
+        model_free(&m);
+    }
+    through(&r, path, dir, hash, PACK_CACHE_LOADED, false);
+
+    /* a folder that cannot be made: packed, nothing written */
+    char blocked[512];
+    snprintf(blocked, sizeof blocked, "%s/plain-file", g_dir);
+    FILE *fp = fopen(blocked, "w");
+    assert_non_null(fp);
+    fclose(fp);
+    through(&r, path, blocked, hash, PACK_CACHE_PACKED, false);
+    /* no directory: plain packing */
+    through(&r, path, NULL, hash, PACK_CACHE_OFF, false);
+    /* no temporaries left behind */
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/packed", dir);
+    DIR *d = opendir(sub);
+    assert_non_null(d);
+    int n_files = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.') {
+            n_files++;
+            assert_null(strstr(e->d_name, ".tmp."));
+        }
+    closedir(d);
+    assert_int_equal(n_files, 1);
+    free(r.logits);
+    model_free(&r.m);
+}
+
+static void test_q4_k_m(void **state)
+{
+    (void)state;
+    check_type("Q4_K_M");
+}
+
+static void test_q8_0(void **state)
+{
+    (void)state;
+    check_type("Q8_0");
+}
+
+static void test_parse(void **state)
+{
+    (void)state;
+    pack_cache_header_t h;
+    pack_cache_entry_t e[2];
+    char err[128];
+    uint8_t b[4096] = {0};
+    assert_int_equal(pack_cache_parse(b, 10, &h, e, err, sizeof err), -1);
+    assert_int_equal(pack_cache_parse(b, sizeof b, &h, e, err, sizeof err), -1); /* magic */
+    /* a whole 2-matrix header, then one field at a time broken */
+    uint32_t ver = PACK_CACHE_VERSION, n = 2;
+    uint64_t off = 4096, pay = 128 + 64, fb = off + pay;
+    memcpy(b, PACK_CACHE_MAGIC, 8);
+    memcpy(b + 8, &ver, 4);
+    memcpy(b + 12, &n, 4);
+    memcpy(b + 32, &off, 8);
+    memcpy(b + 40, &pay, 8);
+    memcpy(b + 48, &fb, 8);
+    uint64_t sizes[2] = {128, 64};
+    for (int i = 0; i < 2; i++)
+        memcpy(b + PACK_CACHE_HEAD + PACK_CACHE_ENTRY * i + 24, &sizes[i], 8);
+    size_t end = PACK_CACHE_HEAD + 2 * PACK_CACHE_ENTRY + 8;
+    uint64_t sum = kv_disk_hash64(b, end - 8, 0x7061636b68656164ULL);
+    memcpy(b + end - 8, &sum, 8);
+    assert_int_equal(pack_cache_parse(b, end, &h, e, err, sizeof err), 2);
+    assert_int_equal(e[0].bytes, 128);
+    assert_int_equal(h.file_bytes, fb);
+    assert_int_equal(pack_cache_parse(b, end - 1, &h, e, err, sizeof err), -1); /* cut */
+    assert_int_equal(pack_cache_parse(b, PACK_CACHE_HEAD, &h, NULL, err, sizeof err), 2);
+    for (size_t at = 0; at < end; at++) { /* every header byte is checked */
+        b[at] ^= 1;
+        assert_int_equal(pack_cache_parse(b, end, &h, e, err, sizeof err), -1);
+        b[at] ^= 1;
+    }
+}
+
+static void test_weights_hash_cached(void **state)
+{
+    (void)state;
+    char path[256], dir[256], err[256];
+    snprintf(path, sizeof path, "%s/Q8_0.gguf", g_dir);
+    snprintf(dir, sizeof dir, "%s/hashes", g_dir);
+    uint64_t direct, h1 = 0, h2 = 0, h3 = 0, h4 = 0;
+    bool cached = true;
+    assert_int_equal(kv_disk_hash_file(path, &direct, err, sizeof err), 0);
+    assert_int_equal(kv_disk_hash_file_cached(path, dir, &h1, &cached, err, sizeof err), 0);
+    assert_false(cached);
+    assert_int_equal(kv_disk_hash_file_cached(path, dir, &h2, &cached, err, sizeof err), 0);
+    assert_true(cached);
+    assert_int_equal(h1, direct);
+    assert_int_equal(h2, direct);
+    /* damaged record: ignored, recomputed, rewritten */
+    assert_int_equal(sh("for f in %s/weights-hash/*.hash; do printf 'xxxxxxxx' | dd of=$f bs=1 seek=8 "
+                        "conv=notrunc 2>/dev/null; done%s", dir, ""), 0);
+    assert_int_equal(kv_disk_hash_file_cached(path, dir, &h3, &cached, err, sizeof err), 0);
+    assert_false(cached);
+    assert_int_equal(h3, direct);
+    /* a new mtime: another identity, hashed again */
+    assert_int_equal(sh("touch -d '2001-02-03 04:05:06' %s%s", path, ""), 0);
+    assert_int_equal(kv_disk_hash_file_cached(path, dir, &h4, &cached, err, sizeof err), 0);
+    assert_false(cached);
+    assert_int_equal(h4, direct);
+    /* a missing file is an error either way */
+    char missing[300];
+    snprintf(missing, sizeof missing, "%s/none.gguf", g_dir);
+    assert_int_equal(kv_disk_hash_file_cached(missing, dir, &h4, &cached, err, sizeof err), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_q4_k_m),
+        cmocka_unit_test(test_q8_0),
+        cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_weights_hash_cached),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

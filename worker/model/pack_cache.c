@@ -1,0 +1,452 @@
+/* pack_cache.c — the packed-weight cache on disk (format and trust rules in
+ * pack_cache.h). */
+#include "worker/model/pack_cache.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/errbuf.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "worker/kernels/qgemm.h"
+#include "worker/kernels/quant.h"
+#include "worker/kv_disk.h"
+
+#define SEED_SUM 0x7061636b73756d31ULL  /* per-matrix checksums */
+#define SEED_HEAD 0x7061636b68656164ULL /* header checksum */
+#define SEED_FP 0x7061636b66707231ULL   /* layout fingerprint */
+#define PAYLOAD_ALIGN 4096u
+#define IO_CHUNK ((size_t)8 << 20)
+#define TMP_STALE_S 600 /* leftover temporaries older than this are removed before a write */
+
+/* ---- fingerprint -------------------------------------------------------- */
+
+static uint64_t g_fp;
+static pthread_once_t g_fp_once = PTHREAD_ONCE_INIT;
+
+static void fp_compute(void)
+{
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+                                     GGML_TYPE_Q6_K};
+    enum { ROWS = 9, COLS = 512 }; /* two panels, the second partial; two K-quant blocks */
+    float *x = xmalloc((size_t)COLS * sizeof *x);
+    uint64_t h = SEED_FP, s = 0x243F6A8885A308D3ULL;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        size_t rb = quant_row_bytes(types[t], COLS), psz = qgemm_packed_size(types[t], ROWS, COLS);
+        uint8_t *w = xmalloc(rb * ROWS);
+        for (int r = 0; r < ROWS; r++) {
+            for (int c = 0; c < COLS; c++) {
+                s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+                x[c] = (float)((int64_t)(s >> 40) - (1 << 23)) / (float)(1 << 21);
+            }
+            quant_quantize(types[t], x, w + (size_t)r * rb, COLS);
+        }
+        uint64_t part = types[t] * 0x100000001B3ULL ^ psz;
+        void *p = psz ? qgemm_pack(types[t], w, ROWS, COLS, 1) : NULL;
+        if (p)
+            part ^= kv_disk_hash64(p, psz, part);
+        qgemm_pack_free(&p);
+        free(w);
+        h = kv_disk_hash64(&part, sizeof part, h);
+    }
+    free(x);
+    g_fp = h;
+}
+
+uint64_t pack_cache_fingerprint(void)
+{
+    pthread_once(&g_fp_once, fp_compute);
+    return g_fp;
+}
+
+/* ---- header ------------------------------------------------------------- */
+
+static uint32_t rd32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t rd64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+static size_t table_end(uint32_t n) { return PACK_CACHE_HEAD + (size_t)n * PACK_CACHE_ENTRY; }
+
+int pack_cache_parse(const uint8_t *buf, size_t len, pack_cache_header_t *h, pack_cache_entry_t *ents,
+                     char *err, size_t errlen)
+{
+    if (!buf || len < PACK_CACHE_HEAD) {
+        errbuf_set(err, errlen, "shorter than the %d-byte header", PACK_CACHE_HEAD);
+        return -1;
+    }
+    if (memcmp(buf, PACK_CACHE_MAGIC, 8) != 0) {
+        errbuf_set(err, errlen, "not a pack file (magic)");
+        return -1;
+    }
+    h->version = rd32(buf + 8);
+    h->n = rd32(buf + 12);
+    h->weights_hash = rd64(buf + 16);
+    h->fingerprint = rd64(buf + 24);
+    h->payload_off = rd64(buf + 32);
+    h->payload_bytes = rd64(buf + 40);
+    h->file_bytes = rd64(buf + 48);
+    if (h->version != PACK_CACHE_VERSION) {
+        errbuf_set(err, errlen, "version %u, expected %u", h->version, PACK_CACHE_VERSION);
+        return -1;
+    }
+    if (h->n < 1 || h->n > PACK_CACHE_MAX_MATS) {
+        errbuf_set(err, errlen, "%u matrices (1..%d)", h->n, PACK_CACHE_MAX_MATS);
+        return -1;
+    }
+    size_t end = table_end(h->n) + 8;
+    if (h->payload_off % PAYLOAD_ALIGN || h->payload_off < end || h->payload_off > ((uint64_t)1 << 40) ||
+        h->payload_bytes > ((uint64_t)1 << 50) || h->file_bytes != h->payload_off + h->payload_bytes) {
+        errbuf_set(err, errlen, "bad sizes (payload at %llu, %llu bytes, file %llu)",
+                   (unsigned long long)h->payload_off, (unsigned long long)h->payload_bytes,
+                   (unsigned long long)h->file_bytes);
+        return -1;
+    }
+    if (!ents)
+        return (int)h->n;
+    if (len < end) {
+        errbuf_set(err, errlen, "header cut short (%zu of %zu bytes)", len, end);
+        return -1;
+    }
+    if (rd64(buf + end - 8) != kv_disk_hash64(buf, end - 8, SEED_HEAD)) {
+        errbuf_set(err, errlen, "header checksum mismatch");
+        return -1;
+    }
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < h->n; i++) {
+        const uint8_t *e = buf + table_end(i);
+        pack_cache_entry_t *x = &ents[i];
+        x->type = rd32(e);
+        x->rows = rd64(e + 8);
+        x->cols = rd64(e + 16);
+        x->bytes = rd64(e + 24);
+        x->sum = rd64(e + 32);
+        if (rd32(e + 4) != 0 || x->bytes == 0 || x->bytes % 64 || x->bytes > h->payload_bytes - sum) {
+            errbuf_set(err, errlen, "matrix %u: bad entry", i);
+            return -1;
+        }
+        sum += x->bytes;
+    }
+    if (sum != h->payload_bytes) {
+        errbuf_set(err, errlen, "matrices sum to %llu bytes, header says %llu", (unsigned long long)sum,
+                   (unsigned long long)h->payload_bytes);
+        return -1;
+    }
+    return (int)h->n;
+}
+
+/* ---- load --------------------------------------------------------------- */
+
+static int pread_all(int fd, uint8_t *dst, size_t n, uint64_t off)
+{
+    while (n) {
+        ssize_t got = pread(fd, dst, n < IO_CHUNK ? n : IO_CHUNK, (off_t)off);
+        if (got <= 0) {
+            if (got < 0 && errno == EINTR)
+                continue;
+            return -1;
+        }
+        dst += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
+/* Reads path into a new arena when every check of pack_cache.h holds:
+ * the arena, or NULL with the reason in why (why[0] == 0: no file). */
+static void *load_file(const char *path, const model_packable_t *plan, int n, uint64_t weights_hash,
+                       int n_threads, char *why, size_t whylen)
+{
+    why[0] = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) { /* no file to reject: ENOENT, or a folder that is not there (the store says why) */
+        if (errno != ENOENT)
+            log_debug("pack cache: cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    void *arena = NULL;
+    uint8_t *head = NULL;
+    pack_cache_entry_t *ents = NULL;
+    struct stat sb;
+    uint8_t fixed[PACK_CACHE_HEAD];
+    pack_cache_header_t h;
+    if (fstat(fd, &sb) != 0 || pread_all(fd, fixed, sizeof fixed, 0) != 0) {
+        errbuf_set(why, whylen, "cannot read the header");
+        goto out;
+    }
+    if (pack_cache_parse(fixed, sizeof fixed, &h, NULL, why, whylen) < 0)
+        goto out;
+    if ((uint64_t)sb.st_size != h.file_bytes) {
+        errbuf_set(why, whylen, "%lld bytes, header says %llu (truncated?)", (long long)sb.st_size,
+                   (unsigned long long)h.file_bytes);
+        goto out;
+    }
+    if (h.weights_hash != weights_hash || h.fingerprint != pack_cache_fingerprint() || h.n != (uint32_t)n) {
+        errbuf_set(why, whylen, "made for other weights or another packing layout");
+        goto out;
+    }
+    size_t hb = table_end(h.n) + 8;
+    head = xmalloc(hb);
+    ents = xmalloc((size_t)n * sizeof *ents);
+    if (pread_all(fd, head, hb, 0) != 0 || pack_cache_parse(head, hb, &h, ents, why, whylen) < 0) {
+        if (!why[0])
+            errbuf_set(why, whylen, "cannot read the header");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        const matmul_weight_t *w = plan[i].w;
+        if (ents[i].type != w->type || ents[i].rows != (uint64_t)w->rows || ents[i].cols != (uint64_t)w->cols ||
+            ents[i].bytes != plan[i].bytes) {
+            errbuf_set(why, whylen, "matrix %d does not match the model", i);
+            goto out;
+        }
+    }
+    arena = xhuge_alloc(h.payload_bytes);
+    uint64_t *offs = xmalloc((size_t)n * sizeof *offs);
+    for (int i = 0; i < n; i++)
+        offs[i] = i ? offs[i - 1] + ents[i - 1].bytes : 0;
+    int bad = -1, io = 0;
+    /* matrices in parallel: each thread reads one and hashes it while it
+     * is still in cache */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads > 0 ? n_threads : 1) reduction(max : bad, io)
+    for (int i = 0; i < n; i++) {
+        uint8_t *dst = (uint8_t *)arena + offs[i];
+        if (pread_all(fd, dst, ents[i].bytes, h.payload_off + offs[i]) != 0)
+            io = 1;
+        else if (kv_disk_hash64(dst, ents[i].bytes, SEED_SUM) != ents[i].sum && i > bad)
+            bad = i;
+    }
+    free(offs);
+    if (io || bad >= 0) {
+        if (io)
+            errbuf_set(why, whylen, "read error");
+        else
+            errbuf_set(why, whylen, "matrix %d fails its checksum", bad);
+        free(arena);
+        arena = NULL;
+    }
+out:
+    free(head);
+    free(ents);
+    close(fd);
+    return arena;
+}
+
+/* ---- store -------------------------------------------------------------- */
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n) {
+        ssize_t put = write(fd, p, n < IO_CHUNK ? n : IO_CHUNK);
+        if (put < 0 && errno == EINTR)
+            continue;
+        if (put <= 0)
+            return put < 0 ? errno : EIO;
+        p += put;
+        n -= (size_t)put;
+    }
+    return 0;
+}
+
+/* Removes DIR/packed/\*.pack.tmp.* older than TMP_STALE_S: what a worker
+ * killed while writing left (as large as the model). Younger ones may be
+ * another worker's write in progress. */
+static void remove_stale_tmps(const char *sub)
+{
+    DIR *dh = opendir(sub);
+    if (!dh)
+        return;
+    time_t now = time(NULL);
+    for (struct dirent *de; (de = readdir(dh)) != NULL;) {
+        char f[4400];
+        struct stat sb;
+        if (!strstr(de->d_name, ".pack.tmp.") || (size_t)snprintf(f, sizeof f, "%s/%s", sub, de->d_name) >= sizeof f)
+            continue;
+        if (stat(f, &sb) == 0 && S_ISREG(sb.st_mode) && now - sb.st_mtime > TMP_STALE_S && unlink(f) == 0)
+            log_info("pack cache: removed %s, a write that never finished", f);
+    }
+    closedir(dh);
+}
+
+/* Writes m's arena to path (tmp + fsync + rename). 0 or an errno. */
+static int store_file(const char *path, const model_t *m, const model_packable_t *plan, int n,
+                      uint64_t weights_hash)
+{
+    size_t hb = table_end((uint32_t)n) + 8;
+    uint64_t off = (hb + PAYLOAD_ALIGN - 1) / PAYLOAD_ALIGN * PAYLOAD_ALIGN;
+    uint8_t *head = xcalloc(1, off);
+    memcpy(head, PACK_CACHE_MAGIC, 8);
+    wr32(head + 8, PACK_CACHE_VERSION);
+    wr32(head + 12, (uint32_t)n);
+    wr64(head + 16, weights_hash);
+    wr64(head + 24, pack_cache_fingerprint());
+    wr64(head + 32, off);
+    wr64(head + 40, m->packed_bytes);
+    wr64(head + 48, off + m->packed_bytes);
+    for (int i = 0; i < n; i++) {
+        uint8_t *e = head + table_end((uint32_t)i);
+        const matmul_weight_t *w = plan[i].w;
+        wr32(e, w->type);
+        wr64(e + 8, (uint64_t)w->rows);
+        wr64(e + 16, (uint64_t)w->cols);
+        wr64(e + 24, plan[i].bytes);
+        wr64(e + 32, kv_disk_hash64(w->packed, plan[i].bytes, SEED_SUM));
+    }
+    wr64(head + hb - 8, kv_disk_hash64(head, hb - 8, SEED_HEAD));
+    static atomic_uint serial;
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&serial, 1));
+    int e = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        e = errno;
+    if (!e)
+        e = write_all(fd, head, off);
+    if (!e)
+        e = write_all(fd, m->packed_arena, m->packed_bytes);
+    if (!e && fsync(fd) != 0)
+        e = errno;
+    if (fd >= 0 && close(fd) != 0 && !e)
+        e = errno;
+    if (!e && rename(tmp, path) != 0)
+        e = errno;
+    if (e && fd >= 0)
+        unlink(tmp);
+    free(head);
+    return e;
+}
+
+/* ---- entry point -------------------------------------------------------- */
+
+struct pack_cache_write {
+    const model_t *m;
+    model_packable_t *plan;
+    int n;
+    uint64_t weights_hash;
+    char sub[4096], path[4200];
+    pthread_t thread;
+    bool started;
+};
+
+/* mkdir, stale temporaries, the file, one log line: 0 or an errno */
+static int write_run(pack_cache_write_t *job)
+{
+    int64_t t1 = clock_now_us();
+    int e = kv_disk_mkdir_p(job->sub);
+    if (!e) {
+        remove_stale_tmps(job->sub);
+        e = store_file(job->path, job->m, job->plan, job->n, job->weights_hash);
+    }
+    if (e)
+        log_warn("pack cache off: cannot write %s: %s (the next start packs again)", job->path, strerror(e));
+    else
+        log_info("pack cache: wrote %s (%.1f MiB) in %.0f ms", job->path,
+                 (double)job->m->packed_bytes / (1024.0 * 1024.0), (double)(clock_now_us() - t1) / 1e3);
+    return e;
+}
+
+static void *write_thread(void *arg)
+{
+    (void)write_run(arg);
+    return NULL;
+}
+
+void pack_cache_write_begin(pack_cache_write_t *job)
+{
+    if (!job || job->started)
+        return;
+    if (pthread_create(&job->thread, NULL, write_thread, job) == 0)
+        job->started = true;
+    else
+        (void)write_run(job); /* no thread: write now */
+}
+
+void pack_cache_write_end(pack_cache_write_t **jobp)
+{
+    pack_cache_write_t *job = jobp ? *jobp : NULL;
+    if (!job)
+        return;
+    if (job->started)
+        pthread_join(job->thread, NULL);
+    free(job->plan);
+    free(job);
+    *jobp = NULL;
+}
+
+int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights_hash, pack_cache_result_t *res,
+                    pack_cache_write_t **deferred)
+{
+    pack_cache_result_t r = {.outcome = PACK_CACHE_OFF};
+    int64_t t0 = clock_now_us();
+    if (deferred)
+        *deferred = NULL;
+    model_packable_t *plan = NULL;
+    int n = dir && *dir ? model_pack_plan(m, &plan) : 0;
+    char sub[4096], path[4200], why[256];
+    if (n == 0 || (size_t)snprintf(sub, sizeof sub, "%s/packed", dir) >= sizeof sub) {
+        r.n_packed = model_pack_int8(m, n_threads);
+        goto done;
+    }
+    snprintf(path, sizeof path, "%s/%016llx-%016llx.pack", sub, (unsigned long long)weights_hash,
+             (unsigned long long)pack_cache_fingerprint());
+    void *arena = load_file(path, plan, n, weights_hash, n_threads, why, sizeof why);
+    if (arena) {
+        model_pack_adopt(m, arena, plan, n);
+        r.outcome = PACK_CACHE_LOADED;
+        r.n_packed = n;
+        log_info("pack cache: read %s (%d matrices, %.1f MiB) in %.0f ms", path, n,
+                 (double)m->packed_bytes / (1024.0 * 1024.0), (double)(clock_now_us() - t0) / 1e3);
+        goto done;
+    }
+    if (why[0]) {
+        r.rejected = true;
+        log_warn("pack cache: %s not used: %s; packing again and rewriting it", path, why);
+    }
+    r.n_packed = model_pack_int8(m, n_threads);
+    r.outcome = PACK_CACHE_PACKED;
+    log_info("pack cache: packed %d matrices (%.1f MiB) in %.0f ms", r.n_packed,
+             (double)m->packed_bytes / (1024.0 * 1024.0), (double)(clock_now_us() - t0) / 1e3);
+    if (r.n_packed != n) {
+        log_warn("pack cache: %d of %d matrices packed; not writing a cache file", r.n_packed, n);
+        goto done;
+    }
+    pack_cache_write_t *job = xcalloc(1, sizeof *job);
+    *job = (pack_cache_write_t){.m = m, .plan = plan, .n = n, .weights_hash = weights_hash};
+    memcpy(job->sub, sub, sizeof sub);
+    memcpy(job->path, path, sizeof path);
+    plan = NULL; /* the job's now */
+    if (deferred) {
+        *deferred = job;
+        goto done;
+    }
+    if (write_run(job) == 0)
+        r.outcome = PACK_CACHE_STORED;
+    pack_cache_write_end(&job);
+done:
+    free(plan);
+    r.ms = (double)(clock_now_us() - t0) / 1e3;
+    if (res)
+        *res = r;
+    return r.n_packed;
+}

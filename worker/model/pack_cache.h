@@ -1,0 +1,120 @@
+/* pack_cache.h — the packed-weight cache on disk: model_pack_int8's arena
+ * written once to DIR/packed/ and read back at the next start instead of
+ * packing again (a worker's start-up is mostly packing: 1.1B Q4_K_M,
+ * 615 MiB, ~1.4-2.8 s on 2 cores).
+ *
+ * File DIR/packed/<weights hash>-<layout fingerprint>.pack (16 hex digits
+ * each), little-endian:
+ *
+ *   offset  bytes        field
+ *     0     8            magic "PGDPACK1"
+ *     8     4            version (1)
+ *    12     4            n: matrices (1 .. PACK_CACHE_MAX_MATS)
+ *    16     8            weights hash (kv_disk_hash_file of the GGUF)
+ *    24     8            layout fingerprint (pack_cache_fingerprint)
+ *    32     8            payload offset (a multiple of 4096, >= the header)
+ *    40     8            payload bytes (sum of the matrices' bytes)
+ *    48     8            file bytes (payload offset + payload bytes)
+ *    56     40 · n       per matrix, in model_pack_plan order: ggml type u32,
+ *                        zero u32, rows u64, cols u64, packed bytes u64,
+ *                        kv_disk_hash64 of its packed bytes u64
+ *    56+40n 8            kv_disk_hash64 of every header byte before it
+ *    ...                 zeros up to the payload offset
+ *    payload             the packings back to back, as in the arena
+ *
+ * The key. The weights hash names the model file's bytes; the fingerprint
+ * names the packing code: a hash of the packings of a fixed synthetic
+ * matrix of each packable type (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) made by this
+ * binary at start-up (~0.1 ms). A build whose packed layout differs (a new
+ * layout, or one that came to depend on the ISA) therefore looks for
+ * another file name and never reads an old one; qgemm.h documents one
+ * ISA-independent layout today.
+ *
+ * Trust. A file is used only when its size equals the header's file bytes,
+ * the header checksum holds, every header field equals what this model and
+ * binary expect (magic, version, weights hash, fingerprint, and per matrix
+ * type, rows, cols and packed size against model_pack_plan), and every
+ * matrix's bytes hash to the table's checksum as they are read (the whole
+ * payload is hashed while it is read into the arena: ~0.1 s per GB per core;
+ * a flipped bit anywhere is caught). Anything else is logged, the model is
+ * packed as without a cache and the file is rewritten. Writers write
+ * DIR/packed/NAME.tmp.<pid>.<n>, fsync it and rename it into place, so a reader
+ * sees a whole file or none; two workers of one model writing at once each
+ * rename a complete file (the last one stays). Temporaries older than 10
+ * minutes (a writer killed mid-write) are removed before a write. A directory that cannot be
+ * created or written, or a full disk, means no cache file: the worker packs
+ * and logs one line. */
+#ifndef PAGODA_WORKER_MODEL_PACK_CACHE_H
+#define PAGODA_WORKER_MODEL_PACK_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/model/model.h"
+
+#define PACK_CACHE_MAGIC "PGDPACK1"
+#define PACK_CACHE_VERSION 1u
+#define PACK_CACHE_MAX_MATS 65536
+#define PACK_CACHE_HEAD 56   /* fixed header bytes before the table */
+#define PACK_CACHE_ENTRY 40  /* table bytes per matrix */
+
+typedef struct pack_cache_entry {
+    uint32_t type;
+    uint64_t rows, cols, bytes, sum;
+} pack_cache_entry_t;
+
+typedef struct pack_cache_header {
+    uint32_t version, n;
+    uint64_t weights_hash, fingerprint;
+    uint64_t payload_off, payload_bytes, file_bytes;
+} pack_cache_header_t;
+
+/* What pack_cache_pack did, for logs and tests. */
+typedef enum pack_cache_outcome {
+    PACK_CACHE_OFF,      /* no directory, or nothing to pack */
+    PACK_CACHE_LOADED,   /* read from the file */
+    PACK_CACHE_STORED,   /* packed, file written */
+    PACK_CACHE_PACKED,   /* packed, file not written (directory or disk error) */
+} pack_cache_outcome_t;
+
+typedef struct pack_cache_result {
+    pack_cache_outcome_t outcome;
+    bool rejected;         /* a file was there but failed a check */
+    int n_packed;          /* matrices packed or loaded */
+    double ms;             /* wall time of pack_cache_pack */
+} pack_cache_result_t;
+
+/* Hash of this binary's packings of fixed synthetic matrices (see above).
+ * Computed once, thread-safe. */
+uint64_t pack_cache_fingerprint(void);
+
+/* Parses and checks the header of a pack file from its first len bytes
+ * (at least PACK_CACHE_HEAD; the table needs 56 + 40 n + 8): magic, version,
+ * n in range, header checksum, payload offset aligned and past the header,
+ * file bytes = offset + payload bytes, payload bytes = the sum of the
+ * table's sizes (each a nonzero multiple of 64), without overflow.
+ * Returns n and fills *h and ents[0..n) (ents may be NULL to only learn n:
+ * then len may hold the fixed part alone and only it is checked; returns
+ * the n it names), or -1 with a reason in err. Never reads past len. */
+int pack_cache_parse(const uint8_t *buf, size_t len, pack_cache_header_t *h, pack_cache_entry_t *ents,
+                     char *err, size_t errlen);
+
+/* model_pack_int8 through the cache in dir/packed/ (dir NULL or "": plain
+ * model_pack_int8, outcome OFF). Returns the number of matrices packed or
+ * loaded (as model_pack_int8) and fills *res (may be NULL). Logs a line per
+ * step (read, not used, packed, wrote, cannot write).
+ * deferred NULL: a file to write is written before returning (STORED, or
+ * PACKED when the write failed). deferred non-NULL: the write is not done
+ * but returned in *deferred (NULL when there is none; outcome PACKED), so
+ * that a worker can register first: pack_cache_write_begin(job) writes it
+ * on a thread of its own (the arena is only read; m must stay alive and
+ * packed), pack_cache_write_end(&job) waits for that thread and frees the
+ * job (without a begin it drops the write). */
+typedef struct pack_cache_write pack_cache_write_t;
+int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights_hash, pack_cache_result_t *res,
+                    pack_cache_write_t **deferred);
+void pack_cache_write_begin(pack_cache_write_t *job);
+void pack_cache_write_end(pack_cache_write_t **job);
+
+#endif
