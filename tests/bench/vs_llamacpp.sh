@@ -50,6 +50,10 @@
 # Progress and per-run rates go to stderr and $OUT/results.tsv.
 #
 # Why the two workloads give different ratios: docs/BENCH.md, "Two workloads".
+# Time per run with IK_BUILD, 2 threads: ~3 min for a 110M file, ~11 min for
+# the 1.1B Q4_K_M (llama.cpp's 32-stream loads dominate). llama-server (build
+# 4748) aborts when stopped ("terminate called without an active
+# exception", and bash reports "Aborted"): harmless, its loads are done.
 #
 # Wait policy: llama.cpp's threads poll for work by default (--poll 50);
 # pagoda's OpenMP threads spin ~25 us, then sleep (GOMP_SPINCOUNT=1000,
