@@ -642,12 +642,18 @@ static void on_cancel(struct gateway *gw, uint64_t id)
         return;
     r->cancelled = true;
     if (r->state != GATEWAY_REQ_RUNNING) {
+        /* it was counted in pagoda_requests_total when queued: it ends as an
+         * abort, as a cancelled running request does with its final EVENT
+         * (the soak's accounting check caught this path uncounted) */
         log_debug("request %" PRIu64 " cancelled while queued", id);
+        if (r->state == GATEWAY_REQ_QUEUED)
+            metrics_counter_add(gw->m.request_success, (const char *[]){r->model, "abort"}, 1);
         request_finish(gw, r);
         return;
     }
     gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
     if (!w) {
+        metrics_counter_add(gw->m.request_success, (const char *[]){r->model, "abort"}, 1);
         request_finish(gw, r);
         return;
     }

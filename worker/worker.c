@@ -17,7 +17,7 @@
 #include "common/sigwake.h"
 #include "common/xalloc.h"
 #include "worker/kv_disk.h"
-#include "worker/model/pack_cache.h"
+#include "worker/pack_cache.h"
 #include "worker/kv_pool.h"
 #include "worker/kv_report.h"
 #include "common/text/detok.h"

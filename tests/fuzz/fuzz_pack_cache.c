@@ -1,5 +1,5 @@
 /* libFuzzer target for the packed-weight cache's header parser
- * (worker/model/pack_cache.c, pack_cache_parse): the first bytes of a pack
+ * (worker/pack_cache.c, pack_cache_parse): the first bytes of a pack
  * file as found on disk. Raw input first (fixed part alone, then with the
  * table); an accepted header must be self-consistent (offsets, sizes, sum).
  * Half the runs then build a whole header from the input's own bytes (n
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "worker/kv_disk.h"
-#include "worker/model/pack_cache.h"
+#include "worker/pack_cache.h"
 
 static void check_raw(const uint8_t *data, size_t size)
 {

@@ -236,7 +236,7 @@ int model_pack_int8(model_t *m, int n_threads);
  * (0 and *out NULL when none: no AVX2, already packed, no packable type);
  * *out is the caller's (free). model_pack_adopt(m, arena, plan, n) takes
  * an arena that holds plan's packings back to back (what model_pack_int8
- * would have built, e.g. read from worker/model/pack_cache's file): m owns
+ * would have built, e.g. read from worker/pack_cache's file): m owns
  * it from then on (free()d by model_free; allocate it with xhuge_alloc), the
  * matrices point into it and their file pages are dropped as in
  * model_pack_int8. m must not be packed yet. */

@@ -1,6 +1,6 @@
 /* pack_cache.c — the packed-weight cache on disk (format and trust rules in
  * pack_cache.h). */
-#include "worker/model/pack_cache.h"
+#include "worker/pack_cache.h"
 
 #include <dirent.h>
 #include <errno.h>

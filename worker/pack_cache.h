@@ -44,8 +44,8 @@
  * minutes (a writer killed mid-write) are removed before a write. A directory that cannot be
  * created or written, or a full disk, means no cache file: the worker packs
  * and logs one line. */
-#ifndef PAGODA_WORKER_MODEL_PACK_CACHE_H
-#define PAGODA_WORKER_MODEL_PACK_CACHE_H
+#ifndef PAGODA_WORKER_PACK_CACHE_H
+#define PAGODA_WORKER_PACK_CACHE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* Tests for the packed-weight cache (worker/model/pack_cache.h) and the
+/* Tests for the packed-weight cache (worker/pack_cache.h) and the
  * remembered weights hash (kv_disk_hash_file_cached, worker/kv_disk.h).
  *
  * Models from the real $PAGODA_BUILD/pagoda-mkmodel: Q4_K_M (Q4_K and Q6_K
@@ -44,7 +44,7 @@
 #include "worker/kv_disk.h"
 #include "worker/model/forward.h"
 #include "worker/model/model.h"
-#include "worker/model/pack_cache.h"
+#include "worker/pack_cache.h"
 
 static char g_dir[] = "/tmp/pagoda-pack-cache-test-XXXXXX";
 
