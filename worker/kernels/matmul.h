@@ -55,6 +55,13 @@ typedef struct matmul_weight {
                            * (scalar, float, embedding rows) reads data */
 } matmul_weight_t;
 
+/* Bytes of w as stored (rows * row_bytes; 0 for a weight the model does not
+ * have, whose fields are all zero). */
+static inline size_t matmul_weight_bytes(const matmul_weight_t *w)
+{
+    return (size_t)w->rows * w->row_bytes;
+}
+
 typedef struct matmul matmul_t;
 
 /* Scratch for weights with at most max_cols columns. n_threads is used for

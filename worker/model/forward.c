@@ -20,6 +20,9 @@
 #include "worker/kernels/attention.h"
 #include "worker/kernels/worksteal.h"
 
+/* phases of a 1-row step timed with PAGODA_FWD_PROFILE (prof_print) */
+enum { PH_EMBED, PH_QKV_ATT, PH_WO, PH_NORM, PH_GATE_UP, PH_DOWN, PH_HEAD, PH_N };
+
 struct forward {
     const model_t *m;
     int max_rows;
@@ -63,10 +66,9 @@ struct forward {
      * stderr by forward_free (a profiling aid for the decode path) */
     bool prof;
     uint64_t prof_steps;
-    double prof_ns[8], prof_bytes[8];
+    double prof_ns[PH_N], prof_bytes[PH_N];
 };
 
-enum { PH_EMBED, PH_QKV_ATT, PH_WO, PH_NORM, PH_GATE_UP, PH_DOWN, PH_HEAD, PH_N };
 static const char *const ph_name[PH_N] = {"embed+rope+norm", "qkv+attention", "wo", "norms",
                                            "gate+up", "down", "head"};
 
@@ -75,11 +77,6 @@ static double now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static size_t wbytes(const matmul_weight_t *w)
-{
-    return w->data ? (size_t)w->rows * w->row_bytes : 0;
 }
 
 /* PROF(ph, bytes, statement): times statement into phase ph when profiling */
@@ -825,7 +822,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
 
         if (by_head) {
             /* everything below in one region, one task per kv head */
-            PROF(PH_QKV_ATT, wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv), qkv_attention_by_head(f, &a, b, kv));
+            PROF(PH_QKV_ATT, matmul_weight_bytes(&L->wq) + matmul_weight_bytes(&L->wk) + matmul_weight_bytes(&L->wv), qkv_attention_by_head(f, &a, b, kv));
         } else {
             /* q (R, q_dim), k, v (R, kv_dim) = xb · W{q,k,v}ᵀ: one region */
             const matmul_weight_t *wqkv[3] = {&L->wq, &L->wk, &L->wv};
@@ -844,7 +841,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
 
         /* xb = att · Woᵀ;  [gemma: xb = rmsnorm(xb) * attn_post_norm]
          * x += xb;  xb = rmsnorm(x) * ffn_norm */
-        PROF(PH_WO, wbytes(&L->wo), mm(f, &L->wo, f->att, R, f->xb));
+        PROF(PH_WO, matmul_weight_bytes(&L->wo), mm(f, &L->wo, f->att, R, f->xb));
         PROF(PH_NORM, 0, {
             if (L->attn_post_norm)
                 add_rmsnorm(f, f->xb, NULL, f->xb, L->attn_post_norm, R, dim, c->norm_eps);
@@ -858,8 +855,8 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
             ffn_moe(f, L, R);
             out = f->moe_out;
         } else {
-            PROF(PH_GATE_UP, wbytes(&L->w_gate) + wbytes(&L->w_up), ffn_gate_up(f, &L->w_gate, &L->w_up, f->xb, R));
-            PROF(PH_DOWN, wbytes(&L->w_down), mm(f, &L->w_down, f->hg, R, f->xb));
+            PROF(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up), ffn_gate_up(f, &L->w_gate, &L->w_up, f->xb, R));
+            PROF(PH_DOWN, matmul_weight_bytes(&L->w_down), mm(f, &L->w_down, f->hg, R, f->xb));
         }
         /* [gemma: out = rmsnorm(out) * ffn_post_norm] */
         if (L->ffn_post_norm)
@@ -910,7 +907,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
         softcap(logits, (size_t)n_want * c->vocab, c->final_softcap);
     if (prof) {
         f->prof_ns[PH_HEAD] += now_ns() - t_head;
-        f->prof_bytes[PH_HEAD] += (double)wbytes(&m->output);
+        f->prof_bytes[PH_HEAD] += (double)matmul_weight_bytes(&m->output);
     }
     return 0;
 }

@@ -833,21 +833,16 @@ void model_free(model_t **mp)
     *mp = NULL;
 }
 
-static size_t wbytes(const matmul_weight_t *w)
-{
-    return (size_t)w->rows * w->row_bytes;
-}
-
 size_t model_weight_bytes(const model_t *m)
 {
-    size_t n = wbytes(&m->tok_embd) + (m->cfg.tied_output ? 0 : wbytes(&m->output));
+    size_t n = matmul_weight_bytes(&m->tok_embd) + (m->cfg.tied_output ? 0 : matmul_weight_bytes(&m->output));
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const model_layer_t *L = &m->layers[l];
-        n += wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) + wbytes(&L->wo) +
-             wbytes(&L->w_gate) + wbytes(&L->w_up) + wbytes(&L->w_down) + wbytes(&L->router) +
-             wbytes(&L->sh_gate) + wbytes(&L->sh_up) + wbytes(&L->sh_down);
+        n += matmul_weight_bytes(&L->wq) + matmul_weight_bytes(&L->wk) + matmul_weight_bytes(&L->wv) + matmul_weight_bytes(&L->wo) +
+             matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up) + matmul_weight_bytes(&L->w_down) + matmul_weight_bytes(&L->router) +
+             matmul_weight_bytes(&L->sh_gate) + matmul_weight_bytes(&L->sh_up) + matmul_weight_bytes(&L->sh_down);
         for (int e = 0; e < m->cfg.n_expert; e++)
-            n += wbytes(&L->exp_gate[e]) + wbytes(&L->exp_up[e]) + wbytes(&L->exp_down[e]);
+            n += matmul_weight_bytes(&L->exp_gate[e]) + matmul_weight_bytes(&L->exp_up[e]) + matmul_weight_bytes(&L->exp_down[e]);
     }
     return n;
 }

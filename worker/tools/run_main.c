@@ -164,23 +164,18 @@ static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_se
  * share of the experts (n_expert_used / n_expert: on average, for one row).
  * File (GGUF) sizes: the int8 packing of Q8_0 has the same bytes per weight
  * up to its scales. */
-static size_t wb(const matmul_weight_t *w)
-{
-    return (size_t)w->rows * w->row_bytes;
-}
-
 static double decode_weight_bytes(const model_t *m)
 {
-    double n = (double)model_weight_bytes(m) - (double)wb(&m->tok_embd);
+    double n = (double)model_weight_bytes(m) - (double)matmul_weight_bytes(&m->tok_embd);
     if (m->cfg.tied_output)
-        n += (double)wb(&m->output);
+        n += (double)matmul_weight_bytes(&m->output);
     if (m->cfg.n_expert > 0) {
         double ex = 0;
         for (int l = 0; l < m->cfg.n_layer; l++)
             for (int e = 0; e < m->cfg.n_expert; e++)
-                ex += (double)(wb(&m->layers[l].exp_gate[e]) +
-                               wb(&m->layers[l].exp_up[e]) +
-                               wb(&m->layers[l].exp_down[e]));
+                ex += (double)(matmul_weight_bytes(&m->layers[l].exp_gate[e]) +
+                               matmul_weight_bytes(&m->layers[l].exp_up[e]) +
+                               matmul_weight_bytes(&m->layers[l].exp_down[e]));
         n -= ex * (1.0 - (double)m->cfg.n_expert_used / m->cfg.n_expert);
     }
     return n;
