@@ -8,25 +8,8 @@
 source "$(dirname "$0")/../lib.sh"
 
 LG=$ROOT/tests/bench/loadgen.py
-FAKE=$ROOT/tests/bench/fake_server.mjs
 if ! command -v node >/dev/null; then skip "node not installed: skipping loadgen.py tests"; exit 0; fi
-PY=python3
-[[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
-
-# fake NAME ARGS... : start a fake server, set PORT_<NAME> to its port.
-fake() {
-  local name=$1; shift
-  local port; port=$(free_port)
-  spawn "$TMP/fake_$name.log" node "$FAKE" --port "$port" "$@"
-  if ! wait_for 10 curl -sf "http://127.0.0.1:$port/stats"; then
-    fail "fake server $name did not start"; cat "$TMP/fake_$name.log"; finish
-  fi
-  printf -v "PORT_$name" '%s' "$port"
-}
-jcheck() { # DESC FILE EXPR: ok when the Python expression on the JSON document d is true
-  local r; r=$($PY -c "import json,sys; d=json.load(open(sys.argv[1])); print($3)" "$2" 2>&1)
-  if [[ $r == True ]]; then ok "$1"; else fail "$1 ($3 -> $r)"; fi
-}
+source "$ROOT/tests/bench/fake_server_lib.sh"
 
 fake basic --ttft-ms 50 --itl-ms 10 --fragment
 U=http://127.0.0.1:$PORT_basic

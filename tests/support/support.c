@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -40,6 +41,17 @@ unsigned char *support_read_file(const char *path, size_t *len)
     fclose(f);
     *len = (size_t)n;
     return buf;
+}
+
+int support_mkmodel(const char *dir, const char *name, const char *args)
+{
+    const char *b = getenv("PAGODA_BUILD");
+    char cmd[2048];
+    if ((size_t)snprintf(cmd, sizeof cmd, "%s/pagoda-mkmodel -o %s/%s %s > %s/log 2>&1", b ? b : "build", dir, name,
+                         args, dir) >= sizeof cmd)
+        return -1;
+    int st = system(cmd);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
 void *support_router_bind(void *ctx, char *endpoint, size_t cap)

@@ -16,6 +16,10 @@ const char *support_shared_model(const char *rel);
  * or NULL. A NUL byte is appended after the data (not counted in *len). */
 unsigned char *support_read_file(const char *path, size_t *len);
 
+/* Makes a random-weight model: runs $PAGODA_BUILD/pagoda-mkmodel (build/
+ * when unset) -o dir/name args, its output to dir/log. 0 ok, -1 failed. */
+int support_mkmodel(const char *dir, const char *name, const char *args);
+
 /* A ROUTER socket of ctx bound to a free port on 127.0.0.1, the way the
  * gateway binds (linger 0, ROUTER_MANDATORY), for tests that play the
  * gateway. Writes its endpoint ("tcp://127.0.0.1:PORT") to endpoint[0..cap).

@@ -45,6 +45,7 @@
 #include "worker/model/forward.h"
 #include "worker/model/model.h"
 #include "worker/pack_cache.h"
+#include "tests/support/support.h"
 
 static char g_dir[] = "/tmp/pagoda-pack-cache-test-XXXXXX";
 
@@ -61,16 +62,13 @@ static int setup(void **s)
     (void)s;
     if (!mkdtemp(g_dir))
         return -1;
-    const char *b = getenv("PAGODA_BUILD");
-    char cmd[1024];
     const char *types[2] = {"Q4_K_M", "Q8_0"};
     for (int i = 0; i < 2; i++) {
-        snprintf(cmd, sizeof cmd,
-                 "%s/pagoda-mkmodel -o %s/%s.gguf --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 "
-                 "--type %s --seed 5 > %s/log 2>&1",
-                 b ? b : "build", g_dir, types[i], types[i], g_dir);
-        int st = system(cmd);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        char name[32], args[256];
+        snprintf(name, sizeof name, "%s.gguf", types[i]);
+        snprintf(args, sizeof args, "--dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --type %s --seed 5",
+                 types[i]);
+        if (support_mkmodel(g_dir, name, args) != 0)
             return -1;
     }
     return 0;

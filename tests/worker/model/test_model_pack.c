@@ -41,23 +41,13 @@
 
 static char g_dir[] = "/tmp/pagoda-model-pack-test-XXXXXX";
 
-static int make_model(const char *name, const char *args)
-{
-    const char *b = getenv("PAGODA_BUILD");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s/pagoda-mkmodel -o %s/%s %s > %s/log 2>&1", b ? b : "build", g_dir, name, args,
-             g_dir);
-    int st = system(cmd);
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
-}
-
 static int setup(void **s)
 {
     (void)s;
     if (!mkdtemp(g_dir))
         return -1;
-    if (make_model("llama.gguf", "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 160 --type Q8_0 --seed 3") != 0 ||
-        make_model("qwen2.gguf", "--dim 96 --layers 2 --heads 6 --kv-heads 2 --ffn 224 --type Q8_0 --arch qwen2") != 0)
+    if (support_mkmodel(g_dir, "llama.gguf", "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 160 --type Q8_0 --seed 3") != 0 ||
+        support_mkmodel(g_dir, "qwen2.gguf", "--dim 96 --layers 2 --heads 6 --kv-heads 2 --ffn 224 --type Q8_0 --arch qwen2") != 0)
         return -1;
     return 0;
 }
