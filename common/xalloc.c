@@ -1,6 +1,7 @@
 /* xalloc.c — allocation that aborts with file:line on out-of-memory. */
 #include "common/xalloc.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,4 +75,42 @@ void *xhuge_alloc_at(size_t n, const char *file, int line)
     (void)madvise(p, rounded, MADV_HUGEPAGE); /* a hint: fine if refused */
 #endif
     return p;
+}
+
+static size_t huge_round(size_t n) { return (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; }
+
+void *xhuge_zalloc_at(size_t n, const char *file, int line)
+{
+    size_t len = huge_round(n ? n : 1);
+    if (len < n || len + HUGE_PAGE < len)
+        oom(n, file, line);
+    /* map one huge page more and trim both ends to a 2 MiB-aligned start */
+    uint8_t *m = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        oom(n, file, line);
+    uintptr_t a = ((uintptr_t)m + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    size_t head = a - (uintptr_t)m, tail = HUGE_PAGE - head;
+    if (head)
+        (void)munmap(m, head);
+    if (tail)
+        (void)munmap((uint8_t *)a + len, tail);
+#ifdef MADV_HUGEPAGE
+    (void)madvise((void *)a, len, MADV_HUGEPAGE); /* a hint: fine if refused */
+#endif
+    return (void *)a;
+}
+
+void xhuge_zfree(void *p, size_t n)
+{
+    if (p)
+        (void)munmap(p, huge_round(n ? n : 1));
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+int xhuge_populate(void *p, size_t n)
+{
+    return n == 0 || madvise(p, n, MADV_POPULATE_WRITE) == 0 ? 0 : -1;
 }

@@ -4,7 +4,8 @@
  * these wrappers log the caller's file:line and abort() instead of returning
  * NULL. Out of *capacity* (a full queue, no free KV block) is never reported
  * through here.
- * Memory from these calls is released with free().
+ * Memory from these calls is released with free(), except xhuge_zalloc's
+ * (xhuge_zfree).
  */
 #ifndef PAGODA_COMMON_XALLOC_H
 #define PAGODA_COMMON_XALLOC_H
@@ -23,6 +24,18 @@ void *xaligned_alloc_at(size_t n, const char *file, int line);
  * transparent huge pages (fewer TLB misses; the hint may be refused);
  * smaller n is xaligned_alloc. Not zeroed. Release with free(). */
 void *xhuge_alloc_at(size_t n, const char *file, int line);
+/* n zero bytes in a fresh anonymous mapping, 2 MiB aligned and hinted for
+ * transparent huge pages, none of it touched yet: a page is mapped (zeroed
+ * by the kernel) on its first use, or ahead of use by xhuge_populate. For
+ * big arrays that must start zeroed without paying for it up front (the KV
+ * pool). Release with xhuge_zfree(p, n), never free(). */
+void *xhuge_zalloc_at(size_t n, const char *file, int line);
+void xhuge_zfree(void *p, size_t n);
+/* Maps in the pages of [p, p + n) inside an xhuge_zalloc block without
+ * changing a byte of it (MADV_POPULATE_WRITE), so it is safe while other
+ * threads read and write the block. 0, or -1 where the kernel lacks it
+ * (before Linux 5.14): the pages are then mapped on first use. */
+int xhuge_populate(void *p, size_t n);
 
 #define xmalloc(n)          xmalloc_at((n), __FILE__, __LINE__)
 #define xcalloc(c, s)       xcalloc_at((c), (s), __FILE__, __LINE__)
@@ -31,5 +44,6 @@ void *xhuge_alloc_at(size_t n, const char *file, int line);
 #define xstrndup(s, n)      xstrndup_at((s), (n), __FILE__, __LINE__)
 #define xaligned_alloc(n)   xaligned_alloc_at((n), __FILE__, __LINE__)
 #define xhuge_alloc(n)      xhuge_alloc_at((n), __FILE__, __LINE__)
+#define xhuge_zalloc(n)     xhuge_zalloc_at((n), __FILE__, __LINE__)
 
 #endif

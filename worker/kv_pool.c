@@ -4,7 +4,10 @@
 #include "worker/kv_pool.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +77,9 @@ struct kv_pool {
     int32_t cap_ev, head_ev, n_ev;
     bool ev_overflow;       /* events were lost: the reader must resync */
     kv_pool_tier_t tier;    /* lower tier, tier.store NULL = none */
+    size_t n_bytes;         /* of store.k and of store.v (xhuge_zalloc) */
+    pthread_t prefault;     /* kv_pool_prefault's thread, joined by kv_pool_free */
+    bool prefault_started, prefault_thread;
 };
 
 /* ---- hashing ------------------------------------------------------------ */
@@ -362,12 +368,12 @@ kv_pool_t *kv_pool_new_q(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int3
     p->store.type = type;
     p->store.qblock = type == KV_TYPE_Q8_0 ? qblock : 0;
     /* on huge pages where allowed (the attention's scattered block reads
-     * miss the TLB less); the memsets map it all up front, as llama.cpp
-     * clears its KV buffer at start, so no request pays page faults */
-    p->store.k = xhuge_alloc(n_bytes);
-    p->store.v = xhuge_alloc(n_bytes);
-    memset(p->store.k, 0, n_bytes); /* all-zero bits are 0.0 in f32 and f16 */
-    memset(p->store.v, 0, n_bytes);
+     * miss the TLB less), zero (all-zero bits are 0.0 in f32 and f16, and
+     * a zero q8_0 scale) and not mapped yet: kv_pool_prefault maps it
+     * ahead of use, off the start-up path */
+    p->n_bytes = n_bytes;
+    p->store.k = xhuge_zalloc(n_bytes);
+    p->store.v = xhuge_zalloc(n_bytes);
 
     p->blk = xcalloc((size_t)n_blocks, sizeof *p->blk);
     p->blk_tokens = xcalloc(per_layer, sizeof(int32_t));
@@ -401,8 +407,10 @@ void kv_pool_free(kv_pool_t **pp)
         return;
     kv_pool_t *p = *pp;
     assert(p->n_seqs == 0 && "kv_pool_free with live sequences");
-    free(p->store.k);
-    free(p->store.v);
+    if (p->prefault_thread)
+        pthread_join(p->prefault, NULL);
+    xhuge_zfree(p->store.k, p->n_bytes);
+    xhuge_zfree(p->store.v, p->n_bytes);
     free(p->blk);
     free(p->blk_tokens);
     free(p->free_ids);
@@ -410,6 +418,37 @@ void kv_pool_free(kv_pool_t **pp)
     free(p->ev);
     free(p);
     *pp = NULL;
+}
+
+static void prefault_run(kv_pool_t *p)
+{
+    int64_t t0 = clock_now_us();
+    if (xhuge_populate(p->store.k, p->n_bytes) != 0 || xhuge_populate(p->store.v, p->n_bytes) != 0)
+        log_debug("kv_pool: pages not mapped ahead (%s): mapped on first use", strerror(errno));
+    else
+        log_debug("kv_pool: %.1f MiB mapped in %.0f ms", 2.0 * (double)p->n_bytes / (1024.0 * 1024.0),
+                  (double)(clock_now_us() - t0) / 1e3);
+}
+
+static void *prefault_thread(void *arg)
+{
+    /* only when a core is idle: a request that needs a page maps it itself */
+    struct sched_param sp = {0};
+    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    prefault_run(arg);
+    return NULL;
+}
+
+void kv_pool_prefault(kv_pool_t *p, bool wait)
+{
+    if (!p || p->prefault_started)
+        return;
+    p->prefault_started = true;
+    if (!wait && pthread_create(&p->prefault, NULL, prefault_thread, p) == 0) {
+        p->prefault_thread = true;
+        return;
+    }
+    prefault_run(p);
 }
 
 kv_store_t *kv_pool_store(kv_pool_t *p) { return &p->store; }

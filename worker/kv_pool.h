@@ -101,9 +101,9 @@ int32_t kv_pool_blocks_for_budget(int32_t n_layer, int32_t kv_dim, int32_t block
 int32_t kv_pool_blocks_for_budget_q(int32_t n_layer, int32_t kv_dim, int32_t block_size, kv_type_t type,
                                     int32_t qblock, size_t budget_bytes);
 
-/* Allocates and zeroes K/V for n_blocks blocks of element type `type`
+/* Allocates zeroed K/V for n_blocks blocks of element type `type`
  * (zeroed so a forward pass that masks unwritten slots never meets NaN
- * garbage). Arguments must all be > 0, the type known and the total size
+ * garbage), without mapping its pages yet (kv_pool_prefault). Arguments must all be > 0, the type known and the total size
  * must fit in size_t; otherwise logs and returns NULL. Out of memory aborts
  * (xalloc). The hash root is seeded from getrandom(2). */
 kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size, kv_type_t type);
@@ -112,7 +112,18 @@ kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_
 kv_pool_t *kv_pool_new_q(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size, kv_type_t type,
                          int32_t qblock);
 
-/* Frees the pool and its memory; NULLs *pool. Asserts no sequence is alive. */
+/* Maps the K/V pages in ahead of use (kv_pool_new maps none, so a start
+ * does not wait for hundreds of MiB to be zeroed; a page not yet mapped when
+ * a step first writes it is mapped then, at a page fault's cost). wait
+ * false: on a thread of the pool's own at SCHED_IDLE priority, which runs
+ * only when a core is idle, and which kv_pool_free joins; true: on the
+ * caller's thread, returning when done. It never changes a byte, so it is
+ * safe while the owner uses the pool. Once per pool; later calls do
+ * nothing. */
+void kv_pool_prefault(kv_pool_t *pool, bool wait);
+
+/* Frees the pool and its memory (joining kv_pool_prefault's thread); NULLs
+ * *pool. Asserts no sequence is alive. */
 void kv_pool_free(kv_pool_t **pool);
 
 /* The K/V memory (owned by the pool). */

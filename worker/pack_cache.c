@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <inttypes.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -158,41 +160,127 @@ int pack_cache_parse(const uint8_t *buf, size_t len, pack_cache_header_t *h, pac
 
 /* ---- load --------------------------------------------------------------- */
 
-static int pread_all(int fd, uint8_t *dst, size_t n, uint64_t off)
+/* ---- the verified record ------------------------------------------------ */
+
+/* DIR/packed/NAME.pack.verified: the identity (device, inode, size, mtime,
+ * ctime) of a pack file whose every checksum held, and its header checksum.
+ * The next start that finds the file with that identity skips the payload
+ * checksums (pack_cache.h, "Trust"). */
+#define VREC_MAGIC 0x3146524b43415056ULL /* "VPACKRF1" */
+enum { VREC_WORDS = 10 };
+
+static void vrec_fill(uint64_t r[VREC_WORDS], const struct stat *sb, uint64_t head_sum)
 {
-    while (n) {
-        ssize_t got = pread(fd, dst, n < IO_CHUNK ? n : IO_CHUNK, (off_t)off);
-        if (got <= 0) {
-            if (got < 0 && errno == EINTR)
-                continue;
-            return -1;
-        }
-        dst += got;
-        n -= (size_t)got;
-        off += (uint64_t)got;
-    }
-    return 0;
+    r[0] = VREC_MAGIC;
+    r[1] = (uint64_t)sb->st_dev;
+    r[2] = (uint64_t)sb->st_ino;
+    r[3] = (uint64_t)sb->st_size;
+    r[4] = (uint64_t)sb->st_mtim.tv_sec;
+    r[5] = (uint64_t)sb->st_mtim.tv_nsec;
+    r[6] = (uint64_t)sb->st_ctim.tv_sec;
+    r[7] = (uint64_t)sb->st_ctim.tv_nsec;
+    r[8] = head_sum;
+    r[9] = kv_disk_hash64(r, 9 * sizeof *r, VREC_MAGIC);
 }
 
-/* Reads path into a new arena when every check of pack_cache.h holds:
- * the arena, or NULL with the reason in why (why[0] == 0: no file). */
-static void *load_file(const char *path, const model_packable_t *plan, int n, uint64_t weights_hash,
-                       int n_threads, char *why, size_t whylen)
+static bool vrec_matches(const char *path, const struct stat *sb, uint64_t head_sum)
+{
+    char rec[4300];
+    uint64_t want[VREC_WORDS], got[VREC_WORDS];
+    if ((size_t)snprintf(rec, sizeof rec, "%s.verified", path) >= sizeof rec)
+        return false;
+    int fd = open(rec, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, got, sizeof got);
+    close(fd);
+    vrec_fill(want, sb, head_sum);
+    return n == (ssize_t)sizeof got && memcmp(want, got, sizeof got) == 0;
+}
+
+/* Writes the record for path as it is now (best effort: without it the
+ * next start checks every byte again). */
+static void vrec_write(const char *path, uint64_t head_sum)
+{
+    char rec[4300], tmp[4400];
+    struct stat sb;
+    uint64_t r[VREC_WORDS];
+    if (stat(path, &sb) != 0 || (size_t)snprintf(rec, sizeof rec, "%s.verified", path) >= sizeof rec)
+        return;
+    vrec_fill(r, &sb, head_sum);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", rec, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    bool ok = write(fd, r, sizeof r) == (ssize_t)sizeof r;
+    if (close(fd) != 0 || !ok || rename(tmp, rec) != 0) {
+        unlink(tmp);
+        log_debug("pack cache: record %s not written", rec);
+    }
+}
+
+/* ---- load --------------------------------------------------------------- */
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+/* Bytes of the mapping at addr that the kernel maps with 2 MiB entries
+ * (FilePmdMapped in /proc/self/smaps), 0 when unknown. */
+static uint64_t pmd_mapped_bytes(const void *addr)
+{
+    FILE *f = fopen("/proc/self/smaps", "re");
+    if (!f)
+        return 0;
+    char line[512];
+    bool in = false;
+    uint64_t kb = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            if (in)
+                break;
+            in = lo == (unsigned long)(uintptr_t)addr;
+        } else if (in && sscanf(line, "FilePmdMapped: %" SCNu64 " kB", &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
+static _Atomic int g_map_policy; /* pack_cache_map_policy_t */
+
+void pack_cache_set_map_policy(pack_cache_map_policy_t policy) { atomic_store(&g_map_policy, (int)policy); }
+
+/* What load_file found: the arena (packed_arena to be), inside map when the
+ * file's mapping is used, else a heap copy (map NULL). */
+typedef struct loaded {
+    void *arena, *map;
+    size_t map_bytes;
+    bool trusted; /* the verified record matched: no payload checksums */
+} loaded_t;
+
+/* Maps path and, when every check of pack_cache.h holds, returns 0 with the
+ * arena in *out; else -1 with the reason in why (why[0] == 0: no file). */
+static int load_file(const char *path, const model_packable_t *plan, int n, uint64_t weights_hash,
+                     int n_threads, loaded_t *out, char *why, size_t whylen)
 {
     why[0] = 0;
+    *out = (loaded_t){0};
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) { /* no file to reject: ENOENT, or a folder that is not there (the store says why) */
         if (errno != ENOENT)
             log_debug("pack cache: cannot open %s: %s", path, strerror(errno));
-        return NULL;
+        return -1;
     }
-    void *arena = NULL;
-    uint8_t *head = NULL;
+    int rc = -1;
+    uint8_t *map = MAP_FAILED;
     pack_cache_entry_t *ents = NULL;
     struct stat sb;
     uint8_t fixed[PACK_CACHE_HEAD];
-    pack_cache_header_t h;
-    if (fstat(fd, &sb) != 0 || pread_all(fd, fixed, sizeof fixed, 0) != 0) {
+    pack_cache_header_t h = {0};
+    if (fstat(fd, &sb) != 0 || pread(fd, fixed, sizeof fixed, 0) != (ssize_t)sizeof fixed) {
         errbuf_set(why, whylen, "cannot read the header");
         goto out;
     }
@@ -207,14 +295,20 @@ static void *load_file(const char *path, const model_packable_t *plan, int n, ui
         errbuf_set(why, whylen, "made for other weights or another packing layout");
         goto out;
     }
-    size_t hb = table_end(h.n) + 8;
-    head = xmalloc(hb);
-    ents = xmalloc((size_t)n * sizeof *ents);
-    if (pread_all(fd, head, hb, 0) != 0 || pack_cache_parse(head, hb, &h, ents, why, whylen) < 0) {
-        if (!why[0])
-            errbuf_set(why, whylen, "cannot read the header");
+    /* one read-only mapping of the whole file: on a kernel that keeps it in
+     * the page cache as 2 MiB folios (ext4 and tmpfs since Linux 6.16 for
+     * a file written or read sequentially), mapping it costs ~1 ms and no
+     * copy, and decode streams it through huge TLB entries as it would an
+     * anonymous huge-page arena */
+    map = mmap(NULL, h.file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        errbuf_set(why, whylen, "cannot map it: %s", strerror(errno));
         goto out;
     }
+    size_t hb = table_end(h.n) + 8;
+    ents = xmalloc((size_t)n * sizeof *ents);
+    if (pack_cache_parse(map, hb, &h, ents, why, whylen) < 0)
+        goto out;
     for (int i = 0; i < n; i++) {
         const matmul_weight_t *w = plan[i].w;
         if (ents[i].type != w->type || ents[i].rows != (uint64_t)w->rows || ents[i].cols != (uint64_t)w->cols ||
@@ -223,35 +317,53 @@ static void *load_file(const char *path, const model_packable_t *plan, int n, ui
             goto out;
         }
     }
-    arena = xhuge_alloc(h.payload_bytes);
+    const uint64_t head_sum = rd64(map + hb - 8);
+    out->trusted = vrec_matches(path, &sb, head_sum);
+    (void)madvise(map, h.file_bytes, MADV_POPULATE_READ); /* a hint: faults come later if refused */
+    /* the mapping is used when at least 7/8 of it is on huge entries; else
+     * (4 KiB folios: an older kernel, a file system without large folios)
+     * it is copied into an anonymous huge-page arena, as decode streams
+     * that ~10 % faster */
+    const int policy = atomic_load(&g_map_policy);
+    const bool use_map = policy == PACK_CACHE_MAP_ALWAYS ||
+                         (policy == PACK_CACHE_MAP_HUGE && pmd_mapped_bytes(map) >= h.file_bytes / 8 * 7);
+    uint8_t *arena = use_map ? map + h.payload_off : xhuge_alloc(h.payload_bytes);
     uint64_t *offs = xmalloc((size_t)n * sizeof *offs);
     for (int i = 0; i < n; i++)
         offs[i] = i ? offs[i - 1] + ents[i - 1].bytes : 0;
-    int bad = -1, io = 0;
-    /* matrices in parallel: each thread reads one and hashes it while it
-     * is still in cache */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads > 0 ? n_threads : 1) reduction(max : bad, io)
+    int bad = -1;
+    const bool trusted = out->trusted;
+    /* matrices in parallel: a copy is hashed while it is still in cache */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads > 0 ? n_threads : 1) reduction(max : bad)
     for (int i = 0; i < n; i++) {
-        uint8_t *dst = (uint8_t *)arena + offs[i];
-        if (pread_all(fd, dst, ents[i].bytes, h.payload_off + offs[i]) != 0)
-            io = 1;
-        else if (kv_disk_hash64(dst, ents[i].bytes, SEED_SUM) != ents[i].sum && i > bad)
+        uint8_t *dst = arena + offs[i];
+        if (!use_map)
+            memcpy(dst, map + h.payload_off + offs[i], ents[i].bytes);
+        if (!trusted && kv_disk_hash64(dst, ents[i].bytes, SEED_SUM) != ents[i].sum && i > bad)
             bad = i;
     }
     free(offs);
-    if (io || bad >= 0) {
-        if (io)
-            errbuf_set(why, whylen, "read error");
-        else
-            errbuf_set(why, whylen, "matrix %d fails its checksum", bad);
-        free(arena);
-        arena = NULL;
+    if (bad >= 0) {
+        errbuf_set(why, whylen, "matrix %d fails its checksum", bad);
+        if (!use_map)
+            free(arena);
+        goto out;
     }
+    if (!trusted)
+        vrec_write(path, head_sum);
+    out->arena = arena;
+    if (use_map) {
+        out->map = map;
+        out->map_bytes = h.file_bytes;
+        map = MAP_FAILED; /* the model's now */
+    }
+    rc = 0;
 out:
-    free(head);
+    if (map != MAP_FAILED)
+        munmap(map, h.file_bytes);
     free(ents);
     close(fd);
-    return arena;
+    return rc;
 }
 
 /* ---- store -------------------------------------------------------------- */
@@ -323,8 +435,15 @@ static int store_file(const char *path, const model_t *m, const model_packable_t
         e = errno;
     if (!e)
         e = write_all(fd, head, off);
+    /* the payload in writes that end on IO_CHUNK file offsets: the page
+     * cache then holds it in 2 MiB folios that a reader's mapping maps with
+     * huge pages (writes that straddle them leave a quarter in small ones) */
+    const size_t first = (size_t)(IO_CHUNK - off % IO_CHUNK) < m->packed_bytes
+                             ? (size_t)(IO_CHUNK - off % IO_CHUNK) : m->packed_bytes;
     if (!e)
-        e = write_all(fd, m->packed_arena, m->packed_bytes);
+        e = write_all(fd, m->packed_arena, first);
+    if (!e)
+        e = write_all(fd, (const uint8_t *)m->packed_arena + first, m->packed_bytes - first);
     if (!e && fsync(fd) != 0)
         e = errno;
     if (fd >= 0 && close(fd) != 0 && !e)
@@ -333,6 +452,8 @@ static int store_file(const char *path, const model_t *m, const model_packable_t
         e = errno;
     if (e && fd >= 0)
         unlink(tmp);
+    if (!e) /* its bytes are the arena's, whose checksums the table holds */
+        vrec_write(path, rd64(head + hb - 8));
     free(head);
     return e;
 }
@@ -410,13 +531,19 @@ int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights
     }
     snprintf(path, sizeof path, "%s/%016llx-%016llx.pack", sub, (unsigned long long)weights_hash,
              (unsigned long long)pack_cache_fingerprint());
-    void *arena = load_file(path, plan, n, weights_hash, n_threads, why, sizeof why);
-    if (arena) {
-        model_pack_adopt(m, arena, plan, n);
+    loaded_t got;
+    if (load_file(path, plan, n, weights_hash, n_threads, &got, why, sizeof why) == 0) {
+        if (got.map)
+            model_pack_adopt_map(m, got.map, got.map_bytes, got.arena, plan, n);
+        else
+            model_pack_adopt(m, got.arena, plan, n);
         r.outcome = PACK_CACHE_LOADED;
+        r.mapped = got.map != NULL;
+        r.trusted = got.trusted;
         r.n_packed = n;
-        log_info("pack cache: read %s (%d matrices, %.1f MiB) in %.0f ms", path, n,
-                 (double)m->packed_bytes / (1024.0 * 1024.0), (double)(clock_now_us() - t0) / 1e3);
+        log_info("pack cache: %s %s (%d matrices, %.1f MiB, %s) in %.0f ms", got.map ? "mapped" : "read", path, n,
+                 (double)m->packed_bytes / (1024.0 * 1024.0),
+                 got.trusted ? "verified before" : "every checksum checked", (double)(clock_now_us() - t0) / 1e3);
         goto done;
     }
     if (why[0]) {

@@ -81,6 +81,8 @@ typedef enum pack_cache_outcome {
 typedef struct pack_cache_result {
     pack_cache_outcome_t outcome;
     bool rejected;         /* a file was there but failed a check */
+    bool mapped;           /* LOADED: the arena is the file's mapping (else a copy) */
+    bool trusted;          /* LOADED: its verified record matched (no payload checksums) */
     int n_packed;          /* matrices packed or loaded */
     double ms;             /* wall time of pack_cache_pack */
 } pack_cache_result_t;
@@ -115,6 +117,15 @@ typedef struct pack_cache_write pack_cache_write_t;
 int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights_hash, pack_cache_result_t *res,
                     pack_cache_write_t **deferred);
 void pack_cache_write_begin(pack_cache_write_t *job);
+/* When a loaded file is used through its mapping rather than copied:
+ * PACK_CACHE_MAP_HUGE (the default) when the kernel maps it with huge
+ * pages; ALWAYS and NEVER let tests run both paths on any kernel. */
+typedef enum pack_cache_map_policy {
+    PACK_CACHE_MAP_HUGE,
+    PACK_CACHE_MAP_ALWAYS,
+    PACK_CACHE_MAP_NEVER,
+} pack_cache_map_policy_t;
+void pack_cache_set_map_policy(pack_cache_map_policy_t policy);
 void pack_cache_write_end(pack_cache_write_t **job);
 
 #endif

@@ -28,6 +28,8 @@ struct forward {
     int max_rows;
     int n_threads;
     matmul_t *mm;        /* dequant tile scratch for quantized weights */
+    uint8_t *scratch;    /* owned (xhuge_zalloc): every float buffer below is carved from it */
+    size_t scratch_bytes;
     /* activations, row-major, one row per batch row */
     float *x;            /* (max_rows, dim)    residual stream */
     float *xb;           /* (max_rows, dim)    normed input of a sublayer / output proj result */
@@ -135,6 +137,52 @@ void forward_set_progress(forward_t *f, _Atomic uint64_t *layers_done)
  * head by kv head with a group's rows of scratch (same bits). */
 #define FWD_ATT_ROW_SCRATCH ((size_t)4 << 20)
 
+/* n zeroed floats of the scratch mapping, 64-byte aligned (NULL while
+ * forward_carve only measures: f->scratch NULL) */
+static float *carve(forward_t *f, size_t n)
+{
+    float *p = f->scratch ? (float *)(f->scratch + f->scratch_bytes) : NULL;
+    f->scratch_bytes += (n * sizeof(float) + 63) / 64 * 64;
+    return p;
+}
+
+/* The activation buffers, carved from one zeroed mapping of huge pages
+ * (xhuge_zalloc): run once to measure, once to carve. Nothing is touched
+ * here: a step maps the pages it uses, 2 MiB at a time, so a start does
+ * not wait for the ~50 MB a 512-row batch of a 1.1B model needs zeroing. */
+static void forward_carve(forward_t *f)
+{
+    const model_t *m = f->m;
+    const model_config_t *c = &m->cfg;
+    size_t R = (size_t)f->max_rows, half = (size_t)c->rope_dim / 2;
+    f->scratch_bytes = 0;
+    f->x = carve(f, R * c->dim);
+    f->xb = carve(f, R * c->dim);
+    f->q = carve(f, R * c->q_dim);
+    f->k = carve(f, R * c->kv_dim);
+    f->v = carve(f, R * c->kv_dim);
+    f->att = carve(f, R * c->q_dim);
+    size_t ffn = (size_t)c->ffn_dim;
+    if (c->n_expert > 0)
+        ffn = (size_t)(c->expert_ffn_dim > c->shexp_ffn_dim ? c->expert_ffn_dim : c->shexp_ffn_dim);
+    f->hg = carve(f, R * ffn);
+    f->hu = carve(f, R * ffn);
+    for (int i = 0; i < 2; i++) {
+        f->rope_cos[i] = i == 1 && !m->rope_inv_freq_swa ? f->rope_cos[0] : carve(f, R * half + 1);
+        f->rope_sin[i] = i == 1 && !m->rope_inv_freq_swa ? f->rope_sin[0] : carve(f, R * half + 1);
+    }
+    if (c->n_expert > 0) {
+        size_t E = (size_t)c->n_expert, K = (size_t)c->n_expert_used;
+        f->moe_logits = carve(f, R * E);
+        f->moe_wt = carve(f, R * K);
+        f->exp_wt = carve(f, E * R);
+        f->xe = carve(f, R * c->dim);
+        f->ye = carve(f, R * c->dim);
+        f->moe_out = carve(f, R * c->dim);
+    }
+    f->scores = carve(f, (size_t)f->n_threads * (size_t)f->score_rows * f->scores_ld);
+}
+
 forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
 {
     const model_config_t *c = &m->cfg;
@@ -143,41 +191,19 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->max_rows = max_rows > 0 ? max_rows : 1;
     f->n_threads = n_threads > 0 ? n_threads : 2;
     f->mm = matmul_new(m->max_cols, f->n_threads);
-    size_t R = (size_t)f->max_rows, half = (size_t)c->rope_dim / 2;
-    /* zeroed here so the pages are mapped now, not in the first step */
-#define ALLOC(n) memset(xaligned_alloc((n) * sizeof(float)), 0, (n) * sizeof(float))
-    f->x = ALLOC(R * c->dim);
-    f->xb = ALLOC(R * c->dim);
-    f->q = ALLOC(R * c->q_dim);
-    f->k = ALLOC(R * c->kv_dim);
-    f->v = ALLOC(R * c->kv_dim);
-    f->att = ALLOC(R * c->q_dim);
-    size_t ffn = (size_t)c->ffn_dim;
-    if (c->n_expert > 0)
-        ffn = (size_t)(c->expert_ffn_dim > c->shexp_ffn_dim ? c->expert_ffn_dim : c->shexp_ffn_dim);
-    f->hg = ALLOC(R * ffn);
-    f->hu = ALLOC(R * ffn);
-    for (int i = 0; i < 2; i++) {
-        f->rope_cos[i] = i == 1 && !m->rope_inv_freq_swa ? f->rope_cos[0] : ALLOC(R * half + 1);
-        f->rope_sin[i] = i == 1 && !m->rope_inv_freq_swa ? f->rope_sin[0] : ALLOC(R * half + 1);
-    }
+    size_t R = (size_t)f->max_rows;
+    f->scores_ld = ((size_t)c->ctx + 15) / 16 * 16;
+    f->att_row = (size_t)c->n_head * f->scores_ld * sizeof(float) <= FWD_ATT_ROW_SCRATCH;
+    f->score_rows = f->att_row ? c->n_head : c->n_head / c->n_kv_head;
+    forward_carve(f);
+    f->scratch = xhuge_zalloc(f->scratch_bytes);
+    forward_carve(f);
     if (c->n_expert > 0) {
         size_t E = (size_t)c->n_expert, K = (size_t)c->n_expert_used;
-        f->moe_logits = ALLOC(R * E);
-        f->moe_wt = ALLOC(R * K);
-        f->exp_wt = ALLOC(E * R);
-        f->xe = ALLOC(R * c->dim);
-        f->ye = ALLOC(R * c->dim);
-        f->moe_out = ALLOC(R * c->dim);
         f->moe_sel = xcalloc(R * K, sizeof(int32_t));
         f->exp_rows = xcalloc(E * R, sizeof(int32_t));
         f->exp_n = xcalloc(E, sizeof(int32_t));
     }
-    f->scores_ld = ((size_t)c->ctx + 15) / 16 * 16;
-    f->att_row = (size_t)c->n_head * f->scores_ld * sizeof(float) <= FWD_ATT_ROW_SCRATCH;
-    f->score_rows = f->att_row ? c->n_head : c->n_head / c->n_kv_head;
-    f->scores = ALLOC((size_t)f->n_threads * (size_t)f->score_rows * f->scores_ld);
-#undef ALLOC
     f->wanted = xmalloc(R * sizeof(int32_t));
     f->ws = ws_new(f->n_threads);
     const char *pe = getenv("PAGODA_FWD_PROFILE");
@@ -210,30 +236,10 @@ void forward_free(forward_t **fp)
     forward_t *f = *fp;
     prof_print(f);
     matmul_free(&f->mm);
-    free(f->x);
-    free(f->xb);
-    free(f->q);
-    free(f->k);
-    free(f->v);
-    free(f->att);
-    free(f->hg);
-    free(f->hu);
-    if (f->rope_cos[1] != f->rope_cos[0]) {
-        free(f->rope_cos[1]);
-        free(f->rope_sin[1]);
-    }
-    free(f->rope_cos[0]);
-    free(f->rope_sin[0]);
-    free(f->moe_logits);
+    xhuge_zfree(f->scratch, f->scratch_bytes);
     free(f->moe_sel);
-    free(f->moe_wt);
     free(f->exp_rows);
-    free(f->exp_wt);
     free(f->exp_n);
-    free(f->xe);
-    free(f->ye);
-    free(f->moe_out);
-    free(f->scores);
     free(f->wanted);
     ws_free(&f->ws);
     free(f);

@@ -786,6 +786,16 @@ void model_pack_adopt(model_t *m, void *arena, const model_packable_t *plan, int
     m->packed_bytes = (size_t)(at - (uint8_t *)arena);
 }
 
+void model_pack_adopt_map(model_t *m, void *map, size_t map_bytes, void *arena, const model_packable_t *plan,
+                          int n)
+{
+    assert(map && (uint8_t *)arena >= (uint8_t *)map && (uint8_t *)arena < (uint8_t *)map + map_bytes);
+    model_pack_adopt(m, arena, plan, n);
+    assert((uint8_t *)arena + m->packed_bytes <= (uint8_t *)map + map_bytes);
+    m->packed_map = map;
+    m->packed_map_bytes = map_bytes;
+}
+
 int model_pack_int8(model_t *m, int n_threads)
 {
     model_packable_t *plan;
@@ -823,7 +833,10 @@ void model_free(model_t **mp)
     if (!mp || !*mp)
         return;
     model_t *m = *mp;
-    free(m->packed_arena);
+    if (m->packed_map)
+        (void)munmap(m->packed_map, m->packed_map_bytes);
+    else
+        free(m->packed_arena);
     gguf_close(&m->gguf);
     free_layers(m);
     free(m->rope_inv_freq);

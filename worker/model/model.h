@@ -199,6 +199,10 @@ typedef struct model {
     void *packed_arena;       /* owned: the packed weights (model_pack_int8) that the
                                * matmul_weight_t.packed pointers point into; NULL if none */
     size_t packed_bytes;      /* bytes of packings in packed_arena */
+    void *packed_map;         /* owned, or NULL: the read-only file mapping that
+                               * packed_arena lies in (model_pack_adopt_map), which
+                               * model_free unmaps instead of freeing packed_arena */
+    size_t packed_map_bytes;
 } model_t;
 
 /* Opens `path` (mmap) and loads it. Returns 0 and *out, or -1 with a
@@ -247,6 +251,11 @@ typedef struct model_packable {
 } model_packable_t;
 int model_pack_plan(model_t *m, model_packable_t **out);
 void model_pack_adopt(model_t *m, void *arena, const model_packable_t *plan, int n);
+/* model_pack_adopt for an arena inside a read-only file mapping
+ * [map, map + map_bytes) (worker/pack_cache maps its file when the kernel
+ * maps it with huge pages): m owns the mapping and model_free unmaps it. */
+void model_pack_adopt_map(model_t *m, void *map, size_t map_bytes, void *arena, const model_packable_t *plan,
+                          int n);
 
 /* "llama", "qwen3moe", ... (the table's general.architecture names; "?"
  * for a value not in it). */
