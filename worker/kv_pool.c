@@ -4,10 +4,7 @@
 #include "worker/kv_pool.h"
 
 #include <assert.h>
-#include <errno.h>
 #include <limits.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,8 +75,7 @@ struct kv_pool {
     bool ev_overflow;       /* events were lost: the reader must resync */
     kv_pool_tier_t tier;    /* lower tier, tier.store NULL = none */
     size_t n_bytes;         /* of store.k and of store.v (xhuge_zalloc) */
-    pthread_t prefault;     /* kv_pool_prefault's thread, joined by kv_pool_free */
-    bool prefault_started, prefault_thread;
+    size_t prefaulted;      /* bytes of k, then v, that kv_pool_prefault_step mapped */
 };
 
 /* ---- hashing ------------------------------------------------------------ */
@@ -369,8 +365,8 @@ kv_pool_t *kv_pool_new_q(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int3
     p->store.qblock = type == KV_TYPE_Q8_0 ? qblock : 0;
     /* on huge pages where allowed (the attention's scattered block reads
      * miss the TLB less), zero (all-zero bits are 0.0 in f32 and f16, and
-     * a zero q8_0 scale) and not mapped yet: kv_pool_prefault maps it
-     * ahead of use, off the start-up path */
+     * a zero q8_0 scale) and not mapped yet: kv_pool_prefault_step maps
+     * it ahead of use while the owner is idle, off the start-up path */
     p->n_bytes = n_bytes;
     p->store.k = xhuge_zalloc(n_bytes);
     p->store.v = xhuge_zalloc(n_bytes);
@@ -407,8 +403,6 @@ void kv_pool_free(kv_pool_t **pp)
         return;
     kv_pool_t *p = *pp;
     assert(p->n_seqs == 0 && "kv_pool_free with live sequences");
-    if (p->prefault_thread)
-        pthread_join(p->prefault, NULL);
     xhuge_zfree(p->store.k, p->n_bytes);
     xhuge_zfree(p->store.v, p->n_bytes);
     free(p->blk);
@@ -420,35 +414,25 @@ void kv_pool_free(kv_pool_t **pp)
     *pp = NULL;
 }
 
-static void prefault_run(kv_pool_t *p)
+bool kv_pool_prefault_step(kv_pool_t *p, size_t max_bytes)
 {
-    int64_t t0 = clock_now_us();
-    if (xhuge_populate(p->store.k, p->n_bytes) != 0 || xhuge_populate(p->store.v, p->n_bytes) != 0)
-        log_debug("kv_pool: pages not mapped ahead (%s): mapped on first use", strerror(errno));
-    else
-        log_debug("kv_pool: %.1f MiB mapped in %.0f ms", 2.0 * (double)p->n_bytes / (1024.0 * 1024.0),
-                  (double)(clock_now_us() - t0) / 1e3);
-}
-
-static void *prefault_thread(void *arg)
-{
-    /* only when a core is idle: a request that needs a page maps it itself */
-    struct sched_param sp = {0};
-    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
-    prefault_run(arg);
-    return NULL;
-}
-
-void kv_pool_prefault(kv_pool_t *p, bool wait)
-{
-    if (!p || p->prefault_started)
-        return;
-    p->prefault_started = true;
-    if (!wait && pthread_create(&p->prefault, NULL, prefault_thread, p) == 0) {
-        p->prefault_thread = true;
-        return;
+    const size_t total = 2 * p->n_bytes;
+    if (p->prefaulted >= total)
+        return false;
+    size_t at = p->prefaulted, n = total - at < max_bytes ? total - at : max_bytes;
+    if (at < p->n_bytes && at + n > p->n_bytes)
+        n = p->n_bytes - at; /* k's end: v is another mapping */
+    uint8_t *base = at < p->n_bytes ? (uint8_t *)p->store.k + at : (uint8_t *)p->store.v + (at - p->n_bytes);
+    if (xhuge_populate(base, n) != 0) {
+        /* a kernel before 5.14: write each page's first byte back (only
+         * the owner uses the pool, and it is here) */
+        for (size_t o = 0; o < n; o += 4096) {
+            volatile uint8_t *b = base + o;
+            *b = *b;
+        }
     }
-    prefault_run(p);
+    p->prefaulted = at + n;
+    return p->prefaulted < total;
 }
 
 kv_store_t *kv_pool_store(kv_pool_t *p) { return &p->store; }

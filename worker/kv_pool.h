@@ -112,18 +112,14 @@ kv_pool_t *kv_pool_new(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_
 kv_pool_t *kv_pool_new_q(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int32_t block_size, kv_type_t type,
                          int32_t qblock);
 
-/* Maps the K/V pages in ahead of use (kv_pool_new maps none, so a start
- * does not wait for hundreds of MiB to be zeroed; a page not yet mapped when
- * a step first writes it is mapped then, at a page fault's cost). wait
- * false: on a thread of the pool's own at SCHED_IDLE priority, which runs
- * only when a core is idle, and which kv_pool_free joins; true: on the
- * caller's thread, returning when done. It never changes a byte, so it is
- * safe while the owner uses the pool. Once per pool; later calls do
- * nothing. */
-void kv_pool_prefault(kv_pool_t *pool, bool wait);
+/* Maps up to max_bytes more of the K/V pages ahead of use: kv_pool_new
+ * maps none, so a start does not wait for hundreds of MiB to be zeroed, and
+ * a page a step writes first is mapped then (a 2 MiB page fault). The owner
+ * calls this while it has nothing else to do, a few MiB at a time; it never
+ * changes a byte. Returns true while pages remain. */
+bool kv_pool_prefault_step(kv_pool_t *pool, size_t max_bytes);
 
-/* Frees the pool and its memory (joining kv_pool_prefault's thread); NULLs
- * *pool. Asserts no sequence is alive. */
+/* Frees the pool and its memory; NULLs *pool. Asserts no sequence is alive. */
 void kv_pool_free(kv_pool_t **pool);
 
 /* The K/V memory (owned by the pool). */

@@ -403,7 +403,6 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
         errbuf_set(err, errlen, "cannot create a KV pool of %d blocks", n_blocks);
         goto err;
     }
-    kv_pool_prefault(s->pool, false); /* off the start-up path */
     s->max_positions = mc->ctx < n_blocks * c->block_size ? mc->ctx : n_blocks * c->block_size;
     s->kv_window = model_kv_window(mc);
     if (s->kv_window > 0) {
@@ -455,7 +454,6 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
             errbuf_set(err, errlen, "cannot create the draft model's KV pool");
             goto err;
         }
-        kv_pool_prefault(s->dpool, false);
         s->dlogits = xmalloc((size_t)ms * (size_t)mc->vocab * sizeof(float));
         s->d_token = xmalloc((size_t)mb * sizeof(int32_t));
         s->d_pos = xmalloc((size_t)mb * sizeof(int32_t));
@@ -1438,6 +1436,11 @@ restart:
     }
     *n_bseq_out = n_bseq;
     return n_rows;
+}
+
+bool sched_prefault_step(sched_t *s, size_t max_bytes)
+{
+    return kv_pool_prefault_step(s->pool, max_bytes) || (s->dpool && kv_pool_prefault_step(s->dpool, max_bytes));
 }
 
 int sched_step(sched_t *s)

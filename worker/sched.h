@@ -273,6 +273,10 @@ int32_t sched_abort_all(sched_t *s);
 /* Runs one step. Returns the number of rows forwarded (0 when idle), -1 on an
  * engine error (every active request then ends with SCHED_FINISH_ERROR). */
 int sched_step(sched_t *s);
+/* Maps up to max_bytes more of the KV pools' pages ahead of use
+ * (kv_pool_prefault_step): for the owner's idle time. True while some
+ * remain. */
+bool sched_prefault_step(sched_t *s, size_t max_bytes);
 /* True while any request is accepted and not finished. */
 bool sched_busy(const sched_t *s);
 void sched_stats(const sched_t *s, sched_stats_t *out);

@@ -39,6 +39,7 @@ struct worker {
     pack_cache_write_t *pack_write;       /* the pack file written after registering (owned), or NULL */
     pack_cache_write_t *draft_pack_write; /* the same for the draft model */
     kv_report_t *kv_report;               /* prefix-cache changes → KV messages (owned) */
+    bool prefault_left;                   /* KV pool pages not mapped yet (sched_prefault_step) */
     int heartbeat_ms;                     /* --heartbeat-ms (the link may adopt the gateway's) */
     int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
     char *test_step_wedge;                /* TEST ONLY, env PAGODA_TEST_STEP_WEDGE (owned) */
@@ -719,6 +720,7 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
              (double)(t_pack - t_load) / 1e3, (double)(t_sched - t_pack) / 1e3, (double)(t_disk - t_sched) / 1e3,
              (double)(clock_now_us() - t_disk) / 1e3);
     w->kv_report = kv_report_new(sched_kv_pool(w->sched));
+    w->prefault_left = true;
     return w;
 err:
     worker_free(&w);
@@ -759,10 +761,15 @@ bool worker_run_once(worker_t *w, int wake_fd)
     publish_load(w);
     kv_report_flush(w->kv_report, w->link);
     bool busy = sched_busy(w->sched);
+    /* idle: map the KV pool's pages a few MiB at a time (~1 ms each), so
+     * a start never waits for them and a request waits at most one piece */
+    if (!busy && w->prefault_left)
+        w->prefault_left = sched_prefault_step(w->sched, (size_t)8 << 20);
     proto_msg_t m;
     /* drain every queued message before the next step so CANCELs and new
      * SUBMITs join this step's batch */
-    int prc = worker_link_poll(w->link, busy ? 0 : worker_link_heartbeat_ms(w->link), wake_fd, &m);
+    int prc = worker_link_poll(w->link, busy || w->prefault_left ? 0 : worker_link_heartbeat_ms(w->link), wake_fd,
+                               &m);
     drop_orphans(w);
     while (prc == WORKER_LINK_MSG) {
         on_gateway_message(w, &m);

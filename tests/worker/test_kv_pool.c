@@ -147,6 +147,35 @@ static void test_events(void **state)
 
 /* ---- basic allocation --------------------------------------------------- */
 
+/* kv_pool_new maps nothing; kv_pool_prefault_step maps the K/V pages piece
+ * by piece (k, then v), changing no byte: the store reads zero where
+ * nothing was written and keeps what was; it returns false once all is
+ * mapped, and stays false. */
+static void test_prefault_step(void **state)
+{
+    (void)state;
+    kv_pool_t *p = kv_pool_new(3, 64, 40, 16, KV_TYPE_F16); /* 3 x 40 x 16 x 64 x 2 B = 240 KiB each */
+    kv_store_t *st = kv_pool_store(p);
+    const size_t n = (size_t)3 * 40 * 16 * 64 * 2;
+    uint8_t *k = st->k, *v = st->v;
+    for (size_t i = 0; i < n; i += 4096 + 7) {
+        assert_int_equal(k[i] | v[i], 0);
+        k[i] = (uint8_t)(i * 31 + 1);
+        v[i] = (uint8_t)(i * 17 + 3);
+    }
+    int steps = 0;
+    while (kv_pool_prefault_step(p, 64 << 10))
+        assert_true(++steps < 100);
+    assert_int_equal(steps + 1, (int)((n + (64 << 10) - 1) / (64 << 10)) * 2);
+    assert_false(kv_pool_prefault_step(p, 64 << 10));
+    for (size_t i = 0; i < n; i++) {
+        const bool set = i % (4096 + 7) == 0;
+        assert_int_equal(k[i], set ? (uint8_t)(i * 31 + 1) : 0);
+        assert_int_equal(v[i], set ? (uint8_t)(i * 17 + 3) : 0);
+    }
+    kv_pool_free(&p);
+}
+
 static void test_geometry_and_budget(void **state)
 {
     (void)state;
@@ -917,6 +946,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_geometry_and_budget),
+        cmocka_unit_test(test_prefault_step),
         cmocka_unit_test(test_alloc_release),
         cmocka_unit_test(test_exhaustion),
         cmocka_unit_test(test_prefix_match),

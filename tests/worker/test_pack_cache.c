@@ -9,7 +9,9 @@
  *      file; the arena is byte-identical to the reference;
  *   3. a second load through the cache: LOADED from the file, the arena
  *      byte-identical, every matrix at the same offset, and the prefill's
- *      logits bit-identical to the reference;
+ *      logits bit-identical to the reference; trusted through the writer's
+ *      verified record, checked in full without it or with it damaged
+ *      (and the record written again);
  *   4. damaged files, each rejected (never used), repacked with the same
  *      bytes, and rewritten so that the next start loads again: a flipped
  *      payload byte, a flipped header byte, a file cut to half, and a
@@ -18,6 +20,7 @@
  *   5. a deferred write: no file until pack_cache_write_begin, the file
  *      there after pack_cache_write_end (and loadable); ended without a
  *      begin, no file.
+ * Steps 2-5 run twice: the file used through its mapping, then copied.
  * A folder that cannot be created (its parent is a regular file) gives
  * PACKED (no file) and the same arena. pack_cache_parse refuses short,
  * misaligned and inconsistent headers. The weights hash: computed once,
