@@ -168,11 +168,36 @@ void supervisor_add_args(supervisor_t *s, const char *name, const char *file, bo
 }
 
 /* With s->lock held. */
+/* The worker's environment: ours, plus OPENBLAS_NUM_THREADS=1 unless it is
+ * set. OpenBLAS starts its thread pool in a library constructor, before
+ * main, and those threads spin in sched_yield for ~0.1 s: in a worker that
+ * just started on demand they took the cores from the first request's
+ * forward pass (~1.7x its time). The worker runs OpenBLAS single-threaded
+ * anyway (matmul_new). The array is the caller's (free); its strings are
+ * environ's. */
+static char **worker_env(void)
+{
+    extern char **environ;
+    size_t n = 0;
+    bool set = false;
+    for (; environ && environ[n]; n++)
+        set = set || strncmp(environ[n], "OPENBLAS_NUM_THREADS=", 21) == 0;
+    char **env = xmalloc((n + 2) * sizeof *env);
+    for (size_t i = 0; i < n; i++)
+        env[i] = environ[i];
+    if (!set)
+        env[n++] = (char *)"OPENBLAS_NUM_THREADS=1";
+    env[n] = NULL;
+    return env;
+}
+
 static void spawn(supervisor_t *s, child_t *c)
 {
     pid_t parent = getpid();
+    char **env = worker_env(); /* before fork: the child may not allocate */
     pid_t pid = fork();
     if (pid < 0) {
+        free(env);
         log_error("fork for worker %s: %s", c->name, strerror(errno));
         c->state = CHILD_BACKOFF;
         c->t_next_start_us = clock_now_us() + c->backoff_ms * 1000;
@@ -187,9 +212,10 @@ static void spawn(supervisor_t *s, child_t *c)
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
-        execv(c->argv[0], c->argv);
+        execve(c->argv[0], c->argv, env);
         _exit(127);
     }
+    free(env);
     int64_t now = clock_now_us();
     c->pid = pid;
     c->state = CHILD_RUNNING;
