@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/proc_env.h"
 #include "common/xalloc.h"
 
 typedef enum child_state {
@@ -168,33 +169,11 @@ void supervisor_add_args(supervisor_t *s, const char *name, const char *file, bo
 }
 
 /* With s->lock held. */
-/* The worker's environment: ours, plus OPENBLAS_NUM_THREADS=1 unless it is
- * set. OpenBLAS starts its thread pool in a library constructor, before
- * main, and those threads spin in sched_yield for ~0.1 s: in a worker that
- * just started on demand they took the cores from the first request's
- * forward pass (~1.7x its time). The worker runs OpenBLAS single-threaded
- * anyway (matmul_new). The array is the caller's (free); its strings are
- * environ's. */
-static char **worker_env(void)
-{
-    extern char **environ;
-    size_t n = 0;
-    bool set = false;
-    for (; environ && environ[n]; n++)
-        set = set || strncmp(environ[n], "OPENBLAS_NUM_THREADS=", 21) == 0;
-    char **env = xmalloc((n + 2) * sizeof *env);
-    for (size_t i = 0; i < n; i++)
-        env[i] = environ[i];
-    if (!set)
-        env[n++] = (char *)"OPENBLAS_NUM_THREADS=1";
-    env[n] = NULL;
-    return env;
-}
-
 static void spawn(supervisor_t *s, child_t *c)
 {
     pid_t parent = getpid();
-    char **env = worker_env(); /* before fork: the child may not allocate */
+    extern char **environ;
+    char **env = proc_env_worker(environ); /* before fork: the child may not allocate */
     pid_t pid = fork();
     if (pid < 0) {
         free(env);

@@ -18,8 +18,10 @@
 #ifndef PAGODA_WORKER_WAIT_POLICY_H
 #define PAGODA_WORKER_WAIT_POLICY_H
 
+#include "common/proc_env.h"
+
 /* The spin bound set when the user set neither variable. */
-#define WAIT_POLICY_SPINCOUNT "1000"
+#define WAIT_POLICY_SPINCOUNT PROC_ENV_GOMP_SPINCOUNT
 
 /* When neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set: sets
  * GOMP_SPINCOUNT=WAIT_POLICY_SPINCOUNT and re-executes the program's own

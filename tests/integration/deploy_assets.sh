@@ -132,7 +132,8 @@ for dep in by_kind.get("Deployment", []):
                  f"{name}: {mpath} is not on a mounted volume")
             env = {e["name"]: e.get("value") for e in c.get("env", [])}
             threads = args[args.index("--threads") + 1]
-            need(env.get("OPENBLAS_NUM_THREADS") == threads, f"{name}: OPENBLAS_NUM_THREADS != --threads")
+            need(env.get("OMP_NUM_THREADS") == threads, f"{name}: OMP_NUM_THREADS != --threads")
+            need(env.get("OPENBLAS_NUM_THREADS") == "1", f"{name}: OPENBLAS_NUM_THREADS is not 1 (common/proc_env.h)")
             need(labels.get("app.kubernetes.io/component") == "worker", f"{name}: not labelled as a worker")
 
 need(gateway_labels is not None, "no gateway Deployment")

@@ -88,6 +88,10 @@ check "the next request starts it again (200)" test "$CODE" = 200
 # --- drain / restart ----------------------------------------------------------------------------
 WPID=$(adminw | pyp "[w for w in j['workers'] if w['model']=='stories'][0]['pid']")
 WID=$(adminw | pyp "[w for w in j['workers'] if w['model']=='stories'][0]['id']")
+# the supervisor starts workers with common/proc_env.h's settings: OpenBLAS's
+# pool at 1 (tests/run.sh exports 2) and the short spin, so no re-exec
+check "a supervised worker's environment: OPENBLAS_NUM_THREADS=1, GOMP_SPINCOUNT=1000" bash -c \
+  "tr '\\0' '\\n' < /proc/$WPID/environ | grep -qx OPENBLAS_NUM_THREADS=1 && tr '\\0' '\\n' < /proc/$WPID/environ | grep -qx GOMP_SPINCOUNT=1000"
 restarts() { local v; v=$(curl -s $URL/metrics | sed -n 's/^pagoda_worker_restarts_total{model_name="stories"} //p'); echo "${v:-0}"; }
 R0=$(restarts)
 LONG=()

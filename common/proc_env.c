@@ -1,0 +1,33 @@
+/* proc_env.c — the environment a worker process starts with (proc_env.h). */
+#include "common/proc_env.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "common/xalloc.h"
+
+static bool has(char *const *env, size_t n, const char *name)
+{
+    size_t len = strlen(name);
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(env[i], name, len) == 0 && env[i][len] == '=')
+            return true;
+    return false;
+}
+
+char **proc_env_worker(char *const *env)
+{
+    size_t n = 0;
+    while (env && env[n])
+        n++;
+    char **out = xmalloc((n + 3) * sizeof *out);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(env[i], "OPENBLAS_NUM_THREADS=", 21) != 0)
+            out[k++] = env[i];
+    if (!has(env, n, "OMP_WAIT_POLICY") && !has(env, n, "GOMP_SPINCOUNT"))
+        out[k++] = (char *)"GOMP_SPINCOUNT=" PROC_ENV_GOMP_SPINCOUNT;
+    out[k++] = (char *)"OPENBLAS_NUM_THREADS=1";
+    out[k] = NULL;
+    return out;
+}
