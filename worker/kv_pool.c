@@ -5,6 +5,7 @@
 
 #include <assert.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,9 @@ struct kv_pool {
     kv_pool_tier_t tier;    /* lower tier, tier.store NULL = none */
     size_t n_bytes;         /* of store.k and of store.v (xhuge_zalloc) */
     size_t prefaulted;      /* bytes of k, then v, that kv_pool_prefault_step mapped */
+    size_t head_bytes;      /* kv_pool_prefault_head's span per layer region */
+    pthread_t head;         /* its thread, joined by kv_pool_free */
+    bool head_thread;
 };
 
 /* ---- hashing ------------------------------------------------------------ */
@@ -403,6 +407,8 @@ void kv_pool_free(kv_pool_t **pp)
         return;
     kv_pool_t *p = *pp;
     assert(p->n_seqs == 0 && "kv_pool_free with live sequences");
+    if (p->head_thread)
+        pthread_join(p->head, NULL);
     xhuge_zfree(p->store.k, p->n_bytes);
     xhuge_zfree(p->store.v, p->n_bytes);
     free(p->blk);
@@ -412,6 +418,26 @@ void kv_pool_free(kv_pool_t **pp)
     free(p->ev);
     free(p);
     *pp = NULL;
+}
+
+static void *prefault_head_run(void *arg)
+{
+    kv_pool_t *p = arg;
+    const size_t region = p->n_bytes / (size_t)p->store.n_layer; /* one layer's blocks */
+    const size_t n = p->head_bytes < region ? p->head_bytes : region;
+    for (int32_t l = 0; l < p->store.n_layer; l++)
+        if (xhuge_populate((uint8_t *)p->store.k + (size_t)l * region, n) != 0 ||
+            xhuge_populate((uint8_t *)p->store.v + (size_t)l * region, n) != 0)
+            break; /* no MADV_POPULATE_WRITE: first use maps them */
+    return NULL;
+}
+
+void kv_pool_prefault_head(kv_pool_t *p, size_t bytes)
+{
+    if (!p || p->head_thread || bytes == 0)
+        return;
+    p->head_bytes = bytes;
+    p->head_thread = pthread_create(&p->head, NULL, prefault_head_run, p) == 0;
 }
 
 bool kv_pool_prefault_step(kv_pool_t *p, size_t max_bytes)

@@ -118,6 +118,13 @@ kv_pool_t *kv_pool_new_q(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int3
  * calls this while it has nothing else to do, a few MiB at a time; it never
  * changes a byte. Returns true while pages remain. */
 bool kv_pool_prefault_step(kv_pool_t *pool, size_t max_bytes);
+/* Maps the first `bytes` of every layer's K and V memory on a thread of
+ * the pool's own, now: the blocks a pool hands out first (the lowest ids),
+ * so that a request reaching a just-started worker (an on-demand start, a
+ * prefix loaded from the disk tier) does not stop for them while the
+ * start-up leaves the other core idle. Never changes a byte; kv_pool_free
+ * joins the thread. Once per pool. */
+void kv_pool_prefault_head(kv_pool_t *pool, size_t bytes);
 
 /* Frees the pool and its memory; NULLs *pool. Asserts no sequence is alive. */
 void kv_pool_free(kv_pool_t **pool);

@@ -30,10 +30,11 @@
  * another file name and never reads an old one; qgemm.h documents one
  * ISA-independent layout today.
  *
- * Loading. The file is mapped read-only. When the kernel maps at least 7/8
- * of it with 2 MiB pages (its page cache holds the file in 2 MiB folios:
- * ext4 and tmpfs since Linux 6.16 for a file written or read sequentially;
- * the writer below writes in 2 MiB-aligned pieces for that), the packings
+ * Loading. The file is mapped read-only. When the kernel maps it with 2 MiB
+ * pages (at least half of its first 8 MiB, mapped at once to check: its
+ * page cache holds the file in 2 MiB folios, as ext4 and tmpfs do since
+ * Linux 6.16 for a file written or read sequentially; the writer below
+ * writes in 2 MiB-aligned pieces for that), the packings
  * are used in place: ~1-10 ms for 615 MiB instead of ~60-140 ms to copy
  * them, and replicas on one host share the pages. Otherwise they are
  * copied into an anonymous huge-page arena, as decode streams that ~10 %

@@ -403,6 +403,7 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
         errbuf_set(err, errlen, "cannot create a KV pool of %d blocks", n_blocks);
         goto err;
     }
+    kv_pool_prefault_head(s->pool, (size_t)2 << 20); /* one huge page per layer's K and V */
     s->max_positions = mc->ctx < n_blocks * c->block_size ? mc->ctx : n_blocks * c->block_size;
     s->kv_window = model_kv_window(mc);
     if (s->kv_window > 0) {
