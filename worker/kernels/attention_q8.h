@@ -36,6 +36,9 @@
 
 /* Largest head_dim the Q8 kernels take (stack scratch); asserted. */
 #define ATTQ8_MAX_HEAD_DIM 512
+/* Most query heads one scores / values call takes (a GQA group: 8 at the
+ * 1.1B shape); asserted. */
+#define ATTQ8_MAX_HEADS 16
 
 /* qq (nh * hd int8) and qd (nh * hd / qb floats) from q (nh * hd floats). */
 void attention_q8_quantize_q(const float *q, int nh, int hd, int qb, int8_t *qq, float *qd);
