@@ -473,18 +473,19 @@ VMATH_FN static float softmax_vec(float *sc, int n_pos, float softcap)
 
 /* attention_group over a Q8_0 store (attention_q8.h): queries quantized per
  * head, integer scores, the softmax of the other kernels, values
- * dequantized on the fly; four heads at a time share each K/V read. */
+ * dequantized on the fly; up to ATTQ8_MAX_HEADS heads (a whole GQA group)
+ * share each K/V read. */
 static void attend_q8(const float *q, int n_q, const kv_store_t *kv, int l, const int32_t *bt, int t0, int t1,
                       int kvo, int hd, float scale, float softcap, float *sc, size_t ld, float *out)
 {
     const int qb = kv->qblock;
     assert(qb > 0 && hd % qb == 0 && hd <= ATTQ8_MAX_HEAD_DIM);
     const qgemm_isa_t isa = attention_q8_isa();
-    int8_t qq[4 * ATTQ8_MAX_HEAD_DIM];
-    float qd[4 * (ATTQ8_MAX_HEAD_DIM / 8)];
-    for (int h0 = 0; h0 < n_q; h0 += 4) {
-        const int nh = n_q - h0 < 4 ? n_q - h0 : 4;
-        float inv[4];
+    int8_t qq[ATTQ8_MAX_HEADS * ATTQ8_MAX_HEAD_DIM];
+    float qd[ATTQ8_MAX_HEADS * (ATTQ8_MAX_HEAD_DIM / 8)];
+    for (int h0 = 0; h0 < n_q; h0 += ATTQ8_MAX_HEADS) {
+        const int nh = n_q - h0 < ATTQ8_MAX_HEADS ? n_q - h0 : ATTQ8_MAX_HEADS;
+        float inv[ATTQ8_MAX_HEADS];
         attention_q8_quantize_q(q + (size_t)h0 * hd, nh, hd, qb, qq, qd);
         attention_q8_scores(isa, qq, qd, nh, kv, l, bt, t0, t1, kvo, hd, scale, sc + (size_t)h0 * ld, ld);
         for (int h = 0; h < nh; h++) {

@@ -10,10 +10,15 @@
  *   - bit for bit (memcmp): attention_q8_scores and attention_q8_values of
  *     every vector ISA this CPU has (avx2, avxvnni, avx512vnni; the others
  *     are skipped with a message) equal the scalar path, for head_dim 8,
- *     16 (qb 8/16: scalar dots, vector values), 32, 64, 96, 128 (qb 32), 1
- *     to 4 heads, position ranges starting and ending inside blocks;
+ *     16 (qb 8/16: scalar dots, vector values), 32, 64, 96, 128 (qb 32:
+ *     the 256-bit and, for multiples of 64, the 512-bit transposed
+ *     kernels), 1 to 16 heads per call (a whole GQA group, and more than
+ *     the 8 the value kernels take per pass), KV blocks of 8, 16 and 32
+ *     positions in a scrambled table, position ranges of 1 to 160 starting
+ *     and ending inside blocks, shorter than a vector of positions, one
+ *     longer, crossing several blocks;
  *   - attention_group / attention_head / attention_row over a Q8_0 store
- *     against an independent double-precision reference computed from the
+ *     (GQA groups of 3 and 8 query heads) against an independent double-precision reference computed from the
  *     dequantized K/V and the dequantized queries (what the kernels
  *     multiply): every output within 2e-5 · (1 + max |v|); and against the
  *     unquantized float K/V and queries within 0.05 · (1 + max |v|) (the
@@ -43,9 +48,10 @@
 #include "worker/kernels/quant.h"
 #include "worker/kernels/kv_store.h"
 
-#define BS 32
-#define N_BLOCKS 12
+#define BS 32       /* positions per KV block, unless a test says otherwise */
+#define N_BLOCKS 24  /* enough for 160 positions in blocks of 8 */
 #define N_LAYER 2
+#define MAX_NH 16    /* ATTQ8_MAX_HEADS: a whole GQA group per call */
 
 static uint64_t rng = 0x243f6a8885a308d3ULL;
 
@@ -57,13 +63,13 @@ static float frand(void) /* uniform in [-1, 1) */
     return (float)((double)(rng >> 11) / (double)(1ULL << 53) * 2.0 - 1.0);
 }
 
-/* Q8 store of n_kv heads of hd; the unquantized values kept in *kf / *vf
- * ((n_layer, n_blocks, bs, kv_dim) floats). */
-static kv_store_t store_new(int n_kv, int hd, float **kf, float **vf)
+/* Q8 store of n_kv heads of hd in blocks of bs positions; the unquantized
+ * values kept in *kf / *vf ((n_layer, n_blocks, bs, kv_dim) floats). */
+static kv_store_t store_new_bs(int n_kv, int hd, int bs, float **kf, float **vf)
 {
-    kv_store_t s = {.n_layer = N_LAYER, .n_blocks = N_BLOCKS, .block_size = BS, .kv_dim = n_kv * hd,
+    kv_store_t s = {.n_layer = N_LAYER, .n_blocks = N_BLOCKS, .block_size = bs, .kv_dim = n_kv * hd,
                     .type = KV_TYPE_Q8_0, .qblock = kv_store_qblock(hd)};
-    size_t nvec = (size_t)N_LAYER * N_BLOCKS * BS, rb = kv_store_row_bytes(&s);
+    size_t nvec = (size_t)N_LAYER * N_BLOCKS * bs, rb = kv_store_row_bytes(&s);
     assert_true(rb > 0);
     s.k = malloc(nvec * rb);
     s.v = malloc(nvec * rb);
@@ -78,6 +84,11 @@ static kv_store_t store_new(int n_kv, int hd, float **kf, float **vf)
         kv_store_write_slice(&s, (char *)s.v + r * rb, 0, *vf + r * (size_t)s.kv_dim, s.kv_dim);
     }
     return s;
+}
+
+static kv_store_t store_new(int n_kv, int hd, float **kf, float **vf)
+{
+    return store_new_bs(n_kv, hd, BS, kf, vf);
 }
 
 /* Element i of vector row (layer, block, slot) dequantized, from the bytes. */
@@ -216,55 +227,63 @@ static const qgemm_isa_t VEC[] = {QGEMM_ISA_AVX2, QGEMM_ISA_AVXVNNI, QGEMM_ISA_A
 static void test_isa_bits(void **state)
 {
     (void)state;
-    static const int hds[] = {8, 16, 32, 64, 96, 128};
+    static const int hds[] = {8, 16, 32, 64, 96, 128}; /* qb 8, 16, then 32 (one to four blocks) */
+    static const int bss[] = {8, 16, 32};              /* positions per KV block */
+    static const int nhs[] = {1, 2, 3, 4, 5, 7, 8, 9, 16};
+    /* block-aligned and not, shorter than one vector of positions (8, 16),
+     * one more than a vector, odd, crossing several KV blocks */
+    static const int rng_t[][2] = {{0, 1}, {0, 160}, {3, 77}, {33, 64}, {100, 159}, {5, 12}, {17, 34}, {31, 48}};
+    /* the KV blocks of the sequence, in a scrambled order */
+    const int32_t bt[20] = {7, 2, 10, 0, 5, 23, 14, 1, 19, 8, 12, 3, 21, 16, 6, 11, 20, 9, 4, 15};
     for (size_t v = 0; v < sizeof VEC / sizeof *VEC; v++)
         if (!qgemm_isa_available(VEC[v]))
             print_message("  skip: this CPU lacks %s: its q8 attention path is not checked here\n",
                           qgemm_isa_name(VEC[v]));
     int n_cmp = 0;
-    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++) {
-        const int hd = hds[hi], n_kv = 2;
-        float *kf, *vf;
-        kv_store_t s = store_new(n_kv, hd, &kf, &vf);
-        const int32_t bt[5] = {7, 2, 10, 0, 5};
-        static const int rng_t[][2] = {{0, 1}, {0, 160}, {3, 77}, {33, 64}, {100, 159}};
-        for (size_t ri = 0; ri < sizeof rng_t / sizeof *rng_t; ri++)
-            for (int nh = 1; nh <= 4; nh++) {
-                const int t0 = rng_t[ri][0], t1 = rng_t[ri][1], n = t1 - t0, l = (int)(ri % 2), kvo = hd;
-                float q[4 * 128], qd[4 * 16];
-                int8_t qq[4 * 128];
-                for (int i = 0; i < nh * hd; i++)
-                    q[i] = frand() * 1.5f;
-                attention_q8_quantize_q(q, nh, hd, s.qblock, qq, qd);
-                const size_t ld = (size_t)n + 3;
-                float *sc0 = calloc(4 * ld, sizeof(float)), *sc1 = calloc(4 * ld, sizeof(float));
-                float o0[4 * 128], o1[4 * 128], inv[4] = {0.5f, 0.25f, 1.0f, 2.0f};
-                attention_q8_scores(QGEMM_ISA_SCALAR, qq, qd, nh, &s, l, bt, t0, t1, kvo, hd, 0.125f, sc0, ld);
-                for (int h = 0; h < nh; h++) /* weights for the value pass: positive, varied */
-                    for (int j = 0; j < n; j++)
-                        sc0[(size_t)h * ld + j] = expf(sc0[(size_t)h * ld + j] * 0.1f);
-                attention_q8_values(QGEMM_ISA_SCALAR, sc0, ld, nh, inv, &s, l, bt, t0, t1, kvo, hd, o0);
-                for (size_t v = 0; v < sizeof VEC / sizeof *VEC; v++) {
-                    if (!qgemm_isa_available(VEC[v]))
-                        continue;
-                    float *scs = calloc(4 * ld, sizeof(float));
-                    attention_q8_scores(QGEMM_ISA_SCALAR, qq, qd, nh, &s, l, bt, t0, t1, kvo, hd, 0.125f, scs, ld);
-                    attention_q8_scores(VEC[v], qq, qd, nh, &s, l, bt, t0, t1, kvo, hd, 0.125f, sc1, ld);
+    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
+        for (size_t bi = 0; bi < sizeof bss / sizeof *bss; bi++) {
+            const int hd = hds[hi], n_kv = 2, bs = bss[bi];
+            float *kf, *vf;
+            kv_store_t s = store_new_bs(n_kv, hd, bs, &kf, &vf);
+            for (size_t ri = 0; ri < sizeof rng_t / sizeof *rng_t; ri++)
+                for (size_t ni = 0; ni < sizeof nhs / sizeof *nhs; ni++) {
+                    const int nh = nhs[ni], t0 = rng_t[ri][0], t1 = rng_t[ri][1], n = t1 - t0;
+                    const int l = (int)(ri % 2), kvo = (int)((ri + ni) % 2) * hd;
+                    float q[MAX_NH * 128], qd[MAX_NH * 16];
+                    int8_t qq[MAX_NH * 128];
+                    for (int i = 0; i < nh * hd; i++)
+                        q[i] = frand() * 1.5f;
+                    attention_q8_quantize_q(q, nh, hd, s.qblock, qq, qd);
+                    const size_t ld = (size_t)n + 3;
+                    float *sc0 = calloc(MAX_NH * ld, sizeof(float)), *sc1 = calloc(MAX_NH * ld, sizeof(float));
+                    float *scs = calloc(MAX_NH * ld, sizeof(float));
+                    float o0[MAX_NH * 128], o1[MAX_NH * 128], inv[MAX_NH];
                     for (int h = 0; h < nh; h++)
-                        assert_memory_equal(sc1 + (size_t)h * ld, scs + (size_t)h * ld, (size_t)n * sizeof(float));
-                    attention_q8_values(VEC[v], sc0, ld, nh, inv, &s, l, bt, t0, t1, kvo, hd, o1);
-                    assert_memory_equal(o0, o1, (size_t)nh * hd * sizeof(float));
+                        inv[h] = ldexpf(1.0f, h % 5 - 2);
+                    attention_q8_scores(QGEMM_ISA_SCALAR, qq, qd, nh, &s, l, bt, t0, t1, kvo, hd, 0.125f, scs, ld);
+                    for (int h = 0; h < nh; h++) /* weights for the value pass: positive, varied */
+                        for (int j = 0; j < n; j++)
+                            sc0[(size_t)h * ld + j] = expf(scs[(size_t)h * ld + j] * 0.1f);
+                    attention_q8_values(QGEMM_ISA_SCALAR, sc0, ld, nh, inv, &s, l, bt, t0, t1, kvo, hd, o0);
+                    for (size_t v = 0; v < sizeof VEC / sizeof *VEC; v++) {
+                        if (!qgemm_isa_available(VEC[v]))
+                            continue;
+                        attention_q8_scores(VEC[v], qq, qd, nh, &s, l, bt, t0, t1, kvo, hd, 0.125f, sc1, ld);
+                        for (int h = 0; h < nh; h++)
+                            assert_memory_equal(sc1 + (size_t)h * ld, scs + (size_t)h * ld, (size_t)n * sizeof(float));
+                        attention_q8_values(VEC[v], sc0, ld, nh, inv, &s, l, bt, t0, t1, kvo, hd, o1);
+                        assert_memory_equal(o0, o1, (size_t)nh * hd * sizeof(float));
+                        n_cmp++;
+                    }
+                    free(sc0);
+                    free(sc1);
                     free(scs);
-                    n_cmp++;
                 }
-                free(sc0);
-                free(sc1);
-            }
-        free(kf);
-        free(vf);
-        free(s.k);
-        free(s.v);
-    }
+            free(kf);
+            free(vf);
+            free(s.k);
+            free(s.v);
+        }
     print_message("  %d (ISA, shape) comparisons bit-identical to scalar\n", n_cmp);
 }
 
@@ -275,8 +294,9 @@ static void test_vs_reference(void **state)
     static const int hds[] = {8, 16, 64, 128};
     double worst_dq = 0, worst_f = 0;
     for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
+        for (int gi = 0; gi < 2; gi++)
         for (int isa_i = 0; isa_i < 2; isa_i++) {
-            const int hd = hds[hi], n_kv = 2, group = 3;
+            const int hd = hds[hi], n_kv = 2, group = gi ? 8 : 3; /* 8: the 1.1B shape's GQA group */
             assert_int_equal(attention_q8_set_isa(isa_i ? QGEMM_ISA_AUTO : QGEMM_ISA_SCALAR), 0);
             const int32_t bt[4] = {9, 1, 4, 6};
             static const int rng_t[][2] = {{0, 1}, {0, 128}, {40, 101}};
@@ -286,10 +306,10 @@ static void test_vs_reference(void **state)
                 const int t0 = rng_t[ri][0], t1 = rng_t[ri][1], l = 1;
                 const float softcap = ri == 2 ? 20.0f : 0.0f;
                 poison_outside(&s, l, bt, 4, t0, t1);
-                float q[6 * 128], out[6 * 128], outr[6 * 128];
+                float q[2 * 8 * 128], out[2 * 8 * 128], outr[2 * 8 * 128];
                 for (int i = 0; i < n_kv * group * hd; i++)
                     q[i] = frand() * 2.0f;
-                float *sc = malloc(sizeof(float) * 6 * 128);
+                float *sc = malloc(sizeof(float) * 2 * 8 * 128);
                 attention_group(q + group * hd, group, &s, l, bt, t0, t1, hd, hd, 0.3f, softcap, sc, 128,
                                 out + group * hd);
                 attention_row(q, n_kv * group, n_kv, &s, l, bt, t0, t1, hd, 0.3f, softcap, sc, 128, outr);
