@@ -28,7 +28,8 @@
 #define SEED_SUM 0x7061636b73756d31ULL  /* per-matrix checksums */
 #define SEED_HEAD 0x7061636b68656164ULL /* header checksum */
 #define SEED_FP 0x7061636b66707231ULL   /* layout fingerprint */
-#define PAYLOAD_ALIGN 4096u
+#define PAYLOAD_ALIGN 4096u               /* what a reader accepts */
+#define PAYLOAD_AT ((uint64_t)2 << 20)     /* where a writer puts it: a mapped arena starts on a 2 MiB page, as an anonymous one */
 #define IO_CHUNK ((size_t)8 << 20)
 #define TMP_STALE_S 600 /* leftover temporaries older than this are removed before a write */
 
@@ -324,7 +325,12 @@ static int load_file(const char *path, const model_packable_t *plan, int n, uint
      * first reads it, ~300 faults of ~1 us); else (4 KiB folios: an older
      * kernel, a file system without large folios) it is copied into an
      * anonymous huge-page arena, as decode streams that ~10 % faster */
-    const int policy = atomic_load(&g_map_policy);
+    int policy = atomic_load(&g_map_policy);
+    const char *env = getenv("PAGODA_PACK_MAP"); /* pack_cache.h: an operator's override */
+    if (env && strcmp(env, "never") == 0)
+        policy = PACK_CACHE_MAP_NEVER;
+    else if (env && strcmp(env, "always") == 0)
+        policy = PACK_CACHE_MAP_ALWAYS;
     bool use_map = policy == PACK_CACHE_MAP_ALWAYS;
     if (policy == PACK_CACHE_MAP_HUGE) {
         const size_t probe = h.file_bytes < ((size_t)8 << 20) ? h.file_bytes : (size_t)8 << 20;
@@ -411,7 +417,7 @@ static int store_file(const char *path, const model_t *m, const model_packable_t
                       uint64_t weights_hash)
 {
     size_t hb = table_end((uint32_t)n) + 8;
-    uint64_t off = (hb + PAYLOAD_ALIGN - 1) / PAYLOAD_ALIGN * PAYLOAD_ALIGN;
+    uint64_t off = (hb + PAYLOAD_AT - 1) / PAYLOAD_AT * PAYLOAD_AT;
     uint8_t *head = xcalloc(1, off);
     memcpy(head, PACK_CACHE_MAGIC, 8);
     wr32(head + 8, PACK_CACHE_VERSION);

@@ -12,7 +12,8 @@
  *    12     4            n: matrices (1 .. PACK_CACHE_MAX_MATS)
  *    16     8            weights hash (kv_disk_hash_file of the GGUF)
  *    24     8            layout fingerprint (pack_cache_fingerprint)
- *    32     8            payload offset (a multiple of 4096, >= the header)
+ *    32     8            payload offset (a multiple of 4096, >= the header;
+ *                        writers put it at the first 2 MiB boundary)
  *    40     8            payload bytes (sum of the matrices' bytes)
  *    48     8            file bytes (payload offset + payload bytes)
  *    56     40 · n       per matrix, in model_pack_plan order: ggml type u32,
@@ -136,7 +137,9 @@ int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights
 void pack_cache_write_begin(pack_cache_write_t *job);
 /* When a loaded file is used through its mapping rather than copied:
  * PACK_CACHE_MAP_HUGE (the default) when the kernel maps it with huge
- * pages; ALWAYS and NEVER let tests run both paths on any kernel. */
+ * pages; ALWAYS and NEVER let tests run both paths on any kernel. The
+ * environment variable PAGODA_PACK_MAP=never|always overrides it (for an
+ * operator, and for tests/bench/pack_map_ab.sh). */
 typedef enum pack_cache_map_policy {
     PACK_CACHE_MAP_HUGE,
     PACK_CACHE_MAP_ALWAYS,

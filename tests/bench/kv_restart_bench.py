@@ -102,8 +102,9 @@ for rep in range(int(os.environ.get("REPEAT", "1"))):
     if MODE != "kill9":
         th.join()
         if reg:
-            print("  (the worker registered %.3f s after the request, /health polled every 20 ms: its start-up,"
-                  " phases in the worker's 'start-up' log line below; TTFT after that %.3f s)" % (reg[0], t - reg[0]),
+            print("  (request sent at %s.%03dZ; the worker registered %.3f s after it, /health polled every 20 ms:"
+                  " its start-up, phases in the worker's 'start-up' log line below; TTFT after that %.3f s)"
+                  % (time.strftime("%H:%M:%S", time.gmtime(t_req)), int(t_req * 1000) % 1000, reg[0], t - reg[0]),
                   flush=True)
     after.append(t)
     print("%-27s TTFT %7.3f s  cached %d" % (label, t, c), flush=True)
