@@ -28,5 +28,5 @@ if [[ $MODE != idle ]]; then
   done
 fi
 echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores; mode $MODE; $MODEL; kv $KVT"
-python3 tests/bench/kv_restart_bench.py "http://127.0.0.1:$HP" "$MODE" "${TOKENS:-1800}"
+GWLOG="$TMP/gw.log" python3 tests/bench/kv_restart_bench.py "http://127.0.0.1:$HP" "$MODE" "${TOKENS:-1800}"
 grep -E "disk tier|scheduler:|start-up|wanted|registered|packed|loaded|pack cache" "$TMP/gw.log" | sed "s/^/# /" | tail -n 40
