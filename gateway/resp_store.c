@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/errbuf.h"
 #include "common/log.h"
 #include "common/xalloc.h"
@@ -91,13 +92,26 @@ int resp_store_open(const char *path, const resp_store_config_t *cfg, resp_store
         goto err;
     }
     sqlite3_busy_timeout(s->db, busy);
-    /* journal_mode answers a row ("wal", or "memory" for :memory:) */
+    /* journal_mode answers a row ("wal", or "memory" for :memory:). The
+     * switch to WAL needs an exclusive lock, and while another connection
+     * holds one SQLite answers SQLITE_BUSY at once instead of calling the
+     * busy handler (two gateways starting on one state directory, or a
+     * restart while the old process still closes): retried here until
+     * the busy timeout */
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(s->db, "PRAGMA journal_mode=WAL", -1, &st, NULL) != SQLITE_OK ||
-        sqlite3_step(st) != SQLITE_ROW) {
+    const int64_t give_up = clock_now_us() + (int64_t)busy * 1000;
+    for (;;) {
+        if (sqlite3_prepare_v2(s->db, "PRAGMA journal_mode=WAL", -1, &st, NULL) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW)
+            break;
+        const int code = sqlite3_errcode(s->db);
         sqlite3_finalize(st);
-        fail(s, "PRAGMA journal_mode=WAL", err, errlen);
-        goto err;
+        st = NULL;
+        if ((code != SQLITE_BUSY && code != SQLITE_LOCKED) || clock_now_us() >= give_up) {
+            fail(s, "PRAGMA journal_mode=WAL", err, errlen);
+            goto err;
+        }
+        clock_sleep_us(2000);
     }
     const char *mode = (const char *)sqlite3_column_text(st, 0);
     bool mem = strcmp(path, ":memory:") == 0;
