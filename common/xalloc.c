@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 static void oom(size_t n, const char *file, int line)
 {
@@ -112,5 +113,14 @@ void xhuge_zfree(void *p, size_t n)
 
 int xhuge_populate(void *p, size_t n)
 {
-    return n == 0 || madvise(p, n, MADV_POPULATE_WRITE) == 0 ? 0 : -1;
+    if (n == 0)
+        return 0;
+    /* madvise wants a page-aligned start: from the page holding p */
+    static size_t page;
+    if (!page) {
+        long v = sysconf(_SC_PAGESIZE);
+        page = v > 0 ? (size_t)v : 4096;
+    }
+    uintptr_t a = (uintptr_t)p / page * page;
+    return madvise((void *)a, n + ((uintptr_t)p - a), MADV_POPULATE_WRITE) == 0 ? 0 : -1;
 }

@@ -31,7 +31,8 @@ void *xhuge_alloc_at(size_t n, const char *file, int line);
  * pool). Release with xhuge_zfree(p, n), never free(). */
 void *xhuge_zalloc_at(size_t n, const char *file, int line);
 void xhuge_zfree(void *p, size_t n);
-/* Maps in the pages of [p, p + n) inside an xhuge_zalloc block without
+/* Maps in the pages that [p, p + n) touches (p need not be page-aligned)
+ * inside an xhuge_zalloc block without
  * changing a byte of it (MADV_POPULATE_WRITE), so it is safe while other
  * threads read and write the block. 0, or -1 where the kernel lacks it
  * (before Linux 5.14): the pages are then mapped on first use. */
