@@ -64,11 +64,13 @@ void *xaligned_alloc_at(size_t n, const char *file, int line)
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
+static size_t huge_round(size_t n) { return (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; }
+
 void *xhuge_alloc_at(size_t n, const char *file, int line)
 {
     if (n < HUGE_PAGE)
         return xaligned_alloc_at(n, file, line);
-    size_t rounded = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    size_t rounded = huge_round(n);
     void *p = NULL;
     if (rounded < n || posix_memalign(&p, HUGE_PAGE, rounded) != 0)
         return xaligned_alloc_at(n, file, line); /* aborts when out of memory */
@@ -77,8 +79,6 @@ void *xhuge_alloc_at(size_t n, const char *file, int line)
 #endif
     return p;
 }
-
-static size_t huge_round(size_t n) { return (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; }
 
 void *xhuge_zalloc_at(size_t n, const char *file, int line)
 {
