@@ -88,42 +88,41 @@ int kv_disk_hash_file(const char *path, uint64_t *out, char *err, size_t errlen)
     return 0;
 }
 
-#define KVD_HASH_MAGIC 0x3148535748445650ULL /* "PVDHWSH1" */
+#define KVD_REC_MAGIC 0x3148535748445650ULL /* "PVDHWSH1" */
 
-int kv_disk_hash_file_cached(const char *path, const char *dir, uint64_t *out, bool *cached, char *err,
-                             size_t errlen)
+static void record_path(const char *sub, const struct stat *sb, char *out, size_t n)
 {
-    if (cached)
-        *cached = false;
-    struct stat sb;
-    char sub[4096], rec[4200];
-    if (!dir || !*dir || stat(path, &sb) != 0 ||
-        (size_t)snprintf(sub, sizeof sub, "%s/weights-hash", dir) >= sizeof sub)
-        return kv_disk_hash_file(path, out, err, errlen);
-    snprintf(rec, sizeof rec, "%s/%llx-%llx-%lld-%lld%09ld-%lld%09ld.hash", sub, (unsigned long long)sb.st_dev,
-             (unsigned long long)sb.st_ino, (long long)sb.st_size, (long long)sb.st_mtim.tv_sec,
-             (long)sb.st_mtim.tv_nsec, (long long)sb.st_ctim.tv_sec, (long)sb.st_ctim.tv_nsec);
+    snprintf(out, n, "%s/%llx-%llx-%lld-%lld%09ld-%lld%09ld.hash", sub, (unsigned long long)sb->st_dev,
+             (unsigned long long)sb->st_ino, (long long)sb->st_size, (long long)sb->st_mtim.tv_sec,
+             (long)sb->st_mtim.tv_nsec, (long long)sb->st_ctim.tv_sec, (long)sb->st_ctim.tv_nsec);
+}
+
+int kv_disk_record_get(const char *sub, const struct stat *sb, const char *what, uint64_t *value)
+{
+    char rec[4300];
+    record_path(sub, sb, rec, sizeof rec);
     uint64_t r[3];
     int fd = open(rec, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        ssize_t got = read(fd, r, sizeof r);
-        close(fd);
-        if (got == (ssize_t)sizeof r && r[0] == KVD_HASH_MAGIC && r[2] == kv_disk_hash64(r, 16, KVD_HASH_MAGIC)) {
-            *out = r[1];
-            if (cached)
-                *cached = true;
-            return 0;
-        }
-        log_warn("weights hash record %s is damaged: hashing the file again", rec);
+    if (fd < 0)
+        return 1;
+    ssize_t got = read(fd, r, sizeof r);
+    close(fd);
+    if (got == (ssize_t)sizeof r && r[0] == KVD_REC_MAGIC && r[2] == kv_disk_hash64(r, 16, KVD_REC_MAGIC)) {
+        *value = r[1];
+        return 0;
     }
-    if (kv_disk_hash_file(path, out, err, errlen) != 0)
-        return -1;
-    r[0] = KVD_HASH_MAGIC;
-    r[1] = *out;
-    r[2] = kv_disk_hash64(r, 16, KVD_HASH_MAGIC);
-    char tmp[4300];
+    log_warn("%s record %s is damaged: ignored", what, rec);
+    return -1;
+}
+
+int kv_disk_record_put(const char *sub, const struct stat *sb, const char *what, uint64_t value)
+{
+    char rec[4300], tmp[4400];
+    record_path(sub, sb, rec, sizeof rec);
+    uint64_t r[3] = {KVD_REC_MAGIC, value, 0};
+    r[2] = kv_disk_hash64(r, 16, KVD_REC_MAGIC);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", rec, (long)getpid());
-    int e = kv_disk_mkdir_p(sub);
+    int fd = -1, e = kv_disk_mkdir_p(sub);
     if (e == 0) {
         fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         e = fd < 0 ? errno : 0;
@@ -139,7 +138,28 @@ int kv_disk_hash_file_cached(const char *path, const char *dir, uint64_t *out, b
             unlink(tmp);
     }
     if (e)
-        log_debug("weights hash record %s not written: %s", rec, strerror(e));
+        log_debug("%s record %s not written: %s", what, rec, strerror(e));
+    return e;
+}
+
+int kv_disk_hash_file_cached(const char *path, const char *dir, uint64_t *out, bool *cached, char *err,
+                             size_t errlen)
+{
+    if (cached)
+        *cached = false;
+    struct stat sb;
+    char sub[4096];
+    if (!dir || !*dir || stat(path, &sb) != 0 ||
+        (size_t)snprintf(sub, sizeof sub, "%s/weights-hash", dir) >= sizeof sub)
+        return kv_disk_hash_file(path, out, err, errlen);
+    if (kv_disk_record_get(sub, &sb, "weights hash", out) == 0) {
+        if (cached)
+            *cached = true;
+        return 0;
+    }
+    if (kv_disk_hash_file(path, out, err, errlen) != 0)
+        return -1;
+    (void)kv_disk_record_put(sub, &sb, "weights hash", *out);
     return 0;
 }
 

@@ -58,6 +58,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "worker/kernels/kv_store.h"
 
@@ -98,16 +99,24 @@ uint64_t kv_disk_hash64(const void *p, size_t n, uint64_t seed);
  * (message in err). */
 int kv_disk_hash_file(const char *path, uint64_t *out, char *err, size_t errlen);
 
-/* kv_disk_hash_file, remembered under DIR/weights-hash/: the file
- * DEV-INO-SIZE-MTIME-CTIME.hash (nanosecond times of path's stat) holds the
- * hash (24 bytes: magic, hash, kv_disk_hash64 of the two). Trust rule: a
- * file whose device, inode, size, mtime and ctime are all unchanged is
- * taken to have unchanged bytes (ctime cannot be set from user space: any
- * write, chmod or rename bumps it); a replaced or rewritten file gets
- * another name and is hashed again. A record that is short or fails its
- * check is ignored and rewritten. *cached (may be NULL) tells whether the
- * record was used. dir NULL or "": kv_disk_hash_file. A directory that cannot
- * be written only costs the record (log_debug). 0 ok, -1 as kv_disk_hash_file. */
+/* A 64-bit value remembered for a file as it is now. The record
+ * SUB/DEV-INO-SIZE-MTIME-CTIME.hash (the nanosecond times of sb, the file's
+ * stat) holds it (24 bytes: magic, value, kv_disk_hash64 of the two).
+ * Trust rule: a file whose device, inode, size, mtime and ctime are all
+ * unchanged is taken to have unchanged bytes (ctime cannot be set from user
+ * space: any write, chmod or rename bumps it), so a replaced or rewritten
+ * file finds no record. kv_disk_record_get: 0 and *value, 1 when there is
+ * no record, -1 when it is short or fails its check (logged with `what`:
+ * ignored, and the next put rewrites it). kv_disk_record_put: writes it
+ * (SUB made, temp + rename): 0, or an errno (log_debug; a directory that
+ * cannot be written only costs the record). Records of replaced files stay
+ * (24 bytes each). */
+int kv_disk_record_get(const char *sub, const struct stat *sb, const char *what, uint64_t *value);
+int kv_disk_record_put(const char *sub, const struct stat *sb, const char *what, uint64_t value);
+
+/* kv_disk_hash_file, remembered under DIR/weights-hash/ by the record
+ * above. *cached (may be NULL) tells whether the record was used. dir NULL
+ * or "": kv_disk_hash_file. 0 ok, -1 as kv_disk_hash_file. */
 int kv_disk_hash_file_cached(const char *path, const char *dir, uint64_t *out, bool *cached, char *err,
                              size_t errlen);
 

@@ -159,65 +159,29 @@ int pack_cache_parse(const uint8_t *buf, size_t len, pack_cache_header_t *h, pac
     return (int)h->n;
 }
 
-/* ---- load --------------------------------------------------------------- */
-
 /* ---- the verified record ------------------------------------------------ */
 
-/* DIR/packed/NAME.pack.verified: the identity (device, inode, size, mtime,
- * ctime) of a pack file whose every checksum held, and its header checksum.
- * The next start that finds the file with that identity skips the payload
+/* DIR/packed/verified/: for each pack file whose every checksum held, its
+ * header checksum, remembered by the file's identity (kv_disk_record_get):
+ * the next start that finds the file with that identity skips the payload
  * checksums (pack_cache.h, "Trust"). */
-#define VREC_MAGIC 0x3146524b43415056ULL /* "VPACKRF1" */
-enum { VREC_WORDS = 10 };
+static void vrec_dir(const char *sub, char *out, size_t n) { snprintf(out, n, "%s/verified", sub); }
 
-static void vrec_fill(uint64_t r[VREC_WORDS], const struct stat *sb, uint64_t head_sum)
+static bool vrec_matches(const char *sub, const struct stat *sb, uint64_t head_sum)
 {
-    r[0] = VREC_MAGIC;
-    r[1] = (uint64_t)sb->st_dev;
-    r[2] = (uint64_t)sb->st_ino;
-    r[3] = (uint64_t)sb->st_size;
-    r[4] = (uint64_t)sb->st_mtim.tv_sec;
-    r[5] = (uint64_t)sb->st_mtim.tv_nsec;
-    r[6] = (uint64_t)sb->st_ctim.tv_sec;
-    r[7] = (uint64_t)sb->st_ctim.tv_nsec;
-    r[8] = head_sum;
-    r[9] = kv_disk_hash64(r, 9 * sizeof *r, VREC_MAGIC);
+    char vdir[4200];
+    uint64_t v;
+    vrec_dir(sub, vdir, sizeof vdir);
+    return kv_disk_record_get(vdir, sb, "pack file", &v) == 0 && v == head_sum;
 }
 
-static bool vrec_matches(const char *path, const struct stat *sb, uint64_t head_sum)
+/* Records sb's file (best effort: without it the next start checks every
+ * byte again). */
+static void vrec_write(const char *sub, const struct stat *sb, uint64_t head_sum)
 {
-    char rec[4300];
-    uint64_t want[VREC_WORDS], got[VREC_WORDS];
-    if ((size_t)snprintf(rec, sizeof rec, "%s.verified", path) >= sizeof rec)
-        return false;
-    int fd = open(rec, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    ssize_t n = read(fd, got, sizeof got);
-    close(fd);
-    vrec_fill(want, sb, head_sum);
-    return n == (ssize_t)sizeof got && memcmp(want, got, sizeof got) == 0;
-}
-
-/* Writes the record for path as it is now (best effort: without it the
- * next start checks every byte again). */
-static void vrec_write(const char *path, uint64_t head_sum)
-{
-    char rec[4300], tmp[4400];
-    struct stat sb;
-    uint64_t r[VREC_WORDS];
-    if (stat(path, &sb) != 0 || (size_t)snprintf(rec, sizeof rec, "%s.verified", path) >= sizeof rec)
-        return;
-    vrec_fill(r, &sb, head_sum);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", rec, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return;
-    bool ok = write(fd, r, sizeof r) == (ssize_t)sizeof r;
-    if (close(fd) != 0 || !ok || rename(tmp, rec) != 0) {
-        unlink(tmp);
-        log_debug("pack cache: record %s not written", rec);
-    }
+    char vdir[4200];
+    vrec_dir(sub, vdir, sizeof vdir);
+    (void)kv_disk_record_put(vdir, sb, "pack file", head_sum);
 }
 
 /* ---- load --------------------------------------------------------------- */
@@ -264,7 +228,7 @@ typedef struct loaded {
 
 /* Maps path and, when every check of pack_cache.h holds, returns 0 with the
  * arena in *out; else -1 with the reason in why (why[0] == 0: no file). */
-static int load_file(const char *path, const model_packable_t *plan, int n, uint64_t weights_hash,
+static int load_file(const char *sub, const char *path, const model_packable_t *plan, int n, uint64_t weights_hash,
                      int n_threads, loaded_t *out, char *why, size_t whylen)
 {
     why[0] = 0;
@@ -319,7 +283,7 @@ static int load_file(const char *path, const model_packable_t *plan, int n, uint
         }
     }
     const uint64_t head_sum = rd64(map + hb - 8);
-    out->trusted = vrec_matches(path, &sb, head_sum);
+    out->trusted = vrec_matches(sub, &sb, head_sum);
     /* the mapping is used when the kernel maps it with 2 MiB entries,
      * judged by its first 8 MiB (mapped now; the rest is mapped as decode
      * first reads it, ~300 faults of ~1 us); else (4 KiB folios: an older
@@ -360,7 +324,7 @@ static int load_file(const char *path, const model_packable_t *plan, int n, uint
         goto out;
     }
     if (!trusted)
-        vrec_write(path, head_sum);
+        vrec_write(sub, &sb, head_sum);
     out->arena = arena;
     if (use_map) {
         out->map = map;
@@ -412,8 +376,9 @@ static void remove_stale_tmps(const char *sub)
     closedir(dh);
 }
 
-/* Writes m's arena to path (tmp + fsync + rename). 0 or an errno. */
-static int store_file(const char *path, const model_t *m, const model_packable_t *plan, int n,
+/* Writes m's arena to path in sub (tmp + fsync + rename), then its
+ * verified record. 0 or an errno. */
+static int store_file(const char *sub, const char *path, const model_t *m, const model_packable_t *plan, int n,
                       uint64_t weights_hash)
 {
     size_t hb = table_end((uint32_t)n) + 8;
@@ -462,8 +427,9 @@ static int store_file(const char *path, const model_t *m, const model_packable_t
         e = errno;
     if (e && fd >= 0)
         unlink(tmp);
-    if (!e) /* its bytes are the arena's, whose checksums the table holds */
-        vrec_write(path, rd64(head + hb - 8));
+    struct stat sb;
+    if (!e && stat(path, &sb) == 0) /* its bytes are the arena's, whose checksums the table holds */
+        vrec_write(sub, &sb, rd64(head + hb - 8));
     free(head);
     return e;
 }
@@ -487,7 +453,7 @@ static int write_run(pack_cache_write_t *job)
     int e = kv_disk_mkdir_p(job->sub);
     if (!e) {
         remove_stale_tmps(job->sub);
-        e = store_file(job->path, job->m, job->plan, job->n, job->weights_hash);
+        e = store_file(job->sub, job->path, job->m, job->plan, job->n, job->weights_hash);
     }
     if (e)
         log_warn("pack cache off: cannot write %s: %s (the next start packs again)", job->path, strerror(e));
@@ -542,7 +508,7 @@ int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights
     snprintf(path, sizeof path, "%s/%016llx-%016llx.pack", sub, (unsigned long long)weights_hash,
              (unsigned long long)pack_cache_fingerprint());
     loaded_t got;
-    if (load_file(path, plan, n, weights_hash, n_threads, &got, why, sizeof why) == 0) {
+    if (load_file(sub, path, plan, n, weights_hash, n_threads, &got, why, sizeof why) == 0) {
         if (got.map)
             model_pack_adopt_map(m, got.map, got.map_bytes, got.arena, plan, n);
         else

@@ -49,12 +49,12 @@
  * type, rows, cols and packed size against model_pack_plan), and every
  * matrix's bytes hash to the table's checksum (~0.1 s per GB per core; a
  * flipped bit anywhere is caught). The payload checksums are skipped when
- * NAME.pack.verified records this file's identity (device, inode, size,
- * mtime, ctime) and header checksum: the writer writes it after renaming
- * its file into place, and a reader after checking every checksum. That is
- * the rule the remembered weights hash follows (kv_disk_hash_file_cached):
- * a file whose identity is unchanged has unchanged bytes, as any write
- * moves its ctime. Anything else is logged, the model is packed as without
+ * DIR/packed/verified/ holds a record of this file's identity (device,
+ * inode, size, mtime, ctime) with its header checksum (kv_disk_record_get,
+ * the record the remembered weights hash uses): the writer writes it after
+ * renaming its file into place, and a reader after checking every checksum.
+ * Its trust rule: a file whose identity is unchanged has unchanged bytes,
+ * as any write moves its ctime. Anything else is logged, the model is packed as without
  * a cache and the file is rewritten. Writers write
  * DIR/packed/NAME.tmp.<pid>.<n>, fsync it and rename it into place, so a reader
  * sees a whole file or none; two workers of one model writing at once each
