@@ -6,11 +6,17 @@
 
 #include "common/xalloc.h"
 
-static bool has(char *const *env, size_t n, const char *name)
+/* entry is NAME=... */
+static bool is_var(const char *entry, const char *name)
 {
     size_t len = strlen(name);
+    return strncmp(entry, name, len) == 0 && entry[len] == '=';
+}
+
+static bool has(char *const *env, size_t n, const char *name)
+{
     for (size_t i = 0; i < n; i++)
-        if (strncmp(env[i], name, len) == 0 && env[i][len] == '=')
+        if (is_var(env[i], name))
             return true;
     return false;
 }
@@ -23,7 +29,7 @@ char **proc_env_worker(char *const *env)
     char **out = xmalloc((n + 3) * sizeof *out);
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(env[i], "OPENBLAS_NUM_THREADS=", 21) != 0)
+        if (!is_var(env[i], "OPENBLAS_NUM_THREADS"))
             out[k++] = env[i];
     if (!has(env, n, "OMP_WAIT_POLICY") && !has(env, n, "GOMP_SPINCOUNT"))
         out[k++] = (char *)"GOMP_SPINCOUNT=" PROC_ENV_GOMP_SPINCOUNT;
