@@ -51,6 +51,7 @@ struct matmul {
     int q_rows;          /* rows q was sized for */
     uint16_t *xbf;       /* (bf_rows, max_cols) X rounded to bf16 for the
                           * AVX512-BF16 kernel; NULL when that path is off */
+    size_t xbf_bytes;    /* xbf is an xhuge_zalloc block of this size */
     int bf_rows;         /* rows xbf was sized for */
     const float *xbf_of; /* the X xbf holds (set by bf16_prepare), NULL: none */
     int xbf_n;           /* its rows */
@@ -78,7 +79,7 @@ void matmul_free(matmul_t **mm)
     if (!mm || !*mm)
         return;
     free((*mm)->tile);
-    free((*mm)->xbf);
+    xhuge_zfree((*mm)->xbf, (*mm)->xbf_bytes);
     qgemm_ctx_free(&(*mm)->q);
     free(*mm);
     *mm = NULL;
@@ -486,15 +487,19 @@ int matmul_use_bf16(matmul_t *mm, int max_rows)
 {
     if (max_rows < 1)
         return -1;
-    free(mm->xbf);
+    xhuge_zfree(mm->xbf, mm->xbf_bytes);
     mm->xbf = NULL;
+    mm->xbf_bytes = 0;
     mm->bf_rows = 0;
     mm->xbf_of = NULL;
 #ifdef MATMUL_X86
     if (!cpu_has_avx512_bf16() || qgemm_isa_default() != QGEMM_ISA_AVX512VNNI)
         return 1;
     size_t n = (size_t)max_rows * (size_t)mm->max_cols;
-    mm->xbf = memset(xaligned_alloc(n * sizeof(uint16_t) + 64), 0, n * sizeof(uint16_t) + 64);
+    /* a fresh zeroed mapping, touched only by the rows of BF16 products
+     * (none at all for a model without BF16 matrices) */
+    mm->xbf_bytes = n * sizeof(uint16_t) + 64;
+    mm->xbf = xhuge_zalloc(mm->xbf_bytes);
     mm->bf_rows = max_rows;
     return 0;
 #else
