@@ -141,6 +141,10 @@
  *     on_demand                  bool     false                   start on first request, stop after
  *                                                                 idle_timeout_s (needs replicas ≥ 1)
  *     idle_timeout_s             float    300                     0.001..604800 s
+ *     standby                    bool     true                    on_demand: while stopped, keep a standby
+ *                                                                 process with the model loaded (no KV,
+ *                                                                 no packed weights, not connected) that
+ *                                                                 a request starts (docs/OPERATIONS.md)
  *     kv_blocks                  int      0                       0..16777216 KV blocks (32 tokens
  *                                                                 each); 0 = derive from kv_budget_mb
  *     kv_budget_mb               int      1024                    1..1048576 MiB for the KV pool
@@ -220,6 +224,7 @@ typedef struct config_model {
     int replicas;              /* local workers to spawn, 0 = remote only */
     bool on_demand;            /* spawn on first request, stop when idle */
     double idle_timeout_s;     /* idle time before an on-demand model is stopped, s */
+    bool standby;              /* on_demand: keep a standby process while stopped */
     int kv_blocks;             /* worker --kv-blocks; 0 = derived from kv_budget_mb */
     int kv_budget_mb;          /* KV pool budget, MiB (used when kv_blocks == 0) */
     int max_seqs;              /* worker --max-seqs */

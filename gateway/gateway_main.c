@@ -104,6 +104,7 @@ static const struct flag_key {
     {"spec-max-draft", "spec_max_draft", true, false},
     {"replicas", "replicas", true, false},
     {"idle-timeout", "idle_timeout_s", true, false},
+    {"standby", "standby", true, false},
     {"drain-timeout", "drain_timeout_s", false, false},
     {"routing", "routing.mode", false, false},
     {"routing-max-load-gap", "routing.max_load_gap", false, false},
@@ -200,6 +201,9 @@ static void usage(FILE *f)
             "  --on-demand NAME           start NAME's local workers at its first request and\n"
             "                             stop them after --idle-timeout S (default %d) idle\n"
             "                             [models[].on_demand, models[].idle_timeout_s]\n"
+            "  --standby true|false       while an on-demand model is stopped, keep a standby\n"
+            "                             worker with the model loaded that a request starts\n"
+            "                             (default true) [models[].standby]\n"
             "  --max-restarts N, --restart-window S\n"
             "                             crash loop: a model whose worker needed N restarts\n"
             "                             within S seconds is FAILED (default %d in %d)\n"
@@ -715,7 +719,7 @@ static supervisor_t *local_workers_start(const config_t *cfg, struct gateway *gw
         char owned[6][32];
         size_t n = model_worker_args(m, args, owned);
         for (int r = 0; r < m->replicas; r++)
-            supervisor_add_args(sup, m->name, m->path, m->on_demand, args, n);
+            supervisor_add_args(sup, m->name, m->path, m->on_demand, m->standby, args, n);
     }
     if (supervisor_start(sup) < 0) {
         supervisor_free(&sup);

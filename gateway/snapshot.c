@@ -177,6 +177,7 @@ static json_t *admin_workers(struct gateway *gw)
                                "restarts", json_object_get(c, "restarts"),
                                "next_start_ms", json_object_get(c, "next_start_ms"),
                                "last_exit", json_object_get(c, "last_exit"));
+        json_object_set(jw, "standby_pid", json_object_get(c, "standby_pid"));
         json_array_append_new(out, jw);
     }
     json_decref(local);

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +48,16 @@ typedef struct child {
     unsigned n_restarts;        /* crash restarts, total */
     bool crash_restart;         /* the next spawn restarts after a crash (counted) */
     char last_exit[160];        /* how the last process ended, "" = none yet */
+    char *file;                 /* the model file (owned) */
+    /* standby (on-demand children with it on): while IDLE, a process that
+     * has loaded the model and waits for one byte on a pipe before it
+     * allocates anything else or connects (worker --standby-fd) */
+    bool standby;
+    pid_t sb_pid;               /* the standby process, 0 = none */
+    int sb_fd;                  /* the pipe's write end (-1 = none) */
+    struct stat sb_st;          /* the model file when the standby started */
+    int64_t sb_next_us;         /* no standby before this (after one died) */
+    int64_t sb_backoff_ms;      /* delay after the next standby death */
 } child_t;
 
 struct supervisor {
@@ -134,10 +146,10 @@ supervisor_t *supervisor_new(const supervisor_config_t *cfg)
 
 void supervisor_add(supervisor_t *s, const char *name, const char *file, bool on_demand)
 {
-    supervisor_add_args(s, name, file, on_demand, NULL, 0);
+    supervisor_add_args(s, name, file, on_demand, false, NULL, 0);
 }
 
-void supervisor_add_args(supervisor_t *s, const char *name, const char *file, bool on_demand,
+void supervisor_add_args(supervisor_t *s, const char *name, const char *file, bool on_demand, bool standby,
                          const char *const *args, size_t n_args)
 {
     s->children = xrealloc(s->children, (s->n_children + 1) * sizeof *s->children);
@@ -166,22 +178,21 @@ void supervisor_add_args(supervisor_t *s, const char *name, const char *file, bo
     c->backoff_ms = s->backoff_min_ms;
     c->on_demand = on_demand;
     c->state = on_demand ? CHILD_IDLE : CHILD_BACKOFF; /* BACKOFF at t 0: start now */
+    c->file = xstrdup(file);
+    c->standby = on_demand && standby;
+    c->sb_fd = -1;
+    c->sb_backoff_ms = s->backoff_min_ms;
 }
 
-/* With s->lock held. */
-static void spawn(supervisor_t *s, child_t *c)
+/* fork + exec of argv with the workers' environment; keep_fd ≥ 0 is left
+ * open across exec (it was opened O_CLOEXEC). The child dies with the
+ * gateway (PR_SET_PDEATHSIG). Returns the pid, or -1 (errno). */
+static pid_t fork_exec(char **argv, int keep_fd)
 {
     pid_t parent = getpid();
     extern char **environ;
     char **env = proc_env_worker(environ); /* before fork: the child may not allocate */
     pid_t pid = fork();
-    if (pid < 0) {
-        free(env);
-        log_error("fork for worker %s: %s", c->name, strerror(errno));
-        c->state = CHILD_BACKOFF;
-        c->t_next_start_us = clock_now_us() + c->backoff_ms * 1000;
-        return;
-    }
     if (pid == 0) {
         /* child: only async-signal-safe calls until exec */
         prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -191,10 +202,20 @@ static void spawn(supervisor_t *s, child_t *c)
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
-        execve(c->argv[0], c->argv, env);
+        if (keep_fd >= 0 && fcntl(keep_fd, F_SETFD, 0) != 0)
+            _exit(127);
+        execve(argv[0], argv, env);
         _exit(127);
     }
+    int e = errno;
     free(env);
+    errno = e;
+    return pid;
+}
+
+/* c now runs process pid (a fresh start, or its standby woken). */
+static void now_running(supervisor_t *s, child_t *c, pid_t pid)
+{
     int64_t now = clock_now_us();
     c->pid = pid;
     c->state = CHILD_RUNNING;
@@ -209,8 +230,141 @@ static void spawn(supervisor_t *s, child_t *c)
         if (s->restarts)
             metrics_counter_add(s->restarts, (const char *[]){c->name}, 1);
     }
+}
+
+/* With s->lock held. */
+static void spawn(supervisor_t *s, child_t *c)
+{
+    pid_t pid = fork_exec(c->argv, -1);
+    if (pid < 0) {
+        log_error("fork for worker %s: %s", c->name, strerror(errno));
+        c->state = CHILD_BACKOFF;
+        c->t_next_start_us = clock_now_us() + c->backoff_ms * 1000;
+        return;
+    }
+    now_running(s, c, pid);
     log_info("started worker for model %s (pid %d): %s --gateway %s --model %s%s", c->name, (int)pid,
              c->argv[0], s->endpoint, c->argv[4], c->argv[5] ? " ..." : "");
+}
+
+/* The same model file: device, inode, size and modification times. */
+static bool same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/* With s->lock held: an IDLE child's standby process (c->argv plus
+ * --standby-fd=N, N the read end of a pipe whose write end we keep). */
+static void standby_spawn(supervisor_t *s, child_t *c, int64_t now)
+{
+    int fds[2];
+    if (stat(c->file, &c->sb_st) != 0 || pipe2(fds, O_CLOEXEC) != 0) {
+        c->sb_next_us = now + c->sb_backoff_ms * 1000; /* the start itself will report it */
+        return;
+    }
+    size_t n = 0;
+    while (c->argv[n])
+        n++;
+    char **argv = xcalloc(n + 2, sizeof *argv);
+    memcpy(argv, c->argv, n * sizeof *argv);
+    char fd_arg[32];
+    snprintf(fd_arg, sizeof fd_arg, "--standby-fd=%d", fds[0]);
+    argv[n] = fd_arg;
+    pid_t pid = fork_exec(argv, fds[0]);
+    int e = errno;
+    free(argv);
+    close(fds[0]);
+    if (pid < 0) {
+        close(fds[1]);
+        log_warn("model %s: cannot start a standby worker: %s", c->name, strerror(e));
+        c->sb_next_us = now + c->sb_backoff_ms * 1000;
+        return;
+    }
+    c->sb_pid = pid;
+    c->sb_fd = fds[1];
+    log_info("model %s: standby worker started (pid %d): model loaded, nothing else until a request", c->name,
+             (int)pid);
+}
+
+/* With s->lock held: ends c's standby process (closing its pipe makes it
+ * exit; SIGKILL when `now`) and reaps it; `dead` = already reaped. */
+static void standby_drop(child_t *c, bool kill_now, bool dead)
+{
+    if (c->sb_fd >= 0)
+        close(c->sb_fd);
+    c->sb_fd = -1;
+    if (c->sb_pid > 0 && !dead) {
+        if (kill_now)
+            kill(c->sb_pid, SIGKILL);
+        int status;
+        while (waitpid(c->sb_pid, &status, 0) < 0 && errno == EINTR) {
+        }
+    }
+    c->sb_pid = 0;
+}
+
+/* With s->lock held: an IDLE child's standby, kept there: reaped when it
+ * died (started again after a doubling delay), started when missing. */
+static void standby_tend(supervisor_t *s, child_t *c, int64_t now)
+{
+    if (c->sb_pid > 0) {
+        int status;
+        pid_t r = waitpid(c->sb_pid, &status, WNOHANG);
+        if (r == 0 || (r < 0 && errno == EINTR))
+            return;
+        char how[96];
+        if (r > 0 && WIFEXITED(status))
+            snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
+        else if (r > 0 && WIFSIGNALED(status))
+            snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(status));
+        else if (r > 0)
+            return; /* stopped/continued: still ours */
+        else
+            snprintf(how, sizeof how, "is lost (%s)", strerror(errno));
+        log_warn("model %s: its standby worker (pid %d) %s; another in %lld ms", c->name, (int)c->sb_pid, how,
+                 (long long)c->sb_backoff_ms);
+        standby_drop(c, false, true);
+        c->sb_next_us = now + c->sb_backoff_ms * 1000;
+        c->sb_backoff_ms *= 2;
+        if (c->sb_backoff_ms > s->backoff_max_ms)
+            c->sb_backoff_ms = s->backoff_max_ms;
+        return;
+    }
+    if (now >= c->sb_next_us)
+        standby_spawn(s, c, now);
+}
+
+/* With s->lock held: starts an IDLE child, from its standby when it has a
+ * live one on the same model file. */
+static void wake(supervisor_t *s, child_t *c)
+{
+    if (c->sb_pid > 0) {
+        struct stat st;
+        int status;
+        pid_t pid = c->sb_pid;
+        if (stat(c->file, &st) != 0 || !same_file(&st, &c->sb_st)) {
+            log_info("model %s is wanted: its model file changed since the standby started, starting afresh",
+                     c->name);
+            standby_drop(c, true, false);
+        } else if (waitpid(pid, &status, WNOHANG) != 0) {
+            standby_drop(c, false, true); /* died since the last tick */
+        } else if (write(c->sb_fd, "s", 1) != 1) {
+            standby_drop(c, true, false);
+        } else {
+            close(c->sb_fd);
+            c->sb_fd = -1;
+            c->sb_pid = 0;
+            c->sb_backoff_ms = s->backoff_min_ms;
+            now_running(s, c, pid);
+            log_info("model %s is wanted: starting its on-demand worker from standby (pid %d)", c->name,
+                     (int)pid);
+            return;
+        }
+    }
+    log_info("model %s is wanted: starting its on-demand worker", c->name);
+    spawn(s, c);
 }
 
 /* Crash restarts of c within the failure window before now. */
@@ -294,6 +448,8 @@ static void *supervisor_main(void *arg)
                 reap(s, c, now);
             else if (c->state == CHILD_BACKOFF && now >= c->t_next_start_us)
                 spawn(s, c);
+            if (c->state == CHILD_IDLE && c->standby)
+                standby_tend(s, c, now);
         }
         pthread_mutex_unlock(&s->lock);
         clock_sleep_us(SUPERVISOR_TICK_MS * 1000);
@@ -394,8 +550,7 @@ unsigned supervisor_wake(supervisor_t *s, const char *name)
         if (strcmp(c->name, name) != 0 || !c->on_demand)
             continue;
         if (c->state == CHILD_IDLE) {
-            log_info("model %s is wanted: starting its on-demand worker", c->name);
-            spawn(s, c);
+            wake(s, c);
             n++;
         } else if (c->state == CHILD_RUNNING && c->exit_plan == SUPERVISOR_EXIT_IDLE) {
             c->exit_plan = SUPERVISOR_EXIT_RESTART;
@@ -448,8 +603,9 @@ json_t *supervisor_json(supervisor_t *s)
         const child_t *c = &s->children[i];
         bool up = c->state == CHILD_RUNNING;
         json_array_append_new(
-            a, json_pack("{s:s, s:I, s:I, s:s, s:b, s:I, s:o, s:o, s:o}", "model", c->name,
+            a, json_pack("{s:s, s:I, s:I, s:I, s:s, s:b, s:I, s:o, s:o, s:o}", "model", c->name,
                          "pid", (json_int_t)(up ? c->pid : 0), "prev_pid", (json_int_t)c->prev_pid,
+                         "standby_pid", (json_int_t)c->sb_pid,
                          "state", child_state_name(c->state),
                          "on_demand", c->on_demand, "restarts", (json_int_t)c->n_restarts,
                          "uptime_s", up ? json_real((double)(now - c->t_started_us) / 1e6) : json_null(),
@@ -472,6 +628,15 @@ void supervisor_free(supervisor_t **sp)
     atomic_store(&s->stop, true);
     if (s->started)
         pthread_join(s->thread, NULL);
+    for (size_t i = 0; i < s->n_children; i++) {
+        child_t *c = &s->children[i];
+        if (c->sb_fd >= 0) /* EOF on its pipe: a waiting standby exits */
+            close(c->sb_fd);
+        c->sb_fd = -1;
+        if (c->sb_pid > 0 && c->pid <= 0) /* IDLE: stopped below like a running one */
+            c->pid = c->sb_pid;
+        c->sb_pid = 0;
+    }
     for (size_t i = 0; i < s->n_children; i++)
         if (s->children[i].pid > 0) {
             kill(s->children[i].pid, SIGTERM);
@@ -498,6 +663,7 @@ void supervisor_free(supervisor_t **sp)
             free(*a);
         free(c->argv);
         free(c->name);
+        free(c->file);
     }
     free(s->children);
     for (size_t i = 0; i < s->n_args; i++)

@@ -20,6 +20,19 @@
  *   FAILED / STOPPED ── supervisor_restart_model ──► RUNNING
  *   IDLE ── supervisor_wake ──► RUNNING      (on-demand children start IDLE)
  *
+ * Standby (on-demand children added with standby): while a child is IDLE
+ * the supervisor keeps one more process of it, started with
+ * `--standby-fd N`: it has exec'd, hashed and loaded the model (GGUF,
+ * tokenizer; the weights stay in the page cache) and waits for one byte on
+ * a pipe before it packs, allocates its KV pool and connects. supervisor_wake
+ * writes that byte, so an on-demand start skips the process start and the
+ * load (~10 ms of a ~30 ms start on the 1.1B model). When the model file
+ * changed since the standby started (device, inode, size, times) it is
+ * killed and a fresh worker starts instead. A standby that dies is started
+ * again after a delay that doubles like a crash backoff (not counted as a
+ * restart); closing the pipe (supervisor_free, a standby no longer wanted)
+ * makes it exit 0.
+ *
  * - Backoff doubles from SUPERVISOR_BACKOFF_MIN_MS up to
  *   SUPERVISOR_BACKOFF_MAX_MS and resets once a child has run for
  *   SUPERVISOR_STABLE_MS.
@@ -102,9 +115,9 @@ supervisor_t *supervisor_new(const supervisor_config_t *cfg);
  * start only on supervisor_wake. Before start. */
 void supervisor_add(supervisor_t *s, const char *name, const char *file, bool on_demand);
 /* The same with flags of its own (copied) placed before the shared
- * worker_args, which therefore win where both set a flag. Call it N times
- * for N replicas. */
-void supervisor_add_args(supervisor_t *s, const char *name, const char *file, bool on_demand,
+ * worker_args, which therefore win where both set a flag, and a standby
+ * (on-demand children only; see above). Call it N times for N replicas. */
+void supervisor_add_args(supervisor_t *s, const char *name, const char *file, bool on_demand, bool standby,
                          const char *const *args, size_t n_args);
 /* Spawns the (not on-demand) workers and starts the thread. 0, or -1 (logged). */
 int supervisor_start(supervisor_t *s);
@@ -134,7 +147,8 @@ unsigned supervisor_wake(supervisor_t *s, const char *name);
 unsigned supervisor_restart_model(supervisor_t *s, const char *name);
 /* [{"model", "pid" (0 when down), "prev_pid" (the process before this one,
  *   or the last one when down; 0 = none yet), "state": "running"|"backoff"|
- *   "failed"|"stopped"|"idle", "on_demand", "restarts", "uptime_s" | null,
+ *   "failed"|"stopped"|"idle", "standby_pid" (0 = none), "on_demand",
+ *   "restarts", "uptime_s" | null,
  *   "next_start_ms" | null, "last_exit" | null}] — caller owns it. */
 json_t *supervisor_json(supervisor_t *s);
 

@@ -67,6 +67,7 @@ void worker_config_default(worker_config_t *c)
     c->endpoint = "tcp://127.0.0.1:5557";
     c->heartbeat_ms = PROTO_HEARTBEAT_MS;
     c->kv_cache_bytes = (uint64_t)4096 << 20;
+    c->standby_fd = -1;
     sched_config_default(&c->sched);
 }
 
@@ -604,6 +605,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
                    "endpoint are required", PROTO_MAX_NAME);
         return NULL;
     }
+    if (errlen)
+        err[0] = '\0';
     struct worker *w = xcalloc(1, sizeof *w);
     memcpy(w->model_name, cfg->model_name, name_len);
     w->model_path = xstrdup(cfg->model_path);
@@ -631,6 +634,27 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     if (!w->engine)
         goto err;
     t_load = clock_now_us();
+    bool from_standby = false;
+    if (cfg->standby_fd >= 0) {
+        /* a standby: the costs of a start that need no memory (exec, the
+         * weights hash, the GGUF and tokenizer) are paid; the rest waits */
+        log_info("standby: %s loaded in %.0f ms, waiting to be started", w->model_path,
+                 (double)(t_load - t_start) / 1e3);
+        char go;
+        ssize_t r;
+        do
+            r = read(cfg->standby_fd, &go, 1);
+        while (r < 0 && errno == EINTR);
+        close(cfg->standby_fd);
+        if (r != 1) {
+            log_info("standby: released by the gateway before it was needed");
+            if (errlen)
+                err[0] = '\0';
+            goto err_quiet;
+        }
+        t_start = t_hash = t_load = clock_now_us();
+        from_standby = true;
+    }
     if (!w->scfg.exact_matmul) {
         if (have_hash)
             pack_cache_pack(w->engine->model, w->scfg.n_threads, cache_dir, weights_hash, NULL, &w->pack_write);
@@ -715,14 +739,17 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
      * does not wait for 0.6 GB to reach the disk */
     pack_cache_write_begin(w->pack_write);
     pack_cache_write_begin(w->draft_pack_write);
-    log_info("start-up %.0f ms: weights hash %.0f, load %.0f, pack %.0f, scheduler %.0f, disk tier %.0f, link %.0f",
-             (double)(clock_now_us() - t_start) / 1e3, (double)(t_hash - t_start) / 1e3, (double)(t_load - t_hash) / 1e3,
+    log_info("start-up %.0f ms%s: weights hash %.0f, load %.0f, pack %.0f, scheduler %.0f, disk tier %.0f, link %.0f",
+             (double)(clock_now_us() - t_start) / 1e3, from_standby ? " from standby" : "", (double)(t_hash - t_start) / 1e3, (double)(t_load - t_hash) / 1e3,
              (double)(t_pack - t_load) / 1e3, (double)(t_sched - t_pack) / 1e3, (double)(t_disk - t_sched) / 1e3,
              (double)(clock_now_us() - t_disk) / 1e3);
     w->kv_report = kv_report_new(sched_kv_pool(w->sched));
     w->prefault_left = true;
     return w;
 err:
+    if (errlen && !err[0])
+        errbuf_set(err, errlen, "worker start-up failed");
+err_quiet:
     worker_free(&w);
     return NULL;
 }

@@ -70,6 +70,12 @@ typedef struct worker_config {
     const char *curve_server_key;  /* the gateway's public key */
     const char *curve_public_key;  /* our key pair */
     const char *curve_secret_key;
+    /* ≥ 0 (--standby-fd, from the gateway's supervisor): after loading the
+     * model (weights hash, GGUF, tokenizer) wait for one byte on this fd
+     * before packing, allocating the KV pool and connecting; EOF = released
+     * before it was needed (worker_new returns NULL with an empty err). The
+     * fd is closed either way. -1 = none. */
+    int standby_fd;
 } worker_config_t;
 
 /* endpoint tcp://127.0.0.1:5557, default heartbeat, sched_config_default,
@@ -80,7 +86,8 @@ typedef struct worker worker_t;
 
 /* Loads the model, makes the scheduler and connects to the gateway
  * (REGISTER queued at once). Returns NULL with a message in err when the
- * model cannot be loaded, the config is unusable or the endpoint is bad. */
+ * model cannot be loaded, the config is unusable or the endpoint is bad,
+ * and NULL with err "" when a standby (cfg->standby_fd) was released. */
 worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen);
 void worker_free(worker_t **w);
 

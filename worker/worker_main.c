@@ -59,6 +59,9 @@ static void usage(FILE *f)
             "                       lookup) or draft (a draft model); output unchanged,\n"
             "                       docs/BATCHING.md\n"
             "  --draft-model FILE   the draft model's GGUF (same vocabulary; implies --spec draft)\n"
+            "  --standby-fd N       (the gateway's on-demand standby) load the model, then\n"
+            "                       wait for one byte on fd N before the rest of the start;\n"
+            "                       EOF on it: exit 0\n"
             "  --spec-max-draft N   draft tokens per sequence and step, 1..16 (default 8)\n"
             "  --spec-max-rows N    drafts only in steps of at most N rows (default 16)\n"
             "  --log-level LEVEL    debug|info|warn|error (default info; env PAGODA_LOG)\n"
@@ -126,7 +129,7 @@ int main(int argc, char **argv)
     uint32_t u;
     const char *curve_server = NULL, *curve_secret = NULL, *gen_prefix = NULL;
     enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR,
-           O_KVDMB, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT };
+           O_KVDMB, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY };
     static const struct option opts[] = {
         {"gateway", required_argument, NULL, 'g'},
         {"model", required_argument, NULL, 'm'},
@@ -147,6 +150,7 @@ int main(int argc, char **argv)
         {"spec-max-draft", required_argument, NULL, O_SPEC_MAX},
         {"spec-max-rows", required_argument, NULL, O_SPEC_ROWS},
         {"draft-model", required_argument, NULL, O_DRAFT},
+        {"standby-fd", required_argument, NULL, O_STANDBY},
         {"log-level", required_argument, NULL, 'v'},
         {"curve-server-key", required_argument, NULL, O_CSRV},
         {"curve-secret-key", required_argument, NULL, O_CSEC},
@@ -246,6 +250,16 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case O_STANDBY: {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || v < 0 || v > 65535) {
+                fprintf(stderr, "pagoda-worker: bad --standby-fd '%s'\n", optarg);
+                return 2;
+            }
+            wc.standby_fd = (int)v;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -281,10 +295,12 @@ int main(int argc, char **argv)
     }
     log_init("worker", (enum log_level)level);
 
-    char err[512];
+    char err[512] = "";
     worker_t *w = worker_new(&wc, err, sizeof err);
     explicit_bzero(c_sec, sizeof c_sec);
     if (!w) {
+        if (!err[0]) /* a standby released before it was needed */
+            return 0;
         log_error("%s", err);
         return 1;
     }

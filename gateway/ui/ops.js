@@ -152,6 +152,8 @@ function renderReplicas(h, model) {
     if (!w && c.state === "backoff" && c.next_start_ms != null) st.append(el("small", "", ` in ${ms(c.next_start_ms)}`));
     if (w && w.liveness < 3) st.append(el("small", "warn", ` silent ${ms(w.last_heartbeat_ms_ago)}`));
     if (!w && c.last_exit && r.state !== "idle") st.title = `last exit: ${c.last_exit}`;
+    // an idle on-demand slot's standby process: the model loaded, waiting for a request
+    if (!w && c.state === "idle" && c.standby_pid) st.append(el("small", "", ` standby pid ${c.standby_pid}`));
     cell(tr, "State", st);
     cell(tr, "Host", w ? `${w.host}` : h.host || "local");
     const l = w?.load;

@@ -73,6 +73,7 @@ static const char *FULL =
     "    path: /var/lib/pagoda/tinyllama.Q8_0.gguf\n"
     "    replicas: 3\n"
     "    on_demand: true\n"
+    "    standby: false\n"
     "    idle_timeout_s: 1.5\n"
     "    kv_blocks: 4096\n"
     "    kv_budget_mb: 2048\n"
@@ -128,6 +129,7 @@ static void test_full_file(void **state)
     assert_string_equal(m->path, "/var/lib/pagoda/tinyllama.Q8_0.gguf");
     assert_int_equal(m->replicas, 3);
     assert_true(m->on_demand);
+    assert_false(m->standby);
     assert_true(m->idle_timeout_s == 1.5);
     assert_int_equal(m->kv_blocks, 4096);
     assert_int_equal(m->kv_budget_mb, 2048);
@@ -144,7 +146,7 @@ static void test_full_file(void **state)
     assert_string_equal(m->name, "meta-llama/Llama-3.2-1B");
     assert_string_equal(m->path, "/models/with space.gguf");
     assert_int_equal(m->replicas, 0);
-    assert_int_equal(m->line, 33);
+    assert_int_equal(m->line, 34); /* one line down: "standby: false" above */
     /* unspecified keys of the flow-style entry keep their defaults */
     assert_int_equal(m->max_seqs, 32);
     assert_int_equal(m->kv_type, CONFIG_KV_AUTO);
@@ -214,6 +216,7 @@ static void check_model_defaults(const config_model_t *m)
 {
     assert_int_equal(m->replicas, 1);
     assert_false(m->on_demand);
+    assert_true(m->standby);
     assert_true(m->idle_timeout_s == 300);
     assert_int_equal(m->kv_blocks, 0);
     assert_int_equal(m->kv_budget_mb, 1024);
@@ -599,6 +602,12 @@ static void test_model_flags(void **state)
     assert_int_equal(config_models_set(c, "b", "on_demand", "true", err, sizeof err), 0);
     assert_false(c->models[0].on_demand);
     assert_true(c->models[1].on_demand);
+    /* --standby false: every model */
+    assert_int_equal(config_models_set(c, NULL, "standby", "false", err, sizeof err), 0);
+    assert_false(c->models[0].standby);
+    assert_false(c->models[1].standby);
+    assert_int_equal(config_models_set(c, NULL, "standby", "maybe", err, sizeof err), -1);
+    assert_false(c->models[1].standby);
     assert_int_equal(config_models_set(c, "zz", "on_demand", "true", err, sizeof err), -1);
     assert_non_null(strstr(err, "no model called 'zz'"));
     config_free(&c);

@@ -3,9 +3,12 @@
 #   - crash loop: a model whose worker keeps dying is FAILED (/health,
 #     /admin/workers, pagoda_model_failed), its requests get 503 model_failed
 #     at once, POST /admin/models/NAME/restart tries again;
-#   - on-demand model: no process until the first request, which waits for
+#   - on-demand model: no worker until the first request, which waits for
 #     the worker to start and completes; after --idle-timeout the worker is
-#     drained and exits; the next request starts it again;
+#     drained and exits; the next request starts it again. While it is idle a
+#     standby process (model loaded, nothing allocated, not registered) waits;
+#     a request starts that process; a changed model file gets a fresh worker
+#     instead; a standby killed is replaced; the gateway's exit ends it;
 #   - POST /admin/workers/ID/drain: the running request finishes, the worker
 #     exits and is not restarted; /admin/models/NAME/restart brings it back;
 #   - POST /admin/workers/ID/restart: drain, then a new process at once (not
@@ -35,12 +38,14 @@ gen() { # model max_tokens → $CODE, $TMP/body
 
 HP=$(free_port); ZP=$(free_port)
 URL=http://127.0.0.1:$HP
+LAZY=$TMP/lazy.gguf # the on-demand model's own copy: touched below
+cp "$M" "$LAZY"
 # TEST ONLY: the workers' steps last >= 2 ms (worker.h), so the four 400-token streams
 # are still running when the drain arrives, on a machine of any speed
 PAGODA_TEST_STEP_SLEEP_MS=2 \
 spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$HP --worker-endpoint tcp://127.0.0.1:$ZP --heartbeat-ms 200 \
   --worker-arg=--heartbeat-ms=200 --threads 1 --max-seqs 4 \
-  --model "stories=$M" --model "lazy=$M" --on-demand lazy --idle-timeout 1.5 \
+  --model "stories=$M" --model "lazy=$LAZY" --on-demand lazy --idle-timeout 1.5 \
   --model "broken=$TMP/missing.gguf" --max-restarts 2 --restart-window 30 --log-level debug \
   --admin-open
 GPID=$SPAWNED
@@ -71,19 +76,50 @@ check "after the operator restart the worker runs again and crash-loops afresh: 
 req POST /admin/models/nope/restart
 check "restart of an unknown model → 404" test "$CODE" = 404
 
-# --- on-demand -------------------------------------------------------------------------------
-check "on-demand model: idle, no process before its first request" bash -c \
+# --- on-demand, with its standby --------------------------------------------------------------
+check "on-demand model: idle, no worker registered before its first request" bash -c \
   "curl -s $URL/health | python3 -c \"import json,sys; m=json.load(sys.stdin)['models']['lazy']; sys.exit(0 if m['state']=='idle' and m['replicas']==0 and m['on_demand'] else 1)\""
+# the standby: a worker process that has loaded the model and waits on a pipe
+standby_pid() { grep -oE 'model lazy: standby worker started \(pid [0-9]+' "$TMP/gw.log" | tail -n 1 | grep -oE '[0-9]+$'; }
+new_standby() { local p; p=$(standby_pid); [[ -n $p && $p != "$1" ]] && kill -0 "$p" 2>/dev/null &&
+  grep -q "worker\[$p\]: standby: .* loaded in .* waiting to be started" "$TMP/gw.log"; }
+check "while idle, a standby process has loaded the model and waits" wait_for 10 new_standby 0
+SB1=$(standby_pid)
+SB_RSS=$(awk '/^VmRSS/{print $2}' /proc/$SB1/status 2>/dev/null)
+check "the standby (pid $SB1, ${SB_RSS} kB resident) runs with --standby-fd, has no KV pool and is not registered" bash -c \
+  "tr '\\0' ' ' < /proc/$SB1/cmdline | grep -q -- '--standby-fd=' && ! grep -q 'worker\[$SB1\]: scheduler:' '$TMP/gw.log' && curl -s $URL/health | python3 -c \"import json,sys; sys.exit(0 if json.load(sys.stdin)['models']['lazy']['replicas']==0 else 1)\""
+check "/admin/workers shows the standby's pid on the idle on-demand child" bash -c \
+  "curl -s $URL/admin/workers | python3 -c \"import json,sys; w=[w for w in json.load(sys.stdin)['workers'] if w['model']=='lazy'][0]; sys.exit(0 if w['state']=='idle' and w['standby_pid']==$SB1 else 1)\""
 t0=$(date +%s%3N); gen lazy 8; dt=$(( $(date +%s%3N) - t0 ))
 check "the first request starts the on-demand worker and completes (${dt} ms)" bash -c \
   "[[ $CODE == 200 ]] && python3 -c \"import json; assert json.load(open('$TMP/body'))['usage']['completion_tokens']==8\""
-# its pid from the supervisor's log line: /admin/workers, read after the request, showed
-# pid 0 on a loaded host (the worker had already idled out after 1.5 s)
-LPID=$(grep -oE 'started worker for model lazy \(pid [0-9]+' "$TMP/gw.log" | tail -n 1 | grep -oE '[0-9]+$')
+check "... from its standby: the same process (pid $SB1) goes on with the start" \
+  grep -qE "starting its on-demand worker from standby \(pid $SB1\)" "$TMP/gw.log"
+LPID=$SB1
 idle_again() { ((${LPID:-0} > 0)) && health | py "j['models']['lazy']['state']=='idle'" && ! kill -0 "$LPID" 2>/dev/null; }
 check "after --idle-timeout the on-demand worker (pid $LPID) is drained and exits" wait_for 10 idle_again
+check "... and a new standby takes its place" wait_for 10 new_standby "$SB1"
+SB2=$(standby_pid)
 gen lazy 8
-check "the next request starts it again (200)" test "$CODE" = 200
+check "the next request starts it again (200), from the new standby (pid $SB2)" bash -c \
+  "[[ $CODE == 200 ]] && grep -qE 'starting its on-demand worker from standby \(pid $SB2\)' '$TMP/gw.log'"
+LPID=$SB2
+wait_for 10 idle_again
+wait_for 10 new_standby "$SB2"
+SB3=$(standby_pid)
+# the model file replaced while the standby held the old one: it must not serve it
+touch "$LAZY"
+gen lazy 8
+check "after the model file changed, the request starts a fresh worker instead of the standby (pid $SB3) (200)" bash -c \
+  "[[ $CODE == 200 ]] && grep -q 'model lazy is wanted: its model file changed since the standby started' '$TMP/gw.log' && ! kill -0 $SB3 2>/dev/null"
+LPID=$(grep -oE 'started worker for model lazy \(pid [0-9]+' "$TMP/gw.log" | tail -n 1 | grep -oE '[0-9]+$')
+wait_for 10 idle_again
+wait_for 10 new_standby "$SB3"
+SB4=$(standby_pid)
+kill -9 "$SB4"
+standby_replaced() { grep -q "model lazy: its standby worker (pid $SB4) was killed by signal 9" "$TMP/gw.log" && new_standby "$SB4"; }
+check "a standby that dies (kill -9 $SB4) is logged and replaced" wait_for 15 standby_replaced
+SB5=$(standby_pid)
 
 # --- drain / restart ----------------------------------------------------------------------------
 WPID=$(adminw | pyp "[w for w in j['workers'] if w['model']=='stories'][0]['pid']")
@@ -168,4 +204,5 @@ check "... and the worker (pid $WPID) was not restarted" bash -c \
 kill -TERM "$GPID"
 wait "$GPID"
 check "SIGTERM with nothing in flight: exit 0" test $? = 0
+check "the gateway's exit ended the standby worker (pid $SB5) too" bash -c "! kill -0 $SB5 2>/dev/null"
 finish
