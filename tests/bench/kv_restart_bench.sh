@@ -19,6 +19,9 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 HP=$(port); ZP=$(port)
 EXTRA=()
 [[ $MODE == idle ]] && EXTRA=(--on-demand m --idle-timeout 5)
+# GW_ARGS: more gateway flags, e.g. GW_ARGS="--standby false" (an idle start without the standby)
+read -r -a MORE <<<"${GW_ARGS:-}"
+EXTRA+=("${MORE[@]}")
 "$BUILD/pagoda-gateway" --listen 127.0.0.1:$HP --worker-endpoint tcp://127.0.0.1:$ZP --model "m=$MODEL" \
   --max-seqs 4 --threads 2 --kv-type "$KVT" --worker-arg=--kv-cache-dir="$TMP/kv" "${EXTRA[@]}" >"$TMP/gw.log" 2>&1 &
 GW=$!
