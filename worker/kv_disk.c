@@ -90,11 +90,18 @@ int kv_disk_hash_file(const char *path, uint64_t *out, char *err, size_t errlen)
 
 #define KVD_REC_MAGIC 0x3148535748445650ULL /* "PVDHWSH1" */
 
-static void record_path(const char *sub, const struct stat *sb, char *out, size_t n)
+void kv_disk_record_name(const struct stat *sb, char *out, size_t n)
 {
-    snprintf(out, n, "%s/%llx-%llx-%lld-%lld%09ld-%lld%09ld.hash", sub, (unsigned long long)sb->st_dev,
+    snprintf(out, n, "%llx-%llx-%lld-%lld%09ld-%lld%09ld.hash", (unsigned long long)sb->st_dev,
              (unsigned long long)sb->st_ino, (long long)sb->st_size, (long long)sb->st_mtim.tv_sec,
              (long)sb->st_mtim.tv_nsec, (long long)sb->st_ctim.tv_sec, (long)sb->st_ctim.tv_nsec);
+}
+
+static void record_path(const char *sub, const struct stat *sb, char *out, size_t n)
+{
+    char name[160];
+    kv_disk_record_name(sb, name, sizeof name);
+    snprintf(out, n, "%s/%s", sub, name);
 }
 
 int kv_disk_record_get(const char *sub, const struct stat *sb, const char *what, uint64_t *value)

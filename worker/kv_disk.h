@@ -110,9 +110,12 @@ int kv_disk_hash_file(const char *path, uint64_t *out, char *err, size_t errlen)
  * ignored, and the next put rewrites it). kv_disk_record_put: writes it
  * (SUB made, temp + rename): 0, or an errno (log_debug; a directory that
  * cannot be written only costs the record). Records of replaced files stay
- * (24 bytes each). */
+ * (24 bytes each) unless the caller prunes them (pack_cache does). */
 int kv_disk_record_get(const char *sub, const struct stat *sb, const char *what, uint64_t *value);
 int kv_disk_record_put(const char *sub, const struct stat *sb, const char *what, uint64_t value);
+/* The file name (no folder) of sb's record: what a caller pruning SUB
+ * compares its entries with. */
+void kv_disk_record_name(const struct stat *sb, char *out, size_t n);
 
 /* kv_disk_hash_file, remembered under DIR/weights-hash/ by the record
  * above. *cached (may be NULL) tells whether the record was used. dir NULL

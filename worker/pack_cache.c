@@ -376,6 +376,78 @@ static void remove_stale_tmps(const char *sub)
     closedir(dh);
 }
 
+/* Days without a read after which another model's pack file is removed
+ * at a write (pack_cache.h, "Pruning"); PAGODA_PACK_MAX_AGE_DAYS, 0 =
+ * never by age. */
+static long max_age_days(void)
+{
+    const char *e = getenv("PAGODA_PACK_MAX_AGE_DAYS");
+    char *end;
+    long v = e && *e ? strtol(e, &end, 10) : PACK_CACHE_MAX_AGE_DAYS;
+    if (e && *e && (*end != '\0' || v < 0))
+        v = PACK_CACHE_MAX_AGE_DAYS;
+    return v;
+}
+
+/* After keep (the file just written, a name in sub) is in place: removes
+ * the pack files it supersedes (the same weights hash, another layout
+ * fingerprint: never read by this build), the pack files not read for
+ * max_age_days(), and the verified records of files no longer there. */
+static void prune(const char *sub, const char *keep, uint64_t weights_hash)
+{
+    DIR *dh = opendir(sub);
+    if (!dh)
+        return;
+    const long days = max_age_days();
+    const time_t now = time(NULL);
+    size_t n_live = 0, cap_live = 16;
+    char (*live)[160] = xmalloc(cap_live * sizeof *live); /* record names of the files kept */
+    for (struct dirent *de; (de = readdir(dh)) != NULL;) {
+        unsigned long long h, fp;
+        char tail[8], f[4400];
+        const char *name = de->d_name;
+        if (strlen(name) != 38 || sscanf(name, "%16llx-%16llx%7s", &h, &fp, tail) != 3 || strcmp(tail, ".pack") != 0 ||
+            (size_t)snprintf(f, sizeof f, "%s/%s", sub, name) >= sizeof f)
+            continue;
+        struct stat sb;
+        if (stat(f, &sb) != 0 || !S_ISREG(sb.st_mode))
+            continue;
+        const time_t last = sb.st_atime > sb.st_mtime ? sb.st_atime : sb.st_mtime; /* relatime: within a day */
+        const char *why = NULL;
+        if (strcmp(name, keep) == 0)
+            why = NULL;
+        else if (h == weights_hash)
+            why = "the same weights in another build's layout";
+        else if (days > 0 && now - last > (time_t)days * 86400)
+            why = "not read for the age limit (PAGODA_PACK_MAX_AGE_DAYS)";
+        if (why && unlink(f) == 0) { /* a worker that maps it keeps its pages until it exits */
+            log_info("pack cache: removed %s: %s", f, why);
+            continue;
+        }
+        if (n_live == cap_live)
+            live = xrealloc(live, (cap_live *= 2) * sizeof *live);
+        kv_disk_record_name(&sb, live[n_live++], sizeof live[0]);
+    }
+    closedir(dh);
+    char vdir[4200];
+    vrec_dir(sub, vdir, sizeof vdir);
+    if ((dh = opendir(vdir)) != NULL) {
+        for (struct dirent *de; (de = readdir(dh)) != NULL;) {
+            size_t len = strlen(de->d_name);
+            if (len < 6 || strcmp(de->d_name + len - 5, ".hash") != 0)
+                continue;
+            bool used = false;
+            for (size_t i = 0; i < n_live && !used; i++)
+                used = strcmp(live[i], de->d_name) == 0;
+            char f[4400];
+            if (!used && (size_t)snprintf(f, sizeof f, "%s/%s", vdir, de->d_name) < sizeof f)
+                (void)unlink(f); /* its file is gone or was rewritten */
+        }
+        closedir(dh);
+    }
+    free(live);
+}
+
 /* Writes m's arena to path in sub (tmp + fsync + rename), then its
  * verified record. 0 or an errno. */
 static int store_file(const char *sub, const char *path, const model_t *m, const model_packable_t *plan, int n,
@@ -455,12 +527,15 @@ static int write_run(pack_cache_write_t *job)
         remove_stale_tmps(job->sub);
         e = store_file(job->sub, job->path, job->m, job->plan, job->n, job->weights_hash);
     }
-    if (e)
+    if (e) {
         log_warn("pack cache off: cannot write %s: %s (the next start packs again)", job->path, strerror(e));
-    else
-        log_info("pack cache: wrote %s (%.1f MiB) in %.0f ms", job->path,
-                 (double)job->m->packed_bytes / (1024.0 * 1024.0), (double)(clock_now_us() - t1) / 1e3);
-    return e;
+        return e;
+    }
+    log_info("pack cache: wrote %s (%.1f MiB) in %.0f ms", job->path,
+             (double)job->m->packed_bytes / (1024.0 * 1024.0), (double)(clock_now_us() - t1) / 1e3);
+    const char *base = strrchr(job->path, '/');
+    prune(job->sub, base ? base + 1 : job->path, job->weights_hash);
+    return 0;
 }
 
 static void *write_thread(void *arg)

@@ -61,7 +61,20 @@
  * rename a complete file (the last one stays). Temporaries older than 10
  * minutes (a writer killed mid-write) are removed before a write. A directory that cannot be
  * created or written, or a full disk, means no cache file: the worker packs
- * and logs one line. */
+ * and logs one line.
+ *
+ * Pruning. Each file is as large as its model's packings, and a new model
+ * file or a new build makes a new one, so after writing its file a worker
+ * removes (logging each): the files of the same weights hash with another
+ * fingerprint (this build never reads them), and any other model's file not
+ * read for PAGODA_PACK_MAX_AGE_DAYS days (default 30; 0 = never), judged by
+ * its access time, which the kernel's default relatime keeps within a day
+ * (under noatime such a file goes 30 days after it was written and is
+ * packed and written again at its model's next start). A worker that has a
+ * removed file mapped keeps using it until it exits (two builds serving one
+ * model from one folder, as in a rolling upgrade, remove each other's
+ * file: each start of either packs again). The verified records of files
+ * no longer there go too. */
 #ifndef PAGODA_WORKER_PACK_CACHE_H
 #define PAGODA_WORKER_PACK_CACHE_H
 
@@ -76,6 +89,7 @@
 #define PACK_CACHE_MAX_MATS 65536
 #define PACK_CACHE_HEAD 56   /* fixed header bytes before the table */
 #define PACK_CACHE_ENTRY 40  /* table bytes per matrix */
+#define PACK_CACHE_MAX_AGE_DAYS 30 /* default of PAGODA_PACK_MAX_AGE_DAYS (Pruning) */
 
 typedef struct pack_cache_entry {
     uint32_t type;

@@ -16,7 +16,10 @@
  *      bytes, and rewritten so that the next start loads again: a flipped
  *      payload byte, a flipped header byte, a file cut to half, and a
  *      foreign file (the right name, made for other weights). A write
- *      removes a temporary older than 10 minutes, not a young one.
+ *      removes a temporary older than 10 minutes, not a young one, and
+ *      prunes: the same weights' file of another layout, another model's
+ *      file unread for 40 days (not with PAGODA_PACK_MAX_AGE_DAYS=0), the
+ *      record of a file no longer there; a recent file stays.
  *   5. a deferred write: no file until pack_cache_write_begin, the file
  *      there after pack_cache_write_end (and loadable); ended without a
  *      begin, no file.
@@ -59,6 +62,20 @@ static int sh(const char *fmt, const char *a, const char *b)
     snprintf(cmd, sizeof cmd, fmt, a, b);
     int st = system(cmd);
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* Creates path if missing and sets its access and modification times to
+ * `days` days ago. */
+static void aged_file(const char *path, int days)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    struct timespec t[2];
+    clock_gettime(CLOCK_REALTIME, &t[0]);
+    t[0].tv_sec -= (time_t)days * 86400;
+    t[1] = t[0];
+    assert_int_equal(futimens(fd, t), 0);
+    close(fd);
 }
 
 static int setup(void **s)
@@ -243,6 +260,39 @@ static void check_type(const char *type)
     assert_int_equal(access(stale, F_OK), -1);
     assert_int_equal(access(young, F_OK), 0);
     assert_int_equal(unlink(young), 0);
+    through(&r, path, dir, hash, PACK_CACHE_LOADED, false);
+
+    /* pruning at a write: the same weights in another layout and another
+     * model's file unread for 40 days go, with the verified record of a file
+     * no longer there; a recent file of another model and the file just
+     * written (with its record) stay */
+    char sibling[600], aged[600], recent[600], orphan[600];
+    snprintf(sibling, sizeof sibling, "%s/packed/%016llx-%016llx.pack", dir, (unsigned long long)hash,
+             (unsigned long long)(pack_cache_fingerprint() ^ 1));
+    cache_file(dir, hash + 7, aged, sizeof aged);
+    cache_file(dir, hash + 8, recent, sizeof recent);
+    snprintf(orphan, sizeof orphan, "%s/packed/verified/1-2-3-4000000000-5000000000.hash", dir);
+    aged_file(sibling, 0);
+    aged_file(recent, 0);
+    aged_file(orphan, 0);
+    aged_file(aged, 40);
+    assert_int_equal(unlink(file), 0);
+    through(&r, path, dir, hash, PACK_CACHE_STORED, false);
+    assert_int_equal(access(sibling, F_OK), -1);
+    assert_int_equal(access(aged, F_OK), -1);
+    assert_int_equal(access(orphan, F_OK), -1);
+    assert_int_equal(access(recent, F_OK), 0);
+    assert_int_equal(access(file, F_OK), 0);
+    assert_true(through(&r, path, dir, hash, PACK_CACHE_LOADED, false).trusted); /* its record stayed */
+    /* PAGODA_PACK_MAX_AGE_DAYS=0: nothing goes by age */
+    aged_file(aged, 40);
+    setenv("PAGODA_PACK_MAX_AGE_DAYS", "0", 1);
+    assert_int_equal(unlink(file), 0);
+    through(&r, path, dir, hash, PACK_CACHE_STORED, false);
+    unsetenv("PAGODA_PACK_MAX_AGE_DAYS");
+    assert_int_equal(access(aged, F_OK), 0);
+    assert_int_equal(unlink(aged), 0);
+    assert_int_equal(unlink(recent), 0);
     through(&r, path, dir, hash, PACK_CACHE_LOADED, false);
 
     /* deferred: nothing written until begin; end waits for the thread;
