@@ -597,6 +597,18 @@ static void test_step_delay(struct worker *w)
     }
 }
 
+/* e's int8 packings: through the pack cache in cache_dir (keyed by the
+ * weights hash; *job = the deferred write of a new file) when there is a
+ * cache_dir, packed in memory otherwise. */
+static void pack_weights(engine_t *e, int n_threads, const char *cache_dir, uint64_t weights_hash,
+                         pack_cache_write_t **job)
+{
+    if (cache_dir)
+        pack_cache_pack(e->model, n_threads, cache_dir, weights_hash, NULL, job);
+    else
+        engine_pack_int8(e, n_threads);
+}
+
 worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
 {
     size_t name_len = cfg->model_name ? strlen(cfg->model_name) : 0;
@@ -655,12 +667,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
         t_start = t_hash = t_load = clock_now_us();
         from_standby = true;
     }
-    if (!w->scfg.exact_matmul) {
-        if (have_hash)
-            pack_cache_pack(w->engine->model, w->scfg.n_threads, cache_dir, weights_hash, NULL, &w->pack_write);
-        else
-            engine_pack_int8(w->engine, w->scfg.n_threads);
-    }
+    if (!w->scfg.exact_matmul)
+        pack_weights(w->engine, w->scfg.n_threads, have_hash ? cache_dir : NULL, weights_hash, &w->pack_write);
     t_pack = clock_now_us();
     if (cfg->ctx_cap && (int32_t)cfg->ctx_cap < w->engine->model->cfg.ctx)
         w->engine->model->cfg.ctx = (int32_t)cfg->ctx_cap;
@@ -673,12 +681,11 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
         if (!w->draft)
             goto err;
         if (!w->scfg.exact_matmul) { /* the draft's packings are cached too, under its own hash */
-            uint64_t draft_hash;
-            if (cache_dir &&
-                kv_disk_hash_file_cached(cfg->draft_path, cache_dir, &draft_hash, NULL, herr, sizeof herr) == 0)
-                pack_cache_pack(w->draft->model, w->scfg.n_threads, cache_dir, draft_hash, NULL, &w->draft_pack_write);
-            else
-                engine_pack_int8(w->draft, w->scfg.n_threads);
+            uint64_t draft_hash = 0;
+            bool draft_hashed = cache_dir && kv_disk_hash_file_cached(cfg->draft_path, cache_dir, &draft_hash, NULL,
+                                                                      herr, sizeof herr) == 0;
+            pack_weights(w->draft, w->scfg.n_threads, draft_hashed ? cache_dir : NULL, draft_hash,
+                         &w->draft_pack_write);
         }
         if (sched_draft_check(w->engine->model, w->engine->tok, w->draft->model, w->draft->tok, err,
                               errlen) != 0)
