@@ -12,9 +12,11 @@
 #   - pagoda-run --bench --seqs 1 --prompt-tokens 1 -n TG   (steady decode)
 #   - llama-bench -p 0 -n TG -t THREADS -r 1             (llama.cpp tgTG)
 #   - llama-bench -p 0 -n TG -t THREADS -r 1 -rtr 1      (ik_llama.cpp, repacked)
-# and prints per model the median over the rounds of each number, the share
-# of the bandwidth limit (tok/s x bytes read per token / GB/s) and the
-# ratios pagoda / peer. Bytes per token are the weights pagoda-run reports
+# (pagoda before the peers in odd rounds, after them in even ones) and prints
+# per model the median over the rounds of each number, the share of the
+# bandwidth limit (tok/s x bytes read per token / GB/s) and the ratios
+# pagoda / peer: of the medians, and each round's with their median.
+# Bytes per token are the weights pagoda-run reports
 # it reads per decode step (all layer matrices and the output head; the
 # same file for all three programs).
 #
@@ -57,15 +59,22 @@ for model in "$@"; do
   : >"$OUT/$tag.tsv"
   for round in $(seq "$ROUNDS"); do
     bw=$("$BUILD/pagoda-run" --bench-bandwidth --threads "$THREADS" 2>/dev/null | sed -n 's/.*read bandwidth: \([0-9.]*\) GB.*/\1/p')
-    "$BUILD/pagoda-run" -m "$model" --bench --seqs 1 --prompt-tokens 1 -n "$TG" --threads "$THREADS" \
-      >"$OUT/$tag-pagoda-$round.txt" 2>"$OUT/$tag-pagoda-$round.log"
-    pg=$(sed -n 's/.*steady decode.*: \([0-9.]*\) tok\/s.*/\1/p' "$OUT/$tag-pagoda-$round.txt")
-    mb=$(sed -n 's/.*weights read per decode step: \([0-9.]*\) MB.*/\1/p' "$OUT/$tag-pagoda-$round.txt")
+    run_pagoda() {
+      "$BUILD/pagoda-run" -m "$model" --bench --seqs 1 --prompt-tokens 1 -n "$TG" --threads "$THREADS" \
+        >"$OUT/$tag-pagoda-$round.txt" 2>"$OUT/$tag-pagoda-$round.log"
+      pg=$(sed -n 's/.*steady decode.*: \([0-9.]*\) tok\/s.*/\1/p' "$OUT/$tag-pagoda-$round.txt")
+      mb=$(sed -n 's/.*weights read per decode step: \([0-9.]*\) MB.*/\1/p' "$OUT/$tag-pagoda-$round.txt")
+    }
+    run_peers() {
+      [[ -n $LLAMA ]] && ll=$(lb_tg "$LLAMA/bin/llama-bench" "$model" --poll "$LLAMA_POLL")
+      # ik_llama.cpp: -rtr 1 repacks the weights at load into its row-interleaved
+      # layouts (its llama-bench has no --poll: its threads spin between graphs)
+      [[ -n $IK ]] && ik=$(lb_tg "$IK/bin/llama-bench" "$model" -rtr 1)
+    }
     ll=""; ik=""
-    [[ -n $LLAMA ]] && ll=$(lb_tg "$LLAMA/bin/llama-bench" "$model" --poll "$LLAMA_POLL")
-    # ik_llama.cpp: -rtr 1 repacks the weights at load into its row-interleaved
-    # layouts (its llama-bench has no --poll: its threads spin between graphs)
-    [[ -n $IK ]] && ik=$(lb_tg "$IK/bin/llama-bench" "$model" -rtr 1)
+    # the host's bandwidth drifts within a minute: pagoda runs first in odd
+    # rounds and last in even ones, so no program always gets the same slot
+    if ((round % 2)); then run_pagoda; run_peers; else run_peers; run_pagoda; fi
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "${bw:-}" "${mb:-}" "${pg:-}" "${ll:-}" "${ik:-}" >>"$OUT/$tag.tsv"
     echo "#   $tag round $round (load $(cut -d' ' -f1 /proc/loadavg)): bw ${bw:-?} GB/s, pagoda ${pg:-?}, llama.cpp ${ll:--}, ik_llama.cpp ${ik:--} tok/s"
   done
@@ -88,8 +97,12 @@ print(f"|---|---|---|")
 for name, t in (("pagoda", pg), ("llama.cpp", ll), ("ik_llama.cpp -rtr", ik)):
     if t or name == "pagoda":
         print(f"| {name} | {fmt(t)} | {share(t)} |")
-for name, t in (("llama.cpp", ll), ("ik_llama.cpp", ik)):
-    if t and pg:
-        print(f"pagoda / {name}: {pg / t:.2f}x")
+for i, name in ((4, "llama.cpp"), (5, "ik_llama.cpp")):
+    per = [float(r[3]) / float(r[i]) for r in rows if len(r) > i and r[3] and r[i]]
+    if per:
+        # the ratio of the medians, and the median of each round's ratio
+        # (the two programs ran back to back: less of the host's drift)
+        print(f"pagoda / {name}: {col(3) / col(i):.2f}x; per round "
+              f"{' '.join(f'{x:.2f}' for x in per)} -> median {statistics.median(per):.2f}x")
 EOF
 done
