@@ -288,16 +288,15 @@ static void standby_spawn(supervisor_t *s, child_t *c, int64_t now)
              (int)pid);
 }
 
-/* With s->lock held: ends c's standby process (closing its pipe makes it
- * exit; SIGKILL when `now`) and reaps it; `dead` = already reaped. */
-static void standby_drop(child_t *c, bool kill_now, bool dead)
+/* With s->lock held: forgets c's standby process: closes its pipe and,
+ * unless it was already reaped, kills (SIGKILL) and reaps it. */
+static void standby_drop(child_t *c, bool reaped)
 {
     if (c->sb_fd >= 0)
         close(c->sb_fd);
     c->sb_fd = -1;
-    if (c->sb_pid > 0 && !dead) {
-        if (kill_now)
-            kill(c->sb_pid, SIGKILL);
+    if (c->sb_pid > 0 && !reaped) {
+        kill(c->sb_pid, SIGKILL);
         int status;
         while (waitpid(c->sb_pid, &status, 0) < 0 && errno == EINTR) {
         }
@@ -325,7 +324,7 @@ static void standby_tend(supervisor_t *s, child_t *c, int64_t now)
             snprintf(how, sizeof how, "is lost (%s)", strerror(errno));
         log_warn("model %s: its standby worker (pid %d) %s; another in %lld ms", c->name, (int)c->sb_pid, how,
                  (long long)c->sb_backoff_ms);
-        standby_drop(c, false, true);
+        standby_drop(c, true);
         c->sb_next_us = now + c->sb_backoff_ms * 1000;
         c->sb_backoff_ms *= 2;
         if (c->sb_backoff_ms > s->backoff_max_ms)
@@ -347,11 +346,11 @@ static void wake(supervisor_t *s, child_t *c)
         if (stat(c->file, &st) != 0 || !same_file(&st, &c->sb_st)) {
             log_info("model %s is wanted: its model file changed since the standby started, starting afresh",
                      c->name);
-            standby_drop(c, true, false);
+            standby_drop(c, false);
         } else if (waitpid(pid, &status, WNOHANG) != 0) {
-            standby_drop(c, false, true); /* died since the last tick */
+            standby_drop(c, true); /* died since the last tick */
         } else if (write(c->sb_fd, "s", 1) != 1) {
-            standby_drop(c, true, false);
+            standby_drop(c, false);
         } else {
             close(c->sb_fd);
             c->sb_fd = -1;

@@ -99,7 +99,7 @@ void kv_disk_record_name(const struct stat *sb, char *out, size_t n)
 
 static void record_path(const char *sub, const struct stat *sb, char *out, size_t n)
 {
-    char name[160];
+    char name[KV_DISK_RECORD_NAME];
     kv_disk_record_name(sb, name, sizeof name);
     snprintf(out, n, "%s/%s", sub, name);
 }

@@ -113,8 +113,9 @@ int kv_disk_hash_file(const char *path, uint64_t *out, char *err, size_t errlen)
  * (24 bytes each) unless the caller prunes them (pack_cache does). */
 int kv_disk_record_get(const char *sub, const struct stat *sb, const char *what, uint64_t *value);
 int kv_disk_record_put(const char *sub, const struct stat *sb, const char *what, uint64_t value);
-/* The file name (no folder) of sb's record: what a caller pruning SUB
- * compares its entries with. */
+/* The file name (no folder) of sb's record, at most KV_DISK_RECORD_NAME
+ * bytes with its NUL: what a caller pruning SUB compares its entries with. */
+#define KV_DISK_RECORD_NAME 160
 void kv_disk_record_name(const struct stat *sb, char *out, size_t n);
 
 /* kv_disk_hash_file, remembered under DIR/weights-hash/ by the record

@@ -401,7 +401,7 @@ static void prune(const char *sub, const char *keep, uint64_t weights_hash)
     const long days = max_age_days();
     const time_t now = time(NULL);
     size_t n_live = 0, cap_live = 16;
-    char (*live)[160] = xmalloc(cap_live * sizeof *live); /* record names of the files kept */
+    char (*live)[KV_DISK_RECORD_NAME] = xmalloc(cap_live * sizeof *live); /* record names of the files kept */
     for (struct dirent *de; (de = readdir(dh)) != NULL;) {
         unsigned long long h, fp;
         char tail[8], f[4400];
@@ -413,12 +413,11 @@ static void prune(const char *sub, const char *keep, uint64_t weights_hash)
         if (stat(f, &sb) != 0 || !S_ISREG(sb.st_mode))
             continue;
         const time_t last = sb.st_atime > sb.st_mtime ? sb.st_atime : sb.st_mtime; /* relatime: within a day */
-        const char *why = NULL;
-        if (strcmp(name, keep) == 0)
-            why = NULL;
-        else if (h == weights_hash)
+        const bool written = strcmp(name, keep) == 0; /* the file just written stays */
+        const char *why = NULL;                       /* a reason to remove it */
+        if (!written && h == weights_hash)
             why = "the same weights in another build's layout";
-        else if (days > 0 && now - last > (time_t)days * 86400)
+        else if (!written && days > 0 && now - last > (time_t)days * 86400)
             why = "not read for the age limit (PAGODA_PACK_MAX_AGE_DAYS)";
         if (why && unlink(f) == 0) { /* a worker that maps it keeps its pages until it exits */
             log_info("pack cache: removed %s: %s", f, why);

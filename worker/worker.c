@@ -660,9 +660,7 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
         close(cfg->standby_fd);
         if (r != 1) {
             log_info("standby: released by the gateway before it was needed");
-            if (errlen)
-                err[0] = '\0';
-            goto err_quiet;
+            goto err_quiet; /* err is still "" */
         }
         t_start = t_hash = t_load = clock_now_us();
         from_standby = true;
