@@ -10,11 +10,17 @@
 # ROUNDS rounds (default 3), each running, per model, one after the other:
 #   - pagoda-run --bench-bandwidth   (the 2-thread read loop: the limit)
 #   - pagoda-run --bench --seqs 1 --prompt-tokens 1 -n TG   (steady decode)
+#   - the same with --bench-bandwidth: every steady step followed by a read
+#     pass of the bytes it read, so each step has the read speed of its own
+#     moment next to it (the "paired" share: the host's bandwidth moves
+#     between ~45 and ~80 GB/s within seconds, so a limit measured before a
+#     run and a rate averaged over it can come from different phases)
 #   - llama-bench -p 0 -n TG -t THREADS -r 1             (llama.cpp tgTG)
 #   - llama-bench -p 0 -n TG -t THREADS -r 1 -rtr 1      (ik_llama.cpp, repacked)
 # (pagoda before the peers in odd rounds, after them in even ones) and prints
 # per model the median over the rounds of each number, the share of the
-# bandwidth limit (tok/s x bytes read per token / GB/s) and the ratios
+# bandwidth limit (tok/s x bytes read per token / GB/s), pagoda's paired
+# share (median over the rounds of each run's median step) and the ratios
 # pagoda / peer: of the medians, and each round's with their median.
 # Bytes per token are the weights pagoda-run reports
 # it reads per decode step (all layer matrices and the output head; the
@@ -64,6 +70,9 @@ for model in "$@"; do
         >"$OUT/$tag-pagoda-$round.txt" 2>"$OUT/$tag-pagoda-$round.log"
       pg=$(sed -n 's/.*steady decode.*: \([0-9.]*\) tok\/s.*/\1/p' "$OUT/$tag-pagoda-$round.txt")
       mb=$(sed -n 's/.*weights read per decode step: \([0-9.]*\) MB.*/\1/p' "$OUT/$tag-pagoda-$round.txt")
+      "$BUILD/pagoda-run" -m "$model" --bench --bench-bandwidth --seqs 1 --prompt-tokens 1 -n "$TG" \
+        --threads "$THREADS" >"$OUT/$tag-paired-$round.txt" 2>"$OUT/$tag-paired-$round.log"
+      ps=$(sed -n 's/.*paired: decode at \([0-9.]*\)% .*read passes median \([0-9.]*\) GB.*/\1 \2/p' "$OUT/$tag-paired-$round.txt")
     }
     run_peers() {
       [[ -n $LLAMA ]] && ll=$(lb_tg "$LLAMA/bin/llama-bench" "$model" --poll "$LLAMA_POLL")
@@ -71,12 +80,13 @@ for model in "$@"; do
       # layouts (its llama-bench has no --poll: its threads spin between graphs)
       [[ -n $IK ]] && ik=$(lb_tg "$IK/bin/llama-bench" "$model" -rtr 1)
     }
-    ll=""; ik=""
+    ll=""; ik=""; ps=""
     # the host's bandwidth drifts within a minute: pagoda runs first in odd
     # rounds and last in even ones, so no program always gets the same slot
     if ((round % 2)); then run_pagoda; run_peers; else run_peers; run_pagoda; fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "${bw:-}" "${mb:-}" "${pg:-}" "${ll:-}" "${ik:-}" >>"$OUT/$tag.tsv"
-    echo "#   $tag round $round (load $(cut -d' ' -f1 /proc/loadavg)): bw ${bw:-?} GB/s, pagoda ${pg:-?}, llama.cpp ${ll:--}, ik_llama.cpp ${ik:--} tok/s"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "${bw:-}" "${mb:-}" "${pg:-}" "${ll:-}" "${ik:-}" \
+      "${ps%% *}" "$([[ $ps == *' '* ]] && echo "${ps##* }")" >>"$OUT/$tag.tsv"
+    echo "#   $tag round $round (load $(cut -d' ' -f1 /proc/loadavg)): bw ${bw:-?} GB/s, pagoda ${pg:-?}, llama.cpp ${ll:--}, ik_llama.cpp ${ik:--} tok/s; paired ${ps%% *}% at ${ps##* } GB/s"
   done
   python3 - "$OUT/$tag.tsv" "$tag" <<'EOF'
 import statistics, sys
@@ -97,6 +107,10 @@ print(f"|---|---|---|")
 for name, t in (("pagoda", pg), ("llama.cpp", ll), ("ik_llama.cpp -rtr", ik)):
     if t or name == "pagoda":
         print(f"| {name} | {fmt(t)} | {share(t)} |")
+paired = [(float(r[6]), float(r[7])) for r in rows if len(r) > 7 and r[6] and r[7]]
+if paired:
+    print(f"pagoda paired with read passes: {statistics.median(p for p, _ in paired):.0f}% of the read speed of the "
+          f"same moment (per round {' '.join(f'{p:.0f}%@{g:.0f}' for p, g in paired)} GB/s)")
 for i, name in ((4, "llama.cpp"), (5, "ik_llama.cpp")):
     per = [float(r[3]) / float(r[i]) for r in rows if len(r) > i and r[3] and r[i]]
     if per:

@@ -81,10 +81,29 @@ static void on_event(void *ud, const sched_event_t *ev)
 struct bench_result {
     double prefill_tps, decode_tps, overall_tps, seconds, steady_tps;
     int steady_steps;
+    /* paired reads (bench_pair): per steady step, read-pass time ÷ step
+     * time, and the read pass's GB/s */
+    double *share, *read_gbs;
+    int n_pairs;
 };
 
+/* Pairing of decode steps with read passes (--bench with
+ * --bench-bandwidth): after every steady step, the step's threads read a
+ * buffer of the bytes the step read (its own pages, huge where the kernel
+ * gives them), so each step is compared with the read speed of the same
+ * moment. This host's bandwidth moves between ~45 and ~80 GB/s within
+ * seconds, so a limit measured before the run and a decode rate averaged
+ * over it are often taken in different phases. */
+struct bench_pair {
+    uint64_t *buf;
+    size_t bytes; /* a multiple of n_threads * 256 */
+    int n_threads;
+};
+
+static double read_pass(const struct bench_pair *bp);
+
 static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_seqs,
-                      int prompt_tokens, int n_gen, struct bench_result *out)
+                      int prompt_tokens, int n_gen, const struct bench_pair *bp, struct bench_result *out)
 {
     sched_config_t cfg = *base;
     cfg.max_seqs = max_seqs;
@@ -125,14 +144,27 @@ static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_se
     bool steady_over = false;
     out->steady_steps = 0;
     out->steady_tps = 0;
+    out->n_pairs = 0;
+    out->share = bp ? xmalloc((size_t)n_gen * sizeof *out->share) : NULL;
+    out->read_gbs = bp ? xmalloc((size_t)n_gen * sizeof *out->read_gbs) : NULL;
+    int64_t t_paused = 0; /* time in read passes, left out of the rates */
     sched_stats_t st;
     int rc = 0;
     while (sched_busy(s)) {
+        const int64_t ts = clock_now_us();
         if (sched_step(s) < 0) {
             rc = -1;
             break;
         }
+        const int64_t t_step = clock_now_us() - ts;
         sched_stats(s, &st);
+        if (bp && t_all && !steady_over && st.n_running == c && out->n_pairs < n_gen && t_step > 0) {
+            const int64_t tr = clock_now_us();
+            const double secs = read_pass(bp);
+            t_paused += clock_now_us() - tr;
+            out->share[out->n_pairs] = secs * 1e6 / (double)t_step;
+            out->read_gbs[out->n_pairs++] = (double)bp->bytes / secs / 1e9;
+        }
         if (!t_prefilled && st.generated_tokens >= (uint64_t)c)
             t_prefilled = clock_now_us();
         if (!t_all && st.prompt_tokens >= (uint64_t)c * (uint64_t)prompt_tokens && st.n_running == c) {
@@ -143,11 +175,12 @@ static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_se
                 steady_over = true; /* a sequence finished */
             } else {
                 out->steady_steps++;
-                out->steady_tps = (double)(st.generated_tokens - g_all) / ((double)(clock_now_us() - t_all) / 1e6);
+                out->steady_tps =
+                    (double)(st.generated_tokens - g_all) / ((double)(clock_now_us() - t_all - t_paused) / 1e6);
             }
         }
     }
-    int64_t t1 = clock_now_us();
+    int64_t t1 = clock_now_us() - t_paused;
     sched_stats(s, &st);
     double pre_s = (double)(t_prefilled - t0) / 1e6, dec_s = (double)(t1 - t_prefilled) / 1e6;
     out->prefill_tps = pre_s > 0 ? (double)st.prompt_tokens / pre_s : 0;
@@ -267,6 +300,45 @@ static double bench_bandwidth(int n_threads)
 
 /* Engine benchmark over a list of concurrencies; with `baseline`, each is
  * also run with batching off (--max-seqs 1) and the speedup printed. */
+/* One read pass of bp's buffer by its threads (read_ymm where the CPU has
+ * AVX2); returns seconds. */
+static double read_pass(const struct bench_pair *bp)
+{
+    bool ymm = false;
+#if defined(__x86_64__)
+    ymm = __builtin_cpu_supports("avx2");
+#endif
+    const size_t share = bp->bytes / (size_t)bp->n_threads;
+    uint64_t total = 0;
+    int64_t t0 = clock_now_us();
+#pragma omp parallel num_threads(bp->n_threads) reduction(+ : total)
+    {
+        const uint64_t *p = bp->buf + (size_t)omp_get_thread_num() * (share / sizeof(uint64_t));
+#if defined(__x86_64__)
+        total += ymm ? read_ymm(p, share) : read_words(p, share);
+#else
+        total += read_words(p, share);
+#endif
+    }
+    int64_t dt = clock_now_us() - t0;
+    static volatile uint64_t sink;
+    sink += total;
+    return dt > 0 ? (double)dt / 1e6 : 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile (0..1) of v (n ≥ 1 values, sorted in place). */
+static double quantile(double *v, int n, double q)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[(int)(q * (n - 1) + 0.5)];
+}
+
 static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_list,
                      int prompt_tokens, int n_gen, int baseline, double bw_gbs)
 {
@@ -283,6 +355,25 @@ static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_l
     if (baseline)
         printf(" %14s %8s", "max-seqs-1 t/s", "speedup");
     printf("\n");
+    /* with --bench-bandwidth, pair every steady step with a read pass of
+     * its bytes (bench_pair) when they exceed the last-level cache (as the
+     * OS reports it: on a VM that is often the whole socket's, 384 MiB here,
+     * more than the 32 MiB a core's complex has) */
+    struct bench_pair pair = {0}, *bp = NULL;
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const size_t unit = (size_t)base->n_threads * 4096;
+    if (bw_gbs > 0 && wbytes > (double)(llc > 0 ? llc : 32 << 20)) {
+        pair.n_threads = base->n_threads;
+        pair.bytes = ((size_t)wbytes + unit - 1) / unit * unit;
+        pair.buf = xhuge_alloc(pair.bytes);
+        const size_t nw = pair.bytes / sizeof(uint64_t);
+#pragma omp parallel for num_threads(pair.n_threads) schedule(static)
+        for (size_t i = 0; i < nw; i++)
+            pair.buf[i] = i * 0x9E3779B97F4A7C15ull; /* every page, from the thread that reads it */
+        bp = &pair;
+    } else if (bw_gbs > 0) {
+        printf("# no paired read passes: the step's %.1f MB fit in the last-level cache\n", wbytes / 1e6);
+    }
     char *list = xstrdup(seqs_list);
     int rc = 0;
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
@@ -290,7 +381,9 @@ static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_l
         if (c < 1)
             continue;
         struct bench_result r, b;
-        if (bench_once(e, base, c, c, prompt_tokens, n_gen, &r) != 0) {
+        if (bench_once(e, base, c, c, prompt_tokens, n_gen, bp, &r) != 0) {
+            free(r.share);
+            free(r.read_gbs);
             rc = 1;
             break;
         }
@@ -301,7 +394,9 @@ static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_l
         if (bw_gbs > 0)
             printf(" %7.0f%%", 100.0 * gbs / bw_gbs);
         if (baseline) {
-            if (bench_once(e, base, c, 1, prompt_tokens, n_gen, &b) != 0) {
+            if (bench_once(e, base, c, 1, prompt_tokens, n_gen, NULL, &b) != 0) {
+                free(r.share);
+                free(r.read_gbs);
                 rc = 1;
                 break;
             }
@@ -312,9 +407,20 @@ static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_l
         if (r.steady_steps > 0)
             printf("#   steady decode (all %d prefilled, none finished): %.1f tok/s over %d steps\n", c,
                    r.steady_tps, r.steady_steps);
+        if (r.n_pairs > 0) {
+            double q1 = quantile(r.share, r.n_pairs, 0.25), q2 = quantile(r.share, r.n_pairs, 0.5),
+                   q3 = quantile(r.share, r.n_pairs, 0.75);
+            printf("#   paired: decode at %.0f%% of the read speed of the same moment (median of %d steps each "
+                   "followed by a read pass of %.1f MB; quartiles %.0f-%.0f%%; read passes median %.1f GB/s)\n",
+                   100 * q2, r.n_pairs, (double)pair.bytes / 1e6, 100 * q1, 100 * q3,
+                   quantile(r.read_gbs, r.n_pairs, 0.5));
+        }
+        free(r.share);
+        free(r.read_gbs);
         fflush(stdout);
     }
     free(list);
+    free(pair.buf);
     return rc;
 }
 
@@ -421,12 +527,6 @@ static double spec_tps(engine_t *e, const sched_config_t *c, const int32_t *prom
     double tps = secs > 0 ? (run.n_toks - n_seqs) / secs : 0;
     free(run.toks);
     return tps;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 static const char *const spec_prompts[] = {
