@@ -105,6 +105,8 @@ static double read_pass(const struct bench_pair *bp);
 static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_seqs,
                       int prompt_tokens, int n_gen, const struct bench_pair *bp, struct bench_result *out)
 {
+    out->share = out->read_gbs = NULL; /* freed by the caller, also after a failure */
+    out->n_pairs = 0;
     sched_config_t cfg = *base;
     cfg.max_seqs = max_seqs;
     if (cfg.max_batch_tokens < max_seqs)
@@ -144,7 +146,6 @@ static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_se
     bool steady_over = false;
     out->steady_steps = 0;
     out->steady_tps = 0;
-    out->n_pairs = 0;
     out->share = bp ? xmalloc((size_t)n_gen * sizeof *out->share) : NULL;
     out->read_gbs = bp ? xmalloc((size_t)n_gen * sizeof *out->read_gbs) : NULL;
     int64_t t_paused = 0; /* time in read passes, left out of the rates */
