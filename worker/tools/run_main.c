@@ -96,7 +96,7 @@ struct bench_result {
  * over it are often taken in different phases. */
 struct bench_pair {
     uint64_t *buf;
-    size_t bytes; /* a multiple of n_threads * 256 */
+    size_t bytes; /* a multiple of n_threads * 4096 */
     int n_threads;
 };
 
@@ -299,8 +299,6 @@ static double bench_bandwidth(int n_threads)
     return best;
 }
 
-/* Engine benchmark over a list of concurrencies; with `baseline`, each is
- * also run with batching off (--max-seqs 1) and the speedup printed. */
 /* One read pass of bp's buffer by its threads (read_ymm where the CPU has
  * AVX2); returns seconds. */
 static double read_pass(const struct bench_pair *bp)
@@ -340,6 +338,8 @@ static double quantile(double *v, int n, double q)
     return v[(int)(q * (n - 1) + 0.5)];
 }
 
+/* Engine benchmark over a list of concurrencies; with `baseline`, each is
+ * also run with batching off (--max-seqs 1) and the speedup printed. */
 static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_list,
                      int prompt_tokens, int n_gen, int baseline, double bw_gbs)
 {
