@@ -95,12 +95,13 @@ struct bench_result {
  * seconds, so a limit measured before the run and a decode rate averaged
  * over it are often taken in different phases. */
 struct bench_pair {
-    uint64_t *buf;
-    size_t bytes; /* a multiple of n_threads * 4096 */
+    uint64_t *buf; /* read_buf_new */
+    size_t bytes;  /* a multiple of n_threads * 4096 */
     int n_threads;
+    bool vec;      /* read_vec() */
 };
 
-static double read_pass(const struct bench_pair *bp);
+static double read_pass(const uint64_t *buf, size_t bytes, int n_threads, bool vec);
 
 static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_seqs,
                       int prompt_tokens, int n_gen, const struct bench_pair *bp, struct bench_result *out)
@@ -161,10 +162,12 @@ static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_se
         sched_stats(s, &st);
         if (bp && t_all && !steady_over && st.n_running == c && out->n_pairs < n_gen && t_step > 0) {
             const int64_t tr = clock_now_us();
-            const double secs = read_pass(bp);
+            const double secs = read_pass(bp->buf, bp->bytes, bp->n_threads, bp->vec);
             t_paused += clock_now_us() - tr;
-            out->share[out->n_pairs] = secs * 1e6 / (double)t_step;
-            out->read_gbs[out->n_pairs++] = (double)bp->bytes / secs / 1e9;
+            if (secs > 0) {
+                out->share[out->n_pairs] = secs * 1e6 / (double)t_step;
+                out->read_gbs[out->n_pairs++] = (double)bp->bytes / secs / 1e9;
+            }
         }
         if (!t_prefilled && st.generated_tokens >= (uint64_t)c)
             t_prefilled = clock_now_us();
@@ -245,12 +248,57 @@ __attribute__((target("avx2"))) static uint64_t read_ymm(const uint64_t *p, size
 }
 #endif
 
+/* bytes (a multiple of n_threads * 4096) allocated as the packed weights
+ * are (huge pages where the kernel gives them: 4 KiB pages read ~10 %
+ * slower here), every page written by the thread that will read it. */
+static uint64_t *read_buf_new(size_t bytes, int n_threads)
+{
+    uint64_t *buf = xhuge_alloc(bytes);
+    const size_t n = bytes / sizeof(uint64_t);
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i * 0x9E3779B97F4A7C15ull;
+    return buf;
+}
+
+/* Whether read_pass can take its AVX2 loop on this CPU. */
+static bool read_vec(void)
+{
+#if defined(__x86_64__)
+    return __builtin_cpu_supports("avx2");
+#else
+    return false;
+#endif
+}
+
+/* One pass over buf (read_buf_new's bytes) by n_threads threads, each its
+ * contiguous share: read_ymm when vec, read_words otherwise. Returns the
+ * seconds it took (0 when the clock did not move). */
+static double read_pass(const uint64_t *buf, size_t bytes, int n_threads, bool vec)
+{
+    const size_t share = bytes / (size_t)n_threads;
+    uint64_t total = 0;
+    int64_t t0 = clock_now_us();
+#pragma omp parallel num_threads(n_threads) reduction(+ : total)
+    {
+        const uint64_t *p = buf + (size_t)omp_get_thread_num() * (share / sizeof(uint64_t));
+#if defined(__x86_64__)
+        total += vec ? read_ymm(p, share) : read_words(p, share);
+#else
+        (void)vec;
+        total += read_words(p, share);
+#endif
+    }
+    int64_t dt = clock_now_us() - t0;
+    static volatile uint64_t sink;
+    sink += total;
+    return (double)dt / 1e6;
+}
+
 /* Read bandwidth with n_threads threads: each reads its contiguous share of
- * a buffer of 4x the last-level cache (512 MiB .. 2 GiB), allocated as the
- * packed weights are (huge pages where the kernel gives them: 4 KiB pages
- * read ~10 % slower here). 12 passes, alternating the two loops of
- * read_words / read_ymm; the best pass counts (a pass = the whole buffer
- * once). Returns GB/s (1e9). */
+ * a read_buf_new buffer of 4x the last-level cache (512 MiB .. 2 GiB). 12
+ * passes, alternating the two loops of read_words / read_ymm; the best pass
+ * counts (a pass = the whole buffer once). Returns GB/s (1e9). */
 static double bench_bandwidth(int n_threads)
 {
     long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
@@ -260,69 +308,20 @@ static double bench_bandwidth(int n_threads)
     if (bytes > ((size_t)2 << 30))
         bytes = (size_t)2 << 30;
     bytes = bytes / ((size_t)n_threads * 4096) * ((size_t)n_threads * 4096);
-    size_t n = bytes / sizeof(uint64_t);
-    uint64_t *buf = xhuge_alloc(bytes);
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (size_t i = 0; i < n; i++)
-        buf[i] = i * 0x9E3779B97F4A7C15ull; /* touch every page, from the thread that reads it */
-    bool ymm = false;
-#if defined(__x86_64__)
-    ymm = __builtin_cpu_supports("avx2");
-#endif
+    uint64_t *buf = read_buf_new(bytes, n_threads);
+    const bool ymm = read_vec();
     double best = 0;
-    volatile uint64_t sink = 0;
-    const size_t share = bytes / (size_t)n_threads;
     for (int pass = 0; pass < 12; pass++) {
-        const bool vec = ymm && pass % 2 == 1;
-        uint64_t total = 0;
-        int64_t t0 = clock_now_us();
-#pragma omp parallel num_threads(n_threads) reduction(+ : total)
-        {
-            const uint64_t *p = buf + (size_t)omp_get_thread_num() * (share / sizeof(uint64_t));
-#if defined(__x86_64__)
-            total += vec ? read_ymm(p, share) : read_words(p, share);
-#else
-            total += read_words(p, share);
-#endif
-        }
-        int64_t dt = clock_now_us() - t0;
-        sink += total;
-        double gbs = dt > 0 ? (double)bytes / ((double)dt * 1e3) : 0;
+        const double secs = read_pass(buf, bytes, n_threads, ymm && pass % 2 == 1);
+        double gbs = secs > 0 ? (double)bytes / secs / 1e9 : 0;
         if (gbs > best)
             best = gbs;
     }
-    (void)sink;
     printf("# read bandwidth: %.1f GB/s (%d threads, %.0f MiB buffer, best of 12 passes of two read loops)\n", best,
            n_threads, (double)bytes / 1048576.0);
     fflush(stdout);
     free(buf);
     return best;
-}
-
-/* One read pass of bp's buffer by its threads (read_ymm where the CPU has
- * AVX2); returns seconds. */
-static double read_pass(const struct bench_pair *bp)
-{
-    bool ymm = false;
-#if defined(__x86_64__)
-    ymm = __builtin_cpu_supports("avx2");
-#endif
-    const size_t share = bp->bytes / (size_t)bp->n_threads;
-    uint64_t total = 0;
-    int64_t t0 = clock_now_us();
-#pragma omp parallel num_threads(bp->n_threads) reduction(+ : total)
-    {
-        const uint64_t *p = bp->buf + (size_t)omp_get_thread_num() * (share / sizeof(uint64_t));
-#if defined(__x86_64__)
-        total += ymm ? read_ymm(p, share) : read_words(p, share);
-#else
-        total += read_words(p, share);
-#endif
-    }
-    int64_t dt = clock_now_us() - t0;
-    static volatile uint64_t sink;
-    sink += total;
-    return dt > 0 ? (double)dt / 1e6 : 1e-6;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -366,11 +365,8 @@ static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_l
     if (bw_gbs > 0 && wbytes > (double)(llc > 0 ? llc : 32 << 20)) {
         pair.n_threads = base->n_threads;
         pair.bytes = ((size_t)wbytes + unit - 1) / unit * unit;
-        pair.buf = xhuge_alloc(pair.bytes);
-        const size_t nw = pair.bytes / sizeof(uint64_t);
-#pragma omp parallel for num_threads(pair.n_threads) schedule(static)
-        for (size_t i = 0; i < nw; i++)
-            pair.buf[i] = i * 0x9E3779B97F4A7C15ull; /* every page, from the thread that reads it */
+        pair.buf = read_buf_new(pair.bytes, pair.n_threads);
+        pair.vec = read_vec();
         bp = &pair;
     } else if (bw_gbs > 0) {
         printf("# no paired read passes: the step's %.1f MB fit in the last-level cache\n", wbytes / 1e6);
