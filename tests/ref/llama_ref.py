@@ -88,10 +88,12 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def q8(x, f16_scale):
-    """x (T, heads, hd) quantized in blocks of qb along hd, dequantized back."""
+def q8(x, f16_scale, qb=None):
+    """x (T, heads, hd) quantized in blocks of qb along hd (default: the
+    cache's, the largest of 32, 16, 8 dividing hd), dequantized back."""
     hd = x.shape[-1]
-    qb = 32 if hd % 32 == 0 else 16 if hd % 16 == 0 else 8
+    if qb is None:
+        qb = 32 if hd % 32 == 0 else 16 if hd % 16 == 0 else 8
     b = x.reshape(x.shape[:-1] + (hd // qb, qb)).astype(np.float32)
     amax = np.abs(b).max(axis=-1, keepdims=True)
     d = amax / np.float32(127)
@@ -106,6 +108,11 @@ class Model:
     def __init__(self, path, kv_f16=False, kv_q8=False):
         self.kv_f16 = kv_f16
         self.kv_q8 = kv_q8
+        # scores(q, k, v) -> (sc, v): when set, replaces the cache rounding
+        # and the q·k products of every layer (q (T, n_head, hd), k and v
+        # (T, n_kv_head, hd) after rope; sc (n_head, T, T) unscaled, v as
+        # attention reads it); for layouts the flags do not cover (kv_margin.py)
+        self.scores = None
         g = GGUF(path)
         self.arch = a = g.arch()
         if a not in ARCHS:
@@ -298,15 +305,18 @@ class Model:
             q = self.rope(q, pos, inv, ps)
             k = self.rope(k, pos, inv, ps)
             v = v.reshape(T, self.n_kv_head, self.hd)
-            if self.kv_f16:
-                # the cache keeps half precision: round to f16, widen back
-                k = k.astype(np.float16).astype(np.float64)
-                v = v.astype(np.float16).astype(np.float64)
-            if self.kv_q8:
-                k, v, q = q8(k, True), q8(v, True), q8(q, False)
-            k = np.repeat(k, group, axis=1)
+            if self.scores is not None:
+                sc, v = self.scores(q, k, v)
+            else:
+                if self.kv_f16:
+                    # the cache keeps half precision: round to f16, widen back
+                    k = k.astype(np.float16).astype(np.float64)
+                    v = v.astype(np.float16).astype(np.float64)
+                if self.kv_q8:
+                    k, v, q = q8(k, True), q8(v, True), q8(q, False)
+                sc = np.einsum("thd,shd->hts", q, np.repeat(k, group, axis=1))
             v = np.repeat(v, group, axis=1)
-            sc = np.einsum("thd,shd->hts", q, k) * self.scale
+            sc = sc * self.scale
             if self.att_cap:
                 sc = self.att_cap * np.tanh(sc / self.att_cap)
             sc = sc + (windowed if local else causal)
