@@ -330,10 +330,9 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The q-quantile (0..1) of v (n ≥ 1 values, sorted in place). */
-static double quantile(double *v, int n, double q)
+/* The q-quantile (0..1) of v (n ≥ 1 values, sorted ascending). */
+static double quantile(const double *v, int n, double q)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
     return v[(int)(q * (n - 1) + 0.5)];
 }
 
@@ -405,6 +404,8 @@ static int run_bench(engine_t *e, const sched_config_t *base, const char *seqs_l
             printf("#   steady decode (all %d prefilled, none finished): %.1f tok/s over %d steps\n", c,
                    r.steady_tps, r.steady_steps);
         if (r.n_pairs > 0) {
+            qsort(r.share, (size_t)r.n_pairs, sizeof *r.share, cmp_double);
+            qsort(r.read_gbs, (size_t)r.n_pairs, sizeof *r.read_gbs, cmp_double);
             double q1 = quantile(r.share, r.n_pairs, 0.25), q2 = quantile(r.share, r.n_pairs, 0.5),
                    q3 = quantile(r.share, r.n_pairs, 0.75);
             printf("#   paired: decode at %.0f%% of the read speed of the same moment (median of %d steps each "
