@@ -882,6 +882,7 @@ static int32_t rx_char(rx_t *x, bool in_class)
     }
     default:
         if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9')) {
+            x->p -= 2; /* the offset of the backslash */
             rx_fail(x, "escape (backreference, word boundary or unknown)");
             return -1;
         }
