@@ -188,6 +188,10 @@ static void lk_fail(lk_t *L, size_t off, const char *fmt, ...)
 static void emit_line(lk_t *L, size_t off, const char *what, const char *kind, const char *name, size_t name_n,
                       const char *body)
 {
+    if (L->out.n + strlen(body) > GBNF_MAX_TEXT) {
+        lk_fail(L, off, "the grammar is too large (its GBNF exceeds %u bytes)", GBNF_MAX_TEXT);
+        return;
+    }
     sb_printf(&L->out, "%s%s%.*s ::= %s\n", L->pfx, kind, (int)name_n, name, body);
     vec_reserve(L->org, L->cap_org, L->n_org + 1);
     origin_t *o = &L->org[L->n_org++];
