@@ -685,7 +685,8 @@ static int cmp_cpr(const void *x, const void *y)
 
 static void cps_norm(cpset_t *s, bool negate)
 {
-    qsort(s->r, (size_t)s->n, sizeof *s->r, cmp_cpr);
+    if (s->n > 1) /* r is NULL when empty ('.' with the s flag) */
+        qsort(s->r, (size_t)s->n, sizeof *s->r, cmp_cpr);
     int m = 0;
     for (int i = 0; i < s->n; i++) {
         if (m && s->r[i].lo <= s->r[m - 1].hi + 1) {
