@@ -14,7 +14,9 @@
  *                     '\' → \\, U+0008 U+000C U+000A U+000D U+0009 → \b \f \n
  *                     \r \t, other controls below U+0020 → \u00xx (lowercase
  *                     hex), everything else (DEL, '/', U+2028, non-ASCII) as
- *                     itself in UTF-8. A class holding such characters is
+ *                     itself in UTF-8 — the spelling json_schema.c already
+ *                     writes for `pattern`, and the one JSON serializers and
+ *                     so models use most. A class holding such characters is
  *                     (the rest of the class) | each escaped spelling. So a
  *                     raw newline is rejected; "\n" (two characters) is a
  *                     newline; "\u000a" and "\/" are not accepted.
@@ -54,9 +56,9 @@
  *                as common.lark defines them; DIGITS is an extension, = INT;
  *                ESCAPED_STRING is "..." with backslash escapes, no newline).
  *   %ignore      SUPPORTED: `%ignore X` (terminals, literals or regexes, any
- *                number of lines) lets one or more of X stand before every
- *                terminal used in a rule and at the end of the text, as
- *                Lark's lexer skips them. (A grammar without %ignore allows
+ *                number of lines) lets any number of X (zero or more) stand
+ *                before every terminal used in a rule and at the end of the
+ *                text, where Lark's lexer would skip them. (A grammar without %ignore allows
  *                no whitespace it does not spell out.)
  *   refused      priorities (`name.2:`), templates (`name{x}`), %declare,
  *                %override, %extend, other imports, a terminal that uses a
@@ -69,6 +71,11 @@
  * Earley parsing accepts grammars GBNF cannot run: a rule that reaches itself
  * without consuming a character (left recursion) and a repetition of
  * something that can be empty (`("a"?)*`) are refused, naming the rule.
+ *
+ * Matching: gbnf.h keeps at most GBNF_MAX_STACKS (64) parses alive at once
+ * and drops the rest, so more than 64 alternatives alive after the same
+ * text (e.g. 70 keywords "w0".."w69": after "w") lose matches — a limit of
+ * the matcher, not checked here.
  *
  * Every result is checked with gbnf_parse before it is returned, so
  * gbnf_parse accepts all text these functions return; a GBNF refusal is
