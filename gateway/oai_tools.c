@@ -123,17 +123,17 @@ static json_t *custom_as_function(json_t *t, const char *p, oai_error_t *e)
             char gerr[256] = "";
             const uint8_t *dt = (const uint8_t *)json_string_value(def);
             size_t dn = json_string_length(def);
-            char *g = strcmp(syn, "lark") == 0 ? lark_to_gbnf(dt, dn, LARK_JSON_STRING, gerr, sizeof gerr)
-                                               : lark_regex_to_gbnf(dt, dn, LARK_JSON_STRING, gerr, sizeof gerr);
-            if (!g) {
+            char *gt = strcmp(syn, "lark") == 0 ? lark_to_gbnf(dt, dn, LARK_JSON_STRING, gerr, sizeof gerr)
+                                                : lark_regex_to_gbnf(dt, dn, LARK_JSON_STRING, gerr, sizeof gerr);
+            if (!gt) {
                 json_decref(input);
-                char gp[96];
+                char gp[128];
                 snprintf(gp, sizeof gp, "%s.custom.format.grammar.definition", p);
                 bad(e, gp, "The %s grammar of custom tool '%.64s' is not supported: %s", syn, json_string_value(name),
                     gerr);
                 return NULL;
             }
-            free(g);
+            free(gt);
             /* x-grammar: what the worker forces; shown to the model with the tool */
             json_object_set_new(input, "x-grammar", json_pack("{s:s, s:O}", "syntax", syn, "definition", def));
             how = strcmp(syn, "lark") == 0 ? "text in the Lark grammar of x-grammar (not JSON)"
