@@ -59,7 +59,7 @@ static void reply_item_free(void *p)
 }
 
 gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_request_t *o,
-                                            prio_tier_t tier)
+                                            prio_tier_t tier, uint64_t partition)
 {
     gateway_request_t *r = xcalloc(1, sizeof *r);
     r->id = atomic_fetch_add(&gw->next_request_id, 1);
@@ -73,15 +73,17 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
     proto_msg_init(&r->submit, PROTO_SUBMIT);
     proto_submit_t *s = &r->submit.submit;
     submit_from_oai(o, r->id, tier, s);
+    s->partition = partition;
     if (o->affinity_key) {
-        /* FNV-1a over model, NUL, key; mixed so its low bits pick a slot */
+        /* FNV-1a over model, NUL, key; mixed so its low bits pick a slot.
+         * The partition is in it: one tenant's key does not steer another's */
         uint64_t h = 1469598103934665603ull;
         for (const char *p = o->model; *p; p++)
             h = (h ^ (uint8_t)*p) * 1099511628211ull;
         h *= 1099511628211ull;
         for (const char *p = o->affinity_key; *p; p++)
             h = (h ^ (uint8_t)*p) * 1099511628211ull;
-        r->affinity = splitmix64_mix(h) | 1; /* never 0 */
+        r->affinity = splitmix64_mix(h ^ splitmix64_mix(partition)) | 1; /* never 0 */
     }
     /* embeddings skip the prefix cache (worker/sched.h): no cache routing */
     if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text && o->op != OAI_OP_EMBED) {

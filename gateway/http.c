@@ -35,6 +35,7 @@
 #include "gateway/keys.h"
 #include "gateway/oai.h"
 #include "gateway/oai_stream.h"
+#include "gateway/partition.h"
 #include "gateway/reasoning.h"
 #include "gateway/resp_store.h"
 #include "gateway/responses.h"
@@ -110,8 +111,10 @@ struct http_server {
 
 /* AUTH_OPS: an admin key when a keys file is loaded, open otherwise (an open
  * gateway trusts whoever reaches it; AUTH_ADMIN routes make no sense without
- * keys and answer 403). */
-typedef enum { AUTH_NONE, AUTH_KEY, AUTH_ADMIN, AUTH_OPS } auth_t;
+ * keys and answer 403). AUTH_METRICS: with a keys file, a key flagged admin
+ * or metrics (counters move with other tenants' requests: docs/SECURITY.md);
+ * open without one. */
+typedef enum { AUTH_NONE, AUTH_KEY, AUTH_ADMIN, AUTH_OPS, AUTH_METRICS } auth_t;
 
 typedef enum MHD_Result (*http_handler_fn)(http_server_t *s, struct MHD_Connection *c,
                                            http_req_t *req);
@@ -138,6 +141,8 @@ struct http_req {
     bool too_large;             /* body exceeded max_body: answer 413 */
     char param[512];            /* the path segment a route's '*' matched */
     prio_tier_t tier;           /* from the key */
+    uint64_t partition;         /* prefix-cache partition of the key (gateway/partition.h),
+                                   PARTITION_PUBLIC without keys */
     char owner[65];             /* the key's SHA-256 in hex, RESP_STORE_ANON without keys:
                                    who owns the responses it stores */
 
@@ -340,8 +345,9 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
                      oai_error_t *e)
 {
     q->tier = PRIO_TIER_NORMAL;
+    q->partition = PARTITION_PUBLIC;
     snprintf(q->owner, sizeof q->owner, "%s", RESP_STORE_ANON);
-    if (rt->auth == AUTH_NONE)
+    if (rt->auth == AUTH_NONE || (rt->auth == AUTH_METRICS && !s->keys_path))
         return 0;
     if (!s->keys_path) {
         if (rt->auth == AUTH_ADMIN) {
@@ -372,14 +378,16 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
     }
     while (*tok == ' ')
         tok++;
-    bool found = false, admin = false;
+    bool found = false, admin = false, metrics = false;
     char name[KEYS_NAME_MAX + 1] = "";
     pthread_rwlock_rdlock(&s->keys_lock);
     const keys_entry_t *k = keys_lookup(s->keys, tok);
     if (k) {
         found = true;
         admin = k->admin;
+        metrics = k->metrics;
         q->tier = k->tier;
+        q->partition = k->partition;
         snprintf(name, sizeof name, "%s", k->name);
         for (int i = 0; i < 32; i++)
             snprintf(q->owner + 2 * i, 3, "%02x", k->sha256[i]);
@@ -391,6 +399,10 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
     }
     if ((rt->auth == AUTH_ADMIN || rt->auth == AUTH_OPS) && !admin) {
         oai_error_set(e, 403, NULL, "This key may not use admin endpoints");
+        return -1;
+    }
+    if (rt->auth == AUTH_METRICS && !metrics) {
+        oai_error_set(e, 403, NULL, "This key may not read /metrics (keys-file flag 'metrics' or 'admin')");
         return -1;
     }
     int wait;
@@ -829,7 +841,10 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     }
     call->reasoning = rt->kind == OAI_CHAT && rt->op == OAI_OP_GENERATE && s->reasoning != REASONING_NONE;
     api->begin(call, &o);
-    q->greq = gateway_request_from_oai(s->gw, &o, tier);
+    /* the partition is the key's, narrowed by the body's cache_salt: a body
+     * alone can never name another tenant's partition */
+    uint64_t part = partition_salted(q->partition, o.cache_salt, o.cache_salt ? strlen(o.cache_salt) : 0);
+    q->greq = gateway_request_from_oai(s->gw, &o, tier, part);
     oai_request_free(&o);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     q->fd = ci ? ci->connect_fd : -1;
@@ -980,7 +995,7 @@ static void *watcher_main(void *arg)
 
 static const route_t routes[] = {
     {"GET", "/health", handle_health, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
-    {"GET", "/metrics", handle_metrics, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
+    {"GET", "/metrics", handle_metrics, AUTH_METRICS, 0, false, OAI_OP_GENERATE, NULL},
     {"GET", "/v1/models", handle_models, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
     {"POST", "/v1/chat/completions", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE,
      &oai_surface},

@@ -68,8 +68,8 @@ static void test_events(void **state)
     seq_tokens(a, 9, 100);
     seq_tokens(b, 17, 500);
     uint64_t ka[2], kb[4];
-    assert_int_equal(prefix_key_chain(a, 9, 4, ka, 8), 2);
-    assert_int_equal(prefix_key_chain(b, 17, 4, kb, 8), 4);
+    assert_int_equal(prefix_key_chain(0, a, 9, 4, ka, 8), 2);
+    assert_int_equal(prefix_key_chain(0, b, 17, 4, kb, 8), 4);
     assert_true(ka[0] != ka[1] && ka[0] != kb[0]);
 
     kv_pool_event_t ev[64];
