@@ -841,7 +841,7 @@ static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_loa
      * from its retired counters) */
 #define DELTA(field) (had && nl->field >= ol->field ? nl->field - ol->field : nl->field)
     uint64_t dq = DELTA(prefix_cache_queries), dh = DELTA(prefix_cache_hits);
-    uint64_t dp = DELTA(preemptions);
+    uint64_t dp = DELTA(preemptions), dpc = DELTA(prompt_tokens);
     uint64_t dsn = DELTA(spec_drafts), dsd = DELTA(spec_draft_tokens), dsa = DELTA(spec_accepted_tokens);
     uint64_t ddh = DELTA(prefix_cache_disk_hits), dev = DELTA(kv_evictions), dwb = DELTA(kv_disk_bytes_written),
              drb = DELTA(kv_disk_bytes_read), dde = DELTA(kv_disk_evictions), drj = DELTA(kv_disk_rejected);
@@ -875,6 +875,8 @@ static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_loa
                           (double)nl->prefix_cache_hits / (double)nl->prefix_cache_queries);
     if (dp)
         metrics_counter_add(gw->m.num_preemptions, lab, (double)dp);
+    if (dpc)
+        metrics_counter_add(gw->m.prompt_tokens_computed, lab, (double)dpc);
     if (dsn)
         metrics_counter_add(gw->m.spec_num_drafts, lab, (double)dsn);
     if (dsd)

@@ -339,6 +339,35 @@ static int rate_take(http_server_t *s, const char *name)
     return wait;
 }
 
+/* The key a request carries: "Authorization: Bearer KEY" (OpenAI), or
+ * "x-api-key: KEY" (Anthropic's SDKs); NULL when none. */
+static const char *request_key(struct MHD_Connection *c)
+{
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *tok = NULL;
+    if (h && strncasecmp(h, "Bearer ", 7) == 0)
+        tok = h + 7;
+    else if (!h)
+        tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    while (tok && *tok == ' ')
+        tok++;
+    return tok;
+}
+
+/* With keys on: does the request carry a key that may read /metrics (admin
+ * or metrics)? Routes open to anyone (/health) show their counters only then. */
+static bool request_may_read_metrics(http_server_t *s, struct MHD_Connection *c)
+{
+    const char *tok = request_key(c);
+    if (!tok)
+        return false;
+    pthread_rwlock_rdlock(&s->keys_lock);
+    const keys_entry_t *k = keys_lookup(s->keys, tok);
+    bool may = k && k->metrics;
+    pthread_rwlock_unlock(&s->keys_lock);
+    return may;
+}
+
 /* Checks the bearer key for a route. Returns 0 (tier set in q), or -1 with
  * *e filled (401/403, or 429 when the key is over its rate limit). */
 static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *rt, http_req_t *q,
@@ -363,21 +392,13 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
         }
         return 0; /* AUTH_OPS with --admin-open: open gateway */
     }
-    /* the key: "Authorization: Bearer KEY" (OpenAI), or "x-api-key: KEY"
-     * (Anthropic's SDKs), on every route */
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    const char *tok = NULL;
-    if (h && strncasecmp(h, "Bearer ", 7) == 0)
-        tok = h + 7;
-    else if (!h)
-        tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    /* the key, on every route */
+    const char *tok = request_key(c);
     if (!tok) {
         oai_error_set(e, 401, NULL, "You didn't provide an API key. Send it as "
                                     "'Authorization: Bearer YOUR_KEY' (or 'x-api-key: YOUR_KEY').");
         return -1;
     }
-    while (*tok == ' ')
-        tok++;
     bool found = false, admin = false, metrics = false;
     char name[KEYS_NAME_MAX + 1] = "";
     pthread_rwlock_rdlock(&s->keys_lock);
@@ -531,6 +552,19 @@ static enum MHD_Result handle_health(http_server_t *s, struct MHD_Connection *c,
     json_t *j = gateway_health(s->gw, SNAPSHOT_TIMEOUT_US);
     if (!j)
         return respond_error(s, c, 503, NULL, NULL, "The gateway core did not answer");
+    if (s->keys_path && !request_may_read_metrics(s, c)) {
+        /* with keys, cumulative counters are /metrics' (docs/SECURITY.md):
+         * they move with other tenants' requests */
+        static const char *const counters[] = {"prefix_cache_queries", "prefix_cache_hits", "tokens_generated",
+                                               "prompt_tokens"};
+        size_t i;
+        json_t *w;
+        json_array_foreach(json_object_get(j, "workers"), i, w) {
+            json_t *load = json_object_get(w, "load");
+            for (size_t k = 0; json_is_object(load) && k < sizeof counters / sizeof *counters; k++)
+                json_object_del(load, counters[k]);
+        }
+    }
     bool ok = json_array_size(json_object_get(j, "workers")) > 0;
     return respond_json(s, c, ok ? 200 : 503, j);
 }
