@@ -128,7 +128,7 @@ static const field_t model_fields[] = {
     BOOL("standby", config_model_t, standby),
     DBL("idle_timeout_s", config_model_t, idle_timeout_s, 0.001, 604800.0),
     INT("kv_blocks", config_model_t, kv_blocks, 0, 16777216),
-    INT("kv_budget_mb", config_model_t, kv_budget_mb, 1, 1048576),
+    INT("kv_budget_mb", config_model_t, kv_budget_mb, 0, 1048576),
     INT("max_seqs", config_model_t, max_seqs, 1, 4096),
     INT("max_batch_tokens", config_model_t, max_batch_tokens, 1, 65536),
     INT("threads", config_model_t, threads, 1, 256),
@@ -183,7 +183,7 @@ static void model_defaults(config_model_t *m)
         .idle_timeout_s = GATEWAY_DEFAULT_IDLE_S,
         .standby = true,
         .kv_blocks = 0,
-        .kv_budget_mb = 1024,
+        .kv_budget_mb = 0, /* sized from memory (worker/kv_budget.h) */
         .max_seqs = 32,
         .max_batch_tokens = 512,
         .threads = 2,

@@ -152,7 +152,10 @@
  *                                                                 a request starts (docs/OPERATIONS.md)
  *     kv_blocks                  int      0                       0..16777216 KV blocks (32 tokens
  *                                                                 each); 0 = derive from kv_budget_mb
- *     kv_budget_mb               int      1024                    1..1048576 MiB for the KV pool
+ *     kv_budget_mb               int      0                       0..1048576 MiB for the KV pool; 0 =
+ *                                                                 sized at the worker's start from free
+ *                                                                 memory, the weights and max_seqs full
+ *                                                                 contexts (docs/OPERATIONS.md)
  *     max_seqs                   int      32                      1..4096 sequences batched at once
  *     max_batch_tokens           int      512                     1..65536 tokens per step
  *     threads                    int      2                       1..256 compute threads
@@ -231,7 +234,8 @@ typedef struct config_model {
     double idle_timeout_s;     /* idle time before an on-demand model is stopped, s */
     bool standby;              /* on_demand: keep a standby process while stopped */
     int kv_blocks;             /* worker --kv-blocks; 0 = derived from kv_budget_mb */
-    int kv_budget_mb;          /* KV pool budget, MiB (used when kv_blocks == 0) */
+    int kv_budget_mb;          /* KV pool budget, MiB (used when kv_blocks == 0); 0 = the
+                                * worker sizes it from memory (worker/kv_budget.h) */
     int max_seqs;              /* worker --max-seqs */
     int max_batch_tokens;      /* worker --max-batch-tokens */
     int threads;               /* worker --threads */

@@ -50,6 +50,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/memavail.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
 #include "gateway/resp_store.h"
@@ -384,8 +385,13 @@ static void drain(struct gateway *gw, http_server_t *http, double drain_s)
         log_info("drained: no request in flight");
 }
 
-/* Flags of one model's local workers (strings in *owned, freed by the caller). */
-static size_t model_worker_args(const config_model_t *m, const char **args, char owned[6][32])
+/* Flags of one model's local workers (strings in *owned, freed by the caller).
+ * mem: the host's memory and the local workers sharing it, for a model whose
+ * KV pool the worker sizes from memory (kv_budget_mb 0, worker/kv_budget.h):
+ * measured once here, so a worker restarted later gets the share it got at
+ * first rather than what its running siblings left. */
+static size_t model_worker_args(const config_model_t *m, const memavail_t *mem, size_t n_local, const char **args,
+                                char owned[8][32])
 {
     size_t n = 0;
     snprintf(owned[0], 32, "%d", m->max_seqs);
@@ -400,6 +406,14 @@ static size_t model_worker_args(const config_model_t *m, const char **args, char
     args[n++] = owned[2];
     args[n++] = m->kv_blocks ? "--kv-blocks" : "--kv-budget-mb";
     args[n++] = owned[3];
+    if (!m->kv_blocks && !m->kv_budget_mb && mem->avail_bytes != MEMAVAIL_UNLIMITED) {
+        snprintf(owned[6], 32, "%llu", (unsigned long long)(mem->avail_bytes >> 20));
+        snprintf(owned[7], 32, "%zu", n_local);
+        args[n++] = "--mem-avail-mb";
+        args[n++] = owned[6];
+        args[n++] = "--mem-workers";
+        args[n++] = owned[7];
+    }
     args[n++] = "--kv-type";
     args[n++] = config_kv_type_name(m->kv_type);
     if (m->kv_cache_dir) {
@@ -724,11 +738,25 @@ static supervisor_t *local_workers_start(const config_t *cfg, struct gateway *gw
     supervisor_t *sup = supervisor_new(&scfg);
     if (!sup)
         return NULL;
+    size_t n_local = 0;
+    bool any_auto = false;
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        n_local += (size_t)cfg->models[i].replicas;
+        any_auto |= cfg->models[i].replicas > 0 && !cfg->models[i].kv_blocks && !cfg->models[i].kv_budget_mb;
+    }
+    memavail_t mem;
+    memavail_read(NULL, &mem);
+    if (any_auto && mem.avail_bytes != MEMAVAIL_UNLIMITED)
+        log_info("memory for %zu local worker%s: %llu MiB (MemAvailable %llu MiB%s%s); KV pools sized from "
+                 "memory take a share each", n_local, n_local == 1 ? "" : "s",
+                 (unsigned long long)(mem.avail_bytes >> 20), (unsigned long long)(mem.meminfo_bytes >> 20),
+                 mem.cgroup_bytes < mem.meminfo_bytes ? ", less under the memory.max of cgroup " : "",
+                 mem.cgroup_bytes < mem.meminfo_bytes ? mem.cgroup_path : "");
     for (size_t i = 0; i < cfg->n_models; i++) {
         const config_model_t *m = &cfg->models[i];
-        const char *args[24];
-        char owned[6][32];
-        size_t n = model_worker_args(m, args, owned);
+        const char *args[32];
+        char owned[8][32];
+        size_t n = model_worker_args(m, &mem, n_local, args, owned);
         for (int r = 0; r < m->replicas; r++)
             supervisor_add_args(sup, m->name, m->path, m->on_demand, m->standby, args, n);
     }

@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/errbuf.h"
 #include "common/log.h"
+#include "common/memavail.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
 #include "worker/kv_disk.h"
@@ -69,6 +70,7 @@ void worker_config_default(worker_config_t *c)
     c->kv_cache_bytes = (uint64_t)4096 << 20;
     c->standby_fd = -1;
     sched_config_default(&c->sched);
+    c->sched.kv_budget_bytes = 0; /* kv_budget.h */
 }
 
 static void make_replica_id(struct worker *w)
@@ -611,6 +613,29 @@ static void pack_weights(engine_t *e, int n_threads, const char *cache_dir, uint
         engine_pack_int8(e, n_threads);
 }
 
+/* kv_budget.h's inputs but the cap into w->scfg.kv_mem (sched_new applies
+ * the rule): mem is this worker's measurement (F, and A when the gateway
+ * gave none), the weights are what the worker holds now that it has packed. */
+static void kv_mem_inputs(struct worker *w, const worker_config_t *cfg, const memavail_t *mem)
+{
+    const uint64_t mib = 1u << 20;
+    uint64_t f = mem->avail_bytes == MEMAVAIL_UNLIMITED ? 0 : mem->avail_bytes / mib;
+    kv_budget_in_t *in = &w->scfg.kv_mem;
+    in->free_mib = f;
+    in->avail_mib = cfg->mem_avail_bytes ? cfg->mem_avail_bytes / mib : f;
+    in->n_workers = cfg->mem_workers ? cfg->mem_workers : 1;
+    size_t held = model_held_bytes(w->engine->model) + (w->draft ? model_held_bytes(w->draft->model) : 0);
+    in->weights_mib = (held + mib - 1) / mib;
+    w->scfg.kv_auto = true;
+    if (mem->avail_bytes == MEMAVAIL_UNLIMITED)
+        log_warn("kv pool: cannot read /proc/meminfo: the pool gets the floor (set --kv-budget-mb)");
+    else if (mem->cgroup_bytes < mem->meminfo_bytes)
+        log_info("memory free at start: %llu MiB, the headroom under cgroup %s's memory.max (MemAvailable %llu MiB)",
+                 (unsigned long long)f, mem->cgroup_path, (unsigned long long)(mem->meminfo_bytes / mib));
+    else
+        log_info("memory free at start: MemAvailable %llu MiB", (unsigned long long)f);
+}
+
 worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
 {
     size_t name_len = cfg->model_name ? strlen(cfg->model_name) : 0;
@@ -667,6 +692,11 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
         t_start = t_hash = t_load = clock_now_us();
         from_standby = true;
     }
+    /* F of kv_budget.h: after the GGUF is mapped (and a standby woken),
+     * before the packings and the pool take memory */
+    memavail_t mem = {0};
+    if (w->scfg.kv_blocks <= 0 && w->scfg.kv_budget_bytes == 0)
+        memavail_read(NULL, &mem);
     if (!w->scfg.exact_matmul)
         pack_weights(w->engine, w->scfg.n_threads, have_hash ? cache_dir : NULL, weights_hash, &w->pack_write);
     t_pack = clock_now_us();
@@ -692,6 +722,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
             goto err;
         w->scfg.draft_model = w->draft->model;
     }
+    if (w->scfg.kv_blocks <= 0 && w->scfg.kv_budget_bytes == 0)
+        kv_mem_inputs(w, cfg, &mem);
     w->sched = sched_new(w->engine->model, w->engine->tok, &w->scfg, on_sched_event, w, err,
                          errlen);
     if (!w->sched)
