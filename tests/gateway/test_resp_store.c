@@ -50,10 +50,18 @@ static resp_store_t *open_ok(const char *path, int64_t max_age, int64_t max_byte
     return s;
 }
 
+/* A put without a parent. */
+static int put(resp_store_t *s, const char *id, const char *owner, int64_t now, const char *resp, const char *input,
+               char *err, size_t errlen)
+{
+    resp_store_put_t p = {.id = id, .owner = owner, .now_s = now, .response = resp, .input = input};
+    return resp_store_put(s, &p, err, errlen);
+}
+
 static void put_ok(resp_store_t *s, const char *id, const char *owner, int64_t now, const char *resp)
 {
     char err[256] = "";
-    if (resp_store_put(s, id, owner, now, resp, "[]", "[{\"type\":\"message\"}]", err, sizeof err) != 0)
+    if (put(s, id, owner, now, resp, "[{\"type\":\"message\"}]", err, sizeof err) != 0)
         fail_msg("put %s: %s", id, err);
 }
 
@@ -64,8 +72,7 @@ static void test_roundtrip_and_owners(void **st)
     resp_store_row_t row;
     assert_int_equal(resp_store_get(s, "resp_1", "alice", 1000, &row), 0);
     assert_string_equal(row.response, "{\"id\":\"resp_1\"}");
-    assert_string_equal(row.input, "[]");
-    assert_string_equal(row.context, "[{\"type\":\"message\"}]");
+    assert_string_equal(row.input, "[{\"type\":\"message\"}]");
     assert_int_equal(row.created_s, 1000);
     resp_store_row_free(&row);
     /* another owner sees nothing and deletes nothing */
@@ -154,7 +161,7 @@ static void test_size_cap(void **st)
     memset(big, 'y', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     err[0] = '\0';
-    assert_int_equal(resp_store_put(s, "resp_big", "a", 1020, big, "[]", "[]", err, sizeof err), 1);
+    assert_int_equal(put(s, "resp_big", "a", 1020, big, "[]", err, sizeof err), 1);
     assert_non_null(strstr(err, "cap"));
     assert_int_equal(resp_store_get(s, "resp_big", "a", 1020, &row), 1);
     assert_int_equal(resp_store_get(s, "resp_5", "a", 1020, &row), 0);
@@ -207,7 +214,7 @@ static void test_kill9_keeps_rows(void **st)
         for (int i = 0; i < 50; i++) {
             char id[32];
             snprintf(id, sizeof id, "resp_k%d", i);
-            if (resp_store_put(s, id, "o", 7000, "{\"x\":1}", "[]", "[]", NULL, 0) != 0)
+            if (put(s, id, "o", 7000, "{\"x\":1}", "[]", NULL, 0) != 0)
                 _exit(2);
         }
         raise(SIGKILL); /* no close, no checkpoint */
@@ -243,7 +250,7 @@ static void test_two_writers(void **st)
         for (int i = 0; i < N; i++) {
             char id[32];
             snprintf(id, sizeof id, "resp_child%d", i);
-            if (resp_store_put(c, id, "child", 8000 + i, "{\"w\":\"child\"}", "[]", "[]", NULL, 0) != 0)
+            if (put(c, id, "child", 8000 + i, "{\"w\":\"child\"}", "[]", NULL, 0) != 0)
                 _exit(2);
         }
         resp_store_close(&c);
@@ -308,7 +315,7 @@ static void test_concurrent_open(void **st)
                     fprintf(stderr, "open: %s\n", err);
                     _exit(1);
                 }
-                int rc = resp_store_put(s, "resp_x", "o", 1000, "{}", "[]", "[]", NULL, 0) == 0 ? 0 : 2;
+                int rc = put(s, "resp_x", "o", 1000, "{}", "[]", NULL, 0) == 0 ? 0 : 2;
                 resp_store_close(&s);
                 _exit(rc);
             }

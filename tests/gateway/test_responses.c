@@ -294,7 +294,8 @@ static void test_complete_and_store(void **st)
     assert_int_equal(resp_store_get(store, "resp_1", "key-a", now, &row), 0);
     json_t *stored = json_loads(row.response, 0, NULL);
     assert_true(json_equal(stored, j));
-    json_t *ctx = json_loads(row.context, 0, NULL);
+    json_t *ctx = NULL;
+    assert_int_equal(resp_store_context(store, "resp_1", "key-a", now, &ctx), 0);
     assert_int_equal(json_array_size(ctx), 2);
     assert_string_equal(json_string_value(json_object_get(json_array_get(ctx, 1), "type")), "function_call");
     int status = 0;
