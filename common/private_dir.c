@@ -56,10 +56,15 @@ int private_dir_check(const char *path, const char *what, char *err, size_t errl
                           "files in it; `chmod 700 %s` (and check what is in it)", what, path,
                           (unsigned)(sb.st_mode & 0777), path);
     if ((sb.st_mode & 0777) != 0700) {
-        if (chmod(path, 0700) != 0)
-            return errbuf_set(err, errlen, "%s %s: chmod 700: %s", what, path, strerror(errno));
-        log_info("%s %s: mode %03o narrowed to 700 (it holds users' data)", what, path,
-                 (unsigned)(sb.st_mode & 0777));
+        /* only too readable (others may list names; the files are 0600):
+         * narrowed, or left as it is where it cannot be (a read-only mount
+         * is no place to plant anything either) */
+        if (chmod(path, 0700) == 0)
+            log_info("%s %s: mode %03o narrowed to 700 (it holds users' data)", what, path,
+                     (unsigned)(sb.st_mode & 0777));
+        else
+            log_warn("%s %s: mode %03o, cannot narrow it to 700: %s", what, path, (unsigned)(sb.st_mode & 0777),
+                     strerror(errno));
     }
     return 0;
 }

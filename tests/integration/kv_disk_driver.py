@@ -329,7 +329,7 @@ def run():
     ro = 'mount --bind "%s" "%s" && mount -o remount,bind,ro "%s" "%s" && exec "$@"' % (d3, d3, d3, d3)
     d4 = os.path.join(TMP, "d4")
     os.makedirs(d4)
-    full = 'mount -t tmpfs -o size=64k tmpfs "%s" && exec "$@"' % d4
+    full = 'mount -t tmpfs -o size=64k,mode=0700 tmpfs "%s" && exec "$@"' % d4  # 0700: a world-writable folder is refused
     for name, kv_dir, wrap in (("read-only", d3, ro), ("full", d4, full)):
         w = Worker("w-" + name, kv_dir, wrap)
         check("%s folder: the worker registers" % name, w.ok, w.text()[-1500:])
