@@ -337,7 +337,8 @@ def run():
             continue
         rid = w.replica()
         res = [post(p)[0] for p in PROMPTS[:3]]
-        m = settled(lambda m: any(k.startswith("pagoda_kv_disk_enabled") and rid in k for k in m))
+        m = settled(lambda m: any(k.startswith("pagoda_kv_disk_enabled") and rid in k for k in m) and
+                    metric(m, "pagoda_kv_disk_enabled", replica=rid) == 0)  # the heartbeat after the tier went off
         check("%s folder: the same texts" % name, res == ref[:3])
         check("%s folder: pagoda_kv_disk_enabled 0" % name,
               metric(m, "pagoda_kv_disk_enabled", replica=rid) == 0 and
