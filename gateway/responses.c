@@ -859,8 +859,7 @@ static void store_finish(json_t *resp, resp_store_job_t **job)
 static void store_now(resp_store_t *store, const char *owner, const char *id, int64_t created, json_t *resp,
                       const responses_request_t *req)
 {
-    json_t *saved = json_deep_copy(resp);
-    char *r = json_dumps(saved, JSON_COMPACT), *in = json_dumps(req->input, JSON_COMPACT);
+    char *r = json_dumps(resp, JSON_COMPACT), *in = json_dumps(req->input, JSON_COMPACT);
     json_t *prev = json_array();
     for (size_t i = 0; req->previous_id && i < req->n_previous; i++)
         json_array_append(prev, json_array_get(req->context, i));
@@ -869,7 +868,6 @@ static void store_now(resp_store_t *store, const char *owner, const char *id, in
                           .parent = req->previous_id, .context = c};
     int rc = resp_store_put(store, &p, err, sizeof err);
     store_outcome(resp, rc, err);
-    json_decref(saved);
     free(r);
     free(in);
     free(c);
