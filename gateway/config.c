@@ -162,6 +162,9 @@ static const field_t top_fields[] = {
     OPTSTR("state_dir", config_t, state_dir, check_path),
     DBL("responses_max_age_s", config_t, responses_max_age_s, 1.0, 315360000.0),
     I64("responses_max_bytes", config_t, responses_max_bytes, 4096, 1099511627776LL),
+    I64("responses_key_max_bytes", config_t, responses_key_max_bytes, 4096, 1099511627776LL),
+    I64("responses_key_max_count", config_t, responses_key_max_count, 1, 2147483647LL),
+    I64("responses_store_wait_ms", config_t, responses_store_wait_ms, 1, 600000),
     MAP("queue", config_t, queue, queue_fields),
     MAP("limits", config_t, limits, limits_fields),
     MAP("restart", config_t, restart, restart_fields),
@@ -559,6 +562,9 @@ config_t *config_default(void)
     c->state_dir = NULL; /* gateway_main.c picks the default directory */
     c->responses_max_age_s = RESP_STORE_DEFAULT_MAX_AGE_S;
     c->responses_max_bytes = RESP_STORE_DEFAULT_MAX_BYTES;
+    c->responses_key_max_bytes = RESP_STORE_DEFAULT_KEY_MAX_BYTES;
+    c->responses_key_max_count = RESP_STORE_DEFAULT_KEY_MAX_COUNT;
+    c->responses_store_wait_ms = RESP_STORE_DEFAULT_BUSY_MS;
     /* the queue's own defaults (prio_queue.h, gateway.h), so that a gateway
      * started with or without a file behaves the same */
     prio_queue_config_t q;

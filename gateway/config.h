@@ -88,8 +88,15 @@
  *                                                                 $XDG_STATE_HOME/pagoda, else
  *                                                                 ~/.local/state/pagoda
  *   responses_max_age_s          float    2592000 (30 days)       1..315360000 s; older responses deleted
- *   responses_max_bytes          int      1073741824              4096..2^40 bytes of stored responses;
- *                                                                 the oldest are deleted beyond
+ *   responses_max_bytes          int      1073741824              4096..2^40 bytes of stored responses
+ *                                                                 (all keys); a store over it evicts
+ *                                                                 its own key's oldest, else is refused
+ *   responses_key_max_bytes      int      67108864 (64 MiB)       4096..2^40 stored bytes per API key;
+ *                                                                 that key's oldest are evicted beyond
+ *   responses_key_max_count      int      10000                   1..2^31 stored responses per API key
+ *   responses_store_wait_ms      int      2000                    1..600000 ms a store may wait for the
+ *                                                                 database's write lock (then the
+ *                                                                 answer says store: false)
  *   queue.max_per_model          int      1024                    1..1000000 queued requests per
  *                                                                 model; beyond it: 429 + Retry-After
  *   queue.aging_per_s            float    1/30 (0.0333…)          0..1000 priority levels gained per
@@ -305,7 +312,10 @@ typedef struct config {
     char *state_dir;           /* stored responses' directory, ":memory:", NULL = the default
                                   ($STATE_DIRECTORY, $XDG_STATE_HOME/pagoda, ~/.local/state/pagoda) */
     double responses_max_age_s;/* stored responses older than this are deleted, s */
-    int64_t responses_max_bytes; /* stored responses' bytes; the oldest go beyond */
+    int64_t responses_max_bytes; /* stored responses' bytes, all keys (resp_store.h) */
+    int64_t responses_key_max_bytes; /* per API key */
+    int64_t responses_key_max_count; /* responses per API key */
+    int64_t responses_store_wait_ms; /* a store's wait for the write lock */
     config_queue_t queue;
     config_limits_t limits;
     config_restart_t restart;

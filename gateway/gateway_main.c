@@ -54,6 +54,7 @@
 #include "common/sigwake.h"
 #include "common/xalloc.h"
 #include "gateway/resp_store.h"
+#include "common/private_dir.h"
 #include "gateway/config.h"
 #include "gateway/gateway.h"
 #include "gateway/http.h"
@@ -119,6 +120,9 @@ static const struct flag_key {
     {"state-dir", "state_dir", false, false},
     {"responses-max-age", "responses_max_age_s", false, false},
     {"responses-max-bytes", "responses_max_bytes", false, false},
+    {"responses-key-max-bytes", "responses_key_max_bytes", false, false},
+    {"responses-key-max-count", "responses_key_max_count", false, false},
+    {"responses-store-wait-ms", "responses_store_wait_ms", false, false},
 };
 #define N_FLAG_KEYS (sizeof flag_keys / sizeof flag_keys[0])
 #define OPT_FLAG_KEY 1000  /* getopt value of flag_keys[i] = OPT_FLAG_KEY + i */
@@ -175,8 +179,16 @@ static void usage(FILE *f)
             "                             ~/.local/state/pagoda [state_dir]\n"
             "  --responses-max-age S      delete stored responses older than S seconds (default\n"
             "                             30 days) [responses_max_age_s]\n"
-            "  --responses-max-bytes N    keep at most N bytes of stored responses, oldest deleted\n"
-            "                             first (default 1 GiB) [responses_max_bytes]\n"
+            "  --responses-max-bytes N    keep at most N bytes of stored responses, all keys; a store\n"
+            "                             over it evicts its own key's oldest, else is refused\n"
+            "                             (default 1 GiB) [responses_max_bytes]\n"
+            "  --responses-key-max-bytes N  per API key (default 64 MiB); that key's oldest go\n"
+            "                             [responses_key_max_bytes]\n"
+            "  --responses-key-max-count N  responses per API key (default 10000)\n"
+            "                             [responses_key_max_count]\n"
+            "  --responses-store-wait-ms N  how long a store may wait for the database's write\n"
+            "                             lock; then the answer says store: false (default 2000)\n"
+            "                             [responses_store_wait_ms]\n"
             "  --http-idle-timeout S      close an idle HTTP connection after S seconds (default %d)\n"
             "                             [http_idle_timeout_s]\n"
             "  --header-timeout S         close a connection whose request headers are not\n"
@@ -649,23 +661,6 @@ static gateway_config_t core_config(const config_t *cfg, const curve_setup_t *cs
 }
 
 /* mkdir -p with mode 0700 for the directories it makes. 0, or -1 (errno). */
-static int mkdir_p(const char *path)
-{
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return mkdir(buf, 0700) != 0 && errno != EEXIST ? -1 : 0;
-}
 
 /* Opens the stored responses (gateway/resp_store.h) in cfg->state_dir, or
  * in the default state directory. A configured directory that cannot be
@@ -674,7 +669,10 @@ static int mkdir_p(const char *path)
 static int state_open(const config_t *cfg, resp_store_t **out)
 {
     resp_store_config_t rc = {.max_age_s = (int64_t)cfg->responses_max_age_s,
-                              .max_bytes = cfg->responses_max_bytes};
+                              .max_bytes = cfg->responses_max_bytes,
+                              .key_max_bytes = cfg->responses_key_max_bytes,
+                              .key_max_count = cfg->responses_key_max_count,
+                              .busy_timeout_ms = (int)cfg->responses_store_wait_ms};
     char dir[PATH_MAX], path[PATH_MAX + 32], err[512];
     const char *env;
     bool configured = cfg->state_dir != NULL;
@@ -689,13 +687,15 @@ static int state_open(const config_t *cfg, resp_store_t **out)
     else
         snprintf(dir, sizeof dir, "pagoda-state");
     bool mem = strcmp(dir, ":memory:") == 0;
-    if (!mem && mkdir_p(dir) != 0) {
-        if (configured) {
-            log_error("state_dir %s: %s", dir, strerror(errno));
+    /* the folder holds users' conversations: 0700 and ours, or we refuse
+     * to start (common/private_dir.h) */
+    struct stat sb;
+    if (!mem && private_dir_make(dir, "--state-dir", err, sizeof err) != 0) {
+        if (configured || stat(dir, &sb) == 0) {
+            log_error("%s", err);
             return -1;
         }
-        log_warn("cannot make the state directory %s (%s): stored responses are kept in memory only "
-                 "and lost at exit; set --state-dir", dir, strerror(errno));
+        log_warn("%s: stored responses are kept in memory only and lost at exit; set --state-dir", err);
         mem = true;
     }
     snprintf(path, sizeof path, mem ? ":memory:" : "%s/" RESP_STORE_FILE, dir);

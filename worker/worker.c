@@ -13,8 +13,10 @@
 
 #include "common/clock.h"
 #include "common/errbuf.h"
+#include "common/file_mac.h"
 #include "common/log.h"
 #include "common/memavail.h"
+#include "common/private_dir.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
 #include "worker/kv_disk.h"
@@ -604,11 +606,11 @@ static void test_step_delay(struct worker *w)
 /* e's int8 packings: through the pack cache in cache_dir (keyed by the
  * weights hash; *job = the deferred write of a new file) when there is a
  * cache_dir, packed in memory otherwise. */
-static void pack_weights(engine_t *e, int n_threads, const char *cache_dir, uint64_t weights_hash,
-                         pack_cache_write_t **job)
+static void pack_weights(engine_t *e, int n_threads, const char *cache_dir, const file_mac_key_t *key,
+                         uint64_t weights_hash, pack_cache_write_t **job)
 {
     if (cache_dir)
-        pack_cache_pack(e->model, n_threads, cache_dir, weights_hash, NULL, job);
+        pack_cache_pack(e->model, n_threads, cache_dir, key, weights_hash, NULL, job);
     else
         engine_pack_int8(e, n_threads);
 }
@@ -662,8 +664,22 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     uint64_t weights_hash = 0;
     bool have_hash = false, hash_cached = false;
     char herr[256];
+    file_mac_key_t key;
     if (cache_dir) {
-        if (kv_disk_hash_file_cached(w->model_path, cache_dir, &weights_hash, &hash_cached, herr, sizeof herr) != 0)
+        /* the folder holds users' token ids and bytes we run: ours alone,
+         * or we do not start (common/private_dir.h); its MAC key beside it */
+        char kpath[4200];
+        if (private_dir_make(cache_dir, "--kv-cache-dir", err, errlen) != 0)
+            goto err;
+        if (cfg->kv_disk_key)
+            snprintf(kpath, sizeof kpath, "%s", cfg->kv_disk_key);
+        else if (file_mac_key_default_path(cache_dir, kpath, sizeof kpath) != 0) {
+            errbuf_set(err, errlen, "--kv-cache-dir %s: path too long", cache_dir);
+            goto err;
+        }
+        if (file_mac_key_load(kpath, &key, err, errlen) != 0)
+            goto err;
+        if (kv_disk_hash_file_cached(w->model_path, cache_dir, &key, &weights_hash, &hash_cached, herr, sizeof herr) != 0)
             log_warn("kv disk tier and pack cache off: cannot hash the weights: %s", herr);
         else
             have_hash = true;
@@ -698,7 +714,7 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     if (w->scfg.kv_blocks <= 0 && w->scfg.kv_budget_bytes == 0)
         memavail_read(NULL, &mem);
     if (!w->scfg.exact_matmul)
-        pack_weights(w->engine, w->scfg.n_threads, have_hash ? cache_dir : NULL, weights_hash, &w->pack_write);
+        pack_weights(w->engine, w->scfg.n_threads, have_hash ? cache_dir : NULL, &key, weights_hash, &w->pack_write);
     t_pack = clock_now_us();
     if (cfg->ctx_cap && (int32_t)cfg->ctx_cap < w->engine->model->cfg.ctx)
         w->engine->model->cfg.ctx = (int32_t)cfg->ctx_cap;
@@ -712,9 +728,9 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
             goto err;
         if (!w->scfg.exact_matmul) { /* the draft's packings are cached too, under its own hash */
             uint64_t draft_hash = 0;
-            bool draft_hashed = cache_dir && kv_disk_hash_file_cached(cfg->draft_path, cache_dir, &draft_hash, NULL,
+            bool draft_hashed = cache_dir && kv_disk_hash_file_cached(cfg->draft_path, cache_dir, &key, &draft_hash, NULL,
                                                                       herr, sizeof herr) == 0;
-            pack_weights(w->draft, w->scfg.n_threads, draft_hashed ? cache_dir : NULL, draft_hash,
+            pack_weights(w->draft, w->scfg.n_threads, draft_hashed ? cache_dir : NULL, &key, draft_hash,
                          &w->draft_pack_write);
         }
         if (sched_draft_check(w->engine->model, w->engine->tok, w->draft->model, w->draft->tok, err,
@@ -742,7 +758,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
                                  .n_layer = kst->n_layer, .kv_dim = kst->kv_dim, .weights_hash = weights_hash};
         log_info("kv disk tier: weights hash %016llx (%s, %.0f ms)", (unsigned long long)weights_hash,
                  hash_cached ? "remembered" : "hashed", (double)(t_hash - t_start) / 1000.0);
-        w->disk = kv_disk_open(cache_dir, cfg->kv_cache_bytes ? cfg->kv_cache_bytes : (uint64_t)4096 << 20, &shape);
+        w->disk = kv_disk_open(cache_dir, cfg->kv_cache_bytes ? cfg->kv_cache_bytes : (uint64_t)4096 << 20, &shape,
+                               &key);
         kv_disk_attach(w->disk, sched_kv_pool(w->sched));
     }
     t_disk = clock_now_us();

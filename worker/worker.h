@@ -69,6 +69,8 @@ typedef struct worker_config {
     uint32_t mem_workers;          /* --mem-workers: workers sharing it (N); 0 = 1 */
     const char *kv_cache_dir;      /* disk tier folder (worker/kv_disk.h), NULL = none */
     uint64_t kv_cache_bytes;       /* its size cap (default 4 GiB) */
+    const char *kv_disk_key;       /* MAC key file of its files (common/file_mac.h), NULL =
+                                      <kv_cache_dir>.key */
     const char *draft_path;        /* --draft-model: GGUF of the draft model (sched.spec
                                     * SPEC_DRAFT), NULL = none */
     /* CURVE (proto/curve.h): all three Z85 keys, or all NULL for a plain link */

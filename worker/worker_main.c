@@ -58,6 +58,9 @@ static void usage(FILE *f)
             "                       also the packed int8 weights (DIR/packed/) so a\n"
             "                       restart reads them instead of packing again\n"
             "  --kv-cache-mb N      size cap of the disk tier (default 4096)\n"
+            "  --kv-disk-key FILE   MAC key of the disk tier's and pack cache's files\n"
+            "                       (0600, ours; made when absent; default DIR.key\n"
+            "                       beside --kv-cache-dir, never inside it)\n"
             "  --threads N          threads for the forward pass (default 2)\n"
             "  --ctx N              cap the context length below the model's\n"
             "  --exact-matmul       quantized weights via dequantize+sgemm, not int8 kernels\n"
@@ -134,7 +137,7 @@ int main(int argc, char **argv)
     int level = LOG_INFO;
     uint32_t u;
     const char *curve_server = NULL, *curve_secret = NULL, *gen_prefix = NULL;
-    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR,
+    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR, O_KVKEY,
            O_KVDMB, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY, O_MEMAVAIL, O_MEMWORKERS };
     static const struct option opts[] = {
         {"gateway", required_argument, NULL, 'g'},
@@ -150,6 +153,7 @@ int main(int argc, char **argv)
         {"block-size", required_argument, NULL, O_BLOCK},
         {"kv-type", required_argument, NULL, O_KVTYPE},
         {"kv-cache-dir", required_argument, NULL, O_KVDIR},
+        {"kv-disk-key", required_argument, NULL, O_KVKEY},
         {"kv-cache-mb", required_argument, NULL, O_KVDMB},
         {"threads", required_argument, NULL, O_THREADS},
         {"ctx", required_argument, NULL, 'x'},
@@ -228,6 +232,7 @@ int main(int argc, char **argv)
             }
             break;
         case O_KVDIR: wc.kv_cache_dir = optarg; break;
+        case O_KVKEY: wc.kv_disk_key = optarg; break;
         case O_KVDMB:
             if (parse_i32_opt("kv-cache-mb", optarg, 1, 1u << 30, &u))
                 return 2;
