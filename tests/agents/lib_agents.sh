@@ -1,0 +1,76 @@
+# tests/agents/lib_agents.sh — what the coding-agent tests share (source it
+# after tests/lib.sh): the long-context test model, a gateway serving it, the
+# recording proxy, and the agents' npm install.
+#
+# The agents' first request is ~30k tokens (Claude Code: a 6 KB system prompt
+# and 12 tools, 48 KB of JSON; Codex similar), so stories260K's 512-token
+# context cannot hold it. agents_model makes a random-weight llama with a
+# 64k context and tiny dims (1 layer, dim 64, 2 heads, F32, the builtin
+# near-character tokenizer: ~28k tokens for Claude Code's first turn, prefilled
+# in ~4 s on 2 loaded cores) and the real Qwen2.5 template (Hermes tool calls),
+# cached as $BUILD/models/agents-ctx64k.gguf (0.5 MB, made in 0.01 s).
+
+AGENTS_DIR=$ROOT/tests/agents
+AGENTS_NM=$AGENTS_DIR/node_modules
+
+agents_model() { # prints the model's path (made once, then cached)
+  local m=$BUILD/models/agents-ctx64k.gguf
+  if [[ ! -f $m ]]; then
+    mkdir -p "$BUILD/models"
+    "$BUILD/pagoda-mkmodel" -o "$m.tmp.$$" --dim 64 --layers 1 --heads 2 --kv-heads 1 --ffn 64 \
+      --ctx 65536 --type F32 --seed 3 --chat-template "$ROOT/tests/common/text/chat_templates/qwen2.5.jinja" \
+      >"$TMP/mkmodel.log" 2>&1 && mv "$m.tmp.$$" "$m" || { rm -f "$m.tmp.$$"; sed 's/^/# /' "$TMP/mkmodel.log" >&2; return 1; }
+  fi
+  echo "$m"
+}
+
+# agents_gateway NAME... : a gateway on 127.0.0.1 serving the agents' model
+# under each NAME; sets GW_URL, GW_PID. 4096 KV blocks of 32 = 131k
+# positions (2 sequences of 64k), 256 bytes each.
+agents_gateway() {
+  local m
+  m=$(agents_model) || { fail "pagoda-mkmodel made the 64k-context agents model"; finish; }
+  local hp zp args=() n
+  hp=$(free_port); zp=$(free_port)
+  for n in "$@"; do args+=(--model "$n=$m"); done
+  spawn "$TMP/gw.log" "$BUILD/pagoda-gateway" --listen "127.0.0.1:$hp" --worker-endpoint "tcp://127.0.0.1:$zp" \
+    "${args[@]}" --max-seqs 2 --kv-blocks 4096 --state-dir "$TMP/state" --request-timeout 300
+  GW_PID=$SPAWNED
+  GW_URL=http://127.0.0.1:$hp
+  local want=$#
+  if ! wait_for 60 bash -c "curl -sf $GW_URL/health | grep -o '\"replicas\":1' | wc -l | grep -qx $want"; then
+    fail "gateway: the agents' model registered"; tail -n 20 "$TMP/gw.log" | sed 's/^/# /'; finish
+  fi
+}
+
+# start_proxy DIR [record_proxy.py flags...] : the recording proxy in front of
+# the gateway, recording into DIR; sets PROXY_URL and PROXY_PID.
+start_proxy() {
+  local dir=$1; shift
+  local pp
+  pp=$(free_port)
+  mkdir -p "$dir"
+  spawn "$dir.proxy.log" python3 -u "$AGENTS_DIR/record_proxy.py" --listen "$pp" --upstream "$GW_URL" --dir "$dir" "$@"
+  PROXY_PID=$SPAWNED
+  PROXY_URL=http://127.0.0.1:$pp
+  wait_for 20 grep -q '^listening' "$dir.proxy.log" || { fail "record_proxy.py started"; cat "$dir.proxy.log" | sed 's/^/# /'; finish; }
+}
+
+stop_proxy() { kill -TERM "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; }
+
+# need_agents WHAT : the pinned agents installed (tests/agents/ensure.sh), else
+# skip the whole script with the reason.
+need_agents() {
+  if ! command -v node >/dev/null; then skip "node not found: skipping $1"; exit 0; fi
+  if ! bash "$AGENTS_DIR/ensure.sh" 2>"$TMP/ensure.err"; then
+    skip "npm could not install tests/agents/package.json ($(tail -n 1 "$TMP/ensure.err")): skipping $1"
+    exit 0
+  fi
+}
+
+# The recorded bodies in DIR as one JSON list per line, for the checks:
+#   bodies DIR ROUTE  → prints the files NNN-ROUTE.json in order
+bodies() { ls "$1"/*-"$2".json 2>/dev/null | sort; }
+
+# statuses DIR → "METHOD PATH STATUS" lines the proxy saw, for messages
+statuses() { sed 's/^/# proxy: /' "$1/statuses.log" 2>/dev/null; }
