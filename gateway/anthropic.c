@@ -13,6 +13,7 @@
 #include "common/xalloc.h"
 #include "common/clock.h"
 #include "gateway/answer.h"
+#include "gateway/volatile_block.h"
 
 /* ====================================================================== */
 /* errors                                                                  */
@@ -115,11 +116,23 @@ static int add_message(json_t *msgs, json_t *m, size_t i, oai_error_t *e)
     if (!json_is_object(m))
         return bad(e, "messages.%zu: each message must be an object.", i);
     const char *role = json_string_value(json_object_get(m, "role"));
-    if (!role || (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0))
-        return bad(e, "messages.%zu.role: must be \"user\" or \"assistant\" (the system prompt goes in "
-                      "the top-level \"system\" field).", i);
-    bool asst = role[0] == 'a';
+    if (!role || (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0 && strcmp(role, "system") != 0))
+        return bad(e, "messages.%zu.role: must be \"user\", \"assistant\" or \"system\".", i);
     json_t *content = json_object_get(m, "content");
+    if (role[0] == 's') {
+        /* a system turn inside the conversation (Claude Code sends one after
+         * the first user turn): a chat "system" message where it stands; the
+         * chat template renders it as a system turn or folds it into a user
+         * turn (common/text/chat_template.h) */
+        char where[64];
+        snprintf(where, sizeof where, "messages.%zu.content", i);
+        json_t *t = text_of(content, where, e);
+        if (!t)
+            return -1;
+        json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", t));
+        return 0;
+    }
+    bool asst = role[0] == 'a';
     if (json_is_string(content)) {
         json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", role, "content", content));
         return 0;
@@ -220,25 +233,43 @@ out:
     return rc;
 }
 
-static int map_tools(json_t *root, json_t *chat, oai_error_t *e)
+static int map_tool_choice(json_t *root, json_t *chat, json_t *dropped, oai_error_t *e);
+
+/* Anthropic-defined tools (server tools such as web_search_20250305 and
+ * code_execution_*, and the schema-less bash_* / text_editor_* / computer_*
+ * / memory_* tools) have a versioned "type": this server cannot run the
+ * former and does not know the latter's schemas, so they are left out of the
+ * prompt with a warning (400 only when tool_choice names one). */
+static int map_tools(json_t *root, json_t *chat, char *warn, size_t warnlen, oai_error_t *e)
 {
     json_t *tools = json_object_get(root, "tools");
+    json_t *dropped = json_array();
     if (present(tools)) {
-        if (!json_is_array(tools))
+        if (!json_is_array(tools)) {
+            json_decref(dropped);
             return bad(e, "tools: must be an array.");
+        }
         json_t *out = json_array();
         size_t i;
         json_t *t;
         json_array_foreach(tools, i, t) {
             const char *ty = json_string_value(json_object_get(t, "type"));
-            if (!json_is_object(t) || (ty && strcmp(ty, "custom") != 0)) {
+            if (!json_is_object(t)) {
                 json_decref(out);
-                return bad(e, "tools.%zu: only client tools {name, description, input_schema} are "
-                              "supported%s%s.", i, ty ? "; got type " : "", ty ? ty : "");
+                json_decref(dropped);
+                return bad(e, "tools.%zu: must be an object.", i);
+            }
+            if (ty && strcmp(ty, "custom") != 0) {
+                const char *nm = json_string_value(json_object_get(t, "name"));
+                json_array_append_new(dropped, json_string(nm ? nm : ty));
+                oai_warning_add(warn, warnlen, "tools left out (Anthropic-defined tools this server does not run)",
+                                ty);
+                continue;
             }
             json_t *name = json_object_get(t, "name"), *schema = json_object_get(t, "input_schema");
             if (!json_is_string(name) || !json_is_object(schema)) {
                 json_decref(out);
+                json_decref(dropped);
                 return bad(e, "tools.%zu: a tool needs a string \"name\" and an object \"input_schema\".", i);
             }
             json_t *fn = json_pack("{s:O, s:O}", "name", name, "parameters", schema);
@@ -249,6 +280,14 @@ static int map_tools(json_t *root, json_t *chat, oai_error_t *e)
         }
         json_object_set_new(chat, "tools", out);
     }
+    int rc = map_tool_choice(root, chat, dropped, e);
+    json_decref(dropped);
+    return rc;
+}
+
+/* tool_choice; naming a tool that was left out (dropped) is a 400. */
+static int map_tool_choice(json_t *root, json_t *chat, json_t *dropped, oai_error_t *e)
+{
     json_t *tc = json_object_get(root, "tool_choice");
     if (!present(tc))
         return 0;
@@ -265,6 +304,12 @@ static int map_tools(json_t *root, json_t *chat, oai_error_t *e)
         json_t *name = json_object_get(tc, "name");
         if (!json_is_string(name))
             return bad(e, "tool_choice.name: required (a string) with type \"tool\".");
+        size_t k;
+        json_t *d;
+        json_array_foreach(dropped, k, d)
+            if (json_equal(d, name))
+                return bad(e, "tool_choice.name: '%.64s' is an Anthropic-defined tool this server does not "
+                              "run.", json_string_value(name));
         json_object_set_new(chat, "tool_choice",
                             json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name", name));
     } else {
@@ -279,7 +324,13 @@ static int map_tools(json_t *root, json_t *chat, oai_error_t *e)
     return 0;
 }
 
-static int map_thinking(json_t *root, json_t *chat, int64_t max_tokens, oai_error_t *e)
+/* thinking: "enabled" (budget_tokens >= 1024), "adaptive" (Claude 4.6+: on,
+ * no fixed budget) or "disabled"; "display" ("summarized" | "omitted") is
+ * accepted: the model's own thinking is what a local model has. A budget at
+ * or above max_tokens is accepted (Anthropic allows it with interleaved
+ * thinking, which Claude Code always asks for): max_tokens bounds thinking
+ * and answer together either way. */
+static int map_thinking(json_t *root, json_t *chat, oai_error_t *e)
 {
     json_t *th = json_object_get(root, "thinking");
     bool on = false;
@@ -287,18 +338,48 @@ static int map_thinking(json_t *root, json_t *chat, int64_t max_tokens, oai_erro
         const char *ty = json_string_value(json_object_get(th, "type"));
         if (!json_is_object(th) || !ty)
             return bad(e, "thinking: must be an object with a \"type\".");
+        json_t *disp = json_object_get(th, "display");
+        if (present(disp) && !json_is_string(disp))
+            return bad(e, "thinking.display: must be a string.");
         if (strcmp(ty, "enabled") == 0) {
             json_t *bt = json_object_get(th, "budget_tokens");
             if (!json_is_integer(bt) || json_integer_value(bt) < 1024)
                 return bad(e, "thinking.budget_tokens: must be an integer >= 1024.");
-            if (max_tokens > 0 && json_integer_value(bt) >= max_tokens)
-                return bad(e, "thinking.budget_tokens: must be less than max_tokens.");
+            on = true;
+        } else if (strcmp(ty, "adaptive") == 0) {
             on = true;
         } else if (strcmp(ty, "disabled") != 0) {
-            return bad(e, "thinking.type: must be \"enabled\" or \"disabled\", got '%.40s'.", ty);
+            return bad(e, "thinking.type: must be \"enabled\", \"adaptive\" or \"disabled\", got '%.40s'.",
+                       ty);
         }
     }
     json_object_set_new(chat, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", on));
+    return 0;
+}
+
+/* output_config: {"effort": low|medium|high|max|xhigh (accepted: a local
+ * model has one effort), "format": {"type":"json_schema","schema"}} (structured
+ * output → response_format json_schema). */
+static int map_output_config(json_t *root, json_t *chat, oai_error_t *e)
+{
+    json_t *oc = json_object_get(root, "output_config");
+    if (!present(oc))
+        return 0;
+    if (!json_is_object(oc))
+        return bad(e, "output_config: must be an object.");
+    json_t *eff = json_object_get(oc, "effort");
+    if (present(eff) && !json_is_string(eff))
+        return bad(e, "output_config.effort: must be a string.");
+    json_t *fmt = json_object_get(oc, "format");
+    if (!present(fmt))
+        return 0;
+    const char *ty = json_string_value(json_object_get(fmt, "type"));
+    json_t *schema = json_object_get(fmt, "schema");
+    if (!json_is_object(fmt) || !ty || strcmp(ty, "json_schema") != 0 || !json_is_object(schema))
+        return bad(e, "output_config.format: must be {\"type\":\"json_schema\",\"schema\":{...}}.");
+    json_object_set_new(chat, "response_format",
+                        json_pack("{s:s, s:{s:s, s:O}}", "type", "json_schema", "json_schema", "name", "output",
+                                  "schema", schema));
     return 0;
 }
 
@@ -310,15 +391,36 @@ static void copy(json_t *root, json_t *chat, const char *key, const char *as)
         json_object_set(chat, as, v);
 }
 
-/* The Messages body → a chat-completions body. */
-static json_t *translate(json_t *root, bool count_tokens, oai_error_t *e)
+/* sys (a string or an array of blocks) without its volatile blocks
+ * (gateway/volatile_block.h) unless keep: a new reference. */
+static json_t *volatile_filter(json_t *sys, bool keep)
 {
+    if (keep || !json_is_array(sys))
+        return json_incref(sys);
+    json_t *out = json_array();
+    size_t i;
+    json_t *b;
+    json_array_foreach(sys, i, b) {
+        json_t *t = json_object_get(b, "text");
+        if (json_is_string(t) &&
+            volatile_block_match("anthropic", "system", json_string_value(t), json_string_length(t)))
+            continue;
+        json_array_append(out, b);
+    }
+    return out;
+}
+
+/* The Messages body → a chat-completions body; what was left out of it is
+ * described in warn (warnlen bytes, "" = nothing). */
+static json_t *translate(json_t *root, unsigned flags, char *warn, size_t warnlen, oai_error_t *e)
+{
+    bool count_tokens = flags & ANTHROPIC_PARSE_COUNT;
+    bool keep_volatile = flags & ANTHROPIC_PARSE_KEEP_VOLATILE;
     json_t *chat = json_object();
     json_t *msgs = json_array();
     json_object_set_new(chat, "messages", msgs);
     copy(root, chat, "model", "model");
     json_t *mt = json_object_get(root, "max_tokens");
-    int64_t max_tokens = 0;
     if (!count_tokens) {
         if (!present(mt)) {
             bad(e, "max_tokens: Field required");
@@ -328,15 +430,19 @@ static json_t *translate(json_t *root, bool count_tokens, oai_error_t *e)
             bad(e, "max_tokens: must be an integer >= 1.");
             goto err;
         }
-        max_tokens = json_integer_value(mt);
         json_object_set(chat, "max_tokens", mt);
     }
     json_t *sys = json_object_get(root, "system");
     if (present(sys)) {
-        json_t *t = text_of(sys, "system", e);
+        json_t *kept = volatile_filter(sys, keep_volatile);
+        json_t *t = text_of(kept, "system", e);
+        json_decref(kept);
         if (!t)
             goto err;
-        json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", t));
+        if (json_string_length(t) || !json_is_array(sys) || json_array_size(sys) == 0)
+            json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", t));
+        else
+            json_decref(t); /* every block was volatile: no system turn */
     }
     json_t *m = json_object_get(root, "messages");
     if (!json_is_array(m) || json_array_size(m) == 0) {
@@ -377,7 +483,8 @@ static json_t *translate(json_t *root, bool count_tokens, oai_error_t *e)
             bad(e, "%s: not supported by this server.", refused[k]);
             goto err;
         }
-    if (map_tools(root, chat, e) < 0 || map_thinking(root, chat, max_tokens, e) < 0)
+    if (map_tools(root, chat, warn, warnlen, e) < 0 || map_thinking(root, chat, e) < 0 ||
+        map_output_config(root, chat, e) < 0)
         goto err;
     return chat;
 err:
@@ -385,19 +492,24 @@ err:
     return NULL;
 }
 
-int anthropic_parse_request(const uint8_t *body, size_t len, bool count_tokens, oai_request_t *out,
+int anthropic_parse_request(const uint8_t *body, size_t len, unsigned flags, oai_request_t *out,
                             oai_error_t *err)
 {
     memset(out, 0, sizeof *out);
     json_t *root = oai_load_body(body, len, err);
     if (!root)
         return -1;
-    json_t *chat = translate(root, count_tokens, err);
+    bool count_tokens = flags & ANTHROPIC_PARSE_COUNT;
+    char warn[OAI_MAX_WARNING];
+    warn[0] = '\0';
+    json_t *chat = translate(root, flags, warn, sizeof warn, err);
     json_decref(root);
     if (!chat)
         return -1;
     int rc = oai_parse_chat_root(chat, out, err);
     json_decref(chat);
+    if (rc == 0 && warn[0])
+        out->warning = xstrdup(warn);
     if (rc == 0 && count_tokens) {
         out->op = OAI_OP_TOKENIZE;
         out->add_special = true;
@@ -667,7 +779,9 @@ typedef struct {
 
 static int surface_parse(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o, oai_error_t *e)
 {
-    return anthropic_parse_request(body, len, call->op == OAI_OP_TOKENIZE, o, e);
+    unsigned flags = (call->op == OAI_OP_TOKENIZE ? ANTHROPIC_PARSE_COUNT : 0) |
+                     (call->keep_volatile ? ANTHROPIC_PARSE_KEEP_VOLATILE : 0);
+    return anthropic_parse_request(body, len, flags, o, e);
 }
 
 static void surface_begin(api_call_t *call, oai_request_t *o)

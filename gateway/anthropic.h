@@ -6,7 +6,12 @@
  * (oai_request_t) every surface submits; nothing here talks to workers.
  *
  *   model, max_tokens (required, ≥ 1)     model, max_tokens
- *   system: string | [text blocks]        a first "system" message
+ *   system: string | [text blocks]        a first "system" message, without the
+ *                                         volatile blocks of volatile_block.h (Claude
+ *                                         Code's billing header) unless kept
+ *   messages[].role user | assistant      user | assistant
+ *                   | system              a "system" message where it stands (the
+ *                                         chat template renders or folds it)
  *   messages[].content: string | blocks   text → content (blocks joined by "\n");
  *                                         tool_use (assistant) → tool_calls (input
  *                                         as arguments); tool_result (user) → a
@@ -16,13 +21,22 @@
  *                                         image, document, others → 400
  *   stop_sequences, temperature (0..1), top_p, top_k, stream
  *   metadata.user_id                      user
- *   tools [{name, description, input_schema}]  function tools (server tools → 400)
+ *   tools [{name, description, input_schema}]  function tools; Anthropic-defined
+ *                                         tools (a versioned "type": web_search_*,
+ *                                         bash_*, ...) are left out with a warning
+ *                                         (out->warning), 400 if tool_choice names one
  *   tool_choice auto | any | tool{name} | none  auto | required | named | none;
  *     disable_parallel_tool_use           parallel_tool_calls false
- *   thinking enabled | disabled | absent  chat_template_kwargs.enable_thinking
- *                                         true | false | false (Anthropic's default is
- *                                         off; budget_tokens ≥ 1024 is checked, not a
- *                                         separate limit: max_tokens bounds both)
+ *   thinking enabled | adaptive           chat_template_kwargs.enable_thinking true
+ *            | disabled | absent          | false (Anthropic's default is off);
+ *                                         enabled needs budget_tokens >= 1024; a
+ *                                         budget >= max_tokens is accepted (as with
+ *                                         interleaved thinking): max_tokens bounds
+ *                                         both; "display" is accepted
+ *   output_config.effort                  accepted (one effort here)
+ *   output_config.format json_schema      response_format json_schema
+ *   context_management, cache_control,    accepted and ignored (no server-side edits;
+ *   anthropic-beta, ?beta=true            the prefix cache is automatic)
  *   mcp_servers, container                400 (not served here)
  * Unknown fields are ignored, as Anthropic does.
  *
@@ -56,11 +70,15 @@
 #include "gateway/oai.h"
 #include "proto/msg.h"
 
-/* Parses a /v1/messages body (count_tokens: a /v1/messages/count_tokens
- * body: max_tokens not required, op OAI_OP_TOKENIZE, no constraint) into
- * *out. Returns 0 (oai_request_free releases it), or -1 with a 400 in *err
- * and nothing to free. */
-int anthropic_parse_request(const uint8_t *body, size_t len, bool count_tokens, oai_request_t *out,
+/* Parses a /v1/messages body into *out. flags: ANTHROPIC_PARSE_COUNT (a
+ * /v1/messages/count_tokens body: max_tokens not required, op
+ * OAI_OP_TOKENIZE, no constraint), ANTHROPIC_PARSE_KEEP_VOLATILE (keep the
+ * volatile system blocks of gateway/volatile_block.h, dropped otherwise).
+ * Returns 0 (oai_request_free releases it; out->warning says what was left
+ * out), or -1 with a 400 in *err and nothing to free. */
+#define ANTHROPIC_PARSE_COUNT 1u
+#define ANTHROPIC_PARSE_KEEP_VOLATILE 2u
+int anthropic_parse_request(const uint8_t *body, size_t len, unsigned flags, oai_request_t *out,
                             oai_error_t *err);
 
 /* The error in Anthropic's shape (malloc'd JSON). */

@@ -98,6 +98,10 @@ typedef struct api_call {
     const char *owner;            /* who calls: the API key's SHA-256 in hex, or
                                      RESP_STORE_ANON without a keys file (http.c's) */
     struct resp_store *store;     /* stored responses (resp_store.h), NULL = none */
+    bool keep_volatile;           /* --keep-volatile-blocks: surfaces keep the agents'
+                                     volatile prompt blocks (volatile_block.h) */
+    char *warning;                /* what the request left out (oai_request_t.warning),
+                                     sent as X-Pagoda-Warning; owned by http.c */
     /* the surface's */
     void *state;                  /* per-request render state, freed by end() */
     bool done;                    /* stream: its last bytes are written */

@@ -158,6 +158,7 @@ static const field_t top_fields[] = {
     BOOL("admin_open", config_t, admin_open),
     BOOL("no_ui", config_t, no_ui),
     ENUM("reasoning_parser", config_t, reasoning_parser, reasoning_parser_names),
+    BOOL("keep_volatile_blocks", config_t, keep_volatile_blocks),
     OPTSTR("state_dir", config_t, state_dir, check_path),
     DBL("responses_max_age_s", config_t, responses_max_age_s, 1.0, 315360000.0),
     I64("responses_max_bytes", config_t, responses_max_bytes, 4096, 1099511627776LL),

@@ -77,6 +77,11 @@
  *   reasoning_parser             string   none                    none | qwen3: split <think>...</think>
  *                                                                 at the start of chat answers into
  *                                                                 reasoning_content (gateway/reasoning.h)
+ *   keep_volatile_blocks         bool     false                   true: keep the volatile prompt blocks
+ *                                                                 agents send (gateway/volatile_block.h:
+ *                                                                 Claude Code's billing header), which
+ *                                                                 are dropped before templating so a
+ *                                                                 new conversation reuses the cache
  *   state_dir                    string   (see right)             directory of responses.sqlite3 (stored
  *                                                                 Responses API responses) or ":memory:";
  *                                                                 none = $STATE_DIRECTORY, else
@@ -292,6 +297,7 @@ typedef struct config {
     bool admin_open;           /* without keys_file, /admin/... answer anyone (else 403) */
     bool no_ui;                /* the web console (GET /ui/) is not served */
     int reasoning_parser;      /* reasoning_parser_t: 0 none, 1 qwen3 */
+    bool keep_volatile_blocks; /* keep agents' volatile prompt blocks (volatile_block.h) */
     char *state_dir;           /* stored responses' directory, ":memory:", NULL = the default
                                   ($STATE_DIRECTORY, $XDG_STATE_HOME/pagoda, ~/.local/state/pagoda) */
     double responses_max_age_s;/* stored responses older than this are deleted, s */

@@ -114,6 +114,7 @@ static const struct flag_key {
     {"admin-open", "admin_open", false, true},
     {"no-ui", "no_ui", false, true},
     {"reasoning-parser", "reasoning_parser", false, false},
+    {"keep-volatile-blocks", "keep_volatile_blocks", false, true},
     {"state-dir", "state_dir", false, false},
     {"responses-max-age", "responses_max_age_s", false, false},
     {"responses-max-bytes", "responses_max_bytes", false, false},
@@ -163,6 +164,10 @@ static void usage(FILE *f)
             "  --reasoning-parser P       none (default) or qwen3: put <think>...</think> at the\n"
             "                             start of chat answers into reasoning_content\n"
             "                             [reasoning_parser]\n"
+            "  --keep-volatile-blocks     keep the per-run blocks agents put before their prompt\n"
+            "                             (Claude Code's billing header); dropped by default so\n"
+            "                             a new conversation reuses the prefix cache\n"
+            "                             [keep_volatile_blocks]\n"
             "  --state-dir DIR            where stored Responses API responses live\n"
             "                             (DIR/responses.sqlite3; :memory: = not kept). Default\n"
             "                             $STATE_DIRECTORY, $XDG_STATE_HOME/pagoda or\n"
@@ -695,7 +700,8 @@ static http_config_t http_config(const config_t *cfg)
                            .idle_timeout_s = (unsigned)cfg->http_idle_timeout_s,
                            .header_timeout_ms = (int64_t)(cfg->header_timeout_s * 1000),
                            .cors_origins = cfg->cors_origins, .admin_open = cfg->admin_open,
-                           .no_ui = cfg->no_ui, .reasoning_parser = cfg->reasoning_parser};
+                           .no_ui = cfg->no_ui, .reasoning_parser = cfg->reasoning_parser,
+                           .keep_volatile_blocks = cfg->keep_volatile_blocks};
 }
 
 /* Starts every model's local workers (replicas each) and hands them to the

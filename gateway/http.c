@@ -103,6 +103,7 @@ struct http_server {
     bool cors_any;              /* "*" was listed: every origin is allowed */
     bool admin_open;            /* ops routes open without a keys file */
     reasoning_parser_t reasoning; /* --reasoning-parser */
+    bool keep_volatile;         /* --keep-volatile-blocks (volatile_block.h) */
     resp_store_t *responses;    /* stored responses (borrowed), NULL = none */
     bool ui;                    /* the web console is served (not --no-ui) */
 };
@@ -202,6 +203,25 @@ static enum MHD_Result respond_text(http_server_t *s, struct MHD_Connection *c, 
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
     if (retry_after)
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
+    return queue(s, c, status, r);
+}
+
+/* A JSON answer (text malloc'd, taken) with an optional X-Pagoda-Warning. */
+static enum MHD_Result respond_text_warn(http_server_t *s, struct MHD_Connection *c, unsigned status,
+                                         char *text, const char *retry_after, const char *warning)
+{
+    if (!text)
+        return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (retry_after)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
+    if (warning)
+        MHD_add_response_header(r, "X-Pagoda-Warning", warning);
     return queue(s, c, status, r);
 }
 
@@ -704,8 +724,8 @@ static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection 
 {
     int status = 500;
     char *body = q->surface->complete(&q->call, q->events, q->n_events, &status);
-    return respond_text(s, c, (unsigned)status, with_newline(body), "application/json", NULL,
-                        status == 429 ? "1" : NULL);
+    return respond_text_warn(s, c, (unsigned)status, with_newline(body), status == 429 ? "1" : NULL,
+                             q->call.warning);
 }
 
 /* Called on every resume until a response is queued. */
@@ -735,6 +755,8 @@ static enum MHD_Result gen_continue(http_server_t *s, struct MHD_Connection *c, 
             MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
             MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
             MHD_add_response_header(r, "X-Accel-Buffering", "no");
+            if (q->call.warning)
+                MHD_add_response_header(r, "X-Pagoda-Warning", q->call.warning);
             return queue(s, c, 200, r);
         }
         vec_reserve(q->events, q->cap_events, q->n_events + 1);
@@ -771,12 +793,18 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     q->call.op = rt->op;
     q->call.owner = q->owner;
     q->call.store = s->responses;
+    q->call.keep_volatile = s->keep_volatile;
     oai_request_t o;
     oai_error_t e;
     const uint8_t *body = (const uint8_t *)(q->body ? q->body : "");
     if (api->parse(&q->call, body, q->body_len, &o, &e) < 0)
         return respond_api_error(s, c, api, &e, NULL);
     q->began = true; /* parse may have set call.state: end() frees it from here on */
+    if (o.warning) {
+        log_warn("%s: %s", rt->path, o.warning);
+        q->call.warning = o.warning;
+        o.warning = NULL;
+    }
     if (oai_request_check_limits(&o, s->max_messages, s->max_prompt_bytes, &e) < 0) {
         oai_request_free(&o);
         return respond_api_error(s, c, api, &e, NULL);
@@ -1150,6 +1178,7 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
     for (size_t i = 0; i < q->call.n_tools; i++)
         free(q->call.tool_names[i]);
     free(q->call.tool_names);
+    free(q->call.warning);
     free(q->out.p);
     free(q->call.model);
     free(q->body);
@@ -1225,6 +1254,7 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     cors_parse(s, cfg->cors_origins);
     s->admin_open = cfg->admin_open;
     s->reasoning = (reasoning_parser_t)cfg->reasoning_parser;
+    s->keep_volatile = cfg->keep_volatile_blocks;
     s->responses = cfg->responses;
     s->ui = !cfg->no_ui;
     s->header_timeout_us = (cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms

@@ -98,6 +98,8 @@ typedef struct http_config {
     int reasoning_parser;     /* reasoning_parser_t (gateway/reasoning.h): REASONING_QWEN3
                                  splits <think>...</think> off chat answers into
                                  reasoning_content; 0 = none */
+    bool keep_volatile_blocks; /* surfaces keep agents' volatile prompt blocks
+                                  (gateway/volatile_block.h); false = dropped */
     struct resp_store *responses; /* stored Responses API responses (gateway/resp_store.h),
                                  borrowed, must outlive the server; NULL = none (POST
                                  /v1/responses then stores nothing, GET/DELETE answer 503) */

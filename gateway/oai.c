@@ -1076,6 +1076,20 @@ int oai_parse_embeddings(const uint8_t *body, size_t len, oai_request_t *out, oa
     return rc;
 }
 
+void oai_warning_add(char *warn, size_t cap, const char *heading, const char *what)
+{
+    size_t n = strnlen(warn, cap);
+    if (n + 1 >= cap)
+        return;
+    /* the heading is new when it is not the one the text ends under */
+    const char *last = NULL;
+    for (const char *p = warn; (p = strstr(p, heading)) != NULL; p++)
+        last = p;
+    bool same = last && !strchr(last, ';');
+    snprintf(warn + n, cap - n, "%s%s%s%s", same ? ", " : n ? "; " : "", same ? "" : heading,
+             same ? "" : ": ", what);
+}
+
 void oai_request_free(oai_request_t *r)
 {
     if (!r)
@@ -1106,6 +1120,8 @@ void oai_request_free(oai_request_t *r)
     free(r->logit_bias);
     free(r->user);
     free(r->grammar);
+    free(r->warning);
+    free(r->affinity_key);
     memset(r, 0, sizeof(*r));
 }
 

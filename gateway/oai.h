@@ -51,6 +51,7 @@
 #define OAI_MAX_TOP_LOGPROBS 20
 #define OAI_MAX_MAX_TOKENS 1000000     /* max_tokens upper bound (the context limit is checked later) */
 #define OAI_MAX_GRAMMAR_BYTES (256u << 10) /* `grammar` text; a compiled schema may reach GBNF_MAX_TEXT */
+#define OAI_MAX_WARNING 512            /* bytes of oai_request_t.warning */
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -222,7 +223,19 @@ typedef struct {
     /* chat_template_kwargs (chat only; other keys are ignored) */
     bool has_enable_thinking;    /* enable_thinking given */
     bool enable_thinking;        /* its value, when has_enable_thinking */
+    /* what a surface left out of the request rather than refusing it (hosted
+     * tools it cannot run, ...): logged and sent back in the X-Pagoda-Warning
+     * response header; NULL = nothing (< OAI_MAX_WARNING bytes) */
+    char *warning;
+    /* cache-aware routing affinity (Responses `prompt_cache_key`): requests
+     * with the same key go to the same replica; NULL = none */
+    char *affinity_key;
 } oai_request_t;
+
+/* Appends "what" to a warning buffer (cap bytes, NUL-terminated) under a
+ * heading: "HEADING: a, b, c" (the heading is written once, before the
+ * first item; a second heading starts "; HEADING2: ..."). Truncates. */
+void oai_warning_add(char *warn, size_t cap, const char *heading, const char *what);
 
 /* Parses and validates. Returns 0 and fills *out (release with
  * oai_request_free), or -1 with *err filled (status 400, type

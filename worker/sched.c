@@ -717,14 +717,16 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
                 return -1;
             }
         /* the shortest complete document (in bytes, at least as many
-         * tokens as it needs) plus the end token must fit */
+         * tokens as it needs) plus the end token must fit in the context.
+         * A max_tokens below it is the caller's choice, as with OpenAI and
+         * Anthropic: the output keeps to the grammar and is cut short with
+         * finish "length" (grammar_draw: nothing fits → keep to the
+         * grammar), so a forced tool call comes back partial, not refused. */
         int64_t left = (int64_t)s->max_positions - r->n_prompt - r->n_resume;
-        if (r->max_tokens > 0 && r->max_tokens - r->n_resume < left)
-            left = r->max_tokens - r->n_resume;
         int64_t need = gmatch_cost(q->gm) + 1;
         if (need > left) {
             errbuf_set(err, errlen,
-                       "max_tokens leaves %lld tokens, but the shortest output the response format or "
+                       "the context leaves %lld tokens, but the shortest output the response format or "
                        "grammar allows needs up to %lld",
                        (long long)left, (long long)need);
             seq_free(&q);

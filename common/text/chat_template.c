@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <assert.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1323,9 +1324,118 @@ int chat_template_render_tools(const chat_template_t *t, const chat_msg_t *msgs,
     return chat_template_render_opts(t, msgs, n, &o, out, out_len, err, errlen);
 }
 
+/* Templates that raise on a system message after the first (llama2, mistral,
+ * gemma): does msgs hold one? (NULL roles or contents are left to the render
+ * to refuse.) */
+static bool needs_fold(const chat_template_t *t, const chat_msg_t *msgs, size_t n)
+{
+    if (t->family != CHAT_FAMILY_LLAMA2 && t->family != CHAT_FAMILY_MISTRAL && t->family != CHAT_FAMILY_GEMMA)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!msgs[i].role || !msgs[i].content)
+            return false;
+    bool lead = true; /* still in the leading run of system messages */
+    for (size_t i = 0; i < n; i++) {
+        bool sys = strcmp(msgs[i].role, "system") == 0;
+        if (sys && (!lead || i > 0))
+            return true;
+        lead = lead && sys;
+    }
+    return false;
+}
+
+/* Folds every system message but a leading one into the conversation, the
+ * way these templates treat a leading system message (merged into a user
+ * turn): a run of leading system messages becomes one ("\n\n" between);
+ * a later one is put in front of the next message when that is a user turn,
+ * else after the previous message when that is a user turn, else it becomes
+ * a user turn of its own. Returns the new count; *out and the strings in
+ * *owned (n_owned) are malloc'd. */
+static size_t fold_system(const chat_msg_t *msgs, size_t n, chat_msg_t **out, char ***owned, size_t *n_owned)
+{
+    chat_msg_t *m = xcalloc(n, sizeof *m);
+    char **own = xcalloc(n, sizeof *own);
+    size_t k = 0, o = 0;
+    char *pending = NULL; /* a system text waiting for the next user turn */
+    bool all_sys = true;  /* msgs[0..i) are all system messages */
+    for (size_t i = 0; i < n; i++) {
+        bool sys = strcmp(msgs[i].role, "system") == 0;
+        bool user = strcmp(msgs[i].role, "user") == 0;
+        bool lead = all_sys;
+        all_sys = all_sys && sys;
+        if (sys && lead && k == 1) {
+            /* the leading run of system messages: one */
+            sb_t c = {0};
+            sb_puts(&c, m[0].content);
+            sb_puts(&c, "\n\n");
+            sb_puts(&c, msgs[i].content);
+            m[0].content = own[o++] = c.buf;
+            continue;
+        }
+        if (sys && k > 0) {
+            bool next_user = i + 1 < n && strcmp(msgs[i + 1].role, "user") == 0;
+            if (next_user) {
+                sb_t c = {0};
+                if (pending) {
+                    sb_puts(&c, pending);
+                    sb_puts(&c, "\n\n");
+                }
+                sb_puts(&c, msgs[i].content);
+                free(pending);
+                pending = c.buf;
+            } else if (strcmp(m[k - 1].role, "user") == 0) {
+                sb_t c = {0};
+                sb_puts(&c, m[k - 1].content);
+                sb_puts(&c, "\n\n");
+                sb_puts(&c, msgs[i].content);
+                m[k - 1].content = own[o++] = c.buf;
+            } else {
+                m[k++] = (chat_msg_t){.role = "user", .content = msgs[i].content};
+            }
+            continue;
+        }
+        m[k] = msgs[i];
+        if (user && pending) {
+            sb_t c = {0};
+            sb_puts(&c, pending);
+            sb_puts(&c, "\n\n");
+            sb_puts(&c, msgs[i].content);
+            m[k].content = own[o++] = c.buf;
+            free(pending);
+            pending = NULL;
+        }
+        k++;
+    }
+    assert(!pending); /* a pending text always meets the user turn after it */
+    *out = m;
+    *owned = own;
+    *n_owned = o;
+    return k;
+}
+
+static int render_opts(const chat_template_t *t, const chat_msg_t *msgs, size_t n, const chat_render_opts_t *o,
+                       char **out, size_t *out_len, char *err, size_t errlen);
+
 int chat_template_render_opts(const chat_template_t *t, const chat_msg_t *msgs, size_t n,
                               const chat_render_opts_t *o, char **out, size_t *out_len, char *err,
                               size_t errlen)
+{
+    if (!msgs || !needs_fold(t, msgs, n))
+        return render_opts(t, msgs, n, o, out, out_len, err, errlen);
+    chat_msg_t *f;
+    char **owned;
+    size_t n_owned;
+    size_t n2 = fold_system(msgs, n, &f, &owned, &n_owned);
+    int rc = render_opts(t, f, n2, o, out, out_len, err, errlen);
+    for (size_t i = 0; i < n_owned; i++)
+        free(owned[i]);
+    free(owned);
+    free(f);
+    return rc;
+}
+
+static int render_opts(const chat_template_t *t, const chat_msg_t *msgs, size_t n, const chat_render_opts_t *o,
+                       char **out, size_t *out_len, char *err, size_t errlen)
 {
     const char *tools_json = o->tools_json;
     render_t R = {.t = t, .m = msgs, .n = n, .gen = o->add_generation_prompt, .think = o->enable_thinking,

@@ -150,6 +150,62 @@ static void test_thinking_and_count(void **st)
     oai_request_free(&o);
 }
 
+/* What Claude Code (2.1.x) sends with any model name: a system turn inside
+ * messages, adaptive thinking, a budget above max_tokens, output_config,
+ * context_management, an Anthropic-defined tool, the billing header. */
+static void test_claude_code_shapes(void **st)
+{
+    static const char *body =
+        "{\"model\":\"local\",\"max_tokens\":300,\"stream\":true,"
+        "\"system\":[{\"type\":\"text\",\"text\":\"x-anthropic-billing-header: cc_version=2.1.332.ea8; "
+        "cc_entrypoint=sdk-cli;\"},{\"type\":\"text\",\"text\":\"You are an agent.\",\"cache_control\":"
+        "{\"type\":\"ephemeral\"}}],"
+        "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"say hi\"}]},"
+        "{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"# Environment\"}]}],"
+        "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024,\"display\":\"omitted\"},"
+        "\"context_management\":{\"edits\":[{\"type\":\"clear_thinking_20251015\",\"keep\":\"all\"}]},"
+        "\"output_config\":{\"effort\":\"high\"},"
+        "\"tools\":[{\"name\":\"Read\",\"input_schema\":{\"type\":\"object\"},\"defer_loading\":true},"
+        "{\"type\":\"web_search_20250305\",\"name\":\"web_search\",\"max_uses\":3}]}";
+    oai_request_t o;
+    parse_ok(body, false, &o);
+    assert_int_equal(o.n_messages, 3);
+    assert_int_equal(o.messages[0].role, OAI_ROLE_SYSTEM);
+    assert_string_equal(o.messages[0].content, "You are an agent."); /* billing header dropped */
+    assert_int_equal(o.messages[1].role, OAI_ROLE_USER);
+    assert_int_equal(o.messages[2].role, OAI_ROLE_SYSTEM);
+    assert_string_equal(o.messages[2].content, "# Environment");
+    assert_true(o.has_enable_thinking && o.enable_thinking);
+    assert_int_equal(o.max_tokens, 300);
+    assert_int_equal(o.n_tools, 1); /* web_search left out */
+    assert_string_equal(o.tool_names[0], "Read");
+    assert_non_null(o.warning);
+    assert_non_null(strstr(o.warning, "web_search_20250305"));
+    oai_request_free(&o);
+    /* kept on request (--keep-volatile-blocks) */
+    oai_error_t e;
+    assert_int_equal(anthropic_parse_request((const uint8_t *)body, strlen(body), ANTHROPIC_PARSE_KEEP_VOLATILE,
+                                             &o, &e), 0);
+    assert_non_null(strstr(o.messages[0].content, "x-anthropic-billing-header"));
+    oai_request_free(&o);
+    /* count_tokens takes the same body and renders the same prompt */
+    parse_ok(body, true, &o);
+    assert_int_equal(o.op, OAI_OP_TOKENIZE);
+    assert_string_equal(o.messages[0].content, "You are an agent.");
+    oai_request_free(&o);
+    /* adaptive thinking: on, no budget */
+    parse_ok("{\"model\":\"m\",\"max_tokens\":5,\"thinking\":{\"type\":\"adaptive\",\"display\":\"omitted\"},"
+             "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", false, &o);
+    assert_true(o.has_enable_thinking && o.enable_thinking);
+    oai_request_free(&o);
+    /* output_config.format: structured output */
+    parse_ok("{\"model\":\"m\",\"max_tokens\":50,\"output_config\":{\"format\":{\"type\":\"json_schema\","
+             "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}},"
+             "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", false, &o);
+    assert_non_null(o.grammar);
+    oai_request_free(&o);
+}
+
 static void test_refused(void **st)
 {
     static const struct {
@@ -161,7 +217,7 @@ static void test_refused(void **st)
         {"{\"model\":\"m\",\"max_tokens\":5}", "messages"},
         {"{\"model\":\"m\",\"max_tokens\":5,\"messages\":[]}", "messages"},
         {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "model"},
-        {"{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", "system"},
+        {"{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "role"},
         {"{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\","
          "\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"AA==\"}}]}]}", "text only"},
         {"{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\"}]}]}",
@@ -175,7 +231,12 @@ static void test_refused(void **st)
         {"{\"model\":\"m\",\"max_tokens\":5,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":100},"
          "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "budget_tokens"},
         {"{\"model\":\"m\",\"max_tokens\":5,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"web_search\"}],"
-         "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "client tools"},
+         "\"tool_choice\":{\"type\":\"tool\",\"name\":\"web_search\"},"
+         "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "does not run"},
+        {"{\"model\":\"m\",\"max_tokens\":5,\"thinking\":{\"type\":\"sometimes\"},"
+         "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "adaptive"},
+        {"{\"model\":\"m\",\"max_tokens\":5,\"output_config\":{\"format\":{\"type\":\"xml\"}},"
+         "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "output_config.format"},
         {"{\"model\":\"m\",\"max_tokens\":5,\"tool_choice\":{\"type\":\"maybe\"},"
          "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "tool_choice"},
         {"{\"model\":\"m\",\"max_tokens\":5,\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],"
@@ -467,7 +528,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basic_fields), cmocka_unit_test(test_tools_round_trip),
-        cmocka_unit_test(test_thinking_and_count), cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_thinking_and_count), cmocka_unit_test(test_claude_code_shapes),
+        cmocka_unit_test(test_refused),
         cmocka_unit_test(test_error_shape), cmocka_unit_test(test_message_json),
         cmocka_unit_test(test_stream), cmocka_unit_test(test_stream_error), cmocka_unit_test(test_cut_call),
     };

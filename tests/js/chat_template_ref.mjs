@@ -176,6 +176,10 @@ const conversations = [
     name: "system in the middle",
     messages: [U("Hi"), A("Hello"), S("Be brief from now on."), U("Why?")],
   },
+  // Claude Code sends a system turn after the first user turn, last
+  { name: "system after the user turn", messages: [U("say hi"), S("# Environment\ncwd: /tmp")] },
+  { name: "two leading system messages", messages: [S("first"), S("second"), U("Hi")] },
+  { name: "system after an assistant turn, last", messages: [U("Hi"), A("Hello"), S("Now be brief.")] },
   {
     name: "long multi-turn",
     messages: [
@@ -309,6 +313,39 @@ conversations.push(
 );
 for (const c of conversations) if (c.name.startsWith("tools:")) c.onlyTemplates = toolTemplates;
 
+// Templates that raise on a system message after the first: pagoda folds
+// such messages into the conversation before rendering (chat_template.h):
+// leading system messages become one ("\n\n" between); a later one goes in
+// front of the next message when that is a user turn, else after the previous
+// message when that is a user turn, else it becomes a user turn. Written here
+// from that rule, then rendered by the real template.
+const foldFamilies = new Set(["llama2", "mistral", "gemma"]);
+function foldSystem(msgs) {
+  const hasLate = msgs.some((m, i) => m.role === "system" && msgs.slice(0, i).some((p) => p.role !== "system"))
+    || (msgs.length > 1 && msgs[0].role === "system" && msgs[1].role === "system");
+  if (!hasLate) return msgs;
+  const out = [];
+  let i = 0;
+  const lead = [];
+  while (i < msgs.length && msgs[i].role === "system") lead.push(msgs[i++].content);
+  if (lead.length) out.push({ role: "system", content: lead.join("\n\n") });
+  let pending = null;
+  for (; i < msgs.length; i++) {
+    const m = msgs[i];
+    if (m.role === "system") {
+      if (i + 1 < msgs.length && msgs[i + 1].role === "user") pending = pending == null ? m.content : pending + "\n\n" + m.content;
+      else if (out.length && out[out.length - 1].role === "user") out[out.length - 1] = { ...out[out.length - 1], content: out[out.length - 1].content + "\n\n" + m.content };
+      else out.push({ role: "user", content: m.content });
+      continue;
+    }
+    if (m.role === "user" && pending != null) {
+      out.push({ ...m, content: pending + "\n\n" + m.content });
+      pending = null;
+    } else out.push(m);
+  }
+  return out;
+}
+
 const cases = [];
 templates.forEach((tpl, ti) => {
   const compiled = new Template(tpl.text);
@@ -322,7 +359,8 @@ templates.forEach((tpl, ti) => {
       if (conv.kwargs) c.kwargs = conv.kwargs;
       try {
         const ctx = {
-          messages: tpl.ids === "mistral" ? mapIds(conv.messages) : conv.messages,
+          messages: (tpl.ids === "mistral" ? mapIds : (m) => m)(
+            foldFamilies.has(tpl.family) ? foldSystem(conv.messages) : conv.messages),
           bos_token: tpl.bos,
           eos_token: tpl.eos,
           add_generation_prompt,
