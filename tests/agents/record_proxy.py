@@ -45,7 +45,9 @@ counter = [0]
 
 def last_is_user_turn(route, body):
     if route == "messages":
-        msgs = body.get("messages") or []
+        # Claude Code appends its environment as a role "system" message
+        # after the user's turn: the turn that decides is the last other one.
+        msgs = [m for m in body.get("messages") or [] if m.get("role") != "system"]
         if not msgs or msgs[-1].get("role") != "user":
             return False
         c = msgs[-1].get("content")
