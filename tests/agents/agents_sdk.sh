@@ -3,7 +3,7 @@
 # against pagoda: agents_sdk.mjs runs an Agent with a zod function tool through
 # OpenAIResponsesModel and OpenAIChatCompletionsModel, run() and streamed,
 # the first turn's toolChoice "required". The gateway serves lib_agents.sh's
-# 64k-context random-weight model (Qwen2.5 template: Hermes tool calls) as
+# 128k-context random-weight model (Qwen2.5 template: Hermes tool calls) as
 # "local". Takes ~20 s.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/lib_agents.sh"

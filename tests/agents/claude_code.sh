@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Claude Code (@anthropic-ai/claude-code, pinned in tests/agents/package.json)
 # against pagoda's Anthropic Messages API, in print mode (`claude -p`), through
-# tests/agents/record_proxy.py, on the 64k-context random-weight model of
+# tests/agents/record_proxy.py, on the 128k-context random-weight model of
 # lib_agents.sh served as "local" and as "claude-sonnet-4-5":
 #   - "say hi" with --output-format json, then stream-json --verbose: claude
 #     exits 0 with a result that is not an API error, every POST got 200;

@@ -2,7 +2,7 @@
 # Codex CLI (@openai/codex, pinned in tests/agents/package.json) against
 # pagoda's OpenAI Responses API (wire_api "responses"), `codex exec` in a
 # scratch git repository, through tests/agents/record_proxy.py, on the
-# 64k-context random-weight model of lib_agents.sh served as "local".
+# 128k-context random-weight model of lib_agents.sh served as "local".
 # Codex's config declares "local" in a model catalog (model_catalog_json,
 # made by codex_catalog.py from the installed binary's own catalog) as a
 # freeform-apply_patch model, so Codex sends its real tool list: function

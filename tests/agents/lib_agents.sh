@@ -2,39 +2,40 @@
 # after tests/lib.sh): the long-context test model, a gateway serving it, the
 # recording proxy, and the agents' npm install.
 #
-# The agents' first request is ~30k tokens (Claude Code: a 6 KB system prompt
-# and 12 tools, 48 KB of JSON; Codex similar), so stories260K's 512-token
-# context cannot hold it. agents_model makes a random-weight llama with a
-# 64k context and tiny dims (1 layer, dim 64, 2 heads, F32, the builtin
-# near-character tokenizer: ~28k tokens for Claude Code's first turn, prefilled
-# in ~4 s on 2 loaded cores) and the real Qwen2.5 template (Hermes tool calls),
-# cached as $BUILD/models/agents-ctx64k.gguf (0.5 MB, made in 0.01 s).
+# The agents' first request is 30-60k tokens here (Claude Code: a 6-30 KB
+# system prompt and 12 tools, 50-90 KB of JSON; Codex 40 KB), so stories260K's
+# 512-token context cannot hold it. agents_model makes a random-weight llama
+# with a 128k context and tiny dims (1 layer, dim 64, 2 heads, F32) and the
+# builtin near-character tokenizer (~1.4 bytes a token: Claude Code's first
+# turn is 36k tokens, 62k with a Claude model name; prefilled in ~4 s and
+# ~15 s on 2 loaded cores) and the real Qwen2.5 template (Hermes tool calls),
+# cached as $BUILD/models/agents-ctx128k.gguf (0.5 MB, made in 0.01 s).
 
 AGENTS_DIR=$ROOT/tests/agents
 AGENTS_NM=$AGENTS_DIR/node_modules
 
 agents_model() { # prints the model's path (made once, then cached)
-  local m=$BUILD/models/agents-ctx64k.gguf
+  local m=$BUILD/models/agents-ctx128k.gguf
   if [[ ! -f $m ]]; then
     mkdir -p "$BUILD/models"
     "$BUILD/pagoda-mkmodel" -o "$m.tmp.$$" --dim 64 --layers 1 --heads 2 --kv-heads 1 --ffn 64 \
-      --ctx 65536 --type F32 --seed 3 --chat-template "$ROOT/tests/common/text/chat_templates/qwen2.5.jinja" \
+      --ctx 131072 --type F32 --seed 3 --chat-template "$ROOT/tests/common/text/chat_templates/qwen2.5.jinja" \
       >"$TMP/mkmodel.log" 2>&1 && mv "$m.tmp.$$" "$m" || { rm -f "$m.tmp.$$"; sed 's/^/# /' "$TMP/mkmodel.log" >&2; return 1; }
   fi
   echo "$m"
 }
 
 # agents_gateway NAME... : a gateway on 127.0.0.1 serving the agents' model
-# under each NAME; sets GW_URL, GW_PID. 4096 KV blocks of 32 = 131k
-# positions (2 sequences of 64k), 256 bytes each.
+# under each NAME; sets GW_URL, GW_PID. 8192 KV blocks of 32 = 262k
+# positions (2 sequences of 128k), 256 bytes each.
 agents_gateway() {
   local m
-  m=$(agents_model) || { fail "pagoda-mkmodel made the 64k-context agents model"; finish; }
+  m=$(agents_model) || { fail "pagoda-mkmodel made the 128k-context agents model"; finish; }
   local hp zp args=() n
   hp=$(free_port); zp=$(free_port)
   for n in "$@"; do args+=(--model "$n=$m"); done
   spawn "$TMP/gw.log" "$BUILD/pagoda-gateway" --listen "127.0.0.1:$hp" --worker-endpoint "tcp://127.0.0.1:$zp" \
-    "${args[@]}" --max-seqs 2 --kv-blocks 4096 --state-dir "$TMP/state" --request-timeout 300
+    "${args[@]}" --max-seqs 2 --kv-blocks 8192 --state-dir "$TMP/state" --request-timeout 300
   GW_PID=$SPAWNED
   GW_URL=http://127.0.0.1:$hp
   local want=$#
