@@ -91,6 +91,8 @@ typedef struct api_call {
     char **tool_names;            /* (n_tools) the request's tools when the answer is
                                      parsed for calls (tools announced, tool_choice not
                                      none), else NULL; owned by http.c */
+    bool *tool_custom;            /* (n_tools) which of them are custom tools (free-form
+                                     input, oai_tools.h), NULL = none; owned by http.c */
     size_t n_tools;
     bool reasoning;               /* the server splits <think>...</think> off chat answers */
     int64_t request_timeout_s;    /* --request-timeout, for error messages */

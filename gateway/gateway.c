@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/splitmix.h"
 #include "common/xalloc.h"
 #include "common/vec.h"
 #include "gateway/gateway_core.h"
@@ -72,6 +73,16 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
     proto_msg_init(&r->submit, PROTO_SUBMIT);
     proto_submit_t *s = &r->submit.submit;
     submit_from_oai(o, r->id, tier, s);
+    if (o->affinity_key) {
+        /* FNV-1a over model, NUL, key; mixed so its low bits pick a slot */
+        uint64_t h = 1469598103934665603ull;
+        for (const char *p = o->model; *p; p++)
+            h = (h ^ (uint8_t)*p) * 1099511628211ull;
+        h *= 1099511628211ull;
+        for (const char *p = o->affinity_key; *p; p++)
+            h = (h ^ (uint8_t)*p) * 1099511628211ull;
+        r->affinity = splitmix64_mix(h) | 1; /* never 0 */
+    }
     /* embeddings skip the prefix cache (worker/sched.h): no cache routing */
     if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text && o->op != OAI_OP_EMBED) {
         int64_t t0 = clock_now_us();
@@ -689,11 +700,22 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
                                   ? depth[w->slot] : 0,
             };
         }
+        /* an affinity key's last replica counts as holding the whole prefix:
+         * the same policy then keeps the key there unless it is overloaded */
+        struct gateway_affinity *aff = r->affinity ? &gw->affinity[r->affinity % GATEWAY_AFFINITY_SLOTS] : NULL;
+        if (aff && aff->h == r->affinity && gw->routing == ROUTE_CACHE_AWARE)
+            for (size_t i = 0; i < gw->n_workers; i++)
+                if (gw->workers[i].uid == aff->uid && cand[i].credit > 0)
+                    cand[i].hit_blocks = ROUTE_MAX_KEYS;
         route_reason_t why;
         int pick = route_pick(gw->routing, cand, gw->n_workers, gw->route_max_load_gap, &why);
         if (pick < 0)
             break;
         gateway_worker_t *best = &gw->workers[pick];
+        if (aff) {
+            aff->h = r->affinity;
+            aff->uid = best->uid;
+        }
         metrics_counter_add(gw->m.routed, (const char *[]){m->name, route_reason_name(why)}, 1);
         prio_queue_pop(m->queue, &e);
         assert(e.data == r);

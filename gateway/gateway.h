@@ -71,6 +71,7 @@
  * workers.
  */
 #ifndef PAGODA_GATEWAY_GATEWAY_H
+#define GATEWAY_AFFINITY_SLOTS 4096 /* affinity keys remembered (gateway.affinity) */
 #define PAGODA_GATEWAY_GATEWAY_H
 
 #include <jansson.h>
@@ -229,6 +230,10 @@ struct gateway {
     atomic_int route_block_size;  /* [any] tokens per KV block of the last registration */
     prefix_index_t *pindex;       /* [core] block key → replica slots, from KV messages */
     uint64_t slots_used;          /* [core] pindex slots held by registrations */
+    /* affinity keys (Responses prompt_cache_key): hash of model + key → the
+     * replica (worker uid) its last request went to; a fixed table, a newer
+     * key overwrites an older one in its slot */
+    struct gateway_affinity { uint64_t h, uid; } affinity[GATEWAY_AFFINITY_SLOTS]; /* [core] */
     gateway_retired_t retired[GATEWAY_RETIRED]; /* [core] ring of removed registrations' counters */
     size_t i_retired;             /* [core] next entry of the ring to overwrite */
 
@@ -317,6 +322,8 @@ typedef struct gateway_request {
                                      (routing by cache), NULL = none */
     int32_t n_route_keys;
     int32_t route_block_size;     /* [any] tokens per block the keys were made for */
+    uint64_t affinity;            /* [any] hash of model + affinity key (prompt_cache_key),
+                                     0 = none: requests with one go to the same replica */
     struct gateway_request *next; /* hash chain */
 } gateway_request_t;
 

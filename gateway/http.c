@@ -821,8 +821,10 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     if (o.tools_json && o.tool_choice != OAI_TOOL_CHOICE_NONE) {
         /* the answer is parsed for calls: keep the names (o is freed below) */
         call->tool_names = o.tool_names;
+        call->tool_custom = o.tool_custom;
         call->n_tools = o.n_tools;
         o.tool_names = NULL;
+        o.tool_custom = NULL;
         o.n_tools = 0;
     }
     call->reasoning = rt->kind == OAI_CHAT && rt->op == OAI_OP_GENERATE && s->reasoning != REASONING_NONE;
@@ -1178,6 +1180,7 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
     for (size_t i = 0; i < q->call.n_tools; i++)
         free(q->call.tool_names[i]);
     free(q->call.tool_names);
+    free(q->call.tool_custom);
     free(q->call.warning);
     free(q->out.p);
     free(q->call.model);

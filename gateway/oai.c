@@ -1110,6 +1110,7 @@ void oai_request_free(oai_request_t *r)
     for (size_t i = 0; i < r->n_tools; i++)
         free(r->tool_names[i]);
     free(r->tool_names);
+    free(r->tool_custom);
     free(r->tool_choice_name);
     free(r->messages);
     free(r->prompt);

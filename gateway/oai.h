@@ -216,6 +216,8 @@ typedef struct {
     /* tools (gateway/oai_tools.h) */
     char *tools_json;            /* compact JSON array of the tool objects, NULL = no tools */
     char **tool_names;           /* (n_tools) function names, in order */
+    bool *tool_custom;           /* (n_tools) the tool is a custom tool (free-form input,
+                                    gateway/oai_tools.h), NULL when none is */
     size_t n_tools;
     oai_tool_choice_t tool_choice; /* [auto] */
     char *tool_choice_name;      /* NAMED: the function, else NULL */

@@ -14,6 +14,12 @@
 #include "gateway/oai_tools.h"
 #include "gateway/reasoning.h"
 
+/* A streamed call: whether it is a custom tool's, and its input so far. */
+typedef struct call_state {
+    bool custom;
+    oai_custom_acc_t acc;
+} call_state_t;
+
 /* Per-request render state (api_call_t.state). */
 typedef struct oai_stream {
     char id[48];                  /* "chatcmpl-…" / "cmpl-…" / "embd-…" */
@@ -24,6 +30,8 @@ typedef struct oai_stream {
     bool role_sent[OAI_MAX_N];    /* chat: the choice's first chunk (role) is out */
     int64_t text_offset[OAI_MAX_N]; /* completions logprobs: code points so far */
     answer_t *answer[OAI_MAX_N];  /* each choice's split (made at its first EVENT) */
+    call_state_t *calls[OAI_MAX_N]; /* (n_calls) each choice's calls so far, by number */
+    size_t n_calls[OAI_MAX_N];
 } oai_stream_t;
 
 /* ------------------------------------------------------------------------ */
@@ -101,8 +109,12 @@ static void oai_end(api_call_t *call)
     oai_stream_t *st = call->state;
     if (!st)
         return;
-    for (size_t i = 0; i < OAI_MAX_N; i++)
+    for (size_t i = 0; i < OAI_MAX_N; i++) {
         answer_free(&st->answer[i]);
+        for (size_t k = 0; k < st->n_calls[i]; k++)
+            oai_custom_acc_clear(&st->calls[i][k].acc);
+        free(st->calls[i]);
+    }
     free(st);
     call->state = NULL;
 }
@@ -192,16 +204,39 @@ static void emit_tool_calls(api_call_t *call, uint32_t ci, const answer_part_t *
                     memcpy(args + off, p[k].text, p[k].len);
                     off += p[k].len;
                 }
-            json_t *c = json_pack("{s:I}", "index", (json_int_t)p[i].i_call);
+            uint32_t ic = p[i].i_call;
+            if (ic >= st->n_calls[ci]) {
+                st->calls[ci] = xrealloc(st->calls[ci], (ic + 1) * sizeof *st->calls[ci]);
+                memset(st->calls[ci] + st->n_calls[ci], 0, (ic + 1 - st->n_calls[ci]) * sizeof *st->calls[ci]);
+                st->n_calls[ci] = ic + 1;
+            }
+            call_state_t *cs = &st->calls[ci][ic];
+            if (begin)
+                cs->custom = oai_tool_is_custom(begin->name, call->tool_names, call->tool_custom, call->n_tools);
+            json_t *c = json_pack("{s:I}", "index", (json_int_t)ic);
             json_t *fn = json_object();
             if (begin) {
                 json_object_set_new(c, "id", json_string(begin->id));
-                json_object_set_new(c, "type", json_string("function"));
+                json_object_set_new(c, "type", json_string(cs->custom ? "custom" : "function"));
                 json_object_set_new(fn, "name", json_string(begin->name));
             }
-            json_object_set_new(fn, "arguments", json_stringn(args, args_len));
-            json_object_set_new(c, "function", fn);
-            json_array_append_new(arr, c);
+            bool some = begin != NULL;
+            if (cs->custom) {
+                /* a custom call streams its decoded input, not the JSON */
+                size_t dl;
+                char *d = oai_custom_acc_feed(&cs->acc, args, args_len, &dl);
+                json_object_set_new(fn, "input", oai_json_text(d, dl));
+                some = some || dl > 0;
+                free(d);
+            } else {
+                json_object_set_new(fn, "arguments", json_stringn(args, args_len));
+                some = true;
+            }
+            json_object_set_new(c, cs->custom ? "custom" : "function", fn);
+            if (some)
+                json_array_append_new(arr, c);
+            else
+                json_decref(c);
             free(args);
         }
         i = j;
@@ -460,6 +495,8 @@ static char *oai_complete(api_call_t *call, gateway_reply_t *const *events, size
         const answer_whole_t *w = &acc[k].split;
         if (w->has_reasoning)
             body = reasoning_patch(body, k, w->reasoning, w->reasoning_len, false, false);
+        if (w->n_calls)
+            oai_tools_mark_custom(w->calls, w->n_calls, call->tool_names, call->tool_custom, call->n_tools);
         if (w->n_calls)
             body = oai_tools_patch(body, k, w->content, w->content_len, w->calls, w->n_calls,
                                    answer_whole_ends_in_calls(w), false);

@@ -2,6 +2,7 @@
 #include "gateway/oai_tools.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "common/utf8.h"
 #include "common/xalloc.h"
 #include "common/text/tool_format.h"
+#include "common/text/tool_stream.h"
 
 __attribute__((format(printf, 3, 4))) static int bad(oai_error_t *e, const char *param, const char *fmt, ...)
 {
@@ -72,17 +74,90 @@ static int strict_schema_check(const json_t *params, const char *p, oai_error_t 
     return 0;
 }
 
-/* One entry of `tools`: {"type":"function","function":{"name","description"?,
- * "parameters"?,"strict"?}}. Stores the name. */
-static int parse_tool(json_t *t, size_t i, oai_request_t *r, oai_error_t *e)
+/* A custom tool {"type":"custom","custom":{"name","description"?,"format"?}}
+ * as the function tool the model is shown and the worker forces: one string
+ * argument "input" whose text the format constrains (json_schema.h
+ * "x-grammar": a Lark or regex grammar; "text" or no format: any text).
+ * Returns the new tool (a new reference), or NULL with a 400 in *e. */
+static json_t *custom_as_function(json_t *t, const char *p, oai_error_t *e)
 {
+    json_t *c = json_object_get(t, "custom");
+    if (!json_is_object(c)) {
+        bad(e, p, "'%s.custom' must be an object {\"name\", \"description\", \"format\"}.", p);
+        return NULL;
+    }
+    json_t *name = json_object_get(c, "name"), *d = json_object_get(c, "description"),
+           *fmt = json_object_get(c, "format");
+    if (!json_is_string(name)) {
+        bad(e, p, "'%s.custom.name' must be a string.", p);
+        return NULL;
+    }
+    if (present(d) && !json_is_string(d)) {
+        bad(e, p, "'%s.custom.description' must be a string.", p);
+        return NULL;
+    }
+    json_t *input = json_pack("{s:s}", "type", "string");
+    const char *how = "free-form text";
+    if (present(fmt)) {
+        const char *ft = json_string_value(json_object_get(fmt, "type"));
+        if (!json_is_object(fmt) || !ft || (strcmp(ft, "text") != 0 && strcmp(ft, "grammar") != 0)) {
+            json_decref(input);
+            bad(e, p, "'%s.custom.format' must be {\"type\":\"text\"} or {\"type\":\"grammar\", \"grammar\": "
+                      "{\"syntax\": \"lark\" | \"regex\", \"definition\"}}.", p);
+            return NULL;
+        }
+        if (strcmp(ft, "grammar") == 0) {
+            json_t *g = json_object_get(fmt, "grammar");
+            const char *syn = json_string_value(json_object_get(g, "syntax"));
+            json_t *def = json_object_get(g, "definition");
+            if (!json_is_object(g) || !syn || (strcmp(syn, "lark") != 0 && strcmp(syn, "regex") != 0) ||
+                !json_is_string(def)) {
+                json_decref(input);
+                bad(e, p, "'%s.custom.format.grammar' must be {\"syntax\": \"lark\" | \"regex\", \"definition\": "
+                          "string}.", p);
+                return NULL;
+            }
+            json_object_set_new(input, "x-grammar", json_pack("{s:s, s:O}", "syntax", syn, "definition", def));
+            how = strcmp(syn, "lark") == 0 ? "text in the Lark grammar below" : "text matching the regex below";
+            char dtext[160];
+            snprintf(dtext, sizeof dtext, "The tool's whole input, as %s (not JSON):", how);
+            char *desc = xmalloc(strlen(dtext) + json_string_length(def) + 2);
+            sprintf(desc, "%s\n%s", dtext, json_string_value(def));
+            json_object_set_new(input, "description", json_string(desc));
+            free(desc);
+        }
+    }
+    if (!json_object_get(input, "description"))
+        json_object_set_new(input, "description", json_string("The tool's whole input, as free-form text."));
+    json_t *fn = json_pack("{s:O, s:{s:s, s:{s:o}, s:[s], s:b}, s:b}", "name", name, "parameters", "type", "object",
+                           "properties", "input", input, "required", "input", "additionalProperties", 0,
+                           "strict", 1);
+    if (present(d))
+        json_object_set(fn, "description", d);
+    return json_pack("{s:s, s:o}", "type", "function", "function", fn);
+}
+
+/* One entry of `tools`: {"type":"function","function":{"name","description"?,
+ * "parameters"?,"strict"?}}, or a custom tool (custom_as_function; t is
+ * replaced by its function form). Stores the name. */
+static int parse_tool(json_t **tp, size_t i, oai_request_t *r, oai_error_t *e)
+{
+    json_t *t = *tp;
     char p[64];
     snprintf(p, sizeof p, "tools[%zu]", i);
     if (!json_is_object(t))
         return bad(e, p, "'%s' must be an object, got %s.", p, type_name(t));
     json_t *type = json_object_get(t, "type");
-    if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0)
-        return bad(e, p, "'%s.type' must be \"function\" (the only tool type served here).", p);
+    bool custom = json_is_string(type) && strcmp(json_string_value(type), "custom") == 0;
+    if (custom) {
+        json_t *fn = custom_as_function(t, p, e);
+        if (!fn)
+            return -1;
+        *tp = t = fn; /* the caller's array holds it */
+    } else if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0) {
+        return bad(e, p, "'%s.type' must be \"function\" or \"custom\".", p);
+    }
+    r->tool_custom[r->n_tools] = custom;
     json_t *f = json_object_get(t, "function");
     if (!json_is_object(f))
         return bad(e, p, "'%s.function' must be an object.", p);
@@ -127,11 +202,28 @@ int oai_tools_parse_request(json_t *root, oai_request_t *r, oai_error_t *e)
         if (n > OAI_MAX_TOOLS)
             return bad(e, "tools", "'tools' has %zu entries; at most %d are accepted.", n, OAI_MAX_TOOLS);
         r->tool_names = xcalloc(n ? n : 1, sizeof *r->tool_names);
-        for (size_t i = 0; i < n; i++)
-            if (parse_tool(json_array_get(tools, i), i, r, e) != 0)
+        r->tool_custom = xcalloc(n ? n : 1, sizeof *r->tool_custom);
+        json_t *shown = json_array(); /* custom tools as their function form */
+        for (size_t i = 0; i < n; i++) {
+            json_t *t = json_array_get(tools, i);
+            json_incref(t);
+            int rc = parse_tool(&t, i, r, e);
+            json_array_append_new(shown, t);
+            if (rc != 0) {
+                json_decref(shown);
                 return -1;
+            }
+        }
+        bool any_custom = false;
+        for (size_t i = 0; i < r->n_tools; i++)
+            any_custom |= r->tool_custom[i];
+        if (!any_custom) {
+            free(r->tool_custom);
+            r->tool_custom = NULL;
+        }
         if (n > 0)
-            r->tools_json = json_dumps(tools, JSON_COMPACT);
+            r->tools_json = json_dumps(shown, JSON_COMPACT);
+        json_decref(shown);
     }
     json_t *par = json_object_get(root, "parallel_tool_calls");
     if (present(par)) {
@@ -157,11 +249,13 @@ int oai_tools_parse_request(json_t *root, oai_request_t *r, oai_error_t *e)
                                          "'%.40s'.", s);
     } else if (json_is_object(tc)) {
         json_t *type = json_object_get(tc, "type");
-        json_t *f = json_object_get(tc, "function");
+        const char *ty = json_string_value(type);
+        json_t *f = json_object_get(tc, ty && strcmp(ty, "custom") == 0 ? "custom" : "function");
         json_t *name = json_is_object(f) ? json_object_get(f, "name") : NULL;
-        if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0 || !json_is_string(name))
+        if (!ty || (strcmp(ty, "function") != 0 && strcmp(ty, "custom") != 0) || !json_is_string(name))
             return bad(e, "tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", "
-                                         "\"function\": {\"name\": ...}}.");
+                                         "\"function\": {\"name\": ...}} or {\"type\": \"custom\", "
+                                         "\"custom\": {\"name\": ...}}.");
         r->tool_choice = OAI_TOOL_CHOICE_NAMED;
         r->tool_choice_name = xstrdup(json_string_value(name));
     } else {
@@ -207,22 +301,28 @@ int oai_tools_parse_message(json_t *msg, size_t i, oai_message_t *m, oai_error_t
         json_t *c = json_array_get(tc, k);
         char cp[128];
         snprintf(cp, sizeof cp, "%s[%zu]", p, k);
-        json_t *f = json_is_object(c) ? json_object_get(c, "function") : NULL;
-        json_t *name = json_is_object(f) ? json_object_get(f, "name") : NULL;
-        json_t *args = json_is_object(f) ? json_object_get(f, "arguments") : NULL;
-        json_t *cid = json_is_object(c) ? json_object_get(c, "id") : NULL;
         json_t *type = json_is_object(c) ? json_object_get(c, "type") : NULL;
+        /* a custom tool's call {"type":"custom","custom":{"name","input"}} is
+         * shown to the model as the function call it wrote: {"input": text} */
+        bool custom = json_is_string(type) && strcmp(json_string_value(type), "custom") == 0;
+        json_t *f = json_is_object(c) ? json_object_get(c, custom ? "custom" : "function") : NULL;
+        json_t *name = json_is_object(f) ? json_object_get(f, "name") : NULL;
+        json_t *args = json_is_object(f) ? json_object_get(f, custom ? "input" : "arguments") : NULL;
+        json_t *cid = json_is_object(c) ? json_object_get(c, "id") : NULL;
         if (!json_is_object(c) || !json_is_object(f) || !json_is_string(name) ||
             json_string_length(name) == 0 || json_string_length(name) > 256 ||
-            (present(type) && !(json_is_string(type) && strcmp(json_string_value(type), "function") == 0)) ||
+            (present(type) && !(json_is_string(type) && (custom || strcmp(json_string_value(type), "function") == 0))) ||
             (present(cid) && !json_is_string(cid)) || (present(args) && !json_is_string(args))) {
             json_decref(out);
             return bad(e, cp, "'%s' must be {\"id\": string, \"type\": \"function\", \"function\": "
-                              "{\"name\": string, \"arguments\": string}}.", cp);
+                              "{\"name\": string, \"arguments\": string}} or {\"id\", \"type\": \"custom\", "
+                              "\"custom\": {\"name\", \"input\": string}}.", cp);
         }
         /* arguments: a JSON string in the API; templates want the value */
         json_t *val = NULL;
-        if (present(args)) {
+        if (custom) {
+            val = json_pack("{s:o}", "input", present(args) ? json_incref(args) : json_string(""));
+        } else if (present(args)) {
             json_error_t je;
             val = json_loadb(json_string_value(args), json_string_length(args),
                              JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
@@ -279,12 +379,179 @@ size_t oai_tools_safe_prefix(const char *text, size_t len)
     return tool_format_safe_prefix(text, len);
 }
 
+/* The value of one hex digit, or -1. */
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Appends code point cp as UTF-8. */
+static size_t put_utf8(char *o, uint32_t cp)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xC0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | (cp >> 12));
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | (cp >> 18));
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+char *oai_custom_input(const char *args, size_t len, size_t *out_len)
+{
+    /* {  "input"  :  "  — white space allowed between */
+    size_t i = 0;
+    const char *key = "\"input\"";
+    while (i < len && tool_stream_is_ws(args[i]))
+        i++;
+    bool shape = i < len && args[i] == '{';
+    if (shape) {
+        i++;
+        while (i < len && tool_stream_is_ws(args[i]))
+            i++;
+        for (size_t k = 0; key[k] && shape; k++, i++)
+            shape = i >= len || args[i] == key[k]; /* a prefix of the key is still the shape */
+        while (i < len && tool_stream_is_ws(args[i]))
+            i++;
+        if (shape && i < len)
+            shape = args[i++] == ':';
+        while (i < len && tool_stream_is_ws(args[i]))
+            i++;
+        if (shape && i < len)
+            shape = args[i++] == '"';
+    }
+    if (!shape) {
+        char *o = xmalloc(len + 1);
+        memcpy(o, args, len);
+        o[len] = '\0';
+        *out_len = len;
+        return o;
+    }
+    char *o = xmalloc(len + 1); /* decoding never grows the text */
+    size_t n = 0;
+    while (i < len && args[i] != '"') {
+        char c = args[i];
+        if (c != '\\') {
+            o[n++] = c;
+            i++;
+            continue;
+        }
+        if (i + 1 >= len)
+            break; /* an escape cut in the middle */
+        char e = args[i + 1];
+        const char *simple = strchr("\"\\/bfnrt", e);
+        if (e && simple) {
+            static const char map[] = "\"\\/\b\f\n\r\t";
+            o[n++] = map[simple - "\"\\/bfnrt"];
+            i += 2;
+            continue;
+        }
+        if (e != 'u' || i + 6 > len)
+            break;
+        uint32_t cp = 0;
+        bool okh = true;
+        for (int k = 0; k < 4; k++) {
+            int h = hexval(args[i + 2 + k]);
+            okh = okh && h >= 0;
+            cp = cp * 16 + (uint32_t)(h < 0 ? 0 : h);
+        }
+        if (!okh)
+            break;
+        size_t step = 6;
+        if (cp >= 0xD800 && cp < 0xDC00) { /* a surrogate pair */
+            if (i + 12 > len)
+                break;
+            uint32_t lo = 0;
+            for (int k = 0; k < 4; k++) {
+                int h = hexval(args[i + 8 + k]);
+                okh = okh && h >= 0;
+                lo = lo * 16 + (uint32_t)(h < 0 ? 0 : h);
+            }
+            if (!okh || args[i + 6] != '\\' || args[i + 7] != 'u' || lo < 0xDC00 || lo > 0xDFFF)
+                cp = 0xFFFD;
+            else {
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                step = 12;
+            }
+        } else if (cp >= 0xDC00 && cp < 0xE000) {
+            cp = 0xFFFD;
+        }
+        /* \uXXXX is 6 bytes and its UTF-8 at most 3 (4 for a 12-byte pair) */
+        n += put_utf8(o + n, cp);
+        i += step;
+    }
+    o[n] = '\0';
+    *out_len = n;
+    return o;
+}
+
+bool oai_tool_is_custom(const char *name, char *const *names, const bool *custom, size_t n_names)
+{
+    for (size_t k = 0; custom && name && k < n_names; k++)
+        if (custom[k] && strcmp(names[k], name) == 0)
+            return true;
+    return false;
+}
+
+void oai_tools_mark_custom(oai_tool_call_t *calls, size_t n, char *const *names, const bool *custom,
+                           size_t n_names)
+{
+    for (size_t i = 0; i < n; i++)
+        calls[i].custom = oai_tool_is_custom(calls[i].name, names, custom, n_names);
+}
+
+char *oai_custom_acc_feed(oai_custom_acc_t *a, const char *frag, size_t n, size_t *out_len)
+{
+    if (a->len + n + 1 > a->cap) {
+        a->cap = (a->len + n + 1) * 2;
+        a->raw = xrealloc(a->raw, a->cap);
+    }
+    memcpy(a->raw + a->len, frag, n);
+    a->len += n;
+    size_t dl;
+    char *d = oai_custom_input(a->raw, a->len, &dl);
+    size_t from = a->sent < dl ? a->sent : dl;
+    memmove(d, d + from, dl - from);
+    *out_len = dl - from;
+    d[*out_len] = '\0';
+    a->sent = dl > a->sent ? dl : a->sent;
+    return d;
+}
+
+void oai_custom_acc_clear(oai_custom_acc_t *a)
+{
+    free(a->raw);
+    memset(a, 0, sizeof *a);
+}
+
 json_t *oai_tool_calls_json(const oai_tool_call_t *calls, size_t n, bool with_index)
 {
     json_t *a = json_array();
     for (size_t i = 0; i < n; i++) {
-        json_t *c = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", calls[i].id, "type", "function", "function",
-                              "name", calls[i].name, "arguments", calls[i].arguments);
+        json_t *c;
+        if (calls[i].custom) {
+            size_t il;
+            char *in = oai_custom_input(calls[i].arguments, strlen(calls[i].arguments), &il);
+            c = json_pack("{s:s, s:s, s:{s:s, s:o}}", "id", calls[i].id, "type", "custom", "custom", "name",
+                          calls[i].name, "input", oai_json_text(in, il));
+            free(in);
+        } else {
+            c = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", calls[i].id, "type", "function", "function",
+                          "name", calls[i].name, "arguments", calls[i].arguments);
+        }
         if (with_index) {
             /* "index" first, as OpenAI streams it */
             json_t *o = json_pack("{s:I}", "index", (json_int_t)i);

@@ -47,7 +47,47 @@ typedef struct {
     char id[40];                 /* "call_" + 24 random hex */
     char *name;
     char *arguments;             /* JSON text (tool_stream.h: the model's, minus white space) */
+    bool custom;                 /* a custom tool's call (oai_tools_mark_custom): rendered
+                                    with its free-form input, oai_custom_input(arguments) */
 } oai_tool_call_t;
+
+/* Custom tools. OpenAI's custom tools take free-form text, not JSON
+ * arguments: {"type":"custom","custom":{"name","description","format":
+ * {"type":"text"} | {"type":"grammar","grammar":{"syntax":"lark"|"regex",
+ * "definition"}}}} (chat; the Responses API's {"type":"custom","name",
+ * "format":{"type":"grammar","syntax","definition"}} translates to it). The
+ * model is shown each as a function with one string argument "input" (its
+ * description says the format and carries the grammar), and a forced call's
+ * input is constrained by the grammar compiled in JSON-string form
+ * (json_schema.h "x-grammar", common/grammar/lark.h): the model writes
+ * {"input": "<text>"} and the client gets <text>. A custom call comes back
+ * as {"id","type":"custom","custom":{"name","input"}} (chat) or a
+ * custom_tool_call item (Responses), and earlier custom calls in the
+ * conversation are shown to the model as the function call it wrote.
+ *
+ * The input of a custom call from its arguments text {"input": "..."}: the
+ * decoded string, also of a prefix of the arguments (a call cut short, or
+ * still streaming: an escape cut in the middle is left out), so decoding a
+ * longer prefix only appends. Arguments that are not of that shape give
+ * themselves. Malloc'd, NUL-terminated, *out_len bytes (may hold NUL). */
+char *oai_custom_input(const char *args, size_t len, size_t *out_len);
+/* Sets calls[i].custom for the calls whose name is a custom tool of the
+ * request (names[0..n_names), custom[k] per name; custom NULL = none). */
+void oai_tools_mark_custom(oai_tool_call_t *calls, size_t n, char *const *names, const bool *custom,
+                           size_t n_names);
+/* Whether `name` is one of the request's custom tools. */
+bool oai_tool_is_custom(const char *name, char *const *names, const bool *custom, size_t n_names);
+
+/* A custom call's input while its arguments stream: feed each arguments
+ * fragment; returns the input bytes that fragment completed (malloc'd,
+ * *out_len, possibly 0). Zero-initialize; oai_custom_acc_clear frees. */
+typedef struct {
+    char *raw;                   /* (len) the arguments so far */
+    size_t len, cap;
+    size_t sent;                 /* input bytes returned so far */
+} oai_custom_acc_t;
+char *oai_custom_acc_feed(oai_custom_acc_t *a, const char *frag, size_t n, size_t *out_len);
+void oai_custom_acc_clear(oai_custom_acc_t *a);
 
 /* Parses text[0..len) for tool calls (formats above). names[0..n_names) are
  * the request's tool names (for the bare-JSON form). Returns the number of
@@ -65,7 +105,8 @@ size_t oai_tools_safe_prefix(const char *text, size_t len);
 
 /* The OpenAI `tool_calls` array: [{"index"?, "id", "type":"function",
  * "function":{"name","arguments"}}] ("index" when with_index: stream
- * deltas). New reference. */
+ * deltas); a custom call is {"index"?, "id", "type":"custom", "custom":
+ * {"name","input"}}. New reference. */
 json_t *oai_tool_calls_json(const oai_tool_call_t *calls, size_t n, bool with_index);
 
 /* Rewrites a response body built by oai_chat_completion_json /

@@ -123,18 +123,33 @@ static json_t *norm_item(json_t *it, size_t i, oai_error_t *e)
         json_object_set_new(m, "status", json_string("completed"));
         return m;
     }
-    if (strcmp(ty, "function_call") == 0) {
+    if (strcmp(ty, "function_call") == 0 || strcmp(ty, "custom_tool_call") == 0) {
+        bool custom = ty[0] == 'c';
+        const char *akey = custom ? "input" : "arguments";
         json_t *call_id = json_object_get(it, "call_id"), *name = json_object_get(it, "name"),
-               *args = json_object_get(it, "arguments");
-        if (!json_is_string(call_id) || !json_is_string(name) || !json_is_string(args)) {
-            bad(e, param, "'%s': a function_call needs string 'call_id', 'name' and 'arguments'.", param);
+               *args = json_object_get(it, akey), *ns = json_object_get(it, "namespace");
+        if (!json_is_string(call_id) || !json_is_string(name) || !json_is_string(args) ||
+            (present(ns) && !json_is_string(ns))) {
+            bad(e, param, "'%s': a %s needs string 'call_id', 'name' and '%s'.", param, ty, akey);
             return NULL;
         }
-        return json_pack("{s:s, s:o, s:O, s:O, s:O, s:s}", "type", "function_call", "id",
-                         present(id) ? json_incref(id) : new_id("fc_"), "call_id", call_id, "name", name,
-                         "arguments", args, "status", "completed");
+        json_t *n = json_pack("{s:s, s:o, s:O, s:O, s:O, s:s}", "type", ty, "id",
+                              present(id) ? json_incref(id) : new_id(custom ? "ctc_" : "fc_"), "call_id", call_id,
+                              "name", name, akey, args, "status", "completed");
+        if (present(ns))
+            json_object_set(n, "namespace", ns);
+        return n;
     }
-    if (strcmp(ty, "function_call_output") == 0) {
+    if (strcmp(ty, "additional_tools") == 0) {
+        /* tools announced inside the input (Codex with a catalog model):
+         * kept in the record, merged into `tools` (map_tools) */
+        if (!json_is_array(json_object_get(it, "tools"))) {
+            bad(e, param, "'%s.tools' must be an array.", param);
+            return NULL;
+        }
+        return json_incref(it);
+    }
+    if (strcmp(ty, "function_call_output") == 0 || strcmp(ty, "custom_tool_call_output") == 0) {
         json_t *call_id = json_object_get(it, "call_id");
         if (!json_is_string(call_id)) {
             bad(e, param, "'%s.call_id' must be a string.", param);
@@ -145,14 +160,14 @@ static json_t *norm_item(json_t *it, size_t i, oai_error_t *e)
         json_t *out = parts_text(json_object_get(it, "output"), op, e);
         if (!out)
             return NULL;
-        return json_pack("{s:s, s:o, s:O, s:o, s:s}", "type", "function_call_output", "id",
-                         present(id) ? json_incref(id) : new_id("fco_"), "call_id", call_id, "output", out,
-                         "status", "completed");
+        return json_pack("{s:s, s:o, s:O, s:o, s:s}", "type", ty, "id",
+                         present(id) ? json_incref(id) : new_id(ty[0] == 'c' ? "ctco_" : "fco_"), "call_id",
+                         call_id, "output", out, "status", "completed");
     }
     if (strcmp(ty, "reasoning") == 0)
         return json_incref(it); /* kept in the record; not sent to the model */
-    bad(e, param, "Input items of type '%.40s' are not supported; use message, function_call or "
-                  "function_call_output.", ty);
+    bad(e, param, "Input items of type '%.40s' are not supported; use message, function_call, "
+                  "function_call_output, custom_tool_call or custom_tool_call_output.", ty);
     return NULL;
 }
 
@@ -189,8 +204,23 @@ static json_t *norm_input(json_t *input, oai_error_t *e)
     return items;
 }
 
+/* The name the model knows a call's tool by: its own, or for a tool of a
+ * namespace the name map_tools gave it (tool_map). */
+static json_t *model_name(json_t *tool_map, json_t *it)
+{
+    json_t *ns = json_object_get(it, "namespace"), *name = json_object_get(it, "name");
+    if (!json_is_string(ns))
+        return name;
+    const char *k;
+    json_t *v;
+    json_object_foreach(tool_map, k, v)
+        if (json_equal(json_object_get(v, "namespace"), ns) && json_equal(json_object_get(v, "name"), name))
+            return json_object_get(v, "model_name");
+    return name;
+}
+
 /* Conversation items (normalized) → chat messages appended to msgs. */
-static void items_to_messages(json_t *items, json_t *msgs)
+static void items_to_messages(json_t *items, json_t *msgs, json_t *tool_map)
 {
     size_t i;
     json_t *it;
@@ -209,7 +239,7 @@ static void items_to_messages(json_t *items, json_t *msgs)
             }
             json_array_append_new(msgs, json_pack("{s:O, s:o}", "role", json_object_get(it, "role"), "content",
                                                   parts));
-        } else if (strcmp(ty, "function_call") == 0) {
+        } else if (strcmp(ty, "function_call") == 0 || strcmp(ty, "custom_tool_call") == 0) {
             size_t n = json_array_size(msgs);
             json_t *last = n ? json_array_get(msgs, n - 1) : NULL;
             const char *lr = last ? json_string_value(json_object_get(last, "role")) : NULL;
@@ -222,11 +252,13 @@ static void items_to_messages(json_t *items, json_t *msgs)
                 calls = json_array();
                 json_object_set_new(last, "tool_calls", calls);
             }
+            bool custom = ty[0] == 'c';
             json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", json_object_get(it, "call_id"),
-                                                   "type", "function", "function", "name",
-                                                   json_object_get(it, "name"), "arguments",
-                                                   json_object_get(it, "arguments")));
-        } else if (strcmp(ty, "function_call_output") == 0) {
+                                                   "type", custom ? "custom" : "function",
+                                                   custom ? "custom" : "function", "name",
+                                                   model_name(tool_map, it), custom ? "input" : "arguments",
+                                                   json_object_get(it, custom ? "input" : "arguments")));
+        } else if (strcmp(ty, "function_call_output") == 0 || strcmp(ty, "custom_tool_call_output") == 0) {
             json_array_append_new(msgs, json_pack("{s:s, s:O, s:O}", "role", "tool", "tool_call_id",
                                                   json_object_get(it, "call_id"), "content",
                                                   json_object_get(it, "output")));
@@ -234,47 +266,166 @@ static void items_to_messages(json_t *items, json_t *msgs)
     }
 }
 
-static int map_tools(json_t *root, json_t *chat, json_t *echo, oai_error_t *e)
+static json_t *or_null(json_t *v)
+{
+    return present(v) ? v : json_null();
+}
+
+/* Hosted tools: run by OpenAI's servers, not by the client, so a local
+ * server cannot offer them. Left out of the prompt with a warning; a
+ * tool_choice that names one is a 400. Any other type is refused. */
+static bool hosted_tool(const char *ty)
+{
+    static const char *const hosted[] = {
+        "web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26",
+        "file_search", "code_interpreter", "image_generation", "computer_use", "computer_use_preview",
+        "computer", "mcp", "local_shell", "shell", "apply_patch", "tool_search", NULL};
+    for (size_t i = 0; hosted[i]; i++)
+        if (strcmp(ty, hosted[i]) == 0)
+            return true;
+    return false;
+}
+
+/* One function or custom tool t (of namespace ns, NULL = none) → the chat
+ * tool appended to out and its echo to etools; tool_map gets an entry for a
+ * custom or namespaced tool (model_name → {namespace?, name, custom}). */
+static int add_tool(json_t *t, const char *param, json_t *ns, json_t *out, json_t *etools, json_t *tool_map,
+                    oai_error_t *e)
+{
+    const char *ty = json_string_value(json_object_get(t, "type"));
+    bool custom = ty && strcmp(ty, "custom") == 0;
+    json_t *name = json_object_get(t, "name");
+    if (!json_is_string(name))
+        return bad(e, param, "'%s.name' must be a string.", param);
+    /* a namespaced tool keeps its own name when no other tool has it, else
+     * NAMESPACE__NAME (tool names are [A-Za-z0-9_-]) */
+    char mname[160];
+    snprintf(mname, sizeof mname, "%s", json_string_value(name));
+    if (ns) {
+        bool taken = json_object_get(tool_map, mname) != NULL;
+        size_t i;
+        json_t *o;
+        json_array_foreach(out, i, o) {
+            json_t *f = json_object_get(o, json_string_value(json_object_get(o, "type")));
+            taken = taken || json_equal(json_object_get(f, "name"), name);
+        }
+        if (taken)
+            snprintf(mname, sizeof mname, "%.64s__%.64s", json_string_value(ns), json_string_value(name));
+    }
+    json_t *d = json_object_get(t, "description");
+    if (custom) {
+        json_t *fmt = json_object_get(t, "format"), *cfmt = NULL;
+        if (present(fmt)) {
+            const char *ft = json_string_value(json_object_get(fmt, "type"));
+            if (!json_is_object(fmt) || !ft)
+                return bad(e, param, "'%s.format' must be an object with a 'type'.", param);
+            if (strcmp(ft, "grammar") == 0)
+                cfmt = json_pack("{s:s, s:{s:O, s:O}}", "type", "grammar", "grammar", "syntax",
+                                 or_null(json_object_get(fmt, "syntax")), "definition",
+                                 or_null(json_object_get(fmt, "definition")));
+            else
+                cfmt = json_deep_copy(fmt);
+        }
+        json_t *c = json_pack("{s:s}", "name", mname);
+        if (present(d))
+            json_object_set(c, "description", d);
+        if (cfmt)
+            json_object_set_new(c, "format", cfmt);
+        json_array_append_new(out, json_pack("{s:s, s:o}", "type", "custom", "custom", c));
+        json_t *et = json_pack("{s:s, s:O, s:O, s:O}", "type", "custom", "name", name, "description", or_null(d),
+                               "format", present(fmt) ? fmt : json_null());
+        json_array_append_new(etools, et);
+    } else {
+        /* strict defaults to true in the Responses API (false in chat) */
+        json_t *strict = json_object_get(t, "strict");
+        json_t *fn = json_pack("{s:s, s:O}", "name", mname, "strict", present(strict) ? strict : json_true());
+        const char *keys[] = {"description", "parameters"};
+        for (int k = 0; k < 2; k++)
+            if (present(json_object_get(t, keys[k])))
+                json_object_set(fn, keys[k], json_object_get(t, keys[k]));
+        json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+        json_t *et = json_pack("{s:s, s:O, s:O, s:O, s:O}", "type", "function", "name", name, "description",
+                               or_null(d), "parameters", or_null(json_object_get(t, "parameters")), "strict",
+                               json_is_boolean(strict) ? strict : json_true());
+        json_array_append_new(etools, et);
+    }
+    if (ns)
+        json_object_set(json_array_get(etools, json_array_size(etools) - 1), "namespace", ns);
+    if (custom || ns) {
+        json_t *m = json_pack("{s:O, s:s, s:b}", "name", name, "model_name", mname, "custom", custom);
+        if (ns)
+            json_object_set(m, "namespace", ns);
+        json_object_set_new(tool_map, mname, m);
+    }
+    return 0;
+}
+
+/* The tools of one array (the request's, or an additional_tools item's). */
+static int add_tools(json_t *tools, const char *where, json_t *out, json_t *etools, json_t *tool_map, char *warn,
+                     size_t warnlen, oai_error_t *e)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        char param[64];
+        snprintf(param, sizeof param, "%s[%zu]", where, i);
+        const char *ty = json_string_value(json_object_get(t, "type"));
+        if (!json_is_object(t) || !ty)
+            return bad(e, param, "'%s' must be an object with a 'type'.", param);
+        if (strcmp(ty, "function") == 0 || strcmp(ty, "custom") == 0) {
+            if (add_tool(t, param, NULL, out, etools, tool_map, e) < 0)
+                return -1;
+        } else if (strcmp(ty, "namespace") == 0) {
+            json_t *ns = json_object_get(t, "name"), *inner = json_object_get(t, "tools");
+            if (!json_is_string(ns) || !json_is_array(inner))
+                return bad(e, param, "'%s': a namespace needs a string 'name' and an array 'tools'.", param);
+            size_t k;
+            json_t *it;
+            json_array_foreach(inner, k, it) {
+                char ip[96];
+                snprintf(ip, sizeof ip, "%s.tools[%zu]", param, k);
+                const char *ity = json_string_value(json_object_get(it, "type"));
+                if (!json_is_object(it) || !ity || (strcmp(ity, "function") != 0 && strcmp(ity, "custom") != 0))
+                    return bad(e, ip, "'%s': a namespace holds function and custom tools only.", ip);
+                if (add_tool(it, ip, ns, out, etools, tool_map, e) < 0)
+                    return -1;
+            }
+        } else if (hosted_tool(ty)) {
+            oai_warning_add(warn, warnlen, "tools left out (hosted tools this server does not run)", ty);
+        } else {
+            return bad(e, param, "Tools of type '%.40s' are not supported; use function, custom or namespace "
+                                 "tools.", ty);
+        }
+    }
+    return 0;
+}
+
+static int map_tools(json_t *root, json_t *items, json_t *chat, json_t *echo, json_t *tool_map, char *warn,
+                     size_t warnlen, oai_error_t *e)
 {
     json_t *tools = json_object_get(root, "tools");
     json_t *etools = json_array();
     json_object_set_new(echo, "tools", etools);
+    json_t *out = json_array();
+    json_object_set_new(chat, "tools", out);
     if (present(tools)) {
         if (!json_is_array(tools))
             return bad(e, "tools", "'tools' must be an array.");
-        json_t *out = json_array();
-        json_object_set_new(chat, "tools", out);
-        size_t i;
-        json_t *t;
-        json_array_foreach(tools, i, t) {
-            char param[32];
-            snprintf(param, sizeof param, "tools[%zu]", i);
-            const char *ty = json_string_value(json_object_get(t, "type"));
-            if (!json_is_object(t) || !ty || strcmp(ty, "function") != 0)
-                return bad(e, param, "Only tools of type 'function' are supported%s%s.", ty ? "; got " : "",
-                           ty ? ty : "");
-            json_t *name = json_object_get(t, "name");
-            if (!json_is_string(name))
-                return bad(e, param, "'%s.name' must be a string.", param);
-            /* strict defaults to true in the Responses API (false in chat) */
-            json_t *strict = json_object_get(t, "strict");
-            json_t *fn = json_pack("{s:O, s:O}", "name", name, "strict", present(strict) ? strict : json_true());
-            const char *keys[] = {"description", "parameters"};
-            for (int k = 0; k < 2; k++)
-                if (present(json_object_get(t, keys[k])))
-                    json_object_set(fn, keys[k], json_object_get(t, keys[k]));
-            json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", fn));
-            json_t *et = json_pack("{s:s, s:O, s:O, s:O, s:O}", "type", "function", "name", name, "description",
-                                   present(json_object_get(t, "description")) ? json_object_get(t, "description")
-                                                                              : json_null(),
-                                   "parameters",
-                                   present(json_object_get(t, "parameters")) ? json_object_get(t, "parameters")
-                                                                             : json_null(),
-                                   "strict", json_is_boolean(json_object_get(t, "strict"))
-                                                 ? json_object_get(t, "strict") : json_true());
-            json_array_append_new(etools, et);
-        }
+        if (add_tools(tools, "tools", out, etools, tool_map, warn, warnlen, e) < 0)
+            return -1;
     }
+    size_t i;
+    json_t *it;
+    json_array_foreach(items, i, it)
+        if (json_is_string(json_object_get(it, "type")) &&
+            strcmp(json_string_value(json_object_get(it, "type")), "additional_tools") == 0) {
+            char where[48];
+            snprintf(where, sizeof where, "input[%zu].tools", i);
+            if (add_tools(json_object_get(it, "tools"), where, out, etools, tool_map, warn, warnlen, e) < 0)
+                return -1;
+        }
+    if (json_array_size(out) == 0)
+        json_object_del(chat, "tools");
     json_t *tc = json_object_get(root, "tool_choice");
     if (!present(tc)) {
         json_object_set_new(echo, "tool_choice", json_string("auto"));
@@ -287,11 +438,24 @@ static int map_tools(json_t *root, json_t *chat, json_t *echo, oai_error_t *e)
     }
     const char *ty = json_string_value(json_object_get(tc, "type"));
     json_t *name = json_object_get(tc, "name");
-    if (!json_is_object(tc) || !ty || strcmp(ty, "function") != 0 || !json_is_string(name))
-        return bad(e, "tool_choice", "'tool_choice' must be 'auto', 'none', 'required' or "
-                                     "{\"type\":\"function\",\"name\":...}.");
+    if (json_is_object(tc) && ty && hosted_tool(ty))
+        return bad(e, "tool_choice", "'tool_choice' names the hosted tool '%.40s', which this server does not run.",
+                   ty);
+    if (!json_is_object(tc) || !ty || (strcmp(ty, "function") != 0 && strcmp(ty, "custom") != 0) ||
+        !json_is_string(name))
+        return bad(e, "tool_choice", "'tool_choice' must be 'auto', 'none', 'required', "
+                                     "{\"type\":\"function\",\"name\":...} or {\"type\":\"custom\",\"name\":...}.");
+    /* the model's name of the tool (a namespaced one may have been renamed) */
+    json_t *mn = name;
+    const char *k;
+    json_t *v;
+    json_t *ns = json_object_get(tc, "namespace");
+    json_object_foreach(tool_map, k, v)
+        if (json_equal(json_object_get(v, "name"), name) &&
+            (!present(ns) || json_equal(json_object_get(v, "namespace"), ns)))
+            mn = json_object_get(v, "model_name");
     json_object_set_new(chat, "tool_choice",
-                        json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name", name));
+                        json_pack("{s:s, s:{s:O}}", "type", ty, ty, "name", mn));
     return 0;
 }
 
@@ -375,14 +539,10 @@ static void copy(json_t *from, const char *key, json_t *to, const char *as)
         json_object_set(to, as, v);
 }
 
-static json_t *or_null(json_t *v)
-{
-    return present(v) ? v : json_null();
-}
 
 /* The whole translation; fills out (but not out->chat) and returns the chat body. */
 static json_t *translate(json_t *root, responses_load_fn load, void *load_ctx, responses_request_t *out,
-                         oai_error_t *e)
+                         char *warn, size_t warnlen, oai_error_t *e)
 {
     json_t *chat = json_object();
     json_t *msgs = json_array();
@@ -453,7 +613,10 @@ static json_t *translate(json_t *root, responses_load_fn load, void *load_ctx, r
         bad(e, "input", "The conversation has more than %d items.", RESPONSES_MAX_ITEMS);
         goto err;
     }
-    items_to_messages(out->context, msgs);
+    out->tool_map = json_object();
+    if (map_tools(root, out->input, chat, echo, out->tool_map, warn, warnlen, e) < 0)
+        goto err;
+    items_to_messages(out->context, msgs, out->tool_map);
     if (json_array_size(msgs) == 0) {
         bad(e, "input", "'input' must contain at least one message.");
         goto err;
@@ -472,9 +635,21 @@ static json_t *translate(json_t *root, responses_load_fn load, void *load_ctx, r
     if (present(md) && check_metadata(md, e) < 0)
         goto err;
     json_object_set_new(echo, "metadata", present(md) ? json_incref(md) : json_object());
-    if (map_tools(root, chat, echo, e) < 0 || map_text(root, chat, echo, e) < 0 ||
-        map_reasoning(root, chat, echo, e) < 0)
+    if (map_text(root, chat, echo, e) < 0 || map_reasoning(root, chat, echo, e) < 0)
         goto err;
+    /* accepted and not needed here: include (reasoning.encrypted_content: the
+     * reasoning items are plain), client_metadata, service_tier,
+     * safety_identifier; prompt_cache_key is a routing affinity */
+    json_t *pck = json_object_get(root, "prompt_cache_key");
+    if (present(pck) && (!json_is_string(pck) || json_string_length(pck) > 256)) {
+        bad(e, "prompt_cache_key", "'prompt_cache_key' must be a string of at most 256 bytes.");
+        goto err;
+    }
+    json_t *inc = json_object_get(root, "include");
+    if (present(inc) && !json_is_array(inc)) {
+        bad(e, "include", "'include' must be an array of strings.");
+        goto err;
+    }
     return chat;
 err:
     json_decref(chat);
@@ -488,7 +663,9 @@ int responses_parse_request(const uint8_t *body, size_t len, responses_load_fn l
     json_t *root = oai_load_body(body, len, err);
     if (!root)
         return -1;
-    json_t *chat = translate(root, load, load_ctx, out, err);
+    char warn[OAI_MAX_WARNING];
+    warn[0] = '\0';
+    json_t *chat = translate(root, load, load_ctx, out, warn, sizeof warn, err);
     if (!chat) {
         json_decref(root);
         responses_request_free(out);
@@ -505,6 +682,11 @@ int responses_parse_request(const uint8_t *body, size_t len, responses_load_fn l
         json_object_set_new(out->echo, "store", json_boolean(out->store));
         json_object_set_new(out->echo, "truncation", json_string("disabled"));
         json_object_set(out->echo, "user", or_null(json_object_get(root, "user")));
+        if (warn[0])
+            out->chat.warning = xstrdup(warn);
+        json_t *pck = json_object_get(root, "prompt_cache_key");
+        if (json_is_string(pck) && json_string_length(pck))
+            out->chat.affinity_key = xstrdup(json_string_value(pck));
     }
     json_decref(root);
     if (rc != 0)
@@ -520,6 +702,7 @@ void responses_request_free(responses_request_t *r)
     json_decref(r->input);
     json_decref(r->context);
     json_decref(r->echo);
+    json_decref(r->tool_map);
     memset(r, 0, sizeof *r);
 }
 
@@ -582,10 +765,33 @@ static json_t *message_item(const char *status, json_t *text)
                      "role", "assistant", "content", text_part("output_text", text));
 }
 
-static json_t *call_item(const char *call_id, const char *name, json_t *args, const char *status)
+/* A call's output item: function_call {call_id, name, arguments}, or for a
+ * custom tool custom_tool_call {call_id, name, input} (the text decoded from
+ * the model's {"input": ...}); a namespaced tool's carries its namespace
+ * and own name (tool_map). args: the arguments written so far. */
+static json_t *call_item(json_t *tool_map, const char *call_id, const char *name, const char *args, size_t len,
+                         const char *status)
 {
-    return json_pack("{s:s, s:o, s:s, s:s, s:o, s:s}", "type", "function_call", "id", new_id("fc_"), "call_id",
-                     call_id, "name", name, "arguments", args, "status", status);
+    json_t *m = json_object_get(tool_map, name);
+    bool custom = json_is_true(json_object_get(m, "custom"));
+    json_t *own = m ? json_object_get(m, "name") : NULL;
+    json_t *it;
+    if (custom) {
+        size_t il;
+        char *in = oai_custom_input(args, len, &il);
+        it = json_pack("{s:s, s:o, s:s, s:s, s:o, s:s}", "type", "custom_tool_call", "id", new_id("ctc_"),
+                       "call_id", call_id, "name", own ? json_string_value(own) : name, "input",
+                       oai_json_text(in, il), "status", status);
+        free(in);
+    } else {
+        it = json_pack("{s:s, s:o, s:s, s:s, s:o, s:s}", "type", "function_call", "id", new_id("fc_"), "call_id",
+                       call_id, "name", own ? json_string_value(own) : name, "arguments",
+                       oai_json_text(args, len), "status", status);
+    }
+    json_t *ns = json_object_get(m, "namespace");
+    if (ns)
+        json_object_set(it, "namespace", ns);
+    return it;
 }
 
 /* status and incomplete_details for a finish. */
@@ -630,8 +836,8 @@ char *responses_complete_json(const responses_meta_t *m, const responses_request
     if (w.content_len || (!w.n_calls && !w.has_reasoning))
         json_array_append_new(output, message_item(status, oai_json_text(w.content, w.content_len)));
     for (size_t i = 0; i < w.n_calls; i++)
-        json_array_append_new(output, call_item(w.calls[i].id, w.calls[i].name, json_string(w.calls[i].arguments),
-                                                "completed"));
+        json_array_append_new(output, call_item(req->tool_map, w.calls[i].id, w.calls[i].name, w.calls[i].arguments,
+                                                strlen(w.calls[i].arguments), "completed"));
     answer_whole_clear(&w);
     json_t *r = response_object(m->id, m->model, m->created, req->echo, status, json_incref(output),
                                 usage_json(usage), NULL, incomplete);
@@ -644,12 +850,14 @@ char *responses_complete_json(const responses_meta_t *m, const responses_request
 
 /* ---- streaming --------------------------------------------------------- */
 
-typedef enum { ITEM_NONE, ITEM_REASONING, ITEM_MESSAGE, ITEM_CALL } item_t;
+typedef enum { ITEM_NONE, ITEM_REASONING, ITEM_MESSAGE, ITEM_CALL, ITEM_CUSTOM } item_t;
 
 struct responses_stream {
     char *id, *model, *owner;
     int64_t created;
     json_t *echo, *input, *context; /* references */
+    json_t *tool_map;    /* reference: responses_request_t.tool_map */
+    oai_custom_acc_t cacc; /* the open custom call's input so far */
     bool store;
     resp_store_t *rs;
     answer_t *ans;
@@ -669,6 +877,7 @@ responses_stream_t *responses_stream_new(const responses_meta_t *m, const respon
     st->owner = xstrdup(m->owner ? m->owner : RESP_STORE_ANON);
     st->created = m->created;
     st->echo = json_incref(req->echo);
+    st->tool_map = json_incref(req->tool_map);
     st->input = json_incref(req->input);
     st->context = json_incref(req->context);
     st->store = req->store && m->store;
@@ -685,6 +894,8 @@ void responses_stream_free(responses_stream_t **sp)
         return;
     *sp = NULL;
     answer_free(&st->ans);
+    oai_custom_acc_clear(&st->cacc);
+    json_decref(st->tool_map);
     json_decref(st->echo);
     json_decref(st->input);
     json_decref(st->context);
@@ -740,6 +951,9 @@ static void close_item(responses_stream_t *st, const char *status)
         emit(st, "response.function_call_arguments.done",
              json_pack("{s:O, s:I, s:O, s:O}", "item_id", iid, "output_index", oi, "name",
                        json_object_get(item, "name"), "arguments", json_object_get(item, "arguments")));
+    } else if (st->cur_kind == ITEM_CUSTOM) {
+        emit(st, "response.custom_tool_call_input.done",
+             json_pack("{s:O, s:I, s:O}", "item_id", iid, "output_index", oi, "input", json_object_get(item, "input")));
     } else {
         json_t *part = json_array_get(json_object_get(item, "content"), 0);
         if (st->cur_kind == ITEM_MESSAGE)
@@ -798,10 +1012,26 @@ static void on_part(responses_stream_t *st, const answer_part_t *p)
                        out_index(st), "content_index", 0, "delta", oai_json_text(p->text, p->len)));
         break;
     }
-    case ANSWER_TOOL_BEGIN:
-        open_item(st, ITEM_CALL, call_item(p->id, p->name, json_string(""), "in_progress"));
+    case ANSWER_TOOL_BEGIN: {
+        json_t *it = call_item(st->tool_map, p->id, p->name, "", 0, "in_progress");
+        bool custom = strcmp(json_string_value(json_object_get(it, "type")), "custom_tool_call") == 0;
+        oai_custom_acc_clear(&st->cacc);
+        open_item(st, custom ? ITEM_CUSTOM : ITEM_CALL, it);
         break;
+    }
     case ANSWER_TOOL_ARGS:
+        if (st->cur_kind == ITEM_CUSTOM) {
+            size_t dl;
+            char *d = oai_custom_acc_feed(&st->cacc, p->text, p->len, &dl);
+            if (dl) {
+                append_to(st->cur, "input", d, dl);
+                emit(st, "response.custom_tool_call_input.delta",
+                     json_pack("{s:O, s:I, s:o}", "item_id", json_object_get(st->cur, "id"), "output_index",
+                               out_index(st), "delta", oai_json_text(d, dl)));
+            }
+            free(d);
+            break;
+        }
         append_to(st->cur, "arguments", p->text, p->len);
         emit(st, "response.function_call_arguments.delta",
              json_pack("{s:O, s:I, s:o}", "item_id", json_object_get(st->cur, "id"), "output_index", out_index(st),

@@ -73,6 +73,8 @@ typedef struct responses_request {
     json_t *context;             /* the conversation before the answer: previous context
                                     + input (stored as the next context with the output) */
     json_t *echo;                /* request fields the response object repeats */
+    json_t *tool_map;            /* the model's name of each custom or namespaced tool →
+                                    {"name", "namespace"?, "custom": bool, "model_name"} */
     bool store;                  /* [true] */
 } responses_request_t;
 

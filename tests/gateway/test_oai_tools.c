@@ -189,6 +189,92 @@ static void test_parse_request(void **state)
     oai_request_free(&r);
 }
 
+/* Custom tools on chat: shown as a function with one string "input", named
+ * by tool_choice {"type":"custom"}, earlier custom calls shown as the
+ * function call the model wrote; the answer's call rendered as
+ * {"type":"custom","custom":{"name","input"}}. */
+static void test_custom_tools(void **state)
+{
+    (void)state;
+    const char *body =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"patch it\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"custom\","
+        "\"custom\":{\"name\":\"apply_patch\",\"input\":\"line\\n\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"ok\"}],"
+        "\"tools\":[{\"type\":\"custom\",\"custom\":{\"name\":\"apply_patch\",\"description\":\"Patch.\","
+        "\"format\":{\"type\":\"text\"}}},{\"type\":\"function\",\"function\":{\"name\":\"lookup\"}}],"
+        "\"tool_choice\":{\"type\":\"custom\",\"custom\":{\"name\":\"apply_patch\"}}}";
+    oai_request_t r;
+    oai_error_t e;
+    if (oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e) != 0)
+        fail_msg("refused: %s (%s)", e.message, e.param);
+    assert_int_equal(r.n_tools, 2);
+    assert_true(r.tool_custom && r.tool_custom[0] && !r.tool_custom[1]);
+    assert_int_equal(r.tool_choice, OAI_TOOL_CHOICE_NAMED);
+    assert_string_equal(r.tool_choice_name, "apply_patch");
+    json_t *tools = json_loads(r.tools_json, 0, NULL);
+    json_t *f0 = json_object_get(json_array_get(tools, 0), "function");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(tools, 0), "type")), "function");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_object_get(json_object_get(f0, "parameters"), "properties"), "input"),
+                            "type")),
+                        "string");
+    json_decref(tools);
+    json_t *calls = json_loads(r.messages[1].tool_calls_json, 0, NULL);
+    json_t *a0 = json_object_get(json_object_get(json_array_get(calls, 0), "function"), "arguments");
+    assert_string_equal(json_string_value(json_object_get(a0, "input")), "line\n");
+    json_decref(calls);
+    oai_request_free(&r);
+
+    oai_tool_call_t call = {.id = "call_1", .name = "apply_patch", .arguments = "{\"input\": \"a\\tb\"}"};
+    char *tn[] = {"apply_patch"};
+    bool tc[] = {true};
+    oai_tools_mark_custom(&call, 1, tn, tc, 1);
+    assert_true(call.custom);
+    json_t *cj = oai_tool_calls_json(&call, 1, false);
+    json_t *c0 = json_array_get(cj, 0);
+    assert_string_equal(json_string_value(json_object_get(c0, "type")), "custom");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(c0, "custom"), "input")), "a\tb");
+    json_decref(cj);
+}
+
+/* oai_custom_input on every prefix of an encoded input gives a prefix of the
+ * whole input (so streamed deltas concatenate to it): random texts with
+ * quotes, backslashes, control characters and non-ASCII (jansson encodes
+ * them, the independent reference). */
+static void test_custom_input_prefixes(void **state)
+{
+    (void)state;
+    uint64_t x = 42;
+    static const char *alphabet[] = {"a", "\"", "\\", "\n", "\t", "\x01", "\xc3\xa9", "\xf0\x9f\x98\x80", "/", " "};
+    for (int round = 0; round < 300; round++) {
+        char text[256];
+        size_t tl = 0;
+        int n = (int)(x % 24);
+        for (int k = 0; k < n; k++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            const char *a = alphabet[(x >> 33) % 10];
+            memcpy(text + tl, a, strlen(a));
+            tl += strlen(a);
+        }
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        json_t *o = json_pack("{s:s%}", "input", text, tl);
+        char *args = json_dumps(o, JSON_COMPACT | ((round & 1) ? JSON_ENSURE_ASCII : 0));
+        json_decref(o);
+        size_t al = strlen(args), prev = 0;
+        for (size_t cut = 0; cut <= al; cut++) {
+            size_t dl;
+            char *d = oai_custom_input(args, cut, &dl);
+            assert_true(dl >= prev && dl <= tl);
+            assert_memory_equal(d, text, dl);
+            prev = dl;
+            free(d);
+        }
+        assert_int_equal(prev, tl);
+        free(args);
+    }
+}
+
 /* chat_template_kwargs: enable_thinking parsed; other keys ignored; wrong
  * types 400 naming the field. */
 static void test_template_kwargs(void **state)
@@ -323,6 +409,8 @@ int main(void)
         cmocka_unit_test(test_patch),
         cmocka_unit_test(test_template_kwargs),
         cmocka_unit_test(test_strict_schema),
+        cmocka_unit_test(test_custom_tools),
+        cmocka_unit_test(test_custom_input_prefixes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,8 +151,15 @@ static void test_refused(void **st)
         {"{\"model\":\"m\",\"input\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "role"},
         {"{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}", "not supported"},
         {"{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"name\":\"f\"}]}", "call_id"},
-        {"{\"model\":\"m\",\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "function"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"tools\":[{\"type\":\"teleport\"}]}", "function, custom or namespace"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}],\"tool_choice\":{\"type\":\"web_search\"}}",
+         "hosted tool"},
         {"{\"model\":\"m\",\"input\":\"x\",\"tool_choice\":{\"type\":\"file_search\"}}", "tool_choice"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"tools\":[{\"type\":\"namespace\",\"name\":\"n\",\"tools\":[{\"type\":"
+         "\"web_search\"}]}]}", "namespace holds"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"tools\":[{\"type\":\"custom\",\"name\":\"c\",\"format\":{\"type\":"
+         "\"grammar\",\"syntax\":\"yacc\",\"definition\":\"x\"}}]}", "syntax"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"prompt_cache_key\":7}", "prompt_cache_key"},
         {"{\"model\":\"m\",\"input\":\"x\",\"text\":{\"format\":{\"type\":\"yaml\"}}}", "text.format.type"},
         {"{\"model\":\"m\",\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"schema\":{}}}}", "name"},
         {"{\"model\":\"m\",\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens"},
@@ -177,6 +184,81 @@ static void test_refused(void **st)
 }
 
 static char *names[] = {"get_weather"};
+
+/* What Codex CLI (0.171) sends by default, and a custom tool's round trip:
+ * namespaced functions flattened (a clash renamed NS__NAME), a hosted tool
+ * left out with a warning, prompt_cache_key as the affinity key, the custom
+ * tool's call answered as a custom_tool_call with the decoded input, and
+ * that call and its output accepted in the next input. */
+static void test_codex_shapes(void **st)
+{
+    const int64_t now = (int64_t)time(NULL);
+    responses_request_t r;
+    parse_ok("{\"model\":\"local\",\"stream\":false,\"store\":false,\"tool_choice\":\"auto\","
+             "\"include\":[\"reasoning.encrypted_content\"],\"prompt_cache_key\":\"sess-1\","
+             "\"client_metadata\":{\"x-codex-window-id\":\"w\"},\"reasoning\":{\"summary\":\"auto\"},"
+             "\"input\":[{\"type\":\"message\",\"role\":\"developer\",\"content\":[{\"type\":\"input_text\","
+             "\"text\":\"You are Codex.\"}]},{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":"
+             "\"input_text\",\"text\":\"say hi\"}]}],"
+             "\"tools\":[{\"type\":\"function\",\"name\":\"exec_command\",\"strict\":false,\"parameters\":"
+             "{\"type\":\"object\"}},{\"type\":\"namespace\",\"name\":\"multi_agent_v1\",\"description\":\"d\","
+             "\"tools\":[{\"type\":\"function\",\"name\":\"spawn_agent\",\"parameters\":{\"type\":\"object\"}},"
+             "{\"type\":\"function\",\"name\":\"exec_command\",\"parameters\":{\"type\":\"object\"}}]},"
+             "{\"type\":\"web_search\",\"external_web_access\":false},"
+             "{\"type\":\"custom\",\"name\":\"apply_patch\",\"description\":\"Edit files.\",\"format\":{\"type\":"
+             "\"text\"}}]}",
+             NULL, NULL, &r);
+    assert_int_equal(r.chat.n_tools, 4);
+    assert_string_equal(r.chat.tool_names[0], "exec_command");
+    assert_string_equal(r.chat.tool_names[1], "spawn_agent");
+    assert_string_equal(r.chat.tool_names[2], "multi_agent_v1__exec_command");
+    assert_string_equal(r.chat.tool_names[3], "apply_patch");
+    assert_non_null(r.chat.tool_custom);
+    assert_true(r.chat.tool_custom[3] && !r.chat.tool_custom[0]);
+    assert_non_null(strstr(r.chat.warning, "web_search"));
+    assert_string_equal(r.chat.affinity_key, "sess-1");
+    /* the custom tool is shown as a function with one string argument */
+    assert_non_null(strstr(r.chat.tools_json, "\"input\""));
+    /* answers: a namespaced call comes back with its namespace and own name,
+     * a custom call as custom_tool_call with the decoded input */
+    char *tn[] = {"exec_command", "spawn_agent", "multi_agent_v1__exec_command", "apply_patch"};
+    responses_meta_t m = {.id = "resp_c", .model = "local", .created = now, .tool_names = tn, .n_tools = 4};
+    const char *text = "<tool_call>\n{\"name\": \"multi_agent_v1__exec_command\", \"arguments\": {}}\n</tool_call>\n"
+                       "<tool_call>\n{\"name\": \"apply_patch\", \"arguments\": {\"input\": \"*** Begin Patch\\n"
+                       "\\u00e9\\\"q\\\"\"}}\n</tool_call>";
+    oai_usage_t u = {.prompt_tokens = 10, .completion_tokens = 5};
+    char *s = responses_complete_json(&m, &r, text, strlen(text), PROTO_FINISH_STOP, &u);
+    json_t *j = json_loads(s, 0, NULL);
+    json_t *out = json_object_get(j, "output");
+    assert_int_equal(json_array_size(out), 2);
+    json_t *c0 = json_array_get(out, 0), *c1 = json_array_get(out, 1);
+    assert_string_equal(json_string_value(json_object_get(c0, "type")), "function_call");
+    assert_string_equal(json_string_value(json_object_get(c0, "name")), "exec_command");
+    assert_string_equal(json_string_value(json_object_get(c0, "namespace")), "multi_agent_v1");
+    assert_string_equal(json_string_value(json_object_get(c1, "type")), "custom_tool_call");
+    assert_string_equal(json_string_value(json_object_get(c1, "name")), "apply_patch");
+    assert_string_equal(json_string_value(json_object_get(c1, "input")), "*** Begin Patch\n\xc3\xa9\"q\"");
+    json_decref(j);
+    free(s);
+    responses_request_free(&r);
+    /* the next turn: the custom call and its output, and a namespaced call */
+    parse_ok("{\"model\":\"local\",\"input\":[{\"type\":\"message\",\"role\":\"user\",\"content\":\"go\"},"
+             "{\"type\":\"custom_tool_call\",\"call_id\":\"call_1\",\"name\":\"apply_patch\",\"input\":\"P\\n\"},"
+             "{\"type\":\"custom_tool_call_output\",\"call_id\":\"call_1\",\"output\":\"Done!\"},"
+             "{\"type\":\"function_call\",\"call_id\":\"call_2\",\"namespace\":\"multi_agent_v1\",\"name\":"
+             "\"spawn_agent\",\"arguments\":\"{}\"},"
+             "{\"type\":\"function_call_output\",\"call_id\":\"call_2\",\"output\":\"ok\"}],"
+             "\"tools\":[{\"type\":\"custom\",\"name\":\"apply_patch\"},{\"type\":\"namespace\",\"name\":"
+             "\"multi_agent_v1\",\"tools\":[{\"type\":\"function\",\"name\":\"spawn_agent\"}]}]}",
+             NULL, NULL, &r);
+    assert_int_equal(r.chat.n_messages, 5);
+    assert_int_equal(r.chat.messages[1].role, OAI_ROLE_ASSISTANT);
+    assert_non_null(strstr(r.chat.messages[1].tool_calls_json, "\"input\":\"P\\n\""));
+    assert_int_equal(r.chat.messages[2].role, OAI_ROLE_TOOL);
+    assert_string_equal(r.chat.messages[2].content, "Done!");
+    assert_non_null(strstr(r.chat.messages[3].tool_calls_json, "\"name\":\"spawn_agent\""));
+    responses_request_free(&r);
+}
 
 static void test_complete_and_store(void **st)
 {
@@ -386,7 +468,7 @@ int main(void)
         cmocka_unit_test(test_string_input), cmocka_unit_test(test_items_and_tools),
         cmocka_unit_test(test_previous),     cmocka_unit_test(test_refused),
         cmocka_unit_test(test_complete_and_store), cmocka_unit_test(test_stream),
-        cmocka_unit_test(test_stream_failed),
+        cmocka_unit_test(test_stream_failed), cmocka_unit_test(test_codex_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
