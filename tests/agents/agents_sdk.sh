@@ -12,5 +12,5 @@ source "$(dirname "$0")/lib_agents.sh"
 need_agents "the OpenAI Agents SDK"
 agents_gateway local
 URL=$GW_URL MODEL=local run_node_tap 300 "$AGENTS_DIR/agents_sdk.mjs"
-[[ $N_FAIL -gt 0 ]] && grep -E 'WARN|ERROR' "$TMP/gw.log" | tail -n 20 | sed 's/^/# gateway: /'
+gateway_gone
 finish

@@ -137,5 +137,5 @@ fi
 n_count=$(ls "$TMP"/*/*-count_tokens.json 2>/dev/null | wc -l)
 echo "# claude sent $n_count /v1/messages/count_tokens requests"
 
-[[ $N_FAIL -gt 0 ]] && grep -E 'WARN|ERROR' "$TMP/gw.log" | tail -n 20 | sed 's/^/# gateway: /'
+gateway_gone
 finish

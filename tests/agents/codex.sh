@@ -120,5 +120,5 @@ else
   fail "codex's next request has the custom_tool_call_output for the apply_patch call"; cat "$TMP/rt"; why patch
 fi
 
-[[ $N_FAIL -gt 0 ]] && grep -E 'WARN|ERROR' "$TMP/gw.log" | tail -n 20 | sed 's/^/# gateway: /'
+gateway_gone
 finish

@@ -75,3 +75,17 @@ bodies() { ls "$1"/*-"$2".json 2>/dev/null | sort; }
 
 # statuses DIR → "METHOD PATH STATUS" lines the proxy saw, for messages
 statuses() { sed 's/^/# proxy: /' "$1/statuses.log" 2>/dev/null; }
+
+# gateway_gone: after the checks — when the gateway died during the run (a
+# crash shows as the proxy's 502s), say so; on failures show its log's warnings.
+gateway_gone() {
+  if ! kill -0 "$GW_PID" 2>/dev/null; then
+    wait "$GW_PID"; local rc=$?
+    fail "the gateway stayed up through the agents' requests (it exited with status $rc)"
+    tail -n 30 "$TMP/gw.log" | sed 's/^/# gateway: /'
+  elif [[ $N_FAIL -gt 0 ]]; then
+    grep -E 'WARN|ERROR' "$TMP/gw.log" | grep -v 'no --keys file' | tail -n 20 | sed 's/^/# gateway: /'
+  fi
+  [[ -n ${AGENTS_RECORD:-} ]] && cp "$TMP/gw.log" "$AGENTS_RECORD/gw-$(basename "$0" .sh).log"
+  return 0
+}
