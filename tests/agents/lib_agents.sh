@@ -5,20 +5,21 @@
 # The agents' first request is 30-60k tokens here (Claude Code: a 6-30 KB
 # system prompt and 12 tools, 50-90 KB of JSON; Codex 40 KB), so stories260K's
 # 512-token context cannot hold it. agents_model makes a random-weight llama
-# with a 128k context and tiny dims (1 layer, dim 64, 2 heads, F32) and the
-# builtin near-character tokenizer (~1.4 bytes a token: Claude Code's first
-# turn is 36k tokens, 62k with a Claude model name; prefilled in ~4 s and
-# ~15 s on 2 loaded cores) and the real Qwen2.5 template (Hermes tool calls),
-# cached as $BUILD/models/agents-ctx128k.gguf (0.5 MB, made in 0.01 s).
+# with a 128k context and tiny dims (1 layer, dim 32, 1 head, F32: prefill
+# is the attention's n^2 x dim) and the builtin near-character tokenizer
+# (~1.4 bytes a token: Claude Code's first turn is 36k tokens, 62k with a
+# Claude model name; prefilled in ~3-12 s and ~10-40 s on 2 cores, idle to
+# loaded) and the real Qwen2.5 template (Hermes tool calls), cached as
+# $BUILD/models/agents-d32-ctx128k.gguf (0.3 MB, made in under 1 s).
 
 AGENTS_DIR=$ROOT/tests/agents
 AGENTS_NM=$AGENTS_DIR/node_modules
 
 agents_model() { # prints the model's path (made once, then cached)
-  local m=$BUILD/models/agents-ctx128k.gguf
+  local m=$BUILD/models/agents-d32-ctx128k.gguf
   if [[ ! -f $m ]]; then
     mkdir -p "$BUILD/models"
-    "$BUILD/pagoda-mkmodel" -o "$m.tmp.$$" --dim 64 --layers 1 --heads 2 --kv-heads 1 --ffn 64 \
+    "$BUILD/pagoda-mkmodel" -o "$m.tmp.$$" --dim 32 --layers 1 --heads 1 --kv-heads 1 --ffn 32 \
       --ctx 131072 --type F32 --seed 3 --chat-template "$ROOT/tests/common/text/chat_templates/qwen2.5.jinja" \
       >"$TMP/mkmodel.log" 2>&1 && mv "$m.tmp.$$" "$m" || { rm -f "$m.tmp.$$"; sed 's/^/# /' "$TMP/mkmodel.log" >&2; return 1; }
   fi
@@ -27,7 +28,7 @@ agents_model() { # prints the model's path (made once, then cached)
 
 # agents_gateway NAME... : a gateway on 127.0.0.1 serving the agents' model
 # under each NAME; sets GW_URL, GW_PID. 8192 KV blocks of 32 = 262k
-# positions (2 sequences of 128k), 256 bytes each.
+# positions (2 sequences of 128k), 128 bytes each.
 agents_gateway() {
   local m
   m=$(agents_model) || { fail "pagoda-mkmodel made the 128k-context agents model"; finish; }

@@ -31,11 +31,13 @@ import os
 import sys
 import urllib.error
 import urllib.request
+import time
 
 URL = os.environ["URL"]
 CORPUS = os.environ.get("CORPUS") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 MAX_TOKENS = int(os.environ.get("MAX_TOKENS", "8"))
 n_fail = 0
+times = []  # seconds of each POST of the current file
 
 
 def check(cond, what, detail=None):
@@ -49,6 +51,14 @@ def check(cond, what, detail=None):
 
 
 def post(path, headers, body):
+    t0 = time.monotonic()
+    try:
+        return _post(path, headers, body)
+    finally:
+        times.append(time.monotonic() - t0)
+
+
+def _post(path, headers, body):
     hdrs = {k: v for k, v in headers.items() if k not in ("user-agent", "x-stainless-timeout")}
     hdrs["content-type"] = "application/json"
     hdrs.setdefault("anthropic-version", "2023-06-01")
@@ -151,12 +161,14 @@ def main():
         with open(f) as fh:
             rec = json.load(fh)
         path = rec["path"].split("?")[0]
+        times.clear()
         if path.endswith("/messages"):
             messages_case(name, rec)
         elif path.endswith("/responses"):
             responses_case(name, rec)
         else:
             check(False, "%s: a /v1/messages or /v1/responses body (%s)" % (name, rec["path"]))
+        print("# %s: %s s" % (name, " + ".join("%.1f" % t for t in times)), flush=True)
     return 1 if n_fail else 0
 
 
