@@ -35,6 +35,7 @@
 #include "gateway/keys.h"
 #include "gateway/oai.h"
 #include "gateway/oai_stream.h"
+#include "gateway/partition.h"
 #include "gateway/reasoning.h"
 #include "gateway/resp_store.h"
 #include "gateway/responses.h"
@@ -110,8 +111,10 @@ struct http_server {
 
 /* AUTH_OPS: an admin key when a keys file is loaded, open otherwise (an open
  * gateway trusts whoever reaches it; AUTH_ADMIN routes make no sense without
- * keys and answer 403). */
-typedef enum { AUTH_NONE, AUTH_KEY, AUTH_ADMIN, AUTH_OPS } auth_t;
+ * keys and answer 403). AUTH_METRICS: with a keys file, a key flagged admin
+ * or metrics (counters move with other tenants' requests: docs/SECURITY.md);
+ * open without one. */
+typedef enum { AUTH_NONE, AUTH_KEY, AUTH_ADMIN, AUTH_OPS, AUTH_METRICS } auth_t;
 
 typedef enum MHD_Result (*http_handler_fn)(http_server_t *s, struct MHD_Connection *c,
                                            http_req_t *req);
@@ -138,6 +141,8 @@ struct http_req {
     bool too_large;             /* body exceeded max_body: answer 413 */
     char param[512];            /* the path segment a route's '*' matched */
     prio_tier_t tier;           /* from the key */
+    uint64_t partition;         /* prefix-cache partition of the key (gateway/partition.h),
+                                   PARTITION_PUBLIC without keys */
     char owner[65];             /* the key's SHA-256 in hex, RESP_STORE_ANON without keys:
                                    who owns the responses it stores */
 
@@ -147,6 +152,8 @@ struct http_req {
     int fd;                     /* the connection's socket, for the watcher */
     bool suspended;             /* [lock] we called MHD_suspend_connection */
     bool gone;                  /* [lock] client hung up / server stopping */
+    bool woken;                 /* [lock] the surface's own work finished (api_surface.h
+                                   "Waiting"); cleared when taken */
     bool finished;              /* the last reply was taken */
     const api_surface_t *surface; /* the route's API (api_surface.h); NULL = OpenAI's */
     api_call_t call;            /* what the surface renders from; call.state is its own */
@@ -334,14 +341,44 @@ static int rate_take(http_server_t *s, const char *name)
     return wait;
 }
 
+/* The key a request carries: "Authorization: Bearer KEY" (OpenAI), or
+ * "x-api-key: KEY" (Anthropic's SDKs); NULL when none. */
+static const char *request_key(struct MHD_Connection *c)
+{
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *tok = NULL;
+    if (h && strncasecmp(h, "Bearer ", 7) == 0)
+        tok = h + 7;
+    else if (!h)
+        tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    while (tok && *tok == ' ')
+        tok++;
+    return tok;
+}
+
+/* With keys on: does the request carry a key that may read /metrics (admin
+ * or metrics)? Routes open to anyone (/health) show their counters only then. */
+static bool request_may_read_metrics(http_server_t *s, struct MHD_Connection *c)
+{
+    const char *tok = request_key(c);
+    if (!tok)
+        return false;
+    pthread_rwlock_rdlock(&s->keys_lock);
+    const keys_entry_t *k = keys_lookup(s->keys, tok);
+    bool may = k && k->metrics;
+    pthread_rwlock_unlock(&s->keys_lock);
+    return may;
+}
+
 /* Checks the bearer key for a route. Returns 0 (tier set in q), or -1 with
  * *e filled (401/403, or 429 when the key is over its rate limit). */
 static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *rt, http_req_t *q,
                      oai_error_t *e)
 {
     q->tier = PRIO_TIER_NORMAL;
+    q->partition = PARTITION_PUBLIC;
     snprintf(q->owner, sizeof q->owner, "%s", RESP_STORE_ANON);
-    if (rt->auth == AUTH_NONE)
+    if (rt->auth == AUTH_NONE || (rt->auth == AUTH_METRICS && !s->keys_path))
         return 0;
     if (!s->keys_path) {
         if (rt->auth == AUTH_ADMIN) {
@@ -357,29 +394,23 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
         }
         return 0; /* AUTH_OPS with --admin-open: open gateway */
     }
-    /* the key: "Authorization: Bearer KEY" (OpenAI), or "x-api-key: KEY"
-     * (Anthropic's SDKs), on every route */
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    const char *tok = NULL;
-    if (h && strncasecmp(h, "Bearer ", 7) == 0)
-        tok = h + 7;
-    else if (!h)
-        tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    /* the key, on every route */
+    const char *tok = request_key(c);
     if (!tok) {
         oai_error_set(e, 401, NULL, "You didn't provide an API key. Send it as "
                                     "'Authorization: Bearer YOUR_KEY' (or 'x-api-key: YOUR_KEY').");
         return -1;
     }
-    while (*tok == ' ')
-        tok++;
-    bool found = false, admin = false;
+    bool found = false, admin = false, metrics = false;
     char name[KEYS_NAME_MAX + 1] = "";
     pthread_rwlock_rdlock(&s->keys_lock);
     const keys_entry_t *k = keys_lookup(s->keys, tok);
     if (k) {
         found = true;
         admin = k->admin;
+        metrics = k->metrics;
         q->tier = k->tier;
+        q->partition = k->partition;
         snprintf(name, sizeof name, "%s", k->name);
         for (int i = 0; i < 32; i++)
             snprintf(q->owner + 2 * i, 3, "%02x", k->sha256[i]);
@@ -391,6 +422,10 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
     }
     if ((rt->auth == AUTH_ADMIN || rt->auth == AUTH_OPS) && !admin) {
         oai_error_set(e, 403, NULL, "This key may not use admin endpoints");
+        return -1;
+    }
+    if (rt->auth == AUTH_METRICS && !metrics) {
+        oai_error_set(e, 403, NULL, "This key may not read /metrics (keys-file flag 'metrics' or 'admin')");
         return -1;
     }
     int wait;
@@ -519,6 +554,19 @@ static enum MHD_Result handle_health(http_server_t *s, struct MHD_Connection *c,
     json_t *j = gateway_health(s->gw, SNAPSHOT_TIMEOUT_US);
     if (!j)
         return respond_error(s, c, 503, NULL, NULL, "The gateway core did not answer");
+    if (s->keys_path && !request_may_read_metrics(s, c)) {
+        /* with keys, cumulative counters are /metrics' (docs/SECURITY.md):
+         * they move with other tenants' requests */
+        static const char *const counters[] = {"prefix_cache_queries", "prefix_cache_hits", "tokens_generated",
+                                               "prompt_tokens"};
+        size_t i;
+        json_t *w;
+        json_array_foreach(json_object_get(j, "workers"), i, w) {
+            json_t *load = json_object_get(w, "load");
+            for (size_t k = 0; json_is_object(load) && k < sizeof counters / sizeof *counters; k++)
+                json_object_del(load, counters[k]);
+        }
+    }
     bool ok = json_array_size(json_object_get(j, "workers")) > 0;
     return respond_json(s, c, ok ? 200 : 503, j);
 }
@@ -687,6 +735,36 @@ static gateway_reply_t *next_reply(http_req_t *q, bool *gone)
     return rep;
 }
 
+/* The surface's wake (api_surface.h "Waiting"), from any thread. */
+static void on_surface_wake(void *ctx)
+{
+    http_req_t *q = ctx;
+    pthread_mutex_lock(&q->greq->lock);
+    q->woken = true;
+    if (q->suspended) {
+        q->suspended = false;
+        MHD_resume_connection(q->conn);
+    }
+    pthread_mutex_unlock(&q->greq->lock);
+}
+
+/* While the surface waits: true when it was woken (call it again now);
+ * false when the connection is now suspended, or the client is gone
+ * (*gone). */
+static bool surface_woken(http_req_t *q, bool *gone)
+{
+    pthread_mutex_lock(&q->greq->lock);
+    *gone = q->gone;
+    bool woken = !q->gone && q->woken;
+    q->woken = false;
+    if (!q->gone && !woken) {
+        q->suspended = true;
+        MHD_suspend_connection(q->conn);
+    }
+    pthread_mutex_unlock(&q->greq->lock);
+    return woken;
+}
+
 /* One reply through the surface into q->out; the stream's last bytes mark
  * the request finished. */
 static void stream_render(http_req_t *q, gateway_reply_t *rep)
@@ -704,6 +782,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         if (q->call.done)
             return MHD_CONTENT_READER_END_OF_STREAM;
         bool gone;
+        if (q->call.waiting) { /* api_surface.h "Waiting" */
+            if (!surface_woken(q, &gone))
+                return gone ? MHD_CONTENT_READER_END_WITH_ERROR : 0;
+            stream_render(q, NULL);
+            continue;
+        }
         gateway_reply_t *rep = next_reply(q, &gone);
         if (gone)
             return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -722,15 +806,24 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 /* Not streaming: the surface's body for every event collected. */
 static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
 {
-    int status = 500;
-    char *body = q->surface->complete(&q->call, q->events, q->n_events, &status);
-    return respond_text_warn(s, c, (unsigned)status, with_newline(body), status == 429 ? "1" : NULL,
-                             q->call.warning);
+    for (;;) {
+        int status = 500;
+        char *body = q->surface->complete(&q->call, q->events, q->n_events, &status);
+        if (!q->call.waiting)
+            return respond_text_warn(s, c, (unsigned)status, with_newline(body), status == 429 ? "1" : NULL,
+                                     q->call.warning);
+        free(body); /* api_surface.h "Waiting": again once woken */
+        bool gone;
+        if (!surface_woken(q, &gone))
+            return gone ? MHD_NO : MHD_YES;
+    }
 }
 
 /* Called on every resume until a response is queued. */
 static enum MHD_Result gen_continue(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
 {
+    if (q->finished && !q->call.stream) /* resumed while the surface waits */
+        return respond_complete(s, c, q);
     for (;;) {
         bool gone;
         gateway_reply_t *rep = next_reply(q, &gone);
@@ -794,6 +887,8 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     q->call.owner = q->owner;
     q->call.store = s->responses;
     q->call.keep_volatile = s->keep_volatile;
+    q->call.wake = on_surface_wake;
+    q->call.wake_ctx = q;
     oai_request_t o;
     oai_error_t e;
     const uint8_t *body = (const uint8_t *)(q->body ? q->body : "");
@@ -829,7 +924,10 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     }
     call->reasoning = rt->kind == OAI_CHAT && rt->op == OAI_OP_GENERATE && s->reasoning != REASONING_NONE;
     api->begin(call, &o);
-    q->greq = gateway_request_from_oai(s->gw, &o, tier);
+    /* the partition is the key's, narrowed by the body's cache_salt: a body
+     * alone can never name another tenant's partition */
+    uint64_t part = partition_salted(q->partition, o.cache_salt, o.cache_salt ? strlen(o.cache_salt) : 0);
+    q->greq = gateway_request_from_oai(s->gw, &o, tier, part);
     oai_request_free(&o);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     q->fd = ci ? ci->connect_fd : -1;
@@ -980,7 +1078,7 @@ static void *watcher_main(void *arg)
 
 static const route_t routes[] = {
     {"GET", "/health", handle_health, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
-    {"GET", "/metrics", handle_metrics, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
+    {"GET", "/metrics", handle_metrics, AUTH_METRICS, 0, false, OAI_OP_GENERATE, NULL},
     {"GET", "/v1/models", handle_models, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
     {"POST", "/v1/chat/completions", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE,
      &oai_surface},
@@ -1159,6 +1257,8 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
     if (!q)
         return;
     *con_cls = NULL;
+    if (q->began) /* first: a surface's wake (which takes greq->lock) stops here */
+        q->surface->end(&q->call);
     if (q->greq) {
         gateway_request_set_notify(q->greq, NULL, NULL);
         pthread_mutex_lock(&s->live_lock);
@@ -1175,8 +1275,6 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
     for (size_t i = 0; i < q->n_events; i++)
         gateway_reply_free(&q->events[i]);
     free(q->events);
-    if (q->began)
-        q->surface->end(&q->call);
     for (size_t i = 0; i < q->call.n_tools; i++)
         free(q->call.tool_names[i]);
     free(q->call.tool_names);
