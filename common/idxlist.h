@@ -56,6 +56,20 @@ static inline void idxlist_push_tail(idxlist_t *l, idxlist_link_t *link0, size_t
     l->n++;
 }
 
+/* Prepends element i (not on the list) at the head. */
+static inline void idxlist_push_head(idxlist_t *l, idxlist_link_t *link0, size_t stride, int32_t i)
+{
+    idxlist_link_t *e = idxlist_at(link0, stride, i);
+    e->next = l->head;
+    e->prev = -1;
+    if (l->head >= 0)
+        idxlist_at(link0, stride, l->head)->prev = i;
+    else
+        l->tail = i;
+    l->head = i;
+    l->n++;
+}
+
 /* Unlinks element i (on the list); its links become -1. */
 static inline void idxlist_remove(idxlist_t *l, idxlist_link_t *link0, size_t stride, int32_t i)
 {

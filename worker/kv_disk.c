@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
+#include <omp.h>
+#include <assert.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,6 +29,9 @@
 
 #define KVD_MAGIC "PGKVBLK2"
 #define KVD_VERSION 2u
+#ifndef IOV_MAX
+#define IOV_MAX 1024
+#endif
 #define KVD_TMP_STALE_S 600 /* leftover temporaries older than this are removed at open */
 
 /* ---- hashing ------------------------------------------------------------ */
@@ -209,7 +216,8 @@ struct kv_disk {
     uint64_t serial;
     uint64_t *dropped;        /* keys dropped since kv_disk_take_dropped */
     size_t n_dropped, cap_dropped;
-    unsigned char *buf;       /* (file_bytes) one file's bytes */
+    unsigned char *buf;       /* (file_bytes) one file's bytes, for a store */
+    int n_threads;            /* kv_disk_load_batch's threads (kv_disk_set_threads) */
     kv_disk_stats_t st;
     kv_pool_t *pool;          /* kv_disk_attach */
 };
@@ -388,6 +396,7 @@ kv_disk_t *kv_disk_open(const char *dir, uint64_t cap_bytes, const kv_disk_shape
     d->dir = xmalloc(n);
     snprintf(d->dir, n, "%s/%016" PRIx64, dir, d->ident);
     d->buf = xmalloc(d->file_bytes);
+    d->n_threads = 1;
     d->enabled = d->st.enabled = true;
     map_grow(d);
     if (d->row_bytes == 0) {
@@ -580,60 +589,163 @@ static int reject(kv_disk_t *d, const char *path, uint64_t pub, bool forged)
     return 2;
 }
 
-int kv_disk_load(kv_disk_t *d, kv_store_t *st, int32_t block, uint64_t pub, uint64_t parent_pub,
-                 const int32_t *tokens)
+/* preadv of the whole iovec list from offset 0, at most IOV_MAX entries per
+ * call, resuming after short reads: true when every byte was read. */
+static bool readv_full(int fd, struct iovec *iov, int n_iov)
 {
-    if (!d->enabled || st->block_size != d->shape.block_size || st->n_layer != d->shape.n_layer ||
-        st->kv_dim != d->shape.kv_dim || kv_store_row_bytes(st) != d->row_bytes || block < 0 ||
-        block >= st->n_blocks)
-        return 1;
-    char path[4096];
-    path_of(d, pub, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 && errno == ELOOP) /* a symlink planted at a block's name */
-        return reject(d, path, pub, true);
-    if (fd < 0) {
-        d->st.n_missed++;
-        if (map_slot(d, pub)->touch) { /* removed by another replica */
-            map_del(d, pub);
-            drop_note(d, pub);
-        }
-        return 1;
-    }
-    unsigned char *b = d->buf;
-    size_t got = 0;
-    bool big = false;
-    for (;;) {
-        ssize_t r = read(fd, b + got, d->file_bytes - got);
+    off_t off = 0;
+    int i = 0;
+    while (i < n_iov) {
+        int n = n_iov - i < IOV_MAX ? n_iov - i : IOV_MAX;
+        ssize_t r = preadv(fd, iov + i, n, off);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
-            break;
-        got += (size_t)r;
-        if (got == d->file_bytes) {
-            unsigned char extra;
-            big = read(fd, &extra, 1) > 0;
-            break;
+            return false;
+        off += r;
+        for (size_t left = (size_t)r; left > 0;) { /* skip what was read */
+            if (left >= iov[i].iov_len) {
+                left -= iov[i].iov_len;
+                i++;
+            } else {
+                iov[i].iov_base = (char *)iov[i].iov_base + left;
+                iov[i].iov_len -= left;
+                left = 0;
+            }
+        }
+        while (i < n_iov && iov[i].iov_len == 0)
+            i++;
+    }
+    return true;
+}
+
+/* One block file straight into st's block (no intermediate buffer: the
+ * file's per-layer K and V rows are read into the pool's regions by one
+ * preadv), then checked: header (every field against this tier's shape and
+ * r->pub; r->parent_pub and the token ids too unless `learn`, which takes
+ * them from the file), MAC over every byte. Touches nothing of d but its
+ * constant fields: several run at once (kv_disk_load_batch).
+ * 0 ok, 1 no file, -1 torn or another content, -2 forged (MAC, symlink). */
+static int read_block(const kv_disk_t *d, kv_store_t *st, kv_disk_load_req_t *r, bool learn, unsigned char *head,
+                      struct iovec *iov)
+{
+    char path[4096];
+    path_of(d, r->pub, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ELOOP ? -2 : 1; /* ELOOP: a symlink planted at a block's name */
+    const int bs = d->shape.block_size, n_layer = d->shape.n_layer;
+    const size_t blk_bytes = (size_t)bs * d->row_bytes, head_bytes = KV_DISK_HEADER_BYTES + (size_t)bs * 4;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size != d->file_bytes) {
+        close(fd);
+        return -1;
+    }
+    uint8_t mac[KV_DISK_MAC_BYTES], want_mac[KV_DISK_MAC_BYTES];
+    int n_iov = 0;
+    iov[n_iov++] = (struct iovec){head, head_bytes};
+    for (int l = 0; l < n_layer; l++) {
+        iov[n_iov++] = (struct iovec){kv_store_k_at(st, l, r->block, 0), blk_bytes};
+        iov[n_iov++] = (struct iovec){kv_store_v_at(st, l, r->block, 0), blk_bytes};
+    }
+    iov[n_iov++] = (struct iovec){mac, sizeof mac};
+    bool whole = readv_full(fd, iov, n_iov);
+    close(fd);
+    if (!whole)
+        return -1;
+    if (learn) {
+        memcpy(&r->parent_pub, head + 40, 8);
+        memcpy(r->tokens, head + KV_DISK_HEADER_BYTES, (size_t)bs * 4);
+    }
+    unsigned char want[KV_DISK_HEADER_BYTES];
+    header_fill(d, want, r->pub, r->parent_pub);
+    if (memcmp(head, want, KV_DISK_HEADER_BYTES) != 0 ||
+        memcmp(head + KV_DISK_HEADER_BYTES, r->tokens, (size_t)bs * 4) != 0)
+        return -1;
+    /* the MAC over the bytes as they now sit in the pool (read once) */
+    file_mac_state_t ms;
+    file_mac_init(&ms, &d->key, sizeof want_mac);
+    file_mac_update(&ms, head, head_bytes);
+    for (int l = 0; l < n_layer; l++) {
+        file_mac_update(&ms, kv_store_k_at(st, l, r->block, 0), blk_bytes);
+        file_mac_update(&ms, kv_store_v_at(st, l, r->block, 0), blk_bytes);
+    }
+    file_mac_final(&ms, want_mac, sizeof want_mac);
+    return sodium_memcmp(mac, want_mac, sizeof mac) == 0 ? 0 : -2;
+}
+
+int32_t kv_disk_load_batch(kv_disk_t *d, kv_store_t *st, kv_disk_load_req_t *r, int32_t n, bool learn)
+{
+    bool shape_ok = d->enabled && st->block_size == d->shape.block_size && st->n_layer == d->shape.n_layer &&
+                    st->kv_dim == d->shape.kv_dim && kv_store_row_bytes(st) == d->row_bytes;
+    for (int32_t i = 0; i < n; i++) {
+        assert(r[i].block >= 0 && r[i].block < st->n_blocks && r[i].tokens);
+        r[i].rc = 1;
+    }
+    if (!shape_ok || n <= 0)
+        return 0;
+    const int n_thr = n < d->n_threads ? n : d->n_threads;
+    const size_t head_bytes = KV_DISK_HEADER_BYTES + (size_t)d->shape.block_size * 4;
+    const size_t n_iov = 2 * (size_t)d->shape.n_layer + 2;
+    /* per thread: a header buffer and an iovec list */
+    unsigned char *scratch = xmalloc((size_t)n_thr * (head_bytes + n_iov * sizeof(struct iovec) + 64));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_thr) if (n_thr > 1)
+    for (int32_t i = 0; i < n; i++) {
+        unsigned char *mine = scratch + (size_t)omp_get_thread_num() * (head_bytes + n_iov * sizeof(struct iovec) + 64);
+        struct iovec *iov = (struct iovec *)(void *)(mine + ((head_bytes + 63) & ~(size_t)63));
+        r[i].rc = read_block(d, st, &r[i], learn, mine, iov);
+    }
+    free(scratch);
+    /* the index and the counters, in order, on this thread */
+    int32_t n_ok = 0;
+    for (int32_t i = 0; i < n; i++) {
+        char path[4096];
+        path_of(d, r[i].pub, path, sizeof path);
+        if (r[i].rc == 1) {
+            d->st.n_missed++;
+            if (map_slot(d, r[i].pub)->touch) { /* removed by another replica */
+                map_del(d, r[i].pub);
+                drop_note(d, r[i].pub);
+            }
+        } else if (r[i].rc < 0) {
+            r[i].rc = reject(d, path, r[i].pub, r[i].rc == -2);
+        } else {
+            /* a hit makes the file recent (the size cap's order); a warm-up
+             * load is not a hit and keeps the order the files had */
+            if (!learn || !map_slot(d, r[i].pub)->touch)
+                index_touch(d, r[i].pub);
+            d->st.n_loaded++;
+            d->st.bytes_read += d->file_bytes;
+            n_ok++;
         }
     }
-    close(fd);
-    int chk = big ? -1 : kv_disk_check(&d->shape, &d->key, b, got, pub, parent_pub, tokens);
-    if (chk != 0)
-        return reject(d, path, pub, chk == -2);
-    const int bs = d->shape.block_size;
-    const size_t blk_bytes = (size_t)bs * d->row_bytes;
-    size_t off = KV_DISK_HEADER_BYTES + (size_t)bs * 4;
-    for (int l = 0; l < d->shape.n_layer; l++) {
-        memcpy(kv_store_k_at(st, l, block, 0), b + off, blk_bytes);
-        off += blk_bytes;
-        memcpy(kv_store_v_at(st, l, block, 0), b + off, blk_bytes);
-        off += blk_bytes;
-    }
-    index_touch(d, pub);
-    d->st.n_loaded++;
-    d->st.bytes_read += d->file_bytes;
-    return 0;
+    return n_ok;
 }
+
+int kv_disk_load(kv_disk_t *d, kv_store_t *st, int32_t block, uint64_t pub, uint64_t parent_pub,
+                 const int32_t *tokens)
+{
+    if (block < 0 || block >= st->n_blocks)
+        return 1;
+    kv_disk_load_req_t r = {.block = block, .pub = pub, .parent_pub = parent_pub, .tokens = (int32_t *)tokens};
+    kv_disk_load_batch(d, st, &r, 1, false);
+    return r.rc;
+}
+
+int32_t kv_disk_recent_keys(const kv_disk_t *d, uint64_t *out, int32_t max)
+{
+    int32_t n = 0;
+    /* the queue holds every touch in order; an entry is live when it is its key's last touch */
+    for (size_t j = d->q_len; j-- > 0 && n < max;) {
+        const qitem_t *it = &d->q[d->q_head + j];
+        const entry_t *e = d->map ? map_slot(d, it->pub) : NULL;
+        if (e && e->touch && e->touch == it->touch)
+            out[n++] = it->pub;
+    }
+    return n;
+}
+
+void kv_disk_set_threads(kv_disk_t *d, int n_threads) { d->n_threads = n_threads > 0 ? n_threads : 1; }
 
 int kv_disk_check(const kv_disk_shape_t *shape, const file_mac_key_t *key, const uint8_t *buf, size_t len,
                   uint64_t pub, uint64_t parent_pub, const int32_t *tokens)
@@ -701,6 +813,13 @@ static int t_load(void *ud, kv_store_t *st, int32_t block, uint64_t pub, uint64_
     return kv_disk_load(ud, st, block, pub, parent_pub, tokens);
 }
 
+static int32_t t_load_batch(void *ud, kv_store_t *st, kv_disk_load_req_t *r, int32_t n, bool learn)
+{
+    return kv_disk_load_batch(ud, st, r, n, learn);
+}
+
+static int32_t t_recent(void *ud, uint64_t *out, int32_t max) { return kv_disk_recent_keys(ud, out, max); }
+
 static bool t_has(void *ud, uint64_t pub) { return kv_disk_has(ud, pub); }
 static int32_t t_n_keys(void *ud) { return kv_disk_n_keys(ud); }
 static int32_t t_keys(void *ud, uint64_t *out, int32_t max) { return kv_disk_keys(ud, out, max); }
@@ -708,7 +827,8 @@ static int32_t t_dropped(void *ud, uint64_t *out, int32_t max) { return kv_disk_
 
 void kv_disk_attach(kv_disk_t *d, kv_pool_t *pool)
 {
-    kv_pool_tier_t t = {.ud = d, .store = t_store, .load = t_load, .has = t_has, .n_keys = t_n_keys,
+    kv_pool_tier_t t = {.ud = d, .store = t_store, .load = t_load, .load_batch = t_load_batch,
+                        .recent_keys = t_recent, .has = t_has, .n_keys = t_n_keys,
                         .keys = t_keys, .take_dropped = t_dropped};
     d->pool = pool;
     kv_pool_set_tier(pool, &t);

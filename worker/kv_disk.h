@@ -63,7 +63,16 @@
  * process — one log line, `enabled` false in the stats (exported as a
  * metric) — and the worker runs as if it had none. Read errors only miss.
  *
- * Not thread-safe: the scheduler thread owns it. Ownership: kv_disk_open
+ * Loading. A file is read with one preadv straight into the block's K and
+ * V regions of the pool (per layer: K rows then V rows, as the file lays
+ * them out; no intermediate buffer, no per-layer copy), then its header and
+ * MAC are checked over those bytes; a block that fails is junk and the
+ * caller must not use it. kv_disk_load_batch reads and checks several files
+ * at once on kv_disk_set_threads threads (OpenMP): the MAC (BLAKE2b, ~1
+ * GB/s per core) is most of a load's time.
+ *
+ * Not thread-safe: the scheduler thread owns it (kv_disk_load_batch's
+ * threads touch only the files and the blocks they were given). Ownership: kv_disk_open
  * returns a tier freed with kv_disk_close; kv_disk_attach lends it to a
  * pool, which must be freed (or detached) first.
  */
@@ -77,8 +86,8 @@
 
 #include "common/file_mac.h"
 #include "worker/kernels/kv_store.h"
+#include "worker/kv_pool.h"
 
-typedef struct kv_pool kv_pool_t;
 typedef struct kv_disk kv_disk_t;
 
 #define KV_DISK_HEADER_BYTES 96
@@ -177,6 +186,26 @@ int kv_disk_store(kv_disk_t *d, const kv_store_t *st, int32_t block, uint64_t pu
  * removed; st's block may hold garbage: the caller must not use it). */
 int kv_disk_load(kv_disk_t *d, kv_store_t *st, int32_t block, uint64_t pub, uint64_t parent_pub,
                  const int32_t *tokens);
+
+/* Loads r[0..n) at once (OpenMP, kv_disk_set_threads threads), each file
+ * into block r[i].block of st, and sets each r[i].rc as kv_disk_load
+ * returns. learn false: every check of kv_disk_load (parent_pub and token
+ * ids against r[i]'s) — a prefix lookup's loads; a hit makes the file the
+ * most recent. learn true: r[i].parent_pub and r[i].tokens are filled from
+ * the file (its header and ids are still authenticated by the MAC and every
+ * other field checked) — a warm start's loads, whose caller checks them
+ * against a prompt later; the recency order is kept. Blocks must be
+ * distinct; rejected files are removed as by kv_disk_load. Returns how
+ * many loaded (rc 0). */
+typedef kv_pool_tier_req_t kv_disk_load_req_t;
+int32_t kv_disk_load_batch(kv_disk_t *d, kv_store_t *st, kv_disk_load_req_t *r, int32_t n, bool learn);
+
+/* Threads of kv_disk_load_batch (default 1; the worker sets its --threads). */
+void kv_disk_set_threads(kv_disk_t *d, int n_threads);
+
+/* Up to max keys of the index, most recent (written or hit) first; returns
+ * how many. */
+int32_t kv_disk_recent_keys(const kv_disk_t *d, uint64_t *out, int32_t max);
 
 /* The checks a block file's bytes must pass before they are served: size,
  * header (every field against shape, pub, parent_pub), token ids, MAC under

@@ -31,6 +31,8 @@ typedef struct kv_block {
     uint64_t serial;        /* unique per registration; 0 = never registered */
     uint64_t pub;           /* public key (common/prefix_key.h), valid when cached */
     uint64_t parent_pub;    /* the parent's public key (its partition's public root for block 0) */
+    bool warm;              /* loaded by a warm start, not adopted yet (kv_pool.h) */
+    int32_t pnext;          /* next block in the same public-key bucket, -1 = end */
 } kv_block_t;
 
 struct kv_seq {
@@ -69,6 +71,10 @@ struct kv_pool {
     int32_t n_cached_total;
     int32_t *bucket;        /* (mask + 1) hash chains, -1 = empty */
     uint64_t mask;
+    int32_t *pbucket;       /* (mask + 1) chains by public key of cached and warm blocks, -1 = empty */
+    int32_t n_warm;         /* blocks in the warm state */
+    uint64_t *warm_plan;    /* (n_plan) public keys a warm start loads, most recent first */
+    int32_t n_plan, i_plan; /* its length, and the next to load */
     uint64_t root_key;      /* parent key of every sequence's block 0 */
     uint64_t next_serial;
     kv_pool_hash_fn hash;   /* NULL = default */
@@ -129,6 +135,40 @@ static void map_remove(kv_pool_t *p, int32_t id)
     }
     *link = p->blk[id].hnext;
     p->blk[id].hnext = -1;
+}
+
+/* The public-key map: every cached or warm block, by pub (a key may be
+ * there twice: the same content registered under two chains). */
+static void pmap_insert(kv_pool_t *p, int32_t id)
+{
+    uint64_t h = splitmix64_mix(p->blk[id].pub) & p->mask;
+    p->blk[id].pnext = p->pbucket[h];
+    p->pbucket[h] = id;
+}
+
+static void pmap_remove(kv_pool_t *p, int32_t id)
+{
+    int32_t *link = &p->pbucket[splitmix64_mix(p->blk[id].pub) & p->mask];
+    while (*link != id) {
+        assert(*link >= 0);
+        link = &p->blk[*link].pnext;
+    }
+    *link = p->blk[id].pnext;
+    p->blk[id].pnext = -1;
+}
+
+/* A warm block with this public key, parent public key and tokens, or -1. */
+static int32_t warm_find(const kv_pool_t *p, uint64_t pub, uint64_t parent_pub, const int32_t *tokens)
+{
+    if (p->n_warm == 0)
+        return -1;
+    for (int32_t id = p->pbucket[splitmix64_mix(pub) & p->mask]; id >= 0; id = p->blk[id].pnext) {
+        const kv_block_t *b = &p->blk[id];
+        if (b->warm && b->pub == pub && b->parent_pub == parent_pub &&
+            memcmp(p->blk_tokens + (size_t)id * (size_t)p->bs, tokens, (size_t)p->bs * sizeof(int32_t)) == 0)
+            return id;
+    }
+    return -1;
 }
 
 /* ---- block lists -------------------------------------------------------- */
@@ -228,12 +268,11 @@ int32_t kv_pool_tier_flush(kv_pool_t *p)
     return n;
 }
 
-/* Whether a cached block has public key pub (linear: used only when the
- * tier drops keys, which is rare). */
+/* Whether a cached or warm block has public key pub. */
 static bool ram_holds(const kv_pool_t *p, uint64_t pub)
 {
-    for (int32_t id = 0; id < p->n_blocks; id++)
-        if (p->blk[id].cached && p->blk[id].pub == pub)
+    for (int32_t id = p->pbucket[splitmix64_mix(pub) & p->mask]; id >= 0; id = p->blk[id].pnext)
+        if (p->blk[id].pub == pub)
             return true;
     return false;
 }
@@ -256,10 +295,21 @@ static int32_t block_take(kv_pool_t *p)
     int32_t id;
     if (p->n_free > 0) {
         id = p->free_ids[--p->n_free];
+    } else if (p->lru.head >= 0 && p->blk[p->lru.head].warm) {
+        /* a warm block nobody used: the tier had it when it was loaded */
+        id = p->lru.head;
+        lru_remove(p, id);
+        pmap_remove(p, id);
+        p->blk[id].warm = false;
+        p->n_warm--;
+        p->st.n_evictions++;
+        if (!(p->tier.has && p->tier.has(p->tier.ud, p->blk[id].pub)))
+            event_push(p, p->blk[id].pub, false);
     } else if (p->lru.head >= 0) {
         id = p->lru.head;
         lru_remove(p, id);
         map_remove(p, id);
+        pmap_remove(p, id);
         p->blk[id].cached = false;
         p->n_cached_total--;
         p->st.n_evictions++;
@@ -285,7 +335,7 @@ static int32_t block_take(kv_pool_t *p)
 static void block_ref(kv_pool_t *p, int32_t id)
 {
     kv_block_t *b = &p->blk[id];
-    assert(b->cached); /* only cached (full, immutable) blocks are shared */
+    assert(b->cached && !b->warm); /* only cached (full, immutable) blocks are shared */
     if (b->ref == 0) {
         lru_remove(p, id);
         p->n_used++;
@@ -384,7 +434,7 @@ kv_pool_t *kv_pool_new_q(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int3
     p->blk_tokens = xcalloc(per_layer, sizeof(int32_t));
     p->free_ids = xmalloc((size_t)n_blocks * sizeof(int32_t));
     for (int32_t i = 0; i < n_blocks; i++) {
-        p->blk[i].lru.prev = p->blk[i].lru.next = p->blk[i].hnext = -1;
+        p->blk[i].lru.prev = p->blk[i].lru.next = p->blk[i].hnext = p->blk[i].pnext = -1;
         p->free_ids[i] = n_blocks - 1 - i; /* block 0 is taken first */
     }
     p->n_free = n_blocks;
@@ -394,8 +444,9 @@ kv_pool_t *kv_pool_new_q(int32_t n_layer, int32_t kv_dim, int32_t n_blocks, int3
     while (n_buckets < (size_t)n_blocks)
         n_buckets <<= 1;
     p->bucket = xmalloc(n_buckets * sizeof(int32_t));
+    p->pbucket = xmalloc(n_buckets * sizeof(int32_t));
     for (size_t i = 0; i < n_buckets; i++)
-        p->bucket[i] = -1;
+        p->bucket[i] = p->pbucket[i] = -1;
     p->mask = n_buckets - 1;
 
     uint64_t seed = 0;
@@ -420,6 +471,8 @@ void kv_pool_free(kv_pool_t **pp)
     free(p->blk_tokens);
     free(p->free_ids);
     free(p->bucket);
+    free(p->pbucket);
+    free(p->warm_plan);
     free(p->ev);
     free(p);
     *pp = NULL;
@@ -480,6 +533,8 @@ void kv_pool_stats(const kv_pool_t *p, kv_pool_stats_t *out)
     out->n_cached_total = p->n_cached_total;
     out->n_seqs = p->n_seqs;
     out->block_size = p->bs;
+    out->n_warm = p->n_warm;
+    out->n_warm_planned = p->n_plan - p->i_plan;
 }
 
 void kv_pool_test_set_hash(kv_pool_t *p, kv_pool_hash_fn fn)
@@ -647,6 +702,100 @@ const int32_t *kv_seq_tokens(const kv_seq_t *s) { return s->tokens; }
 
 /* ---- prefix cache ------------------------------------------------------- */
 
+/* Blocks loaded from the tier in one batch of a prefix lookup. */
+#define KV_POOL_LOAD_RUN 32
+
+/* Registers block id (ref 1, holding tokens t's K/V: loaded from the tier
+ * or adopted warm) in the prefix cache under the chain *parent_* and
+ * attaches it to s as logical block i; the chain moves to it. */
+static void seq_attach_loaded(kv_pool_t *p, kv_seq_t *s, int32_t i, int32_t id, const int32_t *t, uint64_t pub,
+                              uint64_t parent_pub, uint64_t *parent_key, int32_t *parent_block,
+                              uint64_t *parent_serial)
+{
+    uint64_t key = pool_hash(p, *parent_key, t);
+    kv_block_t *b = &p->blk[id];
+    assert(b->ref == 1 && !b->cached && !b->warm);
+    b->cached = true;
+    b->key = key;
+    b->parent_key = *parent_key;
+    b->parent_block = *parent_block;
+    b->parent_serial = *parent_serial;
+    b->serial = p->next_serial++;
+    b->pub = pub;
+    b->parent_pub = parent_pub;
+    event_push(p, pub, true);
+    memmove(p->blk_tokens + (size_t)id * (size_t)p->bs, t, (size_t)p->bs * sizeof(int32_t));
+    map_insert(p, id);
+    pmap_insert(p, id);
+    p->n_cached_total++;
+    seq_grow_blocks(s, i + 1);
+    s->blocks[i] = id;
+    s->keys[i] = key;
+    s->pubs[i] = pub;
+    s->n_blocks = i + 1;
+    *parent_key = key;
+    *parent_block = id;
+    *parent_serial = b->serial;
+}
+
+void kv_pool_warm_begin(kv_pool_t *p, int32_t max_blocks)
+{
+    free(p->warm_plan);
+    p->warm_plan = NULL;
+    p->n_plan = p->i_plan = 0;
+    if (max_blocks <= 0 || !p->tier.recent_keys || !p->tier.load_batch)
+        return;
+    p->warm_plan = xmalloc((size_t)max_blocks * sizeof *p->warm_plan);
+    p->n_plan = p->tier.recent_keys(p->tier.ud, p->warm_plan, max_blocks);
+}
+
+bool kv_pool_warm_step(kv_pool_t *p, int32_t n)
+{
+    if (n > KV_POOL_LOAD_RUN)
+        n = KV_POOL_LOAD_RUN;
+    kv_pool_tier_req_t req[KV_POOL_LOAD_RUN];
+    int32_t n_req = 0;
+    while (n_req < n && p->i_plan < p->n_plan) {
+        if (p->n_free == 0) { /* never evict for a guess: done */
+            p->i_plan = p->n_plan;
+            break;
+        }
+        uint64_t pub = p->warm_plan[p->i_plan++];
+        if (ram_holds(p, pub))
+            continue;
+        int32_t id = p->free_ids[--p->n_free];
+        req[n_req++] = (kv_pool_tier_req_t){
+            .block = id, .pub = pub, .tokens = p->blk_tokens + (size_t)id * (size_t)p->bs};
+    }
+    if (n_req > 0)
+        p->tier.load_batch(p->tier.ud, &p->store, req, n_req, true);
+    for (int32_t k = 0; k < n_req; k++) {
+        int32_t id = req[k].block;
+        kv_block_t *b = &p->blk[id];
+        if (req[k].rc != 0 || ram_holds(p, req[k].pub)) {
+            p->free_ids[p->n_free++] = id;
+            continue;
+        }
+        b->warm = true;
+        b->pub = req[k].pub;
+        b->parent_pub = req[k].parent_pub;
+        pmap_insert(p, id);
+        /* older than anything a request released: evicted first; the plan
+         * goes from the most recent key, so the head stays the oldest */
+        idxlist_push_head(&p->lru, &p->blk[0].lru, sizeof *p->blk, id);
+        p->n_warm++;
+        p->st.n_warm_loaded++;
+    }
+    if (n_req > 0)
+        tier_drain_dropped(p);
+    if (p->i_plan >= p->n_plan && p->warm_plan) {
+        free(p->warm_plan);
+        p->warm_plan = NULL;
+        p->n_plan = p->i_plan = 0;
+    }
+    return p->i_plan < p->n_plan;
+}
+
 int32_t kv_pool_match_prefix(kv_pool_t *p, const int32_t *tokens, int32_t n, kv_seq_t *s)
 {
     if (!s || s->pool != p || s->n_blocks != 0 || s->n_tokens != 0 || n < 0 || (n > 0 && !tokens))
@@ -675,47 +824,80 @@ int32_t kv_pool_match_prefix(kv_pool_t *p, const int32_t *tokens, int32_t n, kv_
         parent_serial = p->blk[id].serial;
     }
     const int32_t n_ram = i;
-    /* past the RAM chain: blocks of the lower tier, each loaded into a new
-     * block and registered as if this sequence had computed it */
-    for (; p->tier.load && i < max_blocks; i++) {
+    /* past the RAM chain: warm blocks (loaded at start-up), and blocks of
+     * the lower tier, each loaded into a new block; both registered as if
+     * this sequence had computed them */
+    int32_t n_warm = 0, n_loaded = 0;
+    const bool tier = p->tier.load || p->tier.load_batch;
+    kv_pool_tier_req_t req[KV_POOL_LOAD_RUN];
+    uint64_t parent_pubs[KV_POOL_LOAD_RUN];
+    while (i < max_blocks) {
         const int32_t *t = tokens + (size_t)i * (size_t)p->bs;
         const uint64_t parent_pub = i > 0 ? s->pubs[i - 1] : s->root_pub;
         const uint64_t pub = prefix_key_next(parent_pub, t, p->bs);
-        int32_t id = block_take(p);
-        if (id < 0)
+        int32_t id = warm_find(p, pub, parent_pub, t);
+        if (id >= 0) {
+            kv_block_t *b = &p->blk[id];
+            lru_remove(p, id);
+            pmap_remove(p, id);
+            b->warm = false;
+            p->n_warm--;
+            b->ref = 1;
+            p->n_used++;
+            seq_attach_loaded(p, s, i, id, t, pub, parent_pub, &parent_key, &parent_block, &parent_serial);
+            n_warm++;
+            i++;
+            continue;
+        }
+        if (!tier)
             break;
-        if (p->tier.load(p->tier.ud, &p->store, id, pub, parent_pub, t) != 0) {
-            kv_block_t *b = &p->blk[id]; /* back to the free stack */
+        /* a run of the next blocks the tier has (none warm), loaded at
+         * once; the first is tried even when the tier does not know it (a
+         * replica sharing the folder may have written it) */
+        int32_t n_run = 0;
+        for (uint64_t pp = parent_pub, pk = pub; i + n_run < max_blocks && n_run < KV_POOL_LOAD_RUN;) {
+            const int32_t *tk = tokens + (size_t)(i + n_run) * (size_t)p->bs;
+            if (n_run > 0) {
+                pk = prefix_key_next(pp, tk, p->bs);
+                if (!p->tier.load_batch || !p->tier.has || !p->tier.has(p->tier.ud, pk) ||
+                    warm_find(p, pk, pp, tk) >= 0)
+                    break;
+            }
+            int32_t nid = block_take(p);
+            if (nid < 0)
+                break;
+            req[n_run] = (kv_pool_tier_req_t){.block = nid, .pub = pk, .parent_pub = pp, .tokens = (int32_t *)tk};
+            parent_pubs[n_run] = pp;
+            n_run++;
+            pp = pk;
+        }
+        if (n_run == 0)
+            break;
+        if (p->tier.load_batch) {
+            p->tier.load_batch(p->tier.ud, &p->store, req, n_run, false);
+        } else {
+            for (int32_t k = 0; k < n_run; k++)
+                req[k].rc = p->tier.load(p->tier.ud, &p->store, req[k].block, req[k].pub, req[k].parent_pub,
+                                         req[k].tokens);
+        }
+        int32_t k = 0;
+        for (; k < n_run && req[k].rc == 0; k++, i++)
+            seq_attach_loaded(p, s, i, req[k].block, req[k].tokens, req[k].pub, parent_pubs[k], &parent_key,
+                              &parent_block, &parent_serial);
+        n_loaded += k;
+        bool whole = k == n_run;
+        for (; k < n_run; k++) { /* after a miss or a rejected file: back to the free stack */
+            kv_block_t *b = &p->blk[req[k].block];
             b->ref = 0;
             p->n_used--;
-            p->free_ids[p->n_free++] = id;
-            break;
+            p->free_ids[p->n_free++] = req[k].block;
         }
-        uint64_t key = pool_hash(p, parent_key, t);
-        kv_block_t *b = &p->blk[id];
-        b->cached = true;
-        b->key = key;
-        b->parent_key = parent_key;
-        b->parent_block = parent_block;
-        b->parent_serial = parent_serial;
-        b->serial = p->next_serial++;
-        b->pub = pub;
-        b->parent_pub = parent_pub;
-        event_push(p, pub, true);
-        memcpy(p->blk_tokens + (size_t)id * (size_t)p->bs, t, (size_t)p->bs * sizeof(int32_t));
-        map_insert(p, id);
-        p->n_cached_total++;
-        seq_grow_blocks(s, i + 1);
-        s->blocks[i] = id;
-        s->keys[i] = key;
-        s->pubs[i] = pub;
-        s->n_blocks = i + 1;
-        parent_key = key;
-        parent_block = id;
-        parent_serial = b->serial;
+        if (!whole)
+            break;
     }
     tier_drain_dropped(p);
-    p->st.n_tier_hit_tokens += (uint64_t)(i - n_ram) * (uint64_t)p->bs;
+    p->st.n_tier_hit_tokens += (uint64_t)n_loaded * (uint64_t)p->bs;
+    p->st.n_warm_hit_tokens += (uint64_t)n_warm * (uint64_t)p->bs;
     int32_t covered = i * p->bs;
     seq_grow_tokens(s, covered);
     if (covered > 0)
@@ -724,8 +906,8 @@ int32_t kv_pool_match_prefix(kv_pool_t *p, const int32_t *tokens, int32_t n, kv_
     s->n_committed = i;
     s->chain_block = parent_block;
     s->chain_serial = parent_serial;
-    p->st.n_prefix_hit_tokens += (uint64_t)n_ram * (uint64_t)p->bs;
-    p->st.n_prefix_hit_blocks += (uint64_t)n_ram;
+    p->st.n_prefix_hit_tokens += (uint64_t)(n_ram + n_warm) * (uint64_t)p->bs;
+    p->st.n_prefix_hit_blocks += (uint64_t)(n_ram + n_warm);
     return covered;
 }
 
@@ -765,6 +947,7 @@ int32_t kv_pool_commit_full_blocks(kv_pool_t *p, kv_seq_t *s)
         event_push(p, pub, true);
         memcpy(p->blk_tokens + (size_t)id * (size_t)p->bs, t, (size_t)p->bs * sizeof(int32_t));
         map_insert(p, id);
+        pmap_insert(p, id);
         p->n_cached_total++;
         p->st.n_registered++;
         s->chain_block = id;
@@ -795,7 +978,7 @@ int kv_pool_check(const kv_pool_t *p)
 {
     int32_t nb = p->n_blocks;
     int32_t *refs = xcalloc((size_t)nb, sizeof(int32_t));
-    uint8_t *seen = xcalloc((size_t)nb, 1); /* bit 1 free stack, 2 LRU, 4 map */
+    uint8_t *seen = xcalloc((size_t)nb, 1); /* bit 1 free stack, 2 LRU, 4 map, 8 pub map */
     int rc = -1;
 
     /* references from live sequences */
@@ -863,6 +1046,17 @@ int kv_pool_check(const kv_pool_t *p)
         }
     }
     CHECK(n_map == p->n_cached_total, "map has %d, counter %d", n_map, p->n_cached_total);
+    /* public-key map: exactly the cached and warm blocks */
+    int32_t n_pmap = 0, n_warm = 0;
+    for (uint64_t h = 0; h <= p->mask; h++) {
+        for (int32_t id = p->pbucket[h]; id >= 0; id = p->blk[id].pnext) {
+            CHECK(id < nb && !(seen[id] & 8), "pub map entry %d bad or repeated", id);
+            CHECK((splitmix64_mix(p->blk[id].pub) & p->mask) == h, "block %d in wrong pub bucket", id);
+            CHECK(p->blk[id].cached || p->blk[id].warm, "pub map holds block %d, neither cached nor warm", id);
+            seen[id] |= 8;
+            n_pmap++;
+        }
+    }
 
     /* per block: exactly one state, refs agree */
     int32_t n_used = 0;
@@ -870,7 +1064,11 @@ int kv_pool_check(const kv_pool_t *p)
         const kv_block_t *b = &p->blk[id];
         CHECK(b->ref == refs[id], "block %d ref %d but %d sequences reference it", id, b->ref, refs[id]);
         CHECK(b->cached == ((seen[id] & 4) != 0), "block %d cached flag %d vs map", id, b->cached);
-        if (b->ref > 0) {
+        CHECK((b->cached || b->warm) == ((seen[id] & 8) != 0), "block %d cached/warm vs pub map", id);
+        if (b->warm) {
+            n_warm++;
+            CHECK(b->ref == 0 && !b->cached && (seen[id] & 3) == 2, "warm block %d not (only) on LRU, or used", id);
+        } else if (b->ref > 0) {
             n_used++;
             CHECK(!(seen[id] & 3), "used block %d on free stack or LRU", id);
         } else if (b->cached) {
@@ -880,6 +1078,8 @@ int kv_pool_check(const kv_pool_t *p)
         }
     }
     CHECK(n_used == p->n_used, "used %d, counter %d", n_used, p->n_used);
+    CHECK(n_warm == p->n_warm && n_pmap == p->n_cached_total + n_warm, "warm %d (counter %d), pub map %d",
+          n_warm, p->n_warm, n_pmap);
     CHECK(p->n_free + p->lru.n + p->n_used == nb, "free %d + cached %d + used %d != %d",
           p->n_free, p->lru.n, p->n_used, nb);
     rc = 0;

@@ -21,6 +21,9 @@
  * Block states (each block is in exactly one):
  *     used    ref > 0 (cached or not)
  *     cached  ref == 0, registered in the prefix cache, on the LRU list
+ *     warm    ref == 0, loaded from the lower tier by a warm start
+ *             (kv_pool_warm_step), known by its public key only, on the
+ *             LRU list (evictable like a cached block, before any of them)
  *     free    ref == 0, not registered, on the free stack
  *
  * Typical use by the scheduler, per sequence:
@@ -84,6 +87,12 @@ typedef struct kv_pool_stats {
     uint64_t n_tier_hit_tokens;  /* prompt tokens covered by blocks loaded from the tier
                                   * (not in n_prefix_hit_tokens, which counts RAM hits) */
     uint64_t n_tier_stored;      /* evicted blocks the tier holds (stored or had) */
+    /* warm start (kv_pool_warm_begin) */
+    int32_t n_warm;              /* warm blocks now (loaded, not yet used by a prompt; in n_cached) */
+    int32_t n_warm_planned;      /* blocks the warm start still means to load (0: done or none) */
+    uint64_t n_warm_loaded;      /* blocks loaded by the warm start */
+    uint64_t n_warm_hit_tokens;  /* prompt tokens covered by warm blocks (in n_prefix_hit_tokens:
+                                  * they were in RAM when the prompt came) */
 } kv_pool_stats_t;
 
 /* Bytes one block costs: K and V for every layer (2 * n_layer * block_size *
@@ -257,6 +266,15 @@ int32_t kv_pool_cached_keys(const kv_pool_t *pool, uint64_t *out, int32_t max);
 
 /* ---- lower tier (worker/kv_disk.h) --------------------------------------- */
 
+/* One block of a batched load (kv_pool_tier_t.load_batch). */
+typedef struct kv_pool_tier_req {
+    int32_t block;       /* in: the destination block of the store */
+    uint64_t pub;        /* in: the block's public key */
+    uint64_t parent_pub; /* in: expected; or out, when learning (a warm start) */
+    int32_t *tokens;     /* (block_size) in: expected; or out, when learning */
+    int rc;              /* out: 0 loaded, 1 not there, 2 rejected (the block holds junk) */
+} kv_pool_tier_req_t;
+
 /* A store below the RAM pool, by public key. Every function gets ud. */
 typedef struct kv_pool_tier {
     void *ud;
@@ -268,6 +286,12 @@ typedef struct kv_pool_tier {
      * and tokens: 0 loaded, else not (the block's contents are then junk) */
     int (*load)(void *ud, kv_store_t *st, int32_t block, uint64_t pub, uint64_t parent_pub,
                 const int32_t *tokens);
+    /* optional: r[0..n) at once (each rc set as load returns); learn: take
+     * parent_pub and tokens from the tier (still checked by it) instead of
+     * checking them; returns how many loaded */
+    int32_t (*load_batch)(void *ud, kv_store_t *st, kv_pool_tier_req_t *r, int32_t n, bool learn);
+    /* optional: up to max keys, most recent first (a warm start's order) */
+    int32_t (*recent_keys)(void *ud, uint64_t *out, int32_t max);
     bool (*has)(void *ud, uint64_t pub);
     int32_t (*n_keys)(void *ud);
     int32_t (*keys)(void *ud, uint64_t *out, int32_t max);
@@ -283,13 +307,31 @@ typedef struct kv_pool_tier {
  *     the tier then holds it, no eviction event is logged (the replica
  *     still has the prefix);
  *   - kv_pool_match_prefix continues past the RAM chain: each next block
- *     of the prompt (same limit: never the whole prompt) is loaded from the
- *     tier into a newly taken block, registered in the prefix cache like a
- *     committed one and attached to the sequence, until a miss or no block
- *     is available (n_tier_hit_tokens counts them);
+ *     of the prompt (same limit: never the whole prompt) is a warm block
+ *     with its public key, parent public key and token ids (no I/O), or
+ *     is loaded from the tier into a newly taken block (runs of blocks the
+ *     tier has in one load_batch when it has one), registered in the
+ *     prefix cache like a committed one and attached to the sequence,
+ *     until a miss or no block is available (n_tier_hit_tokens counts the
+ *     loaded ones, n_warm_hit_tokens the warm ones);
  *   - keys the tier drops are logged as evicted unless RAM has them, and
  *     kv_pool_held_keys reports both tiers. */
 void kv_pool_set_tier(kv_pool_t *pool, const kv_pool_tier_t *tier);
+
+/* Warm start: after a (re)start the tier's most recent blocks are loaded
+ * into FREE blocks while the owner is idle, so a prompt that comes back
+ * finds its prefix in RAM. kv_pool_warm_begin plans up to max_blocks of the
+ * tier's keys, most recent first (needs recent_keys and load_batch; a
+ * second call replans). kv_pool_warm_step loads up to n of them at once
+ * (load_batch with learn: the tier checks the MAC and the header, which
+ * gives the parent key and token ids) into free blocks — never evicting,
+ * and stopping for good when no block is free — skipping keys RAM already
+ * holds; each becomes a warm block: kv_pool_match_prefix adopts it when a
+ * prompt's block has the same public key, parent public key and token ids
+ * (the checks a load from the tier makes). Returns true while planned keys
+ * remain. A warm block nobody uses is evicted before any cached block. */
+void kv_pool_warm_begin(kv_pool_t *pool, int32_t max_blocks);
+bool kv_pool_warm_step(kv_pool_t *pool, int32_t n);
 
 /* Stores every cached block in the tier (a clean stop keeps the hot set).
  * Returns how many the tier holds afterwards; 0 without a tier. */

@@ -969,9 +969,11 @@ static void admit(sched_t *s)
         int64_t t_match = clock_now_us();
         int32_t hit = best->embed ? 0 : kv_pool_match_prefix(s->pool, best->tokens, best->n_tokens, best->kv);
         kv_pool_stats(s->pool, &ps1);
-        if (ps1.n_tier_hit_tokens > ps0.n_tier_hit_tokens)
-            log_info("prefix of %d tokens: %llu from RAM, %llu loaded from the disk tier in %.1f ms", best->n_tokens,
+        if (ps1.n_tier_hit_tokens > ps0.n_tier_hit_tokens || ps1.n_warm_hit_tokens > ps0.n_warm_hit_tokens)
+            log_info("prefix of %d tokens: %llu from RAM (%llu warmed at start), %llu loaded from the disk tier in "
+                     "%.1f ms", best->n_tokens,
                      (unsigned long long)(ps1.n_prefix_hit_tokens - ps0.n_prefix_hit_tokens),
+                     (unsigned long long)(ps1.n_warm_hit_tokens - ps0.n_warm_hit_tokens),
                      (unsigned long long)(ps1.n_tier_hit_tokens - ps0.n_tier_hit_tokens),
                      (double)(clock_now_us() - t_match) / 1000.0);
         if (hit < 0)

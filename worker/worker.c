@@ -43,6 +43,9 @@ struct worker {
     pack_cache_write_t *draft_pack_write; /* the same for the draft model */
     kv_report_t *kv_report;               /* prefix-cache changes → KV messages (owned) */
     bool prefault_left;                   /* KV pool pages not mapped yet (sched_prefault_step) */
+    bool warm_left;                       /* warm start not finished (kv_pool_warm_step) */
+    int64_t t_warm_us;                    /* when it began (clock_now_us), for its log line */
+    int32_t warm_batch;                   /* blocks per idle pass: one per thread */
     int heartbeat_ms;                     /* --heartbeat-ms (the link may adopt the gateway's) */
     int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
     char *test_step_wedge;                /* TEST ONLY, env PAGODA_TEST_STEP_WEDGE (owned) */
@@ -70,6 +73,7 @@ void worker_config_default(worker_config_t *c)
     c->endpoint = "tcp://127.0.0.1:5557";
     c->heartbeat_ms = PROTO_HEARTBEAT_MS;
     c->kv_cache_bytes = (uint64_t)4096 << 20;
+    c->kv_warm_percent = 50;
     c->standby_fd = -1;
     sched_config_default(&c->sched);
     c->sched.kv_budget_bytes = 0; /* kv_budget.h */
@@ -761,6 +765,19 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
         w->disk = kv_disk_open(cache_dir, cfg->kv_cache_bytes ? cfg->kv_cache_bytes : (uint64_t)4096 << 20, &shape,
                                &key);
         kv_disk_attach(w->disk, sched_kv_pool(w->sched));
+        kv_disk_set_threads(w->disk, w->scfg.n_threads);
+        /* warm start: the most recent blocks into free RAM blocks, in idle
+         * passes of the loop after registering (worker_run_once) */
+        kv_pool_t *pool = sched_kv_pool(w->sched);
+        kv_pool_stats_t ps;
+        kv_pool_stats(pool, &ps);
+        kv_pool_warm_begin(pool, (int32_t)((int64_t)ps.n_free * cfg->kv_warm_percent / 100));
+        kv_pool_stats(pool, &ps);
+        w->warm_left = ps.n_warm_planned > 0;
+        w->warm_batch = w->scfg.n_threads > 0 ? w->scfg.n_threads : 1;
+        if (w->warm_left)
+            log_info("kv warm start: %d blocks of the disk tier to load (budget %d%% of %d blocks)",
+                     ps.n_warm_planned, cfg->kv_warm_percent, ps.n_blocks);
     }
     t_disk = clock_now_us();
     make_replica_id(w);
@@ -837,6 +854,25 @@ void worker_free(worker_t **wp)
     *wp = NULL;
 }
 
+/* One idle pass of the warm start; its log line when it ends. */
+static void warm_step(struct worker *w)
+{
+    kv_pool_t *pool = sched_kv_pool(w->sched);
+    if (w->t_warm_us == 0)
+        w->t_warm_us = clock_now_us();
+    w->warm_left = kv_pool_warm_step(pool, w->warm_batch);
+    if (w->warm_left)
+        return;
+    kv_pool_stats_t ps;
+    kv_pool_stats(pool, &ps);
+    log_info("kv warm start: %llu blocks (%.1f MiB of K/V) loaded from the disk tier in %.1f ms; %d free",
+             (unsigned long long)ps.n_warm_loaded,
+             (double)ps.n_warm_loaded * (double)kv_pool_block_bytes_q(kv_pool_store(pool)->n_layer,
+                 kv_pool_store(pool)->kv_dim, ps.block_size, kv_pool_store(pool)->type, kv_pool_store(pool)->qblock) /
+                 1048576.0,
+             (double)(clock_now_us() - w->t_warm_us) / 1000.0, ps.n_free);
+}
+
 bool worker_run_once(worker_t *w, int wake_fd)
 {
     if (w->stop)
@@ -844,14 +880,18 @@ bool worker_run_once(worker_t *w, int wake_fd)
     publish_load(w);
     kv_report_flush(w->kv_report, w->link);
     bool busy = sched_busy(w->sched);
-    /* idle: map the KV pool's pages a few MiB at a time (~1 ms each), so
-     * a start never waits for them and a request waits at most one piece */
-    if (!busy && w->prefault_left)
+    /* idle: first the warm start, one block per thread per pass (~1-3 ms:
+     * a request that comes waits at most that), then map the KV pool's
+     * pages a few MiB at a time (~1 ms each), so a start never waits for
+     * them and a request waits at most one piece */
+    if (!busy && w->warm_left)
+        warm_step(w);
+    else if (!busy && w->prefault_left)
         w->prefault_left = sched_prefault_step(w->sched, (size_t)8 << 20);
     proto_msg_t m;
     /* drain every queued message before the next step so CANCELs and new
      * SUBMITs join this step's batch */
-    int prc = worker_link_poll(w->link, busy || w->prefault_left ? 0 : worker_link_heartbeat_ms(w->link), wake_fd,
+    int prc = worker_link_poll(w->link, busy || w->prefault_left || w->warm_left ? 0 : worker_link_heartbeat_ms(w->link), wake_fd,
                                &m);
     drop_orphans(w);
     while (prc == WORKER_LINK_MSG) {

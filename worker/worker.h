@@ -69,6 +69,9 @@ typedef struct worker_config {
     uint32_t mem_workers;          /* --mem-workers: workers sharing it (N); 0 = 1 */
     const char *kv_cache_dir;      /* disk tier folder (worker/kv_disk.h), NULL = none */
     uint64_t kv_cache_bytes;       /* its size cap (default 4 GiB) */
+    int32_t kv_warm_percent;       /* warm start: the disk tier's most recent blocks are loaded
+                                    * into up to this % of the KV pool while idle (default 50,
+                                    * 0 = off; kv_pool_warm_begin) */
     const char *kv_disk_key;       /* MAC key file of its files (common/file_mac.h), NULL =
                                       <kv_cache_dir>.key */
     const char *draft_path;        /* --draft-model: GGUF of the draft model (sched.spec

@@ -58,6 +58,9 @@ static void usage(FILE *f)
             "                       also the packed int8 weights (DIR/packed/) so a\n"
             "                       restart reads them instead of packing again\n"
             "  --kv-cache-mb N      size cap of the disk tier (default 4096)\n"
+            "  --kv-warm-percent P  at start, load the disk tier's most recent blocks into\n"
+            "                       up to P%% of the KV pool (free blocks only, while\n"
+            "                       idle; default 50, 0 = off)\n"
             "  --kv-disk-key FILE   MAC key of the disk tier's and pack cache's files\n"
             "                       (0600, ours; made when absent; default DIR.key\n"
             "                       beside --kv-cache-dir, never inside it)\n"
@@ -138,7 +141,7 @@ int main(int argc, char **argv)
     uint32_t u;
     const char *curve_server = NULL, *curve_secret = NULL, *gen_prefix = NULL;
     enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR, O_KVKEY,
-           O_KVDMB, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY, O_MEMAVAIL, O_MEMWORKERS };
+           O_KVDMB, O_KVWARM, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY, O_MEMAVAIL, O_MEMWORKERS };
     static const struct option opts[] = {
         {"gateway", required_argument, NULL, 'g'},
         {"model", required_argument, NULL, 'm'},
@@ -155,6 +158,7 @@ int main(int argc, char **argv)
         {"kv-cache-dir", required_argument, NULL, O_KVDIR},
         {"kv-disk-key", required_argument, NULL, O_KVKEY},
         {"kv-cache-mb", required_argument, NULL, O_KVDMB},
+        {"kv-warm-percent", required_argument, NULL, O_KVWARM},
         {"threads", required_argument, NULL, O_THREADS},
         {"ctx", required_argument, NULL, 'x'},
         {"exact-matmul", no_argument, NULL, O_EXACT},
@@ -237,6 +241,11 @@ int main(int argc, char **argv)
             if (parse_i32_opt("kv-cache-mb", optarg, 1, 1u << 30, &u))
                 return 2;
             wc.kv_cache_bytes = (uint64_t)u << 20;
+            break;
+        case O_KVWARM:
+            if (parse_i32_opt("kv-warm-percent", optarg, 0, 100, &u))
+                return 2;
+            wc.kv_warm_percent = (int32_t)u;
             break;
         case O_EXACT: wc.sched.exact_matmul = true; break;
         case O_SPEC:

@@ -23,6 +23,13 @@
  *     the whole prompt), a fresh pool over the same folder (a restart)
  *     matches them too and kv_pool_held_keys lists them, and
  *     kv_pool_tier_flush writes the hot set;
+ *   - a warm start (kv_pool_warm_begin/step) after a restart loads the
+ *     tier's blocks into free blocks only (never evicting: a small pool
+ *     stops when full), checks each file (a corrupted one is rejected and
+ *     removed, never warm), and the prompts then match from RAM with no
+ *     load from the tier (n_tier_hit_tokens 0, n_warm_hit_tokens, the K/V
+ *     equal what was written); unused warm blocks are evicted first; the
+ *     batched load (kv_disk_load_batch) gives what single loads give;
  *   - two tiers on one folder (two replicas) see each other's files;
  *   - as a local attacker: block files are 0600 and folders 0700 under
  *     umask 0; a block with another key's MAC (a forger's valid checksum)
@@ -427,6 +434,122 @@ static void test_under_pool(void **state)
     kv_pool_free(&p);
 }
 
+static void test_warm_start(void **state)
+{
+    (void)state;
+    kv_disk_shape_t sh = shape_f32();
+    sh.weights_hash = 777;
+    kv_pool_t *p = kv_pool_new(NL, KVD, 12, BS, KV_TYPE_F32);
+    kv_disk_t *d = kv_disk_open(g_dir, 1u << 20, &sh, &g_key);
+    kv_disk_attach(d, p);
+    int32_t a[17], b[17], c[41], hit;
+    for (int i = 0; i < 17; i++) {
+        a[i] = 20 + i;
+        b[i] = 300 + i;
+    }
+    for (int i = 0; i < 41; i++)
+        c[i] = 5000 + i;
+    run_prompt(p, a, 17, &hit);
+    run_prompt(p, b, 17, &hit);
+    kv_pool_set_tier(p, NULL);
+    kv_disk_close(&d);
+    kv_pool_free(&p);
+
+    /* a restart, the whole tier warmed: both prompts from RAM, no load */
+    p = kv_pool_new(NL, KVD, 12, BS, KV_TYPE_F32);
+    d = kv_disk_open(g_dir, 1u << 20, &sh, &g_key);
+    kv_disk_set_threads(d, 2);
+    kv_disk_attach(d, p);
+    kv_pool_warm_begin(p, 10);
+    kv_pool_stats_t ps;
+    kv_pool_stats(p, &ps);
+    assert_int_equal(ps.n_warm_planned, 8);
+    int steps = 0;
+    while (kv_pool_warm_step(p, 3)) {
+        assert_int_equal(kv_pool_check(p), 0);
+        steps++;
+    }
+    assert_int_equal(steps, 2);
+    kv_pool_stats(p, &ps);
+    assert_int_equal(ps.n_warm, 8);
+    assert_int_equal(ps.n_warm_loaded, 8);
+    assert_int_equal(ps.n_free, 4);
+    assert_int_equal(ps.n_cached, 8); /* evictable */
+    assert_int_equal(kv_pool_n_available(p), 12);
+    assert_int_equal(kv_pool_check(p), 0);
+    run_prompt(p, b, 17, &hit); /* run_prompt checks the K/V attached */
+    assert_int_equal(hit, 16);
+    run_prompt(p, a, 17, &hit);
+    assert_int_equal(hit, 16);
+    kv_pool_stats(p, &ps);
+    assert_int_equal(ps.n_tier_hit_tokens, 0);
+    assert_int_equal(ps.n_warm_hit_tokens, 32);
+    assert_int_equal(ps.n_prefix_hit_tokens, 32);
+    assert_int_equal(ps.n_warm, 0);
+    kv_pool_set_tier(p, NULL);
+    kv_disk_close(&d);
+    kv_pool_free(&p);
+
+    /* a small pool: the warm start fills the free blocks and stops; one
+     * corrupted file is rejected, not warmed; then unused warm blocks are
+     * the first to go */
+    char path[400];
+    file_of(path, sizeof path, &sh, prefix_key_next(PREFIX_KEY_PUBLIC_ROOT, a, BS));
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, KV_DISK_HEADER_BYTES + BS * 4 + 5, SEEK_SET);
+    fputc(0x5a, f);
+    fclose(f);
+    p = kv_pool_new(NL, KVD, 11, BS, KV_TYPE_F32);
+    d = kv_disk_open(g_dir, 1u << 20, &sh, &g_key);
+    kv_disk_attach(d, p);
+    kv_pool_warm_begin(p, 100);
+    while (kv_pool_warm_step(p, 4))
+        assert_int_equal(kv_pool_check(p), 0);
+    kv_pool_stats(p, &ps);
+    kv_disk_stats_t ds;
+    kv_disk_stats(d, &ds);
+    assert_int_equal(ps.n_warm, 7);
+    assert_int_equal(ds.n_rejected, 1);
+    assert_true(access(path, F_OK) != 0); /* removed */
+    assert_int_equal(ps.n_free, 4);
+    run_prompt(p, c, 37, &hit); /* 10 blocks: 4 free + 6 warm evicted */
+    assert_int_equal(hit, 0);
+    kv_pool_stats(p, &ps);
+    assert_int_equal(ps.n_warm, 1);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_pool_set_tier(p, NULL);
+    kv_disk_close(&d);
+    kv_pool_free(&p);
+
+    /* the batch load gives the bytes single loads give, in any order */
+    kv_store_t src = store_new(4, 0.5f), one = store_new(4, 9.0f), many = store_new(4, 7.0f);
+    d = kv_disk_open(g_dir, 1u << 20, &sh, &g_key);
+    kv_disk_set_threads(d, 2);
+    int32_t tok[4][BS];
+    kv_disk_load_req_t r[4];
+    for (int i = 0; i < 4; i++) {
+        for (int j = 0; j < BS; j++)
+            tok[i][j] = 900 + 10 * i + j;
+        assert_int_equal(kv_disk_store(d, &src, i, 0xabc0 + (uint64_t)i, 0x77, tok[i]), 0);
+        assert_int_equal(kv_disk_load(d, &one, 3 - i, 0xabc0 + (uint64_t)i, 0x77, tok[i]), 0);
+        r[i] = (kv_disk_load_req_t){.block = 3 - i, .pub = 0xabc0 + (uint64_t)i, .parent_pub = 0x77, .tokens = tok[i]};
+    }
+    r[2].parent_pub = 0x78; /* not this block's parent: rejected (and removed) */
+    assert_int_equal(kv_disk_load_batch(d, &many, r, 4, false), 3);
+    assert_int_equal(r[2].rc, 2);
+    for (int i = 0; i < 4; i++)
+        if (i != 2)
+            assert_true(r[i].rc == 0 && block_equal(&one, 3 - i, &many, 3 - i) && block_equal(&src, i, &many, 3 - i));
+    kv_disk_close(&d);
+    free(src.k);
+    free(src.v);
+    free(one.k);
+    free(one.v);
+    free(many.k);
+    free(many.v);
+}
+
 static void test_hash(void **state)
 {
     (void)state;
@@ -546,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_corruption_never_served),
         cmocka_unit_test(test_cap_and_off),
         cmocka_unit_test(test_under_pool),
+        cmocka_unit_test(test_warm_start),
         cmocka_unit_test(test_attacker_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
