@@ -10,6 +10,13 @@ WITHOUT a disk tier gives (greedy), so "correct" means "the same tokens".
      events), and each prompt's first request after the restart is served
      from disk (usage cached_tokens = every full block but the last token's,
      vllm:external_prefix_cache_hits_total grows by as much), same text;
+  1b. warm start: killed with -9 again and started with --kv-warm-percent
+     100; once its log says the warm start ended (no timing assumed), each
+     prompt's first request is served from RAM: cached = every full block
+     but the last token's, same text, the worker's log says "0 loaded from
+     the disk tier" for each prefix, and
+     vllm:external_prefix_cache_hits_total does not move (step 1 runs with
+     --kv-warm-percent 0: the disk path);
   2. clean stop: SIGTERM logs the hot set kept on disk and exits 0;
   3. corrupt and truncated files: every block file damaged (a flipped byte
      in half of them, truncated to half in the others); a new worker serves
@@ -224,7 +231,7 @@ def run():
           metric(m, "pagoda_kv_disk_written_bytes_total") > 0 and len(block_files(d1)) >= 4 * 3,
           "%d files" % len(block_files(d1)))
     check("kill -9 of the worker", w.kill9())
-    w = Worker("w1b", d1)
+    w = Worker("w1b", d1, extra=("--kv-warm-percent", "0"))
     check("restarted worker registers", w.ok, w.text()[-2000:])
     rid = w.replica()
     announced = wait_until(lambda: metric(metrics(), "pagoda_prefix_index_replica_entries", replica=rid) >= 12, 10)
@@ -244,6 +251,30 @@ def run():
     ext = metric(settled(lambda m: metric(m, "vllm:external_prefix_cache_hits_total") - ext0 >= total),
                  "vllm:external_prefix_cache_hits_total") - ext0
     check("vllm:external_prefix_cache_hits_total grew by the cached tokens (%d)" % total, ext == total, ext)
+
+    # 1b. warm start after kill -9
+    check("kill -9 of the worker (again)", w.kill9())
+    w = Worker("w1w", d1, extra=("--kv-warm-percent", "100"))
+    check("restarted worker (warm start on) registers", w.ok, w.text()[-2000:])
+    warmed = wait_until(lambda: "loaded from the disk tier in" in w.text() and "kv warm start: " in w.text(), 60)
+    check("its warm start ends (log line)", warmed, w.text()[-2000:])
+    ext0 = metric(metrics(), "vllm:external_prefix_cache_hits_total")
+    good = True
+    total = 0
+    for i in range(4):
+        t, cached, u = post(PROMPTS[i])
+        total += cached
+        if t != ref[i] or cached != full_blocks(u) or cached == 0:
+            good = False
+            print("# P%d: cached %d of %d prompt tokens, text %s" % (i, cached, u["prompt_tokens"],
+                                                                     "same" if t == ref[i] else "DIFFERENT"))
+    check("after kill -9 + a warm start, each prompt's first request is served from RAM, same text", good)
+    lines = [ln for ln in w.text().splitlines() if "prefix of" in ln]
+    check("the worker's log: 4 prefixes, each with 0 loaded from the disk tier",
+          len(lines) == 4 and all(", 0 loaded from the disk tier" in ln for ln in lines), "\n".join(lines))
+    time.sleep(0.5)  # two heartbeats
+    check("vllm:external_prefix_cache_hits_total did not move",
+          metric(metrics(), "vllm:external_prefix_cache_hits_total") == ext0)
 
     # 2. clean stop
     rc = w.term()
