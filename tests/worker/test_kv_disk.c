@@ -39,6 +39,12 @@
  *     a group/world-writable folder, or one owned by another user (as
  *     root), turns the tier off.
  * Runs in ~0.1 s.
+ *
+ * KVDISK_BENCH=1 also times loading N blocks (KVDISK_BENCH_N, default 200)
+ * of the 1.1B shape (22 layers, kv_dim 256, f16, 32 positions: 704 KiB per
+ * file) from the page cache, three ways, rounds alternating: the loader
+ * before (read() of the file into a buffer, kv_disk_check, 44 per-layer
+ * copies: main's kv_disk_load), kv_disk_load_batch on 1 thread and on 2.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -52,6 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/prefix_key.h"
@@ -550,6 +557,101 @@ static void test_warm_start(void **state)
     free(many.v);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void bench_load(void)
+{
+    const int n = getenv("KVDISK_BENCH_N") ? atoi(getenv("KVDISK_BENCH_N")) : 200;
+    kv_disk_shape_t sh = {.weights_hash = 99, .kv_type = KV_TYPE_F16, .block_size = 32, .n_layer = 22, .kv_dim = 256};
+    kv_store_t st = {.n_layer = 22, .n_blocks = n, .block_size = 32, .kv_dim = 256, .type = KV_TYPE_F16};
+    const size_t bytes = (size_t)22 * n * 32 * 256 * 2;
+    st.k = malloc(bytes);
+    st.v = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++) {
+        ((uint8_t *)st.k)[i] = (uint8_t)(i * 7);
+        ((uint8_t *)st.v)[i] = (uint8_t)(i * 13);
+    }
+    kv_disk_t *d = kv_disk_open(g_dir, (uint64_t)1 << 40, &sh, &g_key);
+    int32_t (*tok)[32] = malloc((size_t)n * sizeof *tok);
+    kv_disk_load_req_t *r = malloc((size_t)n * sizeof *r);
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < 32; j++)
+            tok[i][j] = i * 32 + j;
+        assert_int_equal(kv_disk_store(d, &st, i, 0x5000 + (uint64_t)i, 0x77, tok[i]), 0);
+    }
+    char dir[300];
+    sub_dir(dir, sizeof dir, &sh);
+    const size_t file_bytes = KV_DISK_HEADER_BYTES + 32 * 4 + (size_t)22 * 2 * 32 * 512 + KV_DISK_MAC_BYTES;
+    uint8_t *buf = malloc(file_bytes);
+    double best[3] = {1e9, 1e9, 1e9};
+    for (int round = 0; round < 4; round++) {
+        /* before: read into a buffer, check, copy per layer */
+        double t0 = now_s();
+        for (int i = 0; i < n; i++) {
+            char path[400];
+            snprintf(path, sizeof path, "%s/%016" PRIx64 ".kvb", dir, 0x5000 + (uint64_t)i);
+            int fd = open(path, O_RDONLY);
+            size_t got = 0;
+            ssize_t k;
+            while (got < file_bytes && (k = read(fd, buf + got, file_bytes - got)) > 0)
+                got += (size_t)k;
+            close(fd);
+            assert_int_equal(kv_disk_check(&sh, &g_key, buf, got, 0x5000 + (uint64_t)i, 0x77, tok[i]), 0);
+            size_t off = KV_DISK_HEADER_BYTES + 32 * 4;
+            for (int l = 0; l < 22; l++) {
+                memcpy(kv_store_k_at(&st, l, i, 0), buf + off, 32 * 512);
+                off += 32 * 512;
+                memcpy(kv_store_v_at(&st, l, i, 0), buf + off, 32 * 512);
+                off += 32 * 512;
+            }
+        }
+        double t_old = now_s() - t0;
+        double t_new[2];
+        for (int thr = 1; thr <= 2; thr++) {
+            kv_disk_set_threads(d, thr);
+            t0 = now_s();
+            for (int i0 = 0; i0 < n; i0 += 32) {
+                int m = n - i0 < 32 ? n - i0 : 32;
+                for (int i = 0; i < m; i++)
+                    r[i] = (kv_disk_load_req_t){.block = i0 + i, .pub = 0x5000 + (uint64_t)(i0 + i), .parent_pub = 0x77,
+                                                .tokens = tok[i0 + i]};
+                assert_int_equal(kv_disk_load_batch(d, &st, r, m, false), m);
+            }
+            t_new[thr - 1] = now_s() - t0;
+        }
+        double mb = (double)n * (double)file_bytes / 1048576.0;
+        printf("# kv_disk load bench round %d, %d blocks (%.0f MiB): before %.1f ms (%.0f MiB/s); "
+               "batch 1 thread %.1f ms (%.0f MiB/s); batch 2 threads %.1f ms (%.0f MiB/s)\n",
+               round, n, mb, t_old * 1e3, mb / t_old, t_new[0] * 1e3, mb / t_new[0], t_new[1] * 1e3, mb / t_new[1]);
+        if (round > 0) { /* round 0 warms the page cache */
+            best[0] = t_old < best[0] ? t_old : best[0];
+            best[1] = t_new[0] < best[1] ? t_new[0] : best[1];
+            best[2] = t_new[1] < best[2] ? t_new[1] : best[2];
+        }
+    }
+    printf("# kv_disk load bench, best of rounds 1-3: before %.2f ms/block, batch 1 thread %.2f, 2 threads %.2f\n",
+           best[0] * 1e3 / n, best[1] * 1e3 / n, best[2] * 1e3 / n);
+    kv_disk_close(&d);
+    free(buf);
+    free(tok);
+    free(r);
+    free(st.k);
+    free(st.v);
+}
+
+static void test_load_bench(void **state)
+{
+    (void)state;
+    if (!getenv("KVDISK_BENCH"))
+        skip();
+    bench_load();
+}
+
 static void test_hash(void **state)
 {
     (void)state;
@@ -670,6 +772,7 @@ int main(void)
         cmocka_unit_test(test_cap_and_off),
         cmocka_unit_test(test_under_pool),
         cmocka_unit_test(test_warm_start),
+        cmocka_unit_test(test_load_bench),
         cmocka_unit_test(test_attacker_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
