@@ -402,31 +402,6 @@ static int hexval(char c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-/* Appends code point cp as UTF-8. */
-static size_t put_utf8(char *o, uint32_t cp)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 char *oai_custom_input(const char *args, size_t len, size_t *out_len)
 {
     /* {  "input"  :  "  — white space allowed between */
@@ -507,7 +482,7 @@ char *oai_custom_input(const char *args, size_t len, size_t *out_len)
             cp = 0xFFFD;
         }
         /* \uXXXX is 6 bytes and its UTF-8 at most 3 (4 for a 12-byte pair) */
-        n += put_utf8(o + n, cp);
+        n += utf8_put(cp, o + n);
         i += step;
     }
     o[n] = '\0';

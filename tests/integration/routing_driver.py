@@ -166,6 +166,35 @@ if metric(m4, "vllm:num_preemptions_total") == 0:
 per_rep = sum(metric(m4, "pagoda_replica_prefix_cache_hits_total", replica=r) for r in ids)
 check("per-replica hits add up to the model's", per_rep == hits)
 
+# 4b. prompt_cache_key (Responses) is a routing affinity: short inputs with no full block in
+# common go where the key's last request went ("cache"); without a key they go by load
+def respond(inp, key=None):
+    b = {"model": "m", "input": inp, "max_output_tokens": 1, "temperature": 0, "store": False}
+    if key:
+        b["prompt_cache_key"] = key
+    urllib.request.urlopen(urllib.request.Request(URL + "/v1/responses", json.dumps(b).encode(),
+                                                  {"Content-Type": "application/json"}), timeout=60).read()
+
+
+ma = metrics()
+q0 = {r: metric(ma, "pagoda_replica_prefix_cache_queries_total", replica=r) for r in ids}
+c0, l0 = routed(ma, "cache"), routed(ma, "load")
+for i in range(4):
+    respond("Tom had a %s dog." % ["red", "big", "old", "shy"][i], key="session-7")
+wait(lambda: sum(metric(metrics(), "pagoda_replica_prefix_cache_queries_total", replica=r) - q0[r]
+                 for r in ids) > 0, 5)
+mb = metrics()
+used = [r for r in ids if metric(mb, "pagoda_replica_prefix_cache_queries_total", replica=r) > q0[r]]
+check(f"prompt_cache_key: 3 of 4 requests with one key routed by cache "
+      f"(cache +{routed(mb, 'cache') - c0:.0f}, load +{routed(mb, 'load') - l0:.0f}), all on one replica ({used})",
+      routed(mb, "cache") - c0 == 3 and routed(mb, "load") - l0 == 1 and len(used) == 1)
+c1, l1 = routed(mb, "cache"), routed(mb, "load")
+for i in range(3):
+    respond("Sue saw a %s cat." % ["red", "big", "old"][i])
+mc = metrics()
+check(f"without a key the same inputs are routed by load (load +{routed(mc, 'load') - l1:.0f})",
+      routed(mc, "load") - l1 == 3 and routed(mc, "cache") == c1)
+
 # 5. a killed worker's entries vanish
 B = text(7, 110)
 post(B)
