@@ -599,8 +599,6 @@ config_t *config_default(void)
     c->body_timeout_s = HTTP_DEFAULT_BODY_TIMEOUT_S;
     c->body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
     c->body_rate_window_s = HTTP_DEFAULT_BODY_RATE_WINDOW_S;
-    c->limits.max_uploads = HTTP_DEFAULT_MAX_UPLOADS;
-    c->limits.max_uploads_per_ip = HTTP_DEFAULT_MAX_UPLOADS_PER_IP;
     c->worker_bin = NULL;
     c->drain_timeout_s = 30;
     c->state_dir = NULL; /* gateway_main.c picks the default directory */
@@ -618,7 +616,9 @@ config_t *config_default(void)
     c->limits = (config_limits_t){.max_body_bytes = CONFIG_DEFAULT_MAX_BODY,
                                   .max_messages = OAI_MAX_MESSAGES,
                                   .max_prompt_bytes = OAI_MAX_TEXT_BYTES,
-                                  .rate_per_key = 0.0};
+                                  .rate_per_key = 0.0,
+                                  .max_uploads = HTTP_DEFAULT_MAX_UPLOADS,
+                                  .max_uploads_per_ip = HTTP_DEFAULT_MAX_UPLOADS_PER_IP};
     c->restart = (config_restart_t){.backoff_initial_ms = SUPERVISOR_BACKOFF_MIN_MS,
                                     .backoff_max_ms = SUPERVISOR_BACKOFF_MAX_MS,
                                     .crash_loop_restarts = SUPERVISOR_FAIL_RESTARTS,
