@@ -3,6 +3,8 @@
 
 #include <stddef.h>
 
+#include "common/splitmix.h"
+
 #define H_P1 0x9E3779B185EBCA87ULL
 #define H_P2 0xC2B2AE3D27D4EB4FULL
 #define H_P3 0x165667B19E3779F9ULL
@@ -33,14 +35,22 @@ uint64_t prefix_key_next(uint64_t parent, const int32_t *t, int32_t n)
     return h;
 }
 
-int32_t prefix_key_chain(const int32_t *tokens, int32_t n, int32_t bs, uint64_t *out, int32_t max)
+uint64_t prefix_key_root(uint64_t partition)
+{
+    /* splitmix64_mix is a bijection with mix(0) = 0: partition 0 keeps the
+     * constant root, and no two partitions share one */
+    return PREFIX_KEY_PUBLIC_ROOT ^ splitmix64_mix(partition);
+}
+
+int32_t prefix_key_chain(uint64_t partition, const int32_t *tokens, int32_t n, int32_t bs, uint64_t *out,
+                         int32_t max)
 {
     if (bs < 1 || n < 1 || max < 1)
         return 0;
     int32_t nb = (n - 1) / bs;
     if (nb > max)
         nb = max;
-    uint64_t k = PREFIX_KEY_PUBLIC_ROOT;
+    uint64_t k = prefix_key_root(partition);
     for (int32_t i = 0; i < nb; i++) {
         k = prefix_key_next(k, tokens + (size_t)i * (size_t)bs, bs);
         out[i] = k;

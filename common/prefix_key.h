@@ -13,11 +13,21 @@
  * Two roots are used:
  *   - the KV pool's private root, random per pool, for its own hash map (keys
  *     unpredictable to clients, so its buckets cannot be flooded);
- *   - PREFIX_KEY_PUBLIC_ROOT, a constant: the *public* keys a worker reports
- *     in KV messages (proto/msg.h) and the gateway computes from a request's
- *     tokens. They are equal on every replica of a model, so the gateway can
- *     compare them. (The gateway's index re-mixes them with its own secret
- *     before bucketing.)
+ *   - prefix_key_root(partition), a constant per partition: the *public* keys
+ *     a worker reports in KV messages (proto/msg.h) and the gateway computes
+ *     from a request's tokens. They are equal on every replica of a model, so
+ *     the gateway can compare them. (The gateway's index re-mixes them with
+ *     its own secret before bucketing.)
+ *
+ * Partitions (docs/SECURITY.md "Tenants and the prefix cache"). A request
+ * carries a 64-bit partition id (SUBMIT `part`), derived on the gateway from
+ * the API key and the request's cache_salt (gateway/partition.h). The
+ * partition is mixed into the root of both chains, so the same tokens in
+ * two partitions have different keys from block 0 on: RAM prefix cache,
+ * disk-tier files and the gateway's routing index are all partitioned with
+ * no other change. prefix_key_root is a bijection (distinct partitions get
+ * distinct roots), and partition 0 — no keys, no salt — keeps the historic
+ * root PREFIX_KEY_PUBLIC_ROOT.
  * No allocation, no state: any thread.
  */
 #ifndef PAGODA_COMMON_PREFIX_KEY_H
@@ -27,13 +37,18 @@
 
 #define PREFIX_KEY_PUBLIC_ROOT 0x70616730646150ULL /* "Pad0gap", any constant */
 
+/* The public root of a partition: PREFIX_KEY_PUBLIC_ROOT for 0, a distinct
+ * value for every other partition. */
+uint64_t prefix_key_root(uint64_t partition);
+
 /* Key of a block of n token ids whose parent block has key `parent`. */
 uint64_t prefix_key_next(uint64_t parent, const int32_t *tokens, int32_t n);
 
-/* Public keys of the blocks of a prompt of n tokens that a prefix-cache
- * lookup can hit: the first floor((n - 1) / bs) full blocks (the last prompt
- * token is always recomputed), at most max. Writes them to out[0..) and
- * returns their count (0 when n ≤ bs or bs < 1). */
-int32_t prefix_key_chain(const int32_t *tokens, int32_t n, int32_t bs, uint64_t *out, int32_t max);
+/* Public keys, in `partition`, of the blocks of a prompt of n tokens that a
+ * prefix-cache lookup can hit: the first floor((n - 1) / bs) full blocks
+ * (the last prompt token is always recomputed), at most max. Writes them to
+ * out[0..) and returns their count (0 when n ≤ bs or bs < 1). */
+int32_t prefix_key_chain(uint64_t partition, const int32_t *tokens, int32_t n, int32_t bs, uint64_t *out,
+                         int32_t max);
 
 #endif

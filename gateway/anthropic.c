@@ -493,6 +493,7 @@ static json_t *translate(json_t *root, unsigned flags, char *warn, size_t warnle
     copy(root, chat, "temperature", "temperature");
     copy(root, chat, "top_p", "top_p");
     copy(root, chat, "top_k", "top_k");
+    copy(root, chat, "cache_salt", "cache_salt"); /* vLLM's; narrows the prefix-cache partition */
     copy(root, chat, "stop_sequences", "stop");
     if (!count_tokens)
         copy(root, chat, "stream", "stream");

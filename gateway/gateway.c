@@ -59,7 +59,7 @@ static void reply_item_free(void *p)
 }
 
 gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_request_t *o,
-                                            prio_tier_t tier)
+                                            prio_tier_t tier, uint64_t partition)
 {
     gateway_request_t *r = xcalloc(1, sizeof *r);
     r->id = atomic_fetch_add(&gw->next_request_id, 1);
@@ -73,15 +73,17 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
     proto_msg_init(&r->submit, PROTO_SUBMIT);
     proto_submit_t *s = &r->submit.submit;
     submit_from_oai(o, r->id, tier, s);
+    s->partition = partition;
     if (o->affinity_key) {
-        /* FNV-1a over model, NUL, key; mixed so its low bits pick a slot */
+        /* FNV-1a over model, NUL, key; mixed so its low bits pick a slot.
+         * The partition is in it: one tenant's key does not steer another's */
         uint64_t h = 1469598103934665603ull;
         for (const char *p = o->model; *p; p++)
             h = (h ^ (uint8_t)*p) * 1099511628211ull;
         h *= 1099511628211ull;
         for (const char *p = o->affinity_key; *p; p++)
             h = (h ^ (uint8_t)*p) * 1099511628211ull;
-        r->affinity = splitmix64_mix(h) | 1; /* never 0 */
+        r->affinity = splitmix64_mix(h ^ splitmix64_mix(partition)) | 1; /* never 0 */
     }
     /* embeddings skip the prefix cache (worker/sched.h): no cache routing */
     if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text && o->op != OAI_OP_EMBED) {
@@ -839,7 +841,7 @@ static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_loa
      * from its retired counters) */
 #define DELTA(field) (had && nl->field >= ol->field ? nl->field - ol->field : nl->field)
     uint64_t dq = DELTA(prefix_cache_queries), dh = DELTA(prefix_cache_hits);
-    uint64_t dp = DELTA(preemptions);
+    uint64_t dp = DELTA(preemptions), dpc = DELTA(prompt_tokens);
     uint64_t dsn = DELTA(spec_drafts), dsd = DELTA(spec_draft_tokens), dsa = DELTA(spec_accepted_tokens);
     uint64_t ddh = DELTA(prefix_cache_disk_hits), dev = DELTA(kv_evictions), dwb = DELTA(kv_disk_bytes_written),
              drb = DELTA(kv_disk_bytes_read), dde = DELTA(kv_disk_evictions), drj = DELTA(kv_disk_rejected);
@@ -873,6 +875,8 @@ static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_loa
                           (double)nl->prefix_cache_hits / (double)nl->prefix_cache_queries);
     if (dp)
         metrics_counter_add(gw->m.num_preemptions, lab, (double)dp);
+    if (dpc)
+        metrics_counter_add(gw->m.prompt_tokens_computed, lab, (double)dpc);
     if (dsn)
         metrics_counter_add(gw->m.spec_num_drafts, lab, (double)dsn);
     if (dsd)

@@ -322,16 +322,19 @@ typedef struct gateway_request {
                                      (routing by cache), NULL = none */
     int32_t n_route_keys;
     int32_t route_block_size;     /* [any] tokens per block the keys were made for */
-    uint64_t affinity;            /* [any] hash of model + affinity key (prompt_cache_key),
-                                     0 = none: requests with one go to the same replica */
+    uint64_t affinity;            /* [any] hash of model + affinity key (prompt_cache_key)
+                                     + partition, 0 = none: requests with one go to the
+                                     same replica */
     struct gateway_request *next; /* hash chain */
 } gateway_request_t;
 
-/* A request for `r` at `tier`: a fresh id, its SUBMIT built by
- * submit_from_oai (gateway/submit.h; r is not kept) and, with cache-aware
- * routing, its prompt's block keys. One reference, owned by the caller. */
+/* A request for `r` at `tier` in prefix-cache partition `partition` (the
+ * caller's, from its key and r's cache_salt: gateway/partition.h): a fresh
+ * id, its SUBMIT built by submit_from_oai (gateway/submit.h; r is not kept)
+ * with `part` = partition and, with cache-aware routing, its prompt's block
+ * keys in that partition. One reference, owned by the caller. */
 gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_request_t *r,
-                                            prio_tier_t tier);
+                                            prio_tier_t tier, uint64_t partition);
 gateway_request_t *gateway_request_ref(gateway_request_t *r);
 /* Drops a reference, NULLs *r; the last one frees everything. */
 void gateway_request_unref(gateway_request_t **r);

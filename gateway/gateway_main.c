@@ -26,7 +26,7 @@
  * a key pair made at start-up (its public key is added to the authorized
  * list, its secret passed in the environment, CURVE_ENV_SECRET).
  *
- * `pagoda-gateway --hash-key NAME[:TIER[:admin]]` makes a new secret and
+ * `pagoda-gateway --hash-key NAME[:TIER[:FLAG...]]` makes a new secret and
  * prints it with the keys-file line that accepts it, then exits.
  * `pagoda-gateway --gen-curve-keypair PREFIX` writes PREFIX.key/PREFIX.pub.
  *
@@ -144,7 +144,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: pagoda-gateway [--config FILE] [options]\n"
-            "       pagoda-gateway --hash-key NAME[:TIER[:admin]] [--secret SECRET]\n"
+            "       pagoda-gateway --hash-key NAME[:TIER[:FLAG...]] [--secret SECRET]\n"
             "       pagoda-gateway --gen-curve-keypair PREFIX   (writes PREFIX.key, PREFIX.pub)\n"
             "\n"
             "Configuration (docs/OPERATIONS.md; defaults < the file < flags):\n"
@@ -273,14 +273,15 @@ static void usage(FILE *f)
             SUPERVISOR_FAIL_RESTARTS, SUPERVISOR_FAIL_WINDOW_MS / 1000);
 }
 
-/* --hash-key NAME[:TIER[:admin]]: prints the secret and its keys-file line. */
+/* --hash-key NAME[:TIER[:FLAG...]]: prints the secret and its keys-file line
+ * (FLAG: admin, metrics, group=NAME — keys.h; keys_parse checks them). */
 static int hash_key(const char *spec, const char *secret)
 {
-    char name[KEYS_NAME_MAX + 1], tier[16] = "normal", flag[16] = "";
+    char name[KEYS_NAME_MAX + 1], tier[16] = "normal", flag[KEYS_LINE_MAX / 2] = "";
     const char *c1 = strchr(spec, ':');
     size_t nlen = c1 ? (size_t)(c1 - spec) : strlen(spec);
     if (nlen == 0 || nlen > KEYS_NAME_MAX) {
-        fprintf(stderr, "pagoda-gateway: --hash-key NAME[:TIER[:admin]] (name 1..%d chars)\n",
+        fprintf(stderr, "pagoda-gateway: --hash-key NAME[:TIER[:FLAG...]] (name 1..%d chars)\n",
                 KEYS_NAME_MAX);
         return 2;
     }
@@ -289,14 +290,18 @@ static int hash_key(const char *spec, const char *secret)
     if (c1) {
         const char *c2 = strchr(c1 + 1, ':');
         size_t tlen = c2 ? (size_t)(c2 - c1 - 1) : strlen(c1 + 1);
-        if (tlen >= sizeof tier || (c2 && strcmp(c2 + 1, "admin") != 0)) {
-            fprintf(stderr, "pagoda-gateway: --hash-key NAME[:TIER[:admin]]\n");
+        if (tlen >= sizeof tier || (c2 && strlen(c2 + 1) + 2 > sizeof flag)) {
+            fprintf(stderr, "pagoda-gateway: --hash-key NAME[:TIER[:FLAG...]]\n");
             return 2;
         }
         memcpy(tier, c1 + 1, tlen);
         tier[tlen] = '\0';
-        if (c2)
-            snprintf(flag, sizeof flag, " admin");
+        if (c2) { /* the flags, space-separated as in the file */
+            snprintf(flag, sizeof flag, " %s", c2 + 1);
+            for (char *p = flag; *p; p++)
+                if (*p == ':')
+                    *p = ' ';
+        }
     }
     prio_tier_t t;
     if (prio_tier_parse(tier, &t) < 0) {
@@ -312,7 +317,7 @@ static int hash_key(const char *spec, const char *secret)
     if (keys_hash_hex(secret, hex) < 0)
         return 1;
     /* the line must parse back: a bad name is caught here, not at load time */
-    char line[256];
+    char line[KEYS_LINE_MAX + 2];
     snprintf(line, sizeof line, "%s %s %s%s\n", name, tier, hex, flag);
     keys_t *k = NULL;
     char err[256];

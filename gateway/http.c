@@ -37,6 +37,7 @@
 #include "gateway/keys.h"
 #include "gateway/oai.h"
 #include "gateway/oai_stream.h"
+#include "gateway/partition.h"
 #include "gateway/reasoning.h"
 #include "gateway/resp_store.h"
 #include "gateway/responses.h"
@@ -133,8 +134,10 @@ struct http_server {
 
 /* AUTH_OPS: an admin key when a keys file is loaded, open otherwise (an open
  * gateway trusts whoever reaches it; AUTH_ADMIN routes make no sense without
- * keys and answer 403). */
-typedef enum { AUTH_NONE, AUTH_KEY, AUTH_ADMIN, AUTH_OPS } auth_t;
+ * keys and answer 403). AUTH_METRICS: with a keys file, a key flagged admin
+ * or metrics (counters move with other tenants' requests: docs/SECURITY.md);
+ * open without one. */
+typedef enum { AUTH_NONE, AUTH_KEY, AUTH_ADMIN, AUTH_OPS, AUTH_METRICS } auth_t;
 
 typedef enum MHD_Result (*http_handler_fn)(http_server_t *s, struct MHD_Connection *c,
                                            http_req_t *req);
@@ -166,12 +169,15 @@ struct http_req {
     oai_error_t refusal;
     const api_surface_t *err_surface; /* the route's API, NULL = OpenAI's */
     const struct route *route;  /* admitted: the route to run */
+    bool keyed;                 /* a valid key came with it (authorize) */
     http_conn_t *upload;        /* holding an upload slot on this connection, else NULL */
     char *body;                 /* (body_len) + NUL, NULL when empty */
     size_t body_len, body_cap;  /* cap grows ×2: uploads arrive in small chunks */
     bool too_large;             /* body exceeded max_body: answer 413 */
     char param[512];            /* the path segment a route's '*' matched */
     prio_tier_t tier;           /* from the key */
+    uint64_t partition;         /* prefix-cache partition of the key (gateway/partition.h),
+                                   PARTITION_PUBLIC without keys */
     char owner[65];             /* the key's SHA-256 in hex, RESP_STORE_ANON without keys:
                                    who owns the responses it stores */
 
@@ -368,14 +374,44 @@ static int rate_take(http_server_t *s, const char *name)
     return wait;
 }
 
+/* The key a request carries: "Authorization: Bearer KEY" (OpenAI), or
+ * "x-api-key: KEY" (Anthropic's SDKs); NULL when none. */
+static const char *request_key(struct MHD_Connection *c)
+{
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *tok = NULL;
+    if (h && strncasecmp(h, "Bearer ", 7) == 0)
+        tok = h + 7;
+    else if (!h)
+        tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    while (tok && *tok == ' ')
+        tok++;
+    return tok;
+}
+
+/* With keys on: does the request carry a key that may read /metrics (admin
+ * or metrics)? Routes open to anyone (/health) show their counters only then. */
+static bool request_may_read_metrics(http_server_t *s, struct MHD_Connection *c)
+{
+    const char *tok = request_key(c);
+    if (!tok)
+        return false;
+    pthread_rwlock_rdlock(&s->keys_lock);
+    const keys_entry_t *k = keys_lookup(s->keys, tok);
+    bool may = k && k->metrics;
+    pthread_rwlock_unlock(&s->keys_lock);
+    return may;
+}
+
 /* Checks the bearer key for a route. Returns 0 (tier set in q), or -1 with
  * *e filled (401/403, or 429 when the key is over its rate limit). */
 static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *rt, http_req_t *q,
                      oai_error_t *e)
 {
     q->tier = PRIO_TIER_NORMAL;
+    q->partition = PARTITION_PUBLIC;
     snprintf(q->owner, sizeof q->owner, "%s", RESP_STORE_ANON);
-    if (rt->auth == AUTH_NONE)
+    if (rt->auth == AUTH_NONE || (rt->auth == AUTH_METRICS && !s->keys_path))
         return 0;
     if (!s->keys_path) {
         if (rt->auth == AUTH_ADMIN) {
@@ -391,29 +427,24 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
         }
         return 0; /* AUTH_OPS with --admin-open: open gateway */
     }
-    /* the key: "Authorization: Bearer KEY" (OpenAI), or "x-api-key: KEY"
-     * (Anthropic's SDKs), on every route */
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    const char *tok = NULL;
-    if (h && strncasecmp(h, "Bearer ", 7) == 0)
-        tok = h + 7;
-    else if (!h)
-        tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    /* the key, on every route */
+    const char *tok = request_key(c);
     if (!tok) {
         oai_error_set(e, 401, NULL, "You didn't provide an API key. Send it as "
                                     "'Authorization: Bearer YOUR_KEY' (or 'x-api-key: YOUR_KEY').");
         return -1;
     }
-    while (*tok == ' ')
-        tok++;
-    bool found = false, admin = false;
+    bool found = false, admin = false, metrics = false;
     char name[KEYS_NAME_MAX + 1] = "";
     pthread_rwlock_rdlock(&s->keys_lock);
     const keys_entry_t *k = keys_lookup(s->keys, tok);
     if (k) {
         found = true;
+        q->keyed = true;
         admin = k->admin;
+        metrics = k->metrics;
         q->tier = k->tier;
+        q->partition = k->partition;
         snprintf(name, sizeof name, "%s", k->name);
         for (int i = 0; i < 32; i++)
             snprintf(q->owner + 2 * i, 3, "%02x", k->sha256[i]);
@@ -425,6 +456,10 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
     }
     if ((rt->auth == AUTH_ADMIN || rt->auth == AUTH_OPS) && !admin) {
         oai_error_set(e, 403, NULL, "This key may not use admin endpoints");
+        return -1;
+    }
+    if (rt->auth == AUTH_METRICS && !metrics) {
+        oai_error_set(e, 403, NULL, "This key may not read /metrics (keys-file flag 'metrics' or 'admin')");
         return -1;
     }
     int wait;
@@ -553,6 +588,19 @@ static enum MHD_Result handle_health(http_server_t *s, struct MHD_Connection *c,
     json_t *j = gateway_health(s->gw, SNAPSHOT_TIMEOUT_US);
     if (!j)
         return respond_error(s, c, 503, NULL, NULL, "The gateway core did not answer");
+    if (s->keys_path && !request_may_read_metrics(s, c)) {
+        /* with keys, cumulative counters are /metrics' (docs/SECURITY.md):
+         * they move with other tenants' requests */
+        static const char *const counters[] = {"prefix_cache_queries", "prefix_cache_hits", "tokens_generated",
+                                               "prompt_tokens"};
+        size_t i;
+        json_t *w;
+        json_array_foreach(json_object_get(j, "workers"), i, w) {
+            json_t *load = json_object_get(w, "load");
+            for (size_t k = 0; json_is_object(load) && k < sizeof counters / sizeof *counters; k++)
+                json_object_del(load, counters[k]);
+        }
+    }
     bool ok = json_array_size(json_object_get(j, "workers")) > 0;
     return respond_json(s, c, ok ? 200 : 503, j);
 }
@@ -863,7 +911,10 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     }
     call->reasoning = rt->kind == OAI_CHAT && rt->op == OAI_OP_GENERATE && s->reasoning != REASONING_NONE;
     api->begin(call, &o);
-    q->greq = gateway_request_from_oai(s->gw, &o, tier);
+    /* the partition is the key's, narrowed by the body's cache_salt: a body
+     * alone can never name another tenant's partition */
+    uint64_t part = partition_salted(q->partition, o.cache_salt, o.cache_salt ? strlen(o.cache_salt) : 0);
+    q->greq = gateway_request_from_oai(s->gw, &o, tier, part);
     oai_request_free(&o);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     q->fd = ci ? ci->connect_fd : -1;
@@ -1054,7 +1105,7 @@ static void *watcher_main(void *arg)
 
 static const route_t routes[] = {
     {"GET", "/health", handle_health, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
-    {"GET", "/metrics", handle_metrics, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
+    {"GET", "/metrics", handle_metrics, AUTH_METRICS, 0, false, OAI_OP_GENERATE, NULL},
     {"GET", "/v1/models", handle_models, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
     {"POST", "/v1/chat/completions", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE,
      &oai_surface},
@@ -1309,7 +1360,7 @@ static int admit(http_server_t *s, struct MHD_Connection *c, const char *url, co
     /* the body: what the route takes, before a byte of it is read */
     bool chunked;
     uint64_t len = declared_body(c, &chunked);
-    size_t limit = rt->surface ? s->max_body : rt->auth == AUTH_NONE ? 0 : HTTP_SMALL_BODY;
+    size_t limit = rt->surface ? s->max_body : q->keyed ? HTTP_SMALL_BODY : 0;
     if (len > limit || (chunked && limit == 0)) {
         e = refuse(q, rt);
         if (limit == 0)

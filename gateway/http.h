@@ -41,11 +41,12 @@
  *   route, method  404, 405, or the CORS preflight;
  *   key            401/403/429 (authorize);
  *   body size      a declared Content-Length over the route's limit: 413 —
- *                  max_body on a surface route, HTTP_SMALL_BODY on the other
- *                  routes that need a key (the body is read and ignored),
- *                  none at all on routes that need no key (/health,
- *                  /metrics, /ui), so a client without a key cannot make
- *                  the gateway read a single body byte;
+ *                  max_body on a surface route; on the other routes
+ *                  HTTP_SMALL_BODY (read and ignored) when the request
+ *                  carries a valid key, none at all otherwise (/health,
+ *                  /ui, anything on a gateway without keys), so a client
+ *                  without a key cannot make the gateway read a single body
+ *                  byte with keys on;
  *   Content-Type   a declared body that is not JSON: 415;
  *   upload slot    see max_uploads below: 429 (per address) / 503 (all).
  * A refusal of a request that declares a body (Content-Length > 0 or

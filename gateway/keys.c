@@ -3,6 +3,7 @@
 #include "gateway/keys.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "common/hex.h"
 #include "common/vec.h"
 #include "common/xalloc.h"
+#include "gateway/partition.h"
 
 struct keys {
     keys_entry_t *entries; /* (n) in file order */
@@ -37,11 +39,36 @@ static int field_is(const field_t *f, const char *s)
     return f->len == strlen(s) && memcmp(f->p, s, f->len) == 0;
 }
 
+#define KEYS_N_FLAGS 3 /* admin, metrics, group=NAME */
+#define KEYS_USAGE "(want: name tier sha256hex [admin] [metrics] [group=NAME])"
+
+/* A name (key or group): 1..KEYS_NAME_MAX of [A-Za-z0-9._@-] into out.
+ * 0, or -1 with *why set. */
+static int parse_name(const field_t *f, char out[KEYS_NAME_MAX + 1], const char *what, const char **why,
+                      char *detail, size_t detail_cap)
+{
+    if (f->len == 0 || f->len > KEYS_NAME_MAX) {
+        snprintf(detail, detail_cap, "%s must be 1..64 characters", what);
+        *why = detail;
+        return -1;
+    }
+    for (size_t k = 0; k < f->len; k++) {
+        if (!name_char_ok((unsigned char)f->p[k])) {
+            snprintf(detail, detail_cap, "%s may only contain A-Z a-z 0-9 . _ @ -", what);
+            *why = detail;
+            return -1;
+        }
+    }
+    memcpy(out, f->p, f->len);
+    out[f->len] = '\0';
+    return 0;
+}
+
 /* Parses one non-comment line into *e. Returns 0, or -1 with err set. */
 static int parse_line(const char *line, size_t len, keys_entry_t *e, const char **why, char *detail,
                       size_t detail_cap)
 {
-    field_t f[5];
+    field_t f[3 + KEYS_N_FLAGS];
     size_t n_f = 0, i = 0;
     while (i < len) {
         while (i < len && (line[i] == ' ' || line[i] == '\t'))
@@ -51,18 +78,14 @@ static int parse_line(const char *line, size_t len, keys_entry_t *e, const char 
         size_t start = i;
         while (i < len && line[i] != ' ' && line[i] != '\t')
             i++;
-        if (n_f == 5) {
-            *why = "too many fields (want: name tier sha256hex [admin])";
+        if (n_f == 3 + KEYS_N_FLAGS) {
+            *why = "too many fields " KEYS_USAGE;
             return -1;
         }
         f[n_f++] = (field_t){line + start, i - start};
     }
     if (n_f < 3) {
-        *why = "too few fields (want: name tier sha256hex [admin])";
-        return -1;
-    }
-    if (n_f > 4) {
-        *why = "too many fields (want: name tier sha256hex [admin])";
+        *why = "too few fields " KEYS_USAGE;
         return -1;
     }
     /* name */
@@ -70,14 +93,8 @@ static int parse_line(const char *line, size_t len, keys_entry_t *e, const char 
         *why = "name longer than 64 characters";
         return -1;
     }
-    for (size_t k = 0; k < f[0].len; k++) {
-        if (!name_char_ok((unsigned char)f[0].p[k])) {
-            *why = "name may only contain A-Z a-z 0-9 . _ @ -";
-            return -1;
-        }
-    }
-    memcpy(e->name, f[0].p, f[0].len);
-    e->name[f[0].len] = '\0';
+    if (parse_name(&f[0], e->name, "name", why, detail, detail_cap) < 0)
+        return -1;
     /* tier */
     if (field_is(&f[1], "high"))
         e->tier = PRIO_TIER_HIGH;
@@ -109,16 +126,37 @@ static int parse_line(const char *line, size_t len, keys_entry_t *e, const char 
         e->sha256[k] = (uint8_t)(hi << 4 | lo);
     }
     /* flags */
-    e->admin = 0;
-    if (n_f == 4) {
-        if (!field_is(&f[3], "admin")) {
-            snprintf(detail, detail_cap, "unknown flag '%.*s' (only 'admin' is known)",
-                     (int)(f[3].len > 32 ? 32 : f[3].len), f[3].p);
+    e->admin = e->metrics = 0;
+    e->group[0] = '\0';
+    bool has_group = false;
+    for (size_t j = 3; j < n_f; j++) {
+        int *flag = field_is(&f[j], "admin") ? &e->admin : field_is(&f[j], "metrics") ? &e->metrics : NULL;
+        if (flag) {
+            if (*flag) {
+                snprintf(detail, detail_cap, "flag '%.*s' given twice", (int)f[j].len, f[j].p);
+                *why = detail;
+                return -1;
+            }
+            *flag = 1;
+        } else if (f[j].len >= 6 && memcmp(f[j].p, "group=", 6) == 0) {
+            if (has_group) {
+                *why = "flag 'group=' given twice";
+                return -1;
+            }
+            field_t g = {f[j].p + 6, f[j].len - 6};
+            if (parse_name(&g, e->group, "group name", why, detail, detail_cap) < 0)
+                return -1;
+            has_group = true;
+        } else {
+            snprintf(detail, detail_cap, "unknown flag '%.*s' (known: admin, metrics, group=NAME)",
+                     (int)(f[j].len > 32 ? 32 : f[j].len), f[j].p);
             *why = detail;
             return -1;
         }
-        e->admin = 1;
     }
+    if (e->admin)
+        e->metrics = 1;
+    e->partition = partition_of_key(e->sha256, e->group);
     return 0;
 }
 

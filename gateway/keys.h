@@ -9,7 +9,7 @@
  *     # comment lines and blank lines are ignored
  *     # name        tier     sha256(secret) as 64 hex digits                      flags
  *     alice         high     ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad
- *     batch-jobs    low      5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8
+ *     batch-jobs    low      5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8 group=team
  *     ops           normal   9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 admin
  *
  *   name   1..64 characters of [A-Za-z0-9._@-], unique in the file; shows up in
@@ -17,7 +17,15 @@
  *   tier   high | normal | low   (priority in the per-model queues, prio_queue.h)
  *   hash   SHA-256 of the secret's bytes (exactly what the client sends after
  *          "Authorization: Bearer "), 64 hex digits, either case; unique
- *   admin  optional 4th field, the literal word `admin`: may call /admin/...
+ *   flags  optional, after the hash, in any order, each at most once:
+ *            admin         may call /admin/... and read /metrics
+ *            metrics       may read /metrics (a scraper's key: nothing else)
+ *            group=NAME    the key's prefix-cache sharing group, NAME as a
+ *                          key name (1..64 of [A-Za-z0-9._@-]): keys of one
+ *                          group share cached prefixes (and so can tell which
+ *                          prefixes the others sent); a key without a group
+ *                          shares with no other key (gateway/partition.h)
+ *          (files written before flags other than `admin` existed stay valid)
  * Fields are separated by spaces or tabs; CR before LF is tolerated; a line is at
  * most 1024 bytes; a file at most 16 MiB and 100000 entries. Any bad line makes
  * the whole load fail with an error naming the line ("keys.txt:7: unknown tier
@@ -49,8 +57,12 @@
 typedef struct {
     char name[KEYS_NAME_MAX + 1]; /* NUL-terminated */
     prio_tier_t tier;
-    int admin;                    /* 1 = may use /admin endpoints */
+    int admin;                    /* 1 = may use /admin endpoints (and /metrics) */
+    int metrics;                  /* 1 = may read /metrics (flag `metrics`, or admin) */
+    char group[KEYS_NAME_MAX + 1]; /* sharing group, "" = none */
     uint8_t sha256[32];           /* digest of the secret */
+    uint64_t partition;           /* prefix-cache partition, partition_of_key(sha256,
+                                   * group) computed at load; never 0 */
 } keys_entry_t;
 
 typedef struct keys keys_t;

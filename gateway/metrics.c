@@ -501,6 +501,10 @@ void metrics_std_register(metrics_t *m, metrics_std_t *o)
     o->request_queue_time = metrics_histogram_new(
         m, "vllm:request_queue_time_seconds", "Histogram of time spent in the gateway queue in seconds.", 1,
         L_MODEL, metrics_buckets_request, metrics_n_buckets_request);
+    o->prompt_tokens_computed = metrics_counter_new(
+        m, "pagoda_prompt_tokens_computed_total",
+        "Prompt tokens the workers computed (prefilled): cache hits excluded, recomputation included.", 1,
+        L_MODEL);
     o->requests = metrics_counter_new(m, "pagoda_requests_total",
                                       "Requests accepted into a model queue, by API key tier.", 2, L_MODEL_TIER);
     o->rejected_queue_full = metrics_counter_new(

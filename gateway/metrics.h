@@ -112,6 +112,8 @@ typedef struct {
     metrics_family_t *spec_num_draft_tokens;  /* counter [model_name] draft tokens verified */
     metrics_family_t *spec_num_accepted;      /* counter [model_name] draft tokens accepted */
     metrics_family_t *prompt_tokens;          /* counter [model_name] */
+    metrics_family_t *prompt_tokens_computed; /* counter [model_name] prompt tokens the workers
+                                                 prefilled (cache hits excluded; heartbeats) */
     metrics_family_t *generation_tokens;      /* counter [model_name] */
     metrics_family_t *request_success;        /* counter [model_name, finished_reason] */
     metrics_family_t *time_to_first_token;    /* histogram [model_name] seconds */

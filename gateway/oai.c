@@ -23,6 +23,7 @@
 #include "common/utf8.h"
 #include "common/xalloc.h"
 #include "gateway/oai_tools.h"
+#include "gateway/partition.h"
 
 /* ====================================================================== */
 /* errors                                                                  */
@@ -810,6 +811,8 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
     }
     if (get_str(root, "user", OAI_MAX_USER_BYTES, 0, &r->user, e) != 0)
         return -1;
+    if (get_str(root, "cache_salt", PARTITION_SALT_MAX, 1, &r->cache_salt, e) != 0)
+        return -1;
     if (parse_constraint(root, r, e) != 0)
         return -1;
     return forced_call_constraint(root, r, e);
@@ -1123,6 +1126,7 @@ void oai_request_free(oai_request_t *r)
     free(r->grammar);
     free(r->warning);
     free(r->affinity_key);
+    free(r->cache_salt);
     memset(r, 0, sizeof(*r));
 }
 

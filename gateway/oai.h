@@ -232,6 +232,10 @@ typedef struct {
     /* cache-aware routing affinity (Responses `prompt_cache_key`): requests
      * with the same key go to the same replica; NULL = none */
     char *affinity_key;
+    /* vLLM's `cache_salt` (every generation surface): 1..PARTITION_SALT_MAX
+     * bytes that narrow the caller's prefix-cache partition (gateway/
+     * partition.h); NULL = none */
+    char *cache_salt;
 } oai_request_t;
 
 /* Appends "what" to a warning buffer (cap bytes, NUL-terminated) under a

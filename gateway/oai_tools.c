@@ -9,6 +9,7 @@
 
 #include "common/grammar/gbnf.h"
 #include "common/grammar/json_schema.h"
+#include "common/grammar/lark.h"
 #include "common/utf8.h"
 #include "common/xalloc.h"
 #include "common/text/tool_format.h"
@@ -117,21 +118,36 @@ static json_t *custom_as_function(json_t *t, const char *p, oai_error_t *e)
                           "string}.", p);
                 return NULL;
             }
+            /* the grammar must compile (the worker compiles it again when
+             * the call is forced, common/text/tool_grammar.h) */
+            char gerr[256] = "";
+            const uint8_t *dt = (const uint8_t *)json_string_value(def);
+            size_t dn = json_string_length(def);
+            char *gt = strcmp(syn, "lark") == 0 ? lark_to_gbnf(dt, dn, LARK_JSON_STRING, gerr, sizeof gerr)
+                                                : lark_regex_to_gbnf(dt, dn, LARK_JSON_STRING, gerr, sizeof gerr);
+            if (!gt) {
+                json_decref(input);
+                char gp[128];
+                snprintf(gp, sizeof gp, "%s.custom.format.grammar.definition", p);
+                bad(e, gp, "The %s grammar of custom tool '%.64s' is not supported: %s", syn, json_string_value(name),
+                    gerr);
+                return NULL;
+            }
+            free(gt);
+            /* x-grammar: what the worker forces; shown to the model with the tool */
             json_object_set_new(input, "x-grammar", json_pack("{s:s, s:O}", "syntax", syn, "definition", def));
-            how = strcmp(syn, "lark") == 0 ? "text in the Lark grammar below" : "text matching the regex below";
+            how = strcmp(syn, "lark") == 0 ? "text in the Lark grammar of x-grammar (not JSON)"
+                                           : "text matching the regex of x-grammar (not JSON)";
             char dtext[160];
-            snprintf(dtext, sizeof dtext, "The tool's whole input, as %s (not JSON):", how);
-            char *desc = xmalloc(strlen(dtext) + json_string_length(def) + 2);
-            sprintf(desc, "%s\n%s", dtext, json_string_value(def));
-            json_object_set_new(input, "description", json_string(desc));
-            free(desc);
+            snprintf(dtext, sizeof dtext, "The tool's whole input, as %s.", how);
+            json_object_set_new(input, "description", json_string(dtext));
         }
     }
     if (!json_object_get(input, "description"))
         json_object_set_new(input, "description", json_string("The tool's whole input, as free-form text."));
-    json_t *fn = json_pack("{s:O, s:{s:s, s:{s:o}, s:[s], s:b}, s:b}", "name", name, "parameters", "type", "object",
-                           "properties", "input", input, "required", "input", "additionalProperties", 0,
-                           "strict", 1);
+    /* not "strict": x-grammar is not JSON Schema; the grammar was checked above */
+    json_t *fn = json_pack("{s:O, s:{s:s, s:{s:o}, s:[s], s:b}}", "name", name, "parameters", "type", "object",
+                           "properties", "input", input, "required", "input", "additionalProperties", 0);
     if (present(d))
         json_object_set(fn, "description", d);
     return json_pack("{s:s, s:o}", "type", "function", "function", fn);

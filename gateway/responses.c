@@ -653,8 +653,8 @@ static json_t *translate(json_t *root, responses_load_fn load, void *load_ctx, r
     }
     copy(root, "max_output_tokens", chat, "max_tokens");
     json_object_set(echo, "max_output_tokens", or_null(mot));
-    const char *same[] = {"temperature", "top_p", "seed", "parallel_tool_calls", "stream", "user"};
-    for (int k = 0; k < 6; k++)
+    const char *same[] = {"temperature", "top_p", "seed", "parallel_tool_calls", "stream", "user", "cache_salt"};
+    for (int k = 0; k < 7; k++)
         copy(root, same[k], chat, same[k]);
     json_t *md = json_object_get(root, "metadata");
     if (present(md) && check_metadata(md, e) < 0)

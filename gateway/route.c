@@ -98,7 +98,7 @@ int32_t route_text_keys(const route_text_t *t, const char *model, const proto_su
             max = ROUTE_MAX_KEYS;
         if (max > 0) {
             *keys = xmalloc((size_t)max * sizeof **keys);
-            n = prefix_key_chain(ids, n_ids, block_size, *keys, max);
+            n = prefix_key_chain(s->partition, ids, n_ids, block_size, *keys, max);
         }
     }
     free(ids);

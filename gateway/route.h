@@ -80,7 +80,8 @@ route_text_t *route_text_new(const char *const *names, const char *const *paths,
 void route_text_free(route_text_t **t);
 
 /* Public key chain of the prompt s will have on a worker of `model` with
- * block_size tokens per block: *keys (malloc'd, caller frees; NULL when 0)
+ * block_size tokens per block, in s's prefix-cache partition (s->partition,
+ * as the worker seeds it: common/prefix_key.h): *keys (malloc'd, caller frees; NULL when 0)
  * gets the keys of the blocks a prefix-cache lookup can hit. Returns their
  * count, 0 when the model has no text model or the prompt does not render
  * (the worker will then answer the error itself). Text past

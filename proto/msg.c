@@ -478,6 +478,8 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         kv_uint(e, "dims", s->dimensions);
     if (s->no_special)
         kv_bool(e, "add_special", false);
+    if (s->partition)
+        kv_uint(e, "part", s->partition);
 }
 
 static void encode_event(enc_t *e, const proto_event_t *ev)
@@ -919,7 +921,7 @@ enum {
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
     S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
     S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS, S_TOOL_CHOICE, S_PAR_TOOLS, S_N_CHOICES,
-    S_GRAMMAR, S_OP, S_ADD_SPECIAL, S_THINK, S_INPUTS, S_DIMS, S_NO_SPEC,
+    S_GRAMMAR, S_OP, S_ADD_SPECIAL, S_THINK, S_INPUTS, S_DIMS, S_NO_SPEC, S_PART,
 };
 
 static const field_t submit_fields[] = {
@@ -941,7 +943,7 @@ static const field_t submit_fields[] = {
     [S_OP] = {"op", false},          [S_ADD_SPECIAL] = {"add_special", false},
     [S_THINK] = {"think", false},
     [S_INPUTS] = {"inputs", false},  [S_DIMS] = {"dims", false},
-    [S_NO_SPEC] = {"no_spec", false},
+    [S_NO_SPEC] = {"no_spec", false}, [S_PART] = {"part", false},
 };
 
 static const field_t input_fields[] = {{"t", false}, {"ids", false}};
@@ -1078,6 +1080,7 @@ static int submit_field(dec_t *d, void *obj, int idx)
         }
         return 0;
     case S_DIMS: return get_u32(d, &s->dimensions, 1, PROTO_MAX_EMBED_DIM);
+    case S_PART: return get_uint(d, &s->partition, 0, UINT64_MAX);
     case S_ADD_SPECIAL: {
         bool b;
         if (get_bool(d, &b) < 0)

@@ -172,6 +172,16 @@
  *   dims       uint  opt  op embed: the client's `dimensions`, 1..PROTO_MAX_EMBED_DIM;
  *                         the worker answers ERROR 400 unless it equals the model's
  *                         embedding size
+ *   part       uint  opt  prefix-cache partition (u64), default 0 = the public
+ *                         partition (no keys, no cache_salt). The gateway derives
+ *                         it from the API key (and cache_salt), never from the
+ *                         client alone (gateway/partition.h); the worker seeds
+ *                         the request's block-key chain with it
+ *                         (common/prefix_key.h), so blocks are only reused within
+ *                         one partition. Encoded only when non-zero. A worker
+ *                         that predates the key skips it and shares its cache
+ *                         across partitions: run workers at least as new as
+ *                         the gateway when keys are on.
  *
  * CANCEL (gateway → worker) stop a request; the worker answers with a final
  *   EVENT (finish "cancelled") unless the request had already finished.
@@ -532,6 +542,7 @@ typedef struct proto_submit {
     proto_input_t *inputs;       /* inputs (op embed), (n_inputs); NULL otherwise */
     uint32_t n_inputs;
     uint32_t dimensions;         /* dims (op embed), 0 = absent */
+    uint64_t partition;          /* part: prefix-cache partition, 0 = public (absent) */
 } proto_submit_t;
 
 typedef struct proto_cancel {

@@ -10,8 +10,9 @@
  * in its header (checked on load). Replicas of one model share the folder.
  *
  * File DIR/<ident>/<pub>.kvb, pub = the block's public prefix key
- * (common/prefix_key.h: a hash chain over the token ids from a constant
- * root, equal on every replica). Little-endian, host layout:
+ * (common/prefix_key.h: a hash chain over the token ids from the root of
+ * the request's partition, equal on every replica; so a tenant's blocks
+ * are only ever found by its own partition). Little-endian, host layout:
  *
  *     offset  size              field
  *     0       8                 magic "PGKVBLK1"
@@ -20,7 +21,7 @@
  *     16      8                 ident (as the folder name)
  *     24      8                 weights hash
  *     32      8                 pub: this block's public key
- *     40      8                 parent pub (PREFIX_KEY_PUBLIC_ROOT for block 0)
+ *     40      8                 parent pub (prefix_key_root(partition) for block 0)
  *     48      4 × 5             block_size, n_layer, kv_dim, kv_type, qblock
  *     68      4                 row_bytes (one K or V vector)
  *     72      8                 payload bytes = 2 · n_layer · block_size · row_bytes

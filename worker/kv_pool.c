@@ -30,7 +30,7 @@ typedef struct kv_block {
     uint64_t parent_serial; /* parent's serial at registration, 0 = root */
     uint64_t serial;        /* unique per registration; 0 = never registered */
     uint64_t pub;           /* public key (common/prefix_key.h), valid when cached */
-    uint64_t parent_pub;    /* the parent's public key (PREFIX_KEY_PUBLIC_ROOT for block 0) */
+    uint64_t parent_pub;    /* the parent's public key (its partition's public root for block 0) */
 } kv_block_t;
 
 struct kv_seq {
@@ -50,6 +50,11 @@ struct kv_seq {
      * the parent the next committed block is registered under. */
     int32_t chain_block;
     uint64_t chain_serial;
+    /* prefix-cache partition (kv_seq_set_partition): the parent keys of
+     * block 0 in the pool's private chain and in the public chain */
+    uint64_t partition;
+    uint64_t root_key;      /* pool root_key ^ mix(partition) */
+    uint64_t root_pub;      /* prefix_key_root(partition) */
 };
 
 struct kv_pool {
@@ -510,6 +515,8 @@ kv_seq_t *kv_seq_new(kv_pool_t *p)
     kv_seq_t *s = xcalloc(1, sizeof *s);
     s->pool = p;
     s->chain_block = -1;
+    s->root_key = p->root_key;
+    s->root_pub = PREFIX_KEY_PUBLIC_ROOT;
     s->next = p->seqs;
     if (p->seqs)
         p->seqs->prev = s;
@@ -517,6 +524,21 @@ kv_seq_t *kv_seq_new(kv_pool_t *p)
     p->n_seqs++;
     return s;
 }
+
+int kv_seq_set_partition(kv_seq_t *s, uint64_t partition)
+{
+    if (!s || s->n_blocks != 0 || s->n_tokens != 0)
+        return KV_POOL_EINVAL;
+    s->partition = partition;
+    /* mix is a bijection with mix(0) = 0: partition 0 keeps the pool's root,
+     * and distinct partitions get distinct roots, so block 0 (compared by
+     * parent key in map_find) never matches across partitions */
+    s->root_key = s->pool->root_key ^ splitmix64_mix(partition);
+    s->root_pub = prefix_key_root(partition);
+    return KV_POOL_OK;
+}
+
+uint64_t kv_seq_partition(const kv_seq_t *s) { return s->partition; }
 
 void kv_seq_release(kv_seq_t *s)
 {
@@ -632,7 +654,7 @@ int32_t kv_pool_match_prefix(kv_pool_t *p, const int32_t *tokens, int32_t n, kv_
     p->st.n_prefix_queries++;
     p->st.n_prefix_query_tokens += (uint64_t)n;
     int32_t max_blocks = n > 0 ? (n - 1) / p->bs : 0;
-    uint64_t parent_key = p->root_key;
+    uint64_t parent_key = s->root_key;
     int32_t parent_block = -1;
     uint64_t parent_serial = 0;
     int32_t i = 0;
@@ -657,7 +679,7 @@ int32_t kv_pool_match_prefix(kv_pool_t *p, const int32_t *tokens, int32_t n, kv_
      * block and registered as if this sequence had computed it */
     for (; p->tier.load && i < max_blocks; i++) {
         const int32_t *t = tokens + (size_t)i * (size_t)p->bs;
-        const uint64_t parent_pub = i > 0 ? s->pubs[i - 1] : PREFIX_KEY_PUBLIC_ROOT;
+        const uint64_t parent_pub = i > 0 ? s->pubs[i - 1] : s->root_pub;
         const uint64_t pub = prefix_key_next(parent_pub, t, p->bs);
         int32_t id = block_take(p);
         if (id < 0)
@@ -718,10 +740,10 @@ int32_t kv_pool_commit_full_blocks(kv_pool_t *p, kv_seq_t *s)
         kv_block_t *b = &p->blk[id];
         assert(b->ref == 1 && !b->cached); /* written by this sequence alone */
         const int32_t *t = s->tokens + (size_t)i * (size_t)p->bs;
-        uint64_t parent_key = i > 0 ? s->keys[i - 1] : p->root_key;
+        uint64_t parent_key = i > 0 ? s->keys[i - 1] : s->root_key;
         uint64_t key = pool_hash(p, parent_key, t);
         s->keys[i] = key;
-        uint64_t pub = prefix_key_next(i > 0 ? s->pubs[i - 1] : PREFIX_KEY_PUBLIC_ROOT, t, p->bs);
+        uint64_t pub = prefix_key_next(i > 0 ? s->pubs[i - 1] : s->root_pub, t, p->bs);
         s->pubs[i] = pub;
         int32_t dup = map_find(p, key, parent_key, s->chain_block, s->chain_serial, t);
         if (dup >= 0) {
@@ -739,7 +761,7 @@ int32_t kv_pool_commit_full_blocks(kv_pool_t *p, kv_seq_t *s)
         b->parent_serial = s->chain_serial;
         b->serial = p->next_serial++;
         b->pub = pub;
-        b->parent_pub = i > 0 ? s->pubs[i - 1] : PREFIX_KEY_PUBLIC_ROOT;
+        b->parent_pub = i > 0 ? s->pubs[i - 1] : s->root_pub;
         event_push(p, pub, true);
         memcpy(p->blk_tokens + (size_t)id * (size_t)p->bs, t, (size_t)p->bs * sizeof(int32_t));
         map_insert(p, id);

@@ -9,8 +9,9 @@
  * block (asserted), so no copy-on-write exists.
  *
  * Prefix cache. A full block is keyed by
- *     key_i = H(key_{i-1}, tokens of block i)        key_{-1} = per-pool root
- * (64-bit keyed hash). The key only indexes a chained hash map; a hit is
+ *     key_i = H(key_{i-1}, tokens of block i)
+ *     key_{-1} = per-pool root ^ mix(the sequence's partition)
+ * (64-bit keyed hash; partitions: kv_seq_set_partition, common/prefix_key.h). The key only indexes a chained hash map; a hit is
  * confirmed by comparing the block's stored token ids, its parent key and its
  * parent's identity (physical id + registration serial), so hash collisions
  * cost time, never correctness. Cached blocks nobody references sit on an LRU
@@ -173,6 +174,14 @@ void kv_pool_test_set_hash(kv_pool_t *pool, kv_pool_hash_fn fn);
 
 /* A new empty sequence of pool (no blocks, no tokens). Free with kv_seq_free. */
 kv_seq_t *kv_seq_new(kv_pool_t *pool);
+
+/* Puts the EMPTY sequence seq in prefix-cache partition `partition` (0, the
+ * default, for a new sequence): its blocks are matched against, and
+ * registered under, that partition's chain only, in RAM and in the lower
+ * tier (public keys from prefix_key_root(partition)). A release keeps it.
+ * Returns KV_POOL_OK, or KV_POOL_EINVAL when seq holds blocks or tokens. */
+int kv_seq_set_partition(kv_seq_t *seq, uint64_t partition);
+uint64_t kv_seq_partition(const kv_seq_t *seq);
 
 /* Releases seq's blocks (see kv_seq_release) and frees it; NULLs *seq. */
 void kv_seq_free(kv_seq_t **seq);

@@ -684,6 +684,7 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
         q->n_stop_ids = r->n_stop_ids;
     }
     q->kv = kv_seq_new(s->pool);
+    kv_seq_set_partition(q->kv, r->partition);
     if (s->dpool)
         q->dkv = kv_seq_new(s->dpool);
     sampler_params_t sp = r->sampling;
@@ -795,6 +796,7 @@ int sched_submit_embed(sched_t *s, const sched_embed_req_t *r, char *err, size_t
         for (int32_t k = 0; k < r->n_prompts[i]; k++)
             seq_push_token(q, r->prompts[i][k]);
         q->kv = kv_seq_new(s->pool);
+        kv_seq_set_partition(q->kv, r->partition);
         q->embed = r->pooling == MODEL_POOL_LAST ? MODEL_POOL_LAST : MODEL_POOL_MEAN;
         q->emb_sum = xcalloc((size_t)dim, sizeof *q->emb_sum);
         q->emb_out = xcalloc((size_t)dim, sizeof *q->emb_out);

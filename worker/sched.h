@@ -165,6 +165,8 @@ typedef struct sched_req {
                                   n > 1 needs n_resume == 0 */
     bool no_spec;              /* never speculate for this request (the output is the same
                                 * either way; this only opts out of the extra rows) */
+    uint64_t partition;        /* prefix-cache partition (kv_seq_set_partition; SUBMIT part):
+                                * only blocks of the same partition are reused; 0 = public */
 } sched_req_t;
 
 #define SCHED_MAX_CHOICES 128
@@ -253,6 +255,7 @@ typedef struct sched_embed_req {
     const int32_t *const *prompts; /* (n_inputs) pointers, each (n_prompts[i]) token ids */
     const int32_t *n_prompts;  /* (n_inputs) */
     int32_t n_inputs;          /* 1..SCHED_MAX_CHOICES */
+    uint64_t partition;        /* prefix-cache partition of the blocks it registers */
 } sched_embed_req_t;
 
 /* Accepts an embedding request (copied). Returns SCHED_OK, or with a

@@ -256,6 +256,7 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
         .max_tokens = (int32_t)sm->max_tokens,
         .ignore_eos = sm->ignore_eos,
         .no_spec = sm->no_spec,
+        .partition = sm->partition,
         .stop = (const char *const *)sm->stop,
         .n_stop = (int32_t)sm->n_stop,
         /* a chat turn also ends at the template's end-of-turn token */
@@ -438,6 +439,7 @@ static proto_err_t submit_embed(struct worker *w, const proto_submit_t *sm, char
             .prompts = (const int32_t *const *)prompts,
             .n_prompts = lens,
             .n_inputs = (int32_t)n,
+            .partition = sm->partition,
         };
         cause = err_from_sched(sched_submit_embed(w->sched, &r, err, errlen));
     }

@@ -18,6 +18,7 @@
 
 #include "common/errbuf.h"
 #include "common/grammar/gbnf.h"
+#include "common/utf8.h"
 #include "common/xalloc.h"
 
 #define MAXV 999999999999999LL /* integers have at most 15 digits */
@@ -650,7 +651,10 @@ typedef struct rx {
     long long floor;    /* > 0: repetition counts below it are raised to it (minLength) */
     bool floor_all;     /* raise optional repetitions too (else only those of min ≥ 1) */
     bool bmp;           /* only characters of one UTF-16 unit (lengths are checked) */
+    unsigned flags;     /* JSON_SCHEMA_RX_* (0 for `pattern`) */
     rxlen_t atom;       /* length of the atom rx_atom just read */
+    size_t fail_off;    /* the first failure: offset in s, and what */
+    const char *fail_what;
 } rx_t;
 
 static long long rx_mul(long long a, long long k) { return a >= RX_INF || k >= RX_INF ? RX_INF : a * k < RX_INF ? a * k : RX_INF; }
@@ -681,7 +685,8 @@ static int cmp_cpr(const void *x, const void *y)
 
 static void cps_norm(cpset_t *s, bool negate)
 {
-    qsort(s->r, (size_t)s->n, sizeof *s->r, cmp_cpr);
+    if (s->n > 1) /* r is NULL when empty ('.' with the s flag) */
+        qsort(s->r, (size_t)s->n, sizeof *s->r, cmp_cpr);
     int m = 0;
     for (int i = 0; i < s->n; i++) {
         if (m && s->r[i].lo <= s->r[m - 1].hi + 1) {
@@ -777,8 +782,34 @@ static void cps_emit(sbuf_t *b, const cpset_t *s)
     sb_puts(b, ")");
 }
 
+/* Writes the same set as one raw character (no JSON escaping): a class of
+ * code point ranges, surrogates cut (gbnf refuses them). */
+static void cps_emit_raw(sbuf_t *b, const cpset_t *s)
+{
+    sbuf_t cls = {0};
+    for (int i = 0; i < s->n; i++) {
+        /* the range below the surrogates, and the one above */
+        uint32_t part[2][2] = {{s->r[i].lo, s->r[i].hi < 0xD7FF ? s->r[i].hi : 0xD7FF},
+                               {s->r[i].lo > 0xE000 ? s->r[i].lo : 0xE000, s->r[i].hi}};
+        for (int j = 0; j < 2; j++) {
+            if (part[j][0] > part[j][1] || (j == 1 && part[j][1] < 0xE000))
+                continue;
+            sb_printf(&cls, "\\U%08x", part[j][0]);
+            if (part[j][1] != part[j][0])
+                sb_printf(&cls, "-\\U%08x", part[j][1]);
+        }
+    }
+    if (cls.s)
+        sb_printf(b, "[%s]", cls.s);
+    else
+        sb_puts(b, "[^\\x00-\\U0010ffff]"); /* nothing */
+    free(cls.s);
+}
+
 static void rx_fail(rx_t *x, const char *what)
 {
+    if (!x->c->failed)
+        x->fail_off = x->p, x->fail_what = what;
     sc_fail(x->c, "pattern", "pattern feature not supported at offset %zu: %s", x->p, what);
 }
 
@@ -831,17 +862,19 @@ static int32_t rx_char(rx_t *x, bool in_class)
     case 'f': return '\f';
     case 'v': return '\v';
     case '0': return 0;
+    case 'x':
     case 'u': {
-        if (x->p + 4 > x->n) {
-            rx_fail(x, "short \\u escape");
+        int nhex = e == 'x' ? 2 : 4;
+        if (x->p + (size_t)nhex > x->n) {
+            rx_fail(x, "short \\x or \\u escape");
             return -1;
         }
         uint32_t v = 0;
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < nhex; i++) {
             char h = x->s[x->p++];
             int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
             if (d < 0) {
-                rx_fail(x, "bad \\u escape");
+                rx_fail(x, "bad \\x or \\u escape");
                 return -1;
             }
             v = v * 16 + (uint32_t)d;
@@ -850,6 +883,7 @@ static int32_t rx_char(rx_t *x, bool in_class)
     }
     default:
         if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9')) {
+            x->p -= 2; /* the offset of the backslash */
             rx_fail(x, "escape (backreference, word boundary or unknown)");
             return -1;
         }
@@ -875,7 +909,10 @@ static void rx_emit(rx_t *x, sbuf_t *b, cpset_t *set)
             }
         set->n = m;
     }
-    cps_emit(b, set);
+    if (x->flags & JSON_SCHEMA_RX_RAW)
+        cps_emit_raw(b, set);
+    else
+        cps_emit(b, set);
 }
 
 static void rx_atom(rx_t *x, sbuf_t *b)
@@ -923,6 +960,16 @@ static void rx_atom(rx_t *x, sbuf_t *b)
                 break;
             }
             first = false;
+            /* Python warns about and Rust gives meaning to these: refused */
+            if ((x->flags & JSON_SCHEMA_RX_PYRUST) && x->s[x->p] == '[') {
+                rx_fail(x, "'[' inside a class (a nested or POSIX class)");
+                break;
+            }
+            if ((x->flags & JSON_SCHEMA_RX_PYRUST) && x->p + 1 < x->n && x->s[x->p + 1] == x->s[x->p] &&
+                strchr("&-~", x->s[x->p])) {
+                rx_fail(x, "class set operation (&&, --, ~~)");
+                break;
+            }
             if (x->s[x->p] == '\\' && x->p + 1 < x->n && strchr("dDwWsS", x->s[x->p + 1])) {
                 char e = x->s[x->p + 1];
                 x->p += 2;
@@ -955,9 +1002,13 @@ static void rx_atom(rx_t *x, sbuf_t *b)
     } else if (ch == '.') {
         x->p++;
         cpset_t set = {0};
-        cps_add(&set, '\n', '\n');
-        cps_add(&set, '\r', '\r');
-        cps_add(&set, 0x2028, 0x2029);
+        if (!(x->flags & JSON_SCHEMA_RX_DOTALL)) {
+            cps_add(&set, '\n', '\n');
+            if (!(x->flags & JSON_SCHEMA_RX_PYRUST)) {
+                cps_add(&set, '\r', '\r');
+                cps_add(&set, 0x2028, 0x2029);
+            }
+        }
         cps_norm(&set, true);
         rx_emit(x, b, &set);
         free(set.r);
@@ -993,11 +1044,12 @@ static rxlen_t rx_seq(rx_t *x, sbuf_t *b)
         if (ch == '|' || ch == ')')
             break;
         /* anchors: ^ opening and $ closing a top-level alternative */
-        if (ch == '^' && !any && x->depth == 0) {
+        bool anchors = !(x->flags & JSON_SCHEMA_RX_NO_ANCHORS);
+        if (anchors && ch == '^' && !any && x->depth == 0) {
             x->p++;
             continue;
         }
-        if (ch == '$' && x->depth == 0 && (x->p + 1 == x->n || x->s[x->p + 1] == '|')) {
+        if (anchors && ch == '$' && x->depth == 0 && (x->p + 1 == x->n || x->s[x->p + 1] == '|')) {
             x->p++;
             break;
         }
@@ -2551,6 +2603,34 @@ char *json_schema_gbnf_wrap(const char *inner, const char *inner_prefix, const c
     sb_puts(&out, "\n");
     sb_puts(&out, inner);
     return out.s;
+}
+
+char *json_schema_regex_to_gbnf(const uint8_t *re, size_t len, unsigned flags, char *err, size_t errlen,
+                                size_t *err_off)
+{
+    if (err_off)
+        *err_off = 0;
+    if (!utf8_valid(re, len)) {
+        errbuf_set(err, errlen, "the regex is not valid UTF-8");
+        return NULL;
+    }
+    sc_t c = {.pfx = ""};
+    rx_t x = {.s = (const char *)re, .n = len, .c = &c, .cap = -1, .flags = flags};
+    sbuf_t b = {0};
+    sb_puts(&b, "(");
+    rx_alt(&x, &b);
+    if (!c.failed && x.p < x.n)
+        rx_fail(&x, "unmatched ')'");
+    sb_puts(&b, ")");
+    free(c.out.s);
+    if (c.failed) {
+        errbuf_set(err, errlen, "%s", x.fail_what);
+        if (err_off)
+            *err_off = x.fail_off;
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
 }
 
 int json_schema_check(const uint8_t *buf, size_t len, char *err, size_t errlen)

@@ -8,6 +8,7 @@
 
 #include "common/errbuf.h"
 #include "common/grammar/json_schema.h"
+#include "common/grammar/lark.h"
 #include "common/log.h"
 #include "common/text/tool_format.h"
 #include "common/xalloc.h"
@@ -61,6 +62,40 @@ static bool plain_name(const char *s)
     return true;
 }
 
+/* A custom tool's arguments: <prefix>root ::= "{\"input\": \"" <its grammar
+ * over the JSON string's body> "\"}", from x-grammar {"syntax": "lark" |
+ * "regex", "definition"} (common/grammar/lark.h). NULL + err when it does not
+ * compile. */
+static char *custom_rules(json_t *xg, const char *prefix, char *err, size_t errlen)
+{
+    const char *syn = json_string_value(json_object_get(xg, "syntax"));
+    json_t *def = json_object_get(xg, "definition");
+    if (!syn || !json_is_string(def)) {
+        errbuf_set(err, errlen, "x-grammar needs a syntax and a definition");
+        return NULL;
+    }
+    char inner[48];
+    snprintf(inner, sizeof inner, "%sg-", prefix);
+    const uint8_t *d = (const uint8_t *)json_string_value(def);
+    size_t n = json_string_length(def);
+    char *g = strcmp(syn, "lark") == 0    ? lark_to_gbnf_prefixed(d, n, LARK_JSON_STRING, inner, err, errlen)
+              : strcmp(syn, "regex") == 0 ? lark_regex_to_gbnf_prefixed(d, n, LARK_JSON_STRING, inner, err, errlen)
+                                          : NULL;
+    if (!g) {
+        if (strcmp(syn, "lark") != 0 && strcmp(syn, "regex") != 0)
+            errbuf_set(err, errlen, "x-grammar syntax '%.20s' is not lark or regex", syn);
+        return NULL;
+    }
+    buf_t b = {0};
+    put(&b, prefix);
+    put(&b, "root ::= \"{\\\"input\\\": \\\"\" ");
+    put(&b, inner);
+    put(&b, "root \"\\\"}\"\n");
+    put(&b, g);
+    free(g);
+    return b.buf;
+}
+
 char *tool_grammar_build(const char *tools_json, const char *choice, bool parallel, const char *fmt,
                          char *err, size_t errlen)
 {
@@ -93,7 +128,15 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
         json_t *params = json_object_get(f, "parameters");
         bool strict = json_is_true(json_object_get(f, "strict"));
         char *g = NULL, *relaxed = NULL, cerr[256] = "", path[256] = "";
-        if (params && strict)
+        json_t *xg = json_object_get(json_object_get(json_object_get(params, "properties"), "input"), "x-grammar");
+        if (xg) {
+            /* a custom tool (gateway/oai_tools.h): {"input": "<text in its grammar>"} */
+            g = custom_rules(xg, prefix, cerr, sizeof cerr);
+            if (!g) {
+                errbuf_set(err, errlen, "tools[%zu] (custom tool %s): %s", i, name, cerr);
+                goto done;
+            }
+        } else if (params && strict)
             g = json_schema_to_gbnf(params, prefix, cerr, sizeof cerr, path, sizeof path);
         else if (params)
             g = json_schema_to_gbnf_relaxed(params, prefix, &relaxed, cerr, sizeof cerr);

@@ -3,6 +3,7 @@
  * hashing against published SHA-256 vectors and coreutils sha256sum, reload. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "gateway/keys.h"
+#include "gateway/partition.h"
 
 /* SHA-256 test vectors (FIPS 180-2 examples and well-known strings). */
 #define H_ABC "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
@@ -150,7 +152,17 @@ static void test_bad_files(void **st)
     static const bad_case_t cases[] = {
         {"alice high\n", "t.keys:1: too few fields"},
         {"# c\nalice\n", "t.keys:2: too few fields"},
-        {"alice high " H_ABC " admin extra\n", "t.keys:1: too many fields"},
+        {"alice high " H_ABC " admin extra\n", "t.keys:1: unknown flag 'extra'"},
+        {"alice high " H_ABC " admin metrics group=g x\n", "t.keys:1: too many fields"},
+        {"alice high " H_ABC " admin admin\n", "t.keys:1: flag 'admin' given twice"},
+        {"alice high " H_ABC " metrics metrics\n", "t.keys:1: flag 'metrics' given twice"},
+        {"alice high " H_ABC " group=a group=b\n", "t.keys:1: flag 'group=' given twice"},
+        {"alice high " H_ABC " group=\n", "t.keys:1: group name must be 1..64 characters"},
+        {"alice high " H_ABC " group=a/b\n", "t.keys:1: group name may only contain"},
+        {"alice high " H_ABC " group=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+         "t.keys:1: group name must be 1..64 characters"},
+        {"alice high " H_ABC " Group=a\n", "t.keys:1: unknown flag 'Group=a'"},
+        {"alice high " H_ABC " group\n", "t.keys:1: unknown flag 'group'"},
         {"alice urgent " H_ABC "\n", "t.keys:1: unknown tier 'urgent'"},
         {"alice HIGH " H_ABC "\n", "t.keys:1: unknown tier 'HIGH'"},
         {"alice high abc\n", "t.keys:1: hash must be 64 hex digits"},
@@ -188,6 +200,62 @@ static void test_bad_files(void **st)
     free(longline);
     /* A NULL err buffer is allowed. */
     assert_int_equal(keys_parse((const uint8_t *)"x", 1, NULL, &k, NULL, 0), -1);
+}
+
+/* Flags in any order; a group is recorded as written; admin implies metrics;
+ * each row's partition is partition_of_key(digest, group): keys of one group
+ * share it, other keys (grouped or not) do not, and none is 0. */
+static void test_flags_and_groups(void **st)
+{
+    (void)st;
+    static const struct {
+        const char *line;
+        int admin, metrics;
+        const char *group;
+    } rows[] = {
+        {"a high " H_ABC, 0, 0, ""},
+        {"b low " H_PASSWORD " group=team", 0, 0, "team"},
+        {"c normal " H_TEST " group=team admin", 1, 1, "team"},
+        {"d normal " H_ABC448 " metrics", 0, 1, ""},
+        {"e normal 1111111111111111111111111111111111111111111111111111111111111111 admin group=other", 1, 1,
+         "other"},
+        {"f low 2222222222222222222222222222222222222222222222222222222222222222 metrics\tgroup=Te.am-1@x_ admin",
+         1, 1, "Te.am-1@x_"},
+        {"g low 3333333333333333333333333333333333333333333333333333333333333333 group=team", 0, 0, "team"},
+    };
+    const size_t n = sizeof rows / sizeof rows[0];
+    char text[2048] = "";
+    for (size_t i = 0; i < n; i++) {
+        strcat(text, rows[i].line);
+        strcat(text, "\n");
+    }
+    keys_t *k = parse_ok(text);
+    assert_int_equal(keys_count(k), n);
+    for (size_t i = 0; i < n; i++) {
+        const keys_entry_t *e = keys_entry(k, i);
+        if (e->admin != rows[i].admin || e->metrics != rows[i].metrics || strcmp(e->group, rows[i].group) != 0)
+            fail_msg("row %zu: admin %d metrics %d group '%s'", i, e->admin, e->metrics, e->group);
+        assert_true(e->partition != 0);
+        assert_true(e->partition == partition_of_key(e->sha256, e->group[0] ? e->group : NULL));
+        for (size_t j = 0; j < i; j++) {
+            const keys_entry_t *o = keys_entry(k, j);
+            bool same_group = e->group[0] && strcmp(e->group, o->group) == 0;
+            if ((e->partition == o->partition) != same_group)
+                fail_msg("rows %zu and %zu: partitions %s but groups '%s' '%s'", j, i,
+                         e->partition == o->partition ? "equal" : "differ", o->group, e->group);
+        }
+    }
+    /* a reload (or another gateway) derives the same partitions; renaming
+     * or re-tiering a key keeps its partition */
+    keys_t *k2 = parse_ok("renamed low " H_ABC "\nb2 high " H_PASSWORD " group=team\n");
+    assert_true(keys_entry(k2, 0)->partition == keys_entry(k, 0)->partition);
+    assert_true(keys_entry(k2, 1)->partition == keys_entry(k, 1)->partition);
+    keys_free(&k2);
+    /* moving a key out of its group gives it its own partition */
+    k2 = parse_ok("b low " H_PASSWORD "\n");
+    assert_true(keys_entry(k2, 0)->partition != keys_entry(k, 1)->partition);
+    keys_free(&k2);
+    keys_free(&k);
 }
 
 static void write_file(const char *path, const char *text)
@@ -276,6 +344,7 @@ int main(void)
         cmocka_unit_test(test_parse_and_lookup),
         cmocka_unit_test(test_empty_file),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_flags_and_groups),
         cmocka_unit_test(test_load_and_reload),
         cmocka_unit_test(test_many_entries),
     };

@@ -321,7 +321,7 @@ static void test_std_families(void **st)
         "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
         "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds", "pagoda_requests_total",
         "pagoda_rejected_queue_full_total", "pagoda_http_responses_total", "pagoda_worker_restarts_total",
-        "pagoda_workers_connected", "pagoda_queue_length"};
+        "pagoda_workers_connected", "pagoda_queue_length", "pagoda_prompt_tokens_computed_total"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         char line[128];
         snprintf(line, sizeof(line), "# TYPE %s ", names[i]);

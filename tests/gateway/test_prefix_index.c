@@ -210,7 +210,7 @@ static void test_route_text_keys(void **state)
         int32_t *ids = NULL;
         int32_t n_ids = engine_prompt_text(e, text, plen, &ids, err, sizeof err);
         uint64_t *ref = malloc(((size_t)n_ids / 32 + 1) * sizeof *ref);
-        int32_t n_ref = prefix_key_chain(ids, n_ids, 32, ref, n_ids);
+        int32_t n_ref = prefix_key_chain(0, ids, n_ids, 32, ref, n_ids);
         print_message("%zu bytes: %d tokens, %d keys (worker %d)\n", plen, n_ids, n, n_ref);
         if (pass == 0)
             assert_int_equal(n, n_ref);
@@ -232,7 +232,7 @@ static void test_route_text_keys(void **state)
     int32_t *ids = NULL;
     int32_t n_ids = engine_prompt_chat(e, cm, 2, NULL, &ids, err, sizeof err);
     uint64_t ref[256];
-    assert_int_equal(n, prefix_key_chain(ids, n_ids, 32, ref, 256));
+    assert_int_equal(n, prefix_key_chain(0, ids, n_ids, 32, ref, 256));
     assert_true(n > 10);
     assert_memory_equal(k, ref, (size_t)n * sizeof *k);
     free(k);

@@ -81,7 +81,7 @@ check "keys file: holds SHA-256 of the secret, not the secret" \
   bash -c "grep -q \"\$(printf %s '$SECRET_N' | sha256sum | cut -d' ' -f1)\" '$TMP/keys.txt' && ! grep -qF '$SECRET_N' '$TMP/keys.txt' && ! grep -qF '$SECRET_A' '$TMP/keys.txt'"
 curl -s -o /dev/null -H "Authorization: Bearer $SECRET_WRONG" "$URL_L/v1/models"
 curl -s -o /dev/null -H "Authorization: Bearer $SECRET_N" "$URL_L/v1/models"
-curl -s -o "$TMP/metrics.txt" "$URL_L/metrics"
+curl -s -o "$TMP/metrics.txt" -H "Authorization: Bearer $SECRET_A" "$URL_L/metrics"
 curl -s -o "$TMP/health.json" "$URL_L/health"
 check "no secret (valid or wrong) in the gateway's debug log, /metrics or /health" \
   bash -c "! grep -qF -e '$SECRET_N' -e '$SECRET_A' -e '$SECRET_WRONG' '$TMP/gw-L.log' '$TMP/wk-L.log' '$TMP/metrics.txt' '$TMP/health.json'"
@@ -116,7 +116,7 @@ if PAGODA_TEST_STEP_SLEEP_MS=5 start_pair Q --keys "$TMP/keys.txt" --max-queue 2
   read -r _ _ q200 q429 qbad qwhy < <(grep '^measure queue' "$TMP/queue.out")
   check "queue flood: 16 at once → ${q200:-?} completed, ${q429:-?} got 429, ${qbad:-?} anything else ($qwhy)" \
     test "${qbad:-1}" -eq 0 -a "${q429:-0}" -ge 1 -a "${q200:-0}" -ge 2
-  m429=$(curl -s "$URL_Q/metrics" | awk '/^pagoda_rejected_queue_full_total[{ ]/ {s += $NF} END {print s + 0}')
+  m429=$(curl -s -H "Authorization: Bearer $SECRET_A" "$URL_Q/metrics" | awk '/^pagoda_rejected_queue_full_total[{ ]/ {s += $NF} END {print s + 0}')
   check "/metrics pagoda_rejected_queue_full_total counts the 429s ($m429 = ${q429:-?})" test "$m429" = "${q429:-x}"
   check "after the flood a request is served again" \
     env PAGODA_URL="$URL_Q" PAGODA_KEY="$SECRET_N" PAGODA_MODEL=m python3 "$DRIVER" good

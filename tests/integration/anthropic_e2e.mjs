@@ -198,8 +198,24 @@ const ask = [{ role: "user", content: "What is the weather in Paris?" }];
   // budget_tokens must be below max_tokens (as Anthropic checks); the tiny model runs to its limit
   const m = await client.messages.create({ ...body, max_tokens: 1025, thinking: { type: "enabled", budget_tokens: 1024 } });
   ok(m.type === "message" && m.usage.output_tokens >= 1 && m.usage.output_tokens <= 1025, "thinking enabled: the request is served", m.usage);
-  await expectError("budget_tokens not below max_tokens", Anthropic.BadRequestError, 400, "invalid_request_error", () =>
-    client.messages.create({ ...body, max_tokens: 100, thinking: { type: "enabled", budget_tokens: 1024 } }));
+  // a budget at or above max_tokens is accepted (interleaved thinking; Claude Code sends it)
+  const m2 = await client.messages.create({ ...body, max_tokens: 100, thinking: { type: "enabled", budget_tokens: 1024 } });
+  ok(m2.type === "message" && m2.usage.output_tokens <= 100, "budget_tokens above max_tokens: served, max_tokens bounds it", m2.usage);
+  // what Claude Code sends: adaptive thinking, output_config, context_management, a system
+  // turn inside messages, an Anthropic-defined tool (left out, named in X-Pagoda-Warning)
+  const { data: m3, response: r3 } = await client.messages.create({
+    ...body, max_tokens: 8,
+    messages: [{ role: "user", content: "Hi there" }, { role: "system", content: "Be brief." }],
+    thinking: { type: "adaptive", display: "omitted" }, output_config: { effort: "high" },
+    context_management: { edits: [{ type: "clear_thinking_20251015", keep: "all" }] },
+    tools: [{ type: "web_search_20250305", name: "web_search", max_uses: 1 }],
+  }).withResponse();
+  ok(m3.type === "message" && /web_search_20250305/.test(r3.headers.get("x-pagoda-warning") ?? ""),
+    "Claude Code's shapes (adaptive thinking, system turn, a server tool) are served; the left-out tool is named in X-Pagoda-Warning",
+    { warn: r3.headers.get("x-pagoda-warning") });
+  await expectError("tool_choice naming a server tool", Anthropic.BadRequestError, 400, "invalid_request_error", () =>
+    client.messages.create({ ...body, max_tokens: 8, tools: [{ type: "web_search_20250305", name: "web_search" }],
+      tool_choice: { type: "tool", name: "web_search" } }));
 }
 
 process.exit(failed ? 1 : 0);

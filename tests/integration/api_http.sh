@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Raw HTTP edge cases of pagoda-gateway with curl, against real processes
 # (gateway + supervised worker on stories260K.gguf):
-#   auth (401 missing/bad key, open /health and /metrics, 403 admin, SIGHUP and
+#   auth (401 missing/bad key, open /health, /metrics for admin keys only, 403 admin, SIGHUP and
 #   /admin/reload-keys), 400/404/405/413 bodies, the raw SSE framing,
 #   /v1/batch (tier low), 504 for a request stuck in the queue, 503 for a
 #   model whose only replica died, supervisor restart of a killed worker,
@@ -56,7 +56,11 @@ check "GET /v1/models with a key lists stories with max_model_len" \
 req GET /health
 check "/health needs no key (200)" test "$CODE" = 200
 req GET /metrics
-check "/metrics needs no key (200, Prometheus text)" bash -c "[[ $CODE == 200 ]] && grep -qi '^Content-Type: text/plain; version=0.0.4' '$TMP/hdr'"
+check "with keys, /metrics needs a key (401)" is_error 401 authentication_error
+req GET /metrics "${A[@]}"
+check "with keys, /metrics refuses a key without admin/metrics (403)" is_error 403 permission_error
+req GET /metrics -H "Authorization: Bearer ops-secret"
+check "/metrics with the admin key (200, Prometheus text)" bash -c "[[ $CODE == 200 ]] && grep -qi '^Content-Type: text/plain; version=0.0.4' '$TMP/hdr'"
 req POST /admin/reload-keys "${A[@]}"
 check "/admin with a non-admin key → 403" is_error 403 permission_error
 echo "carol low $(printf 'carol-secret' | sha256sum | cut -d' ' -f1)" >>"$TMP/keys.txt"
@@ -135,13 +139,14 @@ req POST /tokenize -d '{"model":"stories","prompt":"x"}'
 check "/tokenize needs a key like the API (401)" is_error 401 authentication_error
 
 # --- batch route: tier low -----------------------------------------------------------------
-low_count() { curl -s "$URL/metrics" | sed -n 's/^pagoda_requests_total{model_name="stories",tier="low"} //p'; }
+OPS=(-H "Authorization: Bearer ops-secret")
+low_count() { curl -s "${OPS[@]}" "$URL/metrics" | sed -n 's/^pagoda_requests_total{model_name="stories",tier="low"} //p'; }
 low0=$(low_count)
 req POST /v1/batch/chat/completions "${A[@]}" -d "$CHAT"
 check "/v1/batch/chat/completions answers like chat (200)" py "j['object']=='chat.completion'" <"$TMP/body"
 req POST /v1/batch/completions "${A[@]}" -d '{"model":"stories","prompt":"Once","max_tokens":3}'
 check "/v1/batch/completions answers like completions (200)" py "j['object']=='text_completion'" <"$TMP/body"
-metrics() { curl -s "$URL/metrics"; }
+metrics() { curl -s "${OPS[@]}" "$URL/metrics"; }
 low1=$(low_count)
 check "batch requests are counted at tier low although alice's key is high ($low0 → $low1)" \
   test "$low1" -eq $(( ${low0:-0} + 2 ))
@@ -168,7 +173,7 @@ kill -9 "$WPID"
 newpid() { curl -s "$URL/health" | python3 -c "import json,sys; w=json.load(sys.stdin)['workers']; sys.exit(0 if w and w[0]['pid']!=$WPID else 1)"; }
 check "kill -9 the local worker: the supervisor starts a new one that registers" wait_for 15 newpid
 check "pagoda_worker_restarts_total{model_name=\"stories\"} is 1" \
-  bash -c "curl -s $URL/metrics | grep -q '^pagoda_worker_restarts_total{model_name=\"stories\"} 1$'"
+  bash -c "curl -s -H 'Authorization: Bearer ops-secret' $URL/metrics | grep -q '^pagoda_worker_restarts_total{model_name=\"stories\"} 1$'"
 req POST /v1/chat/completions "${A[@]}" -d "$CHAT"
 check "the restarted worker serves requests" test "$CODE" = 200
 

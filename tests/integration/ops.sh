@@ -172,7 +172,7 @@ check "the gateway kept running throughout" kill -0 "$GPID"
 "$GW" --hash-key bob:normal --secret bob-secret | grep -v '^#' >>"$TMP/keys.txt"
 HP2=$(free_port); ZP2=$(free_port)
 spawn "$TMP/gw2.log" "$GW" --listen 127.0.0.1:$HP2 --worker-endpoint tcp://127.0.0.1:$ZP2 --keys "$TMP/keys.txt"
-wait_for 10 curl -sf -o /dev/null "http://127.0.0.1:$HP2/metrics"
+wait_for 10 curl -sf -o /dev/null "http://127.0.0.1:$HP2/health"
 c1=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HP2/admin/workers")
 c2=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer bob-secret" "http://127.0.0.1:$HP2/admin/workers")
 c3=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer ops-secret" "http://127.0.0.1:$HP2/admin/workers")

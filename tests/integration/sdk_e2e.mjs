@@ -21,7 +21,8 @@ const B_low = client(URL_B, KEY_LOW);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const health = async (url) => (await fetch(`${url}/health`)).json();
 const metric = async (url, line) => {
-  const text = await (await fetch(`${url}/metrics`)).text();
+  // with keys on, /metrics needs an admin (or metrics) key (docs/SECURITY.md)
+  const text = await (await fetch(`${url}/metrics`, { headers: { Authorization: `Bearer ${KEY_ADMIN}` } })).text();
   const m = text.split("\n").find((l) => l.startsWith(line + " "));
   return m ? Number(m.slice(line.length + 1)) : 0;
 };

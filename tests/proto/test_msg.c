@@ -441,7 +441,32 @@ static void test_roundtrip_submit_completion(void **state)
     assert_int_equal(out.submit.n_stop, 0);
     assert_int_equal(out.submit.n_choices, 1); /* absent = one choice */
     assert_false(out.submit.has_think);            /* absent = not given */
+    assert_int_equal(out.submit.partition, 0);     /* absent = the public partition */
     proto_msg_clear(&out);
+
+    /* the partition travels as given; 0 is not even encoded (an old peer's body) */
+    proto_msg_init(&in, PROTO_SUBMIT);
+    in.submit.id = 5;
+    in.submit.kind = PROTO_KIND_COMPLETION;
+    in.submit.prompt = "x";
+    in.submit.partition = 0xfedcba9876543210ULL;
+    roundtrip(&in, &out);
+    assert_true(out.submit.partition == 0xfedcba9876543210ULL);
+    proto_msg_clear(&out);
+    {
+        size_t n0, n1;
+        proto_msg_init(&in, PROTO_SUBMIT);
+        in.submit.id = 5;
+        in.submit.kind = PROTO_KIND_COMPLETION;
+        in.submit.prompt = "x";
+        uint8_t *b0 = encode(&in, &n0);
+        in.submit.partition = 1;
+        uint8_t *b1 = encode(&in, &n1);
+        assert_true(n1 > n0);
+        assert_null(memmem(b0, n0, "part", 4));
+        free(b0);
+        free(b1);
+    }
 
     /* n choices */
     proto_msg_init(&in, PROTO_SUBMIT);
@@ -969,6 +994,12 @@ static const field_case_t field_cases[] = {
     {"op as int", PROTO_SUBMIT, NULL, KU("op", 1), PROTO_EFIELD},
     {"detokenize without prompt_ids", PROTO_SUBMIT, NULL, KS("op", "detokenize"), PROTO_EFIELD},
     {"add_special false", PROTO_SUBMIT, NULL, KB("add_special", false), PROTO_OK},
+    /* part: the prefix-cache partition, any u64 (0 = the public one) */
+    {"part 0", PROTO_SUBMIT, NULL, KU("part", 0), PROTO_OK},
+    {"part 2^64-1", PROTO_SUBMIT, NULL, KU("part", UINT64_MAX), PROTO_OK},
+    {"part negative", PROTO_SUBMIT, NULL, KI("part", -1), PROTO_ERANGE},
+    {"part as string", PROTO_SUBMIT, NULL, KS("part", "7"), PROTO_EFIELD},
+    {"part as float", PROTO_SUBMIT, NULL, KD("part", 1.5), PROTO_EFIELD},
     /* protocol version inside REGISTER */
     {"register v2", PROTO_REGISTER, NULL, KU("v", 2), PROTO_EVERSION},
     /* floats: NaN, infinities, out of range; integers accepted as floats */

@@ -68,8 +68,8 @@ static void test_events(void **state)
     seq_tokens(a, 9, 100);
     seq_tokens(b, 17, 500);
     uint64_t ka[2], kb[4];
-    assert_int_equal(prefix_key_chain(a, 9, 4, ka, 8), 2);
-    assert_int_equal(prefix_key_chain(b, 17, 4, kb, 8), 4);
+    assert_int_equal(prefix_key_chain(0, a, 9, 4, ka, 8), 2);
+    assert_int_equal(prefix_key_chain(0, b, 17, 4, kb, 8), 4);
     assert_true(ka[0] != ka[1] && ka[0] != kb[0]);
 
     kv_pool_event_t ev[64];
@@ -142,6 +142,162 @@ static void test_events(void **state)
     kv_pool_events_take(p, ev, 64, &ovf);
     assert_true(ovf);
     kv_seq_free(&s);
+    kv_pool_free(&p);
+}
+
+/* ---- partitions (tenants) ------------------------------------------------ */
+
+/* A tier that remembers (pub, parent pub, tokens) of what it was given and
+ * loads only an exact match — the checks kv_disk makes. */
+#define FAKE_TIER_MAX 32
+typedef struct {
+    uint64_t pub[FAKE_TIER_MAX], parent[FAKE_TIER_MAX];
+    int32_t tok[FAKE_TIER_MAX][4];
+    int32_t n, n_loads;
+} fake_tier_t;
+
+static int ft_store(void *ud, const kv_store_t *st, int32_t block, uint64_t pub, uint64_t parent_pub,
+                    const int32_t *tokens)
+{
+    (void)st, (void)block;
+    fake_tier_t *f = ud;
+    for (int32_t i = 0; i < f->n; i++)
+        if (f->pub[i] == pub)
+            return 0;
+    if (f->n == FAKE_TIER_MAX)
+        return -1;
+    f->pub[f->n] = pub;
+    f->parent[f->n] = parent_pub;
+    memcpy(f->tok[f->n], tokens, sizeof f->tok[0]);
+    f->n++;
+    return 0;
+}
+
+static int ft_load(void *ud, kv_store_t *st, int32_t block, uint64_t pub, uint64_t parent_pub,
+                   const int32_t *tokens)
+{
+    (void)st, (void)block;
+    fake_tier_t *f = ud;
+    for (int32_t i = 0; i < f->n; i++)
+        if (f->pub[i] == pub && f->parent[i] == parent_pub && memcmp(f->tok[i], tokens, sizeof f->tok[0]) == 0) {
+            f->n_loads++;
+            return 0;
+        }
+    return -1;
+}
+
+static bool ft_has(void *ud, uint64_t pub)
+{
+    fake_tier_t *f = ud;
+    for (int32_t i = 0; i < f->n; i++)
+        if (f->pub[i] == pub)
+            return true;
+    return false;
+}
+
+static int32_t ft_n_keys(void *ud) { return ((fake_tier_t *)ud)->n; }
+
+static int32_t ft_keys(void *ud, uint64_t *out, int32_t max)
+{
+    fake_tier_t *f = ud;
+    int32_t n = f->n < max ? f->n : max;
+    memcpy(out, f->pub, (size_t)n * sizeof *out);
+    return n;
+}
+
+static int32_t ft_take_dropped(void *ud, uint64_t *out, int32_t max)
+{
+    (void)ud, (void)out, (void)max;
+    return 0;
+}
+
+/* The same tokens in two partitions are two prefixes: no hit across them in
+ * RAM or in the tier, hits within one; public keys are prefix_key_chain's in
+ * that partition (what the gateway computes); partition 0 keeps the old
+ * chain; a sequence with blocks cannot change partition. */
+static void test_partitions(void **state)
+{
+    (void)state;
+    static const uint64_t A = 0x1111222233334444ULL, B = 0x5555666677778888ULL;
+    kv_pool_t *p = kv_pool_new(1, 4, 8, 4, KV_TYPE_F32);
+    kv_pool_events_enable(p, 64);
+    fake_tier_t ft = {0};
+    kv_pool_tier_t tier = {.ud = &ft, .store = ft_store, .load = ft_load, .has = ft_has, .n_keys = ft_n_keys,
+                           .keys = ft_keys, .take_dropped = ft_take_dropped};
+    kv_pool_set_tier(p, &tier);
+    int32_t a[9];
+    seq_tokens(a, 9, 100);
+    uint64_t ka[2], kb[2], k0[2];
+    assert_int_equal(prefix_key_chain(A, a, 9, 4, ka, 8), 2);
+    assert_int_equal(prefix_key_chain(B, a, 9, 4, kb, 8), 2);
+    assert_int_equal(prefix_key_chain(0, a, 9, 4, k0, 8), 2);
+    assert_true(ka[0] != kb[0] && ka[0] != k0[0] && kb[0] != k0[0]);
+    assert_int_equal(prefix_key_root(0), PREFIX_KEY_PUBLIC_ROOT);
+    assert_true(prefix_key_root(A) != prefix_key_root(B));
+
+    /* A computes the prefix: events carry A's public keys */
+    kv_seq_t *s = kv_seq_new(p);
+    assert_int_equal(kv_seq_partition(s), 0);
+    assert_int_equal(kv_seq_set_partition(s, A), KV_POOL_OK);
+    assert_int_equal(kv_seq_partition(s), A);
+    assert_int_equal(feed(p, s, a, 9), KV_POOL_OK);
+    assert_int_equal(kv_seq_set_partition(s, B), KV_POOL_EINVAL); /* holds blocks */
+    kv_pool_event_t ev[64];
+    bool ovf;
+    assert_int_equal(kv_pool_events_take(p, ev, 64, &ovf), 2);
+    assert_true(ev[0].key == ka[0] && ev[1].key == ka[1]);
+    assert_int_equal(ft.n, 2); /* written through under A's keys */
+    assert_true(ft_has(&ft, ka[0]) && ft_has(&ft, ka[1]) && !ft_has(&ft, kb[0]));
+    assert_int_equal(ft.parent[0], prefix_key_root(A));
+    kv_seq_free(&s);
+
+    /* B and the public partition miss in RAM and in the tier; A hits */
+    static const struct {
+        uint64_t part;
+        int32_t want;
+    } rows[] = {{B, 0}, {0, 0}, {A, 8}, {A ^ 1, 0}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        kv_pool_stats_t st0 = stats(p);
+        s = kv_seq_new(p);
+        assert_int_equal(kv_seq_set_partition(s, rows[i].part), KV_POOL_OK);
+        assert_int_equal(kv_pool_match_prefix(p, a, 9, s), rows[i].want);
+        kv_pool_stats_t st1 = stats(p);
+        assert_int_equal(st1.n_prefix_hit_tokens - st0.n_prefix_hit_tokens, (uint64_t)rows[i].want);
+        assert_int_equal(st1.n_tier_hit_tokens, st0.n_tier_hit_tokens);
+        kv_seq_free(&s);
+    }
+    assert_int_equal(ft.n_loads, 0);
+
+    /* B computes the same tokens: its own blocks, beside A's */
+    s = kv_seq_new(p);
+    kv_seq_set_partition(s, B);
+    assert_int_equal(feed(p, s, a, 9), KV_POOL_OK);
+    assert_int_equal(stats(p).n_cached_total, 4);
+    assert_int_equal(kv_pool_events_take(p, ev, 64, &ovf), 2);
+    assert_true(ev[0].key == kb[0] && ev[1].key == kb[1]);
+    kv_seq_release(s); /* a release keeps the partition */
+    assert_int_equal(kv_seq_partition(s), B);
+    assert_int_equal(kv_pool_match_prefix(p, a, 9, s), 8);
+    kv_seq_free(&s);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_pool_set_tier(p, NULL);
+    kv_pool_free(&p);
+
+    /* a fresh pool (a restarted worker) over the same tier: A's blocks load
+     * for A only */
+    p = kv_pool_new(1, 4, 8, 4, KV_TYPE_F32);
+    kv_pool_set_tier(p, &tier);
+    s = kv_seq_new(p);
+    kv_seq_set_partition(s, 0);
+    assert_int_equal(kv_pool_match_prefix(p, a, 9, s), 0);
+    kv_seq_free(&s);
+    s = kv_seq_new(p);
+    kv_seq_set_partition(s, A);
+    assert_int_equal(kv_pool_match_prefix(p, a, 9, s), 8);
+    assert_int_equal(stats(p).n_tier_hit_tokens, 8);
+    kv_seq_free(&s);
+    assert_int_equal(kv_pool_check(p), 0);
+    kv_pool_set_tier(p, NULL);
     kv_pool_free(&p);
 }
 
@@ -960,6 +1116,7 @@ int main(void)
         cmocka_unit_test(test_stale_parent),
         cmocka_unit_test(test_stress),
         cmocka_unit_test(test_events),
+        cmocka_unit_test(test_partitions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,7 +9,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "common/grammar/gbnf.h"
 #include "gateway/oai_tools.h"
@@ -118,10 +121,82 @@ static void test_errors(void **state)
     assert_non_null(strstr(err, "oneOf"));
 }
 
+/* A custom tool as the gateway sends it (gateway/oai_tools.c: a function with
+ * one string "input" carrying x-grammar): the forced call's input must be in
+ * the Lark grammar (Codex's apply_patch, narrowed to one file name), written
+ * as a JSON string; the gateway decodes the input back to the patch. */
+static void test_custom_tool(void **state)
+{
+    (void)state;
+    const char *lark = "start: begin_patch hunk+ end_patch\n"
+                       "begin_patch: \"*** Begin Patch\" LF\n"
+                       "end_patch: \"*** End Patch\" LF?\n"
+                       "hunk: add_hunk\n"
+                       "add_hunk: \"*** Add File: \" filename LF add_line+\n"
+                       "filename: \"scratch.txt\"\n"
+                       "add_line: \"+\" /(.*)/ LF -> line\n"
+                       "%import common.LF\n";
+    json_t *tools = json_pack("[{s:s, s:{s:s, s:{s:s, s:{s:{s:s, s:{s:s, s:s}}}, s:[s]}}}]", "type", "function",
+                              "function", "name", "apply_patch", "parameters", "type", "object", "properties",
+                              "input", "type", "string", "x-grammar", "syntax", "lark", "definition", lark,
+                              "required", "input");
+    char *tj = json_dumps(tools, JSON_COMPACT);
+    json_decref(tools);
+    char err[256];
+    char *text = tool_grammar_build(tj, "function:apply_patch", false, "hermes", err, sizeof err);
+    if (!text)
+        fail_msg("no grammar: %s", err);
+    grammar_t *g = NULL;
+    if (gbnf_parse((const uint8_t *)text, strlen(text), &g, err, sizeof err, NULL, NULL) != 0)
+        fail_msg("grammar does not compile: %s\n%s", err, text);
+    static const struct {
+        const char *patch;
+        bool ok;
+    } rows[] = {
+        {"*** Begin Patch\n*** Add File: scratch.txt\n+hello \"world\"\n+\tx\n*** End Patch\n", true},
+        {"*** Begin Patch\n*** Add File: scratch.txt\n+a\n*** End Patch", true},
+        {"*** Begin Patch\n*** Add File: other.txt\n+a\n*** End Patch\n", false},
+        {"*** Begin Patch\n*** Add File: scratch.txt\n*** End Patch\n", false},
+        {"*** Begin Patch\n*** Add File: scratch.txt\n+a\n", false},
+    };
+    char *names[] = {"apply_patch"};
+    bool custom[] = {true};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        /* the model's call, its input JSON-encoded by jansson (the reference) */
+        json_t *args = json_pack("{s:s}", "input", rows[i].patch);
+        char *a = json_dumps(args, JSON_COMPACT);
+        json_decref(args);
+        /* jansson writes {"input":"..."}; the model writes the template's spacing */
+        char call[1024];
+        snprintf(call, sizeof call, "<tool_call>\n{\"name\": \"apply_patch\", \"arguments\": {\"input\": %s}\n</tool_call>",
+                 a + strlen("{\"input\":"));
+        free(a);
+        int m = gbnf_match(g, (const uint8_t *)call, strlen(call));
+        if (m != rows[i].ok)
+            fail_msg("row %zu: match %d, expected %d for %s", i, m, rows[i].ok, call);
+        if (m) {
+            oai_tool_call_t *calls;
+            size_t cl;
+            size_t n = oai_tools_extract(call, strlen(call), names, 1, &calls, &cl);
+            assert_int_equal(n, 1);
+            oai_tools_mark_custom(calls, n, names, custom, 1);
+            json_t *j = oai_tool_calls_json(calls, n, false);
+            assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(j, 0), "custom"), "input")),
+                                rows[i].patch);
+            json_decref(j);
+            oai_tool_calls_free(calls, n);
+        }
+    }
+    gbnf_free(&g);
+    free(text);
+    free(tj);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
+        cmocka_unit_test(test_custom_tool),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
