@@ -37,6 +37,14 @@
  *   4. Not streaming: complete(call, events) once every choice has its final
  *      EVENT (or one failed) → status and body.
  *   5. end(call) frees call->state (always, once, also when the client left).
+ * Waiting: a surface whose answer must wait for work of its own (the
+ * Responses API commits a stored response before answering) starts it,
+ * sets call->waiting and returns (complete: NULL; stream_event: the bytes
+ * so far, done false). Its work calls call->wake(call->wake_ctx) from any
+ * thread when it is finished; http.c suspends the connection meanwhile (no
+ * HTTP thread waits) and then calls complete() again with the same events,
+ * or stream_event() with a NULL reply, until waiting is false. end() must
+ * make sure wake is not called after it returns.
  * Every error a surface route answers — auth, 413, 415, 429, 503, refusals
  * of the worker — goes through error_body, so a client sees its own API's
  * error shape.
@@ -104,9 +112,13 @@ typedef struct api_call {
                                      volatile prompt blocks (volatile_block.h) */
     char *warning;                /* what the request left out (oai_request_t.warning),
                                      sent as X-Pagoda-Warning; owned by http.c */
+    void (*wake)(void *ctx);      /* "Waiting" above: what the surface's work calls when it
+                                     is finished (http.c's, any thread) */
+    void *wake_ctx;
     /* the surface's */
     void *state;                  /* per-request render state, freed by end() */
     bool done;                    /* stream: its last bytes are written */
+    bool waiting;                 /* "Waiting": call again once woken */
 } api_call_t;
 
 typedef struct api_surface {

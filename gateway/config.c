@@ -131,7 +131,7 @@ static const field_t model_fields[] = {
     BOOL("standby", config_model_t, standby),
     DBL("idle_timeout_s", config_model_t, idle_timeout_s, 0.001, 604800.0),
     INT("kv_blocks", config_model_t, kv_blocks, 0, 16777216),
-    INT("kv_budget_mb", config_model_t, kv_budget_mb, 1, 1048576),
+    INT("kv_budget_mb", config_model_t, kv_budget_mb, 0, 1048576),
     INT("max_seqs", config_model_t, max_seqs, 1, 4096),
     INT("max_batch_tokens", config_model_t, max_batch_tokens, 1, 65536),
     INT("threads", config_model_t, threads, 1, 256),
@@ -169,6 +169,9 @@ static const field_t top_fields[] = {
     OPTSTR("state_dir", config_t, state_dir, check_path),
     DBL("responses_max_age_s", config_t, responses_max_age_s, 1.0, 315360000.0),
     I64("responses_max_bytes", config_t, responses_max_bytes, 4096, 1099511627776LL),
+    I64("responses_key_max_bytes", config_t, responses_key_max_bytes, 4096, 1099511627776LL),
+    I64("responses_key_max_count", config_t, responses_key_max_count, 1, 2147483647LL),
+    I64("responses_store_wait_ms", config_t, responses_store_wait_ms, 1, 600000),
     MAP("queue", config_t, queue, queue_fields),
     MAP("limits", config_t, limits, limits_fields),
     MAP("restart", config_t, restart, restart_fields),
@@ -190,7 +193,7 @@ static void model_defaults(config_model_t *m)
         .idle_timeout_s = GATEWAY_DEFAULT_IDLE_S,
         .standby = true,
         .kv_blocks = 0,
-        .kv_budget_mb = 1024,
+        .kv_budget_mb = 0, /* sized from memory (worker/kv_budget.h) */
         .max_seqs = 32,
         .max_batch_tokens = 512,
         .threads = 2,
@@ -604,6 +607,9 @@ config_t *config_default(void)
     c->state_dir = NULL; /* gateway_main.c picks the default directory */
     c->responses_max_age_s = RESP_STORE_DEFAULT_MAX_AGE_S;
     c->responses_max_bytes = RESP_STORE_DEFAULT_MAX_BYTES;
+    c->responses_key_max_bytes = RESP_STORE_DEFAULT_KEY_MAX_BYTES;
+    c->responses_key_max_count = RESP_STORE_DEFAULT_KEY_MAX_COUNT;
+    c->responses_store_wait_ms = RESP_STORE_DEFAULT_BUSY_MS;
     /* the queue's own defaults (prio_queue.h, gateway.h), so that a gateway
      * started with or without a file behaves the same */
     prio_queue_config_t q;

@@ -101,8 +101,15 @@
  *                                                                 $XDG_STATE_HOME/pagoda, else
  *                                                                 ~/.local/state/pagoda
  *   responses_max_age_s          float    2592000 (30 days)       1..315360000 s; older responses deleted
- *   responses_max_bytes          int      1073741824              4096..2^40 bytes of stored responses;
- *                                                                 the oldest are deleted beyond
+ *   responses_max_bytes          int      1073741824              4096..2^40 bytes of stored responses
+ *                                                                 (all keys); a store over it evicts
+ *                                                                 its own key's oldest, else is refused
+ *   responses_key_max_bytes      int      67108864 (64 MiB)       4096..2^40 stored bytes per API key;
+ *                                                                 that key's oldest are evicted beyond
+ *   responses_key_max_count      int      10000                   1..2^31 stored responses per API key
+ *   responses_store_wait_ms      int      2000                    1..600000 ms a store may wait for the
+ *                                                                 database's write lock (then the
+ *                                                                 answer says store: false)
  *   queue.max_per_model          int      1024                    1..1000000 queued requests per
  *                                                                 model; beyond it: 429 + Retry-After
  *   queue.aging_per_s            float    1/30 (0.0333…)          0..1000 priority levels gained per
@@ -169,7 +176,10 @@
  *                                                                 a request starts (docs/OPERATIONS.md)
  *     kv_blocks                  int      0                       0..16777216 KV blocks (32 tokens
  *                                                                 each); 0 = derive from kv_budget_mb
- *     kv_budget_mb               int      1024                    1..1048576 MiB for the KV pool
+ *     kv_budget_mb               int      0                       0..1048576 MiB for the KV pool; 0 =
+ *                                                                 sized at the worker's start from free
+ *                                                                 memory, the weights and max_seqs full
+ *                                                                 contexts (docs/OPERATIONS.md)
  *     max_seqs                   int      32                      1..4096 sequences batched at once
  *     max_batch_tokens           int      512                     1..65536 tokens per step
  *     threads                    int      2                       1..256 compute threads
@@ -248,7 +258,8 @@ typedef struct config_model {
     double idle_timeout_s;     /* idle time before an on-demand model is stopped, s */
     bool standby;              /* on_demand: keep a standby process while stopped */
     int kv_blocks;             /* worker --kv-blocks; 0 = derived from kv_budget_mb */
-    int kv_budget_mb;          /* KV pool budget, MiB (used when kv_blocks == 0) */
+    int kv_budget_mb;          /* KV pool budget, MiB (used when kv_blocks == 0); 0 = the
+                                * worker sizes it from memory (worker/kv_budget.h) */
     int max_seqs;              /* worker --max-seqs */
     int max_batch_tokens;      /* worker --max-batch-tokens */
     int threads;               /* worker --threads */
@@ -325,7 +336,10 @@ typedef struct config {
     char *state_dir;           /* stored responses' directory, ":memory:", NULL = the default
                                   ($STATE_DIRECTORY, $XDG_STATE_HOME/pagoda, ~/.local/state/pagoda) */
     double responses_max_age_s;/* stored responses older than this are deleted, s */
-    int64_t responses_max_bytes; /* stored responses' bytes; the oldest go beyond */
+    int64_t responses_max_bytes; /* stored responses' bytes, all keys (resp_store.h) */
+    int64_t responses_key_max_bytes; /* per API key */
+    int64_t responses_key_max_count; /* responses per API key */
+    int64_t responses_store_wait_ms; /* a store's wait for the write lock */
     config_queue_t queue;
     config_limits_t limits;
     config_restart_t restart;

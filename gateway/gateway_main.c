@@ -50,9 +50,11 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/memavail.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
 #include "gateway/resp_store.h"
+#include "common/private_dir.h"
 #include "gateway/config.h"
 #include "gateway/gateway.h"
 #include "gateway/http.h"
@@ -124,6 +126,9 @@ static const struct flag_key {
     {"state-dir", "state_dir", false, false},
     {"responses-max-age", "responses_max_age_s", false, false},
     {"responses-max-bytes", "responses_max_bytes", false, false},
+    {"responses-key-max-bytes", "responses_key_max_bytes", false, false},
+    {"responses-key-max-count", "responses_key_max_count", false, false},
+    {"responses-store-wait-ms", "responses_store_wait_ms", false, false},
 };
 #define N_FLAG_KEYS (sizeof flag_keys / sizeof flag_keys[0])
 /* Flags of flag_keys that are repeatable lists: their values are joined with
@@ -192,8 +197,16 @@ static void usage(FILE *f)
             "                             ~/.local/state/pagoda [state_dir]\n"
             "  --responses-max-age S      delete stored responses older than S seconds (default\n"
             "                             30 days) [responses_max_age_s]\n"
-            "  --responses-max-bytes N    keep at most N bytes of stored responses, oldest deleted\n"
-            "                             first (default 1 GiB) [responses_max_bytes]\n"
+            "  --responses-max-bytes N    keep at most N bytes of stored responses, all keys; a store\n"
+            "                             over it evicts its own key's oldest, else is refused\n"
+            "                             (default 1 GiB) [responses_max_bytes]\n"
+            "  --responses-key-max-bytes N  per API key (default 64 MiB); that key's oldest go\n"
+            "                             [responses_key_max_bytes]\n"
+            "  --responses-key-max-count N  responses per API key (default 10000)\n"
+            "                             [responses_key_max_count]\n"
+            "  --responses-store-wait-ms N  how long a store may wait for the database's write\n"
+            "                             lock; then the answer says store: false (default 2000)\n"
+            "                             [responses_store_wait_ms]\n"
             "  --http-idle-timeout S      close an idle HTTP connection after S seconds (default %d)\n"
             "                             [http_idle_timeout_s]\n"
             "  --header-timeout S         close a connection whose request headers are not\n"
@@ -417,8 +430,13 @@ static void drain(struct gateway *gw, http_server_t *http, double drain_s)
         log_info("drained: no request in flight");
 }
 
-/* Flags of one model's local workers (strings in *owned, freed by the caller). */
-static size_t model_worker_args(const config_model_t *m, const char **args, char owned[6][32])
+/* Flags of one model's local workers (strings in *owned, freed by the caller).
+ * mem: the host's memory and the local workers sharing it, for a model whose
+ * KV pool the worker sizes from memory (kv_budget_mb 0, worker/kv_budget.h):
+ * measured once here, so a worker restarted later gets the share it got at
+ * first rather than what its running siblings left. */
+static size_t model_worker_args(const config_model_t *m, const memavail_t *mem, size_t n_local, const char **args,
+                                char owned[8][32])
 {
     size_t n = 0;
     snprintf(owned[0], 32, "%d", m->max_seqs);
@@ -433,6 +451,14 @@ static size_t model_worker_args(const config_model_t *m, const char **args, char
     args[n++] = owned[2];
     args[n++] = m->kv_blocks ? "--kv-blocks" : "--kv-budget-mb";
     args[n++] = owned[3];
+    if (!m->kv_blocks && !m->kv_budget_mb && mem->avail_bytes != MEMAVAIL_UNLIMITED) {
+        snprintf(owned[6], 32, "%llu", (unsigned long long)(mem->avail_bytes >> 20));
+        snprintf(owned[7], 32, "%zu", n_local);
+        args[n++] = "--mem-avail-mb";
+        args[n++] = owned[6];
+        args[n++] = "--mem-workers";
+        args[n++] = owned[7];
+    }
     args[n++] = "--kv-type";
     args[n++] = config_kv_type_name(m->kv_type);
     if (m->kv_cache_dir) {
@@ -669,23 +695,6 @@ static gateway_config_t core_config(const config_t *cfg, const curve_setup_t *cs
 }
 
 /* mkdir -p with mode 0700 for the directories it makes. 0, or -1 (errno). */
-static int mkdir_p(const char *path)
-{
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return mkdir(buf, 0700) != 0 && errno != EEXIST ? -1 : 0;
-}
 
 /* Opens the stored responses (gateway/resp_store.h) in cfg->state_dir, or
  * in the default state directory. A configured directory that cannot be
@@ -694,7 +703,10 @@ static int mkdir_p(const char *path)
 static int state_open(const config_t *cfg, resp_store_t **out)
 {
     resp_store_config_t rc = {.max_age_s = (int64_t)cfg->responses_max_age_s,
-                              .max_bytes = cfg->responses_max_bytes};
+                              .max_bytes = cfg->responses_max_bytes,
+                              .key_max_bytes = cfg->responses_key_max_bytes,
+                              .key_max_count = cfg->responses_key_max_count,
+                              .busy_timeout_ms = (int)cfg->responses_store_wait_ms};
     char dir[PATH_MAX], path[PATH_MAX + 32], err[512];
     const char *env;
     bool configured = cfg->state_dir != NULL;
@@ -709,13 +721,15 @@ static int state_open(const config_t *cfg, resp_store_t **out)
     else
         snprintf(dir, sizeof dir, "pagoda-state");
     bool mem = strcmp(dir, ":memory:") == 0;
-    if (!mem && mkdir_p(dir) != 0) {
-        if (configured) {
-            log_error("state_dir %s: %s", dir, strerror(errno));
+    /* the folder holds users' conversations: 0700 and ours, or we refuse
+     * to start (common/private_dir.h) */
+    struct stat sb;
+    if (!mem && private_dir_make(dir, "--state-dir", err, sizeof err) != 0) {
+        if (configured || stat(dir, &sb) == 0) {
+            log_error("%s", err);
             return -1;
         }
-        log_warn("cannot make the state directory %s (%s): stored responses are kept in memory only "
-                 "and lost at exit; set --state-dir", dir, strerror(errno));
+        log_warn("%s: stored responses are kept in memory only and lost at exit; set --state-dir", err);
         mem = true;
     }
     snprintf(path, sizeof path, mem ? ":memory:" : "%s/" RESP_STORE_FILE, dir);
@@ -764,11 +778,25 @@ static supervisor_t *local_workers_start(const config_t *cfg, struct gateway *gw
     supervisor_t *sup = supervisor_new(&scfg);
     if (!sup)
         return NULL;
+    size_t n_local = 0;
+    bool any_auto = false;
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        n_local += (size_t)cfg->models[i].replicas;
+        any_auto |= cfg->models[i].replicas > 0 && !cfg->models[i].kv_blocks && !cfg->models[i].kv_budget_mb;
+    }
+    memavail_t mem;
+    memavail_read(NULL, &mem);
+    if (any_auto && mem.avail_bytes != MEMAVAIL_UNLIMITED)
+        log_info("memory for %zu local worker%s: %llu MiB (MemAvailable %llu MiB%s%s); KV pools sized from "
+                 "memory take a share each", n_local, n_local == 1 ? "" : "s",
+                 (unsigned long long)(mem.avail_bytes >> 20), (unsigned long long)(mem.meminfo_bytes >> 20),
+                 mem.cgroup_bytes < mem.meminfo_bytes ? ", less under the memory.max of cgroup " : "",
+                 mem.cgroup_bytes < mem.meminfo_bytes ? mem.cgroup_path : "");
     for (size_t i = 0; i < cfg->n_models; i++) {
         const config_model_t *m = &cfg->models[i];
-        const char *args[24];
-        char owned[6][32];
-        size_t n = model_worker_args(m, args, owned);
+        const char *args[32];
+        char owned[8][32];
+        size_t n = model_worker_args(m, &mem, n_local, args, owned);
         for (int r = 0; r < m->replicas; r++)
             supervisor_add_args(sup, m->name, m->path, m->on_demand, m->standby, args, n);
     }

@@ -187,6 +187,8 @@ struct http_req {
     int fd;                     /* the connection's socket, for the watcher */
     bool suspended;             /* [lock] we called MHD_suspend_connection */
     bool gone;                  /* [lock] client hung up / server stopping */
+    bool woken;                 /* [lock] the surface's own work finished (api_surface.h
+                                   "Waiting"); cleared when taken */
     bool finished;              /* the last reply was taken */
     const api_surface_t *surface; /* the route's API (api_surface.h); NULL = OpenAI's */
     api_call_t call;            /* what the surface renders from; call.state is its own */
@@ -769,6 +771,36 @@ static gateway_reply_t *next_reply(http_req_t *q, bool *gone)
     return rep;
 }
 
+/* The surface's wake (api_surface.h "Waiting"), from any thread. */
+static void on_surface_wake(void *ctx)
+{
+    http_req_t *q = ctx;
+    pthread_mutex_lock(&q->greq->lock);
+    q->woken = true;
+    if (q->suspended) {
+        q->suspended = false;
+        MHD_resume_connection(q->conn);
+    }
+    pthread_mutex_unlock(&q->greq->lock);
+}
+
+/* While the surface waits: true when it was woken (call it again now);
+ * false when the connection is now suspended, or the client is gone
+ * (*gone). */
+static bool surface_woken(http_req_t *q, bool *gone)
+{
+    pthread_mutex_lock(&q->greq->lock);
+    *gone = q->gone;
+    bool woken = !q->gone && q->woken;
+    q->woken = false;
+    if (!q->gone && !woken) {
+        q->suspended = true;
+        MHD_suspend_connection(q->conn);
+    }
+    pthread_mutex_unlock(&q->greq->lock);
+    return woken;
+}
+
 /* One reply through the surface into q->out; the stream's last bytes mark
  * the request finished. */
 static void stream_render(http_req_t *q, gateway_reply_t *rep)
@@ -786,6 +818,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         if (q->call.done)
             return MHD_CONTENT_READER_END_OF_STREAM;
         bool gone;
+        if (q->call.waiting) { /* api_surface.h "Waiting" */
+            if (!surface_woken(q, &gone))
+                return gone ? MHD_CONTENT_READER_END_WITH_ERROR : 0;
+            stream_render(q, NULL);
+            continue;
+        }
         gateway_reply_t *rep = next_reply(q, &gone);
         if (gone)
             return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -804,15 +842,24 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 /* Not streaming: the surface's body for every event collected. */
 static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
 {
-    int status = 500;
-    char *body = q->surface->complete(&q->call, q->events, q->n_events, &status);
-    return respond_text_warn(s, c, (unsigned)status, with_newline(body), status == 429 ? "1" : NULL,
-                             q->call.warning);
+    for (;;) {
+        int status = 500;
+        char *body = q->surface->complete(&q->call, q->events, q->n_events, &status);
+        if (!q->call.waiting)
+            return respond_text_warn(s, c, (unsigned)status, with_newline(body), status == 429 ? "1" : NULL,
+                                     q->call.warning);
+        free(body); /* api_surface.h "Waiting": again once woken */
+        bool gone;
+        if (!surface_woken(q, &gone))
+            return gone ? MHD_NO : MHD_YES;
+    }
 }
 
 /* Called on every resume until a response is queued. */
 static enum MHD_Result gen_continue(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
 {
+    if (q->finished && !q->call.stream) /* resumed while the surface waits */
+        return respond_complete(s, c, q);
     for (;;) {
         bool gone;
         gateway_reply_t *rep = next_reply(q, &gone);
@@ -876,6 +923,8 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     q->call.owner = q->owner;
     q->call.store = s->responses;
     q->call.keep_volatile = s->keep_volatile;
+    q->call.wake = on_surface_wake;
+    q->call.wake_ctx = q;
     oai_request_t o;
     oai_error_t e;
     const uint8_t *body = (const uint8_t *)(q->body ? q->body : "");
@@ -1544,6 +1593,8 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
         return;
     *con_cls = NULL;
     upload_end(s, q);
+    if (q->began) /* first: a surface's wake (which takes greq->lock) stops here */
+        q->surface->end(&q->call);
     if (q->greq) {
         gateway_request_set_notify(q->greq, NULL, NULL);
         pthread_mutex_lock(&s->live_lock);
@@ -1560,8 +1611,6 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
     for (size_t i = 0; i < q->n_events; i++)
         gateway_reply_free(&q->events[i]);
     free(q->events);
-    if (q->began)
-        q->surface->end(&q->call);
     for (size_t i = 0; i < q->call.n_tools; i++)
         free(q->call.tool_names[i]);
     free(q->call.tool_names);

@@ -164,8 +164,9 @@ static json_t *norm_item(json_t *it, size_t i, oai_error_t *e)
                          present(id) ? json_incref(id) : new_id(ty[0] == 'c' ? "ctco_" : "fco_"), "call_id",
                          call_id, "output", out, "status", "completed");
     }
-    if (strcmp(ty, "reasoning") == 0)
-        return json_incref(it); /* kept in the record; not sent to the model */
+    if (strcmp(ty, "reasoning") == 0) /* never sent to the model: only its id is kept (docs/API.md) */
+        return json_pack("{s:s, s:o, s:[]}", "type", "reasoning", "id", present(id) ? json_incref(id) : new_id("rs_"),
+                         "summary");
     bad(e, param, "Input items of type '%.40s' are not supported; use message, function_call, "
                   "function_call_output, custom_tool_call or custom_tool_call_output.", ty);
     return NULL;
@@ -628,6 +629,8 @@ static json_t *translate(json_t *root, responses_load_fn load, void *load_ctx, r
         }
         json_array_extend(out->context, ctx);
         json_decref(ctx);
+        out->previous_id = xstrdup(json_string_value(prev));
+        out->n_previous = json_array_size(out->context);
     }
     json_object_set(echo, "previous_response_id", or_null(prev));
     out->input = norm_input(json_object_get(root, "input"), e);
@@ -731,6 +734,7 @@ void responses_request_free(responses_request_t *r)
     json_decref(r->context);
     json_decref(r->echo);
     json_decref(r->tool_map);
+    free(r->previous_id);
     memset(r, 0, sizeof *r);
 }
 
@@ -833,26 +837,73 @@ static const char *finish_status(proto_finish_t f, json_t **incomplete)
     return "completed";
 }
 
-/* Keeps a finished response: its object, its input items, and the
- * conversation through its output. A failure is logged (by the store); the
- * client still gets its answer. */
-static void store_response(resp_store_t *store, const char *owner, const char *id, int64_t created,
-                           json_t *resp, json_t *input, json_t *context, json_t *output)
+/* Queues a finished response for the store (resp_store.h): its object,
+ * its input items, and what it continues (the parent's id; the parent's
+ * conversation for when the parent is gone by then). done(ctx) when it is
+ * written; done NULL: waits here. */
+static resp_store_job_t *store_submit(resp_store_t *store, const char *owner, const char *id, int64_t created,
+                                      json_t *resp, const responses_request_t *req, void (*done)(void *), void *ctx)
 {
-    json_t *ctx = json_array();
-    json_array_extend(ctx, context);
-    json_array_extend(ctx, output);
-    char *r = json_dumps(resp, JSON_COMPACT), *in = json_dumps(input, JSON_COMPACT), *c = dump(ctx);
-    char err[256];
-    if (resp_store_put(store, id, owner, created, r, in, c, err, sizeof err) == 1)
-        log_warn("response %s not stored: %s", id, err);
+    json_t *prev = json_array();
+    for (size_t i = 0; req->previous_id && i < req->n_previous; i++)
+        json_array_append(prev, json_array_get(req->context, i));
+    char *r = json_dumps(resp, JSON_COMPACT), *in = json_dumps(req->input, JSON_COMPACT), *c = dump(prev);
+    resp_store_put_t p = {.id = id, .owner = owner, .now_s = created, .response = r, .input = in,
+                          .parent = req->previous_id, .context = c};
+    resp_store_job_t *job = resp_store_submit(store, &p, done, ctx);
+    free(r);
+    free(in);
+    free(c);
+    return job;
+}
+
+/* What the client is told about a store that did not happen ("store"
+ * false and a warning, docs/API.md "Stored responses"); RESP_STORE_OK
+ * leaves resp as it is. */
+static void store_outcome(json_t *resp, int rc, const char *err)
+{
+    if (rc == RESP_STORE_OK)
+        return;
+    const char *code = rc == RESP_STORE_TOO_LARGE ? "store_quota"
+                       : rc == RESP_STORE_FULL    ? "store_full"
+                       : rc == RESP_STORE_BUSY    ? "store_busy"
+                                                  : "store_error";
+    json_object_set_new(resp, "store", json_false());
+    json_object_set_new(resp, "warning",
+                        json_pack("{s:s, s:s++}", "code", code, "message", "The response was not stored: ",
+                                  err && *err ? err : "the store failed", "."));
+}
+
+/* The store's result for resp (waits for job; releases it). */
+static void store_finish(json_t *resp, resp_store_job_t **job)
+{
+    char err[256] = "";
+    int rc = resp_store_job_poll(*job, err, sizeof err);
+    store_outcome(resp, rc, err);
+    resp_store_job_release(job);
+}
+
+/* Stores resp now, waiting for the writer. */
+static void store_now(resp_store_t *store, const char *owner, const char *id, int64_t created, json_t *resp,
+                      const responses_request_t *req)
+{
+    char *r = json_dumps(resp, JSON_COMPACT), *in = json_dumps(req->input, JSON_COMPACT);
+    json_t *prev = json_array();
+    for (size_t i = 0; req->previous_id && i < req->n_previous; i++)
+        json_array_append(prev, json_array_get(req->context, i));
+    char *c = dump(prev), err[256] = "";
+    resp_store_put_t p = {.id = id, .owner = owner, .now_s = created, .response = r, .input = in,
+                          .parent = req->previous_id, .context = c};
+    int rc = resp_store_put(store, &p, err, sizeof err);
+    store_outcome(resp, rc, err);
     free(r);
     free(in);
     free(c);
 }
 
-char *responses_complete_json(const responses_meta_t *m, const responses_request_t *req, const char *text,
-                              size_t len, proto_finish_t finish, const oai_usage_t *usage)
+/* The response object for a whole answer. */
+static json_t *complete_object(const responses_meta_t *m, const responses_request_t *req, const char *text,
+                               size_t len, proto_finish_t finish, const oai_usage_t *usage)
 {
     answer_whole_t w;
     answer_whole_split(text, len, m->tool_names, m->n_tools, m->reasoning, true, &w);
@@ -867,12 +918,16 @@ char *responses_complete_json(const responses_meta_t *m, const responses_request
         json_array_append_new(output, call_item(req->tool_map, w.calls[i].id, w.calls[i].name, w.calls[i].arguments,
                                                 strlen(w.calls[i].arguments), "completed"));
     answer_whole_clear(&w);
-    json_t *r = response_object(m->id, m->model, m->created, req->echo, status, json_incref(output),
-                                usage_json(usage), NULL, incomplete);
+    return response_object(m->id, m->model, m->created, req->echo, status, output, usage_json(usage), NULL,
+                           incomplete);
+}
+
+char *responses_complete_json(const responses_meta_t *m, const responses_request_t *req, const char *text,
+                              size_t len, proto_finish_t finish, const oai_usage_t *usage)
+{
+    json_t *r = complete_object(m, req, text, len, finish, usage);
     if (req->store && m->store)
-        store_response(m->store, m->owner ? m->owner : RESP_STORE_ANON, m->id, m->created, r, req->input,
-                       req->context, output);
-    json_decref(output);
+        store_now(m->store, m->owner ? m->owner : RESP_STORE_ANON, m->id, m->created, r, req);
     return dump(r);
 }
 
@@ -884,6 +939,12 @@ struct responses_stream {
     char *id, *model, *owner;
     int64_t created;
     json_t *echo, *input, *context; /* references */
+    char *previous_id;   /* previous_response_id, NULL */
+    size_t n_previous;   /* items of context that came from it */
+    void (*wake)(void *); /* the store's callback (responses_meta_t), NULL = wait */
+    void *wake_ctx;
+    resp_store_job_t *job; /* the store in flight at the end of the answer */
+    json_t *final;       /* the response object waiting for it */
     json_t *tool_map;    /* reference: responses_request_t.tool_map */
     oai_custom_acc_t cacc; /* the open custom call's input so far */
     bool store;
@@ -908,6 +969,10 @@ responses_stream_t *responses_stream_new(const responses_meta_t *m, const respon
     st->tool_map = json_incref(req->tool_map);
     st->input = json_incref(req->input);
     st->context = json_incref(req->context);
+    st->previous_id = req->previous_id ? xstrdup(req->previous_id) : NULL;
+    st->n_previous = req->n_previous;
+    st->wake = m->wake;
+    st->wake_ctx = m->wake_ctx;
     st->store = req->store && m->store;
     st->rs = m->store;
     st->ans = answer_new(m->tool_names, m->n_tools, m->reasoning); /* names borrowed */
@@ -922,6 +987,9 @@ void responses_stream_free(responses_stream_t **sp)
         return;
     *sp = NULL;
     answer_free(&st->ans);
+    resp_store_job_release(&st->job);
+    json_decref(st->final);
+    free(st->previous_id);
     oai_custom_acc_clear(&st->cacc);
     json_decref(st->tool_map);
     json_decref(st->echo);
@@ -1105,12 +1173,40 @@ bool responses_stream_event(responses_stream_t *st, const proto_event_t *e, api_
     oai_usage_t u;
     api_event_usage(e, &u);
     json_t *resp = snapshot(st, status, usage_json(&u), NULL, incomplete);
+    /* the request the store needs, as the stream keeps it */
+    responses_request_t req = {.input = st->input, .context = st->context, .previous_id = st->previous_id,
+                               .n_previous = st->n_previous};
+    if (st->store && st->wake) { /* committed before the last event: responses_stream_resume */
+        st->final = resp;
+        st->job = store_submit(st->rs, st->owner, st->id, st->created, resp, &req, st->wake, st->wake_ctx);
+        return responses_stream_resume(st, out);
+    }
     if (st->store)
-        store_response(st->rs, st->owner, st->id, st->created, resp, st->input, st->context, st->output);
-    emit(st, incomplete ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", resp));
+        store_now(st->rs, st->owner, st->id, st->created, resp, &req);
+    emit(st, strcmp(status, "incomplete") == 0 ? "response.incomplete" : "response.completed",
+         json_pack("{s:o}", "response", resp));
     st->done = true;
     return true;
 }
+
+bool responses_stream_resume(responses_stream_t *st, api_buf_t *out)
+{
+    if (st->done)
+        return true;
+    st->out = out;
+    if (!st->job || resp_store_job_poll(st->job, NULL, 0) == RESP_STORE_PENDING)
+        return false;
+    json_t *resp = st->final;
+    st->final = NULL;
+    store_finish(resp, &st->job);
+    const char *status = json_string_value(json_object_get(resp, "status"));
+    emit(st, status && strcmp(status, "incomplete") == 0 ? "response.incomplete" : "response.completed",
+         json_pack("{s:o}", "response", resp));
+    st->done = true;
+    return true;
+}
+
+bool responses_stream_waiting(const responses_stream_t *st) { return st->job && !st->done; }
 
 void responses_stream_error(responses_stream_t *st, const oai_error_t *e, api_buf_t *out)
 {
@@ -1129,6 +1225,8 @@ typedef struct {
     responses_request_t req;     /* the extras (req.chat moved out to the internal request) */
     char id[48];
     responses_stream_t *stream;
+    resp_store_job_t *job;       /* not streaming: the store in flight */
+    json_t *final;               /* the response object waiting for it */
 } surface_state_t;
 
 typedef struct {
@@ -1141,13 +1239,7 @@ static int load_context(void *ctx, const char *id, json_t **context)
     load_ctx_t *l = ctx;
     if (!l->store)
         return 1;
-    resp_store_row_t row;
-    int rc = resp_store_get(l->store, id, l->owner, clock_wall_s(), &row);
-    if (rc != 0)
-        return rc;
-    *context = json_loads(row.context, 0, NULL);
-    resp_store_row_free(&row);
-    return *context ? 0 : -1;
+    return resp_store_context(l->store, id, l->owner, clock_wall_s(), context);
 }
 
 static int surface_parse(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o, oai_error_t *e)
@@ -1169,7 +1261,8 @@ static responses_meta_t meta_of(const api_call_t *call, const surface_state_t *s
     return (responses_meta_t){.id = st->id, .model = call->model, .created = call->created,
                               .reasoning = call->reasoning, .tool_names = call->tool_names,
                               .n_tools = call->n_tools, .store = call->store,
-                              .owner = call->owner ? call->owner : RESP_STORE_ANON};
+                              .owner = call->owner ? call->owner : RESP_STORE_ANON, .wake = call->wake,
+                              .wake_ctx = call->wake_ctx};
 }
 
 static void surface_begin(api_call_t *call, oai_request_t *o)
@@ -1185,12 +1278,15 @@ static void surface_begin(api_call_t *call, oai_request_t *o)
 static void surface_stream_event(api_call_t *call, gateway_reply_t *rep, api_buf_t *out)
 {
     surface_state_t *st = call->state;
-    if (rep->kind == GATEWAY_REPLY_ERROR) {
+    if (!rep) { /* woken: the store answered (api_surface.h, "Waiting") */
+        call->done = responses_stream_resume(st->stream, out);
+    } else if (rep->kind == GATEWAY_REPLY_ERROR) {
         responses_stream_error(st->stream, &rep->error, out);
         call->done = true;
     } else {
         call->done = responses_stream_event(st->stream, &rep->event, out);
     }
+    call->waiting = !call->done && responses_stream_waiting(st->stream);
     gateway_reply_free(&rep);
 }
 
@@ -1198,6 +1294,16 @@ static char *surface_complete(api_call_t *call, gateway_reply_t *const *events, 
 {
     surface_state_t *st = call->state;
     const proto_event_t *last = &events[n - 1]->event;
+    if (st->final) { /* called again once the store answered (api_surface.h, "Waiting") */
+        if (resp_store_job_poll(st->job, NULL, 0) == RESP_STORE_PENDING)
+            return NULL;
+        call->waiting = false;
+        store_finish(st->final, &st->job);
+        *status = 200;
+        char *body = dump(st->final);
+        st->final = NULL;
+        return body;
+    }
     if (api_finish_failed(last->finish)) {
         oai_error_t e;
         api_event_error(last, &e, call->request_timeout_s);
@@ -1209,9 +1315,18 @@ static char *surface_complete(api_call_t *call, gateway_reply_t *const *events, 
     oai_usage_t u;
     api_event_usage(last, &u);
     responses_meta_t m = meta_of(call, st);
+    *status = 200;
+    if (st->req.store && m.store && call->wake) {
+        /* committed before the answer: the answer waits for the store,
+         * the HTTP thread does not */
+        st->final = complete_object(&m, &st->req, text, len, last->finish, &u);
+        free(text);
+        st->job = store_submit(m.store, m.owner, m.id, m.created, st->final, &st->req, call->wake, call->wake_ctx);
+        call->waiting = true;
+        return surface_complete(call, events, n, status);
+    }
     char *body = responses_complete_json(&m, &st->req, text, len, last->finish, &u);
     free(text);
-    *status = 200;
     return body;
 }
 
@@ -1221,6 +1336,8 @@ static void surface_end(api_call_t *call)
     if (!st)
         return;
     responses_stream_free(&st->stream);
+    resp_store_job_release(&st->job); /* before anything it would wake is freed */
+    json_decref(st->final);
     responses_request_free(&st->req);
     free(st);
     call->state = NULL;

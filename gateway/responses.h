@@ -76,6 +76,8 @@ typedef struct responses_request {
     json_t *tool_map;            /* the model's name of each custom or namespaced tool →
                                     {"name", "namespace"?, "custom": bool, "model_name"} */
     bool store;                  /* [true] */
+    char *previous_id;           /* previous_response_id (malloc'd), NULL = none */
+    size_t n_previous;           /* context[0, n_previous) came from it */
 } responses_request_t;
 
 /* Parses a POST /v1/responses body. `load` resolves previous_response_id
@@ -96,10 +98,16 @@ typedef struct responses_meta {
     size_t n_tools;
     resp_store_t *store;         /* NULL: nothing is stored */
     const char *owner;           /* the API key's hash (RESP_STORE_ANON without keys) */
+    void (*wake)(void *ctx);     /* streaming: the store is asynchronous and calls this when
+                                    it has answered (then responses_stream_resume); NULL:
+                                    responses_stream_event waits for it */
+    void *wake_ctx;
 } responses_meta_t;
 
 /* Non-streaming: the response object for the whole answer (stored when
- * req->store and m->store). finish is the last EVENT's. Malloc'd JSON. */
+ * req->store and m->store, waiting for the store; a store that fails makes
+ * it "store": false with a "warning" {code, message}, docs/API.md). finish
+ * is the last EVENT's. Malloc'd JSON. */
 char *responses_complete_json(const responses_meta_t *m, const responses_request_t *req, const char *text,
                               size_t len, proto_finish_t finish, const oai_usage_t *usage);
 
@@ -110,8 +118,12 @@ typedef struct responses_stream responses_stream_t;
 responses_stream_t *responses_stream_new(const responses_meta_t *m, const responses_request_t *req);
 void responses_stream_free(responses_stream_t **st);
 /* One EVENT; returns true when the stream is complete (and the response
- * stored). */
+ * stored). With m->wake, the final EVENT may return false with the store
+ * in flight (responses_stream_waiting): once wake was called,
+ * responses_stream_resume writes the last event. */
 bool responses_stream_event(responses_stream_t *st, const proto_event_t *ev, api_buf_t *out);
+bool responses_stream_resume(responses_stream_t *st, api_buf_t *out);
+bool responses_stream_waiting(const responses_stream_t *st);
 /* A failure after the stream started: response.failed. Completes it;
  * nothing is stored. */
 void responses_stream_error(responses_stream_t *st, const oai_error_t *e, api_buf_t *out);

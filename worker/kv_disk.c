@@ -3,6 +3,7 @@
 #include "worker/kv_disk.h"
 
 #include <dirent.h>
+#include <sodium.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -15,13 +16,15 @@
 #include <unistd.h>
 
 #include "common/errbuf.h"
+#include "common/file_mac.h"
 #include "common/log.h"
 #include "common/prefix_key.h"
+#include "common/private_dir.h"
 #include "common/xalloc.h"
 #include "worker/kv_pool.h"
 
-#define KVD_MAGIC "PGKVBLK1"
-#define KVD_VERSION 1u
+#define KVD_MAGIC "PGKVBLK2"
+#define KVD_VERSION 2u
 #define KVD_TMP_STALE_S 600 /* leftover temporaries older than this are removed at open */
 
 /* ---- hashing ------------------------------------------------------------ */
@@ -88,7 +91,7 @@ int kv_disk_hash_file(const char *path, uint64_t *out, char *err, size_t errlen)
     return 0;
 }
 
-#define KVD_REC_MAGIC 0x3148535748445650ULL /* "PVDHWSH1" */
+#define KVD_REC_MAGIC 0x3248535748445650ULL /* "PVDHWSH2": the third word is a MAC */
 
 void kv_disk_record_name(const struct stat *sb, char *out, size_t n)
 {
@@ -104,17 +107,18 @@ static void record_path(const char *sub, const struct stat *sb, char *out, size_
     snprintf(out, n, "%s/%s", sub, name);
 }
 
-int kv_disk_record_get(const char *sub, const struct stat *sb, const char *what, uint64_t *value)
+int kv_disk_record_get(const char *sub, const struct stat *sb, const file_mac_key_t *key, const char *what,
+                       uint64_t *value)
 {
     char rec[4300];
     record_path(sub, sb, rec, sizeof rec);
     uint64_t r[3];
-    int fd = open(rec, O_RDONLY | O_CLOEXEC);
+    int fd = open(rec, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return 1;
     ssize_t got = read(fd, r, sizeof r);
     close(fd);
-    if (got == (ssize_t)sizeof r && r[0] == KVD_REC_MAGIC && r[2] == kv_disk_hash64(r, 16, KVD_REC_MAGIC)) {
+    if (got == (ssize_t)sizeof r && r[0] == KVD_REC_MAGIC && r[2] == file_mac64(key, r, 16)) {
         *value = r[1];
         return 0;
     }
@@ -122,16 +126,17 @@ int kv_disk_record_get(const char *sub, const struct stat *sb, const char *what,
     return -1;
 }
 
-int kv_disk_record_put(const char *sub, const struct stat *sb, const char *what, uint64_t value)
+int kv_disk_record_put(const char *sub, const struct stat *sb, const file_mac_key_t *key, const char *what,
+                       uint64_t value)
 {
     char rec[4300], tmp[4400];
     record_path(sub, sb, rec, sizeof rec);
     uint64_t r[3] = {KVD_REC_MAGIC, value, 0};
-    r[2] = kv_disk_hash64(r, 16, KVD_REC_MAGIC);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", rec, (long)getpid());
+    r[2] = file_mac64(key, r, 16);
     int fd = -1, e = kv_disk_mkdir_p(sub);
     if (e == 0) {
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        /* a new private file under a random name: a name planted in advance is never opened */
+        fd = private_dir_tmpfile(sub, ".tmp-rec-", tmp, sizeof tmp);
         e = fd < 0 ? errno : 0;
     }
     if (e == 0) {
@@ -149,24 +154,24 @@ int kv_disk_record_put(const char *sub, const struct stat *sb, const char *what,
     return e;
 }
 
-int kv_disk_hash_file_cached(const char *path, const char *dir, uint64_t *out, bool *cached, char *err,
-                             size_t errlen)
+int kv_disk_hash_file_cached(const char *path, const char *dir, const file_mac_key_t *key, uint64_t *out,
+                             bool *cached, char *err, size_t errlen)
 {
     if (cached)
         *cached = false;
     struct stat sb;
     char sub[4096];
-    if (!dir || !*dir || stat(path, &sb) != 0 ||
+    if (!dir || !*dir || !key || stat(path, &sb) != 0 ||
         (size_t)snprintf(sub, sizeof sub, "%s/weights-hash", dir) >= sizeof sub)
         return kv_disk_hash_file(path, out, err, errlen);
-    if (kv_disk_record_get(sub, &sb, "weights hash", out) == 0) {
+    if (kv_disk_record_get(sub, &sb, key, "weights hash", out) == 0) {
         if (cached)
             *cached = true;
         return 0;
     }
     if (kv_disk_hash_file(path, out, err, errlen) != 0)
         return -1;
-    (void)kv_disk_record_put(sub, &sb, "weights hash", *out);
+    (void)kv_disk_record_put(sub, &sb, key, "weights hash", *out);
     return 0;
 }
 
@@ -189,6 +194,7 @@ typedef struct qitem {
 
 struct kv_disk {
     char *dir;                /* DIR/<ident> */
+    file_mac_key_t key;       /* the MAC key (file_mac.h), kept outside DIR */
     kv_disk_shape_t shape;
     uint64_t ident;
     size_t row_bytes;         /* one K or V vector */
@@ -204,7 +210,6 @@ struct kv_disk {
     uint64_t *dropped;        /* keys dropped since kv_disk_take_dropped */
     size_t n_dropped, cap_dropped;
     unsigned char *buf;       /* (file_bytes) one file's bytes */
-    uint64_t n_tmp;           /* temporaries written by this process */
     kv_disk_stats_t st;
     kv_pool_t *pool;          /* kv_disk_attach */
 };
@@ -343,23 +348,15 @@ static void tier_off(kv_disk_t *d, const char *what, int err)
 
 int kv_disk_mkdir_p(const char *path)
 {
-    char tmp[4096];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof tmp)
-        return ENAMETOOLONG;
-    memcpy(tmp, path, n + 1);
-    for (size_t i = 1; i <= n; i++)
-        if (tmp[i] == '/' || tmp[i] == 0) {
-            char c = tmp[i];
-            tmp[i] = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return errno;
-            tmp[i] = c;
-        }
+    char err[512];
+    errno = 0;
+    if (private_dir_make(path, "kv disk folder", err, sizeof err) == 0)
+        return 0;
+    log_warn("%s", err);
     struct stat sb;
-    if (stat(path, &sb) != 0)
-        return errno;
-    return S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+    if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return ENOTDIR;
+    return errno && errno != EEXIST ? errno : EPERM;
 }
 
 typedef struct found {
@@ -373,16 +370,18 @@ static int by_mtime(const void *a, const void *b)
     return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns;
 }
 
-kv_disk_t *kv_disk_open(const char *dir, uint64_t cap_bytes, const kv_disk_shape_t *shape)
+kv_disk_t *kv_disk_open(const char *dir, uint64_t cap_bytes, const kv_disk_shape_t *shape,
+                        const file_mac_key_t *key)
 {
-    if (!dir || !shape)
+    if (!dir || !shape || !key)
         return NULL;
     kv_disk_t *d = xcalloc(1, sizeof *d);
     d->shape = *shape;
+    d->key = *key;
     d->ident = kv_disk_ident(shape);
     d->row_bytes = kv_type_row_bytes((kv_type_t)shape->kv_type, shape->kv_dim, shape->qblock);
     d->file_bytes = KV_DISK_HEADER_BYTES + (size_t)shape->block_size * 4 +
-                    2 * (size_t)shape->n_layer * (size_t)shape->block_size * d->row_bytes + 8;
+                    2 * (size_t)shape->n_layer * (size_t)shape->block_size * d->row_bytes + KV_DISK_MAC_BYTES;
     d->cap_bytes = cap_bytes;
     d->st.cap_bytes = cap_bytes;
     size_t n = strlen(dir) + 32;
@@ -399,6 +398,12 @@ kv_disk_t *kv_disk_open(const char *dir, uint64_t cap_bytes, const kv_disk_shape
         log_warn("kv disk tier %s: the size cap (%" PRIu64 " bytes) is smaller than one block (%zu bytes)", d->dir,
                  cap_bytes, d->file_bytes);
         tier_off(d, "size cap", ENOSPC);
+        return d;
+    }
+    char perr[512];
+    if (private_dir_make(dir, "--kv-cache-dir", perr, sizeof perr) != 0) {
+        log_error("%s", perr);
+        tier_off(d, "refused the folder", EPERM);
         return d;
     }
     int e = kv_disk_mkdir_p(d->dir);
@@ -421,7 +426,7 @@ kv_disk_t *kv_disk_open(const char *dir, uint64_t cap_bytes, const kv_disk_shape
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", d->dir, nm);
         if (strncmp(nm, ".tmp-", 5) == 0) {
-            if (stat(path, &sb) == 0 && now - sb.st_mtime > KVD_TMP_STALE_S)
+            if (lstat(path, &sb) == 0 && now - sb.st_mtime > KVD_TMP_STALE_S)
                 unlink(path);
             continue;
         }
@@ -429,8 +434,8 @@ kv_disk_t *kv_disk_open(const char *dir, uint64_t cap_bytes, const kv_disk_shape
         if (strlen(nm) != 20 || strcmp(nm + 16, ".kvb") != 0)
             continue;
         uint64_t pub = strtoull(nm, &end, 16);
-        if (end != nm + 16 || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
-            continue;
+        if (end != nm + 16 || lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+            continue; /* a symlink is never indexed (nor followed at load) */
         if ((size_t)sb.st_size != d->file_bytes) { /* torn or foreign: never served */
             unlink(path);
             d->st.n_rejected++;
@@ -519,14 +524,13 @@ int kv_disk_store(kv_disk_t *d, const kv_store_t *st, int32_t block, uint64_t pu
         memcpy(b + off, kv_store_v_at(st, l, block, 0), blk_bytes);
         off += blk_bytes;
     }
-    uint64_t sum = kv_disk_hash64(b, off, d->ident);
-    memcpy(b + off, &sum, 8);
-    off += 8;
-    /* temp + rename: readers see the whole file or none */
+    file_mac(&d->key, b, off, b + off, KV_DISK_MAC_BYTES);
+    off += KV_DISK_MAC_BYTES;
+    /* temp (0600, O_EXCL|O_NOFOLLOW, a random name) + rename: readers see
+     * the whole file or none, and a name planted in advance is never opened */
     char tmp[4096], path[4096];
-    snprintf(tmp, sizeof tmp, "%s/.tmp-%ld-%" PRIu64, d->dir, (long)getpid(), d->n_tmp++);
     path_of(d, pub, path, sizeof path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = private_dir_tmpfile(d->dir, ".tmp-", tmp, sizeof tmp);
     if (fd < 0) {
         d->st.n_errors++;
         tier_off(d, "cannot create a block file", errno);
@@ -560,11 +564,14 @@ int kv_disk_store(kv_disk_t *d, const kv_store_t *st, int32_t block, uint64_t pu
     return 0;
 }
 
-/* Removes a file that failed its checks. */
-static int reject(kv_disk_t *d, const char *path, uint64_t pub)
+/* Removes a file that failed its checks (forged: its MAC). */
+static int reject(kv_disk_t *d, const char *path, uint64_t pub, bool forged)
 {
     d->st.n_rejected++;
-    log_warn("kv disk tier: %s failed its checks (torn or corrupt): removed, not served", path);
+    if (forged)
+        d->st.n_forged++;
+    log_warn("kv disk tier: %s failed its checks (%s): removed, not served", path,
+             forged ? "its MAC: forged, copied in, or written with another key" : "torn or corrupt");
     unlink(path);
     if (map_slot(d, pub)->touch) {
         map_del(d, pub);
@@ -582,7 +589,9 @@ int kv_disk_load(kv_disk_t *d, kv_store_t *st, int32_t block, uint64_t pub, uint
         return 1;
     char path[4096];
     path_of(d, pub, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ELOOP) /* a symlink planted at a block's name */
+        return reject(d, path, pub, true);
     if (fd < 0) {
         d->st.n_missed++;
         if (map_slot(d, pub)->touch) { /* removed by another replica */
@@ -608,8 +617,9 @@ int kv_disk_load(kv_disk_t *d, kv_store_t *st, int32_t block, uint64_t pub, uint
         }
     }
     close(fd);
-    if (big || kv_disk_check(&d->shape, b, got, pub, parent_pub, tokens) != 0)
-        return reject(d, path, pub);
+    int chk = big ? -1 : kv_disk_check(&d->shape, &d->key, b, got, pub, parent_pub, tokens);
+    if (chk != 0)
+        return reject(d, path, pub, chk == -2);
     const int bs = d->shape.block_size;
     const size_t blk_bytes = (size_t)bs * d->row_bytes;
     size_t off = KV_DISK_HEADER_BYTES + (size_t)bs * 4;
@@ -625,25 +635,27 @@ int kv_disk_load(kv_disk_t *d, kv_store_t *st, int32_t block, uint64_t pub, uint
     return 0;
 }
 
-int kv_disk_check(const kv_disk_shape_t *shape, const uint8_t *buf, size_t len, uint64_t pub, uint64_t parent_pub,
-                  const int32_t *tokens)
+int kv_disk_check(const kv_disk_shape_t *shape, const file_mac_key_t *key, const uint8_t *buf, size_t len,
+                  uint64_t pub, uint64_t parent_pub, const int32_t *tokens)
 {
     kv_disk_t d = {.shape = *shape, .ident = kv_disk_ident(shape)};
     d.row_bytes = kv_type_row_bytes((kv_type_t)shape->kv_type, shape->kv_dim, shape->qblock);
     if (d.row_bytes == 0 || shape->block_size < 1 || shape->n_layer < 1)
         return -1;
     const size_t want_len = KV_DISK_HEADER_BYTES + (size_t)shape->block_size * 4 +
-                            2 * (size_t)shape->n_layer * (size_t)shape->block_size * d.row_bytes + 8;
+                            2 * (size_t)shape->n_layer * (size_t)shape->block_size * d.row_bytes +
+                            KV_DISK_MAC_BYTES;
     if (!buf || len != want_len)
         return -1;
     unsigned char want[KV_DISK_HEADER_BYTES];
     header_fill(&d, want, pub, parent_pub);
-    uint64_t sum;
-    memcpy(&sum, buf + len - 8, 8);
     if (memcmp(buf, want, KV_DISK_HEADER_BYTES) != 0 ||
-        memcmp(buf + KV_DISK_HEADER_BYTES, tokens, (size_t)shape->block_size * 4) != 0 ||
-        sum != kv_disk_hash64(buf, len - 8, d.ident))
+        memcmp(buf + KV_DISK_HEADER_BYTES, tokens, (size_t)shape->block_size * 4) != 0)
         return -1;
+    uint8_t mac[KV_DISK_MAC_BYTES];
+    file_mac(key, buf, len - KV_DISK_MAC_BYTES, mac, sizeof mac);
+    if (sodium_memcmp(mac, buf + len - KV_DISK_MAC_BYTES, sizeof mac) != 0)
+        return -2;
     return 0;
 }
 

@@ -15,8 +15,10 @@
  * are only ever found by its own partition). Little-endian, host layout:
  *
  *     offset  size              field
- *     0       8                 magic "PGKVBLK1"
- *     8       4                 version (1)
+ *     0       8                 magic "PGKVBLK2"
+ *     8       4                 version (2; files of version 1 — an unkeyed
+ *                               checksum — have another size and magic: removed
+ *                               at open or rejected at load, never read)
  *     12      4                 header bytes (96)
  *     16      8                 ident (as the folder name)
  *     24      8                 weights hash
@@ -28,16 +30,28 @@
  *     80      16                reserved, zero
  *     96      4 · block_size    token ids of the block
  *     …       payload           per layer: K rows of the block's slots, then V rows
- *     end-8   8                 checksum: kv_disk_hash64 of every byte before it
+ *     end-16  16                MAC: keyed BLAKE2b-128 (common/file_mac.h) of every
+ *                               byte before it, under the worker's key (kept outside DIR)
  *
- * A load checks the size, the checksum, every header field against this
- * worker's shape, and pub, parent pub and token ids against the prompt's
- * block: a torn, truncated or corrupt file (or one that collides) is never
- * served — it is counted as rejected and removed. Writes go to a unique
- * temporary name in the folder (".tmp-<pid>-<n>") and are renamed into
- * place, so a reader sees a whole file or none; two replicas writing the
- * same block write the same bytes. No fsync: a process crash keeps the page
- * cache, and a power loss that tears a file is caught by the checksum.
+ * A load checks the size, every header field against this worker's shape,
+ * pub, parent pub and token ids against the prompt's block, and the MAC: a
+ * torn, truncated or corrupt file (or one that collides), and one forged,
+ * edited or copied in from a folder with another key (its MAC fails:
+ * n_forged), is never served — it is counted as rejected
+ * (pagoda_kv_disk_rejected_total) and removed. A symlink at a block's name
+ * is never followed (O_NOFOLLOW). Writes go to a new 0600 temporary
+ * ".tmp-<16 random hex>" made with O_EXCL|O_NOFOLLOW and are renamed into
+ * place, so a reader sees a whole file or none and a name planted in
+ * advance is never opened; replicas sharing the folder (and the key) write
+ * the same bytes. No fsync: a process crash keeps the page cache, and a
+ * power loss that tears a file is caught by the MAC.
+ *
+ * Who may read it. DIR and every folder under it are 0700 and files 0600
+ * (common/private_dir.h): the token ids are the users' prompts. A DIR owned
+ * by another user, or group/world-writable, is refused (the worker does not
+ * start; kv_disk_open turns the tier off). The MAC key is a 0600 file
+ * outside DIR: --kv-disk-key FILE, by default DIR.key beside it, made on
+ * first start (common/file_mac.h).
  *
  * Size cap: the tier keeps at most cap bytes of block files it knows of
  * (its own writes, and what it found at start-up), removing the oldest
@@ -61,12 +75,14 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "common/file_mac.h"
 #include "worker/kernels/kv_store.h"
 
 typedef struct kv_pool kv_pool_t;
 typedef struct kv_disk kv_disk_t;
 
 #define KV_DISK_HEADER_BYTES 96
+#define KV_DISK_MAC_BYTES 16
 
 /* What a block's bytes mean; all fields must match for a file to load. */
 typedef struct kv_disk_shape {
@@ -86,7 +102,8 @@ typedef struct kv_disk_stats {
     uint64_t n_written, bytes_written; /* blocks stored (files written) */
     uint64_t n_loaded, bytes_read;     /* blocks served from disk */
     uint64_t n_missed;       /* load attempts with no file */
-    uint64_t n_rejected;     /* files found but not served: torn, corrupt, other content */
+    uint64_t n_rejected;     /* files found but not served: torn, corrupt, other content, forged */
+    uint64_t n_forged;       /* of those, files whose MAC failed (or a symlink at a block's name) */
     uint64_t n_evicted;      /* files removed by the size cap */
     uint64_t n_errors;       /* write errors (the first turns the tier off) */
 } kv_disk_stats_t;
@@ -102,18 +119,21 @@ int kv_disk_hash_file(const char *path, uint64_t *out, char *err, size_t errlen)
 
 /* A 64-bit value remembered for a file as it is now. The record
  * SUB/DEV-INO-SIZE-MTIME-CTIME.hash (the nanosecond times of sb, the file's
- * stat) holds it (24 bytes: magic, value, kv_disk_hash64 of the two).
+ * stat) holds it (24 bytes: magic "PVDHWSH2", value, file_mac64 of the two
+ * under key: a record written by anyone without the key fails).
  * Trust rule: a file whose device, inode, size, mtime and ctime are all
  * unchanged is taken to have unchanged bytes (ctime cannot be set from user
  * space: any write, chmod or rename bumps it), so a replaced or rewritten
  * file finds no record. kv_disk_record_get: 0 and *value, 1 when there is
  * no record, -1 when it is short or fails its check (logged with `what`:
  * ignored, and the next put rewrites it). kv_disk_record_put: writes it
- * (SUB made, temp + rename): 0, or an errno (log_debug; a directory that
+ * (SUB made 0700, a 0600 O_EXCL|O_NOFOLLOW temp + rename): 0, or an errno (log_debug; a directory that
  * cannot be written only costs the record). Records of replaced files stay
  * (24 bytes each) unless the caller prunes them (pack_cache does). */
-int kv_disk_record_get(const char *sub, const struct stat *sb, const char *what, uint64_t *value);
-int kv_disk_record_put(const char *sub, const struct stat *sb, const char *what, uint64_t value);
+int kv_disk_record_get(const char *sub, const struct stat *sb, const file_mac_key_t *key, const char *what,
+                       uint64_t *value);
+int kv_disk_record_put(const char *sub, const struct stat *sb, const file_mac_key_t *key, const char *what,
+                       uint64_t value);
 /* The file name (no folder) of sb's record, at most KV_DISK_RECORD_NAME
  * bytes with its NUL: what a caller pruning SUB compares its entries with. */
 #define KV_DISK_RECORD_NAME 160
@@ -122,10 +142,12 @@ void kv_disk_record_name(const struct stat *sb, char *out, size_t n);
 /* kv_disk_hash_file, remembered under DIR/weights-hash/ by the record
  * above. *cached (may be NULL) tells whether the record was used. dir NULL
  * or "": kv_disk_hash_file. 0 ok, -1 as kv_disk_hash_file. */
-int kv_disk_hash_file_cached(const char *path, const char *dir, uint64_t *out, bool *cached, char *err,
-                             size_t errlen);
+int kv_disk_hash_file_cached(const char *path, const char *dir, const file_mac_key_t *key, uint64_t *out,
+                             bool *cached, char *err, size_t errlen);
 
-/* mkdir -p with mode 0755: 0, or an errno (ENOTDIR when path is a file). */
+/* mkdir -p of a private folder (private_dir_make: 0700, ours, not
+ * group/world-writable): 0, or an errno (ENOTDIR when path is a file,
+ * EPERM when it is refused; the reason is logged). */
 int kv_disk_mkdir_p(const char *path);
 
 /* The folder name of a shape (its 64-bit identity). */
@@ -136,8 +158,9 @@ uint64_t kv_disk_ident(const kv_disk_shape_t *shape);
  * contents are only checked when loaded; leftover temporaries older than
  * 10 minutes are removed). Never NULL for valid arguments: when the folder
  * cannot be created or read, the tier starts off (one log line). NULL only
- * for a NULL dir/shape. */
-kv_disk_t *kv_disk_open(const char *dir, uint64_t cap_bytes, const kv_disk_shape_t *shape);
+ * for a NULL dir/shape/key. The key is copied. */
+kv_disk_t *kv_disk_open(const char *dir, uint64_t cap_bytes, const kv_disk_shape_t *shape,
+                        const file_mac_key_t *key);
 
 /* Frees the tier (files stay); NULLs *d. NULL ok. */
 void kv_disk_close(kv_disk_t **d);
@@ -156,11 +179,12 @@ int kv_disk_load(kv_disk_t *d, kv_store_t *st, int32_t block, uint64_t pub, uint
                  const int32_t *tokens);
 
 /* The checks a block file's bytes must pass before they are served: size,
- * header (every field against shape, pub, parent_pub), token ids, checksum.
- * 0 ok, -1 not this block (anything else: torn, corrupt, another shape or
- * content). Reads only buf[0, len). */
-int kv_disk_check(const kv_disk_shape_t *shape, const uint8_t *buf, size_t len, uint64_t pub, uint64_t parent_pub,
-                  const int32_t *tokens);
+ * header (every field against shape, pub, parent_pub), token ids, MAC under
+ * key. 0 ok, -1 not this block (torn, corrupt, another shape or content),
+ * -2 everything matches but the MAC (forged, edited, or another key's).
+ * Reads only buf[0, len). */
+int kv_disk_check(const kv_disk_shape_t *shape, const file_mac_key_t *key, const uint8_t *buf, size_t len,
+                  uint64_t pub, uint64_t parent_pub, const int32_t *tokens);
 
 /* Whether the tier's index has pub (a file it wrote or found). */
 bool kv_disk_has(const kv_disk_t *d, uint64_t pub);

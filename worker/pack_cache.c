@@ -19,14 +19,14 @@
 
 #include "common/clock.h"
 #include "common/errbuf.h"
+#include "common/file_mac.h"
 #include "common/log.h"
+#include "common/private_dir.h"
 #include "common/xalloc.h"
 #include "worker/kernels/qgemm.h"
 #include "worker/kernels/quant.h"
 #include "worker/kv_disk.h"
 
-#define SEED_SUM 0x7061636b73756d31ULL  /* per-matrix checksums */
-#define SEED_HEAD 0x7061636b68656164ULL /* header checksum */
 #define SEED_FP 0x7061636b66707231ULL   /* layout fingerprint */
 #define PAYLOAD_ALIGN 4096u               /* what a reader accepts */
 #define PAYLOAD_AT ((uint64_t)2 << 20)     /* where a writer puts it: a mapped arena starts on a 2 MiB page, as an anonymous one */
@@ -92,8 +92,8 @@ static void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 
 static size_t table_end(uint32_t n) { return PACK_CACHE_HEAD + (size_t)n * PACK_CACHE_ENTRY; }
 
-int pack_cache_parse(const uint8_t *buf, size_t len, pack_cache_header_t *h, pack_cache_entry_t *ents,
-                     char *err, size_t errlen)
+int pack_cache_parse(const uint8_t *buf, size_t len, const file_mac_key_t *key, pack_cache_header_t *h,
+                     pack_cache_entry_t *ents, char *err, size_t errlen)
 {
     if (!buf || len < PACK_CACHE_HEAD) {
         errbuf_set(err, errlen, "shorter than the %d-byte header", PACK_CACHE_HEAD);
@@ -132,8 +132,8 @@ int pack_cache_parse(const uint8_t *buf, size_t len, pack_cache_header_t *h, pac
         errbuf_set(err, errlen, "header cut short (%zu of %zu bytes)", len, end);
         return -1;
     }
-    if (rd64(buf + end - 8) != kv_disk_hash64(buf, end - 8, SEED_HEAD)) {
-        errbuf_set(err, errlen, "header checksum mismatch");
+    if (rd64(buf + end - 8) != file_mac64(key, buf, end - 8)) {
+        errbuf_set(err, errlen, "header MAC mismatch (forged, or written with another key)");
         return -1;
     }
     uint64_t sum = 0;
@@ -167,21 +167,21 @@ int pack_cache_parse(const uint8_t *buf, size_t len, pack_cache_header_t *h, pac
  * checksums (pack_cache.h, "Trust"). */
 static void vrec_dir(const char *sub, char *out, size_t n) { snprintf(out, n, "%s/verified", sub); }
 
-static bool vrec_matches(const char *sub, const struct stat *sb, uint64_t head_sum)
+static bool vrec_matches(const char *sub, const struct stat *sb, const file_mac_key_t *key, uint64_t head_sum)
 {
     char vdir[4200];
     uint64_t v;
     vrec_dir(sub, vdir, sizeof vdir);
-    return kv_disk_record_get(vdir, sb, "pack file", &v) == 0 && v == head_sum;
+    return kv_disk_record_get(vdir, sb, key, "pack file", &v) == 0 && v == head_sum;
 }
 
 /* Records sb's file (best effort: without it the next start checks every
  * byte again). */
-static void vrec_write(const char *sub, const struct stat *sb, uint64_t head_sum)
+static void vrec_write(const char *sub, const struct stat *sb, const file_mac_key_t *key, uint64_t head_sum)
 {
     char vdir[4200];
     vrec_dir(sub, vdir, sizeof vdir);
-    (void)kv_disk_record_put(vdir, sb, "pack file", head_sum);
+    (void)kv_disk_record_put(vdir, sb, key, "pack file", head_sum);
 }
 
 /* ---- load --------------------------------------------------------------- */
@@ -228,12 +228,17 @@ typedef struct loaded {
 
 /* Maps path and, when every check of pack_cache.h holds, returns 0 with the
  * arena in *out; else -1 with the reason in why (why[0] == 0: no file). */
-static int load_file(const char *sub, const char *path, const model_packable_t *plan, int n, uint64_t weights_hash,
-                     int n_threads, loaded_t *out, char *why, size_t whylen)
+static int load_file(const char *sub, const char *path, const model_packable_t *plan, int n,
+                     const file_mac_key_t *key, uint64_t weights_hash, int n_threads, loaded_t *out, char *why,
+                     size_t whylen)
 {
     why[0] = 0;
     *out = (loaded_t){0};
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ELOOP) {
+        errbuf_set(why, whylen, "a symlink: not followed");
+        return -1;
+    }
     if (fd < 0) { /* no file to reject: ENOENT, or a folder that is not there (the store says why) */
         if (errno != ENOENT)
             log_debug("pack cache: cannot open %s: %s", path, strerror(errno));
@@ -249,7 +254,7 @@ static int load_file(const char *sub, const char *path, const model_packable_t *
         errbuf_set(why, whylen, "cannot read the header");
         goto out;
     }
-    if (pack_cache_parse(fixed, sizeof fixed, &h, NULL, why, whylen) < 0)
+    if (pack_cache_parse(fixed, sizeof fixed, key, &h, NULL, why, whylen) < 0)
         goto out;
     if ((uint64_t)sb.st_size != h.file_bytes) {
         errbuf_set(why, whylen, "%lld bytes, header says %llu (truncated?)", (long long)sb.st_size,
@@ -272,7 +277,7 @@ static int load_file(const char *sub, const char *path, const model_packable_t *
     }
     size_t hb = table_end(h.n) + 8;
     ents = xmalloc((size_t)n * sizeof *ents);
-    if (pack_cache_parse(map, hb, &h, ents, why, whylen) < 0)
+    if (pack_cache_parse(map, hb, key, &h, ents, why, whylen) < 0)
         goto out;
     for (int i = 0; i < n; i++) {
         const matmul_weight_t *w = plan[i].w;
@@ -283,7 +288,7 @@ static int load_file(const char *sub, const char *path, const model_packable_t *
         }
     }
     const uint64_t head_sum = rd64(map + hb - 8);
-    out->trusted = vrec_matches(sub, &sb, head_sum);
+    out->trusted = vrec_matches(sub, &sb, key, head_sum);
     /* the mapping is used when the kernel maps it with 2 MiB entries,
      * judged by its first 8 MiB (mapped now; the rest is mapped as decode
      * first reads it, ~300 faults of ~1 us); else (4 KiB folios: an older
@@ -313,7 +318,7 @@ static int load_file(const char *sub, const char *path, const model_packable_t *
         uint8_t *dst = arena + offs[i];
         if (!use_map)
             memcpy(dst, map + h.payload_off + offs[i], ents[i].bytes);
-        if (!trusted && kv_disk_hash64(dst, ents[i].bytes, SEED_SUM) != ents[i].sum && i > bad)
+        if (!trusted && file_mac64(key, dst, ents[i].bytes) != ents[i].sum && i > bad)
             bad = i;
     }
     free(offs);
@@ -324,7 +329,7 @@ static int load_file(const char *sub, const char *path, const model_packable_t *
         goto out;
     }
     if (!trusted)
-        vrec_write(sub, &sb, head_sum);
+        vrec_write(sub, &sb, key, head_sum);
     out->arena = arena;
     if (use_map) {
         out->map = map;
@@ -450,7 +455,7 @@ static void prune(const char *sub, const char *keep, uint64_t weights_hash)
 /* Writes m's arena to path in sub (tmp + fsync + rename), then its
  * verified record. 0 or an errno. */
 static int store_file(const char *sub, const char *path, const model_t *m, const model_packable_t *plan, int n,
-                      uint64_t weights_hash)
+                      const file_mac_key_t *key, uint64_t weights_hash)
 {
     size_t hb = table_end((uint32_t)n) + 8;
     uint64_t off = (hb + PAYLOAD_AT - 1) / PAYLOAD_AT * PAYLOAD_AT;
@@ -470,13 +475,15 @@ static int store_file(const char *sub, const char *path, const model_t *m, const
         wr64(e + 8, (uint64_t)w->rows);
         wr64(e + 16, (uint64_t)w->cols);
         wr64(e + 24, plan[i].bytes);
-        wr64(e + 32, kv_disk_hash64(w->packed, plan[i].bytes, SEED_SUM));
+        wr64(e + 32, file_mac64(key, w->packed, plan[i].bytes));
     }
-    wr64(head + hb - 8, kv_disk_hash64(head, hb - 8, SEED_HEAD));
-    static atomic_uint serial;
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&serial, 1));
-    int e = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    wr64(head + hb - 8, file_mac64(key, head, hb - 8));
+    /* a new 0600 file under a random name (O_EXCL|O_NOFOLLOW): a name
+     * planted in advance is never opened */
+    char tmp[4300], prefix[300];
+    const char *base = strrchr(path, '/');
+    snprintf(prefix, sizeof prefix, "%s.tmp.", base ? base + 1 : path);
+    int e = 0, fd = private_dir_tmpfile(sub, prefix, tmp, sizeof tmp);
     if (fd < 0)
         e = errno;
     if (!e)
@@ -500,7 +507,7 @@ static int store_file(const char *sub, const char *path, const model_t *m, const
         unlink(tmp);
     struct stat sb;
     if (!e && stat(path, &sb) == 0) /* its bytes are the arena's, whose checksums the table holds */
-        vrec_write(sub, &sb, rd64(head + hb - 8));
+        vrec_write(sub, &sb, key, rd64(head + hb - 8));
     free(head);
     return e;
 }
@@ -512,6 +519,7 @@ struct pack_cache_write {
     model_packable_t *plan;
     int n;
     uint64_t weights_hash;
+    file_mac_key_t key;
     char sub[4096], path[4200];
     pthread_t thread;
     bool started;
@@ -524,7 +532,7 @@ static int write_run(pack_cache_write_t *job)
     int e = kv_disk_mkdir_p(job->sub);
     if (!e) {
         remove_stale_tmps(job->sub);
-        e = store_file(job->sub, job->path, job->m, job->plan, job->n, job->weights_hash);
+        e = store_file(job->sub, job->path, job->m, job->plan, job->n, &job->key, job->weights_hash);
     }
     if (e) {
         log_warn("pack cache off: cannot write %s: %s (the next start packs again)", job->path, strerror(e));
@@ -565,15 +573,15 @@ void pack_cache_write_end(pack_cache_write_t **jobp)
     *jobp = NULL;
 }
 
-int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights_hash, pack_cache_result_t *res,
-                    pack_cache_write_t **deferred)
+int pack_cache_pack(model_t *m, int n_threads, const char *dir, const file_mac_key_t *key, uint64_t weights_hash,
+                    pack_cache_result_t *res, pack_cache_write_t **deferred)
 {
     pack_cache_result_t r = {.outcome = PACK_CACHE_OFF};
     int64_t t0 = clock_now_us();
     if (deferred)
         *deferred = NULL;
     model_packable_t *plan = NULL;
-    int n = dir && *dir ? model_pack_plan(m, &plan) : 0;
+    int n = dir && *dir && key ? model_pack_plan(m, &plan) : 0;
     char sub[4096], path[4200], why[256];
     if (n == 0 || (size_t)snprintf(sub, sizeof sub, "%s/packed", dir) >= sizeof sub) {
         r.n_packed = model_pack_int8(m, n_threads);
@@ -582,7 +590,7 @@ int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights
     snprintf(path, sizeof path, "%s/%016llx-%016llx.pack", sub, (unsigned long long)weights_hash,
              (unsigned long long)pack_cache_fingerprint());
     loaded_t got;
-    if (load_file(sub, path, plan, n, weights_hash, n_threads, &got, why, sizeof why) == 0) {
+    if (load_file(sub, path, plan, n, key, weights_hash, n_threads, &got, why, sizeof why) == 0) {
         if (got.map)
             model_pack_adopt_map(m, got.map, got.map_bytes, got.arena, plan, n);
         else
@@ -609,7 +617,7 @@ int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights
         goto done;
     }
     pack_cache_write_t *job = xcalloc(1, sizeof *job);
-    *job = (pack_cache_write_t){.m = m, .plan = plan, .n = n, .weights_hash = weights_hash};
+    *job = (pack_cache_write_t){.m = m, .plan = plan, .n = n, .weights_hash = weights_hash, .key = *key};
     memcpy(job->sub, sub, sizeof sub);
     memcpy(job->path, path, sizeof path);
     plan = NULL; /* the job's now */

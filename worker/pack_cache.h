@@ -7,8 +7,9 @@
  * each), little-endian:
  *
  *   offset  bytes        field
- *     0     8            magic "PGDPACK1"
- *     8     4            version (1)
+ *     0     8            magic "PGDPACK2"
+ *     8     4            version (2; version 1 files — unkeyed checksums —
+ *                        are refused by magic and rewritten)
  *    12     4            n: matrices (1 .. PACK_CACHE_MAX_MATS)
  *    16     8            weights hash (kv_disk_hash_file of the GGUF)
  *    24     8            layout fingerprint (pack_cache_fingerprint)
@@ -18,8 +19,9 @@
  *    48     8            file bytes (payload offset + payload bytes)
  *    56     40 · n       per matrix, in model_pack_plan order: ggml type u32,
  *                        zero u32, rows u64, cols u64, packed bytes u64,
- *                        kv_disk_hash64 of its packed bytes u64
- *    56+40n 8            kv_disk_hash64 of every header byte before it
+ *                        file_mac64 of its packed bytes u64 (keyed BLAKE2b,
+ *                        common/file_mac.h, under the worker's key)
+ *    56+40n 8            file_mac64 of every header byte before it
  *    ...                 zeros up to the payload offset
  *    payload             the packings back to back, as in the arena
  *
@@ -44,7 +46,9 @@
  * worker with SIGBUS, and the next start would reject it.
  *
  * Trust. A file is used only when its size equals the header's file bytes,
- * the header checksum holds, every header field equals what this model and
+ * the header MAC holds (the checksums are keyed with the worker's MAC key,
+ * kept outside the folder: a file edited, forged or copied in from another
+ * installation fails), every header field equals what this model and
  * binary expect (magic, version, weights hash, fingerprint, and per matrix
  * type, rows, cols and packed size against model_pack_plan), and every
  * matrix's bytes hash to the table's checksum (~0.1 s per GB per core; a
@@ -55,8 +59,11 @@
  * renaming its file into place, and a reader after checking every checksum.
  * Its trust rule: a file whose identity is unchanged has unchanged bytes,
  * as any write moves its ctime. Anything else is logged, the model is packed as without
- * a cache and the file is rewritten. Writers write
- * DIR/packed/NAME.tmp.<pid>.<n>, fsync it and rename it into place, so a reader
+ * a cache and the file is rewritten. The folders are 0700 and files 0600
+ * (common/private_dir.h); a symlink at the file's name is not followed.
+ * Writers write a new DIR/packed/NAME.tmp.<16 random hex> (O_CREAT|O_EXCL|
+ * O_NOFOLLOW: a name planted in advance is never opened), fsync it and
+ * rename it into place, so a reader
  * sees a whole file or none; two workers of one model writing at once each
  * rename a complete file (the last one stays). Temporaries older than 10
  * minutes (a writer killed mid-write) are removed before a write. A directory that cannot be
@@ -82,10 +89,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/file_mac.h"
 #include "worker/model/model.h"
 
-#define PACK_CACHE_MAGIC "PGDPACK1"
-#define PACK_CACHE_VERSION 1u
+#define PACK_CACHE_MAGIC "PGDPACK2"
+#define PACK_CACHE_VERSION 2u
 #define PACK_CACHE_MAX_MATS 65536
 #define PACK_CACHE_HEAD 56   /* fixed header bytes before the table */
 #define PACK_CACHE_ENTRY 40  /* table bytes per matrix */
@@ -125,17 +133,17 @@ uint64_t pack_cache_fingerprint(void);
 
 /* Parses and checks the header of a pack file from its first len bytes
  * (at least PACK_CACHE_HEAD; the table needs 56 + 40 n + 8): magic, version,
- * n in range, header checksum, payload offset aligned and past the header,
+ * n in range, header MAC under key (not checked when ents is NULL), payload offset aligned and past the header,
  * file bytes = offset + payload bytes, payload bytes = the sum of the
  * table's sizes (each a nonzero multiple of 64), without overflow.
  * Returns n and fills *h and ents[0..n) (ents may be NULL to only learn n:
  * then len may hold the fixed part alone and only it is checked; returns
  * the n it names), or -1 with a reason in err. Never reads past len. */
-int pack_cache_parse(const uint8_t *buf, size_t len, pack_cache_header_t *h, pack_cache_entry_t *ents,
-                     char *err, size_t errlen);
+int pack_cache_parse(const uint8_t *buf, size_t len, const file_mac_key_t *key, pack_cache_header_t *h,
+                     pack_cache_entry_t *ents, char *err, size_t errlen);
 
-/* model_pack_int8 through the cache in dir/packed/ (dir NULL or "": plain
- * model_pack_int8, outcome OFF). Returns the number of matrices packed or
+/* model_pack_int8 through the cache in dir/packed/ (dir NULL or "", or key
+ * NULL: plain model_pack_int8, outcome OFF); key: the MAC key (copied). Returns the number of matrices packed or
  * loaded (as model_pack_int8) and fills *res (may be NULL). Logs a line per
  * step (read, not used, packed, wrote, cannot write).
  * deferred NULL: a file to write is written before returning (STORED, or
@@ -146,8 +154,8 @@ int pack_cache_parse(const uint8_t *buf, size_t len, pack_cache_header_t *h, pac
  * packed), pack_cache_write_end(&job) waits for that thread and frees the
  * job (without a begin it drops the write). */
 typedef struct pack_cache_write pack_cache_write_t;
-int pack_cache_pack(model_t *m, int n_threads, const char *dir, uint64_t weights_hash, pack_cache_result_t *res,
-                    pack_cache_write_t **deferred);
+int pack_cache_pack(model_t *m, int n_threads, const char *dir, const file_mac_key_t *key, uint64_t weights_hash,
+                    pack_cache_result_t *res, pack_cache_write_t **deferred);
 void pack_cache_write_begin(pack_cache_write_t *job);
 /* When a loaded file is used through its mapping rather than copied:
  * PACK_CACHE_MAP_HUGE (the default) when the kernel maps it with huge

@@ -130,6 +130,8 @@ struct sched {
     float *logits;                    /* (max_seqs + spec_max_rows, vocab): one row per sampled
                                          sequence plus one per draft row */
 
+    int32_t kv_budget_mib;            /* the pool's budget (MiB) when sized from one (--kv-budget-mb
+                                       * or kv_budget.h's rule), 0 with --kv-blocks: for messages */
     int32_t max_positions;            /* a sequence's hard limit: min(context, KV pool positions),
                                          or the context for a windowed model whose pool holds a
                                          full chunk's window (see sched_new) */
@@ -388,12 +390,32 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     }
 
     int32_t n_blocks = c->kv_blocks;
+    size_t budget = c->kv_budget_bytes ? c->kv_budget_bytes : ((size_t)1 << 30);
     if (n_blocks <= 0) {
         int32_t want = (int32_t)(((int64_t)s->cfg.max_seqs * mc->ctx + c->block_size - 1) / c->block_size);
-        int32_t fit = kv_pool_blocks_for_budget_q(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type, qblock,
-                                                  c->kv_budget_bytes ? c->kv_budget_bytes : ((size_t)1 << 30));
-        n_blocks = want < fit ? want : fit;
+        size_t per = kv_pool_block_bytes_q(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type, qblock);
+        if (c->kv_auto && c->kv_budget_bytes == 0) {
+            /* the budget covers the draft pool too (as many blocks, its own size) */
+            if (c->spec == SPEC_DRAFT && c->draft_model)
+                per += kv_pool_block_bytes(c->draft_model->cfg.n_layer, c->draft_model->cfg.kv_dim, c->block_size,
+                                           sched_kv_type_for(c->draft_model, KV_TYPE_AUTO, int8_on));
+            kv_budget_in_t in = c->kv_mem;
+            in.cap_mib = ((uint64_t)want * per + (1u << 20) - 1) >> 20;
+            kv_budget_t kb;
+            kv_budget_auto(&in, &kb);
+            char line[512];
+            kv_budget_describe(&in, &kb, line, sizeof line);
+            if (kb.bound == KV_BUDGET_FLOOR)
+                log_warn("kv pool: %s (memory is short: set --kv-budget-mb, lower --max-seqs or add memory)", line);
+            else
+                log_info("kv pool: %s", line);
+            budget = (size_t)kb.mib << 20;
+        }
+        size_t fit = per ? budget / per : 0, lim = (size_t)INT32_MAX / (size_t)c->block_size;
+        fit = fit < lim ? fit : lim;
+        n_blocks = (size_t)want < fit ? want : (int32_t)fit;
     }
+    s->kv_budget_mib = c->kv_blocks > 0 ? 0 : (int32_t)(budget >> 20);
     if (n_blocks < 1) {
         errbuf_set(err, errlen, "KV budget holds no block");
         goto err;
@@ -604,6 +626,37 @@ static gmask_grammar_t *grammar_get(sched_t *s, const char *text, size_t len, ch
 }
 static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err, size_t errlen);
 
+/* SCHED_ETOO_LONG's message: what limit the input exceeds, and (when it is
+ * the KV pool, not the model's context) the setting that made the pool, so a
+ * client (and its operator) can tell "too long for this model" from "too
+ * long for this server". "prompt is too long" begins it as in the Anthropic
+ * API's own message, which agents look for. n_gen: positions the request
+ * needs past its input (1 to generate, 0 to embed). */
+static void too_long(const sched_t *s, const char *what, int32_t n, int32_t n_resume, int32_t n_gen, char *err,
+                     size_t errlen)
+{
+    char resumed[48] = "", gen[48] = "", why[160];
+    if (n_resume > 0)
+        snprintf(resumed, sizeof resumed, " (plus %d already generated)", n_resume);
+    if (n_gen > 0)
+        snprintf(gen, sizeof gen, ", %d of them for the reply", n_gen);
+    if (s->max_positions >= s->model->cfg.ctx) {
+        errbuf_set(err, errlen, "%s is too long: %d tokens%s, but the model's context length is %d tokens%s", what,
+                   n, resumed, s->max_positions, gen);
+        return;
+    }
+    if (s->kv_budget_mib == 0)
+        snprintf(why, sizeof why, "--kv-blocks %d", s->max_positions / s->cfg.block_size);
+    else if (s->cfg.kv_auto && s->cfg.kv_budget_bytes == 0)
+        snprintf(why, sizeof why, "a %d MiB pool sized from free memory; --kv-budget-mb sets it", s->kv_budget_mib);
+    else
+        snprintf(why, sizeof why, "--kv-budget-mb %d", s->kv_budget_mib);
+    errbuf_set(err, errlen,
+               "%s is too long: %d tokens%s, but this server's KV cache holds at most %d positions per sequence "
+               "(%s)%s; the model's context length is %d",
+               what, n, resumed, s->max_positions, why, gen, s->model->cfg.ctx);
+}
+
 int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
 {
     const int32_t ctx = s->max_positions, vocab = s->model->cfg.vocab;
@@ -612,9 +665,7 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
         return SCHED_EINVAL;
     }
     if (r->n_resume < 0 || (int64_t)r->n_prompt + r->n_resume + 1 > ctx) {
-        errbuf_set(err, errlen,
-                   "the prompt has %d tokens (plus %d resumed) but the context holds %d tokens",
-                   r->n_prompt, r->n_resume, ctx);
+        too_long(s, "prompt", r->n_prompt, r->n_resume, 1, err, errlen);
         return SCHED_ETOO_LONG;
     }
     for (int32_t i = 0; i < r->n_prompt; i++)
@@ -768,8 +819,9 @@ int sched_submit_embed(sched_t *s, const sched_embed_req_t *r, char *err, size_t
             return SCHED_EINVAL;
         }
         if (r->n_prompts[i] > ctx) {
-            errbuf_set(err, errlen, "input %d has %d tokens but the context holds %d tokens", i,
-                       r->n_prompts[i], ctx);
+            char what[32];
+            snprintf(what, sizeof what, "input %d", i);
+            too_long(s, what, r->n_prompts[i], 0, 0, err, errlen);
             return SCHED_ETOO_LONG;
         }
         for (int32_t k = 0; k < r->n_prompts[i]; k++)

@@ -86,6 +86,7 @@
 #include <stdint.h>
 
 #include "worker/kernels/kv_store.h"
+#include "worker/kv_budget.h"
 #include "worker/model/model.h"
 #include "worker/sampler.h"
 #include "worker/spec.h"
@@ -95,7 +96,13 @@ typedef struct sched_config {
     int32_t max_seqs;          /* sequence slots; 1 turns batching off */
     int32_t max_batch_tokens;  /* rows in one forward step (decode rows + prefill chunks) */
     int32_t kv_blocks;         /* physical KV blocks; 0 = derive from kv_budget_bytes */
-    size_t kv_budget_bytes;    /* used when kv_blocks == 0 */
+    size_t kv_budget_bytes;    /* used when kv_blocks == 0; 0 = kv_auto's size, or 1 GiB
+                                * without kv_auto */
+    bool kv_auto;              /* kv_blocks == 0 and kv_budget_bytes == 0: size the pool
+                                * by worker/kv_budget.h's rule from kv_mem */
+    kv_budget_in_t kv_mem;     /* kv_auto's inputs but cap_mib, which sched_new computes
+                                * (max_seqs full contexts in this pool's and the draft
+                                * pool's blocks) */
     int32_t block_size;        /* token positions per KV block (32) */
     int32_t n_threads;         /* threads for the forward pass */
     bool exact_matmul;         /* quantized weights via dequant+sgemm instead of int8 kernels */

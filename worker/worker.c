@@ -13,7 +13,10 @@
 
 #include "common/clock.h"
 #include "common/errbuf.h"
+#include "common/file_mac.h"
 #include "common/log.h"
+#include "common/memavail.h"
+#include "common/private_dir.h"
 #include "common/sigwake.h"
 #include "common/xalloc.h"
 #include "worker/kv_disk.h"
@@ -69,6 +72,7 @@ void worker_config_default(worker_config_t *c)
     c->kv_cache_bytes = (uint64_t)4096 << 20;
     c->standby_fd = -1;
     sched_config_default(&c->sched);
+    c->sched.kv_budget_bytes = 0; /* kv_budget.h */
 }
 
 static void make_replica_id(struct worker *w)
@@ -602,13 +606,36 @@ static void test_step_delay(struct worker *w)
 /* e's int8 packings: through the pack cache in cache_dir (keyed by the
  * weights hash; *job = the deferred write of a new file) when there is a
  * cache_dir, packed in memory otherwise. */
-static void pack_weights(engine_t *e, int n_threads, const char *cache_dir, uint64_t weights_hash,
-                         pack_cache_write_t **job)
+static void pack_weights(engine_t *e, int n_threads, const char *cache_dir, const file_mac_key_t *key,
+                         uint64_t weights_hash, pack_cache_write_t **job)
 {
     if (cache_dir)
-        pack_cache_pack(e->model, n_threads, cache_dir, weights_hash, NULL, job);
+        pack_cache_pack(e->model, n_threads, cache_dir, key, weights_hash, NULL, job);
     else
         engine_pack_int8(e, n_threads);
+}
+
+/* kv_budget.h's inputs but the cap into w->scfg.kv_mem (sched_new applies
+ * the rule): mem is this worker's measurement (F, and A when the gateway
+ * gave none), the weights are what the worker holds now that it has packed. */
+static void kv_mem_inputs(struct worker *w, const worker_config_t *cfg, const memavail_t *mem)
+{
+    const uint64_t mib = 1u << 20;
+    uint64_t f = mem->avail_bytes == MEMAVAIL_UNLIMITED ? 0 : mem->avail_bytes / mib;
+    kv_budget_in_t *in = &w->scfg.kv_mem;
+    in->free_mib = f;
+    in->avail_mib = cfg->mem_avail_bytes ? cfg->mem_avail_bytes / mib : f;
+    in->n_workers = cfg->mem_workers ? cfg->mem_workers : 1;
+    size_t held = model_held_bytes(w->engine->model) + (w->draft ? model_held_bytes(w->draft->model) : 0);
+    in->weights_mib = (held + mib - 1) / mib;
+    w->scfg.kv_auto = true;
+    if (mem->avail_bytes == MEMAVAIL_UNLIMITED)
+        log_warn("kv pool: cannot read /proc/meminfo: the pool gets the floor (set --kv-budget-mb)");
+    else if (mem->cgroup_bytes < mem->meminfo_bytes)
+        log_info("memory free at start: %llu MiB, the headroom under cgroup %s's memory.max (MemAvailable %llu MiB)",
+                 (unsigned long long)f, mem->cgroup_path, (unsigned long long)(mem->meminfo_bytes / mib));
+    else
+        log_info("memory free at start: MemAvailable %llu MiB", (unsigned long long)f);
 }
 
 worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
@@ -637,8 +664,22 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     uint64_t weights_hash = 0;
     bool have_hash = false, hash_cached = false;
     char herr[256];
+    file_mac_key_t key;
     if (cache_dir) {
-        if (kv_disk_hash_file_cached(w->model_path, cache_dir, &weights_hash, &hash_cached, herr, sizeof herr) != 0)
+        /* the folder holds users' token ids and bytes we run: ours alone,
+         * or we do not start (common/private_dir.h); its MAC key beside it */
+        char kpath[4200];
+        if (private_dir_make(cache_dir, "--kv-cache-dir", err, errlen) != 0)
+            goto err;
+        if (cfg->kv_disk_key)
+            snprintf(kpath, sizeof kpath, "%s", cfg->kv_disk_key);
+        else if (file_mac_key_default_path(cache_dir, kpath, sizeof kpath) != 0) {
+            errbuf_set(err, errlen, "--kv-cache-dir %s: path too long", cache_dir);
+            goto err;
+        }
+        if (file_mac_key_load(kpath, &key, err, errlen) != 0)
+            goto err;
+        if (kv_disk_hash_file_cached(w->model_path, cache_dir, &key, &weights_hash, &hash_cached, herr, sizeof herr) != 0)
             log_warn("kv disk tier and pack cache off: cannot hash the weights: %s", herr);
         else
             have_hash = true;
@@ -667,8 +708,13 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
         t_start = t_hash = t_load = clock_now_us();
         from_standby = true;
     }
+    /* F of kv_budget.h: after the GGUF is mapped (and a standby woken),
+     * before the packings and the pool take memory */
+    memavail_t mem = {0};
+    if (w->scfg.kv_blocks <= 0 && w->scfg.kv_budget_bytes == 0)
+        memavail_read(NULL, &mem);
     if (!w->scfg.exact_matmul)
-        pack_weights(w->engine, w->scfg.n_threads, have_hash ? cache_dir : NULL, weights_hash, &w->pack_write);
+        pack_weights(w->engine, w->scfg.n_threads, have_hash ? cache_dir : NULL, &key, weights_hash, &w->pack_write);
     t_pack = clock_now_us();
     if (cfg->ctx_cap && (int32_t)cfg->ctx_cap < w->engine->model->cfg.ctx)
         w->engine->model->cfg.ctx = (int32_t)cfg->ctx_cap;
@@ -682,9 +728,9 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
             goto err;
         if (!w->scfg.exact_matmul) { /* the draft's packings are cached too, under its own hash */
             uint64_t draft_hash = 0;
-            bool draft_hashed = cache_dir && kv_disk_hash_file_cached(cfg->draft_path, cache_dir, &draft_hash, NULL,
+            bool draft_hashed = cache_dir && kv_disk_hash_file_cached(cfg->draft_path, cache_dir, &key, &draft_hash, NULL,
                                                                       herr, sizeof herr) == 0;
-            pack_weights(w->draft, w->scfg.n_threads, draft_hashed ? cache_dir : NULL, draft_hash,
+            pack_weights(w->draft, w->scfg.n_threads, draft_hashed ? cache_dir : NULL, &key, draft_hash,
                          &w->draft_pack_write);
         }
         if (sched_draft_check(w->engine->model, w->engine->tok, w->draft->model, w->draft->tok, err,
@@ -692,6 +738,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
             goto err;
         w->scfg.draft_model = w->draft->model;
     }
+    if (w->scfg.kv_blocks <= 0 && w->scfg.kv_budget_bytes == 0)
+        kv_mem_inputs(w, cfg, &mem);
     w->sched = sched_new(w->engine->model, w->engine->tok, &w->scfg, on_sched_event, w, err,
                          errlen);
     if (!w->sched)
@@ -710,7 +758,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
                                  .n_layer = kst->n_layer, .kv_dim = kst->kv_dim, .weights_hash = weights_hash};
         log_info("kv disk tier: weights hash %016llx (%s, %.0f ms)", (unsigned long long)weights_hash,
                  hash_cached ? "remembered" : "hashed", (double)(t_hash - t_start) / 1000.0);
-        w->disk = kv_disk_open(cache_dir, cfg->kv_cache_bytes ? cfg->kv_cache_bytes : (uint64_t)4096 << 20, &shape);
+        w->disk = kv_disk_open(cache_dir, cfg->kv_cache_bytes ? cfg->kv_cache_bytes : (uint64_t)4096 << 20, &shape,
+                               &key);
         kv_disk_attach(w->disk, sched_kv_pool(w->sched));
     }
     t_disk = clock_now_us();

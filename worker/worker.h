@@ -61,9 +61,16 @@ typedef struct worker_config {
     bool heartbeat_explicit;       /* keep heartbeat_ms; false = adopt the interval of the
                                       gateway's HEARTBEATs (worker_link.h) */
     uint32_t ctx_cap;              /* cap the context below the model's, 0 = none */
-    sched_config_t sched;          /* scheduler limits (sched_config_default + flags) */
+    sched_config_t sched;          /* scheduler limits (sched_config_default + flags); the
+                                    * worker's default KV budget is 0: sized from memory
+                                    * (worker/kv_budget.h) when kv_blocks is 0 too */
+    uint64_t mem_avail_bytes;      /* --mem-avail-mb: memory of the host's workers as the
+                                    * gateway measured it (kv_budget.h's A); 0 = measure here */
+    uint32_t mem_workers;          /* --mem-workers: workers sharing it (N); 0 = 1 */
     const char *kv_cache_dir;      /* disk tier folder (worker/kv_disk.h), NULL = none */
     uint64_t kv_cache_bytes;       /* its size cap (default 4 GiB) */
+    const char *kv_disk_key;       /* MAC key file of its files (common/file_mac.h), NULL =
+                                      <kv_cache_dir>.key */
     const char *draft_path;        /* --draft-model: GGUF of the draft model (sched.spec
                                     * SPEC_DRAFT), NULL = none */
     /* CURVE (proto/curve.h): all three Z85 keys, or all NULL for a plain link */
@@ -78,8 +85,9 @@ typedef struct worker_config {
     int standby_fd;
 } worker_config_t;
 
-/* endpoint tcp://127.0.0.1:5557, default heartbeat, sched_config_default,
- * no CURVE; model_name/model_path must still be set. */
+/* endpoint tcp://127.0.0.1:5557, default heartbeat, sched_config_default
+ * but a KV pool sized from memory (kv_budget_bytes 0), no CURVE;
+ * model_name/model_path must still be set. */
 void worker_config_default(worker_config_t *c);
 
 typedef struct worker worker_t;

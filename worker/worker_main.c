@@ -2,6 +2,7 @@
  *
  *   pagoda-worker --gateway ENDPOINT --model NAME=FILE.gguf [--max-seqs N]
  *                 [--max-batch-tokens N] [--kv-blocks N | --kv-budget-mb N]
+ *                 [--mem-avail-mb N] [--mem-workers N]
  *                 [--threads N] [--ctx N] [--heartbeat-ms N]
  *                 [--kv-type T] [--kv-cache-dir DIR [--kv-cache-mb N]]
  *                 [--curve-server-key KEY_OR_FILE --curve-secret-key FILE]
@@ -41,7 +42,12 @@ static void usage(FILE *f)
             "  --max-seqs N         concurrent sequences, 1 = batching off (default 32)\n"
             "  --max-batch-tokens N rows per forward step (default 512)\n"
             "  --kv-blocks N        KV pool size in blocks (default: from --kv-budget-mb)\n"
-            "  --kv-budget-mb N     KV pool memory budget (default 1024)\n"
+            "  --kv-budget-mb N     KV pool memory budget in MiB; 0 (the default): sized from\n"
+            "                       free memory, the weights and max-seqs full contexts\n"
+            "                       (the rule is logged at start, docs/OPERATIONS.md)\n"
+            "  --mem-avail-mb N     with --kv-budget-mb 0: memory of this host's workers (the\n"
+            "                       gateway passes what it measured; default: measured here)\n"
+            "  --mem-workers N      with --kv-budget-mb 0: workers sharing it (default 1)\n"
             "  --block-size N       tokens per KV block (default 32)\n"
             "  --kv-type T          K/V element type: auto (default: f16 when the K/V\n"
             "                       weights are quantized, f32 otherwise), f16, f32 or\n"
@@ -52,6 +58,9 @@ static void usage(FILE *f)
             "                       also the packed int8 weights (DIR/packed/) so a\n"
             "                       restart reads them instead of packing again\n"
             "  --kv-cache-mb N      size cap of the disk tier (default 4096)\n"
+            "  --kv-disk-key FILE   MAC key of the disk tier's and pack cache's files\n"
+            "                       (0600, ours; made when absent; default DIR.key\n"
+            "                       beside --kv-cache-dir, never inside it)\n"
             "  --threads N          threads for the forward pass (default 2)\n"
             "  --ctx N              cap the context length below the model's\n"
             "  --exact-matmul       quantized weights via dequantize+sgemm, not int8 kernels\n"
@@ -128,8 +137,8 @@ int main(int argc, char **argv)
     int level = LOG_INFO;
     uint32_t u;
     const char *curve_server = NULL, *curve_secret = NULL, *gen_prefix = NULL;
-    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR,
-           O_KVDMB, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY };
+    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR, O_KVKEY,
+           O_KVDMB, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY, O_MEMAVAIL, O_MEMWORKERS };
     static const struct option opts[] = {
         {"gateway", required_argument, NULL, 'g'},
         {"model", required_argument, NULL, 'm'},
@@ -139,9 +148,12 @@ int main(int argc, char **argv)
         {"max-batch-tokens", required_argument, NULL, O_MBT},
         {"kv-blocks", required_argument, NULL, O_KVB},
         {"kv-budget-mb", required_argument, NULL, O_KVMB},
+        {"mem-avail-mb", required_argument, NULL, O_MEMAVAIL},
+        {"mem-workers", required_argument, NULL, O_MEMWORKERS},
         {"block-size", required_argument, NULL, O_BLOCK},
         {"kv-type", required_argument, NULL, O_KVTYPE},
         {"kv-cache-dir", required_argument, NULL, O_KVDIR},
+        {"kv-disk-key", required_argument, NULL, O_KVKEY},
         {"kv-cache-mb", required_argument, NULL, O_KVDMB},
         {"threads", required_argument, NULL, O_THREADS},
         {"ctx", required_argument, NULL, 'x'},
@@ -189,9 +201,19 @@ int main(int argc, char **argv)
             wc.sched.kv_blocks = (int32_t)u;
             break;
         case O_KVMB:
-            if (parse_i32_opt("kv-budget-mb", optarg, 1, 1u << 20, &u))
+            if (parse_i32_opt("kv-budget-mb", optarg, 0, 1u << 20, &u))
                 return 2;
-            wc.sched.kv_budget_bytes = (size_t)u << 20;
+            wc.sched.kv_budget_bytes = (size_t)u << 20; /* 0: sized from memory */
+            break;
+        case O_MEMAVAIL:
+            if (parse_i32_opt("mem-avail-mb", optarg, 1, 1u << 30, &u))
+                return 2;
+            wc.mem_avail_bytes = (uint64_t)u << 20;
+            break;
+        case O_MEMWORKERS:
+            if (parse_i32_opt("mem-workers", optarg, 1, 4096, &u))
+                return 2;
+            wc.mem_workers = u;
             break;
         case O_BLOCK:
             if (parse_i32_opt("block-size", optarg, 1, 4096, &u))
@@ -210,6 +232,7 @@ int main(int argc, char **argv)
             }
             break;
         case O_KVDIR: wc.kv_cache_dir = optarg; break;
+        case O_KVKEY: wc.kv_disk_key = optarg; break;
         case O_KVDMB:
             if (parse_i32_opt("kv-cache-mb", optarg, 1, 1u << 30, &u))
                 return 2;

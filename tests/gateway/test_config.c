@@ -233,7 +233,7 @@ static void check_model_defaults(const config_model_t *m)
     assert_true(m->standby);
     assert_true(m->idle_timeout_s == 300);
     assert_int_equal(m->kv_blocks, 0);
-    assert_int_equal(m->kv_budget_mb, 1024);
+    assert_int_equal(m->kv_budget_mb, 0); /* sized from memory */
     assert_int_equal(m->max_seqs, 32);
     assert_int_equal(m->max_batch_tokens, 512);
     assert_int_equal(m->threads, 2);

@@ -294,7 +294,8 @@ static void test_complete_and_store(void **st)
     assert_int_equal(resp_store_get(store, "resp_1", "key-a", now, &row), 0);
     json_t *stored = json_loads(row.response, 0, NULL);
     assert_true(json_equal(stored, j));
-    json_t *ctx = json_loads(row.context, 0, NULL);
+    json_t *ctx = NULL;
+    assert_int_equal(resp_store_context(store, "resp_1", "key-a", now, &ctx), 0);
     assert_int_equal(json_array_size(ctx), 2);
     assert_string_equal(json_string_value(json_object_get(json_array_get(ctx, 1), "type")), "function_call");
     int status = 0;
@@ -462,12 +463,113 @@ static void test_stream_failed(void **st)
     resp_store_close(&store);
 }
 
+/* A loader over a real store (what the surface does). */
+typedef struct {
+    resp_store_t *store;
+    const char *owner;
+} store_loader_t;
+
+static int load_stored(void *ctx, const char *id, json_t **context)
+{
+    store_loader_t *l = ctx;
+    return resp_store_context(l->store, id, l->owner, (int64_t)time(NULL), context);
+}
+
+/* A 512-step previous_response_id chain through the real parse + complete
+ * path: the stored bytes grow linearly (each step stores its own items and
+ * a link), printed next to what storing the whole conversation at every
+ * step (schema 1) would have cost; the last step still sees every turn.
+ * Reasoning input items (never shown to the model) are kept as id-only
+ * stubs, so a tenant cannot fill the store with them. */
+static void test_chain_size(void **st)
+{
+    enum { STEPS = 512 };
+    const int64_t now = (int64_t)time(NULL);
+    resp_store_t *store = NULL;
+    assert_int_equal(resp_store_open(":memory:", NULL, &store, NULL, 0), 0);
+    store_loader_t l = {store, "key-a"};
+    char prev[48] = "", id[48];
+    int64_t old_bytes = 0, first_step = 0, last_bytes = 0, max_step = 0;
+    const char *answer = "Sure. Here is a short answer of about forty tokens, the way a small model would write "
+                         "one for a question like this, with a few more words to make it realistic enough.";
+    for (int i = 0; i < STEPS; i++) {
+        char body[512];
+        if (i == 0)
+            snprintf(body, sizeof body, "{\"model\":\"m\",\"input\":\"Question %d: tell me one more thing about "
+                                        "the history of the place we talked about.\"}", i);
+        else
+            snprintf(body, sizeof body, "{\"model\":\"m\",\"previous_response_id\":\"%s\",\"input\":\"Question %d: "
+                                        "tell me one more thing about the history of the place we talked about.\"}",
+                     prev, i);
+        responses_request_t r;
+        parse_ok(body, load_stored, &l, &r);
+        assert_int_equal(json_array_size(r.context), (size_t)(2 * i + 1));
+        snprintf(id, sizeof id, "resp_%04d", i);
+        responses_meta_t m = {.id = id, .model = "m", .created = now, .store = store, .owner = "key-a"};
+        oai_usage_t u = {.prompt_tokens = 40, .completion_tokens = 42};
+        char *out = responses_complete_json(&m, &r, answer, strlen(answer), PROTO_FINISH_STOP, &u);
+        json_t *j = json_loads(out, 0, NULL);
+        assert_true(json_is_true(json_object_get(j, "store")));
+        assert_null(json_object_get(j, "warning"));
+        /* schema 1 kept response + input + the whole conversation through the output */
+        json_t *ctx = json_deep_copy(r.context);
+        json_array_extend(ctx, json_object_get(j, "output"));
+        char *c = json_dumps(ctx, JSON_COMPACT), *in = json_dumps(r.input, JSON_COMPACT);
+        old_bytes += (int64_t)(strlen(out) + strlen(in) + strlen(c));
+        free(c);
+        free(in);
+        json_decref(ctx);
+        json_decref(j);
+        free(out);
+        responses_request_free(&r);
+        int64_t n, bytes;
+        assert_int_equal(resp_store_stats(store, &n, &bytes), 0);
+        assert_int_equal(n, i + 1);
+        if (i == 0)
+            first_step = bytes;
+        if (bytes - last_bytes > max_step)
+            max_step = bytes - last_bytes;
+        last_bytes = bytes;
+        memcpy(prev, id, sizeof prev);
+    }
+    print_message("512-step chain: %lld bytes stored as deltas (%lld per step, at most %lld), %lld bytes as whole "
+                  "conversations per step (schema 1)\n", (long long)last_bytes, (long long)(last_bytes / STEPS),
+                  (long long)max_step, (long long)old_bytes);
+    assert_true(max_step <= 2 * first_step);              /* every step costs about the same */
+    assert_true(last_bytes <= (int64_t)STEPS * 2 * first_step); /* linear */
+    assert_true(old_bytes > 50 * last_bytes);
+    /* the whole conversation is still there */
+    json_t *ctx = NULL;
+    assert_int_equal(resp_store_context(store, prev, "key-a", now, &ctx), 0);
+    assert_int_equal(json_array_size(ctx), 2 * STEPS);
+    json_decref(ctx);
+    /* reasoning input items: an id-only stub, whatever they carried */
+    char *big = malloc(1 << 20);
+    memset(big, 'r', (1 << 20) - 1);
+    big[(1 << 20) - 1] = 0;
+    size_t bl = strlen(big) + 256;
+    char *body = malloc(bl);
+    snprintf(body, bl, "{\"model\":\"m\",\"input\":[{\"type\":\"reasoning\",\"id\":\"rs_1\",\"summary\":[{\"type\":"
+                       "\"summary_text\",\"text\":\"%s\"}]},{\"role\":\"user\",\"content\":\"hi\"}]}", big);
+    responses_request_t r;
+    parse_ok(body, NULL, NULL, &r);
+    char *in = json_dumps(r.input, JSON_COMPACT);
+    assert_true(strlen(in) < 300);
+    assert_non_null(strstr(in, "\"rs_1\""));
+    free(in);
+    responses_request_free(&r);
+    free(body);
+    free(big);
+    resp_store_close(&store);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_string_input), cmocka_unit_test(test_items_and_tools),
         cmocka_unit_test(test_previous),     cmocka_unit_test(test_refused),
         cmocka_unit_test(test_complete_and_store), cmocka_unit_test(test_stream),
+        cmocka_unit_test(test_chain_size),
         cmocka_unit_test(test_stream_failed), cmocka_unit_test(test_codex_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

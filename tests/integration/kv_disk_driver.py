@@ -329,7 +329,7 @@ def run():
     ro = 'mount --bind "%s" "%s" && mount -o remount,bind,ro "%s" "%s" && exec "$@"' % (d3, d3, d3, d3)
     d4 = os.path.join(TMP, "d4")
     os.makedirs(d4)
-    full = 'mount -t tmpfs -o size=64k tmpfs "%s" && exec "$@"' % d4
+    full = 'mount -t tmpfs -o size=64k,mode=0700 tmpfs "%s" && exec "$@"' % d4  # 0700: a world-writable folder is refused
     for name, kv_dir, wrap in (("read-only", d3, ro), ("full", d4, full)):
         w = Worker("w-" + name, kv_dir, wrap)
         check("%s folder: the worker registers" % name, w.ok, w.text()[-1500:])
@@ -337,7 +337,8 @@ def run():
             continue
         rid = w.replica()
         res = [post(p)[0] for p in PROMPTS[:3]]
-        m = settled(lambda m: any(k.startswith("pagoda_kv_disk_enabled") and rid in k for k in m))
+        m = settled(lambda m: any(k.startswith("pagoda_kv_disk_enabled") and rid in k for k in m) and
+                    metric(m, "pagoda_kv_disk_enabled", replica=rid) == 0)  # the heartbeat after the tier went off
         check("%s folder: the same texts" % name, res == ref[:3])
         check("%s folder: pagoda_kv_disk_enabled 0" % name,
               metric(m, "pagoda_kv_disk_enabled", replica=rid) == 0 and

@@ -68,6 +68,7 @@ def run():
         damage(files[0])
         w = kd.Worker("p-" + what.split()[-2], d)
         texts = [kd.post(p)[0] for p in kd.PROMPTS[:3]]
+        kd.wait_until(lambda: "pack cache: wrote" in w.text(), 60)  # the rewrite runs on a thread after registering
         t = w.text()
         w.term()
         kd.check("%s: the file is not used, the same texts, the file rewritten" % what,

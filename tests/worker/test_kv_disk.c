@@ -23,7 +23,14 @@
  *     the whole prompt), a fresh pool over the same folder (a restart)
  *     matches them too and kv_pool_held_keys lists them, and
  *     kv_pool_tier_flush writes the hot set;
- *   - two tiers on one folder (two replicas) see each other's files.
+ *   - two tiers on one folder (two replicas) see each other's files;
+ *   - as a local attacker: block files are 0600 and folders 0700 under
+ *     umask 0; a block with another key's MAC (a forger's valid checksum)
+ *     or an edited payload is rejected (n_forged / n_rejected count it); a
+ *     symlink planted at a block's name is not followed at load nor indexed
+ *     at open, and a store replaces the link, leaving its target unchanged;
+ *     a group/world-writable folder, or one owned by another user (as
+ *     root), turns the tier off.
  * Runs in ~0.1 s.
  */
 #include <setjmp.h>
@@ -49,6 +56,7 @@
 #define KVD 8
 
 static char g_dir[256];
+static const file_mac_key_t g_key = {{1, 2, 3, 4, 5, 6, 7, 8}}; /* the worker's MAC key in these tests */
 
 static int setup(void **state)
 {
@@ -132,7 +140,7 @@ static void test_round_trip_and_format(void **state)
 {
     (void)state;
     kv_disk_shape_t sh = shape_f32();
-    kv_disk_t *d = kv_disk_open(g_dir, 1u << 20, &sh);
+    kv_disk_t *d = kv_disk_open(g_dir, 1u << 20, &sh, &g_key);
     kv_store_t a = store_new(3, 0.5f), b = store_new(3, 100.0f);
     const int32_t tok[BS] = {5, 6, 7, 8};
     const uint64_t pub = 0xabcdef0123456789ULL, parent = PREFIX_KEY_PUBLIC_ROOT;
@@ -151,8 +159,8 @@ static void test_round_trip_and_format(void **state)
     size_t len;
     unsigned char *f = slurp(path, &len);
     assert_non_null(f);
-    assert_int_equal(len, KV_DISK_HEADER_BYTES + BS * 4 + 2 * NL * BS * KVD * 4 + 8);
-    assert_memory_equal(f, "PGKVBLK1", 8);
+    assert_int_equal(len, KV_DISK_HEADER_BYTES + BS * 4 + 2 * NL * BS * KVD * 4 + KV_DISK_MAC_BYTES);
+    assert_memory_equal(f, "PGKVBLK2", 8);
     uint64_t v;
     memcpy(&v, f + 32, 8);
     assert_true(v == pub);
@@ -162,7 +170,9 @@ static void test_round_trip_and_format(void **state)
     assert_true(v == 0x1234);
     assert_memory_equal(f + KV_DISK_HEADER_BYTES, tok, sizeof tok);
     assert_memory_equal(f + KV_DISK_HEADER_BYTES + sizeof tok, kv_store_k_at(&a, 0, 1, 0), BS * KVD * 4);
-    assert_true(kv_disk_hash64(f, len - 8, kv_disk_ident(&sh)) == *(uint64_t *)(f + len - 8));
+    uint8_t mac[KV_DISK_MAC_BYTES];
+    file_mac(&g_key, f, len - KV_DISK_MAC_BYTES, mac, sizeof mac);
+    assert_memory_equal(mac, f + len - KV_DISK_MAC_BYTES, sizeof mac);
     free(f);
     /* identity: every field moves the folder */
     uint64_t id0 = kv_disk_ident(&sh);
@@ -217,7 +227,7 @@ static void test_corruption_never_served(void **state)
     (void)state;
     kv_disk_shape_t sh = shape_f32();
     sh.weights_hash = 77;
-    kv_disk_t *d = kv_disk_open(g_dir, 1u << 20, &sh);
+    kv_disk_t *d = kv_disk_open(g_dir, 1u << 20, &sh, &g_key);
     kv_store_t a = store_new(3, 0.25f), b = store_new(3, 9.0f);
     const int32_t tok[BS] = {5, 6, 7, 8};
     const uint64_t pub = 0x1111222233334444ULL;
@@ -270,7 +280,7 @@ static void test_corruption_never_served(void **state)
     kv_disk_close(&d);
     /* at open, a file of the wrong size is removed before anything reads it */
     spit(path, good, len / 3);
-    d = kv_disk_open(g_dir, 1u << 20, &sh);
+    d = kv_disk_open(g_dir, 1u << 20, &sh, &g_key);
     kv_disk_stats(d, &st);
     assert_int_equal(st.n_rejected, 1);
     assert_false(kv_disk_has(d, pub));
@@ -283,8 +293,8 @@ static void test_cap_and_off(void **state)
     (void)state;
     kv_disk_shape_t sh = shape_f32();
     sh.weights_hash = 99;
-    const size_t fb = KV_DISK_HEADER_BYTES + BS * 4 + 2 * NL * BS * KVD * 4 + 8;
-    kv_disk_t *d = kv_disk_open(g_dir, 3 * fb + 10, &sh);
+    const size_t fb = KV_DISK_HEADER_BYTES + BS * 4 + 2 * NL * BS * KVD * 4 + KV_DISK_MAC_BYTES;
+    kv_disk_t *d = kv_disk_open(g_dir, 3 * fb + 10, &sh, &g_key);
     kv_store_t a = store_new(2, 1.0f);
     int32_t tok[BS] = {1, 2, 3, 4};
     for (uint64_t k = 1; k <= 3; k++)
@@ -303,11 +313,11 @@ static void test_cap_and_off(void **state)
     assert_int_equal(access(path, F_OK), -1);
     kv_disk_close(&d);
     /* reopened with a smaller cap: the oldest found files go */
-    d = kv_disk_open(g_dir, 2 * fb, &sh);
+    d = kv_disk_open(g_dir, 2 * fb, &sh, &g_key);
     assert_int_equal(kv_disk_n_keys(d), 2);
     kv_disk_close(&d);
     /* a cap below one block: off */
-    d = kv_disk_open(g_dir, fb - 1, &sh);
+    d = kv_disk_open(g_dir, fb - 1, &sh, &g_key);
     kv_disk_stats(d, &st);
     assert_false(st.enabled);
     assert_int_equal(kv_disk_store(d, &a, 0, 9, PREFIX_KEY_PUBLIC_ROOT, tok), -1);
@@ -316,7 +326,7 @@ static void test_cap_and_off(void **state)
     char file[300];
     snprintf(file, sizeof file, "%s/plainfile", g_dir);
     spit(file, (const unsigned char *)"x", 1);
-    d = kv_disk_open(file, 1u << 20, &sh);
+    d = kv_disk_open(file, 1u << 20, &sh, &g_key);
     kv_disk_stats(d, &st);
     assert_false(st.enabled);
     assert_int_equal(kv_disk_store(d, &a, 0, 9, PREFIX_KEY_PUBLIC_ROOT, tok), -1);
@@ -363,7 +373,7 @@ static void test_under_pool(void **state)
     sh.weights_hash = 4242;
     kv_pool_t *p = kv_pool_new(NL, KVD, 6, BS, KV_TYPE_F32);
     kv_pool_events_enable(p, 1024);
-    kv_disk_t *d = kv_disk_open(g_dir, 1u << 20, &sh);
+    kv_disk_t *d = kv_disk_open(g_dir, 1u << 20, &sh, &g_key);
     kv_disk_attach(d, p);
     int32_t a[17], b[17], hit;
     for (int i = 0; i < 17; i++) {
@@ -394,8 +404,8 @@ static void test_under_pool(void **state)
     /* a restart: a fresh pool over the same folder; a second tier on the
      * same folder is another replica */
     p = kv_pool_new(NL, KVD, 8, BS, KV_TYPE_F32);
-    d = kv_disk_open(g_dir, 1u << 20, &sh);
-    kv_disk_t *d2 = kv_disk_open(g_dir, 1u << 20, &sh);
+    d = kv_disk_open(g_dir, 1u << 20, &sh, &g_key);
+    kv_disk_t *d2 = kv_disk_open(g_dir, 1u << 20, &sh, &g_key);
     kv_disk_attach(d, p);
     assert_true(kv_pool_n_held_keys(p) >= 8);
     uint64_t keys[64];
@@ -442,6 +452,92 @@ static void test_hash(void **state)
     assert_int_equal(kv_disk_hash_file(path, &fh, err, sizeof err), -1);
 }
 
+/* As a local attacker would: the files are private, a forged, edited or
+ * copied-in block is rejected and counted, a symlink planted at a block's
+ * name is never followed, a folder others can write is refused. */
+static void test_attacker_files(void **state)
+{
+    (void)state;
+    kv_disk_shape_t sh = shape_f32();
+    sh.weights_hash = 0x5151;
+    mode_t old = umask(0); /* a careless umask: the modes must not depend on it */
+    kv_disk_t *d = kv_disk_open(g_dir, 1u << 20, &sh, &g_key);
+    kv_store_t a = store_new(3, 0.5f), b = store_new(3, 100.0f);
+    const int32_t tok[BS] = {5, 6, 7, 8};
+    const uint64_t pub = 0x1111222233334444ULL, root = PREFIX_KEY_PUBLIC_ROOT;
+    assert_int_equal(kv_disk_store(d, &a, 0, pub, root, tok), 0);
+    umask(old);
+    char path[400], sub[300];
+    file_of(path, sizeof path, &sh, pub);
+    sub_dir(sub, sizeof sub, &sh);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    assert_int_equal(stat(sub, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0700);
+    size_t len;
+    unsigned char *good = slurp(path, &len);
+    /* forged: valid header and tokens, MAC made with another key (anyone
+     * can make an unkeyed checksum; nobody without the key makes this) */
+    const file_mac_key_t other = {{66}};
+    unsigned char *bad = malloc(len);
+    memcpy(bad, good, len);
+    file_mac(&other, bad, len - KV_DISK_MAC_BYTES, bad + len - KV_DISK_MAC_BYTES, KV_DISK_MAC_BYTES);
+    assert_int_equal(kv_disk_check(&sh, &g_key, bad, len, pub, root, tok), -2);
+    kv_disk_stats_t s0, s1;
+    kv_disk_stats(d, &s0);
+    spit(path, bad, len);
+    assert_int_equal(kv_disk_load(d, &b, 1, pub, root, tok), 2);
+    kv_disk_stats(d, &s1);
+    assert_int_equal(s1.n_forged, s0.n_forged + 1);
+    assert_int_equal(s1.n_rejected, s0.n_rejected + 1);
+    assert_int_equal(access(path, F_OK), -1);
+    /* edited payload with the old MAC kept: rejected */
+    memcpy(bad, good, len);
+    bad[KV_DISK_HEADER_BYTES + BS * 4 + 3] ^= 0x40;
+    spit(path, bad, len);
+    assert_int_equal(kv_disk_load(d, &b, 1, pub, root, tok), 2);
+    /* a symlink planted at the block's name: not followed, its target unchanged */
+    char victim[400];
+    snprintf(victim, sizeof victim, "%s/victim.txt", g_dir);
+    spit(victim, (const unsigned char *)"precious", 8);
+    assert_int_equal(symlink(victim, path), 0);
+    assert_int_equal(kv_disk_load(d, &b, 1, pub, root, tok), 2);
+    assert_int_equal(symlink(victim, path), 0);
+    kv_disk_close(&d);
+    d = kv_disk_open(g_dir, 1u << 20, &sh, &g_key); /* a symlink is not indexed */
+    assert_false(kv_disk_has(d, pub));
+    assert_int_equal(kv_disk_store(d, &a, 0, pub, root, tok), 0); /* replaces the link itself */
+    unsigned char *v = slurp(victim, &len);
+    assert_int_equal(len, 8);
+    assert_memory_equal(v, "precious", 8);
+    free(v);
+    assert_int_equal(lstat(path, &sb), 0);
+    assert_true(S_ISREG(sb.st_mode));
+    kv_disk_close(&d);
+    /* folders others can write, or owned by another user: refused */
+    char open_dir[300];
+    snprintf(open_dir, sizeof open_dir, "%s/world", g_dir);
+    assert_int_equal(mkdir(open_dir, 0700), 0);
+    assert_int_equal(chmod(open_dir, 0777), 0);
+    d = kv_disk_open(open_dir, 1u << 20, &sh, &g_key);
+    kv_disk_stats(d, &s1);
+    assert_false(s1.enabled);
+    assert_int_equal(kv_disk_store(d, &a, 0, pub, root, tok), -1);
+    kv_disk_close(&d);
+    if (geteuid() == 0) {
+        assert_int_equal(chmod(open_dir, 0700), 0);
+        assert_int_equal(chown(open_dir, 65534, 65534), 0);
+        d = kv_disk_open(open_dir, 1u << 20, &sh, &g_key);
+        kv_disk_stats(d, &s1);
+        assert_false(s1.enabled);
+        kv_disk_close(&d);
+    }
+    free(good);
+    free(bad);
+    free(a.k), free(a.v), free(b.k), free(b.v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -450,6 +546,7 @@ int main(void)
         cmocka_unit_test(test_corruption_never_served),
         cmocka_unit_test(test_cap_and_off),
         cmocka_unit_test(test_under_pool),
+        cmocka_unit_test(test_attacker_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -54,6 +54,8 @@
 #include "worker/pack_cache.h"
 #include "tests/support/support.h"
 
+static const file_mac_key_t g_key = {{9, 8, 7}}; /* the worker's MAC key in these tests */
+
 static char g_dir[] = "/tmp/pagoda-pack-cache-test-XXXXXX";
 
 static int sh(const char *fmt, const char *a, const char *b)
@@ -167,7 +169,7 @@ static pack_cache_result_t through(const ref_t *r, const char *path, const char 
 {
     model_t *m = load(path);
     pack_cache_result_t res;
-    int n = pack_cache_pack(m, 2, dir, hash, &res, NULL);
+    int n = pack_cache_pack(m, 2, dir, &g_key, hash, &res, NULL);
     assert_int_equal(res.outcome, want);
     assert_int_equal(res.rejected, rejected);
     assert_int_equal(n, res.n_packed);
@@ -302,7 +304,7 @@ static void check_type(const char *type)
         model_t *m = load(path);
         pack_cache_result_t res;
         pack_cache_write_t *job = NULL;
-        assert_true(pack_cache_pack(m, 2, dir, hash, &res, &job) > 0);
+        assert_true(pack_cache_pack(m, 2, dir, &g_key, hash, &res, &job) > 0);
         assert_int_equal(res.outcome, PACK_CACHE_PACKED);
         assert_non_null(job);
         assert_int_equal(access(file, F_OK), -1);
@@ -372,8 +374,8 @@ static void test_parse(void **state)
     pack_cache_entry_t e[2];
     char err[128];
     uint8_t b[4096] = {0};
-    assert_int_equal(pack_cache_parse(b, 10, &h, e, err, sizeof err), -1);
-    assert_int_equal(pack_cache_parse(b, sizeof b, &h, e, err, sizeof err), -1); /* magic */
+    assert_int_equal(pack_cache_parse(b, 10, &g_key, &h, e, err, sizeof err), -1);
+    assert_int_equal(pack_cache_parse(b, sizeof b, &g_key, &h, e, err, sizeof err), -1); /* magic */
     /* a whole 2-matrix header, then one field at a time broken */
     uint32_t ver = PACK_CACHE_VERSION, n = 2;
     uint64_t off = 4096, pay = 128 + 64, fb = off + pay;
@@ -387,16 +389,16 @@ static void test_parse(void **state)
     for (int i = 0; i < 2; i++)
         memcpy(b + PACK_CACHE_HEAD + PACK_CACHE_ENTRY * i + 24, &sizes[i], 8);
     size_t end = PACK_CACHE_HEAD + 2 * PACK_CACHE_ENTRY + 8;
-    uint64_t sum = kv_disk_hash64(b, end - 8, 0x7061636b68656164ULL);
+    uint64_t sum = file_mac64(&g_key, b, end - 8);
     memcpy(b + end - 8, &sum, 8);
-    assert_int_equal(pack_cache_parse(b, end, &h, e, err, sizeof err), 2);
+    assert_int_equal(pack_cache_parse(b, end, &g_key, &h, e, err, sizeof err), 2);
     assert_int_equal(e[0].bytes, 128);
     assert_int_equal(h.file_bytes, fb);
-    assert_int_equal(pack_cache_parse(b, end - 1, &h, e, err, sizeof err), -1); /* cut */
-    assert_int_equal(pack_cache_parse(b, PACK_CACHE_HEAD, &h, NULL, err, sizeof err), 2);
+    assert_int_equal(pack_cache_parse(b, end - 1, &g_key, &h, e, err, sizeof err), -1); /* cut */
+    assert_int_equal(pack_cache_parse(b, PACK_CACHE_HEAD, &g_key, &h, NULL, err, sizeof err), 2);
     for (size_t at = 0; at < end; at++) { /* every header byte is checked */
         b[at] ^= 1;
-        assert_int_equal(pack_cache_parse(b, end, &h, e, err, sizeof err), -1);
+        assert_int_equal(pack_cache_parse(b, end, &g_key, &h, e, err, sizeof err), -1);
         b[at] ^= 1;
     }
 }
@@ -410,27 +412,27 @@ static void test_weights_hash_cached(void **state)
     uint64_t direct, h1 = 0, h2 = 0, h3 = 0, h4 = 0;
     bool cached = true;
     assert_int_equal(kv_disk_hash_file(path, &direct, err, sizeof err), 0);
-    assert_int_equal(kv_disk_hash_file_cached(path, dir, &h1, &cached, err, sizeof err), 0);
+    assert_int_equal(kv_disk_hash_file_cached(path, dir, &g_key, &h1, &cached, err, sizeof err), 0);
     assert_false(cached);
-    assert_int_equal(kv_disk_hash_file_cached(path, dir, &h2, &cached, err, sizeof err), 0);
+    assert_int_equal(kv_disk_hash_file_cached(path, dir, &g_key, &h2, &cached, err, sizeof err), 0);
     assert_true(cached);
     assert_int_equal(h1, direct);
     assert_int_equal(h2, direct);
     /* damaged record: ignored, recomputed, rewritten */
     assert_int_equal(sh("for f in %s/weights-hash/*.hash; do printf 'xxxxxxxx' | dd of=$f bs=1 seek=8 "
                         "conv=notrunc 2>/dev/null; done%s", dir, ""), 0);
-    assert_int_equal(kv_disk_hash_file_cached(path, dir, &h3, &cached, err, sizeof err), 0);
+    assert_int_equal(kv_disk_hash_file_cached(path, dir, &g_key, &h3, &cached, err, sizeof err), 0);
     assert_false(cached);
     assert_int_equal(h3, direct);
     /* a new mtime: another identity, hashed again */
     assert_int_equal(sh("touch -d '2001-02-03 04:05:06' %s%s", path, ""), 0);
-    assert_int_equal(kv_disk_hash_file_cached(path, dir, &h4, &cached, err, sizeof err), 0);
+    assert_int_equal(kv_disk_hash_file_cached(path, dir, &g_key, &h4, &cached, err, sizeof err), 0);
     assert_false(cached);
     assert_int_equal(h4, direct);
     /* a missing file is an error either way */
     char missing[300];
     snprintf(missing, sizeof missing, "%s/none.gguf", g_dir);
-    assert_int_equal(kv_disk_hash_file_cached(missing, dir, &h4, &cached, err, sizeof err), -1);
+    assert_int_equal(kv_disk_hash_file_cached(missing, dir, &g_key, &h4, &cached, err, sizeof err), -1);
 }
 
 int main(void)

@@ -860,6 +860,21 @@ size_t model_weight_bytes(const model_t *m)
     return n;
 }
 
+size_t model_held_bytes(const model_t *m)
+{
+    size_t n = model_weight_bytes(m) + m->packed_bytes;
+    int n_ws = (10 + 3 * m->cfg.n_expert) * m->cfg.n_layer + 1;
+    matmul_weight_t **ws = xmalloc((size_t)n_ws * sizeof *ws);
+    int *shared = xmalloc((size_t)n_ws * sizeof *shared);
+    n_ws = matmul_weights((model_t *)m, ws, shared); /* only reads */
+    for (int i = 0; i < n_ws; i++)
+        if (ws[i]->packed && !shared[i]) /* its file pages were dropped */
+            n -= matmul_weight_bytes(ws[i]);
+    free(ws);
+    free(shared);
+    return n;
+}
+
 void model_describe(const model_t *m, char *buf, size_t len)
 {
     const model_config_t *c = &m->cfg;

@@ -277,4 +277,11 @@ static inline int32_t model_kv_window(const model_config_t *c)
 /* Bytes of weight data in the mmap used by the model's matrices. */
 size_t model_weight_bytes(const model_t *m);
 
+/* Bytes of weights the process holds once the model is packed (or not):
+ * model_weight_bytes, less the file bytes of each packed matrix whose pages
+ * model_pack_int8 dropped (not the tied output, whose rows the embedding
+ * lookup reads), plus the packings (packed_bytes). What the KV pool's
+ * automatic size (worker/kv_budget.h) counts as the weights. */
+size_t model_held_bytes(const model_t *m);
+
 #endif

@@ -19,6 +19,8 @@
  * A model whose output is tied to token_embd (made by aliasing the two after
  * load, as model_load does for files without output.weight) keeps its
  * embedding rows readable and unpacked while the output is packed.
+ * model_held_bytes follows: the file's matrices before packing, the
+ * embedding plus the packings after (tied or not).
  * Without AVX2 + F16C model_pack_int8 must do nothing (checked instead). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -128,6 +130,7 @@ static void check_model(const char *path, bool tie)
     }
     const size_t nl = (size_t)(1 + N_DECODE) * 2 * (size_t)m->cfg.vocab * sizeof(float);
     float *q_before = run_plan(m, true), *f_before = run_plan(m, false);
+    assert_int_equal(model_held_bytes(m), model_weight_bytes(m)); /* nothing packed: the file's matrices */
     int n = model_pack_int8(m, 2);
     if (!qgemm_avx2_available()) {
         print_message("  no AVX2 + F16C: nothing packed\n");
@@ -148,6 +151,9 @@ static void check_model(const char *path, bool tie)
         assert_non_null(m->output.packed);
         assert_null(m->tok_embd.packed);
         assert_int_equal(m->packed_bytes, want);
+        /* held: the embedding's file rows (read by the lookup, tied or not) and the
+         * packings; every packed matrix's own file pages were dropped */
+        assert_int_equal(model_held_bytes(m), matmul_weight_bytes(&m->tok_embd) + want);
         assert_int_equal(model_pack_int8(m, 2), 0); /* already packed */
     }
     float *q_after = run_plan(m, true), *f_after = run_plan(m, false);
