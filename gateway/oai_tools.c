@@ -169,7 +169,8 @@ static int parse_tool(json_t **tp, size_t i, oai_request_t *r, oai_error_t *e)
         json_t *fn = custom_as_function(t, p, e);
         if (!fn)
             return -1;
-        *tp = t = fn; /* the caller's array holds it */
+        json_decref(t); /* the caller's reference: it holds fn instead */
+        *tp = t = fn;
     } else if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0) {
         return bad(e, p, "'%s.type' must be \"function\" or \"custom\".", p);
     }

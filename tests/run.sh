@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every pagoda test: the cmocka unit programs built under $PAGODA_BUILD/tests
-# and every integration script tests/integration/*.sh. Counts cases, prints one line per
+# and every integration script tests/integration/*.sh and tests/agents/*.sh (the
+# real coding agents; helpers there are lib_*.sh and ensure.sh). Counts cases, prints one line per
 # program, keeps full logs in $PAGODA_BUILD/test-logs, and ends with
 # "N passed, M failed, K skipped". Exit status is non-zero when anything failed.
 #
@@ -59,6 +60,13 @@ for t in tests/integration/*.sh; do
   name=${t#tests/integration/}
   [[ -n $filter && $name != *"$filter"* ]] && continue
   run_one "integration/$name" "$LOGS/integration_${name%.sh}.log" bash "$t"
+done
+for t in tests/agents/*.sh; do
+  [[ -e $t ]] || continue
+  name=${t#tests/agents/}
+  [[ $name == lib_*.sh || $name == ensure.sh ]] && continue
+  [[ -n $filter && $name != *"$filter"* ]] && continue
+  run_one "agents/$name" "$LOGS/agents_${name%.sh}.log" bash "$t"
 done
 
 if [[ ${#failed_names[@]} -gt 0 ]]; then

@@ -16,9 +16,14 @@ tool result) carry a tool_choice naming NAME, in the shape of the route
 output, the agent's handling of the call — is the real programs'.
 --grammar NAME=FILE replaces the Lark definition of custom tool NAME (Codex's
 apply_patch) with the file's text, to pin the patched file's name.
+--schema NAME=FILE replaces the JSON Schema of function tool NAME (Anthropic
+input_schema, Responses parameters) with the file's JSON, to pin what a
+random model's forced call says (a `const` command line for a shell tool, a
+known file for Read) so the agent runs only what the test chose.
+/v1/messages/count_tokens bodies are recorded too (NNN-count_tokens.json).
 
 Usage: record_proxy.py --listen PORT --upstream http://127.0.0.1:GW --dir OUT
-       [--force NAME] [--grammar NAME=FILE]
+       [--force NAME] [--grammar NAME=FILE] [--schema NAME=FILE]
 Prints "listening PORT" once ready. Stops on SIGTERM.
 """
 import argparse
@@ -40,7 +45,9 @@ counter = [0]
 
 def last_is_user_turn(route, body):
     if route == "messages":
-        msgs = body.get("messages") or []
+        # Claude Code appends its environment as a role "system" message
+        # after the user's turn: the turn that decides is the last other one.
+        msgs = [m for m in body.get("messages") or [] if m.get("role") != "system"]
         if not msgs or msgs[-1].get("role") != "user":
             return False
         c = msgs[-1].get("content")
@@ -78,6 +85,15 @@ def rewrite(route, body, args):
             body["tool_choice"] = {"type": "tool", "name": args.force}
         else:
             body["tool_choice"] = {"type": tool_kind(body, args.force), "name": args.force}
+    for name, schema in args.schemas.items():
+        def walk(tools):
+            for t in tools or []:
+                if t.get("type") == "namespace":
+                    walk(t.get("tools"))
+                elif t.get("name") == name and t.get("type") in (None, "function", "custom") \
+                        and "format" not in t:
+                    t["input_schema" if route != "responses" else "parameters"] = schema
+        walk(body.get("tools"))
     for name, text in args.grammars.items():
         def walk(tools):
             for t in tools or []:
@@ -109,7 +125,8 @@ class Handler(BaseHTTPRequestHandler):
         args = self.server.args
         path = urllib.parse.urlsplit(self.path).path
         route = "messages" if path.endswith("/messages") else \
-                "responses" if path.endswith("/responses") else "other"
+                "responses" if path.endswith("/responses") else \
+                "count_tokens" if path.endswith("/messages/count_tokens") else "other"
         sent = raw
         if raw and route != "other":
             try:
@@ -162,7 +179,13 @@ def main():
     p.add_argument("--dir", required=True)
     p.add_argument("--force")
     p.add_argument("--grammar", action="append", default=[])
+    p.add_argument("--schema", action="append", default=[])
     args = p.parse_args()
+    args.schemas = {}
+    for g in args.schema:
+        name, path = g.split("=", 1)
+        with open(path) as f:
+            args.schemas[name] = json.load(f)
     args.grammars = {}
     for g in args.grammar:
         name, path = g.split("=", 1)
