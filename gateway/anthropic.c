@@ -22,7 +22,8 @@
 const char *anthropic_error_type(int status)
 {
     switch (status) {
-    case 400: case 405: case 413: case 415: case 422: return status == 413 ? "request_too_large"
+    case 400: case 405: case 413: case 414: case 415: case 421: case 422:
+        return status == 413 ? "request_too_large"
                                                                           : "invalid_request_error";
     case 401: return "authentication_error";
     case 403: return "permission_error";
@@ -197,6 +198,11 @@ static int add_message(json_t *msgs, json_t *m, size_t i, oai_error_t *e)
             if (!text)
                 goto out;
             json_t *is_err = json_object_get(b, "is_error");
+            if (present(is_err) && !json_is_boolean(is_err)) {
+                json_decref(text);
+                bad(e, "messages.%zu.content.%zu.is_error: must be a boolean.", i, k);
+                goto out;
+            }
             if (json_is_true(is_err)) {
                 size_t n = json_string_length(text);
                 char *buf = xmalloc(n + 8);
@@ -463,6 +469,27 @@ static json_t *translate(json_t *root, unsigned flags, char *warn, size_t warnle
         bad(e, "temperature: must be a number between 0 and 1.");
         goto err;
     }
+    /* the types Anthropic's API has (the chat parser would accept more: a
+     * string stop, a whole float top_k) */
+    json_t *ss = json_object_get(root, "stop_sequences"), *tk = json_object_get(root, "top_k");
+    if (present(ss)) {
+        bool strs = json_is_array(ss);
+        for (size_t k = 0; strs && k < json_array_size(ss); k++)
+            strs = json_is_string(json_array_get(ss, k));
+        if (!strs) {
+            bad(e, "stop_sequences: must be an array of strings.");
+            goto err;
+        }
+    }
+    if (present(tk) && !json_is_integer(tk)) {
+        bad(e, "top_k: must be an integer.");
+        goto err;
+    }
+    json_t *tier = json_object_get(root, "service_tier"); /* accepted, not used */
+    if (present(tier) && !json_is_string(tier)) {
+        bad(e, "service_tier: must be a string.");
+        goto err;
+    }
     copy(root, chat, "temperature", "temperature");
     copy(root, chat, "top_p", "top_p");
     copy(root, chat, "top_k", "top_k");
@@ -474,6 +501,11 @@ static json_t *translate(json_t *root, unsigned flags, char *warn, size_t warnle
     if (present(md)) {
         if (!json_is_object(md)) {
             bad(e, "metadata: must be an object.");
+            goto err;
+        }
+        json_t *uid = json_object_get(md, "user_id");
+        if (present(uid) && !json_is_string(uid)) {
+            bad(e, "metadata.user_id: must be a string.");
             goto err;
         }
         copy(md, chat, "user_id", "user");

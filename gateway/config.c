@@ -63,6 +63,7 @@ static int check_endpoint(const char *s, char *why, size_t n);
 static int check_name(const char *s, char *why, size_t n);
 static int check_path(const char *s, char *why, size_t n);
 static int check_origins(const char *s, char *why, size_t n);
+static int check_hosts(const char *s, char *why, size_t n);
 
 #define INT(k, st, m, lo, hi) {.key = k, .kind = K_INT, .off = offsetof(st, m), .imin = lo, .imax = hi}
 #define I64(k, st, m, lo, hi) {.key = k, .kind = K_I64, .off = offsetof(st, m), .imin = lo, .imax = hi}
@@ -87,6 +88,8 @@ static const field_t limits_fields[] = {
     INT("max_messages", config_limits_t, max_messages, 1, OAI_MAX_MESSAGES),
     I64("max_prompt_bytes", config_limits_t, max_prompt_bytes, 1, OAI_MAX_TEXT_BYTES),
     DBL("rate_per_key", config_limits_t, rate_per_key, 0.0, 1000000.0),
+    INT("max_uploads", config_limits_t, max_uploads, 1, 1000000),
+    INT("max_uploads_per_ip", config_limits_t, max_uploads_per_ip, 1, 1000000),
 };
 static const field_t restart_fields[] = {
     INT("backoff_initial_ms", config_restart_t, backoff_initial_ms, 1, 3600000),
@@ -152,6 +155,10 @@ static const field_t top_fields[] = {
     INT("http_threads", config_t, http_threads, 1, 256),
     DBL("http_idle_timeout_s", config_t, http_idle_timeout_s, 1.0, 86400.0),
     DBL("header_timeout_s", config_t, header_timeout_s, 0.1, 86400.0),
+    DBL("body_timeout_s", config_t, body_timeout_s, 0.1, 86400.0),
+    I64("body_min_rate", config_t, body_min_rate, 0, 1073741824),
+    DBL("body_rate_window_s", config_t, body_rate_window_s, 0.1, 3600.0),
+    OPTSTR("allowed_hosts", config_t, allowed_hosts, check_hosts),
     OPTSTR("worker_bin", config_t, worker_bin, check_path),
     DBL("drain_timeout_s", config_t, drain_timeout_s, 0.0, 86400.0),
     OPTSTR("cors_origins", config_t, cors_origins, check_origins),
@@ -360,6 +367,41 @@ static int check_origins(const char *s, char *why, size_t n)
     return 0;
 }
 
+/* allowed_hosts: NAME[,NAME...] (commas and/or blanks between), each a DNS
+ * name (letters, digits, '-', '_', '.'; no port: any port is accepted),
+ * "*.SUFFIX" or "*". */
+static int check_hosts(const char *s, char *why, size_t n)
+{
+    size_t n_seen = 0;
+    for (const char *p = s; *p;) {
+        p += strspn(p, ", \t");
+        size_t len = strcspn(p, ", \t");
+        if (len == 0)
+            break;
+        n_seen++;
+        const char *name = p;
+        size_t nl = len;
+        if (nl >= 2 && name[0] == '*' && name[1] == '.') {
+            name += 2;
+            nl -= 2;
+        }
+        bool ok = (len == 1 && p[0] == '*') ||
+                  (nl > 0 && len <= 253 && name[0] != '.' &&
+                   strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") >= nl);
+        if (!ok) {
+            snprintf(why, n, "'%.*s' is not a host name: want NAME, *.SUFFIX or * (letters, digits, "
+                             "'-', '_', '.'; no port, no scheme)", (int)(len > 64 ? 64 : len), p);
+            return -1;
+        }
+        p += len;
+    }
+    if (n_seen == 0) {
+        snprintf(why, n, "no host name given (want NAME[,NAME...], or null for none)");
+        return -1;
+    }
+    return 0;
+}
+
 /* Characters no config string may hold: ASCII and C1 controls, and the
  * Unicode line/paragraph separators and BOM, which YAML folds or drops (a
  * value with them would not read back the same). Returns the offending
@@ -557,6 +599,9 @@ config_t *config_default(void)
     c->http_threads = 2;
     c->http_idle_timeout_s = HTTP_DEFAULT_IDLE_TIMEOUT_S;
     c->header_timeout_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
+    c->body_timeout_s = HTTP_DEFAULT_BODY_TIMEOUT_S;
+    c->body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
+    c->body_rate_window_s = HTTP_DEFAULT_BODY_RATE_WINDOW_S;
     c->worker_bin = NULL;
     c->drain_timeout_s = 30;
     c->state_dir = NULL; /* gateway_main.c picks the default directory */
@@ -577,7 +622,9 @@ config_t *config_default(void)
     c->limits = (config_limits_t){.max_body_bytes = CONFIG_DEFAULT_MAX_BODY,
                                   .max_messages = OAI_MAX_MESSAGES,
                                   .max_prompt_bytes = OAI_MAX_TEXT_BYTES,
-                                  .rate_per_key = 0.0};
+                                  .rate_per_key = 0.0,
+                                  .max_uploads = HTTP_DEFAULT_MAX_UPLOADS,
+                                  .max_uploads_per_ip = HTTP_DEFAULT_MAX_UPLOADS_PER_IP};
     c->restart = (config_restart_t){.backoff_initial_ms = SUPERVISOR_BACKOFF_MIN_MS,
                                     .backoff_max_ms = SUPERVISOR_BACKOFF_MAX_MS,
                                     .crash_loop_restarts = SUPERVISOR_FAIL_RESTARTS,
@@ -601,6 +648,7 @@ void config_free(config_t **cp)
     free(c->keys_file);
     free(c->worker_bin);
     free(c->cors_origins);
+    free(c->allowed_hosts);
     free(c->state_dir);
     free(c->curve.server_secret_key_file);
     free(c->curve.authorized_worker_keys_file);

@@ -60,6 +60,19 @@
  *   header_timeout_s             float    10                      0.1..86400 s; a connection whose
  *                                                                 request headers are not complete
  *                                                                 this long after it opened is closed
+ *   body_timeout_s               float    60                      0.1..86400 s; a request body not
+ *                                                                 complete this long after its headers:
+ *                                                                 the connection is closed
+ *   body_min_rate                int      1024                    0..1073741824 bytes/s a request body
+ *                                                                 must bring over each window (the
+ *                                                                 first one is the grace period), else
+ *                                                                 the connection is closed; 0 = off
+ *   body_rate_window_s           float    10                      0.1..3600 s, that window
+ *   allowed_hosts                string   (none)                  Host header names accepted besides IP
+ *                                                                 addresses, localhost and the listen
+ *                                                                 host: "NAME[,NAME...]", each a name,
+ *                                                                 *.SUFFIX or * (any); another Host gets
+ *                                                                 421 (DNS rebinding)
  *   worker_bin                   string   (none)                  worker executable for local workers;
  *                                                                 none = pagoda-worker next to the gateway
  *   drain_timeout_s              float    30                      0..86400 s; on SIGTERM, how long
@@ -118,6 +131,10 @@
  *                                                                 messages per request (400)
  *   limits.max_prompt_bytes      int      4194304                 1..4194304 (OAI_MAX_TEXT_BYTES)
  *                                                                 prompt / message text (400)
+ *   limits.max_uploads           int      256                     1..1000000 requests whose body is
+ *                                                                 still arriving, all clients (503)
+ *   limits.max_uploads_per_ip    int      32                      1..1000000 the same per client
+ *                                                                 address, IPv6 by /64 (429)
  *   limits.rate_per_key          float    0                       0..1000000 requests/s per API key;
  *                                                                 0 = unlimited [pending: parsed, not
  *                                                                 enforced yet; the gateway warns]
@@ -268,6 +285,8 @@ typedef struct config_limits {
     int max_messages;          /* chat messages per request */
     int64_t max_prompt_bytes;  /* prompt / all message contents, bytes */
     double rate_per_key;       /* requests per second per API key, 0 = unlimited */
+    int max_uploads;           /* request bodies arriving at once, all clients */
+    int max_uploads_per_ip;    /* the same from one client address */
 } config_limits_t;
 
 typedef struct config_restart {
@@ -302,6 +321,11 @@ typedef struct config {
     double http_idle_timeout_s;/* close an idle HTTP connection after this long, s */
     double header_timeout_s;   /* close a connection whose request headers are not complete
                                   this long after it opened (slowloris), s */
+    double body_timeout_s;     /* close a connection whose request body is not complete this
+                                  long after its headers, s */
+    int64_t body_min_rate;     /* bytes/s a body must bring per body_rate_window_s, 0 = off */
+    double body_rate_window_s; /* s */
+    char *allowed_hosts;       /* Host names accepted besides IPs and localhost, "A,B"; NULL = none */
     char *worker_bin;          /* NULL = pagoda-worker next to the gateway binary */
     double drain_timeout_s;    /* SIGTERM: how long requests in flight may finish, s */
     char *cors_origins;        /* browser origins allowed (CORS), "A,B"; NULL = none */

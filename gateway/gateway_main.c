@@ -86,6 +86,12 @@ static const struct flag_key {
     {"http-threads", "http_threads", false, false},
     {"http-idle-timeout", "http_idle_timeout_s", false, false},
     {"header-timeout", "header_timeout_s", false, false},
+    {"body-timeout", "body_timeout_s", false, false},
+    {"body-min-rate", "body_min_rate", false, false},
+    {"body-rate-window", "body_rate_window_s", false, false},
+    {"max-uploads", "limits.max_uploads", false, false},
+    {"max-uploads-per-ip", "limits.max_uploads_per_ip", false, false},
+    {"allowed-host", "allowed_hosts", false, false},
     {"max-redispatch", "queue.max_redispatch", false, false},
     {"max-body", "limits.max_body_bytes", false, false},
     {"max-messages", "limits.max_messages", false, false},
@@ -112,7 +118,7 @@ static const struct flag_key {
     {"routing-max-load-gap", "routing.max_load_gap", false, false},
     {"max-restarts", "restart.crash_loop_restarts", false, false},
     {"restart-window", "restart.crash_loop_window_s", false, false},
-    {"cors-origin", "cors_origins", false, false},   /* repeatable: values are joined */
+    {"cors-origin", "cors_origins", false, false},
     {"admin-open", "admin_open", false, true},
     {"no-ui", "no_ui", false, true},
     {"reasoning-parser", "reasoning_parser", false, false},
@@ -125,6 +131,18 @@ static const struct flag_key {
     {"responses-store-wait-ms", "responses_store_wait_ms", false, false},
 };
 #define N_FLAG_KEYS (sizeof flag_keys / sizeof flag_keys[0])
+/* Flags of flag_keys that are repeatable lists: their values are joined with
+ * ',' into one list that replaces the file's (a column of flag_keys kept
+ * apart so its rows stay four values). */
+static const char *const joined_flags[] = {"cors-origin", "allowed-host"};
+
+static bool flag_joined(size_t i)
+{
+    for (size_t k = 0; k < sizeof joined_flags / sizeof joined_flags[0]; k++)
+        if (strcmp(flag_keys[i].flag, joined_flags[k]) == 0)
+            return true;
+    return false;
+}
 #define OPT_FLAG_KEY 1000  /* getopt value of flag_keys[i] = OPT_FLAG_KEY + i */
 
 static void usage(FILE *f)
@@ -194,6 +212,18 @@ static void usage(FILE *f)
             "  --header-timeout S         close a connection whose request headers are not\n"
             "                             complete S seconds after it opened (default %d)\n"
             "                             [header_timeout_s]\n"
+            "  --body-timeout S           close a connection whose request body is not complete\n"
+            "                             S seconds after its headers (default %d) [body_timeout_s]\n"
+            "  --body-min-rate B          ... or that brings fewer than B bytes/s over a window of\n"
+            "                             --body-rate-window S (default %d B/s per %d s; 0 = off)\n"
+            "                             [body_min_rate, body_rate_window_s]\n"
+            "  --max-uploads N            request bodies arriving at once, all clients (default %d;\n"
+            "                             503 beyond) [limits.max_uploads]\n"
+            "  --max-uploads-per-ip N     the same per client address, IPv6 by /64 (default %d;\n"
+            "                             429 beyond) [limits.max_uploads_per_ip]\n"
+            "  --allowed-host NAME        accept Host: NAME (any port; *.SUFFIX, or * for any) besides\n"
+            "                             IP addresses, localhost and the listen host; another Host\n"
+            "                             gets 421 (DNS rebinding; repeatable) [allowed_hosts]\n"
             "  --max-redispatch N         re-dispatches after worker losses before a request\n"
             "                             gets 502 (default %d) [queue.max_redispatch]\n"
             "Workers:\n"
@@ -248,7 +278,9 @@ static void usage(FILE *f)
             "  --help\n",
             GATEWAY_DEFAULT_MAX_QUEUE, GATEWAY_DEFAULT_TIMEOUT_S, GATEWAY_DEFAULT_GRACE_S,
             OAI_MAX_MESSAGES, OAI_MAX_TEXT_BYTES, HTTP_DEFAULT_IDLE_TIMEOUT_S,
-            HTTP_DEFAULT_HEADER_TIMEOUT_S, GATEWAY_DEFAULT_MAX_REDISPATCH, PROTO_HEARTBEAT_MS,
+            HTTP_DEFAULT_HEADER_TIMEOUT_S, HTTP_DEFAULT_BODY_TIMEOUT_S, HTTP_DEFAULT_BODY_MIN_RATE,
+            HTTP_DEFAULT_BODY_RATE_WINDOW_S, HTTP_DEFAULT_MAX_UPLOADS, HTTP_DEFAULT_MAX_UPLOADS_PER_IP,
+            GATEWAY_DEFAULT_MAX_REDISPATCH, PROTO_HEARTBEAT_MS,
             PROTO_PROGRESS_SCALE, PROTO_PROGRESS_TIMEOUT_MS,
             GATEWAY_DEFAULT_IDLE_S,
             SUPERVISOR_FAIL_RESTARTS, SUPERVISOR_FAIL_WINDOW_MS / 1000);
@@ -314,8 +346,9 @@ static int hash_key(const char *spec, const char *secret)
 }
 
 static int hup_fd = -1;
-/* the --cors-origin values joined with ',' (static: reachable until exit) */
-static char *cors_joined;
+/* the values of each `joined` flag, joined with ',' (static: reachable
+ * until exit) */
+static char *joined_values[N_FLAG_KEYS];
 
 static void on_sighup(int sig)
 {
@@ -457,7 +490,7 @@ typedef struct cli {
     const char *hash_spec, *secret, *gen_prefix; /* --hash-key, --secret, --gen-curve-keypair */
     setting_t settings[MAX_SETTINGS];
     size_t n_settings;
-    size_t i_cors;                /* settings[i_cors] holds cors_joined */
+    size_t i_joined[N_FLAG_KEYS]; /* settings[i_joined[i]] holds joined_values[i] */
     const char *worker_args[MAX_WORKER_ARGS]; /* --worker-arg values, then CURVE's two */
     size_t n_worker_args;
 } cli_t;
@@ -490,18 +523,19 @@ static int cli_parse(int argc, char **argv, cli_t *o)
                 return 2;
             }
             int i = ch - OPT_FLAG_KEY;
-            if (strcmp(flag_keys[i].flag, "cors-origin") == 0 && cors_joined) {
+            char **jv = &joined_values[i];
+            if (flag_joined((size_t)i) && *jv) {
                 /* repeated: one value "A,B,..." replaces the file's list */
-                size_t n = strlen(cors_joined) + strlen(optarg) + 2;
-                cors_joined = xrealloc(cors_joined, n);
-                strcat(strcat(cors_joined, ","), optarg);
-                o->settings[o->i_cors].value = cors_joined;
+                size_t n = strlen(*jv) + strlen(optarg) + 2;
+                *jv = xrealloc(*jv, n);
+                strcat(strcat(*jv, ","), optarg);
+                o->settings[o->i_joined[i]].value = *jv;
                 continue;
             }
-            if (strcmp(flag_keys[i].flag, "cors-origin") == 0) {
-                cors_joined = xstrdup(optarg);
-                o->i_cors = o->n_settings;
-                o->settings[o->n_settings++] = (setting_t){i, cors_joined};
+            if (flag_joined((size_t)i)) {
+                *jv = xstrdup(optarg);
+                o->i_joined[i] = o->n_settings;
+                o->settings[o->n_settings++] = (setting_t){i, *jv};
                 continue;
             }
             o->settings[o->n_settings++] = (setting_t){i, flag_keys[i].no_arg ? "true" : optarg};
@@ -718,6 +752,12 @@ static http_config_t http_config(const config_t *cfg)
                            .rate_per_key = cfg->limits.rate_per_key,
                            .idle_timeout_s = (unsigned)cfg->http_idle_timeout_s,
                            .header_timeout_ms = (int64_t)(cfg->header_timeout_s * 1000),
+                           .body_timeout_ms = (int64_t)(cfg->body_timeout_s * 1000),
+                           .body_min_rate = (uint64_t)cfg->body_min_rate,
+                           .body_rate_window_ms = (int64_t)(cfg->body_rate_window_s * 1000),
+                           .max_uploads = (unsigned)cfg->limits.max_uploads,
+                           .max_uploads_per_ip = (unsigned)cfg->limits.max_uploads_per_ip,
+                           .allowed_hosts = cfg->allowed_hosts,
                            .cors_origins = cfg->cors_origins, .admin_open = cfg->admin_open,
                            .no_ui = cfg->no_ui, .reasoning_parser = cfg->reasoning_parser,
                            .keep_volatile_blocks = cfg->keep_volatile_blocks};
@@ -882,8 +922,10 @@ out:
     free(model_paths);
     free(idle_s);
     config_free(&cfg);
-    free(cors_joined);
-    cors_joined = NULL;
+    for (size_t i = 0; i < N_FLAG_KEYS; i++) {
+        free(joined_values[i]);
+        joined_values[i] = NULL;
+    }
     if (rc == 0)
         log_info("bye");
     return rc;

@@ -6,12 +6,14 @@
  * suspended connections (see http.h). */
 #include "gateway/http.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -51,16 +53,29 @@
 typedef struct http_req http_req_t;
 
 /* One TCP connection, from MHD_CONNECTION_NOTIFY_STARTED to _CLOSED, for
- * the header deadline: a connection whose first request's headers are not
- * complete header_timeout_us after it opened is shut down by the watcher
- * (libmicrohttpd's own timeout restarts at every byte, so a client dripping
- * one header byte a second would hold its connection forever). */
+ * the deadlines the watcher enforces (libmicrohttpd's own timeout restarts
+ * at every byte, so a client dripping one byte a second would hold its
+ * connection forever):
+ *   - headers: a connection whose first request's headers are not complete
+ *     header_timeout_us after it opened is shut down;
+ *   - body: while a request's body is arriving (`uploading`, an upload slot
+ *     held) it must be complete body_timeout_us after the headers and bring
+ *     body_min_rate bytes/s over each window of body_window_us. */
 typedef struct http_conn {
     int fd;
     int64_t t_open_us;          /* monotonic */
     bool headers_done;          /* [conn_lock] on_request ran for it */
     bool shut;                  /* [conn_lock] shutdown() already called */
     struct http_conn *prev, *next;
+    uint8_t addr[16];           /* the client: IPv4 (4 bytes), or the /64 of IPv6 (8 bytes), */
+    uint8_t addr_len;           /* compared for max_uploads_per_ip; 0 = unknown */
+    /* [conn_lock] the body of the current request */
+    bool uploading;             /* in s->uploads, holding an upload slot */
+    int64_t t_body_us;          /* its headers were complete (monotonic) */
+    uint64_t n_body;            /* body bytes received */
+    int64_t t_window_us;        /* the current rate window began */
+    uint64_t n_window;          /* n_body when it began */
+    struct http_conn *up_prev, *up_next; /* in s->uploads */
 } http_conn_t;
 
 struct http_server {
@@ -93,10 +108,18 @@ struct http_server {
     } *buckets;
     size_t n_buckets, cap_buckets;
 
-    /* open connections, for the header deadline */
-    pthread_mutex_t conn_lock;  /* guards conns and their flags */
+    /* open connections, for the header and body deadlines */
+    pthread_mutex_t conn_lock;  /* guards conns, uploads and their flags */
     http_conn_t *conns;         /* doubly linked */
     int64_t header_timeout_us;
+    http_conn_t *uploads;       /* the connections holding an upload slot (n_uploads) */
+    unsigned n_uploads, max_uploads, max_uploads_per_ip;
+    int64_t body_timeout_us, body_window_us;
+    uint64_t body_min_rate;     /* bytes/s, 0 = off */
+
+    /* the Host check (http_host_allowed); read-only after start */
+    char *listen_host;          /* HOST of the listen address, without brackets */
+    char *allowed_hosts;        /* allowed_hosts as configured, NULL = none */
 
     /* browsers (http.h "Browser safety"); read-only after start */
     char **cors;                /* (n_cors) allowed Origin values, as configured */
@@ -136,6 +159,18 @@ typedef struct route {
 struct http_req {
     http_server_t *s;
     struct MHD_Connection *conn;
+    /* what the headers decided (admit), on libmicrohttpd's first call */
+    bool path_ctl;              /* the raw path holds a control byte (%00-%1f, %7f) */
+    bool path_long;             /* the raw request target is over HTTP_MAX_URL */
+    bool headers_seen;          /* admit ran */
+    bool refused;               /* answer `refusal` (in err_surface's shape) on the final call */
+    bool preflight;             /* answer the CORS preflight on the final call */
+    char allow[128];            /* the path's methods (405, preflight) */
+    oai_error_t refusal;
+    const api_surface_t *err_surface; /* the route's API, NULL = OpenAI's */
+    const struct route *route;  /* admitted: the route to run */
+    bool keyed;                 /* a valid key came with it (authorize) */
+    http_conn_t *upload;        /* holding an upload slot on this connection, else NULL */
     char *body;                 /* (body_len) + NUL, NULL when empty */
     size_t body_len, body_cap;  /* cap grows ×2: uploads arrive in small chunks */
     bool too_large;             /* body exceeded max_body: answer 413 */
@@ -407,6 +442,7 @@ static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *
     const keys_entry_t *k = keys_lookup(s->keys, tok);
     if (k) {
         found = true;
+        q->keyed = true;
         admin = k->admin;
         metrics = k->metrics;
         q->tier = k->tier;
@@ -956,7 +992,10 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
 /* ------------------------------------------------------------------------ */
 /* the hang-up watcher                                                       */
 
-static void enforce_header_deadline(http_server_t *s)
+static void upload_unlink(http_server_t *s, http_conn_t *k);
+
+/* The header deadline, then the body deadline and rate (http_conn_t). */
+static void enforce_deadlines(http_server_t *s)
 {
     int64_t now = clock_now_us();
     pthread_mutex_lock(&s->conn_lock);
@@ -968,6 +1007,29 @@ static void enforce_header_deadline(http_server_t *s)
         k->shut = true;
         log_debug("http: connection without complete request headers after %.1f s: closed",
                   (double)(now - k->t_open_us) / 1e6);
+        shutdown(k->fd, SHUT_RDWR);
+    }
+    for (http_conn_t *k = s->uploads, *next; k; k = next) {
+        next = k->up_next;
+        const char *why = NULL;
+        if (now - k->t_body_us >= s->body_timeout_us) {
+            why = "not complete within the body deadline";
+        } else if (now - k->t_window_us >= s->body_window_us) {
+            /* bytes of this window against the floor, then a new window */
+            double want = (double)s->body_min_rate * (double)(now - k->t_window_us) / 1e6;
+            if ((double)(k->n_body - k->n_window) < want)
+                why = "below the minimum rate";
+            k->t_window_us = now;
+            k->n_window = k->n_body;
+        }
+        if (!why)
+            continue;
+        log_debug("http: request body %s (%" PRIu64 " bytes in %.1f s): connection closed", why,
+                  k->n_body, (double)(now - k->t_body_us) / 1e6);
+        /* the slot is free now; the request ends when libmicrohttpd sees
+         * the shut-down socket */
+        upload_unlink(s, k);
+        k->shut = true;
         shutdown(k->fd, SHUT_RDWR);
     }
     pthread_mutex_unlock(&s->conn_lock);
@@ -984,6 +1046,21 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         http_conn_t *k = xcalloc(1, sizeof *k);
         k->fd = ci->connect_fd;
         k->t_open_us = clock_now_us();
+        const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        const struct sockaddr *sa = ai ? ai->client_addr : NULL;
+        if (sa && sa->sa_family == AF_INET) {
+            memcpy(k->addr, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+            k->addr_len = 4;
+        } else if (sa && sa->sa_family == AF_INET6) {
+            const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+            if (IN6_IS_ADDR_V4MAPPED(a6)) { /* a v4 client of a dual-stack socket */
+                memcpy(k->addr, a6->s6_addr + 12, 4);
+                k->addr_len = 4;
+            } else { /* one client holds a whole /64 */
+                memcpy(k->addr, a6->s6_addr, 8);
+                k->addr_len = 8;
+            }
+        }
         pthread_mutex_lock(&s->conn_lock);
         k->next = s->conns;
         if (s->conns)
@@ -997,6 +1074,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
             return;
         *socket_context = NULL;
         pthread_mutex_lock(&s->conn_lock);
+        upload_unlink(s, k);
         if (k->prev)
             k->prev->next = k->next;
         else
@@ -1008,13 +1086,11 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     }
 }
 
-/* The request headers of c are complete: its header deadline is met. */
-static void connection_headers_done(http_server_t *s, struct MHD_Connection *c)
+/* The request headers on k are complete: its header deadline is met. */
+static void connection_headers_done(http_server_t *s, http_conn_t *k)
 {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    if (!ci || !ci->socket_context)
+    if (!k)
         return;
-    http_conn_t *k = ci->socket_context;
     pthread_mutex_lock(&s->conn_lock);
     k->headers_done = true;
     pthread_mutex_unlock(&s->conn_lock);
@@ -1042,7 +1118,7 @@ static void *watcher_main(void *arg)
             ids[n++] = q->greq->id;
         }
         pthread_mutex_unlock(&s->live_lock);
-        enforce_header_deadline(s);
+        enforce_deadlines(s);
         int k = poll(pfd, n, HTTP_WATCH_MS);
         if (k <= 0)
             continue;
@@ -1137,72 +1213,315 @@ static bool route_match(const char *pattern, const char *url, char *param, size_
     return true;
 }
 
-static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, const char *url,
-                                const char *method, http_req_t *req)
+/* ------------------------------------------------------------------------ */
+/* the headers decide (http.h)                                               */
+
+/* An IP literal: dotted IPv4, or IPv6 (without brackets). */
+static bool is_ip_literal(const char *h, size_t n)
+{
+    char buf[INET6_ADDRSTRLEN + 1];
+    unsigned char a[16];
+    if (n == 0 || n >= sizeof buf)
+        return false;
+    memcpy(buf, h, n);
+    buf[n] = '\0';
+    return inet_pton(AF_INET, buf, a) == 1 || inet_pton(AF_INET6, buf, a) == 1;
+}
+
+/* name (n bytes, no trailing dot) against one allowed_hosts entry. */
+static bool host_entry_matches(const char *name, size_t n, const char *ent, size_t en)
+{
+    if (en && ent[en - 1] == '.')
+        en--;
+    if (en == 1 && ent[0] == '*')
+        return true;
+    if (en > 2 && ent[0] == '*' && ent[1] == '.') /* "*.SUFFIX": NAME.SUFFIX, not SUFFIX itself */
+        return n > en - 1 && strncasecmp(name + n - (en - 1), ent + 1, en - 1) == 0;
+    return n == en && strncasecmp(name, ent, n) == 0;
+}
+
+bool http_host_allowed(const char *host, const char *listen_host, const char *allowed)
+{
+    if (!host)
+        return true;
+    const char *name = host;
+    size_t n;
+    if (host[0] == '[') { /* [IPv6]:PORT: a literal or nothing */
+        const char *close = strchr(host, ']');
+        if (!close || (close[1] && close[1] != ':'))
+            return false;
+        return is_ip_literal(host + 1, (size_t)(close - host - 1));
+    }
+    const char *colon = strchr(host, ':');
+    n = colon ? (size_t)(colon - host) : strlen(host);
+    if (colon && (!colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1)))
+        return false; /* a port that is not a number (or a second colon) */
+    if (n && name[n - 1] == '.')
+        n--; /* "localhost." is localhost */
+    if (n == 0)
+        return false;
+    if (is_ip_literal(name, n) || (n == 9 && strncasecmp(name, "localhost", 9) == 0))
+        return true;
+    if (listen_host && !is_ip_literal(listen_host, strlen(listen_host)) &&
+        host_entry_matches(name, n, listen_host, strlen(listen_host)))
+        return true;
+    for (const char *p = allowed ? allowed : ""; *p;) {
+        p += strspn(p, ", \t");
+        size_t len = strcspn(p, ", \t");
+        if (len && host_entry_matches(name, n, p, len))
+            return true;
+        p += len;
+    }
+    return false;
+}
+
+/* libmicrohttpd's URI log callback: the request target as the client sent
+ * it, before decoding (a %00 would cut the decoded path short). Makes the
+ * request's state; its return value becomes *con_cls. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    http_req_t *q = xcalloc(1, sizeof *q);
+    q->s = cls;
+    q->fd = -1;
+    size_t n = strlen(uri), path_n = strcspn(uri, "?");
+    q->path_long = n > HTTP_MAX_URL;
+    for (size_t i = 0; i < path_n && !q->path_ctl; i++) {
+        unsigned char ch = (unsigned char)uri[i];
+        if (ch < 0x20 || ch == 0x7f) {
+            q->path_ctl = true;
+        } else if (ch == '%' && i + 2 < path_n && isxdigit((unsigned char)uri[i + 1]) &&
+                   isxdigit((unsigned char)uri[i + 2])) {
+            char hex[3] = {uri[i + 1], uri[i + 2], 0};
+            long v = strtol(hex, NULL, 16);
+            q->path_ctl = v < 0x20 || v == 0x7f;
+        }
+    }
+    return q;
+}
+
+/* Content-Length as declared (0 when absent); *chunked when the body comes
+ * in chunks of unknown total. libmicrohttpd has refused malformed values. */
+static uint64_t declared_body(struct MHD_Connection *c, bool *chunked)
+{
+    const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    *chunked = te && strcasestr(te, "chunked") != NULL;
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return cl ? strtoull(cl, NULL, 10) : 0;
+}
+
+/* Refuses with `status` in the route's shape: *e is q->refusal. */
+static oai_error_t *refuse(http_req_t *q, const route_t *rt)
+{
+    q->refused = true;
+    q->err_surface = rt ? rt->surface : NULL;
+    return &q->refusal;
+}
+
+/* Everything the headers decide (http.h), in order. Returns 0 with q->route
+ * set (or q->preflight), or -1 with q->refused and q->refusal set. */
+static int admit(http_server_t *s, struct MHD_Connection *c, const char *url, const char *method,
+                 http_req_t *q)
 {
     /* HEAD is GET without a body; libmicrohttpd drops the body itself */
     const char *m = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0 ? MHD_HTTP_METHOD_GET : method;
-    /* browsers first: a web page of a foreign origin gets nothing at all,
-     * on any route (http.h "Browser safety") */
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (origin && !origin_allowed(s, origin) &&
-        !(s->ui && ui_origin_is_self(origin, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))) {
-        oai_error_t e;
-        oai_error_set(&e, 403, NULL, "Requests from web pages of origin '%.200s' are not allowed "
-                                     "(the gateway allows %s; see --cors-origin)", origin,
-                      s->n_cors ? "other origins" : "no browser origin");
-        e.code = "origin_not_allowed";
-        log_debug("refused %s %.200s from origin '%.200s'", method, url, origin);
-        return respond_oai_error(s, c, &e, NULL);
-    }
-    bool preflight = origin && strcmp(method, MHD_HTTP_METHOD_OPTIONS) == 0;
-    char allow[128] = "";
+    const route_t *rt = NULL;
     bool path_known = false;
-    for (size_t i = 0; i < N_ROUTES; i++) {
-        const route_t *rt = &routes[i];
-        if ((!s->ui && (rt->fn == handle_ui || rt->fn == handle_ui_redirect)) ||
-            !route_match(rt->path, url, req->param, sizeof req->param))
+    for (size_t i = 0; i < N_ROUTES && !rt; i++) {
+        const route_t *r = &routes[i];
+        if ((!s->ui && (r->fn == handle_ui || r->fn == handle_ui_redirect)) ||
+            !route_match(r->path, url, q->param, sizeof q->param))
             continue;
-        if (strcmp(rt->method, m) == 0) {
-            /* refusals of a surface's route come in its API's shape */
-            oai_error_t e;
-            if (authorize(s, c, rt, req, &e) < 0)
-                return respond_api_error(s, c, rt->surface, &e, NULL);
-            if (req->too_large) {
-                oai_error_set(&e, 413, NULL, "Request body exceeds %zu bytes", s->max_body);
-                return respond_api_error(s, c, rt->surface, &e, NULL);
-            }
-            /* a body must say it is JSON: a page may POST text/plain (or a
-             * Blob without a type) cross-origin without a preflight */
-            if (req->body_len && !content_type_is_json(MHD_lookup_connection_value(
-                                     c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE))) {
-                const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                             MHD_HTTP_HEADER_CONTENT_TYPE);
-                oai_error_set(&e, 415, NULL, "Unsupported Content-Type '%.100s': request bodies "
-                                             "must be JSON (Content-Type: application/json)",
-                              ct ? ct : "(none)");
-                e.type = "invalid_request_error";
-                e.code = "unsupported_media_type";
-                return respond_api_error(s, c, rt->surface, &e, NULL);
-            }
-            return rt->fn ? rt->fn(s, c, req) : handle_generate(s, c, req, rt);
+        if (strcmp(r->method, m) == 0) {
+            rt = r;
+            break;
         }
         path_known = true;
-        size_t n = strlen(allow);
-        snprintf(allow + n, sizeof allow - n, "%s%s%s", n ? ", " : "", rt->method,
-                 strcmp(rt->method, "GET") == 0 ? ", HEAD" : "");
+        size_t n = strlen(q->allow);
+        snprintf(q->allow + n, sizeof q->allow - n, "%s%s%s", n ? ", " : "", r->method,
+                 strcmp(r->method, "GET") == 0 ? ", HEAD" : "");
     }
-    if (path_known && preflight)
-        return respond_preflight(s, c, allow);
-    if (path_known)
-        return respond_error(s, c, 405, NULL, allow, "Method %s is not allowed on %s (allowed: %s)",
-                             method, url, allow);
-    /* as OpenAI answers an unknown URL: invalid_request_error, not not_found_error */
+    oai_error_t *e;
+    /* the path as sent: a control byte would be cut out of (or cut) the
+     * decoded one the routes see */
+    if (q->path_ctl) {
+        e = refuse(q, rt);
+        oai_error_set(e, 400, NULL, "The request path contains a control character (%%00-%%1F or "
+                                    "%%7F, percent-encoded or not); no path of this API has one.");
+        e->code = "invalid_path";
+        return -1;
+    }
+    if (q->path_long) {
+        e = refuse(q, rt);
+        oai_error_set(e, 414, NULL, "The request target is longer than %d bytes.", HTTP_MAX_URL);
+        e->type = "invalid_request_error";
+        e->code = "uri_too_long";
+        return -1;
+    }
+    /* a Host that is not this server's: a DNS rebinding page (its name now
+     * resolves to us, so the browser calls it same-origin) */
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (!http_host_allowed(host, s->listen_host, s->allowed_hosts)) {
+        e = refuse(q, rt);
+        oai_error_set(e, 421, NULL, "Host '%.200s' is not a name of this server: allow it with "
+                                    "--allowed-host NAME (config allowed_hosts), or call it by IP "
+                                    "address or localhost.", host);
+        e->type = "invalid_request_error";
+        e->code = "host_not_allowed";
+        log_debug("refused %s %.200s for Host '%.200s'", method, url, host);
+        return -1;
+    }
+    /* browsers: a web page of a foreign origin gets nothing at all, on any
+     * route (http.h "Browser safety") */
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && !origin_allowed(s, origin) && !(s->ui && ui_origin_is_self(origin, host))) {
+        e = refuse(q, rt);
+        oai_error_set(e, 403, NULL, "Requests from web pages of origin '%.200s' are not allowed "
+                                    "(the gateway allows %s; see --cors-origin)", origin,
+                      s->n_cors ? "other origins" : "no browser origin");
+        e->code = "origin_not_allowed";
+        log_debug("refused %s %.200s from origin '%.200s'", method, url, origin);
+        return -1;
+    }
+    if (!rt && path_known && origin && strcmp(method, MHD_HTTP_METHOD_OPTIONS) == 0) {
+        q->preflight = true;
+        return 0;
+    }
+    if (!rt && path_known) {
+        e = refuse(q, NULL);
+        oai_error_set(e, 405, NULL, "Method %.40s is not allowed on %.300s (allowed: %s)", method, url,
+                      q->allow);
+        return -1;
+    }
+    if (!rt) {
+        /* as OpenAI answers an unknown URL: invalid_request_error, not not_found_error */
+        e = refuse(q, NULL);
+        oai_error_set(e, 404, NULL, "Invalid URL (%.100s %.300s)", method, url);
+        e->type = "invalid_request_error";
+        e->code = "not_found";
+        return -1;
+    }
+    /* refusals of a surface's route come in its API's shape */
+    e = &q->refusal;
+    if (authorize(s, c, rt, q, e) < 0) {
+        refuse(q, rt);
+        return -1;
+    }
+    /* the body: what the route takes, before a byte of it is read */
+    bool chunked;
+    uint64_t len = declared_body(c, &chunked);
+    size_t limit = rt->surface ? s->max_body : q->keyed ? HTTP_SMALL_BODY : 0;
+    if (len > limit || (chunked && limit == 0)) {
+        e = refuse(q, rt);
+        if (limit == 0)
+            oai_error_set(e, 413, NULL, "%.10s %.300s takes no request body", method, url);
+        else
+            oai_error_set(e, 413, NULL, "Request body exceeds %zu bytes", limit);
+        return -1;
+    }
+    /* a body must say it is JSON: a page may POST text/plain (or a Blob
+     * without a type) cross-origin without a preflight */
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if ((len || chunked) && !content_type_is_json(ct)) {
+        e = refuse(q, rt);
+        oai_error_set(e, 415, NULL, "Unsupported Content-Type '%.100s': request bodies "
+                                    "must be JSON (Content-Type: application/json)",
+                      ct ? ct : "(none)");
+        e->type = "invalid_request_error";
+        e->code = "unsupported_media_type";
+        return -1;
+    }
+    q->route = rt;
+    return 0;
+}
+
+/* The connection's record (on_connection), or NULL. */
+static http_conn_t *conn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void upload_unlink(http_server_t *s, http_conn_t *k)
+{
+    if (!k->uploading)
+        return;
+    if (k->up_prev)
+        k->up_prev->up_next = k->up_next;
+    else
+        s->uploads = k->up_next;
+    if (k->up_next)
+        k->up_next->up_prev = k->up_prev;
+    k->up_prev = k->up_next = NULL;
+    k->uploading = false;
+    s->n_uploads--;
+}
+
+/* Takes an upload slot for q's body on k. Returns 0, or -1 with q refused
+ * (503 all slots taken, 429 this address's). */
+static int upload_begin(http_server_t *s, http_req_t *q, http_conn_t *k)
+{
+    unsigned mine = 0;
+    pthread_mutex_lock(&s->conn_lock);
+    for (http_conn_t *u = s->uploads; u && k->addr_len; u = u->up_next)
+        mine += u->addr_len == k->addr_len && memcmp(u->addr, k->addr, k->addr_len) == 0;
+    bool full = s->n_uploads >= s->max_uploads, over = mine >= s->max_uploads_per_ip;
+    if (!full && !over) {
+        int64_t now = clock_now_us();
+        k->uploading = true;
+        k->t_body_us = k->t_window_us = now;
+        k->n_body = k->n_window = 0;
+        k->up_prev = NULL;
+        k->up_next = s->uploads;
+        if (s->uploads)
+            s->uploads->up_prev = k;
+        s->uploads = k;
+        s->n_uploads++;
+        q->upload = k;
+    }
+    unsigned n_all = s->n_uploads;
+    pthread_mutex_unlock(&s->conn_lock);
+    if (!full && !over)
+        return 0;
+    oai_error_t *e = refuse(q, q->route);
+    q->route = NULL;
+    if (full)
+        oai_error_set(e, 503, NULL, "The gateway is receiving %u request bodies, its limit "
+                                    "(--max-uploads); try again shortly.", n_all);
+    else
+        oai_error_set(e, 429, NULL, "Your address is sending %u request bodies at once, the limit "
+                                    "(--max-uploads-per-ip); try again shortly.", mine);
+    log_debug("upload slot refused (%s: %u of all, %u of this address)", full ? "all" : "address",
+              n_all, mine);
+    return -1;
+}
+
+/* q's body is complete (or the request ends): its slot is free again. */
+static void upload_end(http_server_t *s, http_req_t *q)
+{
+    if (!q->upload)
+        return;
+    pthread_mutex_lock(&s->conn_lock);
+    upload_unlink(s, q->upload);
+    pthread_mutex_unlock(&s->conn_lock);
+    q->upload = NULL;
+}
+
+/* Once the body is complete: what needed it, then the route's handler. */
+static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
+{
+    if (req->preflight)
+        return respond_preflight(s, c, req->allow);
+    if (req->refused)
+        return respond_api_error(s, c, req->err_surface, &req->refusal,
+                                 req->refusal.status == 405 ? req->allow : NULL);
+    const route_t *rt = req->route;
     oai_error_t e;
-    oai_error_set(&e, 404, NULL, "Invalid URL (%.100s %.300s)", method, url);
-    e.type = "invalid_request_error";
-    e.code = "not_found";
-    return respond_oai_error(s, c, &e, NULL);
+    if (req->too_large) { /* chunked: no length was declared */
+        oai_error_set(&e, 413, NULL, "Request body exceeds %zu bytes",
+                      rt->surface ? s->max_body : (size_t)HTTP_SMALL_BODY);
+        return respond_api_error(s, c, rt->surface, &e, NULL);
+    }
+    return rt->fn ? rt->fn(s, c, req) : handle_generate(s, c, req, rt);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -1212,13 +1531,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 {
     http_server_t *s = cls;
     http_req_t *req = *con_cls;
-    if (!req) {
-        /* first call: headers only */
-        req = xcalloc(1, sizeof(http_req_t));
-        req->s = s;
-        req->fd = -1;
-        *con_cls = req;
-        connection_headers_done(s, c);
+    if (!req) /* on_uri made it; libmicrohttpd always calls that first */
+        return MHD_NO;
+    if (!req->headers_seen) {
+        /* first call: the headers, no body byte read yet */
+        req->headers_seen = true;
+        http_conn_t *k = conn_of(c);
+        connection_headers_done(s, k);
+        log_debug("%s %s", method, url);
+        bool chunked;
+        bool body = declared_body(c, &chunked) > 0 || chunked;
+        if (admit(s, c, url, method, req) == 0 && body && req->route && k)
+            upload_begin(s, req, k);
+        /* a refusal of a request with a body is answered now: the body is
+         * never read, and libmicrohttpd closes the connection after it */
+        if ((req->refused || req->preflight) && body)
+            return dispatch(s, c, req);
         return MHD_YES;
     }
     if (req->greq) /* resumed */
@@ -1226,17 +1554,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (req->too_large || req->body_len + n > s->max_body) {
-            /* keep reading (and discarding) so we can answer 413 cleanly */
-            req->too_large = true;
+        if (req->upload) {
+            pthread_mutex_lock(&s->conn_lock);
+            req->upload->n_body += n;
+            pthread_mutex_unlock(&s->conn_lock);
+        }
+        size_t limit = req->route && req->route->surface ? s->max_body : HTTP_SMALL_BODY;
+        if (!req->route || req->too_large || req->body_len + n > limit) {
+            /* keep reading (and discarding) so we can answer 413 cleanly;
+             * the body deadline bounds how long */
+            req->too_large = req->route != NULL;
             return MHD_YES;
         }
         if (req->body_len + n + 1 > req->body_cap) {
             size_t cap = req->body_cap ? req->body_cap : 4096;
             while (cap < req->body_len + n + 1)
                 cap *= 2;
-            if (cap > s->max_body + 1)
-                cap = s->max_body + 1;
+            if (cap > limit + 1)
+                cap = limit + 1;
             req->body = xrealloc(req->body, cap);
             req->body_cap = cap;
         }
@@ -1245,8 +1580,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         req->body[req->body_len] = '\0';
         return MHD_YES;
     }
-    log_debug("%s %s", method, url);
-    return dispatch(s, c, url, method, req);
+    upload_end(s, req);
+    return dispatch(s, c, req);
 }
 
 static void request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -1257,6 +1592,7 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
     if (!q)
         return;
     *con_cls = NULL;
+    upload_end(s, q);
     if (q->began) /* first: a surface's wake (which takes greq->lock) stops here */
         q->surface->end(&q->call);
     if (q->greq) {
@@ -1360,6 +1696,16 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     s->ui = !cfg->no_ui;
     s->header_timeout_us = (cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms
                                                         : HTTP_DEFAULT_HEADER_TIMEOUT_S * 1000) * 1000;
+    s->body_timeout_us = (cfg->body_timeout_ms > 0 ? cfg->body_timeout_ms
+                                                    : HTTP_DEFAULT_BODY_TIMEOUT_S * 1000) * 1000;
+    s->body_window_us = (cfg->body_rate_window_ms > 0 ? cfg->body_rate_window_ms
+                                                       : HTTP_DEFAULT_BODY_RATE_WINDOW_S * 1000) * 1000;
+    s->body_min_rate = cfg->body_min_rate;
+    s->max_uploads = cfg->max_uploads ? cfg->max_uploads : HTTP_DEFAULT_MAX_UPLOADS;
+    s->max_uploads_per_ip = cfg->max_uploads_per_ip ? cfg->max_uploads_per_ip
+                                                    : HTTP_DEFAULT_MAX_UPLOADS_PER_IP;
+    s->listen_host = xstrdup(host);
+    s->allowed_hosts = cfg->allowed_hosts ? xstrdup(cfg->allowed_hosts) : NULL;
     unsigned idle_s = cfg->idle_timeout_s ? cfg->idle_timeout_s : HTTP_DEFAULT_IDLE_TIMEOUT_S;
     /* connection limit from the descriptor limit (raised to the hard limit):
      * libmicrohttpd's default (FD_SETSIZE − 4) lets ~1000 idle sockets lock
@@ -1390,6 +1736,15 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     }
     if (cfg->keys_path && s->admin_open)
         log_warn("--admin-open is ignored: with a keys file /admin/* need an admin key");
+    /* the Host check: a client that names this server by a DNS name gets
+     * 421 unless the name is allowed; say so where that is likely */
+    bool wildcard = strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
+    if (s->allowed_hosts && http_host_allowed("any.name.invalid", NULL, s->allowed_hosts))
+        log_warn("--allowed-host '*': any Host header is accepted (no DNS rebinding protection)");
+    else if (wildcard && !s->allowed_hosts)
+        log_warn("listening on %s without --allowed-host: requests that name this server by a DNS "
+                 "name (a Service name, a proxy's Host) get 421; only IP addresses and localhost "
+                 "are accepted as Host. Add --allowed-host NAME (repeatable, *.SUFFIX allowed).", host);
     if (s->cors_any)
         log_warn("CORS: every browser origin may call the API (cors_origins '*')");
     else if (s->n_cors)
@@ -1420,6 +1775,8 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
         MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
         MHD_OPTION_CONNECTION_LIMIT, conn_limit,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
@@ -1434,9 +1791,11 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     }
     s->watcher_started = true;
     log_info("listening on http://%s%s%s:%u (up to %u connections, idle timeout %u s, "
-             "header deadline %.1f s)", strchr(host, ':') ? "[" : "", host,
+             "header deadline %.1f s, body deadline %.1f s, body rate >= %" PRIu64 " B/s per %.1f s, "
+             "uploads <= %u, <= %u per address)", strchr(host, ':') ? "[" : "", host,
              strchr(host, ':') ? "]" : "", s->port, conn_limit, idle_s,
-             (double)s->header_timeout_us / 1e6);
+             (double)s->header_timeout_us / 1e6, (double)s->body_timeout_us / 1e6, s->body_min_rate,
+             (double)s->body_window_us / 1e6, s->max_uploads, s->max_uploads_per_ip);
     return s;
 err:
     http_server_free(&s);
@@ -1474,6 +1833,8 @@ void http_server_free(http_server_t **sp)
     pthread_mutex_destroy(&s->conn_lock);
     pthread_mutex_destroy(&s->rate_lock);
     free(s->buckets);
+    free(s->listen_host);
+    free(s->allowed_hosts);
     for (size_t i = 0; i < s->n_cors; i++)
         free(s->cors[i]);
     free(s->cors);

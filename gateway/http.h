@@ -28,6 +28,41 @@
  * HEAD is served wherever GET is. Request bodies are collected up to
  * max_body bytes (413 beyond) before the handler runs.
  *
+ * The headers decide (docs/SECURITY.md "The HTTP edge"): libmicrohttpd calls
+ * the access handler once with the headers before it reads any body byte,
+ * and everything that needs no body is checked there, in this order —
+ *   path hygiene   a percent-encoded (or raw) control byte %00-%1f, %7f in
+ *                  the path: 400 (code invalid_path), before routing (the
+ *                  decoded path would be cut at a NUL); a path longer than
+ *                  HTTP_MAX_URL: 414 (code uri_too_long). The raw path comes
+ *                  from libmicrohttpd's URI log callback;
+ *   Host           see allowed_hosts below: 421 (code host_not_allowed);
+ *   Origin         see "Browser safety" below: 403;
+ *   route, method  404, 405, or the CORS preflight;
+ *   key            401/403/429 (authorize);
+ *   body size      a declared Content-Length over the route's limit: 413 —
+ *                  max_body on a surface route; on the other routes
+ *                  HTTP_SMALL_BODY (read and ignored) when the request
+ *                  carries a valid key, none at all otherwise (/health,
+ *                  /ui, anything on a gateway without keys), so a client
+ *                  without a key cannot make the gateway read a single body
+ *                  byte with keys on;
+ *   Content-Type   a declared body that is not JSON: 415;
+ *   upload slot    see max_uploads below: 429 (per address) / 503 (all).
+ * A refusal of a request that declares a body (Content-Length > 0 or
+ * chunked) is sent at once and the connection is closed after it: the body
+ * is never read. A bodyless request's refusal waits for libmicrohttpd's next
+ * call (at once: there is nothing to read), which keeps the connection alive.
+ *
+ * Then the body: it must be complete body_timeout_ms after the headers
+ * (total, whatever the pace), and arrive at body_min_rate bytes/s or more
+ * over each window of body_rate_window_ms (the first window is the grace
+ * period). The watcher thread shuts down a connection that misses either;
+ * libmicrohttpd 0.9.75 cannot queue an answer while a body is being read,
+ * so the client sees the connection close, not a 408. A body that is still
+ * arriving holds an upload slot: at most max_uploads at once, at most
+ * max_uploads_per_ip from one client address (an IPv6 client by its /64).
+ *
  * Browser safety, before any route runs (docs/API.md "Browsers"):
  *   - a request carrying an Origin header that is not in cors_origins gets
  *     403 (permission_error, code origin_not_allowed): a web page cannot
@@ -105,10 +140,42 @@ typedef struct http_config {
                                  /v1/responses then stores nothing, GET/DELETE answer 503) */
     bool no_ui;               /* do not serve the web console (GET /ui/, ui.h); false = served,
                                  and its own origin may call the API (ui_origin_is_self) */
+    const char *allowed_hosts;/* Host header names accepted besides IP literals and localhost,
+                                 "A,B" or "A B": a name ("pagoda.example", compared
+                                 case-insensitively, any port), "*.SUFFIX" (any name ending in
+                                 .SUFFIX) or "*" (any Host: the check is off). The listen
+                                 host is always accepted. NULL = none. Copied. */
+    int64_t body_timeout_ms;  /* a request body must be complete this long after its headers,
+                                 0 = HTTP_DEFAULT_BODY_TIMEOUT_S */
+    uint64_t body_min_rate;   /* bytes/s a body must average over each rate window,
+                                 0 = off (only the total deadline applies) */
+    int64_t body_rate_window_ms; /* that window, the first one being the grace period;
+                                 0 = HTTP_DEFAULT_BODY_RATE_WINDOW_S */
+    unsigned max_uploads;     /* requests whose body is still arriving, at most, all clients
+                                 together (503 beyond); 0 = HTTP_DEFAULT_MAX_UPLOADS */
+    unsigned max_uploads_per_ip; /* the same from one client address (an IPv6 address by its
+                                 /64) (429 beyond); 0 = HTTP_DEFAULT_MAX_UPLOADS_PER_IP */
 } http_config_t;
 
 #define HTTP_DEFAULT_IDLE_TIMEOUT_S 30
 #define HTTP_DEFAULT_HEADER_TIMEOUT_S 10
+/* Body defaults, chosen so that no real client is hurt (docs/OPERATIONS.md "The HTTP
+ * edge"): 60 s carries a 1 MiB body at 140 kbit/s and the whole 16 MiB at 2.3 Mbit/s;
+ * 1 KiB/s is below any working link (GPRS does ~4 KiB/s), and a 10 s window outlasts
+ * TCP's retransmission backoff for three lost segments in a row (1 + 2 + 4 s). */
+#define HTTP_DEFAULT_BODY_TIMEOUT_S 60
+#define HTTP_DEFAULT_BODY_MIN_RATE 1024
+#define HTTP_DEFAULT_BODY_RATE_WINDOW_S 10
+#define HTTP_DEFAULT_MAX_UPLOADS 256
+#define HTTP_DEFAULT_MAX_UPLOADS_PER_IP 32
+/* Longest request target (path and query) answered by a route; longer: 414. */
+#define HTTP_MAX_URL 8192
+/* Body limit of the routes that need a key but take no body (it is read and ignored). */
+#define HTTP_SMALL_BODY 4096
+/* libmicrohttpd's per-connection memory (request line, headers, read buffer): 64 KiB
+ * so a request line of up to ~60 KB reaches the handler, which answers 414 in JSON;
+ * a longer one gets libmicrohttpd's own 414 (an HTML body), which cannot be replaced. */
+#define HTTP_CONN_MEMORY (64u << 10)
 
 typedef struct http_server http_server_t;
 
@@ -132,6 +199,13 @@ uint16_t http_server_port(const http_server_t *s);
  * Returns 0, or -1 with the old table kept (the error is logged and, when
  * err is not NULL, written there). Without a keys file: -1. */
 int http_server_reload_keys(http_server_t *s, char *err, size_t err_len);
+
+/* Whether a Host header value names this server: an IP literal (v4, or v6
+ * in brackets) or localhost (any port: no DNS name is involved, so no DNS
+ * rebinding either), the listen host, or a name matched by allowed (the
+ * http_config_t allowed_hosts syntax, may be NULL). NULL host (HTTP/1.0
+ * without Host) is allowed. Pure; exposed for the unit test. */
+bool http_host_allowed(const char *host, const char *listen_host, const char *allowed);
 
 /* Splits "HOST:PORT" / "[V6]:PORT" into host (without brackets) and port.
  * Returns 0, or -1 when malformed or the host does not fit host_len. */

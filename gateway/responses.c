@@ -506,6 +506,9 @@ static int map_reasoning(json_t *root, json_t *chat, json_t *echo, oai_error_t *
                                                      present(json_object_get(r, "effort")) ? json_object_get(r, "effort") : json_null(),
                                                      "summary",
                                                      present(json_object_get(r, "summary")) ? json_object_get(r, "summary") : json_null()));
+    json_t *sum = json_object_get(r, "summary");
+    if (present(sum) && !json_is_string(sum))
+        return bad(e, "reasoning.summary", "'reasoning.summary' must be a string.");
     json_t *eff = json_object_get(r, "effort");
     if (!present(eff))
         return 0;
@@ -556,9 +559,31 @@ static json_t *translate(json_t *root, responses_load_fn load, void *load_ctx, r
             bad(e, refused[k], "'%s' is not supported by this server.", refused[k]);
             goto err;
         }
-    if (json_is_true(json_object_get(root, "background"))) {
+    json_t *bg = json_object_get(root, "background");
+    if (present(bg) && !json_is_boolean(bg)) {
+        bad(e, "background", "'background' must be a boolean.");
+        goto err;
+    }
+    if (json_is_true(bg)) {
         bad(e, "background", "'background': true is not supported by this server.");
         goto err;
+    }
+    /* accepted and not used, but of their API's type */
+    const char *strings[] = {"service_tier", "safety_identifier"};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(root, strings[k]);
+        if (present(v) && !json_is_string(v)) {
+            bad(e, strings[k], "'%s' must be a string.", strings[k]);
+            goto err;
+        }
+    }
+    const char *ints[] = {"max_tool_calls", "top_logprobs"};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(root, ints[k]);
+        if (present(v) && !json_is_integer(v)) {
+            bad(e, ints[k], "'%s' must be an integer.", ints[k]);
+            goto err;
+        }
     }
     json_t *tr = json_object_get(root, "truncation");
     if (present(tr) && (!json_is_string(tr) || strcmp(json_string_value(tr), "disabled") != 0)) {
@@ -649,7 +674,10 @@ static json_t *translate(json_t *root, responses_load_fn load, void *load_ctx, r
         goto err;
     }
     json_t *inc = json_object_get(root, "include");
-    if (present(inc) && !json_is_array(inc)) {
+    bool strs = json_is_array(inc);
+    for (size_t k = 0; strs && k < json_array_size(inc); k++)
+        strs = json_is_string(json_array_get(inc, k));
+    if (present(inc) && !strs) {
         bad(e, "include", "'include' must be an array of strings.");
         goto err;
     }

@@ -84,7 +84,11 @@ static const char *FULL =
     "    kv_cache_dir: /var/cache/pagoda/kv\n"
     "    kv_cache_mb: 8192\n"
     "  - {name: \"meta-llama/Llama-3.2-1B\", path: \"/models/with space.gguf\", replicas: 0}\n"
-    "routing: {mode: least-loaded, max_load_gap: 2, index_entries: 1000}\n";
+    "routing: {mode: least-loaded, max_load_gap: 2, index_entries: 1000}\n"
+    "allowed_hosts: 'pagoda.internal, *.svc.cluster.local'\n"
+    "body_timeout_s: 20\n"
+    "body_min_rate: 512\n"
+    "body_rate_window_s: 5\n";
 
 /* ---- valid files ---------------------------------------------------------- */
 
@@ -115,6 +119,10 @@ static void test_full_file(void **state)
     assert_true(c->restart.crash_loop_window_s == 90);
     assert_int_equal(c->drain_timeout_s, 45);
     assert_string_equal(c->cors_origins, "http://localhost:3000, https://app.example.com:8443");
+    assert_string_equal(c->allowed_hosts, "pagoda.internal, *.svc.cluster.local");
+    assert_true(c->body_timeout_s == 20);
+    assert_int_equal(c->body_min_rate, 512);
+    assert_true(c->body_rate_window_s == 5);
     assert_true(c->admin_open);
     assert_string_equal(c->curve.server_secret_key_file, "/etc/pagoda/curve/server.key");
     assert_string_equal(c->curve.authorized_worker_keys_file, "/etc/pagoda/curve/workers");
@@ -185,6 +193,12 @@ static void check_defaults(const config_t *c)
     assert_int_equal(c->limits.max_messages, 1024);
     assert_int_equal(c->limits.max_prompt_bytes, 4194304);
     assert_true(c->limits.rate_per_key == 0.0);
+    assert_int_equal(c->limits.max_uploads, 256);
+    assert_int_equal(c->limits.max_uploads_per_ip, 32);
+    assert_null(c->allowed_hosts); /* IP addresses, localhost and the listen host only */
+    assert_true(c->body_timeout_s == 60);
+    assert_int_equal(c->body_min_rate, 1024);
+    assert_true(c->body_rate_window_s == 10);
     assert_int_equal(c->restart.backoff_initial_ms, 500);
     assert_int_equal(c->restart.backoff_max_ms, 30000);
     assert_int_equal(c->restart.crash_loop_restarts, 5);
@@ -346,6 +360,12 @@ static const bad_case_t BAD[] = {
     {"cors_origins: 'http://a.example, ftp://b'\n", 1, 15, "cors_origins: 'ftp://b' is not an origin"},
     {"cors_origins: a.example\n", 1, 15, "cors_origins: 'a.example' is not an origin"},
     {"cors_origins: ' , '\n", 1, 15, "cors_origins: no origin given"},
+    /* allowed_hosts: names, *.SUFFIX or *, no port or scheme */
+    {"allowed_hosts: 'a.example:8080'\n", 1, 16, "allowed_hosts: 'a.example:8080' is not a host name"},
+    {"allowed_hosts: 'ok.example, http://b'\n", 1, 16, "allowed_hosts: 'http://b' is not a host name"},
+    {"allowed_hosts: '*.'\n", 1, 16, "allowed_hosts: '*.' is not a host name"},
+    {"allowed_hosts: ' , '\n", 1, 16, "allowed_hosts: no host name given"},
+    {"limits: { max_uploads: 0 }\n", 1, 24, "limits.max_uploads: expected an integer"},
     {"admin_open: yes\n", 1, 13, "admin_open: expected true or false"},
     /* the worker's and the parser's ranges bound the settings passed on to them */
     {"models:\n- {name: a, path: /a, max_batch_tokens: 65537}\n", 2, 41,

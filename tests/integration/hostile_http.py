@@ -49,13 +49,13 @@ _PAD = re.compile(rb"<<=(\d+)>>")
 
 
 def decode_body(text):
-    """Table body → bytes: $MODEL, escapes, then the macros
+    """Table body → bytes: $MODEL, $KEY, escapes, then the macros
     <<N*TEXT>>  TEXT N times
     <<N%TEXT>>  TEXT N times, each "%d" in it replaced by the index 0..N-1
     <<=N>>      spaces making the whole body exactly N bytes (JSON allows whitespace)"""
     if text == "-":
         return b""
-    raw = text.replace("$MODEL", MODEL).encode("utf-8")
+    raw = text.replace("$MODEL", MODEL).replace("$KEY", KEY).encode("utf-8")
 
     def esc(m):
         e = m.group(1)
