@@ -39,6 +39,8 @@ for k in high normal low; do
   "$GW" --hash-key "soak-$k:$k" --secret "soak-secret-$k" | grep -v '^#' >>"$TMP/keys.txt"
 done
 export KEY_HIGH=soak-secret-high KEY_NORMAL=soak-secret-normal KEY_LOW=soak-secret-low
+# /metrics needs a key flagged metrics (or admin) when keys are on (docs/SECURITY.md)
+"$GW" --hash-key "soak-prom:normal:metrics" --secret soak-secret-prom | grep -v '^#' >>"$TMP/keys.txt"
 
 HP=$(free_port); ZP=$(free_port)
 URL=http://127.0.0.1:$HP
@@ -54,7 +56,7 @@ GPID=$SPAWNED
 health() { curl -s --max-time 5 "$URL/health"; }
 hq() { health | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)" 2>/dev/null; }
 metric() { # sum of a metric family's samples (optionally filtered by a label substring)
-  curl -s --max-time 5 "$URL/metrics" | awk -v n="$1" -v f="${2:-}" \
+  curl -s --max-time 5 -H "Authorization: Bearer soak-secret-prom" "$URL/metrics" | awk -v n="$1" -v f="${2:-}" \
     '$1 ~ "^"n"([{]|$)" && index($1, f) {s += $NF} END {printf "%.6g\n", s + 0}'
 }
 if ! wait_for 30 bash -c "curl -sf '$URL/health' | grep -q '\"state\":\"ready\"'"; then
