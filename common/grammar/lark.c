@@ -1081,19 +1081,28 @@ static bool prefix_ok(const char *p)
     return true;
 }
 
+/* The checks both entry points make on their arguments: 0, or -1 with err
+ * set (what = "grammar" or "regex"). */
+static int check_args(const char *prefix, int mode, size_t len, const char *what, char *err, size_t errlen)
+{
+    assert(prefix_ok(prefix));
+    if (mode != LARK_RAW && mode != LARK_JSON_STRING) {
+        errbuf_set(err, errlen, "unknown mode %d", mode);
+        return -1;
+    }
+    if (len > LARK_MAX_TEXT) {
+        errbuf_set(err, errlen, "the %s is longer than %u bytes", what, LARK_MAX_TEXT);
+        return -1;
+    }
+    return 0;
+}
+
 char *lark_to_gbnf_prefixed(const uint8_t *text, size_t len, int mode, const char *prefix, char *err,
                             size_t errlen)
 {
     prefix = prefix ? prefix : "";
-    assert(prefix_ok(prefix));
-    if (mode != LARK_RAW && mode != LARK_JSON_STRING) {
-        errbuf_set(err, errlen, "unknown mode %d", mode);
+    if (check_args(prefix, mode, len, "grammar", err, errlen) < 0)
         return NULL;
-    }
-    if (len > LARK_MAX_TEXT) {
-        errbuf_set(err, errlen, "the grammar is longer than %u bytes", LARK_MAX_TEXT);
-        return NULL;
-    }
     if (!utf8_valid(text, len)) {
         errbuf_set(err, errlen, "the grammar is not valid UTF-8");
         return NULL;
@@ -1178,15 +1187,8 @@ char *lark_regex_to_gbnf_prefixed(const uint8_t *re, size_t len, int mode, const
                                   size_t errlen)
 {
     prefix = prefix ? prefix : "";
-    assert(prefix_ok(prefix));
-    if (mode != LARK_RAW && mode != LARK_JSON_STRING) {
-        errbuf_set(err, errlen, "unknown mode %d", mode);
+    if (check_args(prefix, mode, len, "regex", err, errlen) < 0)
         return NULL;
-    }
-    if (len > LARK_MAX_TEXT) {
-        errbuf_set(err, errlen, "the regex is longer than %u bytes", LARK_MAX_TEXT);
-        return NULL;
-    }
     char rerr[200];
     size_t off = 0;
     char *expr = json_schema_regex_to_gbnf(re, len, JSON_SCHEMA_RX_PYRUST | (mode == LARK_RAW ? JSON_SCHEMA_RX_RAW : 0),
