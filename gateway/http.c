@@ -227,10 +227,12 @@ static enum MHD_Result queue(http_server_t *s, struct MHD_Connection *c, unsigne
     return ret;
 }
 
-/* Sends `text` (malloc'd, taken) with the given status and content type. */
-static enum MHD_Result respond_text(http_server_t *s, struct MHD_Connection *c, unsigned status,
-                                    char *text, const char *type, const char *allow,
-                                    const char *retry_after)
+/* Sends `text` (malloc'd, taken) with the given status and content type, and
+ * an X-Pagoda-Warning when warning is set (what the request left out,
+ * api_call_t.warning). */
+static enum MHD_Result respond_text_warn(http_server_t *s, struct MHD_Connection *c, unsigned status,
+                                         char *text, const char *type, const char *allow,
+                                         const char *retry_after, const char *warning)
 {
     if (!text)
         return MHD_NO;
@@ -245,26 +247,17 @@ static enum MHD_Result respond_text(http_server_t *s, struct MHD_Connection *c, 
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
     if (retry_after)
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
-    return queue(s, c, status, r);
-}
-
-/* A JSON answer (text malloc'd, taken) with an optional X-Pagoda-Warning. */
-static enum MHD_Result respond_text_warn(http_server_t *s, struct MHD_Connection *c, unsigned status,
-                                         char *text, const char *retry_after, const char *warning)
-{
-    if (!text)
-        return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (retry_after)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
     if (warning)
         MHD_add_response_header(r, "X-Pagoda-Warning", warning);
     return queue(s, c, status, r);
+}
+
+/* respond_text_warn without a warning. */
+static enum MHD_Result respond_text(http_server_t *s, struct MHD_Connection *c, unsigned status,
+                                    char *text, const char *type, const char *allow,
+                                    const char *retry_after)
+{
+    return respond_text_warn(s, c, status, text, type, allow, retry_after, NULL);
 }
 
 /* A JSON body plus one trailing newline (readable curl output). */
@@ -846,7 +839,8 @@ static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection 
         int status = 500;
         char *body = q->surface->complete(&q->call, q->events, q->n_events, &status);
         if (!q->call.waiting)
-            return respond_text_warn(s, c, (unsigned)status, with_newline(body), status == 429 ? "1" : NULL,
+            return respond_text_warn(s, c, (unsigned)status, with_newline(body), "application/json", NULL,
+                                     status == 429 ? "1" : NULL,
                                      q->call.warning);
         free(body); /* api_surface.h "Waiting": again once woken */
         bool gone;
