@@ -207,9 +207,8 @@ static json_t *norm_input(json_t *input, oai_error_t *e)
 
 /* The name the model knows a call's tool by: its own, or for a tool of a
  * namespace the name map_tools gave it (tool_map). */
-static json_t *model_name(json_t *tool_map, json_t *it)
+static json_t *model_name(json_t *tool_map, json_t *ns, json_t *name)
 {
-    json_t *ns = json_object_get(it, "namespace"), *name = json_object_get(it, "name");
     if (!json_is_string(ns))
         return name;
     const char *k;
@@ -257,7 +256,8 @@ static void items_to_messages(json_t *items, json_t *msgs, json_t *tool_map)
             json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", json_object_get(it, "call_id"),
                                                    "type", custom ? "custom" : "function",
                                                    custom ? "custom" : "function", "name",
-                                                   model_name(tool_map, it), custom ? "input" : "arguments",
+                                                   model_name(tool_map, json_object_get(it, "namespace"), json_object_get(it, "name")),
+                                                   custom ? "input" : "arguments",
                                                    json_object_get(it, custom ? "input" : "arguments")));
         } else if (strcmp(ty, "function_call_output") == 0 || strcmp(ty, "custom_tool_call_output") == 0) {
             json_array_append_new(msgs, json_pack("{s:s, s:O, s:O}", "role", "tool", "tool_call_id",
@@ -447,14 +447,7 @@ static int map_tools(json_t *root, json_t *items, json_t *chat, json_t *echo, js
         return bad(e, "tool_choice", "'tool_choice' must be 'auto', 'none', 'required', "
                                      "{\"type\":\"function\",\"name\":...} or {\"type\":\"custom\",\"name\":...}.");
     /* the model's name of the tool (a namespaced one may have been renamed) */
-    json_t *mn = name;
-    const char *k;
-    json_t *v;
-    json_t *ns = json_object_get(tc, "namespace");
-    json_object_foreach(tool_map, k, v)
-        if (json_equal(json_object_get(v, "name"), name) &&
-            (!present(ns) || json_equal(json_object_get(v, "namespace"), ns)))
-            mn = json_object_get(v, "model_name");
+    json_t *mn = model_name(tool_map, json_object_get(tc, "namespace"), name);
     json_object_set_new(chat, "tool_choice",
                         json_pack("{s:s, s:{s:O}}", "type", ty, ty, "name", mn));
     return 0;

@@ -258,6 +258,21 @@ static void test_codex_shapes(void **st)
     assert_string_equal(r.chat.messages[2].content, "Done!");
     assert_non_null(strstr(r.chat.messages[3].tool_calls_json, "\"name\":\"spawn_agent\""));
     responses_request_free(&r);
+    /* tool_choice names a namespaced tool by namespace + name; without a
+     * namespace, the top-level tool of that name */
+    static const char *two = "\"tools\":[{\"type\":\"function\",\"name\":\"exec_command\"},{\"type\":\"namespace\","
+                             "\"name\":\"ns\",\"tools\":[{\"type\":\"function\",\"name\":\"exec_command\"}]}]";
+    char b[512];
+    snprintf(b, sizeof b, "{\"model\":\"m\",\"input\":\"x\",%s,\"tool_choice\":{\"type\":\"function\",\"name\":"
+             "\"exec_command\",\"namespace\":\"ns\"}}", two);
+    parse_ok(b, NULL, NULL, &r);
+    assert_string_equal(r.chat.tool_choice_name, "ns__exec_command");
+    responses_request_free(&r);
+    snprintf(b, sizeof b, "{\"model\":\"m\",\"input\":\"x\",%s,\"tool_choice\":{\"type\":\"function\",\"name\":"
+             "\"exec_command\"}}", two);
+    parse_ok(b, NULL, NULL, &r);
+    assert_string_equal(r.chat.tool_choice_name, "exec_command");
+    responses_request_free(&r);
 }
 
 static void test_complete_and_store(void **st)
