@@ -247,9 +247,19 @@ static void test_two_writers(void **st)
     path_of(path, sizeof path, "shared.sqlite3");
     enum { N = 300 };
     resp_store_t *s = open_ok(path, 0, 0); /* creates the file first */
+    /* The store has a writer thread: fork only while this process has none
+     * (a child forked beside a running thread can inherit a held allocator
+     * lock and hang, as it did under ASan). Both start writing together. */
+    resp_store_close(&s);
+    int go[2];
+    assert_int_equal(pipe(go), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        char ch;
+        close(go[1]);
+        if (read(go[0], &ch, 1) != 0)
+            _exit(3);
         resp_store_t *c = NULL;
         if (resp_store_open(path, NULL, &c, NULL, 0) != 0)
             _exit(1);
@@ -262,6 +272,9 @@ static void test_two_writers(void **st)
         resp_store_close(&c);
         _exit(0);
     }
+    close(go[0]);
+    s = open_ok(path, 0, 0);
+    close(go[1]); /* releases the child */
     for (int i = 0; i < N; i++) {
         char id[32];
         snprintf(id, sizeof id, "resp_parent%d", i);
