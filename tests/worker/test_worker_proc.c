@@ -346,19 +346,22 @@ static gw_t *gw_start(void)
         fail_msg("%s is not built", worker);
     char *const argv[] = {worker, "--gateway", g->endpoint, "--model", model, "--max-seqs", "4",
                           "--heartbeat-ms", hb, "--threads", "1", "--log-level", "debug", NULL};
+    /* every step takes at least STEP_SLEEP_MS, however fast the machine:
+     * a 400-token request then outlasts several heartbeats and a CANCEL
+     * sent after 5 tokens arrives long before the 500th (worker.h). Set
+     * here, not in the child: between fork and exec only async-signal-safe
+     * calls are safe while ZeroMQ's threads run. */
+    setenv("PAGODA_TEST_STEP_SLEEP_MS", STEP_SLEEP_MS, 1);
     g->pid = fork();
     assert_true(g->pid >= 0);
     if (g->pid == 0) {
         dup2(lfd, 1);
         dup2(lfd, 2);
         close(lfd);
-        /* every step takes at least STEP_SLEEP_MS, however fast the machine:
-         * a 400-token request then outlasts several heartbeats and a CANCEL
-         * sent after 5 tokens arrives long before the 500th (worker.h) */
-        setenv("PAGODA_TEST_STEP_SLEEP_MS", STEP_SLEEP_MS, 1);
         execv(worker, argv);
         _exit(127);
     }
+    unsetenv("PAGODA_TEST_STEP_SLEEP_MS");
     close(lfd);
     PUMP_UNTIL(g, g->n_register > 0, "REGISTER");
     return g;
