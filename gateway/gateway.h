@@ -330,10 +330,10 @@ typedef struct gateway_request {
 
 /* A request for `r` at `tier` in prefix-cache partition `partition` (the
  * caller's, from its key and r's cache_salt: gateway/partition.h): a fresh
- * id, its SUBMIT built by submit_from_oai (gateway/submit.h; r is not kept)
+ * id, its SUBMIT built by submit_from_request (gateway/submit.h; r is not kept)
  * with `part` = partition and, with cache-aware routing, its prompt's block
  * keys in that partition. One reference, owned by the caller. */
-gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_request_t *r,
+gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t *r,
                                             prio_tier_t tier, uint64_t partition);
 gateway_request_t *gateway_request_ref(gateway_request_t *r);
 /* Drops a reference, NULLs *r; the last one frees everything. */

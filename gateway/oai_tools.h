@@ -36,11 +36,11 @@
 /* Parses `tools`, `tool_choice`, `parallel_tool_calls` (and refuses the
  * legacy `functions`/`function_call` with a pointer to `tools`) into r.
  * Returns 0, or -1 with a 400 in *e naming the field. */
-int oai_tools_parse_request(json_t *root, oai_request_t *r, oai_error_t *e);
+int oai_tools_parse_request(json_t *root, request_t *r, oai_error_t *e);
 
 /* Parses message i's `tool_calls` (assistant) and `tool_call_id` (tool) into
  * m. Returns 0, or -1 with a 400 in *e. */
-int oai_tools_parse_message(json_t *msg, size_t i, oai_message_t *m, oai_error_t *e);
+int oai_tools_parse_message(json_t *msg, size_t i, request_message_t *m, oai_error_t *e);
 
 /* One call parsed from the model's output. Strings are malloc'd. */
 typedef struct {
