@@ -89,7 +89,7 @@ char *proto_knobs_markdown(void)
     put(&out, &len, "|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < PROTO_N_KNOBS; i++) {
         const proto_knob_row_t *r = &proto_knob_rows[i];
-        put(&out, &len, "| `%s` | `%s` | %s | %g | %c%g, %g] | %c%g, %g] | %s |\n", r->key, r->api,
+        put(&out, &len, "| `%s` | `%s` | %s | %.10g | %c%.10g, %.10g] | %c%.10g, %.10g] | %s |\n", r->key, r->api,
             r->is_uint ? "uint" : "float", r->def, r->lo_open ? '(' : '[', r->lo, r->hi,
             r->lo_open ? '(' : '[', r->lo, r->wire_hi, r->doc);
     }
