@@ -34,6 +34,7 @@
 #include "gateway/anthropic.h"
 #include "gateway/api_surface.h"
 #include "gateway/gateway.h"
+#include "gateway/snapshot.h"
 #include "gateway/keys.h"
 #include "gateway/oai.h"
 #include "gateway/oai_stream.h"

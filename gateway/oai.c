@@ -26,116 +26,13 @@
 #include "gateway/partition.h"
 
 /* ====================================================================== */
-/* errors                                                                  */
-/* ====================================================================== */
-
-typedef struct {
-    int status;
-    const char *type;
-    const char *code;
-} status_row_t;
-
-static const status_row_t STATUS_TABLE[] = {
-    {400, "invalid_request_error", NULL},
-    {401, "authentication_error", "invalid_api_key"},
-    {403, "permission_error", "insufficient_permissions"},
-    {404, "not_found_error", "not_found"},
-    {405, "invalid_request_error", "method_not_allowed"},
-    {413, "invalid_request_error", "request_too_large"},
-    {429, "rate_limit_error", "rate_limit_exceeded"},
-    {500, "server_error", "internal_error"},
-    {503, "server_error", "service_unavailable"},
-    {504, "server_error", "timeout"},
-};
-
-static void error_vset(oai_error_t *e, int status, const char *param, const char *fmt, va_list ap)
-{
-    e->status = status;
-    e->type = "server_error";
-    e->code = NULL;
-    for (size_t i = 0; i < sizeof(STATUS_TABLE) / sizeof(STATUS_TABLE[0]); i++) {
-        if (STATUS_TABLE[i].status == status) {
-            e->type = STATUS_TABLE[i].type;
-            e->code = STATUS_TABLE[i].code;
-        }
-    }
-    snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
-    vsnprintf(e->message, sizeof(e->message), fmt, ap);
-}
-
-void oai_error_vset(oai_error_t *e, int status, const char *code, const char *fmt, va_list ap)
-{
-    error_vset(e, status, NULL, fmt, ap);
-    if (code)
-        e->code = code;
-}
-
-void oai_error_set(oai_error_t *e, int status, const char *param, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    error_vset(e, status, param, fmt, ap);
-    va_end(ap);
-}
-
-void oai_error_model_not_found(oai_error_t *e, const char *model)
-{
-    oai_error_set(e, 404, "model", "The model '%.200s' does not exist or is not served here. "
-                                   "GET /v1/models lists the models.", model ? model : "");
-    e->code = "model_not_found";
-}
-
-/* proto_err_t → HTTP status and OpenAI code (oai.h). */
-static const struct {
-    proto_err_t cause;
-    int status;
-    const char *code; /* NULL: the status table's */
-} WORKER_ERR_TABLE[] = {
-    {PROTO_ERR_BAD_REQUEST, 400, NULL},
-    {PROTO_ERR_CONTEXT_LENGTH, 400, "context_length_exceeded"},
-    {PROTO_ERR_DUPLICATE_ID, 400, NULL},
-    {PROTO_ERR_UNAVAILABLE, 503, NULL},
-    {PROTO_ERR_DEADLINE, 504, NULL},
-    {PROTO_ERR_ENGINE, 500, NULL},
-};
-
-void oai_error_from_worker(oai_error_t *e, proto_err_t cause, const char *fmt, ...)
-{
-    int status = 500;
-    const char *code = NULL;
-    for (size_t i = 0; i < sizeof WORKER_ERR_TABLE / sizeof WORKER_ERR_TABLE[0]; i++) {
-        if (WORKER_ERR_TABLE[i].cause == cause) {
-            status = WORKER_ERR_TABLE[i].status;
-            code = WORKER_ERR_TABLE[i].code;
-        }
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    error_vset(e, status, NULL, fmt, ap);
-    va_end(ap);
-    if (code)
-        e->code = code;
-}
-
-/* ====================================================================== */
 /* UTF-8                                                                   */
 /* ====================================================================== */
 
 /* A JSON string from untrusted bytes. */
 static json_t *jstr(const char *s, size_t len)
 {
-    size_t n;
-    char *clean = utf8_sanitize(s ? s : "", s ? len : 0, &n);
-    json_t *j = json_stringn_nocheck(clean, n);
-    free(clean);
-    if (!j)
-        abort(); /* jansson only fails on OOM here */
-    return j;
-}
-
-json_t *oai_json_text(const char *s, size_t len)
-{
-    return jstr(s, len);
+    return oai_json_text(s, len);
 }
 
 static json_t *jcstr(const char *s)
@@ -157,7 +54,7 @@ static int bad(oai_error_t *e, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    error_vset(e, 400, param, fmt, ap);
+    oai_error_vset_param(e, 400, param, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -1073,26 +970,6 @@ static char *dump(json_t *root)
     if (!s)
         abort(); /* only OOM makes json_dumps fail on a tree we built */
     return s;
-}
-
-void oai_id_new(const char *prefix, char *out, size_t cap)
-{
-    uint8_t r[12];
-    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
-        /* No entropy source: still unique enough per process for an id. */
-        static uint64_t ctr;
-        uint64_t x = (uint64_t)clock_now_us() ^ (++ctr * 0x9e3779b97f4a7c15ULL);
-        for (size_t i = 0; i < sizeof(r); i++)
-            r[i] = (uint8_t)(x >> (8 * (i % 8))) ^ (uint8_t)i;
-    }
-    static const char hex[] = "0123456789abcdef";
-    char tail[25];
-    for (size_t i = 0; i < sizeof(r); i++) {
-        tail[2 * i] = hex[r[i] >> 4];
-        tail[2 * i + 1] = hex[r[i] & 15];
-    }
-    tail[24] = '\0';
-    snprintf(out, cap, "%s%s", prefix, tail);
 }
 
 static json_t *jlogprob(double lp)

@@ -6,7 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/random.h>
 
+#include "common/clock.h"
 #include "common/grammar/gbnf.h"
 #include "common/grammar/json_schema.h"
 #include "common/grammar/lark.h"
@@ -586,4 +589,24 @@ char *oai_tools_patch(char *body, size_t index, const char *content, size_t cont
     char *out = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     return out;
+}
+
+void oai_id_new(const char *prefix, char *out, size_t cap)
+{
+    uint8_t r[12];
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+        /* No entropy source: still unique enough per process for an id. */
+        static uint64_t ctr;
+        uint64_t x = (uint64_t)clock_now_us() ^ (++ctr * 0x9e3779b97f4a7c15ULL);
+        for (size_t i = 0; i < sizeof(r); i++)
+            r[i] = (uint8_t)(x >> (8 * (i % 8))) ^ (uint8_t)i;
+    }
+    static const char hex[] = "0123456789abcdef";
+    char tail[25];
+    for (size_t i = 0; i < sizeof(r); i++) {
+        tail[2 * i] = hex[r[i] >> 4];
+        tail[2 * i + 1] = hex[r[i] & 15];
+    }
+    tail[24] = '\0';
+    snprintf(out, cap, "%s%s", prefix, tail);
 }

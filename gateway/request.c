@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway/oai.h"
+#include "gateway/oai_error.h"
 
 void request_init(request_t *r, request_kind_t kind, request_op_t op)
 {

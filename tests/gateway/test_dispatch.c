@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "gateway/gateway.h"
+#include "gateway/snapshot.h"
 #include "gateway/oai.h"
 #include "proto/msg.h"
 
