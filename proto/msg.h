@@ -112,10 +112,10 @@
  *   prompt     str   opt  ≤ PROTO_MAX_PROMPT bytes
  *   prompt_ids array opt  token ids (uint ≤ PROTO_MAX_TOKEN_ID), ≤ PROTO_MAX_TOKENS;
  *                         used instead of prompt, e.g. by pagoda-bench
- *   temp, top_p, top_k, min_p, rep_pen, pres_pen, freq_pen
- *              float/uint opt  the sampling knobs: one row each in
- *                         PROTO_SAMPLING_KNOBS (proto/sampling.h) with its
- *                         type, default and wire range; always sent
+ *   (knobs)    float/uint opt  the sampling knobs (temp, top_p, ...): a key
+ *                         per row of PROTO_SAMPLING_KNOBS (proto/sampling.h),
+ *                         which gives its type, default and wire range;
+ *                         always sent, in table order
  *   seed       uint  opt  sampler seed (u64); absent = worker picks one
  *   bias       map   opt  logit bias {token id (uint): bias (float, [-100, 100])},
  *                         ≤ PROTO_MAX_LOGIT_BIAS entries
