@@ -2,7 +2,7 @@
  * one HTTP API's JSON: an "API surface".
  *
  * pagoda serves several APIs over ONE internal request: request_t
- * (gateway/oai.h: messages, tools, tool_choice, response format / grammar,
+ * (gateway/request.h: messages, tools, tool_choice, response format / grammar,
  * sampling, limits, stream), which gateway/submit.c turns into the SUBMIT a
  * worker runs. A surface translates its API's request body into that
  * internal request and the core's replies (gateway_reply_t: EVENTs and

@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/grammar/gbnf.h"
 #include "common/xalloc.h"
+#include "gateway/oai.h"
 
 /* What oai.c accepts must fit in a SUBMIT (proto/msg.h), or the worker
  * cannot decode it. */

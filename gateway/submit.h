@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "gateway/oai.h"
+#include "gateway/request.h"
 #include "gateway/prio_queue.h"
 #include "proto/msg.h"
 
