@@ -16,13 +16,11 @@
 const proto_knob_row_t proto_knob_rows[PROTO_N_KNOBS] = {PROTO_SAMPLING_KNOBS(ROW)};
 #undef ROW
 
-/* Every row is well-formed: its default within its request range, the
- * request range within the wire's. */
-#define CHECK_ROW(key, api, wtype, stype, member, def, lo, lo_open, hi, wire_hi, doc)                    \
-    _Static_assert((def) >= (lo) && (def) <= (hi) && (hi) <= (wire_hi) && (lo) <= (hi),               \
-                   "knob " #key ": default or range out of order");                                    \
-    _Static_assert(sizeof(wtype) == sizeof(uint32_t) || sizeof(wtype) == sizeof(double),               \
-                   "knob " #key ": wire type is uint32_t or double");
+/* Every row's wire type is one the encoder and decoder know (its ranges
+ * are checked by tests/proto/test_sampling.c: C has no floating constant
+ * expressions to assert them here). */
+#define CHECK_ROW(key, api, wtype, ...)                                                                \
+    _Static_assert(_Generic((wtype)0, uint32_t: 1, double: 1, default: 0), "knob " #key ": wire type is uint32_t or double");
 PROTO_SAMPLING_KNOBS(CHECK_ROW)
 #undef CHECK_ROW
 

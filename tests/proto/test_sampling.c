@@ -189,6 +189,7 @@ static void test_rows_are_the_old_peers(void **state)
         assert_true(row->wire_hi == old_peer[i].wire_hi);
         assert_true(proto_knob_get(&k, row) == old_peer[i].def);
         assert_true(proto_knob_get(&m.submit.sampling.knobs, row) == old_peer[i].def);
+        assert_true(row->lo <= row->hi && row->hi <= row->wire_hi);
         /* the default is a value a request may give, and the wire takes */
         assert_true(proto_knob_in_range(row, row->def, true));
         assert_true(proto_knob_in_range(row, row->def, false));
