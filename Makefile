@@ -67,7 +67,7 @@ UNIT_SRC  := $(wildcard tests/*/test_*.c tests/*/*/test_*.c)
 UNIT_BINS := $(patsubst %.c,$(BUILD)/%,$(UNIT_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 
-.PHONY: all deps run test test-large check fuzz fuzz-smoke clean install
+.PHONY: all deps run test test-large check fuzz fuzz-smoke clean install wire-doc
 .SECONDARY:
 all: $(BINS) $(UNIT_BINS)
 
@@ -158,3 +158,12 @@ clean:
 	rm -rf build
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# The sampling-knob table (proto/sampling.h) into docs/ARCHITECTURE.md,
+# between its sampling-knobs markers (tests/proto/test_sampling.c checks it).
+wire-doc: $(BUILD)/tests/proto/test_sampling
+	@$< --print > $(BUILD)/wire-doc.md
+	@awk -v f=$(BUILD)/wire-doc.md '/<!-- sampling-knobs begin/ {print; while ((getline l < f) > 0) print l; skip = 1; next} \
+	  /<!-- sampling-knobs end/ {skip = 0} !skip' docs/ARCHITECTURE.md > $(BUILD)/ARCHITECTURE.md.new
+	@mv $(BUILD)/ARCHITECTURE.md.new docs/ARCHITECTURE.md
+	@echo "docs/ARCHITECTURE.md: sampling-knobs table written"

@@ -268,7 +268,7 @@ static int map_tools(json_t *root, json_t *chat, char *warn, size_t warnlen, oai
             if (ty && strcmp(ty, "custom") != 0) {
                 const char *nm = json_string_value(json_object_get(t, "name"));
                 json_array_append_new(dropped, json_string(nm ? nm : ty));
-                oai_warning_add(warn, warnlen, "tools left out (Anthropic-defined tools this server does not run)",
+                request_warning_add(warn, warnlen, "tools left out (Anthropic-defined tools this server does not run)",
                                 ty);
                 continue;
             }
@@ -525,7 +525,7 @@ err:
     return NULL;
 }
 
-int anthropic_parse_request(const uint8_t *body, size_t len, unsigned flags, oai_request_t *out,
+int anthropic_parse_request(const uint8_t *body, size_t len, unsigned flags, request_t *out,
                             oai_error_t *err)
 {
     memset(out, 0, sizeof *out);
@@ -544,7 +544,7 @@ int anthropic_parse_request(const uint8_t *body, size_t len, unsigned flags, oai
     if (rc == 0 && warn[0])
         out->warning = xstrdup(warn);
     if (rc == 0 && count_tokens) {
-        out->op = OAI_OP_TOKENIZE;
+        out->op = REQUEST_OP_TOKENIZE;
         out->add_special = true;
         free(out->grammar); /* nothing is generated */
         out->grammar = NULL;
@@ -810,14 +810,14 @@ typedef struct {
     anthropic_stream_t *stream;
 } surface_state_t;
 
-static int surface_parse(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o, oai_error_t *e)
+static int surface_parse(api_call_t *call, const uint8_t *body, size_t len, request_t *o, oai_error_t *e)
 {
-    unsigned flags = (call->op == OAI_OP_TOKENIZE ? ANTHROPIC_PARSE_COUNT : 0) |
+    unsigned flags = (call->op == REQUEST_OP_TOKENIZE ? ANTHROPIC_PARSE_COUNT : 0) |
                      (call->keep_volatile ? ANTHROPIC_PARSE_KEEP_VOLATILE : 0);
     return anthropic_parse_request(body, len, flags, o, e);
 }
 
-static void surface_begin(api_call_t *call, oai_request_t *o)
+static void surface_begin(api_call_t *call, request_t *o)
 {
     surface_state_t *st = xcalloc(1, sizeof *st);
     oai_id_new("msg_", st->id, sizeof st->id);
@@ -859,7 +859,7 @@ static char *surface_complete(api_call_t *call, gateway_reply_t *const *events, 
         return anthropic_error_json(&e);
     }
     *status = 200;
-    if (call->op == OAI_OP_TOKENIZE) {
+    if (call->op == REQUEST_OP_TOKENIZE) {
         int64_t count = 0;
         for (size_t i = 0; i < n; i++)
             count += events[i]->event.n_ids;

@@ -3,7 +3,7 @@
  *
  * In: a Messages body is translated into a chat-completions JSON object and
  * validated by oai_parse_chat_root, so it becomes the one internal request
- * (oai_request_t) every surface submits; nothing here talks to workers.
+ * (request_t) every surface submits; nothing here talks to workers.
  *
  *   model, max_tokens (required, ≥ 1)     model, max_tokens
  *   system: string | [text blocks]        a first "system" message, without the
@@ -72,13 +72,13 @@
 
 /* Parses a /v1/messages body into *out. flags: ANTHROPIC_PARSE_COUNT (a
  * /v1/messages/count_tokens body: max_tokens not required, op
- * OAI_OP_TOKENIZE, no constraint), ANTHROPIC_PARSE_KEEP_VOLATILE (keep the
+ * REQUEST_OP_TOKENIZE, no constraint), ANTHROPIC_PARSE_KEEP_VOLATILE (keep the
  * volatile system blocks of gateway/volatile_block.h, dropped otherwise).
- * Returns 0 (oai_request_free releases it; out->warning says what was left
+ * Returns 0 (request_free releases it; out->warning says what was left
  * out), or -1 with a 400 in *err and nothing to free. */
 #define ANTHROPIC_PARSE_COUNT 1u
 #define ANTHROPIC_PARSE_KEEP_VOLATILE 2u
-int anthropic_parse_request(const uint8_t *body, size_t len, unsigned flags, oai_request_t *out,
+int anthropic_parse_request(const uint8_t *body, size_t len, unsigned flags, request_t *out,
                             oai_error_t *err);
 
 /* The error in Anthropic's shape (malloc'd JSON). */
@@ -119,7 +119,7 @@ bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *ev, api
 void anthropic_stream_error(anthropic_stream_t *st, const oai_error_t *e, api_buf_t *out);
 
 /* The surface (api_surface.h) of POST /v1/messages, and of
- * POST /v1/messages/count_tokens with the route's op OAI_OP_TOKENIZE. */
+ * POST /v1/messages/count_tokens with the route's op REQUEST_OP_TOKENIZE. */
 extern const api_surface_t anthropic_surface;
 
 #endif

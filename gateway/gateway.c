@@ -21,7 +21,6 @@
 #include "common/xalloc.h"
 #include "common/vec.h"
 #include "gateway/gateway_core.h"
-#include "gateway/snapshot.h"
 #include "gateway/submit.h"
 #include "gateway/supervisor.h"
 #include "gateway/zap.h"
@@ -58,7 +57,7 @@ static void reply_item_free(void *p)
     gateway_reply_free(&r);
 }
 
-gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_request_t *o,
+gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t *o,
                                             prio_tier_t tier, uint64_t partition)
 {
     gateway_request_t *r = xcalloc(1, sizeof *r);
@@ -72,7 +71,7 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
 
     proto_msg_init(&r->submit, PROTO_SUBMIT);
     proto_submit_t *s = &r->submit.submit;
-    submit_from_oai(o, r->id, tier, s);
+    submit_from_request(o, r->id, tier, s);
     s->partition = partition;
     if (o->affinity_key) {
         /* FNV-1a over model, NUL, key; mixed so its low bits pick a slot.
@@ -86,7 +85,7 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
         r->affinity = splitmix64_mix(h ^ splitmix64_mix(partition)) | 1; /* never 0 */
     }
     /* embeddings skip the prefix cache (worker/sched.h): no cache routing */
-    if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text && o->op != OAI_OP_EMBED) {
+    if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text && o->op != REQUEST_OP_EMBED) {
         int64_t t0 = clock_now_us();
         r->route_block_size = atomic_load(&gw->route_block_size);
         r->n_route_keys = route_text_keys(gw->route_text, r->model, s, r->route_block_size,
@@ -1131,25 +1130,13 @@ static void cmd_free(void *p)
     free(cmd);
 }
 
-static void json_item_free(void *p)
-{
-    json_decref(p);
-}
-
 static void on_command(struct gateway *gw, gateway_cmd_t *cmd)
 {
     switch (cmd->kind) {
-    case GATEWAY_CMD_HEALTH: {
-        json_t *j = snapshot_health(gw);
-        if (chan_push(cmd->reply, j) < 0)
-            json_decref(j); /* the asker gave up */
-        break;
-    }
-    case GATEWAY_CMD_MODELS:
-    case GATEWAY_CMD_METRICS: {
-        char *s = cmd->kind == GATEWAY_CMD_MODELS ? snapshot_models(gw) : snapshot_metrics(gw);
-        if (chan_push(cmd->reply, s) < 0)
-            free(s);
+    case GATEWAY_CMD_CALL: {
+        void *item = cmd->run(gw, cmd);
+        if (chan_push(cmd->reply, item) < 0)
+            cmd->item_free(item); /* the asker gave up */
         break;
     }
     case GATEWAY_CMD_SUBMIT:
@@ -1164,21 +1151,14 @@ static void on_command(struct gateway *gw, gateway_cmd_t *cmd)
         if (chan_push(cmd->reply, gw) < 0)
             (void)0; /* the asker gave up; nothing to free */
         break;
-    case GATEWAY_CMD_ADMIN: {
-        json_t *j = snapshot_admin(gw, cmd->op, cmd->target ? cmd->target : "");
-        if (chan_push(cmd->reply, j) < 0)
-            json_decref(j);
-        break;
-    }
     }
     cmd_free(cmd);
 }
 
-/* Sends cmd (owned from here on) to the core and waits up to timeout_us for
- * its one reply item; NULL when the core is gone or did not answer. */
-static void *ask_cmd(struct gateway *gw, gateway_cmd_t *cmd, void (*item_free)(void *), int64_t timeout_us)
+void *gateway_ask(struct gateway *gw, gateway_cmd_t *cmd, void (*item_free)(void *), int64_t timeout_us)
 {
     chan_t *reply = chan_new(item_free, 0);
+    cmd->item_free = item_free;
     cmd->reply = chan_ref(reply);
     if (chan_push(gw->inbox, cmd) < 0) {
         cmd_free(cmd);
@@ -1189,29 +1169,6 @@ static void *ask_cmd(struct gateway *gw, gateway_cmd_t *cmd, void (*item_free)(v
     chan_close(reply); /* a late answer is freed with the channel */
     chan_unref(&reply);
     return item;
-}
-
-static void *ask(struct gateway *gw, gateway_cmd_kind_t kind, void (*item_free)(void *),
-                 int64_t timeout_us)
-{
-    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
-    cmd->kind = kind;
-    return ask_cmd(gw, cmd, item_free, timeout_us);
-}
-
-json_t *gateway_health(struct gateway *gw, int64_t timeout_us)
-{
-    return ask(gw, GATEWAY_CMD_HEALTH, json_item_free, timeout_us);
-}
-
-char *gateway_models_json(struct gateway *gw, int64_t timeout_us)
-{
-    return ask(gw, GATEWAY_CMD_MODELS, free, timeout_us);
-}
-
-char *gateway_metrics_text(struct gateway *gw, int64_t timeout_us)
-{
-    return ask(gw, GATEWAY_CMD_METRICS, free, timeout_us);
 }
 
 static void no_free(void *p)
@@ -1235,16 +1192,6 @@ void gateway_set_supervisor(struct gateway *gw, struct supervisor *sup)
     }
     chan_close(reply);
     chan_unref(&reply);
-}
-
-json_t *gateway_admin(struct gateway *gw, gateway_admin_op_t op, const char *target,
-                      int64_t timeout_us)
-{
-    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
-    cmd->kind = GATEWAY_CMD_ADMIN;
-    cmd->op = op;
-    cmd->target = target ? xstrdup(target) : NULL;
-    return ask_cmd(gw, cmd, json_item_free, timeout_us);
 }
 
 void gateway_set_stopping(struct gateway *gw)

@@ -330,10 +330,10 @@ typedef struct gateway_request {
 
 /* A request for `r` at `tier` in prefix-cache partition `partition` (the
  * caller's, from its key and r's cache_salt: gateway/partition.h): a fresh
- * id, its SUBMIT built by submit_from_oai (gateway/submit.h; r is not kept)
+ * id, its SUBMIT built by submit_from_request (gateway/submit.h; r is not kept)
  * with `part` = partition and, with cache-aware routing, its prompt's block
  * keys in that partition. One reference, owned by the caller. */
-gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_request_t *r,
+gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t *r,
                                             prio_tier_t tier, uint64_t partition);
 gateway_request_t *gateway_request_ref(gateway_request_t *r);
 /* Drops a reference, NULLs *r; the last one frees everything. */
@@ -353,13 +353,11 @@ void gateway_cancel(struct gateway *gw, uint64_t id);
 /* ---- snapshots for HTTP ---------------------------------------------------- */
 
 typedef enum gateway_cmd_kind {
-    GATEWAY_CMD_HEALTH,           /* reply: json_t* /health body */
-    GATEWAY_CMD_MODELS,           /* reply: char* /v1/models body */
-    GATEWAY_CMD_METRICS,          /* reply: char* /metrics body */
+    GATEWAY_CMD_CALL,             /* run(gw, cmd) on the core; reply: what it returns
+                                     (the snapshots of gateway/snapshot.h) */
     GATEWAY_CMD_SUBMIT,           /* request: replies on request->replies */
     GATEWAY_CMD_CANCEL,           /* id; no reply */
     GATEWAY_CMD_SET_SUPERVISOR,   /* sup; reply: the same pointer (a sync point) */
-    GATEWAY_CMD_ADMIN,            /* admin op on target; reply: json_t* */
 } gateway_cmd_kind_t;
 
 typedef enum gateway_admin_op {
@@ -379,9 +377,18 @@ typedef struct gateway_cmd {
     gateway_request_t *request;   /* SUBMIT: a reference owned by the command */
     uint64_t id;                  /* CANCEL */
     struct supervisor *sup;       /* SET_SUPERVISOR */
-    gateway_admin_op_t op;        /* ADMIN */
-    char *target;                 /* ADMIN: worker id / model name, owned */
+    /* CALL: runs on the core thread and returns the reply item, freed with
+     * item_free when the asker gave up */
+    void *(*run)(struct gateway *gw, const struct gateway_cmd *cmd);
+    void (*item_free)(void *item);
+    gateway_admin_op_t op;        /* CALL of the operations API */
+    char *target;                 /* CALL: worker id / model name, owned */
 } gateway_cmd_t;
+
+/* Any thread: sends cmd (owned from here on) to the core and waits up to
+ * timeout_us for its one reply item; NULL when the core is gone or did not
+ * answer (a late answer is freed with item_free). */
+void *gateway_ask(struct gateway *gw, gateway_cmd_t *cmd, void (*item_free)(void *), int64_t timeout_us);
 
 struct supervisor;
 
@@ -393,71 +400,10 @@ struct gateway *gateway_new(const gateway_config_t *cfg);
  * socket and frees everything; NULLs *gw. */
 void gateway_free(struct gateway **gw);
 
-/* Any thread: a snapshot of the gateway for GET /health, or NULL when the
- * core did not answer within timeout_us (or is stopping). Caller owns the
- * returned object (json_decref). Shape:
- *   {"status": "ok" | "no_workers", "heartbeat_ms": int, "host": our hostname,
- *    "models": {NAME: {"state", "replicas": int, "queued": int, "running": int,
- *                      "free_slots": int, "configured": bool, "local_workers": int,
- *                      "on_demand": bool, "failed_reason"?,
- *                      "queue": {"high"|"normal"|"low": {"queued": int,
- *                                "oldest_wait_ms": int (0 when empty)}}}},
- *    "local_workers": supervisor_json()'s array (every local process slot:
- *                 model, pid, prev_pid, state, restarts, ...; [] without any),
- *    "workers": [{"id", "model", "host", "pid", "state", "last_heartbeat_ms_ago",
- *                 "liveness", "capacity", "n_ctx", "n_vocab", "kv_blocks",
- *                 "block_size", "assigned", "load": {...} | null,
- *                 "progress": {"steps", "busy", "stall_ms", "slow_ms",
- *                              "deadline_ms"} | null}]}
- * "liveness" counts heartbeat intervals left before the worker is dropped
- * (PROTO_LIVENESS when fresh); "assigned"/"running" count our requests on
- * workers, load.running what the worker itself last reported. "progress":
- * steps completed, busy (holds requests), stall_ms (no step completed for
- * that long while busy, now), slow_ms (slowest recent step) and the stall
- * deadline_ms past which it is declared hung (0 = check off). */
-json_t *gateway_health(struct gateway *gw, int64_t timeout_us);
-
-/* GET /v1/models body (malloc'd, caller frees) or NULL on timeout. Lists
- * every known model; max_model_len is a live replica's context length. */
-char *gateway_models_json(struct gateway *gw, int64_t timeout_us);
-
-/* GET /metrics body (malloc'd, caller frees) or NULL on timeout. The core
- * refreshes the gauges (queue lengths, running, KV usage, replicas) first. */
-char *gateway_metrics_text(struct gateway *gw, int64_t timeout_us);
-
 /* Lets the core drive local workers through `sup` (borrowed; NULL detaches).
  * Synchronous: after it returns the core uses only the new pointer, so
  * detach before supervisor_free. */
 void gateway_set_supervisor(struct gateway *gw, struct supervisor *sup);
-
-/* Operations API. Returns NULL on timeout, else a JSON object the caller
- * owns with an integer "status" (the HTTP status to answer; take it out
- * before sending) and either the result or an OpenAI-shaped "error":
- *   WORKERS        200 {"workers": [{"id" (replica id, null for a local
- *                  worker that is not registered), "model", "host", "pid",
- *                  "state" ("ready"|"draining" registered; "starting"|
- *                  "backoff"|"failed"|"stopped"|"idle" local and not
- *                  registered), "local", "uptime_s", "assigned", "load",
- *                  "restarts" (local: crash restarts; null otherwise),
- *                  "last_exit"}]}
- *   DRAIN          target = replica id or pid: 200 {"id", "model", "pid",
- *                  "state":"draining", "local", "restart": false, "assigned"
- *                  (requests it still runs)}; a drained local worker is not restarted
- *   RESTART        the same, then a local worker is started again
- *                  ("restart": true; a remote one only drains, "restart": false)
- *   RESTART_MODEL  target = model name: 200 {"model", "started", "draining"}:
- *                  FAILED/stopped local workers start now, live local ones
- *                  drain and restart.
- *   START_MODEL    target = an on-demand model: 200 {"model", "started"}: its
- *                  idle local workers start now (as a request would start
- *                  them) and its idle time counts from now
- *   STOP_MODEL     target = an on-demand model: 200 {"model", "draining"}: it
- *                  is idle from now: ready local workers drain to idle at
- *                  once, starting ones once ready; the next request starts
- *                  it again. 409 not_on_demand for another model.
- *   404 for an unknown worker or model. */
-json_t *gateway_admin(struct gateway *gw, gateway_admin_op_t op, const char *target,
-                      int64_t timeout_us);
 
 /* SIGTERM, step 1: new generation requests get 503 from now on; requests in
  * flight go on. Any thread. */

@@ -26,116 +26,13 @@
 #include "gateway/partition.h"
 
 /* ====================================================================== */
-/* errors                                                                  */
-/* ====================================================================== */
-
-typedef struct {
-    int status;
-    const char *type;
-    const char *code;
-} status_row_t;
-
-static const status_row_t STATUS_TABLE[] = {
-    {400, "invalid_request_error", NULL},
-    {401, "authentication_error", "invalid_api_key"},
-    {403, "permission_error", "insufficient_permissions"},
-    {404, "not_found_error", "not_found"},
-    {405, "invalid_request_error", "method_not_allowed"},
-    {413, "invalid_request_error", "request_too_large"},
-    {429, "rate_limit_error", "rate_limit_exceeded"},
-    {500, "server_error", "internal_error"},
-    {503, "server_error", "service_unavailable"},
-    {504, "server_error", "timeout"},
-};
-
-static void error_vset(oai_error_t *e, int status, const char *param, const char *fmt, va_list ap)
-{
-    e->status = status;
-    e->type = "server_error";
-    e->code = NULL;
-    for (size_t i = 0; i < sizeof(STATUS_TABLE) / sizeof(STATUS_TABLE[0]); i++) {
-        if (STATUS_TABLE[i].status == status) {
-            e->type = STATUS_TABLE[i].type;
-            e->code = STATUS_TABLE[i].code;
-        }
-    }
-    snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
-    vsnprintf(e->message, sizeof(e->message), fmt, ap);
-}
-
-void oai_error_vset(oai_error_t *e, int status, const char *code, const char *fmt, va_list ap)
-{
-    error_vset(e, status, NULL, fmt, ap);
-    if (code)
-        e->code = code;
-}
-
-void oai_error_set(oai_error_t *e, int status, const char *param, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    error_vset(e, status, param, fmt, ap);
-    va_end(ap);
-}
-
-void oai_error_model_not_found(oai_error_t *e, const char *model)
-{
-    oai_error_set(e, 404, "model", "The model '%.200s' does not exist or is not served here. "
-                                   "GET /v1/models lists the models.", model ? model : "");
-    e->code = "model_not_found";
-}
-
-/* proto_err_t → HTTP status and OpenAI code (oai.h). */
-static const struct {
-    proto_err_t cause;
-    int status;
-    const char *code; /* NULL: the status table's */
-} WORKER_ERR_TABLE[] = {
-    {PROTO_ERR_BAD_REQUEST, 400, NULL},
-    {PROTO_ERR_CONTEXT_LENGTH, 400, "context_length_exceeded"},
-    {PROTO_ERR_DUPLICATE_ID, 400, NULL},
-    {PROTO_ERR_UNAVAILABLE, 503, NULL},
-    {PROTO_ERR_DEADLINE, 504, NULL},
-    {PROTO_ERR_ENGINE, 500, NULL},
-};
-
-void oai_error_from_worker(oai_error_t *e, proto_err_t cause, const char *fmt, ...)
-{
-    int status = 500;
-    const char *code = NULL;
-    for (size_t i = 0; i < sizeof WORKER_ERR_TABLE / sizeof WORKER_ERR_TABLE[0]; i++) {
-        if (WORKER_ERR_TABLE[i].cause == cause) {
-            status = WORKER_ERR_TABLE[i].status;
-            code = WORKER_ERR_TABLE[i].code;
-        }
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    error_vset(e, status, NULL, fmt, ap);
-    va_end(ap);
-    if (code)
-        e->code = code;
-}
-
-/* ====================================================================== */
 /* UTF-8                                                                   */
 /* ====================================================================== */
 
 /* A JSON string from untrusted bytes. */
 static json_t *jstr(const char *s, size_t len)
 {
-    size_t n;
-    char *clean = utf8_sanitize(s ? s : "", s ? len : 0, &n);
-    json_t *j = json_stringn_nocheck(clean, n);
-    free(clean);
-    if (!j)
-        abort(); /* jansson only fails on OOM here */
-    return j;
-}
-
-json_t *oai_json_text(const char *s, size_t len)
-{
-    return jstr(s, len);
+    return oai_json_text(s, len);
 }
 
 static json_t *jcstr(const char *s)
@@ -157,7 +54,7 @@ static int bad(oai_error_t *e, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    error_vset(e, 400, param, fmt, ap);
+    oai_error_vset_param(e, 400, param, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -215,22 +112,6 @@ static int get_bool(json_t *obj, const char *key, bool *out, oai_error_t *e)
     return 0;
 }
 
-/* A number in [lo, hi] (lo excluded when lo_open). */
-static int get_num(json_t *obj, const char *key, double lo, double hi, int lo_open, double *out,
-                   oai_error_t *e)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_number(v))
-        return bad(e, key, "'%s' must be a number, got %s.", key, json_type_name(v));
-    double x = json_number_value(v);
-    if (!(lo_open ? x > lo : x >= lo) || !(x <= hi))
-        return bad(e, key, "'%s' must be %s %g and <= %g, got %g.", key, lo_open ? ">" : ">=", lo, hi, x);
-    *out = x;
-    return 0;
-}
-
 /* An integer value (integral reals like 5.0 accepted) in [lo, hi]. */
 static int int_value(json_t *v, const char *param, int64_t lo, int64_t hi, int64_t *out, oai_error_t *e)
 {
@@ -284,7 +165,7 @@ static int get_str(json_t *obj, const char *key, size_t max, int nonempty, char 
     return 0;
 }
 
-static int parse_role(json_t *v, const char *param, oai_role_t *out, oai_error_t *e)
+static int parse_role(json_t *v, const char *param, request_role_t *out, oai_error_t *e)
 {
     if (!v)
         return bad(e, param, "Missing required parameter '%s'.", param);
@@ -292,13 +173,13 @@ static int parse_role(json_t *v, const char *param, oai_role_t *out, oai_error_t
         return bad(e, param, "'%s' must be a string, got %s.", param, json_type_name(v));
     const char *s = json_string_value(v);
     if (strcmp(s, "system") == 0 || strcmp(s, "developer") == 0)
-        *out = OAI_ROLE_SYSTEM;
+        *out = REQUEST_ROLE_SYSTEM;
     else if (strcmp(s, "user") == 0)
-        *out = OAI_ROLE_USER;
+        *out = REQUEST_ROLE_USER;
     else if (strcmp(s, "assistant") == 0)
-        *out = OAI_ROLE_ASSISTANT;
+        *out = REQUEST_ROLE_ASSISTANT;
     else if (strcmp(s, "tool") == 0)
-        *out = OAI_ROLE_TOOL;
+        *out = REQUEST_ROLE_TOOL;
     else
         return bad(e, param, "Unknown role '%.64s' in '%s'; expected 'system', 'developer', 'user', "
                              "'assistant' or 'tool'.", s, param);
@@ -307,12 +188,12 @@ static int parse_role(json_t *v, const char *param, oai_role_t *out, oai_error_t
 
 /* Content: a string, or an array of {"type":"text","text":…} parts joined
  * with "\n" (as vLLM does for text-only chat templates). */
-static int parse_content(json_t *v, oai_role_t role, size_t i_msg, oai_message_t *m, oai_error_t *e)
+static int parse_content(json_t *v, request_role_t role, size_t i_msg, request_message_t *m, oai_error_t *e)
 {
     char param[96];
     snprintf(param, sizeof(param), "messages[%zu].content", i_msg);
     if (!v || json_is_null(v)) {
-        if (role == OAI_ROLE_ASSISTANT) {
+        if (role == REQUEST_ROLE_ASSISTANT) {
             m->content = xstrdup("");
             return 0;
         }
@@ -375,7 +256,7 @@ static int parse_content(json_t *v, oai_role_t role, size_t i_msg, oai_message_t
     return 0;
 }
 
-static int parse_messages(json_t *root, oai_request_t *r, oai_error_t *e)
+static int parse_messages(json_t *root, request_t *r, oai_error_t *e)
 {
     json_t *msgs = json_object_get(root, "messages");
     if (!msgs || json_is_null(msgs))
@@ -387,7 +268,7 @@ static int parse_messages(json_t *root, oai_request_t *r, oai_error_t *e)
         return bad(e, "messages", "'messages' must contain at least one message.");
     if (n > OAI_MAX_MESSAGES)
         return bad(e, "messages", "'messages' has %zu messages; at most %d are accepted.", n, OAI_MAX_MESSAGES);
-    r->messages = xcalloc(n, sizeof(oai_message_t));
+    r->messages = xcalloc(n, sizeof(request_message_t));
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(msgs, i);
@@ -395,8 +276,8 @@ static int parse_messages(json_t *root, oai_request_t *r, oai_error_t *e)
         snprintf(param, sizeof(param), "messages[%zu]", i);
         if (!json_is_object(m))
             return bad(e, param, "'%s' must be an object, got %s.", param, json_type_name(m));
-        oai_message_t *out = &r->messages[i];
-        r->n_messages = i + 1; /* so oai_request_free releases what is filled */
+        request_message_t *out = &r->messages[i];
+        r->n_messages = i + 1; /* so request_free releases what is filled */
         char rp[112];
         snprintf(rp, sizeof(rp), "%s.role", param);
         if (parse_role(json_object_get(m, "role"), rp, &out->role, e) != 0)
@@ -419,7 +300,7 @@ static int parse_messages(json_t *root, oai_request_t *r, oai_error_t *e)
     return 0;
 }
 
-static int parse_token_array(json_t *arr, const char *param, oai_request_t *r, oai_error_t *e)
+static int parse_token_array(json_t *arr, const char *param, request_t *r, oai_error_t *e)
 {
     size_t n = json_array_size(arr);
     if (n == 0)
@@ -443,7 +324,7 @@ static int parse_token_array(json_t *arr, const char *param, oai_request_t *r, o
     return 0;
 }
 
-static int parse_prompt(json_t *root, oai_request_t *r, oai_error_t *e)
+static int parse_prompt(json_t *root, request_t *r, oai_error_t *e)
 {
     json_t *p = json_object_get(root, "prompt");
     if (!p || json_is_null(p))
@@ -478,7 +359,7 @@ static int parse_prompt(json_t *root, oai_request_t *r, oai_error_t *e)
     return 0;
 }
 
-static int parse_stop(json_t *root, oai_request_t *r, oai_error_t *e)
+static int parse_stop(json_t *root, request_t *r, oai_error_t *e)
 {
     json_t *v = json_object_get(root, "stop");
     if (!v || json_is_null(v))
@@ -515,7 +396,7 @@ static int parse_stop(json_t *root, oai_request_t *r, oai_error_t *e)
     return 0;
 }
 
-static int parse_logit_bias(json_t *root, oai_request_t *r, oai_error_t *e)
+static int parse_logit_bias(json_t *root, request_t *r, oai_error_t *e)
 {
     json_t *v = json_object_get(root, "logit_bias");
     if (!v || json_is_null(v))
@@ -529,7 +410,7 @@ static int parse_logit_bias(json_t *root, oai_request_t *r, oai_error_t *e)
                    OAI_MAX_LOGIT_BIAS);
     if (n == 0)
         return 0;
-    r->logit_bias = xcalloc(n, sizeof(oai_logit_bias_t));
+    r->logit_bias = xcalloc(n, sizeof(request_logit_bias_t));
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val) {
@@ -550,15 +431,15 @@ static int parse_logit_bias(json_t *root, oai_request_t *r, oai_error_t *e)
         double b = json_number_value(val);
         if (!(b >= -100.0 && b <= 100.0))
             return bad(e, kp, "'%s' must be between -100 and 100, got %g.", kp, b);
-        r->logit_bias[r->n_logit_bias++] = (oai_logit_bias_t){(int32_t)id, (float)b};
+        r->logit_bias[r->n_logit_bias++] = (request_logit_bias_t){(int32_t)id, (float)b};
     }
     return 0;
 }
 
 /* Fields we know but cannot honour: refuse rather than ignore. */
-static int refuse_unsupported(json_t *root, oai_kind_t kind, int64_t n, oai_error_t *e)
+static int refuse_unsupported(json_t *root, request_kind_t kind, int64_t n, oai_error_t *e)
 {
-    if (kind == OAI_COMPLETION) {
+    if (kind == REQUEST_COMPLETION) {
         /* best_of generates best_of completions and returns the n with the
          * highest mean logprob: not done here. best_of == n (or 1 with n 1)
          * asks for no ranking and is accepted. */
@@ -597,7 +478,7 @@ static int check_grammar(const char *text, const char *param, const char *what, 
 }
 
 /* response_format and grammar (constrained decoding) → r->grammar. */
-static int parse_constraint(json_t *root, oai_request_t *r, oai_error_t *e)
+static int parse_constraint(json_t *root, request_t *r, oai_error_t *e)
 {
     json_t *gr = json_object_get(root, "grammar");
     json_t *rf = json_object_get(root, "response_format");
@@ -677,16 +558,16 @@ static int parse_constraint(json_t *root, oai_request_t *r, oai_error_t *e)
  * the pair and vLLM lets the tool's schema replace the response format. A
  * `grammar` is a constraint on the whole output that cannot hold beside the
  * call's: 400, as llama.cpp and vLLM refuse two constraints. */
-static int forced_call_constraint(json_t *root, oai_request_t *r, oai_error_t *e)
+static int forced_call_constraint(json_t *root, request_t *r, oai_error_t *e)
 {
-    if (r->tool_choice != OAI_TOOL_CHOICE_REQUIRED && r->tool_choice != OAI_TOOL_CHOICE_NAMED)
+    if (r->tool_choice != REQUEST_TOOL_CHOICE_REQUIRED && r->tool_choice != REQUEST_TOOL_CHOICE_NAMED)
         return 0;
     json_t *gr = json_object_get(root, "grammar");
     if (gr && !json_is_null(gr))
         return bad(e, "grammar",
                    "'grammar' cannot be combined with tool_choice '%s': a forced tool call is "
                    "generated under its own grammar. Use tool_choice 'auto' or 'none' with a grammar.",
-                   r->tool_choice == OAI_TOOL_CHOICE_REQUIRED ? "required" : "function");
+                   r->tool_choice == REQUEST_TOOL_CHOICE_REQUIRED ? "required" : "function");
     free(r->grammar);
     r->grammar = NULL;
     return 0;
@@ -695,7 +576,7 @@ static int forced_call_constraint(json_t *root, oai_request_t *r, oai_error_t *e
 /* chat_template_kwargs (vLLM): an object of extra variables for the chat
  * template. Known keys are type-checked and forwarded: enable_thinking
  * (boolean). Other keys are ignored (no template pagoda renders reads them). */
-static int parse_template_kwargs(json_t *root, oai_request_t *r, oai_error_t *e)
+static int parse_template_kwargs(json_t *root, request_t *r, oai_error_t *e)
 {
     json_t *kw = json_object_get(root, "chat_template_kwargs");
     if (!kw || json_is_null(kw))
@@ -715,7 +596,7 @@ static int parse_template_kwargs(json_t *root, oai_request_t *r, oai_error_t *e)
 }
 
 /* The required "model" string of a request body into r->model. */
-static int get_model(json_t *root, oai_request_t *r, oai_error_t *e)
+static int get_model(json_t *root, request_t *r, oai_error_t *e)
 {
     json_t *model = json_object_get(root, "model");
     if (!model || json_is_null(model))
@@ -723,12 +604,42 @@ static int get_model(json_t *root, oai_request_t *r, oai_error_t *e)
     return get_str(root, "model", OAI_MAX_MODEL_BYTES, 1, &r->model, e);
 }
 
-static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_error_t *e)
+/* The sampling knobs, a row each of proto/sampling.h: the row's `api` key,
+ * a number (an integer for an unsigned row, where -1 means 0, off), within
+ * the row's request range (request_check_knobs). */
+static int parse_knobs(json_t *root, request_t *r, oai_error_t *e)
+{
+    for (int i = 0; i < PROTO_N_KNOBS; i++) {
+        const proto_knob_row_t *row = &proto_knob_rows[i];
+        json_t *v = json_object_get(root, row->api);
+        if (!v || json_is_null(v))
+            continue;
+        double x;
+        if (row->is_uint) {
+            int64_t n;
+            if (int_value(v, row->api, -1, (int64_t)row->hi, &n, e) != 0)
+                return -1;
+            x = n < 0 ? 0 : (double)n;
+        } else {
+            if (!json_is_number(v))
+                return bad(e, row->api, "'%s' must be a number, got %s.", row->api, json_type_name(v));
+            x = json_number_value(v);
+        }
+        proto_knob_set(&r->knobs, row, x);
+    }
+    const proto_knob_row_t *row = request_check_knobs(r);
+    if (row)
+        return bad(e, row->api, "'%s' must be %s %g and <= %g, got %g.", row->api, row->lo_open ? ">" : ">=",
+                   row->lo, row->hi, proto_knob_get(&r->knobs, row));
+    return 0;
+}
+
+static int parse_fields(json_t *root, request_kind_t kind, request_t *r, oai_error_t *e)
 {
     if (get_model(root, r, e) != 0)
         return -1;
 
-    if (kind == OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e))
+    if (kind == REQUEST_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e))
         return -1;
     /* n: choices from one prompt (prefilled once on the worker) */
     r->n = 1;
@@ -736,31 +647,21 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
         return -1;
     if (refuse_unsupported(root, kind, r->n, e) != 0)
         return -1;
-    if (kind == OAI_CHAT && oai_tools_parse_request(root, r, e) != 0)
+    if (kind == REQUEST_CHAT && oai_tools_parse_request(root, r, e) != 0)
         return -1;
-    if (kind == OAI_CHAT && parse_template_kwargs(root, r, e) != 0)
+    if (kind == REQUEST_CHAT && parse_template_kwargs(root, r, e) != 0)
         return -1;
 
     /* max_tokens / max_completion_tokens: positive; the newer name wins. */
     int present = 0;
     if (get_int(root, "max_tokens", 1, OAI_MAX_MAX_TOKENS, &r->max_tokens, &present, e) != 0)
         return -1;
-    if (kind == OAI_CHAT &&
+    if (kind == REQUEST_CHAT &&
         get_int(root, "max_completion_tokens", 1, OAI_MAX_MAX_TOKENS, &r->max_tokens, &present, e) != 0)
         return -1;
 
-    if (get_num(root, "temperature", 0.0, 2.0, 0, &r->temperature, e) ||
-        get_num(root, "top_p", 0.0, 1.0, 1, &r->top_p, e) ||
-        get_num(root, "min_p", 0.0, 1.0, 0, &r->min_p, e) ||
-        get_num(root, "presence_penalty", -2.0, 2.0, 0, &r->presence_penalty, e) ||
-        get_num(root, "frequency_penalty", -2.0, 2.0, 0, &r->frequency_penalty, e) ||
-        get_num(root, "repetition_penalty", 0.0, 10.0, 1, &r->repetition_penalty, e))
+    if (parse_knobs(root, r, e) != 0)
         return -1;
-
-    int64_t top_k = 0;
-    if (get_int(root, "top_k", -1, 1000000, &top_k, NULL, e) != 0)
-        return -1;
-    r->top_k = top_k < 0 ? 0 : (int32_t)top_k;
 
     int has_seed = 0;
     if (get_int(root, "seed", INT64_MIN, INT64_MAX, &r->seed, &has_seed, e) != 0)
@@ -770,7 +671,7 @@ static int parse_fields(json_t *root, oai_kind_t kind, oai_request_t *r, oai_err
     if (parse_stop(root, r, e) || parse_logit_bias(root, r, e))
         return -1;
 
-    if (kind == OAI_CHAT) {
+    if (kind == REQUEST_CHAT) {
         if (get_bool(root, "logprobs", &r->logprobs, e) != 0)
             return -1;
         int64_t top = 0;
@@ -853,49 +754,39 @@ json_t *oai_load_body(const uint8_t *body, size_t len, oai_error_t *err)
     return load_body(body, len, err);
 }
 
-int oai_parse_chat_root(json_t *root, oai_request_t *out, oai_error_t *err)
+int oai_parse_chat_root(json_t *root, request_t *out, oai_error_t *err)
 {
-    memset(out, 0, sizeof(*out));
     memset(err, 0, sizeof(*err));
-    out->kind = OAI_CHAT;
-    out->max_tokens = -1;
-    out->temperature = 1.0;
-    out->top_p = 1.0;
-    out->repetition_penalty = 1.0;
-    int rc = parse_fields(root, OAI_CHAT, out, err);
+    request_init(out, REQUEST_CHAT, REQUEST_OP_GENERATE);
+    int rc = parse_fields(root, REQUEST_CHAT, out, err);
     if (rc != 0) {
-        oai_request_free(out);
-        out->kind = OAI_CHAT;
+        request_free(out);
+        out->kind = REQUEST_CHAT;
     }
     return rc;
 }
 
-int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_request_t *out, oai_error_t *err)
+int oai_parse_request(const uint8_t *body, size_t len, request_kind_t kind, request_t *out, oai_error_t *err)
 {
-    memset(out, 0, sizeof(*out));
     memset(err, 0, sizeof(*err));
-    out->kind = kind;
-    out->max_tokens = -1;
-    out->temperature = 1.0;
-    out->top_p = 1.0;
-    out->repetition_penalty = 1.0;
+    request_init(out, kind, REQUEST_OP_GENERATE);
     json_t *root = load_body(body, len, err);
     if (!root)
         return -1;
     int rc = parse_fields(root, kind, out, err);
     json_decref(root);
     if (rc != 0) {
-        oai_request_free(out);
+        request_free(out);
         out->kind = kind;
     }
     return rc;
 }
 
-static int parse_tokenizer_fields(json_t *root, oai_op_t op, oai_request_t *r, oai_error_t *e)
+static int parse_tokenizer_fields(json_t *root, request_op_t op, request_t *r, oai_error_t *e)
 {
     if (get_model(root, r, e) != 0)
         return -1;
-    if (op == OAI_OP_DETOKENIZE) {
+    if (op == REQUEST_OP_DETOKENIZE) {
         json_t *t = json_object_get(root, "tokens");
         if (!t || json_is_null(t))
             return bad(e, "tokens", "Missing required parameter 'tokens'.");
@@ -907,7 +798,7 @@ static int parse_tokenizer_fields(json_t *root, oai_op_t op, oai_request_t *r, o
     if (msgs && !json_is_null(msgs)) {
         if (json_object_get(root, "prompt") && !json_is_null(json_object_get(root, "prompt")))
             return bad(e, "prompt", "Give either 'prompt' or 'messages', not both.");
-        r->kind = OAI_CHAT;
+        r->kind = REQUEST_CHAT;
         if (parse_messages(root, r, e) != 0)
             return -1;
     } else if (parse_prompt(root, r, e) != 0) {
@@ -921,28 +812,20 @@ static int parse_tokenizer_fields(json_t *root, oai_op_t op, oai_request_t *r, o
     return 0;
 }
 
-int oai_parse_tokenizer(const uint8_t *body, size_t len, oai_op_t op, oai_request_t *out,
+int oai_parse_tokenizer(const uint8_t *body, size_t len, request_op_t op, request_t *out,
                         oai_error_t *err)
 {
-    memset(out, 0, sizeof(*out));
     memset(err, 0, sizeof(*err));
-    assert(op == OAI_OP_TOKENIZE || op == OAI_OP_DETOKENIZE);
-    out->kind = OAI_COMPLETION;
-    out->op = op;
-    out->add_special = true;
-    out->n = 1;
-    out->max_tokens = -1;
-    out->temperature = 0;
-    out->top_p = 1.0;
-    out->repetition_penalty = 1.0;
+    assert(op == REQUEST_OP_TOKENIZE || op == REQUEST_OP_DETOKENIZE);
+    request_init(out, REQUEST_COMPLETION, op);
     json_t *root = load_body(body, len, err);
     if (!root)
         return -1;
     int rc = parse_tokenizer_fields(root, op, out, err);
     json_decref(root);
     if (rc != 0) {
-        oai_request_free(out);
-        out->kind = OAI_COMPLETION;
+        request_free(out);
+        out->kind = REQUEST_COMPLETION;
         out->op = op;
     }
     return rc;
@@ -950,7 +833,7 @@ int oai_parse_tokenizer(const uint8_t *body, size_t len, oai_op_t op, oai_reques
 
 /* ---- /v1/embeddings ------------------------------------------------------ */
 
-static int embed_ids(json_t *arr, const char *param, oai_embed_input_t *in, size_t *total,
+static int embed_ids(json_t *arr, const char *param, request_embed_input_t *in, size_t *total,
                      oai_error_t *e)
 {
     size_t n = json_array_size(arr);
@@ -975,7 +858,7 @@ static int embed_ids(json_t *arr, const char *param, oai_embed_input_t *in, size
     return 0;
 }
 
-static int embed_text(json_t *v, const char *param, oai_embed_input_t *in, size_t *total,
+static int embed_text(json_t *v, const char *param, request_embed_input_t *in, size_t *total,
                       oai_error_t *e)
 {
     size_t n = json_string_length(v);
@@ -991,7 +874,7 @@ static int embed_text(json_t *v, const char *param, oai_embed_input_t *in, size_
     return 0;
 }
 
-static int parse_embeddings_fields(json_t *root, oai_request_t *r, oai_error_t *e)
+static int parse_embeddings_fields(json_t *root, request_t *r, oai_error_t *e)
 {
     if (get_model(root, r, e) != 0)
         return -1;
@@ -1045,7 +928,7 @@ static int parse_embeddings_fields(json_t *root, oai_request_t *r, oai_error_t *
         json_t *v = json_array_get(in, i);
         char tp[64];
         snprintf(tp, sizeof tp, "input[%zu]", i);
-        r->n_inputs = i + 1; /* what oai_request_free must release */
+        r->n_inputs = i + 1; /* what request_free must release */
         if (text ? !json_is_string(v) : !json_is_array(v))
             return bad(e, tp, "'%s' must be %s like input[0], got %s; mixed input arrays are not supported.",
                        tp, text ? "a string" : "an array of token ids", json_type_name(v));
@@ -1056,89 +939,21 @@ static int parse_embeddings_fields(json_t *root, oai_request_t *r, oai_error_t *
     return 0;
 }
 
-int oai_parse_embeddings(const uint8_t *body, size_t len, oai_request_t *out, oai_error_t *err)
+int oai_parse_embeddings(const uint8_t *body, size_t len, request_t *out, oai_error_t *err)
 {
-    memset(out, 0, sizeof(*out));
     memset(err, 0, sizeof(*err));
-    out->kind = OAI_COMPLETION;
-    out->op = OAI_OP_EMBED;
-    out->n = 1;
-    out->max_tokens = -1;
-    out->top_p = 1.0;
-    out->repetition_penalty = 1.0;
+    request_init(out, REQUEST_COMPLETION, REQUEST_OP_EMBED);
     json_t *root = load_body(body, len, err);
     if (!root)
         return -1;
     int rc = parse_embeddings_fields(root, out, err);
     json_decref(root);
     if (rc != 0) {
-        oai_request_free(out);
-        out->kind = OAI_COMPLETION;
-        out->op = OAI_OP_EMBED;
+        request_free(out);
+        out->kind = REQUEST_COMPLETION;
+        out->op = REQUEST_OP_EMBED;
     }
     return rc;
-}
-
-void oai_warning_add(char *warn, size_t cap, const char *heading, const char *what)
-{
-    size_t n = strnlen(warn, cap);
-    if (n + 1 >= cap)
-        return;
-    /* the heading is new when it is not the one the text ends under */
-    const char *last = NULL;
-    for (const char *p = warn; (p = strstr(p, heading)) != NULL; p++)
-        last = p;
-    bool same = last && !strchr(last, ';');
-    snprintf(warn + n, cap - n, "%s%s%s%s", same ? ", " : n ? "; " : "", same ? "" : heading,
-             same ? "" : ": ", what);
-}
-
-void oai_request_free(oai_request_t *r)
-{
-    if (!r)
-        return;
-    for (size_t i = 0; r->inputs && i < r->n_inputs; i++) {
-        free(r->inputs[i].text);
-        free(r->inputs[i].ids);
-    }
-    free(r->inputs);
-    free(r->model);
-    for (size_t i = 0; i < r->n_messages; i++) {
-        free(r->messages[i].content);
-        free(r->messages[i].name);
-        free(r->messages[i].tool_calls_json);
-        free(r->messages[i].tool_call_id);
-    }
-    free(r->tools_json);
-    for (size_t i = 0; i < r->n_tools; i++)
-        free(r->tool_names[i]);
-    free(r->tool_names);
-    free(r->tool_custom);
-    free(r->tool_choice_name);
-    free(r->messages);
-    free(r->prompt);
-    free(r->prompt_tokens);
-    for (size_t i = 0; i < r->n_stop; i++)
-        free(r->stop[i]);
-    free(r->stop);
-    free(r->logit_bias);
-    free(r->user);
-    free(r->grammar);
-    free(r->warning);
-    free(r->affinity_key);
-    free(r->cache_salt);
-    memset(r, 0, sizeof(*r));
-}
-
-const char *oai_role_name(oai_role_t r)
-{
-    switch (r) {
-    case OAI_ROLE_SYSTEM: return "system";
-    case OAI_ROLE_USER: return "user";
-    case OAI_ROLE_ASSISTANT: return "assistant";
-    case OAI_ROLE_TOOL: return "tool";
-    }
-    return "?";
 }
 
 /* ====================================================================== */
@@ -1155,26 +970,6 @@ static char *dump(json_t *root)
     if (!s)
         abort(); /* only OOM makes json_dumps fail on a tree we built */
     return s;
-}
-
-void oai_id_new(const char *prefix, char *out, size_t cap)
-{
-    uint8_t r[12];
-    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
-        /* No entropy source: still unique enough per process for an id. */
-        static uint64_t ctr;
-        uint64_t x = (uint64_t)clock_now_us() ^ (++ctr * 0x9e3779b97f4a7c15ULL);
-        for (size_t i = 0; i < sizeof(r); i++)
-            r[i] = (uint8_t)(x >> (8 * (i % 8))) ^ (uint8_t)i;
-    }
-    static const char hex[] = "0123456789abcdef";
-    char tail[25];
-    for (size_t i = 0; i < sizeof(r); i++) {
-        tail[2 * i] = hex[r[i] >> 4];
-        tail[2 * i + 1] = hex[r[i] & 15];
-    }
-    tail[24] = '\0';
-    snprintf(out, cap, "%s%s", prefix, tail);
 }
 
 static json_t *jlogprob(double lp)
@@ -1432,27 +1227,3 @@ char *oai_error_json(const oai_error_t *e)
     return dump(oai_error_object(e));
 }
 
-int oai_request_check_limits(const oai_request_t *r, size_t max_messages, size_t max_text_bytes,
-                             oai_error_t *e)
-{
-    if (r->kind == OAI_CHAT) {
-        if (max_messages && r->n_messages > max_messages)
-            return bad(e, "messages", "'messages' has %zu messages; this server accepts at most %zu.",
-                       r->n_messages, max_messages);
-        size_t total = 0;
-        for (size_t i = 0; i < r->n_messages; i++)
-            total += r->messages[i].content_len;
-        if (max_text_bytes && total > max_text_bytes)
-            return bad(e, "messages", "The messages are longer than %zu bytes in total.",
-                       max_text_bytes);
-    } else if (r->prompt && max_text_bytes && r->prompt_len > max_text_bytes) {
-        return bad(e, "prompt", "'prompt' is longer than %zu bytes.", max_text_bytes);
-    } else if (r->op == OAI_OP_EMBED && max_text_bytes) {
-        size_t total = 0;
-        for (size_t i = 0; i < r->n_inputs; i++)
-            total += r->inputs[i].text_len;
-        if (total > max_text_bytes)
-            return bad(e, "input", "'input' is longer than %zu bytes in all.", max_text_bytes);
-    }
-    return 0;
-}

@@ -1,7 +1,7 @@
 /* oai.h — the OpenAI-compatible request/response layer of the gateway.
  *
  * Parsing: oai_parse_request() turns the body of POST /v1/chat/completions or
- * POST /v1/completions into an oai_request_t, validating every field it knows
+ * POST /v1/completions into an request_t, validating every field it knows
  * (types, ranges, sizes). Unknown fields are ignored, like OpenAI does. Known
  * fields we cannot honour (n > 1, echo, tools, image parts, multiple prompts…)
  * are refused with a 400 naming the field rather than silently ignored. The
@@ -29,6 +29,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gateway/oai_error.h"
+#include "gateway/oai_tools.h"
+#include "gateway/request.h"
 #include "proto/msg.h"
 
 /* ---- limits ------------------------------------------------------------ */
@@ -51,55 +54,9 @@
 #define OAI_MAX_TOP_LOGPROBS 20
 #define OAI_MAX_MAX_TOKENS 1000000     /* max_tokens upper bound (the context limit is checked later) */
 #define OAI_MAX_GRAMMAR_BYTES (256u << 10) /* `grammar` text; a compiled schema may reach GBNF_MAX_TEXT */
-#define OAI_MAX_WARNING 512            /* bytes of oai_request_t.warning */
 
-/* ---- errors ------------------------------------------------------------ */
+/* ---- errors (the record: gateway/oai_error.h) ---------------------------- */
 
-/* An OpenAI-shaped error: {"error":{"message","type","param","code"}}.
- * Filled by the parser and by oai_error_set(); no heap memory. */
-typedef struct {
-    int status;            /* HTTP status: 400, 401, 403, 404, 405, 413, 429, 500, 503, 504 */
-    const char *type;      /* static string, e.g. "invalid_request_error" */
-    const char *code;      /* static string or NULL → JSON null */
-    char param[128];       /* offending field ("messages[2].content", "temperature"), "" → null */
-    char message[512];     /* human-readable, names the field and the rule */
-} oai_error_t;
-
-/* Sets *e to `status` with the type and default code of the status table:
- *   400 invalid_request_error  (code null)
- *   401 authentication_error   invalid_api_key
- *   403 permission_error       insufficient_permissions
- *   404 not_found_error        not_found (model_not_found via oai_error_model_not_found)
- *   405 invalid_request_error  method_not_allowed
- *   413 invalid_request_error  request_too_large
- *   429 rate_limit_error       rate_limit_exceeded
- *   500 server_error           internal_error
- *   503 server_error           service_unavailable
- *   504 server_error           timeout
- * (other statuses: server_error, code null). `param` may be NULL. */
-void oai_error_set(oai_error_t *e, int status, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-/* 404 for an unknown model, code "model_not_found", param "model". */
-void oai_error_model_not_found(oai_error_t *e, const char *model);
-/* A worker's typed error (proto/msg.h proto_err_t) as the client sees it —
- * the one table from wire cause to HTTP status and OpenAI code:
- *   bad_request     400 invalid_request_error  (code null)
- *   context_length  400 invalid_request_error  context_length_exceeded
- *   duplicate_id    400 invalid_request_error  (code null)
- *   unavailable     503 server_error           service_unavailable
- *   deadline        504 server_error           timeout
- *   engine          500 server_error           internal_error
- *   not_registered, unknown causes: 500 server_error internal_error */
-void oai_error_from_worker(oai_error_t *e, proto_err_t cause, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* oai_error_set with a va_list and the OpenAI code given: `code` (a static
- * string) replaces the status table's unless NULL; param is null. */
-void oai_error_vset(oai_error_t *e, int status, const char *code, const char *fmt, va_list ap)
-    __attribute__((format(printf, 4, 0)));
-/* A JSON string from bytes that may not be UTF-8 (tokenizer output, model
- * text): invalid sequences become U+FFFD. New reference; the one such
- * constructor every surface's renderer uses. */
-json_t *oai_json_text(const char *s, size_t len);
 /* The error as the JSON object {"error":{"message","type","param","code"}}
  * (a new reference; strings sanitized to UTF-8) — the one encoder of the
  * OpenAI error shape, used for every error body the gateway writes. */
@@ -109,157 +66,21 @@ char *oai_error_json(const oai_error_t *e);
 
 /* ---- requests ---------------------------------------------------------- */
 
-typedef enum { OAI_CHAT = 0, OAI_COMPLETION = 1 } oai_kind_t;
-
-/* What a request asks of the worker: generation (the /v1 routes), or the
- * tokenizer alone (POST /tokenize, /detokenize; oai_parse_tokenizer). */
-typedef enum {
-    OAI_OP_GENERATE = 0,
-    OAI_OP_TOKENIZE = 1,
-    OAI_OP_DETOKENIZE = 2,
-    OAI_OP_EMBED = 3,            /* POST /v1/embeddings (oai_parse_embeddings) */
-} oai_op_t;
-
-#define OAI_MAX_EMBED_INPUTS 128       /* inputs per /v1/embeddings request (= PROTO_MAX_CHOICES) */
-#define OAI_MAX_EMBED_DIM 65536        /* `dimensions` upper bound (= PROTO_MAX_EMBED_DIM) */
-
-/* One /v1/embeddings input: text, or token ids. */
-typedef struct {
-    char *text;                  /* NULL when given as token ids */
-    size_t text_len;
-    int32_t *ids;                /* (n_ids ≥ 1) ids 0..2^31-1, when text is NULL */
-    size_t n_ids;
-} oai_embed_input_t;
-
-typedef enum {
-    OAI_ROLE_SYSTEM = 0,   /* "system", and "developer" (its newer name) */
-    OAI_ROLE_USER = 1,
-    OAI_ROLE_ASSISTANT = 2,
-    OAI_ROLE_TOOL = 3,     /* a tool result fed back in; content only */
-} oai_role_t;
-
-/* "system", "user", "assistant", "tool". */
-const char *oai_role_name(oai_role_t r);
-
-typedef struct {
-    oai_role_t role;
-    char *content;         /* UTF-8, NUL-terminated; text parts joined with "\n"; "" allowed */
-    size_t content_len;    /* bytes */
-    char *name;            /* optional participant name, NULL if absent */
-    char *tool_calls_json; /* assistant: its tool calls as a JSON array
-                              [{"id","type":"function","function":{"name","arguments"}}]
-                              with arguments parsed from the client's string when it
-                              is JSON (kept a string otherwise); NULL if none */
-    char *tool_call_id;    /* tool: the call it answers, NULL if absent */
-} oai_message_t;
-
-typedef enum {
-    OAI_TOOL_CHOICE_AUTO = 0,    /* the model decides (default when tools are given) */
-    OAI_TOOL_CHOICE_NONE,        /* no call: tools are not announced to the model */
-    OAI_TOOL_CHOICE_REQUIRED,    /* at least one call, enforced by a grammar */
-    OAI_TOOL_CHOICE_NAMED,       /* a call of tool_choice_name, enforced by a grammar */
-} oai_tool_choice_t;
-
-typedef struct {
-    int32_t token;         /* token id ≥ 0 (checked against the vocabulary by the worker) */
-    float bias;            /* [-100, 100], added to the logit */
-} oai_logit_bias_t;
-
-/* A validated request. Strings are owned copies; free with oai_request_free.
- * Defaults in brackets are what the parser stores when a field is absent or null. */
-typedef struct {
-    oai_kind_t kind;
-    char *model;                 /* required, 1..OAI_MAX_MODEL_BYTES */
-    /* chat */
-    oai_message_t *messages;     /* (n_messages ≥ 1) */
-    size_t n_messages;
-    /* completion: exactly one of prompt / prompt_tokens is set */
-    char *prompt;                /* text prompt, NULL when given as token ids */
-    size_t prompt_len;
-    int32_t *prompt_tokens;      /* (n_prompt_tokens) ids when given as an int array */
-    size_t n_prompt_tokens;
-    /* limits and sampling */
-    int64_t max_tokens;          /* [-1 = not given: server default] max_completion_tokens wins over max_tokens */
-    double temperature;          /* [1.0] 0..2; 0 means greedy */
-    double top_p;                /* [1.0] (0, 1] */
-    int32_t top_k;               /* [0 = off] ≥ 1 or off; -1 in the request also means off */
-    double min_p;                /* [0.0] [0, 1] */
-    double presence_penalty;     /* [0.0] [-2, 2] */
-    double frequency_penalty;    /* [0.0] [-2, 2] */
-    double repetition_penalty;   /* [1.0] > 0, ≤ 10 (vLLM extension) */
-    bool has_seed;
-    int64_t seed;
-    char **stop;                 /* (n_stop ≤ OAI_MAX_STOP) non-empty strings */
-    size_t n_stop;
-    oai_logit_bias_t *logit_bias; /* (n_logit_bias) */
-    size_t n_logit_bias;
-    bool logprobs;               /* [false] return logprobs of sampled tokens */
-    int32_t top_logprobs;        /* [0] alternatives per token, 0..20
-                                    (completions: the integer `logprobs` N sets logprobs=true, top_logprobs=N) */
-    bool stream;                 /* [false] */
-    bool include_usage;          /* [false] stream_options.include_usage */
-    bool ignore_eos;             /* [false] vLLM extension */
-    bool no_spec;                /* [false] `"speculative": false`: no speculative decoding
-                                    for this request (pagoda extension) */
-    int64_t n;                   /* [1] choices, 1..OAI_MAX_N */
-    oai_op_t op;                 /* [OAI_OP_GENERATE] */
-    /* embeddings (op OAI_OP_EMBED) */
-    oai_embed_input_t *inputs;   /* (n_inputs, 1..OAI_MAX_EMBED_INPUTS) */
-    size_t n_inputs;
-    bool base64;                 /* [false] encoding_format "base64" (little-endian float32) */
-    int64_t dimensions;          /* [0 = not given] 1..OAI_MAX_EMBED_DIM, checked by the worker */
-    bool add_special;            /* tokenize: [true] BOS per the tokenizer's rule (text prompts) */
-    char *user;                  /* NULL if absent */
-    char *grammar;               /* GBNF text the output must match (constrained decoding):
-                                    from `grammar`, or response_format json_object / json_schema
-                                    compiled by common/grammar/json_schema.h; NULL = free text */
-    /* tools (gateway/oai_tools.h) */
-    char *tools_json;            /* compact JSON array of the tool objects, NULL = no tools */
-    char **tool_names;           /* (n_tools) function names, in order */
-    bool *tool_custom;           /* (n_tools) the tool is a custom tool (free-form input,
-                                    gateway/oai_tools.h), NULL when none is */
-    size_t n_tools;
-    oai_tool_choice_t tool_choice; /* [auto] */
-    char *tool_choice_name;      /* NAMED: the function, else NULL */
-    bool parallel_tool_calls;    /* [true] more than one call per answer allowed */
-    /* chat_template_kwargs (chat only; other keys are ignored) */
-    bool has_enable_thinking;    /* enable_thinking given */
-    bool enable_thinking;        /* its value, when has_enable_thinking */
-    /* what a surface left out of the request rather than refusing it (hosted
-     * tools it cannot run, ...): logged and sent back in the X-Pagoda-Warning
-     * response header; NULL = nothing (< OAI_MAX_WARNING bytes) */
-    char *warning;
-    /* cache-aware routing affinity (Responses `prompt_cache_key`): requests
-     * with the same key go to the same replica; NULL = none */
-    char *affinity_key;
-    /* vLLM's `cache_salt` (every generation surface): 1..PARTITION_SALT_MAX
-     * bytes that narrow the caller's prefix-cache partition (gateway/
-     * partition.h); NULL = none */
-    char *cache_salt;
-} oai_request_t;
-
-/* Appends "what" to a warning buffer (cap bytes, NUL-terminated) under a
- * heading: "HEADING: a, b, c" (the heading is written once, before the
- * first item; a second heading starts "; HEADING2: ..."). Truncates. */
-void oai_warning_add(char *warn, size_t cap, const char *heading, const char *what);
-
 /* Parses and validates. Returns 0 and fills *out (release with
- * oai_request_free), or -1 with *err filled (status 400, type
+ * request_free), or -1 with *err filled (status 400, type
  * invalid_request_error, param naming the field) and *out left empty (nothing
- * to free, but oai_request_free on it is harmless). */
-int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_request_t *out,
+ * to free, but request_free on it is harmless). */
+int oai_parse_request(const uint8_t *body, size_t len, request_kind_t kind, request_t *out,
                       oai_error_t *err);
 /* The other API surfaces (gateway/anthropic.h, gateway/responses.h) translate
  * their bodies into a chat-completions JSON object and validate it here, so
  * the one internal request is checked by one parser:
  * oai_load_body returns the body as a JSON object (a new reference; NULL with
  * a 400 in *err: empty, nested deeper than OAI_MAX_DEPTH, invalid, duplicate
- * keys, not an object); oai_parse_chat_root is oai_parse_request(OAI_CHAT)
+ * keys, not an object); oai_parse_chat_root is oai_parse_request(REQUEST_CHAT)
  * on such an object (root is borrowed). */
 json_t *oai_load_body(const uint8_t *body, size_t len, oai_error_t *err);
-int oai_parse_chat_root(json_t *root, oai_request_t *out, oai_error_t *err);
-/* Frees what the parser allocated and zeroes *r. NULL-safe. */
-void oai_request_free(oai_request_t *r);
+int oai_parse_chat_root(json_t *root, request_t *out, oai_error_t *err);
 
 /* POST /tokenize and /detokenize bodies (vLLM's shapes), into the same
  * request type (op set, kind COMPLETION unless "messages" is given):
@@ -267,18 +88,18 @@ void oai_request_free(oai_request_t *r);
  *                "add_special_tokens" | "add_special": bool [true]}
  *   detokenize: {"model", "tokens": [int 0..2^31-1, ≤ OAI_MAX_PROMPT_TOKENS]}
  * Unknown fields are ignored. Returns 0, or -1 with a 400 in *err. */
-int oai_parse_tokenizer(const uint8_t *body, size_t len, oai_op_t op, oai_request_t *out,
+int oai_parse_tokenizer(const uint8_t *body, size_t len, request_op_t op, request_t *out,
                         oai_error_t *err);
 
 /* POST /v1/embeddings body (OpenAI's shape) into the same request type (op
- * OAI_OP_EMBED, kind COMPLETION):
+ * REQUEST_OP_EMBED, kind COMPLETION):
  *   {"model", "input": str | [str, ...] | [int, ...] | [[int, ...], ...],
  *    "encoding_format": "float" | "base64" [float], "dimensions": int, "user": str}
  * Strings must be non-empty (≤ OAI_MAX_TEXT_BYTES in all), token arrays
  * non-empty (ids 0..2^31-1, ≤ OAI_MAX_PROMPT_TOKENS in all), at most
  * OAI_MAX_EMBED_INPUTS inputs; unknown fields are ignored. Returns 0, or -1
  * with a 400 in *err. */
-int oai_parse_embeddings(const uint8_t *body, size_t len, oai_request_t *out, oai_error_t *err);
+int oai_parse_embeddings(const uint8_t *body, size_t len, request_t *out, oai_error_t *err);
 
 /* One embedding of an /v1/embeddings answer: (dim) floats. */
 typedef struct {
@@ -293,19 +114,10 @@ typedef struct {
 char *oai_embeddings_json(const char *model, const oai_embedding_t *emb, size_t n, bool base64,
                           uint64_t prompt_tokens);
 
-/* The operator's limits, tighter than the parser's fixed ones (config
- * limits.max_messages ≤ OAI_MAX_MESSAGES, limits.max_prompt_bytes ≤
- * OAI_MAX_TEXT_BYTES): chat messages per request, and bytes of text (all
- * message contents, or a text prompt). 0 = that limit is off. Returns 0, or
- * -1 with a 400 in *err. */
-int oai_request_check_limits(const oai_request_t *r, size_t max_messages, size_t max_text_bytes,
-                             oai_error_t *err);
 
 /* ---- responses --------------------------------------------------------- */
 
-/* Writes "<prefix><24 random hex>" + NUL into out (cap ≥ strlen(prefix)+25),
- * e.g. prefix "chatcmpl-" or "cmpl-". Random from getrandom(2). */
-void oai_id_new(const char *prefix, char *out, size_t cap);
+/* (ids: oai_id_new, gateway/oai_tools.h) */
 
 /* Fields common to every response object of one request. */
 typedef struct {

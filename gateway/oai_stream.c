@@ -84,22 +84,22 @@ static oai_meta_t meta_of(const api_call_t *call)
 /* ------------------------------------------------------------------------ */
 /* parse                                                                     */
 
-static int oai_parse(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o,
+static int oai_parse(api_call_t *call, const uint8_t *body, size_t len, request_t *o,
                      oai_error_t *e)
 {
     switch (call->op) {
-    case OAI_OP_GENERATE: return oai_parse_request(body, len, call->kind, o, e);
-    case OAI_OP_EMBED: return oai_parse_embeddings(body, len, o, e);
+    case REQUEST_OP_GENERATE: return oai_parse_request(body, len, call->kind, o, e);
+    case REQUEST_OP_EMBED: return oai_parse_embeddings(body, len, o, e);
     default: return oai_parse_tokenizer(body, len, call->op, o, e);
     }
 }
 
-static void oai_begin(api_call_t *call, oai_request_t *o)
+static void oai_begin(api_call_t *call, request_t *o)
 {
     oai_stream_t *st = xcalloc(1, sizeof *st);
     st->include_usage = o->include_usage;
     st->base64 = o->base64;
-    oai_id_new(call->op == OAI_OP_EMBED ? "embd-" : call->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-",
+    oai_id_new(call->op == REQUEST_OP_EMBED ? "embd-" : call->kind == REQUEST_CHAT ? "chatcmpl-" : "cmpl-",
                st->id, sizeof st->id);
     call->state = st;
 }
@@ -130,7 +130,7 @@ static char *oai_error_body(const oai_error_t *e)
 static char *chunk_json(const api_call_t *call, const oai_chunk_t *ch)
 {
     oai_meta_t meta = meta_of(call);
-    return call->kind == OAI_CHAT ? oai_chat_chunk_json(&meta, ch) : oai_completion_chunk_json(&meta, ch);
+    return call->kind == REQUEST_CHAT ? oai_chat_chunk_json(&meta, ch) : oai_completion_chunk_json(&meta, ch);
 }
 
 static void sse_done(api_buf_t *out)
@@ -306,7 +306,7 @@ static void emit_finish(api_call_t *call, uint32_t ci, const proto_event_t *ev, 
     bool calls = st->answer[ci] && answer_ends_in_calls(st->answer[ci]); /* not when cut short */
     oai_chunk_t ch = {.index = (int32_t)ci, .finish_reason = calls ? "tool_calls" : finish_name(ev->finish),
                       .include_usage = st->include_usage};
-    if (call->kind == OAI_COMPLETION)
+    if (call->kind == REQUEST_COMPLETION)
         ch.text = "";
     api_buf_sse(out, NULL, chunk_json(call, &ch));
     if (++st->n_finished < call->n_choices)
@@ -331,7 +331,7 @@ static void oai_stream_event(api_call_t *call, gateway_reply_t *rep, api_buf_t *
     }
     const proto_event_t *ev = &rep->event;
     const uint32_t ci = ev->choice < OAI_MAX_N ? ev->choice : 0; /* the core checked it < n */
-    if (call->kind == OAI_CHAT && !st->role_sent[ci]) {
+    if (call->kind == REQUEST_CHAT && !st->role_sent[ci]) {
         oai_chunk_t ch = {.index = (int32_t)ci, .role = true, .text = "",
                           .include_usage = st->include_usage};
         api_buf_sse(out, NULL, chunk_json(call, &ch));
@@ -396,7 +396,7 @@ static char *complete_tokenizer(api_call_t *call, gateway_reply_t *const *events
                                 int *status)
 {
     json_t *j;
-    if (call->op == OAI_OP_TOKENIZE) {
+    if (call->op == REQUEST_OP_TOKENIZE) {
         json_t *ids = json_array();
         for (size_t i = 0; i < n_events; i++) {
             const proto_event_t *ev = &events[i]->event;
@@ -469,9 +469,9 @@ static char *oai_complete(api_call_t *call, gateway_reply_t *const *events, size
         *status = e.status;
         return oai_error_json(&e);
     }
-    if (call->op == OAI_OP_EMBED)
+    if (call->op == REQUEST_OP_EMBED)
         return complete_embeddings(call, events, n_events, status);
-    if (call->op != OAI_OP_GENERATE)
+    if (call->op != REQUEST_OP_GENERATE)
         return complete_tokenizer(call, events, n_events, status);
     /* one choice at a time: its events' text and logprobs in arrival order,
      * split into reasoning, content and tool calls */
@@ -489,7 +489,7 @@ static char *oai_complete(api_call_t *call, gateway_reply_t *const *events, size
         ch[k] = (oai_choice_t){c->split.content, c->split.content_len, c->finish, &c->lps};
     }
     oai_meta_t meta = meta_of(call);
-    char *body = call->kind == OAI_CHAT ? oai_chat_completion_n_json(&meta, ch, n, &u)
+    char *body = call->kind == REQUEST_CHAT ? oai_chat_completion_n_json(&meta, ch, n, &u)
                                         : oai_completion_n_json(&meta, ch, n, &u);
     for (uint32_t k = 0; k < n; k++) {
         const answer_whole_t *w = &acc[k].split;

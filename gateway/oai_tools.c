@@ -6,7 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/random.h>
 
+#include "common/clock.h"
 #include "common/grammar/gbnf.h"
 #include "common/grammar/json_schema.h"
 #include "common/grammar/lark.h"
@@ -156,7 +159,7 @@ static json_t *custom_as_function(json_t *t, const char *p, oai_error_t *e)
 /* One entry of `tools`: {"type":"function","function":{"name","description"?,
  * "parameters"?,"strict"?}}, or a custom tool (custom_as_function; t is
  * replaced by its function form). Stores the name. */
-static int parse_tool(json_t **tp, size_t i, oai_request_t *r, oai_error_t *e)
+static int parse_tool(json_t **tp, size_t i, request_t *r, oai_error_t *e)
 {
     json_t *t = *tp;
     char p[64];
@@ -203,10 +206,10 @@ static int parse_tool(json_t **tp, size_t i, oai_request_t *r, oai_error_t *e)
     return 0;
 }
 
-int oai_tools_parse_request(json_t *root, oai_request_t *r, oai_error_t *e)
+int oai_tools_parse_request(json_t *root, request_t *r, oai_error_t *e)
 {
     r->parallel_tool_calls = true;
-    r->tool_choice = OAI_TOOL_CHOICE_AUTO;
+    r->tool_choice = REQUEST_TOOL_CHOICE_AUTO;
     if (present(json_object_get(root, "functions")) || present(json_object_get(root, "function_call")))
         return bad(e, present(json_object_get(root, "functions")) ? "functions" : "function_call",
                    "The deprecated 'functions'/'function_call' parameters are not supported; use 'tools' "
@@ -255,11 +258,11 @@ int oai_tools_parse_request(json_t *root, oai_request_t *r, oai_error_t *e)
     if (json_is_string(tc)) {
         const char *s = json_string_value(tc);
         if (strcmp(s, "auto") == 0)
-            r->tool_choice = OAI_TOOL_CHOICE_AUTO;
+            r->tool_choice = REQUEST_TOOL_CHOICE_AUTO;
         else if (strcmp(s, "none") == 0)
-            r->tool_choice = OAI_TOOL_CHOICE_NONE;
+            r->tool_choice = REQUEST_TOOL_CHOICE_NONE;
         else if (strcmp(s, "required") == 0)
-            r->tool_choice = OAI_TOOL_CHOICE_REQUIRED;
+            r->tool_choice = REQUEST_TOOL_CHOICE_REQUIRED;
         else
             return bad(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                                          "{\"type\": \"function\", \"function\": {\"name\": ...}}; got "
@@ -273,14 +276,14 @@ int oai_tools_parse_request(json_t *root, oai_request_t *r, oai_error_t *e)
             return bad(e, "tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", "
                                          "\"function\": {\"name\": ...}} or {\"type\": \"custom\", "
                                          "\"custom\": {\"name\": ...}}.");
-        r->tool_choice = OAI_TOOL_CHOICE_NAMED;
+        r->tool_choice = REQUEST_TOOL_CHOICE_NAMED;
         r->tool_choice_name = xstrdup(json_string_value(name));
     } else {
         return bad(e, "tool_choice", "'tool_choice' must be a string or an object, got %s.", type_name(tc));
     }
-    if (r->tool_choice != OAI_TOOL_CHOICE_NONE && r->tool_choice != OAI_TOOL_CHOICE_AUTO && r->n_tools == 0)
+    if (r->tool_choice != REQUEST_TOOL_CHOICE_NONE && r->tool_choice != REQUEST_TOOL_CHOICE_AUTO && r->n_tools == 0)
         return bad(e, "tool_choice", "'tool_choice' is only allowed when 'tools' are specified.");
-    if (r->tool_choice == OAI_TOOL_CHOICE_NAMED) {
+    if (r->tool_choice == REQUEST_TOOL_CHOICE_NAMED) {
         bool found = false;
         for (size_t k = 0; k < r->n_tools && !found; k++)
             found = strcmp(r->tool_names[k], r->tool_choice_name) == 0;
@@ -291,7 +294,7 @@ int oai_tools_parse_request(json_t *root, oai_request_t *r, oai_error_t *e)
     return 0;
 }
 
-int oai_tools_parse_message(json_t *msg, size_t i, oai_message_t *m, oai_error_t *e)
+int oai_tools_parse_message(json_t *msg, size_t i, request_message_t *m, oai_error_t *e)
 {
     char p[96];
     json_t *id = json_object_get(msg, "tool_call_id");
@@ -299,14 +302,14 @@ int oai_tools_parse_message(json_t *msg, size_t i, oai_message_t *m, oai_error_t
         snprintf(p, sizeof p, "messages[%zu].tool_call_id", i);
         if (!json_is_string(id) || json_string_length(id) > 256)
             return bad(e, p, "'%s' must be a string of at most 256 bytes.", p);
-        if (m->role == OAI_ROLE_TOOL)
+        if (m->role == REQUEST_ROLE_TOOL)
             m->tool_call_id = xstrdup(json_string_value(id));
     }
     json_t *tc = json_object_get(msg, "tool_calls");
     if (!present(tc) || (json_is_array(tc) && json_array_size(tc) == 0))
         return 0;
     snprintf(p, sizeof p, "messages[%zu].tool_calls", i);
-    if (m->role != OAI_ROLE_ASSISTANT)
+    if (m->role != REQUEST_ROLE_ASSISTANT)
         return bad(e, p, "'%s': only assistant messages have tool calls.", p);
     if (!json_is_array(tc))
         return bad(e, p, "'%s' must be an array, got %s.", p, type_name(tc));
@@ -586,4 +589,24 @@ char *oai_tools_patch(char *body, size_t index, const char *content, size_t cont
     char *out = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     return out;
+}
+
+void oai_id_new(const char *prefix, char *out, size_t cap)
+{
+    uint8_t r[12];
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+        /* No entropy source: still unique enough per process for an id. */
+        static uint64_t ctr;
+        uint64_t x = (uint64_t)clock_now_us() ^ (++ctr * 0x9e3779b97f4a7c15ULL);
+        for (size_t i = 0; i < sizeof(r); i++)
+            r[i] = (uint8_t)(x >> (8 * (i % 8))) ^ (uint8_t)i;
+    }
+    static const char hex[] = "0123456789abcdef";
+    char tail[25];
+    for (size_t i = 0; i < sizeof(r); i++) {
+        tail[2 * i] = hex[r[i] >> 4];
+        tail[2 * i + 1] = hex[r[i] & 15];
+    }
+    tail[24] = '\0';
+    snprintf(out, cap, "%s%s", prefix, tail);
 }

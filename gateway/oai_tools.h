@@ -27,7 +27,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "gateway/oai.h"
+#include "gateway/oai_error.h"
+#include "gateway/request.h"
 
 #define OAI_MAX_TOOLS 128            /* tools per request */
 #define OAI_MAX_TOOL_CALLS 128       /* calls per assistant message, and parsed per answer */
@@ -36,11 +37,11 @@
 /* Parses `tools`, `tool_choice`, `parallel_tool_calls` (and refuses the
  * legacy `functions`/`function_call` with a pointer to `tools`) into r.
  * Returns 0, or -1 with a 400 in *e naming the field. */
-int oai_tools_parse_request(json_t *root, oai_request_t *r, oai_error_t *e);
+int oai_tools_parse_request(json_t *root, request_t *r, oai_error_t *e);
 
 /* Parses message i's `tool_calls` (assistant) and `tool_call_id` (tool) into
  * m. Returns 0, or -1 with a 400 in *e. */
-int oai_tools_parse_message(json_t *msg, size_t i, oai_message_t *m, oai_error_t *e);
+int oai_tools_parse_message(json_t *msg, size_t i, request_message_t *m, oai_error_t *e);
 
 /* One call parsed from the model's output. Strings are malloc'd. */
 typedef struct {
@@ -118,5 +119,10 @@ json_t *oai_tool_calls_json(const oai_tool_call_t *calls, size_t n, bool with_in
  * malloc'd body. */
 char *oai_tools_patch(char *body, size_t index, const char *content, size_t content_len,
                       const oai_tool_call_t *calls, size_t n, bool ends_in_calls, bool is_chunk);
+
+/* Writes "<prefix><24 random hex>" + NUL into out (cap ≥ strlen(prefix)+25),
+ * e.g. prefix "chatcmpl-", "cmpl-" or "call_" (the ids of every surface's
+ * answers and tool calls). Random from getrandom(2). */
+void oai_id_new(const char *prefix, char *out, size_t cap);
 
 #endif

@@ -392,7 +392,7 @@ static int add_tools(json_t *tools, const char *where, json_t *out, json_t *etoo
                     return -1;
             }
         } else if (hosted_tool(ty)) {
-            oai_warning_add(warn, warnlen, "tools left out (hosted tools this server does not run)", ty);
+            request_warning_add(warn, warnlen, "tools left out (hosted tools this server does not run)", ty);
         } else {
             return bad(e, param, "Tools of type '%.40s' are not supported; use function, custom or namespace "
                                  "tools.", ty);
@@ -722,7 +722,7 @@ void responses_request_free(responses_request_t *r)
 {
     if (!r)
         return;
-    oai_request_free(&r->chat);
+    request_free(&r->chat);
     json_decref(r->input);
     json_decref(r->context);
     json_decref(r->echo);
@@ -1235,7 +1235,7 @@ static int load_context(void *ctx, const char *id, json_t **context)
     return resp_store_context(l->store, id, l->owner, clock_wall_s(), context);
 }
 
-static int surface_parse(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o, oai_error_t *e)
+static int surface_parse(api_call_t *call, const uint8_t *body, size_t len, request_t *o, oai_error_t *e)
 {
     load_ctx_t l = {call->store, call->owner ? call->owner : RESP_STORE_ANON};
     responses_request_t r;
@@ -1258,7 +1258,7 @@ static responses_meta_t meta_of(const api_call_t *call, const surface_state_t *s
                               .wake_ctx = call->wake_ctx};
 }
 
-static void surface_begin(api_call_t *call, oai_request_t *o)
+static void surface_begin(api_call_t *call, request_t *o)
 {
     surface_state_t *st = call->state;
     oai_id_new("resp_", st->id, sizeof st->id);

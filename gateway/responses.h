@@ -68,7 +68,7 @@ typedef int (*responses_load_fn)(void *ctx, const char *id, json_t **context);
 
 /* A parsed request: the internal request and what the response repeats. */
 typedef struct responses_request {
-    oai_request_t chat;          /* the internal request */
+    request_t chat;          /* the internal request */
     json_t *input;               /* this request's input items, normalized, each with an id */
     json_t *context;             /* the conversation before the answer: previous context
                                     + input (stored as the next context with the output) */

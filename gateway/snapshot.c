@@ -1,6 +1,8 @@
 /* snapshot.c — what the core answers GET /health, /v1/models, /metrics and
  * the operations API (/admin/...) with, read from its tables (see
- * snapshot.h). Runs on the core thread only. */
+ * snapshot.h). The builders (static, taking the CALL command) run on the
+ * core thread only; the public functions at the end ask the core to run
+ * them, from any thread. */
 #include "gateway/snapshot.h"
 
 #include <stdarg.h>
@@ -16,7 +18,7 @@
 
 /* ---- GET /health ---- */
 
-json_t *snapshot_health(struct gateway *gw)
+static void *run_health(struct gateway *gw, const gateway_cmd_t *cmd)
 {
     int64_t now = clock_now_us();
     json_t *workers = json_array();
@@ -251,7 +253,7 @@ static json_t *admin_on_demand(struct gateway *gw, bool start, const char *targe
     return json_pack("{s:i, s:s, s:I}", "status", 200, "model", m->name, "draining", (json_int_t)draining);
 }
 
-json_t *snapshot_admin(struct gateway *gw, gateway_admin_op_t op, const char *target)
+static json_t *admin(struct gateway *gw, gateway_admin_op_t op, const char *target)
 {
     if (op == GATEWAY_ADMIN_WORKERS)
         return admin_workers(gw);
@@ -293,7 +295,7 @@ json_t *snapshot_admin(struct gateway *gw, gateway_admin_op_t op, const char *ta
     return res;
 }
 
-char *snapshot_models(struct gateway *gw)
+static void *run_models(struct gateway *gw, const gateway_cmd_t *cmd)
 {
     oai_model_info_t *info = xcalloc(gw->n_models + 1, sizeof *info);
     int64_t created = clock_wall_s();
@@ -307,7 +309,7 @@ char *snapshot_models(struct gateway *gw)
     return s;
 }
 
-char *snapshot_metrics(struct gateway *gw)
+static void *run_metrics(struct gateway *gw, const gateway_cmd_t *cmd)
 {
     for (size_t i = 0; i < gw->n_models; i++) {
         const gateway_model_t *m = &gw->models[i];
@@ -340,4 +342,46 @@ char *snapshot_metrics(struct gateway *gw)
     }
     metrics_gauge_set(gw->m.prefix_index_entries, NULL, (double)prefix_index_size(gw->pindex));
     return metrics_render(gw->metrics, NULL);
+}
+
+static void *run_admin(struct gateway *gw, const gateway_cmd_t *cmd)
+{
+    return admin(gw, cmd->op, cmd->target ? cmd->target : "");
+}
+
+static void json_item_free(void *p)
+{
+    json_decref(p);
+}
+
+/* Asks the core to run `run` and waits for its answer. */
+static void *ask(struct gateway *gw, void *(*run)(struct gateway *, const gateway_cmd_t *),
+                 void (*item_free)(void *), gateway_admin_op_t op, const char *target, int64_t timeout_us)
+{
+    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
+    cmd->kind = GATEWAY_CMD_CALL;
+    cmd->run = run;
+    cmd->op = op;
+    cmd->target = target ? xstrdup(target) : NULL;
+    return gateway_ask(gw, cmd, item_free, timeout_us);
+}
+
+json_t *gateway_health(struct gateway *gw, int64_t timeout_us)
+{
+    return ask(gw, run_health, json_item_free, 0, NULL, timeout_us);
+}
+
+char *gateway_models_json(struct gateway *gw, int64_t timeout_us)
+{
+    return ask(gw, run_models, free, 0, NULL, timeout_us);
+}
+
+char *gateway_metrics_text(struct gateway *gw, int64_t timeout_us)
+{
+    return ask(gw, run_metrics, free, 0, NULL, timeout_us);
+}
+
+json_t *gateway_admin(struct gateway *gw, gateway_admin_op_t op, const char *target, int64_t timeout_us)
+{
+    return ask(gw, run_admin, json_item_free, op, target, timeout_us);
 }

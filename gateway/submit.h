@@ -1,4 +1,4 @@
-/* submit.h — the internal request (oai_request_t, what every API surface
+/* submit.h — the internal request (request_t, what every API surface
  * parses into) translated into the SUBMIT a worker decodes: the gateway's
  * twin of the worker's worker_req_from_submit (worker/worker.h). A new
  * SUBMIT field is set here on the gateway side and read there on the worker
@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "gateway/oai.h"
+#include "gateway/request.h"
 #include "gateway/prio_queue.h"
 #include "proto/msg.h"
 
@@ -32,6 +32,6 @@
  *     request resumed on another replica continues the same random stream.
  * Every string and array in `s` is a heap copy owned by the SUBMIT (freed by
  * proto_msg_clear); `o` is not kept. */
-void submit_from_oai(const oai_request_t *o, uint64_t id, prio_tier_t tier, proto_submit_t *s);
+void submit_from_request(const request_t *o, uint64_t id, prio_tier_t tier, proto_submit_t *s);
 
 #endif

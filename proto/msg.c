@@ -128,10 +128,7 @@ void proto_msg_init(proto_msg_t *m, proto_type_t type)
     memset(m, 0, sizeof *m);
     m->type = type;
     if (type == PROTO_SUBMIT) {
-        proto_sampling_t *s = &m->submit.sampling;
-        s->temperature = 1.0;
-        s->top_p = 1.0;
-        s->repetition_penalty = 1.0;
+        proto_knobs_default(&m->submit.sampling.knobs);
         m->submit.priority = PROTO_PRIO_NORMAL;
     }
 }
@@ -413,13 +410,15 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         key(e, "prompt_ids");
         pack_ids(&e->pk, s->prompt_ids, s->n_prompt_ids);
     }
-    kv_double(e, "temp", sp->temperature);
-    kv_double(e, "top_p", sp->top_p);
-    kv_uint(e, "top_k", sp->top_k);
-    kv_double(e, "min_p", sp->min_p);
-    kv_double(e, "rep_pen", sp->repetition_penalty);
-    kv_double(e, "pres_pen", sp->presence_penalty);
-    kv_double(e, "freq_pen", sp->frequency_penalty);
+    /* the knobs, every row in table order (proto/sampling.h) */
+    for (int i = 0; i < PROTO_N_KNOBS; i++) {
+        const proto_knob_row_t *row = &proto_knob_rows[i];
+        double v = proto_knob_get(&sp->knobs, row);
+        if (row->is_uint)
+            kv_uint(e, row->key, (uint64_t)v);
+        else
+            kv_double(e, row->key, v);
+    }
     if (sp->has_seed)
         kv_uint(e, "seed", sp->seed);
     if (sp->n_logit_bias) {
@@ -917,21 +916,25 @@ static int chat_field(dec_t *d, void *obj, int idx)
     return -1;
 }
 
+/* The knobs come first (S_KNOB0 + their row), generated from the table;
+ * then the hand-decoded keys. */
+#define KNOB_ENUM(key, ...) S_KNOB_##key,
 enum {
-    S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_TEMP, S_TOP_P, S_TOP_K, S_MIN_P,
-    S_REP, S_PRES, S_FREQ, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
+    PROTO_SAMPLING_KNOBS(KNOB_ENUM)
+    S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
     S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS, S_TOOL_CHOICE, S_PAR_TOOLS, S_N_CHOICES,
     S_GRAMMAR, S_OP, S_ADD_SPECIAL, S_THINK, S_INPUTS, S_DIMS, S_NO_SPEC, S_PART,
+    S_N_FIELDS
 };
+_Static_assert(S_N_FIELDS <= 64, "read_map tracks seen keys in a 64-bit mask");
 
+#define KNOB_FIELD(key, ...) [S_KNOB_##key] = {#key, false},
 static const field_t submit_fields[] = {
+    PROTO_SAMPLING_KNOBS(KNOB_FIELD)
     [S_ID] = {"id", true},           [S_PRIO] = {"prio", true},
     [S_KIND] = {"kind", true},       [S_MSGS] = {"msgs", false},
     [S_PROMPT] = {"prompt", false},  [S_PROMPT_IDS] = {"prompt_ids", false},
-    [S_TEMP] = {"temp", false},      [S_TOP_P] = {"top_p", false},
-    [S_TOP_K] = {"top_k", false},    [S_MIN_P] = {"min_p", false},
-    [S_REP] = {"rep_pen", false},    [S_PRES] = {"pres_pen", false},
-    [S_FREQ] = {"freq_pen", false},  [S_SEED] = {"seed", false},
+    [S_SEED] = {"seed", false},
     [S_BIAS] = {"bias", false},      [S_LOGPROBS] = {"logprobs", false},
     [S_TOP_LP] = {"top_lp", false},  [S_MAX_TOK] = {"max_tok", false},
     [S_STOP] = {"stop", false},      [S_IGNORE_EOS] = {"ignore_eos", false},
@@ -962,11 +965,30 @@ static int input_field(dec_t *d, void *obj, int idx)
     return 0;
 }
 
+/* A knob of the table within its wire range. */
+static int get_knob(dec_t *d, proto_knobs_t *k, const proto_knob_row_t *row)
+{
+    if (row->is_uint) {
+        uint64_t v;
+        if (get_uint(d, &v, (uint64_t)row->lo, (uint64_t)row->wire_hi) < 0)
+            return -1;
+        proto_knob_set(k, row, (double)v);
+        return 0;
+    }
+    double v;
+    if (get_double(d, &v, row->lo, row->wire_hi, row->lo_open) < 0)
+        return -1;
+    proto_knob_set(k, row, v);
+    return 0;
+}
+
 static int submit_field(dec_t *d, void *obj, int idx)
 {
     proto_submit_t *s = obj;
     proto_sampling_t *sp = &s->sampling;
     uint32_t n, u;
+    if (idx < PROTO_N_KNOBS)
+        return get_knob(d, &sp->knobs, &proto_knob_rows[idx]);
     switch (idx) {
     case S_ID: return get_uint(d, &s->id, 1, UINT64_MAX);
     case S_PRIO:
@@ -1000,13 +1022,6 @@ static int submit_field(dec_t *d, void *obj, int idx)
     case S_PROMPT_IDS:
         s->has_prompt_ids = true;
         return get_ids(d, &s->prompt_ids, &s->n_prompt_ids, PROTO_MAX_TOKENS);
-    case S_TEMP: return get_double(d, &sp->temperature, 0, PROTO_MAX_TEMPERATURE, false);
-    case S_TOP_P: return get_double(d, &sp->top_p, 0, 1, true);
-    case S_TOP_K: return get_u32(d, &sp->top_k, 0, PROTO_MAX_TOKENS);
-    case S_MIN_P: return get_double(d, &sp->min_p, 0, 1, false);
-    case S_REP: return get_double(d, &sp->repetition_penalty, 0, PROTO_MAX_PENALTY, true);
-    case S_PRES: return get_double(d, &sp->presence_penalty, -2, 2, false);
-    case S_FREQ: return get_double(d, &sp->frequency_penalty, -2, 2, false);
     case S_SEED:
         sp->has_seed = true;
         return get_uint(d, &sp->seed, 0, UINT64_MAX);

@@ -112,13 +112,10 @@
  *   prompt     str   opt  ≤ PROTO_MAX_PROMPT bytes
  *   prompt_ids array opt  token ids (uint ≤ PROTO_MAX_TOKEN_ID), ≤ PROTO_MAX_TOKENS;
  *                         used instead of prompt, e.g. by pagoda-bench
- *   temp       float opt  temperature, 0..PROTO_MAX_TEMPERATURE, default 1 (0 = greedy)
- *   top_p      float opt  (0, 1], default 1
- *   top_k      uint  opt  0 (off)..PROTO_MAX_TOKENS, default 0
- *   min_p      float opt  [0, 1], default 0
- *   rep_pen    float opt  repetition penalty (0, PROTO_MAX_PENALTY], default 1
- *   pres_pen   float opt  presence penalty [-2, 2], default 0
- *   freq_pen   float opt  frequency penalty [-2, 2], default 0
+ *   (knobs)    float/uint opt  the sampling knobs (temp, top_p, ...): a key
+ *                         per row of PROTO_SAMPLING_KNOBS (proto/sampling.h),
+ *                         which gives its type, default and wire range;
+ *                         always sent, in table order
  *   seed       uint  opt  sampler seed (u64); absent = worker picks one
  *   bias       map   opt  logit bias {token id (uint): bias (float, [-100, 100])},
  *                         ≤ PROTO_MAX_LOGIT_BIAS entries
@@ -294,6 +291,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/sampling.h"
+
 /* --- constants (Majordomo style: all in one place) ------------------------- */
 
 #define PROTO_TAG "PGDA01"      /* frame 1; 4-byte name + 2-digit version */
@@ -321,8 +320,6 @@
 #define PROTO_MAX_ERROR_MSG 4096
 #define PROTO_MAX_CAPACITY 65536
 #define PROTO_MAX_BLOCK 4096
-#define PROTO_MAX_TEMPERATURE 100.0
-#define PROTO_MAX_PENALTY 100.0
 #define PROTO_MAX_DEPTH 8                 /* nesting of skipped unknown values */
 #define PROTO_MAX_IDENTITY 255            /* ZeroMQ routing id bytes */
 #define PROTO_MAX_KV_KEYS 8192            /* keys in one KV add/del list (64 KiB) */
@@ -488,13 +485,8 @@ typedef struct proto_logit_bias {
 } proto_logit_bias_t;
 
 typedef struct proto_sampling {
-    double temperature;          /* temp */
-    double top_p;                /* top_p */
-    uint32_t top_k;              /* top_k, 0 = off */
-    double min_p;                /* min_p */
-    double repetition_penalty;   /* rep_pen */
-    double presence_penalty;     /* pres_pen */
-    double frequency_penalty;    /* freq_pen */
+    PROTO_KNOBS_FIELDS;          /* temp, top_p, top_k, ...: a member per row of
+                                    PROTO_SAMPLING_KNOBS (proto/sampling.h) */
     bool has_seed;               /* seed present */
     uint64_t seed;               /* seed */
     proto_logit_bias_t *logit_bias;  /* bias, (n_logit_bias) */
@@ -633,8 +625,8 @@ typedef struct proto_frame {
 
 /* --- API ------------------------------------------------------------------ */
 
-/* Zeroes *m, sets its type and, for SUBMIT, the sampling defaults listed
- * above (temp 1, top_p 1, rep_pen 1, the rest 0/false). */
+/* Zeroes *m, sets its type and, for SUBMIT, priority normal and the
+ * sampling knobs' defaults (proto_knobs_default), the rest 0/false. */
 void proto_msg_init(proto_msg_t *m, proto_type_t type);
 
 /* Frees every heap pointer of a *decoded* message and zeroes it. Safe on a

@@ -150,9 +150,16 @@ static void window_push(sampler_t *s, hist_entry_t *e, int32_t token)
 void sampler_params_default(sampler_params_t *p)
 {
     memset(p, 0, sizeof *p);
-    p->temperature = 1.0f;
-    p->top_p = 1.0f;
-    p->repetition_penalty = 1.0f;
+    proto_knobs_t k;
+    proto_knobs_default(&k);
+    sampler_params_set_knobs(p, &k);
+}
+
+void sampler_params_set_knobs(sampler_params_t *p, const proto_knobs_t *k)
+{
+#define SET_KNOB(key, api, wtype, stype, member, ...) p->member = (stype)k->member;
+    PROTO_SAMPLING_KNOBS(SET_KNOB)
+#undef SET_KNOB
 }
 
 int sampler_params_validate(const sampler_params_t *p, int32_t n_vocab, const char **why)

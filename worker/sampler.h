@@ -48,6 +48,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "proto/sampling.h"
+
 #define SAMPLER_MAX_TOP_LOGPROBS 20
 /* The logprob reported for a token of probability 0 (one a grammar forbids,
  * listed among the top alternatives when fewer than asked are allowed):
@@ -60,16 +62,18 @@ typedef struct sampler_bias {
     float bias;      /* added to the logit; finite */
 } sampler_bias_t;
 
+/* A knob of the table in the sampler's type (the row's stype). */
+#define SAMPLER_KNOB_MEMBER(key, api, wtype, stype, member, ...) stype member;
+
 typedef struct sampler_params {
-    float temperature;          /* >= 0, finite; 0 = greedy */
-    int32_t top_k;              /* <= 0 or >= n_vocab = off */
-    float top_p;                /* (0, 1]; 1 = off */
-    float min_p;                /* [0, 1]; 0 = off */
-    float repetition_penalty;   /* > 0, finite; 1 = off */
+    /* a member per row of PROTO_SAMPLING_KNOBS (proto/sampling.h), in its
+     * sampler type: temperature (>= 0, finite; 0 = greedy), top_p ((0, 1];
+     * 1 = off), top_k (<= 0 or >= n_vocab = off), min_p ([0, 1]; 0 = off),
+     * repetition_penalty (> 0, finite; 1 = off), presence_penalty and
+     * frequency_penalty (finite; 0 = off; OpenAI allows [-2, 2]), ... */
+    PROTO_SAMPLING_KNOBS(SAMPLER_KNOB_MEMBER)
     int32_t repetition_last_n;  /* window (tokens of prompt + generated), >= 0;
                                    0 = the whole history (HF semantics) */
-    float presence_penalty;     /* finite (OpenAI allows [-2, 2]); 0 = off */
-    float frequency_penalty;    /* finite; 0 = off */
     const sampler_bias_t *logit_bias; /* n_logit_bias entries; copied by sampler_new */
     int32_t n_logit_bias;       /* >= 0 */
     int32_t n_top_logprobs;     /* 0..SAMPLER_MAX_TOP_LOGPROBS alternatives reported */
@@ -89,9 +93,13 @@ typedef struct sampler_logprobs {
 
 typedef struct sampler sampler_t;
 
-/* Neutral parameters: temperature 1, no truncation, no penalties, no bias,
- * no logprobs, unseeded. */
+/* Neutral parameters: every knob at its table default (temperature 1, no
+ * truncation, no penalties), no bias, no logprobs, unseeded. */
 void sampler_params_default(sampler_params_t *p);
+
+/* Sets every knob of p from a SUBMIT's (proto_sampling_t.knobs), converted to
+ * the sampler's types; the other members of p are left as they are. */
+void sampler_params_set_knobs(sampler_params_t *p, const proto_knobs_t *k);
 
 /* Checks params against the ranges above. Returns 0, or -1 and sets *why
  * (static string, may be NULL) to the first problem. */

@@ -278,13 +278,7 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
     };
     sampler_params_t *sp = &out->req.sampling;
     sampler_params_default(sp);
-    sp->temperature = (float)sm->sampling.temperature;
-    sp->top_p = (float)sm->sampling.top_p;
-    sp->top_k = (int32_t)sm->sampling.top_k;
-    sp->min_p = (float)sm->sampling.min_p;
-    sp->repetition_penalty = (float)sm->sampling.repetition_penalty;
-    sp->presence_penalty = (float)sm->sampling.presence_penalty;
-    sp->frequency_penalty = (float)sm->sampling.frequency_penalty;
+    sampler_params_set_knobs(sp, &sm->sampling.knobs);
     sp->has_seed = sm->sampling.has_seed;
     sp->seed = sm->sampling.seed;
     if (sm->sampling.n_logit_bias) {

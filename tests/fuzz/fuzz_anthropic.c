@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     bool count = data[0] & 1, reasoning = data[0] & 2;
-    oai_request_t r;
+    request_t r;
     oai_error_t err;
     int rc = anthropic_parse_request(data + 1, size - 1, count, &r, &err);
     if (rc != 0) {
@@ -43,9 +43,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         must_be_json(anthropic_error_json(&err));
         return 0;
     }
-    if (!r.model || r.n_messages < 1 || (count ? r.op != OAI_OP_TOKENIZE || r.grammar : r.max_tokens < 1))
+    if (!r.model || r.n_messages < 1 || (count ? r.op != REQUEST_OP_TOKENIZE || r.grammar : r.max_tokens < 1))
         __builtin_trap();
-    const oai_message_t *last = &r.messages[r.n_messages - 1];
+    const request_message_t *last = &r.messages[r.n_messages - 1];
     anthropic_meta_t m = {.id = "msg_fuzz", .model = r.model, .reasoning = reasoning,
                           .tool_names = r.tool_names, .n_tools = r.n_tools, .stop = r.stop, .n_stop = r.n_stop};
     oai_usage_t u = {10, 5, 3};
@@ -81,6 +81,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!last_name || strncmp(last_name, "message_stop\n", 13) != 0)
         __builtin_trap();
     free(buf.p);
-    oai_request_free(&r);
+    request_free(&r);
     return 0;
 }

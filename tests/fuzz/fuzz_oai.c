@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    oai_kind_t kind = (data[0] & 1) ? OAI_COMPLETION : OAI_CHAT;
+    request_kind_t kind = (data[0] & 1) ? REQUEST_COMPLETION : REQUEST_CHAT;
     const uint8_t *body = data + 1;
     size_t len = size - 1;
 
@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         __builtin_trap();
     free(s2);
 
-    oai_request_t r;
+    request_t r;
     oai_error_t err;
     if ((data[0] & 10) == 8) {
         int erc = oai_parse_embeddings(body, len, &r, &err);
@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 __builtin_trap();
             must_be_json(oai_error_json(&err));
         } else {
-            if (!r.model || !r.model[0] || r.op != OAI_OP_EMBED || r.n_inputs < 1 ||
+            if (!r.model || !r.model[0] || r.op != REQUEST_OP_EMBED || r.n_inputs < 1 ||
                 r.n_inputs > OAI_MAX_EMBED_INPUTS || r.dimensions < 0 || r.dimensions > OAI_MAX_EMBED_DIM)
                 __builtin_trap();
             /* each input is exactly one non-empty form; the answer for
@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             oai_embedding_t *emb = calloc(r.n_inputs, sizeof *emb);
             float *v = calloc(64, sizeof *v);
             for (size_t i = 0; i < r.n_inputs; i++) {
-                const oai_embed_input_t *in = &r.inputs[i];
+                const request_embed_input_t *in = &r.inputs[i];
                 if (in->text ? (in->ids || in->text_len == 0 || strlen(in->text) != in->text_len)
                              : (!in->ids || in->n_ids < 1))
                     __builtin_trap();
@@ -80,13 +80,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             must_be_json(oai_embeddings_json(r.model, emb, r.n_inputs, r.base64, r.n_inputs));
             free(v);
             free(emb);
-            oai_request_free(&r);
+            request_free(&r);
         }
         free(s1);
         return 0;
     }
     if (data[0] & 2) {
-        oai_op_t op = (data[0] & 4) ? OAI_OP_DETOKENIZE : OAI_OP_TOKENIZE;
+        request_op_t op = (data[0] & 4) ? REQUEST_OP_DETOKENIZE : REQUEST_OP_TOKENIZE;
         int trc = oai_parse_tokenizer(body, len, op, &r, &err);
         if (trc != 0) {
             if (trc != -1 || err.status != 400 || r.model || r.messages || r.prompt || r.prompt_tokens)
@@ -95,17 +95,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         } else {
             if (!r.model || !r.model[0] || r.op != op)
                 __builtin_trap();
-            if (op == OAI_OP_DETOKENIZE && (!r.prompt_tokens || r.n_prompt_tokens < 1 || r.prompt))
+            if (op == REQUEST_OP_DETOKENIZE && (!r.prompt_tokens || r.n_prompt_tokens < 1 || r.prompt))
                 __builtin_trap();
-            if (op == OAI_OP_TOKENIZE && (r.kind == OAI_CHAT ? r.n_messages < 1 : !r.prompt && !r.prompt_tokens))
+            if (op == REQUEST_OP_TOKENIZE && (r.kind == REQUEST_CHAT ? r.n_messages < 1 : !r.prompt && !r.prompt_tokens))
                 __builtin_trap();
-            oai_request_free(&r);
+            request_free(&r);
         }
         free(s1);
         return 0;
     }
     int rc = oai_parse_request(body, len, kind, &r, &err);
-    if (kind == OAI_CHAT) {
+    if (kind == REQUEST_CHAT) {
         /* The other surfaces' path (oai_load_body + oai_parse_chat_root)
          * must agree with oai_parse_request on every chat body. */
         oai_error_t e2;
@@ -117,10 +117,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         } else {
             if (!json_is_object(root))
                 __builtin_trap();
-            oai_request_t r2;
+            request_t r2;
             rc2 = oai_parse_chat_root(root, &r2, &e2);
             if (rc2 == 0)
-                oai_request_free(&r2);
+                request_free(&r2);
             json_decref(root);
         }
         if ((rc == 0) != (rc2 == 0))
@@ -141,7 +141,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         __builtin_trap();
     const char *text = "";
     size_t text_len = 0;
-    if (kind == OAI_CHAT) {
+    if (kind == REQUEST_CHAT) {
         if (r.n_messages < 1 || r.n_messages > OAI_MAX_MESSAGES || r.prompt || r.prompt_tokens)
             __builtin_trap();
         text = r.messages[r.n_messages - 1].content;
@@ -165,7 +165,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                      .include_usage = r.include_usage};
     must_be_json(oai_chat_chunk_json(&meta, &c));
     must_be_json(oai_completion_chunk_json(&meta, &c));
-    oai_request_free(&r);
+    request_free(&r);
     free(s1);
     return 0;
 }

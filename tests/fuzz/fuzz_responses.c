@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!r.chat.model || r.chat.n_messages < 1 || !json_is_array(r.input) || !json_is_array(r.context) ||
         json_array_size(r.context) < json_array_size(r.input) || !json_is_object(r.echo))
         __builtin_trap();
-    const oai_message_t *last = &r.chat.messages[r.chat.n_messages - 1];
+    const request_message_t *last = &r.chat.messages[r.chat.n_messages - 1];
     static unsigned long n_ids;
     char id[48];
     snprintf(id, sizeof id, "resp_f%lu", n_ids++);

@@ -17,12 +17,12 @@
 #include "gateway/anthropic.h"
 #include "gateway/oai_tools.h"
 
-static int parse(const char *body, bool count, oai_request_t *o, oai_error_t *e)
+static int parse(const char *body, bool count, request_t *o, oai_error_t *e)
 {
     return anthropic_parse_request((const uint8_t *)body, strlen(body), count, o, e);
 }
 
-static void parse_ok(const char *body, bool count, oai_request_t *o)
+static void parse_ok(const char *body, bool count, request_t *o)
 {
     oai_error_t e;
     if (parse(body, count, o, &e) != 0)
@@ -31,7 +31,7 @@ static void parse_ok(const char *body, bool count, oai_request_t *o)
 
 static void test_basic_fields(void **st)
 {
-    oai_request_t o;
+    request_t o;
     parse_ok("{\"model\":\"m\",\"max_tokens\":64,\"system\":[{\"type\":\"text\",\"text\":\"Be brief.\"},"
              "{\"type\":\"text\",\"text\":\"Be kind.\"}],\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},"
              "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"Hello\"}]},"
@@ -42,11 +42,11 @@ static void test_basic_fields(void **st)
     assert_string_equal(o.model, "m");
     assert_int_equal(o.max_tokens, 64);
     assert_int_equal(o.n_messages, 4);
-    assert_int_equal(o.messages[0].role, OAI_ROLE_SYSTEM);
+    assert_int_equal(o.messages[0].role, REQUEST_ROLE_SYSTEM);
     assert_string_equal(o.messages[0].content, "Be brief.\nBe kind.");
-    assert_int_equal(o.messages[1].role, OAI_ROLE_USER);
+    assert_int_equal(o.messages[1].role, REQUEST_ROLE_USER);
     assert_string_equal(o.messages[1].content, "Hi");
-    assert_int_equal(o.messages[2].role, OAI_ROLE_ASSISTANT);
+    assert_int_equal(o.messages[2].role, REQUEST_ROLE_ASSISTANT);
     assert_string_equal(o.messages[2].content, "Hello");
     assert_string_equal(o.messages[3].content, "a\nb");
     assert_true(o.temperature == 0.5);
@@ -60,13 +60,13 @@ static void test_basic_fields(void **st)
     assert_true(o.has_enable_thinking);
     assert_false(o.enable_thinking);
     assert_null(o.tools_json);
-    assert_int_equal(o.op, OAI_OP_GENERATE);
-    oai_request_free(&o);
+    assert_int_equal(o.op, REQUEST_OP_GENERATE);
+    request_free(&o);
 }
 
 static void test_tools_round_trip(void **st)
 {
-    oai_request_t o;
+    request_t o;
     parse_ok("{\"model\":\"m\",\"max_tokens\":100,"
              "\"tools\":[{\"name\":\"get_weather\",\"description\":\"Weather\",\"input_schema\":{\"type\":\"object\","
              "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}],"
@@ -82,12 +82,12 @@ static void test_tools_round_trip(void **st)
     assert_non_null(o.tools_json);
     assert_int_equal(o.n_tools, 1);
     assert_string_equal(o.tool_names[0], "get_weather");
-    assert_int_equal(o.tool_choice, OAI_TOOL_CHOICE_NAMED);
+    assert_int_equal(o.tool_choice, REQUEST_TOOL_CHOICE_NAMED);
     assert_string_equal(o.tool_choice_name, "get_weather");
     assert_false(o.parallel_tool_calls);
     /* user, assistant (text + call), tool, tool, user */
     assert_int_equal(o.n_messages, 5);
-    assert_int_equal(o.messages[1].role, OAI_ROLE_ASSISTANT);
+    assert_int_equal(o.messages[1].role, REQUEST_ROLE_ASSISTANT);
     assert_string_equal(o.messages[1].content, "Checking.");
     json_t *calls = json_loads(o.messages[1].tool_calls_json, 0, NULL);
     assert_int_equal(json_array_size(calls), 1);
@@ -100,22 +100,22 @@ static void test_tools_round_trip(void **st)
                                         : json_object_get(json_loads(json_string_value(args), 0, NULL), "city");
     assert_string_equal(json_string_value(city), "Paris");
     json_decref(calls);
-    assert_int_equal(o.messages[2].role, OAI_ROLE_TOOL);
+    assert_int_equal(o.messages[2].role, REQUEST_ROLE_TOOL);
     assert_string_equal(o.messages[2].tool_call_id, "toolu_01");
     assert_string_equal(o.messages[2].content, "18C");
-    assert_int_equal(o.messages[3].role, OAI_ROLE_TOOL);
+    assert_int_equal(o.messages[3].role, REQUEST_ROLE_TOOL);
     assert_string_equal(o.messages[3].content, "Error: down");
-    assert_int_equal(o.messages[4].role, OAI_ROLE_USER);
+    assert_int_equal(o.messages[4].role, REQUEST_ROLE_USER);
     assert_string_equal(o.messages[4].content, "Thanks");
-    oai_request_free(&o);
+    request_free(&o);
 
     const struct {
         const char *choice;
-        oai_tool_choice_t want;
+        request_tool_choice_t want;
     } choices[] = {
-        {"{\"type\":\"auto\"}", OAI_TOOL_CHOICE_AUTO},
-        {"{\"type\":\"any\"}", OAI_TOOL_CHOICE_REQUIRED},
-        {"{\"type\":\"none\"}", OAI_TOOL_CHOICE_NONE},
+        {"{\"type\":\"auto\"}", REQUEST_TOOL_CHOICE_AUTO},
+        {"{\"type\":\"any\"}", REQUEST_TOOL_CHOICE_REQUIRED},
+        {"{\"type\":\"none\"}", REQUEST_TOOL_CHOICE_NONE},
     };
     for (size_t i = 0; i < 3; i++) {
         char body[512];
@@ -125,29 +125,29 @@ static void test_tools_round_trip(void **st)
         parse_ok(body, false, &o);
         assert_int_equal(o.tool_choice, choices[i].want);
         assert_true(o.parallel_tool_calls);
-        oai_request_free(&o);
+        request_free(&o);
     }
 }
 
 static void test_thinking_and_count(void **st)
 {
-    oai_request_t o;
+    request_t o;
     parse_ok("{\"model\":\"m\",\"max_tokens\":4096,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":2048},"
              "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", false, &o);
     assert_true(o.has_enable_thinking && o.enable_thinking);
-    oai_request_free(&o);
+    request_free(&o);
     parse_ok("{\"model\":\"m\",\"max_tokens\":10,\"thinking\":{\"type\":\"disabled\"},"
              "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", false, &o);
     assert_true(o.has_enable_thinking && !o.enable_thinking);
-    oai_request_free(&o);
+    request_free(&o);
     /* count_tokens: no max_tokens, the tokenizer op, tools kept (they are in the prompt) */
     parse_ok("{\"model\":\"m\",\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],"
              "\"messages\":[{\"role\":\"user\",\"content\":\"count me\"}]}", true, &o);
-    assert_int_equal(o.op, OAI_OP_TOKENIZE);
+    assert_int_equal(o.op, REQUEST_OP_TOKENIZE);
     assert_non_null(o.tools_json);
     assert_null(o.grammar);
     assert_false(o.stream);
-    oai_request_free(&o);
+    request_free(&o);
 }
 
 /* What Claude Code (2.1.x) sends with any model name: a system turn inside
@@ -167,13 +167,13 @@ static void test_claude_code_shapes(void **st)
         "\"output_config\":{\"effort\":\"high\"},"
         "\"tools\":[{\"name\":\"Read\",\"input_schema\":{\"type\":\"object\"},\"defer_loading\":true},"
         "{\"type\":\"web_search_20250305\",\"name\":\"web_search\",\"max_uses\":3}]}";
-    oai_request_t o;
+    request_t o;
     parse_ok(body, false, &o);
     assert_int_equal(o.n_messages, 3);
-    assert_int_equal(o.messages[0].role, OAI_ROLE_SYSTEM);
+    assert_int_equal(o.messages[0].role, REQUEST_ROLE_SYSTEM);
     assert_string_equal(o.messages[0].content, "You are an agent."); /* billing header dropped */
-    assert_int_equal(o.messages[1].role, OAI_ROLE_USER);
-    assert_int_equal(o.messages[2].role, OAI_ROLE_SYSTEM);
+    assert_int_equal(o.messages[1].role, REQUEST_ROLE_USER);
+    assert_int_equal(o.messages[2].role, REQUEST_ROLE_SYSTEM);
     assert_string_equal(o.messages[2].content, "# Environment");
     assert_true(o.has_enable_thinking && o.enable_thinking);
     assert_int_equal(o.max_tokens, 300);
@@ -181,29 +181,29 @@ static void test_claude_code_shapes(void **st)
     assert_string_equal(o.tool_names[0], "Read");
     assert_non_null(o.warning);
     assert_non_null(strstr(o.warning, "web_search_20250305"));
-    oai_request_free(&o);
+    request_free(&o);
     /* kept on request (--keep-volatile-blocks) */
     oai_error_t e;
     assert_int_equal(anthropic_parse_request((const uint8_t *)body, strlen(body), ANTHROPIC_PARSE_KEEP_VOLATILE,
                                              &o, &e), 0);
     assert_non_null(strstr(o.messages[0].content, "x-anthropic-billing-header"));
-    oai_request_free(&o);
+    request_free(&o);
     /* count_tokens takes the same body and renders the same prompt */
     parse_ok(body, true, &o);
-    assert_int_equal(o.op, OAI_OP_TOKENIZE);
+    assert_int_equal(o.op, REQUEST_OP_TOKENIZE);
     assert_string_equal(o.messages[0].content, "You are an agent.");
-    oai_request_free(&o);
+    request_free(&o);
     /* adaptive thinking: on, no budget */
     parse_ok("{\"model\":\"m\",\"max_tokens\":5,\"thinking\":{\"type\":\"adaptive\",\"display\":\"omitted\"},"
              "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", false, &o);
     assert_true(o.has_enable_thinking && o.enable_thinking);
-    oai_request_free(&o);
+    request_free(&o);
     /* output_config.format: structured output */
     parse_ok("{\"model\":\"m\",\"max_tokens\":50,\"output_config\":{\"format\":{\"type\":\"json_schema\","
              "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}},"
              "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", false, &o);
     assert_non_null(o.grammar);
-    oai_request_free(&o);
+    request_free(&o);
 }
 
 static void test_refused(void **st)
@@ -249,14 +249,14 @@ static void test_refused(void **st)
         {"", "empty"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        oai_request_t o;
+        request_t o;
         oai_error_t e;
         if (parse(cases[i].body, false, &o, &e) == 0)
             fail_msg("accepted: %s", cases[i].body);
         assert_int_equal(e.status, 400);
         if (!strstr(e.message, cases[i].says))
             fail_msg("error for %s does not say '%s': %s", cases[i].body, cases[i].says, e.message);
-        oai_request_free(&o); /* harmless after a refusal */
+        request_free(&o); /* harmless after a refusal */
     }
 }
 

@@ -29,6 +29,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "gateway/gateway.h"
+#include "gateway/snapshot.h"
 #include "gateway/zap.h"
 #include "proto/curve.h"
 #include "worker/worker_link.h"

@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "gateway/gateway.h"
+#include "gateway/snapshot.h"
 #include "gateway/oai.h"
 #include "proto/msg.h"
 
@@ -109,11 +110,11 @@ static gateway_request_t *submit(fixture_t *f, const char *model, prio_tier_t ti
     char body[256];
     snprintf(body, sizeof body,
              "{\"model\":\"%s\",\"prompt\":\"hi\",\"max_tokens\":7,\"temperature\":0.5}", model);
-    oai_request_t o;
+    request_t o;
     oai_error_t e;
-    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), OAI_COMPLETION, &o, &e), 0);
+    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_COMPLETION, &o, &e), 0);
     gateway_request_t *r = gateway_request_from_oai(f->gw, &o, tier, 0);
-    oai_request_free(&o);
+    request_free(&o);
     assert_int_equal(gateway_submit(f->gw, r), 0);
     return r;
 }

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "gateway/gateway.h"
+#include "gateway/snapshot.h"
 #include "gateway/http.h"
 #include "proto/msg.h"
 

@@ -95,7 +95,7 @@ static char *gen_body(enum gen g)
 /* ---- the table ---------------------------------------------------------- */
 
 typedef struct {
-    oai_kind_t kind;
+    request_kind_t kind;
     const char *body;   /* NULL → gen */
     enum gen gen;
     int status;         /* 0 = must parse */
@@ -103,8 +103,8 @@ typedef struct {
     const char *msg;    /* substring expected in the message, or NULL */
 } req_case_t;
 
-#define C OAI_CHAT
-#define P OAI_COMPLETION
+#define C REQUEST_CHAT
+#define P REQUEST_COMPLETION
 #define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
 #define CHAT(extra) "{\"model\":\"m\"," MSG extra "}"
 #define CMPL(extra) "{\"model\":\"m\",\"prompt\":\"hi\"" extra "}"
@@ -311,7 +311,7 @@ static void test_request_table(void **st)
         const req_case_t *c = &CASES[i];
         char *gen = c->body ? NULL : gen_body(c->gen);
         const char *body = c->body ? c->body : gen;
-        oai_request_t r;
+        request_t r;
         oai_error_t e;
         int rc = oai_parse_request((const uint8_t *)body, strlen(body), c->kind, &r, &e);
         char shown[81];
@@ -336,7 +336,7 @@ static void test_request_table(void **st)
             assert_null(r.prompt);
             assert_null(r.stop);
         }
-        oai_request_free(&r);
+        request_free(&r);
         free(gen);
     }
     assert_int_equal(failures, 0);
@@ -357,23 +357,23 @@ static void test_chat_values(void **st)
         "\"seed\":-42,\"stop\":[\"END\",\"\\n\\n\"],\"logit_bias\":{\"15\":-100,\"2000\":2.5},"
         "\"logprobs\":true,\"top_logprobs\":3,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
         "\"user\":\"u-1\",\"ignore_eos\":true,\"unknown\":[1]}";
-    oai_request_t r;
+    request_t r;
     oai_error_t e;
-    int rc = oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e);
+    int rc = oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e);
     if (rc != 0)
         fail_msg("%s", e.message);
-    assert_int_equal(r.kind, OAI_CHAT);
+    assert_int_equal(r.kind, REQUEST_CHAT);
     assert_string_equal(r.model, "qwen3-0.6b");
     assert_int_equal(r.n_messages, 4);
-    assert_int_equal(r.messages[0].role, OAI_ROLE_SYSTEM);
+    assert_int_equal(r.messages[0].role, REQUEST_ROLE_SYSTEM);
     assert_string_equal(r.messages[0].content, "sys");
-    assert_int_equal(r.messages[1].role, OAI_ROLE_USER);
+    assert_int_equal(r.messages[1].role, REQUEST_ROLE_USER);
     assert_string_equal(r.messages[1].content, "line1\nline2");
     assert_int_equal(r.messages[1].content_len, 11);
     assert_string_equal(r.messages[1].name, "bob");
-    assert_int_equal(r.messages[2].role, OAI_ROLE_ASSISTANT);
+    assert_int_equal(r.messages[2].role, REQUEST_ROLE_ASSISTANT);
     assert_string_equal(r.messages[2].content, "");
-    assert_int_equal(r.messages[3].role, OAI_ROLE_TOOL);
+    assert_int_equal(r.messages[3].role, REQUEST_ROLE_TOOL);
     assert_null(r.messages[0].name);
     assert_int_equal(r.max_tokens, 50); /* max_completion_tokens wins */
     assert_float_equal(r.temperature, 0.7, 0);
@@ -407,19 +407,19 @@ static void test_chat_values(void **st)
     assert_string_equal(r.user, "u-1");
     assert_true(r.ignore_eos);
     assert_null(r.prompt);
-    oai_request_free(&r);
+    request_free(&r);
     assert_null(r.model);
-    oai_request_free(&r); /* twice is harmless */
-    oai_request_free(NULL);
+    request_free(&r); /* twice is harmless */
+    request_free(NULL);
 }
 
 static void test_defaults(void **st)
 {
     (void)st;
     const char *body = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"top_k\":-1}";
-    oai_request_t r;
+    request_t r;
     oai_error_t e;
-    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e), 0);
+    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e), 0);
     assert_int_equal(r.max_tokens, -1);
     assert_float_equal(r.temperature, 1.0, 0);
     assert_float_equal(r.top_p, 1.0, 0);
@@ -432,16 +432,16 @@ static void test_defaults(void **st)
     assert_false(r.stream);
     assert_false(r.include_usage);
     assert_null(r.user);
-    oai_request_free(&r);
+    request_free(&r);
 }
 
 static void test_completion_values(void **st)
 {
     (void)st;
-    oai_request_t r;
+    request_t r;
     oai_error_t e;
     const char *b1 = "{\"model\":\"m\",\"prompt\":[\"Once upon\"],\"logprobs\":2,\"max_tokens\":7,\"stop\":\"x\"}";
-    assert_int_equal(oai_parse_request((const uint8_t *)b1, strlen(b1), OAI_COMPLETION, &r, &e), 0);
+    assert_int_equal(oai_parse_request((const uint8_t *)b1, strlen(b1), REQUEST_COMPLETION, &r, &e), 0);
     assert_string_equal(r.prompt, "Once upon");
     assert_int_equal(r.prompt_len, 9);
     assert_null(r.prompt_tokens);
@@ -449,11 +449,11 @@ static void test_completion_values(void **st)
     assert_int_equal(r.top_logprobs, 2);
     assert_int_equal(r.max_tokens, 7);
     assert_int_equal(r.n_stop, 1);
-    oai_request_free(&r);
+    request_free(&r);
 
     const char *b2 = "{\"model\":\"m\",\"prompt\":[[7,0,2147483647]],\"max_completion_tokens\":0}";
     /* max_completion_tokens is a chat field: ignored (even invalid) for completions. */
-    assert_int_equal(oai_parse_request((const uint8_t *)b2, strlen(b2), OAI_COMPLETION, &r, &e), 0);
+    assert_int_equal(oai_parse_request((const uint8_t *)b2, strlen(b2), REQUEST_COMPLETION, &r, &e), 0);
     assert_null(r.prompt);
     assert_int_equal(r.n_prompt_tokens, 3);
     assert_int_equal(r.prompt_tokens[0], 7);
@@ -461,7 +461,7 @@ static void test_completion_values(void **st)
     assert_int_equal(r.prompt_tokens[2], 2147483647);
     assert_false(r.logprobs);
     assert_int_equal(r.max_tokens, -1);
-    oai_request_free(&r);
+    request_free(&r);
 }
 
 /* ---- errors ------------------------------------------------------------- */
@@ -539,13 +539,13 @@ static void test_embeddings_bodies(void **state)
         {"{\"model\":\"m\",\"input\":\"a\"", "-", 0, 0, false, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        oai_request_t r;
+        request_t r;
         oai_error_t e;
         int rc = oai_parse_embeddings((const uint8_t *)cases[i].body, strlen(cases[i].body), &r, &e);
         if (!cases[i].param) {
             if (rc != 0)
                 fail_msg("case %zu (%s): %s", i, cases[i].body, e.message);
-            assert_int_equal(r.op, OAI_OP_EMBED);
+            assert_int_equal(r.op, REQUEST_OP_EMBED);
             assert_string_equal(r.model, "m");
             assert_int_equal(r.n_inputs, cases[i].n_inputs);
             for (size_t k = 0; k < r.n_inputs; k++)
@@ -553,7 +553,7 @@ static void test_embeddings_bodies(void **state)
                                                  : !r.inputs[k].text && r.inputs[k].n_ids >= 1);
             assert_int_equal(r.base64, cases[i].base64);
             assert_int_equal(r.dimensions, cases[i].dims);
-            oai_request_free(&r);
+            request_free(&r);
             continue;
         }
         if (rc != -1)
@@ -574,7 +574,7 @@ static void test_embeddings_bodies(void **state)
     for (int i = 0; i <= OAI_MAX_EMBED_INPUTS; i++)
         off += (size_t)snprintf(big + off, cap - off, "%s\"x\"", i ? "," : "");
     snprintf(big + off, cap - off, "]}");
-    oai_request_t r;
+    request_t r;
     oai_error_t e;
     assert_int_equal(oai_parse_embeddings((const uint8_t *)big, strlen(big), &r, &e), -1);
     assert_string_equal(e.param, "input");
@@ -636,30 +636,30 @@ static void test_tokenizer_bodies(void **state)
 {
     (void)state;
     static const struct {
-        oai_op_t op;
+        request_op_t op;
         const char *body;
         const char *param; /* NULL: must parse; "-": refused, any param */
     } cases[] = {
-        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi\"}", NULL},
-        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", NULL},
-        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi\",\"add_special_tokens\":false}", NULL},
-        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi\",\"add_special\":false,\"x\":1}", NULL},
-        {OAI_OP_TOKENIZE, "{\"prompt\":\"hi\"}", "model"},
-        {OAI_OP_TOKENIZE, "{\"model\":\"m\"}", "prompt"},
-        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"\"}", "prompt"},
-        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "prompt"},
-        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi\",\"add_special_tokens\":1}", "add_special_tokens"},
-        {OAI_OP_TOKENIZE, "{\"model\":\"m\",\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "-"},
-        {OAI_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":[1,2,3]}", NULL},
-        {OAI_OP_DETOKENIZE, "{\"model\":\"m\"}", "tokens"},
-        {OAI_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":[]}", "tokens"},
-        {OAI_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":\"1 2\"}", "tokens"},
-        {OAI_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":[1,-2]}", "tokens[1]"},
-        {OAI_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":[1,2147483648]}", "tokens[1]"},
-        {OAI_OP_DETOKENIZE, "[1]", ""},
+        {REQUEST_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi\"}", NULL},
+        {REQUEST_OP_TOKENIZE, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", NULL},
+        {REQUEST_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi\",\"add_special_tokens\":false}", NULL},
+        {REQUEST_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi\",\"add_special\":false,\"x\":1}", NULL},
+        {REQUEST_OP_TOKENIZE, "{\"prompt\":\"hi\"}", "model"},
+        {REQUEST_OP_TOKENIZE, "{\"model\":\"m\"}", "prompt"},
+        {REQUEST_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"\"}", "prompt"},
+        {REQUEST_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "prompt"},
+        {REQUEST_OP_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi\",\"add_special_tokens\":1}", "add_special_tokens"},
+        {REQUEST_OP_TOKENIZE, "{\"model\":\"m\",\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "-"},
+        {REQUEST_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":[1,2,3]}", NULL},
+        {REQUEST_OP_DETOKENIZE, "{\"model\":\"m\"}", "tokens"},
+        {REQUEST_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":[]}", "tokens"},
+        {REQUEST_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":\"1 2\"}", "tokens"},
+        {REQUEST_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":[1,-2]}", "tokens[1]"},
+        {REQUEST_OP_DETOKENIZE, "{\"model\":\"m\",\"tokens\":[1,2147483648]}", "tokens[1]"},
+        {REQUEST_OP_DETOKENIZE, "[1]", ""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        oai_request_t r;
+        request_t r;
         oai_error_t e;
         int rc = oai_parse_tokenizer((const uint8_t *)cases[i].body, strlen(cases[i].body), cases[i].op,
                                      &r, &e);
@@ -668,13 +668,13 @@ static void test_tokenizer_bodies(void **state)
                 fail_msg("case %zu (%s): %s", i, cases[i].body, e.message);
             assert_int_equal(r.op, cases[i].op);
             assert_string_equal(r.model, "m");
-            if (cases[i].op == OAI_OP_DETOKENIZE) {
+            if (cases[i].op == REQUEST_OP_DETOKENIZE) {
                 assert_int_equal(r.n_prompt_tokens, 3);
                 assert_int_equal(r.prompt_tokens[2], 3);
             }
-            assert_int_equal(r.kind, i == 1 ? OAI_CHAT : OAI_COMPLETION);
+            assert_int_equal(r.kind, i == 1 ? REQUEST_CHAT : REQUEST_COMPLETION);
             assert_int_equal(r.add_special, i != 2 && i != 3);
-            oai_request_free(&r);
+            request_free(&r);
         } else if (rc != -1 || e.status != 400 ||
                    (strcmp(cases[i].param, "-") != 0 && strcmp(e.param, cases[i].param) != 0)) {
             fail_msg("case %zu (%s): rc %d status %d param '%s', want 400 '%s'", i, cases[i].body, rc,
@@ -736,9 +736,9 @@ static void test_error_bodies(void **st)
     free(s);
 
     /* A parse error's body, end to end. */
-    oai_request_t r;
+    request_t r;
     const char *body = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":400}";
-    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e), -1);
+    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e), -1);
     s = oai_error_json(&e);
     j = parse_json(s);
     in = json_object_get(j, "error");

@@ -149,15 +149,15 @@ static void test_parse_request(void **state)
         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
         "\"object\"}}},{\"type\":\"function\",\"function\":{\"name\":\"lookup\"}}],"
         "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"lookup\"}},\"parallel_tool_calls\":false}";
-    oai_request_t r;
+    request_t r;
     oai_error_t e;
-    int rc = oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e);
+    int rc = oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e);
     if (rc != 0)
         fail_msg("refused: %s (%s)", e.message, e.param);
     assert_int_equal(r.n_tools, 2);
     assert_string_equal(r.tool_names[0], "get_weather");
     assert_string_equal(r.tool_names[1], "lookup");
-    assert_int_equal(r.tool_choice, OAI_TOOL_CHOICE_NAMED);
+    assert_int_equal(r.tool_choice, REQUEST_TOOL_CHOICE_NAMED);
     assert_string_equal(r.tool_choice_name, "lookup");
     assert_false(r.parallel_tool_calls);
     /* tools forwarded as they came (compact), arguments parsed when JSON */
@@ -177,16 +177,16 @@ static void test_parse_request(void **state)
     json_decref(calls);
     assert_string_equal(r.messages[2].tool_call_id, "c1");
     assert_string_equal(r.messages[1].content, "");
-    oai_request_free(&r);
+    request_free(&r);
 
     /* defaults */
     const char *b2 = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
-    assert_int_equal(oai_parse_request((const uint8_t *)b2, strlen(b2), OAI_CHAT, &r, &e), 0);
+    assert_int_equal(oai_parse_request((const uint8_t *)b2, strlen(b2), REQUEST_CHAT, &r, &e), 0);
     assert_null(r.tools_json);
     assert_int_equal(r.n_tools, 0);
-    assert_int_equal(r.tool_choice, OAI_TOOL_CHOICE_AUTO);
+    assert_int_equal(r.tool_choice, REQUEST_TOOL_CHOICE_AUTO);
     assert_true(r.parallel_tool_calls);
-    oai_request_free(&r);
+    request_free(&r);
 }
 
 /* Custom tools on chat: shown as a function with one string "input", named
@@ -204,13 +204,13 @@ static void test_custom_tools(void **state)
         "\"tools\":[{\"type\":\"custom\",\"custom\":{\"name\":\"apply_patch\",\"description\":\"Patch.\","
         "\"format\":{\"type\":\"text\"}}},{\"type\":\"function\",\"function\":{\"name\":\"lookup\"}}],"
         "\"tool_choice\":{\"type\":\"custom\",\"custom\":{\"name\":\"apply_patch\"}}}";
-    oai_request_t r;
+    request_t r;
     oai_error_t e;
-    if (oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e) != 0)
+    if (oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e) != 0)
         fail_msg("refused: %s (%s)", e.message, e.param);
     assert_int_equal(r.n_tools, 2);
     assert_true(r.tool_custom && r.tool_custom[0] && !r.tool_custom[1]);
-    assert_int_equal(r.tool_choice, OAI_TOOL_CHOICE_NAMED);
+    assert_int_equal(r.tool_choice, REQUEST_TOOL_CHOICE_NAMED);
     assert_string_equal(r.tool_choice_name, "apply_patch");
     json_t *tools = json_loads(r.tools_json, 0, NULL);
     json_t *f0 = json_object_get(json_array_get(tools, 0), "function");
@@ -224,7 +224,7 @@ static void test_custom_tools(void **state)
     json_t *a0 = json_object_get(json_object_get(json_array_get(calls, 0), "function"), "arguments");
     assert_string_equal(json_string_value(json_object_get(a0, "input")), "line\n");
     json_decref(calls);
-    oai_request_free(&r);
+    request_free(&r);
 
     oai_tool_call_t call = {.id = "call_1", .name = "apply_patch", .arguments = "{\"input\": \"a\\tb\"}"};
     char *tn[] = {"apply_patch"};
@@ -280,25 +280,25 @@ static void test_custom_input_prefixes(void **state)
 static void test_template_kwargs(void **state)
 {
     (void)state;
-    oai_request_t r;
+    request_t r;
     oai_error_t e;
     const char *ok = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
                      "\"chat_template_kwargs\":{\"enable_thinking\":false,\"custom\":[1,{\"x\":2}]}}";
-    assert_int_equal(oai_parse_request((const uint8_t *)ok, strlen(ok), OAI_CHAT, &r, &e), 0);
+    assert_int_equal(oai_parse_request((const uint8_t *)ok, strlen(ok), REQUEST_CHAT, &r, &e), 0);
     assert_true(r.has_enable_thinking);
     assert_false(r.enable_thinking);
-    oai_request_free(&r);
+    request_free(&r);
     const char *on = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
                      "\"chat_template_kwargs\":{\"enable_thinking\":true}}";
-    assert_int_equal(oai_parse_request((const uint8_t *)on, strlen(on), OAI_CHAT, &r, &e), 0);
+    assert_int_equal(oai_parse_request((const uint8_t *)on, strlen(on), REQUEST_CHAT, &r, &e), 0);
     assert_true(r.has_enable_thinking);
     assert_true(r.enable_thinking);
-    oai_request_free(&r);
+    request_free(&r);
     const char *none = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
                        "\"chat_template_kwargs\":{}}";
-    assert_int_equal(oai_parse_request((const uint8_t *)none, strlen(none), OAI_CHAT, &r, &e), 0);
+    assert_int_equal(oai_parse_request((const uint8_t *)none, strlen(none), REQUEST_CHAT, &r, &e), 0);
     assert_false(r.has_enable_thinking);
-    oai_request_free(&r);
+    request_free(&r);
     static const struct {
         const char *kw, *param;
     } BAD[] = {
@@ -312,7 +312,7 @@ static void test_template_kwargs(void **state)
         snprintf(body, sizeof body,
                  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
                  "\"chat_template_kwargs\":%s}", BAD[i].kw);
-        assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e), -1);
+        assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e), -1);
         assert_int_equal(e.status, 400);
         assert_string_equal(e.param, BAD[i].param);
     }
@@ -329,24 +329,24 @@ static void test_strict_schema(void **state)
         "\"function\":{\"name\":\"a\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\",%s\"parameters\":"
         "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"array\",\"uniqueItems\":true}}}}}]}";
     char body[512];
-    oai_request_t r;
+    request_t r;
     oai_error_t e;
     snprintf(body, sizeof body, fmt, "\"strict\":true,");
-    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e), -1);
+    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e), -1);
     assert_int_equal(e.status, 400);
     assert_string_equal(e.param, "tools[1].function.parameters");
     if (!strstr(e.message, "/properties/x/uniqueItems"))
         fail_msg("message without the pointer: %s", e.message);
     snprintf(body, sizeof body, fmt, "\"strict\":false,");
-    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), OAI_CHAT, &r, &e), 0);
-    oai_request_free(&r);
+    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e), 0);
+    request_free(&r);
     /* a strict schema that compiles is accepted */
     const char *good = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":"
                        "\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":{\"type\":\"object\","
                        "\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":-9007199254740991}},\"required\":[\"n\"],"
                        "\"additionalProperties\":false}}}]}";
-    assert_int_equal(oai_parse_request((const uint8_t *)good, strlen(good), OAI_CHAT, &r, &e), 0);
-    oai_request_free(&r);
+    assert_int_equal(oai_parse_request((const uint8_t *)good, strlen(good), REQUEST_CHAT, &r, &e), 0);
+    request_free(&r);
 }
 
 /* The patched bodies are what the SDKs read: message.tool_calls with

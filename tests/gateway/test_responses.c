@@ -37,9 +37,9 @@ static void test_string_input(void **st)
              "\"temperature\":0.2,\"top_p\":0.5,\"seed\":9,\"metadata\":{\"k\":\"v\"},\"user\":\"u\"}",
              NULL, NULL, &r);
     assert_int_equal(r.chat.n_messages, 2);
-    assert_int_equal(r.chat.messages[0].role, OAI_ROLE_SYSTEM);
+    assert_int_equal(r.chat.messages[0].role, REQUEST_ROLE_SYSTEM);
     assert_string_equal(r.chat.messages[0].content, "Be brief.");
-    assert_int_equal(r.chat.messages[1].role, OAI_ROLE_USER);
+    assert_int_equal(r.chat.messages[1].role, REQUEST_ROLE_USER);
     assert_string_equal(r.chat.messages[1].content, "Hi");
     assert_int_equal(r.chat.max_tokens, 20);
     assert_true(r.chat.temperature == 0.2 && r.chat.top_p == 0.5);
@@ -76,16 +76,16 @@ static void test_items_and_tools(void **st)
              NULL, NULL, &r);
     assert_false(r.store);
     assert_true(r.chat.has_enable_thinking && !r.chat.enable_thinking);
-    assert_int_equal(r.chat.tool_choice, OAI_TOOL_CHOICE_NAMED);
+    assert_int_equal(r.chat.tool_choice, REQUEST_TOOL_CHOICE_NAMED);
     assert_false(r.chat.parallel_tool_calls);
     assert_int_equal(r.chat.n_tools, 1);
     /* system, user, assistant(call), tool */
     assert_int_equal(r.chat.n_messages, 4);
-    assert_int_equal(r.chat.messages[0].role, OAI_ROLE_SYSTEM);
-    assert_int_equal(r.chat.messages[2].role, OAI_ROLE_ASSISTANT);
+    assert_int_equal(r.chat.messages[0].role, REQUEST_ROLE_SYSTEM);
+    assert_int_equal(r.chat.messages[2].role, REQUEST_ROLE_ASSISTANT);
     assert_non_null(strstr(r.chat.messages[2].tool_calls_json, "call_1"));
     assert_non_null(strstr(r.chat.messages[2].tool_calls_json, "Oslo"));
-    assert_int_equal(r.chat.messages[3].role, OAI_ROLE_TOOL);
+    assert_int_equal(r.chat.messages[3].role, REQUEST_ROLE_TOOL);
     assert_string_equal(r.chat.messages[3].tool_call_id, "call_1");
     assert_string_equal(r.chat.messages[3].content, "-3C");
     assert_int_equal(json_array_size(r.input), 5);
@@ -122,7 +122,7 @@ static void test_previous(void **st)
              (void *)ctx, &r);
     assert_int_equal(r.chat.n_messages, 3);
     assert_string_equal(r.chat.messages[0].content, "My name is Ada.");
-    assert_int_equal(r.chat.messages[1].role, OAI_ROLE_ASSISTANT);
+    assert_int_equal(r.chat.messages[1].role, REQUEST_ROLE_ASSISTANT);
     assert_string_equal(r.chat.messages[1].content, "Hello Ada.");
     assert_string_equal(r.chat.messages[2].content, "Who am I?");
     assert_int_equal(json_array_size(r.input), 1);
@@ -252,9 +252,9 @@ static void test_codex_shapes(void **st)
              "\"multi_agent_v1\",\"tools\":[{\"type\":\"function\",\"name\":\"spawn_agent\"}]}]}",
              NULL, NULL, &r);
     assert_int_equal(r.chat.n_messages, 5);
-    assert_int_equal(r.chat.messages[1].role, OAI_ROLE_ASSISTANT);
+    assert_int_equal(r.chat.messages[1].role, REQUEST_ROLE_ASSISTANT);
     assert_non_null(strstr(r.chat.messages[1].tool_calls_json, "\"input\":\"P\\n\""));
-    assert_int_equal(r.chat.messages[2].role, OAI_ROLE_TOOL);
+    assert_int_equal(r.chat.messages[2].role, REQUEST_ROLE_TOOL);
     assert_string_equal(r.chat.messages[2].content, "Done!");
     assert_non_null(strstr(r.chat.messages[3].tool_calls_json, "\"name\":\"spawn_agent\""));
     responses_request_free(&r);

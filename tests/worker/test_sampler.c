@@ -688,6 +688,35 @@ static void bench_sample(void)
     free(l);
 }
 
+/* Every row of the knob table (proto/sampling.h) reaches its member of
+ * sampler_params_t: the default, and a SUBMIT's value (in the sampler's
+ * type), with nothing else of the params touched. */
+static void test_knob_rows(void **state)
+{
+    (void)state;
+    sampler_params_t p;
+    sampler_params_default(&p);
+    proto_knobs_t def, k;
+    proto_knobs_default(&def);
+    proto_knobs_default(&k);
+    for (int i = 0; i < PROTO_N_KNOBS; i++)
+        proto_knob_set(&k, &proto_knob_rows[i], proto_knob_rows[i].is_uint ? 3 + i : 0.125 * (i + 1));
+    p.repetition_last_n = 77;
+    sampler_params_set_knobs(&p, &k);
+    assert_int_equal(p.repetition_last_n, 77);
+    assert_null(p.logit_bias);
+    assert_false(p.has_seed);
+    sampler_params_t back;
+    sampler_params_default(&back);
+    /* each member, read back through the table's offset in proto_knobs_t */
+#define CHECK_KNOB(key, api, wtype, stype, member, def_, ...)                                          \
+    assert_true(p.member == (stype)k.member);                                                           \
+    assert_true(back.member == (stype)(def_));                                                          \
+    assert_true((double)def.member == (def_));
+    PROTO_SAMPLING_KNOBS(CHECK_KNOB)
+#undef CHECK_KNOB
+}
+
 int main(void)
 {
     if (getenv("SAMPLER_BENCH")) {
@@ -696,6 +725,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_knob_rows),
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_top_p_set),
