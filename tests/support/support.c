@@ -3,20 +3,60 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
+/* The stand-in for each shared model, as the Makefile's TEST_MODELS names
+ * it under $PAGODA_BUILD/test-models/ (the shared zoo is random-weight too:
+ * its stand-ins keep its names). */
+static const struct {
+    const char *shared, *standin;
+} STANDINS[] = {
+    {"stories260K.gguf", "tiny-llama.gguf"},
+    {"zoo/zoo-F32.gguf", "zoo/zoo-F32.gguf"},
+    {"zoo/zoo-F16.gguf", "zoo/zoo-F16.gguf"},
+    {"zoo/zoo-BF16.gguf", "zoo/zoo-BF16.gguf"},
+    {"zoo/zoo-Q8_0.gguf", "zoo/zoo-Q8_0.gguf"},
+    {"zoo/zoo-Q4_0.gguf", "zoo/zoo-Q4_0.gguf"},
+    {"zoo/zoo-Q4_K_M.gguf", "zoo/zoo-Q4_K_M.gguf"},
+    {"zoo/zoo-Q5_K_M.gguf", "zoo/zoo-Q5_K_M.gguf"},
+    {"zoo/zoo-Q6_K.gguf", "zoo/zoo-Q6_K.gguf"},
+};
+
+static const char *shared_dir(void)
+{
+    const char *shared = getenv("PAGODA_SHARED");
+    return shared && *shared ? shared : "../shared";
+}
+
 const char *support_shared_model(const char *rel)
 {
     static char path[4096];
-    const char *shared = getenv("PAGODA_SHARED");
-    snprintf(path, sizeof path, "%s/models/%s", shared ? shared : "../shared", rel);
-    if (access(path, R_OK) != 0) {
-        fprintf(stderr, "skip: %s not found (../shared absent?)\n", path);
+    snprintf(path, sizeof path, "%s/models/%s", shared_dir(), rel);
+    if (access(path, R_OK) == 0)
+        return path;
+    const char *b = getenv("PAGODA_BUILD");
+    for (size_t i = 0; i < sizeof STANDINS / sizeof STANDINS[0]; i++) {
+        if (strcmp(STANDINS[i].shared, rel) != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/test-models/%s", b && *b ? b : "build", STANDINS[i].standin);
+        if (access(path, R_OK) == 0)
+            return path;
+        fprintf(stderr, "skip: neither %s/models/%s nor its stand-in %s (make test-models makes it)\n",
+                shared_dir(), rel, path);
         return NULL;
     }
-    return path;
+    fprintf(stderr, "skip: %s/models/%s not found and it has no stand-in\n", shared_dir(), rel);
+    return NULL;
+}
+
+int support_model_is_shared(const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/models/", shared_dir());
+    return path && strncmp(path, dir, strlen(dir)) == 0;
 }
 
 unsigned char *support_read_file(const char *path, size_t *len)

@@ -9,7 +9,7 @@
  *       [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K|Q4_K_M] [--seed S] [--arch ARCH]
  *       [--rope-base B] [--eps E] [--experts N] [--experts-used K] [--expert-ffn F] [--window W]
  *       [--pooling N] ({arch}.pooling_type for embeddings: 1 mean, 3 last; absent by default)
- *       [--chat-template FILE]
+ *       [--chat-template FILE] [--mute-eos]
  *
  * Family tensors and defaults come from the family's row of arch.h's table
  * (qk_norm: attn_q_norm/attn_k_norm; post_norms: post_attention_norm/
@@ -34,6 +34,13 @@
  * weights are F32 1 + N(0, 0.1^2); qwen2's q/k/v biases are F32 N(0, 0.02^2).
  * Every row has its own random stream seeded from (seed, tensor name, row),
  * so the file is identical whatever the thread count.
+ *
+ * --mute-eos writes the EOS token's row of output.weight as zeros: EOS's
+ * logit is then exactly 0 while the others are about N(0, 1), so greedy
+ * decoding ends on EOS only if every one of the other hundreds of logits is
+ * negative at once — in practice never. Tests that need a stand-in model to
+ * run to max_tokens or the context's end (finish_reason "length") without
+ * ignore_eos use it (the Makefile's test models, docs/TESTING.md).
  *
  * Tokenizer: every tokenizer.* key is copied from --tokenizer-from. --vocab
  * defaults to that tokenizer's size; a larger --vocab pads the token, score
@@ -65,6 +72,7 @@ typedef struct gen_tensor {
     float std;
     uint64_t seed;
     uint64_t n_expert;  /* > 1: a 3-D expert tensor [cols, rows / n_expert, n_expert] */
+    int64_t zero_row;   /* this row written as zeros (--mute-eos), or -1 */
 } gen_tensor_t;
 
 
@@ -103,7 +111,8 @@ static int gen_fill(void *ctx, uint8_t *buf, size_t nbytes)
         for (int64_t r = 0; r < (int64_t)t->rows; r++) {
             fill_normal(row, t->cols, t->seed ^ ((uint64_t)r * 0xd1b54a32d192ed03ull));
             for (uint64_t i = 0; i < t->cols; i++)
-                row[i] = t->kind == INIT_NORM_WEIGHT ? 1.0f + t->std * row[i] : t->std * row[i];
+                row[i] = r == t->zero_row ? 0.0f
+                         : t->kind == INIT_NORM_WEIGHT ? 1.0f + t->std * row[i] : t->std * row[i];
             if (quant_quantize(t->type, row, buf + (size_t)r * row_bytes, (int64_t)t->cols) != 0)
                 failed = 1;
         }
@@ -121,6 +130,7 @@ typedef struct opts {
     int64_t pooling;   /* --pooling: {arch}.pooling_type written when >= 0 */
     uint32_t type;                  /* matrices' type; with mix_q4_k_m the base one (Q4_K) */
     bool mix_q4_k_m;                /* --type Q4_K_M: some matrices Q6_K (see the top) */
+    bool mute_eos;                  /* --mute-eos: output.weight's EOS row is zero (see the top) */
     uint64_t seed;
     double rope_base, eps;
 } opts_t;
@@ -137,7 +147,7 @@ static void usage(FILE *f)
             "         [--heads 12] [--kv-heads N] [--ffn 2048] [--vocab N] [--ctx 2048]\n"
             "         [--type %sQ4_K_M] [--seed S]\n"
             "         [--arch %s]\n"
-            "         [--rope-base B] [--eps E] [--experts 8] [--experts-used 2] [--expert-ffn F]\n"
+            "         [--rope-base B] [--eps E] [--experts 8] [--experts-used 2] [--expert-ffn F] [--mute-eos]\n"
             "         [--window W] [--chat-template FILE] [--pooling N]\n"
             "Writes a GGUF with seeded random weights; tokenizer.* keys are copied from\n"
             "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n",
@@ -217,6 +227,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
         if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
             usage(stdout);
             exit(0);
+        }
+        if (strcmp(name, "--mute-eos") == 0 && !v) {
+            o->mute_eos = true;
+            continue;
         }
         if (!v) {
             if (i + 1 >= argc) {
@@ -300,6 +314,11 @@ static int parse_args(int argc, char **argv, opts_t *o)
         char names[256];
         model_arch_list(names, sizeof names, " ");
         fprintf(stderr, "pagoda-mkmodel: --arch must be one of %s\n", names);
+        return -1;
+    }
+    if (o->mute_eos && o->fam->tied_output) {
+        fprintf(stderr, "pagoda-mkmodel: --mute-eos needs an output.weight; --arch %s ties it to the embedding\n",
+                o->arch);
         return -1;
     }
     if (o->experts_used > o->experts) {
@@ -589,6 +608,7 @@ int main(int argc, char **argv)
         t_->std = (float)(std_);                                                     \
         t_->seed = hash_str(t_->name, base_seed);                                   \
         t_->n_expert = 1;                                                            \
+        t_->zero_row = -1;                                                           \
     } while (0)
     const float s_dim = 1.0f / sqrtf((float)o.dim), s_ffn = 1.0f / sqrtf((float)o.ffn);
     char nm[96];
@@ -647,6 +667,15 @@ int main(int argc, char **argv)
     if (!fam->tied_output)
         ADD("output.weight", matrix_type(&o, "output", -1), o.dim, vocab, INIT_NORMAL, s_dim);
 #undef ADD
+    if (o.mute_eos) {
+        int64_t eos;
+        if (gguf_get_int(tok, "tokenizer.ggml.eos_token_id", &eos) != 0 || eos < 0 || eos >= vocab) {
+            fprintf(stderr, "pagoda-mkmodel: --mute-eos: the tokenizer has no EOS id inside its vocabulary\n");
+            free(plan);
+            goto err;
+        }
+        plan[n - 1].zero_row = eos; /* output.weight (tied_output refused in parse_args) */
+    }
     uint64_t n_params = 0;
     for (size_t i = 0; i < n; i++) {
         gen_tensor_t *t = &plan[i];
