@@ -122,9 +122,12 @@ run: deps
 # support.c's STANDINS and tests/lib.sh's small_model map the names; see
 # docs/TESTING.md):
 #   tiny-llama.gguf   for stories260K.gguf: its shape (llama, 5 layers, dim 64,
-#                     8/4 heads, FFN 172, context 512, F32) with the builtin
-#                     SentencePiece-style tokenizer (byte fallback, BOS 1, EOS 2)
-#                     and --mute-eos, so greedy text runs to max_tokens
+#                     8/4 heads, FFN 172, context 512, vocab 512, F32) with the
+#                     builtin SentencePiece-style tokenizer cut to 512 pieces
+#                     (byte fallback, BOS 1, EOS 2); --mute-special and
+#                     --logit-scale 8 make its next token clear like a trained
+#                     model's, never EOS, a byte or a control token, so greedy
+#                     text is valid UTF-8 and runs to max_tokens
 #   zoo/zoo-TYPE.gguf for zoo/zoo-TYPE.gguf: the zoo's shape (2 layers, dim 256,
 #                     4/2 heads, FFN 768, context 512), one seed, so every type
 #                     holds the same float weights quantized its own way
@@ -132,12 +135,19 @@ TEST_MODEL_DIR = $(BUILD)/test-models
 ZOO_TYPES = F32 F16 BF16 Q8_0 Q4_0 Q4_K_M Q5_K_M Q6_K
 TEST_MODELS = $(TEST_MODEL_DIR)/tiny-llama.gguf $(foreach t,$(ZOO_TYPES),$(TEST_MODEL_DIR)/zoo/zoo-$(t).gguf)
 MKMODEL_ARGS_tiny-llama = --dim 64 --layers 5 --heads 8 --kv-heads 4 --ffn 172 --ctx 512 --type F32 \
-	--seed 260 --mute-eos
+	--vocab 512 --seed 260 --mute-special --logit-scale 8
 # Q5_K_M: Q5_K matrices; llama.cpp's mix keeps some Q6_K, ours is all Q5_K
 MKMODEL_ZOO = --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 768 --ctx 512 --seed 512
 MKMODEL_TYPE_Q5_K_M = Q5_K
 $(foreach t,$(ZOO_TYPES),$(eval MKMODEL_ARGS_zoo/zoo-$(t) = $$(MKMODEL_ZOO) --type $$(or $$(MKMODEL_TYPE_$(t)),$(t))))
+# zoo/zoo-TYPE.dequant-f32.gguf: every tensor of zoo-TYPE.gguf decoded by the
+# NumPy reference (tests/ref/dequant_gguf.py), like the shared ones
+ZOO_QUANT = Q8_0 Q4_0 Q4_K_M Q5_K_M Q6_K
+TEST_MODELS += $(foreach t,$(ZOO_QUANT),$(TEST_MODEL_DIR)/zoo/zoo-$(t).dequant-f32.gguf)
 test-models: $(TEST_MODELS)
+$(TEST_MODEL_DIR)/zoo/zoo-%.dequant-f32.gguf: $(TEST_MODEL_DIR)/zoo/zoo-%.gguf tests/ref/dequant_gguf.py tests/ref/gguf_ref.py
+	@$(if $(V),,echo "  DEQUANT $@")
+	$(Q)/usr/bin/python3 tests/ref/dequant_gguf.py $< $@.part && mv $@.part $@
 $(TEST_MODEL_DIR)/%.gguf: $(BUILD)/pagoda-mkmodel
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  MKMODEL $@")

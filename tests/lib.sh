@@ -112,7 +112,7 @@ model_is_shared() { [[ $1 == "$SHARED/models/"* ]]; }
 
 # A small real model for process tests: stories260K from ../shared when
 # present, else its stand-in tiny-llama.gguf (random weights, builtin
-# tokenizer, EOS muted so greedy text runs to max_tokens). When neither
+# tokenizer cut to 512 pieces, EOS, bytes and control tokens muted). When neither
 # exists it prints a "not ok" line (on stderr: it runs inside $(...)).
 small_model() {
   test_model stories260K.gguf || { echo "not ok - no test model (make test-models)" >&2; return 1; }

@@ -23,6 +23,11 @@ static const struct {
     {"zoo/zoo-Q4_K_M.gguf", "zoo/zoo-Q4_K_M.gguf"},
     {"zoo/zoo-Q5_K_M.gguf", "zoo/zoo-Q5_K_M.gguf"},
     {"zoo/zoo-Q6_K.gguf", "zoo/zoo-Q6_K.gguf"},
+    {"zoo/zoo-Q8_0.dequant-f32.gguf", "zoo/zoo-Q8_0.dequant-f32.gguf"},
+    {"zoo/zoo-Q4_0.dequant-f32.gguf", "zoo/zoo-Q4_0.dequant-f32.gguf"},
+    {"zoo/zoo-Q4_K_M.dequant-f32.gguf", "zoo/zoo-Q4_K_M.dequant-f32.gguf"},
+    {"zoo/zoo-Q5_K_M.dequant-f32.gguf", "zoo/zoo-Q5_K_M.dequant-f32.gguf"},
+    {"zoo/zoo-Q6_K.dequant-f32.gguf", "zoo/zoo-Q6_K.dequant-f32.gguf"},
 };
 
 static const char *shared_dir(void)
