@@ -36,13 +36,15 @@
  * so the file is identical whatever the thread count.
  *
  * Stand-ins for a trained model in tests (the Makefile's test models):
- * --mute-special writes output.weight's rows of EOS and of every CONTROL,
- * UNKNOWN and BYTE (fallback) token as zeros, so their logits are exactly 0
+ * --mute-special writes output.weight's rows of EOS and of every UNKNOWN
+ * and BYTE (fallback) token as zeros, so their logits are exactly 0
  * while the others are about N(0, S^2); --logit-scale S (default 1) makes
  * output.weight's std S/sqrt(dim). With S of a few, like a trained model the
  * next token is usually clear, greedy (and low-temperature) text is whole
  * pieces of valid UTF-8, and it ends on EOS only if every other logit is
  * negative at once: in practice it runs to max_tokens or the context's end.
+ * Other control tokens (BOS) keep their rows: like stories260K, whose
+ * stories end by starting the next with BOS, the model may emit one.
  *
  * Tokenizer: every tokenizer.* key is copied from --tokenizer-from. --vocab
  * defaults to that tokenizer's size; a smaller one cuts the builtin tokenizer
@@ -133,8 +135,8 @@ typedef struct opts {
     int64_t pooling;   /* --pooling: {arch}.pooling_type written when >= 0 */
     uint32_t type;                  /* matrices' type; with mix_q4_k_m the base one (Q4_K) */
     bool mix_q4_k_m;                /* --type Q4_K_M: some matrices Q6_K (see the top) */
-    bool mute_special;              /* --mute-special: output.weight's rows of EOS, control,
-                                     * unknown and byte tokens are zero (see the top) */
+    bool mute_special;              /* --mute-special: output.weight's rows of EOS, unknown
+                                     * and byte tokens are zero (see the top) */
     double logit_scale;             /* --logit-scale: output.weight's std times this */
     uint64_t seed;
     double rope_base, eps;
@@ -707,7 +709,7 @@ int main(int argc, char **argv)
         if (gguf_get_arr(tok, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, &types) == 0)
             for (uint64_t i = 0; i < types->arr_n && (int64_t)i < vocab; i++) {
                 int32_t ty = ((const int32_t *)types->arr_data)[i];
-                muted[i] = muted[i] || ty == 2 || ty == 3 || ty == 6; /* UNKNOWN, CONTROL, BYTE */
+                muted[i] = muted[i] || ty == 2 || ty == 6; /* UNKNOWN, BYTE */
             }
         plan[n - 1].zero_rows = muted;
     }
