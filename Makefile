@@ -119,7 +119,7 @@ run: deps
 # (seeded, so the same bytes on every machine), so a fresh clone with no
 # ../shared beside it skips nothing. Each stands in for a file of
 # ../shared/models, which tests prefer when it is there (tests/support/
-# support.c's STANDINS and tests/lib.sh's small_model map the names; see
+# support.c's standin_of and tests/lib.sh's standin_of map the names; see
 # docs/TESTING.md):
 #   tiny-llama.gguf   for stories260K.gguf: its shape (llama, 5 layers, dim 64,
 #                     8/4 heads, FFN 172, context 512, vocab 512, F32) with the

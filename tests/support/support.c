@@ -8,27 +8,16 @@
 #include <unistd.h>
 #include <zmq.h>
 
-/* The stand-in for each shared model, as the Makefile's TEST_MODELS names
- * it under $PAGODA_BUILD/test-models/ (the shared zoo is random-weight too:
- * its stand-ins keep its names). */
-static const struct {
-    const char *shared, *standin;
-} STANDINS[] = {
-    {"stories260K.gguf", "tiny-llama.gguf"},
-    {"zoo/zoo-F32.gguf", "zoo/zoo-F32.gguf"},
-    {"zoo/zoo-F16.gguf", "zoo/zoo-F16.gguf"},
-    {"zoo/zoo-BF16.gguf", "zoo/zoo-BF16.gguf"},
-    {"zoo/zoo-Q8_0.gguf", "zoo/zoo-Q8_0.gguf"},
-    {"zoo/zoo-Q4_0.gguf", "zoo/zoo-Q4_0.gguf"},
-    {"zoo/zoo-Q4_K_M.gguf", "zoo/zoo-Q4_K_M.gguf"},
-    {"zoo/zoo-Q5_K_M.gguf", "zoo/zoo-Q5_K_M.gguf"},
-    {"zoo/zoo-Q6_K.gguf", "zoo/zoo-Q6_K.gguf"},
-    {"zoo/zoo-Q8_0.dequant-f32.gguf", "zoo/zoo-Q8_0.dequant-f32.gguf"},
-    {"zoo/zoo-Q4_0.dequant-f32.gguf", "zoo/zoo-Q4_0.dequant-f32.gguf"},
-    {"zoo/zoo-Q4_K_M.dequant-f32.gguf", "zoo/zoo-Q4_K_M.dequant-f32.gguf"},
-    {"zoo/zoo-Q5_K_M.dequant-f32.gguf", "zoo/zoo-Q5_K_M.dequant-f32.gguf"},
-    {"zoo/zoo-Q6_K.dequant-f32.gguf", "zoo/zoo-Q6_K.dequant-f32.gguf"},
-};
+/* The name of the stand-in for a shared model under $PAGODA_BUILD/test-models/
+ * (the Makefile's TEST_MODELS; tests/lib.sh's standin_of is the same rule):
+ * stories260K.gguf has tiny-llama.gguf; the zoo is random-weight too, and its
+ * stand-ins keep its names. NULL: no stand-in. */
+static const char *standin_of(const char *rel)
+{
+    if (strcmp(rel, "stories260K.gguf") == 0)
+        return "tiny-llama.gguf";
+    return strncmp(rel, "zoo/zoo-", 8) == 0 ? rel : NULL;
+}
 
 static const char *shared_dir(void)
 {
@@ -42,11 +31,9 @@ const char *support_shared_model(const char *rel)
     snprintf(path, sizeof path, "%s/models/%s", shared_dir(), rel);
     if (access(path, R_OK) == 0)
         return path;
-    const char *b = getenv("PAGODA_BUILD");
-    for (size_t i = 0; i < sizeof STANDINS / sizeof STANDINS[0]; i++) {
-        if (strcmp(STANDINS[i].shared, rel) != 0)
-            continue;
-        snprintf(path, sizeof path, "%s/test-models/%s", b && *b ? b : "build", STANDINS[i].standin);
+    const char *b = getenv("PAGODA_BUILD"), *standin = standin_of(rel);
+    if (standin) {
+        snprintf(path, sizeof path, "%s/test-models/%s", b && *b ? b : "build", standin);
         if (access(path, R_OK) == 0)
             return path;
         fprintf(stderr, "skip: neither %s/models/%s nor its stand-in %s (make test-models makes it)\n",
