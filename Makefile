@@ -2,7 +2,9 @@
 #
 #   make                 build every binary into build/
 #   make run             install missing deps, build, serve on 127.0.0.1:8080
-#   make test            install missing deps, build, run unit + integration tests
+#   make test            install missing deps, build, make the test models, run
+#                        unit + integration tests
+#   make test-models     only the test models (build/test-models/, see below)
 #   make check SANITIZE=1  the same suite under ASan+UBSan (objects in build/san)
 #   make fuzz            build libFuzzer targets with clang into build/fuzz
 #
@@ -67,7 +69,7 @@ UNIT_SRC  := $(wildcard tests/*/test_*.c tests/*/*/test_*.c)
 UNIT_BINS := $(patsubst %.c,$(BUILD)/%,$(UNIT_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 
-.PHONY: all deps run test test-large check fuzz fuzz-smoke clean install wire-doc
+.PHONY: all deps run test test-models test-large check fuzz fuzz-smoke clean install wire-doc
 .SECONDARY:
 all: $(BINS) $(UNIT_BINS)
 
@@ -113,9 +115,48 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	@bash deploy/run-demo.sh
 
+# Test models: every model the suite needs is made here by pagoda-mkmodel
+# (seeded, so the same bytes on every machine), so a fresh clone with no
+# ../shared beside it skips nothing. Each stands in for a file of
+# ../shared/models, which tests prefer when it is there (tests/support/
+# support.c's standin_of and tests/lib.sh's standin_of map the names; see
+# docs/TESTING.md):
+#   tiny-llama.gguf   for stories260K.gguf: its shape (llama, 5 layers, dim 64,
+#                     8/4 heads, FFN 172, context 512, vocab 512, F32) with the
+#                     builtin SentencePiece-style tokenizer cut to 512 pieces
+#                     (byte fallback, BOS 1, EOS 2); --mute-special and
+#                     --logit-scale 8 make its next token clear like a trained
+#                     model's, never EOS, a byte or a control token, so greedy
+#                     text is valid UTF-8 and runs to max_tokens
+#   zoo/zoo-TYPE.gguf for zoo/zoo-TYPE.gguf: the zoo's shape (2 layers, dim 256,
+#                     4/2 heads, FFN 768, context 512), one seed, so every type
+#                     holds the same float weights quantized its own way
+TEST_MODEL_DIR = $(BUILD)/test-models
+ZOO_TYPES = F32 F16 BF16 Q8_0 Q4_0 Q4_K_M Q5_K_M Q6_K
+TEST_MODELS = $(TEST_MODEL_DIR)/tiny-llama.gguf $(foreach t,$(ZOO_TYPES),$(TEST_MODEL_DIR)/zoo/zoo-$(t).gguf)
+MKMODEL_ARGS_tiny-llama = --dim 64 --layers 5 --heads 8 --kv-heads 4 --ffn 172 --ctx 512 --type F32 \
+	--vocab 512 --seed 260 --mute-special --logit-scale 8
+# Q5_K_M: Q5_K matrices; llama.cpp's mix keeps some Q6_K, ours is all Q5_K
+MKMODEL_ZOO = --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 768 --ctx 512 --seed 512
+MKMODEL_TYPE_Q5_K_M = Q5_K
+$(foreach t,$(ZOO_TYPES),$(eval MKMODEL_ARGS_zoo/zoo-$(t) = $$(MKMODEL_ZOO) --type $$(or $$(MKMODEL_TYPE_$(t)),$(t))))
+# zoo/zoo-TYPE.dequant-f32.gguf: every tensor of zoo-TYPE.gguf decoded by the
+# NumPy reference (tests/ref/dequant_gguf.py), like the shared ones
+ZOO_QUANT = Q8_0 Q4_0 Q4_K_M Q5_K_M Q6_K
+TEST_MODELS += $(foreach t,$(ZOO_QUANT),$(TEST_MODEL_DIR)/zoo/zoo-$(t).dequant-f32.gguf)
+test-models: $(TEST_MODELS)
+$(TEST_MODEL_DIR)/zoo/zoo-%.dequant-f32.gguf: $(TEST_MODEL_DIR)/zoo/zoo-%.gguf tests/ref/dequant_gguf.py tests/ref/gguf_ref.py
+	@$(if $(V),,echo "  DEQUANT $@")
+	$(Q)/usr/bin/python3 tests/ref/dequant_gguf.py $< $@.part && mv $@.part $@
+$(TEST_MODEL_DIR)/%.gguf: $(BUILD)/pagoda-mkmodel
+	@mkdir -p $(dir $@)
+	@$(if $(V),,echo "  MKMODEL $@")
+	$(Q)$(BUILD)/pagoda-mkmodel -o $@.part $(MKMODEL_ARGS_$*) > $@.log 2>&1 || { cat $@.log; exit 1; }
+	$(Q)mv $@.part $@
+
 # `make test` is the sanitizer-free pass of the same suite as `make check`.
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all test-models
 	@PAGODA_BUILD=$(BUILD) bash tests/run.sh
 
 # Load and chaos at real model size (tests/large/: a 1.1B Q4_K_M model made by
@@ -125,7 +166,7 @@ test-large: deps
 	@PAGODA_BUILD=$(BUILD) bash tests/large/run.sh
 
 check: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all test-models
 	@PAGODA_BUILD=$(BUILD) bash tests/run.sh
 
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)

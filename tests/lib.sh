@@ -57,13 +57,6 @@ wait_for() {
   return 1
 }
 
-need_shared_model() { # relative path under shared/models
-  if [[ ! -f $SHARED/models/$1 ]]; then
-    skip "$SHARED/models/$1 not found (../shared absent): skipping"
-    exit 0
-  fi
-}
-
 finish() { exit $((N_FAIL > 0)); }
 
 need_node_packages() { # what is skipped; node and tests/js's npm packages, else skip the script
@@ -88,18 +81,39 @@ run_node_tap() {
   fi
 }
 
-# A small real model for process tests: stories260K from ../shared when
-# present, else a tiny random one made with pagoda-mkmodel (builtin tokenizer,
-# weights seeded by SEED, default 7; a script whose checks need greedy text
-# after "Once upon a time" asks for seed 1, where EOS does not come first).
-small_model() { # [SEED]
-  if [[ -f $SHARED/models/stories260K.gguf ]]; then
-    echo "$SHARED/models/stories260K.gguf"
+# The stand-in the build makes for each file of shared/models (the Makefile's
+# TEST_MODELS; tests/support/support.c has the same table for the C tests).
+standin_of() { # rel under shared/models
+  case $1 in
+    stories260K.gguf) echo tiny-llama.gguf ;;
+    zoo/zoo-*.gguf) echo "$1" ;;
+    *) return 1 ;;
+  esac
+}
+
+# test_model REL: the path of a test model: $SHARED/models/REL when present,
+# else the build's stand-in for it ($BUILD/test-models/, made by `make
+# test-models`, which `make test` runs). A script whose check needs the
+# shared file itself (trained text) tests model_is_shared first.
+test_model() {
+  if [[ -f $SHARED/models/$1 ]]; then
+    echo "$SHARED/models/$1"
     return
   fi
-  local seed=${1:-7}
-  local out=$TMP/small-$seed.gguf
-  [[ -f $out ]] || "$BUILD/pagoda-mkmodel" -o "$out" --dim 64 --layers 2 --heads 4 --kv-heads 2 \
-    --ffn 128 --ctx 512 --type F32 --seed "$seed" >/dev/null 2>&1
-  echo "$out"
+  local s
+  if s=$(standin_of "$1") && [[ -f $BUILD/test-models/$s ]]; then
+    echo "$BUILD/test-models/$s"
+    return
+  fi
+  echo "test_model: neither $SHARED/models/$1 nor a stand-in in $BUILD/test-models (run make test-models)" >&2
+  return 1
+}
+model_is_shared() { [[ $1 == "$SHARED/models/"* ]]; }
+
+# A small real model for process tests: stories260K from ../shared when
+# present, else its stand-in tiny-llama.gguf (random weights, builtin
+# tokenizer cut to 512 pieces, EOS, bytes and control tokens muted). When neither
+# exists it prints a "not ok" line (on stderr: it runs inside $(...)).
+small_model() {
+  test_model stories260K.gguf || { echo "not ok - no test model (make test-models)" >&2; return 1; }
 }

@@ -185,32 +185,40 @@ static void test_register_heartbeat_expire(void **state)
     assert_true(json_is_null(json_object_get(w, "load"))); /* no heartbeat yet */
     json_decref(h);
 
-    /* keep heartbeating for 10 intervals: it stays, and its load shows */
-    uint64_t n_gateway_hb = 0;
-    int64_t t_last_sent = 0;
-    for (int i = 0; i < 10; i++) {
-        send_heartbeat(s, (uint64_t)i, 2);
+    /* keep heartbeating (five times an interval, so only a stall of a few
+     * intervals could make us look silent) until the gateway has heartbeated
+     * us twice: it stays, and its load shows. No bound on how fast: the
+     * deadline only catches a gateway that never heartbeats. */
+    uint64_t n_gateway_hb = 0, seq = 0;
+    int64_t t_first_sent = clock_now_us(), t_last_sent = 0;
+    while (n_gateway_hb < 2 || seq < 10) {
+        assert_true(clock_now_us() - t_first_sent < 60 * 1000000ll);
+        send_heartbeat(s, seq++, 2);
         t_last_sent = clock_now_us();
-        clock_sleep_us(HB_MS * 1000);
+        clock_sleep_us(HB_MS * 1000 / 5);
         while (zmq_poll(&(zmq_pollitem_t){.socket = s, .events = ZMQ_POLLIN}, 1, 0) == 1) {
             recv_msg(s, &m, 0);
             n_gateway_hb += m.type == PROTO_HEARTBEAT;
             proto_msg_clear(&m);
         }
     }
-    assert_true(n_gateway_hb >= 5); /* the gateway heartbeats us too */
     w = health_worker(f, "h:7:aa", &h);
+    int64_t since_first_ms = (clock_now_us() - t_first_sent) / 1000;
     assert_non_null(w);
     json_t *load = json_object_get(w, "load");
     assert_int_equal(json_integer_value(json_object_get(load, "running")), 2);
     assert_int_equal(json_integer_value(json_object_get(load, "free_slots")), 1);
-    assert_true(json_integer_value(json_object_get(w, "last_heartbeat_ms_ago")) <= 2 * HB_MS);
+    /* a load shows, so a heartbeat of ours arrived, and every one was sent
+     * after t_first_sent (causality, not speed) */
+    int64_t ago = json_integer_value(json_object_get(w, "last_heartbeat_ms_ago"));
+    assert_true(ago >= 0 && ago <= since_first_ms + 1);
     json_decref(h);
 
     /* fall silent: gone PROTO_LIVENESS intervals after our last message —
-     * not before (it arrived after we sent it), and not much later */
+     * not before (it arrived after we sent it); the deadline after that only
+     * catches a gateway that never expires a worker */
     int64_t gone_us = -1;
-    while (clock_now_us() - t_last_sent < 20 * HB_MS * 1000) {
+    while (clock_now_us() - t_last_sent < 60 * 1000000ll) {
         w = health_worker(f, "h:7:aa", &h);
         json_decref(h);
         if (!w) {
@@ -223,7 +231,6 @@ static void test_register_heartbeat_expire(void **state)
                   (long long)(gone_us / 1000), HB_MS);
     assert_true(gone_us >= 0);
     assert_true(gone_us >= PROTO_LIVENESS * HB_MS * 1000 - 2000);
-    assert_true(gone_us <= (PROTO_LIVENESS + 2) * HB_MS * 1000);
     zmq_close(s);
 }
 

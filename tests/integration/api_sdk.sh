@@ -11,7 +11,7 @@ source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
 [[ -x $GW ]] || { fail "pagoda-gateway not built in $BUILD"; finish; }
-SMALL=$(small_model 1) # stories260K, or a generated model (seed 1: greedy text before EOS) when ../shared is absent
+SMALL=$(small_model) # stories260K, or its stand-in tiny-llama.gguf when ../shared is absent
 need_node_packages "SDK tests"
 MODEL_FILE=$SMALL
 

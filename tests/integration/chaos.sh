@@ -8,7 +8,7 @@ source "$(dirname "$0")/../lib.sh"
 GW=$BUILD/pagoda-gateway
 WK=$BUILD/pagoda-worker
 [[ -x $GW && -x $WK ]] || { fail "pagoda-gateway / pagoda-worker not built in $BUILD"; finish; }
-SMALL=$(small_model) # stories260K, or a generated model when ../shared is absent
+SMALL=$(small_model) # stories260K, or its stand-in when ../shared is absent
 
 export BUILD TMP MODEL_FILE=$SMALL HP=$(free_port) ZP=$(free_port)
 t0=$SECONDS

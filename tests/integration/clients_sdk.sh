@@ -3,9 +3,9 @@
 # @ai-sdk/openai-compatible 2) and LangChain JS (@langchain/openai 1.5) with
 # zod 4 schemas, through tests/integration/clients_e2e.mjs, against a real
 # gateway supervising two real workers:
-#   stories  stories260K.gguf: text, streaming, structured output, embeddings;
+#   stories  stories260K.gguf (or its stand-in, tests/lib.sh small_model): text, streaming, structured output, embeddings;
 #   tools    a random-weight 110M llama (dim 768, 12 layers, vocab 32000, Q8_0,
-#            2048 context, stories260K's tokenizer) made here by pagoda-mkmodel
+#            2048 context, that model's tokenizer) made here by pagoda-mkmodel
 #            with the real Qwen2.5 chat template: tool calls.
 # Takes ~30-60 s on 2 shared cores (the 110M model is made in ~12 s).
 source "$(dirname "$0")/../lib.sh"
@@ -13,11 +13,11 @@ source "$(dirname "$0")/../lib.sh"
 GW=$BUILD/pagoda-gateway
 MK=$BUILD/pagoda-mkmodel
 [[ -x $GW && -x $MK ]] || { fail "pagoda-gateway / pagoda-mkmodel not built in $BUILD"; finish; }
-need_shared_model stories260K.gguf
+STORIES=$(small_model) || finish
 need_node_packages "AI SDK / LangChain client tests"
 mk110() {
   "$MK" -o "$TMP/m110.gguf" --type Q8_0 --vocab 32000 --ctx 2048 --seed 5 \
-    --tokenizer-from "$SHARED/models/stories260K.gguf" \
+    --tokenizer-from "$STORIES" \
     --chat-template "$ROOT/tests/common/text/chat_templates/qwen2.5.jinja" >"$TMP/mk.log" 2>&1 \
     || { sed 's/^/# /' "$TMP/mk.log"; return 1; }
 }

@@ -15,8 +15,7 @@ source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
 [[ -x $GW ]] || { fail "pagoda-gateway not built in $BUILD"; finish; }
-need_shared_model stories260K.gguf
-MODEL_FILE=$SHARED/models/stories260K.gguf
+MODEL_FILE=$(small_model) || finish
 
 # ---- gateway A: no keys, two replicas; every step sleeps 30 ms and every
 # worker load 1.5 s (test hooks), so streams and restarts are slow enough to

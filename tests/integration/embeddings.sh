@@ -15,11 +15,11 @@ source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
 [[ -x $GW ]] || { fail "pagoda-gateway not built in $BUILD"; finish; }
-SMALL=$(small_model) # stories260K, or a generated model when ../shared is absent
+SMALL=$(small_model) # stories260K, or its stand-in when ../shared is absent
 PYN=/usr/bin/python3 # with numpy (deploy/install-deps.sh: python3-numpy)
 $PYN -c "import numpy" 2>/dev/null || { skip "python3-numpy missing: no reference check"; finish; }
 STORIES=$SMALL
-ZOO=$SHARED/models/zoo/zoo-F32.gguf
+ZOO=$(test_model zoo/zoo-F32.gguf) # the shared zoo, or its stand-in
 
 py() { python3 -c "import json,sys; j=json.load(sys.stdin); sys.exit(0 if ($1) else 1)"; }
 req() { # PATH BODY → status in $CODE, body in $TMP/body
@@ -158,14 +158,14 @@ a=json.load(open('$TMP/body'))['data'][0]['embedding']; b=json.load(open('$TMP/s
 sys.exit(0 if max(abs(x-y) for x,y in zip(a,b))<=1e-5 else 1)"
 
 # ---- zoo F32 ---------------------------------------------------------------------
-if [[ -f $ZOO ]]; then
+if [[ -n $ZOO && -f $ZOO ]]; then
   start zoo "$ZOO"
   req /v1/embeddings '{"model":"zoo","input":[[1,2,3,4,5,6,7,8,9,10],[100,50,25]]}'
   cp "$TMP/body" "$TMP/zoo.json"
   check "zoo F32: 200" test "$CODE" = 200
   check "zoo F32: 2 inputs match the NumPy reference" cmp_ref "$TMP/zoo.json" "$ZOO" 1,2,3,4,5,6,7,8,9,10 100,50,25
 else
-  skip "zoo-F32.gguf missing"
+  fail "zoo-F32.gguf missing (make test-models)"
 fi
 # ---- last pooling: a model whose GGUF says pooling_type 3 ----------------------------
 MK=$BUILD/pagoda-mkmodel

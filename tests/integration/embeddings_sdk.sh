@@ -8,7 +8,7 @@ source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
 [[ -x $GW ]] || { fail "pagoda-gateway not built in $BUILD"; finish; }
-SMALL=$(small_model) # stories260K, or a generated model when ../shared is absent
+SMALL=$(small_model) # stories260K, or its stand-in when ../shared is absent
 need_node_packages "SDK tests"
 "$GW" --hash-key emb:normal --secret secret-emb | grep -v '^#' >"$TMP/keys.txt"
 HP=$(free_port); ZP=$(free_port)

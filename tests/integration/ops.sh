@@ -21,7 +21,7 @@ source "$(dirname "$0")/../lib.sh"
 GW=$BUILD/pagoda-gateway
 WK=$BUILD/pagoda-worker
 [[ -x $GW && -x $WK ]] || { fail "pagoda-gateway / pagoda-worker not built in $BUILD"; finish; }
-SMALL=$(small_model) # stories260K, or a generated model when ../shared is absent
+SMALL=$(small_model) # stories260K, or its stand-in when ../shared is absent
 M=$SMALL
 
 py() { python3 -c "import json,sys; j=json.load(sys.stdin); sys.exit(0 if ($1) else 1)"; }

@@ -14,7 +14,7 @@ source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
 [[ -x $GW ]] || { fail "pagoda-gateway not built in $BUILD"; finish; }
-SMALL=$(small_model) # stories260K, or a generated model when ../shared is absent
+SMALL=$(small_model) # stories260K, or its stand-in when ../shared is absent
 command -v python3 >/dev/null || { skip "python3 not found: skipping reasoning tests"; exit 0; }
 RAND=$TMP/random.gguf
 check "pagoda-mkmodel makes a random-weight model" "$BUILD/pagoda-mkmodel" -o "$RAND" --dim 64 --layers 2 \

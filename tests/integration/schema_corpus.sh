@@ -2,8 +2,8 @@
 # The JSON Schemas zod 4, the AI SDK, the openai SDK and LangChain JS really
 # write for everyday zod types (tests/integration/schema_corpus.mjs makes them
 # with the npm packages), each compiled by a real gateway and enforced by a
-# real worker on a random-weight model (pagoda-mkmodel, stories260K's
-# tokenizer): SEEDS seeds per schema at temperature 1, every output checked
+# real worker on a random-weight model (pagoda-mkmodel, the tokenizer of
+# stories260K or of its stand-in): SEEDS seeds per schema at temperature 1, every output checked
 # by ajv + ajv-formats (and zod). When python3 has pydantic 2, pydantic
 # models' schemas too, their outputs checked by pydantic as well. Schemas pagoda refuses must be the ones
 # docs/API.md lists, refused with their JSON pointer; the same schemas as
@@ -12,11 +12,11 @@ source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
 [[ -x $GW ]] || { fail "pagoda-gateway not built in $BUILD"; finish; }
-need_shared_model stories260K.gguf
+TOK=$(small_model) || finish
 need_node_packages "schema corpus"
 RAND=$TMP/random.gguf
 check "pagoda-mkmodel makes a random-weight model" "$BUILD/pagoda-mkmodel" -o "$RAND" --dim 64 --layers 2 \
-  --heads 4 --kv-heads 2 --ffn 128 --ctx 1024 --type F32 --seed 7 --tokenizer-from "$SHARED/models/stories260K.gguf"
+  --heads 4 --kv-heads 2 --ffn 128 --ctx 1024 --type F32 --seed 7 --tokenizer-from "$TOK"
 
 P=$(free_port); Z=$(free_port)
 spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$P --worker-endpoint tcp://127.0.0.1:$Z --model "rand=$RAND" \

@@ -22,7 +22,7 @@ MK=$BUILD/pagoda-mkmodel
 need_node_packages "Anthropic / Responses SDK tests"
 TPL=$ROOT/tests/common/text/chat_templates
 [[ -d $TPL ]] || TPL=$ROOT/tests/worker/chat_templates
-TEXT=$(small_model 1)
+TEXT=$(small_model)
 check "mkmodel: random 110M llama, 2048 context, Qwen2.5 template" "$MK" -o "$TMP/tools.gguf" --ctx 2048 \
   --type Q8_0 --seed 5 --chat-template "$TPL/qwen2.5.jinja"
 node -e 'const c=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8")); require("fs").writeFileSync(process.argv[2], c.chat_template)' \

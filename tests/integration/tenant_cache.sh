@@ -20,7 +20,7 @@ source "$(dirname "$0")/../lib.sh"
 GW=$BUILD/pagoda-gateway
 WK=$BUILD/pagoda-worker
 [[ -x $GW && -x $WK ]] || { fail "pagoda-gateway / pagoda-worker not built in $BUILD"; finish; }
-M=$(small_model) # stories260K, or a generated model when ../shared is absent
+M=$(small_model) # stories260K, or its stand-in when ../shared is absent
 
 # real keys, made as an operator would; the secrets stay in this script
 for k in alice:normal bob:normal ops:normal:admin carol:normal:group=team dave:low:group=team; do

@@ -16,8 +16,9 @@
 #                     byte fallback, add_space_prefix false, 262144 tokens,
 #                     <start_of_turn>/<end_of_turn> CONTROL, "\n" runs and
 #                     <unusedN> USER_DEFINED
-#      stories260K    the shared model's own GGUF vocabulary; its reference
-#                     tokenizer.json is derived from it (skipped without ../shared)
+#      stories260K    the shared model's own GGUF vocabulary (without ../shared,
+#                     its stand-in tiny-llama's builtin one); its reference
+#                     tokenizer.json is derived from it
 # 3. runs tests/js/tokenizer_ref.mjs to tokenize tests/ref/tokenizer_corpus.json
 #    with the reference encoders (parse_special on and off);
 # 4. runs the cmocka program test_tokenizer in reference mode, which fails on
@@ -69,15 +70,17 @@ TC() { echo "$L/$1/models/tokenizer_config.json"; }
   spec qwen3 "$(TJ tokenizer-qwen3)" "$(TC tokenizer-qwen3)" as-is false "$TMP/qwen3.gguf"; echo ","
   spec llama2 "$(TJ tokenizer-llama2)" "$(TC tokenizer-llama2)" as-is true "$TMP/llama2.gguf"; echo ","
   spec gemma3 "$(TJ tokenizer-gemma3)" "$(TC tokenizer-gemma3)" as-is true "$TMP/gemma3.gguf"
-  STORIES=$SHARED/models/stories260K.gguf
+  # stories260K's own vocabulary, or its stand-in's (the builtin SentencePiece-style one)
+  STORIES=$(small_model)
+  SNAME=$(basename "$STORIES" .gguf)
   if [[ -f $STORIES ]] &&
      $PY tests/ref/tokenizer_gguf.py gguf2hf "$STORIES" "$(TJ tokenizer-llama2)" "$TMP/stories-hf"; then
     echo ","
-    spec stories260K "$TMP/stories-hf/tokenizer.json" "$TMP/stories-hf/tokenizer_config.json" as-is true "$STORIES"
+    spec "$SNAME" "$TMP/stories-hf/tokenizer.json" "$TMP/stories-hf/tokenizer_config.json" as-is true "$STORIES"
   fi
   echo "]"
 } >"$TMP/spec.json"
-[[ -f $STORIES ]] || skip "$STORIES not found (../shared absent): stories260K not compared"
+[[ -f $STORIES ]] || fail "no small model: $SNAME not compared"
 
 if (cd tests/js && node tokenizer_ref.mjs "$TMP/spec.json" "$ROOT/tests/ref/tokenizer_corpus.json" "$TMP/expected.json") \
     2>"$TMP/node.log"; then

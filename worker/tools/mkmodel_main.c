@@ -9,7 +9,7 @@
  *       [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K|Q4_K_M] [--seed S] [--arch ARCH]
  *       [--rope-base B] [--eps E] [--experts N] [--experts-used K] [--expert-ffn F] [--window W]
  *       [--pooling N] ({arch}.pooling_type for embeddings: 1 mean, 3 last; absent by default)
- *       [--chat-template FILE]
+ *       [--chat-template FILE] [--mute-special] [--logit-scale S]
  *
  * Family tensors and defaults come from the family's row of arch.h's table
  * (qk_norm: attn_q_norm/attn_k_norm; post_norms: post_attention_norm/
@@ -35,8 +35,20 @@
  * Every row has its own random stream seeded from (seed, tensor name, row),
  * so the file is identical whatever the thread count.
  *
+ * Stand-ins for a trained model in tests (the Makefile's test models):
+ * --mute-special writes output.weight's rows of EOS and of every UNKNOWN
+ * and BYTE (fallback) token as zeros, so their logits are exactly 0
+ * while the others are about N(0, S^2); --logit-scale S (default 1) makes
+ * output.weight's std S/sqrt(dim). With S of a few, like a trained model the
+ * next token is usually clear, greedy (and low-temperature) text is whole
+ * pieces of valid UTF-8, and it ends on EOS only if every other logit is
+ * negative at once: in practice it runs to max_tokens or the context's end.
+ * Other control tokens (BOS) keep their rows: like stories260K, whose
+ * stories end by starting the next with BOS, the model may emit one.
+ *
  * Tokenizer: every tokenizer.* key is copied from --tokenizer-from. --vocab
- * defaults to that tokenizer's size; a larger --vocab pads the token, score
+ * defaults to that tokenizer's size; a smaller one cuts the builtin tokenizer
+ * (only that one) to its first --vocab pieces; a larger --vocab pads the token, score
  * and token_type arrays with unused NORMAL pieces "▁w<N>" scored -1e6.
  */
 #include <math.h>
@@ -65,6 +77,7 @@ typedef struct gen_tensor {
     float std;
     uint64_t seed;
     uint64_t n_expert;  /* > 1: a 3-D expert tensor [cols, rows / n_expert, n_expert] */
+    const uint8_t *zero_rows;  /* rows[] flags: written as zeros (--mute-special), or NULL */
 } gen_tensor_t;
 
 
@@ -103,7 +116,8 @@ static int gen_fill(void *ctx, uint8_t *buf, size_t nbytes)
         for (int64_t r = 0; r < (int64_t)t->rows; r++) {
             fill_normal(row, t->cols, t->seed ^ ((uint64_t)r * 0xd1b54a32d192ed03ull));
             for (uint64_t i = 0; i < t->cols; i++)
-                row[i] = t->kind == INIT_NORM_WEIGHT ? 1.0f + t->std * row[i] : t->std * row[i];
+                row[i] = t->zero_rows && t->zero_rows[r] ? 0.0f
+                         : t->kind == INIT_NORM_WEIGHT ? 1.0f + t->std * row[i] : t->std * row[i];
             if (quant_quantize(t->type, row, buf + (size_t)r * row_bytes, (int64_t)t->cols) != 0)
                 failed = 1;
         }
@@ -121,6 +135,9 @@ typedef struct opts {
     int64_t pooling;   /* --pooling: {arch}.pooling_type written when >= 0 */
     uint32_t type;                  /* matrices' type; with mix_q4_k_m the base one (Q4_K) */
     bool mix_q4_k_m;                /* --type Q4_K_M: some matrices Q6_K (see the top) */
+    bool mute_special;              /* --mute-special: output.weight's rows of EOS, unknown
+                                     * and byte tokens are zero (see the top) */
+    double logit_scale;             /* --logit-scale: output.weight's std times this */
     uint64_t seed;
     double rope_base, eps;
 } opts_t;
@@ -138,6 +155,7 @@ static void usage(FILE *f)
             "         [--type %sQ4_K_M] [--seed S]\n"
             "         [--arch %s]\n"
             "         [--rope-base B] [--eps E] [--experts 8] [--experts-used 2] [--expert-ffn F]\n"
+            "         [--mute-special] [--logit-scale S]\n"
             "         [--window W] [--chat-template FILE] [--pooling N]\n"
             "Writes a GGUF with seeded random weights; tokenizer.* keys are copied from\n"
             "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n",
@@ -203,7 +221,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
     *o = (opts_t){.arch = "llama", .dim = 768, .layers = 12, .heads = 12, .kv_heads = -1,
                   .ffn = 2048, .vocab = -1, .ctx = 2048, .type = GGML_TYPE_F32, .seed = 1,
                   .rope_base = -1, .eps = -1, .experts = 8, .experts_used = 2, .expert_ffn = -1,
-                  .window = -1, .pooling = -1};
+                  .window = -1, .pooling = -1, .logit_scale = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         char name[64];
@@ -217,6 +235,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
         if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
             usage(stdout);
             exit(0);
+        }
+        if (strcmp(name, "--mute-special") == 0 && !v) {
+            o->mute_special = true;
+            continue;
         }
         if (!v) {
             if (i + 1 >= argc) {
@@ -273,14 +295,15 @@ static int parse_args(int argc, char **argv, opts_t *o)
                 fprintf(stderr, "Q4_K_M)\n");
                 return -1;
             }
-        } else if (strcmp(name, "--rope-base") == 0 || strcmp(name, "--eps") == 0) {
+        } else if (strcmp(name, "--rope-base") == 0 || strcmp(name, "--eps") == 0 ||
+                   strcmp(name, "--logit-scale") == 0) {
             char *end;
             double d = strtod(v, &end);
             if (*v == 0 || *end != 0 || !(d > 0)) {
                 fprintf(stderr, "pagoda-mkmodel: %s must be a positive number\n", name);
                 return -1;
             }
-            *(strcmp(name, "--eps") == 0 ? &o->eps : &o->rope_base) = d;
+            *(strcmp(name, "--eps") == 0 ? &o->eps : strcmp(name, "--logit-scale") == 0 ? &o->logit_scale : &o->rope_base) = d;
         } else {
             fprintf(stderr, "pagoda-mkmodel: unknown option '%s'\n", name);
             usage(stderr);
@@ -300,6 +323,11 @@ static int parse_args(int argc, char **argv, opts_t *o)
         char names[256];
         model_arch_list(names, sizeof names, " ");
         fprintf(stderr, "pagoda-mkmodel: --arch must be one of %s\n", names);
+        return -1;
+    }
+    if ((o->mute_special || o->logit_scale != 1) && o->fam->tied_output) {
+        fprintf(stderr, "pagoda-mkmodel: --mute-special and --logit-scale need an output.weight; --arch %s ties "
+                        "it to the embedding\n", o->arch);
         return -1;
     }
     if (o->experts_used > o->experts) {
@@ -417,20 +445,25 @@ static int64_t copy_tokenizer(gguf_writer_t *w, const gguf_t *tok, int64_t vocab
  * then "\xe2\x96\x81" (the space marker) alone, printable ASCII characters with and
  * without it, and common English words with it; scores favour longer pieces.
  * Written into memory as a GGUF and parsed back, so it goes through the same
- * copy as a tokenizer read from a file. The ChatML template comes with it. */
-static int builtin_tokenizer(uint8_t **buf, size_t *len, char *err, size_t errlen)
+ * copy as a tokenizer read from a file. The ChatML template comes with it.
+ * max_n > 0 keeps only the first max_n pieces (at least every byte and ASCII
+ * character piece): word pieces are made prefix by prefix, so a cut keeps
+ * every kept piece reachable by merges (stories260K's 512 for its stand-in). */
+static int builtin_tokenizer(int64_t max_n, uint8_t **buf, size_t *len, char *err, size_t errlen)
 {
+    /* story words first: a cut to stories260K's 512 pieces keeps them */
     static const char *const words[] = {
+        "Once", "upon", "time", "little", "happy", "play", "friend", "sun", "tree", "big", "story",
+        "hello", "world", "model", "server", "token",
         "the", "and", "to", "of", "a", "in", "is", "it", "you", "that", "was", "for", "on",
         "are", "with", "as", "I", "his", "they", "be", "at", "one", "have", "this", "from",
         "or", "had", "by", "not", "word", "but", "what", "some", "we", "can", "out", "other",
         "were", "all", "there", "when", "up", "use", "your", "how", "said", "an", "each", "she",
-        "which", "do", "their", "time", "if", "will", "way", "about", "many", "then", "them",
+        "which", "do", "their", "if", "will", "way", "about", "many", "then", "them",
         "write", "would", "like", "so", "these", "her", "long", "make", "thing", "see", "him",
         "two", "has", "look", "more", "day", "could", "go", "come", "did", "number", "sound",
         "no", "most", "people", "my", "over", "know", "water", "than", "call", "first", "who",
-        "may", "down", "side", "been", "now", "find", "Once", "upon", "little", "happy", "play",
-        "friend", "hello", "world", "model", "server", "token", "story", "sun", "tree", "big",
+        "may", "down", "side", "been", "now", "find",
     };
     size_t n_words = sizeof words / sizeof words[0];
     size_t cap = 3 + 256 + 1 + 2 * 95 + n_words;
@@ -476,6 +509,19 @@ static int builtin_tokenizer(uint8_t **buf, size_t *len, char *err, size_t errle
             toks[n] = xstrdup(t), scores[n] = (float)k, types[n++] = 1;
         }
     }
+    size_t n_min = 3 + 256 + 1 + 2 * 95;
+    if (max_n > 0 && (size_t)max_n < n_min) {
+        snprintf(err, errlen, "--vocab %lld: the builtin tokenizer needs at least %zu pieces", (long long)max_n,
+                 n_min);
+        for (size_t i = 0; i < n; i++)
+            free(toks[i]);
+        free(toks);
+        free(scores);
+        free(types);
+        return -1;
+    }
+    while (max_n > 0 && n > (size_t)max_n)
+        free(toks[--n]);
     gguf_writer_t *w = gguf_writer_new();
     gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, n);
@@ -507,7 +553,7 @@ int main(int argc, char **argv)
     uint8_t *builtin = NULL;
     size_t builtin_len = 0;
     if (strcmp(o.tok_from, "builtin") == 0) {
-        if (builtin_tokenizer(&builtin, &builtin_len, err, sizeof err) != 0 ||
+        if (builtin_tokenizer(o.vocab, &builtin, &builtin_len, err, sizeof err) != 0 ||
             gguf_parse(builtin, builtin_len, &tok, err, sizeof err) != 0) {
             fprintf(stderr, "pagoda-mkmodel: builtin tokenizer: %s\n", err);
             free(builtin);
@@ -589,6 +635,7 @@ int main(int argc, char **argv)
         t_->std = (float)(std_);                                                     \
         t_->seed = hash_str(t_->name, base_seed);                                   \
         t_->n_expert = 1;                                                            \
+        t_->zero_rows = NULL;                                                        \
     } while (0)
     const float s_dim = 1.0f / sqrtf((float)o.dim), s_ffn = 1.0f / sqrtf((float)o.ffn);
     char nm[96];
@@ -645,8 +692,27 @@ int main(int argc, char **argv)
     }
     ADD("output_norm.weight", GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
     if (!fam->tied_output)
-        ADD("output.weight", matrix_type(&o, "output", -1), o.dim, vocab, INIT_NORMAL, s_dim);
+        ADD("output.weight", matrix_type(&o, "output", -1), o.dim, vocab, INIT_NORMAL, s_dim * o.logit_scale);
 #undef ADD
+    uint8_t *muted = NULL;
+    if (o.mute_special) {
+        /* output.weight (tied_output refused in parse_args) */
+        int64_t eos;
+        const gguf_kv_t *types = NULL;
+        if (gguf_get_int(tok, "tokenizer.ggml.eos_token_id", &eos) != 0 || eos < 0 || eos >= vocab) {
+            fprintf(stderr, "pagoda-mkmodel: --mute-special: the tokenizer has no EOS id inside its vocabulary\n");
+            free(plan);
+            goto err;
+        }
+        muted = xcalloc((size_t)vocab, 1);
+        muted[eos] = 1;
+        if (gguf_get_arr(tok, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, &types) == 0)
+            for (uint64_t i = 0; i < types->arr_n && (int64_t)i < vocab; i++) {
+                int32_t ty = ((const int32_t *)types->arr_data)[i];
+                muted[i] = muted[i] || ty == 2 || ty == 6; /* UNKNOWN, BYTE */
+            }
+        plan[n - 1].zero_rows = muted;
+    }
     uint64_t n_params = 0;
     for (size_t i = 0; i < n; i++) {
         gen_tensor_t *t = &plan[i];
@@ -655,15 +721,18 @@ int main(int argc, char **argv)
         if (gguf_writer_add_tensor_fn(w, t->name, t->type, t->n_expert > 1 ? 3 : t->rows > 1 ? 2 : 1, ne,
                                       gen_fill, t)) {
             free(plan);
+            free(muted);
             goto err;
         }
     }
     if (gguf_writer_write_file(w, o.out, err, sizeof err) != 0) {
         fprintf(stderr, "pagoda-mkmodel: %s: %s\n", o.out, err);
         free(plan);
+        free(muted);
         goto err;
     }
     free(plan);
+    free(muted);
     log_info("wrote %s: %s %s, %.1fM params, dim %lld, %lld layers, %lld/%lld heads, ffn %lld, "
              "vocab %lld, in %.2f s",
              o.out, A, o.mix_q4_k_m ? "Q4_K_M" : ggml_type_name(o.type), (double)n_params / 1e6, (long long)o.dim,

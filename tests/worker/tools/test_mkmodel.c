@@ -404,11 +404,54 @@ static void test_builtin_tokenizer(void **s)
     unlink(path);
 }
 
+/* The test models' stand-in options: the builtin tokenizer cut to 512
+ * pieces by --vocab; --mute-special zeroes output.weight's rows of EOS, the
+ * unknown and the byte tokens (BOS keeps its row); --logit-scale scales the
+ * other rows' spread (std S/sqrt(dim), checked on the sample variance). */
+static void test_standin_options(void **s)
+{
+    (void)s;
+    char path[1200], err[256];
+    assert_int_equal(run("--dim 64 --layers 1 --heads 4 --ffn 64 --vocab 512 --mute-special --logit-scale 8",
+                         path, sizeof path, "standin.gguf"), 0);
+    gguf_t *g = NULL;
+    assert_int_equal(gguf_open(path, &g, err, sizeof err), 0);
+    const gguf_kv_t *tok, *tt;
+    assert_int_equal(gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tok), 0);
+    assert_int_equal(gguf_get_arr(g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, &tt), 0);
+    assert_int_equal(tok->arr_n, 512);
+    const gguf_tensor_t *out = need(g, "output.weight", GGML_TYPE_F32, 64, 512);
+    const float *w = (const float *)out->data;
+    double sum2 = 0;
+    int64_t n_free = 0;
+    for (int64_t r = 0; r < 512; r++) {
+        int64_t ty = 0;
+        assert_int_equal(gguf_arr_get_int(tt, (uint64_t)r, &ty), 0);
+        bool muted = r == 2 || ty == 2 || ty == 6; /* EOS, UNKNOWN, BYTE */
+        int zero = 1;
+        for (int c = 0; c < 64; c++)
+            zero &= w[r * 64 + c] == 0.0f;
+        if (zero != (int)muted)
+            fail_msg("row %lld (type %lld): %s", (long long)r, (long long)ty, zero ? "zero" : "not zero");
+        if (!muted) {
+            for (int c = 0; c < 64; c++)
+                sum2 += (double)w[r * 64 + c] * w[r * 64 + c];
+            n_free += 64;
+        }
+    }
+    double var = sum2 / (double)n_free, want = 64.0 / 64.0; /* (8 / sqrt(64))^2 */
+    print_message("  output.weight variance %.4f (want %.4f)\n", var, want);
+    assert_true(var > 0.9 * want && var < 1.1 * want);
+    gguf_close(&g);
+    unlink(path);
+}
+
 static void test_argument_errors(void **s)
 {
     (void)s;
     const struct { const char *args, *msg; } bad[] = {
-        {"--dim 64 --heads 4 --vocab 100", "smaller than"}, /* builtin tokenizer: ~800 tokens */
+        {"--dim 64 --heads 4 --vocab 100", "needs at least 450 pieces"}, /* builtin: bytes + ASCII */
+        {"--dim 64 --heads 4 --arch gemma2 --mute-special", "need an output.weight"},
         {"--tokenizer-from " TINY_TOK " --type Q3_K", "unknown --type"},
         {"--tokenizer-from " TINY_TOK " --dim 100 --heads 12", "even head size"},
         {"--tokenizer-from " TINY_TOK " --dim 64 --heads 4 --kv-heads 3", "multiple of --kv-heads"},
@@ -441,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_vocab_padding),
         cmocka_unit_test(test_builtin_tokenizer),
+        cmocka_unit_test(test_standin_options),
         cmocka_unit_test(test_argument_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
