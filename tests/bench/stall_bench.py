@@ -20,7 +20,7 @@ priority      a short request with the high-tier key (--key-high): its TTFT
 
 usage: stall_bench.py --url http://127.0.0.1:8080 [--model NAME]
          [--mode interference|priority|both] [--streams 8] [--long 2]
-         [--long-words 1000] [--settle 8] [--delay 1.0]
+         [--long-words 560] [--settle 8] [--delay 1.0]
          [--key-high SECRET] [--key-low SECRET] [--label TEXT] [--json]
 Exit status 0 when every request succeeded, 1 otherwise.
 """
@@ -203,7 +203,7 @@ def main(argv=None):
     ap.add_argument("--mode", choices=["interference", "priority", "both"], default="both")
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--long", type=int, default=2)
-    ap.add_argument("--long-words", type=int, default=1000)
+    ap.add_argument("--long-words", type=int, default=560)
     ap.add_argument("--settle", type=float, default=8.0)
     ap.add_argument("--delay", type=float, default=1.0)
     ap.add_argument("--key-high", default=None)

@@ -15,7 +15,7 @@
 # --step-budget-ms VALUE passed to its supervised worker, and
 # tests/bench/stall_bench.py runs both scenarios against it:
 #   interference: STREAMS (8) decoding streams, then LONG (2) prompts of
-#                 WORDS (1000) words arrive: gap p50/p99 before / during,
+#                 WORDS (560; ~1,300 tokens) words arrive: gap p50/p99 before / during,
 #                 the long prompts' TTFT;
 #   priority:     a short high-tier request DELAY (1.0) s into a low-tier
 #                 prefill of WORDS words: its TTFT vs on the idle server.
@@ -26,7 +26,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${PAGODA_BUILD:-$ROOT/build}
 [[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
 PY="python3 $ROOT/tests/bench/stall_bench.py --streams ${STREAMS:-8} --long ${LONG:-2} \
-  --long-words ${WORDS:-1000} --settle ${SETTLE:-8} --delay ${DELAY:-1.0}"
+  --long-words ${WORDS:-560} --settle ${SETTLE:-8} --delay ${DELAY:-1.0}"
 
 if [[ -n ${URL:-} ]]; then
   exec $PY --url "$URL" --model "${MODEL_NAME:-}" --label "$URL"
