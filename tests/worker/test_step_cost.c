@@ -33,13 +33,12 @@ static double truth(const double k[STEP_COST_N], const step_cost_rows_t *r)
     return k[0] + k[1] * r->n_decode + k[2] * r->n_prefill + k[3] * (double)r->n_attn;
 }
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
+/* Knuth's MMIX LCG, high bits: a fixed sequence for every run */
+static uint64_t rng = 1;
 static uint32_t next_u32(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng >> 33);
 }
 
 /* A step like the scheduler's: d decode rows at contexts up to 2000, and
@@ -58,6 +57,18 @@ static step_cost_rows_t random_rows(int i)
     return r;
 }
 
+/* Adds n random steps costing k, times 1 ± noise (uniform). */
+static void feed(step_cost_t *c, const double k[STEP_COST_N], int n, double noise)
+{
+    for (int i = 0; i < n; i++) {
+        step_cost_rows_t r = random_rows(i);
+        double u = (double)(next_u32() % 20001) / 10000.0 - 1.0; /* [-1, 1] */
+        step_cost_add(c, &r, truth(k, &r) * (1.0 + noise * u));
+        for (int j = 0; j < STEP_COST_N; j++)
+            assert_true(c->coef[j] >= 0.0); /* never a negative term */
+    }
+}
+
 static void assert_close(double got, double want, double rel, const char *what)
 {
     if (fabs(got - want) > rel * fabs(want)) {
@@ -71,10 +82,7 @@ static void test_fit_exact(void **state)
     (void)state;
     step_cost_t c;
     step_cost_init(&c, 0.98);
-    for (int i = 0; i < 200; i++) {
-        step_cost_rows_t r = random_rows(i);
-        step_cost_add(&c, &r, truth(K, &r));
-    }
+    feed(&c, K, 200, 0.0);
     assert_true(step_cost_ready(&c));
     static const char *names[] = {"c0", "c1", "c2", "c3"};
     for (int i = 0; i < STEP_COST_N; i++)
@@ -86,11 +94,7 @@ static void test_fit_noisy(void **state)
     (void)state;
     step_cost_t c;
     step_cost_init(&c, 0.995);
-    for (int i = 0; i < 600; i++) {
-        step_cost_rows_t r = random_rows(i);
-        double noise = 1.0 + ((double)(next_u32() % 6001) - 3000.0) / 100000.0; /* ±3 % */
-        step_cost_add(&c, &r, truth(K, &r) * noise);
-    }
+    feed(&c, K, 600, 0.03);
     /* the terms that carry most of the time fit within 5 %; the predictions
      * of typical steps within 3 % */
     assert_close(c.coef[0], K[0], 0.05, "c0");
@@ -107,14 +111,8 @@ static void test_fit_non_negative(void **state)
     static const double k0[STEP_COST_N] = {80000.0, 1500.0, 3000.0, 0.0};
     step_cost_t c;
     step_cost_init(&c, 0.98);
-    for (int i = 0; i < 300; i++) {
-        step_cost_rows_t r = random_rows(i);
-        /* noise that alone would make c3 slightly negative half the time */
-        double noise = 1.0 + ((double)(next_u32() % 2001) - 1000.0) / 100000.0;
-        step_cost_add(&c, &r, truth(k0, &r) * noise);
-        for (int j = 0; j < STEP_COST_N; j++)
-            assert_true(c.coef[j] >= 0.0);
-    }
+    /* ±1 % noise: alone it would make c3 slightly negative about half the time */
+    feed(&c, k0, 300, 0.01);
     assert_close(c.coef[0], k0[0], 0.05, "c0");
     assert_close(c.coef[2], k0[2], 0.05, "c2");
 }
@@ -124,17 +122,11 @@ static void test_fit_follows_change(void **state)
     (void)state;
     step_cost_t c;
     step_cost_init(&c, 0.98);
-    for (int i = 0; i < 300; i++) {
-        step_cost_rows_t r = random_rows(i);
-        step_cost_add(&c, &r, truth(K, &r));
-    }
+    feed(&c, K, 300, 0.0);
     double slow[STEP_COST_N];
     for (int i = 0; i < STEP_COST_N; i++)
         slow[i] = 2 * K[i]; /* another process took half the cores */
-    for (int i = 0; i < 400; i++) {
-        step_cost_rows_t r = random_rows(i);
-        step_cost_add(&c, &r, truth(slow, &r));
-    }
+    feed(&c, slow, 400, 0.0);
     /* 0.98^400 = 3e-4 of the old data's weight is left */
     assert_close(c.coef[0], slow[0], 0.01, "c0 after the change");
     assert_close(c.coef[2], slow[2], 0.01, "c2 after the change");
@@ -166,10 +158,7 @@ static void test_ready(void **state)
 static void fitted(step_cost_t *c)
 {
     step_cost_init(c, 0.98);
-    for (int i = 0; i < 200; i++) {
-        step_cost_rows_t r = random_rows(i);
-        step_cost_add(c, &r, truth(K, &r));
-    }
+    feed(c, K, 200, 0.0);
 }
 
 typedef struct chunk_row {
