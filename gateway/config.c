@@ -134,6 +134,7 @@ static const field_t model_fields[] = {
     INT("kv_budget_mb", config_model_t, kv_budget_mb, 0, 1048576),
     INT("max_seqs", config_model_t, max_seqs, 1, 4096),
     INT("max_batch_tokens", config_model_t, max_batch_tokens, 1, 65536),
+    INT("step_budget_ms", config_model_t, step_budget_ms, -1, 600000),
     INT("threads", config_model_t, threads, 1, 256),
     ENUM("kv_type", config_model_t, kv_type, kv_type_names),
     OPTSTR("kv_cache_dir", config_model_t, kv_cache_dir, check_path),
@@ -196,6 +197,7 @@ static void model_defaults(config_model_t *m)
         .kv_budget_mb = 0, /* sized from memory (worker/kv_budget.h) */
         .max_seqs = 32,
         .max_batch_tokens = 512,
+        .step_budget_ms = -1, /* auto (worker/sched.h) */
         .threads = 2,
         .kv_type = CONFIG_KV_AUTO,
         .kv_cache_mb = 4096,

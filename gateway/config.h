@@ -182,6 +182,9 @@
  *                                                                 contexts (docs/OPERATIONS.md)
  *     max_seqs                   int      32                      1..4096 sequences batched at once
  *     max_batch_tokens           int      512                     1..65536 tokens per step
+ *     step_budget_ms             int      -1                      -1..600000 step time target while streams
+ *                                                                 decode: -1 auto (2x their decode-only
+ *                                                                 step), 0 off (token budget only)
  *     threads                    int      2                       1..256 compute threads
  *     kv_type                    string   auto                    auto, f16, f32 or q8_0: KV cache element type
  *     kv_cache_dir               string   (none)                  the workers' disk tier under the prefix
@@ -262,6 +265,7 @@ typedef struct config_model {
                                 * worker sizes it from memory (worker/kv_budget.h) */
     int max_seqs;              /* worker --max-seqs */
     int max_batch_tokens;      /* worker --max-batch-tokens */
+    int step_budget_ms;        /* worker --step-budget-ms: -1 auto, 0 off, else ms */
     int threads;               /* worker --threads */
     int kv_type;               /* worker --kv-type, a config_kv_type_t */
     char *kv_cache_dir;        /* worker --kv-cache-dir, NULL = no disk tier */

@@ -103,6 +103,7 @@ static const struct flag_key {
     {"allow-plain-tcp", "curve.allow_plain_tcp", false, true},
     {"max-seqs", "max_seqs", true, false},
     {"max-batch-tokens", "max_batch_tokens", true, false},
+    {"step-budget-ms", "step_budget_ms", true, false},
     {"kv-blocks", "kv_blocks", true, false},
     {"kv-budget-mb", "kv_budget_mb", true, false},
     {"threads", "threads", true, false},
@@ -436,7 +437,7 @@ static void drain(struct gateway *gw, http_server_t *http, double drain_s)
  * measured once here, so a worker restarted later gets the share it got at
  * first rather than what its running siblings left. */
 static size_t model_worker_args(const config_model_t *m, const memavail_t *mem, size_t n_local, const char **args,
-                                char owned[8][32])
+                                char owned[9][32])
 {
     size_t n = 0;
     snprintf(owned[0], 32, "%d", m->max_seqs);
@@ -447,6 +448,12 @@ static size_t model_worker_args(const config_model_t *m, const memavail_t *mem, 
     args[n++] = owned[0];
     args[n++] = "--max-batch-tokens";
     args[n++] = owned[1];
+    if (m->step_budget_ms < 0)
+        snprintf(owned[8], 32, "auto");
+    else
+        snprintf(owned[8], 32, "%d", m->step_budget_ms);
+    args[n++] = "--step-budget-ms";
+    args[n++] = owned[8];
     args[n++] = "--threads";
     args[n++] = owned[2];
     args[n++] = m->kv_blocks ? "--kv-blocks" : "--kv-budget-mb";
@@ -795,7 +802,7 @@ static supervisor_t *local_workers_start(const config_t *cfg, struct gateway *gw
     for (size_t i = 0; i < cfg->n_models; i++) {
         const config_model_t *m = &cfg->models[i];
         const char *args[32];
-        char owned[8][32];
+        char owned[9][32];
         size_t n = model_worker_args(m, &mem, n_local, args, owned);
         for (int r = 0; r < m->replicas; r++)
             supervisor_add_args(sup, m->name, m->path, m->on_demand, m->standby, args, n);

@@ -16,6 +16,7 @@
 #include "common/text/detok.h"
 #include "worker/model/forward.h"
 #include "worker/kv_pool.h"
+#include "worker/step_cost.h"
 #include "worker/kernels/qgemm.h"
 #include "worker/grammar/vocab_mask.h"
 
@@ -45,6 +46,9 @@ typedef struct seq {
     int32_t n_resumed;         /* of those, given in the SUBMIT's resume */
     int32_t n_computed;        /* positions whose K/V is in the cache */
     int32_t n_cached;          /* prefix-cache hit at first admission (usage) */
+    int32_t n_passed;          /* steps its prefill got no rows while a better tier's did
+                                * (aging: sched_config_t.prefill_age_steps); 0 again once
+                                * its prompt is computed */
     bool first_admission_done;
     int32_t max_tokens;
     bool ignore_eos;
@@ -141,6 +145,15 @@ struct sched {
                                          sequences run to the context, admitted by first chunk */
     sched_stats_t st;
 
+    /* step time budget (step_cost.h) */
+    step_cost_t cost;                 /* the learned step cost of this model on this machine */
+    step_cost_rows_t rows;            /* the step being built: its rows as the model counts them */
+    double target_us;                 /* its time target, 0 = none */
+    uint64_t *h_ids;                  /* (max_seqs) sched_step_info_t.ids scratch */
+    int32_t *h_rows;                  /* (max_seqs) sched_step_info_t.n_rows scratch */
+    sched_step_fn step_hook;          /* sched_set_step_hook */
+    void *step_hook_ud;
+
     gvocab_t *gvocab;                 /* vocabulary trie for grammars, built at the first one */
     struct {
         char *text;                   /* grammar text (len bytes), NULL = free slot */
@@ -176,6 +189,10 @@ void sched_config_default(sched_config_t *c)
     c->spec = SPEC_OFF;
     c->spec_max_draft = 8;
     c->spec_max_rows = 16;
+    c->step_budget_ms = SCHED_STEP_BUDGET_AUTO;
+    c->step_budget_factor = 2.0;
+    c->step_min_chunk = 64;
+    c->prefill_age_steps = 32;
 }
 
 /* KV_TYPE_AUTO → F16 when every layer's K and V projections run on the int8
@@ -355,7 +372,9 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
         c->n_threads < 1 ||
         (kv_type_size(c->kv_type) == 0 && c->kv_type != KV_TYPE_AUTO && c->kv_type != KV_TYPE_Q8_0) ||
         c->spec_max_draft < 0 || c->spec_max_draft > SPEC_MAX_DRAFT || c->spec_max_rows < 0 ||
-        c->spec_max_rows > 4096) {
+        c->spec_max_rows > 4096 || c->step_budget_ms < SCHED_STEP_BUDGET_AUTO ||
+        c->step_budget_ms > 600000 || !(c->step_budget_factor >= 1.0 && c->step_budget_factor <= 1000.0) ||
+        c->step_min_chunk < 1 || c->prefill_age_steps < 1) {
         errbuf_set(err, errlen, "invalid scheduler limits (max_seqs %d, max_batch_tokens %d, block_size %d, kv type %d)",
                    c->max_seqs, c->max_batch_tokens, c->block_size, (int)c->kv_type);
         return NULL;
@@ -455,6 +474,11 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     s->b_ndraft = xmalloc((size_t)ms * sizeof(int32_t));
     s->b_vdraw = xmalloc((size_t)ms * sizeof *s->b_vdraw);
     s->b_vrow = xmalloc((size_t)ms * sizeof(int32_t));
+    s->h_ids = xmalloc((size_t)ms * sizeof *s->h_ids);
+    s->h_rows = xmalloc((size_t)ms * sizeof *s->h_rows);
+    /* 0.98: the fit follows the last ~50 steps (a few seconds of decoding),
+     * quick to see the machine change, long enough to average out noise */
+    step_cost_init(&s->cost, 0.98);
     if (c->spec == SPEC_DRAFT) {
         const model_t *dm = c->draft_model;
         if (!dm || dm->cfg.vocab != mc->vocab) {
@@ -487,8 +511,15 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
         s->d_seqs = xmalloc((size_t)ms * sizeof *s->d_seqs);
     }
     s->logits = xmalloc(((size_t)ms + (size_t)c->spec_max_rows) * (size_t)mc->vocab * sizeof(float));
-    log_info("scheduler: %d seqs, %d batch tokens, %d KV blocks of %d positions (%s, %.1f MiB)",
-             ms, mb, n_blocks, c->block_size, kv_type_name(c->kv_type),
+    char sb[64];
+    if (c->step_budget_ms == SCHED_STEP_BUDGET_AUTO)
+        snprintf(sb, sizeof sb, "auto (%.1fx decode, chunks >= %d)", c->step_budget_factor, c->step_min_chunk);
+    else if (c->step_budget_ms > 0)
+        snprintf(sb, sizeof sb, "%d ms (chunks >= %d)", c->step_budget_ms, c->step_min_chunk);
+    else
+        snprintf(sb, sizeof sb, "off");
+    log_info("scheduler: %d seqs, %d batch tokens, step budget %s, %d KV blocks of %d positions (%s, %.1f MiB)",
+             ms, mb, sb, n_blocks, c->block_size, kv_type_name(c->kv_type),
              (double)n_blocks * (double)kv_pool_block_bytes_q(mc->n_layer, mc->kv_dim, c->block_size, c->kv_type,
                                                               qblock) /
                  1048576.0);
@@ -524,6 +555,8 @@ void sched_free(sched_t **ps)
     free(s->b_ndraft);
     free(s->b_vdraw);
     free(s->b_vrow);
+    free(s->h_ids);
+    free(s->h_rows);
     free(s->logits);
     forward_free(&s->dfwd);
     free(s->dlogits);
@@ -1165,11 +1198,22 @@ static void sample_finish(sched_t *s, seq_t *q)
     }
 }
 
+/* q's tier for prefill order: its priority, better by one for every
+ * prefill_age_steps steps it was passed over for a better tier (0 at best). */
+static int32_t aged_priority(const sched_t *s, const seq_t *q)
+{
+    int32_t p = q->priority - q->n_passed / s->cfg.prefill_age_steps;
+    return p > 0 ? p : 0;
+}
+
 /* The next sequence to give rows to: pass 0 takes decode rows (one pending
- * token after a sampled one), pass 1 prefill chunks; best priority first. */
+ * token after a sampled one), pass 1 prefill chunks. Decode rows go best
+ * priority first; prefill chunks best aged priority first, then arrival
+ * (FIFO within a tier: docs/BATCHING.md says why not shortest first). */
 static seq_t *next_for_batch(sched_t *s, int pass)
 {
     seq_t *pick = NULL;
+    int32_t pick_p = 0;
     for (int32_t i = 0; i < s->n_seqs; i++) {
         seq_t *q = s->seqs[i];
         if (q->state != SEQ_RUNNING || q->in_batch)
@@ -1177,10 +1221,34 @@ static seq_t *next_for_batch(sched_t *s, int pass)
         bool is_decode = q->n_tokens - q->n_computed == 1 && q->n_generated > 0;
         if ((pass == 0) != is_decode)
             continue;
-        if (!pick || seq_before(q, pick))
+        if (pass == 0) {
+            if (!pick || seq_before(q, pick))
+                pick = q;
+            continue;
+        }
+        int32_t p = aged_priority(s, q);
+        if (!pick || p < pick_p || (p == pick_p && q->arrival < pick->arrival)) {
             pick = q;
+            pick_p = p;
+        }
     }
     return pick;
+}
+
+/* The step's time target once its decode rows are packed (s->rows): 0 when
+ * nothing decodes (a prompt alone prefills at full speed) or the budget is
+ * off; with auto, step_budget_factor x the model's decode-only step, 0 while
+ * the model is not ready (step_cost_chunk then gives the floor chunk). */
+static double step_target_us(const sched_t *s)
+{
+    if (s->rows.n_decode == 0 || s->cfg.step_budget_ms == 0)
+        return 0;
+    if (s->cfg.step_budget_ms > 0)
+        return s->cfg.step_budget_ms * 1000.0;
+    if (!step_cost_ready(&s->cost))
+        return 1; /* any positive target: step_cost_chunk gives the floor */
+    step_cost_rows_t dec = {s->rows.n_decode, 0, s->rows.n_attn};
+    return s->cfg.step_budget_factor * step_cost_predict(&s->cost, &dec);
 }
 
 /* ---- speculative decoding (spec.h) ----------------------------------------- */
@@ -1445,11 +1513,22 @@ restart:
     for (int32_t i = 0; i < s->n_seqs; i++)
         s->seqs[i]->in_batch = false;
     int32_t n_rows = 0, n_bseq = 0;
+    s->rows = (step_cost_rows_t){0, 0, 0};
+    s->target_us = 0;
+    int32_t best_prefill = INT32_MAX; /* best priority among the packed prefill chunks */
     for (int pass = 0; pass < 2; pass++) {
         seq_t *q;
+        if (pass == 1)
+            s->target_us = step_target_us(s);
         while (n_rows < budget && n_bseq < s->cfg.max_seqs && (q = next_for_batch(s, pass))) {
             int32_t pending = q->n_tokens - q->n_computed;
             int32_t chunk = pending < budget - n_rows ? pending : budget - n_rows;
+            if (pass == 1 && s->target_us > 0) {
+                chunk = step_cost_chunk(&s->cost, &s->rows, q->n_computed, chunk, s->cfg.step_min_chunk,
+                                        s->target_us);
+                if (chunk == 0)
+                    break; /* the step is full by time: later chunks would not fit either */
+            }
             /* drafts take blocks only when free ones are there: never preempt for them */
             int32_t nd = q->n_draft;
             if (n_rows + chunk + nd > budget) /* keep within the budget */
@@ -1473,6 +1552,13 @@ restart:
             s->b_seqs[b] = q;
             s->b_chunk[b] = chunk;
             s->b_ndraft[b] = q->n_draft;
+            if (pass == 0) {
+                s->rows.n_decode += chunk + q->n_draft;
+            } else {
+                s->rows.n_prefill += chunk;
+                best_prefill = q->priority < best_prefill ? q->priority : best_prefill;
+            }
+            s->rows.n_attn += step_cost_chunk_attn(q->n_computed, chunk + q->n_draft);
             for (int32_t k = 0; k < chunk; k++) {
                 int32_t p = q->n_computed + k;
                 s->b_token[n_rows] = q->tokens[p];
@@ -1493,6 +1579,12 @@ restart:
             }
         }
     }
+    /* aging: a prefill that got no rows while a better tier's did */
+    for (int32_t i = 0; i < s->n_seqs; i++) {
+        seq_t *q = s->seqs[i];
+        if (q->state == SEQ_RUNNING && !q->in_batch && !is_decode_ready(q) && best_prefill < q->priority)
+            q->n_passed++;
+    }
     *n_bseq_out = n_bseq;
     return n_rows;
 }
@@ -1511,6 +1603,14 @@ int sched_step(sched_t *s)
     int32_t n_rows = build_batch(s, &n_bseq);
     if (n_rows == 0)
         return 0;
+    const int64_t t_start = clock_now_us();
+    const step_cost_rows_t rows = s->rows;
+    const double target_us = s->target_us;
+    for (int32_t b = 0; b < n_bseq; b++) {
+        const seq_t *q = s->b_seqs[b];
+        s->h_ids[b] = q->id;
+        s->h_rows[b] = is_decode_ready(q) ? 0 : s->b_chunk[b];
+    }
     for (int32_t b = 0; b < n_bseq; b++) {
         seq_t *q = s->b_seqs[b];
         /* positions [n_computed, n_computed + chunk) are written by this pass */
@@ -1571,6 +1671,8 @@ int sched_step(sched_t *s)
             s->st.prompt_tokens += (uint64_t)(pe - q->n_computed);
         }
         q->n_computed = end;
+        if (end == q->n_tokens)
+            q->n_passed = 0; /* prompt computed: aging starts again at the next prefill */
         kv_pool_commit_full_blocks(s->pool, q->kv);
         kv_trim(s, q);
         if (end == q->n_tokens && q->embed) {
@@ -1630,5 +1732,26 @@ int sched_step(sched_t *s)
         }
         i++;
     }
+
+    /* learn what this step cost (the events are out: that is what the
+     * streams waited for) */
+    sched_step_info_t info = {
+        .n_decode = rows.n_decode,
+        .n_prefill = rows.n_prefill,
+        .n_attn = rows.n_attn,
+        .target_us = target_us,
+        .n_seq = n_bseq,
+        .ids = s->h_ids,
+        .n_rows = s->h_rows,
+        .measured_us = (double)(clock_now_us() - t_start),
+    };
+    double t_us = s->step_hook ? s->step_hook(s->step_hook_ud, &info) : info.measured_us;
+    step_cost_add(&s->cost, &rows, t_us);
     return n_rows;
+}
+
+void sched_set_step_hook(sched_t *s, sched_step_fn fn, void *ud)
+{
+    s->step_hook = fn;
+    s->step_hook_ud = ud;
 }

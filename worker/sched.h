@@ -10,7 +10,13 @@
  *      a prefix-cache lookup lets a new sequence skip cached full blocks;
  *   3. pack the batch under the token budget (--max-batch-tokens): one decode
  *      row for every running sequence that has sampled a token, then prefill
- *      chunks of sequences still reading their prompt (chunked prefill);
+ *      chunks of sequences still reading their prompt (chunked prefill),
+ *      best (aged) priority first, FIFO within a tier; while some sequence
+ *      decodes, the chunks are also sized by the step time budget
+ *      (--step-budget-ms, worker/step_cost.h) so the step keeps the streams'
+ *      pace, and a higher tier's prefill takes the step before a lower
+ *      tier's, which pauses (its KV stays) until the higher one is done or
+ *      aging lifts it (sched_config_t.prefill_age_steps);
  *      Models with a window on every layer (model_kv_window) release the
  *      blocks behind each sequence's window after every step, so a
  *      sequence's length is bounded by the context, not the pool;
@@ -118,11 +124,26 @@ typedef struct sched_config {
     const model_t *draft_model; /* SPEC_DRAFT: the draft model (borrowed, outlives the
                                 * scheduler); its vocabulary must be the target's
                                 * (sched_draft_check) */
+    /* Step time budget (worker/step_cost.h, docs/BATCHING.md): while some
+     * sequence decodes, prefill chunks are sized so the step's predicted time
+     * stays within a target, so running streams keep their pace. */
+    int32_t step_budget_ms;    /* the target: SCHED_STEP_BUDGET_AUTO (the default) =
+                                * step_budget_factor x the step's decode rows alone;
+                                * > 0 = that many ms; 0 = off (max_batch_tokens only) */
+    double step_budget_factor; /* auto: the target as a multiple of the decode-only step (2) */
+    int32_t step_min_chunk;    /* a step's first prefill chunk is never smaller (64; below
+                                * this the GEMMs stop being compute-bound) */
+    int32_t prefill_age_steps; /* a prefill passed over for a higher tier gains one tier
+                                * per this many such steps (32), so it waits at most
+                                * 2 x this many before it is served */
 } sched_config_t;
 
+#define SCHED_STEP_BUDGET_AUTO (-1)
+
 /* Defaults: 32 seqs, 512 batch tokens, 32-token blocks, 2 threads, F16 K/V,
- * no speculation (max draft 8, 16 rows) and a KV pool that holds max_seqs
- * full contexts or 1 GiB, whichever is smaller. */
+ * no speculation (max draft 8, 16 rows), a KV pool that holds max_seqs
+ * full contexts or 1 GiB, whichever is smaller, and the step time budget on
+ * (auto, factor 2, chunks of at least 64, aging every 32 steps). */
 void sched_config_default(sched_config_t *c);
 
 enum sched_finish {
@@ -307,6 +328,24 @@ void sched_set_drafter(sched_t *s, sched_drafter_fn fn, void *ud);
  * message in err. */
 int sched_draft_check(const model_t *target, const tokenizer_t *ttok, const model_t *draft,
                       const tokenizer_t *dtok, char *err, size_t errlen);
+
+/* One step as the cost model sees it, for sched_set_step_hook. */
+typedef struct sched_step_info {
+    int32_t n_decode;          /* decode rows (drafts included) */
+    int32_t n_prefill;         /* prompt / recompute rows */
+    int64_t n_attn;            /* sum over rows of (pos + 1) */
+    double target_us;          /* the step's time target; 0 = none (no decode rows or budget off) */
+    int32_t n_seq;             /* sequences with rows */
+    const uint64_t *ids;       /* (n_seq) their request ids */
+    const int32_t *n_rows;     /* (n_seq) their prefill rows (0: a decode row) */
+    double measured_us;        /* wall time of the step (forward pass through events) */
+} sched_step_info_t;
+/* Called after each step with what it held; returns the step time (µs) the
+ * cost model learns from (return info->measured_us to keep the real one).
+ * For tests and benchmarks: a synthetic cost makes the chunk sizes exact
+ * and independent of the machine. NULL restores measuring. */
+typedef double (*sched_step_fn)(void *ud, const sched_step_info_t *info);
+void sched_set_step_hook(sched_t *s, sched_step_fn fn, void *ud);
 
 /* The scheduler's KV pool (borrowed; e.g. to read its KV events). */
 struct kv_pool *sched_kv_pool(sched_t *s);

@@ -1,7 +1,8 @@
 /* worker_main.c — pagoda-worker's command line: serves one model to a gateway.
  *
  *   pagoda-worker --gateway ENDPOINT --model NAME=FILE.gguf [--max-seqs N]
- *                 [--max-batch-tokens N] [--kv-blocks N | --kv-budget-mb N]
+ *                 [--max-batch-tokens N] [--step-budget-ms auto|N] [--step-min-chunk N]
+ *                 [--kv-blocks N | --kv-budget-mb N]
  *                 [--mem-avail-mb N] [--mem-workers N]
  *                 [--threads N] [--ctx N] [--heartbeat-ms N]
  *                 [--kv-type T] [--kv-cache-dir DIR [--kv-cache-mb N]]
@@ -41,6 +42,11 @@ static void usage(FILE *f)
             "                       it is known)\n"
             "  --max-seqs N         concurrent sequences, 1 = batching off (default 32)\n"
             "  --max-batch-tokens N rows per forward step (default 512)\n"
+            "  --step-budget-ms T   while streams decode, size prefill chunks so a step\n"
+            "                       takes about T ms: auto (default: 2x the streams'\n"
+            "                       decode-only step, learned online), N ms, or 0 = off\n"
+            "                       (--max-batch-tokens only); docs/BATCHING.md\n"
+            "  --step-min-chunk N   smallest first prefill chunk of a step (default 64)\n"
             "  --kv-blocks N        KV pool size in blocks (default: from --kv-budget-mb)\n"
             "  --kv-budget-mb N     KV pool memory budget in MiB; 0 (the default): sized from\n"
             "                       free memory, the weights and max-seqs full contexts\n"
@@ -141,7 +147,7 @@ int main(int argc, char **argv)
     uint32_t u;
     const char *curve_server = NULL, *curve_secret = NULL, *gen_prefix = NULL;
     enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR, O_KVKEY,
-           O_KVDMB, O_KVWARM, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY, O_MEMAVAIL, O_MEMWORKERS };
+           O_KVDMB, O_KVWARM, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY, O_MEMAVAIL, O_MEMWORKERS, O_STEPB, O_STEPMIN };
     static const struct option opts[] = {
         {"gateway", required_argument, NULL, 'g'},
         {"model", required_argument, NULL, 'm'},
@@ -149,6 +155,8 @@ int main(int argc, char **argv)
         {"max-seqs", required_argument, NULL, 'c'},
         {"capacity", required_argument, NULL, 'c'}, /* old name of --max-seqs */
         {"max-batch-tokens", required_argument, NULL, O_MBT},
+        {"step-budget-ms", required_argument, NULL, O_STEPB},
+        {"step-min-chunk", required_argument, NULL, O_STEPMIN},
         {"kv-blocks", required_argument, NULL, O_KVB},
         {"kv-budget-mb", required_argument, NULL, O_KVMB},
         {"mem-avail-mb", required_argument, NULL, O_MEMAVAIL},
@@ -198,6 +206,22 @@ int main(int argc, char **argv)
             if (parse_i32_opt("max-batch-tokens", optarg, 1, 65536, &u))
                 return 2;
             wc.sched.max_batch_tokens = (int32_t)u;
+            break;
+        case O_STEPB:
+            if (strcmp(optarg, "auto") == 0) {
+                wc.sched.step_budget_ms = SCHED_STEP_BUDGET_AUTO;
+                break;
+            }
+            if (parse_u32(optarg, 0, 600000, &u) < 0) {
+                fprintf(stderr, "pagoda-worker: --step-budget-ms must be auto or 0..600000\n");
+                return 2;
+            }
+            wc.sched.step_budget_ms = (int32_t)u;
+            break;
+        case O_STEPMIN:
+            if (parse_i32_opt("step-min-chunk", optarg, 1, 65536, &u))
+                return 2;
+            wc.sched.step_min_chunk = (int32_t)u;
             break;
         case O_KVB:
             if (parse_i32_opt("kv-blocks", optarg, 1, 1u << 24, &u))

@@ -79,6 +79,7 @@ static const char *FULL =
     "    kv_budget_mb: 2048\n"
     "    max_seqs: 16\n"
     "    max_batch_tokens: 1024\n"
+    "    step_budget_ms: 300\n"
     "    threads: 8\n"
     "    kv_type: f32\n"
     "    kv_cache_dir: /var/cache/pagoda/kv\n"
@@ -143,6 +144,7 @@ static void test_full_file(void **state)
     assert_int_equal(m->kv_budget_mb, 2048);
     assert_int_equal(m->max_seqs, 16);
     assert_int_equal(m->max_batch_tokens, 1024);
+    assert_int_equal(m->step_budget_ms, 300);
     assert_int_equal(m->threads, 8);
     assert_int_equal(m->kv_type, CONFIG_KV_F32);
     assert_string_equal(m->kv_cache_dir, "/var/cache/pagoda/kv");
@@ -154,7 +156,7 @@ static void test_full_file(void **state)
     assert_string_equal(m->name, "meta-llama/Llama-3.2-1B");
     assert_string_equal(m->path, "/models/with space.gguf");
     assert_int_equal(m->replicas, 0);
-    assert_int_equal(m->line, 34); /* one line down: "standby: false" above */
+    assert_int_equal(m->line, 35); /* two lines down: "standby: false" and "step_budget_ms" above */
     /* unspecified keys of the flow-style entry keep their defaults */
     assert_int_equal(m->max_seqs, 32);
     assert_int_equal(m->kv_type, CONFIG_KV_AUTO);
@@ -236,6 +238,7 @@ static void check_model_defaults(const config_model_t *m)
     assert_int_equal(m->kv_budget_mb, 0); /* sized from memory */
     assert_int_equal(m->max_seqs, 32);
     assert_int_equal(m->max_batch_tokens, 512);
+    assert_int_equal(m->step_budget_ms, -1); /* auto */
     assert_int_equal(m->threads, 2);
     assert_int_equal(m->kv_type, CONFIG_KV_AUTO);
     assert_string_equal(config_kv_type_name(m->kv_type), "auto");
@@ -370,6 +373,8 @@ static const bad_case_t BAD[] = {
     /* the worker's and the parser's ranges bound the settings passed on to them */
     {"models:\n- {name: a, path: /a, max_batch_tokens: 65537}\n", 2, 41,
      "models[0].max_batch_tokens: expected an integer in 1..65536"},
+    {"models:\n- {name: a, path: /a, step_budget_ms: -2}\n", 2, 39,
+     "models[0].step_budget_ms: expected an integer in -1..600000"},
     {"models:\n- {name: a, path: /a, threads: 257}\n", 2, 32, "models[0].threads: expected an integer in 1..256"},
     {"limits: {max_messages: 1025}\n", 1, 24, "limits.max_messages: expected an integer in 1..1024"},
     {"limits: {max_prompt_bytes: 4194305}\n", 1, 28, "limits.max_prompt_bytes: expected an integer in 1..4194304"},

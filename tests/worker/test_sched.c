@@ -26,7 +26,17 @@
  *   sliding window           a model windowed on every layer releases the
  *                            blocks behind its window: three 440-position
  *                            generations in a 10-block pool, == solo; the
- *                            same model without the window cannot.
+ *                            same model without the window cannot;
+ *   step time budget         with a synthetic step cost (sched_set_step_hook):
+ *                            while streams decode, each prefill chunk is the
+ *                            largest within the target (2x their decode-only
+ *                            step) or the floor; alone, a prompt takes the
+ *                            whole token budget; outputs == solo with the
+ *                            budget on (synthetic or measured) and off;
+ *   prefill priority         a high-tier prompt arriving while a low-tier one
+ *                            prefills takes the next step's prefill rows; the
+ *                            low one pauses (no recompute) and resumes; with
+ *                            aging it waits at most 2 x prefill_age_steps.
  *
  * Observing the scheduler from outside: with a budget >= max_seqs every
  * running decoding sequence gets a row (and so an event) in every step, so a
@@ -40,6 +50,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +65,7 @@
 #include "worker/wait_policy.h"
 #include "common/text/gguf.h"
 #include "worker/sched.h"
+#include "worker/step_cost.h"
 
 #define MAX_REQ 40
 #define MAX_GEN 512
@@ -173,6 +185,10 @@ static sched_config_t cfg_make(int32_t max_seqs, int32_t budget, int32_t kv_bloc
     c.n_threads = threads;
     c.exact_matmul = g_exact_matmul;
     c.kv_type = g_kv_type;
+    /* today's token budget only: with the time budget on, chunk sizes follow
+     * the machine's measured step times, and these tests count steps. The
+     * budget's own tests below drive it with a synthetic step cost. */
+    c.step_budget_ms = 0;
     return c;
 }
 
@@ -1646,6 +1662,258 @@ static void test_window_long_generation(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+
+/* ---- step time budget and prefill priority -------------------------------- */
+
+/* A synthetic step cost for sched_set_step_hook (µs): the scheduler's cost
+ * model learns exactly these coefficients, so the chunk sizes below follow
+ * from them and not from the machine. */
+static const double BK[4] = {10000.0, 500.0, 1000.0, 0.01};
+
+static double bk_cost(const step_cost_rows_t *r)
+{
+    return BK[0] + BK[1] * r->n_decode + BK[2] * r->n_prefill + BK[3] * (double)r->n_attn;
+}
+
+#define BLOG_STEPS 2048
+#define BLOG_SEQS 16
+
+/* What each step held, as the hook saw it. */
+typedef struct blog {
+    int32_t n;
+    struct {
+        step_cost_rows_t rows;
+        double target_us;
+        int32_t n_seq;
+        uint64_t ids[BLOG_SEQS];
+        int32_t prefill[BLOG_SEQS];
+    } st[BLOG_STEPS];
+} blog_t;
+
+static double blog_hook(void *ud, const sched_step_info_t *in)
+{
+    blog_t *L = ud;
+    if (L->n < BLOG_STEPS) {
+        L->st[L->n].rows = (step_cost_rows_t){in->n_decode, in->n_prefill, in->n_attn};
+        L->st[L->n].target_us = in->target_us;
+        L->st[L->n].n_seq = in->n_seq < BLOG_SEQS ? in->n_seq : BLOG_SEQS;
+        for (int32_t i = 0; i < L->st[L->n].n_seq; i++) {
+            L->st[L->n].ids[i] = in->ids[i];
+            L->st[L->n].prefill[i] = in->n_rows[i];
+        }
+    }
+    L->n++;
+    step_cost_rows_t r = {in->n_decode, in->n_prefill, in->n_attn};
+    return bk_cost(&r);
+}
+
+/* Prefill rows request id got in logged step i (0 when it had none). */
+static int32_t blog_rows(const blog_t *L, int32_t i, uint64_t id)
+{
+    for (int32_t k = 0; k < L->st[i].n_seq; k++)
+        if (L->st[i].ids[k] == id)
+            return L->st[i].prefill[k];
+    return 0;
+}
+
+static void close_to(double got, double want, const char *what, int32_t step_i)
+{
+    if (fabs(got - want) > 1e-3 * fabs(want))
+        fail_msg("step %d: %s %.1f, want %.1f", step_i, what, got, want);
+}
+
+static void test_step_budget_chunks(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    enum { N_STREAMS = 4, N_LONG = 400, MBT = 256, FLOOR = 16 };
+    sched_config_t c = cfg_make(8, MBT, 0, 1);
+    c.step_budget_ms = SCHED_STEP_BUDGET_AUTO;
+    c.step_min_chunk = FLOOR;
+    run_t *R = run_new(g_stories, &c);
+    blog_t *L = calloc(1, sizeof *L);
+    assert_non_null(L);
+    sched_set_step_hook(R->s, blog_hook, L);
+
+    /* alone, a long prompt prefills at the whole token budget */
+    int32_t lp[N_LONG], lp2[N_LONG], sp[N_STREAMS][8];
+    make_prompt(lp, N_LONG, 5);
+    sched_req_t q0 = req_greedy(1, 1, lp, N_LONG, 1, true);
+    submit(R, &q0);
+    drive(R);
+    assert_int_equal(L->n, 2);
+    assert_int_equal(L->st[0].rows.n_prefill, MBT);
+    assert_int_equal(L->st[1].rows.n_prefill, N_LONG - MBT);
+    assert_true(L->st[0].target_us == 0 && L->st[1].target_us == 0);
+
+    /* streams decode; then a long prompt (not cached: another offset) arrives */
+    L->n = 0;
+    sched_req_t qs[N_STREAMS];
+    for (int i = 0; i < N_STREAMS; i++) {
+        make_prompt(sp[i], 8, 100 + 9 * i);
+        qs[i] = req_greedy((uint64_t)(10 + i), 1, sp[i], 8, 150, true);
+        submit(R, &qs[i]);
+    }
+    for (int i = 0; i < 20; i++)
+        step(R);
+    make_prompt(lp2, N_LONG, 200);
+    sched_req_t ql = req_greedy(20, 1, lp2, N_LONG, 4, true);
+    rec_t *rl = submit(R, &ql);
+    drive(R);
+
+    int32_t got_rows = 0, n_sized = 0, n_floor = 0;
+    for (int32_t i = 0; i < L->n; i++) {
+        const step_cost_rows_t *r = &L->st[i].rows;
+        int32_t lrows = blog_rows(L, i, 20);
+        int32_t at = got_rows; /* the chunk's first position */
+        got_rows += lrows;
+        if (r->n_decode == 0 || lrows == 0)
+            continue;
+        assert_int_equal(r->n_prefill, lrows);
+        if (L->st[i].target_us <= 1.0) { /* the model not ready yet: the floor */
+            assert_int_equal(lrows, FLOOR);
+            n_floor++;
+            continue;
+        }
+        /* the target: 2 x the step without its prefill rows */
+        step_cost_rows_t dec = {r->n_decode, 0, r->n_attn - step_cost_chunk_attn(at, lrows)};
+        close_to(L->st[i].target_us, 2 * bk_cost(&dec), "target", i);
+        /* the largest chunk within the target, or the floor */
+        step_cost_rows_t more = *r;
+        more.n_prefill++;
+        more.n_attn += at + lrows + 1;
+        bool last = at + lrows == N_LONG || lrows == MBT - r->n_decode;
+        if (lrows > FLOOR)
+            assert_true(bk_cost(r) <= L->st[i].target_us * (1 + 1e-3));
+        if (!last)
+            assert_true(bk_cost(&more) > L->st[i].target_us * (1 - 1e-3));
+        n_sized++;
+    }
+    assert_int_equal(got_rows, N_LONG);
+    assert_true(n_sized >= 3);
+    assert_true(n_floor <= 4);
+    /* output unchanged by the chunking */
+    rec_t solo;
+    run_solo(g_stories, &ql, &solo);
+    assert_same_output(rl, &solo, "step budget");
+    for (int i = 0; i < N_STREAMS; i++) {
+        run_solo(g_stories, &qs[i], &solo);
+        assert_same_output(&R->r[1 + i], &solo, "step budget streams");
+    }
+    free(L);
+    run_free(&R);
+}
+
+/* The request mix of test_batched_equals_solo with 4 slots (so requests are
+ * admitted while others decode) under the time budget: synthetic costs with
+ * a 1-token floor and a target that fits few rows, synthetic auto, and the
+ * measured times with the defaults: every output == solo. */
+static void test_step_budget_outputs(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    const int n = 12;
+    job_t *jobs = make_mix(g_stories, n, false);
+    for (int v = 0; v < 3; v++) {
+        sched_config_t c = cfg_make(4, 128, 0, 1);
+        c.step_budget_ms = v == 0 ? 11 : SCHED_STEP_BUDGET_AUTO;
+        c.step_min_chunk = v == 0 ? 1 : v == 1 ? 8 : 64;
+        run_t *R = run_new(g_stories, &c);
+        blog_t *L = calloc(1, sizeof *L);
+        assert_non_null(L);
+        if (v < 2)
+            sched_set_step_hook(R->s, blog_hook, L);
+        for (int i = 0; i < n; i++)
+            submit(R, &jobs[i].req);
+        drive(R);
+        for (int i = 0; i < n; i++)
+            assert_same_output(&R->r[i], &jobs[i].solo, v == 2 ? "measured budget" : "synthetic budget");
+        if (v == 0) { /* 11 ms: the decode rows and at most a few prefill rows */
+            int32_t small = 0;
+            for (int32_t i = 0; i < L->n && i < BLOG_STEPS; i++)
+                small += L->st[i].rows.n_decode > 0 && L->st[i].rows.n_prefill > 0 &&
+                         L->st[i].rows.n_prefill <= 2;
+            assert_true(small > 0);
+        }
+        free(L);
+        run_free(&R);
+    }
+    free(jobs);
+}
+
+/* One decoding stream keeps the time budget on; a 1 ms target lets each
+ * step carry only the floor chunk (16 rows) of the best prefill. */
+static void test_prefill_priority(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    enum { FLOOR = 16, NL = 300, NH = 100 };
+    for (int aging = 0; aging < 2; aging++) {
+        sched_config_t c = cfg_make(8, 128, 0, 1);
+        c.step_budget_ms = 1;
+        c.step_min_chunk = FLOOR;
+        c.prefill_age_steps = aging ? 3 : 1000;
+        run_t *R = run_new(g_stories, &c);
+        blog_t *L = calloc(1, sizeof *L);
+        assert_non_null(L);
+        sched_set_step_hook(R->s, blog_hook, L);
+        int32_t ps[8], pl[NL], ph[NH + NL];
+        const int32_t nh = aging ? NH + NL : NH;
+        make_prompt(ps, 8, 3);
+        make_prompt(pl, NL, 40);
+        make_prompt(ph, nh, 90);
+        sched_req_t qs = req_greedy(1, 1, ps, 8, 120, true);
+        sched_req_t ql = req_greedy(2, 2, pl, NL, 3, true);
+        sched_req_t qh = req_greedy(3, 0, ph, nh, 3, true);
+        submit(R, &qs);
+        step(R); /* the stream's prompt */
+        submit(R, &ql);
+        for (int i = 0; i < 3; i++)
+            step(R); /* the low tier's prefill is under way */
+        int32_t before = L->n;
+        assert_int_equal(blog_rows(L, before - 1, 2), FLOOR);
+        submit(R, &qh);
+        drive(R);
+        /* the next step's prefill rows are the high tier's; the low one pauses */
+        assert_int_equal(blog_rows(L, before, 3), FLOOR);
+        assert_int_equal(blog_rows(L, before, 2), 0);
+        int32_t n_low = 3 * FLOOR, n_high = 0, pause = 0, max_pause = 0;
+        bool low_during_high = false;
+        for (int32_t i = before; i < L->n; i++) {
+            int32_t lr = blog_rows(L, i, 2), hr = blog_rows(L, i, 3);
+            bool high_pending = n_high < nh;
+            n_low += lr;
+            n_high += hr;
+            if (lr == 0 && n_low < NL && hr > 0)
+                pause++;
+            else
+                pause = 0;
+            max_pause = pause > max_pause ? pause : max_pause;
+            if (lr > 0 && high_pending)
+                low_during_high = true;
+        }
+        /* the paused prefill kept its KV: every prompt row computed once */
+        assert_int_equal(n_low, NL);
+        assert_int_equal(n_high, nh);
+        assert_int_equal(stats(R).preemptions, 0);
+        if (aging) {
+            /* two tiers to climb, 3 steps each */
+            assert_true(max_pause <= 2 * 3);
+            assert_true(low_during_high);
+        } else {
+            assert_false(low_during_high); /* paused until the high tier's prompt was done */
+            assert_int_equal(max_pause, (NH + FLOOR - 1) / FLOOR);
+        }
+        rec_t solo;
+        run_solo(g_stories, &ql, &solo);
+        assert_same_output(&R->r[1], &solo, "paused low tier");
+        run_solo(g_stories, &qh, &solo);
+        assert_same_output(&R->r[2], &solo, "high tier");
+        free(L);
+        run_free(&R);
+    }
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -1674,6 +1942,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_zoo_batched_preempted),
         cmocka_unit_test(test_kv_type_auto),
         cmocka_unit_test(test_window_long_generation),
+        cmocka_unit_test(test_step_budget_chunks),
+        cmocka_unit_test(test_step_budget_outputs),
+        cmocka_unit_test(test_prefill_priority),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

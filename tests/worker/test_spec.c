@@ -243,6 +243,7 @@ static sched_config_t cfg_make(int32_t max_seqs, int32_t kv_blocks, spec_mode_t 
     c.n_threads = 2;
     c.spec = mode;
     c.spec_max_rows = 512; /* drafts beside 32 decode rows too (the default turns them off) */
+    c.step_budget_ms = 0;  /* step counts here compare modes: chunks must not follow measured times */
     return c;
 }
 

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""stall_bench.py — do long prompts stall running streams? (issue #38)
+
+Any OpenAI-compatible server (pagoda's gateway, llama-server): standard
+library only, POST /v1/completions with "stream": true, "temperature": 0,
+"ignore_eos": true. Times are the client's (time.perf_counter).
+
+interference  N streams decode (max_tokens large); after --settle s, M long
+              prompts (--long-words words each, max_tokens 1) arrive at once.
+              Printed: the streams' inter-token gaps (time between
+              consecutive text chunks of one stream), p50 and p99, in the
+              window before the long prompts arrive and in the window from
+              their arrival to the last one's first token; and each long
+              prompt's TTFT (send -> first text chunk).
+priority      a short request with the high-tier key (--key-high): its TTFT
+              on an idle server (median of 3), then again when it arrives
+              --delay s into the prefill of a long low-tier prompt
+              (--key-low) — and that prompt's TTFT. Without keys (or against
+              llama-server, which has no tiers) both go at the same priority.
+
+usage: stall_bench.py --url http://127.0.0.1:8080 [--model NAME]
+         [--mode interference|priority|both] [--streams 8] [--long 2]
+         [--long-words 560] [--settle 8] [--delay 1.0]
+         [--key-high SECRET] [--key-low SECRET] [--label TEXT] [--json]
+Exit status 0 when every request succeeded, 1 otherwise.
+"""
+import argparse
+import http.client
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+import urllib.parse
+
+WORDS = ("the a little big dog cat ran to and with sun tree house over under went saw "
+         "happy sad red blue day night friend park ball bird fish water hill boy girl "
+         "mom dad said played found looked jumped garden flower rain wind boat road").split()
+
+
+def prompt(seed, n_words):
+    r = random.Random(seed)
+    return " ".join(r.choice(WORDS) for _ in range(n_words))
+
+
+class Stream:
+    """One streamed completion on its own thread; records text-chunk times."""
+
+    def __init__(self, cfg, text, max_tokens, key=None):
+        self.cfg, self.text, self.max_tokens, self.key = cfg, text, max_tokens, key
+        self.t_send = None
+        self.times = []          # perf_counter of each chunk with text
+        self.error = None
+        self.prompt_tokens = None
+        self.stop_flag = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def run(self):
+        u = urllib.parse.urlparse(self.cfg.url)
+        body = {"prompt": self.text, "max_tokens": self.max_tokens, "stream": True,
+                "temperature": 0, "ignore_eos": True,
+                "stream_options": {"include_usage": True}}
+        if self.cfg.model:
+            body["model"] = self.cfg.model
+        headers = {"Content-Type": "application/json"}
+        if self.key:
+            headers["Authorization"] = "Bearer " + self.key
+        try:
+            c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=self.cfg.timeout)
+            self.t_send = time.perf_counter()
+            c.request("POST", "/v1/completions", json.dumps(body), headers)
+            resp = c.getresponse()
+            if resp.status != 200:
+                self.error = "HTTP %d: %s" % (resp.status, resp.read()[:200])
+                return
+            done = False
+            for raw in resp:
+                if self.stop_flag:
+                    break
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                ev = json.loads(data)
+                if "error" in ev:
+                    self.error = str(ev["error"])[:200]
+                    return
+                ch = ev.get("choices") or []
+                if ch and ch[0].get("text"):
+                    self.times.append(time.perf_counter())
+                if ev.get("usage"):
+                    self.prompt_tokens = ev["usage"].get("prompt_tokens")
+            if not done and not self.stop_flag:
+                self.error = "stream ended without [DONE]"
+            c.close()
+        except Exception as e:  # noqa: BLE001 - report any failure as the request's error
+            if not self.stop_flag:
+                self.error = repr(e)
+
+    def ttft(self):
+        return self.times[0] - self.t_send if self.times else None
+
+
+def pct(xs, p):
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = (len(xs) - 1) * p / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def gaps(streams, t0, t1):
+    """Inter-token gaps (s) of every stream whose later token fell in [t0, t1)."""
+    out = []
+    for s in streams:
+        for a, b in zip(s.times, s.times[1:]):
+            if t0 <= b < t1:
+                out.append(b - a)
+    return out
+
+
+def interference(cfg):
+    streams = [Stream(cfg, prompt(1000 + i, 12), 100000, cfg.key_low or cfg.key_high).start()
+               for i in range(cfg.streams)]
+    # every stream decoding, then the "before" window
+    t_wait = time.perf_counter() + cfg.timeout
+    while any(len(s.times) < 2 and not s.error for s in streams) and time.perf_counter() < t_wait:
+        time.sleep(0.05)
+    t_before = time.perf_counter()
+    time.sleep(cfg.settle)
+    t_arrive = time.perf_counter()
+    seed = int(time.time())  # fresh prompts: no prefix-cache hit from an earlier run
+    longs = [Stream(cfg, prompt(seed * 100 + i, cfg.long_words), 1, cfg.key_low or cfg.key_high).start()
+             for i in range(cfg.long)]
+    for s in longs:
+        s.thread.join(cfg.timeout)
+    t_done = time.perf_counter()
+    time.sleep(min(cfg.settle, 3.0))
+    t_after = time.perf_counter()
+    for s in streams:
+        s.stop_flag = True
+    before = gaps(streams, t_before, t_arrive)
+    during = gaps(streams, t_arrive, t_done)
+    after = gaps(streams, t_done, t_after)
+    res = {
+        "streams": cfg.streams, "long": cfg.long,
+        "long_prompt_tokens": [s.prompt_tokens for s in longs],
+        "gap_before_p50_ms": pct(before, 50) * 1e3, "gap_before_p99_ms": pct(before, 99) * 1e3,
+        "gap_during_p50_ms": pct(during, 50) * 1e3, "gap_during_p99_ms": pct(during, 99) * 1e3,
+        "gap_during_max_ms": max(during) * 1e3 if during else float("nan"),
+        "gap_after_p50_ms": pct(after, 50) * 1e3,
+        "n_gaps_before": len(before), "n_gaps_during": len(during),
+        "long_ttft_s": [s.ttft() for s in longs],
+        "errors": [s.error for s in longs + streams if s.error],
+    }
+    return res
+
+
+def priority(cfg):
+    short = prompt(7, 12)
+    idle = []
+    for i in range(3):
+        s = Stream(cfg, short + " " + str(i), 1, cfg.key_high).start()
+        s.thread.join(cfg.timeout)
+        if s.ttft() is not None:
+            idle.append(s.ttft())
+    seed = int(time.time())
+    low = Stream(cfg, prompt(seed, cfg.long_words), 1, cfg.key_low).start()
+    time.sleep(cfg.delay)
+    high = Stream(cfg, short + " busy", 1, cfg.key_high).start()
+    high.thread.join(cfg.timeout)
+    low.thread.join(cfg.timeout)
+    return {
+        "high_ttft_idle_s": statistics.median(idle) if idle else None,
+        "high_ttft_during_low_prefill_s": high.ttft(),
+        "low_prompt_tokens": low.prompt_tokens,
+        "low_ttft_s": low.ttft(),
+        "errors": [s.error for s in (low, high) if s.error],
+    }
+
+
+def fmt(v):
+    if isinstance(v, float):
+        return "%.3f" % v if v < 10 else "%.1f" % v
+    if isinstance(v, list):
+        return "[" + ", ".join(fmt(x) for x in v) + "]"
+    return str(v)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--model", default="")
+    ap.add_argument("--mode", choices=["interference", "priority", "both"], default="both")
+    ap.add_argument("--streams", type=int, default=8)
+    ap.add_argument("--long", type=int, default=2)
+    ap.add_argument("--long-words", type=int, default=560)
+    ap.add_argument("--settle", type=float, default=8.0)
+    ap.add_argument("--delay", type=float, default=1.0)
+    ap.add_argument("--key-high", default=None)
+    ap.add_argument("--key-low", default=None)
+    ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--label", default="")
+    ap.add_argument("--json", action="store_true")
+    cfg = ap.parse_args(argv)
+    out = {"label": cfg.label, "url": cfg.url}
+    if cfg.mode in ("interference", "both"):
+        out["interference"] = interference(cfg)
+    if cfg.mode in ("priority", "both"):
+        out["priority"] = priority(cfg)
+    if cfg.json:
+        print(json.dumps(out))
+    else:
+        for part in ("interference", "priority"):
+            if part in out:
+                print("# %s %s" % (cfg.label, part))
+                for k, v in out[part].items():
+                    print("  %-32s %s" % (k, fmt(v)))
+    errs = sum(len(out[p]["errors"]) for p in ("interference", "priority") if p in out)
+    return 1 if errs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
