@@ -11,7 +11,7 @@
 # Sources are picked up by folder, one library per layer:
 #   libpagoda_common.a   common/*.c, common/grammar/*.c
 #   libpagoda_text.a     common/text/*.c: GGUF metadata, tokenizer, templates,
-#                        prompts, tool formats (what both processes need to
+#                        prompts, tool formats, the GGUF writer (what both processes need to
 #                        understand a model's words)
 #   libpagoda_proto.a    proto/*.c: the wire (and a SUBMIT's prompt)
 #   libpagoda_worker.a   worker/*.c, worker/*/*.c (model/, kernels/, grammar/,

@@ -11,13 +11,17 @@
  * the split of an answer into reasoning / content / tool calls is shared
  * (gateway/answer.h).
  *
- *   surface          file                   routes
- *   oai_surface      gateway/oai_stream.c   /v1/chat/completions, /v1/completions,
- *                                           /v1/batch/..., /v1/embeddings,
- *                                           /tokenize, /detokenize
+ *   surface            file                   routes
+ *   oai_surface        gateway/oai_stream.c   /v1/chat/completions, /v1/completions,
+ *                                             /v1/batch/..., /v1/embeddings,
+ *                                             /tokenize, /detokenize
+ *   anthropic_surface  gateway/anthropic.c    /v1/messages, /v1/messages/count_tokens
+ *   responses_surface  gateway/responses.c    POST /v1/responses (its GET / DELETE /
+ *                                             input_items routes are plain handlers
+ *                                             over the stored responses)
  *
  * A new API = one translation file defining a const api_surface_t, plus one
- * route line in http.c's route table naming it, e.g.
+ * route line in http.c's route table naming it, as
  *   {"POST", "/v1/messages", NULL, AUTH_KEY, REQUEST_CHAT, false, REQUEST_OP_GENERATE,
  *    &anthropic_surface},
  * and its docs (docs/API.md). docs/ARCHITECTURE.md "A new endpoint" walks

@@ -85,7 +85,7 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t 
         r->affinity = splitmix64_mix(h ^ splitmix64_mix(partition)) | 1; /* never 0 */
     }
     /* embeddings skip the prefix cache (worker/sched.h): no cache routing */
-    if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text && o->op != REQUEST_OP_EMBED) {
+    if (route_mode_uses_prefix(gw->routing) && gw->route_text && o->op != REQUEST_OP_EMBED) {
         int64_t t0 = clock_now_us();
         r->route_block_size = atomic_load(&gw->route_block_size);
         r->n_route_keys = route_text_keys(gw->route_text, r->model, s, r->route_block_size,
@@ -683,7 +683,7 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
         gateway_request_t *r = e.data;
         /* which replicas hold how much of its prefix (routing by cache) */
         int32_t depth[PREFIX_INDEX_MAX_SLOTS] = {0};
-        if (gw->routing == ROUTE_CACHE_AWARE && r->n_route_keys > 0)
+        if (route_mode_uses_prefix(gw->routing) && r->n_route_keys > 0)
             prefix_index_match(gw->pindex, r->route_keys, r->n_route_keys, depth);
         for (size_t i = 0; i < gw->n_workers; i++) {
             gateway_worker_t *w = &gw->workers[i];
@@ -704,7 +704,7 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
         /* an affinity key's last replica counts as holding the whole prefix:
          * the same policy then keeps the key there unless it is overloaded */
         struct gateway_affinity *aff = r->affinity ? &gw->affinity[r->affinity % GATEWAY_AFFINITY_SLOTS] : NULL;
-        if (aff && aff->h == r->affinity && gw->routing == ROUTE_CACHE_AWARE)
+        if (aff && aff->h == r->affinity && route_mode_uses_prefix(gw->routing))
             for (size_t i = 0; i < gw->n_workers; i++)
                 if (gw->workers[i].uid == aff->uid && cand[i].credit > 0)
                     cand[i].hit_blocks = ROUTE_MAX_KEYS;
@@ -1491,7 +1491,7 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
                                                      : ROUTE_DEFAULT_MAX_LOAD_GAP;
     atomic_init(&gw->route_block_size, 32);
     gw->pindex = prefix_index_new(cfg->prefix_index_entries);
-    if (gw->routing == ROUTE_CACHE_AWARE && cfg->model_paths)
+    if (route_mode_uses_prefix(gw->routing) && cfg->model_paths)
         gw->route_text = route_text_new(cfg->models, cfg->model_paths, cfg->n_models);
     gw->inbox = chan_new(cmd_free, CHAN_FD);
     if (gw->fatal_fd < 0) {

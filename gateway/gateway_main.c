@@ -258,12 +258,24 @@ static void usage(FILE *f)
             "                             within S seconds is FAILED (default %d in %d)\n"
             "                             [restart.crash_loop_restarts, restart.crash_loop_window_s]\n"
             "  --drain-timeout S          on SIGTERM, let requests finish this long (default 30)\n"
-            "  --routing MODE             cache-aware (default: to the replica holding the prompt's\n"
-            "                             prefix) or least-loaded [routing.mode]\n"
+            "                             [drain_timeout_s]\n",
+            GATEWAY_DEFAULT_MAX_QUEUE, GATEWAY_DEFAULT_TIMEOUT_S, GATEWAY_DEFAULT_GRACE_S,
+            OAI_MAX_MESSAGES, OAI_MAX_TEXT_BYTES, HTTP_DEFAULT_IDLE_TIMEOUT_S,
+            HTTP_DEFAULT_HEADER_TIMEOUT_S, HTTP_DEFAULT_BODY_TIMEOUT_S, HTTP_DEFAULT_BODY_MIN_RATE,
+            HTTP_DEFAULT_BODY_RATE_WINDOW_S, HTTP_DEFAULT_MAX_UPLOADS, HTTP_DEFAULT_MAX_UPLOADS_PER_IP,
+            GATEWAY_DEFAULT_MAX_REDISPATCH, PROTO_HEARTBEAT_MS,
+            PROTO_PROGRESS_SCALE, PROTO_PROGRESS_TIMEOUT_MS,
+            GATEWAY_DEFAULT_IDLE_S,
+            SUPERVISOR_FAIL_RESTARTS, SUPERVISOR_FAIL_WINDOW_MS / 1000);
+    /* the modes from route.h's table */
+    fprintf(f, "  --routing MODE             [routing.mode], one of:\n");
+    for (int m = 0; m < ROUTE_N_MODES; m++)
+        fprintf(f, "      %-23s%s%s\n", route_mode_name((route_mode_t)m), route_mode_help((route_mode_t)m),
+                m == 0 ? " (default)" : "");
+    fprintf(f,
             "  --routing-max-load-gap N   cache-aware: requests more than the least-loaded replica\n"
-            "                             the one holding the prefix may have (default 4)\n"
+            "                             the one holding the prefix may have (default %d)\n"
             "                             [routing.max_load_gap]\n"
-            "                             [drain_timeout_s]\n"
             "  --worker-arg ARG           any other worker flag, e.g. --worker-arg=--ctx=512\n"
             "                             (repeatable; wins over the settings above)\n"
             "  --worker-bin PATH          worker executable (default: pagoda-worker next to\n"
@@ -277,14 +289,7 @@ static void usage(FILE *f)
             "  --allow-plain-tcp          allow a non-loopback tcp:// worker endpoint without\n"
             "                             CURVE (trusted networks only) [curve.allow_plain_tcp]\n"
             "  --help\n",
-            GATEWAY_DEFAULT_MAX_QUEUE, GATEWAY_DEFAULT_TIMEOUT_S, GATEWAY_DEFAULT_GRACE_S,
-            OAI_MAX_MESSAGES, OAI_MAX_TEXT_BYTES, HTTP_DEFAULT_IDLE_TIMEOUT_S,
-            HTTP_DEFAULT_HEADER_TIMEOUT_S, HTTP_DEFAULT_BODY_TIMEOUT_S, HTTP_DEFAULT_BODY_MIN_RATE,
-            HTTP_DEFAULT_BODY_RATE_WINDOW_S, HTTP_DEFAULT_MAX_UPLOADS, HTTP_DEFAULT_MAX_UPLOADS_PER_IP,
-            GATEWAY_DEFAULT_MAX_REDISPATCH, PROTO_HEARTBEAT_MS,
-            PROTO_PROGRESS_SCALE, PROTO_PROGRESS_TIMEOUT_MS,
-            GATEWAY_DEFAULT_IDLE_S,
-            SUPERVISOR_FAIL_RESTARTS, SUPERVISOR_FAIL_WINDOW_MS / 1000);
+            ROUTE_DEFAULT_MAX_LOAD_GAP);
 }
 
 /* --hash-key NAME[:TIER[:FLAG...]]: prints the secret and its keys-file line

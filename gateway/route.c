@@ -17,7 +17,7 @@ struct route_text {
 };
 
 const char *const route_mode_names[ROUTE_N_MODES + 1] = {
-#define ROUTE_MODE_NAME_(e, name, fn) [ROUTE_##e] = name,
+#define ROUTE_MODE_NAME_(e, name, fn, uses_prefix, help) [ROUTE_##e] = name,
     ROUTE_MODES(ROUTE_MODE_NAME_)
 #undef ROUTE_MODE_NAME_
     [ROUTE_N_MODES] = NULL,
@@ -36,6 +36,26 @@ int route_mode_parse(const char *s, route_mode_t *out)
 const char *route_mode_name(route_mode_t m)
 {
     return m >= 0 && m < ROUTE_N_MODES ? route_mode_names[m] : route_mode_names[0];
+}
+
+bool route_mode_uses_prefix(route_mode_t m)
+{
+    static const bool uses[ROUTE_N_MODES] = {
+#define ROUTE_MODE_USES_(e, name, fn, uses_prefix, help) [ROUTE_##e] = uses_prefix,
+        ROUTE_MODES(ROUTE_MODE_USES_)
+#undef ROUTE_MODE_USES_
+    };
+    return uses[m >= 0 && m < ROUTE_N_MODES ? m : 0];
+}
+
+const char *route_mode_help(route_mode_t m)
+{
+    static const char *const help[ROUTE_N_MODES] = {
+#define ROUTE_MODE_HELP_(e, name, fn, uses_prefix, help) [ROUTE_##e] = help,
+        ROUTE_MODES(ROUTE_MODE_HELP_)
+#undef ROUTE_MODE_HELP_
+    };
+    return help[m >= 0 && m < ROUTE_N_MODES ? m : 0];
 }
 
 const char *route_reason_name(route_reason_t r)
@@ -167,7 +187,7 @@ int route_pick(route_mode_t mode, const route_cand_t *c, size_t n, uint32_t max_
 {
     typedef int (*policy_fn)(const route_cand_t *, size_t, uint32_t, route_reason_t *);
     static const policy_fn policies[ROUTE_N_MODES] = {
-#define ROUTE_MODE_FN_(e, name, fn) [ROUTE_##e] = fn,
+#define ROUTE_MODE_FN_(e, name, fn, uses_prefix, help) [ROUTE_##e] = fn,
         ROUTE_MODES(ROUTE_MODE_FN_)
 #undef ROUTE_MODE_FN_
     };

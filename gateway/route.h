@@ -31,25 +31,34 @@
 #ifndef PAGODA_GATEWAY_ROUTE_H
 #define PAGODA_GATEWAY_ROUTE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "proto/msg.h"
 
 /* The routing policies, the one list of them: a row is
- *     X(ENUM suffix, name in --routing / routing.mode, policy function)
+ *     X(ENUM suffix, name in --routing / routing.mode, policy function,
+ *       uses_prefix, what it does in words)
  * and a policy is one function of route_pick's signature in route.c
- * (route_pick dispatches on the mode). A new policy = its function + its
- * row here: routing.mode in the config table (and so --routing and
- * --print-config) takes its names from route_mode_names; the --help text
- * and docs/OPERATIONS.md describe each mode in words. The first row is the
- * default. */
-#define ROUTE_MODES(X)                                      \
-    X(CACHE_AWARE, "cache-aware", route_pick_cache_aware)   \
-    X(LEAST_LOADED, "least-loaded", route_pick_least_loaded)
+ * (route_pick dispatches on the mode). uses_prefix: the policy reads the
+ * candidates' hit_blocks, so the gateway loads each model's tokenizer
+ * (route_text_new), computes a request's block keys (route_text_keys),
+ * matches them against the prefix index and counts an affinity key's last
+ * replica as holding the whole prefix; false: none of that is done and
+ * hit_blocks is always 0. Callers ask route_mode_uses_prefix, never a mode
+ * by name. A new policy = its function + its row here: routing.mode in the
+ * config table (and so --routing and --print-config) takes its names from
+ * route_mode_names, the --help text its words from route_mode_help;
+ * docs/OPERATIONS.md describes each mode. The first row is the default. */
+#define ROUTE_MODES(X)                                                                  \
+    X(CACHE_AWARE, "cache-aware", route_pick_cache_aware, true,                         \
+      "to the replica holding the prompt's prefix unless it is overloaded")             \
+    X(LEAST_LOADED, "least-loaded", route_pick_least_loaded, false,                     \
+      "to the least-loaded replica; prompts are not tokenized")
 
 typedef enum route_mode {
-#define ROUTE_MODE_ENUM_(e, name, fn) ROUTE_##e,
+#define ROUTE_MODE_ENUM_(e, name, fn, uses_prefix, help) ROUTE_##e,
     ROUTE_MODES(ROUTE_MODE_ENUM_)
 #undef ROUTE_MODE_ENUM_
     ROUTE_N_MODES
@@ -70,6 +79,11 @@ extern const char *const route_mode_names[ROUTE_N_MODES + 1];
 /* A name of route_mode_names → mode; 0 ok, -1 unknown. */
 int route_mode_parse(const char *s, route_mode_t *out);
 const char *route_mode_name(route_mode_t m);
+/* The row's uses_prefix column (above): whether the gateway needs
+ * tokenizers, block keys, the prefix index and affinity for mode m. */
+bool route_mode_uses_prefix(route_mode_t m);
+/* The row's words, for --help (static). */
+const char *route_mode_help(route_mode_t m);
 
 typedef struct route_text route_text_t;
 

@@ -36,35 +36,51 @@
 /* ---- fingerprint -------------------------------------------------------- */
 
 static uint64_t g_fp;
+static uint32_t g_fp_types[GGML_TYPE_COUNT]; /* the types folded into g_fp */
+static size_t g_n_fp_types;
 static pthread_once_t g_fp_once = PTHREAD_ONCE_INIT;
 
+/* Every row of the quant traits table with a packed layout, in table order:
+ * a new packed type (or a changed packing of one) changes the fingerprint
+ * without a list here to keep in step. */
 static void fp_compute(void)
 {
-    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
-                                     GGML_TYPE_Q6_K};
     enum { ROWS = 9, COLS = 512 }; /* two panels, the second partial; two K-quant blocks */
     float *x = xmalloc((size_t)COLS * sizeof *x);
     uint64_t h = SEED_FP, s = 0x243F6A8885A308D3ULL;
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        size_t rb = quant_row_bytes(types[t], COLS), psz = qgemm_packed_size(types[t], ROWS, COLS);
+    const quant_traits_t *q;
+    for (size_t i = 0; (q = quant_traits_at(i)); i++) {
+        if (q->packed == QUANT_PACK_NONE)
+            continue;
+        size_t rb = quant_row_bytes(q->type, COLS), psz = qgemm_packed_size(q->type, ROWS, COLS);
         uint8_t *w = xmalloc(rb * ROWS);
         for (int r = 0; r < ROWS; r++) {
             for (int c = 0; c < COLS; c++) {
                 s = s * 6364136223846793005ULL + 1442695040888963407ULL;
                 x[c] = (float)((int64_t)(s >> 40) - (1 << 23)) / (float)(1 << 21);
             }
-            quant_quantize(types[t], x, w + (size_t)r * rb, COLS);
+            quant_quantize(q->type, x, w + (size_t)r * rb, COLS);
         }
-        uint64_t part = types[t] * 0x100000001B3ULL ^ psz;
-        void *p = psz ? qgemm_pack(types[t], w, ROWS, COLS, 1) : NULL;
+        uint64_t part = (q->type * 0x100000001B3ULL ^ psz) + (uint64_t)q->packed;
+        void *p = psz ? qgemm_pack(q->type, w, ROWS, COLS, 1) : NULL;
         if (p)
             part ^= kv_disk_hash64(p, psz, part);
         qgemm_pack_free(&p);
         free(w);
         h = kv_disk_hash64(&part, sizeof part, h);
+        g_fp_types[g_n_fp_types++] = q->type;
     }
     free(x);
     g_fp = h;
+}
+
+bool pack_cache_fingerprint_covers(uint32_t type)
+{
+    pthread_once(&g_fp_once, fp_compute);
+    for (size_t i = 0; i < g_n_fp_types; i++)
+        if (g_fp_types[i] == type)
+            return true;
+    return false;
 }
 
 uint64_t pack_cache_fingerprint(void)

@@ -27,8 +27,9 @@
  *
  * The key. The weights hash names the model file's bytes; the fingerprint
  * names the packing code: a hash of the packings of a fixed synthetic
- * matrix of each packable type (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) made by this
- * binary at start-up (~0.1 ms). A build whose packed layout differs (a new
+ * matrix of each packable type (every row of the quant traits table whose
+ * packed column is not QUANT_PACK_NONE: today Q4_0, Q8_0, Q4_K, Q5_K, Q6_K)
+ * made by this binary at start-up (~0.1 ms). A build whose packed layout differs (a new
  * layout, or one that came to depend on the ISA) therefore looks for
  * another file name and never reads an old one; qgemm.h documents one
  * ISA-independent layout today.
@@ -127,9 +128,13 @@ typedef struct pack_cache_result {
     double ms;             /* wall time of pack_cache_pack */
 } pack_cache_result_t;
 
-/* Hash of this binary's packings of fixed synthetic matrices (see above).
- * Computed once, thread-safe. */
+/* Hash of this binary's packings of fixed synthetic matrices (see above),
+ * one for every type whose quant traits row (worker/kernels/quant.c) has a
+ * packed layout. Computed once, thread-safe. */
 uint64_t pack_cache_fingerprint(void);
+/* type's packing is part of the fingerprint (for the test that walks the
+ * traits table). */
+bool pack_cache_fingerprint_covers(uint32_t type);
 
 /* Parses and checks the header of a pack file from its first len bytes
  * (at least PACK_CACHE_HEAD; the table needs 56 + 40 n + 8): magic, version,

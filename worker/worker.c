@@ -636,6 +636,139 @@ static void kv_mem_inputs(struct worker *w, const worker_config_t *cfg, const me
         log_info("memory free at start: MemAvailable %llu MiB", (unsigned long long)f);
 }
 
+/* The cache directory (private, or an error) and its MAC key into *key;
+ * *have_hash when the weights' hash (remembered there by the file's
+ * identity, *hash_cached) is in *hash. 0 ok, -1 err set. */
+static int open_cache_dir(const worker_config_t *cfg, const char *cache_dir, const char *model_path,
+                          file_mac_key_t *key, uint64_t *hash, bool *have_hash, bool *hash_cached,
+                          char *err, size_t errlen)
+{
+    /* the folder holds users' token ids and bytes we run: ours alone,
+     * or we do not start (common/private_dir.h); its MAC key beside it */
+    char kpath[4200], herr[256];
+    if (private_dir_make(cache_dir, "--kv-cache-dir", err, errlen) != 0)
+        return -1;
+    if (cfg->kv_disk_key)
+        snprintf(kpath, sizeof kpath, "%s", cfg->kv_disk_key);
+    else if (file_mac_key_default_path(cache_dir, kpath, sizeof kpath) != 0) {
+        errbuf_set(err, errlen, "--kv-cache-dir %s: path too long", cache_dir);
+        return -1;
+    }
+    if (file_mac_key_load(kpath, key, err, errlen) != 0)
+        return -1;
+    if (kv_disk_hash_file_cached(model_path, cache_dir, key, hash, hash_cached, herr, sizeof herr) != 0)
+        log_warn("kv disk tier and pack cache off: cannot hash the weights: %s", herr);
+    else
+        *have_hash = true;
+    return 0;
+}
+
+/* A standby: the costs of a start that need no memory (exec, the weights
+ * hash, the GGUF and tokenizer) are paid; waits for the gateway's byte on
+ * fd. 0 started, -1 released before it was needed. */
+static int wait_standby(int fd, const char *model_path, int64_t t_loaded_us)
+{
+    log_info("standby: %s loaded in %.0f ms, waiting to be started", model_path, (double)t_loaded_us / 1e3);
+    char go;
+    ssize_t r;
+    do
+        r = read(fd, &go, 1);
+    while (r < 0 && errno == EINTR);
+    close(fd);
+    if (r != 1) {
+        log_info("standby: released by the gateway before it was needed");
+        return -1;
+    }
+    return 0;
+}
+
+/* --spec draft: the draft model, packed (its packings cached under its own
+ * hash) and checked against the target. 0 ok, -1 err set. */
+static int load_draft(struct worker *w, const worker_config_t *cfg, const char *cache_dir,
+                      const file_mac_key_t *key, char *err, size_t errlen)
+{
+    if (!cfg->draft_path) {
+        errbuf_set(err, errlen, "--spec draft needs --draft-model FILE.gguf");
+        return -1;
+    }
+    w->draft = engine_load(cfg->draft_path, err, errlen);
+    if (!w->draft)
+        return -1;
+    if (!w->scfg.exact_matmul) {
+        char herr[256];
+        uint64_t draft_hash = 0;
+        bool draft_hashed = cache_dir && kv_disk_hash_file_cached(cfg->draft_path, cache_dir, key, &draft_hash, NULL,
+                                                                  herr, sizeof herr) == 0;
+        pack_weights(w->draft, w->scfg.n_threads, draft_hashed ? cache_dir : NULL, key, draft_hash,
+                     &w->draft_pack_write);
+    }
+    if (sched_draft_check(w->engine->model, w->engine->tok, w->draft->model, w->draft->tok, err,
+                          errlen) != 0)
+        return -1;
+    w->scfg.draft_model = w->draft->model;
+    return 0;
+}
+
+/* The disk tier (its folder keyed by the weights' hash and the KV format)
+ * attached to the pool, and the warm start planned: the most recent blocks
+ * into free RAM blocks, in idle passes of the loop after registering
+ * (worker_run_once). */
+static void open_disk_tier(struct worker *w, const worker_config_t *cfg, const char *cache_dir,
+                           const file_mac_key_t *key, uint64_t weights_hash)
+{
+    /* the disk tier: its folder is keyed by the weights' hash and the KV format */
+    const kv_store_t *kst = kv_pool_store(sched_kv_pool(w->sched));
+    kv_disk_shape_t shape = {.kv_type = kst->type, .qblock = kst->qblock, .block_size = kst->block_size,
+                             .n_layer = kst->n_layer, .kv_dim = kst->kv_dim, .weights_hash = weights_hash};
+    w->disk = kv_disk_open(cache_dir, cfg->kv_cache_bytes ? cfg->kv_cache_bytes : (uint64_t)4096 << 20, &shape,
+                           key);
+    kv_disk_attach(w->disk, sched_kv_pool(w->sched));
+    kv_disk_set_threads(w->disk, w->scfg.n_threads);
+    /* warm start: the most recent blocks into free RAM blocks, in idle
+     * passes of the loop after registering (worker_run_once) */
+    kv_pool_t *pool = sched_kv_pool(w->sched);
+    kv_pool_stats_t ps;
+    kv_pool_stats(pool, &ps);
+    kv_pool_warm_begin(pool, (int32_t)((int64_t)ps.n_free * cfg->kv_warm_percent / 100));
+    kv_pool_stats(pool, &ps);
+    w->warm_left = ps.n_warm_planned > 0;
+    w->warm_batch = w->scfg.n_threads > 0 ? w->scfg.n_threads : 1;
+    if (w->warm_left)
+        log_info("kv warm start: %d blocks of the disk tier to load (budget %d%% of %d blocks)",
+                 ps.n_warm_planned, cfg->kv_warm_percent, ps.n_blocks);
+}
+
+/* The link to the gateway, registering what w serves. 0 ok, -1 err set. */
+static int connect_link(struct worker *w, const worker_config_t *cfg, char *err, size_t errlen)
+{
+    proto_register_t reg = {
+        .model = w->model_name, .replica = w->replica, .host = w->host, .pid = (uint32_t)getpid(),
+        .capacity = w->capacity, .n_ctx = w->n_ctx,
+        .n_vocab = (uint32_t)w->engine->model->cfg.vocab,
+        .kv_blocks = w->kv_blocks, .block_size = w->block_size,
+    };
+    worker_link_config_t lcfg = {
+        .endpoint = cfg->endpoint,
+        .heartbeat_ms = w->heartbeat_ms,
+        .heartbeat_explicit = cfg->heartbeat_explicit,
+        .work_done = &w->layers_done,
+        .reg = &reg,
+        .curve_server_key = cfg->curve_server_key,
+        .curve_public_key = cfg->curve_public_key,
+        .curve_secret_key = cfg->curve_secret_key,
+    };
+    if (cfg->curve_server_key)
+        log_info("CURVE on: our public key %s (must be in the gateway's authorized keys)",
+                 cfg->curve_public_key ? cfg->curve_public_key : "?");
+    sched_set_progress(w->sched, &w->layers_done);
+    w->link = worker_link_new(&lcfg);
+    if (!w->link) {
+        errbuf_set(err, errlen, "cannot connect to gateway endpoint '%s'", cfg->endpoint);
+        return -1;
+    }
+    return 0;
+}
+
 worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
 {
     size_t name_len = cfg->model_name ? strlen(cfg->model_name) : 0;
@@ -661,27 +794,10 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     const char *cache_dir = cfg->kv_cache_dir && *cfg->kv_cache_dir ? cfg->kv_cache_dir : NULL;
     uint64_t weights_hash = 0;
     bool have_hash = false, hash_cached = false;
-    char herr[256];
     file_mac_key_t key;
-    if (cache_dir) {
-        /* the folder holds users' token ids and bytes we run: ours alone,
-         * or we do not start (common/private_dir.h); its MAC key beside it */
-        char kpath[4200];
-        if (private_dir_make(cache_dir, "--kv-cache-dir", err, errlen) != 0)
-            goto err;
-        if (cfg->kv_disk_key)
-            snprintf(kpath, sizeof kpath, "%s", cfg->kv_disk_key);
-        else if (file_mac_key_default_path(cache_dir, kpath, sizeof kpath) != 0) {
-            errbuf_set(err, errlen, "--kv-cache-dir %s: path too long", cache_dir);
-            goto err;
-        }
-        if (file_mac_key_load(kpath, &key, err, errlen) != 0)
-            goto err;
-        if (kv_disk_hash_file_cached(w->model_path, cache_dir, &key, &weights_hash, &hash_cached, herr, sizeof herr) != 0)
-            log_warn("kv disk tier and pack cache off: cannot hash the weights: %s", herr);
-        else
-            have_hash = true;
-    }
+    if (cache_dir && open_cache_dir(cfg, cache_dir, w->model_path, &key, &weights_hash, &have_hash,
+                                    &hash_cached, err, errlen) != 0)
+        goto err;
     t_hash = clock_now_us();
     w->engine = engine_load(w->model_path, err, errlen);
     if (!w->engine)
@@ -689,20 +805,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     t_load = clock_now_us();
     bool from_standby = false;
     if (cfg->standby_fd >= 0) {
-        /* a standby: the costs of a start that need no memory (exec, the
-         * weights hash, the GGUF and tokenizer) are paid; the rest waits */
-        log_info("standby: %s loaded in %.0f ms, waiting to be started", w->model_path,
-                 (double)(t_load - t_start) / 1e3);
-        char go;
-        ssize_t r;
-        do
-            r = read(cfg->standby_fd, &go, 1);
-        while (r < 0 && errno == EINTR);
-        close(cfg->standby_fd);
-        if (r != 1) {
-            log_info("standby: released by the gateway before it was needed");
+        if (wait_standby(cfg->standby_fd, w->model_path, t_load - t_start) != 0)
             goto err_quiet; /* err is still "" */
-        }
         t_start = t_hash = t_load = clock_now_us();
         from_standby = true;
     }
@@ -716,26 +820,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     t_pack = clock_now_us();
     if (cfg->ctx_cap && (int32_t)cfg->ctx_cap < w->engine->model->cfg.ctx)
         w->engine->model->cfg.ctx = (int32_t)cfg->ctx_cap;
-    if (w->scfg.spec == SPEC_DRAFT) {
-        if (!cfg->draft_path) {
-            errbuf_set(err, errlen, "--spec draft needs --draft-model FILE.gguf");
-            goto err;
-        }
-        w->draft = engine_load(cfg->draft_path, err, errlen);
-        if (!w->draft)
-            goto err;
-        if (!w->scfg.exact_matmul) { /* the draft's packings are cached too, under its own hash */
-            uint64_t draft_hash = 0;
-            bool draft_hashed = cache_dir && kv_disk_hash_file_cached(cfg->draft_path, cache_dir, &key, &draft_hash, NULL,
-                                                                      herr, sizeof herr) == 0;
-            pack_weights(w->draft, w->scfg.n_threads, draft_hashed ? cache_dir : NULL, &key, draft_hash,
-                         &w->draft_pack_write);
-        }
-        if (sched_draft_check(w->engine->model, w->engine->tok, w->draft->model, w->draft->tok, err,
-                              errlen) != 0)
-            goto err;
-        w->scfg.draft_model = w->draft->model;
-    }
+    if (w->scfg.spec == SPEC_DRAFT && load_draft(w, cfg, cache_dir, &key, err, errlen) != 0)
+        goto err;
     if (w->scfg.kv_blocks <= 0 && w->scfg.kv_budget_bytes == 0)
         kv_mem_inputs(w, cfg, &mem);
     w->sched = sched_new(w->engine->model, w->engine->tok, &w->scfg, on_sched_event, w, err,
@@ -750,56 +836,14 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     w->kv_blocks = (uint32_t)st0.kv_blocks_total;
     w->block_size = (uint32_t)w->scfg.block_size;
     if (have_hash) {
-        /* the disk tier: its folder is keyed by the weights' hash and the KV format */
-        const kv_store_t *kst = kv_pool_store(sched_kv_pool(w->sched));
-        kv_disk_shape_t shape = {.kv_type = kst->type, .qblock = kst->qblock, .block_size = kst->block_size,
-                                 .n_layer = kst->n_layer, .kv_dim = kst->kv_dim, .weights_hash = weights_hash};
         log_info("kv disk tier: weights hash %016llx (%s, %.0f ms)", (unsigned long long)weights_hash,
                  hash_cached ? "remembered" : "hashed", (double)(t_hash - t_start) / 1000.0);
-        w->disk = kv_disk_open(cache_dir, cfg->kv_cache_bytes ? cfg->kv_cache_bytes : (uint64_t)4096 << 20, &shape,
-                               &key);
-        kv_disk_attach(w->disk, sched_kv_pool(w->sched));
-        kv_disk_set_threads(w->disk, w->scfg.n_threads);
-        /* warm start: the most recent blocks into free RAM blocks, in idle
-         * passes of the loop after registering (worker_run_once) */
-        kv_pool_t *pool = sched_kv_pool(w->sched);
-        kv_pool_stats_t ps;
-        kv_pool_stats(pool, &ps);
-        kv_pool_warm_begin(pool, (int32_t)((int64_t)ps.n_free * cfg->kv_warm_percent / 100));
-        kv_pool_stats(pool, &ps);
-        w->warm_left = ps.n_warm_planned > 0;
-        w->warm_batch = w->scfg.n_threads > 0 ? w->scfg.n_threads : 1;
-        if (w->warm_left)
-            log_info("kv warm start: %d blocks of the disk tier to load (budget %d%% of %d blocks)",
-                     ps.n_warm_planned, cfg->kv_warm_percent, ps.n_blocks);
+        open_disk_tier(w, cfg, cache_dir, &key, weights_hash);
     }
     t_disk = clock_now_us();
     make_replica_id(w);
-    proto_register_t reg = {
-        .model = w->model_name, .replica = w->replica, .host = w->host, .pid = (uint32_t)getpid(),
-        .capacity = w->capacity, .n_ctx = w->n_ctx,
-        .n_vocab = (uint32_t)w->engine->model->cfg.vocab,
-        .kv_blocks = w->kv_blocks, .block_size = w->block_size,
-    };
-    worker_link_config_t lcfg = {
-        .endpoint = cfg->endpoint,
-        .heartbeat_ms = w->heartbeat_ms,
-        .heartbeat_explicit = cfg->heartbeat_explicit,
-        .work_done = &w->layers_done,
-        .reg = &reg,
-        .curve_server_key = cfg->curve_server_key,
-        .curve_public_key = cfg->curve_public_key,
-        .curve_secret_key = cfg->curve_secret_key,
-    };
-    if (cfg->curve_server_key)
-        log_info("CURVE on: our public key %s (must be in the gateway's authorized keys)",
-                 cfg->curve_public_key ? cfg->curve_public_key : "?");
-    sched_set_progress(w->sched, &w->layers_done);
-    w->link = worker_link_new(&lcfg);
-    if (!w->link) {
-        errbuf_set(err, errlen, "cannot connect to gateway endpoint '%s'", cfg->endpoint);
+    if (connect_link(w, cfg, err, errlen) != 0)
         goto err;
-    }
     log_info("serving model %s (%s) as %s: %u seqs, context %u, %u KV blocks", w->model_name,
              w->model_path, w->replica, w->capacity, w->n_ctx, w->kv_blocks);
     /* the pack files, if due, are written while we serve: registering

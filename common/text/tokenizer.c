@@ -375,19 +375,19 @@ static bool is_marker_type(int type)
     return type == TOKENIZER_TOKEN_CONTROL || type == TOKENIZER_TOKEN_USER_DEFINED;
 }
 
-/* ---------------------------------------------------------------- load */
+/* ---------------------------------------------------------------- load
+ *
+ * tokenizer_from_gguf runs the stages below in order; each reads what the
+ * earlier ones filled in and returns 0, or -1 with err set (the caller
+ * frees the half-built tokenizer). */
 
-tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
+/* tokenizer.ggml.model → t->model (and SPM's pre-tokenizer) */
+static int load_model(tokenizer_t *t, const gguf_t *g, char *err, size_t errlen)
 {
-    tokenizer_t *t = xcalloc(1, sizeof *t);
-    int16_t byte_of_cp[324];
-    uint32_t cp_of_byte[256];
-    bytelevel_tables(cp_of_byte, byte_of_cp);
-
     gguf_str_t model;
     if (gguf_get_str(g, "tokenizer.ggml.model", &model) != 0) {
         errbuf_set(err, errlen, "tokenizer.ggml.model missing or not a string");
-        goto err;
+        return -1;
     }
     if (str_is(model, "llama")) {
         t->model = TOKENIZER_MODEL_SPM;
@@ -397,19 +397,23 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
     } else {
         errbuf_set(err, errlen, "tokenizer model '%.*s' not supported (supported: llama, gpt2)",
                (int)(model.len > 64 ? 64 : model.len), model.ptr);
-        goto err;
+        return -1;
     }
+    return 0;
+}
 
-    /* tokens */
+/* tokenizer.ggml.tokens → n_vocab, text, text_off */
+static int load_tokens(tokenizer_t *t, const gguf_t *g, char *err, size_t errlen)
+{
     const gguf_kv_t *tokens;
     if (gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tokens) != 0) {
         errbuf_set(err, errlen, "tokenizer.ggml.tokens missing or not an array of strings");
-        goto err;
+        return -1;
     }
     if (tokens->arr_n == 0 || tokens->arr_n > MAX_VOCAB) {
         errbuf_set(err, errlen, "tokenizer.ggml.tokens: %llu tokens (1..%d allowed)",
                (unsigned long long)tokens->arr_n, MAX_VOCAB);
-        goto err;
+        return -1;
     }
     int32_t n = t->n_vocab = (int32_t)tokens->arr_n;
     uint64_t total = 0;
@@ -417,13 +421,13 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
         if (tokens->arr_str[i].len > MAX_TOKEN_LEN) {
             errbuf_set(err, errlen, "token %d: text of %llu bytes (max %d)", i,
                    (unsigned long long)tokens->arr_str[i].len, MAX_TOKEN_LEN);
-            goto err;
+            return -1;
         }
         total += tokens->arr_str[i].len;
     }
     if (total > UINT32_MAX / 2) {
         errbuf_set(err, errlen, "tokenizer.ggml.tokens: %llu bytes of text", (unsigned long long)total);
-        goto err;
+        return -1;
     }
     t->text = xmalloc(total + 1);
     t->text_off = xmalloc(((size_t)n + 1) * sizeof *t->text_off);
@@ -436,68 +440,91 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
         }
         t->text_off[n] = off;
     }
+    return 0;
+}
 
-    /* types */
+/* tokenizer.ggml.token_type → type (all NORMAL when absent); flags zeroed */
+static int load_types(tokenizer_t *t, const gguf_t *g, char *err, size_t errlen)
+{
+    int32_t n = t->n_vocab;
     t->type = xmalloc((size_t)n);
     t->flags = xcalloc((size_t)n, 1);
     const gguf_kv_t *kv = gguf_find_kv(g, "tokenizer.ggml.token_type");
     if (kv) {
         if (kv->type != GGUF_TYPE_ARRAY || kv->arr_n != (uint64_t)n) {
             errbuf_set(err, errlen, "tokenizer.ggml.token_type: expected an array of %d integers", n);
-            goto err;
+            return -1;
         }
         for (int32_t i = 0; i < n; i++) {
             int64_t v;
             if (gguf_arr_get_int(kv, (uint64_t)i, &v) != 0 || v < 0 || v > 6) {
                 errbuf_set(err, errlen, "tokenizer.ggml.token_type[%d]: not a type 0..6", i);
-                goto err;
+                return -1;
             }
             t->type[i] = v == 0 ? TOKENIZER_TOKEN_NORMAL : (uint8_t)v;
         }
     } else {
         memset(t->type, TOKENIZER_TOKEN_NORMAL, (size_t)n);
     }
+    return 0;
+}
 
-    /* scores */
+/* tokenizer.ggml.scores → score (zeros when absent) */
+static int load_scores(tokenizer_t *t, const gguf_t *g, char *err, size_t errlen)
+{
+    int32_t n = t->n_vocab;
     t->score = xcalloc((size_t)n, sizeof *t->score);
-    kv = gguf_find_kv(g, "tokenizer.ggml.scores");
+    const gguf_kv_t *kv = gguf_find_kv(g, "tokenizer.ggml.scores");
     if (kv) {
         if (kv->type != GGUF_TYPE_ARRAY || kv->arr_n != (uint64_t)n) {
             errbuf_set(err, errlen, "tokenizer.ggml.scores: expected an array of %d floats", n);
-            goto err;
+            return -1;
         }
         for (int32_t i = 0; i < n; i++) {
             double v;
             if (gguf_arr_get_float(kv, (uint64_t)i, &v) != 0 || v != v) {
                 errbuf_set(err, errlen, "tokenizer.ggml.scores[%d]: not a number", i);
-                goto err;
+                return -1;
             }
             t->score[i] = (float)v;
         }
     }
+    return 0;
+}
 
-    /* text -> id */
+/* text → id map */
+static void build_map(tokenizer_t *t)
+{
+    int32_t n = t->n_vocab;
     t->map_mask = pow2_at_least(2ull * (uint64_t)n) - 1;
     t->map = xmalloc(((size_t)t->map_mask + 1) * sizeof *t->map);
     memset(t->map, 0xff, ((size_t)t->map_mask + 1) * sizeof *t->map);
     for (int32_t i = 0; i < n; i++)
         map_insert(t, t->map, t->map_mask, false, i);
+}
 
-    /* special ids and flags */
+/* special ids (bos, eos, eot, eom, unk), each optional */
+static int load_ids(tokenizer_t *t, const gguf_t *g, char *err, size_t errlen)
+{
+    int32_t n = t->n_vocab;
     if (get_opt_id(g, "tokenizer.ggml.bos_token_id", n, &t->bos, err, errlen) ||
         get_opt_id(g, "tokenizer.ggml.eos_token_id", n, &t->eos, err, errlen) ||
         get_opt_id(g, "tokenizer.ggml.eot_token_id", n, &t->eot, err, errlen) ||
         get_opt_id(g, "tokenizer.ggml.eom_token_id", n, &t->eom, err, errlen) ||
         get_opt_id(g, "tokenizer.ggml.unknown_token_id", n, &t->unk, err, errlen))
-        goto err;
+        return -1;
+    return 0;
+}
 
-    /* pre-tokenizer */
+/* tokenizer.ggml.pre → the BPE pre-tokenizer and its regexes */
+static int load_pre(tokenizer_t *t, const gguf_t *g, char *err, size_t errlen)
+{
     if (t->model == TOKENIZER_MODEL_BPE) {
         gguf_str_t pre = {0};
         bool has_pre = gguf_find_kv(g, "tokenizer.ggml.pre") != NULL;
         if (has_pre && gguf_get_str(g, "tokenizer.ggml.pre", &pre) != 0) {
             errbuf_set(err, errlen, "tokenizer.ggml.pre: not a string");
-            goto err;
+            return -1;
         }
         if (!has_pre || str_is(pre, "default")) {
             log_warn("tokenizer: no tokenizer.ggml.pre; using the GPT-2 pre-tokenizer");
@@ -515,39 +542,48 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
                    "pre-tokenizer '%.*s' not supported (supported: llama3/llama-bpe, qwen2, gpt2, smollm "
                    "and their aliases; see docs/TOKENIZERS.md)",
                    (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
-            goto err;
+            return -1;
         }
         t->ignore_merges = t->pre == PRE_LLAMA3;
         const char *p0 = t->pre == PRE_LLAMA3 ? k_re_llama3 : t->pre == PRE_QWEN2 ? k_re_qwen2
                        : t->pre == PRE_SMOLLM ? k_re_digit : k_re_gpt2;
         if (!(t->re[t->n_re++] = compile_re(p0, err, errlen)))
-            goto err;
+            return -1;
         if (t->pre == PRE_SMOLLM && !(t->re[t->n_re++] = compile_re(k_re_gpt2, err, errlen)))
-            goto err;
+            return -1;
     }
+    return 0;
+}
 
+/* add_bos / add_eos / add_space_prefix, checked against the special ids */
+static int load_add_flags(tokenizer_t *t, const gguf_t *g, char *err, size_t errlen)
+{
     bool def_bos = t->model == TOKENIZER_MODEL_SPM || t->pre == PRE_LLAMA3;
     bool has_add_bos = gguf_find_kv(g, "tokenizer.ggml.add_bos_token") != NULL;
     if (get_opt_bool(g, "tokenizer.ggml.add_bos_token", def_bos, &t->add_bos, err, errlen) ||
         get_opt_bool(g, "tokenizer.ggml.add_eos_token", false, &t->add_eos, err, errlen) ||
         get_opt_bool(g, "tokenizer.ggml.add_space_prefix", t->model == TOKENIZER_MODEL_SPM,
                      &t->add_space_prefix, err, errlen))
-        goto err;
+        return -1;
     if (t->model == TOKENIZER_MODEL_BPE)
         t->add_space_prefix = false;
     if (t->add_bos && t->bos < 0) {
         if (has_add_bos) {
             errbuf_set(err, errlen, "tokenizer.ggml.add_bos_token is true but there is no BOS token");
-            goto err;
+            return -1;
         }
         t->add_bos = false;
     }
     if (t->add_eos && t->eos < 0) {
         errbuf_set(err, errlen, "tokenizer.ggml.add_eos_token is true but there is no EOS token");
-        goto err;
+        return -1;
     }
+    return 0;
+}
 
-    /* end of turn / generation */
+/* end of turn (by name when the file names none) and end-of-generation flags */
+static void mark_eog(tokenizer_t *t)
+{
     if (t->eot < 0)
         for (const char *const *nm = k_eot_names; *nm && t->eot < 0; nm++) {
             int32_t id = tokenizer_find(t, *nm, strlen(*nm));
@@ -562,8 +598,12 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
         if (id >= 0 && is_marker_type(t->type[id]))
             t->flags[id] |= FLAG_EOG;
     }
+}
 
-    /* byte tokens */
+/* byte → token: SPM's <0xNN> tokens, or gpt2's byte-level alphabet */
+static int load_byte_tokens(tokenizer_t *t, const uint32_t cp_of_byte[256], char *err, size_t errlen)
+{
+    int32_t n = t->n_vocab;
     for (int b = 0; b < 256; b++)
         t->byte_tok[b] = -1;
     if (t->model == TOKENIZER_MODEL_SPM) {
@@ -575,7 +615,7 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
             int b = parse_byte_token(p, len);
             if (b < 0) {
                 errbuf_set(err, errlen, "token %d is of type BYTE but its text is not <0xNN>", i);
-                goto err;
+                return -1;
             }
             if (t->byte_tok[b] < 0)
                 t->byte_tok[b] = i;
@@ -584,7 +624,7 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
             for (int b = 0; b < 256; b++)
                 if (t->byte_tok[b] < 0) {
                     errbuf_set(err, errlen, "llama vocabulary has no <0x%02X> byte token and no unknown token", b);
-                    goto err;
+                    return -1;
                 }
     } else {
         for (int b = 0; b < 256; b++) {
@@ -593,103 +633,134 @@ tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
             int32_t id = tokenizer_find(t, u, k);
             if (id < 0 || t->type[id] != TOKENIZER_TOKEN_NORMAL) {
                 errbuf_set(err, errlen, "gpt2 vocabulary lacks the byte-level token for byte 0x%02X", b);
-                goto err;
+                return -1;
             }
             t->byte_tok[b] = id;
         }
     }
+    return 0;
+}
 
-    /* pieces */
-    {
-        size_t cap = total + 64, used = 0;
-        t->piece = xmalloc(cap);
-        t->piece_off = xmalloc(((size_t)n + 1) * sizeof *t->piece_off);
-        for (int32_t i = 0; i < n; i++) {
-            t->piece_off[i] = (uint32_t)used;
-            build_piece(t, i, byte_of_cp, &t->piece, &cap, &used);
-        }
-        t->piece_off[n] = (uint32_t)used;
+/* each token's output bytes (piece, piece_off) */
+static void build_pieces(tokenizer_t *t, const int16_t byte_of_cp[324])
+{
+    int32_t n = t->n_vocab;
+    size_t cap = (size_t)t->text_off[n] + 64, used = 0;
+    t->piece = xmalloc(cap);
+    t->piece_off = xmalloc(((size_t)n + 1) * sizeof *t->piece_off);
+    for (int32_t i = 0; i < n; i++) {
+        t->piece_off[i] = (uint32_t)used;
+        build_piece(t, i, byte_of_cp, &t->piece, &cap, &used);
     }
+    t->piece_off[n] = (uint32_t)used;
+}
 
-    /* gpt2: merges, and the piece map for whole-word lookups */
-    if (t->model == TOKENIZER_MODEL_BPE) {
-        const gguf_kv_t *mg;
-        if (gguf_get_arr(g, "tokenizer.ggml.merges", GGUF_TYPE_STRING, &mg) != 0) {
-            errbuf_set(err, errlen, "gpt2 tokenizer: tokenizer.ggml.merges missing or not an array of strings");
-            goto err;
-        }
-        if (mg->arr_n > MAX_MERGES) {
-            errbuf_set(err, errlen, "tokenizer.ggml.merges: %llu entries (max %d)",
-                   (unsigned long long)mg->arr_n, MAX_MERGES);
-            goto err;
-        }
-        t->merge_mask = pow2_at_least(2 * mg->arr_n) - 1;
-        t->merges = xmalloc(((size_t)t->merge_mask + 1) * sizeof *t->merges);
-        for (size_t i = 0; i <= t->merge_mask; i++)
-            t->merges[i].left = -1;
-        char *cat = xmalloc(2 * MAX_TOKEN_LEN + 1);
-        uint64_t skipped = 0;
-        for (uint64_t r = 0; r < mg->arr_n; r++) {
-            gguf_str_t s = mg->arr_str[r];
-            const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
-            if (!sp) {
-                free(cat);
-                errbuf_set(err, errlen, "tokenizer.ggml.merges[%llu]: no space between the two parts",
-                       (unsigned long long)r);
-                goto err;
-            }
-            size_t ll = (size_t)(sp - s.ptr), rl = s.len - ll - 1;
-            int32_t a = tokenizer_find(t, s.ptr, ll), b = tokenizer_find(t, sp + 1, rl);
-            int32_t c = -1;
-            if (a >= 0 && b >= 0 && ll + rl <= 2 * MAX_TOKEN_LEN) {
-                memcpy(cat, s.ptr, ll);
-                memcpy(cat + ll, sp + 1, rl);
-                c = tokenizer_find(t, cat, ll + rl);
-            }
-            if (c < 0 || t->type[a] != TOKENIZER_TOKEN_NORMAL || t->type[b] != TOKENIZER_TOKEN_NORMAL ||
-                t->type[c] != TOKENIZER_TOKEN_NORMAL) {
-                skipped++;
-                continue;
-            }
-            uint32_t h = hash_pair(a, b) & t->merge_mask;
-            while (t->merges[h].left >= 0 && !(t->merges[h].left == a && t->merges[h].right == b))
-                h = (h + 1) & t->merge_mask;
-            if (t->merges[h].left < 0) /* a duplicate pair keeps its first (lowest) rank */
-                t->merges[h] = (merge_slot_t){.left = a, .right = b, .rank = (int32_t)r, .result = c};
-        }
-        free(cat);
-        if (skipped)
-            log_warn("tokenizer: %llu merges name tokens that are not normal vocabulary entries; ignored",
-                     (unsigned long long)skipped);
-        if (t->ignore_merges) {
-            t->raw_mask = pow2_at_least(2ull * (uint64_t)n) - 1;
-            t->raw_map = xmalloc(((size_t)t->raw_mask + 1) * sizeof *t->raw_map);
-            memset(t->raw_map, 0xff, ((size_t)t->raw_mask + 1) * sizeof *t->raw_map);
-            for (int32_t i = 0; i < n; i++)
-                if (t->type[i] == TOKENIZER_TOKEN_NORMAL)
-                    map_insert(t, t->raw_map, t->raw_mask, true, i);
-        }
+/* gpt2: merges, and the piece map for whole-word lookups */
+static int load_merges(tokenizer_t *t, const gguf_t *g, char *err, size_t errlen)
+{
+    int32_t n = t->n_vocab;
+    if (t->model != TOKENIZER_MODEL_BPE)
+        return 0;
+    const gguf_kv_t *mg;
+    if (gguf_get_arr(g, "tokenizer.ggml.merges", GGUF_TYPE_STRING, &mg) != 0) {
+        errbuf_set(err, errlen, "gpt2 tokenizer: tokenizer.ggml.merges missing or not an array of strings");
+        return -1;
     }
+    if (mg->arr_n > MAX_MERGES) {
+        errbuf_set(err, errlen, "tokenizer.ggml.merges: %llu entries (max %d)",
+               (unsigned long long)mg->arr_n, MAX_MERGES);
+        return -1;
+    }
+    t->merge_mask = pow2_at_least(2 * mg->arr_n) - 1;
+    t->merges = xmalloc(((size_t)t->merge_mask + 1) * sizeof *t->merges);
+    for (size_t i = 0; i <= t->merge_mask; i++)
+        t->merges[i].left = -1;
+    char *cat = xmalloc(2 * MAX_TOKEN_LEN + 1);
+    uint64_t skipped = 0;
+    for (uint64_t r = 0; r < mg->arr_n; r++) {
+        gguf_str_t s = mg->arr_str[r];
+        const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
+        if (!sp) {
+            free(cat);
+            errbuf_set(err, errlen, "tokenizer.ggml.merges[%llu]: no space between the two parts",
+                   (unsigned long long)r);
+            return -1;
+        }
+        size_t ll = (size_t)(sp - s.ptr), rl = s.len - ll - 1;
+        int32_t a = tokenizer_find(t, s.ptr, ll), b = tokenizer_find(t, sp + 1, rl);
+        int32_t c = -1;
+        if (a >= 0 && b >= 0 && ll + rl <= 2 * MAX_TOKEN_LEN) {
+            memcpy(cat, s.ptr, ll);
+            memcpy(cat + ll, sp + 1, rl);
+            c = tokenizer_find(t, cat, ll + rl);
+        }
+        if (c < 0 || t->type[a] != TOKENIZER_TOKEN_NORMAL || t->type[b] != TOKENIZER_TOKEN_NORMAL ||
+            t->type[c] != TOKENIZER_TOKEN_NORMAL) {
+            skipped++;
+            continue;
+        }
+        uint32_t h = hash_pair(a, b) & t->merge_mask;
+        while (t->merges[h].left >= 0 && !(t->merges[h].left == a && t->merges[h].right == b))
+            h = (h + 1) & t->merge_mask;
+        if (t->merges[h].left < 0) /* a duplicate pair keeps its first (lowest) rank */
+            t->merges[h] = (merge_slot_t){.left = a, .right = b, .rank = (int32_t)r, .result = c};
+    }
+    free(cat);
+    if (skipped)
+        log_warn("tokenizer: %llu merges name tokens that are not normal vocabulary entries; ignored",
+                 (unsigned long long)skipped);
+    if (t->ignore_merges) {
+        t->raw_mask = pow2_at_least(2ull * (uint64_t)n) - 1;
+        t->raw_map = xmalloc(((size_t)t->raw_mask + 1) * sizeof *t->raw_map);
+        memset(t->raw_map, 0xff, ((size_t)t->raw_mask + 1) * sizeof *t->raw_map);
+        for (int32_t i = 0; i < n; i++)
+            if (t->type[i] == TOKENIZER_TOKEN_NORMAL)
+                map_insert(t, t->raw_map, t->raw_mask, true, i);
+    }
+    return 0;
+}
 
-    /* special-token trie */
-    {
-        int32_t cap = 64;
-        for (int32_t i = 0; i < n; i++) {
-            int ty = t->type[i];
-            if ((ty != TOKENIZER_TOKEN_CONTROL && ty != TOKENIZER_TOKEN_UNKNOWN &&
-                 ty != TOKENIZER_TOKEN_USER_DEFINED) || t->text_off[i + 1] == t->text_off[i])
-                continue;
-            if (ty == TOKENIZER_TOKEN_USER_DEFINED &&
-                memchr(t->text + t->text_off[i], ' ', t->text_off[i + 1] - t->text_off[i]))
-                t->has_user_space = true;
-            if (!t->trie) {
-                t->trie = xmalloc((size_t)cap * sizeof *t->trie);
-                t->trie[0] = (trie_node_t){.child = -1, .sibling = -1, .id = -1, .byte = 0};
-                t->n_trie = 1;
-            }
-            trie_add(t, &cap, i);
+/* the trie of special tokens' texts (matched before pre-tokenizing) */
+static void build_special_trie(tokenizer_t *t)
+{
+    int32_t n = t->n_vocab;
+    int32_t cap = 64;
+    for (int32_t i = 0; i < n; i++) {
+        int ty = t->type[i];
+        if ((ty != TOKENIZER_TOKEN_CONTROL && ty != TOKENIZER_TOKEN_UNKNOWN &&
+             ty != TOKENIZER_TOKEN_USER_DEFINED) || t->text_off[i + 1] == t->text_off[i])
+            continue;
+        if (ty == TOKENIZER_TOKEN_USER_DEFINED &&
+            memchr(t->text + t->text_off[i], ' ', t->text_off[i + 1] - t->text_off[i]))
+            t->has_user_space = true;
+        if (!t->trie) {
+            t->trie = xmalloc((size_t)cap * sizeof *t->trie);
+            t->trie[0] = (trie_node_t){.child = -1, .sibling = -1, .id = -1, .byte = 0};
+            t->n_trie = 1;
         }
+        trie_add(t, &cap, i);
     }
+}
+
+tokenizer_t *tokenizer_from_gguf(const gguf_t *g, char *err, size_t errlen)
+{
+    tokenizer_t *t = xcalloc(1, sizeof *t);
+    int16_t byte_of_cp[324];
+    uint32_t cp_of_byte[256];
+    bytelevel_tables(cp_of_byte, byte_of_cp);
+    if (load_model(t, g, err, errlen) || load_tokens(t, g, err, errlen) || load_types(t, g, err, errlen) ||
+        load_scores(t, g, err, errlen))
+        goto err;
+    build_map(t);
+    if (load_ids(t, g, err, errlen) || load_pre(t, g, err, errlen) || load_add_flags(t, g, err, errlen))
+        goto err;
+    mark_eog(t);
+    if (load_byte_tokens(t, cp_of_byte, err, errlen))
+        goto err;
+    build_pieces(t, byte_of_cp);
+    if (load_merges(t, g, err, errlen))
+        goto err;
+    build_special_trie(t);
     return t;
 
 err:

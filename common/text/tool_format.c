@@ -79,9 +79,7 @@ size_t tool_format_fail(tool_call_t **calls, size_t k)
     return 0;
 }
 
-/* 1: s[i..n) starts with f's bare_open (white space between its characters);
- * 0: it cannot; -1: the text ends before it can tell. */
-static int bare_match(const tool_format_t *f, const char *s, size_t i, size_t n)
+int tool_format_bare_match(const tool_format_t *f, const char *s, size_t i, size_t n)
 {
     for (const char *c = f->bare_open; *c; c++) {
         if (c != f->bare_open)
@@ -146,7 +144,7 @@ size_t tool_format_safe_prefix(const char *text, size_t len)
         if (f->bare_prefix && (tool_stream_at(text, i, len, f->bare_prefix) ||
                                tool_stream_partial_suffix(text + i, len - i, f->bare_prefix) == len - i))
             return 0;
-        if (f->bare_open && bare_match(f, text, i, len) != 0)
+        if (f->bare_open && tool_format_bare_match(f, text, i, len) != 0)
             return 0;
     }
     size_t cut = len, part = 0;

@@ -1,10 +1,11 @@
 /* tool_format.h — how a model family writes a tool call, in one place per
  * family: the markers its chat template renders calls with
- * (common/text/chat_template.c) and the grammar that forces a call in that
- * syntax (common/text/tool_grammar.c). The gateway reads calls back out of
- * the model's answer in gateway/oai_tools.c (being made incremental in
- * common/text/tool_stream.c; both move here next, so that one module per family
- * owns writing and reading).
+ * (common/text/chat_template.c), the grammar that forces a call in that
+ * syntax (common/text/tool_grammar.c), and how its calls are read back out
+ * of an answer, whole (tool_format_extract, with the family's parsers) and
+ * while it is being written (common/text/tool_stream.c, which walks the
+ * rows' reading columns). One module per family (tool_format_<family>.c)
+ * owns its row; no code outside the family modules names a family.
  *
  * Every call is the object {"name": "N", "<args_key>": A} wrapped in the
  * family's markers; a turn with calls reads
@@ -26,10 +27,27 @@
  * <|python_tag|>, several joined by ";") and the names must be the request's
  * tools, so a JSON answer that is not a call stays content. A call's
  * arguments text is tool_stream_args_of's (tool_stream.h), so the streamed
- * fragments add up to what tool_format_extract returns. *
- * Adding a family: a tool_format_<family>.c defining its tool_format_t, a
- * row in tool_format_all[] (tool_format.c), and chat_template_tool_format()
- * naming it for the templates that use it.
+ * fragments add up to what tool_format_extract returns.
+ *
+ * Reading incrementally (tool_stream.c) uses no parser of the family, only
+ * its columns: from its tag (tagged form; the sequence starts at the tag when
+ * the tag is call_start, else right after it) or from its bare_open at the
+ * start of the answer (untagged form, after any family's bare_prefix), the
+ * calls are
+ *     list_open  call  (list_sep call)*  list_close,   call = call_start obj call_end
+ * each piece a literal ("" = none) with white space allowed before it;
+ * list_close "" = the calls run to the end of the answer.
+ *
+ *   family   list_open  call_start / call_end          list_sep  list_close
+ *   hermes   ""         "<tool_call>" / "</tool_call>"  ""        ""
+ *   mistral  "["        "" / ""                         ","       "]"
+ *   llama3   ""         "" / ""                         ";"       ""
+ *
+ * Adding a family: a tool_format_<family>.c defining its tool_format_t (every
+ * column above, and its parsers), a row in tool_format_all[] (tool_format.c),
+ * and chat_template_tool_format() naming it for the templates that use it.
+ * tests/common/text/test_tool_stream.c then checks, for every row, that
+ * streamed calls equal whole ones on calls written in the family's syntax.
  *
  * Ownership: the formats are static. tool_format_extract returns malloc'd
  * calls freed with tool_calls_free.
@@ -56,8 +74,7 @@ typedef struct tool_format {
      * NULL when the family takes one call per turn. */
     const char *open, *call_open, *call_close, *sep, *close;
     /* Reading. tag: text that starts this family's calls anywhere in an
-     * answer (NULL: none), tag_close: what ends one call there (NULL: none);
-     * parse_tagged reads the calls from a tag at s[i] on. bare_open: the
+     * answer (NULL: none); parse_tagged reads the calls from a tag at s[i] on. bare_open: the
      * characters (white space allowed between) an untagged answer starts
      * with when it is this family's calls, read by parse_bare (NULL: no
      * untagged form); bare_prefix: a text that may come before them (NULL:
@@ -65,11 +82,13 @@ typedef struct tool_format {
      * the whole rest of the text must be calls — or 0 when it is not a valid
      * call sequence (nothing kept). names[0..n_names): the request's tools,
      * which an untagged call must name. */
-    const char *tag, *tag_close;
+    const char *tag;
     size_t (*parse_tagged)(const char *s, size_t i, size_t n, tool_call_t **calls);
     const char *bare_open, *bare_prefix;
     size_t (*parse_bare)(const char *s, size_t i, size_t n, char *const *names, size_t n_names,
                          tool_call_t **calls);
+    /* Reading incrementally (above): the pieces of a call sequence, "" none. */
+    const char *list_open, *call_start, *call_end, *list_sep, *list_close;
 } tool_format_t;
 
 extern const tool_format_t tool_format_hermes;
@@ -101,6 +120,10 @@ size_t tool_format_extract(const char *text, size_t len, char *const *names, siz
 size_t tool_format_safe_prefix(const char *text, size_t len);
 
 void tool_calls_free(tool_call_t *calls, size_t n);
+
+/* 1: s[i..n) starts with f's bare_open (white space allowed between its
+ * characters); 0: it cannot; -1: the text ends before it can tell. */
+int tool_format_bare_match(const tool_format_t *f, const char *s, size_t i, size_t n);
 
 /* ---- for the family modules -------------------------------------------- */
 

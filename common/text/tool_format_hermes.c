@@ -44,6 +44,10 @@ const tool_format_t tool_format_hermes = {
     .sep = "\n",
     .close = "",
     .tag = OPEN,
-    .tag_close = CLOSE,
     .parse_tagged = parse,
+    .list_open = "",
+    .call_start = OPEN,
+    .call_end = CLOSE,
+    .list_sep = "",
+    .list_close = "",
 };

@@ -39,4 +39,9 @@ const tool_format_t tool_format_llama3 = {
     .bare_open = "{",
     .bare_prefix = "<|python_tag|>",
     .parse_bare = parse_bare,
+    .list_open = "",
+    .call_start = "",
+    .call_end = "",
+    .list_sep = ";",
+    .list_close = "",
 };

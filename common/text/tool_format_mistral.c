@@ -56,4 +56,9 @@ const tool_format_t tool_format_mistral = {
     .parse_tagged = parse_tagged,
     .bare_open = "[{",
     .parse_bare = call_list,
+    .list_open = "[",
+    .call_start = "",
+    .call_end = "",
+    .list_sep = ",",
+    .list_close = "]",
 };

@@ -5,8 +5,9 @@
  *   valscan  where one JSON value ends (string, container, scalar)
  *   objscan  one call object: keys, the name, the arguments text
  * and the format layer (tool_stream_feed) that finds where calls start and
- * walks from one call object to the next. All state survives between feeds,
- * so each byte is looked at once. */
+ * walks from one call object to the next, both by the columns of the rows of
+ * tool_format_all[] (no family is named here). All state survives between
+ * feeds, so each byte is looked at once. */
 #include "common/text/tool_stream.h"
 
 #include <assert.h>
@@ -19,13 +20,6 @@
 #include "common/vec.h"
 #include "common/xalloc.h"
 
-/* The families' markers, each owned by its tool_format_<family>.c. */
-#define HERMES_OPEN (tool_format_hermes.tag)
-#define HERMES_CLOSE (tool_format_hermes.tag_close)
-#define MISTRAL_TAG (tool_format_mistral.tag)
-#define PYTHON_TAG (tool_format_llama3.bare_prefix)
-
-#define MAX_CALLS 128             /* as OAI_MAX_TOOL_CALLS: the non-streaming parser's limit */
 #define KEY_MAX 16                /* keys longer than this are none of ours */
 
 /* ---- growing byte buffer ------------------------------------------------ */
@@ -341,23 +335,30 @@ char *tool_stream_args_of(const char *obj, size_t len, size_t *used)
 
 /* ---- the formats ---------------------------------------------------------- */
 
-enum mode { TS_DETECT, TS_HERMES, TS_LIST, TS_BARE_JSON, TS_CONTENT, TS_DONE };
-/* sub-states of the call modes */
-enum { SUB_START, SUB_OBJ, SUB_IN_OBJ, SUB_AFTER };
+/* A family's calls are read as its row in tool_format_all[] says
+ * (tool_format.h, "Reading incrementally"):
+ *     list_open  call  (list_sep call)*  list_close,  call = call_start obj call_end
+ * The modes: TS_DETECT looks for where calls may start (a family's tag
+ * anywhere, or its bare_open at the start of the answer); TS_CALLS walks the
+ * sequence of the family `fmt`; TS_CONTENT / TS_DONE: nothing more to find. */
+enum mode { TS_DETECT, TS_CALLS, TS_CONTENT, TS_DONE };
+/* TS_CALLS: the piece of the sequence expected next */
+enum { SUB_LIST_OPEN, SUB_CALL_START, SUB_OBJ, SUB_IN_OBJ, SUB_CALL_END, SUB_BETWEEN };
 
 struct tool_stream {
     char *const *names;           /* borrowed: the request's tools */
     size_t n_names;
     enum mode mode;
-    bool list_named;              /* TS_LIST: the bare array (names must be tools) vs
-                                     [TOOL_CALLS] (any name) */
+    const tool_format_t *fmt;     /* TS_CALLS: the family being read */
+    bool bare;                    /* TS_CALLS: its untagged form (names must be tools) vs
+                                     after its tag (any name) */
     bool bare_off;                /* the bare forms are ruled out */
     bool committed;               /* a call has begun: nothing is taken back */
     size_t released;              /* text[0..released) went out as content (or was
                                      dropped as a call's leading white space) */
     size_t pos;                   /* next byte the call modes look at */
-    size_t searched;              /* markers were looked for in text[0..searched + marker) */
-    int sub;                      /* their sub-state */
+    size_t searched;              /* tags were looked for in text[0..searched + tag) */
+    int sub;                      /* TS_CALLS: SUB_* */
     objscan_t obj;                /* SUB_IN_OBJ: the call object */
     uint32_t n_calls;             /* calls begun */
     bool call_open;               /* BEGIN sent, END not yet */
@@ -446,7 +447,7 @@ static bool name_allowed(const tool_stream_t *t, const char *name)
 {
     if (!name[0])
         return false;
-    if (t->mode == TS_HERMES || (t->mode == TS_LIST && !t->list_named))
+    if (!t->bare)
         return true;
     for (size_t i = 0; i < t->n_names; i++)
         if (strcmp(t->names[i], name) == 0)
@@ -458,7 +459,7 @@ static bool name_allowed(const tool_stream_t *t, const char *name)
 static bool begin_call(tool_stream_t *t)
 {
     if (t->obj.name_bad || !name_allowed(t, t->obj.name.p ? t->obj.name.p : "") ||
-        t->n_calls >= MAX_CALLS)
+        t->n_calls >= TOOL_FORMAT_MAX_CALLS)
         return false;
     t->call_names = xrealloc(t->call_names, (t->n_calls + 1) * sizeof *t->call_names);
     t->call_names[t->n_calls] = xstrdup(t->obj.name.p);
@@ -501,49 +502,103 @@ size_t tool_stream_skip_ws(const char *s, size_t i, size_t n)
     return i;
 }
 
-/* The earliest marker in text[0..n): 0 none, 'h' hermes, 'm' mistral (*at). */
-static int find_marker(const char *text, size_t n, size_t *where)
+/* The family whose tag comes first in text[0..n) (ties: the earlier row),
+ * with *where its offset; NULL when no tag is there. */
+static const tool_format_t *find_tag(const char *text, size_t n, size_t *where)
 {
-    const char *h = memmem(text, n, HERMES_OPEN, strlen(HERMES_OPEN));
-    const char *m = memmem(text, n, MISTRAL_TAG, strlen(MISTRAL_TAG));
-    if (h && (!m || h < m)) {
-        *where = (size_t)(h - text);
-        return 'h';
+    const tool_format_t *best = NULL;
+    for (size_t k = 0; tool_format_all[k]; k++) {
+        const tool_format_t *f = tool_format_all[k];
+        const char *p = f->tag ? memmem(text, n, f->tag, strlen(f->tag)) : NULL;
+        if (p && (!best || (size_t)(p - text) < *where)) {
+            best = f;
+            *where = (size_t)(p - text);
+        }
     }
-    if (m) {
-        *where = (size_t)(m - text);
-        return 'm';
-    }
-    return 0;
+    return best;
 }
 
-static void enter(tool_stream_t *t, enum mode mode, size_t pos)
+/* The longest tag of any family (a tag may straddle two feeds). */
+static size_t max_tag_len(void)
 {
-    t->mode = mode;
+    size_t m = 0;
+    for (size_t k = 0; tool_format_all[k]; k++)
+        if (tool_format_all[k]->tag && strlen(tool_format_all[k]->tag) > m)
+            m = strlen(tool_format_all[k]->tag);
+    return m;
+}
+
+/* The longest partial tag (of any family) that ends text[0..len). */
+static size_t partial_tag(const char *text, size_t len)
+{
+    size_t m = 0;
+    for (size_t k = 0; tool_format_all[k]; k++) {
+        const char *tag = tool_format_all[k]->tag;
+        size_t p = tag ? tool_stream_partial_suffix(text, len, tag) : 0;
+        m = p > m ? p : m;
+    }
+    return m;
+}
+
+static void enter(tool_stream_t *t, const tool_format_t *f, bool bare, size_t pos)
+{
+    t->mode = TS_CALLS;
+    t->fmt = f;
+    t->bare = bare;
     t->pos = pos;
-    t->sub = SUB_START;
+    t->sub = SUB_LIST_OPEN;
     objscan_reset(&t->obj);
 }
 
-/* Switches to a marker's mode when the text has one (content before it is
- * released). Only while no call has begun. */
+/* Switches to the calls after a family's tag when the text has one
+ * (content before it is released). Only while no call has begun. The
+ * sequence starts at the tag when the tag is the family's call_start (it
+ * opens every call), else right after it. */
 static bool take_marker(tool_stream_t *t, const char *text, size_t len)
 {
-    size_t p, from = t->searched < len ? t->searched : len;
-    int mk = find_marker(text + from, len - from, &p);
-    /* a marker may straddle this feed and the next: look again at its tail */
-    t->searched = len >= strlen(MISTRAL_TAG) + 1 ? len - (strlen(MISTRAL_TAG) + 1) : 0;
-    if (!mk)
+    size_t p = 0, from = t->searched < len ? t->searched : len, back = max_tag_len() + 1;
+    const tool_format_t *f = find_tag(text + from, len - from, &p);
+    /* a tag may straddle this feed and the next: look again at its tail */
+    t->searched = len >= back ? len - back : 0;
+    if (!f)
         return false;
     p += from;
     release_to(t, text, p);
-    if (mk == 'h') {
-        enter(t, TS_HERMES, p);
-    } else {
-        enter(t, TS_LIST, p + strlen(MISTRAL_TAG));
-        t->list_named = false;
-    }
+    enter(t, f, false, strcmp(f->tag, f->call_start) == 0 ? p : p + strlen(f->tag));
     return true;
+}
+
+/* Where the untagged calls of a family would start: after any bare_prefix
+ * (the rows in order, as tool_format_extract skips them), at a family's
+ * bare_open. Returns 1 (entered), 0 (no bare form: *j is meaningless),
+ * -1 (wait for more text). */
+static int detect_bare(tool_stream_t *t, const char *text, size_t len, bool final)
+{
+    size_t j = tool_stream_skip_ws(text, 0, len);
+    for (size_t k = 0; tool_format_all[k]; k++) {
+        const char *pre = tool_format_all[k]->bare_prefix;
+        if (!pre)
+            continue;
+        if (tool_stream_at(text, j, len, pre))
+            j = tool_stream_skip_ws(text, j + strlen(pre), len);
+        else if (prefix_of(text, j, len, pre) && !final)
+            return -1;
+    }
+    if (j == len && !final)
+        return -1;
+    for (size_t k = 0; tool_format_all[k]; k++) {
+        const tool_format_t *f = tool_format_all[k];
+        if (!f->bare_open)
+            continue;
+        int m = tool_format_bare_match(f, text, j, len);
+        if (m > 0) {
+            enter(t, f, true, j);
+            return 1;
+        }
+        if (m < 0 && !final)
+            return -1;
+    }
+    return 0;
 }
 
 /* TS_DETECT: where may a call start? Returns true when the mode changed. */
@@ -552,48 +607,28 @@ static bool detect(tool_stream_t *t, const char *text, size_t len, bool final)
     if (take_marker(t, text, len))
         return true;
     if (!t->bare_off) {
-        size_t i = tool_stream_skip_ws(text, 0, len);
-        if (i == len)
+        if (tool_stream_skip_ws(text, 0, len) == len)
             return false; /* only white space so far: a call may still begin */
-        size_t j = i;
-        if (tool_stream_at(text, i, len, PYTHON_TAG))
-            j = tool_stream_skip_ws(text, i + strlen(PYTHON_TAG), len);
-        else if (prefix_of(text, i, len, PYTHON_TAG) && !final)
-            return false;
-        if (j == len && !final)
-            return false;
-        if (j < len && text[j] == '{') {
-            enter(t, TS_BARE_JSON, j);
-            return true;
-        }
-        if (j < len && text[j] == '[') {
-            size_t k = tool_stream_skip_ws(text, j + 1, len);
-            if (k == len && !final)
-                return false;
-            if (k < len && text[k] == '{') {
-                enter(t, TS_LIST, j);
-                t->list_named = true;
-                return true;
-            }
-        }
+        int r = detect_bare(t, text, len, final);
+        if (r != 0)
+            return r > 0;
         t->bare_off = true; /* the answer does not start like a bare call */
     }
-    /* plain text: hold back only a partial marker at the end */
-    size_t a = tool_stream_partial_suffix(text, len, HERMES_OPEN), b = tool_stream_partial_suffix(text, len, MISTRAL_TAG);
-    release_to(t, text, final ? len : len - (a > b ? a : b));
+    /* plain text: hold back only a partial tag at the end */
+    release_to(t, text, final ? len : len - partial_tag(text, len));
     return false;
 }
 
 /* The candidate is not a call: before any call began, what was held is
  * content (a bare candidate: look again without the bare forms; after a
- * marker: everything, as the non-streaming parser does). After a call
+ * tag: everything, as the non-streaming parser does). After a call
  * began, the rest is dropped. */
 static void fail(tool_stream_t *t)
 {
     if (t->committed) {
         end_call(t);
         t->mode = TS_DONE;
-    } else if (t->mode == TS_HERMES || (t->mode == TS_LIST && !t->list_named)) {
+    } else if (!t->bare) {
         t->mode = TS_CONTENT;
     } else {
         t->bare_off = true;
@@ -624,84 +659,73 @@ static int run_object(tool_stream_t *t, const char *text, size_t len)
     return 0;
 }
 
-/* One step of a call mode. Returns true to go on, false to wait for text. */
+/* The piece lit of the sequence at text[pos..) after white space: 1 there
+ * (pos moves past it; "" is always there), 0 the text ends before it can
+ * tell, -1 something else is there. */
+static int piece(tool_stream_t *t, const char *text, size_t len, const char *lit)
+{
+    if (!lit || !lit[0])
+        return 1;
+    size_t i = tool_stream_skip_ws(text, t->pos, len);
+    if (i == len || prefix_of(text, i, len, lit))
+        return 0;
+    if (!tool_stream_at(text, i, len, lit))
+        return -1;
+    t->pos = i + strlen(lit);
+    return 1;
+}
+
+/* One step of TS_CALLS. Returns true to go on, false to wait for text. */
 static bool step_calls(tool_stream_t *t, const char *text, size_t len)
 {
-    if (!t->committed && t->mode != TS_HERMES && !(t->mode == TS_LIST && !t->list_named) &&
-        take_marker(t, text, len))
-        return true; /* a bare candidate, but the text has a marker: that wins */
-    if (t->sub == SUB_IN_OBJ) {
-        int r = run_object(t, text, len);
-        if (r < 0)
-            fail(t);
-        else if (r > 0)
-            t->sub = SUB_AFTER;
-        return r != 0;
-    }
-    size_t i = tool_stream_skip_ws(text, t->pos, len);
-    if (i == len)
-        return false;
-    const char *open = t->mode == TS_HERMES ? HERMES_OPEN : NULL;
+    const tool_format_t *f = t->fmt;
+    if (!t->committed && t->bare && take_marker(t, text, len))
+        return true; /* a bare candidate, but the text has a tag: that wins */
+    int r;
     switch (t->sub) {
-    case SUB_START: /* hermes: <tool_call>; lists: '[' */
-        if (open) {
-            if (prefix_of(text, i, len, open))
-                return false;
-            if (!tool_stream_at(text, i, len, open)) {
-                fail(t);
-                return true;
-            }
-            t->pos = i + strlen(open);
-        } else if (t->mode == TS_LIST) {
-            if (text[i] != '[') {
-                fail(t);
-                return true;
-            }
-            t->pos = i + 1;
-        } else {
-            t->pos = i;
-        }
-        t->sub = SUB_OBJ;
-        return true;
+    case SUB_LIST_OPEN:
+        r = piece(t, text, len, f->list_open);
+        if (r > 0)
+            t->sub = SUB_CALL_START;
+        break;
+    case SUB_CALL_START:
+        r = piece(t, text, len, f->call_start);
+        if (r > 0)
+            t->sub = SUB_OBJ;
+        break;
     case SUB_OBJ:
-        if (text[i] != '{') {
-            fail(t);
+        r = piece(t, text, len, "{");
+        if (r > 0) {
+            objscan_reset(&t->obj);
+            t->pos--; /* the object scanner reads its own '{' */
+            t->sub = SUB_IN_OBJ;
+        }
+        break;
+    case SUB_IN_OBJ:
+        r = run_object(t, text, len);
+        if (r > 0)
+            t->sub = SUB_CALL_END;
+        break;
+    case SUB_CALL_END: /* an unclosed last call ends the answer (final feed) */
+        r = piece(t, text, len, f->call_end);
+        if (r > 0)
+            t->sub = SUB_BETWEEN;
+        break;
+    default: /* SUB_BETWEEN: the list's end, or the next call */
+        r = f->list_close && f->list_close[0] ? piece(t, text, len, f->list_close) : -1;
+        if (r > 0) {
+            t->mode = TS_DONE; /* the list is complete */
             return true;
         }
-        objscan_reset(&t->obj);
-        t->pos = i;
-        t->sub = SUB_IN_OBJ;
-        return true;
-    default: /* SUB_AFTER: between calls */
-        if (t->mode == TS_HERMES) {
-            if (prefix_of(text, i, len, HERMES_CLOSE))
-                return false;
-            if (!tool_stream_at(text, i, len, HERMES_CLOSE)) {
-                fail(t); /* an unclosed block ends the answer */
-                return true;
-            }
-            t->pos = i + strlen(HERMES_CLOSE);
-            t->sub = SUB_START;
-        } else if (t->mode == TS_LIST) {
-            if (text[i] == ',') {
-                t->pos = i + 1;
-                t->sub = SUB_OBJ;
-            } else if (text[i] == ']') {
-                t->pos = i + 1;
-                t->mode = TS_DONE; /* the list is complete */
-            } else {
-                fail(t);
-            }
-        } else { /* TS_BARE_JSON: calls joined by ';' */
-            if (text[i] != ';') {
-                fail(t);
-                return true;
-            }
-            t->pos = i + 1;
-            t->sub = SUB_OBJ;
-        }
-        return true;
+        if (r < 0)
+            r = piece(t, text, len, f->list_sep);
+        if (r > 0)
+            t->sub = SUB_CALL_START;
+        break;
     }
+    if (r < 0)
+        fail(t);
+    return r != 0;
 }
 
 size_t tool_stream_feed(tool_stream_t *t, const char *text, size_t len, bool final,
@@ -721,7 +745,7 @@ size_t tool_stream_feed(tool_stream_t *t, const char *text, size_t len, bool fin
         case TS_DONE:
             more = false;
             break;
-        default:
+        case TS_CALLS:
             more = step_calls(t, text, len);
             break;
         }

@@ -2,8 +2,10 @@
  * being written: content, then each call's name and its arguments in
  * fragments, as OpenAI and vLLM stream delta.tool_calls.
  *
- * The formats are common/text/tool_format.h's (whose tool_format_extract is
- * the non-streaming parser; the markers are the family modules'):
+ * The formats are the rows of tool_format_all[] (common/text/tool_format.h,
+ * whose tool_format_extract is the non-streaming parser), read by each row's
+ * tag / bare_prefix / bare_open and its reading columns, never by a
+ * family's name. Today:
  *   hermes   <tool_call>{"name": .., "arguments": ..}</tool_call> ... (Qwen, generic)
  *   mistral  [TOOL_CALLS][{"name": .., "arguments": ..}, ...]
  *   bare     [{"name": <a tool>, "arguments": ..}, ...] (Mistral without its control token)

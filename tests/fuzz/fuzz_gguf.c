@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/text/gguf.h"
-#include "worker/model/gguf_write.h"
+#include "common/text/gguf_write.h"
 #include "worker/kernels/quant.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

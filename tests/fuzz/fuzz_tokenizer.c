@@ -30,7 +30,7 @@
 
 #include "common/utf8.h"
 #include "common/text/gguf.h"
-#include "worker/model/gguf_write.h"
+#include "common/text/gguf_write.h"
 #include "common/text/tokenizer.h"
 
 static tokenizer_t *g_spm, *g_bpe;

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/model/gguf_write.h"
+#include "common/text/gguf_write.h"
 #include "worker/kernels/quant.h"
 
 static float frand(unsigned *s)

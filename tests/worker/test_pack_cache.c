@@ -48,6 +48,7 @@
 
 #include "common/xalloc.h"
 #include "worker/kernels/qgemm.h"
+#include "worker/kernels/quant.h"
 #include "worker/kv_disk.h"
 #include "worker/model/forward.h"
 #include "worker/model/model.h"
@@ -367,6 +368,26 @@ static void test_q8_0(void **state)
     check_type_both_paths("Q8_0");
 }
 
+/* The fingerprint folds in exactly the quant traits rows with a packed
+ * layout, and each of them does pack: a new packed type cannot be left out
+ * (stale pack files of a changed layout would be accepted). */
+static void test_fingerprint_covers_every_packed_type(void **state)
+{
+    (void)state;
+    const quant_traits_t *q;
+    int n_packed = 0;
+    for (size_t i = 0; (q = quant_traits_at(i)); i++) {
+        bool packed = q->packed != QUANT_PACK_NONE;
+        if (pack_cache_fingerprint_covers(q->type) != packed)
+            fail_msg("%s: packed column %d, in the fingerprint %d", q->name, (int)q->packed,
+                     (int)pack_cache_fingerprint_covers(q->type));
+        if (packed)
+            assert_true(qgemm_packed_size(q->type, 9, 512) > 0);
+        n_packed += packed;
+    }
+    assert_true(n_packed > 0);
+}
+
 static void test_parse(void **state)
 {
     (void)state;
@@ -440,6 +461,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q4_k_m),
         cmocka_unit_test(test_q8_0),
+        cmocka_unit_test(test_fingerprint_covers_every_packed_type),
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_weights_hash_cached),
     };

@@ -51,6 +51,7 @@
  * (only that one) to its first --vocab pieces; a larger --vocab pads the token, score
  * and token_type arrays with unused NORMAL pieces "▁w<N>" scored -1e6.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +63,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "common/text/gguf.h"
-#include "worker/model/gguf_write.h"
+#include "common/text/gguf_write.h"
 #include "worker/kernels/quant.h"
 #include "worker/model/arch.h"
 
@@ -541,6 +542,153 @@ static int builtin_tokenizer(int64_t max_n, uint8_t **buf, size_t *len, char *er
     return rc;
 }
 
+/* The metadata: general.*, the architecture's hyperparameters (from
+ * A = o->arch) and the tokenizer copied from tok (cut to o->vocab), and the
+ * chat template from o->chat_template. Returns the vocabulary size, or -1
+ * after printing why. */
+static int64_t write_metadata(gguf_writer_t *w, const opts_t *o, const gguf_t *tok)
+{
+    const char *A = o->arch;
+    char key[128];
+#define K(suffix) (snprintf(key, sizeof key, "%s.%s", A, suffix), key)
+    int64_t head_dim = o->dim / o->heads;
+    gguf_writer_set_str(w, "general.architecture", A);
+    gguf_writer_set_str(w, "general.name", "pagoda-mkmodel synthetic");
+    gguf_writer_set_u32(w, "general.file_type", file_type_of(o));
+    if (ggml_type_block_elems(o->type) > 1)
+        gguf_writer_set_u32(w, "general.quantization_version", 2);
+    gguf_writer_set_u32(w, K("context_length"), (uint32_t)o->ctx);
+    if (o->pooling >= 0)
+        gguf_writer_set_u32(w, K("pooling_type"), (uint32_t)o->pooling);
+    gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)o->dim);
+    gguf_writer_set_u32(w, K("block_count"), (uint32_t)o->layers);
+    gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)o->ffn);
+    gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)o->heads);
+    gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)o->kv_heads);
+    gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), (float)o->eps);
+    gguf_writer_set_f32(w, K("rope.freq_base"), (float)o->rope_base);
+    gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)head_dim);
+    const model_arch_info_t *fam = o->fam;
+    if (fam->moe) {
+        gguf_writer_set_u32(w, K("expert_count"), (uint32_t)o->experts);
+        gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)o->experts_used);
+        gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)o->expert_ffn);
+        if (fam->moe_shared_expert)
+            gguf_writer_set_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)o->ffn);
+    }
+    if (o->window > 0 && fam->swa)
+        gguf_writer_set_u32(w, K("attention.sliding_window"), (uint32_t)o->window);
+    int64_t vocab = copy_tokenizer(w, tok, o->vocab);
+    if (vocab < 0)
+        return -1;
+    if (o->chat_template) {
+        /* a Jinja chat template from a file (replaces a copied one) */
+        FILE *f = fopen(o->chat_template, "rb");
+        char *text = NULL;
+        size_t len = 0;
+        if (f) {
+            text = xmalloc(1 << 20);
+            len = fread(text, 1, (1 << 20) - 1, f);
+            text[len] = '\0';
+            fclose(f);
+        }
+        if (!f || len == 0 || strlen(text) != len) {
+            fprintf(stderr, "pagoda-mkmodel: cannot read a chat template from %s\n", o->chat_template);
+            free(text);
+            return -1;
+        }
+        gguf_writer_set_str(w, "tokenizer.chat_template", text);
+        free(text);
+    }
+    gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)vocab);
+#undef K
+    return vocab;
+}
+
+/* The tensor plan, in llama.cpp's order: *n_out entries (malloc'd). */
+static gen_tensor_t *plan_tensors(const opts_t *o, int64_t vocab, size_t *n_out)
+{
+    size_t n_plan = 3 + (size_t)o->layers * 24, n = 0;
+    uint64_t base_seed = o->seed;
+    base_seed = splitmix64_next(&base_seed) ^ 0xcbf29ce484222325ull;
+    gen_tensor_t *plan = xcalloc(n_plan, sizeof *plan);
+#define ADD(nm, ty, c, r, kind_, std_)                                              \
+    do {                                                                             \
+        gen_tensor_t *t_ = &plan[n++];                                               \
+        snprintf(t_->name, sizeof t_->name, "%s", nm);                              \
+        t_->type = (ty);                                                             \
+        t_->cols = (uint64_t)(c);                                                    \
+        t_->rows = (uint64_t)(r);                                                    \
+        t_->kind = (kind_);                                                          \
+        t_->std = (float)(std_);                                                     \
+        t_->seed = hash_str(t_->name, base_seed);                                   \
+        t_->n_expert = 1;                                                            \
+        t_->zero_rows = NULL;                                                        \
+    } while (0)
+    const model_arch_info_t *fam = o->fam;
+    int64_t head_dim = o->dim / o->heads, kv_dim = head_dim * o->kv_heads;
+    const float s_dim = 1.0f / sqrtf((float)o->dim), s_ffn = 1.0f / sqrtf((float)o->ffn);
+    char nm[96];
+    ADD("token_embd.weight", o->type, o->dim, vocab, INIT_NORMAL, 1.0);
+    for (int64_t l = 0; l < o->layers; l++) {
+#define L(s) (snprintf(nm, sizeof nm, "blk.%lld.%s", (long long)l, s), nm)
+        ADD(L("attn_norm.weight"), GGML_TYPE_F32, o->dim, 1, INIT_NORM_WEIGHT, 0.1);
+        if (fam->fused_qkv) {
+            ADD(L("attn_qkv.weight"), o->type, o->dim, o->dim + 2 * kv_dim, INIT_NORMAL, s_dim);
+        } else {
+            ADD(L("attn_q.weight"), o->type, o->dim, o->dim, INIT_NORMAL, s_dim);
+            ADD(L("attn_k.weight"), o->type, o->dim, kv_dim, INIT_NORMAL, s_dim);
+            ADD(L("attn_v.weight"), matrix_type(o, "attn_v", l), o->dim, kv_dim, INIT_NORMAL, s_dim);
+        }
+        if (fam->qk_norm) {
+            ADD(L("attn_q_norm.weight"), GGML_TYPE_F32, head_dim, 1, INIT_NORM_WEIGHT, 0.1);
+            ADD(L("attn_k_norm.weight"), GGML_TYPE_F32, head_dim, 1, INIT_NORM_WEIGHT, 0.1);
+        }
+        if (fam->qkv_bias) {
+            ADD(L("attn_q.bias"), GGML_TYPE_F32, o->dim, 1, INIT_NORMAL, 0.02);
+            ADD(L("attn_k.bias"), GGML_TYPE_F32, kv_dim, 1, INIT_NORMAL, 0.02);
+            ADD(L("attn_v.bias"), GGML_TYPE_F32, kv_dim, 1, INIT_NORMAL, 0.02);
+        }
+        ADD(L("attn_output.weight"), o->type, o->dim, o->dim, INIT_NORMAL, s_dim);
+        ADD(L("ffn_norm.weight"), GGML_TYPE_F32, o->dim, 1, INIT_NORM_WEIGHT, 0.1);
+        if (fam->post_norms) {
+            ADD(L("post_attention_norm.weight"), GGML_TYPE_F32, o->dim, 1, INIT_NORM_WEIGHT, 0.1);
+            ADD(L("post_ffw_norm.weight"), GGML_TYPE_F32, o->dim, 1, INIT_NORM_WEIGHT, 0.1);
+        }
+        if (fam->moe) {
+            const float s_fe = 1.0f / sqrtf((float)o->expert_ffn);
+            ADD(L("ffn_gate_inp.weight"), GGML_TYPE_F32, o->dim, o->experts, INIT_NORMAL, s_dim);
+            ADD(L("ffn_gate_exps.weight"), o->type, o->dim, o->expert_ffn * o->experts, INIT_NORMAL, s_dim);
+            plan[n - 1].n_expert = (uint64_t)o->experts;
+            ADD(L("ffn_up_exps.weight"), o->type, o->dim, o->expert_ffn * o->experts, INIT_NORMAL, s_dim);
+            plan[n - 1].n_expert = (uint64_t)o->experts;
+            ADD(L("ffn_down_exps.weight"), o->type, o->expert_ffn, o->dim * o->experts, INIT_NORMAL, s_fe);
+            plan[n - 1].n_expert = (uint64_t)o->experts;
+            if (fam->moe_shared_expert) {
+                ADD(L("ffn_gate_inp_shexp.weight"), GGML_TYPE_F32, o->dim, 1, INIT_NORMAL, s_dim);
+                ADD(L("ffn_gate_shexp.weight"), o->type, o->dim, o->ffn, INIT_NORMAL, s_dim);
+                ADD(L("ffn_up_shexp.weight"), o->type, o->dim, o->ffn, INIT_NORMAL, s_dim);
+                ADD(L("ffn_down_shexp.weight"), o->type, o->ffn, o->dim, INIT_NORMAL, s_ffn);
+            }
+        } else if (fam->fused_up) {
+            ADD(L("ffn_up.weight"), o->type, o->dim, 2 * o->ffn, INIT_NORMAL, s_dim);
+            ADD(L("ffn_down.weight"), o->type, o->ffn, o->dim, INIT_NORMAL, s_ffn);
+        } else {
+            ADD(L("ffn_gate.weight"), o->type, o->dim, o->ffn, INIT_NORMAL, s_dim);
+            ADD(L("ffn_up.weight"), o->type, o->dim, o->ffn, INIT_NORMAL, s_dim);
+            ADD(L("ffn_down.weight"), matrix_type(o, "ffn_down", l), o->ffn, o->dim, INIT_NORMAL, s_ffn);
+        }
+#undef L
+    }
+    ADD("output_norm.weight", GGML_TYPE_F32, o->dim, 1, INIT_NORM_WEIGHT, 0.1);
+    if (!fam->tied_output)
+        ADD("output.weight", matrix_type(o, "output", -1), o->dim, vocab, INIT_NORMAL, s_dim * o->logit_scale);
+#undef ADD
+    assert(n <= n_plan);
+    *n_out = n;
+    return plan;
+}
+
 int main(int argc, char **argv)
 {
     log_init("mkmodel", LOG_INFO);
@@ -564,136 +712,11 @@ int main(int argc, char **argv)
         return 1;
     }
     gguf_writer_t *w = gguf_writer_new();
-    const char *A = o.arch;
-    char key[128];
-#define K(suffix) (snprintf(key, sizeof key, "%s.%s", A, suffix), key)
-    int64_t head_dim = o.dim / o.heads, kv_dim = head_dim * o.kv_heads;
-    gguf_writer_set_str(w, "general.architecture", A);
-    gguf_writer_set_str(w, "general.name", "pagoda-mkmodel synthetic");
-    gguf_writer_set_u32(w, "general.file_type", file_type_of(&o));
-    if (ggml_type_block_elems(o.type) > 1)
-        gguf_writer_set_u32(w, "general.quantization_version", 2);
-    gguf_writer_set_u32(w, K("context_length"), (uint32_t)o.ctx);
-    if (o.pooling >= 0)
-        gguf_writer_set_u32(w, K("pooling_type"), (uint32_t)o.pooling);
-    gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)o.dim);
-    gguf_writer_set_u32(w, K("block_count"), (uint32_t)o.layers);
-    gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)o.ffn);
-    gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)o.heads);
-    gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)o.kv_heads);
-    gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), (float)o.eps);
-    gguf_writer_set_f32(w, K("rope.freq_base"), (float)o.rope_base);
-    gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)head_dim);
-    const model_arch_info_t *fam = o.fam;
-    if (fam->moe) {
-        gguf_writer_set_u32(w, K("expert_count"), (uint32_t)o.experts);
-        gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)o.experts_used);
-        gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)o.expert_ffn);
-        if (fam->moe_shared_expert)
-            gguf_writer_set_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)o.ffn);
-    }
-    if (o.window > 0 && fam->swa)
-        gguf_writer_set_u32(w, K("attention.sliding_window"), (uint32_t)o.window);
-    int64_t vocab = copy_tokenizer(w, tok, o.vocab);
+    int64_t vocab = write_metadata(w, &o, tok);
     if (vocab < 0)
         goto err;
-    if (o.chat_template) {
-        /* a Jinja chat template from a file (replaces a copied one) */
-        FILE *f = fopen(o.chat_template, "rb");
-        char *text = NULL;
-        size_t len = 0;
-        if (f) {
-            text = xmalloc(1 << 20);
-            len = fread(text, 1, (1 << 20) - 1, f);
-            text[len] = '\0';
-            fclose(f);
-        }
-        if (!f || len == 0 || strlen(text) != len) {
-            fprintf(stderr, "pagoda-mkmodel: cannot read a chat template from %s\n", o.chat_template);
-            free(text);
-            goto err;
-        }
-        gguf_writer_set_str(w, "tokenizer.chat_template", text);
-        free(text);
-    }
-    gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)vocab);
-#undef K
-
-    /* Tensor plan, in llama.cpp's order. */
-    size_t n_plan = 3 + (size_t)o.layers * 24, n = 0;
-    uint64_t base_seed = o.seed;
-    base_seed = splitmix64_next(&base_seed) ^ 0xcbf29ce484222325ull;
-    gen_tensor_t *plan = xcalloc(n_plan, sizeof *plan);
-#define ADD(nm, ty, c, r, kind_, std_)                                              \
-    do {                                                                             \
-        gen_tensor_t *t_ = &plan[n++];                                               \
-        snprintf(t_->name, sizeof t_->name, "%s", nm);                              \
-        t_->type = (ty);                                                             \
-        t_->cols = (uint64_t)(c);                                                    \
-        t_->rows = (uint64_t)(r);                                                    \
-        t_->kind = (kind_);                                                          \
-        t_->std = (float)(std_);                                                     \
-        t_->seed = hash_str(t_->name, base_seed);                                   \
-        t_->n_expert = 1;                                                            \
-        t_->zero_rows = NULL;                                                        \
-    } while (0)
-    const float s_dim = 1.0f / sqrtf((float)o.dim), s_ffn = 1.0f / sqrtf((float)o.ffn);
-    char nm[96];
-    ADD("token_embd.weight", o.type, o.dim, vocab, INIT_NORMAL, 1.0);
-    for (int64_t l = 0; l < o.layers; l++) {
-#define L(s) (snprintf(nm, sizeof nm, "blk.%lld.%s", (long long)l, s), nm)
-        ADD(L("attn_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
-        if (fam->fused_qkv) {
-            ADD(L("attn_qkv.weight"), o.type, o.dim, o.dim + 2 * kv_dim, INIT_NORMAL, s_dim);
-        } else {
-            ADD(L("attn_q.weight"), o.type, o.dim, o.dim, INIT_NORMAL, s_dim);
-            ADD(L("attn_k.weight"), o.type, o.dim, kv_dim, INIT_NORMAL, s_dim);
-            ADD(L("attn_v.weight"), matrix_type(&o, "attn_v", l), o.dim, kv_dim, INIT_NORMAL, s_dim);
-        }
-        if (fam->qk_norm) {
-            ADD(L("attn_q_norm.weight"), GGML_TYPE_F32, head_dim, 1, INIT_NORM_WEIGHT, 0.1);
-            ADD(L("attn_k_norm.weight"), GGML_TYPE_F32, head_dim, 1, INIT_NORM_WEIGHT, 0.1);
-        }
-        if (fam->qkv_bias) {
-            ADD(L("attn_q.bias"), GGML_TYPE_F32, o.dim, 1, INIT_NORMAL, 0.02);
-            ADD(L("attn_k.bias"), GGML_TYPE_F32, kv_dim, 1, INIT_NORMAL, 0.02);
-            ADD(L("attn_v.bias"), GGML_TYPE_F32, kv_dim, 1, INIT_NORMAL, 0.02);
-        }
-        ADD(L("attn_output.weight"), o.type, o.dim, o.dim, INIT_NORMAL, s_dim);
-        ADD(L("ffn_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
-        if (fam->post_norms) {
-            ADD(L("post_attention_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
-            ADD(L("post_ffw_norm.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
-        }
-        if (fam->moe) {
-            const float s_fe = 1.0f / sqrtf((float)o.expert_ffn);
-            ADD(L("ffn_gate_inp.weight"), GGML_TYPE_F32, o.dim, o.experts, INIT_NORMAL, s_dim);
-            ADD(L("ffn_gate_exps.weight"), o.type, o.dim, o.expert_ffn * o.experts, INIT_NORMAL, s_dim);
-            plan[n - 1].n_expert = (uint64_t)o.experts;
-            ADD(L("ffn_up_exps.weight"), o.type, o.dim, o.expert_ffn * o.experts, INIT_NORMAL, s_dim);
-            plan[n - 1].n_expert = (uint64_t)o.experts;
-            ADD(L("ffn_down_exps.weight"), o.type, o.expert_ffn, o.dim * o.experts, INIT_NORMAL, s_fe);
-            plan[n - 1].n_expert = (uint64_t)o.experts;
-            if (fam->moe_shared_expert) {
-                ADD(L("ffn_gate_inp_shexp.weight"), GGML_TYPE_F32, o.dim, 1, INIT_NORMAL, s_dim);
-                ADD(L("ffn_gate_shexp.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
-                ADD(L("ffn_up_shexp.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
-                ADD(L("ffn_down_shexp.weight"), o.type, o.ffn, o.dim, INIT_NORMAL, s_ffn);
-            }
-        } else if (fam->fused_up) {
-            ADD(L("ffn_up.weight"), o.type, o.dim, 2 * o.ffn, INIT_NORMAL, s_dim);
-            ADD(L("ffn_down.weight"), o.type, o.ffn, o.dim, INIT_NORMAL, s_ffn);
-        } else {
-            ADD(L("ffn_gate.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
-            ADD(L("ffn_up.weight"), o.type, o.dim, o.ffn, INIT_NORMAL, s_dim);
-            ADD(L("ffn_down.weight"), matrix_type(&o, "ffn_down", l), o.ffn, o.dim, INIT_NORMAL, s_ffn);
-        }
-#undef L
-    }
-    ADD("output_norm.weight", GGML_TYPE_F32, o.dim, 1, INIT_NORM_WEIGHT, 0.1);
-    if (!fam->tied_output)
-        ADD("output.weight", matrix_type(&o, "output", -1), o.dim, vocab, INIT_NORMAL, s_dim * o.logit_scale);
-#undef ADD
+    size_t n;
+    gen_tensor_t *plan = plan_tensors(&o, vocab, &n);
     uint8_t *muted = NULL;
     if (o.mute_special) {
         /* output.weight (tied_output refused in parse_args) */
@@ -735,7 +758,7 @@ int main(int argc, char **argv)
     free(muted);
     log_info("wrote %s: %s %s, %.1fM params, dim %lld, %lld layers, %lld/%lld heads, ffn %lld, "
              "vocab %lld, in %.2f s",
-             o.out, A, o.mix_q4_k_m ? "Q4_K_M" : ggml_type_name(o.type), (double)n_params / 1e6, (long long)o.dim,
+             o.out, o.arch, o.mix_q4_k_m ? "Q4_K_M" : ggml_type_name(o.type), (double)n_params / 1e6, (long long)o.dim,
              (long long)o.layers, (long long)o.heads, (long long)o.kv_heads, (long long)o.ffn,
              (long long)vocab, (double)(clock_now_us() - t0) / 1e6);
     gguf_writer_free(&w);

@@ -640,24 +640,25 @@ static int run_bench_spec(engine_t *e, const sched_config_t *base, int n_gen)
     return rc;
 }
 
-int main(int argc, char **argv)
-{
-    /* OpenMP threads that spin while idle steal the core the other process
-     * (gateway, client, another worker) needs: re-exec once with a passive
-     * wait policy unless the environment already chose one. */
-    wait_policy_reexec(argv);
-    log_init("pagoda-run", LOG_WARN);
-    const char *model = NULL, *prompt = NULL, *seqs = "1,4,16,32";
-    int n = 128, chat = 0, bench = 0, bench_bw = 0, bench_spec = 0, prompt_tokens = 32, ignore_eos = 0, baseline = 0;
+/* What the command line asks for. */
+typedef struct run_opts {
+    const char *model, *prompt, *seqs, *draft_path;
+    int n, chat, bench, bench_bw, bench_spec, prompt_tokens, ignore_eos, baseline;
     sampler_params_t sp;
-    sampler_params_default(&sp);
-    sp.temperature = 0.8f;
     sched_config_t cfg;
-    sched_config_default(&cfg);
-    cfg.max_seqs = 1;
-    char err0[512];
-    const char *draft_path = NULL;
-    engine_t *draft = NULL;
+} run_opts_t;
+
+/* Fills *o from argv. Returns -1 to go on, else the exit code (--help, a
+ * bad value). */
+static int parse_args(int argc, char **argv, run_opts_t *o)
+{
+    *o = (run_opts_t){.seqs = "1,4,16,32", .n = 128, .prompt_tokens = 32};
+    sampler_params_default(&o->sp);
+    o->sp.temperature = 0.8f;
+    sched_config_default(&o->cfg);
+    o->cfg.max_seqs = 1;
+    sampler_params_t *sp = &o->sp;
+    sched_config_t *cfg = &o->cfg;
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
            O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_BENCH_SPEC, O_DRAFT };
     static const struct option opts[] = {
@@ -686,132 +687,84 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "m:p:n:t:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model = optarg; break;
-        case 'p': prompt = optarg; break;
-        case 'n': n = atoi(optarg); break;
-        case O_TEMP: sp.temperature = strtof(optarg, NULL); break;
-        case O_TOPK: sp.top_k = atoi(optarg); break;
-        case O_TOPP: sp.top_p = strtof(optarg, NULL); break;
-        case O_MINP: sp.min_p = strtof(optarg, NULL); break;
-        case O_REP: sp.repetition_penalty = strtof(optarg, NULL); break;
-        case O_SEED: sp.seed = strtoull(optarg, NULL, 10); sp.has_seed = true; break;
-        case O_CHAT: chat = 1; break;
+        case 'm': o->model = optarg; break;
+        case 'p': o->prompt = optarg; break;
+        case 'n': o->n = atoi(optarg); break;
+        case O_TEMP: sp->temperature = strtof(optarg, NULL); break;
+        case O_TOPK: sp->top_k = atoi(optarg); break;
+        case O_TOPP: sp->top_p = strtof(optarg, NULL); break;
+        case O_MINP: sp->min_p = strtof(optarg, NULL); break;
+        case O_REP: sp->repetition_penalty = strtof(optarg, NULL); break;
+        case O_SEED: sp->seed = strtoull(optarg, NULL, 10); sp->has_seed = true; break;
+        case O_CHAT: o->chat = 1; break;
         case 't':
-        case O_THREADS: cfg.n_threads = atoi(optarg); break;
-        case O_BENCH: bench = 1; break;
-        case O_SEQS: seqs = optarg; break;
-        case O_PTOK: prompt_tokens = atoi(optarg); break;
-        case O_IGNORE_EOS: ignore_eos = 1; break;
-        case O_MBT: cfg.max_batch_tokens = atoi(optarg); break;
-        case O_EXACT: cfg.exact_matmul = true; break;
+        case O_THREADS: cfg->n_threads = atoi(optarg); break;
+        case O_BENCH: o->bench = 1; break;
+        case O_SEQS: o->seqs = optarg; break;
+        case O_PTOK: o->prompt_tokens = atoi(optarg); break;
+        case O_IGNORE_EOS: o->ignore_eos = 1; break;
+        case O_MBT: cfg->max_batch_tokens = atoi(optarg); break;
+        case O_EXACT: cfg->exact_matmul = true; break;
         case O_KVTYPE:
-            if (kv_type_parse(optarg, &cfg.kv_type) != 0) {
+            if (kv_type_parse(optarg, &cfg->kv_type) != 0) {
                 fprintf(stderr, "pagoda-run: --kv-type must be auto, f16, f32 or q8_0\n");
                 return 2;
             }
             break;
-        case O_KVMB: cfg.kv_budget_bytes = (size_t)strtoull(optarg, NULL, 10) << 20; break;
-        case O_BASELINE: baseline = 1; break;
-        case O_BENCH_BW: bench_bw = 1; break;
+        case O_KVMB: cfg->kv_budget_bytes = (size_t)strtoull(optarg, NULL, 10) << 20; break;
+        case O_BASELINE: o->baseline = 1; break;
+        case O_BENCH_BW: o->bench_bw = 1; break;
         case O_SPEC:
-            if (spec_mode_parse(optarg, &cfg.spec) != 0) {
+            if (spec_mode_parse(optarg, &cfg->spec) != 0) {
                 fprintf(stderr, "pagoda-run: --spec must be off, ngram or draft\n");
                 return 2;
             }
             break;
-        case O_SPEC_MAX: cfg.spec_max_draft = atoi(optarg); break;
-        case O_SPEC_ROWS: cfg.spec_max_rows = atoi(optarg); break;
-        case O_BENCH_SPEC: bench_spec = 1; break;
-        case O_DRAFT: draft_path = optarg; cfg.spec = SPEC_DRAFT; break;
+        case O_SPEC_MAX: cfg->spec_max_draft = atoi(optarg); break;
+        case O_SPEC_ROWS: cfg->spec_max_rows = atoi(optarg); break;
+        case O_BENCH_SPEC: o->bench_spec = 1; break;
+        case O_DRAFT: o->draft_path = optarg; cfg->spec = SPEC_DRAFT; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (draft_path) {
-        draft = engine_load(draft_path, err0, sizeof err0);
-        if (!draft) {
-            fprintf(stderr, "pagoda-run: draft model: %s\n", err0);
-            return 1;
-        }
-        if (!cfg.exact_matmul)
-            engine_pack_int8(draft, cfg.n_threads);
-        cfg.draft_model = draft->model;
-    }
-    if (bench_spec && model) {
-        engine_t *e = engine_load(model, err0, sizeof err0);
-        if (!e) {
-            fprintf(stderr, "pagoda-run: %s\n", err0);
-            return 1;
-        }
-        if (!cfg.exact_matmul)
-            engine_pack_int8(e, cfg.n_threads);
-        int rc = draft && sched_draft_check(e->model, e->tok, draft->model, draft->tok, err0, sizeof err0) != 0;
-        if (rc)
-            fprintf(stderr, "pagoda-run: %s\n", err0);
-        else
-            rc = run_bench_spec(e, &cfg, n);
-        engine_free(&e);
-        engine_free(&draft);
-        return rc;
-    }
-    if (bench_bw && !bench && !model && cfg.n_threads >= 1)
-        return bench_bandwidth(cfg.n_threads) > 0 ? 0 : 1;
-    if (!model || (!prompt && !bench && !bench_bw) || n < 1 || prompt_tokens < 1 || cfg.n_threads < 1) {
-        usage(stderr);
-        return 2;
-    }
-    const char *why = NULL;
+    return -1;
+}
+
+/* One prompt through the scheduler, its continuation on stdout. Returns the
+ * exit code. */
+static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
+{
     char err[512];
-    engine_t *e = engine_load(model, err, sizeof err);
-    if (!e) {
-        fprintf(stderr, "pagoda-run: %s\n", err);
-        return 1;
-    }
-    if (!cfg.exact_matmul)
-        engine_pack_int8(e, cfg.n_threads);
-    if (sampler_params_validate(&sp, e->model->cfg.vocab, &why) != 0) {
-        fprintf(stderr, "pagoda-run: bad sampling parameters: %s\n", why ? why : "?");
-        engine_free(&e);
-        return 2;
-    }
-    if (bench || bench_bw) {
-        double bw = bench_bw ? bench_bandwidth(cfg.n_threads) : 0;
-        int rc = bench ? run_bench(e, &cfg, seqs, prompt_tokens, n, baseline, bw) : 0;
-        engine_free(&e);
-        return rc;
-    }
     int32_t *ids = NULL;
     int32_t n_ids;
-    if (chat) {
-        chat_msg_t m = {.role = "user", .content = prompt};
+    if (o->chat) {
+        chat_msg_t m = {.role = "user", .content = o->prompt};
         n_ids = engine_prompt_chat(e, &m, 1, NULL, &ids, err, sizeof err);
     } else {
-        n_ids = engine_prompt_text(e, prompt, strlen(prompt), &ids, err, sizeof err);
+        n_ids = engine_prompt_text(e, o->prompt, strlen(o->prompt), &ids, err, sizeof err);
     }
     if (n_ids < 0) {
         fprintf(stderr, "pagoda-run: %s\n", err);
-        engine_free(&e);
         return 2;
     }
     struct run_state rs = {.echo = 1};
     if (draft && sched_draft_check(e->model, e->tok, draft->model, draft->tok, err, sizeof err) != 0) {
         fprintf(stderr, "pagoda-run: %s\n", err);
         free(ids);
-        engine_free(&e);
-        engine_free(&draft);
         return 1;
     }
-    sched_t *s = sched_new(e->model, e->tok, &cfg, on_event, &rs, err, sizeof err);
+    sched_t *s = sched_new(e->model, e->tok, &o->cfg, on_event, &rs, err, sizeof err);
     int rc = 0;
     if (!s) {
         fprintf(stderr, "pagoda-run: %s\n", err);
         rc = 1;
         goto out;
     }
-    sched_req_t r = {.id = 1, .priority = 1, .prompt = ids, .n_prompt = n_ids, .max_tokens = n,
-                     .ignore_eos = ignore_eos, .sampling = sp, .top_logprobs = -1,
-                     .stop_ids = chat ? e->turn_end_ids : NULL,
-                     .n_stop_ids = chat ? e->n_turn_end : 0};
+    sched_req_t r = {.id = 1, .priority = 1, .prompt = ids, .n_prompt = n_ids, .max_tokens = o->n,
+                     .ignore_eos = o->ignore_eos, .sampling = o->sp, .top_logprobs = -1,
+                     .stop_ids = o->chat ? e->turn_end_ids : NULL,
+                     .n_stop_ids = o->chat ? e->n_turn_end : 0};
     if (sched_submit(s, &r, err, sizeof err) != 0) {
         fprintf(stderr, "pagoda-run: %s\n", err);
         rc = 2;
@@ -829,16 +782,90 @@ int main(int argc, char **argv)
     fprintf(stderr, "pagoda-run: %d prompt tokens, %d generated in %.2f s (%.1f tok/s), finish: %s\n",
             n_ids, rs.n_completion, dt, dt > 0 ? rs.n_completion / dt : 0.0,
             rs.finish ? rs.finish : "?");
-    if (cfg.spec != SPEC_OFF) {
+    if (o->cfg.spec != SPEC_OFF) {
         sched_stats_t st;
         sched_stats(s, &st);
         fprintf(stderr, "pagoda-run: speculation %s: %llu of %llu draft tokens accepted in %llu steps\n",
-                spec_mode_name(cfg.spec), (unsigned long long)st.spec_accepted_tokens,
+                spec_mode_name(o->cfg.spec), (unsigned long long)st.spec_accepted_tokens,
                 (unsigned long long)st.spec_draft_tokens, (unsigned long long)st.steps);
     }
 out:
     sched_free(&s);
     free(ids);
+    return rc;
+}
+
+/* The model (or the draft model) loaded and, unless --exact-matmul, packed;
+ * NULL after printing why. */
+static engine_t *load(const char *path, const char *what, const sched_config_t *cfg)
+{
+    char err[512];
+    engine_t *e = engine_load(path, err, sizeof err);
+    if (!e) {
+        fprintf(stderr, "pagoda-run: %s%s\n", what, err);
+        return NULL;
+    }
+    if (!cfg->exact_matmul)
+        engine_pack_int8(e, cfg->n_threads);
+    return e;
+}
+
+int main(int argc, char **argv)
+{
+    /* OpenMP threads that spin while idle steal the core the other process
+     * (gateway, client, another worker) needs: re-exec once with a passive
+     * wait policy unless the environment already chose one. */
+    wait_policy_reexec(argv);
+    log_init("pagoda-run", LOG_WARN);
+    run_opts_t o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    sched_config_t *cfg = &o.cfg;
+    engine_t *draft = NULL, *e = NULL;
+    char err[512];
+    if (o.draft_path) {
+        if (!(draft = load(o.draft_path, "draft model: ", cfg)))
+            return 1;
+        cfg->draft_model = draft->model;
+    }
+    if (o.bench_spec && o.model) {
+        if (!(e = load(o.model, "", cfg))) {
+            engine_free(&draft);
+            return 1;
+        }
+        rc = draft && sched_draft_check(e->model, e->tok, draft->model, draft->tok, err, sizeof err) != 0;
+        if (rc)
+            fprintf(stderr, "pagoda-run: %s\n", err);
+        else
+            rc = run_bench_spec(e, cfg, o.n);
+        goto out;
+    }
+    if (o.bench_bw && !o.bench && !o.model && cfg->n_threads >= 1) {
+        engine_free(&draft);
+        return bench_bandwidth(cfg->n_threads) > 0 ? 0 : 1;
+    }
+    if (!o.model || (!o.prompt && !o.bench && !o.bench_bw) || o.n < 1 || o.prompt_tokens < 1 ||
+        cfg->n_threads < 1) {
+        usage(stderr);
+        engine_free(&draft);
+        return 2;
+    }
+    if (!(e = load(o.model, "", cfg))) {
+        engine_free(&draft);
+        return 1;
+    }
+    const char *why = NULL;
+    if (sampler_params_validate(&o.sp, e->model->cfg.vocab, &why) != 0) {
+        fprintf(stderr, "pagoda-run: bad sampling parameters: %s\n", why ? why : "?");
+        rc = 2;
+    } else if (o.bench || o.bench_bw) {
+        double bw = o.bench_bw ? bench_bandwidth(cfg->n_threads) : 0;
+        rc = o.bench ? run_bench(e, cfg, o.seqs, o.prompt_tokens, o.n, o.baseline, bw) : 0;
+    } else {
+        rc = generate(e, draft, &o);
+    }
+out:
     engine_free(&e);
     engine_free(&draft);
     return rc;

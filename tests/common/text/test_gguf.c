@@ -17,7 +17,7 @@
 #include "common/xalloc.h"
 #include "tests/support/support.h"
 #include "common/text/gguf.h"
-#include "worker/model/gguf_write.h"
+#include "common/text/gguf_write.h"
 #include "worker/kernels/quant.h"
 
 /* ---- shared models ------------------------------------------------------- */

@@ -3,7 +3,7 @@
  * tokenizer is refused with a message); prompt ids equal the tokenizer run on
  * the template's rendering (no second BOS); a cut prompt is the prompt of the
  * cut text; a SUBMIT's prompt is built from each of its three kinds.
- * Model: a GGUF written here (worker/model/gguf_write.h) with a small
+ * Model: a GGUF written here (common/text/gguf_write.h) with a small
  * SentencePiece vocabulary (byte tokens, a few words, ChatML's markers as
  * control tokens) and a ChatML template. Runs in well under a second. */
 #include <setjmp.h>
@@ -19,7 +19,7 @@
 #include "common/text/prompt.h"
 #include "common/text/text_model.h"
 #include "proto/submit_prompt.h"
-#include "worker/model/gguf_write.h"
+#include "common/text/gguf_write.h"
 
 #define NO_TOKENIZER "tests/fuzz/corpus/gguf/meta.gguf"
 

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "gateway/oai_tools.h"
+#include "common/text/tool_format.h"
 #include "common/text/tool_stream.h"
 
 static char *names[] = {"get_weather", "lookup"};
@@ -327,6 +328,79 @@ static void test_begin_before_arguments_end(void **state)
     tool_stream_free(&t);
 }
 
+/* A turn of n calls written the way family f's chat template writes them
+ * (open, calls by tool_format_call_text joined by sep, close), with `lead`
+ * before it. malloc'd. */
+static char *written(const tool_format_t *f, const char *lead, size_t n, const char *const *args)
+{
+    char *out = malloc(8192);
+    size_t o = (size_t)snprintf(out, 8192, "%s%s", lead, f->open);
+    for (size_t i = 0; i < n; i++) {
+        char *c = tool_format_call_text(f, names[i % N_NAMES], args[i]);
+        o += (size_t)snprintf(out + o, 8192 - o, "%s%s", i ? f->sep : "", c);
+        free(c);
+    }
+    snprintf(out + o, 8192 - o, "%s", f->close);
+    return out;
+}
+
+/* Every split point and byte by byte: streamed == whole, and the whole
+ * parser finds the n calls that were written. */
+static void check_written(const char *text, size_t n, const char *fam)
+{
+    oai_tool_call_t *calls;
+    size_t cl, got = oai_tools_extract(text, strlen(text), names, N_NAMES, &calls, &cl);
+    oai_tool_calls_free(calls, got);
+    if (got != n)
+        fail_msg("%s: %zu calls written, %zu read back whole: %s", fam, n, got, text);
+    result_t r;
+    char how[96];
+    size_t len = strlen(text), cuts[8192];
+    for (size_t k = 0; k < len; k++) {
+        run(text, &k, 1, &r);
+        snprintf(how, sizeof how, "%s, split at %zu", fam, k);
+        check_same(text, &r, how);
+        cuts[k] = k;
+    }
+    run(text, cuts, len, &r);
+    snprintf(how, sizeof how, "%s, byte by byte", fam);
+    check_same(text, &r, how);
+}
+
+/* Every row of tool_format_all[]: calls written in the family's syntax (one,
+ * and as many as the family puts in a turn; with content before them when
+ * the family has a tag; without the tag when it also has an untagged form)
+ * stream exactly as the whole parser reads them. A new family whose reading
+ * columns disagree with its parser fails here. */
+static void test_every_family_streams_as_whole(void **state)
+{
+    (void)state;
+    static const char *const args[] = {
+        "{}",
+        "{\"location\": \"Paris\", \"n\": [1, 2.5e3, {\"x\": \"} ]\\\"\"}], \"ok\": true}",
+        "{\"q\": \"caf\\u00e9 \u00fc\", \"t\": \"a\\tb\"}",
+    };
+    for (size_t k = 0; tool_format_all[k]; k++) {
+        const tool_format_t *f = tool_format_all[k];
+        size_t max = f->sep ? 3 : 1;
+        for (size_t n = 1; n <= max; n++) {
+            for (int lead = 0; lead <= (f->tag != NULL); lead++) {
+                const char *a[3] = {args[(n + 0) % 3], args[(n + 1) % 3], args[(n + 2) % 3]};
+                char *text = written(f, lead ? "Let me look.\n" : "", n, a);
+                char fam[64];
+                snprintf(fam, sizeof fam, "%s, %zu call(s)%s", f->name, n, lead ? " after content" : "");
+                check_written(text, n, fam);
+                size_t tl = f->tag ? strlen(f->tag) : 0;
+                if (!lead && f->bare_open && tl && strncmp(text, f->tag, tl) == 0) {
+                    snprintf(fam, sizeof fam, "%s, %zu call(s) untagged", f->name, n);
+                    check_written(text + tl, n, fam);
+                }
+                free(text);
+            }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -336,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_random_pieces),
         cmocka_unit_test(test_after_a_call_began),
         cmocka_unit_test(test_begin_before_arguments_end),
+        cmocka_unit_test(test_every_family_streams_as_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -343,6 +343,14 @@ static void test_roundtrip_rms(void **s)
         {GGML_TYPE_Q8_0, 0.013},  {GGML_TYPE_Q6_K, 0.04},   {GGML_TYPE_Q5_K, 0.065},
         {GGML_TYPE_Q4_0, 0.14},   {GGML_TYPE_Q4_K, 0.135},
     };
+    /* every row of the traits table has its bound here */
+    for (size_t i = 0; quant_traits_at(i); i++) {
+        bool found = false;
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            found |= cases[c].type == quant_traits_at(i)->type;
+        if (!found)
+            fail_msg("traits row %s has no error bound in test_roundtrip_rms", quant_traits_at(i)->name);
+    }
     double sx = 0;
     for (int64_t i = 0; i < n; i++)
         sx += (double)x[i] * x[i];

@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "worker/model/arch.h"
-#include "worker/model/gguf_write.h"
+#include "common/text/gguf_write.h"
 #include "worker/model/model.h"
 
 #define TINY_TOK "tests/fuzz/corpus/gguf/llama.gguf"

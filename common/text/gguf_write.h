@@ -21,8 +21,8 @@
  * (xalloc). Numeric arrays and tensor data are taken in host byte order; the
  * writer only builds on little-endian hosts (checked at compile time).
  */
-#ifndef PAGODA_WORKER_GGUF_WRITE_H
-#define PAGODA_WORKER_GGUF_WRITE_H
+#ifndef PAGODA_TEXT_GGUF_WRITE_H
+#define PAGODA_TEXT_GGUF_WRITE_H
 
 #include <stdbool.h>
 #include <stddef.h>
