@@ -18,62 +18,13 @@
 
 #include "common/errbuf.h"
 #include "common/grammar/gbnf.h"
-#include "common/utf8.h"
+#include "common/grammar/regex.h"
+#include "common/strbuf.h"
 #include "common/xalloc.h"
 
 #define MAXV 999999999999999LL /* integers have at most 15 digits */
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-} sbuf_t;
-
-static void sb_putn(sbuf_t *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        b->cap = (b->n + n + 1) * 2 + 256;
-        b->s = xrealloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-static void sb_puts(sbuf_t *b, const char *s) { sb_putn(b, s, strlen(s)); }
-static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf_t *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n >= (int)sizeof tmp) {
-        char *big = xmalloc((size_t)n + 1);
-        va_start(ap, fmt);
-        vsnprintf(big, (size_t)n + 1, fmt, ap);
-        va_end(ap);
-        sb_putn(b, big, (size_t)n);
-        free(big);
-    } else if (n > 0) {
-        sb_putn(b, tmp, (size_t)n);
-    }
-}
-
-/* A GBNF string literal for the bytes s[0..n). */
-static void sb_lit(sbuf_t *b, const char *s, size_t n)
-{
-    sb_puts(b, "\"");
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            sb_printf(b, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            sb_printf(b, "\\x%02x", c);
-        else
-            sb_putn(b, (const char *)&c, 1);
-    }
-    sb_puts(b, "\"");
-}
+_Static_assert(REGEX_MAX_COUNT == JSON_SCHEMA_MAX_COUNT, "pattern counts and minLength/maxLength share one limit");
 
 typedef struct memo {
     char *ref;
@@ -81,7 +32,7 @@ typedef struct memo {
 } memo_t;
 
 typedef struct sc {
-    sbuf_t out;              /* rules written so far */
+    strbuf_t out;              /* rules written so far */
     const json_t *root;      /* the whole schema ($ref "#") */
     const char *pfx;
     int n_rules;
@@ -99,7 +50,7 @@ typedef struct sc {
     char fpath[600];         /* JSON pointer of the keyword */
     bool relax;              /* relax refused keywords instead of failing */
     int n_relaxed;
-    sbuf_t relaxed;          /* "pointer: reason; ..." */
+    strbuf_t relaxed;          /* "pointer: reason; ..." */
 } sc_t;
 
 #define MAX_RELAXED 64 /* relaxed keywords per schema (each costs a recompile of its node) */
@@ -157,16 +108,16 @@ static int compile(sc_t *c, const json_t *s);
 static int alternatives_rule(sc_t *c, const int *subs, size_t n);
 
 /* rule "<pfx>sN ::= " opened; caller writes the body and "\n" */
-static void rule_open(sc_t *c, int r) { sb_printf(&c->out, "%ss%d ::= ", c->pfx, r); }
-static void ref(sc_t *c, sbuf_t *b, int r) { sb_printf(b, "%ss%d", c->pfx, r); }
-static void shared(sc_t *c, sbuf_t *b, const char *name) { sb_printf(b, "%s%s", c->pfx, name); }
+static void rule_open(sc_t *c, int r) { strbuf_printf(&c->out, "%ss%d ::= ", c->pfx, r); }
+static void ref(sc_t *c, strbuf_t *b, int r) { strbuf_printf(b, "%ss%d", c->pfx, r); }
+static void shared(sc_t *c, strbuf_t *b, const char *name) { strbuf_printf(b, "%s%s", c->pfx, name); }
 
 static int json_literal_rule(sc_t *c, const json_t **vals, size_t n)
 {
     int r = new_rule(c);
     if (r < 0)
         return -1;
-    sbuf_t body = {0};
+    strbuf_t body = {0};
     for (size_t i = 0; i < n; i++) {
         char *t = json_dumps(vals[i], JSON_COMPACT | JSON_ENCODE_ANY);
         if (!t) {
@@ -175,13 +126,13 @@ static int json_literal_rule(sc_t *c, const json_t **vals, size_t n)
             return -1;
         }
         if (i)
-            sb_puts(&body, " | ");
-        sb_lit(&body, t, strlen(t));
+            strbuf_puts(&body, " | ");
+        gbnf_escape_literal(&body, t, strlen(t));
         free(t);
     }
     rule_open(c, r);
-    sb_puts(&c->out, n ? body.s : "\"\"");
-    sb_puts(&c->out, "\n");
+    strbuf_puts(&c->out, n ? body.s : "\"\"");
+    strbuf_puts(&c->out, "\n");
     free(body.s);
     return r;
 }
@@ -189,18 +140,18 @@ static int json_literal_rule(sc_t *c, const json_t **vals, size_t n)
 /* ---- numbers ---------------------------------------------------------------- */
 
 /* GBNF for decimal strings of equal length n between L and H (L ≤ H). */
-static void digits_range(sbuf_t *b, const char *L, const char *H, int n)
+static void digits_range(strbuf_t *b, const char *L, const char *H, int n)
 {
     if (n == 0) {
-        sb_puts(b, "\"\"");
+        strbuf_puts(b, "\"\"");
         return;
     }
     if (strncmp(L, H, (size_t)n) == 0) {
-        sb_lit(b, L, (size_t)n);
+        gbnf_escape_literal(b, L, (size_t)n);
         return;
     }
     if (L[0] == H[0]) {
-        sb_printf(b, "\"%c\" ", L[0]);
+        strbuf_printf(b, "\"%c\" ", L[0]);
         digits_range(b, L + 1, H + 1, n - 1);
         return;
     }
@@ -214,11 +165,11 @@ static void digits_range(sbuf_t *b, const char *L, const char *H, int n)
     memset(zeros, '0', sizeof zeros);
     char lo_first = L[0], hi_first = H[0];
     bool any = false;
-    sb_puts(b, "(");
+    strbuf_puts(b, "(");
     if (!low_zero) {
-        sb_printf(b, "\"%c\" (", L[0]);
+        strbuf_printf(b, "\"%c\" (", L[0]);
         digits_range(b, L + 1, nines, n - 1);
-        sb_puts(b, ")");
+        strbuf_puts(b, ")");
         lo_first++;
         any = true;
     }
@@ -226,26 +177,26 @@ static void digits_range(sbuf_t *b, const char *L, const char *H, int n)
         hi_first--;
     if (lo_first <= hi_first) {
         if (any)
-            sb_puts(b, " | ");
-        sb_printf(b, "[%c-%c]", lo_first, hi_first);
+            strbuf_puts(b, " | ");
+        strbuf_printf(b, "[%c-%c]", lo_first, hi_first);
         if (n > 1)
-            sb_printf(b, " [0-9]{%d}", n - 1);
+            strbuf_printf(b, " [0-9]{%d}", n - 1);
         any = true;
     }
     if (!high_nine) {
         if (any)
-            sb_puts(b, " | ");
-        sb_printf(b, "\"%c\" (", H[0]);
+            strbuf_puts(b, " | ");
+        strbuf_printf(b, "\"%c\" (", H[0]);
         digits_range(b, zeros, H + 1, n - 1);
-        sb_puts(b, ")");
+        strbuf_puts(b, ")");
     }
-    sb_puts(b, ")");
+    strbuf_puts(b, ")");
 }
 
 /* GBNF for the integers a..b, 0 ≤ a ≤ b ≤ MAXV, without leading zeros. */
-static void uint_range(sbuf_t *b, long long a, long long hi)
+static void uint_range(strbuf_t *b, long long a, long long hi)
 {
-    sb_puts(b, "(");
+    strbuf_puts(b, "(");
     bool first = true;
     long long p = 1;
     for (int d = 1; d <= 15; d++, p *= 10) {
@@ -257,26 +208,26 @@ static void uint_range(sbuf_t *b, long long a, long long hi)
         snprintf(L, sizeof L, "%lld", lo);
         snprintf(H, sizeof H, "%lld", h);
         if (!first)
-            sb_puts(b, " | ");
+            strbuf_puts(b, " | ");
         first = false;
         digits_range(b, L, H, d);
     }
-    sb_puts(b, ")");
+    strbuf_puts(b, ")");
 }
 
 /* reals with magnitude in [a, b] (0 ≤ a ≤ b, b may be MAXV+1 = unbounded) */
-static void real_mag(sbuf_t *b, long long a, long long hi, bool unbounded)
+static void real_mag(strbuf_t *b, long long a, long long hi, bool unbounded)
 {
     if (!unbounded && a == hi) {
-        sb_printf(b, "\"%lld\"", a);
+        strbuf_printf(b, "\"%lld\"", a);
         return;
     }
-    sb_puts(b, "(");
+    strbuf_puts(b, "(");
     uint_range(b, a, unbounded ? MAXV : hi - 1);
-    sb_puts(b, " (\".\" [0-9]{1,15})?");
+    strbuf_puts(b, " (\".\" [0-9]{1,15})?");
     if (!unbounded)
-        sb_printf(b, " | \"%lld\"", hi);
-    sb_puts(b, ")");
+        strbuf_printf(b, " | \"%lld\"", hi);
+    strbuf_puts(b, ")");
 }
 
 /* One side of a range: value v, exclusive or not; set = false when absent
@@ -381,7 +332,7 @@ static long long grid_edge(const bound_t *b, bool lower, int k, long long unset)
 
 /* magnitudes a..hi (0 ≤ a ≤ hi) scaled by 10^k, written with exactly k
  * fraction digits: the integer part, ".", k digits bounded at the ends */
-static void fixed_mag(sbuf_t *b, long long a, long long hi, int k)
+static void fixed_mag(strbuf_t *b, long long a, long long hi, int k)
 {
     assert(k >= 1 && k <= 6); /* number_rule's grid */
     long long scale = 1;
@@ -396,25 +347,25 @@ static void fixed_mag(sbuf_t *b, long long a, long long hi, int k)
         N[i] = '9';
     }
     FA[k] = FH[k] = Z[k] = N[k] = 0;
-    sb_puts(b, "(");
+    strbuf_puts(b, "(");
     if (ia == ih) {
-        sb_printf(b, "\"%lld.\" (", ia);
+        strbuf_printf(b, "\"%lld.\" (", ia);
         digits_range(b, FA, FH, k);
-        sb_puts(b, ")");
+        strbuf_puts(b, ")");
     } else {
-        sb_printf(b, "\"%lld.\" (", ia);
+        strbuf_printf(b, "\"%lld.\" (", ia);
         digits_range(b, FA, N, k);
-        sb_puts(b, ")");
+        strbuf_puts(b, ")");
         if (ih - ia > 1) {
-            sb_puts(b, " | ");
+            strbuf_puts(b, " | ");
             uint_range(b, ia + 1, ih - 1);
-            sb_printf(b, " \".\" [0-9]{%d}", k);
+            strbuf_printf(b, " \".\" [0-9]{%d}", k);
         }
-        sb_printf(b, " | \"%lld.\" (", ih);
+        strbuf_printf(b, " | \"%lld.\" (", ih);
         digits_range(b, Z, FH, k);
-        sb_puts(b, ")");
+        strbuf_puts(b, ")");
     }
-    sb_puts(b, ")");
+    strbuf_puts(b, ")");
 }
 
 /* Positive multiples of m with at most 15 digits. Two forms:
@@ -436,11 +387,11 @@ static int multiples_rule(sc_t *c, long long m)
             return -1;
         rule_open(c, p);
         for (long long k = m; k < pow10; k += m)
-            sb_printf(&c->out, "\"%lld\" | ", k);
-        sb_printf(&c->out, "[1-9] [0-9]{0,%d} (", 14 - t);
+            strbuf_printf(&c->out, "\"%lld\" | ", k);
+        strbuf_printf(&c->out, "[1-9] [0-9]{0,%d} (", 14 - t);
         for (long long k = 0; k < pow10; k += m)
-            sb_printf(&c->out, "%s\"%0*lld\"", k ? " | " : "", t, k);
-        sb_puts(&c->out, ")\n");
+            strbuf_printf(&c->out, "%s\"%0*lld\"", k ? " | " : "", t, k);
+        strbuf_puts(&c->out, ")\n");
         return p;
     }
     int j = 0;
@@ -481,36 +432,36 @@ static int multiples_rule(sc_t *c, long long m)
                         first &= (r * 10 + f) % m != to;
                     if (!first)
                         continue;
-                    sb_printf(&c->out, "%s[", any ? " | " : "");
+                    strbuf_printf(&c->out, "%s[", any ? " | " : "");
                     for (int f = e; f < 10; f++)
                         if ((r * 10 + f) % m == to)
-                            sb_printf(&c->out, "%d", f);
-                    sb_puts(&c->out, "] ");
+                            strbuf_printf(&c->out, "%d", f);
+                    strbuf_puts(&c->out, "] ");
                     ref(c, &c->out, q0 + (int)(to * nd + d));
                     any = true;
                 }
             if (r == 0 || !any)
-                sb_puts(&c->out, any ? " | \"\"" : "\"\""); /* !any && r != 0: dead, never referenced */
-            sb_puts(&c->out, "\n");
+                strbuf_puts(&c->out, any ? " | \"\"" : "\"\""); /* !any && r != 0: dead, never referenced */
+            strbuf_puts(&c->out, "\n");
         }
     int p = new_rule(c);
     if (p < 0)
         return -1;
     rule_open(c, p);
-    sb_puts(&c->out, "(");
+    strbuf_puts(&c->out, "(");
     bool any = false;
     for (int d = 1; d < 10; d++) {
         if (!live[(d % m) * (nd + 1) + 1])
             continue;
-        sb_printf(&c->out, "%s\"%d\" ", any ? " | " : "", d);
+        strbuf_printf(&c->out, "%s\"%d\" ", any ? " | " : "", d);
         ref(c, &c->out, q0 + (int)((d % m) * nd));
         any = true;
     }
     free(live);
-    sb_puts(&c->out, ")");
+    strbuf_puts(&c->out, ")");
     if (j)
-        sb_printf(&c->out, " \"%0*d\"", j, 0);
-    sb_puts(&c->out, "\n");
+        strbuf_printf(&c->out, " \"%0*d\"", j, 0);
+    strbuf_puts(&c->out, "\n");
     return p;
 }
 
@@ -568,8 +519,8 @@ static int number_rule(sc_t *c, const json_t *s, bool integer)
         if (qb - qa < 256) { /* few: list them */
             rule_open(c, r);
             for (long long q = qa; q <= qb; q++)
-                sb_printf(&c->out, "%s\"%lld\"", q > qa ? " | " : "", q * m);
-            sb_puts(&c->out, "\n");
+                strbuf_printf(&c->out, "%s\"%lld\"", q > qa ? " | " : "", q * m);
+            strbuf_puts(&c->out, "\n");
             return r;
         }
         /* many: every multiple of each sign the bounds allow wholesale */
@@ -585,31 +536,31 @@ static int number_rule(sc_t *c, const json_t *s, bool integer)
         rule_open(c, r);
         bool any = false;
         if (neg) {
-            sb_puts(&c->out, "\"-\" ");
+            strbuf_puts(&c->out, "\"-\" ");
             ref(c, &c->out, p);
             any = true;
         }
         if (zero) {
-            sb_printf(&c->out, "%s\"0\"", any ? " | " : "");
+            strbuf_printf(&c->out, "%s\"0\"", any ? " | " : "");
             any = true;
         }
         if (pos) {
-            sb_puts(&c->out, any ? " | " : "");
+            strbuf_puts(&c->out, any ? " | " : "");
             ref(c, &c->out, p);
         }
-        sb_puts(&c->out, "\n");
+        strbuf_puts(&c->out, "\n");
         return r;
     }
     rule_open(c, r);
     if (!L.set && !H.set) {
         shared(c, &c->out, whole ? "integer" : "number");
-        sb_puts(&c->out, "\n");
+        strbuf_puts(&c->out, "\n");
         return r;
     }
     bool any = false;
-    sb_puts(&c->out, "(");
+    strbuf_puts(&c->out, "(");
     if (lo < 0) { /* negative part: magnitudes [max(1 or 0, -hi), -lo] */
-        sb_puts(&c->out, "\"-\" ");
+        strbuf_puts(&c->out, "\"-\" ");
         if (whole) {
             uint_range(&c->out, hi >= 0 ? 1 : -hi, -lo);
         } else if (k == 0) {
@@ -621,7 +572,7 @@ static int number_rule(sc_t *c, const json_t *s, bool integer)
     }
     if (hi >= 0) {
         if (any)
-            sb_puts(&c->out, " | ");
+            strbuf_puts(&c->out, " | ");
         long long a = lo > 0 ? lo : 0;
         if (whole)
             uint_range(&c->out, a, hi);
@@ -630,519 +581,8 @@ static int number_rule(sc_t *c, const json_t *s, bool integer)
         else
             fixed_mag(&c->out, a, hi, k);
     }
-    sb_puts(&c->out, ")\n");
+    strbuf_puts(&c->out, ")\n");
     return r;
-}
-
-/* ---- pattern (ECMA-262 subset) → GBNF of the JSON-escaped string body -------- */
-
-/* length range of a pattern part in code points (hi = RX_INF: unbounded) */
-typedef struct rxlen {
-    long long lo, hi;
-} rxlen_t;
-#define RX_INF (1LL << 40)
-
-typedef struct rx {
-    const char *s;
-    size_t n, p;
-    sc_t *c;
-    int depth;
-    long long cap;      /* ≥ 0: repetition counts above it are cut to it (maxLength) */
-    long long floor;    /* > 0: repetition counts below it are raised to it (minLength) */
-    bool floor_all;     /* raise optional repetitions too (else only those of min ≥ 1) */
-    bool bmp;           /* only characters of one UTF-16 unit (lengths are checked) */
-    unsigned flags;     /* JSON_SCHEMA_RX_* (0 for `pattern`) */
-    rxlen_t atom;       /* length of the atom rx_atom just read */
-    size_t fail_off;    /* the first failure: offset in s, and what */
-    const char *fail_what;
-} rx_t;
-
-static long long rx_mul(long long a, long long k) { return a >= RX_INF || k >= RX_INF ? RX_INF : a * k < RX_INF ? a * k : RX_INF; }
-
-typedef struct cpr {
-    uint32_t lo, hi;
-} cpr_t;
-
-typedef struct cpset {
-    cpr_t *r;
-    int n, cap;
-} cpset_t;
-
-static void cps_add(cpset_t *s, uint32_t lo, uint32_t hi)
-{
-    if (s->n == s->cap) {
-        s->cap = s->cap ? s->cap * 2 : 8;
-        s->r = xrealloc(s->r, (size_t)s->cap * sizeof *s->r);
-    }
-    s->r[s->n++] = (cpr_t){lo, hi};
-}
-
-static int cmp_cpr(const void *x, const void *y)
-{
-    const cpr_t *a = x, *b = y;
-    return a->lo < b->lo ? -1 : a->lo > b->lo;
-}
-
-static void cps_norm(cpset_t *s, bool negate)
-{
-    if (s->n > 1) /* r is NULL when empty ('.' with the s flag) */
-        qsort(s->r, (size_t)s->n, sizeof *s->r, cmp_cpr);
-    int m = 0;
-    for (int i = 0; i < s->n; i++) {
-        if (m && s->r[i].lo <= s->r[m - 1].hi + 1) {
-            if (s->r[i].hi > s->r[m - 1].hi)
-                s->r[m - 1].hi = s->r[i].hi;
-        } else {
-            s->r[m++] = s->r[i];
-        }
-    }
-    s->n = m;
-    if (!negate)
-        return;
-    cpset_t t = {0};
-    uint32_t next = 0;
-    for (int i = 0; i < m; i++) {
-        if (s->r[i].lo > next)
-            cps_add(&t, next, s->r[i].lo - 1);
-        next = s->r[i].hi + 1;
-    }
-    if (next <= 0x10FFFF)
-        cps_add(&t, next, 0x10FFFF);
-    free(s->r);
-    *s = t;
-}
-
-static bool cps_has(const cpset_t *s, uint32_t c)
-{
-    for (int i = 0; i < s->n; i++)
-        if (c >= s->r[i].lo && c <= s->r[i].hi)
-            return true;
-    return false;
-}
-
-/* Writes a GBNF expression for "one character of s, as it appears inside a
- * JSON string": plain characters raw, '"' '\' and controls escaped. */
-static void cps_emit(sbuf_t *b, const cpset_t *s)
-{
-    sbuf_t cls = {0};
-    bool plain = false;
-    for (int i = 0; i < s->n; i++) {
-        uint32_t lo = s->r[i].lo, hi = s->r[i].hi;
-        /* cut out 0..1F, '"', '\\', surrogates (the parser refuses those) */
-        uint32_t cuts[][2] = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0xD800, 0xDFFF}};
-        uint32_t parts[8][2];
-        int np = 1;
-        parts[0][0] = lo, parts[0][1] = hi;
-        for (int k = 0; k < 4; k++) {
-            int nn = 0;
-            uint32_t out[8][2];
-            for (int j = 0; j < np; j++) {
-                uint32_t a = parts[j][0], z = parts[j][1];
-                if (z < cuts[k][0] || a > cuts[k][1]) {
-                    out[nn][0] = a, out[nn][1] = z, nn++;
-                    continue;
-                }
-                if (a < cuts[k][0])
-                    out[nn][0] = a, out[nn][1] = cuts[k][0] - 1, nn++;
-                if (z > cuts[k][1])
-                    out[nn][0] = cuts[k][1] + 1, out[nn][1] = z, nn++;
-            }
-            memcpy(parts, out, sizeof out);
-            np = nn;
-        }
-        for (int j = 0; j < np; j++) {
-            sb_printf(&cls, "\\U%08x", parts[j][0]);
-            if (parts[j][1] != parts[j][0])
-                sb_printf(&cls, "-\\U%08x", parts[j][1]);
-            plain = true;
-        }
-    }
-    sb_puts(b, "(");
-    bool any = false;
-    if (plain) {
-        sb_printf(b, "[%s]", cls.s);
-        any = true;
-    }
-    free(cls.s);
-    static const struct { uint32_t c; const char *esc; } E[] = {
-        {'"', "\"\\\\\\\"\""}, {'\\', "\"\\\\\\\\\""}, {'\n', "\"\\\\n\""}, {'\r', "\"\\\\r\""},
-        {'\t', "\"\\\\t\""}, {'\b', "\"\\\\b\""}, {'\f', "\"\\\\f\""}};
-    for (size_t k = 0; k < sizeof E / sizeof E[0]; k++)
-        if (cps_has(s, E[k].c)) {
-            sb_printf(b, "%s%s", any ? " | " : "", E[k].esc);
-            any = true;
-        }
-    for (uint32_t ch = 0; ch < 0x20; ch++)
-        if (ch != '\n' && ch != '\r' && ch != '\t' && ch != '\b' && ch != '\f' && cps_has(s, ch)) {
-            sb_printf(b, "%s\"\\\\u%04x\"", any ? " | " : "", ch);
-            any = true;
-        }
-    if (!any)
-        sb_puts(b, "[^\\x00-\\U0010ffff]"); /* nothing */
-    sb_puts(b, ")");
-}
-
-/* Writes the same set as one raw character (no JSON escaping): a class of
- * code point ranges, surrogates cut (gbnf refuses them). */
-static void cps_emit_raw(sbuf_t *b, const cpset_t *s)
-{
-    sbuf_t cls = {0};
-    for (int i = 0; i < s->n; i++) {
-        /* the range below the surrogates, and the one above */
-        uint32_t part[2][2] = {{s->r[i].lo, s->r[i].hi < 0xD7FF ? s->r[i].hi : 0xD7FF},
-                               {s->r[i].lo > 0xE000 ? s->r[i].lo : 0xE000, s->r[i].hi}};
-        for (int j = 0; j < 2; j++) {
-            if (part[j][0] > part[j][1] || (j == 1 && part[j][1] < 0xE000))
-                continue;
-            sb_printf(&cls, "\\U%08x", part[j][0]);
-            if (part[j][1] != part[j][0])
-                sb_printf(&cls, "-\\U%08x", part[j][1]);
-        }
-    }
-    if (cls.s)
-        sb_printf(b, "[%s]", cls.s);
-    else
-        sb_puts(b, "[^\\x00-\\U0010ffff]"); /* nothing */
-    free(cls.s);
-}
-
-static void rx_fail(rx_t *x, const char *what)
-{
-    if (!x->c->failed)
-        x->fail_off = x->p, x->fail_what = what;
-    sc_fail(x->c, "pattern", "pattern feature not supported at offset %zu: %s", x->p, what);
-}
-
-static void rx_class_escape(rx_t *x, int e, cpset_t *set, bool *neg_out)
-{
-    *neg_out = false;
-    switch (e) {
-    case 'd': cps_add(set, '0', '9'); break;
-    case 'D': cps_add(set, '0', '9'); *neg_out = true; break;
-    case 'w': cps_add(set, '0', '9'); cps_add(set, 'A', 'Z'); cps_add(set, 'a', 'z'); cps_add(set, '_', '_'); break;
-    case 'W': cps_add(set, '0', '9'); cps_add(set, 'A', 'Z'); cps_add(set, 'a', 'z'); cps_add(set, '_', '_'); *neg_out = true; break;
-    case 's': cps_add(set, ' ', ' '); cps_add(set, '\t', '\r'); break;
-    case 'S': cps_add(set, ' ', ' '); cps_add(set, '\t', '\r'); *neg_out = true; break;
-    default: rx_fail(x, "unknown escape");
-    }
-}
-
-static int32_t rx_utf8(rx_t *x)
-{
-    const unsigned char *s = (const unsigned char *)x->s + x->p;
-    size_t left = x->n - x->p;
-    uint32_t c = s[0];
-    int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    if ((size_t)n > left) {
-        rx_fail(x, "bad UTF-8");
-        return -1;
-    }
-    uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
-    for (int i = 1; i < n; i++)
-        cp = (cp << 6) | (s[i] & 0x3F);
-    x->p += (size_t)n;
-    return (int32_t)cp;
-}
-
-/* one literal char of the pattern (after a backslash or not) */
-static int32_t rx_char(rx_t *x, bool in_class)
-{
-    if (x->s[x->p] != '\\')
-        return rx_utf8(x);
-    x->p++;
-    if (x->p >= x->n) {
-        rx_fail(x, "trailing backslash");
-        return -1;
-    }
-    char e = x->s[x->p++];
-    switch (e) {
-    case 'n': return '\n';
-    case 't': return '\t';
-    case 'r': return '\r';
-    case 'f': return '\f';
-    case 'v': return '\v';
-    case '0': return 0;
-    case 'x':
-    case 'u': {
-        int nhex = e == 'x' ? 2 : 4;
-        if (x->p + (size_t)nhex > x->n) {
-            rx_fail(x, "short \\x or \\u escape");
-            return -1;
-        }
-        uint32_t v = 0;
-        for (int i = 0; i < nhex; i++) {
-            char h = x->s[x->p++];
-            int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-            if (d < 0) {
-                rx_fail(x, "bad \\x or \\u escape");
-                return -1;
-            }
-            v = v * 16 + (uint32_t)d;
-        }
-        return (int32_t)v;
-    }
-    default:
-        if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9')) {
-            x->p -= 2; /* the offset of the backslash */
-            rx_fail(x, "escape (backreference, word boundary or unknown)");
-            return -1;
-        }
-        (void)in_class;
-        return (unsigned char)e;
-    }
-}
-
-static rxlen_t rx_alt(rx_t *x, sbuf_t *b);
-
-/* emits a character set; with x->bmp without astral characters, so a length
- * counted in code points (JSON Schema) and in UTF-16 units (zod) agree */
-static void rx_emit(rx_t *x, sbuf_t *b, cpset_t *set)
-{
-    if (x->bmp) {
-        int m = 0;
-        for (int i = 0; i < set->n; i++)
-            if (set->r[i].lo <= 0xFFFF) {
-                set->r[m] = set->r[i];
-                if (set->r[m].hi > 0xFFFF)
-                    set->r[m].hi = 0xFFFF;
-                m++;
-            }
-        set->n = m;
-    }
-    if (x->flags & JSON_SCHEMA_RX_RAW)
-        cps_emit_raw(b, set);
-    else
-        cps_emit(b, set);
-}
-
-static void rx_atom(rx_t *x, sbuf_t *b)
-{
-    char ch = x->s[x->p];
-    x->atom = (rxlen_t){1, 1};
-    if (ch == '(') {
-        x->p++;
-        if (x->p < x->n && x->s[x->p] == '?') {
-            if (x->p + 1 < x->n && x->s[x->p + 1] == ':') {
-                x->p += 2;
-            } else {
-                rx_fail(x, "lookaround or named group");
-                return;
-            }
-        }
-        if (++x->depth > 32) {
-            rx_fail(x, "groups nested too deeply");
-            return;
-        }
-        sb_puts(b, "(");
-        rxlen_t g = rx_alt(x, b);
-        x->depth--;
-        if (x->p >= x->n || x->s[x->p] != ')') {
-            rx_fail(x, "unclosed group");
-            return;
-        }
-        x->p++;
-        sb_puts(b, ")");
-        x->atom = g;
-    } else if (ch == '[') {
-        x->p++;
-        bool neg = false;
-        if (x->p < x->n && x->s[x->p] == '^')
-            neg = true, x->p++;
-        cpset_t set = {0};
-        bool first = true;
-        while (!x->c->failed) {
-            if (x->p >= x->n) {
-                rx_fail(x, "unclosed class");
-                break;
-            }
-            if (x->s[x->p] == ']' && !first) {
-                x->p++;
-                break;
-            }
-            first = false;
-            /* Python warns about and Rust gives meaning to these: refused */
-            if ((x->flags & JSON_SCHEMA_RX_PYRUST) && x->s[x->p] == '[') {
-                rx_fail(x, "'[' inside a class (a nested or POSIX class)");
-                break;
-            }
-            if ((x->flags & JSON_SCHEMA_RX_PYRUST) && x->p + 1 < x->n && x->s[x->p + 1] == x->s[x->p] &&
-                strchr("&-~", x->s[x->p])) {
-                rx_fail(x, "class set operation (&&, --, ~~)");
-                break;
-            }
-            if (x->s[x->p] == '\\' && x->p + 1 < x->n && strchr("dDwWsS", x->s[x->p + 1])) {
-                char e = x->s[x->p + 1];
-                x->p += 2;
-                if (e >= 'A' && e <= 'Z') {
-                    rx_fail(x, "negated class escape inside a class");
-                    break;
-                }
-                bool n2;
-                rx_class_escape(x, e, &set, &n2);
-                continue;
-            }
-            int32_t lo = rx_char(x, true), hi = lo;
-            if (lo < 0)
-                break;
-            if (x->p + 1 < x->n && x->s[x->p] == '-' && x->s[x->p + 1] != ']') {
-                x->p++;
-                hi = rx_char(x, true);
-                if (hi < lo) {
-                    rx_fail(x, "bad range");
-                    break;
-                }
-            }
-            cps_add(&set, (uint32_t)lo, (uint32_t)hi);
-        }
-        if (!x->c->failed) {
-            cps_norm(&set, neg);
-            rx_emit(x, b, &set);
-        }
-        free(set.r);
-    } else if (ch == '.') {
-        x->p++;
-        cpset_t set = {0};
-        if (!(x->flags & JSON_SCHEMA_RX_DOTALL)) {
-            cps_add(&set, '\n', '\n');
-            if (!(x->flags & JSON_SCHEMA_RX_PYRUST)) {
-                cps_add(&set, '\r', '\r');
-                cps_add(&set, 0x2028, 0x2029);
-            }
-        }
-        cps_norm(&set, true);
-        rx_emit(x, b, &set);
-        free(set.r);
-    } else if (ch == '\\' && x->p + 1 < x->n && strchr("dDwWsS", x->s[x->p + 1])) {
-        cpset_t set = {0};
-        bool neg;
-        rx_class_escape(x, x->s[x->p + 1], &set, &neg);
-        x->p += 2;
-        cps_norm(&set, neg);
-        rx_emit(x, b, &set);
-        free(set.r);
-    } else if (ch == '^' || ch == '$') {
-        rx_fail(x, "anchor inside the pattern");
-    } else if (ch == '*' || ch == '+' || ch == '?' || ch == '{') {
-        rx_fail(x, "quantifier without an atom");
-    } else {
-        int32_t cp = rx_char(x, false);
-        if (cp < 0)
-            return;
-        cpset_t set = {0};
-        cps_add(&set, (uint32_t)cp, (uint32_t)cp);
-        rx_emit(x, b, &set);
-        free(set.r);
-    }
-}
-
-static rxlen_t rx_seq(rx_t *x, sbuf_t *b)
-{
-    bool any = false;
-    rxlen_t len = {0, 0};
-    while (x->p < x->n && !x->c->failed) {
-        char ch = x->s[x->p];
-        if (ch == '|' || ch == ')')
-            break;
-        /* anchors: ^ opening and $ closing a top-level alternative */
-        bool anchors = !(x->flags & JSON_SCHEMA_RX_NO_ANCHORS);
-        if (anchors && ch == '^' && !any && x->depth == 0) {
-            x->p++;
-            continue;
-        }
-        if (anchors && ch == '$' && x->depth == 0 && (x->p + 1 == x->n || x->s[x->p + 1] == '|')) {
-            x->p++;
-            break;
-        }
-        sb_puts(b, any ? " " : "");
-        rx_atom(x, b);
-        if (x->c->failed)
-            return len;
-        any = true;
-        long long qm = 1, qM = 1; /* repetition counts (qM = RX_INF: unbounded) */
-        if (x->p < x->n) {
-            ch = x->s[x->p];
-            bool quantified = true;
-            if (ch == '*' || ch == '+' || ch == '?') {
-                qm = ch == '+', qM = ch == '?' ? 1 : RX_INF;
-                x->p++;
-            } else if (ch == '{') {
-                size_t q = x->p + 1;
-                long m = 0, M = -2;
-                while (q < x->n && x->s[q] >= '0' && x->s[q] <= '9' && m <= JSON_SCHEMA_MAX_COUNT)
-                    m = m * 10 + (x->s[q++] - '0');
-                if (q < x->n && x->s[q] == '}') {
-                    M = m;
-                } else if (q < x->n && x->s[q] == ',') {
-                    q++;
-                    if (q < x->n && x->s[q] == '}') {
-                        M = -1;
-                    } else {
-                        M = 0;
-                        while (q < x->n && x->s[q] >= '0' && x->s[q] <= '9' && M <= JSON_SCHEMA_MAX_COUNT)
-                            M = M * 10 + (x->s[q++] - '0');
-                        if (q >= x->n || x->s[q] != '}')
-                            M = -2;
-                    }
-                }
-                if (M == -2 || q == x->p + 1 || m > JSON_SCHEMA_MAX_COUNT || M > JSON_SCHEMA_MAX_COUNT ||
-                    (M >= 0 && M < m)) {
-                    rx_fail(x, "bad {m,n} quantifier");
-                    return len;
-                }
-                qm = m, qM = M == -1 ? RX_INF : M;
-                x->p = q + 1;
-            } else {
-                quantified = false;
-            }
-            if (quantified) {
-                /* length limits: counts cut at cap, raised to floor (a subset) */
-                if (x->cap >= 0 && qM > x->cap)
-                    qM = x->cap > qm ? x->cap : qm;
-                if (x->floor > qm && (qm >= 1 || x->floor_all))
-                    qm = x->floor < qM ? x->floor : qM;
-                if (qm == 0 && qM == RX_INF)
-                    sb_puts(b, "*");
-                else if (qm == 1 && qM == RX_INF)
-                    sb_puts(b, "+");
-                else if (qm == 0 && qM == 1)
-                    sb_puts(b, "?");
-                else if (qM == RX_INF)
-                    sb_printf(b, "{%lld,}", qm);
-                else
-                    sb_printf(b, "{%lld,%lld}", qm, qM);
-            }
-            if (x->p < x->n && x->s[x->p] == '?')
-                x->p++; /* lazy: same language */
-            if (x->p < x->n && strchr("*+?{", x->s[x->p])) {
-                rx_fail(x, "two quantifiers in a row");
-                return len;
-            }
-        }
-        len.lo = len.lo + rx_mul(x->atom.lo, qm);
-        len.hi = len.hi + rx_mul(x->atom.hi, qM);
-        if (len.lo > RX_INF)
-            len.lo = RX_INF;
-        if (len.hi > RX_INF)
-            len.hi = RX_INF;
-    }
-    if (!any)
-        sb_puts(b, "\"\"");
-    return len;
-}
-
-static rxlen_t rx_alt(rx_t *x, sbuf_t *b)
-{
-    rxlen_t len = rx_seq(x, b);
-    while (!x->c->failed && x->p < x->n && x->s[x->p] == '|') {
-        x->p++;
-        sb_puts(b, " | ");
-        rxlen_t l = rx_seq(x, b);
-        if (l.lo < len.lo)
-            len.lo = l.lo;
-        if (l.hi > len.hi)
-            len.hi = l.hi;
-    }
-    return len;
 }
 
 /* ---- formats ----------------------------------------------------------------- */
@@ -1180,35 +620,35 @@ static const struct format {
 #define N_FORMATS ((int)(sizeof FORMATS / sizeof FORMATS[0]))
 
 /* The pieces the format grammars share (written once, prefixed). */
-static void format_rules(sbuf_t *b, const char *p, unsigned used)
+static void format_rules(strbuf_t *b, const char *p, unsigned used)
 {
     if (!used)
         return;
     for (int i = 0; i < N_FORMATS; i++)
         if (used & (1u << i)) {
-            sb_printf(b, "%sfmt-%s ::= ", p, FORMATS[i].name);
+            strbuf_printf(b, "%sfmt-%s ::= ", p, FORMATS[i].name);
             /* prefix the fd-* references */
             for (const char *q = FORMATS[i].gbnf; *q;) {
                 const char *f = strstr(q, "fd-");
                 if (!f) {
-                    sb_puts(b, q);
+                    strbuf_puts(b, q);
                     break;
                 }
-                sb_putn(b, q, (size_t)(f - q));
-                sb_puts(b, p);
-                sb_puts(b, "fd-");
+                strbuf_append(b, q, (size_t)(f - q));
+                strbuf_puts(b, p);
+                strbuf_puts(b, "fd-");
                 q = f + 3;
             }
-            sb_puts(b, "\n");
+            strbuf_puts(b, "\n");
         }
-    sb_printf(b, "%sfd-date ::= [12] [0-9]{3} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
+    strbuf_printf(b, "%sfd-date ::= [12] [0-9]{3} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
                  "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]))\n", p);
-    sb_printf(b, "%sfd-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,3})?\n", p);
-    sb_printf(b, "%sfd-n ::= [0-9]{1,3}\n", p);
-    sb_printf(b, "%sfd-dt ::= \"T\" (%sfd-n \"H\" (%sfd-n \"M\")? (%sfd-n \"S\")? | %sfd-n \"M\" (%sfd-n \"S\")? | %sfd-n \"S\")\n",
+    strbuf_printf(b, "%sfd-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,3})?\n", p);
+    strbuf_printf(b, "%sfd-n ::= [0-9]{1,3}\n", p);
+    strbuf_printf(b, "%sfd-dt ::= \"T\" (%sfd-n \"H\" (%sfd-n \"M\")? (%sfd-n \"S\")? | %sfd-n \"M\" (%sfd-n \"S\")? | %sfd-n \"S\")\n",
               p, p, p, p, p, p, p);
-    sb_printf(b, "%sfd-label ::= [a-z0-9] ([a-z0-9-]{0,14} [a-z0-9])?\n", p);
-    sb_printf(b, "%sfd-octet ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]\n", p);
+    strbuf_printf(b, "%sfd-label ::= [a-z0-9] ([a-z0-9-]{0,14} [a-z0-9])?\n", p);
+    strbuf_printf(b, "%sfd-octet ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]\n", p);
 }
 
 static int format_find(const char *name)
@@ -1260,33 +700,35 @@ static int get_count(sc_t *c, const json_t *s, const char *key, long long *out)
     return 1;
 }
 
-/* Compiles `pattern` into body (the GBNF of the quoted JSON string). */
 /* Compiles `pattern` into body (the GBNF of the quoted JSON string), with
- * repetition counts cut at cap (≥ 0) and raised to floor (> 0), and
- * BMP-only classes (bmp). Returns the length range of what it generates. */
-static rxlen_t pattern_body(sc_t *c, const json_t *pat, sbuf_t *body, long long cap, long long floor, bool bmp)
+ * repetition counts cut at cap (≥ 0) and raised to floor (≠ 0, see
+ * regex_limits_t), and BMP-only classes (bmp). Returns the length range of
+ * what it generates; a pattern regex.c refuses fails c (when c is not NULL)
+ * and gives {-1, -1}. */
+static regex_len_t pattern_body(sc_t *c, const json_t *pat, strbuf_t *body, long long cap, long long floor, bool bmp)
 {
-    /* floor < 0: -floor applies to optional repetitions too */
-    rx_t x = {.s = json_string_value(pat), .n = json_string_length(pat), .c = c, .cap = cap,
-              .floor = floor < 0 ? -floor : floor, .floor_all = floor < 0, .bmp = bmp};
-    sb_puts(body, "\"\\\"\" (");
-    rxlen_t len = rx_alt(&x, body);
-    if (!c->failed && x.p < x.n)
-        rx_fail(&x, "unmatched ')'");
-    sb_puts(body, ") \"\\\"\"");
+    regex_limits_t lim = {.cap = cap, .floor = floor, .bmp = bmp};
+    regex_len_t len;
+    size_t off = 0;
+    const char *what = "";
+    strbuf_puts(body, "\"\\\"\" (");
+    if (regex_compile(json_string_value(pat), json_string_length(pat), 0, &lim, body, &len, &off, &what) != 0) {
+        if (c)
+            sc_fail(c, "pattern", "pattern feature not supported at offset %zu: %s", off, what);
+        len = (regex_len_t){-1, -1};
+    }
+    strbuf_puts(body, ") \"\\\"\"");
     return len;
 }
 
 /* The length range of pattern's generated matches, or {-1, -1} when the
  * pattern does not compile. */
-static rxlen_t pattern_len(const json_t *pat, long long cap, long long floor)
+static regex_len_t pattern_len(const json_t *pat, long long cap, long long floor)
 {
-    sc_t t = {.pfx = ""};
-    sbuf_t body = {0};
-    rxlen_t len = pattern_body(&t, pat, &body, cap, floor, true);
-    free(body.s);
-    free(t.out.s);
-    return t.failed ? (rxlen_t){-1, -1} : len;
+    strbuf_t body = STRBUF_INIT;
+    regex_len_t len = pattern_body(NULL, pat, &body, cap, floor, true);
+    strbuf_free(&body);
+    return len;
 }
 
 /* A pattern with minLength/maxLength: the pattern's own matches, with its
@@ -1297,7 +739,7 @@ static rxlen_t pattern_len(const json_t *pat, long long cap, long long floor)
 static int pattern_limits(sc_t *c, const json_t *pat, long long mn, long long mx, long long *cap, long long *floor)
 {
     *cap = -1, *floor = 0;
-    rxlen_t len = pattern_len(pat, -1, 0);
+    regex_len_t len = pattern_len(pat, -1, 0);
     if (len.lo < 0)
         return 0; /* pattern_body on c reports the failure */
     if (len.lo < mn) {
@@ -1348,21 +790,18 @@ static int pattern_limits(sc_t *c, const json_t *pat, long long mn, long long mx
  * compiler cannot read — lookaround — is not checked). */
 static void format_pattern_check(sc_t *c, const json_t *pat, int f)
 {
-    sc_t t = {.pfx = ""};
-    sbuf_t body = {0};
-    pattern_body(&t, pat, &body, -1, 0, false);
-    free(t.out.s);
-    if (t.failed) {
-        free(body.s);
+    strbuf_t body = STRBUF_INIT;
+    if (pattern_body(NULL, pat, &body, -1, 0, false).lo < 0) {
+        strbuf_free(&body);
         return;
     }
-    sbuf_t g = {0};
-    sb_printf(&g, "root ::= %s\n", body.s);
+    strbuf_t g = {0};
+    strbuf_printf(&g, "root ::= %s\n", body.s);
     free(body.s);
     grammar_t *gr = NULL;
     char ex[64], e[200];
     snprintf(ex, sizeof ex, "\"%s\"", FORMATS[f].example);
-    int ok = gbnf_parse((const uint8_t *)g.s, g.n, &gr, e, sizeof e, NULL, NULL) == 0 &&
+    int ok = gbnf_parse((const uint8_t *)g.s, g.len, &gr, e, sizeof e, NULL, NULL) == 0 &&
              gbnf_match(gr, (const uint8_t *)ex, strlen(ex)) == 1;
     gbnf_free(&gr);
     free(g.s);
@@ -1405,7 +844,7 @@ static int string_rule(sc_t *c, const json_t *s)
     int r = new_rule(c);
     if (r < 0)
         return -1;
-    sbuf_t body = {0};
+    strbuf_t body = {0};
     if (f >= 0) {
         if (pat)
             format_pattern_check(c, pat, f);
@@ -1414,9 +853,9 @@ static int string_rule(sc_t *c, const json_t *s)
                     "minLength/maxLength next to format '%s' is supported only when they allow %d to %d characters",
                     FORMATS[f].name, FORMATS[f].min, FORMATS[f].max);
         c->formats |= 1u << f;
-        sb_puts(&body, "\"\\\"\" ");
-        sb_printf(&body, "%sfmt-%s", c->pfx, FORMATS[f].name);
-        sb_puts(&body, " \"\\\"\"");
+        strbuf_puts(&body, "\"\\\"\" ");
+        strbuf_printf(&body, "%sfmt-%s", c->pfx, FORMATS[f].name);
+        strbuf_puts(&body, " \"\\\"\"");
     } else if (pat) {
         long long cap = -1, floor = 0;
         if ((a || b) && pattern_limits(c, pat, mn, b ? mx : -1, &cap, &floor) != 0) {
@@ -1427,18 +866,18 @@ static int string_rule(sc_t *c, const json_t *s)
     } else if (!a && !b) {
         shared(c, &body, "string");
     } else {
-        sb_puts(&body, "\"\\\"\" ");
+        strbuf_puts(&body, "\"\\\"\" ");
         shared(c, &body, "bchar");
         if (b)
-            sb_printf(&body, "{%lld,%lld}", mn, mx);
+            strbuf_printf(&body, "{%lld,%lld}", mn, mx);
         else
-            sb_printf(&body, "{%lld,}", mn);
-        sb_puts(&body, " \"\\\"\"");
+            strbuf_printf(&body, "{%lld,}", mn);
+        strbuf_puts(&body, " \"\\\"\"");
     }
     if (!c->failed) {
         rule_open(c, r);
-        sb_puts(&c->out, body.s);
-        sb_puts(&c->out, "\n");
+        strbuf_puts(&c->out, body.s);
+        strbuf_puts(&c->out, "\n");
     }
     free(body.s);
     return c->failed ? -1 : r;
@@ -1548,33 +987,33 @@ static int array_rule(sc_t *c, const json_t *s)
         free(el);
         return -1;
     }
-    sbuf_t it = {0}; /* one rest item and the white space after it */
+    strbuf_t it = {0}; /* one rest item and the white space after it */
     if (item >= 0)
         ref(c, &it, item);
     else
         shared(c, &it, "value");
-    sb_puts(&it, " ");
+    strbuf_puts(&it, " ");
     shared(c, &it, "ws");
     if (n == 0) {
         rule_open(c, r);
-        sb_puts(&c->out, "\"[\" ");
+        strbuf_puts(&c->out, "\"[\" ");
         shared(c, &c->out, "ws");
-        sb_puts(&c->out, " ");
+        strbuf_puts(&c->out, " ");
         if (!(rest_none || (rb == 0))) {
             if (ra == 0)
-                sb_puts(&c->out, "(");
-            sb_printf(&c->out, "%s (\",\" ", it.s);
+                strbuf_puts(&c->out, "(");
+            strbuf_printf(&c->out, "%s (\",\" ", it.s);
             shared(c, &c->out, "ws");
-            sb_printf(&c->out, " %s)", it.s);
+            strbuf_printf(&c->out, " %s)", it.s);
             long long lo = ra > 0 ? ra - 1 : 0;
             if (rb >= 0)
-                sb_printf(&c->out, "{%lld,%lld}", lo, rb - 1);
+                strbuf_printf(&c->out, "{%lld,%lld}", lo, rb - 1);
             else
-                sb_printf(&c->out, "{%lld,}", lo);
+                strbuf_printf(&c->out, "{%lld,}", lo);
             if (ra == 0)
-                sb_puts(&c->out, ")?");
+                strbuf_puts(&c->out, ")?");
         }
-        sb_puts(&c->out, " \"]\"\n");
+        strbuf_puts(&c->out, " \"]\"\n");
         free(it.s);
         free(el);
         return r;
@@ -1587,47 +1026,47 @@ static int array_rule(sc_t *c, const json_t *s)
         if (next < 0)
             goto fail;
         rule_open(c, next);
-        sb_puts(&c->out, "(\",\" ");
+        strbuf_puts(&c->out, "(\",\" ");
         shared(c, &c->out, "ws");
-        sb_printf(&c->out, " %s)", it.s);
+        strbuf_printf(&c->out, " %s)", it.s);
         if (rb >= 0)
-            sb_printf(&c->out, "{%lld,%lld}\n", ra, rb);
+            strbuf_printf(&c->out, "{%lld,%lld}\n", ra, rb);
         else
-            sb_printf(&c->out, "{%lld,}\n", ra);
+            strbuf_printf(&c->out, "{%lld,}\n", ra);
     }
     for (long long i = np - 1; i >= 1; i--) {
         int t = new_rule(c);
         if (t < 0)
             goto fail;
         rule_open(c, t);
-        sb_puts(&c->out, i >= nreq ? "(\",\" " : "\",\" ");
+        strbuf_puts(&c->out, i >= nreq ? "(\",\" " : "\",\" ");
         shared(c, &c->out, "ws");
-        sb_puts(&c->out, " ");
+        strbuf_puts(&c->out, " ");
         ref(c, &c->out, el[i]);
-        sb_puts(&c->out, " ");
+        strbuf_puts(&c->out, " ");
         shared(c, &c->out, "ws");
         if (next >= 0) {
-            sb_puts(&c->out, " ");
+            strbuf_puts(&c->out, " ");
             ref(c, &c->out, next);
         }
-        sb_puts(&c->out, i >= nreq ? ")?\n" : "\n");
+        strbuf_puts(&c->out, i >= nreq ? ")?\n" : "\n");
         next = t;
     }
     rule_open(c, r);
-    sb_puts(&c->out, "\"[\" ");
+    strbuf_puts(&c->out, "\"[\" ");
     shared(c, &c->out, "ws");
     if (np > 0) {
-        sb_puts(&c->out, nreq > 0 ? " " : " (");
+        strbuf_puts(&c->out, nreq > 0 ? " " : " (");
         ref(c, &c->out, el[0]);
-        sb_puts(&c->out, " ");
+        strbuf_puts(&c->out, " ");
         shared(c, &c->out, "ws");
         if (next >= 0) {
-            sb_puts(&c->out, " ");
+            strbuf_puts(&c->out, " ");
             ref(c, &c->out, next);
         }
-        sb_puts(&c->out, nreq > 0 ? "" : ")?");
+        strbuf_puts(&c->out, nreq > 0 ? "" : ")?");
     }
-    sb_puts(&c->out, " \"]\"\n");
+    strbuf_puts(&c->out, " \"]\"\n");
     free(it.s);
     free(el);
     return r;
@@ -1688,36 +1127,36 @@ static int map_rule(sc_t *c, const json_t *s, const json_t *add, long long mn, l
     int r = new_rule(c);
     if (r < 0)
         return -1;
-    sbuf_t kv = {0};
+    strbuf_t kv = {0};
     if (kr >= 0)
         ref(c, &kv, kr);
     else
         shared(c, &kv, "string");
-    sb_puts(&kv, " ");
+    strbuf_puts(&kv, " ");
     shared(c, &kv, "ws");
-    sb_puts(&kv, " \":\" ");
+    strbuf_puts(&kv, " \":\" ");
     shared(c, &kv, "ws");
-    sb_puts(&kv, " ");
+    strbuf_puts(&kv, " ");
     if (v >= 0)
         ref(c, &kv, v);
     else
         shared(c, &kv, "value");
-    sb_puts(&kv, " ");
+    strbuf_puts(&kv, " ");
     shared(c, &kv, "ws");
     rule_open(c, r);
-    sb_puts(&c->out, "\"{\" ");
+    strbuf_puts(&c->out, "\"{\" ");
     shared(c, &c->out, "ws");
     if (mx != 0) {
-        sb_printf(&c->out, " %s%s (\",\" ", mn == 0 ? "(" : "", kv.s);
+        strbuf_printf(&c->out, " %s%s (\",\" ", mn == 0 ? "(" : "", kv.s);
         shared(c, &c->out, "ws");
-        sb_printf(&c->out, " %s)", kv.s);
+        strbuf_printf(&c->out, " %s)", kv.s);
         if (mx > 0)
-            sb_printf(&c->out, "{%lld,%lld}", mn > 0 ? mn - 1 : 0, mx - 1);
+            strbuf_printf(&c->out, "{%lld,%lld}", mn > 0 ? mn - 1 : 0, mx - 1);
         else
-            sb_printf(&c->out, "{%lld,}", mn > 0 ? mn - 1 : 0);
-        sb_puts(&c->out, mn == 0 ? ")?" : "");
+            strbuf_printf(&c->out, "{%lld,}", mn > 0 ? mn - 1 : 0);
+        strbuf_puts(&c->out, mn == 0 ? ")?" : "");
     }
-    sb_puts(&c->out, " \"}\"\n");
+    strbuf_puts(&c->out, " \"}\"\n");
     free(kv.s);
     return r;
 }
@@ -1884,17 +1323,17 @@ static int object_rule(sc_t *c, const json_t *s)
         char *kt = json_dumps(ks, JSON_ENCODE_ANY);
         json_decref(ks);
         rule_open(c, r);
-        sb_lit(&c->out, kt, strlen(kt));
+        gbnf_escape_literal(&c->out, kt, strlen(kt));
         free(kt);
-        sb_puts(&c->out, " ");
+        strbuf_puts(&c->out, " ");
         shared(c, &c->out, "ws");
-        sb_puts(&c->out, " \":\" ");
+        strbuf_puts(&c->out, " \":\" ");
         shared(c, &c->out, "ws");
-        sb_puts(&c->out, " ");
+        strbuf_puts(&c->out, " ");
         ref(c, &c->out, v);
-        sb_puts(&c->out, " ");
+        strbuf_puts(&c->out, " ");
         shared(c, &c->out, "ws");
-        sb_puts(&c->out, "\n");
+        strbuf_puts(&c->out, "\n");
         kv[i] = r;
     }
     /* states (j, k): properties j.. still to decide, k present so far
@@ -1938,24 +1377,24 @@ static int object_rule(sc_t *c, const json_t *s)
             *me = r;
             rule_open(c, r);
             if (jj == n) {
-                sb_puts(&c->out, "\"\"\n");
+                strbuf_puts(&c->out, "\"\"\n");
                 continue;
             }
             if (take) {
                 if (k > 0) {
-                    sb_puts(&c->out, "\",\" ");
+                    strbuf_puts(&c->out, "\",\" ");
                     shared(c, &c->out, "ws");
-                    sb_puts(&c->out, " ");
+                    strbuf_puts(&c->out, " ");
                 }
                 ref(c, &c->out, kv[jj]);
-                sb_puts(&c->out, " ");
+                strbuf_puts(&c->out, " ");
                 ref(c, &c->out, t);
             }
             if (skip) {
-                sb_puts(&c->out, take ? " | " : "");
+                strbuf_puts(&c->out, take ? " | " : "");
                 ref(c, &c->out, sk);
             }
-            sb_puts(&c->out, "\n");
+            strbuf_puts(&c->out, "\n");
         }
     }
     if (st[0] < 0) {
@@ -1966,11 +1405,11 @@ static int object_rule(sc_t *c, const json_t *s)
     if (r < 0)
         goto out;
     rule_open(c, r);
-    sb_puts(&c->out, "\"{\" ");
+    strbuf_puts(&c->out, "\"{\" ");
     shared(c, &c->out, "ws");
-    sb_puts(&c->out, " ");
+    strbuf_puts(&c->out, " ");
     ref(c, &c->out, st[0]);
-    sb_puts(&c->out, " \"}\"\n");
+    strbuf_puts(&c->out, " \"}\"\n");
     rc = r;
 out:
     free(st);
@@ -2001,7 +1440,7 @@ static int type_rule(sc_t *c, const json_t *s, const char *type)
         return -1;
     rule_open(c, r);
     shared(c, &c->out, sh);
-    sb_puts(&c->out, "\n");
+    strbuf_puts(&c->out, "\n");
     return r;
 }
 
@@ -2013,10 +1452,10 @@ static int alternatives_rule(sc_t *c, const int *subs, size_t n)
     rule_open(c, r);
     for (size_t i = 0; i < n; i++) {
         if (i)
-            sb_puts(&c->out, " | ");
+            strbuf_puts(&c->out, " | ");
         ref(c, &c->out, subs[i]);
     }
-    sb_puts(&c->out, "\n");
+    strbuf_puts(&c->out, "\n");
     return r;
 }
 
@@ -2284,7 +1723,7 @@ static int any_rule(sc_t *c)
         return -1;
     rule_open(c, rr);
     shared(c, &c->out, "value");
-    sb_puts(&c->out, "\n");
+    strbuf_puts(&c->out, "\n");
     return rr;
 }
 
@@ -2356,7 +1795,7 @@ static int compile_once(sc_t *c, const json_t *s)
             goto out;
         rule_open(c, rr);
         ref(c, &c->out, t);
-        sb_puts(&c->out, "\n");
+        strbuf_puts(&c->out, "\n");
         result = rr;
         goto out;
     }
@@ -2463,7 +1902,7 @@ static int compile(sc_t *c, const json_t *s)
 {
     if (c->failed)
         return -1;
-    size_t out_n = c->out.n;
+    size_t out_n = c->out.len;
     int n_rules = c->n_rules, n_memo = c->n_memo;
     unsigned formats = c->formats;
     json_t *copy = NULL;
@@ -2477,15 +1916,14 @@ static int compile(sc_t *c, const json_t *s)
             json_decref(copy);
             return c->failed ? -1 : r;
         }
-        c->out.n = out_n;
         if (c->out.s)
-            c->out.s[out_n] = 0;
+            strbuf_setlen(&c->out, out_n);
         c->n_rules = n_rules;
         for (int i = n_memo; i < c->n_memo; i++)
             free(c->memo[i].ref);
         c->n_memo = n_memo;
         c->formats = formats;
-        sb_printf(&c->relaxed, "%s%s: %s", c->n_relaxed ? "; " : "", c->fpath[0] ? c->fpath : "/", c->ferr);
+        strbuf_printf(&c->relaxed, "%s%s: %s", c->n_relaxed ? "; " : "", c->fpath[0] ? c->fpath : "/", c->ferr);
         c->n_relaxed++;
         c->failed = false;
         json_t *next;
@@ -2502,24 +1940,24 @@ static int compile(sc_t *c, const json_t *s)
 }
 
 /* The shared JSON rules, every name prefixed. */
-static void shared_rules(sbuf_t *b, const char *p)
+static void shared_rules(strbuf_t *b, const char *p)
 {
-    sb_printf(b, "%svalue ::= %sobject | %sarray | %sstring | %snumber | %sboolean | %snull\n", p, p, p, p, p, p, p);
-    sb_printf(b, "%sobject ::= \"{\" %sws (%sstring %sws \":\" %sws %svalue %sws (\",\" %sws %sstring %sws \":\" %sws %svalue %sws)*)? \"}\"\n",
+    strbuf_printf(b, "%svalue ::= %sobject | %sarray | %sstring | %snumber | %sboolean | %snull\n", p, p, p, p, p, p, p);
+    strbuf_printf(b, "%sobject ::= \"{\" %sws (%sstring %sws \":\" %sws %svalue %sws (\",\" %sws %sstring %sws \":\" %sws %svalue %sws)*)? \"}\"\n",
               p, p, p, p, p, p, p, p, p, p, p, p, p);
-    sb_printf(b, "%sarray ::= \"[\" %sws (%svalue %sws (\",\" %sws %svalue %sws)*)? \"]\"\n", p, p, p, p, p, p, p);
-    sb_printf(b, "%sstring ::= \"\\\"\" %schar* \"\\\"\"\n", p, p);
-    sb_printf(b, "%schar ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n", p);
+    strbuf_printf(b, "%sarray ::= \"[\" %sws (%svalue %sws (\",\" %sws %svalue %sws)*)? \"]\"\n", p, p, p, p, p, p, p);
+    strbuf_printf(b, "%sstring ::= \"\\\"\" %schar* \"\\\"\"\n", p, p);
+    strbuf_printf(b, "%schar ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n", p);
     /* a character that is one UTF-16 unit too (no astral characters, no
      * surrogate escapes): length limits then hold for code points (JSON
      * Schema, ajv) and for UTF-16 length (JavaScript, zod) alike */
-    sb_printf(b, "%sbchar ::= [^\"\\\\\\x00-\\x1f\\U00010000-\\U0010ffff] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3})\n", p);
-    sb_printf(b, "%sinteger ::= \"-\"? (\"0\" | [1-9] [0-9]{0,14})\n", p);
+    strbuf_printf(b, "%sbchar ::= [^\"\\\\\\x00-\\x1f\\U00010000-\\U0010ffff] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3})\n", p);
+    strbuf_printf(b, "%sinteger ::= \"-\"? (\"0\" | [1-9] [0-9]{0,14})\n", p);
     /* exponents of ≤ 2 digits: the value stays finite in a double */
-    sb_printf(b, "%snumber ::= %sinteger (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,2})?\n", p, p);
-    sb_printf(b, "%sboolean ::= \"true\" | \"false\"\n", p);
-    sb_printf(b, "%snull ::= \"null\"\n", p);
-    sb_printf(b, "%sws ::= (\" \" | \"\\n\" [ \\t]{0,12})?\n", p);
+    strbuf_printf(b, "%snumber ::= %sinteger (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,2})?\n", p, p);
+    strbuf_printf(b, "%sboolean ::= \"true\" | \"false\"\n", p);
+    strbuf_printf(b, "%snull ::= \"null\"\n", p);
+    strbuf_printf(b, "%sws ::= (\" \" | \"\\n\" [ \\t]{0,12})?\n", p);
 }
 
 static char *to_gbnf(const json_t *schema, const char *prefix, bool relax, char **relaxed, char *err,
@@ -2545,14 +1983,14 @@ static char *to_gbnf(const json_t *schema, const char *prefix, bool relax, char 
         free(c.relaxed.s);
         return NULL;
     }
-    sbuf_t out = {0};
-    sb_printf(&out, "%sroot ::= %ss%d\n", c.pfx, c.pfx, top);
+    strbuf_t out = STRBUF_INIT;
+    strbuf_printf(&out, "%sroot ::= %ss%d\n", c.pfx, c.pfx, top);
     if (c.out.s)
-        sb_putn(&out, c.out.s, c.out.n);
+        strbuf_append(&out, c.out.s, c.out.len);
     free(c.out.s);
     shared_rules(&out, c.pfx);
     format_rules(&out, c.pfx, c.formats);
-    if (out.n > GBNF_MAX_TEXT) {
+    if (out.len > GBNF_MAX_TEXT) {
         errbuf_set(err, errlen, "the schema is too large (its grammar exceeds %u bytes)", GBNF_MAX_TEXT);
         free(out.s);
         free(c.relaxed.s);
@@ -2580,57 +2018,29 @@ char *json_schema_to_gbnf_relaxed(const json_t *schema, const char *prefix, char
 char *json_schema_object_gbnf(const char *prefix)
 {
     const char *p = prefix ? prefix : "";
-    sbuf_t out = {0};
-    sb_printf(&out, "%sroot ::= %sobject\n", p, p);
+    strbuf_t out = STRBUF_INIT;
+    strbuf_printf(&out, "%sroot ::= %sobject\n", p, p);
     shared_rules(&out, p);
-    return out.s;
+    return strbuf_take(&out);
 }
 
 char *json_schema_gbnf_wrap(const char *inner, const char *inner_prefix, const char *prefix_text,
                             const char *suffix_text)
 {
-    sbuf_t out = {0};
-    sb_puts(&out, "root ::= ");
+    strbuf_t out = STRBUF_INIT;
+    strbuf_puts(&out, "root ::= ");
     if (prefix_text && *prefix_text) {
-        sb_lit(&out, prefix_text, strlen(prefix_text));
-        sb_puts(&out, " ");
+        gbnf_escape_literal(&out, prefix_text, strlen(prefix_text));
+        strbuf_puts(&out, " ");
     }
-    sb_printf(&out, "%sroot", inner_prefix);
+    strbuf_printf(&out, "%sroot", inner_prefix);
     if (suffix_text && *suffix_text) {
-        sb_puts(&out, " ");
-        sb_lit(&out, suffix_text, strlen(suffix_text));
+        strbuf_puts(&out, " ");
+        gbnf_escape_literal(&out, suffix_text, strlen(suffix_text));
     }
-    sb_puts(&out, "\n");
-    sb_puts(&out, inner);
-    return out.s;
-}
-
-char *json_schema_regex_to_gbnf(const uint8_t *re, size_t len, unsigned flags, char *err, size_t errlen,
-                                size_t *err_off)
-{
-    if (err_off)
-        *err_off = 0;
-    if (!utf8_valid(re, len)) {
-        errbuf_set(err, errlen, "the regex is not valid UTF-8");
-        return NULL;
-    }
-    sc_t c = {.pfx = ""};
-    rx_t x = {.s = (const char *)re, .n = len, .c = &c, .cap = -1, .flags = flags};
-    sbuf_t b = {0};
-    sb_puts(&b, "(");
-    rx_alt(&x, &b);
-    if (!c.failed && x.p < x.n)
-        rx_fail(&x, "unmatched ')'");
-    sb_puts(&b, ")");
-    free(c.out.s);
-    if (c.failed) {
-        errbuf_set(err, errlen, "%s", x.fail_what);
-        if (err_off)
-            *err_off = x.fail_off;
-        free(b.s);
-        return NULL;
-    }
-    return b.s;
+    strbuf_puts(&out, "\n");
+    strbuf_puts(&out, inner);
+    return strbuf_take(&out);
 }
 
 int json_schema_check(const uint8_t *buf, size_t len, char *err, size_t errlen)
