@@ -19,6 +19,8 @@
 #include "common/errbuf.h"
 #include "common/grammar/gbnf.h"
 #include "common/grammar/num_range.h"
+#include "common/grammar/schema_allof.h"
+#include "common/grammar/schema_format.h"
 #include "common/grammar/regex.h"
 #include "common/strbuf.h"
 #include "common/xalloc.h"
@@ -40,7 +42,7 @@ typedef struct sc {
     int depth;
     char path[512];          /* JSON pointer of the node being compiled */
     const json_t *cur;       /* the node being compiled (its keywords are path/KEY) */
-    unsigned formats;        /* shared format rules used (bit i = FORMATS[i]) */
+    unsigned formats;        /* shared format rules used (bit i = SCHEMA_FORMATS[i]) */
     bool failed;
     bool fatal;              /* a limit was hit: no relaxing helps */
     const json_t *fnode;     /* node whose keyword failed (cur at the failure) */
@@ -206,80 +208,6 @@ static int number_rule(sc_t *c, const json_t *s, bool integer)
     return -1;
 }
 
-/* ---- formats ----------------------------------------------------------------- */
-
-/* Each supported `format` is generated from a fixed grammar: a subset of the
- * format chosen to be valid for ajv-formats ("full" mode) and for the
- * pattern zod 4 writes next to it (tests/integration/schema_corpus.mjs
- * checks both). ASCII only, no '"' or '\', so the text needs no JSON escape.
- * min/max: the length range of what the grammar generates (for
- * minLength/maxLength next to a format). example: a string of the format
- * that a `pattern` written next to the format must accept. */
-static const struct format {
-    const char *name, *gbnf;
-    int min, max;
-    const char *example;
-} FORMATS[] = {
-    {"date", "fd-date", 10, 10, "2024-01-15"},
-    {"time", "fd-time \"Z\"", 9, 13, "10:30:00Z"},
-    {"date-time", "fd-date \"T\" fd-time \"Z\"", 20, 24, "2024-01-15T10:30:00Z"},
-    {"duration",
-     "\"P\" (fd-n \"W\" | fd-n \"Y\" (fd-n \"M\")? (fd-n \"D\")? fd-dt? | fd-n \"M\" (fd-n \"D\")? fd-dt? | "
-     "fd-n \"D\" fd-dt? | fd-dt)", 3, 26, "P1DT2H"},
-    {"email", "[a-z0-9]{1,16} (\".\" [a-z0-9]{1,16}){0,2} \"@\" (fd-label \".\"){1,3} [a-z]{2,6}", 6, 108,
-     "user@example.com"},
-    {"hostname", "fd-label (\".\" fd-label){0,3}", 1, 67, "example.com"},
-    {"ipv4", "fd-octet \".\" fd-octet \".\" fd-octet \".\" fd-octet", 7, 15, "192.168.0.1"},
-    {"ipv6", "[0-9a-f]{1,4} (\":\" [0-9a-f]{1,4}){7}", 15, 39, "2001:db8:0:0:0:0:0:1"},
-    {"uuid", "[0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [1-8] [0-9a-f]{3} \"-\" [89ab] [0-9a-f]{3} \"-\" [0-9a-f]{12}", 36,
-     36, "123e4567-e89b-42d3-a456-426614174000"},
-    /* the last host label is letters: a numeric one makes WHATWG URL (zod's
-     * z.url()) read the host as a bad IPv4 address */
-    {"uri", "\"http\" \"s\"? \"://\" (fd-label \".\"){1,3} [a-z]{2,10} (\"/\" [a-zA-Z0-9._~-]{1,16}){0,4}", 12, 150,
-     "https://example.com/a"},
-};
-#define N_FORMATS ((int)(sizeof FORMATS / sizeof FORMATS[0]))
-
-/* The pieces the format grammars share (written once, prefixed). */
-static void format_rules(strbuf_t *b, const char *p, unsigned used)
-{
-    if (!used)
-        return;
-    for (int i = 0; i < N_FORMATS; i++)
-        if (used & (1u << i)) {
-            strbuf_printf(b, "%sfmt-%s ::= ", p, FORMATS[i].name);
-            /* prefix the fd-* references */
-            for (const char *q = FORMATS[i].gbnf; *q;) {
-                const char *f = strstr(q, "fd-");
-                if (!f) {
-                    strbuf_puts(b, q);
-                    break;
-                }
-                strbuf_append(b, q, (size_t)(f - q));
-                strbuf_puts(b, p);
-                strbuf_puts(b, "fd-");
-                q = f + 3;
-            }
-            strbuf_puts(b, "\n");
-        }
-    strbuf_printf(b, "%sfd-date ::= [12] [0-9]{3} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
-                 "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]))\n", p);
-    strbuf_printf(b, "%sfd-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,3})?\n", p);
-    strbuf_printf(b, "%sfd-n ::= [0-9]{1,3}\n", p);
-    strbuf_printf(b, "%sfd-dt ::= \"T\" (%sfd-n \"H\" (%sfd-n \"M\")? (%sfd-n \"S\")? | %sfd-n \"M\" (%sfd-n \"S\")? | %sfd-n \"S\")\n",
-              p, p, p, p, p, p, p);
-    strbuf_printf(b, "%sfd-label ::= [a-z0-9] ([a-z0-9-]{0,14} [a-z0-9])?\n", p);
-    strbuf_printf(b, "%sfd-octet ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]\n", p);
-}
-
-static int format_find(const char *name)
-{
-    for (int i = 0; i < N_FORMATS; i++)
-        if (strcmp(FORMATS[i].name, name) == 0)
-            return i;
-    return -1;
-}
-
 /* ---- schema nodes ---------------------------------------------------------- */
 
 /* Keywords without effect on what is generated. discriminator (OpenAPI,
@@ -303,6 +231,8 @@ static bool in_list(const char *k, const char *const *l)
             return true;
     return false;
 }
+
+bool json_schema_is_annotation(const char *key) { return in_list(key, ANNOTATIONS); }
 
 static int get_count(sc_t *c, const json_t *s, const char *key, long long *out)
 {
@@ -421,14 +351,14 @@ static void format_pattern_check(sc_t *c, const json_t *pat, int f)
     free(body.s);
     grammar_t *gr = NULL;
     char ex[64], e[200];
-    snprintf(ex, sizeof ex, "\"%s\"", FORMATS[f].example);
+    snprintf(ex, sizeof ex, "\"%s\"", SCHEMA_FORMATS[f].example);
     int ok = gbnf_parse((const uint8_t *)g.s, g.len, &gr, e, sizeof e, NULL, NULL) == 0 &&
              gbnf_match(gr, (const uint8_t *)ex, strlen(ex)) == 1;
     gbnf_free(&gr);
     free(g.s);
     if (!ok)
         sc_fail(c, "pattern", "'pattern' next to format '%s' does not accept the format's strings (e.g. %s)",
-                FORMATS[f].name, FORMATS[f].example);
+                SCHEMA_FORMATS[f].name, SCHEMA_FORMATS[f].example);
 }
 
 static int string_rule(sc_t *c, const json_t *s)
@@ -453,7 +383,7 @@ static int string_rule(sc_t *c, const json_t *s)
             sc_fail(c, "format", "'format' must be a string");
             return -1;
         }
-        f = format_find(json_string_value(fmt));
+        f = schema_format_find(json_string_value(fmt));
         /* an unknown format next to a pattern (zod: cuid, nanoid, e164,
          * base64, ...) is an annotation: the pattern is what is enforced */
         if (f < 0 && !pat) {
@@ -469,13 +399,13 @@ static int string_rule(sc_t *c, const json_t *s)
     if (f >= 0) {
         if (pat)
             format_pattern_check(c, pat, f);
-        if ((a && mn > FORMATS[f].min) || (b && mx < FORMATS[f].max))
-            sc_fail(c, a && mn > FORMATS[f].min ? "minLength" : "maxLength",
+        if ((a && mn > SCHEMA_FORMATS[f].min) || (b && mx < SCHEMA_FORMATS[f].max))
+            sc_fail(c, a && mn > SCHEMA_FORMATS[f].min ? "minLength" : "maxLength",
                     "minLength/maxLength next to format '%s' is supported only when they allow %d to %d characters",
-                    FORMATS[f].name, FORMATS[f].min, FORMATS[f].max);
+                    SCHEMA_FORMATS[f].name, SCHEMA_FORMATS[f].min, SCHEMA_FORMATS[f].max);
         c->formats |= 1u << f;
         strbuf_puts(&body, "\"\\\"\" ");
-        strbuf_printf(&body, "%sfmt-%s", c->pfx, FORMATS[f].name);
+        strbuf_printf(&body, "%sfmt-%s", c->pfx, SCHEMA_FORMATS[f].name);
         strbuf_puts(&body, " \"\\\"\"");
     } else if (pat) {
         long long cap = -1, floor = 0;
@@ -510,6 +440,88 @@ static int compile_at(sc_t *c, const json_t *sub, const char *a, const char *b)
     size_t old = path_push(c, a, b);
     int r = compile(c, sub);
     path_pop(c, old);
+    return r;
+}
+
+/* An array without tuple items: rule r is "[" then between ra and rb (-1:
+ * unbounded) items `it` separated by commas. */
+static void write_list_array(sc_t *c, int r, const char *it, long long ra, long long rb)
+{
+    rule_open(c, r);
+    strbuf_puts(&c->out, "\"[\" ");
+    shared(c, &c->out, "ws");
+    strbuf_puts(&c->out, " ");
+    if (rb != 0) {
+        if (ra == 0)
+            strbuf_puts(&c->out, "(");
+        strbuf_printf(&c->out, "%s (\",\" ", it);
+        shared(c, &c->out, "ws");
+        strbuf_printf(&c->out, " %s)", it);
+        long long lo = ra > 0 ? ra - 1 : 0;
+        if (rb >= 0)
+            strbuf_printf(&c->out, "{%lld,%lld}", lo, rb - 1);
+        else
+            strbuf_printf(&c->out, "{%lld,}", lo);
+        if (ra == 0)
+            strbuf_puts(&c->out, ")?");
+    }
+    strbuf_puts(&c->out, " \"]\"\n");
+}
+
+/* A tuple: rule r is "[" the first np of the element rules el (nreq of them
+ * required), then between ra and rb (-1: unbounded) rest items `it`. Tail
+ * rules t_i = "," e_i ws t_(i+1) (optional when i ≥ nreq), the last followed
+ * by the rest items. r, or -1. */
+static int write_tuple_array(sc_t *c, int r, const int *el, const char *it, long long np, long long nreq,
+                             long long ra, long long rb)
+{
+    int next = -1; /* rule for what follows element i (-1 = nothing) */
+    if (rb != 0) {
+        next = new_rule(c);
+        if (next < 0)
+            return -1;
+        rule_open(c, next);
+        strbuf_puts(&c->out, "(\",\" ");
+        shared(c, &c->out, "ws");
+        strbuf_printf(&c->out, " %s)", it);
+        if (rb >= 0)
+            strbuf_printf(&c->out, "{%lld,%lld}\n", ra, rb);
+        else
+            strbuf_printf(&c->out, "{%lld,}\n", ra);
+    }
+    for (long long i = np - 1; i >= 1; i--) {
+        int t = new_rule(c);
+        if (t < 0)
+            return -1;
+        rule_open(c, t);
+        strbuf_puts(&c->out, i >= nreq ? "(\",\" " : "\",\" ");
+        shared(c, &c->out, "ws");
+        strbuf_puts(&c->out, " ");
+        ref(c, &c->out, el[i]);
+        strbuf_puts(&c->out, " ");
+        shared(c, &c->out, "ws");
+        if (next >= 0) {
+            strbuf_puts(&c->out, " ");
+            ref(c, &c->out, next);
+        }
+        strbuf_puts(&c->out, i >= nreq ? ")?\n" : "\n");
+        next = t;
+    }
+    rule_open(c, r);
+    strbuf_puts(&c->out, "\"[\" ");
+    shared(c, &c->out, "ws");
+    if (np > 0) {
+        strbuf_puts(&c->out, nreq > 0 ? " " : " (");
+        ref(c, &c->out, el[0]);
+        strbuf_puts(&c->out, " ");
+        shared(c, &c->out, "ws");
+        if (next >= 0) {
+            strbuf_puts(&c->out, " ");
+            ref(c, &c->out, next);
+        }
+        strbuf_puts(&c->out, nreq > 0 ? "" : ")?");
+    }
+    strbuf_puts(&c->out, " \"]\"\n");
     return r;
 }
 
@@ -615,86 +627,13 @@ static int array_rule(sc_t *c, const json_t *s)
         shared(c, &it, "value");
     strbuf_puts(&it, " ");
     shared(c, &it, "ws");
-    if (n == 0) {
-        rule_open(c, r);
-        strbuf_puts(&c->out, "\"[\" ");
-        shared(c, &c->out, "ws");
-        strbuf_puts(&c->out, " ");
-        if (!(rest_none || (rb == 0))) {
-            if (ra == 0)
-                strbuf_puts(&c->out, "(");
-            strbuf_printf(&c->out, "%s (\",\" ", it.s);
-            shared(c, &c->out, "ws");
-            strbuf_printf(&c->out, " %s)", it.s);
-            long long lo = ra > 0 ? ra - 1 : 0;
-            if (rb >= 0)
-                strbuf_printf(&c->out, "{%lld,%lld}", lo, rb - 1);
-            else
-                strbuf_printf(&c->out, "{%lld,}", lo);
-            if (ra == 0)
-                strbuf_puts(&c->out, ")?");
-        }
-        strbuf_puts(&c->out, " \"]\"\n");
-        free(it.s);
-        free(el);
-        return r;
-    }
-    /* tuple: tail rules t_i = "," e_i ws t_(i+1) (optional when i ≥ nreq),
-     * the last followed by the rest items */
-    int next = -1; /* rule for what follows element i (-1 = nothing) */
-    if (rb != 0) {
-        next = new_rule(c);
-        if (next < 0)
-            goto fail;
-        rule_open(c, next);
-        strbuf_puts(&c->out, "(\",\" ");
-        shared(c, &c->out, "ws");
-        strbuf_printf(&c->out, " %s)", it.s);
-        if (rb >= 0)
-            strbuf_printf(&c->out, "{%lld,%lld}\n", ra, rb);
-        else
-            strbuf_printf(&c->out, "{%lld,}\n", ra);
-    }
-    for (long long i = np - 1; i >= 1; i--) {
-        int t = new_rule(c);
-        if (t < 0)
-            goto fail;
-        rule_open(c, t);
-        strbuf_puts(&c->out, i >= nreq ? "(\",\" " : "\",\" ");
-        shared(c, &c->out, "ws");
-        strbuf_puts(&c->out, " ");
-        ref(c, &c->out, el[i]);
-        strbuf_puts(&c->out, " ");
-        shared(c, &c->out, "ws");
-        if (next >= 0) {
-            strbuf_puts(&c->out, " ");
-            ref(c, &c->out, next);
-        }
-        strbuf_puts(&c->out, i >= nreq ? ")?\n" : "\n");
-        next = t;
-    }
-    rule_open(c, r);
-    strbuf_puts(&c->out, "\"[\" ");
-    shared(c, &c->out, "ws");
-    if (np > 0) {
-        strbuf_puts(&c->out, nreq > 0 ? " " : " (");
-        ref(c, &c->out, el[0]);
-        strbuf_puts(&c->out, " ");
-        shared(c, &c->out, "ws");
-        if (next >= 0) {
-            strbuf_puts(&c->out, " ");
-            ref(c, &c->out, next);
-        }
-        strbuf_puts(&c->out, nreq > 0 ? "" : ")?");
-    }
-    strbuf_puts(&c->out, " \"]\"\n");
+    if (n == 0)
+        write_list_array(c, r, it.s, ra, rest_none ? 0 : rb);
+    else if (write_tuple_array(c, r, el, it.s, np, nreq, ra, rb) < 0)
+        r = -1;
     free(it.s);
     free(el);
     return r;
-fail:
-    free(it.s);
-    free(el);
-    return -1;
 }
 
 /* One listed property of an object being compiled. */
@@ -782,22 +721,10 @@ static int map_rule(sc_t *c, const json_t *s, const json_t *add, long long mn, l
     return r;
 }
 
-/* Objects. Listed properties are generated in the schema's order, each
- * optional one present or not; additionalProperties true or a schema next
- * to properties allows more, which are not generated; required names that
- * are not listed get the additionalProperties schema; propertyNames that
- * enumerates names (z.record(z.enum(...))) lists them. Without listed
- * properties, additionalProperties / propertyNames make a map.
- * minProperties / maxProperties count the properties present (a chain of
- * rules per (property, count so far)); dependentRequired makes the
- * dependent properties required. */
-static int object_rule(sc_t *c, const json_t *s)
+/* The types of an object node's keywords: 0, or -1 (c failed). */
+static int object_keywords_check(sc_t *c, const json_t *props, const json_t *req, const json_t *add,
+                                 const json_t *pn, const json_t *dep)
 {
-    const json_t *props = json_object_get(s, "properties");
-    const json_t *req = json_object_get(s, "required");
-    const json_t *add = json_object_get(s, "additionalProperties");
-    const json_t *pn = json_object_get(s, "propertyNames");
-    const json_t *dep = json_object_get(s, "dependentRequired");
     if (props && !json_is_object(props)) {
         sc_fail(c, "properties", "'properties' must be an object");
         return -1;
@@ -824,6 +751,199 @@ static int object_rule(sc_t *c, const json_t *s)
         sc_fail(c, "dependentRequired", "'dependentRequired' must be an object of string arrays");
         return -1;
     }
+    return 0;
+}
+
+/* Marks the required properties of P[0..*n) (required, and dependentRequired
+ * of a listed trigger), appending required names that are not listed
+ * (their schema: value_schema) where that is allowed. 0, or -1 (c failed). */
+static int mark_required(sc_t *c, const json_t *req, const json_t *dep, oprop_t *P, size_t *n, bool closed,
+                         long long n_names, size_t n_props, const json_t *value_schema)
+{
+    size_t n_req = req ? json_array_size(req) : 0;
+    const char *key;
+    for (size_t i = 0; i < n_req; i++) {
+        const char *k = json_string_value(json_array_get(req, i));
+        size_t j = 0;
+        while (j < *n && strcmp(P[j].key, k) != 0)
+            j++;
+        if (j == *n) {
+            bool allowed = !closed && (n_names < 0 || !n_props);
+            if (!allowed || (n_names > 0 && !n_props)) {
+                sc_fail(c, "required", "required property '%.100s' is not in 'properties'", k);
+                return -1;
+            }
+            P[(*n)++] = (oprop_t){k, value_schema, "additionalProperties", false};
+        }
+        P[j].required = true;
+    }
+    if (dep) {
+        json_t *list;
+        json_object_foreach((json_t *)dep, key, list) {
+            if (!json_is_array(list)) {
+                sc_fail(c, "dependentRequired", "'dependentRequired' must be an object of string arrays");
+                return -1;
+            }
+            size_t trig = 0;
+            while (trig < *n && strcmp(P[trig].key, key) != 0)
+                trig++;
+            if (trig == *n)
+                continue; /* a property never generated triggers nothing */
+            for (size_t i = 0; i < json_array_size(list); i++) {
+                const char *k = json_string_value(json_array_get(list, i));
+                size_t j = 0;
+                while (k && j < *n && strcmp(P[j].key, k) != 0)
+                    j++;
+                if (!k || j == *n) {
+                    sc_fail(c, "dependentRequired", "'dependentRequired' names '%.100s', which is not in 'properties'",
+                            k ? k : "(not a string)");
+                    return -1;
+                }
+                P[j].required = true;
+            }
+        }
+    }
+    return 0;
+}
+
+/* One rule per property: "<key>" ws ":" ws value ws, into kv[i]. 0, or -1. */
+static int property_rules(sc_t *c, const oprop_t *P, size_t n, int *kv)
+{
+    for (size_t i = 0; i < n; i++) {
+        int v = compile_at(c, P[i].schema, P[i].via, strcmp(P[i].via, "properties") == 0 ? P[i].key : NULL);
+        if (v < 0)
+            return -1;
+        int r = new_rule(c);
+        if (r < 0)
+            return -1;
+        json_t *ks = json_string(P[i].key);
+        char *kt = json_dumps(ks, JSON_ENCODE_ANY);
+        json_decref(ks);
+        rule_open(c, r);
+        gbnf_escape_literal(&c->out, kt, strlen(kt));
+        free(kt);
+        strbuf_puts(&c->out, " ");
+        shared(c, &c->out, "ws");
+        strbuf_puts(&c->out, " \":\" ");
+        shared(c, &c->out, "ws");
+        strbuf_puts(&c->out, " ");
+        ref(c, &c->out, v);
+        strbuf_puts(&c->out, " ");
+        shared(c, &c->out, "ws");
+        strbuf_puts(&c->out, "\n");
+        kv[i] = r;
+    }
+    return 0;
+}
+
+static int fail_free(void *p)
+{
+    free(p);
+    return -1;
+}
+
+/* The listed properties in order, each optional one present or not, with
+ * their count kept inside [mn, mx] (hb: mx set): rule "{" ws <chain> "}".
+ * The rule, or -1. */
+static int count_rules(sc_t *c, const oprop_t *P, size_t n, const int *kv, long long mn, long long mx, bool hb)
+{
+    /* states (j, k): properties j.. still to decide, k present so far
+     * (k > 0: the next one needs a comma). k saturates at K: past max(mn,
+     * mx, 1) the exact count no longer matters. */
+    long long K = mn > mx ? mn : mx;
+    if (K < 1)
+        K = 1;
+    if ((long long)(n + 1) * (K + 1) > JSON_SCHEMA_MAX_RULES / 4) {
+        sc_fail(c, mn ? "minProperties" : "maxProperties",
+                "minProperties/maxProperties over %zu optional properties is not supported", n);
+        return -1;
+    }
+    int *st = xmalloc((n + 1) * (size_t)(K + 1) * sizeof *st);
+    size_t rreq = 0; /* required among j.. */
+    for (size_t jj = n + 1; jj-- > 0;) {
+        if (jj < n)
+            rreq += P[jj].required;
+        for (long long k = 0; k <= K; k++) {
+            int *me = &st[jj * (size_t)(K + 1) + (size_t)k];
+            *me = -1;
+            /* viable: the count can still end inside [mn, mx] */
+            if (k < K && ((hb && k + (long long)rreq > mx) || k + (long long)(n - jj) < mn))
+                continue;
+            if (k == K && hb && K == mx && rreq > 0)
+                continue;
+            bool take = false, skip = false;
+            int t = -1, sk = -1;
+            if (jj < n) {
+                long long k1 = k + 1 > K ? K : k + 1;
+                t = st[(jj + 1) * (size_t)(K + 1) + (size_t)k1];
+                take = t >= 0 && !(hb && k + 1 > mx);
+                sk = st[(jj + 1) * (size_t)(K + 1) + (size_t)k];
+                skip = !P[jj].required && sk >= 0;
+                if (!take && !skip)
+                    continue;
+            }
+            int r = new_rule(c);
+            if (r < 0)
+                return fail_free(st);
+            *me = r;
+            rule_open(c, r);
+            if (jj == n) {
+                strbuf_puts(&c->out, "\"\"\n");
+                continue;
+            }
+            if (take) {
+                if (k > 0) {
+                    strbuf_puts(&c->out, "\",\" ");
+                    shared(c, &c->out, "ws");
+                    strbuf_puts(&c->out, " ");
+                }
+                ref(c, &c->out, kv[jj]);
+                strbuf_puts(&c->out, " ");
+                ref(c, &c->out, t);
+            }
+            if (skip) {
+                strbuf_puts(&c->out, take ? " | " : "");
+                ref(c, &c->out, sk);
+            }
+            strbuf_puts(&c->out, "\n");
+        }
+    }
+    if (st[0] < 0) {
+        sc_fail(c, "minProperties", "no object of the listed properties satisfies minProperties/maxProperties");
+        return fail_free(st);
+    }
+    int r = new_rule(c);
+    if (r < 0)
+        return fail_free(st);
+    rule_open(c, r);
+    strbuf_puts(&c->out, "\"{\" ");
+    shared(c, &c->out, "ws");
+    strbuf_puts(&c->out, " ");
+    ref(c, &c->out, st[0]);
+    strbuf_puts(&c->out, " \"}\"\n");
+    free(st);
+    return r;
+}
+
+/* Objects. Listed properties are generated in the schema's order, each
+ * optional one present or not; additionalProperties true or a schema next
+ * to properties allows more, which are not generated; required names that
+ * are not listed get the additionalProperties schema; propertyNames that
+ * enumerates names (z.record(z.enum(...))) lists them. Without listed
+ * properties, additionalProperties / propertyNames make a map.
+ * minProperties / maxProperties count the properties present (a chain of
+ * rules per (property, count so far)); dependentRequired makes the
+ * dependent properties required. */
+static int object_rule(sc_t *c, const json_t *s)
+{
+    const json_t *props = json_object_get(s, "properties");
+    const json_t *req = json_object_get(s, "required");
+    const json_t *add = json_object_get(s, "additionalProperties");
+    const json_t *pn = json_object_get(s, "propertyNames");
+    const json_t *dep = json_object_get(s, "dependentRequired");
+    if (object_keywords_check(c, props, req, add, pn, dep) < 0)
+        return -1;
+    size_t n_req = req ? json_array_size(req) : 0;
     long long mn = 0, mx = -1;
     int ha = get_count(c, s, "minProperties", &mn), hb = get_count(c, s, "maxProperties", &mx);
     if (ha < 0 || hb < 0)
@@ -873,48 +993,9 @@ static int object_rule(sc_t *c, const json_t *s)
         }
     }
     int rc = -1;
-    int *kv = NULL, *st = NULL;
-    for (size_t i = 0; i < n_req; i++) {
-        const char *k = json_string_value(json_array_get(req, i));
-        size_t j = 0;
-        while (j < n && strcmp(P[j].key, k) != 0)
-            j++;
-        if (j == n) {
-            bool allowed = !closed && (n_names < 0 || !n_props);
-            if (!allowed || (n_names > 0 && !n_props)) {
-                sc_fail(c, "required", "required property '%.100s' is not in 'properties'", k);
-                goto out;
-            }
-            P[n++] = (oprop_t){k, value_schema, "additionalProperties", false};
-        }
-        P[j].required = true;
-    }
-    if (dep) {
-        json_t *list;
-        json_object_foreach((json_t *)dep, key, list) {
-            if (!json_is_array(list)) {
-                sc_fail(c, "dependentRequired", "'dependentRequired' must be an object of string arrays");
-                goto out;
-            }
-            size_t trig = 0;
-            while (trig < n && strcmp(P[trig].key, key) != 0)
-                trig++;
-            if (trig == n)
-                continue; /* a property never generated triggers nothing */
-            for (size_t i = 0; i < json_array_size(list); i++) {
-                const char *k = json_string_value(json_array_get(list, i));
-                size_t j = 0;
-                while (k && j < n && strcmp(P[j].key, k) != 0)
-                    j++;
-                if (!k || j == n) {
-                    sc_fail(c, "dependentRequired", "'dependentRequired' names '%.100s', which is not in 'properties'",
-                            k ? k : "(not a string)");
-                    goto out;
-                }
-                P[j].required = true;
-            }
-        }
-    }
+    int *kv = NULL;
+    if (mark_required(c, req, dep, P, &n, closed, n_names, n_props, value_schema) < 0)
+        goto out;
     if (n == 0 && (pn || (add && !closed) || mn > 0)) {
         rc = map_rule(c, s, add, mn, hb ? mx : -1);
         goto out;
@@ -933,107 +1014,10 @@ static int object_rule(sc_t *c, const json_t *s)
         goto out;
     }
     kv = xcalloc(n + 1, sizeof *kv);
-    for (size_t i = 0; i < n; i++) {
-        int v = compile_at(c, P[i].schema, P[i].via, strcmp(P[i].via, "properties") == 0 ? P[i].key : NULL);
-        if (v < 0)
-            goto out;
-        int r = new_rule(c);
-        if (r < 0)
-            goto out;
-        json_t *ks = json_string(P[i].key);
-        char *kt = json_dumps(ks, JSON_ENCODE_ANY);
-        json_decref(ks);
-        rule_open(c, r);
-        gbnf_escape_literal(&c->out, kt, strlen(kt));
-        free(kt);
-        strbuf_puts(&c->out, " ");
-        shared(c, &c->out, "ws");
-        strbuf_puts(&c->out, " \":\" ");
-        shared(c, &c->out, "ws");
-        strbuf_puts(&c->out, " ");
-        ref(c, &c->out, v);
-        strbuf_puts(&c->out, " ");
-        shared(c, &c->out, "ws");
-        strbuf_puts(&c->out, "\n");
-        kv[i] = r;
-    }
-    /* states (j, k): properties j.. still to decide, k present so far
-     * (k > 0: the next one needs a comma). k saturates at K: past max(mn,
-     * mx, 1) the exact count no longer matters. */
-    long long K = mn > mx ? mn : mx;
-    if (K < 1)
-        K = 1;
-    if ((long long)(n + 1) * (K + 1) > JSON_SCHEMA_MAX_RULES / 4) {
-        sc_fail(c, mn ? "minProperties" : "maxProperties",
-                "minProperties/maxProperties over %zu optional properties is not supported", n);
+    if (property_rules(c, P, n, kv) < 0)
         goto out;
-    }
-    st = xmalloc((n + 1) * (size_t)(K + 1) * sizeof *st);
-    size_t rreq = 0; /* required among j.. */
-    for (size_t jj = n + 1; jj-- > 0;) {
-        if (jj < n)
-            rreq += P[jj].required;
-        for (long long k = 0; k <= K; k++) {
-            int *me = &st[jj * (size_t)(K + 1) + (size_t)k];
-            *me = -1;
-            /* viable: the count can still end inside [mn, mx] */
-            if (k < K && ((hb && k + (long long)rreq > mx) || k + (long long)(n - jj) < mn))
-                continue;
-            if (k == K && hb && K == mx && rreq > 0)
-                continue;
-            bool take = false, skip = false;
-            int t = -1, sk = -1;
-            if (jj < n) {
-                long long k1 = k + 1 > K ? K : k + 1;
-                t = st[(jj + 1) * (size_t)(K + 1) + (size_t)k1];
-                take = t >= 0 && !(hb && k + 1 > mx);
-                sk = st[(jj + 1) * (size_t)(K + 1) + (size_t)k];
-                skip = !P[jj].required && sk >= 0;
-                if (!take && !skip)
-                    continue;
-            }
-            int r = new_rule(c);
-            if (r < 0)
-                goto out;
-            *me = r;
-            rule_open(c, r);
-            if (jj == n) {
-                strbuf_puts(&c->out, "\"\"\n");
-                continue;
-            }
-            if (take) {
-                if (k > 0) {
-                    strbuf_puts(&c->out, "\",\" ");
-                    shared(c, &c->out, "ws");
-                    strbuf_puts(&c->out, " ");
-                }
-                ref(c, &c->out, kv[jj]);
-                strbuf_puts(&c->out, " ");
-                ref(c, &c->out, t);
-            }
-            if (skip) {
-                strbuf_puts(&c->out, take ? " | " : "");
-                ref(c, &c->out, sk);
-            }
-            strbuf_puts(&c->out, "\n");
-        }
-    }
-    if (st[0] < 0) {
-        sc_fail(c, "minProperties", "no object of the listed properties satisfies minProperties/maxProperties");
-        goto out;
-    }
-    int r = new_rule(c);
-    if (r < 0)
-        goto out;
-    rule_open(c, r);
-    strbuf_puts(&c->out, "\"{\" ");
-    shared(c, &c->out, "ws");
-    strbuf_puts(&c->out, " ");
-    ref(c, &c->out, st[0]);
-    strbuf_puts(&c->out, " \"}\"\n");
-    rc = r;
+    rc = count_rules(c, P, n, kv, mn, mx, hb != 0);
 out:
-    free(st);
     free(kv);
     free(P);
     return c->failed ? -1 : rc;
@@ -1080,16 +1064,16 @@ static int alternatives_rule(sc_t *c, const int *subs, size_t n)
     return r;
 }
 
-static const json_t *resolve_ref(sc_t *c, const char *p)
+const json_t *json_schema_resolve_ref(const json_t *root, const char *p)
 {
     if (strcmp(p, "#") == 0)
-        return c->root;
+        return root;
     const char *name = NULL;
     const json_t *defs = NULL;
     if (strncmp(p, "#/$defs/", 8) == 0)
-        name = p + 8, defs = json_object_get(c->root, "$defs");
+        name = p + 8, defs = json_object_get(root, "$defs");
     else if (strncmp(p, "#/definitions/", 14) == 0)
-        name = p + 14, defs = json_object_get(c->root, "definitions");
+        name = p + 14, defs = json_object_get(root, "definitions");
     if (!name || strchr(name, '/') || !json_is_object(defs))
         return NULL;
     /* JSON pointer unescape: ~1 → /, ~0 → ~ */
@@ -1105,188 +1089,6 @@ static const json_t *resolve_ref(sc_t *c, const char *p)
     }
     buf[k] = 0;
     return json_object_get(defs, buf);
-}
-
-/* Keywords an allOf part may use to be merged (besides annotations). */
-static const char *const MERGEABLE[] = {"type", "properties", "required", "additionalProperties", NULL};
-
-/* allOf of object schemas (and the object keywords next to it) → one object
- * schema, new reference: properties united in order (a property two parts
- * describe differently gets allOf of both), required united, properties a
- * closed part (additionalProperties false) does not list are left out, and
- * nothing beyond the listed properties is generated. NULL on failure. */
-static json_t *all_of_merge(sc_t *c, const json_t *s, const json_t *all)
-{
-    size_t n = json_array_size(all);
-    const json_t **parts = xmalloc((n + 1) * sizeof *parts);
-    size_t np = 0;
-    parts[np++] = s;
-    json_t *props = json_object(), *req = json_array(), *out = NULL;
-    for (size_t i = 0; i < n; i++) {
-        const json_t *e = json_array_get(all, i);
-        const json_t *r = json_is_object(e) ? json_object_get(e, "$ref") : NULL;
-        if (r) {
-            const json_t *t = json_is_string(r) ? resolve_ref(c, json_string_value(r)) : NULL;
-            if (!t || json_object_get(t, "$ref")) {
-                sc_fail(c, "allOf", "'allOf' item %zu: its '$ref' does not resolve to a schema without '$ref'", i);
-                goto out;
-            }
-            e = t;
-        }
-        if (!json_is_object(e)) {
-            sc_fail(c, "allOf", "'allOf' item %zu must be an object schema to be merged", i);
-            goto out;
-        }
-        parts[np++] = e;
-    }
-    for (size_t i = 0; i < np; i++) {
-        const char *key;
-        json_t *v;
-        json_object_foreach((json_t *)parts[i], key, v) {
-            if (in_list(key, ANNOTATIONS) || (i == 0 && strcmp(key, "allOf") == 0) || (i > 0 && strcmp(key, "$ref") == 0))
-                continue;
-            if (!in_list(key, MERGEABLE) ||
-                (strcmp(key, "type") == 0 && !(json_is_string(v) && strcmp(json_string_value(v), "object") == 0)) ||
-                (strcmp(key, "properties") == 0 && !json_is_object(v)) ||
-                (strcmp(key, "required") == 0 && !json_is_array(v))) {
-                sc_fail(c, "allOf", "'allOf' is supported with one schema, or with object schemas (type object, "
-                                    "properties, required, additionalProperties); %s has '%.40s'",
-                        i ? "an item" : "the schema next to it", key);
-                goto out;
-            }
-        }
-        const char *k;
-        json_t *sub;
-        json_object_foreach(json_object_get(parts[i], "properties"), k, sub) {
-            json_t *have = json_object_get(props, k);
-            if (!have)
-                json_object_set(props, k, sub);
-            else if (!json_equal(have, sub))
-                json_object_set_new(props, k, json_pack("{s:[O,O]}", "allOf", have, sub));
-        }
-        size_t j;
-        json_t *rk;
-        json_array_foreach(json_object_get(parts[i], "required"), j, rk) {
-            bool dup = false;
-            for (size_t q = 0; q < json_array_size(req); q++)
-                dup |= json_equal(json_array_get(req, q), rk);
-            if (!dup)
-                json_array_append(req, rk);
-        }
-    }
-    /* what each part says about the properties it does not list */
-    for (size_t i = 0; i < np; i++) {
-        const json_t *add = json_object_get(parts[i], "additionalProperties");
-        const json_t *own = json_object_get(parts[i], "properties");
-        if (!add || json_is_true(add) || (json_is_object(add) && json_object_size(add) == 0))
-            continue;
-        const char *k;
-        json_t *sub;
-        void *tmp;
-        json_object_foreach_safe(props, tmp, k, sub) {
-            if (own && json_object_get(own, k))
-                continue;
-            if (json_is_false(add)) {
-                for (size_t q = 0; q < json_array_size(req); q++)
-                    if (strcmp(json_string_value(json_array_get(req, q)), k) == 0) {
-                        sc_fail(c, "allOf", "'allOf': property '%.100s' is required by one part and not allowed by another", k);
-                        goto out;
-                    }
-                json_object_del(props, k);
-            } else if (!json_equal(sub, add)) {
-                json_object_set_new(props, k, json_pack("{s:[O,O]}", "allOf", sub, add));
-            }
-        }
-    }
-    out = json_pack("{s:s,s:O,s:O,s:b}", "type", "object", "properties", props, "required", req,
-                    "additionalProperties", 0);
-out:
-    json_decref(props);
-    json_decref(req);
-    free(parts);
-    return out;
-}
-
-/* allOf part i of s (0 = s itself), its $ref resolved; NULL when it is not
- * an object schema. */
-static const json_t *all_of_part(sc_t *c, const json_t *s, const json_t *all, size_t i)
-{
-    const json_t *e = i == 0 ? s : json_array_get(all, i - 1);
-    const json_t *r = i && json_is_object(e) ? json_object_get(e, "$ref") : NULL;
-    if (r)
-        e = json_is_string(r) ? resolve_ref(c, json_string_value(r)) : NULL;
-    return json_is_object(e) ? e : NULL;
-}
-
-/* Does some part of the allOf describe an object? Then the parts are merged
- * as objects (all_of_merge), else keyword by keyword (all_of_scalars). */
-static bool all_of_is_objects(sc_t *c, const json_t *s, const json_t *all)
-{
-    for (size_t i = 0; i <= json_array_size(all); i++) {
-        const json_t *e = all_of_part(c, s, all, i);
-        const json_t *t = e ? json_object_get(e, "type") : NULL;
-        if (e && (json_object_get(e, "properties") || json_object_get(e, "required") ||
-                  json_object_get(e, "additionalProperties") ||
-                  (json_is_string(t) && strcmp(json_string_value(t), "object") == 0)))
-            return true;
-    }
-    return false;
-}
-
-/* Keywords allOf parts may combine one by one: a conjunction of
- * independent constraints is the union of the keywords. Where two parts
- * give the same keyword, the values must be equal, or the keyword is a
- * bound and the tighter one is kept (sign: +1 keep the larger, -1 the
- * smaller). */
-static const struct {
-    const char *key;
-    int sign;
-} SCALAR_KEYS[] = {{"type", 0}, {"enum", 0}, {"const", 0}, {"minimum", 1}, {"exclusiveMinimum", 1},
-                   {"maximum", -1}, {"exclusiveMaximum", -1}, {"multipleOf", 0}, {"minLength", 1},
-                   {"maxLength", -1}, {"pattern", 0}, {"format", 0}, {"minItems", 1}, {"maxItems", -1},
-                   {"uniqueItems", 0}, {"items", 0}};
-
-/* allOf of non-object schemas → one schema (new reference), or NULL. */
-static json_t *all_of_scalars(sc_t *c, const json_t *s, const json_t *all)
-{
-    json_t *out = json_object();
-    for (size_t i = 0; i <= json_array_size(all); i++) {
-        const json_t *e = all_of_part(c, s, all, i);
-        if (!e) {
-            sc_fail(c, "allOf", "'allOf' item %zu must be an object schema to be merged", i - 1);
-            goto fail;
-        }
-        const char *key;
-        json_t *v;
-        json_object_foreach((json_t *)e, key, v) {
-            if (in_list(key, ANNOTATIONS) || (i == 0 && strcmp(key, "allOf") == 0) || (i > 0 && strcmp(key, "$ref") == 0))
-                continue;
-            int k = -1;
-            for (size_t q = 0; q < sizeof SCALAR_KEYS / sizeof SCALAR_KEYS[0]; q++)
-                if (strcmp(SCALAR_KEYS[q].key, key) == 0)
-                    k = (int)q;
-            if (k < 0) {
-                sc_fail(c, "allOf", "'allOf' is supported with one schema, with object schemas, or with schemas of "
-                                    "independent keywords (%s has '%.40s')", i ? "an item" : "the schema next to it", key);
-                goto fail;
-            }
-            json_t *have = json_object_get(out, key);
-            if (!have || json_equal(have, v)) {
-                json_object_set(out, key, v);
-            } else if (SCALAR_KEYS[k].sign && json_is_number(have) && json_is_number(v)) {
-                double a = json_number_value(have), b = json_number_value(v);
-                if (SCALAR_KEYS[k].sign > 0 ? b > a : b < a)
-                    json_object_set(out, key, v);
-            } else {
-                sc_fail(c, "allOf", "'allOf' parts give different values for '%.40s'", key);
-                goto fail;
-            }
-        }
-    }
-    return out;
-fail:
-    json_decref(out);
-    return NULL;
 }
 
 /* alternatives of anyOf / oneOf (key) */
@@ -1348,6 +1150,106 @@ static int any_rule(sc_t *c)
     return rr;
 }
 
+/* A node with $ref (only annotations beside it): memoized by the pointer
+ * text before the target is compiled, so recursion refers back to it. */
+static int ref_rule(sc_t *c, const json_t *s, const json_t *r)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)s, key, v) {
+        if (strcmp(key, "$ref") && !in_list(key, ANNOTATIONS)) {
+            sc_fail(c, key, "keyword '%.60s' next to '$ref' is not supported", key);
+            return -1;
+        }
+    }
+    if (!json_is_string(r)) {
+        sc_fail(c, "$ref", "'$ref' must be a string");
+        return -1;
+    }
+    const char *p = json_string_value(r);
+    for (int i = 0; i < c->n_memo; i++)
+        if (strcmp(c->memo[i].ref, p) == 0)
+            return c->memo[i].rule;
+    const json_t *target = json_schema_resolve_ref(c->root, p);
+    if (!target) {
+        sc_fail(c, "$ref", "'$ref' '%.100s' does not resolve (supported: #, #/$defs/NAME, #/definitions/NAME)", p);
+        return -1;
+    }
+    int rr = new_rule(c);
+    if (rr < 0)
+        return -1;
+    if (c->n_memo == c->cap_memo) {
+        c->cap_memo = c->cap_memo ? c->cap_memo * 2 : 8;
+        c->memo = xrealloc(c->memo, (size_t)c->cap_memo * sizeof *c->memo);
+    }
+    c->memo[c->n_memo].ref = xstrdup(p);
+    c->memo[c->n_memo++].rule = rr;
+    char save[sizeof c->path];
+    memcpy(save, c->path, sizeof save);
+    snprintf(c->path, sizeof c->path, "%s", p + 1);
+    int t = compile(c, target);
+    memcpy(c->path, save, sizeof save);
+    if (t < 0)
+        return -1;
+    rule_open(c, rr);
+    ref(c, &c->out, t);
+    strbuf_puts(&c->out, "\n");
+    return rr;
+}
+
+/* allOf: one part alone is that part; object parts are merged into one
+ * object schema, scalar parts into one scalar schema. */
+static int all_of_rule(sc_t *c, const json_t *s, const json_t *all_of)
+{
+    const char *key;
+    json_t *v;
+    if (!json_is_array(all_of) || json_array_size(all_of) == 0) {
+        sc_fail(c, "allOf", "'allOf' must be a non-empty array");
+        return -1;
+    }
+    bool alone = true;
+    json_object_foreach((json_t *)s, key, v) alone &= strcmp(key, "allOf") == 0 || in_list(key, ANNOTATIONS);
+    if (alone && json_array_size(all_of) == 1)
+        return compile_at(c, json_array_get(all_of, 0), "allOf", "0");
+    char why[sizeof c->ferr];
+    json_t *m = schema_allof_merge(c->root, s, all_of, why, sizeof why);
+    if (!m) {
+        sc_fail(c, "allOf", "%s", why);
+        return -1;
+    }
+    int result = compile_at(c, m, "allOf", NULL);
+    json_decref(m);
+    return result;
+}
+
+/* "type": [...]: the alternatives of each type (the node's other keywords
+ * apply to each). */
+static int type_list_rule(sc_t *c, const json_t *s, const json_t *type)
+{
+    size_t n = json_array_size(type);
+    if (n == 0) {
+        sc_fail(c, "type", "'type' must not be an empty array");
+        return -1;
+    }
+    int *subs = xmalloc(n * sizeof *subs);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *t = json_array_get(type, i);
+        if (!json_is_string(t)) {
+            sc_fail(c, "type", "'type' entries must be strings");
+            free(subs);
+            return -1;
+        }
+        subs[i] = type_rule(c, s, json_string_value(t));
+        if (subs[i] < 0) {
+            free(subs);
+            return -1;
+        }
+    }
+    int result = alternatives_rule(c, subs, n);
+    free(subs);
+    return result;
+}
+
 /* One node, no relaxing (compile() wraps it). */
 static int compile_once(sc_t *c, const json_t *s)
 {
@@ -1377,47 +1279,7 @@ static int compile_once(sc_t *c, const json_t *s)
     }
     const json_t *r = json_object_get(s, "$ref");
     if (r) {
-        json_object_foreach((json_t *)s, key, v) {
-            if (strcmp(key, "$ref") && !in_list(key, ANNOTATIONS)) {
-                sc_fail(c, key, "keyword '%.60s' next to '$ref' is not supported", key);
-                goto out;
-            }
-        }
-        if (!json_is_string(r)) {
-            sc_fail(c, "$ref", "'$ref' must be a string");
-            goto out;
-        }
-        const char *p = json_string_value(r);
-        for (int i = 0; i < c->n_memo; i++)
-            if (strcmp(c->memo[i].ref, p) == 0) {
-                result = c->memo[i].rule;
-                goto out;
-            }
-        const json_t *target = resolve_ref(c, p);
-        if (!target) {
-            sc_fail(c, "$ref", "'$ref' '%.100s' does not resolve (supported: #, #/$defs/NAME, #/definitions/NAME)", p);
-            goto out;
-        }
-        int rr = new_rule(c);
-        if (rr < 0)
-            goto out;
-        if (c->n_memo == c->cap_memo) {
-            c->cap_memo = c->cap_memo ? c->cap_memo * 2 : 8;
-            c->memo = xrealloc(c->memo, (size_t)c->cap_memo * sizeof *c->memo);
-        }
-        c->memo[c->n_memo].ref = xstrdup(p);
-        c->memo[c->n_memo++].rule = rr;
-        char save[sizeof c->path];
-        memcpy(save, c->path, sizeof save);
-        snprintf(c->path, sizeof c->path, "%s", p + 1);
-        int t = compile(c, target);
-        memcpy(c->path, save, sizeof save);
-        if (t < 0)
-            goto out;
-        rule_open(c, rr);
-        ref(c, &c->out, t);
-        strbuf_puts(&c->out, "\n");
-        result = rr;
+        result = ref_rule(c, s, r);
         goto out;
     }
     const json_t *cst = json_object_get(s, "const");
@@ -1441,21 +1303,7 @@ static int compile_once(sc_t *c, const json_t *s)
     }
     const json_t *all_of = json_object_get(s, "allOf");
     if (all_of) {
-        if (!json_is_array(all_of) || json_array_size(all_of) == 0) {
-            sc_fail(c, "allOf", "'allOf' must be a non-empty array");
-            goto out;
-        }
-        bool alone = true;
-        json_object_foreach((json_t *)s, key, v) alone &= strcmp(key, "allOf") == 0 || in_list(key, ANNOTATIONS);
-        if (alone && json_array_size(all_of) == 1) {
-            result = compile_at(c, json_array_get(all_of, 0), "allOf", "0");
-            goto out;
-        }
-        json_t *m = all_of_is_objects(c, s, all_of) ? all_of_merge(c, s, all_of) : all_of_scalars(c, s, all_of);
-        if (!m)
-            goto out;
-        result = compile_at(c, m, "allOf", NULL);
-        json_decref(m);
+        result = all_of_rule(c, s, all_of);
         goto out;
     }
     if (json_object_get(s, "anyOf") && json_object_get(s, "oneOf")) {
@@ -1473,27 +1321,7 @@ static int compile_once(sc_t *c, const json_t *s)
         goto out;
     }
     if (type && json_is_array(type)) {
-        size_t n = json_array_size(type);
-        if (n == 0) {
-            sc_fail(c, "type", "'type' must not be an empty array");
-            goto out;
-        }
-        int *subs = xmalloc(n * sizeof *subs);
-        for (size_t i = 0; i < n; i++) {
-            const json_t *t = json_array_get(type, i);
-            if (!json_is_string(t)) {
-                sc_fail(c, "type", "'type' entries must be strings");
-                free(subs);
-                goto out;
-            }
-            subs[i] = type_rule(c, s, json_string_value(t));
-            if (subs[i] < 0) {
-                free(subs);
-                goto out;
-            }
-        }
-        result = alternatives_rule(c, subs, n);
-        free(subs);
+        result = type_list_rule(c, s, type);
         goto out;
     }
     if (type) {
@@ -1610,7 +1438,7 @@ static char *to_gbnf(const json_t *schema, const char *prefix, bool relax, char 
         strbuf_append(&out, c.out.s, c.out.len);
     free(c.out.s);
     shared_rules(&out, c.pfx);
-    format_rules(&out, c.pfx, c.formats);
+    schema_format_rules(&out, c.pfx, c.formats);
     if (out.len > GBNF_MAX_TEXT) {
         errbuf_set(err, errlen, "the schema is too large (its grammar exceeds %u bytes)", GBNF_MAX_TEXT);
         free(out.s);
