@@ -251,6 +251,23 @@ static int get_count(sc_t *c, const json_t *s, const char *key, long long *out)
     return 1;
 }
 
+/* minX / maxX: *mn (0 when absent) and *mx (-1 when absent), *has_mn and
+ * *has_mx whether given; 0, or -1 (c failed) when one is bad or max < min. */
+static int get_count_range(sc_t *c, const json_t *s, const char *kmin, const char *kmax, long long *mn,
+                           long long *mx, int *has_mn, int *has_mx)
+{
+    *mn = 0, *mx = -1;
+    *has_mn = get_count(c, s, kmin, mn);
+    *has_mx = get_count(c, s, kmax, mx);
+    if (*has_mn < 0 || *has_mx < 0)
+        return -1;
+    if (*has_mx && *mx < *mn) {
+        sc_fail(c, kmax, "%s is below %s", kmax, kmin);
+        return -1;
+    }
+    return 0;
+}
+
 /* Compiles `pattern` into body (the GBNF of the quoted JSON string), with
  * repetition counts cut at cap (≥ 0) and raised to floor (≠ 0, see
  * regex_limits_t), and BMP-only classes (bmp). Returns the length range of
@@ -363,14 +380,10 @@ static void format_pattern_check(sc_t *c, const json_t *pat, int f)
 
 static int string_rule(sc_t *c, const json_t *s)
 {
-    long long mn = 0, mx = -1;
-    int a = get_count(c, s, "minLength", &mn), b = get_count(c, s, "maxLength", &mx);
-    if (a < 0 || b < 0)
+    long long mn, mx;
+    int a, b;
+    if (get_count_range(c, s, "minLength", "maxLength", &mn, &mx, &a, &b) < 0)
         return -1;
-    if (b && mx < mn) {
-        sc_fail(c, "maxLength", "maxLength is below minLength");
-        return -1;
-    }
     const json_t *pat = json_object_get(s, "pattern");
     const json_t *fmt = json_object_get(s, "format");
     if (pat && !json_is_string(pat)) {
@@ -533,14 +546,10 @@ static int write_tuple_array(sc_t *c, int r, const int *el, const char *it, long
  * minItems needs when no rest schema is given. */
 static int array_rule(sc_t *c, const json_t *s)
 {
-    long long mn = 0, mx = -1;
-    int a = get_count(c, s, "minItems", &mn), b = get_count(c, s, "maxItems", &mx);
-    if (a < 0 || b < 0)
+    long long mn, mx;
+    int a, b;
+    if (get_count_range(c, s, "minItems", "maxItems", &mn, &mx, &a, &b) < 0)
         return -1;
-    if (b && mx < mn) {
-        sc_fail(c, "maxItems", "maxItems is below minItems");
-        return -1;
-    }
     const json_t *uniq = json_object_get(s, "uniqueItems");
     if (uniq && !json_is_false(uniq)) {
         sc_fail(c, "uniqueItems", "'uniqueItems' is supported only as false");
@@ -944,14 +953,10 @@ static int object_rule(sc_t *c, const json_t *s)
     if (object_keywords_check(c, props, req, add, pn, dep) < 0)
         return -1;
     size_t n_req = req ? json_array_size(req) : 0;
-    long long mn = 0, mx = -1;
-    int ha = get_count(c, s, "minProperties", &mn), hb = get_count(c, s, "maxProperties", &mx);
-    if (ha < 0 || hb < 0)
+    long long mn, mx;
+    int ha, hb;
+    if (get_count_range(c, s, "minProperties", "maxProperties", &mn, &mx, &ha, &hb) < 0)
         return -1;
-    if (hb && mx < mn) {
-        sc_fail(c, "maxProperties", "maxProperties is below minProperties");
-        return -1;
-    }
     bool closed = add && json_is_false(add);
     size_t n_props = props ? json_object_size(props) : 0;
     const json_t *names = NULL;
@@ -1064,6 +1069,14 @@ static int alternatives_rule(sc_t *c, const int *subs, size_t n)
     return r;
 }
 
+/* alternatives_rule, then subs (malloc'd) freed. */
+static int alternatives_free(sc_t *c, int *subs, size_t n)
+{
+    int r = alternatives_rule(c, subs, n);
+    free(subs);
+    return r;
+}
+
 const json_t *json_schema_resolve_ref(const json_t *root, const char *p)
 {
     if (strcmp(p, "#") == 0)
@@ -1113,14 +1126,10 @@ static int alternatives_of(sc_t *c, const json_t *s, const char *kw)
         char idx[24];
         snprintf(idx, sizeof idx, "%zu", i);
         subs[i] = compile_at(c, json_array_get(alts, i), kw, idx);
-        if (subs[i] < 0) {
-            free(subs);
-            return -1;
-        }
+        if (subs[i] < 0)
+            return fail_free(subs);
     }
-    int r = alternatives_rule(c, subs, n);
-    free(subs);
-    return r;
+    return alternatives_free(c, subs, n);
 }
 
 static bool has_any(const json_t *s, const char *const *keys)
@@ -1236,18 +1245,13 @@ static int type_list_rule(sc_t *c, const json_t *s, const json_t *type)
         const json_t *t = json_array_get(type, i);
         if (!json_is_string(t)) {
             sc_fail(c, "type", "'type' entries must be strings");
-            free(subs);
-            return -1;
+            return fail_free(subs);
         }
         subs[i] = type_rule(c, s, json_string_value(t));
-        if (subs[i] < 0) {
-            free(subs);
-            return -1;
-        }
+        if (subs[i] < 0)
+            return fail_free(subs);
     }
-    int result = alternatives_rule(c, subs, n);
-    free(subs);
-    return result;
+    return alternatives_free(c, subs, n);
 }
 
 /* One node, no relaxing (compile() wraps it). */
