@@ -3,7 +3,7 @@
  * Each key/value is kept pre-serialized (value type u32 + encoded value) so
  * writing is a straight copy and replacing a key is a swap of one buffer.
  */
-#include "worker/model/gguf_write.h"
+#include "common/text/gguf_write.h"
 
 #include <errno.h>
 #include <stdlib.h>
