@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/strbuf.h"
 #include "common/vec.h"
 #include "common/xalloc.h"
 #include "gateway/oai.h"
@@ -17,9 +18,8 @@ struct answer {
     size_t n_tools;
     bool reasoning;               /* <think>...</think> split off */
     bool ended;                   /* a feed other than ANSWER_MORE came */
-    char *text;                   /* (len) everything fed so far (only when tools or
-                                     reasoning: otherwise text passes straight through) */
-    size_t len, cap;
+    strbuf_t text;                /* everything fed so far (only when tools or reasoning:
+                                     otherwise text passes straight through) */
     size_t emitted;               /* bytes of the content part released as content */
     size_t r_emitted;             /* bytes of the reasoning part released */
     tool_stream_t *tools;         /* the calls in the content, NULL without tool_names */
@@ -49,7 +49,7 @@ void answer_free(answer_t **ap)
     tool_stream_free(&a->tools);
     free(a->ids);
     free(a->parts);
-    free(a->text);
+    strbuf_free(&a->text);
     free(a);
 }
 
@@ -76,33 +76,33 @@ static void push_text(answer_t *a, answer_part_kind_t kind, const char *text, si
 }
 
 /* Releases the reasoning decided so far; returns where content starts in
- * a->text, or SIZE_MAX while that is not known yet. */
+ * a->text.s, or SIZE_MAX while that is not known yet. */
 static size_t release_reasoning(answer_t *a, answer_end_t end)
 {
     if (!a->reasoning)
         return 0;
     reasoning_split_t sp;
     if (end != ANSWER_MORE)
-        reasoning_split(a->text, a->len, &sp);
+        reasoning_split(a->text.s, a->text.len, &sp);
     else
-        reasoning_stream_feed(a->text, a->len, &sp);
+        reasoning_stream_feed(a->text.s, a->text.len, &sp);
     if (sp.undecided)
         return SIZE_MAX;
     if (!sp.has_reasoning)
         return 0;
     if (sp.r_len > a->r_emitted) {
-        push_text(a, ANSWER_REASONING, a->text + sp.r_start + a->r_emitted, sp.r_len - a->r_emitted);
+        push_text(a, ANSWER_REASONING, a->text.s + sp.r_start + a->r_emitted, sp.r_len - a->r_emitted);
         a->r_emitted = sp.r_len;
     }
     return sp.closed ? sp.c_start : SIZE_MAX;
 }
 
-/* Releases the content decided so far (content = a->text + c0) and, with
+/* Releases the content decided so far (content = a->text.s + c0) and, with
  * tools, the tool calls in it as the tool stream decides them. */
 static void release_content(answer_t *a, size_t c0, answer_end_t end)
 {
-    const char *content = a->text + c0;
-    size_t clen = a->len - c0;
+    const char *content = a->text.s + c0;
+    size_t clen = a->text.len - c0;
     if (!a->tools) {
         push_text(a, ANSWER_CONTENT, content + a->emitted, clen - a->emitted);
         a->emitted = clen;
@@ -148,10 +148,7 @@ size_t answer_feed(answer_t *a, const char *text, size_t len, answer_end_t end,
         *parts = a->parts;
         return a->n_parts;
     }
-    vec_reserve(a->text, a->cap, a->len + len + 1);
-    memcpy(a->text + a->len, text, len);
-    a->len += len;
-    a->text[a->len] = '\0';
+    strbuf_append(&a->text, text, len);
     size_t c0 = release_reasoning(a, end);
     if (c0 != SIZE_MAX)
         release_content(a, c0, end);

@@ -21,6 +21,7 @@
 
 #include "common/errbuf.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "common/xalloc.h"
 #include "gateway/gateway.h"
 #include "gateway/http.h"
@@ -1288,54 +1289,30 @@ int config_models_set(config_t *c, const char *model, const char *key, const cha
 
 /* ---- config_format ------------------------------------------------------------ */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-} sbuf_t;
-
-static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf_t *b, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        assert(n >= 0);
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        b->cap = 2 * b->cap + (size_t)n + 1;
-        b->p = xrealloc(b->p, b->cap);
-    }
-}
-
 /* A double-quoted YAML string. Values never hold control characters (checked
  * on the way in), so only \ and " need escaping. */
-static void sb_quoted(sbuf_t *b, const char *s)
+static void put_yaml_quoted(strbuf_t *b, const char *s)
 {
-    sb_printf(b, "\"");
+    strbuf_printf(b, "\"");
     for (; *s; s++) {
         if (*s == '"' || *s == '\\')
-            sb_printf(b, "\\%c", *s);
-        else
-            sb_printf(b, "%c", *s);
+            strbuf_putc(b, '\\');
+        strbuf_putc(b, *s);
     }
-    sb_printf(b, "\"");
+    strbuf_printf(b, "\"");
 }
 
-static void format_fields(sbuf_t *b, const field_t *fields, size_t n, const void *base, int indent,
+static void format_fields(strbuf_t *b, const field_t *fields, size_t n, const void *base, int indent,
                           const config_t *c)
 {
     static const char *const levels[] = {"debug", "info", "warn", "error"};
     for (size_t i = 0; i < n; i++) {
         const field_t *f = &fields[i];
         const void *v = (const char *)base + f->off;
-        sb_printf(b, "%*s%s:", indent, "", f->key);
+        strbuf_printf(b, "%*s%s:", indent, "", f->key);
         switch (f->kind) {
-        case K_INT: sb_printf(b, " %d\n", *(const int *)v); break;
-        case K_I64: sb_printf(b, " %lld\n", (long long)*(const int64_t *)v); break;
+        case K_INT: strbuf_printf(b, " %d\n", *(const int *)v); break;
+        case K_I64: strbuf_printf(b, " %lld\n", (long long)*(const int64_t *)v); break;
         case K_DOUBLE: {
             /* shortest spelling that reads back to the same double */
             double d = *(const double *)v;
@@ -1349,40 +1326,40 @@ static void format_fields(sbuf_t *b, const field_t *fields, size_t n, const void
                         break;
                 }
             }
-            sb_printf(b, " %s\n", tmp);
+            strbuf_printf(b, " %s\n", tmp);
             break;
         }
-        case K_BOOL: sb_printf(b, " %s\n", *(const bool *)v ? "true" : "false"); break;
+        case K_BOOL: strbuf_printf(b, " %s\n", *(const bool *)v ? "true" : "false"); break;
         case K_LEVEL: {
             int lv = *(const int *)v;
-            sb_printf(b, " %s\n", lv >= 0 && lv < 4 ? levels[lv] : "info");
+            strbuf_printf(b, " %s\n", lv >= 0 && lv < 4 ? levels[lv] : "info");
             break;
         }
-        case K_ENUM: sb_printf(b, " %s\n", f->names[*(const int *)v]); break;
+        case K_ENUM: strbuf_printf(b, " %s\n", f->names[*(const int *)v]); break;
         case K_STR:
         case K_OPTSTR: {
             const char *s = *(char *const *)v;
             if (s) {
-                sb_printf(b, " ");
-                sb_quoted(b, s);
-                sb_printf(b, "\n");
+                strbuf_printf(b, " ");
+                put_yaml_quoted(b, s);
+                strbuf_printf(b, "\n");
             } else {
-                sb_printf(b, " null\n");
+                strbuf_printf(b, " null\n");
             }
             break;
         }
         case K_MAP:
-            sb_printf(b, "\n");
+            strbuf_printf(b, "\n");
             format_fields(b, f->sub, f->n_sub, v, indent + 2, c);
             break;
         case K_MODELS:
             if (c->n_models == 0) {
-                sb_printf(b, " []\n");
+                strbuf_printf(b, " []\n");
                 break;
             }
-            sb_printf(b, "\n");
+            strbuf_printf(b, "\n");
             for (size_t m = 0; m < c->n_models; m++) {
-                sb_printf(b, "%*s-\n", indent + 2, "");
+                strbuf_printf(b, "%*s-\n", indent + 2, "");
                 format_fields(b, model_fields, N_OF(model_fields), &c->models[m], indent + 4, c);
             }
             break;
@@ -1392,11 +1369,11 @@ static void format_fields(sbuf_t *b, const field_t *fields, size_t n, const void
 
 char *config_format(const config_t *c, size_t *len)
 {
-    sbuf_t b = {.p = xmalloc(1024), .len = 0, .cap = 1024};
-    b.p[0] = 0;
-    sb_printf(&b, "# pagoda-gateway configuration (every key, effective values)\n");
+    strbuf_t b = STRBUF_INIT;
+    strbuf_reserve(&b, 1024);
+    strbuf_printf(&b, "# pagoda-gateway configuration (every key, effective values)\n");
     format_fields(&b, top_fields, N_OF(top_fields), c, 0, c);
     if (len)
         *len = b.len;
-    return b.p;
+    return strbuf_take(&b);
 }

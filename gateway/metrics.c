@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "common/vec.h"
 #include "common/xalloc.h"
 
@@ -302,41 +303,18 @@ uint64_t metrics_dropped(metrics_t *m)
 
 /* ---- rendering --------------------------------------------------------- */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-} buf_t;
-
-static void buf_reserve(buf_t *b, size_t extra)
-{
-    vec_reserve(b->p, b->cap, b->len + extra + 1);
-}
-
-static void buf_put(buf_t *b, const char *s, size_t n)
-{
-    buf_reserve(b, n);
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void buf_puts(buf_t *b, const char *s)
-{
-    buf_put(b, s, strlen(s));
-}
-
 /* Escapes \ and newline (HELP) or also " (label values). */
-static void buf_escaped(buf_t *b, const char *s, int quote)
+static void buf_escaped(strbuf_t *b, const char *s, int quote)
 {
     for (; *s; s++) {
         if (*s == '\\')
-            buf_puts(b, "\\\\");
+            strbuf_puts(b, "\\\\");
         else if (*s == '\n')
-            buf_puts(b, "\\n");
+            strbuf_puts(b, "\\n");
         else if (quote && *s == '"')
-            buf_puts(b, "\\\"");
+            strbuf_puts(b, "\\\"");
         else
-            buf_put(b, s, 1);
+            strbuf_append(b, s, 1);
     }
 }
 
@@ -364,55 +342,53 @@ void metrics_format_double(double v, char *out, size_t cap)
 }
 
 /* name{l1="v1",...[,le="B"]} value\n */
-static void render_sample(buf_t *b, const metrics_family_t *f, const series_t *s, const char *suffix,
+static void render_sample(strbuf_t *b, const metrics_family_t *f, const series_t *s, const char *suffix,
                           const char *le, double value)
 {
-    buf_puts(b, f->name);
-    buf_puts(b, suffix);
+    strbuf_puts(b, f->name);
+    strbuf_puts(b, suffix);
     if (f->n_labels > 0 || le) {
-        buf_puts(b, "{");
+        strbuf_puts(b, "{");
         for (size_t j = 0; j < f->n_labels; j++) {
             if (j > 0)
-                buf_puts(b, ",");
-            buf_puts(b, f->labels[j]);
-            buf_puts(b, "=\"");
+                strbuf_puts(b, ",");
+            strbuf_puts(b, f->labels[j]);
+            strbuf_puts(b, "=\"");
             buf_escaped(b, s->values[j], 1);
-            buf_puts(b, "\"");
+            strbuf_puts(b, "\"");
         }
         if (le) {
             if (f->n_labels > 0)
-                buf_puts(b, ",");
-            buf_puts(b, "le=\"");
-            buf_puts(b, le);
-            buf_puts(b, "\"");
+                strbuf_puts(b, ",");
+            strbuf_puts(b, "le=\"");
+            strbuf_puts(b, le);
+            strbuf_puts(b, "\"");
         }
-        buf_puts(b, "}");
+        strbuf_puts(b, "}");
     }
     char num[40];
     metrics_format_double(value, num, sizeof(num));
-    buf_puts(b, " ");
-    buf_puts(b, num);
-    buf_puts(b, "\n");
+    strbuf_puts(b, " ");
+    strbuf_puts(b, num);
+    strbuf_puts(b, "\n");
 }
 
 char *metrics_render(metrics_t *m, size_t *len)
 {
     static const char *type_names[] = {"counter", "gauge", "histogram"};
-    buf_t b = {0};
-    buf_reserve(&b, 0);
-    b.p[0] = '\0';
+    strbuf_t b = STRBUF_INIT;
     pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < m->n; i++) {
         const metrics_family_t *f = m->families[i];
-        buf_puts(&b, "# HELP ");
-        buf_puts(&b, f->name);
-        buf_puts(&b, " ");
+        strbuf_puts(&b, "# HELP ");
+        strbuf_puts(&b, f->name);
+        strbuf_puts(&b, " ");
         buf_escaped(&b, f->help, 0);
-        buf_puts(&b, "\n# TYPE ");
-        buf_puts(&b, f->name);
-        buf_puts(&b, " ");
-        buf_puts(&b, type_names[f->type]);
-        buf_puts(&b, "\n");
+        strbuf_puts(&b, "\n# TYPE ");
+        strbuf_puts(&b, f->name);
+        strbuf_puts(&b, " ");
+        strbuf_puts(&b, type_names[f->type]);
+        strbuf_puts(&b, "\n");
         for (size_t k = 0; k < f->n_series; k++) {
             const series_t *s = &f->series[k];
             if (f->type != METRICS_HISTOGRAM) {
@@ -435,7 +411,7 @@ char *metrics_render(metrics_t *m, size_t *len)
     pthread_mutex_unlock(&m->lock);
     if (len)
         *len = b.len;
-    return b.p;
+    return strbuf_take(&b);
 }
 
 /* ---- standard families ------------------------------------------------- */

@@ -18,6 +18,7 @@
 #include "common/memavail.h"
 #include "common/private_dir.h"
 #include "common/sigwake.h"
+#include "common/strbuf.h"
 #include "common/xalloc.h"
 #include "worker/kv_disk.h"
 #include "worker/pack_cache.h"
@@ -351,8 +352,7 @@ static proto_err_t op_detokenize(struct worker *w, uint64_t id, const int32_t *i
             return PROTO_ERR_BAD_REQUEST;
         }
     detok_t *d = detok_new(NULL, 0);
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
+    strbuf_t buf = STRBUF_INIT;
     for (uint32_t i = 0; i <= n; i++) {
         const char *delta;
         size_t dl;
@@ -363,19 +363,14 @@ static proto_err_t op_detokenize(struct worker *w, uint64_t id, const int32_t *i
         } else {
             detok_finish(d, DETOK_FINISH_LENGTH, &delta, &dl);
         }
-        if (len + dl > cap) {
-            cap = (len + dl) * 2 + 256;
-            buf = xrealloc(buf, cap);
-        }
-        memcpy(buf + len, delta, dl);
-        len += dl;
-        if (len >= PROTO_MAX_TEXT / 2 && i < n) {
-            send_op_event(w, id, NULL, 0, 0, buf, len, false, n);
-            len = 0;
+        strbuf_append(&buf, delta, dl);
+        if (buf.len >= PROTO_MAX_TEXT / 2 && i < n) {
+            send_op_event(w, id, NULL, 0, 0, buf.s, buf.len, false, n);
+            strbuf_reset(&buf);
         }
     }
-    send_op_event(w, id, NULL, 0, 0, buf, len, true, n);
-    free(buf);
+    send_op_event(w, id, NULL, 0, 0, buf.s, buf.len, true, n);
+    strbuf_free(&buf);
     detok_free(&d);
     return PROTO_ERR_NONE;
 }

@@ -18,6 +18,7 @@
 
 #include "common/errbuf.h"
 #include "common/hex.h"
+#include "common/utf8.h"
 #include "common/xalloc.h"
 
 #define COST_INF ((int64_t)1 << 40)
@@ -1355,4 +1356,32 @@ int gbnf_match(const grammar_t *g, const uint8_t *s, size_t len)
     gr_state_free(&st);
     gr_arena_free(&a);
     return ok;
+}
+
+/* ---- writing GBNF text ------------------------------------------------------ */
+
+void gbnf_escape_cp(strbuf_t *b, uint32_t cp)
+{
+    if (cp == '"' || cp == '\\') {
+        strbuf_putc(b, '\\');
+        strbuf_putc(b, (char)cp);
+    } else if (cp < 0x20 || cp == 0x7F) {
+        strbuf_printf(b, "\\x%02x", cp);
+    } else {
+        char u[4];
+        strbuf_append(b, u, utf8_put(cp, u));
+    }
+}
+
+void gbnf_escape_literal(strbuf_t *b, const char *s, size_t n)
+{
+    strbuf_putc(b, '"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80)
+            gbnf_escape_cp(b, c);
+        else
+            strbuf_putc(b, (char)c); /* UTF-8 continues as it is */
+    }
+    strbuf_putc(b, '"');
 }

@@ -53,6 +53,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/strbuf.h"
+
 #define GBNF_MAX_TEXT (1u << 20)     /* bytes of grammar text */
 #define GBNF_MAX_ELEMS (1 << 20)     /* compiled elements */
 #define GBNF_MAX_RULES (1 << 16)     /* rules, anonymous ones included */
@@ -160,5 +162,19 @@ bool gr_state_done(const gr_state_t *st);
 int64_t gr_state_cost(const grammar_t *g, const gr_state_t *st);
 /* 1 when the whole text matches root, 0 when not (tests). */
 int gbnf_match(const grammar_t *g, const uint8_t *s, size_t len);
+
+/* ---- writing GBNF text ------------------------------------------------------
+ * The one escaper for text that becomes a literal in generated grammars
+ * (json_schema.c, lark.c, tool_grammar.c): '"' and '\' get a backslash,
+ * every control character (0x00-0x1F) and DEL as \xHH, everything else
+ * itself, so gbnf_parse reads the code points back and the literal matches
+ * exactly those bytes. A literal is UTF-8 text: a byte that is not part of
+ * valid UTF-8 cannot be matched by any literal, and gbnf_parse refuses the
+ * text that holds it (give these functions UTF-8). */
+
+/* Appends s[0..n) as one quoted GBNF literal ("..."). */
+void gbnf_escape_literal(strbuf_t *b, const char *s, size_t n);
+/* Appends code point cp as it stands between the quotes of a literal. */
+void gbnf_escape_cp(strbuf_t *b, uint32_t cp);
 
 #endif

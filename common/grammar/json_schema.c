@@ -18,62 +18,14 @@
 
 #include "common/errbuf.h"
 #include "common/grammar/gbnf.h"
-#include "common/utf8.h"
+#include "common/grammar/num_range.h"
+#include "common/grammar/schema_allof.h"
+#include "common/grammar/schema_format.h"
+#include "common/grammar/regex.h"
+#include "common/strbuf.h"
 #include "common/xalloc.h"
 
-#define MAXV 999999999999999LL /* integers have at most 15 digits */
-
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-} sbuf_t;
-
-static void sb_putn(sbuf_t *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        b->cap = (b->n + n + 1) * 2 + 256;
-        b->s = xrealloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-static void sb_puts(sbuf_t *b, const char *s) { sb_putn(b, s, strlen(s)); }
-static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf_t *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n >= (int)sizeof tmp) {
-        char *big = xmalloc((size_t)n + 1);
-        va_start(ap, fmt);
-        vsnprintf(big, (size_t)n + 1, fmt, ap);
-        va_end(ap);
-        sb_putn(b, big, (size_t)n);
-        free(big);
-    } else if (n > 0) {
-        sb_putn(b, tmp, (size_t)n);
-    }
-}
-
-/* A GBNF string literal for the bytes s[0..n). */
-static void sb_lit(sbuf_t *b, const char *s, size_t n)
-{
-    sb_puts(b, "\"");
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            sb_printf(b, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            sb_printf(b, "\\x%02x", c);
-        else
-            sb_putn(b, (const char *)&c, 1);
-    }
-    sb_puts(b, "\"");
-}
+_Static_assert(REGEX_MAX_COUNT == JSON_SCHEMA_MAX_COUNT, "pattern counts and minLength/maxLength share one limit");
 
 typedef struct memo {
     char *ref;
@@ -81,7 +33,7 @@ typedef struct memo {
 } memo_t;
 
 typedef struct sc {
-    sbuf_t out;              /* rules written so far */
+    strbuf_t out;              /* rules written so far */
     const json_t *root;      /* the whole schema ($ref "#") */
     const char *pfx;
     int n_rules;
@@ -90,7 +42,7 @@ typedef struct sc {
     int depth;
     char path[512];          /* JSON pointer of the node being compiled */
     const json_t *cur;       /* the node being compiled (its keywords are path/KEY) */
-    unsigned formats;        /* shared format rules used (bit i = FORMATS[i]) */
+    unsigned formats;        /* shared format rules used (bit i = SCHEMA_FORMATS[i]) */
     bool failed;
     bool fatal;              /* a limit was hit: no relaxing helps */
     const json_t *fnode;     /* node whose keyword failed (cur at the failure) */
@@ -99,7 +51,7 @@ typedef struct sc {
     char fpath[600];         /* JSON pointer of the keyword */
     bool relax;              /* relax refused keywords instead of failing */
     int n_relaxed;
-    sbuf_t relaxed;          /* "pointer: reason; ..." */
+    strbuf_t relaxed;          /* "pointer: reason; ..." */
 } sc_t;
 
 #define MAX_RELAXED 64 /* relaxed keywords per schema (each costs a recompile of its node) */
@@ -157,16 +109,16 @@ static int compile(sc_t *c, const json_t *s);
 static int alternatives_rule(sc_t *c, const int *subs, size_t n);
 
 /* rule "<pfx>sN ::= " opened; caller writes the body and "\n" */
-static void rule_open(sc_t *c, int r) { sb_printf(&c->out, "%ss%d ::= ", c->pfx, r); }
-static void ref(sc_t *c, sbuf_t *b, int r) { sb_printf(b, "%ss%d", c->pfx, r); }
-static void shared(sc_t *c, sbuf_t *b, const char *name) { sb_printf(b, "%s%s", c->pfx, name); }
+static void rule_open(sc_t *c, int r) { strbuf_printf(&c->out, "%ss%d ::= ", c->pfx, r); }
+static void ref(sc_t *c, strbuf_t *b, int r) { strbuf_printf(b, "%ss%d", c->pfx, r); }
+static void shared(sc_t *c, strbuf_t *b, const char *name) { strbuf_printf(b, "%s%s", c->pfx, name); }
 
 static int json_literal_rule(sc_t *c, const json_t **vals, size_t n)
 {
     int r = new_rule(c);
     if (r < 0)
         return -1;
-    sbuf_t body = {0};
+    strbuf_t body = {0};
     for (size_t i = 0; i < n; i++) {
         char *t = json_dumps(vals[i], JSON_COMPACT | JSON_ENCODE_ANY);
         if (!t) {
@@ -175,116 +127,18 @@ static int json_literal_rule(sc_t *c, const json_t **vals, size_t n)
             return -1;
         }
         if (i)
-            sb_puts(&body, " | ");
-        sb_lit(&body, t, strlen(t));
+            strbuf_puts(&body, " | ");
+        gbnf_escape_literal(&body, t, strlen(t));
         free(t);
     }
     rule_open(c, r);
-    sb_puts(&c->out, n ? body.s : "\"\"");
-    sb_puts(&c->out, "\n");
+    strbuf_puts(&c->out, n ? body.s : "\"\"");
+    strbuf_puts(&c->out, "\n");
     free(body.s);
     return r;
 }
 
-/* ---- numbers ---------------------------------------------------------------- */
-
-/* GBNF for decimal strings of equal length n between L and H (L ≤ H). */
-static void digits_range(sbuf_t *b, const char *L, const char *H, int n)
-{
-    if (n == 0) {
-        sb_puts(b, "\"\"");
-        return;
-    }
-    if (strncmp(L, H, (size_t)n) == 0) {
-        sb_lit(b, L, (size_t)n);
-        return;
-    }
-    if (L[0] == H[0]) {
-        sb_printf(b, "\"%c\" ", L[0]);
-        digits_range(b, L + 1, H + 1, n - 1);
-        return;
-    }
-    bool low_zero = true, high_nine = true;
-    for (int i = 1; i < n; i++) {
-        low_zero &= L[i] == '0';
-        high_nine &= H[i] == '9';
-    }
-    char nines[32], zeros[32];
-    memset(nines, '9', sizeof nines);
-    memset(zeros, '0', sizeof zeros);
-    char lo_first = L[0], hi_first = H[0];
-    bool any = false;
-    sb_puts(b, "(");
-    if (!low_zero) {
-        sb_printf(b, "\"%c\" (", L[0]);
-        digits_range(b, L + 1, nines, n - 1);
-        sb_puts(b, ")");
-        lo_first++;
-        any = true;
-    }
-    if (!high_nine)
-        hi_first--;
-    if (lo_first <= hi_first) {
-        if (any)
-            sb_puts(b, " | ");
-        sb_printf(b, "[%c-%c]", lo_first, hi_first);
-        if (n > 1)
-            sb_printf(b, " [0-9]{%d}", n - 1);
-        any = true;
-    }
-    if (!high_nine) {
-        if (any)
-            sb_puts(b, " | ");
-        sb_printf(b, "\"%c\" (", H[0]);
-        digits_range(b, zeros, H + 1, n - 1);
-        sb_puts(b, ")");
-    }
-    sb_puts(b, ")");
-}
-
-/* GBNF for the integers a..b, 0 ≤ a ≤ b ≤ MAXV, without leading zeros. */
-static void uint_range(sbuf_t *b, long long a, long long hi)
-{
-    sb_puts(b, "(");
-    bool first = true;
-    long long p = 1;
-    for (int d = 1; d <= 15; d++, p *= 10) {
-        long long lo_d = d == 1 ? 0 : p, hi_d = p * 10 - 1;
-        long long lo = a > lo_d ? a : lo_d, h = hi < hi_d ? hi : hi_d;
-        if (lo > h)
-            continue;
-        char L[32], H[32];
-        snprintf(L, sizeof L, "%lld", lo);
-        snprintf(H, sizeof H, "%lld", h);
-        if (!first)
-            sb_puts(b, " | ");
-        first = false;
-        digits_range(b, L, H, d);
-    }
-    sb_puts(b, ")");
-}
-
-/* reals with magnitude in [a, b] (0 ≤ a ≤ b, b may be MAXV+1 = unbounded) */
-static void real_mag(sbuf_t *b, long long a, long long hi, bool unbounded)
-{
-    if (!unbounded && a == hi) {
-        sb_printf(b, "\"%lld\"", a);
-        return;
-    }
-    sb_puts(b, "(");
-    uint_range(b, a, unbounded ? MAXV : hi - 1);
-    sb_puts(b, " (\".\" [0-9]{1,15})?");
-    if (!unbounded)
-        sb_printf(b, " | \"%lld\"", hi);
-    sb_puts(b, ")");
-}
-
-/* One side of a range: value v, exclusive or not; set = false when absent
- * or when it cannot bind what is generated (|v| ≥ 10^15 on the open side). */
-typedef struct bound {
-    bool set, excl;
-    double v;
-} bound_t;
+/* ---- numbers: the keywords read here, the rules written by num_range.c ---- */
 
 /* Reads a numeric keyword; 0 absent, 1 set, -1 error. */
 static int get_num(sc_t *c, const json_t *s, const char *key, double *out)
@@ -303,919 +157,54 @@ static int get_num(sc_t *c, const json_t *s, const char *key, double *out)
 /* The tighter of minimum / exclusiveMinimum (lower = true) or of maximum /
  * exclusiveMaximum. exclusiveMinimum may also be a boolean next to minimum
  * (draft 4, OpenAPI 3.0). 0 ok, -1 error. */
-static int get_side(sc_t *c, const json_t *s, bool lower, bound_t *out)
+static int get_side(sc_t *c, const json_t *s, bool lower, num_bound_t *out)
 {
     const char *ik = lower ? "minimum" : "maximum", *ek = lower ? "exclusiveMinimum" : "exclusiveMaximum";
-    *out = (bound_t){0};
+    *out = (num_bound_t){0};
     double iv = 0, ev = 0;
     bool old_excl = json_is_boolean(json_object_get(s, ek));
     int hi = get_num(c, s, ik, &iv), he = old_excl ? 0 : get_num(c, s, ek, &ev);
     if (hi < 0 || he < 0)
         return -1;
     if (hi)
-        *out = (bound_t){.set = true, .excl = old_excl && json_is_true(json_object_get(s, ek)), .v = iv};
+        *out = (num_bound_t){.set = true, .excl = old_excl && json_is_true(json_object_get(s, ek)), .v = iv};
     if (he && (!hi || (lower ? ev >= iv : ev <= iv)))
-        *out = (bound_t){.set = true, .excl = true, .v = ev};
+        *out = (num_bound_t){.set = true, .excl = true, .v = ev};
     if (!out->set)
         return 0;
     const char *key = out->excl && !old_excl ? ek : ik;
     /* a bound the generator cannot reach (integers have ≤ 15 digits) is a
      * no-op: zod writes z.number().int() as ±(2^53 - 1) */
-    if (lower ? out->v <= -(double)MAXV : out->v >= (double)MAXV) {
+    if (lower ? out->v <= -(double)NUM_RANGE_MAX : out->v >= (double)NUM_RANGE_MAX) {
         out->set = false;
         return 0;
     }
-    if (lower ? out->v >= (double)MAXV : out->v <= -(double)MAXV) {
+    if (lower ? out->v >= (double)NUM_RANGE_MAX : out->v <= -(double)NUM_RANGE_MAX) {
         sc_fail(c, key, "'%s' leaves no number of at most 15 digits", key);
         return -1;
     }
     return 0;
 }
 
-/* Does the decimal text t (as a client parses it) satisfy bound b? */
-static bool text_ok(const char *t, const bound_t *b, bool lower)
-{
-    if (!b->set)
-        return true;
-    double x = strtod(t, NULL);
-    if (lower)
-        return b->excl ? x > b->v : x >= b->v;
-    return b->excl ? x < b->v : x <= b->v;
-}
-
-/* n / 10^k as decimal text with exactly k fraction digits */
-static void fixed_text(char *out, size_t len, long long n, int k)
-{
-    char d[48];
-    int nd = snprintf(d, sizeof d, "%0*lld", k + 1, n < 0 ? -n : n);
-    if (k == 0)
-        snprintf(out, len, "%s%s", n < 0 ? "-" : "", d);
-    else
-        snprintf(out, len, "%s%.*s.%s", n < 0 ? "-" : "", nd - k, d, d + nd - k);
-}
-
-/* The smallest (lower) or largest (upper) n with n / 10^k inside b, checked
- * on the decimal text a client parses (so 0.3 > 0.3 is never generated). */
-static long long grid_edge(const bound_t *b, bool lower, int k, long long unset)
-{
-    if (!b->set)
-        return unset;
-    double scale = pow(10, k);
-    long long n = lower ? (long long)ceil(b->v * scale) - 2 : (long long)floor(b->v * scale) + 2;
-    char t[64];
-    for (int i = 0; i < 8; i++) {
-        fixed_text(t, sizeof t, n, k);
-        if (text_ok(t, b, lower))
-            break;
-        n += lower ? 1 : -1;
-    }
-    /* walk back while the neighbour is still inside */
-    for (int i = 0; i < 8; i++) {
-        fixed_text(t, sizeof t, lower ? n - 1 : n + 1, k);
-        if (!text_ok(t, b, lower))
-            break;
-        n += lower ? -1 : 1;
-    }
-    return n;
-}
-
-/* magnitudes a..hi (0 ≤ a ≤ hi) scaled by 10^k, written with exactly k
- * fraction digits: the integer part, ".", k digits bounded at the ends */
-static void fixed_mag(sbuf_t *b, long long a, long long hi, int k)
-{
-    assert(k >= 1 && k <= 6); /* number_rule's grid */
-    long long scale = 1;
-    for (int i = 0; i < k; i++)
-        scale *= 10;
-    long long ia = a / scale, fa = a % scale, ih = hi / scale, fh = hi % scale;
-    char FA[8], FH[8], Z[8], N[8]; /* k digits each, written from the right */
-    for (int i = k - 1; i >= 0; i--, fa /= 10, fh /= 10) {
-        FA[i] = (char)('0' + fa % 10);
-        FH[i] = (char)('0' + fh % 10);
-        Z[i] = '0';
-        N[i] = '9';
-    }
-    FA[k] = FH[k] = Z[k] = N[k] = 0;
-    sb_puts(b, "(");
-    if (ia == ih) {
-        sb_printf(b, "\"%lld.\" (", ia);
-        digits_range(b, FA, FH, k);
-        sb_puts(b, ")");
-    } else {
-        sb_printf(b, "\"%lld.\" (", ia);
-        digits_range(b, FA, N, k);
-        sb_puts(b, ")");
-        if (ih - ia > 1) {
-            sb_puts(b, " | ");
-            uint_range(b, ia + 1, ih - 1);
-            sb_printf(b, " \".\" [0-9]{%d}", k);
-        }
-        sb_printf(b, " | \"%lld.\" (", ih);
-        digits_range(b, Z, FH, k);
-        sb_puts(b, ")");
-    }
-    sb_puts(b, ")");
-}
-
-/* Positive multiples of m with at most 15 digits. Two forms:
- *  - m divides 10^t (m = 2^a·5^b, 10^t/m ≤ 1000): the multiples below 10^t
- *    listed, or any digits followed by one of the t-digit endings that are
- *    multiples of m;
- *  - else m = c·10^j with c ≤ 64: a remainder automaton over the digits of
- *    a multiple of c (one rule per remainder and length), then j zeros.
- * Writes the rules; returns the rule for the multiples, or -1. */
-static int multiples_rule(sc_t *c, long long m)
-{
-    long long pow10 = 1;
-    int t = 0;
-    while (t <= 15 && pow10 % m != 0)
-        pow10 *= 10, t++;
-    if (t <= 12 && pow10 % m == 0 && pow10 / m <= 1000) {
-        int p = new_rule(c);
-        if (p < 0)
-            return -1;
-        rule_open(c, p);
-        for (long long k = m; k < pow10; k += m)
-            sb_printf(&c->out, "\"%lld\" | ", k);
-        sb_printf(&c->out, "[1-9] [0-9]{0,%d} (", 14 - t);
-        for (long long k = 0; k < pow10; k += m)
-            sb_printf(&c->out, "%s\"%0*lld\"", k ? " | " : "", t, k);
-        sb_puts(&c->out, ")\n");
-        return p;
-    }
-    int j = 0;
-    while (m % 10 == 0)
-        m /= 10, j++;
-    if (m > 64) {
-        sc_fail(c, "multipleOf", "'multipleOf' is supported for integers whose digits before trailing zeros are at most 64, "
-                                 "or that divide a power of ten");
-        return -1;
-    }
-    int nd = 15 - j; /* digits before the zeros */
-    int q0 = c->n_rules;
-    for (long long i = 0; i < m * nd; i++)
-        if (new_rule(c) < 0)
-            return -1;
-    /* rule q0 + r*nd + (d-1): remainder r after d digits; live[] = it can
-     * still end on remainder 0 within nd digits (dead ones are written but
-     * never referenced) */
-    bool *live = xcalloc((size_t)(m * (nd + 1)), sizeof *live);
-    for (int d = nd; d >= 1; d--)
-        for (long long r = 0; r < m; r++) {
-            bool l = r == 0;
-            for (int e = 0; e < 10 && d < nd && !l; e++)
-                l = live[((r * 10 + e) % m) * (nd + 1) + d + 1];
-            live[r * (nd + 1) + d] = l;
-        }
-    for (long long r = 0; r < m; r++)
-        for (int d = 1; d <= nd; d++) {
-            rule_open(c, q0 + (int)(r * nd + d - 1));
-            bool any = false;
-            if (d < nd)
-                for (int e = 0; e < 10; e++) {
-                    long long to = (r * 10 + e) % m;
-                    if (!live[to * (nd + 1) + d + 1])
-                        continue;
-                    bool first = true;
-                    for (int f = 0; f < e; f++)
-                        first &= (r * 10 + f) % m != to;
-                    if (!first)
-                        continue;
-                    sb_printf(&c->out, "%s[", any ? " | " : "");
-                    for (int f = e; f < 10; f++)
-                        if ((r * 10 + f) % m == to)
-                            sb_printf(&c->out, "%d", f);
-                    sb_puts(&c->out, "] ");
-                    ref(c, &c->out, q0 + (int)(to * nd + d));
-                    any = true;
-                }
-            if (r == 0 || !any)
-                sb_puts(&c->out, any ? " | \"\"" : "\"\""); /* !any && r != 0: dead, never referenced */
-            sb_puts(&c->out, "\n");
-        }
-    int p = new_rule(c);
-    if (p < 0)
-        return -1;
-    rule_open(c, p);
-    sb_puts(&c->out, "(");
-    bool any = false;
-    for (int d = 1; d < 10; d++) {
-        if (!live[(d % m) * (nd + 1) + 1])
-            continue;
-        sb_printf(&c->out, "%s\"%d\" ", any ? " | " : "", d);
-        ref(c, &c->out, q0 + (int)((d % m) * nd));
-        any = true;
-    }
-    free(live);
-    sb_puts(&c->out, ")");
-    if (j)
-        sb_printf(&c->out, " \"%0*d\"", j, 0);
-    sb_puts(&c->out, "\n");
-    return p;
-}
-
-/* integer / number with bounds (any of minimum, maximum, exclusiveMinimum,
- * exclusiveMaximum, fractional or not) and multipleOf (integral). */
+/* integer / number with bounds and multipleOf (num_range.h). */
 static int number_rule(sc_t *c, const json_t *s, bool integer)
 {
-    bound_t L, H;
-    if (get_side(c, s, true, &L) < 0 || get_side(c, s, false, &H) < 0)
+    num_range_t spec = {.integer = integer};
+    if (get_side(c, s, true, &spec.lo) < 0 || get_side(c, s, false, &spec.hi) < 0)
         return -1;
-    double mult = 0;
-    int hm = get_num(c, s, "multipleOf", &mult);
+    int hm = get_num(c, s, "multipleOf", &spec.mult);
     if (hm < 0)
         return -1;
-    /* multipleOf 1/q (0.5, 0.01, z.number().multipleOf(0.01)): every
-     * integer is a multiple, and n / m rounds to exactly n·q in binary
-     * floating point too (what ajv and zod compute), so integers are
-     * generated */
-    bool whole = integer;
-    if (hm && mult > 0 && mult < 1) {
-        double q = floor(1 / mult + 0.5);
-        if (q >= 2 && q <= 1e6 && fabs(q * mult - 1) < 1e-12)
-            hm = 0, whole = true;
-    }
-    if (hm && (!(mult > 0) || mult != floor(mult) || mult > 1e12)) {
-        sc_fail(c, "multipleOf", "'multipleOf' is supported only as a positive integer (at most 10^12) or 1/n (0.5, 0.01, ...)");
-        return -1;
-    }
-    if (hm && mult == 1)
-        hm = 0, whole = true;
-    whole |= hm != 0; /* only integers are generated */
-    /* find the coarsest decimal grid (k fraction digits) with a value inside */
-    int k = 0;
-    long long lo = 0, hi = 0;
-    for (;; k++) {
-        if (k > (whole ? 0 : 6) || (k > 0 && (fabs(L.v) > 1e12 || fabs(H.v) > 1e12))) {
-            sc_fail(c, L.set ? "minimum" : "maximum", "no number satisfies these bounds");
-            return -1;
-        }
-        lo = grid_edge(&L, true, k, -MAXV);
-        hi = grid_edge(&H, false, k, MAXV);
-        if (lo <= hi)
-            break;
-    }
-    int r = new_rule(c);
-    if (r < 0)
-        return -1;
-    if (hm) {
-        long long m = (long long)mult;
-        long long qa = lo >= 0 ? (lo + m - 1) / m : -((-lo) / m), qb = hi >= 0 ? hi / m : -((-hi + m - 1) / m);
-        if (qa > qb) {
-            sc_fail(c, "multipleOf", "no multiple of 'multipleOf' lies within the bounds");
-            return -1;
-        }
-        if (qb - qa < 256) { /* few: list them */
-            rule_open(c, r);
-            for (long long q = qa; q <= qb; q++)
-                sb_printf(&c->out, "%s\"%lld\"", q > qa ? " | " : "", q * m);
-            sb_puts(&c->out, "\n");
-            return r;
-        }
-        /* many: every multiple of each sign the bounds allow wholesale */
-        bool neg = !L.set, zero = lo <= 0 && hi >= 0, pos = !H.set;
-        if ((L.set && lo > m) || (H.set && hi < -m) || (L.set && lo < 0) || (H.set && hi > 0)) {
-            sc_fail(c, "multipleOf", "'multipleOf' with bounds spanning more than 256 multiples is supported "
-                                      "only with bounds at 0 or within one multiple of it");
-            return -1;
-        }
-        int p = multiples_rule(c, m);
-        if (p < 0)
-            return -1;
-        rule_open(c, r);
-        bool any = false;
-        if (neg) {
-            sb_puts(&c->out, "\"-\" ");
-            ref(c, &c->out, p);
-            any = true;
-        }
-        if (zero) {
-            sb_printf(&c->out, "%s\"0\"", any ? " | " : "");
-            any = true;
-        }
-        if (pos) {
-            sb_puts(&c->out, any ? " | " : "");
-            ref(c, &c->out, p);
-        }
-        sb_puts(&c->out, "\n");
+    spec.has_mult = hm > 0;
+    const char *key = NULL;
+    char why[sizeof c->ferr];
+    int r = num_range_rules(&spec, &c->out, c->pfx, &c->n_rules, JSON_SCHEMA_MAX_RULES, &key, why, sizeof why);
+    if (r >= 0)
         return r;
-    }
-    rule_open(c, r);
-    if (!L.set && !H.set) {
-        shared(c, &c->out, whole ? "integer" : "number");
-        sb_puts(&c->out, "\n");
-        return r;
-    }
-    bool any = false;
-    sb_puts(&c->out, "(");
-    if (lo < 0) { /* negative part: magnitudes [max(1 or 0, -hi), -lo] */
-        sb_puts(&c->out, "\"-\" ");
-        if (whole) {
-            uint_range(&c->out, hi >= 0 ? 1 : -hi, -lo);
-        } else if (k == 0) {
-            real_mag(&c->out, hi >= 0 ? 0 : -hi, -lo, !L.set);
-        } else {
-            fixed_mag(&c->out, hi >= 0 ? 1 : -hi, -lo, k);
-        }
-        any = true;
-    }
-    if (hi >= 0) {
-        if (any)
-            sb_puts(&c->out, " | ");
-        long long a = lo > 0 ? lo : 0;
-        if (whole)
-            uint_range(&c->out, a, hi);
-        else if (k == 0)
-            real_mag(&c->out, a, hi, !H.set);
-        else
-            fixed_mag(&c->out, a, hi, k);
-    }
-    sb_puts(&c->out, ")\n");
-    return r;
-}
-
-/* ---- pattern (ECMA-262 subset) → GBNF of the JSON-escaped string body -------- */
-
-/* length range of a pattern part in code points (hi = RX_INF: unbounded) */
-typedef struct rxlen {
-    long long lo, hi;
-} rxlen_t;
-#define RX_INF (1LL << 40)
-
-typedef struct rx {
-    const char *s;
-    size_t n, p;
-    sc_t *c;
-    int depth;
-    long long cap;      /* ≥ 0: repetition counts above it are cut to it (maxLength) */
-    long long floor;    /* > 0: repetition counts below it are raised to it (minLength) */
-    bool floor_all;     /* raise optional repetitions too (else only those of min ≥ 1) */
-    bool bmp;           /* only characters of one UTF-16 unit (lengths are checked) */
-    unsigned flags;     /* JSON_SCHEMA_RX_* (0 for `pattern`) */
-    rxlen_t atom;       /* length of the atom rx_atom just read */
-    size_t fail_off;    /* the first failure: offset in s, and what */
-    const char *fail_what;
-} rx_t;
-
-static long long rx_mul(long long a, long long k) { return a >= RX_INF || k >= RX_INF ? RX_INF : a * k < RX_INF ? a * k : RX_INF; }
-
-typedef struct cpr {
-    uint32_t lo, hi;
-} cpr_t;
-
-typedef struct cpset {
-    cpr_t *r;
-    int n, cap;
-} cpset_t;
-
-static void cps_add(cpset_t *s, uint32_t lo, uint32_t hi)
-{
-    if (s->n == s->cap) {
-        s->cap = s->cap ? s->cap * 2 : 8;
-        s->r = xrealloc(s->r, (size_t)s->cap * sizeof *s->r);
-    }
-    s->r[s->n++] = (cpr_t){lo, hi};
-}
-
-static int cmp_cpr(const void *x, const void *y)
-{
-    const cpr_t *a = x, *b = y;
-    return a->lo < b->lo ? -1 : a->lo > b->lo;
-}
-
-static void cps_norm(cpset_t *s, bool negate)
-{
-    if (s->n > 1) /* r is NULL when empty ('.' with the s flag) */
-        qsort(s->r, (size_t)s->n, sizeof *s->r, cmp_cpr);
-    int m = 0;
-    for (int i = 0; i < s->n; i++) {
-        if (m && s->r[i].lo <= s->r[m - 1].hi + 1) {
-            if (s->r[i].hi > s->r[m - 1].hi)
-                s->r[m - 1].hi = s->r[i].hi;
-        } else {
-            s->r[m++] = s->r[i];
-        }
-    }
-    s->n = m;
-    if (!negate)
-        return;
-    cpset_t t = {0};
-    uint32_t next = 0;
-    for (int i = 0; i < m; i++) {
-        if (s->r[i].lo > next)
-            cps_add(&t, next, s->r[i].lo - 1);
-        next = s->r[i].hi + 1;
-    }
-    if (next <= 0x10FFFF)
-        cps_add(&t, next, 0x10FFFF);
-    free(s->r);
-    *s = t;
-}
-
-static bool cps_has(const cpset_t *s, uint32_t c)
-{
-    for (int i = 0; i < s->n; i++)
-        if (c >= s->r[i].lo && c <= s->r[i].hi)
-            return true;
-    return false;
-}
-
-/* Writes a GBNF expression for "one character of s, as it appears inside a
- * JSON string": plain characters raw, '"' '\' and controls escaped. */
-static void cps_emit(sbuf_t *b, const cpset_t *s)
-{
-    sbuf_t cls = {0};
-    bool plain = false;
-    for (int i = 0; i < s->n; i++) {
-        uint32_t lo = s->r[i].lo, hi = s->r[i].hi;
-        /* cut out 0..1F, '"', '\\', surrogates (the parser refuses those) */
-        uint32_t cuts[][2] = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0xD800, 0xDFFF}};
-        uint32_t parts[8][2];
-        int np = 1;
-        parts[0][0] = lo, parts[0][1] = hi;
-        for (int k = 0; k < 4; k++) {
-            int nn = 0;
-            uint32_t out[8][2];
-            for (int j = 0; j < np; j++) {
-                uint32_t a = parts[j][0], z = parts[j][1];
-                if (z < cuts[k][0] || a > cuts[k][1]) {
-                    out[nn][0] = a, out[nn][1] = z, nn++;
-                    continue;
-                }
-                if (a < cuts[k][0])
-                    out[nn][0] = a, out[nn][1] = cuts[k][0] - 1, nn++;
-                if (z > cuts[k][1])
-                    out[nn][0] = cuts[k][1] + 1, out[nn][1] = z, nn++;
-            }
-            memcpy(parts, out, sizeof out);
-            np = nn;
-        }
-        for (int j = 0; j < np; j++) {
-            sb_printf(&cls, "\\U%08x", parts[j][0]);
-            if (parts[j][1] != parts[j][0])
-                sb_printf(&cls, "-\\U%08x", parts[j][1]);
-            plain = true;
-        }
-    }
-    sb_puts(b, "(");
-    bool any = false;
-    if (plain) {
-        sb_printf(b, "[%s]", cls.s);
-        any = true;
-    }
-    free(cls.s);
-    static const struct { uint32_t c; const char *esc; } E[] = {
-        {'"', "\"\\\\\\\"\""}, {'\\', "\"\\\\\\\\\""}, {'\n', "\"\\\\n\""}, {'\r', "\"\\\\r\""},
-        {'\t', "\"\\\\t\""}, {'\b', "\"\\\\b\""}, {'\f', "\"\\\\f\""}};
-    for (size_t k = 0; k < sizeof E / sizeof E[0]; k++)
-        if (cps_has(s, E[k].c)) {
-            sb_printf(b, "%s%s", any ? " | " : "", E[k].esc);
-            any = true;
-        }
-    for (uint32_t ch = 0; ch < 0x20; ch++)
-        if (ch != '\n' && ch != '\r' && ch != '\t' && ch != '\b' && ch != '\f' && cps_has(s, ch)) {
-            sb_printf(b, "%s\"\\\\u%04x\"", any ? " | " : "", ch);
-            any = true;
-        }
-    if (!any)
-        sb_puts(b, "[^\\x00-\\U0010ffff]"); /* nothing */
-    sb_puts(b, ")");
-}
-
-/* Writes the same set as one raw character (no JSON escaping): a class of
- * code point ranges, surrogates cut (gbnf refuses them). */
-static void cps_emit_raw(sbuf_t *b, const cpset_t *s)
-{
-    sbuf_t cls = {0};
-    for (int i = 0; i < s->n; i++) {
-        /* the range below the surrogates, and the one above */
-        uint32_t part[2][2] = {{s->r[i].lo, s->r[i].hi < 0xD7FF ? s->r[i].hi : 0xD7FF},
-                               {s->r[i].lo > 0xE000 ? s->r[i].lo : 0xE000, s->r[i].hi}};
-        for (int j = 0; j < 2; j++) {
-            if (part[j][0] > part[j][1] || (j == 1 && part[j][1] < 0xE000))
-                continue;
-            sb_printf(&cls, "\\U%08x", part[j][0]);
-            if (part[j][1] != part[j][0])
-                sb_printf(&cls, "-\\U%08x", part[j][1]);
-        }
-    }
-    if (cls.s)
-        sb_printf(b, "[%s]", cls.s);
+    if (key)
+        sc_fail(c, key, "%s", why);
     else
-        sb_puts(b, "[^\\x00-\\U0010ffff]"); /* nothing */
-    free(cls.s);
-}
-
-static void rx_fail(rx_t *x, const char *what)
-{
-    if (!x->c->failed)
-        x->fail_off = x->p, x->fail_what = what;
-    sc_fail(x->c, "pattern", "pattern feature not supported at offset %zu: %s", x->p, what);
-}
-
-static void rx_class_escape(rx_t *x, int e, cpset_t *set, bool *neg_out)
-{
-    *neg_out = false;
-    switch (e) {
-    case 'd': cps_add(set, '0', '9'); break;
-    case 'D': cps_add(set, '0', '9'); *neg_out = true; break;
-    case 'w': cps_add(set, '0', '9'); cps_add(set, 'A', 'Z'); cps_add(set, 'a', 'z'); cps_add(set, '_', '_'); break;
-    case 'W': cps_add(set, '0', '9'); cps_add(set, 'A', 'Z'); cps_add(set, 'a', 'z'); cps_add(set, '_', '_'); *neg_out = true; break;
-    case 's': cps_add(set, ' ', ' '); cps_add(set, '\t', '\r'); break;
-    case 'S': cps_add(set, ' ', ' '); cps_add(set, '\t', '\r'); *neg_out = true; break;
-    default: rx_fail(x, "unknown escape");
-    }
-}
-
-static int32_t rx_utf8(rx_t *x)
-{
-    const unsigned char *s = (const unsigned char *)x->s + x->p;
-    size_t left = x->n - x->p;
-    uint32_t c = s[0];
-    int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    if ((size_t)n > left) {
-        rx_fail(x, "bad UTF-8");
-        return -1;
-    }
-    uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
-    for (int i = 1; i < n; i++)
-        cp = (cp << 6) | (s[i] & 0x3F);
-    x->p += (size_t)n;
-    return (int32_t)cp;
-}
-
-/* one literal char of the pattern (after a backslash or not) */
-static int32_t rx_char(rx_t *x, bool in_class)
-{
-    if (x->s[x->p] != '\\')
-        return rx_utf8(x);
-    x->p++;
-    if (x->p >= x->n) {
-        rx_fail(x, "trailing backslash");
-        return -1;
-    }
-    char e = x->s[x->p++];
-    switch (e) {
-    case 'n': return '\n';
-    case 't': return '\t';
-    case 'r': return '\r';
-    case 'f': return '\f';
-    case 'v': return '\v';
-    case '0': return 0;
-    case 'x':
-    case 'u': {
-        int nhex = e == 'x' ? 2 : 4;
-        if (x->p + (size_t)nhex > x->n) {
-            rx_fail(x, "short \\x or \\u escape");
-            return -1;
-        }
-        uint32_t v = 0;
-        for (int i = 0; i < nhex; i++) {
-            char h = x->s[x->p++];
-            int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-            if (d < 0) {
-                rx_fail(x, "bad \\x or \\u escape");
-                return -1;
-            }
-            v = v * 16 + (uint32_t)d;
-        }
-        return (int32_t)v;
-    }
-    default:
-        if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9')) {
-            x->p -= 2; /* the offset of the backslash */
-            rx_fail(x, "escape (backreference, word boundary or unknown)");
-            return -1;
-        }
-        (void)in_class;
-        return (unsigned char)e;
-    }
-}
-
-static rxlen_t rx_alt(rx_t *x, sbuf_t *b);
-
-/* emits a character set; with x->bmp without astral characters, so a length
- * counted in code points (JSON Schema) and in UTF-16 units (zod) agree */
-static void rx_emit(rx_t *x, sbuf_t *b, cpset_t *set)
-{
-    if (x->bmp) {
-        int m = 0;
-        for (int i = 0; i < set->n; i++)
-            if (set->r[i].lo <= 0xFFFF) {
-                set->r[m] = set->r[i];
-                if (set->r[m].hi > 0xFFFF)
-                    set->r[m].hi = 0xFFFF;
-                m++;
-            }
-        set->n = m;
-    }
-    if (x->flags & JSON_SCHEMA_RX_RAW)
-        cps_emit_raw(b, set);
-    else
-        cps_emit(b, set);
-}
-
-static void rx_atom(rx_t *x, sbuf_t *b)
-{
-    char ch = x->s[x->p];
-    x->atom = (rxlen_t){1, 1};
-    if (ch == '(') {
-        x->p++;
-        if (x->p < x->n && x->s[x->p] == '?') {
-            if (x->p + 1 < x->n && x->s[x->p + 1] == ':') {
-                x->p += 2;
-            } else {
-                rx_fail(x, "lookaround or named group");
-                return;
-            }
-        }
-        if (++x->depth > 32) {
-            rx_fail(x, "groups nested too deeply");
-            return;
-        }
-        sb_puts(b, "(");
-        rxlen_t g = rx_alt(x, b);
-        x->depth--;
-        if (x->p >= x->n || x->s[x->p] != ')') {
-            rx_fail(x, "unclosed group");
-            return;
-        }
-        x->p++;
-        sb_puts(b, ")");
-        x->atom = g;
-    } else if (ch == '[') {
-        x->p++;
-        bool neg = false;
-        if (x->p < x->n && x->s[x->p] == '^')
-            neg = true, x->p++;
-        cpset_t set = {0};
-        bool first = true;
-        while (!x->c->failed) {
-            if (x->p >= x->n) {
-                rx_fail(x, "unclosed class");
-                break;
-            }
-            if (x->s[x->p] == ']' && !first) {
-                x->p++;
-                break;
-            }
-            first = false;
-            /* Python warns about and Rust gives meaning to these: refused */
-            if ((x->flags & JSON_SCHEMA_RX_PYRUST) && x->s[x->p] == '[') {
-                rx_fail(x, "'[' inside a class (a nested or POSIX class)");
-                break;
-            }
-            if ((x->flags & JSON_SCHEMA_RX_PYRUST) && x->p + 1 < x->n && x->s[x->p + 1] == x->s[x->p] &&
-                strchr("&-~", x->s[x->p])) {
-                rx_fail(x, "class set operation (&&, --, ~~)");
-                break;
-            }
-            if (x->s[x->p] == '\\' && x->p + 1 < x->n && strchr("dDwWsS", x->s[x->p + 1])) {
-                char e = x->s[x->p + 1];
-                x->p += 2;
-                if (e >= 'A' && e <= 'Z') {
-                    rx_fail(x, "negated class escape inside a class");
-                    break;
-                }
-                bool n2;
-                rx_class_escape(x, e, &set, &n2);
-                continue;
-            }
-            int32_t lo = rx_char(x, true), hi = lo;
-            if (lo < 0)
-                break;
-            if (x->p + 1 < x->n && x->s[x->p] == '-' && x->s[x->p + 1] != ']') {
-                x->p++;
-                hi = rx_char(x, true);
-                if (hi < lo) {
-                    rx_fail(x, "bad range");
-                    break;
-                }
-            }
-            cps_add(&set, (uint32_t)lo, (uint32_t)hi);
-        }
-        if (!x->c->failed) {
-            cps_norm(&set, neg);
-            rx_emit(x, b, &set);
-        }
-        free(set.r);
-    } else if (ch == '.') {
-        x->p++;
-        cpset_t set = {0};
-        if (!(x->flags & JSON_SCHEMA_RX_DOTALL)) {
-            cps_add(&set, '\n', '\n');
-            if (!(x->flags & JSON_SCHEMA_RX_PYRUST)) {
-                cps_add(&set, '\r', '\r');
-                cps_add(&set, 0x2028, 0x2029);
-            }
-        }
-        cps_norm(&set, true);
-        rx_emit(x, b, &set);
-        free(set.r);
-    } else if (ch == '\\' && x->p + 1 < x->n && strchr("dDwWsS", x->s[x->p + 1])) {
-        cpset_t set = {0};
-        bool neg;
-        rx_class_escape(x, x->s[x->p + 1], &set, &neg);
-        x->p += 2;
-        cps_norm(&set, neg);
-        rx_emit(x, b, &set);
-        free(set.r);
-    } else if (ch == '^' || ch == '$') {
-        rx_fail(x, "anchor inside the pattern");
-    } else if (ch == '*' || ch == '+' || ch == '?' || ch == '{') {
-        rx_fail(x, "quantifier without an atom");
-    } else {
-        int32_t cp = rx_char(x, false);
-        if (cp < 0)
-            return;
-        cpset_t set = {0};
-        cps_add(&set, (uint32_t)cp, (uint32_t)cp);
-        rx_emit(x, b, &set);
-        free(set.r);
-    }
-}
-
-static rxlen_t rx_seq(rx_t *x, sbuf_t *b)
-{
-    bool any = false;
-    rxlen_t len = {0, 0};
-    while (x->p < x->n && !x->c->failed) {
-        char ch = x->s[x->p];
-        if (ch == '|' || ch == ')')
-            break;
-        /* anchors: ^ opening and $ closing a top-level alternative */
-        bool anchors = !(x->flags & JSON_SCHEMA_RX_NO_ANCHORS);
-        if (anchors && ch == '^' && !any && x->depth == 0) {
-            x->p++;
-            continue;
-        }
-        if (anchors && ch == '$' && x->depth == 0 && (x->p + 1 == x->n || x->s[x->p + 1] == '|')) {
-            x->p++;
-            break;
-        }
-        sb_puts(b, any ? " " : "");
-        rx_atom(x, b);
-        if (x->c->failed)
-            return len;
-        any = true;
-        long long qm = 1, qM = 1; /* repetition counts (qM = RX_INF: unbounded) */
-        if (x->p < x->n) {
-            ch = x->s[x->p];
-            bool quantified = true;
-            if (ch == '*' || ch == '+' || ch == '?') {
-                qm = ch == '+', qM = ch == '?' ? 1 : RX_INF;
-                x->p++;
-            } else if (ch == '{') {
-                size_t q = x->p + 1;
-                long m = 0, M = -2;
-                while (q < x->n && x->s[q] >= '0' && x->s[q] <= '9' && m <= JSON_SCHEMA_MAX_COUNT)
-                    m = m * 10 + (x->s[q++] - '0');
-                if (q < x->n && x->s[q] == '}') {
-                    M = m;
-                } else if (q < x->n && x->s[q] == ',') {
-                    q++;
-                    if (q < x->n && x->s[q] == '}') {
-                        M = -1;
-                    } else {
-                        M = 0;
-                        while (q < x->n && x->s[q] >= '0' && x->s[q] <= '9' && M <= JSON_SCHEMA_MAX_COUNT)
-                            M = M * 10 + (x->s[q++] - '0');
-                        if (q >= x->n || x->s[q] != '}')
-                            M = -2;
-                    }
-                }
-                if (M == -2 || q == x->p + 1 || m > JSON_SCHEMA_MAX_COUNT || M > JSON_SCHEMA_MAX_COUNT ||
-                    (M >= 0 && M < m)) {
-                    rx_fail(x, "bad {m,n} quantifier");
-                    return len;
-                }
-                qm = m, qM = M == -1 ? RX_INF : M;
-                x->p = q + 1;
-            } else {
-                quantified = false;
-            }
-            if (quantified) {
-                /* length limits: counts cut at cap, raised to floor (a subset) */
-                if (x->cap >= 0 && qM > x->cap)
-                    qM = x->cap > qm ? x->cap : qm;
-                if (x->floor > qm && (qm >= 1 || x->floor_all))
-                    qm = x->floor < qM ? x->floor : qM;
-                if (qm == 0 && qM == RX_INF)
-                    sb_puts(b, "*");
-                else if (qm == 1 && qM == RX_INF)
-                    sb_puts(b, "+");
-                else if (qm == 0 && qM == 1)
-                    sb_puts(b, "?");
-                else if (qM == RX_INF)
-                    sb_printf(b, "{%lld,}", qm);
-                else
-                    sb_printf(b, "{%lld,%lld}", qm, qM);
-            }
-            if (x->p < x->n && x->s[x->p] == '?')
-                x->p++; /* lazy: same language */
-            if (x->p < x->n && strchr("*+?{", x->s[x->p])) {
-                rx_fail(x, "two quantifiers in a row");
-                return len;
-            }
-        }
-        len.lo = len.lo + rx_mul(x->atom.lo, qm);
-        len.hi = len.hi + rx_mul(x->atom.hi, qM);
-        if (len.lo > RX_INF)
-            len.lo = RX_INF;
-        if (len.hi > RX_INF)
-            len.hi = RX_INF;
-    }
-    if (!any)
-        sb_puts(b, "\"\"");
-    return len;
-}
-
-static rxlen_t rx_alt(rx_t *x, sbuf_t *b)
-{
-    rxlen_t len = rx_seq(x, b);
-    while (!x->c->failed && x->p < x->n && x->s[x->p] == '|') {
-        x->p++;
-        sb_puts(b, " | ");
-        rxlen_t l = rx_seq(x, b);
-        if (l.lo < len.lo)
-            len.lo = l.lo;
-        if (l.hi > len.hi)
-            len.hi = l.hi;
-    }
-    return len;
-}
-
-/* ---- formats ----------------------------------------------------------------- */
-
-/* Each supported `format` is generated from a fixed grammar: a subset of the
- * format chosen to be valid for ajv-formats ("full" mode) and for the
- * pattern zod 4 writes next to it (tests/integration/schema_corpus.mjs
- * checks both). ASCII only, no '"' or '\', so the text needs no JSON escape.
- * min/max: the length range of what the grammar generates (for
- * minLength/maxLength next to a format). example: a string of the format
- * that a `pattern` written next to the format must accept. */
-static const struct format {
-    const char *name, *gbnf;
-    int min, max;
-    const char *example;
-} FORMATS[] = {
-    {"date", "fd-date", 10, 10, "2024-01-15"},
-    {"time", "fd-time \"Z\"", 9, 13, "10:30:00Z"},
-    {"date-time", "fd-date \"T\" fd-time \"Z\"", 20, 24, "2024-01-15T10:30:00Z"},
-    {"duration",
-     "\"P\" (fd-n \"W\" | fd-n \"Y\" (fd-n \"M\")? (fd-n \"D\")? fd-dt? | fd-n \"M\" (fd-n \"D\")? fd-dt? | "
-     "fd-n \"D\" fd-dt? | fd-dt)", 3, 26, "P1DT2H"},
-    {"email", "[a-z0-9]{1,16} (\".\" [a-z0-9]{1,16}){0,2} \"@\" (fd-label \".\"){1,3} [a-z]{2,6}", 6, 108,
-     "user@example.com"},
-    {"hostname", "fd-label (\".\" fd-label){0,3}", 1, 67, "example.com"},
-    {"ipv4", "fd-octet \".\" fd-octet \".\" fd-octet \".\" fd-octet", 7, 15, "192.168.0.1"},
-    {"ipv6", "[0-9a-f]{1,4} (\":\" [0-9a-f]{1,4}){7}", 15, 39, "2001:db8:0:0:0:0:0:1"},
-    {"uuid", "[0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [1-8] [0-9a-f]{3} \"-\" [89ab] [0-9a-f]{3} \"-\" [0-9a-f]{12}", 36,
-     36, "123e4567-e89b-42d3-a456-426614174000"},
-    /* the last host label is letters: a numeric one makes WHATWG URL (zod's
-     * z.url()) read the host as a bad IPv4 address */
-    {"uri", "\"http\" \"s\"? \"://\" (fd-label \".\"){1,3} [a-z]{2,10} (\"/\" [a-zA-Z0-9._~-]{1,16}){0,4}", 12, 150,
-     "https://example.com/a"},
-};
-#define N_FORMATS ((int)(sizeof FORMATS / sizeof FORMATS[0]))
-
-/* The pieces the format grammars share (written once, prefixed). */
-static void format_rules(sbuf_t *b, const char *p, unsigned used)
-{
-    if (!used)
-        return;
-    for (int i = 0; i < N_FORMATS; i++)
-        if (used & (1u << i)) {
-            sb_printf(b, "%sfmt-%s ::= ", p, FORMATS[i].name);
-            /* prefix the fd-* references */
-            for (const char *q = FORMATS[i].gbnf; *q;) {
-                const char *f = strstr(q, "fd-");
-                if (!f) {
-                    sb_puts(b, q);
-                    break;
-                }
-                sb_putn(b, q, (size_t)(f - q));
-                sb_puts(b, p);
-                sb_puts(b, "fd-");
-                q = f + 3;
-            }
-            sb_puts(b, "\n");
-        }
-    sb_printf(b, "%sfd-date ::= [12] [0-9]{3} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
-                 "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]))\n", p);
-    sb_printf(b, "%sfd-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,3})?\n", p);
-    sb_printf(b, "%sfd-n ::= [0-9]{1,3}\n", p);
-    sb_printf(b, "%sfd-dt ::= \"T\" (%sfd-n \"H\" (%sfd-n \"M\")? (%sfd-n \"S\")? | %sfd-n \"M\" (%sfd-n \"S\")? | %sfd-n \"S\")\n",
-              p, p, p, p, p, p, p);
-    sb_printf(b, "%sfd-label ::= [a-z0-9] ([a-z0-9-]{0,14} [a-z0-9])?\n", p);
-    sb_printf(b, "%sfd-octet ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]\n", p);
-}
-
-static int format_find(const char *name)
-{
-    for (int i = 0; i < N_FORMATS; i++)
-        if (strcmp(FORMATS[i].name, name) == 0)
-            return i;
+        sc_fatal(c, "the schema is too large (more than %d grammar rules)", JSON_SCHEMA_MAX_RULES);
     return -1;
 }
 
@@ -1243,6 +232,8 @@ static bool in_list(const char *k, const char *const *l)
     return false;
 }
 
+bool json_schema_is_annotation(const char *key) { return in_list(key, ANNOTATIONS); }
+
 static int get_count(sc_t *c, const json_t *s, const char *key, long long *out)
 {
     const json_t *v = json_object_get(s, key);
@@ -1260,33 +251,52 @@ static int get_count(sc_t *c, const json_t *s, const char *key, long long *out)
     return 1;
 }
 
-/* Compiles `pattern` into body (the GBNF of the quoted JSON string). */
-/* Compiles `pattern` into body (the GBNF of the quoted JSON string), with
- * repetition counts cut at cap (≥ 0) and raised to floor (> 0), and
- * BMP-only classes (bmp). Returns the length range of what it generates. */
-static rxlen_t pattern_body(sc_t *c, const json_t *pat, sbuf_t *body, long long cap, long long floor, bool bmp)
+/* minX / maxX: *mn (0 when absent) and *mx (-1 when absent), *has_mn and
+ * *has_mx whether given; 0, or -1 (c failed) when one is bad or max < min. */
+static int get_count_range(sc_t *c, const json_t *s, const char *kmin, const char *kmax, long long *mn,
+                           long long *mx, int *has_mn, int *has_mx)
 {
-    /* floor < 0: -floor applies to optional repetitions too */
-    rx_t x = {.s = json_string_value(pat), .n = json_string_length(pat), .c = c, .cap = cap,
-              .floor = floor < 0 ? -floor : floor, .floor_all = floor < 0, .bmp = bmp};
-    sb_puts(body, "\"\\\"\" (");
-    rxlen_t len = rx_alt(&x, body);
-    if (!c->failed && x.p < x.n)
-        rx_fail(&x, "unmatched ')'");
-    sb_puts(body, ") \"\\\"\"");
+    *mn = 0, *mx = -1;
+    *has_mn = get_count(c, s, kmin, mn);
+    *has_mx = get_count(c, s, kmax, mx);
+    if (*has_mn < 0 || *has_mx < 0)
+        return -1;
+    if (*has_mx && *mx < *mn) {
+        sc_fail(c, kmax, "%s is below %s", kmax, kmin);
+        return -1;
+    }
+    return 0;
+}
+
+/* Compiles `pattern` into body (the GBNF of the quoted JSON string), with
+ * repetition counts cut at cap (≥ 0) and raised to floor (≠ 0, see
+ * regex_limits_t), and BMP-only classes (bmp). Returns the length range of
+ * what it generates; a pattern regex.c refuses fails c (when c is not NULL)
+ * and gives {-1, -1}. */
+static regex_len_t pattern_body(sc_t *c, const json_t *pat, strbuf_t *body, long long cap, long long floor, bool bmp)
+{
+    regex_limits_t lim = {.cap = cap, .floor = floor, .bmp = bmp};
+    regex_len_t len;
+    size_t off = 0;
+    const char *what = "";
+    strbuf_puts(body, "\"\\\"\" (");
+    if (regex_compile(json_string_value(pat), json_string_length(pat), 0, &lim, body, &len, &off, &what) != 0) {
+        if (c)
+            sc_fail(c, "pattern", "pattern feature not supported at offset %zu: %s", off, what);
+        len = (regex_len_t){-1, -1};
+    }
+    strbuf_puts(body, ") \"\\\"\"");
     return len;
 }
 
 /* The length range of pattern's generated matches, or {-1, -1} when the
  * pattern does not compile. */
-static rxlen_t pattern_len(const json_t *pat, long long cap, long long floor)
+static regex_len_t pattern_len(const json_t *pat, long long cap, long long floor)
 {
-    sc_t t = {.pfx = ""};
-    sbuf_t body = {0};
-    rxlen_t len = pattern_body(&t, pat, &body, cap, floor, true);
-    free(body.s);
-    free(t.out.s);
-    return t.failed ? (rxlen_t){-1, -1} : len;
+    strbuf_t body = STRBUF_INIT;
+    regex_len_t len = pattern_body(NULL, pat, &body, cap, floor, true);
+    strbuf_free(&body);
+    return len;
 }
 
 /* A pattern with minLength/maxLength: the pattern's own matches, with its
@@ -1297,7 +307,7 @@ static rxlen_t pattern_len(const json_t *pat, long long cap, long long floor)
 static int pattern_limits(sc_t *c, const json_t *pat, long long mn, long long mx, long long *cap, long long *floor)
 {
     *cap = -1, *floor = 0;
-    rxlen_t len = pattern_len(pat, -1, 0);
+    regex_len_t len = pattern_len(pat, -1, 0);
     if (len.lo < 0)
         return 0; /* pattern_body on c reports the failure */
     if (len.lo < mn) {
@@ -1348,39 +358,32 @@ static int pattern_limits(sc_t *c, const json_t *pat, long long mn, long long mx
  * compiler cannot read — lookaround — is not checked). */
 static void format_pattern_check(sc_t *c, const json_t *pat, int f)
 {
-    sc_t t = {.pfx = ""};
-    sbuf_t body = {0};
-    pattern_body(&t, pat, &body, -1, 0, false);
-    free(t.out.s);
-    if (t.failed) {
-        free(body.s);
+    strbuf_t body = STRBUF_INIT;
+    if (pattern_body(NULL, pat, &body, -1, 0, false).lo < 0) {
+        strbuf_free(&body);
         return;
     }
-    sbuf_t g = {0};
-    sb_printf(&g, "root ::= %s\n", body.s);
+    strbuf_t g = {0};
+    strbuf_printf(&g, "root ::= %s\n", body.s);
     free(body.s);
     grammar_t *gr = NULL;
     char ex[64], e[200];
-    snprintf(ex, sizeof ex, "\"%s\"", FORMATS[f].example);
-    int ok = gbnf_parse((const uint8_t *)g.s, g.n, &gr, e, sizeof e, NULL, NULL) == 0 &&
+    snprintf(ex, sizeof ex, "\"%s\"", SCHEMA_FORMATS[f].example);
+    int ok = gbnf_parse((const uint8_t *)g.s, g.len, &gr, e, sizeof e, NULL, NULL) == 0 &&
              gbnf_match(gr, (const uint8_t *)ex, strlen(ex)) == 1;
     gbnf_free(&gr);
     free(g.s);
     if (!ok)
         sc_fail(c, "pattern", "'pattern' next to format '%s' does not accept the format's strings (e.g. %s)",
-                FORMATS[f].name, FORMATS[f].example);
+                SCHEMA_FORMATS[f].name, SCHEMA_FORMATS[f].example);
 }
 
 static int string_rule(sc_t *c, const json_t *s)
 {
-    long long mn = 0, mx = -1;
-    int a = get_count(c, s, "minLength", &mn), b = get_count(c, s, "maxLength", &mx);
-    if (a < 0 || b < 0)
+    long long mn, mx;
+    int a, b;
+    if (get_count_range(c, s, "minLength", "maxLength", &mn, &mx, &a, &b) < 0)
         return -1;
-    if (b && mx < mn) {
-        sc_fail(c, "maxLength", "maxLength is below minLength");
-        return -1;
-    }
     const json_t *pat = json_object_get(s, "pattern");
     const json_t *fmt = json_object_get(s, "format");
     if (pat && !json_is_string(pat)) {
@@ -1393,7 +396,7 @@ static int string_rule(sc_t *c, const json_t *s)
             sc_fail(c, "format", "'format' must be a string");
             return -1;
         }
-        f = format_find(json_string_value(fmt));
+        f = schema_format_find(json_string_value(fmt));
         /* an unknown format next to a pattern (zod: cuid, nanoid, e164,
          * base64, ...) is an annotation: the pattern is what is enforced */
         if (f < 0 && !pat) {
@@ -1405,18 +408,18 @@ static int string_rule(sc_t *c, const json_t *s)
     int r = new_rule(c);
     if (r < 0)
         return -1;
-    sbuf_t body = {0};
+    strbuf_t body = {0};
     if (f >= 0) {
         if (pat)
             format_pattern_check(c, pat, f);
-        if ((a && mn > FORMATS[f].min) || (b && mx < FORMATS[f].max))
-            sc_fail(c, a && mn > FORMATS[f].min ? "minLength" : "maxLength",
+        if ((a && mn > SCHEMA_FORMATS[f].min) || (b && mx < SCHEMA_FORMATS[f].max))
+            sc_fail(c, a && mn > SCHEMA_FORMATS[f].min ? "minLength" : "maxLength",
                     "minLength/maxLength next to format '%s' is supported only when they allow %d to %d characters",
-                    FORMATS[f].name, FORMATS[f].min, FORMATS[f].max);
+                    SCHEMA_FORMATS[f].name, SCHEMA_FORMATS[f].min, SCHEMA_FORMATS[f].max);
         c->formats |= 1u << f;
-        sb_puts(&body, "\"\\\"\" ");
-        sb_printf(&body, "%sfmt-%s", c->pfx, FORMATS[f].name);
-        sb_puts(&body, " \"\\\"\"");
+        strbuf_puts(&body, "\"\\\"\" ");
+        strbuf_printf(&body, "%sfmt-%s", c->pfx, SCHEMA_FORMATS[f].name);
+        strbuf_puts(&body, " \"\\\"\"");
     } else if (pat) {
         long long cap = -1, floor = 0;
         if ((a || b) && pattern_limits(c, pat, mn, b ? mx : -1, &cap, &floor) != 0) {
@@ -1427,18 +430,18 @@ static int string_rule(sc_t *c, const json_t *s)
     } else if (!a && !b) {
         shared(c, &body, "string");
     } else {
-        sb_puts(&body, "\"\\\"\" ");
+        strbuf_puts(&body, "\"\\\"\" ");
         shared(c, &body, "bchar");
         if (b)
-            sb_printf(&body, "{%lld,%lld}", mn, mx);
+            strbuf_printf(&body, "{%lld,%lld}", mn, mx);
         else
-            sb_printf(&body, "{%lld,}", mn);
-        sb_puts(&body, " \"\\\"\"");
+            strbuf_printf(&body, "{%lld,}", mn);
+        strbuf_puts(&body, " \"\\\"\"");
     }
     if (!c->failed) {
         rule_open(c, r);
-        sb_puts(&c->out, body.s);
-        sb_puts(&c->out, "\n");
+        strbuf_puts(&c->out, body.s);
+        strbuf_puts(&c->out, "\n");
     }
     free(body.s);
     return c->failed ? -1 : r;
@@ -1453,6 +456,88 @@ static int compile_at(sc_t *c, const json_t *sub, const char *a, const char *b)
     return r;
 }
 
+/* An array without tuple items: rule r is "[" then between ra and rb (-1:
+ * unbounded) items `it` separated by commas. */
+static void write_list_array(sc_t *c, int r, const char *it, long long ra, long long rb)
+{
+    rule_open(c, r);
+    strbuf_puts(&c->out, "\"[\" ");
+    shared(c, &c->out, "ws");
+    strbuf_puts(&c->out, " ");
+    if (rb != 0) {
+        if (ra == 0)
+            strbuf_puts(&c->out, "(");
+        strbuf_printf(&c->out, "%s (\",\" ", it);
+        shared(c, &c->out, "ws");
+        strbuf_printf(&c->out, " %s)", it);
+        long long lo = ra > 0 ? ra - 1 : 0;
+        if (rb >= 0)
+            strbuf_printf(&c->out, "{%lld,%lld}", lo, rb - 1);
+        else
+            strbuf_printf(&c->out, "{%lld,}", lo);
+        if (ra == 0)
+            strbuf_puts(&c->out, ")?");
+    }
+    strbuf_puts(&c->out, " \"]\"\n");
+}
+
+/* A tuple: rule r is "[" the first np of the element rules el (nreq of them
+ * required), then between ra and rb (-1: unbounded) rest items `it`. Tail
+ * rules t_i = "," e_i ws t_(i+1) (optional when i ≥ nreq), the last followed
+ * by the rest items. r, or -1. */
+static int write_tuple_array(sc_t *c, int r, const int *el, const char *it, long long np, long long nreq,
+                             long long ra, long long rb)
+{
+    int next = -1; /* rule for what follows element i (-1 = nothing) */
+    if (rb != 0) {
+        next = new_rule(c);
+        if (next < 0)
+            return -1;
+        rule_open(c, next);
+        strbuf_puts(&c->out, "(\",\" ");
+        shared(c, &c->out, "ws");
+        strbuf_printf(&c->out, " %s)", it);
+        if (rb >= 0)
+            strbuf_printf(&c->out, "{%lld,%lld}\n", ra, rb);
+        else
+            strbuf_printf(&c->out, "{%lld,}\n", ra);
+    }
+    for (long long i = np - 1; i >= 1; i--) {
+        int t = new_rule(c);
+        if (t < 0)
+            return -1;
+        rule_open(c, t);
+        strbuf_puts(&c->out, i >= nreq ? "(\",\" " : "\",\" ");
+        shared(c, &c->out, "ws");
+        strbuf_puts(&c->out, " ");
+        ref(c, &c->out, el[i]);
+        strbuf_puts(&c->out, " ");
+        shared(c, &c->out, "ws");
+        if (next >= 0) {
+            strbuf_puts(&c->out, " ");
+            ref(c, &c->out, next);
+        }
+        strbuf_puts(&c->out, i >= nreq ? ")?\n" : "\n");
+        next = t;
+    }
+    rule_open(c, r);
+    strbuf_puts(&c->out, "\"[\" ");
+    shared(c, &c->out, "ws");
+    if (np > 0) {
+        strbuf_puts(&c->out, nreq > 0 ? " " : " (");
+        ref(c, &c->out, el[0]);
+        strbuf_puts(&c->out, " ");
+        shared(c, &c->out, "ws");
+        if (next >= 0) {
+            strbuf_puts(&c->out, " ");
+            ref(c, &c->out, next);
+        }
+        strbuf_puts(&c->out, nreq > 0 ? "" : ")?");
+    }
+    strbuf_puts(&c->out, " \"]\"\n");
+    return r;
+}
+
 /* Arrays: items (one schema), prefixItems + items (2020-12 tuples), items
  * as an array + additionalItems (draft 7 tuples), minItems, maxItems,
  * uniqueItems false. Tuple elements are generated in order; prefix items
@@ -1461,14 +546,10 @@ static int compile_at(sc_t *c, const json_t *sub, const char *a, const char *b)
  * minItems needs when no rest schema is given. */
 static int array_rule(sc_t *c, const json_t *s)
 {
-    long long mn = 0, mx = -1;
-    int a = get_count(c, s, "minItems", &mn), b = get_count(c, s, "maxItems", &mx);
-    if (a < 0 || b < 0)
+    long long mn, mx;
+    int a, b;
+    if (get_count_range(c, s, "minItems", "maxItems", &mn, &mx, &a, &b) < 0)
         return -1;
-    if (b && mx < mn) {
-        sc_fail(c, "maxItems", "maxItems is below minItems");
-        return -1;
-    }
     const json_t *uniq = json_object_get(s, "uniqueItems");
     if (uniq && !json_is_false(uniq)) {
         sc_fail(c, "uniqueItems", "'uniqueItems' is supported only as false");
@@ -1548,93 +629,20 @@ static int array_rule(sc_t *c, const json_t *s)
         free(el);
         return -1;
     }
-    sbuf_t it = {0}; /* one rest item and the white space after it */
+    strbuf_t it = {0}; /* one rest item and the white space after it */
     if (item >= 0)
         ref(c, &it, item);
     else
         shared(c, &it, "value");
-    sb_puts(&it, " ");
+    strbuf_puts(&it, " ");
     shared(c, &it, "ws");
-    if (n == 0) {
-        rule_open(c, r);
-        sb_puts(&c->out, "\"[\" ");
-        shared(c, &c->out, "ws");
-        sb_puts(&c->out, " ");
-        if (!(rest_none || (rb == 0))) {
-            if (ra == 0)
-                sb_puts(&c->out, "(");
-            sb_printf(&c->out, "%s (\",\" ", it.s);
-            shared(c, &c->out, "ws");
-            sb_printf(&c->out, " %s)", it.s);
-            long long lo = ra > 0 ? ra - 1 : 0;
-            if (rb >= 0)
-                sb_printf(&c->out, "{%lld,%lld}", lo, rb - 1);
-            else
-                sb_printf(&c->out, "{%lld,}", lo);
-            if (ra == 0)
-                sb_puts(&c->out, ")?");
-        }
-        sb_puts(&c->out, " \"]\"\n");
-        free(it.s);
-        free(el);
-        return r;
-    }
-    /* tuple: tail rules t_i = "," e_i ws t_(i+1) (optional when i ≥ nreq),
-     * the last followed by the rest items */
-    int next = -1; /* rule for what follows element i (-1 = nothing) */
-    if (rb != 0) {
-        next = new_rule(c);
-        if (next < 0)
-            goto fail;
-        rule_open(c, next);
-        sb_puts(&c->out, "(\",\" ");
-        shared(c, &c->out, "ws");
-        sb_printf(&c->out, " %s)", it.s);
-        if (rb >= 0)
-            sb_printf(&c->out, "{%lld,%lld}\n", ra, rb);
-        else
-            sb_printf(&c->out, "{%lld,}\n", ra);
-    }
-    for (long long i = np - 1; i >= 1; i--) {
-        int t = new_rule(c);
-        if (t < 0)
-            goto fail;
-        rule_open(c, t);
-        sb_puts(&c->out, i >= nreq ? "(\",\" " : "\",\" ");
-        shared(c, &c->out, "ws");
-        sb_puts(&c->out, " ");
-        ref(c, &c->out, el[i]);
-        sb_puts(&c->out, " ");
-        shared(c, &c->out, "ws");
-        if (next >= 0) {
-            sb_puts(&c->out, " ");
-            ref(c, &c->out, next);
-        }
-        sb_puts(&c->out, i >= nreq ? ")?\n" : "\n");
-        next = t;
-    }
-    rule_open(c, r);
-    sb_puts(&c->out, "\"[\" ");
-    shared(c, &c->out, "ws");
-    if (np > 0) {
-        sb_puts(&c->out, nreq > 0 ? " " : " (");
-        ref(c, &c->out, el[0]);
-        sb_puts(&c->out, " ");
-        shared(c, &c->out, "ws");
-        if (next >= 0) {
-            sb_puts(&c->out, " ");
-            ref(c, &c->out, next);
-        }
-        sb_puts(&c->out, nreq > 0 ? "" : ")?");
-    }
-    sb_puts(&c->out, " \"]\"\n");
+    if (n == 0)
+        write_list_array(c, r, it.s, ra, rest_none ? 0 : rb);
+    else if (write_tuple_array(c, r, el, it.s, np, nreq, ra, rb) < 0)
+        r = -1;
     free(it.s);
     free(el);
     return r;
-fail:
-    free(it.s);
-    free(el);
-    return -1;
 }
 
 /* One listed property of an object being compiled. */
@@ -1688,56 +696,44 @@ static int map_rule(sc_t *c, const json_t *s, const json_t *add, long long mn, l
     int r = new_rule(c);
     if (r < 0)
         return -1;
-    sbuf_t kv = {0};
+    strbuf_t kv = {0};
     if (kr >= 0)
         ref(c, &kv, kr);
     else
         shared(c, &kv, "string");
-    sb_puts(&kv, " ");
+    strbuf_puts(&kv, " ");
     shared(c, &kv, "ws");
-    sb_puts(&kv, " \":\" ");
+    strbuf_puts(&kv, " \":\" ");
     shared(c, &kv, "ws");
-    sb_puts(&kv, " ");
+    strbuf_puts(&kv, " ");
     if (v >= 0)
         ref(c, &kv, v);
     else
         shared(c, &kv, "value");
-    sb_puts(&kv, " ");
+    strbuf_puts(&kv, " ");
     shared(c, &kv, "ws");
     rule_open(c, r);
-    sb_puts(&c->out, "\"{\" ");
+    strbuf_puts(&c->out, "\"{\" ");
     shared(c, &c->out, "ws");
     if (mx != 0) {
-        sb_printf(&c->out, " %s%s (\",\" ", mn == 0 ? "(" : "", kv.s);
+        strbuf_printf(&c->out, " %s%s (\",\" ", mn == 0 ? "(" : "", kv.s);
         shared(c, &c->out, "ws");
-        sb_printf(&c->out, " %s)", kv.s);
+        strbuf_printf(&c->out, " %s)", kv.s);
         if (mx > 0)
-            sb_printf(&c->out, "{%lld,%lld}", mn > 0 ? mn - 1 : 0, mx - 1);
+            strbuf_printf(&c->out, "{%lld,%lld}", mn > 0 ? mn - 1 : 0, mx - 1);
         else
-            sb_printf(&c->out, "{%lld,}", mn > 0 ? mn - 1 : 0);
-        sb_puts(&c->out, mn == 0 ? ")?" : "");
+            strbuf_printf(&c->out, "{%lld,}", mn > 0 ? mn - 1 : 0);
+        strbuf_puts(&c->out, mn == 0 ? ")?" : "");
     }
-    sb_puts(&c->out, " \"}\"\n");
+    strbuf_puts(&c->out, " \"}\"\n");
     free(kv.s);
     return r;
 }
 
-/* Objects. Listed properties are generated in the schema's order, each
- * optional one present or not; additionalProperties true or a schema next
- * to properties allows more, which are not generated; required names that
- * are not listed get the additionalProperties schema; propertyNames that
- * enumerates names (z.record(z.enum(...))) lists them. Without listed
- * properties, additionalProperties / propertyNames make a map.
- * minProperties / maxProperties count the properties present (a chain of
- * rules per (property, count so far)); dependentRequired makes the
- * dependent properties required. */
-static int object_rule(sc_t *c, const json_t *s)
+/* The types of an object node's keywords: 0, or -1 (c failed). */
+static int object_keywords_check(sc_t *c, const json_t *props, const json_t *req, const json_t *add,
+                                 const json_t *pn, const json_t *dep)
 {
-    const json_t *props = json_object_get(s, "properties");
-    const json_t *req = json_object_get(s, "required");
-    const json_t *add = json_object_get(s, "additionalProperties");
-    const json_t *pn = json_object_get(s, "propertyNames");
-    const json_t *dep = json_object_get(s, "dependentRequired");
     if (props && !json_is_object(props)) {
         sc_fail(c, "properties", "'properties' must be an object");
         return -1;
@@ -1764,14 +760,203 @@ static int object_rule(sc_t *c, const json_t *s)
         sc_fail(c, "dependentRequired", "'dependentRequired' must be an object of string arrays");
         return -1;
     }
-    long long mn = 0, mx = -1;
-    int ha = get_count(c, s, "minProperties", &mn), hb = get_count(c, s, "maxProperties", &mx);
-    if (ha < 0 || hb < 0)
-        return -1;
-    if (hb && mx < mn) {
-        sc_fail(c, "maxProperties", "maxProperties is below minProperties");
+    return 0;
+}
+
+/* Marks the required properties of P[0..*n) (required, and dependentRequired
+ * of a listed trigger), appending required names that are not listed
+ * (their schema: value_schema) where that is allowed. 0, or -1 (c failed). */
+static int mark_required(sc_t *c, const json_t *req, const json_t *dep, oprop_t *P, size_t *n, bool closed,
+                         long long n_names, size_t n_props, const json_t *value_schema)
+{
+    size_t n_req = req ? json_array_size(req) : 0;
+    const char *key;
+    for (size_t i = 0; i < n_req; i++) {
+        const char *k = json_string_value(json_array_get(req, i));
+        size_t j = 0;
+        while (j < *n && strcmp(P[j].key, k) != 0)
+            j++;
+        if (j == *n) {
+            bool allowed = !closed && (n_names < 0 || !n_props);
+            if (!allowed || (n_names > 0 && !n_props)) {
+                sc_fail(c, "required", "required property '%.100s' is not in 'properties'", k);
+                return -1;
+            }
+            P[(*n)++] = (oprop_t){k, value_schema, "additionalProperties", false};
+        }
+        P[j].required = true;
+    }
+    if (dep) {
+        json_t *list;
+        json_object_foreach((json_t *)dep, key, list) {
+            if (!json_is_array(list)) {
+                sc_fail(c, "dependentRequired", "'dependentRequired' must be an object of string arrays");
+                return -1;
+            }
+            size_t trig = 0;
+            while (trig < *n && strcmp(P[trig].key, key) != 0)
+                trig++;
+            if (trig == *n)
+                continue; /* a property never generated triggers nothing */
+            for (size_t i = 0; i < json_array_size(list); i++) {
+                const char *k = json_string_value(json_array_get(list, i));
+                size_t j = 0;
+                while (k && j < *n && strcmp(P[j].key, k) != 0)
+                    j++;
+                if (!k || j == *n) {
+                    sc_fail(c, "dependentRequired", "'dependentRequired' names '%.100s', which is not in 'properties'",
+                            k ? k : "(not a string)");
+                    return -1;
+                }
+                P[j].required = true;
+            }
+        }
+    }
+    return 0;
+}
+
+/* One rule per property: "<key>" ws ":" ws value ws, into kv[i]. 0, or -1. */
+static int property_rules(sc_t *c, const oprop_t *P, size_t n, int *kv)
+{
+    for (size_t i = 0; i < n; i++) {
+        int v = compile_at(c, P[i].schema, P[i].via, strcmp(P[i].via, "properties") == 0 ? P[i].key : NULL);
+        if (v < 0)
+            return -1;
+        int r = new_rule(c);
+        if (r < 0)
+            return -1;
+        json_t *ks = json_string(P[i].key);
+        char *kt = json_dumps(ks, JSON_ENCODE_ANY);
+        json_decref(ks);
+        rule_open(c, r);
+        gbnf_escape_literal(&c->out, kt, strlen(kt));
+        free(kt);
+        strbuf_puts(&c->out, " ");
+        shared(c, &c->out, "ws");
+        strbuf_puts(&c->out, " \":\" ");
+        shared(c, &c->out, "ws");
+        strbuf_puts(&c->out, " ");
+        ref(c, &c->out, v);
+        strbuf_puts(&c->out, " ");
+        shared(c, &c->out, "ws");
+        strbuf_puts(&c->out, "\n");
+        kv[i] = r;
+    }
+    return 0;
+}
+
+static int fail_free(void *p)
+{
+    free(p);
+    return -1;
+}
+
+/* The listed properties in order, each optional one present or not, with
+ * their count kept inside [mn, mx] (hb: mx set): rule "{" ws <chain> "}".
+ * The rule, or -1. */
+static int count_rules(sc_t *c, const oprop_t *P, size_t n, const int *kv, long long mn, long long mx, bool hb)
+{
+    /* states (j, k): properties j.. still to decide, k present so far
+     * (k > 0: the next one needs a comma). k saturates at K: past max(mn,
+     * mx, 1) the exact count no longer matters. */
+    long long K = mn > mx ? mn : mx;
+    if (K < 1)
+        K = 1;
+    if ((long long)(n + 1) * (K + 1) > JSON_SCHEMA_MAX_RULES / 4) {
+        sc_fail(c, mn ? "minProperties" : "maxProperties",
+                "minProperties/maxProperties over %zu optional properties is not supported", n);
         return -1;
     }
+    int *st = xmalloc((n + 1) * (size_t)(K + 1) * sizeof *st);
+    size_t rreq = 0; /* required among j.. */
+    for (size_t jj = n + 1; jj-- > 0;) {
+        if (jj < n)
+            rreq += P[jj].required;
+        for (long long k = 0; k <= K; k++) {
+            int *me = &st[jj * (size_t)(K + 1) + (size_t)k];
+            *me = -1;
+            /* viable: the count can still end inside [mn, mx] */
+            if (k < K && ((hb && k + (long long)rreq > mx) || k + (long long)(n - jj) < mn))
+                continue;
+            if (k == K && hb && K == mx && rreq > 0)
+                continue;
+            bool take = false, skip = false;
+            int t = -1, sk = -1;
+            if (jj < n) {
+                long long k1 = k + 1 > K ? K : k + 1;
+                t = st[(jj + 1) * (size_t)(K + 1) + (size_t)k1];
+                take = t >= 0 && !(hb && k + 1 > mx);
+                sk = st[(jj + 1) * (size_t)(K + 1) + (size_t)k];
+                skip = !P[jj].required && sk >= 0;
+                if (!take && !skip)
+                    continue;
+            }
+            int r = new_rule(c);
+            if (r < 0)
+                return fail_free(st);
+            *me = r;
+            rule_open(c, r);
+            if (jj == n) {
+                strbuf_puts(&c->out, "\"\"\n");
+                continue;
+            }
+            if (take) {
+                if (k > 0) {
+                    strbuf_puts(&c->out, "\",\" ");
+                    shared(c, &c->out, "ws");
+                    strbuf_puts(&c->out, " ");
+                }
+                ref(c, &c->out, kv[jj]);
+                strbuf_puts(&c->out, " ");
+                ref(c, &c->out, t);
+            }
+            if (skip) {
+                strbuf_puts(&c->out, take ? " | " : "");
+                ref(c, &c->out, sk);
+            }
+            strbuf_puts(&c->out, "\n");
+        }
+    }
+    if (st[0] < 0) {
+        sc_fail(c, "minProperties", "no object of the listed properties satisfies minProperties/maxProperties");
+        return fail_free(st);
+    }
+    int r = new_rule(c);
+    if (r < 0)
+        return fail_free(st);
+    rule_open(c, r);
+    strbuf_puts(&c->out, "\"{\" ");
+    shared(c, &c->out, "ws");
+    strbuf_puts(&c->out, " ");
+    ref(c, &c->out, st[0]);
+    strbuf_puts(&c->out, " \"}\"\n");
+    free(st);
+    return r;
+}
+
+/* Objects. Listed properties are generated in the schema's order, each
+ * optional one present or not; additionalProperties true or a schema next
+ * to properties allows more, which are not generated; required names that
+ * are not listed get the additionalProperties schema; propertyNames that
+ * enumerates names (z.record(z.enum(...))) lists them. Without listed
+ * properties, additionalProperties / propertyNames make a map.
+ * minProperties / maxProperties count the properties present (a chain of
+ * rules per (property, count so far)); dependentRequired makes the
+ * dependent properties required. */
+static int object_rule(sc_t *c, const json_t *s)
+{
+    const json_t *props = json_object_get(s, "properties");
+    const json_t *req = json_object_get(s, "required");
+    const json_t *add = json_object_get(s, "additionalProperties");
+    const json_t *pn = json_object_get(s, "propertyNames");
+    const json_t *dep = json_object_get(s, "dependentRequired");
+    if (object_keywords_check(c, props, req, add, pn, dep) < 0)
+        return -1;
+    size_t n_req = req ? json_array_size(req) : 0;
+    long long mn, mx;
+    int ha, hb;
+    if (get_count_range(c, s, "minProperties", "maxProperties", &mn, &mx, &ha, &hb) < 0)
+        return -1;
     bool closed = add && json_is_false(add);
     size_t n_props = props ? json_object_size(props) : 0;
     const json_t *names = NULL;
@@ -1813,48 +998,9 @@ static int object_rule(sc_t *c, const json_t *s)
         }
     }
     int rc = -1;
-    int *kv = NULL, *st = NULL;
-    for (size_t i = 0; i < n_req; i++) {
-        const char *k = json_string_value(json_array_get(req, i));
-        size_t j = 0;
-        while (j < n && strcmp(P[j].key, k) != 0)
-            j++;
-        if (j == n) {
-            bool allowed = !closed && (n_names < 0 || !n_props);
-            if (!allowed || (n_names > 0 && !n_props)) {
-                sc_fail(c, "required", "required property '%.100s' is not in 'properties'", k);
-                goto out;
-            }
-            P[n++] = (oprop_t){k, value_schema, "additionalProperties", false};
-        }
-        P[j].required = true;
-    }
-    if (dep) {
-        json_t *list;
-        json_object_foreach((json_t *)dep, key, list) {
-            if (!json_is_array(list)) {
-                sc_fail(c, "dependentRequired", "'dependentRequired' must be an object of string arrays");
-                goto out;
-            }
-            size_t trig = 0;
-            while (trig < n && strcmp(P[trig].key, key) != 0)
-                trig++;
-            if (trig == n)
-                continue; /* a property never generated triggers nothing */
-            for (size_t i = 0; i < json_array_size(list); i++) {
-                const char *k = json_string_value(json_array_get(list, i));
-                size_t j = 0;
-                while (k && j < n && strcmp(P[j].key, k) != 0)
-                    j++;
-                if (!k || j == n) {
-                    sc_fail(c, "dependentRequired", "'dependentRequired' names '%.100s', which is not in 'properties'",
-                            k ? k : "(not a string)");
-                    goto out;
-                }
-                P[j].required = true;
-            }
-        }
-    }
+    int *kv = NULL;
+    if (mark_required(c, req, dep, P, &n, closed, n_names, n_props, value_schema) < 0)
+        goto out;
     if (n == 0 && (pn || (add && !closed) || mn > 0)) {
         rc = map_rule(c, s, add, mn, hb ? mx : -1);
         goto out;
@@ -1873,107 +1019,10 @@ static int object_rule(sc_t *c, const json_t *s)
         goto out;
     }
     kv = xcalloc(n + 1, sizeof *kv);
-    for (size_t i = 0; i < n; i++) {
-        int v = compile_at(c, P[i].schema, P[i].via, strcmp(P[i].via, "properties") == 0 ? P[i].key : NULL);
-        if (v < 0)
-            goto out;
-        int r = new_rule(c);
-        if (r < 0)
-            goto out;
-        json_t *ks = json_string(P[i].key);
-        char *kt = json_dumps(ks, JSON_ENCODE_ANY);
-        json_decref(ks);
-        rule_open(c, r);
-        sb_lit(&c->out, kt, strlen(kt));
-        free(kt);
-        sb_puts(&c->out, " ");
-        shared(c, &c->out, "ws");
-        sb_puts(&c->out, " \":\" ");
-        shared(c, &c->out, "ws");
-        sb_puts(&c->out, " ");
-        ref(c, &c->out, v);
-        sb_puts(&c->out, " ");
-        shared(c, &c->out, "ws");
-        sb_puts(&c->out, "\n");
-        kv[i] = r;
-    }
-    /* states (j, k): properties j.. still to decide, k present so far
-     * (k > 0: the next one needs a comma). k saturates at K: past max(mn,
-     * mx, 1) the exact count no longer matters. */
-    long long K = mn > mx ? mn : mx;
-    if (K < 1)
-        K = 1;
-    if ((long long)(n + 1) * (K + 1) > JSON_SCHEMA_MAX_RULES / 4) {
-        sc_fail(c, mn ? "minProperties" : "maxProperties",
-                "minProperties/maxProperties over %zu optional properties is not supported", n);
+    if (property_rules(c, P, n, kv) < 0)
         goto out;
-    }
-    st = xmalloc((n + 1) * (size_t)(K + 1) * sizeof *st);
-    size_t rreq = 0; /* required among j.. */
-    for (size_t jj = n + 1; jj-- > 0;) {
-        if (jj < n)
-            rreq += P[jj].required;
-        for (long long k = 0; k <= K; k++) {
-            int *me = &st[jj * (size_t)(K + 1) + (size_t)k];
-            *me = -1;
-            /* viable: the count can still end inside [mn, mx] */
-            if (k < K && ((hb && k + (long long)rreq > mx) || k + (long long)(n - jj) < mn))
-                continue;
-            if (k == K && hb && K == mx && rreq > 0)
-                continue;
-            bool take = false, skip = false;
-            int t = -1, sk = -1;
-            if (jj < n) {
-                long long k1 = k + 1 > K ? K : k + 1;
-                t = st[(jj + 1) * (size_t)(K + 1) + (size_t)k1];
-                take = t >= 0 && !(hb && k + 1 > mx);
-                sk = st[(jj + 1) * (size_t)(K + 1) + (size_t)k];
-                skip = !P[jj].required && sk >= 0;
-                if (!take && !skip)
-                    continue;
-            }
-            int r = new_rule(c);
-            if (r < 0)
-                goto out;
-            *me = r;
-            rule_open(c, r);
-            if (jj == n) {
-                sb_puts(&c->out, "\"\"\n");
-                continue;
-            }
-            if (take) {
-                if (k > 0) {
-                    sb_puts(&c->out, "\",\" ");
-                    shared(c, &c->out, "ws");
-                    sb_puts(&c->out, " ");
-                }
-                ref(c, &c->out, kv[jj]);
-                sb_puts(&c->out, " ");
-                ref(c, &c->out, t);
-            }
-            if (skip) {
-                sb_puts(&c->out, take ? " | " : "");
-                ref(c, &c->out, sk);
-            }
-            sb_puts(&c->out, "\n");
-        }
-    }
-    if (st[0] < 0) {
-        sc_fail(c, "minProperties", "no object of the listed properties satisfies minProperties/maxProperties");
-        goto out;
-    }
-    int r = new_rule(c);
-    if (r < 0)
-        goto out;
-    rule_open(c, r);
-    sb_puts(&c->out, "\"{\" ");
-    shared(c, &c->out, "ws");
-    sb_puts(&c->out, " ");
-    ref(c, &c->out, st[0]);
-    sb_puts(&c->out, " \"}\"\n");
-    rc = r;
+    rc = count_rules(c, P, n, kv, mn, mx, hb != 0);
 out:
-    free(st);
     free(kv);
     free(P);
     return c->failed ? -1 : rc;
@@ -2001,7 +1050,7 @@ static int type_rule(sc_t *c, const json_t *s, const char *type)
         return -1;
     rule_open(c, r);
     shared(c, &c->out, sh);
-    sb_puts(&c->out, "\n");
+    strbuf_puts(&c->out, "\n");
     return r;
 }
 
@@ -2013,23 +1062,31 @@ static int alternatives_rule(sc_t *c, const int *subs, size_t n)
     rule_open(c, r);
     for (size_t i = 0; i < n; i++) {
         if (i)
-            sb_puts(&c->out, " | ");
+            strbuf_puts(&c->out, " | ");
         ref(c, &c->out, subs[i]);
     }
-    sb_puts(&c->out, "\n");
+    strbuf_puts(&c->out, "\n");
     return r;
 }
 
-static const json_t *resolve_ref(sc_t *c, const char *p)
+/* alternatives_rule, then subs (malloc'd) freed. */
+static int alternatives_free(sc_t *c, int *subs, size_t n)
+{
+    int r = alternatives_rule(c, subs, n);
+    free(subs);
+    return r;
+}
+
+const json_t *json_schema_resolve_ref(const json_t *root, const char *p)
 {
     if (strcmp(p, "#") == 0)
-        return c->root;
+        return root;
     const char *name = NULL;
     const json_t *defs = NULL;
     if (strncmp(p, "#/$defs/", 8) == 0)
-        name = p + 8, defs = json_object_get(c->root, "$defs");
+        name = p + 8, defs = json_object_get(root, "$defs");
     else if (strncmp(p, "#/definitions/", 14) == 0)
-        name = p + 14, defs = json_object_get(c->root, "definitions");
+        name = p + 14, defs = json_object_get(root, "definitions");
     if (!name || strchr(name, '/') || !json_is_object(defs))
         return NULL;
     /* JSON pointer unescape: ~1 → /, ~0 → ~ */
@@ -2045,188 +1102,6 @@ static const json_t *resolve_ref(sc_t *c, const char *p)
     }
     buf[k] = 0;
     return json_object_get(defs, buf);
-}
-
-/* Keywords an allOf part may use to be merged (besides annotations). */
-static const char *const MERGEABLE[] = {"type", "properties", "required", "additionalProperties", NULL};
-
-/* allOf of object schemas (and the object keywords next to it) → one object
- * schema, new reference: properties united in order (a property two parts
- * describe differently gets allOf of both), required united, properties a
- * closed part (additionalProperties false) does not list are left out, and
- * nothing beyond the listed properties is generated. NULL on failure. */
-static json_t *all_of_merge(sc_t *c, const json_t *s, const json_t *all)
-{
-    size_t n = json_array_size(all);
-    const json_t **parts = xmalloc((n + 1) * sizeof *parts);
-    size_t np = 0;
-    parts[np++] = s;
-    json_t *props = json_object(), *req = json_array(), *out = NULL;
-    for (size_t i = 0; i < n; i++) {
-        const json_t *e = json_array_get(all, i);
-        const json_t *r = json_is_object(e) ? json_object_get(e, "$ref") : NULL;
-        if (r) {
-            const json_t *t = json_is_string(r) ? resolve_ref(c, json_string_value(r)) : NULL;
-            if (!t || json_object_get(t, "$ref")) {
-                sc_fail(c, "allOf", "'allOf' item %zu: its '$ref' does not resolve to a schema without '$ref'", i);
-                goto out;
-            }
-            e = t;
-        }
-        if (!json_is_object(e)) {
-            sc_fail(c, "allOf", "'allOf' item %zu must be an object schema to be merged", i);
-            goto out;
-        }
-        parts[np++] = e;
-    }
-    for (size_t i = 0; i < np; i++) {
-        const char *key;
-        json_t *v;
-        json_object_foreach((json_t *)parts[i], key, v) {
-            if (in_list(key, ANNOTATIONS) || (i == 0 && strcmp(key, "allOf") == 0) || (i > 0 && strcmp(key, "$ref") == 0))
-                continue;
-            if (!in_list(key, MERGEABLE) ||
-                (strcmp(key, "type") == 0 && !(json_is_string(v) && strcmp(json_string_value(v), "object") == 0)) ||
-                (strcmp(key, "properties") == 0 && !json_is_object(v)) ||
-                (strcmp(key, "required") == 0 && !json_is_array(v))) {
-                sc_fail(c, "allOf", "'allOf' is supported with one schema, or with object schemas (type object, "
-                                    "properties, required, additionalProperties); %s has '%.40s'",
-                        i ? "an item" : "the schema next to it", key);
-                goto out;
-            }
-        }
-        const char *k;
-        json_t *sub;
-        json_object_foreach(json_object_get(parts[i], "properties"), k, sub) {
-            json_t *have = json_object_get(props, k);
-            if (!have)
-                json_object_set(props, k, sub);
-            else if (!json_equal(have, sub))
-                json_object_set_new(props, k, json_pack("{s:[O,O]}", "allOf", have, sub));
-        }
-        size_t j;
-        json_t *rk;
-        json_array_foreach(json_object_get(parts[i], "required"), j, rk) {
-            bool dup = false;
-            for (size_t q = 0; q < json_array_size(req); q++)
-                dup |= json_equal(json_array_get(req, q), rk);
-            if (!dup)
-                json_array_append(req, rk);
-        }
-    }
-    /* what each part says about the properties it does not list */
-    for (size_t i = 0; i < np; i++) {
-        const json_t *add = json_object_get(parts[i], "additionalProperties");
-        const json_t *own = json_object_get(parts[i], "properties");
-        if (!add || json_is_true(add) || (json_is_object(add) && json_object_size(add) == 0))
-            continue;
-        const char *k;
-        json_t *sub;
-        void *tmp;
-        json_object_foreach_safe(props, tmp, k, sub) {
-            if (own && json_object_get(own, k))
-                continue;
-            if (json_is_false(add)) {
-                for (size_t q = 0; q < json_array_size(req); q++)
-                    if (strcmp(json_string_value(json_array_get(req, q)), k) == 0) {
-                        sc_fail(c, "allOf", "'allOf': property '%.100s' is required by one part and not allowed by another", k);
-                        goto out;
-                    }
-                json_object_del(props, k);
-            } else if (!json_equal(sub, add)) {
-                json_object_set_new(props, k, json_pack("{s:[O,O]}", "allOf", sub, add));
-            }
-        }
-    }
-    out = json_pack("{s:s,s:O,s:O,s:b}", "type", "object", "properties", props, "required", req,
-                    "additionalProperties", 0);
-out:
-    json_decref(props);
-    json_decref(req);
-    free(parts);
-    return out;
-}
-
-/* allOf part i of s (0 = s itself), its $ref resolved; NULL when it is not
- * an object schema. */
-static const json_t *all_of_part(sc_t *c, const json_t *s, const json_t *all, size_t i)
-{
-    const json_t *e = i == 0 ? s : json_array_get(all, i - 1);
-    const json_t *r = i && json_is_object(e) ? json_object_get(e, "$ref") : NULL;
-    if (r)
-        e = json_is_string(r) ? resolve_ref(c, json_string_value(r)) : NULL;
-    return json_is_object(e) ? e : NULL;
-}
-
-/* Does some part of the allOf describe an object? Then the parts are merged
- * as objects (all_of_merge), else keyword by keyword (all_of_scalars). */
-static bool all_of_is_objects(sc_t *c, const json_t *s, const json_t *all)
-{
-    for (size_t i = 0; i <= json_array_size(all); i++) {
-        const json_t *e = all_of_part(c, s, all, i);
-        const json_t *t = e ? json_object_get(e, "type") : NULL;
-        if (e && (json_object_get(e, "properties") || json_object_get(e, "required") ||
-                  json_object_get(e, "additionalProperties") ||
-                  (json_is_string(t) && strcmp(json_string_value(t), "object") == 0)))
-            return true;
-    }
-    return false;
-}
-
-/* Keywords allOf parts may combine one by one: a conjunction of
- * independent constraints is the union of the keywords. Where two parts
- * give the same keyword, the values must be equal, or the keyword is a
- * bound and the tighter one is kept (sign: +1 keep the larger, -1 the
- * smaller). */
-static const struct {
-    const char *key;
-    int sign;
-} SCALAR_KEYS[] = {{"type", 0}, {"enum", 0}, {"const", 0}, {"minimum", 1}, {"exclusiveMinimum", 1},
-                   {"maximum", -1}, {"exclusiveMaximum", -1}, {"multipleOf", 0}, {"minLength", 1},
-                   {"maxLength", -1}, {"pattern", 0}, {"format", 0}, {"minItems", 1}, {"maxItems", -1},
-                   {"uniqueItems", 0}, {"items", 0}};
-
-/* allOf of non-object schemas → one schema (new reference), or NULL. */
-static json_t *all_of_scalars(sc_t *c, const json_t *s, const json_t *all)
-{
-    json_t *out = json_object();
-    for (size_t i = 0; i <= json_array_size(all); i++) {
-        const json_t *e = all_of_part(c, s, all, i);
-        if (!e) {
-            sc_fail(c, "allOf", "'allOf' item %zu must be an object schema to be merged", i - 1);
-            goto fail;
-        }
-        const char *key;
-        json_t *v;
-        json_object_foreach((json_t *)e, key, v) {
-            if (in_list(key, ANNOTATIONS) || (i == 0 && strcmp(key, "allOf") == 0) || (i > 0 && strcmp(key, "$ref") == 0))
-                continue;
-            int k = -1;
-            for (size_t q = 0; q < sizeof SCALAR_KEYS / sizeof SCALAR_KEYS[0]; q++)
-                if (strcmp(SCALAR_KEYS[q].key, key) == 0)
-                    k = (int)q;
-            if (k < 0) {
-                sc_fail(c, "allOf", "'allOf' is supported with one schema, with object schemas, or with schemas of "
-                                    "independent keywords (%s has '%.40s')", i ? "an item" : "the schema next to it", key);
-                goto fail;
-            }
-            json_t *have = json_object_get(out, key);
-            if (!have || json_equal(have, v)) {
-                json_object_set(out, key, v);
-            } else if (SCALAR_KEYS[k].sign && json_is_number(have) && json_is_number(v)) {
-                double a = json_number_value(have), b = json_number_value(v);
-                if (SCALAR_KEYS[k].sign > 0 ? b > a : b < a)
-                    json_object_set(out, key, v);
-            } else {
-                sc_fail(c, "allOf", "'allOf' parts give different values for '%.40s'", key);
-                goto fail;
-            }
-        }
-    }
-    return out;
-fail:
-    json_decref(out);
-    return NULL;
 }
 
 /* alternatives of anyOf / oneOf (key) */
@@ -2251,14 +1126,10 @@ static int alternatives_of(sc_t *c, const json_t *s, const char *kw)
         char idx[24];
         snprintf(idx, sizeof idx, "%zu", i);
         subs[i] = compile_at(c, json_array_get(alts, i), kw, idx);
-        if (subs[i] < 0) {
-            free(subs);
-            return -1;
-        }
+        if (subs[i] < 0)
+            return fail_free(subs);
     }
-    int r = alternatives_rule(c, subs, n);
-    free(subs);
-    return r;
+    return alternatives_free(c, subs, n);
 }
 
 static bool has_any(const json_t *s, const char *const *keys)
@@ -2284,8 +1155,103 @@ static int any_rule(sc_t *c)
         return -1;
     rule_open(c, rr);
     shared(c, &c->out, "value");
-    sb_puts(&c->out, "\n");
+    strbuf_puts(&c->out, "\n");
     return rr;
+}
+
+/* A node with $ref (only annotations beside it): memoized by the pointer
+ * text before the target is compiled, so recursion refers back to it. */
+static int ref_rule(sc_t *c, const json_t *s, const json_t *r)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)s, key, v) {
+        if (strcmp(key, "$ref") && !in_list(key, ANNOTATIONS)) {
+            sc_fail(c, key, "keyword '%.60s' next to '$ref' is not supported", key);
+            return -1;
+        }
+    }
+    if (!json_is_string(r)) {
+        sc_fail(c, "$ref", "'$ref' must be a string");
+        return -1;
+    }
+    const char *p = json_string_value(r);
+    for (int i = 0; i < c->n_memo; i++)
+        if (strcmp(c->memo[i].ref, p) == 0)
+            return c->memo[i].rule;
+    const json_t *target = json_schema_resolve_ref(c->root, p);
+    if (!target) {
+        sc_fail(c, "$ref", "'$ref' '%.100s' does not resolve (supported: #, #/$defs/NAME, #/definitions/NAME)", p);
+        return -1;
+    }
+    int rr = new_rule(c);
+    if (rr < 0)
+        return -1;
+    if (c->n_memo == c->cap_memo) {
+        c->cap_memo = c->cap_memo ? c->cap_memo * 2 : 8;
+        c->memo = xrealloc(c->memo, (size_t)c->cap_memo * sizeof *c->memo);
+    }
+    c->memo[c->n_memo].ref = xstrdup(p);
+    c->memo[c->n_memo++].rule = rr;
+    char save[sizeof c->path];
+    memcpy(save, c->path, sizeof save);
+    snprintf(c->path, sizeof c->path, "%s", p + 1);
+    int t = compile(c, target);
+    memcpy(c->path, save, sizeof save);
+    if (t < 0)
+        return -1;
+    rule_open(c, rr);
+    ref(c, &c->out, t);
+    strbuf_puts(&c->out, "\n");
+    return rr;
+}
+
+/* allOf: one part alone is that part; object parts are merged into one
+ * object schema, scalar parts into one scalar schema. */
+static int all_of_rule(sc_t *c, const json_t *s, const json_t *all_of)
+{
+    const char *key;
+    json_t *v;
+    if (!json_is_array(all_of) || json_array_size(all_of) == 0) {
+        sc_fail(c, "allOf", "'allOf' must be a non-empty array");
+        return -1;
+    }
+    bool alone = true;
+    json_object_foreach((json_t *)s, key, v) alone &= strcmp(key, "allOf") == 0 || in_list(key, ANNOTATIONS);
+    if (alone && json_array_size(all_of) == 1)
+        return compile_at(c, json_array_get(all_of, 0), "allOf", "0");
+    char why[sizeof c->ferr];
+    json_t *m = schema_allof_merge(c->root, s, all_of, why, sizeof why);
+    if (!m) {
+        sc_fail(c, "allOf", "%s", why);
+        return -1;
+    }
+    int result = compile_at(c, m, "allOf", NULL);
+    json_decref(m);
+    return result;
+}
+
+/* "type": [...]: the alternatives of each type (the node's other keywords
+ * apply to each). */
+static int type_list_rule(sc_t *c, const json_t *s, const json_t *type)
+{
+    size_t n = json_array_size(type);
+    if (n == 0) {
+        sc_fail(c, "type", "'type' must not be an empty array");
+        return -1;
+    }
+    int *subs = xmalloc(n * sizeof *subs);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *t = json_array_get(type, i);
+        if (!json_is_string(t)) {
+            sc_fail(c, "type", "'type' entries must be strings");
+            return fail_free(subs);
+        }
+        subs[i] = type_rule(c, s, json_string_value(t));
+        if (subs[i] < 0)
+            return fail_free(subs);
+    }
+    return alternatives_free(c, subs, n);
 }
 
 /* One node, no relaxing (compile() wraps it). */
@@ -2317,47 +1283,7 @@ static int compile_once(sc_t *c, const json_t *s)
     }
     const json_t *r = json_object_get(s, "$ref");
     if (r) {
-        json_object_foreach((json_t *)s, key, v) {
-            if (strcmp(key, "$ref") && !in_list(key, ANNOTATIONS)) {
-                sc_fail(c, key, "keyword '%.60s' next to '$ref' is not supported", key);
-                goto out;
-            }
-        }
-        if (!json_is_string(r)) {
-            sc_fail(c, "$ref", "'$ref' must be a string");
-            goto out;
-        }
-        const char *p = json_string_value(r);
-        for (int i = 0; i < c->n_memo; i++)
-            if (strcmp(c->memo[i].ref, p) == 0) {
-                result = c->memo[i].rule;
-                goto out;
-            }
-        const json_t *target = resolve_ref(c, p);
-        if (!target) {
-            sc_fail(c, "$ref", "'$ref' '%.100s' does not resolve (supported: #, #/$defs/NAME, #/definitions/NAME)", p);
-            goto out;
-        }
-        int rr = new_rule(c);
-        if (rr < 0)
-            goto out;
-        if (c->n_memo == c->cap_memo) {
-            c->cap_memo = c->cap_memo ? c->cap_memo * 2 : 8;
-            c->memo = xrealloc(c->memo, (size_t)c->cap_memo * sizeof *c->memo);
-        }
-        c->memo[c->n_memo].ref = xstrdup(p);
-        c->memo[c->n_memo++].rule = rr;
-        char save[sizeof c->path];
-        memcpy(save, c->path, sizeof save);
-        snprintf(c->path, sizeof c->path, "%s", p + 1);
-        int t = compile(c, target);
-        memcpy(c->path, save, sizeof save);
-        if (t < 0)
-            goto out;
-        rule_open(c, rr);
-        ref(c, &c->out, t);
-        sb_puts(&c->out, "\n");
-        result = rr;
+        result = ref_rule(c, s, r);
         goto out;
     }
     const json_t *cst = json_object_get(s, "const");
@@ -2381,21 +1307,7 @@ static int compile_once(sc_t *c, const json_t *s)
     }
     const json_t *all_of = json_object_get(s, "allOf");
     if (all_of) {
-        if (!json_is_array(all_of) || json_array_size(all_of) == 0) {
-            sc_fail(c, "allOf", "'allOf' must be a non-empty array");
-            goto out;
-        }
-        bool alone = true;
-        json_object_foreach((json_t *)s, key, v) alone &= strcmp(key, "allOf") == 0 || in_list(key, ANNOTATIONS);
-        if (alone && json_array_size(all_of) == 1) {
-            result = compile_at(c, json_array_get(all_of, 0), "allOf", "0");
-            goto out;
-        }
-        json_t *m = all_of_is_objects(c, s, all_of) ? all_of_merge(c, s, all_of) : all_of_scalars(c, s, all_of);
-        if (!m)
-            goto out;
-        result = compile_at(c, m, "allOf", NULL);
-        json_decref(m);
+        result = all_of_rule(c, s, all_of);
         goto out;
     }
     if (json_object_get(s, "anyOf") && json_object_get(s, "oneOf")) {
@@ -2413,27 +1325,7 @@ static int compile_once(sc_t *c, const json_t *s)
         goto out;
     }
     if (type && json_is_array(type)) {
-        size_t n = json_array_size(type);
-        if (n == 0) {
-            sc_fail(c, "type", "'type' must not be an empty array");
-            goto out;
-        }
-        int *subs = xmalloc(n * sizeof *subs);
-        for (size_t i = 0; i < n; i++) {
-            const json_t *t = json_array_get(type, i);
-            if (!json_is_string(t)) {
-                sc_fail(c, "type", "'type' entries must be strings");
-                free(subs);
-                goto out;
-            }
-            subs[i] = type_rule(c, s, json_string_value(t));
-            if (subs[i] < 0) {
-                free(subs);
-                goto out;
-            }
-        }
-        result = alternatives_rule(c, subs, n);
-        free(subs);
+        result = type_list_rule(c, s, type);
         goto out;
     }
     if (type) {
@@ -2463,7 +1355,7 @@ static int compile(sc_t *c, const json_t *s)
 {
     if (c->failed)
         return -1;
-    size_t out_n = c->out.n;
+    size_t out_n = c->out.len;
     int n_rules = c->n_rules, n_memo = c->n_memo;
     unsigned formats = c->formats;
     json_t *copy = NULL;
@@ -2477,15 +1369,14 @@ static int compile(sc_t *c, const json_t *s)
             json_decref(copy);
             return c->failed ? -1 : r;
         }
-        c->out.n = out_n;
         if (c->out.s)
-            c->out.s[out_n] = 0;
+            strbuf_setlen(&c->out, out_n);
         c->n_rules = n_rules;
         for (int i = n_memo; i < c->n_memo; i++)
             free(c->memo[i].ref);
         c->n_memo = n_memo;
         c->formats = formats;
-        sb_printf(&c->relaxed, "%s%s: %s", c->n_relaxed ? "; " : "", c->fpath[0] ? c->fpath : "/", c->ferr);
+        strbuf_printf(&c->relaxed, "%s%s: %s", c->n_relaxed ? "; " : "", c->fpath[0] ? c->fpath : "/", c->ferr);
         c->n_relaxed++;
         c->failed = false;
         json_t *next;
@@ -2502,24 +1393,24 @@ static int compile(sc_t *c, const json_t *s)
 }
 
 /* The shared JSON rules, every name prefixed. */
-static void shared_rules(sbuf_t *b, const char *p)
+static void shared_rules(strbuf_t *b, const char *p)
 {
-    sb_printf(b, "%svalue ::= %sobject | %sarray | %sstring | %snumber | %sboolean | %snull\n", p, p, p, p, p, p, p);
-    sb_printf(b, "%sobject ::= \"{\" %sws (%sstring %sws \":\" %sws %svalue %sws (\",\" %sws %sstring %sws \":\" %sws %svalue %sws)*)? \"}\"\n",
+    strbuf_printf(b, "%svalue ::= %sobject | %sarray | %sstring | %snumber | %sboolean | %snull\n", p, p, p, p, p, p, p);
+    strbuf_printf(b, "%sobject ::= \"{\" %sws (%sstring %sws \":\" %sws %svalue %sws (\",\" %sws %sstring %sws \":\" %sws %svalue %sws)*)? \"}\"\n",
               p, p, p, p, p, p, p, p, p, p, p, p, p);
-    sb_printf(b, "%sarray ::= \"[\" %sws (%svalue %sws (\",\" %sws %svalue %sws)*)? \"]\"\n", p, p, p, p, p, p, p);
-    sb_printf(b, "%sstring ::= \"\\\"\" %schar* \"\\\"\"\n", p, p);
-    sb_printf(b, "%schar ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n", p);
+    strbuf_printf(b, "%sarray ::= \"[\" %sws (%svalue %sws (\",\" %sws %svalue %sws)*)? \"]\"\n", p, p, p, p, p, p, p);
+    strbuf_printf(b, "%sstring ::= \"\\\"\" %schar* \"\\\"\"\n", p, p);
+    strbuf_printf(b, "%schar ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n", p);
     /* a character that is one UTF-16 unit too (no astral characters, no
      * surrogate escapes): length limits then hold for code points (JSON
      * Schema, ajv) and for UTF-16 length (JavaScript, zod) alike */
-    sb_printf(b, "%sbchar ::= [^\"\\\\\\x00-\\x1f\\U00010000-\\U0010ffff] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3})\n", p);
-    sb_printf(b, "%sinteger ::= \"-\"? (\"0\" | [1-9] [0-9]{0,14})\n", p);
+    strbuf_printf(b, "%sbchar ::= [^\"\\\\\\x00-\\x1f\\U00010000-\\U0010ffff] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3})\n", p);
+    strbuf_printf(b, "%sinteger ::= \"-\"? (\"0\" | [1-9] [0-9]{0,14})\n", p);
     /* exponents of ≤ 2 digits: the value stays finite in a double */
-    sb_printf(b, "%snumber ::= %sinteger (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,2})?\n", p, p);
-    sb_printf(b, "%sboolean ::= \"true\" | \"false\"\n", p);
-    sb_printf(b, "%snull ::= \"null\"\n", p);
-    sb_printf(b, "%sws ::= (\" \" | \"\\n\" [ \\t]{0,12})?\n", p);
+    strbuf_printf(b, "%snumber ::= %sinteger (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,2})?\n", p, p);
+    strbuf_printf(b, "%sboolean ::= \"true\" | \"false\"\n", p);
+    strbuf_printf(b, "%snull ::= \"null\"\n", p);
+    strbuf_printf(b, "%sws ::= (\" \" | \"\\n\" [ \\t]{0,12})?\n", p);
 }
 
 static char *to_gbnf(const json_t *schema, const char *prefix, bool relax, char **relaxed, char *err,
@@ -2545,14 +1436,14 @@ static char *to_gbnf(const json_t *schema, const char *prefix, bool relax, char 
         free(c.relaxed.s);
         return NULL;
     }
-    sbuf_t out = {0};
-    sb_printf(&out, "%sroot ::= %ss%d\n", c.pfx, c.pfx, top);
+    strbuf_t out = STRBUF_INIT;
+    strbuf_printf(&out, "%sroot ::= %ss%d\n", c.pfx, c.pfx, top);
     if (c.out.s)
-        sb_putn(&out, c.out.s, c.out.n);
+        strbuf_append(&out, c.out.s, c.out.len);
     free(c.out.s);
     shared_rules(&out, c.pfx);
-    format_rules(&out, c.pfx, c.formats);
-    if (out.n > GBNF_MAX_TEXT) {
+    schema_format_rules(&out, c.pfx, c.formats);
+    if (out.len > GBNF_MAX_TEXT) {
         errbuf_set(err, errlen, "the schema is too large (its grammar exceeds %u bytes)", GBNF_MAX_TEXT);
         free(out.s);
         free(c.relaxed.s);
@@ -2580,57 +1471,29 @@ char *json_schema_to_gbnf_relaxed(const json_t *schema, const char *prefix, char
 char *json_schema_object_gbnf(const char *prefix)
 {
     const char *p = prefix ? prefix : "";
-    sbuf_t out = {0};
-    sb_printf(&out, "%sroot ::= %sobject\n", p, p);
+    strbuf_t out = STRBUF_INIT;
+    strbuf_printf(&out, "%sroot ::= %sobject\n", p, p);
     shared_rules(&out, p);
-    return out.s;
+    return strbuf_take(&out);
 }
 
 char *json_schema_gbnf_wrap(const char *inner, const char *inner_prefix, const char *prefix_text,
                             const char *suffix_text)
 {
-    sbuf_t out = {0};
-    sb_puts(&out, "root ::= ");
+    strbuf_t out = STRBUF_INIT;
+    strbuf_puts(&out, "root ::= ");
     if (prefix_text && *prefix_text) {
-        sb_lit(&out, prefix_text, strlen(prefix_text));
-        sb_puts(&out, " ");
+        gbnf_escape_literal(&out, prefix_text, strlen(prefix_text));
+        strbuf_puts(&out, " ");
     }
-    sb_printf(&out, "%sroot", inner_prefix);
+    strbuf_printf(&out, "%sroot", inner_prefix);
     if (suffix_text && *suffix_text) {
-        sb_puts(&out, " ");
-        sb_lit(&out, suffix_text, strlen(suffix_text));
+        strbuf_puts(&out, " ");
+        gbnf_escape_literal(&out, suffix_text, strlen(suffix_text));
     }
-    sb_puts(&out, "\n");
-    sb_puts(&out, inner);
-    return out.s;
-}
-
-char *json_schema_regex_to_gbnf(const uint8_t *re, size_t len, unsigned flags, char *err, size_t errlen,
-                                size_t *err_off)
-{
-    if (err_off)
-        *err_off = 0;
-    if (!utf8_valid(re, len)) {
-        errbuf_set(err, errlen, "the regex is not valid UTF-8");
-        return NULL;
-    }
-    sc_t c = {.pfx = ""};
-    rx_t x = {.s = (const char *)re, .n = len, .c = &c, .cap = -1, .flags = flags};
-    sbuf_t b = {0};
-    sb_puts(&b, "(");
-    rx_alt(&x, &b);
-    if (!c.failed && x.p < x.n)
-        rx_fail(&x, "unmatched ')'");
-    sb_puts(&b, ")");
-    free(c.out.s);
-    if (c.failed) {
-        errbuf_set(err, errlen, "%s", x.fail_what);
-        if (err_off)
-            *err_off = x.fail_off;
-        free(b.s);
-        return NULL;
-    }
-    return b.s;
+    strbuf_puts(&out, "\n");
+    strbuf_puts(&out, inner);
+    return strbuf_take(&out);
 }
 
 int json_schema_check(const uint8_t *buf, size_t len, char *err, size_t errlen)

@@ -20,9 +20,10 @@
  *                 (+ additionalItems), minItems, maxItems (≤ JSON_SCHEMA_MAX_COUNT),
  *                 uniqueItems false
  *   string        minLength, maxLength (≤ JSON_SCHEMA_MAX_COUNT, in code points),
- *                 pattern (an ECMA-262 subset: literals, escapes \d \w \s \D \W \S,
- *                 classes, ., groups, |, quantifiers; ^ and $ only at the ends
- *                 of top-level alternatives; no lookaround or backreferences;
+ *                 pattern (an ECMA-262 subset, common/grammar/regex.h: literals,
+ *                 escapes \d \w \s \D \W \S, classes, ., groups, |, quantifiers;
+ *                 ^ and $ only at the ends of top-level alternatives; no
+ *                 lookaround or backreferences;
  *                 with minLength/maxLength its repetition counts are raised /
  *                 cut so every generated match fits),
  *                 format date, time, date-time, duration, email, hostname, ipv4,
@@ -64,6 +65,7 @@
 #define PAGODA_COMMON_GRAMMAR_JSON_SCHEMA_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -87,31 +89,17 @@ char *json_schema_to_gbnf_relaxed(const json_t *schema, const char *prefix, char
 /* GBNF text for any JSON object (response_format {"type":"json_object"}). */
 char *json_schema_object_gbnf(const char *prefix);
 
-/* The regex compiler behind `pattern`, on its own (for OpenAI custom tools'
- * regex grammars and Lark's /regex/ terminals, common/grammar/lark.h): a
- * GBNF expression — one line, no rule names, usable as one item — that
- * matches exactly the whole strings the regex matches, in the ECMA subset
- * described above for `pattern`, plus \xHH. By default it matches their
- * JSON-escaped form (the body of a JSON string: '"' '\' and controls
- * escaped as JSON.stringify writes them, \b \f \n \r \t short, other
- * controls \u00xx, everything else itself); flags change that: */
-#define JSON_SCHEMA_RX_RAW 1u        /* match the characters themselves, unescaped */
-#define JSON_SCHEMA_RX_PYRUST 2u     /* Python re / Rust regex: '.' excludes only \n (ECMA also \r,
-                                      * U+2028, U+2029); '[' inside a class and the class set
-                                      * operators && -- ~~ are refused (they differ between the two) */
-#define JSON_SCHEMA_RX_DOTALL 4u     /* '.' matches every character (the s flag) */
-#define JSON_SCHEMA_RX_NO_ANCHORS 8u /* ^ and $ refused everywhere (else accepted and dropped at the
-                                      * ends of top-level alternatives) */
-/* \d \w \s are ASCII, as in ECMA (Python and Rust also give them Unicode
- * members: the generated language is a subset for those, and a superset for
- * \D \W \S). Returns malloc'd text, or NULL with err set to what is not
- * supported and *err_off (may be NULL) to its byte offset in re. */
-char *json_schema_regex_to_gbnf(const uint8_t *re, size_t len, unsigned flags, char *err, size_t errlen,
-                                size_t *err_off);
-
 /* Parses buf as JSON, compiles it and checks the result with gbnf_parse.
  * 0 ok, -1 error (message in err). For fuzzing and tests. */
 int json_schema_check(const uint8_t *buf, size_t len, char *err, size_t errlen);
+
+/* The schema a "$ref" pointer names inside root: "#", "#/$defs/NAME" or
+ * "#/definitions/NAME" (NAME JSON-pointer escaped); NULL when none. */
+const json_t *json_schema_resolve_ref(const json_t *root, const char *pointer);
+
+/* True for the keywords without effect on what is generated ($schema,
+ * title, description, $defs, ...). */
+bool json_schema_is_annotation(const char *key);
 
 /* A grammar whose root is prefix_text <inner_prefix>root suffix_text, plus
  * the rules of inner (compiled with inner_prefix, which must not be ""):

@@ -24,42 +24,14 @@
 #include "common/errbuf.h"
 #include "common/grammar/gbnf.h"
 #include "common/grammar/json_schema.h"
+#include "common/grammar/regex.h"
+#include "common/strbuf.h"
 #include "common/utf8.h"
 #include "common/vec.h"
 #include "common/xalloc.h"
 
 #define MARK '\x01'          /* "ignored terminals may stand here" (rules only) */
 #define HASH_SLOTS 16384     /* > 2 * LARK_MAX_DEFS: open addressing stays short */
-
-/* ---- growing text ---------------------------------------------------------- */
-
-typedef struct sbuf {
-    char *s;  /* NUL-terminated once anything was written */
-    size_t n, cap;
-} sbuf_t;
-
-static void sb_putn(sbuf_t *b, const char *s, size_t n)
-{
-    vec_reserve(b->s, b->cap, b->n + n + 1);
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-static void sb_puts(sbuf_t *b, const char *s) { sb_putn(b, s, strlen(s)); }
-static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf_t *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    assert(n >= 0);
-    vec_reserve(b->s, b->cap, b->n + (size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)n;
-}
 
 /* ---- common.lark ------------------------------------------------------------- */
 
@@ -137,7 +109,7 @@ typedef struct lk {
     size_t common_at;     /* offset of the %import while reading COMMON text */
     int mode;             /* enum lark_mode */
     const char *pfx;
-    sbuf_t out;           /* GBNF lines written so far (with MARKs) */
+    strbuf_t out;           /* GBNF lines written so far (with MARKs) */
     origin_t *org;        /* (n_org) one per line of out */
     size_t n_org, cap_org;
     def_t *defs;          /* (n_defs) every name defined or referenced */
@@ -148,7 +120,7 @@ typedef struct lk {
     int32_t ctx;          /* ≥ 0: reading that terminal's body; else CTX_* */
     uint64_t common_done; /* COMMON[i] written (bit i) */
     bool ignore;          /* a %ignore was read */
-    sbuf_t ign;           /* the ignore rule's alternatives */
+    strbuf_t ign;           /* the ignore rule's alternatives */
     size_t ign_off;
     int n_regex;
     int depth;
@@ -188,11 +160,11 @@ static void lk_fail(lk_t *L, size_t off, const char *fmt, ...)
 static void emit_line(lk_t *L, size_t off, const char *what, const char *kind, const char *name, size_t name_n,
                       const char *body)
 {
-    if (L->out.n + strlen(body) > GBNF_MAX_TEXT) {
+    if (L->out.len + strlen(body) > GBNF_MAX_TEXT) {
         lk_fail(L, off, "the grammar is too large (its GBNF exceeds %u bytes)", GBNF_MAX_TEXT);
         return;
     }
-    sb_printf(&L->out, "%s%s%.*s ::= %s\n", L->pfx, kind, (int)name_n, name, body);
+    strbuf_printf(&L->out, "%s%s%.*s ::= %s\n", L->pfx, kind, (int)name_n, name, body);
     vec_reserve(L->org, L->cap_org, L->n_org + 1);
     origin_t *o = &L->org[L->n_org++];
     o->off = L->s == L->src ? off : L->common_at;
@@ -402,7 +374,7 @@ static int read_string(lk_t *L, uint32_t **cps, size_t *cap, bool *icase)
 }
 
 /* Appends code point cp, as the text to match, inside a GBNF "..." literal. */
-static void lit_cp(sbuf_t *b, uint32_t cp, int mode)
+static void lit_cp(strbuf_t *b, uint32_t cp, int mode)
 {
     if (mode == LARK_JSON_STRING) {
         static const char SHORT[][2] = {{'"', '"'}, {'\\', '\\'}, {'\b', 'b'}, {'\f', 'f'},
@@ -410,35 +382,28 @@ static void lit_cp(sbuf_t *b, uint32_t cp, int mode)
         for (size_t i = 0; i < sizeof SHORT / sizeof SHORT[0]; i++)
             if (cp == (uint8_t)SHORT[i][0]) {
                 /* a JSON backslash, then the letter (itself escaped for GBNF) */
-                sb_puts(b, "\\\\");
+                strbuf_puts(b, "\\\\");
                 if (SHORT[i][1] == '"' || SHORT[i][1] == '\\')
-                    sb_puts(b, "\\");
-                sb_putn(b, &SHORT[i][1], 1);
+                    strbuf_puts(b, "\\");
+                strbuf_append(b, &SHORT[i][1], 1);
                 return;
             }
         if (cp < 0x20) {
-            sb_printf(b, "\\\\u%04x", cp);
+            strbuf_printf(b, "\\\\u%04x", cp);
             return;
         }
     }
-    if (cp == '"' || cp == '\\')
-        sb_printf(b, "\\%c", (char)cp);
-    else if (cp < 0x20 || cp == 0x7F)
-        sb_printf(b, "\\x%02x", cp);
-    else {
-        char u[4];
-        sb_putn(b, u, utf8_put(cp, u));
-    }
+    gbnf_escape_cp(b, cp);
 }
 
 /* A string literal as one GBNF item (a literal, or a group for "..."i). */
-static void emit_literal(lk_t *L, sbuf_t *b, const uint32_t *cps, int n, bool icase, size_t at)
+static void emit_literal(lk_t *L, strbuf_t *b, const uint32_t *cps, int n, bool icase, size_t at)
 {
     if (!icase) {
-        sb_puts(b, "\"");
+        strbuf_puts(b, "\"");
         for (int i = 0; i < n; i++)
             lit_cp(b, cps[i], L->mode);
-        sb_puts(b, "\"");
+        strbuf_puts(b, "\"");
         return;
     }
     for (int i = 0; i < n; i++)
@@ -446,26 +411,26 @@ static void emit_literal(lk_t *L, sbuf_t *b, const uint32_t *cps, int n, bool ic
             lk_fail(L, at, "a case-insensitive string (\"...\"i) with non-ASCII characters is not supported");
             return;
         }
-    sb_puts(b, "(\"");
+    strbuf_puts(b, "(\"");
     for (int i = 0; i < n; i++) {
         uint32_t c = cps[i], lo = c | 0x20;
         if (lo >= 'a' && lo <= 'z')
-            sb_printf(b, "\" [%c%c] \"", (char)lo, (char)(lo - 0x20));
+            strbuf_printf(b, "\" [%c%c] \"", (char)lo, (char)(lo - 0x20));
         else
             lit_cp(b, c, L->mode);
     }
-    sb_puts(b, "\")");
+    strbuf_puts(b, "\")");
 }
 
 /* Compiles regex text re[0..n) (at Lark offset at) with flags into a new
  * x-N rule; writes its name to b. */
-static void emit_regex(lk_t *L, sbuf_t *b, const uint8_t *re, size_t n, unsigned flags, size_t at)
+static void emit_regex(lk_t *L, strbuf_t *b, const uint8_t *re, size_t n, unsigned flags, size_t at)
 {
     if (L->mode == LARK_RAW)
-        flags |= JSON_SCHEMA_RX_RAW;
+        flags |= REGEX_RAW;
     char err[200];
     size_t off = 0;
-    char *expr = json_schema_regex_to_gbnf(re, n, flags | JSON_SCHEMA_RX_PYRUST | JSON_SCHEMA_RX_NO_ANCHORS, err,
+    char *expr = regex_to_gbnf(re, n, flags | REGEX_PYRUST | REGEX_NO_ANCHORS, err,
                                            sizeof err, &off);
     if (!expr) {
         lk_fail(L, at + off, "regex: %s is not supported", err);
@@ -475,46 +440,46 @@ static void emit_regex(lk_t *L, sbuf_t *b, const uint8_t *re, size_t n, unsigned
     int k = snprintf(name, sizeof name, "%d", L->n_regex++);
     emit_line(L, at, "regex", "x-", name, (size_t)k, expr);
     free(expr);
-    sb_printf(b, "%sx-%s", L->pfx, name);
+    strbuf_printf(b, "%sx-%s", L->pfx, name);
 }
 
 /* A one-character class "a".."z" as a GBNF item. */
-static void emit_range(lk_t *L, sbuf_t *b, uint32_t lo, uint32_t hi, size_t at)
+static void emit_range(lk_t *L, strbuf_t *b, uint32_t lo, uint32_t hi, size_t at)
 {
-    sbuf_t re = {0};
-    sb_puts(&re, "[");
+    strbuf_t re = {0};
+    strbuf_puts(&re, "[");
     uint32_t ends[2] = {lo, hi};
     for (int i = 0; i < 2; i++) {
         if (i)
-            sb_puts(&re, "-");
+            strbuf_puts(&re, "-");
         if (ends[i] <= 0xFFFF) {
-            sb_printf(&re, "\\u%04x", ends[i]);
+            strbuf_printf(&re, "\\u%04x", ends[i]);
         } else {
             char u[4];
-            sb_putn(&re, u, utf8_put(ends[i], u));
+            strbuf_append(&re, u, utf8_put(ends[i], u));
         }
     }
-    sb_puts(&re, "]");
+    strbuf_puts(&re, "]");
     char err[200];
-    char *expr = json_schema_regex_to_gbnf((const uint8_t *)re.s, re.n,
-                                           JSON_SCHEMA_RX_PYRUST | (L->mode == LARK_RAW ? JSON_SCHEMA_RX_RAW : 0),
+    char *expr = regex_to_gbnf((const uint8_t *)re.s, re.len,
+                                           REGEX_PYRUST | (L->mode == LARK_RAW ? REGEX_RAW : 0),
                                            err, sizeof err, NULL);
     free(re.s);
     if (!expr) {
         lk_fail(L, at, "range: %s", err);
         return;
     }
-    sb_puts(b, expr);
+    strbuf_puts(b, expr);
     free(expr);
 }
 
 /* ---- expansions ------------------------------------------------------------------- */
 
-static void parse_expansions(lk_t *L, sbuf_t *b);
+static void parse_expansions(lk_t *L, strbuf_t *b);
 static void common_ensure(lk_t *L, int i);
 
 /* A reference to name s[at..at+n). */
-static void parse_ref(lk_t *L, sbuf_t *b, size_t at, size_t n, bool *multi)
+static void parse_ref(lk_t *L, strbuf_t *b, size_t at, size_t n, bool *multi)
 {
     const char *name = (const char *)L->s + at;
     int kind = name_kind(name, n);
@@ -533,7 +498,7 @@ static void parse_ref(lk_t *L, sbuf_t *b, size_t at, size_t n, bool *multi)
         int i = common_find(name, n);
         assert(i >= 0); /* COMMON refers only to COMMON */
         common_ensure(L, i);
-        sb_printf(b, "%sc-%.*s", L->pfx, (int)n, name);
+        strbuf_printf(b, "%sc-%.*s", L->pfx, (int)n, name);
         return;
     }
     if (kind == 1 && L->ctx != CTX_RULE) {
@@ -552,21 +517,21 @@ static void parse_ref(lk_t *L, sbuf_t *b, size_t at, size_t n, bool *multi)
         L->edges[L->n_edges++] = (edge_t){L->ctx, d};
     }
     if (kind == 2 && L->ctx == CTX_RULE) {
-        sb_putn(b, &(char){MARK}, 1);
+        strbuf_append(b, &(char){MARK}, 1);
         *multi = true;
     }
-    sb_printf(b, "%s%s%.*s", L->pfx, kind == 1 ? "r-" : "t-", (int)n, name);
+    strbuf_printf(b, "%s%s%.*s", L->pfx, kind == 1 ? "r-" : "t-", (int)n, name);
 }
 
 /* One atom as GBNF; *multi when it is more than one GBNF item. */
-static void parse_atom(lk_t *L, sbuf_t *b, bool *multi)
+static void parse_atom(lk_t *L, strbuf_t *b, bool *multi)
 {
     size_t at = L->p;
     int c = peek(L);
     *multi = false;
     if (c == '(' || c == '[') {
         L->p++;
-        sb_puts(b, "(");
+        strbuf_puts(b, "(");
         parse_expansions(L, b);
         if (L->failed)
             return;
@@ -576,7 +541,7 @@ static void parse_atom(lk_t *L, sbuf_t *b, bool *multi)
             return;
         }
         L->p++;
-        sb_puts(b, c == '(' ? ")" : ")?");
+        strbuf_puts(b, c == '(' ? ")" : ")?");
         *multi = c == '[';
     } else if (c == '"') {
         uint32_t *cps = NULL;
@@ -591,7 +556,7 @@ static void parse_atom(lk_t *L, sbuf_t *b, bool *multi)
         skip_ws(L);
         bool range = peek(L) == '.' && peek2(L) == '.';
         if (L->ctx == CTX_RULE) {
-            sb_putn(b, &(char){MARK}, 1);
+            strbuf_append(b, &(char){MARK}, 1);
             *multi = true;
         }
         if (range) {
@@ -635,7 +600,7 @@ static void parse_atom(lk_t *L, sbuf_t *b, bool *multi)
         while (L->p < L->n && L->s[L->p] && strchr("imslux", L->s[L->p])) {
             char f = (char)L->s[L->p];
             if (f == 's')
-                flags |= JSON_SCHEMA_RX_DOTALL;
+                flags |= REGEX_DOTALL;
             else if (f != 'm' && f != 'u') {
                 lk_fail(L, L->p, "regex flag '%c' is not supported (only s, m, u)", f);
                 return;
@@ -643,7 +608,7 @@ static void parse_atom(lk_t *L, sbuf_t *b, bool *multi)
             L->p++;
         }
         if (L->ctx == CTX_RULE) {
-            sb_putn(b, &(char){MARK}, 1);
+            strbuf_append(b, &(char){MARK}, 1);
             *multi = true;
         }
         emit_regex(L, b, L->s + b0, e - b0, flags, b0);
@@ -692,9 +657,9 @@ static long read_count(lk_t *L)
     return v;
 }
 
-static void parse_expr(lk_t *L, sbuf_t *b)
+static void parse_expr(lk_t *L, strbuf_t *b)
 {
-    sbuf_t atom = {0};
+    strbuf_t atom = {0};
     bool multi = false;
     parse_atom(L, &atom, &multi);
     if (L->failed) {
@@ -729,15 +694,15 @@ static void parse_expr(lk_t *L, sbuf_t *b)
     }
     if (!L->failed) {
         if (post[0] && multi)
-            sb_printf(b, "(%s)%s", atom.s, post);
+            strbuf_printf(b, "(%s)%s", atom.s, post);
         else
-            sb_printf(b, "%s%s", atom.s, post);
+            strbuf_printf(b, "%s%s", atom.s, post);
     }
     free(atom.s);
 }
 
 /* A sequence (possibly empty), up to | ) ] -> or the end of the statement. */
-static void parse_expansion(lk_t *L, sbuf_t *b)
+static void parse_expansion(lk_t *L, strbuf_t *b)
 {
     bool any = false;
     for (;;) {
@@ -746,14 +711,14 @@ static void parse_expansion(lk_t *L, sbuf_t *b)
         if (c < 0 || at_newline(L) || c == '|' || c == ')' || c == ']' || (c == '-' && peek2(L) == '>'))
             break;
         if (any)
-            sb_puts(b, " ");
+            strbuf_puts(b, " ");
         parse_expr(L, b);
         if (L->failed)
             return;
         any = true;
     }
     if (!any)
-        sb_puts(b, "\"\"");
+        strbuf_puts(b, "\"\"");
     skip_ws(L);
     if (peek(L) == '-' && peek2(L) == '>') { /* an alias names the tree node: no effect here */
         L->p += 2;
@@ -764,7 +729,7 @@ static void parse_expansion(lk_t *L, sbuf_t *b)
     }
 }
 
-static void parse_expansions(lk_t *L, sbuf_t *b)
+static void parse_expansions(lk_t *L, strbuf_t *b)
 {
     if (++L->depth > LARK_MAX_NESTING) {
         lk_fail(L, L->p, "groups nested deeper than %d", LARK_MAX_NESTING);
@@ -776,7 +741,7 @@ static void parse_expansions(lk_t *L, sbuf_t *b)
         if (peek(L) != '|' && !continues(L))
             break;
         L->p++; /* '|' */
-        sb_puts(b, " | ");
+        strbuf_puts(b, " | ");
         parse_expansion(L, b);
     }
     L->depth--;
@@ -807,7 +772,7 @@ static void common_ensure(lk_t *L, int i)
     size_t n = L->n, p = L->p;
     int32_t ctx = L->ctx;
     L->s = (const uint8_t *)COMMON[i].def, L->n = strlen(COMMON[i].def), L->p = 0, L->ctx = CTX_COMMON;
-    sbuf_t body = {0};
+    strbuf_t body = {0};
     parse_expansions(L, &body);
     statement_end(L);
     assert(L->failed || L->p == L->n);
@@ -863,13 +828,13 @@ static void directive(lk_t *L)
         int32_t ctx = L->ctx;
         L->ctx = CTX_IGNORE;
         if (L->ignore)
-            sb_puts(&L->ign, " | ");
+            strbuf_puts(&L->ign, " | ");
         else
             L->ign_off = at;
         L->ignore = true;
-        sb_puts(&L->ign, "(");
+        strbuf_puts(&L->ign, "(");
         parse_expansions(L, &L->ign);
-        sb_puts(&L->ign, ")");
+        strbuf_puts(&L->ign, ")");
         L->ctx = ctx;
         statement_end(L);
     } else if (n == 6 && memcmp(d, "import", 6) == 0) {
@@ -989,7 +954,7 @@ static void definition(lk_t *L)
     L->defs[d].defined = true;
     L->defs[d].off = nb;
     L->ctx = kind == 2 ? d : CTX_RULE;
-    sbuf_t body = {0};
+    strbuf_t body = {0};
     parse_expansions(L, &body);
     statement_end(L);
     L->ctx = CTX_RULE;
@@ -1110,7 +1075,7 @@ char *lark_to_gbnf_prefixed(const uint8_t *text, size_t len, int mode, const cha
     lk_t L = {.src = text, .src_n = len, .s = text, .n = len, .mode = mode, .pfx = prefix, .ctx = CTX_RULE};
     L.slot = xcalloc(HASH_SLOTS, sizeof *L.slot);
     char *result = NULL;
-    sbuf_t out = {0};
+    strbuf_t out = {0};
     for (;;) {
         skip_blank(&L);
         if (L.failed || L.p >= L.n)
@@ -1136,25 +1101,25 @@ char *lark_to_gbnf_prefixed(const uint8_t *text, size_t len, int mode, const cha
     if (L.failed)
         goto done;
     /* root, the ignore rules, then MARK → "igns " or nothing */
-    sbuf_t body = {0};
-    sb_printf(&body, "%sr-start", L.pfx);
+    strbuf_t body = {0};
+    strbuf_printf(&body, "%sr-start", L.pfx);
     if (L.ignore)
-        sb_printf(&body, " %signs", L.pfx); /* ignored text may also end the input */
+        strbuf_printf(&body, " %signs", L.pfx); /* ignored text may also end the input */
     emit_line(&L, L.defs[start].off, "rule 'start'", "", "root", 4, body.s);
     if (L.ignore) {
         emit_line(&L, L.ign_off, "%ignore", "", "ign", 3, L.ign.s);
-        body.n = 0;
-        sb_printf(&body, "%sign*", L.pfx);
+        strbuf_reset(&body);
+        strbuf_printf(&body, "%sign*", L.pfx);
         emit_line(&L, L.ign_off, "%ignore", "", "igns", 4, body.s);
     }
     free(body.s);
-    for (size_t i = 0; i < L.out.n; i++) {
+    for (size_t i = 0; i < L.out.len; i++) {
         if (L.out.s[i] != MARK)
-            sb_putn(&out, L.out.s + i, 1);
+            strbuf_append(&out, L.out.s + i, 1);
         else if (L.ignore)
-            sb_printf(&out, "%signs ", L.pfx);
+            strbuf_printf(&out, "%signs ", L.pfx);
     }
-    if (out.n > GBNF_MAX_TEXT) {
+    if (out.len > GBNF_MAX_TEXT) {
         lk_fail(&L, 0, "the grammar is too large (its GBNF exceeds %u bytes)", GBNF_MAX_TEXT);
         goto done;
     }
@@ -1191,16 +1156,16 @@ char *lark_regex_to_gbnf_prefixed(const uint8_t *re, size_t len, int mode, const
         return NULL;
     char rerr[200];
     size_t off = 0;
-    char *expr = json_schema_regex_to_gbnf(re, len, JSON_SCHEMA_RX_PYRUST | (mode == LARK_RAW ? JSON_SCHEMA_RX_RAW : 0),
+    char *expr = regex_to_gbnf(re, len, REGEX_PYRUST | (mode == LARK_RAW ? REGEX_RAW : 0),
                                            rerr, sizeof rerr, &off);
     if (!expr) {
         errbuf_set(err, errlen, "regex offset %zu: %s is not supported", off, rerr);
         return NULL;
     }
-    sbuf_t out = {0};
-    sb_printf(&out, "%sroot ::= %s\n", prefix, expr);
+    strbuf_t out = {0};
+    strbuf_printf(&out, "%sroot ::= %s\n", prefix, expr);
     free(expr);
-    if (out.n > GBNF_MAX_TEXT) {
+    if (out.len > GBNF_MAX_TEXT) {
         errbuf_set(err, errlen, "the regex is too large (its GBNF exceeds %u bytes)", GBNF_MAX_TEXT);
         free(out.s);
         return NULL;

@@ -39,8 +39,8 @@
  *                characters \c. "..."i case-insensitive for ASCII letters
  *                (a non-ASCII character in it is refused). "a".."z" a range of
  *                single characters.
- *   /.../flags   regex terminal, compiled by json_schema_regex_to_gbnf
- *                (json_schema.h) with Python semantics: `.` excludes only \n;
+ *   /.../flags   regex terminal, compiled by regex_to_gbnf (regex.h)
+ *                with Python semantics: `.` excludes only \n;
  *                classes, \d \w \s (ASCII) and their negations, groups (?:),
  *                | * + ? {m,n}, lazy quantifiers (same language). Flags: s
  *                (dot matches \n); m and u (no effect without anchors)
@@ -112,8 +112,7 @@ enum lark_mode {
 char *lark_to_gbnf(const uint8_t *text, size_t len, int mode, char *err, size_t errlen);
 
 /* GBNF for a regex (syntax "regex": Rust regex syntax, matched against the
- * whole text). The subset is json_schema_regex_to_gbnf's with Python/Rust
- * rules (`.` excludes only \n); ^ at the start and $ at the end of a
+ * whole text). The subset is regex.h's with Python/Rust rules (`.` excludes only \n); ^ at the start and $ at the end of a
  * top-level alternative are accepted (they change nothing for a whole-text
  * match). Errors name the byte offset in the regex. */
 char *lark_regex_to_gbnf(const uint8_t *re, size_t len, int mode, char *err, size_t errlen);

@@ -18,10 +18,10 @@
 #include <string.h>
 
 #include "common/errbuf.h"
+#include "common/strbuf.h"
 #include "common/log.h"
 #include "common/text/tool_format.h"
 #include "common/xalloc.h"
-#include "common/vec.h"
 
 /* Variant switches, set from markers in the template text. */
 enum {
@@ -50,22 +50,6 @@ struct chat_template {
     char *stops[3];       /* end-of-turn texts (owned) */
     size_t n_stops;
 };
-
-/* ---- small string builder ---- */
-
-typedef struct {
-    char *buf;
-    size_t len, cap;
-} sb_t;
-
-static void sb_putn(sb_t *sb, const char *s, size_t n)
-{
-    vec_reserve(sb->buf, sb->cap, sb->len + n + 1); /* + the NUL */
-    vec_append(sb->buf, sb->len, sb->cap, s, n);
-    sb->buf[sb->len] = '\0';
-}
-
-static void sb_puts(sb_t *sb, const char *s) { sb_putn(sb, s, strlen(s)); }
 
 /* ---- whitespace handling, Python str semantics ---- */
 
@@ -119,11 +103,11 @@ static void py_strip(const char *s, size_t *start, size_t *len)
     *len = b - a;
 }
 
-static void sb_put_trimmed(sb_t *sb, const char *s)
+static void sb_put_trimmed(strbuf_t *sb, const char *s)
 {
     size_t a = 0, n = strlen(s);
     py_strip(s, &a, &n);
-    sb_putn(sb, s + a, n);
+    strbuf_append(sb, s + a, n);
 }
 
 /* ---- template inspection ---- */
@@ -203,7 +187,7 @@ static char *find_default_system(const char *t, size_t n)
             i += 2;
         else
             continue;
-        sb_t sb = {0};
+        strbuf_t sb = {0};
         bool ok = false;
         while (i < n) {
             if (i + tl <= n && memcmp(t + i, tail, tl) == 0) {
@@ -216,16 +200,16 @@ static char *find_default_system(const char *t, size_t n)
             if (c == '\\' && i + 1 < n) {
                 char e = t[i + 1];
                 char d = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
-                sb_putn(&sb, &d, 1);
+                strbuf_append(&sb, &d, 1);
                 i += 2;
                 continue;
             }
-            sb_putn(&sb, &c, 1);
+            strbuf_append(&sb, &c, 1);
             i++;
         }
         if (ok && sb.len > 0)
-            return sb.buf;
-        free(sb.buf);
+            return sb.s;
+        free(sb.s);
     }
     return NULL;
 }
@@ -386,7 +370,7 @@ typedef struct {
     int think;            /* enable_thinking: -1 not given, 0 false, 1 true */
     json_t *tools;        /* array of tool objects, or NULL: no tools announced */
     json_t **calls;       /* (n) per message: its tool_calls array, or NULL */
-    sb_t sb;
+    strbuf_t sb;
     char *err;
     size_t errlen;
 } render_t;
@@ -430,16 +414,16 @@ static int refuse_tool(render_t *R)
 static void put_bos(render_t *R)
 {
     if (R->t->flags & V_BOS)
-        sb_puts(&R->sb, R->t->bos);
+        strbuf_puts(&R->sb, R->t->bos);
 }
 
 static void chatml_turn(render_t *R, const char *role, const char *content)
 {
-    sb_puts(&R->sb, "<|im_start|>");
-    sb_puts(&R->sb, role);
-    sb_puts(&R->sb, "\n");
-    sb_puts(&R->sb, content);
-    sb_puts(&R->sb, "<|im_end|>\n");
+    strbuf_puts(&R->sb, "<|im_start|>");
+    strbuf_puts(&R->sb, role);
+    strbuf_puts(&R->sb, "\n");
+    strbuf_puts(&R->sb, content);
+    strbuf_puts(&R->sb, "<|im_end|>\n");
 }
 
 static bool starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
@@ -476,7 +460,7 @@ static const char *memrmem(const char *s, size_t n, const char *needle)
     return NULL;
 }
 
-static void put_hermes_call(sb_t *sb, const json_t *call, bool raw_string);
+static void put_hermes_call(strbuf_t *sb, const json_t *call, bool raw_string);
 
 /* Qwen3 assistant turn: reasoning between <think> and </think> is split off
  * the content; it is shown (in a <think> block) only for assistant turns
@@ -504,46 +488,46 @@ static void qwen3_assistant(render_t *R, size_t i, size_t last_query)
         }
         lstrip_nl(c, &ra, &rn);
     }
-    sb_puts(&R->sb, "<|im_start|>assistant\n");
+    strbuf_puts(&R->sb, "<|im_start|>assistant\n");
     if (i > last_query && (i == R->n - 1 || rn > 0)) {
-        sb_puts(&R->sb, "<think>\n");
+        strbuf_puts(&R->sb, "<think>\n");
         size_t a = ra, k = rn;
         lstrip_nl(c, &a, &k);
         rstrip_nl(c, &a, &k);
-        sb_putn(&R->sb, c + a, k);
-        sb_puts(&R->sb, "\n</think>\n\n");
+        strbuf_append(&R->sb, c + a, k);
+        strbuf_puts(&R->sb, "\n</think>\n\n");
         lstrip_nl(c, &ca, &cn);
     }
-    sb_putn(&R->sb, c + ca, cn);
+    strbuf_append(&R->sb, c + ca, cn);
     if (R->calls[i]) {
         size_t k;
         json_t *call;
         json_array_foreach(R->calls[i], k, call) {
             if (k > 0 || cn > 0)
-                sb_puts(&R->sb, "\n");
+                strbuf_puts(&R->sb, "\n");
             put_hermes_call(&R->sb, call, true);
         }
     }
-    sb_puts(&R->sb, "<|im_end|>\n");
+    strbuf_puts(&R->sb, "<|im_end|>\n");
 }
 
 /* ---- tools ---- */
 
-static void sb_put_json_string(sb_t *sb, const char *s);
+static void sb_put_json_string(strbuf_t *sb, const char *s);
 
 /* A double as JavaScript's Number#toString writes it (what @huggingface/jinja's
  * tojson does): integral values without a fraction, otherwise the shortest
  * digits that read back to the same double. */
-static void sb_put_js_number(sb_t *sb, double v)
+static void sb_put_js_number(strbuf_t *sb, double v)
 {
     char b[40];
     if (!isfinite(v)) {
-        sb_puts(sb, "null");
+        strbuf_puts(sb, "null");
         return;
     }
     if (v == floor(v) && fabs(v) < 1e21) {
         snprintf(b, sizeof b, "%.0f", v);
-        sb_puts(sb, b);
+        strbuf_puts(sb, b);
         return;
     }
     for (int prec = 1; prec <= 17; prec++) {
@@ -558,23 +542,23 @@ static void sb_put_js_number(sb_t *sb, double v)
         while (d[0] == '0' && d[1])
             memmove(d, d + 1, strlen(d));
     }
-    sb_puts(sb, b);
+    strbuf_puts(sb, b);
 }
 
 /* Jinja's `tojson` as @huggingface/jinja implements it (Python json.dumps
  * with ensure_ascii off): ", " and ": " between items, or with indent > 0
  * one item per line, "," after each and ": " after keys. Object keys keep
  * their order (jansson preserves insertion order). */
-static void sb_put_tojson(sb_t *sb, const json_t *v, int indent, int depth)
+static void sb_put_tojson(strbuf_t *sb, const json_t *v, int indent, int depth)
 {
     switch (json_typeof(v)) {
-    case JSON_NULL: sb_puts(sb, "null"); return;
-    case JSON_TRUE: sb_puts(sb, "true"); return;
-    case JSON_FALSE: sb_puts(sb, "false"); return;
+    case JSON_NULL: strbuf_puts(sb, "null"); return;
+    case JSON_TRUE: strbuf_puts(sb, "true"); return;
+    case JSON_FALSE: strbuf_puts(sb, "false"); return;
     case JSON_INTEGER: {
         char b[32];
         snprintf(b, sizeof b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        sb_puts(sb, b);
+        strbuf_puts(sb, b);
         return;
     }
     case JSON_REAL: sb_put_js_number(sb, json_real_value(v)); return;
@@ -583,9 +567,9 @@ static void sb_put_tojson(sb_t *sb, const json_t *v, int indent, int depth)
     }
     bool arr = json_is_array(v);
     size_t n = arr ? json_array_size(v) : json_object_size(v);
-    sb_puts(sb, arr ? "[" : "{");
+    strbuf_puts(sb, arr ? "[" : "{");
     if (n == 0) {
-        sb_puts(sb, arr ? "]" : "}");
+        strbuf_puts(sb, arr ? "]" : "}");
         return;
     }
     size_t i = 0;
@@ -594,11 +578,11 @@ static void sb_put_tojson(sb_t *sb, const json_t *v, int indent, int depth)
     void *it = arr ? NULL : json_object_iter((json_t *)v);
     for (i = 0; i < n; i++) {
         if (i > 0)
-            sb_puts(sb, indent > 0 ? "," : ", ");
+            strbuf_puts(sb, indent > 0 ? "," : ", ");
         if (indent > 0) {
-            sb_puts(sb, "\n");
+            strbuf_puts(sb, "\n");
             for (int k = 0; k < indent * (depth + 1); k++)
-                sb_puts(sb, " ");
+                strbuf_puts(sb, " ");
         }
         if (arr) {
             val = json_array_get(v, i);
@@ -607,16 +591,16 @@ static void sb_put_tojson(sb_t *sb, const json_t *v, int indent, int depth)
             val = json_object_iter_value(it);
             it = json_object_iter_next((json_t *)v, it);
             sb_put_json_string(sb, key);
-            sb_puts(sb, ": ");
+            strbuf_puts(sb, ": ");
         }
         sb_put_tojson(sb, val, indent, depth + 1);
     }
     if (indent > 0) {
-        sb_puts(sb, "\n");
+        strbuf_puts(sb, "\n");
         for (int k = 0; k < indent * depth; k++)
-            sb_puts(sb, " ");
+            strbuf_puts(sb, " ");
     }
-    sb_puts(sb, arr ? "]" : "}");
+    strbuf_puts(sb, arr ? "]" : "}");
 }
 
 /* The function object of a tool call ({"function": {...}} or the bare
@@ -646,39 +630,39 @@ static const json_t *call_args(const json_t *call)
 /* One call in f's syntax (common/text/tool_format.h), its arguments written
  * as the template's tojson does. raw_string: a string argument is written as
  * is (Qwen3), not JSON-encoded. */
-static void put_call(sb_t *sb, const tool_format_t *f, const json_t *call, bool raw_string)
+static void put_call(strbuf_t *sb, const tool_format_t *f, const json_t *call, bool raw_string)
 {
     const json_t *a = call_args(call);
-    sb_t args = {0};
+    strbuf_t args = {0};
     if (raw_string && json_is_string(a))
-        sb_puts(&args, json_string_value(a));
+        strbuf_puts(&args, json_string_value(a));
     else
         sb_put_tojson(&args, a, 0, 0);
-    char *text = tool_format_call_text(f, call_name(call), args.buf ? args.buf : "");
-    sb_puts(sb, text);
+    char *text = tool_format_call_text(f, call_name(call), args.s ? args.s : "");
+    strbuf_puts(sb, text);
     free(text);
-    free(args.buf);
+    free(args.s);
 }
 
 /* The Hermes/Qwen tool preamble: "# Tools ... <tools>\n{tool}...\n</tools> ...". */
-static void put_hermes_tools(render_t *R, sb_t *sb)
+static void put_hermes_tools(render_t *R, strbuf_t *sb)
 {
-    sb_puts(sb, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    strbuf_puts(sb, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                 "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
     size_t i;
     json_t *tool;
     json_array_foreach(R->tools, i, tool) {
-        sb_puts(sb, "\n");
+        strbuf_puts(sb, "\n");
         sb_put_tojson(sb, tool, 0, 0);
     }
-    sb_puts(sb, "\n</tools>\n\nFor each function call, return a json object with function name and "
+    strbuf_puts(sb, "\n</tools>\n\nFor each function call, return a json object with function name and "
                 "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
                 "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
 }
 
 /* One Hermes call: <tool_call>\n{"name": "N", "arguments": A}\n</tool_call>.
  * raw_string: a string argument is written as is (Qwen3), not JSON-encoded. */
-static void put_hermes_call(sb_t *sb, const json_t *call, bool raw_string)
+static void put_hermes_call(strbuf_t *sb, const json_t *call, bool raw_string)
 {
     put_call(sb, &tool_format_hermes, call, raw_string);
 }
@@ -692,17 +676,17 @@ static int render_chatml(render_t *R)
     if (R->tools) {
         /* Qwen2.5: system text (or the default) + "\n\n# Tools..."; Qwen3:
          * the system text + "\n\n" only when there is one */
-        sb_puts(&R->sb, "<|im_start|>system\n");
+        strbuf_puts(&R->sb, "<|im_start|>system\n");
         if (R->r[0] == R_SYSTEM) {
-            sb_puts(&R->sb, R->m[0].content);
-            sb_puts(&R->sb, "\n\n");
+            strbuf_puts(&R->sb, R->m[0].content);
+            strbuf_puts(&R->sb, "\n\n");
             from = 1;
         } else if (!qwen3 && t->default_system) {
-            sb_puts(&R->sb, t->default_system);
-            sb_puts(&R->sb, "\n\n");
+            strbuf_puts(&R->sb, t->default_system);
+            strbuf_puts(&R->sb, "\n\n");
         }
         put_hermes_tools(R, &R->sb);
-        sb_puts(&R->sb, "<|im_end|>\n");
+        strbuf_puts(&R->sb, "<|im_end|>\n");
     } else if (t->default_system && R->r[0] != R_SYSTEM) {
         chatml_turn(R, "system", t->default_system);
     }
@@ -720,26 +704,26 @@ static int render_chatml(render_t *R)
     for (size_t i = from; i < R->n; i++) {
         if (R->r[i] == R_ASSISTANT && R->calls[i] && !qwen3) {
             /* Qwen2.5: "assistant" + ("\n" content) + ("\n" call)... */
-            sb_puts(&R->sb, "<|im_start|>assistant");
+            strbuf_puts(&R->sb, "<|im_start|>assistant");
             if (R->m[i].content[0]) {
-                sb_puts(&R->sb, "\n");
-                sb_puts(&R->sb, R->m[i].content);
+                strbuf_puts(&R->sb, "\n");
+                strbuf_puts(&R->sb, R->m[i].content);
             }
             size_t k;
             json_t *call;
             json_array_foreach(R->calls[i], k, call) {
-                sb_puts(&R->sb, "\n");
+                strbuf_puts(&R->sb, "\n");
                 put_hermes_call(&R->sb, call, false);
             }
-            sb_puts(&R->sb, "<|im_end|>\n");
+            strbuf_puts(&R->sb, "<|im_end|>\n");
         } else if (R->r[i] == R_TOOL && (t->flags & V_QWEN_TOOLS)) {
             if (i == 0 || R->r[i - 1] != R_TOOL)
-                sb_puts(&R->sb, "<|im_start|>user");
-            sb_puts(&R->sb, "\n<tool_response>\n");
-            sb_puts(&R->sb, R->m[i].content);
-            sb_puts(&R->sb, "\n</tool_response>");
+                strbuf_puts(&R->sb, "<|im_start|>user");
+            strbuf_puts(&R->sb, "\n<tool_response>\n");
+            strbuf_puts(&R->sb, R->m[i].content);
+            strbuf_puts(&R->sb, "\n</tool_response>");
             if (i == R->n - 1 || R->r[i + 1] != R_TOOL)
-                sb_puts(&R->sb, "<|im_end|>\n");
+                strbuf_puts(&R->sb, "<|im_end|>\n");
         } else if (R->r[i] == R_ASSISTANT && (t->flags & V_QWEN3_THINK)) {
             qwen3_assistant(R, i, last_query);
         } else {
@@ -747,38 +731,38 @@ static int render_chatml(render_t *R)
         }
     }
     if (R->gen) {
-        sb_puts(&R->sb, "<|im_start|>assistant\n");
+        strbuf_puts(&R->sb, "<|im_start|>assistant\n");
         if (R->think == 0 && (t->flags & V_THINK_SWITCH))
-            sb_puts(&R->sb, "<think>\n\n</think>\n\n");
+            strbuf_puts(&R->sb, "<think>\n\n</think>\n\n");
     }
     return 0;
 }
 
 /* JSON string literal of s as Python's json.dumps(ensure_ascii=False) writes
  * it (what transformers' tojson filter does). */
-static void sb_put_json_string(sb_t *sb, const char *s)
+static void sb_put_json_string(strbuf_t *sb, const char *s)
 {
-    sb_puts(sb, "\"");
+    strbuf_puts(sb, "\"");
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         char esc[8];
         switch (*p) {
-        case '"': sb_puts(sb, "\\\""); break;
-        case '\\': sb_puts(sb, "\\\\"); break;
-        case '\n': sb_puts(sb, "\\n"); break;
-        case '\r': sb_puts(sb, "\\r"); break;
-        case '\t': sb_puts(sb, "\\t"); break;
-        case '\b': sb_puts(sb, "\\b"); break;
-        case '\f': sb_puts(sb, "\\f"); break;
+        case '"': strbuf_puts(sb, "\\\""); break;
+        case '\\': strbuf_puts(sb, "\\\\"); break;
+        case '\n': strbuf_puts(sb, "\\n"); break;
+        case '\r': strbuf_puts(sb, "\\r"); break;
+        case '\t': strbuf_puts(sb, "\\t"); break;
+        case '\b': strbuf_puts(sb, "\\b"); break;
+        case '\f': strbuf_puts(sb, "\\f"); break;
         default:
             if (*p < 0x20) {
                 snprintf(esc, sizeof(esc), "\\u%04x", *p);
-                sb_puts(sb, esc);
+                strbuf_puts(sb, esc);
             } else {
-                sb_putn(sb, (const char *)p, 1);
+                strbuf_append(sb, (const char *)p, 1);
             }
         }
     }
-    sb_puts(sb, "\"");
+    strbuf_puts(sb, "\"");
 }
 
 /* Llama 3.1+: a system turn always opens with the knowledge/today dates, the
@@ -796,25 +780,25 @@ static int render_llama31(render_t *R)
             date = today;
     }
     put_bos(R);
-    sb_puts(&R->sb, "<|start_header_id|>system<|end_header_id|>\n\n");
+    strbuf_puts(&R->sb, "<|start_header_id|>system<|end_header_id|>\n\n");
     if (R->tools)
-        sb_puts(&R->sb, "Environment: ipython\n");
-    sb_puts(&R->sb, "Cutting Knowledge Date: December 2023\nToday Date: ");
-    sb_puts(&R->sb, date);
-    sb_puts(&R->sb, "\n\n");
+        strbuf_puts(&R->sb, "Environment: ipython\n");
+    strbuf_puts(&R->sb, "Cutting Knowledge Date: December 2023\nToday Date: ");
+    strbuf_puts(&R->sb, date);
+    strbuf_puts(&R->sb, "\n\n");
     size_t first = 0;
     if (R->r[0] == R_SYSTEM) {
         sb_put_trimmed(&R->sb, R->m[0].content);
         first = 1;
     }
-    sb_puts(&R->sb, "<|eot_id|>");
+    strbuf_puts(&R->sb, "<|eot_id|>");
     if (R->tools) {
         /* tools_in_user_message (the template's default): the tool list goes
          * in front of the first message after the system one, whatever its role */
         if (first >= R->n)
             return fail(R, "tools need a user message after the system message (%s template)",
                         R->t->variant);
-        sb_puts(&R->sb, "<|start_header_id|>user<|end_header_id|>\n\n"
+        strbuf_puts(&R->sb, "<|start_header_id|>user<|end_header_id|>\n\n"
                         "Given the following functions, please respond with a JSON for a function call "
                         "with its proper arguments that best answers the given prompt.\n\n"
                         "Respond in the format {\"name\": function name, \"parameters\": dictionary of "
@@ -823,10 +807,10 @@ static int render_llama31(render_t *R)
         json_t *tool;
         json_array_foreach(R->tools, k, tool) {
             sb_put_tojson(&R->sb, tool, 4, 0);
-            sb_puts(&R->sb, "\n\n");
+            strbuf_puts(&R->sb, "\n\n");
         }
         sb_put_trimmed(&R->sb, R->m[first].content);
-        sb_puts(&R->sb, "<|eot_id|>");
+        strbuf_puts(&R->sb, "<|eot_id|>");
         first++;
     }
     for (size_t i = first; i < R->n; i++) {
@@ -835,21 +819,21 @@ static int render_llama31(render_t *R)
                 return fail(R, "messages[%zu]: the %s template takes exactly one tool call per "
                                "assistant message", i, R->t->variant);
             const json_t *call = json_array_get(R->calls[i], 0);
-            sb_puts(&R->sb, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+            strbuf_puts(&R->sb, "<|start_header_id|>assistant<|end_header_id|>\n\n");
             put_call(&R->sb, &tool_format_llama3, call, false);
         } else if (R->r[i] == R_TOOL) {
-            sb_puts(&R->sb, "<|start_header_id|>ipython<|end_header_id|>\n\n");
+            strbuf_puts(&R->sb, "<|start_header_id|>ipython<|end_header_id|>\n\n");
             sb_put_json_string(&R->sb, R->m[i].content);
         } else {
-            sb_puts(&R->sb, "<|start_header_id|>");
-            sb_puts(&R->sb, R->m[i].role);
-            sb_puts(&R->sb, "<|end_header_id|>\n\n");
+            strbuf_puts(&R->sb, "<|start_header_id|>");
+            strbuf_puts(&R->sb, R->m[i].role);
+            strbuf_puts(&R->sb, "<|end_header_id|>\n\n");
             sb_put_trimmed(&R->sb, R->m[i].content);
         }
-        sb_puts(&R->sb, "<|eot_id|>");
+        strbuf_puts(&R->sb, "<|eot_id|>");
     }
     if (R->gen)
-        sb_puts(&R->sb, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        strbuf_puts(&R->sb, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     return 0;
 }
 
@@ -860,14 +844,14 @@ static int render_llama3(render_t *R)
     for (size_t i = 0; i < R->n; i++) {
         if (i == 0)
             put_bos(R);
-        sb_puts(&R->sb, "<|start_header_id|>");
-        sb_puts(&R->sb, R->m[i].role);
-        sb_puts(&R->sb, "<|end_header_id|>\n\n");
+        strbuf_puts(&R->sb, "<|start_header_id|>");
+        strbuf_puts(&R->sb, R->m[i].role);
+        strbuf_puts(&R->sb, "<|end_header_id|>\n\n");
         sb_put_trimmed(&R->sb, R->m[i].content);
-        sb_puts(&R->sb, "<|eot_id|>");
+        strbuf_puts(&R->sb, "<|eot_id|>");
     }
     if (R->gen || (R->t->flags & V_GEN_ALWAYS))
-        sb_puts(&R->sb, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        strbuf_puts(&R->sb, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     return 0;
 }
 
@@ -884,27 +868,27 @@ static int render_llama2(render_t *R)
     if ((rc = check_alternation(R, first)))
         return rc;
     for (size_t i = first; i < R->n; i++) {
-        sb_t content = {0};
+        strbuf_t content = {0};
         if (i == first && first == 1) {
-            sb_puts(&content, "<<SYS>>\n");
-            sb_puts(&content, R->m[0].content);
-            sb_puts(&content, "\n<</SYS>>\n\n");
+            strbuf_puts(&content, "<<SYS>>\n");
+            strbuf_puts(&content, R->m[0].content);
+            strbuf_puts(&content, "\n<</SYS>>\n\n");
         }
-        sb_puts(&content, R->m[i].content);
+        strbuf_puts(&content, R->m[i].content);
         size_t a = 0, k = content.len;
-        py_strip(content.buf, &a, &k);
+        py_strip(content.s, &a, &k);
         if (R->r[i] == R_USER) {
             put_bos(R);
-            sb_puts(&R->sb, "[INST] ");
-            sb_putn(&R->sb, content.buf + a, k);
-            sb_puts(&R->sb, " [/INST]");
+            strbuf_puts(&R->sb, "[INST] ");
+            strbuf_append(&R->sb, content.s + a, k);
+            strbuf_puts(&R->sb, " [/INST]");
         } else {
-            sb_puts(&R->sb, " ");
-            sb_putn(&R->sb, content.buf + a, k);
-            sb_puts(&R->sb, " ");
-            sb_puts(&R->sb, R->t->eos);
+            strbuf_puts(&R->sb, " ");
+            strbuf_append(&R->sb, content.s + a, k);
+            strbuf_puts(&R->sb, " ");
+            strbuf_puts(&R->sb, R->t->eos);
         }
-        free(content.buf);
+        free(content.s);
     }
     return 0;
 }
@@ -931,18 +915,18 @@ static int render_mistral(render_t *R)
     put_bos(R);
     for (size_t i = first; i < R->n; i++) {
         if (R->r[i] == R_USER) {
-            sb_puts(&R->sb, v1 ? " [INST] " : "[INST] ");
+            strbuf_puts(&R->sb, v1 ? " [INST] " : "[INST] ");
             if (i == first && first == 1) {
-                sb_puts(&R->sb, R->m[0].content);
-                sb_puts(&R->sb, "\n\n");
+                strbuf_puts(&R->sb, R->m[0].content);
+                strbuf_puts(&R->sb, "\n\n");
             }
-            sb_puts(&R->sb, R->m[i].content);
-            sb_puts(&R->sb, " [/INST]");
+            strbuf_puts(&R->sb, R->m[i].content);
+            strbuf_puts(&R->sb, " [/INST]");
         } else {
             if (v1)
-                sb_puts(&R->sb, " ");
-            sb_puts(&R->sb, R->m[i].content);
-            sb_puts(&R->sb, R->t->eos);
+                strbuf_puts(&R->sb, " ");
+            strbuf_puts(&R->sb, R->m[i].content);
+            strbuf_puts(&R->sb, R->t->eos);
         }
     }
     return 0;
@@ -1016,12 +1000,12 @@ static int render_mistral_nemo(render_t *R)
     for (size_t i = first; i < R->n; i++) {
         if (R->r[i] == R_USER) {
             if (R->tools && i == last_user) {
-                sb_puts(&R->sb, "[AVAILABLE_TOOLS][");
+                strbuf_puts(&R->sb, "[AVAILABLE_TOOLS][");
                 size_t j;
                 json_t *tool;
                 json_array_foreach(R->tools, j, tool) {
                     const json_t *f = json_object_get(tool, "function");
-                    sb_puts(&R->sb, "{\"type\": \"function\", \"function\": {");
+                    strbuf_puts(&R->sb, "{\"type\": \"function\", \"function\": {");
                     const char *key;
                     const json_t *val;
                     bool sep = false;
@@ -1029,33 +1013,33 @@ static int render_mistral_nemo(render_t *R)
                         if (strcmp(key, "return") == 0)
                             continue;
                         if (sep)
-                            sb_puts(&R->sb, ", ");
+                            strbuf_puts(&R->sb, ", ");
                         sep = true;
-                        sb_puts(&R->sb, "\"");
-                        sb_puts(&R->sb, key);
-                        sb_puts(&R->sb, "\": ");
+                        strbuf_puts(&R->sb, "\"");
+                        strbuf_puts(&R->sb, key);
+                        strbuf_puts(&R->sb, "\": ");
                         if (json_is_string(val)) { /* not escaped: the template concatenates */
-                            sb_puts(&R->sb, "\"");
-                            sb_puts(&R->sb, json_string_value(val));
-                            sb_puts(&R->sb, "\"");
+                            strbuf_puts(&R->sb, "\"");
+                            strbuf_puts(&R->sb, json_string_value(val));
+                            strbuf_puts(&R->sb, "\"");
                         } else {
                             sb_put_tojson(&R->sb, val, 0, 0);
                         }
                     }
-                    sb_puts(&R->sb, "}}");
-                    sb_puts(&R->sb, j + 1 < json_array_size(R->tools) ? ", " : "]");
+                    strbuf_puts(&R->sb, "}}");
+                    strbuf_puts(&R->sb, j + 1 < json_array_size(R->tools) ? ", " : "]");
                 }
-                sb_puts(&R->sb, "[/AVAILABLE_TOOLS]");
+                strbuf_puts(&R->sb, "[/AVAILABLE_TOOLS]");
             }
-            sb_puts(&R->sb, "[INST]");
+            strbuf_puts(&R->sb, "[INST]");
             if (first && i == R->n - 1) {
-                sb_puts(&R->sb, R->m[0].content);
-                sb_puts(&R->sb, "\n\n");
+                strbuf_puts(&R->sb, R->m[0].content);
+                strbuf_puts(&R->sb, "\n\n");
             }
-            sb_puts(&R->sb, R->m[i].content);
-            sb_puts(&R->sb, "[/INST]");
+            strbuf_puts(&R->sb, R->m[i].content);
+            strbuf_puts(&R->sb, "[/INST]");
         } else if (R->calls[i]) {
-            sb_puts(&R->sb, tool_format_mistral.open);
+            strbuf_puts(&R->sb, tool_format_mistral.open);
             size_t j;
             json_t *call;
             json_array_foreach(R->calls[i], j, call) {
@@ -1063,34 +1047,34 @@ static int render_mistral_nemo(render_t *R)
                 if (!cid || !cid[0])
                     return fail(R, "messages[%zu].tool_calls[%zu]: the %s template needs the call's id",
                                 i, j, R->t->variant);
-                sb_t f = {0};
+                strbuf_t f = {0};
                 sb_put_tojson(&f, call_function(call), 0, 0);
-                sb_putn(&R->sb, f.buf, f.len - 1); /* without the closing brace */
-                free(f.buf);
+                strbuf_append(&R->sb, f.s, f.len - 1); /* without the closing brace */
+                free(f.s);
                 mistral_id(cid, id);
-                sb_puts(&R->sb, ", \"id\": \"");
-                sb_puts(&R->sb, id);
-                sb_puts(&R->sb, "\"}");
+                strbuf_puts(&R->sb, ", \"id\": \"");
+                strbuf_puts(&R->sb, id);
+                strbuf_puts(&R->sb, "\"}");
                 if (j + 1 < json_array_size(R->calls[i])) {
-                    sb_puts(&R->sb, tool_format_mistral.sep);
+                    strbuf_puts(&R->sb, tool_format_mistral.sep);
                 } else {
-                    sb_puts(&R->sb, tool_format_mistral.close);
-                    sb_puts(&R->sb, R->t->eos);
+                    strbuf_puts(&R->sb, tool_format_mistral.close);
+                    strbuf_puts(&R->sb, R->t->eos);
                 }
             }
         } else if (R->r[i] == R_ASSISTANT) {
-            sb_puts(&R->sb, R->m[i].content);
-            sb_puts(&R->sb, R->t->eos);
+            strbuf_puts(&R->sb, R->m[i].content);
+            strbuf_puts(&R->sb, R->t->eos);
         } else { /* R_TOOL */
             if (!R->m[i].tool_call_id || !R->m[i].tool_call_id[0])
                 return fail(R, "messages[%zu]: the %s template needs tool_call_id on tool messages", i,
                             R->t->variant);
             mistral_id(R->m[i].tool_call_id, id);
-            sb_puts(&R->sb, "[TOOL_RESULTS]{\"content\": ");
-            sb_puts(&R->sb, R->m[i].content);
-            sb_puts(&R->sb, ", \"call_id\": \"");
-            sb_puts(&R->sb, id);
-            sb_puts(&R->sb, "\"}[/TOOL_RESULTS]");
+            strbuf_puts(&R->sb, "[TOOL_RESULTS]{\"content\": ");
+            strbuf_puts(&R->sb, R->m[i].content);
+            strbuf_puts(&R->sb, ", \"call_id\": \"");
+            strbuf_puts(&R->sb, id);
+            strbuf_puts(&R->sb, "\"}[/TOOL_RESULTS]");
         }
     }
     return 0;
@@ -1103,15 +1087,15 @@ static int render_zephyr(render_t *R)
         return rc;
     put_bos(R);
     for (size_t i = 0; i < R->n; i++) {
-        sb_puts(&R->sb, "<|");
-        sb_puts(&R->sb, R->m[i].role);
-        sb_puts(&R->sb, "|>\n");
-        sb_puts(&R->sb, R->m[i].content);
-        sb_puts(&R->sb, R->t->eos);
-        sb_puts(&R->sb, "\n");
+        strbuf_puts(&R->sb, "<|");
+        strbuf_puts(&R->sb, R->m[i].role);
+        strbuf_puts(&R->sb, "|>\n");
+        strbuf_puts(&R->sb, R->m[i].content);
+        strbuf_puts(&R->sb, R->t->eos);
+        strbuf_puts(&R->sb, "\n");
     }
     if (R->gen)
-        sb_puts(&R->sb, "<|assistant|>\n");
+        strbuf_puts(&R->sb, "<|assistant|>\n");
     return 0;
 }
 
@@ -1131,18 +1115,18 @@ static int render_gemma(render_t *R)
         return rc;
     put_bos(R);
     for (size_t i = first; i < R->n; i++) {
-        sb_puts(&R->sb, "<start_of_turn>");
-        sb_puts(&R->sb, R->r[i] == R_ASSISTANT ? "model" : R->m[i].role);
-        sb_puts(&R->sb, "\n");
+        strbuf_puts(&R->sb, "<start_of_turn>");
+        strbuf_puts(&R->sb, R->r[i] == R_ASSISTANT ? "model" : R->m[i].role);
+        strbuf_puts(&R->sb, "\n");
         if (i == first && first == 1) {
-            sb_puts(&R->sb, R->m[0].content);
-            sb_puts(&R->sb, "\n\n");
+            strbuf_puts(&R->sb, R->m[0].content);
+            strbuf_puts(&R->sb, "\n\n");
         }
         sb_put_trimmed(&R->sb, R->m[i].content);
-        sb_puts(&R->sb, "<end_of_turn>\n");
+        strbuf_puts(&R->sb, "<end_of_turn>\n");
     }
     if (R->gen)
-        sb_puts(&R->sb, "<start_of_turn>model\n");
+        strbuf_puts(&R->sb, "<start_of_turn>model\n");
     return 0;
 }
 
@@ -1155,16 +1139,16 @@ static int render_phi3(render_t *R)
     for (size_t i = 0; i < R->n; i++) {
         if (R->r[i] == R_SYSTEM && R->m[i].content[0] == '\0' && (R->t->flags & V_SKIP_EMPTY_SYS))
             continue;
-        sb_puts(&R->sb, "<|");
-        sb_puts(&R->sb, R->m[i].role);
-        sb_puts(&R->sb, "|>\n");
-        sb_puts(&R->sb, R->m[i].content);
-        sb_puts(&R->sb, "<|end|>\n");
+        strbuf_puts(&R->sb, "<|");
+        strbuf_puts(&R->sb, R->m[i].role);
+        strbuf_puts(&R->sb, "|>\n");
+        strbuf_puts(&R->sb, R->m[i].content);
+        strbuf_puts(&R->sb, "<|end|>\n");
     }
     if (R->gen)
-        sb_puts(&R->sb, "<|assistant|>\n");
+        strbuf_puts(&R->sb, "<|assistant|>\n");
     else if (R->t->flags & V_EOS_IF_NO_GEN)
-        sb_puts(&R->sb, R->t->eos);
+        strbuf_puts(&R->sb, R->t->eos);
     return 0;
 }
 
@@ -1203,56 +1187,56 @@ static chat_msg_t *generic_rewrite(render_t *R, size_t *n_out, char ***owned, si
     size_t k = 0, o = 0;
     bool no_system = (t->family == CHAT_FAMILY_MISTRAL && !(t->flags & V_MISTRAL_SYS)) ||
                      (t->family == CHAT_FAMILY_GEMMA && !(t->flags & V_GEMMA3));
-    sb_t pre = {0};
+    strbuf_t pre = {0};
     if (R->tools)
         put_hermes_tools(R, &pre);
     size_t i = 0;
     if (pre.len && R->r[0] == R_SYSTEM) {
-        sb_t c = {0};
-        sb_puts(&c, R->m[0].content);
-        sb_puts(&c, "\n\n");
-        sb_putn(&c, pre.buf, pre.len);
-        m[k++] = (chat_msg_t){.role = "system", .content = (*owned)[o++] = c.buf};
+        strbuf_t c = {0};
+        strbuf_puts(&c, R->m[0].content);
+        strbuf_puts(&c, "\n\n");
+        strbuf_append(&c, pre.s, pre.len);
+        m[k++] = (chat_msg_t){.role = "system", .content = (*owned)[o++] = c.s};
         i = 1;
     } else if (pre.len && !no_system) {
-        m[k++] = (chat_msg_t){.role = "system", .content = (*owned)[o++] = xstrdup(pre.buf)};
+        m[k++] = (chat_msg_t){.role = "system", .content = (*owned)[o++] = xstrdup(pre.s)};
     }
     bool pre_pending = pre.len && no_system && R->r[0] != R_SYSTEM;
     for (; i < R->n; i++) {
         if (R->r[i] == R_TOOL) {
-            sb_t c = {0};
+            strbuf_t c = {0};
             for (; i < R->n && R->r[i] == R_TOOL; i++) {
                 if (c.len)
-                    sb_puts(&c, "\n");
-                sb_puts(&c, "<tool_response>\n");
-                sb_puts(&c, R->m[i].content);
-                sb_puts(&c, "\n</tool_response>");
+                    strbuf_puts(&c, "\n");
+                strbuf_puts(&c, "<tool_response>\n");
+                strbuf_puts(&c, R->m[i].content);
+                strbuf_puts(&c, "\n</tool_response>");
             }
             i--;
-            m[k++] = (chat_msg_t){.role = "user", .content = (*owned)[o++] = c.buf};
+            m[k++] = (chat_msg_t){.role = "user", .content = (*owned)[o++] = c.s};
         } else if (R->r[i] == R_ASSISTANT && R->calls[i]) {
-            sb_t c = {0};
-            sb_puts(&c, R->m[i].content);
+            strbuf_t c = {0};
+            strbuf_puts(&c, R->m[i].content);
             size_t j;
             json_t *call;
             json_array_foreach(R->calls[i], j, call) {
                 if (c.len)
-                    sb_puts(&c, "\n");
+                    strbuf_puts(&c, "\n");
                 put_hermes_call(&c, call, false);
             }
-            m[k++] = (chat_msg_t){.role = "assistant", .content = (*owned)[o++] = c.buf};
+            m[k++] = (chat_msg_t){.role = "assistant", .content = (*owned)[o++] = c.s};
         } else if (pre_pending && R->r[i] == R_USER) {
-            sb_t c = {0};
-            sb_putn(&c, pre.buf, pre.len);
-            sb_puts(&c, "\n\n");
-            sb_puts(&c, R->m[i].content);
-            m[k++] = (chat_msg_t){.role = "user", .content = (*owned)[o++] = c.buf};
+            strbuf_t c = {0};
+            strbuf_append(&c, pre.s, pre.len);
+            strbuf_puts(&c, "\n\n");
+            strbuf_puts(&c, R->m[i].content);
+            m[k++] = (chat_msg_t){.role = "user", .content = (*owned)[o++] = c.s};
             pre_pending = false;
         } else {
             m[k++] = (chat_msg_t){.role = R->m[i].role, .content = R->m[i].content};
         }
     }
-    free(pre.buf);
+    free(pre.s);
     *n_out = k;
     *n_owned = o;
     return m;
@@ -1365,30 +1349,30 @@ static size_t fold_system(const chat_msg_t *msgs, size_t n, chat_msg_t **out, ch
         all_sys = all_sys && sys;
         if (sys && lead && k == 1) {
             /* the leading run of system messages: one */
-            sb_t c = {0};
-            sb_puts(&c, m[0].content);
-            sb_puts(&c, "\n\n");
-            sb_puts(&c, msgs[i].content);
-            m[0].content = own[o++] = c.buf;
+            strbuf_t c = {0};
+            strbuf_puts(&c, m[0].content);
+            strbuf_puts(&c, "\n\n");
+            strbuf_puts(&c, msgs[i].content);
+            m[0].content = own[o++] = c.s;
             continue;
         }
         if (sys && k > 0) {
             bool next_user = i + 1 < n && strcmp(msgs[i + 1].role, "user") == 0;
             if (next_user) {
-                sb_t c = {0};
+                strbuf_t c = {0};
                 if (pending) {
-                    sb_puts(&c, pending);
-                    sb_puts(&c, "\n\n");
+                    strbuf_puts(&c, pending);
+                    strbuf_puts(&c, "\n\n");
                 }
-                sb_puts(&c, msgs[i].content);
+                strbuf_puts(&c, msgs[i].content);
                 free(pending);
-                pending = c.buf;
+                pending = c.s;
             } else if (strcmp(m[k - 1].role, "user") == 0) {
-                sb_t c = {0};
-                sb_puts(&c, m[k - 1].content);
-                sb_puts(&c, "\n\n");
-                sb_puts(&c, msgs[i].content);
-                m[k - 1].content = own[o++] = c.buf;
+                strbuf_t c = {0};
+                strbuf_puts(&c, m[k - 1].content);
+                strbuf_puts(&c, "\n\n");
+                strbuf_puts(&c, msgs[i].content);
+                m[k - 1].content = own[o++] = c.s;
             } else {
                 m[k++] = (chat_msg_t){.role = "user", .content = msgs[i].content};
             }
@@ -1396,11 +1380,11 @@ static size_t fold_system(const chat_msg_t *msgs, size_t n, chat_msg_t **out, ch
         }
         m[k] = msgs[i];
         if (user && pending) {
-            sb_t c = {0};
-            sb_puts(&c, pending);
-            sb_puts(&c, "\n\n");
-            sb_puts(&c, msgs[i].content);
-            m[k].content = own[o++] = c.buf;
+            strbuf_t c = {0};
+            strbuf_puts(&c, pending);
+            strbuf_puts(&c, "\n\n");
+            strbuf_puts(&c, msgs[i].content);
+            m[k].content = own[o++] = c.s;
             free(pending);
             pending = NULL;
         }
@@ -1494,7 +1478,7 @@ static int render_opts(const chat_template_t *t, const chat_msg_t *msgs, size_t 
                                                                  : R_ASSISTANT;
     }
     if (rc == 0) {
-        sb_puts(&R.sb, ""); /* an empty prompt is still a valid string */
+        strbuf_puts(&R.sb, ""); /* an empty prompt is still a valid string */
         switch (t->family) {
         case CHAT_FAMILY_LLAMA3: rc = render_llama3(&R); break;
         case CHAT_FAMILY_LLAMA2: rc = render_llama2(&R); break;
@@ -1512,10 +1496,10 @@ static int render_opts(const chat_template_t *t, const chat_msg_t *msgs, size_t 
     free(owned);
     free(rewritten);
     if (rc != 0) {
-        free(R.sb.buf);
+        free(R.sb.s);
         return rc;
     }
-    *out = R.sb.buf;
+    *out = R.sb.s;
     if (out_len)
         *out_len = R.sb.len;
     return CHAT_TEMPLATE_OK;

@@ -12,6 +12,7 @@
 
 #include "common/errbuf.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "common/xalloc.h"
 #include "common/vec.h"
 
@@ -20,28 +21,18 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 #define GGUF_WRITE_ALIGN 32
 
-typedef struct bytes {
-    uint8_t *p;
-    size_t len, cap;
-} bytes_t;
-
-static void b_put(bytes_t *b, const void *src, size_t n)
-{
-    vec_append(b->p, b->len, b->cap, (const uint8_t *)src, n);
-}
-
-static void b_u32(bytes_t *b, uint32_t v) { b_put(b, &v, 4); }
-static void b_u64(bytes_t *b, uint64_t v) { b_put(b, &v, 8); }
-static void b_str(bytes_t *b, const char *s, size_t n)
+static void b_u32(strbuf_t *b, uint32_t v) { strbuf_append(b, &v, 4); }
+static void b_u64(strbuf_t *b, uint64_t v) { strbuf_append(b, &v, 8); }
+static void b_str(strbuf_t *b, const char *s, size_t n)
 {
     b_u64(b, n);
-    b_put(b, s, n);
+    strbuf_append(b, s, n);
 }
 
 typedef struct wkv {
     char *key;   /* key_len bytes (keys from parsed files may hold NULs) */
     size_t key_len;
-    bytes_t val; /* u32 type + value, as in the file */
+    strbuf_t val; /* u32 type + value, as in the file */
 } wkv_t;
 
 typedef struct wtensor {
@@ -71,7 +62,7 @@ void gguf_writer_free(gguf_writer_t **wp)
     gguf_writer_t *w = *wp;
     for (size_t i = 0; i < w->n_kv; i++) {
         free(w->kv[i].key);
-        free(w->kv[i].val.p);
+        strbuf_free(&w->kv[i].val);
     }
     for (size_t i = 0; i < w->n_t; i++) {
         free(w->t[i].name);
@@ -97,7 +88,7 @@ bool gguf_writer_has_key(const gguf_writer_t *w, const char *key)
 }
 
 /* Returns the (emptied) value buffer for key, creating the entry if needed. */
-static bytes_t *kv_slot(gguf_writer_t *w, const char *key, size_t klen, uint32_t type)
+static strbuf_t *kv_slot(gguf_writer_t *w, const char *key, size_t klen, uint32_t type)
 {
     wkv_t *e = find_kv(w, key, klen);
     if (!e) {
@@ -107,9 +98,9 @@ static bytes_t *kv_slot(gguf_writer_t *w, const char *key, size_t klen, uint32_t
         memcpy(e->key, key, klen);
         e->key[klen] = 0;
         e->key_len = klen;
-        e->val = (bytes_t){0};
+        e->val = (strbuf_t)STRBUF_INIT;
     }
-    e->val.len = 0;
+    strbuf_reset(&e->val);
     b_u32(&e->val, type);
     return &e->val;
 }
@@ -117,7 +108,7 @@ static bytes_t *kv_slot(gguf_writer_t *w, const char *key, size_t klen, uint32_t
 #define SETTER(fn, ctype, gtype)                                               \
     void gguf_writer_set_##fn(gguf_writer_t *w, const char *key, ctype v)      \
     {                                                                          \
-        b_put(kv_slot(w, key, strlen(key), gtype), &v, sizeof v);              \
+        strbuf_append(kv_slot(w, key, strlen(key), gtype), &v, sizeof v);         \
     }
 SETTER(u8, uint8_t, GGUF_TYPE_UINT8)
 SETTER(i8, int8_t, GGUF_TYPE_INT8)
@@ -134,7 +125,7 @@ SETTER(f64, double, GGUF_TYPE_FLOAT64)
 void gguf_writer_set_bool(gguf_writer_t *w, const char *key, bool v)
 {
     uint8_t b = v ? 1 : 0;
-    b_put(kv_slot(w, key, strlen(key), GGUF_TYPE_BOOL), &b, 1);
+    strbuf_append(kv_slot(w, key, strlen(key), GGUF_TYPE_BOOL), &b, 1);
 }
 
 void gguf_writer_set_strn(gguf_writer_t *w, const char *key, const char *s, size_t len)
@@ -150,10 +141,10 @@ void gguf_writer_set_str(gguf_writer_t *w, const char *key, const char *s)
 static void set_arr_n(gguf_writer_t *w, const char *key, size_t klen, uint32_t et,
                       const void *data, uint64_t n)
 {
-    bytes_t *b = kv_slot(w, key, klen, GGUF_TYPE_ARRAY);
+    strbuf_t *b = kv_slot(w, key, klen, GGUF_TYPE_ARRAY);
     b_u32(b, et);
     b_u64(b, n);
-    b_put(b, data, (size_t)n * gguf_scalar_size(et));
+    strbuf_append(b, data, (size_t)n * gguf_scalar_size(et));
 }
 
 int gguf_writer_set_arr(gguf_writer_t *w, const char *key, uint32_t elem_type,
@@ -168,7 +159,7 @@ int gguf_writer_set_arr(gguf_writer_t *w, const char *key, uint32_t elem_type,
 void gguf_writer_set_arr_str(gguf_writer_t *w, const char *key, const char *const *strs,
                              uint64_t n)
 {
-    bytes_t *b = kv_slot(w, key, strlen(key), GGUF_TYPE_ARRAY);
+    strbuf_t *b = kv_slot(w, key, strlen(key), GGUF_TYPE_ARRAY);
     b_u32(b, GGUF_TYPE_STRING);
     b_u64(b, n);
     for (uint64_t i = 0; i < n; i++)
@@ -178,7 +169,7 @@ void gguf_writer_set_arr_str(gguf_writer_t *w, const char *key, const char *cons
 static void set_arr_gstr_n(gguf_writer_t *w, const char *key, size_t klen,
                            const gguf_str_t *strs, uint64_t n)
 {
-    bytes_t *b = kv_slot(w, key, klen, GGUF_TYPE_ARRAY);
+    strbuf_t *b = kv_slot(w, key, klen, GGUF_TYPE_ARRAY);
     b_u32(b, GGUF_TYPE_STRING);
     b_u64(b, n);
     for (uint64_t i = 0; i < n; i++)
@@ -204,24 +195,24 @@ int gguf_writer_copy_kv(gguf_writer_t *w, const gguf_kv_t *kv)
             set_arr_n(w, k, kl, kv->arr_type, kv->arr_data, kv->arr_n);
         return 0;
     }
-    bytes_t *b = kv_slot(w, k, kl, kv->type);
+    strbuf_t *b = kv_slot(w, k, kl, kv->type);
     switch (kv->type) {
     case GGUF_TYPE_STRING:
         b_str(b, kv->v.s.ptr, (size_t)kv->v.s.len);
         break;
     case GGUF_TYPE_FLOAT32: {
         float f = (float)kv->v.f;
-        b_put(b, &f, 4);
+        strbuf_append(b, &f, 4);
         break;
     }
     case GGUF_TYPE_FLOAT64:
-        b_put(b, &kv->v.f, 8);
+        strbuf_append(b, &kv->v.f, 8);
         break;
     case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
-        b_put(b, &kv->v.i, gguf_scalar_size(kv->type)); /* low bytes of the LE int64 */
+        strbuf_append(b, &kv->v.i, gguf_scalar_size(kv->type)); /* low bytes of the LE int64 */
         break;
     default: /* unsigned and bool */
-        b_put(b, &kv->v.u, gguf_scalar_size(kv->type));
+        strbuf_append(b, &kv->v.u, gguf_scalar_size(kv->type));
         break;
     }
     return 0;
@@ -330,14 +321,14 @@ int gguf_writer_write(gguf_writer_t *w, FILE *f, char *err, size_t errlen)
 {
     /* Header, key/values and tensor infos are built in memory (small), then
      * the data is streamed tensor by tensor. */
-    bytes_t h = {0};
+    strbuf_t h = STRBUF_INIT;
     b_u32(&h, 0x46554747u);
     b_u32(&h, 3);
     b_u64(&h, w->n_t);
     b_u64(&h, w->n_kv);
     for (size_t i = 0; i < w->n_kv; i++) {
         b_str(&h, w->kv[i].key, w->kv[i].key_len);
-        b_put(&h, w->kv[i].val.p, w->kv[i].val.len);
+        strbuf_append(&h, w->kv[i].val.s, w->kv[i].val.len);
     }
     uint64_t off = 0;
     size_t max_fill = 0;
@@ -355,10 +346,10 @@ int gguf_writer_write(gguf_writer_t *w, FILE *f, char *err, size_t errlen)
         if (t->fill && t->nbytes > max_fill)
             max_fill = t->nbytes;
     }
-    int rc = put(f, h.p, h.len);
+    int rc = put(f, h.s, h.len);
     if (rc == 0 && w->n_t)
         rc = pad(f, h.len);
-    free(h.p);
+    strbuf_free(&h);
     uint8_t *scratch = max_fill ? xmalloc(max_fill) : NULL;
     for (size_t i = 0; rc == 0 && i < w->n_t; i++) {
         wtensor_t *t = &w->t[i];

@@ -7,47 +7,15 @@
 #include <string.h>
 
 #include "common/errbuf.h"
+#include "common/grammar/gbnf.h"
 #include "common/grammar/json_schema.h"
 #include "common/grammar/lark.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "common/text/tool_format.h"
-#include "common/xalloc.h"
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-} buf_t;
-
-static void put(buf_t *b, const char *s)
-{
-    size_t n = strlen(s);
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        b->buf = xrealloc(b->buf, b->cap);
-    }
-    memcpy(b->buf + b->len, s, n + 1);
-    b->len += n;
-}
-
-/* s as a GBNF string literal (quotes, backslashes and control characters
- * escaped). */
-static void put_lit(buf_t *b, const char *s)
-{
-    put(b, "\"");
-    for (; *s; s++) {
-        char c[3] = {*s, 0, 0};
-        if (*s == '"' || *s == '\\')
-            c[0] = '\\', c[1] = *s;
-        else if (*s == '\n')
-            c[0] = '\\', c[1] = 'n';
-        else if (*s == '\r')
-            c[0] = '\\', c[1] = 'r';
-        else if (*s == '\t')
-            c[0] = '\\', c[1] = 't';
-        put(b, c);
-    }
-    put(b, "\"");
-}
+/* s as one GBNF string literal (gbnf.h's escaper). */
+static void put_lit(strbuf_t *b, const char *s) { gbnf_escape_literal(b, s, strlen(s)); }
 
 /* Names are [A-Za-z0-9_-] (the gateway checks), so they need no escaping
  * inside a GBNF literal; anything else is refused here as well. */
@@ -86,14 +54,14 @@ static char *custom_rules(json_t *xg, const char *prefix, char *err, size_t errl
             errbuf_set(err, errlen, "x-grammar syntax '%.20s' is not lark or regex", syn);
         return NULL;
     }
-    buf_t b = {0};
-    put(&b, prefix);
-    put(&b, "root ::= \"{\\\"input\\\": \\\"\" ");
-    put(&b, inner);
-    put(&b, "root \"\\\"}\"\n");
-    put(&b, g);
+    strbuf_t b = {0};
+    strbuf_puts(&b, prefix);
+    strbuf_puts(&b, "root ::= \"{\\\"input\\\": \\\"\" ");
+    strbuf_puts(&b, inner);
+    strbuf_puts(&b, "root \"\\\"}\"\n");
+    strbuf_puts(&b, g);
     free(g);
-    return b.buf;
+    return strbuf_take(&b);
 }
 
 char *tool_grammar_build(const char *tools_json, const char *choice, bool parallel, const char *fmt,
@@ -105,7 +73,7 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
     const tool_format_t *tf = tool_format_find(fmt);
     if (!tf)
         tf = &tool_format_hermes;
-    buf_t alts = {0}, rules = {0}, notes = {0}; /* notes: what was relaxed, logged once */
+    strbuf_t alts = {0}, rules = {0}, notes = {0}; /* notes: what was relaxed, logged once */
     char *out = NULL;
     size_t n_alts = 0;
     if (!json_is_array(tools)) {
@@ -146,23 +114,23 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
         }
         if (relaxed) {
             snprintf(line, sizeof line, "%stool %s: ", notes.len ? "; " : "", name);
-            put(&notes, line);
-            put(&notes, relaxed);
+            strbuf_puts(&notes, line);
+            strbuf_puts(&notes, relaxed);
             free(relaxed);
         }
         if (!g) {
             if (params) {
                 snprintf(line, sizeof line, "%stool %s: any JSON object (%.150s)", notes.len ? "; " : "", name, cerr);
-                put(&notes, line);
+                strbuf_puts(&notes, line);
             }
             g = json_schema_object_gbnf(prefix);
         }
-        put(&rules, g);
-        put(&rules, "\n");
+        strbuf_puts(&rules, g);
+        strbuf_puts(&rules, "\n");
         free(g);
         snprintf(line, sizeof line, "%s\"%s\\\", \\\"%s\\\": \" %sroot", n_alts ? " | " : "", name,
                  tf->args_key, prefix);
-        put(&alts, line);
+        strbuf_puts(&alts, line);
         n_alts++;
     }
     if (n_alts == 0) {
@@ -171,46 +139,46 @@ char *tool_grammar_build(const char *tools_json, const char *choice, bool parall
     }
     /* root ::= open call (sep call)* close   (one call without sep or parallel)
      * call ::= call_open {"name": " call-body } call_close */
-    buf_t g = {0};
-    put(&g, "root ::= ");
+    strbuf_t g = {0};
+    strbuf_puts(&g, "root ::= ");
     if (tf->open[0]) {
         put_lit(&g, tf->open);
-        put(&g, " ");
+        strbuf_puts(&g, " ");
     }
-    put(&g, "call");
+    strbuf_puts(&g, "call");
     if (parallel && tf->sep) {
-        put(&g, " (");
+        strbuf_puts(&g, " (");
         put_lit(&g, tf->sep);
-        put(&g, " call)*");
+        strbuf_puts(&g, " call)*");
     }
     if (tf->close[0]) {
-        put(&g, " ");
+        strbuf_puts(&g, " ");
         put_lit(&g, tf->close);
     }
-    put(&g, "\ncall ::= ");
-    buf_t head = {0}, tail = {0};
-    put(&head, tf->call_open);
-    put(&head, "{\"name\": \"");
-    put(&tail, "}");
-    put(&tail, tf->call_close);
-    put_lit(&g, head.buf);
-    put(&g, " call-body ");
-    put_lit(&g, tail.buf);
-    put(&g, "\n");
-    free(head.buf);
-    free(tail.buf);
-    put(&g, "call-body ::= ");
-    put(&g, alts.buf);
-    put(&g, "\n");
-    put(&g, rules.buf);
-    out = g.buf;
+    strbuf_puts(&g, "\ncall ::= ");
+    strbuf_t head = {0}, tail = {0};
+    strbuf_puts(&head, tf->call_open);
+    strbuf_puts(&head, "{\"name\": \"");
+    strbuf_puts(&tail, "}");
+    strbuf_puts(&tail, tf->call_close);
+    put_lit(&g, head.s);
+    strbuf_puts(&g, " call-body ");
+    put_lit(&g, tail.s);
+    strbuf_puts(&g, "\n");
+    free(head.s);
+    free(tail.s);
+    strbuf_puts(&g, "call-body ::= ");
+    strbuf_puts(&g, alts.s);
+    strbuf_puts(&g, "\n");
+    strbuf_puts(&g, rules.s ? rules.s : "");
+    out = strbuf_take(&g);
 done:
     if (notes.len && out)
         log_warn("tool_choice %s: schema keywords relaxed (not enforced, the tools are not strict): %s", choice,
-                 notes.buf);
-    free(notes.buf);
+                 notes.s);
+    free(notes.s);
     json_decref(tools);
-    free(alts.buf);
-    free(rules.buf);
+    free(alts.s);
+    free(rules.s);
     return out;
 }

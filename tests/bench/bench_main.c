@@ -65,6 +65,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "common/xalloc.h"
 #include "tests/bench/bench_report.h"
 #include "tests/bench/bench_run.h"
@@ -253,21 +254,13 @@ static int parse_args(int argc, char **argv, struct options *o)
     return 0;
 }
 
-struct body_buf {
-    char *data;
-    size_t len;
-};
-
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud)
 {
-    struct body_buf *b = ud;
+    strbuf_t *b = ud;
     size_t n = size * nmemb;
     if (b->len + n > (1u << 20))
         return 0; /* a model list is small; stop a runaway body */
-    b->data = xrealloc(b->data, b->len + n + 1);
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = '\0';
+    strbuf_append(b, ptr, n);
     return n;
 }
 
@@ -281,7 +274,7 @@ static char *fetch_default_model(const char *base, const char *api_key)
     strcpy(url + n - sl, "/models");
     free(ep);
     char *model = NULL;
-    struct body_buf b = { 0 };
+    strbuf_t b = STRBUF_INIT;
     struct curl_slist *h = NULL;
     CURL *e = curl_easy_init();
     if (!e)
@@ -309,7 +302,7 @@ static char *fetch_default_model(const char *base, const char *api_key)
             log_error("no --model given and GET %s answered HTTP %ld", url, status);
         goto out;
     }
-    json_t *j = json_loadb(b.data ? b.data : "", b.len, 0, NULL);
+    json_t *j = json_loadb(b.s ? b.s : "", b.len, 0, NULL);
     json_t *first = json_array_get(json_object_get(j, "data"), 0);
     json_t *id = json_object_get(first, "id");
     if (json_is_string(id) && json_string_length(id) > 0)
@@ -321,7 +314,7 @@ out:
     if (e)
         curl_easy_cleanup(e);
     curl_slist_free_all(h);
-    free(b.data);
+    strbuf_free(&b);
     free(url);
     return model;
 }

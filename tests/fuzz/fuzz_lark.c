@@ -3,7 +3,7 @@
  * without a rule prefix. A refusal must come with a message that is not an
  * internal error (lark.c names a GBNF refusal it did not expect that way);
  * every text returned must be accepted by gbnf_parse (trap otherwise). The
- * regex compiler it reuses (json_schema_regex_to_gbnf) is fed the same
+ * regex compiler it reuses (regex_to_gbnf) is fed the same
  * bytes directly too. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,6 +12,7 @@
 #include "common/grammar/gbnf.h"
 #include "common/grammar/json_schema.h"
 #include "common/grammar/lark.h"
+#include "common/grammar/regex.h"
 
 static void must_parse(const char *text, const char *prefix)
 {
@@ -52,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check(lark_regex_to_gbnf_prefixed(data, size, LARK_RAW, "t1-", err, sizeof err), err, "t1-");
     /* the regex compiler alone: an expression that parses as a rule body */
     size_t off = 0;
-    char *expr = json_schema_regex_to_gbnf(data, size, JSON_SCHEMA_RX_PYRUST | JSON_SCHEMA_RX_RAW, err, sizeof err, &off);
+    char *expr = regex_to_gbnf(data, size, REGEX_PYRUST | REGEX_RAW, err, sizeof err, &off);
     if (expr) {
         size_t n = strlen(expr);
         char *rule = malloc(n + 16);
