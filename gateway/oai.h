@@ -118,6 +118,8 @@ typedef enum {
     OAI_OP_TOKENIZE = 1,
     OAI_OP_DETOKENIZE = 2,
     OAI_OP_EMBED = 3,            /* POST /v1/embeddings (oai_parse_embeddings) */
+    OAI_OP_RANK = 4,             /* POST /v1/rerank, /v1/score (gateway/rerank.h): prompt = the
+                                    query, inputs = the documents (text) */
 } oai_op_t;
 
 #define OAI_MAX_EMBED_INPUTS 128       /* inputs per /v1/embeddings request (= PROTO_MAX_CHOICES) */

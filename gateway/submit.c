@@ -66,7 +66,7 @@ void submit_from_oai(const oai_request_t *o, uint64_t id, prio_tier_t tier, prot
         }
     } else {
         s->kind = PROTO_KIND_COMPLETION;
-        if (o->op == OAI_OP_EMBED) {
+        if (o->op == OAI_OP_EMBED || o->op == OAI_OP_RANK) {
             /* one SUBMIT for all inputs: each a sequence of its own, its
              * EVENT's choice = the input's index */
             s->n_inputs = (uint32_t)o->n_inputs;
@@ -82,6 +82,8 @@ void submit_from_oai(const oai_request_t *o, uint64_t id, prio_tier_t tier, prot
                 }
             }
             s->dimensions = (uint32_t)o->dimensions;
+            if (o->op == OAI_OP_RANK) /* the query every document is scored against */
+                s->prompt = xstrdup(o->prompt);
         } else if (o->prompt) {
             s->prompt = xstrdup(o->prompt);
         } else {
@@ -137,8 +139,9 @@ void submit_from_oai(const oai_request_t *o, uint64_t id, prio_tier_t tier, prot
     s->n_choices = o->n > 1 ? (uint32_t)o->n : 1;
     s->op = o->op == OAI_OP_TOKENIZE ? PROTO_OP_TOKENIZE
           : o->op == OAI_OP_DETOKENIZE ? PROTO_OP_DETOKENIZE
-          : o->op == OAI_OP_EMBED ? PROTO_OP_EMBED : PROTO_OP_GENERATE;
+          : o->op == OAI_OP_EMBED ? PROTO_OP_EMBED
+          : o->op == OAI_OP_RANK ? PROTO_OP_RANK : PROTO_OP_GENERATE;
     s->no_special = o->op == OAI_OP_TOKENIZE && !o->add_special;
-    if (o->op == OAI_OP_EMBED)
+    if (o->op == OAI_OP_EMBED || o->op == OAI_OP_RANK)
         s->n_choices = s->n_inputs;
 }
