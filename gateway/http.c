@@ -1163,6 +1163,7 @@ static const route_t routes[] = {
      &oai_surface},
     {"POST", "/v1/rerank", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_RANK, &rerank_surface},
     {"POST", "/rerank", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_RANK, &rerank_surface},
+    {"POST", "/v2/rerank", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_RANK, &rerank_surface},
     {"POST", "/v1/reranking", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_RANK, &rerank_surface},
     {"POST", "/reranking", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_RANK, &rerank_surface},
     {"POST", "/v1/score", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_RANK, &score_surface},

@@ -42,15 +42,15 @@ printf '%s' "$TEMPLATE" >"$TMP/rerank.tmpl"
 py() { python3 -c "import json,sys; j=json.load(sys.stdin); sys.exit(0 if ($1) else 1)"; }
 req() { # PATH BODY [KEY] → status in $CODE, body in $TMP/body
   CODE=$(curl -s -o "$TMP/body" -w '%{http_code}' -X POST "$URL$1" -H 'Content-Type: application/json' \
-    ${3:+-H "Authorization: Bearer $3"} -d "$2")
+    -H "Authorization: Bearer ${3:-secret-rr}" -d "$2")
 }
 is_error() { # status [param]
   [[ $CODE == "$1" ]] && py "set(j['error'])=={'message','type','param','code'} and j['error']['type']=='invalid_request_error' ${2:+and j['error']['param']=='$2'}" <"$TMP/body"
 }
 
 hp=$(free_port); zp=$(free_port)
-echo '{"keys":[{"key":"sk-rerank-test","tier":"normal"}]}' >/dev/null
-spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$hp --worker-endpoint tcp://127.0.0.1:$zp \
+"$GW" --hash-key rr:normal --secret secret-rr | grep -v '^#' >"$TMP/keys.txt"
+spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$hp --worker-endpoint tcp://127.0.0.1:$zp --keys "$TMP/keys.txt" \
   --model "q3=$TMP/q3.gguf" --model "cls=$TMP/cls.gguf" --model "plain=$SMALL" \
   --max-seqs 4 --max-batch-tokens 64 --log-level debug \
   --worker-arg=--exact-matmul --worker-arg=--kv-type=f32
@@ -65,7 +65,7 @@ DOCS_JSON=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "${DOC
 tok() { # MODEL TEXT ADD_SPECIAL → comma-separated ids on stdout
   local body
   body=$(python3 -c 'import json,sys; print(json.dumps({"model":sys.argv[1],"prompt":sys.argv[2],"add_special":sys.argv[3]=="1"}))' "$1" "$2" "$3")
-  curl -s -X POST "$URL/tokenize" -H 'Content-Type: application/json' -d "$body" |
+  curl -s -X POST "$URL/tokenize" -H 'Content-Type: application/json' -H 'Authorization: Bearer secret-rr' -d "$body" |
     python3 -c "import json,sys; print(','.join(map(str, json.load(sys.stdin)['tokens'])))"
 }
 # the pair's ids as the rule says: q3 fills the template, tokenized whole without
@@ -82,12 +82,16 @@ pair_ids() { # MODEL DOC
 
 # ref MODEL RESPONSE TOL KIND: the response's scores vs the reference's output 0
 ref() {
-  local model=$1 resp=$2 tol=$3 kind=$4 args=() lens=()
-  for d in "${DOCS[@]}"; do
-    local ids; ids=$(pair_ids "$model" "$d")
-    args+=(--seq "$ids")
-  done
-  $PYN "$ROOT/tests/ref/llama_ref.py" "$TMP/$model.gguf" "${args[@]}" --rank "$TMP/ref_$model.bin" || return 1
+  local model=$1 resp=$2 tol=$3 kind=$4 args=()
+  if [[ ! -f $TMP/ref_$model.bin ]]; then # the pairs' ids and the reference, once per model
+    for d in "${DOCS[@]}"; do
+      local ids; ids=$(pair_ids "$model" "$d")
+      args+=(--seq "$ids")
+    done
+    printf '%s\n' "${args[@]}" >"$TMP/ref_$model.args"
+    $PYN "$ROOT/tests/ref/llama_ref.py" "$TMP/$model.gguf" "${args[@]}" --rank "$TMP/ref_$model.bin" || return 1
+  fi
+  mapfile -t args <"$TMP/ref_$model.args"
   $PYN - "$resp" "$TMP/ref_$model.bin" "$tol" "$kind" "${#DOCS[@]}" "${args[@]}" <<'EOF'
 import json, sys, numpy as np
 j = json.load(open(sys.argv[1])); tol = float(sys.argv[3]); kind = sys.argv[4]; n = int(sys.argv[5])
@@ -163,7 +167,7 @@ import json,sys
 a=json.load(open('$TMP/body'))['results'][0]['relevance_score']; r={x['index']:x['relevance_score'] for x in json.load(open('$TMP/q3.json'))['results']}
 sys.exit(0 if abs(a-r[1])<=1e-6 else 1)"
 (for i in 1 2 3; do
-  curl -s -o /dev/null -X POST "$URL/v1/completions" -H 'Content-Type: application/json' \
+  curl -s -o /dev/null -X POST "$URL/v1/completions" -H 'Content-Type: application/json' -H 'Authorization: Bearer secret-rr' \
     -d '{"model":"q3","prompt":"Once upon a time","max_tokens":48,"ignore_eos":true}' &
 done; wait) &
 GEN=$!
@@ -213,6 +217,18 @@ check "a pair longer than the context → 400 context_length_exceeded" \
   bash -c "[[ $CODE == 400 ]] && python3 -c \"import json,sys; sys.exit(0 if json.load(open('$TMP/body'))['error']['code']=='context_length_exceeded' else 1)\""
 req /v1/rerank '{"model":"nope","query":"a","documents":["b"]}'
 check "unknown model → 404" test "$CODE" = 404
+req /v1/rerank '{"model":"q3","query":"a","documents":["b"]}' wrong-key
+check "a wrong API key → 401, OpenAI-shaped" bash -c "[[ $CODE == 401 ]] && grep -q invalid_api_key '$TMP/body'"
+req /v2/rerank '{"model":"q3","query":"a","documents":["b"]}'
+check "/v2/rerank (Cohere v2's path) serves the same shape" py "len(j['results'])==1" <"$TMP/body"
+
+# ---- the cohere-ai SDK's rerank pointed at pagoda -------------------------------------
+if command -v node >/dev/null && bash "$ROOT/tests/js/ensure.sh"; then
+  URL=$URL KEY=secret-rr MODEL=q3 QUERY="$QUERY" DOCS="$DOCS_JSON" SCORES="$TMP/q3.json" \
+    run_node_tap 120 "$ROOT/tests/integration/rerank_sdk.mjs"
+else
+  skip "node/npm or the npm packages unavailable: no cohere-ai SDK test"
+fi
 req /v1/rerank "{\"model\":\"q3\",\"query\":\"$QUERY\",\"documents\":[\"${DOCS[1]}\"]}"
 check "after the hostile rows the server still serves (same score)" python3 -c "
 import json,sys
