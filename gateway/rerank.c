@@ -238,11 +238,6 @@ static void rerank_stream_event(api_call_t *call, gateway_reply_t *rep, api_buf_
     call->done = true;
 }
 
-static char *error_body(const oai_error_t *e)
-{
-    return oai_error_json(e);
-}
-
 static char *dump(json_t *j)
 {
     char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
@@ -336,7 +331,7 @@ const api_surface_t rerank_surface = {
     .begin = rerank_begin,
     .stream_event = rerank_stream_event,
     .complete = rerank_complete,
-    .error_body = error_body,
+    .error_body = oai_error_json,
     .end = rerank_end,
 };
 
@@ -346,6 +341,6 @@ const api_surface_t score_surface = {
     .begin = rerank_begin,
     .stream_event = rerank_stream_event,
     .complete = rerank_complete,
-    .error_body = error_body,
+    .error_body = oai_error_json,
     .end = rerank_end,
 };
