@@ -34,10 +34,11 @@ static void must_be_json(char *s)
  * results / data. */
 static size_t render(const api_surface_t *api, oai_request_t *o, const uint8_t *data, size_t size)
 {
-    api_call_t call = {.kind = OAI_COMPLETION, .op = OAI_OP_RANK, .n_choices = (uint32_t)o->n_inputs,
-                       .model = o->model, .created = 1};
+    api_call_t call = {.kind = OAI_COMPLETION, .op = OAI_OP_RANK, .created = 1};
     if (api->parse(&call, data, size, o, &(oai_error_t){0}) != 0)
         __builtin_trap(); /* the same body parsed once already */
+    call.n_choices = (uint32_t)o->n_inputs; /* as http.c sets them after parse */
+    call.model = o->model;
     api->begin(&call, o);
     size_t n = o->n_inputs;
     gateway_reply_t **ev = xcalloc(n, sizeof *ev);
