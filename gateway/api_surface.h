@@ -1,7 +1,7 @@
 /* api_surface.h — the seam between the HTTP transport (gateway/http.c) and
  * one HTTP API's JSON: an "API surface".
  *
- * pagoda serves several APIs over ONE internal request: oai_request_t
+ * pagoda serves several APIs over ONE internal request: request_t
  * (gateway/oai.h: messages, tools, tool_choice, response format / grammar,
  * sampling, limits, stream), which gateway/submit.c turns into the SUBMIT a
  * worker runs. A surface translates its API's request body into that
@@ -21,7 +21,7 @@
  *
  * A new API = one translation file defining a const api_surface_t, plus one
  * route line in http.c's route table naming it, e.g.
- *   {"POST", "/v1/messages", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE,
+ *   {"POST", "/v1/messages", NULL, AUTH_KEY, REQUEST_CHAT, false, REQUEST_OP_GENERATE,
  *    &anthropic_surface},
  * and its docs (docs/API.md). docs/ARCHITECTURE.md "A new endpoint" walks
  * through it.
@@ -91,8 +91,8 @@ char *api_events_text(gateway_reply_t *const *events, size_t n, size_t *len);
  * fields above `state`; the surface owns `state` and sets `done`. */
 typedef struct api_call {
     /* from the route */
-    oai_kind_t kind;              /* OAI_CHAT / OAI_COMPLETION */
-    oai_op_t op;                  /* generate, embed, tokenize, detokenize, rank */
+    request_kind_t kind;              /* REQUEST_CHAT / REQUEST_COMPLETION */
+    request_op_t op;                  /* generate, embed, tokenize, detokenize, rank */
     /* from the internal request (after parse) */
     char *model;                  /* owned by http.c */
     int64_t created;              /* wall clock, s */
@@ -113,7 +113,7 @@ typedef struct api_call {
     struct resp_store *store;     /* stored responses (resp_store.h), NULL = none */
     bool keep_volatile;           /* --keep-volatile-blocks: surfaces keep the agents'
                                      volatile prompt blocks (volatile_block.h) */
-    char *warning;                /* what the request left out (oai_request_t.warning),
+    char *warning;                /* what the request left out (request_t.warning),
                                      sent as X-Pagoda-Warning; owned by http.c */
     void (*wake)(void *ctx);      /* "Waiting" above: what the surface's work calls when it
                                      is finished (http.c's, any thread) */
@@ -132,11 +132,11 @@ typedef struct api_surface {
      * Responses API: input items, the stored conversation, echoed fields) may
      * set call->state here; end() frees it once parse returned 0 — a parse
      * that fails leaves call->state NULL. */
-    int (*parse)(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o,
+    int (*parse)(api_call_t *call, const uint8_t *body, size_t len, request_t *o,
                  oai_error_t *e);
     /* After parse: keep what rendering needs (may take fields out of o,
      * leaving them NULL), set call->state. */
-    void (*begin)(api_call_t *call, oai_request_t *o);
+    void (*begin)(api_call_t *call, request_t *o);
     /* Streaming: appends the bytes for one reply (taken: free it with
      * gateway_reply_free) to out; sets call->done with the last bytes. */
     void (*stream_event)(api_call_t *call, gateway_reply_t *rep, api_buf_t *out);

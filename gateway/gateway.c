@@ -58,7 +58,7 @@ static void reply_item_free(void *p)
     gateway_reply_free(&r);
 }
 
-gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_request_t *o,
+gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t *o,
                                             prio_tier_t tier, uint64_t partition)
 {
     gateway_request_t *r = xcalloc(1, sizeof *r);
@@ -72,7 +72,7 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
 
     proto_msg_init(&r->submit, PROTO_SUBMIT);
     proto_submit_t *s = &r->submit.submit;
-    submit_from_oai(o, r->id, tier, s);
+    submit_from_request(o, r->id, tier, s);
     s->partition = partition;
     if (o->affinity_key) {
         /* FNV-1a over model, NUL, key; mixed so its low bits pick a slot.
@@ -86,7 +86,7 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const oai_reques
         r->affinity = splitmix64_mix(h ^ splitmix64_mix(partition)) | 1; /* never 0 */
     }
     /* embeddings and rank skip the prefix cache (worker/sched.h): no cache routing */
-    if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text && o->op != OAI_OP_EMBED && o->op != OAI_OP_RANK) {
+    if (gw->routing == ROUTE_CACHE_AWARE && gw->route_text && o->op != REQUEST_OP_EMBED && o->op != REQUEST_OP_RANK) {
         int64_t t0 = clock_now_us();
         r->route_block_size = atomic_load(&gw->route_block_size);
         r->n_route_keys = route_text_keys(gw->route_text, r->model, s, r->route_block_size,

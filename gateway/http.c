@@ -148,9 +148,9 @@ typedef struct route {
     const char *path;
     http_handler_fn fn;
     auth_t auth;
-    oai_kind_t kind;            /* generation routes */
+    request_kind_t kind;            /* generation routes */
     bool batch;                 /* the /v1/batch routes: tier low */
-    oai_op_t op;                /* /tokenize, /detokenize: the tokenizer alone */
+    request_op_t op;                /* /tokenize, /detokenize: the tokenizer alone */
     const api_surface_t *surface; /* generation routes (fn NULL): the API's translation */
 } route_t;
 
@@ -920,7 +920,7 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     q->call.keep_volatile = s->keep_volatile;
     q->call.wake = on_surface_wake;
     q->call.wake_ctx = q;
-    oai_request_t o;
+    request_t o;
     oai_error_t e;
     const uint8_t *body = (const uint8_t *)(q->body ? q->body : "");
     if (api->parse(&q->call, body, q->body_len, &o, &e) < 0)
@@ -931,20 +931,20 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
         q->call.warning = o.warning;
         o.warning = NULL;
     }
-    if (oai_request_check_limits(&o, s->max_messages, s->max_prompt_bytes, &e) < 0) {
-        oai_request_free(&o);
+    if (request_check_limits(&o, s->max_messages, s->max_prompt_bytes, &e) < 0) {
+        request_free(&o);
         return respond_api_error(s, c, api, &e, NULL);
     }
     prio_tier_t tier = rt->batch ? PRIO_TIER_LOW : q->tier;
     api_call_t *call = &q->call;
     call->kind = o.kind;
     call->stream = o.stream;
-    call->n_choices = rt->op == OAI_OP_EMBED || rt->op == OAI_OP_RANK ? (uint32_t)o.n_inputs : o.n > 1 ? (uint32_t)o.n : 1;
+    call->n_choices = rt->op == REQUEST_OP_EMBED || rt->op == REQUEST_OP_RANK ? (uint32_t)o.n_inputs : o.n > 1 ? (uint32_t)o.n : 1;
     call->model = xstrdup(o.model);
     call->created = clock_wall_s();
     call->want_logprobs = o.logprobs;
     call->request_timeout_s = s->gw->request_timeout_us / 1000000;
-    if (o.tools_json && o.tool_choice != OAI_TOOL_CHOICE_NONE) {
+    if (o.tools_json && o.tool_choice != REQUEST_TOOL_CHOICE_NONE) {
         /* the answer is parsed for calls: keep the names (o is freed below) */
         call->tool_names = o.tool_names;
         call->tool_custom = o.tool_custom;
@@ -953,13 +953,13 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
         o.tool_custom = NULL;
         o.n_tools = 0;
     }
-    call->reasoning = rt->kind == OAI_CHAT && rt->op == OAI_OP_GENERATE && s->reasoning != REASONING_NONE;
+    call->reasoning = rt->kind == REQUEST_CHAT && rt->op == REQUEST_OP_GENERATE && s->reasoning != REASONING_NONE;
     api->begin(call, &o);
     /* the partition is the key's, narrowed by the body's cache_salt: a body
      * alone can never name another tenant's partition */
     uint64_t part = partition_salted(q->partition, o.cache_salt, o.cache_salt ? strlen(o.cache_salt) : 0);
     q->greq = gateway_request_from_oai(s->gw, &o, tier, part);
-    oai_request_free(&o);
+    request_free(&o);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     q->fd = ci ? ci->connect_fd : -1;
     q->conn = c;
@@ -1148,47 +1148,47 @@ static void *watcher_main(void *arg)
 /* dispatch                                                                  */
 
 static const route_t routes[] = {
-    {"GET", "/health", handle_health, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
-    {"GET", "/metrics", handle_metrics, AUTH_METRICS, 0, false, OAI_OP_GENERATE, NULL},
-    {"GET", "/v1/models", handle_models, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
-    {"POST", "/v1/chat/completions", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE,
+    {"GET", "/health", handle_health, AUTH_NONE, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"GET", "/metrics", handle_metrics, AUTH_METRICS, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"GET", "/v1/models", handle_models, AUTH_KEY, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"POST", "/v1/chat/completions", NULL, AUTH_KEY, REQUEST_CHAT, false, REQUEST_OP_GENERATE,
      &oai_surface},
-    {"POST", "/v1/completions", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_GENERATE,
+    {"POST", "/v1/completions", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_GENERATE,
      &oai_surface},
-    {"POST", "/v1/batch/chat/completions", NULL, AUTH_KEY, OAI_CHAT, true, OAI_OP_GENERATE,
+    {"POST", "/v1/batch/chat/completions", NULL, AUTH_KEY, REQUEST_CHAT, true, REQUEST_OP_GENERATE,
      &oai_surface},
-    {"POST", "/v1/batch/completions", NULL, AUTH_KEY, OAI_COMPLETION, true, OAI_OP_GENERATE,
+    {"POST", "/v1/batch/completions", NULL, AUTH_KEY, REQUEST_COMPLETION, true, REQUEST_OP_GENERATE,
      &oai_surface},
-    {"POST", "/v1/embeddings", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_EMBED,
+    {"POST", "/v1/embeddings", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_EMBED,
      &oai_surface},
-    {"POST", "/v1/rerank", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_RANK, &rerank_surface},
-    {"POST", "/rerank", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_RANK, &rerank_surface},
-    {"POST", "/v2/rerank", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_RANK, &rerank_surface},
-    {"POST", "/v1/reranking", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_RANK, &rerank_surface},
-    {"POST", "/reranking", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_RANK, &rerank_surface},
-    {"POST", "/v1/score", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_RANK, &score_surface},
-    {"POST", "/score", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_RANK, &score_surface},
-    {"POST", "/tokenize", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_TOKENIZE,
+    {"POST", "/v1/rerank", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
+    {"POST", "/rerank", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
+    {"POST", "/v2/rerank", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
+    {"POST", "/v1/reranking", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
+    {"POST", "/reranking", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
+    {"POST", "/v1/score", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &score_surface},
+    {"POST", "/score", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &score_surface},
+    {"POST", "/tokenize", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_TOKENIZE,
      &oai_surface},
-    {"POST", "/detokenize", NULL, AUTH_KEY, OAI_COMPLETION, false, OAI_OP_DETOKENIZE,
+    {"POST", "/detokenize", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_DETOKENIZE,
      &oai_surface},
-    {"POST", "/v1/messages", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE, &anthropic_surface},
-    {"POST", "/v1/messages/count_tokens", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_TOKENIZE,
+    {"POST", "/v1/messages", NULL, AUTH_KEY, REQUEST_CHAT, false, REQUEST_OP_GENERATE, &anthropic_surface},
+    {"POST", "/v1/messages/count_tokens", NULL, AUTH_KEY, REQUEST_CHAT, false, REQUEST_OP_TOKENIZE,
      &anthropic_surface},
-    {"POST", "/v1/responses", NULL, AUTH_KEY, OAI_CHAT, false, OAI_OP_GENERATE, &responses_surface},
-    {"GET", "/v1/responses/*", handle_responses_get, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
-    {"DELETE", "/v1/responses/*", handle_responses_delete, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
-    {"GET", "/v1/responses/*/input_items", handle_responses_items, AUTH_KEY, 0, false, OAI_OP_GENERATE, NULL},
-    {"POST", "/admin/reload-keys", handle_reload_keys, AUTH_ADMIN, 0, false, OAI_OP_GENERATE, NULL},
-    {"GET", "/admin/workers", handle_admin_workers, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
-    {"POST", "/admin/workers/*/drain", handle_admin_drain, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
-    {"POST", "/admin/workers/*/restart", handle_admin_restart, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
-    {"POST", "/admin/models/*/restart", handle_admin_restart_model, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
-    {"POST", "/admin/models/*/start", handle_admin_start_model, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
-    {"POST", "/admin/models/*/stop", handle_admin_stop_model, AUTH_OPS, 0, false, OAI_OP_GENERATE, NULL},
-    {"GET", "/ui", handle_ui_redirect, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
-    {"GET", "/ui/", handle_ui, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
-    {"GET", "/ui/*", handle_ui, AUTH_NONE, 0, false, OAI_OP_GENERATE, NULL},
+    {"POST", "/v1/responses", NULL, AUTH_KEY, REQUEST_CHAT, false, REQUEST_OP_GENERATE, &responses_surface},
+    {"GET", "/v1/responses/*", handle_responses_get, AUTH_KEY, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"DELETE", "/v1/responses/*", handle_responses_delete, AUTH_KEY, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"GET", "/v1/responses/*/input_items", handle_responses_items, AUTH_KEY, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"POST", "/admin/reload-keys", handle_reload_keys, AUTH_ADMIN, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"GET", "/admin/workers", handle_admin_workers, AUTH_OPS, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"POST", "/admin/workers/*/drain", handle_admin_drain, AUTH_OPS, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"POST", "/admin/workers/*/restart", handle_admin_restart, AUTH_OPS, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"POST", "/admin/models/*/restart", handle_admin_restart_model, AUTH_OPS, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"POST", "/admin/models/*/start", handle_admin_start_model, AUTH_OPS, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"POST", "/admin/models/*/stop", handle_admin_stop_model, AUTH_OPS, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"GET", "/ui", handle_ui_redirect, AUTH_NONE, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"GET", "/ui/", handle_ui, AUTH_NONE, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"GET", "/ui/*", handle_ui, AUTH_NONE, 0, false, REQUEST_OP_GENERATE, NULL},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 

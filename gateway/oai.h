@@ -1,7 +1,7 @@
 /* oai.h — the OpenAI-compatible request/response layer of the gateway.
  *
  * Parsing: oai_parse_request() turns the body of POST /v1/chat/completions or
- * POST /v1/completions into an oai_request_t, validating every field it knows
+ * POST /v1/completions into an request_t, validating every field it knows
  * (types, ranges, sizes). Unknown fields are ignored, like OpenAI does. Known
  * fields we cannot honour (n > 1, echo, tools, image parts, multiple prompts…)
  * are refused with a 400 naming the field rather than silently ignored. The
@@ -51,7 +51,7 @@
 #define OAI_MAX_TOP_LOGPROBS 20
 #define OAI_MAX_MAX_TOKENS 1000000     /* max_tokens upper bound (the context limit is checked later) */
 #define OAI_MAX_GRAMMAR_BYTES (256u << 10) /* `grammar` text; a compiled schema may reach GBNF_MAX_TEXT */
-#define OAI_MAX_WARNING 512            /* bytes of oai_request_t.warning */
+#define OAI_MAX_WARNING 512            /* bytes of request_t.warning */
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -109,18 +109,18 @@ char *oai_error_json(const oai_error_t *e);
 
 /* ---- requests ---------------------------------------------------------- */
 
-typedef enum { OAI_CHAT = 0, OAI_COMPLETION = 1 } oai_kind_t;
+typedef enum { REQUEST_CHAT = 0, REQUEST_COMPLETION = 1 } request_kind_t;
 
 /* What a request asks of the worker: generation (the /v1 routes), or the
  * tokenizer alone (POST /tokenize, /detokenize; oai_parse_tokenizer). */
 typedef enum {
-    OAI_OP_GENERATE = 0,
-    OAI_OP_TOKENIZE = 1,
-    OAI_OP_DETOKENIZE = 2,
-    OAI_OP_EMBED = 3,            /* POST /v1/embeddings (oai_parse_embeddings) */
-    OAI_OP_RANK = 4,             /* POST /v1/rerank, /v1/score (gateway/rerank.h): prompt = the
+    REQUEST_OP_GENERATE = 0,
+    REQUEST_OP_TOKENIZE = 1,
+    REQUEST_OP_DETOKENIZE = 2,
+    REQUEST_OP_EMBED = 3,            /* POST /v1/embeddings (oai_parse_embeddings) */
+    REQUEST_OP_RANK = 4,             /* POST /v1/rerank, /v1/score (gateway/rerank.h): prompt = the
                                     query, inputs = the documents (text) */
-} oai_op_t;
+} request_op_t;
 
 #define OAI_MAX_EMBED_INPUTS 128       /* inputs per /v1/embeddings request (= PROTO_MAX_CHOICES) */
 #define OAI_MAX_EMBED_DIM 65536        /* `dimensions` upper bound (= PROTO_MAX_EMBED_DIM) */
@@ -131,20 +131,20 @@ typedef struct {
     size_t text_len;
     int32_t *ids;                /* (n_ids ≥ 1) ids 0..2^31-1, when text is NULL */
     size_t n_ids;
-} oai_embed_input_t;
+} request_embed_input_t;
 
 typedef enum {
-    OAI_ROLE_SYSTEM = 0,   /* "system", and "developer" (its newer name) */
-    OAI_ROLE_USER = 1,
-    OAI_ROLE_ASSISTANT = 2,
-    OAI_ROLE_TOOL = 3,     /* a tool result fed back in; content only */
-} oai_role_t;
+    REQUEST_ROLE_SYSTEM = 0,   /* "system", and "developer" (its newer name) */
+    REQUEST_ROLE_USER = 1,
+    REQUEST_ROLE_ASSISTANT = 2,
+    REQUEST_ROLE_TOOL = 3,     /* a tool result fed back in; content only */
+} request_role_t;
 
 /* "system", "user", "assistant", "tool". */
-const char *oai_role_name(oai_role_t r);
+const char *request_role_name(request_role_t r);
 
 typedef struct {
-    oai_role_t role;
+    request_role_t role;
     char *content;         /* UTF-8, NUL-terminated; text parts joined with "\n"; "" allowed */
     size_t content_len;    /* bytes */
     char *name;            /* optional participant name, NULL if absent */
@@ -153,27 +153,27 @@ typedef struct {
                               with arguments parsed from the client's string when it
                               is JSON (kept a string otherwise); NULL if none */
     char *tool_call_id;    /* tool: the call it answers, NULL if absent */
-} oai_message_t;
+} request_message_t;
 
 typedef enum {
-    OAI_TOOL_CHOICE_AUTO = 0,    /* the model decides (default when tools are given) */
-    OAI_TOOL_CHOICE_NONE,        /* no call: tools are not announced to the model */
-    OAI_TOOL_CHOICE_REQUIRED,    /* at least one call, enforced by a grammar */
-    OAI_TOOL_CHOICE_NAMED,       /* a call of tool_choice_name, enforced by a grammar */
-} oai_tool_choice_t;
+    REQUEST_TOOL_CHOICE_AUTO = 0,    /* the model decides (default when tools are given) */
+    REQUEST_TOOL_CHOICE_NONE,        /* no call: tools are not announced to the model */
+    REQUEST_TOOL_CHOICE_REQUIRED,    /* at least one call, enforced by a grammar */
+    REQUEST_TOOL_CHOICE_NAMED,       /* a call of tool_choice_name, enforced by a grammar */
+} request_tool_choice_t;
 
 typedef struct {
     int32_t token;         /* token id ≥ 0 (checked against the vocabulary by the worker) */
     float bias;            /* [-100, 100], added to the logit */
-} oai_logit_bias_t;
+} request_logit_bias_t;
 
-/* A validated request. Strings are owned copies; free with oai_request_free.
+/* A validated request. Strings are owned copies; free with request_free.
  * Defaults in brackets are what the parser stores when a field is absent or null. */
 typedef struct {
-    oai_kind_t kind;
+    request_kind_t kind;
     char *model;                 /* required, 1..OAI_MAX_MODEL_BYTES */
     /* chat */
-    oai_message_t *messages;     /* (n_messages ≥ 1) */
+    request_message_t *messages;     /* (n_messages ≥ 1) */
     size_t n_messages;
     /* completion: exactly one of prompt / prompt_tokens is set */
     char *prompt;                /* text prompt, NULL when given as token ids */
@@ -193,7 +193,7 @@ typedef struct {
     int64_t seed;
     char **stop;                 /* (n_stop ≤ OAI_MAX_STOP) non-empty strings */
     size_t n_stop;
-    oai_logit_bias_t *logit_bias; /* (n_logit_bias) */
+    request_logit_bias_t *logit_bias; /* (n_logit_bias) */
     size_t n_logit_bias;
     bool logprobs;               /* [false] return logprobs of sampled tokens */
     int32_t top_logprobs;        /* [0] alternatives per token, 0..20
@@ -204,9 +204,9 @@ typedef struct {
     bool no_spec;                /* [false] `"speculative": false`: no speculative decoding
                                     for this request (pagoda extension) */
     int64_t n;                   /* [1] choices, 1..OAI_MAX_N */
-    oai_op_t op;                 /* [OAI_OP_GENERATE] */
-    /* embeddings (op OAI_OP_EMBED) */
-    oai_embed_input_t *inputs;   /* (n_inputs, 1..OAI_MAX_EMBED_INPUTS) */
+    request_op_t op;                 /* [REQUEST_OP_GENERATE] */
+    /* embeddings (op REQUEST_OP_EMBED) */
+    request_embed_input_t *inputs;   /* (n_inputs, 1..OAI_MAX_EMBED_INPUTS) */
     size_t n_inputs;
     bool base64;                 /* [false] encoding_format "base64" (little-endian float32) */
     int64_t dimensions;          /* [0 = not given] 1..OAI_MAX_EMBED_DIM, checked by the worker */
@@ -221,7 +221,7 @@ typedef struct {
     bool *tool_custom;           /* (n_tools) the tool is a custom tool (free-form input,
                                     gateway/oai_tools.h), NULL when none is */
     size_t n_tools;
-    oai_tool_choice_t tool_choice; /* [auto] */
+    request_tool_choice_t tool_choice; /* [auto] */
     char *tool_choice_name;      /* NAMED: the function, else NULL */
     bool parallel_tool_calls;    /* [true] more than one call per answer allowed */
     /* chat_template_kwargs (chat only; other keys are ignored) */
@@ -238,30 +238,30 @@ typedef struct {
      * bytes that narrow the caller's prefix-cache partition (gateway/
      * partition.h); NULL = none */
     char *cache_salt;
-} oai_request_t;
+} request_t;
 
 /* Appends "what" to a warning buffer (cap bytes, NUL-terminated) under a
  * heading: "HEADING: a, b, c" (the heading is written once, before the
  * first item; a second heading starts "; HEADING2: ..."). Truncates. */
-void oai_warning_add(char *warn, size_t cap, const char *heading, const char *what);
+void request_warning_add(char *warn, size_t cap, const char *heading, const char *what);
 
 /* Parses and validates. Returns 0 and fills *out (release with
- * oai_request_free), or -1 with *err filled (status 400, type
+ * request_free), or -1 with *err filled (status 400, type
  * invalid_request_error, param naming the field) and *out left empty (nothing
- * to free, but oai_request_free on it is harmless). */
-int oai_parse_request(const uint8_t *body, size_t len, oai_kind_t kind, oai_request_t *out,
+ * to free, but request_free on it is harmless). */
+int oai_parse_request(const uint8_t *body, size_t len, request_kind_t kind, request_t *out,
                       oai_error_t *err);
 /* The other API surfaces (gateway/anthropic.h, gateway/responses.h) translate
  * their bodies into a chat-completions JSON object and validate it here, so
  * the one internal request is checked by one parser:
  * oai_load_body returns the body as a JSON object (a new reference; NULL with
  * a 400 in *err: empty, nested deeper than OAI_MAX_DEPTH, invalid, duplicate
- * keys, not an object); oai_parse_chat_root is oai_parse_request(OAI_CHAT)
+ * keys, not an object); oai_parse_chat_root is oai_parse_request(REQUEST_CHAT)
  * on such an object (root is borrowed). */
 json_t *oai_load_body(const uint8_t *body, size_t len, oai_error_t *err);
-int oai_parse_chat_root(json_t *root, oai_request_t *out, oai_error_t *err);
+int oai_parse_chat_root(json_t *root, request_t *out, oai_error_t *err);
 /* Frees what the parser allocated and zeroes *r. NULL-safe. */
-void oai_request_free(oai_request_t *r);
+void request_free(request_t *r);
 
 /* POST /tokenize and /detokenize bodies (vLLM's shapes), into the same
  * request type (op set, kind COMPLETION unless "messages" is given):
@@ -269,18 +269,18 @@ void oai_request_free(oai_request_t *r);
  *                "add_special_tokens" | "add_special": bool [true]}
  *   detokenize: {"model", "tokens": [int 0..2^31-1, ≤ OAI_MAX_PROMPT_TOKENS]}
  * Unknown fields are ignored. Returns 0, or -1 with a 400 in *err. */
-int oai_parse_tokenizer(const uint8_t *body, size_t len, oai_op_t op, oai_request_t *out,
+int oai_parse_tokenizer(const uint8_t *body, size_t len, request_op_t op, request_t *out,
                         oai_error_t *err);
 
 /* POST /v1/embeddings body (OpenAI's shape) into the same request type (op
- * OAI_OP_EMBED, kind COMPLETION):
+ * REQUEST_OP_EMBED, kind COMPLETION):
  *   {"model", "input": str | [str, ...] | [int, ...] | [[int, ...], ...],
  *    "encoding_format": "float" | "base64" [float], "dimensions": int, "user": str}
  * Strings must be non-empty (≤ OAI_MAX_TEXT_BYTES in all), token arrays
  * non-empty (ids 0..2^31-1, ≤ OAI_MAX_PROMPT_TOKENS in all), at most
  * OAI_MAX_EMBED_INPUTS inputs; unknown fields are ignored. Returns 0, or -1
  * with a 400 in *err. */
-int oai_parse_embeddings(const uint8_t *body, size_t len, oai_request_t *out, oai_error_t *err);
+int oai_parse_embeddings(const uint8_t *body, size_t len, request_t *out, oai_error_t *err);
 
 /* One embedding of an /v1/embeddings answer: (dim) floats. */
 typedef struct {
@@ -300,7 +300,7 @@ char *oai_embeddings_json(const char *model, const oai_embedding_t *emb, size_t 
  * OAI_MAX_TEXT_BYTES): chat messages per request, and bytes of text (all
  * message contents, or a text prompt). 0 = that limit is off. Returns 0, or
  * -1 with a 400 in *err. */
-int oai_request_check_limits(const oai_request_t *r, size_t max_messages, size_t max_text_bytes,
+int request_check_limits(const request_t *r, size_t max_messages, size_t max_text_bytes,
                              oai_error_t *err);
 
 /* ---- responses --------------------------------------------------------- */

@@ -1,5 +1,5 @@
 /* rerank.c — the reranking API surfaces (/v1/rerank in Cohere / Jina shape,
- * vLLM's /v1/score) onto the internal request of op OAI_OP_RANK, and the
+ * vLLM's /v1/score) onto the internal request of op REQUEST_OP_RANK, and the
  * worker's scores back; see rerank.h. */
 #include "gateway/rerank.h"
 
@@ -52,7 +52,7 @@ static int take_text(json_t *v, const char *param, size_t *total, char **out, si
 
 /* The documents: an array of 1..RERANK_MAX_DOCUMENTS strings or
  * {"text": string} objects (rerank) / strings (score) into o->inputs. */
-static int take_documents(json_t *arr, const char *name, bool objects, size_t *total, oai_request_t *o,
+static int take_documents(json_t *arr, const char *name, bool objects, size_t *total, request_t *o,
                           oai_error_t *e)
 {
     if (!arr)
@@ -84,7 +84,7 @@ static int take_documents(json_t *arr, const char *name, bool objects, size_t *t
     return 0;
 }
 
-static int parse_model(json_t *root, oai_request_t *o, oai_error_t *e)
+static int parse_model(json_t *root, request_t *o, oai_error_t *e)
 {
     json_t *m = json_object_get(root, "model");
     if (!json_is_string(m) || json_string_length(m) == 0 || json_string_length(m) > OAI_MAX_MODEL_BYTES)
@@ -96,7 +96,7 @@ static int parse_model(json_t *root, oai_request_t *o, oai_error_t *e)
 }
 
 /* Cohere / Jina: query, documents, top_n, return_documents. */
-static int parse_rerank_fields(json_t *root, oai_request_t *o, rerank_opts_t *opts, oai_error_t *e)
+static int parse_rerank_fields(json_t *root, request_t *o, rerank_opts_t *opts, oai_error_t *e)
 {
     size_t total = 0;
     json_t *q = json_object_get(root, "query");
@@ -125,7 +125,7 @@ static int parse_rerank_fields(json_t *root, oai_request_t *o, rerank_opts_t *op
 
 /* vLLM: text_1 (one query: a string or a list of one), text_2 (a string or
  * a list). */
-static int parse_score_fields(json_t *root, oai_request_t *o, rerank_opts_t *opts, oai_error_t *e)
+static int parse_score_fields(json_t *root, request_t *o, rerank_opts_t *opts, oai_error_t *e)
 {
     size_t total = 0;
     json_t *t1 = json_object_get(root, "text_1"), *t2 = json_object_get(root, "text_2");
@@ -152,14 +152,14 @@ static int parse_score_fields(json_t *root, oai_request_t *o, rerank_opts_t *opt
     return 0;
 }
 
-int rerank_parse(const uint8_t *body, size_t len, bool score, oai_request_t *o, rerank_opts_t *opts,
+int rerank_parse(const uint8_t *body, size_t len, bool score, request_t *o, rerank_opts_t *opts,
                  oai_error_t *e)
 {
     memset(o, 0, sizeof *o);
     memset(opts, 0, sizeof *opts);
     memset(e, 0, sizeof *e);
-    o->kind = OAI_COMPLETION;
-    o->op = OAI_OP_RANK;
+    o->kind = REQUEST_COMPLETION;
+    o->op = REQUEST_OP_RANK;
     o->n = 1;
     o->max_tokens = -1;
     o->top_p = 1.0;
@@ -172,9 +172,9 @@ int rerank_parse(const uint8_t *body, size_t len, bool score, oai_request_t *o, 
         rc = score ? parse_score_fields(root, o, opts, e) : parse_rerank_fields(root, o, opts, e);
     json_decref(root);
     if (rc != 0) {
-        oai_request_free(o);
-        o->kind = OAI_COMPLETION;
-        o->op = OAI_OP_RANK;
+        request_free(o);
+        o->kind = REQUEST_COMPLETION;
+        o->op = REQUEST_OP_RANK;
     }
     return rc;
 }
@@ -182,7 +182,7 @@ int rerank_parse(const uint8_t *body, size_t len, bool score, oai_request_t *o, 
 /* ------------------------------------------------------------------------ */
 /* the surfaces                                                              */
 
-static int parse_common(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o, oai_error_t *e,
+static int parse_common(api_call_t *call, const uint8_t *body, size_t len, request_t *o, oai_error_t *e,
                         bool score)
 {
     rerank_opts_t opts;
@@ -196,18 +196,18 @@ static int parse_common(api_call_t *call, const uint8_t *body, size_t len, oai_r
     return 0;
 }
 
-static int rerank_parse_call(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o, oai_error_t *e)
+static int rerank_parse_call(api_call_t *call, const uint8_t *body, size_t len, request_t *o, oai_error_t *e)
 {
     return parse_common(call, body, len, o, e, false);
 }
 
-static int score_parse_call(api_call_t *call, const uint8_t *body, size_t len, oai_request_t *o, oai_error_t *e)
+static int score_parse_call(api_call_t *call, const uint8_t *body, size_t len, request_t *o, oai_error_t *e)
 {
     return parse_common(call, body, len, o, e, true);
 }
 
 /* Keeps a copy of the documents' texts when the answer echoes them. */
-static void rerank_begin(api_call_t *call, oai_request_t *o)
+static void rerank_begin(api_call_t *call, request_t *o)
 {
     rerank_state_t *st = call->state;
     if (!st->opts.return_documents)

@@ -8,8 +8,8 @@
  *                    /reranking
  *   score_surface    POST /v1/score, /score                   vLLM's score API
  *
- * Both translate the body onto the one internal request (oai_request_t, op
- * OAI_OP_RANK: `prompt` = the query, `inputs` = the documents as text),
+ * Both translate the body onto the one internal request (request_t, op
+ * REQUEST_OP_RANK: `prompt` = the query, `inputs` = the documents as text),
  * which gateway/submit.c sends as a SUBMIT of op "rank": the worker scores
  * each (query, document) pair as one prefill-only sequence in its
  * continuous batch, like an embedding, and answers one EVENT per document
@@ -53,11 +53,11 @@ typedef struct rerank_opts {
     bool return_documents;       /* [false] each result carries {"text"} */
 } rerank_opts_t;
 
-/* body[0..len) (hostile, not NUL-terminated) → *o (op OAI_OP_RANK, kind
- * completion; free with oai_request_free) and *opts. score selects the
+/* body[0..len) (hostile, not NUL-terminated) → *o (op REQUEST_OP_RANK, kind
+ * completion; free with request_free) and *opts. score selects the
  * /v1/score shape (text_1 / text_2), else the rerank shape. Returns 0, or
  * -1 with a 400 in *e (o then holds nothing to free). */
-int rerank_parse(const uint8_t *body, size_t len, bool score, oai_request_t *o, rerank_opts_t *opts,
+int rerank_parse(const uint8_t *body, size_t len, bool score, request_t *o, rerank_opts_t *opts,
                  oai_error_t *e);
 
 extern const api_surface_t rerank_surface;

@@ -1,4 +1,4 @@
-/* submit.c — the internal request (oai_request_t) → SUBMIT translation
+/* submit.c — the internal request (request_t) → SUBMIT translation
  * (see submit.h), the gateway's twin of worker_req_from_submit. */
 #include "gateway/submit.h"
 
@@ -36,16 +36,16 @@ static char *dup_or_null(const char *s)
     return s ? xstrdup(s) : NULL;
 }
 
-void submit_from_oai(const oai_request_t *o, uint64_t id, prio_tier_t tier, proto_submit_t *s)
+void submit_from_request(const request_t *o, uint64_t id, prio_tier_t tier, proto_submit_t *s)
 {
     s->id = id;
     s->priority = (proto_priority_t)tier;
-    if (o->kind == OAI_CHAT) {
+    if (o->kind == REQUEST_CHAT) {
         s->kind = PROTO_KIND_CHAT;
         s->n_messages = (uint32_t)o->n_messages;
         s->messages = xcalloc(o->n_messages, sizeof *s->messages);
         for (size_t i = 0; i < o->n_messages; i++) {
-            s->messages[i].role = xstrdup(oai_role_name(o->messages[i].role));
+            s->messages[i].role = xstrdup(request_role_name(o->messages[i].role));
             s->messages[i].content = xstrdup(o->messages[i].content);
             s->messages[i].tool_calls = dup_or_null(o->messages[i].tool_calls_json);
             s->messages[i].tool_call_id = dup_or_null(o->messages[i].tool_call_id);
@@ -53,11 +53,11 @@ void submit_from_oai(const oai_request_t *o, uint64_t id, prio_tier_t tier, prot
         s->has_think = o->has_enable_thinking;
         s->think = o->enable_thinking;
         /* tool_choice none: the tools are not announced, so no call can come */
-        if (o->tools_json && o->tool_choice != OAI_TOOL_CHOICE_NONE) {
+        if (o->tools_json && o->tool_choice != REQUEST_TOOL_CHOICE_NONE) {
             s->tools = xstrdup(o->tools_json);
-            if (o->tool_choice == OAI_TOOL_CHOICE_REQUIRED) {
+            if (o->tool_choice == REQUEST_TOOL_CHOICE_REQUIRED) {
                 s->tool_choice = xstrdup("required");
-            } else if (o->tool_choice == OAI_TOOL_CHOICE_NAMED) {
+            } else if (o->tool_choice == REQUEST_TOOL_CHOICE_NAMED) {
                 size_t n = strlen(o->tool_choice_name) + 10;
                 s->tool_choice = xmalloc(n);
                 snprintf(s->tool_choice, n, "function:%s", o->tool_choice_name);
@@ -66,13 +66,13 @@ void submit_from_oai(const oai_request_t *o, uint64_t id, prio_tier_t tier, prot
         }
     } else {
         s->kind = PROTO_KIND_COMPLETION;
-        if (o->op == OAI_OP_EMBED || o->op == OAI_OP_RANK) {
+        if (o->op == REQUEST_OP_EMBED || o->op == REQUEST_OP_RANK) {
             /* one SUBMIT for all inputs: each a sequence of its own, its
              * EVENT's choice = the input's index */
             s->n_inputs = (uint32_t)o->n_inputs;
             s->inputs = xcalloc(o->n_inputs ? o->n_inputs : 1, sizeof *s->inputs);
             for (size_t i = 0; i < o->n_inputs; i++) {
-                const oai_embed_input_t *in = &o->inputs[i];
+                const request_embed_input_t *in = &o->inputs[i];
                 if (in->text) {
                     s->inputs[i].text = xstrdup(in->text);
                 } else {
@@ -82,7 +82,7 @@ void submit_from_oai(const oai_request_t *o, uint64_t id, prio_tier_t tier, prot
                 }
             }
             s->dimensions = (uint32_t)o->dimensions;
-            if (o->op == OAI_OP_RANK) /* the query every document is scored against */
+            if (o->op == REQUEST_OP_RANK) /* the query every document is scored against */
                 s->prompt = xstrdup(o->prompt);
         } else if (o->prompt) {
             s->prompt = xstrdup(o->prompt);
@@ -124,7 +124,7 @@ void submit_from_oai(const oai_request_t *o, uint64_t id, prio_tier_t tier, prot
     if (o->max_tokens >= 0)
         s->max_tokens = (uint32_t)o->max_tokens;
     else
-        s->max_tokens = o->kind == OAI_COMPLETION ? GATEWAY_COMPLETION_MAX_TOKENS : 0;
+        s->max_tokens = o->kind == REQUEST_COMPLETION ? GATEWAY_COMPLETION_MAX_TOKENS : 0;
     if (o->n_stop) {
         s->n_stop = (uint32_t)o->n_stop;
         s->stop = xcalloc(o->n_stop, sizeof *s->stop);
@@ -137,11 +137,11 @@ void submit_from_oai(const oai_request_t *o, uint64_t id, prio_tier_t tier, prot
     if (o->grammar)
         s->grammar = xstrdup(o->grammar);
     s->n_choices = o->n > 1 ? (uint32_t)o->n : 1;
-    s->op = o->op == OAI_OP_TOKENIZE ? PROTO_OP_TOKENIZE
-          : o->op == OAI_OP_DETOKENIZE ? PROTO_OP_DETOKENIZE
-          : o->op == OAI_OP_EMBED ? PROTO_OP_EMBED
-          : o->op == OAI_OP_RANK ? PROTO_OP_RANK : PROTO_OP_GENERATE;
-    s->no_special = o->op == OAI_OP_TOKENIZE && !o->add_special;
-    if (o->op == OAI_OP_EMBED || o->op == OAI_OP_RANK)
+    s->op = o->op == REQUEST_OP_TOKENIZE ? PROTO_OP_TOKENIZE
+          : o->op == REQUEST_OP_DETOKENIZE ? PROTO_OP_DETOKENIZE
+          : o->op == REQUEST_OP_EMBED ? PROTO_OP_EMBED
+          : o->op == REQUEST_OP_RANK ? PROTO_OP_RANK : PROTO_OP_GENERATE;
+    s->no_special = o->op == REQUEST_OP_TOKENIZE && !o->add_special;
+    if (o->op == REQUEST_OP_EMBED || o->op == REQUEST_OP_RANK)
         s->n_choices = s->n_inputs;
 }

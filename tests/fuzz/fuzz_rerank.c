@@ -32,9 +32,9 @@ static void must_be_json(char *s)
 
 /* The complete body for n documents; returns the number of entries in its
  * results / data. */
-static size_t render(const api_surface_t *api, oai_request_t *o, const uint8_t *data, size_t size)
+static size_t render(const api_surface_t *api, request_t *o, const uint8_t *data, size_t size)
 {
-    api_call_t call = {.kind = OAI_COMPLETION, .op = OAI_OP_RANK, .created = 1};
+    api_call_t call = {.kind = REQUEST_COMPLETION, .op = REQUEST_OP_RANK, .created = 1};
     if (api->parse(&call, data, size, o, &(oai_error_t){0}) != 0)
         __builtin_trap(); /* the same body parsed once already */
     call.n_choices = (uint32_t)o->n_inputs; /* as http.c sets them after parse */
@@ -78,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     const bool score = data[0] & 1;
-    oai_request_t r;
+    request_t r;
     rerank_opts_t opts;
     oai_error_t err;
     int rc = rerank_parse(data + 1, size - 1, score, &r, &opts, &err);
@@ -88,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         must_be_json(oai_error_json(&err));
         return 0;
     }
-    if (r.op != OAI_OP_RANK || r.kind != OAI_COMPLETION || !r.model || !r.prompt || r.n_inputs < 1 ||
+    if (r.op != REQUEST_OP_RANK || r.kind != REQUEST_COMPLETION || !r.model || !r.prompt || r.n_inputs < 1 ||
         r.n_inputs > RERANK_MAX_DOCUMENTS || opts.top_n < 1 || opts.top_n > (int64_t)r.n_inputs)
         __builtin_trap();
     for (size_t i = 0; i < r.n_inputs; i++)
@@ -96,11 +96,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             __builtin_trap();
     const size_t n = r.n_inputs;
     const int64_t top_n = opts.top_n;
-    oai_request_free(&r);
+    request_free(&r);
     /* through the surface, as http.c drives it */
-    oai_request_t o;
+    request_t o;
     size_t got = render(score ? &score_surface : &rerank_surface, &o, data + 1, size - 1);
-    oai_request_free(&o);
+    request_free(&o);
     if (got != (score ? n : (size_t)top_n))
         __builtin_trap();
     return 0;

@@ -59,7 +59,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "common/text/gguf.h"
-#include "worker/model/gguf_write.h"
+#include "common/text/gguf_write.h"
 #include "worker/kernels/quant.h"
 #include "worker/model/arch.h"
 
