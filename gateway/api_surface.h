@@ -15,6 +15,9 @@
  *   oai_surface        gateway/oai_stream.c   /v1/chat/completions, /v1/completions,
  *                                             /v1/batch/..., /v1/embeddings,
  *                                             /tokenize, /detokenize
+ *   rerank_surface     gateway/rerank.c       /v1/rerank (+ /rerank, /v2/rerank, /v1/reranking,
+ *                                             /reranking)
+ *   score_surface      gateway/rerank.c       /v1/score, /score
  *   anthropic_surface  gateway/anthropic.c    /v1/messages, /v1/messages/count_tokens
  *   responses_surface  gateway/responses.c    POST /v1/responses (its GET / DELETE /
  *                                             input_items routes are plain handlers
@@ -93,12 +96,12 @@ char *api_events_text(gateway_reply_t *const *events, size_t n, size_t *len);
 typedef struct api_call {
     /* from the route */
     request_kind_t kind;              /* REQUEST_CHAT / REQUEST_COMPLETION */
-    request_op_t op;                  /* generate, embed, tokenize, detokenize */
+    request_op_t op;                  /* generate, embed, tokenize, detokenize, rank */
     /* from the internal request (after parse) */
     char *model;                  /* owned by http.c */
     int64_t created;              /* wall clock, s */
     bool stream;
-    uint32_t n_choices;           /* choices (n), or inputs for embeddings */
+    uint32_t n_choices;           /* choices (n), or inputs for embeddings and rank */
     bool want_logprobs;           /* the request asked for logprobs */
     char **tool_names;            /* (n_tools) the request's tools when the answer is
                                      parsed for calls (tools announced, tool_choice not

@@ -84,8 +84,9 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t 
             h = (h ^ (uint8_t)*p) * 1099511628211ull;
         r->affinity = splitmix64_mix(h ^ splitmix64_mix(partition)) | 1; /* never 0 */
     }
-    /* embeddings skip the prefix cache (worker/sched.h): no cache routing */
-    if (route_mode_uses_prefix(gw->routing) && gw->route_text && o->op != REQUEST_OP_EMBED) {
+    /* embeddings and rank skip the prefix cache (worker/sched.h): no cache routing */
+    if (route_mode_uses_prefix(gw->routing) && gw->route_text && o->op != REQUEST_OP_EMBED &&
+        o->op != REQUEST_OP_RANK) {
         int64_t t0 = clock_now_us();
         r->route_block_size = atomic_load(&gw->route_block_size);
         r->n_route_keys = route_text_keys(gw->route_text, r->model, s, r->route_block_size,

@@ -40,6 +40,7 @@
 #include "gateway/oai_stream.h"
 #include "gateway/partition.h"
 #include "gateway/reasoning.h"
+#include "gateway/rerank.h"
 #include "gateway/resp_store.h"
 #include "gateway/responses.h"
 #include "gateway/ui.h"
@@ -939,7 +940,7 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     api_call_t *call = &q->call;
     call->kind = o.kind;
     call->stream = o.stream;
-    call->n_choices = rt->op == REQUEST_OP_EMBED ? (uint32_t)o.n_inputs : o.n > 1 ? (uint32_t)o.n : 1;
+    call->n_choices = rt->op == REQUEST_OP_EMBED || rt->op == REQUEST_OP_RANK ? (uint32_t)o.n_inputs : o.n > 1 ? (uint32_t)o.n : 1;
     call->model = xstrdup(o.model);
     call->created = clock_wall_s();
     call->want_logprobs = o.logprobs;
@@ -1161,6 +1162,13 @@ static const route_t routes[] = {
      &oai_surface},
     {"POST", "/v1/embeddings", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_EMBED,
      &oai_surface},
+    {"POST", "/v1/rerank", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
+    {"POST", "/rerank", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
+    {"POST", "/v2/rerank", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
+    {"POST", "/v1/reranking", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
+    {"POST", "/reranking", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
+    {"POST", "/v1/score", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &score_surface},
+    {"POST", "/score", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &score_surface},
     {"POST", "/tokenize", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_TOKENIZE,
      &oai_surface},
     {"POST", "/detokenize", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_DETOKENIZE,

@@ -35,6 +35,8 @@ typedef enum {
     REQUEST_OP_TOKENIZE = 1,
     REQUEST_OP_DETOKENIZE = 2,
     REQUEST_OP_EMBED = 3,            /* POST /v1/embeddings (oai_parse_embeddings) */
+    REQUEST_OP_RANK = 4,             /* POST /v1/rerank, /v1/score (gateway/rerank.h): prompt = the
+                                      * query, inputs = the documents (text) */
 } request_op_t;
 
 #define OAI_MAX_EMBED_INPUTS 128       /* inputs per /v1/embeddings request (= PROTO_MAX_CHOICES) */

@@ -67,7 +67,7 @@ void submit_from_request(const request_t *o, uint64_t id, prio_tier_t tier, prot
         }
     } else {
         s->kind = PROTO_KIND_COMPLETION;
-        if (o->op == REQUEST_OP_EMBED) {
+        if (o->op == REQUEST_OP_EMBED || o->op == REQUEST_OP_RANK) {
             /* one SUBMIT for all inputs: each a sequence of its own, its
              * EVENT's choice = the input's index */
             s->n_inputs = (uint32_t)o->n_inputs;
@@ -83,6 +83,8 @@ void submit_from_request(const request_t *o, uint64_t id, prio_tier_t tier, prot
                 }
             }
             s->dimensions = (uint32_t)o->dimensions;
+            if (o->op == REQUEST_OP_RANK) /* the query every document is scored against */
+                s->prompt = xstrdup(o->prompt);
         } else if (o->prompt) {
             s->prompt = xstrdup(o->prompt);
         } else {
@@ -132,8 +134,9 @@ void submit_from_request(const request_t *o, uint64_t id, prio_tier_t tier, prot
     s->n_choices = o->n > 1 ? (uint32_t)o->n : 1;
     s->op = o->op == REQUEST_OP_TOKENIZE ? PROTO_OP_TOKENIZE
           : o->op == REQUEST_OP_DETOKENIZE ? PROTO_OP_DETOKENIZE
-          : o->op == REQUEST_OP_EMBED ? PROTO_OP_EMBED : PROTO_OP_GENERATE;
+          : o->op == REQUEST_OP_EMBED ? PROTO_OP_EMBED
+          : o->op == REQUEST_OP_RANK ? PROTO_OP_RANK : PROTO_OP_GENERATE;
     s->no_special = o->op == REQUEST_OP_TOKENIZE && !o->add_special;
-    if (o->op == REQUEST_OP_EMBED)
+    if (o->op == REQUEST_OP_EMBED || o->op == REQUEST_OP_RANK)
         s->n_choices = s->n_inputs;
 }

@@ -54,6 +54,7 @@ const char *proto_op_name(proto_op_t op)
     case PROTO_OP_TOKENIZE: return "tokenize";
     case PROTO_OP_DETOKENIZE: return "detokenize";
     case PROTO_OP_EMBED: return "embed";
+    case PROTO_OP_RANK: return "rank";
     default: return "generate";
     }
 }
@@ -1073,7 +1074,7 @@ static int submit_field(dec_t *d, void *obj, int idx)
         const uint8_t *k;
         if (mpread_str(&d->r, &k, &n) < 0)
             return -1;
-        for (int op = PROTO_OP_TOKENIZE; op <= PROTO_OP_EMBED; op++)
+        for (int op = PROTO_OP_TOKENIZE; op <= PROTO_OP_RANK; op++)
             if (strlen(proto_op_name((proto_op_t)op)) == n && memcmp(k, proto_op_name((proto_op_t)op), n) == 0) {
                 s->op = (proto_op_t)op;
                 return 0;
@@ -1129,14 +1130,19 @@ static int submit_check(dec_t *d, proto_submit_t *s)
         if (s->op == PROTO_OP_EMBED) {
             if (s->prompt || s->has_prompt_ids || !s->n_inputs)
                 return fail(d, PROTO_EFIELD, "op embed takes 'inputs', not 'prompt'/'prompt_ids'");
+        } else if (s->op == PROTO_OP_RANK) {
+            if (!s->prompt || s->has_prompt_ids || !s->n_inputs)
+                return fail(d, PROTO_EFIELD, "op rank takes 'prompt' (the query) and 'inputs', not 'prompt_ids'");
         } else if ((s->prompt != NULL) == s->has_prompt_ids) {
             return fail(d, PROTO_EFIELD, "completion needs exactly one of 'prompt', 'prompt_ids'");
         }
     }
-    if (s->op != PROTO_OP_EMBED && (s->n_inputs || s->dimensions))
-        return fail(d, PROTO_EFIELD, "'inputs' and 'dims' belong to op embed");
-    if (s->op == PROTO_OP_EMBED && s->kind != PROTO_KIND_COMPLETION)
-        return fail(d, PROTO_EFIELD, "op embed is of kind completion");
+    if (s->op != PROTO_OP_EMBED && s->op != PROTO_OP_RANK && s->n_inputs)
+        return fail(d, PROTO_EFIELD, "'inputs' belong to ops embed and rank");
+    if (s->op != PROTO_OP_EMBED && s->dimensions)
+        return fail(d, PROTO_EFIELD, "'dims' belongs to op embed");
+    if ((s->op == PROTO_OP_EMBED || s->op == PROTO_OP_RANK) && s->kind != PROTO_KIND_COMPLETION)
+        return fail(d, PROTO_EFIELD, "op %s is of kind completion", proto_op_name(s->op));
     if (s->tool_choice && !s->tools)
         return fail(d, PROTO_EFIELD, "'tool_choice' requires 'tools'");
     if (s->tool_choice && strcmp(s->tool_choice, "required") != 0 && strcmp(s->tool_choice, "auto") != 0 &&
@@ -1148,8 +1154,9 @@ static int submit_check(dec_t *d, proto_submit_t *s)
         s->n_choices = 1;
     if (s->n_choices > 1 && s->n_resume)
         return fail(d, PROTO_EFIELD, "'n_choices' > 1 cannot 'resume'");
-    if (s->op == PROTO_OP_EMBED && (s->n_choices != s->n_inputs || s->n_resume))
-        return fail(d, PROTO_EFIELD, "op embed needs 'n_choices' = the number of inputs, no 'resume'");
+    if ((s->op == PROTO_OP_EMBED || s->op == PROTO_OP_RANK) && (s->n_choices != s->n_inputs || s->n_resume))
+        return fail(d, PROTO_EFIELD, "op %s needs 'n_choices' = the number of inputs, no 'resume'",
+                    proto_op_name(s->op));
     if ((s->op == PROTO_OP_TOKENIZE || s->op == PROTO_OP_DETOKENIZE) && (s->n_choices > 1 || s->n_resume))
         return fail(d, PROTO_EFIELD, "'op' %s takes neither 'n_choices' > 1 nor 'resume'",
                     proto_op_name(s->op));

@@ -162,7 +162,16 @@
  *                         sequence (nothing sampled); the worker answers one
  *                         EVENT per input (choice = its index) with `emb`,
  *                         finish "stop" and usage.prompt = its token count.
- *   inputs     array opt  op embed only (and required there): 1..PROTO_MAX_CHOICES
+ *                         op "rank" (POST /v1/rerank, /v1/score): kind
+ *                         "completion", `prompt` = the query, `inputs` = the
+ *                         documents (n_choices = their number). The worker
+ *                         builds each (query, document) prompt with the model's
+ *                         rerank template and answers one EVENT per document
+ *                         (choice = its index) whose `emb` holds the rank head's
+ *                         outputs (emb[0] = the relevance score), finish "stop",
+ *                         usage.prompt = its token count; ERROR 400 for a model
+ *                         without a rank head.
+ *   inputs     array opt  op embed and rank only (and required there): 1..PROTO_MAX_CHOICES
  *                         maps {t: str ≤ PROTO_MAX_PROMPT (text, tokenized with
  *                         the BOS rule)} or {ids: array of token ids, 1..
  *                         PROTO_MAX_TOKENS}, exactly one of the two keys
@@ -387,6 +396,7 @@ typedef enum proto_op {
     PROTO_OP_TOKENIZE = 1,      /* wire "tokenize" */
     PROTO_OP_DETOKENIZE = 2,    /* wire "detokenize" */
     PROTO_OP_EMBED = 3,         /* wire "embed" */
+    PROTO_OP_RANK = 4,          /* wire "rank" */
 } proto_op_t;
 
 typedef enum proto_finish {
@@ -639,7 +649,7 @@ void proto_msg_clear(proto_msg_t *m);
 const char *proto_type_name(int type);
 const char *proto_finish_name(proto_finish_t f);
 const char *proto_kind_name(proto_kind_t k);
-/* "tokenize", "detokenize", "embed" (wire op values); "generate" otherwise. */
+/* "tokenize", "detokenize", "embed", "rank" (wire op values); "generate" otherwise. */
 const char *proto_op_name(proto_op_t op);
 const char *proto_status_name(int status);
 /* "context_length"... for a proto_err_t; "unspecified" for 0 and for values

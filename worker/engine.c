@@ -4,8 +4,10 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/clock.h"
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "common/text/prompt.h"
 #include "common/xalloc.h"
@@ -70,4 +72,109 @@ int32_t engine_prompt_submit(const engine_t *e, const proto_submit_t *s, int32_t
                              size_t errlen)
 {
     return submit_prompt_encode(e->text, s, SIZE_MAX, out, NULL, err, errlen);
+}
+
+/* text[0..len) tokenized (no BOS, special texts as the caller says) onto
+ * the end of ids[0..*n) (capacity *cap, grown). Returns 0, or -1 with err. */
+static int append_tokens(const tokenizer_t *t, const char *text, size_t len, bool parse_special, int32_t **ids,
+                         int32_t *n, int32_t *cap, char *err, size_t errlen)
+{
+    if (len > TOKENIZER_MAX_TEXT) {
+        errbuf_set(err, errlen, "text of %zu bytes is longer than the tokenizer takes", len);
+        return -1;
+    }
+    int need = (int)(4 * len + 4);
+    if (*n + need > *cap) {
+        *cap = *n + need;
+        *ids = xrealloc(*ids, (size_t)*cap * sizeof **ids);
+    }
+    int k = tokenizer_encode(t, text, len, false, parse_special, *ids + *n, need);
+    if (k < 0 || k > need) {
+        errbuf_set(err, errlen, "cannot tokenize a text of %zu bytes", len);
+        return -1;
+    }
+    *n += k;
+    return 0;
+}
+
+/* One id onto ids (room is kept by the caller's capacity + 4 slack). */
+static void push_id(int32_t **ids, int32_t *n, int32_t *cap, int32_t id)
+{
+    if (*n + 1 > *cap) {
+        *cap = *n + 8;
+        *ids = xrealloc(*ids, (size_t)*cap * sizeof **ids);
+    }
+    (*ids)[(*n)++] = id;
+}
+
+/* A bool of the file's metadata, def when absent. */
+static bool meta_bool(const engine_t *e, const char *key, bool def)
+{
+    bool v;
+    return gguf_get_bool(e->model->gguf, key, &v) == 0 ? v : def;
+}
+
+int32_t engine_prompt_rerank(const engine_t *e, const char *query, size_t query_len, const char *doc,
+                             size_t doc_len, int32_t **out, char *err, size_t errlen)
+{
+    int32_t *ids = NULL, n = 0, cap = 0;
+    gguf_str_t tmpl;
+    *out = NULL;
+    if (gguf_get_str(e->model->gguf, "tokenizer.chat_template.rerank", &tmpl) == 0) {
+        /* the template with its placeholders replaced, then tokenized whole */
+        size_t cap_text = (size_t)tmpl.len + 1, len = 0;
+        char *text = xmalloc(cap_text);
+        for (size_t i = 0; i < (size_t)tmpl.len;) {
+            const char *rest = tmpl.ptr + i;
+            size_t left = (size_t)tmpl.len - i;
+            const char *put = NULL;
+            size_t put_len = 0, skip = 1;
+            if (left >= 7 && memcmp(rest, "{query}", 7) == 0) {
+                put = query, put_len = query_len, skip = 7;
+            } else if (left >= 10 && memcmp(rest, "{document}", 10) == 0) {
+                put = doc, put_len = doc_len, skip = 10;
+            } else {
+                put = rest, put_len = 1;
+            }
+            if (len + put_len + 1 > cap_text) {
+                cap_text = 2 * (len + put_len + 1);
+                text = xrealloc(text, cap_text);
+            }
+            memcpy(text + len, put, put_len);
+            len += put_len;
+            i += skip;
+        }
+        int rc = append_tokens(e->tok, text, len, true, &ids, &n, &cap, err, errlen);
+        free(text);
+        if (rc < 0) {
+            free(ids);
+            return -1;
+        }
+        *out = ids;
+        return n;
+    }
+    const bool add_eos = meta_bool(e, "tokenizer.ggml.add_eos_token", false);
+    const bool add_sep = meta_bool(e, "tokenizer.ggml.add_sep_token", false);
+    int64_t sep = -1;
+    if (gguf_get_int(e->model->gguf, "tokenizer.ggml.seperator_token_id", &sep) != 0 || sep < 0 ||
+        sep >= tokenizer_n_vocab(e->tok))
+        sep = -1;
+    int32_t eos = tokenizer_eos(e->tok) >= 0 ? tokenizer_eos(e->tok) : (int32_t)sep;
+    if (tokenizer_add_bos(e->tok) && tokenizer_bos(e->tok) >= 0)
+        push_id(&ids, &n, &cap, tokenizer_bos(e->tok));
+    if (append_tokens(e->tok, query, query_len, false, &ids, &n, &cap, err, errlen) < 0)
+        goto err;
+    if (add_eos && eos >= 0)
+        push_id(&ids, &n, &cap, eos);
+    if (add_sep && sep >= 0)
+        push_id(&ids, &n, &cap, (int32_t)sep);
+    if (append_tokens(e->tok, doc, doc_len, false, &ids, &n, &cap, err, errlen) < 0)
+        goto err;
+    if (add_eos && eos >= 0)
+        push_id(&ids, &n, &cap, eos);
+    *out = ids;
+    return n;
+err:
+    free(ids);
+    return -1;
 }

@@ -56,6 +56,17 @@ int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int3
 int32_t engine_prompt_chat(const engine_t *e, const chat_msg_t *msgs, size_t n, const char *tools_json,
                            int32_t **out, char *err, size_t errlen);
 
+/* One (query, document) pair of a rerank request, as llama-server builds
+ * it: with the file's rerank template (tokenizer.chat_template.rerank, the
+ * Qwen3-Reranker converter writes one), every "{query}" and "{document}"
+ * in it replaced and the result tokenized with special tokens recognised
+ * and no BOS added; without one, [BOS] query [EOS] [SEP] document [EOS],
+ * each marker only when the tokenizer's add_bos / add_eos / add_sep rule
+ * says (query and document tokenized as plain text). Returns the token
+ * count with *out set (malloc'd), or -1 with err. */
+int32_t engine_prompt_rerank(const engine_t *e, const char *query, size_t query_len, const char *doc,
+                             size_t doc_len, int32_t **out, char *err, size_t errlen);
+
 /* The prompt tokens of a SUBMIT (submit_prompt_encode, uncut): chat messages
  * (and tools) through the template, a text prompt through the tokenizer,
  * prompt_ids copied. Same return contract (*out malloc'd). */

@@ -64,9 +64,9 @@ typedef struct seq {
     const char *draw_error;    /* set by sample_draw: end the sequence with this error */
     bool cancelled;
     enum sched_finish finish;  /* set when the sequence ends during a step */
-    enum model_pooling embed;  /* embedding sequence: its pooling; 0 = generation */
+    enum model_pooling embed;  /* embedding (or rank) sequence: its pooling; 0 = generation */
     double *emb_sum;           /* (dim) embedding: sum (mean) or last hidden state so far */
-    float *emb_out;            /* (dim) embedding: the reported vector */
+    float *emb_out;            /* (dim) embedding: the reported vector; (n_scores) for rank */
 
     /* speculative decoding (spec.h) */
     bool no_spec;              /* the request opted out */
@@ -839,6 +839,20 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
     return 0;
 }
 
+/* Floats an embedding sequence reports: the model's dim, or its rank
+ * head's scores. */
+static int32_t emb_width(const sched_t *s, const seq_t *q)
+{
+    return q->embed == MODEL_POOL_RANK ? s->model->rank->n_scores : s->model->cfg.dim;
+}
+
+/* Whether prompt position p is the one a rank sequence's head reads: the
+ * first token, or the last (rank_head_t.last). */
+static bool rank_row(const sched_t *s, const seq_t *q, int32_t p)
+{
+    return s->model->rank->last ? p == q->n_tokens - 1 : p == 0;
+}
+
 int sched_submit_embed(sched_t *s, const sched_embed_req_t *r, char *err, size_t errlen)
 {
     const int32_t ctx = s->max_positions, vocab = s->model->cfg.vocab, dim = s->model->cfg.dim;
@@ -864,6 +878,10 @@ int sched_submit_embed(sched_t *s, const sched_embed_req_t *r, char *err, size_t
                 return SCHED_EINVAL;
             }
     }
+    if (r->pooling == MODEL_POOL_RANK && !s->model->rank) {
+        errbuf_set(err, errlen, "this model cannot rank: it has no rank head (pooling_type 4 with cls tensors)");
+        return SCHED_EINVAL;
+    }
     if (find_seq(s, r->id)) {
         errbuf_set(err, errlen, "request %llu is already running", (unsigned long long)r->id);
         return SCHED_EDUPLICATE;
@@ -882,19 +900,28 @@ int sched_submit_embed(sched_t *s, const sched_embed_req_t *r, char *err, size_t
             seq_push_token(q, r->prompts[i][k]);
         q->kv = kv_seq_new(s->pool);
         kv_seq_set_partition(q->kv, r->partition);
-        q->embed = r->pooling == MODEL_POOL_LAST ? MODEL_POOL_LAST : MODEL_POOL_MEAN;
+        q->embed = r->pooling == MODEL_POOL_LAST || r->pooling == MODEL_POOL_RANK ? r->pooling : MODEL_POOL_MEAN;
         q->emb_sum = xcalloc((size_t)dim, sizeof *q->emb_sum);
-        q->emb_out = xcalloc((size_t)dim, sizeof *q->emb_out);
+        q->emb_out = xcalloc((size_t)emb_width(s, q), sizeof *q->emb_out);
         vec_push(s->seqs, s->n_seqs, s->cap_seqs, q);
     }
     return SCHED_OK;
 }
 
 /* The end of an embedding sequence's prompt: its pooled vector, L2-normalised
- * (a zero vector stays zero), into q->emb_out. */
+ * (a zero vector stays zero), into q->emb_out; for a rank sequence the
+ * head's scores over the one pooled state. */
 static void embed_finish(const sched_t *s, seq_t *q)
 {
     const int32_t dim = s->model->cfg.dim;
+    if (q->embed == MODEL_POOL_RANK) {
+        float *x = xmalloc((size_t)dim * sizeof *x);
+        for (int32_t i = 0; i < dim; i++)
+            x[i] = (float)q->emb_sum[i];
+        rank_head_apply(s->model->rank, x, q->emb_out);
+        free(x);
+        return;
+    }
     const double scale = q->embed == MODEL_POOL_MEAN ? 1.0 / q->n_prompt : 1.0;
     double ss = 0;
     for (int32_t i = 0; i < dim; i++) {
@@ -1566,7 +1593,8 @@ restart:
                 s->b_seq[n_rows] = b;
                 bool last = p == q->n_tokens - 1;
                 s->b_want[n_rows] = (uint8_t)(last && !q->embed);
-                s->b_hid[n_rows] = (uint8_t)(q->embed == MODEL_POOL_MEAN || (q->embed && last));
+                s->b_hid[n_rows] = (uint8_t)(q->embed == MODEL_POOL_MEAN || (q->embed == MODEL_POOL_LAST && last) ||
+                                             (q->embed == MODEL_POOL_RANK && rank_row(s, q, p)));
                 n_rows++;
             }
             for (int32_t k = 0; k < q->n_draft; k++) { /* drafts at P+1.., each with logits */
@@ -1684,7 +1712,7 @@ int sched_step(sched_t *s)
                 .finish = SCHED_FINISH_STOP,
                 .n_prompt = q->n_prompt,
                 .embedding = q->emb_out,
-                .n_embedding = dim,
+                .n_embedding = emb_width(s, q),
             };
             if (s->on_event)
                 s->on_event(s->ud, &ev);

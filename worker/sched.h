@@ -75,6 +75,11 @@
  * token's hidden state, so embedding sequences never take blocks from the
  * prefix cache (their full blocks still go into it when computed, for
  * later generation requests); a preempted one starts its sum again.
+ * Reranking rides the same path with pooling MODEL_POOL_RANK (the model
+ * must have a rank head, model.rank): the one row its head reads (the
+ * first or the last prompt token, rank_head.h) asks for its hidden state,
+ * and the event's `embedding` is the head's n_scores outputs (score 0 is
+ * the relevance), not normalised.
  *
  * A sequence that is preempted keeps its generated tokens, sampler state and
  * detokenizer, so resuming it reproduces exactly what an uninterrupted run
@@ -279,7 +284,7 @@ typedef struct sched_embed_req {
     uint64_t id;               /* unique among live requests */
     int32_t priority;          /* 0 high, 1 normal, 2 low */
     int64_t deadline_us;       /* clock_now_us() deadline; 0 = none */
-    enum model_pooling pooling;
+    enum model_pooling pooling; /* MEAN, LAST, or RANK (the model must have a rank head) */
     const int32_t *const *prompts; /* (n_inputs) pointers, each (n_prompts[i]) token ids */
     const int32_t *n_prompts;  /* (n_inputs) */
     int32_t n_inputs;          /* 1..SCHED_MAX_CHOICES */
@@ -288,8 +293,9 @@ typedef struct sched_embed_req {
 
 /* Accepts an embedding request (copied). Returns SCHED_OK, or with a
  * message in err: SCHED_EINVAL (no inputs or too many, an empty input, a
- * token outside the vocabulary), SCHED_ETOO_LONG (an input longer than the
- * context), SCHED_EDUPLICATE. Each input ends with its own event. */
+ * token outside the vocabulary, RANK without a rank head), SCHED_ETOO_LONG
+ * (an input longer than the context), SCHED_EDUPLICATE. Each input ends with
+ * its own event. */
 int sched_submit_embed(sched_t *s, const sched_embed_req_t *r, char *err, size_t errlen);
 /* Cancels a request at any phase (every choice); its blocks are freed in the
  * next step and a final event with SCHED_FINISH_CANCELLED is reported for each

@@ -402,11 +402,18 @@ static proto_err_t submit_tokenizer_op(struct worker *w, const proto_submit_t *s
 
 /* An op "embed" SUBMIT: each input tokenized (text with the BOS rule, as a
  * completion prompt) and handed to the scheduler as one prefill-only
- * sequence, pooled as the model's {arch}.pooling_type says. */
+ * sequence, pooled as the model's {arch}.pooling_type says. An op "rank"
+ * SUBMIT: each input (a document) paired with the prompt (the query) by
+ * engine_prompt_rerank, one sequence each, scored by the model's rank head. */
 static proto_err_t submit_embed(struct worker *w, const proto_submit_t *sm, char *err, size_t errlen)
 {
     const engine_t *e = w->engine;
     const uint32_t n = sm->n_inputs;
+    const bool rank = sm->op == PROTO_OP_RANK;
+    if (rank && !e->model->rank) {
+        errbuf_set(err, errlen, "this model cannot rank: its file has no rank head (pooling_type 4 with cls tensors)");
+        return PROTO_ERR_BAD_REQUEST;
+    }
     if (sm->dimensions && sm->dimensions != (uint32_t)e->model->cfg.dim) {
         errbuf_set(err, errlen, "dimensions %u is not supported: this model's embeddings have %d",
                    sm->dimensions, e->model->cfg.dim);
@@ -417,7 +424,15 @@ static proto_err_t submit_embed(struct worker *w, const proto_submit_t *sm, char
     proto_err_t cause = PROTO_ERR_NONE;
     for (uint32_t i = 0; i < n && cause == PROTO_ERR_NONE; i++) {
         const proto_input_t *in = &sm->inputs[i];
-        if (in->text) {
+        if (rank && !in->text) {
+            errbuf_set(err, errlen, "op rank: document %u is not text", i);
+            cause = PROTO_ERR_BAD_REQUEST;
+        } else if (rank) {
+            lens[i] = engine_prompt_rerank(e, sm->prompt, strlen(sm->prompt), in->text, strlen(in->text),
+                                           &prompts[i], err, errlen);
+            if (lens[i] < 0)
+                cause = PROTO_ERR_BAD_REQUEST;
+        } else if (in->text) {
             lens[i] = engine_prompt_text(e, in->text, strlen(in->text), &prompts[i], err, errlen);
             if (lens[i] < 0)
                 cause = PROTO_ERR_BAD_REQUEST;
@@ -432,7 +447,7 @@ static proto_err_t submit_embed(struct worker *w, const proto_submit_t *sm, char
             .id = sm->id,
             .priority = (int32_t)sm->priority,
             .deadline_us = sm->deadline_ms ? clock_now_us() + (int64_t)sm->deadline_ms * 1000 : 0,
-            .pooling = e->model->cfg.pooling,
+            .pooling = rank ? MODEL_POOL_RANK : e->model->cfg.pooling,
             .prompts = (const int32_t *const *)prompts,
             .n_prompts = lens,
             .n_inputs = (int32_t)n,
@@ -451,7 +466,7 @@ static proto_err_t submit_embed(struct worker *w, const proto_submit_t *sm, char
  * with a message for an ERROR reply. */
 static proto_err_t submit(struct worker *w, const proto_submit_t *sm, char *err, size_t errlen)
 {
-    if (sm->op == PROTO_OP_EMBED)
+    if (sm->op == PROTO_OP_EMBED || sm->op == PROTO_OP_RANK)
         return submit_embed(w, sm, err, errlen);
     if (sm->op == PROTO_OP_TOKENIZE || sm->op == PROTO_OP_DETOKENIZE)
         return submit_tokenizer_op(w, sm, err, errlen);

@@ -1290,6 +1290,45 @@ static void test_limits(void **state)
     free(big);
 }
 
+/* op rank: the query in prompt, the documents in inputs; without a prompt,
+ * with dims, or with n_choices other than the inputs it is refused. */
+static void test_roundtrip_rank(void **state)
+{
+    (void)state;
+    proto_msg_t in, out;
+    proto_input_t inputs[2] = {{.text = "doc a"}, {.text = "doc b"}};
+    proto_msg_init(&in, PROTO_SUBMIT);
+    in.submit.id = 10;
+    in.submit.kind = PROTO_KIND_COMPLETION;
+    in.submit.op = PROTO_OP_RANK;
+    in.submit.prompt = "the query";
+    in.submit.inputs = inputs;
+    in.submit.n_inputs = 2;
+    in.submit.n_choices = 2;
+    roundtrip(&in, &out);
+    assert_int_equal(out.submit.op, PROTO_OP_RANK);
+    assert_string_equal(out.submit.prompt, "the query");
+    assert_int_equal(out.submit.n_inputs, 2);
+    assert_string_equal(out.submit.inputs[1].text, "doc b");
+    proto_msg_clear(&out);
+    size_t len;
+    uint8_t *body;
+    in.submit.prompt = NULL; /* no query */
+    body = encode(&in, &len);
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, NULL, 0), PROTO_EFIELD);
+    free(body);
+    in.submit.prompt = "q";
+    in.submit.dimensions = 64; /* dims belong to op embed */
+    body = encode(&in, &len);
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, NULL, 0), PROTO_EFIELD);
+    free(body);
+    in.submit.dimensions = 0;
+    in.submit.n_choices = 1;
+    body = encode(&in, &len);
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, NULL, 0), PROTO_EFIELD);
+    free(body);
+}
+
 /* Event-specific shape rules. */
 /* op embed: inputs (text and ids) and dims in the SUBMIT, the vector as
  * little-endian float32 bytes in the EVENT; the cross-key rules. */
@@ -1537,6 +1576,7 @@ int main(void)
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_event_rules),
         cmocka_unit_test(test_roundtrip_embed),
+        cmocka_unit_test(test_roundtrip_rank),
         cmocka_unit_test(test_fuzz_corpus),
         cmocka_unit_test(test_zmq_roundtrip),
     };

@@ -66,6 +66,13 @@ Usage:
       position — and L2-normalised. The pooling defaults to the GGUF's
       {arch}.pooling_type (llama.cpp's enum: 3 = last, anything else or
       absent = mean).
+  llama_ref.py MODEL --seq 1,2,3 [--seq ...] --rank FILE
+      writes the rank head's outputs per sequence, float32 little-endian
+      (n_seq, n_out), for a reranker (pooling_type 4): the final hidden state
+      of the first position — of the last for qwen3, the Qwen3-Reranker layout —
+      through y = tanh(cls.weight @ h + cls.bias) when cls.weight exists, then
+      y = cls.output.weight @ y + cls.output.bias when cls.output.weight exists,
+      then (qwen3) softmax(y). Output 0 is the relevance score.
 """
 import argparse
 import math
@@ -201,6 +208,11 @@ class Model:
         def opt(name):
             return t(name) if g.has(name) else None
 
+        # the rank head (None when absent), matrices as (rows, cols)
+        self.cls_w = opt("cls.weight")
+        self.cls_b = opt("cls.bias")
+        self.cls_out_w = opt("cls.output.weight")
+        self.cls_out_b = opt("cls.output.bias")
         self.emb = t("token_embd.weight")
         self.out_norm = t("output_norm.weight")
         self.out = opt("output.weight")
@@ -350,6 +362,7 @@ def main():
     ap.add_argument("--kv-q8", action="store_true", help="K/V and queries as a q8_0 KV cache quantizes them")
     ap.add_argument("--embed", help="write float32 pooled, L2-normalised embeddings here")
     ap.add_argument("--pooling", choices=["mean", "last"], help="default: the GGUF's pooling_type")
+    ap.add_argument("--rank", help="write float32 rank-head outputs here (a reranker)")
     args = ap.parse_args()
     m = Model(args.model, kv_f16=args.kv_f16, kv_q8=args.kv_q8)
     seqs = [[int(t) for t in s.split(",") if t != ""] for s in args.seq]
@@ -369,6 +382,21 @@ def main():
                 v = h[-1] if pooling == "last" else h.mean(axis=0)
                 n = np.linalg.norm(v)
                 f.write((v / n if n > 0 else v).astype("<f4").tobytes())
+    if args.rank:
+        with open(args.rank, "wb") as f:
+            for s in seqs:
+                h = m.forward(s, hidden=True)
+                y = h[-1] if m.arch == "qwen3" else h[0]
+                if m.cls_w is not None:
+                    w = m.cls_w.reshape(-1, y.shape[0])
+                    y = np.tanh(w @ y + (m.cls_b.reshape(-1) if m.cls_b is not None else 0.0))
+                if m.cls_out_w is not None:
+                    w = m.cls_out_w.reshape(-1, y.shape[0])
+                    y = w @ y + (m.cls_out_b.reshape(-1) if m.cls_out_b is not None else 0.0)
+                if m.arch == "qwen3":
+                    e = np.exp(y - y.max())
+                    y = e / e.sum()
+                f.write(np.asarray(y).astype("<f4").tobytes())
     if args.out:
         parts = [m.forward(s).astype("<f4") for s in seqs]
         with open(args.out, "wb") as f:

@@ -49,6 +49,9 @@
  *   moe_shared_expert     ffn_gate_inp_shexp + ffn_{gate,up,down}_shexp required
  *                         (otherwise honoured when present)
  *   tied_output           the family's files have no output.weight (mkmodel)
+ *   rank_last_softmax     a rank-pooled file (pooling_type 4, worker/model/rank_head.h)
+ *                         scores the last token and softmaxes the outputs (Qwen3-Reranker);
+ *                         other families score the first token, raw outputs
  *   synth_rope_base, synth_eps, synth_window
  *                         pagoda-mkmodel's defaults for --rope-base, --eps, --window
  *
@@ -74,7 +77,7 @@ enum model_ffn_act {
       .synth_rope_base = 10000.0, .synth_eps = 1e-5)                                                   \
     X(QWEN2, "qwen2", .rope_neox = true, .qkv_bias = true, .qkv_bias_required = true,                  \
       .synth_rope_base = 1e6, .synth_eps = 1e-6)                                                       \
-    X(QWEN3, "qwen3", .rope_neox = true, .qk_norm = true,                                              \
+    X(QWEN3, "qwen3", .rope_neox = true, .qk_norm = true, .rank_last_softmax = true,                   \
       .synth_rope_base = 1e6, .synth_eps = 1e-6)                                                       \
     X(QWEN2MOE, "qwen2moe", .rope_neox = true, .qkv_bias = true, .moe = true, .moe_shared_expert = true, \
       .synth_rope_base = 1e6, .synth_eps = 1e-6)                                                       \
@@ -121,6 +124,9 @@ typedef struct model_arch_info {
     bool fused_up;
     bool moe, moe_shared_expert, moe_norm;
     bool tied_output;
+    bool rank_last_softmax;            /* rank pooling (worker/model/rank_head.h) reads the last
+                                          token and softmaxes the head's outputs (Qwen3-Reranker's
+                                          yes/no rows); otherwise the first token, raw outputs */
     double synth_rope_base, synth_eps; /* pagoda-mkmodel defaults */
     int32_t synth_window;
 } model_arch_info_t;

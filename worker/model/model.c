@@ -673,12 +673,15 @@ int model_load_gguf(gguf_t **gp, model_t **out, char *err, size_t errlen)
     widen(m, &m->output);
     if (load_rope(&ld, m) != 0 || load_layers(&ld, m) != 0)
         goto err;
+    if (rank_head_load(ld.g, ld.fam, c->dim, c->pooling_raw, &m->rank, err, errlen) < 0)
+        goto err;
 
     m->gguf = *gp;
     *gp = NULL;
     *out = m;
     return 0;
 err:
+    rank_head_free(&m->rank);
     free_layers(m);
     free(m->rope_inv_freq);
     free(m->rope_inv_freq_swa);
@@ -838,6 +841,7 @@ void model_free(model_t **mp)
     else
         free(m->packed_arena);
     gguf_close(&m->gguf);
+    rank_head_free(&m->rank);
     free_layers(m);
     free(m->rope_inv_freq);
     free(m->rope_inv_freq_swa);

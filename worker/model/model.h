@@ -89,13 +89,17 @@
 #include "common/text/gguf.h"
 #include "worker/kernels/matmul.h"
 #include "worker/model/arch.h" /* enum model_arch, enum model_ffn_act, the family table */
+#include "worker/model/rank_head.h"
 
 /* How an embedding pools a sequence's final hidden states: llama.cpp's
- * {arch}.pooling_type values. Only mean and last are served; absent and
- * other values (0 none, 2 cls, 4 rank) load as mean (model_pooling). */
+ * {arch}.pooling_type values. Embeddings are served mean or last; absent
+ * and other values (0 none, 2 cls, 4 rank) load as mean (model_pooling).
+ * RANK is what a rerank request (worker op "rank") asks of the scheduler:
+ * one token's state (rank_head.h says which) through the model's head. */
 enum model_pooling {
     MODEL_POOL_MEAN = 1,      /* average over every prompt token */
     MODEL_POOL_LAST = 3,      /* the last prompt token's state */
+    MODEL_POOL_RANK = 4,      /* model.rank's token, then its head: the scores */
 };
 
 enum model_rope_scaling {
@@ -203,6 +207,8 @@ typedef struct model {
                                * packed_arena lies in (model_pack_adopt_map), which
                                * model_free unmaps instead of freeing packed_arena */
     size_t packed_map_bytes;
+    rank_head_t *rank;        /* owned, or NULL: the reranker head (pooling_type 4 with
+                               * cls tensors, rank_head.h); NULL = the model cannot rank */
 } model_t;
 
 /* Opens `path` (mmap) and loads it. Returns 0 and *out, or -1 with a

@@ -10,6 +10,16 @@
  *       [--rope-base B] [--eps E] [--experts N] [--experts-used K] [--expert-ffn F] [--window W]
  *       [--pooling N] ({arch}.pooling_type for embeddings: 1 mean, 3 last; absent by default)
  *       [--chat-template FILE] [--mute-special] [--logit-scale S]
+ *       [--rank 1] [--rerank-template FILE]
+ *
+ * --rank 1 writes a reranker (worker/model/rank_head.h): pooling_type 4 and
+ * the family's rank head, F32 — for a family with rank_last_softmax
+ * (qwen3) the Qwen3-Reranker layout, cls.output.weight [dim, 2] (what the
+ * converter takes from the lm_head rows of "yes" and "no"); for the others
+ * a classification head, cls.weight [dim, dim] N(0, 1/dim), cls.bias [dim]
+ * N(0, 0.02^2), cls.output.weight [dim, 1] N(0, 1/dim), cls.output.bias [1].
+ * --rerank-template FILE writes tokenizer.chat_template.rerank (the text
+ * with {query} and {document} placeholders llama-server fills).
  *
  * Family tensors and defaults come from the family's row of arch.h's table
  * (qk_norm: attn_q_norm/attn_k_norm; post_norms: post_attention_norm/
@@ -127,10 +137,35 @@ static int gen_fill(void *ctx, uint8_t *buf, size_t nbytes)
     return failed ? -1 : 0;
 }
 
+/* Metadata `key` = the text of the file at path (at most 1 MiB, no NUL).
+ * Returns 0, or -1 with a message on stderr. */
+static int set_str_from_file(gguf_writer_t *w, const char *key, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *text = NULL;
+    size_t len = 0;
+    if (f) {
+        text = xmalloc(1 << 20);
+        len = fread(text, 1, (1 << 20) - 1, f);
+        text[len] = '\0';
+        fclose(f);
+    }
+    if (!f || len == 0 || strlen(text) != len) {
+        fprintf(stderr, "pagoda-mkmodel: cannot read %s from %s\n", key, path);
+        free(text);
+        return -1;
+    }
+    gguf_writer_set_str(w, key, text);
+    free(text);
+    return 0;
+}
+
 typedef struct opts {
     const char *out, *tok_from, *arch;
     const model_arch_info_t *fam;   /* arch's row of the architecture table (set by the checks) */
     const char *chat_template;  /* --chat-template FILE: tokenizer.chat_template, or NULL */
+    const char *rerank_template; /* --rerank-template FILE: tokenizer.chat_template.rerank, or NULL */
+    int64_t rank;      /* --rank 1: a rank head and pooling_type 4 */
     int64_t dim, layers, heads, kv_heads, ffn, vocab, ctx;
     int64_t experts, experts_used, expert_ffn, window;  /* MoE and sliding-window families */
     int64_t pooling;   /* --pooling: {arch}.pooling_type written when >= 0 */
@@ -157,7 +192,7 @@ static void usage(FILE *f)
             "         [--arch %s]\n"
             "         [--rope-base B] [--eps E] [--experts 8] [--experts-used 2] [--expert-ffn F]\n"
             "         [--mute-special] [--logit-scale S]\n"
-            "         [--window W] [--chat-template FILE] [--pooling N]\n"
+            "         [--window W] [--chat-template FILE] [--pooling N] [--rank 1] [--rerank-template FILE]\n"
             "Writes a GGUF with seeded random weights; tokenizer.* keys are copied from\n"
             "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n",
             types, archs);
@@ -256,6 +291,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->tok_from = v;
         else if (strcmp(name, "--chat-template") == 0)
             o->chat_template = v;
+        else if (strcmp(name, "--rerank-template") == 0)
+            o->rerank_template = v;
+        else if (strcmp(name, "--rank") == 0)
+            rc = parse_int(name, v, 0, 1, &o->rank);
         else if (strcmp(name, "--arch") == 0)
             o->arch = v;
         else if (strcmp(name, "--dim") == 0)
@@ -558,7 +597,9 @@ static int64_t write_metadata(gguf_writer_t *w, const opts_t *o, const gguf_t *t
     if (ggml_type_block_elems(o->type) > 1)
         gguf_writer_set_u32(w, "general.quantization_version", 2);
     gguf_writer_set_u32(w, K("context_length"), (uint32_t)o->ctx);
-    if (o->pooling >= 0)
+    if (o->rank)
+        gguf_writer_set_u32(w, K("pooling_type"), 4); /* rank */
+    else if (o->pooling >= 0)
         gguf_writer_set_u32(w, K("pooling_type"), (uint32_t)o->pooling);
     gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)o->dim);
     gguf_writer_set_u32(w, K("block_count"), (uint32_t)o->layers);
@@ -581,25 +622,10 @@ static int64_t write_metadata(gguf_writer_t *w, const opts_t *o, const gguf_t *t
     int64_t vocab = copy_tokenizer(w, tok, o->vocab);
     if (vocab < 0)
         return -1;
-    if (o->chat_template) {
-        /* a Jinja chat template from a file (replaces a copied one) */
-        FILE *f = fopen(o->chat_template, "rb");
-        char *text = NULL;
-        size_t len = 0;
-        if (f) {
-            text = xmalloc(1 << 20);
-            len = fread(text, 1, (1 << 20) - 1, f);
-            text[len] = '\0';
-            fclose(f);
-        }
-        if (!f || len == 0 || strlen(text) != len) {
-            fprintf(stderr, "pagoda-mkmodel: cannot read a chat template from %s\n", o->chat_template);
-            free(text);
-            return -1;
-        }
-        gguf_writer_set_str(w, "tokenizer.chat_template", text);
-        free(text);
-    }
+    /* a Jinja chat template from a file (replaces a copied one); a rerank template */
+    if ((o->chat_template && set_str_from_file(w, "tokenizer.chat_template", o->chat_template) < 0) ||
+        (o->rerank_template && set_str_from_file(w, "tokenizer.chat_template.rerank", o->rerank_template) < 0))
+        return -1;
     gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)vocab);
 #undef K
     return vocab;
@@ -608,7 +634,7 @@ static int64_t write_metadata(gguf_writer_t *w, const opts_t *o, const gguf_t *t
 /* The tensor plan, in llama.cpp's order: *n_out entries (malloc'd). */
 static gen_tensor_t *plan_tensors(const opts_t *o, int64_t vocab, size_t *n_out)
 {
-    size_t n_plan = 3 + (size_t)o->layers * 24, n = 0;
+    size_t n_plan = 3 + 4 + (size_t)o->layers * 24, n = 0;
     uint64_t base_seed = o->seed;
     base_seed = splitmix64_next(&base_seed) ^ 0xcbf29ce484222325ull;
     gen_tensor_t *plan = xcalloc(n_plan, sizeof *plan);
@@ -683,6 +709,14 @@ static gen_tensor_t *plan_tensors(const opts_t *o, int64_t vocab, size_t *n_out)
     ADD("output_norm.weight", GGML_TYPE_F32, o->dim, 1, INIT_NORM_WEIGHT, 0.1);
     if (!fam->tied_output)
         ADD("output.weight", matrix_type(o, "output", -1), o->dim, vocab, INIT_NORMAL, s_dim * o->logit_scale);
+    if (o->rank && fam->rank_last_softmax) {
+        ADD("cls.output.weight", GGML_TYPE_F32, o->dim, 2, INIT_NORMAL, s_dim); /* "yes", "no" */
+    } else if (o->rank) {
+        ADD("cls.weight", GGML_TYPE_F32, o->dim, o->dim, INIT_NORMAL, s_dim);
+        ADD("cls.bias", GGML_TYPE_F32, o->dim, 1, INIT_NORMAL, 0.02);
+        ADD("cls.output.weight", GGML_TYPE_F32, o->dim, 1, INIT_NORMAL, s_dim);
+        ADD("cls.output.bias", GGML_TYPE_F32, 1, 1, INIT_NORMAL, 0.02);
+    }
 #undef ADD
     assert(n <= n_plan);
     *n_out = n;
@@ -734,7 +768,9 @@ int main(int argc, char **argv)
                 int32_t ty = ((const int32_t *)types->arr_data)[i];
                 muted[i] = muted[i] || ty == 2 || ty == 6; /* UNKNOWN, BYTE */
             }
-        plan[n - 1].zero_rows = muted;
+        for (size_t i = 0; i < n; i++) /* output.weight (a rank head may follow it) */
+            if (strcmp(plan[i].name, "output.weight") == 0)
+                plan[i].zero_rows = muted;
     }
     uint64_t n_params = 0;
     for (size_t i = 0; i < n; i++) {
