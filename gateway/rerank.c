@@ -155,15 +155,9 @@ static int parse_score_fields(json_t *root, request_t *o, rerank_opts_t *opts, o
 int rerank_parse(const uint8_t *body, size_t len, bool score, request_t *o, rerank_opts_t *opts,
                  oai_error_t *e)
 {
-    memset(o, 0, sizeof *o);
+    request_init(o, REQUEST_COMPLETION, REQUEST_OP_RANK);
     memset(opts, 0, sizeof *opts);
     memset(e, 0, sizeof *e);
-    o->kind = REQUEST_COMPLETION;
-    o->op = REQUEST_OP_RANK;
-    o->n = 1;
-    o->max_tokens = -1;
-    o->top_p = 1.0;
-    o->repetition_penalty = 1.0;
     json_t *root = oai_load_body(body, len, e);
     if (!root)
         return -1;
@@ -173,8 +167,7 @@ int rerank_parse(const uint8_t *body, size_t len, bool score, request_t *o, rera
     json_decref(root);
     if (rc != 0) {
         request_free(o);
-        o->kind = REQUEST_COMPLETION;
-        o->op = REQUEST_OP_RANK;
+        request_init(o, REQUEST_COMPLETION, REQUEST_OP_RANK);
     }
     return rc;
 }
