@@ -44,7 +44,7 @@
  * DRAM (32000×768) 1 row 1.04 ms (25 GB/s) against 1.17 direct.
  * VNNI (AMD Zen 5, 1 thread, packed 2048×768, loaded machine): 1/8/32/256
  * rows avx2 34/158/618/8177 us, avxvnni 30/105/394/3133, avx512vnni
- * 27/64/229/1793 (docs/FORWARD.md).
+ * 27/64/229/1793 (docs/BENCH_LOG.md).
  *
  * Accuracy. The weights are used exactly as quant_dequantize() would decode
  * them (up to float rounding of scale products); the only approximation is
