@@ -25,7 +25,7 @@ check "mkmodel: random-weight 110M llama, 2048 context, Qwen2.5 template" mk110
 
 HP=$(free_port); ZP=$(free_port)
 spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$HP --worker-endpoint tcp://127.0.0.1:$ZP \
-  --model "stories=$SHARED/models/stories260K.gguf" --model "tools=$TMP/m110.gguf" --max-seqs 4 \
+  --model "stories=$STORIES" --model "tools=$TMP/m110.gguf" --max-seqs 4 \
   --request-timeout 300
 ready() { curl -sf "http://127.0.0.1:$HP/health" | grep -o '"replicas":1' | wc -l | grep -q 2; }
 check "gateway up, both models' workers registered" wait_for 60 ready

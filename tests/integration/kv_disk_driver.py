@@ -254,7 +254,10 @@ def run():
 
     # 1b. warm start after kill -9
     check("kill -9 of the worker (again)", w.kill9())
-    w = Worker("w1w", d1, extra=("--kv-warm-percent", "100"))
+    # a pool that holds every prompt's blocks with room to serve them (the
+    # 20-block pool holds fewer than P0..P3's 17-21 full blocks plus a
+    # request's own, so warm blocks would be evicted by the next prompt)
+    w = Worker("w1w", d1, extra=("--kv-warm-percent", "100", "--kv-blocks", "64"))
     check("restarted worker (warm start on) registers", w.ok, w.text()[-2000:])
     warmed = wait_until(lambda: "loaded from the disk tier in" in w.text() and "kv warm start: " in w.text(), 60)
     check("its warm start ends (log line)", warmed, w.text()[-2000:])
