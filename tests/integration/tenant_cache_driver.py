@@ -184,7 +184,7 @@ check("/health with the admin key keeps them", "prefix_cache_hits" in h["workers
 
 # ---- 3. sharing groups ----------------------------------------------------------------
 
-shared = prompt("Team system prompt v1: you are a helpful support agent.")
+shared = prompt("Version one. Team system prompt: you are a helpful support agent.")
 pc, cc, _ = send("chat", "carol", shared)
 pd, cd, dd = send_counted("chat", "dave", shared)
 check(f"group team: dave gets carol's prefix (cached {cd} of {pd}, computed {dd})",
@@ -198,7 +198,9 @@ keys = re.sub(r"^(dave .*) group=team$", r"\1 group=blue", keys, flags=re.M)
 open(KEYS_FILE, "w").write(keys)
 code, _ = http("POST", "/admin/reload-keys", KEY["ops"])
 check(f"keys reloaded with carol in group red, dave in blue ({code})", code == 200)
-shared2 = prompt("Team system prompt v2: you are a careful support agent.")
+# (the two texts differ from their first word: with a tokenizer of short
+# pieces a common opening could fill a whole block of dave's own)
+shared2 = prompt("Second version. Team system prompt: you are a careful support agent.")
 send("chat", "carol", shared2)
 pd, cd, dd = send_counted("chat", "dave", shared2)
 check(f"different groups: dave misses carol's prefix (cached {cd}, computed {dd} of {pd})", cd == 0 and dd == pd)
