@@ -765,7 +765,8 @@ int main(int argc, char **argv)
         muted[eos] = 1;
         if (gguf_get_arr(tok, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, &types) == 0)
             for (uint64_t i = 0; i < types->arr_n && (int64_t)i < vocab; i++) {
-                int32_t ty = ((const int32_t *)types->arr_data)[i];
+                int32_t ty; /* GGUF arrays need not be 4-byte aligned */
+                memcpy(&ty, (const uint8_t *)types->arr_data + i * sizeof ty, sizeof ty);
                 muted[i] = muted[i] || ty == 2 || ty == 6; /* UNKNOWN, BYTE */
             }
         for (size_t i = 0; i < n; i++) /* output.weight (a rank head may follow it) */
