@@ -26,10 +26,8 @@ static int bad(oai_error_t *e, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    oai_error_vset(e, 400, NULL, fmt, ap);
+    oai_error_vset_param(e, 400, param, fmt, ap);
     va_end(ap);
-    if (param)
-        snprintf(e->param, sizeof e->param, "%s", param);
     return -1;
 }
 
