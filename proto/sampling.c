@@ -2,11 +2,9 @@
 #include "proto/sampling.h"
 
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
-#include "common/xalloc.h"
+#include "common/strbuf.h"
 
 #define IS_UINT(member) _Generic(((proto_knobs_t *)0)->member, uint32_t: true, double: false)
 
@@ -63,33 +61,16 @@ bool proto_knob_in_range(const proto_knob_row_t *row, double v, bool request)
     return !row->is_uint || v == floor(v);
 }
 
-/* Appends a formatted line to *out (length *len); out of memory aborts. */
-static void put(char **out, size_t *len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void put(char **out, size_t *len, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof line)
-        n = (int)strlen(line);
-    *out = xrealloc(*out, *len + (size_t)n + 1);
-    memcpy(*out + *len, line, (size_t)n + 1);
-    *len += (size_t)n;
-}
-
 char *proto_knobs_markdown(void)
 {
-    char *out = NULL;
-    size_t len = 0;
-    put(&out, &len, "| wire key | request key | type | default | request range | wire range | meaning |\n");
-    put(&out, &len, "|---|---|---|---|---|---|---|\n");
+    strbuf_t out = STRBUF_INIT;
+    strbuf_puts(&out, "| wire key | request key | type | default | request range | wire range | meaning |\n");
+    strbuf_puts(&out, "|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < PROTO_N_KNOBS; i++) {
         const proto_knob_row_t *r = &proto_knob_rows[i];
-        put(&out, &len, "| `%s` | `%s` | %s | %.10g | %c%.10g, %.10g] | %c%.10g, %.10g] | %s |\n", r->key, r->api,
+        strbuf_printf(&out, "| `%s` | `%s` | %s | %.10g | %c%.10g, %.10g] | %c%.10g, %.10g] | %s |\n", r->key, r->api,
             r->is_uint ? "uint" : "float", r->def, r->lo_open ? '(' : '[', r->lo, r->hi,
             r->lo_open ? '(' : '[', r->lo, r->wire_hi, r->doc);
     }
-    return out;
+    return strbuf_take(&out);
 }

@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/errbuf.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "common/text/prompt.h"
 #include "common/xalloc.h"
 #include "proto/submit_prompt.h"
@@ -122,8 +123,8 @@ int32_t engine_prompt_rerank(const engine_t *e, const char *query, size_t query_
     *out = NULL;
     if (gguf_get_str(e->model->gguf, "tokenizer.chat_template.rerank", &tmpl) == 0) {
         /* the template with its placeholders replaced, then tokenized whole */
-        size_t cap_text = (size_t)tmpl.len + 1, len = 0;
-        char *text = xmalloc(cap_text);
+        strbuf_t text = STRBUF_INIT;
+        strbuf_reserve(&text, (size_t)tmpl.len);
         for (size_t i = 0; i < (size_t)tmpl.len;) {
             const char *rest = tmpl.ptr + i;
             size_t left = (size_t)tmpl.len - i;
@@ -136,16 +137,11 @@ int32_t engine_prompt_rerank(const engine_t *e, const char *query, size_t query_
             } else {
                 put = rest, put_len = 1;
             }
-            if (len + put_len + 1 > cap_text) {
-                cap_text = 2 * (len + put_len + 1);
-                text = xrealloc(text, cap_text);
-            }
-            memcpy(text + len, put, put_len);
-            len += put_len;
+            strbuf_append(&text, put, put_len);
             i += skip;
         }
-        int rc = append_tokens(e->tok, text, len, true, &ids, &n, &cap, err, errlen);
-        free(text);
+        int rc = append_tokens(e->tok, text.s, text.len, true, &ids, &n, &cap, err, errlen);
+        strbuf_free(&text);
         if (rc < 0) {
             free(ids);
             return -1;

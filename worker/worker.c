@@ -64,8 +64,7 @@ struct worker {
     sched_config_t scfg;                  /* its limits, as configured */
     /* scratch of on_sched_event: one EVENT's top alternatives */
     proto_top_logprob_t lp_top[PROTO_MAX_TOP_LOGPROBS];
-    char *wire_text;                      /* scratch of wire_text(): (wire_cap) bytes, owned */
-    size_t wire_cap;
+    strbuf_t wire_text;                   /* scratch of wire_text(), owned */
 };
 
 void worker_config_default(worker_config_t *c)
@@ -134,19 +133,18 @@ static const char *wire_text(struct worker *w, const char *text, size_t n, size_
     for (size_t i = 0; i < n; i++)
         n_nul += text[i] == 0;
     size_t need = n + 2 * n_nul; /* 1 byte → EF BF BD */
-    if (need > w->wire_cap) {
-        w->wire_text = xrealloc(w->wire_text, need);
-        w->wire_cap = need;
-    }
-    char *o = w->wire_text;
+    strbuf_reset(&w->wire_text);
+    strbuf_reserve(&w->wire_text, need);
+    char *o = w->wire_text.s;
     for (size_t i = 0; i < n; i++) {
         if (text[i])
             *o++ = text[i];
         else
             *o++ = (char)0xEF, *o++ = (char)0xBF, *o++ = (char)0xBD;
     }
+    strbuf_setlen(&w->wire_text, need);
     *n_out = need;
-    return w->wire_text;
+    return w->wire_text.s;
 }
 
 /* Sends one scheduler event as an EVENT. Logprobs carry each token's bytes
@@ -896,7 +894,7 @@ void worker_free(worker_t **wp)
     engine_free(&w->engine);
     engine_free(&w->draft);
     free(w->test_step_wedge);
-    free(w->wire_text);
+    strbuf_free(&w->wire_text);
     free(w->model_path);
     free(w);
     *wp = NULL;

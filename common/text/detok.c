@@ -11,8 +11,8 @@
 #include <string.h>
 #include <stdlib.h>
 
+#include "common/strbuf.h"
 #include "common/utf8.h"
-#include "common/vec.h"
 #include "common/xalloc.h"
 
 struct detok {
@@ -26,24 +26,17 @@ struct detok {
     size_t n_pend;         /* bytes in pend */
     size_t need;           /* total length announced by pend[0] */
 
-    char *hold;            /* valid UTF-8 not yet emitted */
-    size_t n_hold, cap_hold;
-    char *out;             /* delta of the current call */
-    size_t n_out, cap_out;
+    strbuf_t hold;         /* valid UTF-8 not yet emitted */
+    strbuf_t out;          /* delta of the current call */
 
     detok_finish_t reason;
     int stop_index;        /* caller's index of the stop that fired, or -1 */
     size_t emitted;        /* total bytes emitted */
 };
 
-static void buf_append(char **buf, size_t *n, size_t *cap, const void *src, size_t len)
-{
-    vec_append(*buf, *n, *cap, (const char *)src, len);
-}
-
 static void hold_append(detok_t *d, const void *src, size_t len)
 {
-    buf_append(&d->hold, &d->n_hold, &d->cap_hold, src, len);
+    strbuf_append(&d->hold, src, len);
 }
 
 /* UTF-8 assembly of one byte; completed characters and U+FFFD go to hold. */
@@ -83,7 +76,7 @@ static void utf8_feed_byte(detok_t *d, unsigned char c)
 
 static void emit(detok_t *d, const char *src, size_t len)
 {
-    buf_append(&d->out, &d->n_out, &d->cap_out, src, len);
+    strbuf_append(&d->out, src, len);
     d->emitted += len;
 }
 
@@ -94,10 +87,10 @@ static bool stop_scan(detok_t *d)
     size_t best_end = (size_t)-1, best_start = 0;
     int best = -1;
     for (size_t i = 0; i < d->n_stops; i++) {
-        const char *p = memmem(d->hold, d->n_hold, d->stops[i], d->stop_len[i]);
+        const char *p = memmem(d->hold.s, d->hold.len, d->stops[i], d->stop_len[i]);
         if (!p)
             continue;
-        size_t start = (size_t)(p - d->hold), end = start + d->stop_len[i];
+        size_t start = (size_t)(p - d->hold.s), end = start + d->stop_len[i];
         if (end < best_end || (end == best_end && start < best_start)) {
             best_end = end;
             best_start = start;
@@ -105,8 +98,8 @@ static bool stop_scan(detok_t *d)
         }
     }
     if (best >= 0) {
-        emit(d, d->hold, best_start);
-        d->n_hold = 0; /* the stop and everything after it is dropped */
+        emit(d, d->hold.s, best_start);
+        strbuf_reset(&d->hold); /* the stop and everything after it is dropped */
         d->n_pend = 0;
         d->reason = DETOK_FINISH_STOP;
         d->stop_index = d->stop_orig[best];
@@ -115,10 +108,10 @@ static bool stop_scan(detok_t *d)
     /* Longest suffix of hold that is a proper prefix of some stop. */
     size_t keep = 0;
     size_t kmax = d->max_stop ? d->max_stop - 1 : 0;
-    if (kmax > d->n_hold)
-        kmax = d->n_hold;
+    if (kmax > d->hold.len)
+        kmax = d->hold.len;
     for (size_t k = kmax; k > 0 && keep == 0; k--) {
-        const char *suf = d->hold + d->n_hold - k;
+        const char *suf = d->hold.s + d->hold.len - k;
         for (size_t i = 0; i < d->n_stops; i++) {
             if (d->stop_len[i] > k && memcmp(d->stops[i], suf, k) == 0) {
                 keep = k;
@@ -126,10 +119,10 @@ static bool stop_scan(detok_t *d)
             }
         }
     }
-    size_t n_emit = d->n_hold - keep;
-    emit(d, d->hold, n_emit);
-    memmove(d->hold, d->hold + n_emit, keep);
-    d->n_hold = keep;
+    size_t n_emit = d->hold.len - keep;
+    emit(d, d->hold.s, n_emit);
+    memmove(d->hold.s, d->hold.s + n_emit, keep);
+    strbuf_setlen(&d->hold, keep);
     return false;
 }
 
@@ -142,9 +135,8 @@ detok_t *detok_new(const char *const *stops, size_t n_stops)
     detok_t *d = xcalloc(1, sizeof(*d));
     d->stop_index = -1;
     /* never NULL, so zero-length memcpy/memmem calls get valid pointers */
-    d->cap_hold = d->cap_out = 64;
-    d->hold = xmalloc(d->cap_hold);
-    d->out = xmalloc(d->cap_out);
+    strbuf_reserve(&d->hold, 64);
+    strbuf_reserve(&d->out, 64);
     if (n_stops > 0) {
         d->stops = xcalloc(n_stops, sizeof(char *));
         d->stop_len = xcalloc(n_stops, sizeof(size_t));
@@ -174,16 +166,16 @@ void detok_free(detok_t **pd)
     free(d->stops);
     free(d->stop_len);
     free(d->stop_orig);
-    free(d->hold);
-    free(d->out);
+    strbuf_free(&d->hold);
+    strbuf_free(&d->out);
     free(d);
     *pd = NULL;
 }
 
 int detok_push(detok_t *d, const char *bytes, size_t len, const char **delta, size_t *delta_len)
 {
-    d->n_out = 0;
-    *delta = d->out;
+    strbuf_reset(&d->out);
+    *delta = d->out.s;
     *delta_len = 0;
     if (d->reason != DETOK_FINISH_NONE)
         return DETOK_STOP;
@@ -191,15 +183,15 @@ int detok_push(detok_t *d, const char *bytes, size_t len, const char **delta, si
     for (size_t i = 0; i < len; i++)
         utf8_feed_byte(d, b[i]);
     bool stopped = stop_scan(d);
-    *delta = d->out;
-    *delta_len = d->n_out;
+    *delta = d->out.s;
+    *delta_len = d->out.len;
     return stopped ? DETOK_STOP : DETOK_CONTINUE;
 }
 
 void detok_finish(detok_t *d, detok_finish_t reason, const char **delta, size_t *delta_len)
 {
-    d->n_out = 0;
-    *delta = d->out;
+    strbuf_reset(&d->out);
+    *delta = d->out.s;
     *delta_len = 0;
     if (d->reason != DETOK_FINISH_NONE)
         return;
@@ -208,18 +200,18 @@ void detok_finish(detok_t *d, detok_finish_t reason, const char **delta, size_t 
         d->n_pend = 0;
     }
     if (!stop_scan(d)) {
-        emit(d, d->hold, d->n_hold);
-        d->n_hold = 0;
+        emit(d, d->hold.s, d->hold.len);
+        strbuf_reset(&d->hold);
         d->reason = reason == DETOK_FINISH_EOS ? DETOK_FINISH_EOS : DETOK_FINISH_LENGTH;
     }
-    *delta = d->out;
-    *delta_len = d->n_out;
+    *delta = d->out.s;
+    *delta_len = d->out.len;
 }
 
 detok_finish_t detok_finish_reason(const detok_t *d) { return d->reason; }
 int detok_stop_index(const detok_t *d) { return d->stop_index; }
 size_t detok_emitted_bytes(const detok_t *d) { return d->emitted; }
-size_t detok_held_bytes(const detok_t *d) { return d->n_pend + d->n_hold; }
+size_t detok_held_bytes(const detok_t *d) { return d->n_pend + d->hold.len; }
 
 const char *detok_finish_name(detok_finish_t r)
 {

@@ -27,6 +27,7 @@
 
 #include "common/errbuf.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "common/utf8.h"
 #include "common/xalloc.h"
 #include "common/vec.h"
@@ -818,8 +819,7 @@ typedef struct scratch {
     size_t sym_cap;
     cand_t *heap;
     size_t heap_n, heap_cap;
-    char *norm;         /* SPM normalized segment */
-    size_t norm_cap;
+    strbuf_t norm;      /* SPM normalized segment */
     size_t *frag;       /* BPE fragments: (start, end) pairs */
     size_t frag_n, frag_cap;
     size_t *frag2;
@@ -938,7 +938,7 @@ static void spm_try_pair(const tokenizer_t *t, scratch_t *s, int32_t l, int32_t 
     if (l < 0 || r < 0)
         return;
     const sym_t *a = &s->sym[l], *b = &s->sym[r];
-    int32_t id = spm_lookup(t, s->norm + a->start, (size_t)(a->len + b->len));
+    int32_t id = spm_lookup(t, s->norm.s + a->start, (size_t)(a->len + b->len));
     if (id < 0 || !spm_mergeable(t->type[id]))
         return;
     heap_push(s, (cand_t){.key = cand_key(score_prio(t->score[id]), l), .x = a->len + b->len});
@@ -947,31 +947,29 @@ static void spm_try_pair(const tokenizer_t *t, scratch_t *s, int32_t l, int32_t 
 static void spm_segment(const tokenizer_t *t, scratch_t *s, const char *text, size_t len, bool prefix)
 {
     /* normalize: optional leading "▁", every ' ' -> "▁" */
-    size_t need = 3 * (len + 1);
-    if (need > s->norm_cap) {
-        s->norm_cap = need;
-        s->norm = xrealloc(s->norm, need);
-    }
+    strbuf_reset(&s->norm);
+    strbuf_reserve(&s->norm, 3 * (len + 1));
     size_t m = 0;
     if (prefix) {
-        memcpy(s->norm, "\xe2\x96\x81", 3);
+        memcpy(s->norm.s, "\xe2\x96\x81", 3);
         m = 3;
     }
     for (size_t i = 0; i < len; i++) {
         if (text[i] == ' ') {
-            memcpy(s->norm + m, "\xe2\x96\x81", 3);
+            memcpy(s->norm.s + m, "\xe2\x96\x81", 3);
             m += 3;
         } else {
-            s->norm[m++] = text[i];
+            s->norm.s[m++] = text[i];
         }
     }
+    strbuf_setlen(&s->norm, m);
     if (m == 0)
         return;
     /* one symbol per UTF-8 character (an invalid byte is a symbol alone) */
     grow_syms(s, m);
     int32_t ns = 0;
     for (size_t i = 0; i < m;) {
-        size_t cl = utf8_char((const uint8_t *)s->norm + i, m - i, NULL);
+        size_t cl = utf8_char((const uint8_t *)s->norm.s + i, m - i, NULL);
         if (cl == 0)
             cl = 1;
         s->sym[ns] = (sym_t){.start = (int32_t)i, .len = (int32_t)cl, .prev = ns - 1, .next = ns + 1};
@@ -999,7 +997,7 @@ static void spm_segment(const tokenizer_t *t, scratch_t *s, const char *text, si
     }
     for (int32_t i = 0; i >= 0; i = s->sym[i].next) {
         const sym_t *y = &s->sym[i];
-        const char *p = s->norm + y->start;
+        const char *p = s->norm.s + y->start;
         int32_t id = spm_lookup(t, p, (size_t)y->len);
         if (id >= 0 && spm_final(t->type[id])) {
             emit(s, id);
@@ -1205,7 +1203,7 @@ int tokenizer_encode(const tokenizer_t *t, const char *text, size_t len, bool ad
         emit(&s, t->eos);
     free(s.sym);
     free(s.heap);
-    free(s.norm);
+    strbuf_free(&s.norm);
     free(s.frag);
     free(s.frag2);
     if (s.md)
