@@ -11,6 +11,7 @@
 #include "common/xalloc.h"
 #include "gateway/oai.h"
 #include "gateway/reasoning.h"
+#include "common/text/tool_scan.h"
 #include "common/text/tool_stream.h"
 
 struct answer {
@@ -192,7 +193,7 @@ static bool whole_cut_calls(answer_whole_t *out, char *const *tool_names, size_t
                 break;
             }
         }
-        while (content_end && tool_stream_is_ws(out->content[content_end - 1]))
+        while (content_end && tool_scan_is_ws(out->content[content_end - 1]))
             content_end--; /* as oai_tools_extract: trailing white space dropped */
         out->content_len = content_end;
         out->cut = true;

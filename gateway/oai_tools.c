@@ -16,7 +16,7 @@
 #include "common/utf8.h"
 #include "common/xalloc.h"
 #include "common/text/tool_format.h"
-#include "common/text/tool_stream.h"
+#include "common/text/tool_scan.h"
 
 __attribute__((format(printf, 3, 4))) static int bad(oai_error_t *e, const char *param, const char *fmt, ...)
 {
@@ -410,20 +410,20 @@ char *oai_custom_input(const char *args, size_t len, size_t *out_len)
     /* {  "input"  :  "  — white space allowed between */
     size_t i = 0;
     const char *key = "\"input\"";
-    while (i < len && tool_stream_is_ws(args[i]))
+    while (i < len && tool_scan_is_ws(args[i]))
         i++;
     bool shape = i < len && args[i] == '{';
     if (shape) {
         i++;
-        while (i < len && tool_stream_is_ws(args[i]))
+        while (i < len && tool_scan_is_ws(args[i]))
             i++;
         for (size_t k = 0; key[k] && shape; k++, i++)
             shape = i >= len || args[i] == key[k]; /* a prefix of the key is still the shape */
-        while (i < len && tool_stream_is_ws(args[i]))
+        while (i < len && tool_scan_is_ws(args[i]))
             i++;
         if (shape && i < len)
             shape = args[i++] == ':';
-        while (i < len && tool_stream_is_ws(args[i]))
+        while (i < len && tool_scan_is_ws(args[i]))
             i++;
         if (shape && i < len)
             shape = args[i++] == '"';

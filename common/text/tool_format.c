@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/text/tool_stream.h"
+#include "common/text/tool_scan.h"
 #include "common/xalloc.h"
 
 const tool_format_t *const tool_format_all[] = {&tool_format_hermes, &tool_format_mistral, &tool_format_llama3,
@@ -57,7 +57,7 @@ bool tool_format_add_call(const json_t *obj, const char *s, size_t i, size_t n, 
             return false;
     }
     tool_call_t c = {.name = xstrdup(json_string_value(name)),
-                     .arguments = tool_stream_args_of(s + i, n - i, NULL)};
+                     .arguments = tool_scan_args_of(s + i, n - i, NULL)};
     *calls = xrealloc(*calls, (*k + 1) * sizeof **calls);
     (*calls)[(*k)++] = c;
     return true;
@@ -83,7 +83,7 @@ int tool_format_bare_match(const tool_format_t *f, const char *s, size_t i, size
 {
     for (const char *c = f->bare_open; *c; c++) {
         if (c != f->bare_open)
-            i = tool_stream_skip_ws(s, i, n);
+            i = tool_scan_skip_ws(s, i, n);
         if (i == n)
             return -1;
         if (s[i++] != *c)
@@ -112,11 +112,11 @@ size_t tool_format_extract(const char *text, size_t len, char *const *names, siz
     if (tagged) {
         n = tagged->parse_tagged(text, start, len, calls);
     } else { /* untagged: the whole answer is the calls */
-        size_t i = tool_stream_skip_ws(text, 0, len);
+        size_t i = tool_scan_skip_ws(text, 0, len);
         for (size_t k = 0; tool_format_all[k]; k++) {
             const char *pre = tool_format_all[k]->bare_prefix;
-            if (pre && tool_stream_at(text, i, len, pre))
-                i = tool_stream_skip_ws(text, i + strlen(pre), len);
+            if (pre && tool_scan_at(text, i, len, pre))
+                i = tool_scan_skip_ws(text, i + strlen(pre), len);
         }
         start = 0;
         for (size_t k = 0; tool_format_all[k] && n == 0; k++) {
@@ -127,7 +127,7 @@ size_t tool_format_extract(const char *text, size_t len, char *const *names, siz
     }
     if (n == 0)
         return 0;
-    while (start > 0 && tool_stream_is_ws(text[start - 1]))
+    while (start > 0 && tool_scan_is_ws(text[start - 1]))
         start--;
     *content_len = start;
     return n;
@@ -135,14 +135,14 @@ size_t tool_format_extract(const char *text, size_t len, char *const *names, siz
 
 size_t tool_format_safe_prefix(const char *text, size_t len)
 {
-    size_t i = tool_stream_skip_ws(text, 0, len);
+    size_t i = tool_scan_skip_ws(text, 0, len);
     if (i == len)
         return 0; /* only white space so far: a call may still begin */
     for (size_t k = 0; tool_format_all[k]; k++) {
         const tool_format_t *f = tool_format_all[k];
         /* may be an untagged call: hold everything */
-        if (f->bare_prefix && (tool_stream_at(text, i, len, f->bare_prefix) ||
-                               tool_stream_partial_suffix(text + i, len - i, f->bare_prefix) == len - i))
+        if (f->bare_prefix && (tool_scan_at(text, i, len, f->bare_prefix) ||
+                               tool_scan_partial_suffix(text + i, len - i, f->bare_prefix) == len - i))
             return 0;
         if (f->bare_open && tool_format_bare_match(f, text, i, len) != 0)
             return 0;
@@ -155,7 +155,7 @@ size_t tool_format_safe_prefix(const char *text, size_t len)
         const char *p = memmem(text, len, tag, strlen(tag));
         if (p && (size_t)(p - text) < cut)
             cut = (size_t)(p - text);
-        size_t m = tool_stream_partial_suffix(text, len, tag);
+        size_t m = tool_scan_partial_suffix(text, len, tag);
         part = m > part ? m : part;
     }
     return cut < len ? cut : len - part;

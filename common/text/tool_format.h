@@ -26,7 +26,7 @@
  * request; a llama3 answer is the whole output (optionally after
  * <|python_tag|>, several joined by ";") and the names must be the request's
  * tools, so a JSON answer that is not a call stays content. A call's
- * arguments text is tool_stream_args_of's (tool_stream.h), so the streamed
+ * arguments text is tool_scan_args_of's (tool_scan.h), so the streamed
  * fragments add up to what tool_format_extract returns.
  *
  * Reading incrementally (tool_stream.c) uses no parser of the family, only
@@ -64,7 +64,7 @@
 /* One call read from an answer. Both strings malloc'd. */
 typedef struct tool_call {
     char *name;
-    char *arguments;             /* JSON text (tool_stream_args_of) */
+    char *arguments;             /* JSON text (tool_scan_args_of) */
 } tool_call_t;
 
 typedef struct tool_format {
@@ -130,7 +130,7 @@ int tool_format_bare_match(const tool_format_t *f, const char *s, size_t i, size
 /* Appends the call described by obj ({"name", "arguments"|"parameters"}),
  * whose text is s[i..n), to *calls / *k when its name is non-empty and, with
  * names, one of them, and fewer than TOOL_FORMAT_MAX_CALLS are there; its
- * arguments are tool_stream_args_of that text. False otherwise (nothing
+ * arguments are tool_scan_args_of that text. False otherwise (nothing
  * appended). */
 bool tool_format_add_call(const json_t *obj, const char *s, size_t i, size_t n, char *const *names,
                           size_t n_names, tool_call_t **calls, size_t *k);

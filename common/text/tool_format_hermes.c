@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "common/text/tool_stream.h"
+#include "common/text/tool_scan.h"
 
 #define OPEN "<tool_call>"
 #define CLOSE "</tool_call>"
@@ -17,16 +17,16 @@
 static size_t parse(const char *s, size_t i, size_t n, tool_call_t **calls)
 {
     size_t k = 0;
-    while (tool_stream_at(s, i, n, OPEN)) {
-        size_t end, start = tool_stream_skip_ws(s, i + strlen(OPEN), n);
+    while (tool_scan_at(s, i, n, OPEN)) {
+        size_t end, start = tool_scan_skip_ws(s, i + strlen(OPEN), n);
         json_t *v = tool_format_json_at(s, start, n, &end);
         bool ok = tool_format_add_call(v, s, start, end, NULL, 0, calls, &k);
         json_decref(v);
         if (!ok)
             return tool_format_fail(calls, k);
-        i = tool_stream_skip_ws(s, end, n);
-        if (tool_stream_at(s, i, n, CLOSE))
-            i = tool_stream_skip_ws(s, i + strlen(CLOSE), n);
+        i = tool_scan_skip_ws(s, end, n);
+        if (tool_scan_at(s, i, n, CLOSE))
+            i = tool_scan_skip_ws(s, i + strlen(CLOSE), n);
         else if (i < n) /* an unclosed block is only accepted at the very end */
             return tool_format_fail(calls, k);
     }

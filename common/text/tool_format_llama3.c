@@ -6,7 +6,7 @@
  * tool_format.h. */
 #include "common/text/tool_format.h"
 
-#include "common/text/tool_stream.h"
+#include "common/text/tool_scan.h"
 
 static size_t parse_bare(const char *s, size_t i, size_t n, char *const *names, size_t n_names,
                          tool_call_t **calls)
@@ -19,12 +19,12 @@ static size_t parse_bare(const char *s, size_t i, size_t n, char *const *names, 
         json_decref(v);
         if (!ok)
             return tool_format_fail(calls, k);
-        i = tool_stream_skip_ws(s, end, n);
+        i = tool_scan_skip_ws(s, end, n);
         if (i == n)
             return k;
         if (s[i] != ';')
             return tool_format_fail(calls, k);
-        i = tool_stream_skip_ws(s, i + 1, n);
+        i = tool_scan_skip_ws(s, i + 1, n);
     }
 }
 

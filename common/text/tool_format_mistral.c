@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/text/tool_stream.h"
+#include "common/text/tool_scan.h"
 
 #define TAG "[TOOL_CALLS]"
 
@@ -22,14 +22,14 @@ static size_t call_list(const char *s, size_t i, size_t n, char *const *names, s
 {
     size_t end, k = 0;
     json_t *v = tool_format_json_at(s, i, n, &end);
-    bool ok = json_is_array(v) && json_array_size(v) > 0 && tool_stream_skip_ws(s, end, n) == n;
+    bool ok = json_is_array(v) && json_array_size(v) > 0 && tool_scan_skip_ws(s, end, n) == n;
     size_t p = i + 1; /* past '[' */
     for (size_t j = 0; ok && j < json_array_size(v); j++) {
-        p = tool_stream_skip_ws(s, p, n);
+        p = tool_scan_skip_ws(s, p, n);
         size_t used;
-        free(tool_stream_args_of(s + p, end - p, &used)); /* only for where it ends */
+        free(tool_scan_args_of(s + p, end - p, &used)); /* only for where it ends */
         ok = tool_format_add_call(json_array_get(v, j), s, p, p + used, names, n_names, calls, &k);
-        p = tool_stream_skip_ws(s, p + used, n);
+        p = tool_scan_skip_ws(s, p + used, n);
         if (p < n && s[p] == ',')
             p++;
     }
@@ -41,7 +41,7 @@ static size_t call_list(const char *s, size_t i, size_t n, char *const *names, s
 
 static size_t parse_tagged(const char *s, size_t i, size_t n, tool_call_t **calls)
 {
-    return call_list(s, tool_stream_skip_ws(s, i + strlen(TAG), n), n, NULL, 0, calls);
+    return call_list(s, tool_scan_skip_ws(s, i + strlen(TAG), n), n, NULL, 0, calls);
 }
 
 const tool_format_t tool_format_mistral = {

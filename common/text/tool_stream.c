@@ -1,337 +1,21 @@
 /* tool_stream.c — incremental tool-call parser (see tool_stream.h).
  *
- * Three byte-at-a-time machines, from the inside out:
- *   strdec   JSON string contents → UTF-8 (escapes, surrogate pairs)
- *   valscan  where one JSON value ends (string, container, scalar)
- *   objscan  one call object: keys, the name, the arguments text
- * and the format layer (tool_stream_feed) that finds where calls start and
- * walks from one call object to the next, both by the columns of the rows of
- * tool_format_all[] (no family is named here). All state survives between
- * feeds, so each byte is looked at once. */
+ * The format layer (tool_stream_feed) over tool_scan.h's call-object
+ * scanner: it finds where calls start and walks from one call object to the
+ * next, both by the columns of the rows of tool_format_all[] (no family is
+ * named here). All state survives between feeds, so each byte is looked at
+ * once. */
 #include "common/text/tool_stream.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/hex.h"
-#include "common/utf8.h"
+#include "common/strbuf.h"
 #include "common/text/tool_format.h"
+#include "common/text/tool_scan.h"
 #include "common/vec.h"
 #include "common/xalloc.h"
-
-#define KEY_MAX 16                /* keys longer than this are none of ours */
-
-/* ---- growing byte buffer ------------------------------------------------ */
-
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-} buf_t;
-
-static void buf_put(buf_t *b, const char *s, size_t n)
-{
-    vec_reserve(b->p, b->cap, b->len + n + 1);
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void buf_byte(buf_t *b, char c)
-{
-    buf_put(b, &c, 1);
-}
-
-bool tool_stream_is_ws(char c)
-{
-    return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
-
-/* ---- strdec: string contents → UTF-8 ------------------------------------- */
-
-enum { SD_TEXT, SD_ESC, SD_HEX };
-
-typedef struct strdec {
-    int st;
-    int n_hex;                    /* SD_HEX: digits so far */
-    uint32_t u;                   /* SD_HEX: value so far */
-    uint32_t hi;                  /* a high surrogate waiting for its low half, 0 = none */
-} strdec_t;
-
-static void put_utf8(buf_t *out, uint32_t cp)
-{
-    char b[4];
-    size_t n = utf8_put(cp, b);
-    if (out)
-        buf_put(out, b, n);
-}
-
-/* One byte after the opening quote. Returns true when c is the closing
- * quote. Decoded bytes go to out (NULL = dropped). Invalid escapes and lone
- * surrogates write nothing (such JSON does not parse as a call anyway). */
-static bool strdec_byte(strdec_t *d, char c, buf_t *out)
-{
-    switch (d->st) {
-    case SD_TEXT:
-        if (c == '"')
-            return true;
-        if (c == '\\') {
-            d->st = SD_ESC;
-            return false;
-        }
-        d->hi = 0;
-        if (out)
-            buf_byte(out, c);
-        return false;
-    case SD_ESC: {
-        d->st = SD_TEXT;
-        char v;
-        switch (c) {
-        case '"': case '\\': case '/': v = c; break;
-        case 'b': v = '\b'; break;
-        case 'f': v = '\f'; break;
-        case 'n': v = '\n'; break;
-        case 'r': v = '\r'; break;
-        case 't': v = '\t'; break;
-        case 'u':
-            d->st = SD_HEX;
-            d->n_hex = 0;
-            d->u = 0;
-            return false;
-        default: return false;
-        }
-        d->hi = 0;
-        if (out)
-            buf_byte(out, v);
-        return false;
-    }
-    default: { /* SD_HEX */
-        int h = hex_value((unsigned char)c);
-        if (h < 0) {
-            d->st = SD_TEXT;
-            d->hi = 0;
-            return false;
-        }
-        d->u = d->u * 16 + (uint32_t)h;
-        if (++d->n_hex < 4)
-            return false;
-        d->st = SD_TEXT;
-        uint32_t u = d->u;
-        if (d->hi && u >= 0xDC00 && u <= 0xDFFF) {
-            put_utf8(out, 0x10000 + ((d->hi - 0xD800) << 10) + (u - 0xDC00));
-            d->hi = 0;
-        } else if (u >= 0xD800 && u <= 0xDBFF) {
-            d->hi = u;
-        } else {
-            d->hi = 0;
-            if (u < 0xDC00 || u > 0xDFFF)
-                put_utf8(out, u);
-        }
-        return false;
-    }
-    }
-}
-
-/* ---- valscan: the extent of one JSON value -------------------------------- */
-
-enum { VS_MORE, VS_DONE, VS_BEFORE }; /* c consumed / c ended it / it ended before c */
-
-typedef struct valscan {
-    char kind;                    /* 0 not started, 'S' string, 'C' object/array, 'L' scalar */
-    int depth;                    /* 'C': open brackets */
-    bool in_str, esc;             /* 'C': inside a string of the container */
-} valscan_t;
-
-static int valscan_byte(valscan_t *v, char c)
-{
-    switch (v->kind) {
-    case 0:
-        v->kind = c == '"' ? 'S' : c == '{' || c == '[' ? 'C' : 'L';
-        v->depth = v->kind == 'C';
-        return VS_MORE;
-    case 'S':
-        if (v->esc)
-            v->esc = false;
-        else if (c == '\\')
-            v->esc = true;
-        else if (c == '"')
-            return VS_DONE;
-        return VS_MORE;
-    case 'C':
-        if (v->in_str) {
-            if (v->esc)
-                v->esc = false;
-            else if (c == '\\')
-                v->esc = true;
-            else if (c == '"')
-                v->in_str = false;
-        } else if (c == '"') {
-            v->in_str = true;
-        } else if (c == '{' || c == '[') {
-            v->depth++;
-        } else if ((c == '}' || c == ']') && --v->depth == 0) {
-            return VS_DONE;
-        }
-        return VS_MORE;
-    default: /* 'L' */
-        return tool_stream_is_ws(c) || c == ',' || c == '}' || c == ']' ? VS_BEFORE : VS_MORE;
-    }
-}
-
-/* ---- objscan: one call object -------------------------------------------- */
-
-enum { OS_OPEN, OS_KEY_OR_END, OS_KEY, OS_COLON, OS_VALUE_START, OS_VALUE, OS_AFTER, OS_CLOSED, OS_FAILED };
-enum { W_OTHER, W_NAME, W_ARGS };
-
-typedef struct objscan {
-    int st;
-    strdec_t kd;                  /* OS_KEY */
-    buf_t key;                    /* the key being read, decoded */
-    int which;                    /* the value being scanned: W_* */
-    valscan_t vs;
-    strdec_t vd;                  /* W_NAME, and W_ARGS given as a string */
-    bool args_seen;               /* an arguments / parameters key came */
-    bool args_string;             /* its value is a JSON string: decoded */
-    buf_t name;
-    bool name_done, name_bad;     /* name: complete / not a string */
-    buf_t args;                   /* the arguments text so far */
-} objscan_t;
-
-static void buf_clear(buf_t *b)
-{
-    b->len = 0;
-    if (b->p)
-        b->p[0] = '\0';
-}
-
-/* For the next object; keeps the buffers. */
-static void objscan_reset(objscan_t *o)
-{
-    buf_t name = o->name, args = o->args, key = o->key;
-    memset(o, 0, sizeof *o);
-    o->name = name;
-    o->args = args;
-    o->key = key;
-    buf_clear(&o->name);
-    buf_clear(&o->args);
-    buf_clear(&o->key);
-}
-
-static void objscan_free(objscan_t *o)
-{
-    free(o->name.p);
-    free(o->args.p);
-    free(o->key.p);
-}
-
-/* The key just read is `lit`. */
-static bool key_is(const objscan_t *o, const char *lit)
-{
-    return o->key.len == strlen(lit) && memcmp(o->key.p, lit, o->key.len) == 0;
-}
-
-/* A byte of a non-string arguments value (already through valscan): kept
- * unless it is white space outside the value's strings. */
-static void args_byte(objscan_t *o, char c)
-{
-    if (!tool_stream_is_ws(c) || (o->vs.kind == 'C' && o->vs.in_str))
-        buf_byte(&o->args, c);
-}
-
-/* One byte of the object. Returns false when c was not consumed (it ended a
- * scalar value: look at it again). */
-static bool objscan_step(objscan_t *o, char c)
-{
-    switch (o->st) {
-    case OS_OPEN:
-        if (tool_stream_is_ws(c))
-            return true;
-        o->st = c == '{' ? OS_KEY_OR_END : OS_FAILED;
-        return true;
-    case OS_KEY_OR_END:
-        if (tool_stream_is_ws(c))
-            return true;
-        if (c == '}') {
-            o->st = OS_CLOSED;
-        } else if (c == '"') {
-            o->st = OS_KEY;
-            o->kd = (strdec_t){0};
-            buf_clear(&o->key);
-        } else {
-            o->st = OS_FAILED;
-        }
-        return true;
-    case OS_KEY:
-        /* keys longer than ours are not looked at */
-        if (strdec_byte(&o->kd, c, o->key.len <= KEY_MAX ? &o->key : NULL))
-            o->st = OS_COLON;
-        return true;
-    case OS_COLON:
-        if (tool_stream_is_ws(c))
-            return true;
-        o->st = c == ':' ? OS_VALUE_START : OS_FAILED;
-        return true;
-    case OS_VALUE_START:
-        if (tool_stream_is_ws(c))
-            return true;
-        o->which = W_OTHER;
-        if (key_is(o, "name") && !o->name_done) {
-            o->which = W_NAME;
-        } else if (!o->args_seen && (key_is(o, "arguments") || key_is(o, "parameters"))) {
-            o->which = W_ARGS;
-            o->args_seen = true;
-            o->args_string = c == '"';
-        }
-        o->vs = (valscan_t){0};
-        o->vd = (strdec_t){0};
-        valscan_byte(&o->vs, c);
-        if (o->which == W_NAME && c != '"')
-            o->name_bad = true;
-        if (o->which == W_ARGS && !o->args_string)
-            buf_byte(&o->args, c);
-        o->st = OS_VALUE;
-        return true;
-    case OS_VALUE: {
-        int r = valscan_byte(&o->vs, c);
-        if (r == VS_BEFORE) {
-            o->st = OS_AFTER;
-            return false;
-        }
-        if (o->which == W_NAME && !o->name_bad) {
-            if (strdec_byte(&o->vd, c, &o->name))
-                o->name_done = true;
-        } else if (o->which == W_ARGS) {
-            if (o->args_string)
-                (void)strdec_byte(&o->vd, c, &o->args);
-            else
-                args_byte(o, c);
-        }
-        if (r == VS_DONE)
-            o->st = OS_AFTER;
-        return true;
-    }
-    case OS_AFTER:
-        if (tool_stream_is_ws(c))
-            return true;
-        o->st = c == ',' ? OS_KEY_OR_END : c == '}' ? OS_CLOSED : OS_FAILED;
-        return true;
-    default:
-        return true;
-    }
-}
-
-char *tool_stream_args_of(const char *obj, size_t len, size_t *used)
-{
-    objscan_t o = {0};
-    size_t i = 0;
-    while (i < len && o.st != OS_CLOSED && o.st != OS_FAILED)
-        i += objscan_step(&o, obj[i]);
-    if (used)
-        *used = i;
-    char *out = o.args_seen ? xstrndup(o.args.p ? o.args.p : "", o.args.len) : xstrdup("{}");
-    objscan_free(&o);
-    return out;
-}
 
 /* ---- the formats ---------------------------------------------------------- */
 
@@ -359,7 +43,7 @@ struct tool_stream {
     size_t pos;                   /* next byte the call modes look at */
     size_t searched;              /* tags were looked for in text[0..searched + tag) */
     int sub;                      /* TS_CALLS: SUB_* */
-    objscan_t obj;                /* SUB_IN_OBJ: the call object */
+    tool_scan_obj_t obj;          /* SUB_IN_OBJ: the call object */
     uint32_t n_calls;             /* calls begun */
     bool call_open;               /* BEGIN sent, END not yet */
     bool cut;                     /* the answer ended inside a begun call (the final feed
@@ -368,7 +52,7 @@ struct tool_stream {
     char **call_names;            /* (n_calls) names sent with BEGIN, owned */
     tool_stream_delta_t *out;     /* (n_out) of this feed */
     size_t n_out, cap_out;
-    buf_t argbuf;                 /* this feed's ARGS bytes (deltas hold offsets until the end) */
+    strbuf_t argbuf;              /* this feed's ARGS bytes (deltas hold offsets until the end) */
 };
 
 tool_stream_t *tool_stream_new(char *const *names, size_t n_names)
@@ -385,12 +69,12 @@ void tool_stream_free(tool_stream_t **tp)
     if (!t)
         return;
     *tp = NULL;
-    objscan_free(&t->obj);
+    tool_scan_obj_free(&t->obj);
     for (uint32_t i = 0; i < t->n_calls; i++)
         free(t->call_names[i]);
     free(t->call_names);
     free(t->out);
-    free(t->argbuf.p);
+    strbuf_free(&t->argbuf);
     free(t);
 }
 
@@ -428,7 +112,7 @@ static void flush_args(tool_stream_t *t)
     size_t n = t->obj.args.len - t->args_sent;
     emit(t, (tool_stream_delta_t){.kind = TOOL_STREAM_ARGS, .text = (const char *)(uintptr_t)t->argbuf.len,
                                   .len = n, .i_call = t->n_calls - 1});
-    buf_put(&t->argbuf, t->obj.args.p + t->args_sent, n);
+    strbuf_append(&t->argbuf, t->obj.args.s + t->args_sent, n);
     t->args_sent = t->obj.args.len;
 }
 
@@ -437,7 +121,7 @@ static void end_call(tool_stream_t *t)
     if (!t->call_open)
         return;
     if (!t->obj.args_seen && t->obj.args.len == 0)
-        buf_put(&t->obj.args, "{}", 2);
+        strbuf_append(&t->obj.args, "{}", 2);
     flush_args(t);
     emit(t, (tool_stream_delta_t){.kind = TOOL_STREAM_END, .i_call = t->n_calls - 1});
     t->call_open = false;
@@ -458,11 +142,11 @@ static bool name_allowed(const tool_stream_t *t, const char *name)
 /* The object's name is known: the call begins (or the candidate fails). */
 static bool begin_call(tool_stream_t *t)
 {
-    if (t->obj.name_bad || !name_allowed(t, t->obj.name.p ? t->obj.name.p : "") ||
+    if (t->obj.name_bad || !name_allowed(t, t->obj.name.s ? t->obj.name.s : "") ||
         t->n_calls >= TOOL_FORMAT_MAX_CALLS)
         return false;
     t->call_names = xrealloc(t->call_names, (t->n_calls + 1) * sizeof *t->call_names);
-    t->call_names[t->n_calls] = xstrdup(t->obj.name.p);
+    t->call_names[t->n_calls] = xstrdup(t->obj.name.s);
     emit(t, (tool_stream_delta_t){.kind = TOOL_STREAM_BEGIN, .i_call = t->n_calls,
                                   .name = t->call_names[t->n_calls]});
     t->n_calls++;
@@ -472,34 +156,11 @@ static bool begin_call(tool_stream_t *t)
     return true;
 }
 
-bool tool_stream_at(const char *s, size_t i, size_t n, const char *lit)
-{
-    size_t k = strlen(lit);
-    return i + k <= n && memcmp(s + i, lit, k) == 0;
-}
-
 /* s[i..n) is a proper prefix of lit (more text may complete it). */
 static bool prefix_of(const char *s, size_t i, size_t n, const char *lit)
 {
     size_t k = strlen(lit);
     return n - i < k && memcmp(s + i, lit, n - i) == 0;
-}
-
-/* Longest suffix of s[0..n) that is a proper prefix of lit. */
-size_t tool_stream_partial_suffix(const char *s, size_t n, const char *lit)
-{
-    size_t k = strlen(lit);
-    for (size_t m = k - 1 < n ? k - 1 : n; m > 0; m--)
-        if (memcmp(s + n - m, lit, m) == 0)
-            return m;
-    return 0;
-}
-
-size_t tool_stream_skip_ws(const char *s, size_t i, size_t n)
-{
-    while (i < n && tool_stream_is_ws(s[i]))
-        i++;
-    return i;
 }
 
 /* The family whose tag comes first in text[0..n) (ties: the earlier row),
@@ -534,7 +195,7 @@ static size_t partial_tag(const char *text, size_t len)
     size_t m = 0;
     for (size_t k = 0; tool_format_all[k]; k++) {
         const char *tag = tool_format_all[k]->tag;
-        size_t p = tag ? tool_stream_partial_suffix(text, len, tag) : 0;
+        size_t p = tag ? tool_scan_partial_suffix(text, len, tag) : 0;
         m = p > m ? p : m;
     }
     return m;
@@ -547,7 +208,7 @@ static void enter(tool_stream_t *t, const tool_format_t *f, bool bare, size_t po
     t->bare = bare;
     t->pos = pos;
     t->sub = SUB_LIST_OPEN;
-    objscan_reset(&t->obj);
+    tool_scan_obj_reset(&t->obj);
 }
 
 /* Switches to the calls after a family's tag when the text has one
@@ -574,13 +235,13 @@ static bool take_marker(tool_stream_t *t, const char *text, size_t len)
  * -1 (wait for more text). */
 static int detect_bare(tool_stream_t *t, const char *text, size_t len, bool final)
 {
-    size_t j = tool_stream_skip_ws(text, 0, len);
+    size_t j = tool_scan_skip_ws(text, 0, len);
     for (size_t k = 0; tool_format_all[k]; k++) {
         const char *pre = tool_format_all[k]->bare_prefix;
         if (!pre)
             continue;
-        if (tool_stream_at(text, j, len, pre))
-            j = tool_stream_skip_ws(text, j + strlen(pre), len);
+        if (tool_scan_at(text, j, len, pre))
+            j = tool_scan_skip_ws(text, j + strlen(pre), len);
         else if (prefix_of(text, j, len, pre) && !final)
             return -1;
     }
@@ -607,7 +268,7 @@ static bool detect(tool_stream_t *t, const char *text, size_t len, bool final)
     if (take_marker(t, text, len))
         return true;
     if (!t->bare_off) {
-        if (tool_stream_skip_ws(text, 0, len) == len)
+        if (tool_scan_skip_ws(text, 0, len) == len)
             return false; /* only white space so far: a call may still begin */
         int r = detect_bare(t, text, len, final);
         if (r != 0)
@@ -640,15 +301,15 @@ static void fail(tool_stream_t *t)
  * it needs more text, -1 when it failed. */
 static int run_object(tool_stream_t *t, const char *text, size_t len)
 {
-    objscan_t *o = &t->obj;
+    tool_scan_obj_t *o = &t->obj;
     while (t->pos < len) {
         bool had_name = o->name_done;
-        t->pos += objscan_step(o, text[t->pos]);
-        if (o->st == OS_FAILED)
+        t->pos += tool_scan_obj_step(o, text[t->pos]);
+        if (o->st == TOOL_SCAN_FAILED)
             return -1;
         if (!had_name && o->name_done && !begin_call(t))
             return -1;
-        if (o->st == OS_CLOSED) {
+        if (o->st == TOOL_SCAN_CLOSED) {
             if (!t->call_open)
                 return -1; /* no name */
             end_call(t);
@@ -666,10 +327,10 @@ static int piece(tool_stream_t *t, const char *text, size_t len, const char *lit
 {
     if (!lit || !lit[0])
         return 1;
-    size_t i = tool_stream_skip_ws(text, t->pos, len);
+    size_t i = tool_scan_skip_ws(text, t->pos, len);
     if (i == len || prefix_of(text, i, len, lit))
         return 0;
-    if (!tool_stream_at(text, i, len, lit))
+    if (!tool_scan_at(text, i, len, lit))
         return -1;
     t->pos = i + strlen(lit);
     return 1;
@@ -696,7 +357,7 @@ static bool step_calls(tool_stream_t *t, const char *text, size_t len)
     case SUB_OBJ:
         r = piece(t, text, len, "{");
         if (r > 0) {
-            objscan_reset(&t->obj);
+            tool_scan_obj_reset(&t->obj);
             t->pos--; /* the object scanner reads its own '{' */
             t->sub = SUB_IN_OBJ;
         }
@@ -732,7 +393,7 @@ size_t tool_stream_feed(tool_stream_t *t, const char *text, size_t len, bool fin
                         const tool_stream_delta_t **out)
 {
     t->n_out = 0;
-    t->argbuf.len = 0;
+    strbuf_reset(&t->argbuf);
     for (bool more = true; more;) {
         switch (t->mode) {
         case TS_DETECT:
@@ -762,7 +423,7 @@ size_t tool_stream_feed(tool_stream_t *t, const char *text, size_t len, bool fin
     /* ARGS texts: offsets into argbuf → pointers (argbuf no longer moves) */
     for (size_t i = 0; i < t->n_out; i++)
         if (t->out[i].kind == TOOL_STREAM_ARGS)
-            t->out[i].text = t->argbuf.p + (uintptr_t)t->out[i].text;
+            t->out[i].text = t->argbuf.s + (uintptr_t)t->out[i].text;
     *out = t->out;
     return t->n_out;
 }

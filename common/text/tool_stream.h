@@ -10,16 +10,9 @@
  *   mistral  [TOOL_CALLS][{"name": .., "arguments": ..}, ...]
  *   bare     [{"name": <a tool>, "arguments": ..}, ...] (Mistral without its control token)
  *   llama3   [<|python_tag|>]{"name": <a tool>, "parameters": ..}[; {...}]
- * Each call object is scanned byte by byte: its keys in any order, other
- * keys skipped; the first "arguments" or "parameters" key is the arguments.
- *
- * Arguments text (the one definition both parsers use, tool_stream_args_of):
- *   - a JSON string value → its decoded contents (the model wrote JSON text
- *     as a string);
- *   - any other JSON value → the model's own text of it with the white space
- *     outside strings removed (numbers and string escapes as written);
- *   - no such key → "{}".
- * The fragments of one call concatenated are exactly that text, wherever the
+ * Each call object is scanned byte by byte by common/text/tool_scan.h,
+ * which also defines its arguments text (tool_scan_args_of, the one
+ * definition both parsers use). The fragments of one call concatenated are exactly that text, wherever the
  * answer was split into events (tests/common/text/test_tool_stream.c checks every
  * split point of every format).
  *
@@ -90,18 +83,5 @@ uint32_t tool_stream_n_calls(const tool_stream_t *t);
  * complete JSON) and an END; the caller reports the real finish (stop,
  * length), not "tool_calls" (answer.h). */
 bool tool_stream_cut(const tool_stream_t *t);
-
-/* The arguments text (above) of the call object at obj[0..len) (e.g. as
- * the non-streaming parser found it: the same bytes give the same text).
- * malloc'd. *used (when not NULL) = bytes up to and including the object's
- * closing brace (or all of len when it does not close). */
-char *tool_stream_args_of(const char *obj, size_t len, size_t *used);
-
-/* Text helpers of the call formats (also tool_format's). */
-bool tool_stream_is_ws(char c);                                   /* ' ' \n \t \r */
-size_t tool_stream_skip_ws(const char *s, size_t i, size_t n);    /* first non-blank at/after i */
-bool tool_stream_at(const char *s, size_t i, size_t n, const char *lit); /* s[i..] starts with lit */
-/* Longest suffix of s[0..n) that is a proper prefix of lit. */
-size_t tool_stream_partial_suffix(const char *s, size_t n, const char *lit);
 
 #endif
