@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "proto/msg.h"
+#include "proto/status.h"
 
 void mpread_init(mpread_t *r, const uint8_t *buf, size_t len)
 {

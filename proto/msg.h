@@ -1,5 +1,6 @@
 /* msg.h — the gateway⇄worker wire protocol: constants, message structs,
- * encoder, decoder and ZeroMQ send/receive helpers.
+ * encoder, decoder and ZeroMQ send/receive helpers (bodies in msg.c; the
+ * frames around them and ZeroMQ in msg_frame.c).
  *
  * Transport
  * ---------
@@ -301,6 +302,7 @@
 #include <stdint.h>
 
 #include "proto/sampling.h"
+#include "proto/status.h"
 
 /* --- constants (Majordomo style: all in one place) ------------------------- */
 
@@ -408,18 +410,6 @@ typedef enum proto_finish {
     PROTO_FINISH_TIMEOUT,       /* "timeout": deadline_ms passed */
 } proto_finish_t;
 
-/* Return codes of proto_decode*() and proto_recv(). */
-typedef enum proto_status {
-    PROTO_OK = 0,
-    PROTO_ESYS = -1,        /* ZeroMQ call failed; errno says why (EAGAIN, EINTR...) */
-    PROTO_EFRAMES = -2,     /* wrong number of frames, or an empty/oversized frame */
-    PROTO_ETAG = -3,        /* frame 1 is not a PGDA tag */
-    PROTO_EVERSION = -4,    /* PGDA tag with an unsupported version */
-    PROTO_ETYPE = -5,       /* unknown message type byte */
-    PROTO_EMSGPACK = -6,    /* body is not well-formed msgpack (truncated, bad byte, trailing data) */
-    PROTO_EFIELD = -7,      /* wrong type, missing required key, duplicate key */
-    PROTO_ERANGE = -8,      /* value, length or count outside the documented limit */
-} proto_status_t;
 
 /* --- message bodies ------------------------------------------------------- */
 
