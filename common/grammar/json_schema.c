@@ -21,6 +21,7 @@
 #include "common/grammar/num_range.h"
 #include "common/grammar/schema_allof.h"
 #include "common/grammar/schema_format.h"
+#include "common/grammar/schema_vocab.h"
 #include "common/grammar/regex.h"
 #include "common/strbuf.h"
 #include "common/xalloc.h"
@@ -209,30 +210,6 @@ static int number_rule(sc_t *c, const json_t *s, bool integer)
 }
 
 /* ---- schema nodes ---------------------------------------------------------- */
-
-/* Keywords without effect on what is generated. discriminator (OpenAPI,
- * pydantic) names the property whose const tells oneOf's alternatives
- * apart; contentEncoding/contentMediaType are annotations in 2020-12. */
-static const char *const ANNOTATIONS[] = {"$schema", "$id", "$comment", "title", "description", "default",
-                                          "examples", "deprecated", "readOnly", "writeOnly", "$defs",
-                                          "definitions", "discriminator", "contentEncoding",
-                                          "contentMediaType", "$anchor", NULL};
-static const char *const SUPPORTED[] = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "properties",
-                                        "required", "additionalProperties", "propertyNames", "minProperties",
-                                        "maxProperties", "dependentRequired", "items", "prefixItems",
-                                        "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength",
-                                        "maxLength", "pattern", "format", "minimum", "maximum",
-                                        "exclusiveMinimum", "exclusiveMaximum", "multipleOf", NULL};
-
-static bool in_list(const char *k, const char *const *l)
-{
-    for (; *l; l++)
-        if (strcmp(k, *l) == 0)
-            return true;
-    return false;
-}
-
-bool json_schema_is_annotation(const char *key) { return in_list(key, ANNOTATIONS); }
 
 static int get_count(sc_t *c, const json_t *s, const char *key, long long *out)
 {
@@ -1077,33 +1054,6 @@ static int alternatives_free(sc_t *c, int *subs, size_t n)
     return r;
 }
 
-const json_t *json_schema_resolve_ref(const json_t *root, const char *p)
-{
-    if (strcmp(p, "#") == 0)
-        return root;
-    const char *name = NULL;
-    const json_t *defs = NULL;
-    if (strncmp(p, "#/$defs/", 8) == 0)
-        name = p + 8, defs = json_object_get(root, "$defs");
-    else if (strncmp(p, "#/definitions/", 14) == 0)
-        name = p + 14, defs = json_object_get(root, "definitions");
-    if (!name || strchr(name, '/') || !json_is_object(defs))
-        return NULL;
-    /* JSON pointer unescape: ~1 → /, ~0 → ~ */
-    char buf[256];
-    size_t k = 0;
-    for (const char *q = name; *q && k + 1 < sizeof buf; q++) {
-        if (q[0] == '~' && q[1] == '1')
-            buf[k++] = '/', q++;
-        else if (q[0] == '~' && q[1] == '0')
-            buf[k++] = '~', q++;
-        else
-            buf[k++] = *q;
-    }
-    buf[k] = 0;
-    return json_object_get(defs, buf);
-}
-
 /* alternatives of anyOf / oneOf (key) */
 static int alternatives_of(sc_t *c, const json_t *s, const char *kw)
 {
@@ -1115,7 +1065,7 @@ static int alternatives_of(sc_t *c, const json_t *s, const char *kw)
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)s, key, v) {
-        if (strcmp(key, kw) && !in_list(key, ANNOTATIONS)) {
+        if (strcmp(key, kw) && !schema_vocab_is_annotation(key)) {
             sc_fail(c, key, "keyword '%.60s' next to '%s' is not supported", key, kw);
             return -1;
         }
@@ -1166,7 +1116,7 @@ static int ref_rule(sc_t *c, const json_t *s, const json_t *r)
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)s, key, v) {
-        if (strcmp(key, "$ref") && !in_list(key, ANNOTATIONS)) {
+        if (strcmp(key, "$ref") && !schema_vocab_is_annotation(key)) {
             sc_fail(c, key, "keyword '%.60s' next to '$ref' is not supported", key);
             return -1;
         }
@@ -1179,7 +1129,7 @@ static int ref_rule(sc_t *c, const json_t *s, const json_t *r)
     for (int i = 0; i < c->n_memo; i++)
         if (strcmp(c->memo[i].ref, p) == 0)
             return c->memo[i].rule;
-    const json_t *target = json_schema_resolve_ref(c->root, p);
+    const json_t *target = schema_vocab_resolve_ref(c->root, p);
     if (!target) {
         sc_fail(c, "$ref", "'$ref' '%.100s' does not resolve (supported: #, #/$defs/NAME, #/definitions/NAME)", p);
         return -1;
@@ -1217,7 +1167,7 @@ static int all_of_rule(sc_t *c, const json_t *s, const json_t *all_of)
         return -1;
     }
     bool alone = true;
-    json_object_foreach((json_t *)s, key, v) alone &= strcmp(key, "allOf") == 0 || in_list(key, ANNOTATIONS);
+    json_object_foreach((json_t *)s, key, v) alone &= strcmp(key, "allOf") == 0 || schema_vocab_is_annotation(key);
     if (alone && json_array_size(all_of) == 1)
         return compile_at(c, json_array_get(all_of, 0), "allOf", "0");
     char why[sizeof c->ferr];
@@ -1276,7 +1226,7 @@ static int compile_once(sc_t *c, const json_t *s)
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)s, key, v) {
-        if (!in_list(key, SUPPORTED) && !in_list(key, ANNOTATIONS)) {
+        if (!schema_vocab_is_supported(key) && !schema_vocab_is_annotation(key)) {
             sc_fail(c, key, "unsupported JSON Schema keyword '%.60s'", key);
             goto out;
         }

@@ -93,14 +93,6 @@ char *json_schema_object_gbnf(const char *prefix);
  * 0 ok, -1 error (message in err). For fuzzing and tests. */
 int json_schema_check(const uint8_t *buf, size_t len, char *err, size_t errlen);
 
-/* The schema a "$ref" pointer names inside root: "#", "#/$defs/NAME" or
- * "#/definitions/NAME" (NAME JSON-pointer escaped); NULL when none. */
-const json_t *json_schema_resolve_ref(const json_t *root, const char *pointer);
-
-/* True for the keywords without effect on what is generated ($schema,
- * title, description, $defs, ...). */
-bool json_schema_is_annotation(const char *key);
-
 /* A grammar whose root is prefix_text <inner_prefix>root suffix_text, plus
  * the rules of inner (compiled with inner_prefix, which must not be ""):
  * for wrapping a schema in fixed text (tool-call markup). malloc'd. */

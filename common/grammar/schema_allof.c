@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/errbuf.h"
-#include "common/grammar/json_schema.h"
+#include "common/grammar/schema_vocab.h"
 #include "common/xalloc.h"
 
 static bool in_list(const char *k, const char *const *l)
@@ -36,7 +36,7 @@ static json_t *all_of_merge(const json_t *root, const json_t *s, const json_t *a
         const json_t *e = json_array_get(all, i);
         const json_t *r = json_is_object(e) ? json_object_get(e, "$ref") : NULL;
         if (r) {
-            const json_t *t = json_is_string(r) ? json_schema_resolve_ref(root, json_string_value(r)) : NULL;
+            const json_t *t = json_is_string(r) ? schema_vocab_resolve_ref(root, json_string_value(r)) : NULL;
             if (!t || json_object_get(t, "$ref")) {
                 errbuf_set(err, errlen, "'allOf' item %zu: its '$ref' does not resolve to a schema without '$ref'", i);
                 goto out;
@@ -53,7 +53,7 @@ static json_t *all_of_merge(const json_t *root, const json_t *s, const json_t *a
         const char *key;
         json_t *v;
         json_object_foreach((json_t *)parts[i], key, v) {
-            if (json_schema_is_annotation(key) || (i == 0 && strcmp(key, "allOf") == 0) || (i > 0 && strcmp(key, "$ref") == 0))
+            if (schema_vocab_is_annotation(key) || (i == 0 && strcmp(key, "allOf") == 0) || (i > 0 && strcmp(key, "$ref") == 0))
                 continue;
             if (!in_list(key, MERGEABLE) ||
                 (strcmp(key, "type") == 0 && !(json_is_string(v) && strcmp(json_string_value(v), "object") == 0)) ||
@@ -124,7 +124,7 @@ static const json_t *all_of_part(const json_t *root, const json_t *s, const json
     const json_t *e = i == 0 ? s : json_array_get(all, i - 1);
     const json_t *r = i && json_is_object(e) ? json_object_get(e, "$ref") : NULL;
     if (r)
-        e = json_is_string(r) ? json_schema_resolve_ref(root, json_string_value(r)) : NULL;
+        e = json_is_string(r) ? schema_vocab_resolve_ref(root, json_string_value(r)) : NULL;
     return json_is_object(e) ? e : NULL;
 }
 
@@ -169,7 +169,7 @@ static json_t *all_of_scalars(const json_t *root, const json_t *s, const json_t 
         const char *key;
         json_t *v;
         json_object_foreach((json_t *)e, key, v) {
-            if (json_schema_is_annotation(key) || (i == 0 && strcmp(key, "allOf") == 0) || (i > 0 && strcmp(key, "$ref") == 0))
+            if (schema_vocab_is_annotation(key) || (i == 0 && strcmp(key, "allOf") == 0) || (i > 0 && strcmp(key, "$ref") == 0))
                 continue;
             int k = -1;
             for (size_t q = 0; q < sizeof SCALAR_KEYS / sizeof SCALAR_KEYS[0]; q++)

@@ -2,7 +2,7 @@
  *
  * The schema compiler (json_schema.c) compiles one schema per node; an allOf
  * of several parts is first merged here (the parts' $refs resolved against
- * the root, json_schema_resolve_ref):
+ * the root, schema_vocab_resolve_ref):
  *   - when some part describes an object (type object, properties, required,
  *     additionalProperties): one object schema — properties united in order
  *     (a property two parts describe differently gets allOf of both),
