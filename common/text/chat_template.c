@@ -8,7 +8,6 @@
 #include "common/text/chat_template.h"
 
 #include <jansson.h>
-#include <math.h>
 #include <assert.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -20,6 +19,7 @@
 #include "common/errbuf.h"
 #include "common/strbuf.h"
 #include "common/log.h"
+#include "common/text/tojson.h"
 #include "common/text/tool_format.h"
 #include "common/xalloc.h"
 
@@ -513,96 +513,6 @@ static void qwen3_assistant(render_t *R, size_t i, size_t last_query)
 
 /* ---- tools ---- */
 
-static void sb_put_json_string(strbuf_t *sb, const char *s);
-
-/* A double as JavaScript's Number#toString writes it (what @huggingface/jinja's
- * tojson does): integral values without a fraction, otherwise the shortest
- * digits that read back to the same double. */
-static void sb_put_js_number(strbuf_t *sb, double v)
-{
-    char b[40];
-    if (!isfinite(v)) {
-        strbuf_puts(sb, "null");
-        return;
-    }
-    if (v == floor(v) && fabs(v) < 1e21) {
-        snprintf(b, sizeof b, "%.0f", v);
-        strbuf_puts(sb, b);
-        return;
-    }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(b, sizeof b, "%.*g", prec, v);
-        if (strtod(b, NULL) == v)
-            break;
-    }
-    /* C writes 1e-07 / 1e+21; JavaScript 1e-7 / 1e+21 */
-    char *e = strchr(b, 'e');
-    if (e) {
-        char *d = e + 2;
-        while (d[0] == '0' && d[1])
-            memmove(d, d + 1, strlen(d));
-    }
-    strbuf_puts(sb, b);
-}
-
-/* Jinja's `tojson` as @huggingface/jinja implements it (Python json.dumps
- * with ensure_ascii off): ", " and ": " between items, or with indent > 0
- * one item per line, "," after each and ": " after keys. Object keys keep
- * their order (jansson preserves insertion order). */
-static void sb_put_tojson(strbuf_t *sb, const json_t *v, int indent, int depth)
-{
-    switch (json_typeof(v)) {
-    case JSON_NULL: strbuf_puts(sb, "null"); return;
-    case JSON_TRUE: strbuf_puts(sb, "true"); return;
-    case JSON_FALSE: strbuf_puts(sb, "false"); return;
-    case JSON_INTEGER: {
-        char b[32];
-        snprintf(b, sizeof b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        strbuf_puts(sb, b);
-        return;
-    }
-    case JSON_REAL: sb_put_js_number(sb, json_real_value(v)); return;
-    case JSON_STRING: sb_put_json_string(sb, json_string_value(v)); return;
-    default: break;
-    }
-    bool arr = json_is_array(v);
-    size_t n = arr ? json_array_size(v) : json_object_size(v);
-    strbuf_puts(sb, arr ? "[" : "{");
-    if (n == 0) {
-        strbuf_puts(sb, arr ? "]" : "}");
-        return;
-    }
-    size_t i = 0;
-    const char *key;
-    const json_t *val;
-    void *it = arr ? NULL : json_object_iter((json_t *)v);
-    for (i = 0; i < n; i++) {
-        if (i > 0)
-            strbuf_puts(sb, indent > 0 ? "," : ", ");
-        if (indent > 0) {
-            strbuf_puts(sb, "\n");
-            for (int k = 0; k < indent * (depth + 1); k++)
-                strbuf_puts(sb, " ");
-        }
-        if (arr) {
-            val = json_array_get(v, i);
-        } else {
-            key = json_object_iter_key(it);
-            val = json_object_iter_value(it);
-            it = json_object_iter_next((json_t *)v, it);
-            sb_put_json_string(sb, key);
-            strbuf_puts(sb, ": ");
-        }
-        sb_put_tojson(sb, val, indent, depth + 1);
-    }
-    if (indent > 0) {
-        strbuf_puts(sb, "\n");
-        for (int k = 0; k < indent * depth; k++)
-            strbuf_puts(sb, " ");
-    }
-    strbuf_puts(sb, arr ? "]" : "}");
-}
-
 /* The function object of a tool call ({"function": {...}} or the bare
  * function object), its name and its arguments (any JSON value). */
 static const json_t *call_function(const json_t *call)
@@ -637,7 +547,7 @@ static void put_call(strbuf_t *sb, const tool_format_t *f, const json_t *call, b
     if (raw_string && json_is_string(a))
         strbuf_puts(&args, json_string_value(a));
     else
-        sb_put_tojson(&args, a, 0, 0);
+        tojson_put(&args, a, 0);
     char *text = tool_format_call_text(f, call_name(call), args.s ? args.s : "");
     strbuf_puts(sb, text);
     free(text);
@@ -653,7 +563,7 @@ static void put_hermes_tools(render_t *R, strbuf_t *sb)
     json_t *tool;
     json_array_foreach(R->tools, i, tool) {
         strbuf_puts(sb, "\n");
-        sb_put_tojson(sb, tool, 0, 0);
+        tojson_put(sb, tool, 0);
     }
     strbuf_puts(sb, "\n</tools>\n\nFor each function call, return a json object with function name and "
                 "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
@@ -738,33 +648,6 @@ static int render_chatml(render_t *R)
     return 0;
 }
 
-/* JSON string literal of s as Python's json.dumps(ensure_ascii=False) writes
- * it (what transformers' tojson filter does). */
-static void sb_put_json_string(strbuf_t *sb, const char *s)
-{
-    strbuf_puts(sb, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char esc[8];
-        switch (*p) {
-        case '"': strbuf_puts(sb, "\\\""); break;
-        case '\\': strbuf_puts(sb, "\\\\"); break;
-        case '\n': strbuf_puts(sb, "\\n"); break;
-        case '\r': strbuf_puts(sb, "\\r"); break;
-        case '\t': strbuf_puts(sb, "\\t"); break;
-        case '\b': strbuf_puts(sb, "\\b"); break;
-        case '\f': strbuf_puts(sb, "\\f"); break;
-        default:
-            if (*p < 0x20) {
-                snprintf(esc, sizeof(esc), "\\u%04x", *p);
-                strbuf_puts(sb, esc);
-            } else {
-                strbuf_append(sb, (const char *)p, 1);
-            }
-        }
-    }
-    strbuf_puts(sb, "\"");
-}
-
 /* Llama 3.1+: a system turn always opens with the knowledge/today dates, the
  * first system message (trimmed) follows them; tool results are "ipython"
  * turns whose content is JSON-encoded (a string is "iterable" in Jinja). */
@@ -806,7 +689,7 @@ static int render_llama31(render_t *R)
         size_t k;
         json_t *tool;
         json_array_foreach(R->tools, k, tool) {
-            sb_put_tojson(&R->sb, tool, 4, 0);
+            tojson_put(&R->sb, tool, 4);
             strbuf_puts(&R->sb, "\n\n");
         }
         sb_put_trimmed(&R->sb, R->m[first].content);
@@ -823,7 +706,7 @@ static int render_llama31(render_t *R)
             put_call(&R->sb, &tool_format_llama3, call, false);
         } else if (R->r[i] == R_TOOL) {
             strbuf_puts(&R->sb, "<|start_header_id|>ipython<|end_header_id|>\n\n");
-            sb_put_json_string(&R->sb, R->m[i].content);
+            tojson_put_string(&R->sb, R->m[i].content);
         } else {
             strbuf_puts(&R->sb, "<|start_header_id|>");
             strbuf_puts(&R->sb, R->m[i].role);
@@ -1023,7 +906,7 @@ static int render_mistral_nemo(render_t *R)
                             strbuf_puts(&R->sb, json_string_value(val));
                             strbuf_puts(&R->sb, "\"");
                         } else {
-                            sb_put_tojson(&R->sb, val, 0, 0);
+                            tojson_put(&R->sb, val, 0);
                         }
                     }
                     strbuf_puts(&R->sb, "}}");
@@ -1048,7 +931,7 @@ static int render_mistral_nemo(render_t *R)
                     return fail(R, "messages[%zu].tool_calls[%zu]: the %s template needs the call's id",
                                 i, j, R->t->variant);
                 strbuf_t f = {0};
-                sb_put_tojson(&f, call_function(call), 0, 0);
+                tojson_put(&f, call_function(call), 0);
                 strbuf_append(&R->sb, f.s, f.len - 1); /* without the closing brace */
                 free(f.s);
                 mistral_id(cid, id);
