@@ -586,18 +586,6 @@ static int cli_parse(int argc, char **argv, cli_t *o)
     return -1;
 }
 
-/* --gen-curve-keypair PREFIX: writes PREFIX.key / PREFIX.pub. Exit status. */
-static int gen_curve_keypair(const char *prefix)
-{
-    char err[512], pub[CURVE_Z85_LEN + 1];
-    if (curve_keypair_write(prefix, pub, err, sizeof err) < 0) {
-        fprintf(stderr, "pagoda-gateway: %s\n", err);
-        return 1;
-    }
-    printf("wrote %s.key (secret, mode 0600) and %s.pub\npublic key: %s\n", prefix, prefix, pub);
-    return 0;
-}
-
 /* defaults < file < flags, then the cross-field rules. NULL (printed) on a
  * bad file or value. */
 static config_t *config_build(const cli_t *o)
@@ -861,7 +849,7 @@ int main(int argc, char **argv)
     if (o.hash_spec)
         return hash_key(o.hash_spec, o.secret);
     if (o.gen_prefix)
-        return gen_curve_keypair(o.gen_prefix);
+        return curve_keypair_cli("pagoda-gateway", o.gen_prefix);
     config_t *cfg = config_build(&o);
     if (!cfg)
         return 2;

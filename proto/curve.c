@@ -521,3 +521,14 @@ int curve_keypair_write(const char *prefix, char public_z85[CURVE_Z85_LEN + 1], 
         memcpy(public_z85, pub, sizeof pub);
     return 0;
 }
+
+int curve_keypair_cli(const char *prog, const char *prefix)
+{
+    char err[512], pub[CURVE_Z85_LEN + 1];
+    if (curve_keypair_write(prefix, pub, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return 1;
+    }
+    printf("wrote %s.key (secret, mode 0600) and %s.pub\npublic key: %s\n", prefix, prefix, pub);
+    return 0;
+}

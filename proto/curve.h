@@ -126,4 +126,9 @@ int curve_keypair_new(char public_z85[CURVE_Z85_LEN + 1], char secret_z85[CURVE_
 int curve_keypair_write(const char *prefix, char public_z85[CURVE_Z85_LEN + 1], char *err,
                         size_t errlen);
 
+/* The --gen-curve-keypair PREFIX flag of the pagoda programs: writes the
+ * pair as above and says so on stdout (with the public key), or writes
+ * "PROG: reason" to stderr. The program's exit status: 0, or 1. */
+int curve_keypair_cli(const char *prog, const char *prefix);
+
 #endif

@@ -138,222 +138,249 @@ static int parse_i32_opt(const char *name, const char *s, uint32_t lo, uint32_t 
     return 0;
 }
 
-int main(int argc, char **argv)
-{
+/* The command line as read: the worker's config and what main does itself. */
+typedef struct args {
     worker_config_t wc;
-    worker_config_default(&wc);
-    const char *model = NULL;
-    int level = LOG_INFO;
+    const char *model;               /* --model NAME=FILE */
+    int level;                       /* --log-level */
+    const char *curve_server, *curve_secret, *gen_prefix;
+} args_t;
+
+enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR, O_KVKEY,
+       O_KVDMB, O_KVWARM, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY, O_MEMAVAIL, O_MEMWORKERS, O_STEPB, O_STEPMIN };
+static const struct option opts[] = {
+    {"gateway", required_argument, NULL, 'g'},
+    {"model", required_argument, NULL, 'm'},
+    {"heartbeat-ms", required_argument, NULL, 'b'},
+    {"max-seqs", required_argument, NULL, 'c'},
+    {"capacity", required_argument, NULL, 'c'}, /* old name of --max-seqs */
+    {"max-batch-tokens", required_argument, NULL, O_MBT},
+    {"step-budget-ms", required_argument, NULL, O_STEPB},
+    {"step-min-chunk", required_argument, NULL, O_STEPMIN},
+    {"kv-blocks", required_argument, NULL, O_KVB},
+    {"kv-budget-mb", required_argument, NULL, O_KVMB},
+    {"mem-avail-mb", required_argument, NULL, O_MEMAVAIL},
+    {"mem-workers", required_argument, NULL, O_MEMWORKERS},
+    {"block-size", required_argument, NULL, O_BLOCK},
+    {"kv-type", required_argument, NULL, O_KVTYPE},
+    {"kv-cache-dir", required_argument, NULL, O_KVDIR},
+    {"kv-disk-key", required_argument, NULL, O_KVKEY},
+    {"kv-cache-mb", required_argument, NULL, O_KVDMB},
+    {"kv-warm-percent", required_argument, NULL, O_KVWARM},
+    {"threads", required_argument, NULL, O_THREADS},
+    {"ctx", required_argument, NULL, 'x'},
+    {"exact-matmul", no_argument, NULL, O_EXACT},
+    {"spec", required_argument, NULL, O_SPEC},
+    {"spec-max-draft", required_argument, NULL, O_SPEC_MAX},
+    {"spec-max-rows", required_argument, NULL, O_SPEC_ROWS},
+    {"draft-model", required_argument, NULL, O_DRAFT},
+    {"standby-fd", required_argument, NULL, O_STANDBY},
+    {"log-level", required_argument, NULL, 'v'},
+    {"curve-server-key", required_argument, NULL, O_CSRV},
+    {"curve-secret-key", required_argument, NULL, O_CSEC},
+    {"gen-curve-keypair", required_argument, NULL, O_GEN},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+enum { OPT_OK = 0, OPT_BAD = 2, OPT_NOT_MINE = -1 }; /* of the apply_* stages */
+
+/* The flags of the scheduler and the model's compute (wc.sched and the
+ * draft model). */
+static int apply_sched_option(args_t *a, int c)
+{
     uint32_t u;
-    const char *curve_server = NULL, *curve_secret = NULL, *gen_prefix = NULL;
-    enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR, O_KVKEY,
-           O_KVDMB, O_KVWARM, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY, O_MEMAVAIL, O_MEMWORKERS, O_STEPB, O_STEPMIN };
-    static const struct option opts[] = {
-        {"gateway", required_argument, NULL, 'g'},
-        {"model", required_argument, NULL, 'm'},
-        {"heartbeat-ms", required_argument, NULL, 'b'},
-        {"max-seqs", required_argument, NULL, 'c'},
-        {"capacity", required_argument, NULL, 'c'}, /* old name of --max-seqs */
-        {"max-batch-tokens", required_argument, NULL, O_MBT},
-        {"step-budget-ms", required_argument, NULL, O_STEPB},
-        {"step-min-chunk", required_argument, NULL, O_STEPMIN},
-        {"kv-blocks", required_argument, NULL, O_KVB},
-        {"kv-budget-mb", required_argument, NULL, O_KVMB},
-        {"mem-avail-mb", required_argument, NULL, O_MEMAVAIL},
-        {"mem-workers", required_argument, NULL, O_MEMWORKERS},
-        {"block-size", required_argument, NULL, O_BLOCK},
-        {"kv-type", required_argument, NULL, O_KVTYPE},
-        {"kv-cache-dir", required_argument, NULL, O_KVDIR},
-        {"kv-disk-key", required_argument, NULL, O_KVKEY},
-        {"kv-cache-mb", required_argument, NULL, O_KVDMB},
-        {"kv-warm-percent", required_argument, NULL, O_KVWARM},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"ctx", required_argument, NULL, 'x'},
-        {"exact-matmul", no_argument, NULL, O_EXACT},
-        {"spec", required_argument, NULL, O_SPEC},
-        {"spec-max-draft", required_argument, NULL, O_SPEC_MAX},
-        {"spec-max-rows", required_argument, NULL, O_SPEC_ROWS},
-        {"draft-model", required_argument, NULL, O_DRAFT},
-        {"standby-fd", required_argument, NULL, O_STANDBY},
-        {"log-level", required_argument, NULL, 'v'},
-        {"curve-server-key", required_argument, NULL, O_CSRV},
-        {"curve-secret-key", required_argument, NULL, O_CSEC},
-        {"gen-curve-keypair", required_argument, NULL, O_GEN},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    /* OpenMP threads that spin while idle steal the core the gateway and
-     * other workers need: re-exec once with a passive wait policy unless the
-     * environment already chose one (see wait_policy.h). */
-    wait_policy_reexec(argv);
+    switch (c) {
+    case 'c':
+        if (parse_i32_opt("max-seqs", optarg, 1, PROTO_MAX_CAPACITY < 4096 ? PROTO_MAX_CAPACITY : 4096, &u))
+            return OPT_BAD;
+        a->wc.sched.max_seqs = (int32_t)u;
+        break;
+    case O_MBT:
+        if (parse_i32_opt("max-batch-tokens", optarg, 1, 65536, &u))
+            return OPT_BAD;
+        a->wc.sched.max_batch_tokens = (int32_t)u;
+        break;
+    case O_STEPB:
+        if (strcmp(optarg, "auto") == 0) {
+            a->wc.sched.step_budget_ms = SCHED_STEP_BUDGET_AUTO;
+            break;
+        }
+        if (parse_u32(optarg, 0, 600000, &u) < 0) {
+            fprintf(stderr, "pagoda-worker: --step-budget-ms must be auto or 0..600000\n");
+            return OPT_BAD;
+        }
+        a->wc.sched.step_budget_ms = (int32_t)u;
+        break;
+    case O_STEPMIN:
+        if (parse_i32_opt("step-min-chunk", optarg, 1, 65536, &u))
+            return OPT_BAD;
+        a->wc.sched.step_min_chunk = (int32_t)u;
+        break;
+    case O_KVB:
+        if (parse_i32_opt("kv-blocks", optarg, 1, 1u << 24, &u))
+            return OPT_BAD;
+        a->wc.sched.kv_blocks = (int32_t)u;
+        break;
+    case O_KVMB:
+        if (parse_i32_opt("kv-budget-mb", optarg, 0, 1u << 20, &u))
+            return OPT_BAD;
+        a->wc.sched.kv_budget_bytes = (size_t)u << 20; /* 0: sized from memory */
+        break;
+    case O_BLOCK:
+        if (parse_i32_opt("block-size", optarg, 1, 4096, &u))
+            return OPT_BAD;
+        a->wc.sched.block_size = (int32_t)u;
+        break;
+    case O_THREADS:
+        if (parse_i32_opt("threads", optarg, 1, 256, &u))
+            return OPT_BAD;
+        a->wc.sched.n_threads = (int32_t)u;
+        break;
+    case O_KVTYPE:
+        if (kv_type_parse(optarg, &a->wc.sched.kv_type) != 0) {
+            fprintf(stderr, "pagoda-worker: --kv-type must be auto, f16, f32 or q8_0\n");
+            return OPT_BAD;
+        }
+        break;
+    case O_EXACT: a->wc.sched.exact_matmul = true; break;
+    case O_SPEC:
+        if (spec_mode_parse(optarg, &a->wc.sched.spec) != 0) {
+            fprintf(stderr, "pagoda-worker: --spec must be off, ngram or draft\n");
+            return OPT_BAD;
+        }
+        break;
+    case O_DRAFT:
+        a->wc.draft_path = optarg;
+        a->wc.sched.spec = SPEC_DRAFT;
+        break;
+    case O_SPEC_MAX:
+        if (parse_i32_opt("spec-max-draft", optarg, 1, SPEC_MAX_DRAFT, &u))
+            return OPT_BAD;
+        a->wc.sched.spec_max_draft = (int32_t)u;
+        break;
+    case O_SPEC_ROWS:
+        if (parse_i32_opt("spec-max-rows", optarg, 0, 4096, &u))
+            return OPT_BAD;
+        a->wc.sched.spec_max_rows = (int32_t)u;
+        break;
+    default: return OPT_NOT_MINE;
+    }
+    return OPT_OK;
+}
+
+/* The other flags: link, memory, KV disk cache, keys, logging. */
+static int apply_option(args_t *a, int c)
+{
+    uint32_t u;
+    switch (c) {
+    case 'g': a->wc.endpoint = optarg; break;
+    case 'm': a->model = optarg; break;
+    case 'b':
+        if (parse_i32_opt("heartbeat-ms", optarg, PROTO_MIN_HEARTBEAT_MS, PROTO_MAX_HEARTBEAT_MS, &u))
+            return OPT_BAD;
+        a->wc.heartbeat_ms = (int)u;
+        a->wc.heartbeat_explicit = true;
+        break;
+    case O_MEMAVAIL:
+        if (parse_i32_opt("mem-avail-mb", optarg, 1, 1u << 30, &u))
+            return OPT_BAD;
+        a->wc.mem_avail_bytes = (uint64_t)u << 20;
+        break;
+    case O_MEMWORKERS:
+        if (parse_i32_opt("mem-workers", optarg, 1, 4096, &u))
+            return OPT_BAD;
+        a->wc.mem_workers = u;
+        break;
+    case O_KVDIR: a->wc.kv_cache_dir = optarg; break;
+    case O_KVKEY: a->wc.kv_disk_key = optarg; break;
+    case O_KVDMB:
+        if (parse_i32_opt("kv-cache-mb", optarg, 1, 1u << 30, &u))
+            return OPT_BAD;
+        a->wc.kv_cache_bytes = (uint64_t)u << 20;
+        break;
+    case O_KVWARM:
+        if (parse_i32_opt("kv-warm-percent", optarg, 0, 100, &u))
+            return OPT_BAD;
+        a->wc.kv_warm_percent = (int32_t)u;
+        break;
+    case O_CSRV: a->curve_server = optarg; break;
+    case O_CSEC: a->curve_secret = optarg; break;
+    case O_GEN: a->gen_prefix = optarg; break;
+    case 'x':
+        if (parse_i32_opt("ctx", optarg, 2, PROTO_MAX_TOKENS, &a->wc.ctx_cap))
+            return OPT_BAD;
+        break;
+    case 'v':
+        a->level = log_level_parse(optarg);
+        if (a->level < 0) {
+            fprintf(stderr, "pagoda-worker: bad --log-level '%s'\n", optarg);
+            return OPT_BAD;
+        }
+        break;
+    case O_STANDBY: {
+        char *end;
+        long v = strtol(optarg, &end, 10);
+        if (*optarg == '\0' || *end != '\0' || v < 0 || v > 65535) {
+            fprintf(stderr, "pagoda-worker: bad --standby-fd '%s'\n", optarg);
+            return OPT_BAD;
+        }
+        a->wc.standby_fd = (int)v;
+        break;
+    }
+    default: return apply_sched_option(a, c);
+    }
+    return OPT_OK;
+}
+
+/* Reads argv into a. Returns -1 to go on, else main's exit code (0 after
+ * --help, 2 on a bad flag). */
+static int parse_args(args_t *a, int argc, char **argv)
+{
+    worker_config_default(&a->wc);
+    a->level = LOG_INFO;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'g': wc.endpoint = optarg; break;
-        case 'm': model = optarg; break;
-        case 'b':
-            if (parse_i32_opt("heartbeat-ms", optarg, PROTO_MIN_HEARTBEAT_MS, PROTO_MAX_HEARTBEAT_MS, &u))
-                return 2;
-            wc.heartbeat_ms = (int)u;
-            wc.heartbeat_explicit = true;
-            break;
-        case 'c':
-            if (parse_i32_opt("max-seqs", optarg, 1, PROTO_MAX_CAPACITY < 4096 ? PROTO_MAX_CAPACITY : 4096, &u))
-                return 2;
-            wc.sched.max_seqs = (int32_t)u;
-            break;
-        case O_MBT:
-            if (parse_i32_opt("max-batch-tokens", optarg, 1, 65536, &u))
-                return 2;
-            wc.sched.max_batch_tokens = (int32_t)u;
-            break;
-        case O_STEPB:
-            if (strcmp(optarg, "auto") == 0) {
-                wc.sched.step_budget_ms = SCHED_STEP_BUDGET_AUTO;
-                break;
-            }
-            if (parse_u32(optarg, 0, 600000, &u) < 0) {
-                fprintf(stderr, "pagoda-worker: --step-budget-ms must be auto or 0..600000\n");
-                return 2;
-            }
-            wc.sched.step_budget_ms = (int32_t)u;
-            break;
-        case O_STEPMIN:
-            if (parse_i32_opt("step-min-chunk", optarg, 1, 65536, &u))
-                return 2;
-            wc.sched.step_min_chunk = (int32_t)u;
-            break;
-        case O_KVB:
-            if (parse_i32_opt("kv-blocks", optarg, 1, 1u << 24, &u))
-                return 2;
-            wc.sched.kv_blocks = (int32_t)u;
-            break;
-        case O_KVMB:
-            if (parse_i32_opt("kv-budget-mb", optarg, 0, 1u << 20, &u))
-                return 2;
-            wc.sched.kv_budget_bytes = (size_t)u << 20; /* 0: sized from memory */
-            break;
-        case O_MEMAVAIL:
-            if (parse_i32_opt("mem-avail-mb", optarg, 1, 1u << 30, &u))
-                return 2;
-            wc.mem_avail_bytes = (uint64_t)u << 20;
-            break;
-        case O_MEMWORKERS:
-            if (parse_i32_opt("mem-workers", optarg, 1, 4096, &u))
-                return 2;
-            wc.mem_workers = u;
-            break;
-        case O_BLOCK:
-            if (parse_i32_opt("block-size", optarg, 1, 4096, &u))
-                return 2;
-            wc.sched.block_size = (int32_t)u;
-            break;
-        case O_THREADS:
-            if (parse_i32_opt("threads", optarg, 1, 256, &u))
-                return 2;
-            wc.sched.n_threads = (int32_t)u;
-            break;
-        case O_KVTYPE:
-            if (kv_type_parse(optarg, &wc.sched.kv_type) != 0) {
-                fprintf(stderr, "pagoda-worker: --kv-type must be auto, f16, f32 or q8_0\n");
-                return 2;
-            }
-            break;
-        case O_KVDIR: wc.kv_cache_dir = optarg; break;
-        case O_KVKEY: wc.kv_disk_key = optarg; break;
-        case O_KVDMB:
-            if (parse_i32_opt("kv-cache-mb", optarg, 1, 1u << 30, &u))
-                return 2;
-            wc.kv_cache_bytes = (uint64_t)u << 20;
-            break;
-        case O_KVWARM:
-            if (parse_i32_opt("kv-warm-percent", optarg, 0, 100, &u))
-                return 2;
-            wc.kv_warm_percent = (int32_t)u;
-            break;
-        case O_EXACT: wc.sched.exact_matmul = true; break;
-        case O_SPEC:
-            if (spec_mode_parse(optarg, &wc.sched.spec) != 0) {
-                fprintf(stderr, "pagoda-worker: --spec must be off, ngram or draft\n");
-                return 2;
-            }
-            break;
-        case O_DRAFT:
-            wc.draft_path = optarg;
-            wc.sched.spec = SPEC_DRAFT;
-            break;
-        case O_SPEC_MAX:
-            if (parse_i32_opt("spec-max-draft", optarg, 1, SPEC_MAX_DRAFT, &u))
-                return 2;
-            wc.sched.spec_max_draft = (int32_t)u;
-            break;
-        case O_SPEC_ROWS:
-            if (parse_i32_opt("spec-max-rows", optarg, 0, 4096, &u))
-                return 2;
-            wc.sched.spec_max_rows = (int32_t)u;
-            break;
-        case O_CSRV: curve_server = optarg; break;
-        case O_CSEC: curve_secret = optarg; break;
-        case O_GEN: gen_prefix = optarg; break;
-        case 'x':
-            if (parse_i32_opt("ctx", optarg, 2, PROTO_MAX_TOKENS, &wc.ctx_cap))
-                return 2;
-            break;
-        case 'v':
-            level = log_level_parse(optarg);
-            if (level < 0) {
-                fprintf(stderr, "pagoda-worker: bad --log-level '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case O_STANDBY: {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || v < 0 || v > 65535) {
-                fprintf(stderr, "pagoda-worker: bad --standby-fd '%s'\n", optarg);
-                return 2;
-            }
-            wc.standby_fd = (int)v;
-            break;
+        if (c == 'h') {
+            usage(stdout);
+            return 0;
         }
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        int rc = apply_option(a, c);
+        if (rc == OPT_NOT_MINE) {
+            usage(stderr);
+            return 2;
         }
+        if (rc != OPT_OK)
+            return rc;
     }
-    if (gen_prefix) {
-        char err[512], pub[CURVE_Z85_LEN + 1];
-        if (curve_keypair_write(gen_prefix, pub, err, sizeof err) < 0) {
-            fprintf(stderr, "pagoda-worker: %s\n", err);
-            return 1;
-        }
-        printf("wrote %s.key (secret, mode 0600) and %s.pub\npublic key: %s\n", gen_prefix,
-               gen_prefix, pub);
-        return 0;
-    }
-    char c_srv[CURVE_Z85_LEN + 1], c_pub[CURVE_Z85_LEN + 1], c_sec[CURVE_Z85_LEN + 1];
-    int curve = load_curve(curve_server, curve_secret, c_srv, c_pub, c_sec);
-    if (curve < 0)
-        return 2;
+    return -1;
+}
+
+/* The model's NAME=FILE into wc (name copied to model_name). 0, or 2 with
+ * the message written. */
+static int set_model(args_t *a, int argc, char model_name[PROTO_MAX_NAME + 1])
+{
+    const char *model = a->model;
     const char *eq = model ? strchr(model, '=') : NULL;
     if (optind < argc || !eq || eq == model || !eq[1] || (size_t)(eq - model) > PROTO_MAX_NAME) {
         fprintf(stderr, "pagoda-worker: --model NAME=FILE.gguf is required\n");
         usage(stderr);
         return 2;
     }
-    char model_name[PROTO_MAX_NAME + 1] = {0};
+    memset(model_name, 0, PROTO_MAX_NAME + 1);
     memcpy(model_name, model, (size_t)(eq - model));
-    wc.model_name = model_name;
-    wc.model_path = eq + 1;
-    if (curve) {
-        wc.curve_server_key = c_srv;
-        wc.curve_public_key = c_pub;
-        wc.curve_secret_key = c_sec;
-    }
-    log_init("worker", (enum log_level)level);
+    a->wc.model_name = model_name;
+    a->wc.model_path = eq + 1;
+    return 0;
+}
 
+/* Builds the worker and runs it until a signal or the gateway ends it;
+ * the secret key is wiped once the worker holds it. main's exit code. */
+static int run_worker(const worker_config_t *wc, char *c_sec, size_t n_sec)
+{
     char err[512] = "";
-    worker_t *w = worker_new(&wc, err, sizeof err);
-    explicit_bzero(c_sec, sizeof c_sec);
+    worker_t *w = worker_new(wc, err, sizeof err);
+    explicit_bzero(c_sec, n_sec);
     if (!w) {
         if (!err[0]) /* a standby released before it was needed */
             return 0;
@@ -369,4 +396,32 @@ int main(int argc, char **argv)
     int rc = worker_run(w, sfd);
     worker_free(&w);
     return rc;
+}
+
+int main(int argc, char **argv)
+{
+    /* OpenMP threads that spin while idle steal the core the gateway and
+     * other workers need: re-exec once with a passive wait policy unless the
+     * environment already chose one (see wait_policy.h). */
+    wait_policy_reexec(argv);
+    args_t a = {0};
+    int rc = parse_args(&a, argc, argv);
+    if (rc >= 0)
+        return rc;
+    if (a.gen_prefix)
+        return curve_keypair_cli("pagoda-worker", a.gen_prefix);
+    char c_srv[CURVE_Z85_LEN + 1], c_pub[CURVE_Z85_LEN + 1], c_sec[CURVE_Z85_LEN + 1];
+    int curve = load_curve(a.curve_server, a.curve_secret, c_srv, c_pub, c_sec);
+    if (curve < 0)
+        return 2;
+    char model_name[PROTO_MAX_NAME + 1];
+    if (set_model(&a, argc, model_name) != 0)
+        return 2;
+    if (curve) {
+        a.wc.curve_server_key = c_srv;
+        a.wc.curve_public_key = c_pub;
+        a.wc.curve_secret_key = c_sec;
+    }
+    log_init("worker", (enum log_level)a.level);
+    return run_worker(&a.wc, c_sec, sizeof c_sec);
 }
