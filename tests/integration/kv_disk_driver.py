@@ -37,15 +37,16 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from tap import check, free_port  # noqa: E402
+import tap  # noqa: E402
 
 BUILD, TMP, MODEL = os.environ["BUILD"], os.environ["TMP"], os.environ["MODEL_FILE"]
-N_FAIL = 0
 WORKER_ARGS = ["--kv-blocks", "20", "--max-seqs", "2", "--threads", "1", "--heartbeat-ms", "200"]
 PROMPTS = [
     "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her "
@@ -67,23 +68,6 @@ PROMPTS = [
     "car was fast but the blue car was kind. One day the red car got stuck in the mud and the blue car "
     "pulled him out. After that the red car was kind too, and they raced just for fun.",
 ]
-
-
-def check(desc, cond, detail=""):
-    global N_FAIL
-    print(("ok - " if cond else "not ok - ") + desc, flush=True)
-    if not cond:
-        N_FAIL += 1
-        if detail:
-            print("# " + str(detail).replace("\n", "\n# "), flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 HP, ZP = free_port(), free_port()
@@ -385,4 +369,4 @@ def run():
 
 if __name__ == "__main__":
     main()
-    sys.exit(1 if N_FAIL else 0)
+    sys.exit(1 if tap.n_failed() else 0)

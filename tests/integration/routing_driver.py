@@ -21,20 +21,15 @@ import sys
 import threading
 import time
 import urllib.request
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from tap import check  # noqa: E402
+import tap  # noqa: E402
 
 URL = sys.argv[1]
 KV_BLOCKS = int(sys.argv[2])
-N_FAIL = 0
 CACHED = 0      # tokens the responses say came from the prefix cache
 PROMPT = 0      # prompt tokens of all responses
 LOCK = threading.Lock()
-
-
-def check(desc, cond):
-    global N_FAIL
-    print(("ok - " if cond else "not ok - ") + desc, flush=True)
-    if not cond:
-        N_FAIL += 1
 
 
 def post(prompt, max_tokens=1, ignore_eos=False):
@@ -211,4 +206,4 @@ left = sum(entries(m6, r) for r in survivor)
 check(f"its index entries vanished ({n_before:.0f} → {metric(m6, 'pagoda_prefix_index_entries'):.0f}, "
       f"all held by live replicas)",
       entries(m6, victim) == 0 and metric(m6, "pagoda_prefix_index_entries") == left)
-sys.exit(1 if N_FAIL else 0)
+sys.exit(1 if tap.n_failed() else 0)

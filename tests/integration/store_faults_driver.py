@@ -25,27 +25,11 @@ import sys
 import threading
 import time
 import urllib.request
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from tap import check, free_port  # noqa: E402
+import tap  # noqa: E402
 
 BUILD, TMP, MODEL, KEYS = os.environ["BUILD"], os.environ["TMP"], os.environ["MODEL_FILE"], os.environ["KEYS"]
-N_FAIL = 0
-
-
-def check(desc, cond, detail=""):
-    global N_FAIL
-    print(("ok - " if cond else "not ok - ") + desc, flush=True)
-    if not cond:
-        N_FAIL += 1
-        if detail:
-            print("# " + str(detail).replace("\n", "\n# "), flush=True)
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Gateway:
@@ -245,4 +229,4 @@ if __name__ == "__main__":
     full_disk()
     held_lock()
     quotas()
-    sys.exit(1 if N_FAIL else 0)
+    sys.exit(1 if tap.n_failed() else 0)

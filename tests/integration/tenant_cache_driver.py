@@ -10,20 +10,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import os
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from tap import check  # noqa: E402
+import tap  # noqa: E402
 
 URL, KEYS_FILE = sys.argv[1], sys.argv[2]
 KEY = {n: "tenant-secret-" + n for n in ("alice", "bob", "ops", "carol", "dave")}
 BLOCK = 32
-N_FAIL = 0
 T_LAST = 0.0  # when the last request was answered (monotonic)
-
-
-def check(desc, cond):
-    global N_FAIL
-    print(("ok - " if cond else "not ok - ") + desc, flush=True)
-    if not cond:
-        N_FAIL += 1
-    return cond
 
 
 def http(method, path, key=None, body=None):
@@ -227,4 +222,4 @@ for bad, what in (("x" * 257, "257 bytes"), ("", "empty"), (7, "a number")):
 code, _ = http("POST", "/v1/chat/completions", KEY["alice"], chat_body("hi", "y" * 256))
 check(f"cache_salt of 256 bytes is accepted ({code})", code == 200)
 
-sys.exit(1 if N_FAIL else 0)
+sys.exit(1 if tap.n_failed() else 0)
