@@ -313,14 +313,13 @@ static void trie_add(tokenizer_t *t, int32_t *cap, int32_t id)
     t->trie_first[p[0] >> 3] |= (uint8_t)(1u << (p[0] & 7));
 }
 
-/* Token output bytes, written to *buf (grown as needed) at *used. */
-static void build_piece(tokenizer_t *t, int32_t id, const int16_t byte_of_cp[324], char **buf,
-                        size_t *cap, size_t *used)
+/* Token output bytes, appended to b. */
+static void build_piece(tokenizer_t *t, int32_t id, const int16_t byte_of_cp[324], strbuf_t *b)
 {
     size_t n;
     const char *p = tok_text(t, id, &n);
-    vec_reserve(*buf, *cap, *used + n + 8);
-    char *o = *buf + *used;
+    strbuf_reserve(b, n + 8);
+    char *o = b->s + b->len;
     size_t k = 0;
     int type = t->type[id];
     if (type == TOKENIZER_TOKEN_UNUSED) {
@@ -362,7 +361,7 @@ static void build_piece(tokenizer_t *t, int32_t id, const int16_t byte_of_cp[324
             i += cl;
         }
     }
-    *used += k;
+    strbuf_setlen(b, b->len + k);
 }
 
 static const char *const k_eot_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
@@ -646,14 +645,15 @@ static int load_byte_tokens(tokenizer_t *t, const uint32_t cp_of_byte[256], char
 static void build_pieces(tokenizer_t *t, const int16_t byte_of_cp[324])
 {
     int32_t n = t->n_vocab;
-    size_t cap = (size_t)t->text_off[n] + 64, used = 0;
-    t->piece = xmalloc(cap);
+    strbuf_t b = STRBUF_INIT;
+    strbuf_reserve(&b, (size_t)t->text_off[n] + 64);
     t->piece_off = xmalloc(((size_t)n + 1) * sizeof *t->piece_off);
     for (int32_t i = 0; i < n; i++) {
-        t->piece_off[i] = (uint32_t)used;
-        build_piece(t, i, byte_of_cp, &t->piece, &cap, &used);
+        t->piece_off[i] = (uint32_t)b.len;
+        build_piece(t, i, byte_of_cp, &b);
     }
-    t->piece_off[n] = (uint32_t)used;
+    t->piece_off[n] = (uint32_t)b.len;
+    t->piece = strbuf_take(&b);
 }
 
 /* gpt2: merges, and the piece map for whole-word lookups */
