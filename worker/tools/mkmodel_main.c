@@ -252,6 +252,63 @@ static int parse_int(const char *name, const char *v, int64_t lo, int64_t hi, in
     return 0;
 }
 
+/* After the flags: the defaults that come from the family (--arch) and
+ * the other flags, then the rules between flags. 0, or -1 with the reason
+ * written. */
+static int finish_opts(opts_t *o)
+{
+    if (!o->out) {
+        fprintf(stderr, "pagoda-mkmodel: -o OUT.gguf is required\n");
+        return -1;
+    }
+    if (!o->tok_from)
+        o->tok_from = "builtin";
+    o->fam = model_arch_find(o->arch, strlen(o->arch));
+    if (!o->fam) {
+        char names[256];
+        model_arch_list(names, sizeof names, " ");
+        fprintf(stderr, "pagoda-mkmodel: --arch must be one of %s\n", names);
+        return -1;
+    }
+    if ((o->mute_special || o->logit_scale != 1) && o->fam->tied_output) {
+        fprintf(stderr, "pagoda-mkmodel: --mute-special and --logit-scale need an output.weight; --arch %s ties "
+                        "it to the embedding\n", o->arch);
+        return -1;
+    }
+    if (o->experts_used > o->experts) {
+        fprintf(stderr, "pagoda-mkmodel: --experts-used must be <= --experts\n");
+        return -1;
+    }
+    if (o->expert_ffn < 0)
+        o->expert_ffn = o->ffn / o->experts_used;
+    if (o->window < 0)
+        o->window = o->fam->synth_window;
+    if (o->kv_heads < 0)
+        o->kv_heads = o->heads;
+    if (o->rope_base < 0)
+        o->rope_base = o->fam->synth_rope_base;
+    if (o->eps < 0)
+        o->eps = o->fam->synth_eps;
+    if (o->dim % o->heads != 0 || (o->dim / o->heads) % 2 != 0) {
+        fprintf(stderr, "pagoda-mkmodel: --dim %lld must be --heads %lld times an even head size\n",
+                (long long)o->dim, (long long)o->heads);
+        return -1;
+    }
+    if (o->heads % o->kv_heads != 0) {
+        fprintf(stderr, "pagoda-mkmodel: --heads %lld must be a multiple of --kv-heads %lld\n",
+                (long long)o->heads, (long long)o->kv_heads);
+        return -1;
+    }
+    uint32_t be = ggml_type_block_elems(o->type);
+    if (o->dim % be != 0 || o->ffn % be != 0 || (o->fam->moe && o->expert_ffn % be != 0)) {
+        fprintf(stderr, "pagoda-mkmodel: %s rows come in blocks of %u: --dim %lld and --ffn %lld "
+                        "must be multiples of %u\n", ggml_type_name(o->type), be,
+                (long long)o->dim, (long long)o->ffn, be);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, opts_t *o)
 {
     *o = (opts_t){.arch = "llama", .dim = 768, .layers = 12, .heads = 12, .kv_heads = -1,
@@ -352,56 +409,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         if (rc)
             return -1;
     }
-    if (!o->out) {
-        fprintf(stderr, "pagoda-mkmodel: -o OUT.gguf is required\n");
-        return -1;
-    }
-    if (!o->tok_from)
-        o->tok_from = "builtin";
-    o->fam = model_arch_find(o->arch, strlen(o->arch));
-    if (!o->fam) {
-        char names[256];
-        model_arch_list(names, sizeof names, " ");
-        fprintf(stderr, "pagoda-mkmodel: --arch must be one of %s\n", names);
-        return -1;
-    }
-    if ((o->mute_special || o->logit_scale != 1) && o->fam->tied_output) {
-        fprintf(stderr, "pagoda-mkmodel: --mute-special and --logit-scale need an output.weight; --arch %s ties "
-                        "it to the embedding\n", o->arch);
-        return -1;
-    }
-    if (o->experts_used > o->experts) {
-        fprintf(stderr, "pagoda-mkmodel: --experts-used must be <= --experts\n");
-        return -1;
-    }
-    if (o->expert_ffn < 0)
-        o->expert_ffn = o->ffn / o->experts_used;
-    if (o->window < 0)
-        o->window = o->fam->synth_window;
-    if (o->kv_heads < 0)
-        o->kv_heads = o->heads;
-    if (o->rope_base < 0)
-        o->rope_base = o->fam->synth_rope_base;
-    if (o->eps < 0)
-        o->eps = o->fam->synth_eps;
-    if (o->dim % o->heads != 0 || (o->dim / o->heads) % 2 != 0) {
-        fprintf(stderr, "pagoda-mkmodel: --dim %lld must be --heads %lld times an even head size\n",
-                (long long)o->dim, (long long)o->heads);
-        return -1;
-    }
-    if (o->heads % o->kv_heads != 0) {
-        fprintf(stderr, "pagoda-mkmodel: --heads %lld must be a multiple of --kv-heads %lld\n",
-                (long long)o->heads, (long long)o->kv_heads);
-        return -1;
-    }
-    uint32_t be = ggml_type_block_elems(o->type);
-    if (o->dim % be != 0 || o->ffn % be != 0 || (o->fam->moe && o->expert_ffn % be != 0)) {
-        fprintf(stderr, "pagoda-mkmodel: %s rows come in blocks of %u: --dim %lld and --ffn %lld "
-                        "must be multiples of %u\n", ggml_type_name(o->type), be,
-                (long long)o->dim, (long long)o->ffn, be);
-        return -1;
-    }
-    return 0;
+    return finish_opts(o);
 }
 
 static int cmp_gstr(const void *a, const void *b)
