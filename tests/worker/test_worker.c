@@ -402,6 +402,23 @@ static void test_req_from_submit(void **state)
     assert_memory_equal(r.req.prompt, ids, sizeof ids);
     worker_req_clear(&r);
 
+    free(want);
+    engine_free(&e);
+}
+
+/* Chat SUBMITs: rendered by the template; refused roles, sampling and tool
+ * choices come back as the typed cause. */
+static void test_req_from_submit_chat(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    char err[256];
+    engine_t *e = engine_load(g_model, err, sizeof err);
+    assert_non_null(e);
+    proto_msg_t m;
+    proto_submit_t *sm = &m.submit;
+    worker_req_t r;
+
     /* chat: rendered by the template, ends at its end-of-turn ids too */
     submit_init(&m, 12, NULL, 4);
     proto_chat_msg_t msg = {.role = (char *)"user", .content = (char *)"Tell me a story."};
@@ -461,7 +478,6 @@ static void test_req_from_submit(void **state)
     assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_BAD_REQUEST);
     assert_null(r.tool_grammar);
 
-    free(want);
     engine_free(&e);
 }
 
@@ -686,6 +702,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_new_rejects_bad_config),
         cmocka_unit_test(test_req_from_submit),
+        cmocka_unit_test(test_req_from_submit_chat),
         cmocka_unit_test(test_register_and_greedy_stream),
         cmocka_unit_test(test_errors_cancel_timeout),
         cmocka_unit_test(test_drain_and_shutdown),
