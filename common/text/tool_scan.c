@@ -203,15 +203,15 @@ static void args_byte(tool_scan_obj_t *o, char c)
  * scalar value: look at it again). */
 bool tool_scan_obj_step(tool_scan_obj_t *o, char c)
 {
+    /* white space between the object's tokens is skipped (inside a key or
+     * a value it is the value's) */
+    if (o->st != TOOL_SCAN_KEY && o->st != TOOL_SCAN_VALUE && tool_scan_is_ws(c))
+        return true;
     switch (o->st) {
     case TOOL_SCAN_OPEN:
-        if (tool_scan_is_ws(c))
-            return true;
         o->st = c == '{' ? TOOL_SCAN_KEY_OR_END : TOOL_SCAN_FAILED;
         return true;
     case TOOL_SCAN_KEY_OR_END:
-        if (tool_scan_is_ws(c))
-            return true;
         if (c == '}') {
             o->st = TOOL_SCAN_CLOSED;
         } else if (c == '"') {
@@ -228,13 +228,9 @@ bool tool_scan_obj_step(tool_scan_obj_t *o, char c)
             o->st = TOOL_SCAN_COLON;
         return true;
     case TOOL_SCAN_COLON:
-        if (tool_scan_is_ws(c))
-            return true;
         o->st = c == ':' ? TOOL_SCAN_VALUE_START : TOOL_SCAN_FAILED;
         return true;
     case TOOL_SCAN_VALUE_START:
-        if (tool_scan_is_ws(c))
-            return true;
         o->which = W_OTHER;
         if (key_is(o, "name") && !o->name_done) {
             o->which = W_NAME;
@@ -272,8 +268,6 @@ bool tool_scan_obj_step(tool_scan_obj_t *o, char c)
         return true;
     }
     case TOOL_SCAN_AFTER:
-        if (tool_scan_is_ws(c))
-            return true;
         o->st = c == ',' ? TOOL_SCAN_KEY_OR_END : c == '}' ? TOOL_SCAN_CLOSED : TOOL_SCAN_FAILED;
         return true;
     default:

@@ -312,13 +312,21 @@ static int32_t reference_run(const engine_t *e, const sched_req_t *r, int32_t *o
             skip();                                                             \
     } while (0)
 
-static void test_req_from_submit(void **state)
+/* The test model's engine, or the test is skipped. */
+static engine_t *load_engine(void)
 {
-    (void)state;
     NEED_MODEL();
     char err[256];
     engine_t *e = engine_load(g_model, err, sizeof err);
     assert_non_null(e);
+    return e;
+}
+
+static void test_req_from_submit(void **state)
+{
+    (void)state;
+    char err[256];
+    engine_t *e = load_engine();
 
     /* completion text: the prompt is the engine's tokenization */
     int32_t *want = NULL;
@@ -411,10 +419,8 @@ static void test_req_from_submit(void **state)
 static void test_req_from_submit_chat(void **state)
 {
     (void)state;
-    NEED_MODEL();
     char err[256];
-    engine_t *e = engine_load(g_model, err, sizeof err);
-    assert_non_null(e);
+    engine_t *e = load_engine();
     proto_msg_t m;
     proto_submit_t *sm = &m.submit;
     worker_req_t r;
