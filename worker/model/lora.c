@@ -3,16 +3,19 @@
  * byte counts are checked before anything is read from it. */
 #include "worker/model/lora.h"
 
+#include <assert.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/errbuf.h"
-#include "common/splitmix.h"
+#include "common/prefix_key.h"
 #include "common/xalloc.h"
 #include "worker/kernels/quant.h"
+#include "worker/model/forward.h"
 
 /* The base tensors an adapter may name, by their per-layer suffix: a row
  * per file name, the projections it feeds (a fused attn_qkv feeds three,
@@ -78,20 +81,14 @@ static int check_2d(ld_t *ld, const gguf_tensor_t *t, const char *name)
     return 0;
 }
 
-/* dst (ne[1], ne[0]) floats = the tensor, row by row; mixes every value's
- * bits into *h. */
-static void read_f32(const gguf_tensor_t *t, float *dst, uint64_t *h)
+/* dst (ne[1], ne[0]) floats = the tensor, row by row. */
+static void read_f32(const gguf_tensor_t *t, float *dst)
 {
     const size_t rb = quant_row_bytes(t->type, (int64_t)t->ne[0]);
     for (uint64_t r = 0; r < t->ne[1]; r++) {
         float *row = dst + r * t->ne[0];
         int rc = quant_dequantize(t->type, t->data + r * rb, row, (int64_t)t->ne[0]);
         (void)rc; /* the type was checked by check_2d */
-        for (uint64_t i = 0; i < t->ne[0]; i++) {
-            uint32_t bits;
-            memcpy(&bits, &row[i], sizeof bits);
-            *h = splitmix64_mix(*h ^ bits) + i;
-        }
     }
 }
 
@@ -138,7 +135,7 @@ static const matmul_weight_t *base_matrix(const model_t *m, int l, enum lora_pro
 /* One adapted base tensor: checks its pair against the base and, when
  * arena is set, fills its pairs from it. *floats counts the floats used. */
 static int load_pair(ld_t *ld, lora_t *a, const gguf_tensor_t *ta, int l, const lora_target_t *tg, float *arena,
-                     size_t *floats, uint64_t *h)
+                     size_t *floats)
 {
     char bname[176], base[160];
     snprintf(base, sizeof base, "%.*s", (int)(ta->name.len - 7), ta->name.ptr);
@@ -171,9 +168,8 @@ static int load_pair(ld_t *ld, lora_t *a, const gguf_tensor_t *ta, int l, const 
     if (!arena)
         return 0;
     float *A = arena + *floats - r * (in + out), *B = A + r * in;
-    *h = splitmix64_mix(*h ^ (r << 32 ^ in << 12 ^ out));
-    read_f32(ta, A, h);
-    read_f32(tb, B, h);
+    read_f32(ta, A);
+    read_f32(tb, B);
     int64_t row0 = 0;
     for (int i = 0; i < tg->n; i++) {
         const matmul_weight_t *w = base_matrix(ld->m, l, tg->proj[i]);
@@ -197,7 +193,7 @@ static int load_pair(ld_t *ld, lora_t *a, const gguf_tensor_t *ta, int l, const 
 }
 
 /* Every tensor of the file, once to check and count (arena NULL), once to fill. */
-static int load_tensors(ld_t *ld, lora_t *a, float *arena, size_t *floats, uint64_t *h)
+static int load_tensors(ld_t *ld, lora_t *a, float *arena, size_t *floats)
 {
     *floats = 0;
     int n_a = 0, n_b = 0;
@@ -214,7 +210,7 @@ static int load_tensors(ld_t *ld, lora_t *a, float *arena, size_t *floats, uint6
             continue;
         }
         n_a++;
-        if (load_pair(ld, a, t, l, tg, arena, floats, h) != 0)
+        if (load_pair(ld, a, t, l, tg, arena, floats) != 0)
             return -1;
     }
     if (n_a != n_b)
@@ -237,7 +233,6 @@ int lora_load(const char *path, const model_t *m, lora_t **out, char *err, size_
     a->n_layer = m->cfg.n_layer;
     a->pairs = xcalloc((size_t)a->n_layer * LORA_N_PROJ, sizeof *a->pairs);
     size_t floats = 0;
-    uint64_t h = 0x6c6f7261; /* "lora" */
     if (want_str(&ld, "general.type", "adapter") != 0 || want_str(&ld, "adapter.type", "lora") != 0 ||
         want_str(&ld, "general.architecture", model_arch_name(m->cfg.arch)) != 0)
         goto err;
@@ -251,16 +246,13 @@ int lora_load(const char *path, const model_t *m, lora_t **out, char *err, size_
         goto err;
     }
     a->alpha = (float)alpha;
-    if (load_tensors(&ld, a, NULL, &floats, &h) != 0)
+    if (load_tensors(&ld, a, NULL, &floats) != 0)
         goto err;
     a->arena = xaligned_alloc(floats * sizeof(float));
     a->n_floats = floats;
-    uint32_t abits;
-    memcpy(&abits, &a->alpha, sizeof abits);
-    h = splitmix64_mix(h ^ abits);
-    if (load_tensors(&ld, a, a->arena, &floats, &h) != 0)
+    if (load_tensors(&ld, a, a->arena, &floats) != 0)
         goto err;
-    a->hash = h;
+    a->hash = prefix_key_bytes(ld.g->buf, ld.g->len);
     gguf_close(&ld.g);
     *out = a;
     return 0;
@@ -284,4 +276,67 @@ void lora_free(lora_t **ap)
     free(a->pairs);
     free(a);
     *ap = NULL;
+}
+
+lora_rows_t *lora_rows_new(int32_t max_rows, int32_t max_seqs)
+{
+    lora_rows_t *lr = xcalloc(1, sizeof *lr);
+    lr->max_rows = max_rows > 0 ? max_rows : 1;
+    lr->max_seqs = max_seqs > 0 ? max_seqs : 1;
+    lr->row_set = xmalloc((size_t)lr->max_rows * sizeof(int32_t));
+    lr->seq_set = xmalloc((size_t)lr->max_seqs * sizeof(int32_t));
+    lr->sets = xcalloc((size_t)lr->max_seqs, sizeof *lr->sets);
+    lr->by_seq = xcalloc((size_t)lr->max_seqs, sizeof *lr->by_seq);
+    return lr;
+}
+
+void lora_rows_free(lora_rows_t **lrp)
+{
+    if (!lrp || !*lrp)
+        return;
+    lora_rows_t *lr = *lrp;
+    free(lr->row_set);
+    free(lr->seq_set);
+    free(lr->sets);
+    free(lr->by_seq);
+    free(lr);
+    *lrp = NULL;
+}
+
+static bool set_eq(const lora_set_t *a, const lora_set_t *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (int32_t i = 0; i < a->n; i++)
+        if (a->ad[i] != b->ad[i] || a->scale[i] != b->scale[i])
+            return false;
+    return true;
+}
+
+void lora_rows_fill(lora_rows_t *lr, struct fwd_batch *fb)
+{
+    fb->lora_set = NULL;
+    fb->n_lora_sets = 0;
+    fb->lora_sets = NULL;
+    assert(fb->n_seq <= lr->max_seqs && fb->n_rows <= lr->max_rows);
+    int32_t n_sets = 0;
+    for (int32_t q = 0; q < fb->n_seq; q++) {
+        const lora_set_t *st = lr->by_seq[q];
+        lr->seq_set[q] = -1;
+        if (!st || st->n == 0)
+            continue;
+        int32_t k = 0;
+        while (k < n_sets && !set_eq(&lr->sets[k], st))
+            k++;
+        if (k == n_sets)
+            lr->sets[n_sets++] = *st;
+        lr->seq_set[q] = k;
+    }
+    if (n_sets == 0)
+        return;
+    for (int32_t r = 0; r < fb->n_rows; r++)
+        lr->row_set[r] = lr->seq_set[fb->seq[r]];
+    fb->lora_set = lr->row_set;
+    fb->n_lora_sets = n_sets;
+    fb->lora_sets = lr->sets;
 }

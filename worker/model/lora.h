@@ -56,9 +56,9 @@ typedef struct lora {
     /* (n_layer * LORA_N_PROJ), index l * LORA_N_PROJ + proj; .rank 0 = not
      * adapted. Each pair's scale folds alpha / r in (lowrank.h). */
     lowrank_t *pairs;
-    uint64_t hash;         /* 64-bit hash of the file's tensor names, shapes
-                            * and A/B values as loaded, and alpha: equal
-                            * adapters have equal hashes (prefix-cache key) */
+    uint64_t hash;         /* prefix_key_bytes of the whole file: what keys its
+                            * KV blocks (prefix_key_adapters), computed the same
+                            * way by the gateway from the same file */
     float *arena;          /* owned: every A and B */
     size_t n_floats;       /* floats in arena */
 } lora_t;
@@ -72,6 +72,28 @@ typedef struct lora_set {
     const lora_t *ad[LORA_SET_MAX];
     float scale[LORA_SET_MAX];
 } lora_set_t;
+
+/* A batch's rows → adapter sets for fwd_batch_t (forward.h): the sets of
+ * the batch's sequences, equal ones merged so rows of one adapter set form
+ * one group whichever sequence they belong to. Made once (lora_rows_new,
+ * for up to max_rows rows and max_seqs sequences), refilled every step. */
+typedef struct lora_rows {
+    int32_t *row_set;      /* (max_rows) per row: index into sets, -1 = base */
+    int32_t *seq_set;      /* (max_seqs) per sequence of the batch */
+    const lora_set_t **by_seq; /* (max_seqs) the caller's: each batch sequence's set
+                            * (NULL or n 0 = base), read by lora_rows_fill */
+    lora_set_t *sets;      /* (max_seqs) the distinct non-empty sets */
+    int32_t max_rows, max_seqs;
+} lora_rows_t;
+
+lora_rows_t *lora_rows_new(int32_t max_rows, int32_t max_seqs);
+void lora_rows_free(lora_rows_t **lr);
+
+/* Sets fb->lora_set / n_lora_sets / lora_sets from lr->by_seq[0..fb->n_seq)
+ * and fb->seq; leaves them NULL when no sequence has an adapter. The arrays
+ * stay lr's (valid until the next fill). */
+struct fwd_batch;
+void lora_rows_fill(lora_rows_t *lr, struct fwd_batch *fb);
 
 /* Loads the adapter at path for base model m. Returns 0 and *out, or -1
  * with a message in err naming the key, tensor or shape that does not fit
