@@ -152,10 +152,8 @@ static float *run(const sq_t *s, int n_seq, const lora_set_t *sets, int n_sets, 
         fwd_batch_t b = {.n_rows = R, .token = tok, .pos = pos, .seq = seq, .want_logits = want, .n_seq = n_seq,
                          .block_tables = btp, .n_blocks = nb, .lora_set = ls, .n_lora_sets = n_sets,
                          .lora_sets = sets};
-        int rc = forward_run(f, &b, &kv, lg);
-        if (rc != 0)
-            print_error("forward_run: %s\n", forward_error(f));
-        assert_int_equal(rc, 0);
+        if (forward_run(f, &b, &kv, lg) != 0)
+            fail_msg("forward_run: %s", forward_error(f));
         for (int r = 0; r < R; r++)
             memcpy(out + (size_t)dst[r] * vocab, lg + (size_t)r * vocab, (size_t)vocab * sizeof(float));
     }
