@@ -2,6 +2,7 @@
 #include "common/prefix_key.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #include "common/splitmix.h"
 
@@ -56,4 +57,40 @@ int32_t prefix_key_chain(uint64_t partition, const int32_t *tokens, int32_t n, i
         out[i] = k;
     }
     return nb;
+}
+
+uint64_t prefix_key_adapters(uint64_t partition, const uint64_t *hash, const float *scale, int n)
+{
+    if (n <= 0)
+        return partition;
+    /* a chain over (hash, scale bits) pairs, then mixed with the partition;
+     * the length enters first so a set is never a prefix of a longer one */
+    uint64_t h = H_P5 ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &scale[i], sizeof bits);
+        h = rotl64((h ^ hash[i]) * H_P1, 31) * H_P2;
+        h = rotl64((h ^ bits) * H_P3, 27) * H_P1 + H_P4;
+    }
+    /* never 0 and never equal to partition: the adapters' keys are apart
+     * from the base's in every partition */
+    uint64_t k = partition ^ splitmix64_mix(h | 1);
+    return k == partition || k == 0 ? k ^ H_P3 : k;
+}
+
+uint64_t prefix_key_bytes(const uint8_t *p, size_t len)
+{
+    uint64_t h = H_P5 + (uint64_t)len;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, sizeof w);
+        h ^= rotl64(w * H_P2, 31) * H_P1;
+        h = rotl64(h, 27) * H_P1 + H_P4;
+    }
+    for (; i < len; i++) {
+        h ^= (uint64_t)p[i] * H_P5;
+        h = rotl64(h, 11) * H_P1;
+    }
+    return splitmix64_mix(h);
 }

@@ -33,6 +33,7 @@
 #ifndef PAGODA_COMMON_PREFIX_KEY_H
 #define PAGODA_COMMON_PREFIX_KEY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define PREFIX_KEY_PUBLIC_ROOT 0x70616730646150ULL /* "Pad0gap", any constant */
@@ -40,6 +41,18 @@
 /* The public root of a partition: PREFIX_KEY_PUBLIC_ROOT for 0, a distinct
  * value for every other partition. */
 uint64_t prefix_key_root(uint64_t partition);
+
+/* Adapters (LoRA) are part of the key the same way: a request's adapter
+ * set — each adapter's content hash (prefix_key_bytes of its GGUF file) and
+ * scale, in the request's order — is folded into its partition, so the
+ * same tokens under two adapter sets (or one adapter at two scales) never
+ * share a block, and a repeated set hits. n == 0 returns partition
+ * unchanged (the base keeps its keys). The worker and the gateway's routing
+ * both key through this one function. */
+uint64_t prefix_key_adapters(uint64_t partition, const uint64_t *hash, const float *scale, int n);
+
+/* 64-bit content hash of len bytes (an adapter file's). */
+uint64_t prefix_key_bytes(const uint8_t *p, size_t len);
 
 /* Key of a block of n token ids whose parent block has key `parent`. */
 uint64_t prefix_key_next(uint64_t parent, const int32_t *tokens, int32_t n);

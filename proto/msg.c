@@ -160,6 +160,8 @@ void proto_msg_clear(proto_msg_t *m)
             free(s->stop[i]);
         free(s->stop);
         free(s->resume);
+        for (uint32_t i = 0; i < s->n_lora && i < PROTO_MAX_LORA; i++)
+            free(s->lora[i].name);
         for (uint32_t i = 0; s->inputs && i < s->n_inputs; i++) {
             free(s->inputs[i].text);
             free(s->inputs[i].ids);
@@ -473,6 +475,19 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         kv_bool(e, "add_special", false);
     if (s->partition)
         kv_uint(e, "part", s->partition);
+    if (s->n_lora) {
+        key(e, "lora");
+        msgpack_pack_array(&e->pk, s->n_lora);
+        for (uint32_t i = 0; i < s->n_lora; i++) {
+            msgpack_pack_map(&e->pk, 1 + s->lora[i].has_scale);
+            pack_cstr(&e->pk, "name");
+            pack_cstr(&e->pk, s->lora[i].name);
+            if (s->lora[i].has_scale) {
+                pack_cstr(&e->pk, "scale");
+                msgpack_pack_double(&e->pk, s->lora[i].scale);
+            }
+        }
+    }
 }
 
 static void encode_event(enc_t *e, const proto_event_t *ev)
@@ -917,7 +932,7 @@ enum {
     PROTO_SAMPLING_KNOBS(KNOB_ENUM)
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
     S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS, S_TOOL_CHOICE, S_PAR_TOOLS, S_N_CHOICES,
-    S_GRAMMAR, S_OP, S_ADD_SPECIAL, S_THINK, S_INPUTS, S_DIMS, S_NO_SPEC, S_PART,
+    S_GRAMMAR, S_OP, S_ADD_SPECIAL, S_THINK, S_INPUTS, S_DIMS, S_NO_SPEC, S_PART, S_LORA,
     S_N_FIELDS
 };
 _Static_assert(S_N_FIELDS <= 64, "read_map tracks seen keys in a 64-bit mask");
@@ -941,7 +956,19 @@ static const field_t submit_fields[] = {
     [S_THINK] = {"think", false},
     [S_INPUTS] = {"inputs", false},  [S_DIMS] = {"dims", false},
     [S_NO_SPEC] = {"no_spec", false}, [S_PART] = {"part", false},
+    [S_LORA] = {"lora", false},
 };
+
+static const field_t lora_fields[] = {{"name", true}, {"scale", false}};
+
+static int lora_field(dec_t *d, void *obj, int idx)
+{
+    proto_lora_t *l = obj;
+    if (idx == 0)
+        return get_str(d, &l->name, NULL, 1, PROTO_MAX_NAME);
+    l->has_scale = true;
+    return get_double(d, &l->scale, -100, 100, false);
+}
 
 static const field_t input_fields[] = {{"t", false}, {"ids", false}};
 
@@ -1090,6 +1117,17 @@ static int submit_field(dec_t *d, void *obj, int idx)
         return 0;
     case S_DIMS: return get_u32(d, &s->dimensions, 1, PROTO_MAX_EMBED_DIM);
     case S_PART: return get_uint(d, &s->partition, 0, UINT64_MAX);
+    case S_LORA:
+        if (get_array(d, &n, PROTO_MAX_LORA) < 0)
+            return -1;
+        if (n == 0)
+            return fail(d, PROTO_ERANGE, "'lora' is empty");
+        for (uint32_t i = 0; i < n; i++) {
+            s->n_lora = i + 1; /* freed from here on even when the map fails */
+            if (read_map(d, lora_fields, NFIELDS(lora_fields), lora_field, &s->lora[i]) < 0)
+                return -1;
+        }
+        return 0;
     case S_ADD_SPECIAL: {
         bool b;
         if (get_bool(d, &b) < 0)

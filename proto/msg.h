@@ -189,6 +189,13 @@
  *                         that predates the key skips it and shares its cache
  *                         across partitions: run workers at least as new as
  *                         the gateway when keys are on.
+ *   lora       array opt  LoRA adapters the request runs with, in order, 1..
+ *                         PROTO_MAX_LORA maps {name: str 1..PROTO_MAX_NAME (req),
+ *                         scale: float [-100, 100] (opt, default: the worker's
+ *                         scale of that adapter, --lora NAME=FILE:SCALE)}; absent =
+ *                         the base model. The worker answers ERROR 400 (err
+ *                         bad_request) for a name it has not loaded. Encoded
+ *                         only when non-empty.
  *
  * CANCEL (gateway → worker) stop a request; the worker answers with a final
  *   EVENT (finish "cancelled") unless the request had already finished.
@@ -318,6 +325,7 @@
 #define PROTO_MAX_MESSAGES 1024
 #define PROTO_MAX_TOKENS (1u << 20)       /* prompt_ids, resume, n_ctx */
 #define PROTO_MAX_CHOICES 128             /* SUBMIT n_choices, and inputs of op embed */
+#define PROTO_MAX_LORA 4            /* adapters in one SUBMIT's lora */
 #define PROTO_MAX_EMBED_DIM 65536         /* floats in one EVENT emb */
 #define PROTO_MAX_TOKEN_ID 0x7fffffff
 #define PROTO_MAX_STOP 16
@@ -502,6 +510,12 @@ typedef struct proto_input {
     uint32_t n_ids;
 } proto_input_t;
 
+typedef struct proto_lora {
+    char *name;                  /* name: the adapter as the worker knows it (--lora NAME=FILE) */
+    bool has_scale;              /* scale present */
+    double scale;                /* scale, when has_scale */
+} proto_lora_t;
+
 typedef struct proto_submit {
     uint64_t id;                 /* id */
     proto_priority_t priority;   /* prio */
@@ -535,6 +549,8 @@ typedef struct proto_submit {
     uint32_t n_inputs;
     uint32_t dimensions;         /* dims (op embed), 0 = absent */
     uint64_t partition;          /* part: prefix-cache partition, 0 = public (absent) */
+    proto_lora_t lora[PROTO_MAX_LORA]; /* lora: adapters, in order, (n_lora) */
+    uint32_t n_lora;
 } proto_submit_t;
 
 typedef struct proto_cancel {

@@ -3,6 +3,7 @@
 #include "worker/engine.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,10 +51,65 @@ void engine_free(engine_t **pe)
     engine_t *e = *pe;
     if (!e)
         return;
+    for (int32_t i = 0; i < e->n_lora; i++)
+        lora_free(&e->lora[i].ad);
     text_model_free(&e->text);
     model_free(&e->model);
     free(e);
     *pe = NULL;
+}
+
+int engine_add_lora(engine_t *e, const char *spec, char *err, size_t errlen)
+{
+    const char *eq = strchr(spec, '=');
+    if (!eq || eq == spec || (size_t)(eq - spec) > PROTO_MAX_NAME || !eq[1])
+        return errbuf_set(err, errlen, "--lora %s: expected NAME=FILE[:SCALE], NAME 1..%d bytes", spec,
+                          PROTO_MAX_NAME);
+    char name[PROTO_MAX_NAME + 1], *path = xstrdup(eq + 1);
+    snprintf(name, sizeof name, "%.*s", (int)(eq - spec), spec);
+    float scale = 1.0f;
+    char *colon = strrchr(path, ':');
+    if (colon) { /* ":SCALE" only when what follows is a whole number */
+        char *end;
+        double v = strtod(colon + 1, &end);
+        if (end != colon + 1 && *end == '\0') {
+            if (!(v >= -100 && v <= 100)) {
+                free(path);
+                return errbuf_set(err, errlen, "--lora %s: scale %g outside [-100, 100]", spec, v);
+            }
+            scale = (float)v;
+            *colon = '\0';
+        }
+    }
+    int rc = -1;
+    if (engine_find_lora(e, name))
+        errbuf_set(err, errlen, "--lora %s: the name %s is used twice", spec, name);
+    else if (e->n_lora >= LORA_MAX_ADAPTERS)
+        errbuf_set(err, errlen, "--lora %s: at most %d adapters per worker", spec, LORA_MAX_ADAPTERS);
+    else {
+        engine_lora_t *l = &e->lora[e->n_lora];
+        char lerr[256];
+        if (lora_load(path, e->model, &l->ad, lerr, sizeof lerr) != 0) {
+            errbuf_set(err, errlen, "--lora %s: %s", name, lerr);
+        } else {
+            snprintf(l->name, sizeof l->name, "%s", name);
+            l->scale = scale;
+            e->n_lora++;
+            log_info("adapter %s: %s, %d matrices, rank up to %d, alpha %g, %.1f MB", name, path, l->ad->n_pairs,
+                     l->ad->max_rank, (double)l->ad->alpha, (double)lora_bytes(l->ad) / 1e6);
+            rc = 0;
+        }
+    }
+    free(path);
+    return rc;
+}
+
+const engine_lora_t *engine_find_lora(const engine_t *e, const char *name)
+{
+    for (int32_t i = 0; i < e->n_lora; i++)
+        if (strcmp(e->lora[i].name, name) == 0)
+            return &e->lora[i];
+    return NULL;
 }
 
 int32_t engine_prompt_text(const engine_t *e, const char *text, size_t len, int32_t **out,

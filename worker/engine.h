@@ -21,7 +21,15 @@
 #include "common/text/text_model.h"
 #include "common/text/tokenizer.h"
 #include "proto/msg.h"
+#include "worker/model/lora.h"
 #include "worker/model/model.h"
+
+/* A LoRA adapter loaded next to the model (--lora NAME=FILE[:SCALE]). */
+typedef struct engine_lora {
+    char name[PROTO_MAX_NAME + 1];
+    lora_t *ad;                /* owned */
+    float scale;               /* used when a request names it without a scale */
+} engine_lora_t;
 
 typedef struct engine {
     model_t *model;            /* owned */
@@ -31,11 +39,22 @@ typedef struct engine {
     chat_template_t *tmpl;     /* text->tmpl; ChatML when the file has none */
     int32_t *turn_end_ids;     /* text->turn_end_ids, (n_turn_end) */
     int32_t n_turn_end;
+    engine_lora_t lora[LORA_MAX_ADAPTERS]; /* (n_lora) adapters, checked against model */
+    int32_t n_lora;
 } engine_t;
 
 /* Loads path. Returns NULL with a message in err on any failure. */
 engine_t *engine_load(const char *path, char *err, size_t errlen);
 void engine_free(engine_t **e);
+
+/* Loads the adapter of spec "NAME=FILE[:SCALE]" (scale default 1) for the
+ * engine's model (lora_load's checks). 0 ok; -1 with err: a bad spec, a
+ * name already used, more than LORA_MAX_ADAPTERS, or a file lora_load
+ * refuses. */
+int engine_add_lora(engine_t *e, const char *spec, char *err, size_t errlen);
+
+/* The adapter called name, or NULL. */
+const engine_lora_t *engine_find_lora(const engine_t *e, const char *name);
 
 /* model_pack_int8(e->model, n_threads) (model.h), logging what was packed
  * and how long it took. Call once after engine_load when the int8 kernels

@@ -38,6 +38,7 @@ typedef struct seq {
     uint64_t admitted;         /* admission order: preemption takes the newest */
     int64_t deadline_us;
 
+    lora_set_t lora;           /* the request's adapters (n 0: base) */
     int32_t *tokens;           /* (cap) prompt then generated ids */
     int32_t n_tokens;
     int32_t cap;
@@ -113,6 +114,7 @@ struct sched {
     const int32_t **b_tables;         /* (max_seqs) */
     int32_t *b_nblocks;               /* (max_seqs) */
     seq_t **b_seqs;                   /* (max_seqs) sequence of batch seq index */
+    lora_rows_t *lrows;               /* rows → adapter sets of the step (lora.h) */
     seq_t **b_draw;                   /* (max_seqs) sequences sampled this step, logits row order */
     int32_t *b_drow;                  /* (max_seqs) logits row of each b_draw entry */
     int32_t *b_ndraft;                /* (max_seqs) draft rows after each batch sequence's chunk */
@@ -468,6 +470,7 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     s->b_tables = xmalloc((size_t)ms * sizeof *s->b_tables);
     s->b_nblocks = xmalloc((size_t)ms * sizeof(int32_t));
     s->b_seqs = xmalloc((size_t)ms * sizeof *s->b_seqs);
+    s->lrows = lora_rows_new(mb, ms);
     s->b_draw = xmalloc((size_t)ms * sizeof *s->b_draw);
     s->b_chunk = xmalloc((size_t)ms * sizeof(int32_t));
     s->b_drow = xmalloc((size_t)ms * sizeof(int32_t));
@@ -549,6 +552,7 @@ void sched_free(sched_t **ps)
     free(s->b_tables);
     free(s->b_nblocks);
     free(s->b_seqs);
+    lora_rows_free(&s->lrows);
     free(s->b_draw);
     free(s->b_chunk);
     free(s->b_drow);
@@ -758,6 +762,7 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
                                                                 : r->top_logprobs;
     q->n_prompt = r->n_prompt;
     q->no_spec = r->no_spec;
+    q->lora = r->lora;
     if (q->top_logprobs >= 0)
         q->out_lps = xcalloc(SPEC_MAX_DRAFT + 1, sizeof *q->out_lps);
     for (int32_t i = 0; i < r->n_prompt; i++)
@@ -1577,6 +1582,7 @@ restart:
             q->in_batch = true;
             int32_t b = n_bseq++;
             s->b_seqs[b] = q;
+            s->lrows->by_seq[b] = &q->lora;
             s->b_chunk[b] = chunk;
             s->b_ndraft[b] = q->n_draft;
             if (pass == 0) {
@@ -1658,6 +1664,7 @@ int sched_step(sched_t *s)
         .block_tables = s->b_tables,
         .n_blocks = s->b_nblocks,
     };
+    lora_rows_fill(s->lrows, &fb);
     for (int32_t r = 0; r < n_rows; r++)
         if (s->b_hid[r]) {
             fb.want_hidden = s->b_hid;

@@ -98,6 +98,7 @@
 
 #include "worker/kernels/kv_store.h"
 #include "worker/kv_budget.h"
+#include "worker/model/lora.h"
 #include "worker/model/model.h"
 #include "worker/sampler.h"
 #include "worker/spec.h"
@@ -200,6 +201,9 @@ typedef struct sched_req {
                                 * either way; this only opts out of the extra rows) */
     uint64_t partition;        /* prefix-cache partition (kv_seq_set_partition; SUBMIT part):
                                 * only blocks of the same partition are reused; 0 = public */
+    lora_set_t lora;           /* adapters every row of the request runs with (lora.h; n 0 =
+                                * the base); they must outlive the request. The caller folds
+                                * them into partition (prefix_key_adapters) */
 } sched_req_t;
 
 #define SCHED_MAX_CHOICES 128

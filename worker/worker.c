@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/errbuf.h"
+#include "common/prefix_key.h"
 #include "common/file_mac.h"
 #include "common/log.h"
 #include "common/memavail.h"
@@ -253,6 +254,22 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
         }
         grammar = out->tool_grammar;
     }
+    /* the adapters, by name; their content and scales key the prefix cache */
+    _Static_assert(PROTO_MAX_LORA <= LORA_SET_MAX, "a SUBMIT's adapters fit one lora_set_t");
+    lora_set_t lora = {0};
+    uint64_t lhash[PROTO_MAX_LORA];
+    for (uint32_t i = 0; i < sm->n_lora; i++) {
+        const engine_lora_t *el = engine_find_lora(e, sm->lora[i].name);
+        if (!el) {
+            errbuf_set(err, errlen, "adapter '%s' is not loaded on this worker", sm->lora[i].name);
+            worker_req_clear(out);
+            return PROTO_ERR_BAD_REQUEST;
+        }
+        lora.ad[i] = el->ad;
+        lora.scale[i] = sm->lora[i].has_scale ? (float)sm->lora[i].scale : el->scale;
+        lhash[i] = el->ad->hash;
+        lora.n++;
+    }
     out->req = (sched_req_t){
         .id = sm->id,
         .priority = (int32_t)sm->priority,
@@ -263,7 +280,8 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
         .max_tokens = (int32_t)sm->max_tokens,
         .ignore_eos = sm->ignore_eos,
         .no_spec = sm->no_spec,
-        .partition = sm->partition,
+        .partition = prefix_key_adapters(sm->partition, lhash, lora.scale, lora.n),
+        .lora = lora,
         .stop = (const char *const *)sm->stop,
         .n_stop = (int32_t)sm->n_stop,
         /* a chat turn also ends at the template's end-of-turn token */
@@ -810,6 +828,9 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     w->engine = engine_load(w->model_path, err, errlen);
     if (!w->engine)
         goto err;
+    for (int32_t i = 0; i < cfg->n_loras; i++)
+        if (engine_add_lora(w->engine, cfg->loras[i], err, errlen) != 0)
+            goto err;
     t_load = clock_now_us();
     bool from_standby = false;
     if (cfg->standby_fd >= 0) {

@@ -76,6 +76,9 @@ typedef struct worker_config {
                                       <kv_cache_dir>.key */
     const char *draft_path;        /* --draft-model: GGUF of the draft model (sched.spec
                                     * SPEC_DRAFT), NULL = none */
+    const char *const *loras;      /* --lora NAME=FILE[:SCALE] (engine_add_lora), (n_loras);
+                                    * the strings must outlive worker_new */
+    int32_t n_loras;
     /* CURVE (proto/curve.h): all three Z85 keys, or all NULL for a plain link */
     const char *curve_server_key;  /* the gateway's public key */
     const char *curve_public_key;  /* our key pair */

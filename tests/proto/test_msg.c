@@ -1329,6 +1329,70 @@ static void test_roundtrip_rank(void **state)
     free(body);
 }
 
+/* lora: adapters by name, scale optional (absent = the worker's); not
+ * encoded when empty; bounds on the scale, the name and the count. */
+static void test_roundtrip_lora(void **state)
+{
+    (void)state;
+    proto_msg_t in, out;
+    proto_msg_init(&in, PROTO_SUBMIT);
+    in.submit.id = 11;
+    in.submit.kind = PROTO_KIND_COMPLETION;
+    in.submit.prompt = "x";
+    size_t len;
+    uint8_t *body = encode(&in, &len);
+    assert_null(memmem(body, len, "lora", 4));
+    free(body);
+    in.submit.n_lora = 2;
+    in.submit.lora[0] = (proto_lora_t){.name = "sql", .has_scale = true, .scale = 0.5};
+    in.submit.lora[1] = (proto_lora_t){.name = "style"};
+    roundtrip(&in, &out);
+    assert_int_equal(out.submit.n_lora, 2);
+    assert_string_equal(out.submit.lora[0].name, "sql");
+    assert_true(out.submit.lora[0].has_scale && out.submit.lora[0].scale == 0.5);
+    assert_string_equal(out.submit.lora[1].name, "style");
+    assert_false(out.submit.lora[1].has_scale);
+    proto_msg_clear(&out);
+    in.submit.lora[0].scale = 101; /* outside [-100, 100] */
+    body = encode(&in, &len);
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, NULL, 0), PROTO_ERANGE);
+    free(body);
+    in.submit.lora[0] = (proto_lora_t){.name = ""}; /* empty name */
+    body = encode(&in, &len);
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, NULL, 0), PROTO_ERANGE);
+    free(body);
+    /* more adapters than PROTO_MAX_LORA, an empty list, a map without name */
+    for (int c = 0; c < 3; c++) {
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 4);
+        msgpack_pack_str_with_body(&pk, "id", 2);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_str_with_body(&pk, "prio", 4);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_str_with_body(&pk, "kind", 4);
+        msgpack_pack_str_with_body(&pk, proto_kind_name(PROTO_KIND_COMPLETION),
+                                   strlen(proto_kind_name(PROTO_KIND_COMPLETION)));
+        msgpack_pack_str_with_body(&pk, "lora", 4);
+        uint32_t n = c == 0 ? PROTO_MAX_LORA + 1 : c == 1 ? 0 : 1;
+        msgpack_pack_array(&pk, n);
+        for (uint32_t i = 0; i < n; i++) {
+            msgpack_pack_map(&pk, 1);
+            if (c == 2) {
+                msgpack_pack_str_with_body(&pk, "scale", 5);
+                msgpack_pack_double(&pk, 1.0);
+            } else {
+                msgpack_pack_str_with_body(&pk, "name", 4);
+                msgpack_pack_str_with_body(&pk, "a", 1);
+            }
+        }
+        assert_int_equal(decode_body(PROTO_SUBMIT, &sb, &out), c == 2 ? PROTO_EFIELD : PROTO_ERANGE);
+        msgpack_sbuffer_destroy(&sb);
+    }
+}
+
 /* Event-specific shape rules. */
 /* op embed: inputs (text and ids) and dims in the SUBMIT, the vector as
  * little-endian float32 bytes in the EVENT; the cross-key rules. */
@@ -1577,6 +1641,7 @@ int main(void)
         cmocka_unit_test(test_event_rules),
         cmocka_unit_test(test_roundtrip_embed),
         cmocka_unit_test(test_roundtrip_rank),
+        cmocka_unit_test(test_roundtrip_lora),
         cmocka_unit_test(test_fuzz_corpus),
         cmocka_unit_test(test_zmq_roundtrip),
     };

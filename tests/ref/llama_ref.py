@@ -54,7 +54,7 @@ q8 attention quantizes them (same blocks, d kept unrounded), in float64; the
 scores are then the products of those values (pagoda sums them exactly in int32).
 
 Usage:
-  llama_ref.py MODEL --seq 1,2,3 [--seq 4,5 ...] [--kv-f16] --out FILE
+  llama_ref.py MODEL --seq 1,2,3 [--seq 4,5 ...] [--kv-f16] [--lora A.gguf [--lora-scale S]] --out FILE
       writes float32 logits for every position of every sequence, sequences
       concatenated in order: (sum of lengths, vocab), little-endian, no header.
   llama_ref.py MODEL --seq 1,2,3 [--kv-f16] --greedy N
@@ -253,6 +253,37 @@ class Model:
             self.layers.append(L)
         self.vocab = self.emb.shape[0]
 
+    def apply_lora(self, path, scale):
+        """W += s * B A for every matrix the LoRA adapter at path changes, in
+        float64: A = <W>.lora_a (r, in), B = <W>.lora_b (out, r), s = scale *
+        alpha / r (scale alone when adapter.lora.alpha is 0 or absent), the
+        rule llama.cpp's adapter loader documents. A fused attn_qkv's delta
+        splits by rows like the weight does."""
+        g = GGUF(path)
+        if g.get("general.type") != "adapter" or g.get("adapter.type") != "lora":
+            raise ValueError("%s: not a LoRA adapter" % path)
+        if g.arch() != self.arch:
+            raise ValueError("%s: adapter for %s, model is %s" % (path, g.arch(), self.arch))
+        alpha = float(g.get("adapter.lora.alpha", 0.0))
+        keys = {"attn_q": ["wq"], "attn_k": ["wk"], "attn_v": ["wv"], "attn_output": ["wo"],
+                "ffn_gate": ["wg"], "ffn_up": ["wu"], "ffn_down": ["wd"], "attn_qkv": ["wq", "wk", "wv"]}
+        for name in g.tensors:
+            if not name.endswith(".lora_a"):
+                continue
+            base = name[:-len(".lora_a")]
+            parts = base.split(".")          # blk, L, proj, weight
+            a = g.tensor(name).astype(np.float64)             # (r, in)
+            b = g.tensor(base + ".lora_b").astype(np.float64)  # (out, r)
+            r = a.shape[0]
+            s = scale * alpha / r if alpha != 0 else scale
+            delta = s * (b @ a)                                # (out, in)
+            L = self.layers[int(parts[1])]
+            row = 0
+            for k in keys[parts[2]]:
+                n = L[k].shape[0]
+                L[k] = L[k] + delta[row:row + n]
+                row += n
+
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
@@ -363,8 +394,13 @@ def main():
     ap.add_argument("--embed", help="write float32 pooled, L2-normalised embeddings here")
     ap.add_argument("--pooling", choices=["mean", "last"], help="default: the GGUF's pooling_type")
     ap.add_argument("--rank", help="write float32 rank-head outputs here (a reranker)")
+    ap.add_argument("--lora", action="append", default=[], help="a LoRA adapter GGUF applied to the model")
+    ap.add_argument("--lora-scale", action="append", type=float, default=[],
+                    help="the scale of the --lora of the same position (default 1)")
     args = ap.parse_args()
     m = Model(args.model, kv_f16=args.kv_f16, kv_q8=args.kv_q8)
+    for i, path in enumerate(args.lora):
+        m.apply_lora(path, args.lora_scale[i] if i < len(args.lora_scale) else 1.0)
     seqs = [[int(t) for t in s.split(",") if t != ""] for s in args.seq]
     if args.greedy:
         toks = list(seqs[0])

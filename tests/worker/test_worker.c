@@ -44,6 +44,9 @@
 #define WAIT_US 60000000LL   /* generous: sanitizer builds on a shared 2-core box */
 
 static const char *g_model;
+static const char *const *g_loras; /* --lora specs of the next fx_new, (g_n_loras) */
+static int32_t g_n_loras;
+static int32_t g_max_seqs = 4;      /* max_seqs of the next fx_new */
 static const char *PROMPT = "Once upon a time";
 
 /* What the fake gateway saw of one request. */
@@ -74,7 +77,7 @@ typedef struct fx {
     int64_t t_next_hb_us;    /* our next HEARTBEAT to the worker */
     uint64_t hb_seq;
     bool stopped;            /* worker_run_once returned false */
-    seen_t seen[8];          /* by request id 1..7 */
+    seen_t seen[40];         /* by request id 1..39 */
 } fx_t;
 
 static void send_msg(fx_t *f, const proto_msg_t *m)
@@ -119,7 +122,7 @@ static void drain_router(fx_t *f)
             f->reg = m.reg;
             snprintf(f->reg_model, sizeof f->reg_model, "%s", m.reg.model);
         } else if (m.type == PROTO_EVENT) {
-            assert_true(m.event.id >= 1 && m.event.id < 8);
+            assert_true(m.event.id >= 1 && m.event.id < 40);
             seen_t *s = &f->seen[m.event.id];
             assert_false(s->final); /* nothing after the final event */
             s->n_events++;
@@ -151,7 +154,7 @@ static void drain_router(fx_t *f)
                 s->err = m.event.err;
             }
         } else if (m.type == PROTO_ERROR) {
-            assert_true(m.error.id >= 1 && m.error.id < 8);
+            assert_true(m.error.id >= 1 && m.error.id < 40);
             f->seen[m.error.id].err_code = m.error.code;
             f->seen[m.error.id].err = m.error.err;
             /* the code is the one that goes with the cause, for older gateways */
@@ -222,8 +225,10 @@ static fx_t *fx_new_slowed(const char *step_sleep_ms)
     c.model_name = "stories";
     c.model_path = g_model;
     c.heartbeat_ms = HB_MS;
-    c.sched.max_seqs = 4;
+    c.sched.max_seqs = g_max_seqs;
     c.sched.n_threads = 1;
+    c.loras = g_loras;
+    c.n_loras = g_n_loras;
     char err[256];
     if (step_sleep_ms)
         setenv("PAGODA_TEST_STEP_SLEEP_MS", step_sleep_ms, 1);
@@ -232,7 +237,7 @@ static fx_t *fx_new_slowed(const char *step_sleep_ms)
     if (!f->w)
         fail_msg("worker_new: %s", err);
     RUN_UNTIL(f, f->have_peer, "REGISTER");
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 40; i++)
         f->seen[i].lp_ok = true;
     return f;
 }
@@ -691,6 +696,108 @@ static void test_new_rejects_bad_config(void **state)
     assert_true(strlen(err) > 0);
 }
 
+static bool all_final(const fx_t *f, int n)
+{
+    for (int i = 1; i <= n; i++)
+        if (!f->seen[i].final)
+            return false;
+    return true;
+}
+
+/* LoRA: 32 greedy streams spread over 8 adapters (one request with two of
+ * them, one at another scale) and the base, in one worker with 32 slots —
+ * so steps mix every adapter set — each equal, token for token and byte
+ * for byte, to the same request alone on a scheduler of its own; the
+ * adapters change the text; a name the worker has not loaded → ERROR
+ * bad_request. Adapters: pagoda-mkmodel --lora-for of ranks 4..32. */
+static void test_lora_streams(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    char dir[] = "/tmp/pagoda-wlora-XXXXXX", specs[8][160], args[512], name[32];
+    assert_non_null(mkdtemp(dir));
+    const char *sp[8];
+    for (int i = 0; i < 8; i++) {
+        snprintf(name, sizeof name, "a%d.gguf", i);
+        snprintf(args, sizeof args, "--lora-for %s --lora-rank %d --seed %d%s", g_model, 4 << (i % 4), 40 + i,
+                 i % 2 ? " --type F16" : "");
+        assert_int_equal(support_mkmodel(dir, name, args), 0);
+        snprintf(specs[i], sizeof specs[i], "ad%d=%s/%s%s", i, dir, name, i == 3 ? ":0.5" : "");
+        sp[i] = specs[i];
+    }
+    g_loras = sp;
+    g_n_loras = 8;
+    g_max_seqs = 32;
+    fx_t *f = fx_new();
+    g_loras = NULL;
+    g_n_loras = 0;
+    g_max_seqs = 4;
+    static const char *const prompts[4] = {"Once upon a time", "The cat", "Lily and Ben", "One day"};
+    char names[33][8];
+    proto_msg_t m;
+    for (uint64_t id = 1; id <= 33; id++) {
+        submit_init(&m, id, prompts[id % 4], 24);
+        int a = (int)(id % 9) - 1; /* -1 = the base */
+        snprintf(names[id - 1], sizeof names[id - 1], id == 33 ? "nope" : "ad%d", a < 0 ? 0 : a);
+        if (a >= 0 || id == 33) {
+            m.submit.n_lora = 1;
+            m.submit.lora[0].name = names[id - 1];
+            if (id == 10) { /* ad0 at 0.25 plus ad5 */
+                m.submit.lora[0].has_scale = true;
+                m.submit.lora[0].scale = 0.25;
+                m.submit.n_lora = 2;
+                m.submit.lora[1].name = (char *)"ad5";
+            }
+        }
+        send_msg(f, &m);
+    }
+    RUN_UNTIL(f, all_final(f, 32) && f->seen[33].err_code != 0, "32 streams and the refusal");
+    assert_int_equal(f->seen[33].err, PROTO_ERR_BAD_REQUEST);
+    int differ = 0;
+    for (uint64_t id = 1; id <= 32; id++) {
+        submit_init(&m, id, prompts[id % 4], 24);
+        int a = (int)(id % 9) - 1;
+        if (a >= 0) {
+            m.submit.n_lora = 1;
+            m.submit.lora[0].name = names[id - 1];
+            if (id == 10) {
+                m.submit.lora[0].has_scale = true;
+                m.submit.lora[0].scale = 0.25;
+                m.submit.n_lora = 2;
+                m.submit.lora[1].name = (char *)"ad5";
+            }
+        }
+        char err[256];
+        worker_req_t r;
+        assert_int_equal(worker_req_from_submit(worker_engine(f->w), &m.submit, 0, &r, err, sizeof err),
+                         PROTO_ERR_NONE);
+        assert_int_equal(r.req.lora.n, (int32_t)m.submit.n_lora);
+        assert_true(a < 0 ? r.req.partition == 0 : r.req.partition != 0); /* adapters key their own blocks */
+        int32_t ref[MAX_IDS];
+        char ref_text[TEXT_CAP];
+        size_t ref_len = 0;
+        int32_t n_ref = reference_run(worker_engine(f->w), &r.req, ref, MAX_IDS, ref_text, &ref_len);
+        worker_req_clear(&r);
+        const seen_t *s = &f->seen[id];
+        if (s->n_ids != (uint32_t)n_ref || memcmp(s->ids, ref, (size_t)n_ref * sizeof *ref) != 0)
+            fail_msg("request %d (adapter %d): batched tokens differ from the request alone", (int)id, a);
+        assert_int_equal(s->text_len, ref_len);
+        assert_memory_equal(s->text, ref_text, ref_len);
+        /* against the base's stream of the same prompt (ids 9, 18, 27) */
+        if (a >= 0) {
+            for (uint64_t j = 9; j <= 27; j += 9)
+                if (j % 4 == id % 4 && (f->seen[j].n_ids != s->n_ids ||
+                                        memcmp(f->seen[j].ids, s->ids, s->n_ids * sizeof *s->ids) != 0))
+                    differ++;
+        }
+    }
+    assert_true(differ > 0); /* adapters change the text */
+    fx_free(&f);
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -712,6 +819,7 @@ int main(void)
         cmocka_unit_test(test_register_and_greedy_stream),
         cmocka_unit_test(test_errors_cancel_timeout),
         cmocka_unit_test(test_drain_and_shutdown),
+        cmocka_unit_test(test_lora_streams),
     };
     return cmocka_run_group_tests(tests, group_setup, NULL);
 }

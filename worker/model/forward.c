@@ -60,6 +60,12 @@ struct forward {
     int score_rows;      /* n_head when att_row, else the group size */
     size_t scores_ld;    /* ctx rounded up to 16 floats (no false sharing) */
     int32_t *wanted;     /* (max_rows)         indices of rows with want_logits */
+    /* LoRA (fwd_batch_t.lora_set): this step's rows grouped by adapter set */
+    int32_t *lora_rows;  /* (max_rows) rows of group 0, then of group 1, ... */
+    int32_t *lora_grp0;  /* (max_rows + 1) group g's rows are lora_rows[grp0[g] .. grp0[g+1]) */
+    int32_t *lora_gset;  /* (max_rows) the set index of group g */
+    int n_lora_grp;      /* groups this step (0: no row has an adapter) */
+    lowrank_scratch_t lr;/* xg (max_rows, lora_w), t (max_rows, LORA_MAX_RANK), d (max_rows, lora_w) */
     ws_t *ws;            /* per-thread ranges of ffn_gate_up's column tasks and of
                           * qkv_attention_by_head's kv heads */
     _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
@@ -114,11 +120,17 @@ static int bad(forward_t *f, const char *fmt, ...)
     return -1;
 }
 
+/* matmul scratch width: the model's widest row, or a LoRA B's r */
+static int64_t mm_cols(const model_t *m)
+{
+    return m->max_cols > LORA_MAX_RANK ? m->max_cols : LORA_MAX_RANK;
+}
+
 int forward_set_int8(forward_t *f, bool on)
 {
     if (!on) {
         matmul_free(&f->mm);
-        f->mm = matmul_new(f->m->max_cols, f->n_threads);
+        f->mm = matmul_new(mm_cols(f->m), f->n_threads);
         return 0;
     }
     if (matmul_use_int8(f->mm, f->max_rows) != 0)
@@ -181,6 +193,12 @@ static void forward_carve(forward_t *f)
         f->moe_out = carve(f, R * c->dim);
     }
     f->scores = carve(f, (size_t)f->n_threads * (size_t)f->score_rows * f->scores_ld);
+    /* LoRA scratch: the widest input / output of an adaptable matrix */
+    size_t lw = (size_t)c->dim > ffn ? (size_t)c->dim : ffn;
+    lw = lw > (size_t)c->q_dim ? lw : (size_t)c->q_dim;
+    f->lr.xg = carve(f, R * lw);
+    f->lr.t = carve(f, R * LORA_MAX_RANK);
+    f->lr.d = carve(f, R * lw);
 }
 
 forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
@@ -190,7 +208,7 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->m = m;
     f->max_rows = max_rows > 0 ? max_rows : 1;
     f->n_threads = n_threads > 0 ? n_threads : 2;
-    f->mm = matmul_new(m->max_cols, f->n_threads);
+    f->mm = matmul_new(mm_cols(m), f->n_threads);
     size_t R = (size_t)f->max_rows;
     f->scores_ld = ((size_t)c->ctx + 15) / 16 * 16;
     f->att_row = (size_t)c->n_head * f->scores_ld * sizeof(float) <= FWD_ATT_ROW_SCRATCH;
@@ -205,6 +223,9 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
         f->exp_n = xcalloc(E, sizeof(int32_t));
     }
     f->wanted = xmalloc(R * sizeof(int32_t));
+    f->lora_rows = xmalloc(R * sizeof(int32_t));
+    f->lora_grp0 = xmalloc((R + 1) * sizeof(int32_t));
+    f->lora_gset = xmalloc(R * sizeof(int32_t));
     f->ws = ws_new(f->n_threads);
     const char *pe = getenv("PAGODA_FWD_PROFILE");
     f->prof = pe && *pe && *pe != '0';
@@ -241,6 +262,9 @@ void forward_free(forward_t **fp)
     free(f->exp_rows);
     free(f->exp_n);
     free(f->wanted);
+    free(f->lora_rows);
+    free(f->lora_grp0);
+    free(f->lora_gset);
     ws_free(&f->ws);
     free(f);
     *fp = NULL;
@@ -281,6 +305,17 @@ static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
             return bad(f, "row %d: position %d outside [0, %d)", r, p, c->ctx);
         if (s < 0 || s >= b->n_seq || !b->block_tables[s])
             return bad(f, "row %d: sequence %d outside [0, %d) or without block table", r, s, b->n_seq);
+        if (b->lora_set) {
+            int32_t ls = b->lora_set[r];
+            if (ls < -1 || ls >= b->n_lora_sets || !b->lora_sets)
+                return bad(f, "row %d: adapter set %d outside [-1, %d)", r, ls, b->n_lora_sets);
+            const lora_set_t *set = ls >= 0 ? &b->lora_sets[ls] : NULL;
+            if (set && (set->n < 0 || set->n > LORA_SET_MAX))
+                return bad(f, "adapter set %d has %d adapters (at most %d)", ls, set->n, LORA_SET_MAX);
+            for (int i = 0; set && i < set->n; i++)
+                if (!set->ad[i] || set->ad[i]->n_layer != c->n_layer || !isfinite(set->scale[i]))
+                    return bad(f, "adapter set %d: adapter %d is missing, of another model or has a bad scale", ls, i);
+        }
         int32_t last = p / kv->block_size;
         if (b->n_blocks && last >= b->n_blocks[s])
             return bad(f, "row %d: position %d needs block %d, sequence %d has %d", r, p, last, s, b->n_blocks[s]);
@@ -629,6 +664,50 @@ static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_
     }
 }
 
+/* Groups this step's rows by adapter set (f->lora_rows / grp0 / gset), in
+ * ascending set index and row order; n_lora_grp 0 when no row has one. */
+static void lora_group(forward_t *f, const fwd_batch_t *b)
+{
+    f->n_lora_grp = 0;
+    if (!b->lora_set)
+        return;
+    int n = 0;
+    for (int32_t s = 0; s < b->n_lora_sets; s++) {
+        const int start = n;
+        if (b->lora_sets[s].n == 0)
+            continue;
+        for (int r = 0; r < b->n_rows; r++)
+            if (b->lora_set[r] == s)
+                f->lora_rows[n++] = r;
+        if (n > start) {
+            f->lora_grp0[f->n_lora_grp] = start;
+            f->lora_gset[f->n_lora_grp++] = s;
+        }
+    }
+    f->lora_grp0[f->n_lora_grp] = n;
+}
+
+/* y (R, ldy) += each row's adapters' update of layer l's projection p
+ * (lowrank.h), x (R, ldx) its input: group by group, adapter by adapter in
+ * the set's order (a row's sum does not depend on the other rows). */
+static void lora_add(forward_t *f, const fwd_batch_t *b, int l, enum lora_proj p, const float *x, int64_t ldx,
+                     float *y, int64_t ldy)
+{
+    for (int g = 0; g < f->n_lora_grp; g++) {
+        const lora_set_t *set = &b->lora_sets[f->lora_gset[g]];
+        const int32_t *rows = f->lora_rows + f->lora_grp0[g];
+        const int n = f->lora_grp0[g + 1] - f->lora_grp0[g];
+        for (int i = 0; i < set->n; i++) {
+            const lowrank_t *lr = lora_pair(set->ad[i], l, p);
+            if (!lr)
+                continue;
+            int rc = lowrank_add(f->mm, lr, set->scale[i] * lr->factor, x, ldx, rows, n, y, ldy, &f->lr);
+            assert(rc == 0 && "adapters were checked against the model at load");
+            (void)rc;
+        }
+    }
+}
+
 /* Batches up to this many rows take qkv_attention_by_head. */
 #define FWD_BY_HEAD_MAX_ROWS 8
 
@@ -662,6 +741,24 @@ static void ffn_gate_up(forward_t *f, const matmul_weight_t *wg, const matmul_we
             act_mul(c->ffn_act, h, h, f->hu + (size_t)r * ffn + n0, (size_t)(n1 - n0));
         }
     }
+}
+
+/* ffn_gate_up for a step with adapters: gate and up in one region, each
+ * adapter's update of them, then the activation (the fused path applies it
+ * inside the region, before an update could be added). */
+static void ffn_gate_up_lora(forward_t *f, const fwd_batch_t *b, int l, int R)
+{
+    const model_config_t *c = &f->m->cfg;
+    const model_layer_t *L = &f->m->layers[l];
+    const int64_t ffn = L->w_gate.rows;
+    const matmul_weight_t *wgu[2] = {&L->w_gate, &L->w_up};
+    float *const ygu[2] = {f->hg, f->hu};
+    mm_multi(f, wgu, 2, f->xb, R, ygu);
+    lora_add(f, b, l, LORA_GATE, f->xb, c->dim, f->hg, ffn);
+    lora_add(f, b, l, LORA_UP, f->xb, c->dim, f->hu, ffn);
+#pragma omp parallel for num_threads(nth(f, (size_t)R * ffn)) schedule(static)
+    for (int r = 0; r < R; r++)
+        act_mul(c->ffn_act, f->hg + (size_t)r * ffn, f->hg + (size_t)r * ffn, f->hu + (size_t)r * ffn, (size_t)ffn);
 }
 
 /* Router of a MoE layer, per row: probabilities p (n_expert) = softmax(xb ·
@@ -818,7 +915,10 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
      * tok/s best, 1-row 117 -> 122). Needs the kv heads to spread evenly
      * over the threads (or enough of them that the remainder matters little)
      * and 16-aligned head slices. */
-    const bool by_head = R <= FWD_BY_HEAD_MAX_ROWS && c->head_dim % 16 == 0 &&
+    /* rows with adapters add their updates between the projections and
+     * rope: the two-region path */
+    lora_group(f, b);
+    const bool by_head = f->n_lora_grp == 0 && R <= FWD_BY_HEAD_MAX_ROWS && c->head_dim % 16 == 0 &&
                          (c->n_kv_head % f->n_threads == 0 || c->n_kv_head >= 4 * f->n_threads);
     for (int l = 0; l < c->n_layer; l++) {
         const model_layer_t *L = &m->layers[l];
@@ -834,6 +934,9 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
             const matmul_weight_t *wqkv[3] = {&L->wq, &L->wk, &L->wv};
             float *const yqkv[3] = {f->q, f->k, f->v};
             mm_multi(f, wqkv, 3, f->xb, R, yqkv);
+            lora_add(f, b, l, LORA_Q, f->xb, dim, f->q, c->q_dim);
+            lora_add(f, b, l, LORA_K, f->xb, dim, f->k, c->kv_dim);
+            lora_add(f, b, l, LORA_V, f->xb, dim, f->v, c->kv_dim);
 
             /* + biases; per-head rmsnorm of q and k (qk_norm); rotate q and k by
              * their row's position; cache[l, block_table[pos / bs], pos % bs] = k, v
@@ -848,6 +951,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
         /* xb = att · Woᵀ;  [gemma: xb = rmsnorm(xb) * attn_post_norm]
          * x += xb;  xb = rmsnorm(x) * ffn_norm */
         PROF(PH_WO, matmul_weight_bytes(&L->wo), mm(f, &L->wo, f->att, R, f->xb));
+        lora_add(f, b, l, LORA_O, f->att, c->q_dim, f->xb, dim);
         PROF(PH_NORM, 0, {
             if (L->attn_post_norm)
                 add_rmsnorm(f, f->xb, NULL, f->xb, L->attn_post_norm, R, dim, c->norm_eps);
@@ -861,8 +965,12 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
             ffn_moe(f, L, R);
             out = f->moe_out;
         } else {
-            PROF(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up), ffn_gate_up(f, &L->w_gate, &L->w_up, f->xb, R));
+            if (f->n_lora_grp > 0)
+                ffn_gate_up_lora(f, b, l, R);
+            else
+                PROF(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up), ffn_gate_up(f, &L->w_gate, &L->w_up, f->xb, R));
             PROF(PH_DOWN, matmul_weight_bytes(&L->w_down), mm(f, &L->w_down, f->hg, R, f->xb));
+            lora_add(f, b, l, LORA_DOWN, f->hg, L->w_gate.rows, f->xb, dim);
         }
         /* [gemma: out = rmsnorm(out) * ffn_post_norm] */
         if (L->ffn_post_norm)

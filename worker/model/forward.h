@@ -53,6 +53,7 @@
 #include <stdint.h>
 
 #include "worker/kernels/kv_store.h"
+#include "worker/model/lora.h"
 #include "worker/model/model.h"
 
 typedef struct fwd_batch {
@@ -68,6 +69,11 @@ typedef struct fwd_batch {
                                           * final hidden state (embeddings) */
     float *hidden;                       /* (rows with want_hidden, dim) output, row order:
                                           * rmsnorm(x) * output_norm, what the LM head reads */
+    /* LoRA (lora.h): row r runs with the adapters lora_sets[lora_set[r]]
+     * (-1: the base alone). NULL lora_set: every row is the base's. */
+    const int32_t *lora_set;             /* (n_rows) or NULL */
+    int32_t n_lora_sets;
+    const lora_set_t *lora_sets;         /* (n_lora_sets) */
 } fwd_batch_t;
 
 typedef struct forward forward_t;

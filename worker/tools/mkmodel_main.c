@@ -11,6 +11,7 @@
  *       [--pooling N] ({arch}.pooling_type for embeddings: 1 mean, 3 last; absent by default)
  *       [--chat-template FILE] [--mute-special] [--logit-scale S]
  *       [--rank 1] [--rerank-template FILE]
+ *   pagoda-mkmodel --lora-for BASE.gguf -o OUT.gguf ...  (a LoRA adapter: worker/tools/mklora.h)
  *
  * --rank 1 writes a reranker (worker/model/rank_head.h): pooling_type 4 and
  * the family's rank head, F32 — for a family with rank_last_softmax
@@ -75,6 +76,7 @@
 #include "common/text/gguf.h"
 #include "common/text/gguf_write.h"
 #include "worker/kernels/quant.h"
+#include "worker/tools/mklora.h"
 #include "worker/model/arch.h"
 
 enum init_kind { INIT_NORMAL, INIT_NORM_WEIGHT };
@@ -734,6 +736,8 @@ static gen_tensor_t *plan_tensors(const opts_t *o, int64_t vocab, size_t *n_out)
 int main(int argc, char **argv)
 {
     log_init("mkmodel", LOG_INFO);
+    if (mklora_wanted(argc, argv)) /* an adapter for a base: worker/tools/mklora.h */
+        return mklora_main(argc, argv);
     opts_t o;
     if (parse_args(argc, argv, &o) != 0)
         return 2;

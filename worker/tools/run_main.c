@@ -3,6 +3,9 @@
  *   pagoda-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]
  *              [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos] [--kv-type auto|f16|f32|q8_0]
  *   pagoda-run -m FILE --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N] [--baseline]
+ *   --lora NAME=FILE[:SCALE] (repeatable): a prompt runs with every adapter
+ *   given (at most 4); --bench spreads them, sequence i running adapter
+ *   i mod (n + 1) (0 = the base model)
  *   pagoda-run [-m FILE] --bench-bandwidth [--threads N]
  *
  * Only the continuation goes to stdout; diagnostics go to stderr. It runs the
@@ -41,6 +44,7 @@ static void usage(FILE *f)
             "                  [--max-batch-tokens N] [--exact-matmul] [--kv-type auto|f16|f32|q8_0] [--baseline]\n"
             "                  [--kv-budget-mb N]  (KV pool budget, default 1024) [--bench-bandwidth]\n"
             "       pagoda-run [-m FILE.gguf] --bench-bandwidth [--threads N]\n"
+            "  --lora NAME=FILE[:SCALE] (repeatable): adapters; --bench spreads them over the sequences\n"
             "       pagoda-run -m FILE.gguf --bench-spec [-n N] [--threads N]\n"
             "  --spec off|ngram|draft (speculative decoding, default off), --draft-model FILE,\n  --spec-max-draft N (8),"
             "  --spec-max-rows N (16: no drafts in steps of more rows)\n"
@@ -132,6 +136,10 @@ static int bench_once(engine_t *e, const sched_config_t *base, int c, int max_se
         sched_req_t r = {.id = (uint64_t)i + 1, .priority = 1, .prompt = prompt,
                          .n_prompt = prompt_tokens, .max_tokens = n_gen, .ignore_eos = true,
                          .top_logprobs = -1};
+        /* with --lora: sequence i runs adapter i mod (n + 1), 0 = the base */
+        int ai = e->n_lora > 0 ? i % (e->n_lora + 1) : 0;
+        if (ai > 0)
+            r.lora = (lora_set_t){.n = 1, .ad = {e->lora[ai - 1].ad}, .scale = {e->lora[ai - 1].scale}};
         sampler_params_default(&r.sampling);
         r.sampling.temperature = 0;
         if (sched_submit(s, &r, err, sizeof err) != 0) {
@@ -646,6 +654,8 @@ typedef struct run_opts {
     int n, chat, bench, bench_bw, bench_spec, prompt_tokens, ignore_eos, baseline;
     sampler_params_t sp;
     sched_config_t cfg;
+    const char *loras[LORA_MAX_ADAPTERS]; /* --lora NAME=FILE[:SCALE], (n_loras) */
+    int n_loras;
 } run_opts_t;
 
 /* Fills *o from argv. Returns -1 to go on, else the exit code (--help, a
@@ -660,7 +670,7 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
     sampler_params_t *sp = &o->sp;
     sched_config_t *cfg = &o->cfg;
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
-           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_BENCH_SPEC, O_DRAFT };
+           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_BENCH_SPEC, O_DRAFT, O_LORA };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
@@ -682,12 +692,20 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
         {"spec-max-rows", required_argument, 0, O_SPEC_ROWS},
         {"bench-spec", no_argument, 0, O_BENCH_SPEC},
         {"draft-model", required_argument, 0, O_DRAFT},
+        {"lora", required_argument, 0, O_LORA},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "m:p:n:t:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
+        case O_LORA:
+            if (o->n_loras >= LORA_MAX_ADAPTERS) {
+                fprintf(stderr, "pagoda-run: at most %d --lora\n", LORA_MAX_ADAPTERS);
+                return 2;
+            }
+            o->loras[o->n_loras++] = optarg;
+            break;
         case 'p': o->prompt = optarg; break;
         case 'n': o->n = atoi(optarg); break;
         case O_TEMP: sp->temperature = strtof(optarg, NULL); break;
@@ -765,6 +783,12 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
                      .ignore_eos = o->ignore_eos, .sampling = o->sp, .top_logprobs = -1,
                      .stop_ids = o->chat ? e->turn_end_ids : NULL,
                      .n_stop_ids = o->chat ? e->n_turn_end : 0};
+    /* --lora: the prompt runs with every adapter given (at most LORA_SET_MAX) */
+    for (int32_t i = 0; i < e->n_lora && i < LORA_SET_MAX; i++) {
+        r.lora.ad[i] = e->lora[i].ad;
+        r.lora.scale[i] = e->lora[i].scale;
+        r.lora.n++;
+    }
     if (sched_submit(s, &r, err, sizeof err) != 0) {
         fprintf(stderr, "pagoda-run: %s\n", err);
         rc = 2;
@@ -855,6 +879,12 @@ int main(int argc, char **argv)
         engine_free(&draft);
         return 1;
     }
+    for (int i = 0; i < o.n_loras; i++)
+        if (engine_add_lora(e, o.loras[i], err, sizeof err) != 0) {
+            fprintf(stderr, "pagoda-run: %s\n", err);
+            rc = 1;
+            goto out;
+        }
     const char *why = NULL;
     if (sampler_params_validate(&o.sp, e->model->cfg.vocab, &why) != 0) {
         fprintf(stderr, "pagoda-run: bad sampling parameters: %s\n", why ? why : "?");

@@ -1,0 +1,349 @@
+/* Tests for worker/model/lora and the adapter path of the forward pass.
+ *
+ * Adapters are made by pagoda-mkmodel --lora-for (random A/B in the layout
+ * llama.cpp's converter writes) for stories260K (../shared/models, or the
+ * build's stand-in), and the logits checked against tests/ref/llama_ref.py
+ * --lora FILE --lora-scale S, which adds s · B·A (s = scale · alpha / r) to
+ * the weights in float64. Tolerance, as test_forward.c against the same
+ * reference (F32 cache, exact matmuls):
+ *     max |pagoda - ref| <= 5e-4 * max(1, max |ref|)   over every logit
+ *
+ *  - rank 8 (F32, alpha = r) and rank 64 (F16, alpha 16: the alpha / r rule)
+ *    and rank 32 Q8_0, every row of the batch with the adapter;
+ *  - a mixed batch: four sequences — base, adapter A, adapter B at 0.5,
+ *    A and B together — in chunked steps (each step mixes every set), each
+ *    sequence against its own reference and against itself run alone
+ *    (max |batched - alone| <= 1e-4 * max(1, max |alone|));
+ *  - refusals with a message naming the cause: an adapter of another
+ *    architecture, one made for a base of other shapes, a model file given
+ *    as an adapter.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "worker/model/forward.h"
+#include "worker/model/lora.h"
+#include "worker/model/model.h"
+#include "tests/support/support.h"
+
+#define PY "/usr/bin/python3"
+#define BS 16
+#define TOL_REF 5e-4
+#define TOL_SELF 1e-4
+#define MAX_SEQ 4
+#define SEQ_LEN 40
+
+static char g_tmp[64];
+static const char *g_base;  /* stories260K or its stand-in */
+static model_t *g_m;
+
+typedef struct sq {
+    int32_t tok[SEQ_LEN];
+    int n;
+    int set;                /* index into the sets array, -1 = base */
+} sq_t;
+
+static void make_seq(sq_t *s, int n, uint32_t seed, int vocab)
+{
+    s->n = n;
+    s->tok[0] = 1;
+    for (int j = 1; j < n; j++) {
+        seed = seed * 1664525u + 1013904223u;
+        s->tok[j] = 3 + (int32_t)((seed >> 8) % (uint32_t)(vocab - 3));
+    }
+}
+
+/* Makes an adapter for the base into g_tmp/name. */
+static void mklora(const char *name, const char *args)
+{
+    char a[512];
+    snprintf(a, sizeof a, "--lora-for %s %s", g_base, args);
+    assert_int_equal(support_mkmodel(g_tmp, name, a), 0);
+}
+
+static lora_t *load_lora(const char *name)
+{
+    char path[128], err[256];
+    snprintf(path, sizeof path, "%s/%s", g_tmp, name);
+    lora_t *a = NULL;
+    int rc = lora_load(path, g_m, &a, err, sizeof err);
+    if (rc != 0)
+        print_error("lora_load %s: %s\n", path, err);
+    assert_int_equal(rc, 0);
+    return a;
+}
+
+/* llama_ref.py logits (n, vocab) of one sequence with the adapters (file
+ * names in g_tmp) and scales given. */
+static float *ref_logits(const sq_t *s, const char *const *files, const float *scales, int n_ad)
+{
+    char cmd[2048], out[96];
+    snprintf(out, sizeof out, "%s/ref.bin", g_tmp);
+    size_t off = (size_t)snprintf(cmd, sizeof cmd, PY " tests/ref/llama_ref.py '%s' --out '%s'", g_base, out);
+    for (int i = 0; i < n_ad; i++)
+        off += (size_t)snprintf(cmd + off, sizeof cmd - off, " --lora '%s/%s' --lora-scale %.9g", g_tmp, files[i],
+                                (double)scales[i]);
+    off += (size_t)snprintf(cmd + off, sizeof cmd - off, " --seq ");
+    for (int j = 0; j < s->n; j++)
+        off += (size_t)snprintf(cmd + off, sizeof cmd - off, "%s%d", j ? "," : "", s->tok[j]);
+    assert_true(off < sizeof cmd);
+    assert_int_equal(system(cmd), 0);
+    size_t len;
+    float *buf = (float *)support_read_file(out, &len);
+    unlink(out);
+    assert_non_null(buf);
+    assert_int_equal(len, (size_t)s->n * g_m->cfg.vocab * sizeof(float));
+    return buf;
+}
+
+/* Runs the sequences together, `chunk` tokens of each per step (0: all at
+ * once), each with its set; returns logits of every position, sequences
+ * concatenated, malloc'd. */
+static float *run(const sq_t *s, int n_seq, const lora_set_t *sets, int n_sets, int chunk)
+{
+    const int vocab = g_m->cfg.vocab;
+    int total = 0;
+    for (int i = 0; i < n_seq; i++)
+        total += s[i].n;
+    forward_t *f = forward_new(g_m, total, 2);
+    const int per = (SEQ_LEN + BS - 1) / BS;
+    kv_store_t kv = {.n_layer = g_m->cfg.n_layer, .n_blocks = n_seq * per, .block_size = BS,
+                     .kv_dim = g_m->cfg.kv_dim, .type = KV_TYPE_F32};
+    size_t kvn = (size_t)kv.n_layer * kv.n_blocks * BS * kv.kv_dim;
+    kv.k = calloc(kvn, sizeof(float));
+    kv.v = calloc(kvn, sizeof(float));
+    int32_t bt[MAX_SEQ][(SEQ_LEN + BS - 1) / BS], nb[MAX_SEQ];
+    const int32_t *btp[MAX_SEQ];
+    for (int i = 0; i < n_seq; i++) {
+        nb[i] = per;
+        for (int j = 0; j < per; j++)
+            bt[i][j] = i * per + j;
+        btp[i] = bt[i];
+    }
+    float *out = malloc((size_t)total * vocab * sizeof(float));
+    float *lg = malloc((size_t)total * vocab * sizeof(float));
+    int32_t tok[MAX_SEQ * SEQ_LEN], pos[MAX_SEQ * SEQ_LEN], seq[MAX_SEQ * SEQ_LEN], ls[MAX_SEQ * SEQ_LEN],
+        dst[MAX_SEQ * SEQ_LEN];
+    uint8_t want[MAX_SEQ * SEQ_LEN];
+    int done[MAX_SEQ] = {0}, first[MAX_SEQ];
+    for (int i = 0, b = 0; i < n_seq; b += s[i].n, i++)
+        first[i] = b;
+    for (;;) {
+        int R = 0;
+        for (int i = 0; i < n_seq; i++)
+            for (int j = 0; (chunk == 0 || j < chunk) && done[i] < s[i].n; j++, done[i]++, R++) {
+                tok[R] = s[i].tok[done[i]];
+                pos[R] = done[i];
+                seq[R] = i;
+                ls[R] = s[i].set;
+                want[R] = 1;
+                dst[R] = first[i] + done[i];
+            }
+        if (R == 0)
+            break;
+        fwd_batch_t b = {.n_rows = R, .token = tok, .pos = pos, .seq = seq, .want_logits = want, .n_seq = n_seq,
+                         .block_tables = btp, .n_blocks = nb, .lora_set = ls, .n_lora_sets = n_sets,
+                         .lora_sets = sets};
+        if (forward_run(f, &b, &kv, lg) != 0)
+            fail_msg("forward_run: %s", forward_error(f));
+        for (int r = 0; r < R; r++)
+            memcpy(out + (size_t)dst[r] * vocab, lg + (size_t)r * vocab, (size_t)vocab * sizeof(float));
+    }
+    free(lg);
+    free(kv.k);
+    free(kv.v);
+    forward_free(&f);
+    return out;
+}
+
+static void expect_close(const float *got, const float *want, size_t n, double tol, const char *what)
+{
+    double scale = 1, worst = 0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs((double)want[i]));
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        worst = isnan(d) ? INFINITY : fmax(worst, d);
+    }
+    if (!(worst <= tol * scale))
+        fail_msg("%s: max |diff| %g > %g (scale %g)", what, worst, tol * scale, scale);
+}
+
+/* One adapter on every row, against the reference. */
+static void one_adapter(const char *file, const char *args, float scale)
+{
+    mklora(file, args);
+    lora_t *a = load_lora(file);
+    lora_set_t set = {.n = 1, .ad = {a}, .scale = {scale}};
+    sq_t s[2];
+    make_seq(&s[0], 23, 11, g_m->cfg.vocab);
+    make_seq(&s[1], 9, 12, g_m->cfg.vocab);
+    s[0].set = s[1].set = 0;
+    float *got = run(s, 2, &set, 1, 0);
+    const char *files[1] = {file};
+    size_t off = 0;
+    for (int i = 0; i < 2; i++) {
+        float *want = ref_logits(&s[i], files, &scale, 1);
+        expect_close(got + off, want, (size_t)s[i].n * g_m->cfg.vocab, TOL_REF, file);
+        off += (size_t)s[i].n * g_m->cfg.vocab;
+        free(want);
+    }
+    /* and the adapter changes something: the base's logits differ */
+    s[0].set = s[1].set = -1;
+    float *base = run(s, 2, &set, 1, 0);
+    double d = 0;
+    for (size_t i = 0; i < off; i++)
+        d = fmax(d, fabs((double)base[i] - (double)got[i]));
+    assert_true(d > 1e-2);
+    free(base);
+    free(got);
+    lora_free(&a);
+    assert_null(a);
+}
+
+static void test_rank8_f32(void **state)
+{
+    (void)state;
+    one_adapter("r8.gguf", "--lora-rank 8 --seed 3", 0.8f);
+}
+
+static void test_rank64_f16_alpha(void **state)
+{
+    (void)state;
+    one_adapter("r64.gguf", "--lora-rank 64 --lora-alpha 16 --type F16 --seed 4", 1.5f);
+}
+
+static void test_rank32_q8_0(void **state)
+{
+    (void)state;
+    one_adapter("r32q8.gguf", "--lora-rank 32 --type Q8_0 --lora-targets attn_q,attn_v,ffn_down --seed 5", 1.0f);
+}
+
+static void test_mixed_batch(void **state)
+{
+    (void)state;
+    mklora("ma.gguf", "--lora-rank 8 --seed 21");
+    mklora("mb.gguf", "--lora-rank 16 --lora-targets attn_k,attn_output,ffn_gate,ffn_up --seed 22");
+    lora_t *a = load_lora("ma.gguf"), *b = load_lora("mb.gguf");
+    const lora_set_t sets[3] = {
+        {.n = 1, .ad = {a}, .scale = {1.0f}},
+        {.n = 1, .ad = {b}, .scale = {0.5f}},
+        {.n = 2, .ad = {a, b}, .scale = {0.5f, 1.0f}},
+    };
+    sq_t s[MAX_SEQ];
+    const int lens[MAX_SEQ] = {37, 12, 29, 20}, set_of[MAX_SEQ] = {-1, 0, 1, 2};
+    for (int i = 0; i < MAX_SEQ; i++) {
+        make_seq(&s[i], lens[i], 100 + (uint32_t)i, g_m->cfg.vocab);
+        s[i].set = set_of[i];
+    }
+    float *mixed = run(s, MAX_SEQ, sets, 3, 5);
+    const char *files[2] = {"ma.gguf", "mb.gguf"};
+    size_t off = 0;
+    for (int i = 0; i < MAX_SEQ; i++) {
+        const size_t n = (size_t)s[i].n * g_m->cfg.vocab;
+        float *alone = run(&s[i], 1, sets, 3, 0);
+        expect_close(mixed + off, alone, n, TOL_SELF, "mixed batch vs alone");
+        float *want;
+        if (set_of[i] < 0) {
+            want = ref_logits(&s[i], files, NULL, 0);
+        } else if (set_of[i] < 2) {
+            want = ref_logits(&s[i], files + set_of[i], &sets[set_of[i]].scale[0], 1);
+        } else {
+            want = ref_logits(&s[i], files, sets[2].scale, 2);
+        }
+        expect_close(mixed + off, want, n, TOL_REF, "mixed batch vs reference");
+        free(want);
+        free(alone);
+        off += n;
+    }
+    free(mixed);
+    lora_free(&a);
+    lora_free(&b);
+}
+
+static void expect_refused(const char *path, const char *needle)
+{
+    char err[256] = "";
+    lora_t *a = NULL;
+    assert_int_equal(lora_load(path, g_m, &a, err, sizeof err), -1);
+    assert_null(a);
+    if (!strstr(err, needle))
+        fail_msg("lora_load %s: \"%s\" does not mention \"%s\"", path, err, needle);
+}
+
+static void test_refused(void **state)
+{
+    (void)state;
+    const model_config_t *c = &g_m->cfg;
+    char args[512], path[128];
+    /* a base of another architecture, same shapes */
+    snprintf(args, sizeof args, "--arch qwen2 --dim %d --layers %d --heads %d --kv-heads %d --ffn %d --vocab %d "
+             "--tokenizer-from %s", c->dim, c->n_layer, c->n_head, c->n_kv_head, c->ffn_dim, c->vocab, g_base);
+    assert_int_equal(support_mkmodel(g_tmp, "q2.gguf", args), 0);
+    snprintf(args, sizeof args, "--lora-for %s/q2.gguf", g_tmp);
+    assert_int_equal(support_mkmodel(g_tmp, "q2lora.gguf", args), 0);
+    snprintf(path, sizeof path, "%s/q2lora.gguf", g_tmp);
+    expect_refused(path, "general.architecture");
+    /* a llama base of twice the width */
+    snprintf(args, sizeof args, "--dim %d --layers %d --heads %d --kv-heads %d --ffn %d --vocab %d "
+             "--tokenizer-from %s", 2 * c->dim, c->n_layer, c->n_head, c->n_kv_head, c->ffn_dim, c->vocab, g_base);
+    assert_int_equal(support_mkmodel(g_tmp, "wide.gguf", args), 0);
+    snprintf(args, sizeof args, "--lora-for %s/wide.gguf --lora-targets attn_q", g_tmp);
+    assert_int_equal(support_mkmodel(g_tmp, "widelora.gguf", args), 0);
+    snprintf(path, sizeof path, "%s/widelora.gguf", g_tmp);
+    expect_refused(path, "do not fit the base");
+    /* a model is not an adapter */
+    expect_refused(g_base, "general.type");
+    /* nor is a missing file */
+    snprintf(path, sizeof path, "%s/absent.gguf", g_tmp);
+    expect_refused(path, "absent.gguf");
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/pagoda-lora-XXXXXX");
+    if (!mkdtemp(g_tmp))
+        return -1;
+    g_base = support_shared_model("stories260K.gguf");
+    if (!g_base)
+        return -1;
+    static char base[512];
+    snprintf(base, sizeof base, "%s", g_base);
+    g_base = base;
+    char err[256];
+    if (model_load(g_base, &g_m, err, sizeof err) != 0) {
+        fprintf(stderr, "model_load %s: %s\n", g_base, err);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    model_free(&g_m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rank8_f32),
+        cmocka_unit_test(test_rank64_f16_alpha),
+        cmocka_unit_test(test_rank32_q8_0),
+        cmocka_unit_test(test_mixed_batch),
+        cmocka_unit_test(test_refused),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
