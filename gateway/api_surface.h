@@ -38,7 +38,7 @@
  *      its own state in call->state). `o` is freed after begin.
  *   3. Streaming (call->stream): stream_event(call, reply, out) for every
  *      reply, in order, appends the bytes to send (SSE framing included;
- *      api_buf_sse helps); it sets call->done with the stream's last bytes.
+ *      api_sse helps); it sets call->done with the stream's last bytes.
  *      An ERROR before the first EVENT is answered with error_body instead
  *      (no stream has started: a plain error response).
  *   4. Not streaming: complete(call, events) once every choice has its final
@@ -63,21 +63,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/strbuf.h"
 #include "gateway/gateway.h"
 #include "gateway/oai.h"
 
 struct resp_store;
 
-/* A growing byte buffer for the bytes of a stream. */
-typedef struct api_buf {
-    char *p;                      /* (len) bytes, malloc'd; owned by whoever holds the buf */
-    size_t len, cap;
-} api_buf_t;
-
-void api_buf_append(api_buf_t *b, const char *s, size_t n);
-/* One SSE event: "event: NAME\n" (when event is not NULL), "data: JSON\n\n".
+/* A stream's bytes go into a strbuf_t (common/strbuf.h) the caller owns.
+ * One SSE event: "event: NAME\n" (when event is not NULL), "data: JSON\n\n".
  * Takes json (malloc'd). */
-void api_buf_sse(api_buf_t *b, const char *event, char *json);
+void api_sse(strbuf_t *b, const char *event, char *json);
 
 /* Helpers over the core's replies, for every surface's renderer. */
 /* A final EVENT that failed (finish error or timeout). */
@@ -143,7 +138,7 @@ typedef struct api_surface {
     void (*begin)(api_call_t *call, request_t *o);
     /* Streaming: appends the bytes for one reply (taken: free it with
      * gateway_reply_free) to out; sets call->done with the last bytes. */
-    void (*stream_event)(api_call_t *call, gateway_reply_t *rep, api_buf_t *out);
+    void (*stream_event)(api_call_t *call, gateway_reply_t *rep, strbuf_t *out);
     /* Not streaming: the body for events[0..n) (borrowed, in arrival order;
      * the last is a final EVENT), malloc'd, with its HTTP status in *status. */
     char *(*complete)(api_call_t *call, gateway_reply_t *const *events, size_t n, int *status);
