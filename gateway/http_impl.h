@@ -15,11 +15,12 @@
 #include "common/strbuf.h"
 #include "gateway/api_surface.h"
 #include "gateway/gateway.h"
-#include "gateway/http.h"
 #include "gateway/keys.h"
 #include "gateway/oai.h"
 #include "gateway/reasoning.h"
 #include "gateway/resp_store.h"
+
+typedef struct http_server http_server_t; /* as http.h says */
 
 #define HTTP_DEFAULT_MAX_BODY (16u << 20)
 #define SNAPSHOT_TIMEOUT_US 2000000

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gateway/http.h"
+#include "gateway/http_guard.h"
 
 static const struct host_case {
     const char *host;      /* the Host header, NULL = none */
