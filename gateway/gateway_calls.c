@@ -92,11 +92,9 @@ gateway_request_t *gateway_request_ref(gateway_request_t *r)
 void gateway_request_unref(gateway_request_t **rp)
 {
     gateway_request_t *r = *rp;
-    if (!r)
-        return;
     *rp = NULL;
-    if (atomic_fetch_sub(&r->refs, 1) != 1)
-        return;
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
+        return; /* none, or others still hold it */
     proto_msg_clear(&r->submit);
     free(r->sent_ids);
     free(r->route_keys);
