@@ -7,7 +7,8 @@
  * worker runs. A surface translates its API's request body into that
  * internal request and the core's replies (gateway_reply_t: EVENTs and
  * ERRORs) back into its API's JSON — and nothing else: transport, auth,
- * limits, queueing, suspend/resume and the hang-up watcher stay in http.c,
+ * limits, queueing, suspend/resume and the hang-up watcher stay in http.c
+ * (and its http_guard.c, http_routes.c, http_respond.c),
  * the split of an answer into reasoning / content / tool calls is shared
  * (gateway/answer.h).
  *
@@ -24,7 +25,7 @@
  *                                             over the stored responses)
  *
  * A new API = one translation file defining a const api_surface_t, plus one
- * route line in http.c's route table naming it, as
+ * route line in http_routes.c's route table naming it, as
  *   {"POST", "/v1/messages", NULL, AUTH_KEY, REQUEST_CHAT, false, REQUEST_OP_GENERATE,
  *    &anthropic_surface},
  * and its docs (docs/API.md). docs/ARCHITECTURE.md "A new endpoint" walks

@@ -17,7 +17,7 @@
  * and the completion callback sends gateway_cancel() — whether the request
  * was queued, prefilling or decoding.
  *
- * Routing is a static table (method, exact path, handler) in http.c; a
+ * Routing is a static table (method, exact path, handler) in http_routes.c; a
  * generation route names its API surface instead of a handler
  * (gateway/api_surface.h: the API's request parser and response renderer,
  * OpenAI's in gateway/oai_stream.c), and every refusal on that route comes in
