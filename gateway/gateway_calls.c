@@ -83,18 +83,9 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t 
     return r;
 }
 
-gateway_request_t *gateway_request_ref(gateway_request_t *r)
+/* The last reference is gone. */
+static void request_free(gateway_request_t *r)
 {
-    atomic_fetch_add(&r->refs, 1);
-    return r;
-}
-
-void gateway_request_unref(gateway_request_t **rp)
-{
-    gateway_request_t *r = *rp;
-    *rp = NULL;
-    if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
-        return; /* none, or others still hold it */
     proto_msg_clear(&r->submit);
     free(r->sent_ids);
     free(r->route_keys);
@@ -102,6 +93,20 @@ void gateway_request_unref(gateway_request_t **rp)
     pthread_mutex_destroy(&r->lock);
     free(r->model);
     free(r);
+}
+
+void gateway_request_unref(gateway_request_t **rp)
+{
+    gateway_request_t *r = *rp;
+    *rp = NULL;
+    if (r && atomic_fetch_sub(&r->refs, 1) == 1)
+        request_free(r);
+}
+
+gateway_request_t *gateway_request_ref(gateway_request_t *r)
+{
+    atomic_fetch_add(&r->refs, 1);
+    return r;
 }
 
 void gateway_request_set_notify(gateway_request_t *r, void (*fn)(void *ctx), void *ctx)
