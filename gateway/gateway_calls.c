@@ -84,7 +84,7 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t 
 }
 
 /* The last reference is gone. */
-static void request_free(gateway_request_t *r)
+static void request_release(gateway_request_t *r)
 {
     proto_msg_clear(&r->submit);
     free(r->sent_ids);
@@ -100,7 +100,7 @@ void gateway_request_unref(gateway_request_t **rp)
     gateway_request_t *r = *rp;
     *rp = NULL;
     if (r && atomic_fetch_sub(&r->refs, 1) == 1)
-        request_free(r);
+        request_release(r);
 }
 
 gateway_request_t *gateway_request_ref(gateway_request_t *r)
