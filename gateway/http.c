@@ -34,23 +34,16 @@
 #include "common/utf8.h"
 #include "common/vec.h"
 #include "common/xalloc.h"
-#include "gateway/anthropic.h"
 #include "gateway/api_surface.h"
 #include "gateway/gateway.h"
 #include "gateway/http_guard.h"
 #include "gateway/http_impl.h"
 #include "gateway/http_respond.h"
 #include "gateway/http_routes.h"
-#include "gateway/snapshot.h"
 #include "gateway/keys.h"
 #include "gateway/oai.h"
-#include "gateway/oai_stream.h"
 #include "gateway/partition.h"
 #include "gateway/reasoning.h"
-#include "gateway/rerank.h"
-#include "gateway/resp_store.h"
-#include "gateway/responses.h"
-#include "gateway/ui.h"
 
 #define WATCH_MAX 8192              /* connections the watcher polls at once */
 /* descriptors kept out of the HTTP connection limit: ZeroMQ sockets and its
