@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # house.sh — the bars of the house that no compiler checks (a static check
-# run with the integration scripts, about a second; docs/ARCHITECTURE.md
+# run with the integration scripts, a few seconds of CPU; docs/ARCHITECTURE.md
 # "Layers" and the style guide's one-job rules):
 #
 # 1. No circle of files, by include: in gateway/, worker/, common/ and
