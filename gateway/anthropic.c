@@ -657,7 +657,7 @@ struct anthropic_stream {
     int index;             /* index of the open (or last) block */
     size_t n_calls;
     bool done;
-    api_buf_t *out;        /* the caller's buffer during one call */
+    strbuf_t *out;        /* the caller's buffer during one call */
 };
 
 anthropic_stream_t *anthropic_stream_new(const anthropic_meta_t *m)
@@ -686,7 +686,7 @@ void anthropic_stream_free(anthropic_stream_t **sp)
 
 static void ev(anthropic_stream_t *st, const char *name, json_t *data)
 {
-    api_buf_sse(st->out, name, dump(data));
+    api_sse(st->out, name, dump(data));
 }
 
 static void close_block(anthropic_stream_t *st)
@@ -759,7 +759,7 @@ static void start(anthropic_stream_t *st)
     ev(st, "ping", json_pack("{s:s}", "type", "ping"));
 }
 
-bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *e, api_buf_t *out)
+bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *e, strbuf_t *out)
 {
     if (st->done)
         return true;
@@ -791,7 +791,7 @@ bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *e, api_
     return st->done;
 }
 
-void anthropic_stream_error(anthropic_stream_t *st, const oai_error_t *e, api_buf_t *out)
+void anthropic_stream_error(anthropic_stream_t *st, const oai_error_t *e, strbuf_t *out)
 {
     st->out = out;
     ev(st, "error", json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type",
@@ -836,7 +836,7 @@ static void surface_begin(api_call_t *call, request_t *o)
     call->state = st;
 }
 
-static void surface_stream_event(api_call_t *call, gateway_reply_t *rep, api_buf_t *out)
+static void surface_stream_event(api_call_t *call, gateway_reply_t *rep, strbuf_t *out)
 {
     surface_state_t *st = call->state;
     if (rep->kind == GATEWAY_REPLY_ERROR) {

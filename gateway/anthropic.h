@@ -114,9 +114,9 @@ anthropic_stream_t *anthropic_stream_new(const anthropic_meta_t *m);
 void anthropic_stream_free(anthropic_stream_t **st);
 /* One EVENT (text delta; finish and usage on the last). Returns true when
  * the stream is complete (message_stop or error written). */
-bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *ev, api_buf_t *out);
+bool anthropic_stream_event(anthropic_stream_t *st, const proto_event_t *ev, strbuf_t *out);
 /* A failure: an `error` event. Always completes the stream. */
-void anthropic_stream_error(anthropic_stream_t *st, const oai_error_t *e, api_buf_t *out);
+void anthropic_stream_error(anthropic_stream_t *st, const oai_error_t *e, strbuf_t *out);
 
 /* The surface (api_surface.h) of POST /v1/messages, and of
  * POST /v1/messages/count_tokens with the route's op REQUEST_OP_TOKENIZE. */

@@ -7,7 +7,8 @@
  * worker runs. A surface translates its API's request body into that
  * internal request and the core's replies (gateway_reply_t: EVENTs and
  * ERRORs) back into its API's JSON — and nothing else: transport, auth,
- * limits, queueing, suspend/resume and the hang-up watcher stay in http.c,
+ * limits, queueing, suspend/resume and the hang-up watcher stay in http.c
+ * (and its http_guard.c, http_routes.c, http_respond.c),
  * the split of an answer into reasoning / content / tool calls is shared
  * (gateway/answer.h).
  *
@@ -24,7 +25,7 @@
  *                                             over the stored responses)
  *
  * A new API = one translation file defining a const api_surface_t, plus one
- * route line in http.c's route table naming it, as
+ * route line in http_routes.c's route table naming it, as
  *   {"POST", "/v1/messages", NULL, AUTH_KEY, REQUEST_CHAT, false, REQUEST_OP_GENERATE,
  *    &anthropic_surface},
  * and its docs (docs/API.md). docs/ARCHITECTURE.md "A new endpoint" walks
@@ -38,7 +39,7 @@
  *      its own state in call->state). `o` is freed after begin.
  *   3. Streaming (call->stream): stream_event(call, reply, out) for every
  *      reply, in order, appends the bytes to send (SSE framing included;
- *      api_buf_sse helps); it sets call->done with the stream's last bytes.
+ *      api_sse helps); it sets call->done with the stream's last bytes.
  *      An ERROR before the first EVENT is answered with error_body instead
  *      (no stream has started: a plain error response).
  *   4. Not streaming: complete(call, events) once every choice has its final
@@ -63,21 +64,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/strbuf.h"
 #include "gateway/gateway.h"
 #include "gateway/oai.h"
 
 struct resp_store;
 
-/* A growing byte buffer for the bytes of a stream. */
-typedef struct api_buf {
-    char *p;                      /* (len) bytes, malloc'd; owned by whoever holds the buf */
-    size_t len, cap;
-} api_buf_t;
-
-void api_buf_append(api_buf_t *b, const char *s, size_t n);
-/* One SSE event: "event: NAME\n" (when event is not NULL), "data: JSON\n\n".
+/* A stream's bytes go into a strbuf_t (common/strbuf.h) the caller owns.
+ * One SSE event: "event: NAME\n" (when event is not NULL), "data: JSON\n\n".
  * Takes json (malloc'd). */
-void api_buf_sse(api_buf_t *b, const char *event, char *json);
+void api_sse(strbuf_t *b, const char *event, char *json);
 
 /* Helpers over the core's replies, for every surface's renderer. */
 /* A final EVENT that failed (finish error or timeout). */
@@ -143,7 +139,7 @@ typedef struct api_surface {
     void (*begin)(api_call_t *call, request_t *o);
     /* Streaming: appends the bytes for one reply (taken: free it with
      * gateway_reply_free) to out; sets call->done with the last bytes. */
-    void (*stream_event)(api_call_t *call, gateway_reply_t *rep, api_buf_t *out);
+    void (*stream_event)(api_call_t *call, gateway_reply_t *rep, strbuf_t *out);
     /* Not streaming: the body for events[0..n) (borrowed, in arrival order;
      * the last is a final EVENT), malloc'd, with its HTTP status in *status. */
     char *(*complete)(api_call_t *call, gateway_reply_t *const *events, size_t n, int *status);

@@ -334,75 +334,79 @@ static int check_path(const char *s, char *why, size_t n)
     return 0;
 }
 
-/* cors_origins: ORIGIN[,ORIGIN...] (commas and/or blanks between), each
- * "*" or a browser origin scheme://host[:port] — http or https, no path,
- * no trailing slash (a browser's Origin header never has one, so such an
- * entry could never match). */
-static int check_origins(const char *s, char *why, size_t n)
+/* Walks a list of ITEM[,ITEM...] (commas and/or blanks between), asking
+ * `item` about each; -1 with *why set by the first refused item, or when
+ * the list is empty (`none` says what was wanted). */
+static int check_list(const char *s, int (*item)(const char *p, size_t len), const char *refusal,
+                      const char *none, char *why, size_t n)
 {
     size_t n_seen = 0;
-    for (const char *p = s; *p;) {
+    for (const char *p = s; *p; p += strcspn(p, ", \t")) {
         p += strspn(p, ", \t");
         size_t len = strcspn(p, ", \t");
         if (len == 0)
             break;
         n_seen++;
-        const char *host = NULL;
-        if (len == 1 && p[0] == '*')
-            goto next;
-        if (len > 7 && strncmp(p, "http://", 7) == 0)
-            host = p + 7;
-        else if (len > 8 && strncmp(p, "https://", 8) == 0)
-            host = p + 8;
-        if (!host || memchr(host, '/', len - (size_t)(host - p)) || len > 256) {
-            snprintf(why, n, "'%.*s' is not an origin: want * or http[s]://HOST[:PORT] "
-                             "(no path, no trailing slash, at most 256 bytes)",
-                     (int)(len > 64 ? 64 : len), p);
+        if (item(p, len) < 0) {
+            snprintf(why, n, "'%.*s' %s", (int)(len > 64 ? 64 : len), p, refusal);
             return -1;
         }
-    next:
-        p += len;
     }
     if (n_seen == 0) {
-        snprintf(why, n, "no origin given (want ORIGIN[,ORIGIN...], or null for none)");
+        snprintf(why, n, "%s", none);
         return -1;
     }
     return 0;
 }
 
-/* allowed_hosts: NAME[,NAME...] (commas and/or blanks between), each a DNS
- * name (letters, digits, '-', '_', '.'; no port: any port is accepted),
- * "*.SUFFIX" or "*". */
+/* A cors_origins entry: "*" or a browser origin scheme://host[:port] —
+ * http or https, no path, no trailing slash (a browser's Origin header
+ * never has one, so such an entry could never match). */
+static int origin_item(const char *p, size_t len)
+{
+    if (len == 1 && p[0] == '*')
+        return 0;
+    const char *host = NULL;
+    if (len > 7 && strncmp(p, "http://", 7) == 0)
+        host = p + 7;
+    else if (len > 8 && strncmp(p, "https://", 8) == 0)
+        host = p + 8;
+    return host && !memchr(host, '/', len - (size_t)(host - p)) && len <= 256 ? 0 : -1;
+}
+
+/* An allowed_hosts entry: a DNS name (letters, digits, '-', '_', '.'; no
+ * port: any port is accepted), "*.SUFFIX" or "*". */
+static int host_item(const char *p, size_t len)
+{
+    if (len == 1 && p[0] == '*')
+        return 0;
+    const char *name = p;
+    size_t nl = len;
+    if (nl >= 2 && name[0] == '*' && name[1] == '.') {
+        name += 2;
+        nl -= 2;
+    }
+    bool ok = nl > 0 && len <= 253 && name[0] != '.' &&
+              strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") >= nl;
+    return ok ? 0 : -1;
+}
+
+/* cors_origins: ORIGIN[,ORIGIN...] */
+static int check_origins(const char *s, char *why, size_t n)
+{
+    return check_list(s, origin_item,
+                      "is not an origin: want * or http[s]://HOST[:PORT] (no path, no trailing slash, "
+                      "at most 256 bytes)",
+                      "no origin given (want ORIGIN[,ORIGIN...], or null for none)", why, n);
+}
+
+/* allowed_hosts: NAME[,NAME...] */
 static int check_hosts(const char *s, char *why, size_t n)
 {
-    size_t n_seen = 0;
-    for (const char *p = s; *p;) {
-        p += strspn(p, ", \t");
-        size_t len = strcspn(p, ", \t");
-        if (len == 0)
-            break;
-        n_seen++;
-        const char *name = p;
-        size_t nl = len;
-        if (nl >= 2 && name[0] == '*' && name[1] == '.') {
-            name += 2;
-            nl -= 2;
-        }
-        bool ok = (len == 1 && p[0] == '*') ||
-                  (nl > 0 && len <= 253 && name[0] != '.' &&
-                   strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") >= nl);
-        if (!ok) {
-            snprintf(why, n, "'%.*s' is not a host name: want NAME, *.SUFFIX or * (letters, digits, "
-                             "'-', '_', '.'; no port, no scheme)", (int)(len > 64 ? 64 : len), p);
-            return -1;
-        }
-        p += len;
-    }
-    if (n_seen == 0) {
-        snprintf(why, n, "no host name given (want NAME[,NAME...], or null for none)");
-        return -1;
-    }
-    return 0;
+    return check_list(s, host_item,
+                      "is not a host name: want NAME, *.SUFFIX or * (letters, digits, '-', '_', '.'; "
+                      "no port, no scheme)",
+                      "no host name given (want NAME[,NAME...], or null for none)", why, n);
 }
 
 /* Characters no config string may hold: ASCII and C1 controls, and the

@@ -17,7 +17,6 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/splitmix.h"
 #include "common/xalloc.h"
 #include "common/vec.h"
 #include "gateway/gateway_core.h"
@@ -34,115 +33,6 @@ static void request_reply_error(struct gateway *gw, gateway_request_t *r, int st
                                 const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 static void redispatch(struct gateway *gw, gateway_request_t *r, const char *why, bool lost);
-
-/* ------------------------------------------------------------------------ */
-/* replies and requests                                                      */
-
-void gateway_reply_free(gateway_reply_t **rp)
-{
-    gateway_reply_t *r = *rp;
-    if (!r)
-        return;
-    *rp = NULL;
-    if (r->kind == GATEWAY_REPLY_EVENT) {
-        proto_msg_t m = {.type = PROTO_EVENT, .event = r->event};
-        proto_msg_clear(&m);
-    }
-    free(r);
-}
-
-static void reply_item_free(void *p)
-{
-    gateway_reply_t *r = p;
-    gateway_reply_free(&r);
-}
-
-gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t *o,
-                                            prio_tier_t tier, uint64_t partition)
-{
-    gateway_request_t *r = xcalloc(1, sizeof *r);
-    r->id = atomic_fetch_add(&gw->next_request_id, 1);
-    r->model = xstrdup(o->model);
-    r->tier = tier;
-    r->t_arrival_us = clock_now_us();
-    r->replies = chan_new(reply_item_free, 0);
-    pthread_mutex_init(&r->lock, NULL);
-    atomic_init(&r->refs, 1);
-
-    proto_msg_init(&r->submit, PROTO_SUBMIT);
-    proto_submit_t *s = &r->submit.submit;
-    submit_from_request(o, r->id, tier, s);
-    s->partition = partition;
-    if (o->affinity_key) {
-        /* FNV-1a over model, NUL, key; mixed so its low bits pick a slot.
-         * The partition is in it: one tenant's key does not steer another's */
-        uint64_t h = 1469598103934665603ull;
-        for (const char *p = o->model; *p; p++)
-            h = (h ^ (uint8_t)*p) * 1099511628211ull;
-        h *= 1099511628211ull;
-        for (const char *p = o->affinity_key; *p; p++)
-            h = (h ^ (uint8_t)*p) * 1099511628211ull;
-        r->affinity = splitmix64_mix(h ^ splitmix64_mix(partition)) | 1; /* never 0 */
-    }
-    /* embeddings and rank skip the prefix cache (worker/sched.h): no cache routing */
-    if (route_mode_uses_prefix(gw->routing) && gw->route_text && o->op != REQUEST_OP_EMBED &&
-        o->op != REQUEST_OP_RANK) {
-        int64_t t0 = clock_now_us();
-        r->route_block_size = atomic_load(&gw->route_block_size);
-        r->n_route_keys = route_text_keys(gw->route_text, r->model, s, r->route_block_size,
-                                          &r->route_keys);
-        if (r->n_route_keys > 0) {
-            const char *lab[] = {r->model};
-            metrics_counter_add(gw->m.route_keys_seconds, lab, (double)(clock_now_us() - t0) / 1e6);
-            metrics_counter_add(gw->m.route_keys_requests, lab, 1);
-        }
-    }
-    return r;
-}
-
-gateway_request_t *gateway_request_ref(gateway_request_t *r)
-{
-    atomic_fetch_add(&r->refs, 1);
-    return r;
-}
-
-void gateway_request_unref(gateway_request_t **rp)
-{
-    gateway_request_t *r = *rp;
-    if (!r)
-        return;
-    *rp = NULL;
-    if (atomic_fetch_sub(&r->refs, 1) != 1)
-        return;
-    proto_msg_clear(&r->submit);
-    free(r->sent_ids);
-    free(r->route_keys);
-    chan_unref(&r->replies);
-    pthread_mutex_destroy(&r->lock);
-    free(r->model);
-    free(r);
-}
-
-void gateway_request_set_notify(gateway_request_t *r, void (*fn)(void *ctx), void *ctx)
-{
-    pthread_mutex_lock(&r->lock);
-    r->notify = fn;
-    r->notify_ctx = ctx;
-    pthread_mutex_unlock(&r->lock);
-}
-
-/* Core: hands a reply to the HTTP side (which may be gone: then it is freed). */
-static void request_push(gateway_request_t *r, gateway_reply_t *rep)
-{
-    if (r->cancelled || chan_push(r->replies, rep) < 0) {
-        gateway_reply_free(&rep);
-        return;
-    }
-    pthread_mutex_lock(&r->lock);
-    if (r->notify)
-        r->notify(r->notify_ctx);
-    pthread_mutex_unlock(&r->lock);
-}
 
 /* --- the request table ---------------------------------------------------- */
 
@@ -466,7 +356,7 @@ static void request_reply_error(struct gateway *gw, gateway_request_t *r, int st
     va_start(ap, fmt);
     oai_error_vset(&rep->error, status, code, fmt, ap);
     va_end(ap);
-    request_push(r, rep);
+    gateway_request_push(r, rep);
 }
 
 /* Choices the request asks for (a SUBMIT built without n_choices: 1). */
@@ -571,7 +461,7 @@ static void finish_length(struct gateway *gw, gateway_request_t *r)
     rep->event.has_usage = true;
     rep->event.usage = (proto_usage_t){.prompt_tokens = r->n_prompt, .completion_tokens = r->n_sent};
     metrics_counter_add(gw->m.request_success, (const char *[]){r->model, "length"}, 1);
-    request_push(r, rep);
+    gateway_request_push(r, rep);
     request_finish(gw, r);
 }
 
@@ -584,7 +474,7 @@ static void on_submit(struct gateway *gw, gateway_request_t *r)
         gateway_reply_t *rep = xcalloc(1, sizeof *rep);
         rep->kind = GATEWAY_REPLY_ERROR;
         oai_error_model_not_found(&rep->error, r->model);
-        request_push(r, rep);
+        gateway_request_push(r, rep);
         request_finish(gw, r);
         return;
     }
@@ -970,7 +860,7 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     rep->n_ctx = w->reg.n_ctx;
     memset(ev, 0, sizeof *ev); /* the reply owns the arrays now */
     m->type = 0;
-    request_push(r, rep);
+    gateway_request_push(r, rep);
     if (last)
         request_finish(gw, r);
 }
@@ -1000,7 +890,7 @@ static void on_worker_error(struct gateway *gw, gateway_worker_t *w, const proto
     gateway_reply_t *rep = xcalloc(1, sizeof *rep);
     rep->kind = GATEWAY_REPLY_ERROR;
     oai_error_from_worker(&rep->error, cause, "%s", e->message);
-    request_push(r, rep);
+    gateway_request_push(r, rep);
     request_finish(gw, r);
 }
 
@@ -1120,16 +1010,7 @@ static void drain_router(struct gateway *gw)
 }
 
 /* ------------------------------------------------------------------------ */
-/* commands from other threads                                               */
-
-static void cmd_free(void *p)
-{
-    gateway_cmd_t *cmd = p;
-    chan_unref(&cmd->reply);
-    gateway_request_unref(&cmd->request);
-    free(cmd->target);
-    free(cmd);
-}
+/* commands from other threads (posted by gateway_calls.c)                   */
 
 static void on_command(struct gateway *gw, gateway_cmd_t *cmd)
 {
@@ -1153,82 +1034,7 @@ static void on_command(struct gateway *gw, gateway_cmd_t *cmd)
             (void)0; /* the asker gave up; nothing to free */
         break;
     }
-    cmd_free(cmd);
-}
-
-void *gateway_ask(struct gateway *gw, gateway_cmd_t *cmd, void (*item_free)(void *), int64_t timeout_us)
-{
-    chan_t *reply = chan_new(item_free, 0);
-    cmd->item_free = item_free;
-    cmd->reply = chan_ref(reply);
-    if (chan_push(gw->inbox, cmd) < 0) {
-        cmd_free(cmd);
-        chan_unref(&reply);
-        return NULL;
-    }
-    void *item = chan_pop(reply, timeout_us);
-    chan_close(reply); /* a late answer is freed with the channel */
-    chan_unref(&reply);
-    return item;
-}
-
-static void no_free(void *p)
-{
-    (void)p;
-}
-
-void gateway_set_supervisor(struct gateway *gw, struct supervisor *sup)
-{
-    chan_t *reply = chan_new(no_free, 0);
-    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
-    cmd->kind = GATEWAY_CMD_SET_SUPERVISOR;
-    cmd->sup = sup;
-    cmd->reply = chan_ref(reply);
-    if (chan_push(gw->inbox, cmd) < 0) {
-        cmd_free(cmd); /* the core is gone: nobody will use the pointer */
-    } else {
-        /* no timeout: returning early would let the core use a freed supervisor */
-        while (!chan_pop(reply, 1000000) && !chan_closed(gw->inbox))
-            ;
-    }
-    chan_close(reply);
-    chan_unref(&reply);
-}
-
-void gateway_set_stopping(struct gateway *gw)
-{
-    atomic_store(&gw->stopping, true);
-}
-
-size_t gateway_inflight(struct gateway *gw)
-{
-    return atomic_load(&gw->n_inflight);
-}
-
-int gateway_fatal_fd(struct gateway *gw)
-{
-    return gw->fatal_fd;
-}
-
-int gateway_submit(struct gateway *gw, gateway_request_t *r)
-{
-    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
-    cmd->kind = GATEWAY_CMD_SUBMIT;
-    cmd->request = gateway_request_ref(r);
-    if (chan_push(gw->inbox, cmd) < 0) {
-        cmd_free(cmd);
-        return -1;
-    }
-    return 0;
-}
-
-void gateway_cancel(struct gateway *gw, uint64_t id)
-{
-    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
-    cmd->kind = GATEWAY_CMD_CANCEL;
-    cmd->id = id;
-    if (chan_push(gw->inbox, cmd) < 0)
-        cmd_free(cmd);
+    gateway_cmd_free(cmd);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1494,7 +1300,7 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
     gw->pindex = prefix_index_new(cfg->prefix_index_entries);
     if (route_mode_uses_prefix(gw->routing) && cfg->model_paths)
         gw->route_text = route_text_new(cfg->models, cfg->model_paths, cfg->n_models);
-    gw->inbox = chan_new(cmd_free, CHAN_FD);
+    gw->inbox = chan_new(gateway_cmd_free, CHAN_FD);
     if (gw->fatal_fd < 0) {
         log_error("eventfd: %s", strerror(errno));
         goto err;

@@ -3,7 +3,7 @@
  * Threads of pagoda-gateway:
  *   main      parses options, starts the rest, waits for signals (SIGHUP
  *             reloads the keys file), tears everything down (gateway_main.c)
- *   http      libmicrohttpd's pool (gateway/http.c): parse and authorize
+ *   http      libmicrohttpd's pool (gateway/http*.c): parse and authorize
  *             requests, turn replies into JSON bodies or SSE streams
  *   core      this module: the only thread that touches the ZeroMQ ROUTER
  *             socket, the worker table, the per-model queues and the table

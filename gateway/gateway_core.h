@@ -34,4 +34,11 @@ int64_t gateway_worker_expiry_us(const gateway_worker_t *w);  /* silence deadlin
 int64_t gateway_worker_progress_deadline_us(const struct gateway *gw, const gateway_worker_t *w);
 int64_t gateway_worker_credit(const gateway_worker_t *w);     /* SUBMITs it can take now */
 
+/* the core's halves of gateway_calls.c */
+/* Hands a reply to the HTTP side (which may be gone: then it is freed). */
+void gateway_request_push(gateway_request_t *r, gateway_reply_t *rep);
+/* Frees a command (a gateway_cmd_t *; the inbox's item free) with its
+ * reply channel and request references. */
+void gateway_cmd_free(void *cmd);
+
 #endif

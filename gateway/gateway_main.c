@@ -58,6 +58,7 @@
 #include "gateway/config.h"
 #include "gateway/gateway.h"
 #include "gateway/http.h"
+#include "gateway/http_guard.h"
 #include "gateway/keys.h"
 #include "gateway/supervisor.h"
 #include "gateway/zap.h"

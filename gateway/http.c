@@ -1,9 +1,12 @@
-/* http.c — libmicrohttpd daemon, route table, authorization, and the
- * transport side of generation requests: an API surface (api_surface.h;
+/* http.c — libmicrohttpd daemon, connections (header and body deadlines,
+ * upload slots) and the transport side of generation requests: an API surface (api_surface.h;
  * OpenAI's is oai_stream.c) parses the body and renders the core's replies,
  * while this file owns the connection — suspend/resume instead of blocked
  * threads, SSE bytes handed to libmicrohttpd, the hang-up watcher for
- * suspended connections (see http.h). */
+ * suspended connections (see http.h). The route table and the simple
+ * handlers are in http_routes.c, what the headers decide in http_guard.c,
+ * how answers go out in http_respond.c; the state they share in
+ * http_impl.h. */
 #include "gateway/http.h"
 
 #include <arpa/inet.h>
@@ -31,709 +34,21 @@
 #include "common/utf8.h"
 #include "common/vec.h"
 #include "common/xalloc.h"
-#include "gateway/anthropic.h"
 #include "gateway/api_surface.h"
 #include "gateway/gateway.h"
-#include "gateway/snapshot.h"
+#include "gateway/http_guard.h"
+#include "gateway/http_impl.h"
+#include "gateway/http_respond.h"
+#include "gateway/http_routes.h"
 #include "gateway/keys.h"
 #include "gateway/oai.h"
-#include "gateway/oai_stream.h"
 #include "gateway/partition.h"
 #include "gateway/reasoning.h"
-#include "gateway/rerank.h"
-#include "gateway/resp_store.h"
-#include "gateway/responses.h"
-#include "gateway/ui.h"
 
-#define HTTP_DEFAULT_MAX_BODY (16u << 20)
-#define SNAPSHOT_TIMEOUT_US 2000000
 #define WATCH_MAX 8192              /* connections the watcher polls at once */
 /* descriptors kept out of the HTTP connection limit: ZeroMQ sockets and its
  * internal pipes, worker pipes, log and keys files */
 #define FD_HEADROOM 256
-
-typedef struct http_req http_req_t;
-
-/* One TCP connection, from MHD_CONNECTION_NOTIFY_STARTED to _CLOSED, for
- * the deadlines the watcher enforces (libmicrohttpd's own timeout restarts
- * at every byte, so a client dripping one byte a second would hold its
- * connection forever):
- *   - headers: a connection whose first request's headers are not complete
- *     header_timeout_us after it opened is shut down;
- *   - body: while a request's body is arriving (`uploading`, an upload slot
- *     held) it must be complete body_timeout_us after the headers and bring
- *     body_min_rate bytes/s over each window of body_window_us. */
-typedef struct http_conn {
-    int fd;
-    int64_t t_open_us;          /* monotonic */
-    bool headers_done;          /* [conn_lock] on_request ran for it */
-    bool shut;                  /* [conn_lock] shutdown() already called */
-    struct http_conn *prev, *next;
-    uint8_t addr[16];           /* the client: IPv4 (4 bytes), or the /64 of IPv6 (8 bytes), */
-    uint8_t addr_len;           /* compared for max_uploads_per_ip; 0 = unknown */
-    /* [conn_lock] the body of the current request */
-    bool uploading;             /* in s->uploads, holding an upload slot */
-    int64_t t_body_us;          /* its headers were complete (monotonic) */
-    uint64_t n_body;            /* body bytes received */
-    int64_t t_window_us;        /* the current rate window began */
-    uint64_t n_window;          /* n_body when it began */
-    struct http_conn *up_prev, *up_next; /* in s->uploads */
-} http_conn_t;
-
-struct http_server {
-    struct MHD_Daemon *daemon;
-    struct gateway *gw;         /* borrowed */
-    size_t max_body;
-    size_t max_messages, max_prompt_bytes; /* http_config_t; 0 = off */
-    uint16_t port;
-
-    /* API keys; NULL path = open gateway */
-    char *keys_path;
-    pthread_rwlock_t keys_lock; /* guards keys */
-    keys_t *keys;
-
-    /* generation requests in flight, for the hang-up watcher and shutdown */
-    pthread_mutex_t live_lock;  /* guards live, stopping */
-    http_req_t *live;           /* doubly linked */
-    bool stopping;
-    pthread_t watcher;
-    bool watcher_started;
-
-    /* per-key rate limit: one token bucket per key name, grown on demand
-     * (a keys file holds a bounded number of keys) */
-    double rate_per_key;        /* tokens per second, 0 = off */
-    pthread_mutex_t rate_lock;  /* guards buckets */
-    struct rate_bucket {
-        char name[KEYS_NAME_MAX + 1];
-        double tokens;          /* available requests, <= max(1, rate) */
-        int64_t t_us;           /* last refill, monotonic */
-    } *buckets;
-    size_t n_buckets, cap_buckets;
-
-    /* open connections, for the header and body deadlines */
-    pthread_mutex_t conn_lock;  /* guards conns, uploads and their flags */
-    http_conn_t *conns;         /* doubly linked */
-    int64_t header_timeout_us;
-    http_conn_t *uploads;       /* the connections holding an upload slot (n_uploads) */
-    unsigned n_uploads, max_uploads, max_uploads_per_ip;
-    int64_t body_timeout_us, body_window_us;
-    uint64_t body_min_rate;     /* bytes/s, 0 = off */
-
-    /* the Host check (http_host_allowed); read-only after start */
-    char *listen_host;          /* HOST of the listen address, without brackets */
-    char *allowed_hosts;        /* allowed_hosts as configured, NULL = none */
-
-    /* browsers (http.h "Browser safety"); read-only after start */
-    char **cors;                /* (n_cors) allowed Origin values, as configured */
-    size_t n_cors;
-    bool cors_any;              /* "*" was listed: every origin is allowed */
-    bool admin_open;            /* ops routes open without a keys file */
-    reasoning_parser_t reasoning; /* --reasoning-parser */
-    bool keep_volatile;         /* --keep-volatile-blocks (volatile_block.h) */
-    resp_store_t *responses;    /* stored responses (borrowed), NULL = none */
-    bool ui;                    /* the web console is served (not --no-ui) */
-};
-
-/* AUTH_OPS: an admin key when a keys file is loaded, open otherwise (an open
- * gateway trusts whoever reaches it; AUTH_ADMIN routes make no sense without
- * keys and answer 403). AUTH_METRICS: with a keys file, a key flagged admin
- * or metrics (counters move with other tenants' requests: docs/SECURITY.md);
- * open without one. */
-typedef enum { AUTH_NONE, AUTH_KEY, AUTH_ADMIN, AUTH_OPS, AUTH_METRICS } auth_t;
-
-typedef enum MHD_Result (*http_handler_fn)(http_server_t *s, struct MHD_Connection *c,
-                                           http_req_t *req);
-
-typedef struct route {
-    const char *method;
-    const char *path;
-    http_handler_fn fn;
-    auth_t auth;
-    request_kind_t kind;            /* generation routes */
-    bool batch;                 /* the /v1/batch routes: tier low */
-    request_op_t op;                /* /tokenize, /detokenize: the tokenizer alone */
-    const api_surface_t *surface; /* generation routes (fn NULL): the API's translation */
-} route_t;
-
-/* Per-request state, made on the first callback of a request and freed by
- * request_completed(). Fields marked [lock] are guarded by greq->lock (the
- * core's notify hook and the watcher touch them). */
-struct http_req {
-    http_server_t *s;
-    struct MHD_Connection *conn;
-    /* what the headers decided (admit), on libmicrohttpd's first call */
-    bool path_ctl;              /* the raw path holds a control byte (%00-%1f, %7f) */
-    bool path_long;             /* the raw request target is over HTTP_MAX_URL */
-    bool headers_seen;          /* admit ran */
-    bool refused;               /* answer `refusal` (in err_surface's shape) on the final call */
-    bool preflight;             /* answer the CORS preflight on the final call */
-    char allow[128];            /* the path's methods (405, preflight) */
-    oai_error_t refusal;
-    const api_surface_t *err_surface; /* the route's API, NULL = OpenAI's */
-    const struct route *route;  /* admitted: the route to run */
-    bool keyed;                 /* a valid key came with it (authorize) */
-    http_conn_t *upload;        /* holding an upload slot on this connection, else NULL */
-    char *body;                 /* (body_len) + NUL, NULL when empty */
-    size_t body_len, body_cap;  /* cap grows ×2: uploads arrive in small chunks */
-    bool too_large;             /* body exceeded max_body: answer 413 */
-    char param[512];            /* the path segment a route's '*' matched */
-    prio_tier_t tier;           /* from the key */
-    uint64_t partition;         /* prefix-cache partition of the key (gateway/partition.h),
-                                   PARTITION_PUBLIC without keys */
-    char owner[65];             /* the key's SHA-256 in hex, RESP_STORE_ANON without keys:
-                                   who owns the responses it stores */
-
-    /* generation */
-    gateway_request_t *greq;    /* NULL until submitted */
-    http_req_t *prev, *next;    /* in s->live while greq is set */
-    int fd;                     /* the connection's socket, for the watcher */
-    bool suspended;             /* [lock] we called MHD_suspend_connection */
-    bool gone;                  /* [lock] client hung up / server stopping */
-    bool woken;                 /* [lock] the surface's own work finished (api_surface.h
-                                   "Waiting"); cleared when taken */
-    bool finished;              /* the last reply was taken */
-    const api_surface_t *surface; /* the route's API (api_surface.h); NULL = OpenAI's */
-    api_call_t call;            /* what the surface renders from; call.state is its own */
-    bool began;                 /* surface->parse succeeded: surface->end must run */
-    /* non-streaming: every EVENT reply until the last */
-    gateway_reply_t **events;
-    size_t n_events, cap_events;
-    uint32_t n_finished;        /* choices whose final EVENT came */
-    /* streaming: bytes not yet handed to libmicrohttpd, from out_off */
-    api_buf_t out;
-    size_t out_off;
-};
-
-/* ------------------------------------------------------------------------ */
-/* responses                                                                 */
-
-static bool origin_allowed(const http_server_t *s, const char *origin);
-
-static enum MHD_Result queue(http_server_t *s, struct MHD_Connection *c, unsigned status,
-                             struct MHD_Response *r)
-{
-    /* an answer to an allowed browser origin lets that page read it; a
-     * refused origin (403) gets no CORS header, so the page sees nothing */
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (origin && origin_allowed(s, origin)) {
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
-        MHD_add_response_header(r, "Access-Control-Expose-Headers", "Retry-After");
-    }
-    if (s->n_cors)
-        MHD_add_response_header(r, "Vary", "Origin");
-    char code[8];
-    snprintf(code, sizeof code, "%u", status);
-    metrics_counter_add(s->gw->m.http_responses, (const char *[]){code}, 1);
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return ret;
-}
-
-/* Sends `text` (malloc'd, taken) with the given status and content type, and
- * an X-Pagoda-Warning when warning is set (what the request left out,
- * api_call_t.warning). */
-static enum MHD_Result respond_text_warn(http_server_t *s, struct MHD_Connection *c, unsigned status,
-                                         char *text, const char *type, const char *allow,
-                                         const char *retry_after, const char *warning)
-{
-    if (!text)
-        return MHD_NO;
-    size_t n = strlen(text);
-    struct MHD_Response *r = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    if (allow)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-    if (retry_after)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
-    if (warning)
-        MHD_add_response_header(r, "X-Pagoda-Warning", warning);
-    return queue(s, c, status, r);
-}
-
-/* respond_text_warn without a warning. */
-static enum MHD_Result respond_text(http_server_t *s, struct MHD_Connection *c, unsigned status,
-                                    char *text, const char *type, const char *allow,
-                                    const char *retry_after)
-{
-    return respond_text_warn(s, c, status, text, type, allow, retry_after, NULL);
-}
-
-/* A JSON body plus one trailing newline (readable curl output). */
-static char *with_newline(char *text)
-{
-    if (!text)
-        return NULL;
-    size_t n = strlen(text);
-    text = xrealloc(text, n + 2);
-    text[n] = '\n';
-    text[n + 1] = '\0';
-    return text;
-}
-
-static enum MHD_Result respond_json(http_server_t *s, struct MHD_Connection *c, unsigned status,
-                                    json_t *j)
-{
-    char *text = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    return respond_text(s, c, status, with_newline(text), "application/json", NULL, NULL);
-}
-
-/* An error in the shape of `api` (NULL = OpenAI's, for routes of no surface). */
-static enum MHD_Result respond_api_error(http_server_t *s, struct MHD_Connection *c,
-                                         const api_surface_t *api, const oai_error_t *e,
-                                         const char *allow)
-{
-    char *body = api ? api->error_body(e) : oai_error_json(e);
-    return respond_text(s, c, (unsigned)e->status, with_newline(body), "application/json", allow,
-                        e->status == 429 ? "1" : NULL);
-}
-
-static enum MHD_Result respond_oai_error(http_server_t *s, struct MHD_Connection *c,
-                                         const oai_error_t *e, const char *allow)
-{
-    return respond_api_error(s, c, NULL, e, allow);
-}
-
-static enum MHD_Result respond_error(http_server_t *s, struct MHD_Connection *c, unsigned status,
-                                     const char *code, const char *allow, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-static enum MHD_Result respond_error(http_server_t *s, struct MHD_Connection *c, unsigned status,
-                                     const char *code, const char *allow, const char *fmt, ...)
-{
-    oai_error_t e;
-    va_list ap;
-    va_start(ap, fmt);
-    oai_error_vset(&e, (int)status, code, fmt, ap);
-    va_end(ap);
-    return respond_oai_error(s, c, &e, allow);
-}
-
-/* ------------------------------------------------------------------------ */
-/* API keys                                                                  */
-
-int http_server_reload_keys(http_server_t *s, char *err, size_t err_len)
-{
-    char buf[512];
-    if (!s->keys_path) {
-        snprintf(buf, sizeof buf, "no keys file: the gateway runs without API keys");
-        goto fail;
-    }
-    keys_t *k = NULL;
-    if (keys_load(s->keys_path, &k, buf, sizeof buf) < 0)
-        goto fail;
-    pthread_rwlock_wrlock(&s->keys_lock);
-    keys_t *old = s->keys;
-    s->keys = k;
-    pthread_rwlock_unlock(&s->keys_lock);
-    keys_free(&old); /* lookups copy what they need under the read lock */
-    log_info("loaded %zu API keys from %s", keys_count(k), s->keys_path);
-    return 0;
-fail:
-    log_error("keys not (re)loaded: %s", buf);
-    errbuf_set(err, err_len, "%s", buf);
-    return -1;
-}
-
-/* Takes one request from key `name`'s bucket. Returns 0, or the whole
- * seconds until a token is back (>= 1) when the bucket is empty. */
-static int rate_take(http_server_t *s, const char *name)
-{
-    double burst = s->rate_per_key > 1 ? s->rate_per_key : 1;
-    int64_t now = clock_now_us();
-    pthread_mutex_lock(&s->rate_lock);
-    struct rate_bucket *b = NULL;
-    for (size_t i = 0; i < s->n_buckets && !b; i++)
-        if (strcmp(s->buckets[i].name, name) == 0)
-            b = &s->buckets[i];
-    if (!b) {
-        vec_reserve(s->buckets, s->cap_buckets, s->n_buckets + 1);
-        b = &s->buckets[s->n_buckets++];
-        snprintf(b->name, sizeof b->name, "%s", name);
-        b->tokens = burst;
-        b->t_us = now;
-    }
-    b->tokens += (double)(now - b->t_us) / 1e6 * s->rate_per_key;
-    if (b->tokens > burst)
-        b->tokens = burst;
-    b->t_us = now;
-    int wait = 0;
-    if (b->tokens >= 1) {
-        b->tokens -= 1;
-    } else {
-        double secs = (1 - b->tokens) / s->rate_per_key;
-        wait = (int)secs + 1;
-    }
-    pthread_mutex_unlock(&s->rate_lock);
-    return wait;
-}
-
-/* The key a request carries: "Authorization: Bearer KEY" (OpenAI), or
- * "x-api-key: KEY" (Anthropic's SDKs); NULL when none. */
-static const char *request_key(struct MHD_Connection *c)
-{
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    const char *tok = NULL;
-    if (h && strncasecmp(h, "Bearer ", 7) == 0)
-        tok = h + 7;
-    else if (!h)
-        tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
-    while (tok && *tok == ' ')
-        tok++;
-    return tok;
-}
-
-/* With keys on: does the request carry a key that may read /metrics (admin
- * or metrics)? Routes open to anyone (/health) show their counters only then. */
-static bool request_may_read_metrics(http_server_t *s, struct MHD_Connection *c)
-{
-    const char *tok = request_key(c);
-    if (!tok)
-        return false;
-    pthread_rwlock_rdlock(&s->keys_lock);
-    const keys_entry_t *k = keys_lookup(s->keys, tok);
-    bool may = k && k->metrics;
-    pthread_rwlock_unlock(&s->keys_lock);
-    return may;
-}
-
-/* Checks the bearer key for a route. Returns 0 (tier set in q), or -1 with
- * *e filled (401/403, or 429 when the key is over its rate limit). */
-static int authorize(http_server_t *s, struct MHD_Connection *c, const route_t *rt, http_req_t *q,
-                     oai_error_t *e)
-{
-    q->tier = PRIO_TIER_NORMAL;
-    q->partition = PARTITION_PUBLIC;
-    snprintf(q->owner, sizeof q->owner, "%s", RESP_STORE_ANON);
-    if (rt->auth == AUTH_NONE || (rt->auth == AUTH_METRICS && !s->keys_path))
-        return 0;
-    if (!s->keys_path) {
-        if (rt->auth == AUTH_ADMIN) {
-            oai_error_set(e, 403, NULL, "Admin endpoints need a keys file with an admin key "
-                                        "(pagoda-gateway --keys FILE)");
-            return -1;
-        }
-        if (rt->auth == AUTH_OPS && !s->admin_open) {
-            oai_error_set(e, 403, NULL, "Operations endpoints need a keys file with an admin key "
-                                        "(pagoda-gateway --keys FILE), or --admin-open to serve "
-                                        "them without keys");
-            return -1;
-        }
-        return 0; /* AUTH_OPS with --admin-open: open gateway */
-    }
-    /* the key, on every route */
-    const char *tok = request_key(c);
-    if (!tok) {
-        oai_error_set(e, 401, NULL, "You didn't provide an API key. Send it as "
-                                    "'Authorization: Bearer YOUR_KEY' (or 'x-api-key: YOUR_KEY').");
-        return -1;
-    }
-    bool found = false, admin = false, metrics = false;
-    char name[KEYS_NAME_MAX + 1] = "";
-    pthread_rwlock_rdlock(&s->keys_lock);
-    const keys_entry_t *k = keys_lookup(s->keys, tok);
-    if (k) {
-        found = true;
-        q->keyed = true;
-        admin = k->admin;
-        metrics = k->metrics;
-        q->tier = k->tier;
-        q->partition = k->partition;
-        snprintf(name, sizeof name, "%s", k->name);
-        for (int i = 0; i < 32; i++)
-            snprintf(q->owner + 2 * i, 3, "%02x", k->sha256[i]);
-    }
-    pthread_rwlock_unlock(&s->keys_lock);
-    if (!found) {
-        oai_error_set(e, 401, NULL, "Incorrect API key provided.");
-        return -1;
-    }
-    if ((rt->auth == AUTH_ADMIN || rt->auth == AUTH_OPS) && !admin) {
-        oai_error_set(e, 403, NULL, "This key may not use admin endpoints");
-        return -1;
-    }
-    if (rt->auth == AUTH_METRICS && !metrics) {
-        oai_error_set(e, 403, NULL, "This key may not read /metrics (keys-file flag 'metrics' or 'admin')");
-        return -1;
-    }
-    int wait;
-    if (rt->auth == AUTH_KEY && s->rate_per_key > 0 && (wait = rate_take(s, name)) > 0) {
-        oai_error_set(e, 429, NULL,
-                      "Rate limit reached for key '%s': %g requests per second. "
-                      "Try again in %d s.", name, s->rate_per_key, wait);
-        return -1;
-    }
-    return 0;
-}
-
-/* ------------------------------------------------------------------------ */
-/* browsers: Origin, CORS, Content-Type                                      */
-
-/* Splits the configured list ("A,B" / "A B") into s->cors. */
-static void cors_parse(http_server_t *s, const char *list)
-{
-    for (const char *p = list ? list : ""; *p;) {
-        p += strspn(p, ", \t");
-        size_t len = strcspn(p, ", \t");
-        if (len == 0)
-            break;
-        if (len == 1 && p[0] == '*')
-            s->cors_any = true;
-        s->cors = xrealloc(s->cors, (s->n_cors + 1) * sizeof *s->cors);
-        s->cors[s->n_cors++] = xstrndup(p, len);
-        p += len;
-    }
-}
-
-/* Origin values are compared whole and case-insensitively (browsers send
- * scheme and host lowercased; a listed "HTTP://X" still matches). "null"
- * (sandboxed frames, file:// pages) matches only if listed as such. */
-static bool origin_allowed(const http_server_t *s, const char *origin)
-{
-    if (s->cors_any)
-        return true;
-    for (size_t i = 0; i < s->n_cors; i++)
-        if (strcasecmp(s->cors[i], origin) == 0)
-            return true;
-    return false;
-}
-
-/* 1 when the Content-Type header says JSON: media type application/json
- * (any case, blanks around it), parameters allowed but a charset only if it
- * is UTF-8 (RFC 8259: JSON between systems is UTF-8). 0 otherwise, also
- * when the header is missing. */
-static int content_type_is_json(const char *ct)
-{
-    if (!ct)
-        return 0;
-    ct += strspn(ct, " \t");
-    static const char want[] = "application/json";
-    if (strncasecmp(ct, want, sizeof want - 1) != 0)
-        return 0;
-    const char *p = ct + sizeof want - 1;
-    p += strspn(p, " \t");
-    if (*p == '\0')
-        return 1;
-    if (*p != ';')
-        return 0; /* application/jsonx, application/json-seq, ... */
-    /* parameters: only charset is looked at */
-    while (*p == ';') {
-        p++;
-        p += strspn(p, " \t");
-        size_t n = strcspn(p, ";");
-        if (n >= 8 && strncasecmp(p, "charset=", 8) == 0) {
-            const char *v = p + 8;
-            size_t vn = n - 8;
-            while (vn && (v[vn - 1] == ' ' || v[vn - 1] == '\t'))
-                vn--;
-            if (vn >= 2 && v[0] == '"' && v[vn - 1] == '"') {
-                v++;
-                vn -= 2;
-            }
-            if (!((vn == 5 && strncasecmp(v, "utf-8", 5) == 0) ||
-                  (vn == 4 && strncasecmp(v, "utf8", 4) == 0)))
-                return 0;
-        }
-        p += n;
-    }
-    return 1;
-}
-
-/* Header values echoed in a preflight answer must be header-safe: token
- * characters, commas and blanks, bounded. */
-static bool header_list_ok(const char *v)
-{
-    size_t n = strlen(v);
-    if (n == 0 || n > 1024)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)v[i];
-        if (!(isalnum(ch) || strchr("!#$%&'*+-.^_`|~, \t", ch)))
-            return false;
-    }
-    return true;
-}
-
-/* A CORS preflight from an allowed origin: 204 and what the page may send.
- * `allow` = the methods of the path. */
-static enum MHD_Result respond_preflight(http_server_t *s, struct MHD_Connection *c,
-                                         const char *allow)
-{
-    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-    if (!r)
-        return MHD_NO;
-    char methods[160];
-    snprintf(methods, sizeof methods, "%s, OPTIONS", allow);
-    MHD_add_response_header(r, "Access-Control-Allow-Methods", methods);
-    const char *rh = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                 "Access-Control-Request-Headers");
-    MHD_add_response_header(r, "Access-Control-Allow-Headers",
-                            rh && header_list_ok(rh) ? rh : "authorization, content-type");
-    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, methods);
-    return queue(s, c, 204, r);
-}
-
-/* ------------------------------------------------------------------------ */
-/* simple handlers                                                           */
-
-static enum MHD_Result handle_health(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
-{
-    json_t *j = gateway_health(s->gw, SNAPSHOT_TIMEOUT_US);
-    if (!j)
-        return respond_error(s, c, 503, NULL, NULL, "The gateway core did not answer");
-    if (s->keys_path && !request_may_read_metrics(s, c)) {
-        /* with keys, cumulative counters are /metrics' (docs/SECURITY.md):
-         * they move with other tenants' requests */
-        static const char *const counters[] = {"prefix_cache_queries", "prefix_cache_hits", "tokens_generated",
-                                               "prompt_tokens"};
-        size_t i;
-        json_t *w;
-        json_array_foreach(json_object_get(j, "workers"), i, w) {
-            json_t *load = json_object_get(w, "load");
-            for (size_t k = 0; json_is_object(load) && k < sizeof counters / sizeof *counters; k++)
-                json_object_del(load, counters[k]);
-        }
-    }
-    bool ok = json_array_size(json_object_get(j, "workers")) > 0;
-    return respond_json(s, c, ok ? 200 : 503, j);
-}
-
-static enum MHD_Result handle_metrics(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
-{
-    char *text = gateway_metrics_text(s->gw, SNAPSHOT_TIMEOUT_US);
-    if (!text)
-        return respond_error(s, c, 503, NULL, NULL, "The gateway core did not answer");
-    return respond_text(s, c, 200, text, "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
-}
-
-static enum MHD_Result handle_models(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
-{
-    char *text = gateway_models_json(s->gw, SNAPSHOT_TIMEOUT_US);
-    if (!text)
-        return respond_error(s, c, 503, NULL, NULL, "The gateway core did not answer");
-    return respond_text(s, c, 200, with_newline(text), "application/json", NULL, NULL);
-}
-
-static enum MHD_Result handle_reload_keys(http_server_t *s, struct MHD_Connection *c,
-                                          http_req_t *req)
-{
-    char err[512];
-    if (http_server_reload_keys(s, err, sizeof err) < 0)
-        return respond_error(s, c, 400, NULL, NULL, "%s", err);
-    pthread_rwlock_rdlock(&s->keys_lock);
-    size_t n = keys_count(s->keys);
-    pthread_rwlock_unlock(&s->keys_lock);
-    return respond_json(s, c, 200, json_pack("{s:b, s:I}", "reloaded", 1, "keys", (json_int_t)n));
-}
-
-/* The stored-response routes (responses.h); the caller sees only its own. */
-static enum MHD_Result respond_stored(http_server_t *s, struct MHD_Connection *c, http_req_t *req,
-                                      responses_op_t op)
-{
-    const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
-    const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
-    if (op == RESPONSES_GET && stream && strcmp(stream, "true") == 0) {
-        oai_error_t e;
-        oai_error_set(&e, 400, "stream", "Replaying a stored response as a stream is not supported; "
-                                         "GET it without 'stream'.");
-        return respond_oai_error(s, c, &e, NULL);
-    }
-    int status = 500;
-    char *body = responses_stored(s->responses, req->owner, req->param, op, order && strcmp(order, "asc") == 0,
-                                  &status);
-    return respond_text(s, c, (unsigned)status, with_newline(body), "application/json", NULL, NULL);
-}
-
-static enum MHD_Result handle_responses_get(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
-{
-    return respond_stored(s, c, req, RESPONSES_GET);
-}
-
-static enum MHD_Result handle_responses_delete(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
-{
-    return respond_stored(s, c, req, RESPONSES_DELETE);
-}
-
-static enum MHD_Result handle_responses_items(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
-{
-    return respond_stored(s, c, req, RESPONSES_INPUT_ITEMS);
-}
-
-/* The core's answer to an operations command: {"status": N, ...}. */
-static enum MHD_Result respond_admin(http_server_t *s, struct MHD_Connection *c, json_t *j)
-{
-    if (!j)
-        return respond_error(s, c, 503, NULL, NULL, "The gateway core did not answer");
-    json_int_t status = json_integer_value(json_object_get(j, "status"));
-    json_object_del(j, "status");
-    return respond_json(s, c, status >= 200 && status <= 599 ? (unsigned)status : 500, j);
-}
-
-static enum MHD_Result handle_admin_workers(http_server_t *s, struct MHD_Connection *c,
-                                            http_req_t *req)
-{
-    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_WORKERS, NULL, SNAPSHOT_TIMEOUT_US));
-}
-
-static enum MHD_Result handle_admin_drain(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
-{
-    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_DRAIN, req->param, SNAPSHOT_TIMEOUT_US));
-}
-
-static enum MHD_Result handle_admin_restart(http_server_t *s, struct MHD_Connection *c,
-                                            http_req_t *req)
-{
-    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_RESTART, req->param, SNAPSHOT_TIMEOUT_US));
-}
-
-static enum MHD_Result handle_admin_restart_model(http_server_t *s, struct MHD_Connection *c,
-                                                  http_req_t *req)
-{
-    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_RESTART_MODEL, req->param,
-                                             SNAPSHOT_TIMEOUT_US));
-}
-
-static enum MHD_Result handle_admin_start_model(http_server_t *s, struct MHD_Connection *c,
-                                                http_req_t *req)
-{
-    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_START_MODEL, req->param,
-                                             SNAPSHOT_TIMEOUT_US));
-}
-
-static enum MHD_Result handle_admin_stop_model(http_server_t *s, struct MHD_Connection *c,
-                                               http_req_t *req)
-{
-    return respond_admin(s, c, gateway_admin(s->gw, GATEWAY_ADMIN_STOP_MODEL, req->param,
-                                             SNAPSHOT_TIMEOUT_US));
-}
-
-/* The web console (ui.h): /ui/ and /ui/NAME are files of its table (a name
- * not in it is the usual 404), /ui redirects to /ui/. */
-static enum MHD_Result handle_ui(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
-{
-    unsigned status = 200;
-    struct MHD_Response *r = ui_response(
-        req->param, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH),
-        &status);
-    if (!r) {
-        oai_error_t e;
-        oai_error_set(&e, 404, NULL, "Invalid URL (GET /ui/%.300s)", req->param);
-        e.type = "invalid_request_error";
-        e.code = "not_found";
-        return respond_oai_error(s, c, &e, NULL);
-    }
-    return queue(s, c, status, r);
-}
-
-static enum MHD_Result handle_ui_redirect(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
-{
-    struct MHD_Response *r = ui_redirect();
-    return r ? queue(s, c, 308, r) : MHD_NO;
-}
 
 /* ------------------------------------------------------------------------ */
 /* generation: flow                                                          */
@@ -809,7 +124,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     http_req_t *q = cls;
     while (q->out_off == q->out.len) {
-        q->out_off = q->out.len = 0;
+        q->out_off = 0;
+        strbuf_reset(&q->out);
         if (q->call.done)
             return MHD_CONTENT_READER_END_OF_STREAM;
         bool gone;
@@ -829,7 +145,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
     size_t n = q->out.len - q->out_off;
     if (n > max)
         n = max;
-    memcpy(buf, q->out.p + q->out_off, n);
+    memcpy(buf, q->out.s + q->out_off, n);
     q->out_off += n;
     return (ssize_t)n;
 }
@@ -841,7 +157,7 @@ static enum MHD_Result respond_complete(http_server_t *s, struct MHD_Connection 
         int status = 500;
         char *body = q->surface->complete(&q->call, q->events, q->n_events, &status);
         if (!q->call.waiting)
-            return respond_text_warn(s, c, (unsigned)status, with_newline(body), "application/json", NULL,
+            return http_respond_text_warn(s, c, (unsigned)status, http_with_newline(body), "application/json", NULL,
                                      status == 429 ? "1" : NULL,
                                      q->call.warning);
         free(body); /* api_surface.h "Waiting": again once woken */
@@ -865,7 +181,7 @@ static enum MHD_Result gen_continue(http_server_t *s, struct MHD_Connection *c, 
             return MHD_YES;
         if (rep->kind == GATEWAY_REPLY_ERROR) {
             q->finished = true;
-            enum MHD_Result ret = respond_api_error(s, c, q->surface, &rep->error, NULL);
+            enum MHD_Result ret = http_respond_api_error(s, c, q->surface, &rep->error, NULL);
             gateway_reply_free(&rep);
             return ret;
         }
@@ -882,7 +198,7 @@ static enum MHD_Result gen_continue(http_server_t *s, struct MHD_Connection *c, 
             MHD_add_response_header(r, "X-Accel-Buffering", "no");
             if (q->call.warning)
                 MHD_add_response_header(r, "X-Pagoda-Warning", q->call.warning);
-            return queue(s, c, 200, r);
+            return http_queue(s, c, 200, r);
         }
         vec_reserve(q->events, q->cap_events, q->n_events + 1);
         q->events[q->n_events++] = rep;
@@ -925,7 +241,7 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     oai_error_t e;
     const uint8_t *body = (const uint8_t *)(q->body ? q->body : "");
     if (api->parse(&q->call, body, q->body_len, &o, &e) < 0)
-        return respond_api_error(s, c, api, &e, NULL);
+        return http_respond_api_error(s, c, api, &e, NULL);
     q->began = true; /* parse may have set call.state: end() frees it from here on */
     if (o.warning) {
         log_warn("%s: %s", rt->path, o.warning);
@@ -934,7 +250,7 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     }
     if (request_check_limits(&o, s->max_messages, s->max_prompt_bytes, &e) < 0) {
         request_free(&o);
-        return respond_api_error(s, c, api, &e, NULL);
+        return http_respond_api_error(s, c, api, &e, NULL);
     }
     prio_tier_t tier = rt->batch ? PRIO_TIER_LOW : q->tier;
     api_call_t *call = &q->call;
@@ -978,7 +294,7 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     if (stopping || gateway_submit(s->gw, q->greq) < 0) {
         q->finished = true;
         oai_error_set(&e, 503, NULL, "The gateway is shutting down");
-        return respond_api_error(s, c, api, &e, NULL);
+        return http_respond_api_error(s, c, api, &e, NULL);
     }
     log_debug("%s request %" PRIu64 " for %s (tier %s%s)", rt->path, q->greq->id, call->model,
               prio_tier_name(tier), call->stream ? ", stream" : "");
@@ -1145,138 +461,6 @@ static void *watcher_main(void *arg)
     return NULL;
 }
 
-/* ------------------------------------------------------------------------ */
-/* dispatch                                                                  */
-
-static const route_t routes[] = {
-    {"GET", "/health", handle_health, AUTH_NONE, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"GET", "/metrics", handle_metrics, AUTH_METRICS, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"GET", "/v1/models", handle_models, AUTH_KEY, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"POST", "/v1/chat/completions", NULL, AUTH_KEY, REQUEST_CHAT, false, REQUEST_OP_GENERATE,
-     &oai_surface},
-    {"POST", "/v1/completions", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_GENERATE,
-     &oai_surface},
-    {"POST", "/v1/batch/chat/completions", NULL, AUTH_KEY, REQUEST_CHAT, true, REQUEST_OP_GENERATE,
-     &oai_surface},
-    {"POST", "/v1/batch/completions", NULL, AUTH_KEY, REQUEST_COMPLETION, true, REQUEST_OP_GENERATE,
-     &oai_surface},
-    {"POST", "/v1/embeddings", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_EMBED,
-     &oai_surface},
-    {"POST", "/v1/rerank", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
-    {"POST", "/rerank", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
-    {"POST", "/v2/rerank", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
-    {"POST", "/v1/reranking", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
-    {"POST", "/reranking", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &rerank_surface},
-    {"POST", "/v1/score", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &score_surface},
-    {"POST", "/score", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_RANK, &score_surface},
-    {"POST", "/tokenize", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_TOKENIZE,
-     &oai_surface},
-    {"POST", "/detokenize", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_DETOKENIZE,
-     &oai_surface},
-    {"POST", "/v1/messages", NULL, AUTH_KEY, REQUEST_CHAT, false, REQUEST_OP_GENERATE, &anthropic_surface},
-    {"POST", "/v1/messages/count_tokens", NULL, AUTH_KEY, REQUEST_CHAT, false, REQUEST_OP_TOKENIZE,
-     &anthropic_surface},
-    {"POST", "/v1/responses", NULL, AUTH_KEY, REQUEST_CHAT, false, REQUEST_OP_GENERATE, &responses_surface},
-    {"GET", "/v1/responses/*", handle_responses_get, AUTH_KEY, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"DELETE", "/v1/responses/*", handle_responses_delete, AUTH_KEY, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"GET", "/v1/responses/*/input_items", handle_responses_items, AUTH_KEY, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"POST", "/admin/reload-keys", handle_reload_keys, AUTH_ADMIN, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"GET", "/admin/workers", handle_admin_workers, AUTH_OPS, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"POST", "/admin/workers/*/drain", handle_admin_drain, AUTH_OPS, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"POST", "/admin/workers/*/restart", handle_admin_restart, AUTH_OPS, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"POST", "/admin/models/*/restart", handle_admin_restart_model, AUTH_OPS, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"POST", "/admin/models/*/start", handle_admin_start_model, AUTH_OPS, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"POST", "/admin/models/*/stop", handle_admin_stop_model, AUTH_OPS, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"GET", "/ui", handle_ui_redirect, AUTH_NONE, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"GET", "/ui/", handle_ui, AUTH_NONE, 0, false, REQUEST_OP_GENERATE, NULL},
-    {"GET", "/ui/*", handle_ui, AUTH_NONE, 0, false, REQUEST_OP_GENERATE, NULL},
-};
-#define N_ROUTES (sizeof routes / sizeof routes[0])
-
-/* Matches url against a route path where '*' stands for one non-empty path
- * segment (no '/'), copied into param (param_len bytes, else no match). */
-static bool route_match(const char *pattern, const char *url, char *param, size_t param_len)
-{
-    const char *star = strchr(pattern, '*');
-    if (!star) {
-        if (strcmp(pattern, url) != 0)
-            return false;
-        param[0] = '\0';
-        return true;
-    }
-    size_t pre = (size_t)(star - pattern);
-    if (strncmp(pattern, url, pre) != 0)
-        return false;
-    const char *seg = url + pre, *slash = strchr(seg, '/');
-    size_t n = slash ? (size_t)(slash - seg) : strlen(seg);
-    if (n == 0 || n >= param_len || strcmp(star + 1, seg + n) != 0)
-        return false;
-    memcpy(param, seg, n);
-    param[n] = '\0';
-    return true;
-}
-
-/* ------------------------------------------------------------------------ */
-/* the headers decide (http.h)                                               */
-
-/* An IP literal: dotted IPv4, or IPv6 (without brackets). */
-static bool is_ip_literal(const char *h, size_t n)
-{
-    char buf[INET6_ADDRSTRLEN + 1];
-    unsigned char a[16];
-    if (n == 0 || n >= sizeof buf)
-        return false;
-    memcpy(buf, h, n);
-    buf[n] = '\0';
-    return inet_pton(AF_INET, buf, a) == 1 || inet_pton(AF_INET6, buf, a) == 1;
-}
-
-/* name (n bytes, no trailing dot) against one allowed_hosts entry. */
-static bool host_entry_matches(const char *name, size_t n, const char *ent, size_t en)
-{
-    if (en && ent[en - 1] == '.')
-        en--;
-    if (en == 1 && ent[0] == '*')
-        return true;
-    if (en > 2 && ent[0] == '*' && ent[1] == '.') /* "*.SUFFIX": NAME.SUFFIX, not SUFFIX itself */
-        return n > en - 1 && strncasecmp(name + n - (en - 1), ent + 1, en - 1) == 0;
-    return n == en && strncasecmp(name, ent, n) == 0;
-}
-
-bool http_host_allowed(const char *host, const char *listen_host, const char *allowed)
-{
-    if (!host)
-        return true;
-    const char *name = host;
-    size_t n;
-    if (host[0] == '[') { /* [IPv6]:PORT: a literal or nothing */
-        const char *close = strchr(host, ']');
-        if (!close || (close[1] && close[1] != ':'))
-            return false;
-        return is_ip_literal(host + 1, (size_t)(close - host - 1));
-    }
-    const char *colon = strchr(host, ':');
-    n = colon ? (size_t)(colon - host) : strlen(host);
-    if (colon && (!colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1)))
-        return false; /* a port that is not a number (or a second colon) */
-    if (n && name[n - 1] == '.')
-        n--; /* "localhost." is localhost */
-    if (n == 0)
-        return false;
-    if (is_ip_literal(name, n) || (n == 9 && strncasecmp(name, "localhost", 9) == 0))
-        return true;
-    if (listen_host && !is_ip_literal(listen_host, strlen(listen_host)) &&
-        host_entry_matches(name, n, listen_host, strlen(listen_host)))
-        return true;
-    for (const char *p = allowed ? allowed : ""; *p;) {
-        p += strspn(p, ", \t");
-        size_t len = strcspn(p, ", \t");
-        if (len && host_entry_matches(name, n, p, len))
-            return true;
-        p += len;
-    }
-    return false;
-}
 
 /* libmicrohttpd's URI log callback: the request target as the client sent
  * it, before decoding (a %00 would cut the decoded path short). Makes the
@@ -1301,142 +485,6 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
     }
     return q;
 }
-
-/* Content-Length as declared (0 when absent); *chunked when the body comes
- * in chunks of unknown total. libmicrohttpd has refused malformed values. */
-static uint64_t declared_body(struct MHD_Connection *c, bool *chunked)
-{
-    const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    *chunked = te && strcasestr(te, "chunked") != NULL;
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    return cl ? strtoull(cl, NULL, 10) : 0;
-}
-
-/* Refuses with `status` in the route's shape: *e is q->refusal. */
-static oai_error_t *refuse(http_req_t *q, const route_t *rt)
-{
-    q->refused = true;
-    q->err_surface = rt ? rt->surface : NULL;
-    return &q->refusal;
-}
-
-/* Everything the headers decide (http.h), in order. Returns 0 with q->route
- * set (or q->preflight), or -1 with q->refused and q->refusal set. */
-static int admit(http_server_t *s, struct MHD_Connection *c, const char *url, const char *method,
-                 http_req_t *q)
-{
-    /* HEAD is GET without a body; libmicrohttpd drops the body itself */
-    const char *m = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0 ? MHD_HTTP_METHOD_GET : method;
-    const route_t *rt = NULL;
-    bool path_known = false;
-    for (size_t i = 0; i < N_ROUTES && !rt; i++) {
-        const route_t *r = &routes[i];
-        if ((!s->ui && (r->fn == handle_ui || r->fn == handle_ui_redirect)) ||
-            !route_match(r->path, url, q->param, sizeof q->param))
-            continue;
-        if (strcmp(r->method, m) == 0) {
-            rt = r;
-            break;
-        }
-        path_known = true;
-        size_t n = strlen(q->allow);
-        snprintf(q->allow + n, sizeof q->allow - n, "%s%s%s", n ? ", " : "", r->method,
-                 strcmp(r->method, "GET") == 0 ? ", HEAD" : "");
-    }
-    oai_error_t *e;
-    /* the path as sent: a control byte would be cut out of (or cut) the
-     * decoded one the routes see */
-    if (q->path_ctl) {
-        e = refuse(q, rt);
-        oai_error_set(e, 400, NULL, "The request path contains a control character (%%00-%%1F or "
-                                    "%%7F, percent-encoded or not); no path of this API has one.");
-        e->code = "invalid_path";
-        return -1;
-    }
-    if (q->path_long) {
-        e = refuse(q, rt);
-        oai_error_set(e, 414, NULL, "The request target is longer than %d bytes.", HTTP_MAX_URL);
-        e->type = "invalid_request_error";
-        e->code = "uri_too_long";
-        return -1;
-    }
-    /* a Host that is not this server's: a DNS rebinding page (its name now
-     * resolves to us, so the browser calls it same-origin) */
-    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
-    if (!http_host_allowed(host, s->listen_host, s->allowed_hosts)) {
-        e = refuse(q, rt);
-        oai_error_set(e, 421, NULL, "Host '%.200s' is not a name of this server: allow it with "
-                                    "--allowed-host NAME (config allowed_hosts), or call it by IP "
-                                    "address or localhost.", host);
-        e->type = "invalid_request_error";
-        e->code = "host_not_allowed";
-        log_debug("refused %s %.200s for Host '%.200s'", method, url, host);
-        return -1;
-    }
-    /* browsers: a web page of a foreign origin gets nothing at all, on any
-     * route (http.h "Browser safety") */
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (origin && !origin_allowed(s, origin) && !(s->ui && ui_origin_is_self(origin, host))) {
-        e = refuse(q, rt);
-        oai_error_set(e, 403, NULL, "Requests from web pages of origin '%.200s' are not allowed "
-                                    "(the gateway allows %s; see --cors-origin)", origin,
-                      s->n_cors ? "other origins" : "no browser origin");
-        e->code = "origin_not_allowed";
-        log_debug("refused %s %.200s from origin '%.200s'", method, url, origin);
-        return -1;
-    }
-    if (!rt && path_known && origin && strcmp(method, MHD_HTTP_METHOD_OPTIONS) == 0) {
-        q->preflight = true;
-        return 0;
-    }
-    if (!rt && path_known) {
-        e = refuse(q, NULL);
-        oai_error_set(e, 405, NULL, "Method %.40s is not allowed on %.300s (allowed: %s)", method, url,
-                      q->allow);
-        return -1;
-    }
-    if (!rt) {
-        /* as OpenAI answers an unknown URL: invalid_request_error, not not_found_error */
-        e = refuse(q, NULL);
-        oai_error_set(e, 404, NULL, "Invalid URL (%.100s %.300s)", method, url);
-        e->type = "invalid_request_error";
-        e->code = "not_found";
-        return -1;
-    }
-    /* refusals of a surface's route come in its API's shape */
-    e = &q->refusal;
-    if (authorize(s, c, rt, q, e) < 0) {
-        refuse(q, rt);
-        return -1;
-    }
-    /* the body: what the route takes, before a byte of it is read */
-    bool chunked;
-    uint64_t len = declared_body(c, &chunked);
-    size_t limit = rt->surface ? s->max_body : q->keyed ? HTTP_SMALL_BODY : 0;
-    if (len > limit || (chunked && limit == 0)) {
-        e = refuse(q, rt);
-        if (limit == 0)
-            oai_error_set(e, 413, NULL, "%.10s %.300s takes no request body", method, url);
-        else
-            oai_error_set(e, 413, NULL, "Request body exceeds %zu bytes", limit);
-        return -1;
-    }
-    /* a body must say it is JSON: a page may POST text/plain (or a Blob
-     * without a type) cross-origin without a preflight */
-    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-    if ((len || chunked) && !content_type_is_json(ct)) {
-        e = refuse(q, rt);
-        oai_error_set(e, 415, NULL, "Unsupported Content-Type '%.100s': request bodies "
-                                    "must be JSON (Content-Type: application/json)",
-                      ct ? ct : "(none)");
-        e->type = "invalid_request_error";
-        e->code = "unsupported_media_type";
-        return -1;
-    }
-    q->route = rt;
-    return 0;
-}
-
 /* The connection's record (on_connection), or NULL. */
 static http_conn_t *conn_of(struct MHD_Connection *c)
 {
@@ -1485,7 +533,7 @@ static int upload_begin(http_server_t *s, http_req_t *q, http_conn_t *k)
     pthread_mutex_unlock(&s->conn_lock);
     if (!full && !over)
         return 0;
-    oai_error_t *e = refuse(q, q->route);
+    oai_error_t *e = http_refuse(q, q->route);
     q->route = NULL;
     if (full)
         oai_error_set(e, 503, NULL, "The gateway is receiving %u request bodies, its limit "
@@ -1513,16 +561,16 @@ static void upload_end(http_server_t *s, http_req_t *q)
 static enum MHD_Result dispatch(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
 {
     if (req->preflight)
-        return respond_preflight(s, c, req->allow);
+        return http_respond_preflight(s, c, req->allow);
     if (req->refused)
-        return respond_api_error(s, c, req->err_surface, &req->refusal,
+        return http_respond_api_error(s, c, req->err_surface, &req->refusal,
                                  req->refusal.status == 405 ? req->allow : NULL);
     const route_t *rt = req->route;
     oai_error_t e;
     if (req->too_large) { /* chunked: no length was declared */
         oai_error_set(&e, 413, NULL, "Request body exceeds %zu bytes",
                       rt->surface ? s->max_body : (size_t)HTTP_SMALL_BODY);
-        return respond_api_error(s, c, rt->surface, &e, NULL);
+        return http_respond_api_error(s, c, rt->surface, &e, NULL);
     }
     return rt->fn ? rt->fn(s, c, req) : handle_generate(s, c, req, rt);
 }
@@ -1543,8 +591,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         connection_headers_done(s, k);
         log_debug("%s %s", method, url);
         bool chunked;
-        bool body = declared_body(c, &chunked) > 0 || chunked;
-        if (admit(s, c, url, method, req) == 0 && body && req->route && k)
+        bool body = http_declared_body(c, &chunked) > 0 || chunked;
+        bool path_known;
+        const route_t *rt = http_route_find(s, method, url, req, &path_known);
+        if (http_admit(s, c, url, method, rt, path_known, req) == 0 && body && req->route && k)
             upload_begin(s, req, k);
         /* a refusal of a request with a body is answered now: the body is
          * never read, and libmicrohttpd closes the connection after it */
@@ -1619,7 +669,7 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
     free(q->call.tool_names);
     free(q->call.tool_custom);
     free(q->call.warning);
-    free(q->out.p);
+    strbuf_free(&q->out);
     free(q->call.model);
     free(q->body);
     free(q);
@@ -1691,7 +741,7 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     pthread_mutex_init(&s->conn_lock, NULL);
     pthread_mutex_init(&s->rate_lock, NULL);
     s->rate_per_key = cfg->rate_per_key > 0 ? cfg->rate_per_key : 0;
-    cors_parse(s, cfg->cors_origins);
+    http_cors_parse(s, cfg->cors_origins);
     s->admin_open = cfg->admin_open;
     s->reasoning = (reasoning_parser_t)cfg->reasoning_parser;
     s->keep_volatile = cfg->keep_volatile_blocks;

@@ -17,7 +17,7 @@
  * and the completion callback sends gateway_cancel() — whether the request
  * was queued, prefilling or decoding.
  *
- * Routing is a static table (method, exact path, handler) in http.c; a
+ * Routing is a static table (method, exact path, handler) in http_routes.c; a
  * generation route names its API surface instead of a handler
  * (gateway/api_surface.h: the API's request parser and response renderer,
  * OpenAI's in gateway/oai_stream.c), and every refusal on that route comes in
@@ -34,7 +34,7 @@
  *   path hygiene   a percent-encoded (or raw) control byte %00-%1f, %7f in
  *                  the path: 400 (code invalid_path), before routing (the
  *                  decoded path would be cut at a NUL); a path longer than
- *                  HTTP_MAX_URL: 414 (code uri_too_long). The raw path comes
+ *                  HTTP_MAX_URL (http_guard.h): 414 (code uri_too_long). The raw path comes
  *                  from libmicrohttpd's URI log callback;
  *   Host           see allowed_hosts below: 421 (code host_not_allowed);
  *   Origin         see "Browser safety" below: 403;
@@ -168,10 +168,6 @@ typedef struct http_config {
 #define HTTP_DEFAULT_BODY_RATE_WINDOW_S 10
 #define HTTP_DEFAULT_MAX_UPLOADS 256
 #define HTTP_DEFAULT_MAX_UPLOADS_PER_IP 32
-/* Longest request target (path and query) answered by a route; longer: 414. */
-#define HTTP_MAX_URL 8192
-/* Body limit of the routes that need a key but take no body (it is read and ignored). */
-#define HTTP_SMALL_BODY 4096
 /* libmicrohttpd's per-connection memory (request line, headers, read buffer): 64 KiB
  * so a request line of up to ~60 KB reaches the handler, which answers 414 in JSON;
  * a longer one gets libmicrohttpd's own 414 (an HTML body), which cannot be replaced. */
@@ -195,17 +191,9 @@ size_t http_server_active(http_server_t *s);
 /* The bound TCP port (useful when listening on port 0). */
 uint16_t http_server_port(const http_server_t *s);
 
-/* Reloads the keys file given at start (SIGHUP, POST /admin/reload-keys).
- * Returns 0, or -1 with the old table kept (the error is logged and, when
- * err is not NULL, written there). Without a keys file: -1. */
-int http_server_reload_keys(http_server_t *s, char *err, size_t err_len);
-
-/* Whether a Host header value names this server: an IP literal (v4, or v6
- * in brackets) or localhost (any port: no DNS name is involved, so no DNS
- * rebinding either), the listen host, or a name matched by allowed (the
- * http_config_t allowed_hosts syntax, may be NULL). NULL host (HTTP/1.0
- * without Host) is allowed. Pure; exposed for the unit test. */
-bool http_host_allowed(const char *host, const char *listen_host, const char *allowed);
+/* http_server_reload_keys (SIGHUP, POST /admin/reload-keys) and the Host
+ * check are declared in http_guard.h, the file that does what the headers
+ * decide. */
 
 /* Splits "HOST:PORT" / "[V6]:PORT" into host (without brackets) and port.
  * Returns 0, or -1 when malformed or the host does not fit host_len. */

@@ -133,15 +133,15 @@ static char *chunk_json(const api_call_t *call, const oai_chunk_t *ch)
     return call->kind == REQUEST_CHAT ? oai_chat_chunk_json(&meta, ch) : oai_completion_chunk_json(&meta, ch);
 }
 
-static void sse_done(api_buf_t *out)
+static void sse_done(strbuf_t *out)
 {
-    api_buf_append(out, "data: [DONE]\n\n", 14);
+    strbuf_append(out, "data: [DONE]\n\n", 14);
 }
 
 /* An error event, then [DONE]: every stream ends the same way. */
-static void stream_fail(api_call_t *call, api_buf_t *out, const oai_error_t *e)
+static void stream_fail(api_call_t *call, strbuf_t *out, const oai_error_t *e)
 {
-    api_buf_sse(out, NULL, oai_error_json(e));
+    api_sse(out, NULL, oai_error_json(e));
     sse_done(out);
     call->done = true;
 }
@@ -156,7 +156,7 @@ typedef struct lp_once {
  * carries only reasoning_content; it takes the event's logprobs if no chunk
  * did yet. */
 static void emit_text(api_call_t *call, uint32_t ci, const char *text, size_t len, bool reasoning,
-                      lp_once_t *lpo, api_buf_t *out)
+                      lp_once_t *lpo, strbuf_t *out)
 {
     oai_stream_t *st = call->state;
     lp_run_t lp = {0};
@@ -173,7 +173,7 @@ static void emit_text(api_call_t *call, uint32_t ci, const char *text, size_t le
         json = reasoning_patch(json, 0, text, len, true, true);
     else
         st->text_offset[ci] += (int64_t)utf8_count(text, len);
-    api_buf_sse(out, NULL, json);
+    api_sse(out, NULL, json);
     lp_clear(&lp);
 }
 
@@ -182,7 +182,7 @@ static void emit_text(api_call_t *call, uint32_t ci, const char *text, size_t le
  * and function.name when the run holds its BEGIN, and function.arguments =
  * the run's fragments of it joined. Nothing when the run only ends calls. */
 static void emit_tool_calls(api_call_t *call, uint32_t ci, const answer_part_t *p, size_t n,
-                            api_buf_t *out)
+                            strbuf_t *out)
 {
     oai_stream_t *st = call->state;
     json_t *arr = json_array();
@@ -253,13 +253,13 @@ static void emit_tool_calls(api_call_t *call, uint32_t ci, const answer_part_t *
     json_t *delta = json_object_get(json_array_get(json_object_get(root, "choices"), 0), "delta");
     json_object_del(delta, "content");
     json_object_set_new(delta, "tool_calls", arr);
-    api_buf_sse(out, NULL, json_dumps(root, JSON_COMPACT));
+    api_sse(out, NULL, json_dumps(root, JSON_COMPACT));
     json_decref(root);
 }
 
 /* The parts of one EVENT as chunks, in order. */
 static void emit_parts(api_call_t *call, uint32_t ci, const answer_part_t *p, size_t n,
-                       const proto_event_t *ev, api_buf_t *out)
+                       const proto_event_t *ev, strbuf_t *out)
 {
     lp_once_t lpo = {.ev = ev};
     for (size_t i = 0; i < n;) {
@@ -289,7 +289,7 @@ static void emit_parts(api_call_t *call, uint32_t ci, const answer_part_t *p, si
 
 /* A choice's final EVENT: its finish_reason chunk; after the last choice the
  * usage chunk and [DONE] (or, when it failed, the error and [DONE]). */
-static void emit_finish(api_call_t *call, uint32_t ci, const proto_event_t *ev, api_buf_t *out)
+static void emit_finish(api_call_t *call, uint32_t ci, const proto_event_t *ev, strbuf_t *out)
 {
     oai_stream_t *st = call->state;
     oai_usage_t u;
@@ -308,12 +308,12 @@ static void emit_finish(api_call_t *call, uint32_t ci, const proto_event_t *ev, 
                       .include_usage = st->include_usage};
     if (call->kind == REQUEST_COMPLETION)
         ch.text = "";
-    api_buf_sse(out, NULL, chunk_json(call, &ch));
+    api_sse(out, NULL, chunk_json(call, &ch));
     if (++st->n_finished < call->n_choices)
         return; /* the stream ends after the last choice */
     if (st->include_usage) {
         oai_chunk_t uc = {.include_usage = true, .usage = &st->usage};
-        api_buf_sse(out, NULL, chunk_json(call, &uc));
+        api_sse(out, NULL, chunk_json(call, &uc));
     }
     sse_done(out);
     call->done = true;
@@ -321,7 +321,7 @@ static void emit_finish(api_call_t *call, uint32_t ci, const proto_event_t *ev, 
 
 /* One reply → its chunks: the role chunk (chat, first of a choice), the
  * parts its text splits into, and the finish. */
-static void oai_stream_event(api_call_t *call, gateway_reply_t *rep, api_buf_t *out)
+static void oai_stream_event(api_call_t *call, gateway_reply_t *rep, strbuf_t *out)
 {
     oai_stream_t *st = call->state;
     if (rep->kind == GATEWAY_REPLY_ERROR) {
@@ -334,7 +334,7 @@ static void oai_stream_event(api_call_t *call, gateway_reply_t *rep, api_buf_t *
     if (call->kind == REQUEST_CHAT && !st->role_sent[ci]) {
         oai_chunk_t ch = {.index = (int32_t)ci, .role = true, .text = "",
                           .include_usage = st->include_usage};
-        api_buf_sse(out, NULL, chunk_json(call, &ch));
+        api_sse(out, NULL, chunk_json(call, &ch));
         st->role_sent[ci] = true;
     }
     if (!st->answer[ci])

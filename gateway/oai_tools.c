@@ -510,14 +510,9 @@ void oai_tools_mark_custom(oai_tool_call_t *calls, size_t n, char *const *names,
 
 char *oai_custom_acc_feed(oai_custom_acc_t *a, const char *frag, size_t n, size_t *out_len)
 {
-    if (a->len + n + 1 > a->cap) {
-        a->cap = (a->len + n + 1) * 2;
-        a->raw = xrealloc(a->raw, a->cap);
-    }
-    memcpy(a->raw + a->len, frag, n);
-    a->len += n;
+    strbuf_append(&a->raw, frag, n);
     size_t dl;
-    char *d = oai_custom_input(a->raw, a->len, &dl);
+    char *d = oai_custom_input(a->raw.s, a->raw.len, &dl);
     size_t from = a->sent < dl ? a->sent : dl;
     memmove(d, d + from, dl - from);
     *out_len = dl - from;
@@ -528,8 +523,8 @@ char *oai_custom_acc_feed(oai_custom_acc_t *a, const char *frag, size_t n, size_
 
 void oai_custom_acc_clear(oai_custom_acc_t *a)
 {
-    free(a->raw);
-    memset(a, 0, sizeof *a);
+    strbuf_free(&a->raw);
+    a->sent = 0;
 }
 
 json_t *oai_tool_calls_json(const oai_tool_call_t *calls, size_t n, bool with_index)

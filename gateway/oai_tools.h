@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "common/strbuf.h"
 #include "gateway/oai_error.h"
 #include "gateway/request.h"
 
@@ -83,8 +84,7 @@ bool oai_tool_is_custom(const char *name, char *const *names, const bool *custom
  * fragment; returns the input bytes that fragment completed (malloc'd,
  * *out_len, possibly 0). Zero-initialize; oai_custom_acc_clear frees. */
 typedef struct {
-    char *raw;                   /* (len) the arguments so far */
-    size_t len, cap;
+    strbuf_t raw;                /* the arguments so far */
     size_t sent;                 /* input bytes returned so far */
 } oai_custom_acc_t;
 char *oai_custom_acc_feed(oai_custom_acc_t *a, const char *frag, size_t n, size_t *out_len);

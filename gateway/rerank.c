@@ -222,7 +222,7 @@ static void rerank_end(api_call_t *call)
 }
 
 /* Never streamed (the parser sets no stream): a reply only ends it. */
-static void rerank_stream_event(api_call_t *call, gateway_reply_t *rep, api_buf_t *out)
+static void rerank_stream_event(api_call_t *call, gateway_reply_t *rep, strbuf_t *out)
 {
     (void)out;
     gateway_reply_free(&rep);

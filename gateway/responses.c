@@ -948,7 +948,7 @@ struct responses_stream {
     json_t *output;      /* items so far (the open one included) */
     json_t *cur;         /* the open item, borrowed from output */
     item_t cur_kind;
-    api_buf_t *out;
+    strbuf_t *out;
 };
 
 responses_stream_t *responses_stream_new(const responses_meta_t *m, const responses_request_t *req)
@@ -1000,7 +1000,7 @@ static void emit(responses_stream_t *st, const char *type, json_t *data)
 {
     json_object_set_new(data, "type", json_string(type));
     json_object_set_new(data, "sequence_number", json_integer(st->seq++));
-    api_buf_sse(st->out, type, dump(data));
+    api_sse(st->out, type, dump(data));
 }
 
 static json_t *snapshot(responses_stream_t *st, const char *status, json_t *usage, json_t *error,
@@ -1132,7 +1132,7 @@ static void on_part(responses_stream_t *st, const answer_part_t *p)
     }
 }
 
-static void begin(responses_stream_t *st, api_buf_t *out)
+static void begin(responses_stream_t *st, strbuf_t *out)
 {
     st->out = out;
     if (st->started)
@@ -1142,7 +1142,7 @@ static void begin(responses_stream_t *st, api_buf_t *out)
     emit(st, "response.in_progress", json_pack("{s:o}", "response", snapshot(st, "in_progress", NULL, NULL, NULL)));
 }
 
-bool responses_stream_event(responses_stream_t *st, const proto_event_t *e, api_buf_t *out)
+bool responses_stream_event(responses_stream_t *st, const proto_event_t *e, strbuf_t *out)
 {
     if (st->done)
         return true;
@@ -1182,7 +1182,7 @@ bool responses_stream_event(responses_stream_t *st, const proto_event_t *e, api_
     return true;
 }
 
-bool responses_stream_resume(responses_stream_t *st, api_buf_t *out)
+bool responses_stream_resume(responses_stream_t *st, strbuf_t *out)
 {
     if (st->done)
         return true;
@@ -1201,7 +1201,7 @@ bool responses_stream_resume(responses_stream_t *st, api_buf_t *out)
 
 bool responses_stream_waiting(const responses_stream_t *st) { return st->job && !st->done; }
 
-void responses_stream_error(responses_stream_t *st, const oai_error_t *e, api_buf_t *out)
+void responses_stream_error(responses_stream_t *st, const oai_error_t *e, strbuf_t *out)
 {
     begin(st, out);
     close_item(st, "incomplete");
@@ -1268,7 +1268,7 @@ static void surface_begin(api_call_t *call, request_t *o)
     }
 }
 
-static void surface_stream_event(api_call_t *call, gateway_reply_t *rep, api_buf_t *out)
+static void surface_stream_event(api_call_t *call, gateway_reply_t *rep, strbuf_t *out)
 {
     surface_state_t *st = call->state;
     if (!rep) { /* woken: the store answered (api_surface.h, "Waiting") */

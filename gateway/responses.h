@@ -121,12 +121,12 @@ void responses_stream_free(responses_stream_t **st);
  * stored). With m->wake, the final EVENT may return false with the store
  * in flight (responses_stream_waiting): once wake was called,
  * responses_stream_resume writes the last event. */
-bool responses_stream_event(responses_stream_t *st, const proto_event_t *ev, api_buf_t *out);
-bool responses_stream_resume(responses_stream_t *st, api_buf_t *out);
+bool responses_stream_event(responses_stream_t *st, const proto_event_t *ev, strbuf_t *out);
+bool responses_stream_resume(responses_stream_t *st, strbuf_t *out);
 bool responses_stream_waiting(const responses_stream_t *st);
 /* A failure after the stream started: response.failed. Completes it;
  * nothing is stored. */
-void responses_stream_error(responses_stream_t *st, const oai_error_t *e, api_buf_t *out);
+void responses_stream_error(responses_stream_t *st, const oai_error_t *e, strbuf_t *out);
 
 /* The surface (api_surface.h) of POST /v1/responses: call->store and
  * call->owner resolve previous_response_id and keep the answer. */

@@ -297,16 +297,14 @@ static json_t *admin(struct gateway *gw, gateway_admin_op_t op, const char *targ
 
 static void *run_models(struct gateway *gw, const gateway_cmd_t *cmd)
 {
-    oai_model_info_t *info = xcalloc(gw->n_models + 1, sizeof *info);
-    int64_t created = clock_wall_s();
-    for (size_t i = 0; i < gw->n_models; i++) {
-        const gateway_model_t *m = &gw->models[i];
-        info[i] = (oai_model_info_t){.id = m->name, .created = created, .owned_by = "pagoda",
-                                     .max_model_len = m->n_ctx};
-    }
-    char *s = oai_models_json(info, gw->n_models);
-    free(info);
-    return s;
+    (void)cmd;
+    gateway_model_list_t *l = xcalloc(1, sizeof *l);
+    l->models = xcalloc(gw->n_models + 1, sizeof *l->models);
+    for (size_t i = 0; i < gw->n_models; i++)
+        l->models[i] = (gateway_model_info_t){.name = xstrdup(gw->models[i].name),
+                                              .n_ctx = gw->models[i].n_ctx};
+    l->n = gw->n_models;
+    return l;
 }
 
 static void *run_metrics(struct gateway *gw, const gateway_cmd_t *cmd)
@@ -371,9 +369,27 @@ json_t *gateway_health(struct gateway *gw, int64_t timeout_us)
     return ask(gw, run_health, json_item_free, 0, NULL, timeout_us);
 }
 
-char *gateway_models_json(struct gateway *gw, int64_t timeout_us)
+static void model_list_item_free(void *p)
 {
-    return ask(gw, run_models, free, 0, NULL, timeout_us);
+    gateway_model_list_t *l = p;
+    gateway_model_list_free(&l);
+}
+
+gateway_model_list_t *gateway_models(struct gateway *gw, int64_t timeout_us)
+{
+    return ask(gw, run_models, model_list_item_free, 0, NULL, timeout_us);
+}
+
+void gateway_model_list_free(gateway_model_list_t **lp)
+{
+    gateway_model_list_t *l = *lp;
+    if (!l)
+        return;
+    *lp = NULL;
+    for (size_t i = 0; i < l->n; i++)
+        free(l->models[i].name);
+    free(l->models);
+    free(l);
 }
 
 char *gateway_metrics_text(struct gateway *gw, int64_t timeout_us)

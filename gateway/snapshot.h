@@ -38,9 +38,19 @@
  * deadline_ms past which it is declared hung (0 = check off). */
 json_t *gateway_health(struct gateway *gw, int64_t timeout_us);
 
-/* GET /v1/models body (malloc'd, caller frees) or NULL on timeout. Lists
- * every known model; max_model_len is a live replica's context length. */
-char *gateway_models_json(struct gateway *gw, int64_t timeout_us);
+/* GET /v1/models's data: every known model, as plain data (the OpenAI
+ * surface renders the body, oai_models_json). NULL on timeout; free with
+ * gateway_model_list_free. */
+typedef struct gateway_model_info {
+    char *name;                   /* malloc'd */
+    uint32_t n_ctx;               /* the last replica's context length, 0 = none seen */
+} gateway_model_info_t;
+typedef struct gateway_model_list {
+    gateway_model_info_t *models; /* (n) */
+    size_t n;
+} gateway_model_list_t;
+gateway_model_list_t *gateway_models(struct gateway *gw, int64_t timeout_us);
+void gateway_model_list_free(gateway_model_list_t **l);
 
 /* GET /metrics body (malloc'd, caller frees) or NULL on timeout. The core
  * refreshes the gauges (queue lengths, running, KV usage, replicas) first. */

@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     must_be_json(anthropic_message_json(&m, last->content, last->content_len,
                                         (data[0] & 4) ? PROTO_FINISH_LENGTH : PROTO_FINISH_STOP, (uint32_t)(data[0] >> 3), &u));
     anthropic_stream_t *st = anthropic_stream_new(&m);
-    api_buf_t buf = {0};
+    strbuf_t buf = {0};
     bool done = false;
     for (size_t i = 0; !done; i += 5) {
         size_t n = last->content_len > i ? last->content_len - i : 0;
@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     anthropic_stream_free(&st);
     /* every event: "event: X\ndata: JSON\n\n"; the last is message_stop */
-    const char *p = buf.p, *end = buf.p + buf.len, *last_name = NULL;
+    const char *p = buf.s, *end = buf.s + buf.len, *last_name = NULL;
     while (p < end) {
         const char *sep = memmem(p, (size_t)(end - p), "\n\n", 2);
         const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -80,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (!last_name || strncmp(last_name, "message_stop\n", 13) != 0)
         __builtin_trap();
-    free(buf.p);
+    free(buf.s);
     request_free(&r);
     return 0;
 }

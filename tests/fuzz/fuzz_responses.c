@@ -90,7 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     m.store = NULL;
     responses_stream_t *st = responses_stream_new(&m, &r);
-    api_buf_t buf = {0};
+    strbuf_t buf = {0};
     bool done = false;
     for (size_t i = 0; !done; i += 7) {
         size_t n = last->content_len > i ? last->content_len - i : 0;
@@ -102,7 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             __builtin_trap();
     }
     responses_stream_free(&st);
-    const char *p = buf.p, *end = buf.p + buf.len;
+    const char *p = buf.s, *end = buf.s + buf.len;
     json_int_t seq = 0;
     const char *final = NULL;
     while (p < end) {
@@ -121,7 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (!final)
         __builtin_trap();
-    free(buf.p);
+    free(buf.s);
     responses_request_free(&r);
     return 0;
 }

@@ -373,7 +373,7 @@ static void test_stream(void **st)
                        "</tool_call>";
     anthropic_meta_t m = {.id = "msg_3", .model = "qwen", .reasoning = true, .tool_names = tool_names, .n_tools = 1};
     anthropic_stream_t *s = anthropic_stream_new(&m);
-    api_buf_t buf = {0};
+    strbuf_t buf = {0};
     size_t n = strlen(text);
     for (size_t i = 0; i < n; i += 3) {
         proto_event_t ev = {.text = (char *)text + i, .text_len = (uint32_t)(n - i < 3 ? n - i : 3)};
@@ -388,8 +388,8 @@ static void test_stream(void **st)
     anthropic_stream_free(&s);
     char names[128][48];
     json_t *data[128];
-    size_t k = sse_events(buf.p, buf.len, names, data, 128);
-    free(buf.p);
+    size_t k = sse_events(buf.s, buf.len, names, data, 128);
+    free(buf.s);
     /* message_start, ping, thinking block, text block, tool_use block, message_delta, message_stop */
     assert_string_equal(names[0], "message_start");
     assert_string_equal(names[1], "ping");
@@ -449,7 +449,7 @@ static void test_stream_error(void **st)
 {
     anthropic_meta_t m = {.id = "msg_4", .model = "m"};
     anthropic_stream_t *s = anthropic_stream_new(&m);
-    api_buf_t buf = {0};
+    strbuf_t buf = {0};
     proto_event_t ev = {.text = "Hel", .text_len = 3};
     assert_false(anthropic_stream_event(s, &ev, &buf));
     proto_event_t fail = {.text = "", .finish = PROTO_FINISH_ERROR};
@@ -457,8 +457,8 @@ static void test_stream_error(void **st)
     anthropic_stream_free(&s);
     char names[16][48];
     json_t *data[16];
-    size_t k = sse_events(buf.p, buf.len, names, data, 16);
-    free(buf.p);
+    size_t k = sse_events(buf.s, buf.len, names, data, 16);
+    free(buf.s);
     assert_string_equal(names[k - 1], "error");
     assert_string_equal(json_string_value(json_object_get(json_object_get(data[k - 1], "error"), "type")), "api_error");
     for (size_t i = 0; i < k; i++)
@@ -493,7 +493,7 @@ static void test_cut_call(void **st)
         json_decref(j);
 
         anthropic_stream_t *sm = anthropic_stream_new(&m);
-        api_buf_t buf = {0};
+        strbuf_t buf = {0};
         proto_event_t e1 = {.text = (char *)text, .text_len = 20};
         proto_event_t e2 = {.text = (char *)text + 20, .text_len = (uint32_t)(strlen(text) - 20),
                             .finish = CASES[k].f, .stop = CASES[k].stop, .has_usage = true};
@@ -502,8 +502,8 @@ static void test_cut_call(void **st)
         anthropic_stream_free(&sm);
         char names[64][48];
         json_t *data[64];
-        size_t n = sse_events(buf.p, buf.len, names, data, 64);
-        free(buf.p);
+        size_t n = sse_events(buf.s, buf.len, names, data, 64);
+        free(buf.s);
         bool tool_block = false;
         for (size_t i = 0; i < n; i++) {
             json_t *cb = json_object_get(data[i], "content_block");

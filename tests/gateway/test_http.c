@@ -1,4 +1,4 @@
-/* Unit tests for gateway/http.c's pure parts: the Host check
+/* Unit tests for the HTTP front end's pure parts (http_guard.c, http.c): the Host check
  * (http_host_allowed, a table of Host values against listen hosts and
  * allowed_hosts lists) and http_parse_hostport. The HTTP edge itself is
  * tested over real sockets by tests/integration/auth_headers.sh. */
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gateway/http.h"
+#include "gateway/http_guard.h"
 
 static const struct host_case {
     const char *host;      /* the Host header, NULL = none */

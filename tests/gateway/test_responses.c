@@ -377,7 +377,7 @@ static void test_stream(void **st)
     responses_stream_t *s = responses_stream_new(&m, &r);
     const char *text = "<think>ok</think>Here.<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}"
                        "</tool_call>";
-    api_buf_t buf = {0};
+    strbuf_t buf = {0};
     size_t n = strlen(text);
     for (size_t i = 0; i < n; i += 4) {
         proto_event_t ev = {.text = (char *)text + i, .text_len = (uint32_t)(n - i < 4 ? n - i : 4)};
@@ -391,7 +391,7 @@ static void test_stream(void **st)
     responses_stream_free(&s);
     responses_request_free(&r);
     /* parse the SSE: event name = data.type, sequence numbers 0, 1, 2, ... */
-    const char *p = buf.p, *end = buf.p + buf.len;
+    const char *p = buf.s, *end = buf.s + buf.len;
     int64_t seq = 0;
     char order[2048] = "";
     char text_out[64] = "", reasoning[64] = "", args[128] = "";
@@ -423,7 +423,7 @@ static void test_stream(void **st)
         json_decref(d);
         p = sep + 2;
     }
-    free(buf.p);
+    free(buf.s);
     assert_string_equal(order, "created in_progress output_item.added content_part.added reasoning_text.delta "
                                "reasoning_text.done content_part.done output_item.done output_item.added "
                                "content_part.added output_text.delta output_text.done content_part.done "
@@ -451,16 +451,14 @@ static void test_stream_failed(void **st)
     responses_meta_t m = {.id = "resp_f", .model = "m", .created = (int64_t)time(NULL), .store = store,
                           .owner = "k"};
     responses_stream_t *s = responses_stream_new(&m, &r);
-    api_buf_t buf = {0};
+    strbuf_t buf = {0};
     proto_event_t ev = {.text = "Hel", .text_len = 3};
     assert_false(responses_stream_event(s, &ev, &buf));
     proto_event_t fail = {.text = "", .finish = PROTO_FINISH_TIMEOUT, .err = PROTO_ERR_DEADLINE};
     assert_true(responses_stream_event(s, &fail, &buf));
     responses_stream_free(&s);
     /* the last event */
-    buf.p = realloc(buf.p, buf.len + 1);
-    buf.p[buf.len] = '\0';
-    const char *last = strstr(buf.p, "event: response.failed\n");
+    const char *last = strstr(buf.s, "event: response.failed\n");
     assert_non_null(last);
     json_t *d = json_loads(strstr(last, "data: ") + 6, JSON_DISABLE_EOF_CHECK, NULL);
     json_t *resp = json_object_get(d, "response");
@@ -468,10 +466,10 @@ static void test_stream_failed(void **st)
     assert_string_equal(json_string_value(json_object_get(json_object_get(resp, "error"), "code")), "timeout");
     json_t *item = json_array_get(json_object_get(resp, "output"), 0);
     assert_string_equal(json_string_value(json_object_get(item, "status")), "incomplete");
-    assert_non_null(strstr(buf.p, "event: response.output_item.done"));
-    assert_null(strstr(buf.p, "response.completed"));
+    assert_non_null(strstr(buf.s, "event: response.output_item.done"));
+    assert_null(strstr(buf.s, "response.completed"));
     json_decref(d);
-    free(buf.p);
+    free(buf.s);
     resp_store_row_t row;
     assert_int_equal(resp_store_get(store, "resp_f", "k", m.created, &row), 1);
     responses_request_free(&r);

@@ -11,9 +11,7 @@
 #    (common/text/ggml_type.h), not the GGUF reader or the tokenizer.
 # 3. pagoda-gateway defines no symbol of the worker library (no model
 #    loading, no kernels) and needs no OpenBLAS or OpenMP.
-# 4. No circle of files in gateway/: a module (x.c with x.h) that includes
-#    another's header depends on it, and no chain of such dependencies
-#    comes back to where it started (tsort finds the loops).
+# (No circle of files inside a folder, and the size bars: house.sh.)
 source "$(dirname "$0")/../lib.sh"
 cd "$ROOT"
 
@@ -64,31 +62,6 @@ while IFS= read -r f; do
 done < <(git ls-files 'common/*.[ch]' 'proto/*.[ch]' 'worker/*.[ch]' 'gateway/*.[ch]' 2>/dev/null ||
          find common proto worker gateway -name '*.[ch]')
 ((n_bad == 0)) && ok "includes follow the layering ($n_inc includes checked)"
-
-# module of a file: its path without the extension; gateway_core.h is the
-# core's private header (its functions are gateway.c's), so it is the
-# gateway module's
-module_of() {
-  local m=${1%.*}
-  [[ $m == gateway/gateway_core ]] && m=gateway/gateway
-  echo "$m"
-}
-edges=$(
-  while IFS= read -r f; do
-    m=$(module_of "$f")
-    while IFS= read -r inc; do
-      [[ $inc == */* ]] || inc="$(dirname "$f")/$inc"
-      [[ $inc == gateway/* ]] || continue
-      t=$(module_of "$inc")
-      [[ $t != "$m" ]] && echo "$m $t"
-    done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
-  done < <(git ls-files 'gateway/*.[ch]' 2>/dev/null || find gateway -name '*.[ch]') | sort -u
-)
-if loops=$(tsort <<<"$edges" 2>&1 >/dev/null) && [[ -z $loops ]]; then
-  ok "no circle of files in gateway/ ($(wc -l <<<"$edges") module dependencies)"
-else
-  fail "gateway/ has a circle of files: $(grep -v 'input contains a loop' <<<"$loops" | sed 's/^tsort: //' | tr '\n' ' ')"
-fi
 
 gw=$BUILD/pagoda-gateway
 # the worker library's objects (the .a itself is an intermediate make may
