@@ -17,19 +17,16 @@
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/../lib_proc.sh"
 
-GW=$BUILD/pagoda-gateway
-WK=$BUILD/pagoda-worker
-[[ -x $GW && -x $WK ]] || { fail "pagoda-gateway / pagoda-worker not built in $BUILD"; finish; }
-MODEL=$(small_model)
-HP=$(free_port)
-ZP=$(free_port)
+for b in pagoda-gateway pagoda-worker; do
+  [[ -x $BUILD/$b ]] || { fail "$b not built in $BUILD"; finish; }
+done
+TIMEOUT_S=3 MAX_TOK=16
+HP=$(free_port) ZP=$(free_port)
 URL=http://127.0.0.1:$HP
-TIMEOUT_S=3
-MAX_TOK=16
 
 PAGODA_TEST_STEP_SLEEP_MS=300 PAGODA_TEST_STEP_WEDGE=$TMP/wedge \
-  spawn "$TMP/gw.log" "$GW" --listen "127.0.0.1:$HP" --worker-endpoint "tcp://127.0.0.1:$ZP" \
-  --model "m=$MODEL" --threads 1 --request-timeout "$TIMEOUT_S" --progress-timeout-ms 0
+  spawn "$TMP/gw.log" "$BUILD/pagoda-gateway" --listen "127.0.0.1:$HP" --worker-endpoint "tcp://127.0.0.1:$ZP" \
+  --model "m=$(small_model)" --threads 1 --request-timeout "$TIMEOUT_S" --progress-timeout-ms 0
 GWP=$SPAWNED
 ready() {
   curl -s --max-time 5 "$URL/health" | grep -q '"state":"ready"'
