@@ -43,10 +43,10 @@ void api_event_error(const proto_event_t *ev, oai_error_t *e, int64_t timeout_s)
     if (proto_event_cause(ev) != PROTO_ERR_DEADLINE)
         oai_error_from_worker(e, proto_event_cause(ev), "Generation failed on the worker");
     else if (timeout_s >= 0)
-        oai_error_from_worker(e, PROTO_ERR_DEADLINE, "The request ran past its deadline (%lld s)",
+        oai_error_from_worker(e, PROTO_ERR_DEADLINE, "The request made no progress for %lld s (--request-timeout)",
                               (long long)timeout_s);
     else
-        oai_error_from_worker(e, PROTO_ERR_DEADLINE, "The request ran past its deadline on the worker");
+        oai_error_from_worker(e, PROTO_ERR_DEADLINE, "The request made no progress within its deadline on the worker");
 }
 
 char *api_events_text(gateway_reply_t *const *events, size_t n, size_t *len)

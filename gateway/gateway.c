@@ -634,8 +634,11 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
         r->n_done = 0;
         best->n_assigned += r->n_slots;
         best->hb_credit -= r->n_slots;
-        int64_t left_ms = (r->t_deadline_us - now) / 1000;
-        r->submit.submit.deadline_ms = left_ms < 1 ? 1 : left_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)left_ms;
+        /* running, the deadline is one of progress (--request-timeout without
+         * a step of its own), here and on the worker (SUBMIT deadline_ms) */
+        r->t_deadline_us = now + gw->request_timeout_us;
+        int64_t idle_ms = gw->request_timeout_us / 1000;
+        r->submit.submit.deadline_ms = idle_ms < 1 ? 1 : idle_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)idle_ms;
         metrics_histogram_observe(gw->m.request_queue_time, (const char *[]){m->name},
                                   (double)(now - r->t_enqueue_us) / 1e6);
         log_debug("request %" PRIu64 " (%s) → %s (by %s, %d cached blocks) after %.1f ms in queue",
@@ -806,6 +809,7 @@ static void on_event(struct gateway *gw, gateway_worker_t *w, proto_msg_t *m, in
     }
     const char *lab[] = {r->model};
     uint32_t n_new = ev->n_ids;
+    r->t_deadline_us = now + gw->request_timeout_us; /* progress (sweep_running) */
     /* tokenizer ops (/tokenize, /detokenize) generate nothing: no token metrics */
     bool gen = r->submit.submit.op == PROTO_OP_GENERATE;
     if ((n_new || ev->text_len) && !gen) {
@@ -1114,6 +1118,21 @@ static void local_workers_tick(struct gateway *gw, gateway_model_t *m, int64_t n
     }
 }
 
+/* The deadline of RUNNING r: --request-timeout after its last EVENT (or its
+ * dispatch), or after its worker's last completed step when that is later —
+ * a long prefill sends no EVENT, and the worker ends a request of its own that
+ * makes no progress itself (SUBMIT deadline_ms); this catches a worker that
+ * does not. */
+static int64_t running_deadline_us(const struct gateway *gw, const gateway_request_t *r,
+                                   const gateway_worker_t *w)
+{
+    if (!w || !w->has_progress || !w->progress.busy)
+        return r->t_deadline_us;
+    int64_t t_step = w->t_progress_us - (int64_t)w->progress.stall_ms * 1000;
+    int64_t d = t_step + gw->request_timeout_us;
+    return d > r->t_deadline_us ? d : r->t_deadline_us;
+}
+
 /* RUNNING requests: past their deadline → 504 and CANCEL; cancelled without
  * a final EVENT for GATEWAY_CANCEL_GRACE_US → dropped. Either way the client
  * gets an answer and the worker slot comes back even from a worker that never
@@ -1137,14 +1156,15 @@ static void sweep_running(struct gateway *gw, int64_t now)
                 }
                 continue;
             }
-            if (now - r->t_deadline_us <= GATEWAY_RUNNING_DEADLINE_SLACK_US)
-                continue;
-            log_warn("request %" PRIu64 " ran past its deadline by %.1f s: 504 and CANCEL", r->id,
-                     (double)(now - r->t_deadline_us) / 1e6);
-            request_reply_error(gw, r, 504, "timeout",
-                                "The request did not finish within %.0f s (--request-timeout)",
-                                (double)gw->request_timeout_us / 1e6);
             gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
+            int64_t deadline = running_deadline_us(gw, r, w);
+            if (now - deadline <= GATEWAY_RUNNING_DEADLINE_SLACK_US)
+                continue;
+            log_warn("request %" PRIu64 " made no progress for %.1f s: 504 and CANCEL", r->id,
+                     (double)(now - deadline + gw->request_timeout_us) / 1e6);
+            request_reply_error(gw, r, 504, "timeout",
+                                "The request made no progress for %.0f s (--request-timeout)",
+                                (double)gw->request_timeout_us / 1e6);
             if (w)
                 send_cancel(gw, w, r);
             else

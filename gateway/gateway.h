@@ -33,7 +33,10 @@
  *      request's `replies` channel, then the notify hook runs (under the
  *      request's lock) so the HTTP side can resume its connection. The last
  *      reply is an EVENT with a finish reason or an ERROR.
- *   5. Failures: a queued request past its deadline → 504; a worker ERROR →
+ *   5. Failures: a queued request past its deadline → 504; a running one
+ *      without progress for request_timeout (no EVENT for it and no step on
+ *      its worker; the worker itself ends one that gets no rows) → 504; a
+ *      worker ERROR →
  *      an ERROR reply with its code (503 "no credit" before any output →
  *      back into the queue instead); a worker that dies (liveness or
  *      disconnect) → each of its requests goes back into the queue with its
@@ -95,7 +98,7 @@
 #define GATEWAY_DEFAULT_MAX_QUEUE 1024    /* --max-queue, per model */
 #define GATEWAY_DEFAULT_IDLE_S 300        /* --idle-timeout, on-demand models */
 #define GATEWAY_DEFAULT_MAX_REDISPATCH 2  /* --max-redispatch: worker losses a request survives */
-/* A RUNNING request past its deadline by this much (the worker enforces
+/* A RUNNING request past its progress deadline by this much (the worker enforces
  * deadline_ms itself, so normally its final EVENT comes first) gets 504 and a
  * CANCEL; a cancelled RUNNING request whose final EVENT has not come this long
  * after the CANCEL is dropped (its worker slot freed). */
@@ -107,7 +110,8 @@ typedef struct gateway_config {
     int heartbeat_ms;             /* our HEARTBEAT interval to workers, 0 = default */
     size_t max_queue;             /* per-model queue bound, 0 = GATEWAY_DEFAULT_MAX_QUEUE */
     double aging_per_s;           /* priority units per waited second, < 0 = prio_queue default */
-    int64_t request_timeout_us;   /* queue deadline (also passed to workers), 0 = default */
+    int64_t request_timeout_us;   /* queue deadline and running no-progress deadline (also
+                                     passed to workers), 0 = default */
     int64_t replica_grace_us;     /* how long a known model may have no replica before
                                      its requests get 503, 0 = default; not applied
                                      while a local worker of it is (re)starting */
@@ -307,7 +311,8 @@ typedef struct gateway_request {
     bool cancelled;               /* the client is gone; drop replies */
     bool output_sent;             /* an EVENT with tokens reached the HTTP side */
     int64_t t_enqueue_us;         /* first enqueue (kept on requeue) */
-    int64_t t_deadline_us;        /* queue deadline */
+    int64_t t_deadline_us;        /* queued: arrival + request_timeout; running: last
+                                     progress (dispatch, an EVENT) + request_timeout */
     int64_t t_first_token_us, t_last_token_us;
     int32_t *sent_ids;            /* (n_sent) token ids passed to the HTTP side: the resume
                                      list if its worker is lost */

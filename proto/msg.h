@@ -127,9 +127,14 @@
  *   stop       array opt  ≤ PROTO_MAX_STOP strings, each 1..PROTO_MAX_STOP_LEN bytes
  *   ignore_eos bool  opt  keep generating past end-of-sequence, default false
  *   no_spec    bool  opt  no speculative decoding for this request, default false
- *   deadline_ms uint opt  give up this many ms after the worker receives the
- *                         SUBMIT (finish "timeout"); 0 = none. Relative, so
- *                         gateway and worker hosts need not share a clock.
+ *   deadline_ms uint opt  a no-progress deadline: give up (finish "timeout")
+ *                         when this many ms pass after the worker receives the
+ *                         SUBMIT, or after the last step that computed rows of
+ *                         the request (a prefill chunk or a token), without
+ *                         another; 0 = none. Relative, so gateway and worker
+ *                         hosts need not share a clock. (A worker that reads it
+ *                         as a plain deadline from receipt ends long prompts
+ *                         sooner, nothing worse.)
  *   stream     bool  opt  the client streams; when false the worker may send
  *                         fewer, larger EVENTs. Default false.
  *   resume     array opt  completion token ids a previous replica already sent

@@ -37,6 +37,7 @@ typedef struct seq {
     uint64_t arrival;          /* submit order: FIFO within a priority */
     uint64_t admitted;         /* admission order: preemption takes the newest */
     int64_t deadline_us;
+    int64_t idle_us;           /* > 0: each step that computes its rows moves deadline_us */
 
     lora_set_t lora;           /* the request's adapters (n 0: base) */
     int32_t *tokens;           /* (cap) prompt then generated ids */
@@ -756,6 +757,7 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
     q->state = SEQ_WAITING;
     q->arrival = s->n_arrivals++;
     q->deadline_us = r->deadline_us;
+    q->idle_us = r->idle_us;
     q->max_tokens = r->max_tokens;
     q->ignore_eos = r->ignore_eos;
     q->top_logprobs = r->top_logprobs > SAMPLER_MAX_TOP_LOGPROBS ? SAMPLER_MAX_TOP_LOGPROBS
@@ -899,6 +901,7 @@ int sched_submit_embed(sched_t *s, const sched_embed_req_t *r, char *err, size_t
         q->state = SEQ_WAITING;
         q->arrival = s->n_arrivals++;
         q->deadline_us = r->deadline_us;
+        q->idle_us = r->idle_us;
         q->top_logprobs = -1;
         q->n_prompt = r->n_prompts[i];
         for (int32_t k = 0; k < r->n_prompts[i]; k++)
@@ -1688,9 +1691,12 @@ int sched_step(sched_t *s)
     int32_t n_draw = 0, n_vdraw = 0, lrow = 0; /* lrow: next logits row */
     const int32_t dim = s->model->cfg.dim;
     int32_t row = 0, i_hid = 0; /* this sequence's first row; next hidden-state row */
+    const int64_t t_end = clock_now_us();
     for (int32_t b = 0; b < n_bseq; b++) {
         seq_t *q = s->b_seqs[b];
         int32_t end = q->n_computed + s->b_chunk[b];
+        if (q->idle_us && q->deadline_us)
+            q->deadline_us = t_end + q->idle_us; /* progress: a chunk or a token of its own */
         /* embeddings: sum (mean) or keep (last) the hidden states of its rows */
         for (int32_t k = 0; k < s->b_chunk[b]; k++, row++) {
             if (!s->b_hid[row])

@@ -192,6 +192,9 @@ typedef struct sched_req {
     int32_t top_logprobs;      /* -1: no logprobs; 0..SAMPLER_MAX_TOP_LOGPROBS: chosen token
                                 * plus that many alternatives */
     int64_t deadline_us;       /* clock_now_us() deadline; 0 = none */
+    int64_t idle_us;           /* > 0: deadline_us is a no-progress deadline: every step
+                                * that computes rows of the request (a prefill chunk or a
+                                * token) moves it to that step's end + idle_us */
     const char *grammar;       /* GBNF text (grammar_len bytes) constraining the output
                                 * (constrained decoding, worker/grammar/); NULL/0 = none */
     size_t grammar_len;
@@ -288,6 +291,7 @@ typedef struct sched_embed_req {
     uint64_t id;               /* unique among live requests */
     int32_t priority;          /* 0 high, 1 normal, 2 low */
     int64_t deadline_us;       /* clock_now_us() deadline; 0 = none */
+    int64_t idle_us;           /* > 0: a no-progress deadline, as sched_req_t.idle_us */
     enum model_pooling pooling; /* MEAN, LAST, or RANK (the model must have a rank head) */
     const int32_t *const *prompts; /* (n_inputs) pointers, each (n_prompts[i]) token ids */
     const int32_t *n_prompts;  /* (n_inputs) */

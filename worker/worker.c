@@ -29,6 +29,11 @@
 #include "common/text/tool_grammar.h"
 #include "worker/worker_link.h"
 
+/* The warm start's time before REGISTER (warm_before_register), µs, and its
+ * blocks per pass there (kv_pool_warm_step takes up to its load run). */
+#define WORKER_WARM_BEFORE_REGISTER_US 30000000
+#define WORKER_WARM_BATCH_BEFORE_REGISTER 32
+
 /* The scheduler's per-token alternatives fit an EVENT's lp top array. */
 _Static_assert(SAMPLER_MAX_TOP_LOGPROBS == PROTO_MAX_TOP_LOGPROBS,
                "sched/sampler and the wire must agree on the top-logprobs limit");
@@ -289,6 +294,7 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
         .n_stop_ids = chat ? e->n_turn_end : 0,
         .top_logprobs = sm->sampling.logprobs ? (int32_t)sm->sampling.top_logprobs : -1,
         .deadline_us = sm->deadline_ms ? now_us + (int64_t)sm->deadline_ms * 1000 : 0,
+        .idle_us = (int64_t)sm->deadline_ms * 1000, /* proto/msg.h: a no-progress deadline */
         .n_choices = sm->n_choices ? (int32_t)sm->n_choices : 1,
         .grammar = grammar,
         .grammar_len = grammar ? strlen(grammar) : 0,
@@ -463,6 +469,7 @@ static proto_err_t submit_embed(struct worker *w, const proto_submit_t *sm, char
             .id = sm->id,
             .priority = (int32_t)sm->priority,
             .deadline_us = sm->deadline_ms ? clock_now_us() + (int64_t)sm->deadline_ms * 1000 : 0,
+            .idle_us = (int64_t)sm->deadline_ms * 1000,
             .pooling = rank ? MODEL_POOL_RANK : e->model->cfg.pooling,
             .prompts = (const int32_t *const *)prompts,
             .n_prompts = lens,
@@ -737,8 +744,8 @@ static int load_draft(struct worker *w, const worker_config_t *cfg, const char *
 
 /* The disk tier (its folder keyed by the weights' hash and the KV format)
  * attached to the pool, and the warm start planned: the most recent blocks
- * into free RAM blocks, in idle passes of the loop after registering
- * (worker_run_once). */
+ * into free RAM blocks, first before registering (warm_before_register),
+ * what is left in idle passes of the loop after it (worker_run_once). */
 static void open_disk_tier(struct worker *w, const worker_config_t *cfg, const char *cache_dir,
                            const file_mac_key_t *key, uint64_t weights_hash)
 {
@@ -750,8 +757,6 @@ static void open_disk_tier(struct worker *w, const worker_config_t *cfg, const c
                            key);
     kv_disk_attach(w->disk, sched_kv_pool(w->sched));
     kv_disk_set_threads(w->disk, w->scfg.n_threads);
-    /* warm start: the most recent blocks into free RAM blocks, in idle
-     * passes of the loop after registering (worker_run_once) */
     kv_pool_t *pool = sched_kv_pool(w->sched);
     kv_pool_stats_t ps;
     kv_pool_stats(pool, &ps);
@@ -762,6 +767,29 @@ static void open_disk_tier(struct worker *w, const worker_config_t *cfg, const c
     if (w->warm_left)
         log_info("kv warm start: %d blocks of the disk tier to load (budget %d%% of %d blocks)",
                  ps.n_warm_planned, cfg->kv_warm_percent, ps.n_blocks);
+}
+
+static void warm_step(struct worker *w);
+
+/* The warm start before REGISTER, up to WORKER_WARM_BEFORE_REGISTER_US:
+ * a restarted worker's first request (a coding agent's next conversation,
+ * the same ~20k-token system prompt) then finds its prefix in RAM. Loaded
+ * after registering instead, it raced that request: the request's own blocks
+ * came from disk one file (and one keyed MAC) at a time in its first step,
+ * and the warm start's reads took the cores. The most recent blocks come
+ * first, so the budget covers the latest prefixes; the supervisor has no
+ * start-up timeout to meet (a real-size model loads for longer). */
+static void warm_before_register(struct worker *w)
+{
+    int64_t t_end = clock_now_us() + WORKER_WARM_BEFORE_REGISTER_US;
+    int32_t batch = w->warm_batch;
+    w->warm_batch = WORKER_WARM_BATCH_BEFORE_REGISTER; /* no request to interleave with yet */
+    while (w->warm_left && clock_now_us() < t_end)
+        warm_step(w);
+    w->warm_batch = batch;
+    if (w->warm_left)
+        log_info("kv warm start: the rest loads while serving (%.0f s before registering)",
+                 WORKER_WARM_BEFORE_REGISTER_US / 1e6);
 }
 
 /* The link to the gateway, registering what w serves. 0 ok, -1 err set. */
@@ -868,6 +896,7 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
         log_info("kv disk tier: weights hash %016llx (%s, %.0f ms)", (unsigned long long)weights_hash,
                  hash_cached ? "remembered" : "hashed", (double)(t_hash - t_start) / 1000.0);
         open_disk_tier(w, cfg, cache_dir, &key, weights_hash);
+        warm_before_register(w);
     }
     t_disk = clock_now_us();
     make_replica_id(w);
