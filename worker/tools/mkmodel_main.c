@@ -9,7 +9,7 @@
  *       [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K|Q4_K_M] [--seed S] [--arch ARCH]
  *       [--rope-base B] [--eps E] [--experts N] [--experts-used K] [--expert-ffn F] [--window W]
  *       [--pooling N] ({arch}.pooling_type for embeddings: 1 mean, 3 last; absent by default)
- *       [--chat-template FILE] [--mute-special] [--logit-scale S]
+ *       [--chat-template FILE] [--mute-special] [--logit-scale S] [--untied]
  *       [--rank 1] [--rerank-template FILE]
  *       [--mmproj OUT-MMPROJ.gguf [--vis-size 112] [--vis-patch 7] [--vis-dim 64]
  *        [--vis-layers 2] [--vis-heads 4] [--vis-ffn 128] [--vis-merge 4]]
@@ -67,6 +67,10 @@
  * next token is usually clear, greedy (and low-temperature) text is whole
  * pieces of valid UTF-8, and it ends on EOS only if every other logit is
  * negative at once: in practice it runs to max_tokens or the context's end.
+ * --untied writes an output.weight for a family whose files tie it to the
+ * embedding (gemma2/3: llama.cpp and pagoda both read one when present), so
+ * those two options apply to it too: a random tied model's next token is
+ * mostly its last input token again, whatever came before.
  * Other control tokens (BOS) keep their rows: like stories260K, whose
  * stories end by starting the next with BOS, the model may emit one.
  *
@@ -186,6 +190,7 @@ typedef struct opts {
     int64_t pooling;   /* --pooling: {arch}.pooling_type written when >= 0 */
     uint32_t type;                  /* matrices' type; with mix_q4_k_m the base one (Q4_K) */
     bool mix_q4_k_m;                /* --type Q4_K_M: some matrices Q6_K (see the top) */
+    bool untied;                    /* --untied: output.weight even for a tied family */
     bool mute_special;              /* --mute-special: output.weight's rows of EOS, unknown
                                      * and byte tokens are zero (see the top) */
     double logit_scale;             /* --logit-scale: output.weight's std times this */
@@ -208,7 +213,7 @@ static void usage(FILE *f)
             "         [--type %sQ4_K_M] [--seed S]\n"
             "         [--arch %s]\n"
             "         [--rope-base B] [--eps E] [--experts 8] [--experts-used 2] [--expert-ffn F]\n"
-            "         [--mute-special] [--logit-scale S]\n"
+            "         [--mute-special] [--logit-scale S] [--untied]\n"
             "         [--window W] [--chat-template FILE] [--pooling N] [--rank 1] [--rerank-template FILE]\n"
             "         [--mmproj OUT.gguf [--vis-size 112] [--vis-patch 7] [--vis-dim 64] [--vis-layers 2]\n"
             "          [--vis-heads 4] [--vis-ffn 128] [--vis-merge 4]]\n"
@@ -295,6 +300,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
         }
         if (strcmp(name, "--mute-special") == 0 && !v) {
             o->mute_special = true;
+            continue;
+        }
+        if (strcmp(name, "--untied") == 0 && !v) {
+            o->untied = true;
             continue;
         }
         if (!v) {
@@ -402,9 +411,9 @@ static int parse_args(int argc, char **argv, opts_t *o)
         fprintf(stderr, "pagoda-mkmodel: --arch must be one of %s\n", names);
         return -1;
     }
-    if ((o->mute_special || o->logit_scale != 1) && o->fam->tied_output) {
+    if ((o->mute_special || o->logit_scale != 1) && o->fam->tied_output && !o->untied) {
         fprintf(stderr, "pagoda-mkmodel: --mute-special and --logit-scale need an output.weight; --arch %s ties "
-                        "it to the embedding\n", o->arch);
+                        "it to the embedding (add --untied)\n", o->arch);
         return -1;
     }
     if (o->mmproj && o->fam->arch != MODEL_ARCH_GEMMA3) {
@@ -761,7 +770,7 @@ static gen_tensor_t *plan_tensors(const opts_t *o, int64_t vocab, size_t *n_out)
 #undef L
     }
     ADD("output_norm.weight", GGML_TYPE_F32, o->dim, 1, INIT_NORM_WEIGHT, 0.1);
-    if (!fam->tied_output)
+    if (!fam->tied_output || o->untied)
         ADD("output.weight", matrix_type(o, "output", -1), o->dim, vocab, INIT_NORMAL, s_dim * o->logit_scale);
     if (o->rank && fam->rank_last_softmax) {
         ADD("cls.output.weight", GGML_TYPE_F32, o->dim, 2, INIT_NORMAL, s_dim); /* "yes", "no" */
@@ -912,7 +921,7 @@ int main(int argc, char **argv)
     gen_tensor_t *plan = plan_tensors(&o, vocab, &n);
     uint8_t *muted = NULL;
     if (o.mute_special) {
-        /* output.weight (tied_output refused in parse_args) */
+        /* output.weight (a tied family needs --untied, parse_args) */
         int64_t eos;
         const gguf_kv_t *types = NULL;
         if (gguf_get_int(tok, "tokenizer.ggml.eos_token_id", &eos) != 0 || eos < 0 || eos >= vocab) {

@@ -2,6 +2,7 @@
  *
  *   pagoda-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]
  *              [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos] [--kv-type auto|f16|f32|q8_0]
+ *              [--mmproj MMPROJ.gguf --image FILE.ppm]
  *   pagoda-run -m FILE --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N] [--baseline]
  *   pagoda-run [-m FILE] --bench-bandwidth [--threads N]
  *
@@ -14,6 +15,11 @@
  * the same thread count (a parallel read loop over a buffer several times the
  * last-level cache), so the limit and the achieved rate come from one run;
  * with --bench both are printed.
+ *
+ * --mmproj and --image: the image (a binary PPM of the projector's input
+ * size) goes before the prompt in one user message through the chat
+ * template, as llama-mtmd-cli does with one --image (worker/tools/
+ * run_image.h); the encode time goes to stderr.
  */
 #include <omp.h>
 #include <getopt.h>
@@ -30,13 +36,14 @@
 #include "worker/model/forward.h"
 #include "worker/wait_policy.h"
 #include "worker/sched.h"
+#include "worker/tools/run_image.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: pagoda-run -m FILE.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos]\n"
-            "                  [--kv-type auto|f16|f32|q8_0]\n"
+            "                  [--kv-type auto|f16|f32|q8_0] [--mmproj MMPROJ.gguf --image FILE.ppm]\n"
             "       pagoda-run -m FILE.gguf --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N]\n"
             "                  [--max-batch-tokens N] [--exact-matmul] [--kv-type auto|f16|f32|q8_0] [--baseline]\n"
             "                  [--kv-budget-mb N]  (KV pool budget, default 1024) [--bench-bandwidth]\n"
@@ -643,6 +650,7 @@ static int run_bench_spec(engine_t *e, const sched_config_t *base, int n_gen)
 /* What the command line asks for. */
 typedef struct run_opts {
     const char *model, *prompt, *seqs, *draft_path;
+    const char *mmproj, *image; /* --mmproj, --image */
     int n, chat, bench, bench_bw, bench_spec, prompt_tokens, ignore_eos, baseline;
     sampler_params_t sp;
     sched_config_t cfg;
@@ -660,7 +668,7 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
     sampler_params_t *sp = &o->sp;
     sched_config_t *cfg = &o->cfg;
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
-           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_BENCH_SPEC, O_DRAFT };
+           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_BENCH_SPEC, O_DRAFT, O_MMPROJ, O_IMAGE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
@@ -682,6 +690,8 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
         {"spec-max-rows", required_argument, 0, O_SPEC_ROWS},
         {"bench-spec", no_argument, 0, O_BENCH_SPEC},
         {"draft-model", required_argument, 0, O_DRAFT},
+        {"mmproj", required_argument, 0, O_MMPROJ},
+        {"image", required_argument, 0, O_IMAGE},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     int c;
@@ -724,6 +734,8 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
         case O_SPEC_ROWS: cfg->spec_max_rows = atoi(optarg); break;
         case O_BENCH_SPEC: o->bench_spec = 1; break;
         case O_DRAFT: o->draft_path = optarg; cfg->spec = SPEC_DRAFT; break;
+        case O_MMPROJ: o->mmproj = optarg; break;
+        case O_IMAGE: o->image = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -738,7 +750,21 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
     char err[512];
     int32_t *ids = NULL;
     int32_t n_ids;
-    if (o->chat) {
+    vision_t *vis = NULL;
+    float *img_embd = NULL;
+    sched_image_t img = {0};
+    if (o->image) {
+        int64_t t_enc = 0;
+        if (vision_load(o->mmproj, o->cfg.n_threads, &vis, err, sizeof err) != 0) {
+            fprintf(stderr, "pagoda-run: %s: %s\n", o->mmproj, err);
+            return 1;
+        }
+        n_ids = run_image_prompt(e, vis, o->image, o->prompt, &ids, &img, &img_embd, &t_enc, err, sizeof err);
+        vision_free(&vis);
+        if (n_ids >= 0)
+            fprintf(stderr, "pagoda-run: image encoded in %.1f ms (%d rows)\n", (double)t_enc / 1e3, img.n_tok);
+        o->chat = 1; /* the template's turn ends stop it */
+    } else if (o->chat) {
         chat_msg_t m = {.role = "user", .content = o->prompt};
         n_ids = engine_prompt_chat(e, &m, 1, NULL, &ids, err, sizeof err);
     } else {
@@ -764,7 +790,8 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
     sched_req_t r = {.id = 1, .priority = 1, .prompt = ids, .n_prompt = n_ids, .max_tokens = o->n,
                      .ignore_eos = o->ignore_eos, .sampling = o->sp, .top_logprobs = -1,
                      .stop_ids = o->chat ? e->turn_end_ids : NULL,
-                     .n_stop_ids = o->chat ? e->n_turn_end : 0};
+                     .n_stop_ids = o->chat ? e->n_turn_end : 0,
+                     .images = o->image ? &img : NULL, .n_images = o->image ? 1 : 0};
     if (sched_submit(s, &r, err, sizeof err) != 0) {
         fprintf(stderr, "pagoda-run: %s\n", err);
         rc = 2;
@@ -792,6 +819,7 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
 out:
     sched_free(&s);
     free(ids);
+    free(img_embd);
     return rc;
 }
 
@@ -846,7 +874,7 @@ int main(int argc, char **argv)
         return bench_bandwidth(cfg->n_threads) > 0 ? 0 : 1;
     }
     if (!o.model || (!o.prompt && !o.bench && !o.bench_bw) || o.n < 1 || o.prompt_tokens < 1 ||
-        cfg->n_threads < 1) {
+        cfg->n_threads < 1 || !o.mmproj != !o.image) {
         usage(stderr);
         engine_free(&draft);
         return 2;
