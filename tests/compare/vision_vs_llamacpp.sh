@@ -33,7 +33,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 for t in $TYPES; do
     "$B/pagoda-mkmodel" -o "$tmp/text-$t.gguf" --arch gemma3 --dim 64 --layers 2 --heads 4 --kv-heads 2 \
-        --ffn 128 --ctx 512 --vocab 512 --type "$t" --seed 40 --chat-template "$here/gemma_turns.jinja" \
+        --ffn 128 --ctx 512 --vocab 512 --type "$t" --seed 40 --untied --mute-special --logit-scale 8 --chat-template "$here/gemma_turns.jinja" \
         --mmproj "$tmp/mmproj-$t.gguf" --vis-size 112 --vis-patch 7 --vis-dim 64 --vis-layers 2 \
         --vis-heads 4 --vis-ffn 128 > "$tmp/mk.log" 2>&1 || { cat "$tmp/mk.log"; exit 1; }
     for img in gradient checker noise; do

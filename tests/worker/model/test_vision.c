@@ -11,6 +11,15 @@
  * (pagoda computes in float32 from the same stored weights the reference
  * decodes; observed ~1e-6 relative, printed.) Also: bad image sizes and
  * files that are not projectors are refused with a message.
+ *
+ * Image rows in the sequence: a prompt with an image's 16 rows in the
+ * middle goes through the scheduler (worker/sched.h, sched_req_t.images)
+ * with max_batch_tokens 16, so the prefill is cut before the image, takes
+ * the image whole, then the rest; its greedy continuation must equal
+ * tests/ref/llama_ref.py's float64 one given the same rows (--image-rows:
+ * unscaled inputs, the image's positions attending to each other both
+ * ways), on a text model whose next token is clear (--logit-scale 8). And
+ * the same prompt with another image continues differently.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,7 +32,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "worker/engine.h"
 #include "worker/model/vision.h"
+#include "worker/sched.h"
 #include "tests/support/support.h"
 
 #define PY "/usr/bin/python3"
@@ -76,7 +87,7 @@ static int setup(void **state)
         snprintf(name, sizeof name, "text-%s.gguf", g_types[t]);
         snprintf(args, sizeof args,
                  "--arch gemma3 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --ctx 256 --vocab 512 "
-                 "--type %s --seed 40 --mmproj %s/mmproj-%s.gguf --vis-size %d --vis-patch 7 --vis-dim 64 "
+                 "--type %s --seed 40 --untied --mute-special --logit-scale 8 --mmproj %s/mmproj-%s.gguf --vis-size %d --vis-patch 7 --vis-dim 64 "
                  "--vis-layers 2 --vis-heads 4 --vis-ffn 128",
                  g_types[t], g_dir, g_types[t], SIDE);
         if (support_mkmodel(g_dir, name, args) != 0) {
@@ -215,12 +226,130 @@ static void test_refusals(void **state)
     vision_free(&v);
 }
 
+#define N_GEN 8
+#define IMG_POS 5
+
+struct gen {
+    int32_t toks[64];
+    int n;
+};
+
+static void on_event(void *ud, const sched_event_t *ev)
+{
+    struct gen *g = ud;
+    for (int32_t i = 0; i < ev->n_tokens && g->n < 64; i++)
+        g->toks[g->n++] = ev->tokens[i];
+}
+
+/* The prompt: BOS, 4 words, the image's 16 placeholders, 7 words. */
+static int make_prompt(int32_t *ids, int32_t soft)
+{
+    int n = 0;
+    ids[n++] = 1;
+    for (int i = 0; i < IMG_POS - 1; i++)
+        ids[n++] = 300 + 7 * i;
+    for (int i = 0; i < 16; i++)
+        ids[n++] = soft;
+    for (int i = 0; i < 7; i++)
+        ids[n++] = 320 + 11 * i;
+    return n;
+}
+
+/* Greedy N_GEN tokens through the scheduler with image img's rows. */
+static void sched_greedy(engine_t *e, const float *rows, const int32_t *ids, int n, struct gen *g)
+{
+    char err[256];
+    sched_config_t cfg;
+    sched_config_default(&cfg);
+    cfg.max_seqs = 1;
+    cfg.max_batch_tokens = 16; /* chunks: [0, 5), the image [5, 21), the rest */
+    cfg.exact_matmul = true;
+    cfg.kv_type = KV_TYPE_F32;
+    cfg.n_threads = 2;
+    sched_t *s = sched_new(e->model, e->tok, &cfg, on_event, g, err, sizeof err);
+    if (!s)
+        fail_msg("sched_new: %s", err);
+    sched_image_t im = {.pos = IMG_POS, .n_tok = 16, .embd = rows, .key = 7};
+    sched_req_t r = {.id = 1, .priority = 1, .prompt = ids, .n_prompt = n, .max_tokens = N_GEN,
+                     .ignore_eos = true, .top_logprobs = -1, .images = &im, .n_images = 1};
+    sampler_params_default(&r.sampling);
+    r.sampling.temperature = 0;
+    if (sched_submit(s, &r, err, sizeof err) != 0)
+        fail_msg("sched_submit: %s", err);
+    while (sched_busy(s))
+        assert_true(sched_step(s) >= 0);
+    sched_free(&s);
+}
+
+static void test_image_in_sequence(void **state)
+{
+    (void)state;
+    char path[128], err[256];
+    snprintf(path, sizeof path, "%s/text-F32.gguf", g_dir);
+    engine_t *e = engine_load(path, err, sizeof err);
+    if (!e)
+        fail_msg("%s: %s", path, err);
+    snprintf(path, sizeof path, "%s/mmproj-F32.gguf", g_dir);
+    vision_t *v = NULL;
+    assert_int_equal(vision_load(path, 2, &v, err, sizeof err), 0);
+    const vision_config_t *c = vision_config(v);
+    assert_int_equal(c->out_dim, e->model->cfg.dim);
+    int32_t soft;
+    const char *st = vision_proj_info(c->proj)->tok_soft;
+    assert_int_equal(tokenizer_encode(e->tok, st, strlen(st), false, true, &soft, 1), 1);
+    int32_t ids[64];
+    int n = make_prompt(ids, soft);
+    uint8_t *rgb = malloc((size_t)SIDE * SIDE * 3);
+    float *rows[2];
+    struct gen g[2] = {{{0}, 0}, {{0}, 0}};
+    for (int i = 0; i < 2; i++) {
+        rows[i] = malloc((size_t)c->n_tok * c->out_dim * sizeof(float));
+        make_image(i, rgb);
+        assert_int_equal(vision_encode(v, rgb, SIDE, SIDE, rows[i], err, sizeof err), 0);
+        sched_greedy(e, rows[i], ids, n, &g[i]);
+        assert_int_equal(g[i].n, N_GEN);
+    }
+    /* the reference, given image 0's rows */
+    char rf[128], cmd[1024];
+    snprintf(rf, sizeof rf, "%s/rows0.f32", g_dir);
+    FILE *f = fopen(rf, "wb");
+    assert_non_null(f);
+    fwrite(rows[0], sizeof(float), (size_t)c->n_tok * c->out_dim, f);
+    fclose(f);
+    size_t off = (size_t)snprintf(cmd, sizeof cmd, PY " tests/ref/llama_ref.py '%s/text-F32.gguf' --image-rows '%s' "
+                                  "--image-pos %d --greedy %d --seq ", g_dir, rf, IMG_POS, N_GEN);
+    for (int i = 0; i < n; i++)
+        off += (size_t)snprintf(cmd + off, sizeof cmd - off, "%s%d", i ? "," : "", ids[i]);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    int32_t want[N_GEN];
+    for (int i = 0; i < N_GEN; i++)
+        assert_int_equal(fscanf(p, "%d", &want[i]), 1);
+    assert_int_equal(pclose(p), 0);
+    printf("# greedy with image 0: pagoda");
+    for (int i = 0; i < N_GEN; i++)
+        printf(" %d", g[0].toks[i]);
+    printf(" | reference");
+    for (int i = 0; i < N_GEN; i++)
+        printf(" %d", want[i]);
+    printf("\n");
+    assert_memory_equal(g[0].toks, want, sizeof want);
+    /* another image, another continuation */
+    assert_true(memcmp(g[0].toks, g[1].toks, sizeof want) != 0);
+    for (int i = 0; i < 2; i++)
+        free(rows[i]);
+    free(rgb);
+    vision_free(&v);
+    engine_free(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_reference),
         cmocka_unit_test(test_images_differ),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_image_in_sequence),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
