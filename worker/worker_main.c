@@ -77,6 +77,7 @@ static void usage(FILE *f)
             "                       lookup) or draft (a draft model); output unchanged,\n"
             "                       docs/BATCHING.md\n"
             "  --draft-model FILE   the draft model's GGUF (same vocabulary; implies --spec draft)\n"
+            "  --mmproj FILE        the model's image projector (llama.cpp mmproj GGUF; gemma3)\n"
             "  --standby-fd N       (the gateway's on-demand standby) load the model, then\n"
             "                       wait for one byte on fd N before the rest of the start;\n"
             "                       EOF on it: exit 0\n"
@@ -147,7 +148,7 @@ int main(int argc, char **argv)
     uint32_t u;
     const char *curve_server = NULL, *curve_secret = NULL, *gen_prefix = NULL;
     enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR, O_KVKEY,
-           O_KVDMB, O_KVWARM, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY, O_MEMAVAIL, O_MEMWORKERS, O_STEPB, O_STEPMIN };
+           O_KVDMB, O_KVWARM, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY, O_MEMAVAIL, O_MEMWORKERS, O_STEPB, O_STEPMIN, O_MMPROJ };
     static const struct option opts[] = {
         {"gateway", required_argument, NULL, 'g'},
         {"model", required_argument, NULL, 'm'},
@@ -174,6 +175,7 @@ int main(int argc, char **argv)
         {"spec-max-draft", required_argument, NULL, O_SPEC_MAX},
         {"spec-max-rows", required_argument, NULL, O_SPEC_ROWS},
         {"draft-model", required_argument, NULL, O_DRAFT},
+        {"mmproj", required_argument, NULL, O_MMPROJ},
         {"standby-fd", required_argument, NULL, O_STANDBY},
         {"log-level", required_argument, NULL, 'v'},
         {"curve-server-key", required_argument, NULL, O_CSRV},
@@ -281,6 +283,9 @@ int main(int argc, char **argv)
         case O_DRAFT:
             wc.draft_path = optarg;
             wc.sched.spec = SPEC_DRAFT;
+            break;
+        case O_MMPROJ:
+            wc.mmproj_path = optarg;
             break;
         case O_SPEC_MAX:
             if (parse_i32_opt("spec-max-draft", optarg, 1, SPEC_MAX_DRAFT, &u))
