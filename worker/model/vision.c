@@ -361,12 +361,22 @@ static int load_tensors(vloader_t *ld)
 int vision_load(const char *path, int n_threads, vision_t **out, char *err, size_t errlen)
 {
     *out = NULL;
+    gguf_t *g = NULL;
+    if (gguf_open(path, &g, err, errlen) != 0)
+        return -1;
+    if (vision_load_gguf(&g, n_threads, out, err, errlen) != 0) {
+        gguf_close(&g);
+        return -1;
+    }
+    return 0;
+}
+
+int vision_load_gguf(gguf_t **g, int n_threads, vision_t **out, char *err, size_t errlen)
+{
+    *out = NULL;
     vision_t *v = xcalloc(1, sizeof *v);
     v->n_threads = n_threads > 0 ? n_threads : 2;
-    vloader_t ld = {.v = v, .err = err, .errlen = errlen};
-    if (gguf_open(path, &v->g, err, errlen) != 0)
-        goto err;
-    ld.g = v->g;
+    vloader_t ld = {.v = v, .g = *g, .err = err, .errlen = errlen};
     vision_config_t *c = &v->cfg;
     if (load_config(&ld, c) != 0)
         goto err;
@@ -374,10 +384,18 @@ int vision_load(const char *path, int n_threads, vision_t **out, char *err, size
     /* arena: the vectors (8 D + F per layer, 4 D + D besides), the position
      * table (N D) and the projection before its transpose (T D) */
     v->arena_cap = (size_t)c->n_layer * (9 * D + F) + 5 * D + N * D + (size_t)c->out_dim * D;
+    /* every arena float is a stored element (>= 4 bits) and the scratch is
+     * a small multiple of the weights: a file much smaller than its
+     * metadata says is refused before anything that large is allocated */
+    const size_t PP = 3 * (size_t)c->patch_size * (size_t)c->patch_size;
+    const size_t scratch = (N * (PP + 7 * D + F) + (size_t)v->n_threads * N) * sizeof(float);
+    if (v->arena_cap > 2 * (*g)->len || scratch > 64 * (*g)->len + ((size_t)64 << 20)) {
+        vfail(&ld, "the file (%zu bytes) is too small for the encoder its metadata describes", (*g)->len);
+        goto err;
+    }
     v->arena = xmalloc(v->arena_cap * sizeof(float));
     if (load_tensors(&ld) != 0)
         goto err;
-    const size_t PP = 3 * (size_t)c->patch_size * (size_t)c->patch_size;
     size_t max_cols = PP > F ? PP : F;
     v->mm = matmul_new((int64_t)(max_cols > D ? max_cols : D), v->n_threads);
     v->patches = xmalloc(N * PP * sizeof(float));
@@ -390,6 +408,8 @@ int vision_load(const char *path, int n_threads, vision_t **out, char *err, size
     v->f = xmalloc(N * F * sizeof(float));
     v->scores = xmalloc((size_t)v->n_threads * N * sizeof(float));
     v->pooled = xmalloc((size_t)c->n_tok * D * sizeof(float));
+    v->g = *g;
+    *g = NULL;
     *out = v;
     return 0;
 err:

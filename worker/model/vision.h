@@ -57,6 +57,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/text/gguf.h"
+
 /* The projector families, one table: X(ENUM suffix, clip.projector_type,
  * the text model's tokens an image run opens and closes with as llama.cpp's
  * libmtmd writes them, the placeholder token of each embedding row). */
@@ -98,6 +100,9 @@ typedef struct vision vision_t;
 
 /* Opens and validates path. 0 and *out, or -1 with a message in err. */
 int vision_load(const char *path, int n_threads, vision_t **out, char *err, size_t errlen);
+/* The same from an opened GGUF: on success the encoder owns *g (set to
+ * NULL); on failure *g stays the caller's. */
+int vision_load_gguf(gguf_t **g, int n_threads, vision_t **out, char *err, size_t errlen);
 void vision_free(vision_t **v);
 const vision_config_t *vision_config(const vision_t *v);
 typedef struct vision_proj_info {
