@@ -58,11 +58,14 @@ struct run_state {
     int32_t n_completion;
     const char *finish;
     int echo;                 /* write text deltas to stdout */
+    int64_t t_first_us;       /* clock_now_us() of the first generated token, 0 = none yet */
 };
 
 static void on_event(void *ud, const sched_event_t *ev)
 {
     struct run_state *rs = ud;
+    if (ev->n_tokens > 0 && rs->t_first_us == 0)
+        rs->t_first_us = clock_now_us();
     if (rs->echo && ev->text_len) {
         fwrite(ev->text, 1, ev->text_len, stdout);
         fflush(stdout);
@@ -750,6 +753,7 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
     char err[512];
     int32_t *ids = NULL;
     int32_t n_ids;
+    int64_t t_begin = clock_now_us(); /* TTFT: from here (after the projector's load), the encode counts */
     vision_t *vis = NULL;
     float *img_embd = NULL;
     sched_image_t img = {0};
@@ -759,6 +763,7 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
             fprintf(stderr, "pagoda-run: %s: %s\n", o->mmproj, err);
             return 1;
         }
+        t_begin = clock_now_us();
         n_ids = run_image_prompt(e, vis, o->image, o->prompt, &ids, &img, &img_embd, &t_enc, err, sizeof err);
         vision_free(&vis);
         if (n_ids >= 0)
@@ -806,9 +811,10 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
     double dt = (double)(clock_now_us() - t0) / 1e6;
     if (isatty(STDOUT_FILENO))
         printf("\n"); /* only for a person at a terminal: pipes get the continuation alone */
-    fprintf(stderr, "pagoda-run: %d prompt tokens, %d generated in %.2f s (%.1f tok/s), finish: %s\n",
+    fprintf(stderr, "pagoda-run: %d prompt tokens, %d generated in %.2f s (%.1f tok/s), finish: %s, "
+            "first token after %.1f ms\n",
             n_ids, rs.n_completion, dt, dt > 0 ? rs.n_completion / dt : 0.0,
-            rs.finish ? rs.finish : "?");
+            rs.finish ? rs.finish : "?", rs.t_first_us ? (double)(rs.t_first_us - t_begin) / 1e3 : 0.0);
     if (o->cfg.spec != SPEC_OFF) {
         sched_stats_t st;
         sched_stats(s, &st);
