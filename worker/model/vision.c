@@ -289,41 +289,49 @@ static int load_config(vloader_t *ld, vision_config_t *c)
     return 0;
 }
 
+/* v.blk.l.<part>.weight [cols, rows] and its .bias [rows]. */
+static int load_linear(vloader_t *ld, int l, const char *part, int64_t cols, int64_t rows, matmul_weight_t *w,
+                       const float **b)
+{
+    char nm[96];
+    const int64_t ne[2] = {cols, rows};
+    snprintf(nm, sizeof nm, "v.blk.%d.%s.weight", l, part);
+    if (get_matrix(ld, nm, 2, ne, w))
+        return -1;
+    snprintf(nm, sizeof nm, "v.blk.%d.%s.bias", l, part);
+    return get_vec(ld, nm, rows, b);
+}
+
+/* v.blk.l.<part>.weight and .bias [D]: a LayerNorm. */
+static int load_norm(vloader_t *ld, int l, const char *part, int64_t D, const float **w, const float **b)
+{
+    char nm[96];
+    snprintf(nm, sizeof nm, "v.blk.%d.%s.weight", l, part);
+    if (get_vec(ld, nm, D, w))
+        return -1;
+    snprintf(nm, sizeof nm, "v.blk.%d.%s.bias", l, part);
+    return get_vec(ld, nm, D, b);
+}
+
 static int load_layer(vloader_t *ld, int l, vis_layer_t *L)
 {
     const vision_config_t *c = &ld->v->cfg;
-    const int64_t D = c->dim, F = c->ffn_dim, dd[2] = {D, D};
-    char nm[96];
-#define N(s) (snprintf(nm, sizeof nm, "v.blk.%d.%s", l, s), nm)
-    if (get_vec(ld, N("ln1.weight"), D, &L->ln1_w) || get_vec(ld, N("ln1.bias"), D, &L->ln1_b) ||
-        get_matrix(ld, N("attn_q.weight"), 2, dd, &L->wq) || get_vec(ld, N("attn_q.bias"), D, &L->bq) ||
-        get_matrix(ld, N("attn_k.weight"), 2, dd, &L->wk) || get_vec(ld, N("attn_k.bias"), D, &L->bk) ||
-        get_matrix(ld, N("attn_v.weight"), 2, dd, &L->wv) || get_vec(ld, N("attn_v.bias"), D, &L->bv) ||
-        get_matrix(ld, N("attn_out.weight"), 2, dd, &L->wo) || get_vec(ld, N("attn_out.bias"), D, &L->bo) ||
-        get_vec(ld, N("ln2.weight"), D, &L->ln2_w) || get_vec(ld, N("ln2.bias"), D, &L->ln2_b))
+    const int64_t D = c->dim, F = c->ffn_dim;
+    if (load_norm(ld, l, "ln1", D, &L->ln1_w, &L->ln1_b) || load_linear(ld, l, "attn_q", D, D, &L->wq, &L->bq) ||
+        load_linear(ld, l, "attn_k", D, D, &L->wk, &L->bk) || load_linear(ld, l, "attn_v", D, D, &L->wv, &L->bv) ||
+        load_linear(ld, l, "attn_out", D, D, &L->wo, &L->bo) || load_norm(ld, l, "ln2", D, &L->ln2_w, &L->ln2_b))
         return -1;
     /* ffn_up [D, F] / ffn_down [F, D]; a file whose ffn_down has rows of
      * D (old converters named the two the other way round) is read as
      * llama.cpp reads it, the names swapped (so with F == D always) */
-    const gguf_tensor_t *td = gguf_find_tensor(ld->g, N("ffn_down.weight"));
+    char nm[96];
+    snprintf(nm, sizeof nm, "v.blk.%d.ffn_down.weight", l);
+    const gguf_tensor_t *td = gguf_find_tensor(ld->g, nm);
     bool swapped = td && (int64_t)td->ne[0] == D;
-    const char *up = swapped ? "ffn_down" : "ffn_up", *down = swapped ? "ffn_up" : "ffn_down";
-    const int64_t df[2] = {D, F}, fd[2] = {F, D};
-    char nm2[96];
-    snprintf(nm2, sizeof nm2, "v.blk.%d.%s.weight", l, up);
-    if (get_matrix(ld, nm2, 2, df, &L->w_up))
-        return -1;
-    snprintf(nm2, sizeof nm2, "v.blk.%d.%s.bias", l, up);
-    if (get_vec(ld, nm2, F, &L->b_up))
-        return -1;
-    snprintf(nm2, sizeof nm2, "v.blk.%d.%s.weight", l, down);
-    if (get_matrix(ld, nm2, 2, fd, &L->w_down))
-        return -1;
-    snprintf(nm2, sizeof nm2, "v.blk.%d.%s.bias", l, down);
-    if (get_vec(ld, nm2, D, &L->b_down))
-        return -1;
-#undef N
-    return 0;
+    return load_linear(ld, l, swapped ? "ffn_down" : "ffn_up", D, F, &L->w_up, &L->b_up) ||
+                   load_linear(ld, l, swapped ? "ffn_up" : "ffn_down", F, D, &L->w_down, &L->b_down)
+               ? -1
+               : 0;
 }
 
 static int load_tensors(vloader_t *ld)

@@ -276,6 +276,26 @@ static int parse_int(const char *name, const char *v, int64_t lo, int64_t hi, in
     return 0;
 }
 
+/* One --vis-* option of the --mmproj projector: 0, or -1 after printing why. */
+static int parse_vis_opt(const char *name, const char *v, opts_t *o)
+{
+    const struct {
+        const char *name;
+        int64_t lo, hi;
+        int64_t *dst;
+    } vis[] = {
+        {"--vis-size", 1, 4096, &o->vis_size},     {"--vis-patch", 1, 64, &o->vis_patch},
+        {"--vis-dim", 1, 1 << 14, &o->vis_dim},    {"--vis-layers", 1, 256, &o->vis_layers},
+        {"--vis-heads", 1, 1024, &o->vis_heads},   {"--vis-ffn", 1, 1 << 16, &o->vis_ffn},
+        {"--vis-merge", 1, 64, &o->vis_merge},
+    };
+    for (size_t i = 0; i < sizeof vis / sizeof vis[0]; i++)
+        if (strcmp(name, vis[i].name) == 0)
+            return parse_int(name, v, vis[i].lo, vis[i].hi, vis[i].dst);
+    fprintf(stderr, "pagoda-mkmodel: unknown option '%s'\n", name);
+    return -1;
+}
+
 static int parse_args(int argc, char **argv, opts_t *o)
 {
     *o = (opts_t){.arch = "llama", .dim = 768, .layers = 12, .heads = 12, .kv_heads = -1,
@@ -325,20 +345,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->rerank_template = v;
         else if (strcmp(name, "--mmproj") == 0)
             o->mmproj = v;
-        else if (strcmp(name, "--vis-size") == 0)
-            rc = parse_int(name, v, 1, 4096, &o->vis_size);
-        else if (strcmp(name, "--vis-patch") == 0)
-            rc = parse_int(name, v, 1, 64, &o->vis_patch);
-        else if (strcmp(name, "--vis-dim") == 0)
-            rc = parse_int(name, v, 1, 1 << 14, &o->vis_dim);
-        else if (strcmp(name, "--vis-layers") == 0)
-            rc = parse_int(name, v, 1, 256, &o->vis_layers);
-        else if (strcmp(name, "--vis-heads") == 0)
-            rc = parse_int(name, v, 1, 1024, &o->vis_heads);
-        else if (strcmp(name, "--vis-ffn") == 0)
-            rc = parse_int(name, v, 1, 1 << 16, &o->vis_ffn);
-        else if (strcmp(name, "--vis-merge") == 0)
-            rc = parse_int(name, v, 1, 64, &o->vis_merge);
+        else if (strncmp(name, "--vis-", 6) == 0)
+            rc = parse_vis_opt(name, v, o);
         else if (strcmp(name, "--rank") == 0)
             rc = parse_int(name, v, 0, 1, &o->rank);
         else if (strcmp(name, "--arch") == 0)
@@ -694,6 +702,16 @@ static int64_t write_metadata(gguf_writer_t *w, const opts_t *o, const gguf_t *t
     return vocab;
 }
 
+/* One tensor of the plan: its random stream seeded from its name. */
+static gen_tensor_t gen_tensor(const char *name, uint32_t type, uint64_t cols, uint64_t rows, enum init_kind kind,
+                               double std, uint64_t base_seed)
+{
+    gen_tensor_t t = {.type = type, .cols = cols, .rows = rows, .kind = kind, .std = (float)std, .n_expert = 1};
+    snprintf(t.name, sizeof t.name, "%s", name);
+    t.seed = hash_str(t.name, base_seed);
+    return t;
+}
+
 /* The tensor plan, in llama.cpp's order: *n_out entries (malloc'd). */
 static gen_tensor_t *plan_tensors(const opts_t *o, int64_t vocab, size_t *n_out)
 {
@@ -701,19 +719,7 @@ static gen_tensor_t *plan_tensors(const opts_t *o, int64_t vocab, size_t *n_out)
     uint64_t base_seed = o->seed;
     base_seed = splitmix64_next(&base_seed) ^ 0xcbf29ce484222325ull;
     gen_tensor_t *plan = xcalloc(n_plan, sizeof *plan);
-#define ADD(nm, ty, c, r, kind_, std_)                                              \
-    do {                                                                             \
-        gen_tensor_t *t_ = &plan[n++];                                               \
-        snprintf(t_->name, sizeof t_->name, "%s", nm);                              \
-        t_->type = (ty);                                                             \
-        t_->cols = (uint64_t)(c);                                                    \
-        t_->rows = (uint64_t)(r);                                                    \
-        t_->kind = (kind_);                                                          \
-        t_->std = (float)(std_);                                                     \
-        t_->seed = hash_str(t_->name, base_seed);                                   \
-        t_->n_expert = 1;                                                            \
-        t_->zero_rows = NULL;                                                        \
-    } while (0)
+#define ADD(nm, ty, c, r, kind_, std_) (plan[n++] = gen_tensor(nm, ty, (uint64_t)(c), (uint64_t)(r), kind_, std_, base_seed))
     const model_arch_info_t *fam = o->fam;
     int64_t head_dim = o->dim / o->heads, kv_dim = head_dim * o->kv_heads;
     const float s_dim = 1.0f / sqrtf((float)o->dim), s_ffn = 1.0f / sqrtf((float)o->ffn);
@@ -819,18 +825,10 @@ static int write_mmproj(const opts_t *o)
     uint64_t base_seed = o->seed ^ 0x5eedf00dull;
     base_seed = splitmix64_next(&base_seed);
     /* V(name, type, ne0, ne1, std, kind): ne1 = 1 for vectors */
-#define V(nm_, ty, c, r, kind_, std_)                                   \
-    do {                                                                 \
-        gen_tensor_t *t_ = &plan[n];                                     \
-        snprintf(t_->name, sizeof t_->name, "%s", nm_);                 \
-        t_->type = (ty);                                                 \
-        t_->cols = (uint64_t)(c);                                        \
-        t_->rows = (uint64_t)(r);                                        \
-        t_->kind = (kind_);                                              \
-        t_->std = (float)(std_);                                         \
-        t_->seed = hash_str(t_->name, base_seed);                       \
-        t_->n_expert = 1;                                                \
-        nd[n++] = (r) > 1 ? 2 : 1;                                       \
+#define V(nm_, ty, c, r, kind_, std_)                                                              \
+    do {                                                                                            \
+        plan[n] = gen_tensor(nm_, ty, (uint64_t)(c), (uint64_t)(r), kind_, std_, base_seed);       \
+        nd[n++] = (r) > 1 ? 2 : 1;                                                                  \
     } while (0)
     const uint32_t mt = o->type;
     const double s_d = 1.0 / sqrt((double)D), s_f = 1.0 / sqrt((double)F);
