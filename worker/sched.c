@@ -69,6 +69,9 @@ typedef struct seq {
     enum model_pooling embed;  /* embedding (or rank) sequence: its pooling; 0 = generation */
     double *emb_sum;           /* (dim) embedding: sum (mean) or last hidden state so far */
     float *emb_out;            /* (dim) embedding: the reported vector; (n_scores) for rank */
+    sched_image_t *imgs;       /* (n_imgs) the prompt's images, embd pointing into img_embd */
+    int32_t n_imgs;
+    float *img_embd;           /* owned: every image's rows, back to back */
 
     /* speculative decoding (spec.h) */
     bool no_spec;              /* the request opted out */
@@ -111,6 +114,9 @@ struct sched {
     int32_t *b_token, *b_pos, *b_seq; /* (max_batch_tokens) */
     uint8_t *b_want;                  /* (max_batch_tokens) */
     uint8_t *b_hid;                   /* (max_batch_tokens) rows whose hidden state embeddings pool */
+    const float **b_embd;             /* (max_batch_tokens) image rows' inputs, NULL for tokens */
+    int32_t n_img_rows;               /* rows of this step's batch with an image input */
+    int32_t *b_att_end;               /* (max_batch_tokens) image rows: end of their image */
     float *hidden;                    /* (max_batch_tokens, dim) those hidden states, row order */
     const int32_t **b_tables;         /* (max_seqs) */
     int32_t *b_nblocks;               /* (max_seqs) */
@@ -228,6 +234,8 @@ static void seq_free(seq_t **ps)
     free(q->out_text);
     free(q->emb_sum);
     free(q->emb_out);
+    free(q->imgs);
+    free(q->img_embd);
     free(q->out_lps);
     free(q);
     *ps = NULL;
@@ -466,6 +474,8 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     s->b_pos = xmalloc((size_t)mb * sizeof(int32_t));
     s->b_seq = xmalloc((size_t)mb * sizeof(int32_t));
     s->b_want = xmalloc((size_t)mb);
+    s->b_embd = xcalloc((size_t)mb, sizeof *s->b_embd);
+    s->b_att_end = xcalloc((size_t)mb, sizeof *s->b_att_end);
     s->b_hid = xmalloc((size_t)mb);
     s->hidden = xmalloc((size_t)mb * (size_t)mc->dim * sizeof(float));
     s->b_tables = xmalloc((size_t)ms * sizeof *s->b_tables);
@@ -548,6 +558,8 @@ void sched_free(sched_t **ps)
     free(s->b_pos);
     free(s->b_seq);
     free(s->b_want);
+    free(s->b_embd);
+    free(s->b_att_end);
     free(s->b_hid);
     free(s->hidden);
     free(s->b_tables);
@@ -695,6 +707,39 @@ static void too_long(const sched_t *s, const char *what, int32_t n, int32_t n_re
                what, n, resumed, s->max_positions, why, gen, s->model->cfg.ctx);
 }
 
+/* The request's image spans lie in the prompt, in order, each within one
+ * batch. 0 ok, -1 with a message. */
+static int check_images(const sched_t *s, const sched_req_t *r, char *err, size_t errlen)
+{
+    if (r->n_images < 0 || (r->n_images > 0 && !r->images))
+        return errbuf_set(err, errlen, "bad image list");
+    int32_t end = 0;
+    for (int32_t i = 0; i < r->n_images; i++) {
+        const sched_image_t *im = &r->images[i];
+        if (!im->embd || im->n_tok < 1 || im->pos < end || im->pos > r->n_prompt - im->n_tok)
+            return errbuf_set(err, errlen, "image %d: %d rows at position %d do not fit the prompt (%d tokens) "
+                              "after the previous image", i, im->n_tok, im->pos, r->n_prompt);
+        if (im->n_tok > s->cfg.max_batch_tokens)
+            return errbuf_set(err, errlen, "image %d: %d rows exceed max_batch_tokens %d", i, im->n_tok,
+                              s->cfg.max_batch_tokens);
+        end = im->pos + im->n_tok;
+    }
+    return 0;
+}
+
+/* The prefix-cache partition of a request: its own, mixed with its images'
+ * keys and positions when it has any (so blocks holding image rows are
+ * shared only between requests with the same images in the same places). */
+static uint64_t image_partition(const sched_req_t *r)
+{
+    uint64_t h = r->partition;
+    for (int32_t i = 0; i < r->n_images; i++) {
+        h ^= r->images[i].key + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+        h ^= (uint64_t)r->images[i].pos * 0xff51afd7ed558ccdull;
+    }
+    return r->n_images > 0 && h == 0 ? 1 : h;
+}
+
 int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
 {
     const int32_t ctx = s->max_positions, vocab = s->model->cfg.vocab;
@@ -721,6 +766,8 @@ int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)
                    r->max_tokens);
         return SCHED_EINVAL;
     }
+    if (check_images(s, r, err, errlen) != 0)
+        return SCHED_EINVAL;
     if (find_seq(s, r->id)) {
         errbuf_set(err, errlen, "request %llu is already running", (unsigned long long)r->id);
         return SCHED_EDUPLICATE;
@@ -775,7 +822,24 @@ static int submit_one(sched_t *s, const sched_req_t *r, int32_t index, char *err
         q->n_stop_ids = r->n_stop_ids;
     }
     q->kv = kv_seq_new(s->pool);
-    kv_seq_set_partition(q->kv, r->partition);
+    kv_seq_set_partition(q->kv, image_partition(r));
+    if (r->n_images > 0) { /* copies: the caller's rows need not outlive the call */
+        const size_t dim = (size_t)s->model->cfg.dim;
+        size_t n_rows = 0;
+        for (int32_t i = 0; i < r->n_images; i++)
+            n_rows += (size_t)r->images[i].n_tok;
+        q->img_embd = xmalloc(n_rows * dim * sizeof(float));
+        q->imgs = xmalloc((size_t)r->n_images * sizeof *q->imgs);
+        q->n_imgs = r->n_images;
+        size_t off = 0;
+        for (int32_t i = 0; i < r->n_images; i++) {
+            q->imgs[i] = r->images[i];
+            memcpy(q->img_embd + off, r->images[i].embd, (size_t)r->images[i].n_tok * dim * sizeof(float));
+            q->imgs[i].embd = q->img_embd + off;
+            off += (size_t)r->images[i].n_tok * dim;
+        }
+        q->no_spec = true;
+    }
     if (s->dpool)
         q->dkv = kv_seq_new(s->dpool);
     sampler_params_t sp = r->sampling;
@@ -1537,6 +1601,37 @@ static void spec_verify(sched_t *s, seq_t *q, const float *rows)
     kv_trim(s, q);
 }
 
+/* A prefill chunk of q from n_computed, cut so it never ends inside an
+ * image (whose rows attend to each other both ways, so all of them not yet
+ * computed go in one batch): ends before the image when the chunk starts
+ * before it, else takes the rest of the image if room allows, else 0. */
+static int32_t image_chunk(const seq_t *q, int32_t chunk, int32_t room)
+{
+    const int32_t start = q->n_computed, end = start + chunk;
+    for (int32_t i = 0; i < q->n_imgs; i++) {
+        const int32_t p = q->imgs[i].pos, e = p + q->imgs[i].n_tok;
+        if (p < end && e > end)
+            return p > start ? p - start : e - start <= room ? e - start : 0;
+    }
+    return chunk;
+}
+
+/* Row `row` of the batch at position p of q: its image input and the end
+ * of its image's rows, or none. */
+static void image_row(sched_t *s, const seq_t *q, int32_t p, int32_t row)
+{
+    s->b_embd[row] = NULL;
+    s->b_att_end[row] = 0;
+    for (int32_t i = 0; i < q->n_imgs; i++) {
+        const sched_image_t *im = &q->imgs[i];
+        if (p >= im->pos && p < im->pos + im->n_tok) {
+            s->b_embd[row] = im->embd + (size_t)(p - im->pos) * (size_t)s->model->cfg.dim;
+            s->b_att_end[row] = im->pos + im->n_tok;
+            s->n_img_rows++;
+        }
+    }
+}
+
 /* Packs the step's batch; returns its row count. Preemption while packing
  * can take a sequence that is already in the batch, so packing restarts
  * from scratch whenever it preempts (it preempts at most n_seqs times). */
@@ -1548,6 +1643,7 @@ restart:
     for (int32_t i = 0; i < s->n_seqs; i++)
         s->seqs[i]->in_batch = false;
     int32_t n_rows = 0, n_bseq = 0;
+    s->n_img_rows = 0;
     s->rows = (step_cost_rows_t){0, 0, 0};
     s->target_us = 0;
     int32_t best_prefill = INT32_MAX; /* best priority among the packed prefill chunks */
@@ -1563,6 +1659,10 @@ restart:
                                         s->target_us);
                 if (chunk == 0)
                     break; /* the step is full by time: later chunks would not fit either */
+            }
+            if (q->n_imgs > 0 && (chunk = image_chunk(q, chunk, budget - n_rows)) == 0) {
+                q->in_batch = true; /* its next image does not fit this step's rows */
+                continue;
             }
             /* drafts take blocks only when free ones are there: never preempt for them */
             int32_t nd = q->n_draft;
@@ -1604,6 +1704,7 @@ restart:
                 s->b_want[n_rows] = (uint8_t)(last && !q->embed);
                 s->b_hid[n_rows] = (uint8_t)(q->embed == MODEL_POOL_MEAN || (q->embed == MODEL_POOL_LAST && last) ||
                                              (q->embed == MODEL_POOL_RANK && rank_row(s, q, p)));
+                image_row(s, q, p, n_rows);
                 n_rows++;
             }
             for (int32_t k = 0; k < q->n_draft; k++) { /* drafts at P+1.., each with logits */
@@ -1612,6 +1713,8 @@ restart:
                 s->b_seq[n_rows] = b;
                 s->b_want[n_rows] = 1;
                 s->b_hid[n_rows] = 0;
+                s->b_embd[n_rows] = NULL;
+                s->b_att_end[n_rows] = 0;
                 n_rows++;
             }
         }
@@ -1674,6 +1777,10 @@ int sched_step(sched_t *s)
             fb.hidden = s->hidden;
             break;
         }
+    if (s->n_img_rows > 0) {
+        fb.embd = s->b_embd;
+        fb.att_end = s->b_att_end;
+    }
     if (forward_run(s->fwd, &fb, kv_pool_store(s->pool), s->logits) != 0) {
         const char *msg = forward_error(s->fwd);
         log_error("forward pass failed: %s", msg ? msg : "unknown error");

@@ -175,6 +175,20 @@ typedef enum sched_rc {
 } sched_rc_t;
 
 /* One request, as the worker hands it over (copied by sched_submit). */
+/* One image's rows in a prompt: prompt[pos .. pos + n_tok) hold its
+ * placeholder token and their input rows are embd's (worker/model/
+ * vision.h made them) instead of token embeddings. The image's rows attend
+ * to each other both ways (fwd_batch_t.att_end), so a prefill chunk never
+ * ends inside one: n_tok must fit max_batch_tokens. */
+typedef struct sched_image {
+    int32_t pos;               /* first prompt position of its rows */
+    int32_t n_tok;             /* rows (>= 1) */
+    const float *embd;         /* (n_tok, model dim); copied by sched_submit */
+    uint64_t key;              /* the image's content key (its hash): requests with images
+                                * reuse cached blocks only with requests holding the same
+                                * images (the key enters the prefix-cache partition) */
+} sched_image_t;
+
 typedef struct sched_req {
     uint64_t id;               /* unique among live requests */
     int32_t priority;          /* 0 high, 1 normal, 2 low: admission and preemption order */
@@ -207,6 +221,9 @@ typedef struct sched_req {
     lora_set_t lora;           /* adapters every row of the request runs with (lora.h; n 0 =
                                 * the base); they must outlive the request. The caller folds
                                 * them into partition (prefix_key_adapters) */
+    const sched_image_t *images; /* (n_images) in increasing pos, not overlapping; NULL/0 = none.
+                                  * Requests with images do not speculate. */
+    int32_t n_images;
 } sched_req_t;
 
 #define SCHED_MAX_CHOICES 128

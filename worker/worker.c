@@ -22,6 +22,7 @@
 #include "common/strbuf.h"
 #include "common/xalloc.h"
 #include "worker/kv_disk.h"
+#include "worker/worker_image.h"
 #include "worker/pack_cache.h"
 #include "worker/kv_pool.h"
 #include "worker/kv_report.h"
@@ -66,6 +67,8 @@ struct worker {
     bool stop;                            /* leave the loop */
     engine_t *engine;                     /* model, tokenizer, chat template (owned) */
     engine_t *draft;                      /* --draft-model (owned), NULL = none */
+    vision_t *vis;                        /* --mmproj (owned), NULL = the model takes no images;
+                                           * REGISTER's vis map is worker_vis_info(vis) */
     sched_t *sched;                       /* continuous-batching scheduler (owned) */
     sched_config_t scfg;                  /* its limits, as configured */
     /* scratch of on_sched_event: one EVENT's top alternatives */
@@ -229,6 +232,8 @@ void worker_req_clear(worker_req_t *r)
     free(r->prompt);
     free(r->bias);
     free(r->tool_grammar);
+    free(r->images);
+    free(r->img_embd);
     memset(r, 0, sizeof *r);
 }
 
@@ -859,6 +864,15 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
     for (int32_t i = 0; i < cfg->n_loras; i++)
         if (engine_add_lora(w->engine, cfg->loras[i], err, errlen) != 0)
             goto err;
+    if (cfg->mmproj_path) { /* the image projector: its rows must be the model's width */
+        if (vision_load(cfg->mmproj_path, w->scfg.n_threads, &w->vis, err, errlen) != 0)
+            goto err;
+        if (vision_config(w->vis)->out_dim != w->engine->model->cfg.dim) {
+            errbuf_set(err, errlen, "%s writes rows of %d, the model's width is %d", cfg->mmproj_path,
+                       vision_config(w->vis)->out_dim, w->engine->model->cfg.dim);
+            goto err;
+        }
+    }
     t_load = clock_now_us();
     bool from_standby = false;
     if (cfg->standby_fd >= 0) {
@@ -943,6 +957,7 @@ void worker_free(worker_t **wp)
     pack_cache_write_end(&w->draft_pack_write);
     engine_free(&w->engine);
     engine_free(&w->draft);
+    vision_free(&w->vis);
     free(w->test_step_wedge);
     strbuf_free(&w->wire_text);
     free(w->model_path);

@@ -79,6 +79,8 @@ typedef struct worker_config {
     const char *const *loras;      /* --lora NAME=FILE[:SCALE] (engine_add_lora), (n_loras);
                                     * the strings must outlive worker_new */
     int32_t n_loras;
+    const char *mmproj_path;       /* --mmproj: the model's image projector (worker/model/
+                                    * vision.h; its rows must be the model's width), NULL = none */
     /* CURVE (proto/curve.h): all three Z85 keys, or all NULL for a plain link */
     const char *curve_server_key;  /* the gateway's public key */
     const char *curve_public_key;  /* our key pair */
@@ -131,6 +133,8 @@ typedef struct worker_req {
     sampler_bias_t *bias;          /* owned: (req.sampling.n_logit_bias) */
     char *tool_grammar;            /* owned: the grammar of a forced tool call
                                       (tool_choice required/named), or NULL */
+    sched_image_t *images;         /* owned: req.images (worker_image.h), or NULL */
+    float *img_embd;               /* owned: their rows */
 } worker_req_t;
 
 /* Translates one SUBMIT into a scheduler request: templates and tokenizes

@@ -79,6 +79,7 @@ static void usage(FILE *f)
             "  --draft-model FILE   the draft model's GGUF (same vocabulary; implies --spec draft)\n"
             "  --lora NAME=FILE[:SCALE]  a LoRA adapter of the model (GGUF, llama.cpp's layout), served\n"
             "                       to SUBMITs that name it (default scale 1); repeatable\n"
+            "  --mmproj FILE        the model's image projector (llama.cpp mmproj GGUF; gemma3)\n"
             "  --standby-fd N       (the gateway's on-demand standby) load the model, then\n"
             "                       wait for one byte on fd N before the rest of the start;\n"
             "                       EOF on it: exit 0\n"
@@ -150,7 +151,7 @@ typedef struct args {
 
 enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR, O_KVKEY,
        O_KVDMB, O_KVWARM, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY, O_MEMAVAIL, O_MEMWORKERS, O_STEPB, O_STEPMIN,
-       O_LORA };
+       O_LORA, O_MMPROJ };
 static const struct option opts[] = {
     {"gateway", required_argument, NULL, 'g'},
     {"model", required_argument, NULL, 'm'},
@@ -178,6 +179,7 @@ static const struct option opts[] = {
     {"spec-max-rows", required_argument, NULL, O_SPEC_ROWS},
     {"draft-model", required_argument, NULL, O_DRAFT},
     {"lora", required_argument, NULL, O_LORA},
+    {"mmproj", required_argument, NULL, O_MMPROJ},
     {"standby-fd", required_argument, NULL, O_STANDBY},
     {"log-level", required_argument, NULL, 'v'},
     {"curve-server-key", required_argument, NULL, O_CSRV},
@@ -258,6 +260,7 @@ static int apply_sched_option(args_t *a, int c)
         a->wc.draft_path = optarg;
         a->wc.sched.spec = SPEC_DRAFT;
         break;
+    case O_MMPROJ: a->wc.mmproj_path = optarg; break;
     case O_LORA: {
         static const char *loras[LORA_MAX_ADAPTERS];
         if (a->wc.n_loras >= LORA_MAX_ADAPTERS) {

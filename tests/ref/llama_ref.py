@@ -325,13 +325,21 @@ class Model:
             out += gate[:, None] * ((self.act(h @ L["sg"].T) * (h @ L["su"].T)) @ L["sd"].T)
         return out
 
-    def forward(self, tokens, hidden=False):
-        """Logits (T, vocab) for every position of one sequence starting at 0."""
+    def forward(self, tokens, hidden=False, images=()):
+        """Logits (T, vocab) for every position of one sequence starting at 0.
+        images: (pos, rows) pairs: rows (n, dim) replace the inputs of
+        positions pos..pos+n-1 as they are (no embedding scale), and those
+        positions attend to each other both ways (an image decoded
+        non-causally, as llama.cpp does for Gemma 3)."""
         T = len(tokens)
         pos = np.arange(T, dtype=np.float64)
         x = self.emb[np.array(tokens)] * self.emb_scale
         group = self.n_head // self.n_kv_head
         causal = np.triu(np.full((T, T), -np.inf), k=1)
+        for p0, rows in images:
+            n = rows.shape[0]
+            x[p0:p0 + n] = rows
+            causal[p0:p0 + n, p0:p0 + n] = 0.0
         dist = pos[:, None] - pos[None, :]                       # query pos - key pos
         windowed = np.where(dist >= self.window, -np.inf, causal) if self.window else causal
         for i, L in enumerate(self.layers):
@@ -397,16 +405,22 @@ def main():
     ap.add_argument("--lora", action="append", default=[], help="a LoRA adapter GGUF applied to the model")
     ap.add_argument("--lora-scale", action="append", type=float, default=[],
                     help="the scale of the --lora of the same position (default 1)")
+    ap.add_argument("--image-rows", help="float32 (n, dim) rows replacing the inputs at --image-pos")
+    ap.add_argument("--image-pos", type=int, default=0, help="first position of --image-rows")
     args = ap.parse_args()
     m = Model(args.model, kv_f16=args.kv_f16, kv_q8=args.kv_q8)
     for i, path in enumerate(args.lora):
         m.apply_lora(path, args.lora_scale[i] if i < len(args.lora_scale) else 1.0)
+    images = ()
+    if args.image_rows:
+        rows = np.fromfile(args.image_rows, dtype="<f4").astype(np.float64).reshape(-1, m.dim)
+        images = ((args.image_pos, rows),)
     seqs = [[int(t) for t in s.split(",") if t != ""] for s in args.seq]
     if args.greedy:
         toks = list(seqs[0])
         gen = []
         for _ in range(args.greedy):
-            nxt = int(np.argmax(m.forward(toks)[-1]))
+            nxt = int(np.argmax(m.forward(toks, images=images)[-1]))
             gen.append(nxt)
             toks.append(nxt)
         print(" ".join(str(t) for t in gen))
@@ -434,7 +448,7 @@ def main():
                     y = e / e.sum()
                 f.write(np.asarray(y).astype("<f4").tobytes())
     if args.out:
-        parts = [m.forward(s).astype("<f4") for s in seqs]
+        parts = [m.forward(s, images=images).astype("<f4") for s in seqs]
         with open(args.out, "wb") as f:
             for p in parts:
                 f.write(p.tobytes())

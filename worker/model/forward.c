@@ -328,6 +328,17 @@ static int validate(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv)
             if (pb < 0 || pb >= kv->n_blocks)
                 return bad(f, "sequence %d: block table entry %d = %d outside [0, %d)", s, i, pb, kv->n_blocks);
         }
+        /* a row attending past itself: those positions are rows of this
+         * batch (rows of a sequence come in order without gaps, so its
+         * last row's position is enough) */
+        if (b->att_end && b->att_end[r] > p + 1) {
+            int32_t e = b->att_end[r], last_pos = -1;
+            for (int j = r + 1; j < b->n_rows; j++)
+                if (b->seq[j] == s)
+                    last_pos = b->pos[j];
+            if (e > c->ctx || last_pos < e - 1)
+                return bad(f, "row %d: attends to position %d, which is not a row of this batch", r, e - 1);
+        }
     }
     return 0;
 }
@@ -560,6 +571,13 @@ static void qkv_row_post(forward_t *f, const layer_att_t *a, const fwd_batch_t *
     kv_store_write_slice(kv, kv_store_v_at(kv, a->l, blk, slot), (int)k0, v, nk);
 }
 
+/* One past the last position row r attends to: pos + 1 (causal), or further
+ * for an image row (fwd_batch_t.att_end). */
+static int att_end(const fwd_batch_t *b, int r)
+{
+    return b->att_end && b->att_end[r] > b->pos[r] + 1 ? b->att_end[r] : b->pos[r] + 1;
+}
+
 /* First position row r attends to: 0, or pos-W+1 in a sliding-window layer. */
 static int att_first(const layer_att_t *a, int32_t pos)
 {
@@ -608,7 +626,7 @@ static void attention(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, 
     const int R = b->n_rows;
     size_t work = 0;  /* floats of K and V read: Σ_r positions * q_dim * 2 */
     for (int r = 0; r < R; r++)
-        work += (size_t)(b->pos[r] + 1 - att_first(a, b->pos[r])) * (size_t)c->q_dim * 2;
+        work += (size_t)(att_end(b, r) - att_first(a, b->pos[r])) * (size_t)c->q_dim * 2;
     const int n_par = work >= FWD_ATT_PAR_MIN ? f->n_threads : 1;
     (void)n_par;  /* unused when compiled without OpenMP */
 #pragma omp parallel for num_threads(n_par) schedule(dynamic, 1)
@@ -616,7 +634,7 @@ static void attention(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, 
         float *sc = f->scores + (size_t)omp_get_thread_num() * (size_t)f->score_rows * f->scores_ld;
         const size_t q0 = (size_t)r * c->q_dim;
         const int32_t *bt = b->block_tables[b->seq[r]];
-        const int t0 = att_first(a, b->pos[r]), t1 = b->pos[r] + 1;
+        const int t0 = att_first(a, b->pos[r]), t1 = att_end(b, r);
         (f->att_row ? attention_row : attention_row_by_group)(f->q + q0, c->n_head, c->n_kv_head, kv, a->l, bt, t0,
                                                               t1, c->head_dim, c->attn_scale, c->attn_softcap, sc,
                                                               f->scores_ld, f->att + q0);
@@ -658,7 +676,7 @@ static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_
         for (int r = 0; r < R; r++) {
             const int32_t *bt = b->block_tables[b->seq[r]];
             const size_t qr = (size_t)r * c->q_dim + (size_t)q0;
-            attention_group(f->q + qr, group, kv, a->l, bt, att_first(a, b->pos[r]), b->pos[r] + 1, (int)k0, hd,
+            attention_group(f->q + qr, group, kv, a->l, bt, att_first(a, b->pos[r]), att_end(b, r), (int)k0, hd,
                             c->attn_scale, c->attn_softcap, sc, f->scores_ld, f->att + qr);
         }
     }
@@ -889,6 +907,10 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
 #pragma omp parallel for num_threads(nth(f, (size_t)R * dim)) schedule(static)
     for (int r = 0; r < R; r++) {
         float *x = f->x + (size_t)r * dim;
+        if (b->embd && b->embd[r]) { /* an image row, unscaled */
+            memcpy(x, b->embd[r], (size_t)dim * sizeof(float));
+            continue;
+        }
         int rc = matmul_weight_rows(&m->tok_embd, b->token[r], 1, x);
         assert(rc == 0);
         (void)rc;

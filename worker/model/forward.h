@@ -74,6 +74,15 @@ typedef struct fwd_batch {
     const int32_t *lora_set;             /* (n_rows) or NULL */
     int32_t n_lora_sets;
     const lora_set_t *lora_sets;         /* (n_lora_sets) */
+    const float *const *embd;            /* (n_rows) or NULL: a non-NULL embd[r] (dim floats,
+                                          * an image row from worker/model/vision.h) is row r's
+                                          * input instead of token_embd[token[r]], taken as is
+                                          * (no embedding scale); token[r] must still be valid */
+    const int32_t *att_end;              /* (n_rows) or NULL: row r attends to positions
+                                          * < max(pos[r] + 1, att_end[r]) of its sequence
+                                          * (an image's rows see the whole image, as llama.cpp
+                                          * decodes Gemma 3 images non-causally); the
+                                          * positions past pos[r] must be rows of this batch */
 } fwd_batch_t;
 
 typedef struct forward forward_t;

@@ -9,9 +9,23 @@
  *       [--type F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q5_K|Q6_K|Q4_K_M] [--seed S] [--arch ARCH]
  *       [--rope-base B] [--eps E] [--experts N] [--experts-used K] [--expert-ffn F] [--window W]
  *       [--pooling N] ({arch}.pooling_type for embeddings: 1 mean, 3 last; absent by default)
- *       [--chat-template FILE] [--mute-special] [--logit-scale S]
+ *       [--chat-template FILE] [--mute-special] [--logit-scale S] [--untied]
  *       [--rank 1] [--rerank-template FILE]
+ *       [--mmproj OUT-MMPROJ.gguf [--vis-size 112] [--vis-patch 7] [--vis-dim 64]
+ *        [--vis-layers 2] [--vis-heads 4] [--vis-ffn 128] [--vis-merge 4]]
  *   pagoda-mkmodel --lora-for BASE.gguf -o OUT.gguf ...  (a LoRA adapter: worker/tools/mklora.h)
+ *
+ * --mmproj (with --arch gemma3) also writes a random-weight Gemma 3 image
+ * projector in llama.cpp's mmproj layout (worker/model/vision.h: SigLIP ViT
+ * of --vis-layers blocks, width --vis-dim, on --vis-size px images cut in
+ * --vis-patch px patches, pooled --vis-merge x --vis-merge, projected to
+ * --dim): patch_embd F16 and position_embd F32 as the converter forces,
+ * mm.input_projection F16, the ViT matrices in --type, vectors F32;
+ * matrices N(0, 1/in), biases N(0, 0.02^2), norm weights 1 + N(0, 0.1^2),
+ * position embeddings N(0, 0.1^2). The builtin tokenizer then gains
+ * Gemma 3's image tokens "<start_of_image>", "<end_of_image>" and
+ * "<image_soft_token>" (CONTROL, ids 3, 4, 5 after <unk> <s> </s>); a
+ * --tokenizer-from file must already have them.
  *
  * --rank 1 writes a reranker (worker/model/rank_head.h): pooling_type 4 and
  * the family's rank head, F32 — for a family with rank_last_softmax
@@ -54,6 +68,10 @@
  * next token is usually clear, greedy (and low-temperature) text is whole
  * pieces of valid UTF-8, and it ends on EOS only if every other logit is
  * negative at once: in practice it runs to max_tokens or the context's end.
+ * --untied writes an output.weight for a family whose files tie it to the
+ * embedding (gemma2/3: llama.cpp and pagoda both read one when present), so
+ * those two options apply to it too: a random tied model's next token is
+ * mostly its last input token again, whatever came before.
  * Other control tokens (BOS) keep their rows: like stories260K, whose
  * stories end by starting the next with BOS, the model may emit one.
  *
@@ -78,6 +96,7 @@
 #include "worker/kernels/quant.h"
 #include "worker/tools/mklora.h"
 #include "worker/model/arch.h"
+#include "worker/model/vision.h"
 
 enum init_kind { INIT_NORMAL, INIT_NORM_WEIGHT };
 
@@ -173,11 +192,14 @@ typedef struct opts {
     int64_t pooling;   /* --pooling: {arch}.pooling_type written when >= 0 */
     uint32_t type;                  /* matrices' type; with mix_q4_k_m the base one (Q4_K) */
     bool mix_q4_k_m;                /* --type Q4_K_M: some matrices Q6_K (see the top) */
+    bool untied;                    /* --untied: output.weight even for a tied family */
     bool mute_special;              /* --mute-special: output.weight's rows of EOS, unknown
                                      * and byte tokens are zero (see the top) */
     double logit_scale;             /* --logit-scale: output.weight's std times this */
     uint64_t seed;
     double rope_base, eps;
+    const char *mmproj;  /* --mmproj OUT: also write an image projector (see the top) */
+    int64_t vis_size, vis_patch, vis_dim, vis_layers, vis_heads, vis_ffn, vis_merge;
 } opts_t;
 
 static void usage(FILE *f)
@@ -193,8 +215,10 @@ static void usage(FILE *f)
             "         [--type %sQ4_K_M] [--seed S]\n"
             "         [--arch %s]\n"
             "         [--rope-base B] [--eps E] [--experts 8] [--experts-used 2] [--expert-ffn F]\n"
-            "         [--mute-special] [--logit-scale S]\n"
+            "         [--mute-special] [--logit-scale S] [--untied]\n"
             "         [--window W] [--chat-template FILE] [--pooling N] [--rank 1] [--rerank-template FILE]\n"
+            "         [--mmproj OUT.gguf [--vis-size 112] [--vis-patch 7] [--vis-dim 64] [--vis-layers 2]\n"
+            "          [--vis-heads 4] [--vis-ffn 128] [--vis-merge 4]]\n"
             "Writes a GGUF with seeded random weights; tokenizer.* keys are copied from\n"
             "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n",
             types, archs);
@@ -272,9 +296,20 @@ static int finish_opts(opts_t *o)
         fprintf(stderr, "pagoda-mkmodel: --arch must be one of %s\n", names);
         return -1;
     }
-    if ((o->mute_special || o->logit_scale != 1) && o->fam->tied_output) {
+    if ((o->mute_special || o->logit_scale != 1) && o->fam->tied_output && !o->untied) {
         fprintf(stderr, "pagoda-mkmodel: --mute-special and --logit-scale need an output.weight; --arch %s ties "
-                        "it to the embedding\n", o->arch);
+                        "it to the embedding (add --untied)\n", o->arch);
+        return -1;
+    }
+    if (o->mmproj && o->fam->arch != MODEL_ARCH_GEMMA3) {
+        fprintf(stderr, "pagoda-mkmodel: --mmproj writes a Gemma 3 projector: it needs --arch gemma3\n");
+        return -1;
+    }
+    if (o->mmproj && (o->vis_size % o->vis_patch != 0 || (o->vis_size / o->vis_patch) % o->vis_merge != 0 ||
+                      o->vis_dim % o->vis_heads != 0 || o->vis_dim % ggml_type_block_elems(o->type) != 0 ||
+                      o->vis_ffn % ggml_type_block_elems(o->type) != 0)) {
+        fprintf(stderr, "pagoda-mkmodel: --vis-size must be a multiple of --vis-patch times --vis-merge, --vis-dim "
+                        "of --vis-heads, and --vis-dim and --vis-ffn of the --type block\n");
         return -1;
     }
     if (o->experts_used > o->experts) {
@@ -311,12 +346,34 @@ static int finish_opts(opts_t *o)
     return 0;
 }
 
+/* One --vis-* option of the --mmproj projector: 0, or -1 after printing why. */
+static int parse_vis_opt(const char *name, const char *v, opts_t *o)
+{
+    const struct {
+        const char *name;
+        int64_t lo, hi;
+        int64_t *dst;
+    } vis[] = {
+        {"--vis-size", 1, 4096, &o->vis_size},     {"--vis-patch", 1, 64, &o->vis_patch},
+        {"--vis-dim", 1, 1 << 14, &o->vis_dim},    {"--vis-layers", 1, 256, &o->vis_layers},
+        {"--vis-heads", 1, 1024, &o->vis_heads},   {"--vis-ffn", 1, 1 << 16, &o->vis_ffn},
+        {"--vis-merge", 1, 64, &o->vis_merge},
+    };
+    for (size_t i = 0; i < sizeof vis / sizeof vis[0]; i++)
+        if (strcmp(name, vis[i].name) == 0)
+            return parse_int(name, v, vis[i].lo, vis[i].hi, vis[i].dst);
+    fprintf(stderr, "pagoda-mkmodel: unknown option '%s'\n", name);
+    return -1;
+}
+
 static int parse_args(int argc, char **argv, opts_t *o)
 {
     *o = (opts_t){.arch = "llama", .dim = 768, .layers = 12, .heads = 12, .kv_heads = -1,
                   .ffn = 2048, .vocab = -1, .ctx = 2048, .type = GGML_TYPE_F32, .seed = 1,
                   .rope_base = -1, .eps = -1, .experts = 8, .experts_used = 2, .expert_ffn = -1,
-                  .window = -1, .pooling = -1, .logit_scale = 1};
+                  .window = -1, .pooling = -1, .logit_scale = 1,
+                  .vis_size = 112, .vis_patch = 7, .vis_dim = 64, .vis_layers = 2, .vis_heads = 4,
+                  .vis_ffn = 128, .vis_merge = 4};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         char name[64];
@@ -333,6 +390,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
         }
         if (strcmp(name, "--mute-special") == 0 && !v) {
             o->mute_special = true;
+            continue;
+        }
+        if (strcmp(name, "--untied") == 0 && !v) {
+            o->untied = true;
             continue;
         }
         if (!v) {
@@ -352,6 +413,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->chat_template = v;
         else if (strcmp(name, "--rerank-template") == 0)
             o->rerank_template = v;
+        else if (strcmp(name, "--mmproj") == 0)
+            o->mmproj = v;
+        else if (strncmp(name, "--vis-", 6) == 0)
+            rc = parse_vis_opt(name, v, o);
         else if (strcmp(name, "--rank") == 0)
             rc = parse_int(name, v, 0, 1, &o->rank);
         else if (strcmp(name, "--arch") == 0)
@@ -499,7 +564,8 @@ static int64_t copy_tokenizer(gguf_writer_t *w, const gguf_t *tok, int64_t vocab
  * max_n > 0 keeps only the first max_n pieces (at least every byte and ASCII
  * character piece): word pieces are made prefix by prefix, so a cut keeps
  * every kept piece reachable by merges (stories260K's 512 for its stand-in). */
-static int builtin_tokenizer(int64_t max_n, uint8_t **buf, size_t *len, char *err, size_t errlen)
+static int builtin_tokenizer(int64_t max_n, bool image_tokens, uint8_t **buf, size_t *len, char *err,
+                             size_t errlen)
 {
     /* story words first: a cut to stories260K's 512 pieces keeps them */
     static const char *const words[] = {
@@ -516,7 +582,7 @@ static int builtin_tokenizer(int64_t max_n, uint8_t **buf, size_t *len, char *er
         "may", "down", "side", "been", "now", "find",
     };
     size_t n_words = sizeof words / sizeof words[0];
-    size_t cap = 3 + 256 + 1 + 2 * 95 + n_words;
+    size_t cap = 6 + 256 + 1 + 2 * 95 + n_words;
     char **toks = xcalloc(cap, sizeof *toks);
     float *scores = xcalloc(cap, sizeof *scores);
     int32_t *types = xcalloc(cap, sizeof *types);
@@ -525,6 +591,11 @@ static int builtin_tokenizer(int64_t max_n, uint8_t **buf, size_t *len, char *er
     toks[n] = xstrdup("<unk>"), types[n++] = 2;  /* UNKNOWN */
     toks[n] = xstrdup("<s>"), types[n++] = 3;    /* CONTROL */
     toks[n] = xstrdup("</s>"), types[n++] = 3;
+    /* Gemma 3's image run (--mmproj): CONTROL, like the other markers */
+    const vision_proj_info_t *g3 = vision_proj_info(VISION_PROJ_GEMMA3);
+    const char *const img_toks[] = {g3->tok_begin, g3->tok_end, g3->tok_soft};
+    for (size_t i = 0; image_tokens && i < 3; i++)
+        toks[n] = xstrdup(img_toks[i]), types[n++] = 3;
     for (int b = 0; b < 256; b++) {
         char t[8];
         snprintf(t, sizeof t, "<0x%02X>", b);
@@ -559,7 +630,7 @@ static int builtin_tokenizer(int64_t max_n, uint8_t **buf, size_t *len, char *er
             toks[n] = xstrdup(t), scores[n] = (float)k, types[n++] = 1;
         }
     }
-    size_t n_min = 3 + 256 + 1 + 2 * 95;
+    size_t n_min = (image_tokens ? 6 : 3) + 256 + 1 + 2 * 95;
     if (max_n > 0 && (size_t)max_n < n_min) {
         snprintf(err, errlen, "--vocab %lld: the builtin tokenizer needs at least %zu pieces", (long long)max_n,
                  n_min);
@@ -641,6 +712,16 @@ static int64_t write_metadata(gguf_writer_t *w, const opts_t *o, const gguf_t *t
     return vocab;
 }
 
+/* One tensor of the plan: its random stream seeded from its name. */
+static gen_tensor_t gen_tensor(const char *name, uint32_t type, uint64_t cols, uint64_t rows, enum init_kind kind,
+                               double std, uint64_t base_seed)
+{
+    gen_tensor_t t = {.type = type, .cols = cols, .rows = rows, .kind = kind, .std = (float)std, .n_expert = 1};
+    snprintf(t.name, sizeof t.name, "%s", name);
+    t.seed = hash_str(t.name, base_seed);
+    return t;
+}
+
 /* The tensor plan, in llama.cpp's order: *n_out entries (malloc'd). */
 static gen_tensor_t *plan_tensors(const opts_t *o, int64_t vocab, size_t *n_out)
 {
@@ -648,19 +729,7 @@ static gen_tensor_t *plan_tensors(const opts_t *o, int64_t vocab, size_t *n_out)
     uint64_t base_seed = o->seed;
     base_seed = splitmix64_next(&base_seed) ^ 0xcbf29ce484222325ull;
     gen_tensor_t *plan = xcalloc(n_plan, sizeof *plan);
-#define ADD(nm, ty, c, r, kind_, std_)                                              \
-    do {                                                                             \
-        gen_tensor_t *t_ = &plan[n++];                                               \
-        snprintf(t_->name, sizeof t_->name, "%s", nm);                              \
-        t_->type = (ty);                                                             \
-        t_->cols = (uint64_t)(c);                                                    \
-        t_->rows = (uint64_t)(r);                                                    \
-        t_->kind = (kind_);                                                          \
-        t_->std = (float)(std_);                                                     \
-        t_->seed = hash_str(t_->name, base_seed);                                   \
-        t_->n_expert = 1;                                                            \
-        t_->zero_rows = NULL;                                                        \
-    } while (0)
+#define ADD(nm, ty, c, r, kind_, std_) (plan[n++] = gen_tensor(nm, ty, (uint64_t)(c), (uint64_t)(r), kind_, std_, base_seed))
     const model_arch_info_t *fam = o->fam;
     int64_t head_dim = o->dim / o->heads, kv_dim = head_dim * o->kv_heads;
     const float s_dim = 1.0f / sqrtf((float)o->dim), s_ffn = 1.0f / sqrtf((float)o->ffn);
@@ -717,7 +786,7 @@ static gen_tensor_t *plan_tensors(const opts_t *o, int64_t vocab, size_t *n_out)
 #undef L
     }
     ADD("output_norm.weight", GGML_TYPE_F32, o->dim, 1, INIT_NORM_WEIGHT, 0.1);
-    if (!fam->tied_output)
+    if (!fam->tied_output || o->untied)
         ADD("output.weight", matrix_type(o, "output", -1), o->dim, vocab, INIT_NORMAL, s_dim * o->logit_scale);
     if (o->rank && fam->rank_last_softmax) {
         ADD("cls.output.weight", GGML_TYPE_F32, o->dim, 2, INIT_NORMAL, s_dim); /* "yes", "no" */
@@ -731,6 +800,103 @@ static gen_tensor_t *plan_tensors(const opts_t *o, int64_t vocab, size_t *n_out)
     assert(n <= n_plan);
     *n_out = n;
     return plan;
+}
+
+/* The --mmproj file: a Gemma 3 projector (see the top) whose output width
+ * is the text model's --dim. 0 ok, -1 after printing why. */
+static int write_mmproj(const opts_t *o)
+{
+    const int64_t D = o->vis_dim, F = o->vis_ffn, P = o->vis_patch, T = o->dim;
+    const int64_t n_patch = (o->vis_size / P) * (o->vis_size / P);
+    gguf_writer_t *w = gguf_writer_new();
+    gguf_writer_set_str(w, "general.architecture", "clip");
+    gguf_writer_set_str(w, "general.name", "pagoda-mkmodel synthetic projector");
+    gguf_writer_set_u32(w, "general.file_type", file_type_of(o));
+    gguf_writer_set_bool(w, "clip.has_vision_encoder", true);
+    gguf_writer_set_str(w, "clip.projector_type", vision_proj_info(VISION_PROJ_GEMMA3)->name);
+    gguf_writer_set_bool(w, "clip.use_gelu", true);
+    gguf_writer_set_u32(w, "clip.vision.image_size", (uint32_t)o->vis_size);
+    gguf_writer_set_u32(w, "clip.vision.patch_size", (uint32_t)P);
+    gguf_writer_set_u32(w, "clip.vision.embedding_length", (uint32_t)D);
+    gguf_writer_set_u32(w, "clip.vision.feed_forward_length", (uint32_t)F);
+    gguf_writer_set_u32(w, "clip.vision.block_count", (uint32_t)o->vis_layers);
+    gguf_writer_set_u32(w, "clip.vision.attention.head_count", (uint32_t)o->vis_heads);
+    gguf_writer_set_f32(w, "clip.vision.attention.layer_norm_epsilon", 1e-6f);
+    gguf_writer_set_u32(w, "clip.vision.projection_dim", (uint32_t)T);
+    const float half[3] = {0.5f, 0.5f, 0.5f}; /* SigLIP's mean and std */
+    gguf_writer_set_arr(w, "clip.vision.image_mean", GGUF_TYPE_FLOAT32, half, 3);
+    gguf_writer_set_arr(w, "clip.vision.image_std", GGUF_TYPE_FLOAT32, half, 3);
+    if (o->vis_merge != 4) /* the converter writes it only when not the default */
+        gguf_writer_set_u32(w, "clip.vision.projector.scale_factor", (uint32_t)o->vis_merge);
+
+    size_t cap = 8 + (size_t)o->vis_layers * 16, n = 0;
+    gen_tensor_t *plan = xcalloc(cap, sizeof *plan);
+    uint32_t *nd = xcalloc(cap, sizeof *nd); /* each tensor's n_dims */
+    uint64_t base_seed = o->seed ^ 0x5eedf00dull;
+    base_seed = splitmix64_next(&base_seed);
+    /* V(name, type, ne0, ne1, std, kind): ne1 = 1 for vectors */
+#define V(nm_, ty, c, r, kind_, std_)                                                              \
+    do {                                                                                            \
+        plan[n] = gen_tensor(nm_, ty, (uint64_t)(c), (uint64_t)(r), kind_, std_, base_seed);       \
+        nd[n++] = (r) > 1 ? 2 : 1;                                                                  \
+    } while (0)
+    const uint32_t mt = o->type;
+    const double s_d = 1.0 / sqrt((double)D), s_f = 1.0 / sqrt((double)F);
+    /* the conv kernel [P, P, 3, D]: rows of P, 3·P·D of them */
+    V("v.patch_embd.weight", GGML_TYPE_F16, P, P * 3 * D, INIT_NORMAL, 1.0 / sqrt(3.0 * P * P));
+    nd[n - 1] = 4;
+    V("v.patch_embd.bias", GGML_TYPE_F32, D, 1, INIT_NORMAL, 0.02);
+    V("v.position_embd.weight", GGML_TYPE_F32, D, n_patch, INIT_NORMAL, 0.1);
+    char nm[96];
+    for (int64_t l = 0; l < o->vis_layers; l++) {
+#define B(s) (snprintf(nm, sizeof nm, "v.blk.%lld.%s", (long long)l, s), nm)
+        V(B("ln1.weight"), GGML_TYPE_F32, D, 1, INIT_NORM_WEIGHT, 0.1);
+        V(B("ln1.bias"), GGML_TYPE_F32, D, 1, INIT_NORMAL, 0.02);
+        static const char *const qkvo[4] = {"attn_q", "attn_k", "attn_v", "attn_out"};
+        for (int i = 0; i < 4; i++) {
+            char w8[32], b8[32];
+            snprintf(w8, sizeof w8, "%s.weight", qkvo[i]);
+            snprintf(b8, sizeof b8, "%s.bias", qkvo[i]);
+            V(B(w8), mt, D, D, INIT_NORMAL, s_d);
+            V(B(b8), GGML_TYPE_F32, D, 1, INIT_NORMAL, 0.02);
+        }
+        V(B("ln2.weight"), GGML_TYPE_F32, D, 1, INIT_NORM_WEIGHT, 0.1);
+        V(B("ln2.bias"), GGML_TYPE_F32, D, 1, INIT_NORMAL, 0.02);
+        V(B("ffn_up.weight"), mt, D, F, INIT_NORMAL, s_d);
+        V(B("ffn_up.bias"), GGML_TYPE_F32, F, 1, INIT_NORMAL, 0.02);
+        V(B("ffn_down.weight"), mt, F, D, INIT_NORMAL, s_f);
+        V(B("ffn_down.bias"), GGML_TYPE_F32, D, 1, INIT_NORMAL, 0.02);
+#undef B
+    }
+    V("v.post_ln.weight", GGML_TYPE_F32, D, 1, INIT_NORM_WEIGHT, 0.1);
+    V("v.post_ln.bias", GGML_TYPE_F32, D, 1, INIT_NORMAL, 0.02);
+    V("mm.soft_emb_norm.weight", GGML_TYPE_F32, D, 1, INIT_NORM_WEIGHT, 0.1);
+    /* [T, D]: input d's row of T weights (x · W), F16 as the converter forces */
+    V("mm.input_projection.weight", GGML_TYPE_F16, T, D, INIT_NORMAL, s_d);
+#undef V
+    assert(n <= cap);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const gen_tensor_t *t = &plan[i];
+        uint64_t shape[4] = {t->cols, t->rows, 1, 1};
+        if (nd[i] == 4)
+            shape[1] = (uint64_t)P, shape[2] = 3, shape[3] = (uint64_t)D;
+        rc = gguf_writer_add_tensor_fn(w, t->name, t->type, nd[i], shape, gen_fill, (void *)t);
+    }
+    char err[512] = "";
+    if (rc == 0 && gguf_writer_write_file(w, o->mmproj, err, sizeof err) != 0)
+        rc = -1;
+    if (rc != 0)
+        fprintf(stderr, "pagoda-mkmodel: %s: %s\n", o->mmproj, err[0] ? err : "cannot add a tensor");
+    else
+        log_info("wrote %s: gemma3 projector, %lld px images, %lld px patches, width %lld, %lld layers, "
+                 "%lld tokens per image into width %lld",
+                 o->mmproj, (long long)o->vis_size, (long long)P, (long long)D, (long long)o->vis_layers,
+                 (long long)(n_patch / (o->vis_merge * o->vis_merge)), (long long)T);
+    free(plan);
+    free(nd);
+    gguf_writer_free(&w);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -747,7 +913,7 @@ int main(int argc, char **argv)
     uint8_t *builtin = NULL;
     size_t builtin_len = 0;
     if (strcmp(o.tok_from, "builtin") == 0) {
-        if (builtin_tokenizer(o.vocab, &builtin, &builtin_len, err, sizeof err) != 0 ||
+        if (builtin_tokenizer(o.vocab, o.mmproj != NULL, &builtin, &builtin_len, err, sizeof err) != 0 ||
             gguf_parse(builtin, builtin_len, &tok, err, sizeof err) != 0) {
             fprintf(stderr, "pagoda-mkmodel: builtin tokenizer: %s\n", err);
             free(builtin);
@@ -765,7 +931,7 @@ int main(int argc, char **argv)
     gen_tensor_t *plan = plan_tensors(&o, vocab, &n);
     uint8_t *muted = NULL;
     if (o.mute_special) {
-        /* output.weight (tied_output refused in parse_args) */
+        /* output.weight (a tied family needs --untied, parse_args) */
         int64_t eos;
         const gguf_kv_t *types = NULL;
         if (gguf_get_int(tok, "tokenizer.ggml.eos_token_id", &eos) != 0 || eos < 0 || eos >= vocab) {
@@ -813,7 +979,7 @@ int main(int argc, char **argv)
     gguf_writer_free(&w);
     gguf_close(&tok);
     free(builtin);
-    return 0;
+    return o.mmproj && write_mmproj(&o) != 0 ? 1 : 0;
 err:
     gguf_writer_free(&w);
     gguf_close(&tok);

@@ -2,6 +2,7 @@
  *
  *   pagoda-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]
  *              [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos] [--kv-type auto|f16|f32|q8_0]
+ *              [--mmproj MMPROJ.gguf --image FILE.ppm]
  *   pagoda-run -m FILE --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N] [--baseline]
  *   --lora NAME=FILE[:SCALE] (repeatable): a prompt runs with every adapter
  *   given (at most 4); --bench spreads them, sequence i running adapter
@@ -17,6 +18,11 @@
  * the same thread count (a parallel read loop over a buffer several times the
  * last-level cache), so the limit and the achieved rate come from one run;
  * with --bench both are printed.
+ *
+ * --mmproj and --image: the image (a binary PPM of the projector's input
+ * size) goes before the prompt in one user message through the chat
+ * template, as llama-mtmd-cli does with one --image (worker/tools/
+ * run_image.h); the encode time goes to stderr.
  */
 #include <omp.h>
 #include <getopt.h>
@@ -33,13 +39,14 @@
 #include "worker/model/forward.h"
 #include "worker/wait_policy.h"
 #include "worker/sched.h"
+#include "worker/tools/run_image.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: pagoda-run -m FILE.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos]\n"
-            "                  [--kv-type auto|f16|f32|q8_0]\n"
+            "                  [--kv-type auto|f16|f32|q8_0] [--mmproj MMPROJ.gguf --image FILE.ppm]\n"
             "       pagoda-run -m FILE.gguf --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N]\n"
             "                  [--max-batch-tokens N] [--exact-matmul] [--kv-type auto|f16|f32|q8_0] [--baseline]\n"
             "                  [--kv-budget-mb N]  (KV pool budget, default 1024) [--bench-bandwidth]\n"
@@ -55,11 +62,14 @@ struct run_state {
     int32_t n_completion;
     const char *finish;
     int echo;                 /* write text deltas to stdout */
+    int64_t t_first_us;       /* clock_now_us() of the first generated token, 0 = none yet */
 };
 
 static void on_event(void *ud, const sched_event_t *ev)
 {
     struct run_state *rs = ud;
+    if (ev->n_tokens > 0 && rs->t_first_us == 0)
+        rs->t_first_us = clock_now_us();
     if (rs->echo && ev->text_len) {
         fwrite(ev->text, 1, ev->text_len, stdout);
         fflush(stdout);
@@ -651,6 +661,7 @@ static int run_bench_spec(engine_t *e, const sched_config_t *base, int n_gen)
 /* What the command line asks for. */
 typedef struct run_opts {
     const char *model, *prompt, *seqs, *draft_path;
+    const char *mmproj, *image; /* --mmproj, --image */
     int n, chat, bench, bench_bw, bench_spec, prompt_tokens, ignore_eos, baseline;
     sampler_params_t sp;
     sched_config_t cfg;
@@ -670,7 +681,8 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
     sampler_params_t *sp = &o->sp;
     sched_config_t *cfg = &o->cfg;
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
-           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_BENCH_SPEC, O_DRAFT, O_LORA };
+           O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_BENCH_SPEC, O_DRAFT, O_LORA,
+           O_MMPROJ, O_IMAGE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
@@ -693,6 +705,8 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
         {"bench-spec", no_argument, 0, O_BENCH_SPEC},
         {"draft-model", required_argument, 0, O_DRAFT},
         {"lora", required_argument, 0, O_LORA},
+        {"mmproj", required_argument, 0, O_MMPROJ},
+        {"image", required_argument, 0, O_IMAGE},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     int c;
@@ -742,6 +756,8 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
         case O_SPEC_ROWS: cfg->spec_max_rows = atoi(optarg); break;
         case O_BENCH_SPEC: o->bench_spec = 1; break;
         case O_DRAFT: o->draft_path = optarg; cfg->spec = SPEC_DRAFT; break;
+        case O_MMPROJ: o->mmproj = optarg; break;
+        case O_IMAGE: o->image = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -756,7 +772,23 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
     char err[512];
     int32_t *ids = NULL;
     int32_t n_ids;
-    if (o->chat) {
+    int64_t t_begin = clock_now_us(); /* TTFT: from here (after the projector's load), the encode counts */
+    vision_t *vis = NULL;
+    float *img_embd = NULL;
+    sched_image_t img = {0};
+    if (o->image) {
+        int64_t t_enc = 0;
+        if (vision_load(o->mmproj, o->cfg.n_threads, &vis, err, sizeof err) != 0) {
+            fprintf(stderr, "pagoda-run: %s: %s\n", o->mmproj, err);
+            return 1;
+        }
+        t_begin = clock_now_us();
+        n_ids = run_image_prompt(e, vis, o->image, o->prompt, &ids, &img, &img_embd, &t_enc, err, sizeof err);
+        vision_free(&vis);
+        if (n_ids >= 0)
+            fprintf(stderr, "pagoda-run: image encoded in %.1f ms (%d rows)\n", (double)t_enc / 1e3, img.n_tok);
+        o->chat = 1; /* the template's turn ends stop it */
+    } else if (o->chat) {
         chat_msg_t m = {.role = "user", .content = o->prompt};
         n_ids = engine_prompt_chat(e, &m, 1, NULL, &ids, err, sizeof err);
     } else {
@@ -782,7 +814,8 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
     sched_req_t r = {.id = 1, .priority = 1, .prompt = ids, .n_prompt = n_ids, .max_tokens = o->n,
                      .ignore_eos = o->ignore_eos, .sampling = o->sp, .top_logprobs = -1,
                      .stop_ids = o->chat ? e->turn_end_ids : NULL,
-                     .n_stop_ids = o->chat ? e->n_turn_end : 0};
+                     .n_stop_ids = o->chat ? e->n_turn_end : 0,
+                     .images = o->image ? &img : NULL, .n_images = o->image ? 1 : 0};
     /* --lora: the prompt runs with every adapter given (at most LORA_SET_MAX) */
     for (int32_t i = 0; i < e->n_lora && i < LORA_SET_MAX; i++) {
         r.lora.ad[i] = e->lora[i].ad;
@@ -803,9 +836,10 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
     double dt = (double)(clock_now_us() - t0) / 1e6;
     if (isatty(STDOUT_FILENO))
         printf("\n"); /* only for a person at a terminal: pipes get the continuation alone */
-    fprintf(stderr, "pagoda-run: %d prompt tokens, %d generated in %.2f s (%.1f tok/s), finish: %s\n",
+    fprintf(stderr, "pagoda-run: %d prompt tokens, %d generated in %.2f s (%.1f tok/s), finish: %s, "
+            "first token after %.1f ms\n",
             n_ids, rs.n_completion, dt, dt > 0 ? rs.n_completion / dt : 0.0,
-            rs.finish ? rs.finish : "?");
+            rs.finish ? rs.finish : "?", rs.t_first_us ? (double)(rs.t_first_us - t_begin) / 1e3 : 0.0);
     if (o->cfg.spec != SPEC_OFF) {
         sched_stats_t st;
         sched_stats(s, &st);
@@ -816,6 +850,7 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
 out:
     sched_free(&s);
     free(ids);
+    free(img_embd);
     return rc;
 }
 
@@ -870,7 +905,7 @@ int main(int argc, char **argv)
         return bench_bandwidth(cfg->n_threads) > 0 ? 0 : 1;
     }
     if (!o.model || (!o.prompt && !o.bench && !o.bench_bw) || o.n < 1 || o.prompt_tokens < 1 ||
-        cfg->n_threads < 1) {
+        cfg->n_threads < 1 || !o.mmproj != !o.image) {
         usage(stderr);
         engine_free(&draft);
         return 2;

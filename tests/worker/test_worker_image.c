@@ -1,0 +1,162 @@
+/* Tests for worker/worker_image: a request's images into its scheduler
+ * request — each distinct image encoded once (its rows equal
+ * vision_encode's, a repeated image's rows copied), the hash's first 8
+ * bytes as the key, REGISTER's vis info; and every refusal (no projector,
+ * an image index past the list, a wrong size, a span outside the prompt or
+ * over another token) a 400 with a message. Models: pagoda-mkmodel
+ * --mmproj (gemma3, 112 px, 16 rows per image).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "worker/worker.h"
+#include "worker/worker_image.h"
+#include "tests/support/support.h"
+
+#define SIDE 112
+
+static char g_dir[] = "/tmp/pagoda-worker-image-XXXXXX";
+static engine_t *g_e;
+static vision_t *g_v;
+static int32_t g_soft;
+
+static int setup(void **state)
+{
+    (void)state;
+    char args[512], path[128], err[256];
+    if (!mkdtemp(g_dir))
+        return -1;
+    snprintf(args, sizeof args,
+             "--arch gemma3 --dim 64 --layers 1 --heads 4 --kv-heads 2 --ffn 128 --ctx 256 --vocab 512 "
+             "--mmproj %s/mm.gguf --vis-size %d --vis-patch 7 --vis-dim 64 --vis-layers 1 --vis-heads 4 --vis-ffn 128",
+             g_dir, SIDE);
+    if (support_mkmodel(g_dir, "text.gguf", args) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/text.gguf", g_dir);
+    if (!(g_e = engine_load(path, err, sizeof err)))
+        return -1;
+    snprintf(path, sizeof path, "%s/mm.gguf", g_dir);
+    if (vision_load(path, 1, &g_v, err, sizeof err) != 0)
+        return -1;
+    const char *st = vision_proj_info(vision_config(g_v)->proj)->tok_soft;
+    return tokenizer_encode(g_e->tok, st, strlen(st), false, true, &g_soft, 1) == 1 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    vision_free(&g_v);
+    engine_free(&g_e);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* prompt: BOS, image at 1..16, word, image at 18..33, word, image at 35..50, word */
+static void make_req(worker_req_t *r)
+{
+    memset(r, 0, sizeof *r);
+    r->prompt = malloc(52 * sizeof(int32_t));
+    int n = 0;
+    r->prompt[n++] = 1;
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 16; i++)
+            r->prompt[n++] = g_soft;
+        r->prompt[n++] = 300 + k;
+    }
+    r->req.prompt = r->prompt;
+    r->req.n_prompt = n;
+}
+
+static void test_encode_once(void **state)
+{
+    (void)state;
+    const size_t px = (size_t)SIDE * SIDE * 3;
+    uint8_t *a = malloc(px), *b = malloc(px), ha[32], hb[32];
+    for (size_t i = 0; i < px; i++) {
+        a[i] = (uint8_t)(i * 7);
+        b[i] = (uint8_t)(255 - i % 251);
+    }
+    for (int i = 0; i < 32; i++) {
+        ha[i] = (uint8_t)i;
+        hb[i] = (uint8_t)(100 + i);
+    }
+    worker_img_t imgs[2] = {{a, SIDE, SIDE, ha}, {b, SIDE, SIDE, hb}};
+    worker_img_span_t spans[3] = {{1, 16, 0}, {18, 16, 1}, {35, 16, 0}};
+    worker_req_t r;
+    make_req(&r);
+    char err[256] = "";
+    assert_int_equal(worker_req_images(&r, g_v, g_e->tok, imgs, 2, spans, 3, err, sizeof err), PROTO_ERR_NONE);
+    assert_int_equal(r.req.n_images, 3);
+    const size_t rows = 16 * 64;
+    float *want = malloc(rows * sizeof(float));
+    assert_int_equal(vision_encode(g_v, a, SIDE, SIDE, want, err, sizeof err), 0);
+    assert_memory_equal(r.req.images[0].embd, want, rows * sizeof(float));
+    assert_memory_equal(r.req.images[2].embd, want, rows * sizeof(float));
+    assert_int_equal(vision_encode(g_v, b, SIDE, SIDE, want, err, sizeof err), 0);
+    assert_memory_equal(r.req.images[1].embd, want, rows * sizeof(float));
+    uint64_t ka, kb;
+    memcpy(&ka, ha, 8);
+    memcpy(&kb, hb, 8);
+    assert_true(r.req.images[0].key == ka && r.req.images[1].key == kb && r.req.images[2].key == ka);
+    assert_int_equal(r.req.images[1].pos, 18);
+    worker_req_clear(&r);
+    worker_req_clear(&r); /* safe twice */
+    worker_vis_info_t vi;
+    worker_vis_info(g_v, &vi);
+    assert_int_equal(vi.size, SIDE);
+    assert_int_equal(vi.n_tok, 16);
+    assert_string_equal(vi.proj, "gemma3");
+    free(want);
+    free(a);
+    free(b);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    const size_t px = (size_t)SIDE * SIDE * 3;
+    uint8_t *a = calloc(1, px), h[32] = {0};
+    worker_img_t ok = {a, SIDE, SIDE, h}, small = {a, 56, 56, h};
+    const struct {
+        vision_t *v;
+        worker_img_t img;
+        worker_img_span_t span;
+        const char *msg;
+    } cases[] = {
+        {NULL, ok, {1, 16, 0}, "no images"},
+        {g_v, ok, {1, 16, 1}, "past the request's images"},
+        {g_v, small, {1, 16, 0}, "pixels square"},
+        {g_v, ok, {1, 15, 0}, "inside the prompt"},
+        {g_v, ok, {45, 16, 0}, "inside the prompt"},
+        {g_v, ok, {2, 16, 0}, "not the placeholder"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        worker_req_t r;
+        make_req(&r);
+        char err[256] = "";
+        assert_int_equal(worker_req_images(&r, cases[i].v, g_e->tok, &cases[i].img, 1, &cases[i].span, 1, err,
+                                           sizeof err),
+                         PROTO_ERR_BAD_REQUEST);
+        if (!strstr(err, cases[i].msg))
+            fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err, cases[i].msg);
+        worker_req_clear(&r);
+    }
+    free(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_encode_once),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

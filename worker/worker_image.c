@@ -1,0 +1,81 @@
+/* worker_image.c — a request's images into its scheduler request (see
+ * worker_image.h). */
+#include "worker/worker_image.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errbuf.h"
+#include "common/text/tokenizer.h"
+#include "common/xalloc.h"
+#include "worker/worker.h"
+
+void worker_vis_info(const vision_t *v, worker_vis_info_t *out)
+{
+    const vision_config_t *c = vision_config(v);
+    *out = (worker_vis_info_t){.size = (uint32_t)c->image_size, .n_tok = (uint32_t)c->n_tok,
+                               .proj = vision_proj_info(c->proj)->name};
+}
+
+/* writes the message into err, then refuses */
+#define BAD(...) (errbuf_set(err, errlen, __VA_ARGS__), PROTO_ERR_BAD_REQUEST)
+
+proto_err_t worker_req_images(struct worker_req *r, vision_t *v, const tokenizer_t *tok, const worker_img_t *imgs,
+                              uint32_t n_imgs, const worker_img_span_t *spans, uint32_t n_spans, char *err,
+                              size_t errlen)
+{
+    if (n_spans == 0)
+        return PROTO_ERR_NONE;
+    if (!v)
+        return BAD("this model takes no images (its workers have no --mmproj)");
+    const vision_config_t *c = vision_config(v);
+    const char *st = vision_proj_info(c->proj)->tok_soft;
+    int32_t soft = -1;
+    if (tokenizer_encode(tok, st, strlen(st), false, true, &soft, 1) != 1)
+        return BAD("the model's vocabulary has no image placeholder token %s", st);
+    int32_t end = 0;
+    for (uint32_t i = 0; i < n_spans; i++) {
+        const worker_img_span_t *sp = &spans[i];
+        if (sp->img >= n_imgs)
+            return BAD("image span %ld names image %ld, past the request's images", (long)i,
+                       (long)sp->img);
+        const worker_img_t *im = &imgs[sp->img];
+        if (im->w != (uint32_t)c->image_size || im->h != (uint32_t)c->image_size || !im->rgb || !im->hash)
+            return BAD("image %ld is not %ld pixels square", (long)sp->img, (long)c->image_size);
+        if (sp->n_tok != c->n_tok || sp->pos < end || sp->pos > r->req.n_prompt - sp->n_tok)
+            return BAD("image span %ld does not hold %ld rows inside the prompt", (long)i,
+                       (long)c->n_tok);
+        for (int32_t p = sp->pos; p < sp->pos + sp->n_tok; p++)
+            if (r->prompt[p] != soft)
+                return BAD("image span %ld: position %ld is not the placeholder token", (long)i,
+                           (long)p);
+        end = sp->pos + sp->n_tok;
+    }
+    /* each distinct image once: first[k] = the span index that encoded image k */
+    const size_t rows = (size_t)c->n_tok * (size_t)c->out_dim;
+    int32_t *first = xmalloc((size_t)n_imgs * sizeof *first);
+    for (uint32_t k = 0; k < n_imgs; k++)
+        first[k] = -1;
+    r->img_embd = xmalloc((size_t)n_spans * rows * sizeof(float));
+    r->images = xcalloc(n_spans, sizeof *r->images);
+    for (uint32_t i = 0; i < n_spans; i++) {
+        const worker_img_span_t *sp = &spans[i];
+        const worker_img_t *im = &imgs[sp->img];
+        float *dst = r->img_embd + (size_t)i * rows;
+        if (first[sp->img] >= 0) {
+            memcpy(dst, r->img_embd + (size_t)first[sp->img] * rows, rows * sizeof(float));
+        } else if (vision_encode(v, im->rgb, (int)im->w, (int)im->h, dst, err, errlen) != 0) {
+            free(first);
+            return PROTO_ERR_BAD_REQUEST; /* worker_req_clear frees the rest */
+        } else {
+            first[sp->img] = (int32_t)i;
+        }
+        uint64_t key;
+        memcpy(&key, im->hash, sizeof key);
+        r->images[i] = (sched_image_t){.pos = sp->pos, .n_tok = sp->n_tok, .embd = dst, .key = key};
+    }
+    free(first);
+    r->req.images = r->images;
+    r->req.n_images = (int32_t)n_spans;
+    return PROTO_ERR_NONE;
+}

@@ -1,0 +1,64 @@
+/* worker_image.h — a request's images into its scheduler request: the
+ * worker's side of issue #40's interface (the wire, the prompt layout and
+ * the gateway's decoding are proto/ and gateway/'s).
+ *
+ * SUBMIT carries decoded images (imgs: RGB8 at the encoder's input size,
+ * with their BLAKE2b-256 hash) and the prompt layout (proto/
+ * submit_prompt.c) turns a message's parts into token ids plus one span
+ * per image occurrence {pos, n_tok, img}: prompt[pos .. pos + n_tok) are
+ * the projector's placeholder token. worker_req_images encodes each
+ * distinct image once (vision_encode, on the calling thread: admission
+ * time, not the step loop's) and fills the request's sched_image_t list,
+ * the image's hash (its first 8 bytes) as the prefix-cache key.
+ *
+ * REGISTER's `vis` map comes from worker_vis_info: {size, n_tok, proj}.
+ *
+ * Ownership: the request owns the rows and the list (worker_req_clear
+ * frees them); the caller keeps the images and spans.
+ */
+#ifndef PAGODA_WORKER_IMAGE_H
+#define PAGODA_WORKER_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/text/tokenizer.h"
+#include "proto/msg.h"
+#include "worker/model/vision.h"
+
+struct worker_req;
+
+/* One decoded image of a SUBMIT (imgs[i]). */
+typedef struct worker_img {
+    const uint8_t *rgb;     /* (h, w, 3) RGB8, top row first */
+    uint32_t w, h;
+    const uint8_t *hash;    /* 32 bytes: BLAKE2b-256 of rgb + w + h */
+} worker_img_t;
+
+/* One image occurrence in the prompt (the layout's output). */
+typedef struct worker_img_span {
+    int32_t pos;            /* first position of its placeholders */
+    int32_t n_tok;          /* the projector's rows per image */
+    uint32_t img;           /* index into the imgs */
+} worker_img_span_t;
+
+/* REGISTER's vis map. */
+typedef struct worker_vis_info {
+    uint32_t size;          /* input side in pixels */
+    uint32_t n_tok;         /* rows per image */
+    const char *proj;       /* "gemma3" (static) */
+} worker_vis_info_t;
+
+void worker_vis_info(const vision_t *v, worker_vis_info_t *out);
+
+/* Encodes the images the spans use and attaches them to r (r->prompt and
+ * r->req.n_prompt already set). Returns PROTO_ERR_NONE, or
+ * PROTO_ERR_BAD_REQUEST with a message (no projector: "this model takes no
+ * images"; an index past n_imgs; a size other than the encoder's; a span
+ * outside the prompt, of the wrong length, or over a token other than the
+ * placeholder). */
+proto_err_t worker_req_images(struct worker_req *r, vision_t *v, const tokenizer_t *tok, const worker_img_t *imgs,
+                              uint32_t n_imgs, const worker_img_span_t *spans, uint32_t n_spans, char *err,
+                              size_t errlen);
+
+#endif
