@@ -851,11 +851,18 @@ restart:
     s->rows = (step_cost_rows_t){0, 0, 0};
     s->target_us = 0;
     int32_t best_prefill = INT32_MAX; /* best priority among the packed prefill chunks */
+    int32_t step_tier = INT32_MAX;    /* aged tier of the step's first prefill chunk */
     for (int pass = 0; pass < 2; pass++) {
         seq_t *q;
         if (pass == 1)
             s->target_us = step_target_us(s);
         while (n_rows < budget && n_bseq < s->cfg.max_seqs && (q = next_for_batch(s, pass))) {
+            /* a worse aged tier does not share a step with a better one's
+             * prefill: it pauses (its K/V stays), so the better prompt's step
+             * is as short as that prompt makes it (chunks come in aged-tier
+             * order: every later one is worse too) */
+            if (pass == 1 && aged_priority(s, q) > step_tier)
+                break;
             int32_t pending = q->n_tokens - q->n_computed;
             int32_t chunk = pending < budget - n_rows ? pending : budget - n_rows;
             if (pass == 1 && s->target_us > 0) {
@@ -892,6 +899,8 @@ restart:
             } else {
                 s->rows.n_prefill += chunk;
                 best_prefill = q->priority < best_prefill ? q->priority : best_prefill;
+                if (step_tier == INT32_MAX)
+                    step_tier = aged_priority(s, q);
             }
             s->rows.n_attn += step_cost_chunk_attn(q->n_computed, chunk + q->n_draft);
             for (int32_t k = 0; k < chunk; k++) {
