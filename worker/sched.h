@@ -14,8 +14,9 @@
  *      best (aged) priority first, FIFO within a tier; while some sequence
  *      decodes, the chunks are also sized by the step time budget
  *      (--step-budget-ms, worker/step_cost.h) so the step keeps the streams'
- *      pace, and a higher tier's prefill takes the step before a lower
- *      tier's, which pauses (its KV stays) until the higher one is done or
+ *      pace; a higher tier's prefill takes the step before a lower
+ *      tier's, which pauses (its KV stays; no rows of a worse aged tier share
+ *      a step with a better one's chunk) until the higher one is done or
  *      aging lifts it (sched_config_t.prefill_age_steps);
  *      Models with a window on every layer (model_kv_window) release the
  *      blocks behind each sequence's window after every step, so a
@@ -26,7 +27,7 @@
  *   5. forward the batch, sample one token for every sequence whose prompt is
  *      fully computed, detokenize, check stop conditions and report events.
  *
- * Sequence states (enum seq_state in sched.c):
+ * Sequence states (enum seq_state in sched_int.h):
  *
  *   WAITING ──admit──► RUNNING ──stop / length / cancel / deadline──► (freed)
  *      ▲                  │

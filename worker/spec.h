@@ -1,6 +1,7 @@
 /* spec.h — speculative decoding: who proposes draft tokens, and how many.
  *
- * The scheduler (sched.c) verifies drafts as extra rows of its normal step: a
+ * The scheduler verifies drafts (spec_verify_seq, planned by spec_plan_step;
+ * both in spec.c, declared in sched_int.h) as extra rows of its normal step: a
  * decoding sequence with k drafts d1..dk contributes k + 1 rows at
  * consecutive positions P..P+k (its pending token, then the drafts), every
  * row asks for logits, and the sequence's own sampler then draws position
@@ -34,7 +35,7 @@
  *               sequence's last n tokens (n = SPEC_NGRAM_MAX down to
  *               SPEC_NGRAM_MIN) in its own prompt and output, and the tokens
  *               that followed it. No model.
- *   SPEC_DRAFT  a draft model (sched_config_t.draft_model), greedy, run by sched.c
+ *   SPEC_DRAFT  a draft model (sched_config_t.draft_model), greedy, run by spec.c
  *               (draft_run) in batched rounds across the drafting sequences.
  *   test hook   sched_set_drafter (sched.h): any function, e.g. an oracle
  *               reading the known greedy continuation (benchmarks, tests).

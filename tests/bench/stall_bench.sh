@@ -20,13 +20,14 @@
 #   priority:     a short high-tier request DELAY (1.0) s into a low-tier
 #                 prefill of WORDS words: its TTFT vs on the idle server.
 # Environment: PAGODA_BUILD (build), THREADS (2), MAX_BATCH_TOKENS (512),
-# BUDGETS, STREAMS, LONG, WORDS, SETTLE (8), DELAY, URL, MODEL_NAME (for URL).
+# BUDGETS, STREAMS, LONG, WORDS, SETTLE (8), DELAY, URL, MODEL_NAME (for URL),
+# MODE (both; interference or priority runs one scenario).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${PAGODA_BUILD:-$ROOT/build}
 [[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
 PY="python3 $ROOT/tests/bench/stall_bench.py --streams ${STREAMS:-8} --long ${LONG:-2} \
-  --long-words ${WORDS:-560} --settle ${SETTLE:-8} --delay ${DELAY:-1.0}"
+  --long-words ${WORDS:-560} --settle ${SETTLE:-8} --delay ${DELAY:-1.0} --mode ${MODE:-both}"
 
 if [[ -n ${URL:-} ]]; then
   exec $PY --url "$URL" --model "${MODEL_NAME:-}" --label "$URL"

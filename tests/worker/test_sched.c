@@ -1926,6 +1926,62 @@ static void test_prefill_priority(void **state)
     }
 }
 
+/* Preemption of a prefill by a higher tier at chunk granularity: with no
+ * stream decoding, a low-tier prompt prefills at the whole token budget (MBT
+ * rows a step). A high-tier prompt submitted between two of its steps takes
+ * the very next step alone (the low tier's rows pause there, their K/V kept)
+ * and draws its first token in it, while the low prompt is still
+ * prefilling; the low prompt resumes afterwards. Counted in steps, with the
+ * token budget only and with the time budget (auto). */
+static void test_priority_first_token(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    enum { MBT = 64, NL = 400, NH = 16 };
+    for (int budget = 0; budget < 2; budget++) {
+        sched_config_t c = cfg_make(8, MBT, 0, 1);
+        c.step_budget_ms = budget ? SCHED_STEP_BUDGET_AUTO : 0;
+        run_t *R = run_new(g_stories, &c);
+        blog_t *L = calloc(1, sizeof *L);
+        assert_non_null(L);
+        sched_set_step_hook(R->s, blog_hook, L);
+        int32_t pl[NL], ph[NH];
+        make_prompt(pl, NL, 40);
+        make_prompt(ph, NH, 90);
+        sched_req_t ql = req_greedy(2, 2, pl, NL, 3, true);
+        sched_req_t qh = req_greedy(3, 0, ph, NH, 3, true);
+        rec_t *rl = submit(R, &ql);
+        step(R);
+        step(R);
+        assert_int_equal(blog_rows(L, 1, 2), MBT); /* alone: full steps */
+        const int64_t at = R->step;                /* steps done before the arrival */
+        const int32_t before = L->n;
+        rec_t *rh = submit(R, &qh);
+        drive(R);
+        /* the next step holds the high tier's prompt alone and gives its first token */
+        assert_int_equal(blog_rows(L, before, 3), NH);
+        assert_int_equal(blog_rows(L, before, 2), 0);
+        assert_int_equal(rh->first_step, at + 1);
+        /* the low prompt was still prefilling then and went on afterwards */
+        assert_true(rl->first_step > at + 1);
+        int32_t n_low = 0, low_after = 0;
+        for (int32_t i = 0; i < L->n && i < BLOG_STEPS; i++) {
+            n_low += blog_rows(L, i, 2);
+            low_after += i > before ? blog_rows(L, i, 2) : 0;
+        }
+        assert_int_equal(n_low, NL); /* every prompt row computed once: its K/V was kept */
+        assert_true(low_after > 0);
+        assert_int_equal(stats(R).preemptions, 0);
+        rec_t solo;
+        run_solo(g_stories, &ql, &solo);
+        assert_same_output(rl, &solo, "paused low tier");
+        run_solo(g_stories, &qh, &solo);
+        assert_same_output(rh, &solo, "high tier");
+        free(L);
+        run_free(&R);
+    }
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -1957,6 +2013,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_step_budget_chunks),
         cmocka_unit_test(test_step_budget_outputs),
         cmocka_unit_test(test_prefill_priority),
+        cmocka_unit_test(test_priority_first_token),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
