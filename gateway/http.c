@@ -40,6 +40,7 @@
 #include "gateway/oai_stream.h"
 #include "gateway/partition.h"
 #include "gateway/reasoning.h"
+#include "gateway/request_image.h"
 #include "gateway/rerank.h"
 #include "gateway/resp_store.h"
 #include "gateway/responses.h"
@@ -47,6 +48,7 @@
 
 #define HTTP_DEFAULT_MAX_BODY (16u << 20)
 #define SNAPSHOT_TIMEOUT_US 2000000
+#define HTTP_IMAGE_ASK_US 1000000    /* the core tells whether a model reads images */
 #define WATCH_MAX 8192              /* connections the watcher polls at once */
 /* descriptors kept out of the HTTP connection limit: ZeroMQ sockets and its
  * internal pipes, worker pipes, log and keys files */
@@ -935,6 +937,14 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     if (request_check_limits(&o, s->max_messages, s->max_prompt_bytes, &e) < 0) {
         request_free(&o);
         return respond_api_error(s, c, api, &e, NULL);
+    }
+    if (o.n_images) { /* decoded here, on this thread (gateway/request_image.h) */
+        proto_vis_t vis;
+        request_image_model_vis(s->gw, o.model, &vis, HTTP_IMAGE_ASK_US);
+        if (request_images_prepare(&o, &vis, NULL, &e) < 0) {
+            request_free(&o);
+            return respond_api_error(s, c, api, &e, NULL);
+        }
     }
     prio_tier_t tier = rt->batch ? PRIO_TIER_LOW : q->tier;
     api_call_t *call = &q->call;

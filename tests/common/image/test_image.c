@@ -725,8 +725,73 @@ static int write_seeds(const char *dir)
     return 0;
 }
 
+/* test_image --write-hostile DIR: files the gateway must refuse or take
+ * with care (tests/integration/images.sh): a CMYK JPEG, zip-bomb headers
+ * (PNG, JPEG, GIF), a 16-bit PNG and a two-frame GIF (both accepted). */
+static int write_hostile(const char *dir)
+{
+    uint32_t w = 16, h = 16;
+    uint8_t *cmyk = malloc(w * h * 4);
+    for (size_t i = 0; i < w * h * 4; i++)
+        cmyk[i] = rnd8();
+    membuf_t m = enc_jpeg(w, h, 4, JCS_CMYK, cmyk, 90);
+    write_file(dir, "cmyk.jpg", m.p, m.n);
+    free(m.p);
+    free(cmyk);
+    uint8_t png[8 + 25];
+    memcpy(png, "\x89PNG\r\n\x1a\n", 8);
+    put_be32(png + 8, 13);
+    memcpy(png + 12, "IHDR", 4);
+    put_be32(png + 16, 60000);
+    put_be32(png + 20, 60000);
+    png[24] = 8, png[25] = 2, png[26] = 0, png[27] = 0, png[28] = 0;
+    put_be32(png + 29, crc32_ref(png + 12, 17));
+    write_file(dir, "bomb.png", png, sizeof png);
+    uint8_t *raw = smooth_rgb(w, h);
+    m = enc_jpeg(w, h, 3, JCS_RGB, raw, 90);
+    for (size_t i = 2; i + 9 < m.n; i++)
+        if (m.p[i] == 0xFF && m.p[i + 1] == 0xC0) {
+            m.p[i + 5] = m.p[i + 7] = 60000 >> 8;
+            m.p[i + 6] = m.p[i + 8] = 60000 & 0xFF;
+            break;
+        }
+    write_file(dir, "bomb.jpg", m.p, m.n);
+    free(m.p);
+    m = enc_jpeg(w, h, 3, JCS_RGB, raw, 90);
+    write_file(dir, "ok.jpg", m.p, m.n);
+    free(m.p);
+    uint16_t *s16 = malloc(w * h * 3 * 2);
+    for (size_t i = 0; i < w * h * 3; i++)
+        s16[i] = (uint16_t)(i * 257);
+    m = enc_png(w, h, PNG_COLOR_TYPE_RGB, 16, false, (uint8_t *)s16, w * 6, NULL, 0, NULL, 0);
+    write_file(dir, "rgb16.png", m.p, m.n);
+    free(m.p);
+    free(s16);
+    m = enc_png(w, h, PNG_COLOR_TYPE_RGB, 8, false, raw, w * 3, NULL, 0, NULL, 0);
+    write_file(dir, "ok.png", m.p, m.n);
+    free(m.p);
+    GifColorType gp[2] = {{0, 0, 0}, {255, 255, 255}};
+    uint8_t idx[16 * 16];
+    for (size_t i = 0; i < sizeof idx; i++)
+        idx[i] = (uint8_t)(i & 1);
+    uint8_t *frames[2] = {idx, idx};
+    m = enc_gif((int)w, (int)h, gp, 2, frames, 2, -1, false);
+    write_file(dir, "animated.gif", m.p, m.n);
+    m.p[6] = m.p[7] = m.p[8] = m.p[9] = 0xFF;
+    write_file(dir, "bomb.gif", m.p, m.n);
+    free(m.p);
+    uint8_t *out = NULL;
+    size_t n = WebPEncodeLosslessRGB(raw, (int)w, (int)h, (int)w * 3, &out);
+    write_file(dir, "ok.webp", out, n);
+    WebPFree(out);
+    free(raw);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--write-hostile") == 0)
+        return write_hostile(argv[2]);
     if (argc == 3 && strcmp(argv[1], "--write-seeds") == 0)
         return write_seeds(argv[2]);
     const struct CMUnitTest tests[] = {
