@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "gateway/answer.h"
+#include "gateway/request_image.h"
 
 /* ====================================================================== */
 /* request                                                                 */
@@ -122,6 +123,15 @@ static json_t *parts_with_images(json_t *v, const char *param, oai_error_t *e)
                 bad(e, param, "'%s[%zu].image_url' must be a string (a data:image/...;base64, URL).", param, i);
                 goto fail;
             }
+            /* checked here too, so a refusal names this surface's field */
+            char up[112];
+            snprintf(up, sizeof up, "%s[%zu].image_url", param, i);
+            request_t probe;
+            request_init(&probe, REQUEST_CHAT, REQUEST_OP_GENERATE);
+            int rc = request_image_add_url(&probe, json_string_value(u), json_string_length(u), up, e);
+            request_free(&probe);
+            if (rc < 0)
+                goto fail;
             json_array_append_new(out, json_pack("{s:s, s:O}", "type", "input_image", "image_url", u));
         } else if (ty && (strcmp(ty, "input_text") == 0 || strcmp(ty, "text") == 0) && json_is_string(t)) {
             json_array_append_new(out, json_pack("{s:s, s:O}", "type", "input_text", "text", t));
