@@ -39,13 +39,9 @@ image_format_t image_sniff(const uint8_t *b, size_t n)
 
 const char *image_format_name(image_format_t f)
 {
-    switch (f) {
-    case IMAGE_FMT_PNG: return "png";
-    case IMAGE_FMT_JPEG: return "jpeg";
-    case IMAGE_FMT_WEBP: return "webp";
-    case IMAGE_FMT_GIF: return "gif";
-    default: return "unknown";
-    }
+    static const char *const names[] = {"unknown", "png", "jpeg", "webp", "gif"};
+    _Static_assert(sizeof names / sizeof names[0] == IMAGE_FMT_GIF + 1, "a name per format");
+    return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : names[0];
 }
 
 image_format_t image_format_of_media_type(const char *mt, size_t len)
@@ -287,16 +283,10 @@ static image_status_t decode_jpeg(const uint8_t *buf, size_t len, const image_li
 
 static const char *webp_status_name(VP8StatusCode c)
 {
-    switch (c) {
-    case VP8_STATUS_OUT_OF_MEMORY: return "out of memory";
-    case VP8_STATUS_INVALID_PARAM: return "invalid parameter";
-    case VP8_STATUS_BITSTREAM_ERROR: return "bitstream error";
-    case VP8_STATUS_UNSUPPORTED_FEATURE: return "unsupported feature";
-    case VP8_STATUS_SUSPENDED: return "suspended";
-    case VP8_STATUS_USER_ABORT: return "aborted";
-    case VP8_STATUS_NOT_ENOUGH_DATA: return "truncated file";
-    default: return "error";
-    }
+    /* indexed by VP8StatusCode (webp/decode.h: OK = 0 … NOT_ENOUGH_DATA = 7) */
+    static const char *const names[] = {"ok", "out of memory", "invalid parameter", "bitstream error",
+                                        "unsupported feature", "suspended", "aborted", "truncated file"};
+    return (unsigned)c < sizeof names / sizeof names[0] ? names[c] : "error";
 }
 
 /* Decodes one still WebP bitstream (w×h as its features say) into RGBA. */

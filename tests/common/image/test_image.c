@@ -339,10 +339,10 @@ static void put_be32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)v;
 }
 
-static void test_bomb_headers(void **state)
+/* A PNG signature and a valid IHDR (its CRC right) of 60000×60000 RGB,
+ * and nothing else: a zip bomb's header. */
+static void bomb_png(uint8_t png[33])
 {
-    /* PNG: signature + a valid IHDR (CRC right) of 60000×60000 RGB, no IDAT. */
-    uint8_t png[8 + 25];
     memcpy(png, "\x89PNG\r\n\x1a\n", 8);
     put_be32(png + 8, 13);
     memcpy(png + 12, "IHDR", 4);
@@ -350,20 +350,31 @@ static void test_bomb_headers(void **state)
     put_be32(png + 20, 60000);
     png[24] = 8, png[25] = 2, png[26] = 0, png[27] = 0, png[28] = 0;
     put_be32(png + 29, crc32_ref(png + 12, 17));
+}
+
+/* Rewrites a JPEG's SOF0 to say side × side; false when it has none. */
+static bool patch_sof(membuf_t *j, uint16_t side)
+{
+    for (size_t i = 2; i + 9 < j->n; i++)
+        if (j->p[i] == 0xFF && j->p[i + 1] == 0xC0) {
+            j->p[i + 5] = j->p[i + 7] = (uint8_t)(side >> 8);
+            j->p[i + 6] = j->p[i + 8] = (uint8_t)(side & 0xFF);
+            return true;
+        }
+    return false;
+}
+
+static void test_bomb_headers(void **state)
+{
+    /* PNG: signature + a valid IHDR (CRC right) of 60000×60000 RGB, no IDAT. */
+    uint8_t png[33];
+    bomb_png(png);
     assert_int_equal(decode_status(png, sizeof png, 0), IMAGE_E_PIXELS);
 
     /* JPEG: a real 16×16 file whose SOF0 says 60000×60000, cut after the SOF. */
     uint8_t *raw = smooth_rgb(16, 16);
     membuf_t j = enc_jpeg(16, 16, 3, JCS_RGB, raw, 90);
-    size_t sof = 0;
-    for (size_t i = 2; i + 9 < j.n; i++)
-        if (j.p[i] == 0xFF && j.p[i + 1] == 0xC0) {
-            sof = i;
-            break;
-        }
-    assert_true(sof > 0);
-    j.p[sof + 5] = 60000 >> 8, j.p[sof + 6] = 60000 & 0xFF; /* height */
-    j.p[sof + 7] = 60000 >> 8, j.p[sof + 8] = 60000 & 0xFF; /* width */
+    assert_true(patch_sof(&j, 60000));
     assert_int_equal(decode_status(j.p, j.n, 0), IMAGE_E_PIXELS);
     free(j.p);
 
@@ -738,23 +749,12 @@ static int write_hostile(const char *dir)
     write_file(dir, "cmyk.jpg", m.p, m.n);
     free(m.p);
     free(cmyk);
-    uint8_t png[8 + 25];
-    memcpy(png, "\x89PNG\r\n\x1a\n", 8);
-    put_be32(png + 8, 13);
-    memcpy(png + 12, "IHDR", 4);
-    put_be32(png + 16, 60000);
-    put_be32(png + 20, 60000);
-    png[24] = 8, png[25] = 2, png[26] = 0, png[27] = 0, png[28] = 0;
-    put_be32(png + 29, crc32_ref(png + 12, 17));
+    uint8_t png[33];
+    bomb_png(png);
     write_file(dir, "bomb.png", png, sizeof png);
     uint8_t *raw = smooth_rgb(w, h);
     m = enc_jpeg(w, h, 3, JCS_RGB, raw, 90);
-    for (size_t i = 2; i + 9 < m.n; i++)
-        if (m.p[i] == 0xFF && m.p[i + 1] == 0xC0) {
-            m.p[i + 5] = m.p[i + 7] = 60000 >> 8;
-            m.p[i + 6] = m.p[i + 8] = 60000 & 0xFF;
-            break;
-        }
+    patch_sof(&m, 60000);
     write_file(dir, "bomb.jpg", m.p, m.n);
     free(m.p);
     m = enc_jpeg(w, h, 3, JCS_RGB, raw, 90);
