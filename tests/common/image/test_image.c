@@ -691,33 +691,36 @@ static void write_file(const char *dir, const char *name, const void *p, size_t 
     }
 }
 
+/* write_file of m, then frees it. */
+static void write_take(const char *dir, const char *name, membuf_t *m)
+{
+    write_file(dir, name, m->p, m->n);
+    free(m->p);
+    *m = (membuf_t){0};
+}
+
 static int write_seeds(const char *dir)
 {
     uint32_t w = 12, h = 9;
     uint8_t *raw = smooth_rgb(w, h);
     membuf_t m = enc_png(w, h, PNG_COLOR_TYPE_RGB, 8, false, raw, w * 3, NULL, 0, NULL, 0);
-    write_file(dir, "rgb.png", m.p, m.n);
-    free(m.p);
+    write_take(dir, "rgb.png", &m);
     png_color pal[4] = {{255, 0, 0}, {0, 255, 0}, {10, 20, 30}, {1, 2, 3}};
     uint8_t trns[3] = {255, 0, 128};
     uint8_t idx[12 * 9];
     for (size_t i = 0; i < sizeof idx; i++)
         idx[i] = (uint8_t)(i % 4);
     m = enc_png(w, h, PNG_COLOR_TYPE_PALETTE, 8, true, idx, w, pal, 4, trns, 3);
-    write_file(dir, "palette-interlaced.png", m.p, m.n);
-    free(m.p);
+    write_take(dir, "palette-interlaced.png", &m);
     uint16_t s16[12 * 9 * 4];
     for (size_t i = 0; i < 12 * 9 * 4; i++)
         s16[i] = (uint16_t)(i * 601);
     m = enc_png(w, h, PNG_COLOR_TYPE_RGBA, 16, false, (uint8_t *)s16, w * 8, NULL, 0, NULL, 0);
-    write_file(dir, "rgba16.png", m.p, m.n);
-    free(m.p);
+    write_take(dir, "rgba16.png", &m);
     m = enc_jpeg(w, h, 3, JCS_RGB, raw, 80);
-    write_file(dir, "rgb.jpg", m.p, m.n);
-    free(m.p);
+    write_take(dir, "rgb.jpg", &m);
     m = enc_jpeg(w, h, 1, JCS_GRAYSCALE, idx, 80);
-    write_file(dir, "grey.jpg", m.p, m.n);
-    free(m.p);
+    write_take(dir, "grey.jpg", &m);
     uint8_t *out = NULL;
     size_t n = WebPEncodeLosslessRGB(raw, (int)w, (int)h, (int)w * 3, &out);
     write_file(dir, "lossless.webp", out, n);
@@ -728,8 +731,7 @@ static int write_seeds(const char *dir)
     GifColorType gp[4] = {{0, 0, 0}, {255, 0, 0}, {0, 255, 0}, {0, 0, 255}};
     uint8_t *frames[2] = {idx, idx};
     m = enc_gif((int)w, (int)h, gp, 4, frames, 2, 2, true);
-    write_file(dir, "two-frames.gif", m.p, m.n);
-    free(m.p);
+    write_take(dir, "two-frames.gif", &m);
     static const char url[] = "data:image/png;base64,iVBORw0KGgo=";
     write_file(dir, "data-url.txt", url, sizeof url - 1);
     free(raw);
@@ -746,8 +748,7 @@ static int write_hostile(const char *dir)
     for (size_t i = 0; i < w * h * 4; i++)
         cmyk[i] = rnd8();
     membuf_t m = enc_jpeg(w, h, 4, JCS_CMYK, cmyk, 90);
-    write_file(dir, "cmyk.jpg", m.p, m.n);
-    free(m.p);
+    write_take(dir, "cmyk.jpg", &m);
     free(cmyk);
     uint8_t png[33];
     bomb_png(png);
@@ -755,21 +756,17 @@ static int write_hostile(const char *dir)
     uint8_t *raw = smooth_rgb(w, h);
     m = enc_jpeg(w, h, 3, JCS_RGB, raw, 90);
     patch_sof(&m, 60000);
-    write_file(dir, "bomb.jpg", m.p, m.n);
-    free(m.p);
+    write_take(dir, "bomb.jpg", &m);
     m = enc_jpeg(w, h, 3, JCS_RGB, raw, 90);
-    write_file(dir, "ok.jpg", m.p, m.n);
-    free(m.p);
+    write_take(dir, "ok.jpg", &m);
     uint16_t *s16 = malloc(w * h * 3 * 2);
     for (size_t i = 0; i < w * h * 3; i++)
         s16[i] = (uint16_t)(i * 257);
     m = enc_png(w, h, PNG_COLOR_TYPE_RGB, 16, false, (uint8_t *)s16, w * 6, NULL, 0, NULL, 0);
-    write_file(dir, "rgb16.png", m.p, m.n);
-    free(m.p);
+    write_take(dir, "rgb16.png", &m);
     free(s16);
     m = enc_png(w, h, PNG_COLOR_TYPE_RGB, 8, false, raw, w * 3, NULL, 0, NULL, 0);
-    write_file(dir, "ok.png", m.p, m.n);
-    free(m.p);
+    write_take(dir, "ok.png", &m);
     GifColorType gp[2] = {{0, 0, 0}, {255, 255, 255}};
     uint8_t idx[16 * 16];
     for (size_t i = 0; i < sizeof idx; i++)
@@ -778,8 +775,7 @@ static int write_hostile(const char *dir)
     m = enc_gif((int)w, (int)h, gp, 2, frames, 2, -1, false);
     write_file(dir, "animated.gif", m.p, m.n);
     m.p[6] = m.p[7] = m.p[8] = m.p[9] = 0xFF;
-    write_file(dir, "bomb.gif", m.p, m.n);
-    free(m.p);
+    write_take(dir, "bomb.gif", &m);
     uint8_t *out = NULL;
     size_t n = WebPEncodeLosslessRGB(raw, (int)w, (int)h, (int)w * 3, &out);
     write_file(dir, "ok.webp", out, n);
