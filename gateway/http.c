@@ -940,7 +940,7 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     }
     if (o.n_images) { /* decoded here, on this thread (gateway/request_image.h) */
         proto_vis_t vis;
-        request_image_model_vis(s->gw, o.model, &vis, HTTP_IMAGE_ASK_US);
+        gateway_model_vis(s->gw, o.model, &vis, HTTP_IMAGE_ASK_US);
         if (request_images_prepare(&o, &vis, NULL, &e) < 0) {
             request_free(&o);
             return respond_api_error(s, c, api, &e, NULL);

@@ -8,8 +8,6 @@
 #include <strings.h>
 
 #include "common/xalloc.h"
-#include "gateway/gateway.h"
-#include "gateway/gateway_core.h"
 
 /* A 400 naming param; the expression is -1. */
 #define refuse(e, param, ...) (oai_error_set((e), 400, (param), __VA_ARGS__), -1)
@@ -152,29 +150,4 @@ int request_images_prepare(request_t *r, const proto_vis_t *vis, const request_i
                       "Model '%s' does not accept images: it was started without a vision encoder "
                       "(--mmproj).", r->model ? r->model : "");
     return 0;
-}
-
-/* ---- the model's encoder, from the core ------------------------------------------------- */
-
-static void *run_vis(struct gateway *gw, const gateway_cmd_t *cmd)
-{
-    proto_vis_t *v = xcalloc(1, sizeof *v);
-    gateway_model_t *m = gateway_model_find(gw, cmd->target ? cmd->target : "");
-    if (m)
-        *v = m->vis;
-    return v;
-}
-
-void request_image_model_vis(struct gateway *gw, const char *model, proto_vis_t *out, int64_t timeout_us)
-{
-    memset(out, 0, sizeof *out);
-    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
-    cmd->kind = GATEWAY_CMD_CALL;
-    cmd->run = run_vis;
-    cmd->target = xstrdup(model ? model : "");
-    proto_vis_t *v = gateway_ask(gw, cmd, free, timeout_us);
-    if (v) {
-        *out = *v;
-        free(v);
-    }
 }

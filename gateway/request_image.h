@@ -13,7 +13,7 @@
  *   2. prepare (http.c, once the model is known): request_images_prepare
  *      decodes every file (common/image/image.h, under the operator's limits)
  *      and, when the model reads images (its workers' REGISTER `vis`, which
- *      http.c asks the core for), fits it to the encoder's square and hashes
+ *      http.c asks the core for: gateway_model_vis, gateway/snapshot.h), fits it to the encoder's square and hashes
  *      it; a model without vision gets a 400.
  * Every refusal is a 400 naming the part (`param`), in the caller's
  * oai_error_t, which each surface renders in its own shape.
@@ -32,8 +32,6 @@
 #include "common/image/image.h"
 #include "gateway/oai_error.h"
 #include "gateway/request.h"
-
-struct gateway;
 
 /* The operator's image limits (gateway config limits.max_image_*), each ≤
  * the parser's fixed one; 0 = that default. */
@@ -65,10 +63,5 @@ void request_message_add_image(request_message_t *m, int32_t i_image);
  * or !has → 400 "does not accept images". Returns 0, or -1 with a 400 in *e. */
 int request_images_prepare(request_t *r, const proto_vis_t *vis, const request_image_limits_t *lim,
                            oai_error_t *e);
-
-/* Any thread: the model's encoder as its workers registered it (the core
- * answers; out->has = false for an unknown model, one without vision, or no
- * answer within timeout_us). */
-void request_image_model_vis(struct gateway *gw, const char *model, proto_vis_t *out, int64_t timeout_us);
 
 #endif
