@@ -31,7 +31,8 @@ SANFLAGS =
 endif
 
 CC ?= gcc
-PKGS = libzmq msgpack openblas libmicrohttpd jansson libpcre2-8 yaml-0.1 libcyaml libcurl libsodium sqlite3
+PKGS = libzmq msgpack openblas libmicrohttpd jansson libpcre2-8 yaml-0.1 libcyaml libcurl libsodium sqlite3 \
+	libpng libjpeg libwebp libwebpdemux libgif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WERROR ?= $(if $(CI),-Werror,)

@@ -8,7 +8,7 @@ PKGS=(
   build-essential pkg-config clang
   libzmq3-dev libmsgpack-dev libopenblas-dev libmicrohttpd-dev libjansson-dev
   libpcre2-dev libcmocka-dev libyaml-dev libcyaml-dev libcurl4-openssl-dev libsodium-dev
-  libsqlite3-dev
+  libsqlite3-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev
   python3 python3-numpy curl iproute2 procps
 )
 # Extras needed only by tests and benchmarks (reference implementations, chart, validators).

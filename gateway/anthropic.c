@@ -13,6 +13,7 @@
 #include "common/xalloc.h"
 #include "common/clock.h"
 #include "gateway/answer.h"
+#include "gateway/request_image.h"
 #include "gateway/volatile_block.h"
 
 /* ====================================================================== */
@@ -111,6 +112,55 @@ static bool block_is_media(const char *ty)
            strcmp(ty, "container_upload") == 0;
 }
 
+/* An image block {"type":"image","source":{"type":"base64","media_type","data"}}
+ * as the chat request's image_url part (a data: URL); the media type must
+ * be one the server decodes and agree with the bytes' magic. New reference,
+ * or NULL with a 400. */
+static json_t *image_block(json_t *b, size_t i, size_t k, oai_error_t *e)
+{
+    json_t *src = json_object_get(b, "source");
+    const char *st = json_string_value(json_object_get(src, "type"));
+    if (!json_is_object(src) || !st) {
+        bad(e, "messages.%zu.content.%zu.source: must be an object with a \"type\".", i, k);
+        return NULL;
+    }
+    if (strcmp(st, "base64") != 0) {
+        bad(e, "messages.%zu.content.%zu.source.type: '%.20s' is not supported%s; send the image as "
+               "{\"type\":\"base64\",\"media_type\",\"data\"}.", i, k, st,
+            strcmp(st, "url") == 0 ? " (this server does not fetch remote URLs)" : "");
+        return NULL;
+    }
+    json_t *mt = json_object_get(src, "media_type"), *data = json_object_get(src, "data");
+    if (!json_is_string(mt) || !json_is_string(data)) {
+        bad(e, "messages.%zu.content.%zu.source: \"media_type\" and \"data\" must be strings.", i, k);
+        return NULL;
+    }
+    /* The media type against the magic here (the chat parser trusts the
+     * bytes alone, as data URLs are often mislabelled). */
+    request_t probe;
+    request_init(&probe, REQUEST_CHAT, REQUEST_OP_GENERATE);
+    char where[96];
+    snprintf(where, sizeof where, "messages.%zu.content.%zu.source", i, k);
+    int rc = request_image_add_base64(&probe, json_string_value(mt), json_string_length(mt),
+                                      json_string_value(data), json_string_length(data), where, e);
+    request_free(&probe);
+    if (rc < 0) {
+        e->param[0] = 0; /* Anthropic's errors name the field in the message */
+        return NULL;
+    }
+    size_t n_mt = json_string_length(mt), n_data = json_string_length(data);
+    char *url = xmalloc(n_mt + n_data + 16);
+    int o = snprintf(url, n_mt + 16, "data:%s;base64,", json_string_value(mt));
+    memcpy(url + o, json_string_value(data), n_data);
+    json_t *u = json_stringn(url, (size_t)o + n_data);
+    free(url);
+    if (!u) {
+        bad(e, "%s: not valid UTF-8.", where);
+        return NULL;
+    }
+    return json_pack("{s:s, s:{s:o}}", "type", "image_url", "image_url", "url", u);
+}
+
 /* One Anthropic message (index i) appended to `msgs` as chat messages. */
 static int add_message(json_t *msgs, json_t *m, size_t i, oai_error_t *e)
 {
@@ -161,6 +211,11 @@ static int add_message(json_t *msgs, json_t *m, size_t i, oai_error_t *e)
                 goto out;
             }
             json_array_append_new(texts, json_pack("{s:s, s:O}", "type", "text", "text", t));
+        } else if (strcmp(ty, "image") == 0 && !asst) {
+            json_t *part = image_block(b, i, k, e);
+            if (!part)
+                goto out;
+            json_array_append_new(texts, part);
         } else if (block_is_media(ty)) {
             bad(e, "messages.%zu.content.%zu: '%s' blocks are not supported: the models served here "
                    "take text only.", i, k, ty);

@@ -143,6 +143,7 @@ static const field_t model_fields[] = {
     ENUM("spec", config_model_t, spec, spec_names),
     INT("spec_max_draft", config_model_t, spec_max_draft, 1, 16),
     OPTSTR("draft_model", config_model_t, draft_model, check_path),
+    OPTSTR("mmproj", config_model_t, mmproj, check_path),
 };
 /* reasoning_parser, indexed by reasoning_parser_t (gateway/reasoning.h) */
 static const char *const reasoning_parser_names[] = {"none", "qwen3", NULL};
@@ -664,6 +665,7 @@ void config_free(config_t **cp)
         free(c->models[i].path);
         free(c->models[i].kv_cache_dir);
         free(c->models[i].draft_model);
+        free(c->models[i].mmproj);
     }
     free(c->models);
     free(c);
@@ -1269,7 +1271,8 @@ int config_models_set(config_t *c, const char *model, const char *key, const cha
     for (size_t i = 0; i < N_OF(model_fields); i++)
         if (!strcmp(model_fields[i].key, key))
             f = &model_fields[i];
-    if (!f || f->kind == K_STR || f->kind == K_OPTSTR) {
+    /* an optional string (a path: mmproj) only on a named model */
+    if (!f || f->kind == K_STR || (f->kind == K_OPTSTR && !model)) {
         errbuf_set(err, errlen, "--models.%s: not a per-model setting", key);
         return -1;
     }
@@ -1281,6 +1284,8 @@ int config_models_set(config_t *c, const char *model, const char *key, const cha
         errbuf_set(err, errlen, "--models.%s: %s", key, why);
         return -1;
     }
+    if (f->kind == K_OPTSTR)
+        free(*(char **)((char *)&tmp + f->off));
     if (model && !config_model_find(c, model)) {
         errbuf_set(err, errlen, "--models.%s: no model called '%s'", key, model);
         return -1;

@@ -195,6 +195,8 @@
  *     draft_model                string   (none)                  spec draft: the draft model's GGUF
  *                                                                 (same vocabulary; worker --draft-model)
  *     spec_max_draft             int      8                       1..16 draft tokens per sequence and step
+ *     mmproj                     string   (none)                  the vision encoder's GGUF beside the model
+ *                                                                 (llama.cpp mmproj; worker --mmproj)
  *                                                                 (f16 halves the KV memory per token)
  *   (the model settings are the local workers' --kv-blocks (or --kv-budget-mb
  *   when kv_blocks is 0), --max-seqs, --max-batch-tokens, --threads,
@@ -273,6 +275,8 @@ typedef struct config_model {
     int spec;                  /* worker --spec: 0 off, 1 ngram, 2 draft (config_spec_name) */
     char *draft_model;         /* worker --draft-model (spec draft), NULL = none */
     int spec_max_draft;        /* worker --spec-max-draft */
+    char *mmproj;              /* worker --mmproj: the vision encoder's GGUF (llama.cpp mmproj),
+                                  NULL = text only */
     int line;                  /* 1-based line of its entry in the file, 0 = from a flag */
 } config_model_t;
 
@@ -380,7 +384,8 @@ int config_set(config_t *c, const char *key, const char *value, char *err, size_
 int config_model_set(config_t *c, const char *name_eq_path, char *err, size_t errlen);
 
 /* Sets a per-model scalar key ("max_seqs", "threads", "replicas", ...) on
- * the model called `model`, or on every model present when model is NULL,
+ * the model called `model`, or on every model present when model is NULL
+ * (an optional string key, "mmproj", only on a named model),
  * from its YAML spelling (flags such as --max-seqs that apply to all local
  * workers, --on-demand NAME). The value is validated even when there is no
  * model. Returns 0, or -1 with err "--models.KEY: reason" (also for an

@@ -712,6 +712,7 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
     gateway_model_t *gm = model_add(gw, w->reg.model, false);
     gm->t_no_replica_us = 0;
     gm->n_ctx = w->reg.n_ctx;
+    gm->vis = w->reg.vis;
     metrics_gauge_set(gw->m.workers_connected, (const char *[]){gm->name},
                       (double)gateway_model_replicas(gw, gm->name));
     log_info("worker %s registered: model %s, capacity %u, n_ctx %u, %u KV blocks of %u, "

@@ -188,6 +188,8 @@ typedef struct gateway_model {
     int64_t t_last_active_us;     /* last request submitted or finished (on-demand idling) */
     int64_t idle_timeout_us;      /* on-demand: idle time before the drain, 0 = gw's */
     bool failed;                  /* last seen: local workers given up (crash loop) */
+    proto_vis_t vis;              /* the vision encoder of the last replica seen (REGISTER
+                                     vis); has = false: the model takes no images */
 } gateway_model_t;
 
 /* The gateway process state. Fields marked [core] are touched only by the

@@ -243,6 +243,8 @@ static void usage(FILE *f)
             "                             (default %d) [progress_timeout_ms]\n"
             "  --model NAME=FILE.gguf     serve this model with one local worker (repeatable);\n"
             "                             a model of the file keeps its settings, gets this path\n"
+            "  --mmproj NAME=FILE.gguf    that model's vision encoder (llama.cpp mmproj GGUF),\n"
+            "                             passed to its local workers [models[].mmproj]\n"
             "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --kv-budget-mb N, --threads N,\n"
             "  --kv-type auto|f16|f32|q8_0 set for every model's local workers [models[].*]\n"
             "  --spec off|ngram|draft     speculative decoding in the workers (default off)\n"
@@ -370,7 +372,7 @@ static void on_sighup(int sig)
 
 /* A flag recorded for after the file: flag_keys[i_key] = value, a --model
  * (i_key SETTING_MODEL) or an --on-demand (SETTING_ON_DEMAND). */
-enum { SETTING_MODEL = -1, SETTING_ON_DEMAND = -2 };
+enum { SETTING_MODEL = -1, SETTING_ON_DEMAND = -2, SETTING_MMPROJ = -3 };
 typedef struct setting {
     int i_key;
     const char *value;
@@ -385,6 +387,21 @@ static int apply_setting(config_t *c, const setting_t *st)
         rc = config_model_set(c, st->value, err, sizeof err);
     else if (st->i_key == SETTING_ON_DEMAND)
         rc = config_models_set(c, st->value, "on_demand", "true", err, sizeof err);
+    else if (st->i_key == SETTING_MMPROJ) {
+        const char *eq = strchr(st->value, '=');
+        if (!eq || eq == st->value || !eq[1]) {
+            fprintf(stderr, "pagoda-gateway: --mmproj %s: expected NAME=FILE.gguf\n", st->value);
+            return -1;
+        }
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - st->value), st->value);
+        rc = config_models_set(c, name, "mmproj", eq + 1, err, sizeof err);
+        if (rc != 0 && !config_model_find(c, name)) {
+            fprintf(stderr, "pagoda-gateway: --mmproj %s: no model of that name (--model %s=FILE)\n", st->value,
+                    name);
+            return -1;
+        }
+    }
     else if (flag_keys[st->i_key].all_models)
         rc = config_models_set(c, NULL, flag_keys[st->i_key].key, st->value, err, sizeof err);
     else
@@ -495,6 +512,10 @@ static size_t model_worker_args(const config_model_t *m, const memavail_t *mem, 
         args[n++] = "--spec"; /* after --draft-model: the configured mode wins */
         args[n++] = config_spec_name(m->spec);
     }
+    if (m->mmproj) {
+        args[n++] = "--mmproj";
+        args[n++] = m->mmproj;
+    }
     return n;
 }
 
@@ -525,6 +546,7 @@ static int cli_parse(int argc, char **argv, cli_t *o)
     opts[n_opts++] = (struct option){"print-config", no_argument, NULL, 'P'};
     opts[n_opts++] = (struct option){"model", required_argument, NULL, 'm'};
     opts[n_opts++] = (struct option){"on-demand", required_argument, NULL, 'O'};
+    opts[n_opts++] = (struct option){"mmproj", required_argument, NULL, 'V'};
     opts[n_opts++] = (struct option){"worker-arg", required_argument, NULL, 'A'};
     opts[n_opts++] = (struct option){"hash-key", required_argument, NULL, 'H'};
     opts[n_opts++] = (struct option){"secret", required_argument, NULL, 'S'};
@@ -562,12 +584,13 @@ static int cli_parse(int argc, char **argv, cli_t *o)
         case 'P': o->print_config = true; break;
         case 'm':
         case 'O':
+        case 'V':
             if (o->n_settings == MAX_SETTINGS) {
                 fprintf(stderr, "pagoda-gateway: too many options\n");
                 return 2;
             }
             o->settings[o->n_settings++] =
-                (setting_t){ch == 'm' ? SETTING_MODEL : SETTING_ON_DEMAND, optarg};
+                (setting_t){ch == 'm' ? SETTING_MODEL : ch == 'O' ? SETTING_ON_DEMAND : SETTING_MMPROJ, optarg};
             break;
         case 'A':
             if (o->n_worker_args + 1 > MAX_WORKER_ARGS - 2) {
@@ -609,7 +632,7 @@ static config_t *config_build(const cli_t *o)
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < o->n_settings; i++) {
             int k = o->settings[i].i_key;
-            bool later = k == SETTING_ON_DEMAND || (k >= 0 && flag_keys[k].all_models);
+            bool later = k == SETTING_ON_DEMAND || k == SETTING_MMPROJ || (k >= 0 && flag_keys[k].all_models);
             if (later == (pass == 1) && apply_setting(cfg, &o->settings[i]) < 0) {
                 config_free(&cfg);
                 return NULL;

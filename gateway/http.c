@@ -44,7 +44,9 @@
 #include "gateway/oai.h"
 #include "gateway/partition.h"
 #include "gateway/reasoning.h"
+#include "gateway/request_image.h"
 
+#define HTTP_IMAGE_ASK_US 1000000    /* the core tells whether a model reads images */
 #define WATCH_MAX 8192              /* connections the watcher polls at once */
 /* descriptors kept out of the HTTP connection limit: ZeroMQ sockets and its
  * internal pipes, worker pipes, log and keys files */
@@ -251,6 +253,14 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     if (request_check_limits(&o, s->max_messages, s->max_prompt_bytes, &e) < 0) {
         request_free(&o);
         return http_respond_api_error(s, c, api, &e, NULL);
+    }
+    if (o.n_images) { /* decoded here, on this thread (gateway/request_image.h) */
+        proto_vis_t vis;
+        gateway_model_vis(s->gw, o.model, &vis, HTTP_IMAGE_ASK_US);
+        if (request_images_prepare(&o, &vis, NULL, &e) < 0) {
+            request_free(&o);
+            return http_respond_api_error(s, c, api, &e, NULL);
+        }
     }
     prio_tier_t tier = rt->batch ? PRIO_TIER_LOW : q->tier;
     api_call_t *call = &q->call;

@@ -24,6 +24,7 @@
 #include "common/xalloc.h"
 #include "gateway/oai_tools.h"
 #include "gateway/partition.h"
+#include "gateway/request_image.h"
 
 /* ====================================================================== */
 /* UTF-8                                                                   */
@@ -186,9 +187,37 @@ static int parse_role(json_t *v, const char *param, request_role_t *out, oai_err
     return 0;
 }
 
+/* An image_url part's URL: a string, or {"url": str, "detail": "auto"|"low"|"high"}
+ * (detail is accepted and ignored: the encoder has one input size). */
+static int image_part(json_t *p, const char *pp, request_t *r, request_message_t *m, oai_error_t *e)
+{
+    char up[160];
+    snprintf(up, sizeof(up), "%s.image_url", pp);
+    json_t *iu = json_object_get(p, "image_url");
+    json_t *url = iu;
+    if (json_is_object(iu)) {
+        url = json_object_get(iu, "url");
+        json_t *d = json_object_get(iu, "detail");
+        if (d && !json_is_null(d) &&
+            (!json_is_string(d) || (strcmp(json_string_value(d), "auto") && strcmp(json_string_value(d), "low") &&
+                                    strcmp(json_string_value(d), "high"))))
+            return bad(e, up, "'%s.detail' must be 'auto', 'low' or 'high'.", up);
+        snprintf(up, sizeof(up), "%s.image_url.url", pp);
+    }
+    if (!json_is_string(url))
+        return bad(e, up, "'%s' must be a string (a data:image/...;base64, URL) or an object with 'url'.", up);
+    int i = request_image_add_url(r, json_string_value(url), json_string_length(url), up, e);
+    if (i < 0)
+        return -1;
+    request_message_add_image(m, i);
+    return 0;
+}
+
 /* Content: a string, or an array of {"type":"text","text":…} parts joined
- * with "\n" (as vLLM does for text-only chat templates). */
-static int parse_content(json_t *v, request_role_t role, size_t i_msg, request_message_t *m, oai_error_t *e)
+ * with "\n" (as vLLM does for text-only chat templates). With image_url
+ * parts the message also gets its parts in order (request_message_t.parts). */
+static int parse_content(json_t *v, request_role_t role, size_t i_msg, request_t *r, request_message_t *m,
+                         oai_error_t *e)
 {
     char param[96];
     snprintf(param, sizeof(param), "messages[%zu].content", i_msg);
@@ -213,7 +242,8 @@ static int parse_content(json_t *v, request_role_t role, size_t i_msg, request_m
     size_t n_parts = json_array_size(v);
     if (n_parts > OAI_MAX_CONTENT_PARTS)
         return bad(e, param, "'%s' has more than %d parts.", param, OAI_MAX_CONTENT_PARTS);
-    size_t total = 0;
+    size_t total = 0, n_text = 0;
+    bool images = false;
     for (size_t k = 0; k < n_parts; k++) {
         json_t *p = json_array_get(v, k);
         char pp[128];
@@ -226,30 +256,48 @@ static int parse_content(json_t *v, request_role_t role, size_t i_msg, request_m
         if (!json_is_string(type))
             return bad(e, tp, "'%s' must be a string.", tp);
         const char *ts = json_string_value(type);
+        if (strcmp(ts, "image_url") == 0 && role == REQUEST_ROLE_USER) {
+            images = true;
+            continue;
+        }
         if (strcmp(ts, "text") != 0) {
-            if (strcmp(ts, "image_url") == 0 || strcmp(ts, "input_image") == 0 || strcmp(ts, "input_audio") == 0 ||
+            if (strcmp(ts, "image_url") == 0)
+                return bad(e, tp, "Images are accepted in user messages only.");
+            if (strcmp(ts, "input_image") == 0 || strcmp(ts, "input_audio") == 0 ||
                 strcmp(ts, "audio_url") == 0 || strcmp(ts, "video_url") == 0 || strcmp(ts, "file") == 0)
                 return bad(e, tp, "Content part type '%s' is not supported: the models served here take "
-                                  "text only.", ts);
-            return bad(e, tp, "Unknown content part type '%.64s'; only 'text' is supported.", ts);
+                                  "text and images (image_url).", ts);
+            return bad(e, tp, "Unknown content part type '%.64s'; only 'text' and 'image_url' are supported.",
+                       ts);
         }
         json_t *text = json_object_get(p, "text");
         char xp[140];
         snprintf(xp, sizeof(xp), "%s.text", pp);
         if (!json_is_string(text))
             return bad(e, xp, "'%s' must be a string.", xp);
-        total += json_string_length(text) + (k > 0);
+        total += json_string_length(text) + (n_text++ > 0);
         if (total > OAI_MAX_TEXT_BYTES)
             return bad(e, param, "'%s' is longer than %u bytes.", param, OAI_MAX_TEXT_BYTES);
     }
     m->content = xmalloc(total + 1);
     size_t o = 0;
+    n_text = 0;
     for (size_t k = 0; k < n_parts; k++) {
-        json_t *text = json_object_get(json_array_get(v, k), "text");
-        if (k > 0)
+        json_t *p = json_array_get(v, k);
+        if (strcmp(json_string_value(json_object_get(p, "type")), "image_url") == 0) {
+            char pp[128];
+            snprintf(pp, sizeof(pp), "%s[%zu]", param, k);
+            if (image_part(p, pp, r, m, e) < 0)
+                return -1;
+            continue;
+        }
+        json_t *text = json_object_get(p, "text");
+        if (n_text++ > 0)
             m->content[o++] = '\n';
         memcpy(m->content + o, json_string_value(text), json_string_length(text));
         o += json_string_length(text);
+        if (images)
+            request_message_add_text(m, json_string_value(text), json_string_length(text));
     }
     m->content[o] = '\0';
     m->content_len = o;
@@ -284,7 +332,7 @@ static int parse_messages(json_t *root, request_t *r, oai_error_t *e)
             return -1;
         if (oai_tools_parse_message(m, i, out, e) != 0)
             return -1;
-        if (parse_content(json_object_get(m, "content"), out->role, i, out, e) != 0)
+        if (parse_content(json_object_get(m, "content"), out->role, i, r, out, e) != 0)
             return -1;
         total += out->content_len;
         if (total > OAI_MAX_TEXT_BYTES)

@@ -57,7 +57,16 @@ void request_free(request_t *r)
         free(r->messages[i].name);
         free(r->messages[i].tool_calls_json);
         free(r->messages[i].tool_call_id);
+        for (size_t k = 0; k < r->messages[i].n_parts; k++)
+            free(r->messages[i].parts[k].text);
+        free(r->messages[i].parts);
     }
+    for (size_t i = 0; i < r->n_images; i++) {
+        free(r->images[i].bytes);
+        free(r->images[i].param);
+        free(r->images[i].rgb);
+    }
+    free(r->images);
     free(r->tools_json);
     for (size_t i = 0; i < r->n_tools; i++)
         free(r->tool_names[i]);

@@ -21,6 +21,8 @@
 #include "proto/sampling.h"
 
 #define OAI_MAX_WARNING 512            /* bytes of request_t.warning */
+#define REQUEST_MAX_IMAGES 8           /* images a parser accepts per request (= PROTO_MAX_IMAGES);
+                                          the operator's limit is ≤ this */
 
 /* The error a parser or check fills (gateway/oai.h defines it, with the
  * status table; each surface renders it in its own shape). */
@@ -60,8 +62,31 @@ typedef enum {
 /* "system", "user", "assistant", "tool". */
 const char *request_role_name(request_role_t r);
 
+/* One piece of a message that holds images (request_message_t.parts): text,
+ * or an image of the request's list. */
+typedef struct {
+    int32_t i_image;       /* index into request_t.images, or -1 for text */
+    char *text;            /* i_image < 0: UTF-8, NUL-terminated (owned) */
+    size_t text_len;
+} request_part_t;
+
+/* An image part, as parsed: the compressed file the client sent (format
+ * checked by magic), until request_images_prepare (gateway/request_image.h)
+ * decodes it and fits it to the model's encoder. */
+typedef struct {
+    uint8_t *bytes;        /* (n_bytes) the file; freed by prepare */
+    size_t n_bytes;
+    char *param;           /* the part's JSON path, for errors ("messages[0].content[1]") */
+    uint32_t w, h;         /* after prepare: the encoder's side, w = h */
+    uint8_t *rgb;          /* after prepare: (h, w, 3) RGB8 */
+    uint8_t hash[32];      /* after prepare: BLAKE2b-256 (common/image/image.h image_hash) */
+} request_image_t;
+
 typedef struct {
     request_role_t role;
+    request_part_t *parts; /* (n_parts) text and images in order, when the message holds
+                              an image; NULL otherwise (content alone is the message) */
+    size_t n_parts;
     char *content;         /* UTF-8, NUL-terminated; text parts joined with "\n"; "" allowed */
     size_t content_len;    /* bytes */
     char *name;            /* optional participant name, NULL if absent */
@@ -152,6 +177,10 @@ typedef struct {
      * bytes that narrow the caller's prefix-cache partition (gateway/
      * partition.h); NULL = none */
     char *cache_salt;
+    /* images (content parts of the chat surfaces, gateway/request_image.h):
+     * each is referenced by one request_part_t of a message */
+    request_image_t *images;     /* (n_images ≤ REQUEST_MAX_IMAGES) */
+    size_t n_images;
 } request_t;
 
 /* Appends "what" to a warning buffer (cap bytes, NUL-terminated) under a

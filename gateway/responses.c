@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "gateway/answer.h"
+#include "gateway/request_image.h"
 
 /* ====================================================================== */
 /* request                                                                 */
@@ -58,8 +59,8 @@ static json_t *parts_text(json_t *v, const char *param, oai_error_t *e)
         json_t *t = json_object_get(p, "text");
         if (ty && (strcmp(ty, "input_image") == 0 || strcmp(ty, "input_file") == 0 ||
                    strcmp(ty, "input_audio") == 0)) {
-            bad(e, param, "'%s[%zu]': content of type '%s' is not supported: the models served here "
-                          "take text only.", param, i, ty);
+            bad(e, param, "'%s[%zu]': content of type '%s' is not supported here%s.", param, i, ty,
+                strcmp(ty, "input_image") == 0 ? " (images are accepted in user messages)" : "");
             return NULL;
         }
         if (!ty || (strcmp(ty, "input_text") != 0 && strcmp(ty, "output_text") != 0 && strcmp(ty, "text") != 0) ||
@@ -87,6 +88,65 @@ static json_t *parts_text(json_t *v, const char *param, oai_error_t *e)
     return s;
 }
 
+static bool has_image(json_t *v)
+{
+    size_t i;
+    json_t *p;
+    json_array_foreach(v, i, p) {
+        const char *ty = json_string_value(json_object_get(p, "type"));
+        if (ty && strcmp(ty, "input_image") == 0)
+            return true;
+    }
+    return false;
+}
+
+/* A user message's content holding input_image parts, normalized part by
+ * part: {"type":"input_text","text"} and {"type":"input_image","image_url"}
+ * (a data: URL, checked by the chat parser); `file_id` is refused (there is
+ * no file store). New reference, or NULL + 400. */
+static json_t *parts_with_images(json_t *v, const char *param, oai_error_t *e)
+{
+    json_t *out = json_array();
+    size_t i;
+    json_t *p;
+    json_array_foreach(v, i, p) {
+        const char *ty = json_string_value(json_object_get(p, "type"));
+        json_t *t = json_object_get(p, "text");
+        if (ty && strcmp(ty, "input_image") == 0) {
+            json_t *u = json_object_get(p, "image_url");
+            if (!present(u) && present(json_object_get(p, "file_id"))) {
+                bad(e, param, "'%s[%zu].file_id': file inputs are not supported; send the image as "
+                              "'image_url' with a data:image/...;base64, URL.", param, i);
+                goto fail;
+            }
+            if (!json_is_string(u)) {
+                bad(e, param, "'%s[%zu].image_url' must be a string (a data:image/...;base64, URL).", param, i);
+                goto fail;
+            }
+            /* checked here too, so a refusal names this surface's field */
+            char up[112];
+            snprintf(up, sizeof up, "%s[%zu].image_url", param, i);
+            request_t probe;
+            request_init(&probe, REQUEST_CHAT, REQUEST_OP_GENERATE);
+            int rc = request_image_add_url(&probe, json_string_value(u), json_string_length(u), up, e);
+            request_free(&probe);
+            if (rc < 0)
+                goto fail;
+            json_array_append_new(out, json_pack("{s:s, s:O}", "type", "input_image", "image_url", u));
+        } else if (ty && (strcmp(ty, "input_text") == 0 || strcmp(ty, "text") == 0) && json_is_string(t)) {
+            json_array_append_new(out, json_pack("{s:s, s:O}", "type", "input_text", "text", t));
+        } else {
+            bad(e, param, "'%s[%zu]' must be an input_text part with a string 'text' or an input_image part.",
+                param, i);
+            goto fail;
+        }
+    }
+    return out;
+fail:
+    json_decref(out);
+    return NULL;
+}
+
 /* One input item → its normalized form (new reference), or NULL + 400. */
 static json_t *norm_item(json_t *it, size_t i, oai_error_t *e)
 {
@@ -111,7 +171,17 @@ static json_t *norm_item(json_t *it, size_t i, oai_error_t *e)
         }
         char cp[80];
         snprintf(cp, sizeof cp, "%s.content", param);
-        json_t *text = parts_text(json_object_get(it, "content"), cp, e);
+        json_t *content = json_object_get(it, "content");
+        if (strcmp(role, "user") == 0 && json_is_array(content) && has_image(content)) {
+            json_t *parts = parts_with_images(content, cp, e);
+            if (!parts)
+                return NULL;
+            json_t *m = json_pack("{s:s, s:o, s:s, s:o, s:s}", "type", "message", "id",
+                                  present(id) ? json_incref(id) : new_id("msg_"), "role", role, "content", parts,
+                                  "status", "completed");
+            return m;
+        }
+        json_t *text = parts_text(content, cp, e);
         if (!text)
             return NULL;
         bool asst = strcmp(role, "assistant") == 0;
@@ -234,8 +304,12 @@ static void items_to_messages(json_t *items, json_t *msgs, json_t *tool_map)
             json_t *p;
             json_array_foreach(json_object_get(it, "content"), k, p) {
                 json_t *t = json_object_get(p, "text");
+                const char *pty = json_string_value(json_object_get(p, "type"));
                 if (json_is_string(t))
                     json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text", t));
+                else if (pty && strcmp(pty, "input_image") == 0)
+                    json_array_append_new(parts, json_pack("{s:s, s:{s:O}}", "type", "image_url", "image_url",
+                                                           "url", json_object_get(p, "image_url")));
             }
             json_array_append_new(msgs, json_pack("{s:O, s:o}", "role", json_object_get(it, "role"), "content",
                                                   parts));

@@ -401,3 +401,22 @@ json_t *gateway_admin(struct gateway *gw, gateway_admin_op_t op, const char *tar
 {
     return ask(gw, run_admin, json_item_free, op, target, timeout_us);
 }
+
+static void *run_vis(struct gateway *gw, const gateway_cmd_t *cmd)
+{
+    proto_vis_t *v = xcalloc(1, sizeof *v);
+    gateway_model_t *m = gateway_model_find(gw, cmd->target ? cmd->target : "");
+    if (m)
+        *v = m->vis;
+    return v;
+}
+
+void gateway_model_vis(struct gateway *gw, const char *model, proto_vis_t *out, int64_t timeout_us)
+{
+    memset(out, 0, sizeof *out);
+    proto_vis_t *v = ask(gw, run_vis, free, GATEWAY_ADMIN_WORKERS, model ? model : "", timeout_us);
+    if (v) {
+        *out = *v;
+        free(v);
+    }
+}

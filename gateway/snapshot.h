@@ -85,4 +85,9 @@ char *gateway_metrics_text(struct gateway *gw, int64_t timeout_us);
 json_t *gateway_admin(struct gateway *gw, gateway_admin_op_t op, const char *target,
                       int64_t timeout_us);
 
+/* The vision encoder of `model` as its workers registered it (REGISTER vis):
+ * out->has = false for an unknown model, one without vision, or no answer
+ * within timeout_us. Any thread. */
+void gateway_model_vis(struct gateway *gw, const char *model, proto_vis_t *out, int64_t timeout_us);
+
 #endif

@@ -310,6 +310,14 @@ static void encode_register(enc_t *e, const proto_register_t *r)
     kv_uint(e, "block", r->block_size);
     if (r->heartbeat_ms)
         kv_uint(e, "hb_ms", r->heartbeat_ms);
+    if (r->vis.has) {
+        key(e, "vis");
+        msgpack_pack_map(&e->pk, 3);
+        sub_uint(&e->pk, "size", r->vis.size);
+        sub_uint(&e->pk, "n_tok", r->vis.n_tok);
+        pack_cstr(&e->pk, "proj");
+        pack_cstr(&e->pk, r->vis.proj);
+    }
 }
 
 static void encode_heartbeat(enc_t *e, const proto_heartbeat_t *h)
@@ -789,8 +797,30 @@ static int get_ids(dec_t *d, int32_t **ids, uint32_t *n_ids, uint32_t max)
 static const field_t register_fields[] = {
     {"v", true},     {"model", true},   {"replica", true},   {"host", true},
     {"pid", true},   {"cap", true},     {"n_ctx", true},     {"n_vocab", true},
-    {"kv_blocks", true}, {"block", true}, {"hb_ms", false},
+    {"kv_blocks", true}, {"block", true}, {"hb_ms", false}, {"vis", false},
 };
+
+static const field_t vis_fields[] = {{"size", true}, {"n_tok", true}, {"proj", true}};
+
+static int vis_field(dec_t *d, void *obj, int idx)
+{
+    proto_vis_t *v = obj;
+    switch (idx) {
+    case 0: return get_u32(d, &v->size, 1, PROTO_MAX_VIS_SIZE);
+    case 1: return get_u32(d, &v->n_tok, 1, PROTO_MAX_VIS_TOKENS);
+    case 2: {
+        char *p = NULL;
+        uint32_t n = 0;
+        if (get_str(d, &p, &n, 1, PROTO_MAX_VIS_PROJ) < 0)
+            return -1;
+        memcpy(v->proj, p, n);
+        v->proj[n] = 0;
+        free(p);
+        return 0;
+    }
+    }
+    return -1;
+}
 
 static int register_field(dec_t *d, void *obj, int idx)
 {
@@ -813,6 +843,9 @@ static int register_field(dec_t *d, void *obj, int idx)
     case 8: return get_u32(d, &r->kv_blocks, 0, U31);
     case 9: return get_u32(d, &r->block_size, 1, PROTO_MAX_BLOCK);
     case 10: return get_u32(d, &r->heartbeat_ms, PROTO_MIN_HEARTBEAT_MS, PROTO_MAX_HEARTBEAT_MS);
+    case 11:
+        r->vis.has = true;
+        return read_map(d, vis_fields, NFIELDS(vis_fields), vis_field, &r->vis);
     }
     return -1;
 }

@@ -47,6 +47,13 @@
  *   block      uint  req  tokens per KV block, 1..PROTO_MAX_BLOCK
  *   hb_ms      uint  opt  the worker's heartbeat interval in ms, default
  *                         PROTO_HEARTBEAT_MS, PROTO_MIN_HEARTBEAT_MS..PROTO_MAX_HEARTBEAT_MS
+ *   vis        map   opt  the model reads images (a vision encoder is loaded); absent =
+ *                         text only, and the gateway refuses image parts. All keys required:
+ *     size       uint   encoder input side in pixels, 1..PROTO_MAX_VIS_SIZE (the gateway
+ *                       fits every image to size × size)
+ *     n_tok      uint   embeddings per image, 1..PROTO_MAX_VIS_TOKENS
+ *     proj       str    projector type as llama.cpp's mmproj names it ("gemma3"),
+ *                       1..PROTO_MAX_VIS_PROJ bytes
  *
  * HEARTBEAT (both ways) every hb_ms while connected.
  *   seq        uint  req  sender's counter, +1 per heartbeat (u64)
@@ -426,6 +433,18 @@ typedef enum proto_finish {
 
 /* --- message bodies ------------------------------------------------------- */
 
+#define PROTO_MAX_VIS_SIZE 4096   /* encoder input side, pixels */
+#define PROTO_MAX_VIS_TOKENS 16384 /* embeddings per image */
+#define PROTO_MAX_VIS_PROJ 31      /* bytes of a projector type name */
+
+/* A worker's vision encoder (REGISTER `vis`). */
+typedef struct proto_vis {
+    bool has;                          /* vis present: the model takes images */
+    uint32_t size;                     /* size: encoder input side, pixels */
+    uint32_t n_tok;                    /* n_tok: embeddings per image */
+    char proj[PROTO_MAX_VIS_PROJ + 1]; /* proj, NUL-terminated */
+} proto_vis_t;
+
 typedef struct proto_register {
     uint32_t version;        /* v */
     char *model;             /* model */
@@ -438,6 +457,7 @@ typedef struct proto_register {
     uint32_t kv_blocks;      /* kv_blocks */
     uint32_t block_size;     /* block, tokens per KV block */
     uint32_t heartbeat_ms;   /* hb_ms */
+    proto_vis_t vis;         /* vis; has = false when absent */
 } proto_register_t;
 
 /* Worker load, carried by the worker's HEARTBEAT. */

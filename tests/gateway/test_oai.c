@@ -181,7 +181,7 @@ static const req_case_t CASES[] = {
      "string or an array"},
     {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
         "{\"type\":\"image_url\",\"image_url\":{\"url\":\"http://x/y.png\"}}]}]}", 0, 400,
-     "messages[0].content[1].type", "text only"},
+     "messages[0].content[1].image_url.url", "remote image URLs are not fetched"},
     {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"hologram\"}]}]}", 0, 400,
      "messages[0].content[0].type", "Unknown content part type"},
     {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 0, 400,

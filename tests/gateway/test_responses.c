@@ -147,7 +147,7 @@ static void test_refused(void **st)
         {"{\"model\":\"m\",\"input\":5}", "input"},
         {"{\"model\":\"m\",\"input\":[]}", "at least one"},
         {"{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"x\"}]}]}",
-         "text only"},
+         "data:image"},
         {"{\"model\":\"m\",\"input\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "role"},
         {"{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}", "not supported"},
         {"{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"name\":\"f\"}]}", "call_id"},

@@ -19,6 +19,7 @@ cd "$ROOT"
 declare -A ALLOW=(
   [common]=""
   [common/grammar]="common"
+  [common/image]="common"
   [common/text]="common common/grammar"
   [proto]="common common/text"
   [worker/kernels]="common common/text"
@@ -26,7 +27,7 @@ declare -A ALLOW=(
   [worker/grammar]="common common/grammar common/text"
   [worker]="common common/grammar common/text proto worker/kernels worker/model worker/grammar"
   [worker/tools]="common common/grammar common/text proto worker worker/kernels worker/model worker/grammar"
-  [gateway]="common common/grammar common/text proto"
+  [gateway]="common common/grammar common/image common/text proto"
 )
 
 # rules_of FOLDER: the nearest listed folder at or above it

@@ -144,6 +144,7 @@ static void fill_register(proto_msg_t *m)
     m->reg.kv_blocks = 1024;
     m->reg.block_size = 32;
     m->reg.heartbeat_ms = 250;
+    m->reg.vis = (proto_vis_t){.has = true, .size = 896, .n_tok = 256, .proj = "gemma3"};
 }
 
 static void test_roundtrip_register(void **state)
@@ -158,6 +159,10 @@ static void test_roundtrip_register(void **state)
     assert_int_equal(out.reg.pid, 4242);
     assert_int_equal(out.reg.capacity, 16);
     assert_int_equal(out.reg.n_ctx, 2048);
+    assert_true(out.reg.vis.has);
+    assert_int_equal(out.reg.vis.size, 896);
+    assert_int_equal(out.reg.vis.n_tok, 256);
+    assert_string_equal(out.reg.vis.proj, "gemma3");
     assert_int_equal(out.reg.n_vocab, 32000);
     assert_int_equal(out.reg.kv_blocks, 1024);
     assert_int_equal(out.reg.block_size, 32);
@@ -954,6 +959,7 @@ static const field_case_t field_cases[] = {
     {"seq as double", PROTO_HEARTBEAT, NULL, KD("seq", 1.0), PROTO_EFIELD},
     {"msgs as string", PROTO_SUBMIT, NULL, KS("msgs", "hi"), PROTO_EFIELD},
     {"load as int", PROTO_HEARTBEAT, NULL, KU("load", 3), PROTO_EFIELD},
+    {"vis as int", PROTO_REGISTER, NULL, KU("vis", 3), PROTO_EFIELD},
     {"finish as int", PROTO_EVENT, NULL, KU("finish", 1), PROTO_EFIELD},
     {"err as string", PROTO_ERROR, NULL, KS("err", "engine"), PROTO_EFIELD},
     /* negative or huge where unsigned expected */

@@ -1,0 +1,153 @@
+/* request_image.c — image parts of the internal request (request_image.h). */
+#include "gateway/request_image.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/xalloc.h"
+
+/* A 400 naming param; the expression is -1. */
+#define refuse(e, param, ...) (oai_error_set((e), 400, (param), __VA_ARGS__), -1)
+
+/* Appends the checked file; returns its index. Takes bytes. */
+static int add(request_t *r, uint8_t *bytes, size_t n, const char *param)
+{
+    r->images = xrealloc(r->images, (r->n_images + 1) * sizeof *r->images);
+    request_image_t *im = &r->images[r->n_images];
+    memset(im, 0, sizeof *im);
+    im->bytes = bytes;
+    im->n_bytes = n;
+    im->param = xstrdup(param);
+    return (int)r->n_images++;
+}
+
+/* The magic of bytes (and, when declared is not UNKNOWN, that it agrees). */
+static int check_magic(const uint8_t *b, size_t n, image_format_t declared, const char *param, oai_error_t *e)
+{
+    image_format_t f = image_sniff(b, n);
+    if (f == IMAGE_FMT_UNKNOWN)
+        return refuse(e, param, "'%s' is not a PNG, JPEG, WebP or GIF image (by its first bytes).", param);
+    if (declared != IMAGE_FMT_UNKNOWN && declared != f)
+        return refuse(e, param, "'%s' says image/%s but the data is a %s image.", param,
+                      image_format_name(declared), image_format_name(f));
+    return 0;
+}
+
+static int too_many(const request_t *r, const char *param, oai_error_t *e)
+{
+    if (r->n_images < REQUEST_MAX_IMAGES)
+        return 0;
+    return refuse(e, param, "More than %d images in one request.", REQUEST_MAX_IMAGES);
+}
+
+int request_image_add_url(request_t *r, const char *url, size_t len, const char *param, oai_error_t *e)
+{
+    if (too_many(r, param, e) < 0)
+        return -1;
+    if ((len >= 7 && strncasecmp(url, "http://", 7) == 0) || (len >= 8 && strncasecmp(url, "https://", 8) == 0))
+        return refuse(e, param, "'%s': remote image URLs are not fetched by this server; send the image "
+                                "inline as a data:image/...;base64, URL.", param);
+    uint8_t *b = NULL;
+    size_t n = 0;
+    image_format_t f;
+    char why[200];
+    image_status_t s = image_data_url_parse(url, len, IMAGE_MAX_BYTES_DEFAULT, &b, &n, &f, why, sizeof why);
+    if (s != IMAGE_OK)
+        return refuse(e, param, "'%s': %s.", param, why);
+    /* A data URL's media type is often wrong in the wild (a PNG sent as
+     * image/jpeg): the bytes decide; an unknown image/ type is fine too. */
+    if (check_magic(b, n, IMAGE_FMT_UNKNOWN, param, e) < 0) {
+        free(b);
+        return -1;
+    }
+    return add(r, b, n, param);
+}
+
+int request_image_add_base64(request_t *r, const char *media_type, size_t mt_len, const char *data, size_t len,
+                             const char *param, oai_error_t *e)
+{
+    if (too_many(r, param, e) < 0)
+        return -1;
+    image_format_t declared = image_format_of_media_type(media_type, mt_len);
+    if (declared == IMAGE_FMT_UNKNOWN)
+        return refuse(e, param, "'%s.media_type' must be image/png, image/jpeg, image/webp or image/gif.",
+                      param);
+    uint8_t *b = NULL;
+    size_t n = 0;
+    char why[200];
+    if (image_base64_decode(data, len, IMAGE_MAX_BYTES_DEFAULT, &b, &n, why, sizeof why) != IMAGE_OK)
+        return refuse(e, param, "'%s.data': %s.", param, why);
+    if (check_magic(b, n, declared, param, e) < 0) {
+        free(b);
+        return -1;
+    }
+    return add(r, b, n, param);
+}
+
+static request_part_t *new_part(request_message_t *m)
+{
+    m->parts = xrealloc(m->parts, (m->n_parts + 1) * sizeof *m->parts);
+    request_part_t *p = &m->parts[m->n_parts++];
+    memset(p, 0, sizeof *p);
+    return p;
+}
+
+void request_message_add_text(request_message_t *m, const char *text, size_t n)
+{
+    request_part_t *p = new_part(m);
+    p->i_image = -1;
+    p->text = xstrndup(text, n);
+    p->text_len = n;
+}
+
+void request_message_add_image(request_message_t *m, int32_t i_image)
+{
+    new_part(m)->i_image = i_image;
+}
+
+int request_images_prepare(request_t *r, const proto_vis_t *vis, const request_image_limits_t *lim,
+                           oai_error_t *e)
+{
+    if (r->n_images == 0)
+        return 0;
+    size_t max_images = lim && lim->max_images ? lim->max_images : REQUEST_MAX_IMAGES;
+    if (r->n_images > max_images)
+        return refuse(e, r->images[max_images].param, "More than %zu images in one request.", max_images);
+    image_limits_t il = IMAGE_LIMITS_DEFAULT;
+    if (lim && lim->max_bytes)
+        il.max_bytes = lim->max_bytes;
+    if (lim && lim->max_pixels)
+        il.max_pixels = lim->max_pixels;
+    bool reads = vis && vis->has;
+    /* Every image is decoded even for a model without vision, so a broken
+     * image is named as such rather than hidden behind the model's refusal;
+     * one decoded image at a time is held. */
+    for (size_t i = 0; i < r->n_images; i++) {
+        request_image_t *im = &r->images[i];
+        image_rgb_t full, sq;
+        char why[256];
+        if (image_decode(im->bytes, im->n_bytes, &il, &full, why, sizeof why) != IMAGE_OK)
+            return refuse(e, im->param, "'%s': %s.", im->param, why);
+        if (!reads) {
+            image_rgb_free(&full);
+            continue;
+        }
+        image_fit_square(&full, vis->size, &sq);
+        image_rgb_free(&full);
+        image_hash(&sq, im->hash);
+        im->w = sq.w;
+        im->h = sq.h;
+        im->rgb = sq.rgb;
+        free(im->bytes);
+        im->bytes = NULL;
+        im->n_bytes = 0;
+    }
+    if (!reads)
+        return refuse(e, r->images[0].param,
+                      "Model '%s' does not accept images: it was started without a vision encoder "
+                      "(--mmproj).", r->model ? r->model : "");
+    return 0;
+}
