@@ -45,6 +45,7 @@
 #include "gateway/partition.h"
 #include "gateway/reasoning.h"
 #include "gateway/request_image.h"
+#include "gateway/snapshot.h"
 
 #define HTTP_IMAGE_ASK_US 1000000    /* the core tells whether a model reads images */
 #define WATCH_MAX 8192              /* connections the watcher polls at once */

@@ -1066,7 +1066,7 @@ static int step_forward(sched_t *s, int32_t n_rows, int32_t n_bseq)
         .block_tables = s->b_tables,
         .n_blocks = s->b_nblocks,
     };
-    lora_rows_fill(s->lrows, &fb);
+    fb.n_lora_sets = lora_rows_fill(s->lrows, fb.n_seq, fb.n_rows, fb.seq, &fb.lora_set, &fb.lora_sets);
     for (int32_t r = 0; r < n_rows; r++)
         if (s->b_hid[r]) {
             fb.want_hidden = s->b_hid;

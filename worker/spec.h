@@ -1,7 +1,7 @@
 /* spec.h — speculative decoding: who proposes draft tokens, and how many.
  *
  * The scheduler verifies drafts (spec_verify_seq, planned by spec_plan_step;
- * both in spec.c, declared in sched_int.h) as extra rows of its normal step: a
+ * both in sched_spec.c, declared in sched_int.h) as extra rows of its normal step: a
  * decoding sequence with k drafts d1..dk contributes k + 1 rows at
  * consecutive positions P..P+k (its pending token, then the drafts), every
  * row asks for logits, and the sequence's own sampler then draws position

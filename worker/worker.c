@@ -22,7 +22,7 @@
 #include "common/strbuf.h"
 #include "common/xalloc.h"
 #include "worker/kv_disk.h"
-#include "worker/worker_image.h"
+#include "worker/model/vision.h"
 #include "worker/pack_cache.h"
 #include "worker/kv_pool.h"
 #include "worker/kv_report.h"

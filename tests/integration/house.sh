@@ -8,7 +8,9 @@
 #    depends on it, and no chain of such dependencies comes back to where
 #    it started. Headers without a .c are modules of their own (a header of
 #    shared types); gateway/gateway_core.h is the core's private header, of
-#    the gateway module.
+#    the gateway module, and a module's private header x_int.h (the state
+#    that x.c shares with the files it was split into, as worker/sched_int.h)
+#    is of module x.
 # 2. No circle of files, by call: the same over the built objects (a file
 #    that uses a symbol another file defines depends on it), which also sees
 #    a function declared in a third file's header. Skipped (with the reason)
@@ -79,7 +81,7 @@ mapfile -t files < <(sources '*.[ch]'; sources '*.inc')
 edges=$(
   grep -H '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "${files[@]}" /dev/null |
   awk -F: '
-    function module(p) { sub(/\.[^.\/]*$/, "", p); return p == "gateway/gateway_core" ? "gateway/gateway" : p }
+    function module(p) { sub(/\.[^.\/]*$/, "", p); if (p == "gateway/gateway_core") return "gateway/gateway"; sub(/_int$/, "", p); return p }
     {
       f = $1; inc = $0; sub(/^[^"]*"/, "", inc); sub(/".*/, "", inc)
       if (inc !~ /\//) { d = f; sub(/\/[^\/]*$/, "", d); inc = d "/" inc }

@@ -888,6 +888,29 @@ static void rope_tables(forward_t *f, const fwd_batch_t *b, const double *inv, d
     }
 }
 
+/* x (R, dim) = token_embd[token[r]] * embd_scale, or an image row's input
+ * as given (unscaled) */
+static void embed_rows(forward_t *f, const fwd_batch_t *b)
+{
+    const model_t *m = f->m;
+    const model_config_t *c = &m->cfg;
+    const int R = b->n_rows, dim = c->dim;
+#pragma omp parallel for num_threads(nth(f, (size_t)R * dim)) schedule(static)
+    for (int r = 0; r < R; r++) {
+        float *x = f->x + (size_t)r * dim;
+        if (b->embd && b->embd[r]) { /* an image row, unscaled */
+            memcpy(x, b->embd[r], (size_t)dim * sizeof(float));
+            continue;
+        }
+        int rc = matmul_weight_rows(&m->tok_embd, b->token[r], 1, x);
+        assert(rc == 0);
+        (void)rc;
+        if (c->embd_scale != 1.0f)
+            for (int i = 0; i < dim; i++)
+                x[i] *= c->embd_scale;
+    }
+}
+
 int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float *logits)
 {
     const model_t *m = f->m;
@@ -903,21 +926,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
     if (prof)
         f->prof_steps++;
 
-    /* x (R, dim) = token_embd[token[r]] * embd_scale */
-#pragma omp parallel for num_threads(nth(f, (size_t)R * dim)) schedule(static)
-    for (int r = 0; r < R; r++) {
-        float *x = f->x + (size_t)r * dim;
-        if (b->embd && b->embd[r]) { /* an image row, unscaled */
-            memcpy(x, b->embd[r], (size_t)dim * sizeof(float));
-            continue;
-        }
-        int rc = matmul_weight_rows(&m->tok_embd, b->token[r], 1, x);
-        assert(rc == 0);
-        (void)rc;
-        if (c->embd_scale != 1.0f)
-            for (int i = 0; i < dim; i++)
-                x[i] *= c->embd_scale;
-    }
+    embed_rows(f, b);
 
     /* rope tables (R, half): angle = pos * pos_scale * inv_freq[i]; the
      * sliding-window layers' own table when the model has one (gemma3) */

@@ -15,7 +15,6 @@
 #include "common/prefix_key.h"
 #include "common/xalloc.h"
 #include "worker/kernels/quant.h"
-#include "worker/model/forward.h"
 
 /* The base tensors an adapter may name, by their per-layer suffix: a row
  * per file name, the projections it feeds (a fused attn_qkv feeds three,
@@ -313,14 +312,14 @@ static bool set_eq(const lora_set_t *a, const lora_set_t *b)
     return true;
 }
 
-void lora_rows_fill(lora_rows_t *lr, struct fwd_batch *fb)
+int32_t lora_rows_fill(lora_rows_t *lr, int32_t n_seq, int32_t n_rows, const int32_t *seq, const int32_t **row_set,
+                       const lora_set_t **sets)
 {
-    fb->lora_set = NULL;
-    fb->n_lora_sets = 0;
-    fb->lora_sets = NULL;
-    assert(fb->n_seq <= lr->max_seqs && fb->n_rows <= lr->max_rows);
+    *row_set = NULL;
+    *sets = NULL;
+    assert(n_seq <= lr->max_seqs && n_rows <= lr->max_rows);
     int32_t n_sets = 0;
-    for (int32_t q = 0; q < fb->n_seq; q++) {
+    for (int32_t q = 0; q < n_seq; q++) {
         const lora_set_t *st = lr->by_seq[q];
         lr->seq_set[q] = -1;
         if (!st || st->n == 0)
@@ -333,10 +332,10 @@ void lora_rows_fill(lora_rows_t *lr, struct fwd_batch *fb)
         lr->seq_set[q] = k;
     }
     if (n_sets == 0)
-        return;
-    for (int32_t r = 0; r < fb->n_rows; r++)
-        lr->row_set[r] = lr->seq_set[fb->seq[r]];
-    fb->lora_set = lr->row_set;
-    fb->n_lora_sets = n_sets;
-    fb->lora_sets = lr->sets;
+        return 0;
+    for (int32_t r = 0; r < n_rows; r++)
+        lr->row_set[r] = lr->seq_set[seq[r]];
+    *row_set = lr->row_set;
+    *sets = lr->sets;
+    return n_sets;
 }

@@ -89,11 +89,14 @@ typedef struct lora_rows {
 lora_rows_t *lora_rows_new(int32_t max_rows, int32_t max_seqs);
 void lora_rows_free(lora_rows_t **lr);
 
-/* Sets fb->lora_set / n_lora_sets / lora_sets from lr->by_seq[0..fb->n_seq)
- * and fb->seq; leaves them NULL when no sequence has an adapter. The arrays
- * stay lr's (valid until the next fill). */
-struct fwd_batch;
-void lora_rows_fill(lora_rows_t *lr, struct fwd_batch *fb);
+/* The adapter sets of a batch of n_rows rows over n_seq sequences (seq[r]:
+ * row r's sequence) from lr->by_seq[0..n_seq): returns the number of
+ * distinct sets and points *row_set (per row: index into *sets, -1 = base)
+ * and *sets at lr's arrays (valid until the next fill) — fwd_batch_t's
+ * lora_set / lora_sets / n_lora_sets; 0 and NULLs when no sequence has an
+ * adapter. */
+int32_t lora_rows_fill(lora_rows_t *lr, int32_t n_seq, int32_t n_rows, const int32_t *seq, const int32_t **row_set,
+                       const lora_set_t **sets);
 
 /* Loads the adapter at path for base model m. Returns 0 and *out, or -1
  * with a message in err naming the key, tensor or shape that does not fit
