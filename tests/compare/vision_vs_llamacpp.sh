@@ -43,10 +43,12 @@ for t in $TYPES; do
         "$LLAMA_BIN/llama-mtmd-cli" -m "$tmp/text-$t.gguf" --mmproj "$tmp/mmproj-$t.gguf" --image "$tmp/$img.ppm" \
             -p "$PROMPT" -n "$N" --temp 0 -t 2 -c 512 --jinja --no-warmup > "$tmp/llama.txt" 2> "$tmp/llama.err" ||
             { echo "FAIL $t $img: llama-mtmd-cli failed"; tail -5 "$tmp/llama.err"; fail=1; continue; }
-        # llama-mtmd-cli's stdout is the continuation (its logs go to stderr);
-        # both compared with surrounding whitespace trimmed
-        a=$(sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' "$tmp/pagoda.txt" | tr -d '\0')
-        b=$(sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' "$tmp/llama.txt" | tr -d '\0')
+        # llama-mtmd-cli's stdout is the continuation (its logs go to stderr,
+        # a newline comes first); both compared with the whitespace around the
+        # whole text trimmed
+        trim() { /usr/bin/python3 -c 'import sys; sys.stdout.write(open(sys.argv[1], "rb").read().replace(b"\0", b"").decode("utf-8", "replace").strip())' "$1"; }
+        a=$(trim "$tmp/pagoda.txt")
+        b=$(trim "$tmp/llama.txt")
         if [ "$a" = "$b" ]; then
             echo "ok   $t $img: $(printf %s "$a" | head -c 80)"
         else
