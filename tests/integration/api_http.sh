@@ -35,7 +35,7 @@ check "--hash-key refuses an unknown tier" bash -c "! '$GW' --hash-key bob:urgen
 HP=$(free_port); ZP=$(free_port)
 URL=http://127.0.0.1:$HP
 spawn "$TMP/gw.log" "$GW" --listen 127.0.0.1:$HP --worker-endpoint tcp://127.0.0.1:$ZP --keys "$TMP/keys.txt" \
-  --model "stories=$MODEL_FILE" --max-seqs 4 --max-body 4096 --request-timeout 1 --log-level debug
+  --model "stories=$MODEL_FILE" --max-seqs 4 --max-body 4096 --request-timeout 1 --heartbeat-ms 3000 --log-level debug
 GPID=$SPAWNED
 ready() { curl -sf "$URL/health" | py "j['models']['stories']['replicas']==1"; }
 check "gateway up, local worker registered" wait_for 20 ready
@@ -152,6 +152,9 @@ check "batch requests are counted at tier low although alice's key is high ($low
   test "$low1" -eq $(( ${low0:-0} + 2 ))
 
 # --- 504: stuck in the queue past --request-timeout (1 s) ----------------------------------------
+# (the gateway runs with --heartbeat-ms 3000, so the stopped worker is not
+# declared lost — and replaced by a supervisor restart that would answer
+# the request — during this section, however slowly the machine runs it)
 WPID=$(curl -s "$URL/health" | python3 -c 'import json,sys; print(json.load(sys.stdin)["workers"][0]["pid"])')
 kill -STOP "$WPID"
 for i in 1 2 3 4; do  # 4 slots: these take them
