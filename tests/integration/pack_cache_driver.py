@@ -96,4 +96,4 @@ def run():
 
 
 kd.main(run)
-sys.exit(1 if kd.N_FAIL else 0)
+sys.exit(1 if kd.tap.n_failed() else 0)

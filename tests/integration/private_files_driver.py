@@ -173,4 +173,4 @@ def run():
 
 if __name__ == "__main__":
     kd.main(run)
-    sys.exit(1 if kd.N_FAIL else 0)
+    sys.exit(1 if kd.tap.n_failed() else 0)
