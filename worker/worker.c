@@ -23,6 +23,7 @@
 #include "common/xalloc.h"
 #include "worker/kv_disk.h"
 #include "worker/model/vision.h"
+#include "worker/worker_image.h"
 #include "worker/pack_cache.h"
 #include "worker/kv_pool.h"
 #include "worker/kv_report.h"
@@ -806,6 +807,12 @@ static int connect_link(struct worker *w, const worker_config_t *cfg, char *err,
         .n_vocab = (uint32_t)w->engine->model->cfg.vocab,
         .kv_blocks = w->kv_blocks, .block_size = w->block_size,
     };
+    if (w->vis) { /* the gateway accepts images for this model */
+        worker_vis_info_t vi;
+        worker_vis_info(w->vis, &vi);
+        reg.vis = (proto_vis_t){.has = true, .size = vi.size, .n_tok = vi.n_tok};
+        snprintf(reg.vis.proj, sizeof reg.vis.proj, "%s", vi.proj);
+    }
     worker_link_config_t lcfg = {
         .endpoint = cfg->endpoint,
         .heartbeat_ms = w->heartbeat_ms,

@@ -8,7 +8,7 @@
 #include "common/errbuf.h"
 #include "common/text/tokenizer.h"
 #include "common/xalloc.h"
-#include "worker/worker.h"
+#include "worker/worker_req.h"
 
 void worker_vis_info(const vision_t *v, worker_vis_info_t *out)
 {
