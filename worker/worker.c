@@ -503,6 +503,11 @@ static proto_err_t submit(struct worker *w, const proto_submit_t *sm, char *err,
     proto_err_t cause = worker_req_from_submit(w->engine, sm, clock_now_us(), &r, err, errlen);
     if (cause != PROTO_ERR_NONE)
         return cause;
+    cause = worker_req_submit_images(&r, w->vis, w->engine, sm, err, errlen);
+    if (cause != PROTO_ERR_NONE) {
+        worker_req_clear(&r);
+        return cause;
+    }
     cause = err_from_sched(sched_submit(w->sched, &r.req, err, errlen));
     worker_req_clear(&r);
     return cause;

@@ -58,11 +58,14 @@
 #include <stdint.h>
 
 #include "common/text/gguf.h"
+#include "common/text/image_run.h"
 
 /* The projector families, one table: X(ENUM suffix, clip.projector_type,
  * the text model's tokens an image run opens and closes with as llama.cpp's
- * libmtmd writes them, the placeholder token of each embedding row). */
-#define VISION_PROJ_TABLE(X) X(GEMMA3, "gemma3", "<start_of_image>", "<end_of_image>", "<image_soft_token>")
+ * libmtmd writes them, the placeholder token of each embedding row) — the
+ * text layer's (common/text/image_run.h), which the server's prompt layout
+ * reads too. */
+#define VISION_PROJ_TABLE(X) IMAGE_RUN_TABLE(X)
 
 enum vision_proj {
 #define VISION_PROJ_ENUM_(e, name, ...) VISION_PROJ_##e,
