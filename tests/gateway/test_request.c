@@ -169,6 +169,14 @@ static void test_images_into_submit(void **state)
     proto_msg_clear(&m);
     request_free(&r);
 
+    /* images whose fitted pixels cannot fit one SUBMIT: a 400 before any is fitted */
+    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e), 0);
+    proto_vis_t huge = {.has = true, .size = 4096, .n_tok = 1, .proj = "gemma3"};
+    assert_int_equal(request_images_prepare(&r, &huge, &lim, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_non_null(strstr(e.message, "do not fit"));
+    request_free(&r);
+
     /* no images: no imgs, no parts on the wire */
     assert_int_equal(parse_chat_with("user", "\"u\"", &r, &e), 0);
     proto_msg_init(&m, PROTO_SUBMIT);
