@@ -1120,13 +1120,9 @@ static int submit_field(dec_t *d, void *obj, int idx)
             return -1;
         s->imgs = xcalloc(n ? n : 1, sizeof *s->imgs);
         s->n_imgs = n;
-        for (uint32_t i = 0; i < n; i++) {
-            proto_img_t *im = &s->imgs[i];
-            if (read_map(d, img_fields, NFIELDS(img_fields), img_field, im) < 0)
+        for (uint32_t i = 0; i < n; i++) /* rgb's size is checked in submit_check */
+            if (read_map(d, img_fields, NFIELDS(img_fields), img_field, &s->imgs[i]) < 0)
                 return -1;
-            if ((uint64_t)im->n_rgb != (uint64_t)im->w * im->h * 3)
-                return fail(d, PROTO_ERANGE, "image %u: rgb of %u bytes, not %ux%ux3", i, im->n_rgb, im->w, im->h);
-        }
         return 0;
     case S_ADD_SPECIAL: {
         bool b;
@@ -1146,6 +1142,10 @@ static int submit_field(dec_t *d, void *obj, int idx)
 static int submit_check(dec_t *d, proto_submit_t *s)
 {
     d->field = NULL;
+    for (uint32_t i = 0; i < s->n_imgs; i++)
+        if ((uint64_t)s->imgs[i].n_rgb != (uint64_t)s->imgs[i].w * s->imgs[i].h * 3)
+            return fail(d, PROTO_ERANGE, "imgs[%u]: rgb of %u bytes, not %ux%ux3", i, s->imgs[i].n_rgb,
+                        s->imgs[i].w, s->imgs[i].h);
     for (uint32_t i = 0; i < s->n_messages; i++)
         for (uint32_t k = 0; k < s->messages[i].n_parts; k++)
             if (!s->messages[i].parts[k].text && s->messages[i].parts[k].img >= s->n_imgs)
