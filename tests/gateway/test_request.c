@@ -37,6 +37,17 @@ static int parse_chat_with(const char *key, const char *value, request_t *r, oai
     return oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, r, e);
 }
 
+/* *d = m encoded and decoded again (both must succeed) */
+static void over_the_wire(const proto_msg_t *m, proto_msg_t *d)
+{
+    uint8_t *body;
+    size_t len;
+    char err[160];
+    assert_int_equal(proto_encode(m, &body, &len), PROTO_OK);
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, d, err, sizeof err), PROTO_OK);
+    free(body);
+}
+
 static void test_init_holds_the_defaults(void **state)
 {
     (void)state;
@@ -78,14 +89,9 @@ static void test_every_row_parsed_and_checked(void **state)
         proto_msg_init(&m, PROTO_SUBMIT);
         submit_from_request(&r, 9, PRIO_TIER_NORMAL, &m.submit);
         assert_true(proto_knob_get(&m.submit.sampling.knobs, row) == inside(row));
-        uint8_t *body;
-        size_t len;
-        assert_int_equal(proto_encode(&m, &body, &len), PROTO_OK);
         proto_msg_t d;
-        char err[160];
-        assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &d, err, sizeof err), PROTO_OK);
+        over_the_wire(&m, &d);
         assert_true(proto_knob_get(&d.submit.sampling.knobs, row) == inside(row));
-        free(body);
         proto_msg_clear(&d);
         proto_msg_clear(&m);
         request_free(&r);
@@ -145,13 +151,8 @@ static void test_images_into_submit(void **state)
     proto_msg_t m;
     proto_msg_init(&m, PROTO_SUBMIT);
     submit_from_request(&r, 9, PRIO_TIER_NORMAL, &m.submit);
-    uint8_t *wire;
-    size_t len;
-    assert_int_equal(proto_encode(&m, &wire, &len), PROTO_OK);
     proto_msg_t d;
-    char err[160];
-    assert_int_equal(proto_decode_body(PROTO_SUBMIT, wire, len, &d, err, sizeof err), PROTO_OK);
-    free(wire);
+    over_the_wire(&m, &d);
     const proto_submit_t *s = &d.submit;
     assert_int_equal(s->n_imgs, 1);
     assert_int_equal(s->imgs[0].w, r.images[0].w);
@@ -181,6 +182,8 @@ static void test_images_into_submit(void **state)
     assert_int_equal(parse_chat_with("user", "\"u\"", &r, &e), 0);
     proto_msg_init(&m, PROTO_SUBMIT);
     submit_from_request(&r, 10, PRIO_TIER_NORMAL, &m.submit);
+    uint8_t *wire;
+    size_t len;
     assert_int_equal(proto_encode(&m, &wire, &len), PROTO_OK);
     assert_null(memmem(wire, len, "imgs", 4));
     assert_null(memmem(wire, len, "parts", 5));

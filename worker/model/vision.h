@@ -108,12 +108,8 @@ int vision_load(const char *path, int n_threads, vision_t **out, char *err, size
 int vision_load_gguf(gguf_t **g, int n_threads, vision_t **out, char *err, size_t errlen);
 void vision_free(vision_t **v);
 const vision_config_t *vision_config(const vision_t *v);
-typedef struct vision_proj_info {
-    const char *name;       /* clip.projector_type */
-    const char *tok_begin;  /* text before the image's rows */
-    const char *tok_end;    /* text after them */
-    const char *tok_soft;   /* placeholder token of one row */
-} vision_proj_info_t;
+/* A projector's row: name and the tokens of its image run. */
+typedef image_run_info_t vision_proj_info_t;
 /* The row of p; NULL when p is not a projector. */
 const vision_proj_info_t *vision_proj_info(enum vision_proj p);
 
