@@ -122,6 +122,19 @@ int request_images_prepare(request_t *r, const proto_vis_t *vis, const request_i
     if (lim && lim->max_pixels)
         il.max_pixels = lim->max_pixels;
     bool reads = vis && vis->has;
+    if (reads) {
+        /* the fitted pixels travel in one SUBMIT (≤ PROTO_MAX_BODY) beside the
+         * text, which a message with images carries twice (content and
+         * parts), and 1 MiB for the other fields */
+        uint64_t bytes = (uint64_t)r->n_images * vis->size * vis->size * 3 + (1u << 20);
+        for (size_t i = 0; i < r->n_messages; i++)
+            bytes += 2 * (uint64_t)r->messages[i].content_len;
+        if (bytes > PROTO_MAX_BODY)
+            return refuse(e, r->images[0].param,
+                          "%zu images of %ux%u pixels and this much text do not fit one request to the "
+                          "model (%llu bytes, limit %u): send fewer images.", r->n_images, vis->size, vis->size,
+                          (unsigned long long)bytes, PROTO_MAX_BODY);
+    }
     /* Every image is decoded even for a model without vision, so a broken
      * image is named as such rather than hidden behind the model's refusal;
      * one decoded image at a time is held. */

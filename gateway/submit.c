@@ -32,9 +32,44 @@ _Static_assert((uint64_t)(OAI_MAX_TEXT_BYTES > 5ull * OAI_MAX_PROMPT_TOKENS ? OA
                    PROTO_MAX_BODY,
                "the largest request the gateway accepts does not fit in a SUBMIT body");
 
+_Static_assert(REQUEST_MAX_IMAGES == PROTO_MAX_IMAGES, "request images = SUBMIT imgs");
+_Static_assert(OAI_MAX_CONTENT_PARTS <= PROTO_MAX_PARTS, "oai content parts > SUBMIT parts");
+
 static char *dup_or_null(const char *s)
 {
     return s ? xstrdup(s) : NULL;
+}
+
+/* A message with images: its text and image parts, in order (absent for
+ * one without). */
+static void submit_parts(const request_message_t *m, proto_chat_msg_t *c)
+{
+    if (!m->n_parts)
+        return;
+    c->n_parts = (uint32_t)m->n_parts;
+    c->parts = xcalloc(m->n_parts, sizeof *c->parts);
+    for (size_t k = 0; k < m->n_parts; k++)
+        if (m->parts[k].i_image < 0)
+            c->parts[k].text = xstrdup(m->parts[k].text);
+        else
+            c->parts[k].img = (uint32_t)m->parts[k].i_image;
+}
+
+/* The request's images as request_images_prepare fitted them (RGB8 at the
+ * encoder's side, hashed); copies, which the SUBMIT owns. */
+static void submit_images(const request_t *o, proto_submit_t *s)
+{
+    if (!o->n_images)
+        return;
+    s->n_imgs = (uint32_t)o->n_images;
+    s->imgs = xcalloc(o->n_images, sizeof *s->imgs);
+    for (size_t i = 0; i < o->n_images; i++) {
+        const request_image_t *im = &o->images[i];
+        size_t n = (size_t)im->w * im->h * 3;
+        s->imgs[i] = (proto_img_t){.w = im->w, .h = im->h, .rgb = xmalloc(n ? n : 1), .n_rgb = (uint32_t)n};
+        memcpy(s->imgs[i].rgb, im->rgb, n);
+        memcpy(s->imgs[i].hash, im->hash, sizeof s->imgs[i].hash);
+    }
 }
 
 void submit_from_request(const request_t *o, uint64_t id, prio_tier_t tier, proto_submit_t *s)
@@ -50,7 +85,9 @@ void submit_from_request(const request_t *o, uint64_t id, prio_tier_t tier, prot
             s->messages[i].content = xstrdup(o->messages[i].content);
             s->messages[i].tool_calls = dup_or_null(o->messages[i].tool_calls_json);
             s->messages[i].tool_call_id = dup_or_null(o->messages[i].tool_call_id);
+            submit_parts(&o->messages[i], &s->messages[i]);
         }
+        submit_images(o, s);
         s->has_think = o->has_enable_thinking;
         s->think = o->enable_thinking;
         /* tool_choice none: the tools are not announced, so no call can come */

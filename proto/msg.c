@@ -45,8 +45,14 @@ void proto_msg_clear(proto_msg_t *m)
             free(s->messages[i].content);
             free(s->messages[i].tool_calls);
             free(s->messages[i].tool_call_id);
+            for (uint32_t k = 0; s->messages[i].parts && k < s->messages[i].n_parts; k++)
+                free(s->messages[i].parts[k].text);
+            free(s->messages[i].parts);
         }
         free(s->messages);
+        for (uint32_t i = 0; s->imgs && i < s->n_imgs; i++)
+            free(s->imgs[i].rgb);
+        free(s->imgs);
         free(s->tools);
         free(s->tool_choice);
         free(s->prompt);
@@ -280,7 +286,7 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         msgpack_pack_array(&e->pk, s->n_messages);
         for (uint32_t i = 0; i < s->n_messages; i++) {
             const proto_chat_msg_t *c = &s->messages[i];
-            msgpack_pack_map(&e->pk, 2 + (c->tool_calls != NULL) + (c->tool_call_id != NULL));
+            msgpack_pack_map(&e->pk, 2 + (c->tool_calls != NULL) + (c->tool_call_id != NULL) + (c->n_parts > 0));
             pack_cstr(&e->pk, "role");
             pack_cstr(&e->pk, c->role);
             pack_cstr(&e->pk, "content");
@@ -293,6 +299,27 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
                 pack_cstr(&e->pk, "tool_call_id");
                 pack_cstr(&e->pk, c->tool_call_id);
             }
+            if (c->n_parts) {
+                pack_cstr(&e->pk, "parts");
+                msgpack_pack_array(&e->pk, c->n_parts);
+                for (uint32_t k = 0; k < c->n_parts; k++)
+                    if (c->parts[k].text)
+                        pack_cstr(&e->pk, c->parts[k].text);
+                    else
+                        msgpack_pack_uint32(&e->pk, c->parts[k].img);
+            }
+        }
+    }
+    if (s->n_imgs) {
+        key(e, "imgs");
+        msgpack_pack_array(&e->pk, s->n_imgs);
+        for (uint32_t i = 0; i < s->n_imgs; i++) {
+            const proto_img_t *im = &s->imgs[i];
+            msgpack_pack_map(&e->pk, 4);
+            sub_uint(&e->pk, "w", im->w);
+            sub_uint(&e->pk, "h", im->h);
+            sub_bytes(&e->pk, "rgb", im->rgb, im->w * im->h * 3);
+            sub_bytes(&e->pk, "hash", im->hash, sizeof im->hash);
         }
     }
     if (s->tools)
@@ -840,7 +867,7 @@ static int heartbeat_field(dec_t *d, void *obj, int idx)
 /* --- SUBMIT --- */
 
 static const field_t chat_fields[] = {
-    {"role", true}, {"content", true}, {"tool_calls", false}, {"tool_call_id", false},
+    {"role", true}, {"content", true}, {"tool_calls", false}, {"tool_call_id", false}, {"parts", false},
 };
 
 static int chat_field(dec_t *d, void *obj, int idx)
@@ -851,8 +878,37 @@ static int chat_field(dec_t *d, void *obj, int idx)
     case 1: return get_str(d, &c->content, NULL, 0, PROTO_MAX_PROMPT);
     case 2: return get_str(d, &c->tool_calls, NULL, 2, PROTO_MAX_PROMPT);
     case 3: return get_str(d, &c->tool_call_id, NULL, 0, PROTO_MAX_NAME);
+    case 4: {
+        uint32_t n;
+        if (get_array(d, &n, PROTO_MAX_PARTS) < 0)
+            return -1;
+        c->parts = xcalloc(n ? n : 1, sizeof *c->parts);
+        c->n_parts = n; /* an image index is checked against imgs in submit_check */
+        for (uint32_t k = 0; k < n; k++)
+            if (mpread_peek(&d->r) == MPREAD_STR ? get_str(d, &c->parts[k].text, NULL, 0, PROTO_MAX_PROMPT)
+                                                 : get_u32(d, &c->parts[k].img, 0, PROTO_MAX_IMAGES - 1))
+                return -1;
+        return 0;
+    }
     }
     return -1;
+}
+
+static const field_t img_fields[] = {{"w", true}, {"h", true}, {"rgb", true}, {"hash", true}};
+
+static int img_field(dec_t *d, void *obj, int idx)
+{
+    proto_img_t *im = obj;
+    const uint8_t *b;
+    uint32_t n = 0;
+    if (idx < 2)
+        return get_u32(d, idx ? &im->h : &im->w, 1, PROTO_MAX_VIS_SIZE);
+    if (idx == 2) /* its size is checked against w, h after the map */
+        return get_bin(d, &im->rgb, &im->n_rgb, PROTO_MAX_BODY);
+    if (mpread_bin(&d->r, &b, &n) < 0 || n != sizeof im->hash)
+        return d->r.status ? -1 : fail(d, PROTO_ERANGE, "hash of %u bytes, not %zu", n, sizeof im->hash);
+    memcpy(im->hash, b, n);
+    return 0;
 }
 
 /* The knobs come first (S_KNOB0 + their row), generated from the table;
@@ -863,7 +919,7 @@ enum {
     S_ID, S_PRIO, S_KIND, S_MSGS, S_PROMPT, S_PROMPT_IDS, S_SEED, S_BIAS, S_LOGPROBS, S_TOP_LP, S_MAX_TOK, S_STOP,
     S_IGNORE_EOS, S_DEADLINE, S_STREAM, S_RESUME, S_TOOLS, S_TOOL_CHOICE, S_PAR_TOOLS, S_N_CHOICES,
     S_GRAMMAR, S_OP, S_ADD_SPECIAL, S_THINK, S_INPUTS, S_DIMS, S_NO_SPEC, S_PART, S_LORA,
-    S_N_FIELDS
+    S_IMGS, S_N_FIELDS
 };
 _Static_assert(S_N_FIELDS <= 64, "read_map tracks seen keys in a 64-bit mask");
 
@@ -886,7 +942,7 @@ static const field_t submit_fields[] = {
     [S_THINK] = {"think", false},
     [S_INPUTS] = {"inputs", false},  [S_DIMS] = {"dims", false},
     [S_NO_SPEC] = {"no_spec", false}, [S_PART] = {"part", false},
-    [S_LORA] = {"lora", false},
+    [S_LORA] = {"lora", false},      [S_IMGS] = {"imgs", false},
 };
 
 static const field_t lora_fields[] = {{"name", true}, {"scale", false}};
@@ -1059,6 +1115,15 @@ static int submit_field(dec_t *d, void *obj, int idx)
                 return -1;
         }
         return 0;
+    case S_IMGS:
+        if (get_array(d, &n, PROTO_MAX_IMAGES) < 0)
+            return -1;
+        s->imgs = xcalloc(n ? n : 1, sizeof *s->imgs);
+        s->n_imgs = n;
+        for (uint32_t i = 0; i < n; i++) /* rgb's size is checked in submit_check */
+            if (read_map(d, img_fields, NFIELDS(img_fields), img_field, &s->imgs[i]) < 0)
+                return -1;
+        return 0;
     case S_ADD_SPECIAL: {
         bool b;
         if (get_bool(d, &b) < 0)
@@ -1077,14 +1142,23 @@ static int submit_field(dec_t *d, void *obj, int idx)
 static int submit_check(dec_t *d, proto_submit_t *s)
 {
     d->field = NULL;
+    for (uint32_t i = 0; i < s->n_imgs; i++)
+        if ((uint64_t)s->imgs[i].n_rgb != (uint64_t)s->imgs[i].w * s->imgs[i].h * 3)
+            return fail(d, PROTO_ERANGE, "imgs[%u]: rgb of %u bytes, not %ux%ux3", i, s->imgs[i].n_rgb,
+                        s->imgs[i].w, s->imgs[i].h);
+    for (uint32_t i = 0; i < s->n_messages; i++)
+        for (uint32_t k = 0; k < s->messages[i].n_parts; k++)
+            if (!s->messages[i].parts[k].text && s->messages[i].parts[k].img >= s->n_imgs)
+                return fail(d, PROTO_EFIELD, "msgs[%u].parts[%u]: image %u of %u", i, k,
+                            s->messages[i].parts[k].img, s->n_imgs);
     if (s->kind == PROTO_KIND_CHAT) {
         if (s->n_messages == 0)
             return fail(d, PROTO_EFIELD, "chat needs at least one message in 'msgs'");
         if (s->prompt || s->has_prompt_ids)
             return fail(d, PROTO_EFIELD, "chat takes 'msgs', not 'prompt'/'prompt_ids'");
     } else {
-        if (s->messages)
-            return fail(d, PROTO_EFIELD, "completion takes 'prompt' or 'prompt_ids', not 'msgs'");
+        if (s->messages || s->imgs)
+            return fail(d, PROTO_EFIELD, "completion takes 'prompt' or 'prompt_ids', not 'msgs'/'imgs'");
         if (s->tools)
             return fail(d, PROTO_EFIELD, "completion takes no 'tools'");
         if (s->has_think)

@@ -103,8 +103,17 @@
  *                         (assistant turns: the calls as a JSON array
  *                         [{"id","type":"function","function":{"name",
  *                         "arguments": object}}], 2..PROTO_MAX_PROMPT bytes),
- *                         tool_call_id: str opt ≤ PROTO_MAX_NAME (tool turns)};
+ *                         tool_call_id: str opt ≤ PROTO_MAX_NAME (tool turns),
+ *                         parts: array opt (a message with images, chat only: its
+ *                         text and images in order, ≤ PROTO_MAX_PARTS elements,
+ *                         each a str ≤ PROTO_MAX_PROMPT or a uint, an index into
+ *                         imgs < n_imgs; absent = content alone is the message)};
  *                         required, ≥ 1, for chat
+ *   imgs       array opt  chat only: the request's decoded images, ≤ PROTO_MAX_IMAGES
+ *                         maps {w: uint, h: uint (1..PROTO_MAX_VIS_SIZE), rgb: bin
+ *                         of exactly w·h·3 bytes (RGB8, top row first), hash: bin
+ *                         of 32 bytes (BLAKE2b-256, common/image/image.h)}, each
+ *                         used by a message's parts. Absent when there are none.
  *   tools      str   opt  chat only: the tools the template announces, a JSON
  *                         array of OpenAI tool objects {"type":"function",
  *                         "function":{"name","description"?,"parameters"?}},
@@ -505,11 +514,30 @@ typedef struct proto_heartbeat {
     proto_progress_t progress; /* prog */
 } proto_heartbeat_t;
 
+#define PROTO_MAX_IMAGES 8        /* imgs per SUBMIT (= REQUEST_MAX_IMAGES) */
+#define PROTO_MAX_PARTS 256       /* parts per message (= OAI_MAX_CONTENT_PARTS) */
+
+/* One part of a message with images (msgs[i].parts): text, or an image. */
+typedef struct proto_part {
+    char *text;              /* a str part; NULL = the image img */
+    uint32_t img;            /* a uint part: index into the SUBMIT's imgs */
+} proto_part_t;
+
+/* One decoded image of a SUBMIT (imgs[i]). */
+typedef struct proto_img {
+    uint32_t w, h;           /* w, h */
+    uint8_t *rgb;            /* rgb, (h, w, 3) RGB8 */
+    uint32_t n_rgb;          /* decoded: rgb's bytes (= w·h·3); the encoder ignores it */
+    uint8_t hash[32];        /* hash */
+} proto_img_t;
+
 typedef struct proto_chat_msg {
     char *role;              /* "system", "user", "assistant", ... */
     char *content;
     char *tool_calls;        /* tool_calls: JSON array text, NULL = absent */
     char *tool_call_id;      /* tool_call_id, NULL = absent */
+    proto_part_t *parts;     /* parts, (n_parts); NULL = absent */
+    uint32_t n_parts;
 } proto_chat_msg_t;
 
 typedef struct proto_logit_bias {
@@ -576,6 +604,8 @@ typedef struct proto_submit {
     uint64_t partition;          /* part: prefix-cache partition, 0 = public (absent) */
     proto_lora_t lora[PROTO_MAX_LORA]; /* lora: adapters, in order, (n_lora) */
     uint32_t n_lora;
+    proto_img_t *imgs;           /* imgs, (n_imgs); NULL = absent */
+    uint32_t n_imgs;
 } proto_submit_t;
 
 typedef struct proto_cancel {

@@ -26,4 +26,28 @@
 int32_t submit_prompt_encode(const text_model_t *t, const proto_submit_t *s, size_t max_bytes,
                              int32_t **out, bool *truncated, char *err, size_t errlen);
 
+/* One image occurrence in the prompt: ids[pos .. pos + n_tok) are the
+ * projector's placeholder token, to be replaced by image img's rows. */
+typedef struct submit_img_span {
+    int32_t pos;
+    int32_t n_tok;
+    uint32_t img;            /* index into the SUBMIT's imgs */
+} submit_img_span_t;
+
+/* The prompt of a SUBMIT with images (imgs, and parts in its messages) for
+ * a model whose projector is proj (clip.projector_type) with n_tok rows per
+ * image: each message with parts is its text parts joined with "\n", a
+ * per-render random marker in place of each image; the chat template
+ * renders the messages; the text is cut at the markers, each piece
+ * tokenized on its own (special tokens recognised; the first with
+ * prompt_chat's BOS rule), and each marker becomes the image's run
+ * (common/text/image_run.h: begin, n_tok × soft, end). *spans (malloc'd,
+ * *n_spans, in prompt order) says where each image's rows go. A SUBMIT
+ * without images gives submit_prompt_encode's ids and no spans. Returns the
+ * count, or -1 with err (an unknown projector or none, a template that
+ * dropped or repeated a marker). Never truncated. */
+int32_t submit_prompt_encode_images(const text_model_t *t, const proto_submit_t *s, const char *proj,
+                                    int32_t n_tok, int32_t **out, submit_img_span_t **spans, uint32_t *n_spans,
+                                    char *err, size_t errlen);
+
 #endif

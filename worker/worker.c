@@ -23,6 +23,7 @@
 #include "common/xalloc.h"
 #include "worker/kv_disk.h"
 #include "worker/model/vision.h"
+#include "worker/worker_image.h"
 #include "worker/pack_cache.h"
 #include "worker/kv_pool.h"
 #include "worker/kv_report.h"
@@ -502,6 +503,11 @@ static proto_err_t submit(struct worker *w, const proto_submit_t *sm, char *err,
     proto_err_t cause = worker_req_from_submit(w->engine, sm, clock_now_us(), &r, err, errlen);
     if (cause != PROTO_ERR_NONE)
         return cause;
+    cause = worker_req_submit_images(&r, w->vis, w->engine, sm, err, errlen);
+    if (cause != PROTO_ERR_NONE) {
+        worker_req_clear(&r);
+        return cause;
+    }
     cause = err_from_sched(sched_submit(w->sched, &r.req, err, errlen));
     worker_req_clear(&r);
     return cause;
@@ -806,6 +812,12 @@ static int connect_link(struct worker *w, const worker_config_t *cfg, char *err,
         .n_vocab = (uint32_t)w->engine->model->cfg.vocab,
         .kv_blocks = w->kv_blocks, .block_size = w->block_size,
     };
+    if (w->vis) { /* the gateway accepts images for this model */
+        worker_vis_info_t vi;
+        worker_vis_info(w->vis, &vi);
+        reg.vis = (proto_vis_t){.has = true, .size = vi.size, .n_tok = vi.n_tok};
+        snprintf(reg.vis.proj, sizeof reg.vis.proj, "%s", vi.proj);
+    }
     worker_link_config_t lcfg = {
         .endpoint = cfg->endpoint,
         .heartbeat_ms = w->heartbeat_ms,

@@ -52,6 +52,7 @@
 #include "worker/engine.h"
 #include "worker/sampler.h"
 #include "worker/sched.h"
+#include "worker/worker_req.h"
 
 typedef struct worker_config {
     const char *endpoint;          /* gateway's ROUTER, "tcp://127.0.0.1:5557" */
@@ -124,31 +125,6 @@ const engine_t *worker_engine(const worker_t *w);
 
 /* --- SUBMIT → scheduler request ------------------------------------------- */
 
-/* A scheduler request made from a SUBMIT, with the storage it points to.
- * `req` also borrows from the SUBMIT (stop strings, resume ids) and from the
- * engine (end-of-turn ids): both must outlive its sched_submit() call. */
-typedef struct worker_req {
-    sched_req_t req;
-    int32_t *prompt;               /* owned: (req.n_prompt) token ids */
-    sampler_bias_t *bias;          /* owned: (req.sampling.n_logit_bias) */
-    char *tool_grammar;            /* owned: the grammar of a forced tool call
-                                      (tool_choice required/named), or NULL */
-    sched_image_t *images;         /* owned: req.images (worker_image.h), or NULL */
-    float *img_embd;               /* owned: their rows */
-} worker_req_t;
-
-/* Translates one SUBMIT into a scheduler request: templates and tokenizes
- * the prompt (chat messages, text, or ids as given), copies limits, stop
- * strings and sampling parameters, turns deadline_ms into an absolute
- * deadline from now_us (clock_now_us()), and validates the sampling
- * parameters against the vocabulary. Every SUBMIT field the scheduler needs
- * is translated here and nowhere else: a new SUBMIT field lands in this one
- * function. Returns PROTO_ERR_NONE with *out filled (release with
- * worker_req_clear), or PROTO_ERR_BAD_REQUEST with a message in err and *out
- * cleared (nothing to free). */
-proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, int64_t now_us,
-                                   worker_req_t *out, char *err, size_t errlen);
-/* Frees what worker_req_from_submit allocated and zeroes *r; safe twice. */
-void worker_req_clear(worker_req_t *r);
+/* worker_req_t, worker_req_from_submit, worker_req_clear: worker/worker_req.h */
 
 #endif

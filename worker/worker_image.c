@@ -8,7 +8,8 @@
 #include "common/errbuf.h"
 #include "common/text/tokenizer.h"
 #include "common/xalloc.h"
-#include "worker/worker.h"
+#include "proto/submit_prompt.h"
+#include "worker/worker_req.h"
 
 void worker_vis_info(const vision_t *v, worker_vis_info_t *out)
 {
@@ -78,4 +79,36 @@ proto_err_t worker_req_images(struct worker_req *r, vision_t *v, const tokenizer
     r->req.images = r->images;
     r->req.n_images = (int32_t)n_spans;
     return PROTO_ERR_NONE;
+}
+
+proto_err_t worker_req_submit_images(struct worker_req *r, vision_t *v, const engine_t *e,
+                                     const proto_submit_t *sm, char *err, size_t errlen)
+{
+    if (!sm->n_imgs)
+        return PROTO_ERR_NONE;
+    if (!v)
+        return BAD("this model takes no images (its workers have no --mmproj)");
+    worker_vis_info_t vi;
+    worker_vis_info(v, &vi);
+    int32_t *ids;
+    submit_img_span_t *sp;
+    uint32_t ns;
+    int32_t n = submit_prompt_encode_images(e->text, sm, vi.proj, (int32_t)vi.n_tok, &ids, &sp, &ns, err, errlen);
+    if (n < 0)
+        return PROTO_ERR_BAD_REQUEST;
+    free(r->prompt);
+    r->prompt = ids;
+    r->req.prompt = ids;
+    r->req.n_prompt = n;
+    worker_img_t imgs[PROTO_MAX_IMAGES];
+    for (uint32_t i = 0; i < sm->n_imgs && i < PROTO_MAX_IMAGES; i++)
+        imgs[i] = (worker_img_t){.rgb = sm->imgs[i].rgb, .w = sm->imgs[i].w, .h = sm->imgs[i].h,
+                                 .hash = sm->imgs[i].hash};
+    worker_img_span_t *spans = xcalloc(ns ? ns : 1, sizeof *spans);
+    for (uint32_t i = 0; i < ns; i++)
+        spans[i] = (worker_img_span_t){.pos = sp[i].pos, .n_tok = sp[i].n_tok, .img = sp[i].img};
+    free(sp);
+    proto_err_t rc = worker_req_images(r, v, e->tok, imgs, sm->n_imgs, spans, ns, err, errlen);
+    free(spans);
+    return rc;
 }

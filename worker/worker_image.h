@@ -24,6 +24,7 @@
 
 #include "common/text/tokenizer.h"
 #include "proto/msg.h"
+#include "worker/engine.h"
 #include "worker/model/vision.h"
 
 struct worker_req;
@@ -60,5 +61,13 @@ void worker_vis_info(const vision_t *v, worker_vis_info_t *out);
 proto_err_t worker_req_images(struct worker_req *r, vision_t *v, const tokenizer_t *tok, const worker_img_t *imgs,
                               uint32_t n_imgs, const worker_img_span_t *spans, uint32_t n_spans, char *err,
                               size_t errlen);
+
+/* A SUBMIT with images (imgs) into r, made by worker_req_from_submit: the
+ * prompt again with the images' runs (proto/submit_prompt.h's layout for
+ * v's projector), then worker_req_images. A SUBMIT without images: nothing
+ * done. Returns PROTO_ERR_NONE, or PROTO_ERR_BAD_REQUEST with a message (no
+ * projector: "this model takes no images"). */
+proto_err_t worker_req_submit_images(struct worker_req *r, vision_t *v, const engine_t *e,
+                                     const proto_submit_t *sm, char *err, size_t errlen);
 
 #endif

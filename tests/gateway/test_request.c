@@ -16,6 +16,7 @@
 #include "gateway/anthropic.h"
 #include "gateway/oai.h"
 #include "gateway/request.h"
+#include "gateway/request_image.h"
 #include "gateway/submit.h"
 #include "proto/msg.h"
 
@@ -34,6 +35,17 @@ static int parse_chat_with(const char *key, const char *value, request_t *r, oai
     snprintf(body, sizeof body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"%s\":%s}",
              key, value);
     return oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, r, e);
+}
+
+/* *d = m encoded and decoded again (both must succeed) */
+static void over_the_wire(const proto_msg_t *m, proto_msg_t *d)
+{
+    uint8_t *body;
+    size_t len;
+    char err[160];
+    assert_int_equal(proto_encode(m, &body, &len), PROTO_OK);
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, d, err, sizeof err), PROTO_OK);
+    free(body);
 }
 
 static void test_init_holds_the_defaults(void **state)
@@ -77,14 +89,9 @@ static void test_every_row_parsed_and_checked(void **state)
         proto_msg_init(&m, PROTO_SUBMIT);
         submit_from_request(&r, 9, PRIO_TIER_NORMAL, &m.submit);
         assert_true(proto_knob_get(&m.submit.sampling.knobs, row) == inside(row));
-        uint8_t *body;
-        size_t len;
-        assert_int_equal(proto_encode(&m, &body, &len), PROTO_OK);
         proto_msg_t d;
-        char err[160];
-        assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &d, err, sizeof err), PROTO_OK);
+        over_the_wire(&m, &d);
         assert_true(proto_knob_get(&d.submit.sampling.knobs, row) == inside(row));
-        free(body);
         proto_msg_clear(&d);
         proto_msg_clear(&m);
         request_free(&r);
@@ -123,12 +130,75 @@ static void test_anthropic_shares_the_rows(void **state)
     request_free(&r);
 }
 
+/* A chat with an image: the fitted image (pixels and hash as
+ * request_images_prepare made them) and the message's parts go into the
+ * SUBMIT and survive the wire; a request without images sends neither key. */
+static void test_images_into_submit(void **state)
+{
+    (void)state;
+    /* a 3x2 RGB PNG, fitted to the encoder's 4x4 */
+    static const char body[] =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":["
+        "{\"type\":\"text\",\"text\":\"What?\"},{\"type\":\"image_url\",\"image_url\":\"data:image/png;base64,"
+        "iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAIAAAASFvFNAAAAHElEQVR4nGNgOMEQMI1hQQoDg8aJioppFSdSKgA+5AdFSflBowAAAABJRU5ErkJggg==\"}]}]}";
+    request_t r;
+    oai_error_t e;
+    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e), 0);
+    proto_vis_t vis = {.has = true, .size = 4, .n_tok = 1, .proj = "gemma3"};
+    request_image_limits_t lim = {0};
+    assert_int_equal(request_images_prepare(&r, &vis, &lim, &e), 0);
+    assert_int_equal(r.n_images, 1);
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_SUBMIT);
+    submit_from_request(&r, 9, PRIO_TIER_NORMAL, &m.submit);
+    proto_msg_t d;
+    over_the_wire(&m, &d);
+    const proto_submit_t *s = &d.submit;
+    assert_int_equal(s->n_imgs, 1);
+    assert_int_equal(s->imgs[0].w, r.images[0].w);
+    assert_int_equal(s->imgs[0].h, r.images[0].h);
+    assert_int_equal(s->imgs[0].w, 4);
+    assert_memory_equal(s->imgs[0].rgb, r.images[0].rgb, 4 * 4 * 3);
+    assert_memory_equal(s->imgs[0].hash, r.images[0].hash, 32);
+    assert_int_equal(s->n_messages, 2);
+    assert_int_equal(s->messages[0].n_parts, 0);
+    assert_int_equal(s->messages[1].n_parts, 2);
+    assert_string_equal(s->messages[1].parts[0].text, "What?");
+    assert_null(s->messages[1].parts[1].text);
+    assert_int_equal(s->messages[1].parts[1].img, 0);
+    proto_msg_clear(&d);
+    proto_msg_clear(&m);
+    request_free(&r);
+
+    /* images whose fitted pixels cannot fit one SUBMIT: a 400 before any is fitted */
+    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e), 0);
+    proto_vis_t huge = {.has = true, .size = 4096, .n_tok = 1, .proj = "gemma3"};
+    assert_int_equal(request_images_prepare(&r, &huge, &lim, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_non_null(strstr(e.message, "do not fit"));
+    request_free(&r);
+
+    /* no images: no imgs, no parts on the wire */
+    assert_int_equal(parse_chat_with("user", "\"u\"", &r, &e), 0);
+    proto_msg_init(&m, PROTO_SUBMIT);
+    submit_from_request(&r, 10, PRIO_TIER_NORMAL, &m.submit);
+    uint8_t *wire;
+    size_t len;
+    assert_int_equal(proto_encode(&m, &wire, &len), PROTO_OK);
+    assert_null(memmem(wire, len, "imgs", 4));
+    assert_null(memmem(wire, len, "parts", 5));
+    free(wire);
+    proto_msg_clear(&m);
+    request_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_holds_the_defaults),
         cmocka_unit_test(test_every_row_parsed_and_checked),
         cmocka_unit_test(test_anthropic_shares_the_rows),
+        cmocka_unit_test(test_images_into_submit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,9 @@
 #     speed target), and text-only requests still work afterwards.
 # The images are written by the libraries' own encoders
 # (build/tests/common/image/test_image --write-hostile).
+# Then end to end with a vision model (a generated gemma3 pair served with
+# --mmproj): the three surfaces give pagoda-run --image's greedy text, two
+# images two texts, and a repeated image is a prefix-cache hit.
 source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
@@ -178,4 +181,107 @@ sys.exit(1 if n_fail else 0)
 PY
 [[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
 check "gateway still running" kill -0 "$GW_PID"
+
+# --- end to end (issue #40): a gemma3 text model + mmproj pair (random weights, 112 px,
+# dim 64) served with --mmproj; the same PNG through the three surfaces gives
+# pagoda-run --mmproj --image's greedy text on the same pixels (a PPM of the
+# same RGB; the server joins a message's parts with "\n", so pagoda-run's
+# prompt is "\n" + the text); different images give different text; a
+# repeated request reports cached tokens past the image.
+MK=$BUILD/pagoda-mkmodel
+RUN=$BUILD/pagoda-run
+HERE=$(cd "$(dirname "$0")" && pwd)
+check "gemma3 pair written" "$MK" -o "$TMP/vt.gguf" --arch gemma3 --dim 64 --layers 2 --heads 4 --kv-heads 2 \
+  --ffn 128 --ctx 512 --vocab 512 --type f32 --seed 40 --untied --mute-special --logit-scale 8 \
+  --chat-template "$HERE/../compare/gemma_turns.jinja" --mmproj "$TMP/vp.gguf" --vis-size 112 --vis-patch 7 \
+  --vis-dim 64 --vis-layers 2 --vis-heads 4 --vis-ffn 128
+PYTHONPATH="$HERE/../compare" python3 - "$TMP/img" <<'PY'
+import struct, sys, zlib
+from vision_images import images
+d = sys.argv[1]
+def chunk(t, b):
+    return struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b))
+for name, px in images(112).items():
+    raw = b"".join(b"\0" + bytes(px[y * 336:(y + 1) * 336]) for y in range(112))
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 112, 112, 8, 2, 0, 0, 0)) + \
+        chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    open(f"{d}/{name}.png", "wb").write(png)
+    open(f"{d}/{name}.ppm", "wb").write(b"P6\n112 112\n255\n" + bytes(px))
+PY
+[[ $? -eq 0 ]] || fail "PNG and PPM of the same pixels written"
+PROMPT="What is in this picture?"
+N=12
+for img in gradient checker; do
+  "$RUN" -m "$TMP/vt.gguf" --mmproj "$TMP/vp.gguf" --image "$TMP/img/$img.ppm" -p $'\n'"$PROMPT" -n $N --temp 0 \
+    --threads 2 >"$TMP/run-$img.txt" 2>"$TMP/run-$img.err" || fail "pagoda-run on $img: $(tail -3 "$TMP/run-$img.err")"
+done
+hp2=$(free_port); zp2=$(free_port)
+spawn "$TMP/gw2.log" "$GW" --listen 127.0.0.1:$hp2 --worker-endpoint tcp://127.0.0.1:$zp2 \
+  --model "vis=$TMP/vt.gguf" --mmproj "vis=$TMP/vp.gguf" --max-seqs 2 --log-level debug
+URL2=http://127.0.0.1:$hp2
+ready2() { curl -sf "$URL2/health" | python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['models']['vis']['replicas']==1 else 1)"; }
+check "gateway with --mmproj up, its worker registered" wait_for 60 ready2
+python3 - "$URL2" "$TMP" "$PROMPT" $N <<'PY'
+import base64, json, sys, urllib.request, urllib.error
+url, d, prompt, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+n_fail = 0
+def report(ok, what, extra=""):
+    global n_fail
+    print(("ok - " if ok else "not ok - ") + what + (("  # " + extra) if extra and not ok else ""))
+    n_fail += not ok
+def post(path, body):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", "anthropic-version": "2023-06-01"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+def b64(img):
+    return base64.b64encode(open(f"{d}/img/{img}.png", "rb").read()).decode()
+def chat(img):
+    return post("/v1/chat/completions", {"model": "vis", "max_tokens": n, "temperature": 0, "messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + b64(img)}},
+                                     {"type": "text", "text": prompt}]}]})
+def anth(img):
+    return post("/v1/messages", {"model": "vis", "max_tokens": n, "temperature": 0, "messages": [
+        {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                  "data": b64(img)}},
+                                     {"type": "text", "text": prompt}]}]})
+def resp(img):
+    return post("/v1/responses", {"model": "vis", "max_output_tokens": n, "temperature": 0, "input": [
+        {"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64," + b64(img)},
+                                     {"type": "input_text", "text": prompt}]}]})
+texts = {}
+for img in ["gradient", "checker"]:
+    want = open(f"{d}/run-{img}.txt", "rb").read().decode("utf-8", "replace").strip()
+    c, j = chat(img)
+    got = j["choices"][0]["message"]["content"].strip() if c == 200 else None
+    report(c == 200 and got == want, f"chat image_url {img}: pagoda-run's text", f"{c} {got!r} vs {want!r} {json.dumps(j)[:300]}")
+    texts[img] = got
+    c, j = anth(img)
+    got = "".join(b.get("text", "") for b in j["content"]).strip() if c == 200 else None
+    report(c == 200 and got == want, f"anthropic image {img}: pagoda-run's text", f"{c} {got!r} vs {want!r} {json.dumps(j)[:300]}")
+    c, j = resp(img)
+    got = "".join(p.get("text", "") for o in j.get("output", []) if o.get("type") == "message"
+                  for p in o.get("content", [])).strip() if c == 200 else None
+    report(c == 200 and got == want, f"responses input_image {img}: pagoda-run's text", f"{c} {got!r} vs {want!r} {json.dumps(j)[:300]}")
+report(texts["gradient"] != texts["checker"], "different images give different text", json.dumps(texts))
+# repeated: the prefix cache covers the image
+c, j = chat("gradient")
+u = j.get("usage", {}) if c == 200 else {}
+cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+pt = u.get("prompt_tokens", 0)
+# the image is the message's first part: its run (begin, 16 rows, end) follows
+# the turn header (BOS, <start_of_turn>, "user" in at most 4 tokens, "\n"), so
+# it ends before position 26; 40 cached tokens cover it
+report(c == 200 and cached >= 40, "chat: a repeated image is a prefix-cache hit covering it",
+       f"cached {cached} of {pt}")
+c, j = anth("gradient")
+u = j.get("usage", {}) if c == 200 else {}
+cr = u.get("cache_read_input_tokens", 0)
+report(c == 200 and cr >= 40, "anthropic: cache_read_input_tokens covers the image", json.dumps(u))
+sys.exit(1 if n_fail else 0)
+PY
+[[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
 finish

@@ -1335,6 +1335,21 @@ static void test_roundtrip_rank(void **state)
     free(body);
 }
 
+/* sb, pk set up, then a SUBMIT map of n keys, its first three: id 1, prio
+ * 1, kind. */
+static void pack_submit_head(msgpack_sbuffer *sb, msgpack_packer *pk, uint32_t n, proto_kind_t kind)
+{
+    msgpack_sbuffer_init(sb);
+    msgpack_packer_init(pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_map(pk, n);
+    msgpack_pack_str_with_body(pk, "id", 2);
+    msgpack_pack_uint64(pk, 1);
+    msgpack_pack_str_with_body(pk, "prio", 4);
+    msgpack_pack_uint64(pk, 1);
+    msgpack_pack_str_with_body(pk, "kind", 4);
+    msgpack_pack_str_with_body(pk, proto_kind_name(kind), strlen(proto_kind_name(kind)));
+}
+
 /* lora: adapters by name, scale optional (absent = the worker's); not
  * encoded when empty; bounds on the scale, the name and the count. */
 static void test_roundtrip_lora(void **state)
@@ -1371,16 +1386,7 @@ static void test_roundtrip_lora(void **state)
     for (int c = 0; c < 3; c++) {
         msgpack_sbuffer sb;
         msgpack_packer pk;
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        msgpack_pack_map(&pk, 4);
-        msgpack_pack_str_with_body(&pk, "id", 2);
-        msgpack_pack_uint64(&pk, 1);
-        msgpack_pack_str_with_body(&pk, "prio", 4);
-        msgpack_pack_uint64(&pk, 1);
-        msgpack_pack_str_with_body(&pk, "kind", 4);
-        msgpack_pack_str_with_body(&pk, proto_kind_name(PROTO_KIND_COMPLETION),
-                                   strlen(proto_kind_name(PROTO_KIND_COMPLETION)));
+        pack_submit_head(&sb, &pk, 4, PROTO_KIND_COMPLETION);
         msgpack_pack_str_with_body(&pk, "lora", 4);
         uint32_t n = c == 0 ? PROTO_MAX_LORA + 1 : c == 1 ? 0 : 1;
         msgpack_pack_array(&pk, n);
@@ -1397,6 +1403,145 @@ static void test_roundtrip_lora(void **state)
         assert_int_equal(decode_body(PROTO_SUBMIT, &sb, &out), c == 2 ? PROTO_EFIELD : PROTO_ERANGE);
         msgpack_sbuffer_destroy(&sb);
     }
+}
+
+#define CORPUS_DIR "tests/fuzz/corpus/proto"
+
+/* A fuzz seed: the tag, the type byte, m's body. */
+static void write_seed(const char *path, const proto_msg_t *m)
+{
+    size_t len;
+    uint8_t *body = encode(m, &len);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    uint8_t type = (uint8_t)m->type;
+    fwrite(PROTO_TAG, 1, PROTO_TAG_LEN, f);
+    fwrite(&type, 1, 1, f);
+    fwrite(body, 1, len, f);
+    fclose(f);
+    free(body);
+}
+
+/* imgs and msgs[].parts: decoded images with their hash, parts as str or
+ * image index; neither key is encoded without images; the bounds (size,
+ * rgb length, hash length, count, index, chat only). The seed
+ * tests/fuzz/corpus/proto/10_SUBMIT_IMGS is this message (written with
+ * PAGODA_WRITE_CORPUS=1). */
+static void test_roundtrip_images(void **state)
+{
+    (void)state;
+    proto_msg_t in, out;
+    proto_msg_init(&in, PROTO_SUBMIT);
+    proto_chat_msg_t msgs[2] = {{.role = "system", .content = "be brief"}, {.role = "user", .content = "what?\nand"}};
+    in.submit.id = 12;
+    in.submit.kind = PROTO_KIND_CHAT;
+    in.submit.messages = msgs;
+    in.submit.n_messages = 2;
+    size_t len;
+    uint8_t *body = encode(&in, &len);
+    assert_null(memmem(body, len, "imgs", 4));
+    assert_null(memmem(body, len, "parts", 5));
+    free(body);
+    uint8_t rgb0[2 * 3 * 3], rgb1[1 * 1 * 3] = {7, 8, 9};
+    for (size_t i = 0; i < sizeof rgb0; i++)
+        rgb0[i] = (uint8_t)(i * 13);
+    proto_img_t imgs[2] = {{.w = 3, .h = 2, .rgb = rgb0}, {.w = 1, .h = 1, .rgb = rgb1}};
+    for (int i = 0; i < 32; i++) {
+        imgs[0].hash[i] = (uint8_t)i;
+        imgs[1].hash[i] = (uint8_t)(255 - i);
+    }
+    proto_part_t parts[4] = {{.img = 1}, {.text = "what?"}, {.img = 0}, {.text = "and"}};
+    msgs[1].parts = parts;
+    msgs[1].n_parts = 4;
+    in.submit.imgs = imgs;
+    in.submit.n_imgs = 2;
+    roundtrip(&in, &out);
+    assert_int_equal(out.submit.n_imgs, 2);
+    assert_int_equal(out.submit.imgs[0].w, 3);
+    assert_int_equal(out.submit.imgs[0].h, 2);
+    assert_memory_equal(out.submit.imgs[0].rgb, rgb0, sizeof rgb0);
+    assert_memory_equal(out.submit.imgs[1].rgb, rgb1, sizeof rgb1);
+    assert_memory_equal(out.submit.imgs[1].hash, imgs[1].hash, 32);
+    assert_int_equal(out.submit.messages[0].n_parts, 0);
+    assert_null(out.submit.messages[0].parts);
+    assert_int_equal(out.submit.messages[1].n_parts, 4);
+    assert_null(out.submit.messages[1].parts[0].text);
+    assert_int_equal(out.submit.messages[1].parts[0].img, 1);
+    assert_string_equal(out.submit.messages[1].parts[1].text, "what?");
+    assert_int_equal(out.submit.messages[1].parts[2].img, 0);
+    assert_string_equal(out.submit.messages[1].parts[3].text, "and");
+    proto_msg_clear(&out);
+    if (getenv("PAGODA_WRITE_CORPUS")) {
+        write_seed(CORPUS_DIR "/10_SUBMIT_IMGS", &in);
+    }
+    size_t n;
+    unsigned char *seed = support_read_file(CORPUS_DIR "/10_SUBMIT_IMGS", &n);
+    assert_non_null(seed);
+    proto_frame_t fr[3] = {{seed, 6}, {seed + 6, 1}, {seed + 7, n - 7}};
+    assert_int_equal(proto_decode(fr, 3, &out, NULL, 0), PROTO_OK);
+    assert_int_equal(out.submit.n_imgs, 2);
+    proto_msg_clear(&out);
+    free(seed);
+    /* each refusal: encode a broken variant, the decoder names the range */
+    struct { int what; int status; } bad[] = {
+        {0, PROTO_EFIELD}, /* a part names image 2 of 2 */
+        {1, PROTO_ERANGE}, /* rgb one byte short of w·h·3 */
+        {2, PROTO_ERANGE}, /* w 0 */
+        {3, PROTO_ERANGE}, /* w over PROTO_MAX_VIS_SIZE */
+        {4, PROTO_EFIELD}, /* imgs on a completion */
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        proto_msg_t v = in;
+        proto_img_t vi[2] = {imgs[0], imgs[1]};
+        proto_part_t vp[4] = {parts[0], parts[1], parts[2], parts[3]};
+        proto_chat_msg_t vm[2] = {msgs[0], msgs[1]};
+        vm[1].parts = vp;
+        v.submit.messages = vm;
+        v.submit.imgs = vi;
+        if (bad[c].what == 0)
+            vp[2].img = 2;
+        if (bad[c].what == 2)
+            vi[1].w = 0;
+        static uint8_t wide[(PROTO_MAX_VIS_SIZE + 1) * 3]; /* the encoder packs w·h·3 bytes */
+        if (bad[c].what == 3)
+            vi[1] = (proto_img_t){.w = PROTO_MAX_VIS_SIZE + 1, .h = 1, .rgb = wide};
+        if (bad[c].what == 4) {
+            v.submit.kind = PROTO_KIND_COMPLETION;
+            v.submit.messages = NULL;
+            v.submit.n_messages = 0;
+            v.submit.prompt = "x";
+        }
+        uint8_t short_rgb[5];
+        if (bad[c].what == 1) { /* 1x2 claims 6 bytes, the encoder packs w·h·3 of rgb: lie about h */
+            vi[1] = (proto_img_t){.w = 1, .h = 1, .rgb = short_rgb};
+            memset(short_rgb, 1, sizeof short_rgb);
+        }
+        body = encode(&v, &len);
+        if (bad[c].what == 1) { /* patch the packed h from 1 to 2 after the encoder wrote 3 bytes */
+            uint8_t *hk = memmem(body, len, "\xa1h\x01\xa3rgb\xc4\x03", 9);
+            assert_non_null(hk);
+            hk[2] = 2;
+        }
+        assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, NULL, 0), bad[c].status);
+        free(body);
+    }
+    /* more than PROTO_MAX_IMAGES; a hash of 31 bytes (the encoder's 32 with
+     * the bin header patched: the decoder stops at it) */
+    proto_img_t many[PROTO_MAX_IMAGES + 1];
+    for (int i = 0; i <= PROTO_MAX_IMAGES; i++)
+        many[i] = imgs[1];
+    in.submit.imgs = many;
+    in.submit.n_imgs = PROTO_MAX_IMAGES + 1;
+    body = encode(&in, &len);
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, NULL, 0), PROTO_ERANGE);
+    free(body);
+    in.submit.n_imgs = 2;
+    body = encode(&in, &len);
+    uint8_t *hk = memmem(body, len, "\xa4hash\xc4\x20", 7);
+    assert_non_null(hk);
+    hk[6] = 31;
+    assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, NULL, 0), PROTO_ERANGE);
+    free(body);
 }
 
 /* Event-specific shape rules. */
@@ -1516,7 +1661,6 @@ static void test_event_rules(void **state)
 /* The fuzz seed corpus (tests/fuzz/corpus/proto/, layout in fuzz_proto.c)
  * holds one valid message per sample; each seed must decode. With
  * PAGODA_WRITE_CORPUS=1 the seeds are (re)written from sample_messages(). */
-#define CORPUS_DIR "tests/fuzz/corpus/proto"
 static void test_fuzz_corpus(void **state)
 {
     proto_msg_t ms[N_SAMPLES];
@@ -1525,16 +1669,7 @@ static void test_fuzz_corpus(void **state)
         char path[256];
         snprintf(path, sizeof path, CORPUS_DIR "/%02d_%s", i, proto_type_name(ms[i].type));
         if (getenv("PAGODA_WRITE_CORPUS")) {
-            size_t len;
-            uint8_t *body = encode(&ms[i], &len);
-            FILE *f = fopen(path, "wb");
-            assert_non_null(f);
-            uint8_t type = (uint8_t)ms[i].type;
-            fwrite(PROTO_TAG, 1, PROTO_TAG_LEN, f);
-            fwrite(&type, 1, 1, f);
-            fwrite(body, 1, len, f);
-            fclose(f);
-            free(body);
+            write_seed(path, &ms[i]);
         }
         size_t n;
         unsigned char *seed = support_read_file(path, &n);
@@ -1648,6 +1783,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_embed),
         cmocka_unit_test(test_roundtrip_rank),
         cmocka_unit_test(test_roundtrip_lora),
+        cmocka_unit_test(test_roundtrip_images),
         cmocka_unit_test(test_fuzz_corpus),
         cmocka_unit_test(test_zmq_roundtrip),
     };

@@ -58,11 +58,14 @@
 #include <stdint.h>
 
 #include "common/text/gguf.h"
+#include "common/text/image_run.h"
 
 /* The projector families, one table: X(ENUM suffix, clip.projector_type,
  * the text model's tokens an image run opens and closes with as llama.cpp's
- * libmtmd writes them, the placeholder token of each embedding row). */
-#define VISION_PROJ_TABLE(X) X(GEMMA3, "gemma3", "<start_of_image>", "<end_of_image>", "<image_soft_token>")
+ * libmtmd writes them, the placeholder token of each embedding row) — the
+ * text layer's (common/text/image_run.h), which the server's prompt layout
+ * reads too. */
+#define VISION_PROJ_TABLE(X) IMAGE_RUN_TABLE(X)
 
 enum vision_proj {
 #define VISION_PROJ_ENUM_(e, name, ...) VISION_PROJ_##e,
@@ -105,12 +108,8 @@ int vision_load(const char *path, int n_threads, vision_t **out, char *err, size
 int vision_load_gguf(gguf_t **g, int n_threads, vision_t **out, char *err, size_t errlen);
 void vision_free(vision_t **v);
 const vision_config_t *vision_config(const vision_t *v);
-typedef struct vision_proj_info {
-    const char *name;       /* clip.projector_type */
-    const char *tok_begin;  /* text before the image's rows */
-    const char *tok_end;    /* text after them */
-    const char *tok_soft;   /* placeholder token of one row */
-} vision_proj_info_t;
+/* A projector's row: name and the tokens of its image run. */
+typedef image_run_info_t vision_proj_info_t;
 /* The row of p; NULL when p is not a projector. */
 const vision_proj_info_t *vision_proj_info(enum vision_proj p);
 

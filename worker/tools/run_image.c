@@ -10,21 +10,8 @@
 #include "common/errbuf.h"
 #include "common/xalloc.h"
 #include "common/text/chat_template.h"
+#include "common/text/image_run.h"
 #include "common/text/tokenizer.h"
-
-/* ids[*n..] += tokens of text (no BOS, special tokens recognised) */
-static void append_text(const tokenizer_t *tok, const char *text, size_t len, int32_t **ids, int32_t *n,
-                        int32_t *cap)
-{
-    int need = (int)(4 * len + 4);
-    if (*n + need > *cap) {
-        *cap = *n + need;
-        *ids = xrealloc(*ids, (size_t)*cap * sizeof **ids);
-    }
-    int k = tokenizer_encode(tok, text, len, false, true, *ids + *n, need);
-    if (k > 0)
-        *n += k;
-}
 
 /* 64-bit FNV-1a of the pixels and size: the image's key in the prefix cache */
 static uint64_t image_key(const uint8_t *rgb, size_t n, int w, int h)
@@ -99,18 +86,13 @@ int32_t run_image_prompt(const engine_t *e, vision_t *v, const char *path, const
         icap = 1;
         (*ids)[n++] = tokenizer_bos(e->tok);
     }
-    append_text(e->tok, text, (size_t)(mk - text), ids, &n, &icap);
-    append_text(e->tok, pi->tok_begin, strlen(pi->tok_begin), ids, &n, &icap);
-    img->pos = n;
+    image_run_append_text(e->tok, text, (size_t)(mk - text), ids, &n, &icap);
+    img->pos = image_run_append(e->tok, image_run_find(pi->name), c->n_tok, ids, &n, &icap, err, errlen);
     img->n_tok = c->n_tok;
     img->embd = *embd;
     img->key = key;
-    *ids = xrealloc(*ids, (size_t)(icap = n + c->n_tok) * sizeof **ids);
-    for (int32_t i = 0; i < c->n_tok; i++)
-        (*ids)[n++] = soft[0];
-    append_text(e->tok, pi->tok_end, strlen(pi->tok_end), ids, &n, &icap);
     const char *after = mk + sizeof RUN_IMAGE_MARKER - 1;
-    append_text(e->tok, after, strlen(after), ids, &n, &icap);
+    image_run_append_text(e->tok, after, strlen(after), ids, &n, &icap);
     free(text);
     return n;
 err:
