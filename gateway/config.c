@@ -1395,8 +1395,7 @@ int config_lora_add(config_t *c, const char *model, const char *spec, char *err,
         free(l.name);
         free(l.file);
     }
-    for (size_t k = 0; k < 3; k++)
-        free(v[k]);
+    free(v[0]), free(v[1]), free(v[2]);
     return rc ? -1 : 0;
 }
 
