@@ -50,6 +50,16 @@ check "--print-config: base's adapters (file's, then the flag's), twin's" \
 check "/v1/models: each adapter after its base" bash -c "curl -sf $URL/v1/models | python3 -c \"import json,sys; ids=[m['id'] for m in json.load(sys.stdin)['data']]; sys.exit(0 if ids==['base','tuned-a','tuned-b','twin','twin-x'] else 1)\""
 check "GET /lora-adapters: llama-server's shape, ids in order, names not paths" bash -c "curl -sf $URL/lora-adapters | python3 -c \"import json,sys; a=json.load(sys.stdin); sys.exit(0 if [(x['id'],x['path'],x['scale']) for x in a]==[(0,'tuned-a',1.5),(1,'tuned-b',0.75),(2,'twin-x',1.0)] else 1)\""
 
+# configuration errors: exit 2 with the key's path
+printf 'models:\n  - name: m\n    path: %s\n    loras:\n      - {name: m, file: %s}\n' "$BASE" "$TMP/a8.gguf" >"$TMP/dup.yaml"
+"$GW" --config "$TMP/dup.yaml" --print-config >/dev/null 2>"$TMP/err"; rc=$?
+check "an adapter named like a model → exit 2 naming models[0].loras[0].name" bash -c "[[ $rc == 2 ]] && grep -q 'models\[0\].loras\[0\].name' '$TMP/err'"
+printf 'models:\n  - name: m\n    path: %s\n    loras:\n      - {name: x}\n' "$BASE" >"$TMP/nofile.yaml"
+"$GW" --config "$TMP/nofile.yaml" --print-config >/dev/null 2>"$TMP/err"; rc=$?
+check "an adapter without file → exit 2, missing required key 'file'" bash -c "[[ $rc == 2 ]] && grep -q \"missing required key 'file'\" '$TMP/err'"
+"$GW" --lora "x=$TMP/a8.gguf" --print-config >/dev/null 2>"$TMP/err"; rc=$?
+check "--lora with no model → exit 2" bash -c "[[ $rc == 2 ]] && grep -q 'no --model before it' '$TMP/err'"
+
 N=24
 comp() { # BODY_JSON → the completion's text on stdout; status in $TMP/code
   curl -s -o "$TMP/body" -w '%{http_code}' -X POST "$URL/v1/completions" -H 'Content-Type: application/json' -d "$1" >"$TMP/code"
