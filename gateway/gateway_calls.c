@@ -56,9 +56,11 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t 
     proto_submit_t *s = &r->submit.submit;
     submit_from_request(o, r->id, tier, s);
     s->partition = partition;
-    for (size_t i = 0; i < o->n_adapters; i++) /* gateway/lora_table.h; none = no `lora` key */
+    for (size_t i = 0; i < o->n_adapters; i++) { /* gateway/lora_table.h; none = no `lora` key */
         s->lora[s->n_lora++] = (proto_lora_t){.name = xstrdup(o->adapters[i].name), .has_scale = true,
                                               .scale = o->adapters[i].scale};
+        metrics_counter_add(gw->m.lora_requests, (const char *[]){r->model, o->adapters[i].name}, 1);
+    }
     if (o->affinity_key) {
         /* FNV-1a over model, NUL, key; mixed so its low bits pick a slot.
          * The partition is in it: one tenant's key does not steer another's */

@@ -8,7 +8,8 @@
 # llama.cpp `lora` field on the base name (ids of GET /lora-adapters, with its
 # own scale); the base alone equals pagoda-run without adapters; unknown ids,
 # another model's adapter and bad `lora` values → 400 with param "lora";
-# GET /lora-adapters in llama-server's shape; the Anthropic surface runs an
+# GET /lora-adapters in llama-server's shape; pagoda_lora_requests_total per
+# adapter; configuration errors; the Anthropic surface runs an
 # adapter by model name too; and the OpenAI npm SDK selects an adapter by
 # model name (lora_sdk.mjs, skipped without node or tests/js's packages).
 source "$(dirname "$0")/../lib.sh"
@@ -95,6 +96,11 @@ bad "lora entry without id" "$(body base "Hi" '[{"scale":1}]')"
 bad "the same adapter twice" "$(body tuned-a "Hi" '[{"id":0}]')"
 comp "$(body no-such-adapter "Hi")" >/dev/null
 check "an unknown model name is still 404 model_not_found" bash -c "[[ \$(cat $TMP/code) == 404 ]]"
+
+check "/metrics: pagoda_lora_requests_total per adapter, labelled with the base model" bash -c \
+  "curl -sf $URL/metrics | grep -q '^pagoda_lora_requests_total{model_name=\"base\",adapter=\"tuned-a\"} [1-9]'"
+check "/metrics: no adapter series for a model without adapter requests" bash -c \
+  "! curl -sf $URL/metrics | grep -q '^pagoda_lora_requests_total{model_name=\"twin\"'"
 
 # the Anthropic surface: an adapter by model name (same worker path)
 am=$(curl -s -X POST "$URL/v1/messages" -H 'Content-Type: application/json' -d '{"model":"tuned-a","max_tokens":8,"messages":[{"role":"user","content":"Hi"}]}')
