@@ -42,6 +42,7 @@ typedef enum {
     K_ENUM,    /* int, index of the value in names[] (NULL-terminated) */
     K_MAP,     /* nested mapping: sub/n_sub at offset */
     K_MODELS,  /* the models list */
+    K_LORAS,   /* a model's adapter list (models[].loras) */
 } kind_t;
 
 /* Validates a string value; returns 0 or -1 with a reason in why. */
@@ -144,6 +145,12 @@ static const field_t model_fields[] = {
     INT("spec_max_draft", config_model_t, spec_max_draft, 1, 16),
     OPTSTR("draft_model", config_model_t, draft_model, check_path),
     OPTSTR("mmproj", config_model_t, mmproj, check_path),
+    {.key = "loras", .kind = K_LORAS, .off = offsetof(config_model_t, loras)},
+};
+static const field_t lora_fields[] = {
+    STR("name", config_lora_t, name, check_name),
+    STR("file", config_lora_t, file, check_path),
+    DBL("scale", config_lora_t, scale, -100.0, 100.0),
 };
 /* reasoning_parser, indexed by reasoning_parser_t (gateway/reasoning.h) */
 static const char *const reasoning_parser_names[] = {"none", "qwen3", NULL};
@@ -575,6 +582,7 @@ static int set_scalar(const field_t *f, void *base, const char *s, size_t len, b
     }
     case K_MAP:
     case K_MODELS:
+    case K_LORAS:
         break;
     }
     snprintf(why, n, "expected a %s", f->kind == K_MAP ? "mapping" : "list");
@@ -666,6 +674,11 @@ void config_free(config_t **cp)
         free(c->models[i].kv_cache_dir);
         free(c->models[i].draft_model);
         free(c->models[i].mmproj);
+        for (size_t j = 0; j < c->models[i].n_loras; j++) {
+            free(c->models[i].loras[j].name);
+            free(c->models[i].loras[j].file);
+        }
+        free(c->models[i].loras);
     }
     free(c->models);
     free(c);
@@ -840,6 +853,42 @@ static size_t edit_distance(const char *a, const char *b)
 static int parse_map(ctx_t *x, const field_t *fields, size_t n_fields, void *base, const char *prefix,
                      int *seen_line);
 
+/* models[i].loras: a list of {name, file, scale}. */
+static int parse_loras(ctx_t *x, config_model_t *m, const char *prefix)
+{
+    for (bool first = true;; first = false) {
+        yaml_mark_t at = x->ev.start_mark;
+        char path[PATH_MAX_LEN + 24];
+        snprintf(path, sizeof path, "%s[%zu]", prefix, m->n_loras);
+        if (first ? x->ev.type != YAML_SEQUENCE_START_EVENT : x->ev.type != YAML_MAPPING_START_EVENT) {
+            errf(x, (int)at.line + 1, (int)at.column + 1, first ? prefix : path, "expected %s, got %s",
+                 first ? "a list of adapters (- name: ...)" : "a mapping (name: ..., file: ...)",
+                 event_noun(&x->ev));
+            return -1;
+        }
+        if (!first) {
+            if (m->n_loras >= CONFIG_MAX_LORAS) {
+                err_at(x, at, path, "too many adapters (CONFIG_MAX_LORAS)");
+                return -1;
+            }
+            m->loras = xrealloc(m->loras, (m->n_loras + 1) * sizeof *m->loras);
+            config_lora_t *l = &m->loras[m->n_loras++];
+            *l = (config_lora_t){.scale = 1.0};
+            int seen[MAX_FIELDS] = {0};
+            if (parse_map(x, lora_fields, N_OF(lora_fields), l, path, seen))
+                return -1;
+            if (!seen[0] || !seen[1]) {
+                err_at(x, at, path, seen[0] ? "missing required key 'file'" : "missing required key 'name'");
+                return -1;
+            }
+        }
+        if (next(x))
+            return -1;
+        if (x->ev.type == YAML_SEQUENCE_END_EVENT)
+            return 0;
+    }
+}
+
 static int parse_models(ctx_t *x, config_t *c)
 {
     if (x->ev.type != YAML_SEQUENCE_START_EVENT) {
@@ -956,6 +1005,9 @@ static int parse_map(ctx_t *x, const field_t *fields, size_t n_fields, void *bas
         } else if (f->kind == K_MODELS) {
             if (parse_models(x, base))
                 return -1;
+        } else if (f->kind == K_LORAS) {
+            if (parse_loras(x, base, path))
+                return -1;
         } else {
             if (e->type != YAML_SCALAR_EVENT) {
                 errf(x, (int)e->start_mark.line + 1, (int)e->start_mark.column + 1, path,
@@ -1047,6 +1099,21 @@ static int cross_check(const config_t *c, ctx_t *x)
             return -1;
         }
     }
+    for (size_t i = 0; i < c->n_models; i++)
+        for (size_t j = 0; j < c->models[i].n_loras; j++) {
+            const char *name = c->models[i].loras[j].name;
+            const char *clash = config_model_find(c, name) ? "a model's" : NULL;
+            for (size_t i2 = 0; !clash && i2 <= i; i2++)
+                for (size_t j2 = 0; j2 < (i2 == i ? j : c->models[i2].n_loras); j2++)
+                    if (!strcmp(c->models[i2].loras[j2].name, name))
+                        clash = "another adapter's";
+            char p0[PATH_MAX_LEN], sh[64];
+            snprintf(p0, sizeof p0, "models[%zu].loras[%zu].name", i, j);
+            snprintf(msg, sizeof msg, "'%s' is already %s name (an adapter is a model name of its own)",
+                     shown(name, strlen(name), sh), clash ? clash : "");
+            if (clash)
+                return cross_err(x, (const char *const[]){p0}, 1, msg), -1;
+        }
     return 0;
 }
 
@@ -1272,7 +1339,7 @@ int config_models_set(config_t *c, const char *model, const char *key, const cha
         if (!strcmp(model_fields[i].key, key))
             f = &model_fields[i];
     /* an optional string (a path: mmproj) only on a named model */
-    if (!f || f->kind == K_STR || (f->kind == K_OPTSTR && !model)) {
+    if (!f || f->kind == K_STR || f->kind == K_LORAS || (f->kind == K_OPTSTR && !model)) {
         errbuf_set(err, errlen, "--models.%s: not a per-model setting", key);
         return -1;
     }
@@ -1294,6 +1361,42 @@ int config_models_set(config_t *c, const char *model, const char *key, const cha
         if (!model || !strcmp(c->models[i].name, model))
             set_scalar(f, &c->models[i], value, strlen(value), true, why, sizeof why);
     return 0;
+}
+
+int config_lora_add(config_t *c, const char *model, const char *spec, char *err, size_t errlen)
+{
+    char dummy[1], why[256];
+    err = err && errlen ? err : dummy;
+    errlen = err == dummy ? sizeof dummy : errlen;
+    config_model_t *m = model ? (config_model_t *)config_model_find(c, model)
+                        : c->n_models ? &c->models[c->n_models - 1] : NULL;
+    const char *eq = strchr(spec, '='), *colon = eq ? strrchr(eq + 1, ':') : NULL;
+    if (!m || !eq || eq == spec || !eq[1] || m->n_loras >= CONFIG_MAX_LORAS) {
+        errbuf_set(err, errlen, "--lora %s: %s", spec,
+                   !m ? "no --model before it" : m->n_loras >= CONFIG_MAX_LORAS ? "too many adapters"
+                                                                                : "expected NAME=FILE[:SCALE]");
+        return -1;
+    }
+    /* FILE[:SCALE]: a last ':' followed by a number is the scale */
+    char *end = NULL;
+    if (colon && (!colon[1] || (strtod(colon + 1, &end), *end)))
+        colon = NULL;
+    char *v[3] = {xstrndup(spec, (size_t)(eq - spec)),
+                  xstrndup(eq + 1, colon ? (size_t)(colon - eq - 1) : strlen(eq + 1)), xstrdup(colon ? colon + 1 : "1")};
+    config_lora_t l = {0};
+    int rc = 0;
+    for (size_t k = 0; k < 3 && !rc; k++)
+        if ((rc = set_scalar(&lora_fields[k], &l, v[k], strlen(v[k]), true, why, sizeof why)))
+            errbuf_set(err, errlen, "--lora %s: %s: %s", spec, lora_fields[k].key, why);
+    if (!rc) {
+        m->loras = xrealloc(m->loras, (m->n_loras + 1) * sizeof *m->loras);
+        m->loras[m->n_loras++] = l;
+    } else {
+        free(l.name);
+        free(l.file);
+    }
+    free(v[0]), free(v[1]), free(v[2]);
+    return rc ? -1 : 0;
 }
 
 /* ---- config_format ------------------------------------------------------------ */
@@ -1372,6 +1475,15 @@ static void format_fields(strbuf_t *b, const field_t *fields, size_t n, const vo
                 format_fields(b, model_fields, N_OF(model_fields), &c->models[m], indent + 4, c);
             }
             break;
+        case K_LORAS: {
+            const config_model_t *m = base;
+            strbuf_printf(b, m->n_loras ? "\n" : " []\n");
+            for (size_t j = 0; j < m->n_loras; j++) {
+                strbuf_printf(b, "%*s-\n", indent + 2, "");
+                format_fields(b, lora_fields, N_OF(lora_fields), &m->loras[j], indent + 4, c);
+            }
+            break;
+        }
         }
     }
 }

@@ -198,6 +198,13 @@
  *     mmproj                     string   (none)                  the vision encoder's GGUF beside the model
  *                                                                 (llama.cpp mmproj; worker --mmproj)
  *                                                                 (f16 halves the KV memory per token)
+ *     loras                      list     []                      at most CONFIG_MAX_LORAS adapters, each
+ *                                                                 a model name of its own on this model's
+ *                                                                 workers (worker --lora NAME=FILE:SCALE):
+ *       name                     string   (required)              as models[].name; unique among models
+ *                                                                 and adapters
+ *       file                     string   (required)              the adapter's GGUF (llama.cpp layout)
+ *       scale                    float    1                       -100..100 default scale
  *   (the model settings are the local workers' --kv-blocks (or --kv-budget-mb
  *   when kv_blocks is 0), --max-seqs, --max-batch-tokens, --threads,
  *   --kv-type; their ranges are the worker's)
@@ -210,6 +217,7 @@
  *     localhost, [::1]) needs both CURVE files or curve.allow_plain_tcp: true
  *     (an open worker port lets anyone register as a worker and read prompts)
  *   - on_demand: true needs replicas ≥ 1
+ *   - an adapter's name is no model's name and no other adapter's
  *
  * ---- Errors -----------------------------------------------------------------
  *
@@ -255,6 +263,16 @@ const char *config_kv_type_name(int t);
 /* "off" / "ngram" / "draft" for models[].spec ("off" for anything else). */
 const char *config_spec_name(int t);
 
+/* One LoRA adapter of a model (models[].loras, --lora NAME=FILE[:SCALE]):
+ * a model name of its own that runs on its base model's workers. */
+typedef struct config_lora {
+    char *name;                /* the model name clients put in "model"; unique among
+                                  models and adapters; the worker's --lora NAME */
+    char *file;                /* adapter GGUF (as the worker sees it) */
+    double scale;              /* default scale of its updates, worker --lora NAME=FILE:SCALE */
+} config_lora_t;
+#define CONFIG_MAX_LORAS 64    /* adapters per model: the worker's limit (docs/OPERATIONS.md) */
+
 typedef struct config_model {
     char *name;                /* routing name clients put in "model" */
     char *path;                /* GGUF file path, passed to the worker as --model NAME=PATH */
@@ -277,6 +295,8 @@ typedef struct config_model {
     int spec_max_draft;        /* worker --spec-max-draft */
     char *mmproj;              /* worker --mmproj: the vision encoder's GGUF (llama.cpp mmproj),
                                   NULL = text only */
+    config_lora_t *loras;      /* (n_loras) adapters, passed to its local workers as --lora */
+    size_t n_loras;
     int line;                  /* 1-based line of its entry in the file, 0 = from a flag */
 } config_model_t;
 
@@ -392,6 +412,12 @@ int config_model_set(config_t *c, const char *name_eq_path, char *err, size_t er
  * unknown model) and *c unchanged. */
 int config_models_set(config_t *c, const char *model, const char *key, const char *value,
                       char *err, size_t errlen);
+
+/* --lora NAME=FILE[:SCALE]: adds an adapter to the model called `model`
+ * (the closest preceding --model), or with model NULL to the last model (the
+ * file's last). Returns 0, or -1 with err "--lora SPEC: reason" and *c
+ * unchanged. */
+int config_lora_add(config_t *c, const char *model, const char *spec, char *err, size_t errlen);
 
 /* The model called `name`, or NULL. */
 const config_model_t *config_model_find(const config_t *c, const char *name);

@@ -1314,6 +1314,7 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
         if (cfg->idle_timeout_s && cfg->idle_timeout_s[i] > 0)
             m->idle_timeout_us = (int64_t)(cfg->idle_timeout_s[i] * 1e6);
     }
+    gw->loras = cfg->loras ? cfg->loras : lora_table_new();
     gw->routing = cfg->routing;
     gw->route_max_load_gap = cfg->route_max_load_gap ? cfg->route_max_load_gap
                                                      : ROUTE_DEFAULT_MAX_LOAD_GAP;
@@ -1414,6 +1415,7 @@ void gateway_free(struct gateway **gwp)
     metrics_free(&gw->metrics);
     prefix_index_free(&gw->pindex);
     route_text_free(&gw->route_text);
+    lora_table_free(&gw->loras);
     free(gw->worker_endpoint);
     free(gw);
 }

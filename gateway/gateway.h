@@ -84,6 +84,7 @@
 #include <stdint.h>
 
 #include "common/chan.h"
+#include "gateway/lora_table.h"
 #include "gateway/metrics.h"
 #include "gateway/oai.h"
 #include "gateway/prefix_index.h"
@@ -137,6 +138,8 @@ typedef struct gateway_config {
     uint32_t route_max_load_gap;  /* cache-aware: how many more requests than the least-loaded
                                      replica the one holding the prefix may have; 0 =
                                      ROUTE_DEFAULT_MAX_LOAD_GAP */
+    lora_table_t *loras;          /* LoRA adapters as model names (gateway/lora_table.h);
+                                     taken by gateway_new (also when it fails), NULL = none */
 } gateway_config_t;
 
 typedef enum gateway_worker_state {
@@ -230,6 +233,7 @@ struct gateway {
     int64_t t_next_heartbeat_us;  /* [core] when to send it (monotonic) */
 
     /* routing by cache (gateway/route.h) */
+    lora_table_t *loras;          /* [any] read-only: adapters served as model names, never NULL */
     route_mode_t routing;         /* [any] read-only */
     uint32_t route_max_load_gap;  /* [any] read-only */
     route_text_t *route_text;     /* [any] read-only: tokenizers for request keys */

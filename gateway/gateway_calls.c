@@ -45,7 +45,7 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t 
 {
     gateway_request_t *r = xcalloc(1, sizeof *r);
     r->id = atomic_fetch_add(&gw->next_request_id, 1);
-    r->model = xstrdup(o->model);
+    r->model = xstrdup(o->lora_base ? o->lora_base : o->model); /* an adapter runs on its base */
     r->tier = tier;
     r->t_arrival_us = clock_now_us();
     r->replies = chan_new(reply_item_free, 0);
@@ -56,6 +56,11 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t 
     proto_submit_t *s = &r->submit.submit;
     submit_from_request(o, r->id, tier, s);
     s->partition = partition;
+    for (size_t i = 0; i < o->n_adapters; i++) { /* gateway/lora_table.h; none = no `lora` key */
+        s->lora[s->n_lora++] = (proto_lora_t){.name = xstrdup(o->adapters[i].name), .has_scale = true,
+                                              .scale = o->adapters[i].scale};
+        metrics_counter_add(gw->m.lora_requests, (const char *[]){r->model, o->adapters[i].name}, 1);
+    }
     if (o->affinity_key) {
         /* FNV-1a over model, NUL, key; mixed so its low bits pick a slot.
          * The partition is in it: one tenant's key does not steer another's */
@@ -68,8 +73,10 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t 
         r->affinity = splitmix64_mix(h ^ splitmix64_mix(partition)) | 1; /* never 0 */
     }
     /* embeddings and rank skip the prefix cache (worker/sched.h): no cache routing */
+    /* nor do adapters yet: the worker keys their blocks by the adapters'
+     * file hashes (common/prefix_key.h), which the gateway does not know */
     if (route_mode_uses_prefix(gw->routing) && gw->route_text && o->op != REQUEST_OP_EMBED &&
-        o->op != REQUEST_OP_RANK) {
+        o->op != REQUEST_OP_RANK && o->n_adapters == 0) {
         int64_t t0 = clock_now_us();
         r->route_block_size = atomic_load(&gw->route_block_size);
         r->n_route_keys = route_text_keys(gw->route_text, r->model, s, r->route_block_size,

@@ -52,6 +52,7 @@
 #include "common/log.h"
 #include "common/memavail.h"
 #include "common/sigwake.h"
+#include "common/strbuf.h"
 #include "common/xalloc.h"
 #include "gateway/resp_store.h"
 #include "common/private_dir.h"
@@ -245,6 +246,9 @@ static void usage(FILE *f)
             "                             a model of the file keeps its settings, gets this path\n"
             "  --mmproj NAME=FILE.gguf    that model's vision encoder (llama.cpp mmproj GGUF),\n"
             "                             passed to its local workers [models[].mmproj]\n"
+            "  --lora NAME=FILE[:SCALE]   a LoRA adapter (llama.cpp GGUF) of the preceding --model\n"
+            "                             (else the file's last model), served as model NAME;\n"
+            "                             repeatable [models[].loras]\n"
             "  --max-seqs N, --max-batch-tokens N, --kv-blocks N, --kv-budget-mb N, --threads N,\n"
             "  --kv-type auto|f16|f32|q8_0 set for every model's local workers [models[].*]\n"
             "  --spec off|ngram|draft     speculative decoding in the workers (default off)\n"
@@ -372,19 +376,22 @@ static void on_sighup(int sig)
 
 /* A flag recorded for after the file: flag_keys[i_key] = value, a --model
  * (i_key SETTING_MODEL) or an --on-demand (SETTING_ON_DEMAND). */
-enum { SETTING_MODEL = -1, SETTING_ON_DEMAND = -2, SETTING_MMPROJ = -3 };
+enum { SETTING_MODEL = -1, SETTING_ON_DEMAND = -2, SETTING_MMPROJ = -3, SETTING_LORA = -4 };
 typedef struct setting {
     int i_key;
     const char *value;
 } setting_t;
 
-/* Applies one recorded flag; prints the error and returns -1 on a bad value. */
-static int apply_setting(config_t *c, const setting_t *st)
+/* Applies one recorded flag; prints the error and returns -1 on a bad value.
+ * model: the NAME of the closest --model before it, NULL = none. */
+static int apply_setting(config_t *c, const setting_t *st, const char *model)
 {
     char err[512];
     int rc;
     if (st->i_key == SETTING_MODEL)
         rc = config_model_set(c, st->value, err, sizeof err);
+    else if (st->i_key == SETTING_LORA)
+        rc = config_lora_add(c, model, st->value, err, sizeof err);
     else if (st->i_key == SETTING_ON_DEMAND)
         rc = config_models_set(c, st->value, "on_demand", "true", err, sizeof err);
     else if (st->i_key == SETTING_MMPROJ) {
@@ -463,7 +470,7 @@ static void drain(struct gateway *gw, http_server_t *http, double drain_s)
  * measured once here, so a worker restarted later gets the share it got at
  * first rather than what its running siblings left. */
 static size_t model_worker_args(const config_model_t *m, const memavail_t *mem, size_t n_local, const char **args,
-                                char owned[9][32])
+                                char owned[9][32], char **lora_args)
 {
     size_t n = 0;
     snprintf(owned[0], 32, "%d", m->max_seqs);
@@ -516,6 +523,12 @@ static size_t model_worker_args(const config_model_t *m, const memavail_t *mem, 
         args[n++] = "--mmproj";
         args[n++] = m->mmproj;
     }
+    for (size_t i = 0; i < m->n_loras; i++) { /* NAME=FILE:SCALE, freed by the caller */
+        args[n++] = "--lora";
+        strbuf_t b = STRBUF_INIT;
+        strbuf_printf(&b, "%s=%s:%.17g", m->loras[i].name, m->loras[i].file, m->loras[i].scale);
+        args[n++] = lora_args[i] = strbuf_take(&b);
+    }
     return n;
 }
 
@@ -547,6 +560,7 @@ static int cli_parse(int argc, char **argv, cli_t *o)
     opts[n_opts++] = (struct option){"model", required_argument, NULL, 'm'};
     opts[n_opts++] = (struct option){"on-demand", required_argument, NULL, 'O'};
     opts[n_opts++] = (struct option){"mmproj", required_argument, NULL, 'V'};
+    opts[n_opts++] = (struct option){"lora", required_argument, NULL, 'L'};
     opts[n_opts++] = (struct option){"worker-arg", required_argument, NULL, 'A'};
     opts[n_opts++] = (struct option){"hash-key", required_argument, NULL, 'H'};
     opts[n_opts++] = (struct option){"secret", required_argument, NULL, 'S'};
@@ -585,12 +599,17 @@ static int cli_parse(int argc, char **argv, cli_t *o)
         case 'm':
         case 'O':
         case 'V':
+        case 'L':
             if (o->n_settings == MAX_SETTINGS) {
                 fprintf(stderr, "pagoda-gateway: too many options\n");
                 return 2;
             }
             o->settings[o->n_settings++] =
-                (setting_t){ch == 'm' ? SETTING_MODEL : ch == 'O' ? SETTING_ON_DEMAND : SETTING_MMPROJ, optarg};
+                (setting_t){ch == 'm'   ? SETTING_MODEL
+                            : ch == 'O' ? SETTING_ON_DEMAND
+                            : ch == 'L' ? SETTING_LORA
+                                        : SETTING_MMPROJ,
+                            optarg};
             break;
         case 'A':
             if (o->n_worker_args + 1 > MAX_WORKER_ARGS - 2) {
@@ -629,11 +648,14 @@ static config_t *config_build(const cli_t *o)
     }
     /* scalar flags and --model in command-line order, then the ones about
      * models (they see every model of the file and of --model) */
+    char model[CONFIG_MAX_NAME + 1] = ""; /* of the latest --model: a --lora's */
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < o->n_settings; i++) {
             int k = o->settings[i].i_key;
+            if (k == SETTING_MODEL)
+                snprintf(model, sizeof model, "%.*s", (int)strcspn(o->settings[i].value, "="), o->settings[i].value);
             bool later = k == SETTING_ON_DEMAND || k == SETTING_MMPROJ || (k >= 0 && flag_keys[k].all_models);
-            if (later == (pass == 1) && apply_setting(cfg, &o->settings[i]) < 0) {
+            if (later == (pass == 1) && apply_setting(cfg, &o->settings[i], *model ? model : NULL) < 0) {
                 config_free(&cfg);
                 return NULL;
             }
@@ -696,6 +718,16 @@ static int curve_setup(const config_t *cfg, size_t n_local, curve_setup_t *cs, c
     return 0;
 }
 
+/* Every model's adapters, in configuration order (their llama.cpp ids). */
+static lora_table_t *loras_of(const config_t *cfg)
+{
+    lora_table_t *t = lora_table_new();
+    for (size_t i = 0; i < cfg->n_models; i++)
+        for (size_t j = 0; j < cfg->models[i].n_loras; j++)
+            lora_table_add(t, cfg->models[i].loras[j].name, cfg->models[i].name, cfg->models[i].loras[j].scale);
+    return t;
+}
+
 /* The core's configuration. The arrays (n_models each) are the caller's,
  * freed after gateway_new. */
 static gateway_config_t core_config(const config_t *cfg, const curve_setup_t *cs,
@@ -718,6 +750,7 @@ static gateway_config_t core_config(const config_t *cfg, const curve_setup_t *cs
         .routing = (route_mode_t)cfg->routing.mode, .model_paths = paths,
         .prefix_index_entries = (size_t)cfg->routing.index_entries,
         .route_max_load_gap = (uint32_t)cfg->routing.max_load_gap,
+        .loras = loras_of(cfg),
     };
 }
 
@@ -821,11 +854,13 @@ static supervisor_t *local_workers_start(const config_t *cfg, struct gateway *gw
                  mem.cgroup_bytes < mem.meminfo_bytes ? mem.cgroup_path : "");
     for (size_t i = 0; i < cfg->n_models; i++) {
         const config_model_t *m = &cfg->models[i];
-        const char *args[32];
-        char owned[9][32];
-        size_t n = model_worker_args(m, &mem, n_local, args, owned);
+        const char *args[32 + 2 * CONFIG_MAX_LORAS];
+        char owned[9][32], *lora_args[CONFIG_MAX_LORAS];
+        size_t n = model_worker_args(m, &mem, n_local, args, owned, lora_args);
         for (int r = 0; r < m->replicas; r++)
             supervisor_add_args(sup, m->name, m->path, m->on_demand, m->standby, args, n);
+        for (size_t j = 0; j < m->n_loras; j++)
+            free(lora_args[j]);
     }
     if (supervisor_start(sup) < 0) {
         supervisor_free(&sup);

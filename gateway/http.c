@@ -251,13 +251,14 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
         q->call.warning = o.warning;
         o.warning = NULL;
     }
-    if (request_check_limits(&o, s->max_messages, s->max_prompt_bytes, &e) < 0) {
+    if (request_check_limits(&o, s->max_messages, s->max_prompt_bytes, &e) < 0 ||
+        lora_table_resolve(s->gw->loras, &o, &e) < 0) {
         request_free(&o);
         return http_respond_api_error(s, c, api, &e, NULL);
     }
     if (o.n_images) { /* decoded here, on this thread (gateway/request_image.h) */
         proto_vis_t vis;
-        gateway_model_vis(s->gw, o.model, &vis, HTTP_IMAGE_ASK_US);
+        gateway_model_vis(s->gw, o.lora_base ? o.lora_base : o.model, &vis, HTTP_IMAGE_ASK_US);
         if (request_images_prepare(&o, &vis, NULL, &e) < 0) {
             request_free(&o);
             return http_respond_api_error(s, c, api, &e, NULL);

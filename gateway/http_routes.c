@@ -61,15 +61,35 @@ static enum MHD_Result handle_models(http_server_t *s, struct MHD_Connection *c,
     gateway_model_list_t *l = gateway_models(s->gw, SNAPSHOT_TIMEOUT_US);
     if (!l)
         return http_respond_error(s, c, 503, NULL, NULL, "The gateway core did not answer");
-    oai_model_info_t *info = xcalloc(l->n + 1, sizeof *info);
+    const lora_table_t *lt = s->gw->loras;
+    oai_model_info_t *info = xcalloc(l->n + lt->n + 1, sizeof *info);
     int64_t created = clock_wall_s();
-    for (size_t i = 0; i < l->n; i++)
-        info[i] = (oai_model_info_t){.id = l->models[i].name, .created = created, .owned_by = "pagoda",
-                                     .max_model_len = l->models[i].n_ctx};
-    char *text = oai_models_json(info, l->n);
+    size_t n = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        info[n++] = (oai_model_info_t){.id = l->models[i].name, .created = created, .owned_by = "pagoda",
+                                       .max_model_len = l->models[i].n_ctx};
+        for (size_t j = 0; j < lt->n; j++) /* its adapters: model names of their own */
+            if (!strcmp(lt->e[j].base, l->models[i].name))
+                info[n++] = (oai_model_info_t){.id = lt->e[j].name, .created = created, .owned_by = "pagoda",
+                                               .max_model_len = l->models[i].n_ctx};
+    }
+    char *text = oai_models_json(info, n);
     free(info);
     gateway_model_list_free(&l);
     return http_respond_text(s, c, 200, http_with_newline(text), "application/json", NULL, NULL);
+}
+
+/* llama-server's GET /lora-adapters: [{"id", "path", "scale"}], id = the
+ * index llama.cpp's per-request `lora` names. "path" is the adapter's name,
+ * not its file: the server's file layout is not the clients' business. */
+static enum MHD_Result handle_lora_adapters(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
+{
+    const lora_table_t *lt = s->gw->loras;
+    json_t *a = json_array();
+    for (size_t i = 0; i < lt->n; i++)
+        json_array_append_new(a, json_pack("{s:I, s:s, s:f, s:s}", "id", (json_int_t)i, "path", lt->e[i].name,
+                                           "scale", lt->e[i].scale, "model", lt->e[i].base));
+    return http_respond_json(s, c, 200, a);
 }
 
 static enum MHD_Result handle_reload_keys(http_server_t *s, struct MHD_Connection *c,
@@ -195,6 +215,7 @@ static const route_t routes[] = {
     {"GET", "/health", handle_health, AUTH_NONE, 0, false, REQUEST_OP_GENERATE, NULL},
     {"GET", "/metrics", handle_metrics, AUTH_METRICS, 0, false, REQUEST_OP_GENERATE, NULL},
     {"GET", "/v1/models", handle_models, AUTH_KEY, 0, false, REQUEST_OP_GENERATE, NULL},
+    {"GET", "/lora-adapters", handle_lora_adapters, AUTH_KEY, 0, false, REQUEST_OP_GENERATE, NULL},
     {"POST", "/v1/chat/completions", NULL, AUTH_KEY, REQUEST_CHAT, false, REQUEST_OP_GENERATE,
      &oai_surface},
     {"POST", "/v1/completions", NULL, AUTH_KEY, REQUEST_COMPLETION, false, REQUEST_OP_GENERATE,

@@ -549,4 +549,8 @@ void metrics_std_register(metrics_t *m, metrics_std_t *o)
     o->route_keys_requests = metrics_counter_new(m, "pagoda_route_keys_requests_total",
                                                  "Requests whose block keys the gateway computed.", 1,
                                                  L_MODEL);
+    static const char *const L_MODEL_ADAPTER[] = {"model_name", "adapter"};
+    o->lora_requests = metrics_counter_new(m, "pagoda_lora_requests_total",
+                                           "Requests run with a LoRA adapter, per adapter (one per adapter of a "
+                                           "request).", 2, L_MODEL_ADAPTER);
 }

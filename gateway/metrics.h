@@ -152,6 +152,8 @@ typedef struct {
     metrics_family_t *route_keys_seconds;     /* counter [model_name] time spent computing request
                                                  keys (render + tokenize + hash) */
     metrics_family_t *route_keys_requests;    /* counter [model_name] requests keys were computed for */
+    metrics_family_t *lora_requests;          /* counter [model_name, adapter] requests run with a
+                                                 LoRA adapter (gateway/lora_table.h), per adapter */
 } metrics_std_t;
 
 /* Registers all of the above in m and fills *out. Call once per registry. */

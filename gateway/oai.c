@@ -166,6 +166,36 @@ static int get_str(json_t *obj, const char *key, size_t max, int nonempty, char 
     return 0;
 }
 
+/* llama.cpp's per-request `lora`: [{"id": N, "scale": S}, ...] (scale [1]);
+ * absent or null = none. The ids are checked against the adapters later
+ * (gateway/lora_table.h). */
+static int parse_lora(json_t *root, request_t *r, oai_error_t *e)
+{
+    json_t *v = json_object_get(root, "lora"), *it;
+    size_t i;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_array(v) || json_array_size(v) > REQUEST_MAX_LORA_IDS)
+        return bad(e, "lora", "'lora' must be an array of at most %d {\"id\", \"scale\"} objects.",
+                   REQUEST_MAX_LORA_IDS);
+    json_array_foreach(v, i, it) {
+        json_t *scale = json_object_get(it, "scale");
+        request_lora_id_t *l = &r->lora_ids[r->n_lora_ids];
+        *l = (request_lora_id_t){.scale = 1.0};
+        int has_id = 0;
+        if (!json_is_object(it) || get_int(it, "id", 0, INT32_MAX, &l->id, &has_id, e) || !has_id)
+            return bad(e, "lora", "'lora[%zu]' must be an object with an integer 'id' (GET /lora-adapters).", i);
+        if (scale && !json_is_null(scale)) {
+            if (!json_is_number(scale) || !isfinite(json_number_value(scale)) ||
+                fabs(json_number_value(scale)) > 100.0)
+                return bad(e, "lora", "'lora[%zu].scale' must be a number in -100..100.", i);
+            l->scale = json_number_value(scale);
+        }
+        r->n_lora_ids++;
+    }
+    return 0;
+}
+
 static int parse_role(json_t *v, const char *param, request_role_t *out, oai_error_t *e)
 {
     if (!v)
@@ -761,6 +791,8 @@ static int parse_fields(json_t *root, request_kind_t kind, request_t *r, oai_err
     if (get_str(root, "user", OAI_MAX_USER_BYTES, 0, &r->user, e) != 0)
         return -1;
     if (get_str(root, "cache_salt", PARTITION_SALT_MAX, 1, &r->cache_salt, e) != 0)
+        return -1;
+    if (parse_lora(root, r, e) != 0)
         return -1;
     if (parse_constraint(root, r, e) != 0)
         return -1;

@@ -85,6 +85,9 @@ void request_free(request_t *r)
     free(r->warning);
     free(r->affinity_key);
     free(r->cache_salt);
+    free(r->lora_base);
+    for (size_t i = 0; i < r->n_adapters; i++)
+        free(r->adapters[i].name);
     memset(r, 0, sizeof(*r));
 }
 

@@ -109,6 +109,21 @@ typedef struct {
     float bias;            /* [-100, 100], added to the logit */
 } request_logit_bias_t;
 
+#define REQUEST_MAX_LORA 4      /* adapters of one request (= PROTO_MAX_LORA) */
+#define REQUEST_MAX_LORA_IDS 64 /* entries of a `lora` list (scale-0 ones included) */
+
+/* One entry of llama.cpp's per-request `lora` list. */
+typedef struct request_lora_id {
+    int64_t id;                  /* index in GET /lora-adapters */
+    double scale;                /* [1] */
+} request_lora_id_t;
+
+/* An adapter a request runs with, resolved (gateway/lora_table.h). */
+typedef struct request_adapter {
+    char *name;                  /* the worker's --lora NAME */
+    double scale;
+} request_adapter_t;
+
 /* A validated request. Strings are owned copies; free with request_free.
  * Defaults in brackets are what request_init stores (and the parser keeps
  * when a field is absent or null). */
@@ -181,6 +196,14 @@ typedef struct {
      * each is referenced by one request_part_t of a message */
     request_image_t *images;     /* (n_images ≤ REQUEST_MAX_IMAGES) */
     size_t n_images;
+    /* llama.cpp's `lora` ([{"id": N, "scale": S}], chat and completions) */
+    request_lora_id_t lora_ids[REQUEST_MAX_LORA_IDS]; /* (n_lora_ids) */
+    size_t n_lora_ids;
+    /* set by lora_table_resolve: the base model the request runs on and its
+     * adapters; NULL / 0 = no adapter (the request runs on `model`) */
+    char *lora_base;
+    request_adapter_t adapters[REQUEST_MAX_LORA]; /* (n_adapters) */
+    size_t n_adapters;
 } request_t;
 
 /* Appends "what" to a warning buffer (cap bytes, NUL-terminated) under a

@@ -1,0 +1,51 @@
+/* lora_table.h — the gateway's LoRA adapters: each a model name of its own
+ * (models[].loras, --lora NAME=FILE[:SCALE]) that runs on its base model's
+ * workers, and llama.cpp's per-request `lora` list ([{"id", "scale"}] with
+ * ids in GET /lora-adapters order) on the base model's name.
+ *
+ * The table is filled once before the HTTP threads start and read-only after,
+ * so any thread may read it without a lock.
+ *
+ *     lora_table_t *t = lora_table_new();
+ *     lora_table_add(t, "sql", "llama", 1.0);     // adapter sql of model llama
+ *     if (lora_table_resolve(t, &req, &err) < 0)  // 400 in err (param "model"/"lora")
+ *         ...
+ *     lora_table_free(&t);
+ *
+ * Ownership: the table copies the strings it is given; lora_table_resolve
+ * stores owned copies in the request (freed by request_free). */
+#ifndef PAGODA_GATEWAY_LORA_TABLE_H
+#define PAGODA_GATEWAY_LORA_TABLE_H
+
+#include <stddef.h>
+
+#include "gateway/oai_error.h"
+#include "gateway/request.h"
+
+typedef struct lora_entry {
+    char *name;      /* the adapter's model name = the worker's --lora NAME */
+    char *base;      /* the model whose workers load it */
+    double scale;    /* its configured scale */
+} lora_entry_t;
+
+typedef struct lora_table {
+    lora_entry_t *e; /* (n) in configuration order: entry i is llama.cpp's id i */
+    size_t n;
+} lora_table_t;
+
+lora_table_t *lora_table_new(void);
+void lora_table_free(lora_table_t **tp);                 /* NULLs *tp; NULL-safe */
+void lora_table_add(lora_table_t *t, const char *name, const char *base, double scale);
+const lora_entry_t *lora_table_find(const lora_table_t *t, const char *name); /* NULL = none */
+
+/* Resolves a request's adapters. r->model naming an adapter selects it at its
+ * scale; r->lora_ids (llama.cpp's `lora` field) select adapters of r->model's
+ * base by id with their own scales (scale 0 = left out, as llama-server does).
+ * On a hit: r->lora_base = the base model's name and r->adapters /
+ * r->n_adapters the SUBMIT's list. Neither = nothing changes (returns 0).
+ * Returns 0, or -1 with a 400 in *err (param "lora": an unknown id, an
+ * adapter of another model, more than PROTO_MAX_LORA, a repeated id). A
+ * NULL table has no adapters. */
+int lora_table_resolve(const lora_table_t *t, request_t *r, oai_error_t *err);
+
+#endif
