@@ -30,6 +30,7 @@ TEXT_PARSERS="common/text/chat_template.h:chat_template_new common/text/tokenize
 # functions with a parser's signature that need no target of their own
 declare -A EXEMPT=(
   [mpread_init]="a bounds-checked msgpack cursor; every use is inside proto_decode_body (fuzz_proto)"
+  [prefix_key_bytes]="a hash, not a parser: it reads every byte the same way, whatever they hold (an adapter file's content key)"
   [sse_reader_feed]="pagoda-bench's SSE framing, reached only through bench_stream_feed (fuzz_bench_stream)"
   [qkpack_pack_panel]="a kernel, not a parser: repacks weight blocks whose tensor sizes the GGUF loader checked (fuzz_gguf)"
   [qkpack_panel_run]="a kernel, not a parser: reads panels qkpack_pack_panel wrote at load (prefetch hint next, n_next)"

@@ -6,10 +6,11 @@
  *              set: bytes 1.. are an mmproj GGUF (gguf_parse, then
  *              vision_load_gguf, then one encode of a grey image)
  *
- * Beyond ASan/UBSan it checks: an accepted PPM's pixels lie inside the
- * input; an accepted projector encodes to finite numbers or refuses the
- * image size with a message. */
-#include <math.h>
+ * Beyond ASan/UBSan it checks that an accepted PPM's pixels lie inside the
+ * input. An accepted projector is run once on a grey image for memory
+ * safety only: its output is not checked, since a file may hold NaN or
+ * infinite weights (the loader checks keys and shapes, not values), so
+ * NaN rows are a faithful answer (tests/fuzz/corpus/vision/nan-weights). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,10 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             uint8_t *px = malloc(n);
             memset(px, 128, n);
             float *out = malloc((size_t)c->n_tok * c->out_dim * sizeof(float));
-            if (vision_encode(v, px, c->image_size, c->image_size, out, err, sizeof err) == 0)
-                for (size_t i = 0; i < (size_t)c->n_tok * c->out_dim; i++)
-                    if (isnan(out[i]))
-                        __builtin_trap();
+            (void)vision_encode(v, px, c->image_size, c->image_size, out, err, sizeof err);
             free(out);
             free(px);
         }
