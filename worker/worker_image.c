@@ -104,11 +104,7 @@ proto_err_t worker_req_submit_images(struct worker_req *r, vision_t *v, const en
     for (uint32_t i = 0; i < sm->n_imgs && i < PROTO_MAX_IMAGES; i++)
         imgs[i] = (worker_img_t){.rgb = sm->imgs[i].rgb, .w = sm->imgs[i].w, .h = sm->imgs[i].h,
                                  .hash = sm->imgs[i].hash};
-    worker_img_span_t *spans = xcalloc(ns ? ns : 1, sizeof *spans);
-    for (uint32_t i = 0; i < ns; i++)
-        spans[i] = (worker_img_span_t){.pos = sp[i].pos, .n_tok = sp[i].n_tok, .img = sp[i].img};
+    proto_err_t rc = worker_req_images(r, v, e->tok, imgs, sm->n_imgs, sp, ns, err, errlen);
     free(sp);
-    proto_err_t rc = worker_req_images(r, v, e->tok, imgs, sm->n_imgs, spans, ns, err, errlen);
-    free(spans);
     return rc;
 }

@@ -24,6 +24,7 @@
 
 #include "common/text/tokenizer.h"
 #include "proto/msg.h"
+#include "proto/submit_prompt.h"
 #include "worker/engine.h"
 #include "worker/model/vision.h"
 
@@ -36,12 +37,9 @@ typedef struct worker_img {
     const uint8_t *hash;    /* 32 bytes: BLAKE2b-256 of rgb + w + h */
 } worker_img_t;
 
-/* One image occurrence in the prompt (the layout's output). */
-typedef struct worker_img_span {
-    int32_t pos;            /* first position of its placeholders */
-    int32_t n_tok;          /* the projector's rows per image */
-    uint32_t img;           /* index into the imgs */
-} worker_img_span_t;
+/* One image occurrence in the prompt: the layout's output
+ * (submit_prompt_encode_images), {pos, n_tok, img}. */
+typedef submit_img_span_t worker_img_span_t;
 
 /* REGISTER's vis map. */
 typedef struct worker_vis_info {
