@@ -576,9 +576,18 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
         int32_t depth[PREFIX_INDEX_MAX_SLOTS] = {0};
         if (route_mode_uses_prefix(gw->routing) && r->n_route_keys > 0)
             prefix_index_match(gw->pindex, r->route_keys, r->n_route_keys, depth);
+        /* a request naming adapters goes only to replicas that hold them
+         * (lora_table_note_worker logged the others at registration) */
+        bool adapters = r->submit.submit.n_lora > 0, held = !adapters;
+        size_t n_ready = 0;
         for (size_t i = 0; i < gw->n_workers; i++) {
             gateway_worker_t *w = &gw->workers[i];
             bool ours = strcmp(w->reg.model, m->name) == 0;
+            if (ours && adapters) {
+                n_ready += w->state == GATEWAY_WORKER_READY;
+                ours = lora_table_worker_serves(gw->loras, &w->reg, &r->submit.submit);
+                held |= ours && w->state == GATEWAY_WORKER_READY;
+            }
             /* n choices take n sequence slots (at most the replica's capacity,
              * so any request can be placed on an idle replica) */
             int64_t need = req_choices(r) > w->reg.capacity ? w->reg.capacity : req_choices(r);
@@ -599,6 +608,16 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
             for (size_t i = 0; i < gw->n_workers; i++)
                 if (gw->workers[i].uid == aff->uid && cand[i].credit > 0)
                     cand[i].hit_blocks = ROUTE_MAX_KEYS;
+        if (!held && n_ready > 0) { /* replicas are up and none holds the adapters */
+            prio_queue_pop(m->queue, &e);
+            r->state = GATEWAY_REQ_NEW;
+            request_reply_error(gw, r, 404, "model_not_found",
+                                "No replica of model '%s' has adapter%s '%s'%s loaded.", m->name,
+                                r->submit.submit.n_lora > 1 ? "s" : "", r->submit.submit.lora[0].name,
+                                r->submit.submit.n_lora > 1 ? ", ..." : "");
+            request_finish(gw, r);
+            continue;
+        }
         route_reason_t why;
         int pick = route_pick(gw->routing, cand, gw->n_workers, gw->route_max_load_gap, &why);
         if (pick < 0)
@@ -713,6 +732,7 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
     gm->t_no_replica_us = 0;
     gm->n_ctx = w->reg.n_ctx;
     gm->vis = w->reg.vis;
+    lora_table_note_worker(gw->loras, &w->reg);
     metrics_gauge_set(gw->m.workers_connected, (const char *[]){gm->name},
                       (double)gateway_model_replicas(gw, gm->name));
     log_info("worker %s registered: model %s, capacity %u, n_ctx %u, %u KV blocks of %u, "

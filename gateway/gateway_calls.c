@@ -72,14 +72,16 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t 
             h = (h ^ (uint8_t)*p) * 1099511628211ull;
         r->affinity = splitmix64_mix(h ^ splitmix64_mix(partition)) | 1; /* never 0 */
     }
-    /* embeddings and rank skip the prefix cache (worker/sched.h): no cache routing */
-    /* nor do adapters yet: the worker keys their blocks by the adapters'
-     * file hashes (common/prefix_key.h), which the gateway does not know */
+    /* embeddings and rank skip the prefix cache (worker/sched.h): no cache
+     * routing. Adapters key blocks in a partition of their own, which the
+     * gateway computes as the worker does from the hashes the replicas
+     * registered (lora_table_key_partition): none known yet, no keys */
+    proto_submit_t keyed = *s; /* a shallow view with the worker's partition */
     if (route_mode_uses_prefix(gw->routing) && gw->route_text && o->op != REQUEST_OP_EMBED &&
-        o->op != REQUEST_OP_RANK && o->n_adapters == 0) {
+        o->op != REQUEST_OP_RANK && lora_table_key_partition(gw->loras, s, &keyed.partition) == 0) {
         int64_t t0 = clock_now_us();
         r->route_block_size = atomic_load(&gw->route_block_size);
-        r->n_route_keys = route_text_keys(gw->route_text, r->model, s, r->route_block_size,
+        r->n_route_keys = route_text_keys(gw->route_text, r->model, &keyed, r->route_block_size,
                                           &r->route_keys);
         if (r->n_route_keys > 0) {
             const char *lab[] = {r->model};

@@ -2,8 +2,11 @@
  * (gateway/lora_table.h). */
 #include "gateway/lora_table.h"
 
+#include <inttypes.h>
 #include <string.h>
 
+#include "common/log.h"
+#include "common/prefix_key.h"
 #include "common/xalloc.h"
 #include "proto/msg.h"
 
@@ -31,7 +34,11 @@ void lora_table_free(lora_table_t **tp)
 void lora_table_add(lora_table_t *t, const char *name, const char *base, double scale)
 {
     t->e = xrealloc(t->e, (t->n + 1) * sizeof *t->e);
-    t->e[t->n++] = (lora_entry_t){.name = xstrdup(name), .base = xstrdup(base), .scale = scale};
+    lora_entry_t *e = &t->e[t->n++];
+    e->name = xstrdup(name);
+    e->base = xstrdup(base);
+    e->scale = scale;
+    atomic_init(&e->hash, 0);
 }
 
 const lora_entry_t *lora_table_find(const lora_table_t *t, const char *name)
@@ -92,4 +99,59 @@ fail:
         free(r->adapters[i].name);
     r->n_adapters = 0;
     return -1;
+}
+
+/* reg's adapter called name, or NULL */
+static const proto_reg_lora_t *reg_lora(const proto_register_t *reg, const char *name)
+{
+    for (uint32_t i = 0; reg->lora && i < reg->n_lora; i++)
+        if (!strcmp(reg->lora[i].name, name))
+            return &reg->lora[i];
+    return NULL;
+}
+
+void lora_table_note_worker(lora_table_t *t, const proto_register_t *reg)
+{
+    for (size_t i = 0; t && i < t->n; i++) {
+        lora_entry_t *e = &t->e[i];
+        if (strcmp(e->base, reg->model) != 0)
+            continue;
+        const proto_reg_lora_t *l = reg_lora(reg, e->name);
+        uint64_t want = 0;
+        if (!l)
+            log_warn("worker %s (model %s) has no adapter '%s': requests naming it go to other replicas",
+                     reg->replica, reg->model, e->name);
+        else if (!atomic_compare_exchange_strong(&e->hash, &want, l->hash) && want != l->hash)
+            log_warn("worker %s (model %s) has adapter '%s' from another file (hash %016" PRIx64
+                     ", the first replica's %016" PRIx64 "): requests naming it go to other replicas",
+                     reg->replica, reg->model, e->name, l->hash, want);
+    }
+}
+
+bool lora_table_worker_serves(const lora_table_t *t, const proto_register_t *reg, const proto_submit_t *s)
+{
+    for (uint32_t i = 0; i < s->n_lora; i++) {
+        const proto_reg_lora_t *l = reg_lora(reg, s->lora[i].name);
+        const lora_entry_t *e = lora_table_find(t, s->lora[i].name);
+        if (!l || (e && atomic_load(&e->hash) != l->hash))
+            return false;
+    }
+    return true;
+}
+
+int lora_table_key_partition(const lora_table_t *t, const proto_submit_t *s, uint64_t *out)
+{
+    uint64_t hash[PROTO_MAX_LORA];
+    float scale[PROTO_MAX_LORA];
+    for (uint32_t i = 0; i < s->n_lora; i++) {
+        const lora_entry_t *e = lora_table_find(t, s->lora[i].name);
+        hash[i] = e ? atomic_load(&e->hash) : 0;
+        if (!hash[i])
+            return -1;
+        /* the worker's: the SUBMIT's scale, else its own default (which a
+         * SUBMIT from lora_table_resolve always overrides) */
+        scale[i] = (float)(s->lora[i].has_scale ? s->lora[i].scale : e->scale);
+    }
+    *out = prefix_key_adapters(s->partition, hash, scale, (int)s->n_lora);
+    return 0;
 }

@@ -3,8 +3,9 @@
  * workers, and llama.cpp's per-request `lora` list ([{"id", "scale"}] with
  * ids in GET /lora-adapters order) on the base model's name.
  *
- * The table is filled once before the HTTP threads start and read-only after,
- * so any thread may read it without a lock.
+ * The table is filled once before the HTTP threads start; after that only
+ * each entry's hash changes (atomically, from the workers' REGISTER), so any
+ * thread may read it without a lock.
  *
  *     lora_table_t *t = lora_table_new();
  *     lora_table_add(t, "sql", "llama", 1.0);     // adapter sql of model llama
@@ -17,15 +18,23 @@
 #ifndef PAGODA_GATEWAY_LORA_TABLE_H
 #define PAGODA_GATEWAY_LORA_TABLE_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "gateway/oai_error.h"
 #include "gateway/request.h"
+#include "proto/msg.h"
 
 typedef struct lora_entry {
     char *name;      /* the adapter's model name = the worker's --lora NAME */
     char *base;      /* the model whose workers load it */
     double scale;    /* its configured scale */
+    /* content hash of its file (prefix_key_bytes) as the first replica of
+     * base to list it in REGISTER reported it; 0 = no replica has yet.
+     * Written by the core thread (lora_table_note_worker), read by any. */
+    _Atomic uint64_t hash;
 } lora_entry_t;
 
 typedef struct lora_table {
@@ -47,5 +56,23 @@ const lora_entry_t *lora_table_find(const lora_table_t *t, const char *name); /*
  * adapter of another model, more than PROTO_MAX_LORA, a repeated id). A
  * NULL table has no adapters. */
 int lora_table_resolve(const lora_table_t *t, request_t *r, oai_error_t *err);
+
+/* A replica of model reg->model registered (REGISTER `lora`, proto/msg.h):
+ * learns the hash of each of the table's adapters of that model it lists
+ * (the first replica's wins) and logs, by replica, each adapter it lacks or
+ * holds with another file's hash (requests naming those go elsewhere). */
+void lora_table_note_worker(lora_table_t *t, const proto_register_t *reg);
+
+/* Whether a replica that registered reg may run SUBMIT s: it lists every
+ * adapter s names, with the hash the table learnt for it. A request without
+ * adapters: true. */
+bool lora_table_worker_serves(const lora_table_t *t, const proto_register_t *reg, const proto_submit_t *s);
+
+/* The partition a worker keys s's KV blocks in (the worker's
+ * prefix_key_adapters over its adapters' hashes and scales, as float):
+ * 0 and *out for a request without adapters (s->partition) or one whose
+ * adapters' hashes are all known; -1 when one is not known yet (no replica
+ * has listed it: no routing keys). */
+int lora_table_key_partition(const lora_table_t *t, const proto_submit_t *s, uint64_t *out);
 
 #endif

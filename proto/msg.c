@@ -37,6 +37,9 @@ void proto_msg_clear(proto_msg_t *m)
         free(m->reg.model);
         free(m->reg.replica);
         free(m->reg.host);
+        for (uint32_t i = 0; m->reg.lora && i < m->reg.n_lora; i++)
+            free(m->reg.lora[i].name);
+        free(m->reg.lora);
         break;
     case PROTO_SUBMIT: {
         proto_submit_t *s = &m->submit;
@@ -220,6 +223,19 @@ static void encode_register(enc_t *e, const proto_register_t *r)
         sub_uint(&e->pk, "n_tok", r->vis.n_tok);
         pack_cstr(&e->pk, "proj");
         pack_cstr(&e->pk, r->vis.proj);
+    }
+    if (r->n_lora) {
+        key(e, "lora");
+        msgpack_pack_array(&e->pk, r->n_lora);
+        for (uint32_t i = 0; i < r->n_lora; i++) {
+            msgpack_pack_map(&e->pk, 4);
+            pack_cstr(&e->pk, "name");
+            pack_cstr(&e->pk, r->lora[i].name);
+            sub_uint(&e->pk, "hash", r->lora[i].hash);
+            sub_uint(&e->pk, "rank", r->lora[i].rank);
+            pack_cstr(&e->pk, "scale");
+            msgpack_pack_double(&e->pk, r->lora[i].scale);
+        }
     }
 }
 
@@ -722,7 +738,22 @@ static const field_t register_fields[] = {
     {"v", true},     {"model", true},   {"replica", true},   {"host", true},
     {"pid", true},   {"cap", true},     {"n_ctx", true},     {"n_vocab", true},
     {"kv_blocks", true}, {"block", true}, {"hb_ms", false}, {"vis", false},
+    {"lora", false},
 };
+
+static const field_t reg_lora_fields[] = {{"name", true}, {"hash", true}, {"rank", true}, {"scale", true}};
+
+static int reg_lora_field(dec_t *d, void *obj, int idx)
+{
+    proto_reg_lora_t *l = obj;
+    switch (idx) {
+    case 0: return get_str(d, &l->name, NULL, 1, PROTO_MAX_NAME);
+    case 1: return get_uint(d, &l->hash, 0, UINT64_MAX);
+    case 2: return get_u32(d, &l->rank, 1, PROTO_MAX_LORA_RANK);
+    case 3: return get_double(d, &l->scale, -100, 100, false);
+    }
+    return -1;
+}
 
 static const field_t vis_fields[] = {{"size", true}, {"n_tok", true}, {"proj", true}};
 
@@ -770,6 +801,23 @@ static int register_field(dec_t *d, void *obj, int idx)
     case 11:
         r->vis.has = true;
         return read_map(d, vis_fields, NFIELDS(vis_fields), vis_field, &r->vis);
+    case 12: {
+        uint32_t n;
+        if (get_array(d, &n, PROTO_MAX_REG_LORA) < 0)
+            return -1;
+        if (n == 0)
+            return fail(d, PROTO_ERANGE, "'lora' is empty");
+        r->lora = xcalloc(n, sizeof *r->lora);
+        for (uint32_t i = 0; i < n; i++) {
+            r->n_lora = i + 1; /* freed from here on even when the map fails */
+            if (read_map(d, reg_lora_fields, NFIELDS(reg_lora_fields), reg_lora_field, &r->lora[i]) < 0)
+                return -1;
+            for (uint32_t k = 0; k < i; k++)
+                if (!strcmp(r->lora[k].name, r->lora[i].name))
+                    return fail(d, PROTO_EFIELD, "'lora' names '%s' twice", r->lora[i].name);
+        }
+        return 0;
+    }
     }
     return -1;
 }

@@ -54,6 +54,17 @@
  *     n_tok      uint   embeddings per image, 1..PROTO_MAX_VIS_TOKENS
  *     proj       str    projector type as llama.cpp's mmproj names it ("gemma3"),
  *                       1..PROTO_MAX_VIS_PROJ bytes
+ *   lora       array opt  the LoRA adapters the worker has loaded (SUBMIT `lora` may name
+ *                         them), 1..PROTO_MAX_REG_LORA maps, all keys required; absent =
+ *                         none. The gateway sends a request naming an adapter only to
+ *                         replicas that list it with the hash it expects (remote workers
+ *                         may have been started with another set):
+ *     name       str    the adapter's name (--lora NAME=FILE), 1..PROTO_MAX_NAME bytes
+ *     hash       uint   content hash of its GGUF file (prefix_key_bytes, u64): with the
+ *                       scale it keys the request's KV blocks (prefix_key_adapters),
+ *                       so the gateway's routing keys match the worker's
+ *     rank       uint   its largest rank, 1..PROTO_MAX_LORA_RANK
+ *     scale      float  its default scale (--lora NAME=FILE:SCALE), [-100, 100]
  *
  * HEARTBEAT (both ways) every hb_ms while connected.
  *   seq        uint  req  sender's counter, +1 per heartbeat (u64)
@@ -347,6 +358,8 @@
 #define PROTO_MAX_TOKENS (1u << 20)       /* prompt_ids, resume, n_ctx */
 #define PROTO_MAX_CHOICES 128             /* SUBMIT n_choices, and inputs of op embed */
 #define PROTO_MAX_LORA 4            /* adapters in one SUBMIT's lora */
+#define PROTO_MAX_REG_LORA 64       /* adapters in one REGISTER's lora (a worker's) */
+#define PROTO_MAX_LORA_RANK 512     /* REGISTER lora rank */
 #define PROTO_MAX_EMBED_DIM 65536         /* floats in one EVENT emb */
 #define PROTO_MAX_TOKEN_ID 0x7fffffff
 #define PROTO_MAX_STOP 16
@@ -454,6 +467,14 @@ typedef struct proto_vis {
     char proj[PROTO_MAX_VIS_PROJ + 1]; /* proj, NUL-terminated */
 } proto_vis_t;
 
+/* One adapter a worker has loaded (REGISTER `lora`). */
+typedef struct proto_reg_lora {
+    char *name;              /* name */
+    uint64_t hash;           /* hash: prefix_key_bytes of its file */
+    uint32_t rank;           /* rank: its largest */
+    double scale;            /* scale: its default */
+} proto_reg_lora_t;
+
 typedef struct proto_register {
     uint32_t version;        /* v */
     char *model;             /* model */
@@ -467,6 +488,8 @@ typedef struct proto_register {
     uint32_t block_size;     /* block, tokens per KV block */
     uint32_t heartbeat_ms;   /* hb_ms */
     proto_vis_t vis;         /* vis; has = false when absent */
+    proto_reg_lora_t *lora;  /* lora, (n_lora), owned with their names; NULL when absent */
+    uint32_t n_lora;
 } proto_register_t;
 
 /* Worker load, carried by the worker's HEARTBEAT. */

@@ -818,6 +818,17 @@ static int connect_link(struct worker *w, const worker_config_t *cfg, char *err,
         reg.vis = (proto_vis_t){.has = true, .size = vi.size, .n_tok = vi.n_tok};
         snprintf(reg.vis.proj, sizeof reg.vis.proj, "%s", vi.proj);
     }
+    /* the adapters, so the gateway routes their requests here and keys them as we do */
+    _Static_assert(LORA_MAX_ADAPTERS <= PROTO_MAX_REG_LORA && LORA_MAX_RANK <= PROTO_MAX_LORA_RANK,
+                   "a worker's adapters fit one REGISTER");
+    proto_reg_lora_t lora[LORA_MAX_ADAPTERS];
+    for (int32_t i = 0; i < w->engine->n_lora; i++) {
+        const engine_lora_t *el = &w->engine->lora[i];
+        lora[i] = (proto_reg_lora_t){.name = (char *)el->name, .hash = el->ad->hash,
+                                     .rank = (uint32_t)el->ad->max_rank, .scale = el->scale};
+    }
+    reg.lora = w->engine->n_lora ? lora : NULL;
+    reg.n_lora = (uint32_t)w->engine->n_lora;
     worker_link_config_t lcfg = {
         .endpoint = cfg->endpoint,
         .heartbeat_ms = w->heartbeat_ms,

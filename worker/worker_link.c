@@ -415,6 +415,11 @@ worker_link_t *worker_link_new(const worker_link_config_t *cfg)
     l->reg.model = xstrdup(cfg->reg->model);
     l->reg.replica = xstrdup(cfg->reg->replica);
     l->reg.host = xstrdup(cfg->reg->host ? cfg->reg->host : "");
+    l->reg.lora = cfg->reg->n_lora ? xcalloc(cfg->reg->n_lora, sizeof *l->reg.lora) : NULL;
+    for (uint32_t i = 0; i < cfg->reg->n_lora; i++) {
+        l->reg.lora[i] = cfg->reg->lora[i];
+        l->reg.lora[i].name = xstrdup(cfg->reg->lora[i].name);
+    }
     l->gateway_interval_us = (int64_t)hb * 1000; /* until its first heartbeat says otherwise */
     l->backoff_us = (int64_t)hb * 1000;
     if (cfg->curve_server_key || cfg->curve_public_key || cfg->curve_secret_key) {

@@ -145,6 +145,12 @@ static void fill_register(proto_msg_t *m)
     m->reg.block_size = 32;
     m->reg.heartbeat_ms = 250;
     m->reg.vis = (proto_vis_t){.has = true, .size = 896, .n_tok = 256, .proj = "gemma3"};
+    static proto_reg_lora_t lora[2] = {
+        {.name = "sql", .hash = 0xfedcba9876543210ull, .rank = 8, .scale = 1.0},
+        {.name = "style", .hash = 1, .rank = 512, .scale = -0.25},
+    };
+    m->reg.lora = lora;
+    m->reg.n_lora = 2;
 }
 
 static void test_roundtrip_register(void **state)
@@ -167,8 +173,80 @@ static void test_roundtrip_register(void **state)
     assert_int_equal(out.reg.kv_blocks, 1024);
     assert_int_equal(out.reg.block_size, 32);
     assert_int_equal(out.reg.heartbeat_ms, 250);
+    assert_int_equal(out.reg.n_lora, 2);
+    assert_string_equal(out.reg.lora[0].name, "sql");
+    assert_true(out.reg.lora[0].hash == 0xfedcba9876543210ull);
+    assert_int_equal(out.reg.lora[0].rank, 8);
+    assert_true(out.reg.lora[0].scale == 1.0);
+    assert_string_equal(out.reg.lora[1].name, "style");
+    assert_true(out.reg.lora[1].hash == 1);
+    assert_int_equal(out.reg.lora[1].rank, 512);
+    assert_true(out.reg.lora[1].scale == -0.25);
     proto_msg_clear(&out);
     proto_msg_clear(&out); /* twice is safe */
+}
+
+/* REGISTER lora: absent when the worker has none; bounds on the count, the
+ * rank, the scale; every key required; a name listed twice. */
+static void test_register_lora_bounds(void **state)
+{
+    (void)state;
+    proto_msg_t in, out;
+    fill_register(&in);
+    in.reg.n_lora = 0;
+    size_t len;
+    uint8_t *body = encode(&in, &len);
+    assert_null(memmem(body, len, "lora", 4));
+    assert_int_equal(proto_decode_body(PROTO_REGISTER, body, len, &out, NULL, 0), PROTO_OK);
+    assert_null(out.reg.lora);
+    proto_msg_clear(&out);
+    free(body);
+    proto_reg_lora_t l[PROTO_MAX_REG_LORA + 1];
+    char names[PROTO_MAX_REG_LORA + 1][8];
+    for (int i = 0; i <= PROTO_MAX_REG_LORA; i++) {
+        snprintf(names[i], sizeof names[i], "a%d", i);
+        l[i] = (proto_reg_lora_t){.name = names[i], .hash = (uint64_t)i, .rank = 4, .scale = 1};
+    }
+    in.reg.lora = l;
+    static const struct {
+        uint32_t n;
+        int i;                  /* the adapter changed, -1 none */
+        uint32_t rank;
+        double scale;
+        const char *name;
+        int want;
+    } cases[] = {
+        {PROTO_MAX_REG_LORA, -1, 4, 1, NULL, PROTO_OK},
+        {PROTO_MAX_REG_LORA + 1, -1, 4, 1, NULL, PROTO_ERANGE},
+        {2, 1, 0, 1, NULL, PROTO_ERANGE},                          /* rank 0 */
+        {2, 1, PROTO_MAX_LORA_RANK + 1, 1, NULL, PROTO_ERANGE},
+        {2, 0, 4, 100.5, NULL, PROTO_ERANGE},
+        {2, 0, 4, NAN, NULL, PROTO_ERANGE},
+        {2, 0, 4, 1, "", PROTO_ERANGE},                            /* empty name */
+        {2, 1, 4, 1, "a0", PROTO_EFIELD},                          /* twice */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        in.reg.n_lora = cases[c].n;
+        proto_reg_lora_t keep = cases[c].i >= 0 ? l[cases[c].i] : l[0];
+        if (cases[c].i >= 0) {
+            l[cases[c].i].rank = cases[c].rank;
+            l[cases[c].i].scale = cases[c].scale;
+            if (cases[c].name)
+                l[cases[c].i].name = (char *)cases[c].name;
+        }
+        body = encode(&in, &len);
+        int rc = proto_decode_body(PROTO_REGISTER, body, len, &out, NULL, 0);
+        if (rc != cases[c].want)
+            print_message("case %zu: got %d, want %d\n", c, rc, cases[c].want);
+        assert_int_equal(rc, cases[c].want);
+        if (rc == PROTO_OK) {
+            assert_int_equal(out.reg.n_lora, cases[c].n);
+            proto_msg_clear(&out);
+        }
+        free(body);
+        if (cases[c].i >= 0)
+            l[cases[c].i] = keep;
+    }
 }
 
 static void test_roundtrip_heartbeat(void **state)
@@ -1783,6 +1861,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_embed),
         cmocka_unit_test(test_roundtrip_rank),
         cmocka_unit_test(test_roundtrip_lora),
+        cmocka_unit_test(test_register_lora_bounds),
         cmocka_unit_test(test_roundtrip_images),
         cmocka_unit_test(test_fuzz_corpus),
         cmocka_unit_test(test_zmq_roundtrip),
