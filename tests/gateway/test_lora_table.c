@@ -2,7 +2,8 @@
  * (oai_parse_request: the `lora` field) and resolved against a table of
  * adapters, as a table of cases — the base model and the adapters (name,
  * scale) the SUBMIT gets, or the 400 with param "lora"; a request without
- * adapters keeps its model and gets none. */
+ * adapters keeps its model and gets none. And replicas' adapters (REGISTER
+ * lora): which replica may run a SUBMIT, and the routing keys' partition. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/prefix_key.h"
 #include "gateway/lora_table.h"
 #include "gateway/oai.h"
 
@@ -107,11 +109,83 @@ static void test_too_many(void **state)
     lora_table_free(&t);
 }
 
+/* Replicas and their adapters (REGISTER lora): which replica may run a
+ * SUBMIT, the hash the table learns (the first replica's), and the
+ * partition routing keys are made in, as a table of SUBMITs × replicas. */
+static void test_replicas(void **state)
+{
+    (void)state;
+    lora_table_t *t = lora_table_new();
+    lora_table_add(t, "sql", "llama", 0.5);
+    lora_table_add(t, "style", "llama", 1.0);
+    lora_table_add(t, "x", "other", 1.0);
+    proto_reg_lora_t la[] = {{.name = "sql", .hash = 11, .rank = 8, .scale = 0.5},
+                             {.name = "style", .hash = 22, .rank = 8, .scale = 1}};
+    proto_reg_lora_t lb[] = {{.name = "sql", .hash = 11, .rank = 8, .scale = 0.5}};
+    proto_reg_lora_t lc[] = {{.name = "sql", .hash = 99, .rank = 8, .scale = 0.5}};
+    proto_register_t reg[] = {
+        {.model = "llama", .replica = "a", .lora = la, .n_lora = 2}, /* both */
+        {.model = "llama", .replica = "b", .lora = lb, .n_lora = 1}, /* sql only */
+        {.model = "llama", .replica = "c", .lora = lc, .n_lora = 1}, /* sql from another file */
+        {.model = "llama", .replica = "d"},                          /* none */
+    };
+    proto_submit_t s = {.partition = 7};
+    uint64_t part = 0;
+    /* before any replica registered: no hash, no routing keys */
+    s.n_lora = 1;
+    s.lora[0] = (proto_lora_t){.name = "sql", .has_scale = true, .scale = 0.5};
+    assert_int_equal(lora_table_key_partition(t, &s, &part), -1);
+    lora_table_note_worker(t, &reg[0]);
+    lora_table_note_worker(t, &reg[2]); /* logged; the first hash stays */
+    assert_true(atomic_load(&lora_table_find(t, "sql")->hash) == 11);
+    assert_true(atomic_load(&lora_table_find(t, "style")->hash) == 22);
+    assert_true(atomic_load(&lora_table_find(t, "x")->hash) == 0);
+    static const struct {
+        const char *names[2];      /* the SUBMIT's adapters (NULL-ended) */
+        bool serves[4];            /* by replica a, b, c, d */
+    } rows[] = {
+        {{NULL, NULL}, {true, true, true, true}},
+        {{"sql", NULL}, {true, true, false, false}},
+        {{"style", NULL}, {true, false, false, false}},
+        {{"sql", "style"}, {true, false, false, false}},
+        {{"x", NULL}, {false, false, false, false}},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        s.n_lora = 0;
+        for (int k = 0; k < 2 && rows[i].names[k]; k++)
+            s.lora[s.n_lora++] = (proto_lora_t){.name = (char *)rows[i].names[k], .has_scale = true, .scale = 1};
+        for (int r = 0; r < 4; r++)
+            if (lora_table_worker_serves(t, &reg[r], &s) != rows[i].serves[r])
+                fail_msg("row %zu, replica %s: serves %d", i, reg[r].replica, !rows[i].serves[r]);
+    }
+    /* the partition: the SUBMIT's own without adapters; the worker's fold of
+     * hashes and (float) scales with them, distinct per adapter set */
+    s.n_lora = 0;
+    assert_int_equal(lora_table_key_partition(t, &s, &part), 0);
+    assert_true(part == 7);
+    s.n_lora = 1;
+    s.lora[0] = (proto_lora_t){.name = "sql", .has_scale = true, .scale = 0.1};
+    assert_int_equal(lora_table_key_partition(t, &s, &part), 0);
+    assert_true(part == prefix_key_adapters(7, (const uint64_t[]){11}, (const float[]){0.1f}, 1));
+    uint64_t p_sql = part, p_style, p_both;
+    s.lora[0].name = "style";
+    assert_int_equal(lora_table_key_partition(t, &s, &p_style), 0);
+    s.n_lora = 2;
+    s.lora[1] = (proto_lora_t){.name = "sql", .has_scale = true, .scale = 0.1};
+    assert_int_equal(lora_table_key_partition(t, &s, &p_both), 0);
+    assert_true(p_sql != 7 && p_style != 7 && p_both != 7 && p_sql != p_style && p_both != p_sql &&
+                p_both != p_style);
+    s.lora[1].name = "x"; /* no replica of `other` has registered */
+    assert_int_equal(lora_table_key_partition(t, &s, &part), -1);
+    lora_table_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_too_many),
+        cmocka_unit_test(test_replicas),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
