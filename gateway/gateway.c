@@ -732,7 +732,16 @@ static void on_register(struct gateway *gw, const proto_peer_t *from, proto_msg_
     gm->t_no_replica_us = 0;
     gm->n_ctx = w->reg.n_ctx;
     gm->vis = w->reg.vis;
-    lora_table_note_worker(gw->loras, &w->reg);
+    if (gw->loras->n) { /* its adapters against the other live replicas' */
+        const proto_register_t **peers = xmalloc(gw->n_workers * sizeof *peers);
+        size_t n_peers = 0;
+        for (size_t i = 0; i < gw->n_workers; i++)
+            if (&gw->workers[i] != w && gw->workers[i].state == GATEWAY_WORKER_READY &&
+                strcmp(gw->workers[i].reg.model, w->reg.model) == 0)
+                peers[n_peers++] = &gw->workers[i].reg;
+        lora_table_note_worker(gw->loras, &w->reg, peers, n_peers);
+        free(peers);
+    }
     metrics_gauge_set(gw->m.workers_connected, (const char *[]){gm->name},
                       (double)gateway_model_replicas(gw, gm->name));
     log_info("worker %s registered: model %s, capacity %u, n_ctx %u, %u KV blocks of %u, "

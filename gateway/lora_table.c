@@ -110,21 +110,31 @@ static const proto_reg_lora_t *reg_lora(const proto_register_t *reg, const char 
     return NULL;
 }
 
-void lora_table_note_worker(lora_table_t *t, const proto_register_t *reg)
+void lora_table_note_worker(lora_table_t *t, const proto_register_t *reg, const proto_register_t *const *peers,
+                            size_t n_peers)
 {
     for (size_t i = 0; t && i < t->n; i++) {
         lora_entry_t *e = &t->e[i];
         if (strcmp(e->base, reg->model) != 0)
             continue;
         const proto_reg_lora_t *l = reg_lora(reg, e->name);
-        uint64_t want = 0;
-        if (!l)
+        if (!l) {
             log_warn("worker %s (model %s) has no adapter '%s': requests naming it go to other replicas",
                      reg->replica, reg->model, e->name);
-        else if (!atomic_compare_exchange_strong(&e->hash, &want, l->hash) && want != l->hash)
+            continue;
+        }
+        uint64_t known = atomic_load(&e->hash);
+        bool kept = false; /* a peer holds the known file */
+        for (size_t k = 0; known && k < n_peers && !kept; k++) {
+            const proto_reg_lora_t *pl = reg_lora(peers[k], e->name);
+            kept = pl && pl->hash == known;
+        }
+        if (!kept)
+            atomic_store(&e->hash, l->hash);
+        else if (l->hash != known)
             log_warn("worker %s (model %s) has adapter '%s' from another file (hash %016" PRIx64
-                     ", the first replica's %016" PRIx64 "): requests naming it go to other replicas",
-                     reg->replica, reg->model, e->name, l->hash, want);
+                     ", the other replicas' %016" PRIx64 "): requests naming it go to other replicas",
+                     reg->replica, reg->model, e->name, l->hash, known);
     }
 }
 

@@ -31,9 +31,9 @@ typedef struct lora_entry {
     char *name;      /* the adapter's model name = the worker's --lora NAME */
     char *base;      /* the model whose workers load it */
     double scale;    /* its configured scale */
-    /* content hash of its file (prefix_key_bytes) as the first replica of
-     * base to list it in REGISTER reported it; 0 = no replica has yet.
-     * Written by the core thread (lora_table_note_worker), read by any. */
+    /* content hash of its file (prefix_key_bytes) as the replicas of base
+     * list it (lora_table_note_worker); 0 = no replica has yet.
+     * Written by the core thread, read by any. */
     _Atomic uint64_t hash;
 } lora_entry_t;
 
@@ -57,11 +57,15 @@ const lora_entry_t *lora_table_find(const lora_table_t *t, const char *name); /*
  * NULL table has no adapters. */
 int lora_table_resolve(const lora_table_t *t, request_t *r, oai_error_t *err);
 
-/* A replica of model reg->model registered (REGISTER `lora`, proto/msg.h):
- * learns the hash of each of the table's adapters of that model it lists
- * (the first replica's wins) and logs, by replica, each adapter it lacks or
- * holds with another file's hash (requests naming those go elsewhere). */
-void lora_table_note_worker(lora_table_t *t, const proto_register_t *reg);
+/* A replica of model reg->model registered (REGISTER `lora`, proto/msg.h);
+ * peers[0..n_peers) are the model's other live replicas. Learns the hash of
+ * each of the table's adapters of that model that reg lists: the hash known
+ * so far stays while a peer lists the adapter with it (the first replica's
+ * file wins), else reg's is taken (the file changed and its replicas
+ * restarted). Logs, by replica, each adapter it lacks or holds from another
+ * file (requests naming those go elsewhere). */
+void lora_table_note_worker(lora_table_t *t, const proto_register_t *reg, const proto_register_t *const *peers,
+                            size_t n_peers);
 
 /* Whether a replica that registered reg may run SUBMIT s: it lists every
  * adapter s names, with the hash the table learnt for it. A request without

@@ -135,8 +135,9 @@ static void test_replicas(void **state)
     s.n_lora = 1;
     s.lora[0] = (proto_lora_t){.name = "sql", .has_scale = true, .scale = 0.5};
     assert_int_equal(lora_table_key_partition(t, &s, &part), -1);
-    lora_table_note_worker(t, &reg[0]);
-    lora_table_note_worker(t, &reg[2]); /* logged; the first hash stays */
+    lora_table_note_worker(t, &reg[0], NULL, 0);
+    const proto_register_t *peers[] = {&reg[0], &reg[3]};
+    lora_table_note_worker(t, &reg[2], peers, 2); /* logged; a's hash stays: a holds it */
     assert_true(atomic_load(&lora_table_find(t, "sql")->hash) == 11);
     assert_true(atomic_load(&lora_table_find(t, "style")->hash) == 22);
     assert_true(atomic_load(&lora_table_find(t, "x")->hash) == 0);
@@ -177,6 +178,12 @@ static void test_replicas(void **state)
                 p_both != p_style);
     s.lora[1].name = "x"; /* no replica of `other` has registered */
     assert_int_equal(lora_table_key_partition(t, &s, &part), -1);
+    /* the file changed: c registers again with no peer holding 11 → 99 */
+    lora_table_note_worker(t, &reg[2], peers + 1, 1);
+    assert_true(atomic_load(&lora_table_find(t, "sql")->hash) == 99);
+    s.n_lora = 1;
+    s.lora[0].name = "sql";
+    assert_true(lora_table_worker_serves(t, &reg[2], &s) && !lora_table_worker_serves(t, &reg[0], &s));
     lora_table_free(&t);
 }
 
