@@ -526,21 +526,18 @@ export function initChat() {
     attachFiles([...e.target.files]);
     e.target.value = ""; // the same file may be picked again
   });
-  // Ctrl+V of an image: the clipboard's files; text pastes as before
-  $("prompt").addEventListener("paste", (e) => {
-    const files = [...(e.clipboardData?.files || [])];
+  // Ctrl+V of an image (the clipboard's files) or a drop of files on the
+  // message box attaches them; text pastes and drops as before
+  const takeFiles = (transfer) => (e) => {
+    const files = [...(transfer(e)?.files || [])];
     if (!files.length) return;
     e.preventDefault();
     attachFiles(files);
-  });
+  };
+  $("prompt").addEventListener("paste", takeFiles((e) => e.clipboardData));
+  $("prompt").addEventListener("drop", takeFiles((e) => e.dataTransfer));
   $("prompt").addEventListener("dragover", (e) => {
     if (e.dataTransfer?.types.includes("Files")) e.preventDefault();
-  });
-  $("prompt").addEventListener("drop", (e) => {
-    const files = [...(e.dataTransfer?.files || [])];
-    if (!files.length) return;
-    e.preventDefault();
-    attachFiles(files);
   });
   $("prompt").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
