@@ -5,6 +5,15 @@
 // ((completion_tokens − 1) / (last delta − first delta): the decode rate,
 // which the first token's prefill would distort). Stop aborts the fetch;
 // the gateway notices the closed connection and sends CANCEL to the worker.
+//
+// Images: the Image button (a file picker), Ctrl+V of an image and a drop on
+// the message box attach PNG/JPEG/WebP/GIF files to the next message; each
+// goes as an image_url part holding a base64 data: URL, before the text
+// (docs/API.md "Images"). The gateway's limits are checked here first (20 MiB
+// per image, 8 per request) so an oversized file is refused before anything is
+// sent; a model that takes no images answers 400, shown like other errors.
+// Thumbnails are canvases drawn from createImageBitmap: the page's CSP
+// (img-src 'self') admits no data: or blob: image URLs.
 
 import { errorText, getJSON, headers, onKeyChange } from "./api.js";
 import { codeBlock, renderMarkdown } from "./markdown.js";
@@ -16,6 +25,14 @@ const FIELDS = ["model", "system", "temperature", "top_p", "max_tokens", "seed",
 
 let state = { messages: [], settings: {} };
 let running = null; // {controller, msg} while an answer streams
+let pending = []; // images attached to the next message: {name, blob (the File), url (its data: URL)}
+const thumbs = new WeakMap(); // message → its images' canvases, drawn once, kept over re-renders
+
+// the gateway's limits (docs/API.md "Images")
+const MAX_IMAGE_BYTES = 20 << 20;
+const MAX_IMAGES = 8;
+const IMAGE_TYPES = ["image/png", "image/jpeg", "image/webp", "image/gif"];
+const THUMB = 96; // px, the longer side of a thumbnail
 
 function load() {
   try {
@@ -101,6 +118,10 @@ function buildRequest() {
   for (const m of state.messages) {
     if (m.error && !m.content && !m.tool_calls) continue;
     const out = { role: m.role, content: m.content ?? "" };
+    if (m.images?.length) {
+      out.content = m.images.map((url) => ({ type: "image_url", image_url: { url } }));
+      if (m.content) out.content.push({ type: "text", text: m.content });
+    }
     if (m.role === "assistant" && m.tool_calls?.length && !m.content) out.content = null;
     if (m.tool_calls?.length) out.tool_calls = m.tool_calls;
     if (m.role === "tool") out.tool_call_id = m.tool_call_id;
@@ -195,6 +216,98 @@ function renderToolCalls(m, box, open) {
   }
 }
 
+// ---- images ----------------------------------------------------------------
+
+const mib = (n) => `${(n / (1 << 20)).toFixed(1)} MiB`;
+
+function showAttachError(text) {
+  $("attach-error").textContent = text;
+  $("attach-error").hidden = !text;
+}
+
+// The bytes of a base64 data: URL as a Blob (fetch() of a data: URL is not
+// allowed by the CSP's connect-src 'self').
+function dataUrlBlob(url) {
+  const comma = url.indexOf(",");
+  const type = url.slice(5, url.indexOf(";"));
+  const bin = atob(url.slice(comma + 1));
+  const bytes = new Uint8Array(bin.length);
+  for (let k = 0; k < bin.length; k++) bytes[k] = bin.charCodeAt(k);
+  return new Blob([bytes], { type });
+}
+
+// A canvas showing the image scaled to THUMB px, drawn when the browser has
+// decoded it; one it cannot decode stays an empty frame (the gateway names
+// what is wrong with it when it is sent).
+function thumbnail(blob, title) {
+  const c = el("canvas", "thumb");
+  c.width = c.height = THUMB;
+  c.title = title;
+  c.setAttribute("role", "img");
+  c.setAttribute("aria-label", title);
+  createImageBitmap(blob)
+    .then((bmp) => {
+      const k = THUMB / Math.max(bmp.width, bmp.height, 1);
+      c.width = Math.max(1, Math.round(bmp.width * k));
+      c.height = Math.max(1, Math.round(bmp.height * k));
+      c.getContext("2d").drawImage(bmp, 0, 0, c.width, c.height);
+      c.dataset.drawn = "1";
+      bmp.close();
+    })
+    .catch(() => (c.dataset.drawn = "0"));
+  return c;
+}
+
+function renderPending() {
+  const box = $("attachments");
+  box.replaceChildren(
+    ...pending.map((p, k) => {
+      const a = el("div", "attachment");
+      a.append(
+        thumbnail(p.blob, p.name),
+        button("×", "small remove", () => {
+          pending.splice(k, 1);
+          showAttachError("");
+          renderPending();
+        }, `Remove ${p.name}`),
+      );
+      return a;
+    }),
+  );
+  box.hidden = !pending.length;
+}
+
+const readDataUrl = (file) =>
+  new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onload = () => resolve(r.result);
+    r.onerror = () => reject(r.error);
+    r.readAsDataURL(file);
+  });
+
+// Attaches files (from the picker, a paste or a drop) after checking them
+// against the gateway's limits; a refused file is named in the error line and
+// nothing of it is kept.
+async function attachFiles(files) {
+  const problems = [];
+  for (const f of files) {
+    const name = f.name || "pasted image";
+    if (!IMAGE_TYPES.includes(f.type)) problems.push(`${name}: not a PNG, JPEG, WebP or GIF image`);
+    else if (f.size > MAX_IMAGE_BYTES)
+      problems.push(`${name} is ${mib(f.size)}: images may be at most ${mib(MAX_IMAGE_BYTES)} each`);
+    else if (pending.length >= MAX_IMAGES) problems.push(`${name}: at most ${MAX_IMAGES} images per message`);
+    else {
+      try {
+        pending.push({ name, blob: f, url: await readDataUrl(f) });
+      } catch (e) {
+        problems.push(`${name}: could not be read (${e?.message ?? e})`);
+      }
+    }
+  }
+  showAttachError(problems.join("; "));
+  renderPending();
+}
+
 function renderMessage(m, i) {
   const box = el("div", `msg ${m.role}${m.error ? " failed" : ""}`);
   box.dataset.index = i;
@@ -215,6 +328,19 @@ function renderMessage(m, i) {
     body.append(renderMarkdown(m.reasoning));
     d.append(body);
     box.append(d);
+  }
+  if (m.images?.length) {
+    if (!thumbs.has(m))
+      thumbs.set(m, m.images.flatMap((url, k) => {
+        try {
+          return [thumbnail(dataUrlBlob(url), `image ${k + 1}`)];
+        } catch {
+          return []; // a damaged stored URL: no thumbnail
+        }
+      }));
+    const imgs = el("div", "images");
+    imgs.append(...thumbs.get(m));
+    box.append(imgs);
   }
   const body = el("div", "body");
   // a JSON-mode answer shows as JSON, not as Markdown
@@ -356,9 +482,14 @@ async function generate() {
 function send() {
   if (running) return;
   const text = $("prompt").value;
-  if (!text.trim()) return;
-  state.messages.push({ role: "user", content: text });
+  if (!text.trim() && !pending.length) return;
+  const m = { role: "user", content: text };
+  if (pending.length) m.images = pending.map((p) => p.url);
+  state.messages.push(m);
   $("prompt").value = "";
+  pending = [];
+  showAttachError("");
+  renderPending();
   save();
   generate();
 }
@@ -390,6 +521,24 @@ export function initChat() {
     render();
   });
   $("models-refresh").addEventListener("click", loadModels);
+  $("attach").addEventListener("click", () => $("image-input").click());
+  $("image-input").addEventListener("change", (e) => {
+    attachFiles([...e.target.files]);
+    e.target.value = ""; // the same file may be picked again
+  });
+  // Ctrl+V of an image (the clipboard's files) or a drop of files on the
+  // message box attaches them; text pastes and drops as before
+  const takeFiles = (transfer) => (e) => {
+    const files = [...(transfer(e)?.files || [])];
+    if (!files.length) return;
+    e.preventDefault();
+    attachFiles(files);
+  };
+  $("prompt").addEventListener("paste", takeFiles((e) => e.clipboardData));
+  $("prompt").addEventListener("drop", takeFiles((e) => e.dataTransfer));
+  $("prompt").addEventListener("dragover", (e) => {
+    if (e.dataTransfer?.types.includes("Files")) e.preventDefault();
+  });
   $("prompt").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();

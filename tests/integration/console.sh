@@ -9,7 +9,12 @@
 #         conversation kept over a reload, the operations view through kill -9
 #         of a replica (restarting, then ready), admin buttons with and without
 #         keys, drain / restart / on-demand start and stop, tools (calls, results)
-#         and JSON schema from the page, phone width.
+#         and JSON schema from the page, phone width; images (gateway D, a
+#         generated gemma3 text + mmproj pair): attached with the file picker
+#         and pasted (a ClipboardEvent with a File), thumbnails in the pending
+#         message and the conversation, the answer equal to the API's answer
+#         for the same image part, remove, an oversized file refused before
+#         anything is sent, a text model's 400 shown.
 # Screenshots go to $PAGODA_BUILD/test-logs/console/. About 60-90 s.
 source "$(dirname "$0")/../lib.sh"
 
@@ -107,6 +112,22 @@ printf 'no_ui: true\n' >"$TMP/noui.yaml"
 check "no_ui: true in the YAML file turns the console off" \
   bash -c "'$GW' --config '$TMP/noui.yaml' --print-config | grep -qx 'no_ui: true'"
 
+# ---- gateway D: a vision model (random-weight gemma3 text + mmproj pair, as
+# images.sh makes it) beside a text model; PNG/WebP/GIF files written by the
+# libraries' encoders (test_image --write-hostile)
+"$BUILD/pagoda-mkmodel" -o "$TMP/vt.gguf" --arch gemma3 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 \
+  --ctx 512 --vocab 512 --type f32 --seed 40 --untied --mute-special --logit-scale 8 \
+  --chat-template "$ROOT/tests/compare/gemma_turns.jinja" --mmproj "$TMP/vp.gguf" --vis-size 112 --vis-patch 7 \
+  --vis-dim 64 --vis-layers 2 --vis-heads 4 --vis-ffn 128 >/dev/null 2>&1 || fail "pagoda-mkmodel: the gemma3 pair"
+mkdir -p "$TMP/img"
+"$BUILD/tests/common/image/test_image" --write-hostile "$TMP/img" || fail "test_image --write-hostile"
+PD=$(free_port); ZD=$(free_port)
+spawn "$TMP/gwD.log" "$GW" --listen 127.0.0.1:$PD --worker-endpoint tcp://127.0.0.1:$ZD \
+  --model "vis=$TMP/vt.gguf" --mmproj "vis=$TMP/vp.gguf" --model "stories=$MODEL_FILE" --max-seqs 2 --log-level debug
+D=http://127.0.0.1:$PD
+readyD() { curl -sf "$1/health" | grep -q '"vis":{"state":"ready"' && curl -sf "$1/health" | grep -q '"stories":{"state":"ready"'; }
+check "gateway D: the vision model's and the text model's workers registered" wait_for 60 readyD $D
+
 # ---- the browser
 if [[ ! -x /usr/bin/chromium ]]; then
   skip "/usr/bin/chromium not installed (deploy/install-deps.sh installs it): skipping the browser scenarios"
@@ -115,8 +136,8 @@ fi
 need_node_packages "the browser scenarios"
 SHOTS=$BUILD/test-logs/console
 mkdir -p "$SHOTS"
-URL_A=$A URL_B=$B KEY_USER=secret-user KEY_ADMIN=secret-admin SHOTS=$SHOTS MODEL=stories \
-  run_node_tap 240 "$ROOT/tests/integration/console_browser.mjs"
+URL_A=$A URL_B=$B URL_D=$D IMG_DIR=$TMP/img KEY_USER=secret-user KEY_ADMIN=secret-admin SHOTS=$SHOTS MODEL=stories \
+  run_node_tap 300 "$ROOT/tests/integration/console_browser.mjs"
 check "gateway A logged the stopped stream as a client gone" grep -q 'client gone' "$TMP/gwA.log"
 if [[ $N_FAIL -gt 0 ]]; then for f in "$TMP"/gw*.log; do echo "# --- $f"; tail -n 30 "$f" | sed 's/^/# /'; done; fi
 finish

@@ -7,13 +7,15 @@
 //              and PAGODA_TEST_LOAD_SLEEP_MS set on its workers
 //      URL_B   keys file (KEY_USER, KEY_ADMIN), MODEL plus the on-demand model "lazy" and
 //              "tools" (random weights, a tool-calling chat template, 4096 context)
+//      URL_D   no keys, "vis" (a gemma3 text + mmproj pair: takes images) and MODEL (text only)
+//      IMG_DIR ok.png, ok.webp, animated.gif (test_image --write-hostile)
 //      SHOTS   screenshot folder
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { chromium } from "../js/node_modules/playwright-core/index.mjs";
 
-const { URL_A, URL_B, KEY_USER, KEY_ADMIN, SHOTS, MODEL } = process.env;
+const { URL_A, URL_B, URL_D, IMG_DIR, KEY_USER, KEY_ADMIN, SHOTS, MODEL } = process.env;
 let failed = 0;
 const ok = (cond, what) => {
   console.log(`${cond ? "ok" : "not ok"} - ${what}`);
@@ -402,6 +404,121 @@ try {
     try { v = JSON.parse(text); } catch { /* v stays null */ }
     ok(v && typeof v.name === "string" && v.name.length <= 10 && Number.isInteger(v.age) && v.age >= 0 && v.age <= 99 &&
        Object.keys(v).length === 2, `json_schema: the answer is JSON of the schema, shown as a code block: ${JSON.stringify(v)}`);
+  });
+
+  // ---- images (gateway D) -------------------------------------------------------------
+  const pd = watch(await ctx.newPage());
+  const chatPosts = [];
+  pd.on("request", (r) => {
+    if (r.method() === "POST" && r.url().endsWith("/v1/chat/completions")) chatPosts.push(r.postData() || "");
+  });
+  const file = (name, mimeType) => ({ name, mimeType, buffer: readFileSync(path.join(IMG_DIR, name)) });
+  const png = file("ok.png", "image/png");
+  const gif = file("animated.gif", "image/gif");
+  const N = 12;
+  // the API's greedy answer for one image part and the console's prompt, the
+  // request the console makes (image before text) sent directly
+  const direct = async (f, text) => {
+    const r = await fetch(`${URL_D}/v1/chat/completions`, {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ model: "vis", max_tokens: N, temperature: 0, top_p: 1, messages: [{ role: "user", content: [
+        { type: "image_url", image_url: { url: `data:${f.mimeType};base64,${f.buffer.toString("base64")}` } },
+        { type: "text", text }] }] }),
+    });
+    return (await r.json()).choices[0].message.content;
+  };
+  const drawn = (loc) => loc.evaluateAll((cs) => cs.filter((c) => c.dataset.drawn === "1" && c.width > 0).length);
+  const PROMPT_IMG = "What is in this picture?";
+  await attempt("image picker", async () => {
+    await pd.goto(`${URL_D}/ui/`);
+    await pd.waitForSelector("body[data-ready='1']");
+    await pd.waitForFunction(() => [...document.querySelectorAll("#model option")].some((o) => o.value === "vis"));
+    await pd.selectOption("#model", "vis");
+    await pd.fill("#temperature", "0");
+    await pd.fill("#max_tokens", String(N));
+    await pd.setInputFiles("#image-input", png);
+    await pd.locator("#attachments canvas.thumb[data-drawn='1']").waitFor({ timeout: 10000 });
+    ok((await pd.locator("#attachments .attachment").count()) === 1 && !(await pd.locator("#attachments").isHidden()),
+       "the file picker attaches ok.png: a thumbnail in the pending message");
+    await shot(pd, "chat-image-pending.png");
+    await pd.fill("#prompt", PROMPT_IMG);
+    await pd.click("#send");
+    await lastAnswer(pd).locator(".stats").waitFor({ timeout: 60000 });
+    const got = await lastAnswer(pd).locator(".body").textContent();
+    const want = await direct(png, PROMPT_IMG);
+    const sent = JSON.parse(chatPosts[chatPosts.length - 1]);
+    const parts = sent.messages[sent.messages.length - 1].content;
+    ok(Array.isArray(parts) && parts[0].type === "image_url" &&
+       parts[0].image_url.url === `data:image/png;base64,${png.buffer.toString("base64")}` &&
+       parts[1].type === "text" && parts[1].text === PROMPT_IMG,
+       "the request carries the PNG as an image_url data-URL part before the text");
+    ok(got.trim() === want.trim() && (await lastAnswer(pd).locator(".error").count()) === 0,
+       `the answer equals the API's greedy answer for the same image part (${JSON.stringify(got)})`);
+    const user = pd.locator("#messages .msg.user").last();
+    ok((await until(async () => (await drawn(user.locator("canvas.thumb"))) === 1, 10000)) &&
+       (await user.locator(".body").textContent()) === PROMPT_IMG,
+       "the conversation shows the image's thumbnail above the text");
+    ok((await pd.locator("#attachments").isHidden()) && (await pd.locator("#attachments .attachment").count()) === 0,
+       "sending empties the pending attachments");
+    await shot(pd, "chat-image.png");
+  });
+  await attempt("image paste", async () => {
+    await pd.click("#clear");
+    const paste = (name, type, b64) => pd.evaluate(({ name, type, b64 }) => {
+      const bin = atob(b64);
+      const bytes = Uint8Array.from(bin, (ch) => ch.charCodeAt(0));
+      const dt = new DataTransfer();
+      dt.items.add(new File([bytes], name, { type }));
+      const ev = new ClipboardEvent("paste", { clipboardData: dt, bubbles: true, cancelable: true });
+      document.getElementById("prompt").dispatchEvent(ev);
+      return ev.defaultPrevented;
+    }, { name, type, b64 });
+    ok(await paste("ok.png", "image/png", png.buffer.toString("base64")), "pasting an image: the paste is taken by the console");
+    await pd.locator("#attachments canvas.thumb[data-drawn='1']").waitFor({ timeout: 10000 });
+    await pd.locator("#attachments .remove").first().click();
+    ok((await pd.locator("#attachments .attachment").count()) === 0 && (await pd.locator("#attachments").isHidden()),
+       "the remove button takes the pasted image off");
+    await paste("screenshot.gif", "image/gif", gif.buffer.toString("base64"));
+    await until(async () => (await drawn(pd.locator("#attachments canvas.thumb"))) === 1, 10000);
+    ok((await pd.locator("#attachments .attachment").count()) === 1, "pasting a GIF (a ClipboardEvent with a File): its thumbnail");
+    await pd.fill("#prompt", PROMPT_IMG);
+    await pd.press("#prompt", "Enter");
+    await lastAnswer(pd).locator(".stats").waitFor({ timeout: 60000 });
+    const got = await lastAnswer(pd).locator(".body").textContent();
+    const [wantGif, wantPng] = [await direct(gif, PROMPT_IMG), await direct(png, PROMPT_IMG)];
+    ok(got.trim() === wantGif.trim(), `the pasted image's answer equals the API's for that GIF (${JSON.stringify(got)})`);
+    ok(wantGif !== wantPng, "and the two images give different answers (so the image, not only the text, decided them)");
+  });
+  await attempt("image too large", async () => {
+    const before = chatPosts.length;
+    // a file on disk (a buffer this large is too slow through the protocol); its
+    // bytes are never read: the size alone refuses it
+    const big = path.join(IMG_DIR, "huge.png");
+    writeFileSync(big, Buffer.alloc(21 << 20, 7));
+    await pd.setInputFiles("#image-input", big);
+    await pd.waitForFunction(() => !document.getElementById("attach-error").hidden);
+    const msg = await pd.locator("#attach-error").textContent();
+    ok(/huge\.png is 21\.0 MiB: images may be at most 20\.0 MiB each/.test(msg) &&
+       (await pd.locator("#attachments .attachment").count()) === 0,
+       `a 21 MiB file: the console's message ("${msg}"), not attached`);
+    const n = await pd.locator("#messages .msg").count();
+    await pd.fill("#prompt", "");
+    await pd.click("#send");
+    ok(chatPosts.length === before && (await pd.locator("#messages .msg").count()) === n, "and nothing is sent");
+    await shot(pd, "chat-image-too-large.png");
+  });
+  await attempt("image to a text model", async () => {
+    await pd.click("#clear");
+    await pd.selectOption("#model", MODEL);
+    await pd.setInputFiles("#image-input", png);
+    await pd.locator("#attachments canvas.thumb").waitFor({ timeout: 10000 });
+    ok((await pd.locator("#attach-error").isHidden()), "a good file clears the error line");
+    await pd.fill("#prompt", "What is this?");
+    await pd.click("#send");
+    await lastAnswer(pd).locator(".error").waitFor({ timeout: 30000 });
+    const err = await lastAnswer(pd).locator(".error").textContent();
+    ok(/^400: .*does not accept images/.test(err), `a text model: the gateway's 400 shown as the answer's error ("${err}")`);
+    await pd.click("#clear");
   });
 
   ok(problems.length === 0, `no page errors and no CSP violations${problems.length ? `: ${problems.join(" / ")}` : ""}`);

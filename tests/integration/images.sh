@@ -16,7 +16,9 @@
 # (build/tests/common/image/test_image --write-hostile).
 # Then end to end with a vision model (a generated gemma3 pair served with
 # --mmproj): the three surfaces give pagoda-run --image's greedy text, two
-# images two texts, and a repeated image is a prefix-cache hit.
+# images two texts, and a repeated image is a prefix-cache hit; then the same
+# through the openai, Anthropic, AI SDK and LangChain JS clients
+# (images_sdk.mjs, skipped without node or tests/js's packages).
 source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
@@ -284,4 +286,13 @@ report(c == 200 and cr >= 40, "anthropic: cache_read_input_tokens covers the ima
 sys.exit(1 if n_fail else 0)
 PY
 [[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
+
+# the same pictures through the real clients (images_sdk.mjs): the openai,
+# Anthropic, AI SDK and LangChain JS libraries, streamed and not, cached
+# tokens in their usage, their typed 400 for a truncated PNG
+if command -v node >/dev/null && bash "$ROOT/tests/js/ensure.sh" >/dev/null 2>&1; then
+  URL=$URL2 MODEL=vis DIR=$TMP PROMPT="$PROMPT" N=$N run_node_tap 300 "$ROOT/tests/integration/images_sdk.mjs"
+else
+  skip "node/npm or the npm packages unavailable: no SDK image checks (images_sdk.mjs)"
+fi
 finish
