@@ -41,14 +41,13 @@ GW=$BUILD/pagoda-gateway
 for b in "$MK" "$GW"; do [[ -x $b ]] || { echo "missing $b (make first)" >&2; exit 2; }; done
 
 BASE=${1:-$BUILD/models/m110-q8_0.gguf}
+# the 110M shape (docs/BENCH.md), stories260K's tokenizer padded to 32000 words
+shape=(--type Q8_0 --dim 768 --layers 12 --heads 12 --kv-heads 12 --ffn 2048 --vocab 32000 --ctx 2048 --seed 1)
+tok=$ROOT/../shared/models/stories260K.gguf
 if [[ ! -f $BASE ]]; then
-  TOK=$ROOT/../shared/models/stories260K.gguf
-  [[ -f $TOK ]] || TOK=builtin
-  mkdir -p "$(dirname "$BASE")"
   echo "# making $BASE (110M shape, Q8_0, seeded random weights)"
-  "$MK" -o "$BASE.tmp" --type Q8_0 --dim 768 --layers 12 --heads 12 --kv-heads 12 --ffn 2048 \
-    --vocab 32000 --ctx 2048 --seed 1 --tokenizer-from "$TOK" >/dev/null &&
-    mv "$BASE.tmp" "$BASE" || { echo "pagoda-mkmodel failed" >&2; exit 1; }
+  mkdir -p "$(dirname "$BASE")" && "$MK" -o "$BASE.tmp" "${shape[@]}" --tokenizer-from "$([[ -f $tok ]] && echo "$tok" || echo builtin)" \
+    >/dev/null && mv "$BASE.tmp" "$BASE" || { echo "pagoda-mkmodel failed" >&2; exit 1; }
 fi
 TMP=$(mktemp -d /tmp/lora_bench.XXXXXX)
 GPID=
@@ -82,11 +81,10 @@ ZP=$(port)
 "$GW" --listen "127.0.0.1:$HP" --worker-endpoint "tcp://127.0.0.1:$ZP" --model "base=$BASE" "${lora_args[@]}" \
   --threads "$THREADS" --max-seqs 32 >"$TMP/gw.log" 2>&1 &
 GPID=$!
-for _ in $(seq 600); do
-  curl -s "http://127.0.0.1:$HP/health" 2>/dev/null |
-    python3 -c 'import json,sys; sys.exit(not json.load(sys.stdin)["workers"])' 2>/dev/null && break
-  sleep 0.5
-done
+# ready when /health lists a registered worker (up to 5 minutes: a loaded machine)
+has_worker() { curl -s "http://127.0.0.1:$HP/health" | python3 -c 'import json,sys; sys.exit(not json.load(sys.stdin)["workers"])'; }
+t_end=$((SECONDS + 300))
+until has_worker 2>/dev/null || ((SECONDS > t_end)); do sleep 0.5; done
 chk=()
 ((CHECK)) && chk=(--check)
 "${PY[@]}" --url "http://127.0.0.1:$HP" --label pagoda "${chk[@]}" | tee "$TMP/pagoda.txt"
