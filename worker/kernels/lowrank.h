@@ -1,28 +1,44 @@
-/* lowrank.h — the low-rank update of a LoRA adapter over some rows of a batch.
+/* lowrank.h — the low-rank updates of LoRA adapters over some rows of a batch.
  *
  * For one adapted matrix W (out, in) with factors
- *     A (r, in)    float, row-major (the file's lora_a)
- *     B (out, r)   float, row-major (the file's lora_b)
- * and the rows rows[0..n) of a batch (ascending or not, distinct), adds
+ *     A (r, in)    F32 or F16, row-major (the file's lora_a)
+ *     B (out, r)   F32 or F16, row-major (the file's lora_b)
+ * and the rows rows[0..n) of a batch (ascending or not, distinct), an
+ * update adds
  *     Y[rows[j]] += s · (X[rows[j]] · Aᵀ) · Bᵀ
  * where X (R, in) is the matrix's input and Y (R, out) its output as the
  * base matmul left it (the base product runs once for every row; each
  * adapter's update then touches its own rows only).
  *
- * lowrank_add does it in three moves through the base's kernels
- * (matmul.h, F32 weights read in place): gather X's rows into xg (n, in),
- * t (n, r) = xg · Aᵀ, d (n, out) = t · Bᵀ, then Y[rows[j]] += s · d[j].
- * Every row's result depends only on that row (matmul's float kernels are
- * row-independent up to 64 rows; above, sgemm, equal to float rounding), so
- * mixing adapters in one batch gives each row what it gets alone.
+ * lowrank_apply does every update of a step's matrix (or of several
+ * matrices that share an input, q/k/v or gate/up) in ONE parallel region:
+ * a job is one group of rows (the rows of one adapter set) and the pairs of
+ * that set for one matrix, applied in order. Two phases, one barrier:
+ *   1. t (n, r) = X[rows] · Aᵀ for every job and pair, split over
+ *      (job, pair, block of LOWRANK_ROWS rows, block of LOWRANK_KS ranks);
+ *   2. Y[rows[j]][o] += s_i · t_i[j] · B_i[o] for every job, pair in order,
+ *      split over (job, block of LOWRANK_COLS outputs).
+ * Each output is a dot product in a fixed order (8 float lanes, a fixed
+ * horizontal sum, then the tail), computed the same way whichever rows,
+ * jobs or threads run beside it: a row's result depends on that row only,
+ * bit for bit, so mixing adapters in one batch gives each row what it gets
+ * alone. F16 factors are widened exactly (F16C), so they give the bits of
+ * F32 factors holding the same values while a step reads half the bytes:
+ * at a few rows per adapter the update streams its factors from memory
+ * (rank 64 on every projection of a 110M model: 45 MB in F32 per adapter,
+ * more than the Q8_0 base's 116 MB once three such adapters run).
+ * The update's FLOPs are 2·r·(in + out) per row and pair, small
+ * beside the base's 2·in·out when r is small (rank 64 on a 2048×2048
+ * matrix: 6%).
  * lowrank_add_ref is the scalar reference: plain loops, double accumulation.
  *
- * Threads: lowrank_add runs matmul's parallel regions (its n_threads).
+ * Threads: lowrank_apply runs one OpenMP region of n_threads.
  * Memory: the caller owns every buffer; nothing is allocated.
  */
 #ifndef PAGODA_WORKER_LOWRANK_H
 #define PAGODA_WORKER_LOWRANK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "worker/kernels/matmul.h"
@@ -30,24 +46,43 @@
 typedef struct lowrank {
     int32_t rank;        /* r (0: no update) */
     float factor;        /* alpha / r, or 1 without alpha: s = scale · factor */
-    matmul_weight_t a;   /* F32 (r, in) */
-    matmul_weight_t b;   /* F32 (out, r) */
+    matmul_weight_t a;   /* F32 or F16 (r, in) */
+    matmul_weight_t b;   /* F32 or F16 (out, r) */
 } lowrank_t;
 
-/* Scratch lowrank_add needs: xg (n, in), t (n, r), d (n, out) floats. */
-typedef struct lowrank_scratch {
-    float *xg;
-    float *t;
-    float *d;
-} lowrank_scratch_t;
+/* Rows, ranks and outputs per task of lowrank_apply. */
+#define LOWRANK_ROWS 4
+#define LOWRANK_KS 16
+#define LOWRANK_COLS 64
 
-/* Y[rows[j]] (ldy floats apart) += s · (X[rows[j]] · Aᵀ) · Bᵀ for j < n,
- * X rows ldx floats apart. mm's max_cols must cover in and r. Returns 0,
- * -1 bad arguments (n < 0, a type other than F32, shapes that disagree). */
-int lowrank_add(matmul_t *mm, const lowrank_t *lr, float s, const float *x, int64_t ldx, const int32_t *rows,
-                int n, float *y, int64_t ldy, const lowrank_scratch_t *scr);
+/* One group's updates of one matrix: for j < n and i < n_pairs, in order of i,
+ *     y[rows[j] * ldy + o] += s[i] · (x[rows[j] * ldx ..] · A_iᵀ) · B_i[o]ᵀ
+ * All pairs of a job have the same in (x's width) and out (y's width).
+ * Jobs that write the same y must have disjoint rows. Pointers are borrowed. */
+typedef struct lowrank_job {
+    const float *x;           /* (R, ldx) the matrix's input */
+    int64_t ldx;
+    float *y;                 /* (R, ldy) its output */
+    int64_t ldy;
+    const int32_t *rows;      /* (n) distinct row indices */
+    int n;
+    const lowrank_t *const *pairs;  /* (n_pairs) */
+    const float *s;           /* (n_pairs) each pair's scale (scale · factor) */
+    int n_pairs;
+} lowrank_job_t;
 
-/* The same in scalar code with double accumulation (tests, the reference). */
+/* Floats of scratch lowrank_apply needs for these jobs: Σ n · Σ rank. */
+size_t lowrank_scratch_floats(const lowrank_job_t *jobs, int n_jobs);
+
+/* Applies every job (above) with n_threads threads, t the scratch of at
+ * least lowrank_scratch_floats(jobs, n_jobs) floats. Returns 0, -1 bad
+ * arguments (n < 0, n_pairs < 0, a factor neither F32 nor F16, shapes that
+ * disagree);
+ * nothing is written then. */
+int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads);
+
+/* One pair's update in scalar code with double accumulation (tests, the
+ * reference). */
 void lowrank_add_ref(const lowrank_t *lr, float s, const float *x, int64_t ldx, const int32_t *rows, int n,
                      float *y, int64_t ldy);
 

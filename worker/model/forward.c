@@ -65,7 +65,11 @@ struct forward {
     int32_t *lora_grp0;  /* (max_rows + 1) group g's rows are lora_rows[grp0[g] .. grp0[g+1]) */
     int32_t *lora_gset;  /* (max_rows) the set index of group g */
     int n_lora_grp;      /* groups this step (0: no row has an adapter) */
-    lowrank_scratch_t lr;/* xg (max_rows, lora_w), t (max_rows, LORA_MAX_RANK), d (max_rows, lora_w) */
+    lowrank_job_t *lr_jobs;          /* (FWD_LORA_JOBS) one lowrank_apply call's jobs */
+    const lowrank_t **lr_pairs;      /* (FWD_LORA_JOBS, LORA_SET_MAX) their pairs */
+    float *lr_s;                     /* (FWD_LORA_JOBS, LORA_SET_MAX) their scales */
+    float *lr_t;                     /* (lr_t_cap) lowrank_apply's scratch */
+    size_t lr_t_cap;                 /* (max_rows + LORA_SET_MAX) * LORA_MAX_RANK */
     ws_t *ws;            /* per-thread ranges of ffn_gate_up's column tasks and of
                           * qkv_attention_by_head's kv heads */
     _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
@@ -105,6 +109,10 @@ static double now_ns(void)
  * closing barrier cost more than they save (and on a loaded machine a
  * barrier waits for a descheduled thread). */
 #define FWD_PAR_MIN_WORK 32768
+
+/* Jobs (group × projection) one lowrank_apply call takes at most (more
+ * make another call). */
+#define FWD_LORA_JOBS 64
 __attribute__((unused)) static int nth(const forward_t *f, size_t work)
 {
     return work >= FWD_PAR_MIN_WORK ? f->n_threads : 1;
@@ -120,10 +128,11 @@ static int bad(forward_t *f, const char *fmt, ...)
     return -1;
 }
 
-/* matmul scratch width: the model's widest row, or a LoRA B's r */
+/* matmul scratch width: the model's widest row (LoRA updates do not use
+ * matmul: lowrank.h) */
 static int64_t mm_cols(const model_t *m)
 {
-    return m->max_cols > LORA_MAX_RANK ? m->max_cols : LORA_MAX_RANK;
+    return m->max_cols;
 }
 
 int forward_set_int8(forward_t *f, bool on)
@@ -193,12 +202,10 @@ static void forward_carve(forward_t *f)
         f->moe_out = carve(f, R * c->dim);
     }
     f->scores = carve(f, (size_t)f->n_threads * (size_t)f->score_rows * f->scores_ld);
-    /* LoRA scratch: the widest input / output of an adaptable matrix */
-    size_t lw = (size_t)c->dim > ffn ? (size_t)c->dim : ffn;
-    lw = lw > (size_t)c->q_dim ? lw : (size_t)c->q_dim;
-    f->lr.xg = carve(f, R * lw);
-    f->lr.t = carve(f, R * LORA_MAX_RANK);
-    f->lr.d = carve(f, R * lw);
+    /* LoRA scratch: t (n, r) of every job of one lowrank_apply call; one row
+     * of the largest set always fits (lora_add flushes before it is full) */
+    f->lr_t_cap = (R + LORA_SET_MAX) * LORA_MAX_RANK;
+    f->lr_t = carve(f, f->lr_t_cap);
 }
 
 forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
@@ -226,6 +233,9 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->lora_rows = xmalloc(R * sizeof(int32_t));
     f->lora_grp0 = xmalloc((R + 1) * sizeof(int32_t));
     f->lora_gset = xmalloc(R * sizeof(int32_t));
+    f->lr_jobs = xmalloc(FWD_LORA_JOBS * sizeof(lowrank_job_t));
+    f->lr_pairs = xmalloc(FWD_LORA_JOBS * LORA_SET_MAX * sizeof(lowrank_t *));
+    f->lr_s = xmalloc(FWD_LORA_JOBS * LORA_SET_MAX * sizeof(float));
     f->ws = ws_new(f->n_threads);
     const char *pe = getenv("PAGODA_FWD_PROFILE");
     f->prof = pe && *pe && *pe != '0';
@@ -265,6 +275,9 @@ void forward_free(forward_t **fp)
     free(f->lora_rows);
     free(f->lora_grp0);
     free(f->lora_gset);
+    free(f->lr_jobs);
+    free(f->lr_pairs);
+    free(f->lr_s);
     ws_free(&f->ws);
     free(f);
     *fp = NULL;
@@ -705,25 +718,84 @@ static void lora_group(forward_t *f, const fwd_batch_t *b)
     f->lora_grp0[f->n_lora_grp] = n;
 }
 
-/* y (R, ldy) += each row's adapters' update of layer l's projection p
- * (lowrank.h), x (R, ldx) its input: group by group, adapter by adapter in
- * the set's order (a row's sum does not depend on the other rows). */
-static void lora_add(forward_t *f, const fwd_batch_t *b, int l, enum lora_proj p, const float *x, int64_t ldx,
-                     float *y, int64_t ldy)
+/* Runs the jobs gathered in f->lr_jobs (one region) and empties the list. */
+static void lora_flush(forward_t *f, int *n_jobs, size_t *t_used)
 {
-    for (int g = 0; g < f->n_lora_grp; g++) {
-        const lora_set_t *set = &b->lora_sets[f->lora_gset[g]];
-        const int32_t *rows = f->lora_rows + f->lora_grp0[g];
-        const int n = f->lora_grp0[g + 1] - f->lora_grp0[g];
-        for (int i = 0; i < set->n; i++) {
-            const lowrank_t *lr = lora_pair(set->ad[i], l, p);
-            if (!lr)
+    int rc = lowrank_apply(f->lr_jobs, *n_jobs, f->lr_t, f->n_threads);
+    assert(rc == 0 && "adapters were checked against the model at load");
+    (void)rc;
+    *n_jobs = 0;
+    *t_used = 0;
+}
+
+/* After a flush the job being built becomes job 0: its pairs and scales
+ * move to slot 0 (the flushed jobs that used it are done). */
+static void lora_pairs_to_slot0(forward_t *f, const lowrank_t ***pairs, float **s, int n_pairs)
+{
+    memmove(f->lr_pairs, *pairs, (size_t)n_pairs * sizeof **pairs);
+    memmove(f->lr_s, *s, (size_t)n_pairs * sizeof **s);
+    *pairs = f->lr_pairs;
+    *s = f->lr_s;
+}
+
+/* For each of the n_p projections p[k] of layer l (that share no output):
+ * y[k] (R, ldy[k]) += each row's adapters' update (lowrank.h) of x[k]
+ * (R, ldx[k]), adapter by adapter in the set's order. Every group and
+ * projection in one lowrank_apply region (more only when the scratch is
+ * full); a row's sum does not depend on the other rows. */
+static void lora_add(forward_t *f, const fwd_batch_t *b, int l, int n_p, const enum lora_proj *p,
+                     const float *const *x, const int64_t *ldx, float *const *y, const int64_t *ldy)
+{
+    int n_jobs = 0;
+    size_t t_used = 0;
+    for (int k = 0; k < n_p; k++)
+        for (int g = 0; g < f->n_lora_grp; g++) {
+            const lora_set_t *set = &b->lora_sets[f->lora_gset[g]];
+            const lowrank_t **pairs = f->lr_pairs + (size_t)n_jobs * LORA_SET_MAX;
+            float *s = f->lr_s + (size_t)n_jobs * LORA_SET_MAX;
+            int n_pairs = 0;
+            size_t sum_r = 0;
+            for (int i = 0; i < set->n; i++) {
+                const lowrank_t *lr = lora_pair(set->ad[i], l, p[k]);
+                if (!lr)
+                    continue;
+                pairs[n_pairs] = lr;
+                s[n_pairs++] = set->scale[i] * lr->factor;
+                sum_r += (size_t)lr->rank;
+            }
+            if (n_pairs == 0)
                 continue;
-            int rc = lowrank_add(f->mm, lr, set->scale[i] * lr->factor, x, ldx, rows, n, y, ldy, &f->lr);
-            assert(rc == 0 && "adapters were checked against the model at load");
-            (void)rc;
+            /* the group's rows, in chunks that fit the scratch */
+            const int32_t *rows = f->lora_rows + f->lora_grp0[g];
+            int left = f->lora_grp0[g + 1] - f->lora_grp0[g];
+            while (left > 0) {
+                if (t_used + sum_r > f->lr_t_cap) {
+                    lora_flush(f, &n_jobs, &t_used);
+                    lora_pairs_to_slot0(f, &pairs, &s, n_pairs);
+                }
+                const size_t fit = (f->lr_t_cap - t_used) / sum_r;
+                const int n = (size_t)left < fit ? left : (int)fit;
+                f->lr_jobs[n_jobs++] = (lowrank_job_t){ .x = x[k], .ldx = ldx[k], .y = y[k], .ldy = ldy[k],
+                                                        .rows = rows, .n = n, .pairs = pairs, .s = s,
+                                                        .n_pairs = n_pairs };
+                t_used += (size_t)n * sum_r;
+                rows += n;
+                left -= n;
+                if (left > 0 || n_jobs == FWD_LORA_JOBS) {
+                    lora_flush(f, &n_jobs, &t_used);
+                    lora_pairs_to_slot0(f, &pairs, &s, n_pairs);
+                }
+            }
         }
-    }
+    if (n_jobs > 0)
+        lora_flush(f, &n_jobs, &t_used);
+}
+
+/* lora_add of one projection. */
+static void lora_add1(forward_t *f, const fwd_batch_t *b, int l, enum lora_proj p, const float *x, int64_t ldx,
+                      float *y, int64_t ldy)
+{
+    lora_add(f, b, l, 1, &p, &x, &ldx, &y, &ldy);
 }
 
 /* Batches up to this many rows take qkv_attention_by_head. */
@@ -772,8 +844,10 @@ static void ffn_gate_up_lora(forward_t *f, const fwd_batch_t *b, int l, int R)
     const matmul_weight_t *wgu[2] = {&L->w_gate, &L->w_up};
     float *const ygu[2] = {f->hg, f->hu};
     mm_multi(f, wgu, 2, f->xb, R, ygu);
-    lora_add(f, b, l, LORA_GATE, f->xb, c->dim, f->hg, ffn);
-    lora_add(f, b, l, LORA_UP, f->xb, c->dim, f->hu, ffn);
+    const enum lora_proj pgu[2] = {LORA_GATE, LORA_UP};
+    const float *const xgu[2] = {f->xb, f->xb};
+    const int64_t ldxgu[2] = {c->dim, c->dim}, ldygu[2] = {ffn, ffn};
+    lora_add(f, b, l, 2, pgu, xgu, ldxgu, ygu, ldygu);
 #pragma omp parallel for num_threads(nth(f, (size_t)R * ffn)) schedule(static)
     for (int r = 0; r < R; r++)
         act_mul(c->ffn_act, f->hg + (size_t)r * ffn, f->hg + (size_t)r * ffn, f->hu + (size_t)r * ffn, (size_t)ffn);
@@ -965,9 +1039,12 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
             const matmul_weight_t *wqkv[3] = {&L->wq, &L->wk, &L->wv};
             float *const yqkv[3] = {f->q, f->k, f->v};
             mm_multi(f, wqkv, 3, f->xb, R, yqkv);
-            lora_add(f, b, l, LORA_Q, f->xb, dim, f->q, c->q_dim);
-            lora_add(f, b, l, LORA_K, f->xb, dim, f->k, c->kv_dim);
-            lora_add(f, b, l, LORA_V, f->xb, dim, f->v, c->kv_dim);
+            if (f->n_lora_grp > 0) {
+                const enum lora_proj pqkv[3] = {LORA_Q, LORA_K, LORA_V};
+                const float *const xqkv[3] = {f->xb, f->xb, f->xb};
+                const int64_t ldxqkv[3] = {dim, dim, dim}, ldyqkv[3] = {c->q_dim, c->kv_dim, c->kv_dim};
+                lora_add(f, b, l, 3, pqkv, xqkv, ldxqkv, yqkv, ldyqkv);
+            }
 
             /* + biases; per-head rmsnorm of q and k (qk_norm); rotate q and k by
              * their row's position; cache[l, block_table[pos / bs], pos % bs] = k, v
@@ -982,7 +1059,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
         /* xb = att · Woᵀ;  [gemma: xb = rmsnorm(xb) * attn_post_norm]
          * x += xb;  xb = rmsnorm(x) * ffn_norm */
         PROF(PH_WO, matmul_weight_bytes(&L->wo), mm(f, &L->wo, f->att, R, f->xb));
-        lora_add(f, b, l, LORA_O, f->att, c->q_dim, f->xb, dim);
+        lora_add1(f, b, l, LORA_O, f->att, c->q_dim, f->xb, dim);
         PROF(PH_NORM, 0, {
             if (L->attn_post_norm)
                 add_rmsnorm(f, f->xb, NULL, f->xb, L->attn_post_norm, R, dim, c->norm_eps);
@@ -1001,7 +1078,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
             else
                 PROF(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up), ffn_gate_up(f, &L->w_gate, &L->w_up, f->xb, R));
             PROF(PH_DOWN, matmul_weight_bytes(&L->w_down), mm(f, &L->w_down, f->hg, R, f->xb));
-            lora_add(f, b, l, LORA_DOWN, f->hg, L->w_gate.rows, f->xb, dim);
+            lora_add1(f, b, l, LORA_DOWN, f->hg, L->w_gate.rows, f->xb, dim);
         }
         /* [gemma: out = rmsnorm(out) * ffn_post_norm] */
         if (L->ffn_post_norm)

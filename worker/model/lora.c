@@ -91,6 +91,23 @@ static void read_f32(const gguf_tensor_t *t, float *dst)
     }
 }
 
+/* Arena floats a factor takes: F16 as stored (two halves a float, rounded
+ * up), anything else as F32. */
+static size_t arena_floats(const gguf_tensor_t *t)
+{
+    const size_t n = (size_t)(t->ne[0] * t->ne[1]);
+    return t->type == GGML_TYPE_F16 ? (n + 1) / 2 : n;
+}
+
+/* dst = the factor as the arena keeps it: F16 bits copied, else F32. */
+static void read_factor(const gguf_tensor_t *t, float *dst)
+{
+    if (t->type == GGML_TYPE_F16)
+        memcpy(dst, t->data, (size_t)(t->ne[0] * t->ne[1]) * 2);
+    else
+        read_f32(t, dst);
+}
+
 /* "blk.L.<suffix>.weight.lora_a" → layer L and its row of lora_targets;
  * *is_a says which factor. 0 ok, -1 not a name this loader adapts. */
 static int parse_name(const gguf_str_t *n, int n_layer, int *layer, const lora_target_t **tg, int *is_a)
@@ -163,12 +180,18 @@ static int load_pair(ld_t *ld, lora_t *a, const gguf_tensor_t *ta, int l, const 
                     tb->ne[0]);
     if (r > LORA_MAX_RANK)
         return fail(ld, "%s: rank %" PRIu64 " above the limit %d", base, r, LORA_MAX_RANK);
-    *floats += (size_t)(r * (in + out));
+    /* F16 factors stay F16 (half the bytes a step reads; lowrank.h widens
+     * them exactly), every other type becomes F32 */
+    const size_t na = arena_floats(ta), nb = arena_floats(tb);
+    *floats += na + nb;
     if (!arena)
         return 0;
-    float *A = arena + *floats - r * (in + out), *B = A + r * in;
-    read_f32(ta, A);
-    read_f32(tb, B);
+    float *A = arena + *floats - na - nb, *B = A + na;
+    read_factor(ta, A);
+    read_factor(tb, B);
+    const uint32_t ty_a = ta->type == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    const uint32_t ty_b = tb->type == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    const size_t ea = ty_a == GGML_TYPE_F16 ? 2 : 4, eb = ty_b == GGML_TYPE_F16 ? 2 : 4;
     int64_t row0 = 0;
     for (int i = 0; i < tg->n; i++) {
         const matmul_weight_t *w = base_matrix(ld->m, l, tg->proj[i]);
@@ -179,10 +202,10 @@ static int load_pair(ld_t *ld, lora_t *a, const gguf_tensor_t *ta, int l, const 
             return fail(ld, "%s: does not split into the base's projections", base);
         lr->rank = (int32_t)r;
         lr->factor = a->alpha != 0 ? a->alpha / (float)r : 1.0f;
-        lr->a = (matmul_weight_t){.type = GGML_TYPE_F32, .rows = (int64_t)r, .cols = (int64_t)in,
-                                  .row_bytes = in * sizeof(float), .data = (const uint8_t *)A};
-        lr->b = (matmul_weight_t){.type = GGML_TYPE_F32, .rows = w->rows, .cols = (int64_t)r,
-                                  .row_bytes = r * sizeof(float), .data = (const uint8_t *)(B + row0 * r)};
+        lr->a = (matmul_weight_t){.type = ty_a, .rows = (int64_t)r, .cols = (int64_t)in,
+                                  .row_bytes = in * ea, .data = (const uint8_t *)A};
+        lr->b = (matmul_weight_t){.type = ty_b, .rows = w->rows, .cols = (int64_t)r,
+                                  .row_bytes = r * eb, .data = (const uint8_t *)B + (size_t)row0 * r * eb};
         row0 += w->rows;
         a->n_pairs++;
         if ((int32_t)r > a->max_rank)

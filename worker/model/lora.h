@@ -23,9 +23,11 @@
  * (token_embd, output, MoE experts, phi3's fused ffn_up, a tensor the base
  * does not have) is refused by lora_load with a message naming it.
  *
- * A and B are converted to F32 at load (memory: r · (in + out) floats per
- * matrix) and kept as matmul_weight_t so the forward pass multiplies them
- * with the same kernels as the base (worker/kernels/lowrank.h).
+ * F16 factors are kept as F16 (the converter's default type: half the
+ * bytes a step reads, widened exactly by the update kernel); F32, BF16 and
+ * Q8_0 ones are converted to F32 at load (memory: r · (in + out) halves or
+ * floats per matrix). Each pair is a lowrank_t of matmul_weight_t views
+ * into the arena (worker/kernels/lowrank.h applies them).
  *
  * Ownership: lora_load returns an adapter that owns its arrays and nothing
  * else (the file is closed before it returns); the base model is only read.
@@ -59,7 +61,7 @@ typedef struct lora {
     uint64_t hash;         /* prefix_key_bytes of the whole file: what keys its
                             * KV blocks (prefix_key_adapters), computed the same
                             * way by the gateway from the same file */
-    float *arena;          /* owned: every A and B */
+    float *arena;          /* owned: every A and B (F16 ones as halves, two a float) */
     size_t n_floats;       /* floats in arena */
 } lora_t;
 

@@ -1,13 +1,19 @@
-/* Tests for worker/kernels/lowrank: a LoRA pair's update of some batch rows.
+/* Tests for worker/kernels/lowrank: LoRA pairs' updates of some batch rows.
  *
- * lowrank_add (the base's float matmul kernels, three moves) against
- * lowrank_add_ref (scalar, double accumulation) on random A, B, X, Y for
- * ranks 1, 8, 64, row counts 1, 5, 70 (70 takes sgemm) and scattered rows.
- * Tolerance (float accumulation over in + r ≤ 160 products of unit-size
+ * lowrank_apply (one region, 8-lane float dot products) against
+ * lowrank_add_ref (scalar, double accumulation) on random A, B, X, Y:
+ * - one pair, ranks 1, 8, 64, 3 × 16 + 5 (rank blocks with a tail), row
+ *   counts 1, 5, 70 and scattered rows, in = 100 (a tail after the 8-lane
+ *   part);
+ * - F16 factors: bit-equal to F32 factors holding the same values;
+ * - a step's mix: three groups of rows (sets of one or two pairs of
+ *   different ranks, scales) over two matrices with their own x and y, in
+ *   one call, against the reference applied pair by pair in set order.
+ * Tolerance (float accumulation over in + r <= 180 products of unit-size
  * terms, ~1e-6 relative each): max |y - y_ref| <= 2e-5 * max(1, max |y_ref|).
- * Rows not listed must be untouched (bit for bit), and a row's result must
- * not depend on which other rows are updated with it (bit for bit up to 64
- * rows: the float kernels are row-independent).
+ * Rows not listed must be untouched (bit for bit); a row's result must not
+ * depend on which other rows, groups or threads run with it (bit for bit:
+ * each row alone, and 1 thread against 3).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,12 +21,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/splitmix.h"
 #include "common/text/ggml_type.h"
 #include "worker/kernels/lowrank.h"
+#include "worker/kernels/quant.h"
 
 static void fill(float *x, size_t n, uint64_t seed, float sd)
 {
@@ -41,55 +49,69 @@ static lowrank_t make_pair(int r, int in, int out, float **A, float **B, uint64_
                              .data = (const uint8_t *)*B}};
 }
 
+static void close_to_ref(const float *y, const float *yr, size_t n, const char *what)
+{
+    double worst = 0, scale = 1;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs((double)yr[i]));
+    for (size_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs((double)y[i] - (double)yr[i]));
+    if (worst > 2e-5 * scale)
+        fail_msg("%s: max |y - ref| = %g > %g", what, worst, 2e-5 * scale);
+}
+
+/* One job: rows of x (ldx) into y (ldy), the given pairs and scales. */
+static int apply1(const lowrank_t *const *pairs, const float *s, int n_pairs, const float *x, int64_t ldx,
+                  const int32_t *rows, int n, float *y, int64_t ldy, int n_threads)
+{
+    lowrank_job_t job = {.x = x, .ldx = ldx, .y = y, .ldy = ldy, .rows = rows, .n = n, .pairs = pairs, .s = s,
+                         .n_pairs = n_pairs};
+    float *t = malloc((lowrank_scratch_floats(&job, 1) + 1) * sizeof(float));
+    int rc = lowrank_apply(&job, 1, t, n_threads);
+    free(t);
+    return rc;
+}
+
 static void test_against_ref(void **state)
 {
     (void)state;
-    const int in = 96, out = 80, R = 80;
-    const int ranks[] = {1, 8, 64}, counts[] = {1, 5, 70};
-    matmul_t *mm = matmul_new(in > 64 ? in : 64, 2);
-    float *x = malloc((size_t)R * in * sizeof(float)), *y0 = malloc((size_t)R * out * sizeof(float));
-    float *y = malloc((size_t)R * out * sizeof(float)), *yr = malloc((size_t)R * out * sizeof(float));
-    lowrank_scratch_t scr = {malloc((size_t)R * in * 4), malloc((size_t)R * 64 * 4), malloc((size_t)R * out * 4)};
-    fill(x, (size_t)R * in, 1, 1.0f);
-    fill(y0, (size_t)R * out, 2, 1.0f);
+    enum { IN = 100, OUT = 80, R = 80 };
+    const int ranks[] = {1, 8, 64, 53}, counts[] = {1, 5, 70};
+    float *x = malloc((size_t)R * IN * sizeof(float)), *y0 = malloc((size_t)R * OUT * sizeof(float));
+    float *y = malloc((size_t)R * OUT * sizeof(float)), *yr = malloc((size_t)R * OUT * sizeof(float));
+    fill(x, (size_t)R * IN, 1, 1.0f);
+    fill(y0, (size_t)R * OUT, 2, 1.0f);
     for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++) {
         float *A, *B;
-        lowrank_t lr = make_pair(ranks[ri], in, out, &A, &B, 10 + ri);
+        lowrank_t lr = make_pair(ranks[ri], IN, OUT, &A, &B, 10 + ri);
+        const lowrank_t *pp = &lr;
+        const float s = 0.75f;
         for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
             const int n = counts[ci];
-            int32_t rows[80];
-            for (int j = 0; j < n; j++) /* scattered, descending for variety */
+            int32_t rows[R];
+            for (int j = 0; j < n; j++) /* scattered, descending; distinct (step 7 mod 80, gcd 1) */
                 rows[j] = (int32_t)((R - 1 - (int64_t)j * 7 % R + R) % R);
-            /* distinct rows: with n = 70 and step 7 mod 80 they are (gcd 1) */
-            memcpy(y, y0, (size_t)R * out * sizeof(float));
-            memcpy(yr, y0, (size_t)R * out * sizeof(float));
-            assert_int_equal(lowrank_add(mm, &lr, 0.75f, x, in, rows, n, y, out, &scr), 0);
-            lowrank_add_ref(&lr, 0.75f, x, in, rows, n, yr, out);
-            double worst = 0, scale = 1;
-            for (size_t i = 0; i < (size_t)R * out; i++)
-                scale = fmax(scale, fabs((double)yr[i]));
-            for (size_t i = 0; i < (size_t)R * out; i++)
-                worst = fmax(worst, fabs((double)y[i] - (double)yr[i]));
-            if (worst > 2e-5 * scale)
-                fail_msg("rank %d, %d rows: max |y - ref| = %g > %g", ranks[ri], n, worst, 2e-5 * scale);
-            /* untouched rows stay bit-equal */
-            for (int r = 0; r < R; r++) {
+            memcpy(y, y0, (size_t)R * OUT * sizeof(float));
+            memcpy(yr, y0, (size_t)R * OUT * sizeof(float));
+            assert_int_equal(apply1(&pp, &s, 1, x, IN, rows, n, y, OUT, 2), 0);
+            lowrank_add_ref(&lr, s, x, IN, rows, n, yr, OUT);
+            char what[64];
+            snprintf(what, sizeof what, "rank %d, %d rows", ranks[ri], n);
+            close_to_ref(y, yr, (size_t)R * OUT, what);
+            for (int r = 0; r < R; r++) { /* untouched rows stay bit-equal */
                 int listed = 0;
                 for (int j = 0; j < n; j++)
                     listed |= rows[j] == r;
                 if (!listed)
-                    assert_memory_equal(y + (size_t)r * out, y0 + (size_t)r * out, (size_t)out * sizeof(float));
+                    assert_memory_equal(y + (size_t)r * OUT, y0 + (size_t)r * OUT, (size_t)OUT * sizeof(float));
             }
-            /* row independence: each row alone gives the same bits (<= 64 rows) */
-            if (n <= 64)
-                for (int j = 0; j < n; j++) {
-                    float one[80];
-                    memcpy(one, y0 + (size_t)rows[j] * out, sizeof one);
-                    int32_t zero = 0;
-                    assert_int_equal(lowrank_add(mm, &lr, 0.75f, x + (size_t)rows[j] * in, in, &zero, 1, one, out,
-                                                 &scr), 0);
-                    assert_memory_equal(one, y + (size_t)rows[j] * out, sizeof one);
-                }
+            for (int j = 0; j < n; j++) { /* each row alone gives the same bits */
+                float one[OUT];
+                memcpy(one, y0 + (size_t)rows[j] * OUT, sizeof one);
+                int32_t zero = 0;
+                assert_int_equal(apply1(&pp, &s, 1, x + (size_t)rows[j] * IN, IN, &zero, 1, one, OUT, 1), 0);
+                assert_memory_equal(one, y + (size_t)rows[j] * OUT, sizeof one);
+            }
         }
         free(A);
         free(B);
@@ -98,40 +120,189 @@ static void test_against_ref(void **state)
     free(y0);
     free(y);
     free(yr);
-    free(scr.xg);
-    free(scr.t);
-    free(scr.d);
-    matmul_free(&mm);
+}
+
+/* A step's mix: groups {0,3,6,..} set {a8 @ 0.5, a64 @ -1.25}, {1,4,..}
+ * set {a3 @ 2}, {2,5,..} none; matrices P (in 40 -> out 72) and Q
+ * (in 40 -> out 24) on the same x, each group's pairs of both in one call. */
+static void test_mix(void **state)
+{
+    (void)state;
+    enum { IN = 40, OP = 72, OQ = 24, R = 30 };
+    float *x = malloc((size_t)R * IN * 4), *p0 = malloc((size_t)R * OP * 4), *q0 = malloc((size_t)R * OQ * 4);
+    fill(x, (size_t)R * IN, 5, 1.0f);
+    fill(p0, (size_t)R * OP, 6, 1.0f);
+    fill(q0, (size_t)R * OQ, 7, 1.0f);
+    float *mem[12];
+    lowrank_t p8 = make_pair(8, IN, OP, &mem[0], &mem[1], 21), p64 = make_pair(64, IN, OP, &mem[2], &mem[3], 22);
+    lowrank_t p3 = make_pair(3, IN, OP, &mem[4], &mem[5], 23);
+    lowrank_t q8 = make_pair(8, IN, OQ, &mem[6], &mem[7], 24), q64 = make_pair(64, IN, OQ, &mem[8], &mem[9], 25);
+    lowrank_t q3 = make_pair(3, IN, OQ, &mem[10], &mem[11], 26);
+    int32_t g0[R], g1[R];
+    int n0 = 0, n1 = 0;
+    for (int r = 0; r < R; r++) {
+        if (r % 3 == 0)
+            g0[n0++] = r;
+        else if (r % 3 == 1)
+            g1[n1++] = r;
+    }
+    const lowrank_t *set0p[2] = {&p8, &p64}, *set0q[2] = {&q8, &q64}, *set1p[1] = {&p3}, *set1q[1] = {&q3};
+    const float s0[2] = {0.5f, -1.25f}, s1[1] = {2.0f};
+    float *py[2] = {malloc((size_t)R * OP * 4), malloc((size_t)R * OP * 4)};
+    float *qy[2] = {malloc((size_t)R * OQ * 4), malloc((size_t)R * OQ * 4)};
+    for (int th = 0; th < 2; th++) {
+        memcpy(py[th], p0, (size_t)R * OP * 4);
+        memcpy(qy[th], q0, (size_t)R * OQ * 4);
+        lowrank_job_t jobs[4] = {
+            {.x = x, .ldx = IN, .y = py[th], .ldy = OP, .rows = g0, .n = n0, .pairs = set0p, .s = s0, .n_pairs = 2},
+            {.x = x, .ldx = IN, .y = py[th], .ldy = OP, .rows = g1, .n = n1, .pairs = set1p, .s = s1, .n_pairs = 1},
+            {.x = x, .ldx = IN, .y = qy[th], .ldy = OQ, .rows = g0, .n = n0, .pairs = set0q, .s = s0, .n_pairs = 2},
+            {.x = x, .ldx = IN, .y = qy[th], .ldy = OQ, .rows = g1, .n = n1, .pairs = set1q, .s = s1, .n_pairs = 1},
+        };
+        float *t = malloc(lowrank_scratch_floats(jobs, 4) * sizeof(float));
+        assert_int_equal(lowrank_scratch_floats(jobs, 4), (size_t)(n0 * 72 + n1 * 3) * 2);
+        assert_int_equal(lowrank_apply(jobs, 4, t, th == 0 ? 1 : 3), 0);
+        free(t);
+    }
+    /* 1 thread and 3 give the same bits */
+    assert_memory_equal(py[0], py[1], (size_t)R * OP * 4);
+    assert_memory_equal(qy[0], qy[1], (size_t)R * OQ * 4);
+    /* against the reference, pair by pair in set order */
+    lowrank_add_ref(&p8, s0[0], x, IN, g0, n0, p0, OP);
+    lowrank_add_ref(&p64, s0[1], x, IN, g0, n0, p0, OP);
+    lowrank_add_ref(&p3, s1[0], x, IN, g1, n1, p0, OP);
+    lowrank_add_ref(&q8, s0[0], x, IN, g0, n0, q0, OQ);
+    lowrank_add_ref(&q64, s0[1], x, IN, g0, n0, q0, OQ);
+    lowrank_add_ref(&q3, s1[0], x, IN, g1, n1, q0, OQ);
+    close_to_ref(py[0], p0, (size_t)R * OP, "mix, P");
+    close_to_ref(qy[0], q0, (size_t)R * OQ, "mix, Q");
+    /* rows without a set (r % 3 == 2) are untouched: p0 was only changed on g0, g1 */
+    for (int r = 2; r < R; r += 3)
+        assert_memory_equal(py[0] + (size_t)r * OP, p0 + (size_t)r * OP, (size_t)OP * 4);
+    /* each row alone, with its set, gives the bits of the mixed call */
+    float *pst = malloc((size_t)R * OP * 4);
+    fill(pst, (size_t)R * OP, 6, 1.0f); /* p0 as it was before the reference changed it */
+    for (int r = 0; r < R; r++) {
+        if (r % 3 == 2)
+            continue;
+        float one[OP];
+        int32_t zero = 0;
+        memcpy(one, pst + (size_t)r * OP, sizeof one);
+        if (r % 3 == 0)
+            assert_int_equal(apply1(set0p, s0, 2, x + (size_t)r * IN, IN, &zero, 1, one, OP, 2), 0);
+        else
+            assert_int_equal(apply1(set1p, s1, 1, x + (size_t)r * IN, IN, &zero, 1, one, OP, 2), 0);
+        assert_memory_equal(one, py[0] + (size_t)r * OP, sizeof one);
+    }
+    free(pst);
+    for (int i = 0; i < 12; i++)
+        free(mem[i]);
+    free(x);
+    free(p0);
+    free(q0);
+    free(py[0]);
+    free(py[1]);
+    free(qy[0]);
+    free(qy[1]);
+}
+
+/* F16 factors (as llama.cpp's converter writes them) against the F32
+ * factors holding the same values: the same bits (the widening is exact),
+ * and the reference reading the halves agrees within the tolerance. */
+static void test_f16(void **state)
+{
+    (void)state;
+    enum { IN = 100, OUT = 72, R = 9 };
+    const int ranks[] = {8, 64, 13};
+    float *x = malloc((size_t)R * IN * 4), *y0 = malloc((size_t)R * OUT * 4);
+    float *y16 = malloc((size_t)R * OUT * 4), *y32 = malloc((size_t)R * OUT * 4), *yr = malloc((size_t)R * OUT * 4);
+    fill(x, (size_t)R * IN, 8, 1.0f);
+    fill(y0, (size_t)R * OUT, 9, 1.0f);
+    int32_t rows[R];
+    for (int j = 0; j < R; j++)
+        rows[j] = R - 1 - j;
+    for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++) {
+        const int r = ranks[ri];
+        float *A, *B;
+        lowrank_t p32 = make_pair(r, IN, OUT, &A, &B, 40 + ri);
+        uint16_t *A16 = malloc((size_t)r * IN * 2), *B16 = malloc((size_t)OUT * r * 2);
+        for (size_t i = 0; i < (size_t)r * IN; i++) { /* round to half, and keep the widened value */
+            A16[i] = quant_fp32_to_fp16(A[i]);
+            A[i] = quant_fp16_to_fp32(A16[i]);
+        }
+        for (size_t i = 0; i < (size_t)OUT * r; i++) {
+            B16[i] = quant_fp32_to_fp16(B[i]);
+            B[i] = quant_fp16_to_fp32(B16[i]);
+        }
+        lowrank_t p16 = p32;
+        p16.a = (matmul_weight_t){.type = GGML_TYPE_F16, .rows = r, .cols = IN, .row_bytes = (size_t)IN * 2,
+                                  .data = (const uint8_t *)A16};
+        p16.b = (matmul_weight_t){.type = GGML_TYPE_F16, .rows = OUT, .cols = r, .row_bytes = (size_t)r * 2,
+                                  .data = (const uint8_t *)B16};
+        const lowrank_t *pp16 = &p16, *pp32 = &p32;
+        const float s = -0.6f;
+        memcpy(y16, y0, (size_t)R * OUT * 4);
+        memcpy(y32, y0, (size_t)R * OUT * 4);
+        memcpy(yr, y0, (size_t)R * OUT * 4);
+        assert_int_equal(apply1(&pp16, &s, 1, x, IN, rows, R, y16, OUT, 2), 0);
+        assert_int_equal(apply1(&pp32, &s, 1, x, IN, rows, R, y32, OUT, 2), 0);
+        assert_memory_equal(y16, y32, (size_t)R * OUT * 4);
+        lowrank_add_ref(&p16, s, x, IN, rows, R, yr, OUT);
+        close_to_ref(y16, yr, (size_t)R * OUT, "F16 factors");
+        free(A);
+        free(B);
+        free(A16);
+        free(B16);
+    }
+    free(x);
+    free(y0);
+    free(y16);
+    free(y32);
+    free(yr);
 }
 
 static void test_bad_args(void **state)
 {
     (void)state;
-    float *A, *B, x[8] = {0}, y[8] = {0};
+    float *A, *B, x[8] = {0}, y[8] = {0}, t[64];
     lowrank_t lr = make_pair(2, 8, 8, &A, &B, 3);
-    matmul_t *mm = matmul_new(64, 1);
-    lowrank_scratch_t scr = {malloc(64 * 4), malloc(64 * 4), malloc(64 * 4)};
+    const lowrank_t *pp = &lr;
+    const float s = 1;
     int32_t row = 0;
-    assert_int_equal(lowrank_add(mm, &lr, 1, x, 8, &row, -1, y, 8, &scr), -1);
+    lowrank_job_t job = {.x = x, .ldx = 8, .y = y, .ldy = 8, .rows = &row, .n = -1, .pairs = &pp, .s = &s,
+                         .n_pairs = 1};
+    assert_int_equal(lowrank_apply(&job, 1, t, 1), -1);
+    job.n = 1;
     lowrank_t bad = lr;
-    bad.a.type = GGML_TYPE_F16;
-    assert_int_equal(lowrank_add(mm, &bad, 1, x, 8, &row, 1, y, 8, &scr), -1);
+    const lowrank_t *pb = &bad;
+    job.pairs = &pb;
+    bad.a.type = GGML_TYPE_BF16; /* only F32 and F16 factors */
+    assert_int_equal(lowrank_apply(&job, 1, t, 1), -1);
+    bad = lr;
+    bad.a.type = GGML_TYPE_F16; /* F16 with F32's row bytes */
+    assert_int_equal(lowrank_apply(&job, 1, t, 1), -1);
     bad = lr;
     bad.b.cols = 3; /* B's width is not A's rank */
-    assert_int_equal(lowrank_add(mm, &bad, 1, x, 8, &row, 1, y, 8, &scr), -1);
-    assert_int_equal(lowrank_add(mm, &lr, 1, x, 8, &row, 0, y, 8, &scr), 0);
-    free(scr.xg);
-    free(scr.t);
-    free(scr.d);
+    assert_int_equal(lowrank_apply(&job, 1, t, 1), -1);
+    bad = lr;
+    job.ldy = 4; /* y narrower than B's out */
+    assert_int_equal(lowrank_apply(&job, 1, t, 1), -1);
+    for (int i = 0; i < 8; i++)
+        assert_true(y[i] == 0.0f); /* nothing written on a refusal */
+    job.ldy = 8;
+    job.n = 0;
+    assert_int_equal(lowrank_apply(&job, 1, t, 1), 0);
+    assert_int_equal(lowrank_apply(NULL, 0, t, 1), 0);
     free(A);
     free(B);
-    matmul_free(&mm);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_ref),
+        cmocka_unit_test(test_mix),
+        cmocka_unit_test(test_f16),
         cmocka_unit_test(test_bad_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""lora_bench.py — 32 concurrent greedy streams over several LoRA adapters
+and the base model (issue #39), driven by tests/bench/lora_bench.sh.
+
+Each stream i sends one POST /v1/completions (not streamed) with prompt i
+(its own words), max_tokens N, temperature 0, ignore_eos, and selects its
+adapter either by model name (pagoda: "model": "a3") or with llama.cpp's
+per-request "lora" list (llama-server: every loaded adapter listed, the
+stream's at scale 1, the others at 0; the base is all at 0, since an empty
+list means "the load-time scales").
+
+Phases (each printed as one line "label tok/s tokens wall_s errors"):
+  mixed   stream i selects ASSIGN[i] (a name or "base")
+  base    the same 32 prompts, all on the base model
+  alone   (--check) each stream of the mixed phase again, one at a time:
+          its text must equal the mixed phase's (exit 1 otherwise)
+tok/s = completion tokens of the phase / wall time from the first send to
+the last response (prefill and queueing included).
+
+usage: lora_bench.py --url URL --assign a1,a2,...,base,... [--n 32]
+         [--words 12] [--reps 1] [--llama-ids a1:0,a2:1,...] [--check]
+         [--label NAME] [--base-model base]
+"""
+import argparse
+import json
+import sys
+import threading
+import time
+import urllib.request
+
+WORDS = """harbor lantern meadow pebble thunder velvet walnut candle ribbon saddle
+compass blanket cellar feather glacier hammock jigsaw kettle ladder marble needle
+orchard parcel quartz riddle spindle timber umbrella vessel whistle yarn zephyr""".split()
+
+
+def prompt(i, n_words):
+    # stream i's own words (a fixed walk through the list), then a story opener
+    w = [WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(n_words)]
+    return "Once upon a time, " + " ".join(w)
+
+
+def body(args, i, sel):
+    b = {"prompt": prompt(i, args.words), "max_tokens": args.n, "temperature": 0, "ignore_eos": True}
+    if args.llama_ids is None:
+        b["model"] = args.base_model if sel == "base" else sel
+    else:
+        b["model"] = args.base_model
+        b["lora"] = [{"id": idx, "scale": 1.0 if name == sel else 0.0} for name, idx in args.llama_ids]
+    return b
+
+
+def send(url, b, timeout):
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(b).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            j = json.load(r)
+        return j["choices"][0]["text"], int(j["usage"]["completion_tokens"]), None
+    except Exception as e:  # noqa: BLE001 — any failure is one counted error
+        return None, 0, str(e)
+
+
+def phase(args, sels):
+    res = [None] * len(sels)
+
+    def run(i):
+        res[i] = send(args.url, body(args, i, sels[i]), args.timeout)
+
+    th = [threading.Thread(target=run, args=(i,)) for i in range(len(sels))]
+    t0 = time.perf_counter()
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    wall = time.perf_counter() - t0
+    tokens = sum(r[1] for r in res)
+    errors = [r[2] for r in res if r[2]]
+    return res, tokens, wall, errors
+
+
+def report(label, tokens, wall, errors):
+    rate = tokens / wall if wall > 0 else 0.0
+    print(f"{label:<28} {rate:9.1f} tok/s  {tokens:6d} tokens  {wall:7.2f} s  {len(errors)} errors", flush=True)
+    for e in errors[:3]:
+        print(f"#   error: {e}", flush=True)
+    return rate
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--assign", required=True, help="comma list: each stream's adapter name or base")
+    ap.add_argument("--n", type=int, default=32)
+    ap.add_argument("--words", type=int, default=12)
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--llama-ids", default=None, help="name:id,... (llama-server's lora field)")
+    ap.add_argument("--base-model", default="base")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--label", default="pagoda")
+    ap.add_argument("--timeout", type=float, default=1800)
+    args = ap.parse_args()
+    sels = args.assign.split(",")
+    if args.llama_ids is not None:
+        args.llama_ids = [(p.split(":")[0], int(p.split(":")[1])) for p in args.llama_ids.split(",")]
+    # warm-up: one short request per distinct selection (loads pages, fills nothing we measure)
+    for s in sorted(set(sels)):
+        b = body(args, 999, s)
+        b["max_tokens"] = 2
+        send(args.url, b, args.timeout)
+    mixed_rates, base_rates, first = [], [], None
+    for rep in range(args.reps):
+        res, tok, wall, err = phase(args, sels)
+        mixed_rates.append(report(f"{args.label} mixed #{rep + 1}", tok, wall, err))
+        first = first or res
+        _, tok, wall, err = phase(args, ["base"] * len(sels))
+        base_rates.append(report(f"{args.label} base-only #{rep + 1}", tok, wall, err))
+    mixed, base = max(mixed_rates), max(base_rates)
+    print(f"RESULT {args.label} mixed {mixed:.1f} tok/s, base-only {base:.1f} tok/s, "
+          f"ratio {mixed / base if base else 0:.3f} (best of {args.reps})", flush=True)
+    rc = 0
+    if args.check:
+        same = 0
+        for i, s in enumerate(sels):
+            text, _, err = send(args.url, body(args, i, s), args.timeout)
+            if err is None and first[i][2] is None and text == first[i][0]:
+                same += 1
+            else:
+                print(f"# stream {i} ({s}): alone {text!r:.80} != mixed {first[i][0]!r:.80} {err or ''}")
+                rc = 1
+        print(f"CHECK {args.label}: {same}/{len(sels)} streams' text equals the request run alone", flush=True)
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()

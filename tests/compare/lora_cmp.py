@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""lora_cmp.py — one verdict of tests/compare/lora_vs_llamacpp.sh: pagoda's
+greedy text against llama-server's /completion answer for the same prompt.
+
+usage: lora_cmp.py PAGODA_TEXT_FILE LLAMA_JSON_FILE TIE_GAP
+Prints one word and a note: "ok" (equal texts), "tie" (they part at a token
+where llama-server's own top two candidates are within TIE_GAP nats of each
+other and pagoda took the second: a near-tie that float rounding may flip,
+not a disagreement of the adapter code), or "FAIL". Exit 0 for ok and tie.
+
+The answer must come from a request with "n_probs" >= 2: its
+completion_probabilities list holds, per generated token, the token's text
+and the top candidates' log-probabilities (before sampling).
+"""
+import json
+import sys
+
+
+def main():
+    a = open(sys.argv[1], encoding="utf-8", errors="replace").read()
+    j = json.load(open(sys.argv[2], encoding="utf-8"))
+    gap_max = float(sys.argv[3])
+    b = j.get("content", "")
+    if a == b:
+        print("ok")
+        return 0
+    # the first token of llama-server's continuation where pagoda's text parts
+    pos = 0
+    for k, tok in enumerate(j.get("completion_probabilities", [])):
+        t = tok.get("token", "")
+        if a[pos:pos + len(t)] != t:
+            top = tok.get("top_logprobs") or tok.get("probs") or []
+            if len(top) >= 2 and "logprob" in top[0]:
+                gap = top[0]["logprob"] - top[1]["logprob"]
+                alt = top[1].get("token", "")
+                if gap <= gap_max and alt and a[pos:pos + len(alt)] == alt:
+                    print(f"tie at token {k}: llama's top two {top[0].get('token')!r} / {alt!r} "
+                          f"{gap:.4f} nats apart, pagoda took {alt!r}")
+                    return 0
+                print(f"FAIL at token {k}: llama {t!r} (top two {gap:.4f} nats apart), "
+                      f"pagoda {a[pos:pos + 12]!r}")
+            else:
+                print(f"FAIL at token {k}: llama {t!r}, pagoda {a[pos:pos + 12]!r} (no probabilities)")
+            return 1
+        pos += len(t)
+    print(f"FAIL: texts differ past llama's tokens (pagoda {len(a)} chars, llama {len(b)})")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
