@@ -1928,6 +1928,18 @@ static void test_prefill_priority(void **state)
     }
 }
 
+/* A low-tier and a high-tier request of one run (ql → rl, qh → rh) each
+ * generated what they generate alone (`what`: the low one's situation). */
+static void assert_both_solo(const sched_req_t *ql, const rec_t *rl, const sched_req_t *qh, const rec_t *rh,
+                             const char *what)
+{
+    rec_t solo;
+    run_solo(g_stories, ql, &solo);
+    assert_same_output(rl, &solo, what);
+    run_solo(g_stories, qh, &solo);
+    assert_same_output(rh, &solo, "high tier");
+}
+
 /* Preemption of a prefill by a higher tier at chunk granularity: with no
  * stream decoding, a low-tier prompt prefills at the whole token budget (MBT
  * rows a step). A high-tier prompt submitted between two of its steps takes
@@ -1974,11 +1986,7 @@ static void test_priority_first_token(void **state)
         assert_int_equal(n_low, NL); /* every prompt row computed once: its K/V was kept */
         assert_true(low_after > 0);
         assert_int_equal(stats(R).preemptions, 0);
-        rec_t solo;
-        run_solo(g_stories, &ql, &solo);
-        assert_same_output(rl, &solo, "paused low tier");
-        run_solo(g_stories, &qh, &solo);
-        assert_same_output(rh, &solo, "high tier");
+        assert_both_solo(&ql, rl, &qh, rh, "paused low tier");
         free(L);
         run_free(&R);
     }
@@ -2101,11 +2109,7 @@ static void test_priority_stop_step(void **state)
             assert_true(A.armed_step[i] <= at || A.armed_step[i] > rh->final_step);
         assert_true(A.n_armed >= (on ? 3 : 0));
         cached_end[on] = stats(R).kv_blocks_cached;
-        rec_t solo;
-        run_solo(g_stories, &ql, &solo);
-        assert_same_output(rl, &solo, "stopped low tier");
-        run_solo(g_stories, &qh, &solo);
-        assert_same_output(rh, &solo, "high tier after the stop");
+        assert_both_solo(&ql, rl, &qh, rh, "stopped low tier");
         free(L);
         run_free(&R);
     }
