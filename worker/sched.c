@@ -4,6 +4,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ void sched_config_default(sched_config_t *c)
     c->step_budget_factor = 2.0;
     c->step_min_chunk = 64;
     c->prefill_age_steps = 32;
+    c->prefill_max_stops = 2;
 }
 
 /* KV_TYPE_AUTO → F16 when every layer's K and V projections run on the int8
@@ -134,7 +136,7 @@ static bool config_valid(const sched_config_t *c)
            c->spec_max_draft >= 0 && c->spec_max_draft <= SPEC_MAX_DRAFT && c->spec_max_rows >= 0 &&
            c->spec_max_rows <= 4096 && c->step_budget_ms >= SCHED_STEP_BUDGET_AUTO && c->step_budget_ms <= 600000 &&
            c->step_budget_factor >= 1.0 && c->step_budget_factor <= 1000.0 && c->step_min_chunk >= 1 &&
-           c->prefill_age_steps >= 1;
+           c->prefill_age_steps >= 1 && c->prefill_max_stops >= 0;
 }
 
 /* The KV pool's block count: --kv-blocks, or as many blocks of `per` bytes
@@ -325,6 +327,8 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     kv_pool_prefault_head(s->pool, (size_t)2 << 20); /* one huge page per layer's K and V */
     set_max_positions(s, n_blocks);
     alloc_scratch(s);
+    atomic_init(&s->preempt, 0);
+    forward_set_stop(s->fwd, &s->preempt);
     /* 0.98: the fit follows the last ~50 steps (a few seconds of decoding),
      * quick to see the machine change, long enough to average out noise */
     step_cost_init(&s->cost, 0.98);
@@ -1033,6 +1037,7 @@ restart:
         if (q->state == SEQ_RUNNING && !q->in_batch && !sched_seq_decoding(q) && best_prefill < q->priority)
             q->n_passed++;
     }
+    s->step_tier = step_tier;
     *n_bseq_out = n_bseq;
     return n_rows;
 }
@@ -1042,17 +1047,15 @@ bool sched_prefault_step(sched_t *s, size_t max_bytes)
     return kv_pool_prefault_step(s->pool, max_bytes) || (s->dpool && kv_pool_prefault_step(s->dpool, max_bytes));
 }
 
-/* Records the step's rows in the KV (positions [n_computed, n_computed +
- * chunk) of each batch sequence are written by this pass) and runs the
- * forward pass over the packed batch. On failure every sequence ends with an
+/* Runs the forward pass over the packed batch and records the step's rows
+ * in the KV (positions [n_computed, n_computed + chunk) of each batch
+ * sequence are written by this pass). FWD_STOPPED when the pass was
+ * preempted (nothing recorded). On failure every sequence ends with an
  * engine error and -1 is returned. */
 static int step_forward(sched_t *s, int32_t n_rows, int32_t n_bseq)
 {
     for (int32_t b = 0; b < n_bseq; b++) {
         seq_t *q = s->b_seqs[b];
-        int rc = kv_seq_append(q->kv, q->tokens + q->n_computed, s->b_chunk[b]);
-        assert(rc == KV_POOL_OK);
-        (void)rc;
         s->b_tables[b] = kv_seq_block_table(q->kv);
         s->b_nblocks[b] = kv_seq_n_blocks(q->kv);
     }
@@ -1077,8 +1080,22 @@ static int step_forward(sched_t *s, int32_t n_rows, int32_t n_bseq)
         fb.embd = s->b_embd;
         fb.att_end = s->b_att_end;
     }
-    if (forward_run(s->fwd, &fb, kv_pool_store(s->pool), s->logits) == 0)
+    int frc = forward_run(s->fwd, &fb, kv_pool_store(s->pool), s->logits);
+    if (frc == FWD_STOPPED)
+        return FWD_STOPPED; /* nothing recorded: the rows count as not computed */
+    if (frc == 0) {
+        /* the rows' K/V is written: record their tokens (after the pass, so a
+         * stopped step leaves no trace in the sequence's KV: its positions
+         * are rewritten when the rows run again, and no block of them can be
+         * committed to the prefix cache before that) */
+        for (int32_t b = 0; b < n_bseq; b++) {
+            seq_t *q = s->b_seqs[b];
+            int rc = kv_seq_append(q->kv, q->tokens + q->n_computed, s->b_chunk[b]);
+            assert(rc == KV_POOL_OK);
+            (void)rc;
+        }
         return 0;
+    }
     const char *msg = forward_error(s->fwd);
     log_error("forward pass failed: %s", msg ? msg : "unknown error");
     while (s->n_seqs > 0) {
@@ -1192,6 +1209,83 @@ static void step_report(sched_t *s)
     }
 }
 
+/* Arms the preemption word for the step just packed (sched.h): bar = its
+ * aged tier when it holds only prefill rows and none of its sequences was
+ * stopped prefill_max_stops times in a row, else 0 (not armed). True when
+ * an offer remembered since the last step already beats the bar: the step
+ * is stopped before it starts (that request may not have been in the
+ * scheduler when the batch was packed). */
+static bool preempt_arm(sched_t *s, int32_t n_bseq)
+{
+    uint32_t bar = 0;
+    if (s->cfg.prefill_max_stops > 0 && s->rows.n_decode == 0 && s->step_tier != INT32_MAX && s->step_tier > 0) {
+        bar = (uint32_t)(s->step_tier < 255 ? s->step_tier : 255);
+        for (int32_t b = 0; b < n_bseq; b++)
+            if (s->b_seqs[b]->n_stopped >= s->cfg.prefill_max_stops || s->b_ndraft[b] > 0)
+                bar = 0;
+    }
+    s->preempt_gen = (s->preempt_gen + 1) & 0x7fffu;
+    uint32_t old = atomic_exchange_explicit(&s->preempt, bar ? s->preempt_gen << 16 | bar : 0, memory_order_relaxed);
+    uint32_t pending = (old >> 8) & 0xffu;
+    if (bar && pending && pending - 1 < bar)
+        return true;
+    if (bar && s->armed_hook)
+        s->armed_hook(s->armed_hook_ud, s);
+    return false;
+}
+
+/* The step was stopped for a better tier: nothing of it counts (its
+ * sequences' n_computed and KV stay as they were; the reserved blocks stay
+ * with them, to be written when the rows run again), and every sequence in
+ * it has been stopped once more in a row. */
+static void step_stopped(sched_t *s, int32_t n_bseq)
+{
+    for (int32_t b = 0; b < n_bseq; b++) {
+        seq_t *q = s->b_seqs[b];
+        q->n_stopped++;
+        q->in_batch = false;
+        q->n_draft = 0;
+    }
+    s->st.steps_stopped++;
+    log_debug("step stopped for a better tier (%d prefill rows not computed)", s->rows.n_prefill);
+}
+
+_Atomic uint32_t *sched_preempt_word(sched_t *s)
+{
+    return &s->preempt;
+}
+
+bool sched_preempt_offer(_Atomic uint32_t *word, int32_t priority)
+{
+    if (priority < 0 || priority > 254)
+        return false;
+    const uint32_t p = (uint32_t)priority;
+    uint32_t w = atomic_load_explicit(word, memory_order_relaxed);
+    for (;;) {
+        uint32_t bar = w & 0xffu, want;
+        if (bar) { /* armed: stop it if p beats the bar */
+            if (p >= bar || (w & FWD_STOP))
+                return false;
+            want = w | FWD_STOP;
+        } else { /* between steps: remember the best offer for the next arming */
+            uint32_t pending = (w >> 8) & 0xffu;
+            if (pending && pending - 1 <= p)
+                return false;
+            want = (w & ~0xff00u) | (p + 1) << 8;
+        }
+        /* fails (and reloads w) when the step loop changed the word since
+         * the load: judge the new one */
+        if (atomic_compare_exchange_weak_explicit(word, &w, want, memory_order_relaxed, memory_order_relaxed))
+            return bar != 0;
+    }
+}
+
+void sched_set_armed_hook(sched_t *s, sched_armed_fn fn, void *ud)
+{
+    s->armed_hook = fn;
+    s->armed_hook_ud = ud;
+}
+
 int sched_step(sched_t *s)
 {
     reap(s);
@@ -1209,9 +1303,17 @@ int sched_step(sched_t *s)
         s->h_ids[b] = q->id;
         s->h_rows[b] = sched_seq_decoding(q) ? 0 : s->b_chunk[b];
     }
-    if (step_forward(s, n_rows, n_bseq) != 0)
+    int frc = preempt_arm(s, n_bseq) ? FWD_STOPPED : step_forward(s, n_rows, n_bseq);
+    atomic_store_explicit(&s->preempt, 0, memory_order_relaxed); /* disarmed: offers are remembered */
+    if (frc == FWD_STOPPED) {
+        step_stopped(s, n_bseq);
+        return n_rows;
+    }
+    if (frc != 0)
         return -1;
     s->st.steps++;
+    for (int32_t b = 0; b < n_bseq; b++)
+        s->b_seqs[b]->n_stopped = 0;
     int32_t n_draw, n_vdraw;
     step_advance(s, n_bseq, &n_draw, &n_vdraw);
     step_draw(s, n_draw, n_vdraw);

@@ -143,6 +143,10 @@ typedef struct sched_config {
     int32_t prefill_age_steps; /* a prefill passed over for a higher tier gains one tier
                                 * per this many such steps (32), so it waits at most
                                 * 2 x this many before it is served */
+    int32_t prefill_max_stops; /* a prefill-only step of a worse tier stops at the next layer
+                                * boundary when a better tier's request arrives
+                                * (sched_preempt_offer), at most this many times in a row
+                                * for any sequence in it (2); 0 = never stop a step */
 } sched_config_t;
 
 #define SCHED_STEP_BUDGET_AUTO (-1)
@@ -150,7 +154,8 @@ typedef struct sched_config {
 /* Defaults: 32 seqs, 512 batch tokens, 32-token blocks, 2 threads, F16 K/V,
  * no speculation (max draft 8, 16 rows), a KV pool that holds max_seqs
  * full contexts or 1 GiB, whichever is smaller, and the step time budget on
- * (auto, factor 2, chunks of at least 64, aging every 32 steps). */
+ * (auto, factor 2, chunks of at least 64, aging every 32 steps), and at
+ * most 2 preemption stops in a row for a prefill. */
 void sched_config_default(sched_config_t *c);
 
 enum sched_finish {
@@ -282,6 +287,7 @@ typedef struct sched_stats {
     uint64_t prompt_tokens;    /* prompt tokens computed (cache hits excluded) */
     uint64_t generated_tokens;
     uint64_t steps;
+    uint64_t steps_stopped;    /* steps stopped for a better tier (sched_preempt_offer): not in steps */
     /* speculative decoding (vLLM's spec_decode counters) */
     uint64_t spec_drafts;          /* verifies of a sequence with at least one draft token */
     uint64_t spec_draft_tokens;    /* draft tokens verified */
@@ -378,6 +384,37 @@ typedef struct sched_step_info {
  * and independent of the machine. NULL restores measuring. */
 typedef double (*sched_step_fn)(void *ud, const sched_step_info_t *info);
 void sched_set_step_hook(sched_t *s, sched_step_fn fn, void *ud);
+
+/* Preemption at a layer boundary (docs/BATCHING.md). Before each forward
+ * pass the scheduler arms its preemption word with the step's bar: a step
+ * that holds only prefill rows (no decode or draft rows) of aged tier T > 0,
+ * none of whose sequences has been stopped prefill_max_stops times in a
+ * row, can be stopped by a request of priority < T. Another thread (the
+ * worker's link thread, when a SUBMIT comes in) calls sched_preempt_offer
+ * with the newcomer's priority *after* handing the request to the step
+ * loop; the forward pass then returns between two layers, the step's rows
+ * count as not computed, and the next step admits the newcomer. An offer
+ * while no step is armed (between steps) is remembered until the next
+ * arming, so a request that came after the step loop last looked for
+ * messages still stops the step it would otherwise wait for.
+ *
+ * The word (one _Atomic uint32_t, every access relaxed: it is the only
+ * datum the two threads share through it, and compare-and-swap makes the
+ * check against the bar and the setting of the stop bit one step):
+ *   bits 0..7   bar: priority < bar stops the step; 0 = not armed
+ *   bits 8..15  1 + the best priority offered while not armed, 0 = none
+ *   bits 16..30 generation of the armed step (an offer judged against one
+ *               step never stops the next one)
+ *   bit 31      FWD_STOP: the forward pass stops (model/forward.h) */
+_Atomic uint32_t *sched_preempt_word(sched_t *s);
+/* Offers a request of `priority` (0 high, 1 normal, 2 low) to the step in
+ * flight through `word` (sched_preempt_word); any thread. True when it
+ * stops the step now. */
+bool sched_preempt_offer(_Atomic uint32_t *word, int32_t priority);
+/* For tests: called after the word is armed and before the forward pass
+ * starts (as if a request arrived just then). NULL = none. */
+typedef void (*sched_armed_fn)(void *ud, sched_t *s);
+void sched_set_armed_hook(sched_t *s, sched_armed_fn fn, void *ud);
 
 /* The scheduler's KV pool (borrowed; e.g. to read its KV events). */
 struct kv_pool *sched_kv_pool(sched_t *s);

@@ -52,6 +52,9 @@ typedef struct seq {
     int32_t n_passed;          /* steps its prefill got no rows while a better tier's did
                                 * (aging: sched_config_t.prefill_age_steps); 0 again once
                                 * its prompt is computed */
+    int32_t n_stopped;         /* its steps stopped in a row by a better tier's arrival
+                                * (sched_preempt_offer); a step of it is not armed once this
+                                * reaches cfg.prefill_max_stops; 0 again when one completes */
     bool first_admission_done;
     int32_t max_tokens;
     bool ignore_eos;
@@ -161,6 +164,12 @@ struct sched {
     double target_us;                 /* its time target, 0 = none */
     uint64_t *h_ids;                  /* (max_seqs) sched_step_info_t.ids scratch */
     int32_t *h_rows;                  /* (max_seqs) sched_step_info_t.n_rows scratch */
+    int32_t step_tier;                /* aged tier of the step's first prefill chunk (build_batch;
+                                       * INT32_MAX: no prefill rows) */
+    _Atomic uint32_t preempt;         /* the preemption word (sched.h sched_preempt_word) */
+    uint32_t preempt_gen;             /* generation of the last armed step */
+    sched_armed_fn armed_hook;        /* sched_set_armed_hook */
+    void *armed_hook_ud;
     sched_step_fn step_hook;          /* sched_set_step_hook */
     void *step_hook_ud;
 

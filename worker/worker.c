@@ -834,6 +834,7 @@ static int connect_link(struct worker *w, const worker_config_t *cfg, char *err,
         .heartbeat_ms = w->heartbeat_ms,
         .heartbeat_explicit = cfg->heartbeat_explicit,
         .work_done = &w->layers_done,
+        .preempt = sched_preempt_word(w->sched), /* a better tier's SUBMIT stops a worse prefill step */
         .reg = &reg,
         .curve_server_key = cfg->curve_server_key,
         .curve_public_key = cfg->curve_public_key,

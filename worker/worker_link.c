@@ -31,6 +31,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "worker/sched.h"
 
 #define PIPE_STOP "STOP"         /* caller → link thread: exit */
 #define MAX_PARTS 4              /* frames we accept per message (protocol: 3) */
@@ -60,6 +61,7 @@ struct worker_link {
     int64_t backoff_us;             /* next reconnect delay */
     int64_t t_reconnect_us;         /* when sock == NULL: when to connect again */
     const _Atomic uint64_t *work_done; /* cfg.work_done, NULL = none */
+    _Atomic uint32_t *preempt;      /* cfg.preempt, NULL = none */
     uint64_t work_seen;             /* its value at the last heartbeat */
     int64_t t_work_us;              /* when it was last seen to advance, 0 = never */
 
@@ -284,6 +286,24 @@ static int send_parts(void *to, zmq_msg_t *parts, int n, int flags)
     return rc;
 }
 
+/* The priority of a SUBMIT's three frames when it is a request the
+ * scheduler runs (generation, embedding, ranking), else -1 (tokenizer
+ * operations, malformed messages: the caller's decoder answers those). */
+static int submit_priority(zmq_msg_t *parts)
+{
+    proto_frame_t f[3];
+    for (int i = 0; i < 3; i++)
+        f[i] = (proto_frame_t){zmq_msg_data(&parts[i]), zmq_msg_size(&parts[i])};
+    proto_msg_t m;
+    if (proto_decode(f, 3, &m, NULL, 0) != PROTO_OK) {
+        proto_msg_clear(&m);
+        return -1;
+    }
+    int prio = m.submit.op == PROTO_OP_TOKENIZE || m.submit.op == PROTO_OP_DETOKENIZE ? -1 : (int)m.submit.priority;
+    proto_msg_clear(&m);
+    return prio;
+}
+
 /* One message from the gateway: HEARTBEATs and ERROR 409 handled here (a 409
  * also goes on to the caller, as "lost"), the rest forwarded. */
 static void on_gateway_frames(worker_link_t *l, zmq_msg_t *parts, int n, int64_t now)
@@ -335,8 +355,13 @@ static void on_gateway_frames(worker_link_t *l, zmq_msg_t *parts, int n, int64_t
             log_info("registered with gateway %s", l->endpoint);
         }
     }
+    int prio = type == PROTO_SUBMIT && l->preempt ? submit_priority(parts) : -1;
     if (send_parts(l->pipe_link, parts, n, 0) != 0)
         log_error("link pipe: %s", zmq_strerror(errno));
+    /* after the send: a step the offer stops must find the SUBMIT in the
+     * pipe when the step loop next looks */
+    if (prio >= 0 && sched_preempt_offer(l->preempt, prio))
+        log_debug("SUBMIT of priority %d stops the running step", prio);
 }
 
 static void *link_main(void *arg)
@@ -409,6 +434,7 @@ worker_link_t *worker_link_new(const worker_link_config_t *cfg)
     atomic_init(&l->n_reconnects, 0);
     l->interval_explicit = cfg->heartbeat_explicit;
     l->work_done = cfg->work_done;
+    l->preempt = cfg->preempt;
     l->reg = *cfg->reg;
     l->reg.version = PROTO_VERSION;
     l->reg.heartbeat_ms = (uint32_t)hb;

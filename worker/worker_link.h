@@ -50,6 +50,11 @@ typedef struct worker_link_config {
                                        sched_set_progress); an advance counts as
                                        progress like a completed step. Must
                                        outlive the link. */
+    _Atomic uint32_t *preempt;      /* optional (NULL): the scheduler's preemption word
+                                       (sched_preempt_word): each generation SUBMIT is
+                                       offered to it (sched_preempt_offer) once it is on
+                                       its way to the caller, so a better tier stops a
+                                       worse tier's prefill step. Must outlive the link. */
     const proto_register_t *reg;    /* announced on each connect; copied. Its
                                        version and heartbeat_ms are set here. */
     /* CURVE (proto/curve.h): all three Z85 keys, or none for a plain link */

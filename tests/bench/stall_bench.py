@@ -13,14 +13,22 @@ interference  N streams decode (max_tokens large); after --settle s, M long
               their arrival to the last one's first token; and each long
               prompt's TTFT (send -> first text chunk).
 priority      a short request with the high-tier key (--key-high): its TTFT
-              on an idle server (median of 3), then again when it arrives
-              --delay s into the prefill of a long low-tier prompt
-              (--key-low) — and that prompt's TTFT. Without keys (or against
-              llama-server, which has no tiers) both go at the same priority.
+              on an idle server (median of --reps, at least 3), then again
+              when it arrives --delay s into the prefill of a long low-tier
+              prompt (--key-low; a fresh prompt each rep, so no prefix-cache
+              hit), median of --reps. The low prompt's size comes from
+              POST /tokenize (pagoda's gateway; "?" elsewhere). With --cancel
+              (the default) the low prompt is cancelled as soon as the high
+              request's first token is in (a long prefill need not finish to
+              measure it), then a short probe request waits until the server
+              is free again before the next rep; --no-cancel waits for the
+              low prompt's first token (and prints its TTFT). Without keys
+              (or against llama-server, which has no tiers) both go at the
+              same priority.
 
 usage: stall_bench.py --url http://127.0.0.1:8080 [--model NAME]
          [--mode interference|priority|both] [--streams 8] [--long 2]
-         [--long-words 560] [--settle 8] [--delay 1.0]
+         [--long-words 560] [--settle 8] [--delay 1.0] [--reps 1] [--no-cancel]
          [--key-high SECRET] [--key-low SECRET] [--label TEXT] [--json]
 Exit status 0 when every request succeeded, 1 otherwise.
 """
@@ -54,6 +62,7 @@ class Stream:
         self.error = None
         self.prompt_tokens = None
         self.stop_flag = False
+        self.conn = None
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def start(self):
@@ -72,6 +81,7 @@ class Stream:
             headers["Authorization"] = "Bearer " + self.key
         try:
             c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=self.cfg.timeout)
+            self.conn = c
             self.t_send = time.perf_counter()
             c.request("POST", "/v1/completions", json.dumps(body), headers)
             resp = c.getresponse()
@@ -104,6 +114,18 @@ class Stream:
         except Exception as e:  # noqa: BLE001 - report any failure as the request's error
             if not self.stop_flag:
                 self.error = repr(e)
+
+    def cancel(self):
+        """Drops the connection (the server cancels the request) and waits for the thread."""
+        self.stop_flag = True
+        c = self.conn
+        if c is not None and c.sock is not None:
+            try:
+                import socket
+                c.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.thread.join(self.cfg.timeout)
 
     def ttft(self):
         return self.times[0] - self.t_send if self.times else None
@@ -165,26 +187,71 @@ def interference(cfg):
     return res
 
 
+def count_tokens(cfg, text):
+    """The prompt's token count from POST /tokenize (pagoda's gateway), or None."""
+    u = urllib.parse.urlparse(cfg.url)
+    body = {"prompt": text}
+    if cfg.model:
+        body["model"] = cfg.model
+    headers = {"Content-Type": "application/json"}
+    if cfg.key_low or cfg.key_high:
+        headers["Authorization"] = "Bearer " + (cfg.key_low or cfg.key_high)
+    try:
+        c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=60)
+        c.request("POST", "/tokenize", json.dumps(body), headers)
+        resp = c.getresponse()
+        data = resp.read()
+        c.close()
+        return json.loads(data).get("count") if resp.status == 200 else None
+    except (OSError, ValueError):
+        return None
+
+
 def priority(cfg):
     short = prompt(7, 12)
+    reps = max(cfg.reps, 1)
     idle = []
-    for i in range(3):
+    for i in range(max(reps, 3)):
         s = Stream(cfg, short + " " + str(i), 1, cfg.key_high).start()
         s.thread.join(cfg.timeout)
         if s.ttft() is not None:
             idle.append(s.ttft())
     seed = int(time.time())
-    low = Stream(cfg, prompt(seed, cfg.long_words), 1, cfg.key_low).start()
-    time.sleep(cfg.delay)
-    high = Stream(cfg, short + " busy", 1, cfg.key_high).start()
-    high.thread.join(cfg.timeout)
-    low.thread.join(cfg.timeout)
+    during, low_ttft, errors, n_low = [], [], [], None
+    for rep in range(reps):
+        text = prompt(seed * 100 + rep, cfg.long_words)
+        if n_low is None:
+            n_low = count_tokens(cfg, text)
+        low = Stream(cfg, text, 1, cfg.key_low).start()
+        time.sleep(cfg.delay)
+        high = Stream(cfg, short + " busy " + str(rep), 1, cfg.key_high).start()
+        high.thread.join(cfg.timeout)
+        if high.ttft() is not None:
+            during.append(high.ttft())
+        errors += [s.error for s in (high,) if s.error]
+        if cfg.cancel:
+            low.cancel()
+            # the server is free again once a probe gets through (a high-tier
+            # probe also stops a step the cancelled prompt may still hold)
+            probe = Stream(cfg, short + " probe", 1, cfg.key_high).start()
+            probe.thread.join(cfg.timeout)
+            errors += [probe.error] if probe.error else []
+        else:
+            low.thread.join(cfg.timeout)
+            errors += [low.error] if low.error else []
+            if low.ttft() is not None:
+                low_ttft.append(low.ttft())
+    med_idle = statistics.median(idle) if idle else None
+    med_during = statistics.median(during) if during else None
     return {
-        "high_ttft_idle_s": statistics.median(idle) if idle else None,
-        "high_ttft_during_low_prefill_s": high.ttft(),
-        "low_prompt_tokens": low.prompt_tokens,
-        "low_ttft_s": low.ttft(),
-        "errors": [s.error for s in (low, high) if s.error],
+        "reps": reps,
+        "low_prompt_tokens": n_low if n_low is not None else "?",
+        "high_ttft_idle_s": med_idle,
+        "high_ttft_during_low_prefill_s": med_during,
+        "high_ttft_during_each_s": during,
+        "ratio_during_over_idle": med_during / med_idle if med_idle and med_during else None,
+        "low_ttft_s": statistics.median(low_ttft) if low_ttft else "cancelled",
+        "errors": errors,
     }
 
 
@@ -206,6 +273,8 @@ def main(argv=None):
     ap.add_argument("--long-words", type=int, default=560)
     ap.add_argument("--settle", type=float, default=8.0)
     ap.add_argument("--delay", type=float, default=1.0)
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--cancel", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--key-high", default=None)
     ap.add_argument("--key-low", default=None)
     ap.add_argument("--timeout", type=float, default=900.0)

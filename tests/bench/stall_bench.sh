@@ -18,16 +18,26 @@
 #                 WORDS (560; ~1,300 tokens) words arrive: gap p50/p99 before / during,
 #                 the long prompts' TTFT;
 #   priority:     a short high-tier request DELAY (1.0) s into a low-tier
-#                 prefill of WORDS words: its TTFT vs on the idle server.
+#                 prefill of WORDS words: its TTFT vs on the idle server,
+#                 medians of REPS (1; the idle one of max(REPS, 3)); the low
+#                 prompt is cancelled once the high one's first token is in
+#                 (CANCEL=0 waits for the low prompt's own first token).
 # Environment: PAGODA_BUILD (build), THREADS (2), MAX_BATCH_TOKENS (512),
-# BUDGETS, STREAMS, LONG, WORDS, SETTLE (8), DELAY, URL, MODEL_NAME (for URL),
-# MODE (both; interference or priority runs one scenario).
+# BUDGETS, STREAMS, LONG, WORDS, SETTLE (8), DELAY, REPS, CANCEL (1), URL,
+# MODEL_NAME (for URL), MODE (both; interference or priority runs one
+# scenario), KV_MB (the worker's --kv-budget-mb; empty = sized from free
+# memory), GW_ARGS (more gateway flags).
+#
+# The priority bar of issue #38 (a 7B-shape Q4_K_M file, an ~8,000-token low prompt):
+#   MODE=priority BUDGETS=auto WORDS=8000 REPS=3 KV_MB=2048 \
+#     tests/bench/stall_bench.sh /work/models/m7b-q4_k_m.gguf
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${PAGODA_BUILD:-$ROOT/build}
 [[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
 PY="python3 $ROOT/tests/bench/stall_bench.py --streams ${STREAMS:-8} --long ${LONG:-2} \
-  --long-words ${WORDS:-560} --settle ${SETTLE:-8} --delay ${DELAY:-1.0} --mode ${MODE:-both}"
+  --long-words ${WORDS:-560} --settle ${SETTLE:-8} --delay ${DELAY:-1.0} --mode ${MODE:-both} --reps ${REPS:-1}"
+[[ ${CANCEL:-1} == 0 ]] && PY="$PY --no-cancel"
 
 if [[ -n ${URL:-} ]]; then
   exec $PY --url "$URL" --model "${MODEL_NAME:-}" --label "$URL"
@@ -58,7 +68,7 @@ for B in ${BUDGETS:-0 auto}; do
   [[ $B == auto ]] && GB=-1
   "$GW" --listen "127.0.0.1:$HP" --worker-endpoint "tcp://127.0.0.1:$ZP" --keys "$TMP/keys.txt" \
     --model "m=$MODEL" --threads "${THREADS:-2}" --max-batch-tokens "${MAX_BATCH_TOKENS:-512}" \
-    --step-budget-ms "$GB" >"$TMP/gw-$B.log" 2>&1 &
+    --step-budget-ms "$GB" ${KV_MB:+--kv-budget-mb "$KV_MB"} ${GW_ARGS:-} >"$TMP/gw-$B.log" 2>&1 &
   GPID=$!
   for _ in $(seq 600); do
     curl -s "http://127.0.0.1:$HP/health" 2>/dev/null |

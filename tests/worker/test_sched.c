@@ -51,6 +51,7 @@
 #include <cmocka.h>
 #include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,7 @@
 #include "common/log.h"
 #include "tests/support/support.h"
 #include "worker/engine.h"
+#include "worker/kv_pool.h"
 #include "worker/model/forward.h"
 #include "worker/wait_policy.h"
 #include "common/text/gguf.h"
@@ -1926,6 +1928,18 @@ static void test_prefill_priority(void **state)
     }
 }
 
+/* A low-tier and a high-tier request of one run (ql → rl, qh → rh) each
+ * generated what they generate alone (`what`: the low one's situation). */
+static void assert_both_solo(const sched_req_t *ql, const rec_t *rl, const sched_req_t *qh, const rec_t *rh,
+                             const char *what)
+{
+    rec_t solo;
+    run_solo(g_stories, ql, &solo);
+    assert_same_output(rl, &solo, what);
+    run_solo(g_stories, qh, &solo);
+    assert_same_output(rh, &solo, "high tier");
+}
+
 /* Preemption of a prefill by a higher tier at chunk granularity: with no
  * stream decoding, a low-tier prompt prefills at the whole token budget (MBT
  * rows a step). A high-tier prompt submitted between two of its steps takes
@@ -1972,14 +1986,201 @@ static void test_priority_first_token(void **state)
         assert_int_equal(n_low, NL); /* every prompt row computed once: its K/V was kept */
         assert_true(low_after > 0);
         assert_int_equal(stats(R).preemptions, 0);
-        rec_t solo;
-        run_solo(g_stories, &ql, &solo);
-        assert_same_output(rl, &solo, "paused low tier");
-        run_solo(g_stories, &qh, &solo);
-        assert_same_output(rh, &solo, "high tier");
+        assert_both_solo(&ql, rl, &qh, rh, "paused low tier");
         free(L);
         run_free(&R);
     }
+}
+
+/* ---- preemption at a layer boundary (sched_preempt_offer) ----------------- */
+
+/* The armed hook's log: it plays a better tier's SUBMIT arriving while the
+ * step runs, at arming number fire_at (every arming when fire_at < 0). */
+typedef struct armlog {
+    run_t *R;
+    int32_t fire_at;
+    int32_t n_armed;           /* armings seen */
+    int32_t n_fired;           /* offers that stopped the step */
+    int64_t armed_step[64];    /* R->step of each arming */
+} armlog_t;
+
+static void arm_hook(void *ud, sched_t *s)
+{
+    armlog_t *A = ud;
+    if (A->n_armed < 64)
+        A->armed_step[A->n_armed] = A->R->step;
+    if (A->fire_at < 0 || A->n_armed == A->fire_at) {
+        bool stopped = sched_preempt_offer(sched_preempt_word(s), 0);
+        assert_true(stopped);
+        /* a second offer for the same step changes nothing */
+        assert_false(sched_preempt_offer(sched_preempt_word(s), 0));
+        A->n_fired++;
+    }
+    A->n_armed++;
+}
+
+/* With nothing decoding, a low-tier 400-token prompt prefills 64 rows a
+ * step. In its third step a high-tier request "arrives" (the armed hook
+ * offers priority 0): the forward pass stops at the first layer boundary
+ * (the progress counter moved by exactly one layer), nothing of the step
+ * counts, and no block is published. The high-tier prompt submitted then
+ * (as the worker's loop does once the step returns) is the whole next step
+ * and draws its first token there. The low prompt's rows are each computed
+ * once in completed steps, its output equals running alone, and the pool
+ * ends holding exactly the cached blocks of the same run with preemption
+ * off. A priority that does not beat the bar never stops a step; neither
+ * does anything once the step has decode rows. */
+static void test_priority_stop_step(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    enum { MBT = 64, NL = 400, NH = 16 };
+    int32_t pl[NL], ph[NH];
+    make_prompt(pl, NL, 40);
+    make_prompt(ph, NH, 90);
+    sched_req_t ql = req_greedy(2, 2, pl, NL, 3, true);
+    sched_req_t qh = req_greedy(3, 0, ph, NH, 3, true);
+    const int32_t n_layer = g_stories->model->cfg.n_layer;
+    assert_true(n_layer >= 2);
+    int32_t cached_end[2];
+    for (int on = 0; on < 2; on++) {
+        sched_config_t c = cfg_make(8, MBT, 0, 1);
+        c.prefill_max_stops = on ? 2 : 0;
+        run_t *R = run_new(g_stories, &c);
+        blog_t *L = calloc(1, sizeof *L);
+        assert_non_null(L);
+        sched_set_step_hook(R->s, blog_hook, L);
+        armlog_t A = {.R = R, .fire_at = 2};
+        sched_set_armed_hook(R->s, arm_hook, &A);
+        _Atomic uint64_t layers = 0;
+        sched_set_progress(R->s, &layers);
+        rec_t *rl = submit(R, &ql);
+        step(R);
+        step(R);
+        assert_int_equal(blog_rows(L, 1, 2), MBT);
+        /* a low-tier offer between steps does not beat the next step's bar (2)... */
+        assert_false(sched_preempt_offer(sched_preempt_word(R->s), 2));
+        sched_stats_t st0 = stats(R);
+        kv_pool_stats_t ps0, ps1;
+        kv_pool_stats(sched_kv_pool(R->s), &ps0);
+        uint64_t l0 = atomic_load(&layers);
+        int rc = step(R); /* ...the hook's priority 0 does (when on) */
+        assert_true(rc > 0);
+        sched_stats_t st1 = stats(R);
+        kv_pool_stats(sched_kv_pool(R->s), &ps1);
+        if (on) {
+            assert_int_equal(A.n_fired, 1);
+            assert_int_equal(st1.steps_stopped, 1);
+            assert_int_equal(st1.steps, st0.steps);
+            assert_int_equal(atomic_load(&layers) - l0, 1); /* stopped at the first boundary */
+            assert_int_equal(L->n, 2);                      /* the step hook saw no step */
+            /* no block published; the blocks reserved for the low prompt
+             * (at admission) stay with it, to be written when its rows run
+             * again: none taken, none leaked */
+            assert_int_equal(ps1.n_registered, ps0.n_registered);
+            assert_int_equal(ps1.n_cached_total, ps0.n_cached_total);
+            assert_int_equal(ps1.n_free, ps0.n_free);
+            assert_int_equal(st1.kv_blocks_used, st0.kv_blocks_used);
+            assert_int_equal(st1.prompt_tokens, st0.prompt_tokens);
+            assert_int_equal(sched_check(R->s), 0);
+        } else {
+            assert_int_equal(A.n_armed, 0); /* prefill_max_stops 0: never armed */
+            assert_int_equal(st1.steps_stopped, 0);
+            assert_int_equal(atomic_load(&layers) - l0, (uint64_t)n_layer);
+        }
+        const int64_t at = R->step;
+        const int32_t before = L->n;
+        rec_t *rh = submit(R, &qh);
+        drive(R);
+        assert_int_equal(blog_rows(L, before, 3), NH); /* the high prompt alone, next step */
+        assert_int_equal(blog_rows(L, before, 2), 0);
+        assert_int_equal(rh->first_step, at + 1);
+        int32_t n_low = 0;
+        for (int32_t i = 0; i < L->n && i < BLOG_STEPS; i++)
+            n_low += blog_rows(L, i, 2);
+        assert_int_equal(n_low, NL); /* every prompt row computed once in a completed step */
+        assert_int_equal(stats(R).steps_stopped, on ? 1u : 0u);
+        assert_int_equal(stats(R).preemptions, 0);
+        /* armed only at the low prompt's prefill-only steps: not at the
+         * high one's (tier 0: nothing beats it), nor while its stream
+         * decodes beside the low prompt's chunks (decode rows) */
+        assert_true(rh->final_step > at + 1);
+        for (int32_t i = 0; i < A.n_armed && i < 64; i++)
+            assert_true(A.armed_step[i] <= at || A.armed_step[i] > rh->final_step);
+        assert_true(A.n_armed >= (on ? 3 : 0));
+        cached_end[on] = stats(R).kv_blocks_cached;
+        assert_both_solo(&ql, rl, &qh, rh, "stopped low tier");
+        free(L);
+        run_free(&R);
+    }
+    assert_int_equal(cached_end[1], cached_end[0]);
+}
+
+/* The anti-starvation bound: with a better tier "arriving" during every
+ * armed step, a low-tier prefill is stopped at most prefill_max_stops (K)
+ * times in a row; then a step of it is not armed and completes, so the
+ * prompt finishes with at most K stopped steps per completed one. An offer
+ * made between steps is remembered and stops the next armed step before its
+ * forward pass starts (no layer runs). The output equals running alone. */
+static void test_priority_stop_bound(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    enum { MBT = 64, NL = 300, K = 2 };
+    int32_t pl[NL];
+    make_prompt(pl, NL, 10);
+    sched_req_t ql = req_greedy(5, 1, pl, NL, 4, true); /* normal tier: priority 0 beats it */
+    sched_config_t c = cfg_make(4, MBT, 0, 1);
+    c.prefill_max_stops = K;
+    run_t *R = run_new(g_stories, &c);
+    armlog_t A = {.R = R, .fire_at = -1};
+    sched_set_armed_hook(R->s, arm_hook, &A);
+    _Atomic uint64_t layers = 0;
+    sched_set_progress(R->s, &layers);
+    rec_t *rl = submit(R, &ql);
+    int32_t run = 0, max_run = 0, n_done = 0;
+    while (sched_busy(R->s)) {
+        uint64_t stopped0 = stats(R).steps_stopped;
+        step(R);
+        assert_true(R->step < MAX_STEPS);
+        assert_int_equal(sched_check(R->s), 0);
+        if (stats(R).steps_stopped != stopped0) {
+            run++;
+            max_run = run > max_run ? run : max_run;
+        } else {
+            run = 0;
+            n_done++;
+        }
+    }
+    const int32_t n_prefill = (NL + MBT - 1) / MBT; /* its prefill-only steps (the last one samples) */
+    assert_int_equal(max_run, K);
+    assert_int_equal((int32_t)stats(R).steps_stopped, K * n_prefill);
+    assert_int_equal(A.n_fired, K * n_prefill);
+    check_records(R);
+    check_clean(R);
+    rec_t solo;
+    run_solo(g_stories, &ql, &solo);
+    assert_same_output(rl, &solo, "low tier stopped K times per step");
+    run_free(&R);
+
+    /* an offer between steps stops the next armed step before any layer */
+    c.prefill_max_stops = 1;
+    R = run_new(g_stories, &c);
+    sched_set_progress(R->s, &layers);
+    rl = submit(R, &ql);
+    step(R);
+    uint64_t l0 = atomic_load(&layers);
+    assert_false(sched_preempt_offer(sched_preempt_word(R->s), 1)); /* not armed: remembered, not better */
+    assert_false(sched_preempt_offer(sched_preempt_word(R->s), 0)); /* remembered: better than the bar (1) */
+    step(R);
+    assert_int_equal(stats(R).steps_stopped, 1);
+    assert_int_equal(atomic_load(&layers), l0);
+    step(R); /* nothing remembered now: the step runs */
+    assert_int_equal(stats(R).steps_stopped, 1);
+    assert_int_equal(atomic_load(&layers) - l0, (uint64_t)g_stories->model->cfg.n_layer);
+    drive(R);
+    assert_same_output(rl, &solo, "low tier after a remembered offer");
+    run_free(&R);
 }
 
 int main(int argc, char **argv)
@@ -2014,6 +2215,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_step_budget_outputs),
         cmocka_unit_test(test_prefill_priority),
         cmocka_unit_test(test_priority_first_token),
+        cmocka_unit_test(test_priority_stop_step),
+        cmocka_unit_test(test_priority_stop_bound),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -73,6 +73,7 @@ struct forward {
     ws_t *ws;            /* per-thread ranges of ffn_gate_up's column tasks and of
                           * qkv_attention_by_head's kv heads */
     _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
+    const _Atomic uint32_t *stop;  /* FWD_STOP set: return at the next layer boundary (forward_set_stop) */
     char err[160];
     /* PAGODA_FWD_PROFILE=1: time per phase of 1-row steps, printed to
      * stderr by forward_free (a profiling aid for the decode path) */
@@ -151,6 +152,11 @@ int forward_set_int8(forward_t *f, bool on)
 void forward_set_progress(forward_t *f, _Atomic uint64_t *layers_done)
 {
     f->layers_done = layers_done;
+}
+
+void forward_set_stop(forward_t *f, const _Atomic uint32_t *word)
+{
+    f->stop = word;
 }
 
 /* Per-thread scratch of attention_row's scores (n_head rows of the model's
@@ -1091,6 +1097,8 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
             PROF(PH_NORM, 0, add_rmsnorm(f, f->x, f->xb, f->xb, m->layers[l + 1].attn_norm, R, dim, c->norm_eps));
         if (f->layers_done) /* a long step shows its progress (forward_set_progress) */
             atomic_fetch_add_explicit(f->layers_done, 1, memory_order_relaxed);
+        if (f->stop && l + 1 < c->n_layer && (atomic_load_explicit(f->stop, memory_order_relaxed) & FWD_STOP))
+            return FWD_STOPPED; /* preempted (forward_set_stop) */
     }
 
     /* Only wanted rows go through the output head:

@@ -105,12 +105,25 @@ int forward_set_int8(forward_t *f, bool on);
  * owned; must outlive f or be unset. */
 void forward_set_progress(forward_t *f, _Atomic uint64_t *layers_done);
 
+/* A word another thread may set FWD_STOP in (the scheduler's preemption
+ * word, sched.h): forward_run checks it between layers (one relaxed load
+ * per layer; the bit carries no data, so no ordering is needed) and, once
+ * it is set, returns FWD_STOPPED before the next layer. Then the K/V of the
+ * layers already run is written at the batch's positions (the caller must
+ * treat those positions as not computed: they are overwritten when the
+ * rows run again) and logits / hidden are not. Never after the last layer:
+ * a step that got that far completes. Not owned; NULL (the default) = never. */
+#define FWD_STOP 0x80000000u
+#define FWD_STOPPED 1
+void forward_set_stop(forward_t *f, const _Atomic uint32_t *word);
+
 /* Runs one step. Returns
  *    0  ok: logits holds (number of rows with want_logits, vocab) floats
  *   -1  bad input (row count, token, position, sequence index, block table
  *       entry out of range, or a kv_store whose shape does not fit the
  *       model); nothing was written to the KV store or logits, and
- *       forward_error() says why. */
+ *       forward_error() says why
+ *    1  FWD_STOPPED: stopped between two layers (forward_set_stop). */
 int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float *logits);
 
 /* Message of the last failing forward_run (empty string if none). */
