@@ -242,7 +242,9 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
                                 worker_req_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    int32_t n_ids = engine_prompt_submit(e, sm, &out->prompt, err, errlen);
+    /* a SUBMIT with images is templated and tokenized once, with the
+     * images' runs, by worker_req_submit_images: no text-only pass here */
+    int32_t n_ids = sm->n_imgs ? 0 : engine_prompt_submit(e, sm, &out->prompt, err, errlen);
     if (n_ids < 0) {
         worker_req_clear(out);
         return PROTO_ERR_BAD_REQUEST;

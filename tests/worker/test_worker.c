@@ -5,7 +5,7 @@
  * ROUTER, calls worker_run_once() to let the worker take them and step, and
  * reads the EVENTs/ERRORs back. Checked:
  *   - SUBMIT → scheduler translation (worker_req_from_submit), field by
- *     field: prompt tokens (text, chat, ids), limits, stop strings, sampling
+ *     field: prompt tokens (text, chat, ids; none yet with images), limits, stop strings, sampling
  *     parameters, logit bias, logprobs, deadline; invalid sampling, a forced
  *     tool call with a grammar and an uncompilable strict tool → BAD_REQUEST
  *     (the typed cause, not the HTTP status);
@@ -421,6 +421,17 @@ static void test_req_from_submit(void **state)
     assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_NONE);
     assert_int_equal(r.req.n_prompt, 3);
     assert_memory_equal(r.req.prompt, ids, sizeof ids);
+    worker_req_clear(&r);
+
+    /* with images: no text-only prompt (worker_req_submit_images makes the
+     * one with the images' runs) */
+    submit_init(&m, 12, PROMPT, 4);
+    proto_img_t img = {0};
+    sm->imgs = &img;
+    sm->n_imgs = 1;
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_NONE);
+    assert_null(r.prompt);
+    assert_int_equal(r.req.n_prompt, 0);
     worker_req_clear(&r);
 
     free(want);
