@@ -1047,6 +1047,34 @@ bool sched_prefault_step(sched_t *s, size_t max_bytes)
     return kv_pool_prefault_step(s->pool, max_bytes) || (s->dpool && kv_pool_prefault_step(s->dpool, max_bytes));
 }
 
+int sched_warm_up(sched_t *s)
+{
+    assert(!sched_busy(s));
+    kv_pool_stats_t ps;
+    kv_pool_stats(s->pool, &ps);
+    if (ps.n_free < 1) /* taking a block would evict a cached one */
+        return -1;
+    kv_seq_t *q = kv_seq_new(s->pool);
+    const int32_t token = 0, pos = 0, seq = 0;
+    const uint8_t want = 1;
+    int rc = kv_seq_reserve(q, 1);
+    if (rc == KV_POOL_OK)
+        rc = kv_seq_append(q, &token, 1);
+    if (rc != KV_POOL_OK) {
+        kv_seq_free(&q);
+        return -1;
+    }
+    const int32_t *table = kv_seq_block_table(q);
+    const int32_t n_blocks = kv_seq_n_blocks(q);
+    fwd_batch_t fb = {.n_rows = 1, .token = &token, .pos = &pos, .seq = &seq, .want_logits = &want,
+                      .n_seq = 1, .block_tables = &table, .n_blocks = &n_blocks};
+    rc = forward_run(s->fwd, &fb, kv_pool_store(s->pool), s->logits);
+    if (rc != 0)
+        log_warn("warm-up forward pass failed: %s", forward_error(s->fwd));
+    kv_seq_free(&q); /* never committed: the block goes back to the free list */
+    return rc == 0 ? 0 : -1;
+}
+
 /* Runs the forward pass over the packed batch and records the step's rows
  * in the KV (positions [n_computed, n_computed + chunk) of each batch
  * sequence are written by this pass). FWD_STOPPED when the pass was

@@ -346,6 +346,16 @@ int sched_step(sched_t *s);
  * (kv_pool_prefault_step): for the owner's idle time. True while some
  * remain. */
 bool sched_prefault_step(sched_t *s, size_t max_bytes);
+/* A throwaway forward pass before the first request (worker start-up): one
+ * row (token 0 at position 0) of a sequence of its own in one free KV
+ * block, which is never committed to the prefix cache and goes back to the
+ * free list after the pass; the logits are discarded. It faults in what the
+ * first real step would otherwise pay for (weights, the forward pass's
+ * scratch, the OpenMP threads). The pool's free-block count and prefix
+ * cache are as before, and no later output changes (a block's bytes are
+ * written before any row reads them). Returns 0 ok, -1 no free block (the
+ * pass is skipped) or the pass failed (logged). Not while busy. */
+int sched_warm_up(sched_t *s);
 /* True while any request is accepted and not finished. */
 bool sched_busy(const sched_t *s);
 void sched_stats(const sched_t *s, sched_stats_t *out);

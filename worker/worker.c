@@ -242,7 +242,9 @@ proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, 
                                 worker_req_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    int32_t n_ids = engine_prompt_submit(e, sm, &out->prompt, err, errlen);
+    /* a SUBMIT with images is templated and tokenized once, with the
+     * images' runs, by worker_req_submit_images: no text-only pass here */
+    int32_t n_ids = sm->n_imgs ? 0 : engine_prompt_submit(e, sm, &out->prompt, err, errlen);
     if (n_ids < 0) {
         worker_req_clear(out);
         return PROTO_ERR_BAD_REQUEST;
@@ -803,6 +805,25 @@ static void warm_before_register(struct worker *w)
                  WORKER_WARM_BEFORE_REGISTER_US / 1e6);
 }
 
+/* Before REGISTER: the weights made resident (model_advise_resident: after
+ * a restart the packed weights are in the page cache but not mapped, and a
+ * new process maps them on first touch) and one throwaway forward pass
+ * (sched_warm_up: the forward pass's scratch and OpenMP threads). Without
+ * it the first request after a kill -9 and restart paid for both inside
+ * its first step (issue #35's TTFT after a restart). */
+static void warm_up(struct worker *w)
+{
+    int64_t t0 = clock_now_us();
+    size_t n = model_advise_resident(w->engine->model);
+    if (w->draft)
+        n += model_advise_resident(w->draft->model);
+    int64_t t1 = clock_now_us();
+    int rc = sched_warm_up(w->sched);
+    log_info("warm-up: %.0f MiB of weights made resident in %.0f ms, a 1-token forward pass in %.0f ms%s",
+             (double)n / 1048576.0, (double)(t1 - t0) / 1e3, (double)(clock_now_us() - t1) / 1e3,
+             rc == 0 ? "" : " (not run: no free KV block, or it failed)");
+}
+
 /* The link to the gateway, registering what w serves. 0 ok, -1 err set. */
 static int connect_link(struct worker *w, const worker_config_t *cfg, char *err, size_t errlen)
 {
@@ -937,6 +958,9 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
         warm_before_register(w);
     }
     t_disk = clock_now_us();
+    if (!cfg->no_warm_up)
+        warm_up(w);
+    int64_t t_warm = clock_now_us();
     make_replica_id(w);
     if (connect_link(w, cfg, err, errlen) != 0)
         goto err;
@@ -946,10 +970,11 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
      * does not wait for 0.6 GB to reach the disk */
     pack_cache_write_begin(w->pack_write);
     pack_cache_write_begin(w->draft_pack_write);
-    log_info("start-up %.0f ms%s: weights hash %.0f, load %.0f, pack %.0f, scheduler %.0f, disk tier %.0f, link %.0f",
+    log_info("start-up %.0f ms%s: weights hash %.0f, load %.0f, pack %.0f, scheduler %.0f, disk tier %.0f, "
+             "warm-up %.0f, link %.0f",
              (double)(clock_now_us() - t_start) / 1e3, from_standby ? " from standby" : "", (double)(t_hash - t_start) / 1e3, (double)(t_load - t_hash) / 1e3,
              (double)(t_pack - t_load) / 1e3, (double)(t_sched - t_pack) / 1e3, (double)(t_disk - t_sched) / 1e3,
-             (double)(clock_now_us() - t_disk) / 1e3);
+             (double)(t_warm - t_disk) / 1e3, (double)(clock_now_us() - t_warm) / 1e3);
     w->kv_report = kv_report_new(sched_kv_pool(w->sched));
     w->prefault_left = true;
     return w;

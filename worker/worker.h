@@ -73,6 +73,9 @@ typedef struct worker_config {
     int32_t kv_warm_percent;       /* warm start: the disk tier's most recent blocks are loaded
                                     * into up to this % of the KV pool while idle (default 50,
                                     * 0 = off; kv_pool_warm_begin) */
+    bool no_warm_up;               /* --no-warm-up: register without making the weights
+                                    * resident (model_advise_resident) and without the
+                                    * throwaway forward pass (sched_warm_up) */
     const char *kv_disk_key;       /* MAC key file of its files (common/file_mac.h), NULL =
                                       <kv_cache_dir>.key */
     const char *draft_path;        /* --draft-model: GGUF of the draft model (sched.spec

@@ -61,7 +61,7 @@ proto_err_t worker_req_images(struct worker_req *r, vision_t *v, const tokenizer
                               size_t errlen);
 
 /* A SUBMIT with images (imgs) into r, made by worker_req_from_submit: the
- * prompt again with the images' runs (proto/submit_prompt.h's layout for
+ * prompt (which it left empty) with the images' runs (proto/submit_prompt.h's layout for
  * v's projector), then worker_req_images. A SUBMIT without images: nothing
  * done. Returns PROTO_ERR_NONE, or PROTO_ERR_BAD_REQUEST with a message (no
  * projector: "this model takes no images"). */

@@ -67,6 +67,9 @@ static void usage(FILE *f)
             "  --kv-warm-percent P  at start, load the disk tier's most recent blocks into\n"
             "                       up to P%% of the KV pool (free blocks only, while\n"
             "                       idle; default 50, 0 = off)\n"
+            "  --no-warm-up         register without first faulting in the weights and\n"
+            "                       running one throwaway forward pass (default: both,\n"
+            "                       so the first request does not pay for them)\n"
             "  --kv-disk-key FILE   MAC key of the disk tier's and pack cache's files\n"
             "                       (0600, ours; made when absent; default DIR.key\n"
             "                       beside --kv-cache-dir, never inside it)\n"
@@ -150,7 +153,7 @@ typedef struct args {
 } args_t;
 
 enum { O_MBT = 256, O_KVB, O_KVMB, O_THREADS, O_BLOCK, O_EXACT, O_CSRV, O_CSEC, O_GEN, O_KVTYPE, O_KVDIR, O_KVKEY,
-       O_KVDMB, O_KVWARM, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY, O_MEMAVAIL, O_MEMWORKERS, O_STEPB, O_STEPMIN,
+       O_KVDMB, O_KVWARM, O_NOWARMUP, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_DRAFT, O_STANDBY, O_MEMAVAIL, O_MEMWORKERS, O_STEPB, O_STEPMIN,
        O_LORA, O_MMPROJ };
 static const struct option opts[] = {
     {"gateway", required_argument, NULL, 'g'},
@@ -171,6 +174,7 @@ static const struct option opts[] = {
     {"kv-disk-key", required_argument, NULL, O_KVKEY},
     {"kv-cache-mb", required_argument, NULL, O_KVDMB},
     {"kv-warm-percent", required_argument, NULL, O_KVWARM},
+    {"no-warm-up", no_argument, NULL, O_NOWARMUP},
     {"threads", required_argument, NULL, O_THREADS},
     {"ctx", required_argument, NULL, 'x'},
     {"exact-matmul", no_argument, NULL, O_EXACT},
@@ -250,6 +254,7 @@ static int apply_sched_option(args_t *a, int c)
         }
         break;
     case O_EXACT: a->wc.sched.exact_matmul = true; break;
+    case O_NOWARMUP: a->wc.no_warm_up = true; break;
     case O_SPEC:
         if (spec_mode_parse(optarg, &a->wc.sched.spec) != 0) {
             fprintf(stderr, "pagoda-worker: --spec must be off, ngram or draft\n");

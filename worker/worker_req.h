@@ -31,9 +31,11 @@ typedef struct worker_req {
  * deadline from now_us (clock_now_us()), and validates the sampling
  * parameters against the vocabulary. Every SUBMIT field the scheduler needs
  * is translated here and nowhere else: a new SUBMIT field lands in this one
- * function. Returns PROTO_ERR_NONE with *out filled (release with
- * worker_req_clear), or PROTO_ERR_BAD_REQUEST with a message in err and *out
- * cleared (nothing to free). */
+ * function. A SUBMIT with images (n_imgs) gets no prompt here (NULL, 0
+ * tokens): worker_req_submit_images (worker_image.h) templates and tokenizes
+ * it, with the images' runs, and must follow. Returns PROTO_ERR_NONE with
+ * *out filled (release with worker_req_clear), or PROTO_ERR_BAD_REQUEST with
+ * a message in err and *out cleared (nothing to free). */
 proto_err_t worker_req_from_submit(const engine_t *e, const proto_submit_t *sm, int64_t now_us,
                                    worker_req_t *out, char *err, size_t errlen);
 /* Frees what worker_req_from_submit allocated and zeroes *r; safe twice. */

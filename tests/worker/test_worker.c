@@ -5,7 +5,7 @@
  * ROUTER, calls worker_run_once() to let the worker take them and step, and
  * reads the EVENTs/ERRORs back. Checked:
  *   - SUBMIT → scheduler translation (worker_req_from_submit), field by
- *     field: prompt tokens (text, chat, ids), limits, stop strings, sampling
+ *     field: prompt tokens (text, chat, ids; none yet with images), limits, stop strings, sampling
  *     parameters, logit bias, logprobs, deadline; invalid sampling, a forced
  *     tool call with a grammar and an uncompilable strict tool → BAD_REQUEST
  *     (the typed cause, not the HTTP status);
@@ -16,7 +16,12 @@
  *   - a prompt longer than the context → ERROR 413 for that request only;
  *     CANCEL → finish "cancelled"; deadline_ms → finish "timeout";
  *   - DRAIN: new SUBMITs get ERROR 503, the worker stops once idle;
- *     SHUTDOWN stops it at once.
+ *     SHUTDOWN stops it at once;
+ *   - the start-up warm-up (sched_warm_up): a worker registers with every KV
+ *     block free and nothing in the prefix cache, streams the same greedy
+ *     tokens and text as one started with no_warm_up, and a warm-up on a
+ *     scheduler holding a cached prefix leaves its block counts and cached
+ *     keys as they were, and the next request's output unchanged.
  * The out-of-process view (flags, signals, exit codes) is test_worker_proc.c. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,6 +38,7 @@
 #include "common/clock.h"
 #include "proto/msg.h"
 #include "tests/support/support.h"
+#include "worker/kv_pool.h"
 #include "worker/worker.h"
 
 #define TEXT_CAP 8192
@@ -47,6 +53,7 @@ static const char *g_model;
 static const char *const *g_loras; /* --lora specs of the next fx_new, (g_n_loras) */
 static int32_t g_n_loras;
 static int32_t g_max_seqs = 4;      /* max_seqs of the next fx_new */
+static bool g_no_warm_up;           /* no_warm_up of the next fx_new */
 static const char *PROMPT = "Once upon a time";
 
 /* What the fake gateway saw of one request. */
@@ -229,6 +236,7 @@ static fx_t *fx_new_slowed(const char *step_sleep_ms)
     c.sched.n_threads = 1;
     c.loras = g_loras;
     c.n_loras = g_n_loras;
+    c.no_warm_up = g_no_warm_up;
     char err[256];
     if (step_sleep_ms)
         setenv("PAGODA_TEST_STEP_SLEEP_MS", step_sleep_ms, 1);
@@ -413,6 +421,17 @@ static void test_req_from_submit(void **state)
     assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_NONE);
     assert_int_equal(r.req.n_prompt, 3);
     assert_memory_equal(r.req.prompt, ids, sizeof ids);
+    worker_req_clear(&r);
+
+    /* with images: no text-only prompt (worker_req_submit_images makes the
+     * one with the images' runs) */
+    submit_init(&m, 12, PROMPT, 4);
+    proto_img_t img = {0};
+    sm->imgs = &img;
+    sm->n_imgs = 1;
+    assert_int_equal(worker_req_from_submit(e, sm, 0, &r, err, sizeof err), PROTO_ERR_NONE);
+    assert_null(r.prompt);
+    assert_int_equal(r.req.n_prompt, 0);
     worker_req_clear(&r);
 
     free(want);
@@ -798,6 +817,122 @@ static void test_lora_streams(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The prefix cache's keys, sorted, into out (cap); returns the count. */
+static int32_t cached_keys(const kv_pool_t *p, uint64_t *out, int32_t cap)
+{
+    int32_t n = kv_pool_cached_keys(p, out, cap);
+    assert_true(n >= 0 && n <= cap);
+    qsort(out, (size_t)n, sizeof *out, cmp_u64);
+    return n;
+}
+
+static void test_warm_up(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    /* the start-up path: warm (the default) and not, the same request */
+    fx_t *f[2];
+    for (int i = 0; i < 2; i++) {
+        g_no_warm_up = i == 1;
+        f[i] = fx_new();
+        g_no_warm_up = false;
+        kv_pool_stats_t ps;
+        kv_pool_stats(sched_kv_pool((sched_t *)worker_sched(f[i]->w)), &ps);
+        assert_int_equal(ps.n_free, ps.n_blocks); /* the warm-up's block went back */
+        assert_int_equal(ps.n_used, 0);
+        assert_int_equal(ps.n_cached_total, 0);
+        assert_int_equal(ps.n_registered, 0);
+        assert_int_equal(ps.n_seqs, 0);
+        proto_msg_t m;
+        submit_init(&m, 1, PROMPT, 40);
+        send_msg(f[i], &m);
+        RUN_UNTIL(f[i], f[i]->seen[1].final, "request 1");
+        assert_int_equal(f[i]->seen[1].finish, PROTO_FINISH_LENGTH);
+    }
+    assert_int_equal(f[0]->seen[1].n_ids, 40);
+    assert_int_equal(f[1]->seen[1].n_ids, 40);
+    assert_memory_equal(f[0]->seen[1].ids, f[1]->seen[1].ids, 40 * sizeof(int32_t));
+    assert_int_equal(f[0]->seen[1].text_len, f[1]->seen[1].text_len);
+    assert_memory_equal(f[0]->seen[1].text, f[1]->seen[1].text, f[0]->seen[1].text_len);
+    fx_free(&f[0]);
+    fx_free(&f[1]);
+
+    /* sched_warm_up on a scheduler whose prefix cache holds a prompt */
+    engine_t *e = load_engine();
+    char err[256];
+    char long_prompt[1024] = "";
+    for (int i = 0; i < 16; i++) /* several full blocks of 32 positions */
+        strcat(long_prompt, "Once upon a time there was a little cat. ");
+    proto_submit_t sub;
+    proto_msg_t m;
+    submit_init(&m, 1, long_prompt, 24);
+    sub = m.submit;
+    worker_req_t r;
+    assert_int_equal(worker_req_from_submit(e, &sub, 0, &r, err, sizeof err), PROTO_ERR_NONE);
+    int32_t ids[2][MAX_IDS];
+    char text[2][TEXT_CAP];
+    size_t text_len[2];
+    int32_t n_ids[2];
+    ref_run_t ref = {ids[0], MAX_IDS, 0, text[0], 0};
+    sched_config_t c;
+    sched_config_default(&c);
+    c.max_seqs = 1;
+    c.n_threads = 1;
+    sched_t *s = sched_new(e->model, e->tok, &c, on_ref_event, &ref, err, sizeof err);
+    assert_non_null(s);
+    assert_int_equal(sched_submit(s, &r.req, err, sizeof err), 0);
+    while (sched_busy(s))
+        assert_true(sched_step(s) >= 0);
+    n_ids[0] = ref.n;
+    text_len[0] = ref.len;
+    kv_pool_t *pool = sched_kv_pool(s);
+    kv_pool_stats_t before, after;
+    kv_pool_stats(pool, &before);
+    assert_true(before.n_cached_total >= 3); /* the prompt's full blocks */
+    uint64_t keys[2][256];
+    int32_t n_keys = cached_keys(pool, keys[0], 256);
+    assert_int_equal(sched_warm_up(s), 0);
+    kv_pool_stats(pool, &after);
+    assert_int_equal(after.n_free, before.n_free);
+    assert_int_equal(after.n_cached, before.n_cached);
+    assert_int_equal(after.n_used, before.n_used);
+    assert_int_equal(after.n_cached_total, before.n_cached_total);
+    assert_int_equal(after.n_registered, before.n_registered);
+    assert_int_equal(after.n_evictions, before.n_evictions);
+    assert_int_equal(after.n_seqs, before.n_seqs);
+    assert_int_equal(cached_keys(pool, keys[1], 256), n_keys);
+    assert_memory_equal(keys[0], keys[1], (size_t)n_keys * sizeof keys[0][0]);
+    assert_int_equal(kv_pool_check(pool), 0);
+    /* the same request again on that scheduler: the cache hit, and the
+     * output as before */
+    ref = (ref_run_t){ids[1], MAX_IDS, 0, text[1], 0};
+    worker_req_clear(&r);
+    submit_init(&m, 2, long_prompt, 24);
+    sub = m.submit;
+    assert_int_equal(worker_req_from_submit(e, &sub, 0, &r, err, sizeof err), PROTO_ERR_NONE);
+    assert_int_equal(sched_submit(s, &r.req, err, sizeof err), 0);
+    while (sched_busy(s))
+        assert_true(sched_step(s) >= 0);
+    n_ids[1] = ref.n;
+    text_len[1] = ref.len;
+    kv_pool_stats(pool, &after);
+    assert_true(after.n_prefix_hit_tokens - before.n_prefix_hit_tokens >= 3 * (uint64_t)before.block_size);
+    assert_int_equal(n_ids[0], 24);
+    assert_int_equal(n_ids[1], 24);
+    assert_memory_equal(ids[0], ids[1], 24 * sizeof ids[0][0]);
+    assert_int_equal(text_len[0], text_len[1]);
+    assert_memory_equal(text[0], text[1], text_len[0]);
+    sched_free(&s);
+    worker_req_clear(&r);
+    engine_free(&e);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -820,6 +955,7 @@ int main(void)
         cmocka_unit_test(test_errors_cancel_timeout),
         cmocka_unit_test(test_drain_and_shutdown),
         cmocka_unit_test(test_lora_streams),
+        cmocka_unit_test(test_warm_up),
     };
     return cmocka_run_group_tests(tests, group_setup, NULL);
 }

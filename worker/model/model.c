@@ -831,6 +831,51 @@ int model_pack_int8(model_t *m, int n_threads)
     return n_packed;
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+/* Pages of [p, p + n) faulted in now (or read ahead, on an older kernel):
+ * from the page holding p; 0 when there is nothing to advise. */
+static size_t advise_range(const void *p, size_t n)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (!p || n == 0 || page == 0)
+        return 0;
+    uintptr_t a = (uintptr_t)p / page * page;
+    size_t len = n + ((uintptr_t)p - a);
+    if (madvise((void *)a, len, MADV_POPULATE_READ) != 0)
+        (void)madvise((void *)a, len, MADV_WILLNEED);
+    return n;
+}
+
+/* A matrix in the GGUF mapping that the forward pass reads from the file:
+ * not packed, or shared with the embedding lookup (the tied output). */
+static size_t advise_file_weight(const model_t *m, const matmul_weight_t *w, bool shared)
+{
+    if (!w->data || (w->packed && !shared) || !(m->gguf && m->gguf->map))
+        return 0;
+    return advise_range(w->data, matmul_weight_bytes(w));
+}
+
+size_t model_advise_resident(const model_t *m)
+{
+    size_t n = m->packed_map ? advise_range(m->packed_map, m->packed_map_bytes) : 0;
+    n += advise_file_weight(m, &m->tok_embd, true);
+    int n_ws = (10 + 3 * m->cfg.n_expert) * m->cfg.n_layer + 1;
+    matmul_weight_t **ws = xmalloc((size_t)n_ws * sizeof *ws);
+    int *shared = xmalloc((size_t)n_ws * sizeof *shared);
+    n_ws = matmul_weights((model_t *)m, ws, shared); /* only reads */
+    for (int i = 0; i < n_ws; i++)
+        if (ws[i]->data != m->tok_embd.data) /* the tied output: advised above */
+            n += advise_file_weight(m, ws[i], shared[i] != 0);
+    free(ws);
+    free(shared);
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        n += advise_file_weight(m, &m->layers[l].router, false);
+    return n;
+}
+
 void model_free(model_t **mp)
 {
     if (!mp || !*mp)

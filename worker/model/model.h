@@ -263,6 +263,16 @@ void model_pack_adopt(model_t *m, void *arena, const model_packable_t *plan, int
 void model_pack_adopt_map(model_t *m, void *map, size_t map_bytes, void *arena, const model_packable_t *plan,
                           int n);
 
+/* Makes the weights the forward pass reads resident before the first step
+ * (a restarted worker's first request otherwise pays the page faults):
+ * madvise MADV_POPULATE_READ (MADV_WILLNEED where the kernel refuses it,
+ * before Linux 5.14) over the pack file's mapping (packed_map) and, in the
+ * GGUF's mapping, over every matrix still read from the file (the
+ * embedding, unpacked matrices, routers); never over a packed matrix's file
+ * pages, which model_pack_int8 dropped. Never changes a byte. Returns the
+ * bytes advised (a hint: the kernel may still evict them later). */
+size_t model_advise_resident(const model_t *m);
+
 /* "llama", "qwen3moe", ... (the table's general.architecture names; "?"
  * for a value not in it). */
 const char *model_arch_name(enum model_arch a);
