@@ -158,6 +158,8 @@ int request_images_prepare(request_t *r, const proto_vis_t *vis, const request_i
         im->bytes = NULL;
         im->n_bytes = 0;
     }
+    if (reads)
+        r->vis = *vis;
     if (!reads)
         return refuse(e, r->images[0].param,
                       "Model '%s' does not accept images: it was started without a vision encoder "
