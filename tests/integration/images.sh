@@ -284,4 +284,75 @@ report(c == 200 and cr >= 40, "anthropic: cache_read_input_tokens covers the ima
 sys.exit(1 if n_fail else 0)
 PY
 [[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
+
+# --- routing by cache with images: two replicas of the vision model
+# (--replicas 2, routing.mode cache-aware). The gateway keys a request with
+# images as the worker does (the images' hashes and positions in the key), so
+# a repeated image request is routed "cache" to the replica that served it
+# (its prefix-cache hits rise, the other's do not), and the same text with
+# another image matches no replica's blocks (routed "load").
+hp3=$(free_port); zp3=$(free_port)
+spawn "$TMP/gw3.log" "$GW" --listen 127.0.0.1:$hp3 --worker-endpoint tcp://127.0.0.1:$zp3 --heartbeat-ms 200 \
+  --worker-arg=--heartbeat-ms=200 --threads 1 --max-seqs 2 --model "vis=$TMP/vt.gguf" --mmproj "vis=$TMP/vp.gguf" \
+  --replicas 2 --routing cache-aware --log-level debug
+URL3=http://127.0.0.1:$hp3
+ready3() { curl -sf "$URL3/health" | python3 -c "import json,sys; sys.exit(0 if len(json.load(sys.stdin)['workers'])==2 else 1)"; }
+check "gateway with 2 vision replicas up" wait_for 60 ready3
+python3 - "$URL3" "$TMP" <<'PY'
+import base64, json, sys, time, urllib.request
+url, d = sys.argv[1], sys.argv[2]
+n_fail = 0
+def report(ok, what, extra=""):
+    global n_fail
+    print(("ok - " if ok else "not ok - ") + what + (("  # " + extra) if extra and not ok else ""))
+    n_fail += not ok
+def metrics():
+    out = {}
+    for line in urllib.request.urlopen(url + "/metrics", timeout=10).read().decode().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        k, v = line.rsplit(" ", 1)
+        out[k] = float(v)
+    return out
+def metric(m, name, **labels):
+    return sum(v for k, v in m.items() if (k == name or k.startswith(name + "{"))
+               and all(f'{a}="{b}"' in k for a, b in labels.items()))
+def wait(cond, limit=30.0):
+    t = time.time() + limit
+    while time.time() < t:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return False
+TEXT = "What is in this picture? Tell me about its colours, its shapes and its corners, one by one."
+def chat(img):
+    data = base64.b64encode(open(f"{d}/img/{img}.png", "rb").read()).decode()
+    body = {"model": "vis", "max_tokens": 1, "temperature": 0, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + data}}, {"type": "text", "text": TEXT}]}]}
+    r = urllib.request.urlopen(urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                                      {"Content-Type": "application/json"}), timeout=120)
+    return json.load(r)["usage"]
+ids = [w["id"] for w in json.load(urllib.request.urlopen(url + "/health", timeout=10))["workers"]]
+u = chat("gradient")
+report(u["prompt_tokens"] > 2 * 32, f"an image request of {u['prompt_tokens']} tokens (over 2 blocks)")
+report(wait(lambda: max(metric(metrics(), "pagoda_prefix_index_replica_entries", replica=r) for r in ids) >= 2),
+       "its blocks reach the gateway's index")
+m0 = metrics()
+R = max(ids, key=lambda r: metric(m0, "pagoda_prefix_index_replica_entries", replica=r))
+O = [r for r in ids if r != R][0]
+hits = lambda m, r: metric(m, "pagoda_replica_prefix_cache_hits_total", replica=r)
+u = chat("gradient")
+c = (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+m1 = metrics()
+report(metric(m1, "pagoda_routed_total", by="cache") - metric(m0, "pagoda_routed_total", by="cache") == 1,
+       "the repeated image request was routed by cache")
+report(c >= 2 * 32 and wait(lambda: hits(metrics(), R) >= hits(m0, R) + c) and hits(metrics(), O) == hits(m0, O),
+       f"to the replica that holds it ({R}): its {c} cached tokens are that replica's hits")
+u = chat("checker")
+m2 = metrics()
+report(metric(m2, "pagoda_routed_total", by="load") - metric(m1, "pagoda_routed_total", by="load") == 1,
+       "the same text with another image matches no replica's blocks (routed by load)")
+sys.exit(1 if n_fail else 0)
+PY
+[[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
 finish
