@@ -355,4 +355,60 @@ report(metric(m2, "pagoda_routed_total", by="load") - metric(m1, "pagoda_routed_
 sys.exit(1 if n_fail else 0)
 PY
 [[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
+
+# --- the operator's image limits (--image-max-bytes, --image-max-pixels,
+# --max-images): ok.png, which the default limits decode (the first gateway
+# above answers "does not accept images" for it), is refused by a lowered
+# limit with a 400 naming that limit, on the text model.
+hp4=$(free_port); zp4=$(free_port); hp5=$(free_port); zp5=$(free_port)
+spawn "$TMP/gw4.log" "$GW" --listen 127.0.0.1:$hp4 --worker-endpoint tcp://127.0.0.1:$zp4 \
+  --model "tiny=$SMALL" --max-seqs 2 --image-max-bytes 100 --max-images 1
+spawn "$TMP/gw5.log" "$GW" --listen 127.0.0.1:$hp5 --worker-endpoint tcp://127.0.0.1:$zp5 \
+  --model "tiny=$SMALL" --max-seqs 2 --image-max-pixels 100
+python3 - "http://127.0.0.1:$hp4" "http://127.0.0.1:$hp5" "$TMP/img" <<'PY'
+import base64, json, sys, time, urllib.request, urllib.error
+u4, u5, d = sys.argv[1], sys.argv[2], sys.argv[3]
+n_fail = 0
+def report(ok, what, extra=""):
+    global n_fail
+    print(("ok - " if ok else "not ok - ") + what + (("  # " + extra) if extra and not ok else ""))
+    n_fail += not ok
+def post(url, body):
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+    except OSError:
+        return 0, None
+def up(url):
+    t = time.time() + 60
+    while time.time() < t:
+        try:
+            urllib.request.urlopen(url + "/health", timeout=5)
+            return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+png = "data:image/png;base64," + base64.b64encode(open(f"{d}/ok.png", "rb").read()).decode()
+img = {"type": "image_url", "image_url": {"url": png}}
+def chat(parts):
+    return {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": parts}]}
+def refused(url, parts, words, param, what):
+    c, j = post(url, chat(parts))
+    e = (j or {}).get("error") or {}
+    msg = e.get("message", "")
+    report(c == 400 and e.get("param") == param and all(w in msg for w in words), what, f"{c} {json.dumps(j)[:300]}")
+report(up(u4) and up(u5), "gateways with lowered image limits up")
+refused(u4, [img, {"type": "text", "text": "hi"}], ["limit is 100", "images.max_bytes", "--image-max-bytes"],
+        "messages[0].content[0].image_url.url", "--image-max-bytes 100: ok.png refused, the limit named")
+refused(u4, [img, img], ["More than 1 images", "--max-images"], "messages[0].content[1].image_url.url",
+        "--max-images 1: two images refused, the limit named")
+refused(u5, [img], ["the limit is 100 pixels", "images.max_pixels", "--image-max-pixels"],
+        "messages[0].content[0].image_url.url", "--image-max-pixels 100: ok.png refused, the limit named")
+sys.exit(1 if n_fail else 0)
+PY
+[[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
 finish
