@@ -295,35 +295,18 @@ hp3=$(free_port); zp3=$(free_port)
 spawn "$TMP/gw3.log" "$GW" --listen 127.0.0.1:$hp3 --worker-endpoint tcp://127.0.0.1:$zp3 --heartbeat-ms 200 \
   --worker-arg=--heartbeat-ms=200 --threads 1 --max-seqs 2 --model "vis=$TMP/vt.gguf" --mmproj "vis=$TMP/vp.gguf" \
   --replicas 2 --routing cache-aware --log-level debug
-URL3=http://127.0.0.1:$hp3
-ready3() { curl -sf "$URL3/health" | python3 -c "import json,sys; sys.exit(0 if len(json.load(sys.stdin)['workers'])==2 else 1)"; }
-check "gateway with 2 vision replicas up" wait_for 60 ready3
-python3 - "$URL3" "$TMP" <<'PY'
-import base64, json, sys, time, urllib.request
+python3 - "http://127.0.0.1:$hp3" "$TMP" "$HERE/../support" <<'PY'
+import base64, json, sys, urllib.request
 url, d = sys.argv[1], sys.argv[2]
+sys.path.insert(0, sys.argv[3])
+from prom import metric, wait
+import prom
+metrics = lambda: prom.metrics(url)
 n_fail = 0
 def report(ok, what, extra=""):
     global n_fail
     print(("ok - " if ok else "not ok - ") + what + (("  # " + extra) if extra and not ok else ""))
     n_fail += not ok
-def metrics():
-    out = {}
-    for line in urllib.request.urlopen(url + "/metrics", timeout=10).read().decode().splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        k, v = line.rsplit(" ", 1)
-        out[k] = float(v)
-    return out
-def metric(m, name, **labels):
-    return sum(v for k, v in m.items() if (k == name or k.startswith(name + "{"))
-               and all(f'{a}="{b}"' in k for a, b in labels.items()))
-def wait(cond, limit=30.0):
-    t = time.time() + limit
-    while time.time() < t:
-        if cond():
-            return True
-        time.sleep(0.1)
-    return False
 TEXT = "What is in this picture? Tell me about its colours, its shapes and its corners, one by one."
 def chat(img):
     data = base64.b64encode(open(f"{d}/img/{img}.png", "rb").read()).decode()
@@ -332,7 +315,13 @@ def chat(img):
     r = urllib.request.urlopen(urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
                                                       {"Content-Type": "application/json"}), timeout=120)
     return json.load(r)["usage"]
-ids = [w["id"] for w in json.load(urllib.request.urlopen(url + "/health", timeout=10))["workers"]]
+def workers():
+    try:
+        return [w["id"] for w in json.load(urllib.request.urlopen(url + "/health", timeout=10))["workers"]]
+    except OSError:
+        return []
+report(wait(lambda: len(workers()) == 2, 90), "gateway with 2 vision replicas up")
+ids = workers()
 u = chat("gradient")
 report(u["prompt_tokens"] > 2 * 32, f"an image request of {u['prompt_tokens']} tokens (over 2 blocks)")
 report(wait(lambda: max(metric(metrics(), "pagoda_prefix_index_replica_entries", replica=r) for r in ids) >= 2),
