@@ -94,3 +94,20 @@ uint64_t prefix_key_bytes(const uint8_t *p, size_t len)
     }
     return splitmix64_mix(h);
 }
+
+uint64_t prefix_key_image(uint64_t partition, uint64_t key, int32_t pos)
+{
+    /* boost-style combine of the key, then the position multiplied in */
+    uint64_t h = partition;
+    h ^= key + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h ^= (uint64_t)pos * 0xff51afd7ed558ccdull;
+    return h == 0 ? 1 : h;
+}
+
+uint64_t prefix_key_image_key(const uint8_t hash[32])
+{
+    uint64_t k = 0;
+    for (int i = 7; i >= 0; i--)
+        k = k << 8 | hash[i];
+    return k;
+}

@@ -51,6 +51,22 @@ uint64_t prefix_key_root(uint64_t partition);
  * both key through this one function. */
 uint64_t prefix_key_adapters(uint64_t partition, const uint64_t *hash, const float *scale, int n);
 
+/* Images are part of the key too (issue #40): a request's images — each
+ * one's content key (prefix_key_image_key of its BLAKE2b-256 pixel hash)
+ * and the prompt position of its first row — are folded into its
+ * partition, one image at a time in prompt order, after the adapters:
+ *     part = prefix_key_adapters(SUBMIT part, adapters)
+ *     for each image span in prompt order: part = prefix_key_image(part, key, pos)
+ * so the blocks of a request with images are shared only with requests
+ * holding the same images at the same places, never with a text-only one.
+ * The worker's scheduler (worker/sched.c) and the gateway's routing keys
+ * (gateway/route.c route_text_keys) both fold through this one function.
+ * The result is never 0 (the public partition). */
+uint64_t prefix_key_image(uint64_t partition, uint64_t key, int32_t pos);
+
+/* An image's content key: the first 8 bytes of its 32-byte hash, little-endian. */
+uint64_t prefix_key_image_key(const uint8_t hash[32]);
+
 /* 64-bit content hash of len bytes (an adapter file's). */
 uint64_t prefix_key_bytes(const uint8_t *p, size_t len);
 

@@ -23,10 +23,12 @@
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/xalloc.h"
+#include "common/image/image.h"
 #include "gateway/gateway.h"
 #include "gateway/http.h"
 #include "gateway/oai.h"
 #include "gateway/prio_queue.h"
+#include "gateway/request.h"
 #include "gateway/supervisor.h"
 
 /* ---- field descriptors -------------------------------------------------- */
@@ -109,6 +111,11 @@ static const field_t routing_fields[] = {
     INT("max_load_gap", config_routing_t, max_load_gap, 1, 65536),
     INT("index_entries", config_routing_t, index_entries, 1, 67108864),
 };
+static const field_t images_fields[] = {
+    I64("max_bytes", config_images_t, max_bytes, 1, IMAGE_MAX_BYTES_DEFAULT),
+    I64("max_pixels", config_images_t, max_pixels, 1, (int64_t)IMAGE_MAX_PIXELS_DEFAULT),
+    INT("max_images", config_images_t, max_images, 1, REQUEST_MAX_IMAGES),
+};
 /* models[].kv_type, indexed by config_kv_type_t */
 static const char *const kv_type_names[] = {"f16", "f32", "auto", "q8_0", NULL};
 
@@ -187,9 +194,10 @@ static const field_t top_fields[] = {
     MAP("restart", config_t, restart, restart_fields),
     MAP("curve", config_t, curve, curve_fields),
     MAP("routing", config_t, routing, routing_fields),
+    MAP("images", config_t, images, images_fields),
     {.key = "models", .kind = K_MODELS, .off = offsetof(config_t, models)},
 };
-#define MAX_FIELDS 32 /* entries of the largest table */
+#define MAX_FIELDS 40 /* entries of the largest table */
 _Static_assert(sizeof top_fields / sizeof top_fields[0] <= MAX_FIELDS,
                "MAX_FIELDS: seen_line[] would overflow");
 
@@ -649,6 +657,9 @@ config_t *config_default(void)
     c->routing = (config_routing_t){.mode = ROUTE_CACHE_AWARE,
                                     .max_load_gap = ROUTE_DEFAULT_MAX_LOAD_GAP,
                                     .index_entries = PREFIX_INDEX_DEFAULT_ENTRIES};
+    c->images = (config_images_t){.max_bytes = IMAGE_MAX_BYTES_DEFAULT,
+                                  .max_pixels = (int64_t)IMAGE_MAX_PIXELS_DEFAULT,
+                                  .max_images = REQUEST_MAX_IMAGES};
     derive(c);
     return c;
 }

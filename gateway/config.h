@@ -160,6 +160,12 @@
  *                                                                 the prefix may have
  *   routing.index_entries        int      262144                  1..67108864 block keys in the
  *                                                                 gateway's routing index (32 B each)
+ *   images.max_bytes             int      20971520 (20 MiB)       1..20971520 bytes of one image file
+ *                                                                 as sent (after base64); 400 beyond
+ *   images.max_pixels            int      50000000                1..50000000 width × height of one
+ *                                                                 image as its header states; 400
+ *                                                                 beyond, before any pixel is decoded
+ *   images.max_images            int      8                       1..8 images in one request; 400 beyond
  *   models                       list     []                      at most CONFIG_MAX_MODELS entries:
  *     name                       string   (required)              1..128 of [A-Za-z0-9._:/-], starting
  *                                                                 with a letter or digit; unique
@@ -317,6 +323,12 @@ typedef struct config_limits {
     int max_uploads_per_ip;    /* the same from one client address */
 } config_limits_t;
 
+typedef struct config_images {
+    int64_t max_bytes;         /* compressed bytes per image (after base64), ≤ IMAGE_MAX_BYTES_DEFAULT */
+    int64_t max_pixels;        /* w·h of a file before fitting, ≤ IMAGE_MAX_PIXELS_DEFAULT */
+    int max_images;            /* images per request, ≤ REQUEST_MAX_IMAGES */
+} config_images_t;
+
 typedef struct config_restart {
     int backoff_initial_ms;    /* first delay before restarting a crashed worker */
     int backoff_max_ms;        /* ceiling of the doubling delay */
@@ -373,6 +385,7 @@ typedef struct config {
     config_restart_t restart;
     config_curve_t curve;
     config_routing_t routing;
+    config_images_t images;
     config_model_t *models;    /* (n_models), in file order, then flag order */
     size_t n_models;
 } config_t;

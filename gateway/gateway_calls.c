@@ -81,7 +81,7 @@ gateway_request_t *gateway_request_from_oai(struct gateway *gw, const request_t 
         o->op != REQUEST_OP_RANK && lora_table_key_partition(gw->loras, s, &keyed.partition) == 0) {
         int64_t t0 = clock_now_us();
         r->route_block_size = atomic_load(&gw->route_block_size);
-        r->n_route_keys = route_text_keys(gw->route_text, r->model, &keyed, r->route_block_size,
+        r->n_route_keys = route_text_keys(gw->route_text, r->model, &keyed, &o->vis, r->route_block_size,
                                           &r->route_keys);
         if (r->n_route_keys > 0) {
             const char *lab[] = {r->model};

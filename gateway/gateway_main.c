@@ -98,6 +98,9 @@ static const struct flag_key {
     {"max-body", "limits.max_body_bytes", false, false},
     {"max-messages", "limits.max_messages", false, false},
     {"max-prompt-bytes", "limits.max_prompt_bytes", false, false},
+    {"image-max-bytes", "images.max_bytes", false, false},
+    {"image-max-pixels", "images.max_pixels", false, false},
+    {"max-images", "images.max_images", false, false},
     {"rate-limit-per-key", "limits.rate_per_key", false, false},
     {"worker-bin", "worker_bin", false, false},
     {"curve-secret-key", "curve.server_secret_key_file", false, false},
@@ -181,6 +184,11 @@ static void usage(FILE *f)
             "                             [limits.max_messages]\n"
             "  --max-prompt-bytes N       prompt text bytes per request (default %u)\n"
             "                             [limits.max_prompt_bytes]\n"
+            "  --image-max-bytes N        bytes of one image file as sent (default and maximum\n"
+            "                             20 MiB) [images.max_bytes]\n"
+            "  --image-max-pixels N       width x height of one image (default and maximum\n"
+            "                             50000000) [images.max_pixels]\n"
+            "  --max-images N             images per request (default and maximum 8) [images.max_images]\n"
             "  --rate-limit-per-key R     per-key rate limit: R requests/s per API key (bursts of\n"
             "                             max(1, R)), 429 + Retry-After beyond; 0 = off (default)\n"
             "                             [limits.rate_per_key]\n"
@@ -809,6 +817,9 @@ static http_config_t http_config(const config_t *cfg)
                            .max_body = (size_t)cfg->limits.max_body_bytes,
                            .max_messages = (size_t)cfg->limits.max_messages,
                            .max_prompt_bytes = (size_t)cfg->limits.max_prompt_bytes,
+                           .image_limits = {.max_bytes = (size_t)cfg->images.max_bytes,
+                                            .max_pixels = (uint64_t)cfg->images.max_pixels,
+                                            .max_images = (size_t)cfg->images.max_images},
                            .rate_per_key = cfg->limits.rate_per_key,
                            .idle_timeout_s = (unsigned)cfg->http_idle_timeout_s,
                            .header_timeout_ms = (int64_t)(cfg->header_timeout_s * 1000),

@@ -259,7 +259,7 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
     if (o.n_images) { /* decoded here, on this thread (gateway/request_image.h) */
         proto_vis_t vis;
         gateway_model_vis(s->gw, o.lora_base ? o.lora_base : o.model, &vis, HTTP_IMAGE_ASK_US);
-        if (request_images_prepare(&o, &vis, NULL, &e) < 0) {
+        if (request_images_prepare(&o, &vis, &s->image_limits, &e) < 0) {
             request_free(&o);
             return http_respond_api_error(s, c, api, &e, NULL);
         }
@@ -748,6 +748,7 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     s->max_body = cfg->max_body ? cfg->max_body : HTTP_DEFAULT_MAX_BODY;
     s->max_messages = cfg->max_messages;
     s->max_prompt_bytes = cfg->max_prompt_bytes;
+    s->image_limits = cfg->image_limits;
     pthread_rwlock_init(&s->keys_lock, NULL);
     pthread_mutex_init(&s->live_lock, NULL);
     pthread_mutex_init(&s->conn_lock, NULL);

@@ -109,6 +109,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gateway/request_image.h"
+
 struct gateway;
 
 #define HTTP_WATCH_MS 100   /* hang-up watcher period */
@@ -120,6 +122,8 @@ typedef struct http_config {
     const char *keys_path;    /* keys file (keys.h format), NULL = open gateway */
     size_t max_messages;      /* chat messages per request (400 beyond), 0 = parser's limit */
     size_t max_prompt_bytes;  /* prompt / message text bytes (400 beyond), 0 = parser's limit */
+    request_image_limits_t image_limits; /* images per request and per image (400 beyond);
+                                 each 0 = the decoder's default (gateway/request_image.h) */
     double rate_per_key;      /* per-key rate limit, requests/s (token bucket holding one
                                  second of requests, at least 1); 429 + Retry-After beyond;
                                  0 = off. Needs a keys file: keys are the identity. */

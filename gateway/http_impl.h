@@ -18,6 +18,7 @@
 #include "gateway/keys.h"
 #include "gateway/oai.h"
 #include "gateway/reasoning.h"
+#include "gateway/request_image.h"
 #include "gateway/resp_store.h"
 
 typedef struct http_server http_server_t; /* as http.h says */
@@ -58,6 +59,7 @@ struct http_server {
     struct gateway *gw;         /* borrowed */
     size_t max_body;
     size_t max_messages, max_prompt_bytes; /* http_config_t; 0 = off */
+    request_image_limits_t image_limits;   /* http_config_t */
     uint16_t port;
 
     /* API keys; NULL path = open gateway */

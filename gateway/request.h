@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/msg.h"
 #include "proto/sampling.h"
 
 #define OAI_MAX_WARNING 512            /* bytes of request_t.warning */
@@ -196,6 +197,10 @@ typedef struct {
      * each is referenced by one request_part_t of a message */
     request_image_t *images;     /* (n_images ≤ REQUEST_MAX_IMAGES) */
     size_t n_images;
+    /* after request_images_prepare: the encoder the images were fitted for
+     * (the model's REGISTER vis), which lays out their runs in the prompt
+     * for the routing keys (gateway/route.h route_text_keys) */
+    proto_vis_t vis;
     /* llama.cpp's `lora` ([{"id": N, "scale": S}], chat and completions) */
     request_lora_id_t lora_ids[REQUEST_MAX_LORA_IDS]; /* (n_lora_ids) */
     size_t n_lora_ids;

@@ -115,7 +115,9 @@ int request_images_prepare(request_t *r, const proto_vis_t *vis, const request_i
         return 0;
     size_t max_images = lim && lim->max_images ? lim->max_images : REQUEST_MAX_IMAGES;
     if (r->n_images > max_images)
-        return refuse(e, r->images[max_images].param, "More than %zu images in one request.", max_images);
+        return refuse(e, r->images[max_images].param,
+                      "More than %zu images in one request (the server's images.max_images, --max-images).",
+                      max_images);
     image_limits_t il = IMAGE_LIMITS_DEFAULT;
     if (lim && lim->max_bytes)
         il.max_bytes = lim->max_bytes;
@@ -142,8 +144,12 @@ int request_images_prepare(request_t *r, const proto_vis_t *vis, const request_i
         request_image_t *im = &r->images[i];
         image_rgb_t full, sq;
         char why[256];
-        if (image_decode(im->bytes, im->n_bytes, &il, &full, why, sizeof why) != IMAGE_OK)
-            return refuse(e, im->param, "'%s': %s.", im->param, why);
+        image_status_t st = image_decode(im->bytes, im->n_bytes, &il, &full, why, sizeof why);
+        if (st != IMAGE_OK)
+            return refuse(e, im->param, "'%s': %s%s.", im->param, why,
+                          st == IMAGE_E_BYTES    ? " (the server's images.max_bytes, --image-max-bytes)"
+                          : st == IMAGE_E_PIXELS ? " (the server's images.max_pixels, --image-max-pixels)"
+                                                 : "");
         if (!reads) {
             image_rgb_free(&full);
             continue;
@@ -158,6 +164,8 @@ int request_images_prepare(request_t *r, const proto_vis_t *vis, const request_i
         im->bytes = NULL;
         im->n_bytes = 0;
     }
+    if (reads)
+        r->vis = *vis;
     if (!reads)
         return refuse(e, r->images[0].param,
                       "Model '%s' does not accept images: it was started without a vision encoder "

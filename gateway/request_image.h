@@ -33,8 +33,11 @@
 #include "gateway/oai_error.h"
 #include "gateway/request.h"
 
-/* The operator's image limits (gateway config limits.max_image_*), each ≤
- * the parser's fixed one; 0 = that default. */
+/* The operator's image limits (gateway config images.max_bytes,
+ * images.max_pixels, images.max_images; flags --image-max-bytes,
+ * --image-max-pixels, --max-images), each ≤ the parser's fixed one, which
+ * the surfaces' parsers apply while reading the JSON; 0 = that default.
+ * Applied by request_images_prepare; a refusal names the limit. */
 typedef struct request_image_limits {
     size_t max_bytes;    /* compressed bytes per image [IMAGE_MAX_BYTES_DEFAULT] */
     uint64_t max_pixels; /* pixels per image before fitting [IMAGE_MAX_PIXELS_DEFAULT] */

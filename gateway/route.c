@@ -96,7 +96,43 @@ void route_text_free(route_text_t **tp)
     *tp = NULL;
 }
 
-int32_t route_text_keys(const route_text_t *t, const char *model, const proto_submit_t *s,
+/* The prompt ids of s and the partition its blocks are keyed in on a worker.
+ * Without images: submit_prompt_encode (cut at ROUTE_MAX_TEXT_BYTES,
+ * *cut) and s's partition. With images: the image layout of the model's
+ * projector (submit_prompt_encode_images, never cut), and each image's key
+ * and position folded into the partition as the worker's scheduler does
+ * (common/prefix_key.h prefix_key_image). Returns the count (ids malloc'd)
+ * or -1. */
+static int32_t route_prompt(const text_model_t *tm, const proto_submit_t *s, const proto_vis_t *vis,
+                            int32_t **ids, bool *cut, uint64_t *partition)
+{
+    char err[256];
+    *partition = s->partition;
+    *cut = false;
+    if (!s->n_imgs)
+        return submit_prompt_encode(tm, s, ROUTE_MAX_TEXT_BYTES, ids, cut, err, sizeof err);
+    if (!vis || !vis->has)
+        return -1; /* the worker refuses it: nothing to route by */
+    submit_img_span_t *sp = NULL;
+    uint32_t ns = 0;
+    int32_t n = submit_prompt_encode_images(tm, s, vis->proj, (int32_t)vis->n_tok, ids, &sp, &ns, err, sizeof err);
+    if (n < 0)
+        return -1;
+    /* the images step of the key (after the adapters' when there are any) */
+    for (uint32_t i = 0; i < ns; i++) {
+        if (sp[i].img >= s->n_imgs) {
+            free(sp);
+            free(*ids);
+            *ids = NULL;
+            return -1;
+        }
+        *partition = prefix_key_image(*partition, prefix_key_image_key(s->imgs[sp[i].img].hash), sp[i].pos);
+    }
+    free(sp);
+    return n;
+}
+
+int32_t route_text_keys(const route_text_t *t, const char *model, const proto_submit_t *s, const proto_vis_t *vis,
                         int32_t block_size, uint64_t **keys)
 {
     *keys = NULL;
@@ -107,10 +143,10 @@ int32_t route_text_keys(const route_text_t *t, const char *model, const proto_su
     if (!tm || block_size < 1)
         return 0;
     /* the same prompt construction as the worker's (proto/submit_prompt.h) */
-    char err[256];
     int32_t *ids = NULL;
     bool cut = false;
-    int32_t n_ids = submit_prompt_encode(tm, s, ROUTE_MAX_TEXT_BYTES, &ids, &cut, err, sizeof err);
+    uint64_t part;
+    int32_t n_ids = route_prompt(tm, s, vis, &ids, &cut, &part);
     int32_t n = 0;
     if (n_ids > block_size) {
         int32_t max = (n_ids - 1) / block_size - (cut ? ROUTE_CUT_BLOCKS : 0);
@@ -118,7 +154,7 @@ int32_t route_text_keys(const route_text_t *t, const char *model, const proto_su
             max = ROUTE_MAX_KEYS;
         if (max > 0) {
             *keys = xmalloc((size_t)max * sizeof **keys);
-            n = prefix_key_chain(s->partition, ids, n_ids, block_size, *keys, max);
+            n = prefix_key_chain(part, ids, n_ids, block_size, *keys, max);
         }
     }
     free(ids);

@@ -94,13 +94,18 @@ route_text_t *route_text_new(const char *const *names, const char *const *paths,
 void route_text_free(route_text_t **t);
 
 /* Public key chain of the prompt s will have on a worker of `model` with
- * block_size tokens per block, in s's prefix-cache partition (s->partition,
- * as the worker seeds it: common/prefix_key.h): *keys (malloc'd, caller frees; NULL when 0)
- * gets the keys of the blocks a prefix-cache lookup can hit. Returns their
- * count, 0 when the model has no text model or the prompt does not render
- * (the worker will then answer the error itself). Text past
- * ROUTE_MAX_TEXT_BYTES is not tokenized (see above). */
-int32_t route_text_keys(const route_text_t *t, const char *model, const proto_submit_t *s,
+ * block_size tokens per block, in the prefix-cache partition the worker
+ * keys it in (common/prefix_key.h): s->partition, and for a SUBMIT with
+ * images (s->imgs, parts) each image's hash and position folded in
+ * (prefix_key_image) with the prompt laid out for vis, the model's encoder
+ * (its REGISTER vis; NULL or !has: a request with images gets no keys).
+ * *keys (malloc'd, caller frees; NULL when 0) gets the keys of the blocks a
+ * prefix-cache lookup can hit. Returns their count, 0 when the model has no
+ * text model or the prompt does not render (the worker will then answer the
+ * error itself). Text past ROUTE_MAX_TEXT_BYTES is not tokenized (see
+ * above) unless the request has images (their layout is never cut; the
+ * request's size is bounded by the HTTP limits). */
+int32_t route_text_keys(const route_text_t *t, const char *model, const proto_submit_t *s, const proto_vis_t *vis,
                         int32_t block_size, uint64_t **keys);
 
 /* One candidate replica for route_pick. */

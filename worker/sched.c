@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/errbuf.h"
 #include "common/log.h"
+#include "common/prefix_key.h"
 #include "common/xalloc.h"
 #include "worker/kernels/qgemm.h"
 
@@ -525,17 +526,17 @@ static int check_images(const sched_t *s, const sched_req_t *r, char *err, size_
     return 0;
 }
 
-/* The prefix-cache partition of a request: its own, mixed with its images'
- * keys and positions when it has any (so blocks holding image rows are
- * shared only between requests with the same images in the same places). */
+/* The prefix-cache partition of a request: its own, with its images' keys
+ * and positions folded in when it has any (common/prefix_key.h
+ * prefix_key_image, the fold the gateway's routing keys use too), so blocks
+ * holding image rows are shared only between requests with the same images
+ * in the same places. */
 static uint64_t image_partition(const sched_req_t *r)
 {
     uint64_t h = r->partition;
-    for (int32_t i = 0; i < r->n_images; i++) {
-        h ^= r->images[i].key + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-        h ^= (uint64_t)r->images[i].pos * 0xff51afd7ed558ccdull;
-    }
-    return r->n_images > 0 && h == 0 ? 1 : h;
+    for (int32_t i = 0; i < r->n_images; i++)
+        h = prefix_key_image(h, r->images[i].key, r->images[i].pos);
+    return h;
 }
 
 int sched_submit(sched_t *s, const sched_req_t *r, char *err, size_t errlen)

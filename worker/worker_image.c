@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/errbuf.h"
+#include "common/prefix_key.h"
 #include "common/text/tokenizer.h"
 #include "common/xalloc.h"
 #include "proto/submit_prompt.h"
@@ -71,9 +72,8 @@ proto_err_t worker_req_images(struct worker_req *r, vision_t *v, const tokenizer
         } else {
             first[sp->img] = (int32_t)i;
         }
-        uint64_t key;
-        memcpy(&key, im->hash, sizeof key);
-        r->images[i] = (sched_image_t){.pos = sp->pos, .n_tok = sp->n_tok, .embd = dst, .key = key};
+        r->images[i] = (sched_image_t){.pos = sp->pos, .n_tok = sp->n_tok, .embd = dst,
+                                       .key = prefix_key_image_key(im->hash)};
     }
     free(first);
     r->req.images = r->images;

@@ -60,6 +60,7 @@ static const char *FULL =
     "http_threads: 6\n"
     "worker_bin: /opt/pagoda/bin/pagoda-worker\n"
     "limits: { max_body_bytes: 2097152, max_messages: 99, max_prompt_bytes: 65536, rate_per_key: 2.5 }\n"
+    "images: { max_bytes: 1048576, max_pixels: 4000000, max_images: 3 }\n"
     "restart: { backoff_initial_ms: 250, backoff_max_ms: 8000, crash_loop_restarts: 7, crash_loop_window_s: 90 }\n"
     "drain_timeout_s: 45\n"
     "cors_origins: 'http://localhost:3000, https://app.example.com:8443'\n"
@@ -114,6 +115,9 @@ static void test_full_file(void **state)
     assert_int_equal(c->limits.max_messages, 99);
     assert_int_equal(c->limits.max_prompt_bytes, 65536);
     assert_true(c->limits.rate_per_key == 2.5);
+    assert_int_equal(c->images.max_bytes, 1048576);
+    assert_int_equal(c->images.max_pixels, 4000000);
+    assert_int_equal(c->images.max_images, 3);
     assert_int_equal(c->restart.backoff_initial_ms, 250);
     assert_int_equal(c->restart.backoff_max_ms, 8000);
     assert_int_equal(c->restart.crash_loop_restarts, 7);
@@ -149,14 +153,14 @@ static void test_full_file(void **state)
     assert_int_equal(m->kv_type, CONFIG_KV_F32);
     assert_string_equal(m->kv_cache_dir, "/var/cache/pagoda/kv");
     assert_int_equal(m->kv_cache_mb, 8192);
-    assert_int_equal(m->line, 20);
+    assert_int_equal(m->line, 21);
     m = &c->models[1];
     assert_null(m->kv_cache_dir); /* no disk tier unless asked */
     assert_int_equal(m->kv_cache_mb, 4096);
     assert_string_equal(m->name, "meta-llama/Llama-3.2-1B");
     assert_string_equal(m->path, "/models/with space.gguf");
     assert_int_equal(m->replicas, 0);
-    assert_int_equal(m->line, 35); /* two lines down: "standby: false" and "step_budget_ms" above */
+    assert_int_equal(m->line, 36); /* two lines down: "standby: false" and "step_budget_ms" above */
     /* unspecified keys of the flow-style entry keep their defaults */
     assert_int_equal(m->max_seqs, 32);
     assert_int_equal(m->kv_type, CONFIG_KV_AUTO);
@@ -211,6 +215,9 @@ static void check_defaults(const config_t *c)
     assert_int_equal(c->routing.mode, ROUTE_CACHE_AWARE);
     assert_int_equal(c->routing.max_load_gap, ROUTE_DEFAULT_MAX_LOAD_GAP);
     assert_int_equal(c->routing.index_entries, PREFIX_INDEX_DEFAULT_ENTRIES);
+    assert_int_equal(c->images.max_bytes, 20 << 20); /* 20 MiB, 50 MP, 8: the decoder's own limits */
+    assert_int_equal(c->images.max_pixels, 50000000);
+    assert_int_equal(c->images.max_images, 8);
     /* a gateway started without a file behaves as with one: the defaults are
      * the runtime modules' own */
     prio_queue_config_t q;
@@ -378,6 +385,9 @@ static const bad_case_t BAD[] = {
     {"models:\n- {name: a, path: /a, threads: 257}\n", 2, 32, "models[0].threads: expected an integer in 1..256"},
     {"limits: {max_messages: 1025}\n", 1, 24, "limits.max_messages: expected an integer in 1..1024"},
     {"limits: {max_prompt_bytes: 4194305}\n", 1, 28, "limits.max_prompt_bytes: expected an integer in 1..4194304"},
+    {"images: {max_images: 9}\n", 1, 22, "images.max_images: expected an integer in 1..8"},
+    {"images: {max_bytes: 0}\n", 1, 21, "images.max_bytes: expected an integer in 1..20971520"},
+    {"images: {max_pixels: 50000001}\n", 1, 22, "images.max_pixels: expected an integer in 1..50000000"},
     {"queue: {default_timeout_s: 0}\n", 1, 28, "queue.default_timeout_s: expected a number in 0.001..86400"},
     {"queue: {replica_grace_s: -1}\n", 1, 26, "queue.replica_grace_s: expected a number in 0.001..86400"},
     /* floats and booleans */

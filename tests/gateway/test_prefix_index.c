@@ -206,7 +206,7 @@ static void test_route_text_keys(void **state)
         text[plen] = '\0';
         proto_submit_t sm = {.kind = PROTO_KIND_COMPLETION, .prompt = text};
         uint64_t *k = NULL;
-        int32_t n = route_text_keys(rt, "m", &sm, 32, &k);
+        int32_t n = route_text_keys(rt, "m", &sm, NULL, 32, &k);
         int32_t *ids = NULL;
         int32_t n_ids = engine_prompt_text(e, text, plen, &ids, err, sizeof err);
         uint64_t *ref = malloc(((size_t)n_ids / 32 + 1) * sizeof *ref);
@@ -227,7 +227,7 @@ static void test_route_text_keys(void **state)
     text[2000] = '\0';
     proto_submit_t sm = {.kind = PROTO_KIND_CHAT, .messages = msgs, .n_messages = 2};
     uint64_t *k = NULL;
-    int32_t n = route_text_keys(rt, "m", &sm, 32, &k);
+    int32_t n = route_text_keys(rt, "m", &sm, NULL, 32, &k);
     chat_msg_t cm[2] = {{.role = "system", .content = text}, {.role = "user", .content = "hello"}};
     int32_t *ids = NULL;
     int32_t n_ids = engine_prompt_chat(e, cm, 2, NULL, &ids, err, sizeof err);
@@ -238,7 +238,7 @@ static void test_route_text_keys(void **state)
     free(k);
     free(ids);
     /* another model name, or no engine: no keys */
-    assert_int_equal(route_text_keys(rt, "other", &sm, 32, &k), 0);
+    assert_int_equal(route_text_keys(rt, "other", &sm, NULL, 32, &k), 0);
     assert_null(k);
     free(text);
     engine_free(&e);

@@ -295,4 +295,120 @@ if command -v node >/dev/null && bash "$ROOT/tests/js/ensure.sh" >/dev/null 2>&1
 else
   skip "node/npm or the npm packages unavailable: no SDK image checks (images_sdk.mjs)"
 fi
+
+# --- routing by cache with images: two replicas of the vision model
+# (--replicas 2, routing.mode cache-aware). The gateway keys a request with
+# images as the worker does (the images' hashes and positions in the key), so
+# a repeated image request is routed "cache" to the replica that served it
+# (its prefix-cache hits rise, the other's do not), and the same text with
+# another image matches no replica's blocks (routed "load").
+hp3=$(free_port); zp3=$(free_port)
+spawn "$TMP/gw3.log" "$GW" --listen 127.0.0.1:$hp3 --worker-endpoint tcp://127.0.0.1:$zp3 --heartbeat-ms 200 \
+  --worker-arg=--heartbeat-ms=200 --threads 1 --max-seqs 2 --model "vis=$TMP/vt.gguf" --mmproj "vis=$TMP/vp.gguf" \
+  --replicas 2 --routing cache-aware --log-level debug
+python3 - "http://127.0.0.1:$hp3" "$TMP" "$HERE/../support" <<'PY'
+import base64, json, sys, urllib.request
+url, d = sys.argv[1], sys.argv[2]
+sys.path.insert(0, sys.argv[3])
+from prom import metric, wait
+import prom
+metrics = lambda: prom.metrics(url)
+n_fail = 0
+def report(ok, what, extra=""):
+    global n_fail
+    print(("ok - " if ok else "not ok - ") + what + (("  # " + extra) if extra and not ok else ""))
+    n_fail += not ok
+TEXT = "What is in this picture? Tell me about its colours, its shapes and its corners, one by one."
+def chat(img):
+    data = base64.b64encode(open(f"{d}/img/{img}.png", "rb").read()).decode()
+    body = {"model": "vis", "max_tokens": 1, "temperature": 0, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + data}}, {"type": "text", "text": TEXT}]}]}
+    r = urllib.request.urlopen(urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                                      {"Content-Type": "application/json"}), timeout=120)
+    return json.load(r)["usage"]
+def workers():
+    try:
+        return [w["id"] for w in json.load(urllib.request.urlopen(url + "/health", timeout=10))["workers"]]
+    except OSError:
+        return []
+report(wait(lambda: len(workers()) == 2, 90), "gateway with 2 vision replicas up")
+ids = workers()
+u = chat("gradient")
+report(u["prompt_tokens"] > 2 * 32, f"an image request of {u['prompt_tokens']} tokens (over 2 blocks)")
+report(wait(lambda: max(metric(metrics(), "pagoda_prefix_index_replica_entries", replica=r) for r in ids) >= 2),
+       "its blocks reach the gateway's index")
+m0 = metrics()
+R = max(ids, key=lambda r: metric(m0, "pagoda_prefix_index_replica_entries", replica=r))
+O = [r for r in ids if r != R][0]
+hits = lambda m, r: metric(m, "pagoda_replica_prefix_cache_hits_total", replica=r)
+u = chat("gradient")
+c = (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+m1 = metrics()
+report(metric(m1, "pagoda_routed_total", by="cache") - metric(m0, "pagoda_routed_total", by="cache") == 1,
+       "the repeated image request was routed by cache")
+report(c >= 2 * 32 and wait(lambda: hits(metrics(), R) >= hits(m0, R) + c) and hits(metrics(), O) == hits(m0, O),
+       f"to the replica that holds it ({R}): its {c} cached tokens are that replica's hits")
+u = chat("checker")
+m2 = metrics()
+report(metric(m2, "pagoda_routed_total", by="load") - metric(m1, "pagoda_routed_total", by="load") == 1,
+       "the same text with another image matches no replica's blocks (routed by load)")
+sys.exit(1 if n_fail else 0)
+PY
+[[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
+
+# --- the operator's image limits (--image-max-bytes, --image-max-pixels,
+# --max-images): ok.png, which the default limits decode (the first gateway
+# above answers "does not accept images" for it), is refused by a lowered
+# limit with a 400 naming that limit, on the text model.
+hp4=$(free_port); zp4=$(free_port); hp5=$(free_port); zp5=$(free_port)
+spawn "$TMP/gw4.log" "$GW" --listen 127.0.0.1:$hp4 --worker-endpoint tcp://127.0.0.1:$zp4 \
+  --model "tiny=$SMALL" --max-seqs 2 --image-max-bytes 100 --max-images 1
+spawn "$TMP/gw5.log" "$GW" --listen 127.0.0.1:$hp5 --worker-endpoint tcp://127.0.0.1:$zp5 \
+  --model "tiny=$SMALL" --max-seqs 2 --image-max-pixels 100
+python3 - "http://127.0.0.1:$hp4" "http://127.0.0.1:$hp5" "$TMP/img" <<'PY'
+import base64, json, sys, time, urllib.request, urllib.error
+u4, u5, d = sys.argv[1], sys.argv[2], sys.argv[3]
+n_fail = 0
+def report(ok, what, extra=""):
+    global n_fail
+    print(("ok - " if ok else "not ok - ") + what + (("  # " + extra) if extra and not ok else ""))
+    n_fail += not ok
+def post(url, body):
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+    except OSError:
+        return 0, None
+def up(url):
+    t = time.time() + 60
+    while time.time() < t:
+        try:
+            urllib.request.urlopen(url + "/health", timeout=5)
+            return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+png = "data:image/png;base64," + base64.b64encode(open(f"{d}/ok.png", "rb").read()).decode()
+img = {"type": "image_url", "image_url": {"url": png}}
+def chat(parts):
+    return {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": parts}]}
+def refused(url, parts, words, param, what):
+    c, j = post(url, chat(parts))
+    e = (j or {}).get("error") or {}
+    msg = e.get("message", "")
+    report(c == 400 and e.get("param") == param and all(w in msg for w in words), what, f"{c} {json.dumps(j)[:300]}")
+report(up(u4) and up(u5), "gateways with lowered image limits up")
+refused(u4, [img, {"type": "text", "text": "hi"}], ["limit is 100", "images.max_bytes", "--image-max-bytes"],
+        "messages[0].content[0].image_url.url", "--image-max-bytes 100: ok.png refused, the limit named")
+refused(u4, [img, img], ["More than 1 images", "--max-images"], "messages[0].content[1].image_url.url",
+        "--max-images 1: two images refused, the limit named")
+refused(u5, [img], ["the limit is 100 pixels", "images.max_pixels", "--image-max-pixels"],
+        "messages[0].content[0].image_url.url", "--image-max-pixels 100: ok.png refused, the limit named")
+sys.exit(1 if n_fail else 0)
+PY
+[[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
 finish

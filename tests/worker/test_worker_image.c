@@ -4,7 +4,9 @@
  * bytes as the key, REGISTER's vis info; and every refusal (no projector,
  * an image index past the list, a wrong size, a span outside the prompt or
  * over another token) a 400 with a message. Models: pagoda-mkmodel
- * --mmproj (gemma3, 112 px, 16 rows per image).
+ * --mmproj (gemma3, 112 px, 16 rows per image). And the gateway's routing
+ * keys for a chat request with images (gateway/route.h route_text_keys)
+ * are the keys this worker's KV pool publishes once it has run it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +18,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/image/image.h"
+#include "gateway/route.h"
+#include "worker/kv_pool.h"
 #include "worker/worker.h"
 #include "worker/worker_image.h"
 #include "tests/support/support.h"
@@ -152,11 +158,117 @@ static void test_refusals(void **state)
     free(a);
 }
 
+static void on_event(void *ud, const sched_event_t *ev)
+{
+    (void)ud;
+    (void)ev;
+}
+
+/* Runs sm through the worker's path (worker_req_from_submit, _submit_images,
+ * the scheduler with 8-token blocks) and returns the public keys its pool
+ * then holds (out, ≤ max). */
+static int32_t worker_keys(const proto_submit_t *sm, uint64_t *out, int32_t max)
+{
+    char err[256] = "";
+    worker_req_t r;
+    if (worker_req_from_submit(g_e, sm, clock_now_us(), &r, err, sizeof err) != PROTO_ERR_NONE)
+        fail_msg("worker_req_from_submit: %s", err);
+    if (worker_req_submit_images(&r, g_v, g_e, sm, err, sizeof err) != PROTO_ERR_NONE)
+        fail_msg("worker_req_submit_images: %s", err);
+    sched_config_t cfg;
+    sched_config_default(&cfg);
+    cfg.max_seqs = 1;
+    cfg.block_size = 8;
+    cfg.kv_blocks = 64;
+    cfg.n_threads = 1;
+    sched_t *s = sched_new(g_e->model, g_e->tok, &cfg, on_event, NULL, err, sizeof err);
+    if (!s)
+        fail_msg("sched_new: %s", err);
+    if (sched_submit(s, &r.req, err, sizeof err) != 0)
+        fail_msg("sched_submit: %s", err);
+    while (sched_busy(s))
+        assert_true(sched_step(s) >= 0);
+    int32_t n = kv_pool_cached_keys(sched_kv_pool(s), out, max);
+    sched_free(&s);
+    worker_req_clear(&r);
+    return n;
+}
+
+static bool has_key(const uint64_t *set, int32_t n, uint64_t k)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (set[i] == k)
+            return true;
+    return false;
+}
+
+/* A chat request [image, text] in partition 5: every key route_text_keys
+ * predicts (with the model's vis) is one the worker's pool holds after
+ * running it, and there are as many as the prompt's full blocks; the same
+ * request keyed as text only, or with another image's hash, has none of
+ * them. */
+static void test_route_keys_are_the_workers(void **state)
+{
+    (void)state;
+    const size_t px = (size_t)SIDE * SIDE * 3;
+    uint8_t *a = malloc(px);
+    for (size_t i = 0; i < px; i++)
+        a[i] = (uint8_t)(i * 13 + i / 97);
+    proto_img_t img = {.w = SIDE, .h = SIDE, .rgb = a, .n_rgb = (uint32_t)px};
+    image_hash(&(image_rgb_t){.w = SIDE, .h = SIDE, .rgb = a}, img.hash);
+    char text[] = "What is in this picture? Tell me about the colours and the shapes in it.";
+    proto_part_t parts[2] = {{.img = 0}, {.text = text}};
+    proto_chat_msg_t m = {.role = "user", .content = text, .parts = parts, .n_parts = 2};
+    proto_submit_t sm = {.kind = PROTO_KIND_CHAT, .messages = &m, .n_messages = 1, .imgs = &img, .n_imgs = 1,
+                         .partition = 5, .max_tokens = 2};
+    proto_knobs_default(&sm.sampling.knobs);
+    uint64_t held[64];
+    int32_t n_held = worker_keys(&sm, held, 64);
+
+    char path[128];
+    snprintf(path, sizeof path, "%s/text.gguf", g_dir);
+    const char *names[] = {"vis"}, *paths[] = {path};
+    route_text_t *rt = route_text_new(names, paths, 1);
+    worker_vis_info_t vi;
+    worker_vis_info(g_v, &vi);
+    proto_vis_t vis = {.has = true, .size = vi.size, .n_tok = vi.n_tok};
+    snprintf(vis.proj, sizeof vis.proj, "%s", vi.proj);
+    uint64_t *k = NULL;
+    int32_t n = route_text_keys(rt, "vis", &sm, &vis, 8, &k);
+    print_message("%d predicted keys, %d held by the worker\n", n, n_held);
+    assert_true(n >= 3); /* the image's 18 ids and the text: several 8-token blocks */
+    assert_true(n_held >= n);
+    for (int32_t i = 0; i < n; i++)
+        assert_true(has_key(held, n_held, k[i]));
+    free(k);
+    /* no vis: no keys (the worker refuses such a request) */
+    assert_int_equal(route_text_keys(rt, "vis", &sm, NULL, 8, &k), 0);
+    assert_null(k);
+    /* the same text without the image: other keys from block 0 */
+    proto_chat_msg_t mt = {.role = "user", .content = text};
+    proto_submit_t st = {.kind = PROTO_KIND_CHAT, .messages = &mt, .n_messages = 1, .partition = 5};
+    n = route_text_keys(rt, "vis", &st, NULL, 8, &k);
+    assert_true(n >= 2);
+    for (int32_t i = 0; i < n; i++)
+        assert_false(has_key(held, n_held, k[i]));
+    free(k);
+    /* another image (one bit of its key, the hash's first 8 bytes): none of them either */
+    img.hash[0] ^= 1;
+    n = route_text_keys(rt, "vis", &sm, &vis, 8, &k);
+    assert_true(n >= 3);
+    for (int32_t i = 0; i < n; i++)
+        assert_false(has_key(held, n_held, k[i]));
+    free(k);
+    route_text_free(&rt);
+    free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_encode_once),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_route_keys_are_the_workers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
