@@ -376,7 +376,7 @@ static int load_tensors(vloader_t *ld)
 {
     vision_t *v = ld->v;
     const vision_config_t *c = &v->cfg;
-    const int64_t D = c->dim, P = c->patch_size, T = c->out_dim;
+    const int64_t D = c->dim, P = c->patch_size;
     const int64_t pe[4] = {P, P, 3, D}, pos[2] = {D, c->n_patches};
     if (get_matrix(ld, "v.patch_embd.weight", 4, pe, &v->w_patch) ||
         get_vec(ld, "v.patch_embd.bias", D, &v->b_patch) || get_floats(ld, "v.position_embd.weight", 2, pos, &v->pos))
