@@ -40,6 +40,9 @@ void image_run_append_text(const tokenizer_t *tok, const char *text, size_t len,
 int32_t image_run_append(const tokenizer_t *tok, const image_run_info_t *ri, int32_t n_tok, int32_t **ids,
                          int32_t *n, int32_t *cap, char *err, size_t errlen)
 {
+    if (!ri->tok_begin || !ri->tok_end)
+        return errbuf_set(err, errlen, "the prompt layout of %s images is not supported yet (the encoder is)",
+                          ri->name);
     int32_t soft[4];
     if (tokenizer_encode(tok, ri->tok_soft, strlen(ri->tok_soft), false, true, soft, 4) != 1)
         return errbuf_set(err, errlen, "the model's vocabulary has no %s token: not a %s text model",

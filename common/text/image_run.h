@@ -15,8 +15,12 @@
 #include "common/text/tokenizer.h"
 
 /* X(ENUM suffix, clip.projector_type, the text that opens an image's run,
- * the text that closes it, the placeholder token of each embedding row) */
-#define IMAGE_RUN_TABLE(X) X(GEMMA3, "gemma3", "<start_of_image>", "<end_of_image>", "<image_soft_token>")
+ * the text that closes it (both NULL: the layout is not built, images are
+ * refused: idefics3, docs/VISION.md), the placeholder token of each
+ * embedding row) */
+#define IMAGE_RUN_TABLE(X)                                                                                    \
+    X(GEMMA3, "gemma3", "<start_of_image>", "<end_of_image>", "<image_soft_token>")                             \
+    X(IDEFICS3, "idefics3", NULL, NULL, "<image>")
 
 typedef struct image_run_info {
     const char *name;       /* clip.projector_type */

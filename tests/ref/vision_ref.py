@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""Float64 NumPy reference of a Gemma 3 mmproj image encoder (SigLIP ViT,
-average pooling, soft-embedding RMSNorm, input projection), written from the
-model's definition (HF SiglipVisionModel + Gemma3MultiModalProjector) and
-llama.cpp's mmproj tensor layout, independently of worker/model/vision.c.
+"""Float64 NumPy reference of the mmproj image encoders pagoda supports,
+written from the models' definitions and llama.cpp's mmproj tensor layout,
+independently of worker/model/vision*.c: the SigLIP ViT (HF
+SiglipVisionModel), then per clip.projector_type
+  gemma3   — average pooling, soft-embedding RMSNorm, input projection
+             (Gemma3MultiModalProjector);
+  idefics3 — pixel shuffle by scale_factor and a linear projection without
+             bias (Idefics3Connector, SmolVLM).
 
     vision_ref.py MMPROJ.gguf IMAGE.ppm --out EMB.f32
 
@@ -52,17 +56,28 @@ def act(x, kind):
     return x / (1.0 + np.exp(-1.702 * x))
 
 
+def pixel_shuffle(h, n, k):
+    """Idefics3's connector: the (n, n, D) grid's rows cut into runs of k
+    patches (width n/k, features k D), rows and columns swapped, cut again
+    by k along the other side (features k^2 D), swapped back; flattened."""
+    D = h.shape[-1]
+    x = h.reshape(n, n, D).reshape(n, n // k, D * k)
+    x = x.transpose(1, 0, 2).reshape(n // k, n // k, D * k * k)
+    return x.transpose(1, 0, 2).reshape((n // k) ** 2, D * k * k)
+
+
 def encode(g, img):
     kv = g.kv
-    if kv.get("clip.projector_type", kv.get("clip.vision.projector_type")) != "gemma3":
-        raise ValueError("only the gemma3 projector is modelled")
+    proj = kv.get("clip.projector_type", kv.get("clip.vision.projector_type"))
+    if proj not in ("gemma3", "idefics3"):
+        raise ValueError("projector %r is not modelled" % proj)
     S = int(kv["clip.vision.image_size"])
     P = int(kv["clip.vision.patch_size"])
     D = int(kv["clip.vision.embedding_length"])
     H = int(kv["clip.vision.attention.head_count"])
     L = int(kv["clip.vision.block_count"])
     eps = float(kv["clip.vision.attention.layer_norm_epsilon"])
-    k = int(kv.get("clip.vision.projector.scale_factor", 4))
+    k = int(kv.get("clip.vision.projector.scale_factor", 4 if proj == "gemma3" else 1))
     mean = np.asarray(kv["clip.vision.image_mean"], dtype=np.float64)
     std = np.asarray(kv["clip.vision.image_std"], dtype=np.float64)
     kind = "gelu" if kv.get("clip.use_gelu", False) else "silu" if kv.get("clip.use_silu", False) else "quick"
@@ -100,6 +115,9 @@ def encode(g, img):
         f = act(a @ t(b + up + ".weight").T + t(b + up + ".bias"), kind)
         h = h + f @ t(b + down + ".weight").T + t(b + down + ".bias")
     h = layer_norm(h, t("v.post_ln.weight"), t("v.post_ln.bias"), eps)
+
+    if proj == "idefics3":
+        return pixel_shuffle(h, n, k) @ t("mm.model.fc.weight").T   # fc (T, D k^2) in numpy
 
     # average pooling k x k over the (n, n) grid, row-major output
     m = n // k

@@ -19,6 +19,7 @@
 #include "common/xalloc.h"
 #include "worker/kernels/matmul.h"
 #include "worker/kernels/quant.h"
+#include "worker/model/vision_idefics3.h"
 
 /* Bounds beyond which a file is bogus (SigLIP-so400m: D 1152, F 4304, 27 layers, S 896). */
 #define VIS_MAX_SIDE 4096
@@ -50,8 +51,9 @@ struct vision {
     vis_layer_t *layers;          /* (n_layer), owned */
     const float *post_w, *post_b; /* (D) */
     const float *soft_norm;       /* (D) */
-    matmul_weight_t w_proj;       /* (T, D): the file's [T, D] transposed into f32 below */
-    float *proj_t;                /* (T, D) owned */
+    matmul_weight_t w_proj;       /* gemma3 (T, D): the file's [T, D] transposed into f32 below;
+                                     idefics3 (T, D·k²): mm.model.fc.weight as stored */
+    float *proj_t;                /* gemma3 (T, D) owned */
     float *arena;                 /* owned storage of the const float * vectors */
     size_t arena_used, arena_cap;
     /* scratch for one image */
@@ -229,6 +231,40 @@ static int get_vec(vloader_t *ld, const char *name, int64_t n, const float **out
     return get_floats(ld, name, 1, &n, out);
 }
 
+/* The projector heads after the ViT's post-LN, one row per VISION_PROJ_TABLE
+ * row: the scale_factor when the file has none (llama.cpp's), the columns
+ * of the projection's input per ViT feature for merge k, the head's
+ * tensors, and its forward pass (v->a (N, D) → out (n_tok, T)). */
+typedef struct vision_head {
+    int32_t merge_default;
+    int32_t (*in_per_dim)(int32_t k);
+    int (*load)(vloader_t *ld);
+    void (*run)(vision_t *v, float *out);
+} vision_head_t;
+
+static int32_t in_one(int32_t k);
+static int32_t in_k2(int32_t k);
+static int head_gemma3_load(vloader_t *ld);
+static void head_gemma3_run(vision_t *v, float *out);
+static int head_idefics3_load(vloader_t *ld);
+static void head_idefics3_run(vision_t *v, float *out);
+
+static const vision_head_t heads[] = {
+    [VISION_PROJ_GEMMA3] = {4, in_one, head_gemma3_load, head_gemma3_run},
+    [VISION_PROJ_IDEFICS3] = {1, in_k2, head_idefics3_load, head_idefics3_run},
+};
+_Static_assert(sizeof heads / sizeof heads[0] == VISION_PROJ_COUNT, "one head per projector");
+
+/* "gemma3, idefics3": the supported types, for messages */
+static const char *proj_names(void)
+{
+    static char buf[256];
+    if (!buf[0])
+        for (int p = 0; p < VISION_PROJ_COUNT; p++)
+            snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", p ? ", " : "", proj_rows[p].name);
+    return buf;
+}
+
 static int load_config(vloader_t *ld, vision_config_t *c)
 {
     gguf_str_t s;
@@ -240,8 +276,8 @@ static int load_config(vloader_t *ld, vision_config_t *c)
         if (gguf_str_eq(s, proj_rows[p].name))
             c->proj = (enum vision_proj)p;
     if (c->proj == VISION_PROJ_COUNT)
-        return vfail(ld, "clip.projector_type \"%.*s\" is not supported (supported: gemma3)",
-                     (int)(s.len > 64 ? 64 : s.len), s.ptr);
+        return vfail(ld, "clip.projector_type \"%.*s\" is not supported (supported: %s)",
+                     (int)(s.len > 64 ? 64 : s.len), s.ptr, proj_names());
     bool has_vis = true;
     if (gguf_find_kv(ld->g, "clip.has_vision_encoder") &&
         (key_bool(ld, "clip.has_vision_encoder", &has_vis) != 0 || !has_vis))
@@ -255,7 +291,8 @@ static int load_config(vloader_t *ld, vision_config_t *c)
         key_int(ld, "clip.vision.attention.head_count", -1, 1, 1024, &c->n_head) ||
         key_int(ld, "clip.vision.attention.head_count_kv", c->n_head, 1, 1024, &n_kv) ||
         key_int(ld, "clip.vision.projection_dim", -1, 1, 1 << 17, &c->out_dim) ||
-        key_int(ld, "clip.vision.projector.scale_factor", 4, 1, VIS_MAX_SIDE, &c->merge))
+        key_int(ld, "clip.vision.projector.scale_factor", heads[c->proj].merge_default, 1, VIS_MAX_SIDE,
+                &c->merge))
         return -1;
     double eps;
     if (gguf_get_float(ld->g, "clip.vision.attention.layer_norm_epsilon", &eps) != 0 || !(eps > 0) || !(eps < 1))
@@ -278,6 +315,7 @@ static int load_config(vloader_t *ld, vision_config_t *c)
         return vfail(ld, "%d patches per side do not pool by clip.vision.projector.scale_factor %d", c->n_side,
                      c->merge);
     c->n_tok = (c->n_side / c->merge) * (c->n_side / c->merge);
+    c->head_in = c->dim * heads[c->proj].in_per_dim(c->merge);
     bool gelu, silu;
     if (key_bool(ld, "clip.use_gelu", &gelu) || key_bool(ld, "clip.use_silu", &silu))
         return -1;
@@ -338,7 +376,7 @@ static int load_tensors(vloader_t *ld)
 {
     vision_t *v = ld->v;
     const vision_config_t *c = &v->cfg;
-    const int64_t D = c->dim, P = c->patch_size, T = c->out_dim;
+    const int64_t D = c->dim, P = c->patch_size;
     const int64_t pe[4] = {P, P, 3, D}, pos[2] = {D, c->n_patches};
     if (get_matrix(ld, "v.patch_embd.weight", 4, pe, &v->w_patch) ||
         get_vec(ld, "v.patch_embd.bias", D, &v->b_patch) || get_floats(ld, "v.position_embd.weight", 2, pos, &v->pos))
@@ -347,23 +385,9 @@ static int load_tensors(vloader_t *ld)
     for (int l = 0; l < c->n_layer; l++)
         if (load_layer(ld, l, &v->layers[l]))
             return -1;
-    if (get_vec(ld, "v.post_ln.weight", D, &v->post_w) || get_vec(ld, "v.post_ln.bias", D, &v->post_b) ||
-        get_vec(ld, "mm.soft_emb_norm.weight", D, &v->soft_norm))
+    if (get_vec(ld, "v.post_ln.weight", D, &v->post_w) || get_vec(ld, "v.post_ln.bias", D, &v->post_b))
         return -1;
-    /* mm.input_projection.weight [T, D]: row d holds the T outputs' weights
-     * of input d (x · W); the kernels want (T, D) rows of inputs, so it is
-     * transposed once into F32 */
-    const int64_t ip[2] = {T, D};
-    const float *w;
-    if (get_floats(ld, "mm.input_projection.weight", 2, ip, &w))
-        return -1;
-    v->proj_t = xmalloc((size_t)T * (size_t)D * sizeof(float));
-    for (int64_t d = 0; d < D; d++)
-        for (int64_t t = 0; t < T; t++)
-            v->proj_t[t * D + d] = w[d * T + t];
-    v->w_proj = (matmul_weight_t){.type = GGML_TYPE_F32, .rows = T, .cols = D,
-                                  .row_bytes = (size_t)D * sizeof(float), .data = (const uint8_t *)v->proj_t};
-    return 0;
+    return heads[c->proj].load(ld);
 }
 
 int vision_load(const char *path, int n_threads, vision_t **out, char *err, size_t errlen)
@@ -405,6 +429,7 @@ int vision_load_gguf(gguf_t **g, int n_threads, vision_t **out, char *err, size_
     if (load_tensors(&ld) != 0)
         goto err;
     size_t max_cols = PP > F ? PP : F;
+    max_cols = max_cols > (size_t)c->head_in ? max_cols : (size_t)c->head_in;
     v->mm = matmul_new((int64_t)(max_cols > D ? max_cols : D), v->n_threads);
     v->patches = xmalloc(N * PP * sizeof(float));
     v->h = xmalloc(N * D * sizeof(float));
@@ -536,6 +561,100 @@ static void attention_full(vision_t *v)
     }
 }
 
+static int32_t in_one(int32_t k)
+{
+    (void)k;
+    return 1;
+}
+
+static int32_t in_k2(int32_t k)
+{
+    return k * k;
+}
+
+/* gemma3: mm.soft_emb_norm.weight [D], mm.input_projection.weight [T, D] */
+static int head_gemma3_load(vloader_t *ld)
+{
+    vision_t *v = ld->v;
+    const int64_t D = v->cfg.dim, T = v->cfg.out_dim;
+    if (get_vec(ld, "mm.soft_emb_norm.weight", D, &v->soft_norm))
+        return -1;
+    /* mm.input_projection.weight [T, D]: row d holds the T outputs' weights
+     * of input d (x · W); the kernels want (T, D) rows of inputs, so it is
+     * transposed once into F32 */
+    const int64_t ip[2] = {T, D};
+    const float *w;
+    if (get_floats(ld, "mm.input_projection.weight", 2, ip, &w))
+        return -1;
+    v->proj_t = xmalloc((size_t)T * (size_t)D * sizeof(float));
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t t = 0; t < T; t++)
+            v->proj_t[t * D + d] = w[d * T + t];
+    v->w_proj = (matmul_weight_t){.type = GGML_TYPE_F32, .rows = T, .cols = D,
+                                  .row_bytes = (size_t)D * sizeof(float), .data = (const uint8_t *)v->proj_t};
+    return 0;
+}
+
+
+static void head_gemma3_run(vision_t *v, float *out)
+{
+    const vision_config_t *c = &v->cfg;
+    const int D = c->dim;
+    /* pooled (n_tok, D): mean of each k×k square of the patch grid, row-major */
+    const int k = c->merge, side = c->n_side / k;
+    for (int oy = 0; oy < side; oy++)
+        for (int ox = 0; ox < side; ox++) {
+            float *pr = v->pooled + ((size_t)oy * side + ox) * D;
+            memset(pr, 0, (size_t)D * sizeof(float));
+            for (int dy = 0; dy < k; dy++)
+                for (int dx = 0; dx < k; dx++) {
+                    const float *hr = v->a + ((size_t)(oy * k + dy) * c->n_side + (size_t)(ox * k + dx)) * D;
+                    for (int i = 0; i < D; i++)
+                        pr[i] += hr[i];
+                }
+            for (int i = 0; i < D; i++)
+                pr[i] /= (float)(k * k);
+            /* rmsnorm * soft_emb_norm */
+            double ss = 0;
+            for (int i = 0; i < D; i++)
+                ss += (double)pr[i] * pr[i];
+            const float inv = (float)(1.0 / sqrt(ss / D + c->eps));
+            for (int i = 0; i < D; i++)
+                pr[i] = pr[i] * inv * v->soft_norm[i];
+        }
+    /* out (n_tok, T) = pooled · Winproj */
+    linear(v, &v->w_proj, NULL, v->pooled, c->n_tok, out);
+}
+
+/* idefics3: mm.model.fc.weight [D·k², T] (vision_idefics3.h). llama.cpp
+ * cuts an image into tiles of image_size plus a global image whenever
+ * clip.vision.preproc_image_size (the longest edge it first scales to) is
+ * larger than image_size; pagoda encodes one image_size² image, so only
+ * files whose preproc_image_size is absent or equal to image_size (one
+ * tile, docs/VISION.md) are taken. */
+static int head_idefics3_load(vloader_t *ld)
+{
+    vision_t *v = ld->v;
+    const vision_config_t *c = &v->cfg;
+    int32_t longest;
+    if (key_int(ld, "clip.vision.preproc_image_size", c->image_size, 1, 1 << 20, &longest))
+        return -1;
+    if (longest != c->image_size)
+        return vfail(ld, "clip.vision.preproc_image_size %d != image_size %d: llama.cpp cuts such images into "
+                         "tiles, which pagoda does not support (only the one-tile case)",
+                     longest, c->image_size);
+    const int64_t fc[2] = {c->head_in, c->out_dim};
+    return get_matrix(ld, "mm.model.fc.weight", 2, fc, &v->w_proj);
+}
+
+static void head_idefics3_run(vision_t *v, float *out)
+{
+    const vision_config_t *c = &v->cfg;
+    /* v->o (n_tok, D·k²): free after the blocks, N·D floats */
+    vision_idefics3_shuffle(v->a, c->n_side, c->dim, c->merge, v->o);
+    linear(v, &v->w_proj, NULL, v->o, c->n_tok, out);
+}
+
 int vision_encode(vision_t *v, const uint8_t *rgb, int w, int h, float *out, char *err, size_t errlen)
 {
     const vision_config_t *c = &v->cfg;
@@ -585,30 +704,7 @@ int vision_encode(vision_t *v, const uint8_t *rgb, int w, int h, float *out, cha
     /* a = post_LN(h) */
     layer_norm(v->h, v->a, v->post_w, v->post_b, N, D, c->eps, v->n_threads);
 
-    /* pooled (n_tok, D): mean of each k×k square of the patch grid, row-major */
-    const int k = c->merge, side = c->n_side / k;
-    for (int oy = 0; oy < side; oy++)
-        for (int ox = 0; ox < side; ox++) {
-            float *pr = v->pooled + ((size_t)oy * side + ox) * D;
-            memset(pr, 0, (size_t)D * sizeof(float));
-            for (int dy = 0; dy < k; dy++)
-                for (int dx = 0; dx < k; dx++) {
-                    const float *hr = v->a + ((size_t)(oy * k + dy) * c->n_side + (size_t)(ox * k + dx)) * D;
-                    for (int i = 0; i < D; i++)
-                        pr[i] += hr[i];
-                }
-            for (int i = 0; i < D; i++)
-                pr[i] /= (float)(k * k);
-            /* rmsnorm * soft_emb_norm */
-            double ss = 0;
-            for (int i = 0; i < D; i++)
-                ss += (double)pr[i] * pr[i];
-            const float inv = (float)(1.0 / sqrt(ss / D + c->eps));
-            for (int i = 0; i < D; i++)
-                pr[i] = pr[i] * inv * v->soft_norm[i];
-        }
-    /* out (n_tok, T) = pooled · Winproj */
-    linear(v, &v->w_proj, NULL, v->pooled, c->n_tok, out);
+    heads[c->proj].run(v, out);
     return 0;
 }
 

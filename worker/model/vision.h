@@ -93,6 +93,7 @@ typedef struct vision_config {
     int32_t n_layer;
     int32_t merge;        /* k: pooling kernel side */
     int32_t n_tok;        /* (n_side / k)²: rows per image */
+    int32_t head_in;      /* columns of the projection's input: D (gemma3), D·k² (idefics3) */
     int32_t out_dim;      /* T: text model width */
     float eps;
     float mean[3], std[3];

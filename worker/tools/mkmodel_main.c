@@ -199,6 +199,7 @@ typedef struct opts {
     uint64_t seed;
     double rope_base, eps;
     const char *mmproj;  /* --mmproj OUT: also write an image projector (see the top) */
+    enum vision_proj proj; /* --projector: its type (gemma3 unless told) */
     int64_t vis_size, vis_patch, vis_dim, vis_layers, vis_heads, vis_ffn, vis_merge;
 } opts_t;
 
@@ -301,7 +302,7 @@ static int finish_opts(opts_t *o)
                         "it to the embedding (add --untied)\n", o->arch);
         return -1;
     }
-    if (o->mmproj && o->fam->arch != MODEL_ARCH_GEMMA3) {
+    if (o->mmproj && o->proj == VISION_PROJ_GEMMA3 && o->fam->arch != MODEL_ARCH_GEMMA3) {
         fprintf(stderr, "pagoda-mkmodel: --mmproj writes a Gemma 3 projector: it needs --arch gemma3\n");
         return -1;
     }
@@ -344,6 +345,18 @@ static int finish_opts(opts_t *o)
         return -1;
     }
     return 0;
+}
+
+/* --projector NAME: a VISION_PROJ_TABLE row. 0, or -1 after printing why. */
+static int parse_projector(const char *v, opts_t *o)
+{
+    for (int p = 0; v && p < VISION_PROJ_COUNT; p++)
+        if (strcmp(v, vision_proj_info((enum vision_proj)p)->name) == 0) {
+            o->proj = (enum vision_proj)p;
+            return 0;
+        }
+    fprintf(stderr, "pagoda-mkmodel: --projector must be gemma3 or idefics3\n");
+    return -1;
 }
 
 /* One --vis-* option of the --mmproj projector: 0, or -1 after printing why. */
@@ -415,6 +428,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->rerank_template = v;
         else if (strcmp(name, "--mmproj") == 0)
             o->mmproj = v;
+        else if (strcmp(name, "--projector") == 0)
+            rc = parse_projector(v, o);
         else if (strncmp(name, "--vis-", 6) == 0)
             rc = parse_vis_opt(name, v, o);
         else if (strcmp(name, "--rank") == 0)
@@ -564,8 +579,8 @@ static int64_t copy_tokenizer(gguf_writer_t *w, const gguf_t *tok, int64_t vocab
  * max_n > 0 keeps only the first max_n pieces (at least every byte and ASCII
  * character piece): word pieces are made prefix by prefix, so a cut keeps
  * every kept piece reachable by merges (stories260K's 512 for its stand-in). */
-static int builtin_tokenizer(int64_t max_n, bool image_tokens, uint8_t **buf, size_t *len, char *err,
-                             size_t errlen)
+static int builtin_tokenizer(int64_t max_n, const char *const *img_toks, size_t n_img, uint8_t **buf, size_t *len,
+                             char *err, size_t errlen)
 {
     /* story words first: a cut to stories260K's 512 pieces keeps them */
     static const char *const words[] = {
@@ -582,7 +597,7 @@ static int builtin_tokenizer(int64_t max_n, bool image_tokens, uint8_t **buf, si
         "may", "down", "side", "been", "now", "find",
     };
     size_t n_words = sizeof words / sizeof words[0];
-    size_t cap = 6 + 256 + 1 + 2 * 95 + n_words;
+    size_t cap = 3 + n_img + 256 + 1 + 2 * 95 + n_words;
     char **toks = xcalloc(cap, sizeof *toks);
     float *scores = xcalloc(cap, sizeof *scores);
     int32_t *types = xcalloc(cap, sizeof *types);
@@ -591,11 +606,10 @@ static int builtin_tokenizer(int64_t max_n, bool image_tokens, uint8_t **buf, si
     toks[n] = xstrdup("<unk>"), types[n++] = 2;  /* UNKNOWN */
     toks[n] = xstrdup("<s>"), types[n++] = 3;    /* CONTROL */
     toks[n] = xstrdup("</s>"), types[n++] = 3;
-    /* Gemma 3's image run (--mmproj): CONTROL, like the other markers */
-    const vision_proj_info_t *g3 = vision_proj_info(VISION_PROJ_GEMMA3);
-    const char *const img_toks[] = {g3->tok_begin, g3->tok_end, g3->tok_soft};
-    for (size_t i = 0; image_tokens && i < 3; i++)
-        toks[n] = xstrdup(img_toks[i]), types[n++] = 3;
+    /* the projector's image tokens (--mmproj): CONTROL, like the other
+     * markers; "\n\n" (idefics3's run) a normal piece, as in SmolLM2's */
+    for (size_t i = 0; i < n_img; i++)
+        toks[n] = xstrdup(img_toks[i]), types[n++] = strcmp(img_toks[i], "\n\n") == 0 ? 1 : 3;
     for (int b = 0; b < 256; b++) {
         char t[8];
         snprintf(t, sizeof t, "<0x%02X>", b);
@@ -630,7 +644,7 @@ static int builtin_tokenizer(int64_t max_n, bool image_tokens, uint8_t **buf, si
             toks[n] = xstrdup(t), scores[n] = (float)k, types[n++] = 1;
         }
     }
-    size_t n_min = (image_tokens ? 6 : 3) + 256 + 1 + 2 * 95;
+    size_t n_min = 3 + n_img + 256 + 1 + 2 * 95;
     if (max_n > 0 && (size_t)max_n < n_min) {
         snprintf(err, errlen, "--vocab %lld: the builtin tokenizer needs at least %zu pieces", (long long)max_n,
                  n_min);
@@ -813,7 +827,8 @@ static int write_mmproj(const opts_t *o)
     gguf_writer_set_str(w, "general.name", "pagoda-mkmodel synthetic projector");
     gguf_writer_set_u32(w, "general.file_type", file_type_of(o));
     gguf_writer_set_bool(w, "clip.has_vision_encoder", true);
-    gguf_writer_set_str(w, "clip.projector_type", vision_proj_info(VISION_PROJ_GEMMA3)->name);
+    const bool idf = o->proj == VISION_PROJ_IDEFICS3;
+    gguf_writer_set_str(w, "clip.projector_type", vision_proj_info(o->proj)->name);
     gguf_writer_set_bool(w, "clip.use_gelu", true);
     gguf_writer_set_u32(w, "clip.vision.image_size", (uint32_t)o->vis_size);
     gguf_writer_set_u32(w, "clip.vision.patch_size", (uint32_t)P);
@@ -826,8 +841,12 @@ static int write_mmproj(const opts_t *o)
     const float half[3] = {0.5f, 0.5f, 0.5f}; /* SigLIP's mean and std */
     gguf_writer_set_arr(w, "clip.vision.image_mean", GGUF_TYPE_FLOAT32, half, 3);
     gguf_writer_set_arr(w, "clip.vision.image_std", GGUF_TYPE_FLOAT32, half, 3);
-    if (o->vis_merge != 4) /* the converter writes it only when not the default */
+    /* gemma3's converter writes scale_factor only when not the default 4;
+     * SmolVLM's always, and the longest edge it scales images to */
+    if (o->vis_merge != 4 || idf)
         gguf_writer_set_u32(w, "clip.vision.projector.scale_factor", (uint32_t)o->vis_merge);
+    if (idf)
+        gguf_writer_set_u32(w, "clip.vision.preproc_image_size", (uint32_t)o->vis_size);
 
     size_t cap = 8 + (size_t)o->vis_layers * 16, n = 0;
     gen_tensor_t *plan = xcalloc(cap, sizeof *plan);
@@ -843,7 +862,8 @@ static int write_mmproj(const opts_t *o)
     const uint32_t mt = o->type;
     const double s_d = 1.0 / sqrt((double)D), s_f = 1.0 / sqrt((double)F);
     /* the conv kernel [P, P, 3, D]: rows of P, 3·P·D of them */
-    V("v.patch_embd.weight", GGML_TYPE_F16, P, P * 3 * D, INIT_NORMAL, 1.0 / sqrt(3.0 * P * P));
+    /* SmolVLM's converter keeps ".embeddings." in F32 */
+    V("v.patch_embd.weight", idf ? GGML_TYPE_F32 : GGML_TYPE_F16, P, P * 3 * D, INIT_NORMAL, 1.0 / sqrt(3.0 * P * P));
     nd[n - 1] = 4;
     V("v.patch_embd.bias", GGML_TYPE_F32, D, 1, INIT_NORMAL, 0.02);
     V("v.position_embd.weight", GGML_TYPE_F32, D, n_patch, INIT_NORMAL, 0.1);
@@ -870,9 +890,15 @@ static int write_mmproj(const opts_t *o)
     }
     V("v.post_ln.weight", GGML_TYPE_F32, D, 1, INIT_NORM_WEIGHT, 0.1);
     V("v.post_ln.bias", GGML_TYPE_F32, D, 1, INIT_NORMAL, 0.02);
-    V("mm.soft_emb_norm.weight", GGML_TYPE_F32, D, 1, INIT_NORM_WEIGHT, 0.1);
-    /* [T, D]: input d's row of T weights (x · W), F16 as the converter forces */
-    V("mm.input_projection.weight", GGML_TYPE_F16, T, D, INIT_NORMAL, s_d);
+    if (idf) {
+        /* [D·k², T]: T rows of the pixel-shuffled D·k² inputs, in --type */
+        const int64_t Dk = D * o->vis_merge * o->vis_merge;
+        V("mm.model.fc.weight", mt, Dk, T, INIT_NORMAL, 1.0 / sqrt((double)Dk));
+    } else {
+        V("mm.soft_emb_norm.weight", GGML_TYPE_F32, D, 1, INIT_NORM_WEIGHT, 0.1);
+        /* [T, D]: input d's row of T weights (x · W), F16 as the converter forces */
+        V("mm.input_projection.weight", GGML_TYPE_F16, T, D, INIT_NORMAL, s_d);
+    }
 #undef V
     assert(n <= cap);
     int rc = 0;
@@ -889,9 +915,9 @@ static int write_mmproj(const opts_t *o)
     if (rc != 0)
         fprintf(stderr, "pagoda-mkmodel: %s: %s\n", o->mmproj, err[0] ? err : "cannot add a tensor");
     else
-        log_info("wrote %s: gemma3 projector, %lld px images, %lld px patches, width %lld, %lld layers, "
+        log_info("wrote %s: %s projector, %lld px images, %lld px patches, width %lld, %lld layers, "
                  "%lld tokens per image into width %lld",
-                 o->mmproj, (long long)o->vis_size, (long long)P, (long long)D, (long long)o->vis_layers,
+                 o->mmproj, vision_proj_info(o->proj)->name, (long long)o->vis_size, (long long)P, (long long)D, (long long)o->vis_layers,
                  (long long)(n_patch / (o->vis_merge * o->vis_merge)), (long long)T);
     free(plan);
     free(nd);
@@ -913,7 +939,13 @@ int main(int argc, char **argv)
     uint8_t *builtin = NULL;
     size_t builtin_len = 0;
     if (strcmp(o.tok_from, "builtin") == 0) {
-        if (builtin_tokenizer(o.vocab, o.mmproj != NULL, &builtin, &builtin_len, err, sizeof err) != 0 ||
+        /* the image tokens of the projector's run (docs/VISION.md) */
+        static const char *const g3_toks[] = {"<start_of_image>", "<end_of_image>", "<image_soft_token>"};
+        static const char *const idf_toks[] = {"<fake_token_around_image>", "<global-img>", "<image>",
+                                               "<row_1_col_1>", "\n\n"};
+        const char *const *img = !o.mmproj ? NULL : o.proj == VISION_PROJ_IDEFICS3 ? idf_toks : g3_toks;
+        size_t n_img = !o.mmproj ? 0 : o.proj == VISION_PROJ_IDEFICS3 ? 5 : 3;
+        if (builtin_tokenizer(o.vocab, img, n_img, &builtin, &builtin_len, err, sizeof err) != 0 ||
             gguf_parse(builtin, builtin_len, &tok, err, sizeof err) != 0) {
             fprintf(stderr, "pagoda-mkmodel: builtin tokenizer: %s\n", err);
             free(builtin);

@@ -34,6 +34,9 @@ int32_t run_image_prompt(const engine_t *e, vision_t *v, const char *path, const
                           e->model->cfg.dim);
     /* the placeholder token must be one token of this vocabulary */
     int32_t soft[4];
+    if (!pi->tok_begin)
+        return errbuf_set(err, errlen, "the prompt layout of %s images is not supported yet (the encoder is)",
+                          pi->name);
     if (tokenizer_encode(e->tok, pi->tok_soft, strlen(pi->tok_soft), false, true, soft, 4) != 1 ||
         tokenizer_encode(e->tok, pi->tok_begin, strlen(pi->tok_begin), false, true, soft + 1, 3) != 1)
         return errbuf_set(err, errlen, "the model's vocabulary has no %s / %s token: not a %s text model",

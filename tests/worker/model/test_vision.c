@@ -1,4 +1,5 @@
-/* Tests for worker/model/vision: the Gemma 3 mmproj encoder against
+/* Tests for worker/model/vision: the Gemma 3 and Idefics3 (SmolVLM) mmproj
+ * encoders against
  * tests/ref/vision_ref.py, an independent float64 NumPy implementation,
  * on random-weight projectors written by pagoda-mkmodel --mmproj (112 px
  * images, 7 px patches, width 64, 2 blocks, 4x4 pooling: 16 rows of width
@@ -7,6 +8,10 @@
  * noise). Tolerance, over every element of the (16, 64) output:
  *
  *     max |pagoda - ref| <= 1e-3 * max(1, max |ref|)
+ *
+ * The same for idefics3 projectors (pagoda-mkmodel --arch llama --projector
+ * idefics3 --vis-merge 2: pixel shuffle 2x2, 64 rows of width 64 per
+ * image), same tolerance.
  *
  * (pagoda computes in float32 from the same stored weights the reference
  * decodes; observed ~1e-6 relative, printed.) Also: bad image sizes and
@@ -43,6 +48,15 @@
 
 static char g_dir[] = "/tmp/pagoda-vision-test-XXXXXX";
 static const char *const g_types[] = {"F32", "F16", "Q8_0"};
+/* the projectors under test: file prefix, mkmodel arguments, type, rows per image */
+static const struct {
+    const char *prefix, *args;
+    enum vision_proj proj;
+    int n_tok;
+} g_projs[] = {
+    {"mmproj", "--arch gemma3 --vis-merge 4", VISION_PROJ_GEMMA3, 16},
+    {"idf-mmproj", "--arch llama --projector idefics3 --vis-merge 2", VISION_PROJ_IDEFICS3, 64},
+};
 static const char *const g_images[] = {"gradient", "checker", "noise"};
 
 /* image i (SIDE x SIDE RGB8) */
@@ -82,14 +96,15 @@ static int setup(void **state)
     (void)state;
     if (!mkdtemp(g_dir))
         return -1;
-    for (size_t t = 0; t < 3; t++) {
+    for (size_t t = 0; t < 3 * 2; t++) {
         char name[64], args[512];
-        snprintf(name, sizeof name, "text-%s.gguf", g_types[t]);
+        const size_t pj = t / 3;
+        snprintf(name, sizeof name, "%stext-%s.gguf", pj ? "idf-" : "", g_types[t % 3]);
         snprintf(args, sizeof args,
-                 "--arch gemma3 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --ctx 256 --vocab 512 "
-                 "--type %s --seed 40 --untied --mute-special --logit-scale 8 --mmproj %s/mmproj-%s.gguf --vis-size %d --vis-patch 7 --vis-dim 64 "
-                 "--vis-layers 2 --vis-heads 4 --vis-ffn 128",
-                 g_types[t], g_dir, g_types[t], SIDE);
+                 "%s --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --ctx 256 --vocab 512 "
+                 "--type %s --seed 40 --untied --mute-special --logit-scale 8 --mmproj %s/%s-%s.gguf --vis-size %d "
+                 "--vis-patch 7 --vis-dim 64 --vis-layers 2 --vis-heads 4 --vis-ffn 128",
+                 g_projs[pj].args, g_types[t % 3], g_dir, g_projs[pj].prefix, g_types[t % 3], SIDE);
         if (support_mkmodel(g_dir, name, args) != 0) {
             fprintf(stderr, "pagoda-mkmodel failed (see %s/log)\n", g_dir);
             return -1;
@@ -130,23 +145,24 @@ static uint8_t *read_ppm(const char *path)
 static void test_against_reference(void **state)
 {
     (void)state;
-    for (size_t t = 0; t < 3; t++) {
+    for (size_t pt = 0; pt < 3 * 2; pt++) {
         char mm[128], err[256];
-        snprintf(mm, sizeof mm, "%s/mmproj-%s.gguf", g_dir, g_types[t]);
+        const size_t t = pt % 3, pj = pt / 3;
+        snprintf(mm, sizeof mm, "%s/%s-%s.gguf", g_dir, g_projs[pj].prefix, g_types[t]);
         vision_t *v = NULL;
         if (vision_load(mm, 2, &v, err, sizeof err) != 0)
             fail_msg("%s: %s", mm, err);
         const vision_config_t *c = vision_config(v);
-        assert_int_equal(c->proj, VISION_PROJ_GEMMA3);
+        assert_int_equal(c->proj, g_projs[pj].proj);
         assert_int_equal(c->image_size, SIDE);
-        assert_int_equal(c->n_tok, 16);
+        assert_int_equal(c->n_tok, g_projs[pj].n_tok);
         assert_int_equal(c->out_dim, 64);
         const size_t n_out = (size_t)c->n_tok * c->out_dim;
         float *out = malloc(n_out * sizeof(float));
         for (int i = 0; i < 3; i++) {
             char img[128], ref[128], cmd[512];
             snprintf(img, sizeof img, "%s/%s.ppm", g_dir, g_images[i]);
-            snprintf(ref, sizeof ref, "%s/ref-%s-%s.f32", g_dir, g_types[t], g_images[i]);
+            snprintf(ref, sizeof ref, "%s/ref-%s-%s-%s.f32", g_dir, g_projs[pj].prefix, g_types[t], g_images[i]);
             snprintf(cmd, sizeof cmd, PY " tests/ref/vision_ref.py '%s' '%s' --out '%s'", mm, img, ref);
             assert_int_equal(system(cmd), 0);
             uint8_t *rgb = read_ppm(img);
@@ -163,8 +179,8 @@ static void test_against_reference(void **state)
                 assert_true(isfinite(out[j]));
                 diff = fmax(diff, fabs(out[j] - want[j]));
             }
-            printf("# %s %-8s max|diff| %.3g (scale %.3g, relative %.2g)\n", g_types[t], g_images[i], diff, scale,
-                   diff / scale);
+            printf("# %s %s %-8s max|diff| %.3g (scale %.3g, relative %.2g)\n", vision_proj_info(c->proj)->name,
+                   g_types[t], g_images[i], diff, scale, diff / scale);
             if (diff > TOL_REF * scale)
                 fail_msg("%s %s: max |pagoda - ref| %g > %g", g_types[t], g_images[i], diff, TOL_REF * scale);
             free(want);
