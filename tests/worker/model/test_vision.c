@@ -42,7 +42,13 @@
 #define SIDE 112
 
 static char g_dir[] = "/tmp/pagoda-vision-test-XXXXXX";
-static const char *const g_types[] = {"F32", "F16", "Q8_0"};
+static const char *const g_types[] = {"F32", "F16", "Q8_0", "BF16"};
+#define N_TYPES 4
+/* The fast paths' bound (vision_set_fast: Q8_0 through the int8 kernels,
+ * activations rounded to 8 bits per block of 32; BF16 through vdpbf16ps,
+ * activations rounded to bf16; F32 / F16 stay on the float path), as a
+ * fraction of max(1, max |ref|) like TOL_REF. */
+static const double g_tol_fast[N_TYPES] = {TOL_REF, TOL_REF, 2e-2, 1e-2};
 static const char *const g_images[] = {"gradient", "checker", "noise"};
 
 /* image i (SIDE x SIDE RGB8) */
@@ -82,7 +88,7 @@ static int setup(void **state)
     (void)state;
     if (!mkdtemp(g_dir))
         return -1;
-    for (size_t t = 0; t < 3; t++) {
+    for (size_t t = 0; t < N_TYPES; t++) {
         char name[64], args[512];
         snprintf(name, sizeof name, "text-%s.gguf", g_types[t]);
         snprintf(args, sizeof args,
@@ -130,49 +136,101 @@ static uint8_t *read_ppm(const char *path)
 static void test_against_reference(void **state)
 {
     (void)state;
-    for (size_t t = 0; t < 3; t++) {
-        char mm[128], err[256];
-        snprintf(mm, sizeof mm, "%s/mmproj-%s.gguf", g_dir, g_types[t]);
-        vision_t *v = NULL;
-        if (vision_load(mm, 2, &v, err, sizeof err) != 0)
-            fail_msg("%s: %s", mm, err);
-        const vision_config_t *c = vision_config(v);
-        assert_int_equal(c->proj, VISION_PROJ_GEMMA3);
-        assert_int_equal(c->image_size, SIDE);
-        assert_int_equal(c->n_tok, 16);
-        assert_int_equal(c->out_dim, 64);
-        const size_t n_out = (size_t)c->n_tok * c->out_dim;
-        float *out = malloc(n_out * sizeof(float));
-        for (int i = 0; i < 3; i++) {
-            char img[128], ref[128], cmd[512];
-            snprintf(img, sizeof img, "%s/%s.ppm", g_dir, g_images[i]);
-            snprintf(ref, sizeof ref, "%s/ref-%s-%s.f32", g_dir, g_types[t], g_images[i]);
-            snprintf(cmd, sizeof cmd, PY " tests/ref/vision_ref.py '%s' '%s' --out '%s'", mm, img, ref);
-            assert_int_equal(system(cmd), 0);
-            uint8_t *rgb = read_ppm(img);
-            assert_int_equal(vision_encode(v, rgb, SIDE, SIDE, out, err, sizeof err), 0);
-            free(rgb);
-            size_t len;
-            float *want = (float *)support_read_file(ref, &len);
-            assert_non_null(want);
-            assert_int_equal(len, n_out * sizeof(float));
-            double scale = 1, diff = 0;
-            for (size_t j = 0; j < n_out; j++)
-                scale = fmax(scale, fabs(want[j]));
-            for (size_t j = 0; j < n_out; j++) {
-                assert_true(isfinite(out[j]));
-                diff = fmax(diff, fabs(out[j] - want[j]));
+    for (size_t t = 0; t < N_TYPES; t++)
+        for (int fast = 0; fast <= 1; fast++) {
+            char mm[128], err[256];
+            snprintf(mm, sizeof mm, "%s/mmproj-%s.gguf", g_dir, g_types[t]);
+            vision_t *v = NULL;
+            if (vision_load(mm, 2, &v, err, sizeof err) != 0)
+                fail_msg("%s: %s", mm, err);
+            assert_int_equal(vision_set_fast(v, fast), 0);
+            const vision_config_t *c = vision_config(v);
+            assert_int_equal(c->proj, VISION_PROJ_GEMMA3);
+            assert_int_equal(c->image_size, SIDE);
+            assert_int_equal(c->n_tok, 16);
+            assert_int_equal(c->out_dim, 64);
+            const size_t n_out = (size_t)c->n_tok * c->out_dim;
+            const double tol = fast ? g_tol_fast[t] : TOL_REF;
+            float *out = malloc(n_out * sizeof(float));
+            for (int i = 0; i < 3; i++) {
+                char img[128], ref[128], cmd[512];
+                snprintf(img, sizeof img, "%s/%s.ppm", g_dir, g_images[i]);
+                snprintf(ref, sizeof ref, "%s/ref-%s-%s.f32", g_dir, g_types[t], g_images[i]);
+                if (access(ref, F_OK) != 0) {
+                    snprintf(cmd, sizeof cmd, PY " tests/ref/vision_ref.py '%s' '%s' --out '%s'", mm, img, ref);
+                    assert_int_equal(system(cmd), 0);
+                }
+                uint8_t *rgb = read_ppm(img);
+                assert_int_equal(vision_encode(v, rgb, SIDE, SIDE, out, err, sizeof err), 0);
+                free(rgb);
+                size_t len;
+                float *want = (float *)support_read_file(ref, &len);
+                assert_non_null(want);
+                assert_int_equal(len, n_out * sizeof(float));
+                double scale = 1, diff = 0;
+                for (size_t j = 0; j < n_out; j++)
+                    scale = fmax(scale, fabs(want[j]));
+                for (size_t j = 0; j < n_out; j++) {
+                    assert_true(isfinite(out[j]));
+                    diff = fmax(diff, fabs(out[j] - want[j]));
+                }
+                printf("# %-4s %s %-8s max|diff| %.3g (scale %.3g, relative %.2g, bound %.0e)\n", g_types[t],
+                       fast ? "fast " : "exact", g_images[i], diff, scale, diff / scale, tol);
+                if (diff > tol * scale)
+                    fail_msg("%s %s %s: max |pagoda - ref| %g > %g", g_types[t], fast ? "fast" : "exact",
+                             g_images[i], diff, tol * scale);
+                free(want);
             }
-            printf("# %s %-8s max|diff| %.3g (scale %.3g, relative %.2g)\n", g_types[t], g_images[i], diff, scale,
-                   diff / scale);
-            if (diff > TOL_REF * scale)
-                fail_msg("%s %s: max |pagoda - ref| %g > %g", g_types[t], g_images[i], diff, TOL_REF * scale);
-            free(want);
+            free(out);
+            vision_free(&v);
+            assert_null(v);
         }
-        free(out);
-        vision_free(&v);
-        assert_null(v);
+}
+
+/* Batched across requests: the three images (and the first again) encoded
+ * as one batch — with scratch for 2 images, so in passes of 2 + 2 — give
+ * each image the bits it gets alone, for every matrix type, exact and fast
+ * (every kernel computes a row from that row alone: matmul.h, vit_attn.h,
+ * vit_ops.h). */
+static void test_batch_equals_alone(void **state)
+{
+    (void)state;
+    uint8_t *rgb[4];
+    for (int i = 0; i < 4; i++) {
+        rgb[i] = malloc((size_t)SIDE * SIDE * 3);
+        make_image(i % 3, rgb[i]);
     }
+    for (size_t t = 0; t < N_TYPES; t++)
+        for (int fast = 0; fast <= 1; fast++) {
+            char mm[128], err[256];
+            snprintf(mm, sizeof mm, "%s/mmproj-%s.gguf", g_dir, g_types[t]);
+            vision_t *v = NULL;
+            assert_int_equal(vision_load(mm, 2, &v, err, sizeof err), 0);
+            assert_int_equal(vision_set_fast(v, fast), 0);
+            const size_t n = (size_t)vision_config(v)->n_tok * vision_config(v)->out_dim;
+            float *alone = malloc(4 * n * sizeof(float)), *batch = malloc(4 * n * sizeof(float));
+            for (int i = 0; i < 4; i++)
+                assert_int_equal(vision_encode(v, rgb[i], SIDE, SIDE, alone + i * n, err, sizeof err), 0);
+            assert_int_equal(vision_set_max_batch(v, 2), 0);
+            assert_int_equal(vision_set_fast(v, fast), 0);
+            const uint8_t *px[4] = {rgb[0], rgb[1], rgb[2], rgb[3]};
+            float *outs[4] = {batch, batch + n, batch + 2 * n, batch + 3 * n};
+            const int ws[4] = {SIDE, SIDE, SIDE, SIDE};
+            assert_int_equal(vision_encode_batch(v, px, ws, ws, 4, outs, err, sizeof err), 0);
+            for (int i = 0; i < 4; i++)
+                if (memcmp(alone + i * n, batch + i * n, n * sizeof(float)) != 0)
+                    fail_msg("%s %s: image %d's rows in the batch differ from its rows alone", g_types[t],
+                             fast ? "fast" : "exact", i);
+            /* a bad size anywhere refuses the batch */
+            const int bad[2] = {SIDE, SIDE - 1};
+            assert_int_equal(vision_encode_batch(v, px, bad, ws, 2, outs, err, sizeof err), -1);
+            assert_non_null(strstr(err, "image 1"));
+            free(alone);
+            free(batch);
+            vision_free(&v);
+        }
+    for (int i = 0; i < 4; i++)
+        free(rgb[i]);
 }
 
 /* Different images give different embeddings (the encoder reads the pixels). */
@@ -347,6 +405,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_reference),
+        cmocka_unit_test(test_batch_equals_alone),
         cmocka_unit_test(test_images_differ),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_image_in_sequence),
