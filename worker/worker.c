@@ -41,6 +41,9 @@ _Static_assert(SAMPLER_MAX_TOP_LOGPROBS == PROTO_MAX_TOP_LOGPROBS,
                "sched/sampler and the wire must agree on the top-logprobs limit");
 
 /* The worker process state. */
+/* SUBMITs with images held per turn (their images encoded in one batch) */
+#define WORKER_HELD_SUBMITS 8
+
 struct worker {
     char model_name[PROTO_MAX_NAME + 1];  /* the name served (REGISTER model) */
     char *model_path;                     /* its GGUF file (owned copy) */
@@ -70,6 +73,10 @@ struct worker {
     engine_t *draft;                      /* --draft-model (owned), NULL = none */
     vision_t *vis;                        /* --mmproj (owned), NULL = the model takes no images;
                                            * REGISTER's vis map is worker_vis_info(vis) */
+    /* SUBMITs with images drained in this turn, held until the drain ends
+     * (or another message comes) so their images are encoded as one batch */
+    proto_msg_t held[WORKER_HELD_SUBMITS];
+    int n_held;
     sched_t *sched;                       /* continuous-batching scheduler (owned) */
     sched_config_t scfg;                  /* its limits, as configured */
     /* scratch of on_sched_event: one EVENT's top alternatives */
@@ -505,7 +512,7 @@ static proto_err_t submit(struct worker *w, const proto_submit_t *sm, char *err,
     proto_err_t cause = worker_req_from_submit(w->engine, sm, clock_now_us(), &r, err, errlen);
     if (cause != PROTO_ERR_NONE)
         return cause;
-    cause = worker_req_submit_images(&r, w->vis, w->engine, sm, err, errlen);
+    cause = worker_req_submit_images(&r, w->vis, w->engine, sm, NULL, err, errlen);
     if (cause != PROTO_ERR_NONE) {
         worker_req_clear(&r);
         return cause;
@@ -513,6 +520,66 @@ static proto_err_t submit(struct worker *w, const proto_submit_t *sm, char *err,
     cause = err_from_sched(sched_submit(w->sched, &r.req, err, errlen));
     worker_req_clear(&r);
     return cause;
+}
+
+static void on_gateway_message(struct worker *w, const proto_msg_t *m);
+
+/* The held SUBMITs (all with images, w->vis set): each request built and
+ * its images added to one batch, the batch encoded (vision_encode_batch:
+ * the requests' images stacked), then each handed to the scheduler in the
+ * order they came. A refusal is an ERROR reply, as submit's. */
+static void submit_held(struct worker *w)
+{
+    if (w->n_held == 0)
+        return;
+    worker_req_t r[WORKER_HELD_SUBMITS];
+    proto_err_t cause[WORKER_HELD_SUBMITS];
+    char err[WORKER_HELD_SUBMITS][512];
+    worker_img_batch_t b;
+    worker_img_batch_init(&b, w->vis);
+    for (int i = 0; i < w->n_held; i++) {
+        const proto_submit_t *sm = &w->held[i].submit;
+        cause[i] = worker_req_from_submit(w->engine, sm, clock_now_us(), &r[i], err[i], sizeof err[i]);
+        if (cause[i] != PROTO_ERR_NONE)
+            continue;
+        cause[i] = worker_req_submit_images(&r[i], w->vis, w->engine, sm, &b, err[i], sizeof err[i]);
+        if (cause[i] != PROTO_ERR_NONE)
+            worker_req_clear(&r[i]);
+    }
+    worker_img_batch_run(&b);
+    worker_img_batch_free(&b);
+    for (int i = 0; i < w->n_held; i++) {
+        const proto_submit_t *sm = &w->held[i].submit;
+        if (cause[i] == PROTO_ERR_NONE) {
+            cause[i] = err_from_sched(sched_submit(w->sched, &r[i].req, err[i], sizeof err[i]));
+            worker_req_clear(&r[i]);
+        }
+        if (cause[i] != PROTO_ERR_NONE) {
+            log_info("request %llu refused (%s): %s", (unsigned long long)sm->id, proto_err_name(cause[i]),
+                     err[i]);
+            reply_error(w, sm->id, cause[i], err[i]);
+        }
+        proto_msg_clear(&w->held[i]);
+    }
+    w->n_held = 0;
+}
+
+/* A message of the drain: a SUBMIT with images is held (the caller must
+ * then not clear *m: the worker owns it until submit_held); anything else
+ * first submits the held ones, keeping the order, then is handled. */
+static bool hold_or_handle(struct worker *w, proto_msg_t *m)
+{
+    if (m->type == PROTO_SUBMIT && m->submit.n_imgs && w->vis && !w->draining && m->submit.op != PROTO_OP_EMBED &&
+        m->submit.op != PROTO_OP_RANK && m->submit.op != PROTO_OP_TOKENIZE &&
+        m->submit.op != PROTO_OP_DETOKENIZE) {
+        if (w->n_held == WORKER_HELD_SUBMITS)
+            submit_held(w);
+        w->held[w->n_held++] = *m;
+        return true;
+    }
+    submit_held(w);
+    on_gateway_message(w, m);
+    return false;
 }
 
 static void on_gateway_message(struct worker *w, const proto_msg_t *m)
@@ -917,6 +984,11 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
                        vision_config(w->vis)->out_dim, w->engine->model->cfg.dim);
             goto err;
         }
+        /* int8 / bf16 matmuls as the text model's, unless exact; scratch
+         * for the held SUBMITs' images in one pass where it takes at most
+         * 256 MiB (an image of the 896 px / 27-block encoder takes ~210) */
+        vision_set_fast(w->vis, !w->scfg.exact_matmul);
+        vision_set_max_batch(w->vis, vision_batch_for_bytes(w->vis, (size_t)256 << 20, WORKER_HELD_SUBMITS));
     }
     t_load = clock_now_us();
     bool from_standby = false;
@@ -1006,6 +1078,8 @@ void worker_free(worker_t **wp)
     pack_cache_write_end(&w->draft_pack_write);
     engine_free(&w->engine);
     engine_free(&w->draft);
+    for (int i = 0; i < w->n_held; i++)
+        proto_msg_clear(&w->held[i]);
     vision_free(&w->vis);
     free(w->test_step_wedge);
     strbuf_free(&w->wire_text);
@@ -1055,13 +1129,14 @@ bool worker_run_once(worker_t *w, int wake_fd)
                                &m);
     drop_orphans(w);
     while (prc == WORKER_LINK_MSG) {
-        on_gateway_message(w, &m);
-        proto_msg_clear(&m);
+        if (!hold_or_handle(w, &m))
+            proto_msg_clear(&m);
         if (w->stop)
             break;
         prc = worker_link_poll(w->link, 0, wake_fd, &m);
         drop_orphans(w);
     }
+    submit_held(w); /* the drain's SUBMITs with images: one encode batch */
     if (prc == WORKER_LINK_WAKE) {
         int sig = sigwake_signal();
         log_info("%s: exiting", sig > 0 ? strsignal(sig) : "woken");

@@ -2,6 +2,7 @@
  * worker_image.h). */
 #include "worker/worker_image.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,9 +23,75 @@ void worker_vis_info(const vision_t *v, worker_vis_info_t *out)
 /* writes the message into err, then refuses */
 #define BAD(...) (errbuf_set(err, errlen, __VA_ARGS__), PROTO_ERR_BAD_REQUEST)
 
-proto_err_t worker_req_images(struct worker_req *r, vision_t *v, const tokenizer_t *tok, const worker_img_t *imgs,
-                              uint32_t n_imgs, const worker_img_span_t *spans, uint32_t n_spans, char *err,
-                              size_t errlen)
+void worker_img_batch_init(worker_img_batch_t *b, vision_t *v)
+{
+    *b = (worker_img_batch_t){.v = v};
+}
+
+void worker_img_batch_free(worker_img_batch_t *b)
+{
+    free(b->rgb);
+    free(b->w);
+    free(b->h);
+    free(b->out);
+    free(b->hash);
+    free(b->copy);
+    *b = (worker_img_batch_t){0};
+}
+
+/* rows already in the batch (src) to be copied to dst once it ran */
+static void batch_copy(worker_img_batch_t *b, const float *src, float *dst)
+{
+    if (b->n_copy == b->cap_copy) {
+        b->cap_copy = b->cap_copy ? 2 * b->cap_copy : 8;
+        b->copy = xrealloc(b->copy, (size_t)b->cap_copy * sizeof *b->copy);
+    }
+    b->copy[b->n_copy++] = (worker_img_copy_t){.src = src, .dst = dst};
+}
+
+/* an image to encode into dst, or a copy when the batch already encodes
+ * the same pixels (the same 32-byte hash: another request's image) */
+static void batch_image(worker_img_batch_t *b, const worker_img_t *im, float *dst)
+{
+    for (int i = 0; i < b->n; i++)
+        if (memcmp(b->hash[i], im->hash, 32) == 0) {
+            batch_copy(b, b->out[i], dst);
+            return;
+        }
+    if (b->n == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 4;
+        b->rgb = xrealloc(b->rgb, (size_t)b->cap * sizeof *b->rgb);
+        b->w = xrealloc(b->w, (size_t)b->cap * sizeof *b->w);
+        b->h = xrealloc(b->h, (size_t)b->cap * sizeof *b->h);
+        b->out = xrealloc(b->out, (size_t)b->cap * sizeof *b->out);
+        b->hash = xrealloc(b->hash, (size_t)b->cap * sizeof *b->hash);
+    }
+    b->rgb[b->n] = im->rgb;
+    b->w[b->n] = (int)im->w;
+    b->h[b->n] = (int)im->h;
+    b->out[b->n] = dst;
+    b->hash[b->n] = im->hash;
+    b->n++;
+}
+
+void worker_img_batch_run(worker_img_batch_t *b)
+{
+    if (b->n > 0) {
+        char err[256];
+        /* the sizes were checked when each image joined */
+        int rc = vision_encode_batch(b->v, b->rgb, b->w, b->h, b->n, b->out, err, sizeof err);
+        assert(rc == 0);
+        (void)rc;
+    }
+    for (int i = 0; i < b->n_copy; i++)
+        memcpy(b->copy[i].dst, b->copy[i].src,
+               (size_t)vision_config(b->v)->n_tok * (size_t)vision_config(b->v)->out_dim * sizeof(float));
+    b->n = b->n_copy = 0;
+}
+
+proto_err_t worker_req_images_add(struct worker_req *r, vision_t *v, const tokenizer_t *tok,
+                                  const worker_img_t *imgs, uint32_t n_imgs, const worker_img_span_t *spans,
+                                  uint32_t n_spans, worker_img_batch_t *b, char *err, size_t errlen)
 {
     if (n_spans == 0)
         return PROTO_ERR_NONE;
@@ -53,7 +120,8 @@ proto_err_t worker_req_images(struct worker_req *r, vision_t *v, const tokenizer
                            (long)p);
         end = sp->pos + sp->n_tok;
     }
-    /* each distinct image once: first[k] = the span index that encoded image k */
+    /* each distinct image once: first[k] = the span index whose rows image k
+     * goes to; the encode itself is the batch's (worker_img_batch_run) */
     const size_t rows = (size_t)c->n_tok * (size_t)c->out_dim;
     int32_t *first = xmalloc((size_t)n_imgs * sizeof *first);
     for (uint32_t k = 0; k < n_imgs; k++)
@@ -65,11 +133,9 @@ proto_err_t worker_req_images(struct worker_req *r, vision_t *v, const tokenizer
         const worker_img_t *im = &imgs[sp->img];
         float *dst = r->img_embd + (size_t)i * rows;
         if (first[sp->img] >= 0) {
-            memcpy(dst, r->img_embd + (size_t)first[sp->img] * rows, rows * sizeof(float));
-        } else if (vision_encode(v, im->rgb, (int)im->w, (int)im->h, dst, err, errlen) != 0) {
-            free(first);
-            return PROTO_ERR_BAD_REQUEST; /* worker_req_clear frees the rest */
+            batch_copy(b, r->img_embd + (size_t)first[sp->img] * rows, dst);
         } else {
+            batch_image(b, im, dst);
             first[sp->img] = (int32_t)i;
         }
         r->images[i] = (sched_image_t){.pos = sp->pos, .n_tok = sp->n_tok, .embd = dst,
@@ -81,8 +147,21 @@ proto_err_t worker_req_images(struct worker_req *r, vision_t *v, const tokenizer
     return PROTO_ERR_NONE;
 }
 
+proto_err_t worker_req_images(struct worker_req *r, vision_t *v, const tokenizer_t *tok, const worker_img_t *imgs,
+                              uint32_t n_imgs, const worker_img_span_t *spans, uint32_t n_spans, char *err,
+                              size_t errlen)
+{
+    worker_img_batch_t b;
+    worker_img_batch_init(&b, v);
+    proto_err_t rc = worker_req_images_add(r, v, tok, imgs, n_imgs, spans, n_spans, &b, err, errlen);
+    if (rc == PROTO_ERR_NONE)
+        worker_img_batch_run(&b);
+    worker_img_batch_free(&b);
+    return rc;
+}
+
 proto_err_t worker_req_submit_images(struct worker_req *r, vision_t *v, const engine_t *e,
-                                     const proto_submit_t *sm, char *err, size_t errlen)
+                                     const proto_submit_t *sm, worker_img_batch_t *b, char *err, size_t errlen)
 {
     if (!sm->n_imgs)
         return PROTO_ERR_NONE;
@@ -104,7 +183,8 @@ proto_err_t worker_req_submit_images(struct worker_req *r, vision_t *v, const en
     for (uint32_t i = 0; i < sm->n_imgs && i < PROTO_MAX_IMAGES; i++)
         imgs[i] = (worker_img_t){.rgb = sm->imgs[i].rgb, .w = sm->imgs[i].w, .h = sm->imgs[i].h,
                                  .hash = sm->imgs[i].hash};
-    proto_err_t rc = worker_req_images(r, v, e->tok, imgs, sm->n_imgs, sp, ns, err, errlen);
+    proto_err_t rc = b ? worker_req_images_add(r, v, e->tok, imgs, sm->n_imgs, sp, ns, b, err, errlen)
+                       : worker_req_images(r, v, e->tok, imgs, sm->n_imgs, sp, ns, err, errlen);
     free(sp);
     return rc;
 }

@@ -7,8 +7,9 @@
  * submit_prompt.c) turns a message's parts into token ids plus one span
  * per image occurrence {pos, n_tok, img}: prompt[pos .. pos + n_tok) are
  * the projector's placeholder token. worker_req_images encodes each
- * distinct image once (vision_encode, on the calling thread: admission
- * time, not the step loop's) and fills the request's sched_image_t list,
+ * distinct image once (vision_encode_batch, on the calling thread:
+ * admission time, not the step loop's; the worker holds the SUBMITs with
+ * images it drains in one turn and encodes their images as one batch) and fills the request's sched_image_t list,
  * the image's hash (its first 8 bytes) as the prefix-cache key.
  *
  * REGISTER's `vis` map comes from worker_vis_info: {size, n_tok, proj}.
@@ -50,6 +51,43 @@ typedef struct worker_vis_info {
 
 void worker_vis_info(const vision_t *v, worker_vis_info_t *out);
 
+/* The images of the requests admitted in one turn of the worker's loop,
+ * encoded together: worker_req_images_add records each distinct image
+ * (by hash: the same pixels in two requests are encoded once) and where
+ * its rows go, worker_img_batch_run encodes them all in one
+ * vision_encode_batch (rows stacked through the matmuls, attention per
+ * image; an image's rows are bit for bit its rows alone, vision.h) and
+ * copies the repeats. The batch keeps pointers to the images' pixels and
+ * the requests' rows: both must live until worker_img_batch_run. */
+typedef struct worker_img_copy {
+    const float *src;
+    float *dst;
+} worker_img_copy_t;
+
+typedef struct worker_img_batch {
+    vision_t *v;
+    int n, cap;                   /* distinct images to encode */
+    const uint8_t **rgb;          /* (cap): pixels, not owned */
+    int *w, *h;                   /* (cap) */
+    float **out;                  /* (cap): rows of n_tok · out_dim in a request, not owned */
+    const uint8_t **hash;         /* (cap): 32 bytes each, not owned */
+    int n_copy, cap_copy;
+    worker_img_copy_t *copy;      /* (cap_copy): repeats, copied in order after the encode */
+} worker_img_batch_t;
+
+void worker_img_batch_init(worker_img_batch_t *b, vision_t *v);
+/* Encodes and copies everything added since the last run; the batch is
+ * then empty (and reusable). */
+void worker_img_batch_run(worker_img_batch_t *b);
+void worker_img_batch_free(worker_img_batch_t *b);
+
+/* worker_req_images without the encode: r's rows are written by
+ * worker_img_batch_run(b). Same checks and returns (nothing is added to b
+ * on a refusal). */
+proto_err_t worker_req_images_add(struct worker_req *r, vision_t *v, const tokenizer_t *tok,
+                                  const worker_img_t *imgs, uint32_t n_imgs, const worker_img_span_t *spans,
+                                  uint32_t n_spans, worker_img_batch_t *b, char *err, size_t errlen);
+
 /* Encodes the images the spans use and attaches them to r (r->prompt and
  * r->req.n_prompt already set). Returns PROTO_ERR_NONE, or
  * PROTO_ERR_BAD_REQUEST with a message (no projector: "this model takes no
@@ -61,11 +99,13 @@ proto_err_t worker_req_images(struct worker_req *r, vision_t *v, const tokenizer
                               size_t errlen);
 
 /* A SUBMIT with images (imgs) into r, made by worker_req_from_submit: the
- * prompt (which it left empty) with the images' runs (proto/submit_prompt.h's layout for
- * v's projector), then worker_req_images. A SUBMIT without images: nothing
- * done. Returns PROTO_ERR_NONE, or PROTO_ERR_BAD_REQUEST with a message (no
+ * prompt (which it left empty) with the images' runs (proto/submit_prompt.h's
+ * layout for v's projector), then worker_req_images — or, with a batch b,
+ * worker_req_images_add (the rows written by worker_img_batch_run(b); sm's
+ * images must live until then). A SUBMIT without images: nothing done.
+ * Returns PROTO_ERR_NONE, or PROTO_ERR_BAD_REQUEST with a message (no
  * projector: "this model takes no images"). */
 proto_err_t worker_req_submit_images(struct worker_req *r, vision_t *v, const engine_t *e,
-                                     const proto_submit_t *sm, char *err, size_t errlen);
+                                     const proto_submit_t *sm, worker_img_batch_t *b, char *err, size_t errlen);
 
 #endif

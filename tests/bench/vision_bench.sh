@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
 # vision_bench.sh — image-encode time per image and time to first token with
-# an image: pagoda-run beside llama-mtmd-cli on the same files (when
-# llama.cpp's build is there). Prints numbers; asserts nothing.
+# an image: pagoda beside llama.cpp on the same files (when llama.cpp's build
+# is there). Prints numbers; asserts nothing.
 #
 # usage: tests/bench/vision_bench.sh [LLAMA_BIN_DIR]
 #   (default /work/ext/llama.cpp/build/bin; PAGODA_BUILD default build)
+#
+# Columns (ms, median of REPS): pagoda-encode — pagoda-run's "image encoded
+# in" (vision_encode, the fast matmul paths unless EXACT=1 passes
+# --exact-matmul); pagoda-ttft — pagoda-run's "first token after" (encode +
+# prefill, from after the loads); llama-encode — llama-mtmd-cli's "image
+# slice encoded in"; llama-ttft — llama-server's time from sending a
+# streamed /v1/chat/completions request with the image as an image_url data
+# URL to its first content chunk (the server started once; cache_prompt
+# false, so every run encodes the image again).
+#
+# PRESET=gemma3 sets Gemma 3's real encoder shape (896 px, 14 px patches,
+# width 1152, 27 blocks, 16 heads, FFN 4304: 4096 patches, 256 rows per
+# image; any VIS_* given still wins, e.g. VIS_LAYERS=4 for a shorter run).
 #
 # The pair is written by pagoda-mkmodel: a gemma3 text model (DIM, LAYERS)
 # and its projector at VIS_SIZE px, VIS_PATCH px patches, width VIS_DIM,
@@ -19,11 +32,19 @@ LLAMA_BIN=${1:-/work/ext/llama.cpp/build/bin}
 B=${PAGODA_BUILD:-build}
 THREADS=${THREADS:-2} REPS=${REPS:-3} N=${N:-8} TYPE=${TYPE:-F16}
 DIM=${DIM:-256} LAYERS=${LAYERS:-4}
+if [ "${PRESET:-}" = gemma3 ]; then
+    VIS_SIZE=${VIS_SIZE:-896} VIS_PATCH=${VIS_PATCH:-14} VIS_DIM=${VIS_DIM:-1152} VIS_LAYERS=${VIS_LAYERS:-27}
+    VIS_HEADS=${VIS_HEADS:-16} VIS_FFN=${VIS_FFN:-4304}
+fi
 VIS_SIZE=${VIS_SIZE:-224} VIS_PATCH=${VIS_PATCH:-14} VIS_DIM=${VIS_DIM:-384} VIS_LAYERS=${VIS_LAYERS:-6}
 VIS_HEADS=${VIS_HEADS:-6} VIS_FFN=${VIS_FFN:-1536}
+IMAGES=${IMAGES:-gradient checker noise}
+EXACT_FLAG=
+[ "${EXACT:-0}" = 1 ] && EXACT_FLAG=--exact-matmul
 here=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d /tmp/pagoda-vision-bench-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+srv=
+trap '[ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$tmp"' EXIT
 /usr/bin/python3 "$here/compare/vision_images.py" "$tmp" "$VIS_SIZE" || exit 1
 "$B/pagoda-mkmodel" -o "$tmp/text.gguf" --arch gemma3 --dim "$DIM" --layers "$LAYERS" --heads 4 --kv-heads 2 \
     --ffn $((DIM * 4)) --ctx 1024 --vocab 512 --type "$TYPE" --seed 7 --untied --logit-scale 8 \
@@ -33,29 +54,57 @@ trap 'rm -rf "$tmp"' EXIT
 llama=0
 [ -x "$LLAMA_BIN/llama-mtmd-cli" ] && llama=1
 [ $llama = 0 ] && echo "# no $LLAMA_BIN/llama-mtmd-cli: pagoda only"
+# llama-server once, for the TTFT column
+port=
+if [ $llama = 1 ] && [ -x "$LLAMA_BIN/llama-server" ]; then
+    port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    "$LLAMA_BIN/llama-server" -m "$tmp/text.gguf" --mmproj "$tmp/mmproj.gguf" -t "$THREADS" -c 1024 --jinja \
+        --host 127.0.0.1 --port "$port" --no-warmup > "$tmp/srv.log" 2>&1 &
+    srv=$!
+    for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break; sleep 1; done
+    curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 || { echo "# llama-server did not come up"; port=; }
+fi
+# llama_ttft IMAGE: ms from the request to the first streamed content chunk
+llama_ttft() {
+    /usr/bin/python3 - "$port" "$1" "$N" <<'PY'
+import base64, json, sys, time, urllib.request
+port, img, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+url = "data:image/x-portable-pixmap;base64," + base64.b64encode(open(img, "rb").read()).decode()
+body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                   {"type": "text", "text": "what is it"}]}],
+        "max_tokens": n, "temperature": 0, "stream": True, "cache_prompt": False}
+req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
+                             headers={"Content-Type": "application/json"})
+t0 = time.monotonic()
+with urllib.request.urlopen(req, timeout=3600) as r:
+    for line in r:
+        line = line.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        ch = json.loads(line[6:]).get("choices") or [{}]
+        if ch[0].get("delta", {}).get("content"):
+            print(f"{(time.monotonic() - t0) * 1e3:.1f}")
+            break
+PY
+}
 median() { sort -n | awk '{a[NR]=$1} END {print NR ? a[int((NR+1)/2)] : "?"}'; }
-echo "# gemma3 projector ${VIS_SIZE}px/${VIS_PATCH}px, width $VIS_DIM, $VIS_LAYERS blocks, $TYPE; text dim $DIM;" \
-     "$THREADS threads; median of $REPS; ms"
+echo "# gemma3 projector ${VIS_SIZE}px/${VIS_PATCH}px, width $VIS_DIM, $VIS_LAYERS blocks, $VIS_HEADS heads," \
+     "FFN $VIS_FFN, $TYPE; text dim $DIM; $THREADS threads; pagoda ${EXACT_FLAG:-fast paths}; median of $REPS; ms"
 printf '%-9s %14s %12s %14s %12s\n' image pagoda-encode pagoda-ttft llama-encode llama-ttft
-for img in gradient checker noise; do
+for img in $IMAGES; do
     : > "$tmp/pe"; : > "$tmp/pt"; : > "$tmp/le"; : > "$tmp/lt"
     for r in $(seq "$REPS"); do
         "$B/pagoda-run" -m "$tmp/text.gguf" --mmproj "$tmp/mmproj.gguf" --image "$tmp/$img.ppm" -p "what is it" \
-            -n "$N" --temp 0 --threads "$THREADS" > /dev/null 2> "$tmp/p.err"
+            -n "$N" --temp 0 --threads "$THREADS" $EXACT_FLAG > /dev/null 2> "$tmp/p.err"
         sed -n 's/.*image encoded in \([0-9.]*\) ms.*/\1/p' "$tmp/p.err" >> "$tmp/pe"
         sed -n 's/.*first token after \([0-9.]*\) ms.*/\1/p' "$tmp/p.err" >> "$tmp/pt"
         if [ $llama = 1 ]; then
             "$LLAMA_BIN/llama-mtmd-cli" -m "$tmp/text.gguf" --mmproj "$tmp/mmproj.gguf" --image "$tmp/$img.ppm" \
                 -p "what is it" -n "$N" --temp 0 -t "$THREADS" -c 1024 --jinja > /dev/null 2> "$tmp/l.err"
-            # libmtmd's timings: "image slice encoded in X ms", "image decoded (batch 1/1) in Y ms";
-            # llama's prompt eval: TTFT ~ encode + decode of the image + the text prefill
             sed -n 's/.*image slice encoded in \([0-9.]*\) ms.*/\1/p' "$tmp/l.err" | head -1 >> "$tmp/le"
-            awk '/image slice encoded in/ {for (i=1;i<=NF;i++) if ($i=="in") e=$(i+1)}
-                 /image decoded/ {for (i=1;i<=NF;i++) if ($i=="in") d=$(i+1)}
-                 /prompt eval time/ {for (i=1;i<=NF;i++) if ($i=="=") {p=$(i+1); break}}
-                 END {if (e != "") print e + d + p}' "$tmp/l.err" >> "$tmp/lt"
+            [ -n "$port" ] && llama_ttft "$tmp/$img.ppm" >> "$tmp/lt"
         fi
     done
     printf '%-9s %14s %12s %14s %12s\n' "$img" "$(median < "$tmp/pe")" "$(median < "$tmp/pt")" \
-        "$( [ $llama = 1 ] && median < "$tmp/le" || echo -)" "$( [ $llama = 1 ] && median < "$tmp/lt" || echo -)"
+        "$( [ $llama = 1 ] && median < "$tmp/le" || echo -)" "$( [ -n "$port" ] && median < "$tmp/lt" || echo -)"
 done

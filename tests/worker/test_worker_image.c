@@ -3,10 +3,12 @@
  * vision_encode's, a repeated image's rows copied), the hash's first 8
  * bytes as the key, REGISTER's vis info; and every refusal (no projector,
  * an image index past the list, a wrong size, a span outside the prompt or
- * over another token) a 400 with a message. Models: pagoda-mkmodel
- * --mmproj (gemma3, 112 px, 16 rows per image). And the gateway's routing
- * keys for a chat request with images (gateway/route.h route_text_keys)
- * are the keys this worker's KV pool publishes once it has run it.
+ * over another token) a 400 with a message; two requests' images through
+ * one batch (worker_img_batch) get their rows alone, bit for bit. Models:
+ * pagoda-mkmodel --mmproj (gemma3, 112 px, 16 rows per image). And the
+ * gateway's routing keys for a chat request with images (gateway/route.h
+ * route_text_keys) are the keys this worker's KV pool publishes once it has
+ * run it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -123,6 +125,61 @@ static void test_encode_once(void **state)
     free(want);
     free(a);
     free(b);
+}
+
+/* Two requests admitted in one turn: their images go through one batch
+ * (worker_req_images_add, worker_img_batch_run), the image both use (the
+ * same hash) encoded once; each request's rows equal vision_encode's of
+ * its images alone, bit for bit (scratch for 2 images: a, b, c in passes
+ * of 2 + 1, the fast paths on). */
+static void test_batch_across_requests(void **state)
+{
+    (void)state;
+    const size_t px = (size_t)SIDE * SIDE * 3, rows = 16 * 64;
+    uint8_t *a = malloc(px), *b = malloc(px), *c = malloc(px), ha[32], hb[32], hc[32];
+    for (size_t i = 0; i < px; i++) {
+        a[i] = (uint8_t)(i * 7);
+        b[i] = (uint8_t)(255 - i % 251);
+        c[i] = (uint8_t)(i % 13 * 19);
+    }
+    for (int i = 0; i < 32; i++)
+        ha[i] = (uint8_t)i, hb[i] = (uint8_t)(100 + i), hc[i] = (uint8_t)(200 + i);
+    assert_int_equal(vision_set_fast(g_v, true), 0);
+    assert_int_equal(vision_set_max_batch(g_v, 2), 0);
+    worker_img_t imgs1[2] = {{a, SIDE, SIDE, ha}, {b, SIDE, SIDE, hb}}, imgs2[2] = {{c, SIDE, SIDE, hc}, {a, SIDE, SIDE, ha}};
+    worker_img_span_t spans1[3] = {{1, 16, 0}, {18, 16, 1}, {35, 16, 0}}, spans2[2] = {{1, 16, 1}, {18, 16, 0}};
+    worker_req_t r1, r2;
+    make_req(&r1);
+    make_req(&r2);
+    char err[256] = "";
+    worker_img_batch_t bt;
+    worker_img_batch_init(&bt, g_v);
+    assert_int_equal(worker_req_images_add(&r1, g_v, g_e->tok, imgs1, 2, spans1, 3, &bt, err, sizeof err),
+                     PROTO_ERR_NONE);
+    assert_int_equal(worker_req_images_add(&r2, g_v, g_e->tok, imgs2, 2, spans2, 2, &bt, err, sizeof err),
+                     PROTO_ERR_NONE);
+    assert_int_equal(bt.n, 3); /* a, b, c: a once */
+    worker_img_batch_run(&bt);
+    assert_int_equal(bt.n, 0);
+    worker_img_batch_free(&bt);
+    float *want = malloc(3 * rows * sizeof(float));
+    assert_int_equal(vision_encode(g_v, a, SIDE, SIDE, want, err, sizeof err), 0);
+    assert_int_equal(vision_encode(g_v, b, SIDE, SIDE, want + rows, err, sizeof err), 0);
+    assert_int_equal(vision_encode(g_v, c, SIDE, SIDE, want + 2 * rows, err, sizeof err), 0);
+    const float *const got[5] = {r1.req.images[0].embd, r1.req.images[1].embd, r1.req.images[2].embd,
+                                 r2.req.images[0].embd, r2.req.images[1].embd};
+    const int which[5] = {0, 1, 0, 0, 2}; /* r2's spans: image 1 (a) at 1, image 0 (c) at 18 */
+    for (int i = 0; i < 5; i++)
+        if (memcmp(got[i], want + (size_t)which[i] * rows, rows * sizeof(float)) != 0)
+            fail_msg("span %d of the batch: rows differ from its image's alone", i);
+    worker_req_clear(&r1);
+    worker_req_clear(&r2);
+    assert_int_equal(vision_set_max_batch(g_v, 1), 0);
+    assert_int_equal(vision_set_fast(g_v, false), 0);
+    free(want);
+    free(a);
+    free(b);
+    free(c);
 }
 
 static void test_refusals(void **state)
@@ -267,6 +324,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_encode_once),
+        cmocka_unit_test(test_batch_across_requests),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_route_keys_are_the_workers),
     };

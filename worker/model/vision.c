@@ -18,8 +18,15 @@
 #include "common/text/gguf.h"
 #include "common/xalloc.h"
 #include "worker/kernels/matmul.h"
+#include "worker/kernels/qgemm.h"
 #include "worker/kernels/quant.h"
 #include "worker/model/vision_idefics3.h"
+#include "worker/kernels/vit_attn.h"
+#include "worker/kernels/vit_ops.h"
+
+_Static_assert((int)VISION_ACT_GELU == (int)VIT_ACT_GELU && (int)VISION_ACT_SILU == (int)VIT_ACT_SILU &&
+                   (int)VISION_ACT_GELU_QUICK == (int)VIT_ACT_GELU_QUICK,
+               "vision_act is vit_act");
 
 /* Bounds beyond which a file is bogus (SigLIP-so400m: D 1152, F 4304, 27 layers, S 896). */
 #define VIS_MAX_SIDE 4096
@@ -56,15 +63,18 @@ struct vision {
     float *proj_t;                /* gemma3 (T, D) owned */
     float *arena;                 /* owned storage of the const float * vectors */
     size_t arena_used, arena_cap;
-    /* scratch for one image */
-    float *patches;               /* (N, 3·P·P) */
-    float *h;                     /* (N, D) residual */
-    float *a;                     /* (N, D) normed input / attention output */
-    float *q, *k, *v;             /* (N, D) */
-    float *o;                     /* (N, D) projection outputs */
-    float *f;                     /* (N, F) */
-    float *scores;                /* (n_threads, N) */
+    /* scratch for max_batch images, their rows stacked: R = N · max_batch */
+    float *patches;               /* (R, 3·P·P) */
+    float *h;                     /* (R, D) residual */
+    float *a;                     /* (R, D) normed input / attention output */
+    float *q, *k, *v;             /* (R, D) */
+    float *o;                     /* (R, D) projection outputs */
+    float *f;                     /* (R, F) */
+    float *scores;                /* vit_attn_scratch(N, D, n_threads) floats */
     float *pooled;                /* (n_tok, D) */
+    int max_batch;                /* images the scratch holds (rows stacked: R = N · max_batch) */
+    bool fast;                    /* matmul's int8 / bf16 paths on (vision_set_fast) */
+    bool bf16;                    /* ... and the bf16 one is there (AVX512-BF16) */
 };
 
 typedef struct vloader {
@@ -234,20 +244,20 @@ static int get_vec(vloader_t *ld, const char *name, int64_t n, const float **out
 /* The projector heads after the ViT's post-LN, one row per VISION_PROJ_TABLE
  * row: the scale_factor when the file has none (llama.cpp's), the columns
  * of the projection's input per ViT feature for merge k, the head's
- * tensors, and its forward pass (v->a (N, D) → out (n_tok, T)). */
+ * tensors, and its forward pass (an image's post-LN rows a (N, D) → out (n_tok, T)). */
 typedef struct vision_head {
     int32_t merge_default;
     int32_t (*in_per_dim)(int32_t k);
     int (*load)(vloader_t *ld);
-    void (*run)(vision_t *v, float *out);
+    void (*run)(vision_t *v, const float *a, float *out);
 } vision_head_t;
 
 static int32_t in_one(int32_t k);
 static int32_t in_k2(int32_t k);
 static int head_gemma3_load(vloader_t *ld);
-static void head_gemma3_run(vision_t *v, float *out);
+static void head_gemma3_run(vision_t *v, const float *a, float *out);
 static int head_idefics3_load(vloader_t *ld);
-static void head_idefics3_run(vision_t *v, float *out);
+static void head_idefics3_run(vision_t *v, const float *a, float *out);
 
 static const vision_head_t heads[] = {
     [VISION_PROJ_GEMMA3] = {4, in_one, head_gemma3_load, head_gemma3_run},
@@ -390,6 +400,91 @@ static int load_tensors(vloader_t *ld)
     return heads[c->proj].load(ld);
 }
 
+/* The scratch of a batch of up to n images (rows stacked). */
+static void free_scratch(vision_t *v)
+{
+    free(v->patches);
+    free(v->h);
+    free(v->a);
+    free(v->q);
+    free(v->k);
+    free(v->v);
+    free(v->o);
+    free(v->f);
+    free(v->scores);
+    free(v->pooled);
+}
+
+static void alloc_scratch(vision_t *v, int n)
+{
+    const vision_config_t *c = &v->cfg;
+    const size_t D = (size_t)c->dim, F = (size_t)c->ffn_dim, R = (size_t)c->n_patches * (size_t)n;
+    const size_t PP = 3 * (size_t)c->patch_size * (size_t)c->patch_size;
+    v->patches = xmalloc(R * PP * sizeof(float));
+    v->h = xmalloc(R * D * sizeof(float));
+    v->a = xmalloc(R * D * sizeof(float));
+    v->q = xmalloc(R * D * sizeof(float));
+    v->k = xmalloc(R * D * sizeof(float));
+    v->v = xmalloc(R * D * sizeof(float));
+    v->o = xmalloc(R * D * sizeof(float));
+    v->f = xmalloc(R * F * sizeof(float));
+    v->scores = xmalloc(vit_attn_scratch(c->n_patches, c->dim, v->n_threads) * sizeof(float));
+    v->pooled = xmalloc((size_t)c->n_tok * D * sizeof(float));
+    v->max_batch = n;
+}
+
+/* The fast matmul paths for batches of up to v->max_batch images. */
+static void set_paths(vision_t *v)
+{
+    const int rows = v->cfg.n_patches * v->max_batch;
+    if (!v->fast)
+        return;
+    (void)matmul_use_int8(v->mm, rows);  /* -1: no scratch that large, the float path stays */
+    v->bf16 = matmul_use_bf16(v->mm, rows) == 0; /* 1: not on this CPU, the float path stays */
+}
+
+int vision_batch_for_bytes(const vision_t *v, size_t bytes, int max)
+{
+    const vision_config_t *c = &v->cfg;
+    const size_t per = (size_t)c->n_patches *
+                       (3 * (size_t)c->patch_size * (size_t)c->patch_size + 7 * (size_t)c->dim + (size_t)c->ffn_dim) *
+                       sizeof(float);
+    size_t n = bytes / per;
+    return n < 1 ? 1 : n > (size_t)max ? max : (int)n;
+}
+
+int vision_set_max_batch(vision_t *v, int n)
+{
+    if (n < 1 || (int64_t)n * v->cfg.n_patches > INT32_MAX / 4)
+        return -1;
+    if (n == v->max_batch)
+        return 0;
+    free_scratch(v);
+    alloc_scratch(v, n);
+    set_paths(v);
+    return 0;
+}
+
+int vision_set_fast(vision_t *v, bool on)
+{
+    if (on == v->fast)
+        return 0;
+    v->fast = on;
+    if (!on) {
+        /* the matmul keeps its fast paths once on: a new one without them */
+        const size_t PP = 3 * (size_t)v->cfg.patch_size * (size_t)v->cfg.patch_size, F = (size_t)v->cfg.ffn_dim,
+                     D = (size_t)v->cfg.dim;
+        size_t max_cols = PP > F ? PP : F;
+        max_cols = max_cols > (size_t)v->cfg.head_in ? max_cols : (size_t)v->cfg.head_in;
+        matmul_free(&v->mm);
+        v->bf16 = false;
+        v->mm = matmul_new((int64_t)(max_cols > D ? max_cols : D), v->n_threads);
+        return 0;
+    }
+    set_paths(v);
+    return 0;
+}
+
 int vision_load(const char *path, int n_threads, vision_t **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -420,7 +515,7 @@ int vision_load_gguf(gguf_t **g, int n_threads, vision_t **out, char *err, size_
      * a small multiple of the weights: a file much smaller than its
      * metadata says is refused before anything that large is allocated */
     const size_t PP = 3 * (size_t)c->patch_size * (size_t)c->patch_size;
-    const size_t scratch = (N * (PP + 7 * D + F) + (size_t)v->n_threads * N) * sizeof(float);
+    const size_t scratch = (N * (PP + 7 * D + F) + vit_attn_scratch((int)N, (int)D, v->n_threads)) * sizeof(float);
     if (v->arena_cap > 2 * (*g)->len || scratch > 64 * (*g)->len + ((size_t)64 << 20)) {
         vfail(&ld, "the file (%zu bytes) is too small for the encoder its metadata describes", (*g)->len);
         goto err;
@@ -431,16 +526,7 @@ int vision_load_gguf(gguf_t **g, int n_threads, vision_t **out, char *err, size_
     size_t max_cols = PP > F ? PP : F;
     max_cols = max_cols > (size_t)c->head_in ? max_cols : (size_t)c->head_in;
     v->mm = matmul_new((int64_t)(max_cols > D ? max_cols : D), v->n_threads);
-    v->patches = xmalloc(N * PP * sizeof(float));
-    v->h = xmalloc(N * D * sizeof(float));
-    v->a = xmalloc(N * D * sizeof(float));
-    v->q = xmalloc(N * D * sizeof(float));
-    v->k = xmalloc(N * D * sizeof(float));
-    v->v = xmalloc(N * D * sizeof(float));
-    v->o = xmalloc(N * D * sizeof(float));
-    v->f = xmalloc(N * F * sizeof(float));
-    v->scores = xmalloc((size_t)v->n_threads * N * sizeof(float));
-    v->pooled = xmalloc((size_t)c->n_tok * D * sizeof(float));
+    alloc_scratch(v, 1);
     v->g = *g;
     *g = NULL;
     *out = v;
@@ -459,16 +545,7 @@ void vision_free(vision_t **vp)
     free(v->layers);
     free(v->proj_t);
     free(v->arena);
-    free(v->patches);
-    free(v->h);
-    free(v->a);
-    free(v->q);
-    free(v->k);
-    free(v->v);
-    free(v->o);
-    free(v->f);
-    free(v->scores);
-    free(v->pooled);
+    free_scratch(v);
     gguf_close(&v->g);
     free(v);
     *vp = NULL;
@@ -479,86 +556,52 @@ const vision_config_t *vision_config(const vision_t *v)
     return &v->cfg;
 }
 
-/* y (n, D) = LayerNorm(x) * w + b, per row, statistics in double. */
+/* y (n, D) = LayerNorm(x) * w + b, per row, statistics in double (the
+ * sums in 4 double lanes on AVX2: worker/kernels/vit_ops.h). */
 static void layer_norm(const float *x, float *y, const float *w, const float *b, int n, int D, float eps,
                        int n_threads)
 {
 #pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (int r = 0; r < n; r++) {
-        const float *xr = x + (size_t)r * D;
-        float *yr = y + (size_t)r * D;
-        double mean = 0, var = 0;
-        for (int i = 0; i < D; i++)
-            mean += xr[i];
-        mean /= D;
-        for (int i = 0; i < D; i++)
-            var += (xr[i] - mean) * (xr[i] - mean);
-        var /= D;
-        const float inv = (float)(1.0 / sqrt(var + eps));
-        for (int i = 0; i < D; i++)
-            yr[i] = (float)(xr[i] - mean) * inv * w[i] + b[i];
-    }
+    for (int r = 0; r < n; r++)
+        vit_layer_norm_row(x + (size_t)r * D, y + (size_t)r * D, w, b, D, eps);
 }
 
-/* y (n, cols) = x · Wᵀ + bias (bias may be NULL). */
+/* true when w's kernel computes a row from that row alone at any row
+ * count — the int8 and BF16 paths (matmul.h) — so the images of a batch
+ * share one call and keep their bits; the float path's sgemm promises no
+ * such thing (OpenBLAS picks its kernels by size), so there each image's
+ * N rows are one call (at N >= 64 rows sgemm loses nothing by it). */
+static bool rows_independent(const vision_t *v, const matmul_weight_t *w)
+{
+    return v->fast && (qgemm_supported(w->type) || (w->type == GGML_TYPE_BF16 && v->bf16 && w->cols % 32 == 0));
+}
+
+/* y (n, cols) = x · Wᵀ + bias (bias may be NULL), n rows of whole images
+ * (or fewer than one image's: the projection's). */
 static void linear(vision_t *v, const matmul_weight_t *w, const float *bias, const float *x, int n, float *y)
 {
-    int rc = matmul_run(v->mm, w, x, n, y);
-    assert(rc == 0 && "weights were validated at load");
-    (void)rc;
+    const int per = n > v->cfg.n_patches && !rows_independent(v, w) ? v->cfg.n_patches : n;
+    for (int r0 = 0; r0 < n; r0 += per) {
+        int rc = matmul_run(v->mm, w, x + (size_t)r0 * w->cols, per, y + (size_t)r0 * w->rows);
+        assert(rc == 0 && "weights were validated at load");
+        (void)rc;
+    }
     if (!bias)
         return;
     const int64_t m = w->rows;
+#pragma omp parallel for num_threads(v->n_threads) schedule(static)
     for (int r = 0; r < n; r++)
-        for (int64_t i = 0; i < m; i++)
-            y[(size_t)r * m + i] += bias[i];
+        vit_add(y + (size_t)r * m, bias, (int)m);
 }
 
-static float act(enum vision_act a, float x)
-{
-    switch (a) {
-    case VISION_ACT_GELU:
-        return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
-    case VISION_ACT_SILU:
-        return x / (1.0f + expf(-x));
-    case VISION_ACT_GELU_QUICK:
-        return x / (1.0f + expf(-1.702f * x));
-    }
-    return x;
-}
-
-/* a (N, D) = softmax(q kᵀ / sqrt(hd)) v per head, every patch to every
- * patch (no mask). One task per (head, query row). */
-static void attention_full(vision_t *v)
+/* a (N, D) = softmax(q kᵀ / sqrt(hd)) v per head for the image whose rows
+ * start at element off of q, k, v, a: every patch to every patch (no
+ * mask), worker/kernels/vit_attn.h. */
+static void attention_full(vision_t *v, size_t off)
 {
     const vision_config_t *c = &v->cfg;
-    const int N = c->n_patches, D = c->dim, hd = c->head_dim;
-    const float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for num_threads(v->n_threads) schedule(dynamic, 16)
-    for (int64_t task = 0; task < (int64_t)c->n_head * N; task++) {
-        const int h = (int)(task / N), i = (int)(task % N);
-        float *sc = v->scores + (size_t)omp_get_thread_num() * N;
-        const float *qi = v->q + (size_t)i * D + (size_t)h * hd;
-        float mx = -INFINITY;
-        for (int j = 0; j < N; j++) {
-            const float *kj = v->k + (size_t)j * D + (size_t)h * hd;
-            float s = 0;
-            for (int d = 0; d < hd; d++)
-                s += qi[d] * kj[d];
-            sc[j] = s * scale;
-            mx = sc[j] > mx ? sc[j] : mx;
-        }
-        float sum = 0;
-        for (int j = 0; j < N; j++)
-            sum += (sc[j] = expf(sc[j] - mx));
-        float *oi = v->a + (size_t)i * D + (size_t)h * hd;
-        memset(oi, 0, (size_t)hd * sizeof(float));
-        for (int j = 0; j < N; j++) {
-            const float p = sc[j] / sum, *vj = v->v + (size_t)j * D + (size_t)h * hd;
-            for (int d = 0; d < hd; d++)
-                oi[d] += p * vj[d];
-        }
-    }
+    vit_attn(v->q + off, v->k + off, v->v + off, c->n_patches, c->dim, c->n_head, c->head_dim,
+             1.0f / sqrtf((float)c->head_dim), v->a + off, v->scores, v->n_threads);
 }
 
 static int32_t in_one(int32_t k)
@@ -596,19 +639,20 @@ static int head_gemma3_load(vloader_t *ld)
 }
 
 
-static void head_gemma3_run(vision_t *v, float *out)
+/* out (n_tok, T) of image b of the batch from its post-LN rows a (N, D):
+ * pooled (n_tok, D) = mean of each k×k square of the patch grid, row-major,
+ * then rmsnorm · soft_emb_norm, then · Winproj. */
+static void head_gemma3_run(vision_t *v, const float *a, float *out)
 {
     const vision_config_t *c = &v->cfg;
-    const int D = c->dim;
-    /* pooled (n_tok, D): mean of each k×k square of the patch grid, row-major */
-    const int k = c->merge, side = c->n_side / k;
+    const int D = c->dim, k = c->merge, side = c->n_side / k;
     for (int oy = 0; oy < side; oy++)
         for (int ox = 0; ox < side; ox++) {
             float *pr = v->pooled + ((size_t)oy * side + ox) * D;
             memset(pr, 0, (size_t)D * sizeof(float));
             for (int dy = 0; dy < k; dy++)
                 for (int dx = 0; dx < k; dx++) {
-                    const float *hr = v->a + ((size_t)(oy * k + dy) * c->n_side + (size_t)(ox * k + dx)) * D;
+                    const float *hr = a + ((size_t)(oy * k + dy) * c->n_side + (size_t)(ox * k + dx)) * D;
                     for (int i = 0; i < D; i++)
                         pr[i] += hr[i];
                 }
@@ -622,7 +666,6 @@ static void head_gemma3_run(vision_t *v, float *out)
             for (int i = 0; i < D; i++)
                 pr[i] = pr[i] * inv * v->soft_norm[i];
         }
-    /* out (n_tok, T) = pooled · Winproj */
     linear(v, &v->w_proj, NULL, v->pooled, c->n_tok, out);
 }
 
@@ -647,12 +690,84 @@ static int head_idefics3_load(vloader_t *ld)
     return get_matrix(ld, "mm.model.fc.weight", 2, fc, &v->w_proj);
 }
 
-static void head_idefics3_run(vision_t *v, float *out)
+static void head_idefics3_run(vision_t *v, const float *a, float *out)
 {
     const vision_config_t *c = &v->cfg;
     /* v->o (n_tok, D·k²): free after the blocks, N·D floats */
-    vision_idefics3_shuffle(v->a, c->n_side, c->dim, c->merge, v->o);
+    vision_idefics3_shuffle(a, c->n_side, c->dim, c->merge, v->o);
     linear(v, &v->w_proj, NULL, v->o, c->n_tok, out);
+}
+
+/* patches (N, 3·P·P) of one image: patch (py, px), column (ch, ky, kx),
+ * normalized pixel */
+static void image_patches(const vision_config_t *c, const uint8_t *rgb, float *patches)
+{
+    const int P = c->patch_size, S = c->image_size, PP = 3 * P * P;
+    for (int py = 0; py < c->n_side; py++)
+        for (int px = 0; px < c->n_side; px++) {
+            float *row = patches + ((size_t)py * c->n_side + px) * PP;
+            for (int ch = 0; ch < 3; ch++)
+                for (int ky = 0; ky < P; ky++)
+                    for (int kx = 0; kx < P; kx++) {
+                        const uint8_t b = rgb[((size_t)(py * P + ky) * S + (size_t)(px * P + kx)) * 3 + ch];
+                        row[(ch * P + ky) * P + kx] = ((float)b / 255.0f - c->mean[ch]) / c->std[ch];
+                    }
+        }
+}
+
+/* n_img <= max_batch images through the ViT, their R = N · n_img rows
+ * stacked through every matmul and row operation; attention per image. */
+static void encode_chunk(vision_t *v, const uint8_t *const *rgb, int n_img, float *const *out)
+{
+    const vision_config_t *c = &v->cfg;
+    const int N = c->n_patches, D = c->dim, F = c->ffn_dim, PP = 3 * c->patch_size * c->patch_size;
+    const int R = N * n_img;
+    const size_t ND = (size_t)N * D;
+    for (int b = 0; b < n_img; b++)
+        image_patches(c, rgb[b], v->patches + (size_t)b * N * PP);
+    /* h (R, D) = patches · Wpatchᵀ + bpatch + pos */
+    linear(v, &v->w_patch, v->b_patch, v->patches, R, v->h);
+    for (int b = 0; b < n_img; b++)
+        vit_add(v->h + (size_t)b * ND, v->pos, (int)ND);
+
+    for (int l = 0; l < c->n_layer; l++) {
+        const vis_layer_t *L = &v->layers[l];
+        /* a = LN1(h); q, k, v = a · W{q,k,v}ᵀ + b */
+        layer_norm(v->h, v->a, L->ln1_w, L->ln1_b, R, D, c->eps, v->n_threads);
+        linear(v, &L->wq, L->bq, v->a, R, v->q);
+        linear(v, &L->wk, L->bk, v->a, R, v->k);
+        linear(v, &L->wv, L->bv, v->a, R, v->v);
+        /* a = attention, image by image; h += a · Woᵀ + bo */
+        for (int b = 0; b < n_img; b++)
+            attention_full(v, (size_t)b * ND);
+        linear(v, &L->wo, L->bo, v->a, R, v->o);
+        vit_add(v->h, v->o, R * D);
+        /* a = LN2(h); f = act(a · Wupᵀ + bup); h += f · Wdownᵀ + bdown */
+        layer_norm(v->h, v->a, L->ln2_w, L->ln2_b, R, D, c->eps, v->n_threads);
+        linear(v, &L->w_up, L->b_up, v->a, R, v->f);
+#pragma omp parallel for num_threads(v->n_threads) schedule(static)
+        for (int r = 0; r < R; r++)
+            vit_act((enum vit_act)c->act, v->f + (size_t)r * F, F);
+        linear(v, &L->w_down, L->b_down, v->f, R, v->o);
+        vit_add(v->h, v->o, R * D);
+    }
+    /* a = post_LN(h); each image's rows pooled and projected */
+    layer_norm(v->h, v->a, v->post_w, v->post_b, R, D, c->eps, v->n_threads);
+    for (int b = 0; b < n_img; b++)
+        heads[c->proj].run(v, v->a + (size_t)b * ND, out[b]);
+}
+
+int vision_encode_batch(vision_t *v, const uint8_t *const *rgb, const int *w, const int *h, int n_img,
+                        float *const *out, char *err, size_t errlen)
+{
+    const vision_config_t *c = &v->cfg;
+    for (int b = 0; b < n_img; b++)
+        if (!rgb[b] || !out[b] || w[b] != c->image_size || h[b] != c->image_size)
+            return errbuf_set(err, errlen, "image %d is %dx%d, the encoder takes %dx%d", b, w[b], h[b],
+                              c->image_size, c->image_size);
+    for (int b0 = 0; b0 < n_img; b0 += v->max_batch)
+        encode_chunk(v, rgb + b0, n_img - b0 < v->max_batch ? n_img - b0 : v->max_batch, out + b0);
+    return 0;
 }
 
 int vision_encode(vision_t *v, const uint8_t *rgb, int w, int h, float *out, char *err, size_t errlen)
@@ -661,50 +776,7 @@ int vision_encode(vision_t *v, const uint8_t *rgb, int w, int h, float *out, cha
     if (!rgb || !out || w != c->image_size || h != c->image_size)
         return errbuf_set(err, errlen, "image is %dx%d, the encoder takes %dx%d", w, h, c->image_size,
                           c->image_size);
-    const int N = c->n_patches, D = c->dim, F = c->ffn_dim, P = c->patch_size, S = c->image_size;
-    const int PP = 3 * P * P;
-
-    /* patches (N, 3·P·P): patch (py, px), column (ch, ky, kx), normalized pixel */
-    for (int py = 0; py < c->n_side; py++)
-        for (int px = 0; px < c->n_side; px++) {
-            float *row = v->patches + ((size_t)py * c->n_side + px) * PP;
-            for (int ch = 0; ch < 3; ch++)
-                for (int ky = 0; ky < P; ky++)
-                    for (int kx = 0; kx < P; kx++) {
-                        const uint8_t b = rgb[((size_t)(py * P + ky) * S + (size_t)(px * P + kx)) * 3 + ch];
-                        row[(ch * P + ky) * P + kx] = ((float)b / 255.0f - c->mean[ch]) / c->std[ch];
-                    }
-        }
-    /* h (N, D) = patches · Wpatchᵀ + bpatch + pos */
-    linear(v, &v->w_patch, v->b_patch, v->patches, N, v->h);
-    for (size_t i = 0; i < (size_t)N * D; i++)
-        v->h[i] += v->pos[i];
-
-    for (int l = 0; l < c->n_layer; l++) {
-        const vis_layer_t *L = &v->layers[l];
-        /* a = LN1(h); q, k, v = a · W{q,k,v}ᵀ + b */
-        layer_norm(v->h, v->a, L->ln1_w, L->ln1_b, N, D, c->eps, v->n_threads);
-        linear(v, &L->wq, L->bq, v->a, N, v->q);
-        linear(v, &L->wk, L->bk, v->a, N, v->k);
-        linear(v, &L->wv, L->bv, v->a, N, v->v);
-        /* a = attention; h += a · Woᵀ + bo */
-        attention_full(v);
-        linear(v, &L->wo, L->bo, v->a, N, v->o);
-        for (size_t i = 0; i < (size_t)N * D; i++)
-            v->h[i] += v->o[i];
-        /* a = LN2(h); f = act(a · Wupᵀ + bup); h += f · Wdownᵀ + bdown */
-        layer_norm(v->h, v->a, L->ln2_w, L->ln2_b, N, D, c->eps, v->n_threads);
-        linear(v, &L->w_up, L->b_up, v->a, N, v->f);
-        for (size_t i = 0; i < (size_t)N * F; i++)
-            v->f[i] = act(c->act, v->f[i]);
-        linear(v, &L->w_down, L->b_down, v->f, N, v->o);
-        for (size_t i = 0; i < (size_t)N * D; i++)
-            v->h[i] += v->o[i];
-    }
-    /* a = post_LN(h) */
-    layer_norm(v->h, v->a, v->post_w, v->post_b, N, D, c->eps, v->n_threads);
-
-    heads[c->proj].run(v, out);
+    encode_chunk(v, &rgb, 1, &out);
     return 0;
 }
 

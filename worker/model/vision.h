@@ -47,13 +47,15 @@
  * Anything else is refused with a message naming the key or tensor.
  *
  * Ownership: vision_load returns an encoder that owns its mmap and all
- * scratch (for one image); vision_free releases it and NULLs the pointer.
+ * scratch (for vision_set_max_batch images, 1 by default); vision_free
+ * releases it and NULLs the pointer.
  * Threads: vision_encode uses n_threads OpenMP threads; one encode at a
  * time per vision_t (the scratch is shared).
  */
 #ifndef PAGODA_WORKER_VISION_H
 #define PAGODA_WORKER_VISION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -118,6 +120,29 @@ const vision_proj_info_t *vision_proj_info(enum vision_proj p);
  * image_size (the caller resizes). out (n_tok, out_dim) floats.
  * 0 ok, -1 bad size (message in err). */
 int vision_encode(vision_t *v, const uint8_t *rgb, int w, int h, float *out, char *err, size_t errlen);
+/* Encodes n_img images as one batch: their rows stacked through every
+ * matmul and row operation (R = N · n_img rows, up to the scratch's
+ * vision_set_max_batch images per pass; more are taken in passes of that
+ * many), attention image by image. out[b] (n_tok, out_dim) for rgb[b]
+ * (w[b] x h[b]). An image's rows are the ones vision_encode gives it, bit
+ * for bit: every kernel on the way computes a row from that row alone
+ * (matmul.h, vit_attn.h, vit_ops.h) — with the int8 path on, the
+ * activations are quantized row by row too. 0 ok, -1 a bad size (nothing
+ * encoded; message in err). */
+int vision_encode_batch(vision_t *v, const uint8_t *const *rgb, const int *w, const int *h, int n_img,
+                        float *const *out, char *err, size_t errlen);
+/* Scratch for batches of n images (n · N rows; about n · N · (3 P² + 7 D
+ * + F) floats): reallocated here, once. 0 ok, -1 bad n. Default 1. */
+int vision_set_max_batch(vision_t *v, int n);
+/* The most images (1 ≤ n ≤ max) whose batch scratch fits in bytes. */
+int vision_batch_for_bytes(const vision_t *v, size_t bytes, int max);
+/* The matmuls' fast paths (matmul.h), off by default (the exact float
+ * path, for comparisons): on, Q8_0 / Q4_* / Q*_K matrices take the int8
+ * kernels (activations quantized per block of 32) and BF16 matrices the
+ * AVX512-BF16 kernel where the CPU has it; F32 and F16 matrices stay on
+ * the float path either way (docs/VISION.md's speed section says why).
+ * 0 ok. */
+int vision_set_fast(vision_t *v, bool on);
 
 /* A binary PPM image (P6, maxval 255; comments after '#' allowed in the
  * header): the test and command-line image format (the server's images

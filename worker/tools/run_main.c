@@ -782,6 +782,7 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
             fprintf(stderr, "pagoda-run: %s: %s\n", o->mmproj, err);
             return 1;
         }
+        vision_set_fast(vis, !o->cfg.exact_matmul); /* the text model's rule: int8 / bf16 unless --exact-matmul */
         t_begin = clock_now_us();
         n_ids = run_image_prompt(e, vis, o->image, o->prompt, &ids, &img, &img_embd, &t_enc, err, sizeof err);
         vision_free(&vis);

@@ -9,13 +9,13 @@
  *
  *     max |pagoda - ref| <= 1e-3 * max(1, max |ref|)
  *
- * The same for idefics3 projectors (pagoda-mkmodel --arch llama --projector
- * idefics3 --vis-merge 2: pixel shuffle 2x2, 64 rows of width 64 per
- * image), same tolerance.
- *
  * (pagoda computes in float32 from the same stored weights the reference
  * decodes; observed ~1e-6 relative, printed.) Also: bad image sizes and
  * files that are not projectors are refused with a message.
+ *
+ * The same for idefics3 projectors (pagoda-mkmodel --arch llama --projector
+ * idefics3 --vis-merge 2: pixel shuffle 2x2, 64 rows of width 64 per
+ * image; F32, F16 and Q8_0), same tolerances.
  *
  * Image rows in the sequence: a prompt with an image's 16 rows in the
  * middle goes through the scheduler (worker/sched.h, sched_req_t.images)
@@ -47,15 +47,23 @@
 #define SIDE 112
 
 static char g_dir[] = "/tmp/pagoda-vision-test-XXXXXX";
-static const char *const g_types[] = {"F32", "F16", "Q8_0"};
-/* the projectors under test: file prefix, mkmodel arguments, type, rows per image */
+static const char *const g_types[] = {"F32", "F16", "Q8_0", "BF16"};
+#define N_TYPES 4
+/* The fast paths' bound (vision_set_fast: Q8_0 through the int8 kernels,
+ * activations rounded to 8 bits per block of 32; BF16 through vdpbf16ps,
+ * activations rounded to bf16; F32 / F16 stay on the float path), as a
+ * fraction of max(1, max |ref|) like TOL_REF. */
+static const double g_tol_fast[N_TYPES] = {TOL_REF, TOL_REF, 2e-2, 1e-2};
+/* the projectors under test: file prefix, mkmodel arguments, type, rows per
+ * image, how many of g_types */
 static const struct {
     const char *prefix, *args;
     enum vision_proj proj;
     int n_tok;
+    size_t n_types;
 } g_projs[] = {
-    {"mmproj", "--arch gemma3 --vis-merge 4", VISION_PROJ_GEMMA3, 16},
-    {"idf-mmproj", "--arch llama --projector idefics3 --vis-merge 2", VISION_PROJ_IDEFICS3, 64},
+    {"mmproj", "--arch gemma3 --vis-merge 4", VISION_PROJ_GEMMA3, 16, N_TYPES},
+    {"idf-mmproj", "--arch llama --projector idefics3 --vis-merge 2", VISION_PROJ_IDEFICS3, 64, 3},
 };
 static const char *const g_images[] = {"gradient", "checker", "noise"};
 
@@ -96,20 +104,20 @@ static int setup(void **state)
     (void)state;
     if (!mkdtemp(g_dir))
         return -1;
-    for (size_t t = 0; t < 3 * 2; t++) {
-        char name[64], args[512];
-        const size_t pj = t / 3;
-        snprintf(name, sizeof name, "%stext-%s.gguf", pj ? "idf-" : "", g_types[t % 3]);
-        snprintf(args, sizeof args,
-                 "%s --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --ctx 256 --vocab 512 "
-                 "--type %s --seed 40 --untied --mute-special --logit-scale 8 --mmproj %s/%s-%s.gguf --vis-size %d "
-                 "--vis-patch 7 --vis-dim 64 --vis-layers 2 --vis-heads 4 --vis-ffn 128",
-                 g_projs[pj].args, g_types[t % 3], g_dir, g_projs[pj].prefix, g_types[t % 3], SIDE);
-        if (support_mkmodel(g_dir, name, args) != 0) {
-            fprintf(stderr, "pagoda-mkmodel failed (see %s/log)\n", g_dir);
-            return -1;
+    for (size_t pj = 0; pj < 2; pj++)
+        for (size_t t = 0; t < g_projs[pj].n_types; t++) {
+            char name[64], args[512];
+            snprintf(name, sizeof name, "%stext-%s.gguf", pj ? "idf-" : "", g_types[t]);
+            snprintf(args, sizeof args,
+                     "%s --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --ctx 256 --vocab 512 "
+                     "--type %s --seed 40 --untied --mute-special --logit-scale 8 --mmproj %s/%s-%s.gguf --vis-size %d "
+                     "--vis-patch 7 --vis-dim 64 --vis-layers 2 --vis-heads 4 --vis-ffn 128",
+                     g_projs[pj].args, g_types[t], g_dir, g_projs[pj].prefix, g_types[t], SIDE);
+            if (support_mkmodel(g_dir, name, args) != 0) {
+                fprintf(stderr, "pagoda-mkmodel failed (see %s/log)\n", g_dir);
+                return -1;
+            }
         }
-    }
     uint8_t *rgb = malloc((size_t)SIDE * SIDE * 3);
     for (int i = 0; i < 3; i++) {
         char path[128];
@@ -145,50 +153,104 @@ static uint8_t *read_ppm(const char *path)
 static void test_against_reference(void **state)
 {
     (void)state;
-    for (size_t pt = 0; pt < 3 * 2; pt++) {
-        char mm[128], err[256];
-        const size_t t = pt % 3, pj = pt / 3;
-        snprintf(mm, sizeof mm, "%s/%s-%s.gguf", g_dir, g_projs[pj].prefix, g_types[t]);
-        vision_t *v = NULL;
-        if (vision_load(mm, 2, &v, err, sizeof err) != 0)
-            fail_msg("%s: %s", mm, err);
-        const vision_config_t *c = vision_config(v);
-        assert_int_equal(c->proj, g_projs[pj].proj);
-        assert_int_equal(c->image_size, SIDE);
-        assert_int_equal(c->n_tok, g_projs[pj].n_tok);
-        assert_int_equal(c->out_dim, 64);
-        const size_t n_out = (size_t)c->n_tok * c->out_dim;
-        float *out = malloc(n_out * sizeof(float));
-        for (int i = 0; i < 3; i++) {
-            char img[128], ref[128], cmd[512];
-            snprintf(img, sizeof img, "%s/%s.ppm", g_dir, g_images[i]);
-            snprintf(ref, sizeof ref, "%s/ref-%s-%s-%s.f32", g_dir, g_projs[pj].prefix, g_types[t], g_images[i]);
-            snprintf(cmd, sizeof cmd, PY " tests/ref/vision_ref.py '%s' '%s' --out '%s'", mm, img, ref);
-            assert_int_equal(system(cmd), 0);
-            uint8_t *rgb = read_ppm(img);
-            assert_int_equal(vision_encode(v, rgb, SIDE, SIDE, out, err, sizeof err), 0);
-            free(rgb);
-            size_t len;
-            float *want = (float *)support_read_file(ref, &len);
-            assert_non_null(want);
-            assert_int_equal(len, n_out * sizeof(float));
-            double scale = 1, diff = 0;
-            for (size_t j = 0; j < n_out; j++)
-                scale = fmax(scale, fabs(want[j]));
-            for (size_t j = 0; j < n_out; j++) {
-                assert_true(isfinite(out[j]));
-                diff = fmax(diff, fabs(out[j] - want[j]));
+    for (size_t pj = 0; pj < 2; pj++)
+        for (size_t pt = 0; pt < 2 * g_projs[pj].n_types; pt++) {
+            const size_t t = pt / 2;
+            const int fast = (int)(pt % 2);
+            char mm[128], err[256];
+            snprintf(mm, sizeof mm, "%s/%s-%s.gguf", g_dir, g_projs[pj].prefix, g_types[t]);
+            vision_t *v = NULL;
+            if (vision_load(mm, 2, &v, err, sizeof err) != 0)
+                fail_msg("%s: %s", mm, err);
+            assert_int_equal(vision_set_fast(v, fast), 0);
+            const vision_config_t *c = vision_config(v);
+            assert_int_equal(c->proj, g_projs[pj].proj);
+            assert_int_equal(c->image_size, SIDE);
+            assert_int_equal(c->n_tok, g_projs[pj].n_tok);
+            assert_int_equal(c->out_dim, 64);
+            const size_t n_out = (size_t)c->n_tok * c->out_dim;
+            const double tol = fast ? g_tol_fast[t] : TOL_REF;
+            float *out = malloc(n_out * sizeof(float));
+            for (int i = 0; i < 3; i++) {
+                char img[128], ref[128], cmd[512];
+                snprintf(img, sizeof img, "%s/%s.ppm", g_dir, g_images[i]);
+                snprintf(ref, sizeof ref, "%s/ref-%s-%s-%s.f32", g_dir, g_projs[pj].prefix, g_types[t], g_images[i]);
+                if (access(ref, F_OK) != 0) {
+                    snprintf(cmd, sizeof cmd, PY " tests/ref/vision_ref.py '%s' '%s' --out '%s'", mm, img, ref);
+                    assert_int_equal(system(cmd), 0);
+                }
+                uint8_t *rgb = read_ppm(img);
+                assert_int_equal(vision_encode(v, rgb, SIDE, SIDE, out, err, sizeof err), 0);
+                free(rgb);
+                size_t len;
+                float *want = (float *)support_read_file(ref, &len);
+                assert_non_null(want);
+                assert_int_equal(len, n_out * sizeof(float));
+                double scale = 1, diff = 0;
+                for (size_t j = 0; j < n_out; j++)
+                    scale = fmax(scale, fabs(want[j]));
+                for (size_t j = 0; j < n_out; j++) {
+                    assert_true(isfinite(out[j]));
+                    diff = fmax(diff, fabs(out[j] - want[j]));
+                }
+                printf("# %s %-4s %s %-8s max|diff| %.3g (scale %.3g, relative %.2g, bound %.0e)\n",
+                       vision_proj_info(c->proj)->name, g_types[t],
+                       fast ? "fast " : "exact", g_images[i], diff, scale, diff / scale, tol);
+                if (diff > tol * scale)
+                    fail_msg("%s %s %s: max |pagoda - ref| %g > %g", g_types[t], fast ? "fast" : "exact",
+                             g_images[i], diff, tol * scale);
+                free(want);
             }
-            printf("# %s %s %-8s max|diff| %.3g (scale %.3g, relative %.2g)\n", vision_proj_info(c->proj)->name,
-                   g_types[t], g_images[i], diff, scale, diff / scale);
-            if (diff > TOL_REF * scale)
-                fail_msg("%s %s: max |pagoda - ref| %g > %g", g_types[t], g_images[i], diff, TOL_REF * scale);
-            free(want);
+            free(out);
+            vision_free(&v);
+            assert_null(v);
         }
-        free(out);
-        vision_free(&v);
-        assert_null(v);
+}
+
+/* Batched across requests: the three images (and the first again) encoded
+ * as one batch — with scratch for 2 images, so in passes of 2 + 2 — give
+ * each image the bits it gets alone, for every matrix type, exact and fast
+ * (every kernel computes a row from that row alone: matmul.h, vit_attn.h,
+ * vit_ops.h). */
+static void test_batch_equals_alone(void **state)
+{
+    (void)state;
+    uint8_t *rgb[4];
+    for (int i = 0; i < 4; i++) {
+        rgb[i] = malloc((size_t)SIDE * SIDE * 3);
+        make_image(i % 3, rgb[i]);
     }
+    for (size_t t = 0; t < N_TYPES; t++)
+        for (int fast = 0; fast <= 1; fast++) {
+            char mm[128], err[256];
+            snprintf(mm, sizeof mm, "%s/mmproj-%s.gguf", g_dir, g_types[t]);
+            vision_t *v = NULL;
+            assert_int_equal(vision_load(mm, 2, &v, err, sizeof err), 0);
+            assert_int_equal(vision_set_fast(v, fast), 0);
+            const size_t n = (size_t)vision_config(v)->n_tok * vision_config(v)->out_dim;
+            float *alone = malloc(4 * n * sizeof(float)), *batch = malloc(4 * n * sizeof(float));
+            for (int i = 0; i < 4; i++)
+                assert_int_equal(vision_encode(v, rgb[i], SIDE, SIDE, alone + i * n, err, sizeof err), 0);
+            assert_int_equal(vision_set_max_batch(v, 2), 0);
+            assert_int_equal(vision_set_fast(v, fast), 0);
+            const uint8_t *px[4] = {rgb[0], rgb[1], rgb[2], rgb[3]};
+            float *outs[4] = {batch, batch + n, batch + 2 * n, batch + 3 * n};
+            const int ws[4] = {SIDE, SIDE, SIDE, SIDE};
+            assert_int_equal(vision_encode_batch(v, px, ws, ws, 4, outs, err, sizeof err), 0);
+            for (int i = 0; i < 4; i++)
+                if (memcmp(alone + i * n, batch + i * n, n * sizeof(float)) != 0)
+                    fail_msg("%s %s: image %d's rows in the batch differ from its rows alone", g_types[t],
+                             fast ? "fast" : "exact", i);
+            /* a bad size anywhere refuses the batch */
+            const int bad[2] = {SIDE, SIDE - 1};
+            assert_int_equal(vision_encode_batch(v, px, bad, ws, 2, outs, err, sizeof err), -1);
+            assert_non_null(strstr(err, "image 1"));
+            free(alone);
+            free(batch);
+            vision_free(&v);
+        }
+    for (int i = 0; i < 4; i++)
+        free(rgb[i]);
 }
 
 /* Different images give different embeddings (the encoder reads the pixels). */
@@ -363,6 +425,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_reference),
+        cmocka_unit_test(test_batch_equals_alone),
         cmocka_unit_test(test_images_differ),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_image_in_sequence),

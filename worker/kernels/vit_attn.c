@@ -1,0 +1,208 @@
+/* vit_attn.c — full softmax attention for vision encoders (see vit_attn.h):
+ * a portable reference and an AVX2 kernel blocked over 4 queries. */
+#include "worker/kernels/vit_attn.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "common/cpu.h"
+#include "worker/kernels/vmath.h"
+
+/* queries per block of the AVX2 kernel */
+#define VA_QB 4
+
+size_t vit_attn_scratch(int n, int ld, int n_threads)
+{
+    /* kᵀ of every head (ld, n) + per thread VA_QB rows of n scores */
+    return (size_t)ld * (size_t)n + (size_t)n_threads * VA_QB * (size_t)n;
+}
+
+void vit_attn_ref(const float *q, const float *k, const float *v, int n, int ld, int n_head, int hd, float scale,
+                  float *out, float *scratch, int n_threads)
+{
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 16)
+    for (long task = 0; task < (long)n_head * n; task++) {
+        const int h = (int)(task / n), i = (int)(task % n);
+        float *sc = scratch + (size_t)omp_get_thread_num() * n;
+        const float *qi = q + (size_t)i * ld + (size_t)h * hd;
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            const float *kj = k + (size_t)j * ld + (size_t)h * hd;
+            float s = 0;
+            for (int d = 0; d < hd; d++)
+                s += qi[d] * kj[d];
+            sc[j] = s * scale;
+            mx = sc[j] > mx ? sc[j] : mx;
+        }
+        float sum = 0;
+        for (int j = 0; j < n; j++)
+            sum += (sc[j] = expf(sc[j] - mx));
+        float *oi = out + (size_t)i * ld + (size_t)h * hd;
+        memset(oi, 0, (size_t)hd * sizeof(float));
+        for (int j = 0; j < n; j++) {
+            const float p = sc[j] / sum, *vj = v + (size_t)j * ld + (size_t)h * hd;
+            for (int d = 0; d < hd; d++)
+                oi[d] += p * vj[d];
+        }
+    }
+}
+
+#ifdef VMATH_X86
+/* sc (nq rows of n, row stride n) = q_r · kt[:, j] · scale for nq <= VA_QB
+ * query rows q + r·ld; kt (hd, n). 16 keys by 4 queries per pass (8
+ * accumulators), the tail 8 then 1 key at a time; each score is summed
+ * over d in order, whatever nq is. */
+VMATH_FN static void scores_blk(const float *q, int nq, int ld, const float *kt, int n, int hd, float scale,
+                                float *sc)
+{
+    const float *qr[VA_QB];
+    for (int r = 0; r < VA_QB; r++)
+        qr[r] = q + (size_t)(r < nq ? r : 0) * ld;
+    const __m256 s8 = _mm256_set1_ps(scale);
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m256 a[VA_QB][2];
+        for (int r = 0; r < VA_QB; r++)
+            a[r][0] = a[r][1] = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d++) {
+            const float *kd = kt + (size_t)d * n + j;
+            __m256 k0 = _mm256_loadu_ps(kd), k1 = _mm256_loadu_ps(kd + 8);
+            for (int r = 0; r < VA_QB; r++) {
+                __m256 qd = _mm256_broadcast_ss(qr[r] + d);
+                a[r][0] = _mm256_fmadd_ps(qd, k0, a[r][0]);
+                a[r][1] = _mm256_fmadd_ps(qd, k1, a[r][1]);
+            }
+        }
+        for (int r = 0; r < nq; r++) {
+            _mm256_storeu_ps(sc + (size_t)r * n + j, _mm256_mul_ps(a[r][0], s8));
+            _mm256_storeu_ps(sc + (size_t)r * n + j + 8, _mm256_mul_ps(a[r][1], s8));
+        }
+    }
+    for (; j + 8 <= n; j += 8) {
+        __m256 a[VA_QB];
+        for (int r = 0; r < VA_QB; r++)
+            a[r] = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d++) {
+            __m256 k0 = _mm256_loadu_ps(kt + (size_t)d * n + j);
+            for (int r = 0; r < VA_QB; r++)
+                a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(qr[r] + d), k0, a[r]);
+        }
+        for (int r = 0; r < nq; r++)
+            _mm256_storeu_ps(sc + (size_t)r * n + j, _mm256_mul_ps(a[r], s8));
+    }
+    for (; j < n; j++)
+        for (int r = 0; r < nq; r++) {
+            float s = 0;
+            for (int d = 0; d < hd; d++)
+                s = fmaf(qr[r][d], kt[(size_t)d * n + j], s);
+            sc[(size_t)r * n + j] = s * scale;
+        }
+}
+
+/* sc (n) = e^(sc - max sc) in place; returns 1 / Σ. */
+VMATH_FN static float softmax_row(float *sc, int n)
+{
+    __m256 m8 = _mm256_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sc + j));
+    float lanes[8], mx = -INFINITY;
+    _mm256_storeu_ps(lanes, m8);
+    for (int l = 0; l < 8; l++)
+        mx = lanes[l] > mx ? lanes[l] : mx;
+    for (; j < n; j++)
+        mx = sc[j] > mx ? sc[j] : mx;
+    const __m256 mv = _mm256_set1_ps(mx);
+    __m256 s8 = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n; j += 8) {
+        __m256 e = vmath_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv));
+        _mm256_storeu_ps(sc + j, e);
+        s8 = _mm256_add_ps(s8, e);
+    }
+    float sum = vmath_hsum8(s8);
+    for (; j < n; j++)
+        sum += (sc[j] = expf(sc[j] - mx));
+    return 1.0f / sum;
+}
+
+/* out_r (hd) = inv_r · Σ_j sc_r[j] v_j for nq rows: 16 columns by 4 rows
+ * per pass (8 accumulators), then 8 columns; summed over j in order. */
+VMATH_FN static void values_blk(const float *sc, const float *inv, int nq, int n, const float *v, int ld, int hd,
+                                float *out)
+{
+    const float *sr[VA_QB];
+    for (int r = 0; r < VA_QB; r++)
+        sr[r] = sc + (size_t)(r < nq ? r : 0) * n;
+    int c = 0;
+    for (; c + 16 <= hd; c += 16) {
+        __m256 a[VA_QB][2];
+        for (int r = 0; r < VA_QB; r++)
+            a[r][0] = a[r][1] = _mm256_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            const float *vj = v + (size_t)j * ld + c;
+            __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
+            for (int r = 0; r < VA_QB; r++) {
+                __m256 p = _mm256_broadcast_ss(sr[r] + j);
+                a[r][0] = _mm256_fmadd_ps(p, v0, a[r][0]);
+                a[r][1] = _mm256_fmadd_ps(p, v1, a[r][1]);
+            }
+        }
+        for (int r = 0; r < nq; r++) {
+            __m256 iv = _mm256_set1_ps(inv[r]);
+            _mm256_storeu_ps(out + (size_t)r * ld + c, _mm256_mul_ps(a[r][0], iv));
+            _mm256_storeu_ps(out + (size_t)r * ld + c + 8, _mm256_mul_ps(a[r][1], iv));
+        }
+    }
+    for (; c < hd; c += 8) {
+        __m256 a[VA_QB];
+        for (int r = 0; r < VA_QB; r++)
+            a[r] = _mm256_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            __m256 v0 = _mm256_loadu_ps(v + (size_t)j * ld + c);
+            for (int r = 0; r < VA_QB; r++)
+                a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(sr[r] + j), v0, a[r]);
+        }
+        for (int r = 0; r < nq; r++)
+            _mm256_storeu_ps(out + (size_t)r * ld + c, _mm256_mul_ps(a[r], _mm256_set1_ps(inv[r])));
+    }
+}
+
+static void vit_attn_avx2(const float *q, const float *k, const float *v, int n, int ld, int n_head, int hd,
+                          float scale, float *out, float *scratch, int n_threads)
+{
+    float *kt = scratch;                   /* (ld, n): kt[c·n + j] = k[j·ld + c] */
+    float *sc_all = scratch + (size_t)ld * n;
+#pragma omp parallel num_threads(n_threads)
+    {
+#pragma omp for schedule(static)
+        for (int c = 0; c < ld; c++)
+            for (int j = 0; j < n; j++)
+                kt[(size_t)c * n + j] = k[(size_t)j * ld + c];
+        float *sc = sc_all + (size_t)omp_get_thread_num() * VA_QB * n;
+        const int n_blk = (n + VA_QB - 1) / VA_QB;
+#pragma omp for schedule(dynamic, 4)
+        for (long task = 0; task < (long)n_head * n_blk; task++) {
+            const int h = (int)(task / n_blk), i0 = (int)(task % n_blk) * VA_QB;
+            const int nq = n - i0 < VA_QB ? n - i0 : VA_QB;
+            float inv[VA_QB];
+            scores_blk(q + (size_t)i0 * ld + (size_t)h * hd, nq, ld, kt + (size_t)h * hd * n, n, hd, scale, sc);
+            for (int r = 0; r < nq; r++)
+                inv[r] = softmax_row(sc + (size_t)r * n, n);
+            values_blk(sc, inv, nq, n, v + (size_t)h * hd, ld, hd, out + (size_t)i0 * ld + (size_t)h * hd);
+        }
+    }
+}
+#endif
+
+void vit_attn(const float *q, const float *k, const float *v, int n, int ld, int n_head, int hd, float scale,
+              float *out, float *scratch, int n_threads)
+{
+#ifdef VMATH_X86
+    if (hd % 8 == 0 && cpu_has_avx2_fma_f16c()) {
+        vit_attn_avx2(q, k, v, n, ld, n_head, hd, scale, out, scratch, n_threads);
+        return;
+    }
+#endif
+    vit_attn_ref(q, k, v, n, ld, n_head, hd, scale, out, scratch, n_threads);
+}
