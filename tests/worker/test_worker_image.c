@@ -230,7 +230,7 @@ static int32_t worker_keys(const proto_submit_t *sm, uint64_t *out, int32_t max)
     worker_req_t r;
     if (worker_req_from_submit(g_e, sm, clock_now_us(), &r, err, sizeof err) != PROTO_ERR_NONE)
         fail_msg("worker_req_from_submit: %s", err);
-    if (worker_req_submit_images(&r, g_v, g_e, sm, err, sizeof err) != PROTO_ERR_NONE)
+    if (worker_req_submit_images(&r, g_v, g_e, sm, NULL, err, sizeof err) != PROTO_ERR_NONE)
         fail_msg("worker_req_submit_images: %s", err);
     sched_config_t cfg;
     sched_config_default(&cfg);
