@@ -45,6 +45,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from tap import check, free_port  # noqa: E402
 import tap  # noqa: E402
+import prom  # noqa: E402
 
 BUILD, TMP, MODEL = os.environ["BUILD"], os.environ["TMP"], os.environ["MODEL_FILE"]
 WORKER_ARGS = ["--kv-blocks", "20", "--max-seqs", "2", "--threads", "1", "--heartbeat-ms", "200"]
@@ -84,19 +85,10 @@ def post(prompt, max_tokens=24):
 
 
 def metrics():
-    text = urllib.request.urlopen(URL + "/metrics", timeout=10).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        k, v = line.rsplit(" ", 1)
-        out[k] = float(v)
-    return out
+    return prom.metrics(URL)
 
 
-def metric(m, name, **labels):
-    return sum(v for k, v in m.items()
-               if (k == name or k.startswith(name + "{")) and all('%s="%s"' % (a, b) in k for a, b in labels.items()))
+metric = prom.metric
 
 
 def settled(pred, secs=10):

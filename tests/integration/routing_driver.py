@@ -24,6 +24,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from tap import check  # noqa: E402
 import tap  # noqa: E402
+import prom  # noqa: E402
 
 URL = sys.argv[1]
 KV_BLOCKS = int(sys.argv[2])
@@ -46,23 +47,10 @@ def post(prompt, max_tokens=1, ignore_eos=False):
 
 
 def metrics():
-    text = urllib.request.urlopen(URL + "/metrics", timeout=10).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        k, v = line.rsplit(" ", 1)
-        out[k] = float(v)
-    return out
+    return prom.metrics(URL)
 
 
-def metric(m, name, **labels):
-    tot = 0.0
-    for k, v in m.items():
-        if k == name or k.startswith(name + "{"):
-            if all(f'{a}="{b}"' in k for a, b in labels.items()):
-                tot += v
-    return tot
+metric = prom.metric
 
 
 def replicas():
