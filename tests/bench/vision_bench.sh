@@ -10,8 +10,8 @@
 # in" (vision_encode, the fast matmul paths unless EXACT=1 passes
 # --exact-matmul); pagoda-ttft — pagoda-run's "first token after" (encode +
 # prefill, from after the loads); llama-encode — llama-mtmd-cli's "image
-# slice encoded in"; llama-ttft — llama-server's time from sending a
-# streamed /v1/chat/completions request with the image as an image_url data
+# slice encoded in" (builds that batch print "batch encoding done in");
+# llama-ttft — llama-server's time from sending a streamed /v1/chat/completions request with the image as an image_url data
 # URL to its first content chunk (the server started once; cache_prompt
 # false, so every run encodes the image again).
 #
@@ -101,7 +101,10 @@ for img in $IMAGES; do
         if [ $llama = 1 ]; then
             "$LLAMA_BIN/llama-mtmd-cli" -m "$tmp/text.gguf" --mmproj "$tmp/mmproj.gguf" --image "$tmp/$img.ppm" \
                 -p "what is it" -n "$N" --temp 0 -t "$THREADS" -c 1024 --jinja > /dev/null 2> "$tmp/l.err"
-            sed -n 's/.*image slice encoded in \([0-9.]*\) ms.*/\1/p' "$tmp/l.err" | head -1 >> "$tmp/le"
+            # "image slice encoded in N ms" (older builds), "mtmd batch
+            # encoding done in N ms" (the Aug 2026 build, which batches)
+            sed -n -e 's/.*image slice encoded in \([0-9.]*\) ms.*/\1/p' \
+                -e 's/.*batch encoding done in \([0-9.]*\) ms.*/\1/p' "$tmp/l.err" | head -1 >> "$tmp/le"
             [ -n "$port" ] && llama_ttft "$tmp/$img.ppm" >> "$tmp/lt"
         fi
     done
