@@ -11,8 +11,9 @@
 # --exact-matmul); pagoda-ttft — pagoda-run's "first token after" (encode +
 # prefill, from after the loads); llama-encode — llama-mtmd-cli's "image
 # slice encoded in" (builds that batch print "batch encoding done in");
-# llama-ttft — llama-server's time from sending a streamed /v1/chat/completions request with the image as an image_url data
-# URL to its first content chunk (the server started once; cache_prompt
+# llama-ttft — llama-server's time from sending a streamed
+# /v1/chat/completions request with the image as an image_url data URL to
+# its first content chunk (the server started once; cache_prompt
 # false, so every run encodes the image again).
 #
 # PRESET=gemma3 sets Gemma 3's real encoder shape (896 px, 14 px patches,
