@@ -8,6 +8,7 @@
  * config_format, so the three can never disagree about a key. */
 #include "gateway/resp_store.h"
 #include "gateway/config.h"
+#include "gateway/config_int.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -62,12 +63,6 @@ typedef struct field {
     size_t n_sub;
 } field_t;
 
-static int check_listen(const char *s, char *why, size_t n);
-static int check_endpoint(const char *s, char *why, size_t n);
-static int check_name(const char *s, char *why, size_t n);
-static int check_path(const char *s, char *why, size_t n);
-static int check_origins(const char *s, char *why, size_t n);
-static int check_hosts(const char *s, char *why, size_t n);
 
 #define INT(k, st, m, lo, hi) {.key = k, .kind = K_INT, .off = offsetof(st, m), .imin = lo, .imax = hi}
 #define I64(k, st, m, lo, hi) {.key = k, .kind = K_I64, .off = offsetof(st, m), .imin = lo, .imax = hi}
@@ -102,8 +97,8 @@ static const field_t restart_fields[] = {
     DBL("crash_loop_window_s", config_restart_t, crash_loop_window_s, 0.001, 86400.0),
 };
 static const field_t curve_fields[] = {
-    OPTSTR("server_secret_key_file", config_curve_t, server_secret_key_file, check_path),
-    OPTSTR("authorized_worker_keys_file", config_curve_t, authorized_worker_keys_file, check_path),
+    OPTSTR("server_secret_key_file", config_curve_t, server_secret_key_file, config_check_path),
+    OPTSTR("authorized_worker_keys_file", config_curve_t, authorized_worker_keys_file, config_check_path),
     BOOL("allow_plain_tcp", config_curve_t, allow_plain_tcp),
 };
 static const field_t routing_fields[] = {
@@ -133,8 +128,8 @@ const char *config_kv_type_name(int t)
 }
 
 static const field_t model_fields[] = {
-    STR("name", config_model_t, name, check_name),
-    STR("path", config_model_t, path, check_path),
+    STR("name", config_model_t, name, config_check_name),
+    STR("path", config_model_t, path, config_check_path),
     INT("replicas", config_model_t, replicas, 0, 64),
     BOOL("on_demand", config_model_t, on_demand),
     BOOL("standby", config_model_t, standby),
@@ -146,44 +141,44 @@ static const field_t model_fields[] = {
     INT("step_budget_ms", config_model_t, step_budget_ms, -1, 600000),
     INT("threads", config_model_t, threads, 1, 256),
     ENUM("kv_type", config_model_t, kv_type, kv_type_names),
-    OPTSTR("kv_cache_dir", config_model_t, kv_cache_dir, check_path),
+    OPTSTR("kv_cache_dir", config_model_t, kv_cache_dir, config_check_path),
     INT("kv_cache_mb", config_model_t, kv_cache_mb, 1, 1073741824),
     ENUM("spec", config_model_t, spec, spec_names),
     INT("spec_max_draft", config_model_t, spec_max_draft, 1, 16),
-    OPTSTR("draft_model", config_model_t, draft_model, check_path),
-    OPTSTR("mmproj", config_model_t, mmproj, check_path),
+    OPTSTR("draft_model", config_model_t, draft_model, config_check_path),
+    OPTSTR("mmproj", config_model_t, mmproj, config_check_path),
     {.key = "loras", .kind = K_LORAS, .off = offsetof(config_model_t, loras)},
 };
 static const field_t lora_fields[] = {
-    STR("name", config_lora_t, name, check_name),
-    STR("file", config_lora_t, file, check_path),
+    STR("name", config_lora_t, name, config_check_name),
+    STR("file", config_lora_t, file, config_check_path),
     DBL("scale", config_lora_t, scale, -100.0, 100.0),
 };
 /* reasoning_parser, indexed by reasoning_parser_t (gateway/reasoning.h) */
 static const char *const reasoning_parser_names[] = {"none", "qwen3", NULL};
 
 static const field_t top_fields[] = {
-    STR("listen", config_t, listen, check_listen),
-    STR("worker_endpoint", config_t, worker_endpoint, check_endpoint),
+    STR("listen", config_t, listen, config_check_listen),
+    STR("worker_endpoint", config_t, worker_endpoint, config_check_endpoint),
     INT("heartbeat_ms", config_t, heartbeat_ms, 10, 600000),
     INT("progress_timeout_ms", config_t, progress_timeout_ms, 0, 86400000),
     {.key = "log_level", .kind = K_LEVEL, .off = offsetof(config_t, log_level)},
-    OPTSTR("keys_file", config_t, keys_file, check_path),
+    OPTSTR("keys_file", config_t, keys_file, config_check_path),
     INT("http_threads", config_t, http_threads, 1, 256),
     DBL("http_idle_timeout_s", config_t, http_idle_timeout_s, 1.0, 86400.0),
     DBL("header_timeout_s", config_t, header_timeout_s, 0.1, 86400.0),
     DBL("body_timeout_s", config_t, body_timeout_s, 0.1, 86400.0),
     I64("body_min_rate", config_t, body_min_rate, 0, 1073741824),
     DBL("body_rate_window_s", config_t, body_rate_window_s, 0.1, 3600.0),
-    OPTSTR("allowed_hosts", config_t, allowed_hosts, check_hosts),
-    OPTSTR("worker_bin", config_t, worker_bin, check_path),
+    OPTSTR("allowed_hosts", config_t, allowed_hosts, config_check_hosts),
+    OPTSTR("worker_bin", config_t, worker_bin, config_check_path),
     DBL("drain_timeout_s", config_t, drain_timeout_s, 0.0, 86400.0),
-    OPTSTR("cors_origins", config_t, cors_origins, check_origins),
+    OPTSTR("cors_origins", config_t, cors_origins, config_check_origins),
     BOOL("admin_open", config_t, admin_open),
     BOOL("no_ui", config_t, no_ui),
     ENUM("reasoning_parser", config_t, reasoning_parser, reasoning_parser_names),
     BOOL("keep_volatile_blocks", config_t, keep_volatile_blocks),
-    OPTSTR("state_dir", config_t, state_dir, check_path),
+    OPTSTR("state_dir", config_t, state_dir, config_check_path),
     DBL("responses_max_age_s", config_t, responses_max_age_s, 1.0, 315360000.0),
     I64("responses_max_bytes", config_t, responses_max_bytes, 4096, 1099511627776LL),
     I64("responses_key_max_bytes", config_t, responses_key_max_bytes, 4096, 1099511627776LL),
@@ -221,208 +216,6 @@ static void model_defaults(config_model_t *m)
         .spec = 0,
         .spec_max_draft = 8,
     };
-}
-
-/* Splits "HOST:PORT" / "[V6]:PORT". Host chars: a name or address; `star`
- * also allows "*" for host and port (ZeroMQ bind syntax; port -1 = "*").
- * On success host is written to host_out (cap ≥ 256) when non-NULL. */
-static int split_hostport(const char *s, bool star, int port_min, char *host_out, int *port_out,
-                          char *why, size_t n)
-{
-    const char *colon, *h0, *h1;
-    if (s[0] == '[') {
-        const char *rb = strchr(s, ']');
-        if (!rb || rb == s + 1) {
-            snprintf(why, n, "expected [IPv6]:PORT");
-            return -1;
-        }
-        for (const char *p = s + 1; p < rb; p++)
-            if (!isxdigit((unsigned char)*p) && *p != ':' && *p != '.') {
-                snprintf(why, n, "bad character in IPv6 address");
-                return -1;
-            }
-        if (rb[1] != ':') {
-            snprintf(why, n, "expected ':PORT' after ']'");
-            return -1;
-        }
-        h0 = s + 1;
-        h1 = rb;
-        colon = rb + 1;
-    } else {
-        colon = strrchr(s, ':');
-        if (!colon) {
-            snprintf(why, n, "expected HOST:PORT");
-            return -1;
-        }
-        if (memchr(s, ':', (size_t)(colon - s))) {
-            snprintf(why, n, "an IPv6 address must be in brackets, e.g. [::1]:8080");
-            return -1;
-        }
-        h0 = s;
-        h1 = colon;
-        if (h1 == h0) {
-            snprintf(why, n, "missing host before ':'");
-            return -1;
-        }
-        bool is_star = star && h1 - h0 == 1 && *h0 == '*';
-        for (const char *p = h0; p < h1 && !is_star; p++)
-            if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-' && *p != '_') {
-                snprintf(why, n, "bad character '%c' in host", isprint((unsigned char)*p) ? *p : '?');
-                return -1;
-            }
-    }
-    if (h1 - h0 > 253) {
-        snprintf(why, n, "host name too long");
-        return -1;
-    }
-    const char *ps = colon + 1;
-    int port = 0;
-    if (star && strcmp(ps, "*") == 0) {
-        port = -1;
-    } else {
-        size_t nd = strlen(ps);
-        if (nd == 0 || nd > 5 || strspn(ps, "0123456789") != nd) {
-            snprintf(why, n, "expected a port number after ':'");
-            return -1;
-        }
-        port = atoi(ps);
-        if (port < port_min || port > 65535) {
-            snprintf(why, n, "port must be in %d..65535", port_min);
-            return -1;
-        }
-    }
-    if (host_out) {
-        memcpy(host_out, h0, (size_t)(h1 - h0));
-        host_out[h1 - h0] = 0;
-    }
-    if (port_out)
-        *port_out = port;
-    return 0;
-}
-
-static int check_listen(const char *s, char *why, size_t n)
-{
-    return split_hostport(s, false, 0, NULL, NULL, why, n);
-}
-
-static int check_endpoint(const char *s, char *why, size_t n)
-{
-    if (strncmp(s, "tcp://", 6) == 0)
-        return split_hostport(s + 6, true, 1, NULL, NULL, why, n);
-    if (strncmp(s, "ipc://", 6) == 0) {
-        if (s[6] == 0) {
-            snprintf(why, n, "ipc:// needs a socket path");
-            return -1;
-        }
-        return 0;
-    }
-    snprintf(why, n, "expected tcp://HOST:PORT or ipc://PATH (workers are separate processes)");
-    return -1;
-}
-
-static int check_name(const char *s, char *why, size_t n)
-{
-    size_t len = strlen(s);
-    if (len == 0 || len > CONFIG_MAX_NAME) {
-        snprintf(why, n, "a model name has 1..%d characters", CONFIG_MAX_NAME);
-        return -1;
-    }
-    if (!isalnum((unsigned char)s[0])) {
-        snprintf(why, n, "a model name starts with a letter or digit");
-        return -1;
-    }
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (!isalnum(ch) && !strchr("._:/-", ch)) {
-            snprintf(why, n, "a model name may only contain letters, digits and . _ : / -");
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static int check_path(const char *s, char *why, size_t n)
-{
-    if (s[0] == 0) {
-        snprintf(why, n, "a path must not be empty");
-        return -1;
-    }
-    return 0;
-}
-
-/* Walks a list of ITEM[,ITEM...] (commas and/or blanks between), asking
- * `item` about each; -1 with *why set by the first refused item, or when
- * the list is empty (`none` says what was wanted). */
-static int check_list(const char *s, int (*item)(const char *p, size_t len), const char *refusal,
-                      const char *none, char *why, size_t n)
-{
-    size_t n_seen = 0;
-    for (const char *p = s; *p; p += strcspn(p, ", \t")) {
-        p += strspn(p, ", \t");
-        size_t len = strcspn(p, ", \t");
-        if (len == 0)
-            break;
-        n_seen++;
-        if (item(p, len) < 0) {
-            snprintf(why, n, "'%.*s' %s", (int)(len > 64 ? 64 : len), p, refusal);
-            return -1;
-        }
-    }
-    if (n_seen == 0) {
-        snprintf(why, n, "%s", none);
-        return -1;
-    }
-    return 0;
-}
-
-/* A cors_origins entry: "*" or a browser origin scheme://host[:port] —
- * http or https, no path, no trailing slash (a browser's Origin header
- * never has one, so such an entry could never match). */
-static int origin_item(const char *p, size_t len)
-{
-    if (len == 1 && p[0] == '*')
-        return 0;
-    const char *host = NULL;
-    if (len > 7 && strncmp(p, "http://", 7) == 0)
-        host = p + 7;
-    else if (len > 8 && strncmp(p, "https://", 8) == 0)
-        host = p + 8;
-    return host && !memchr(host, '/', len - (size_t)(host - p)) && len <= 256 ? 0 : -1;
-}
-
-/* An allowed_hosts entry: a DNS name (letters, digits, '-', '_', '.'; no
- * port: any port is accepted), "*.SUFFIX" or "*". */
-static int host_item(const char *p, size_t len)
-{
-    if (len == 1 && p[0] == '*')
-        return 0;
-    const char *name = p;
-    size_t nl = len;
-    if (nl >= 2 && name[0] == '*' && name[1] == '.') {
-        name += 2;
-        nl -= 2;
-    }
-    bool ok = nl > 0 && len <= 253 && name[0] != '.' &&
-              strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") >= nl;
-    return ok ? 0 : -1;
-}
-
-/* cors_origins: ORIGIN[,ORIGIN...] */
-static int check_origins(const char *s, char *why, size_t n)
-{
-    return check_list(s, origin_item,
-                      "is not an origin: want * or http[s]://HOST[:PORT] (no path, no trailing slash, "
-                      "at most 256 bytes)",
-                      "no origin given (want ORIGIN[,ORIGIN...], or null for none)", why, n);
-}
-
-/* allowed_hosts: NAME[,NAME...] */
-static int check_hosts(const char *s, char *why, size_t n)
-{
-    return check_list(s, host_item,
-                      "is not a host name: want NAME, *.SUFFIX or * (letters, digits, '-', '_', '.'; "
-                      "no port, no scheme)",
-                      "no host name given (want NAME[,NAME...], or null for none)", why, n);
 }
 
 /* Characters no config string may hold: ASCII and C1 controls, and the
@@ -604,7 +397,7 @@ static void derive(config_t *c)
 {
     char host[256];
     int port = 0;
-    if (split_hostport(c->listen, false, 0, host, &port, NULL, 0) == 0) {
+    if (config_split_hostport(c->listen, false, 0, host, &port, NULL, 0) == 0) {
         free(c->listen_host);
         c->listen_host = xstrdup(host);
         c->listen_port = port;
@@ -1088,7 +881,7 @@ static int cross_check(const config_t *c, ctx_t *x)
     }
     if (!strncmp(c->worker_endpoint, "tcp://", 6) && !has_sk && !c->curve.allow_plain_tcp) {
         char host[256];
-        if (split_hostport(c->worker_endpoint + 6, true, 1, host, NULL, NULL, 0) == 0 &&
+        if (config_split_hostport(c->worker_endpoint + 6, true, 1, host, NULL, NULL, 0) == 0 &&
             !host_is_loopback(host)) {
             static const char *const p[] = {"worker_endpoint", "curve.allow_plain_tcp"};
             cross_err(x, p, 2,
@@ -1308,7 +1101,7 @@ int config_model_set(config_t *c, const char *arg, char *err, size_t errlen)
     char name[CONFIG_MAX_NAME + 1];
     memcpy(name, arg, nl);
     name[nl] = 0;
-    if (check_name(name, why, sizeof why)) {
+    if (config_check_name(name, why, sizeof why)) {
         errbuf_set(err, errlen, "--model: %s", why);
         return -1;
     }
