@@ -174,9 +174,11 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BUILD = build/fuzz
 FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fopenmp=libgomp -pthread -I. $(PKG_CFLAGS)
 fuzz: $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
+# -MMD: an object is rebuilt when a header it includes changes (a stale
+# object with an old struct layout makes a target crash on a valid input)
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -c $< -o $@
+	clang $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
 $(FUZZ_BUILD)/obj/gateway/ui.o: $(wildcard gateway/ui/*)
 $(FUZZ_BUILD)/libfuzzlib.a: $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(COMMON_SRC) $(TEXT_SRC) $(PROTO_SRC) $(WORKER_SRC) $(GATEWAY_SRC))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
@@ -200,6 +202,7 @@ clean:
 	rm -rf build
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)
 
 # The sampling-knob table (proto/sampling.h) into docs/ARCHITECTURE.md,
 # between its sampling-knobs markers (tests/proto/test_sampling.c checks it).
