@@ -226,11 +226,18 @@ def priority(cfg):
         time.sleep(cfg.delay)
         high = Stream(cfg, short + " busy " + str(rep), 1, cfg.key_high).start()
         high.thread.join(cfg.timeout)
+        low_running = low.thread.is_alive()  # still prefilling when the high request got its token
         if high.ttft() is not None:
             during.append(high.ttft())
         errors += [s.error for s in (high,) if s.error]
         if cfg.cancel:
             low.cancel()
+            # a low prompt refused (e.g. too long for the KV pool) or already
+            # done measured nothing: say so instead of reporting idle TTFTs
+            if low.error:
+                errors.append("low prompt: " + low.error)
+            elif not low_running:
+                errors.append("the low prompt was not running when the high request got its first token")
             # the server is free again once a probe gets through (a high-tier
             # probe also stops a step the cancelled prompt may still hold)
             probe = Stream(cfg, short + " probe", 1, cfg.key_high).start()

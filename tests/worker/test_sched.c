@@ -2021,8 +2021,8 @@ static void arm_hook(void *ud, sched_t *s)
 
 /* With nothing decoding, a low-tier 400-token prompt prefills 64 rows a
  * step. In its third step a high-tier request "arrives" (the armed hook
- * offers priority 0): the forward pass stops at the first layer boundary
- * (the progress counter moved by exactly one layer), nothing of the step
+ * offers priority 0): the forward pass stops at its first check, inside
+ * the first layer (the progress counter did not move), nothing of the step
  * counts, and no block is published. The high-tier prompt submitted then
  * (as the worker's loop does once the step returns) is the whole next step
  * and draws its first token there. The low prompt's rows are each computed
@@ -2072,7 +2072,7 @@ static void test_priority_stop_step(void **state)
             assert_int_equal(A.n_fired, 1);
             assert_int_equal(st1.steps_stopped, 1);
             assert_int_equal(st1.steps, st0.steps);
-            assert_int_equal(atomic_load(&layers) - l0, 1); /* stopped at the first boundary */
+            assert_int_equal(atomic_load(&layers) - l0, 0); /* stopped inside the first layer */
             assert_int_equal(L->n, 2);                      /* the step hook saw no step */
             /* no block published; the blocks reserved for the low prompt
              * (at admission) stay with it, to be written when its rows run

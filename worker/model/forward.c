@@ -73,7 +73,7 @@ struct forward {
     ws_t *ws;            /* per-thread ranges of ffn_gate_up's column tasks and of
                           * qkv_attention_by_head's kv heads */
     _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
-    const _Atomic uint32_t *stop;  /* FWD_STOP set: return at the next layer boundary (forward_set_stop) */
+    const _Atomic uint32_t *stop;  /* FWD_STOP set: return at the next check, stop_set (forward_set_stop) */
     char err[160];
     /* PAGODA_FWD_PROFILE=1: time per phase of 1-row steps, printed to
      * stderr by forward_free (a profiling aid for the decode path) */
@@ -114,6 +114,16 @@ static double now_ns(void)
 /* Jobs (group × projection) one lowrank_apply call takes at most (more
  * make another call). */
 #define FWD_LORA_JOBS 64
+/* FWD_STOP set (forward_set_stop): the pass returns FWD_STOPPED at the
+ * next check — between layers and, inside a layer, before its FFN and
+ * before the FFN's down projection, the three parts of a layer's matmul
+ * work — so a better tier's request waits about a third of a layer, not a
+ * whole one. One relaxed load: the bit carries no data. */
+static bool stop_set(const forward_t *f)
+{
+    return f->stop && (atomic_load_explicit(f->stop, memory_order_relaxed) & FWD_STOP);
+}
+
 __attribute__((unused)) static int nth(const forward_t *f, size_t work)
 {
     return work >= FWD_PAR_MIN_WORK ? f->n_threads : 1;
@@ -1071,6 +1081,8 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
                 add_rmsnorm(f, f->xb, NULL, f->xb, L->attn_post_norm, R, dim, c->norm_eps);
             add_rmsnorm(f, f->x, f->xb, f->xb, L->ffn_norm, R, dim, c->norm_eps);
         });
+        if (stop_set(f)) /* preempted: also inside a layer, before its FFN */
+            return FWD_STOPPED;
 
         /* dense: hg (R, ffn) = act(xb · Wgateᵀ) * (xb · Wupᵀ);  out (R, dim) = hg · Wdownᵀ
          * MoE:   out (R, dim) = Σ_experts weight * the same per expert (+ shared expert) */
@@ -1083,6 +1095,8 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
                 ffn_gate_up_lora(f, b, l, R);
             else
                 PROF(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up), ffn_gate_up(f, &L->w_gate, &L->w_up, f->xb, R));
+            if (stop_set(f)) /* ... and before its down projection */
+                return FWD_STOPPED;
             PROF(PH_DOWN, matmul_weight_bytes(&L->w_down), mm(f, &L->w_down, f->hg, R, f->xb));
             lora_add1(f, b, l, LORA_DOWN, f->hg, L->w_gate.rows, f->xb, dim);
         }
@@ -1097,7 +1111,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
             PROF(PH_NORM, 0, add_rmsnorm(f, f->x, f->xb, f->xb, m->layers[l + 1].attn_norm, R, dim, c->norm_eps));
         if (f->layers_done) /* a long step shows its progress (forward_set_progress) */
             atomic_fetch_add_explicit(f->layers_done, 1, memory_order_relaxed);
-        if (f->stop && l + 1 < c->n_layer && (atomic_load_explicit(f->stop, memory_order_relaxed) & FWD_STOP))
+        if (l + 1 < c->n_layer && stop_set(f))
             return FWD_STOPPED; /* preempted (forward_set_stop) */
     }
 

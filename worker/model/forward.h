@@ -106,13 +106,15 @@ int forward_set_int8(forward_t *f, bool on);
 void forward_set_progress(forward_t *f, _Atomic uint64_t *layers_done);
 
 /* A word another thread may set FWD_STOP in (the scheduler's preemption
- * word, sched.h): forward_run checks it between layers (one relaxed load
- * per layer; the bit carries no data, so no ordering is needed) and, once
- * it is set, returns FWD_STOPPED before the next layer. Then the K/V of the
- * layers already run is written at the batch's positions (the caller must
- * treat those positions as not computed: they are overwritten when the
- * rows run again) and logits / hidden are not. Never after the last layer:
- * a step that got that far completes. Not owned; NULL (the default) = never. */
+ * word, sched.h): forward_run checks it up to three times per layer (a
+ * relaxed load; the bit carries no data, so no ordering is needed) and,
+ * once it is set, returns FWD_STOPPED at the next check: between two layers,
+ * and inside a layer before its FFN and before the FFN's down projection.
+ * Then the K/V of the layers already run is written at the batch's
+ * positions (the caller must treat those positions as not computed: they
+ * are overwritten when the rows run again) and logits / hidden are not.
+ * Never once the last layer's FFN is done: a step that got that far
+ * completes. Not owned; NULL (the default) = never. */
 #define FWD_STOP 0x80000000u
 #define FWD_STOPPED 1
 void forward_set_stop(forward_t *f, const _Atomic uint32_t *word);
@@ -123,7 +125,7 @@ void forward_set_stop(forward_t *f, const _Atomic uint32_t *word);
  *       entry out of range, or a kv_store whose shape does not fit the
  *       model); nothing was written to the KV store or logits, and
  *       forward_error() says why
- *    1  FWD_STOPPED: stopped between two layers (forward_set_stop). */
+ *    1  FWD_STOPPED: stopped at a check (forward_set_stop). */
 int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float *logits);
 
 /* Message of the last failing forward_run (empty string if none). */
