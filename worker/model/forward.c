@@ -1001,6 +1001,36 @@ static void embed_rows(forward_t *f, const fwd_batch_t *b)
     }
 }
 
+/* Layer l's FFN, xb (R, dim) → xb. Dense: hg (R, ffn) = act(xb · Wgateᵀ) *
+ * (xb · Wupᵀ), xb = hg · Wdownᵀ (with the adapters' updates); MoE: out
+ * (R, dim) = Σ_experts weight * the same per expert (+ shared expert);
+ * [gemma: out = rmsnorm(out) * ffn_post_norm]. FWD_STOPPED when the stop
+ * word is set before the down projection (stop_set), else 0. */
+static int layer_ffn(forward_t *f, const fwd_batch_t *b, const model_layer_t *L, int l, int R, bool prof)
+{
+    const model_config_t *c = &f->m->cfg;
+    const int dim = c->dim;
+    float *out = f->xb;
+    if (c->n_expert > 0) {
+        ffn_moe(f, L, R);
+        out = f->moe_out;
+    } else {
+        if (f->n_lora_grp > 0)
+            ffn_gate_up_lora(f, b, l, R);
+        else
+            PROF(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up), ffn_gate_up(f, &L->w_gate, &L->w_up, f->xb, R));
+        if (stop_set(f))
+            return FWD_STOPPED;
+        PROF(PH_DOWN, matmul_weight_bytes(&L->w_down), mm(f, &L->w_down, f->hg, R, f->xb));
+        lora_add1(f, b, l, LORA_DOWN, f->hg, L->w_gate.rows, f->xb, dim);
+    }
+    if (L->ffn_post_norm)
+        add_rmsnorm(f, out, NULL, out, L->ffn_post_norm, R, dim, c->norm_eps);
+    if (out != f->xb)
+        memcpy(f->xb, out, (size_t)R * dim * sizeof(float));
+    return 0;
+}
+
 int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float *logits)
 {
     const model_t *m = f->m;
@@ -1081,30 +1111,8 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
                 add_rmsnorm(f, f->xb, NULL, f->xb, L->attn_post_norm, R, dim, c->norm_eps);
             add_rmsnorm(f, f->x, f->xb, f->xb, L->ffn_norm, R, dim, c->norm_eps);
         });
-        if (stop_set(f)) /* preempted: also inside a layer, before its FFN */
-            return FWD_STOPPED;
-
-        /* dense: hg (R, ffn) = act(xb · Wgateᵀ) * (xb · Wupᵀ);  out (R, dim) = hg · Wdownᵀ
-         * MoE:   out (R, dim) = Σ_experts weight * the same per expert (+ shared expert) */
-        float *out = f->xb;
-        if (c->n_expert > 0) {
-            ffn_moe(f, L, R);
-            out = f->moe_out;
-        } else {
-            if (f->n_lora_grp > 0)
-                ffn_gate_up_lora(f, b, l, R);
-            else
-                PROF(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up), ffn_gate_up(f, &L->w_gate, &L->w_up, f->xb, R));
-            if (stop_set(f)) /* ... and before its down projection */
-                return FWD_STOPPED;
-            PROF(PH_DOWN, matmul_weight_bytes(&L->w_down), mm(f, &L->w_down, f->hg, R, f->xb));
-            lora_add1(f, b, l, LORA_DOWN, f->hg, L->w_gate.rows, f->xb, dim);
-        }
-        /* [gemma: out = rmsnorm(out) * ffn_post_norm] */
-        if (L->ffn_post_norm)
-            add_rmsnorm(f, out, NULL, out, L->ffn_post_norm, R, dim, c->norm_eps);
-        if (out != f->xb)
-            memcpy(f->xb, out, (size_t)R * dim * sizeof(float));
+        if (stop_set(f) || layer_ffn(f, b, L, l, R, prof) == FWD_STOPPED)
+            return FWD_STOPPED; /* preempted inside the layer (stop_set) */
 
         /* x += xb;  xb = rmsnorm(x) * next layer's attn_norm */
         if (l + 1 < c->n_layer)
