@@ -67,12 +67,7 @@ def routed(m, by):
 
 
 def wait(cond, limit=10.0):
-    t = time.time() + limit
-    while time.time() < t:
-        if cond():
-            return True
-        time.sleep(0.1)
-    return False
+    return prom.wait(cond, limit)
 
 
 WORDS = ("the cat sat on a mat and a dog ran to the park with a red ball while "
