@@ -120,28 +120,21 @@ proto_err_t worker_req_images_add(struct worker_req *r, vision_t *v, const token
                            (long)p);
         end = sp->pos + sp->n_tok;
     }
-    /* each distinct image once: first[k] = the span index whose rows image k
-     * goes to; the encode itself is the batch's (worker_img_batch_run) */
+    /* each distinct image once: batch_image encodes the first occurrence of
+     * a hash and copies its rows to every later one (this request's repeats
+     * and other requests' in the same batch); the encode itself is the
+     * batch's (worker_img_batch_run) */
     const size_t rows = (size_t)c->n_tok * (size_t)c->out_dim;
-    int32_t *first = xmalloc((size_t)n_imgs * sizeof *first);
-    for (uint32_t k = 0; k < n_imgs; k++)
-        first[k] = -1;
     r->img_embd = xmalloc((size_t)n_spans * rows * sizeof(float));
     r->images = xcalloc(n_spans, sizeof *r->images);
     for (uint32_t i = 0; i < n_spans; i++) {
         const worker_img_span_t *sp = &spans[i];
         const worker_img_t *im = &imgs[sp->img];
         float *dst = r->img_embd + (size_t)i * rows;
-        if (first[sp->img] >= 0) {
-            batch_copy(b, r->img_embd + (size_t)first[sp->img] * rows, dst);
-        } else {
-            batch_image(b, im, dst);
-            first[sp->img] = (int32_t)i;
-        }
+        batch_image(b, im, dst);
         r->images[i] = (sched_image_t){.pos = sp->pos, .n_tok = sp->n_tok, .embd = dst,
                                        .key = prefix_key_image_key(im->hash)};
     }
-    free(first);
     r->req.images = r->images;
     r->req.n_images = (int32_t)n_spans;
     return PROTO_ERR_NONE;
