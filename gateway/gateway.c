@@ -766,6 +766,7 @@ static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_loa
     uint64_t dq = DELTA(prefix_cache_queries), dh = DELTA(prefix_cache_hits);
     uint64_t dp = DELTA(preemptions), dpc = DELTA(prompt_tokens);
     uint64_t dsn = DELTA(spec_drafts), dsd = DELTA(spec_draft_tokens), dsa = DELTA(spec_accepted_tokens);
+    uint64_t dss = DELTA(steps_stopped);
     uint64_t ddh = DELTA(prefix_cache_disk_hits), dev = DELTA(kv_evictions), dwb = DELTA(kv_disk_bytes_written),
              drb = DELTA(kv_disk_bytes_read), dde = DELTA(kv_disk_evictions), drj = DELTA(kv_disk_rejected);
 #undef DELTA
@@ -806,6 +807,8 @@ static void load_deltas(struct gateway *gw, gateway_worker_t *w, const proto_loa
         metrics_counter_add(gw->m.spec_num_draft_tokens, lab, (double)dsd);
     if (dsa)
         metrics_counter_add(gw->m.spec_num_accepted, lab, (double)dsa);
+    if (dss)
+        metrics_counter_add(gw->m.steps_stopped, lab, (double)dss);
     if (nl->kv_disk_state) {
         metrics_gauge_set(gw->m.kv_disk_enabled, rlab, nl->kv_disk_state == 1 ? 1.0 : 0.0);
         metrics_gauge_set(gw->m.kv_disk_bytes, rlab, (double)nl->kv_disk_bytes_used);

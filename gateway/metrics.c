@@ -452,6 +452,9 @@ void metrics_std_register(metrics_t *m, metrics_std_t *o)
         "Prefix cache hits from the workers' disk tier, in terms of number of loaded tokens.", 1, L_MODEL);
     o->num_preemptions = metrics_counter_new(m, "vllm:num_preemptions_total",
                                              "Cumulative number of preemptions by the workers.", 1, L_MODEL);
+    o->steps_stopped = metrics_counter_new(m, "pagoda_steps_stopped_total",
+                                           "Worker steps stopped inside the forward pass for a better tier's "
+                                           "request (their rows run again later).", 1, L_MODEL);
     o->spec_num_drafts = metrics_counter_new(m, "vllm:spec_decode_num_drafts_total",
                                              "Number of spec decoding drafts (verifies of a sequence "
                                              "with draft tokens).", 1, L_MODEL);

@@ -108,6 +108,7 @@ typedef struct {
     metrics_family_t *external_prefix_cache_hits; /* counter [model_name] of those, loaded from the
                                                      workers' disk tier (worker/kv_disk.h) */
     metrics_family_t *num_preemptions;        /* counter [model_name] */
+    metrics_family_t *steps_stopped;          /* counter [model_name] steps stopped for a better tier */
     metrics_family_t *spec_num_drafts;        /* counter [model_name] verifies with drafts */
     metrics_family_t *spec_num_draft_tokens;  /* counter [model_name] draft tokens verified */
     metrics_family_t *spec_num_accepted;      /* counter [model_name] draft tokens accepted */

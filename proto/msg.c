@@ -374,7 +374,7 @@ static const field_t load_fields[] = {
     {"prompt_tok", true}, {"free", true},
     {"pc_disk", false}, {"kv_evict", false}, {"kvd_state", false}, {"kvd_wb", false},
     {"kvd_rb", false}, {"kvd_evict", false}, {"kvd_rej", false}, {"kvd_used", false},
-    {"sd_n", false}, {"sd_dt", false}, {"sd_acc", false},
+    {"sd_n", false}, {"sd_dt", false}, {"sd_acc", false}, {"stopped", false},
 };
 
 static int load_field(dec_t *d, void *obj, int idx)
@@ -402,6 +402,7 @@ static int load_field(dec_t *d, void *obj, int idx)
     case 18: return get_uint(d, &l->spec_drafts, 0, UINT64_MAX);
     case 19: return get_uint(d, &l->spec_draft_tokens, 0, UINT64_MAX);
     case 20: return get_uint(d, &l->spec_accepted_tokens, 0, UINT64_MAX);
+    case 21: return get_uint(d, &l->steps_stopped, 0, UINT64_MAX);
     }
     return -1;
 }

@@ -85,6 +85,9 @@
  *     free       uint   credit: SUBMITs the worker accepts right now
  *     sd_n, sd_dt, sd_acc  uint  optional (absent = 0): speculative decoding since
  *                       start (u64): verifies with drafts, draft tokens, accepted ones
+ *     stopped    uint   optional (absent = 0): scheduler steps stopped for a better
+ *                       tier since start (u64; docs/BATCHING.md, "Preemption at a
+ *                       layer boundary")
  *   (u32 fields: 0..2^31-1)
  *   prog       map   opt  worker → gateway only: step progress, for hang detection
  *                         by progress rather than by heartbeats (a step may take
@@ -518,6 +521,8 @@ typedef struct proto_load {
     uint64_t spec_drafts;           /* sd_n: verifies of a sequence with drafts */
     uint64_t spec_draft_tokens;     /* sd_dt: draft tokens verified */
     uint64_t spec_accepted_tokens;  /* sd_acc: of those, accepted */
+    /* optional (absent = 0) */
+    uint64_t steps_stopped;         /* stopped: steps stopped for a better tier, cumulative */
 } proto_load_t;
 
 /* Worker step progress, carried by the worker's HEARTBEAT. */

@@ -160,7 +160,7 @@ static void encode_heartbeat(enc_t *e, const proto_heartbeat_t *h)
         key(e, "load");
         const bool tiers = l->kv_disk_state || l->kv_evictions || l->prefix_cache_disk_hits;
         const bool spec = l->spec_drafts || l->spec_draft_tokens || l->spec_accepted_tokens;
-        msgpack_pack_map(&e->pk, 10 + (tiers ? 8 : 0) + (spec ? 3 : 0));
+        msgpack_pack_map(&e->pk, 10 + (tiers ? 8 : 0) + (spec ? 3 : 0) + (l->steps_stopped ? 1 : 0));
         sub_uint(&e->pk, "run", l->running);
         sub_uint(&e->pk, "wait", l->waiting);
         sub_uint(&e->pk, "kv_used", l->kv_blocks_used);
@@ -186,6 +186,8 @@ static void encode_heartbeat(enc_t *e, const proto_heartbeat_t *h)
             sub_uint(&e->pk, "sd_dt", l->spec_draft_tokens);
             sub_uint(&e->pk, "sd_acc", l->spec_accepted_tokens);
         }
+        if (l->steps_stopped)
+            sub_uint(&e->pk, "stopped", l->steps_stopped);
     }
     if (h->has_progress) {
         const proto_progress_t *g = &h->progress;

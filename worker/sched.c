@@ -43,7 +43,7 @@ void sched_config_default(sched_config_t *c)
     c->spec_max_rows = 16;
     c->step_budget_ms = SCHED_STEP_BUDGET_AUTO;
     c->step_budget_factor = 2.0;
-    c->step_min_chunk = 64;
+    c->step_min_chunk = 16;
     c->prefill_age_steps = 32;
     c->prefill_max_stops = 2;
 }
@@ -1361,6 +1361,11 @@ int sched_step(sched_t *s)
         .measured_us = (double)(clock_now_us() - t_start),
     };
     double t_us = s->step_hook ? s->step_hook(s->step_hook_ud, &info) : info.measured_us;
+    /* where the step time goes (PAGODA_LOG=debug; docs/BATCHING.md): the
+     * rows, the target, what the model predicted and what it took */
+    log_debug("step cost: decode %d prefill %d attn %lld seqs %d target %.2f ms predicted %.2f ms took %.2f ms",
+              rows.n_decode, rows.n_prefill, (long long)rows.n_attn, n_bseq, target_us / 1000.0,
+              step_cost_predict(&s->cost, &rows) / 1000.0, t_us / 1000.0);
     step_cost_add(&s->cost, &rows, t_us);
     return n_rows;
 }

@@ -658,6 +658,7 @@ static void publish_load(struct worker *w)
         .spec_drafts = st.spec_drafts,
         .spec_draft_tokens = st.spec_draft_tokens,
         .spec_accepted_tokens = st.spec_accepted_tokens,
+        .steps_stopped = st.steps_stopped,
     };
     if (w->disk) {
         kv_disk_stats_t ds;

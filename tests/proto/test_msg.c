@@ -269,6 +269,14 @@ static void test_roundtrip_heartbeat(void **state)
     assert_memory_equal(&out.heartbeat.load, &in.heartbeat.load, sizeof(proto_load_t));
     proto_msg_clear(&out);
 
+    /* the optional steps-stopped counter (absent when 0, above) */
+    in.heartbeat.load.steps_stopped = 5000000001ull;
+    roundtrip(&in, &out);
+    assert_true(out.heartbeat.load.steps_stopped == 5000000001ull);
+    assert_memory_equal(&out.heartbeat.load, &in.heartbeat.load, sizeof(proto_load_t));
+    proto_msg_clear(&out);
+    in.heartbeat.load.steps_stopped = 0;
+
     /* with step progress (busy, stalled for a while) */
     in.heartbeat.has_progress = true;
     in.heartbeat.progress = (proto_progress_t){

@@ -1818,6 +1818,76 @@ static void test_step_budget_chunks(void **state)
     run_free(&R);
 }
 
+/* The 1.1B Q4_K_M shape on 2 cores (docs/BATCHING.md, "What the default
+ * costs and buys"): 8 decode rows take 50 ms alone, a prefill row ~3.7 ms. */
+static double w1b_hook(void *ud, const sched_step_info_t *in)
+{
+    (void)blog_hook(ud, in); /* logs the step (its bk_cost is not used) */
+    return 10000.0 + 5000.0 * in->n_decode + 3700.0 * in->n_prefill + 0.001 * (double)in->n_attn;
+}
+
+/* The defaults (auto, step_budget_factor, step_min_chunk) hold the
+ * interference bar of issue #38 under that cost: once the model is ready,
+ * every step that carries a prefill chunk beside 8 decoding streams stays
+ * within 2.5x their decode-only step; chunks are never below the default
+ * floor, the prompt keeps progressing every step, and its output is solo's. */
+static void test_step_budget_default_bar(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    enum { N_STREAMS = 8, N_LONG = 420, MBT = 512 };
+    sched_config_t c = cfg_make(16, MBT, 0, 1);
+    sched_config_t d;
+    sched_config_default(&d);
+    c.step_budget_ms = SCHED_STEP_BUDGET_AUTO;
+    assert_true(c.step_min_chunk == d.step_min_chunk && c.step_budget_factor == d.step_budget_factor);
+    run_t *R = run_new(g_stories, &c);
+    blog_t *L = calloc(1, sizeof *L);
+    assert_non_null(L);
+    sched_set_step_hook(R->s, w1b_hook, L);
+    int32_t sp[N_STREAMS][8], lp[N_LONG];
+    sched_req_t qs[N_STREAMS];
+    for (int i = 0; i < N_STREAMS; i++) {
+        make_prompt(sp[i], 8, 300 + 9 * i);
+        qs[i] = req_greedy((uint64_t)(10 + i), 1, sp[i], 8, 100, true);
+        submit(R, &qs[i]);
+    }
+    for (int i = 0; i < 20; i++)
+        step(R);
+    make_prompt(lp, N_LONG, 700);
+    sched_req_t ql = req_greedy(30, 1, lp, N_LONG, 2, true);
+    rec_t *rl = submit(R, &ql);
+    const int32_t first = L->n;
+    while (rl->n_tok == 0 && L->n < BLOG_STEPS)
+        step(R);
+    const double dec_only = 10000.0 + 5000.0 * N_STREAMS; /* µs, attention aside */
+    int32_t got = 0, n_ready = 0;
+    for (int32_t i = first; i < L->n && got < N_LONG; i++) {
+        const step_cost_rows_t *r = &L->st[i].rows;
+        int32_t lrows = blog_rows(L, i, 30);
+        assert_int_equal(r->n_decode, N_STREAMS); /* the streams decode in every step */
+        assert_true(lrows > 0);                   /* and the prompt progresses in every step */
+        got += lrows;
+        if (got < N_LONG)
+            assert_true(lrows >= d.step_min_chunk);
+        if (L->st[i].target_us <= 1.0)
+            continue; /* the model not ready yet: the floor */
+        n_ready++;
+        double t = 10000.0 + 5000.0 * r->n_decode + 3700.0 * r->n_prefill + 0.001 * (double)r->n_attn;
+        if (t > 2.5 * dec_only)
+            fail_msg("step %d: %d prefill rows beside %d decode rows take %.1f ms, %.2fx the decode-only step",
+                     i, r->n_prefill, r->n_decode, t / 1000.0, t / dec_only);
+    }
+    assert_int_equal(got, N_LONG);
+    assert_true(n_ready >= 10);
+    drive(R);
+    rec_t solo;
+    run_solo(g_stories, &ql, &solo);
+    assert_same_output(rl, &solo, "default step budget");
+    free(L);
+    run_free(&R);
+}
+
 /* The request mix of test_batched_equals_solo with 4 slots (so requests are
  * admitted while others decode) under the time budget: synthetic costs with
  * a 1-token floor and a target that fits few rows, synthetic auto, and the
@@ -2213,6 +2283,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_window_long_generation),
         cmocka_unit_test(test_step_budget_chunks),
         cmocka_unit_test(test_step_budget_outputs),
+        cmocka_unit_test(test_step_budget_default_bar),
         cmocka_unit_test(test_prefill_priority),
         cmocka_unit_test(test_priority_first_token),
         cmocka_unit_test(test_priority_stop_step),
