@@ -333,6 +333,7 @@ sched_t *sched_new(const model_t *m, const tokenizer_t *tok, const sched_config_
     /* 0.98: the fit follows the last ~50 steps (a few seconds of decoding),
      * quick to see the machine change, long enough to average out noise */
     step_cost_init(&s->cost, 0.98);
+    step_cost_init(&s->cost_dec, 0.98);
     if (c->spec == SPEC_DRAFT && draft_init(s, n_blocks, int8_on, err, errlen) != 0)
         goto err;
     log_config(s, n_blocks, per);
@@ -891,18 +892,26 @@ static seq_t *next_for_batch(sched_t *s, int pass)
 
 /* The step's time target once its decode rows are packed (s->rows): 0 when
  * nothing decodes (a prompt alone prefills at full speed) or the budget is
- * off; with auto, step_budget_factor x the model's decode-only step, 0 while
- * the model is not ready (step_cost_chunk then gives the floor chunk). */
+ * off; with auto, step_budget_factor x the decode-only step as the
+ * decode-only fit (cost_dec) predicts it, 1 µs while the models are not
+ * ready (step_cost_chunk then gives the floor chunk). */
 static double step_target_us(const sched_t *s)
 {
     if (s->rows.n_decode == 0 || s->cfg.step_budget_ms == 0)
         return 0;
     if (s->cfg.step_budget_ms > 0)
         return s->cfg.step_budget_ms * 1000.0;
-    if (!step_cost_ready(&s->cost))
+    if (!step_cost_ready(&s->cost) || s->cost_dec.n_samples < 3)
         return 1; /* any positive target: step_cost_chunk gives the floor */
-    step_cost_rows_t dec = {s->rows.n_decode, 0, s->rows.n_attn};
-    return s->cfg.step_budget_factor * step_cost_predict(&s->cost, &dec);
+    /* no extrapolation in attention: the streams' contexts grow a step at a
+     * time, in step with any drift of the machine's speed, so the fit can
+     * put that drift on the attention term and the target would then climb
+     * with every step of a long prefill (it did: +9 ms a step on a loaded
+     * host); past the attention seen, the decode-only step is taken as
+     * the last one seen */
+    int64_t attn = s->rows.n_attn < s->cost_dec.attn_max ? s->rows.n_attn : s->cost_dec.attn_max;
+    step_cost_rows_t dec = {s->rows.n_decode, 0, attn};
+    return s->cfg.step_budget_factor * step_cost_predict(&s->cost_dec, &dec);
 }
 
 /* A prefill chunk of q from n_computed, cut so it never ends inside an
@@ -1367,6 +1376,8 @@ int sched_step(sched_t *s)
               rows.n_decode, rows.n_prefill, (long long)rows.n_attn, n_bseq, target_us / 1000.0,
               step_cost_predict(&s->cost, &rows) / 1000.0, t_us / 1000.0);
     step_cost_add(&s->cost, &rows, t_us);
+    if (rows.n_prefill == 0)
+        step_cost_add(&s->cost_dec, &rows, t_us);
     return n_rows;
 }
 

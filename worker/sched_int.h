@@ -160,6 +160,10 @@ struct sched {
 
     /* step time budget (step_cost.h) */
     step_cost_t cost;                 /* the learned step cost of this model on this machine */
+    step_cost_t cost_dec;             /* the same, of decode-only steps alone: the auto target's
+                                       * base (what the streams' gap is without a prefill; in a
+                                       * mixed step decode rows may cost less, and during a long
+                                       * prefill `cost` forgets the decode-only steps) */
     step_cost_rows_t rows;            /* the step being built: its rows as the model counts them */
     double target_us;                 /* its time target, 0 = none */
     uint64_t *h_ids;                  /* (max_seqs) sched_step_info_t.ids scratch */

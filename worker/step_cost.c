@@ -97,6 +97,7 @@ void step_cost_add(step_cost_t *c, const step_cost_rows_t *r, double t_us)
     }
     c->w_decode_only = c->w_decode_only * c->decay + (r->n_prefill == 0);
     c->w_prefill = c->w_prefill * c->decay + (r->n_prefill > 0);
+    c->attn_max = r->n_attn > c->attn_max ? r->n_attn : c->attn_max;
     c->n_samples++;
     refit(c);
 }

@@ -47,6 +47,7 @@ typedef struct step_cost {
     double decay;              /* weight kept by the past at each new step, (0, 1] */
     double w_decode_only;      /* decayed count of steps without prefill rows */
     double w_prefill;          /* decayed count of steps with prefill rows */
+    int64_t attn_max;          /* the largest n_attn of a step added */
     int64_t n_samples;
 } step_cost_t;
 

@@ -280,6 +280,7 @@ static char *render_std(void)
         metrics_counter_add(s.kv_disk_written, lm, 4096);
         metrics_gauge_set(s.kv_disk_enabled, (const char *[]){"qwen3-0.6b", "host:1:a"}, 1);
         metrics_counter_add(s.num_preemptions, lm, 2);
+        metrics_counter_add(s.steps_stopped, lm, 3);
         metrics_counter_add(s.prompt_tokens, lm, 1234);
         metrics_counter_add(s.generation_tokens, lm, 4321);
         for (int r = 0; r < 3; r++) {
@@ -316,6 +317,7 @@ static void test_std_families(void **st)
     const char *names[] = {
         "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
+        "pagoda_steps_stopped_total",
         "vllm:external_prefix_cache_hits_total", "pagoda_kv_disk_written_bytes_total", "pagoda_kv_disk_enabled",
         "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
         "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",

@@ -1888,6 +1888,73 @@ static void test_step_budget_default_bar(void **state)
     run_free(&R);
 }
 
+/* Decode rows that cost less beside a prefill chunk than alone (they share
+ * the weight read with it): 5 ms each alone, 2 ms in a mixed step. */
+static double cheap_dec_cost(const step_cost_rows_t *r)
+{
+    return 10000.0 + (r->n_prefill > 0 ? 2000.0 : 5000.0) * r->n_decode + 3700.0 * r->n_prefill;
+}
+
+static double cheap_dec_hook(void *ud, const sched_step_info_t *in)
+{
+    (void)blog_hook(ud, in);
+    step_cost_rows_t r = {in->n_decode, in->n_prefill, in->n_attn};
+    return cheap_dec_cost(&r);
+}
+
+/* The auto target stays step_budget_factor x the decode-only step the
+ * streams saw before the prompt (not the decode rows' cheaper share of a
+ * mixed step, which the whole-step fit drifts to during a long prefill),
+ * and the chunks grow into the room the cheaper decode rows leave. */
+static void test_step_budget_decode_target(void **state)
+{
+    (void)state;
+    NEED_STORIES();
+    enum { N_STREAMS = 8, N_LONG = 420, MBT = 512 };
+    sched_config_t c = cfg_make(16, MBT, 0, 1);
+    sched_config_t d;
+    sched_config_default(&d);
+    c.step_budget_ms = SCHED_STEP_BUDGET_AUTO;
+    run_t *R = run_new(g_stories, &c);
+    blog_t *L = calloc(1, sizeof *L);
+    assert_non_null(L);
+    sched_set_step_hook(R->s, cheap_dec_hook, L);
+    int32_t sp[N_STREAMS][8], lp[N_LONG];
+    sched_req_t qs[N_STREAMS];
+    for (int i = 0; i < N_STREAMS; i++) {
+        make_prompt(sp[i], 8, 500 + 9 * i);
+        qs[i] = req_greedy((uint64_t)(10 + i), 1, sp[i], 8, 100, true);
+        submit(R, &qs[i]);
+    }
+    for (int i = 0; i < 20; i++)
+        step(R);
+    make_prompt(lp, N_LONG, 900);
+    sched_req_t ql = req_greedy(30, 1, lp, N_LONG, 2, true);
+    rec_t *rl = submit(R, &ql);
+    const int32_t first = L->n;
+    while (rl->n_tok == 0 && L->n < BLOG_STEPS)
+        step(R);
+    const step_cost_rows_t dec = {N_STREAMS, 0, 0};
+    const double want = d.step_budget_factor * cheap_dec_cost(&dec);
+    int32_t n_ready = 0, max_rows = 0;
+    for (int32_t i = first; i < L->n; i++) {
+        int32_t lrows = blog_rows(L, i, 30);
+        if (lrows == 0 || L->st[i].target_us <= 1.0)
+            continue;
+        n_ready++;
+        max_rows = lrows > max_rows ? lrows : max_rows;
+        if (fabs(L->st[i].target_us - want) > 0.01 * want)
+            fail_msg("step %d: target %.1f ms, want %.1f (%.1fx the decode-only step)", i,
+                     L->st[i].target_us / 1000.0, want / 1000.0, d.step_budget_factor);
+        assert_true(cheap_dec_cost(&L->st[i].rows) <= want * 1.01);
+    }
+    assert_true(n_ready >= 10);
+    assert_true(max_rows > d.step_min_chunk);
+    drive(R);
+    free(L);
+    run_free(&R);
+}
+
 /* The request mix of test_batched_equals_solo with 4 slots (so requests are
  * admitted while others decode) under the time budget: synthetic costs with
  * a 1-token floor and a target that fits few rows, synthetic auto, and the
@@ -2284,6 +2351,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_step_budget_chunks),
         cmocka_unit_test(test_step_budget_outputs),
         cmocka_unit_test(test_step_budget_default_bar),
+        cmocka_unit_test(test_step_budget_decode_target),
         cmocka_unit_test(test_prefill_priority),
         cmocka_unit_test(test_priority_first_token),
         cmocka_unit_test(test_priority_stop_step),
