@@ -1818,6 +1818,58 @@ static void test_step_budget_chunks(void **state)
     run_free(&R);
 }
 
+/* The interference case of issue #38 at test scale: IF_STREAMS streams
+ * decode under the default auto budget with the step cost `hook`; after 20
+ * steps an IF_LONG-token prompt (id 30) arrives; run until its first token.
+ * seed varies the prompts (no prefix-cache hit between tests). */
+enum { IF_STREAMS = 8, IF_LONG = 420 };
+typedef struct interference {
+    run_t *R;
+    blog_t *L;                 /* the steps, through hook */
+    int32_t sp[IF_STREAMS][8], lp[IF_LONG];
+    sched_req_t qs[IF_STREAMS], ql;
+    rec_t *rl;                 /* the long prompt's record */
+    int32_t first;             /* L's index of the first step after it arrived */
+} interference_t;
+
+static interference_t *interference_run(sched_step_fn hook, int seed)
+{
+    interference_t *F = calloc(1, sizeof *F);
+    assert_non_null(F);
+    sched_config_t c = cfg_make(16, 512, 0, 1);
+    sched_config_t d;
+    sched_config_default(&d);
+    c.step_budget_ms = SCHED_STEP_BUDGET_AUTO;
+    assert_true(c.step_min_chunk == d.step_min_chunk && c.step_budget_factor == d.step_budget_factor);
+    F->R = run_new(g_stories, &c);
+    F->L = calloc(1, sizeof *F->L);
+    assert_non_null(F->L);
+    sched_set_step_hook(F->R->s, hook, F->L);
+    for (int i = 0; i < IF_STREAMS; i++) {
+        make_prompt(F->sp[i], 8, seed + 9 * i);
+        F->qs[i] = req_greedy((uint64_t)(10 + i), 1, F->sp[i], 8, 100, true);
+        submit(F->R, &F->qs[i]);
+    }
+    for (int i = 0; i < 20; i++)
+        step(F->R);
+    make_prompt(F->lp, IF_LONG, seed + 400);
+    F->ql = req_greedy(30, 1, F->lp, IF_LONG, 2, true);
+    F->rl = submit(F->R, &F->ql);
+    F->first = F->L->n;
+    while (F->rl->n_tok == 0 && F->L->n < BLOG_STEPS)
+        step(F->R);
+    return F;
+}
+
+/* Runs the rest and frees. */
+static void interference_free(interference_t *F)
+{
+    drive(F->R);
+    free(F->L);
+    run_free(&F->R);
+    free(F);
+}
+
 /* The 1.1B Q4_K_M shape on 2 cores (docs/BATCHING.md, "What the default
  * costs and buys"): 8 decode rows take 50 ms alone, a prefill row ~3.7 ms. */
 static double w1b_hook(void *ud, const sched_step_info_t *in)
@@ -1835,31 +1887,13 @@ static void test_step_budget_default_bar(void **state)
 {
     (void)state;
     NEED_STORIES();
-    enum { N_STREAMS = 8, N_LONG = 420, MBT = 512 };
-    sched_config_t c = cfg_make(16, MBT, 0, 1);
+    enum { N_STREAMS = IF_STREAMS, N_LONG = IF_LONG };
     sched_config_t d;
     sched_config_default(&d);
-    c.step_budget_ms = SCHED_STEP_BUDGET_AUTO;
-    assert_true(c.step_min_chunk == d.step_min_chunk && c.step_budget_factor == d.step_budget_factor);
-    run_t *R = run_new(g_stories, &c);
-    blog_t *L = calloc(1, sizeof *L);
-    assert_non_null(L);
-    sched_set_step_hook(R->s, w1b_hook, L);
-    int32_t sp[N_STREAMS][8], lp[N_LONG];
-    sched_req_t qs[N_STREAMS];
-    for (int i = 0; i < N_STREAMS; i++) {
-        make_prompt(sp[i], 8, 300 + 9 * i);
-        qs[i] = req_greedy((uint64_t)(10 + i), 1, sp[i], 8, 100, true);
-        submit(R, &qs[i]);
-    }
-    for (int i = 0; i < 20; i++)
-        step(R);
-    make_prompt(lp, N_LONG, 700);
-    sched_req_t ql = req_greedy(30, 1, lp, N_LONG, 2, true);
-    rec_t *rl = submit(R, &ql);
-    const int32_t first = L->n;
-    while (rl->n_tok == 0 && L->n < BLOG_STEPS)
-        step(R);
+    interference_t *F = interference_run(w1b_hook, 300);
+    blog_t *L = F->L;
+    rec_t *rl = F->rl;
+    const int32_t first = F->first;
     const double dec_only = 10000.0 + 5000.0 * N_STREAMS; /* µs, attention aside */
     int32_t got = 0, n_ready = 0;
     for (int32_t i = first; i < L->n && got < N_LONG; i++) {
@@ -1880,12 +1914,11 @@ static void test_step_budget_default_bar(void **state)
     }
     assert_int_equal(got, N_LONG);
     assert_true(n_ready >= 10);
-    drive(R);
+    drive(F->R);
     rec_t solo;
-    run_solo(g_stories, &ql, &solo);
+    run_solo(g_stories, &F->ql, &solo);
     assert_same_output(rl, &solo, "default step budget");
-    free(L);
-    run_free(&R);
+    interference_free(F);
 }
 
 /* Decode rows that cost less beside a prefill chunk than alone (they share
@@ -1910,31 +1943,12 @@ static void test_step_budget_decode_target(void **state)
 {
     (void)state;
     NEED_STORIES();
-    enum { N_STREAMS = 8, N_LONG = 420, MBT = 512 };
-    sched_config_t c = cfg_make(16, MBT, 0, 1);
     sched_config_t d;
     sched_config_default(&d);
-    c.step_budget_ms = SCHED_STEP_BUDGET_AUTO;
-    run_t *R = run_new(g_stories, &c);
-    blog_t *L = calloc(1, sizeof *L);
-    assert_non_null(L);
-    sched_set_step_hook(R->s, cheap_dec_hook, L);
-    int32_t sp[N_STREAMS][8], lp[N_LONG];
-    sched_req_t qs[N_STREAMS];
-    for (int i = 0; i < N_STREAMS; i++) {
-        make_prompt(sp[i], 8, 500 + 9 * i);
-        qs[i] = req_greedy((uint64_t)(10 + i), 1, sp[i], 8, 100, true);
-        submit(R, &qs[i]);
-    }
-    for (int i = 0; i < 20; i++)
-        step(R);
-    make_prompt(lp, N_LONG, 900);
-    sched_req_t ql = req_greedy(30, 1, lp, N_LONG, 2, true);
-    rec_t *rl = submit(R, &ql);
-    const int32_t first = L->n;
-    while (rl->n_tok == 0 && L->n < BLOG_STEPS)
-        step(R);
-    const step_cost_rows_t dec = {N_STREAMS, 0, 0};
+    interference_t *F = interference_run(cheap_dec_hook, 500);
+    blog_t *L = F->L;
+    const int32_t first = F->first;
+    const step_cost_rows_t dec = {IF_STREAMS, 0, 0};
     const double want = d.step_budget_factor * cheap_dec_cost(&dec);
     int32_t n_ready = 0, max_rows = 0;
     for (int32_t i = first; i < L->n; i++) {
@@ -1950,9 +1964,7 @@ static void test_step_budget_decode_target(void **state)
     }
     assert_true(n_ready >= 10);
     assert_true(max_rows > d.step_min_chunk);
-    drive(R);
-    free(L);
-    run_free(&R);
+    interference_free(F);
 }
 
 /* The request mix of test_batched_equals_solo with 4 slots (so requests are
