@@ -452,9 +452,6 @@ void metrics_std_register(metrics_t *m, metrics_std_t *o)
         "Prefix cache hits from the workers' disk tier, in terms of number of loaded tokens.", 1, L_MODEL);
     o->num_preemptions = metrics_counter_new(m, "vllm:num_preemptions_total",
                                              "Cumulative number of preemptions by the workers.", 1, L_MODEL);
-    o->steps_stopped = metrics_counter_new(m, "pagoda_steps_stopped_total",
-                                           "Worker steps stopped inside the forward pass for a better tier's "
-                                           "request (their rows run again later).", 1, L_MODEL);
     o->spec_num_drafts = metrics_counter_new(m, "vllm:spec_decode_num_drafts_total",
                                              "Number of spec decoding drafts (verifies of a sequence "
                                              "with draft tokens).", 1, L_MODEL);
@@ -484,6 +481,9 @@ void metrics_std_register(metrics_t *m, metrics_std_t *o)
         m, "pagoda_prompt_tokens_computed_total",
         "Prompt tokens the workers computed (prefilled): cache hits excluded, recomputation included.", 1,
         L_MODEL);
+    o->steps_stopped = metrics_counter_new(m, "pagoda_steps_stopped_total",
+                                           "Worker steps stopped inside the forward pass for a better tier's "
+                                           "request (their rows run again later).", 1, L_MODEL);
     o->requests = metrics_counter_new(m, "pagoda_requests_total",
                                       "Requests accepted into a model queue, by API key tier.", 2, L_MODEL_TIER);
     o->rejected_queue_full = metrics_counter_new(
