@@ -22,6 +22,13 @@
 #                 medians of REPS (1; the idle one of max(REPS, 3)); the low
 #                 prompt is cancelled once the high one's first token is in
 #                 (CANCEL=0 waits for the low prompt's own first token).
+# BUDGETS values are --step-budget-ms values: 0 is the token budget alone
+# (MAX_BATCH_TOKENS rows a step, the "token budget of 512" of issue #38),
+# auto the default, N a fixed N ms target (BUDGETS=512 is a 512 ms target,
+# not the token budget). REPS repeats the priority scenario only; run the
+# script again for more interference samples. With PAGODA_LOG=debug in the
+# environment the worker logs one "step cost:" line per step (rows, target,
+# predicted and measured ms; docs/BATCHING.md) into the kept gw-B.log.
 # Environment: PAGODA_BUILD (build), THREADS (2), MAX_BATCH_TOKENS (512),
 # BUDGETS, STREAMS, LONG, WORDS, SETTLE (8), DELAY, REPS, CANCEL (1), URL,
 # MODEL_NAME (for URL), MODE (both; interference or priority runs one
