@@ -47,13 +47,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${PAGODA_BUILD:-$ROOT/build}
 [[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
-THREADS=${THREADS:-2}
-TG=${TG:-128}
-PP=${PP:-512}
-REPS=${REPS:-3}
-M7B=${M7B:-/work/models/m7b-q4_k_m.gguf}
-LLAMA_BIN=${LLAMA_BIN:-}
-IK_BIN=${IK_BIN:-}
+: "${THREADS:=2}" "${TG:=128}" "${PP:=512}" "${REPS:=3}" "${M7B:=/work/models/m7b-q4_k_m.gguf}" "${LLAMA_BIN:=}" "${IK_BIN:=}"
 PIN=()
 [[ -n ${CPUS:-} ]] && PIN=(taskset -c "$CPUS")
 
@@ -93,8 +87,8 @@ ver() { git -C "$1" rev-parse --short HEAD 2>/dev/null || echo "?"; }
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), threads $THREADS${CPUS:+, taskset -c $CPUS}, tg$TG pp$PP, $REPS rounds; logs in $OUT"
 echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx|amx)' | sort -u | tr '\n' ' ')"
 echo "# pagoda $(ver "$ROOT")${PAGODA_ISA:+ PAGODA_ISA=$PAGODA_ISA}" \
-  "${LLAMA_BIN:+| llama.cpp $(ver "$(dirname "$(readlink -f "$LLAMA_BIN")")")}" \
-  "${IK_BIN:+| ik_llama.cpp $(ver "$(dirname "$(readlink -f "$IK_BIN")")")}"
+  "${LLAMA_BIN:+| llama.cpp $LLAMA_BIN ($(ver "$(dirname "$(readlink -f "$LLAMA_BIN")")"))}" \
+  "${IK_BIN:+| ik_llama.cpp $IK_BIN ($(ver "$(dirname "$(readlink -f "$IK_BIN")")"))}"
 
 bandwidth() { # -> GB/s of pagoda-run's read loop with THREADS threads
   "${PIN[@]}" "$BUILD/pagoda-run" --bench-bandwidth --threads "$THREADS" 2>/dev/null |
