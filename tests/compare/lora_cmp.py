@@ -8,7 +8,12 @@ where llama-server's own top two candidates are within TIE_GAP nats of each
 other and pagoda took the second: a near-tie that float rounding may flip,
 not a disagreement of the adapter code), or "FAIL". Exit 0 for ok and tie.
 
-The answer must come from a request with "n_probs" >= 2: its
+A FAIL says where pagoda's token stands among llama-server's candidates
+(its rank and how many nats below llama's top), to tell a near-tie past
+TIE_GAP from a real disagreement.
+
+The answer must come from a request with "n_probs" >= 2 (the script asks
+for 8): its
 completion_probabilities list holds, per generated token, the token's text
 and the top candidates' log-probabilities (before sampling).
 """
@@ -37,8 +42,17 @@ def main():
                     print(f"tie at token {k}: llama's top two {top[0].get('token')!r} / {alt!r} "
                           f"{gap:.4f} nats apart, pagoda took {alt!r}")
                     return 0
+                # where pagoda's token stands in llama's candidates (longest
+                # match: a token's text may be a prefix of another's)
+                seen = [(r, c) for r, c in enumerate(top) if c.get("token") and a[pos:].startswith(c["token"])]
+                if seen:
+                    r, c = max(seen, key=lambda rc: len(rc[1]["token"]))
+                    where = (f"pagoda's {c['token']!r} is llama's #{r + 1}, "
+                             f"{top[0]['logprob'] - c['logprob']:.4f} nats below its top")
+                else:
+                    where = f"pagoda's token is not in llama's top {len(top)}"
                 print(f"FAIL at token {k}: llama {t!r} (top two {gap:.4f} nats apart), "
-                      f"pagoda {a[pos:pos + 12]!r}")
+                      f"pagoda {a[pos:pos + 12]!r}; {where}")
             else:
                 print(f"FAIL at token {k}: llama {t!r}, pagoda {a[pos:pos + 12]!r} (no probabilities)")
             return 1

@@ -24,7 +24,7 @@
 # Ties: random weights give near-ties in greedy decoding, and llama.cpp
 # rounds activations to 8 bits for quantized weights (Q8_0 / Q8_K blocks)
 # where pagoda's --exact-matmul does not. llama-server answers with its top
-# two log-probabilities per token (n_probs 2); where the texts part,
+# eight log-probabilities per token (n_probs 8); where the texts part,
 # tests/compare/lora_cmp.py counts a TIE when llama-server's top two are
 # within TIE_GAP nats (default 0.02) and pagoda took the second — not a
 # failure — and a FAIL otherwise. Output: one line per case, then per base
@@ -34,7 +34,7 @@ LLAMA_BIN=${1:-/work/ext/llama.cpp/build/bin}
 B=${PAGODA_BUILD:-build}
 N=${N:-32}
 TIE_GAP=${TIE_GAP:-0.02}
-PAGODA_FLAGS=${PAGODA_FLAGS:---exact-matmul}
+PAGODA_FLAGS=${PAGODA_FLAGS-}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 if [ ! -x "$LLAMA_BIN/llama-server" ]; then
@@ -80,7 +80,7 @@ for BASE in $BASES; do
             "$B/pagoda-run" -m "$BASE" $flags -p "$p" -n "$N" --temp 0 $PAGODA_FLAGS >"$tmp/a.txt" 2>"$tmp/run.err" ||
                 { echo "FAIL $bn $name '$p': pagoda-run failed"; cat "$tmp/run.err"; bfail=1; continue; }
             curl -s "127.0.0.1:$port/completion" -o "$tmp/b.json" \
-                -d "{\"prompt\":\"$p\",\"n_predict\":$N,\"temperature\":0,\"top_k\":1,\"n_probs\":2,\"lora\":$list}"
+                -d "{\"prompt\":\"$p\",\"n_predict\":$N,\"temperature\":0,\"top_k\":1,\"n_probs\":8,\"lora\":$list}"
             v=$(/usr/bin/python3 "$here/lora_cmp.py" "$tmp/a.txt" "$tmp/b.json" "$TIE_GAP")
             case $v in
             ok) ok=$((ok + 1)); echo "ok   $bn $name '$p': $(head -c 60 "$tmp/a.txt" | tr '\n' ' ')" ;;
