@@ -104,6 +104,7 @@ if [[ -n ${LLAMA_SERVER:-} ]]; then
     LP=$(port)
     # -c: 32 slots of (prompt + N + slack) tokens each (the 12-word prompts are
     # under 100 tokens with the 512-word stories260K vocabulary)
+    # shellcheck disable=SC2086 # LLAMA_ARGS is a list of flags
     "$LLAMA_SERVER" -m "$BASE" "${llama_args[@]}" --parallel 32 -c $((32 * (N + 256))) -t "$THREADS" -tb "$THREADS" \
       --timeout 3600 --port "$LP" --host 127.0.0.1 --no-warmup ${LLAMA_ARGS:-} >"$TMP/llama.log" 2>&1 &
     LPID=$!

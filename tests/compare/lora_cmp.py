@@ -25,7 +25,10 @@ def main():
     a = open(sys.argv[1], encoding="utf-8", errors="replace").read()
     j = json.load(open(sys.argv[2], encoding="utf-8"))
     gap_max = float(sys.argv[3])
-    b = j.get("content", "")
+    if "content" not in j:
+        print(f"FAIL: llama-server answered no content: {json.dumps(j)[:200]}")
+        return 1
+    b = j["content"]
     if a == b:
         print("ok")
         return 0
