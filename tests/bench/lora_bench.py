@@ -13,6 +13,12 @@ per-request "lora" list: every loaded adapter listed, the stream's at scale
 list get scale 0, an empty list means the load-time scales). Both sides
 tokenize the same prompt text with the same vocabulary; each phase line
 shows the prompt tokens each side counted, so a difference shows.
+Both sides get the same logit_bias banning the 256 byte tokens <0x00>..<0xFF>
+(ids 3..258 in the llama-2 SentencePiece layout of the bases' tokenizer;
+--ban-bytes 0 turns it off): a random model picks lone bytes that make
+invalid UTF-8, and llama-server answers such a text with HTTP 500 ("does
+not match the expected Content-only format", its chat output parser runs
+on /completion too).
 An answer that fails, or has fewer than N completion tokens, is a failed
 request; RESULT lines carry the failed count.
 
@@ -53,11 +59,16 @@ def prompt(i, n_words):
 
 def body(args, i, sel, n):
     b = {"prompt": prompt(i, args.words), "temperature": 0, "ignore_eos": True}
+    banned = range(3, 259) if args.ban_bytes else range(0)
     if args.llama_ids is None:
         b["model"] = args.base_model if sel == "base" else sel
         b["max_tokens"] = n
+        if banned:
+            b["logit_bias"] = {str(t): -100 for t in banned}
     else:
         b["n_predict"] = n
+        if banned:
+            b["logit_bias"] = [[t, False] for t in banned]
         b["lora"] = [{"id": idx, "scale": 1.0 if name == sel else 0.0} for name, idx in args.llama_ids]
     return b
 
@@ -122,6 +133,7 @@ def main():
     ap.add_argument("--llama-ids", default=None, help="name:id,... (llama-server's lora field)")
     ap.add_argument("--base-model", default="base")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--ban-bytes", type=int, default=1, help="1: logit_bias bans the byte tokens 3..258")
     ap.add_argument("--label", default="pagoda")
     ap.add_argument("--timeout", type=float, default=1800)
     args = ap.parse_args()
