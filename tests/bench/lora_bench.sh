@@ -76,7 +76,7 @@ for i in $(seq 0 31); do
   if ((m == 8)); then s=base; else s=a$((m + 1)); fi
   assign+="${assign:+,}$s"
 done
-echo "# base: $BASE ($(du -m "$BASE" | cut -f1) MiB); adapters a1..a8 (rank 8 / 64 alternating, F16): $(du -cm "$TMP"/a*.gguf | tail -1 | cut -f1) MiB"
+echo "# base: $BASE ($(du -mL "$BASE" | cut -f1) MiB); adapters a1..a8 (rank 8 / 64 alternating, F16): $(du -cm "$TMP"/a*.gguf | tail -1 | cut -f1) MiB"
 echo "# 32 streams, $N new tokens each, greedy, ignore_eos, $THREADS threads; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 PY=(python3 "$ROOT/tests/bench/lora_bench.py" --assign "$assign" --n "$N" --words "$WORDS" --reps "$REPS")
 
