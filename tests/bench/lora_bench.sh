@@ -23,10 +23,14 @@
 # best-of ratio mixed / base-only (the issue's bar: >= 0.8), then runs each
 # mixed stream alone and checks its text equals the mixed run's (CHECK=0
 # skips it). With LLAMA_SERVER set: llama-server -m BASE --lora a1 ... --lora
-# a8 --parallel 32 -t THREADS, streams choosing their adapter with the
-# per-request "lora" field; its mixed tok/s and pagoda's ratio to it (bar: >= 3).
+# a8 --parallel 32 -t THREADS, streams sending the same prompts and N to its
+# native /completion with the per-request "lora" field; its mixed tok/s, each
+# side's failed-request count and pagoda's ratio to it (bar: >= 3), or
+# INVALID when any request failed on either side.
 # Environment: PAGODA_BUILD (build), THREADS (2), N (32 new tokens per
-# stream), WORDS (12 prompt words), REPS (2), CHECK (1), LLAMA_SERVER.
+# stream), WORDS (12 prompt words), REPS (2), CHECK (1), LLAMA_SERVER,
+# LLAMA_ARGS (more llama-server flags, e.g. "--poll 0": its threads then
+# sleep instead of spinning between steps, which matters on a loaded machine).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${PAGODA_BUILD:-$ROOT/build}
@@ -72,7 +76,7 @@ for i in $(seq 0 31); do
   if ((m == 8)); then s=base; else s=a$((m + 1)); fi
   assign+="${assign:+,}$s"
 done
-echo "# base: $BASE ($(du -m "$BASE" | cut -f1) MiB); adapters a1..a8 (rank 8 / 64 alternating, F16): $(du -cm "$TMP"/a*.gguf | tail -1 | cut -f1) MiB"
+echo "# base: $BASE ($(du -mL "$BASE" | cut -f1) MiB); adapters a1..a8 (rank 8 / 64 alternating, F16): $(du -cm "$TMP"/a*.gguf | tail -1 | cut -f1) MiB"
 echo "# 32 streams, $N new tokens each, greedy, ignore_eos, $THREADS threads; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 PY=(python3 "$ROOT/tests/bench/lora_bench.py" --assign "$assign" --n "$N" --words "$WORDS" --reps "$REPS")
 
@@ -98,18 +102,31 @@ if [[ -n ${LLAMA_SERVER:-} ]]; then
     echo "SKIP llama-server: $LLAMA_SERVER is not executable"
   else
     LP=$(port)
-    "$LLAMA_SERVER" -m "$BASE" "${llama_args[@]}" --parallel 32 -c $((32 * 256)) -t "$THREADS" \
-      --port "$LP" --host 127.0.0.1 --no-warmup >"$TMP/llama.log" 2>&1 &
+    # -c: 32 slots of (prompt + N + slack) tokens each (the 12-word prompts are
+    # under 100 tokens with the 512-word stories260K vocabulary)
+    # shellcheck disable=SC2086 # LLAMA_ARGS is a list of flags
+    "$LLAMA_SERVER" -m "$BASE" "${llama_args[@]}" --parallel 32 -c $((32 * (N + 256))) -t "$THREADS" -tb "$THREADS" \
+      --timeout 3600 --port "$LP" --host 127.0.0.1 --no-warmup ${LLAMA_ARGS:-} >"$TMP/llama.log" 2>&1 &
     LPID=$!
     for _ in $(seq 600); do curl -sf "http://127.0.0.1:$LP/health" >/dev/null 2>&1 && break; sleep 0.5; done
     "${PY[@]}" --url "http://127.0.0.1:$LP" --label llama-server --llama-ids "$ids" --reps 1 | tee "$TMP/llama.txt"
     kill -TERM "$LPID"
     wait "$LPID" 2>/dev/null
     LPID=
-    p=$(sed -n 's/^RESULT pagoda mixed \([0-9.]*\) .*/\1/p' "$TMP/pagoda.txt")
-    l=$(sed -n 's/^RESULT llama-server mixed \([0-9.]*\) .*/\1/p' "$TMP/llama.txt")
-    [[ -n $p && -n $l ]] &&
-      python3 -c "import sys; p, l = float(sys.argv[1]), float(sys.argv[2]); print(f'RESULT mixed adapters: pagoda {p:.1f} tok/s, llama-server {l:.1f} tok/s, ratio {p / l if l else 0:.2f}')" "$p" "$l"
+    # RESULT mixed adapters: both rates, each side's failed requests, and the
+    # ratio only when no request failed on either side (INVALID otherwise)
+    python3 - "$TMP/pagoda.txt" "$TMP/llama.txt" <<'PYEOF'
+import re, sys
+def side(path):
+    m = re.search(r"^RESULT \S+ mixed ([0-9.]+) tok/s, .*failed (\d+)", open(path).read(), re.M)
+    return (float(m.group(1)), int(m.group(2))) if m else (0.0, None)
+(p, pf), (l, lf) = side(sys.argv[1]), side(sys.argv[2])
+fails = f"failed requests: pagoda {'?' if pf is None else pf}, llama-server {'?' if lf is None else lf}"
+if pf == 0 and lf == 0 and l > 0:
+    print(f"RESULT mixed adapters: pagoda {p:.1f} tok/s, llama-server {l:.1f} tok/s, ratio {p / l:.2f} ({fails})")
+else:
+    print(f"RESULT mixed adapters: pagoda {p:.1f} tok/s, llama-server {l:.1f} tok/s, INVALID ({fails})")
+PYEOF
   fi
 fi
 echo "# logs: $TMP"
