@@ -2,6 +2,7 @@
  * matrix in one parallel region (see lowrank.h). */
 #include "worker/kernels/lowrank.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -30,13 +31,23 @@ static int pair_check(const lowrank_t *lr)
     return 0;
 }
 
+/* lr->bt is B transposed as lowrank_prepare makes it. */
+static int bt_check(const lowrank_t *lr)
+{
+    const matmul_weight_t *bt = &lr->bt;
+    if (!bt->data || bt->type != lr->b.type || bt->rows != lr->rank || bt->cols != lr->b.rows ||
+        bt->row_bytes != (size_t)bt->cols * elem_bytes(bt->type))
+        return -1;
+    return 0;
+}
+
 static int job_check(const lowrank_job_t *j)
 {
     if (j->n < 0 || j->n_pairs < 0 || (j->n > 0 && j->n_pairs > 0 && (!j->rows || !j->x || !j->y || !j->s)))
         return -1;
     for (int i = 0; i < j->n_pairs; i++) {
         const lowrank_t *lr = j->pairs[i];
-        if (pair_check(lr) != 0 || lr->a.cols != j->pairs[0]->a.cols || lr->b.rows != j->pairs[0]->b.rows ||
+        if (pair_check(lr) != 0 || bt_check(lr) != 0 || lr->a.cols != j->pairs[0]->a.cols || lr->b.rows != j->pairs[0]->b.rows ||
             lr->a.cols > j->ldx || lr->b.rows > j->ldy)
             return -1;
     }
@@ -64,14 +75,17 @@ dots_avx2_n(const float *const *xs, const int nr, const void *wv, const int f16,
     const float *w32 = wv;
     const uint16_t *w16 = wv;
     __m256 acc[LOWRANK_ROWS];
+    _Pragma("GCC unroll 4")
     for (int r = 0; r < nr; r++)
         acc[r] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= len; i += 8) {
         const __m256 w = f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w16 + i))) : _mm256_loadu_ps(w32 + i);
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < nr; r++)
             acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xs[r] + i), w, acc[r]);
     }
+    _Pragma("GCC unroll 4")
     for (int r = 0; r < nr; r++) {
         float v = vmath_hsum8(acc[r]);
         for (int64_t k = i; k < len; k++)
@@ -138,26 +152,134 @@ static void task_a(dots_fn dots, const lowrank_job_t *jb, const lowrank_t *lr, f
     }
 }
 
+/* ys[q][o0..o1) += s · (ts[q][0..r) · Bᵀ) for q < nr (nr <= LOWRANK_ROWS),
+ * bt = Bᵀ (r, out) F32 or F16 (f16: widened exactly): each output is a
+ * chain of fused multiply-adds over k = 0..r-1 in order, started from 0,
+ * then y = fma(s, that, y). The same chain whichever lanes, rows or block
+ * width an output is computed in, so a row's result depends on that row
+ * only, and an F16 bt gives the bits of an F32 bt holding the same values. */
+static void cols_scalar(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int f16, int64_t r,
+                        float s, int64_t o0, int64_t o1, float *const *ys)
+{
+    for (int64_t o = o0; o < o1; o++)
+        for (int q = 0; q < nr; q++) {
+            float v = 0;
+            for (int64_t k = 0; k < r; k++) {
+                const uint8_t *row = bt + (size_t)k * bt_rb;
+                const float b = f16 ? quant_fp16_to_fp32(((const uint16_t *)row)[o]) : ((const float *)row)[o];
+                v = fmaf(ts[q][k], b, v);
+            }
+            ys[q][o] = fmaf(s, v, ys[q][o]);
+        }
+}
+
+#ifdef VMATH_X86
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256 ld8(const uint8_t *row, int64_t o,
+                                                                                  const int f16)
+{
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + o)))
+               : _mm256_loadu_ps((const float *)row + o);
+}
+
+/* cols_scalar's arithmetic, 16 then 8 outputs a block: 2 × nr
+ * accumulators in registers over the whole rank, each bt element widened
+ * once for all nr rows. */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
+cols_avx2_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_rb, const int f16, int64_t r, float s,
+            int64_t o0, int64_t o1, float *const *ys)
+{
+    const __m256 sv = _mm256_set1_ps(s);
+    int64_t o = o0;
+    for (; o + 16 <= o1; o += 16) {
+        __m256 acc[LOWRANK_ROWS][2];
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++)
+            acc[q][0] = acc[q][1] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < r; k++) {
+            const uint8_t *row = bt + (size_t)k * bt_rb;
+            const __m256 b0 = ld8(row, o, f16), b1 = ld8(row, o + 8, f16);
+            _Pragma("GCC unroll 4")
+            for (int q = 0; q < nr; q++) {
+                const __m256 tq = _mm256_broadcast_ss(ts[q] + k);
+                acc[q][0] = _mm256_fmadd_ps(tq, b0, acc[q][0]);
+                acc[q][1] = _mm256_fmadd_ps(tq, b1, acc[q][1]);
+            }
+        }
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++) {
+            _mm256_storeu_ps(ys[q] + o, _mm256_fmadd_ps(sv, acc[q][0], _mm256_loadu_ps(ys[q] + o)));
+            _mm256_storeu_ps(ys[q] + o + 8, _mm256_fmadd_ps(sv, acc[q][1], _mm256_loadu_ps(ys[q] + o + 8)));
+        }
+    }
+    for (; o + 8 <= o1; o += 8) {
+        __m256 acc[LOWRANK_ROWS];
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++)
+            acc[q] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < r; k++) {
+            const __m256 b0 = ld8(bt + (size_t)k * bt_rb, o, f16);
+            _Pragma("GCC unroll 4")
+            for (int q = 0; q < nr; q++)
+                acc[q] = _mm256_fmadd_ps(_mm256_broadcast_ss(ts[q] + k), b0, acc[q]);
+        }
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++)
+            _mm256_storeu_ps(ys[q] + o, _mm256_fmadd_ps(sv, acc[q], _mm256_loadu_ps(ys[q] + o)));
+    }
+    for (; o < o1; o++) /* the tail: the same chains one output at a time */
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++) {
+            float v = 0;
+            for (int64_t k = 0; k < r; k++) {
+                const uint8_t *row = bt + (size_t)k * bt_rb;
+                v = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(ts[q][k]),
+                                               _mm_set_ss(f16 ? quant_fp16_to_fp32(((const uint16_t *)row)[o])
+                                                              : ((const float *)row)[o]),
+                                               _mm_set_ss(v)));
+            }
+            ys[q][o] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(s), _mm_set_ss(v), _mm_set_ss(ys[q][o])));
+        }
+}
+
+VMATH_FN static void cols_avx2(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int f16, int64_t r,
+                               float s, int64_t o0, int64_t o1, float *const *ys)
+{
+#define LOWRANK_COLS_N(F)                                                       \
+    switch (nr) {                                                               \
+    case 4: cols_avx2_n(ts, 4, bt, bt_rb, F, r, s, o0, o1, ys); break;          \
+    case 3: cols_avx2_n(ts, 3, bt, bt_rb, F, r, s, o0, o1, ys); break;          \
+    case 2: cols_avx2_n(ts, 2, bt, bt_rb, F, r, s, o0, o1, ys); break;          \
+    default: cols_avx2_n(ts, 1, bt, bt_rb, F, r, s, o0, o1, ys); break;         \
+    }
+    if (f16) {
+        LOWRANK_COLS_N(1)
+    } else {
+        LOWRANK_COLS_N(0)
+    }
+#undef LOWRANK_COLS_N
+}
+#endif
+
+typedef void (*cols_fn)(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int f16, int64_t r,
+                        float s, int64_t o0, int64_t o1, float *const *ys);
+
 /* Phase 2 task: y[rows][o0..o1) += s_i · t_i · B_iᵀ for every row of the
  * job, pair by pair in order; t the job's scratch (pair after pair). */
-static void task_b(dots_fn dots, const lowrank_job_t *jb, const float *t, int64_t o0, int64_t o1)
+static void task_b(cols_fn cols, const lowrank_job_t *jb, const float *t, int64_t o0, int64_t o1)
 {
     for (int j0 = 0; j0 < jb->n; j0 += LOWRANK_ROWS) {
         const int nr = jb->n - j0 < LOWRANK_ROWS ? jb->n - j0 : LOWRANK_ROWS;
+        float *ys[LOWRANK_ROWS];
+        for (int q = 0; q < nr; q++)
+            ys[q] = jb->y + (size_t)jb->rows[j0 + q] * (size_t)jb->ldy;
         const float *tp = t;
         for (int i = 0; i < jb->n_pairs; i++) {
             const lowrank_t *lr = jb->pairs[i];
             const int64_t r = lr->rank;
-            const float s = jb->s[i];
             const float *ts[LOWRANK_ROWS];
             for (int q = 0; q < nr; q++)
                 ts[q] = tp + (size_t)(j0 + q) * (size_t)r;
-            for (int64_t o = o0; o < o1; o++) {
-                float v[LOWRANK_ROWS];
-                dots(ts, nr, lr->b.data + (size_t)o * lr->b.row_bytes, lr->b.type == GGML_TYPE_F16, r, v);
-                for (int q = 0; q < nr; q++)
-                    jb->y[(size_t)jb->rows[j0 + q] * (size_t)jb->ldy + (size_t)o] += s * v[q];
-            }
+            cols(ts, nr, lr->bt.data, lr->bt.row_bytes, lr->bt.type == GGML_TYPE_F16, r, jb->s[i], o0, o1, ys);
             tp += (size_t)jb->n * (size_t)r;
         }
     }
@@ -176,9 +298,12 @@ int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads
     if (!any)
         return 0;
     dots_fn dots = dots_scalar;
+    cols_fn cols = cols_scalar;
 #ifdef VMATH_X86
-    if (cpu_has_avx2_fma_f16c())
+    if (cpu_has_avx2_fma_f16c()) {
         dots = dots_avx2;
+        cols = cols_avx2;
+    }
 #endif
     /* Every thread walks the same task list in the same order and runs the
      * tasks whose index it claims (dynamic scheduling, no index lookup). */
@@ -215,7 +340,7 @@ int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads
             for (int64_t o0 = 0; o0 < out; o0 += LOWRANK_COLS, idx++) {
                 if (idx != want)
                     continue;
-                task_b(dots, jb, tj, o0, o0 + LOWRANK_COLS < out ? o0 + LOWRANK_COLS : out);
+                task_b(cols, jb, tj, o0, o0 + LOWRANK_COLS < out ? o0 + LOWRANK_COLS : out);
                 want = claim(&next_b);
             }
             for (int i = 0; i < jb->n_pairs; i++)
@@ -223,6 +348,35 @@ int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads
         }
     }
     return 0;
+}
+
+int lowrank_prepare(lowrank_t *lr)
+{
+    if (pair_check(lr) != 0)
+        return -1;
+    const size_t eb = elem_bytes(lr->b.type);
+    const int64_t out = lr->b.rows, r = lr->rank;
+    uint8_t *bt = xaligned_alloc((size_t)r * (size_t)out * eb);
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t k = 0; k < r; k++)
+            memcpy(bt + ((size_t)k * (size_t)out + (size_t)o) * eb, lr->b.data + (size_t)o * lr->b.row_bytes + (size_t)k * eb,
+                   eb);
+    free((void *)lr->bt.data);
+    lr->bt = (matmul_weight_t){.type = lr->b.type, .rows = r, .cols = out, .row_bytes = (size_t)out * eb, .data = bt};
+    return 0;
+}
+
+void lowrank_release(lowrank_t *lr)
+{
+    if (!lr)
+        return;
+    free((void *)lr->bt.data);
+    lr->bt = (matmul_weight_t){0};
+}
+
+size_t lowrank_bt_bytes(const lowrank_t *lr)
+{
+    return lr->bt.data ? (size_t)lr->bt.rows * lr->bt.row_bytes : 0;
 }
 
 /* Element (row, col) of an F32 or F16 factor. */
