@@ -279,7 +279,13 @@ static void task_b(cols_fn cols, const lowrank_job_t *jb, const float *t, int64_
             const float *ts[LOWRANK_ROWS];
             for (int q = 0; q < nr; q++)
                 ts[q] = tp + (size_t)(j0 + q) * (size_t)r;
-            cols(ts, nr, lr->bt.data, lr->bt.row_bytes, lr->bt.type == GGML_TYPE_F16, r, jb->s[i], o0, o1, ys);
+            /* the panel of outputs o0.. (lowrank_prepare): (r, w) row-major */
+            const size_t eb = elem_bytes(lr->bt.type), w = (size_t)(o1 - o0);
+            float *yo[LOWRANK_ROWS];
+            for (int q = 0; q < nr; q++)
+                yo[q] = ys[q] + o0;
+            cols(ts, nr, lr->bt.data + (size_t)o0 * (size_t)r * eb, w * eb, lr->bt.type == GGML_TYPE_F16, r, jb->s[i],
+                 0, (int64_t)w, yo);
             tp += (size_t)jb->n * (size_t)r;
         }
     }
@@ -357,10 +363,18 @@ int lowrank_prepare(lowrank_t *lr)
     const size_t eb = elem_bytes(lr->b.type);
     const int64_t out = lr->b.rows, r = lr->rank;
     uint8_t *bt = xaligned_alloc((size_t)r * (size_t)out * eb);
-    for (int64_t o = 0; o < out; o++)
-        for (int64_t k = 0; k < r; k++)
-            memcpy(bt + ((size_t)k * (size_t)out + (size_t)o) * eb, lr->b.data + (size_t)o * lr->b.row_bytes + (size_t)k * eb,
-                   eb);
+    /* panel by panel of LOWRANK_COLS outputs (a phase 2 task's), each
+     * (r, w) row-major from element o0 · r: a task streams r · w
+     * contiguous elements (rows of a whole Bᵀ lie 2 · out bytes apart, 4 KiB
+     * for out = 2048 in F16, all in one L1 set) */
+    for (int64_t o0 = 0; o0 < out; o0 += LOWRANK_COLS) {
+        const int64_t w = out - o0 < LOWRANK_COLS ? out - o0 : LOWRANK_COLS;
+        uint8_t *panel = bt + (size_t)o0 * (size_t)r * eb;
+        for (int64_t o = 0; o < w; o++)
+            for (int64_t k = 0; k < r; k++)
+                memcpy(panel + ((size_t)k * (size_t)w + (size_t)o) * eb,
+                       lr->b.data + (size_t)(o0 + o) * lr->b.row_bytes + (size_t)k * eb, eb);
+    }
     free((void *)lr->bt.data);
     lr->bt = (matmul_weight_t){.type = lr->b.type, .rows = r, .cols = out, .row_bytes = (size_t)out * eb, .data = bt};
     return 0;

@@ -53,7 +53,10 @@ typedef struct lowrank {
     float factor;        /* alpha / r, or 1 without alpha: s = scale · factor */
     matmul_weight_t a;   /* F32 or F16 (r, in) */
     matmul_weight_t b;   /* F32 or F16 (out, r) */
-    matmul_weight_t bt;  /* owned: B transposed (r, out), B's type (lowrank_prepare) */
+    matmul_weight_t bt;  /* owned: B transposed (r, out), B's type, in panels of
+                          * LOWRANK_COLS outputs: the panel of outputs o0.. is
+                          * (r, w = min(LOWRANK_COLS, out - o0)) row-major from
+                          * element o0 · r (lowrank_prepare; row_bytes is out's) */
 } lowrank_t;
 
 /* Makes lr->bt from lr->b (a copy the pair owns: lowrank_release frees it;
@@ -68,7 +71,8 @@ void lowrank_release(lowrank_t *lr);
 /* Bytes lr->bt holds (0 unprepared). */
 size_t lowrank_bt_bytes(const lowrank_t *lr);
 
-/* Rows, ranks and outputs per task of lowrank_apply. */
+/* Rows, ranks and outputs per task of lowrank_apply (LOWRANK_COLS: also
+ * the width of bt's panels). */
 #define LOWRANK_ROWS 4
 #define LOWRANK_KS 16
 #define LOWRANK_COLS 64
