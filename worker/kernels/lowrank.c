@@ -67,52 +67,89 @@ size_t lowrank_scratch_floats(const lowrank_job_t *jobs, int n_jobs)
  * or F16 (f16: widened exactly): eight float lanes over the multiples of 8,
  * a fixed horizontal sum, then the tail in order. Each row's arithmetic is
  * the same whatever nr is, and an F16 w gives the bits of an F32 w holding
- * the same values. */
-#ifdef VMATH_X86
-static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
-dots_avx2_n(const float *const *xs, const int nr, const void *wv, const int f16, int64_t len, float *out)
+ * the same values. dots2 does two w at once (the x loads shared), each
+ * output with dots' arithmetic. */
+static inline float dot_tail(float v, const float *x, const void *wv, int f16, int64_t i, int64_t len)
 {
-    const float *w32 = wv;
-    const uint16_t *w16 = wv;
-    __m256 acc[LOWRANK_ROWS];
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < nr; r++)
-        acc[r] = _mm256_setzero_ps();
+    for (int64_t k = i; k < len; k++)
+        v += x[k] * (f16 ? quant_fp16_to_fp32(((const uint16_t *)wv)[k]) : ((const float *)wv)[k]);
+    return v;
+}
+
+#ifdef VMATH_X86
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256 ldw(const void *wv, int64_t i,
+                                                                                  const int f16)
+{
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)wv + i)))
+               : _mm256_loadu_ps((const float *)wv + i);
+}
+
+/* rows' accumulators as named registers (an indexed array of them was
+ * kept on the stack by GCC, a store and reload every iteration) */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
+dots_avx2_n(const float *const *xs, const int nr, const void *w0, const void *w1, const int two, const int f16,
+            int64_t len, float *out0, float *out1)
+{
+    const float *x0 = xs[0], *x1 = xs[nr > 1 ? 1 : 0], *x2 = xs[nr > 2 ? 2 : 0], *x3 = xs[nr > 3 ? 3 : 0];
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int64_t i = 0;
     for (; i + 8 <= len; i += 8) {
-        const __m256 w = f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w16 + i))) : _mm256_loadu_ps(w32 + i);
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < nr; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xs[r] + i), w, acc[r]);
+        const __m256 v0 = ldw(w0, i, f16), v1 = two ? ldw(w1, i, f16) : v0;
+        __m256 x = _mm256_loadu_ps(x0 + i);
+        a0 = _mm256_fmadd_ps(x, v0, a0);
+        if (two)
+            b0 = _mm256_fmadd_ps(x, v1, b0);
+        if (nr > 1) {
+            x = _mm256_loadu_ps(x1 + i);
+            a1 = _mm256_fmadd_ps(x, v0, a1);
+            if (two)
+                b1 = _mm256_fmadd_ps(x, v1, b1);
+        }
+        if (nr > 2) {
+            x = _mm256_loadu_ps(x2 + i);
+            a2 = _mm256_fmadd_ps(x, v0, a2);
+            if (two)
+                b2 = _mm256_fmadd_ps(x, v1, b2);
+        }
+        if (nr > 3) {
+            x = _mm256_loadu_ps(x3 + i);
+            a3 = _mm256_fmadd_ps(x, v0, a3);
+            if (two)
+                b3 = _mm256_fmadd_ps(x, v1, b3);
+        }
     }
-    _Pragma("GCC unroll 4")
+    const __m256 as[4] = {a0, a1, a2, a3}, bs[4] = {b0, b1, b2, b3};
     for (int r = 0; r < nr; r++) {
-        float v = vmath_hsum8(acc[r]);
-        for (int64_t k = i; k < len; k++)
-            v += xs[r][k] * (f16 ? quant_fp16_to_fp32(w16[k]) : w32[k]);
-        out[r] = v;
+        out0[r] = dot_tail(vmath_hsum8(as[r]), xs[r], w0, f16, i, len);
+        if (two)
+            out1[r] = dot_tail(vmath_hsum8(bs[r]), xs[r], w1, f16, i, len);
     }
 }
 
-VMATH_FN static void dots_avx2(const float *const *xs, int nr, const void *w, int f16, int64_t len, float *out)
+VMATH_FN static void dots_avx2(const float *const *xs, int nr, const void *w0, const void *w1, int f16, int64_t len,
+                               float *out0, float *out1)
 {
-#define LOWRANK_DOTS(F)                                    \
-    switch (nr) {                                          \
-    case 4: dots_avx2_n(xs, 4, w, F, len, out); break;     \
-    case 3: dots_avx2_n(xs, 3, w, F, len, out); break;     \
-    case 2: dots_avx2_n(xs, 2, w, F, len, out); break;     \
-    default: dots_avx2_n(xs, 1, w, F, len, out); break;    \
+#define LOWRANK_DOTS(F, T)                                                   \
+    switch (nr) {                                                            \
+    case 4: dots_avx2_n(xs, 4, w0, w1, T, F, len, out0, out1); break;        \
+    case 3: dots_avx2_n(xs, 3, w0, w1, T, F, len, out0, out1); break;        \
+    case 2: dots_avx2_n(xs, 2, w0, w1, T, F, len, out0, out1); break;        \
+    default: dots_avx2_n(xs, 1, w0, w1, T, F, len, out0, out1); break;       \
     }
-    if (f16) {
-        LOWRANK_DOTS(1)
+    if (f16 && w1) {
+        LOWRANK_DOTS(1, 1)
+    } else if (f16) {
+        LOWRANK_DOTS(1, 0)
+    } else if (w1) {
+        LOWRANK_DOTS(0, 1)
     } else {
-        LOWRANK_DOTS(0)
+        LOWRANK_DOTS(0, 0)
     }
 #undef LOWRANK_DOTS
 }
 #endif
 
-static void dots_scalar(const float *const *xs, int nr, const void *wv, int f16, int64_t len, float *out)
+static void dots_scalar1(const float *const *xs, int nr, const void *wv, int f16, int64_t len, float *out)
 {
     const float *w32 = wv;
     const uint16_t *w16 = wv;
@@ -123,13 +160,21 @@ static void dots_scalar(const float *const *xs, int nr, const void *wv, int f16,
             for (int l = 0; l < 8; l++)
                 lane[l] += xs[r][i + l] * (f16 ? quant_fp16_to_fp32(w16[i + l]) : w32[i + l]);
         float v = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-        for (int64_t k = i; k < len; k++)
-            v += xs[r][k] * (f16 ? quant_fp16_to_fp32(w16[k]) : w32[k]);
-        out[r] = v;
+        out[r] = dot_tail(v, xs[r], wv, f16, i, len);
     }
 }
 
-typedef void (*dots_fn)(const float *const *xs, int nr, const void *w, int f16, int64_t len, float *out);
+static void dots_scalar(const float *const *xs, int nr, const void *w0, const void *w1, int f16, int64_t len,
+                        float *out0, float *out1)
+{
+    dots_scalar1(xs, nr, w0, f16, len, out0);
+    if (w1)
+        dots_scalar1(xs, nr, w1, f16, len, out1);
+}
+
+/* out0[r] = xs[r] · w0, and out1[r] = xs[r] · w1 unless w1 is NULL */
+typedef void (*dots_fn)(const float *const *xs, int nr, const void *w0, const void *w1, int f16, int64_t len,
+                        float *out0, float *out1);
 
 static inline int64_t claim(atomic_llong *next)
 {
@@ -144,11 +189,16 @@ static void task_a(dots_fn dots, const lowrank_job_t *jb, const lowrank_t *lr, f
     const float *xs[LOWRANK_ROWS];
     for (int q = 0; q < nr; q++)
         xs[q] = jb->x + (size_t)jb->rows[j0 + q] * (size_t)jb->ldx;
-    for (int k = k0; k < k1; k++) {
-        float v[LOWRANK_ROWS];
-        dots(xs, nr, lr->a.data + (size_t)k * lr->a.row_bytes, lr->a.type == GGML_TYPE_F16, in, v);
-        for (int q = 0; q < nr; q++)
-            t[(size_t)(j0 + q) * (size_t)r + (size_t)k] = v[q];
+    for (int k = k0; k < k1; k += 2) {
+        const bool two = k + 1 < k1;
+        float v0[LOWRANK_ROWS], v1[LOWRANK_ROWS];
+        dots(xs, nr, lr->a.data + (size_t)k * lr->a.row_bytes,
+             two ? lr->a.data + (size_t)(k + 1) * lr->a.row_bytes : NULL, lr->a.type == GGML_TYPE_F16, in, v0, v1);
+        for (int q = 0; q < nr; q++) {
+            t[(size_t)(j0 + q) * (size_t)r + (size_t)k] = v0[q];
+            if (two)
+                t[(size_t)(j0 + q) * (size_t)r + (size_t)k + 1] = v1[q];
+        }
     }
 }
 
