@@ -95,28 +95,22 @@ dots_avx2_n(const float *const *xs, const int nr, const void *w0, const void *w1
     int64_t i = 0;
     for (; i + 8 <= len; i += 8) {
         const __m256 v0 = ldw(w0, i, f16), v1 = two ? ldw(w1, i, f16) : v0;
-        __m256 x = _mm256_loadu_ps(x0 + i);
-        a0 = _mm256_fmadd_ps(x, v0, a0);
-        if (two)
-            b0 = _mm256_fmadd_ps(x, v1, b0);
-        if (nr > 1) {
-            x = _mm256_loadu_ps(x1 + i);
-            a1 = _mm256_fmadd_ps(x, v0, a1);
-            if (two)
-                b1 = _mm256_fmadd_ps(x, v1, b1);
-        }
-        if (nr > 2) {
-            x = _mm256_loadu_ps(x2 + i);
-            a2 = _mm256_fmadd_ps(x, v0, a2);
-            if (two)
-                b2 = _mm256_fmadd_ps(x, v1, b2);
-        }
-        if (nr > 3) {
-            x = _mm256_loadu_ps(x3 + i);
-            a3 = _mm256_fmadd_ps(x, v0, a3);
-            if (two)
-                b3 = _mm256_fmadd_ps(x, v1, b3);
-        }
+        /* row X's accumulators A (w0) and B (w1) */
+#define LOWRANK_ROW(X, A, B)                                \
+        do {                                                \
+            const __m256 x_ = _mm256_loadu_ps((X) + i);     \
+            A = _mm256_fmadd_ps(x_, v0, A);                 \
+            if (two)                                        \
+                B = _mm256_fmadd_ps(x_, v1, B);             \
+        } while (0)
+        LOWRANK_ROW(x0, a0, b0);
+        if (nr > 1)
+            LOWRANK_ROW(x1, a1, b1);
+        if (nr > 2)
+            LOWRANK_ROW(x2, a2, b2);
+        if (nr > 3)
+            LOWRANK_ROW(x3, a3, b3);
+#undef LOWRANK_ROW
     }
     const __m256 as[4] = {a0, a1, a2, a3}, bs[4] = {b0, b1, b2, b3};
     for (int r = 0; r < nr; r++) {
@@ -224,13 +218,6 @@ static void cols_scalar(const float *const *ts, int nr, const uint8_t *bt, size_
 }
 
 #ifdef VMATH_X86
-static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256 ld8(const uint8_t *row, int64_t o,
-                                                                                  const int f16)
-{
-    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + o)))
-               : _mm256_loadu_ps((const float *)row + o);
-}
-
 /* cols_scalar's arithmetic, 16 then 8 outputs a block: 2 × nr
  * accumulators in registers over the whole rank, each bt element widened
  * once for all nr rows. */
@@ -247,7 +234,7 @@ cols_avx2_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_r
             acc[q][0] = acc[q][1] = _mm256_setzero_ps();
         for (int64_t k = 0; k < r; k++) {
             const uint8_t *row = bt + (size_t)k * bt_rb;
-            const __m256 b0 = ld8(row, o, f16), b1 = ld8(row, o + 8, f16);
+            const __m256 b0 = ldw(row, o, f16), b1 = ldw(row, o + 8, f16);
             _Pragma("GCC unroll 4")
             for (int q = 0; q < nr; q++) {
                 const __m256 tq = _mm256_broadcast_ss(ts[q] + k);
@@ -267,7 +254,7 @@ cols_avx2_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_r
         for (int q = 0; q < nr; q++)
             acc[q] = _mm256_setzero_ps();
         for (int64_t k = 0; k < r; k++) {
-            const __m256 b0 = ld8(bt + (size_t)k * bt_rb, o, f16);
+            const __m256 b0 = ldw(bt + (size_t)k * bt_rb, o, f16);
             _Pragma("GCC unroll 4")
             for (int q = 0; q < nr; q++)
                 acc[q] = _mm256_fmadd_ps(_mm256_broadcast_ss(ts[q] + k), b0, acc[q]);
