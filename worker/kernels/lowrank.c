@@ -2,6 +2,7 @@
  * matrix in one parallel region (see lowrank.h). */
 #include "worker/kernels/lowrank.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -30,13 +31,23 @@ static int pair_check(const lowrank_t *lr)
     return 0;
 }
 
+/* lr->bt is B transposed as lowrank_prepare makes it. */
+static int bt_check(const lowrank_t *lr)
+{
+    const matmul_weight_t *bt = &lr->bt;
+    if (!bt->data || bt->type != lr->b.type || bt->rows != lr->rank || bt->cols != lr->b.rows ||
+        bt->row_bytes != (size_t)bt->cols * elem_bytes(bt->type))
+        return -1;
+    return 0;
+}
+
 static int job_check(const lowrank_job_t *j)
 {
     if (j->n < 0 || j->n_pairs < 0 || (j->n > 0 && j->n_pairs > 0 && (!j->rows || !j->x || !j->y || !j->s)))
         return -1;
     for (int i = 0; i < j->n_pairs; i++) {
         const lowrank_t *lr = j->pairs[i];
-        if (pair_check(lr) != 0 || lr->a.cols != j->pairs[0]->a.cols || lr->b.rows != j->pairs[0]->b.rows ||
+        if (pair_check(lr) != 0 || bt_check(lr) != 0 || lr->a.cols != j->pairs[0]->a.cols || lr->b.rows != j->pairs[0]->b.rows ||
             lr->a.cols > j->ldx || lr->b.rows > j->ldy)
             return -1;
     }
@@ -56,49 +67,83 @@ size_t lowrank_scratch_floats(const lowrank_job_t *jobs, int n_jobs)
  * or F16 (f16: widened exactly): eight float lanes over the multiples of 8,
  * a fixed horizontal sum, then the tail in order. Each row's arithmetic is
  * the same whatever nr is, and an F16 w gives the bits of an F32 w holding
- * the same values. */
-#ifdef VMATH_X86
-static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
-dots_avx2_n(const float *const *xs, const int nr, const void *wv, const int f16, int64_t len, float *out)
+ * the same values. dots2 does two w at once (the x loads shared), each
+ * output with dots' arithmetic. */
+static inline float dot_tail(float v, const float *x, const void *wv, int f16, int64_t i, int64_t len)
 {
-    const float *w32 = wv;
-    const uint16_t *w16 = wv;
-    __m256 acc[LOWRANK_ROWS];
-    for (int r = 0; r < nr; r++)
-        acc[r] = _mm256_setzero_ps();
+    for (int64_t k = i; k < len; k++)
+        v += x[k] * (f16 ? quant_fp16_to_fp32(((const uint16_t *)wv)[k]) : ((const float *)wv)[k]);
+    return v;
+}
+
+#ifdef VMATH_X86
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256 ldw(const void *wv, int64_t i,
+                                                                                  const int f16)
+{
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)wv + i)))
+               : _mm256_loadu_ps((const float *)wv + i);
+}
+
+/* rows' accumulators as named registers (an indexed array of them was
+ * kept on the stack by GCC, a store and reload every iteration) */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
+dots_avx2_n(const float *const *xs, const int nr, const void *w0, const void *w1, const int two, const int f16,
+            int64_t len, float *out0, float *out1)
+{
+    const float *x0 = xs[0], *x1 = xs[nr > 1 ? 1 : 0], *x2 = xs[nr > 2 ? 2 : 0], *x3 = xs[nr > 3 ? 3 : 0];
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int64_t i = 0;
     for (; i + 8 <= len; i += 8) {
-        const __m256 w = f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w16 + i))) : _mm256_loadu_ps(w32 + i);
-        for (int r = 0; r < nr; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xs[r] + i), w, acc[r]);
+        const __m256 v0 = ldw(w0, i, f16), v1 = two ? ldw(w1, i, f16) : v0;
+        /* row X's accumulators A (w0) and B (w1) */
+#define LOWRANK_ROW(X, A, B)                                \
+        do {                                                \
+            const __m256 x_ = _mm256_loadu_ps((X) + i);     \
+            A = _mm256_fmadd_ps(x_, v0, A);                 \
+            if (two)                                        \
+                B = _mm256_fmadd_ps(x_, v1, B);             \
+        } while (0)
+        LOWRANK_ROW(x0, a0, b0);
+        if (nr > 1)
+            LOWRANK_ROW(x1, a1, b1);
+        if (nr > 2)
+            LOWRANK_ROW(x2, a2, b2);
+        if (nr > 3)
+            LOWRANK_ROW(x3, a3, b3);
+#undef LOWRANK_ROW
     }
+    const __m256 as[4] = {a0, a1, a2, a3}, bs[4] = {b0, b1, b2, b3};
     for (int r = 0; r < nr; r++) {
-        float v = vmath_hsum8(acc[r]);
-        for (int64_t k = i; k < len; k++)
-            v += xs[r][k] * (f16 ? quant_fp16_to_fp32(w16[k]) : w32[k]);
-        out[r] = v;
+        out0[r] = dot_tail(vmath_hsum8(as[r]), xs[r], w0, f16, i, len);
+        if (two)
+            out1[r] = dot_tail(vmath_hsum8(bs[r]), xs[r], w1, f16, i, len);
     }
 }
 
-VMATH_FN static void dots_avx2(const float *const *xs, int nr, const void *w, int f16, int64_t len, float *out)
+VMATH_FN static void dots_avx2(const float *const *xs, int nr, const void *w0, const void *w1, int f16, int64_t len,
+                               float *out0, float *out1)
 {
-#define LOWRANK_DOTS(F)                                    \
-    switch (nr) {                                          \
-    case 4: dots_avx2_n(xs, 4, w, F, len, out); break;     \
-    case 3: dots_avx2_n(xs, 3, w, F, len, out); break;     \
-    case 2: dots_avx2_n(xs, 2, w, F, len, out); break;     \
-    default: dots_avx2_n(xs, 1, w, F, len, out); break;    \
+#define LOWRANK_DOTS(F, T)                                                   \
+    switch (nr) {                                                            \
+    case 4: dots_avx2_n(xs, 4, w0, w1, T, F, len, out0, out1); break;        \
+    case 3: dots_avx2_n(xs, 3, w0, w1, T, F, len, out0, out1); break;        \
+    case 2: dots_avx2_n(xs, 2, w0, w1, T, F, len, out0, out1); break;        \
+    default: dots_avx2_n(xs, 1, w0, w1, T, F, len, out0, out1); break;       \
     }
-    if (f16) {
-        LOWRANK_DOTS(1)
+    if (f16 && w1) {
+        LOWRANK_DOTS(1, 1)
+    } else if (f16) {
+        LOWRANK_DOTS(1, 0)
+    } else if (w1) {
+        LOWRANK_DOTS(0, 1)
     } else {
-        LOWRANK_DOTS(0)
+        LOWRANK_DOTS(0, 0)
     }
 #undef LOWRANK_DOTS
 }
 #endif
 
-static void dots_scalar(const float *const *xs, int nr, const void *wv, int f16, int64_t len, float *out)
+static void dots_scalar1(const float *const *xs, int nr, const void *wv, int f16, int64_t len, float *out)
 {
     const float *w32 = wv;
     const uint16_t *w16 = wv;
@@ -109,13 +154,21 @@ static void dots_scalar(const float *const *xs, int nr, const void *wv, int f16,
             for (int l = 0; l < 8; l++)
                 lane[l] += xs[r][i + l] * (f16 ? quant_fp16_to_fp32(w16[i + l]) : w32[i + l]);
         float v = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-        for (int64_t k = i; k < len; k++)
-            v += xs[r][k] * (f16 ? quant_fp16_to_fp32(w16[k]) : w32[k]);
-        out[r] = v;
+        out[r] = dot_tail(v, xs[r], wv, f16, i, len);
     }
 }
 
-typedef void (*dots_fn)(const float *const *xs, int nr, const void *w, int f16, int64_t len, float *out);
+static void dots_scalar(const float *const *xs, int nr, const void *w0, const void *w1, int f16, int64_t len,
+                        float *out0, float *out1)
+{
+    dots_scalar1(xs, nr, w0, f16, len, out0);
+    if (w1)
+        dots_scalar1(xs, nr, w1, f16, len, out1);
+}
+
+/* out0[r] = xs[r] · w0, and out1[r] = xs[r] · w1 unless w1 is NULL */
+typedef void (*dots_fn)(const float *const *xs, int nr, const void *w0, const void *w1, int f16, int64_t len,
+                        float *out0, float *out1);
 
 static inline int64_t claim(atomic_llong *next)
 {
@@ -130,34 +183,146 @@ static void task_a(dots_fn dots, const lowrank_job_t *jb, const lowrank_t *lr, f
     const float *xs[LOWRANK_ROWS];
     for (int q = 0; q < nr; q++)
         xs[q] = jb->x + (size_t)jb->rows[j0 + q] * (size_t)jb->ldx;
-    for (int k = k0; k < k1; k++) {
-        float v[LOWRANK_ROWS];
-        dots(xs, nr, lr->a.data + (size_t)k * lr->a.row_bytes, lr->a.type == GGML_TYPE_F16, in, v);
-        for (int q = 0; q < nr; q++)
-            t[(size_t)(j0 + q) * (size_t)r + (size_t)k] = v[q];
+    for (int k = k0; k < k1; k += 2) {
+        const bool two = k + 1 < k1;
+        float v0[LOWRANK_ROWS], v1[LOWRANK_ROWS];
+        dots(xs, nr, lr->a.data + (size_t)k * lr->a.row_bytes,
+             two ? lr->a.data + (size_t)(k + 1) * lr->a.row_bytes : NULL, lr->a.type == GGML_TYPE_F16, in, v0, v1);
+        for (int q = 0; q < nr; q++) {
+            t[(size_t)(j0 + q) * (size_t)r + (size_t)k] = v0[q];
+            if (two)
+                t[(size_t)(j0 + q) * (size_t)r + (size_t)k + 1] = v1[q];
+        }
     }
 }
 
+/* ys[q][o0..o1) += s · (ts[q][0..r) · Bᵀ) for q < nr (nr <= LOWRANK_ROWS),
+ * bt = Bᵀ (r, out) F32 or F16 (f16: widened exactly): each output is a
+ * chain of fused multiply-adds over k = 0..r-1 in order, started from 0,
+ * then y = fma(s, that, y). The same chain whichever lanes, rows or block
+ * width an output is computed in, so a row's result depends on that row
+ * only, and an F16 bt gives the bits of an F32 bt holding the same values. */
+static void cols_scalar(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int f16, int64_t r,
+                        float s, int64_t o0, int64_t o1, float *const *ys)
+{
+    for (int64_t o = o0; o < o1; o++)
+        for (int q = 0; q < nr; q++) {
+            float v = 0;
+            for (int64_t k = 0; k < r; k++) {
+                const uint8_t *row = bt + (size_t)k * bt_rb;
+                const float b = f16 ? quant_fp16_to_fp32(((const uint16_t *)row)[o]) : ((const float *)row)[o];
+                v = fmaf(ts[q][k], b, v);
+            }
+            ys[q][o] = fmaf(s, v, ys[q][o]);
+        }
+}
+
+#ifdef VMATH_X86
+/* cols_scalar's arithmetic, 16 then 8 outputs a block: 2 × nr
+ * accumulators in registers over the whole rank, each bt element widened
+ * once for all nr rows. */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
+cols_avx2_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_rb, const int f16, int64_t r, float s,
+            int64_t o0, int64_t o1, float *const *ys)
+{
+    const __m256 sv = _mm256_set1_ps(s);
+    int64_t o = o0;
+    for (; o + 16 <= o1; o += 16) {
+        __m256 acc[LOWRANK_ROWS][2];
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++)
+            acc[q][0] = acc[q][1] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < r; k++) {
+            const uint8_t *row = bt + (size_t)k * bt_rb;
+            const __m256 b0 = ldw(row, o, f16), b1 = ldw(row, o + 8, f16);
+            _Pragma("GCC unroll 4")
+            for (int q = 0; q < nr; q++) {
+                const __m256 tq = _mm256_broadcast_ss(ts[q] + k);
+                acc[q][0] = _mm256_fmadd_ps(tq, b0, acc[q][0]);
+                acc[q][1] = _mm256_fmadd_ps(tq, b1, acc[q][1]);
+            }
+        }
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++) {
+            _mm256_storeu_ps(ys[q] + o, _mm256_fmadd_ps(sv, acc[q][0], _mm256_loadu_ps(ys[q] + o)));
+            _mm256_storeu_ps(ys[q] + o + 8, _mm256_fmadd_ps(sv, acc[q][1], _mm256_loadu_ps(ys[q] + o + 8)));
+        }
+    }
+    for (; o + 8 <= o1; o += 8) {
+        __m256 acc[LOWRANK_ROWS];
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++)
+            acc[q] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < r; k++) {
+            const __m256 b0 = ldw(bt + (size_t)k * bt_rb, o, f16);
+            _Pragma("GCC unroll 4")
+            for (int q = 0; q < nr; q++)
+                acc[q] = _mm256_fmadd_ps(_mm256_broadcast_ss(ts[q] + k), b0, acc[q]);
+        }
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++)
+            _mm256_storeu_ps(ys[q] + o, _mm256_fmadd_ps(sv, acc[q], _mm256_loadu_ps(ys[q] + o)));
+    }
+    for (; o < o1; o++) /* the tail: the same chains one output at a time */
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++) {
+            float v = 0;
+            for (int64_t k = 0; k < r; k++) {
+                const uint8_t *row = bt + (size_t)k * bt_rb;
+                v = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(ts[q][k]),
+                                               _mm_set_ss(f16 ? quant_fp16_to_fp32(((const uint16_t *)row)[o])
+                                                              : ((const float *)row)[o]),
+                                               _mm_set_ss(v)));
+            }
+            ys[q][o] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(s), _mm_set_ss(v), _mm_set_ss(ys[q][o])));
+        }
+}
+
+VMATH_FN static void cols_avx2(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int f16, int64_t r,
+                               float s, int64_t o0, int64_t o1, float *const *ys)
+{
+#define LOWRANK_COLS_N(F)                                                       \
+    switch (nr) {                                                               \
+    case 4: cols_avx2_n(ts, 4, bt, bt_rb, F, r, s, o0, o1, ys); break;          \
+    case 3: cols_avx2_n(ts, 3, bt, bt_rb, F, r, s, o0, o1, ys); break;          \
+    case 2: cols_avx2_n(ts, 2, bt, bt_rb, F, r, s, o0, o1, ys); break;          \
+    default: cols_avx2_n(ts, 1, bt, bt_rb, F, r, s, o0, o1, ys); break;         \
+    }
+    if (f16) {
+        LOWRANK_COLS_N(1)
+    } else {
+        LOWRANK_COLS_N(0)
+    }
+#undef LOWRANK_COLS_N
+}
+#endif
+
+typedef void (*cols_fn)(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int f16, int64_t r,
+                        float s, int64_t o0, int64_t o1, float *const *ys);
+
 /* Phase 2 task: y[rows][o0..o1) += s_i · t_i · B_iᵀ for every row of the
  * job, pair by pair in order; t the job's scratch (pair after pair). */
-static void task_b(dots_fn dots, const lowrank_job_t *jb, const float *t, int64_t o0, int64_t o1)
+static void task_b(cols_fn cols, const lowrank_job_t *jb, const float *t, int64_t o0, int64_t o1)
 {
     for (int j0 = 0; j0 < jb->n; j0 += LOWRANK_ROWS) {
         const int nr = jb->n - j0 < LOWRANK_ROWS ? jb->n - j0 : LOWRANK_ROWS;
+        float *ys[LOWRANK_ROWS];
+        for (int q = 0; q < nr; q++)
+            ys[q] = jb->y + (size_t)jb->rows[j0 + q] * (size_t)jb->ldy;
         const float *tp = t;
         for (int i = 0; i < jb->n_pairs; i++) {
             const lowrank_t *lr = jb->pairs[i];
             const int64_t r = lr->rank;
-            const float s = jb->s[i];
             const float *ts[LOWRANK_ROWS];
             for (int q = 0; q < nr; q++)
                 ts[q] = tp + (size_t)(j0 + q) * (size_t)r;
-            for (int64_t o = o0; o < o1; o++) {
-                float v[LOWRANK_ROWS];
-                dots(ts, nr, lr->b.data + (size_t)o * lr->b.row_bytes, lr->b.type == GGML_TYPE_F16, r, v);
-                for (int q = 0; q < nr; q++)
-                    jb->y[(size_t)jb->rows[j0 + q] * (size_t)jb->ldy + (size_t)o] += s * v[q];
-            }
+            /* the panel of outputs o0.. (lowrank_prepare): (r, w) row-major */
+            const size_t eb = elem_bytes(lr->bt.type), w = (size_t)(o1 - o0);
+            float *yo[LOWRANK_ROWS];
+            for (int q = 0; q < nr; q++)
+                yo[q] = ys[q] + o0;
+            cols(ts, nr, lr->bt.data + (size_t)o0 * (size_t)r * eb, w * eb, lr->bt.type == GGML_TYPE_F16, r, jb->s[i],
+                 0, (int64_t)w, yo);
             tp += (size_t)jb->n * (size_t)r;
         }
     }
@@ -176,9 +341,12 @@ int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads
     if (!any)
         return 0;
     dots_fn dots = dots_scalar;
+    cols_fn cols = cols_scalar;
 #ifdef VMATH_X86
-    if (cpu_has_avx2_fma_f16c())
+    if (cpu_has_avx2_fma_f16c()) {
         dots = dots_avx2;
+        cols = cols_avx2;
+    }
 #endif
     /* Every thread walks the same task list in the same order and runs the
      * tasks whose index it claims (dynamic scheduling, no index lookup). */
@@ -215,7 +383,7 @@ int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads
             for (int64_t o0 = 0; o0 < out; o0 += LOWRANK_COLS, idx++) {
                 if (idx != want)
                     continue;
-                task_b(dots, jb, tj, o0, o0 + LOWRANK_COLS < out ? o0 + LOWRANK_COLS : out);
+                task_b(cols, jb, tj, o0, o0 + LOWRANK_COLS < out ? o0 + LOWRANK_COLS : out);
                 want = claim(&next_b);
             }
             for (int i = 0; i < jb->n_pairs; i++)
@@ -223,6 +391,43 @@ int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads
         }
     }
     return 0;
+}
+
+int lowrank_prepare(lowrank_t *lr)
+{
+    if (pair_check(lr) != 0)
+        return -1;
+    const size_t eb = elem_bytes(lr->b.type);
+    const int64_t out = lr->b.rows, r = lr->rank;
+    uint8_t *bt = xaligned_alloc((size_t)r * (size_t)out * eb);
+    /* panel by panel of LOWRANK_COLS outputs (a phase 2 task's), each
+     * (r, w) row-major from element o0 · r: a task streams r · w
+     * contiguous elements (rows of a whole Bᵀ lie 2 · out bytes apart, 4 KiB
+     * for out = 2048 in F16, all in one L1 set) */
+    for (int64_t o0 = 0; o0 < out; o0 += LOWRANK_COLS) {
+        const int64_t w = out - o0 < LOWRANK_COLS ? out - o0 : LOWRANK_COLS;
+        uint8_t *panel = bt + (size_t)o0 * (size_t)r * eb;
+        for (int64_t o = 0; o < w; o++)
+            for (int64_t k = 0; k < r; k++)
+                memcpy(panel + ((size_t)k * (size_t)w + (size_t)o) * eb,
+                       lr->b.data + (size_t)(o0 + o) * lr->b.row_bytes + (size_t)k * eb, eb);
+    }
+    free((void *)lr->bt.data);
+    lr->bt = (matmul_weight_t){.type = lr->b.type, .rows = r, .cols = out, .row_bytes = (size_t)out * eb, .data = bt};
+    return 0;
+}
+
+void lowrank_release(lowrank_t *lr)
+{
+    if (!lr)
+        return;
+    free((void *)lr->bt.data);
+    lr->bt = (matmul_weight_t){0};
+}
+
+size_t lowrank_bt_bytes(const lowrank_t *lr)
+{
+    return lr->bt.data ? (size_t)lr->bt.rows * lr->bt.row_bytes : 0;
 }
 
 /* Element (row, col) of an F32 or F16 factor. */

@@ -18,11 +18,15 @@
  *      (job, pair, block of LOWRANK_ROWS rows, block of LOWRANK_KS ranks);
  *   2. Y[rows[j]][o] += s_i · t_i[j] · B_i[o] for every job, pair in order,
  *      split over (job, block of LOWRANK_COLS outputs).
- * Each output is a dot product in a fixed order (8 float lanes, a fixed
- * horizontal sum, then the tail), computed the same way whichever rows,
- * jobs or threads run beside it: a row's result depends on that row only,
- * bit for bit, so mixing adapters in one batch gives each row what it gets
- * alone. F16 factors are widened exactly (F16C), so they give the bits of
+ * Phase 1's outputs are dot products in a fixed order (8 float lanes, a
+ * fixed horizontal sum, then the tail); phase 2 reads B transposed (bt,
+ * made once at load by lowrank_prepare) so that each output is a chain of
+ * fused multiply-adds over k = 0..r-1 in order, 16 outputs of up to
+ * LOWRANK_ROWS rows a register block, no horizontal sums (a rank-8 B row is
+ * one vector: summing it per output cost more than the products). Both are
+ * computed the same way whichever rows, jobs or threads run beside them: a
+ * row's result depends on that row only, bit for bit, so mixing adapters in
+ * one batch gives each row what it gets alone. F16 factors are widened exactly (F16C), so they give the bits of
  * F32 factors holding the same values while a step reads half the bytes:
  * at a few rows per adapter the update streams its factors from memory
  * (rank 64 on every projection of a 110M model: 45 MB in F32 per adapter,
@@ -33,7 +37,8 @@
  * lowrank_add_ref is the scalar reference: plain loops, double accumulation.
  *
  * Threads: lowrank_apply runs one OpenMP region of n_threads.
- * Memory: the caller owns every buffer; nothing is allocated.
+ * Memory: lowrank_apply allocates nothing (the caller owns every buffer);
+ * a pair owns the bt lowrank_prepare made (B's bytes again).
  */
 #ifndef PAGODA_WORKER_LOWRANK_H
 #define PAGODA_WORKER_LOWRANK_H
@@ -48,9 +53,26 @@ typedef struct lowrank {
     float factor;        /* alpha / r, or 1 without alpha: s = scale · factor */
     matmul_weight_t a;   /* F32 or F16 (r, in) */
     matmul_weight_t b;   /* F32 or F16 (out, r) */
+    matmul_weight_t bt;  /* owned: B transposed (r, out), B's type, in panels of
+                          * LOWRANK_COLS outputs: the panel of outputs o0.. is
+                          * (r, w = min(LOWRANK_COLS, out - o0)) row-major from
+                          * element o0 · r (lowrank_prepare; row_bytes is out's) */
 } lowrank_t;
 
-/* Rows, ranks and outputs per task of lowrank_apply. */
+/* Makes lr->bt from lr->b (a copy the pair owns: lowrank_release frees it;
+ * a bt made before is freed first). lowrank_apply reads B through bt, so
+ * every pair it is given must have been prepared. Returns 0, -1 a pair
+ * lowrank_apply would refuse (then lr is unchanged). */
+int lowrank_prepare(lowrank_t *lr);
+
+/* Frees lr->bt (NULL or unprepared: nothing). */
+void lowrank_release(lowrank_t *lr);
+
+/* Bytes lr->bt holds (0 unprepared). */
+size_t lowrank_bt_bytes(const lowrank_t *lr);
+
+/* Rows, ranks and outputs per task of lowrank_apply (LOWRANK_COLS: also
+ * the width of bt's panels). */
 #define LOWRANK_ROWS 4
 #define LOWRANK_KS 16
 #define LOWRANK_COLS 64

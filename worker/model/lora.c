@@ -206,6 +206,9 @@ static int load_pair(ld_t *ld, lora_t *a, const gguf_tensor_t *ta, int l, const 
                                   .row_bytes = in * ea, .data = (const uint8_t *)A};
         lr->b = (matmul_weight_t){.type = ty_b, .rows = w->rows, .cols = (int64_t)r,
                                   .row_bytes = r * eb, .data = (const uint8_t *)B + (size_t)row0 * r * eb};
+        int rc = lowrank_prepare(lr); /* B transposed, the layout lowrank_apply reads */
+        assert(rc == 0 && "the factor's type and shape were checked above");
+        (void)rc;
         row0 += w->rows;
         a->n_pairs++;
         if ((int32_t)r > a->max_rank)
@@ -286,7 +289,10 @@ err:
 
 size_t lora_bytes(const lora_t *a)
 {
-    return a->n_floats * sizeof(float);
+    size_t n = a->n_floats * sizeof(float);
+    for (size_t i = 0; i < (size_t)a->n_layer * LORA_N_PROJ; i++)
+        n += lowrank_bt_bytes(&a->pairs[i]);
+    return n;
 }
 
 void lora_free(lora_t **ap)
@@ -294,6 +300,8 @@ void lora_free(lora_t **ap)
     if (!ap || !*ap)
         return;
     lora_t *a = *ap;
+    for (size_t i = 0; a->pairs && i < (size_t)a->n_layer * LORA_N_PROJ; i++)
+        lowrank_release(&a->pairs[i]);
     free(a->arena);
     free(a->pairs);
     free(a);

@@ -1,10 +1,12 @@
 /* Tests for worker/kernels/lowrank: LoRA pairs' updates of some batch rows.
  *
- * lowrank_apply (one region, 8-lane float dot products) against
- * lowrank_add_ref (scalar, double accumulation) on random A, B, X, Y:
+ * lowrank_apply (one region: 8-lane float dot products for X · Aᵀ, chains
+ * of fused multiply-adds over Bᵀ) against lowrank_add_ref (scalar, double
+ * accumulation) on random A, B, X, Y:
  * - one pair, ranks 1, 8, 64, 3 × 16 + 5 (rank blocks with a tail), row
  *   counts 1, 5, 70 and scattered rows, in = 100 (a tail after the 8-lane
- *   part);
+ *   part), out = 83 (phase 2's 16-wide blocks and a scalar tail; the mix
+ *   below has 8-wide blocks);
  * - F16 factors: bit-equal to F32 factors holding the same values;
  * - a step's mix: three groups of rows (sets of one or two pairs of
  *   different ranks, scales) over two matrices with their own x and y, in
@@ -36,17 +38,20 @@ static void fill(float *x, size_t n, uint64_t seed, float sd)
         x[i] = (float)(((double)(splitmix64_next(&seed) >> 11) * 0x1p-53 * 2.0 - 1.0) * sd);
 }
 
+/* A prepared pair (lowrank_prepare; the caller releases it). */
 static lowrank_t make_pair(int r, int in, int out, float **A, float **B, uint64_t seed)
 {
     *A = malloc((size_t)r * in * sizeof(float));
     *B = malloc((size_t)out * r * sizeof(float));
     fill(*A, (size_t)r * in, seed, 1.0f / sqrtf((float)in));
     fill(*B, (size_t)out * r, seed ^ 77, 1.0f / sqrtf((float)r));
-    return (lowrank_t){.rank = r, .factor = 1,
-                       .a = {.type = GGML_TYPE_F32, .rows = r, .cols = in, .row_bytes = (size_t)in * 4,
-                             .data = (const uint8_t *)*A},
-                       .b = {.type = GGML_TYPE_F32, .rows = out, .cols = r, .row_bytes = (size_t)r * 4,
-                             .data = (const uint8_t *)*B}};
+    lowrank_t lr = {.rank = r, .factor = 1,
+                    .a = {.type = GGML_TYPE_F32, .rows = r, .cols = in, .row_bytes = (size_t)in * 4,
+                          .data = (const uint8_t *)*A},
+                    .b = {.type = GGML_TYPE_F32, .rows = out, .cols = r, .row_bytes = (size_t)r * 4,
+                          .data = (const uint8_t *)*B}};
+    assert_int_equal(lowrank_prepare(&lr), 0);
+    return lr;
 }
 
 static void close_to_ref(const float *y, const float *yr, size_t n, const char *what)
@@ -75,7 +80,7 @@ static int apply1(const lowrank_t *const *pairs, const float *s, int n_pairs, co
 static void test_against_ref(void **state)
 {
     (void)state;
-    enum { IN = 100, OUT = 80, R = 80 };
+    enum { IN = 100, OUT = 83, R = 80 }; /* OUT: 16-wide blocks of phase 2, then a scalar tail */
     const int ranks[] = {1, 8, 64, 53}, counts[] = {1, 5, 70};
     float *x = malloc((size_t)R * IN * sizeof(float)), *y0 = malloc((size_t)R * OUT * sizeof(float));
     float *y = malloc((size_t)R * OUT * sizeof(float)), *yr = malloc((size_t)R * OUT * sizeof(float));
@@ -113,6 +118,7 @@ static void test_against_ref(void **state)
                 assert_memory_equal(one, y + (size_t)rows[j] * OUT, sizeof one);
             }
         }
+        lowrank_release(&lr);
         free(A);
         free(B);
     }
@@ -195,6 +201,9 @@ static void test_mix(void **state)
         assert_memory_equal(one, py[0] + (size_t)r * OP, sizeof one);
     }
     free(pst);
+    lowrank_t *all[6] = {&p8, &p64, &p3, &q8, &q64, &q3};
+    for (int i = 0; i < 6; i++)
+        lowrank_release(all[i]);
     for (int i = 0; i < 12; i++)
         free(mem[i]);
     free(x);
@@ -234,11 +243,14 @@ static void test_f16(void **state)
             B16[i] = quant_fp32_to_fp16(B[i]);
             B[i] = quant_fp16_to_fp32(B16[i]);
         }
+        assert_int_equal(lowrank_prepare(&p32), 0); /* bt of the rounded B */
         lowrank_t p16 = p32;
         p16.a = (matmul_weight_t){.type = GGML_TYPE_F16, .rows = r, .cols = IN, .row_bytes = (size_t)IN * 2,
                                   .data = (const uint8_t *)A16};
         p16.b = (matmul_weight_t){.type = GGML_TYPE_F16, .rows = OUT, .cols = r, .row_bytes = (size_t)r * 2,
                                   .data = (const uint8_t *)B16};
+        p16.bt = (matmul_weight_t){0};
+        assert_int_equal(lowrank_prepare(&p16), 0);
         const lowrank_t *pp16 = &p16, *pp32 = &p32;
         const float s = -0.6f;
         memcpy(y16, y0, (size_t)R * OUT * 4);
@@ -249,6 +261,8 @@ static void test_f16(void **state)
         assert_memory_equal(y16, y32, (size_t)R * OUT * 4);
         lowrank_add_ref(&p16, s, x, IN, rows, R, yr, OUT);
         close_to_ref(y16, yr, (size_t)R * OUT, "F16 factors");
+        lowrank_release(&p16);
+        lowrank_release(&p32);
         free(A);
         free(B);
         free(A16);
@@ -285,6 +299,16 @@ static void test_bad_args(void **state)
     bad.b.cols = 3; /* B's width is not A's rank */
     assert_int_equal(lowrank_apply(&job, 1, t, 1), -1);
     bad = lr;
+    bad.bt.data = NULL; /* not prepared */
+    assert_int_equal(lowrank_apply(&job, 1, t, 1), -1);
+    bad = lr;
+    bad.bt.type = GGML_TYPE_F16; /* bt not in B's type */
+    assert_int_equal(lowrank_apply(&job, 1, t, 1), -1);
+    bad = lr;
+    bad.a.type = GGML_TYPE_BF16;
+    assert_int_equal(lowrank_prepare(&bad), -1); /* refused, and bad unchanged */
+    assert_ptr_equal(bad.bt.data, lr.bt.data);
+    bad = lr;
     job.ldy = 4; /* y narrower than B's out */
     assert_int_equal(lowrank_apply(&job, 1, t, 1), -1);
     for (int i = 0; i < 8; i++)
@@ -293,6 +317,8 @@ static void test_bad_args(void **state)
     job.n = 0;
     assert_int_equal(lowrank_apply(&job, 1, t, 1), 0);
     assert_int_equal(lowrank_apply(NULL, 0, t, 1), 0);
+    lowrank_release(&lr);
+    lowrank_release(NULL);
     free(A);
     free(B);
 }
