@@ -124,10 +124,27 @@ static json_t *image_block(json_t *b, size_t i, size_t k, oai_error_t *e)
         bad(e, "messages.%zu.content.%zu.source: must be an object with a \"type\".", i, k);
         return NULL;
     }
+    if (strcmp(st, "url") == 0) { /* fetched only from the operator's allow list (gateway/image_fetch.h) */
+        json_t *url = json_object_get(src, "url");
+        if (!json_is_string(url)) {
+            bad(e, "messages.%zu.content.%zu.source.url: must be a string.", i, k);
+            return NULL;
+        }
+        request_t probe;
+        request_init(&probe, REQUEST_CHAT, REQUEST_OP_GENERATE);
+        char where[96];
+        snprintf(where, sizeof where, "messages.%zu.content.%zu.source.url", i, k);
+        int rc = request_image_add_url(&probe, json_string_value(url), json_string_length(url), where, e);
+        request_free(&probe);
+        if (rc < 0) {
+            e->param[0] = 0;
+            return NULL;
+        }
+        return json_pack("{s:s, s:{s:O}}", "type", "image_url", "image_url", "url", url);
+    }
     if (strcmp(st, "base64") != 0) {
-        bad(e, "messages.%zu.content.%zu.source.type: '%.20s' is not supported%s; send the image as "
-               "{\"type\":\"base64\",\"media_type\",\"data\"}.", i, k, st,
-            strcmp(st, "url") == 0 ? " (this server does not fetch remote URLs)" : "");
+        bad(e, "messages.%zu.content.%zu.source.type: '%.20s' is not supported; send the image as "
+               "{\"type\":\"base64\",\"media_type\",\"data\"} or {\"type\":\"url\",\"url\"}.", i, k, st);
         return NULL;
     }
     json_t *mt = json_object_get(src, "media_type"), *data = json_object_get(src, "data");
