@@ -290,8 +290,8 @@ image_url_status_t image_url_check(const image_url_allow_t *a, const char *url, 
         goto bad_host;
     out->port = (uint16_t)p;
     if (image_url_allow_count(a) == 0) {
-        snprintf(why, n, "remote image URLs are disabled; the operator can allow hosts with "
-                         "--image-url-allow (images.url_allow)");
+        snprintf(why, n, "remote image URLs are not fetched: they are disabled on this server; the operator "
+                         "can allow hosts with --image-url-allow (images.url_allow)");
         st = IMAGE_URL_E_DISABLED;
         goto done;
     }
