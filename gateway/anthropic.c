@@ -112,10 +112,27 @@ static bool block_is_media(const char *ty)
            strcmp(ty, "container_upload") == 0;
 }
 
+/* An image source checked as the chat parser will read it (into a
+ * throw-away request): base64 data with its media type mt, or a URL (mt
+ * NULL). 0, or -1 with the 400. */
+static int probe_source(const json_t *mt, const json_t *data, const char *where, oai_error_t *e)
+{
+    request_t probe;
+    request_init(&probe, REQUEST_CHAT, REQUEST_OP_GENERATE);
+    int rc = mt ? request_image_add_base64(&probe, json_string_value(mt), json_string_length(mt),
+                                           json_string_value(data), json_string_length(data), where, e)
+                : request_image_add_url(&probe, json_string_value(data), json_string_length(data), where, e);
+    request_free(&probe);
+    if (rc < 0)
+        e->param[0] = 0; /* Anthropic's errors name the field in the message */
+    return rc < 0 ? -1 : 0;
+}
+
 /* An image block {"type":"image","source":{"type":"base64","media_type","data"}}
- * as the chat request's image_url part (a data: URL); the media type must
- * be one the server decodes and agree with the bytes' magic. New reference,
- * or NULL with a 400. */
+ * as the chat request's image_url part (a data: URL; the media type must
+ * be one the server decodes and agree with the bytes' magic), or
+ * {"source":{"type":"url","url"}} as one with that URL (fetched later, only
+ * from the operator's allow list). New reference, or NULL with a 400. */
 static json_t *image_block(json_t *b, size_t i, size_t k, oai_error_t *e)
 {
     json_t *src = json_object_get(b, "source");
@@ -124,10 +141,21 @@ static json_t *image_block(json_t *b, size_t i, size_t k, oai_error_t *e)
         bad(e, "messages.%zu.content.%zu.source: must be an object with a \"type\".", i, k);
         return NULL;
     }
+    if (strcmp(st, "url") == 0) { /* fetched only from the operator's allow list (gateway/image_fetch.h) */
+        json_t *url = json_object_get(src, "url");
+        if (!json_is_string(url)) {
+            bad(e, "messages.%zu.content.%zu.source.url: must be a string.", i, k);
+            return NULL;
+        }
+        char where[96];
+        snprintf(where, sizeof where, "messages.%zu.content.%zu.source.url", i, k);
+        if (probe_source(NULL, url, where, e) < 0)
+            return NULL;
+        return json_pack("{s:s, s:{s:O}}", "type", "image_url", "image_url", "url", url);
+    }
     if (strcmp(st, "base64") != 0) {
-        bad(e, "messages.%zu.content.%zu.source.type: '%.20s' is not supported%s; send the image as "
-               "{\"type\":\"base64\",\"media_type\",\"data\"}.", i, k, st,
-            strcmp(st, "url") == 0 ? " (this server does not fetch remote URLs)" : "");
+        bad(e, "messages.%zu.content.%zu.source.type: '%.20s' is not supported; send the image as "
+               "{\"type\":\"base64\",\"media_type\",\"data\"} or {\"type\":\"url\",\"url\"}.", i, k, st);
         return NULL;
     }
     json_t *mt = json_object_get(src, "media_type"), *data = json_object_get(src, "data");
@@ -137,17 +165,10 @@ static json_t *image_block(json_t *b, size_t i, size_t k, oai_error_t *e)
     }
     /* The media type against the magic here (the chat parser trusts the
      * bytes alone, as data URLs are often mislabelled). */
-    request_t probe;
-    request_init(&probe, REQUEST_CHAT, REQUEST_OP_GENERATE);
     char where[96];
     snprintf(where, sizeof where, "messages.%zu.content.%zu.source", i, k);
-    int rc = request_image_add_base64(&probe, json_string_value(mt), json_string_length(mt),
-                                      json_string_value(data), json_string_length(data), where, e);
-    request_free(&probe);
-    if (rc < 0) {
-        e->param[0] = 0; /* Anthropic's errors name the field in the message */
+    if (probe_source(mt, data, where, e) < 0)
         return NULL;
-    }
     size_t n_mt = json_string_length(mt), n_data = json_string_length(data);
     char *url = xmalloc(n_mt + n_data + 16);
     int o = snprintf(url, n_mt + 16, "data:%s;base64,", json_string_value(mt));

@@ -27,6 +27,7 @@
 #include "common/image/image.h"
 #include "gateway/gateway.h"
 #include "gateway/http.h"
+#include "gateway/image_fetch.h"
 #include "gateway/oai.h"
 #include "gateway/prio_queue.h"
 #include "gateway/request.h"
@@ -110,6 +111,9 @@ static const field_t images_fields[] = {
     I64("max_bytes", config_images_t, max_bytes, 1, IMAGE_MAX_BYTES_DEFAULT),
     I64("max_pixels", config_images_t, max_pixels, 1, (int64_t)IMAGE_MAX_PIXELS_DEFAULT),
     INT("max_images", config_images_t, max_images, 1, REQUEST_MAX_IMAGES),
+    /* remote image URLs (gateway/image_fetch.h) */
+    OPTSTR("url_allow", config_images_t, url_allow, config_check_url_allow),
+    INT("url_timeout_ms", config_images_t, url_timeout_ms, 1, 600000),
 };
 /* models[].kv_type, indexed by config_kv_type_t */
 static const char *const kv_type_names[] = {"f16", "f32", "auto", "q8_0", NULL};
@@ -452,7 +456,8 @@ config_t *config_default(void)
                                     .index_entries = PREFIX_INDEX_DEFAULT_ENTRIES};
     c->images = (config_images_t){.max_bytes = IMAGE_MAX_BYTES_DEFAULT,
                                   .max_pixels = (int64_t)IMAGE_MAX_PIXELS_DEFAULT,
-                                  .max_images = REQUEST_MAX_IMAGES};
+                                  .max_images = REQUEST_MAX_IMAGES,
+                                  .url_timeout_ms = IMAGE_FETCH_DEFAULT_TIMEOUT_MS};
     derive(c);
     return c;
 }
@@ -469,6 +474,7 @@ void config_free(config_t **cp)
     free(c->worker_bin);
     free(c->cors_origins);
     free(c->allowed_hosts);
+    free(c->images.url_allow);
     free(c->state_dir);
     free(c->curve.server_secret_key_file);
     free(c->curve.authorized_worker_keys_file);

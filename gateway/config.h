@@ -166,6 +166,11 @@
  *                                                                 image as its header states; 400
  *                                                                 beyond, before any pixel is decoded
  *   images.max_images            int      8                       1..8 images in one request; 400 beyond
+ *   images.url_allow             string   (none)                  hosts remote http(s) image URLs may
+ *                                                                 name, "HOST[:PORT],..." (IP literals,
+ *                                                                 [IPV6]:PORT, *.SUFFIX); none = every
+ *                                                                 remote URL gets 400 (gateway/image_fetch.h)
+ *   images.url_timeout_ms        int      10000                   1..600000 the whole fetch of one URL
  *   models                       list     []                      at most CONFIG_MAX_MODELS entries:
  *     name                       string   (required)              1..128 of [A-Za-z0-9._:/-], starting
  *                                                                 with a letter or digit; unique
@@ -327,6 +332,9 @@ typedef struct config_images {
     int64_t max_bytes;         /* compressed bytes per image (after base64), ≤ IMAGE_MAX_BYTES_DEFAULT */
     int64_t max_pixels;        /* w·h of a file before fitting, ≤ IMAGE_MAX_PIXELS_DEFAULT */
     int max_images;            /* images per request, ≤ REQUEST_MAX_IMAGES */
+    /* remote image URLs (gateway/image_fetch.h) */
+    char *url_allow;           /* hosts fetched from, "HOST[:PORT],*.SUFFIX"; NULL = none (refused) */
+    int url_timeout_ms;        /* the whole fetch of one URL */
 } config_images_t;
 
 typedef struct config_restart {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gateway/config.h"
+#include "gateway/image_fetch.h"
 
 /* Splits "HOST:PORT" / "[V6]:PORT". Host chars: a name or address; `star`
  * also allows "*" for host and port (ZeroMQ bind syntax; port -1 = "*").
@@ -211,4 +212,17 @@ int config_check_hosts(const char *s, char *why, size_t n)
                       "is not a host name: want NAME, *.SUFFIX or * (letters, digits, '-', '_', '.'; "
                       "no port, no scheme)",
                       "no host name given (want NAME[,NAME...], or null for none)", why, n);
+}
+
+/* images.url_allow: the list as image_fetch parses it. */
+int config_check_url_allow(const char *s, char *why, size_t n)
+{
+    char w[200];
+    image_url_allow_t *a = image_url_allow_parse(s, w, sizeof w);
+    if (!a) {
+        snprintf(why, n, "%s", w);
+        return -1;
+    }
+    image_url_allow_free(&a);
+    return 0;
 }

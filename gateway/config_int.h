@@ -18,5 +18,6 @@ int config_check_name(const char *s, char *why, size_t n);     /* a model / adap
 int config_check_path(const char *s, char *why, size_t n);     /* a file path */
 int config_check_origins(const char *s, char *why, size_t n);  /* CORS origins, comma-separated */
 int config_check_hosts(const char *s, char *why, size_t n);    /* Host header names, comma-separated */
+int config_check_url_allow(const char *s, char *why, size_t n); /* image URL hosts (gateway/image_fetch.h) */
 
 #endif

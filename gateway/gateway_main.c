@@ -101,6 +101,8 @@ static const struct flag_key {
     {"image-max-bytes", "images.max_bytes", false, false},
     {"image-max-pixels", "images.max_pixels", false, false},
     {"max-images", "images.max_images", false, false},
+    {"image-url-allow", "images.url_allow", false, false},
+    {"image-url-timeout-ms", "images.url_timeout_ms", false, false},
     {"rate-limit-per-key", "limits.rate_per_key", false, false},
     {"worker-bin", "worker_bin", false, false},
     {"curve-secret-key", "curve.server_secret_key_file", false, false},
@@ -140,7 +142,7 @@ static const struct flag_key {
 /* Flags of flag_keys that are repeatable lists: their values are joined with
  * ',' into one list that replaces the file's (a column of flag_keys kept
  * apart so its rows stay four values). */
-static const char *const joined_flags[] = {"cors-origin", "allowed-host"};
+static const char *const joined_flags[] = {"cors-origin", "allowed-host", "image-url-allow"};
 
 static bool flag_joined(size_t i)
 {
@@ -189,6 +191,11 @@ static void usage(FILE *f)
             "  --image-max-pixels N       width x height of one image (default and maximum\n"
             "                             50000000) [images.max_pixels]\n"
             "  --max-images N             images per request (default and maximum 8) [images.max_images]\n"
+            "  --image-url-allow HOST[:PORT]  fetch remote http(s) image URLs from HOST (repeatable;\n"
+            "                             *.SUFFIX, an IP literal, [IPV6]:PORT); without it every\n"
+            "                             remote image URL gets 400 [images.url_allow]\n"
+            "  --image-url-timeout-ms N   the whole fetch of one image URL (default 10000)\n"
+            "                             [images.url_timeout_ms]\n"
             "  --rate-limit-per-key R     per-key rate limit: R requests/s per API key (bursts of\n"
             "                             max(1, R)), 429 + Retry-After beyond; 0 = off (default)\n"
             "                             [limits.rate_per_key]\n"
@@ -820,6 +827,8 @@ static http_config_t http_config(const config_t *cfg)
                            .image_limits = {.max_bytes = (size_t)cfg->images.max_bytes,
                                             .max_pixels = (uint64_t)cfg->images.max_pixels,
                                             .max_images = (size_t)cfg->images.max_images},
+                           .image_url_allow = cfg->images.url_allow,
+                           .image_url_timeout_ms = cfg->images.url_timeout_ms,
                            .rate_per_key = cfg->limits.rate_per_key,
                            .idle_timeout_s = (unsigned)cfg->http_idle_timeout_s,
                            .header_timeout_ms = (int64_t)(cfg->header_timeout_s * 1000),

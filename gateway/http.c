@@ -226,6 +226,11 @@ static void live_remove(http_server_t *s, http_req_t *q)
     q->prev = q->next = NULL;
 }
 
+static enum MHD_Result fetch_begin(http_server_t *s, struct MHD_Connection *c, http_req_t *q, request_t *o,
+                                   size_t n_remote);
+static enum MHD_Result fetch_continue(http_server_t *s, struct MHD_Connection *c, http_req_t *q);
+static enum MHD_Result generate_run(http_server_t *s, struct MHD_Connection *c, http_req_t *q, request_t *o);
+
 /* A generation route: the surface parses the body into the internal
  * request, the core runs it, the surface renders the replies. */
 static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *c, http_req_t *q,
@@ -256,6 +261,95 @@ static enum MHD_Result handle_generate(http_server_t *s, struct MHD_Connection *
         request_free(&o);
         return http_respond_api_error(s, c, api, &e, NULL);
     }
+    size_t n_remote = request_images_remote(&o);
+    if (n_remote) /* fetched on image_fetch's threads while this connection waits */
+        return fetch_begin(s, c, q, &o, n_remote);
+    return generate_run(s, c, q, &o);
+}
+
+/* The fetch thread's wake hook (image_fetch_job_park's pair). */
+static void on_fetched(void *ctx)
+{
+    http_req_t *q = ctx;
+    MHD_resume_connection(q->conn);
+}
+
+static void fetch_park(void *ctx)
+{
+    http_req_t *q = ctx;
+    MHD_suspend_connection(q->conn);
+}
+
+/* o's remote images: the allow list now (400 without connecting), then a
+ * fetch job; o moves to q->pending. */
+static enum MHD_Result fetch_begin(http_server_t *s, struct MHD_Connection *c, http_req_t *q, request_t *o,
+                                   size_t n_remote)
+{
+    oai_error_t e;
+    if (request_images_check_urls(o, image_fetch_allow(s->fetch), &e) < 0) {
+        image_fetch_note_refused(s->fetch);
+        request_free(o);
+        return http_respond_api_error(s, c, q->surface, &e, NULL);
+    }
+    const char **urls = xcalloc(n_remote, sizeof *urls);
+    size_t *lens = xcalloc(n_remote, sizeof *lens);
+    for (size_t i = 0, k = 0; i < o->n_images; i++)
+        if (o->images[i].url) {
+            urls[k] = o->images[i].url;
+            lens[k++] = strlen(o->images[i].url);
+        }
+    q->conn = c;
+    q->fetch = image_fetch_submit(s->fetch, urls, lens, n_remote, on_fetched, q);
+    free(urls);
+    free(lens);
+    if (!q->fetch) {
+        request_free(o);
+        oai_error_set(&e, 503, NULL, "Too many image URLs are being fetched; try again shortly");
+        return http_respond_api_error(s, c, q->surface, &e, "1");
+    }
+    q->pending = xmalloc(sizeof *q->pending);
+    *q->pending = *o;
+    return fetch_continue(s, c, q);
+}
+
+/* Called until the fetch is done (then on_fetched resumes us): the bodies
+ * into the pending request, then on as for inline images. */
+static enum MHD_Result fetch_continue(http_server_t *s, struct MHD_Connection *c, http_req_t *q)
+{
+    if (!image_fetch_job_park(q->fetch, fetch_park, q))
+        return MHD_YES; /* suspended */
+    request_t o = *q->pending;
+    free(q->pending);
+    q->pending = NULL;
+    oai_error_t e;
+    int rc = 0;
+    for (size_t i = 0, k = 0; i < o.n_images; i++) {
+        if (!o.images[i].url)
+            continue;
+        size_t n;
+        const char *why;
+        uint8_t *b = image_fetch_job_take(q->fetch, k++, &n, &why);
+        if (rc < 0)
+            free(b);
+        else
+            rc = request_image_fetched(&o, i, b, n, why, &e);
+    }
+    image_fetch_job_release(&q->fetch);
+    if (rc < 0) {
+        request_free(&o);
+        return http_respond_api_error(s, c, q->surface, &e, NULL);
+    }
+    return generate_run(s, c, q, &o);
+}
+
+/* The parsed request o (taken) with every image's bytes at hand: decoded,
+ * submitted to the core, answered. */
+static enum MHD_Result generate_run(http_server_t *s, struct MHD_Connection *c, http_req_t *q, request_t *o_in)
+{
+    const api_surface_t *api = q->surface;
+    const route_t *rt = q->route;
+    request_t o = *o_in;
+    oai_error_t e;
     if (o.n_images) { /* decoded here, on this thread (gateway/request_image.h) */
         proto_vis_t vis;
         gateway_model_vis(s->gw, o.lora_base ? o.lora_base : o.model, &vis, HTTP_IMAGE_ASK_US);
@@ -614,6 +708,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return dispatch(s, c, req);
         return MHD_YES;
     }
+    if (req->fetch) /* resumed: its image URLs are fetched */
+        return fetch_continue(s, c, req);
     if (req->greq) /* resumed */
         return gen_continue(s, c, req);
     if (*upload_data_size) {
@@ -660,6 +756,11 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
     upload_end(s, q);
     if (q->began) /* first: a surface's wake (which takes greq->lock) stops here */
         q->surface->end(&q->call);
+    image_fetch_job_release(&q->fetch); /* its wake stops here */
+    if (q->pending) {
+        request_free(q->pending);
+        free(q->pending);
+    }
     if (q->greq) {
         gateway_request_set_notify(q->greq, NULL, NULL);
         pthread_mutex_lock(&s->live_lock);
@@ -749,6 +850,22 @@ http_server_t *http_server_new(const http_config_t *cfg, struct gateway *gw)
     s->max_messages = cfg->max_messages;
     s->max_prompt_bytes = cfg->max_prompt_bytes;
     s->image_limits = cfg->image_limits;
+    char why[256];
+    s->fetch = image_fetch_new(&(image_fetch_config_t){.allow = cfg->image_url_allow,
+                                                       .timeout_ms = cfg->image_url_timeout_ms,
+                                                       .max_bytes = cfg->image_limits.max_bytes
+                                                                        ? cfg->image_limits.max_bytes
+                                                                        : IMAGE_MAX_BYTES_DEFAULT,
+                                                       .metrics = gw ? gw->metrics : NULL},
+                               why, sizeof why);
+    if (!s->fetch) {
+        log_error("images.url_allow (--image-url-allow): %s", why);
+        goto err;
+    }
+    if (image_url_allow_count(image_fetch_allow(s->fetch)))
+        log_warn("remote image URLs are fetched from %zu allowed host entr%s (images.url_allow)",
+                 image_url_allow_count(image_fetch_allow(s->fetch)),
+                 image_url_allow_count(image_fetch_allow(s->fetch)) == 1 ? "y" : "ies");
     pthread_rwlock_init(&s->keys_lock, NULL);
     pthread_mutex_init(&s->live_lock, NULL);
     pthread_mutex_init(&s->conn_lock, NULL);
@@ -890,6 +1007,8 @@ void http_server_free(http_server_t **sp)
     pthread_mutex_unlock(&s->live_lock);
     if (s->watcher_started)
         pthread_join(s->watcher, NULL);
+    /* fetches end now (stopping), each waking its parked connection */
+    image_fetch_free(&s->fetch);
     if (s->daemon)
         MHD_stop_daemon(s->daemon);
     keys_free(&s->keys);

@@ -124,6 +124,9 @@ typedef struct http_config {
     size_t max_prompt_bytes;  /* prompt / message text bytes (400 beyond), 0 = parser's limit */
     request_image_limits_t image_limits; /* images per request and per image (400 beyond);
                                  each 0 = the decoder's default (gateway/request_image.h) */
+    const char *image_url_allow; /* hosts remote image URLs may name (gateway/image_fetch.h);
+                                 NULL = none: every http(s) image URL gets 400 */
+    int64_t image_url_timeout_ms; /* one URL's whole fetch, 0 = IMAGE_FETCH_DEFAULT_TIMEOUT_MS */
     double rate_per_key;      /* per-key rate limit, requests/s (token bucket holding one
                                  second of requests, at least 1); 429 + Retry-After beyond;
                                  0 = off. Needs a keys file: keys are the identity. */

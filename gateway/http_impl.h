@@ -15,6 +15,7 @@
 #include "common/strbuf.h"
 #include "gateway/api_surface.h"
 #include "gateway/gateway.h"
+#include "gateway/image_fetch.h"
 #include "gateway/keys.h"
 #include "gateway/oai.h"
 #include "gateway/reasoning.h"
@@ -60,6 +61,7 @@ struct http_server {
     size_t max_body;
     size_t max_messages, max_prompt_bytes; /* http_config_t; 0 = off */
     request_image_limits_t image_limits;   /* http_config_t */
+    image_fetch_t *fetch;       /* remote image URLs (gateway/image_fetch.h); its list may be empty */
     uint16_t port;
 
     /* API keys; NULL path = open gateway */
@@ -159,6 +161,8 @@ struct http_req {
                                    who owns the responses it stores */
 
     /* generation */
+    request_t *pending;         /* parsed, while its remote images are fetched (fetch) */
+    image_fetch_job_t *fetch;   /* that fetch, until its bodies are taken */
     gateway_request_t *greq;    /* NULL until submitted */
     http_req_t *prev, *next;    /* in s->live while greq is set */
     int fd;                     /* the connection's socket, for the watcher */

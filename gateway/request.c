@@ -63,6 +63,7 @@ void request_free(request_t *r)
     }
     for (size_t i = 0; i < r->n_images; i++) {
         free(r->images[i].bytes);
+        free(r->images[i].url);
         free(r->images[i].param);
         free(r->images[i].rgb);
     }

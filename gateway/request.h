@@ -77,6 +77,8 @@ typedef struct {
 typedef struct {
     uint8_t *bytes;        /* (n_bytes) the file; freed by prepare */
     size_t n_bytes;
+    char *url;             /* a remote http(s) URL not fetched yet (bytes NULL), else NULL
+                              (gateway/image_fetch.h) */
     char *param;           /* the part's JSON path, for errors ("messages[0].content[1]") */
     uint32_t w, h;         /* after prepare: the encoder's side, w = h */
     uint8_t *rgb;          /* after prepare: (h, w, 3) RGB8 */

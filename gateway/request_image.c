@@ -1,6 +1,7 @@
 /* request_image.c — image parts of the internal request (request_image.h). */
 #include "gateway/request_image.h"
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <strings.h>
 
 #include "common/xalloc.h"
+#include "gateway/image_fetch.h"
 
 /* A 400 naming param; the expression is -1. */
 #define refuse(e, param, ...) (oai_error_set((e), 400, (param), __VA_ARGS__), -1)
@@ -47,9 +49,20 @@ int request_image_add_url(request_t *r, const char *url, size_t len, const char 
 {
     if (too_many(r, param, e) < 0)
         return -1;
-    if ((len >= 7 && strncasecmp(url, "http://", 7) == 0) || (len >= 8 && strncasecmp(url, "https://", 8) == 0))
-        return refuse(e, param, "'%s': remote image URLs are not fetched by this server; send the image "
-                                "inline as a data:image/...;base64, URL.", param);
+    if (!(len >= 5 && strncasecmp(url, "data:", 5) == 0)) {
+        /* a remote URL: its scheme now, the allow list once the server's
+         * is at hand (request_images_check_urls), the bytes later */
+        image_url_t u;
+        char why[300];
+        image_url_status_t st = image_url_check(NULL, url, len, &u, why, sizeof why);
+        if (st == IMAGE_URL_E_SYNTAX && !memchr(url, ':', len))
+            return refuse(e, param, "'%s' must be a data:image/...;base64, URL or an http(s) URL.", param);
+        if (st != IMAGE_URL_OK && st != IMAGE_URL_E_DISABLED)
+            return refuse(e, param, "'%s': %s.", param, why);
+        int i = add(r, NULL, 0, param);
+        r->images[i].url = xstrndup(url, len);
+        return i;
+    }
     uint8_t *b = NULL;
     size_t n = 0;
     image_format_t f;
@@ -85,6 +98,45 @@ int request_image_add_base64(request_t *r, const char *media_type, size_t mt_len
         return -1;
     }
     return add(r, b, n, param);
+}
+
+size_t request_images_remote(const request_t *r)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_images; i++)
+        n += r->images[i].url != NULL;
+    return n;
+}
+
+int request_images_check_urls(const request_t *r, const image_url_allow_t *allow, oai_error_t *e)
+{
+    for (size_t i = 0; i < r->n_images; i++) {
+        const request_image_t *im = &r->images[i];
+        if (!im->url)
+            continue;
+        image_url_t u;
+        char why[300];
+        if (image_url_check(allow, im->url, strlen(im->url), &u, why, sizeof why) != IMAGE_URL_OK)
+            return refuse(e, im->param, "'%s': %s.", im->param, why);
+    }
+    return 0;
+}
+
+int request_image_fetched(request_t *r, size_t i, uint8_t *bytes, size_t n, const char *why, oai_error_t *e)
+{
+    request_image_t *im = &r->images[i];
+    assert(im->url && !im->bytes);
+    if (!bytes)
+        return refuse(e, im->param, "'%s': %s.", im->param, why ? why : "not fetched");
+    if (check_magic(bytes, n, IMAGE_FMT_UNKNOWN, im->param, e) < 0) {
+        free(bytes);
+        return -1;
+    }
+    im->bytes = bytes;
+    im->n_bytes = n;
+    free(im->url);
+    im->url = NULL;
+    return 0;
 }
 
 static request_part_t *new_part(request_message_t *m)
@@ -142,6 +194,7 @@ int request_images_prepare(request_t *r, const proto_vis_t *vis, const request_i
      * one decoded image at a time is held. */
     for (size_t i = 0; i < r->n_images; i++) {
         request_image_t *im = &r->images[i];
+        assert(!im->url); /* fetched first (request_image_fetched) */
         image_rgb_t full, sq;
         char why[256];
         image_status_t st = image_decode(im->bytes, im->n_bytes, &il, &full, why, sizeof why);

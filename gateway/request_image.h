@@ -18,9 +18,18 @@
  * Every refusal is a 400 naming the part (`param`), in the caller's
  * oai_error_t, which each surface renders in its own shape.
  *
- * Remote http(s) image URLs are refused (a server that fetches URLs given
- * by clients is a server-side request forgery hole); there is no allow-list
- * yet.
+ * Remote http(s) image URLs (gateway/image_fetch.h: refused unless the
+ * operator allows their host; a server that fetches URLs given by clients
+ * is a server-side request forgery hole) add a stage between the two:
+ *   1. parse: request_image_add_url records the URL (request_image_t.url,
+ *      no bytes); a scheme other than http/https/data, a user name in it,
+ *      a bad host are refused here.
+ *   1b. http.c: request_images_check_urls against the server's allow list
+ *      (400 without any connection when the list is empty or lacks the
+ *      host); the fetch runs on image_fetch's threads while the connection
+ *      is suspended; each body comes back through request_image_fetched,
+ *      which checks its magic as for a data: URL (the Content-Type is not
+ *      trusted). Then prepare decodes it under the same limits.
  *
  * Ownership: what is appended belongs to the request (request_free). */
 #ifndef PAGODA_GATEWAY_REQUEST_IMAGE_H
@@ -30,6 +39,7 @@
 #include <stdint.h>
 
 #include "common/image/image.h"
+#include "gateway/image_fetch.h"
 #include "gateway/oai_error.h"
 #include "gateway/request.h"
 
@@ -44,11 +54,24 @@ typedef struct request_image_limits {
     size_t max_images;   /* images per request [REQUEST_MAX_IMAGES] */
 } request_image_limits_t;
 
-/* A data: URL image (Chat Completions, Responses). Returns its index in
- * r->images, or -1 with a 400 in *e (remote URL, not a data URL, bad
- * base64, over the byte limit, not PNG/JPEG/WebP/GIF, more than
- * REQUEST_MAX_IMAGES). */
+/* A data: or http(s) URL image (Chat Completions, Responses, Anthropic's
+ * url source). Returns its index in r->images, or -1 with a 400 in *e
+ * (another scheme, a user name in the URL, not a data URL, bad base64,
+ * over the byte limit, not PNG/JPEG/WebP/GIF, more than
+ * REQUEST_MAX_IMAGES). An http(s) URL is only recorded (see above). */
 int request_image_add_url(request_t *r, const char *url, size_t len, const char *param, oai_error_t *e);
+
+/* Images of r with a URL still to fetch. */
+size_t request_images_remote(const request_t *r);
+
+/* Every remote URL of r against allow (NULL = empty): 0, or -1 with a 400
+ * naming the part and the reason (disabled, host not listed). */
+int request_images_check_urls(const request_t *r, const image_url_allow_t *allow, oai_error_t *e);
+
+/* Image i's URL was fetched: bytes[0..n) (taken), or NULL with why (not
+ * taken). Returns 0, or -1 with a 400 (the fetch failed, or the body is not
+ * a PNG/JPEG/WebP/GIF by its first bytes). */
+int request_image_fetched(request_t *r, size_t i, uint8_t *bytes, size_t n, const char *why, oai_error_t *e);
 
 /* A base64 image with its declared media type (Anthropic): as above, and
  * the media type must be one of image/png, image/jpeg, image/webp,

@@ -180,8 +180,11 @@ static const req_case_t CASES[] = {
     {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":42}]}", 0, 400, "messages[0].content",
      "string or an array"},
     {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
-        "{\"type\":\"image_url\",\"image_url\":{\"url\":\"http://x/y.png\"}}]}]}", 0, 400,
-     "messages[0].content[1].image_url.url", "remote image URLs are not fetched"},
+        "{\"type\":\"image_url\",\"image_url\":{\"url\":\"file:///etc/passwd\"}}]}]}", 0, 400,
+     "messages[0].content[1].image_url.url", "scheme 'file:' is not accepted"},
+    {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+        "{\"type\":\"image_url\",\"image_url\":{\"url\":\"http://u@x/y.png\"}}]}]}", 0, 400,
+     "messages[0].content[1].image_url.url", "user name"},
     {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"hologram\"}]}]}", 0, 400,
      "messages[0].content[0].type", "Unknown content part type"},
     {C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 0, 400,
