@@ -988,11 +988,7 @@ int main(int argc, char **argv)
             for (uint64_t i = 0; i < types->arr_n && (int64_t)i < vocab; i++) {
                 int32_t ty; /* GGUF arrays need not be 4-byte aligned */
                 memcpy(&ty, (const uint8_t *)types->arr_data + i * sizeof ty, sizeof ty);
-                /* UNKNOWN, BYTE; and CONTROL beside an idefics3 projector, whose
-                 * 20 image tokens would otherwise come out of a random model
-                 * (printed by llama.cpp, not by pagoda) */
-                muted[i] = muted[i] || ty == 2 || ty == 6 ||
-                           (ty == 3 && o.mmproj && o.proj == VISION_PROJ_IDEFICS3);
+                muted[i] = muted[i] || ty == 2 || ty == 6; /* UNKNOWN, BYTE */
             }
         for (size_t i = 0; i < n; i++) /* output.weight (a rank head may follow it) */
             if (strcmp(plan[i].name, "output.weight") == 0)
