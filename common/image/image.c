@@ -545,31 +545,34 @@ static void bilinear(const uint8_t *src, uint32_t sw, uint32_t sh, uint8_t *dst,
     }
 }
 
-void image_fit_square(const image_rgb_t *src, uint32_t side, image_rgb_t *out)
+typedef void (*resize_fn)(const uint8_t *, uint32_t, uint32_t, uint8_t *, uint32_t, uint32_t, uint32_t);
+
+/* src scaled by resize to fit w × h, aspect ratio kept (each side
+ * ceil(side·s), s = min(w/src.w, h/src.h) in float), centred on black; a
+ * copy when src is already w × h (llama.cpp's PAD_CEIL resize) */
+static void fit(const image_rgb_t *src, uint32_t w, uint32_t h, resize_fn resize, image_rgb_t *out)
 {
-    assert(side > 0 && src->w > 0 && src->h > 0 && src->rgb);
-    size_t n = (size_t)side * side * 3;
-    out->w = out->h = side;
+    assert(w > 0 && h > 0 && src->w > 0 && src->h > 0 && src->rgb);
+    size_t n = (size_t)w * h * 3;
+    out->w = w, out->h = h;
     out->rgb = xmalloc(n);
-    if (src->w == side && src->h == side) {
+    if (src->w == w && src->h == h) {
         memcpy(out->rgb, src->rgb, n);
         return;
     }
     memset(out->rgb, 0, n);
-    float sx = (float)side / (float)src->w, sy = (float)side / (float)src->h;
+    float sx = (float)w / (float)src->w, sy = (float)h / (float)src->h;
     float sc = sx < sy ? sx : sy;
-    double fw = (double)((float)src->w * sc), fh = (double)((float)src->h * sc);
-    uint32_t nw = (uint32_t)__builtin_ceil(fw), nh = (uint32_t)__builtin_ceil(fh);
-    if (nw > side)
-        nw = side;
-    if (nh > side)
-        nh = side;
-    if (nw < 1)
-        nw = 1;
-    if (nh < 1)
-        nh = 1;
-    uint32_t ox = (side - nw) / 2, oy = (side - nh) / 2;
-    bilinear(src->rgb, src->w, src->h, out->rgb + ((size_t)oy * side + ox) * 3, nw, nh, side);
+    uint32_t nw = (uint32_t)ceilf((float)src->w * sc), nh = (uint32_t)ceilf((float)src->h * sc);
+    nw = nw > w ? w : nw < 1 ? 1 : nw;
+    nh = nh > h ? h : nh < 1 ? 1 : nh;
+    uint32_t ox = (w - nw) / 2, oy = (h - nh) / 2;
+    resize(src->rgb, src->w, src->h, out->rgb + ((size_t)oy * w + ox) * 3, nw, nh, w);
+}
+
+void image_fit_square(const image_rgb_t *src, uint32_t side, image_rgb_t *out)
+{
+    fit(src, side, side, bilinear, out);
 }
 
 void image_stretch(const image_rgb_t *src, uint32_t w, uint32_t h, image_rgb_t *out)
@@ -628,22 +631,7 @@ static void bicubic(const uint8_t *src, uint32_t sw, uint32_t sh, uint8_t *dst, 
 
 void image_fit_bicubic(const image_rgb_t *src, uint32_t w, uint32_t h, image_rgb_t *out)
 {
-    assert(w > 0 && h > 0 && src->w > 0 && src->h > 0 && src->rgb);
-    size_t n = (size_t)w * h * 3;
-    out->w = w, out->h = h;
-    out->rgb = xmalloc(n);
-    if (src->w == w && src->h == h) {
-        memcpy(out->rgb, src->rgb, n);
-        return;
-    }
-    memset(out->rgb, 0, n);
-    float sx = (float)w / (float)src->w, sy = (float)h / (float)src->h;
-    float sc = sx < sy ? sx : sy;
-    uint32_t nw = (uint32_t)ceilf((float)src->w * sc), nh = (uint32_t)ceilf((float)src->h * sc);
-    nw = nw > w ? w : nw < 1 ? 1 : nw;
-    nh = nh > h ? h : nh < 1 ? 1 : nh;
-    uint32_t ox = (w - nw) / 2, oy = (h - nh) / 2;
-    bicubic(src->rgb, src->w, src->h, out->rgb + ((size_t)oy * w + ox) * 3, nw, nh, w);
+    fit(src, w, h, bicubic, out);
 }
 
 void image_hash(const image_rgb_t *img, uint8_t out[IMAGE_HASH_BYTES])
