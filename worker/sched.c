@@ -939,7 +939,7 @@ static void image_row(sched_t *s, const seq_t *q, int32_t p, int32_t row)
         const sched_image_t *im = &q->imgs[i];
         if (p >= im->pos && p < im->pos + im->n_tok) {
             s->b_embd[row] = im->embd + (size_t)(p - im->pos) * (size_t)s->model->cfg.dim;
-            s->b_att_end[row] = im->pos + im->n_tok;
+            s->b_att_end[row] = im->causal ? 0 : im->pos + im->n_tok;
             s->n_img_rows++;
         }
     }

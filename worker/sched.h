@@ -194,6 +194,8 @@ typedef struct sched_image {
     uint64_t key;              /* the image's content key (its hash): requests with images
                                 * reuse cached blocks only with requests holding the same
                                 * images (the key enters the prefix-cache partition) */
+    bool causal;               /* the rows attend causally, like text (idefics3, as llama.cpp
+                                * decodes it); false: to each other both ways (gemma3) */
 } sched_image_t;
 
 typedef struct sched_req {

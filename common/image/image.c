@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <strings.h>
 #include <webp/decode.h>
@@ -544,31 +545,93 @@ static void bilinear(const uint8_t *src, uint32_t sw, uint32_t sh, uint8_t *dst,
     }
 }
 
-void image_fit_square(const image_rgb_t *src, uint32_t side, image_rgb_t *out)
+typedef void (*resize_fn)(const uint8_t *, uint32_t, uint32_t, uint8_t *, uint32_t, uint32_t, uint32_t);
+
+/* src scaled by resize to fit w × h, aspect ratio kept (each side
+ * ceil(side·s), s = min(w/src.w, h/src.h) in float), centred on black; a
+ * copy when src is already w × h (llama.cpp's PAD_CEIL resize) */
+static void fit(const image_rgb_t *src, uint32_t w, uint32_t h, resize_fn resize, image_rgb_t *out)
 {
-    assert(side > 0 && src->w > 0 && src->h > 0 && src->rgb);
-    size_t n = (size_t)side * side * 3;
-    out->w = out->h = side;
+    assert(w > 0 && h > 0 && src->w > 0 && src->h > 0 && src->rgb);
+    size_t n = (size_t)w * h * 3;
+    out->w = w, out->h = h;
     out->rgb = xmalloc(n);
-    if (src->w == side && src->h == side) {
+    if (src->w == w && src->h == h) {
         memcpy(out->rgb, src->rgb, n);
         return;
     }
     memset(out->rgb, 0, n);
-    float sx = (float)side / (float)src->w, sy = (float)side / (float)src->h;
+    float sx = (float)w / (float)src->w, sy = (float)h / (float)src->h;
     float sc = sx < sy ? sx : sy;
-    double fw = (double)((float)src->w * sc), fh = (double)((float)src->h * sc);
-    uint32_t nw = (uint32_t)__builtin_ceil(fw), nh = (uint32_t)__builtin_ceil(fh);
-    if (nw > side)
-        nw = side;
-    if (nh > side)
-        nh = side;
-    if (nw < 1)
-        nw = 1;
-    if (nh < 1)
-        nh = 1;
-    uint32_t ox = (side - nw) / 2, oy = (side - nh) / 2;
-    bilinear(src->rgb, src->w, src->h, out->rgb + ((size_t)oy * side + ox) * 3, nw, nh, side);
+    uint32_t nw = (uint32_t)ceilf((float)src->w * sc), nh = (uint32_t)ceilf((float)src->h * sc);
+    nw = nw > w ? w : nw < 1 ? 1 : nw;
+    nh = nh > h ? h : nh < 1 ? 1 : nh;
+    uint32_t ox = (w - nw) / 2, oy = (h - nh) / 2;
+    resize(src->rgb, src->w, src->h, out->rgb + ((size_t)oy * w + ox) * 3, nw, nh, w);
+}
+
+void image_fit_square(const image_rgb_t *src, uint32_t side, image_rgb_t *out)
+{
+    fit(src, side, side, bilinear, out);
+}
+
+void image_stretch(const image_rgb_t *src, uint32_t w, uint32_t h, image_rgb_t *out)
+{
+    assert(w > 0 && h > 0 && src->w > 0 && src->h > 0 && src->rgb);
+    size_t n = (size_t)w * h * 3;
+    out->w = w, out->h = h;
+    out->rgb = xmalloc(n);
+    if (src->w == w && src->h == h)
+        memcpy(out->rgb, src->rgb, n);
+    else
+        bilinear(src->rgb, src->w, src->h, out->rgb, w, h, w);
+}
+
+/* The cubic through (-1, a) (0, b) (1, c) (2, d) at t in [0, 1), in the
+ * form of differences from b (as llama.cpp evaluates it: image.h). */
+static float cubic4(float a, float b, float c, float d, float t)
+{
+    float d0 = a - b, d2 = c - b, d3 = d - b;
+    float a1 = (float)(-1.0 / 3 * d0 + d2 - 1.0 / 6 * d3);
+    float a2 = (float)(1.0 / 2 * d0 + 1.0 / 2 * d2);
+    float a3 = (float)(-1.0 / 6 * d0 - 1.0 / 2 * d2 + 1.0 / 6 * d3);
+    return b + a1 * t + a2 * t * t + a3 * t * t * t;
+}
+
+static int clampi(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+/* Bicubic (sw,sh) → (dw,dh) into dst with row stride ds pixels: output
+ * (i, j) samples the source at (j·sw/dw, i·sh/dh), edges clamped, rounded
+ * and clamped to 0..255. */
+static void bicubic(const uint8_t *src, uint32_t sw, uint32_t sh, uint8_t *dst, uint32_t dw, uint32_t dh,
+                    uint32_t ds)
+{
+    float tx = (float)sw / (float)dw, ty = (float)sh / (float)dh;
+    int W = (int)sw, H = (int)sh;
+    for (uint32_t i = 0; i < dh; i++) {
+        int y = (int)(ty * (float)i);
+        float fy = ty * (float)i - (float)y;
+        for (uint32_t j = 0; j < dw; j++) {
+            int x = (int)(tx * (float)j);
+            float fx = tx * (float)j - (float)x;
+            uint8_t *o = dst + ((size_t)i * ds + j) * 3;
+            for (int k = 0; k < 3; k++) {
+                float col[4];
+                for (int r = 0; r < 4; r++) {
+                    const uint8_t *row = src + (size_t)clampi(y - 1 + r, 0, H - 1) * sw * 3;
+                    col[r] = cubic4(row[clampi(x - 1, 0, W - 1) * 3 + k], row[clampi(x, 0, W - 1) * 3 + k],
+                                    row[clampi(x + 1, 0, W - 1) * 3 + k], row[clampi(x + 2, 0, W - 1) * 3 + k], fx);
+                }
+                float v = roundf(cubic4(col[0], col[1], col[2], col[3], fy));
+                o[k] = (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
+            }
+        }
+    }
+}
+
+void image_fit_bicubic(const image_rgb_t *src, uint32_t w, uint32_t h, image_rgb_t *out)
+{
+    fit(src, w, h, bicubic, out);
 }
 
 void image_hash(const image_rgb_t *img, uint8_t out[IMAGE_HASH_BYTES])

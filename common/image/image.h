@@ -101,6 +101,17 @@ image_status_t image_decode(const uint8_t *buf, size_t len, const image_limits_t
  * side ≥ 1; src non-empty. */
 void image_fit_square(const image_rgb_t *src, uint32_t side, image_rgb_t *out);
 
+/* *out = src stretched to w × h (aspect ratio not kept) with the
+ * align-corners bilinear above; a copy when the size is already w × h.
+ * llama.cpp's idefics3 global image (RESIZE_ALGO_BILINEAR, PAD_NONE). */
+void image_stretch(const image_rgb_t *src, uint32_t w, uint32_t h, image_rgb_t *out);
+/* *out = src scaled to fit w × h, aspect ratio kept (each side ceil(side·s),
+ * s = min(w/src.w, h/src.h)), centred on black, with llama.cpp's bicubic
+ * (RESIZE_ALGO_BICUBIC, PAD_CEIL: its idefics3 tiles' refined image): the
+ * cubic through four samples at x·src.w/w (no half-pixel shift), edges
+ * clamped, rounded; a copy when the size is already w × h. */
+void image_fit_bicubic(const image_rgb_t *src, uint32_t w, uint32_t h, image_rgb_t *out);
+
 /* BLAKE2b-256 of img (see above) into out[IMAGE_HASH_BYTES]. */
 void image_hash(const image_rgb_t *img, uint8_t out[IMAGE_HASH_BYTES]);
 

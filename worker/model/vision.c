@@ -95,7 +95,8 @@ static int vfail(vloader_t *ld, const char *fmt, ...)
 }
 
 static const vision_proj_info_t proj_rows[] = {
-#define VISION_PROJ_ROW_(e, name, beg, end, soft) {name, beg, end, soft},
+#define VISION_PROJ_ROW_(e, name, beg, end, soft, lead, tile, row_end, nc) \
+    {name, beg, end, soft, lead, tile, row_end, nc},
     VISION_PROJ_TABLE(VISION_PROJ_ROW_)
 #undef VISION_PROJ_ROW_
 };
@@ -669,23 +670,16 @@ static void head_gemma3_run(vision_t *v, const float *a, float *out)
     linear(v, &v->w_proj, NULL, v->pooled, c->n_tok, out);
 }
 
-/* idefics3: mm.model.fc.weight [D·k², T] (vision_idefics3.h). llama.cpp
- * cuts an image into tiles of image_size plus a global image whenever
- * clip.vision.preproc_image_size (the longest edge it first scales to) is
- * larger than image_size; pagoda encodes one image_size² image, so only
- * files whose preproc_image_size is absent or equal to image_size (one
- * tile, docs/VISION.md) are taken. */
+/* idefics3: mm.model.fc.weight [D·k², T] (vision_idefics3.h), and the
+ * longest edge llama.cpp scales an image to before cutting it into tiles
+ * (clip.vision.preproc_image_size; absent: 0, no tiles, the global image
+ * alone — common/text/image_run.h). */
 static int head_idefics3_load(vloader_t *ld)
 {
     vision_t *v = ld->v;
-    const vision_config_t *c = &v->cfg;
-    int32_t longest;
-    if (key_int(ld, "clip.vision.preproc_image_size", c->image_size, 1, 1 << 20, &longest))
+    vision_config_t *c = &v->cfg;
+    if (key_int(ld, "clip.vision.preproc_image_size", 0, 0, 1 << 20, &c->longest_edge))
         return -1;
-    if (longest != c->image_size)
-        return vfail(ld, "clip.vision.preproc_image_size %d != image_size %d: llama.cpp cuts such images into "
-                         "tiles, which pagoda does not support (only the one-tile case)",
-                     longest, c->image_size);
     const int64_t fc[2] = {c->head_in, c->out_dim};
     return get_matrix(ld, "mm.model.fc.weight", 2, fc, &v->w_proj);
 }

@@ -97,6 +97,8 @@ typedef struct vision_config {
     int32_t n_tok;        /* (n_side / k)²: rows per image */
     int32_t head_in;      /* columns of the projection's input: D (gemma3), D·k² (idefics3) */
     int32_t out_dim;      /* T: text model width */
+    int32_t longest_edge; /* idefics3: clip.vision.preproc_image_size, the side images are scaled
+                           * to before tiling (0: no tiles; common/text/image_run.h); else 0 */
     float eps;
     float mean[3], std[3];
     enum vision_act act;

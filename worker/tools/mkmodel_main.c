@@ -12,7 +12,7 @@
  *       [--chat-template FILE] [--mute-special] [--logit-scale S] [--untied]
  *       [--rank 1] [--rerank-template FILE]
  *       [--mmproj OUT-MMPROJ.gguf [--vis-size 112] [--vis-patch 7] [--vis-dim 64]
- *        [--vis-layers 2] [--vis-heads 4] [--vis-ffn 128] [--vis-merge 4]]
+ *        [--vis-layers 2] [--vis-heads 4] [--vis-ffn 128] [--vis-merge 4] [--vis-preproc N]]
  *   pagoda-mkmodel --lora-for BASE.gguf -o OUT.gguf ...  (a LoRA adapter: worker/tools/mklora.h)
  *
  * --mmproj (with --arch gemma3) also writes a random-weight Gemma 3 image
@@ -26,6 +26,13 @@
  * Gemma 3's image tokens "<start_of_image>", "<end_of_image>" and
  * "<image_soft_token>" (CONTROL, ids 3, 4, 5 after <unk> <s> </s>); a
  * --tokenizer-from file must already have them.
+ * --projector idefics3 (any --arch) writes an Idefics3/SmolVLM projector
+ * instead (worker/model/vision_idefics3.h: pixel shuffle --vis-merge,
+ * mm.model.fc.weight in --type) with clip.vision.preproc_image_size =
+ * --vis-preproc (default 2 x --vis-size, so a --vis-preproc px square image
+ * is 2 x 2 tiles plus the global image; 0 leaves the key out: no tiles);
+ * the builtin tokenizer gains "<fake_token_around_image>", "<global-img>",
+ * "<image>", <row_R_col_C> for R, C up to 4 (CONTROL) and a "\n\n" piece.
  *
  * --rank 1 writes a reranker (worker/model/rank_head.h): pooling_type 4 and
  * the family's rank head, F32 — for a family with rank_last_softmax
@@ -200,7 +207,7 @@ typedef struct opts {
     double rope_base, eps;
     const char *mmproj;  /* --mmproj OUT: also write an image projector (see the top) */
     enum vision_proj proj; /* --projector: its type (gemma3 unless told) */
-    int64_t vis_size, vis_patch, vis_dim, vis_layers, vis_heads, vis_ffn, vis_merge;
+    int64_t vis_size, vis_patch, vis_dim, vis_layers, vis_heads, vis_ffn, vis_merge, vis_preproc;
 } opts_t;
 
 static void usage(FILE *f)
@@ -219,7 +226,7 @@ static void usage(FILE *f)
             "         [--mute-special] [--logit-scale S] [--untied]\n"
             "         [--window W] [--chat-template FILE] [--pooling N] [--rank 1] [--rerank-template FILE]\n"
             "         [--mmproj OUT.gguf [--vis-size 112] [--vis-patch 7] [--vis-dim 64] [--vis-layers 2]\n"
-            "          [--vis-heads 4] [--vis-ffn 128] [--vis-merge 4]]\n"
+            "          [--vis-heads 4] [--vis-ffn 128] [--vis-merge 4] [--vis-preproc N]]\n"
             "Writes a GGUF with seeded random weights; tokenizer.* keys are copied from\n"
             "--tokenizer-from, and --vocab (default: that tokenizer's size) may pad it.\n",
             types, archs);
@@ -370,7 +377,7 @@ static int parse_vis_opt(const char *name, const char *v, opts_t *o)
         {"--vis-size", 1, 4096, &o->vis_size},     {"--vis-patch", 1, 64, &o->vis_patch},
         {"--vis-dim", 1, 1 << 14, &o->vis_dim},    {"--vis-layers", 1, 256, &o->vis_layers},
         {"--vis-heads", 1, 1024, &o->vis_heads},   {"--vis-ffn", 1, 1 << 16, &o->vis_ffn},
-        {"--vis-merge", 1, 64, &o->vis_merge},
+        {"--vis-merge", 1, 64, &o->vis_merge},     {"--vis-preproc", 0, 1 << 16, &o->vis_preproc},
     };
     for (size_t i = 0; i < sizeof vis / sizeof vis[0]; i++)
         if (strcmp(name, vis[i].name) == 0)
@@ -386,7 +393,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
                   .rope_base = -1, .eps = -1, .experts = 8, .experts_used = 2, .expert_ffn = -1,
                   .window = -1, .pooling = -1, .logit_scale = 1,
                   .vis_size = 112, .vis_patch = 7, .vis_dim = 64, .vis_layers = 2, .vis_heads = 4,
-                  .vis_ffn = 128, .vis_merge = 4};
+                  .vis_ffn = 128, .vis_merge = 4, .vis_preproc = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         char name[64];
@@ -845,8 +852,9 @@ static int write_mmproj(const opts_t *o)
      * SmolVLM's always, and the longest edge it scales images to */
     if (o->vis_merge != 4 || idf)
         gguf_writer_set_u32(w, "clip.vision.projector.scale_factor", (uint32_t)o->vis_merge);
-    if (idf)
-        gguf_writer_set_u32(w, "clip.vision.preproc_image_size", (uint32_t)o->vis_size);
+    if (idf && o->vis_preproc != 0) /* default 2 x --vis-size: a square image of that side is 2 x 2 tiles */
+        gguf_writer_set_u32(w, "clip.vision.preproc_image_size",
+                            (uint32_t)(o->vis_preproc > 0 ? o->vis_preproc : 2 * o->vis_size));
 
     size_t cap = 8 + (size_t)o->vis_layers * 16, n = 0;
     gen_tensor_t *plan = xcalloc(cap, sizeof *plan);
@@ -941,10 +949,13 @@ int main(int argc, char **argv)
     if (strcmp(o.tok_from, "builtin") == 0) {
         /* the image tokens of the projector's run (docs/VISION.md) */
         static const char *const g3_toks[] = {"<start_of_image>", "<end_of_image>", "<image_soft_token>"};
-        static const char *const idf_toks[] = {"<fake_token_around_image>", "<global-img>", "<image>",
-                                               "<row_1_col_1>", "\n\n"};
+        static const char *const idf_toks[] = {
+            "<fake_token_around_image>", "<global-img>", "<image>", "\n\n", "<row_1_col_1>", "<row_1_col_2>",
+            "<row_1_col_3>", "<row_1_col_4>", "<row_2_col_1>", "<row_2_col_2>", "<row_2_col_3>", "<row_2_col_4>",
+            "<row_3_col_1>", "<row_3_col_2>", "<row_3_col_3>", "<row_3_col_4>", "<row_4_col_1>", "<row_4_col_2>",
+            "<row_4_col_3>", "<row_4_col_4>"}; /* up to 4 x 4 tiles, as SmolVLM's 2048 px over 512 */
         const char *const *img = !o.mmproj ? NULL : o.proj == VISION_PROJ_IDEFICS3 ? idf_toks : g3_toks;
-        size_t n_img = !o.mmproj ? 0 : o.proj == VISION_PROJ_IDEFICS3 ? 5 : 3;
+        size_t n_img = !o.mmproj ? 0 : o.proj == VISION_PROJ_IDEFICS3 ? sizeof idf_toks / sizeof *idf_toks : 3;
         if (builtin_tokenizer(o.vocab, img, n_img, &builtin, &builtin_len, err, sizeof err) != 0 ||
             gguf_parse(builtin, builtin_len, &tok, err, sizeof err) != 0) {
             fprintf(stderr, "pagoda-mkmodel: builtin tokenizer: %s\n", err);

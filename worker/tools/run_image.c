@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/errbuf.h"
+#include "common/image/image.h"
 #include "common/xalloc.h"
 #include "common/text/chat_template.h"
 #include "common/text/image_run.h"
@@ -22,25 +23,56 @@ static uint64_t image_key(const uint8_t *rgb, size_t n, int w, int h)
     return x;
 }
 
+/* The images to encode for one picture (run_image.h): *n of them, side S
+ * each, into a malloc'd array of malloc'd (S, S, 3) buffers; *nx, *ny the
+ * tile grid. 0, or -1 with err. */
+static int prepare(const vision_config_t *c, const vision_proj_info_t *pi, const image_rgb_t *src,
+                   image_rgb_t **out, int *n, int32_t *nx, int32_t *ny, char *err, size_t errlen)
+{
+    const int32_t S = c->image_size;
+    int32_t rw, rh;
+    *nx = *ny = 0;
+    if (pi->tile_fmt &&
+        image_run_grid((int32_t)src->w, (int32_t)src->h, S, c->longest_edge, nx, ny, &rw, &rh) != 0)
+        return errbuf_set(err, errlen, "a %ux%u image makes more than %d tiles of %d px", src->w, src->h,
+                          IMAGE_RUN_MAX_TILES, S);
+    *n = *nx * *ny + 1;
+    *out = xcalloc((size_t)*n, sizeof **out);
+    if (!pi->tile_fmt) { /* as it is: the encoder checks the size */
+        (*out)[0] = (image_rgb_t){src->w, src->h, xmalloc((size_t)src->w * src->h * 3)};
+        memcpy((*out)[0].rgb, src->rgb, (size_t)src->w * src->h * 3);
+        return 0;
+    }
+    if (*nx) {
+        image_rgb_t ref;
+        image_fit_bicubic(src, (uint32_t)rw, (uint32_t)rh, &ref);
+        for (int32_t ty = 0; ty < *ny; ty++)
+            for (int32_t tx = 0; tx < *nx; tx++) {
+                image_rgb_t *t = &(*out)[ty * *nx + tx];
+                *t = (image_rgb_t){(uint32_t)S, (uint32_t)S, xmalloc((size_t)S * S * 3)};
+                for (int32_t y = 0; y < S; y++)
+                    memcpy(t->rgb + (size_t)y * S * 3, ref.rgb + (((size_t)(ty * S + y) * rw) + tx * S) * 3,
+                           (size_t)S * 3);
+            }
+        image_rgb_free(&ref);
+    }
+    image_stretch(src, (uint32_t)S, (uint32_t)S, &(*out)[*n - 1]);
+    return 0;
+}
+
 int32_t run_image_prompt(const engine_t *e, vision_t *v, const char *path, const char *prompt, int32_t **ids,
-                         sched_image_t *img, float **embd, int64_t *t_encode_us, char *err, size_t errlen)
+                         sched_image_t **imgs, int *n_imgs, float **embd, int64_t *t_encode_us, char *err,
+                         size_t errlen)
 {
     const vision_config_t *c = vision_config(v);
     const vision_proj_info_t *pi = vision_proj_info(c->proj);
     *ids = NULL;
     *embd = NULL;
+    *imgs = NULL;
+    *n_imgs = 0;
     if (c->out_dim != e->model->cfg.dim)
         return errbuf_set(err, errlen, "the projector writes rows of %d, the model's width is %d", c->out_dim,
                           e->model->cfg.dim);
-    /* the placeholder token must be one token of this vocabulary */
-    int32_t soft[4];
-    if (!pi->tok_begin)
-        return errbuf_set(err, errlen, "the prompt layout of %s images is not supported yet (the encoder is)",
-                          pi->name);
-    if (tokenizer_encode(e->tok, pi->tok_soft, strlen(pi->tok_soft), false, true, soft, 4) != 1 ||
-        tokenizer_encode(e->tok, pi->tok_begin, strlen(pi->tok_begin), false, true, soft + 1, 3) != 1)
-        return errbuf_set(err, errlen, "the model's vocabulary has no %s / %s token: not a %s text model",
-                          pi->tok_soft, pi->tok_begin, pi->name);
     FILE *f = fopen(path, "rb");
     if (!f)
         return errbuf_set(err, errlen, "cannot open %s", path);
@@ -56,13 +88,25 @@ int32_t run_image_prompt(const engine_t *e, vision_t *v, const char *path, const
         free(buf);
         return -1;
     }
-    *embd = xmalloc((size_t)c->n_tok * c->out_dim * sizeof(float));
+    uint64_t key = image_key(rgb, (size_t)w * h * 3, w, h);
+    image_rgb_t src = {(uint32_t)w, (uint32_t)h, (uint8_t *)rgb}, *parts = NULL;
+    int n_parts = 0;
+    int32_t nx, ny;
+    int rc = prepare(c, pi, &src, &parts, &n_parts, &nx, &ny, err, errlen);
+    free(buf);
+    if (rc != 0)
+        return -1;
+    const size_t rows = (size_t)c->n_tok * c->out_dim;
+    *embd = xmalloc((size_t)n_parts * rows * sizeof(float));
     int64_t t0 = clock_now_us();
-    int rc = vision_encode(v, rgb, w, h, *embd, err, errlen);
+    for (int i = 0; i < n_parts && rc == 0; i++)
+        rc = vision_encode(v, parts[i].rgb, (int)parts[i].w, (int)parts[i].h, *embd + (size_t)i * rows, err,
+                           errlen);
     if (t_encode_us)
         *t_encode_us = clock_now_us() - t0;
-    uint64_t key = image_key(rgb, (size_t)w * h * 3, w, h);
-    free(buf);
+    for (int i = 0; i < n_parts; i++)
+        image_rgb_free(&parts[i]);
+    free(parts);
     if (rc != 0)
         goto err;
 
@@ -90,10 +134,19 @@ int32_t run_image_prompt(const engine_t *e, vision_t *v, const char *path, const
         (*ids)[n++] = tokenizer_bos(e->tok);
     }
     image_run_append_text(e->tok, text, (size_t)(mk - text), ids, &n, &icap);
-    img->pos = image_run_append(e->tok, image_run_find(pi->name), c->n_tok, ids, &n, &icap, err, errlen);
-    img->n_tok = c->n_tok;
-    img->embd = *embd;
-    img->key = key;
+    int32_t pos[IMAGE_RUN_MAX_TILES + 1];
+    int k = image_run_append_grid(e->tok, image_run_find(pi->name), c->n_tok, nx, ny, ids, &n, &icap, pos, err,
+                                  errlen);
+    if (k != n_parts) {
+        free(text);
+        goto err;
+    }
+    *imgs = xcalloc((size_t)k, sizeof **imgs);
+    for (int i = 0; i < k; i++) /* each span its own key: the same picture's tiles differ */
+        (*imgs)[i] = (sched_image_t){.pos = pos[i], .n_tok = c->n_tok, .embd = *embd + (size_t)i * rows,
+                                     .key = key ^ (0x9E3779B97F4A7C15ull * (uint64_t)i),
+                                     .causal = !pi->non_causal};
+    *n_imgs = k;
     const char *after = mk + sizeof RUN_IMAGE_MARKER - 1;
     image_run_append_text(e->tok, after, strlen(after), ids, &n, &icap);
     free(text);
@@ -101,7 +154,10 @@ int32_t run_image_prompt(const engine_t *e, vision_t *v, const char *path, const
 err:
     free(*ids);
     free(*embd);
+    free(*imgs);
     *ids = NULL;
     *embd = NULL;
+    *imgs = NULL;
+    *n_imgs = 0;
     return -1;
 }

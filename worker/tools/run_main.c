@@ -775,7 +775,8 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
     int64_t t_begin = clock_now_us(); /* TTFT: from here (after the projector's load), the encode counts */
     vision_t *vis = NULL;
     float *img_embd = NULL;
-    sched_image_t img = {0};
+    sched_image_t *imgs = NULL;
+    int n_imgs = 0;
     if (o->image) {
         int64_t t_enc = 0;
         if (vision_load(o->mmproj, o->cfg.n_threads, &vis, err, sizeof err) != 0) {
@@ -784,10 +785,12 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
         }
         vision_set_fast(vis, !o->cfg.exact_matmul); /* the text model's rule: int8 / bf16 unless --exact-matmul */
         t_begin = clock_now_us();
-        n_ids = run_image_prompt(e, vis, o->image, o->prompt, &ids, &img, &img_embd, &t_enc, err, sizeof err);
+        n_ids = run_image_prompt(e, vis, o->image, o->prompt, &ids, &imgs, &n_imgs, &img_embd, &t_enc, err,
+                                 sizeof err);
         vision_free(&vis);
         if (n_ids >= 0)
-            fprintf(stderr, "pagoda-run: image encoded in %.1f ms (%d rows)\n", (double)t_enc / 1e3, img.n_tok);
+            fprintf(stderr, "pagoda-run: image encoded in %.1f ms (%d x %d rows)\n", (double)t_enc / 1e3, n_imgs,
+                    imgs[0].n_tok);
         o->chat = 1; /* the template's turn ends stop it */
     } else if (o->chat) {
         chat_msg_t m = {.role = "user", .content = o->prompt};
@@ -816,7 +819,7 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
                      .ignore_eos = o->ignore_eos, .sampling = o->sp, .top_logprobs = -1,
                      .stop_ids = o->chat ? e->turn_end_ids : NULL,
                      .n_stop_ids = o->chat ? e->n_turn_end : 0,
-                     .images = o->image ? &img : NULL, .n_images = o->image ? 1 : 0};
+                     .images = imgs, .n_images = n_imgs};
     /* --lora: the prompt runs with every adapter given (at most LORA_SET_MAX) */
     for (int32_t i = 0; i < e->n_lora && i < LORA_SET_MAX; i++) {
         r.lora.ad[i] = e->lora[i].ad;
@@ -852,6 +855,7 @@ out:
     sched_free(&s);
     free(ids);
     free(img_embd);
+    free(imgs);
     return rc;
 }
 
