@@ -249,6 +249,10 @@ struct gateway {
 
     /* local workers */
     struct supervisor *sup;       /* [core] borrowed, NULL = none (gateway_set_supervisor) */
+    /* run-time adapter loads and unloads waiting for their workers (gateway_lora.h) */
+    struct gateway_lora_op *lora_ops; /* [core] (n_lora_ops) of cap_lora_ops */
+    size_t n_lora_ops, cap_lora_ops;
+    uint64_t next_lora_seq;       /* [core] the last LORA seq sent */
 
     /* lifetime */
     atomic_bool stopping;         /* [any] SIGTERM: new requests get 503 */
@@ -369,6 +373,8 @@ typedef enum gateway_cmd_kind {
     GATEWAY_CMD_SUBMIT,           /* request: replies on request->replies */
     GATEWAY_CMD_CANCEL,           /* id; no reply */
     GATEWAY_CMD_SET_SUPERVISOR,   /* sup; reply: the same pointer (a sync point) */
+    GATEWAY_CMD_LORA,             /* lora; reply: a json_t once the workers answered
+                                     (gateway/gateway_lora.h) */
 } gateway_cmd_kind_t;
 
 typedef enum gateway_admin_op {
@@ -394,6 +400,7 @@ typedef struct gateway_cmd {
     void (*item_free)(void *item);
     gateway_admin_op_t op;        /* CALL of the operations API */
     char *target;                 /* CALL: worker id / model name, owned */
+    struct gateway_lora_req *lora; /* LORA: owned (gateway_lora_req_free) */
 } gateway_cmd_t;
 
 /* Any thread: sends cmd (owned from here on) to the core and waits up to

@@ -16,6 +16,7 @@
 #include "common/splitmix.h"
 #include "common/xalloc.h"
 #include "gateway/gateway_core.h"
+#include "gateway/gateway_lora.h"
 #include "gateway/submit.h"
 
 /* ------------------------------------------------------------------------ */
@@ -147,6 +148,7 @@ void gateway_cmd_free(void *p)
     gateway_cmd_t *cmd = p;
     chan_unref(&cmd->reply);
     gateway_request_unref(&cmd->request);
+    gateway_lora_req_free(&cmd->lora);
     free(cmd->target);
     free(cmd);
 }

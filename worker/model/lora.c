@@ -252,6 +252,7 @@ int lora_load(const char *path, const model_t *m, lora_t **out, char *err, size_
         return -1;
     }
     lora_t *a = xcalloc(1, sizeof *a);
+    a->refs = 1;
     a->n_layer = m->cfg.n_layer;
     a->pairs = xcalloc((size_t)a->n_layer * LORA_N_PROJ, sizeof *a->pairs);
     size_t floats = 0;
@@ -289,15 +290,25 @@ size_t lora_bytes(const lora_t *a)
     return a->n_floats * sizeof(float);
 }
 
+lora_t *lora_ref(lora_t *a)
+{
+    assert(a->refs > 0);
+    a->refs++;
+    return a;
+}
+
 void lora_free(lora_t **ap)
 {
     if (!ap || !*ap)
         return;
     lora_t *a = *ap;
+    *ap = NULL;
+    assert(a->refs > 0);
+    if (--a->refs > 0)
+        return;
     free(a->arena);
     free(a->pairs);
     free(a);
-    *ap = NULL;
 }
 
 lora_rows_t *lora_rows_new(int32_t max_rows, int32_t max_seqs)
