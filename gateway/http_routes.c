@@ -239,13 +239,50 @@ static enum MHD_Result lora_run(http_server_t *s, struct MHD_Connection *c, cons
     return respond_admin(s, c, j);
 }
 
-/* The checks of a load on the HTTP thread: the name, the scale, the file. */
-static enum MHD_Result lora_load(http_server_t *s, struct MHD_Connection *c, const char *model, json_t *body,
-                                 const char *name_key, const char *path_key, bool vllm)
+/* vLLM's load names no base model: "base_model_name" (ours) picks one, else
+ * the gateway's only model; with several and none named: 400. 0 with
+ * model[PROTO_MAX_NAME + 1] set, or -1 with *e. */
+static int vllm_base(http_server_t *s, json_t *body, char *model, oai_error_t *e)
+{
+    const char *base;
+    if (body_str(body, "base_model_name", &base, e) < 0)
+        return -1;
+    if (base) {
+        snprintf(model, PROTO_MAX_NAME + 1, "%s", base);
+        return 0;
+    }
+    gateway_model_list_t *l = gateway_models(s->gw, SNAPSHOT_TIMEOUT_US);
+    if (!l) {
+        oai_error_set(e, 503, NULL, "The gateway core did not answer");
+        return -1;
+    }
+    size_t n = l->n;
+    if (n == 1)
+        snprintf(model, PROTO_MAX_NAME + 1, "%s", l->models[0].name);
+    gateway_model_list_free(&l);
+    if (n != 1) {
+        oai_error_set(e, 400, "base_model_name",
+                      "The gateway serves %zu models: name the adapter's base model in 'base_model_name'.", n);
+        return -1;
+    }
+    return 0;
+}
+
+/* A load: the body's name, path and scale checked on the HTTP thread (the
+ * file too), then the core's operation. vllm: vLLM's keys and base model. */
+static enum MHD_Result lora_load(http_server_t *s, struct MHD_Connection *c, http_req_t *req, bool vllm)
 {
     oai_error_t e;
+    json_t *body = body_object(req, &e);
+    if (!body)
+        return http_respond_oai_error(s, c, &e, NULL);
+    const char *name_key = vllm ? "lora_name" : "name", *path_key = vllm ? "lora_path" : "path";
     const char *name, *path;
-    char why[128];
+    char why[128], model[PROTO_MAX_NAME + 1];
+    if (!vllm)
+        snprintf(model, sizeof model, "%.*s", PROTO_MAX_NAME, req->param);
+    else if (vllm_base(s, body, model, &e) < 0)
+        goto bad;
     if (body_str(body, name_key, &name, &e) < 0 || body_str(body, path_key, &path, &e) < 0)
         goto bad;
     if (!name || config_check_name(name, why, sizeof why) != 0) {
@@ -265,7 +302,7 @@ static enum MHD_Result lora_load(http_server_t *s, struct MHD_Connection *c, con
     }
     if (gateway_lora_check_file(path, &e) != 0)
         goto bad;
-    gateway_lora_req_t rq = {.load = true, .model = (char *)model, .name = (char *)name, .path = (char *)path,
+    gateway_lora_req_t rq = {.load = true, .model = model, .name = (char *)name, .path = (char *)path,
                              .scale = scale};
     enum MHD_Result r = lora_run(s, c, &rq, vllm);
     json_decref(body);
@@ -278,11 +315,7 @@ bad:
 /* POST /admin/models/{model}/loras {"name", "path", "scale"} */
 static enum MHD_Result handle_lora_load(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
 {
-    oai_error_t e;
-    json_t *body = body_object(req, &e);
-    if (!body)
-        return http_respond_oai_error(s, c, &e, NULL);
-    return lora_load(s, c, req->param, body, "name", "path", false);
+    return lora_load(s, c, req, false);
 }
 
 /* DELETE /admin/models/{model}/loras/{name} (param "model/name") */
@@ -295,42 +328,10 @@ static enum MHD_Result handle_lora_unload(http_server_t *s, struct MHD_Connectio
     return lora_run(s, c, &rq, false);
 }
 
-/* vLLM's POST /v1/load_lora_adapter {"lora_name", "lora_path"}: its body
- * names no base model, so "base_model_name" (ours) picks one, else the
- * gateway's only model; with several and none named: 400. */
+/* vLLM's POST /v1/load_lora_adapter {"lora_name", "lora_path"} */
 static enum MHD_Result handle_vllm_load(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
 {
-    oai_error_t e;
-    json_t *body = body_object(req, &e);
-    if (!body)
-        return http_respond_oai_error(s, c, &e, NULL);
-    const char *base;
-    if (body_str(body, "base_model_name", &base, &e) < 0) {
-        json_decref(body);
-        return http_respond_oai_error(s, c, &e, NULL);
-    }
-    char only[PROTO_MAX_NAME + 1] = "";
-    if (!base) {
-        gateway_model_list_t *l = gateway_models(s->gw, SNAPSHOT_TIMEOUT_US);
-        if (!l) {
-            json_decref(body);
-            return http_respond_error(s, c, 503, NULL, NULL, "The gateway core did not answer");
-        }
-        size_t n = l->n;
-        if (n == 1)
-            snprintf(only, sizeof only, "%s", l->models[0].name);
-        gateway_model_list_free(&l);
-        if (n != 1) {
-            json_decref(body);
-            oai_error_set(&e, 400, "base_model_name",
-                          "The gateway serves %zu models: name the adapter's base model in 'base_model_name'.", n);
-            return http_respond_oai_error(s, c, &e, NULL);
-        }
-        base = only;
-    }
-    char model[PROTO_MAX_NAME + 1];
-    snprintf(model, sizeof model, "%s", base);
-    return lora_load(s, c, model, body, "lora_name", "lora_path", true);
+    return lora_load(s, c, req, true);
 }
 
 /* vLLM's POST /v1/unload_lora_adapter {"lora_name"}: the adapter's base

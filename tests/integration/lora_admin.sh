@@ -116,8 +116,13 @@ check "unloading an unknown adapter → 404" err_is 404
 load "$BODY_RT"
 check "load rt → 200" bash -c "[[ $CODE == 200 ]] && python3 -c \"import json,sys; j=json.load(open('$TMP/body')); sys.exit(0 if j['name']=='rt' and j['workers']==1 else 1)\""
 check "/v1/models lists rt after base's start-up adapter" test "$(models)" == 'base boot rt'
-adapters() { curl -sf "${USR[@]}" "$URL/lora-adapters" | py "[(a['id'],a['path'],a['scale']) for a in j]==[(0,'boot',1.5),(1,'rt',0.5)]"; }
-check "GET /lora-adapters lists rt with its scale" adapters
+# ids are table indexes that never move: refused loads used some
+adapters() { curl -sf "${USR[@]}" "$URL/lora-adapters" | py "[(a['path'],a['scale']) for a in j]==[('boot',1.5),('rt',0.5)] and j[0]['id']==0 and j[1]['id']>0"; }
+check "GET /lora-adapters lists rt with its scale after boot (id 0)" adapters
+RT_ID=$(curl -sf "${USR[@]}" "$URL/lora-adapters" | python3 -c "import json,sys; print(json.load(sys.stdin)[1]['id'])")
+req POST /v1/completions "{\"model\":\"base\",\"prompt\":\"$P\",\"max_tokens\":$N,\"temperature\":0,\"lora\":[{\"id\":$RT_ID,\"scale\":0.5}]}" "${USR[@]}"
+t=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['choices'][0]['text'], end='')" "$TMP/body" 2>/dev/null)
+check "llama.cpp's lora field with rt's id on base = pagoda-run --lora rt.gguf:0.5" test "$t" == "$RRT"
 t=$(comp rt "$P"); check "model rt = pagoda-run --lora rt.gguf:0.5" test "$t" == "$RRT"
 t=$(comp boot "$P"); check "the start-up adapter still = pagoda-run --lora boot.gguf:1.5" test "$t" == "$RBOOT"
 load "$BODY_RT"
