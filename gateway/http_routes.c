@@ -222,7 +222,7 @@ static int body_str(json_t *j, const char *key, const char **out, oai_error_t *e
 
 /* Runs a load or unload and answers: the core's JSON, or vLLM's plain
  * "Success: ..." text on its routes. */
-static enum MHD_Result lora_run(http_server_t *s, struct MHD_Connection *c, const gateway_lora_req_t *rq,
+static enum MHD_Result admin_lora_run(http_server_t *s, struct MHD_Connection *c, const gateway_lora_req_t *rq,
                                 bool vllm)
 {
     json_t *j = gateway_lora_admin(s->gw, rq);
@@ -270,7 +270,7 @@ static int vllm_base(http_server_t *s, json_t *body, char *model, oai_error_t *e
 
 /* A load: the body's name, path and scale checked on the HTTP thread (the
  * file too), then the core's operation. vllm: vLLM's keys and base model. */
-static enum MHD_Result lora_load(http_server_t *s, struct MHD_Connection *c, http_req_t *req, bool vllm)
+static enum MHD_Result admin_lora_load(http_server_t *s, struct MHD_Connection *c, http_req_t *req, bool vllm)
 {
     oai_error_t e;
     json_t *body = body_object(req, &e);
@@ -304,7 +304,7 @@ static enum MHD_Result lora_load(http_server_t *s, struct MHD_Connection *c, htt
         goto bad;
     gateway_lora_req_t rq = {.load = true, .model = model, .name = (char *)name, .path = (char *)path,
                              .scale = scale};
-    enum MHD_Result r = lora_run(s, c, &rq, vllm);
+    enum MHD_Result r = admin_lora_run(s, c, &rq, vllm);
     json_decref(body);
     return r;
 bad:
@@ -315,7 +315,7 @@ bad:
 /* POST /admin/models/{model}/loras {"name", "path", "scale"} */
 static enum MHD_Result handle_lora_load(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
 {
-    return lora_load(s, c, req, false);
+    return admin_lora_load(s, c, req, false);
 }
 
 /* DELETE /admin/models/{model}/loras/{name} (param "model/name") */
@@ -325,13 +325,13 @@ static enum MHD_Result handle_lora_unload(http_server_t *s, struct MHD_Connectio
     assert(name); /* route_match joined the two segments with '/' */
     *name++ = '\0';
     gateway_lora_req_t rq = {.load = false, .model = model, .name = name};
-    return lora_run(s, c, &rq, false);
+    return admin_lora_run(s, c, &rq, false);
 }
 
 /* vLLM's POST /v1/load_lora_adapter {"lora_name", "lora_path"} */
 static enum MHD_Result handle_vllm_load(http_server_t *s, struct MHD_Connection *c, http_req_t *req)
 {
-    return lora_load(s, c, req, true);
+    return admin_lora_load(s, c, req, true);
 }
 
 /* vLLM's POST /v1/unload_lora_adapter {"lora_name"}: the adapter's base
@@ -360,7 +360,7 @@ static enum MHD_Result handle_vllm_unload(http_server_t *s, struct MHD_Connectio
         return http_respond_oai_error(s, c, &e, NULL);
     }
     gateway_lora_req_t rq = {.load = false, .model = le->base, .name = (char *)name};
-    enum MHD_Result r = lora_run(s, c, &rq, true);
+    enum MHD_Result r = admin_lora_run(s, c, &rq, true);
     json_decref(body);
     return r;
 }
