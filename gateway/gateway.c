@@ -20,7 +20,6 @@
 #include "common/xalloc.h"
 #include "common/vec.h"
 #include "gateway/gateway_core.h"
-#include "gateway/gateway_lora.h"
 #include "gateway/submit.h"
 #include "gateway/supervisor.h"
 #include "gateway/zap.h"
@@ -983,7 +982,8 @@ static void on_message(struct gateway *gw, const proto_peer_t *from, proto_msg_t
         on_kv(gw, w, &m->kv);
         break;
     case PROTO_LORA_ACK:
-        gateway_lora_on_ack(gw, w, &m->lora);
+        if (gw->lora_ack) /* else no operation ever ran: a stray answer */
+            gw->lora_ack(gw, w, &m->lora);
         break;
     default:
         log_warn("worker %s sent %s, which only the gateway sends: dropped", w->reg.replica,
@@ -1076,8 +1076,8 @@ static void on_command(struct gateway *gw, gateway_cmd_t *cmd)
         if (chan_push(cmd->reply, gw) < 0)
             (void)0; /* the asker gave up; nothing to free */
         break;
-    case GATEWAY_CMD_LORA:
-        gateway_lora_start(gw, &cmd->lora, cmd->reply);
+    case GATEWAY_CMD_CALL_LATER:
+        cmd->start(gw, cmd);
         break;
     }
     gateway_cmd_free(cmd);
@@ -1217,7 +1217,8 @@ static void sweep_running(struct gateway *gw, int64_t now)
 
 static void tick(struct gateway *gw, int64_t now)
 {
-    gateway_lora_tick(gw, now);
+    if (gw->lora_tick)
+        gw->lora_tick(gw, now);
     /* forget workers that went silent: iterate backwards, removal moves the
      * last entry into the gap */
     for (size_t i = gw->n_workers; i-- > 0;) {
@@ -1312,7 +1313,8 @@ static void *core_main(void *arg)
         }
         tick(gw, clock_now_us());
     }
-    gateway_lora_stop(gw);
+    if (gw->lora_stop)
+        gw->lora_stop(gw);
     log_debug("core thread stops");
     return NULL;
 }

@@ -16,7 +16,6 @@
 #include "common/splitmix.h"
 #include "common/xalloc.h"
 #include "gateway/gateway_core.h"
-#include "gateway/gateway_lora.h"
 #include "gateway/submit.h"
 
 /* ------------------------------------------------------------------------ */
@@ -148,7 +147,8 @@ void gateway_cmd_free(void *p)
     gateway_cmd_t *cmd = p;
     chan_unref(&cmd->reply);
     gateway_request_unref(&cmd->request);
-    gateway_lora_req_free(&cmd->lora);
+    if (cmd->arg && cmd->arg_free)
+        cmd->arg_free(cmd->arg);
     free(cmd->target);
     free(cmd);
 }

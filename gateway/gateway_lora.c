@@ -101,19 +101,7 @@ static void json_item_free(void *p)
     json_decref(p);
 }
 
-json_t *gateway_lora_admin(struct gateway *gw, const gateway_lora_req_t *rq)
-{
-    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
-    cmd->kind = GATEWAY_CMD_LORA;
-    gateway_lora_req_t *c = xcalloc(1, sizeof *c);
-    *c = (gateway_lora_req_t){.load = rq->load, .model = xstrdup(rq->model), .name = xstrdup(rq->name),
-                              .path = rq->path ? xstrdup(rq->path) : NULL, .scale = rq->scale};
-    cmd->lora = c;
-    /* the core answers by its own deadline; the margin covers its tick */
-    return gateway_ask(gw, cmd, json_item_free, GATEWAY_LORA_TIMEOUT_US + 5000000);
-}
-
-void gateway_lora_req_free(gateway_lora_req_t **rqp)
+static void req_free(gateway_lora_req_t **rqp)
 {
     gateway_lora_req_t *rq = *rqp;
     if (!rq)
@@ -123,6 +111,28 @@ void gateway_lora_req_free(gateway_lora_req_t **rqp)
     free(rq->name);
     free(rq->path);
     free(rq);
+}
+
+static void req_item_free(void *p)
+{
+    gateway_lora_req_t *rq = p;
+    req_free(&rq);
+}
+
+static void start_cmd(struct gateway *gw, gateway_cmd_t *cmd);
+
+json_t *gateway_lora_admin(struct gateway *gw, const gateway_lora_req_t *rq)
+{
+    gateway_cmd_t *cmd = xcalloc(1, sizeof *cmd);
+    cmd->kind = GATEWAY_CMD_CALL_LATER;
+    cmd->start = start_cmd;
+    gateway_lora_req_t *c = xcalloc(1, sizeof *c);
+    *c = (gateway_lora_req_t){.load = rq->load, .model = xstrdup(rq->model), .name = xstrdup(rq->name),
+                              .path = rq->path ? xstrdup(rq->path) : NULL, .scale = rq->scale};
+    cmd->arg = c;
+    cmd->arg_free = req_item_free;
+    /* the core answers by its own deadline; the margin covers its tick */
+    return gateway_ask(gw, cmd, json_item_free, GATEWAY_LORA_TIMEOUT_US + 5000000);
 }
 
 /* ---- core ---------------------------------------------------------------- */
@@ -175,7 +185,7 @@ static char *lora_spec(const gateway_lora_req_t *rq)
 
 static void op_free(gateway_lora_op_t *op)
 {
-    gateway_lora_req_free(&op->rq);
+    req_free(&op->rq);
     chan_unref(&op->reply);
     free(op->uids);
     free(op->done);
@@ -267,15 +277,19 @@ static void op_begin(struct gateway *gw, gateway_lora_req_t **rqp, chan_t *reply
         op_finish(gw, gw->n_lora_ops - 1, false);
 }
 
-void gateway_lora_start(struct gateway *gw, gateway_lora_req_t **rqp, void *reply_chan)
+static void on_ack(struct gateway *gw, gateway_worker_t *w, const proto_lora_op_t *ack);
+static void tick(struct gateway *gw, int64_t now);
+static void stop(struct gateway *gw);
+
+/* Starts the operation of a command (takes its request). */
+static void start(struct gateway *gw, gateway_lora_req_t **rqp, chan_t *reply)
 {
-    chan_t *reply = reply_chan;
     gateway_lora_req_t *rq = *rqp;
     lora_table_t *t = gw->loras;
     gateway_model_t *m = gateway_model_find(gw, rq->model);
     if (!m) {
         answer(reply, error_json(404, "model_not_found", "model", "The model '%s' does not exist", rq->model));
-        gateway_lora_req_free(rqp);
+        req_free(rqp);
         return;
     }
     if (!rq->load) {
@@ -283,7 +297,7 @@ void gateway_lora_start(struct gateway *gw, gateway_lora_req_t **rqp, void *repl
         if (!e || strcmp(e->base, rq->model) != 0 || atomic_load(&e->state) != LORA_ENTRY_LIVE) {
             answer(reply, error_json(404, "adapter_not_found", "lora_name",
                                      "Model '%s' has no loaded adapter '%s'.", rq->model, rq->name));
-            gateway_lora_req_free(rqp);
+            req_free(rqp);
             return;
         }
         atomic_store(&e->state, LORA_ENTRY_GONE); /* new requests: 404 from now on */
@@ -295,14 +309,14 @@ void gateway_lora_start(struct gateway *gw, gateway_lora_req_t **rqp, void *repl
     if (gateway_model_find(gw, rq->name) || lora_table_taken(t, rq->name)) {
         answer(reply, error_json(400, "adapter_exists", "lora_name",
                                  "The name '%s' is taken by a model or an adapter already.", rq->name));
-        gateway_lora_req_free(rqp);
+        req_free(rqp);
         return;
     }
     if (lora_table_count(t, rq->model) >= PROTO_MAX_REG_LORA) {
         answer(reply, error_json(400, "too_many_adapters", "lora_name",
                                  "Model '%s' has %d adapters, the most a worker holds: unload one first.",
                                  rq->model, PROTO_MAX_REG_LORA));
-        gateway_lora_req_free(rqp);
+        req_free(rqp);
         return;
     }
     bool any = false;
@@ -313,7 +327,7 @@ void gateway_lora_start(struct gateway *gw, gateway_lora_req_t **rqp, void *repl
         answer(reply, error_json(503, "no_replica", NULL,
                                  "Model '%s' has no ready local worker to load adapter '%s' into; start it first.",
                                  rq->model, rq->name));
-        gateway_lora_req_free(rqp);
+        req_free(rqp);
         return;
     }
     long entry = lora_table_append(t, rq->name, rq->model, rq->scale, LORA_ENTRY_LOADING);
@@ -321,13 +335,23 @@ void gateway_lora_start(struct gateway *gw, gateway_lora_req_t **rqp, void *repl
         answer(reply, error_json(400, "too_many_adapters", "lora_name",
                                  "The gateway has loaded %d adapters since it started, its limit; restart it.",
                                  LORA_TABLE_MAX));
-        gateway_lora_req_free(rqp);
+        req_free(rqp);
         return;
     }
     op_begin(gw, rqp, reply, entry);
 }
 
-void gateway_lora_on_ack(struct gateway *gw, gateway_worker_t *w, const proto_lora_op_t *ack)
+static void start_cmd(struct gateway *gw, gateway_cmd_t *cmd)
+{
+    gw->lora_ack = on_ack;
+    gw->lora_tick = tick;
+    gw->lora_stop = stop;
+    gateway_lora_req_t *rq = cmd->arg;
+    cmd->arg = NULL;
+    start(gw, &rq, cmd->reply);
+}
+
+static void on_ack(struct gateway *gw, gateway_worker_t *w, const proto_lora_op_t *ack)
 {
     for (size_t i = 0; i < gw->n_lora_ops; i++) {
         gateway_lora_op_t *op = &gw->lora_ops[i];
@@ -352,7 +376,7 @@ void gateway_lora_on_ack(struct gateway *gw, gateway_worker_t *w, const proto_lo
         log_info("worker %s: LORA %s: %s", w->reg.replica, ack->name, ack->message);
 }
 
-void gateway_lora_tick(struct gateway *gw, int64_t now)
+static void tick(struct gateway *gw, int64_t now)
 {
     for (size_t i = gw->n_lora_ops; i-- > 0;) {
         gateway_lora_op_t *op = &gw->lora_ops[i];
@@ -367,7 +391,7 @@ void gateway_lora_tick(struct gateway *gw, int64_t now)
     }
 }
 
-void gateway_lora_stop(struct gateway *gw)
+static void stop(struct gateway *gw)
 {
     for (size_t i = 0; i < gw->n_lora_ops; i++) {
         answer(gw->lora_ops[i].reply, error_json(503, NULL, NULL, "The gateway is stopping."));

@@ -57,16 +57,9 @@ int gateway_lora_check_file(const char *path, oai_error_t *e);
  * GATEWAY_LORA_TIMEOUT_US and a margin). NULL when the core did not answer. */
 json_t *gateway_lora_admin(struct gateway *gw, const gateway_lora_req_t *rq);
 
-/* The core's halves. */
-void gateway_lora_req_free(gateway_lora_req_t **rq);      /* NULL-safe */
-/* Starts the operation of a GATEWAY_CMD_LORA command (takes *rq and a
- * reference to reply). */
-void gateway_lora_start(struct gateway *gw, gateway_lora_req_t **rq, void *reply);
-/* A worker's LORA_ACK. */
-void gateway_lora_on_ack(struct gateway *gw, struct gateway_worker *w, const proto_lora_op_t *ack);
-/* Deadlines (and workers that went away: uid no longer in the table). */
-void gateway_lora_tick(struct gateway *gw, int64_t now);
-/* Shutdown: every waiting operation answers 503. */
-void gateway_lora_stop(struct gateway *gw);
+/* The core's side runs as a GATEWAY_CMD_CALL_LATER command and installs
+ * the core's hooks (struct gateway lora_ack, lora_tick, lora_stop): a
+ * worker's LORA_ACK, deadlines and gone workers, and 503 for what still
+ * waits when the core stops. */
 
 #endif

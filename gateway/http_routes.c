@@ -16,8 +16,8 @@
 #include "common/clock.h"
 #include "common/xalloc.h"
 #include "gateway/anthropic.h"
-#include "gateway/config_int.h"
 #include "gateway/gateway_lora.h"
+#include "gateway/model_name.h"
 #include "gateway/http_guard.h"
 #include "gateway/http_respond.h"
 #include "gateway/oai.h"
@@ -285,7 +285,7 @@ static enum MHD_Result admin_lora_load(http_server_t *s, struct MHD_Connection *
         goto bad;
     if (body_str(body, name_key, &name, &e) < 0 || body_str(body, path_key, &path, &e) < 0)
         goto bad;
-    if (!name || config_check_name(name, why, sizeof why) != 0) {
+    if (!name || model_name_check(name, why, sizeof why) != 0) {
         oai_error_set(&e, 400, name_key, "'%s': %s.", name_key, name ? why : "required (the adapter's model name)");
         goto bad;
     }
