@@ -304,18 +304,24 @@ static int submit_priority(zmq_msg_t *parts)
     return prio;
 }
 
+/* proto_decode of a three-frame message. */
+static int decode_parts(zmq_msg_t *parts, proto_msg_t *m, char *err, size_t errlen)
+{
+    proto_frame_t f[3];
+    for (int i = 0; i < 3; i++)
+        f[i] = (proto_frame_t){zmq_msg_data(&parts[i]), zmq_msg_size(&parts[i])};
+    return proto_decode(f, 3, m, err, errlen);
+}
+
 /* One message from the gateway: HEARTBEATs and ERROR 409 handled here (a 409
  * also goes on to the caller, as "lost"), the rest forwarded. */
 static void on_gateway_frames(worker_link_t *l, zmq_msg_t *parts, int n, int64_t now)
 {
     int type = n == 3 && zmq_msg_size(&parts[1]) == 1 ? *(uint8_t *)zmq_msg_data(&parts[1]) : 0;
     if (type == PROTO_HEARTBEAT || type == PROTO_ERROR) {
-        proto_frame_t f[3];
-        for (int i = 0; i < 3; i++)
-            f[i] = (proto_frame_t){zmq_msg_data(&parts[i]), zmq_msg_size(&parts[i])};
         proto_msg_t m;
         char err[256];
-        int st = proto_decode(f, 3, &m, err, sizeof err);
+        int st = decode_parts(parts, &m, err, sizeof err);
         if (st != PROTO_OK) {
             log_warn("dropped malformed %s from the gateway: %s (%s)", proto_type_name(type),
                      proto_status_name(st), err);
@@ -368,12 +374,9 @@ static void on_gateway_frames(worker_link_t *l, zmq_msg_t *parts, int n, int64_t
  * for reconnects) and goes out now when connected. Closes parts. */
 static void on_caller_register(worker_link_t *l, zmq_msg_t *parts)
 {
-    proto_frame_t f[3];
-    for (int i = 0; i < 3; i++)
-        f[i] = (proto_frame_t){zmq_msg_data(&parts[i]), zmq_msg_size(&parts[i])};
     proto_msg_t m;
     char err[256];
-    int st = proto_decode(f, 3, &m, err, sizeof err);
+    int st = decode_parts(parts, &m, err, sizeof err);
     for (int i = 0; i < 3; i++)
         zmq_msg_close(&parts[i]);
     if (st != PROTO_OK) {
