@@ -11,6 +11,7 @@
 
 #include "gateway/config.h"
 #include "gateway/image_fetch.h"
+#include "gateway/model_name.h"
 
 /* Splits "HOST:PORT" / "[V6]:PORT". Host chars: a name or address; `star`
  * also allows "*" for host and port (ZeroMQ bind syntax; port -1 = "*").
@@ -111,23 +112,8 @@ int config_check_endpoint(const char *s, char *why, size_t n)
 
 int config_check_name(const char *s, char *why, size_t n)
 {
-    size_t len = strlen(s);
-    if (len == 0 || len > CONFIG_MAX_NAME) {
-        snprintf(why, n, "a model name has 1..%d characters", CONFIG_MAX_NAME);
-        return -1;
-    }
-    if (!isalnum((unsigned char)s[0])) {
-        snprintf(why, n, "a model name starts with a letter or digit");
-        return -1;
-    }
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (!isalnum(ch) && !strchr("._:/-", ch)) {
-            snprintf(why, n, "a model name may only contain letters, digits and . _ : / -");
-            return -1;
-        }
-    }
-    return 0;
+    _Static_assert(CONFIG_MAX_NAME == MODEL_NAME_MAX, "one name rule");
+    return model_name_check(s, why, n);
 }
 
 int config_check_path(const char *s, char *why, size_t n)

@@ -186,7 +186,7 @@ static gateway_worker_t *worker_by_peer(struct gateway *gw, const proto_peer_t *
     return NULL;
 }
 
-static gateway_worker_t *worker_by_uid(struct gateway *gw, uint64_t uid)
+gateway_worker_t *gateway_worker_by_uid(struct gateway *gw, uint64_t uid)
 {
     for (size_t i = 0; i < gw->n_workers; i++)
         if (gw->workers[i].uid == uid)
@@ -321,6 +321,11 @@ static int send_to(struct gateway *gw, gateway_worker_t *w, const proto_peer_t *
     return -1;
 }
 
+int gateway_worker_send(struct gateway *gw, gateway_worker_t *w, const proto_msg_t *m)
+{
+    return send_to(gw, w, &w->peer, m);
+}
+
 static void send_heartbeat(struct gateway *gw, gateway_worker_t *w)
 {
     proto_msg_t hb;
@@ -373,7 +378,7 @@ static void request_finish(struct gateway *gw, gateway_request_t *r)
         if (m)
             prio_queue_remove(m->queue, r->id, NULL);
     } else if (r->state == GATEWAY_REQ_RUNNING) {
-        gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
+        gateway_worker_t *w = gateway_worker_by_uid(gw, r->worker_uid);
         if (w) {
             w->n_assigned -= r->n_slots;
             w->hb_credit += r->n_slots;
@@ -401,7 +406,7 @@ static int enqueue(struct gateway *gw, gateway_model_t *m, gateway_request_t *r)
  * carries as `resume`; only a full queue ends it here (503). */
 static void redispatch(struct gateway *gw, gateway_request_t *r, const char *why, bool lost)
 {
-    gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
+    gateway_worker_t *w = gateway_worker_by_uid(gw, r->worker_uid);
     if (w && r->state == GATEWAY_REQ_RUNNING) {
         w->n_assigned -= r->n_slots;
         w->hb_credit += r->n_slots;
@@ -554,7 +559,7 @@ static void on_cancel(struct gateway *gw, uint64_t id)
         request_finish(gw, r);
         return;
     }
-    gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
+    gateway_worker_t *w = gateway_worker_by_uid(gw, r->worker_uid);
     if (!w) {
         metrics_counter_add(gw->m.request_success, (const char *[]){r->model, "abort"}, 1);
         request_finish(gw, r);
@@ -666,7 +671,7 @@ static void dispatch_model(struct gateway *gw, gateway_model_t *m, int64_t now)
         uint64_t uid = best->uid;
         if (send_to(gw, best, &best->peer, &r->submit) < 0) {
             /* removed with its worker (requeued there), or not sent */
-            gateway_worker_t *w = worker_by_uid(gw, uid);
+            gateway_worker_t *w = gateway_worker_by_uid(gw, uid);
             if (w && r->state == GATEWAY_REQ_RUNNING && r->worker_uid == uid) {
                 w->hb_credit = 0; /* do not retry it until it heartbeats */
                 redispatch(gw, r, "send failed", false);
@@ -979,6 +984,10 @@ static void on_message(struct gateway *gw, const proto_peer_t *from, proto_msg_t
     case PROTO_KV:
         on_kv(gw, w, &m->kv);
         break;
+    case PROTO_LORA_ACK:
+        if (gw->lora_ack) /* else no operation ever ran: a stray answer */
+            gw->lora_ack(gw, w, &m->lora);
+        break;
     default:
         log_warn("worker %s sent %s, which only the gateway sends: dropped", w->reg.replica,
                  proto_type_name(m->type));
@@ -1069,6 +1078,9 @@ static void on_command(struct gateway *gw, gateway_cmd_t *cmd)
         gw->sup = cmd->sup;
         if (chan_push(cmd->reply, gw) < 0)
             (void)0; /* the asker gave up; nothing to free */
+        break;
+    case GATEWAY_CMD_CALL_LATER:
+        cmd->start(gw, cmd);
         break;
     }
     gateway_cmd_free(cmd);
@@ -1189,7 +1201,7 @@ static void sweep_running(struct gateway *gw, int64_t now)
                 }
                 continue;
             }
-            gateway_worker_t *w = worker_by_uid(gw, r->worker_uid);
+            gateway_worker_t *w = gateway_worker_by_uid(gw, r->worker_uid);
             int64_t deadline = running_deadline_us(gw, r, w);
             if (now - deadline <= GATEWAY_RUNNING_DEADLINE_SLACK_US)
                 continue;
@@ -1208,6 +1220,8 @@ static void sweep_running(struct gateway *gw, int64_t now)
 
 static void tick(struct gateway *gw, int64_t now)
 {
+    if (gw->lora_tick)
+        gw->lora_tick(gw, now);
     /* forget workers that went silent: iterate backwards, removal moves the
      * last entry into the gap */
     for (size_t i = gw->n_workers; i-- > 0;) {
@@ -1302,6 +1316,8 @@ static void *core_main(void *arg)
         }
         tick(gw, clock_now_us());
     }
+    if (gw->lora_stop)
+        gw->lora_stop(gw);
     log_debug("core thread stops");
     return NULL;
 }

@@ -249,6 +249,15 @@ struct gateway {
 
     /* local workers */
     struct supervisor *sup;       /* [core] borrowed, NULL = none (gateway_set_supervisor) */
+    /* run-time adapter loads and unloads waiting for their workers (gateway_lora.h) */
+    struct gateway_lora_op *lora_ops; /* [core] (n_lora_ops) of cap_lora_ops */
+    size_t n_lora_ops, cap_lora_ops;
+    uint64_t next_lora_seq;       /* [core] the last LORA seq sent */
+    /* [core] that module's hooks, installed by its first operation (NULL
+     * before): the core calls them, it does not call the module */
+    void (*lora_ack)(struct gateway *gw, gateway_worker_t *w, const proto_lora_op_t *ack);
+    void (*lora_tick)(struct gateway *gw, int64_t now);
+    void (*lora_stop)(struct gateway *gw);
 
     /* lifetime */
     atomic_bool stopping;         /* [any] SIGTERM: new requests get 503 */
@@ -369,6 +378,8 @@ typedef enum gateway_cmd_kind {
     GATEWAY_CMD_SUBMIT,           /* request: replies on request->replies */
     GATEWAY_CMD_CANCEL,           /* id; no reply */
     GATEWAY_CMD_SET_SUPERVISOR,   /* sup; reply: the same pointer (a sync point) */
+    GATEWAY_CMD_CALL_LATER,       /* start(gw, cmd) on the core: it may keep a reference
+                                     to reply and answer later (gateway/gateway_lora.h) */
 } gateway_cmd_kind_t;
 
 typedef enum gateway_admin_op {
@@ -394,6 +405,10 @@ typedef struct gateway_cmd {
     void (*item_free)(void *item);
     gateway_admin_op_t op;        /* CALL of the operations API */
     char *target;                 /* CALL: worker id / model name, owned */
+    /* CALL_LATER: runs on the core thread; it may take arg (NULL it) */
+    void (*start)(struct gateway *gw, struct gateway_cmd *cmd);
+    void *arg;                    /* CALL_LATER: owned, freed with arg_free unless taken */
+    void (*arg_free)(void *arg);
 } gateway_cmd_t;
 
 /* Any thread: sends cmd (owned from here on) to the core and waits up to

@@ -147,6 +147,8 @@ void gateway_cmd_free(void *p)
     gateway_cmd_t *cmd = p;
     chan_unref(&cmd->reply);
     gateway_request_unref(&cmd->request);
+    if (cmd->arg && cmd->arg_free)
+        cmd->arg_free(cmd->arg);
     free(cmd->target);
     free(cmd);
 }

@@ -25,6 +25,10 @@ bool gateway_model_failed(struct gateway *gw, gateway_model_t *m, supervisor_mod
 /* workers */
 const char *gateway_worker_state_name(gateway_worker_state_t s); /* "ready" / "draining" */
 gateway_worker_t *gateway_worker_by_replica(struct gateway *gw, const char *replica);
+gateway_worker_t *gateway_worker_by_uid(struct gateway *gw, uint64_t uid);      /* NULL = gone */
+/* Sends m to w without blocking; a closed connection removes w (its
+ * requests are re-dispatched). 0, or -1. */
+int gateway_worker_send(struct gateway *gw, gateway_worker_t *w, const proto_msg_t *m);
 /* On our host with a pid that is one of the supervisor's children. */
 bool gateway_worker_is_local(struct gateway *gw, const gateway_worker_t *w);
 /* Sends DRAIN; `plan` = the supervisor's exit plan for a local one (0 = none). */

@@ -412,7 +412,9 @@ int http_admit(http_server_t *s, struct MHD_Connection *c, const char *url, cons
     /* the body: what the route takes, before a byte of it is read */
     bool chunked;
     uint64_t len = http_declared_body(c, &chunked);
-    size_t limit = rt->surface ? s->max_body : q->keyed ? HTTP_SMALL_BODY : 0;
+    /* a small body from a key, or on an operations route the operator opened
+     * (--admin-open: run-time LoRA loads take one) */
+    size_t limit = rt->surface ? s->max_body : q->keyed || rt->auth == AUTH_OPS ? HTTP_SMALL_BODY : 0;
     if (len > limit || (chunked && limit == 0)) {
         e = http_refuse(q, rt);
         if (limit == 0)

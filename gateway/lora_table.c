@@ -2,6 +2,7 @@
  * (gateway/lora_table.h). */
 #include "gateway/lora_table.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <string.h>
 
@@ -14,7 +15,9 @@ _Static_assert(REQUEST_MAX_LORA == PROTO_MAX_LORA, "a request's adapters fit one
 
 lora_table_t *lora_table_new(void)
 {
-    return xcalloc(1, sizeof(lora_table_t));
+    lora_table_t *t = xcalloc(1, sizeof *t);
+    t->e = xcalloc(LORA_TABLE_MAX, sizeof *t->e);
+    return t;
 }
 
 void lora_table_free(lora_table_t **tp)
@@ -22,7 +25,8 @@ void lora_table_free(lora_table_t **tp)
     lora_table_t *t = tp ? *tp : NULL;
     if (!t)
         return;
-    for (size_t i = 0; i < t->n; i++) {
+    size_t n = atomic_load(&t->n);
+    for (size_t i = 0; i < n; i++) {
         free(t->e[i].name);
         free(t->e[i].base);
     }
@@ -31,22 +35,55 @@ void lora_table_free(lora_table_t **tp)
     *tp = NULL;
 }
 
-void lora_table_add(lora_table_t *t, const char *name, const char *base, double scale)
+long lora_table_append(lora_table_t *t, const char *name, const char *base, double scale,
+                       enum lora_entry_state state)
 {
-    t->e = xrealloc(t->e, (t->n + 1) * sizeof *t->e);
-    lora_entry_t *e = &t->e[t->n++];
+    size_t n = atomic_load(&t->n);
+    if (n >= LORA_TABLE_MAX)
+        return -1;
+    lora_entry_t *e = &t->e[n];
     e->name = xstrdup(name);
     e->base = xstrdup(base);
     e->scale = scale;
     atomic_init(&e->hash, 0);
+    atomic_init(&e->state, (int)state);
+    atomic_store(&t->n, n + 1); /* published: readers see a filled entry */
+    return (long)n;
+}
+
+void lora_table_add(lora_table_t *t, const char *name, const char *base, double scale)
+{
+    long i = lora_table_append(t, name, base, scale, LORA_ENTRY_LIVE);
+    assert(i >= 0); /* the configuration holds far fewer */
+    (void)i;
+}
+
+/* The entry called name in one of the states of mask (1 << state). */
+static lora_entry_t *find_in(const lora_table_t *t, const char *name, int mask)
+{
+    size_t n = t ? atomic_load(&t->n) : 0;
+    for (size_t i = 0; name && i < n; i++)
+        if ((mask & (1 << atomic_load(&t->e[i].state))) && !strcmp(t->e[i].name, name))
+            return &t->e[i];
+    return NULL;
 }
 
 const lora_entry_t *lora_table_find(const lora_table_t *t, const char *name)
 {
-    for (size_t i = 0; t && name && i < t->n; i++)
-        if (!strcmp(t->e[i].name, name))
-            return &t->e[i];
-    return NULL;
+    return find_in(t, name, 1 << LORA_ENTRY_LIVE);
+}
+
+lora_entry_t *lora_table_taken(const lora_table_t *t, const char *name)
+{
+    return find_in(t, name, (1 << LORA_ENTRY_LIVE) | (1 << LORA_ENTRY_LOADING));
+}
+
+size_t lora_table_count(const lora_table_t *t, const char *base)
+{
+    size_t n = atomic_load(&t->n), k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += atomic_load(&t->e[i].state) != LORA_ENTRY_GONE && !strcmp(t->e[i].base, base);
+    return k;
 }
 
 /* Appends one adapter to r's list; -1 with a 400 when it is there already. */
@@ -71,9 +108,10 @@ int lora_table_resolve(const lora_table_t *t, request_t *r, oai_error_t *err)
         goto fail;
     for (size_t i = 0; i < r->n_lora_ids; i++) {
         const request_lora_id_t *li = &r->lora_ids[i];
-        if (li->id < 0 || !t || (size_t)li->id >= t->n) {
-            oai_error_set(err, 400, "lora", "Unknown adapter id %lld: GET /lora-adapters lists %zu.",
-                          (long long)li->id, t ? t->n : 0);
+        size_t n = t ? atomic_load(&t->n) : 0;
+        if (li->id < 0 || (size_t)li->id >= n || atomic_load(&t->e[li->id].state) != LORA_ENTRY_LIVE) {
+            oai_error_set(err, 400, "lora", "Unknown adapter id %lld: see GET /lora-adapters.",
+                          (long long)li->id);
             goto fail;
         }
         const lora_entry_t *l = &t->e[li->id];
@@ -113,9 +151,10 @@ static const proto_reg_lora_t *reg_lora(const proto_register_t *reg, const char 
 void lora_table_note_worker(lora_table_t *t, const proto_register_t *reg, const proto_register_t *const *peers,
                             size_t n_peers)
 {
-    for (size_t i = 0; t && i < t->n; i++) {
+    size_t n = t ? atomic_load(&t->n) : 0;
+    for (size_t i = 0; i < n; i++) {
         lora_entry_t *e = &t->e[i];
-        if (strcmp(e->base, reg->model) != 0)
+        if (strcmp(e->base, reg->model) != 0 || atomic_load(&e->state) == LORA_ENTRY_GONE)
             continue;
         const proto_reg_lora_t *l = reg_lora(reg, e->name);
         if (!l) {

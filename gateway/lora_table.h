@@ -3,9 +3,15 @@
  * workers, and llama.cpp's per-request `lora` list ([{"id", "scale"}] with
  * ids in GET /lora-adapters order) on the base model's name.
  *
- * The table is filled once before the HTTP threads start; after that only
- * each entry's hash changes (atomically, from the workers' REGISTER), so any
- * thread may read it without a lock.
+ * The table is filled before the HTTP threads start and grows at run time
+ * (POST /admin/models/{model}/loras, gateway/gateway_lora.h) by appending:
+ * its array is allocated once (LORA_TABLE_MAX entries, never moved), an
+ * entry's strings and scale never change once it is published (n is stored
+ * after the entry is filled), and only its state and hash change later
+ * (atomically, from the core thread). So any thread may read it without a
+ * lock; only the core thread writes. An unloaded adapter's entry stays,
+ * GONE, so llama.cpp ids (indexes) of the others never move; a name loaded
+ * again gets a new entry (a new id).
  *
  *     lora_table_t *t = lora_table_new();
  *     lora_table_add(t, "sql", "llama", 1.0);     // adapter sql of model llama
@@ -27,6 +33,13 @@
 #include "gateway/request.h"
 #include "proto/msg.h"
 
+#define LORA_TABLE_MAX 1024  /* entries ever (configured + loaded at run time) */
+
+/* An entry's life: configured ones start LIVE; run-time loads go LOADING →
+ * LIVE (the replicas loaded it) or GONE (they refused, or it timed out);
+ * an unload makes it GONE. Only LIVE entries are listed or resolved. */
+enum lora_entry_state { LORA_ENTRY_LIVE = 0, LORA_ENTRY_LOADING, LORA_ENTRY_GONE };
+
 typedef struct lora_entry {
     char *name;      /* the adapter's model name = the worker's --lora NAME */
     char *base;      /* the model whose workers load it */
@@ -35,17 +48,29 @@ typedef struct lora_entry {
      * list it (lora_table_note_worker); 0 = no replica has yet.
      * Written by the core thread, read by any. */
     _Atomic uint64_t hash;
+    _Atomic int state;   /* enum lora_entry_state */
 } lora_entry_t;
 
 typedef struct lora_table {
-    lora_entry_t *e; /* (n) in configuration order: entry i is llama.cpp's id i */
-    size_t n;
+    lora_entry_t *e;     /* (LORA_TABLE_MAX), the first n in use, in configuration
+                          * then load order: entry i is llama.cpp's id i */
+    _Atomic size_t n;    /* published entries: read it once, then e[0..n) */
 } lora_table_t;
 
 lora_table_t *lora_table_new(void);
 void lora_table_free(lora_table_t **tp);                 /* NULLs *tp; NULL-safe */
+/* Appends a LIVE entry (configuration); the caller checked the count. */
 void lora_table_add(lora_table_t *t, const char *name, const char *base, double scale);
-const lora_entry_t *lora_table_find(const lora_table_t *t, const char *name); /* NULL = none */
+/* Appends an entry in `state` (core thread): its index, or -1 when the table
+ * holds LORA_TABLE_MAX entries already. */
+long lora_table_append(lora_table_t *t, const char *name, const char *base, double scale,
+                       enum lora_entry_state state);
+/* The LIVE entry called name; NULL = none. */
+const lora_entry_t *lora_table_find(const lora_table_t *t, const char *name);
+/* The LIVE or LOADING entry called name (a name taken); NULL = none. */
+lora_entry_t *lora_table_taken(const lora_table_t *t, const char *name);
+/* LIVE and LOADING entries of model base. */
+size_t lora_table_count(const lora_table_t *t, const char *base);
 
 /* Resolves a request's adapters. r->model naming an adapter selects it at its
  * scale; r->lora_ids (llama.cpp's `lora` field) select adapters of r->model's

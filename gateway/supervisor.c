@@ -581,6 +581,50 @@ unsigned supervisor_restart_model(supervisor_t *s, const char *name)
     return n;
 }
 
+/* With s->lock held: c's argv without its `--lora NAME=...` pair for name,
+ * plus `--lora spec` when spec is set (before the terminating NULL). */
+static void child_set_lora(child_t *c, const char *name, const char *spec)
+{
+    size_t n = 0, len = strlen(name);
+    while (c->argv[n])
+        n++;
+    char **argv = xcalloc(n + 3, sizeof *argv);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i + 1 < n && strcmp(c->argv[i], "--lora") == 0 && strncmp(c->argv[i + 1], name, len) == 0 &&
+            c->argv[i + 1][len] == '=') {
+            free(c->argv[i]);
+            free(c->argv[++i]);
+            continue;
+        }
+        argv[k++] = c->argv[i];
+    }
+    if (spec) {
+        argv[k++] = xstrdup("--lora");
+        argv[k++] = xstrdup(spec);
+    }
+    argv[k] = NULL;
+    free(c->argv);
+    c->argv = argv;
+}
+
+unsigned supervisor_set_lora(supervisor_t *s, const char *model, const char *name, const char *spec)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n_children; i++) {
+        child_t *c = &s->children[i];
+        if (strcmp(c->name, model) != 0)
+            continue;
+        child_set_lora(c, name, spec);
+        if (c->sb_pid > 0) /* loaded with the old set: a fresh standby takes the new one */
+            standby_drop(c, false);
+        n++;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
 static const char *child_state_name(child_state_t st)
 {
     switch (st) {

@@ -145,6 +145,14 @@ unsigned supervisor_wake(supervisor_t *s, const char *name);
  * now (crash history forgotten). Running children are not touched here: the
  * caller drains them with expect_exit(RESTART). Returns how many start. */
 unsigned supervisor_restart_model(supervisor_t *s, const char *name);
+/* The adapter set of model `name`'s local workers changed at run time
+ * (/admin .../loras): from the next start on, each runs without its
+ * `--lora ADAPTER=...` flag and, when spec ("ADAPTER=FILE:SCALE") is set,
+ * with `--lora spec` (a crashed worker comes back with the current set). A
+ * standby process (loaded with the old set) is replaced. Returns the
+ * children changed. Any thread. */
+unsigned supervisor_set_lora(supervisor_t *s, const char *name, const char *adapter, const char *spec);
+
 /* [{"model", "pid" (0 when down), "prev_pid" (the process before this one,
  *   or the last one when down; 0 = none yet), "state": "running"|"backoff"|
  *   "failed"|"stopped"|"idle", "standby_pid" (0 = none), "on_demand",

@@ -29,6 +29,8 @@ void proto_msg_init(proto_msg_t *m, proto_type_t type)
         proto_knobs_default(&m->submit.sampling.knobs);
         m->submit.priority = PROTO_PRIO_NORMAL;
     }
+    if (type == PROTO_LORA)
+        m->lora.scale = 1.0;
 }
 
 void proto_msg_clear(proto_msg_t *m)
@@ -96,6 +98,12 @@ void proto_msg_clear(proto_msg_t *m)
         break;
     case PROTO_ERROR:
         free(m->error.message);
+        break;
+    case PROTO_LORA:
+    case PROTO_LORA_ACK:
+        free(m->lora.name);
+        free(m->lora.path);
+        free(m->lora.message);
         break;
     default:
         break;
@@ -950,6 +958,35 @@ static int cancel_field(dec_t *d, void *obj, int idx)
     return get_uint(d, &c->id, 1, UINT64_MAX);
 }
 
+/* --- LORA, LORA_ACK --- */
+
+static const field_t lora_op_fields[] = {{"seq", true}, {"name", true}, {"path", false}, {"scale", false}};
+
+static int lora_op_field(dec_t *d, void *obj, int idx)
+{
+    proto_lora_op_t *o = obj;
+    switch (idx) {
+    case 0: return get_uint(d, &o->seq, 1, UINT64_MAX);
+    case 1: return get_str(d, &o->name, NULL, 1, PROTO_MAX_NAME);
+    case 2: return get_str(d, &o->path, NULL, 1, PROTO_MAX_PATH);
+    case 3: return get_double(d, &o->scale, -100, 100, false);
+    }
+    return -1;
+}
+
+static const field_t lora_ack_fields[] = {{"seq", true}, {"name", true}, {"msg", false}};
+
+static int lora_ack_field(dec_t *d, void *obj, int idx)
+{
+    proto_lora_op_t *o = obj;
+    switch (idx) {
+    case 0: return get_uint(d, &o->seq, 1, UINT64_MAX);
+    case 1: return get_str(d, &o->name, NULL, 1, PROTO_MAX_NAME);
+    case 2: return get_str(d, &o->message, NULL, 0, PROTO_MAX_ERROR_MSG);
+    }
+    return -1;
+}
+
 /* --- KV --- */
 
 static const field_t kv_fields[] = {{"reset", false}, {"add", false}, {"del", false}};
@@ -1052,6 +1089,12 @@ int proto_decode_body(int type, const uint8_t *buf, size_t len, proto_msg_t *out
         break;
     case PROTO_KV:
         rc = read_map(&d, kv_fields, NFIELDS(kv_fields), kv_field, &out->kv);
+        break;
+    case PROTO_LORA:
+        rc = read_map(&d, lora_op_fields, NFIELDS(lora_op_fields), lora_op_field, &out->lora);
+        break;
+    case PROTO_LORA_ACK:
+        rc = read_map(&d, lora_ack_fields, NFIELDS(lora_ack_fields), lora_ack_field, &out->lora);
         break;
     case PROTO_DRAIN:
     case PROTO_SHUTDOWN:

@@ -311,6 +311,23 @@
  *   the running ones, then exit. Empty body.
  * SHUTDOWN (gateway → worker) exit now. Empty body.
  *
+ * LORA (gateway → worker) load or unload a LoRA adapter at run time
+ *   (POST/DELETE /admin/models/{model}/loras). The worker answers LORA_ACK
+ *   with the same seq; after a load or unload that succeeded it first sends
+ *   a new REGISTER listing its adapters (so the gateway knows the set before
+ *   it sees the ACK). Unloading leaves the adapter with the requests that
+ *   hold it (they finish with it); new SUBMITs naming it are refused.
+ *   seq        uint  req  the gateway's operation number, 1..2^64-1
+ *   name       str   req  the adapter's name, 1..PROTO_MAX_NAME bytes
+ *   path       str   opt  load: the GGUF file (on the worker's host),
+ *                         1..PROTO_MAX_PATH bytes; absent = unload
+ *   scale      float opt  load: its default scale, -100..100, default 1
+ * LORA_ACK (worker → gateway) the answer to LORA.
+ *   seq        uint  req  the LORA's seq
+ *   name       str   req  the LORA's name, 1..PROTO_MAX_NAME bytes
+ *   msg        str   opt  why it failed (lora_load's message), ≤ PROTO_MAX_ERROR_MSG
+ *                         bytes; absent = done
+ *
  * Liveness (Paranoid Pirate): each side sends HEARTBEAT every interval and
  * treats any valid message from the peer as a sign of life. The gateway
  * removes a worker after PROTO_LIVENESS of the worker's intervals of silence
@@ -355,6 +372,7 @@
 
 #define PROTO_MAX_BODY (16u << 20)        /* bytes in frame 3 */
 #define PROTO_MAX_NAME 256                /* model, replica, host */
+#define PROTO_MAX_PATH 4096               /* LORA path */
 #define PROTO_MAX_ROLE 32                 /* chat role */
 #define PROTO_MAX_PROMPT (8u << 20)       /* prompt, each message content */
 #define PROTO_MAX_MESSAGES 1024
@@ -423,9 +441,11 @@ typedef enum proto_type {
     PROTO_DRAIN = 7,
     PROTO_SHUTDOWN = 8,
     PROTO_KV = 9,
+    PROTO_LORA = 10,
+    PROTO_LORA_ACK = 11,
 } proto_type_t;
 #define PROTO_TYPE_MIN PROTO_REGISTER
-#define PROTO_TYPE_MAX PROTO_KV
+#define PROTO_TYPE_MAX PROTO_LORA_ACK
 
 typedef enum proto_priority {
     PROTO_PRIO_HIGH = 0,
@@ -696,6 +716,15 @@ typedef struct proto_kv {
     uint32_t n_del;
 } proto_kv_t;
 
+/* A run-time adapter load or unload (LORA), or its answer (LORA_ACK). */
+typedef struct proto_lora_op {
+    uint64_t seq;                /* seq */
+    char *name;                  /* name */
+    char *path;                  /* LORA path: NULL = unload */
+    double scale;                /* LORA scale (load; proto_msg_init sets 1) */
+    char *message;               /* LORA_ACK msg: NULL = done */
+} proto_lora_op_t;
+
 /* One decoded (or to-be-encoded) message. DRAIN and SHUTDOWN use no member. */
 typedef struct proto_msg {
     proto_type_t type;
@@ -707,6 +736,7 @@ typedef struct proto_msg {
         proto_event_t event;
         proto_error_t error;
         proto_kv_t kv;
+        proto_lora_op_t lora;    /* LORA, LORA_ACK */
     };
 } proto_msg_t;
 

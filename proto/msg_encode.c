@@ -456,6 +456,17 @@ int proto_encode(const proto_msg_t *m, uint8_t **body, size_t *body_len)
         if (m->error.err)
             kv_uint(&e, "err", m->error.err);
         break;
+    case PROTO_LORA:
+    case PROTO_LORA_ACK:
+        kv_uint(&e, "seq", m->lora.seq);
+        kv_str(&e, "name", m->lora.name);
+        if (m->type == PROTO_LORA && m->lora.path) {
+            kv_str(&e, "path", m->lora.path);
+            kv_double(&e, "scale", m->lora.scale);
+        }
+        if (m->type == PROTO_LORA_ACK && m->lora.message)
+            kv_str(&e, "msg", m->lora.message);
+        break;
     case PROTO_DRAIN:
     case PROTO_SHUTDOWN:
         break;

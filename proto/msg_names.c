@@ -9,7 +9,8 @@
 const char *proto_type_name(int type)
 {
     static const char *const names[] = {NULL,     "REGISTER", "HEARTBEAT", "SUBMIT", "CANCEL",
-                                        "EVENT",  "ERROR",    "DRAIN",     "SHUTDOWN", "KV"};
+                                        "EVENT",  "ERROR",    "DRAIN",     "SHUTDOWN", "KV",
+                                        "LORA",   "LORA_ACK"};
     if (type < PROTO_TYPE_MIN || type > PROTO_TYPE_MAX)
         return "UNKNOWN";
     return names[type];

@@ -81,27 +81,45 @@ int engine_add_lora(engine_t *e, const char *spec, char *err, size_t errlen)
             *colon = '\0';
         }
     }
-    int rc = -1;
-    if (engine_find_lora(e, name))
-        errbuf_set(err, errlen, "--lora %s: the name %s is used twice", spec, name);
-    else if (e->n_lora >= LORA_MAX_ADAPTERS)
-        errbuf_set(err, errlen, "--lora %s: at most %d adapters per worker", spec, LORA_MAX_ADAPTERS);
-    else {
-        engine_lora_t *l = &e->lora[e->n_lora];
-        char lerr[256];
-        if (lora_load(path, e->model, &l->ad, lerr, sizeof lerr) != 0) {
-            errbuf_set(err, errlen, "--lora %s: %s", name, lerr);
-        } else {
-            snprintf(l->name, sizeof l->name, "%s", name);
-            l->scale = scale;
-            e->n_lora++;
-            log_info("adapter %s: %s, %d matrices, rank up to %d, alpha %g, %.1f MB", name, path, l->ad->n_pairs,
-                     l->ad->max_rank, (double)l->ad->alpha, (double)lora_bytes(l->ad) / 1e6);
-            rc = 0;
-        }
-    }
+    char lerr[512];
+    int rc = engine_load_lora(e, name, path, scale, lerr, sizeof lerr);
+    if (rc != 0)
+        errbuf_set(err, errlen, "--lora %s: %s", spec, lerr);
     free(path);
     return rc;
+}
+
+int engine_load_lora(engine_t *e, const char *name, const char *path, float scale, char *err, size_t errlen)
+{
+    if (!*name || strlen(name) > PROTO_MAX_NAME)
+        return errbuf_set(err, errlen, "an adapter name is 1..%d bytes", PROTO_MAX_NAME);
+    if (engine_find_lora(e, name))
+        return errbuf_set(err, errlen, "the name %s is used twice", name);
+    if (e->n_lora >= LORA_MAX_ADAPTERS)
+        return errbuf_set(err, errlen, "at most %d adapters per worker", LORA_MAX_ADAPTERS);
+    engine_lora_t *l = &e->lora[e->n_lora];
+    char lerr[256];
+    if (lora_load(path, e->model, &l->ad, lerr, sizeof lerr) != 0)
+        return errbuf_set(err, errlen, "%s", lerr);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    l->scale = scale;
+    e->n_lora++;
+    log_info("adapter %s: %s, %d matrices, rank up to %d, alpha %g, %.1f MB", name, path, l->ad->n_pairs,
+             l->ad->max_rank, (double)l->ad->alpha, (double)lora_bytes(l->ad) / 1e6);
+    return 0;
+}
+
+int engine_unload_lora(engine_t *e, const char *name)
+{
+    for (int32_t i = 0; i < e->n_lora; i++)
+        if (strcmp(e->lora[i].name, name) == 0) {
+            lora_free(&e->lora[i].ad); /* the engine's reference; requests keep theirs */
+            memmove(&e->lora[i], &e->lora[i + 1], (size_t)(e->n_lora - i - 1) * sizeof *e->lora);
+            e->n_lora--;
+            log_info("adapter %s unloaded", name);
+            return 0;
+        }
+    return -1;
 }
 
 const engine_lora_t *engine_find_lora(const engine_t *e, const char *name)

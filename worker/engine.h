@@ -53,6 +53,16 @@ void engine_free(engine_t **e);
  * refuses. */
 int engine_add_lora(engine_t *e, const char *spec, char *err, size_t errlen);
 
+/* Loads adapter `name` from path (lora_load's checks against the model) at
+ * default scale `scale`: engine_add_lora without the spec, also used at run
+ * time (LORA, proto/msg.h). 0 ok; -1 with err: a name already used or not
+ * 1..PROTO_MAX_NAME bytes, LORA_MAX_ADAPTERS reached, lora_load's refusal. */
+int engine_load_lora(engine_t *e, const char *name, const char *path, float scale, char *err, size_t errlen);
+
+/* Drops adapter `name` from the engine (its reference: requests that hold
+ * the adapter keep it until they end, lora.h). 0, or -1 when not loaded. */
+int engine_unload_lora(engine_t *e, const char *name);
+
 /* The adapter called name, or NULL. */
 const engine_lora_t *engine_find_lora(const engine_t *e, const char *name);
 

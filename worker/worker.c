@@ -30,6 +30,7 @@
 #include "common/text/detok.h"
 #include "common/text/tool_grammar.h"
 #include "worker/worker_link.h"
+#include "worker/worker_lora.h"
 
 /* The warm start's time before REGISTER (warm_before_register), µs, and its
  * blocks per pass there (kv_pool_warm_step takes up to its load run). */
@@ -61,6 +62,7 @@ struct worker {
     int heartbeat_ms;                     /* --heartbeat-ms (the link may adopt the gateway's) */
     int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
     char *test_step_wedge;                /* TEST ONLY, env PAGODA_TEST_STEP_WEDGE (owned) */
+    char *test_step_hold;                 /* TEST ONLY, env PAGODA_TEST_STEP_HOLD (owned) */
     int64_t test_load_sleep_us;           /* TEST ONLY, env PAGODA_TEST_LOAD_SLEEP_MS */
     _Atomic uint64_t layers_done;         /* forward layers computed: progress inside a step */
     uint32_t capacity;                    /* max concurrent sequences (sched_capacity) */
@@ -82,6 +84,7 @@ struct worker {
     /* scratch of on_sched_event: one EVENT's top alternatives */
     proto_top_logprob_t lp_top[PROTO_MAX_TOP_LOGPROBS];
     strbuf_t wire_text;                   /* scratch of wire_text(), owned */
+    worker_lora_holds_t lora_holds;       /* adapters held by running requests (worker_lora.h) */
 };
 
 void worker_config_default(worker_config_t *c)
@@ -222,6 +225,7 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
         break;
     }
     if (e->finish != PROTO_FINISH_NONE) {
+        worker_lora_finished(&w->lora_holds, ev->id); /* its adapters, with its last choice */
         e->has_usage = true;
         e->usage.prompt_tokens = (uint32_t)ev->n_prompt;
         e->usage.cached_tokens = (uint32_t)ev->n_cached;
@@ -518,11 +522,14 @@ static proto_err_t submit(struct worker *w, const proto_submit_t *sm, char *err,
         return cause;
     }
     cause = err_from_sched(sched_submit(w->sched, &r.req, err, errlen));
+    if (cause == PROTO_ERR_NONE)
+        worker_lora_hold(&w->lora_holds, &r.req);
     worker_req_clear(&r);
     return cause;
 }
 
 static void on_gateway_message(struct worker *w, const proto_msg_t *m);
+static void on_lora(struct worker *w, const proto_lora_op_t *op);
 
 /* The held SUBMITs (all with images, w->vis set): each request built and
  * its images added to one batch, the batch encoded (vision_encode_batch:
@@ -552,6 +559,8 @@ static void submit_held(struct worker *w)
         const proto_submit_t *sm = &w->held[i].submit;
         if (cause[i] == PROTO_ERR_NONE) {
             cause[i] = err_from_sched(sched_submit(w->sched, &r[i].req, err[i], sizeof err[i]));
+            if (cause[i] == PROTO_ERR_NONE)
+                worker_lora_hold(&w->lora_holds, &r[i].req);
             worker_req_clear(&r[i]);
         }
         if (cause[i] != PROTO_ERR_NONE) {
@@ -615,6 +624,9 @@ static void on_gateway_message(struct worker *w, const proto_msg_t *m)
         log_info("SHUTDOWN: exiting");
         w->stop = true;
         break;
+    case PROTO_LORA:
+        on_lora(w, &m->lora);
+        break;
     case PROTO_ERROR:
         log_warn("gateway error %u (%s): %s", m->error.code,
                  proto_err_name(proto_error_cause(&m->error)), m->error.message);
@@ -633,6 +645,7 @@ static void drop_orphans(struct worker *w)
     if (!worker_link_take_lost(w->link))
         return;
     int32_t n = sched_abort_all(w->sched);
+    worker_lora_release_all(&w->lora_holds);
     if (n)
         log_warn("gateway lost: dropped %d requests whose results cannot be delivered", n);
 }
@@ -702,6 +715,20 @@ static void test_step_env(struct worker *w)
         w->test_step_wedge = xstrdup(s);
         log_warn("TEST ONLY: PAGODA_TEST_STEP_WEDGE=%s: a step wedges when that file exists", s);
     }
+    s = getenv("PAGODA_TEST_STEP_HOLD");
+    if (s && *s) {
+        w->test_step_hold = xstrdup(s);
+        log_warn("TEST ONLY: PAGODA_TEST_STEP_HOLD=%s: no step runs while that file exists (messages are "
+                 "still handled)", s);
+    }
+}
+
+/* TEST ONLY: PAGODA_TEST_STEP_HOLD's file exists: requests are admitted
+ * and messages handled, but no step runs (e.g. an adapter unloaded while
+ * its request is running, tests/integration/lora_admin.sh). */
+static bool test_step_held(const struct worker *w)
+{
+    return w->test_step_hold && access(w->test_step_hold, F_OK) == 0;
 }
 
 static void test_step_delay(struct worker *w)
@@ -892,10 +919,11 @@ static void warm_up(struct worker *w)
              rc == 0 ? "" : " (not run: no free KV block, or it failed)");
 }
 
-/* The link to the gateway, registering what w serves. 0 ok, -1 err set. */
-static int connect_link(struct worker *w, const worker_config_t *cfg, char *err, size_t errlen)
+/* What w serves, for REGISTER: borrows w's strings; the adapters go in
+ * lora[LORA_MAX_ADAPTERS]. */
+static void fill_register(struct worker *w, proto_register_t *reg, proto_reg_lora_t *lora)
 {
-    proto_register_t reg = {
+    *reg = (proto_register_t){
         .model = w->model_name, .replica = w->replica, .host = w->host, .pid = (uint32_t)getpid(),
         .capacity = w->capacity, .n_ctx = w->n_ctx,
         .n_vocab = (uint32_t)w->engine->model->cfg.vocab,
@@ -904,20 +932,57 @@ static int connect_link(struct worker *w, const worker_config_t *cfg, char *err,
     if (w->vis) { /* the gateway accepts images for this model */
         worker_vis_info_t vi;
         worker_vis_info(w->vis, &vi);
-        reg.vis = (proto_vis_t){.has = true, .size = vi.size, .n_tok = vi.n_tok};
-        snprintf(reg.vis.proj, sizeof reg.vis.proj, "%s", vi.proj);
+        reg->vis = (proto_vis_t){.has = true, .size = vi.size, .n_tok = vi.n_tok};
+        snprintf(reg->vis.proj, sizeof reg->vis.proj, "%s", vi.proj);
     }
     /* the adapters, so the gateway routes their requests here and keys them as we do */
     _Static_assert(LORA_MAX_ADAPTERS <= PROTO_MAX_REG_LORA && LORA_MAX_RANK <= PROTO_MAX_LORA_RANK,
                    "a worker's adapters fit one REGISTER");
-    proto_reg_lora_t lora[LORA_MAX_ADAPTERS];
     for (int32_t i = 0; i < w->engine->n_lora; i++) {
         const engine_lora_t *el = &w->engine->lora[i];
         lora[i] = (proto_reg_lora_t){.name = (char *)el->name, .hash = el->ad->hash,
                                      .rank = (uint32_t)el->ad->max_rank, .scale = el->scale};
     }
-    reg.lora = w->engine->n_lora ? lora : NULL;
-    reg.n_lora = (uint32_t)w->engine->n_lora;
+    reg->lora = w->engine->n_lora ? lora : NULL;
+    reg->n_lora = (uint32_t)w->engine->n_lora;
+}
+
+/* LORA: load or unload an adapter at run time (the gateway's /admin). On
+ * success the new set goes out as a REGISTER before the LORA_ACK, so the
+ * gateway knows it when the answer comes. A request running with an
+ * unloaded adapter keeps it (worker_lora.h). */
+static void on_lora(struct worker *w, const proto_lora_op_t *op)
+{
+    char err[512] = "";
+    int rc;
+    if (op->path) {
+        rc = engine_load_lora(w->engine, op->name, op->path, (float)op->scale, err, sizeof err);
+    } else {
+        rc = engine_unload_lora(w->engine, op->name);
+        if (rc != 0)
+            snprintf(err, sizeof err, "adapter '%s' is not loaded on this worker", op->name);
+    }
+    if (rc == 0) {
+        proto_register_t reg;
+        proto_reg_lora_t lora[LORA_MAX_ADAPTERS];
+        fill_register(w, &reg, lora);
+        reg.heartbeat_ms = (uint32_t)worker_link_heartbeat_ms(w->link);
+        worker_link_register(w->link, &reg);
+    } else {
+        log_warn("LORA %s %s: %s", op->path ? "load" : "unload", op->name, err);
+    }
+    proto_msg_t ack;
+    proto_msg_init(&ack, PROTO_LORA_ACK);
+    ack.lora = (proto_lora_op_t){.seq = op->seq, .name = op->name, .message = rc == 0 ? NULL : err};
+    worker_link_send(w->link, &ack);
+}
+
+/* The link to the gateway, registering what w serves. 0 ok, -1 err set. */
+static int connect_link(struct worker *w, const worker_config_t *cfg, char *err, size_t errlen)
+{
+    proto_register_t reg;
+    proto_reg_lora_t lora[LORA_MAX_ADAPTERS];
+    fill_register(w, &reg, lora);
     worker_link_config_t lcfg = {
         .endpoint = cfg->endpoint,
         .heartbeat_ms = w->heartbeat_ms,
@@ -1077,12 +1142,14 @@ void worker_free(worker_t **wp)
     kv_disk_close(&w->disk);
     pack_cache_write_end(&w->pack_write); /* waits for a write in progress: it reads the arena */
     pack_cache_write_end(&w->draft_pack_write);
+    worker_lora_holds_free(&w->lora_holds); /* before the engine drops its references */
     engine_free(&w->engine);
     engine_free(&w->draft);
     for (int i = 0; i < w->n_held; i++)
         proto_msg_clear(&w->held[i]);
     vision_free(&w->vis);
     free(w->test_step_wedge);
+    free(w->test_step_hold);
     strbuf_free(&w->wire_text);
     free(w->model_path);
     free(w);
@@ -1126,8 +1193,9 @@ bool worker_run_once(worker_t *w, int wake_fd)
     proto_msg_t m;
     /* drain every queued message before the next step so CANCELs and new
      * SUBMITs join this step's batch */
-    int prc = worker_link_poll(w->link, busy || w->prefault_left || w->warm_left ? 0 : worker_link_heartbeat_ms(w->link), wake_fd,
-                               &m);
+    bool held = busy && test_step_held(w);
+    int prc = worker_link_poll(w->link, held ? 10 : busy || w->prefault_left || w->warm_left ? 0 : worker_link_heartbeat_ms(w->link),
+                               wake_fd, &m);
     drop_orphans(w);
     while (prc == WORKER_LINK_MSG) {
         if (!hold_or_handle(w, &m))
@@ -1145,7 +1213,7 @@ bool worker_run_once(worker_t *w, int wake_fd)
     }
     if (w->stop)
         return false;
-    if (sched_busy(w->sched)) {
+    if (sched_busy(w->sched) && !test_step_held(w)) {
         publish_load(w); /* with this turn's SUBMITs: the link reports us busy */
         worker_link_step_begin(w->link);
         test_step_delay(w);

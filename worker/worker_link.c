@@ -304,18 +304,24 @@ static int submit_priority(zmq_msg_t *parts)
     return prio;
 }
 
+/* proto_decode of a three-frame message. */
+static int decode_parts(zmq_msg_t *parts, proto_msg_t *m, char *err, size_t errlen)
+{
+    proto_frame_t f[3];
+    for (int i = 0; i < 3; i++)
+        f[i] = (proto_frame_t){zmq_msg_data(&parts[i]), zmq_msg_size(&parts[i])};
+    return proto_decode(f, 3, m, err, errlen);
+}
+
 /* One message from the gateway: HEARTBEATs and ERROR 409 handled here (a 409
  * also goes on to the caller, as "lost"), the rest forwarded. */
 static void on_gateway_frames(worker_link_t *l, zmq_msg_t *parts, int n, int64_t now)
 {
     int type = n == 3 && zmq_msg_size(&parts[1]) == 1 ? *(uint8_t *)zmq_msg_data(&parts[1]) : 0;
     if (type == PROTO_HEARTBEAT || type == PROTO_ERROR) {
-        proto_frame_t f[3];
-        for (int i = 0; i < 3; i++)
-            f[i] = (proto_frame_t){zmq_msg_data(&parts[i]), zmq_msg_size(&parts[i])};
         proto_msg_t m;
         char err[256];
-        int st = proto_decode(f, 3, &m, err, sizeof err);
+        int st = decode_parts(parts, &m, err, sizeof err);
         if (st != PROTO_OK) {
             log_warn("dropped malformed %s from the gateway: %s (%s)", proto_type_name(type),
                      proto_status_name(st), err);
@@ -364,6 +370,26 @@ static void on_gateway_frames(worker_link_t *l, zmq_msg_t *parts, int n, int64_t
         log_debug("SUBMIT of priority %d stops the running step", prio);
 }
 
+/* The caller's new REGISTER (worker_link_register): replaces l->reg (kept
+ * for reconnects) and goes out now when connected. Closes parts. */
+static void on_caller_register(worker_link_t *l, zmq_msg_t *parts)
+{
+    proto_msg_t m;
+    char err[256];
+    int st = decode_parts(parts, &m, err, sizeof err);
+    for (int i = 0; i < 3; i++)
+        zmq_msg_close(&parts[i]);
+    if (st != PROTO_OK) {
+        log_error("our own REGISTER does not decode: %s (%s)", proto_status_name(st), err);
+        return;
+    }
+    proto_msg_t old = {.type = PROTO_REGISTER, .reg = l->reg};
+    proto_msg_clear(&old);
+    l->reg = m.reg; /* owned now */
+    if (l->sock)
+        send_register(l);
+}
+
 static void *link_main(void *arg)
 {
     worker_link_t *l = arg;
@@ -392,6 +418,11 @@ static void *link_main(void *arg)
                     memcmp(zmq_msg_data(&parts[0]), PIPE_STOP, strlen(PIPE_STOP)) == 0) {
                     zmq_msg_close(&parts[0]);
                     return NULL;
+                }
+                if (k == 3 && zmq_msg_size(&parts[1]) == 1 &&
+                    *(uint8_t *)zmq_msg_data(&parts[1]) == PROTO_REGISTER) {
+                    on_caller_register(l, parts); /* what we announce from now on */
+                    continue;
                 }
                 if (!l->sock) {
                     log_warn("message to the gateway dropped: not connected");
@@ -598,6 +629,14 @@ int worker_link_send(worker_link_t *l, const proto_msg_t *m)
         return -1;
     }
     return 0;
+}
+
+void worker_link_register(worker_link_t *l, const proto_register_t *reg)
+{
+    proto_msg_t m = {.type = PROTO_REGISTER, .reg = *reg};
+    m.reg.version = PROTO_VERSION;
+    if (proto_send(l->pipe_main, NULL, &m, 0) != PROTO_OK)
+        log_error("link pipe: REGISTER not queued: %s", zmq_strerror(errno));
 }
 
 /* Takes one message from the pipe without waiting: 1 = for the caller (in

@@ -99,6 +99,12 @@ int worker_link_heartbeat_ms(const worker_link_t *l);
  * signalfd. Returns one of the WORKER_LINK_* values above. */
 int worker_link_poll(worker_link_t *l, int timeout_ms, int wake_fd, proto_msg_t *out);
 
+/* Announces a new REGISTER (reg is copied; e.g. the adapter set changed at
+ * run time): the link thread keeps it for its reconnects from now on and
+ * sends it at once, in order with what worker_link_send queued before and
+ * after. */
+void worker_link_register(worker_link_t *l, const proto_register_t *reg);
+
 /* Sends an EVENT or ERROR to the gateway without blocking (it is queued to
  * the link thread). Returns 0, or -1 when there is no connection right now
  * (the message is dropped; the gateway re-dispatches or fails requests of a

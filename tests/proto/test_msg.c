@@ -767,7 +767,7 @@ static void test_frames(void **state)
         {"PGDA011", 7, PROTO_CANCEL, 1, 3, PROTO_ETAG},
         {"", 0, PROTO_CANCEL, 1, 3, PROTO_ETAG},
         {"PGDA01", 6, 0, 1, 3, PROTO_ETYPE},
-        {"PGDA01", 6, 10, 1, 3, PROTO_ETYPE},
+        {"PGDA01", 6, PROTO_TYPE_MAX + 1, 1, 3, PROTO_ETYPE},
         {"PGDA01", 6, 255, 1, 3, PROTO_ETYPE},
         {"PGDA01", 6, PROTO_CANCEL, 0, 3, PROTO_EFRAMES},
         {"PGDA01", 6, PROTO_CANCEL, 2, 3, PROTO_EFRAMES},
@@ -1508,6 +1508,79 @@ static void write_seed(const char *path, const proto_msg_t *m)
     free(body);
 }
 
+/* LORA and LORA_ACK (run-time adapters): load (path, scale) and unload (no
+ * path) round-trip; seq 0, an empty name, a scale outside [-100, 100], a
+ * path over PROTO_MAX_PATH are refused; ACK's msg is optional. Seeds
+ * tests/fuzz/corpus/proto/12_LORA and 13_LORA_ACK are these messages
+ * (written with PAGODA_WRITE_CORPUS=1). */
+static void test_roundtrip_lora_op(void **state)
+{
+    (void)state;
+    proto_msg_t in, out;
+    proto_msg_init(&in, PROTO_LORA);
+    assert_true(in.lora.scale == 1.0); /* the default */
+    in.lora = (proto_lora_op_t){.seq = 7, .name = "sql", .path = "/srv/sql.gguf", .scale = -2.5};
+    roundtrip(&in, &out);
+    assert_true(out.lora.seq == 7);
+    assert_string_equal(out.lora.name, "sql");
+    assert_string_equal(out.lora.path, "/srv/sql.gguf");
+    assert_true(out.lora.scale == -2.5);
+    proto_msg_clear(&out);
+    if (getenv("PAGODA_WRITE_CORPUS"))
+        write_seed(CORPUS_DIR "/12_LORA", &in);
+    in.lora.path = NULL; /* unload */
+    roundtrip(&in, &out);
+    assert_null(out.lora.path);
+    assert_true(out.lora.scale == 1.0);
+    proto_msg_clear(&out);
+    size_t len;
+    uint8_t *body;
+    proto_msg_t bad[4];
+    for (int i = 0; i < 4; i++)
+        bad[i] = in;
+    bad[0].lora.seq = 0;
+    bad[1].lora.name = "";
+    bad[2].lora.path = "/x";
+    bad[2].lora.scale = 100.5;
+    char *long_path = malloc(PROTO_MAX_PATH + 2);
+    memset(long_path, 'a', PROTO_MAX_PATH + 1);
+    long_path[PROTO_MAX_PATH + 1] = '\0';
+    bad[3].lora.path = long_path;
+    for (int i = 0; i < 4; i++) {
+        body = encode(&bad[i], &len);
+        assert_int_equal(proto_decode_body(PROTO_LORA, body, len, &out, NULL, 0), PROTO_ERANGE);
+        free(body);
+    }
+    free(long_path);
+
+    proto_msg_init(&in, PROTO_LORA_ACK);
+    in.lora = (proto_lora_op_t){.seq = 7, .name = "sql"};
+    roundtrip(&in, &out);
+    assert_true(out.lora.seq == 7);
+    assert_null(out.lora.message);
+    proto_msg_clear(&out);
+    in.lora.message = "general.type is 'model', not 'adapter'";
+    roundtrip(&in, &out);
+    assert_string_equal(out.lora.message, in.lora.message);
+    proto_msg_clear(&out);
+    if (getenv("PAGODA_WRITE_CORPUS"))
+        write_seed(CORPUS_DIR "/13_LORA_ACK", &in);
+    assert_string_equal(proto_type_name(PROTO_LORA), "LORA");
+    assert_string_equal(proto_type_name(PROTO_LORA_ACK), "LORA_ACK");
+    const char *seeds[] = {CORPUS_DIR "/12_LORA", CORPUS_DIR "/13_LORA_ACK"};
+    for (int i = 0; i < 2; i++) {
+        size_t n;
+        unsigned char *seed = support_read_file(seeds[i], &n);
+        if (!seed)
+            fail_msg("missing seed %s (run with PAGODA_WRITE_CORPUS=1 from the repo root)", seeds[i]);
+        proto_frame_t fr[3] = {{seed, 6}, {seed + 6, 1}, {seed + 7, n - 7}};
+        assert_int_equal(proto_decode(fr, 3, &out, NULL, 0), PROTO_OK);
+        assert_int_equal(out.type, i ? PROTO_LORA_ACK : PROTO_LORA);
+        proto_msg_clear(&out);
+        free(seed);
+    }
+}
+
 /* imgs and msgs[].parts: decoded images with their hash, parts as str or
  * image index; neither key is encoded without images; the bounds (size,
  * rgb length, hash length, count, index, chat only). The seed
@@ -1869,6 +1942,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_embed),
         cmocka_unit_test(test_roundtrip_rank),
         cmocka_unit_test(test_roundtrip_lora),
+        cmocka_unit_test(test_roundtrip_lora_op),
         cmocka_unit_test(test_register_lora_bounds),
         cmocka_unit_test(test_roundtrip_images),
         cmocka_unit_test(test_fuzz_corpus),

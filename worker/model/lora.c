@@ -255,6 +255,7 @@ int lora_load(const char *path, const model_t *m, lora_t **out, char *err, size_
         return -1;
     }
     lora_t *a = xcalloc(1, sizeof *a);
+    a->refs = 1;
     a->n_layer = m->cfg.n_layer;
     a->pairs = xcalloc((size_t)a->n_layer * LORA_N_PROJ, sizeof *a->pairs);
     size_t floats = 0;
@@ -295,17 +296,27 @@ size_t lora_bytes(const lora_t *a)
     return n;
 }
 
+lora_t *lora_ref(lora_t *a)
+{
+    assert(a->refs > 0);
+    a->refs++;
+    return a;
+}
+
 void lora_free(lora_t **ap)
 {
     if (!ap || !*ap)
         return;
     lora_t *a = *ap;
+    *ap = NULL;
+    assert(a->refs > 0);
+    if (--a->refs > 0)
+        return;
     for (size_t i = 0; a->pairs && i < (size_t)a->n_layer * LORA_N_PROJ; i++)
         lowrank_release(&a->pairs[i]);
     free(a->arena);
     free(a->pairs);
     free(a);
-    *ap = NULL;
 }
 
 lora_rows_t *lora_rows_new(int32_t max_rows, int32_t max_seqs)

@@ -31,8 +31,13 @@
  *
  * Ownership: lora_load returns an adapter that owns its arrays and nothing
  * else (the file is closed before it returns); the base model is only read.
- * lora_free releases it and NULLs the pointer. A loaded adapter is
- * read-only and may be used by any number of forward passes at once.
+ * It is reference-counted: lora_load's caller holds the first reference,
+ * lora_ref takes another (a request that runs with it, from admission to its
+ * end), lora_free drops one (NULLing the pointer) and frees the adapter with
+ * the last — so an adapter unloaded at run time stays until the requests
+ * that hold it end. The count is not atomic: one thread (the worker's step
+ * loop) takes and drops references. A loaded adapter is read-only otherwise
+ * and may be used by any number of forward passes at once.
  */
 #ifndef PAGODA_WORKER_LORA_H
 #define PAGODA_WORKER_LORA_H
@@ -63,6 +68,7 @@ typedef struct lora {
                             * way by the gateway from the same file */
     float *arena;          /* owned: every A and B (F16 ones as halves, two a float) */
     size_t n_floats;       /* floats in arena */
+    int32_t refs;          /* holders (lora_ref / lora_free), >= 1 while alive */
 } lora_t;
 
 /* The adapters one batch row runs with: up to LORA_SET_MAX, each with its
@@ -117,6 +123,10 @@ static inline const lowrank_t *lora_pair(const lora_t *a, int l, enum lora_proj 
 /* Bytes the adapter holds (its A and B floats). */
 size_t lora_bytes(const lora_t *a);
 
+/* Another reference to a (returned); lora_free drops it. */
+lora_t *lora_ref(lora_t *a);
+
+/* Drops the caller's reference and NULLs *a; the last one frees. NULL-safe. */
 void lora_free(lora_t **a);
 
 #endif

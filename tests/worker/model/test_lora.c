@@ -205,8 +205,18 @@ static void one_adapter(const char *file, const char *args, float scale)
     assert_true(d > 1e-2);
     free(base);
     free(got);
+    /* references (a request holding an unloaded adapter): the last one frees
+     * it (ASan reports a leak or a use after free otherwise) */
+    assert_int_equal(a->refs, 1);
+    lora_t *held = lora_ref(a);
+    assert_ptr_equal(held, a);
+    assert_int_equal(a->refs, 2);
     lora_free(&a);
     assert_null(a);
+    assert_int_equal(held->refs, 1);
+    assert_true(lora_bytes(held) > 0); /* still alive */
+    lora_free(&held);
+    assert_null(held);
 }
 
 static void test_rank8_f32(void **state)
