@@ -1000,6 +1000,19 @@ static inline void store_cols(float *dst, const float *src, int nc)
         memcpy(dst, src, (size_t)nc * sizeof(float));
 }
 
+/* The W rows of the panel at column c0 (nc ≤ 8 of them; missing columns
+ * repeat the first) and those of the next panel, clipped to W (*next,
+ * *n_next bytes: prefetched while this one runs). */
+static void panel_rows(const qmat_t *m, int64_t c0, int nc, const uint8_t *rows[NC], const uint8_t **next,
+                       size_t *n_next)
+{
+    for (int k = 0; k < NC; k++)
+        rows[k] = m->w + (size_t)(c0 + (k < nc ? k : 0)) * m->rb;
+    int64_t n_next_rows = m->n_out - (c0 + NC) < NC ? m->n_out - (c0 + NC) : NC;
+    *n_next = n_next_rows > 0 ? (size_t)n_next_rows * m->rb : 0;
+    *next = m->w + (size_t)(c0 + NC) * m->rb * (*n_next > 0);
+}
+
 /* Output columns [8 ip, 8 (ip + np)) (np ≤ m->ppu panels) of matrix m for
  * all rows; p is the calling thread's panel scratch. */
 static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n_rows, bool avx2, panel_t *p)
@@ -1039,13 +1052,9 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
         }
         return;
     }
-    const uint8_t *rows[NC];
-    for (int k = 0; k < NC; k++)
-        rows[k] = m->w + (size_t)(c0 + (k < nc ? k : 0)) * m->rb;
-    /* the rows of panel ip + 1, clipped to W (prefetched while this one runs) */
-    int64_t n_next_rows = n_out - (c0 + NC) < NC ? n_out - (c0 + NC) : NC;
-    size_t n_next = n_next_rows > 0 ? (size_t)n_next_rows * m->rb : 0;
-    const uint8_t *next = m->w + (size_t)(c0 + NC) * m->rb * (n_next > 0);
+    const uint8_t *rows[NC], *next;
+    size_t n_next;
+    panel_rows(m, c0, nc, rows, &next, &n_next);
     if (m->packed && m->isa == QGEMM_ISA_AVX512VNNI) {
         /* a lone last panel: the 16-column kernel with its second half
          * reading the same panel (outputs dropped) */
@@ -1126,16 +1135,6 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
 #define QA_DPBSUD(c, a, b) _tile_dpbsud(c, a, b)
 #define QA_RELEASE() _tile_release()
 #include "worker/kernels/qgemm_amx.inc"
-#undef QA_ATTR
-#undef QA_NAME
-#undef QA_STATE
-#undef QA_CONFIG
-#undef QA_LOAD
-#undef QA_STORE
-#undef QA_ZERO
-#undef QA_DPBSSD
-#undef QA_DPBSUD
-#undef QA_RELEASE
 
 #define QA_ATTR
 #define QA_NAME(n) amxemu_##n
@@ -1148,16 +1147,6 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
 #define QA_DPBSUD(c, a, b) amx_emu_dp(&emu_, c, a, b, 1, 0)
 #define QA_RELEASE() ((void)0)
 #include "worker/kernels/qgemm_amx.inc"
-#undef QA_ATTR
-#undef QA_NAME
-#undef QA_STATE
-#undef QA_CONFIG
-#undef QA_LOAD
-#undef QA_STORE
-#undef QA_ZERO
-#undef QA_DPBSSD
-#undef QA_DPBSUD
-#undef QA_RELEASE
 
 /* AMX on groups of this many X rows; fewer rows (and a batch's last
  * n_rows % 16) take the context's other kernels */
@@ -1189,12 +1178,9 @@ static void run_unit(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n_
             for (int64_t e = 0; e < 8 * nb; e++)
                 pp.d[e] = quant_fp16_to_fp32(dh[e]);
         } else {
-            const uint8_t *rows[NC];
-            for (int k = 0; k < NC; k++)
-                rows[k] = m->w + (size_t)(c0 + (k < nc ? k : 0)) * m->rb;
-            int64_t n_next_rows = n_out - (c0 + NC) < NC ? n_out - (c0 + NC) : NC;
-            size_t n_next = n_next_rows > 0 ? (size_t)n_next_rows * m->rb : 0;
-            const uint8_t *next = m->w + (size_t)(c0 + NC) * m->rb * (n_next > 0);
+            const uint8_t *rows[NC], *next;
+            size_t n_next;
+            panel_rows(m, c0, nc, rows, &next, &n_next);
             if (avx2)
                 fill_panel_avx2(m->kind, m->type, rows, nb, &pp, next, n_next);
             else

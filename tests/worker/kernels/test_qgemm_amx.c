@@ -170,16 +170,6 @@ static void test_emulated_tile_ops(void **state)
 
 /* ---- qgemm with AMX tiles against the scalar kernel ---------------------------- */
 
-/* y of one qgemm_multi call; caller frees */
-static float *run(qgemm_ctx_t *ctx, uint32_t type, const uint8_t *w, const void *packed, int64_t n_out,
-                  int64_t n_in, const float *x, int n_rows)
-{
-    float *y = xmalloc((size_t)n_rows * (size_t)n_out * sizeof(float) + 1);
-    qgemm_mat_t m = {.type = type, .w = w, .n_out = n_out, .y = y, .packed = packed};
-    assert_int_equal(qgemm_multi(ctx, &m, 1, n_in, x, n_rows), 0);
-    return y;
-}
-
 static void expect_bits(const float *y, const float *ys, int64_t n, const char *what, uint32_t type, int64_t n_in,
                         int n_rows)
 {
@@ -187,6 +177,22 @@ static void expect_bits(const float *y, const float *ys, int64_t n, const char *
         if (memcmp(&y[e], &ys[e], sizeof(float)) != 0)
             fail_msg("%s %s n_in %lld n_rows %d: y[%lld] = %.9g != scalar %.9g", what, ggml_type_name(type),
                      (long long)n_in, n_rows, (long long)e, y[e], ys[e]);
+}
+
+/* One qgemm_multi call. ys NULL: returns its y (the caller frees);
+ * otherwise fails unless y equals ys bit for bit, and returns NULL. */
+static float *run_cmp(qgemm_ctx_t *ctx, uint32_t type, const uint8_t *w, const void *packed, int64_t n_out,
+                      int64_t n_in, const float *x, int n_rows, const float *ys, const char *what)
+{
+    const int64_t n = (int64_t)n_rows * n_out;
+    float *y = xmalloc((size_t)n * sizeof(float) + 1);
+    qgemm_mat_t m = {.type = type, .w = w, .n_out = n_out, .y = y, .packed = packed};
+    assert_int_equal(qgemm_multi(ctx, &m, 1, n_in, x, n_rows), 0);
+    if (!ys)
+        return y;
+    expect_bits(y, ys, n, what, type, n_in, n_rows);
+    free(y);
+    return NULL;
 }
 
 /* The tile path (emulated, or real when `real`) with every ISA this CPU
@@ -197,7 +203,7 @@ static void check_shape(qgemm_ctx_t *ctx, bool real, uint32_t type, const uint8_
     float *x = activations(n_rows, n_in, seed);
     qgemm_set_amx_emulated(ctx, false);
     assert_int_equal(qgemm_set_isa(ctx, QGEMM_ISA_SCALAR), 0);
-    float *ys = run(ctx, type, w, NULL, n_out, n_in, x, n_rows);
+    float *ys = run_cmp(ctx, type, w, NULL, n_out, n_in, x, n_rows, NULL, NULL);
     void *packed = qgemm_pack(type, w, n_out, n_in, 1);
     assert_non_null(packed);
     static const qgemm_isa_t rest[] = {QGEMM_ISA_SCALAR, QGEMM_ISA_AVX2, QGEMM_ISA_AVXVNNI, QGEMM_ISA_AVX512VNNI};
@@ -214,9 +220,7 @@ static void check_shape(qgemm_ctx_t *ctx, bool real, uint32_t type, const uint8_
         for (int pk = 0; pk < 2; pk++) {
             snprintf(what, sizeof what, "%s%s%s", real ? "amx" : "amx-emulated+", real ? "" : qgemm_isa_name(rest[i]),
                      pk ? " packed" : "");
-            float *y = run(ctx, type, w, pk ? packed : NULL, n_out, n_in, x, n_rows);
-            expect_bits(y, ys, (int64_t)n_rows * n_out, what, type, n_in, n_rows);
-            free(y);
+            run_cmp(ctx, type, w, pk ? packed : NULL, n_out, n_in, x, n_rows, ys, what);
         }
         qgemm_set_amx_emulated(ctx, false);
     }
@@ -283,7 +287,7 @@ static void test_multi_cols_threads(void **state)
     assert_int_equal(qgemm_set_isa(ctx, QGEMM_ISA_SCALAR), 0);
     for (size_t t = 0; t < N_AMX_TYPES; t++) {
         w[t] = weights_quantized(AMX_TYPES[t], n_out, n_in, 40 + t);
-        ys[t] = run(ctx, AMX_TYPES[t], w[t], NULL, n_out, n_in, x, n_rows);
+        ys[t] = run_cmp(ctx, AMX_TYPES[t], w[t], NULL, n_out, n_in, x, n_rows, NULL, NULL);
         ya[t] = xmalloc((size_t)n_rows * n_out * sizeof(float));
         m[t] = (qgemm_mat_t){.type = AMX_TYPES[t], .w = w[t], .n_out = n_out, .y = ya[t]};
     }
