@@ -3,9 +3,17 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/log.h"
 
 /* CPUID traps to the hypervisor in a VM (microseconds) and the forward pass
  * asks per row: probe once, keep the answer (0 unknown, 1 no, 2 yes). The
@@ -78,6 +86,95 @@ static bool probe_avx512_bf16(void)
     return cpu_has_avx512_vnni() && (leaf7_1_eax() & (1u << 5));
 }
 
+/* ---- AMX ------------------------------------------------------------------ */
+
+#define ARCH_GET_XCOMP_PERM 0x1022 /* asm/prctl.h, Linux 5.16 */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* The AMX probe runs once per process (pthread_once): it may ask the kernel
+ * for the tile permission and log, and it writes the reason below. */
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+static bool g_amx_int8;
+static char g_amx_why[160]; /* "" when AMX is usable */
+
+static void amx_why(const char *s) { snprintf(g_amx_why, sizeof g_amx_why, "%s", s); }
+
+/* leaf 7 sub-leaf 0 EDX: bit 22 AMX-BF16, 24 AMX-TILE, 25 AMX-INT8 */
+static unsigned leaf7_0_edx(void)
+{
+    unsigned a, b, c, d = 0;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return d;
+}
+
+/* The process may use XTILEDATA: asks once (the caller caches the answer).
+ * A kernel before 5.16 has no such arch_prctl and no AMX support either. */
+static bool amx_permission(void)
+{
+#ifdef __linux__
+    unsigned long mask = 0;
+    if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &mask) == 0 && (mask & (1ul << XFEATURE_XTILEDATA)))
+        return true;
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+        char buf[160];
+        snprintf(buf, sizeof buf, "arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) denied: %s", strerror(errno));
+        amx_why(buf);
+        log_warn("AMX: %s; using the AVX-512 kernels", buf);
+        return false;
+    }
+    mask = 0;
+    if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &mask) != 0 || !(mask & (1ul << XFEATURE_XTILEDATA))) {
+        amx_why("arch_prctl(ARCH_GET_XCOMP_PERM): XTILEDATA not granted");
+        log_warn("AMX: XTILEDATA permission not granted; using the AVX-512 kernels");
+        return false;
+    }
+    return true;
+#else
+    amx_why("no way to request the tile state on this OS");
+    return false;
+#endif
+}
+
+static bool probe_amx_int8(void)
+{
+    const unsigned need = (1u << 24) | (1u << 25); /* AMX-TILE, AMX-INT8 */
+    unsigned d = leaf7_0_edx();
+    if ((d & need) != need) {
+        char buf[160];
+        snprintf(buf, sizeof buf, "cpuid leaf 7 edx=0x%08x: no AMX-TILE/AMX-INT8 (bits 24, 25)", d);
+        amx_why(buf);
+        return false;
+    }
+    const uint64_t tiles = (1ull << 17) | (1ull << 18); /* XTILECFG, XTILEDATA */
+    if ((xcr0() & tiles) != tiles) {
+        amx_why("XCR0: the OS does not enable XTILECFG/XTILEDATA (bits 17, 18)");
+        return false;
+    }
+    if (!amx_permission())
+        return false;
+    amx_why("");
+    return true;
+}
+
+static void amx_init(void) { g_amx_int8 = probe_amx_int8(); }
+
+bool cpu_has_amx_int8(void)
+{
+    pthread_once(&g_amx_once, amx_init);
+    return g_amx_int8;
+}
+
+bool cpu_has_amx_bf16(void) { return cpu_has_amx_int8() && (leaf7_0_edx() & (1u << 22)); }
+
+const char *cpu_amx_why_not(void)
+{
+    pthread_once(&g_amx_once, amx_init);
+    return g_amx_why;
+}
+
 bool cpu_has_f16c(void) { return cached(&g_f16c, probe_f16c); }
 bool cpu_has_avx2_fma_f16c(void) { return cached(&g_avx2_fma_f16c, probe_avx2_fma_f16c); }
 bool cpu_has_avx_vnni(void) { return cached(&g_avx_vnni, probe_avx_vnni); }
@@ -89,4 +186,7 @@ bool cpu_has_avx2_fma_f16c(void) { return false; }
 bool cpu_has_avx_vnni(void) { return false; }
 bool cpu_has_avx512_vnni(void) { return false; }
 bool cpu_has_avx512_bf16(void) { return false; }
+bool cpu_has_amx_int8(void) { return false; }
+bool cpu_has_amx_bf16(void) { return false; }
+const char *cpu_amx_why_not(void) { return "not an x86 CPU"; }
 #endif

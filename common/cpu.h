@@ -34,4 +34,23 @@ bool cpu_has_avx512_vnni(void);
  * Intel Cooper Lake / Sapphire Rapids, AMD Zen 4 and later. */
 bool cpu_has_avx512_bf16(void);
 
+/* AMX-TILE and AMX-INT8 (tile registers, tdpbssd / tdpbsud): CPUID leaf 7
+ * EDX bits 24 and 25, XCR0 bits 17 and 18 (the OS enables XTILECFG and
+ * XTILEDATA) and, on Linux, this process's permission to use the 8 KB
+ * tile state: the first call asks the kernel once with
+ * arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) and confirms it with
+ * ARCH_GET_XCOMP_PERM (the permission covers every thread of the process,
+ * also those started later). A denied request logs one warning line and the
+ * answer is false (the callers fall back to AVX-512 VNNI). Intel Sapphire
+ * Rapids and later; no AMD CPU so far. */
+bool cpu_has_amx_int8(void);
+
+/* AMX-BF16 (tdpbf16ps), CPUID leaf 7 EDX bit 22, with cpu_has_amx_int8(). */
+bool cpu_has_amx_bf16(void);
+
+/* Why cpu_has_amx_int8() is false, for skip messages and logs: e.g.
+ * "cpuid leaf 7 edx: no AMX-TILE/AMX-INT8"; "" when it is true. A static
+ * string; probes like cpu_has_amx_int8(). */
+const char *cpu_amx_why_not(void);
+
 #endif

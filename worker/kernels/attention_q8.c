@@ -604,7 +604,9 @@ static _Atomic int g_isa; /* 0: qgemm_isa_default() */
 qgemm_isa_t attention_q8_isa(void)
 {
     int v = atomic_load_explicit(&g_isa, memory_order_relaxed);
-    return v ? (qgemm_isa_t)v : qgemm_isa_default();
+    qgemm_isa_t isa = v ? (qgemm_isa_t)v : qgemm_isa_default();
+    /* no AMX attention kernel: the AMX machines run the AVX-512 ones */
+    return isa == QGEMM_ISA_AMX ? QGEMM_ISA_AVX512VNNI : isa;
 }
 
 int attention_q8_set_isa(qgemm_isa_t isa)

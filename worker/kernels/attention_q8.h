@@ -62,8 +62,9 @@ void attention_q8_scores(qgemm_isa_t isa, const int8_t *qq, const float *qd, int
 void attention_q8_values(qgemm_isa_t isa, const float *w, size_t ld, int nh, const float *inv, const kv_store_t *kv,
                          int l, const int32_t *bt, int t0, int t1, int kvo, int hd, float *out);
 
-/* The ISA the attention uses (never QGEMM_ISA_AUTO): qgemm_isa_default()
- * unless attention_q8_set_isa chose one. */
+/* The ISA the attention uses (never QGEMM_ISA_AUTO nor QGEMM_ISA_AMX,
+ * which runs the AVX512VNNI kernels here): qgemm_isa_default() unless
+ * attention_q8_set_isa chose one. */
 qgemm_isa_t attention_q8_isa(void);
 
 /* Test hook: run isa (QGEMM_ISA_AUTO: back to the default). 0 ok, -1 the

@@ -493,7 +493,7 @@ int matmul_use_bf16(matmul_t *mm, int max_rows)
     mm->bf_rows = 0;
     mm->xbf_of = NULL;
 #ifdef MATMUL_X86
-    if (!cpu_has_avx512_bf16() || qgemm_isa_default() != QGEMM_ISA_AVX512VNNI)
+    if (!cpu_has_avx512_bf16() || qgemm_isa_default() < QGEMM_ISA_AVX512VNNI)
         return 1;
     size_t n = (size_t)max_rows * (size_t)mm->max_cols;
     /* a fresh zeroed mapping, touched only by the rows of BF16 products

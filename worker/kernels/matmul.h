@@ -85,7 +85,7 @@ int matmul_use_int8(matmul_t *mm, int max_rows);
  * relative), against float rounding on the exact path. A row's result
  * still does not depend on the batch (bit for bit). Off by default; only
  * where the CPU has AVX512-BF16 and PAGODA_ISA does not force a lower
- * path (qgemm_isa_default() is avx512vnni). Weights whose cols are not a
+ * path (qgemm_isa_default() is avx512vnni or amx). Weights whose cols are not a
  * multiple of 32 keep the exact path. Returns 0 on, 1 not available on this
  * CPU (the exact path stays), -1 bad max_rows. */
 int matmul_use_bf16(matmul_t *mm, int max_rows);

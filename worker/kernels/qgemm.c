@@ -49,6 +49,7 @@
 #include "common/cpu.h"
 #include "common/text/ggml_type.h"
 #include "common/xalloc.h"
+#include "worker/kernels/amx_tile.h"
 #include "worker/kernels/qblock.h"
 #include "worker/kernels/qkpack.h"
 #include "worker/kernels/worksteal.h"
@@ -73,7 +74,8 @@ struct qgemm_ctx {
     int max_threads;   /* panels allocated: omp_get_max_threads() at creation */
     int xq_rows;       /* rows of X quantized in xq (-1: none yet) */
     int64_t xq_in;     /* their length */
-    qgemm_isa_t isa;   /* kernels in use: SCALAR or AVX2 */
+    qgemm_isa_t isa;   /* kernels in use (qgemm_set_isa) */
+    bool amx_emu;      /* the AMX kernel with emulated tiles (qgemm_set_amx_emulated) */
     int8_t *xq;        /* (max_rows, max_in) quantized X */
     float *xd;         /* (max_rows, max_in/32) X block scales */
     int32_t *xs;       /* (max_rows, max_in/32) int16 pairs of block half sums */
@@ -134,6 +136,7 @@ bool qgemm_isa_available(qgemm_isa_t isa)
     case QGEMM_ISA_AVX2: return cpu_has_avx2();
     case QGEMM_ISA_AVXVNNI: return cpu_has_avx2() && cpu_has_avx_vnni();
     case QGEMM_ISA_AVX512VNNI: return cpu_has_avx2() && cpu_has_avx512_vnni();
+    case QGEMM_ISA_AMX: return cpu_has_avx2() && cpu_has_avx512_vnni() && cpu_has_amx_int8();
     }
     return false;
 }
@@ -144,7 +147,7 @@ static _Atomic int g_isa_default;
 
 static qgemm_isa_t isa_best(void)
 {
-    static const qgemm_isa_t order[] = {QGEMM_ISA_AVX512VNNI, QGEMM_ISA_AVXVNNI, QGEMM_ISA_AVX2};
+    static const qgemm_isa_t order[] = {QGEMM_ISA_AMX, QGEMM_ISA_AVX512VNNI, QGEMM_ISA_AVXVNNI, QGEMM_ISA_AVX2};
     for (size_t i = 0; i < sizeof order / sizeof *order; i++)
         if (qgemm_isa_available(order[i]))
             return order[i];
@@ -160,12 +163,15 @@ qgemm_isa_t qgemm_isa_default(void)
     const char *env = getenv("PAGODA_ISA");
     if (env && *env && strcmp(env, "auto") != 0) {
         qgemm_isa_t want = QGEMM_ISA_AUTO;
-        for (int i = QGEMM_ISA_SCALAR; i <= QGEMM_ISA_AVX512VNNI; i++)
+        for (int i = QGEMM_ISA_SCALAR; i <= QGEMM_ISA_AMX; i++)
             if (strcmp(env, qgemm_isa_name((qgemm_isa_t)i)) == 0)
                 want = (qgemm_isa_t)i;
         if (want == QGEMM_ISA_AUTO)
-            fprintf(stderr, "pagoda: PAGODA_ISA=%s unknown (scalar, avx2, avxvnni, avx512vnni, auto); using %s\n",
+            fprintf(stderr, "pagoda: PAGODA_ISA=%s unknown (scalar, avx2, avxvnni, avx512vnni, amx, auto); using %s\n",
                     env, qgemm_isa_name(isa));
+        else if (want == QGEMM_ISA_AMX && !qgemm_isa_available(want))
+            fprintf(stderr, "pagoda: PAGODA_ISA=amx: no usable AMX on this machine (%s); using %s\n",
+                    cpu_has_avx512_vnni() ? cpu_amx_why_not() : "no AVX-512 VNNI", qgemm_isa_name(isa));
         else if (!qgemm_isa_available(want))
             fprintf(stderr, "pagoda: PAGODA_ISA=%s: this CPU lacks it; using %s\n", env, qgemm_isa_name(isa));
         else
@@ -250,13 +256,15 @@ int qgemm_set_isa(qgemm_ctx_t *c, qgemm_isa_t isa)
         c->isa = qgemm_isa_default();
         return 0;
     }
-    if (isa < QGEMM_ISA_SCALAR || isa > QGEMM_ISA_AVX512VNNI || !qgemm_isa_available(isa))
+    if (isa < QGEMM_ISA_SCALAR || isa > QGEMM_ISA_AMX || !qgemm_isa_available(isa))
         return -1;
     c->isa = isa;
     return 0;
 }
 
 qgemm_isa_t qgemm_get_isa(const qgemm_ctx_t *c) { return c->isa; }
+
+void qgemm_set_amx_emulated(qgemm_ctx_t *c, bool on) { c->amx_emu = on; }
 
 const char *qgemm_isa_name(qgemm_isa_t isa)
 {
@@ -266,6 +274,7 @@ const char *qgemm_isa_name(qgemm_isa_t isa)
     case QGEMM_ISA_AVX2: return "avx2";
     case QGEMM_ISA_AVXVNNI: return "avxvnni";
     case QGEMM_ISA_AVX512VNNI: return "avx512vnni";
+    case QGEMM_ISA_AMX: return "amx";
     }
     return "unknown";
 }
@@ -951,7 +960,10 @@ typedef struct {
     bool direct;          /* small-batch AVX2 path, no panel */
     int ppu;              /* panels per work unit: 2 for packed W on AVX-512
                            * (one 16-column kernel), else 1 */
-    qgemm_isa_t isa;      /* the context's ISA */
+    qgemm_isa_t isa;      /* the context's ISA (AVX512VNNI for AMX: every
+                           * path but the AMX tiles runs its kernels) */
+    int amx;              /* AMX tile kernel for 16-row groups: 0 none, 1 the
+                           * instructions, 2 emulated (qgemm_amx.inc) */
     void (*kern)(const panel_t *, const qx_t *, int, int, float[RT][NC]);
 } qmat_t;
 
@@ -986,6 +998,19 @@ static inline void store_cols(float *dst, const float *src, int nc)
         memcpy(dst, src, NC * sizeof(float));
     else
         memcpy(dst, src, (size_t)nc * sizeof(float));
+}
+
+/* The W rows of the panel at column c0 (nc ≤ 8 of them; missing columns
+ * repeat the first) and those of the next panel, clipped to W (*next,
+ * *n_next bytes: prefetched while this one runs). */
+static void panel_rows(const qmat_t *m, int64_t c0, int nc, const uint8_t *rows[NC], const uint8_t **next,
+                       size_t *n_next)
+{
+    for (int k = 0; k < NC; k++)
+        rows[k] = m->w + (size_t)(c0 + (k < nc ? k : 0)) * m->rb;
+    int64_t n_next_rows = m->n_out - (c0 + NC) < NC ? m->n_out - (c0 + NC) : NC;
+    *n_next = n_next_rows > 0 ? (size_t)n_next_rows * m->rb : 0;
+    *next = m->w + (size_t)(c0 + NC) * m->rb * (*n_next > 0);
 }
 
 /* Output columns [8 ip, 8 (ip + np)) (np ≤ m->ppu panels) of matrix m for
@@ -1027,13 +1052,9 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
         }
         return;
     }
-    const uint8_t *rows[NC];
-    for (int k = 0; k < NC; k++)
-        rows[k] = m->w + (size_t)(c0 + (k < nc ? k : 0)) * m->rb;
-    /* the rows of panel ip + 1, clipped to W (prefetched while this one runs) */
-    int64_t n_next_rows = n_out - (c0 + NC) < NC ? n_out - (c0 + NC) : NC;
-    size_t n_next = n_next_rows > 0 ? (size_t)n_next_rows * m->rb : 0;
-    const uint8_t *next = m->w + (size_t)(c0 + NC) * m->rb * (n_next > 0);
+    const uint8_t *rows[NC], *next;
+    size_t n_next;
+    panel_rows(m, c0, nc, rows, &next, &n_next);
     if (m->packed && m->isa == QGEMM_ISA_AVX512VNNI) {
         /* a lone last panel: the 16-column kernel with its second half
          * reading the same panel (outputs dropped) */
@@ -1098,6 +1119,106 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
     }
 }
 
+/* ---- AMX ----------------------------------------------------------------------- */
+
+/* The tile kernel twice (qgemm_amx.inc): with the AMX instructions (their
+ * target on these functions only; the float part vectorizes with
+ * AVX-512) and with amx_tile.h's emulation (portable C). */
+#define QA_ATTR __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,amx-tile,amx-int8")))
+#define QA_NAME(n) amx_##n
+#define QA_STATE
+#define QA_CONFIG(cfg) _tile_loadconfig(cfg)
+#define QA_LOAD(t, base, stride) _tile_loadd(t, base, stride)
+#define QA_STORE(t, base, stride) _tile_stored(t, base, stride)
+#define QA_ZERO(t) _tile_zero(t)
+#define QA_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
+#define QA_DPBSUD(c, a, b) _tile_dpbsud(c, a, b)
+#define QA_RELEASE() _tile_release()
+#include "worker/kernels/qgemm_amx.inc"
+
+#define QA_ATTR
+#define QA_NAME(n) amxemu_##n
+#define QA_STATE amx_emu_t emu_
+#define QA_CONFIG(cfg) amx_emu_config(&emu_, cfg)
+#define QA_LOAD(t, base, stride) amx_emu_load(&emu_, t, base, stride)
+#define QA_STORE(t, base, stride) amx_emu_store(&emu_, t, base, stride)
+#define QA_ZERO(t) amx_emu_zero(&emu_, t)
+#define QA_DPBSSD(c, a, b) amx_emu_dp(&emu_, c, a, b, 1, 1)
+#define QA_DPBSUD(c, a, b) amx_emu_dp(&emu_, c, a, b, 1, 0)
+#define QA_RELEASE() ((void)0)
+#include "worker/kernels/qgemm_amx.inc"
+
+/* AMX on groups of this many X rows; fewer rows (and a batch's last
+ * n_rows % 16) take the context's other kernels */
+#define AMX_ROWS 16
+
+/* run_panel, with the first n_rows - n_rows % 16 rows on the AMX tile
+ * kernel when m->amx and n_rows ≥ 16. The panel is filled from the file's
+ * rows as for the scalar / AVX2 kernels, or, for a packed Q8_0 W, read in
+ * place (its q arrays are the filled layout; the f16 scales are converted
+ * into the scratch's d). The tail rows run the filled panel's kernel, or
+ * run_panel on a packed W. Same bits as run_panel: a row's outputs do
+ * not depend on the path. */
+static void run_unit(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n_rows, bool avx2, panel_t *p)
+{
+    if (!m->amx || n_rows < AMX_ROWS) {
+        run_panel(m, ip, np, qx, n_rows, avx2, p);
+        return;
+    }
+    const int64_t n_in = qx->n_in, nb = qx->nb, n_out = m->n_out;
+    const int n16 = n_rows / AMX_ROWS * AMX_ROWS;
+    const bool in_place = m->packed && m->kind == K_Q8_0;
+    for (int j = 0; j < np; j++) {
+        const int64_t c0 = (ip + j) * NC;
+        const int nc = n_out - c0 < NC ? (int)(n_out - c0) : NC;
+        panel_t pp = *p;
+        if (in_place) {
+            pp.q = (uint8_t *)(uintptr_t)(m->packed + (size_t)(ip + j) * m->pstride);
+            const uint16_t *dh = (const uint16_t *)(const void *)(pp.q + 256 * (size_t)nb);
+            for (int64_t e = 0; e < 8 * nb; e++)
+                pp.d[e] = quant_fp16_to_fp32(dh[e]);
+        } else {
+            const uint8_t *rows[NC], *next;
+            size_t n_next;
+            panel_rows(m, c0, nc, rows, &next, &n_next);
+            if (avx2)
+                fill_panel_avx2(m->kind, m->type, rows, nb, &pp, next, n_next);
+            else
+                fill_panel_scalar(m->kind, m->type, rows, nb, &pp);
+        }
+        for (int r0 = 0; r0 < n16; r0 += AMX_ROWS) {
+            float out[AMX_ROWS][NC];
+            if (m->amx == 1)
+                amx_rows16(m->kind, &pp, qx, r0, out);
+            else
+                amxemu_rows16(m->kind, &pp, qx, r0, out);
+            for (int r = 0; r < AMX_ROWS; r++)
+                store_cols(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], nc);
+        }
+        if (n16 == n_rows || m->packed)
+            continue;
+        /* the tail rows on the panel just filled, as run_panel's fill path */
+        for (int r0 = n16; r0 < n_rows; r0 += RT) {
+            int R = n_rows - r0 < RT ? n_rows - r0 : RT;
+            float out[RT][NC];
+            if (avx2)
+                m->kern(&pp, qx, r0, R, out);
+            else
+                kern_scalar(m->kind, &pp, qx, r0, R, out);
+            for (int r = 0; r < R; r++)
+                store_cols(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], nc);
+        }
+    }
+    if (n16 == n_rows || !m->packed)
+        return;
+    /* a packed W's tail rows: its own kernels, on a view from row n16 */
+    qmat_t mt = *m;
+    mt.y = m->y + (int64_t)n16 * n_out;
+    const qx_t qt = {qx->q + (int64_t)n16 * n_in, qx->d + (int64_t)n16 * nb, qx->s + (int64_t)n16 * nb, n_in, nb,
+                     qx->c + (int64_t)n16 * nb};
+    run_panel(&mt, ip, np, &qt, n_rows - n16, avx2, p);
+}
+
 static bool mat_ok(const qgemm_ctx_t *c, uint32_t type, int64_t n_out, int64_t n_in)
 {
     return qgemm_supported(type) && n_in > 0 && n_in <= c->max_in && n_in % ggml_type_block_elems(type) == 0 &&
@@ -1123,7 +1244,8 @@ static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void
 {
     const bool avx2 = c->isa >= QGEMM_ISA_AVX2;
     m->kind = kind_of(type);
-    m->isa = c->isa;
+    m->isa = c->isa == QGEMM_ISA_AMX ? QGEMM_ISA_AVX512VNNI : c->isa;
+    m->amx = c->amx_emu ? 2 : c->isa == QGEMM_ISA_AMX ? 1 : 0;
     m->type = type;
     m->w = w;
     m->n_out = n_out;
@@ -1135,7 +1257,7 @@ static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void
      * again for every 4-row tile; above PACKED_AVX2_Q6K_MAX_ROWS rows the
      * per-call fill of the file's blocks, shared by all rows, is cheaper,
      * so the packing is not used (same bits either way) */
-    const bool route_fill = type == GGML_TYPE_Q6_K && c->isa == QGEMM_ISA_AVX2 && n_rows > PACKED_AVX2_Q6K_MAX_ROWS;
+    const bool route_fill = type == GGML_TYPE_Q6_K && m->isa == QGEMM_ISA_AVX2 && n_rows > PACKED_AVX2_Q6K_MAX_ROWS;
     if (packed && avx2 && !route_fill) {
         const pack_hdr_t *h = packed;
         m->packed = (const uint8_t *)packed + PACK_HDR_BYTES;
@@ -1145,7 +1267,7 @@ static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void
      * at every n_rows (qgemm.h, Speed) */
     m->direct = avx2 && !m->packed &&
                 ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) || (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
-    m->ppu = m->packed && c->isa == QGEMM_ISA_AVX512VNNI ? 2 : 1;
+    m->ppu = m->packed && m->isa == QGEMM_ISA_AVX512VNNI ? 2 : 1;
     m->kern = NULL;
     switch (m->kind) {
     case K_Q8_0: m->kern = kern_avx2_q8_0; break;
@@ -1181,7 +1303,7 @@ int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *mat, int64_t n_in, int n_r
     panel_t p = panel_at(c, thread);
     const int64_t ip1 = (col1 + NC - 1) / NC;
     for (int64_t ip = col0 / NC; ip < ip1; ip += m.ppu)
-        run_panel(&m, ip, ip1 - ip < m.ppu ? (int)(ip1 - ip) : m.ppu, &qx, n_rows, c->isa >= QGEMM_ISA_AVX2, &p);
+        run_unit(&m, ip, ip1 - ip < m.ppu ? (int)(ip1 - ip) : m.ppu, &qx, n_rows, c->isa >= QGEMM_ISA_AVX2, &p);
     return 0;
 }
 
@@ -1251,7 +1373,7 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
                 mi--;
             const qmat_t *m = &qm[mi];
             int64_t ip = (g - first[mi]) * m->ppu, np = (m->n_out + NC - 1) / NC;
-            run_panel(m, ip, np - ip < m->ppu ? (int)(np - ip) : m->ppu, &qx, n_rows, avx2, &p);
+            run_unit(m, ip, np - ip < m->ppu ? (int)(np - ip) : m->ppu, &qx, n_rows, avx2, &p);
         }
     }
     return 0;

@@ -116,6 +116,13 @@ typedef enum {
                            * 512-bit vpdpbusd (Q8_0: over two panels, 16
                            * output columns, and up to 8 X rows per register
                            * tile; qkpack: two groups of one panel) */
+    QGEMM_ISA_AMX,        /* AVX512VNNI + AMX-TILE/AMX-INT8 (and the process's
+                           * tile permission, cpu_has_amx_int8): batches of
+                           * ≥ 16 X rows run 16 rows at a time as tile
+                           * products (tdpbssd / tdpbsud) against 8-column
+                           * panels (filled, or a packed Q8_0 in place),
+                           * the last n_rows % 16 rows and smaller batches
+                           * the AVX512VNNI kernels (qgemm_amx.inc) */
 } qgemm_isa_t;
 
 /* Context for calls with n_rows ≤ max_rows and n_in ≤ max_in (both > 0).
@@ -140,7 +147,7 @@ int qgemm_set_threads(qgemm_ctx_t *c, int n_threads);
 int qgemm_set_isa(qgemm_ctx_t *c, qgemm_isa_t isa);
 
 /* The ISA c actually runs (never QGEMM_ISA_AUTO), and its name
- * ("scalar", "avx2", "avxvnni", "avx512vnni"; "auto" for AUTO). */
+ * ("scalar", "avx2", "avxvnni", "avx512vnni", "amx"; "auto" for AUTO). */
 qgemm_isa_t qgemm_get_isa(const qgemm_ctx_t *c);
 const char *qgemm_isa_name(qgemm_isa_t isa);
 
@@ -150,11 +157,19 @@ bool qgemm_isa_available(qgemm_isa_t isa);
 
 /* The ISA QGEMM_ISA_AUTO means: the environment variable PAGODA_ISA when
  * it names an ISA this CPU runs ("scalar", "avx2", "avxvnni",
- * "avx512vnni"; "auto" or unset: no override), otherwise the best
- * available in the order avx512vnni, avxvnni, avx2, scalar. An unknown or
- * unavailable name is reported once on stderr and ignored. Read at the
- * first call and cached for the life of the process. */
+ * "avx512vnni", "amx"; "auto" or unset: no override), otherwise the best
+ * available in the order amx, avx512vnni, avxvnni, avx2, scalar. An
+ * unknown or unavailable name is reported once on stderr (for amx with
+ * the reason, cpu_amx_why_not) and ignored. Read at the first call and
+ * cached for the life of the process. */
 qgemm_isa_t qgemm_isa_default(void);
+
+/* For tests: on, the AMX tile kernel runs with its tile operations
+ * emulated in portable C (worker/kernels/amx_tile.h) on any CPU, for
+ * batches of ≥ 16 rows, whatever ISA c has (the rest of the work, and the
+ * rows after the last full 16, run c's ISA). Same bits as every other
+ * path; slow. Off again with false. */
+void qgemm_set_amx_emulated(qgemm_ctx_t *c, bool on);
 
 /* true when this CPU runs the AVX2 kernels (avx2 + f16c), the ones that
  * read packed weights. */

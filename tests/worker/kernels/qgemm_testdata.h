@@ -1,6 +1,7 @@
 /* qgemm_testdata.h — seeded test data shared by the int8 matmul tests
- * (test_qgemm.c, test_qgemm_pack.c): a splitmix64 generator, Gaussian
- * samples, quantized weight matrices and activation rows. Header-only
+ * (test_qgemm.c, test_qgemm_pack.c, test_qkpack.c, test_qgemm_amx.c): a
+ * splitmix64 generator, Gaussian samples, quantized weight matrices (also
+ * from random bytes, which reach every quant value) and activation rows. Header-only
  * (static functions): each test program includes it once. */
 #ifndef PAGODA_TESTS_WORKER_QGEMM_TESTDATA_H
 #define PAGODA_TESTS_WORKER_QGEMM_TESTDATA_H
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/text/ggml_type.h"
 #include "common/xalloc.h"
 #include "worker/kernels/qgemm.h"
 #include "worker/kernels/quant.h"
@@ -80,6 +82,44 @@ static float *activations(int n_rows, int64_t n_in, uint64_t seed)
             x[i] *= 20;
     }
     return x;
+}
+
+static inline void wr16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+/* A positive f16 scale in [lo, hi). */
+static inline uint16_t rand_scale(uint64_t *s, double lo, double hi)
+{
+    return quant_fp32_to_fp16((float)(lo + (hi - lo) * rng_unit(s)));
+}
+
+/* n_out rows of n_in: random bytes, then every f16 scale field replaced by a
+ * sane value (random bytes there would give inf/NaN weights). */
+static inline uint8_t *weights_random_bytes(uint32_t type, int64_t n_out, int64_t n_in, uint64_t seed)
+{
+    size_t rb = quant_row_bytes(type, n_in), n = rb * (size_t)n_out;
+    uint8_t *w = xmalloc(n);
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++)
+        w[i] = (uint8_t)rng_next(&s);
+    size_t bb = ggml_type_block_bytes(type);
+    for (size_t off = 0; off < n; off += bb) {
+        uint8_t *b = w + off;
+        switch (type) {
+        case GGML_TYPE_Q8_0: wr16(b, rand_scale(&s, 1e-3, 2e-2)); break;
+        case GGML_TYPE_Q4_0: wr16(b, rand_scale(&s, 1e-2, 5e-2) | (rng_next(&s) & 1) << 15); break;
+        case GGML_TYPE_Q4_K:
+        case GGML_TYPE_Q5_K:
+            wr16(b, rand_scale(&s, 1e-4, 2e-3));
+            wr16(b + 2, rand_scale(&s, 1e-4, 2e-3));
+            break;
+        case GGML_TYPE_Q6_K: wr16(b + 208, rand_scale(&s, 1e-5, 2e-4)); break;
+        }
+    }
+    return w;
 }
 
 #endif

@@ -61,48 +61,8 @@
 
 /* ---- data ------------------------------------------------------------------ */
 
-
-static void wr16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-/* A positive f16 scale in [lo, hi). */
-static uint16_t rand_scale(uint64_t *s, double lo, double hi)
-{
-    return quant_fp32_to_fp16((float)(lo + (hi - lo) * rng_unit(s)));
-}
-
 static const uint32_t TYPES[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
                                  GGML_TYPE_Q6_K};
-
-/* n_out rows of n_in: random bytes, then every f16 scale field replaced by a
- * sane value (random bytes there would give inf/NaN weights). */
-static uint8_t *weights_random_bytes(uint32_t type, int64_t n_out, int64_t n_in, uint64_t seed)
-{
-    size_t rb = quant_row_bytes(type, n_in), n = rb * (size_t)n_out;
-    uint8_t *w = xmalloc(n);
-    uint64_t s = seed;
-    for (size_t i = 0; i < n; i++)
-        w[i] = (uint8_t)rng_next(&s);
-    size_t bb = ggml_type_block_bytes(type);
-    for (size_t off = 0; off < n; off += bb) {
-        uint8_t *b = w + off;
-        switch (type) {
-        case GGML_TYPE_Q8_0: wr16(b, rand_scale(&s, 1e-3, 2e-2)); break;
-        case GGML_TYPE_Q4_0: wr16(b, rand_scale(&s, 1e-2, 5e-2) | (rng_next(&s) & 1) << 15); break;
-        case GGML_TYPE_Q4_K:
-        case GGML_TYPE_Q5_K:
-            wr16(b, rand_scale(&s, 1e-4, 2e-3));
-            wr16(b + 2, rand_scale(&s, 1e-4, 2e-3));
-            break;
-        case GGML_TYPE_Q6_K: wr16(b + 208, rand_scale(&s, 1e-5, 2e-4)); break;
-        }
-    }
-    return w;
-}
-
 
 /* ---- reference ------------------------------------------------------------ */
 
@@ -512,8 +472,8 @@ static void test_bad_arguments(void **state)
     assert_int_equal(qgemm_get_isa(ctx), qgemm_isa_default());
     assert_true(qgemm_isa_available(qgemm_get_isa(ctx)));
     /* set_isa agrees with isa_available; the names PAGODA_ISA accepts */
-    static const char *names[] = {"auto", "scalar", "avx2", "avxvnni", "avx512vnni"};
-    for (int i = QGEMM_ISA_AUTO; i <= QGEMM_ISA_AVX512VNNI; i++) {
+    static const char *names[] = {"auto", "scalar", "avx2", "avxvnni", "avx512vnni", "amx"};
+    for (int i = QGEMM_ISA_AUTO; i <= QGEMM_ISA_AMX; i++) {
         assert_string_equal(qgemm_isa_name((qgemm_isa_t)i), names[i]);
         assert_int_equal(qgemm_set_isa(ctx, (qgemm_isa_t)i), qgemm_isa_available((qgemm_isa_t)i) ? 0 : -1);
     }
