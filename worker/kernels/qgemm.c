@@ -147,7 +147,9 @@ static _Atomic int g_isa_default;
 
 static qgemm_isa_t isa_best(void)
 {
-    static const qgemm_isa_t order[] = {QGEMM_ISA_AMX, QGEMM_ISA_AVX512VNNI, QGEMM_ISA_AVXVNNI, QGEMM_ISA_AVX2};
+    /* QGEMM_ISA_AMX is opt-in (PAGODA_ISA=amx) until it is measured on AMX
+     * hardware: bit-exact in emulation, speed unknown (docs/FORWARD.md). */
+    static const qgemm_isa_t order[] = {QGEMM_ISA_AVX512VNNI, QGEMM_ISA_AVXVNNI, QGEMM_ISA_AVX2};
     for (size_t i = 0; i < sizeof order / sizeof *order; i++)
         if (qgemm_isa_available(order[i]))
             return order[i];
