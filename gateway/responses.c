@@ -754,6 +754,43 @@ err:
     return NULL;
 }
 
+/* The chat parser named each image part by its place in the translated
+ * messages ("messages[2].content[0].image_url.url"); a refusal after parsing
+ * (the allow list, a fetch) must name the Responses field instead. The
+ * input's images are the request's last ones, in order (items_to_messages
+ * keeps the order); images of earlier turns are named by
+ * previous_response_id. */
+static void name_input_images(responses_request_t *out)
+{
+    size_t n_in = 0, i, k;
+    json_t *it, *p;
+    json_array_foreach(out->input, i, it) {
+        json_array_foreach(json_object_get(it, "content"), k, p) {
+            const char *ty = json_string_value(json_object_get(p, "type"));
+            n_in += ty && strcmp(ty, "input_image") == 0;
+        }
+    }
+    request_t *r = &out->chat;
+    if (n_in > r->n_images)
+        return;
+    size_t at = r->n_images - n_in;
+    for (size_t j = 0; j < at; j++) {
+        free(r->images[j].param);
+        r->images[j].param = xstrdup("previous_response_id");
+    }
+    json_array_foreach(out->input, i, it) {
+        json_array_foreach(json_object_get(it, "content"), k, p) {
+            const char *ty = json_string_value(json_object_get(p, "type"));
+            if (!ty || strcmp(ty, "input_image") != 0)
+                continue;
+            char name[112];
+            snprintf(name, sizeof name, "input[%zu].content[%zu].image_url", i, k);
+            free(r->images[at].param);
+            r->images[at++].param = xstrdup(name);
+        }
+    }
+}
+
 int responses_parse_request(const uint8_t *body, size_t len, responses_load_fn load, void *load_ctx,
                             responses_request_t *out, oai_error_t *err)
 {
@@ -772,6 +809,7 @@ int responses_parse_request(const uint8_t *body, size_t len, responses_load_fn l
     int rc = oai_parse_chat_root(chat, &out->chat, err);
     json_decref(chat);
     if (rc == 0) {
+        name_input_images(out);
         /* what the response repeats, with the parser's defaults */
         json_object_set_new(out->echo, "temperature", json_real(out->chat.temperature));
         json_object_set_new(out->echo, "top_p", json_real(out->chat.top_p));

@@ -26,7 +26,7 @@ declare -A ALLOW=(
   [worker/model]="common common/text worker/kernels"
   [worker/grammar]="common common/grammar common/text"
   [worker]="common common/grammar common/text proto worker/kernels worker/model worker/grammar"
-  [worker/tools]="common common/grammar common/text proto worker worker/kernels worker/model worker/grammar"
+  [worker/tools]="common common/grammar common/image common/text proto worker worker/kernels worker/model worker/grammar"
   [gateway]="common common/grammar common/image common/text proto"
 )
 
