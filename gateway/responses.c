@@ -754,40 +754,23 @@ err:
     return NULL;
 }
 
-/* The chat parser named each image part by its place in the translated
- * messages ("messages[2].content[0].image_url.url"); a refusal after parsing
- * (the allow list, a fetch) must name the Responses field instead. The
- * input's images are the request's last ones, in order (items_to_messages
- * keeps the order); images of earlier turns are named by
- * previous_response_id. */
+/* Refusals after the chat parse (allow list, fetch) name the Responses
+ * field: the input's images are the request's last ones, in order; earlier
+ * turns' images are named by previous_response_id. */
 static void name_input_images(responses_request_t *out)
 {
-    size_t n_in = 0, i, k;
+    char names[REQUEST_MAX_IMAGES][112];
+    size_t n = 0, i, k;
     json_t *it, *p;
-    json_array_foreach(out->input, i, it) {
-        json_array_foreach(json_object_get(it, "content"), k, p) {
-            const char *ty = json_string_value(json_object_get(p, "type"));
-            n_in += ty && strcmp(ty, "input_image") == 0;
-        }
-    }
+    json_array_foreach(out->input, i, it)
+        json_array_foreach(json_object_get(it, "content"), k, p)
+            if (n < REQUEST_MAX_IMAGES && json_is_string(json_object_get(p, "type")) &&
+                strcmp(json_string_value(json_object_get(p, "type")), "input_image") == 0)
+                snprintf(names[n++], sizeof names[0], "input[%zu].content[%zu].image_url", i, k);
     request_t *r = &out->chat;
-    if (n_in > r->n_images)
-        return;
-    size_t at = r->n_images - n_in;
-    for (size_t j = 0; j < at; j++) {
+    for (size_t j = 0; n <= r->n_images && j < r->n_images; j++) {
         free(r->images[j].param);
-        r->images[j].param = xstrdup("previous_response_id");
-    }
-    json_array_foreach(out->input, i, it) {
-        json_array_foreach(json_object_get(it, "content"), k, p) {
-            const char *ty = json_string_value(json_object_get(p, "type"));
-            if (!ty || strcmp(ty, "input_image") != 0)
-                continue;
-            char name[112];
-            snprintf(name, sizeof name, "input[%zu].content[%zu].image_url", i, k);
-            free(r->images[at].param);
-            r->images[at++].param = xstrdup(name);
-        }
+        r->images[j].param = xstrdup(j < r->n_images - n ? "previous_response_id" : names[j - (r->n_images - n)]);
     }
 }
 
