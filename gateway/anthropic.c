@@ -601,6 +601,26 @@ err:
     return NULL;
 }
 
+/* Refusals after the chat parse (the URL allow list, a fetch) name the
+ * Anthropic block: the request's images are its user messages' image blocks,
+ * in order. */
+static void name_images(json_t *root, request_t *r)
+{
+    char names[REQUEST_MAX_IMAGES][96];
+    size_t n = 0, i, k;
+    json_t *m, *b;
+    json_array_foreach(json_object_get(root, "messages"), i, m)
+        json_array_foreach(json_object_get(m, "content"), k, b)
+            if (n < REQUEST_MAX_IMAGES && json_is_string(json_object_get(b, "type")) &&
+                strcmp(json_string_value(json_object_get(b, "type")), "image") == 0)
+                snprintf(names[n++], sizeof names[0], "messages.%zu.content.%zu.source%s", i, k,
+                         json_is_string(json_object_get(json_object_get(b, "source"), "url")) ? ".url" : "");
+    for (size_t j = 0; n == r->n_images && j < n; j++) {
+        free(r->images[j].param);
+        r->images[j].param = xstrdup(names[j]);
+    }
+}
+
 int anthropic_parse_request(const uint8_t *body, size_t len, unsigned flags, request_t *out,
                             oai_error_t *err)
 {
@@ -612,11 +632,15 @@ int anthropic_parse_request(const uint8_t *body, size_t len, unsigned flags, req
     char warn[OAI_MAX_WARNING];
     warn[0] = '\0';
     json_t *chat = translate(root, flags, warn, sizeof warn, err);
-    json_decref(root);
-    if (!chat)
+    if (!chat) {
+        json_decref(root);
         return -1;
+    }
     int rc = oai_parse_chat_root(chat, out, err);
     json_decref(chat);
+    if (rc == 0)
+        name_images(root, out);
+    json_decref(root);
     if (rc == 0 && warn[0])
         out->warning = xstrdup(warn);
     if (rc == 0 && count_tokens) {

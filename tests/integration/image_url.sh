@@ -181,7 +181,7 @@ def three(url, u):
         {"role": "user", "content": [{"type": "input_text", "text": "x"}, {"type": "input_image", "image_url": u}]}]})
     out.append(("responses", c, j))
     return out
-def refused(url, u, words, what, status=400):
+def refused(url, u, words, what, status=400, named=True):
     for surface, c, j in three(url, u):
         if surface == "anthropic":
             shaped = isinstance(j, dict) and j.get("type") == "error" and isinstance(j.get("error"), dict)
@@ -189,7 +189,10 @@ def refused(url, u, words, what, status=400):
             shaped = isinstance(j, dict) and isinstance(j.get("error"), dict) and \
                 set(j["error"]) == {"message", "type", "param", "code"}
         msg = j["error"].get("message", "") if shaped else ""
-        report(c == status and shaped and all(w.lower() in msg.lower() for w in words),
+        # the refusal names the part in the client's own request
+        field = {"chat": "messages[0].content[1]", "anthropic": "messages.0.content.1",
+                 "responses": "input[0].content[1]"}[surface]
+        report(c == status and shaped and all(w.lower() in msg.lower() for w in words) and (field in msg or not named),
                f"{surface}: {what} → {status}", f"{c} {json.dumps(j)[:300]}")
 def seen(path):
     return any(l.split()[1].split("?")[0] == path for l in open(log).read().splitlines())
@@ -229,7 +232,8 @@ for path in ["/never-redirect.png", "/never-host.png", "/never-port.png", "/neve
     report(not seen(path), f"the server never got {path}")
 report(seen("/redirect-out.png") and seen("/slow.png"), "the server got the allowed requests")
 # the PNG itself: fetched (a text/plain Content-Type: the bytes decide) and decoded
-refused(ub, f"http://127.0.0.1:{p}/img.png", ["does not accept images"], "the PNG, fetched, for a text model")
+refused(ub, f"http://127.0.0.1:{p}/img.png", ["does not accept images"], "the PNG, fetched, for a text model",
+        named=False)
 c, j = post(ub, "/v1/chat/completions", {"model": "tiny", "max_tokens": 2,
                                          "messages": [{"role": "user", "content": "Once upon a time"}]})
 report(c == 200, "B: a text request is still answered", f"{c} {json.dumps(j)[:200]}")
