@@ -194,17 +194,11 @@ static enum MHD_Result handle_admin_stop_model(http_server_t *s, struct MHD_Conn
 
 /* ---- run-time LoRA adapters (gateway/gateway_lora.h) ---- */
 
-/* The JSON object body of req, or NULL with a 400 in *e. */
+/* The JSON object body of req, or NULL with a 400 in *e (oai_load_body: the
+ * API bodies' own checks: depth, duplicate keys, an object). */
 static json_t *body_object(http_req_t *req, oai_error_t *e)
 {
-    json_error_t jerr;
-    json_t *j = req->body ? json_loadb(req->body, req->body_len, 0, &jerr) : NULL;
-    if (!json_is_object(j)) {
-        json_decref(j);
-        oai_error_set(e, 400, NULL, "The body must be a JSON object.");
-        return NULL;
-    }
-    return j;
+    return oai_load_body((const uint8_t *)req->body, req->body ? req->body_len : 0, e);
 }
 
 /* A string member key of j (NULL when absent); -1 with a 400 when it is
