@@ -259,10 +259,7 @@ static void op_begin(struct gateway *gw, gateway_lora_req_t **rqp, chan_t *reply
             continue;
         if (rq->load && !gateway_worker_is_local(gw, w))
             continue;
-        bool lists = false;
-        for (uint32_t k = 0; w->reg.lora && k < w->reg.n_lora; k++)
-            lists |= strcmp(w->reg.lora[k].name, rq->name) == 0;
-        if (!rq->load && !lists)
+        if (!rq->load && !lora_reg_find(&w->reg, rq->name))
             continue;
         op->uids[op->n++] = w->uid;
     }

@@ -139,8 +139,7 @@ fail:
     return -1;
 }
 
-/* reg's adapter called name, or NULL */
-static const proto_reg_lora_t *reg_lora(const proto_register_t *reg, const char *name)
+const proto_reg_lora_t *lora_reg_find(const proto_register_t *reg, const char *name)
 {
     for (uint32_t i = 0; reg->lora && i < reg->n_lora; i++)
         if (!strcmp(reg->lora[i].name, name))
@@ -156,7 +155,7 @@ void lora_table_note_worker(lora_table_t *t, const proto_register_t *reg, const 
         lora_entry_t *e = &t->e[i];
         if (strcmp(e->base, reg->model) != 0 || atomic_load(&e->state) == LORA_ENTRY_GONE)
             continue;
-        const proto_reg_lora_t *l = reg_lora(reg, e->name);
+        const proto_reg_lora_t *l = lora_reg_find(reg, e->name);
         if (!l) {
             log_warn("worker %s (model %s) has no adapter '%s': requests naming it go to other replicas",
                      reg->replica, reg->model, e->name);
@@ -165,7 +164,7 @@ void lora_table_note_worker(lora_table_t *t, const proto_register_t *reg, const 
         uint64_t known = atomic_load(&e->hash);
         bool kept = false; /* a peer holds the known file */
         for (size_t k = 0; known && k < n_peers && !kept; k++) {
-            const proto_reg_lora_t *pl = reg_lora(peers[k], e->name);
+            const proto_reg_lora_t *pl = lora_reg_find(peers[k], e->name);
             kept = pl && pl->hash == known;
         }
         if (!kept)
@@ -180,7 +179,7 @@ void lora_table_note_worker(lora_table_t *t, const proto_register_t *reg, const 
 bool lora_table_worker_serves(const lora_table_t *t, const proto_register_t *reg, const proto_submit_t *s)
 {
     for (uint32_t i = 0; i < s->n_lora; i++) {
-        const proto_reg_lora_t *l = reg_lora(reg, s->lora[i].name);
+        const proto_reg_lora_t *l = lora_reg_find(reg, s->lora[i].name);
         const lora_entry_t *e = lora_table_find(t, s->lora[i].name);
         if (!l || (e && atomic_load(&e->hash) != l->hash))
             return false;

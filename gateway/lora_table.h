@@ -104,4 +104,7 @@ bool lora_table_worker_serves(const lora_table_t *t, const proto_register_t *reg
  * has listed it: no routing keys). */
 int lora_table_key_partition(const lora_table_t *t, const proto_submit_t *s, uint64_t *out);
 
+/* The adapter called name in a replica's REGISTER list, or NULL. */
+const proto_reg_lora_t *lora_reg_find(const proto_register_t *reg, const char *name);
+
 #endif
