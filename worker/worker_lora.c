@@ -5,16 +5,13 @@
 
 #include <stdlib.h>
 
-#include "common/xalloc.h"
+#include "common/vec.h"
 
 void worker_lora_hold(worker_lora_holds_t *hs, const sched_req_t *r)
 {
     if (r->lora.n <= 0)
         return;
-    if (hs->n == hs->cap) {
-        hs->cap = hs->cap ? 2 * hs->cap : 16;
-        hs->h = xrealloc(hs->h, hs->cap * sizeof *hs->h);
-    }
+    vec_reserve(hs->h, hs->cap, hs->n + 1);
     worker_lora_hold_t *h = &hs->h[hs->n++];
     *h = (worker_lora_hold_t){.id = r->id, .left = r->n_choices > 1 ? r->n_choices : 1, .n = r->lora.n};
     for (int32_t i = 0; i < r->lora.n; i++)
