@@ -63,6 +63,7 @@ struct worker {
     int64_t test_step_sleep_us;           /* TEST ONLY, env PAGODA_TEST_STEP_SLEEP_MS */
     char *test_step_wedge;                /* TEST ONLY, env PAGODA_TEST_STEP_WEDGE (owned) */
     char *test_step_hold;                 /* TEST ONLY, env PAGODA_TEST_STEP_HOLD (owned) */
+    char *test_armed_hold;                /* TEST ONLY, env PAGODA_TEST_ARMED_HOLD (owned) */
     int64_t test_load_sleep_us;           /* TEST ONLY, env PAGODA_TEST_LOAD_SLEEP_MS */
     _Atomic uint64_t layers_done;         /* forward layers computed: progress inside a step */
     uint32_t capacity;                    /* max concurrent sequences (sched_capacity) */
@@ -721,6 +722,29 @@ static void test_step_env(struct worker *w)
         log_warn("TEST ONLY: PAGODA_TEST_STEP_HOLD=%s: no step runs while that file exists (messages are "
                  "still handled)", s);
     }
+    s = getenv("PAGODA_TEST_ARMED_HOLD");
+    if (s && *s) {
+        w->test_armed_hold = xstrdup(s);
+        log_warn("TEST ONLY: PAGODA_TEST_ARMED_HOLD=%s: a step that a better tier may stop waits before its "
+                 "forward pass while that file exists", s);
+    }
+}
+
+/* TEST ONLY (PAGODA_TEST_ARMED_HOLD, sched_set_armed_hook): a step whose
+ * preemption word is armed waits, before its forward pass, while the file
+ * exists, so a test can send a better tier's request that arrives while
+ * the step is in flight (tests/integration/preempt.sh). The link thread
+ * still takes messages and makes its offers meanwhile. */
+static void armed_hold_hook(void *ud, sched_t *s)
+{
+    (void)s;
+    const struct worker *w = ud;
+    if (access(w->test_armed_hold, F_OK) != 0)
+        return;
+    log_warn("TEST ONLY: armed step held (%s exists)", w->test_armed_hold);
+    while (access(w->test_armed_hold, F_OK) == 0)
+        clock_sleep_us(2000);
+    log_warn("TEST ONLY: armed step released");
 }
 
 /* TEST ONLY: PAGODA_TEST_STEP_HOLD's file exists: requests are admitted
@@ -1082,6 +1106,8 @@ worker_t *worker_new(const worker_config_t *cfg, char *err, size_t errlen)
                          errlen);
     if (!w->sched)
         goto err;
+    if (w->test_armed_hold)
+        sched_set_armed_hook(w->sched, armed_hold_hook, w);
     t_sched = clock_now_us();
     sched_stats_t st0;
     sched_stats(w->sched, &st0);
@@ -1150,6 +1176,7 @@ void worker_free(worker_t **wp)
     vision_free(&w->vis);
     free(w->test_step_wedge);
     free(w->test_step_hold);
+    free(w->test_armed_hold);
     strbuf_free(&w->wire_text);
     free(w->model_path);
     free(w);
