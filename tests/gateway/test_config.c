@@ -63,6 +63,7 @@ static const char *FULL =
     "images: { max_bytes: 1048576, max_pixels: 4000000, max_images: 3 }\n"
     "restart: { backoff_initial_ms: 250, backoff_max_ms: 8000, crash_loop_restarts: 7, crash_loop_window_s: 90 }\n"
     "drain_timeout_s: 45\n"
+    "lora_timeout_s: 7.5\n"
     "cors_origins: 'http://localhost:3000, https://app.example.com:8443'\n"
     "admin_open: true\n"
     "curve:\n"
@@ -123,6 +124,7 @@ static void test_full_file(void **state)
     assert_int_equal(c->restart.crash_loop_restarts, 7);
     assert_true(c->restart.crash_loop_window_s == 90);
     assert_int_equal(c->drain_timeout_s, 45);
+    assert_true(c->lora_timeout_s == 7.5);
     assert_string_equal(c->cors_origins, "http://localhost:3000, https://app.example.com:8443");
     assert_string_equal(c->allowed_hosts, "pagoda.internal, *.svc.cluster.local");
     assert_true(c->body_timeout_s == 20);
@@ -187,6 +189,7 @@ static void check_defaults(const config_t *c)
     assert_int_equal(c->log_level, LOG_INFO);
     assert_null(c->keys_file);
     assert_int_equal(c->drain_timeout_s, 30);
+    assert_true(c->lora_timeout_s == 60);
     assert_null(c->cors_origins); /* no browser origin, /admin closed without keys */
     assert_false(c->admin_open);
     assert_int_equal(c->http_threads, 2);
