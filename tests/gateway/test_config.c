@@ -155,14 +155,14 @@ static void test_full_file(void **state)
     assert_int_equal(m->kv_type, CONFIG_KV_F32);
     assert_string_equal(m->kv_cache_dir, "/var/cache/pagoda/kv");
     assert_int_equal(m->kv_cache_mb, 8192);
-    assert_int_equal(m->line, 21);
+    assert_int_equal(m->line, 22);
     m = &c->models[1];
     assert_null(m->kv_cache_dir); /* no disk tier unless asked */
     assert_int_equal(m->kv_cache_mb, 4096);
     assert_string_equal(m->name, "meta-llama/Llama-3.2-1B");
     assert_string_equal(m->path, "/models/with space.gguf");
     assert_int_equal(m->replicas, 0);
-    assert_int_equal(m->line, 36); /* two lines down: "standby: false" and "step_budget_ms" above */
+    assert_int_equal(m->line, 37); /* two lines down: "standby: false" and "step_budget_ms" above */
     /* unspecified keys of the flow-style entry keep their defaults */
     assert_int_equal(m->max_seqs, 32);
     assert_int_equal(m->kv_type, CONFIG_KV_AUTO);
