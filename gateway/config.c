@@ -177,6 +177,7 @@ static const field_t top_fields[] = {
     OPTSTR("allowed_hosts", config_t, allowed_hosts, config_check_hosts),
     OPTSTR("worker_bin", config_t, worker_bin, config_check_path),
     DBL("drain_timeout_s", config_t, drain_timeout_s, 0.0, 86400.0),
+    DBL("lora_timeout_s", config_t, lora_timeout_s, 0.1, 86400.0),
     OPTSTR("cors_origins", config_t, cors_origins, config_check_origins),
     BOOL("admin_open", config_t, admin_open),
     BOOL("no_ui", config_t, no_ui),
@@ -425,6 +426,7 @@ config_t *config_default(void)
     c->body_rate_window_s = HTTP_DEFAULT_BODY_RATE_WINDOW_S;
     c->worker_bin = NULL;
     c->drain_timeout_s = 30;
+    c->lora_timeout_s = GATEWAY_DEFAULT_LORA_TIMEOUT_S;
     c->state_dir = NULL; /* gateway_main.c picks the default directory */
     c->responses_max_age_s = RESP_STORE_DEFAULT_MAX_AGE_S;
     c->responses_max_bytes = RESP_STORE_DEFAULT_MAX_BYTES;

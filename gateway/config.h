@@ -78,6 +78,9 @@
  *   drain_timeout_s              float    30                      0..86400 s; on SIGTERM, how long
  *                                                                 requests in flight may finish (new
  *                                                                 ones get 503 meanwhile)
+ *   lora_timeout_s               float    60                      0.1..86400 s; how long a run-time
+ *                                                                 adapter load/unload (/admin) waits
+ *                                                                 for the workers: then 504, undone
  *   cors_origins                 string   (none)                  browser origins allowed to call the API
  *                                                                 (CORS): "ORIGIN[,ORIGIN...]", each * or
  *                                                                 http[s]://HOST[:PORT]; a request whose
@@ -376,6 +379,7 @@ typedef struct config {
     char *allowed_hosts;       /* Host names accepted besides IPs and localhost, "A,B"; NULL = none */
     char *worker_bin;          /* NULL = pagoda-worker next to the gateway binary */
     double drain_timeout_s;    /* SIGTERM: how long requests in flight may finish, s */
+    double lora_timeout_s;     /* run-time adapter load/unload: the workers' answers' wait, s */
     char *cors_origins;        /* browser origins allowed (CORS), "A,B"; NULL = none */
     bool admin_open;           /* without keys_file, /admin/... answer anyone (else 403) */
     bool no_ui;                /* the web console (GET /ui/) is not served */

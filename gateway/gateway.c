@@ -1339,6 +1339,8 @@ struct gateway *gateway_new(const gateway_config_t *cfg)
                                                          : (int64_t)GATEWAY_DEFAULT_TIMEOUT_S * 1000000;
     gw->replica_grace_us = cfg->replica_grace_us > 0 ? cfg->replica_grace_us
                                                      : (int64_t)GATEWAY_DEFAULT_GRACE_S * 1000000;
+    gw->lora_timeout_us = cfg->lora_timeout_us > 0 ? cfg->lora_timeout_us
+                                                   : (int64_t)GATEWAY_DEFAULT_LORA_TIMEOUT_S * 1000000;
     gw->idle_timeout_us = cfg->idle_timeout_us > 0 ? cfg->idle_timeout_us
                                                    : (int64_t)GATEWAY_DEFAULT_IDLE_S * 1000000;
     gw->progress_timeout_us = cfg->progress_timeout_ms > 0    ? cfg->progress_timeout_ms * 1000

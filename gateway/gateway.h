@@ -98,6 +98,7 @@
 #define GATEWAY_DEFAULT_GRACE_S 30        /* --replica-grace */
 #define GATEWAY_DEFAULT_MAX_QUEUE 1024    /* --max-queue, per model */
 #define GATEWAY_DEFAULT_IDLE_S 300        /* --idle-timeout, on-demand models */
+#define GATEWAY_DEFAULT_LORA_TIMEOUT_S 60 /* --lora-timeout: the workers' answers to one adapter load or unload */
 #define GATEWAY_DEFAULT_MAX_REDISPATCH 2  /* --max-redispatch: worker losses a request survives */
 /* A RUNNING request past its progress deadline by this much (the worker enforces
  * deadline_ms itself, so normally its final EVENT comes first) gets 504 and a
@@ -116,6 +117,8 @@ typedef struct gateway_config {
     int64_t replica_grace_us;     /* how long a known model may have no replica before
                                      its requests get 503, 0 = default; not applied
                                      while a local worker of it is (re)starting */
+    int64_t lora_timeout_us;      /* how long a run-time adapter load or unload waits for
+                                     the workers' LORA_ACKs, 0 = default */
     const char *const *models;    /* (n_models) model names known from the start (local
                                      workers); others become known when a worker registers */
     size_t n_models;
@@ -204,6 +207,7 @@ struct gateway {
     prio_queue_config_t queue_cfg;/* [any] read-only */
     int64_t request_timeout_us;   /* [any] read-only */
     int64_t replica_grace_us;     /* [any] read-only */
+    int64_t lora_timeout_us;      /* [any] read-only: adapter loads' wait (gateway_lora.c) */
     int64_t idle_timeout_us;      /* [any] read-only */
     uint32_t max_redispatch;      /* [any] read-only */
     int64_t progress_timeout_us;  /* [any] read-only; floor of the progress deadline, 0 = off */

@@ -132,7 +132,7 @@ json_t *gateway_lora_admin(struct gateway *gw, const gateway_lora_req_t *rq)
     cmd->arg = c;
     cmd->arg_free = req_item_free;
     /* the core answers by its own deadline; the margin covers its tick */
-    return gateway_ask(gw, cmd, json_item_free, GATEWAY_LORA_TIMEOUT_US + 5000000);
+    return gateway_ask(gw, cmd, json_item_free, gw->lora_timeout_us + 5000000);
 }
 
 /* ---- core ---------------------------------------------------------------- */
@@ -229,8 +229,8 @@ static void op_finish(struct gateway *gw, size_t i, bool timed_out)
             j = error_json(400, "invalid_adapter", "path", "Adapter '%s' was not loaded: %s", rq->name, op->error);
         else if (timed_out)
             j = error_json(504, "timeout", NULL, "The workers of model '%s' did not answer the load of adapter '%s' "
-                                                 "within %d s.", rq->model, rq->name,
-                           (int)(GATEWAY_LORA_TIMEOUT_US / 1000000));
+                                                 "within %g s (--lora-timeout).", rq->model, rq->name,
+                           (double)gw->lora_timeout_us / 1e6);
         else
             j = error_json(503, "no_replica", NULL, "The workers of model '%s' went away while loading adapter '%s'.",
                            rq->model, rq->name);
@@ -250,7 +250,7 @@ static void op_begin(struct gateway *gw, gateway_lora_req_t **rqp, chan_t *reply
     vec_reserve(gw->lora_ops, gw->cap_lora_ops, gw->n_lora_ops + 1);
     gateway_lora_op_t *op = &gw->lora_ops[gw->n_lora_ops];
     *op = (gateway_lora_op_t){.seq = ++gw->next_lora_seq, .rq = rq, .entry = entry, .reply = chan_ref(reply),
-                              .deadline_us = clock_now_us() + GATEWAY_LORA_TIMEOUT_US};
+                              .deadline_us = clock_now_us() + gw->lora_timeout_us};
     *rqp = NULL;
     op->uids = xcalloc(gw->n_workers + 1, sizeof *op->uids);
     for (size_t i = 0; i < gw->n_workers; i++) {

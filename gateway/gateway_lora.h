@@ -8,7 +8,7 @@
  * LORA (proto/msg.h) to every ready local worker of the model and keeps the
  * operation until each answered LORA_ACK (each REGISTERs its new set just
  * before, which teaches the table the adapter's hash), its worker is gone,
- * or GATEWAY_LORA_TIMEOUT_US passed. All loaded: the entry is LIVE, the
+ * or gw->lora_timeout_us (--lora-timeout) passed. All loaded: the entry is LIVE, the
  * supervisor restarts the model's workers with the adapter from now on, and
  * the answer is 200. A worker refused: 400 with its message; timed out: 504;
  * either way the entry is GONE and the workers that loaded it unload it.
@@ -33,8 +33,6 @@
 #include "gateway/oai_error.h"
 #include "proto/msg.h"
 
-#define GATEWAY_LORA_TIMEOUT_US 60000000 /* the workers' answers to one load or unload */
-
 struct gateway;
 struct gateway_worker;
 struct gateway_lora_op;
@@ -54,7 +52,7 @@ typedef struct gateway_lora_req {
 int gateway_lora_check_file(const char *path, oai_error_t *e);
 
 /* Any thread: runs the load or unload and waits for its answer (bounded by
- * GATEWAY_LORA_TIMEOUT_US and a margin). NULL when the core did not answer. */
+ * gw->lora_timeout_us and a margin). NULL when the core did not answer. */
 json_t *gateway_lora_admin(struct gateway *gw, const gateway_lora_req_t *rq);
 
 /* The core's side runs as a GATEWAY_CMD_CALL_LATER command and installs

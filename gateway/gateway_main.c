@@ -122,6 +122,7 @@ static const struct flag_key {
     {"idle-timeout", "idle_timeout_s", true, false},
     {"standby", "standby", true, false},
     {"drain-timeout", "drain_timeout_s", false, false},
+    {"lora-timeout", "lora_timeout_s", false, false},
     {"routing", "routing.mode", false, false},
     {"routing-max-load-gap", "routing.max_load_gap", false, false},
     {"max-restarts", "restart.crash_loop_restarts", false, false},
@@ -283,7 +284,9 @@ static void usage(FILE *f)
             "                             within S seconds is FAILED (default %d in %d)\n"
             "                             [restart.crash_loop_restarts, restart.crash_loop_window_s]\n"
             "  --drain-timeout S          on SIGTERM, let requests finish this long (default 30)\n"
-            "                             [drain_timeout_s]\n",
+            "                             [drain_timeout_s]\n"
+            "  --lora-timeout S           how long POST /admin/models/M/loras waits for the\n"
+            "                             workers' answers before 504 (default %d) [lora_timeout_s]\n",
             GATEWAY_DEFAULT_MAX_QUEUE, GATEWAY_DEFAULT_TIMEOUT_S, GATEWAY_DEFAULT_GRACE_S,
             OAI_MAX_MESSAGES, OAI_MAX_TEXT_BYTES, HTTP_DEFAULT_IDLE_TIMEOUT_S,
             HTTP_DEFAULT_HEADER_TIMEOUT_S, HTTP_DEFAULT_BODY_TIMEOUT_S, HTTP_DEFAULT_BODY_MIN_RATE,
@@ -291,7 +294,7 @@ static void usage(FILE *f)
             GATEWAY_DEFAULT_MAX_REDISPATCH, PROTO_HEARTBEAT_MS,
             PROTO_PROGRESS_SCALE, PROTO_PROGRESS_TIMEOUT_MS,
             GATEWAY_DEFAULT_IDLE_S,
-            SUPERVISOR_FAIL_RESTARTS, SUPERVISOR_FAIL_WINDOW_MS / 1000);
+            SUPERVISOR_FAIL_RESTARTS, SUPERVISOR_FAIL_WINDOW_MS / 1000, GATEWAY_DEFAULT_LORA_TIMEOUT_S);
     /* the modes from route.h's table */
     fprintf(f, "  --routing MODE             [routing.mode], one of:\n");
     for (int m = 0; m < ROUTE_N_MODES; m++)
@@ -758,6 +761,7 @@ static gateway_config_t core_config(const config_t *cfg, const curve_setup_t *cs
         .max_queue = (size_t)cfg->queue.max_per_model, .aging_per_s = cfg->queue.aging_per_s,
         .request_timeout_us = (int64_t)(cfg->queue.default_timeout_s * 1e6),
         .replica_grace_us = (int64_t)(cfg->queue.replica_grace_s * 1e6),
+        .lora_timeout_us = (int64_t)(cfg->lora_timeout_s * 1e6),
         .models = names, .n_models = cfg->n_models, .idle_timeout_s = idle_s,
         .curve_secret_key = cs->on ? cs->srv_sec : NULL, .curve_authorized = cs->authorized,
         .max_redispatch = cfg->queue.max_redispatch > 0 ? cfg->queue.max_redispatch : -1,

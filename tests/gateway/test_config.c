@@ -63,6 +63,7 @@ static const char *FULL =
     "images: { max_bytes: 1048576, max_pixels: 4000000, max_images: 3 }\n"
     "restart: { backoff_initial_ms: 250, backoff_max_ms: 8000, crash_loop_restarts: 7, crash_loop_window_s: 90 }\n"
     "drain_timeout_s: 45\n"
+    "lora_timeout_s: 7.5\n"
     "cors_origins: 'http://localhost:3000, https://app.example.com:8443'\n"
     "admin_open: true\n"
     "curve:\n"
@@ -123,6 +124,7 @@ static void test_full_file(void **state)
     assert_int_equal(c->restart.crash_loop_restarts, 7);
     assert_true(c->restart.crash_loop_window_s == 90);
     assert_int_equal(c->drain_timeout_s, 45);
+    assert_true(c->lora_timeout_s == 7.5);
     assert_string_equal(c->cors_origins, "http://localhost:3000, https://app.example.com:8443");
     assert_string_equal(c->allowed_hosts, "pagoda.internal, *.svc.cluster.local");
     assert_true(c->body_timeout_s == 20);
@@ -153,14 +155,14 @@ static void test_full_file(void **state)
     assert_int_equal(m->kv_type, CONFIG_KV_F32);
     assert_string_equal(m->kv_cache_dir, "/var/cache/pagoda/kv");
     assert_int_equal(m->kv_cache_mb, 8192);
-    assert_int_equal(m->line, 21);
+    assert_int_equal(m->line, 22);
     m = &c->models[1];
     assert_null(m->kv_cache_dir); /* no disk tier unless asked */
     assert_int_equal(m->kv_cache_mb, 4096);
     assert_string_equal(m->name, "meta-llama/Llama-3.2-1B");
     assert_string_equal(m->path, "/models/with space.gguf");
     assert_int_equal(m->replicas, 0);
-    assert_int_equal(m->line, 36); /* two lines down: "standby: false" and "step_budget_ms" above */
+    assert_int_equal(m->line, 37); /* two lines down: "standby: false" and "step_budget_ms" above */
     /* unspecified keys of the flow-style entry keep their defaults */
     assert_int_equal(m->max_seqs, 32);
     assert_int_equal(m->kv_type, CONFIG_KV_AUTO);
@@ -187,6 +189,7 @@ static void check_defaults(const config_t *c)
     assert_int_equal(c->log_level, LOG_INFO);
     assert_null(c->keys_file);
     assert_int_equal(c->drain_timeout_s, 30);
+    assert_true(c->lora_timeout_s == 60);
     assert_null(c->cors_origins); /* no browser origin, /admin closed without keys */
     assert_false(c->admin_open);
     assert_int_equal(c->http_threads, 2);

@@ -19,6 +19,10 @@
 #   - unloading the start-up adapter, then kill -9 of the worker: the
 #     restarted worker has the run-time adapter (its text) and not the
 #     unloaded start-up one (loading that name again succeeds).
+#   - a worker that never answers (kill -STOP; a second gateway with
+#     --lora-timeout 2): the load → 504 timeout, the adapter is not served,
+#     another model keeps serving; after kill -CONT the worker undoes the
+#     late load (its log), the base serves, and the name loads again (200).
 source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
@@ -186,6 +190,51 @@ t=$(comp rt "$P"); check "the restarted worker serves rt = pagoda-run --lora rt.
 load "{\"name\":\"boot\",\"path\":\"$TMP/boot.gguf\",\"scale\":1.5}"
 check "the restarted worker came without the unloaded boot (loading it again → 200)" bash -c "[[ $CODE == 200 ]]"
 t=$(comp boot "$P"); check "boot again = pagoda-run --lora boot.gguf:1.5" test "$t" == "$RBOOT"
+
+# --- a worker that never answers: 504 after --lora-timeout, undone -----------
+# A second gateway, --lora-timeout 2: base's worker is stopped (SIGSTOP), so
+# it cannot answer the LORA; a heartbeat of 20 s keeps the gateway from
+# declaring it dead (3 silent intervals) before the load's deadline, which
+# would answer 503 instead. Model "other" (its own worker) keeps serving.
+hp2=$(free_port); zp2=$(free_port)
+URL2=http://127.0.0.1:$hp2
+spawn "$TMP/gw2.log" "$GW" --listen 127.0.0.1:$hp2 --worker-endpoint tcp://127.0.0.1:$zp2 --keys "$TMP/keys.txt" \
+  --model "base=$BASE" --model "other=$BASE" --threads 1 --lora-timeout 2 --heartbeat-ms 20000 \
+  --worker-arg=--exact-matmul --worker-arg=--kv-type=f32
+ready2() { curl -sf "${ADM[@]}" "$URL2/health" | py "j['models']['base']['replicas']==1 and j['models']['other']['replicas']==1"; }
+check "second gateway (--lora-timeout 2) up, two workers" wait_for 90 ready2
+WPID2=$(curl -sf "${ADM[@]}" "$URL2/admin/workers" | python3 -c "import json,sys; print([w['pid'] for w in json.load(sys.stdin)['workers'] if w['model']=='base'][0])")
+comp2() { # MODEL → text on stdout, status in $CODE
+  local u=$URL; URL=$URL2; comp "$1" "$P"; URL=$u
+}
+if [[ $WPID2 =~ ^[0-9]+$ ]] && kill -STOP "$WPID2"; then
+  stopped() { [[ $(awk '{print $3}' "/proc/$WPID2/stat" 2>/dev/null) == T ]]; }
+  check "base's worker is stopped (state T)" wait_for 30 stopped
+  URL_SAVE=$URL; URL=$URL2
+  load "{\"name\":\"rt\",\"path\":\"$TMP/rt.gguf\",\"scale\":0.5}"
+  URL=$URL_SAVE
+  check "load on a stopped worker → 504 timeout naming --lora-timeout" bash -c \
+    "[[ $CODE == 504 ]] && python3 -c \"import json,sys; e=json.load(open('$TMP/body'))['error']; sys.exit(0 if e['code']=='timeout' and 'within 2 s (--lora-timeout)' in e['message'] else 1)\""
+  t=$(comp2 other); check "while base's worker is stopped, model other serves (= pagoda-run)" test "$t" == "$R0"
+  check "the timed-out adapter is not listed" bash -c \
+    "curl -sf -H 'Authorization: Bearer user-secret' '$URL2/v1/models' | python3 -c \"import json,sys; sys.exit(0 if sorted(m['id'] for m in json.load(sys.stdin)['data'])==['base','other'] else 1)\""
+  comp2 rt >/dev/null; check "a request for the timed-out adapter → 404 model_not_found" err_is 404 model model_not_found
+  kill -CONT "$WPID2"
+  # resumed, the worker reads the LORA (loads rt, its late ACK ignored), then
+  # the gateway's undo (unloads it): wait for the unload in its log
+  undone() { grep -q 'adapter rt unloaded' "$TMP/gw2.log"; }
+  check "kill -CONT: the worker undoes the late load (its log: adapter rt unloaded)" wait_for 60 undone
+  t=$(comp2 base); check "base serves again, = pagoda-run" test "$t" == "$R0"
+  URL_SAVE=$URL; URL=$URL2
+  load "{\"name\":\"rt\",\"path\":\"$TMP/rt.gguf\",\"scale\":0.5}"
+  URL=$URL_SAVE
+  check "loading rt again → 200 (the worker no longer holds it)" bash -c "[[ $CODE == 200 ]]"
+  t=$(comp2 rt); check "rt = pagoda-run --lora rt.gguf:0.5" test "$t" == "$RRT"
+  t=$(comp2 other); check "other still = pagoda-run" test "$t" == "$R0"
+  check "no worker of the second gateway restarted" bash -c "! grep -q 'restarting in' '$TMP/gw2.log'"
+else
+  fail "the second gateway's base worker pid ($WPID2) could not be stopped"
+fi
 
 # --- a file only another user may read ---------------------------------------
 if ! command -v setpriv >/dev/null; then

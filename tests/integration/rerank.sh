@@ -14,7 +14,9 @@
 # results sorted by score (ties by index), top_n, return_documents, usage;
 # /v1/score in text_2's order with the same scores; a document alone = the same
 # document in a batch and beside generation requests; hostile rows → 400 in
-# the OpenAI error shape; a model without a rank head → 400; keys like other routes.
+# the OpenAI error shape; a model without a rank head → 400; keys like other
+# routes; two clients nobody here wrote, pointed at the gateway: the cohere-ai
+# SDK (rerank_sdk.mjs) and LangChain JS's CohereRerank (rerank_langchain.mjs).
 source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
@@ -82,7 +84,7 @@ pair_ids() { # MODEL DOC
 
 # ref MODEL RESPONSE TOL KIND: the response's scores vs the reference's output 0
 ref() {
-  local model=$1 resp=$2 tol=$3 kind=$4 args=()
+  local model=$1 resp=$2 tol=$3 kind=$4 args=() d # d: not check()'s description
   if [[ ! -f $TMP/ref_$model.bin ]]; then # the pairs' ids and the reference, once per model
     for d in "${DOCS[@]}"; do
       local ids; ids=$(pair_ids "$model" "$d")
@@ -226,8 +228,10 @@ check "/v2/rerank (Cohere v2's path) serves the same shape" py "len(j['results']
 if command -v node >/dev/null && bash "$ROOT/tests/js/ensure.sh"; then
   URL=$URL KEY=secret-rr MODEL=q3 QUERY="$QUERY" DOCS="$DOCS_JSON" SCORES="$TMP/q3.json" \
     run_node_tap 120 "$ROOT/tests/integration/rerank_sdk.mjs"
+  URL=$URL KEY=secret-rr MODEL=q3 QUERY="$QUERY" DOCS="$DOCS_JSON" SCORES="$TMP/q3.json" \
+    run_node_tap 120 "$ROOT/tests/integration/rerank_langchain.mjs"
 else
-  skip "node/npm or the npm packages unavailable: no cohere-ai SDK test"
+  skip "node/npm or the npm packages unavailable: no cohere-ai SDK or LangChain CohereRerank test"
 fi
 req /v1/rerank "{\"model\":\"q3\",\"query\":\"$QUERY\",\"documents\":[\"${DOCS[1]}\"]}"
 check "after the hostile rows the server still serves (same score)" python3 -c "

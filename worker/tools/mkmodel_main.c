@@ -37,7 +37,10 @@
  * --rank 1 writes a reranker (worker/model/rank_head.h): pooling_type 4 and
  * the family's rank head, F32 — for a family with rank_last_softmax
  * (qwen3) the Qwen3-Reranker layout, cls.output.weight [dim, 2] (what the
- * converter takes from the lm_head rows of "yes" and "no"); for the others
+ * converter takes from the lm_head rows of "yes" and "no") and, as the
+ * converter writes it, {arch}.classifier.output_labels ["yes", "no"]
+ * (llama.cpp sizes cls.output by it and cannot load the file without it);
+ * for the others
  * a classification head, cls.weight [dim, dim] N(0, 1/dim), cls.bias [dim]
  * N(0, 0.02^2), cls.output.weight [dim, 1] N(0, 1/dim), cls.output.bias [1].
  * --rerank-template FILE writes tokenizer.chat_template.rerank (the text
@@ -703,6 +706,12 @@ static int64_t write_metadata(gguf_writer_t *w, const opts_t *o, const gguf_t *t
         gguf_writer_set_u32(w, K("pooling_type"), 4); /* rank */
     else if (o->pooling >= 0)
         gguf_writer_set_u32(w, K("pooling_type"), (uint32_t)o->pooling);
+    if (o->rank && o->fam->rank_last_softmax) {
+        /* the converter's labels of cls.output's rows: llama.cpp sizes
+         * cls.output by their count (default 1) and refuses the file without */
+        static const gguf_str_t labels[2] = {{"yes", 3}, {"no", 2}};
+        gguf_writer_set_arr_gstr(w, K("classifier.output_labels"), labels, 2);
+    }
     gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)o->dim);
     gguf_writer_set_u32(w, K("block_count"), (uint32_t)o->layers);
     gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)o->ffn);
