@@ -5,7 +5,7 @@
 #     and "no"; last token; softmax) and a rerank template
 #     (tokenizer.chat_template.rerank with {query} / {document});
 #   * "cls": llama with a classification head (cls.weight + bias, tanh,
-#     cls.output 1 row + bias; first token), no template: [BOS] query document.
+#     cls.output 1 row + bias; last token, docs/API.md), no template: [BOS] query document.
 # Scores are checked against the independent NumPy forward pass
 # (tests/ref/llama_ref.py --rank) on the pair's token ids — built here from
 # /tokenize of the prompt the rule above gives — with tolerance |diff| ≤ 1e-4
@@ -132,6 +132,9 @@ done
 check "q3: the documents' scores differ (the last token sees the document)" python3 -c "
 import json,sys; r=json.load(open('$TMP/q3.json'))['results']
 sys.exit(0 if len({x['relevance_score'] for x in r})==4 and all(0<x['relevance_score']<1 for x in r) else 1)"
+check "cls: the documents' scores differ (the head reads the last token, which sees the document)" python3 -c "
+import json,sys; r=json.load(open('$TMP/cls.json'))['results']
+sys.exit(0 if len({x['relevance_score'] for x in r})==4 else 1)"
 
 # top_n, return_documents, object documents, the /rerank alias
 DOCS_OBJ=$(python3 -c 'import json,sys; print(json.dumps([{"text":d} for d in sys.argv[1:]]))' "${DOCS[@]}")

@@ -69,8 +69,9 @@ Usage:
   llama_ref.py MODEL --seq 1,2,3 [--seq ...] --rank FILE
       writes the rank head's outputs per sequence, float32 little-endian
       (n_seq, n_out), for a reranker (pooling_type 4): the final hidden state
-      of the first position — of the last for qwen3, the Qwen3-Reranker layout —
-      through y = tanh(cls.weight @ h + cls.bias) when cls.weight exists, then
+      of the last position (every family here is a decoder: only the last
+      position has seen the whole pair, as in Hugging Face's
+      *ForSequenceClassification for decoder models) through y = tanh(cls.weight @ h + cls.bias) when cls.weight exists, then
       y = cls.output.weight @ y + cls.output.bias when cls.output.weight exists,
       then (qwen3) softmax(y). Output 0 is the relevance score.
 """
@@ -436,7 +437,7 @@ def main():
         with open(args.rank, "wb") as f:
             for s in seqs:
                 h = m.forward(s, hidden=True)
-                y = h[-1] if m.arch == "qwen3" else h[0]
+                y = h[-1]
                 if m.cls_w is not None:
                     w = m.cls_w.reshape(-1, y.shape[0])
                     y = np.tanh(w @ y + (m.cls_b.reshape(-1) if m.cls_b is not None else 0.0))

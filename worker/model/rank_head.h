@@ -12,12 +12,17 @@
  *   cls.output.bias    [n_out]           optional (absent = 0)
  *
  * x is the output of the final norm (the hidden state embeddings pool) at
- * ONE token of the sequence: the first (classification-head rerankers:
- * the [CLS] position), or the last for a family whose row in
- * MODEL_ARCH_TABLE has rank_last_softmax (Qwen3-Reranker: a causal LM whose
- * cls.output holds the lm_head rows of "yes" and "no", in that order), whose
- * outputs are then softmaxed. The relevance score is output 0: a raw logit
- * for a classification head, P(yes) = sigmoid(l_yes - l_no) for Qwen3.
+ * the LAST token of the sequence, whatever the family. llama.cpp reads the
+ * first token ([CLS]) for its encoder-only (BERT-like) rerankers and the
+ * last only for Qwen3; every family pagoda runs is a decoder with causal
+ * attention, where the first position sees nothing but itself (a
+ * classification head there would give every document the same score), so
+ * pagoda reads the last position, as Hugging Face's *ForSequenceClassification
+ * does for decoder models. A family whose row in MODEL_ARCH_TABLE has
+ * rank_last_softmax (Qwen3-Reranker: cls.output holds the lm_head rows of
+ * "yes" and "no", in that order) has its outputs softmaxed. The relevance
+ * score is output 0: a raw logit for a classification head, P(yes) =
+ * sigmoid(l_yes - l_no) for Qwen3.
  *
  * The head is small (at most dim·n_hidden + n_hidden·n_out weights), held
  * dequantized in floats owned by the head; scores are computed in double.
