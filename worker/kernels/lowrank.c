@@ -329,6 +329,89 @@ VMATH_FN static void cols_avx2(const float *const *ts, int nr, const uint8_t *bt
 #undef LOWRANK_CK
 #undef LOWRANK_C
 }
+
+/* cols_scalar's arithmetic with AVX-512: 64 then 16 outputs a block
+ * (4 × nr or nr zmm accumulators over the whole rank; a 64-output panel is
+ * one block), the tail one output at a time. Each output's chain is the
+ * same as in cols_scalar, so the bits are too. */
+#define LOWRANK_T512 "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl"
+
+static inline __attribute__((always_inline, target(LOWRANK_T512))) __m512 ldw16(const void *wv, int64_t i,
+                                                                                 const int kind)
+{
+    if (kind == W_I8)
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const int8_t *)wv + i))));
+    return kind == W_F16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)wv + i)))
+                         : _mm512_loadu_ps((const float *)wv + i);
+}
+
+static inline __attribute__((always_inline, target(LOWRANK_T512))) void
+cols_avx512_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_rb, const int kind, const float *d,
+              int64_t r, float s, int64_t o0, int64_t o1, float *const *ys)
+{
+    const __m512 sv = _mm512_set1_ps(s);
+    int64_t o = o0;
+    for (; o + 64 <= o1; o += 64) {
+        __m512 acc[LOWRANK_ROWS][4];
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++)
+            acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = _mm512_setzero_ps();
+        for (int64_t k = 0; k < r; k++) {
+            const uint8_t *row = bt + (size_t)k * bt_rb;
+            const __m512 b0 = ldw16(row, o, kind), b1 = ldw16(row, o + 16, kind), b2 = ldw16(row, o + 32, kind),
+                         b3 = ldw16(row, o + 48, kind);
+            _Pragma("GCC unroll 4")
+            for (int q = 0; q < nr; q++) {
+                const __m512 tq = _mm512_set1_ps(ts[q][k]);
+                acc[q][0] = _mm512_fmadd_ps(tq, b0, acc[q][0]);
+                acc[q][1] = _mm512_fmadd_ps(tq, b1, acc[q][1]);
+                acc[q][2] = _mm512_fmadd_ps(tq, b2, acc[q][2]);
+                acc[q][3] = _mm512_fmadd_ps(tq, b3, acc[q][3]);
+            }
+        }
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++)
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < 4; c++) {
+                __m512 v = d ? _mm512_mul_ps(acc[q][c], _mm512_loadu_ps(d + o + 16 * c)) : acc[q][c];
+                _mm512_storeu_ps(ys[q] + o + 16 * c, _mm512_fmadd_ps(sv, v, _mm512_loadu_ps(ys[q] + o + 16 * c)));
+            }
+    }
+    for (; o + 16 <= o1; o += 16) {
+        __m512 acc[LOWRANK_ROWS];
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++)
+            acc[q] = _mm512_setzero_ps();
+        for (int64_t k = 0; k < r; k++) {
+            const __m512 b0 = ldw16(bt + (size_t)k * bt_rb, o, kind);
+            _Pragma("GCC unroll 4")
+            for (int q = 0; q < nr; q++)
+                acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(ts[q][k]), b0, acc[q]);
+        }
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++) {
+            __m512 v = d ? _mm512_mul_ps(acc[q], _mm512_loadu_ps(d + o)) : acc[q];
+            _mm512_storeu_ps(ys[q] + o, _mm512_fmadd_ps(sv, v, _mm512_loadu_ps(ys[q] + o)));
+        }
+    }
+    if (o < o1) /* the tail: cols_avx2's, the same chains */
+        cols_avx2(ts, nr, bt, bt_rb, kind, d, r, s, o, o1, ys);
+}
+
+__attribute__((target(LOWRANK_T512))) static void cols_avx512(const float *const *ts, int nr, const uint8_t *bt,
+                                                               size_t bt_rb, int kind, const float *d, int64_t r,
+                                                               float s, int64_t o0, int64_t o1, float *const *ys)
+{
+#define LOWRANK_C(N) cols_avx512_n(ts, N, bt, bt_rb, K_, d, r, s, o0, o1, ys)
+#define LOWRANK_CK(K)                                                        \
+    do {                                                                     \
+        enum { K_ = K };                                                     \
+        LOWRANK_NR(LOWRANK_C)                                                \
+    } while (0)
+    LOWRANK_KIND(LOWRANK_CK)
+#undef LOWRANK_CK
+#undef LOWRANK_C
+}
 #undef LOWRANK_KIND
 #undef LOWRANK_NR
 #endif
@@ -379,9 +462,10 @@ int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads
     dots_fn dots = dots_scalar;
     cols_fn cols = cols_scalar;
 #ifdef VMATH_X86
-    if (lowrank_isa() != QGEMM_ISA_SCALAR) {
+    const qgemm_isa_t isa = lowrank_isa();
+    if (isa != QGEMM_ISA_SCALAR) {
         dots = dots_avx2;
-        cols = cols_avx2;
+        cols = isa == QGEMM_ISA_AVX512VNNI ? cols_avx512 : cols_avx2;
     }
 #endif
     /* Every thread walks the same task list in the same order and runs the
@@ -439,8 +523,13 @@ qgemm_isa_t lowrank_isa(void)
     if (v)
         return (qgemm_isa_t)v;
 #ifdef VMATH_X86
-    /* one vector path: AVX2 + FMA + F16C, unless PAGODA_ISA asks for scalar */
-    if (qgemm_isa_default() != QGEMM_ISA_SCALAR && cpu_has_avx2_fma_f16c())
+    /* AVX-512 when the int8 kernels run it (PAGODA_ISA=avx512vnni or amx, or
+     * the default on such a CPU), else AVX2 + FMA + F16C unless PAGODA_ISA
+     * says scalar */
+    const qgemm_isa_t q = qgemm_isa_default();
+    if ((q == QGEMM_ISA_AVX512VNNI || q == QGEMM_ISA_AMX) && cpu_has_avx2_fma_f16c())
+        return QGEMM_ISA_AVX512VNNI;
+    if (q != QGEMM_ISA_SCALAR && cpu_has_avx2_fma_f16c())
         return QGEMM_ISA_AVX2;
 #endif
     return QGEMM_ISA_SCALAR;
@@ -448,13 +537,14 @@ qgemm_isa_t lowrank_isa(void)
 
 int lowrank_set_isa(qgemm_isa_t isa)
 {
-    if (isa != QGEMM_ISA_AUTO && isa != QGEMM_ISA_SCALAR && isa != QGEMM_ISA_AVX2)
+    if (isa != QGEMM_ISA_AUTO && isa != QGEMM_ISA_SCALAR && isa != QGEMM_ISA_AVX2 && isa != QGEMM_ISA_AVX512VNNI)
         return -1;
 #ifdef VMATH_X86
-    if (isa == QGEMM_ISA_AVX2 && !cpu_has_avx2_fma_f16c())
+    if ((isa == QGEMM_ISA_AVX2 && !cpu_has_avx2_fma_f16c()) ||
+        (isa == QGEMM_ISA_AVX512VNNI && !(cpu_has_avx2_fma_f16c() && qgemm_isa_available(QGEMM_ISA_AVX512VNNI))))
         return -1;
 #else
-    if (isa == QGEMM_ISA_AVX2)
+    if (isa != QGEMM_ISA_AUTO && isa != QGEMM_ISA_SCALAR)
         return -1;
 #endif
     atomic_store_explicit(&g_isa, (int)isa, memory_order_relaxed);

@@ -342,17 +342,15 @@ static void test_bad_args(void **state)
     free(B);
 }
 
-/* The scalar and AVX2 kernels give the same bits for F32, F16 and int8
- * pairs (ranks with rank-block and chain tails, in and out with tails). */
+/* The scalar, AVX2 and AVX-512 kernels give the same bits for F32, F16 and
+ * int8 pairs (ranks with rank-block and chain tails, in and out with
+ * tails; out = 147: AVX-512's 64- and 16-wide blocks and a tail). A path
+ * the CPU lacks is skipped with a message. */
 static void test_isa_bits(void **state)
 {
     (void)state;
-    if (lowrank_set_isa(QGEMM_ISA_AVX2) != 0) {
-        print_message("skipped: this CPU lacks AVX2 + FMA + F16C (only the scalar kernels run)\n");
-        lowrank_set_isa(QGEMM_ISA_AUTO);
-        return;
-    }
-    enum { IN = 100, OUT = 83, R = 70 };
+    const qgemm_isa_t isas[] = {QGEMM_ISA_AVX2, QGEMM_ISA_AVX512VNNI};
+    enum { IN = 100, OUT = 147, R = 70 };
     const int ranks[] = {8, 64, 53};
     float *x = malloc((size_t)R * IN * sizeof(float)), *y0 = malloc((size_t)R * OUT * sizeof(float));
     float *ys = malloc((size_t)R * OUT * sizeof(float)), *yv = malloc((size_t)R * OUT * sizeof(float));
@@ -362,38 +360,45 @@ static void test_isa_bits(void **state)
     int32_t rows[R];
     for (int j = 0; j < R; j++)
         rows[j] = (int32_t)((j * 3) % R); /* gcd(3, 70) = 1: a permutation */
-    for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++)
-        for (int kind = 0; kind < 3; kind++) { /* F32, F16, int8 */
-            const int r = ranks[ri];
-            float *A, *B;
-            lowrank_t lr = make_pair_p(r, IN, OUT, &A, &B, 60 + ri, kind == 2);
-            if (kind == 1) {
-                for (size_t i = 0; i < (size_t)r * IN; i++)
-                    A16[i] = quant_fp32_to_fp16(A[i]);
-                for (size_t i = 0; i < (size_t)OUT * r; i++)
-                    B16[i] = quant_fp32_to_fp16(B[i]);
-                lowrank_release(&lr);
-                lr.a = (matmul_weight_t){.type = GGML_TYPE_F16, .rows = r, .cols = IN, .row_bytes = (size_t)IN * 2,
-                                         .data = (const uint8_t *)A16};
-                lr.b = (matmul_weight_t){.type = GGML_TYPE_F16, .rows = OUT, .cols = r, .row_bytes = (size_t)r * 2,
-                                         .data = (const uint8_t *)B16};
-                assert_int_equal(lowrank_prepare(&lr, 0), 0);
-            }
-            const lowrank_t *pp = &lr;
-            const float s = 1.25f;
-            memcpy(ys, y0, (size_t)R * OUT * 4);
-            memcpy(yv, y0, (size_t)R * OUT * 4);
-            assert_int_equal(lowrank_set_isa(QGEMM_ISA_SCALAR), 0);
-            assert_int_equal(apply1(&pp, &s, 1, x, IN, rows, R, ys, OUT, 2), 0);
-            assert_int_equal(lowrank_set_isa(QGEMM_ISA_AVX2), 0);
-            assert_int_equal(apply1(&pp, &s, 1, x, IN, rows, R, yv, OUT, 2), 0);
-            if (memcmp(ys, yv, (size_t)R * OUT * 4) != 0)
-                fail_msg("rank %d, %s: the AVX2 kernels differ from the scalar ones", r,
-                         kind == 0 ? "F32" : kind == 1 ? "F16" : "int8");
-            lowrank_release(&lr);
-            free(A);
-            free(B);
+    for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+        if (lowrank_set_isa(isas[ii]) != 0) {
+            print_message("skipped %s: this CPU lacks it\n", qgemm_isa_name(isas[ii]));
+            continue;
         }
+        for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++)
+            for (int kind = 0; kind < 3; kind++) { /* F32, F16, int8 */
+                const int r = ranks[ri];
+                float *A, *B;
+                lowrank_t lr = make_pair_p(r, IN, OUT, &A, &B, 60 + ri, kind == 2);
+                if (kind == 1) {
+                    for (size_t i = 0; i < (size_t)r * IN; i++)
+                        A16[i] = quant_fp32_to_fp16(A[i]);
+                    for (size_t i = 0; i < (size_t)OUT * r; i++)
+                        B16[i] = quant_fp32_to_fp16(B[i]);
+                    lowrank_release(&lr);
+                    lr.a = (matmul_weight_t){.type = GGML_TYPE_F16, .rows = r, .cols = IN,
+                                             .row_bytes = (size_t)IN * 2, .data = (const uint8_t *)A16};
+                    lr.b = (matmul_weight_t){.type = GGML_TYPE_F16, .rows = OUT, .cols = r,
+                                             .row_bytes = (size_t)r * 2, .data = (const uint8_t *)B16};
+                    assert_int_equal(lowrank_prepare(&lr, 0), 0);
+                }
+                const lowrank_t *pp = &lr;
+                const float s = 1.25f;
+                memcpy(ys, y0, (size_t)R * OUT * 4);
+                memcpy(yv, y0, (size_t)R * OUT * 4);
+                assert_int_equal(lowrank_set_isa(QGEMM_ISA_SCALAR), 0);
+                assert_int_equal(apply1(&pp, &s, 1, x, IN, rows, R, ys, OUT, 2), 0);
+                assert_int_equal(lowrank_set_isa(isas[ii]), 0);
+                assert_int_equal(lowrank_isa(), isas[ii]);
+                assert_int_equal(apply1(&pp, &s, 1, x, IN, rows, R, yv, OUT, 2), 0);
+                if (memcmp(ys, yv, (size_t)R * OUT * 4) != 0)
+                    fail_msg("%s, rank %d, %s: differs from the scalar kernels", qgemm_isa_name(isas[ii]), r,
+                             kind == 0 ? "F32" : kind == 1 ? "F16" : "int8");
+                lowrank_release(&lr);
+                free(A);
+                free(B);
+            }
+    }
     lowrank_set_isa(QGEMM_ISA_AUTO);
     free(x);
     free(y0);
@@ -477,14 +482,16 @@ static void test_int8_bound(void **state)
  * 28 rows (3 or 4 per adapter), four lowrank_apply calls a layer as the
  * forward pass makes them (q/k/v, o, gate/up, down), every factor distinct
  * (~100 MB of F16: they stream from memory). Prints the best of
- * LOWRANK_BENCH_REPS (10) wall times per step, float (F16) and int8 pairs,
- * 1 and 2 threads. A number, not an assertion. */
+ * LOWRANK_BENCH_REPS (20) wall and process CPU times per step (on a loaded
+ * machine the 1-thread CPU time is the steadier number), float (F16) and
+ * int8 pairs, 1 and 2 threads, on the ISA lowrank_isa() picks (PAGODA_ISA
+ * chooses). A number, not an assertion. */
 enum { BL = 12, BD = 768, BF = 2048, BAD = 8, BROWS = 28, BP = 7 };
 
-static double now_s(void)
+static double now_s(clockid_t c)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(c, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -495,7 +502,7 @@ static void test_bench(void **state)
         print_message("skipped: LOWRANK_BENCH unset (a benchmark, not a test)\n");
         return;
     }
-    const int reps = getenv("LOWRANK_BENCH_REPS") ? atoi(getenv("LOWRANK_BENCH_REPS")) : 10;
+    const int reps = getenv("LOWRANK_BENCH_REPS") ? atoi(getenv("LOWRANK_BENCH_REPS")) : 20;
     /* projections q k v o gate up down: in, out */
     const int pin[BP] = {BD, BD, BD, BD, BD, BD, BF}, pout[BP] = {BD, BD, BD, BD, BF, BF, BD};
     lowrank_t *pr = calloc((size_t)BL * BAD * BP, sizeof *pr);
@@ -530,9 +537,9 @@ static void test_bench(void **state)
         for (int i = 0; i < BL * BAD * BP; i++)
             assert_int_equal(lowrank_prepare(&pr[i], int8), 0);
         for (int th = 1; th <= 2; th++) {
-            double best = 1e9;
+            double best = 1e9, best_cpu = 1e9;
             for (int rep = 0; rep < reps; rep++) {
-                const double t0 = now_s();
+                const double t0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
                 for (int l = 0; l < BL; l++)
                     for (int c = 0; c < 4; c++) {
                         lowrank_job_t jobs[BAD * 3];
@@ -550,11 +557,12 @@ static void test_bench(void **state)
                         assert_true(lowrank_scratch_floats(jobs, nj) <= (size_t)BROWS * 64 * 3);
                         assert_int_equal(lowrank_apply(jobs, nj, t, th), 0);
                     }
-                best = fmin(best, now_s() - t0);
+                best = fmin(best, now_s(CLOCK_MONOTONIC) - t0);
+                best_cpu = fmin(best_cpu, now_s(CLOCK_PROCESS_CPUTIME_ID) - c0);
             }
-            print_message("lowrank bench (%s): %s pairs, %d thread%s: %.2f ms a step (best of %d)\n",
+            print_message("lowrank bench (%s): %s pairs, %d thread%s: %.2f ms a step, CPU %.2f ms (best of %d)\n",
                           qgemm_isa_name(lowrank_isa()), int8 ? "int8" : "F16", th, th > 1 ? "s" : "", best * 1e3,
-                          reps);
+                          best_cpu * 1e3, reps);
         }
     }
     for (int i = 0; i < BL * BAD * BP; i++) {
