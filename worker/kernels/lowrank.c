@@ -82,16 +82,34 @@ size_t lowrank_scratch_floats(const lowrank_job_t *jobs, int n_jobs)
 }
 
 /* out[r] = xs[r][0..len) · w[0..len) for r < nr (nr <= LOWRANK_ROWS), w F32,
- * F16 or int8 (kind; converted exactly): eight float lanes over the
- * multiples of 8, a fixed horizontal sum, then the tail in order. Each row's
- * arithmetic is the same whatever nr is, and an F16 w gives the bits of an
- * F32 w holding the same values. dots2 does two w at once (the x loads
- * shared), each output with dots' arithmetic. */
+ * F16 or int8 (kind; converted exactly): sixteen float lanes over the
+ * multiples of 16 (lane l sums the products of elements 16m + l in order
+ * of m, each a fused multiply-add), then lanes l and l + 8 added, a fixed
+ * horizontal sum of those 8 (vmath_hsum8's), then the tail in order by
+ * fused multiply-adds. Every path (scalar, AVX2 as two 8-lane halves,
+ * AVX-512 as one 16-lane register) does these IEEE operations, so each
+ * row's bits are the same whatever nr, the path or the rows beside it, and
+ * an F16 w gives the bits of an F32 w holding the same values. */
 static inline float dot_tail(float v, const float *x, const void *wv, int kind, int64_t i, int64_t len)
 {
     for (int64_t k = i; k < len; k++)
         v = fmaf(x[k], w_at(wv, kind, k), v);
     return v;
+}
+
+static void dots_scalar1(const float *const *xs, int nr, const void *wv, int kind, int64_t len, float *out)
+{
+    for (int r = 0; r < nr; r++) {
+        float lane[16] = {0}, h[8];
+        int64_t i = 0;
+        for (; i + 16 <= len; i += 16)
+            for (int l = 0; l < 16; l++)
+                lane[l] = fmaf(xs[r][i + l], w_at(wv, kind, i + l), lane[l]);
+        for (int l = 0; l < 8; l++)
+            h[l] = lane[l] + lane[l + 8];
+        float v = ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+        out[r] = dot_tail(v, xs[r], wv, kind, i, len);
+    }
 }
 
 #ifdef VMATH_X86
@@ -104,24 +122,22 @@ static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256 ldw
                          : _mm256_loadu_ps((const float *)wv + i);
 }
 
-/* rows' accumulators as named registers (an indexed array of them was
+/* dots_scalar1's arithmetic for one w, the 16 lanes as two ymm halves a
+ * row (rows' accumulators as named registers: an indexed array of them was
  * kept on the stack by GCC, a store and reload every iteration) */
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
-dots_avx2_n(const float *const *xs, const int nr, const void *w0, const void *w1, const int two, const int kind,
-            int64_t len, float *out0, float *out1)
+dots_avx2_n(const float *const *xs, const int nr, const void *w0, const int kind, int64_t len, float *out0)
 {
     const float *x0 = xs[0], *x1 = xs[nr > 1 ? 1 : 0], *x2 = xs[nr > 2 ? 2 : 0], *x3 = xs[nr > 3 ? 3 : 0];
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int64_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        const __m256 v0 = ldw(w0, i, kind), v1 = two ? ldw(w1, i, kind) : v0;
-        /* row X's accumulators A (w0) and B (w1) */
-#define LOWRANK_ROW(X, A, B)                                \
-        do {                                                \
-            const __m256 x_ = _mm256_loadu_ps((X) + i);     \
-            A = _mm256_fmadd_ps(x_, v0, A);                 \
-            if (two)                                        \
-                B = _mm256_fmadd_ps(x_, v1, B);             \
+    for (; i + 16 <= len; i += 16) {
+        const __m256 lo = ldw(w0, i, kind), hi = ldw(w0, i + 8, kind);
+        /* row X's lanes 0-7 (A) and 8-15 (B) */
+#define LOWRANK_ROW(X, A, B)                                          \
+        do {                                                          \
+            A = _mm256_fmadd_ps(_mm256_loadu_ps((X) + i), lo, A);     \
+            B = _mm256_fmadd_ps(_mm256_loadu_ps((X) + i + 8), hi, B); \
         } while (0)
         LOWRANK_ROW(x0, a0, b0);
         if (nr > 1)
@@ -133,11 +149,8 @@ dots_avx2_n(const float *const *xs, const int nr, const void *w0, const void *w1
 #undef LOWRANK_ROW
     }
     const __m256 as[4] = {a0, a1, a2, a3}, bs[4] = {b0, b1, b2, b3};
-    for (int r = 0; r < nr; r++) {
-        out0[r] = dot_tail(vmath_hsum8(as[r]), xs[r], w0, kind, i, len);
-        if (two)
-            out1[r] = dot_tail(vmath_hsum8(bs[r]), xs[r], w1, kind, i, len);
-    }
+    for (int r = 0; r < nr; r++)
+        out0[r] = dot_tail(vmath_hsum8(_mm256_add_ps(as[r], bs[r])), xs[r], w0, kind, i, len);
 }
 
 #define LOWRANK_NR(CALL)                                                     \
@@ -157,8 +170,79 @@ dots_avx2_n(const float *const *xs, const int nr, const void *w0, const void *w1
 VMATH_FN static void dots_avx2(const float *const *xs, int nr, const void *w0, const void *w1, int kind,
                                int64_t len, float *out0, float *out1)
 {
-#define LOWRANK_D2(N) dots_avx2_n(xs, N, w0, w1, 1, K_, len, out0, out1)
-#define LOWRANK_D1(N) dots_avx2_n(xs, N, w0, w1, 0, K_, len, out0, out1)
+#define LOWRANK_D(N)                                                         \
+    do {                                                                     \
+        dots_avx2_n(xs, N, w0, K_, len, out0);                               \
+        if (w1)                                                              \
+            dots_avx2_n(xs, N, w1, K_, len, out1);                           \
+    } while (0)
+#define LOWRANK_DK(K)                                                        \
+    do {                                                                     \
+        enum { K_ = K };                                                     \
+        LOWRANK_NR(LOWRANK_D)                                                \
+    } while (0)
+    LOWRANK_KIND(LOWRANK_DK)
+#undef LOWRANK_DK
+#undef LOWRANK_D
+}
+
+#define LOWRANK_T512 "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl"
+
+static inline __attribute__((always_inline, target(LOWRANK_T512))) __m512 ldw16(const void *wv, int64_t i,
+                                                                                 const int kind)
+{
+    if (kind == W_I8)
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const int8_t *)wv + i))));
+    return kind == W_F16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)wv + i)))
+                         : _mm512_loadu_ps((const float *)wv + i);
+}
+
+static inline __attribute__((always_inline, target(LOWRANK_T512))) float hsum16(__m512 v)
+{
+    return vmath_hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+/* dots_scalar1's arithmetic with the 16 lanes in one zmm, two w at once
+ * (the x loads shared) */
+static inline __attribute__((always_inline, target(LOWRANK_T512))) void
+dots_avx512_n(const float *const *xs, const int nr, const void *w0, const void *w1, const int two, const int kind,
+              int64_t len, float *out0, float *out1)
+{
+    const float *x0 = xs[0], *x1 = xs[nr > 1 ? 1 : 0], *x2 = xs[nr > 2 ? 2 : 0], *x3 = xs[nr > 3 ? 3 : 0];
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+        const __m512 v0 = ldw16(w0, i, kind), v1 = two ? ldw16(w1, i, kind) : v0;
+#define LOWRANK_ROW(X, A, B)                                \
+        do {                                                \
+            const __m512 x_ = _mm512_loadu_ps((X) + i);     \
+            A = _mm512_fmadd_ps(x_, v0, A);                 \
+            if (two)                                        \
+                B = _mm512_fmadd_ps(x_, v1, B);             \
+        } while (0)
+        LOWRANK_ROW(x0, a0, b0);
+        if (nr > 1)
+            LOWRANK_ROW(x1, a1, b1);
+        if (nr > 2)
+            LOWRANK_ROW(x2, a2, b2);
+        if (nr > 3)
+            LOWRANK_ROW(x3, a3, b3);
+#undef LOWRANK_ROW
+    }
+    const __m512 as[4] = {a0, a1, a2, a3}, bs[4] = {b0, b1, b2, b3};
+    for (int r = 0; r < nr; r++) {
+        out0[r] = dot_tail(hsum16(as[r]), xs[r], w0, kind, i, len);
+        if (two)
+            out1[r] = dot_tail(hsum16(bs[r]), xs[r], w1, kind, i, len);
+    }
+}
+
+__attribute__((target(LOWRANK_T512))) static void dots_avx512(const float *const *xs, int nr, const void *w0,
+                                                               const void *w1, int kind, int64_t len, float *out0,
+                                                               float *out1)
+{
+#define LOWRANK_D2(N) dots_avx512_n(xs, N, w0, w1, 1, K_, len, out0, out1)
+#define LOWRANK_D1(N) dots_avx512_n(xs, N, w0, w1, 0, K_, len, out0, out1)
 #define LOWRANK_DK(K)                                                        \
     do {                                                                     \
         enum { K_ = K };                                                     \
@@ -174,19 +258,6 @@ VMATH_FN static void dots_avx2(const float *const *xs, int nr, const void *w0, c
 #undef LOWRANK_D2
 }
 #endif
-
-static void dots_scalar1(const float *const *xs, int nr, const void *wv, int kind, int64_t len, float *out)
-{
-    for (int r = 0; r < nr; r++) {
-        float lane[8] = {0};
-        int64_t i = 0;
-        for (; i + 8 <= len; i += 8)
-            for (int l = 0; l < 8; l++)
-                lane[l] = fmaf(xs[r][i + l], w_at(wv, kind, i + l), lane[l]);
-        float v = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-        out[r] = dot_tail(v, xs[r], wv, kind, i, len);
-    }
-}
 
 static void dots_scalar(const float *const *xs, int nr, const void *w0, const void *w1, int kind, int64_t len,
                         float *out0, float *out1)
@@ -334,17 +405,6 @@ VMATH_FN static void cols_avx2(const float *const *ts, int nr, const uint8_t *bt
  * (4 × nr or nr zmm accumulators over the whole rank; a 64-output panel is
  * one block), the tail one output at a time. Each output's chain is the
  * same as in cols_scalar, so the bits are too. */
-#define LOWRANK_T512 "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl"
-
-static inline __attribute__((always_inline, target(LOWRANK_T512))) __m512 ldw16(const void *wv, int64_t i,
-                                                                                 const int kind)
-{
-    if (kind == W_I8)
-        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const int8_t *)wv + i))));
-    return kind == W_F16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)wv + i)))
-                         : _mm512_loadu_ps((const float *)wv + i);
-}
-
 static inline __attribute__((always_inline, target(LOWRANK_T512))) void
 cols_avx512_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_rb, const int kind, const float *d,
               int64_t r, float s, int64_t o0, int64_t o1, float *const *ys)
@@ -464,7 +524,7 @@ int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads
 #ifdef VMATH_X86
     const qgemm_isa_t isa = lowrank_isa();
     if (isa != QGEMM_ISA_SCALAR) {
-        dots = dots_avx2;
+        dots = isa == QGEMM_ISA_AVX512VNNI ? dots_avx512 : dots_avx2;
         cols = isa == QGEMM_ISA_AVX512VNNI ? cols_avx512 : cols_avx2;
     }
 #endif
