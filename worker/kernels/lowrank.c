@@ -122,6 +122,18 @@ static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256 ldw
                          : _mm256_loadu_ps((const float *)wv + i);
 }
 
+/* ROW(x_q, a_q, b_q) for the rows q < nr (x0..x3, a0..a3, b0..b3 in scope) */
+#define LOWRANK_EACH_ROW(ROW)                                                \
+    do {                                                                     \
+        ROW(x0, a0, b0);                                                     \
+        if (nr > 1)                                                          \
+            ROW(x1, a1, b1);                                                 \
+        if (nr > 2)                                                          \
+            ROW(x2, a2, b2);                                                 \
+        if (nr > 3)                                                          \
+            ROW(x3, a3, b3);                                                 \
+    } while (0)
+
 /* dots_scalar1's arithmetic for one w, the 16 lanes as two ymm halves a
  * row (rows' accumulators as named registers: an indexed array of them was
  * kept on the stack by GCC, a store and reload every iteration) */
@@ -139,13 +151,7 @@ dots_avx2_n(const float *const *xs, const int nr, const void *w0, const int kind
             A = _mm256_fmadd_ps(_mm256_loadu_ps((X) + i), lo, A);     \
             B = _mm256_fmadd_ps(_mm256_loadu_ps((X) + i + 8), hi, B); \
         } while (0)
-        LOWRANK_ROW(x0, a0, b0);
-        if (nr > 1)
-            LOWRANK_ROW(x1, a1, b1);
-        if (nr > 2)
-            LOWRANK_ROW(x2, a2, b2);
-        if (nr > 3)
-            LOWRANK_ROW(x3, a3, b3);
+        LOWRANK_EACH_ROW(LOWRANK_ROW);
 #undef LOWRANK_ROW
     }
     const __m256 as[4] = {a0, a1, a2, a3}, bs[4] = {b0, b1, b2, b3};
@@ -160,11 +166,13 @@ dots_avx2_n(const float *const *xs, const int nr, const void *w0, const int kind
     case 2: CALL(2); break;                                                  \
     default: CALL(1); break;                                                 \
     }
-#define LOWRANK_KIND(KCALL)                                                  \
+/* CALL(N) with N = nr and K_ = kind as constants (the kernels inline per
+ * row count and factor type) */
+#define LOWRANK_KIND_NR(CALL)                                                \
     switch (kind) {                                                          \
-    case W_F16: KCALL(W_F16); break;                                         \
-    case W_I8: KCALL(W_I8); break;                                           \
-    default: KCALL(W_F32); break;                                            \
+    case W_F16: { enum { K_ = W_F16 }; LOWRANK_NR(CALL) } break;             \
+    case W_I8: { enum { K_ = W_I8 }; LOWRANK_NR(CALL) } break;               \
+    default: { enum { K_ = W_F32 }; LOWRANK_NR(CALL) } break;                \
     }
 
 VMATH_FN static void dots_avx2(const float *const *xs, int nr, const void *w0, const void *w1, int kind,
@@ -176,13 +184,7 @@ VMATH_FN static void dots_avx2(const float *const *xs, int nr, const void *w0, c
         if (w1)                                                              \
             dots_avx2_n(xs, N, w1, K_, len, out1);                           \
     } while (0)
-#define LOWRANK_DK(K)                                                        \
-    do {                                                                     \
-        enum { K_ = K };                                                     \
-        LOWRANK_NR(LOWRANK_D)                                                \
-    } while (0)
-    LOWRANK_KIND(LOWRANK_DK)
-#undef LOWRANK_DK
+    LOWRANK_KIND_NR(LOWRANK_D)
 #undef LOWRANK_D
 }
 
@@ -220,13 +222,7 @@ dots_avx512_n(const float *const *xs, const int nr, const void *w0, const void *
             if (two)                                        \
                 B = _mm512_fmadd_ps(x_, v1, B);             \
         } while (0)
-        LOWRANK_ROW(x0, a0, b0);
-        if (nr > 1)
-            LOWRANK_ROW(x1, a1, b1);
-        if (nr > 2)
-            LOWRANK_ROW(x2, a2, b2);
-        if (nr > 3)
-            LOWRANK_ROW(x3, a3, b3);
+        LOWRANK_EACH_ROW(LOWRANK_ROW);
 #undef LOWRANK_ROW
     }
     const __m512 as[4] = {a0, a1, a2, a3}, bs[4] = {b0, b1, b2, b3};
@@ -241,21 +237,15 @@ __attribute__((target(LOWRANK_T512))) static void dots_avx512(const float *const
                                                                const void *w1, int kind, int64_t len, float *out0,
                                                                float *out1)
 {
-#define LOWRANK_D2(N) dots_avx512_n(xs, N, w0, w1, 1, K_, len, out0, out1)
-#define LOWRANK_D1(N) dots_avx512_n(xs, N, w0, w1, 0, K_, len, out0, out1)
-#define LOWRANK_DK(K)                                                        \
+#define LOWRANK_D(N)                                                         \
     do {                                                                     \
-        enum { K_ = K };                                                     \
-        if (w1) {                                                            \
-            LOWRANK_NR(LOWRANK_D2)                                           \
-        } else {                                                             \
-            LOWRANK_NR(LOWRANK_D1)                                           \
-        }                                                                    \
+        if (w1)                                                              \
+            dots_avx512_n(xs, N, w0, w1, 1, K_, len, out0, out1);            \
+        else                                                                 \
+            dots_avx512_n(xs, N, w0, w1, 0, K_, len, out0, out1);            \
     } while (0)
-    LOWRANK_KIND(LOWRANK_DK)
-#undef LOWRANK_DK
-#undef LOWRANK_D1
-#undef LOWRANK_D2
+    LOWRANK_KIND_NR(LOWRANK_D)
+#undef LOWRANK_D
 }
 #endif
 
@@ -391,13 +381,7 @@ VMATH_FN static void cols_avx2(const float *const *ts, int nr, const uint8_t *bt
                                const float *d, int64_t r, float s, int64_t o0, int64_t o1, float *const *ys)
 {
 #define LOWRANK_C(N) cols_avx2_n(ts, N, bt, bt_rb, K_, d, r, s, o0, o1, ys)
-#define LOWRANK_CK(K)                                                        \
-    do {                                                                     \
-        enum { K_ = K };                                                     \
-        LOWRANK_NR(LOWRANK_C)                                                \
-    } while (0)
-    LOWRANK_KIND(LOWRANK_CK)
-#undef LOWRANK_CK
+    LOWRANK_KIND_NR(LOWRANK_C)
 #undef LOWRANK_C
 }
 
@@ -463,17 +447,12 @@ __attribute__((target(LOWRANK_T512))) static void cols_avx512(const float *const
                                                                float s, int64_t o0, int64_t o1, float *const *ys)
 {
 #define LOWRANK_C(N) cols_avx512_n(ts, N, bt, bt_rb, K_, d, r, s, o0, o1, ys)
-#define LOWRANK_CK(K)                                                        \
-    do {                                                                     \
-        enum { K_ = K };                                                     \
-        LOWRANK_NR(LOWRANK_C)                                                \
-    } while (0)
-    LOWRANK_KIND(LOWRANK_CK)
-#undef LOWRANK_CK
+    LOWRANK_KIND_NR(LOWRANK_C)
 #undef LOWRANK_C
 }
-#undef LOWRANK_KIND
+#undef LOWRANK_KIND_NR
 #undef LOWRANK_NR
+#undef LOWRANK_EACH_ROW
 #endif
 
 typedef void (*cols_fn)(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int kind, const float *d,

@@ -18,11 +18,13 @@
  *      (job, pair, block of LOWRANK_ROWS rows, block of LOWRANK_KS ranks);
  *   2. Y[rows[j]][o] += s_i · t_i[j] · B_i[o] for every job, pair in order,
  *      split over (job, block of LOWRANK_COLS outputs).
- * Phase 1's outputs are dot products in a fixed order (8 float lanes, a
- * fixed horizontal sum, then the tail); phase 2 reads B transposed (bt,
+ * Phase 1's outputs are dot products in a fixed order (16 float lanes of
+ * fused multiply-adds, lanes l and l + 8 added, a fixed horizontal sum of
+ * the 8, then the tail: one zmm on AVX-512, two ymm halves on AVX2, the
+ * same bits on every path); phase 2 reads B transposed (bt,
  * made once at load by lowrank_prepare) so that each output is a chain of
- * fused multiply-adds over k = 0..r-1 in order, 16 outputs of up to
- * LOWRANK_ROWS rows a register block, no horizontal sums (a rank-8 B row is
+ * fused multiply-adds over k = 0..r-1 in order, 16 (AVX2) or 64 (AVX-512)
+ * outputs of up to LOWRANK_ROWS rows a register block, no horizontal sums (a rank-8 B row is
  * one vector: summing it per output cost more than the products). Both are
  * computed the same way whichever rows, jobs or threads run beside them: a
  * row's result depends on that row only, bit for bit, so mixing adapters in

@@ -1,6 +1,6 @@
 /* Tests for worker/kernels/lowrank: LoRA pairs' updates of some batch rows.
  *
- * lowrank_apply (one region: 8-lane float dot products for X · Aᵀ, chains
+ * lowrank_apply (one region: 16-lane float dot products for X · Aᵀ, chains
  * of fused multiply-adds over Bᵀ) against lowrank_add_ref (scalar, double
  * accumulation) on random A, B, X, Y:
  * - one pair, ranks 1, 8, 64, 3 × 16 + 5 (rank blocks with a tail), row
@@ -8,6 +8,11 @@
  *   part), out = 83 (phase 2's 16-wide blocks and a scalar tail; the mix
  *   below has 8-wide blocks);
  * - F16 factors: bit-equal to F32 factors holding the same values;
+ * - int8 pairs (lowrank_prepare(lr, 1)) the same way against the reference
+ *   of their int8 values, and against the float factors within the
+ *   rounding's bound (test_int8_bound);
+ * - the scalar, AVX2 and AVX-512 kernels bit-equal (test_isa_bits; a path
+ *   the CPU lacks is skipped with a message);
  * - a step's mix: three groups of rows (sets of one or two pairs of
  *   different ranks, scales) over two matrices with their own x and y, in
  *   one call, against the reference applied pair by pair in set order.
@@ -133,18 +138,13 @@ static void against_ref(int int8)
     free(yr);
 }
 
+/* float pairs (state 0), or int8 pairs (1) against the reference of their
+ * own int8 values (the kernel's float arithmetic only: the same tolerance) */
+static int k_float = 0, k_int8 = 1;
+
 static void test_against_ref(void **state)
 {
-    (void)state;
-    against_ref(0);
-}
-
-/* int8 pairs against the reference of their own int8 values (the kernel's
- * float arithmetic only: the same tolerance as float pairs) */
-static void test_int8_against_ref(void **state)
-{
-    (void)state;
-    against_ref(1);
+    against_ref(*(const int *)*state);
 }
 
 /* A step's mix: groups {0,3,6,..} set {a8 @ 0.5, a64 @ -1.25}, {1,4,..}
@@ -580,8 +580,8 @@ static void test_bench(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_against_ref),
-        cmocka_unit_test(test_int8_against_ref),
+        {"test_against_ref", test_against_ref, NULL, NULL, &k_float},
+        {"test_int8_against_ref", test_against_ref, NULL, NULL, &k_int8},
         cmocka_unit_test(test_isa_bits),
         cmocka_unit_test(test_int8_bound),
         cmocka_unit_test(test_bench),

@@ -330,16 +330,12 @@ static void mixed_batch(int int8)
     lora_free(&b);
 }
 
+/* state: 0 float, 1 int8 */
+static int k_float = 0, k_int8 = 1;
+
 static void test_mixed_batch(void **state)
 {
-    (void)state;
-    mixed_batch(0);
-}
-
-static void test_mixed_batch_int8(void **state)
-{
-    (void)state;
-    mixed_batch(1);
+    mixed_batch(*(const int *)*state);
 }
 
 static void expect_refused(const char *path, const char *needle)
@@ -421,8 +417,8 @@ int main(void)
         cmocka_unit_test(test_rank64_f16_alpha),
         cmocka_unit_test(test_rank32_q8_0),
         cmocka_unit_test(test_rank64_f16_int8),
-        cmocka_unit_test(test_mixed_batch),
-        cmocka_unit_test(test_mixed_batch_int8),
+        {"test_mixed_batch", test_mixed_batch, NULL, NULL, &k_float},
+        {"test_mixed_batch_int8", test_mixed_batch, NULL, NULL, &k_int8},
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
