@@ -15,10 +15,27 @@
 #include "worker/kernels/quant.h"
 #include "worker/kernels/vmath.h"
 
-/* Bytes of one element of a factor: F32 4, F16 2, other types 0. */
+/* Bytes of one element of a factor: F32 4, F16 2, LOWRANK_I8 1, other
+ * types 0. */
 static size_t elem_bytes(uint32_t type)
 {
-    return type == GGML_TYPE_F32 ? 4 : type == GGML_TYPE_F16 ? 2 : 0;
+    return type == GGML_TYPE_F32 ? 4 : type == GGML_TYPE_F16 ? 2 : type == LOWRANK_I8 ? 1 : 0;
+}
+
+/* How the kernels read a factor's elements: F32, F16 (widened exactly) or
+ * int8 (converted exactly; the scale is applied after the sum). */
+enum { W_F32 = 0, W_F16 = 1, W_I8 = 2 };
+
+static int w_kind(uint32_t type)
+{
+    return type == GGML_TYPE_F16 ? W_F16 : type == LOWRANK_I8 ? W_I8 : W_F32;
+}
+
+static inline float w_at(const void *wv, int kind, int64_t i)
+{
+    return kind == W_F16 ? quant_fp16_to_fp32(((const uint16_t *)wv)[i])
+           : kind == W_I8 ? (float)((const int8_t *)wv)[i]
+                          : ((const float *)wv)[i];
 }
 
 static int pair_check(const lowrank_t *lr)
@@ -35,8 +52,9 @@ static int pair_check(const lowrank_t *lr)
 static int bt_check(const lowrank_t *lr)
 {
     const matmul_weight_t *bt = &lr->bt;
-    if (!bt->data || bt->type != lr->b.type || bt->rows != lr->rank || bt->cols != lr->b.rows ||
-        bt->row_bytes != (size_t)bt->cols * elem_bytes(bt->type))
+    if (!bt->data || bt->type != (lr->a8.data ? LOWRANK_I8 : lr->b.type) || bt->rows != lr->rank ||
+        bt->cols != lr->b.rows || bt->row_bytes != (size_t)bt->cols * elem_bytes(bt->type) ||
+        (lr->a8.data && (!lr->a_d || !lr->bt_d)))
         return -1;
     return 0;
 }
@@ -63,111 +81,184 @@ size_t lowrank_scratch_floats(const lowrank_job_t *jobs, int n_jobs)
     return n;
 }
 
-/* out[r] = xs[r][0..len) · w[0..len) for r < nr (nr <= LOWRANK_ROWS), w F32
- * or F16 (f16: widened exactly): eight float lanes over the multiples of 8,
- * a fixed horizontal sum, then the tail in order. Each row's arithmetic is
- * the same whatever nr is, and an F16 w gives the bits of an F32 w holding
- * the same values. dots2 does two w at once (the x loads shared), each
- * output with dots' arithmetic. */
-static inline float dot_tail(float v, const float *x, const void *wv, int f16, int64_t i, int64_t len)
+/* out[r] = xs[r][0..len) · w[0..len) for r < nr (nr <= LOWRANK_ROWS), w F32,
+ * F16 or int8 (kind; converted exactly): sixteen float lanes over the
+ * multiples of 16 (lane l sums the products of elements 16m + l in order
+ * of m, each a fused multiply-add), then lanes l and l + 8 added, a fixed
+ * horizontal sum of those 8 (vmath_hsum8's), then the tail in order by
+ * fused multiply-adds. Every path (scalar, AVX2 as two 8-lane halves,
+ * AVX-512 as one 16-lane register) does these IEEE operations, so each
+ * row's bits are the same whatever nr, the path or the rows beside it, and
+ * an F16 w gives the bits of an F32 w holding the same values. */
+static inline float dot_tail(float v, const float *x, const void *wv, int kind, int64_t i, int64_t len)
 {
     for (int64_t k = i; k < len; k++)
-        v += x[k] * (f16 ? quant_fp16_to_fp32(((const uint16_t *)wv)[k]) : ((const float *)wv)[k]);
+        v = fmaf(x[k], w_at(wv, kind, k), v);
     return v;
+}
+
+static void dots_scalar1(const float *const *xs, int nr, const void *wv, int kind, int64_t len, float *out)
+{
+    for (int r = 0; r < nr; r++) {
+        float lane[16] = {0}, h[8];
+        int64_t i = 0;
+        for (; i + 16 <= len; i += 16)
+            for (int l = 0; l < 16; l++)
+                lane[l] = fmaf(xs[r][i + l], w_at(wv, kind, i + l), lane[l]);
+        for (int l = 0; l < 8; l++)
+            h[l] = lane[l] + lane[l + 8];
+        float v = ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+        out[r] = dot_tail(v, xs[r], wv, kind, i, len);
+    }
 }
 
 #ifdef VMATH_X86
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256 ldw(const void *wv, int64_t i,
-                                                                                  const int f16)
+                                                                                  const int kind)
 {
-    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)wv + i)))
-               : _mm256_loadu_ps((const float *)wv + i);
+    if (kind == W_I8)
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)wv + i))));
+    return kind == W_F16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)wv + i)))
+                         : _mm256_loadu_ps((const float *)wv + i);
 }
 
-/* rows' accumulators as named registers (an indexed array of them was
+/* ROW(x_q, a_q, b_q) for the rows q < nr (x0..x3, a0..a3, b0..b3 in scope) */
+#define LOWRANK_EACH_ROW(ROW)                                                \
+    do {                                                                     \
+        ROW(x0, a0, b0);                                                     \
+        if (nr > 1)                                                          \
+            ROW(x1, a1, b1);                                                 \
+        if (nr > 2)                                                          \
+            ROW(x2, a2, b2);                                                 \
+        if (nr > 3)                                                          \
+            ROW(x3, a3, b3);                                                 \
+    } while (0)
+
+/* dots_scalar1's arithmetic for one w, the 16 lanes as two ymm halves a
+ * row (rows' accumulators as named registers: an indexed array of them was
  * kept on the stack by GCC, a store and reload every iteration) */
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
-dots_avx2_n(const float *const *xs, const int nr, const void *w0, const void *w1, const int two, const int f16,
-            int64_t len, float *out0, float *out1)
+dots_avx2_n(const float *const *xs, const int nr, const void *w0, const int kind, int64_t len, float *out0)
 {
     const float *x0 = xs[0], *x1 = xs[nr > 1 ? 1 : 0], *x2 = xs[nr > 2 ? 2 : 0], *x3 = xs[nr > 3 ? 3 : 0];
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int64_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        const __m256 v0 = ldw(w0, i, f16), v1 = two ? ldw(w1, i, f16) : v0;
-        /* row X's accumulators A (w0) and B (w1) */
-#define LOWRANK_ROW(X, A, B)                                \
-        do {                                                \
-            const __m256 x_ = _mm256_loadu_ps((X) + i);     \
-            A = _mm256_fmadd_ps(x_, v0, A);                 \
-            if (two)                                        \
-                B = _mm256_fmadd_ps(x_, v1, B);             \
+    for (; i + 16 <= len; i += 16) {
+        const __m256 lo = ldw(w0, i, kind), hi = ldw(w0, i + 8, kind);
+        /* row X's lanes 0-7 (A) and 8-15 (B) */
+#define LOWRANK_ROW(X, A, B)                                          \
+        do {                                                          \
+            A = _mm256_fmadd_ps(_mm256_loadu_ps((X) + i), lo, A);     \
+            B = _mm256_fmadd_ps(_mm256_loadu_ps((X) + i + 8), hi, B); \
         } while (0)
-        LOWRANK_ROW(x0, a0, b0);
-        if (nr > 1)
-            LOWRANK_ROW(x1, a1, b1);
-        if (nr > 2)
-            LOWRANK_ROW(x2, a2, b2);
-        if (nr > 3)
-            LOWRANK_ROW(x3, a3, b3);
+        LOWRANK_EACH_ROW(LOWRANK_ROW);
 #undef LOWRANK_ROW
     }
     const __m256 as[4] = {a0, a1, a2, a3}, bs[4] = {b0, b1, b2, b3};
+    for (int r = 0; r < nr; r++)
+        out0[r] = dot_tail(vmath_hsum8(_mm256_add_ps(as[r], bs[r])), xs[r], w0, kind, i, len);
+}
+
+#define LOWRANK_NR(CALL)                                                     \
+    switch (nr) {                                                            \
+    case 4: CALL(4); break;                                                  \
+    case 3: CALL(3); break;                                                  \
+    case 2: CALL(2); break;                                                  \
+    default: CALL(1); break;                                                 \
+    }
+/* CALL(N) with N = nr and K_ = kind as constants (the kernels inline per
+ * row count and factor type) */
+#define LOWRANK_KIND_NR(CALL)                                                \
+    switch (kind) {                                                          \
+    case W_F16: { enum { K_ = W_F16 }; LOWRANK_NR(CALL) } break;             \
+    case W_I8: { enum { K_ = W_I8 }; LOWRANK_NR(CALL) } break;               \
+    default: { enum { K_ = W_F32 }; LOWRANK_NR(CALL) } break;                \
+    }
+
+VMATH_FN static void dots_avx2(const float *const *xs, int nr, const void *w0, const void *w1, int kind,
+                               int64_t len, float *out0, float *out1)
+{
+#define LOWRANK_D(N)                                                         \
+    do {                                                                     \
+        dots_avx2_n(xs, N, w0, K_, len, out0);                               \
+        if (w1)                                                              \
+            dots_avx2_n(xs, N, w1, K_, len, out1);                           \
+    } while (0)
+    LOWRANK_KIND_NR(LOWRANK_D)
+#undef LOWRANK_D
+}
+
+#define LOWRANK_T512 "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl"
+
+static inline __attribute__((always_inline, target(LOWRANK_T512))) __m512 ldw16(const void *wv, int64_t i,
+                                                                                 const int kind)
+{
+    if (kind == W_I8)
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const int8_t *)wv + i))));
+    return kind == W_F16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)wv + i)))
+                         : _mm512_loadu_ps((const float *)wv + i);
+}
+
+static inline __attribute__((always_inline, target(LOWRANK_T512))) float hsum16(__m512 v)
+{
+    return vmath_hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+/* dots_scalar1's arithmetic with the 16 lanes in one zmm, two w at once
+ * (the x loads shared) */
+static inline __attribute__((always_inline, target(LOWRANK_T512))) void
+dots_avx512_n(const float *const *xs, const int nr, const void *w0, const void *w1, const int two, const int kind,
+              int64_t len, float *out0, float *out1)
+{
+    const float *x0 = xs[0], *x1 = xs[nr > 1 ? 1 : 0], *x2 = xs[nr > 2 ? 2 : 0], *x3 = xs[nr > 3 ? 3 : 0];
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+        const __m512 v0 = ldw16(w0, i, kind), v1 = two ? ldw16(w1, i, kind) : v0;
+#define LOWRANK_ROW(X, A, B)                                \
+        do {                                                \
+            const __m512 x_ = _mm512_loadu_ps((X) + i);     \
+            A = _mm512_fmadd_ps(x_, v0, A);                 \
+            if (two)                                        \
+                B = _mm512_fmadd_ps(x_, v1, B);             \
+        } while (0)
+        LOWRANK_EACH_ROW(LOWRANK_ROW);
+#undef LOWRANK_ROW
+    }
+    const __m512 as[4] = {a0, a1, a2, a3}, bs[4] = {b0, b1, b2, b3};
     for (int r = 0; r < nr; r++) {
-        out0[r] = dot_tail(vmath_hsum8(as[r]), xs[r], w0, f16, i, len);
+        out0[r] = dot_tail(hsum16(as[r]), xs[r], w0, kind, i, len);
         if (two)
-            out1[r] = dot_tail(vmath_hsum8(bs[r]), xs[r], w1, f16, i, len);
+            out1[r] = dot_tail(hsum16(bs[r]), xs[r], w1, kind, i, len);
     }
 }
 
-VMATH_FN static void dots_avx2(const float *const *xs, int nr, const void *w0, const void *w1, int f16, int64_t len,
-                               float *out0, float *out1)
+__attribute__((target(LOWRANK_T512))) static void dots_avx512(const float *const *xs, int nr, const void *w0,
+                                                               const void *w1, int kind, int64_t len, float *out0,
+                                                               float *out1)
 {
-#define LOWRANK_DOTS(F, T)                                                   \
-    switch (nr) {                                                            \
-    case 4: dots_avx2_n(xs, 4, w0, w1, T, F, len, out0, out1); break;        \
-    case 3: dots_avx2_n(xs, 3, w0, w1, T, F, len, out0, out1); break;        \
-    case 2: dots_avx2_n(xs, 2, w0, w1, T, F, len, out0, out1); break;        \
-    default: dots_avx2_n(xs, 1, w0, w1, T, F, len, out0, out1); break;       \
-    }
-    if (f16 && w1) {
-        LOWRANK_DOTS(1, 1)
-    } else if (f16) {
-        LOWRANK_DOTS(1, 0)
-    } else if (w1) {
-        LOWRANK_DOTS(0, 1)
-    } else {
-        LOWRANK_DOTS(0, 0)
-    }
-#undef LOWRANK_DOTS
+#define LOWRANK_D(N)                                                         \
+    do {                                                                     \
+        if (w1)                                                              \
+            dots_avx512_n(xs, N, w0, w1, 1, K_, len, out0, out1);            \
+        else                                                                 \
+            dots_avx512_n(xs, N, w0, w1, 0, K_, len, out0, out1);            \
+    } while (0)
+    LOWRANK_KIND_NR(LOWRANK_D)
+#undef LOWRANK_D
 }
 #endif
 
-static void dots_scalar1(const float *const *xs, int nr, const void *wv, int f16, int64_t len, float *out)
-{
-    const float *w32 = wv;
-    const uint16_t *w16 = wv;
-    for (int r = 0; r < nr; r++) {
-        float lane[8] = {0};
-        int64_t i = 0;
-        for (; i + 8 <= len; i += 8)
-            for (int l = 0; l < 8; l++)
-                lane[l] += xs[r][i + l] * (f16 ? quant_fp16_to_fp32(w16[i + l]) : w32[i + l]);
-        float v = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-        out[r] = dot_tail(v, xs[r], wv, f16, i, len);
-    }
-}
-
-static void dots_scalar(const float *const *xs, int nr, const void *w0, const void *w1, int f16, int64_t len,
+static void dots_scalar(const float *const *xs, int nr, const void *w0, const void *w1, int kind, int64_t len,
                         float *out0, float *out1)
 {
-    dots_scalar1(xs, nr, w0, f16, len, out0);
+    dots_scalar1(xs, nr, w0, kind, len, out0);
     if (w1)
-        dots_scalar1(xs, nr, w1, f16, len, out1);
+        dots_scalar1(xs, nr, w1, kind, len, out1);
 }
 
 /* out0[r] = xs[r] · w0, and out1[r] = xs[r] · w1 unless w1 is NULL */
-typedef void (*dots_fn)(const float *const *xs, int nr, const void *w0, const void *w1, int f16, int64_t len,
+typedef void (*dots_fn)(const float *const *xs, int nr, const void *w0, const void *w1, int kind, int64_t len,
                         float *out0, float *out1);
 
 static inline int64_t claim(atomic_llong *next)
@@ -175,55 +266,64 @@ static inline int64_t claim(atomic_llong *next)
     return atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
 }
 
-/* Phase 1 task: t rows j0..j0+nr, ranks k0..k1 of pair lr = x[rows] · Aᵀ. */
+/* Phase 1 task: t rows j0..j0+nr, ranks k0..k1 of pair lr = x[rows] · Aᵀ
+ * (an int8 pair: the sum over its int8 A, times the row's scale a_d[k]). */
 static void task_a(dots_fn dots, const lowrank_job_t *jb, const lowrank_t *lr, float *t, int j0, int nr, int k0,
                    int k1)
 {
     const int64_t in = lr->a.cols, r = lr->rank;
+    const matmul_weight_t *a = lr->a8.data ? &lr->a8 : &lr->a;
     const float *xs[LOWRANK_ROWS];
     for (int q = 0; q < nr; q++)
         xs[q] = jb->x + (size_t)jb->rows[j0 + q] * (size_t)jb->ldx;
     for (int k = k0; k < k1; k += 2) {
         const bool two = k + 1 < k1;
         float v0[LOWRANK_ROWS], v1[LOWRANK_ROWS];
-        dots(xs, nr, lr->a.data + (size_t)k * lr->a.row_bytes,
-             two ? lr->a.data + (size_t)(k + 1) * lr->a.row_bytes : NULL, lr->a.type == GGML_TYPE_F16, in, v0, v1);
+        dots(xs, nr, a->data + (size_t)k * a->row_bytes, two ? a->data + (size_t)(k + 1) * a->row_bytes : NULL,
+             w_kind(a->type), in, v0, v1);
+        const float d0 = lr->a8.data ? lr->a_d[k] : 1, d1 = lr->a8.data && two ? lr->a_d[k + 1] : 1;
         for (int q = 0; q < nr; q++) {
-            t[(size_t)(j0 + q) * (size_t)r + (size_t)k] = v0[q];
+            t[(size_t)(j0 + q) * (size_t)r + (size_t)k] = v0[q] * d0;
             if (two)
-                t[(size_t)(j0 + q) * (size_t)r + (size_t)k + 1] = v1[q];
+                t[(size_t)(j0 + q) * (size_t)r + (size_t)k + 1] = v1[q] * d1;
         }
     }
 }
 
 /* ys[q][o0..o1) += s · (ts[q][0..r) · Bᵀ) for q < nr (nr <= LOWRANK_ROWS),
- * bt = Bᵀ (r, out) F32 or F16 (f16: widened exactly): each output is a
- * chain of fused multiply-adds over k = 0..r-1 in order, started from 0,
- * then y = fma(s, that, y). The same chain whichever lanes, rows or block
- * width an output is computed in, so a row's result depends on that row
- * only, and an F16 bt gives the bits of an F32 bt holding the same values. */
-static void cols_scalar(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int f16, int64_t r,
-                        float s, int64_t o0, int64_t o1, float *const *ys)
+ * bt = Bᵀ (r, out) F32, F16 or int8 (kind; converted exactly): each output
+ * is a chain of fused multiply-adds over k = 0..r-1 in order, started from
+ * 0, times d[o] for int8 (d non-NULL), then y = fma(s, that, y). The same
+ * chain whichever lanes, rows or block width an output is computed in, so a
+ * row's result depends on that row only, and an F16 bt gives the bits of an
+ * F32 bt holding the same values. */
+static void cols_scalar(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int kind, const float *d,
+                        int64_t r, float s, int64_t o0, int64_t o1, float *const *ys)
 {
     for (int64_t o = o0; o < o1; o++)
         for (int q = 0; q < nr; q++) {
             float v = 0;
-            for (int64_t k = 0; k < r; k++) {
-                const uint8_t *row = bt + (size_t)k * bt_rb;
-                const float b = f16 ? quant_fp16_to_fp32(((const uint16_t *)row)[o]) : ((const float *)row)[o];
-                v = fmaf(ts[q][k], b, v);
-            }
+            for (int64_t k = 0; k < r; k++)
+                v = fmaf(ts[q][k], w_at(bt + (size_t)k * bt_rb, kind, o), v);
+            if (d)
+                v *= d[o];
             ys[q][o] = fmaf(s, v, ys[q][o]);
         }
 }
 
 #ifdef VMATH_X86
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256 scaled(__m256 acc, const float *d,
+                                                                                     int64_t o)
+{
+    return d ? _mm256_mul_ps(acc, _mm256_loadu_ps(d + o)) : acc;
+}
+
 /* cols_scalar's arithmetic, 16 then 8 outputs a block: 2 × nr
  * accumulators in registers over the whole rank, each bt element widened
  * once for all nr rows. */
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
-cols_avx2_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_rb, const int f16, int64_t r, float s,
-            int64_t o0, int64_t o1, float *const *ys)
+cols_avx2_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_rb, const int kind, const float *d,
+            int64_t r, float s, int64_t o0, int64_t o1, float *const *ys)
 {
     const __m256 sv = _mm256_set1_ps(s);
     int64_t o = o0;
@@ -234,7 +334,7 @@ cols_avx2_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_r
             acc[q][0] = acc[q][1] = _mm256_setzero_ps();
         for (int64_t k = 0; k < r; k++) {
             const uint8_t *row = bt + (size_t)k * bt_rb;
-            const __m256 b0 = ldw(row, o, f16), b1 = ldw(row, o + 8, f16);
+            const __m256 b0 = ldw(row, o, kind), b1 = ldw(row, o + 8, kind);
             _Pragma("GCC unroll 4")
             for (int q = 0; q < nr; q++) {
                 const __m256 tq = _mm256_broadcast_ss(ts[q] + k);
@@ -244,8 +344,9 @@ cols_avx2_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_r
         }
         _Pragma("GCC unroll 4")
         for (int q = 0; q < nr; q++) {
-            _mm256_storeu_ps(ys[q] + o, _mm256_fmadd_ps(sv, acc[q][0], _mm256_loadu_ps(ys[q] + o)));
-            _mm256_storeu_ps(ys[q] + o + 8, _mm256_fmadd_ps(sv, acc[q][1], _mm256_loadu_ps(ys[q] + o + 8)));
+            _mm256_storeu_ps(ys[q] + o, _mm256_fmadd_ps(sv, scaled(acc[q][0], d, o), _mm256_loadu_ps(ys[q] + o)));
+            _mm256_storeu_ps(ys[q] + o + 8,
+                             _mm256_fmadd_ps(sv, scaled(acc[q][1], d, o + 8), _mm256_loadu_ps(ys[q] + o + 8)));
         }
     }
     for (; o + 8 <= o1; o += 8) {
@@ -254,51 +355,108 @@ cols_avx2_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_r
         for (int q = 0; q < nr; q++)
             acc[q] = _mm256_setzero_ps();
         for (int64_t k = 0; k < r; k++) {
-            const __m256 b0 = ldw(bt + (size_t)k * bt_rb, o, f16);
+            const __m256 b0 = ldw(bt + (size_t)k * bt_rb, o, kind);
             _Pragma("GCC unroll 4")
             for (int q = 0; q < nr; q++)
                 acc[q] = _mm256_fmadd_ps(_mm256_broadcast_ss(ts[q] + k), b0, acc[q]);
         }
         _Pragma("GCC unroll 4")
         for (int q = 0; q < nr; q++)
-            _mm256_storeu_ps(ys[q] + o, _mm256_fmadd_ps(sv, acc[q], _mm256_loadu_ps(ys[q] + o)));
+            _mm256_storeu_ps(ys[q] + o, _mm256_fmadd_ps(sv, scaled(acc[q], d, o), _mm256_loadu_ps(ys[q] + o)));
     }
     for (; o < o1; o++) /* the tail: the same chains one output at a time */
         _Pragma("GCC unroll 4")
         for (int q = 0; q < nr; q++) {
             float v = 0;
-            for (int64_t k = 0; k < r; k++) {
-                const uint8_t *row = bt + (size_t)k * bt_rb;
-                v = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(ts[q][k]),
-                                               _mm_set_ss(f16 ? quant_fp16_to_fp32(((const uint16_t *)row)[o])
-                                                              : ((const float *)row)[o]),
+            for (int64_t k = 0; k < r; k++)
+                v = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(ts[q][k]), _mm_set_ss(w_at(bt + (size_t)k * bt_rb, kind, o)),
                                                _mm_set_ss(v)));
-            }
+            if (d)
+                v = _mm_cvtss_f32(_mm_mul_ss(_mm_set_ss(v), _mm_set_ss(d[o])));
             ys[q][o] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(s), _mm_set_ss(v), _mm_set_ss(ys[q][o])));
         }
 }
 
-VMATH_FN static void cols_avx2(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int f16, int64_t r,
-                               float s, int64_t o0, int64_t o1, float *const *ys)
+VMATH_FN static void cols_avx2(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int kind,
+                               const float *d, int64_t r, float s, int64_t o0, int64_t o1, float *const *ys)
 {
-#define LOWRANK_COLS_N(F)                                                       \
-    switch (nr) {                                                               \
-    case 4: cols_avx2_n(ts, 4, bt, bt_rb, F, r, s, o0, o1, ys); break;          \
-    case 3: cols_avx2_n(ts, 3, bt, bt_rb, F, r, s, o0, o1, ys); break;          \
-    case 2: cols_avx2_n(ts, 2, bt, bt_rb, F, r, s, o0, o1, ys); break;          \
-    default: cols_avx2_n(ts, 1, bt, bt_rb, F, r, s, o0, o1, ys); break;         \
-    }
-    if (f16) {
-        LOWRANK_COLS_N(1)
-    } else {
-        LOWRANK_COLS_N(0)
-    }
-#undef LOWRANK_COLS_N
+#define LOWRANK_C(N) cols_avx2_n(ts, N, bt, bt_rb, K_, d, r, s, o0, o1, ys)
+    LOWRANK_KIND_NR(LOWRANK_C)
+#undef LOWRANK_C
 }
+
+/* cols_scalar's arithmetic with AVX-512: 64 then 16 outputs a block
+ * (4 × nr or nr zmm accumulators over the whole rank; a 64-output panel is
+ * one block), the tail one output at a time. Each output's chain is the
+ * same as in cols_scalar, so the bits are too. */
+static inline __attribute__((always_inline, target(LOWRANK_T512))) void
+cols_avx512_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_rb, const int kind, const float *d,
+              int64_t r, float s, int64_t o0, int64_t o1, float *const *ys)
+{
+    const __m512 sv = _mm512_set1_ps(s);
+    int64_t o = o0;
+    for (; o + 64 <= o1; o += 64) {
+        __m512 acc[LOWRANK_ROWS][4];
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++)
+            acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = _mm512_setzero_ps();
+        for (int64_t k = 0; k < r; k++) {
+            const uint8_t *row = bt + (size_t)k * bt_rb;
+            const __m512 b0 = ldw16(row, o, kind), b1 = ldw16(row, o + 16, kind), b2 = ldw16(row, o + 32, kind),
+                         b3 = ldw16(row, o + 48, kind);
+            _Pragma("GCC unroll 4")
+            for (int q = 0; q < nr; q++) {
+                const __m512 tq = _mm512_set1_ps(ts[q][k]);
+                acc[q][0] = _mm512_fmadd_ps(tq, b0, acc[q][0]);
+                acc[q][1] = _mm512_fmadd_ps(tq, b1, acc[q][1]);
+                acc[q][2] = _mm512_fmadd_ps(tq, b2, acc[q][2]);
+                acc[q][3] = _mm512_fmadd_ps(tq, b3, acc[q][3]);
+            }
+        }
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++)
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < 4; c++) {
+                __m512 v = d ? _mm512_mul_ps(acc[q][c], _mm512_loadu_ps(d + o + 16 * c)) : acc[q][c];
+                _mm512_storeu_ps(ys[q] + o + 16 * c, _mm512_fmadd_ps(sv, v, _mm512_loadu_ps(ys[q] + o + 16 * c)));
+            }
+    }
+    for (; o + 16 <= o1; o += 16) {
+        __m512 acc[LOWRANK_ROWS];
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++)
+            acc[q] = _mm512_setzero_ps();
+        for (int64_t k = 0; k < r; k++) {
+            const __m512 b0 = ldw16(bt + (size_t)k * bt_rb, o, kind);
+            _Pragma("GCC unroll 4")
+            for (int q = 0; q < nr; q++)
+                acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(ts[q][k]), b0, acc[q]);
+        }
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < nr; q++) {
+            __m512 v = d ? _mm512_mul_ps(acc[q], _mm512_loadu_ps(d + o)) : acc[q];
+            _mm512_storeu_ps(ys[q] + o, _mm512_fmadd_ps(sv, v, _mm512_loadu_ps(ys[q] + o)));
+        }
+    }
+    if (o < o1) /* the tail: cols_avx2's, the same chains */
+        cols_avx2(ts, nr, bt, bt_rb, kind, d, r, s, o, o1, ys);
+}
+
+__attribute__((target(LOWRANK_T512))) static void cols_avx512(const float *const *ts, int nr, const uint8_t *bt,
+                                                               size_t bt_rb, int kind, const float *d, int64_t r,
+                                                               float s, int64_t o0, int64_t o1, float *const *ys)
+{
+#define LOWRANK_C(N) cols_avx512_n(ts, N, bt, bt_rb, K_, d, r, s, o0, o1, ys)
+    LOWRANK_KIND_NR(LOWRANK_C)
+#undef LOWRANK_C
+}
+#undef LOWRANK_KIND_NR
+#undef LOWRANK_NR
+#undef LOWRANK_EACH_ROW
 #endif
 
-typedef void (*cols_fn)(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int f16, int64_t r,
-                        float s, int64_t o0, int64_t o1, float *const *ys);
+typedef void (*cols_fn)(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int kind, const float *d,
+                        int64_t r, float s, int64_t o0, int64_t o1, float *const *ys);
 
 /* Phase 2 task: y[rows][o0..o1) += s_i · t_i · B_iᵀ for every row of the
  * job, pair by pair in order; t the job's scratch (pair after pair). */
@@ -321,8 +479,8 @@ static void task_b(cols_fn cols, const lowrank_job_t *jb, const float *t, int64_
             float *yo[LOWRANK_ROWS];
             for (int q = 0; q < nr; q++)
                 yo[q] = ys[q] + o0;
-            cols(ts, nr, lr->bt.data + (size_t)o0 * (size_t)r * eb, w * eb, lr->bt.type == GGML_TYPE_F16, r, jb->s[i],
-                 0, (int64_t)w, yo);
+            cols(ts, nr, lr->bt.data + (size_t)o0 * (size_t)r * eb, w * eb, w_kind(lr->bt.type),
+                 lr->bt_d ? lr->bt_d + o0 : NULL, r, jb->s[i], 0, (int64_t)w, yo);
             tp += (size_t)jb->n * (size_t)r;
         }
     }
@@ -343,9 +501,10 @@ int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads
     dots_fn dots = dots_scalar;
     cols_fn cols = cols_scalar;
 #ifdef VMATH_X86
-    if (cpu_has_avx2_fma_f16c()) {
-        dots = dots_avx2;
-        cols = cols_avx2;
+    const qgemm_isa_t isa = lowrank_isa();
+    if (isa != QGEMM_ISA_SCALAR) {
+        dots = isa == QGEMM_ISA_AVX512VNNI ? dots_avx512 : dots_avx2;
+        cols = isa == QGEMM_ISA_AVX512VNNI ? cols_avx512 : cols_avx2;
     }
 #endif
     /* Every thread walks the same task list in the same order and runs the
@@ -393,10 +552,107 @@ int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads
     return 0;
 }
 
-int lowrank_prepare(lowrank_t *lr)
+/* ---- ISA choice --------------------------------------------------------- */
+
+static _Atomic int g_isa; /* 0: the default */
+
+qgemm_isa_t lowrank_isa(void)
+{
+    int v = atomic_load_explicit(&g_isa, memory_order_relaxed);
+    if (v)
+        return (qgemm_isa_t)v;
+#ifdef VMATH_X86
+    /* AVX-512 when the int8 kernels run it (PAGODA_ISA=avx512vnni or amx, or
+     * the default on such a CPU), else AVX2 + FMA + F16C unless PAGODA_ISA
+     * says scalar */
+    const qgemm_isa_t q = qgemm_isa_default();
+    if ((q == QGEMM_ISA_AVX512VNNI || q == QGEMM_ISA_AMX) && cpu_has_avx2_fma_f16c())
+        return QGEMM_ISA_AVX512VNNI;
+    if (q != QGEMM_ISA_SCALAR && cpu_has_avx2_fma_f16c())
+        return QGEMM_ISA_AVX2;
+#endif
+    return QGEMM_ISA_SCALAR;
+}
+
+int lowrank_set_isa(qgemm_isa_t isa)
+{
+    if (isa != QGEMM_ISA_AUTO && isa != QGEMM_ISA_SCALAR && isa != QGEMM_ISA_AVX2 && isa != QGEMM_ISA_AVX512VNNI)
+        return -1;
+#ifdef VMATH_X86
+    if ((isa == QGEMM_ISA_AVX2 && !cpu_has_avx2_fma_f16c()) ||
+        (isa == QGEMM_ISA_AVX512VNNI && !(cpu_has_avx2_fma_f16c() && qgemm_isa_available(QGEMM_ISA_AVX512VNNI))))
+        return -1;
+#else
+    if (isa != QGEMM_ISA_AUTO && isa != QGEMM_ISA_SCALAR)
+        return -1;
+#endif
+    atomic_store_explicit(&g_isa, (int)isa, memory_order_relaxed);
+    return 0;
+}
+
+/* Element (row, col) of an F32 or F16 factor. */
+static double elem(const matmul_weight_t *w, int64_t row, int64_t col)
+{
+    const uint8_t *p = w->data + (size_t)row * w->row_bytes;
+    return w->type == GGML_TYPE_F16 ? (double)quant_fp16_to_fp32(((const uint16_t *)p)[col])
+                                    : (double)((const float *)p)[col];
+}
+
+/* q[0..n) = round(v[i] / d), d = max |v| / 127 (0 when every v is 0):
+ * |v[i] - d · q[i]| <= d / 2. Returns d. */
+static float quant_i8(const float *v, int64_t n, int8_t *q, int64_t stride)
+{
+    float m = 0;
+    for (int64_t i = 0; i < n; i++)
+        m = fmaxf(m, fabsf(v[i]));
+    const float d = m / 127.0f, inv = m > 0 ? 127.0f / m : 0;
+    for (int64_t i = 0; i < n; i++) {
+        long r = lrintf(v[i] * inv);
+        q[i * stride] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
+    }
+    return d;
+}
+
+/* The int8 copies: A per row (a8, a_d), Bᵀ's panels per output (bt, bt_d:
+ * the scale of B's row o). */
+static void prepare_i8(lowrank_t *lr)
+{
+    const int64_t in = lr->a.cols, out = lr->b.rows, r = lr->rank;
+    int8_t *a8 = xaligned_alloc((size_t)r * (size_t)in + 64), *bt = xaligned_alloc((size_t)r * (size_t)out + 64);
+    float *a_d = xmalloc((size_t)r * sizeof(float)), *bt_d = xmalloc((size_t)out * sizeof(float));
+    float *row = xmalloc((size_t)(in > r ? in : r) * sizeof(float));
+    for (int64_t k = 0; k < r; k++) {
+        for (int64_t i = 0; i < in; i++)
+            row[i] = (float)elem(&lr->a, k, i);
+        a_d[k] = quant_i8(row, in, a8 + (size_t)k * (size_t)in, 1);
+    }
+    for (int64_t o0 = 0; o0 < out; o0 += LOWRANK_COLS) {
+        const int64_t w = out - o0 < LOWRANK_COLS ? out - o0 : LOWRANK_COLS;
+        int8_t *panel = bt + (size_t)o0 * (size_t)r;
+        for (int64_t o = 0; o < w; o++) {
+            for (int64_t k = 0; k < r; k++)
+                row[k] = (float)elem(&lr->b, o0 + o, k);
+            bt_d[o0 + o] = quant_i8(row, r, panel + o, w);
+        }
+    }
+    free(row);
+    lr->a8 = (matmul_weight_t){.type = LOWRANK_I8, .rows = r, .cols = in, .row_bytes = (size_t)in,
+                               .data = (const uint8_t *)a8};
+    lr->a_d = a_d;
+    lr->bt = (matmul_weight_t){.type = LOWRANK_I8, .rows = r, .cols = out, .row_bytes = (size_t)out,
+                               .data = (const uint8_t *)bt};
+    lr->bt_d = bt_d;
+}
+
+int lowrank_prepare(lowrank_t *lr, int int8)
 {
     if (pair_check(lr) != 0)
         return -1;
+    lowrank_release(lr);
+    if (int8) {
+        prepare_i8(lr);
+        return 0;
+    }
     const size_t eb = elem_bytes(lr->b.type);
     const int64_t out = lr->b.rows, r = lr->rank;
     uint8_t *bt = xaligned_alloc((size_t)r * (size_t)out * eb);
@@ -412,7 +668,6 @@ int lowrank_prepare(lowrank_t *lr)
                 memcpy(panel + ((size_t)k * (size_t)w + (size_t)o) * eb,
                        lr->b.data + (size_t)(o0 + o) * lr->b.row_bytes + (size_t)k * eb, eb);
     }
-    free((void *)lr->bt.data);
     lr->bt = (matmul_weight_t){.type = lr->b.type, .rows = r, .cols = out, .row_bytes = (size_t)out * eb, .data = bt};
     return 0;
 }
@@ -422,20 +677,38 @@ void lowrank_release(lowrank_t *lr)
     if (!lr)
         return;
     free((void *)lr->bt.data);
-    lr->bt = (matmul_weight_t){0};
+    free((void *)lr->a8.data);
+    free(lr->a_d);
+    free(lr->bt_d);
+    lr->bt = lr->a8 = (matmul_weight_t){0};
+    lr->a_d = lr->bt_d = NULL;
 }
 
 size_t lowrank_bt_bytes(const lowrank_t *lr)
 {
-    return lr->bt.data ? (size_t)lr->bt.rows * lr->bt.row_bytes : 0;
+    size_t n = lr->bt.data ? (size_t)lr->bt.rows * lr->bt.row_bytes : 0;
+    if (lr->a8.data)
+        n += (size_t)lr->a8.rows * lr->a8.row_bytes + (size_t)(lr->a8.rows + lr->bt.cols) * sizeof(float);
+    return n;
 }
 
-/* Element (row, col) of an F32 or F16 factor. */
-static double elem(const matmul_weight_t *w, int64_t row, int64_t col)
+/* Element (row, col) of A or B as the pair's update uses it: the int8 copy
+ * times its scale for an int8 pair (exact in double), else the factor. */
+static double elem_a(const lowrank_t *lr, int64_t k, int64_t i)
 {
-    const uint8_t *p = w->data + (size_t)row * w->row_bytes;
-    return w->type == GGML_TYPE_F16 ? (double)quant_fp16_to_fp32(((const uint16_t *)p)[col])
-                                    : (double)((const float *)p)[col];
+    if (!lr->a8.data)
+        return elem(&lr->a, k, i);
+    return (double)lr->a_d[k] * (double)((const int8_t *)lr->a8.data)[(size_t)k * (size_t)lr->a8.cols + (size_t)i];
+}
+
+static double elem_b(const lowrank_t *lr, int64_t o, int64_t k)
+{
+    if (!lr->a8.data)
+        return elem(&lr->b, o, k);
+    const int64_t r = lr->rank, out = lr->b.rows, o0 = o / LOWRANK_COLS * LOWRANK_COLS;
+    const int64_t w = out - o0 < LOWRANK_COLS ? out - o0 : LOWRANK_COLS;
+    const int8_t *panel = (const int8_t *)lr->bt.data + (size_t)o0 * (size_t)r;
+    return (double)lr->bt_d[o] * (double)panel[(size_t)k * (size_t)w + (size_t)(o - o0)];
 }
 
 void lowrank_add_ref(const lowrank_t *lr, float s, const float *x, int64_t ldx, const int32_t *rows, int n,
@@ -450,14 +723,14 @@ void lowrank_add_ref(const lowrank_t *lr, float s, const float *x, int64_t ldx, 
         for (int64_t k = 0; k < r; k++) {
             double acc = 0;
             for (int64_t i = 0; i < in; i++)
-                acc += (double)xr[i] * elem(&lr->a, k, i);
+                acc += (double)xr[i] * elem_a(lr, k, i);
             t[k] = acc;
         }
         float *yr = y + (size_t)rows[j] * ldy;
         for (int64_t o = 0; o < out; o++) {
             double acc = 0;
             for (int64_t k = 0; k < r; k++)
-                acc += t[k] * elem(&lr->b, o, k);
+                acc += t[k] * elem_b(lr, o, k);
             yr[o] = (float)((double)yr[o] + (double)s * acc);
         }
     }

@@ -18,11 +18,13 @@
  *      (job, pair, block of LOWRANK_ROWS rows, block of LOWRANK_KS ranks);
  *   2. Y[rows[j]][o] += s_i · t_i[j] · B_i[o] for every job, pair in order,
  *      split over (job, block of LOWRANK_COLS outputs).
- * Phase 1's outputs are dot products in a fixed order (8 float lanes, a
- * fixed horizontal sum, then the tail); phase 2 reads B transposed (bt,
+ * Phase 1's outputs are dot products in a fixed order (16 float lanes of
+ * fused multiply-adds, lanes l and l + 8 added, a fixed horizontal sum of
+ * the 8, then the tail: one zmm on AVX-512, two ymm halves on AVX2, the
+ * same bits on every path); phase 2 reads B transposed (bt,
  * made once at load by lowrank_prepare) so that each output is a chain of
- * fused multiply-adds over k = 0..r-1 in order, 16 outputs of up to
- * LOWRANK_ROWS rows a register block, no horizontal sums (a rank-8 B row is
+ * fused multiply-adds over k = 0..r-1 in order, 16 (AVX2) or 64 (AVX-512)
+ * outputs of up to LOWRANK_ROWS rows a register block, no horizontal sums (a rank-8 B row is
  * one vector: summing it per output cost more than the products). Both are
  * computed the same way whichever rows, jobs or threads run beside them: a
  * row's result depends on that row only, bit for bit, so mixing adapters in
@@ -34,7 +36,13 @@
  * The update's FLOPs are 2·r·(in + out) per row and pair, small
  * beside the base's 2·in·out when r is small (rank 64 on a 2048×2048
  * matrix: 6%).
- * lowrank_add_ref is the scalar reference: plain loops, double accumulation.
+ * int8 pairs (lowrank_prepare(lr, 1)) read int8 copies of A and Bᵀ with a
+ * scale per row of A and per row of B, converted exactly to float in the
+ * same chains: phase 1's dot times a_d[k], phase 2's chain times bt_d[o]
+ * before y = fma(s, ·, y). The scalar and AVX2 kernels give the same bits
+ * (every product and sum is the same IEEE operation in the same order).
+ * lowrank_add_ref is the scalar reference: plain loops, double accumulation
+ * (an int8 pair's reference uses its int8 values times their scales).
  *
  * Threads: lowrank_apply runs one OpenMP region of n_threads.
  * Memory: lowrank_apply allocates nothing (the caller owns every buffer);
@@ -47,29 +55,52 @@
 #include <stdint.h>
 
 #include "worker/kernels/matmul.h"
+#include "worker/kernels/qgemm.h"
+
+/* The type of an int8 copy (a8, bt of an int8 pair): not a ggml type. */
+#define LOWRANK_I8 0x100u
 
 typedef struct lowrank {
     int32_t rank;        /* r (0: no update) */
     float factor;        /* alpha / r, or 1 without alpha: s = scale · factor */
     matmul_weight_t a;   /* F32 or F16 (r, in) */
     matmul_weight_t b;   /* F32 or F16 (out, r) */
-    matmul_weight_t bt;  /* owned: B transposed (r, out), B's type, in panels of
-                          * LOWRANK_COLS outputs: the panel of outputs o0.. is
+    matmul_weight_t bt;  /* owned: B transposed (r, out), B's type (LOWRANK_I8
+                          * for an int8 pair), in panels of LOWRANK_COLS
+                          * outputs: the panel of outputs o0.. is
                           * (r, w = min(LOWRANK_COLS, out - o0)) row-major from
                           * element o0 · r (lowrank_prepare; row_bytes is out's) */
+    /* int8 pairs only (lowrank_prepare(lr, 1); a8.data NULL otherwise), owned: */
+    matmul_weight_t a8;  /* A rounded to int8 (r, in), LOWRANK_I8 */
+    float *a_d;          /* (r) A's row k ≈ a_d[k] · a8's row k */
+    float *bt_d;         /* (out) B's row o ≈ bt_d[o] · bt's column o */
 } lowrank_t;
 
 /* Makes lr->bt from lr->b (a copy the pair owns: lowrank_release frees it;
- * a bt made before is freed first). lowrank_apply reads B through bt, so
- * every pair it is given must have been prepared. Returns 0, -1 a pair
- * lowrank_apply would refuse (then lr is unchanged). */
-int lowrank_prepare(lowrank_t *lr);
+ * copies made before are freed first). lowrank_apply reads B through bt, so
+ * every pair it is given must have been prepared. int8 != 0 makes an int8
+ * pair: A and B rounded to int8 with one scale per row of A and per row of
+ * B (d = max |row| / 127, each element within d / 2 of the factor's), which
+ * lowrank_apply then reads instead of a and b (a quarter of F32's bytes, half
+ * of F16's). Returns 0, -1 a pair lowrank_apply would refuse (then lr is
+ * unchanged). */
+int lowrank_prepare(lowrank_t *lr, int int8);
 
-/* Frees lr->bt (NULL or unprepared: nothing). */
+/* Frees lowrank_prepare's copies (NULL or unprepared: nothing). */
 void lowrank_release(lowrank_t *lr);
 
-/* Bytes lr->bt holds (0 unprepared). */
+/* Bytes lowrank_prepare's copies hold (0 unprepared). */
 size_t lowrank_bt_bytes(const lowrank_t *lr);
+
+/* The kernels lowrank_apply runs: QGEMM_ISA_AVX2 (AVX2 + FMA + F16C) when
+ * the CPU has it and PAGODA_ISA does not say scalar, else QGEMM_ISA_SCALAR;
+ * or what lowrank_set_isa chose. Both give the same bits. */
+qgemm_isa_t lowrank_isa(void);
+
+/* Test hook: run isa (QGEMM_ISA_SCALAR or QGEMM_ISA_AVX2; QGEMM_ISA_AUTO:
+ * back to the default). 0 ok, -1 another ISA or one the CPU lacks. Not
+ * thread-safe against a running lowrank_apply. */
+int lowrank_set_isa(qgemm_isa_t isa);
 
 /* Rows, ranks and outputs per task of lowrank_apply (LOWRANK_COLS: also
  * the width of bt's panels). */

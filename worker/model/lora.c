@@ -36,6 +36,7 @@ typedef struct ld {
     gguf_t *g;
     char *err;
     size_t errlen;
+    int int8;           /* int8 pairs (PAGODA_LORA_PRECISION, lowrank_prepare) */
 } ld_t;
 
 static int fail(ld_t *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -206,7 +207,8 @@ static int load_pair(ld_t *ld, lora_t *a, const gguf_tensor_t *ta, int l, const 
                                   .row_bytes = in * ea, .data = (const uint8_t *)A};
         lr->b = (matmul_weight_t){.type = ty_b, .rows = w->rows, .cols = (int64_t)r,
                                   .row_bytes = r * eb, .data = (const uint8_t *)B + (size_t)row0 * r * eb};
-        int rc = lowrank_prepare(lr); /* B transposed, the layout lowrank_apply reads */
+        /* B transposed, the layout lowrank_apply reads (int8 copies too) */
+        int rc = lowrank_prepare(lr, ld->int8);
         assert(rc == 0 && "the factor's type and shape were checked above");
         (void)rc;
         row0 += w->rows;
@@ -249,6 +251,12 @@ int lora_load(const char *path, const model_t *m, lora_t **out, char *err, size_
 {
     ld_t ld = {.m = m, .err = err, .errlen = errlen};
     *out = NULL;
+    const char *prec = getenv("PAGODA_LORA_PRECISION");
+    if (prec && *prec && strcmp(prec, "int8") != 0 && strcmp(prec, "float") != 0) {
+        errbuf_set(err, errlen, "PAGODA_LORA_PRECISION=%s: expected int8 or float", prec);
+        return -1;
+    }
+    ld.int8 = !prec || !*prec || strcmp(prec, "int8") == 0;
     char gerr[200];
     if (gguf_open(path, &ld.g, gerr, sizeof gerr) != 0) {
         errbuf_set(err, errlen, "%s: %s", path, gerr);

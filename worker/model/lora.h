@@ -23,11 +23,15 @@
  * (token_embd, output, MoE experts, phi3's fused ffn_up, a tensor the base
  * does not have) is refused by lora_load with a message naming it.
  *
- * F16 factors are kept as F16 (the converter's default type: half the
- * bytes a step reads, widened exactly by the update kernel); F32, BF16 and
+ * F16 factors are kept as F16 (the converter's default type), F32, BF16 and
  * Q8_0 ones are converted to F32 at load (memory: r · (in + out) halves or
  * floats per matrix). Each pair is a lowrank_t of matmul_weight_t views
- * into the arena (worker/kernels/lowrank.h applies them).
+ * into the arena (worker/kernels/lowrank.h applies them), prepared by
+ * lowrank_prepare as the environment's PAGODA_LORA_PRECISION says: int8
+ * (the default; unset or empty too) rounds A and B to int8 per row, the
+ * copies the update then reads (half the bytes of F16 a step streams);
+ * float reads the arena's values (and a Bᵀ copy). Another value: lora_load
+ * fails naming the variable.
  *
  * Ownership: lora_load returns an adapter that owns its arrays and nothing
  * else (the file is closed before it returns); the base model is only read.

@@ -1,6 +1,6 @@
 /* Tests for worker/kernels/lowrank: LoRA pairs' updates of some batch rows.
  *
- * lowrank_apply (one region: 8-lane float dot products for X · Aᵀ, chains
+ * lowrank_apply (one region: 16-lane float dot products for X · Aᵀ, chains
  * of fused multiply-adds over Bᵀ) against lowrank_add_ref (scalar, double
  * accumulation) on random A, B, X, Y:
  * - one pair, ranks 1, 8, 64, 3 × 16 + 5 (rank blocks with a tail), row
@@ -8,6 +8,11 @@
  *   part), out = 83 (phase 2's 16-wide blocks and a scalar tail; the mix
  *   below has 8-wide blocks);
  * - F16 factors: bit-equal to F32 factors holding the same values;
+ * - int8 pairs (lowrank_prepare(lr, 1)) the same way against the reference
+ *   of their int8 values, and against the float factors within the
+ *   rounding's bound (test_int8_bound);
+ * - the scalar, AVX2 and AVX-512 kernels bit-equal (test_isa_bits; a path
+ *   the CPU lacks is skipped with a message);
  * - a step's mix: three groups of rows (sets of one or two pairs of
  *   different ranks, scales) over two matrices with their own x and y, in
  *   one call, against the reference applied pair by pair in set order.
@@ -26,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/splitmix.h"
 #include "common/text/ggml_type.h"
@@ -38,8 +44,8 @@ static void fill(float *x, size_t n, uint64_t seed, float sd)
         x[i] = (float)(((double)(splitmix64_next(&seed) >> 11) * 0x1p-53 * 2.0 - 1.0) * sd);
 }
 
-/* A prepared pair (lowrank_prepare; the caller releases it). */
-static lowrank_t make_pair(int r, int in, int out, float **A, float **B, uint64_t seed)
+/* A prepared pair (lowrank_prepare, int8 or not; the caller releases it). */
+static lowrank_t make_pair_p(int r, int in, int out, float **A, float **B, uint64_t seed, int int8)
 {
     *A = malloc((size_t)r * in * sizeof(float));
     *B = malloc((size_t)out * r * sizeof(float));
@@ -50,8 +56,13 @@ static lowrank_t make_pair(int r, int in, int out, float **A, float **B, uint64_
                           .data = (const uint8_t *)*A},
                     .b = {.type = GGML_TYPE_F32, .rows = out, .cols = r, .row_bytes = (size_t)r * 4,
                           .data = (const uint8_t *)*B}};
-    assert_int_equal(lowrank_prepare(&lr), 0);
+    assert_int_equal(lowrank_prepare(&lr, int8), 0);
     return lr;
+}
+
+static lowrank_t make_pair(int r, int in, int out, float **A, float **B, uint64_t seed)
+{
+    return make_pair_p(r, in, out, A, B, seed, 0);
 }
 
 static void close_to_ref(const float *y, const float *yr, size_t n, const char *what)
@@ -77,9 +88,8 @@ static int apply1(const lowrank_t *const *pairs, const float *s, int n_pairs, co
     return rc;
 }
 
-static void test_against_ref(void **state)
+static void against_ref(int int8)
 {
-    (void)state;
     enum { IN = 100, OUT = 83, R = 80 }; /* OUT: 16-wide blocks of phase 2, then a scalar tail */
     const int ranks[] = {1, 8, 64, 53}, counts[] = {1, 5, 70};
     float *x = malloc((size_t)R * IN * sizeof(float)), *y0 = malloc((size_t)R * OUT * sizeof(float));
@@ -88,7 +98,7 @@ static void test_against_ref(void **state)
     fill(y0, (size_t)R * OUT, 2, 1.0f);
     for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++) {
         float *A, *B;
-        lowrank_t lr = make_pair(ranks[ri], IN, OUT, &A, &B, 10 + ri);
+        lowrank_t lr = make_pair_p(ranks[ri], IN, OUT, &A, &B, 10 + ri, int8);
         const lowrank_t *pp = &lr;
         const float s = 0.75f;
         for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
@@ -101,7 +111,7 @@ static void test_against_ref(void **state)
             assert_int_equal(apply1(&pp, &s, 1, x, IN, rows, n, y, OUT, 2), 0);
             lowrank_add_ref(&lr, s, x, IN, rows, n, yr, OUT);
             char what[64];
-            snprintf(what, sizeof what, "rank %d, %d rows", ranks[ri], n);
+            snprintf(what, sizeof what, "%s rank %d, %d rows", int8 ? "int8" : "float", ranks[ri], n);
             close_to_ref(y, yr, (size_t)R * OUT, what);
             for (int r = 0; r < R; r++) { /* untouched rows stay bit-equal */
                 int listed = 0;
@@ -126,6 +136,15 @@ static void test_against_ref(void **state)
     free(y0);
     free(y);
     free(yr);
+}
+
+/* float pairs (state 0), or int8 pairs (1) against the reference of their
+ * own int8 values (the kernel's float arithmetic only: the same tolerance) */
+static int k_float = 0, k_int8 = 1;
+
+static void test_against_ref(void **state)
+{
+    against_ref(*(const int *)*state);
 }
 
 /* A step's mix: groups {0,3,6,..} set {a8 @ 0.5, a64 @ -1.25}, {1,4,..}
@@ -243,14 +262,14 @@ static void test_f16(void **state)
             B16[i] = quant_fp32_to_fp16(B[i]);
             B[i] = quant_fp16_to_fp32(B16[i]);
         }
-        assert_int_equal(lowrank_prepare(&p32), 0); /* bt of the rounded B */
+        assert_int_equal(lowrank_prepare(&p32, 0), 0); /* bt of the rounded B */
         lowrank_t p16 = p32;
         p16.a = (matmul_weight_t){.type = GGML_TYPE_F16, .rows = r, .cols = IN, .row_bytes = (size_t)IN * 2,
                                   .data = (const uint8_t *)A16};
         p16.b = (matmul_weight_t){.type = GGML_TYPE_F16, .rows = OUT, .cols = r, .row_bytes = (size_t)r * 2,
                                   .data = (const uint8_t *)B16};
         p16.bt = (matmul_weight_t){0};
-        assert_int_equal(lowrank_prepare(&p16), 0);
+        assert_int_equal(lowrank_prepare(&p16, 0), 0);
         const lowrank_t *pp16 = &p16, *pp32 = &p32;
         const float s = -0.6f;
         memcpy(y16, y0, (size_t)R * OUT * 4);
@@ -306,7 +325,7 @@ static void test_bad_args(void **state)
     assert_int_equal(lowrank_apply(&job, 1, t, 1), -1);
     bad = lr;
     bad.a.type = GGML_TYPE_BF16;
-    assert_int_equal(lowrank_prepare(&bad), -1); /* refused, and bad unchanged */
+    assert_int_equal(lowrank_prepare(&bad, 0), -1); /* refused, and bad unchanged */
     assert_ptr_equal(bad.bt.data, lr.bt.data);
     bad = lr;
     job.ldy = 4; /* y narrower than B's out */
@@ -323,10 +342,249 @@ static void test_bad_args(void **state)
     free(B);
 }
 
+/* The scalar, AVX2 and AVX-512 kernels give the same bits for F32, F16 and
+ * int8 pairs (ranks with rank-block and chain tails, in and out with
+ * tails; out = 147: AVX-512's 64- and 16-wide blocks and a tail). A path
+ * the CPU lacks is skipped with a message. */
+static void test_isa_bits(void **state)
+{
+    (void)state;
+    const qgemm_isa_t isas[] = {QGEMM_ISA_AVX2, QGEMM_ISA_AVX512VNNI};
+    enum { IN = 100, OUT = 147, R = 70 };
+    const int ranks[] = {8, 64, 53};
+    float *x = malloc((size_t)R * IN * sizeof(float)), *y0 = malloc((size_t)R * OUT * sizeof(float));
+    float *ys = malloc((size_t)R * OUT * sizeof(float)), *yv = malloc((size_t)R * OUT * sizeof(float));
+    uint16_t *A16 = malloc((size_t)64 * IN * 2), *B16 = malloc((size_t)OUT * 64 * 2);
+    fill(x, (size_t)R * IN, 5, 1.0f);
+    fill(y0, (size_t)R * OUT, 6, 1.0f);
+    int32_t rows[R];
+    for (int j = 0; j < R; j++)
+        rows[j] = (int32_t)((j * 3) % R); /* gcd(3, 70) = 1: a permutation */
+    for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+        if (lowrank_set_isa(isas[ii]) != 0) {
+            print_message("skipped %s: this CPU lacks it\n", qgemm_isa_name(isas[ii]));
+            continue;
+        }
+        for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++)
+            for (int kind = 0; kind < 3; kind++) { /* F32, F16, int8 */
+                const int r = ranks[ri];
+                float *A, *B;
+                lowrank_t lr = make_pair_p(r, IN, OUT, &A, &B, 60 + ri, kind == 2);
+                if (kind == 1) {
+                    for (size_t i = 0; i < (size_t)r * IN; i++)
+                        A16[i] = quant_fp32_to_fp16(A[i]);
+                    for (size_t i = 0; i < (size_t)OUT * r; i++)
+                        B16[i] = quant_fp32_to_fp16(B[i]);
+                    lowrank_release(&lr);
+                    lr.a = (matmul_weight_t){.type = GGML_TYPE_F16, .rows = r, .cols = IN,
+                                             .row_bytes = (size_t)IN * 2, .data = (const uint8_t *)A16};
+                    lr.b = (matmul_weight_t){.type = GGML_TYPE_F16, .rows = OUT, .cols = r,
+                                             .row_bytes = (size_t)r * 2, .data = (const uint8_t *)B16};
+                    assert_int_equal(lowrank_prepare(&lr, 0), 0);
+                }
+                const lowrank_t *pp = &lr;
+                const float s = 1.25f;
+                memcpy(ys, y0, (size_t)R * OUT * 4);
+                memcpy(yv, y0, (size_t)R * OUT * 4);
+                assert_int_equal(lowrank_set_isa(QGEMM_ISA_SCALAR), 0);
+                assert_int_equal(apply1(&pp, &s, 1, x, IN, rows, R, ys, OUT, 2), 0);
+                assert_int_equal(lowrank_set_isa(isas[ii]), 0);
+                assert_int_equal(lowrank_isa(), isas[ii]);
+                assert_int_equal(apply1(&pp, &s, 1, x, IN, rows, R, yv, OUT, 2), 0);
+                if (memcmp(ys, yv, (size_t)R * OUT * 4) != 0)
+                    fail_msg("%s, rank %d, %s: differs from the scalar kernels", qgemm_isa_name(isas[ii]), r,
+                             kind == 0 ? "F32" : kind == 1 ? "F16" : "int8");
+                lowrank_release(&lr);
+                free(A);
+                free(B);
+            }
+    }
+    lowrank_set_isa(QGEMM_ISA_AUTO);
+    free(x);
+    free(y0);
+    free(ys);
+    free(yv);
+    free(A16);
+    free(B16);
+}
+
+/* An int8 pair against the float factors it was rounded from, within the
+ * rounding's bound: with |A - a_d·A8| <= a_d / 2 per element of row k and
+ * |B - bt_d·B8| <= bt_d[o] / 2 in row o, the update's exact error at row
+ * x, output o is at most
+ *     |s| · Σ_k ( e_k · |B[o][k]| + (|t_k| + e_k) · bt_d[o] / 2 ),
+ *     e_k = a_d[k] / 2 · Σ_i |x_i|,   t = x · Aᵀ
+ * plus the float arithmetic's 2e-5 · max(1, max |y|). Prints the largest
+ * error relative to the update's largest magnitude (what int8 costs). */
+static void test_int8_bound(void **state)
+{
+    (void)state;
+    enum { IN = 768, OUT = 200, R = 5 };
+    const int ranks[] = {8, 64};
+    float *x = malloc((size_t)R * IN * sizeof(float)), *y0 = calloc((size_t)R * OUT, sizeof(float));
+    float *yq = malloc((size_t)R * OUT * sizeof(float)), *yf = malloc((size_t)R * OUT * sizeof(float));
+    fill(x, (size_t)R * IN, 7, 1.0f);
+    int32_t rows[R];
+    for (int j = 0; j < R; j++)
+        rows[j] = j;
+    for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++) {
+        const int r = ranks[ri];
+        float *A, *B, *A2, *B2;
+        lowrank_t lq = make_pair_p(r, IN, OUT, &A, &B, 80 + ri, 1), lf = make_pair_p(r, IN, OUT, &A2, &B2, 80 + ri, 0);
+        const lowrank_t *pp = &lq;
+        const float s = 2.0f;
+        memcpy(yq, y0, (size_t)R * OUT * 4);
+        memcpy(yf, y0, (size_t)R * OUT * 4);
+        assert_int_equal(apply1(&pp, &s, 1, x, IN, rows, R, yq, OUT, 2), 0);
+        lowrank_add_ref(&lf, s, x, IN, rows, R, yf, OUT);
+        double worst = 0, big = 0;
+        for (int j = 0; j < R; j++) {
+            const float *xr = x + (size_t)j * IN;
+            double sx = 0, e[64], t[64];
+            for (int i = 0; i < IN; i++)
+                sx += fabs((double)xr[i]);
+            for (int k = 0; k < r; k++) {
+                e[k] = (double)lq.a_d[k] / 2 * sx;
+                t[k] = 0;
+                for (int i = 0; i < IN; i++)
+                    t[k] += (double)xr[i] * (double)A[(size_t)k * IN + i];
+            }
+            for (int o = 0; o < OUT; o++) {
+                double bound = 0;
+                for (int k = 0; k < r; k++)
+                    bound += e[k] * fabs((double)B[(size_t)o * r + k]) + (fabs(t[k]) + e[k]) * lq.bt_d[o] / 2;
+                const double got = yq[(size_t)j * OUT + o], want = yf[(size_t)j * OUT + o];
+                const double tol = fabs(s) * bound + 2e-5 * fmax(1, fabs(want));
+                if (!(fabs(got - want) <= tol))
+                    fail_msg("rank %d row %d out %d: |int8 - float| = %g > bound %g", r, j, o, fabs(got - want), tol);
+                worst = fmax(worst, fabs(got - want));
+                big = fmax(big, fabs(want));
+            }
+        }
+        print_message("int8 rank %d: max |int8 - float| = %.3g, %.3g of the update's max |.| %.3g\n", r, worst,
+                      worst / big, big);
+        lowrank_release(&lq);
+        lowrank_release(&lf);
+        free(A);
+        free(B);
+        free(A2);
+        free(B2);
+    }
+    free(x);
+    free(y0);
+    free(yq);
+    free(yf);
+}
+
+/* LOWRANK_BENCH=1 (else skipped): one decode step's updates in the shape of
+ * tests/bench/lora_bench.sh — the 110M model's 12 layers (dim 768, FFN
+ * 2048), 8 F16 adapters of ranks 8 and 64 alternating on every projection,
+ * 28 rows (3 or 4 per adapter), four lowrank_apply calls a layer as the
+ * forward pass makes them (q/k/v, o, gate/up, down), every factor distinct
+ * (~100 MB of F16: they stream from memory). Prints the best of
+ * LOWRANK_BENCH_REPS (20) wall and process CPU times per step (on a loaded
+ * machine the 1-thread CPU time is the steadier number), float (F16) and
+ * int8 pairs, 1 and 2 threads, on the ISA lowrank_isa() picks (PAGODA_ISA
+ * chooses). A number, not an assertion. */
+enum { BL = 12, BD = 768, BF = 2048, BAD = 8, BROWS = 28, BP = 7 };
+
+static double now_s(clockid_t c)
+{
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void test_bench(void **state)
+{
+    (void)state;
+    if (!getenv("LOWRANK_BENCH")) {
+        print_message("skipped: LOWRANK_BENCH unset (a benchmark, not a test)\n");
+        return;
+    }
+    const int reps = getenv("LOWRANK_BENCH_REPS") ? atoi(getenv("LOWRANK_BENCH_REPS")) : 20;
+    /* projections q k v o gate up down: in, out */
+    const int pin[BP] = {BD, BD, BD, BD, BD, BD, BF}, pout[BP] = {BD, BD, BD, BD, BF, BF, BD};
+    lowrank_t *pr = calloc((size_t)BL * BAD * BP, sizeof *pr);
+    uint16_t **mem = calloc((size_t)BL * BAD * BP * 2, sizeof *mem);
+    uint64_t seed = 99;
+    for (int i = 0; i < BL * BAD * BP; i++) {
+        const int p = i % BP, r = (i / BP) % BAD % 2 ? 64 : 8, in = pin[p], out = pout[p];
+        uint16_t *A = mem[2 * i] = malloc((size_t)r * in * 2), *B = mem[2 * i + 1] = malloc((size_t)out * r * 2);
+        for (size_t k = 0; k < (size_t)r * in; k++)
+            A[k] = quant_fp32_to_fp16((float)((double)(splitmix64_next(&seed) >> 11) * 0x1p-53 - 0.5) * 0.07f);
+        for (size_t k = 0; k < (size_t)out * r; k++)
+            B[k] = quant_fp32_to_fp16((float)((double)(splitmix64_next(&seed) >> 11) * 0x1p-53 - 0.5) * 0.2f);
+        pr[i] = (lowrank_t){.rank = r, .factor = 1,
+                            .a = {.type = GGML_TYPE_F16, .rows = r, .cols = in, .row_bytes = (size_t)in * 2,
+                                  .data = (const uint8_t *)A},
+                            .b = {.type = GGML_TYPE_F16, .rows = out, .cols = r, .row_bytes = (size_t)r * 2,
+                                  .data = (const uint8_t *)B}};
+    }
+    float *x = malloc((size_t)BROWS * BF * 4), *y = calloc((size_t)BROWS * BF * BP, 4);
+    fill(x, (size_t)BROWS * BF, 3, 1.0f);
+    int32_t rows[BROWS];
+    int start[BAD + 1] = {0};
+    for (int j = 0; j < BROWS; j++)
+        rows[j] = j;
+    for (int a = 0; a < BAD; a++) /* 4 rows for the first four adapters, 3 for the rest */
+        start[a + 1] = start[a] + (a < 4 ? 4 : 3);
+    const lowrank_t *pp[BAD * BP];
+    float sc[BAD] = {1, 1, 1, 1, 1, 1, 1, 1};
+    float *t = malloc((size_t)BROWS * 64 * 3 * 4);
+    const int calls[4][3] = {{0, 1, 2}, {3, -1, -1}, {4, 5, -1}, {6, -1, -1}};
+    for (int int8 = 0; int8 < 2; int8++) {
+        for (int i = 0; i < BL * BAD * BP; i++)
+            assert_int_equal(lowrank_prepare(&pr[i], int8), 0);
+        for (int th = 1; th <= 2; th++) {
+            double best = 1e9, best_cpu = 1e9;
+            for (int rep = 0; rep < reps; rep++) {
+                const double t0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+                for (int l = 0; l < BL; l++)
+                    for (int c = 0; c < 4; c++) {
+                        lowrank_job_t jobs[BAD * 3];
+                        int nj = 0;
+                        for (int m = 0; m < 3 && calls[c][m] >= 0; m++) {
+                            const int p = calls[c][m];
+                            for (int a = 0; a < BAD; a++) {
+                                pp[a * BP + p] = &pr[((size_t)l * BAD + a) * BP + p];
+                                jobs[nj++] = (lowrank_job_t){.x = x, .ldx = pin[p], .y = y + (size_t)p * BROWS * BF,
+                                                             .ldy = pout[p], .rows = rows + start[a],
+                                                             .n = start[a + 1] - start[a], .pairs = &pp[a * BP + p],
+                                                             .s = &sc[a], .n_pairs = 1};
+                            }
+                        }
+                        assert_true(lowrank_scratch_floats(jobs, nj) <= (size_t)BROWS * 64 * 3);
+                        assert_int_equal(lowrank_apply(jobs, nj, t, th), 0);
+                    }
+                best = fmin(best, now_s(CLOCK_MONOTONIC) - t0);
+                best_cpu = fmin(best_cpu, now_s(CLOCK_PROCESS_CPUTIME_ID) - c0);
+            }
+            print_message("lowrank bench (%s): %s pairs, %d thread%s: %.2f ms a step, CPU %.2f ms (best of %d)\n",
+                          qgemm_isa_name(lowrank_isa()), int8 ? "int8" : "F16", th, th > 1 ? "s" : "", best * 1e3,
+                          best_cpu * 1e3, reps);
+        }
+    }
+    for (int i = 0; i < BL * BAD * BP; i++) {
+        lowrank_release(&pr[i]);
+        free(mem[2 * i]);
+        free(mem[2 * i + 1]);
+    }
+    free(pr);
+    free(mem);
+    free(x);
+    free(y);
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_against_ref),
+        {"test_against_ref", test_against_ref, NULL, NULL, &k_float},
+        {"test_int8_against_ref", test_against_ref, NULL, NULL, &k_int8},
+        cmocka_unit_test(test_isa_bits),
+        cmocka_unit_test(test_int8_bound),
+        cmocka_unit_test(test_bench),
         cmocka_unit_test(test_mix),
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_bad_args),

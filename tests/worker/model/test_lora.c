@@ -16,7 +16,16 @@
  *    (max |batched - alone| <= 1e-4 * max(1, max |alone|));
  *  - refusals with a message naming the cause: an adapter of another
  *    architecture, one made for a base of other shapes, a model file given
- *    as an adapter.
+ *    as an adapter, a PAGODA_LORA_PRECISION that is neither int8 nor float.
+ * These run the float update (PAGODA_LORA_PRECISION=float, set by setup).
+ * The int8 update (the default: factors rounded to int8 per row,
+ * worker/kernels/lowrank.h) is checked on the rank 64 F16 adapter and the
+ * mixed batch against the same reference, relative to how far the adapter
+ * moves the logits (int8 rounds each factor element within 1/254 of its
+ * row's largest; the error of an update is ~0.5% of it, and these random
+ * adapters move the logits by as much as the base has):
+ *     max |int8 - ref| <= 0.05 * max |ref - base|
+ * and the mixed batch equal to each sequence alone (TOL_SELF) as above.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,6 +47,7 @@
 #define BS 16
 #define TOL_REF 5e-4
 #define TOL_SELF 1e-4
+#define TOL_INT8 0.05
 #define MAX_SEQ 4
 #define SEQ_LEN 40
 
@@ -177,9 +187,26 @@ static void expect_close(const float *got, const float *want, size_t n, double t
         fail_msg("%s: max |diff| %g > %g (scale %g)", what, worst, tol * scale, scale);
 }
 
-/* One adapter on every row, against the reference. */
-static void one_adapter(const char *file, const char *args, float scale)
+/* max |got - want| <= TOL_INT8 * max |want - base| over n logits */
+static void expect_int8_close(const float *got, const float *want, const float *base, size_t n, const char *what)
 {
+    double worst = 0, moved = 0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)got[i] - (double)want[i]));
+        moved = fmax(moved, fabs((double)want[i] - (double)base[i]));
+    }
+    print_message("%s (int8): max |pagoda - ref| %.3g, %.3g of max |ref - base| %.3g\n", what, worst,
+                  worst / moved, moved);
+    if (!(worst <= TOL_INT8 * moved))
+        fail_msg("%s (int8): max |diff| %g > %g (the adapter moves the logits by %g)", what, worst,
+                 TOL_INT8 * moved, moved);
+}
+
+/* One adapter on every row, against the reference (int8: relative to the
+ * base's logits, expect_int8_close). */
+static void one_adapter_p(const char *file, const char *args, float scale, int int8)
+{
+    setenv("PAGODA_LORA_PRECISION", int8 ? "int8" : "float", 1);
     mklora(file, args);
     lora_t *a = load_lora(file);
     lora_set_t set = {.n = 1, .ad = {a}, .scale = {scale}};
@@ -189,16 +216,20 @@ static void one_adapter(const char *file, const char *args, float scale)
     s[0].set = s[1].set = 0;
     float *got = run(s, 2, &set, 1, 0);
     const char *files[1] = {file};
+    /* the adapter changes something: the base's logits differ */
+    s[0].set = s[1].set = -1;
+    float *base = run(s, 2, &set, 1, 0);
     size_t off = 0;
     for (int i = 0; i < 2; i++) {
         float *want = ref_logits(&s[i], files, &scale, 1);
-        expect_close(got + off, want, (size_t)s[i].n * g_m->cfg.vocab, TOL_REF, file);
+        if (int8)
+            expect_int8_close(got + off, want, base + off, (size_t)s[i].n * g_m->cfg.vocab, file);
+        else
+            expect_close(got + off, want, (size_t)s[i].n * g_m->cfg.vocab, TOL_REF, file);
         off += (size_t)s[i].n * g_m->cfg.vocab;
         free(want);
     }
-    /* and the adapter changes something: the base's logits differ */
-    s[0].set = s[1].set = -1;
-    float *base = run(s, 2, &set, 1, 0);
+    setenv("PAGODA_LORA_PRECISION", "float", 1);
     double d = 0;
     for (size_t i = 0; i < off; i++)
         d = fmax(d, fabs((double)base[i] - (double)got[i]));
@@ -219,6 +250,11 @@ static void one_adapter(const char *file, const char *args, float scale)
     assert_null(held);
 }
 
+static void one_adapter(const char *file, const char *args, float scale)
+{
+    one_adapter_p(file, args, scale, 0);
+}
+
 static void test_rank8_f32(void **state)
 {
     (void)state;
@@ -237,12 +273,19 @@ static void test_rank32_q8_0(void **state)
     one_adapter("r32q8.gguf", "--lora-rank 32 --type Q8_0 --lora-targets attn_q,attn_v,ffn_down --seed 5", 1.0f);
 }
 
-static void test_mixed_batch(void **state)
+static void test_rank64_f16_int8(void **state)
 {
     (void)state;
+    one_adapter_p("r64i8.gguf", "--lora-rank 64 --lora-alpha 16 --type F16 --seed 4", 1.5f, 1);
+}
+
+static void mixed_batch(int int8)
+{
+    setenv("PAGODA_LORA_PRECISION", int8 ? "int8" : "float", 1);
     mklora("ma.gguf", "--lora-rank 8 --seed 21");
     mklora("mb.gguf", "--lora-rank 16 --lora-targets attn_k,attn_output,ffn_gate,ffn_up --seed 22");
     lora_t *a = load_lora("ma.gguf"), *b = load_lora("mb.gguf");
+    setenv("PAGODA_LORA_PRECISION", "float", 1);
     const lora_set_t sets[3] = {
         {.n = 1, .ad = {a}, .scale = {1.0f}},
         {.n = 1, .ad = {b}, .scale = {0.5f}},
@@ -269,7 +312,15 @@ static void test_mixed_batch(void **state)
         } else {
             want = ref_logits(&s[i], files, sets[2].scale, 2);
         }
-        expect_close(mixed + off, want, n, TOL_REF, "mixed batch vs reference");
+        if (int8 && set_of[i] >= 0) {
+            sq_t b0 = s[i];
+            b0.set = -1;
+            float *base = run(&b0, 1, sets, 3, 0);
+            expect_int8_close(mixed + off, want, base, n, "mixed batch vs reference");
+            free(base);
+        } else {
+            expect_close(mixed + off, want, n, TOL_REF, "mixed batch vs reference");
+        }
         free(want);
         free(alone);
         off += n;
@@ -277,6 +328,14 @@ static void test_mixed_batch(void **state)
     free(mixed);
     lora_free(&a);
     lora_free(&b);
+}
+
+/* state: 0 float, 1 int8 */
+static int k_float = 0, k_int8 = 1;
+
+static void test_mixed_batch(void **state)
+{
+    mixed_batch(*(const int *)*state);
 }
 
 static void expect_refused(const char *path, const char *needle)
@@ -312,6 +371,10 @@ static void test_refused(void **state)
     expect_refused(path, "do not fit the base");
     /* a model is not an adapter */
     expect_refused(g_base, "general.type");
+    /* nor a precision the loader does not know */
+    setenv("PAGODA_LORA_PRECISION", "int4", 1);
+    expect_refused(path, "PAGODA_LORA_PRECISION=int4");
+    setenv("PAGODA_LORA_PRECISION", "float", 1);
     /* nor is a missing file */
     snprintf(path, sizeof path, "%s/absent.gguf", g_tmp);
     expect_refused(path, "absent.gguf");
@@ -323,6 +386,7 @@ static int setup(void **state)
     snprintf(g_tmp, sizeof g_tmp, "/tmp/pagoda-lora-XXXXXX");
     if (!mkdtemp(g_tmp))
         return -1;
+    setenv("PAGODA_LORA_PRECISION", "float", 1); /* the int8 tests set int8 */
     g_base = support_shared_model("stories260K.gguf");
     if (!g_base)
         return -1;
@@ -352,7 +416,9 @@ int main(void)
         cmocka_unit_test(test_rank8_f32),
         cmocka_unit_test(test_rank64_f16_alpha),
         cmocka_unit_test(test_rank32_q8_0),
-        cmocka_unit_test(test_mixed_batch),
+        cmocka_unit_test(test_rank64_f16_int8),
+        {"test_mixed_batch", test_mixed_batch, NULL, NULL, &k_float},
+        {"test_mixed_batch_int8", test_mixed_batch, NULL, NULL, &k_int8},
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
