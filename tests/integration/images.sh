@@ -18,7 +18,9 @@
 # --mmproj): the three surfaces give pagoda-run --image's greedy text, two
 # images two texts, and a repeated image is a prefix-cache hit; then the same
 # through the openai, Anthropic, AI SDK and LangChain JS clients
-# (images_sdk.mjs, skipped without node or tests/js's packages).
+# (images_sdk.mjs, skipped without node or tests/js's packages). Last, an
+# idefics3 (SmolVLM) pair, whose pictures the gateway cuts into tiles: the
+# three surfaces against pagoda-run for three pictures, the cache, a 400.
 source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
@@ -412,42 +414,109 @@ sys.exit(1 if n_fail else 0)
 PY
 [[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
 
-# --- an idefics3 (SmolVLM) pair: pagoda-run tiles its images
-# (tests/compare/vision_vs_llamacpp.sh), the server's layout does not yet
-# (docs/VISION.md): an image request is refused with a message naming the
-# projector, and the worker stays up for the text request after it.
+# --- an idefics3 (SmolVLM) pair served end to end: 56 px tiles, pixel
+# shuffle 2x2 (16 rows per encoder image), preproc_image_size 112, so each
+# 112 px picture is cut by the gateway into 2 x 2 tiles + the global image
+# (5 encoder images on the wire, docs/VISION.md "Idefics3"). The three
+# surfaces give pagoda-run --mmproj --image's greedy text (pagoda-run tiles
+# the same way, with the same common/image function) for three pictures whose
+# texts differ; a repeated picture is a prefix-cache hit covering its whole
+# run (93 tokens after the turn header); a picture over the operator's pixel
+# limit (--image-max-pixels 20000; a 150 x 150 PNG) is a 400 in each API's
+# shape, and a text request after it is answered.
 check "idefics3 pair written" "$MK" -o "$TMP/it.gguf" --arch llama --dim 64 --layers 2 --heads 4 --kv-heads 2 \
-  --ffn 128 --ctx 512 --vocab 512 --type f32 --seed 40 --projector idefics3 --mmproj "$TMP/ip.gguf" \
-  --vis-size 56 --vis-patch 7 --vis-dim 64 --vis-layers 2 --vis-heads 4 --vis-ffn 128 --vis-merge 2
+  --ffn 128 --ctx 512 --vocab 512 --type f32 --seed 40 --untied --mute-special --logit-scale 8 \
+  --chat-template "$HERE/../compare/chatml_turns.jinja" --projector idefics3 --mmproj "$TMP/ip.gguf" \
+  --vis-size 56 --vis-patch 7 --vis-dim 64 --vis-layers 2 --vis-heads 4 --vis-ffn 128 --vis-merge 2 \
+  --vis-preproc 112
+for img in gradient checker noise; do
+  "$RUN" -m "$TMP/it.gguf" --mmproj "$TMP/ip.gguf" --image "$TMP/img/$img.ppm" -p $'\n'"$PROMPT" -n $N --temp 0 \
+    --threads 2 >"$TMP/irun-$img.txt" 2>"$TMP/irun-$img.err" || fail "pagoda-run idefics3 on $img: $(tail -3 "$TMP/irun-$img.err")"
+done
 hp6=$(free_port); zp6=$(free_port)
 spawn "$TMP/gw6.log" "$GW" --listen 127.0.0.1:$hp6 --worker-endpoint tcp://127.0.0.1:$zp6 \
-  --model "idf=$TMP/it.gguf" --mmproj "idf=$TMP/ip.gguf" --max-seqs 2
+  --model "idf=$TMP/it.gguf" --mmproj "idf=$TMP/ip.gguf" --max-seqs 2 --image-max-pixels 20000
 URL6=http://127.0.0.1:$hp6
 ready6() { curl -sf "$URL6/health" | python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['models']['idf']['replicas']==1 else 1)"; }
 check "gateway with an idefics3 --mmproj up, its worker registered" wait_for 60 ready6
-python3 - "$URL6" "$TMP" <<'PY'
-import base64, json, sys, urllib.request, urllib.error
-url, d = sys.argv[1], sys.argv[2]
-def post(body):
-    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+python3 - "$URL6" "$TMP" "$PROMPT" $N <<'PY'
+import base64, json, struct, sys, urllib.request, urllib.error, zlib
+url, d, prompt, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+n_fail = 0
+def report(ok, what, extra=""):
+    global n_fail
+    print(("ok - " if ok else "not ok - ") + what + (("  # " + extra) if extra and not ok else ""))
+    n_fail += not ok
+def post(path, body):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", "anthropic-version": "2023-06-01"})
     try:
-        with urllib.request.urlopen(req, timeout=120) as r:
+        with urllib.request.urlopen(req, timeout=300) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"null")
-png = "data:image/png;base64," + base64.b64encode(open(f"{d}/img/gradient.png", "rb").read()).decode()
-c, j = post({"model": "idf", "max_tokens": 2, "messages": [{"role": "user", "content": [
-    {"type": "image_url", "image_url": {"url": png}}, {"type": "text", "text": "hi"}]}]})
-msg = ((j or {}).get("error") or {}).get("message", "")
-ok1 = 400 <= c < 500 and "idefics3" in msg
-print(("ok - " if ok1 else "not ok - ") + "idefics3 image over HTTP: 4xx naming the projector" +
-      ("" if ok1 else f"  # {c} {json.dumps(j)[:300]}"))
-c, j = post({"model": "idf", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
-ok2 = c == 200
-print(("ok - " if ok2 else "not ok - ") + "idefics3 model: a text request after it is answered" +
-      ("" if ok2 else f"  # {c} {json.dumps(j)[:300]}"))
-sys.exit(0 if ok1 and ok2 else 1)
+def chunk(t, b):
+    return struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b))
+big = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 150, 150, 8, 2, 0, 0, 0)) + \
+    chunk(b"IDAT", zlib.compress(b"".join(b"\0" + bytes(450) for _ in range(150)))) + chunk(b"IEND", b"")
+def b64(img):
+    return base64.b64encode(big if img == "big" else open(f"{d}/img/{img}.png", "rb").read()).decode()
+def chat(img, text=prompt):
+    return post("/v1/chat/completions", {"model": "idf", "max_tokens": n, "temperature": 0, "messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + b64(img)}},
+                                     {"type": "text", "text": text}]}]})
+def anth(img):
+    return post("/v1/messages", {"model": "idf", "max_tokens": n, "temperature": 0, "messages": [
+        {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                  "data": b64(img)}},
+                                     {"type": "text", "text": prompt}]}]})
+def resp(img):
+    return post("/v1/responses", {"model": "idf", "max_output_tokens": n, "temperature": 0, "input": [
+        {"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64," + b64(img)},
+                                     {"type": "input_text", "text": prompt}]}]})
+texts = {}
+for img in ["gradient", "checker", "noise"]:
+    want = open(f"{d}/irun-{img}.txt", "rb").read().decode("utf-8", "replace").strip()
+    c, j = chat(img)
+    got = j["choices"][0]["message"]["content"].strip() if c == 200 else None
+    report(c == 200 and got == want, f"idefics3 chat image_url {img}: pagoda-run's text",
+           f"{c} {got!r} vs {want!r} {json.dumps(j)[:300]}")
+    texts[img] = got
+    c, j = anth(img)
+    got = "".join(b.get("text", "") for b in j["content"]).strip() if c == 200 else None
+    report(c == 200 and got == want, f"idefics3 anthropic image {img}: pagoda-run's text",
+           f"{c} {got!r} vs {want!r} {json.dumps(j)[:300]}")
+    c, j = resp(img)
+    got = "".join(p.get("text", "") for o in j.get("output", []) if o.get("type") == "message"
+                  for p in o.get("content", [])).strip() if c == 200 else None
+    report(c == 200 and got == want, f"idefics3 responses input_image {img}: pagoda-run's text",
+           f"{c} {got!r} vs {want!r} {json.dumps(j)[:300]}")
+report(len(set(texts.values())) == 3, "idefics3: three pictures give three texts", json.dumps(texts))
+# repeated, with a longer text so the prompt's full blocks reach past the
+# picture's run (turn header ≤ 6 tokens + 93 ≤ 99): the cache covers it
+LONG = "What is in this picture? Tell me about its colours, its shapes and its corners, one by one, slowly."
+c, j = chat("gradient", LONG)
+c, j = chat("gradient", LONG)
+u = j.get("usage", {}) if c == 200 else {}
+cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+report(c == 200 and cached >= 100, "idefics3: a repeated picture is a prefix-cache hit covering its tiles",
+       f"cached {cached} of {u.get('prompt_tokens')}")
+# over the operator's pixel limit: a 400 in each API's shape
+c, j = chat("big")
+e = (j or {}).get("error") or {}
+report(c == 400 and e.get("param") == "messages[0].content[0].image_url.url" and "--image-max-pixels" in
+       e.get("message", ""), "idefics3 chat: a picture over --image-max-pixels is a 400", f"{c} {json.dumps(j)[:300]}")
+c, j = anth("big")
+report(c == 400 and (j or {}).get("type") == "error" and "--image-max-pixels" in
+       ((j or {}).get("error") or {}).get("message", ""), "idefics3 anthropic: over the pixel limit is a 400",
+       f"{c} {json.dumps(j)[:300]}")
+c, j = resp("big")
+e = (j or {}).get("error") or {}
+report(c == 400 and e.get("param", "").startswith("input[0].content[0]") and "--image-max-pixels" in
+       e.get("message", ""), "idefics3 responses: over the pixel limit is a 400", f"{c} {json.dumps(j)[:300]}")
+c, j = post("/v1/chat/completions", {"model": "idf", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+report(c == 200, "idefics3 model: a text request after them is answered", f"{c} {json.dumps(j)[:300]}")
+sys.exit(1 if n_fail else 0)
 PY
 [[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
 finish
