@@ -1704,6 +1704,25 @@ static void test_roundtrip_images(void **state)
     free(body);
 }
 
+/* The fuzz seed CORPUS_DIR/name is in's encoding (written when
+ * PAGODA_WRITE_CORPUS is set) and decodes. */
+static void check_seed(const char *name, const proto_msg_t *in)
+{
+    char path[256];
+    snprintf(path, sizeof path, CORPUS_DIR "/%s", name);
+    if (getenv("PAGODA_WRITE_CORPUS"))
+        write_seed(path, in);
+    size_t n;
+    unsigned char *seed = support_read_file(path, &n);
+    assert_non_null(seed);
+    proto_frame_t fr[3] = {{seed, 6}, {seed + 6, 1}, {seed + 7, n - 7}};
+    proto_msg_t out;
+    assert_int_equal(proto_decode(fr, 3, &out, NULL, 0), PROTO_OK);
+    assert_int_equal(out.type, in->type);
+    proto_msg_clear(&out);
+    free(seed);
+}
+
 /* REGISTER vis.preproc (a tiled projector's longest side): round trip,
  * absent without tiles (what an older worker sends, still parsed), bounds. */
 static void test_register_vis_preproc(void **state)
@@ -1721,15 +1740,7 @@ static void test_register_vis_preproc(void **state)
     assert_int_equal(out.reg.vis.size, 512);
     assert_int_equal(out.reg.vis.preproc, 2048);
     proto_msg_clear(&out);
-    if (getenv("PAGODA_WRITE_CORPUS"))
-        write_seed(CORPUS_DIR "/14_REGISTER_VIS_PREPROC", &in);
-    size_t n_seed;
-    unsigned char *seed = support_read_file(CORPUS_DIR "/14_REGISTER_VIS_PREPROC", &n_seed);
-    assert_non_null(seed);
-    proto_frame_t fr[3] = {{seed, 6}, {seed + 6, 1}, {seed + 7, n_seed - 7}};
-    assert_int_equal(proto_decode(fr, 3, &out, NULL, 0), PROTO_OK);
-    proto_msg_clear(&out);
-    free(seed);
+    check_seed("14_REGISTER_VIS_PREPROC", &in);
     in.reg.vis.preproc = PROTO_MAX_VIS_PREPROC + 1;
     body = encode(&in, &len);
     assert_int_equal(proto_decode_body(PROTO_REGISTER, body, len, &out, NULL, 0), PROTO_ERANGE);
@@ -1767,15 +1778,7 @@ static void test_roundtrip_image_grid(void **state)
         assert_memory_equal(out.submit.imgs[i].rgb, px[i], 3);
     }
     proto_msg_clear(&out);
-    if (getenv("PAGODA_WRITE_CORPUS"))
-        write_seed(CORPUS_DIR "/14_SUBMIT_IMG_GRID", &in);
-    size_t n_seed;
-    unsigned char *seed = support_read_file(CORPUS_DIR "/14_SUBMIT_IMG_GRID", &n_seed);
-    assert_non_null(seed);
-    proto_frame_t fr[3] = {{seed, 6}, {seed + 6, 1}, {seed + 7, n_seed - 7}};
-    assert_int_equal(proto_decode(fr, 3, &out, NULL, 0), PROTO_OK);
-    proto_msg_clear(&out);
-    free(seed);
+    check_seed("14_SUBMIT_IMG_GRID", &in);
     struct { uint32_t nx, ny; } bad[] = {
         {4, 1},                   /* 4 tiles + global: one image past the end */
         {2, 2},                   /* the same as a square */
