@@ -66,6 +66,9 @@ void request_free(request_t *r)
         free(r->images[i].url);
         free(r->images[i].param);
         free(r->images[i].rgb);
+        for (size_t t = 0; r->images[i].tiles && t < (size_t)r->images[i].nx * r->images[i].ny; t++)
+            free(r->images[i].tiles[t].rgb);
+        free(r->images[i].tiles);
     }
     free(r->images);
     free(r->tools_json);

@@ -71,6 +71,13 @@ typedef struct {
     size_t text_len;
 } request_part_t;
 
+/* One tile of a picture cut for a tiled projector (idefics3): w × h like
+ * its picture's global image. */
+typedef struct {
+    uint8_t *rgb;          /* (h, w, 3) RGB8 */
+    uint8_t hash[32];      /* BLAKE2b-256 */
+} request_tile_t;
+
 /* An image part, as parsed: the compressed file the client sent (format
  * checked by magic), until request_images_prepare (gateway/request_image.h)
  * decodes it and fits it to the model's encoder. */
@@ -83,6 +90,8 @@ typedef struct {
     uint32_t w, h;         /* after prepare: the encoder's side, w = h */
     uint8_t *rgb;          /* after prepare: (h, w, 3) RGB8 */
     uint8_t hash[32];      /* after prepare: BLAKE2b-256 (common/image/image.h image_hash) */
+    uint32_t nx, ny;       /* after prepare, a tiled projector: the grid (0 × 0: rgb alone) */
+    request_tile_t *tiles; /* (nx·ny) row-major; rgb above is then the global image */
 } request_image_t;
 
 typedef struct {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/text/image_run.h"
 #include "common/xalloc.h"
 #include "gateway/image_fetch.h"
 
@@ -160,6 +161,48 @@ void request_message_add_image(request_message_t *m, int32_t i_image)
     new_part(m)->i_image = i_image;
 }
 
+/* im's decoded picture into the encoder's images (see request_image.h):
+ * fitted to one square, or, for a tiled projector, its grid of tiles and
+ * its global image (common/image image_tiles, as pagoda-run cuts them);
+ * *bytes += their pixels. 0, or -1 with a 400 (a grid over
+ * IMAGE_RUN_MAX_TILES). Takes full. */
+static int encoder_images(request_image_t *im, image_rgb_t *full, const proto_vis_t *vis, uint64_t *bytes,
+                          oai_error_t *e)
+{
+    const image_run_info_t *ri = image_run_find(vis->proj);
+    int32_t nx = 0, ny = 0, rw, rh;
+    if (ri && ri->tile_fmt &&
+        image_run_grid((int32_t)full->w, (int32_t)full->h, (int32_t)vis->size, (int32_t)vis->preproc, &nx, &ny,
+                       &rw, &rh) != 0) {
+        uint32_t w = full->w, h = full->h;
+        image_rgb_free(full);
+        return refuse(e, im->param,
+                      "'%s': a %ux%u picture is more than %d tiles of %u pixels for this model (longest side "
+                      "%u before tiling).", im->param, w, h, IMAGE_RUN_MAX_TILES, vis->size, vis->preproc);
+    }
+    size_t nt = (size_t)nx * ny;
+    image_rgb_t *out = xcalloc(nt + 1, sizeof *out);
+    if (ri && ri->tile_fmt)
+        image_tiles(full, vis->size, (uint32_t)nx, (uint32_t)ny, out);
+    else
+        image_fit_square(full, vis->size, &out[0]);
+    image_rgb_free(full);
+    im->nx = (uint32_t)nx;
+    im->ny = (uint32_t)ny;
+    im->tiles = nt ? xcalloc(nt, sizeof *im->tiles) : NULL;
+    for (size_t t = 0; t < nt; t++) {
+        im->tiles[t].rgb = out[t].rgb;
+        image_hash(&out[t], im->tiles[t].hash);
+    }
+    image_hash(&out[nt], im->hash);
+    im->w = out[nt].w;
+    im->h = out[nt].h;
+    im->rgb = out[nt].rgb;
+    free(out);
+    *bytes += (uint64_t)(nt + 1) * vis->size * vis->size * 3;
+    return 0;
+}
+
 int request_images_prepare(request_t *r, const proto_vis_t *vis, const request_image_limits_t *lim,
                            oai_error_t *e)
 {
@@ -176,26 +219,19 @@ int request_images_prepare(request_t *r, const proto_vis_t *vis, const request_i
     if (lim && lim->max_pixels)
         il.max_pixels = lim->max_pixels;
     bool reads = vis && vis->has;
-    if (reads) {
-        /* the fitted pixels travel in one SUBMIT (≤ PROTO_MAX_BODY) beside the
-         * text, which a message with images carries twice (content and
-         * parts), and 1 MiB for the other fields */
-        uint64_t bytes = (uint64_t)r->n_images * vis->size * vis->size * 3 + (1u << 20);
-        for (size_t i = 0; i < r->n_messages; i++)
-            bytes += 2 * (uint64_t)r->messages[i].content_len;
-        if (bytes > PROTO_MAX_BODY)
-            return refuse(e, r->images[0].param,
-                          "%zu images of %ux%u pixels and this much text do not fit one request to the "
-                          "model (%llu bytes, limit %u): send fewer images.", r->n_images, vis->size, vis->size,
-                          (unsigned long long)bytes, PROTO_MAX_BODY);
-    }
+    /* the encoder's pixels travel in one SUBMIT (≤ PROTO_MAX_BODY) beside the
+     * text, which a message with images carries twice (content and parts),
+     * and 1 MiB for the other fields; a tiled picture counts each tile */
+    uint64_t bytes = 1u << 20;
+    for (size_t i = 0; i < r->n_messages; i++)
+        bytes += 2 * (uint64_t)r->messages[i].content_len;
     /* Every image is decoded even for a model without vision, so a broken
      * image is named as such rather than hidden behind the model's refusal;
      * one decoded image at a time is held. */
     for (size_t i = 0; i < r->n_images; i++) {
         request_image_t *im = &r->images[i];
         assert(!im->url); /* fetched first (request_image_fetched) */
-        image_rgb_t full, sq;
+        image_rgb_t full;
         char why[256];
         image_status_t st = image_decode(im->bytes, im->n_bytes, &il, &full, why, sizeof why);
         if (st != IMAGE_OK)
@@ -207,15 +243,16 @@ int request_images_prepare(request_t *r, const proto_vis_t *vis, const request_i
             image_rgb_free(&full);
             continue;
         }
-        image_fit_square(&full, vis->size, &sq);
-        image_rgb_free(&full);
-        image_hash(&sq, im->hash);
-        im->w = sq.w;
-        im->h = sq.h;
-        im->rgb = sq.rgb;
+        if (encoder_images(im, &full, vis, &bytes, e) < 0)
+            return -1;
         free(im->bytes);
         im->bytes = NULL;
         im->n_bytes = 0;
+        if (bytes > PROTO_MAX_BODY)
+            return refuse(e, im->param,
+                          "'%s': %zu images as %ux%u encoder images (tiles included) and this much text do not "
+                          "fit one request to the model (%llu bytes, limit %u): send fewer or smaller images.",
+                          im->param, i + 1, vis->size, vis->size, (unsigned long long)bytes, PROTO_MAX_BODY);
     }
     if (reads)
         r->vis = *vis;

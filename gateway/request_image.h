@@ -14,7 +14,10 @@
  *      decodes every file (common/image/image.h, under the operator's limits)
  *      and, when the model reads images (its workers' REGISTER `vis`, which
  *      http.c asks the core for: gateway_model_vis, gateway/snapshot.h), fits it to the encoder's square and hashes
- *      it; a model without vision gets a 400.
+ *      it — or, for a tiled projector (idefics3: vis.preproc), cuts it into
+ *      its grid of tiles and its global image (image_run_grid, image_tiles:
+ *      as pagoda-run does), each hashed (request_image_t.tiles); a model
+ *      without vision gets a 400.
  * Every refusal is a 400 naming the part (`param`), in the caller's
  * oai_error_t, which each surface renders in its own shape.
  *
@@ -86,7 +89,9 @@ void request_message_add_image(request_message_t *m, int32_t i_image);
 /* Stage 2 (see above) for a request with images; 0 and nothing done for one
  * without. Every image is decoded under the limits first (a broken one is
  * named even for a text model); then vis, the model's encoder, decides: NULL
- * or !has → 400 "does not accept images". Returns 0, or -1 with a 400 in *e. */
+ * or !has → 400 "does not accept images". Other 400s: a grid over
+ * IMAGE_RUN_MAX_TILES; the encoder images (tiles counted) and the text over
+ * one SUBMIT (PROTO_MAX_BODY). Returns 0, or -1 with a 400 in *e. */
 int request_images_prepare(request_t *r, const proto_vis_t *vis, const request_image_limits_t *lim,
                            oai_error_t *e);
 

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/grammar/gbnf.h"
+#include "common/text/image_run.h"
 #include "common/xalloc.h"
 #include "gateway/oai.h"
 
@@ -32,7 +33,8 @@ _Static_assert((uint64_t)(OAI_MAX_TEXT_BYTES > 5ull * OAI_MAX_PROMPT_TOKENS ? OA
                    PROTO_MAX_BODY,
                "the largest request the gateway accepts does not fit in a SUBMIT body");
 
-_Static_assert(REQUEST_MAX_IMAGES == PROTO_MAX_IMAGES, "request images = SUBMIT imgs");
+_Static_assert(REQUEST_MAX_IMAGES == PROTO_MAX_PICTURES && IMAGE_RUN_MAX_TILES == PROTO_MAX_TILES,
+               "request images and their tiles = SUBMIT imgs");
 _Static_assert(OAI_MAX_CONTENT_PARTS <= PROTO_MAX_PARTS, "oai content parts > SUBMIT parts");
 
 static char *dup_or_null(const char *s)
@@ -40,9 +42,19 @@ static char *dup_or_null(const char *s)
     return s ? xstrdup(s) : NULL;
 }
 
+/* The index in the SUBMIT's imgs of picture i's first image: each picture
+ * before it is its tiles and its global image (submit_images). */
+static uint32_t first_img(const request_t *o, size_t i)
+{
+    uint32_t k = 0;
+    for (size_t j = 0; j < i; j++)
+        k += o->images[j].nx * o->images[j].ny + 1;
+    return k;
+}
+
 /* A message with images: its text and image parts, in order (absent for
  * one without). */
-static void submit_parts(const request_message_t *m, proto_chat_msg_t *c)
+static void submit_parts(const request_t *o, const request_message_t *m, proto_chat_msg_t *c)
 {
     if (!m->n_parts)
         return;
@@ -52,23 +64,38 @@ static void submit_parts(const request_message_t *m, proto_chat_msg_t *c)
         if (m->parts[k].i_image < 0)
             c->parts[k].text = xstrdup(m->parts[k].text);
         else
-            c->parts[k].img = (uint32_t)m->parts[k].i_image;
+            c->parts[k].img = first_img(o, (size_t)m->parts[k].i_image);
+}
+
+/* img = a copy of rgb (w × h) with its hash */
+static void put_img(proto_img_t *img, uint32_t w, uint32_t h, const uint8_t *rgb, const uint8_t *hash)
+{
+    size_t n = (size_t)w * h * 3;
+    *img = (proto_img_t){.w = w, .h = h, .rgb = xmalloc(n ? n : 1), .n_rgb = (uint32_t)n};
+    memcpy(img->rgb, rgb, n);
+    memcpy(img->hash, hash, sizeof img->hash);
 }
 
 /* The request's images as request_images_prepare fitted them (RGB8 at the
- * encoder's side, hashed); copies, which the SUBMIT owns. */
+ * encoder's side, hashed); copies, which the SUBMIT owns. A picture cut
+ * into tiles is its tiles row-major then its global image, the first
+ * carrying the grid (proto/msg.h imgs). */
 static void submit_images(const request_t *o, proto_submit_t *s)
 {
     if (!o->n_images)
         return;
-    s->n_imgs = (uint32_t)o->n_images;
-    s->imgs = xcalloc(o->n_images, sizeof *s->imgs);
+    s->n_imgs = first_img(o, o->n_images);
+    s->imgs = xcalloc(s->n_imgs, sizeof *s->imgs);
+    uint32_t k = 0;
     for (size_t i = 0; i < o->n_images; i++) {
         const request_image_t *im = &o->images[i];
-        size_t n = (size_t)im->w * im->h * 3;
-        s->imgs[i] = (proto_img_t){.w = im->w, .h = im->h, .rgb = xmalloc(n ? n : 1), .n_rgb = (uint32_t)n};
-        memcpy(s->imgs[i].rgb, im->rgb, n);
-        memcpy(s->imgs[i].hash, im->hash, sizeof s->imgs[i].hash);
+        uint32_t nt = im->nx * im->ny;
+        for (uint32_t t = 0; t < nt; t++)
+            put_img(&s->imgs[k + t], im->w, im->h, im->tiles[t].rgb, im->tiles[t].hash);
+        put_img(&s->imgs[k + nt], im->w, im->h, im->rgb, im->hash);
+        s->imgs[k].nx = nt ? im->nx : 0;
+        s->imgs[k].ny = nt ? im->ny : 0;
+        k += nt + 1;
     }
 }
 
@@ -85,7 +112,7 @@ void submit_from_request(const request_t *o, uint64_t id, prio_tier_t tier, prot
             s->messages[i].content = xstrdup(o->messages[i].content);
             s->messages[i].tool_calls = dup_or_null(o->messages[i].tool_calls_json);
             s->messages[i].tool_call_id = dup_or_null(o->messages[i].tool_call_id);
-            submit_parts(&o->messages[i], &s->messages[i]);
+            submit_parts(o, &o->messages[i], &s->messages[i]);
         }
         submit_images(o, s);
         s->has_think = o->has_enable_thinking;

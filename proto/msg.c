@@ -307,7 +307,7 @@ static int reg_lora_field(dec_t *d, void *obj, int idx)
     return -1;
 }
 
-static const field_t vis_fields[] = {{"size", true}, {"n_tok", true}, {"proj", true}};
+static const field_t vis_fields[] = {{"size", true}, {"n_tok", true}, {"proj", true}, {"preproc", false}};
 
 static int vis_field(dec_t *d, void *obj, int idx)
 {
@@ -325,6 +325,7 @@ static int vis_field(dec_t *d, void *obj, int idx)
         free(p);
         return 0;
     }
+    case 3: return get_u32(d, &v->preproc, 0, PROTO_MAX_VIS_PREPROC);
     }
     return -1;
 }
@@ -495,7 +496,8 @@ static int chat_field(dec_t *d, void *obj, int idx)
     return -1;
 }
 
-static const field_t img_fields[] = {{"w", true}, {"h", true}, {"rgb", true}, {"hash", true}};
+static const field_t img_fields[] = {{"w", true}, {"h", true}, {"rgb", true}, {"hash", true},
+                                     {"nx", false}, {"ny", false}};
 
 static int img_field(dec_t *d, void *obj, int idx)
 {
@@ -506,6 +508,8 @@ static int img_field(dec_t *d, void *obj, int idx)
         return get_u32(d, idx ? &im->h : &im->w, 1, PROTO_MAX_VIS_SIZE);
     if (idx == 2) /* its size is checked against w, h after the map */
         return get_bin(d, &im->rgb, &im->n_rgb, PROTO_MAX_BODY);
+    if (idx >= 4) /* the grid's product and extent are checked in submit_check */
+        return get_u32(d, idx == 4 ? &im->nx : &im->ny, 1, PROTO_MAX_TILES);
     if (mpread_bin(&d->r, &b, &n) < 0 || n != sizeof im->hash)
         return d->r.status ? -1 : fail(d, PROTO_ERANGE, "hash of %u bytes, not %zu", n, sizeof im->hash);
     memcpy(im->hash, b, n);
@@ -747,6 +751,12 @@ static int submit_check(dec_t *d, proto_submit_t *s)
         if ((uint64_t)s->imgs[i].n_rgb != (uint64_t)s->imgs[i].w * s->imgs[i].h * 3)
             return fail(d, PROTO_ERANGE, "imgs[%u]: rgb of %u bytes, not %ux%ux3", i, s->imgs[i].n_rgb,
                         s->imgs[i].w, s->imgs[i].h);
+    for (uint32_t i = 0; i < s->n_imgs; i++) {
+        uint64_t t = (uint64_t)s->imgs[i].nx * s->imgs[i].ny;
+        if (!s->imgs[i].nx != !s->imgs[i].ny || t > PROTO_MAX_TILES || (t && i + t >= s->n_imgs))
+            return fail(d, PROTO_ERANGE, "imgs[%u]: a grid of %u x %u tiles (%u images follow)", i,
+                        s->imgs[i].nx, s->imgs[i].ny, s->n_imgs - i - 1);
+    }
     for (uint32_t i = 0; i < s->n_messages; i++)
         for (uint32_t k = 0; k < s->messages[i].n_parts; k++)
             if (!s->messages[i].parts[k].text && s->messages[i].parts[k].img >= s->n_imgs)

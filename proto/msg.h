@@ -48,12 +48,17 @@
  *   hb_ms      uint  opt  the worker's heartbeat interval in ms, default
  *                         PROTO_HEARTBEAT_MS, PROTO_MIN_HEARTBEAT_MS..PROTO_MAX_HEARTBEAT_MS
  *   vis        map   opt  the model reads images (a vision encoder is loaded); absent =
- *                         text only, and the gateway refuses image parts. All keys required:
+ *                         text only, and the gateway refuses image parts. Keys required but
+ *                         preproc:
  *     size       uint   encoder input side in pixels, 1..PROTO_MAX_VIS_SIZE (the gateway
  *                       fits every image to size × size)
  *     n_tok      uint   embeddings per image, 1..PROTO_MAX_VIS_TOKENS
  *     proj       str    projector type as llama.cpp's mmproj names it ("gemma3"),
  *                       1..PROTO_MAX_VIS_PROJ bytes
+ *     preproc    uint   opt, a projector with tiles (idefics3): the picture's longest
+ *                       side before it is cut into size × size tiles
+ *                       (clip.vision.preproc_image_size), 0..PROTO_MAX_VIS_PREPROC;
+ *                       absent or 0 = no tiles (a worker before this field)
  *   lora       array opt  the LoRA adapters the worker has loaded (SUBMIT `lora` may name
  *                         them), 1..PROTO_MAX_REG_LORA maps, all keys required; absent =
  *                         none. The gateway sends a request naming an adapter only to
@@ -126,8 +131,14 @@
  *   imgs       array opt  chat only: the request's decoded images, ≤ PROTO_MAX_IMAGES
  *                         maps {w: uint, h: uint (1..PROTO_MAX_VIS_SIZE), rgb: bin
  *                         of exactly w·h·3 bytes (RGB8, top row first), hash: bin
- *                         of 32 bytes (BLAKE2b-256, common/image/image.h)}, each
- *                         used by a message's parts. Absent when there are none.
+ *                         of 32 bytes (BLAKE2b-256, common/image/image.h), nx, ny:
+ *                         uint opt, both or neither, 1..PROTO_MAX_TILES with
+ *                         nx·ny ≤ PROTO_MAX_TILES: this image is the first tile of
+ *                         a picture cut into an nx × ny grid, whose other tiles
+ *                         (row-major) and then its global image are the next
+ *                         nx·ny images (all of them < n_imgs; docs/VISION.md
+ *                         "Idefics3")}; a message's part names a picture by its
+ *                         first image. Absent when there are none.
  *   tools      str   opt  chat only: the tools the template announces, a JSON
  *                         array of OpenAI tool objects {"type":"function",
  *                         "function":{"name","description"?,"parameters"?}},
@@ -481,6 +492,7 @@ typedef enum proto_finish {
 #define PROTO_MAX_VIS_SIZE 4096   /* encoder input side, pixels */
 #define PROTO_MAX_VIS_TOKENS 16384 /* embeddings per image */
 #define PROTO_MAX_VIS_PROJ 31      /* bytes of a projector type name */
+#define PROTO_MAX_VIS_PREPROC 16384 /* a tiled picture's longest side, pixels */
 
 /* A worker's vision encoder (REGISTER `vis`). */
 typedef struct proto_vis {
@@ -488,6 +500,7 @@ typedef struct proto_vis {
     uint32_t size;                     /* size: encoder input side, pixels */
     uint32_t n_tok;                    /* n_tok: embeddings per image */
     char proj[PROTO_MAX_VIS_PROJ + 1]; /* proj, NUL-terminated */
+    uint32_t preproc;                  /* preproc: longest side before tiling, 0 = no tiles */
 } proto_vis_t;
 
 /* One adapter a worker has loaded (REGISTER `lora`). */
@@ -562,7 +575,10 @@ typedef struct proto_heartbeat {
     proto_progress_t progress; /* prog */
 } proto_heartbeat_t;
 
-#define PROTO_MAX_IMAGES 8        /* imgs per SUBMIT (= REQUEST_MAX_IMAGES) */
+#define PROTO_MAX_TILES 64        /* tiles of one picture (= IMAGE_RUN_MAX_TILES) */
+#define PROTO_MAX_PICTURES 8      /* pictures per SUBMIT (= REQUEST_MAX_IMAGES) */
+/* imgs per SUBMIT: each picture its tiles and its global image */
+#define PROTO_MAX_IMAGES (PROTO_MAX_PICTURES * (PROTO_MAX_TILES + 1))
 #define PROTO_MAX_PARTS 256       /* parts per message (= OAI_MAX_CONTENT_PARTS) */
 
 /* One part of a message with images (msgs[i].parts): text, or an image. */
@@ -577,6 +593,8 @@ typedef struct proto_img {
     uint8_t *rgb;            /* rgb, (h, w, 3) RGB8 */
     uint32_t n_rgb;          /* decoded: rgb's bytes (= w·h·3); the encoder ignores it */
     uint8_t hash[32];        /* hash */
+    uint32_t nx, ny;         /* nx, ny: the first tile of a picture cut into nx × ny
+                                (0 × 0: a picture of one image, or not a first tile) */
 } proto_img_t;
 
 typedef struct proto_chat_msg {

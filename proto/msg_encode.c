@@ -129,11 +129,13 @@ static void encode_register(enc_t *e, const proto_register_t *r)
         kv_uint(e, "hb_ms", r->heartbeat_ms);
     if (r->vis.has) {
         key(e, "vis");
-        msgpack_pack_map(&e->pk, 3);
+        msgpack_pack_map(&e->pk, r->vis.preproc ? 4 : 3);
         sub_uint(&e->pk, "size", r->vis.size);
         sub_uint(&e->pk, "n_tok", r->vis.n_tok);
         pack_cstr(&e->pk, "proj");
         pack_cstr(&e->pk, r->vis.proj);
+        if (r->vis.preproc)
+            sub_uint(&e->pk, "preproc", r->vis.preproc);
     }
     if (r->n_lora) {
         key(e, "lora");
@@ -244,11 +246,16 @@ static void encode_submit(enc_t *e, const proto_submit_t *s)
         msgpack_pack_array(&e->pk, s->n_imgs);
         for (uint32_t i = 0; i < s->n_imgs; i++) {
             const proto_img_t *im = &s->imgs[i];
-            msgpack_pack_map(&e->pk, 4);
+            bool grid = im->nx && im->ny;
+            msgpack_pack_map(&e->pk, grid ? 6 : 4);
             sub_uint(&e->pk, "w", im->w);
             sub_uint(&e->pk, "h", im->h);
             sub_bytes(&e->pk, "rgb", im->rgb, im->w * im->h * 3);
             sub_bytes(&e->pk, "hash", im->hash, sizeof im->hash);
+            if (grid) {
+                sub_uint(&e->pk, "nx", im->nx);
+                sub_uint(&e->pk, "ny", im->ny);
+            }
         }
     }
     if (s->tools)

@@ -95,10 +95,13 @@ static void first_piece(const text_model_t *t, const char *text, size_t len, int
 }
 
 /* Splits the rendered text at the markers: pieces tokenized one by one,
- * each marker the image's run. Returns the count, or -1 with err. */
-static int32_t split_render(const text_model_t *t, const image_run_info_t *ri, int32_t n_tok, const char *text,
-                            const char *marker, const uint32_t *order, uint32_t n_order, int32_t **out,
-                            submit_img_span_t *spans, char *err, size_t errlen)
+ * each marker its picture's run (one span per image of the picture: the
+ * tiles of its grid, s->imgs[i].nx × ny, then the global image). Returns
+ * the count, or -1 with err. */
+static int32_t split_render(const text_model_t *t, const proto_submit_t *s, const image_run_info_t *ri,
+                            int32_t n_tok, const char *text, const char *marker, const uint32_t *order,
+                            uint32_t n_order, int32_t **out, submit_img_span_t *spans, uint32_t *n_spans,
+                            char *err, size_t errlen)
 {
     int32_t n = 0, cap = 0;
     size_t ml = strlen(marker);
@@ -111,10 +114,14 @@ static int32_t split_render(const text_model_t *t, const image_run_info_t *ri, i
             image_run_append_text(t->tok, p, (size_t)(mk - p), out, &n, &cap);
         if (k >= n_order)
             return errbuf_set(err, errlen, "the chat template repeated an image");
-        int32_t pos = image_run_append(t->tok, ri, n_tok, out, &n, &cap, err, errlen);
-        if (pos < 0)
+        const proto_img_t *im = &s->imgs[order[k]];
+        int32_t pos[IMAGE_RUN_MAX_TILES + 1];
+        int ns = image_run_append_grid(t->tok, ri, n_tok, (int32_t)im->nx, (int32_t)im->ny, out, &n, &cap, pos,
+                                       err, errlen);
+        if (ns < 0)
             return -1;
-        spans[k] = (submit_img_span_t){.pos = pos, .n_tok = n_tok, .img = order[k]};
+        for (int j = 0; j < ns; j++) /* the grid's images follow its first (proto/msg.h imgs) */
+            spans[(*n_spans)++] = (submit_img_span_t){.pos = pos[j], .n_tok = n_tok, .img = order[k] + (uint32_t)j};
     }
     if (k != n_order)
         return errbuf_set(err, errlen, "the chat template dropped %u of the %u images", n_order - k, n_order);
@@ -156,9 +163,12 @@ int32_t submit_prompt_encode_images(const text_model_t *t, const proto_submit_t 
     char *text = NULL;
     size_t tlen = 0;
     int32_t n = -1;
+    size_t n_max = 0; /* spans: each picture's images (the decoder checked its grid) */
+    for (uint32_t k = 0; k < n_order; k++)
+        n_max += (size_t)s->imgs[order[k]].nx * s->imgs[order[k]].ny + 1;
     if (chat_template_render_opts(t->tmpl, msgs, s->n_messages, &o, &text, &tlen, err, errlen) == 0) {
-        *spans = xcalloc(n_order ? n_order : 1, sizeof **spans);
-        n = split_render(t, ri, n_tok, text, marker, order, n_order, out, *spans, err, errlen);
+        *spans = xcalloc(n_max ? n_max : 1, sizeof **spans);
+        n = split_render(t, s, ri, n_tok, text, marker, order, n_order, out, *spans, n_spans, err, errlen);
     }
     for (uint32_t i = 0; i < s->n_messages; i++)
         free(texts[i]);
@@ -171,8 +181,8 @@ int32_t submit_prompt_encode_images(const text_model_t *t, const proto_submit_t 
         free(*spans);
         *out = NULL;
         *spans = NULL;
+        *n_spans = 0;
         return -1;
     }
-    *n_spans = n_order;
     return n;
 }

@@ -40,12 +40,16 @@ typedef struct submit_img_span {
  * per-render random marker in place of each image; the chat template
  * renders the messages; the text is cut at the markers, each piece
  * tokenized on its own (special tokens recognised; the first with
- * prompt_chat's BOS rule), and each marker becomes the image's run
- * (common/text/image_run.h: begin, n_tok × soft, end). *spans (malloc'd,
- * *n_spans, in prompt order) says where each image's rows go. A SUBMIT
+ * prompt_chat's BOS rule), and each marker becomes the picture's run
+ * (common/text/image_run.h image_run_append_grid: for gemma3 begin, n_tok ×
+ * soft, end; for a picture cut into tiles, imgs[k].nx × ny, the tiles' runs
+ * then the global image's). *spans (malloc'd, *n_spans, in prompt order)
+ * says where each encoder image's rows go: one span per image, a tiled
+ * picture's spans naming its images k, k+1, … in order. A SUBMIT
  * without images gives submit_prompt_encode's ids and no spans. Returns the
- * count, or -1 with err (an unknown projector or none, a template that
- * dropped or repeated a marker). Never truncated. */
+ * count, or -1 with err (an unknown projector or none, a grid for a
+ * projector without tiles, a template that dropped or repeated a marker).
+ * Never truncated. */
 int32_t submit_prompt_encode_images(const text_model_t *t, const proto_submit_t *s, const char *proj,
                                     int32_t n_tok, int32_t **out, submit_img_span_t **spans, uint32_t *n_spans,
                                     char *err, size_t errlen);

@@ -956,7 +956,7 @@ static void fill_register(struct worker *w, proto_register_t *reg, proto_reg_lor
     if (w->vis) { /* the gateway accepts images for this model */
         worker_vis_info_t vi;
         worker_vis_info(w->vis, &vi);
-        reg->vis = (proto_vis_t){.has = true, .size = vi.size, .n_tok = vi.n_tok};
+        reg->vis = (proto_vis_t){.has = true, .size = vi.size, .n_tok = vi.n_tok, .preproc = vi.preproc};
         snprintf(reg->vis.proj, sizeof reg->vis.proj, "%s", vi.proj);
     }
     /* the adapters, so the gateway routes their requests here and keys them as we do */

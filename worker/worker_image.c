@@ -16,8 +16,9 @@
 void worker_vis_info(const vision_t *v, worker_vis_info_t *out)
 {
     const vision_config_t *c = vision_config(v);
-    *out = (worker_vis_info_t){.size = (uint32_t)c->image_size, .n_tok = (uint32_t)c->n_tok,
-                               .proj = vision_proj_info(c->proj)->name};
+    const vision_proj_info_t *pi = vision_proj_info(c->proj);
+    *out = (worker_vis_info_t){.size = (uint32_t)c->image_size, .n_tok = (uint32_t)c->n_tok, .proj = pi->name,
+                               .preproc = pi->tile_fmt && c->longest_edge > 0 ? (uint32_t)c->longest_edge : 0};
 }
 
 /* writes the message into err, then refuses */
@@ -98,7 +99,8 @@ proto_err_t worker_req_images_add(struct worker_req *r, vision_t *v, const token
     if (!v)
         return BAD("this model takes no images (its workers have no --mmproj)");
     const vision_config_t *c = vision_config(v);
-    const char *st = vision_proj_info(c->proj)->tok_soft;
+    const vision_proj_info_t *pi = vision_proj_info(c->proj);
+    const char *st = pi->tok_soft;
     int32_t soft = -1;
     if (tokenizer_encode(tok, st, strlen(st), false, true, &soft, 1) != 1)
         return BAD("the model's vocabulary has no image placeholder token %s", st);
@@ -133,7 +135,7 @@ proto_err_t worker_req_images_add(struct worker_req *r, vision_t *v, const token
         float *dst = r->img_embd + (size_t)i * rows;
         batch_image(b, im, dst);
         r->images[i] = (sched_image_t){.pos = sp->pos, .n_tok = sp->n_tok, .embd = dst,
-                                       .key = prefix_key_image_key(im->hash)};
+                                       .key = prefix_key_image_key(im->hash), .causal = !pi->non_causal};
     }
     r->req.images = r->images;
     r->req.n_images = (int32_t)n_spans;
@@ -172,12 +174,13 @@ proto_err_t worker_req_submit_images(struct worker_req *r, vision_t *v, const en
     r->prompt = ids;
     r->req.prompt = ids;
     r->req.n_prompt = n;
-    worker_img_t imgs[PROTO_MAX_IMAGES];
-    for (uint32_t i = 0; i < sm->n_imgs && i < PROTO_MAX_IMAGES; i++)
+    worker_img_t *imgs = xcalloc(sm->n_imgs, sizeof *imgs);
+    for (uint32_t i = 0; i < sm->n_imgs; i++)
         imgs[i] = (worker_img_t){.rgb = sm->imgs[i].rgb, .w = sm->imgs[i].w, .h = sm->imgs[i].h,
                                  .hash = sm->imgs[i].hash};
     proto_err_t rc = b ? worker_req_images_add(r, v, e->tok, imgs, sm->n_imgs, sp, ns, b, err, errlen)
                        : worker_req_images(r, v, e->tok, imgs, sm->n_imgs, sp, ns, err, errlen);
+    free(imgs);
     free(sp);
     return rc;
 }

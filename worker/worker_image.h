@@ -47,6 +47,7 @@ typedef struct worker_vis_info {
     uint32_t size;          /* input side in pixels */
     uint32_t n_tok;         /* rows per image */
     const char *proj;       /* "gemma3" (static) */
+    uint32_t preproc;       /* a tiled projector's longest side before tiling, 0 = no tiles */
 } worker_vis_info_t;
 
 void worker_vis_info(const vision_t *v, worker_vis_info_t *out);

@@ -648,6 +648,28 @@ void image_hash(const image_rgb_t *img, uint8_t out[IMAGE_HASH_BYTES])
     crypto_generichash_final(&st, out, IMAGE_HASH_BYTES);
 }
 
+void image_tiles(const image_rgb_t *src, uint32_t side, uint32_t nx, uint32_t ny, image_rgb_t *out)
+{
+    assert(side > 0 && src->w > 0 && src->h > 0 && src->rgb);
+    if (nx && ny) {
+        const size_t rw = (size_t)nx * side, row = (size_t)side * 3;
+        image_rgb_t ref;
+        image_fit_bicubic(src, (uint32_t)rw, ny * side, &ref);
+        for (uint32_t ty = 0; ty < ny; ty++)
+            for (uint32_t tx = 0; tx < nx; tx++) {
+                image_rgb_t *t = &out[ty * nx + tx];
+                *t = (image_rgb_t){side, side, xmalloc((size_t)side * row)};
+                for (uint32_t y = 0; y < side; y++)
+                    memcpy(t->rgb + y * row, ref.rgb + ((size_t)(ty * side + y) * rw + (size_t)tx * side) * 3,
+                           row);
+            }
+        image_rgb_free(&ref);
+    } else {
+        nx = ny = 0;
+    }
+    image_stretch(src, side, side, &out[nx * ny]);
+}
+
 void image_rgb_free(image_rgb_t *img)
 {
     if (!img)

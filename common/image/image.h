@@ -112,6 +112,16 @@ void image_stretch(const image_rgb_t *src, uint32_t w, uint32_t h, image_rgb_t *
  * clamped, rounded; a copy when the size is already w × h. */
 void image_fit_bicubic(const image_rgb_t *src, uint32_t w, uint32_t h, image_rgb_t *out);
 
+/* The images an idefics3 (SmolVLM) encoder reads for one picture, as
+ * llama.cpp's libmtmd cuts them (docs/VISION.md "Idefics3"): out[0 ..
+ * nx·ny) the side × side tiles row-major, cut from src scaled into
+ * nx·side × ny·side by image_fit_bicubic; out[nx·ny] the global image, src
+ * stretched to side × side by image_stretch. nx = ny = 0 gives the global
+ * image alone. The grid comes from the caller (common/text/image_run.h
+ * image_run_grid). out has room for nx·ny + 1; each is malloc'd
+ * (image_rgb_free). side ≥ 1, nx, ny ≥ 0, src non-empty. */
+void image_tiles(const image_rgb_t *src, uint32_t side, uint32_t nx, uint32_t ny, image_rgb_t *out);
+
 /* BLAKE2b-256 of img (see above) into out[IMAGE_HASH_BYTES]. */
 void image_hash(const image_rgb_t *img, uint8_t out[IMAGE_HASH_BYTES]);
 

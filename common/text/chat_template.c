@@ -121,6 +121,9 @@ chat_family_t chat_template_detect(const char *t, size_t n)
 {
     if (!t || n == 0)
         return CHAT_FAMILY_CHATML;
+    /* SmolVLM writes <|im_start|> once, as its BOS; its turns are not ChatML */
+    if (has(t, n, "<end_of_utterance>"))
+        return CHAT_FAMILY_SMOLVLM;
     if (has(t, n, "<|im_start|>"))
         return CHAT_FAMILY_CHATML;
     if (has(t, n, "<|start_header_id|>"))
@@ -147,6 +150,7 @@ const char *chat_family_name(chat_family_t f)
     case CHAT_FAMILY_ZEPHYR: return "zephyr";
     case CHAT_FAMILY_GEMMA: return "gemma";
     case CHAT_FAMILY_PHI3: return "phi3";
+    case CHAT_FAMILY_SMOLVLM: return "smolvlm";
     default: return "unknown";
     }
 }
@@ -311,6 +315,9 @@ chat_template_t *chat_template_new(const char *tmpl, size_t len, const char *bos
             t->flags |= V_SKIP_EMPTY_SYS;
         if (has(tmpl, len, "eos_token"))
             t->flags |= V_EOS_IF_NO_GEN;
+        break;
+    case CHAT_FAMILY_SMOLVLM:
+        eot = "<end_of_utterance>";
         break;
     default:
         break;
@@ -982,6 +989,31 @@ static int render_zephyr(render_t *R)
     return 0;
 }
 
+/* SmolVLM (Idefics3): "<|im_start|>" once, then "Role: content<end_of_utterance>\n"
+ * per message, the role capitalized ("System", "User", "Assistant"), and
+ * "Assistant:" to generate. The real template writes "Role:" without the
+ * space when the message's first part is an image; pagoda's content is one
+ * text with the image's marker in it, so the space is always written, as
+ * llama.cpp does (its built-in smolvlm and its Jinja path, where the image
+ * is a text marker). */
+static int render_smolvlm(render_t *R)
+{
+    int rc;
+    if ((rc = refuse_tool(R)))
+        return rc;
+    strbuf_puts(&R->sb, "<|im_start|>");
+    for (size_t i = 0; i < R->n; i++) {
+        static const char *const names[] = {[R_SYSTEM] = "System", [R_USER] = "User", [R_ASSISTANT] = "Assistant"};
+        strbuf_puts(&R->sb, names[R->r[i]]);
+        strbuf_puts(&R->sb, ": ");
+        strbuf_puts(&R->sb, R->m[i].content);
+        strbuf_puts(&R->sb, "<end_of_utterance>\n");
+    }
+    if (R->gen)
+        strbuf_puts(&R->sb, "Assistant:");
+    return 0;
+}
+
 /* Gemma: "<start_of_turn>user\n...<end_of_turn>\n<start_of_turn>model\n...",
  * content trimmed. Gemma 3 puts the system prompt (untrimmed) plus "\n\n"
  * in front of the first turn; Gemma 1/2 refuse a system message. */
@@ -1369,6 +1401,7 @@ static int render_opts(const chat_template_t *t, const chat_msg_t *msgs, size_t 
         case CHAT_FAMILY_ZEPHYR: rc = render_zephyr(&R); break;
         case CHAT_FAMILY_GEMMA: rc = render_gemma(&R); break;
         case CHAT_FAMILY_PHI3: rc = render_phi3(&R); break;
+        case CHAT_FAMILY_SMOLVLM: rc = render_smolvlm(&R); break;
         default: rc = render_chatml(&R); break;
         }
     }

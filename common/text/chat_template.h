@@ -19,6 +19,7 @@
  *   mistral  [INST] without <<SYS>>            Mistral-7B-Instruct v0.1/v0.2
  *   phi3     <|end|> and <|user|>/<|assistant|> Phi-3, Phi-3.5
  *   zephyr   <|user|> or <|assistant|>         Zephyr, TinyLlama-chat
+ *   smolvlm  <end_of_utterance> (before chatml) SmolVLM / SmolVLM2, Idefics3
  *
  * Variants inside a family are recognised the same way (docs/TEMPLATES.md has
  * the full list): a ChatML default system prompt written as a literal
@@ -52,7 +53,7 @@
  *     mistral v0.2 and gemma 1/2 refuse a system message;
  *   - where the real template would silently drop or mangle a message
  *     (pagoda refuses instead): a system message that is not first in
- *     llama2/mistral/gemma; role "tool" in llama2/mistral/gemma/zephyr/phi3.
+ *     llama2/mistral/gemma; role "tool" in llama2/mistral/gemma/zephyr/phi3/smolvlm.
  *
  * The rendered text contains BOS/special-token text (e.g. "<|im_start|>",
  * "<s>") as plain text: tokenize it with special tokens recognised and without
@@ -73,6 +74,7 @@ typedef enum {
     CHAT_FAMILY_ZEPHYR,
     CHAT_FAMILY_GEMMA,
     CHAT_FAMILY_PHI3,
+    CHAT_FAMILY_SMOLVLM,
 } chat_family_t;
 
 /* chat_template_render() return codes */

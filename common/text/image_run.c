@@ -128,15 +128,3 @@ int image_run_append_grid(const tokenizer_t *tok, const image_run_info_t *ri, in
     image_run_append_text(tok, ri->tok_end, strlen(ri->tok_end), ids, n, cap);
     return k;
 }
-
-int32_t image_run_append(const tokenizer_t *tok, const image_run_info_t *ri, int32_t n_tok, int32_t **ids,
-                         int32_t *n, int32_t *cap, char *err, size_t errlen)
-{
-    if (ri->tile_fmt)
-        return errbuf_set(err, errlen,
-                          "the server's prompt layout of %s images (tiles) is not built yet; pagoda-run lays "
-                          "them out",
-                          ri->name);
-    int32_t pos;
-    return image_run_append_grid(tok, ri, n_tok, 0, 0, ids, n, cap, &pos, err, errlen) < 0 ? -1 : pos;
-}

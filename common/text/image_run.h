@@ -85,7 +85,8 @@ int image_run_grid(int32_t w, int32_t h, int32_t tile, int32_t longest, int32_t 
                    int32_t *rh);
 
 /* Appends one image's run for an nx × ny grid (0 × 0 for a projector
- * without tiles or an image without): pos[i] gets the first position of
+ * without tiles or an image without; the server's layout, proto/submit_prompt.c,
+ * and pagoda-run's both call this): pos[i] gets the first position of
  * span i (nx·ny + 1 spans of n_tok soft tokens, the tiles row-major then the
  * global image; pos has room for IMAGE_RUN_MAX_TILES + 1). Returns the span
  * count, or -1 with a message in err when a token of the run is not in this
@@ -93,12 +94,5 @@ int image_run_grid(int32_t w, int32_t h, int32_t tile, int32_t longest, int32_t 
 int image_run_append_grid(const tokenizer_t *tok, const image_run_info_t *ri, int32_t n_tok, int32_t nx,
                           int32_t ny, int32_t **ids, int32_t *n, int32_t *cap, int32_t *pos, char *err,
                           size_t errlen);
-
-/* The server's layout (one image encoding per picture): the single span of
- * a projector without tiles. Returns the position of its first soft token,
- * or -1 with err when soft is not one token of this vocabulary or the
- * projector tiles its images (idefics3: pagoda-run only, docs/VISION.md). */
-int32_t image_run_append(const tokenizer_t *tok, const image_run_info_t *ri, int32_t n_tok, int32_t **ids,
-                         int32_t *n, int32_t *cap, char *err, size_t errlen);
 
 #endif

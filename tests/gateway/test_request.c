@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,7 +171,7 @@ static void test_images_into_submit(void **state)
     proto_msg_clear(&m);
     request_free(&r);
 
-    /* images whose fitted pixels cannot fit one SUBMIT: a 400 before any is fitted */
+    /* images whose fitted pixels cannot fit one SUBMIT: a 400 */
     assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e), 0);
     proto_vis_t huge = {.has = true, .size = 4096, .n_tok = 1, .proj = "gemma3"};
     assert_int_equal(request_images_prepare(&r, &huge, &lim, &e), -1);
@@ -192,6 +193,94 @@ static void test_images_into_submit(void **state)
     request_free(&r);
 }
 
+/* A PNG of w × h pixels px (RGB8) through libpng's writer, as a data URL
+ * (malloc'd). */
+static char *png_data_url(const uint8_t *px, uint32_t w, uint32_t h)
+{
+    png_image im = {.version = PNG_IMAGE_VERSION, .width = w, .height = h, .format = PNG_FORMAT_RGB};
+    png_alloc_size_t n = 0;
+    assert_true(png_image_write_to_memory(&im, NULL, &n, 0, px, 0, NULL));
+    uint8_t *png = malloc(n);
+    assert_true(png_image_write_to_memory(&im, png, &n, 0, px, 0, NULL));
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *url = malloc(32 + 4 * (n / 3 + 1)), *p = url + sprintf(url, "data:image/png;base64,");
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)png[i] << 16 | (i + 1 < n ? (uint32_t)png[i + 1] << 8 : 0) | (i + 2 < n ? png[i + 2] : 0);
+        *p++ = tab[v >> 18];
+        *p++ = tab[(v >> 12) & 63];
+        *p++ = i + 1 < n ? tab[(v >> 6) & 63] : '=';
+        *p++ = i + 2 < n ? tab[v & 63] : '=';
+    }
+    *p = 0;
+    free(png);
+    return url;
+}
+
+/* A tiled projector (idefics3): each picture becomes its tiles and its
+ * global image on the wire, the first carrying the grid, and a part names
+ * the picture's first image. A 4 × 2 picture with 2 px tiles and a longest
+ * side of 4 is a 2 × 1 grid at its own size (no resize: s = 1), so the
+ * tiles are the picture's two 2 × 2 halves, pixel for pixel. */
+static void test_tiled_images_into_submit(void **state)
+{
+    (void)state;
+    uint8_t px[2 * 4 * 3];
+    for (size_t i = 0; i < sizeof px; i++)
+        px[i] = (uint8_t)(i * 10 + 3);
+    char *url = png_data_url(px, 4, 2);
+    size_t bl = strlen(url) * 2 + 400;
+    char *body = malloc(bl);
+    snprintf(body, bl,
+             "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+             "\"image_url\":\"%s\"},{\"type\":\"text\",\"text\":\"and\"},{\"type\":\"image_url\","
+             "\"image_url\":\"%s\"}]}]}", url, url);
+    request_t r;
+    oai_error_t e;
+    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e), 0);
+    proto_vis_t vis = {.has = true, .size = 2, .n_tok = 1, .proj = "idefics3", .preproc = 4};
+    request_image_limits_t lim = {0};
+    assert_int_equal(request_images_prepare(&r, &vis, &lim, &e), 0);
+    proto_msg_t m, d;
+    proto_msg_init(&m, PROTO_SUBMIT);
+    submit_from_request(&r, 9, PRIO_TIER_NORMAL, &m.submit);
+    over_the_wire(&m, &d);
+    const proto_submit_t *s = &d.submit;
+    assert_int_equal(s->n_imgs, 6); /* two pictures of 2 tiles + global */
+    for (uint32_t k = 0; k < 6; k += 3) {
+        assert_int_equal(s->imgs[k].nx, 2);
+        assert_int_equal(s->imgs[k].ny, 1);
+        for (uint32_t t = 0; t < 3; t++) {
+            assert_int_equal(s->imgs[k + t].w, 2);
+            assert_int_equal(s->imgs[k + t].h, 2);
+        }
+        assert_int_equal(s->imgs[k + 1].nx, 0);
+        assert_int_equal(s->imgs[k + 2].nx, 0);
+        for (uint32_t t = 0; t < 2; t++) /* tile t: columns 2t, 2t+1 of each row */
+            for (uint32_t y = 0; y < 2; y++)
+                assert_memory_equal(s->imgs[k + t].rgb + y * 6, px + (y * 4 + 2 * t) * 3, 6);
+        assert_memory_not_equal(s->imgs[k].hash, s->imgs[k + 1].hash, 32);
+        assert_memory_not_equal(s->imgs[k + 1].hash, s->imgs[k + 2].hash, 32);
+    }
+    assert_memory_equal(s->imgs[0].hash, s->imgs[3].hash, 32); /* the same picture, the same keys */
+    assert_int_equal(s->messages[0].n_parts, 3);
+    assert_int_equal(s->messages[0].parts[0].img, 0);
+    assert_int_equal(s->messages[0].parts[2].img, 3);
+    proto_msg_clear(&d);
+    proto_msg_clear(&m);
+    request_free(&r);
+
+    /* a grid over IMAGE_RUN_MAX_TILES: longest side 40 makes it 20 × 10 */
+    assert_int_equal(oai_parse_request((const uint8_t *)body, strlen(body), REQUEST_CHAT, &r, &e), 0);
+    vis.preproc = 40;
+    assert_int_equal(request_images_prepare(&r, &vis, &lim, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "messages[0].content[0].image_url");
+    assert_non_null(strstr(e.message, "more than 64 tiles"));
+    request_free(&r);
+    free(body);
+    free(url);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -199,6 +288,7 @@ int main(void)
         cmocka_unit_test(test_every_row_parsed_and_checked),
         cmocka_unit_test(test_anthropic_shares_the_rows),
         cmocka_unit_test(test_images_into_submit),
+        cmocka_unit_test(test_tiled_images_into_submit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

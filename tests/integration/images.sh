@@ -18,7 +18,9 @@
 # --mmproj): the three surfaces give pagoda-run --image's greedy text, two
 # images two texts, and a repeated image is a prefix-cache hit; then the same
 # through the openai, Anthropic, AI SDK and LangChain JS clients
-# (images_sdk.mjs, skipped without node or tests/js's packages).
+# (images_sdk.mjs, skipped without node or tests/js's packages). Last, an
+# idefics3 (SmolVLM) pair, whose pictures the gateway cuts into tiles: the
+# three surfaces against pagoda-run for three pictures, the cache, a 400.
 source "$(dirname "$0")/../lib.sh"
 
 GW=$BUILD/pagoda-gateway
@@ -223,51 +225,27 @@ spawn "$TMP/gw2.log" "$GW" --listen 127.0.0.1:$hp2 --worker-endpoint tcp://127.0
 URL2=http://127.0.0.1:$hp2
 ready2() { curl -sf "$URL2/health" | python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['models']['vis']['replicas']==1 else 1)"; }
 check "gateway with --mmproj up, its worker registered" wait_for 60 ready2
-python3 - "$URL2" "$TMP" "$PROMPT" $N <<'PY'
-import base64, json, sys, urllib.request, urllib.error
+python3 - "$URL2" "$TMP" "$PROMPT" $N "$HERE/../support" <<'PY'
+import base64, json, sys
 url, d, prompt, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+sys.path.insert(0, sys.argv[5])
+from image_surfaces import Surfaces
+S = Surfaces(url, "vis", n)
 n_fail = 0
 def report(ok, what, extra=""):
     global n_fail
     print(("ok - " if ok else "not ok - ") + what + (("  # " + extra) if extra and not ok else ""))
     n_fail += not ok
-def post(path, body):
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json", "anthropic-version": "2023-06-01"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
 def b64(img):
     return base64.b64encode(open(f"{d}/img/{img}.png", "rb").read()).decode()
-def chat(img):
-    return post("/v1/chat/completions", {"model": "vis", "max_tokens": n, "temperature": 0, "messages": [
-        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + b64(img)}},
-                                     {"type": "text", "text": prompt}]}]})
-def anth(img):
-    return post("/v1/messages", {"model": "vis", "max_tokens": n, "temperature": 0, "messages": [
-        {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                                  "data": b64(img)}},
-                                     {"type": "text", "text": prompt}]}]})
-def resp(img):
-    return post("/v1/responses", {"model": "vis", "max_output_tokens": n, "temperature": 0, "input": [
-        {"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64," + b64(img)},
-                                     {"type": "input_text", "text": prompt}]}]})
+chat = lambda img: S.chat(b64(img), prompt)
+anth = lambda img: S.anth(b64(img), prompt)
 texts = {}
 for img in ["gradient", "checker"]:
     want = open(f"{d}/run-{img}.txt", "rb").read().decode("utf-8", "replace").strip()
-    c, j = chat(img)
-    got = j["choices"][0]["message"]["content"].strip() if c == 200 else None
-    report(c == 200 and got == want, f"chat image_url {img}: pagoda-run's text", f"{c} {got!r} vs {want!r} {json.dumps(j)[:300]}")
-    texts[img] = got
-    c, j = anth(img)
-    got = "".join(b.get("text", "") for b in j["content"]).strip() if c == 200 else None
-    report(c == 200 and got == want, f"anthropic image {img}: pagoda-run's text", f"{c} {got!r} vs {want!r} {json.dumps(j)[:300]}")
-    c, j = resp(img)
-    got = "".join(p.get("text", "") for o in j.get("output", []) if o.get("type") == "message"
-                  for p in o.get("content", [])).strip() if c == 200 else None
-    report(c == 200 and got == want, f"responses input_image {img}: pagoda-run's text", f"{c} {got!r} vs {want!r} {json.dumps(j)[:300]}")
+    for surface, (c, got, j) in S.texts(b64(img), prompt).items():
+        report(c == 200 and got == want, f"{surface} {img}: pagoda-run's text", f"{c} {got!r} vs {want!r} {json.dumps(j)[:300]}")
+        texts.setdefault(img, got)
 report(texts["gradient"] != texts["checker"], "different images give different text", json.dumps(texts))
 # repeated: the prefix cache covers the image
 c, j = chat("gradient")
@@ -412,42 +390,96 @@ sys.exit(1 if n_fail else 0)
 PY
 [[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
 
-# --- an idefics3 (SmolVLM) pair: pagoda-run tiles its images
-# (tests/compare/vision_vs_llamacpp.sh), the server's layout does not yet
-# (docs/VISION.md): an image request is refused with a message naming the
-# projector, and the worker stays up for the text request after it.
+# --- an idefics3 (SmolVLM) pair served end to end: 56 px tiles, pixel
+# shuffle 2x2 (16 rows per encoder image), preproc_image_size 112, so each
+# 112 px picture is cut by the gateway into 2 x 2 tiles + the global image
+# (5 encoder images on the wire, docs/VISION.md "Idefics3"). The three
+# surfaces give pagoda-run --mmproj --image's greedy text (pagoda-run tiles
+# the same way, with the same common/image function) for three pictures whose
+# texts differ; a repeated picture is a prefix-cache hit covering its whole
+# run (93 tokens after the turn header: ≥ 128 cached tokens); a picture over the operator's pixel
+# limit (--image-max-pixels 20000; a 150 x 150 PNG) is a 400 in each API's
+# shape, and a text request after it is answered.
 check "idefics3 pair written" "$MK" -o "$TMP/it.gguf" --arch llama --dim 64 --layers 2 --heads 4 --kv-heads 2 \
-  --ffn 128 --ctx 512 --vocab 512 --type f32 --seed 40 --projector idefics3 --mmproj "$TMP/ip.gguf" \
-  --vis-size 56 --vis-patch 7 --vis-dim 64 --vis-layers 2 --vis-heads 4 --vis-ffn 128 --vis-merge 2
+  --ffn 128 --ctx 512 --vocab 512 --type f32 --seed 40 --untied --mute-special --logit-scale 8 \
+  --chat-template "$HERE/../compare/chatml_turns.jinja" --projector idefics3 --mmproj "$TMP/ip.gguf" \
+  --vis-size 56 --vis-patch 7 --vis-dim 64 --vis-layers 2 --vis-heads 4 --vis-ffn 128 --vis-merge 2 \
+  --vis-preproc 112
+for img in gradient checker noise; do
+  "$RUN" -m "$TMP/it.gguf" --mmproj "$TMP/ip.gguf" --image "$TMP/img/$img.ppm" -p $'\n'"$PROMPT" -n $N --temp 0 \
+    --threads 2 >"$TMP/irun-$img.txt" 2>"$TMP/irun-$img.err" || fail "pagoda-run idefics3 on $img: $(tail -3 "$TMP/irun-$img.err")"
+done
 hp6=$(free_port); zp6=$(free_port)
 spawn "$TMP/gw6.log" "$GW" --listen 127.0.0.1:$hp6 --worker-endpoint tcp://127.0.0.1:$zp6 \
-  --model "idf=$TMP/it.gguf" --mmproj "idf=$TMP/ip.gguf" --max-seqs 2
+  --model "idf=$TMP/it.gguf" --mmproj "idf=$TMP/ip.gguf" --max-seqs 2 --image-max-pixels 20000
 URL6=http://127.0.0.1:$hp6
 ready6() { curl -sf "$URL6/health" | python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['models']['idf']['replicas']==1 else 1)"; }
 check "gateway with an idefics3 --mmproj up, its worker registered" wait_for 60 ready6
-python3 - "$URL6" "$TMP" <<'PY'
-import base64, json, sys, urllib.request, urllib.error
-url, d = sys.argv[1], sys.argv[2]
-def post(body):
-    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
-png = "data:image/png;base64," + base64.b64encode(open(f"{d}/img/gradient.png", "rb").read()).decode()
-c, j = post({"model": "idf", "max_tokens": 2, "messages": [{"role": "user", "content": [
-    {"type": "image_url", "image_url": {"url": png}}, {"type": "text", "text": "hi"}]}]})
-msg = ((j or {}).get("error") or {}).get("message", "")
-ok1 = 400 <= c < 500 and "idefics3" in msg
-print(("ok - " if ok1 else "not ok - ") + "idefics3 image over HTTP: 4xx naming the projector" +
-      ("" if ok1 else f"  # {c} {json.dumps(j)[:300]}"))
-c, j = post({"model": "idf", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
-ok2 = c == 200
-print(("ok - " if ok2 else "not ok - ") + "idefics3 model: a text request after it is answered" +
-      ("" if ok2 else f"  # {c} {json.dumps(j)[:300]}"))
-sys.exit(0 if ok1 and ok2 else 1)
+python3 - "$URL6" "$TMP" "$PROMPT" $N "$HERE/../support" "$HERE/../compare" <<'PY'
+import base64, json, sys
+url, d, prompt, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+sys.path[:0] = sys.argv[5:7]
+from image_surfaces import Surfaces
+from vision_images import images
+from vision_png import ppm_to_png
+S = Surfaces(url, "idf", n)
+post = S.post
+n_fail = 0
+def report(ok, what, extra=""):
+    global n_fail
+    print(("ok - " if ok else "not ok - ") + what + (("  # " + extra) if extra and not ok else ""))
+    n_fail += not ok
+# a 150 x 150 picture (22,500 pixels, over --image-max-pixels 20000)
+open(f"{d}/big.ppm", "wb").write(b"P6\n150 150\n255\n" + bytes(images(150)["gradient"]))
+ppm_to_png(f"{d}/big.ppm", f"{d}/img/big.png")
+def b64(img):
+    return base64.b64encode(open(f"{d}/img/{img}.png", "rb").read()).decode()
+chat = lambda img, text=prompt: S.chat(b64(img), text)
+anth = lambda img: S.anth(b64(img), prompt)
+resp = lambda img: S.resp(b64(img), prompt)
+texts = {}
+for img in ["gradient", "checker", "noise"]:
+    want = open(f"{d}/irun-{img}.txt", "rb").read().decode("utf-8", "replace").strip()
+    for surface, (c, got, j) in S.texts(b64(img), prompt).items():
+        report(c == 200 and got == want, f"idefics3 {surface} {img}: pagoda-run's text",
+               f"{c} {got!r} vs {want!r} {json.dumps(j)[:300]}")
+        texts.setdefault(img, got)
+report(len(set(texts.values())) == 3, "idefics3: three pictures give three texts", json.dumps(texts))
+# repeated, with a longer text so the prompt's full blocks reach past the
+# picture's run (turn header ≤ 17 tokens + 93 < 128): the cache covers it
+LONG = "What is in this picture? Tell me about its colours, its shapes and its corners, one by one, slowly."
+c, j = chat("gradient", LONG)
+c, j = chat("gradient", LONG)
+u = j.get("usage", {}) if c == 200 else {}
+cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+report(c == 200 and cached >= 128, "idefics3: a repeated picture is a prefix-cache hit covering its tiles",
+       f"cached {cached} of {u.get('prompt_tokens')}")
+# over the operator's pixel limit: a 400 in each API's shape
+c, j = chat("big")
+e = (j or {}).get("error") or {}
+report(c == 400 and e.get("param") == "messages[0].content[0].image_url.url" and "--image-max-pixels" in
+       e.get("message", ""), "idefics3 chat: a picture over --image-max-pixels is a 400", f"{c} {json.dumps(j)[:300]}")
+c, j = anth("big")
+report(c == 400 and (j or {}).get("type") == "error" and "--image-max-pixels" in
+       ((j or {}).get("error") or {}).get("message", ""), "idefics3 anthropic: over the pixel limit is a 400",
+       f"{c} {json.dumps(j)[:300]}")
+c, j = resp("big")
+e = (j or {}).get("error") or {}
+report(c == 400 and e.get("param", "").startswith("input[0].content[0]") and "--image-max-pixels" in
+       e.get("message", ""), "idefics3 responses: over the pixel limit is a 400", f"{c} {json.dumps(j)[:300]}")
+c, j = post("/v1/chat/completions", {"model": "idf", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+report(c == 200, "idefics3 model: a text request after them is answered", f"{c} {json.dumps(j)[:300]}")
+sys.exit(1 if n_fail else 0)
 PY
 [[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
+# the idefics3 pair through the real clients too; the picture's run (93
+# tokens) follows the turn header (at most 17 tokens: "<|im_start|>user\n"
+# one byte a token), so it ends before position 110 and 128 cached tokens
+# (4 blocks; the prompt is about 166) cover it
+if command -v node >/dev/null && bash "$ROOT/tests/js/ensure.sh" >/dev/null 2>&1; then
+  URL=$URL6 MODEL=idf DIR=$TMP RUN=irun CACHED_MIN=128 PROMPT="$PROMPT" N=$N \
+    run_node_tap 300 "$ROOT/tests/integration/images_sdk.mjs"
+else
+  skip "node/npm or the npm packages unavailable: no SDK image checks for idefics3 (images_sdk.mjs)"
+fi
 finish

@@ -17,7 +17,9 @@
 // message. Prints "ok - …" / "not ok - …".
 //
 // env: URL the gateway; MODEL the vision model's name; DIR images.sh's $TMP
-// (img/IMG.png, run-IMG.txt); PROMPT; N max tokens
+// (img/IMG.png, RUN-IMG.txt); RUN the expected texts' prefix (default "run",
+// the gemma3 pair's; "irun" for the idefics3 pair's); PROMPT; N max tokens;
+// CACHED_MIN the cached tokens a repeated image must report (default 40)
 import fs from "node:fs";
 import { createRequire } from "node:module";
 import { ok, exitCode } from "./tap.mjs";
@@ -35,7 +37,8 @@ const N = Number(process.env.N);
 // the image's run (begin, 16 rows, end) follows the turn header (BOS,
 // <start_of_turn>, "user" in at most 4 tokens, "\n"): it ends before position
 // 26, so 40 cached tokens cover it (as images.sh checks with curl)
-const CACHED_MIN = 40;
+const CACHED_MIN = Number(process.env.CACHED_MIN ?? 40);
+const RUN = process.env.RUN ?? "run";
 
 async function kase(what, fn) {
   try {
@@ -47,7 +50,7 @@ async function kase(what, fn) {
 const png = (img) => fs.readFileSync(`${DIR}/img/${img}.png`);
 const b64 = (img) => png(img).toString("base64");
 const dataURL = (img) => `data:image/png;base64,${b64(img)}`;
-const want = (img) => fs.readFileSync(`${DIR}/run-${img}.txt`).toString("utf8").trim();
+const want = (img) => fs.readFileSync(`${DIR}/${RUN}-${img}.txt`).toString("utf8").trim();
 const show = (got, exp) => `${JSON.stringify(got)} vs pagoda-run ${JSON.stringify(exp)}`;
 // a PNG cut after its first 60 bytes: the header survives, the image data does not
 const TRUNC = png("gradient").subarray(0, 60).toString("base64");

@@ -55,6 +55,10 @@ const templates = [
   fromFile("gemma2", "gemma", "gemma2", "<bos>", "<eos>"),
   fromFile("gemma3", "gemma", "gemma3", "<bos>", "<eos>"),
   fromFile("phi3.5", "phi3", "phi3", "<s>", "<|endoftext|>"),
+  // typed: the template iterates message['content'] as a list of parts, so
+  // each string content is passed as [{type: "text", text}] (what llama.cpp's
+  // Jinja path does for such templates)
+  { ...fromFile("smolvlm", "smolvlm", "smolvlm", "<|im_start|>", "<end_of_utterance>"), typed: true },
 ];
 
 const S = (content) => ({ role: "system", content });
@@ -358,9 +362,10 @@ templates.forEach((tpl, ti) => {
       if (conv.tools) c.tools = conv.tools;
       if (conv.kwargs) c.kwargs = conv.kwargs;
       try {
+        const typed = (ms) => (tpl.typed ? ms.map((m) => ({ ...m, content: [{ type: "text", text: m.content }] })) : ms);
         const ctx = {
-          messages: (tpl.ids === "mistral" ? mapIds : (m) => m)(
-            foldFamilies.has(tpl.family) ? foldSystem(conv.messages) : conv.messages),
+          messages: typed((tpl.ids === "mistral" ? mapIds : (m) => m)(
+            foldFamilies.has(tpl.family) ? foldSystem(conv.messages) : conv.messages)),
           bos_token: tpl.bos,
           eos_token: tpl.eos,
           add_generation_prompt,

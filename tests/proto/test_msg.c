@@ -169,6 +169,7 @@ static void test_roundtrip_register(void **state)
     assert_int_equal(out.reg.vis.size, 896);
     assert_int_equal(out.reg.vis.n_tok, 256);
     assert_string_equal(out.reg.vis.proj, "gemma3");
+    assert_int_equal(out.reg.vis.preproc, 0); /* a projector without tiles sends none */
     assert_int_equal(out.reg.n_vocab, 32000);
     assert_int_equal(out.reg.kv_blocks, 1024);
     assert_int_equal(out.reg.block_size, 32);
@@ -1703,6 +1704,105 @@ static void test_roundtrip_images(void **state)
     free(body);
 }
 
+/* The fuzz seed CORPUS_DIR/name is in's encoding (written when
+ * PAGODA_WRITE_CORPUS is set) and decodes. */
+static void check_seed(const char *name, const proto_msg_t *in)
+{
+    char path[256];
+    snprintf(path, sizeof path, CORPUS_DIR "/%s", name);
+    if (getenv("PAGODA_WRITE_CORPUS"))
+        write_seed(path, in);
+    size_t n;
+    unsigned char *seed = support_read_file(path, &n);
+    assert_non_null(seed);
+    proto_frame_t fr[3] = {{seed, 6}, {seed + 6, 1}, {seed + 7, n - 7}};
+    proto_msg_t out;
+    assert_int_equal(proto_decode(fr, 3, &out, NULL, 0), PROTO_OK);
+    assert_int_equal(out.type, in->type);
+    proto_msg_clear(&out);
+    free(seed);
+}
+
+/* REGISTER vis.preproc (a tiled projector's longest side): round trip,
+ * absent without tiles (what an older worker sends, still parsed), bounds. */
+static void test_register_vis_preproc(void **state)
+{
+    (void)state;
+    proto_msg_t in, out;
+    fill_register(&in);
+    size_t len;
+    uint8_t *body = encode(&in, &len);
+    assert_null(memmem(body, len, "preproc", 7));
+    free(body);
+    in.reg.vis = (proto_vis_t){.has = true, .size = 512, .n_tok = 64, .proj = "idefics3", .preproc = 2048};
+    roundtrip(&in, &out);
+    assert_string_equal(out.reg.vis.proj, "idefics3");
+    assert_int_equal(out.reg.vis.size, 512);
+    assert_int_equal(out.reg.vis.preproc, 2048);
+    proto_msg_clear(&out);
+    check_seed("14_REGISTER_VIS_PREPROC", &in);
+    in.reg.vis.preproc = PROTO_MAX_VIS_PREPROC + 1;
+    body = encode(&in, &len);
+    assert_int_equal(proto_decode_body(PROTO_REGISTER, body, len, &out, NULL, 0), PROTO_ERANGE);
+    free(body);
+}
+
+/* imgs' nx, ny: a picture cut into tiles (its first tile carries the grid,
+ * the other tiles and the global image follow): round trip, absent on an
+ * image without, and each broken grid refused. */
+static void test_roundtrip_image_grid(void **state)
+{
+    (void)state;
+    proto_msg_t in, out;
+    proto_msg_init(&in, PROTO_SUBMIT);
+    uint8_t px[4][3] = {{1, 2, 3}, {4, 5, 6}, {7, 8, 9}, {10, 11, 12}};
+    proto_img_t imgs[4];
+    for (int i = 0; i < 4; i++)
+        imgs[i] = (proto_img_t){.w = 1, .h = 1, .rgb = px[i], .hash = {(uint8_t)i}};
+    imgs[0].nx = 3; /* 3 x 1 tiles + the global image */
+    imgs[0].ny = 1;
+    proto_part_t parts[2] = {{.img = 0}, {.text = "what?"}};
+    proto_chat_msg_t msg = {.role = "user", .content = "what?", .parts = parts, .n_parts = 2};
+    in.submit.id = 3;
+    in.submit.kind = PROTO_KIND_CHAT;
+    in.submit.messages = &msg;
+    in.submit.n_messages = 1;
+    in.submit.imgs = imgs;
+    in.submit.n_imgs = 4;
+    roundtrip(&in, &out);
+    assert_int_equal(out.submit.n_imgs, 4);
+    assert_int_equal(out.submit.imgs[0].nx, 3);
+    assert_int_equal(out.submit.imgs[0].ny, 1);
+    for (int i = 1; i < 4; i++) {
+        assert_int_equal(out.submit.imgs[i].nx, 0);
+        assert_memory_equal(out.submit.imgs[i].rgb, px[i], 3);
+    }
+    proto_msg_clear(&out);
+    check_seed("14_SUBMIT_IMG_GRID", &in);
+    struct { uint32_t nx, ny; } bad[] = {
+        {4, 1},                   /* 4 tiles + global: one image past the end */
+        {2, 2},                   /* the same as a square */
+        {9, 8},                   /* 72 tiles > PROTO_MAX_TILES */
+        {PROTO_MAX_TILES + 1, 1}, /* a side over it */
+        {2, 0},                   /* nx without ny (the encoder writes both only when both are set: patched) */
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        proto_img_t v[4] = {imgs[0], imgs[1], imgs[2], imgs[3]};
+        v[0].nx = bad[c].nx;
+        v[0].ny = bad[c].ny ? bad[c].ny : 1;
+        in.submit.imgs = v;
+        size_t len;
+        uint8_t *body = encode(&in, &len);
+        if (!bad[c].ny) { /* rename "ny" to "nz": an unknown key the decoder skips */
+            uint8_t *k = memmem(body, len, "\xa2ny", 3);
+            assert_non_null(k);
+            k[2] = 'z';
+        }
+        assert_int_equal(proto_decode_body(PROTO_SUBMIT, body, len, &out, NULL, 0), PROTO_ERANGE);
+        free(body);
+    }
+}
+
 /* Event-specific shape rules. */
 /* op embed: inputs (text and ids) and dims in the SUBMIT, the vector as
  * little-endian float32 bytes in the EVENT; the cross-key rules. */
@@ -1945,6 +2045,8 @@ int main(void)
         cmocka_unit_test(test_roundtrip_lora_op),
         cmocka_unit_test(test_register_lora_bounds),
         cmocka_unit_test(test_roundtrip_images),
+        cmocka_unit_test(test_roundtrip_image_grid),
+        cmocka_unit_test(test_register_vis_preproc),
         cmocka_unit_test(test_fuzz_corpus),
         cmocka_unit_test(test_zmq_roundtrip),
     };

@@ -30,7 +30,7 @@ static int prepare(const vision_config_t *c, const vision_proj_info_t *pi, const
                    image_rgb_t **out, int *n, int32_t *nx, int32_t *ny, char *err, size_t errlen)
 {
     const int32_t S = c->image_size;
-    int32_t rw, rh;
+    int32_t rw, rh; /* image_tiles computes them again */
     *nx = *ny = 0;
     if (pi->tile_fmt &&
         image_run_grid((int32_t)src->w, (int32_t)src->h, S, c->longest_edge, nx, ny, &rw, &rh) != 0)
@@ -43,20 +43,7 @@ static int prepare(const vision_config_t *c, const vision_proj_info_t *pi, const
         memcpy((*out)[0].rgb, src->rgb, (size_t)src->w * src->h * 3);
         return 0;
     }
-    if (*nx) {
-        image_rgb_t ref;
-        image_fit_bicubic(src, (uint32_t)rw, (uint32_t)rh, &ref);
-        for (int32_t ty = 0; ty < *ny; ty++)
-            for (int32_t tx = 0; tx < *nx; tx++) {
-                image_rgb_t *t = &(*out)[ty * *nx + tx];
-                *t = (image_rgb_t){(uint32_t)S, (uint32_t)S, xmalloc((size_t)S * S * 3)};
-                for (int32_t y = 0; y < S; y++)
-                    memcpy(t->rgb + (size_t)y * S * 3, ref.rgb + (((size_t)(ty * S + y) * rw) + tx * S) * 3,
-                           (size_t)S * 3);
-            }
-        image_rgb_free(&ref);
-    }
-    image_stretch(src, (uint32_t)S, (uint32_t)S, &(*out)[*n - 1]);
+    image_tiles(src, (uint32_t)S, (uint32_t)*nx, (uint32_t)*ny, *out);
     return 0;
 }
 

@@ -784,6 +784,37 @@ static int write_hostile(const char *dir)
     return 0;
 }
 
+/* image_tiles: a 6 x 4 picture cut into a 3 x 2 grid of 2 px tiles is
+ * already the refined size (no resize), so each tile is its 2 x 2 block of
+ * the picture, row-major; the last image is the picture stretched to the
+ * side (image_stretch, as documented); a 0 x 0 grid is that alone. */
+static void test_tiles(void **state)
+{
+    (void)state;
+    uint8_t px[4 * 6 * 3];
+    for (size_t i = 0; i < sizeof px; i++)
+        px[i] = (uint8_t)(i * 7 + 1);
+    image_rgb_t src = {6, 4, px}, out[7], g;
+    image_tiles(&src, 2, 3, 2, out);
+    for (uint32_t ty = 0; ty < 2; ty++)
+        for (uint32_t tx = 0; tx < 3; tx++) {
+            const image_rgb_t *t = &out[ty * 3 + tx];
+            assert_int_equal(t->w, 2);
+            assert_int_equal(t->h, 2);
+            for (uint32_t y = 0; y < 2; y++)
+                assert_memory_equal(t->rgb + y * 6, px + ((ty * 2 + y) * 6 + tx * 2) * 3, 6);
+        }
+    image_stretch(&src, 2, 2, &g);
+    assert_int_equal(out[6].w, 2);
+    assert_memory_equal(out[6].rgb, g.rgb, 2 * 2 * 3);
+    for (int i = 0; i < 7; i++)
+        image_rgb_free(&out[i]);
+    image_tiles(&src, 2, 0, 0, out);
+    assert_memory_equal(out[0].rgb, g.rgb, 2 * 2 * 3);
+    image_rgb_free(&out[0]);
+    image_rgb_free(&g);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--write-hostile") == 0)
@@ -796,7 +827,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_jpeg),            cmocka_unit_test(test_webp),
         cmocka_unit_test(test_gif_first_frame), cmocka_unit_test(test_magic_and_bytes),
         cmocka_unit_test(test_data_url),        cmocka_unit_test(test_fit_square),
-        cmocka_unit_test(test_hash),
+        cmocka_unit_test(test_hash),            cmocka_unit_test(test_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

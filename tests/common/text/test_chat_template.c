@@ -84,6 +84,7 @@ static void test_detect_real_templates(void **state)
         {"phi3.5", CHAT_FAMILY_PHI3, "phi3", NULL},
         {"llama3.2", CHAT_FAMILY_LLAMA3, "llama3.1", NULL},
         {"mistral-nemo", CHAT_FAMILY_MISTRAL, "mistral-nemo", NULL},
+        {"smolvlm", CHAT_FAMILY_SMOLVLM, "smolvlm", NULL},
     };
     for (size_t i = 0; i < sizeof(T) / sizeof(T[0]); i++) {
         chat_template_t *t = from_file(T[i].file, "<s>", "</s>");
@@ -115,6 +116,8 @@ static void test_detect_markers(void **state)
     assert_int_equal(chat_template_detect("'<|' + role + '|>' <|assistant|> <|end|>", 40),
                      CHAT_FAMILY_PHI3);
     assert_int_equal(chat_template_detect("<|user|>", 8), CHAT_FAMILY_ZEPHYR);
+    /* SmolVLM's <|im_start|> is its BOS: <end_of_utterance> wins over ChatML */
+    assert_int_equal(chat_template_detect("<|im_start|>x<end_of_utterance>", 31), CHAT_FAMILY_SMOLVLM);
     assert_int_equal(chat_template_detect("{{ 'Human: ' + content }}", 25), CHAT_FAMILY_UNKNOWN);
     /* length bounds the search: the marker past len is not seen */
     assert_int_equal(chat_template_detect("abc<|start_header_id|>", 3), CHAT_FAMILY_UNKNOWN);
@@ -167,6 +170,8 @@ static void test_stops(void **state)
         {"zephyr", "</s>", 1, "</s>", NULL},
         {"gemma3", "<eos>", 2, "<end_of_turn>", "<eos>"},
         {"phi3.5", "<|endoftext|>", 2, "<|end|>", "<|endoftext|>"},
+        {"smolvlm", "<end_of_utterance>", 1, "<end_of_utterance>", NULL},
+        {"smolvlm", "<|im_end|>", 2, "<end_of_utterance>", "<|im_end|>"},
     };
     for (size_t i = 0; i < sizeof(T) / sizeof(T[0]); i++) {
         chat_template_t *t = from_file(T[i].file, "<s>", T[i].eos);

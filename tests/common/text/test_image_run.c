@@ -160,13 +160,6 @@ static void test_layout(void **state)
             assert_int_equal(pos[i], 1 + want_pos[i]);
         free(ids);
     }
-    /* the server's one-span call refuses a tiled projector */
-    int32_t *ids = NULL, n = 0, cap = 0;
-    char err[256];
-    assert_int_equal(image_run_append(g_tok, ri, 4, &ids, &n, &cap, err, sizeof err), -1);
-    assert_non_null(strstr(err, "idefics3"));
-    assert_int_equal(n, 0);
-    free(ids);
     /* piece lookup: "\n" is the byte token, "\n\n" the normal piece */
     assert_int_equal(image_run_piece(g_tok, "\n"), id_of("<0x0A>"));
     assert_int_equal(image_run_piece(g_tok, "\n\n"), id_of("\n\n"));
