@@ -33,6 +33,13 @@
 #   PASS      its texts all agree and pagoda-run's equals them;
 #   FAIL      its texts all agree and pagoda-run's differs (or a program
 #             failed).
+# An UNSTABLE case says which kind it is: "prefixes" when every text is the
+# start of the longest one, which is what output lost at exit looks like
+# (llama-mtmd-cli prints through common/log.cpp's asynchronous logger,
+# whose singleton is never destroyed, so "logs may be lost if not flushed
+# before the program exits", as its comment says; under load the text's
+# tail is), or "diverging" (a real near-tie); and whether pagoda-run's text
+# equals the longest. Neither changes the count.
 # The last line: "PASS p/n, UNSTABLE u, FAIL f", and one such line per
 # projector and type before it; the exit status is 1 when f > 0.
 set -u
@@ -105,7 +112,13 @@ for t in $TYPES; do
                 b=${texts[0]}
                 if [ "$distinct" -gt 1 ]; then
                     verdict=UNSTABLE
-                    echo "UNSTABLE $name: llama-mtmd-cli gave $distinct texts in $REPEAT runs"
+                    long=""
+                    for u in "${texts[@]}"; do [ ${#u} -gt ${#long} ] && long=$u; done
+                    kind=prefixes
+                    for u in "${texts[@]}"; do [ "${long#"$u"}" = "$long" ] && [ -n "$u" ] && kind=diverging; done
+                    same=differs
+                    [ "$a" = "$long" ] && same=equals
+                    echo "UNSTABLE $name: llama-mtmd-cli gave $distinct texts in $REPEAT runs ($kind; pagoda $same the longest)"
                     echo "  pagoda: $(printf %s "$a" | head -c 200)"
                     printf '%s\0' "${texts[@]}" | sort -zu | while IFS= read -r -d '' u; do
                         echo "  llama:  $(printf %s "$u" | head -c 200)"
