@@ -21,7 +21,8 @@
 # Pairs from pagoda-mkmodel --projector idefics3 --vis-merge 2 (56 px tiles
 # of 7 px patches, 16 rows each), F32 with preproc_image_size 112 (at most
 # 2 × 2 tiles) and 168 (3 × 3), F16 with 112, and one without the key (no
-# tiles: the global image alone). Pictures of several sizes and aspect
+# tiles: the global image alone), and a gemma3 pair (the dump holds its one
+# image as given). Pictures of several sizes and aspect
 # ratios (below), a seeded mix of gradient, checkerboard and noise.
 # Skipped without python3-numpy. Small sizes: seconds of CPU.
 source "$(dirname "$0")/../lib.sh"
@@ -123,7 +124,18 @@ for p in 150x100 56x170 100x60; do compare b 168 "$TMP/pic/$p.ppm"; done
 for p in 100x60 40x200; do compare c 112 "$TMP/pic/$p.ppm"; done
 for p in 100x60 56x56; do compare d 0 "$TMP/pic/$p.ppm"; done
 
+# a gemma3 pair: the dump holds the one image as given (no grid) and its rows
+check "gemma3 pair written" "$MK" -o "$TMP/g-t.gguf" --arch gemma3 --dim 64 --layers 2 --heads 4 --kv-heads 2 \
+  --ffn 128 --ctx 512 --vocab 512 --type f32 --seed 40 --mmproj "$TMP/g-p.gguf" --vis-size 112 --vis-patch 7 \
+  --vis-dim 64 --vis-layers 2 --vis-heads 4 --vis-ffn 128 --vis-merge 4
+compare g 0 "$TMP/pic/112x112.ppm"
+
 # the dump's refusals: --dump-image without --image is a usage error
 check "--dump-image without --image: usage error (exit 2)" \
   bash -c '"$1" -m "$2" --dump-image "$3" 2>/dev/null; [[ $? -eq 2 ]]' _ "$RUN" "$TMP/a-t.gguf" "$TMP/x.dump"
+"$RUN" -m "$TMP/a-t.gguf" --mmproj "$TMP/a-p.gguf" --image "$TMP/pic/56x56.ppm" --dump-image "$TMP/no/such/dir/x" \
+  >/dev/null 2>"$TMP/err.log"
+rc=$?
+check "--dump-image into a missing folder: exit $rc, the file named" \
+  bash -c '[[ $1 -ne 0 ]] && grep -q "cannot create $2" "$3"' _ $rc "$TMP/no/such/dir/x" "$TMP/err.log"
 finish
