@@ -39,7 +39,8 @@
 # whose singleton is never destroyed, so "logs may be lost if not flushed
 # before the program exits", as its comment says; under load the text's
 # tail is), or "diverging" (a real near-tie); and whether pagoda-run's text
-# equals the longest. Neither changes the count.
+# equals the longest, extends it (all runs lost their tail) or differs from
+# it. Neither changes the count.
 # The last line: "PASS p/n, UNSTABLE u, FAIL f", and one such line per
 # projector and type before it; the exit status is 1 when f > 0.
 set -u
@@ -116,8 +117,9 @@ for t in $TYPES; do
                     for u in "${texts[@]}"; do [ ${#u} -gt ${#long} ] && long=$u; done
                     kind=prefixes
                     for u in "${texts[@]}"; do [ "${long#"$u"}" = "$long" ] && [ -n "$u" ] && kind=diverging; done
-                    same=differs
-                    [ "$a" = "$long" ] && same=equals
+                    same="differs from"
+                    [ "${a#"$long"}" != "$a" ] && same="extends" # the longest is the start of pagoda's
+                    [ "$a" = "$long" ] && same="equals"
                     echo "UNSTABLE $name: llama-mtmd-cli gave $distinct texts in $REPEAT runs ($kind; pagoda $same the longest)"
                     echo "  pagoda: $(printf %s "$a" | head -c 200)"
                     printf '%s\0' "${texts[@]}" | sort -zu | while IFS= read -r -d '' u; do
