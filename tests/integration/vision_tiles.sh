@@ -48,13 +48,14 @@ check "idefics3 pair f32, no preproc_image_size written" pair d f32 0
 # The pictures (w h): 112x112 already 2 x 2 tiles (copied); 112x56 already
 # 2 x 1; 100x60 scaled up into 112x68 of 112x112; 300x90 scaled down into
 # 112x34 of 112x56; 40x200 into 23x112 of 56x112; 30x20 scaled up ~3.7x;
+# 90x40, whose float32 width 90 · (112/90) rounds to just over 112: 3 x 1;
 # 150x100 and 56x170 for the 168 grid (3 x 2, 1 x 3).
 mkdir -p "$TMP/pic"
 $PYN - "$TMP/pic" <<'PY'
 import sys
 import numpy as np
 out = sys.argv[1]
-sizes = [(112, 112), (112, 56), (100, 60), (300, 90), (40, 200), (30, 20), (150, 100), (56, 170), (56, 56)]
+sizes = [(112, 112), (112, 56), (100, 60), (300, 90), (40, 200), (30, 20), (90, 40), (150, 100), (56, 170), (56, 56)]
 rng = np.random.default_rng(40)
 for i, (w, h) in enumerate(sizes):
     y, x = np.mgrid[0:h, 0:w]
@@ -119,7 +120,7 @@ PY
   [[ $? -eq 0 ]] || N_FAIL=$((N_FAIL + 1))
 }
 
-for p in 112x112 112x56 100x60 300x90 40x200 30x20; do compare a 112 "$TMP/pic/$p.ppm"; done
+for p in 112x112 112x56 100x60 300x90 40x200 30x20 90x40; do compare a 112 "$TMP/pic/$p.ppm"; done
 for p in 150x100 56x170 100x60; do compare b 168 "$TMP/pic/$p.ppm"; done
 for p in 100x60 40x200; do compare c 112 "$TMP/pic/$p.ppm"; done
 for p in 100x60 56x56; do compare d 0 "$TMP/pic/$p.ppm"; done
