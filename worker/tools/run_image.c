@@ -13,6 +13,7 @@
 #include "common/text/chat_template.h"
 #include "common/text/image_run.h"
 #include "common/text/tokenizer.h"
+#include "worker/tools/image_dump.h"
 
 /* 64-bit FNV-1a of the pixels and size: the image's key in the prefix cache */
 static uint64_t image_key(const uint8_t *rgb, size_t n, int w, int h)
@@ -48,8 +49,8 @@ static int prepare(const vision_config_t *c, const vision_proj_info_t *pi, const
 }
 
 int32_t run_image_prompt(const engine_t *e, vision_t *v, const char *path, const char *prompt, int32_t **ids,
-                         sched_image_t **imgs, int *n_imgs, float **embd, int64_t *t_encode_us, char *err,
-                         size_t errlen)
+                         sched_image_t **imgs, int *n_imgs, float **embd, int64_t *t_encode_us, const char *dump,
+                         char *err, size_t errlen)
 {
     const vision_config_t *c = vision_config(v);
     const vision_proj_info_t *pi = vision_proj_info(c->proj);
@@ -91,6 +92,8 @@ int32_t run_image_prompt(const engine_t *e, vision_t *v, const char *path, const
                            errlen);
     if (t_encode_us)
         *t_encode_us = clock_now_us() - t0;
+    if (rc == 0 && dump)
+        rc = image_dump_write(dump, parts, n_parts, nx, ny, *embd, c->n_tok, c->out_dim, err, errlen);
     for (int i = 0; i < n_parts; i++)
         image_rgb_free(&parts[i]);
     free(parts);

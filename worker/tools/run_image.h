@@ -37,9 +37,11 @@
 /* Reads the PPM image at path (gemma3: image_size square; idefics3 any
  * size), encodes it with v, and builds the prompt. Returns the token count
  * (*ids, *imgs[0..*n_imgs) — its spans of rows — and *embd set), or -1 with
- * a message in err. *t_encode_us gets the encode time (may be NULL). */
+ * a message in err. *t_encode_us gets the encode time (may be NULL). dump:
+ * NULL, or a file that gets the encoded images' pixels and rows
+ * (worker/tools/image_dump.h, pagoda-run --dump-image). */
 int32_t run_image_prompt(const engine_t *e, vision_t *v, const char *path, const char *prompt, int32_t **ids,
-                         sched_image_t **imgs, int *n_imgs, float **embd, int64_t *t_encode_us, char *err,
-                         size_t errlen);
+                         sched_image_t **imgs, int *n_imgs, float **embd, int64_t *t_encode_us, const char *dump,
+                         char *err, size_t errlen);
 
 #endif

@@ -2,7 +2,7 @@
  *
  *   pagoda-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]
  *              [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos] [--kv-type auto|f16|f32|q8_0]
- *              [--mmproj MMPROJ.gguf --image FILE.ppm]
+ *              [--mmproj MMPROJ.gguf --image FILE.ppm [--dump-image OUT]]
  *   pagoda-run -m FILE --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N] [--baseline]
  *   --lora NAME=FILE[:SCALE] (repeatable): a prompt runs with every adapter
  *   given (at most 4); --bench spreads them, sequence i running adapter
@@ -22,7 +22,10 @@
  * --mmproj and --image: the image (a binary PPM of the projector's input
  * size) goes before the prompt in one user message through the chat
  * template, as llama-mtmd-cli does with one --image (worker/tools/
- * run_image.h); the encode time goes to stderr.
+ * run_image.h); the encode time goes to stderr. --dump-image OUT writes
+ * the images the encoder took (an idefics3 picture's tiles and global
+ * image) and their rows to OUT (worker/tools/image_dump.h) and exits
+ * without generating (-p may then be left out).
  */
 #include <omp.h>
 #include <getopt.h>
@@ -47,6 +50,7 @@ static void usage(FILE *f)
             "usage: pagoda-run -m FILE.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--seed S] [--chat] [--threads N] [--ignore-eos]\n"
             "                  [--kv-type auto|f16|f32|q8_0] [--mmproj MMPROJ.gguf --image FILE.ppm]\n"
+            "                  [--dump-image OUT]  (the encoder's images and rows into OUT, no generation)\n"
             "       pagoda-run -m FILE.gguf --bench [--seqs 1,4,16,32] [--prompt-tokens P] [-n N]\n"
             "                  [--max-batch-tokens N] [--exact-matmul] [--kv-type auto|f16|f32|q8_0] [--baseline]\n"
             "                  [--kv-budget-mb N]  (KV pool budget, default 1024) [--bench-bandwidth]\n"
@@ -662,6 +666,7 @@ static int run_bench_spec(engine_t *e, const sched_config_t *base, int n_gen)
 typedef struct run_opts {
     const char *model, *prompt, *seqs, *draft_path;
     const char *mmproj, *image; /* --mmproj, --image */
+    const char *dump_image;     /* --dump-image: NULL, or the file for the encoder's images and rows */
     int n, chat, bench, bench_bw, bench_spec, prompt_tokens, ignore_eos, baseline;
     sampler_params_t sp;
     sched_config_t cfg;
@@ -682,7 +687,7 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
     sched_config_t *cfg = &o->cfg;
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
            O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_BENCH_SPEC, O_DRAFT, O_LORA,
-           O_MMPROJ, O_IMAGE };
+           O_MMPROJ, O_IMAGE, O_DUMP_IMAGE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
@@ -707,6 +712,7 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
         {"lora", required_argument, 0, O_LORA},
         {"mmproj", required_argument, 0, O_MMPROJ},
         {"image", required_argument, 0, O_IMAGE},
+        {"dump-image", required_argument, 0, O_DUMP_IMAGE},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     int c;
@@ -758,6 +764,7 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
         case O_DRAFT: o->draft_path = optarg; cfg->spec = SPEC_DRAFT; break;
         case O_MMPROJ: o->mmproj = optarg; break;
         case O_IMAGE: o->image = optarg; break;
+        case O_DUMP_IMAGE: o->dump_image = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -785,12 +792,19 @@ static int generate(engine_t *e, engine_t *draft, run_opts_t *o)
         }
         vision_set_fast(vis, !o->cfg.exact_matmul); /* the text model's rule: int8 / bf16 unless --exact-matmul */
         t_begin = clock_now_us();
-        n_ids = run_image_prompt(e, vis, o->image, o->prompt, &ids, &imgs, &n_imgs, &img_embd, &t_enc, err,
-                                 sizeof err);
+        n_ids = run_image_prompt(e, vis, o->image, o->prompt ? o->prompt : "", &ids, &imgs, &n_imgs, &img_embd,
+                                 &t_enc, o->dump_image, err, sizeof err);
         vision_free(&vis);
         if (n_ids >= 0)
             fprintf(stderr, "pagoda-run: image encoded in %.1f ms (%d x %d rows)\n", (double)t_enc / 1e3, n_imgs,
                     imgs[0].n_tok);
+        if (n_ids >= 0 && o->dump_image) {
+            fprintf(stderr, "pagoda-run: wrote %s\n", o->dump_image);
+            free(ids);
+            free(img_embd);
+            free(imgs);
+            return 0;
+        }
         o->chat = 1; /* the template's turn ends stop it */
     } else if (o->chat) {
         chat_msg_t m = {.role = "user", .content = o->prompt};
@@ -909,8 +923,8 @@ int main(int argc, char **argv)
         engine_free(&draft);
         return bench_bandwidth(cfg->n_threads) > 0 ? 0 : 1;
     }
-    if (!o.model || (!o.prompt && !o.bench && !o.bench_bw) || o.n < 1 || o.prompt_tokens < 1 ||
-        cfg->n_threads < 1 || !o.mmproj != !o.image) {
+    if (!o.model || (!o.prompt && !o.bench && !o.bench_bw && !o.dump_image) || o.n < 1 || o.prompt_tokens < 1 ||
+        cfg->n_threads < 1 || !o.mmproj != !o.image || (o.dump_image && !o.image)) {
         usage(stderr);
         engine_free(&draft);
         return 2;
