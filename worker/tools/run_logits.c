@@ -23,8 +23,7 @@ int32_t run_logits_parse_ids(const char *s, int32_t vocab, int32_t max_ids, int3
         return -1;
     }
     int32_t *v = xmalloc((size_t)cap * sizeof *v);
-    const char *p = s;
-    do {
+    for (const char *p = s;;) {
         char *end;
         errno = 0;
         long t = strtol(p, &end, 10);
@@ -34,8 +33,10 @@ int32_t run_logits_parse_ids(const char *s, int32_t vocab, int32_t max_ids, int3
             return -1;
         }
         v[n++] = (int32_t)t;
-        p = *end ? end + 1 : end;
-    } while (*p);
+        if (!*end)
+            break;
+        p = end + 1; /* past the comma: another id must follow */
+    }
     *ids = v;
     return n;
 }
