@@ -217,31 +217,33 @@ def main():
     prompts = a.prompt or ["Once upon a time", "The little dog", "Lily wanted"]
     cases = [("none", 0, 0), ("a8@1", 1, 0), ("a8@0.5", 0.5, 0), ("a64@1", 0, 1), ("a64@0.5", 0, 0.5)]
     results = {}  # (case, prompt) -> records
+
+    def pct(xs, q):
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+    referee = Referee(a) if a.ref_model else None
+    ok = total = 0
+    bad = False
+    tol = None
     for name, s0, s1 in cases:
         lora = [{"id": 0, "scale": s0}, {"id": 1, "scale": s1}]
         for p in prompts:
-            tok = post(a.llama + "/tokenize", {"content": p, "add_special": True})
-            a.ctx0 = tok["tokens"]
+            a.ctx0 = post(a.llama + "/tokenize", {"content": p, "add_special": True})["tokens"]
             try:
                 results[(name, p)] = run_case(a, a.n, lora, a.k)
             except RuntimeError as e:
                 print(f"FAIL {a.name} {name} '{p}': {e}")
                 results[(name, p)] = None
             sys.stdout.flush()
-
-    def pct(xs, q):
-        xs = sorted(xs)
-        return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
-
-    base_d = [r["d"] for p in prompts for r in (results[("none", p)] or []) if r["d"] is not None]
-    if not base_d:
-        print(f"FAIL {a.name}: no base-only distances measured")
-        return 1
-    tol = a.tol_mult * pct(base_d, 0.99)
-    referee = Referee(a) if a.ref_model else None
-    ok = total = 0
-    bad = False
-    for name, _, _ in cases:
+        if tol is None:  # the base-only cases come first: they set the tolerance
+            base_d = [r["d"] for p in prompts for r in (results[("none", p)] or []) if r["d"] is not None]
+            if not base_d:
+                print(f"FAIL {a.name}: no base-only distances measured")
+                return 1
+            tol = a.tol_mult * pct(base_d, 0.99)
+            print(f"# {a.name}: base-only distance over {len(base_d)} positions: p99 {pct(base_d, 0.99):.4f} "
+                  f"max {max(base_d):.4f} nats -> TOL = {a.tol_mult:g} x p99 = {tol:.4f}")
         for p in prompts:
             total += 1
             recs = results[(name, p)]
@@ -274,6 +276,7 @@ def main():
                       f"{' (' + '; '.join(flips[:2]) + ')' if flips else ''}, "
                       f"{len(refs)} backed by the reference{' (' + '; '.join(refs[:2]) + ')' if refs else ''}, "
                       f"max distance {dmax:.4f}")
+            sys.stdout.flush()
     adapt_d = [r["d"] for (c, p), recs in results.items() if c != "none" and recs for r in recs if r["d"] is not None]
     eff_l, eff_p = [], []
     k = a.k
@@ -294,12 +297,10 @@ def main():
                 continue
             eff_l.append(effect(xl, yl))
             eff_p.append(effect(xp, yp))
-    base_p99, base_max = pct(base_d, 0.99), max(base_d)
+    base_p99 = pct(base_d, 0.99)
     ad99, admax = pct(adapt_d, 0.99), (max(adapt_d) if adapt_d else float("nan"))
     eff = sorted(eff_l + eff_p)
     eff_med = eff[len(eff) // 2] if eff else float("nan")
-    print(f"# {a.name}: base-only distance over {len(base_d)} positions: p99 {base_p99:.4f} max {base_max:.4f} "
-          f"nats -> TOL = {a.tol_mult:g} x p99 = {tol:.4f}")
     eff_ok = eff and eff_med >= a.min_effect * tol
     print(f"{'ok  ' if eff_ok else 'FAIL'} {a.name} EFFECT: adapter vs no adapter at the first position, "
           f"{len(eff)} (case, prompt, side): min {min(eff) if eff else float('nan'):.4f} median {eff_med:.4f} "
