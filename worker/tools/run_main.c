@@ -8,6 +8,9 @@
  *   given (at most 4); --bench spreads them, sequence i running adapter
  *   i mod (n + 1) (0 = the base model)
  *   pagoda-run [-m FILE] --bench-bandwidth [--threads N]
+ *   pagoda-run -m FILE (--tokens 1,2,3 | -p TEXT) --logits OUT.f32 [--lora ...] [--exact-matmul]:
+ *   no generation; the logits of every position of the sequence, n x vocab
+ *   float32, for a reference to compare (worker/tools/run_logits.h)
  *
  * Only the continuation goes to stdout; diagnostics go to stderr. It runs the
  * same scheduler as pagoda-worker (with one sequence), so what it prints is
@@ -43,6 +46,7 @@
 #include "worker/wait_policy.h"
 #include "worker/sched.h"
 #include "worker/tools/run_image.h"
+#include "worker/tools/run_logits.h"
 
 static void usage(FILE *f)
 {
@@ -55,6 +59,8 @@ static void usage(FILE *f)
             "                  [--max-batch-tokens N] [--exact-matmul] [--kv-type auto|f16|f32|q8_0] [--baseline]\n"
             "                  [--kv-budget-mb N]  (KV pool budget, default 1024) [--bench-bandwidth]\n"
             "       pagoda-run [-m FILE.gguf] --bench-bandwidth [--threads N]\n"
+            "       pagoda-run -m FILE.gguf (--tokens 1,2,3 | -p TEXT) --logits OUT.f32 [--exact-matmul]\n"
+            "                  (every position's logits, n x vocab float32; no generation)\n"
             "  --lora NAME=FILE[:SCALE] (repeatable): adapters; --bench spreads them over the sequences\n"
             "       pagoda-run -m FILE.gguf --bench-spec [-n N] [--threads N]\n"
             "  --spec off|ngram|draft (speculative decoding, default off), --draft-model FILE,\n  --spec-max-draft N (8),"
@@ -667,6 +673,7 @@ typedef struct run_opts {
     const char *model, *prompt, *seqs, *draft_path;
     const char *mmproj, *image; /* --mmproj, --image */
     const char *dump_image;     /* --dump-image: NULL, or the file for the encoder's images and rows */
+    const char *logits, *tokens; /* --logits OUT, --tokens IDS */
     int n, chat, bench, bench_bw, bench_spec, prompt_tokens, ignore_eos, baseline;
     sampler_params_t sp;
     sched_config_t cfg;
@@ -687,7 +694,7 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
     sched_config_t *cfg = &o->cfg;
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_CHAT, O_THREADS, O_BENCH, O_SEQS,
            O_PTOK, O_IGNORE_EOS, O_MBT, O_REP, O_EXACT, O_BASELINE, O_KVTYPE, O_KVMB, O_BENCH_BW, O_SPEC, O_SPEC_MAX, O_SPEC_ROWS, O_BENCH_SPEC, O_DRAFT, O_LORA,
-           O_MMPROJ, O_IMAGE, O_DUMP_IMAGE };
+           O_MMPROJ, O_IMAGE, O_DUMP_IMAGE, O_LOGITS, O_TOKENS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
         {"n-predict", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},
@@ -713,6 +720,8 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
         {"mmproj", required_argument, 0, O_MMPROJ},
         {"image", required_argument, 0, O_IMAGE},
         {"dump-image", required_argument, 0, O_DUMP_IMAGE},
+        {"logits", required_argument, 0, O_LOGITS},
+        {"tokens", required_argument, 0, O_TOKENS},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     int c;
@@ -765,6 +774,8 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
         case O_MMPROJ: o->mmproj = optarg; break;
         case O_IMAGE: o->image = optarg; break;
         case O_DUMP_IMAGE: o->dump_image = optarg; break;
+        case O_LOGITS: o->logits = optarg; break;
+        case O_TOKENS: o->tokens = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -873,6 +884,31 @@ out:
     return rc;
 }
 
+/* --logits: the sequence (--tokens, else -p tokenized as a prompt) and its
+ * logits written. Returns the exit code. */
+static int dump_logits(engine_t *e, run_opts_t *o)
+{
+    char err[512];
+    int32_t *ids = NULL;
+    int32_t n = o->tokens ? run_logits_parse_ids(o->tokens, e->model->cfg.vocab, e->model->cfg.ctx, &ids, err,
+                                                 sizeof err)
+                          : engine_prompt_text(e, o->prompt, strlen(o->prompt), &ids, err, sizeof err);
+    if (n < 0) {
+        fprintf(stderr, "pagoda-run: %s\n", err);
+        return 2;
+    }
+    int rc = 0;
+    if (run_logits_write(e, ids, n, o->cfg.n_threads, !o->cfg.exact_matmul, o->logits, err, sizeof err) != 0) {
+        fprintf(stderr, "pagoda-run: %s\n", err);
+        rc = 1;
+    } else {
+        fprintf(stderr, "pagoda-run: wrote %d x %d logits (%s kernels) to %s\n", n, e->model->cfg.vocab,
+                o->cfg.exact_matmul ? "float" : "int8", o->logits);
+    }
+    free(ids);
+    return rc;
+}
+
 /* The model (or the draft model) loaded and, unless --exact-matmul, packed;
  * NULL after printing why. */
 static engine_t *load(const char *path, const char *what, const sched_config_t *cfg)
@@ -923,8 +959,9 @@ int main(int argc, char **argv)
         engine_free(&draft);
         return bench_bandwidth(cfg->n_threads) > 0 ? 0 : 1;
     }
-    if (!o.model || (!o.prompt && !o.bench && !o.bench_bw && !o.dump_image) || o.n < 1 || o.prompt_tokens < 1 ||
-        cfg->n_threads < 1 || !o.mmproj != !o.image || (o.dump_image && !o.image)) {
+    if (!o.model || (!o.prompt && !o.bench && !o.bench_bw && !o.dump_image && !o.tokens) || o.n < 1 ||
+        o.prompt_tokens < 1 || cfg->n_threads < 1 || !o.mmproj != !o.image || (o.dump_image && !o.image) ||
+        (o.tokens && !o.logits)) {
         usage(stderr);
         engine_free(&draft);
         return 2;
@@ -943,6 +980,8 @@ int main(int argc, char **argv)
     if (sampler_params_validate(&o.sp, e->model->cfg.vocab, &why) != 0) {
         fprintf(stderr, "pagoda-run: bad sampling parameters: %s\n", why ? why : "?");
         rc = 2;
+    } else if (o.logits) {
+        rc = dump_logits(e, &o);
     } else if (o.bench || o.bench_bw) {
         double bw = o.bench_bw ? bench_bandwidth(cfg->n_threads) : 0;
         rc = o.bench ? run_bench(e, cfg, o.seqs, o.prompt_tokens, o.n, o.baseline, bw) : 0;
