@@ -253,10 +253,7 @@ static int apply_sched_option(args_t *a, int c)
             return OPT_BAD;
         }
         break;
-    case O_EXACT:
-        a->wc.sched.exact_matmul = true;
-        setenv("PAGODA_LORA_PRECISION", "float", 0); /* float adapters too, unless set (docs/OPERATIONS.md) */
-        break;
+    case O_EXACT: a->wc.sched.exact_matmul = true; break;
     case O_NOWARMUP: a->wc.no_warm_up = true; break;
     case O_SPEC:
         if (spec_mode_parse(optarg, &a->wc.sched.spec) != 0) {

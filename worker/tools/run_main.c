@@ -751,10 +751,7 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
         case O_PTOK: o->prompt_tokens = atoi(optarg); break;
         case O_IGNORE_EOS: o->ignore_eos = 1; break;
         case O_MBT: cfg->max_batch_tokens = atoi(optarg); break;
-        case O_EXACT:
-            cfg->exact_matmul = true;
-            setenv("PAGODA_LORA_PRECISION", "float", 0); /* float adapters too, unless set (docs/OPERATIONS.md) */
-            break;
+        case O_EXACT: cfg->exact_matmul = true; break;
         case O_KVTYPE:
             if (kv_type_parse(optarg, &cfg->kv_type) != 0) {
                 fprintf(stderr, "pagoda-run: --kv-type must be auto, f16, f32 or q8_0\n");

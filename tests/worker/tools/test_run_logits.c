@@ -100,9 +100,6 @@ static void test_write_vs_reference(void **state)
     engine_t *e = engine_load(b, err, sizeof err);
     assert_non_null(e);
     snprintf(spec, sizeof spec, "x=%s/a8.gguf:0.5", tmp);
-    /* float adapter factors, as pagoda-run --exact-matmul has them (the int8
-     * default is test_lora's, against the same reference) */
-    setenv("PAGODA_LORA_PRECISION", "float", 1);
     if (engine_add_lora(e, spec, err, sizeof err) != 0)
         fail_msg("engine_add_lora: %s", err);
     const int32_t ids[] = {1, 400, 30, 99, 250, 7, 311, 42, 5, 100, 64, 480, 3, 77, 200, 1, 18, 19, 20, 300,
