@@ -256,7 +256,7 @@ int lora_load(const char *path, const model_t *m, lora_t **out, char *err, size_
         errbuf_set(err, errlen, "PAGODA_LORA_PRECISION=%s: expected int8 or float", prec);
         return -1;
     }
-    ld.int8 = !prec || !*prec || strcmp(prec, "int8") == 0;
+    ld.int8 = prec && strcmp(prec, "int8") == 0; /* float by default (docs/FORWARD.md) */
     char gerr[200];
     if (gguf_open(path, &ld.g, gerr, sizeof gerr) != 0) {
         errbuf_set(err, errlen, "%s: %s", path, gerr);
