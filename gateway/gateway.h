@@ -261,6 +261,9 @@ struct gateway {
      * before): the core calls them, it does not call the module */
     void (*lora_ack)(struct gateway *gw, gateway_worker_t *w, const proto_lora_op_t *ack);
     void (*lora_tick)(struct gateway *gw, int64_t now);
+    int64_t (*lora_wake)(const struct gateway *gw); /* the earliest operation deadline, or INT64_MAX:
+                                                       the core wakes then to tick (a 504 is on time
+                                                       whatever the heartbeat interval) */
     void (*lora_stop)(struct gateway *gw);
 
     /* lifetime */

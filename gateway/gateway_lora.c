@@ -276,6 +276,16 @@ static void op_begin(struct gateway *gw, gateway_lora_req_t **rqp, chan_t *reply
 
 static void on_ack(struct gateway *gw, gateway_worker_t *w, const proto_lora_op_t *ack);
 static void tick(struct gateway *gw, int64_t now);
+
+/* The earliest deadline of the operations in flight (INT64_MAX: none). */
+static int64_t wake(const struct gateway *gw)
+{
+    int64_t t = INT64_MAX;
+    for (size_t i = 0; i < gw->n_lora_ops; i++)
+        if (gw->lora_ops[i].deadline_us < t)
+            t = gw->lora_ops[i].deadline_us;
+    return t;
+}
 static void stop(struct gateway *gw);
 
 /* Starts the operation of a command (takes its request). */
@@ -342,6 +352,7 @@ static void start_cmd(struct gateway *gw, gateway_cmd_t *cmd)
 {
     gw->lora_ack = on_ack;
     gw->lora_tick = tick;
+    gw->lora_wake = wake;
     gw->lora_stop = stop;
     gateway_lora_req_t *rq = cmd->arg;
     cmd->arg = NULL;

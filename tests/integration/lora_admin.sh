@@ -213,6 +213,7 @@ if [[ $WPID2 =~ ^[0-9]+$ ]] && kill -STOP "$WPID2"; then
   URL_SAVE=$URL; URL=$URL2
   load "{\"name\":\"rt\",\"path\":\"$TMP/rt.gguf\",\"scale\":0.5}"
   URL=$URL_SAVE
+  echo "# the load's answer: $CODE $(head -c 300 "$TMP/body")"
   check "load on a stopped worker → 504 timeout naming --lora-timeout" bash -c \
     "[[ $CODE == 504 ]] && python3 -c \"import json,sys; e=json.load(open('$TMP/body'))['error']; sys.exit(0 if e['code']=='timeout' and 'within 2 s (--lora-timeout)' in e['message'] else 1)\""
   t=$(comp2 other); check "while base's worker is stopped, model other serves (= pagoda-run)" test "$t" == "$R0"

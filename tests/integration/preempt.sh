@@ -47,8 +47,9 @@ start_pair() {
 }
 
 # a prompt long enough for a prefill step of many rows (the model's context
-# is 512 tokens: about 300 here), and a short one
-LONG_PROMPT=$(python3 -c 'print(" ".join(["Once upon a time there was a little dog named Spot who liked to run."] * 16))')
+# is 512 tokens: about 130 here, about 290 with the generated stand-in's byte-level
+# tokenizer), and a short one
+LONG_PROMPT=$(python3 -c 'print(" ".join(["Once upon a time there was a little dog named Spot who liked to run."] * 8))')
 SHORT_PROMPT="Lily went to the park"
 body() { # prompt max_tokens
   python3 -c 'import json,sys; print(json.dumps({"model":"m","prompt":sys.argv[1],"max_tokens":int(sys.argv[2]),"temperature":0}))' "$1" "$2"
