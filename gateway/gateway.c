@@ -1291,8 +1291,9 @@ static void *core_main(void *arg)
                 wake = now + QUEUE_TICK_US;
         if (gw->n_requests && gw->t_next_sweep_us < wake)
             wake = gw->t_next_sweep_us < now ? now : gw->t_next_sweep_us;
-        if (gw->lora_wake && gw->lora_wake(gw) < wake) /* an adapter load's deadline (its 504) */
-            wake = gw->lora_wake(gw) < now ? now : gw->lora_wake(gw);
+        int64_t lora_due = gw->lora_wake ? gw->lora_wake(gw) : INT64_MAX; /* an adapter load's 504 */
+        if (lora_due < wake)
+            wake = lora_due < now ? now : lora_due;
         long timeout_ms = wake <= now ? 0 : (long)((wake - now + 999) / 1000);
         zmq_pollitem_t items[2] = {
             {.socket = gw->router, .events = ZMQ_POLLIN},

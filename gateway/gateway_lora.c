@@ -276,6 +276,7 @@ static void op_begin(struct gateway *gw, gateway_lora_req_t **rqp, chan_t *reply
 
 static void on_ack(struct gateway *gw, gateway_worker_t *w, const proto_lora_op_t *ack);
 static void tick(struct gateway *gw, int64_t now);
+static void stop(struct gateway *gw);
 
 /* The earliest deadline of the operations in flight (INT64_MAX: none). */
 static int64_t wake(const struct gateway *gw)
@@ -286,7 +287,6 @@ static int64_t wake(const struct gateway *gw)
             t = gw->lora_ops[i].deadline_us;
     return t;
 }
-static void stop(struct gateway *gw);
 
 /* Starts the operation of a command (takes its request). */
 static void start(struct gateway *gw, gateway_lora_req_t **rqp, chan_t *reply)

@@ -718,10 +718,10 @@ static int32_t emb_width(const sched_t *s, const seq_t *q)
 }
 
 /* Whether prompt position p is the one a rank sequence's head reads: the
- * first token, or the last (rank_head_t.last). */
-static bool rank_row(const sched_t *s, const seq_t *q, int32_t p)
+ * last token (worker/model/rank_head.h). */
+static bool rank_row(const seq_t *q, int32_t p)
 {
-    return s->model->rank->last ? p == q->n_tokens - 1 : p == 0;
+    return p == q->n_tokens - 1;
 }
 
 int sched_submit_embed(sched_t *s, const sched_embed_req_t *r, char *err, size_t errlen)
@@ -1025,7 +1025,7 @@ restart:
                 bool last = p == q->n_tokens - 1;
                 s->b_want[n_rows] = (uint8_t)(last && !q->embed);
                 s->b_hid[n_rows] = (uint8_t)(q->embed == MODEL_POOL_MEAN || (q->embed == MODEL_POOL_LAST && last) ||
-                                             (q->embed == MODEL_POOL_RANK && rank_row(s, q, p)));
+                                             (q->embed == MODEL_POOL_RANK && rank_row(q, p)));
                 image_row(s, q, p, n_rows);
                 n_rows++;
             }

@@ -50,8 +50,8 @@
  *                         (otherwise honoured when present)
  *   tied_output           the family's files have no output.weight (mkmodel)
  *   rank_last_softmax     a rank-pooled file (pooling_type 4, worker/model/rank_head.h)
- *                         scores the last token and softmaxes the outputs (Qwen3-Reranker);
- *                         other families score the first token, raw outputs
+ *                         softmaxes the outputs (Qwen3-Reranker); other families give
+ *                         raw outputs (every family's head reads the last token)
  *   synth_rope_base, synth_eps, synth_window
  *                         pagoda-mkmodel's defaults for --rope-base, --eps, --window
  *

@@ -70,7 +70,6 @@ int rank_head_load(const gguf_t *g, const model_arch_info_t *fam, int32_t dim, i
         return 0;
     rank_head_t *h = xcalloc(1, sizeof *h);
     h->dim = dim;
-    h->last = true; /* every family pagoda runs is a decoder (rank_head.h) */
     h->softmax = fam->rank_last_softmax;
     if (gguf_find_tensor(g, "cls.weight")) {
         if (n_hidden < 1 || n_hidden > (int64_t)1 << 20) {

@@ -50,7 +50,6 @@ typedef struct rank_head {
     float *out_w;                /* (n_out, n_hidden or dim) or NULL */
     float *out_b;                /* (n_out) or NULL */
     int32_t n_scores;            /* outputs per sequence: n_out, or n_hidden without cls.output */
-    bool last;                   /* pool the last token (else the first) */
     bool softmax;                /* softmax over the outputs */
 } rank_head_t;
 
