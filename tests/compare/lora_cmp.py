@@ -59,7 +59,15 @@ the lists share fewer than two tokens: x's top minus its lowest listed, a
 lower bound).
 It must be larger than TOL (>= min_effect = 2x, median over prompts and
 adapter cases), else the comparison could not tell an adapter from no
-adapter. (On stories260K F32 the effect is ~100x TOL; on the 110M Q8_0 base
+adapter. This position is asked for the top max(k, 20) lists. When the two
+lists share fewer than two tokens the distance is only a lower bound, the
+spread of x's list: on a random base whose distributions are flat (the
+1.1B: the top 20 span well under a nat) it saturates below 2 x TOL however
+strong the adapter is. So the effect also passes by the lists themselves:
+the median overlap of the adapter's top list with the base's (each side) is
+at most half the median overlap of pagoda's and llama-server's top lists for
+the same adapter case, which is at least 0.5 (the adapter changes which
+tokens are on top far more than the two programs disagree about them). (On stories260K F32 the effect is ~100x TOL; on the 110M Q8_0 base
 only ~2.3x: there the kernels' rounding against llama.cpp is 0.1 nats and
 a random rank-8 adapter moves the first token's distribution by ~0.5.)
 
@@ -126,6 +134,11 @@ def effect(x, y):
     if s in x and sum(t in x for t in y) >= 2:
         return distance(x, y, s)
     return max(x.values()) - min(x.values())
+
+
+def overlap(x, y):
+    """the share of the shorter top list that is also in the other list."""
+    return len(set(x) & set(y)) / max(1, min(len(x), len(y)))
 
 
 def run_case(a, n, lora, k):
@@ -284,7 +297,8 @@ def main():
             sys.stdout.flush()
     adapt_d = [r["d"] for (c, p), recs in results.items() if c != "none" and recs for r in recs if r["d"] is not None]
     eff_l, eff_p = [], []
-    k = a.k
+    ov_ad, ov_pl = [], []  # top-list overlaps: adapter vs base (each side); pagoda vs llama (adapter case)
+    k = max(a.k, 20)
     # the effect: position 0 (the prompt, the same context in every case), asked again for its top lists
     for name, s0, s1 in cases[1:]:
         lora = [{"id": 0, "scale": s0}, {"id": 1, "scale": s1}]
@@ -302,14 +316,21 @@ def main():
                 continue
             eff_l.append(effect(xl, yl))
             eff_p.append(effect(xp, yp))
+            ov_ad += [overlap(xl, yl), overlap(xp, yp)]
+            ov_pl.append(overlap(xp, xl))
     base_p99 = pct(base_d, 0.99)
     ad99, admax = pct(adapt_d, 0.99), (max(adapt_d) if adapt_d else float("nan"))
     eff = sorted(eff_l + eff_p)
     eff_med = eff[len(eff) // 2] if eff else float("nan")
-    eff_ok = eff and eff_med >= a.min_effect * tol
-    print(f"{'ok  ' if eff_ok else 'FAIL'} {a.name} EFFECT: adapter vs no adapter at the first position, "
+    nats_ok = bool(eff) and eff_med >= a.min_effect * tol
+    oa, op = pct(ov_ad, 0.5), pct(ov_pl, 0.5)
+    sets_ok = bool(ov_ad) and op >= 0.5 and oa <= 0.5 * op
+    eff_ok = nats_ok or sets_ok
+    print(f"{'ok  ' if eff_ok else 'FAIL'} {a.name} EFFECT: adapter vs no adapter at the first position (top {k}), "
           f"{len(eff)} (case, prompt, side): min {min(eff) if eff else float('nan'):.4f} median {eff_med:.4f} "
-          f"nats (must be >= {a.min_effect:g} x TOL = {a.min_effect * tol:.4f}); llama {[round(e, 3) for e in eff_l]} "
+          f"nats ({'>=' if nats_ok else '<'} {a.min_effect:g} x TOL = {a.min_effect * tol:.4f}); "
+          f"top-list overlap median: adapter vs base {oa:.2f}, pagoda vs llama-server {op:.2f} "
+          f"({'' if sets_ok else 'not '}<= 0.5 x the latter, which is >= 0.5); llama {[round(e, 3) for e in eff_l]} "
           f"pagoda {[round(e, 3) for e in eff_p]}")
     dist_lim = max(tol, a.dist_frac * eff_med)
     dist_ok = adapt_d and ad99 <= dist_lim

@@ -16,7 +16,11 @@
 #     makes it; docs/BENCH.md),
 #   $BUILD/models/w1b-q4_k_m.gguf (1.1B shape, Q4_K_M: tests/large/w1b.sh).
 # Per base: adapters rank 8 F32 (alpha = rank) and rank 64 F16 (alpha 16, so
-# the scale rule alpha / rank = 0.25 matters), loaded by both servers in the
+# the scale rule alpha / rank = 0.25 matters), random A and B of standard
+# deviation LORA_STD / sqrt(rank) (mkmodel's --lora-std; default 1.0: at its
+# own default 0.5 the 1.1B adapters moved the first position's distribution
+# by a median 0.41 nats, under 2 x the two programs' base-only distance
+# there, so the comparison could not tell an adapter from none), loaded by both servers in the
 # same order (ids 0 and 1); cases none (both at scale 0), a8 at scales 1 and
 # 0.5, a64 at 1 and 0.5; three prompts each; N (32) positions each: 15 cases
 # a base. pagoda: pagoda-gateway --model base=BASE --lora a8=... --lora
@@ -40,6 +44,7 @@ N=${N:-32}
 THREADS=${THREADS:-2}
 TOL_MULT=${TOL_MULT:-2}
 REF=${REF:-1}
+LORA_STD=${LORA_STD:-1.0}
 PAGODA_FLAGS=${PAGODA_FLAGS-}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -74,8 +79,10 @@ fail=0
 summary=
 for BASE in $BASES; do
     bn=$(basename "$BASE")
-    "$B/pagoda-mkmodel" --lora-for "$BASE" -o "$tmp/a8.gguf" --lora-rank 8 --seed 3 >/dev/null 2>&1 || exit 1
-    "$B/pagoda-mkmodel" --lora-for "$BASE" -o "$tmp/a64.gguf" --lora-rank 64 --lora-alpha 16 --type F16 --seed 4 \
+    "$B/pagoda-mkmodel" --lora-for "$BASE" -o "$tmp/a8.gguf" --lora-rank 8 --lora-std "$LORA_STD" --seed 3 \
+        >/dev/null 2>&1 || exit 1
+    "$B/pagoda-mkmodel" --lora-for "$BASE" -o "$tmp/a64.gguf" --lora-rank 64 --lora-alpha 16 --type F16 \
+        --lora-std "$LORA_STD" --seed 4 \
         >/dev/null 2>&1 || exit 1
     lp=$(port) hp=$(port) zp=$(port)
     "$LLAMA_BIN/llama-server" -m "$BASE" --lora "$tmp/a8.gguf" --lora "$tmp/a64.gguf" -t "$THREADS" -c 2048 \
