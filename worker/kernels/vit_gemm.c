@@ -126,23 +126,67 @@ static void block512(const float *a, size_t lda, int m, const float *b, size_t l
     }
 }
 
-/* p (kc, 32) = columns [k0, k0+kc) of n <= 32 F16 rows of w (row stride
- * ldw halves), transposed; columns of rows ≥ n are 0. */
-__attribute__((target(VG_TARGET))) static void pack_f16_512(const uint16_t *w, size_t ldw, int n, int k0, int kc,
-                                                            float *p)
+/* out[c] = column c of the 16 × 16 block r[0..15] (row i of it r[i]):
+ * 32-bit, then 64-bit interleaves within 128-bit lanes, then two rounds
+ * of 128-bit lane shuffles. */
+static inline __attribute__((always_inline, target(VG_TARGET))) void transpose16(__m512 r[16])
 {
-    if (n < VIT_GEMM_NR)
-        memset(p, 0, (size_t)kc * VIT_GEMM_NR * sizeof *p);
-    float row[VIT_GEMM_KC];
-    for (int j = 0; j < n; j++) {
-        const uint16_t *src = w + (size_t)j * ldw + k0;
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    /* u[4g + c], lane L: column 4L + c of rows 4g .. 4g+3 */
+    for (int g = 0; g < 4; g++) {
+        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
+        const __m512d c = _mm512_castps_pd(t[4 * g + 1]), d = _mm512_castps_pd(t[4 * g + 3]);
+        u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512 x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+        const __m512 y0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        const __m512 y1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_f32x4(x0, y0, 0x88);
+        r[c + 4] = _mm512_shuffle_f32x4(x1, y1, 0x88);
+        r[c + 8] = _mm512_shuffle_f32x4(x0, y0, 0xdd);
+        r[c + 12] = _mm512_shuffle_f32x4(x1, y1, 0xdd);
+    }
+}
+
+/* p (kc, 32) = columns [k0, k0+kc) of n <= 32 rows of w (F16 when f16,
+ * else F32; row stride ldw elements), transposed; rows ≥ n give 0. 16
+ * rows × 16 columns per transpose; a last partial group of 16 columns one
+ * value at a time. */
+__attribute__((target(VG_TARGET))) static void pack512(const void *w, size_t ldw, bool f16, int n, int k0, int kc,
+                                                       float *p)
+{
+    const uint16_t *wh = w;
+    const float *wf = w;
+    for (int j0 = 0; j0 < VIT_GEMM_NR; j0 += 16) {
         int k = 0;
-        for (; k + 16 <= kc; k += 16)
-            _mm512_storeu_ps(row + k, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(src + k))));
+        for (; k + 16 <= kc; k += 16) {
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                const size_t off = (size_t)(j0 + i) * ldw + (size_t)(k0 + k);
+                r[i] = j0 + i >= n ? _mm512_setzero_ps()
+                       : f16       ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(wh + off)))
+                                   : _mm512_loadu_ps(wf + off);
+            }
+            transpose16(r);
+#pragma GCC unroll 16
+            for (int c = 0; c < 16; c++)
+                _mm512_storeu_ps(p + (size_t)(k + c) * VIT_GEMM_NR + j0, r[c]);
+        }
         for (; k < kc; k++)
-            row[k] = quant_fp16_to_fp32(src[k]);
-        for (k = 0; k < kc; k++)
-            p[(size_t)k * VIT_GEMM_NR + j] = row[k];
+            for (int i = 0; i < 16; i++) {
+                const size_t off = (size_t)(j0 + i) * ldw + (size_t)(k0 + k);
+                p[(size_t)k * VIT_GEMM_NR + j0 + i] =
+                    j0 + i >= n ? 0.0f : f16 ? quant_fp16_to_fp32(wh[off]) : wf[off];
+            }
     }
 }
 #endif
@@ -164,29 +208,24 @@ void vit_gemm_block(vit_isa_t isa, const float *a, size_t lda, int m, const floa
 /* p (kc, 32) from n <= 32 rows of w starting at row n0: F32 or F16. */
 static void pack(vit_isa_t isa, const matmul_weight_t *w, int64_t n0, int n, int k0, int kc, float *p)
 {
-    if (w->type == GGML_TYPE_F32) {
-        if (n < VIT_GEMM_NR)
-            memset(p, 0, (size_t)kc * VIT_GEMM_NR * sizeof *p);
-        for (int j = 0; j < n; j++) {
-            const float *src = (const float *)(const void *)(w->data + (size_t)(n0 + j) * w->row_bytes) + k0;
-            for (int k = 0; k < kc; k++)
-                p[(size_t)k * VIT_GEMM_NR + j] = src[k];
-        }
-        return;
-    }
-    assert(w->type == GGML_TYPE_F16);
-    const uint16_t *src = (const uint16_t *)(const void *)(w->data + (size_t)n0 * w->row_bytes);
+    const bool f16 = w->type == GGML_TYPE_F16;
+    assert(f16 || w->type == GGML_TYPE_F32);
+    const size_t ldw = w->row_bytes / (f16 ? 2 : 4);
+    const uint8_t *src = w->data + (size_t)n0 * w->row_bytes;
 #ifdef VG_X86
     if (isa == VIT_ISA_AVX512) {
-        pack_f16_512(src, w->row_bytes / 2, n, k0, kc, p);
+        pack512(src, ldw, f16, n, k0, kc, p);
         return;
     }
 #endif
     (void)isa;
-    memset(p, 0, (size_t)kc * VIT_GEMM_NR * sizeof *p);
-    for (int j = 0; j < n; j++)
-        for (int k = 0; k < kc; k++)
-            p[(size_t)k * VIT_GEMM_NR + j] = quant_fp16_to_fp32(src[(size_t)j * (w->row_bytes / 2) + k0 + k]);
+    const uint16_t *wh = (const uint16_t *)(const void *)src;
+    const float *wf = (const float *)(const void *)src;
+    for (int k = 0; k < kc; k++)
+        for (int j = 0; j < VIT_GEMM_NR; j++) {
+            const size_t off = (size_t)j * ldw + (size_t)(k0 + k);
+            p[(size_t)k * VIT_GEMM_NR + j] = j >= n ? 0.0f : f16 ? quant_fp16_to_fp32(wh[off]) : wf[off];
+        }
 }
 
 bool vit_gemm_supported(const matmul_weight_t *w)
