@@ -106,8 +106,9 @@ VMATH_FN static void scores_blk(const float *q, int nq, int ld, const float *kt,
         }
 }
 
-/* sc (n) = e^(sc - max sc) in place; returns 1 / Σ. */
-VMATH_FN static float softmax_row(float *sc, int n)
+/* sc (n) = e^(scale · (sc − max sc)) in place; returns 1 / Σ
+ * (scale 1 for the AVX2 kernel, whose scores are scaled already). */
+VMATH_FN static float softmax_row_scaled(float *sc, int n, float scale)
 {
     __m256 m8 = _mm256_set1_ps(-INFINITY);
     int j = 0;
@@ -119,16 +120,16 @@ VMATH_FN static float softmax_row(float *sc, int n)
         mx = lanes[l] > mx ? lanes[l] : mx;
     for (; j < n; j++)
         mx = sc[j] > mx ? sc[j] : mx;
-    const __m256 mv = _mm256_set1_ps(mx);
+    const __m256 mv = _mm256_set1_ps(mx), sv = _mm256_set1_ps(scale);
     __m256 s8 = _mm256_setzero_ps();
     for (j = 0; j + 8 <= n; j += 8) {
-        __m256 e = vmath_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv));
+        __m256 e = vmath_exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv), sv));
         _mm256_storeu_ps(sc + j, e);
         s8 = _mm256_add_ps(s8, e);
     }
     float sum = vmath_hsum8(s8);
     for (; j < n; j++)
-        sum += (sc[j] = expf(sc[j] - mx));
+        sum += (sc[j] = expf((sc[j] - mx) * scale));
     return 1.0f / sum;
 }
 
@@ -194,36 +195,10 @@ static void vit_attn_avx2(const float *q, const float *k, const float *v, int n,
             float inv[VA_QB];
             scores_blk(q + (size_t)i0 * ld + (size_t)h * hd, nq, ld, kt + (size_t)h * hd * n, n, hd, scale, sc);
             for (int r = 0; r < nq; r++)
-                inv[r] = softmax_row(sc + (size_t)r * n, n);
+                inv[r] = softmax_row_scaled(sc + (size_t)r * n, n, 1.0f);
             values_blk(sc, inv, nq, n, v + (size_t)h * hd, ld, hd, out + (size_t)i0 * ld + (size_t)h * hd);
         }
     }
-}
-
-/* sc (n) = e^(scale · (sc − max sc)) in place; returns 1 / Σ. */
-VMATH_FN static float softmax_row_scaled(float *sc, int n, float scale)
-{
-    __m256 m8 = _mm256_set1_ps(-INFINITY);
-    int j = 0;
-    for (; j + 8 <= n; j += 8)
-        m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sc + j));
-    float lanes[8], mx = -INFINITY;
-    _mm256_storeu_ps(lanes, m8);
-    for (int l = 0; l < 8; l++)
-        mx = lanes[l] > mx ? lanes[l] : mx;
-    for (; j < n; j++)
-        mx = sc[j] > mx ? sc[j] : mx;
-    const __m256 mv = _mm256_set1_ps(mx), sv = _mm256_set1_ps(scale);
-    __m256 s8 = _mm256_setzero_ps();
-    for (j = 0; j + 8 <= n; j += 8) {
-        __m256 e = vmath_exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv), sv));
-        _mm256_storeu_ps(sc + j, e);
-        s8 = _mm256_add_ps(s8, e);
-    }
-    float sum = vmath_hsum8(s8);
-    for (; j < n; j++)
-        sum += (sc[j] = expf((sc[j] - mx) * scale));
-    return 1.0f / sum;
 }
 
 /* Per head: K_h packed as 32-key panels of kᵀ (hd, 32), zero past n;

@@ -614,12 +614,14 @@ static void linear(vision_t *v, const matmul_weight_t *w, const float *bias, con
 
 /* a (N, D) = softmax(q kᵀ / sqrt(hd)) v per head for the image whose rows
  * start at element off of q, k, v, a: every patch to every patch (no
- * mask), worker/kernels/vit_attn.h. */
+ * mask), worker/kernels/vit_attn.h. The exact path (not fast) keeps the
+ * AVX2 kernel it was compared with llama.cpp on. */
 static void attention_full(vision_t *v, size_t off)
 {
     const vision_config_t *c = &v->cfg;
-    vit_attn(v->q + off, v->k + off, v->v + off, c->n_patches, c->dim, c->n_head, c->head_dim,
-             1.0f / sqrtf((float)c->head_dim), v->a + off, v->scores, v->n_threads);
+    const vit_isa_t isa = v->fast || v->isa < VIT_ISA_AVX2 ? v->isa : VIT_ISA_AVX2;
+    vit_attn_isa(isa, v->q + off, v->k + off, v->v + off, c->n_patches, c->dim, c->n_head, c->head_dim,
+                 1.0f / sqrtf((float)c->head_dim), v->a + off, v->scores, v->n_threads);
 }
 
 static int32_t in_one(int32_t k)
