@@ -16,6 +16,16 @@
 #define VA_QB 4
 #define VA_QB512 VIT_GEMM_MR
 
+/* Task t of the (head, block of qb queries) pairs, n queries per head:
+ * its head, first query and query count. */
+static inline void va_task(long t, int n, int qb, int *h, int *i0, int *nq)
+{
+    const int n_blk = (n + qb - 1) / qb;
+    *h = (int)(t / n_blk);
+    *i0 = (int)(t % n_blk) * qb;
+    *nq = n - *i0 < qb ? n - *i0 : qb;
+}
+
 size_t vit_attn_scratch(int n, int ld, int n_threads)
 {
     /* kᵀ of every head, n rounded up to the 32-key panels ((ld, n) for
@@ -187,11 +197,10 @@ static void vit_attn_avx2(const float *q, const float *k, const float *v, int n,
             for (int j = 0; j < n; j++)
                 kt[(size_t)c * n + j] = k[(size_t)j * ld + c];
         float *sc = sc_all + (size_t)omp_get_thread_num() * VA_QB * n;
-        const int n_blk = (n + VA_QB - 1) / VA_QB;
 #pragma omp for schedule(dynamic, 4)
-        for (long task = 0; task < (long)n_head * n_blk; task++) {
-            const int h = (int)(task / n_blk), i0 = (int)(task % n_blk) * VA_QB;
-            const int nq = n - i0 < VA_QB ? n - i0 : VA_QB;
+        for (long task = 0; task < (long)n_head * ((n + VA_QB - 1) / VA_QB); task++) {
+            int h, i0, nq;
+            va_task(task, n, VA_QB, &h, &i0, &nq);
             float inv[VA_QB];
             scores_blk(q + (size_t)i0 * ld + (size_t)h * hd, nq, ld, kt + (size_t)h * hd * n, n, hd, scale, sc);
             for (int r = 0; r < nq; r++)
@@ -226,11 +235,10 @@ static void vit_attn_512(const float *q, const float *k, const float *v, int n, 
             }
         }
         float *sc = sc_all + (size_t)omp_get_thread_num() * VA_QB512 * n;
-        const int n_blk = (n + VA_QB512 - 1) / VA_QB512;
 #pragma omp for schedule(dynamic, 2)
-        for (long task = 0; task < (long)n_head * n_blk; task++) {
-            const int h = (int)(task / n_blk), i0 = (int)(task % n_blk) * VA_QB512;
-            const int nq = n - i0 < VA_QB512 ? n - i0 : VA_QB512;
+        for (long task = 0; task < (long)n_head * ((n + VA_QB512 - 1) / VA_QB512); task++) {
+            int h, i0, nq;
+            va_task(task, n, VA_QB512, &h, &i0, &nq);
             const float *qh = q + (size_t)i0 * ld + (size_t)h * hd;
             for (int p = 0; p < n_pan; p++) {
                 const int nc = n - p * VIT_GEMM_NR < VIT_GEMM_NR ? n - p * VIT_GEMM_NR : VIT_GEMM_NR;
