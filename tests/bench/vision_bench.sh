@@ -15,7 +15,11 @@
 # the picture as an image_url PNG data URL to its first content chunk;
 # llama-encode — llama-mtmd-cli's "image slice encoded in" summed over the
 # picture's slices (builds that batch print "batch encoding done in");
-# llama-ttft — llama-server's time for the same request. Each server is
+# llama-ttft — llama-server's time for the same request; pagoda-cpu and
+# llama-cpu — user + system CPU seconds of the whole pagoda-run and
+# llama-mtmd-cli process (loads, encode, N tokens; /usr/bin/time), which a
+# loaded machine inflates far less than wall time: on a shared machine
+# compare these. Each server is
 # started once; every request starts with a system message of its own, so
 # no prefix cache holds the picture (and llama-server gets cache_prompt
 # false), and every run encodes it again.
@@ -36,6 +40,8 @@
 # blocks, 1536 — 256 patches, 16 rows per image; Gemma 3's real encoder is
 # VIS_SIZE=896 VIS_PATCH=14 VIS_DIM=1152 VIS_LAYERS=27 VIS_HEADS=16
 # VIS_FFN=4304, 4096 patches and 256 rows, minutes per image on 2 cores).
+# SERVERS=0 starts neither server (no server-ttft, llama-ttft columns):
+# half the run time when only the encoders are measured.
 # Three images (tests/compare/vision_images.py), REPS runs each, THREADS
 # threads, N generated tokens; the median of the runs per image.
 set -u
@@ -79,18 +85,21 @@ fi
     --vis-ffn "$VIS_FFN" > "$tmp/mk.log" 2>&1 || { cat "$tmp/mk.log"; exit 1; }
 freeport() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # pagoda-gateway once, for the server-ttft column
-gport=$(freeport)
-"$B/pagoda-gateway" --listen "127.0.0.1:$gport" --worker-endpoint "tcp://127.0.0.1:$(freeport)" \
-    --threads "$THREADS" --model "m=$tmp/text.gguf" --mmproj "m=$tmp/mmproj.gguf" > "$tmp/gw.log" 2>&1 &
-gw=$!
-for _ in $(seq 600); do curl -sf "http://127.0.0.1:$gport/health" | grep -q '"replicas": *1' && break; sleep 1; done
-curl -sf "http://127.0.0.1:$gport/health" | grep -q '"replicas": *1' || { echo "# pagoda-gateway did not come up"; gport=; }
+gport=
+if [ "${SERVERS:-1}" != 0 ]; then
+    gport=$(freeport)
+    "$B/pagoda-gateway" --listen "127.0.0.1:$gport" --worker-endpoint "tcp://127.0.0.1:$(freeport)" \
+        --threads "$THREADS" --model "m=$tmp/text.gguf" --mmproj "m=$tmp/mmproj.gguf" > "$tmp/gw.log" 2>&1 &
+    gw=$!
+    for _ in $(seq 600); do curl -sf "http://127.0.0.1:$gport/health" | grep -q '"replicas": *1' && break; sleep 1; done
+    curl -sf "http://127.0.0.1:$gport/health" | grep -q '"replicas": *1' || { echo "# pagoda-gateway did not come up"; gport=; }
+fi
 llama=0
 [ -x "$LLAMA_BIN/llama-mtmd-cli" ] && llama=1
 [ $llama = 0 ] && echo "# no $LLAMA_BIN/llama-mtmd-cli: pagoda only"
 # llama-server once, for the TTFT column
 port=
-if [ $llama = 1 ] && [ -x "$LLAMA_BIN/llama-server" ]; then
+if [ $llama = 1 ] && [ -x "$LLAMA_BIN/llama-server" ] && [ "${SERVERS:-1}" != 0 ]; then
     port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     "$LLAMA_BIN/llama-server" -m "$tmp/text.gguf" --mmproj "$tmp/mmproj.gguf" -t "$THREADS" -c 2048 --jinja \
         --host 127.0.0.1 --port "$port" --no-warmup > "$tmp/srv.log" 2>&1 &
@@ -127,17 +136,30 @@ median() { sort -n | awk '{a[NR]=$1} END {print NR ? a[int((NR+1)/2)] : "?"}'; }
 echo "# $PROJ projector ${VIS_SIZE}px/${VIS_PATCH}px, width $VIS_DIM, $VIS_LAYERS blocks, $VIS_HEADS heads," \
      "FFN $VIS_FFN${VIS_PREPROC:+, preproc ${VIS_PREPROC}px}, $TYPE; text dim $DIM; $THREADS threads;" \
      "pagoda ${EXACT_FLAG:-fast paths}; median of $REPS; ms per picture"
-printf '%-9s %14s %12s %12s %14s %12s\n' image pagoda-encode pagoda-ttft server-ttft llama-encode llama-ttft
+printf '%-9s %14s %12s %12s %14s %12s %11s %10s\n' image pagoda-encode pagoda-ttft server-ttft llama-encode \
+    llama-ttft pagoda-cpu llama-cpu
+# cputime FILE CMD...: CMD with its user + system seconds appended to FILE
+cputime() {
+    local f=$1
+    shift
+    if [ -x /usr/bin/time ]; then
+        /usr/bin/time -o "$tmp/time" -f '%U %S' "$@"
+        local rc=$?
+        awk '{printf "%.2f\n", $1 + $2}' "$tmp/time" >> "$f"
+        return $rc
+    fi
+    "$@"
+}
 for img in $IMAGES; do
-    : > "$tmp/pe"; : > "$tmp/pt"; : > "$tmp/st"; : > "$tmp/le"; : > "$tmp/lt"
+    : > "$tmp/pe"; : > "$tmp/pt"; : > "$tmp/st"; : > "$tmp/le"; : > "$tmp/lt"; : > "$tmp/pc"; : > "$tmp/lc"
     for r in $(seq "$REPS"); do
-        "$B/pagoda-run" -m "$tmp/text.gguf" --mmproj "$tmp/mmproj.gguf" --image "$tmp/$img.ppm" -p "what is it" \
+        cputime "$tmp/pc" "$B/pagoda-run" -m "$tmp/text.gguf" --mmproj "$tmp/mmproj.gguf" --image "$tmp/$img.ppm" -p "what is it" \
             -n "$N" --temp 0 --threads "$THREADS" $EXACT_FLAG > /dev/null 2> "$tmp/p.err"
         sed -n 's/.*image encoded in \([0-9.]*\) ms.*/\1/p' "$tmp/p.err" >> "$tmp/pe"
         sed -n 's/.*first token after \([0-9.]*\) ms.*/\1/p' "$tmp/p.err" >> "$tmp/pt"
         [ -n "$gport" ] && ttft "$gport" "$tmp/$img.png" >> "$tmp/st"
         if [ $llama = 1 ]; then
-            "$LLAMA_BIN/llama-mtmd-cli" -m "$tmp/text.gguf" --mmproj "$tmp/mmproj.gguf" --image "$tmp/$img.ppm" \
+            cputime "$tmp/lc" "$LLAMA_BIN/llama-mtmd-cli" -m "$tmp/text.gguf" --mmproj "$tmp/mmproj.gguf" --image "$tmp/$img.ppm" \
                 -p "what is it" -n "$N" --temp 0 -t "$THREADS" -c 2048 --jinja > /dev/null 2> "$tmp/l.err"
             # "image slice encoded in N ms" per slice (older builds), "mtmd
             # batch encoding done in N ms" per batch (the Aug 2026 build):
@@ -149,7 +171,8 @@ for img in $IMAGES; do
             [ -n "$port" ] && ttft "$port" "$tmp/$img.png" >> "$tmp/lt"
         fi
     done
-    printf '%-9s %14s %12s %12s %14s %12s\n' "$img" "$(median < "$tmp/pe")" "$(median < "$tmp/pt")" \
+    printf '%-9s %14s %12s %12s %14s %12s %11s %10s\n' "$img" "$(median < "$tmp/pe")" "$(median < "$tmp/pt")" \
         "$( [ -n "$gport" ] && median < "$tmp/st" || echo -)" \
-        "$( [ $llama = 1 ] && median < "$tmp/le" || echo -)" "$( [ -n "$port" ] && median < "$tmp/lt" || echo -)"
+        "$( [ $llama = 1 ] && median < "$tmp/le" || echo -)" "$( [ -n "$port" ] && median < "$tmp/lt" || echo -)" \
+        "$( [ -s "$tmp/pc" ] && median < "$tmp/pc" || echo -)" "$( [ -s "$tmp/lc" ] && median < "$tmp/lc" || echo -)"
 done

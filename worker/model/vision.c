@@ -22,6 +22,7 @@
 #include "worker/kernels/quant.h"
 #include "worker/model/vision_idefics3.h"
 #include "worker/kernels/vit_attn.h"
+#include "worker/kernels/vit_gemm.h"
 #include "worker/kernels/vit_ops.h"
 
 _Static_assert((int)VISION_ACT_GELU == (int)VIT_ACT_GELU && (int)VISION_ACT_SILU == (int)VIT_ACT_SILU &&
@@ -75,6 +76,9 @@ struct vision {
     int max_batch;                /* images the scratch holds (rows stacked: R = N · max_batch) */
     bool fast;                    /* matmul's int8 / bf16 paths on (vision_set_fast) */
     bool bf16;                    /* ... and the bf16 one is there (AVX512-BF16) */
+    vit_isa_t isa;                /* vit_isa_default(): VIT_ISA_AVX512 puts F32 / F16 matrices
+                                     on vit_gemm when fast */
+    float *gemm_scratch;          /* vit_gemm_scratch(n_threads) floats, owned */
 };
 
 typedef struct vloader {
@@ -527,6 +531,8 @@ int vision_load_gguf(gguf_t **g, int n_threads, vision_t **out, char *err, size_
     size_t max_cols = PP > F ? PP : F;
     max_cols = max_cols > (size_t)c->head_in ? max_cols : (size_t)c->head_in;
     v->mm = matmul_new((int64_t)(max_cols > D ? max_cols : D), v->n_threads);
+    v->isa = vit_isa_default();
+    v->gemm_scratch = xmalloc(vit_gemm_scratch(v->n_threads) * sizeof(float));
     alloc_scratch(v, 1);
     v->g = *g;
     *g = NULL;
@@ -545,6 +551,7 @@ void vision_free(vision_t **vp)
     matmul_free(&v->mm);
     free(v->layers);
     free(v->proj_t);
+    free(v->gemm_scratch);
     free(v->arena);
     free_scratch(v);
     gguf_close(&v->g);
@@ -572,20 +579,30 @@ static void layer_norm(const float *x, float *y, const float *w, const float *b,
  * share one call and keep their bits; the float path's sgemm promises no
  * such thing (OpenBLAS picks its kernels by size), so there each image's
  * N rows are one call (at N >= 64 rows sgemm loses nothing by it). */
+static bool on_vit_gemm(const vision_t *v, const matmul_weight_t *w)
+{
+    return v->fast && v->isa == VIT_ISA_AVX512 && vit_gemm_supported(w);
+}
+
 static bool rows_independent(const vision_t *v, const matmul_weight_t *w)
 {
-    return v->fast && (qgemm_supported(w->type) || (w->type == GGML_TYPE_BF16 && v->bf16 && w->cols % 32 == 0));
+    return on_vit_gemm(v, w) ||
+           (v->fast && (qgemm_supported(w->type) || (w->type == GGML_TYPE_BF16 && v->bf16 && w->cols % 32 == 0)));
 }
 
 /* y (n, cols) = x · Wᵀ + bias (bias may be NULL), n rows of whole images
  * (or fewer than one image's: the projection's). */
 static void linear(vision_t *v, const matmul_weight_t *w, const float *bias, const float *x, int n, float *y)
 {
-    const int per = n > v->cfg.n_patches && !rows_independent(v, w) ? v->cfg.n_patches : n;
-    for (int r0 = 0; r0 < n; r0 += per) {
-        int rc = matmul_run(v->mm, w, x + (size_t)r0 * w->cols, per, y + (size_t)r0 * w->rows);
-        assert(rc == 0 && "weights were validated at load");
-        (void)rc;
+    if (on_vit_gemm(v, w)) {
+        vit_gemm(v->isa, w, x, n, y, v->gemm_scratch, v->n_threads);
+    } else {
+        const int per = n > v->cfg.n_patches && !rows_independent(v, w) ? v->cfg.n_patches : n;
+        for (int r0 = 0; r0 < n; r0 += per) {
+            int rc = matmul_run(v->mm, w, x + (size_t)r0 * w->cols, per, y + (size_t)r0 * w->rows);
+            assert(rc == 0 && "weights were validated at load");
+            (void)rc;
+        }
     }
     if (!bias)
         return;
@@ -597,12 +614,14 @@ static void linear(vision_t *v, const matmul_weight_t *w, const float *bias, con
 
 /* a (N, D) = softmax(q kᵀ / sqrt(hd)) v per head for the image whose rows
  * start at element off of q, k, v, a: every patch to every patch (no
- * mask), worker/kernels/vit_attn.h. */
+ * mask), worker/kernels/vit_attn.h. The exact path (not fast) keeps the
+ * AVX2 kernel it was compared with llama.cpp on. */
 static void attention_full(vision_t *v, size_t off)
 {
     const vision_config_t *c = &v->cfg;
-    vit_attn(v->q + off, v->k + off, v->v + off, c->n_patches, c->dim, c->n_head, c->head_dim,
-             1.0f / sqrtf((float)c->head_dim), v->a + off, v->scores, v->n_threads);
+    const vit_isa_t isa = v->fast || v->isa < VIT_ISA_AVX2 ? v->isa : VIT_ISA_AVX2;
+    vit_attn_isa(isa, v->q + off, v->k + off, v->v + off, c->n_patches, c->dim, c->n_head, c->head_dim,
+                 1.0f / sqrtf((float)c->head_dim), v->a + off, v->scores, v->n_threads);
 }
 
 static int32_t in_one(int32_t k)

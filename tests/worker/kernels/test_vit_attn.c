@@ -2,17 +2,20 @@
  * vision encoder's full attention and row operations.
  *
  * Claims checked:
- *   - vit_attn (the AVX2 kernel where the CPU has it) against an
- *     independent double-precision softmax attention computed here from
- *     the same q, k, v: every output within 2e-5 · (1 + max |v|), for
- *     patch counts 1, 3, 16, 37 and 256 (whole and partial 16- and 8-key
- *     passes, partial 4-query blocks), head dims 8, 24, 64 and 72 (whole
- *     and half 16-column value passes) and 12 (the portable path), 1 to 3
- *     heads, 1 and 2 threads; vit_attn_ref against the same reference;
- *   - row independence, bit for bit: the attention of the first n rows of
- *     a (2n)-row problem whose k, v rows are the same equals the n-row one
- *     run with the rows duplicated — i.e. a query row's bits do not depend
- *     on the other query rows of its block or the thread count;
+ *   - vit_attn_isa on every path this CPU has (AVX-512: 12-query blocks
+ *     on vit_gemm_block; AVX2; the portable vit_attn_ref; a path the CPU
+ *     lacks is skipped with a message) against an independent
+ *     double-precision softmax attention computed here from the same q, k,
+ *     v: every output within 2e-5 · (1 + max |v|), for patch counts 1, 3,
+ *     16, 37 and 256 (whole and partial 32-key panels, 16- and 8-key
+ *     passes, partial 12- and 4-query blocks), head dims 8, 24, 64 and 72
+ *     (whole and partial 32-column panels, whole and half 16-column value
+ *     passes) and 12 (AVX2 steps down to the portable path), 1 to 3
+ *     heads, 1 and 2 threads;
+ *   - row independence, bit for bit, on every path: the queries in
+ *     reverse order with another thread count give each row the same
+ *     bits — a query row's result does not depend on the other query rows
+ *     of its block or the thread count;
  *   - vit_layer_norm_row and vit_act (GELU tanh form, SiLU, GELU-quick)
  *     against their libm forms (vit_*_ref): within 1e-5 · (1 + |y|) for
  *     the norm and 2e-6 · (1 + |y|) for the activations, on values from
@@ -66,15 +69,13 @@ static void attn_double(const float *q, const float *k, const float *v, int n, i
     free(s);
 }
 
-typedef void attn_fn(const float *, const float *, const float *, int, int, int, int, float, float *, float *, int);
-
-static double max_err(attn_fn *f, const float *q, const float *k, const float *v, int n, int ld, int n_head,
+static double max_err(vit_isa_t isa, const float *q, const float *k, const float *v, int n, int ld, int n_head,
                       int hd, int nt, const double *ref)
 {
     float *out = malloc((size_t)n * ld * sizeof *out);
     float *scr = malloc(vit_attn_scratch(n, ld, nt) * sizeof *scr);
     float scale = 1.0f / sqrtf((float)hd);
-    f(q, k, v, n, ld, n_head, hd, scale, out, scr, nt);
+    vit_attn_isa(isa, q, k, v, n, ld, n_head, hd, scale, out, scr, nt);
     double e = 0;
     for (size_t i = 0; i < (size_t)n * ld; i++)
         e = fmax(e, fabs(out[i] - ref[i]));
@@ -87,7 +88,9 @@ static void test_against_double(void **state)
 {
     (void)state;
     static const int ns[] = {1, 3, 16, 37, 256}, hds[] = {8, 24, 64, 72, 12};
-    printf("# vit_attn: %s path\n", cpu_has_avx2_fma_f16c() ? "AVX2" : "portable");
+    for (int isa = VIT_ISA_SCALAR; isa <= VIT_ISA_AVX512; isa++)
+        if (!vit_isa_available((vit_isa_t)isa))
+            printf("# vit_attn: no %s on this CPU, its path skipped\n", vit_isa_name((vit_isa_t)isa));
     for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
         for (size_t b = 0; b < sizeof hds / sizeof hds[0]; b++)
             for (int n_head = 1; n_head <= 3; n_head += 2) {
@@ -97,13 +100,15 @@ static void test_against_double(void **state)
                     q[i] = 3 * frand(), k[i] = 3 * frand(), v[i] = frand();
                 double *ref = malloc((size_t)n * ld * sizeof *ref);
                 attn_double(q, k, v, n, ld, n_head, hd, 1.0 / sqrt((double)hd), ref);
-                for (int nt = 1; nt <= 2; nt++) {
-                    double e1 = max_err(vit_attn, q, k, v, n, ld, n_head, hd, nt, ref);
-                    double e2 = max_err(vit_attn_ref, q, k, v, n, ld, n_head, hd, nt, ref);
-                    if (e1 > 2e-5 * 2 || e2 > 2e-5 * 2)
-                        fail_msg("n %d hd %d heads %d threads %d: max err %g (kernel) %g (ref)", n, hd, n_head, nt,
-                                 e1, e2);
-                }
+                for (int nt = 1; nt <= 2; nt++)
+                    for (int isa = VIT_ISA_SCALAR; isa <= VIT_ISA_AVX512; isa++) {
+                        if (!vit_isa_available((vit_isa_t)isa))
+                            continue;
+                        double e = max_err((vit_isa_t)isa, q, k, v, n, ld, n_head, hd, nt, ref);
+                        if (e > 2e-5 * 2)
+                            fail_msg("%s: n %d hd %d heads %d threads %d: max err %g",
+                                     vit_isa_name((vit_isa_t)isa), n, hd, n_head, nt, e);
+                    }
                 free(q), free(k), free(v), free(ref);
             }
 }
@@ -116,14 +121,18 @@ static void test_row_independent(void **state)
     for (size_t i = 0; i < (size_t)n * ld; i++)
         q[i] = 3 * frand(), k[i] = 3 * frand(), v[i] = frand();
     float *o1 = malloc((size_t)n * ld * 4), *scr = malloc(vit_attn_scratch(n, ld, 2) * 4);
-    vit_attn(q, k, v, n, ld, n_head, hd, 0.125f, o1, scr, 1);
-    /* the same queries in reverse order, 2 threads: each row's bits follow it */
     float *qr = malloc((size_t)n * ld * 4), *o2 = malloc((size_t)n * ld * 4);
     for (int i = 0; i < n; i++)
         memcpy(qr + (size_t)i * ld, q + (size_t)(n - 1 - i) * ld, (size_t)ld * 4);
-    vit_attn(qr, k, v, n, ld, n_head, hd, 0.125f, o2, scr, 2);
-    for (int i = 0; i < n; i++)
-        assert_memory_equal(o1 + (size_t)i * ld, o2 + (size_t)(n - 1 - i) * ld, (size_t)ld * 4);
+    for (int isa = VIT_ISA_SCALAR; isa <= VIT_ISA_AVX512; isa++) {
+        if (!vit_isa_available((vit_isa_t)isa))
+            continue;
+        vit_attn_isa((vit_isa_t)isa, q, k, v, n, ld, n_head, hd, 0.125f, o1, scr, 1);
+        /* the same queries in reverse order, 2 threads: each row's bits follow it */
+        vit_attn_isa((vit_isa_t)isa, qr, k, v, n, ld, n_head, hd, 0.125f, o2, scr, 2);
+        for (int i = 0; i < n; i++)
+            assert_memory_equal(o1 + (size_t)i * ld, o2 + (size_t)(n - 1 - i) * ld, (size_t)ld * 4);
+    }
     free(q), free(k), free(v), free(o1), free(o2), free(qr), free(scr);
 }
 
