@@ -23,7 +23,10 @@
  *     not a packing, fails the call with -1 and writes nothing.
  *
  * QGEMM_PACK_BENCH=1 build/tests/worker/kernels/test_qgemm_pack times unpacked
- * against packed on the 110M llama shapes for 1..32 rows (1 thread).
+ * against packed on the 110M llama shapes for 1..32 rows (1 thread);
+ * QGEMM_PACK_BENCH=w1b the prefill case: packed Q8_0 at the 1.1B shapes
+ * with 512 X rows (QGEMM_BENCH_ROWS), GOPS per CPU second against the
+ * vpdpbusd peak of a dependency-free loop (QGEMM_BENCH_THREADS threads).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,6 +39,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <immintrin.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "common/xalloc.h"
@@ -397,8 +402,108 @@ static void run_bench(void)
     qgemm_ctx_free(&ctx);
 }
 
+/* ---- prefill benchmark (QGEMM_PACK_BENCH=w1b) ------------------------------------ */
+
+/* CPU seconds of the whole process (all threads): on a shared machine a
+ * rate per CPU second suffers less from the other tenants than one per
+ * wall second (it still includes cache and memory contention). */
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* 12 independent vpdpbusd chains: the int8 peak of one core, in ops (a
+ * multiply-add = 2) per CPU second. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) static double vnni_peak_gops(void)
+{
+    volatile long vn = 4000000;
+    const long n = vn;
+    __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(5);
+    __m512i c0 = a, c1 = b, c2 = a, c3 = b, c4 = a, c5 = b, c6 = a, c7 = b, c8 = a, c9 = b, c10 = a, c11 = b;
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = cpu_s();
+        for (long k = 0; k < n; k++) {
+            c0 = _mm512_dpbusd_epi32(c0, a, b);
+            c1 = _mm512_dpbusd_epi32(c1, a, b);
+            c2 = _mm512_dpbusd_epi32(c2, a, b);
+            c3 = _mm512_dpbusd_epi32(c3, a, b);
+            c4 = _mm512_dpbusd_epi32(c4, a, b);
+            c5 = _mm512_dpbusd_epi32(c5, a, b);
+            c6 = _mm512_dpbusd_epi32(c6, a, b);
+            c7 = _mm512_dpbusd_epi32(c7, a, b);
+            c8 = _mm512_dpbusd_epi32(c8, a, b);
+            c9 = _mm512_dpbusd_epi32(c9, a, b);
+            c10 = _mm512_dpbusd_epi32(c10, a, b);
+            c11 = _mm512_dpbusd_epi32(c11, a, b);
+        }
+        double dt = cpu_s() - t0, g = (double)n * 12 * 128 / dt / 1e9;
+        best = g > best ? g : best;
+    }
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+                                 _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)));
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)));
+    volatile int sink = _mm512_reduce_add_epi32(s);
+    (void)sink;
+    return best;
+}
+
+/* Packed Q8_0 at the 1.1B llama shapes (dim 2048, FFN 5632, vocab 32000)
+ * and QGEMM_BENCH_ROWS (512) X rows, the prefill case: per shape the best
+ * wall time and GOPS per CPU second (2 ops per multiply-add) of
+ * QGEMM_BENCH_REPS (5) calls, against the VNNI peak of a dpbusd loop. */
+static void run_bench_w1b(void)
+{
+    static const struct { const char *name; int64_t n_out, n_in; } shapes[] = {
+        {"wq/wo 2048x2048", 2048, 2048}, {"gate/up 5632x2048", 5632, 2048}, {"down 2048x5632", 2048, 5632},
+        {"head 32000x2048", 32000, 2048},
+    };
+    int reps = getenv("QGEMM_BENCH_REPS") ? atoi(getenv("QGEMM_BENCH_REPS")) : 5;
+    int nt = getenv("QGEMM_BENCH_THREADS") ? atoi(getenv("QGEMM_BENCH_THREADS")) : 1;
+    int rows = getenv("QGEMM_BENCH_ROWS") ? atoi(getenv("QGEMM_BENCH_ROWS")) : 512;
+    if (reps < 1 || nt < 1 || rows < 1 || rows > 4096)
+        abort();
+    qgemm_ctx_t *ctx = qgemm_ctx_new(rows, 5632);
+    qgemm_set_threads(ctx, nt);
+    double peak = qgemm_isa_available(QGEMM_ISA_AVX512VNNI) ? vnni_peak_gops() : 0;
+    printf("packed Q8_0, %d rows, %d thread(s), isa %s, best of %d; vpdpbusd peak %.0f GOPS per CPU second\n",
+           rows, nt, qgemm_isa_name(qgemm_get_isa(ctx)), reps, peak);
+    printf("%-18s %10s %12s %10s\n", "shape", "wall ms", "GOPS/cpu-s", "of peak");
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int64_t n_out = shapes[s].n_out, n_in = shapes[s].n_in;
+        uint8_t *w = q8_random(n_out, n_in, 11);
+        void *p = qgemm_pack(GGML_TYPE_Q8_0, w, n_out, n_in, nt);
+        float *x = activations(rows, n_in, 6);
+        float *y = xmalloc((size_t)rows * (size_t)n_out * sizeof(float));
+        qgemm_mat_t m = {.type = GGML_TYPE_Q8_0, .w = w, .n_out = n_out, .y = y, .packed = p};
+        double wall = 1e30, cpu = 1e30;
+        for (int i = 0; i < reps; i++) {
+            double c0 = cpu_s();
+            int64_t t0 = clock_now_us();
+            if (qgemm_multi(ctx, &m, 1, n_in, x, rows) != 0)
+                abort();
+            double dt = (double)(clock_now_us() - t0) * 1e-3, dc = cpu_s() - c0;
+            wall = dt < wall ? dt : wall;
+            cpu = dc < cpu ? dc : cpu;
+        }
+        double gops = 2.0 * (double)rows * (double)n_out * (double)n_in / cpu / 1e9;
+        printf("%-18s %10.2f %12.1f %9.0f%%\n", shapes[s].name, wall, gops, peak > 0 ? 100 * gops / peak : 0);
+        qgemm_pack_free(&p);
+        free(w);
+        free(x);
+        free(y);
+    }
+    qgemm_ctx_free(&ctx);
+}
+
 int main(void)
 {
+    if (getenv("QGEMM_PACK_BENCH") && strcmp(getenv("QGEMM_PACK_BENCH"), "w1b") == 0) {
+        run_bench_w1b();
+        return 0;
+    }
     if (getenv("QGEMM_PACK_BENCH") && strcmp(getenv("QGEMM_PACK_BENCH"), "0") != 0) {
         run_bench();
         return 0;
