@@ -10,6 +10,9 @@
  *     double-precision reference), for n_out not a multiple of 8, n_rows
  *     1..40 (direct and panel paths), column ranges, several matrices in
  *     one call (packed mixed with unpacked, and with other types);
+ *   - the AVX-512 wide tiles (prefill: 3 rows × 64 columns from 16 X
+ *     rows) at their edges: rows 1..19 around the threshold and 512,
+ *     n_out with a ragged last unit, 1 and 2 threads, column pieces;
  *   - all of that on every vector ISA this CPU runs (AVX2, AVX-VNNI,
  *     AVX-512 VNNI; the others are skipped with a message), against the
  *     scalar kernel on the unpacked W;
@@ -227,6 +230,71 @@ static void test_packed_equals_unpacked(void **state)
             free(got);
             free(all);
         }
+    }
+    qgemm_ctx_free(&ctx);
+    qgemm_ctx_free(&sc);
+}
+
+/* The AVX-512 wide tiles (3 rows × 64 columns, from 16 X rows: qgemm.c)
+ * and their edges: row counts around the tile and the threshold (1, 7, 8,
+ * 9, 16, 17, 18, 19, 512), n_out a multiple of 64, not one (a last unit of
+ * pairs and a lone panel, a ragged last panel), n_in of 1, 3, 5 and 64
+ * blocks, 1 and 2 threads, qgemm_multi and qgemm_mat_cols in pieces of
+ * 64, 72 and 8 columns. Every vector ISA against the scalar kernel on the
+ * unpacked W, bit for bit. */
+static void test_wide_tiles(void **state)
+{
+    (void)state;
+    static const int64_t shapes[][2] = {{64, 32}, {77, 96}, {200, 160}, {136, 2048}, {8, 64}, {1000, 32}};
+    static const int rows[] = {1, 7, 8, 9, 16, 17, 18, 19, 512};
+    const int max_rows = 512;
+    qgemm_ctx_t *ctx = qgemm_ctx_new(max_rows, 2048), *sc = qgemm_ctx_new(max_rows, 2048);
+    assert_int_equal(qgemm_set_isa(sc, QGEMM_ISA_SCALAR), 0);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int64_t n_out = shapes[si][0], n_in = shapes[si][1];
+        uint8_t *w = q8_random(n_out, n_in, 50 + si);
+        void *packed = qgemm_pack(GGML_TYPE_Q8_0, w, n_out, n_in, 2);
+        assert_non_null(packed);
+        float *x = activations(max_rows, n_in, 60 + si);
+        const size_t ny = (size_t)max_rows * (size_t)n_out;
+        float *ref = xmalloc(ny * sizeof(float)), *got = xmalloc(ny * sizeof(float));
+        for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
+            const int n_rows = rows[ri];
+            /* the long shapes at 512 rows only with few columns: the scalar
+             * reference is slow under sanitizers */
+            if (n_rows == max_rows && n_out * n_in > 200 * 160)
+                continue;
+            const size_t n = (size_t)n_rows * (size_t)n_out * sizeof(float);
+            run1(sc, w, NULL, n_out, n_in, x, n_rows, ref);
+            for (size_t isa = 0; isa < N_VECTOR_ISAS; isa++) {
+                if (!isa_runs(VECTOR_ISAS[isa]))
+                    continue;
+                assert_int_equal(qgemm_set_isa(ctx, VECTOR_ISAS[isa]), 0);
+                for (int nt = 1; nt <= 2; nt++) {
+                    assert_int_equal(qgemm_set_threads(ctx, nt), 0);
+                    memset(got, 0xff, n);
+                    run1(ctx, w, packed, n_out, n_in, x, n_rows, got);
+                    assert_memory_equal(got, ref, n);
+                }
+                memset(got, 0xff, n);
+                qgemm_mat_t m = {.type = GGML_TYPE_Q8_0, .w = w, .n_out = n_out, .y = got, .packed = packed};
+                assert_int_equal(qgemm_quantize(ctx, x, n_rows, n_in), 0);
+                static const int64_t pieces[] = {64, 72, 8};
+                int piece = 0;
+                for (int64_t c0 = 0; c0 < n_out; piece++) {
+                    int64_t c1 = c0 + pieces[piece % 3];
+                    c1 = c1 < n_out ? c1 : n_out;
+                    assert_int_equal(qgemm_mat_cols(ctx, &m, n_in, n_rows, c0, c1, piece % 2), 0);
+                    c0 = c1;
+                }
+                assert_memory_equal(got, ref, n);
+            }
+        }
+        qgemm_pack_free(&packed);
+        free(w);
+        free(x);
+        free(ref);
+        free(got);
     }
     qgemm_ctx_free(&ctx);
     qgemm_ctx_free(&sc);
@@ -456,10 +524,19 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) static double v
  * QGEMM_BENCH_REPS (5) calls, against the VNNI peak of a dpbusd loop. */
 static void run_bench_w1b(void)
 {
-    static const struct { const char *name; int64_t n_out, n_in; } shapes[] = {
+    struct { const char *name; int64_t n_out, n_in; } shapes[] = {
         {"wq/wo 2048x2048", 2048, 2048}, {"gate/up 5632x2048", 5632, 2048}, {"down 2048x5632", 2048, 5632},
         {"head 32000x2048", 32000, 2048},
     };
+    size_t n_shapes = sizeof shapes / sizeof *shapes;
+    const char *one = getenv("QGEMM_BENCH_SHAPE"); /* "N_OUTxN_IN": that shape alone */
+    long long so = 0, si = 0;
+    if (one && sscanf(one, "%lldx%lld", &so, &si) == 2 && so > 0 && si > 0 && si <= 5632 && si % 32 == 0) {
+        shapes[0].name = one;
+        shapes[0].n_out = so;
+        shapes[0].n_in = si;
+        n_shapes = 1;
+    }
     int reps = getenv("QGEMM_BENCH_REPS") ? atoi(getenv("QGEMM_BENCH_REPS")) : 5;
     int nt = getenv("QGEMM_BENCH_THREADS") ? atoi(getenv("QGEMM_BENCH_THREADS")) : 1;
     int rows = getenv("QGEMM_BENCH_ROWS") ? atoi(getenv("QGEMM_BENCH_ROWS")) : 512;
@@ -471,7 +548,7 @@ static void run_bench_w1b(void)
     printf("packed Q8_0, %d rows, %d thread(s), isa %s, best of %d; vpdpbusd peak %.0f GOPS per CPU second\n",
            rows, nt, qgemm_isa_name(qgemm_get_isa(ctx)), reps, peak);
     printf("%-18s %10s %12s %10s\n", "shape", "wall ms", "GOPS/cpu-s", "of peak");
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    for (size_t s = 0; s < n_shapes; s++) {
         int64_t n_out = shapes[s].n_out, n_in = shapes[s].n_in;
         uint8_t *w = q8_random(n_out, n_in, 11);
         void *p = qgemm_pack(GGML_TYPE_Q8_0, w, n_out, n_in, nt);
@@ -513,6 +590,7 @@ int main(void)
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_packed_equals_unpacked),
         cmocka_unit_test(test_multi_mixed),
+        cmocka_unit_test(test_wide_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
