@@ -849,10 +849,11 @@ static inline int32_t xsum(int32_t s) { return (int32_t)(int16_t)(s & 0xffff) + 
  * 16-column kernel above broadcasts once per vpdpbusd. Measured on Zen 5
  * (loaded machine, GOPS per CPU second, 2 ops per multiply-add): a loop of
  * the integer part alone ran ~600 as 12 rows × 1 vector and ~850-900 as
- * 3 × 4, against ~1300 for vpdpbusd alone; the kernel at the 1.1B shapes
- * with 512 rows ~300 before, ~480 as 3 × 4 (4 × 3 and 6 × 2 measured the
- * same within the noise), ~680 with its float step left out (that step,
- * 4 operations per 8 vpdpbusd, is the scalar kernel's and stays).
+ * 3 × 4, the rate of 12 chains of vpdpbusd alone (~870); the kernel at
+ * the 1.1B shapes with 512 rows ~300 before, ~450-500 as 3 × 4 (4 × 3 and
+ * 6 × 2 measured the same within the noise), ~680 with its float step
+ * left out (that step, 4 operations per 8 vpdpbusd, is the scalar
+ * kernel's and stays).
  * Registers: WIDE_R · WIDE_V int32 chains (one per row and vector: 12
  * independent chains hide the latency), as many float accumulators, the
  * WIDE_V weight vectors, the bias and the broadcast. The arithmetic per
@@ -879,12 +880,7 @@ wide_kr(int R, const uint8_t *const q[WIDE_PANELS], const uint16_t *const dh[WID
     const int8_t *xq = x->q + (int64_t)r0 * n_in;
     const float *xd = x->d + (int64_t)r0 * nb;
     const int32_t *xc = x->c + (int64_t)r0 * nb;
-    __m512 acc[WIDE_R][WIDE_V];
-#pragma GCC unroll 3
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int v = 0; v < WIDE_V; v++)
-            acc[r][v] = _mm512_setzero_ps();
+    __m512 acc[WIDE_R][WIDE_V] = {{{0}}};
     for (int64_t b = 0; b < nb; b++) {
         __m512i ia[WIDE_R][WIDE_V];
 #pragma GCC unroll 3

@@ -489,30 +489,24 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) static double v
     volatile long vn = 4000000;
     const long n = vn;
     __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(5);
-    __m512i c0 = a, c1 = b, c2 = a, c3 = b, c4 = a, c5 = b, c6 = a, c7 = b, c8 = a, c9 = b, c10 = a, c11 = b;
+    __m512i c[12];
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++)
+        c[i] = _mm512_set1_epi32(i); /* distinct, so no two chains merge */
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
         double t0 = cpu_s();
-        for (long k = 0; k < n; k++) {
-            c0 = _mm512_dpbusd_epi32(c0, a, b);
-            c1 = _mm512_dpbusd_epi32(c1, a, b);
-            c2 = _mm512_dpbusd_epi32(c2, a, b);
-            c3 = _mm512_dpbusd_epi32(c3, a, b);
-            c4 = _mm512_dpbusd_epi32(c4, a, b);
-            c5 = _mm512_dpbusd_epi32(c5, a, b);
-            c6 = _mm512_dpbusd_epi32(c6, a, b);
-            c7 = _mm512_dpbusd_epi32(c7, a, b);
-            c8 = _mm512_dpbusd_epi32(c8, a, b);
-            c9 = _mm512_dpbusd_epi32(c9, a, b);
-            c10 = _mm512_dpbusd_epi32(c10, a, b);
-            c11 = _mm512_dpbusd_epi32(c11, a, b);
-        }
+        for (long k = 0; k < n; k++)
+#pragma GCC unroll 12
+            for (int i = 0; i < 12; i++)
+                c[i] = _mm512_dpbusd_epi32(c[i], a, b);
         double dt = cpu_s() - t0, g = (double)n * 12 * 128 / dt / 1e9;
         best = g > best ? g : best;
     }
-    __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
-                                 _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)));
-    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)));
+    __m512i s = c[0];
+#pragma GCC unroll 12
+    for (int i = 1; i < 12; i++)
+        s = _mm512_add_epi32(s, c[i]);
     volatile int sink = _mm512_reduce_add_epi32(s);
     (void)sink;
     return best;
