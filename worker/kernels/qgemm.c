@@ -839,6 +839,106 @@ static inline int32_t xsum(int32_t s) { return (int32_t)(int16_t)(s & 0xffff) + 
 #undef QV_ATTR
 #undef QV_NAME
 
+/* ---- AVX-512 VNNI wide tiles: many X rows against 8 packed Q8_0 panels ----
+ *
+ * The prefill case (n_rows ≥ WIDE_MIN_ROWS): a register tile of up to
+ * WIDE_R X rows × WIDE_V vectors of 16 columns (8 panels, 64 output
+ * columns). Per group k of a block the WIDE_V weight vectors are loaded
+ * (two panels side by side, biased by the XOR) and each row's activation
+ * dword is broadcast once and fed to WIDE_V vpdpbusd, where the 8-row ×
+ * 16-column kernel above broadcasts once per vpdpbusd. Measured on Zen 5
+ * (loaded machine, GOPS per CPU second, 2 ops per multiply-add): a loop of
+ * the integer part alone ran ~600 as 12 rows × 1 vector and ~850-900 as
+ * 3 × 4, the rate of 12 chains of vpdpbusd alone (~870); the kernel at
+ * the 1.1B shapes with 512 rows ~300 before, ~450-500 as 3 × 4 (4 × 3 and
+ * 6 × 2 measured the same within the noise), ~680 with its float step
+ * left out (that step, 4 operations per 8 vpdpbusd, is the scalar
+ * kernel's and stays).
+ * Registers: WIDE_R · WIDE_V int32 chains (one per row and vector: 12
+ * independent chains hide the latency), as many float accumulators, the
+ * WIDE_V weight vectors, the bias and the broadcast. The arithmetic per
+ * lane is the scalar kernel's (exact int32 I starting at −128·Σx, then
+ * acc + (float)I · (d · dx)), so the bits are the same. */
+#define WIDE_R 3
+#define WIDE_V 4
+#define WIDE_PANELS (2 * WIDE_V)
+#define WIDE_NC (WIDE_PANELS * NC)
+/* From this many X rows a packed Q8_0 W on AVX-512 runs in units of
+ * WIDE_PANELS panels with the wide kernel; fewer rows (decode, small
+ * batches) keep the 16-column kernel, whose prefetch suits a W read once. */
+#define WIDE_MIN_ROWS 16
+#define AVX512_ATTR __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+
+/* R (1..WIDE_R) rows from r0 against panels q[0..7] (f16 scales dh[0..7]);
+ * out[r][16 v + c] = column c of panel pair v. */
+static inline __attribute__((always_inline)) AVX512_ATTR void
+wide_kr(int R, const uint8_t *const q[WIDE_PANELS], const uint16_t *const dh[WIDE_PANELS], const qx_t *x, int r0,
+        float out[WIDE_R][WIDE_NC])
+{
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const int64_t n_in = x->n_in, nb = x->nb;
+    const int8_t *xq = x->q + (int64_t)r0 * n_in;
+    const float *xd = x->d + (int64_t)r0 * nb;
+    const int32_t *xc = x->c + (int64_t)r0 * nb;
+    __m512 acc[WIDE_R][WIDE_V] = {{{0}}};
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i ia[WIDE_R][WIDE_V];
+#pragma GCC unroll 3
+        for (int r = 0; r < R; r++) {
+            const __m512i c = _mm512_set1_epi32(xc[r * nb + b]); /* −128·Σx */
+#pragma GCC unroll 4
+            for (int v = 0; v < WIDE_V; v++)
+                ia[r][v] = c;
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i u[WIDE_V];
+#pragma GCC unroll 4
+            for (int v = 0; v < WIDE_V; v++)
+                u[v] = _mm512_xor_si512(
+                    _mm512_inserti64x4(
+                        _mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(q[2 * v] + 256 * b + 32 * k))),
+                        _mm256_load_si256((const __m256i *)(q[2 * v + 1] + 256 * b + 32 * k)), 1),
+                    bias);
+#pragma GCC unroll 3
+            for (int r = 0; r < R; r++) {
+                int32_t x4;
+                memcpy(&x4, xq + r * n_in + QB * b + 4 * k, 4);
+                const __m512i xb = _mm512_set1_epi32(x4);
+#pragma GCC unroll 4
+                for (int v = 0; v < WIDE_V; v++)
+                    ia[r][v] = _mm512_dpbusd_epi32(ia[r][v], u[v], xb);
+            }
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < WIDE_V; v++) {
+            const __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_load_si128((const __m128i *)(dh[2 * v] + 8 * b))),
+                _mm_load_si128((const __m128i *)(dh[2 * v + 1] + 8 * b)), 1));
+#pragma GCC unroll 3
+            for (int r = 0; r < R; r++)
+                acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_mul_ps(_mm512_cvtepi32_ps(ia[r][v]),
+                                                                   _mm512_mul_ps(d, _mm512_set1_ps(xd[r * nb + b]))));
+        }
+    }
+#pragma GCC unroll 3
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < WIDE_V; v++)
+            _mm512_storeu_ps(out[r] + 16 * v, acc[r][v]);
+}
+
+AVX512_ATTR static void kern_avx512_q8_0_wide(const uint8_t *const q[WIDE_PANELS], const uint16_t *const dh[WIDE_PANELS],
+                                              const qx_t *x, int r0, int R, float out[WIDE_R][WIDE_NC])
+{
+    _Static_assert(WIDE_R == 3, "one case per row count");
+    switch (R) {
+    case 3: wide_kr(3, q, dh, x, r0, out); break;
+    case 2: wide_kr(2, q, dh, x, r0, out); break;
+    default: wide_kr(1, q, dh, x, r0, out); break;
+    }
+}
+
 /* Direct path for a few X rows (Q8_0 and Q4_0): no panel. Each W row's
  * block is decoded in element order and multiplied against the X block; the
  * 8 columns' int32 partial vectors are then reduced with a horizontal-add
@@ -960,8 +1060,9 @@ typedef struct {
     const uint8_t *packed;/* first packed panel (AVX2 only), else NULL */
     size_t pstride;       /* bytes from one packed panel to the next */
     bool direct;          /* small-batch AVX2 path, no panel */
-    int ppu;              /* panels per work unit: 2 for packed W on AVX-512
-                           * (one 16-column kernel), else 1 */
+    int ppu;              /* panels per work unit: for packed W on AVX-512
+                           * WIDE_PANELS (Q8_0, ≥ WIDE_MIN_ROWS rows: the wide
+                           * kernel) or 2 (one 16-column kernel), else 1 */
     qgemm_isa_t isa;      /* the context's ISA (AVX512VNNI for AMX: every
                            * path but the AMX tiles runs its kernels) */
     int amx;              /* AMX tile kernel for 16-row groups: 0 none, 1 the
@@ -1015,6 +1116,29 @@ static void panel_rows(const qmat_t *m, int64_t c0, int nc, const uint8_t *rows[
     *next = m->w + (size_t)(c0 + NC) * m->rb * (*n_next > 0);
 }
 
+/* Output columns [8 ip, 8 ip + 64) of a packed Q8_0 matrix m (AVX-512;
+ * panels ip .. ip + 7 exist, columns ≥ n_out are dropped) for all rows,
+ * WIDE_R rows at a time. W (8 panels: 139 KB at n_in = 2048) stays in L2
+ * while the rows go by, so no software prefetch. */
+static void run_wide(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows)
+{
+    const int64_t nb = qx->nb, n_out = m->n_out, c0 = ip * NC;
+    const int nc = n_out - c0 < WIDE_NC ? (int)(n_out - c0) : WIDE_NC;
+    const uint8_t *q[WIDE_PANELS];
+    const uint16_t *dh[WIDE_PANELS];
+    for (int j = 0; j < WIDE_PANELS; j++) {
+        q[j] = m->packed + (size_t)(ip + j) * m->pstride;
+        dh[j] = (const uint16_t *)(const void *)(q[j] + 256 * (size_t)nb);
+    }
+    for (int r0 = 0; r0 < n_rows; r0 += WIDE_R) {
+        const int R = n_rows - r0 < WIDE_R ? n_rows - r0 : WIDE_R;
+        float out[WIDE_R][WIDE_NC];
+        kern_avx512_q8_0_wide(q, dh, qx, r0, R, out);
+        for (int r = 0; r < R; r++)
+            memcpy(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
+    }
+}
+
 /* Output columns [8 ip, 8 (ip + np)) (np ≤ m->ppu panels) of matrix m for
  * all rows; p is the calling thread's panel scratch. */
 static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n_rows, bool avx2, panel_t *p)
@@ -1033,6 +1157,18 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
         int ncu = n_out - c0 < np * NC ? (int)(n_out - c0) : np * NC;
         qkpack_panel_run(qi, m->type, pk, np == 2 ? pk + m->pstride : NULL, n_in, qx->q, qx->d, qx->s, n_rows,
                          m->y + c0, n_out, ncu, pk + np * m->pstride, n_pnext);
+        return;
+    }
+    if (m->packed && np > 2) {
+        /* AVX-512, n_rows ≥ WIDE_MIN_ROWS: units of WIDE_PANELS panels
+         * (qmat_init); a matrix's last unit may be shorter: its leftover
+         * panels go by pairs (and a lone last one) as for fewer rows */
+        assert(m->isa == QGEMM_ISA_AVX512VNNI && m->kind == K_Q8_0);
+        int j = 0;
+        for (; np - j >= WIDE_PANELS; j += WIDE_PANELS)
+            run_wide(m, ip + j, qx, n_rows);
+        for (; j < np; j += 2)
+            run_panel(m, ip + j, np - j < 2 ? 1 : 2, qx, n_rows, avx2, p);
         return;
     }
     if (m->packed && np == 2) {
@@ -1269,7 +1405,9 @@ static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void
      * at every n_rows (qgemm.h, Speed) */
     m->direct = avx2 && !m->packed &&
                 ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) || (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
-    m->ppu = m->packed && m->isa == QGEMM_ISA_AVX512VNNI ? 2 : 1;
+    m->ppu = !m->packed || m->isa != QGEMM_ISA_AVX512VNNI ? 1
+             : m->kind == K_Q8_0 && n_rows >= WIDE_MIN_ROWS ? WIDE_PANELS
+                                                            : 2;
     m->kern = NULL;
     switch (m->kind) {
     case K_Q8_0: m->kern = kern_avx2_q8_0; break;

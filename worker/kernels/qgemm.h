@@ -44,7 +44,10 @@
  * DRAM (32000×768) 1 row 1.04 ms (25 GB/s) against 1.17 direct.
  * VNNI (AMD Zen 5, 1 thread, packed 2048×768, loaded machine): 1/8/32/256
  * rows avx2 34/158/618/8177 us, avxvnni 30/105/394/3133, avx512vnni
- * 27/64/229/1793 (docs/BENCH_LOG.md).
+ * 27/64/229/1793 (docs/BENCH_LOG.md). Prefill at the 1.1B shapes, 512
+ * rows, avx512vnni (QGEMM_PACK_BENCH=w1b test_qgemm_pack): ~300 GOPS per
+ * CPU second with the 8 × 16 tiles, ~400-500 with the 3 × 64 ones, against
+ * ~870 for a loop of vpdpbusd alone (docs/FORWARD.md).
  *
  * Accuracy. The weights are used exactly as quant_dequantize() would decode
  * them (up to float rounding of scale products); the only approximation is
@@ -70,7 +73,7 @@
  *
  * Threading. qgemm() runs an OpenMP parallel region (num_threads = the
  * thread count fixed at qgemm_ctx_new: omp_get_max_threads() then) over
- * units of 8-16 output columns, a contiguous range of units per thread
+ * units of 8-64 output columns (64: packed Q8_0 on AVX-512 from 16 rows), a contiguous range of units per thread
  * with stealing from the back of the others' ranges (worksteal.h): each
  * thread's prefetch of the next panels reads its own next unit, and a
  * thread that is descheduled or slow to wake delays the others by one
@@ -115,7 +118,8 @@ typedef enum {
     QGEMM_ISA_AVX512VNNI, /* AVX2 + AVX-512 F/BW/DQ/VL/VNNI: packed weights with
                            * 512-bit vpdpbusd (Q8_0: over two panels, 16
                            * output columns, and up to 8 X rows per register
-                           * tile; qkpack: two groups of one panel) */
+                           * tile; from 16 X rows 3 rows × 64 columns, 8
+                           * panels; qkpack: two groups of one panel) */
     QGEMM_ISA_AMX,        /* AVX512VNNI + AMX-TILE/AMX-INT8 (and the process's
                            * tile permission, cpu_has_amx_int8): batches of
                            * ≥ 16 X rows run 16 rows at a time as tile

@@ -10,6 +10,9 @@
  *     double-precision reference), for n_out not a multiple of 8, n_rows
  *     1..40 (direct and panel paths), column ranges, several matrices in
  *     one call (packed mixed with unpacked, and with other types);
+ *   - the AVX-512 wide tiles (prefill: 3 rows × 64 columns from 16 X
+ *     rows) at their edges: rows 1..19 around the threshold and 512,
+ *     n_out with a ragged last unit, 1 and 2 threads, column pieces;
  *   - all of that on every vector ISA this CPU runs (AVX2, AVX-VNNI,
  *     AVX-512 VNNI; the others are skipped with a message), against the
  *     scalar kernel on the unpacked W;
@@ -23,7 +26,10 @@
  *     not a packing, fails the call with -1 and writes nothing.
  *
  * QGEMM_PACK_BENCH=1 build/tests/worker/kernels/test_qgemm_pack times unpacked
- * against packed on the 110M llama shapes for 1..32 rows (1 thread).
+ * against packed on the 110M llama shapes for 1..32 rows (1 thread);
+ * QGEMM_PACK_BENCH=w1b the prefill case: packed Q8_0 at the 1.1B shapes
+ * with 512 X rows (QGEMM_BENCH_ROWS), GOPS per CPU second against the
+ * vpdpbusd peak of a dependency-free loop (QGEMM_BENCH_THREADS threads).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,6 +42,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <immintrin.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "common/xalloc.h"
@@ -227,6 +235,71 @@ static void test_packed_equals_unpacked(void **state)
     qgemm_ctx_free(&sc);
 }
 
+/* The AVX-512 wide tiles (3 rows × 64 columns, from 16 X rows: qgemm.c)
+ * and their edges: row counts around the tile and the threshold (1, 7, 8,
+ * 9, 16, 17, 18, 19, 512), n_out a multiple of 64, not one (a last unit of
+ * pairs and a lone panel, a ragged last panel), n_in of 1, 3, 5 and 64
+ * blocks, 1 and 2 threads, qgemm_multi and qgemm_mat_cols in pieces of
+ * 64, 72 and 8 columns. Every vector ISA against the scalar kernel on the
+ * unpacked W, bit for bit. */
+static void test_wide_tiles(void **state)
+{
+    (void)state;
+    static const int64_t shapes[][2] = {{64, 32}, {77, 96}, {200, 160}, {136, 2048}, {8, 64}, {1000, 32}};
+    static const int rows[] = {1, 7, 8, 9, 16, 17, 18, 19, 512};
+    const int max_rows = 512;
+    qgemm_ctx_t *ctx = qgemm_ctx_new(max_rows, 2048), *sc = qgemm_ctx_new(max_rows, 2048);
+    assert_int_equal(qgemm_set_isa(sc, QGEMM_ISA_SCALAR), 0);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int64_t n_out = shapes[si][0], n_in = shapes[si][1];
+        uint8_t *w = q8_random(n_out, n_in, 50 + si);
+        void *packed = qgemm_pack(GGML_TYPE_Q8_0, w, n_out, n_in, 2);
+        assert_non_null(packed);
+        float *x = activations(max_rows, n_in, 60 + si);
+        const size_t ny = (size_t)max_rows * (size_t)n_out;
+        float *ref = xmalloc(ny * sizeof(float)), *got = xmalloc(ny * sizeof(float));
+        for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
+            const int n_rows = rows[ri];
+            /* the long shapes at 512 rows only with few columns: the scalar
+             * reference is slow under sanitizers */
+            if (n_rows == max_rows && n_out * n_in > 200 * 160)
+                continue;
+            const size_t n = (size_t)n_rows * (size_t)n_out * sizeof(float);
+            run1(sc, w, NULL, n_out, n_in, x, n_rows, ref);
+            for (size_t isa = 0; isa < N_VECTOR_ISAS; isa++) {
+                if (!isa_runs(VECTOR_ISAS[isa]))
+                    continue;
+                assert_int_equal(qgemm_set_isa(ctx, VECTOR_ISAS[isa]), 0);
+                for (int nt = 1; nt <= 2; nt++) {
+                    assert_int_equal(qgemm_set_threads(ctx, nt), 0);
+                    memset(got, 0xff, n);
+                    run1(ctx, w, packed, n_out, n_in, x, n_rows, got);
+                    assert_memory_equal(got, ref, n);
+                }
+                memset(got, 0xff, n);
+                qgemm_mat_t m = {.type = GGML_TYPE_Q8_0, .w = w, .n_out = n_out, .y = got, .packed = packed};
+                assert_int_equal(qgemm_quantize(ctx, x, n_rows, n_in), 0);
+                static const int64_t pieces[] = {64, 72, 8};
+                int piece = 0;
+                for (int64_t c0 = 0; c0 < n_out; piece++) {
+                    int64_t c1 = c0 + pieces[piece % 3];
+                    c1 = c1 < n_out ? c1 : n_out;
+                    assert_int_equal(qgemm_mat_cols(ctx, &m, n_in, n_rows, c0, c1, piece % 2), 0);
+                    c0 = c1;
+                }
+                assert_memory_equal(got, ref, n);
+            }
+        }
+        qgemm_pack_free(&packed);
+        free(w);
+        free(x);
+        free(ref);
+        free(got);
+    }
+    qgemm_ctx_free(&ctx);
+    qgemm_ctx_free(&sc);
+}
+
 /* One qgemm_multi call over packed Q8_0, unpacked Q8_0 and Q4_K / Q6_K
  * matrices equals separate unpacked calls. */
 static void test_multi_mixed(void **state)
@@ -397,8 +470,111 @@ static void run_bench(void)
     qgemm_ctx_free(&ctx);
 }
 
+/* ---- prefill benchmark (QGEMM_PACK_BENCH=w1b) ------------------------------------ */
+
+/* CPU seconds of the whole process (all threads): on a shared machine a
+ * rate per CPU second suffers less from the other tenants than one per
+ * wall second (it still includes cache and memory contention). */
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* 12 independent vpdpbusd chains: the int8 peak of one core, in ops (a
+ * multiply-add = 2) per CPU second. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) static double vnni_peak_gops(void)
+{
+    volatile long vn = 4000000;
+    const long n = vn;
+    __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(5);
+    __m512i c[12];
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++)
+        c[i] = _mm512_set1_epi32(i); /* distinct, so no two chains merge */
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = cpu_s();
+        for (long k = 0; k < n; k++)
+#pragma GCC unroll 12
+            for (int i = 0; i < 12; i++)
+                c[i] = _mm512_dpbusd_epi32(c[i], a, b);
+        double dt = cpu_s() - t0, g = (double)n * 12 * 128 / dt / 1e9;
+        best = g > best ? g : best;
+    }
+    __m512i s = c[0];
+#pragma GCC unroll 12
+    for (int i = 1; i < 12; i++)
+        s = _mm512_add_epi32(s, c[i]);
+    volatile int sink = _mm512_reduce_add_epi32(s);
+    (void)sink;
+    return best;
+}
+
+/* Packed Q8_0 at the 1.1B llama shapes (dim 2048, FFN 5632, vocab 32000)
+ * and QGEMM_BENCH_ROWS (512) X rows, the prefill case: per shape the best
+ * wall time and GOPS per CPU second (2 ops per multiply-add) of
+ * QGEMM_BENCH_REPS (5) calls, against the VNNI peak of a dpbusd loop. */
+static void run_bench_w1b(void)
+{
+    struct { const char *name; int64_t n_out, n_in; } shapes[] = {
+        {"wq/wo 2048x2048", 2048, 2048}, {"gate/up 5632x2048", 5632, 2048}, {"down 2048x5632", 2048, 5632},
+        {"head 32000x2048", 32000, 2048},
+    };
+    size_t n_shapes = sizeof shapes / sizeof *shapes;
+    const char *one = getenv("QGEMM_BENCH_SHAPE"); /* "N_OUTxN_IN": that shape alone */
+    long long so = 0, si = 0;
+    if (one && sscanf(one, "%lldx%lld", &so, &si) == 2 && so > 0 && si > 0 && si <= 5632 && si % 32 == 0) {
+        shapes[0].name = one;
+        shapes[0].n_out = so;
+        shapes[0].n_in = si;
+        n_shapes = 1;
+    }
+    int reps = getenv("QGEMM_BENCH_REPS") ? atoi(getenv("QGEMM_BENCH_REPS")) : 5;
+    int nt = getenv("QGEMM_BENCH_THREADS") ? atoi(getenv("QGEMM_BENCH_THREADS")) : 1;
+    int rows = getenv("QGEMM_BENCH_ROWS") ? atoi(getenv("QGEMM_BENCH_ROWS")) : 512;
+    if (reps < 1 || nt < 1 || rows < 1 || rows > 4096)
+        abort();
+    qgemm_ctx_t *ctx = qgemm_ctx_new(rows, 5632);
+    qgemm_set_threads(ctx, nt);
+    double peak = qgemm_isa_available(QGEMM_ISA_AVX512VNNI) ? vnni_peak_gops() : 0;
+    printf("packed Q8_0, %d rows, %d thread(s), isa %s, best of %d; vpdpbusd peak %.0f GOPS per CPU second\n",
+           rows, nt, qgemm_isa_name(qgemm_get_isa(ctx)), reps, peak);
+    printf("%-18s %10s %12s %10s\n", "shape", "wall ms", "GOPS/cpu-s", "of peak");
+    for (size_t s = 0; s < n_shapes; s++) {
+        int64_t n_out = shapes[s].n_out, n_in = shapes[s].n_in;
+        uint8_t *w = q8_random(n_out, n_in, 11);
+        void *p = qgemm_pack(GGML_TYPE_Q8_0, w, n_out, n_in, nt);
+        float *x = activations(rows, n_in, 6);
+        float *y = xmalloc((size_t)rows * (size_t)n_out * sizeof(float));
+        qgemm_mat_t m = {.type = GGML_TYPE_Q8_0, .w = w, .n_out = n_out, .y = y, .packed = p};
+        double wall = 1e30, cpu = 1e30;
+        for (int i = 0; i < reps; i++) {
+            double c0 = cpu_s();
+            int64_t t0 = clock_now_us();
+            if (qgemm_multi(ctx, &m, 1, n_in, x, rows) != 0)
+                abort();
+            double dt = (double)(clock_now_us() - t0) * 1e-3, dc = cpu_s() - c0;
+            wall = dt < wall ? dt : wall;
+            cpu = dc < cpu ? dc : cpu;
+        }
+        double gops = 2.0 * (double)rows * (double)n_out * (double)n_in / cpu / 1e9;
+        printf("%-18s %10.2f %12.1f %9.0f%%\n", shapes[s].name, wall, gops, peak > 0 ? 100 * gops / peak : 0);
+        qgemm_pack_free(&p);
+        free(w);
+        free(x);
+        free(y);
+    }
+    qgemm_ctx_free(&ctx);
+}
+
 int main(void)
 {
+    if (getenv("QGEMM_PACK_BENCH") && strcmp(getenv("QGEMM_PACK_BENCH"), "w1b") == 0) {
+        run_bench_w1b();
+        return 0;
+    }
     if (getenv("QGEMM_PACK_BENCH") && strcmp(getenv("QGEMM_PACK_BENCH"), "0") != 0) {
         run_bench();
         return 0;
@@ -408,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_packed_equals_unpacked),
         cmocka_unit_test(test_multi_mixed),
+        cmocka_unit_test(test_wide_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
