@@ -242,7 +242,6 @@ static inline __attribute__((always_inline)) AVX512 __m512 ld2h(const uint8_t *a
 typedef struct {
     __m512i wl[4], wh[4]; /* quants of groups g (elements 4g..4g+3) and g + 4 */
     __m512i s_lo, s_hi;   /* Q6_K: int32 scales of elements 0-15 / 16-31 */
-    __m512i mm;           /* Q6_K / Q4_0: int16 pairs of the offset term */
     __m512 ds, dmm;       /* affine: d·s, dm·m; Q6_K: d; Q4_0: the block's d */
 } blk16_t;
 
@@ -252,17 +251,15 @@ AINL void blk16_load(enum qk_kind kind, const uint8_t *c0, const uint8_t *c1, in
     const size_t OQH = 1024, OSC = qk_off_sc(kind), OMM = qk_off_mm(kind), OD = qk_off_d(kind);
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512i qh0 = _mm512_setzero_si512(), qh1 = qh0;
-    o->s_lo = o->s_hi = o->mm = _mm512_setzero_si512();
+    o->s_lo = o->s_hi = _mm512_setzero_si512();
     o->ds = d;
     o->dmm = dm;
     if (kind == QK_Q6K) {
         o->s_lo = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j, c1 + OSC + 16 * j));
         o->s_hi = _mm512_cvtepi8_epi32(ld2x64(c0 + OSC + 16 * j + 8, c1 + OSC + 16 * j + 8));
-        o->mm = _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_slli_epi32(o->s_lo, 5), _mm512_slli_epi32(o->s_hi, 21));
         qh0 = ld2x256(c0 + OQH + 64 * j, c1 + OQH + 64 * j);
         qh1 = ld2x256(c0 + OQH + 64 * j + 32, c1 + OQH + 64 * j + 32);
     } else if (kind == QK_Q40) {
-        o->mm = _mm512_set1_epi16(8);
         o->ds = ld2h(c0 + OD + 16 * j, c1 + OD + 16 * j);
     } else {
         /* d·s and dm·m of the 16 columns (exact, see above) */
@@ -295,12 +292,25 @@ AINL void blk16_load(enum qk_kind kind, const uint8_t *c0, const uint8_t *c1, in
     }
 }
 
-/* acc + one X row's block xb (scale dx, Σx as float xsf, half sums xs)
- * against the block w: the two halves in two dpbusd chains, then the float
- * step of the scalar kernel (affine kinds: with the folded scales). */
-AINL __m512 row16(enum qk_kind kind, const blk16_t *w, const int8_t *xb, float dx, float xsf, int32_t xs, __m512 acc)
+/* acc + one X row's block xb (scale dx, Σx as float xsf; xm: Q4_0 −8·Σx,
+ * Q6_K −32·Σx of each half) against the block w: the two halves in two
+ * dpbusd chains, then the float step of the scalar kernel (affine kinds:
+ * with the folded scales). Q4_0 and Q6_K start the chains at minus the
+ * offset term instead of subtracting it after: the scalar I − M, with
+ * M = Σ 8·x (Q4_0) or Σ 32·s·x (Q6_K), is (za − 8X) + zb, respectively
+ * s_lo·(za − 32·X_lo) + s_hi·(zb − 32·X_hi), the same int32 (no overflow:
+ * |s·(za − 32·X)| ≤ 128·(16·63·127 + 32·16·128) < 2^25), so the bits do not
+ * change and the per-row madd and subtract are gone. */
+AINL __m512 row16(enum qk_kind kind, const blk16_t *w, const int8_t *xb, float dx, float xsf, const int32_t *xm,
+                  __m512 acc)
 {
     __m512i za = _mm512_setzero_si512(), zb = za;
+    if (kind == QK_Q40) {
+        za = _mm512_set1_epi32(xm[0]);
+    } else if (kind == QK_Q6K) {
+        za = _mm512_set1_epi32(xm[0]);
+        zb = _mm512_set1_epi32(xm[1]);
+    }
 #pragma GCC unroll 4
     for (int g = 0; g < 4; g++) {
         int32_t x4l, x4h;
@@ -317,8 +327,7 @@ AINL __m512 row16(enum qk_kind kind, const blk16_t *w, const int8_t *xb, float d
     }
     __m512i I = kind == QK_Q6K ? _mm512_add_epi32(_mm512_mullo_epi32(za, w->s_lo), _mm512_mullo_epi32(zb, w->s_hi))
                                : _mm512_add_epi32(za, zb);
-    __m512i M = _mm512_madd_epi16(w->mm, _mm512_set1_epi32(xs));
-    return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(I, M)), _mm512_mul_ps(w->ds, vdx)));
+    return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(w->ds, vdx)));
 }
 
 /* The chunk's f16 scales: d (all but Q4_0) and dm (affine). */
@@ -343,6 +352,23 @@ AINL void xsum8(int R, const int32_t *xs, int64_t nb, int64_t b0, float xsf[RT51
     }
 }
 
+/* The chains' start values of R rows' nj blocks from block b0 (Q4_0:
+ * xm[r][j] = −8·(X_lo + X_hi); Q6_K: xm[r][2j + h] = −32·X_h), from the
+ * int16 half sums (X_lo in the low half of each int32). Blocks ≥ nj are
+ * not read (Q4_0's last chunk may be short). */
+AINL void xoff8(enum qk_kind kind, int R, const int32_t *xs, int64_t nb, int64_t b0, int nj, int32_t xm[RT512][16])
+{
+    const __mmask8 k = (__mmask8)((1u << nj) - 1);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        __m256i h = _mm256_maskz_loadu_epi32(k, xs + (int64_t)r * nb + b0);
+        if (kind == QK_Q40)
+            _mm256_storeu_si256((__m256i *)(void *)xm[r], _mm256_madd_epi16(h, _mm256_set1_epi16(-8)));
+        else
+            _mm512_storeu_si512(xm[r], _mm512_mullo_epi32(_mm512_cvtepi16_epi32(h), _mm512_set1_epi32(-32)));
+    }
+}
+
 /* R (≤ RT512) rows against the whole panel pair, block by block (each
  * block's weights unpacked once into registers for the R rows). */
 AINL void tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1, int64_t nb, const int8_t *xq,
@@ -362,8 +388,11 @@ AINL void tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1,
         __m512 d, dm;
         chunk_scales(kind, c0, c1, &d, &dm);
         float xsf[RT512][8] = {{0}};
+        int32_t xm[RT512][16];
         if (QK_AFFINE(kind))
             xsum8(R, xs, nb, 8 * ch, xsf);
+        else
+            xoff8(kind, R, xs, nb, 8 * ch, nj, xm);
         for (int j = 0; j < nj; j++) {
             const int64_t b = 8 * ch + j;
             for (size_t e = pf + pf_step; pf < e && pf < n_next; pf += 64)
@@ -373,7 +402,7 @@ AINL void tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1,
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
                 acc[r] = row16(kind, &w, xq + (int64_t)r * n_in + 32 * b, xd[(int64_t)r * nb + b], xsf[r][j],
-                               xs[(int64_t)r * nb + b], acc[r]);
+                               xm[r] + (kind == QK_Q6K ? 2 * j : j), acc[r]);
         }
     }
 #pragma GCC unroll 8

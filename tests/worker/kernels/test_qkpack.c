@@ -7,7 +7,10 @@
  *     is reported and skipped), qgemm with the packing equals qgemm's scalar
  *     path on the file's blocks (the reference kernel), for n_out not a
  *     multiple of 8, Q4_0 rows whose block count is not a multiple of 8,
- *     n_rows 1..70 (AVX2 Q6_K above 32 rows reads W, restored for it),
+ *     n_rows 1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 37, 70 and 512 (the tile
+ *     edges of every ISA: 4-row tiles on AVX2 / AVX-VNNI, 8-row ones on
+ *     AVX512-VNNI, and a prefill step's 512; AVX2 Q6_K above 32 rows reads
+ *     W, restored for it),
  *     random quant bytes (every quant value, every 6-bit scale and min,
  *     Q6_K scales down to -128);
  *   - batch invariance: each X row computed alone gives the bits it has in
@@ -124,8 +127,8 @@ static void check_float_reference(uint32_t type, const uint8_t *w, int64_t n_out
 /* Packed == scalar reference for every ISA, batch invariance, W garbage. */
 static void check_type_shape(qgemm_ctx_t *ctx, uint32_t type, int64_t n_out, int64_t n_in, uint64_t seed)
 {
-    const int rows_list[] = {1, 2, 3, 4, 5, 8, 13, 37, 70};
-    const int max_rows = 70;
+    const int rows_list[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 37, 70, 512};
+    const int max_rows = 512;
     uint8_t *w = w_random(type, n_out, n_in, seed);
     size_t wbytes = quant_row_bytes(type, n_in) * (size_t)n_out;
     void *packed = qgemm_pack(type, w, n_out, n_in, 2);
@@ -155,8 +158,8 @@ static void check_type_shape(qgemm_ctx_t *ctx, uint32_t type, int64_t n_out, int
                          n_rows);
             free(y);
         }
-        /* each row alone == the same row in the batch of 70 */
-        for (int r = 0; r < max_rows; r += 6) {
+        /* each row alone == the same row in the batch of 512 */
+        for (int r = 0; r < max_rows; r += 37) {
             float *y = run(ctx, VECTOR_ISAS[ii], type, w, packed, n_out, n_in, x + (int64_t)r * n_in, 1);
             assert_memory_equal(y, ref + (int64_t)r * n_out, (size_t)n_out * sizeof(float));
             free(y);
@@ -176,7 +179,7 @@ static void test_packed_bit_exact(void **state)
         print_message("  skip: no AVX2 + F16C, packed weights are never read\n");
         return;
     }
-    qgemm_ctx_t *ctx = qgemm_ctx_new(70, 2048);
+    qgemm_ctx_t *ctx = qgemm_ctx_new(512, 2048);
     for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) {
         bool k = TYPES[t] != GGML_TYPE_Q4_0;
         check_type_shape(ctx, TYPES[t], 37, k ? 512 : 96, 100 + t);   /* ragged columns; Q4_0: 3 blocks */
