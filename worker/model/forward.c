@@ -20,8 +20,11 @@
 #include "worker/kernels/attention.h"
 #include "worker/kernels/worksteal.h"
 
-/* phases of a 1-row step timed with PAGODA_FWD_PROFILE (prof_print) */
-enum { PH_EMBED, PH_QKV_ATT, PH_WO, PH_NORM, PH_GATE_UP, PH_DOWN, PH_HEAD, PH_N };
+/* phases of a step timed with PAGODA_FWD_PROFILE (prof_print); PH_QKV_ATT
+ * is the fused attention block of small batches (qkv_attention_by_head),
+ * PH_QKV / PH_ATT the two regions of larger ones, PH_LORA every adapter
+ * update outside the fused gate/up */
+enum { PH_EMBED, PH_QKV_ATT, PH_QKV, PH_ATT, PH_WO, PH_NORM, PH_GATE_UP, PH_DOWN, PH_LORA, PH_HEAD, PH_N };
 
 struct forward {
     const model_t *m;
@@ -75,15 +78,16 @@ struct forward {
     _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
     const _Atomic uint32_t *stop;  /* FWD_STOP set: return at the next check, stop_set (forward_set_stop) */
     char err[160];
-    /* PAGODA_FWD_PROFILE=1: time per phase of 1-row steps, printed to
-     * stderr by forward_free (a profiling aid for the decode path) */
-    bool prof;
+    /* PAGODA_FWD_PROFILE=N: time per phase of N-row steps (1 when the
+     * value is not a number above 0), printed to stderr by forward_free (a
+     * profiling aid for the decode path) */
+    int prof;
     uint64_t prof_steps;
     double prof_ns[PH_N], prof_bytes[PH_N];
 };
 
-static const char *const ph_name[PH_N] = {"embed+rope+norm", "qkv+attention", "wo", "norms",
-                                           "gate+up", "down", "head"};
+static const char *const ph_name[PH_N] = {"embed+rope+norm", "qkv+attention", "qkv", "attention", "wo",
+                                           "norms", "gate+up", "down", "lora", "head"};
 
 static double now_ns(void)
 {
@@ -254,7 +258,7 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->lr_s = xmalloc(FWD_LORA_JOBS * LORA_SET_MAX * sizeof(float));
     f->ws = ws_new(f->n_threads);
     const char *pe = getenv("PAGODA_FWD_PROFILE");
-    f->prof = pe && *pe && *pe != '0';
+    f->prof = pe && *pe && *pe != '0' ? (atoi(pe) > 0 ? atoi(pe) : 1) : 0;
     return f;
 }
 
@@ -268,8 +272,8 @@ static void prof_print(const forward_t *f)
         totb += f->prof_bytes[i];
     }
     const double n = (double)f->prof_steps;
-    fprintf(stderr, "# forward profile, %llu 1-row steps: %.3f ms/step, %.1f MB weights, %.1f GB/s\n",
-            (unsigned long long)f->prof_steps, tot / n / 1e6, totb / n / 1e6, totb / tot);
+    fprintf(stderr, "# forward profile, %llu %d-row steps: %.3f ms/step, %.1f MB weights, %.1f GB/s\n",
+            (unsigned long long)f->prof_steps, f->prof, tot / n / 1e6, totb / n / 1e6, totb / tot);
     for (int i = 0; i < PH_N; i++)
         fprintf(stderr, "#   %-16s %7.3f ms %5.1f%%  %7.1f MB  %5.1f GB/s\n", ph_name[i], f->prof_ns[i] / n / 1e6,
                 100 * f->prof_ns[i] / tot, f->prof_bytes[i] / n / 1e6,
@@ -852,21 +856,24 @@ static void ffn_gate_up(forward_t *f, const matmul_weight_t *wg, const matmul_we
 /* ffn_gate_up for a step with adapters: gate and up in one region, each
  * adapter's update of them, then the activation (the fused path applies it
  * inside the region, before an update could be added). */
-static void ffn_gate_up_lora(forward_t *f, const fwd_batch_t *b, int l, int R)
+static void ffn_gate_up_lora(forward_t *f, const fwd_batch_t *b, int l, int R, bool prof)
 {
     const model_config_t *c = &f->m->cfg;
     const model_layer_t *L = &f->m->layers[l];
     const int64_t ffn = L->w_gate.rows;
     const matmul_weight_t *wgu[2] = {&L->w_gate, &L->w_up};
     float *const ygu[2] = {f->hg, f->hu};
-    mm_multi(f, wgu, 2, f->xb, R, ygu);
+    PROF(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up), mm_multi(f, wgu, 2, f->xb, R, ygu));
     const enum lora_proj pgu[2] = {LORA_GATE, LORA_UP};
     const float *const xgu[2] = {f->xb, f->xb};
     const int64_t ldxgu[2] = {c->dim, c->dim}, ldygu[2] = {ffn, ffn};
-    lora_add(f, b, l, 2, pgu, xgu, ldxgu, ygu, ldygu);
+    PROF(PH_LORA, 0, lora_add(f, b, l, 2, pgu, xgu, ldxgu, ygu, ldygu));
+    const double t0 = prof ? now_ns() : 0;
 #pragma omp parallel for num_threads(nth(f, (size_t)R * ffn)) schedule(static)
     for (int r = 0; r < R; r++)
         act_mul(c->ffn_act, f->hg + (size_t)r * ffn, f->hg + (size_t)r * ffn, f->hu + (size_t)r * ffn, (size_t)ffn);
+    if (prof)
+        f->prof_ns[PH_GATE_UP] += now_ns() - t0;
 }
 
 /* Router of a MoE layer, per row: probabilities p (n_expert) = softmax(xb ·
@@ -1016,13 +1023,13 @@ static int layer_ffn(forward_t *f, const fwd_batch_t *b, const model_layer_t *L,
         out = f->moe_out;
     } else {
         if (f->n_lora_grp > 0)
-            ffn_gate_up_lora(f, b, l, R);
+            ffn_gate_up_lora(f, b, l, R, prof);
         else
             PROF(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up), ffn_gate_up(f, &L->w_gate, &L->w_up, f->xb, R));
         if (stop_set(f))
             return FWD_STOPPED;
         PROF(PH_DOWN, matmul_weight_bytes(&L->w_down), mm(f, &L->w_down, f->hg, R, f->xb));
-        lora_add1(f, b, l, LORA_DOWN, f->hg, L->w_gate.rows, f->xb, dim);
+        PROF(PH_LORA, 0, lora_add1(f, b, l, LORA_DOWN, f->hg, L->w_gate.rows, f->xb, dim));
     }
     if (L->ffn_post_norm)
         add_rmsnorm(f, out, NULL, out, L->ffn_post_norm, R, dim, c->norm_eps);
@@ -1041,7 +1048,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
     const int R = b->n_rows, dim = c->dim;
     if (R == 0)
         return 0;
-    const bool prof = f->prof && R == 1;
+    const bool prof = f->prof == R;
     double t_start = prof ? now_ns() : 0;
     if (prof)
         f->prof_steps++;
@@ -1084,28 +1091,29 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
             /* q (R, q_dim), k, v (R, kv_dim) = xb · W{q,k,v}ᵀ: one region */
             const matmul_weight_t *wqkv[3] = {&L->wq, &L->wk, &L->wv};
             float *const yqkv[3] = {f->q, f->k, f->v};
-            mm_multi(f, wqkv, 3, f->xb, R, yqkv);
+            PROF(PH_QKV, matmul_weight_bytes(&L->wq) + matmul_weight_bytes(&L->wk) + matmul_weight_bytes(&L->wv),
+                 mm_multi(f, wqkv, 3, f->xb, R, yqkv));
             if (f->n_lora_grp > 0) {
                 const enum lora_proj pqkv[3] = {LORA_Q, LORA_K, LORA_V};
                 const float *const xqkv[3] = {f->xb, f->xb, f->xb};
                 const int64_t ldxqkv[3] = {dim, dim, dim}, ldyqkv[3] = {c->q_dim, c->kv_dim, c->kv_dim};
-                lora_add(f, b, l, 3, pqkv, xqkv, ldxqkv, yqkv, ldyqkv);
+                PROF(PH_LORA, 0, lora_add(f, b, l, 3, pqkv, xqkv, ldxqkv, yqkv, ldyqkv));
             }
 
             /* + biases; per-head rmsnorm of q and k (qk_norm); rotate q and k by
              * their row's position; cache[l, block_table[pos / bs], pos % bs] = k, v
              * (all rows before any attends) */
-            qkv_post(f, &a, b, kv);
+            PROF(PH_ATT, 0, qkv_post(f, &a, b, kv));
 
             /* att (R, q_dim) = softmax(softcap(q kᵀ * attn_scale), causal, window) v,
              * per head over its kv head */
-            attention(f, &a, b, kv);
+            PROF(PH_ATT, 0, attention(f, &a, b, kv));
         }
 
         /* xb = att · Woᵀ;  [gemma: xb = rmsnorm(xb) * attn_post_norm]
          * x += xb;  xb = rmsnorm(x) * ffn_norm */
         PROF(PH_WO, matmul_weight_bytes(&L->wo), mm(f, &L->wo, f->att, R, f->xb));
-        lora_add1(f, b, l, LORA_O, f->att, c->q_dim, f->xb, dim);
+        PROF(PH_LORA, 0, lora_add1(f, b, l, LORA_O, f->att, c->q_dim, f->xb, dim));
         PROF(PH_NORM, 0, {
             if (L->attn_post_norm)
                 add_rmsnorm(f, f->xb, NULL, f->xb, L->attn_post_norm, R, dim, c->norm_eps);

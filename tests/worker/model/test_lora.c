@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "worker/model/forward.h"
@@ -380,6 +381,142 @@ static void test_refused(void **state)
     expect_refused(path, "absent.gguf");
 }
 
+/* LORA_STEP_BENCH=1 (else skipped): one decode step of
+ * tests/bench/lora_bench.sh's shape through forward_run, mixed against
+ * base, back to back — the 110M-shape Q8_0 base (LORA_STEP_BENCH_MODEL, else
+ * $PAGODA_BUILD/models/m110-q8_0.gguf, made here when absent), adapters
+ * a1..a8 as lora_bench makes them (F16, ranks 8 / 64 alternating, alpha 16
+ * on the rank-64 ones, every projection; float factors unless
+ * LORA_STEP_BENCH_PRECISION=int8), 32 rows at position LORA_STEP_BENCH_POS
+ * (80) of their sequences, row i on a((i mod 9) + 1) or the base when
+ * i mod 9 = 8, the int8 matmuls the worker runs, F16 KV, 2 threads
+ * (LORA_STEP_BENCH_THREADS). Prints the medians of LORA_STEP_BENCH_REPS
+ * (20) steps each, wall and process CPU time, and the ratio base / mixed
+ * (the throughput ratio lora_bench measures). With PAGODA_FWD_PROFILE=32
+ * the forward pass also prints each side's phases (mixed first). A
+ * number, not an assertion. */
+#define SB_ROWS 32
+
+static double sb_now(clockid_t c)
+{
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec * 1e3 + 1e-6 * (double)ts.tv_nsec;
+}
+
+static int sb_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double sb_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, sb_cmp);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void test_step_bench(void **state)
+{
+    (void)state;
+    if (!getenv("LORA_STEP_BENCH")) {
+        print_message("skipped: LORA_STEP_BENCH unset (a benchmark, not a test)\n");
+        return;
+    }
+    const char *e;
+    const int reps = (e = getenv("LORA_STEP_BENCH_REPS")) ? atoi(e) : 20;
+    const int pos = (e = getenv("LORA_STEP_BENCH_POS")) ? atoi(e) : 80;
+    const int th = (e = getenv("LORA_STEP_BENCH_THREADS")) ? atoi(e) : 2;
+    assert_true(reps > 0 && pos >= 0 && pos < 1024 && th > 0);
+    char base[512], args[1024], err[256];
+    if ((e = getenv("LORA_STEP_BENCH_MODEL"))) {
+        snprintf(base, sizeof base, "%s", e);
+    } else {
+        snprintf(base, sizeof base, "%s/models/m110-q8_0.gguf", getenv("PAGODA_BUILD") ? getenv("PAGODA_BUILD") : "build");
+        if (access(base, R_OK) != 0) {
+            snprintf(args, sizeof args, "--type Q8_0 --dim 768 --layers 12 --heads 12 --kv-heads 12 --ffn 2048 "
+                     "--vocab 32000 --ctx 2048 --seed 1 --tokenizer-from %s", g_base);
+            assert_int_equal(support_mkmodel(g_tmp, "m110.gguf", args), 0);
+            snprintf(base, sizeof base, "%s/m110.gguf", g_tmp);
+        }
+    }
+    model_t *m = NULL;
+    if (model_load(base, &m, err, sizeof err) != 0)
+        fail_msg("model_load %s: %s", base, err);
+    setenv("PAGODA_LORA_PRECISION", (e = getenv("LORA_STEP_BENCH_PRECISION")) ? e : "float", 1);
+    lora_t *ad[8];
+    lora_set_t sets[8];
+    for (int k = 1; k <= 8; k++) {
+        char name[32], path[128];
+        snprintf(name, sizeof name, "sb%d.gguf", k);
+        snprintf(args, sizeof args, "--lora-for %s --type F16 --seed %d %s", base, 100 + k,
+                 k % 2 ? "--lora-rank 8" : "--lora-rank 64 --lora-alpha 16");
+        assert_int_equal(support_mkmodel(g_tmp, name, args), 0);
+        snprintf(path, sizeof path, "%s/%s", g_tmp, name);
+        if (lora_load(path, m, &ad[k - 1], err, sizeof err) != 0)
+            fail_msg("lora_load %s: %s", path, err);
+        sets[k - 1] = (lora_set_t){.n = 1, .ad = {ad[k - 1]}, .scale = {1.0f}};
+    }
+    setenv("PAGODA_LORA_PRECISION", "float", 1);
+    const int per = (pos + BS) / BS;
+    kv_store_t kv = {.n_layer = m->cfg.n_layer, .n_blocks = SB_ROWS * per, .block_size = BS,
+                     .kv_dim = m->cfg.kv_dim, .type = KV_TYPE_F16};
+    const size_t kvb = (size_t)kv.n_layer * kv.n_blocks * BS * kv.kv_dim * 2;
+    kv.k = calloc(kvb, 1);
+    kv.v = calloc(kvb, 1);
+    int32_t *bt = malloc((size_t)SB_ROWS * per * sizeof *bt), nb[SB_ROWS], tok[SB_ROWS], ps[SB_ROWS], seq[SB_ROWS],
+            ls[SB_ROWS];
+    const int32_t *btp[SB_ROWS];
+    uint8_t want[SB_ROWS];
+    for (int i = 0; i < SB_ROWS; i++) {
+        for (int j = 0; j < per; j++)
+            bt[i * per + j] = i * per + j;
+        btp[i] = bt + i * per;
+        nb[i] = per;
+        tok[i] = 3 + i * 7;
+        ps[i] = pos;
+        seq[i] = i;
+        want[i] = 1;
+        ls[i] = i % 9 == 8 ? -1 : i % 9;
+    }
+    float *lg = malloc((size_t)SB_ROWS * m->cfg.vocab * sizeof(float));
+    forward_t *fw[2] = {forward_new(m, SB_ROWS, th), forward_new(m, SB_ROWS, th)}; /* mixed, base */
+    double wall[2][reps], cpu[2][reps];
+    for (int it = -2; it < reps; it++) /* two steps of each to warm up */
+        for (int side = 0; side < 2; side++) {
+            if (it == -2)
+                assert_int_equal(forward_set_int8(fw[side], true), 0);
+            fwd_batch_t b = {.n_rows = SB_ROWS, .token = tok, .pos = ps, .seq = seq, .want_logits = want,
+                             .n_seq = SB_ROWS, .block_tables = btp, .n_blocks = nb,
+                             .lora_set = side == 0 ? ls : NULL, .n_lora_sets = side == 0 ? 8 : 0,
+                             .lora_sets = side == 0 ? sets : NULL};
+            const double w0 = sb_now(CLOCK_MONOTONIC), c0 = sb_now(CLOCK_PROCESS_CPUTIME_ID);
+            if (forward_run(fw[side], &b, &kv, lg) != 0)
+                fail_msg("forward_run: %s", forward_error(fw[side]));
+            if (it >= 0) {
+                wall[side][it] = sb_now(CLOCK_MONOTONIC) - w0;
+                cpu[side][it] = sb_now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+            }
+        }
+    const double wm = sb_median(wall[0], reps), wb = sb_median(wall[1], reps);
+    const double cm = sb_median(cpu[0], reps), cb = sb_median(cpu[1], reps);
+    print_message("lora step bench: %s, 32 rows at position %d, %d threads, %d steps each, medians:\n", base, pos,
+                  th, reps);
+    print_message("  mixed  %.2f ms wall  %.2f ms CPU\n", wm, cm);
+    print_message("  base   %.2f ms wall  %.2f ms CPU\n", wb, cb);
+    print_message("  base / mixed: %.3f wall, %.3f CPU\n", wb / wm, cb / cm);
+    fflush(stdout);
+    forward_free(&fw[0]);
+    forward_free(&fw[1]);
+    free(lg);
+    free(bt);
+    free(kv.k);
+    free(kv.v);
+    for (int k = 0; k < 8; k++)
+        lora_free(&ad[k]);
+    model_free(&m);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -420,6 +557,7 @@ int main(void)
         {"test_mixed_batch", test_mixed_batch, NULL, NULL, &k_float},
         {"test_mixed_batch_int8", test_mixed_batch, NULL, NULL, &k_int8},
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_step_bench),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
