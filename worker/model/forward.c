@@ -68,6 +68,7 @@ struct forward {
     int32_t *lora_grp0;  /* (max_rows + 1) group g's rows are lora_rows[grp0[g] .. grp0[g+1]) */
     int32_t *lora_gset;  /* (max_rows) the set index of group g */
     int n_lora_grp;      /* groups this step (0: no row has an adapter) */
+    bool lora_unfused;   /* forward_set_lora_fused(f, false): never proj_fused's updates */
     lowrank_job_t *lr_jobs;          /* (FWD_LORA_FUSED_JOBS) one lowrank call's jobs */
     const lowrank_t **lr_pairs;      /* (FWD_LORA_FUSED_JOBS, LORA_SET_MAX) their pairs */
     float *lr_s;                     /* (FWD_LORA_FUSED_JOBS, LORA_SET_MAX) their scales */
@@ -171,6 +172,11 @@ int forward_set_int8(forward_t *f, bool on)
         return -1;
     /* BF16 weights on AVX512-BF16 (1 = not on this CPU: exact path) */
     return matmul_use_bf16(f->mm, f->max_rows) < 0 ? -1 : 0;
+}
+
+void forward_set_lora_fused(forward_t *f, bool on)
+{
+    f->lora_unfused = !on;
 }
 
 void forward_set_progress(forward_t *f, _Atomic uint64_t *layers_done)
@@ -1131,7 +1137,8 @@ static int layer_ffn(forward_t *f, const fwd_batch_t *b, const model_layer_t *L,
         ffn_moe(f, L, R);
         out = f->moe_out;
     } else {
-        const bool fused = f->n_lora_grp == 0 || R <= FWD_LORA_FUSED_MAX_ROWS;  /* proj_fused takes the updates */
+        /* proj_fused takes the updates (none, or few enough rows) */
+        const bool fused = f->n_lora_grp == 0 || (R <= FWD_LORA_FUSED_MAX_ROWS && !f->lora_unfused);
         const matmul_weight_t *wgu[2] = {&L->w_gate, &L->w_up}, *wd = &L->w_down;
         float *const ygu[2] = {f->hg, f->hu};
         static const enum lora_proj pgu[2] = {LORA_GATE, LORA_UP}, pd = LORA_DOWN;
@@ -1195,7 +1202,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
      * rope: the two-region path, each projection's update in its region
      * (proj_fused) up to FWD_LORA_FUSED_MAX_ROWS rows */
     lora_group(f, b);
-    const bool fused = f->n_lora_grp > 0 && R <= FWD_LORA_FUSED_MAX_ROWS;
+    const bool fused = f->n_lora_grp > 0 && R <= FWD_LORA_FUSED_MAX_ROWS && !f->lora_unfused;
     const bool by_head = f->n_lora_grp == 0 && R <= FWD_BY_HEAD_MAX_ROWS && c->head_dim % 16 == 0 &&
                          (c->n_kv_head % f->n_threads == 0 || c->n_kv_head >= 4 * f->n_threads);
     for (int l = 0; l < c->n_layer; l++) {

@@ -55,6 +55,8 @@
 static char g_tmp[64];
 static const char *g_base;  /* stories260K or its stand-in */
 static model_t *g_m;
+static bool g_unfused;      /* run(): forward_set_lora_fused(f, false) */
+static bool g_int8;         /* run(): forward_set_int8(f, true), the worker's matmuls */
 
 typedef struct sq {
     int32_t tok[SEQ_LEN];
@@ -125,6 +127,8 @@ static float *run(const sq_t *s, int n_seq, const lora_set_t *sets, int n_sets, 
     for (int i = 0; i < n_seq; i++)
         total += s[i].n;
     forward_t *f = forward_new(g_m, total, 2);
+    forward_set_lora_fused(f, !g_unfused);
+    assert_int_equal(forward_set_int8(f, g_int8), 0);
     const int per = (SEQ_LEN + BS - 1) / BS;
     kv_store_t kv = {.n_layer = g_m->cfg.n_layer, .n_blocks = n_seq * per, .block_size = BS,
                      .kv_dim = g_m->cfg.kv_dim, .type = KV_TYPE_F32};
@@ -337,6 +341,85 @@ static int k_float = 0, k_int8 = 1;
 static void test_mixed_batch(void **state)
 {
     mixed_batch(*(const int *)*state);
+}
+
+/* Steps with adapter rows of up to 64 rows add each update inside its
+ * projection's region (forward.c proj_fused: gate/up stay fused, the update
+ * before the activation); forward_set_lora_fused(f, false) runs the
+ * projection, the update's own region and the activation apart, as larger
+ * steps do. Both must give the same bits, and a base row of a mixed step
+ * the bits of the same step without adapters: the mixed batch's sequences
+ * in steps of 20 rows (chunk 5), exact comparison, on stories260K (float
+ * matmuls) and on a Q8_0 model with the worker's int8 matmuls. */
+static void fused_bits(void)
+{
+    mklora("fa.gguf", "--lora-rank 8 --seed 31");
+    mklora("fb.gguf", "--lora-rank 64 --lora-alpha 16 --type F16 --lora-targets attn_q,attn_v,attn_output,ffn_up,ffn_down "
+           "--seed 32");
+    lora_t *a = load_lora("fa.gguf"), *b = load_lora("fb.gguf");
+    const lora_set_t sets[3] = {
+        {.n = 1, .ad = {a}, .scale = {1.0f}},
+        {.n = 1, .ad = {b}, .scale = {0.5f}},
+        {.n = 2, .ad = {b, a}, .scale = {1.0f, 0.25f}},
+    };
+    sq_t s[MAX_SEQ];
+    const int lens[MAX_SEQ] = {37, 12, 29, 20}, set_of[MAX_SEQ] = {-1, 0, 1, 2};
+    size_t total = 0;
+    for (int i = 0; i < MAX_SEQ; i++) {
+        make_seq(&s[i], lens[i], 200 + (uint32_t)i, g_m->cfg.vocab);
+        s[i].set = set_of[i];
+        total += (size_t)lens[i] * g_m->cfg.vocab;
+    }
+    float *fused = run(s, MAX_SEQ, sets, 3, 5);
+    g_unfused = true;
+    float *unfused = run(s, MAX_SEQ, sets, 3, 5);
+    g_unfused = false;
+    for (int i = 0; i < MAX_SEQ; i++)
+        s[i].set = -1;
+    float *plain = run(s, MAX_SEQ, sets, 3, 5);
+    size_t diff = 0;
+    for (size_t i = 0; i < total; i++)
+        diff += memcmp(&fused[i], &unfused[i], sizeof(float)) != 0;
+    if (diff)
+        fail_msg("fused vs unfused updates: %zu of %zu logits differ", diff, total);
+    /* sequence 0 (the base) comes first */
+    diff = 0;
+    for (size_t i = 0; i < (size_t)lens[0] * g_m->cfg.vocab; i++)
+        diff += memcmp(&fused[i], &plain[i], sizeof(float)) != 0;
+    if (diff)
+        fail_msg("base rows of mixed steps vs steps without adapters: %zu logits differ", diff);
+    /* and the adapters did something */
+    assert_true(memcmp(fused + (size_t)lens[0] * g_m->cfg.vocab, plain + (size_t)lens[0] * g_m->cfg.vocab,
+                       (total - (size_t)lens[0] * g_m->cfg.vocab) * sizeof(float)) != 0);
+    free(fused);
+    free(unfused);
+    free(plain);
+    lora_free(&a);
+    lora_free(&b);
+}
+
+static void test_fused_bits(void **state)
+{
+    (void)state;
+    fused_bits();
+    /* a Q8_0 base of stories260K's tokenizer, int8 matmuls */
+    char args[512], err[256], path[128];
+    snprintf(args, sizeof args, "--type Q8_0 --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 320 --vocab 512 "
+             "--seed 5 --tokenizer-from %s", g_base);
+    assert_int_equal(support_mkmodel(g_tmp, "q8.gguf", args), 0);
+    snprintf(path, sizeof path, "%s/q8.gguf", g_tmp);
+    model_t *m0 = g_m, *q8 = NULL;
+    const char *b0 = g_base;
+    if (model_load(path, &q8, err, sizeof err) != 0)
+        fail_msg("model_load %s: %s", path, err);
+    g_m = q8;
+    g_base = path;
+    g_int8 = true;
+    fused_bits();
+    g_int8 = false;
+    g_m = m0;
+    g_base = b0;
+    model_free(&q8);
 }
 
 static void expect_refused(const char *path, const char *needle)
@@ -556,8 +639,12 @@ int main(void)
         cmocka_unit_test(test_rank64_f16_int8),
         {"test_mixed_batch", test_mixed_batch, NULL, NULL, &k_float},
         {"test_mixed_batch_int8", test_mixed_batch, NULL, NULL, &k_int8},
+        cmocka_unit_test(test_fused_bits),
         cmocka_unit_test(test_refused),
-        cmocka_unit_test(test_step_bench),
     };
+    /* LORA_STEP_BENCH: the benchmark alone */
+    const struct CMUnitTest bench[] = {cmocka_unit_test(test_step_bench)};
+    if (getenv("LORA_STEP_BENCH"))
+        return cmocka_run_group_tests(bench, setup, teardown);
     return cmocka_run_group_tests(tests, setup, teardown);
 }
