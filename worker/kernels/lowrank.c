@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -511,8 +512,37 @@ static void kernels(dots_fn *dots, cols_fn *cols)
 #endif
 }
 
-void lowrank_run_t(const lowrank_job_t *jobs, int n_jobs, float *t, atomic_llong *next)
+void lowrank_phase_init(lowrank_phase_t *ph, const lowrank_job_t *jobs, int n_jobs)
 {
+    int64_t n = 0;
+    for (int q = 0; q < n_jobs; q++)
+        for (int i = 0; i < jobs[q].n_pairs && jobs[q].n > 0; i++)
+            n += (int64_t)((jobs[q].n + LOWRANK_ROWS - 1) / LOWRANK_ROWS) *
+                 ((jobs[q].pairs[i]->rank + LOWRANK_KS - 1) / LOWRANK_KS);
+    atomic_init(&ph->next, 0);
+    atomic_init(&ph->done, 0);
+    ph->n_tasks = n;
+}
+
+void lowrank_wait_t(lowrank_phase_t *ph)
+{
+    /* a short spin (the other threads' last tasks are usually under way),
+     * then yield the core: on a shared machine the thread we wait for may
+     * be the one that needs it */
+    for (int spin = 0; atomic_load_explicit(&ph->done, memory_order_acquire) < ph->n_tasks; spin++) {
+        if (spin < 2000) {
+#ifdef VMATH_X86
+            _mm_pause();
+#endif
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+void lowrank_run_t(const lowrank_job_t *jobs, int n_jobs, float *t, lowrank_phase_t *ph)
+{
+    atomic_llong *next = &ph->next;
     dots_fn dots;
     cols_fn cols;
     kernels(&dots, &cols);
@@ -531,6 +561,7 @@ void lowrank_run_t(const lowrank_job_t *jobs, int n_jobs, float *t, atomic_llong
                     const int nr = jb->n - j0 < LOWRANK_ROWS ? jb->n - j0 : LOWRANK_ROWS;
                     const int k1 = k0 + LOWRANK_KS < lr->rank ? k0 + LOWRANK_KS : lr->rank;
                     task_a(dots, jb, lr, tj, j0, nr, k0, k1);
+                    atomic_fetch_add_explicit(&ph->done, 1, memory_order_release);
                     want = claim(next);
                 }
             tj += (size_t)jb->n * (size_t)lr->rank;
@@ -571,10 +602,12 @@ int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads
     cols_fn cols;
     kernels(&dots, &cols);
     (void)dots; /* phase 1 picks its own (lowrank_run_t) */
-    atomic_llong next_a = 0, next_b = 0;
+    lowrank_phase_t ph;
+    lowrank_phase_init(&ph, jobs, n_jobs);
+    atomic_llong next_b = 0;
 #pragma omp parallel num_threads(n_threads > 0 ? n_threads : 1)
     {
-        lowrank_run_t(jobs, n_jobs, t, &next_a);
+        lowrank_run_t(jobs, n_jobs, t, &ph);
 #pragma omp barrier
         int64_t want = claim(&next_b), idx = 0;
         const float *tj = t;

@@ -896,12 +896,16 @@ static void lora_jobs(forward_t *f, const fwd_batch_t *b, int l, int n, const en
  * then ys[0] = act(ys[0]) * ys[1], each task on its columns while they are
  * in cache. lp (NULL: none) names the projections of layer l whose adapter
  * updates (b's groups, f->n_lora_grp > 0, R <= FWD_LORA_FUSED_MAX_ROWS)
- * join the region: phase 1 (t = x[rows] · Aᵀ, lowrank_run_t) first, one
- * barrier, then each task adds the update of its columns right after their
- * product (lowrank_run_cols), before the activation. Every output gets the
- * operations of mm + lora_add in the same order (same bits), with one
- * region instead of three (four with the activation), and the update's
- * reads of its factors run beside the other thread's products. */
+ * join the region: each thread takes phase 1 tasks (t = x[rows] · Aᵀ,
+ * lowrank_run_t) until none is left, then its column tasks; a task adds the
+ * update of its columns right after their product (lowrank_run_cols),
+ * before the activation, once every phase 1 task is done (lowrank_wait_t:
+ * no barrier, so a late thread holds nobody up; with the worker's short
+ * GOMP_SPINCOUNT each barrier of a step is a sleep and a wake-up). Every
+ * output gets the operations of mm + lora_add in the same order (same
+ * bits), in one region instead of three (four with the activation), and
+ * the update's reads of its factors run beside the other thread's
+ * products. */
 static void proj_fused(forward_t *f, const fwd_batch_t *b, int l, const enum lora_proj *lp,
                        const matmul_weight_t *const *ws, int n, const float *x, int R, float *const *ys, bool act)
 {
@@ -926,17 +930,17 @@ static void proj_fused(forward_t *f, const fwd_batch_t *b, int l, const enum lor
             t_off[k] = lowrank_scratch_floats(f->lr_jobs, first[k]);
     }
     const int n_jobs = first[n];
-    atomic_llong next_t = 0;
+    lowrank_phase_t ph;
+    lowrank_phase_init(&ph, f->lr_jobs, n_jobs);
     /* per-thread contiguous ranges of tasks, stolen from the back when a
      * thread runs out (worksteal.h): each matrix's "next panels" prefetch
      * then reads the thread's own next task */
     ws_init(f->ws, n_tasks, f->n_threads);
 #pragma omp parallel num_threads(f->n_threads)
     {
-        if (n_jobs > 0) {
-            lowrank_run_t(f->lr_jobs, n_jobs, f->lr_t, &next_t);
-#pragma omp barrier
-        }
+        bool t_ready = n_jobs == 0;
+        if (n_jobs > 0)
+            lowrank_run_t(f->lr_jobs, n_jobs, f->lr_t, &ph);
         for (int64_t task; (task = ws_next(f->ws, omp_get_thread_num())) >= 0;) {
             const int t = omp_get_thread_num();
             int k0 = 0;
@@ -948,6 +952,10 @@ static void proj_fused(forward_t *f, const fwd_batch_t *b, int l, const enum lor
                 int bad_mm = matmul_run_range(f->mm, ws[k], x, R, n0, n1, ys[k], t);
                 assert(bad_mm == 0 && "weights were validated at load");
                 (void)bad_mm;
+                if (first[k + 1] > first[k] && !t_ready) {
+                    lowrank_wait_t(&ph);
+                    t_ready = true;
+                }
                 if (first[k + 1] > first[k])
                     lowrank_run_cols(f->lr_jobs + first[k], first[k + 1] - first[k], f->lr_t + t_off[k], n0, n1);
             }

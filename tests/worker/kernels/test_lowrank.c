@@ -194,12 +194,13 @@ static void test_mix(void **state)
             assert_int_equal(lowrank_apply(jobs, 4, t, th == 0 ? 1 : 3), 0);
         } else { /* the two phases in a region of our own: P's jobs, then Q's, blocks of 64 outputs */
             assert_int_equal(lowrank_check(jobs, 4), 0);
-            atomic_llong next = 0;
+            lowrank_phase_t ph;
+            lowrank_phase_init(&ph, jobs, 4);
             const size_t tq = lowrank_scratch_floats(jobs, 2);
 #pragma omp parallel num_threads(3)
             {
-                lowrank_run_t(jobs, 4, t, &next);
-#pragma omp barrier
+                lowrank_run_t(jobs, 4, t, &ph);
+                lowrank_wait_t(&ph);
 #pragma omp for schedule(dynamic, 1)
                 for (int blk = 2; blk >= 0; blk--) { /* P: blocks 1, 0; Q: block 0 */
                     if (blk == 2)
