@@ -779,12 +779,15 @@ static void lora_pairs_to_slot0(forward_t *f, const lowrank_t ***pairs, float **
 }
 
 /* Group g's adapters that adapt projection p of layer l, in the set's
- * order: their pairs and scales (scale · factor) into pairs / s (room for
- * LORA_SET_MAX), their ranks' sum into *sum_r; returns how many. */
-static int lora_set_pairs(const forward_t *f, const fwd_batch_t *b, int g, int l, enum lora_proj p,
-                          const lowrank_t **pairs, float *s, size_t *sum_r)
+ * order: their pairs and scales (scale · factor) into job slot `slot`'s
+ * f->lr_pairs / f->lr_s (*pairs, *s point there), their ranks' sum into
+ * *sum_r; returns how many. */
+static int lora_set_pairs(forward_t *f, const fwd_batch_t *b, int g, int l, enum lora_proj p, int slot,
+                          const lowrank_t ***pairs_out, float **s_out, size_t *sum_r)
 {
     const lora_set_t *set = &b->lora_sets[f->lora_gset[g]];
+    const lowrank_t **pairs = *pairs_out = f->lr_pairs + (size_t)slot * LORA_SET_MAX;
+    float *s = *s_out = f->lr_s + (size_t)slot * LORA_SET_MAX;
     int n_pairs = 0;
     *sum_r = 0;
     for (int i = 0; i < set->n; i++) {
@@ -810,10 +813,10 @@ static void lora_add(forward_t *f, const fwd_batch_t *b, int l, int n_p, const e
     size_t t_used = 0;
     for (int k = 0; k < n_p; k++)
         for (int g = 0; g < f->n_lora_grp; g++) {
-            const lowrank_t **pairs = f->lr_pairs + (size_t)n_jobs * LORA_SET_MAX;
-            float *s = f->lr_s + (size_t)n_jobs * LORA_SET_MAX;
+            const lowrank_t **pairs;
+            float *s;
             size_t sum_r;
-            const int n_pairs = lora_set_pairs(f, b, g, l, p[k], pairs, s, &sum_r);
+            const int n_pairs = lora_set_pairs(f, b, g, l, p[k], n_jobs, &pairs, &s, &sum_r);
             if (n_pairs == 0)
                 continue;
             /* the group's rows, in chunks that fit the scratch */
@@ -870,10 +873,10 @@ static void lora_jobs(forward_t *f, const fwd_batch_t *b, int l, int n, const en
     for (int k = 0; k < n; k++) {
         first[k] = n_jobs;
         for (int g = 0; g < f->n_lora_grp; g++) {
-            const lowrank_t **pairs = f->lr_pairs + (size_t)n_jobs * LORA_SET_MAX;
-            float *s = f->lr_s + (size_t)n_jobs * LORA_SET_MAX;
+            const lowrank_t **pairs;
+            float *s;
             size_t sum_r;
-            const int n_pairs = lora_set_pairs(f, b, g, l, p[k], pairs, s, &sum_r);
+            const int n_pairs = lora_set_pairs(f, b, g, l, p[k], n_jobs, &pairs, &s, &sum_r);
             if (n_pairs == 0)
                 continue;
             const int n_rows = f->lora_grp0[g + 1] - f->lora_grp0[g];

@@ -284,6 +284,18 @@ static void test_rank64_f16_int8(void **state)
     one_adapter_p("r64i8.gguf", "--lora-rank 64 --lora-alpha 16 --type F16 --seed 4", 1.5f, 1);
 }
 
+/* The mixed batch's four sequences: lengths 37, 12, 29, 20 with sets -1
+ * (the base), 0, 1, 2 of three; tokens from seed0 + i. */
+static const int mix_len[MAX_SEQ] = {37, 12, 29, 20}, mix_set[MAX_SEQ] = {-1, 0, 1, 2};
+
+static void mix_seqs(sq_t *s, uint32_t seed0)
+{
+    for (int i = 0; i < MAX_SEQ; i++) {
+        make_seq(&s[i], mix_len[i], seed0 + (uint32_t)i, g_m->cfg.vocab);
+        s[i].set = mix_set[i];
+    }
+}
+
 static void mixed_batch(int int8)
 {
     setenv("PAGODA_LORA_PRECISION", int8 ? "int8" : "float", 1);
@@ -297,11 +309,8 @@ static void mixed_batch(int int8)
         {.n = 2, .ad = {a, b}, .scale = {0.5f, 1.0f}},
     };
     sq_t s[MAX_SEQ];
-    const int lens[MAX_SEQ] = {37, 12, 29, 20}, set_of[MAX_SEQ] = {-1, 0, 1, 2};
-    for (int i = 0; i < MAX_SEQ; i++) {
-        make_seq(&s[i], lens[i], 100 + (uint32_t)i, g_m->cfg.vocab);
-        s[i].set = set_of[i];
-    }
+    const int *set_of = mix_set;
+    mix_seqs(s, 100);
     float *mixed = run(s, MAX_SEQ, sets, 3, 5);
     const char *files[2] = {"ma.gguf", "mb.gguf"};
     size_t off = 0;
@@ -363,13 +372,11 @@ static void fused_bits(void)
         {.n = 2, .ad = {b, a}, .scale = {1.0f, 0.25f}},
     };
     sq_t s[MAX_SEQ];
-    const int lens[MAX_SEQ] = {37, 12, 29, 20}, set_of[MAX_SEQ] = {-1, 0, 1, 2};
+    const int *lens = mix_len;
+    mix_seqs(s, 200);
     size_t total = 0;
-    for (int i = 0; i < MAX_SEQ; i++) {
-        make_seq(&s[i], lens[i], 200 + (uint32_t)i, g_m->cfg.vocab);
-        s[i].set = set_of[i];
+    for (int i = 0; i < MAX_SEQ; i++)
         total += (size_t)lens[i] * g_m->cfg.vocab;
-    }
     float *fused = run(s, MAX_SEQ, sets, 3, 5);
     g_unfused = true;
     float *unfused = run(s, MAX_SEQ, sets, 3, 5);
