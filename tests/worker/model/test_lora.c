@@ -480,9 +480,12 @@ static void test_refused(void **state)
  * LORA_STEP_BENCH_PRECISION=int8), 32 rows at position LORA_STEP_BENCH_POS
  * (80) of their sequences, row i on a((i mod 9) + 1) or the base when
  * i mod 9 = 8, the int8 matmuls the worker runs, F16 KV, 2 threads
- * (LORA_STEP_BENCH_THREADS). Prints the medians of LORA_STEP_BENCH_REPS
- * (20) steps each, wall and process CPU time, and the ratio base / mixed
- * (the throughput ratio lora_bench measures). With PAGODA_FWD_PROFILE=32
+ * (LORA_STEP_BENCH_THREADS); LORA_STEP_BENCH_UNFUSED=1: the mixed step
+ * on the unfused path (forward_set_lora_fused off, as before proj_fused).
+ * Prints the medians of LORA_STEP_BENCH_REPS
+ * (20) steps each (and their minima: sb_median sorts), wall and process
+ * CPU time, and the ratio base / mixed (the throughput ratio lora_bench
+ * measures). With PAGODA_FWD_PROFILE=32
  * the forward pass also prints each side's phases (mixed first). A
  * number, not an assertion. */
 #define SB_ROWS 32
@@ -574,8 +577,10 @@ static void test_step_bench(void **state)
     double wall[2][reps], cpu[2][reps];
     for (int it = -2; it < reps; it++) /* two steps of each to warm up */
         for (int side = 0; side < 2; side++) {
-            if (it == -2)
+            if (it == -2) {
                 assert_int_equal(forward_set_int8(fw[side], true), 0);
+                forward_set_lora_fused(fw[side], !getenv("LORA_STEP_BENCH_UNFUSED"));
+            }
             fwd_batch_t b = {.n_rows = SB_ROWS, .token = tok, .pos = ps, .seq = seq, .want_logits = want,
                              .n_seq = SB_ROWS, .block_tables = btp, .n_blocks = nb,
                              .lora_set = side == 0 ? ls : NULL, .n_lora_sets = side == 0 ? 8 : 0,
@@ -590,11 +595,12 @@ static void test_step_bench(void **state)
         }
     const double wm = sb_median(wall[0], reps), wb = sb_median(wall[1], reps);
     const double cm = sb_median(cpu[0], reps), cb = sb_median(cpu[1], reps);
-    print_message("lora step bench: %s, 32 rows at position %d, %d threads, %d steps each, medians:\n", base, pos,
-                  th, reps);
-    print_message("  mixed  %.2f ms wall  %.2f ms CPU\n", wm, cm);
-    print_message("  base   %.2f ms wall  %.2f ms CPU\n", wb, cb);
-    print_message("  base / mixed: %.3f wall, %.3f CPU\n", wb / wm, cb / cm);
+    print_message("lora step bench: %s, 32 rows at position %d, %d threads, %d steps each, medians (min):\n", base,
+                  pos, th, reps);
+    print_message("  mixed  %.2f (%.2f) ms wall  %.2f (%.2f) ms CPU\n", wm, wall[0][0], cm, cpu[0][0]);
+    print_message("  base   %.2f (%.2f) ms wall  %.2f (%.2f) ms CPU\n", wb, wall[1][0], cb, cpu[1][0]);
+    print_message("  base / mixed: %.3f (%.3f) wall, %.3f (%.3f) CPU\n", wb / wm, wall[1][0] / wall[0][0], cb / cm,
+                  cpu[1][0] / cpu[0][0]);
     fflush(stdout);
     forward_free(&fw[0]);
     forward_free(&fw[1]);
