@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -485,7 +486,9 @@ static void test_refused(void **state)
  * Prints the medians of LORA_STEP_BENCH_REPS
  * (20) steps each (and their minima: sb_median sorts), wall and process
  * CPU time, and the ratio base / mixed (the throughput ratio lora_bench
- * measures). With PAGODA_FWD_PROFILE=32
+ * measures), and the mean voluntary context switches per step (with the
+ * worker's GOMP_SPINCOUNT=1000 a barrier that waits is a futex sleep:
+ * they count the waits, whatever the machine's load). With PAGODA_FWD_PROFILE=32
  * the forward pass also prints each side's phases (mixed first). A
  * number, not an assertion. */
 #define SB_ROWS 32
@@ -574,23 +577,28 @@ static void test_step_bench(void **state)
     }
     float *lg = malloc((size_t)SB_ROWS * m->cfg.vocab * sizeof(float));
     forward_t *fw[2] = {forward_new(m, SB_ROWS, th), forward_new(m, SB_ROWS, th)}; /* mixed, base */
-    double wall[2][reps], cpu[2][reps];
+    double wall[2][reps], cpu[2][reps], csw[2] = {0, 0};
     for (int it = -2; it < reps; it++) /* two steps of each to warm up */
         for (int side = 0; side < 2; side++) {
             if (it == -2) {
                 assert_int_equal(forward_set_int8(fw[side], true), 0);
-                forward_set_lora_fused(fw[side], !getenv("LORA_STEP_BENCH_UNFUSED"));
+                const char *uf = getenv("LORA_STEP_BENCH_UNFUSED");
+                forward_set_lora_fused(fw[side], !uf || !*uf || !strcmp(uf, "0"));
             }
             fwd_batch_t b = {.n_rows = SB_ROWS, .token = tok, .pos = ps, .seq = seq, .want_logits = want,
                              .n_seq = SB_ROWS, .block_tables = btp, .n_blocks = nb,
                              .lora_set = side == 0 ? ls : NULL, .n_lora_sets = side == 0 ? 8 : 0,
                              .lora_sets = side == 0 ? sets : NULL};
+            struct rusage u0, u1;
+            getrusage(RUSAGE_SELF, &u0);
             const double w0 = sb_now(CLOCK_MONOTONIC), c0 = sb_now(CLOCK_PROCESS_CPUTIME_ID);
             if (forward_run(fw[side], &b, &kv, lg) != 0)
                 fail_msg("forward_run: %s", forward_error(fw[side]));
             if (it >= 0) {
                 wall[side][it] = sb_now(CLOCK_MONOTONIC) - w0;
                 cpu[side][it] = sb_now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+                getrusage(RUSAGE_SELF, &u1);
+                csw[side] += (double)(u1.ru_nvcsw - u0.ru_nvcsw) / reps;
             }
         }
     const double wm = sb_median(wall[0], reps), wb = sb_median(wall[1], reps);
@@ -601,6 +609,8 @@ static void test_step_bench(void **state)
     print_message("  base   %.2f (%.2f) ms wall  %.2f (%.2f) ms CPU\n", wb, wall[1][0], cb, cpu[1][0]);
     print_message("  base / mixed: %.3f (%.3f) wall, %.3f (%.3f) CPU\n", wb / wm, wall[1][0] / wall[0][0], cb / cm,
                   cpu[1][0] / cpu[0][0]);
+    print_message("  voluntary context switches per step (the process's threads): mixed %.1f, base %.1f\n", csw[0],
+                  csw[1]);
     fflush(stdout);
     forward_free(&fw[0]);
     forward_free(&fw[1]);
