@@ -778,27 +778,29 @@ static void lora_pairs_to_slot0(forward_t *f, const lowrank_t ***pairs, float **
     *s = f->lr_s;
 }
 
-/* Group g's adapters that adapt projection p of layer l, in the set's
- * order: their pairs and scales (scale · factor) into job slot `slot`'s
- * f->lr_pairs / f->lr_s (*pairs, *s point there), their ranks' sum into
- * *sum_r; returns how many. */
-static int lora_set_pairs(forward_t *f, const fwd_batch_t *b, int g, int l, enum lora_proj p, int slot,
-                          const lowrank_t ***pairs_out, float **s_out, size_t *sum_r)
+/* One job slot's pairs: group g's adapters that adapt projection p of
+ * layer l, in the set's order, with their scales (scale · factor), in slot
+ * `slot` of f->lr_pairs / f->lr_s. */
+typedef struct lora_slot {
+    const lowrank_t **pairs;
+    float *s;
+    int n;         /* pairs */
+    size_t sum_r;  /* their ranks' sum */
+} lora_slot_t;
+
+static lora_slot_t lora_set_pairs(forward_t *f, const fwd_batch_t *b, int g, int l, enum lora_proj p, int slot)
 {
     const lora_set_t *set = &b->lora_sets[f->lora_gset[g]];
-    const lowrank_t **pairs = *pairs_out = f->lr_pairs + (size_t)slot * LORA_SET_MAX;
-    float *s = *s_out = f->lr_s + (size_t)slot * LORA_SET_MAX;
-    int n_pairs = 0;
-    *sum_r = 0;
+    lora_slot_t sl = {.pairs = f->lr_pairs + (size_t)slot * LORA_SET_MAX, .s = f->lr_s + (size_t)slot * LORA_SET_MAX};
     for (int i = 0; i < set->n; i++) {
         const lowrank_t *lr = lora_pair(set->ad[i], l, p);
         if (!lr)
             continue;
-        pairs[n_pairs] = lr;
-        s[n_pairs++] = set->scale[i] * lr->factor;
-        *sum_r += (size_t)lr->rank;
+        sl.pairs[sl.n] = lr;
+        sl.s[sl.n++] = set->scale[i] * lr->factor;
+        sl.sum_r += (size_t)lr->rank;
     }
-    return n_pairs;
+    return sl;
 }
 
 /* For each of the n_p projections p[k] of layer l (that share no output):
@@ -813,10 +815,11 @@ static void lora_add(forward_t *f, const fwd_batch_t *b, int l, int n_p, const e
     size_t t_used = 0;
     for (int k = 0; k < n_p; k++)
         for (int g = 0; g < f->n_lora_grp; g++) {
-            const lowrank_t **pairs;
-            float *s;
-            size_t sum_r;
-            const int n_pairs = lora_set_pairs(f, b, g, l, p[k], n_jobs, &pairs, &s, &sum_r);
+            const lora_slot_t sl = lora_set_pairs(f, b, g, l, p[k], n_jobs);
+            const lowrank_t **pairs = sl.pairs;
+            float *s = sl.s;
+            const int n_pairs = sl.n;
+            const size_t sum_r = sl.sum_r;
             if (n_pairs == 0)
                 continue;
             /* the group's rows, in chunks that fit the scratch */
@@ -873,18 +876,15 @@ static void lora_jobs(forward_t *f, const fwd_batch_t *b, int l, int n, const en
     for (int k = 0; k < n; k++) {
         first[k] = n_jobs;
         for (int g = 0; g < f->n_lora_grp; g++) {
-            const lowrank_t **pairs;
-            float *s;
-            size_t sum_r;
-            const int n_pairs = lora_set_pairs(f, b, g, l, p[k], n_jobs, &pairs, &s, &sum_r);
-            if (n_pairs == 0)
+            assert(n_jobs < FWD_LORA_FUSED_JOBS);
+            const lora_slot_t sl = lora_set_pairs(f, b, g, l, p[k], n_jobs);
+            if (sl.n == 0)
                 continue;
             const int n_rows = f->lora_grp0[g + 1] - f->lora_grp0[g];
-            assert(n_jobs < FWD_LORA_FUSED_JOBS);
             f->lr_jobs[n_jobs++] = (lowrank_job_t){ .x = x, .ldx = ldx, .y = y[k], .ldy = ldy[k],
                                                     .rows = f->lora_rows + f->lora_grp0[g], .n = n_rows,
-                                                    .pairs = pairs, .s = s, .n_pairs = n_pairs };
-            t_used += (size_t)n_rows * sum_r;
+                                                    .pairs = sl.pairs, .s = sl.s, .n_pairs = sl.n };
+            t_used += (size_t)n_rows * sl.sum_r;
         }
     }
     first[n] = n_jobs;
