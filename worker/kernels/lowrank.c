@@ -2,10 +2,12 @@
  * matrix in one parallel region (see lowrank.h). */
 #include "worker/kernels/lowrank.h"
 
+#include <assert.h>
 #include <math.h>
 #include <omp.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -486,54 +488,129 @@ static void task_b(cols_fn cols, const lowrank_job_t *jb, const float *t, int64_
     }
 }
 
-int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads)
+int lowrank_check(const lowrank_job_t *jobs, int n_jobs)
 {
     if (n_jobs < 0 || (n_jobs > 0 && !jobs))
         return -1;
-    bool any = false;
-    for (int jb = 0; jb < n_jobs; jb++) {
+    for (int jb = 0; jb < n_jobs; jb++)
         if (job_check(&jobs[jb]) != 0)
             return -1;
-        any |= jobs[jb].n > 0 && jobs[jb].n_pairs > 0;
-    }
-    if (!any)
-        return 0;
-    dots_fn dots = dots_scalar;
-    cols_fn cols = cols_scalar;
+    return 0;
+}
+
+/* The kernels of this CPU (lowrank_isa) */
+static void kernels(dots_fn *dots, cols_fn *cols)
+{
+    *dots = dots_scalar;
+    *cols = cols_scalar;
 #ifdef VMATH_X86
     const qgemm_isa_t isa = lowrank_isa();
     if (isa != QGEMM_ISA_SCALAR) {
-        dots = isa == QGEMM_ISA_AVX512VNNI ? dots_avx512 : dots_avx2;
-        cols = isa == QGEMM_ISA_AVX512VNNI ? cols_avx512 : cols_avx2;
+        *dots = isa == QGEMM_ISA_AVX512VNNI ? dots_avx512 : dots_avx2;
+        *cols = isa == QGEMM_ISA_AVX512VNNI ? cols_avx512 : cols_avx2;
     }
 #endif
+}
+
+void lowrank_phase_init(lowrank_phase_t *ph, const lowrank_job_t *jobs, int n_jobs)
+{
+    int64_t n = 0;
+    for (int q = 0; q < n_jobs; q++)
+        for (int i = 0; i < jobs[q].n_pairs && jobs[q].n > 0; i++)
+            n += (int64_t)((jobs[q].n + LOWRANK_ROWS - 1) / LOWRANK_ROWS) *
+                 ((jobs[q].pairs[i]->rank + LOWRANK_KS - 1) / LOWRANK_KS);
+    atomic_init(&ph->next, 0);
+    atomic_init(&ph->done, 0);
+    ph->n_tasks = n;
+}
+
+void lowrank_wait_t(lowrank_phase_t *ph)
+{
+    /* a short spin (the other threads' last tasks are usually under way),
+     * then yield the core: on a shared machine the thread we wait for may
+     * be the one that needs it */
+    for (int spin = 0; atomic_load_explicit(&ph->done, memory_order_acquire) < ph->n_tasks; spin++) {
+        if (spin < 2000) {
+#ifdef VMATH_X86
+            _mm_pause();
+#endif
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+void lowrank_run_t(const lowrank_job_t *jobs, int n_jobs, float *t, lowrank_phase_t *ph)
+{
+    atomic_llong *next = &ph->next;
+    dots_fn dots;
+    cols_fn cols;
+    kernels(&dots, &cols);
     /* Every thread walks the same task list in the same order and runs the
      * tasks whose index it claims (dynamic scheduling, no index lookup). */
-    atomic_llong next_a = 0, next_b = 0;
+    int64_t want = claim(next), idx = 0;
+    float *tj = t;
+    for (int q = 0; q < n_jobs; q++) {
+        const lowrank_job_t *jb = &jobs[q];
+        for (int i = 0; i < jb->n_pairs && jb->n > 0; i++) {
+            const lowrank_t *lr = jb->pairs[i];
+            for (int j0 = 0; j0 < jb->n; j0 += LOWRANK_ROWS)
+                for (int k0 = 0; k0 < lr->rank; k0 += LOWRANK_KS, idx++) {
+                    if (idx != want)
+                        continue;
+                    const int nr = jb->n - j0 < LOWRANK_ROWS ? jb->n - j0 : LOWRANK_ROWS;
+                    const int k1 = k0 + LOWRANK_KS < lr->rank ? k0 + LOWRANK_KS : lr->rank;
+                    task_a(dots, jb, lr, tj, j0, nr, k0, k1);
+                    atomic_fetch_add_explicit(&ph->done, 1, memory_order_release);
+                    want = claim(next);
+                }
+            tj += (size_t)jb->n * (size_t)lr->rank;
+        }
+    }
+}
+
+void lowrank_run_cols(const lowrank_job_t *jobs, int n_jobs, const float *t, int64_t o0, int64_t o1)
+{
+    assert(o0 % LOWRANK_COLS == 0);
+    dots_fn dots;
+    cols_fn cols;
+    kernels(&dots, &cols);
+    (void)dots;
+    const float *tj = t;
+    for (int q = 0; q < n_jobs; q++) {
+        const lowrank_job_t *jb = &jobs[q];
+        if (jb->n > 0 && jb->n_pairs > 0) {
+            const int64_t out = jb->pairs[0]->b.rows, end = o1 < out ? o1 : out;
+            for (int64_t o = o0; o < end; o += LOWRANK_COLS)
+                task_b(cols, jb, tj, o, o + LOWRANK_COLS < end ? o + LOWRANK_COLS : end);
+        }
+        for (int i = 0; i < jb->n_pairs; i++)
+            tj += (size_t)(jb->n > 0 ? jb->n : 0) * (size_t)jb->pairs[i]->rank;
+    }
+}
+
+int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads)
+{
+    if (lowrank_check(jobs, n_jobs) != 0)
+        return -1;
+    bool any = false;
+    for (int jb = 0; jb < n_jobs; jb++)
+        any |= jobs[jb].n > 0 && jobs[jb].n_pairs > 0;
+    if (!any)
+        return 0;
+    dots_fn dots;
+    cols_fn cols;
+    kernels(&dots, &cols);
+    (void)dots; /* phase 1 picks its own (lowrank_run_t) */
+    lowrank_phase_t ph;
+    lowrank_phase_init(&ph, jobs, n_jobs);
+    atomic_llong next_b = 0;
 #pragma omp parallel num_threads(n_threads > 0 ? n_threads : 1)
     {
-        int64_t want = claim(&next_a), idx = 0;
-        float *tj = t;
-        for (int q = 0; q < n_jobs; q++) {
-            const lowrank_job_t *jb = &jobs[q];
-            for (int i = 0; i < jb->n_pairs && jb->n > 0; i++) {
-                const lowrank_t *lr = jb->pairs[i];
-                for (int j0 = 0; j0 < jb->n; j0 += LOWRANK_ROWS)
-                    for (int k0 = 0; k0 < lr->rank; k0 += LOWRANK_KS, idx++) {
-                        if (idx != want)
-                            continue;
-                        const int nr = jb->n - j0 < LOWRANK_ROWS ? jb->n - j0 : LOWRANK_ROWS;
-                        const int k1 = k0 + LOWRANK_KS < lr->rank ? k0 + LOWRANK_KS : lr->rank;
-                        task_a(dots, jb, lr, tj, j0, nr, k0, k1);
-                        want = claim(&next_a);
-                    }
-                tj += (size_t)jb->n * (size_t)lr->rank;
-            }
-        }
+        lowrank_run_t(jobs, n_jobs, t, &ph);
 #pragma omp barrier
-        want = claim(&next_b);
-        idx = 0;
-        tj = t;
+        int64_t want = claim(&next_b), idx = 0;
+        const float *tj = t;
         for (int q = 0; q < n_jobs; q++) {
             const lowrank_job_t *jb = &jobs[q];
             if (jb->n == 0 || jb->n_pairs == 0)

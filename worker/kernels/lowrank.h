@@ -44,13 +44,16 @@
  * lowrank_add_ref is the scalar reference: plain loops, double accumulation
  * (an int8 pair's reference uses its int8 values times their scales).
  *
- * Threads: lowrank_apply runs one OpenMP region of n_threads.
+ * Threads: lowrank_apply runs one OpenMP region of n_threads;
+ * lowrank_run_t / lowrank_run_cols run its two phases inside a region the
+ * caller opens (the forward pass puts them in its projection's region).
  * Memory: lowrank_apply allocates nothing (the caller owns every buffer);
  * a pair owns the bt lowrank_prepare made (B's bytes again).
  */
 #ifndef PAGODA_WORKER_LOWRANK_H
 #define PAGODA_WORKER_LOWRANK_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -133,6 +136,37 @@ size_t lowrank_scratch_floats(const lowrank_job_t *jobs, int n_jobs);
  * disagree);
  * nothing is written then. */
 int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads);
+
+/* lowrank_apply's two phases inside a parallel region the caller runs, so
+ * an update shares the region (and the tasks) of the matmul it follows:
+ *   before the region: lowrank_check(jobs, n_jobs) == 0,
+ *     lowrank_phase_init(&ph, jobs, n_jobs), t of
+ *     lowrank_scratch_floats(jobs, n_jobs) floats;
+ *   every thread of the region: lowrank_run_t(jobs, n_jobs, t, &ph)
+ *     (phase 1: claims its tasks until none is left; returns while other
+ *     threads may still run theirs), then work of its own (the matmul);
+ *   lowrank_wait_t(&ph) before a thread's first lowrank_run_cols: returns
+ *     once every phase 1 task is done (acquire; a short spin, then
+ *     sched_yield). No barrier: a thread that is late or descheduled at
+ *     the start holds nobody up, the others take its phase 1 tasks;
+ *   lowrank_run_cols(jobs, n_jobs, t, o0, o1): phase 2 for outputs
+ *     [o0, o1) of every job (o0 a multiple of LOWRANK_COLS; clipped to each
+ *     job's out; jobs narrower than o0 add nothing), from any thread.
+ *     Calls for disjoint output ranges may run concurrently. jobs may be a
+ *     run jobs[j0 ..] of the list phase 1 ran, with t +
+ *     lowrank_scratch_floats(jobs, j0).
+ * Each output gets the same operations as in lowrank_apply (same bits).
+ * lowrank_check returns 0, -1 where lowrank_apply would refuse. */
+typedef struct lowrank_phase {
+    atomic_llong next;   /* phase 1 tasks claimed */
+    atomic_llong done;   /* phase 1 tasks finished */
+    int64_t n_tasks;     /* phase 1 tasks of the jobs */
+} lowrank_phase_t;
+int lowrank_check(const lowrank_job_t *jobs, int n_jobs);
+void lowrank_phase_init(lowrank_phase_t *ph, const lowrank_job_t *jobs, int n_jobs);
+void lowrank_run_t(const lowrank_job_t *jobs, int n_jobs, float *t, lowrank_phase_t *ph);
+void lowrank_wait_t(lowrank_phase_t *ph);
+void lowrank_run_cols(const lowrank_job_t *jobs, int n_jobs, const float *t, int64_t o0, int64_t o1);
 
 /* One pair's update in scalar code with double accumulation (tests, the
  * reference). */

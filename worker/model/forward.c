@@ -20,8 +20,11 @@
 #include "worker/kernels/attention.h"
 #include "worker/kernels/worksteal.h"
 
-/* phases of a 1-row step timed with PAGODA_FWD_PROFILE (prof_print) */
-enum { PH_EMBED, PH_QKV_ATT, PH_WO, PH_NORM, PH_GATE_UP, PH_DOWN, PH_HEAD, PH_N };
+/* phases of a step timed with PAGODA_FWD_PROFILE (prof_print); PH_QKV_ATT
+ * is the fused attention block of small batches (qkv_attention_by_head),
+ * PH_QKV / PH_ATT the two regions of larger ones, PH_LORA every adapter
+ * update outside the fused gate/up */
+enum { PH_EMBED, PH_QKV_ATT, PH_QKV, PH_ATT, PH_WO, PH_NORM, PH_GATE_UP, PH_DOWN, PH_LORA, PH_HEAD, PH_N };
 
 struct forward {
     const model_t *m;
@@ -65,25 +68,29 @@ struct forward {
     int32_t *lora_grp0;  /* (max_rows + 1) group g's rows are lora_rows[grp0[g] .. grp0[g+1]) */
     int32_t *lora_gset;  /* (max_rows) the set index of group g */
     int n_lora_grp;      /* groups this step (0: no row has an adapter) */
-    lowrank_job_t *lr_jobs;          /* (FWD_LORA_JOBS) one lowrank_apply call's jobs */
-    const lowrank_t **lr_pairs;      /* (FWD_LORA_JOBS, LORA_SET_MAX) their pairs */
-    float *lr_s;                     /* (FWD_LORA_JOBS, LORA_SET_MAX) their scales */
-    float *lr_t;                     /* (lr_t_cap) lowrank_apply's scratch */
-    size_t lr_t_cap;                 /* (max_rows + LORA_SET_MAX) * LORA_MAX_RANK */
+    bool lora_unfused;   /* forward_set_lora_fused(f, false): never proj_fused's updates */
+    lowrank_job_t *lr_jobs;          /* (FWD_LORA_FUSED_JOBS) one lowrank call's jobs */
+    const lowrank_t **lr_pairs;      /* (FWD_LORA_FUSED_JOBS, LORA_SET_MAX) their pairs */
+    float *lr_s;                     /* (FWD_LORA_FUSED_JOBS, LORA_SET_MAX) their scales */
+    float *lr_t;                     /* (lr_t_cap) lowrank's scratch */
+    size_t lr_t_cap;                 /* the larger of (max_rows + LORA_SET_MAX) * LORA_MAX_RANK
+                                      * (lora_add) and q/k/v of every row of a proj_fused step
+                                      * with LORA_SET_MAX adapters of LORA_MAX_RANK */
     ws_t *ws;            /* per-thread ranges of ffn_gate_up's column tasks and of
                           * qkv_attention_by_head's kv heads */
     _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
     const _Atomic uint32_t *stop;  /* FWD_STOP set: return at the next check, stop_set (forward_set_stop) */
     char err[160];
-    /* PAGODA_FWD_PROFILE=1: time per phase of 1-row steps, printed to
-     * stderr by forward_free (a profiling aid for the decode path) */
-    bool prof;
+    /* PAGODA_FWD_PROFILE=N: time per phase of N-row steps (1 when the
+     * value is not a number above 0), printed to stderr by forward_free (a
+     * profiling aid for the decode path) */
+    int prof;
     uint64_t prof_steps;
     double prof_ns[PH_N], prof_bytes[PH_N];
 };
 
-static const char *const ph_name[PH_N] = {"embed+rope+norm", "qkv+attention", "wo", "norms",
-                                           "gate+up", "down", "head"};
+static const char *const ph_name[PH_N] = {"embed+rope+norm", "qkv+attention", "qkv", "attention", "wo",
+                                           "norms", "gate+up", "down", "lora", "head"};
 
 static double now_ns(void)
 {
@@ -114,6 +121,14 @@ static double now_ns(void)
 /* Jobs (group × projection) one lowrank_apply call takes at most (more
  * make another call). */
 #define FWD_LORA_JOBS 64
+/* Steps of up to this many rows with adapters add each projection's update
+ * inside the projection's own region (proj_fused): matmul_run_range equals
+ * matmul_run bit for bit up to 64 rows (matmul.h), so a base row of such a
+ * step keeps the bits of a step without adapters. Larger steps (prefill)
+ * run the projection, then lora_add. */
+#define FWD_LORA_FUSED_MAX_ROWS 64
+/* Jobs of one proj_fused region: q/k/v × one group per row at most */
+#define FWD_LORA_FUSED_JOBS (3 * FWD_LORA_FUSED_MAX_ROWS)
 /* FWD_STOP set (forward_set_stop): the pass returns FWD_STOPPED at the
  * next check — between layers and, inside a layer, before its FFN and
  * before the FFN's down projection, the three parts of a layer's matmul
@@ -157,6 +172,11 @@ int forward_set_int8(forward_t *f, bool on)
         return -1;
     /* BF16 weights on AVX512-BF16 (1 = not on this CPU: exact path) */
     return matmul_use_bf16(f->mm, f->max_rows) < 0 ? -1 : 0;
+}
+
+void forward_set_lora_fused(forward_t *f, bool on)
+{
+    f->lora_unfused = !on;
 }
 
 void forward_set_progress(forward_t *f, _Atomic uint64_t *layers_done)
@@ -218,9 +238,13 @@ static void forward_carve(forward_t *f)
         f->moe_out = carve(f, R * c->dim);
     }
     f->scores = carve(f, (size_t)f->n_threads * (size_t)f->score_rows * f->scores_ld);
-    /* LoRA scratch: t (n, r) of every job of one lowrank_apply call; one row
-     * of the largest set always fits (lora_add flushes before it is full) */
+    /* LoRA scratch: t (n, r) of every job of one lowrank call; one row of
+     * the largest set always fits (lora_add flushes before it is full), and
+     * every job of a proj_fused step (it cannot flush) */
+    const size_t rf = R < FWD_LORA_FUSED_MAX_ROWS ? R : FWD_LORA_FUSED_MAX_ROWS;
     f->lr_t_cap = (R + LORA_SET_MAX) * LORA_MAX_RANK;
+    if (f->lr_t_cap < 3 * rf * LORA_SET_MAX * LORA_MAX_RANK)
+        f->lr_t_cap = 3 * rf * LORA_SET_MAX * LORA_MAX_RANK;
     f->lr_t = carve(f, f->lr_t_cap);
 }
 
@@ -249,12 +273,12 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->lora_rows = xmalloc(R * sizeof(int32_t));
     f->lora_grp0 = xmalloc((R + 1) * sizeof(int32_t));
     f->lora_gset = xmalloc(R * sizeof(int32_t));
-    f->lr_jobs = xmalloc(FWD_LORA_JOBS * sizeof(lowrank_job_t));
-    f->lr_pairs = xmalloc(FWD_LORA_JOBS * LORA_SET_MAX * sizeof(lowrank_t *));
-    f->lr_s = xmalloc(FWD_LORA_JOBS * LORA_SET_MAX * sizeof(float));
+    f->lr_jobs = xmalloc(FWD_LORA_FUSED_JOBS * sizeof(lowrank_job_t));
+    f->lr_pairs = xmalloc(FWD_LORA_FUSED_JOBS * LORA_SET_MAX * sizeof(lowrank_t *));
+    f->lr_s = xmalloc(FWD_LORA_FUSED_JOBS * LORA_SET_MAX * sizeof(float));
     f->ws = ws_new(f->n_threads);
     const char *pe = getenv("PAGODA_FWD_PROFILE");
-    f->prof = pe && *pe && *pe != '0';
+    f->prof = pe && *pe && *pe != '0' ? (atoi(pe) > 0 ? atoi(pe) : 1) : 0;
     return f;
 }
 
@@ -268,8 +292,8 @@ static void prof_print(const forward_t *f)
         totb += f->prof_bytes[i];
     }
     const double n = (double)f->prof_steps;
-    fprintf(stderr, "# forward profile, %llu 1-row steps: %.3f ms/step, %.1f MB weights, %.1f GB/s\n",
-            (unsigned long long)f->prof_steps, tot / n / 1e6, totb / n / 1e6, totb / tot);
+    fprintf(stderr, "# forward profile, %llu %d-row steps: %.3f ms/step, %.1f MB weights, %.1f GB/s\n",
+            (unsigned long long)f->prof_steps, f->prof, tot / n / 1e6, totb / n / 1e6, totb / tot);
     for (int i = 0; i < PH_N; i++)
         fprintf(stderr, "#   %-16s %7.3f ms %5.1f%%  %7.1f MB  %5.1f GB/s\n", ph_name[i], f->prof_ns[i] / n / 1e6,
                 100 * f->prof_ns[i] / tot, f->prof_bytes[i] / n / 1e6,
@@ -754,6 +778,31 @@ static void lora_pairs_to_slot0(forward_t *f, const lowrank_t ***pairs, float **
     *s = f->lr_s;
 }
 
+/* One job slot's pairs: group g's adapters that adapt projection p of
+ * layer l, in the set's order, with their scales (scale · factor), in slot
+ * `slot` of f->lr_pairs / f->lr_s. */
+typedef struct lora_slot {
+    const lowrank_t **pairs;
+    float *s;
+    int n;         /* pairs */
+    size_t sum_r;  /* their ranks' sum */
+} lora_slot_t;
+
+static lora_slot_t lora_set_pairs(forward_t *f, const fwd_batch_t *b, int g, int l, enum lora_proj p, int slot)
+{
+    const lora_set_t *set = &b->lora_sets[f->lora_gset[g]];
+    lora_slot_t sl = {.pairs = f->lr_pairs + (size_t)slot * LORA_SET_MAX, .s = f->lr_s + (size_t)slot * LORA_SET_MAX};
+    for (int i = 0; i < set->n; i++) {
+        const lowrank_t *lr = lora_pair(set->ad[i], l, p);
+        if (!lr)
+            continue;
+        sl.pairs[sl.n] = lr;
+        sl.s[sl.n++] = set->scale[i] * lr->factor;
+        sl.sum_r += (size_t)lr->rank;
+    }
+    return sl;
+}
+
 /* For each of the n_p projections p[k] of layer l (that share no output):
  * y[k] (R, ldy[k]) += each row's adapters' update (lowrank.h) of x[k]
  * (R, ldx[k]), adapter by adapter in the set's order. Every group and
@@ -766,19 +815,11 @@ static void lora_add(forward_t *f, const fwd_batch_t *b, int l, int n_p, const e
     size_t t_used = 0;
     for (int k = 0; k < n_p; k++)
         for (int g = 0; g < f->n_lora_grp; g++) {
-            const lora_set_t *set = &b->lora_sets[f->lora_gset[g]];
-            const lowrank_t **pairs = f->lr_pairs + (size_t)n_jobs * LORA_SET_MAX;
-            float *s = f->lr_s + (size_t)n_jobs * LORA_SET_MAX;
-            int n_pairs = 0;
-            size_t sum_r = 0;
-            for (int i = 0; i < set->n; i++) {
-                const lowrank_t *lr = lora_pair(set->ad[i], l, p[k]);
-                if (!lr)
-                    continue;
-                pairs[n_pairs] = lr;
-                s[n_pairs++] = set->scale[i] * lr->factor;
-                sum_r += (size_t)lr->rank;
-            }
+            const lora_slot_t sl = lora_set_pairs(f, b, g, l, p[k], n_jobs);
+            const lowrank_t **pairs = sl.pairs;
+            float *s = sl.s;
+            const int n_pairs = sl.n;
+            const size_t sum_r = sl.sum_r;
             if (n_pairs == 0)
                 continue;
             /* the group's rows, in chunks that fit the scratch */
@@ -817,56 +858,148 @@ static void lora_add1(forward_t *f, const fwd_batch_t *b, int l, enum lora_proj 
 /* Batches up to this many rows take qkv_attention_by_head. */
 #define FWD_BY_HEAD_MAX_ROWS 8
 
-/* FFN columns per task of ffn_gate_up (a multiple of 16). */
+/* Columns per task of proj_fused: a multiple of 16 (matmul_run_range) and
+ * of LOWRANK_COLS (the update's panels), so a task's update covers whole
+ * panels. */
 #define FWD_FFN_COLS 64
+_Static_assert(FWD_FFN_COLS % 16 == 0 && FWD_FFN_COLS % LOWRANK_COLS == 0, "proj_fused's column tasks");
 
-/* hg (R, ffn) = act(x · Wgateᵀ) * (x · Wupᵀ), ffn = wg->rows, in one
- * region: each task takes FWD_FFN_COLS columns of both projections and
- * applies the activation to them while they are in cache. */
-static void ffn_gate_up(forward_t *f, const matmul_weight_t *wg, const matmul_weight_t *wu, const float *x, int R)
+/* The jobs of the n projections p[k] of layer l (input x (R, ldx), outputs
+ * y[k] (R, ldy[k])) for one proj_fused region, group by group:
+ * projection k's are f->lr_jobs[first[k] .. first[k + 1]). They always fit
+ * (f->lr_t_cap, FWD_LORA_FUSED_JOBS: R <= FWD_LORA_FUSED_MAX_ROWS). */
+static void lora_jobs(forward_t *f, const fwd_batch_t *b, int l, int n, const enum lora_proj *p, const float *x,
+                      int64_t ldx, float *const *y, const int64_t *ldy, int *first)
+{
+    int n_jobs = 0;
+    size_t t_used = 0;
+    for (int k = 0; k < n; k++) {
+        first[k] = n_jobs;
+        for (int g = 0; g < f->n_lora_grp; g++) {
+            assert(n_jobs < FWD_LORA_FUSED_JOBS);
+            const lora_slot_t sl = lora_set_pairs(f, b, g, l, p[k], n_jobs);
+            if (sl.n == 0)
+                continue;
+            const int n_rows = f->lora_grp0[g + 1] - f->lora_grp0[g];
+            f->lr_jobs[n_jobs++] = (lowrank_job_t){ .x = x, .ldx = ldx, .y = y[k], .ldy = ldy[k],
+                                                    .rows = f->lora_rows + f->lora_grp0[g], .n = n_rows,
+                                                    .pairs = sl.pairs, .s = sl.s, .n_pairs = sl.n };
+            t_used += (size_t)n_rows * sl.sum_r;
+        }
+    }
+    first[n] = n_jobs;
+    assert(t_used <= f->lr_t_cap);
+    int rc = lowrank_check(f->lr_jobs, n_jobs);
+    assert(rc == 0 && "adapters were checked against the model at load");
+    (void)rc;
+}
+
+/* ys[k] (R, ws[k]->rows) = x (R, cols) · ws[k]ᵀ for k < n (n <= 3, equal
+ * cols) in ONE region of FWD_FFN_COLS-column tasks; act (n == 2, gate/up):
+ * then ys[0] = act(ys[0]) * ys[1], each task on its columns while they are
+ * in cache. lp (NULL: none) names the projections of layer l whose adapter
+ * updates (b's groups, f->n_lora_grp > 0, R <= FWD_LORA_FUSED_MAX_ROWS)
+ * join the region: each thread takes phase 1 tasks (t = x[rows] · Aᵀ,
+ * lowrank_run_t) until none is left, then its column tasks; a task adds the
+ * update of its columns right after their product (lowrank_run_cols),
+ * before the activation, once every phase 1 task is done (lowrank_wait_t:
+ * no barrier, so a late thread holds nobody up; with the worker's short
+ * GOMP_SPINCOUNT each barrier of a step is a sleep and a wake-up). Every
+ * output gets the operations of mm + lora_add in the same order (same
+ * bits), in one region instead of three (four with the activation), and
+ * the update's reads of its factors run beside the other thread's
+ * products. */
+static void proj_fused(forward_t *f, const fwd_batch_t *b, int l, const enum lora_proj *lp,
+                       const matmul_weight_t *const *ws, int n, const float *x, int R, float *const *ys, bool act)
 {
     const model_config_t *c = &f->m->cfg;
-    const int ffn = (int)wg->rows, n_chunks = (ffn + FWD_FFN_COLS - 1) / FWD_FFN_COLS;
-    int rc = matmul_prepare(f->mm, x, R, c->dim);
+    assert(n >= 1 && n <= 3 && (!act || (n == 2 && ws[0]->rows == ws[1]->rows)));
+    const int64_t in = ws[0]->cols;
+    int rc = matmul_prepare(f->mm, x, R, in);
     assert(rc == 0);
     (void)rc;
+    int first[4] = {0};
+    size_t t_off[3] = {0};
+    int64_t ldy[3], n_ch[3], n_tasks = 0;
+    for (int k = 0; k < n; k++) {
+        ldy[k] = ws[k]->rows;
+        n_ch[k] = (ws[k]->rows + FWD_FFN_COLS - 1) / FWD_FFN_COLS;
+        n_tasks += k == 0 || !act ? n_ch[k] : 0;
+    }
+    if (lp && f->n_lora_grp > 0) {
+        assert(R <= FWD_LORA_FUSED_MAX_ROWS);
+        lora_jobs(f, b, l, n, lp, x, in, ys, ldy, first);
+        for (int k = 0; k < n; k++)
+            t_off[k] = lowrank_scratch_floats(f->lr_jobs, first[k]);
+    }
+    const int n_jobs = first[n];
+    lowrank_phase_t ph;
+    lowrank_phase_init(&ph, f->lr_jobs, n_jobs);
     /* per-thread contiguous ranges of tasks, stolen from the back when a
      * thread runs out (worksteal.h): each matrix's "next panels" prefetch
      * then reads the thread's own next task */
-    ws_init(f->ws, n_chunks, f->n_threads);
+    ws_init(f->ws, n_tasks, f->n_threads);
 #pragma omp parallel num_threads(f->n_threads)
-    for (int64_t ch; (ch = ws_next(f->ws, omp_get_thread_num())) >= 0;) {
-        const int t = omp_get_thread_num();
-        const int64_t n0 = ch * FWD_FFN_COLS, n1 = n0 + FWD_FFN_COLS < ffn ? n0 + FWD_FFN_COLS : ffn;
-        int bad_mm = matmul_run_range(f->mm, wg, x, R, n0, n1, f->hg, t) |
-                     matmul_run_range(f->mm, wu, x, R, n0, n1, f->hu, t);
-        assert(bad_mm == 0 && "weights were validated at load");
-        (void)bad_mm;
-        for (int r = 0; r < R; r++) {
-            float *h = f->hg + (size_t)r * ffn + n0;
-            act_mul(c->ffn_act, h, h, f->hu + (size_t)r * ffn + n0, (size_t)(n1 - n0));
+    {
+        bool t_ready = n_jobs == 0;
+        if (n_jobs > 0)
+            lowrank_run_t(f->lr_jobs, n_jobs, f->lr_t, &ph);
+        for (int64_t task; (task = ws_next(f->ws, omp_get_thread_num())) >= 0;) {
+            const int t = omp_get_thread_num();
+            int k0 = 0;
+            int64_t ch = task;
+            while (!act && ch >= n_ch[k0])
+                ch -= n_ch[k0++];
+            const int64_t n0 = ch * FWD_FFN_COLS, n1 = n0 + FWD_FFN_COLS < ldy[k0] ? n0 + FWD_FFN_COLS : ldy[k0];
+            for (int k = k0; k < (act ? 2 : k0 + 1); k++) {
+                int bad_mm = matmul_run_range(f->mm, ws[k], x, R, n0, n1, ys[k], t);
+                assert(bad_mm == 0 && "weights were validated at load");
+                (void)bad_mm;
+                if (first[k + 1] > first[k] && !t_ready) {
+                    lowrank_wait_t(&ph);
+                    t_ready = true;
+                }
+                if (first[k + 1] > first[k])
+                    lowrank_run_cols(f->lr_jobs + first[k], first[k + 1] - first[k], f->lr_t + t_off[k], n0, n1);
+            }
+            for (int r = 0; act && r < R; r++) {
+                float *h = ys[0] + (size_t)r * ldy[0] + n0;
+                act_mul(c->ffn_act, h, h, ys[1] + (size_t)r * ldy[0] + n0, (size_t)(n1 - n0));
+            }
         }
     }
+}
+
+/* hg (R, ffn) = act(x · Wgateᵀ) * (x · Wupᵀ), ffn = wg->rows (proj_fused,
+ * no adapters) */
+static void ffn_gate_up(forward_t *f, const matmul_weight_t *wg, const matmul_weight_t *wu, const float *x, int R)
+{
+    const matmul_weight_t *wgu[2] = {wg, wu};
+    float *const ygu[2] = {f->hg, f->hu};
+    proj_fused(f, NULL, 0, NULL, wgu, 2, x, R, ygu, true);
 }
 
 /* ffn_gate_up for a step with adapters: gate and up in one region, each
  * adapter's update of them, then the activation (the fused path applies it
  * inside the region, before an update could be added). */
-static void ffn_gate_up_lora(forward_t *f, const fwd_batch_t *b, int l, int R)
+static void ffn_gate_up_lora(forward_t *f, const fwd_batch_t *b, int l, int R, bool prof)
 {
     const model_config_t *c = &f->m->cfg;
     const model_layer_t *L = &f->m->layers[l];
     const int64_t ffn = L->w_gate.rows;
     const matmul_weight_t *wgu[2] = {&L->w_gate, &L->w_up};
     float *const ygu[2] = {f->hg, f->hu};
-    mm_multi(f, wgu, 2, f->xb, R, ygu);
+    PROF(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up), mm_multi(f, wgu, 2, f->xb, R, ygu));
     const enum lora_proj pgu[2] = {LORA_GATE, LORA_UP};
     const float *const xgu[2] = {f->xb, f->xb};
     const int64_t ldxgu[2] = {c->dim, c->dim}, ldygu[2] = {ffn, ffn};
-    lora_add(f, b, l, 2, pgu, xgu, ldxgu, ygu, ldygu);
+    PROF(PH_LORA, 0, lora_add(f, b, l, 2, pgu, xgu, ldxgu, ygu, ldygu));
+    const double t0 = prof ? now_ns() : 0;
 #pragma omp parallel for num_threads(nth(f, (size_t)R * ffn)) schedule(static)
     for (int r = 0; r < R; r++)
         act_mul(c->ffn_act, f->hg + (size_t)r * ffn, f->hg + (size_t)r * ffn, f->hu + (size_t)r * ffn, (size_t)ffn);
+    if (prof)
+        f->prof_ns[PH_GATE_UP] += now_ns() - t0;
 }
 
 /* Router of a MoE layer, per row: probabilities p (n_expert) = softmax(xb ·
@@ -1015,14 +1148,24 @@ static int layer_ffn(forward_t *f, const fwd_batch_t *b, const model_layer_t *L,
         ffn_moe(f, L, R);
         out = f->moe_out;
     } else {
-        if (f->n_lora_grp > 0)
-            ffn_gate_up_lora(f, b, l, R);
+        /* proj_fused takes the updates (none, or few enough rows) */
+        const bool fused = f->n_lora_grp == 0 || (R <= FWD_LORA_FUSED_MAX_ROWS && !f->lora_unfused);
+        const matmul_weight_t *wgu[2] = {&L->w_gate, &L->w_up}, *wd = &L->w_down;
+        float *const ygu[2] = {f->hg, f->hu};
+        static const enum lora_proj pgu[2] = {LORA_GATE, LORA_UP}, pd = LORA_DOWN;
+        if (fused)
+            PROF(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up),
+                 proj_fused(f, b, l, pgu, wgu, 2, f->xb, R, ygu, true));
         else
-            PROF(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up), ffn_gate_up(f, &L->w_gate, &L->w_up, f->xb, R));
+            ffn_gate_up_lora(f, b, l, R, prof);
         if (stop_set(f))
             return FWD_STOPPED;
-        PROF(PH_DOWN, matmul_weight_bytes(&L->w_down), mm(f, &L->w_down, f->hg, R, f->xb));
-        lora_add1(f, b, l, LORA_DOWN, f->hg, L->w_gate.rows, f->xb, dim);
+        if (fused && f->n_lora_grp > 0) {
+            PROF(PH_DOWN, matmul_weight_bytes(wd), proj_fused(f, b, l, &pd, &wd, 1, f->hg, R, &f->xb, false));
+        } else {
+            PROF(PH_DOWN, matmul_weight_bytes(wd), mm(f, wd, f->hg, R, f->xb));
+            PROF(PH_LORA, 0, lora_add1(f, b, l, LORA_DOWN, f->hg, L->w_gate.rows, f->xb, dim));
+        }
     }
     if (L->ffn_post_norm)
         add_rmsnorm(f, out, NULL, out, L->ffn_post_norm, R, dim, c->norm_eps);
@@ -1041,7 +1184,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
     const int R = b->n_rows, dim = c->dim;
     if (R == 0)
         return 0;
-    const bool prof = f->prof && R == 1;
+    const bool prof = f->prof == R;
     double t_start = prof ? now_ns() : 0;
     if (prof)
         f->prof_steps++;
@@ -1067,8 +1210,10 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
      * over the threads (or enough of them that the remainder matters little)
      * and 16-aligned head slices. */
     /* rows with adapters add their updates between the projections and
-     * rope: the two-region path */
+     * rope: the two-region path, each projection's update in its region
+     * (proj_fused) up to FWD_LORA_FUSED_MAX_ROWS rows */
     lora_group(f, b);
+    const bool fused = f->n_lora_grp > 0 && R <= FWD_LORA_FUSED_MAX_ROWS && !f->lora_unfused;
     const bool by_head = f->n_lora_grp == 0 && R <= FWD_BY_HEAD_MAX_ROWS && c->head_dim % 16 == 0 &&
                          (c->n_kv_head % f->n_threads == 0 || c->n_kv_head >= 4 * f->n_threads);
     for (int l = 0; l < c->n_layer; l++) {
@@ -1084,28 +1229,39 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
             /* q (R, q_dim), k, v (R, kv_dim) = xb · W{q,k,v}ᵀ: one region */
             const matmul_weight_t *wqkv[3] = {&L->wq, &L->wk, &L->wv};
             float *const yqkv[3] = {f->q, f->k, f->v};
-            mm_multi(f, wqkv, 3, f->xb, R, yqkv);
-            if (f->n_lora_grp > 0) {
-                const enum lora_proj pqkv[3] = {LORA_Q, LORA_K, LORA_V};
+            static const enum lora_proj pqkv[3] = {LORA_Q, LORA_K, LORA_V};
+            const size_t qkv_bytes = matmul_weight_bytes(&L->wq) + matmul_weight_bytes(&L->wk) +
+                                     matmul_weight_bytes(&L->wv);
+            if (fused)
+                PROF(PH_QKV, qkv_bytes, proj_fused(f, b, l, pqkv, wqkv, 3, f->xb, R, yqkv, false));
+            else
+                PROF(PH_QKV, qkv_bytes, mm_multi(f, wqkv, 3, f->xb, R, yqkv));
+            if (f->n_lora_grp > 0 && !fused) {
                 const float *const xqkv[3] = {f->xb, f->xb, f->xb};
                 const int64_t ldxqkv[3] = {dim, dim, dim}, ldyqkv[3] = {c->q_dim, c->kv_dim, c->kv_dim};
-                lora_add(f, b, l, 3, pqkv, xqkv, ldxqkv, yqkv, ldyqkv);
+                PROF(PH_LORA, 0, lora_add(f, b, l, 3, pqkv, xqkv, ldxqkv, yqkv, ldyqkv));
             }
 
             /* + biases; per-head rmsnorm of q and k (qk_norm); rotate q and k by
              * their row's position; cache[l, block_table[pos / bs], pos % bs] = k, v
              * (all rows before any attends) */
-            qkv_post(f, &a, b, kv);
+            PROF(PH_ATT, 0, qkv_post(f, &a, b, kv));
 
             /* att (R, q_dim) = softmax(softcap(q kᵀ * attn_scale), causal, window) v,
              * per head over its kv head */
-            attention(f, &a, b, kv);
+            PROF(PH_ATT, 0, attention(f, &a, b, kv));
         }
 
         /* xb = att · Woᵀ;  [gemma: xb = rmsnorm(xb) * attn_post_norm]
          * x += xb;  xb = rmsnorm(x) * ffn_norm */
-        PROF(PH_WO, matmul_weight_bytes(&L->wo), mm(f, &L->wo, f->att, R, f->xb));
-        lora_add1(f, b, l, LORA_O, f->att, c->q_dim, f->xb, dim);
+        if (fused) {
+            static const enum lora_proj po = LORA_O;
+            const matmul_weight_t *wo = &L->wo;
+            PROF(PH_WO, matmul_weight_bytes(wo), proj_fused(f, b, l, &po, &wo, 1, f->att, R, &f->xb, false));
+        } else {
+            PROF(PH_WO, matmul_weight_bytes(&L->wo), mm(f, &L->wo, f->att, R, f->xb));
+            PROF(PH_LORA, 0, lora_add1(f, b, l, LORA_O, f->att, c->q_dim, f->xb, dim));
+        }
         PROF(PH_NORM, 0, {
             if (L->attn_post_norm)
                 add_rmsnorm(f, f->xb, NULL, f->xb, L->attn_post_norm, R, dim, c->norm_eps);

@@ -99,6 +99,13 @@ void forward_free(forward_t **f);
  * 0 ok, -1 could not allocate the scratch. */
 int forward_set_int8(forward_t *f, bool on);
 
+/* Test hook: off (on is the default) makes steps with adapter rows run
+ * each projection, then its updates in a region of their own (lowrank_apply)
+ * and gate/up unfused, as steps over 64 rows always do; on, steps of up to
+ * 64 rows add each update inside its projection's region. Both give the
+ * same bits (test_lora checks it). */
+void forward_set_lora_fused(forward_t *f, bool on);
+
 /* A counter forward_run advances by one after each layer (relaxed atomic
  * add; NULL = none, the default). Another thread reads it to see that a
  * long step is still making progress (worker_link's hang detection). Not

@@ -15,7 +15,10 @@
  *   the CPU lacks is skipped with a message);
  * - a step's mix: three groups of rows (sets of one or two pairs of
  *   different ranks, scales) over two matrices with their own x and y, in
- *   one call, against the reference applied pair by pair in set order.
+ *   one call, against the reference applied pair by pair in set order; and
+ *   the same jobs through lowrank_run_t / lowrank_run_cols in a region of
+ *   the test's own (each matrix's jobs apart, column blocks in reverse
+ *   order over 3 threads), bit-equal to lowrank_apply.
  * Tolerance (float accumulation over in + r <= 180 products of unit-size
  * terms, ~1e-6 relative each): max |y - y_ref| <= 2e-5 * max(1, max |y_ref|).
  * Rows not listed must be untouched (bit for bit); a row's result must not
@@ -28,6 +31,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,9 +177,9 @@ static void test_mix(void **state)
     }
     const lowrank_t *set0p[2] = {&p8, &p64}, *set0q[2] = {&q8, &q64}, *set1p[1] = {&p3}, *set1q[1] = {&q3};
     const float s0[2] = {0.5f, -1.25f}, s1[1] = {2.0f};
-    float *py[2] = {malloc((size_t)R * OP * 4), malloc((size_t)R * OP * 4)};
-    float *qy[2] = {malloc((size_t)R * OQ * 4), malloc((size_t)R * OQ * 4)};
-    for (int th = 0; th < 2; th++) {
+    float *py[3] = {malloc((size_t)R * OP * 4), malloc((size_t)R * OP * 4), malloc((size_t)R * OP * 4)};
+    float *qy[3] = {malloc((size_t)R * OQ * 4), malloc((size_t)R * OQ * 4), malloc((size_t)R * OQ * 4)};
+    for (int th = 0; th < 3; th++) {
         memcpy(py[th], p0, (size_t)R * OP * 4);
         memcpy(qy[th], q0, (size_t)R * OQ * 4);
         lowrank_job_t jobs[4] = {
@@ -186,12 +190,33 @@ static void test_mix(void **state)
         };
         float *t = malloc(lowrank_scratch_floats(jobs, 4) * sizeof(float));
         assert_int_equal(lowrank_scratch_floats(jobs, 4), (size_t)(n0 * 72 + n1 * 3) * 2);
-        assert_int_equal(lowrank_apply(jobs, 4, t, th == 0 ? 1 : 3), 0);
+        if (th < 2) {
+            assert_int_equal(lowrank_apply(jobs, 4, t, th == 0 ? 1 : 3), 0);
+        } else { /* the two phases in a region of our own: P's jobs, then Q's, blocks of 64 outputs */
+            assert_int_equal(lowrank_check(jobs, 4), 0);
+            lowrank_phase_t ph;
+            lowrank_phase_init(&ph, jobs, 4);
+            const size_t tq = lowrank_scratch_floats(jobs, 2);
+#pragma omp parallel num_threads(3)
+            {
+                lowrank_run_t(jobs, 4, t, &ph);
+                lowrank_wait_t(&ph);
+#pragma omp for schedule(dynamic, 1)
+                for (int blk = 2; blk >= 0; blk--) { /* P: blocks 1, 0; Q: block 0 */
+                    if (blk == 2)
+                        lowrank_run_cols(jobs + 2, 2, t + tq, 0, 64);
+                    else
+                        lowrank_run_cols(jobs, 2, t, blk * 64, blk * 64 + 64);
+                }
+            }
+        }
         free(t);
     }
-    /* 1 thread and 3 give the same bits */
+    /* 1 thread and 3, and the phases in the caller's region, give the same bits */
     assert_memory_equal(py[0], py[1], (size_t)R * OP * 4);
     assert_memory_equal(qy[0], qy[1], (size_t)R * OQ * 4);
+    assert_memory_equal(py[0], py[2], (size_t)R * OP * 4);
+    assert_memory_equal(qy[0], qy[2], (size_t)R * OQ * 4);
     /* against the reference, pair by pair in set order */
     lowrank_add_ref(&p8, s0[0], x, IN, g0, n0, p0, OP);
     lowrank_add_ref(&p64, s0[1], x, IN, g0, n0, p0, OP);
@@ -228,10 +253,10 @@ static void test_mix(void **state)
     free(x);
     free(p0);
     free(q0);
-    free(py[0]);
-    free(py[1]);
-    free(qy[0]);
-    free(qy[1]);
+    for (int i = 0; i < 3; i++) {
+        free(py[i]);
+        free(qy[i]);
+    }
 }
 
 /* F16 factors (as llama.cpp's converter writes them) against the F32

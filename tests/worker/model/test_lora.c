@@ -36,6 +36,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "worker/model/forward.h"
@@ -54,6 +56,8 @@
 static char g_tmp[64];
 static const char *g_base;  /* stories260K or its stand-in */
 static model_t *g_m;
+static bool g_unfused;      /* run(): forward_set_lora_fused(f, false) */
+static bool g_int8;         /* run(): forward_set_int8(f, true), the worker's matmuls */
 
 typedef struct sq {
     int32_t tok[SEQ_LEN];
@@ -124,6 +128,8 @@ static float *run(const sq_t *s, int n_seq, const lora_set_t *sets, int n_sets, 
     for (int i = 0; i < n_seq; i++)
         total += s[i].n;
     forward_t *f = forward_new(g_m, total, 2);
+    forward_set_lora_fused(f, !g_unfused);
+    assert_int_equal(forward_set_int8(f, g_int8), 0);
     const int per = (SEQ_LEN + BS - 1) / BS;
     kv_store_t kv = {.n_layer = g_m->cfg.n_layer, .n_blocks = n_seq * per, .block_size = BS,
                      .kv_dim = g_m->cfg.kv_dim, .type = KV_TYPE_F32};
@@ -279,6 +285,18 @@ static void test_rank64_f16_int8(void **state)
     one_adapter_p("r64i8.gguf", "--lora-rank 64 --lora-alpha 16 --type F16 --seed 4", 1.5f, 1);
 }
 
+/* The mixed batch's four sequences: lengths 37, 12, 29, 20 with sets -1
+ * (the base), 0, 1, 2 of three; tokens from seed0 + i. */
+static const int mix_len[MAX_SEQ] = {37, 12, 29, 20}, mix_set[MAX_SEQ] = {-1, 0, 1, 2};
+
+static void mix_seqs(sq_t *s, uint32_t seed0)
+{
+    for (int i = 0; i < MAX_SEQ; i++) {
+        make_seq(&s[i], mix_len[i], seed0 + (uint32_t)i, g_m->cfg.vocab);
+        s[i].set = mix_set[i];
+    }
+}
+
 static void mixed_batch(int int8)
 {
     setenv("PAGODA_LORA_PRECISION", int8 ? "int8" : "float", 1);
@@ -292,11 +310,8 @@ static void mixed_batch(int int8)
         {.n = 2, .ad = {a, b}, .scale = {0.5f, 1.0f}},
     };
     sq_t s[MAX_SEQ];
-    const int lens[MAX_SEQ] = {37, 12, 29, 20}, set_of[MAX_SEQ] = {-1, 0, 1, 2};
-    for (int i = 0; i < MAX_SEQ; i++) {
-        make_seq(&s[i], lens[i], 100 + (uint32_t)i, g_m->cfg.vocab);
-        s[i].set = set_of[i];
-    }
+    const int *set_of = mix_set;
+    mix_seqs(s, 100);
     float *mixed = run(s, MAX_SEQ, sets, 3, 5);
     const char *files[2] = {"ma.gguf", "mb.gguf"};
     size_t off = 0;
@@ -336,6 +351,83 @@ static int k_float = 0, k_int8 = 1;
 static void test_mixed_batch(void **state)
 {
     mixed_batch(*(const int *)*state);
+}
+
+/* Steps with adapter rows of up to 64 rows add each update inside its
+ * projection's region (forward.c proj_fused: gate/up stay fused, the update
+ * before the activation); forward_set_lora_fused(f, false) runs the
+ * projection, the update's own region and the activation apart, as larger
+ * steps do. Both must give the same bits, and a base row of a mixed step
+ * the bits of the same step without adapters: the mixed batch's sequences
+ * in steps of 20 rows (chunk 5), exact comparison, on stories260K (float
+ * matmuls) and on a Q8_0 model with the worker's int8 matmuls. */
+static void fused_bits(void)
+{
+    mklora("fa.gguf", "--lora-rank 8 --seed 31");
+    mklora("fb.gguf", "--lora-rank 64 --lora-alpha 16 --type F16 --lora-targets attn_q,attn_v,attn_output,ffn_up,ffn_down "
+           "--seed 32");
+    lora_t *a = load_lora("fa.gguf"), *b = load_lora("fb.gguf");
+    const lora_set_t sets[3] = {
+        {.n = 1, .ad = {a}, .scale = {1.0f}},
+        {.n = 1, .ad = {b}, .scale = {0.5f}},
+        {.n = 2, .ad = {b, a}, .scale = {1.0f, 0.25f}},
+    };
+    sq_t s[MAX_SEQ];
+    const int *lens = mix_len;
+    mix_seqs(s, 200);
+    size_t total = 0;
+    for (int i = 0; i < MAX_SEQ; i++)
+        total += (size_t)lens[i] * g_m->cfg.vocab;
+    float *fused = run(s, MAX_SEQ, sets, 3, 5);
+    g_unfused = true;
+    float *unfused = run(s, MAX_SEQ, sets, 3, 5);
+    g_unfused = false;
+    for (int i = 0; i < MAX_SEQ; i++)
+        s[i].set = -1;
+    float *plain = run(s, MAX_SEQ, sets, 3, 5);
+    size_t diff = 0;
+    for (size_t i = 0; i < total; i++)
+        diff += memcmp(&fused[i], &unfused[i], sizeof(float)) != 0;
+    if (diff)
+        fail_msg("fused vs unfused updates: %zu of %zu logits differ", diff, total);
+    /* sequence 0 (the base) comes first */
+    diff = 0;
+    for (size_t i = 0; i < (size_t)lens[0] * g_m->cfg.vocab; i++)
+        diff += memcmp(&fused[i], &plain[i], sizeof(float)) != 0;
+    if (diff)
+        fail_msg("base rows of mixed steps vs steps without adapters: %zu logits differ", diff);
+    /* and the adapters did something */
+    assert_true(memcmp(fused + (size_t)lens[0] * g_m->cfg.vocab, plain + (size_t)lens[0] * g_m->cfg.vocab,
+                       (total - (size_t)lens[0] * g_m->cfg.vocab) * sizeof(float)) != 0);
+    free(fused);
+    free(unfused);
+    free(plain);
+    lora_free(&a);
+    lora_free(&b);
+}
+
+static void test_fused_bits(void **state)
+{
+    (void)state;
+    fused_bits();
+    /* a Q8_0 base of stories260K's tokenizer, int8 matmuls */
+    char args[512], err[256], path[128];
+    snprintf(args, sizeof args, "--type Q8_0 --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 320 --vocab 512 "
+             "--seed 5 --tokenizer-from %s", g_base);
+    assert_int_equal(support_mkmodel(g_tmp, "q8.gguf", args), 0);
+    snprintf(path, sizeof path, "%s/q8.gguf", g_tmp);
+    model_t *m0 = g_m, *q8 = NULL;
+    const char *b0 = g_base;
+    if (model_load(path, &q8, err, sizeof err) != 0)
+        fail_msg("model_load %s: %s", path, err);
+    g_m = q8;
+    g_base = path;
+    g_int8 = true;
+    fused_bits();
+    g_int8 = false;
+    g_m = m0;
+    g_base = b0;
+    model_free(&q8);
 }
 
 static void expect_refused(const char *path, const char *needle)
@@ -380,6 +472,157 @@ static void test_refused(void **state)
     expect_refused(path, "absent.gguf");
 }
 
+/* LORA_STEP_BENCH=1 (else skipped): one decode step of
+ * tests/bench/lora_bench.sh's shape through forward_run, mixed against
+ * base, back to back — the 110M-shape Q8_0 base (LORA_STEP_BENCH_MODEL, else
+ * $PAGODA_BUILD/models/m110-q8_0.gguf, made here when absent), adapters
+ * a1..a8 as lora_bench makes them (F16, ranks 8 / 64 alternating, alpha 16
+ * on the rank-64 ones, every projection; float factors unless
+ * LORA_STEP_BENCH_PRECISION=int8), 32 rows at position LORA_STEP_BENCH_POS
+ * (80) of their sequences, row i on a((i mod 9) + 1) or the base when
+ * i mod 9 = 8, the int8 matmuls the worker runs, F16 KV, 2 threads
+ * (LORA_STEP_BENCH_THREADS); LORA_STEP_BENCH_UNFUSED=1: the mixed step
+ * on the unfused path (forward_set_lora_fused off, as before proj_fused).
+ * Prints the medians of LORA_STEP_BENCH_REPS
+ * (20) steps each (and their minima: sb_median sorts), wall and process
+ * CPU time, and the ratio base / mixed (the throughput ratio lora_bench
+ * measures), and the mean voluntary context switches per step (with the
+ * worker's GOMP_SPINCOUNT=1000 a barrier that waits is a futex sleep:
+ * they count the waits, whatever the machine's load). With PAGODA_FWD_PROFILE=32
+ * the forward pass also prints each side's phases (mixed first). A
+ * number, not an assertion. */
+#define SB_ROWS 32
+
+static double sb_now(clockid_t c)
+{
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec * 1e3 + 1e-6 * (double)ts.tv_nsec;
+}
+
+static int sb_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double sb_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, sb_cmp);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void test_step_bench(void **state)
+{
+    (void)state;
+    if (!getenv("LORA_STEP_BENCH")) {
+        print_message("skipped: LORA_STEP_BENCH unset (a benchmark, not a test)\n");
+        return;
+    }
+    const char *e;
+    const int reps = (e = getenv("LORA_STEP_BENCH_REPS")) ? atoi(e) : 20;
+    const int pos = (e = getenv("LORA_STEP_BENCH_POS")) ? atoi(e) : 80;
+    const int th = (e = getenv("LORA_STEP_BENCH_THREADS")) ? atoi(e) : 2;
+    assert_true(reps > 0 && pos >= 0 && pos < 1024 && th > 0);
+    char base[512], args[1024], err[256];
+    if ((e = getenv("LORA_STEP_BENCH_MODEL"))) {
+        snprintf(base, sizeof base, "%s", e);
+    } else {
+        snprintf(base, sizeof base, "%s/models/m110-q8_0.gguf", getenv("PAGODA_BUILD") ? getenv("PAGODA_BUILD") : "build");
+        if (access(base, R_OK) != 0) {
+            snprintf(args, sizeof args, "--type Q8_0 --dim 768 --layers 12 --heads 12 --kv-heads 12 --ffn 2048 "
+                     "--vocab 32000 --ctx 2048 --seed 1 --tokenizer-from %s", g_base);
+            assert_int_equal(support_mkmodel(g_tmp, "m110.gguf", args), 0);
+            snprintf(base, sizeof base, "%s/m110.gguf", g_tmp);
+        }
+    }
+    model_t *m = NULL;
+    if (model_load(base, &m, err, sizeof err) != 0)
+        fail_msg("model_load %s: %s", base, err);
+    setenv("PAGODA_LORA_PRECISION", (e = getenv("LORA_STEP_BENCH_PRECISION")) ? e : "float", 1);
+    lora_t *ad[8];
+    lora_set_t sets[8];
+    for (int k = 1; k <= 8; k++) {
+        char name[32], path[128];
+        snprintf(name, sizeof name, "sb%d.gguf", k);
+        snprintf(args, sizeof args, "--lora-for %s --type F16 --seed %d %s", base, 100 + k,
+                 k % 2 ? "--lora-rank 8" : "--lora-rank 64 --lora-alpha 16");
+        assert_int_equal(support_mkmodel(g_tmp, name, args), 0);
+        snprintf(path, sizeof path, "%s/%s", g_tmp, name);
+        if (lora_load(path, m, &ad[k - 1], err, sizeof err) != 0)
+            fail_msg("lora_load %s: %s", path, err);
+        sets[k - 1] = (lora_set_t){.n = 1, .ad = {ad[k - 1]}, .scale = {1.0f}};
+    }
+    setenv("PAGODA_LORA_PRECISION", "float", 1);
+    const int per = (pos + BS) / BS;
+    kv_store_t kv = {.n_layer = m->cfg.n_layer, .n_blocks = SB_ROWS * per, .block_size = BS,
+                     .kv_dim = m->cfg.kv_dim, .type = KV_TYPE_F16};
+    const size_t kvb = (size_t)kv.n_layer * kv.n_blocks * BS * kv.kv_dim * 2;
+    kv.k = calloc(kvb, 1);
+    kv.v = calloc(kvb, 1);
+    int32_t *bt = malloc((size_t)SB_ROWS * per * sizeof *bt), nb[SB_ROWS], tok[SB_ROWS], ps[SB_ROWS], seq[SB_ROWS],
+            ls[SB_ROWS];
+    const int32_t *btp[SB_ROWS];
+    uint8_t want[SB_ROWS];
+    for (int i = 0; i < SB_ROWS; i++) {
+        for (int j = 0; j < per; j++)
+            bt[i * per + j] = i * per + j;
+        btp[i] = bt + i * per;
+        nb[i] = per;
+        tok[i] = 3 + i * 7;
+        ps[i] = pos;
+        seq[i] = i;
+        want[i] = 1;
+        ls[i] = i % 9 == 8 ? -1 : i % 9;
+    }
+    float *lg = malloc((size_t)SB_ROWS * m->cfg.vocab * sizeof(float));
+    forward_t *fw[2] = {forward_new(m, SB_ROWS, th), forward_new(m, SB_ROWS, th)}; /* mixed, base */
+    double wall[2][reps], cpu[2][reps], csw[2] = {0, 0};
+    for (int it = -2; it < reps; it++) /* two steps of each to warm up */
+        for (int side = 0; side < 2; side++) {
+            if (it == -2) {
+                assert_int_equal(forward_set_int8(fw[side], true), 0);
+                const char *uf = getenv("LORA_STEP_BENCH_UNFUSED");
+                forward_set_lora_fused(fw[side], !uf || !*uf || !strcmp(uf, "0"));
+            }
+            fwd_batch_t b = {.n_rows = SB_ROWS, .token = tok, .pos = ps, .seq = seq, .want_logits = want,
+                             .n_seq = SB_ROWS, .block_tables = btp, .n_blocks = nb,
+                             .lora_set = side == 0 ? ls : NULL, .n_lora_sets = side == 0 ? 8 : 0,
+                             .lora_sets = side == 0 ? sets : NULL};
+            struct rusage u0, u1;
+            getrusage(RUSAGE_SELF, &u0);
+            const double w0 = sb_now(CLOCK_MONOTONIC), c0 = sb_now(CLOCK_PROCESS_CPUTIME_ID);
+            if (forward_run(fw[side], &b, &kv, lg) != 0)
+                fail_msg("forward_run: %s", forward_error(fw[side]));
+            if (it >= 0) {
+                wall[side][it] = sb_now(CLOCK_MONOTONIC) - w0;
+                cpu[side][it] = sb_now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+                getrusage(RUSAGE_SELF, &u1);
+                csw[side] += (double)(u1.ru_nvcsw - u0.ru_nvcsw) / reps;
+            }
+        }
+    const double wm = sb_median(wall[0], reps), wb = sb_median(wall[1], reps);
+    const double cm = sb_median(cpu[0], reps), cb = sb_median(cpu[1], reps);
+    print_message("lora step bench: %s, 32 rows at position %d, %d threads, %d steps each, medians (min):\n", base,
+                  pos, th, reps);
+    print_message("  mixed  %.2f (%.2f) ms wall  %.2f (%.2f) ms CPU\n", wm, wall[0][0], cm, cpu[0][0]);
+    print_message("  base   %.2f (%.2f) ms wall  %.2f (%.2f) ms CPU\n", wb, wall[1][0], cb, cpu[1][0]);
+    print_message("  base / mixed: %.3f (%.3f) wall, %.3f (%.3f) CPU\n", wb / wm, wall[1][0] / wall[0][0], cb / cm,
+                  cpu[1][0] / cpu[0][0]);
+    print_message("  voluntary context switches per step (the process's threads): mixed %.1f, base %.1f\n", csw[0],
+                  csw[1]);
+    fflush(stdout);
+    forward_free(&fw[0]);
+    forward_free(&fw[1]);
+    free(lg);
+    free(bt);
+    free(kv.k);
+    free(kv.v);
+    for (int k = 0; k < 8; k++)
+        lora_free(&ad[k]);
+    model_free(&m);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -419,7 +662,12 @@ int main(void)
         cmocka_unit_test(test_rank64_f16_int8),
         {"test_mixed_batch", test_mixed_batch, NULL, NULL, &k_float},
         {"test_mixed_batch_int8", test_mixed_batch, NULL, NULL, &k_int8},
+        cmocka_unit_test(test_fused_bits),
         cmocka_unit_test(test_refused),
     };
+    /* LORA_STEP_BENCH: the benchmark alone */
+    const struct CMUnitTest bench[] = {cmocka_unit_test(test_step_bench)};
+    if (getenv("LORA_STEP_BENCH"))
+        return cmocka_run_group_tests(bench, setup, teardown);
     return cmocka_run_group_tests(tests, setup, teardown);
 }
