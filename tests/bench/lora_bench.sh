@@ -31,6 +31,7 @@
 # stream), WORDS (12 prompt words), REPS (2), CHECK (1), LLAMA_SERVER,
 # LLAMA_ARGS (more llama-server flags, e.g. "--poll 0": its threads then
 # sleep instead of spinning between steps, which matters on a loaded machine).
+# GW_ARGS (more pagoda-gateway flags, e.g. "--step-budget-ms 0").
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${PAGODA_BUILD:-$ROOT/build}
@@ -39,6 +40,7 @@ THREADS=${THREADS:-2}
 N=${N:-32}
 WORDS=${WORDS:-12}
 REPS=${REPS:-2}
+GW_ARGS=${GW_ARGS-}
 CHECK=${CHECK:-1}
 MK=$BUILD/pagoda-mkmodel
 GW=$BUILD/pagoda-gateway
@@ -83,7 +85,7 @@ PY=(python3 "$ROOT/tests/bench/lora_bench.py" --assign "$assign" --n "$N" --word
 HP=$(port)
 ZP=$(port)
 "$GW" --listen "127.0.0.1:$HP" --worker-endpoint "tcp://127.0.0.1:$ZP" --model "base=$BASE" "${lora_args[@]}" \
-  --threads "$THREADS" --max-seqs 32 >"$TMP/gw.log" 2>&1 &
+  --threads "$THREADS" --max-seqs 32 $GW_ARGS >"$TMP/gw.log" 2>&1 &
 GPID=$!
 # ready when /health lists a registered worker (up to 5 minutes: a loaded machine)
 has_worker() { curl -s "http://127.0.0.1:$HP/health" | python3 -c 'import json,sys; sys.exit(not json.load(sys.stdin)["workers"])'; }
