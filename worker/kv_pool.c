@@ -6,6 +6,7 @@
 #include <assert.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,17 @@ struct kv_pool {
     size_t head_bytes;      /* kv_pool_prefault_head's span per layer region */
     pthread_t head;         /* its thread, joined by kv_pool_free */
     bool head_thread;
+    /* the same thread then keeps mapping ahead of use: every layer region up
+     * to block `ahead` past the highest id handed out (a step that writes
+     * into a fresh block of every layer would otherwise fault and zero a
+     * 2 MiB page per layer region inside the step: ~0.1 s stalls of every
+     * running stream when they all cross into new blocks at once) */
+    atomic_int hi_id;       /* 1 + the highest block id handed out */
+    atomic_int ready_id;    /* blocks [0, ready_id) are mapped in every layer */
+    int32_t ahead;          /* blocks mapped past hi_id */
+    pthread_mutex_t ahead_mu;
+    pthread_cond_t ahead_cv;
+    bool ahead_stop;        /* kv_pool_free: the thread ends */
 };
 
 /* ---- hashing ------------------------------------------------------------ */
@@ -290,11 +302,26 @@ static void tier_drain_dropped(kv_pool_t *p)
                 event_push(p, k[i], false);
 }
 
+/* Block id leaves the free stack: wake the prefault thread when the mapped
+ * span gets within half its lead of the ids in use. */
+static void note_taken(kv_pool_t *p, int32_t id)
+{
+    if (id < atomic_load_explicit(&p->hi_id, memory_order_relaxed))
+        return;
+    atomic_store_explicit(&p->hi_id, id + 1, memory_order_relaxed);
+    if (p->head_thread && id + 1 + p->ahead / 2 > atomic_load_explicit(&p->ready_id, memory_order_relaxed)) {
+        pthread_mutex_lock(&p->ahead_mu);
+        pthread_cond_signal(&p->ahead_cv);
+        pthread_mutex_unlock(&p->ahead_mu);
+    }
+}
+
 static int32_t block_take(kv_pool_t *p)
 {
     int32_t id;
     if (p->n_free > 0) {
         id = p->free_ids[--p->n_free];
+        note_taken(p, id);
     } else if (p->lru.head >= 0 && p->blk[p->lru.head].warm) {
         /* a warm block nobody used: the tier had it when it was loaded */
         id = p->lru.head;
@@ -463,8 +490,15 @@ void kv_pool_free(kv_pool_t **pp)
         return;
     kv_pool_t *p = *pp;
     assert(p->n_seqs == 0 && "kv_pool_free with live sequences");
-    if (p->head_thread)
+    if (p->head_thread) {
+        pthread_mutex_lock(&p->ahead_mu);
+        p->ahead_stop = true;
+        pthread_cond_signal(&p->ahead_cv);
+        pthread_mutex_unlock(&p->ahead_mu);
         pthread_join(p->head, NULL);
+        pthread_mutex_destroy(&p->ahead_mu);
+        pthread_cond_destroy(&p->ahead_cv);
+    }
     xhuge_zfree(p->store.k, p->n_bytes);
     xhuge_zfree(p->store.v, p->n_bytes);
     free(p->blk);
@@ -478,16 +512,49 @@ void kv_pool_free(kv_pool_t **pp)
     *pp = NULL;
 }
 
+/* Maps [from, to) of every layer region of K and V; -1 without
+ * MADV_POPULATE_WRITE (first use maps them then). */
+static int populate_span(kv_pool_t *p, size_t from, size_t to)
+{
+    const size_t region = p->n_bytes / (size_t)p->store.n_layer; /* one layer's blocks */
+    if (to > region)
+        to = region;
+    if (to <= from)
+        return 0;
+    for (int32_t l = 0; l < p->store.n_layer; l++)
+        if (xhuge_populate((uint8_t *)p->store.k + (size_t)l * region + from, to - from) != 0 ||
+            xhuge_populate((uint8_t *)p->store.v + (size_t)l * region + from, to - from) != 0)
+            return -1;
+    return 0;
+}
+
 static void *prefault_head_run(void *arg)
 {
     kv_pool_t *p = arg;
-    const size_t region = p->n_bytes / (size_t)p->store.n_layer; /* one layer's blocks */
-    const size_t n = p->head_bytes < region ? p->head_bytes : region;
-    for (int32_t l = 0; l < p->store.n_layer; l++)
-        if (xhuge_populate((uint8_t *)p->store.k + (size_t)l * region, n) != 0 ||
-            xhuge_populate((uint8_t *)p->store.v + (size_t)l * region, n) != 0)
-            break; /* no MADV_POPULATE_WRITE: first use maps them */
-    return NULL;
+    const size_t per_block = p->n_bytes / (size_t)p->store.n_layer / (size_t)p->n_blocks; /* a block in one layer */
+    size_t done = p->head_bytes;
+    if (populate_span(p, 0, done) != 0)
+        return NULL;
+    for (;;) {
+        int32_t ready = (int32_t)(done / per_block < (size_t)p->n_blocks ? done / per_block : (size_t)p->n_blocks);
+        atomic_store_explicit(&p->ready_id, ready, memory_order_relaxed);
+        if (ready >= p->n_blocks)
+            return NULL;
+        pthread_mutex_lock(&p->ahead_mu);
+        int32_t want = 0;
+        while (!p->ahead_stop &&
+               ready >= (want = atomic_load_explicit(&p->hi_id, memory_order_relaxed) + p->ahead))
+            pthread_cond_wait(&p->ahead_cv, &p->ahead_mu);
+        bool stop = p->ahead_stop;
+        pthread_mutex_unlock(&p->ahead_mu);
+        if (stop)
+            return NULL;
+        size_t to = (size_t)(want < p->n_blocks ? want : p->n_blocks) * per_block;
+        to = (to + ((size_t)2 << 20) - 1) / ((size_t)2 << 20) * ((size_t)2 << 20); /* whole huge pages */
+        if (populate_span(p, done, to) != 0)
+            return NULL;
+        done = to;
+    }
 }
 
 void kv_pool_prefault_head(kv_pool_t *p, size_t bytes)
@@ -495,7 +562,17 @@ void kv_pool_prefault_head(kv_pool_t *p, size_t bytes)
     if (!p || p->head_thread || bytes == 0)
         return;
     p->head_bytes = bytes;
+    const size_t per_block = p->n_bytes / (size_t)p->store.n_layer / (size_t)p->n_blocks;
+    /* lead: two huge pages of every layer region, at least 64 blocks */
+    size_t lead = ((size_t)4 << 20) / (per_block ? per_block : 1);
+    p->ahead = (int32_t)(lead < 64 ? 64 : lead > (size_t)p->n_blocks ? (size_t)p->n_blocks : lead);
+    pthread_mutex_init(&p->ahead_mu, NULL);
+    pthread_cond_init(&p->ahead_cv, NULL);
     p->head_thread = pthread_create(&p->head, NULL, prefault_head_run, p) == 0;
+    if (!p->head_thread) {
+        pthread_mutex_destroy(&p->ahead_mu);
+        pthread_cond_destroy(&p->ahead_cv);
+    }
 }
 
 bool kv_pool_prefault_step(kv_pool_t *p, size_t max_bytes)
@@ -764,6 +841,7 @@ bool kv_pool_warm_step(kv_pool_t *p, int32_t n)
         if (ram_holds(p, pub))
             continue;
         int32_t id = p->free_ids[--p->n_free];
+        note_taken(p, id);
         req[n_req++] = (kv_pool_tier_req_t){
             .block = id, .pub = pub, .tokens = p->blk_tokens + (size_t)id * (size_t)p->bs};
     }

@@ -132,8 +132,10 @@ bool kv_pool_prefault_step(kv_pool_t *pool, size_t max_bytes);
  * the pool's own, now: the blocks a pool hands out first (the lowest ids),
  * so that a request reaching a just-started worker (an on-demand start, a
  * prefix loaded from the disk tier) does not stop for them while the
- * start-up leaves the other core idle. Never changes a byte; kv_pool_free
- * joins the thread. Once per pool. */
+ * start-up leaves the other core idle. The thread then maps ahead of use:
+ * every layer's blocks up to a lead past the highest id handed out, so a
+ * step does not fault fresh pages. Never changes a byte; kv_pool_free
+ * stops and joins the thread. Once per pool. */
 void kv_pool_prefault_head(kv_pool_t *pool, size_t bytes);
 
 /* Frees the pool and its memory; NULLs *pool. Asserts no sequence is alive. */

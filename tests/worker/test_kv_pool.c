@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
 
 #include "common/prefix_key.h"
 #include "worker/kv_pool.h"
@@ -416,6 +418,65 @@ static void test_geometry_and_budget(void **state)
                     k[d] = v[d] = 0x3c00; /* 1.0: every element is writable */
                 }
             }
+    kv_pool_free(&p);
+}
+
+/* Pages of [off, off + len) of m that mincore reports resident. */
+static size_t resident(const uint8_t *m, size_t off, size_t len)
+{
+    const size_t pg = 4096;
+    uintptr_t a = ((uintptr_t)m + off) / pg * pg;
+    size_t n = ((uintptr_t)m + off + len - a + pg - 1) / pg, r = 0;
+    unsigned char *vec = malloc(n);
+    assert_non_null(vec);
+    assert_int_equal(mincore((void *)a, n * pg, vec), 0);
+    for (size_t i = 0; i < n; i++)
+        r += vec[i] & 1;
+    free(vec);
+    return r;
+}
+
+/* kv_pool_prefault_head's thread maps the head, then keeps mapping ahead of
+ * the ids handed out (a step must not fault and zero a huge page per layer
+ * region when its streams cross into new blocks), and no further: after 600
+ * blocks are taken, the next blocks of every layer's K and V become
+ * resident (waited for: the thread runs at its own pace), bytes unchanged,
+ * while the far end of the pool stays unmapped. */
+static void test_prefault_ahead(void **state)
+{
+    (void)state;
+    const int32_t n_layer = 2, kv_dim = 64, n_blocks = 4096, bs = 32; /* F32: 8 KiB a block a layer */
+    kv_pool_t *p = kv_pool_new(n_layer, kv_dim, n_blocks, bs, KV_TYPE_F32);
+    const size_t per = (size_t)bs * kv_dim * 4, region = per * n_blocks;
+    kv_pool_prefault_head(p, (size_t)2 << 20); /* blocks 0..255 */
+    kv_seq_t *s = kv_seq_new(p);
+    assert_int_equal(kv_seq_reserve(s, 600 * bs), KV_POOL_OK);
+    int32_t hi = 0;
+    for (int32_t i = 0; i < kv_seq_n_blocks(s); i++)
+        hi = kv_seq_block_table(s)[i] > hi ? kv_seq_block_table(s)[i] : hi;
+    assert_int_equal(hi, 599); /* the free stack hands out ascending ids */
+    kv_store_t *st = kv_pool_store(p);
+    const uint8_t *k = st->k, *v = st->v;
+    const size_t want = 64 * per / 4096; /* blocks 600..663 of each region, in pages */
+    size_t got = 0;
+    for (int tries = 0; tries < 600000; tries++) { /* up to ~10 minutes: a loaded machine */
+        got = 0;
+        for (int32_t l = 0; l < n_layer; l++)
+            got += resident(k, l * region + 600 * per, 64 * per) + resident(v, l * region + 600 * per, 64 * per);
+        if (got == want * 2 * (size_t)n_layer)
+            break;
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
+    assert_int_equal(got, want * 2 * (size_t)n_layer);
+    for (int32_t l = 0; l < n_layer; l++) {
+        for (size_t i = 600 * per; i < 664 * per; i += 4093)
+            assert_int_equal(k[l * region + i] | v[l * region + i], 0);
+        /* bounded: the last 4 MiB of each region (blocks 3584..4095) untouched */
+        assert_int_equal(resident(k, l * region + 3584 * per, 512 * per), 0);
+        assert_int_equal(resident(v, l * region + 3584 * per, 512 * per), 0);
+    }
+    kv_seq_release(s);
+    kv_seq_free(&s);
     kv_pool_free(&p);
 }
 
@@ -1103,6 +1164,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_geometry_and_budget),
         cmocka_unit_test(test_prefault_step),
+        cmocka_unit_test(test_prefault_ahead),
         cmocka_unit_test(test_alloc_release),
         cmocka_unit_test(test_exhaustion),
         cmocka_unit_test(test_prefix_match),
