@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/cpu.h"
+#include "worker/kernels/pfqueue.h"
 #include "common/text/ggml_type.h"
 #include "common/xalloc.h"
 #include "worker/kernels/quant.h"
@@ -263,6 +264,23 @@ static void dots_scalar(const float *const *xs, int nr, const void *w0, const vo
 typedef void (*dots_fn)(const float *const *xs, int nr, const void *w0, const void *w1, int kind, int64_t len,
                         float *out0, float *out1);
 
+/* Asks for the bytes [p, p + n) to be brought into L1 ahead of use: the
+ * update reads its factors once a step, a few rows each, so without this
+ * every A block starts with a run of cache misses the loops wait on (perf
+ * put most of the kernels' time on their loads). A hint: no effect on any
+ * result. */
+static inline void prefetch_l1(const void *p, size_t n)
+{
+#ifdef VMATH_X86
+    const char *c = (const char *)((uintptr_t)p & ~(uintptr_t)63), *e = (const char *)p + n;
+    for (; c < e; c += 64)
+        _mm_prefetch(c, _MM_HINT_T0);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
 static inline int64_t claim(atomic_llong *next)
 {
     return atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
@@ -278,7 +296,14 @@ static void task_a(dots_fn dots, const lowrank_job_t *jb, const lowrank_t *lr, f
     const float *xs[LOWRANK_ROWS];
     for (int q = 0; q < nr; q++)
         xs[q] = jb->x + (size_t)jb->rows[j0 + q] * (size_t)jb->ldx;
+    /* the task's A rows are contiguous: ask for the first two, then for
+     * the next two while these are summed (all at once would stall on the
+     * cache's miss queue) */
+    const size_t rb = a->row_bytes;
+    prefetch_l1(a->data + (size_t)k0 * rb, (size_t)(k1 - k0 < 2 ? k1 - k0 : 2) * rb);
     for (int k = k0; k < k1; k += 2) {
+        if (k + 2 < k1)
+            prefetch_l1(a->data + (size_t)(k + 2) * rb, (size_t)(k1 - k - 2 < 2 ? k1 - k - 2 : 2) * rb);
         const bool two = k + 1 < k1;
         float v0[LOWRANK_ROWS], v1[LOWRANK_ROWS];
         dots(xs, nr, a->data + (size_t)k * a->row_bytes, two ? a->data + (size_t)(k + 1) * a->row_bytes : NULL,
@@ -396,6 +421,7 @@ cols_avx512_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt
               int64_t r, float s, int64_t o0, int64_t o1, float *const *ys)
 {
     const __m512 sv = _mm512_set1_ps(s);
+    const int eb = kind == W_I8 ? 1 : kind == W_F16 ? 2 : 4;
     int64_t o = o0;
     for (; o + 64 <= o1; o += 64) {
         __m512 acc[LOWRANK_ROWS][4];
@@ -404,6 +430,17 @@ cols_avx512_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt
             acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = _mm512_setzero_ps();
         for (int64_t k = 0; k < r; k++) {
             const uint8_t *row = bt + (size_t)k * bt_rb;
+            /* this block's row 6 ranks ahead, from L2 (where
+             * lowrank_prefetch_cols asked for the panel) into L1; past the
+             * panel's end it touches the next panel's or harmless bytes
+             * (a prefetch never faults) */
+            _mm_prefetch((const char *)row + 6 * bt_rb + (size_t)o * (size_t)eb, _MM_HINT_T0);
+            if (eb > 1)
+                _mm_prefetch((const char *)row + 6 * bt_rb + (size_t)o * (size_t)eb + 64, _MM_HINT_T0);
+            if (eb > 2) {
+                _mm_prefetch((const char *)row + 6 * bt_rb + (size_t)o * (size_t)eb + 128, _MM_HINT_T0);
+                _mm_prefetch((const char *)row + 6 * bt_rb + (size_t)o * (size_t)eb + 192, _MM_HINT_T0);
+            }
             const __m512 b0 = ldw16(row, o, kind), b1 = ldw16(row, o + 16, kind), b2 = ldw16(row, o + 32, kind),
                          b3 = ldw16(row, o + 48, kind);
             _Pragma("GCC unroll 4")
@@ -565,6 +602,25 @@ void lowrank_run_t(const lowrank_job_t *jobs, int n_jobs, float *t, lowrank_phas
                     want = claim(next);
                 }
             tj += (size_t)jb->n * (size_t)lr->rank;
+        }
+    }
+}
+
+void lowrank_prefetch_cols(const lowrank_job_t *jobs, int n_jobs, int64_t o0, int64_t o1)
+{
+    for (int q = 0; q < n_jobs; q++) {
+        const lowrank_job_t *jb = &jobs[q];
+        if (jb->n <= 0)
+            continue;
+        for (int i = 0; i < jb->n_pairs; i++) {
+            const lowrank_t *lr = jb->pairs[i];
+            const int64_t out = lr->b.rows, end = o1 < out ? o1 : out;
+            if (o0 >= end)
+                continue;
+            const size_t eb = elem_bytes(lr->bt.type);
+            pfq_push(lr->bt.data + (size_t)o0 * (size_t)lr->rank * eb, (size_t)(end - o0) * (size_t)lr->rank * eb);
+            if (lr->bt_d)
+                pfq_push(lr->bt_d + o0, (size_t)(end - o0) * sizeof(float));
         }
     }
 }

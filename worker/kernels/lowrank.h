@@ -167,6 +167,13 @@ void lowrank_phase_init(lowrank_phase_t *ph, const lowrank_job_t *jobs, int n_jo
 void lowrank_run_t(const lowrank_job_t *jobs, int n_jobs, float *t, lowrank_phase_t *ph);
 void lowrank_wait_t(lowrank_phase_t *ph);
 void lowrank_run_cols(const lowrank_job_t *jobs, int n_jobs, const float *t, int64_t o0, int64_t o1);
+/* A hint that hides the latency of the update's reads: queues the factor
+ * bytes a lowrank_run_cols(jobs, n_jobs, ., o0, o1) will read on the
+ * calling thread's prefetch queue (pfqueue.h), which the matmul kernels
+ * issue to L2 between their row blocks. The fused projection calls it
+ * before the product of those columns and pfq_drain after it. Changes no
+ * result. */
+void lowrank_prefetch_cols(const lowrank_job_t *jobs, int n_jobs, int64_t o0, int64_t o1);
 
 /* One pair's update in scalar code with double accumulation (tests, the
  * reference). */

@@ -50,10 +50,13 @@
 #include "common/text/ggml_type.h"
 #include "common/xalloc.h"
 #include "worker/kernels/amx_tile.h"
+#include "worker/kernels/pfqueue.h"
 #include "worker/kernels/qblock.h"
 #include "worker/kernels/qkpack.h"
 #include "worker/kernels/worksteal.h"
 #include "worker/kernels/quant.h"
+
+_Thread_local pfq_t pfq_tls; /* pfqueue.h */
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
@@ -1136,6 +1139,7 @@ static void run_wide(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows)
         kern_avx512_q8_0_wide(q, dh, qx, r0, R, out);
         for (int r = 0; r < R; r++)
             memcpy(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
+        pfq_step();
     }
 }
 
@@ -1157,6 +1161,7 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
         int ncu = n_out - c0 < np * NC ? (int)(n_out - c0) : np * NC;
         qkpack_panel_run(qi, m->type, pk, np == 2 ? pk + m->pstride : NULL, n_in, qx->q, qx->d, qx->s, n_rows,
                          m->y + c0, n_out, ncu, pk + np * m->pstride, n_pnext);
+        pfq_step();
         return;
     }
     if (m->packed && np > 2) {
@@ -1187,6 +1192,7 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
             kern_avx512_q8_0_packed(q0, dh0, q1, dh1, qx, r0, R, out, pnext, r0 == 0 ? n_pnext : 0, n_rows <= RT512);
             for (int r = 0; r < R; r++)
                 memcpy(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc2 * sizeof(float));
+            pfq_step();
         }
         return;
     }

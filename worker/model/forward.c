@@ -18,6 +18,7 @@
 #include "common/xalloc.h"
 #include "worker/kernels/matmul.h"
 #include "worker/kernels/attention.h"
+#include "worker/kernels/pfqueue.h"
 #include "worker/kernels/worksteal.h"
 
 /* phases of a step timed with PAGODA_FWD_PROFILE (prof_print); PH_QKV_ATT
@@ -951,6 +952,9 @@ static void proj_fused(forward_t *f, const fwd_batch_t *b, int l, const enum lor
             while (!act && ch >= n_ch[k0])
                 ch -= n_ch[k0++];
             const int64_t n0 = ch * FWD_FFN_COLS, n1 = n0 + FWD_FFN_COLS < ldy[k0] ? n0 + FWD_FFN_COLS : ldy[k0];
+            for (int k = k0; k < (act ? 2 : k0 + 1); k++)
+                if (first[k + 1] > first[k])
+                    lowrank_prefetch_cols(f->lr_jobs + first[k], first[k + 1] - first[k], n0, n1);
             for (int k = k0; k < (act ? 2 : k0 + 1); k++) {
                 int bad_mm = matmul_run_range(f->mm, ws[k], x, R, n0, n1, ys[k], t);
                 assert(bad_mm == 0 && "weights were validated at load");
@@ -959,6 +963,7 @@ static void proj_fused(forward_t *f, const fwd_batch_t *b, int l, const enum lor
                     lowrank_wait_t(&ph);
                     t_ready = true;
                 }
+                pfq_drain();
                 if (first[k + 1] > first[k])
                     lowrank_run_cols(f->lr_jobs + first[k], first[k + 1] - first[k], f->lr_t + t_off[k], n0, n1);
             }
