@@ -63,10 +63,6 @@
 #define NC 8  /* output columns per panel = lanes of a 256-bit int32 vector */
 #define RT 4  /* X rows per register tile */
 #define PANEL_BLOCK_BYTES (256 + 16 * 4 + 8 * 4 + 8 * 4 + 8 * 4)
-/* per block, the AVX-512 prefill tile's tables of a unit of 64 columns
- * (wide_tables): int32 −128·Σw and float d of each column; they live in
- * the thread's panel scratch */
-#define WTAB_BLOCK_BYTES (64 * 4 + 64 * 4)
 
 /* The kernel families, named by the traits table's int8 column (quant.h). */
 enum kind { K_Q8_0 = QUANT_INT8_Q8_0, K_Q4_0 = QUANT_INT8_Q4_0, K_Q6_K = QUANT_INT8_Q6_K, K_Q45_K = QUANT_INT8_Q45_K };
@@ -85,12 +81,6 @@ struct qgemm_ctx {
     int32_t *xs;       /* (max_rows, max_in/32) int16 pairs of block half sums */
     int32_t *xc;       /* (max_rows, max_in/32) −128 · Σq of the block: the start
                         * of the VNNI kernels' accumulators, one broadcast load */
-    uint8_t *xt;       /* (⌈max_rows/16⌉, max_in/32, 8, 16, 4) X of the AVX-512
-                        * Q8_0 prefill tiles: xq + 128 (unsigned), 16 rows of a
-                        * group k side by side in one 64-byte line (run_wide) */
-    float *xtd;        /* (⌈max_rows/16⌉, max_in/32, 16) xd in the same row groups */
-    size_t xt_bytes;   /* xt and xtd: one xhuge_zalloc block of this size */
-    bool xt_ok;        /* xt holds the xq_rows rows of xq (xt_wanted) */
     uint8_t *panels;   /* n_threads panels of panel_bytes each */
     size_t x_bytes;    /* xq, xd, xs and xc: one xhuge_zalloc block of this size */
     ws_t *ws;          /* the panel loop's per-thread ranges (worksteal.h), max_threads */
@@ -115,8 +105,6 @@ typedef struct {
     const int32_t *s; /* (n_rows, nb) */
     int64_t n_in, nb;
     const int32_t *c; /* (n_rows, nb) −128·Σq per block (qgemm_ctx.xc) */
-    const uint8_t *t; /* (⌈n_rows/16⌉, nb, 8, 16, 4) biased copy (qgemm_ctx.xt), or NULL */
-    const float *td;  /* (⌈n_rows/16⌉, nb, 16) its scales (qgemm_ctx.xtd) */
 } qx_t;
 
 /* Header of a packed W (qgemm_pack; layout in qgemm.h), PACK_HDR_BYTES
@@ -230,16 +218,8 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
     c->xd = (float *)(void *)(xb + bq);
     c->xs = (int32_t *)(void *)(xb + bq + bb);
     c->xc = (int32_t *)(void *)(xb + bq + 2 * bb);
-    /* the prefill tiles' copy of X, as lazily mapped: a decode-only worker
-     * never touches it */
-    const size_t rt = ((size_t)max_rows + 15) / 16 * 16, btq = rt * (size_t)c->max_in,
-                 btd = (rt * nbm * sizeof(float) + 63) / 64 * 64;
-    c->xt_bytes = btq + btd;
-    c->xt = xhuge_zalloc(c->xt_bytes);
-    c->xtd = (float *)(void *)(c->xt + btq);
     /* rounded to 64 bytes so every panel starts cache-line aligned */
-    c->panel_bytes = (nbm * (PANEL_BLOCK_BYTES > WTAB_BLOCK_BYTES ? PANEL_BLOCK_BYTES : WTAB_BLOCK_BYTES) + 63) /
-                     64 * 64;
+    c->panel_bytes = (nbm * PANEL_BLOCK_BYTES + 63) / 64 * 64;
     c->panels = xaligned_alloc(c->panel_bytes * (size_t)c->n_threads);
     c->ws = ws_new(QGEMM_MAX_THREADS);
     memset(c->panels, 0, c->panel_bytes * (size_t)c->n_threads);
@@ -252,7 +232,6 @@ void qgemm_ctx_free(qgemm_ctx_t **pc)
         return;
     qgemm_ctx_t *c = *pc;
     xhuge_zfree(c->xq, c->x_bytes);
-    xhuge_zfree(c->xt, c->xt_bytes);
     free(c->panels);
     ws_free(&c->ws);
     free(c);
@@ -960,119 +939,6 @@ AVX512_ATTR static void kern_avx512_q8_0_wide(const uint8_t *const q[WIDE_PANELS
     }
 }
 
-/* ---- AVX-512 VNNI prefill tiles on X's row groups (xt) ---------------------
- *
- * With xt (16 X rows of a group k in one 64-byte line, each byte + 128) the
- * roles of the vpdpbusd operands swap: the unsigned vector is 16 rows of
- * X, the signed one a broadcast weight dword of one column, and an int32
- * lane is one (row, column):
- *     Σ (x + 128)·w = I + 128·Σw,
- * so a column's chains start at −128·Σw of the block (wide_tables, once
- * per unit of 64 columns) and end at the scalar kernel's exact I. The
- * loop is loads, broadcasts and vpdpbusd only: no XOR and no 256-bit
- * inserts per group (the 3 × 64 tile below has 4 + 4 of them per 12
- * vpdpbusd), and the W stays as packed (qgemm.h), shared with decode.
- * Tile: WT_G groups of 16 rows × WT_C columns of one panel, WT_G · WT_C
- * int32 chains and as many float accumulators, WT_G X vectors and one
- * broadcast: 28 of the 32 registers. The float step is the scalar one per
- * lane, acc + (float)I · (d · dx) (dx of 16 rows from xtd, d of the
- * column broadcast), so the bits are the scalar kernel's. */
-#define WT_G 3
-#define WT_C 4
-
-/* The unit's tables, 64 columns (panels q[0..7]) × nb blocks, into the
- * thread's scratch: corr[64 b + col] = −128 · Σ of the column's 32 weights
- * of block b, dcol[64 b + col] = its f16 scale as float. */
-AVX512_ATTR static void wide_tables(const uint8_t *const q[WIDE_PANELS], const uint16_t *const dh[WIDE_PANELS],
-                                    int64_t nb, int32_t *corr, float *dcol)
-{
-    const __m512i ones = _mm512_set1_epi8(1);
-    for (int64_t b = 0; b < nb; b++)
-        for (int j = 0; j < WIDE_PANELS; j++) {
-            /* two groups k per vector: lanes 0..7 group 2i, 8..15 group 2i + 1 */
-            const uint8_t *wq = q[j] + 256 * b;
-            __m512i s = _mm512_setzero_si512();
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++)
-                s = _mm512_dpbusd_epi32(s, ones, _mm512_load_si512((const void *)(wq + 64 * i)));
-            __m256i t = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
-            _mm256_storeu_si256((__m256i *)(void *)(corr + 64 * b + 8 * j), _mm256_mullo_epi32(t, _mm256_set1_epi32(-128)));
-            _mm256_storeu_ps(dcol + 64 * b + 8 * j, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(dh[j] + 8 * b))));
-        }
-}
-
-/* Row groups g0 .. g0 + G − 1 (G ≤ WT_G) against WT_C columns: q points at
- * the first column's dword in its panel (panel base + 4 · column),
- * corr / dcol at its table entries; out[c][16 g + l] = row 16 (g0 + g) + l. */
-static inline __attribute__((always_inline)) AVX512_ATTR void
-widet_kr(int G, const uint8_t *q, const int32_t *corr, const float *dcol, const qx_t *x, int g0,
-         float out[WT_C][WT_G * 16])
-{
-    const int64_t nb = x->nb, gstride = 16 * x->n_in;
-    const uint8_t *xt = x->t + (int64_t)g0 * gstride;
-    const float *td = x->td + (int64_t)g0 * 16 * nb;
-    __m512 acc[WT_G][WT_C];
-#pragma GCC unroll 3
-    for (int g = 0; g < G; g++)
-#pragma GCC unroll 4
-        for (int c = 0; c < WT_C; c++)
-            acc[g][c] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        __m512i ia[WT_G][WT_C];
-#pragma GCC unroll 4
-        for (int c = 0; c < WT_C; c++) {
-            const __m512i s = _mm512_set1_epi32(corr[64 * b + c]);
-#pragma GCC unroll 3
-            for (int g = 0; g < G; g++)
-                ia[g][c] = s;
-        }
-        const uint8_t *xb = xt + 512 * b, *wb = q + 256 * b;
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            __m512i xv[WT_G];
-#pragma GCC unroll 3
-            for (int g = 0; g < G; g++)
-                xv[g] = _mm512_load_si512((const void *)(xb + g * gstride + 64 * k));
-#pragma GCC unroll 4
-            for (int c = 0; c < WT_C; c++) {
-                int32_t w4;
-                memcpy(&w4, wb + 32 * k + 4 * c, 4);
-                const __m512i wv = _mm512_set1_epi32(w4);
-#pragma GCC unroll 3
-                for (int g = 0; g < G; g++)
-                    ia[g][c] = _mm512_dpbusd_epi32(ia[g][c], xv[g], wv);
-            }
-        }
-        __m512 dx[WT_G];
-#pragma GCC unroll 3
-        for (int g = 0; g < G; g++)
-            dx[g] = _mm512_load_ps(td + g * 16 * nb + 16 * b);
-#pragma GCC unroll 4
-        for (int c = 0; c < WT_C; c++) {
-            const __m512 d = _mm512_set1_ps(dcol[64 * b + c]);
-#pragma GCC unroll 3
-            for (int g = 0; g < G; g++)
-                acc[g][c] = _mm512_add_ps(acc[g][c], _mm512_mul_ps(_mm512_cvtepi32_ps(ia[g][c]), _mm512_mul_ps(d, dx[g])));
-        }
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < WT_C; c++)
-#pragma GCC unroll 3
-        for (int g = 0; g < G; g++)
-            _mm512_storeu_ps(out[c] + 16 * g, acc[g][c]);
-}
-
-AVX512_ATTR static void kern_avx512_q8_0_widet(const uint8_t *q, const int32_t *corr, const float *dcol, const qx_t *x,
-                                               int g0, int G, float out[WT_C][WT_G * 16])
-{
-    _Static_assert(WT_G == 3, "one case per group count");
-    switch (G) {
-    case 3: widet_kr(3, q, corr, dcol, x, g0, out); break;
-    case 2: widet_kr(2, q, corr, dcol, x, g0, out); break;
-    default: widet_kr(1, q, corr, dcol, x, g0, out); break;
-    }
-}
-
 /* Direct path for a few X rows (Q8_0 and Q4_0): no panel. Each W row's
  * block is decoded in element order and multiplied against the X block; the
  * 8 columns' int32 partial vectors are then reduced with a horizontal-add
@@ -1209,42 +1075,9 @@ typedef struct {
  * than the quantization itself (768 elements take ~0.3 us). */
 #define XQUANT_PAR_MIN 16384
 
-/* Row r of xq / xd into the prefill tiles' layout (qgemm_ctx.xt, .xtd):
- * dword k of block b of row r at xt[((r/16 · nb + b) · 8 + k) · 64 + 4 (r%16)],
- * each byte + 128 (the XOR). The last row (r = n_xt − 1) also fills the
- * rest of its group of 16 with x = 0 (byte 128, scale 0): those lanes
- * are computed and dropped. */
-static void xtrans_row(qgemm_ctx_t *c, int r, int n_xt, int64_t n_in, int64_t nb)
+static void xquant_rows(qgemm_ctx_t *c, const float *x, int r0, int r1, int64_t n_in, int64_t nb, bool avx2)
 {
-    const int g = r / 16, l = r % 16;
-    uint8_t *t = c->xt + (size_t)g * 16 * (size_t)n_in;
-    float *td = c->xtd + (size_t)g * 16 * (size_t)nb;
-    const uint8_t *q = (const uint8_t *)c->xq + (size_t)r * (size_t)n_in;
-    for (int64_t b = 0; b < nb; b++) {
-        for (int k = 0; k < 8; k++) {
-            uint32_t v;
-            memcpy(&v, q + QB * b + 4 * k, 4);
-            v ^= 0x80808080u;
-            memcpy(t + (size_t)(8 * b + k) * 64 + 4 * l, &v, 4);
-        }
-        td[16 * b + l] = c->xd[(int64_t)r * nb + b];
-    }
-    if (r != n_xt - 1)
-        return;
-    for (int lp = l + 1; lp < 16; lp++)
-        for (int64_t b = 0; b < nb; b++) {
-            for (int k = 0; k < 8; k++)
-                memset(t + (size_t)(8 * b + k) * 64 + 4 * lp, 0x80, 4);
-            td[16 * b + lp] = 0.0f;
-        }
-}
-
-/* Rows r0..r1-1 of x quantized into xq, xd, xs, xc, and, when n_xt > 0
- * (the call has n_xt rows and xt_wanted), into xt / xtd. */
-static void xquant_rows(qgemm_ctx_t *c, const float *x, int r0, int r1, int64_t n_in, int64_t nb, bool avx2,
-                        int n_xt)
-{
-    for (int r = r0; r < r1; r++) {
+    for (int r = r0; r < r1; r++)
         for (int64_t b = 0; b < nb; b++) {
             const float *xr = x + (int64_t)r * n_in + QB * b;
             int8_t *q = c->xq + (int64_t)r * n_in + QB * b;
@@ -1257,9 +1090,6 @@ static void xquant_rows(qgemm_ctx_t *c, const float *x, int r0, int r1, int64_t 
                 xquant_block_scalar(xr, q, d, s);
             *xc = -128 * xsum(*s);
         }
-        if (n_xt > 0)
-            xtrans_row(c, r, n_xt, n_in, nb);
-    }
 }
 
 /* A tile row into Y: nc (≤ NC) floats. The full-panel case is a fixed-size
@@ -1290,7 +1120,7 @@ static void panel_rows(const qmat_t *m, int64_t c0, int nc, const uint8_t *rows[
  * panels ip .. ip + 7 exist, columns ≥ n_out are dropped) for all rows,
  * WIDE_R rows at a time. W (8 panels: 139 KB at n_in = 2048) stays in L2
  * while the rows go by, so no software prefetch. */
-static void run_wide(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows, panel_t *p)
+static void run_wide(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows)
 {
     const int64_t nb = qx->nb, n_out = m->n_out, c0 = ip * NC;
     const int nc = n_out - c0 < WIDE_NC ? (int)(n_out - c0) : WIDE_NC;
@@ -1299,28 +1129,6 @@ static void run_wide(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows, pa
     for (int j = 0; j < WIDE_PANELS; j++) {
         q[j] = m->packed + (size_t)(ip + j) * m->pstride;
         dh[j] = (const uint16_t *)(const void *)(q[j] + 256 * (size_t)nb);
-    }
-    if (qx->t) {
-        /* X's row groups (xt): the unit's tables once, then per tile of
-         * WT_G · 16 rows (X in L2) every WT_C-column piece of the unit */
-        int32_t *corr = (int32_t *)(void *)p->q;
-        float *dcol = (float *)(void *)(corr + 64 * nb);
-        wide_tables(q, dh, nb, corr, dcol);
-        const int n_g = (n_rows + 15) / 16;
-        for (int g0 = 0; g0 < n_g; g0 += WT_G) {
-            const int G = n_g - g0 < WT_G ? n_g - g0 : WT_G;
-            const int r0 = 16 * g0, nr = n_rows - r0 < 16 * G ? n_rows - r0 : 16 * G;
-            for (int c = 0; c < nc; c += WT_C) {
-                float out[WT_C][WT_G * 16];
-                kern_avx512_q8_0_widet(q[c / NC] + 4 * (c % NC), corr + c, dcol + c, qx, g0, G, out);
-                const int ncc = nc - c < WT_C ? nc - c : WT_C;
-                float *y = m->y + (int64_t)r0 * n_out + c0 + c;
-                for (int r = 0; r < nr; r++)
-                    for (int j = 0; j < ncc; j++)
-                        y[(int64_t)r * n_out + j] = out[j][r];
-            }
-        }
-        return;
     }
     for (int r0 = 0; r0 < n_rows; r0 += WIDE_R) {
         const int R = n_rows - r0 < WIDE_R ? n_rows - r0 : WIDE_R;
@@ -1358,7 +1166,7 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
         assert(m->isa == QGEMM_ISA_AVX512VNNI && m->kind == K_Q8_0);
         int j = 0;
         for (; np - j >= WIDE_PANELS; j += WIDE_PANELS)
-            run_wide(m, ip + j, qx, n_rows, p);
+            run_wide(m, ip + j, qx, n_rows);
         for (; j < np; j += 2)
             run_panel(m, ip + j, np - j < 2 ? 1 : 2, qx, n_rows, avx2, p);
         return;
@@ -1424,7 +1232,7 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
         for (int r0 = 0; r0 < n_rows; r0 += RD) {
             int R = n_rows - r0 < RD ? n_rows - r0 : RD;
             qx_t qr = {qx->q + (int64_t)r0 * n_in, qx->d + (int64_t)r0 * nb, qx->s + (int64_t)r0 * nb, n_in, nb,
-                       qx->c + (int64_t)r0 * nb, NULL, NULL};
+                       qx->c + (int64_t)r0 * nb};
             float out[RT][NC];
             direct_avx2(m->kind, R, rows, &qr, out, next, r0 == 0 ? n_next : 0);
             for (int r = 0; r < R; r++)
@@ -1545,8 +1353,7 @@ static void run_unit(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n_
     qmat_t mt = *m;
     mt.y = m->y + (int64_t)n16 * n_out;
     const qx_t qt = {qx->q + (int64_t)n16 * n_in, qx->d + (int64_t)n16 * nb, qx->s + (int64_t)n16 * nb, n_in, nb,
-                     qx->c + (int64_t)n16 * nb, qx->t ? qx->t + (int64_t)n16 * n_in : NULL,
-                     qx->td + (int64_t)n16 * nb};
+                     qx->c + (int64_t)n16 * nb};
     run_panel(&mt, ip, np, &qt, n_rows - n16, avx2, p);
 }
 
@@ -1610,26 +1417,11 @@ static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void
     }
 }
 
-/* Whether a call of n_rows rows fills xt: the AVX-512 prefill tiles
- * (run_wide) read it; it costs a second pass over the quantized X. */
-static bool xt_wanted(const qgemm_ctx_t *c, int n_rows)
-{
-    return c->isa >= QGEMM_ISA_AVX512VNNI && n_rows >= WIDE_MIN_ROWS;
-}
-
-/* xq's view of the call: rows, scales, sums and, when xt_ok, the tiles' copy */
-static qx_t qx_of(const qgemm_ctx_t *c, int64_t n_in)
-{
-    const qx_t qx = {c->xq, c->xd, c->xs, n_in, n_in / QB, c->xc, c->xt_ok ? c->xt : NULL, c->xtd};
-    return qx;
-}
-
 int qgemm_quantize(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in)
 {
     if (!c || n_rows < 0 || n_rows > c->max_rows || n_in <= 0 || n_in > c->max_in || n_in % QB != 0)
         return -1;
-    c->xt_ok = xt_wanted(c, n_rows);
-    xquant_rows(c, x, 0, n_rows, n_in, n_in / QB, c->isa >= QGEMM_ISA_AVX2, c->xt_ok ? n_rows : 0);
+    xquant_rows(c, x, 0, n_rows, n_in, n_in / QB, c->isa >= QGEMM_ISA_AVX2);
     c->xq_rows = n_rows;
     c->xq_in = n_in;
     return 0;
@@ -1647,7 +1439,7 @@ int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *mat, int64_t n_in, int n_r
         return -1;
     qmat_t m;
     qmat_init(&m, c, mat->type, mat->w, mat->packed, n_out, n_in, mat->y, n_rows);
-    const qx_t qx = qx_of(c, n_in);
+    const qx_t qx = {c->xq, c->xd, c->xs, n_in, n_in / QB, c->xc};
     panel_t p = panel_at(c, thread);
     const int64_t ip1 = (col1 + NC - 1) / NC;
     for (int64_t ip = col0 / NC; ip < ip1; ip += m.ppu)
@@ -1686,22 +1478,16 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
     /* the scratch now holds this X (qgemm_cols may use it) */
     c->xq_rows = n_rows;
     c->xq_in = n_in;
-    c->xt_ok = false;
     const int64_t n_panels = first[n_mats]; /* work units */
     if (n_panels == 0)
         return 0;
-    bool wide = false; /* a matrix runs the prefill tiles */
-    for (int i = 0; i < n_mats; i++)
-        wide |= qm[i].ppu == WIDE_PANELS;
-    c->xt_ok = wide && xt_wanted(c, n_rows);
-    const int n_xt = c->xt_ok ? n_rows : 0;
-    const qx_t qx = qx_of(c, n_in);
+    const qx_t qx = {c->xq, c->xd, c->xs, n_in, nb, c->xc};
     int n_threads = c->n_threads;
     if ((int64_t)n_threads > n_panels)
         n_threads = (int)n_panels;
     const bool xq_par = (int64_t)n_rows * n_in >= XQUANT_PAR_MIN && n_threads > 1;
     if (!xq_par)
-        xquant_rows(c, x, 0, n_rows, n_in, nb, avx2, n_xt);
+        xquant_rows(c, x, 0, n_rows, n_in, nb, avx2);
     ws_init(c->ws, n_panels, n_threads);
 
 #pragma omp parallel num_threads(n_threads)
@@ -1711,7 +1497,7 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
              * loop: every row is quantized before any panel runs */
 #pragma omp for schedule(static)
             for (int r = 0; r < n_rows; r++)
-                xquant_rows(c, x, r, r + 1, n_in, nb, avx2, n_xt);
+                xquant_rows(c, x, r, r + 1, n_in, nb, avx2);
         }
         /* 2. work units (1-2 panels of 8 output columns) of all matrices:
          * a contiguous range per thread, stolen from the back by a thread
