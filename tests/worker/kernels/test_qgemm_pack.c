@@ -507,7 +507,14 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) static double v
 #pragma GCC unroll 12
     for (int i = 1; i < 12; i++)
         s = _mm512_add_epi32(s, c[i]);
-    volatile int sink = _mm512_reduce_add_epi32(s);
+    /* kept live through a wrapping (unsigned) sum: the chains overflow
+     * int32, which _mm512_reduce_add_epi32 does as signed C arithmetic
+     * (UBSan stops the sanitizer build there) */
+    uint32_t lanes[16], sum = 0;
+    _mm512_storeu_si512((void *)lanes, s);
+    for (int i = 0; i < 16; i++)
+        sum += lanes[i];
+    volatile uint32_t sink = sum;
     (void)sink;
     return best;
 }
