@@ -507,10 +507,15 @@ static void kern_scalar(enum kind kind, const panel_t *p, const qx_t *x, int r0,
 #define AVX2 __attribute__((target("avx2,f16c")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,f16c")))
 
-AVX2 static void xquant_block_avx2(const float *x, int8_t *q, float *d, int32_t *s)
+/* Inlined into xquant_row_avx2's loop over a row's blocks (the 4-vector
+ * loops unrolled): as a call per block, with the vectors through the stack
+ * and a vzeroupper per call, the two dependent divisions of one block
+ * barely overlapped the next block's work. */
+AVX2_INLINE void xquant_block_avx2(const float *x, int8_t *q, float *d, int32_t *s)
 {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     __m256 v[4], a[4];
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         v[i] = _mm256_loadu_ps(x + 8 * i);
         a[i] = _mm256_and_ps(v[i], absmask);
@@ -541,6 +546,7 @@ AVX2 static void xquant_block_avx2(const float *x, int8_t *q, float *d, int32_t 
     }
     __m256 idv = _mm256_set1_ps(1.0f / dd);
     __m256i iv[4];
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
         iv[i] = _mm256_cvtps_epi32(
             _mm256_round_ps(_mm256_mul_ps(v[i], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -1078,8 +1084,24 @@ typedef struct {
  * than the quantization itself (768 elements take ~0.3 us). */
 #define XQUANT_PAR_MIN 16384
 
+/* One row's nb blocks: quants q, scales d, half sums s, and xc = −128·Σq
+ * per block (the VNNI kernels' accumulator start). */
+AVX2 static void xquant_row_avx2(const float *x, int8_t *q, float *d, int32_t *s, int32_t *xc, int64_t nb)
+{
+    for (int64_t b = 0; b < nb; b++) {
+        xquant_block_avx2(x + QB * b, q + QB * b, d + b, s + b);
+        xc[b] = -128 * xsum(s[b]);
+    }
+}
+
 static void xquant_rows(qgemm_ctx_t *c, const float *x, int r0, int r1, int64_t n_in, int64_t nb, bool avx2)
 {
+    if (avx2) {
+        for (int r = r0; r < r1; r++)
+            xquant_row_avx2(x + (int64_t)r * n_in, c->xq + (int64_t)r * n_in, c->xd + (int64_t)r * nb,
+                            c->xs + (int64_t)r * nb, c->xc + (int64_t)r * nb, nb);
+        return;
+    }
     for (int r = r0; r < r1; r++)
         for (int64_t b = 0; b < nb; b++) {
             const float *xr = x + (int64_t)r * n_in + QB * b;
@@ -1087,10 +1109,7 @@ static void xquant_rows(qgemm_ctx_t *c, const float *x, int r0, int r1, int64_t 
             float *d = c->xd + (int64_t)r * nb + b;
             int32_t *s = c->xs + (int64_t)r * nb + b;
             int32_t *xc = c->xc + (int64_t)r * nb + b;
-            if (avx2)
-                xquant_block_avx2(xr, q, d, s);
-            else
-                xquant_block_scalar(xr, q, d, s);
+            xquant_block_scalar(xr, q, d, s);
             *xc = -128 * xsum(*s);
         }
 }

@@ -507,7 +507,14 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) static double v
 #pragma GCC unroll 12
     for (int i = 1; i < 12; i++)
         s = _mm512_add_epi32(s, c[i]);
-    volatile int sink = _mm512_reduce_add_epi32(s);
+    /* kept live through a wrapping (unsigned) sum: the chains overflow
+     * int32, which _mm512_reduce_add_epi32 does as signed C arithmetic
+     * (UBSan stops the sanitizer build there) */
+    uint32_t lanes[16], sum = 0;
+    _mm512_storeu_si512((void *)lanes, s);
+    for (int i = 0; i < 16; i++)
+        sum += lanes[i];
+    volatile uint32_t sink = sum;
     (void)sink;
     return best;
 }
@@ -515,7 +522,12 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) static double v
 /* Packed Q8_0 at the 1.1B llama shapes (dim 2048, FFN 5632, vocab 32000)
  * and QGEMM_BENCH_ROWS (512) X rows, the prefill case: per shape the best
  * wall time and GOPS per CPU second (2 ops per multiply-add) of
- * QGEMM_BENCH_REPS (5) calls, against the VNNI peak of a dpbusd loop. */
+ * QGEMM_BENCH_REPS (5) calls, against the VNNI peak of a dpbusd loop; then
+ * the same without the X quantization ("tiles": X quantized once by
+ * qgemm_quantize, then qgemm_mat_cols over all columns on the calling
+ * thread, best of the reps, so one thread whatever QGEMM_BENCH_THREADS):
+ * the kernel's own rate. A small shape (QGEMM_BENCH_SHAPE=64x256,
+ * QGEMM_BENCH_ROWS=48) keeps W and X in L1. */
 static void run_bench_w1b(void)
 {
     struct { const char *name; int64_t n_out, n_in; } shapes[] = {
@@ -541,7 +553,7 @@ static void run_bench_w1b(void)
     double peak = qgemm_isa_available(QGEMM_ISA_AVX512VNNI) ? vnni_peak_gops() : 0;
     printf("packed Q8_0, %d rows, %d thread(s), isa %s, best of %d; vpdpbusd peak %.0f GOPS per CPU second\n",
            rows, nt, qgemm_isa_name(qgemm_get_isa(ctx)), reps, peak);
-    printf("%-18s %10s %12s %10s\n", "shape", "wall ms", "GOPS/cpu-s", "of peak");
+    printf("%-18s %10s %12s %10s %12s %10s\n", "shape", "wall ms", "GOPS/cpu-s", "of peak", "tiles GOPS", "of peak");
     for (size_t s = 0; s < n_shapes; s++) {
         int64_t n_out = shapes[s].n_out, n_in = shapes[s].n_in;
         uint8_t *w = q8_random(n_out, n_in, 11);
@@ -560,7 +572,22 @@ static void run_bench_w1b(void)
             cpu = dc < cpu ? dc : cpu;
         }
         double gops = 2.0 * (double)rows * (double)n_out * (double)n_in / cpu / 1e9;
-        printf("%-18s %10.2f %12.1f %9.0f%%\n", shapes[s].name, wall, gops, peak > 0 ? 100 * gops / peak : 0);
+        /* the tiles alone: enough calls of a small shape for ~10 ms */
+        int inner = (int)(2e7 / ((double)rows * (double)n_out * (double)n_in / 64)) + 1;
+        double tcpu = 1e30;
+        if (qgemm_quantize(ctx, x, rows, n_in) != 0)
+            abort();
+        for (int i = 0; i < reps; i++) {
+            double c0 = cpu_s();
+            for (int j = 0; j < inner; j++)
+                if (qgemm_mat_cols(ctx, &m, n_in, rows, 0, n_out, 0) != 0)
+                    abort();
+            double dc = (cpu_s() - c0) / inner;
+            tcpu = dc < tcpu ? dc : tcpu;
+        }
+        double tg = 2.0 * (double)rows * (double)n_out * (double)n_in / tcpu / 1e9;
+        printf("%-18s %10.2f %12.1f %9.0f%% %12.1f %9.0f%%\n", shapes[s].name, wall, gops, peak > 0 ? 100 * gops / peak : 0,
+               tg, peak > 0 ? 100 * tg / peak : 0);
         qgemm_pack_free(&p);
         free(w);
         free(x);
