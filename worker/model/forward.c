@@ -18,6 +18,7 @@
 #include "common/xalloc.h"
 #include "worker/kernels/matmul.h"
 #include "worker/kernels/attention.h"
+#include "worker/kernels/spinbar.h"
 #include "worker/kernels/worksteal.h"
 
 /* phases of a step timed with PAGODA_FWD_PROFILE (prof_print); PH_QKV_ATT
@@ -76,6 +77,8 @@ struct forward {
     size_t lr_t_cap;                 /* the larger of (max_rows + LORA_SET_MAX) * LORA_MAX_RANK
                                       * (lora_add) and q/k/v of every row of a proj_fused step
                                       * with LORA_SET_MAX adapters of LORA_MAX_RANK */
+    spinbar_t bar;       /* the barriers of layers_one_region */
+    bool multi_region;   /* forward_set_one_region(f, false): never layers_one_region */
     ws_t *ws;            /* per-thread ranges of ffn_gate_up's column tasks and of
                           * qkv_attention_by_head's kv heads */
     _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
@@ -177,6 +180,11 @@ int forward_set_int8(forward_t *f, bool on)
 void forward_set_lora_fused(forward_t *f, bool on)
 {
     f->lora_unfused = !on;
+}
+
+void forward_set_one_region(forward_t *f, bool on)
+{
+    f->multi_region = !on;
 }
 
 void forward_set_progress(forward_t *f, _Atomic uint64_t *layers_done)
@@ -701,12 +709,37 @@ static void attention(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, 
  * only reads kv head g's slice, so no barrier is needed between the
  * projections and the attention (the two-region path has one). Requires
  * head_dim % 16 == 0 (matmul_run_range's column alignment). */
-static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv)
+/* One task of qkv_attention_by_head on thread t: kv head g's q/k/v
+ * columns (xb quantized by matmul_prepare), their post-processing, cache
+ * write and the attention of its query heads. */
+static void by_head_task(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv, int g,
+                         int t)
 {
     const model_config_t *c = &f->m->cfg;
     const model_layer_t *L = a->L;
     const int R = b->n_rows, hd = c->head_dim, group = c->n_head / c->n_kv_head;
-    int rc = matmul_prepare(f->mm, f->xb, R, c->dim);
+    const int64_t q0 = (int64_t)g * group * hd, k0 = (int64_t)g * hd;
+    const int nq = group * hd;
+    int bad_mm = matmul_run_range(f->mm, &L->wq, f->xb, R, q0, q0 + nq, f->q, t) |
+                 matmul_run_range(f->mm, &L->wk, f->xb, R, k0, k0 + hd, f->k, t) |
+                 matmul_run_range(f->mm, &L->wv, f->xb, R, k0, k0 + hd, f->v, t);
+    assert(bad_mm == 0 && "weights were validated at load");
+    (void)bad_mm;
+    for (int r = 0; r < R; r++)
+        qkv_row_post(f, a, b, kv, r, q0, nq, k0, hd);
+    float *sc = f->scores + (size_t)t * (size_t)f->score_rows * f->scores_ld;
+    for (int r = 0; r < R; r++) {
+        const int32_t *bt = b->block_tables[b->seq[r]];
+        const size_t qr = (size_t)r * c->q_dim + (size_t)q0;
+        attention_group(f->q + qr, group, kv, a->l, bt, att_first(a, b->pos[r]), att_end(b, r), (int)k0, hd,
+                        c->attn_scale, c->attn_softcap, sc, f->scores_ld, f->att + qr);
+    }
+}
+
+static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv)
+{
+    const model_config_t *c = &f->m->cfg;
+    int rc = matmul_prepare(f->mm, f->xb, b->n_rows, c->dim);
     assert(rc == 0);
     (void)rc;
     /* kv heads in per-thread contiguous ranges (worksteal.h): the weight
@@ -714,25 +747,8 @@ static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_
      * kernels prefetch */
     ws_init(f->ws, c->n_kv_head, f->n_threads);
 #pragma omp parallel num_threads(f->n_threads)
-    for (int64_t gi; (gi = ws_next(f->ws, omp_get_thread_num())) >= 0;) {
-        const int g = (int)gi, t = omp_get_thread_num();
-        const int64_t q0 = (int64_t)g * group * hd, k0 = (int64_t)g * hd;
-        const int nq = group * hd;
-        int bad_mm = matmul_run_range(f->mm, &L->wq, f->xb, R, q0, q0 + nq, f->q, t) |
-                     matmul_run_range(f->mm, &L->wk, f->xb, R, k0, k0 + hd, f->k, t) |
-                     matmul_run_range(f->mm, &L->wv, f->xb, R, k0, k0 + hd, f->v, t);
-        assert(bad_mm == 0 && "weights were validated at load");
-        (void)bad_mm;
-        for (int r = 0; r < R; r++)
-            qkv_row_post(f, a, b, kv, r, q0, nq, k0, hd);
-        float *sc = f->scores + (size_t)t * (size_t)f->score_rows * f->scores_ld;
-        for (int r = 0; r < R; r++) {
-            const int32_t *bt = b->block_tables[b->seq[r]];
-            const size_t qr = (size_t)r * c->q_dim + (size_t)q0;
-            attention_group(f->q + qr, group, kv, a->l, bt, att_first(a, b->pos[r]), att_end(b, r), (int)k0, hd,
-                            c->attn_scale, c->attn_softcap, sc, f->scores_ld, f->att + qr);
-        }
-    }
+    for (int64_t gi; (gi = ws_next(f->ws, omp_get_thread_num())) >= 0;)
+        by_head_task(f, a, b, kv, (int)gi, omp_get_thread_num());
 }
 
 /* Groups this step's rows by adapter set (f->lora_rows / grp0 / gset), in
@@ -1174,6 +1190,166 @@ static int layer_ffn(forward_t *f, const fwd_batch_t *b, const model_layer_t *L,
     return 0;
 }
 
+/* rmsnorm_rows: add_rmsnorm's rows on the calling thread (inside a region) */
+static void rmsnorm_rows(float *x, const float *d, float *out, const float *w, int R, int n, float eps)
+{
+    for (int r = 0; r < R; r++)
+        add_rmsnorm_row(x + (size_t)r * n, d ? d + (size_t)r * n : NULL, out + (size_t)r * n, w, n, eps);
+}
+
+/* Output columns per task of wo and down in layers_one_region: one unit of
+ * the 1-row kernels (two panels), so a late thread holds the other up by
+ * ~2 us, not by a 64-column task (~25 us of down at 5632 inputs) */
+#define FWD_STEP_COLS 16
+
+/* The serial step between two phases of layers_one_region, run by the last
+ * thread to reach the barrier: x quantized for the next matmul, its tasks
+ * set up. */
+static void step_next(forward_t *f, const float *x, int R, int64_t cols, int64_t n_tasks)
+{
+    int rc = matmul_prepare(f->mm, x, R, cols);
+    assert(rc == 0);
+    (void)rc;
+    ws_init(f->ws, n_tasks, f->bar.n);
+}
+
+/* Every layer of a small dense step without adapters (the by-head path) in
+ * ONE parallel region: the four phases of a layer (q/k/v + attention by kv
+ * head; wo; gate/up + activation; down) are column tasks (worksteal.h)
+ * separated by spinbar barriers, whose last thread runs the serial step
+ * between them (residual add + rmsnorm, quantizing the next matmul's input,
+ * the stop check). The multi-region path forks and joins a region per
+ * phase, and on this VM every fork / join with the worker's short
+ * GOMP_SPINCOUNT was a futex sleep and wake-up (spinbar.h). Every output
+ * gets the same operations in the same order as there: matmul_run_range
+ * equals matmul_run bit for bit (matmul.h), the norms are the same rows.
+ * x (R, dim) residual in, xb (R, dim) = the last layer's FFN output out
+ * (as forward_run's layer loop). FWD_STOPPED when the stop word was seen at
+ * one of the loop's checks, else 0. */
+static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, bool prof)
+{
+    const model_t *m = f->m;
+    const model_config_t *c = &m->cfg;
+    const int R = b->n_rows, dim = c->dim;
+    const int64_t n_dim_tasks = (dim + FWD_STEP_COLS - 1) / FWD_STEP_COLS;
+    bool stopped = false; /* written by a barrier's last thread, read by all after it */
+    spinbar_init(&f->bar, f->n_threads);
+    step_next(f, f->xb, R, dim, c->n_kv_head);
+#pragma omp parallel num_threads(f->n_threads)
+    {
+        /* the barrier counts the threads the region really has */
+#pragma omp single
+        f->bar.n = omp_get_num_threads();
+        const int t = omp_get_thread_num();
+        double t_ph = prof && t == 0 ? now_ns() : 0;
+        /* PHASE(ph, bytes): thread 0 books the time since the last barrier */
+#define PHASE(ph, bytes)                                   \
+    do {                                                   \
+        if (prof && t == 0) {                              \
+            const double t_ = now_ns();                    \
+            f->prof_ns[ph] += t_ - t_ph;                   \
+            f->prof_bytes[ph] += (double)(bytes);          \
+            t_ph = t_;                                     \
+        }                                                  \
+    } while (0)
+        unsigned gen;
+        for (int l = 0; l < c->n_layer; l++) {
+            const model_layer_t *L = &m->layers[l];
+            const int sw = L->swa ? 1 : 0;
+            const layer_att_t a = { .L = L, .l = l, .cos = f->rope_cos[sw], .sin = f->rope_sin[sw],
+                                    .window = L->swa ? c->swa_window : 0 };
+            const int64_t ffn = L->w_gate.rows;
+
+            /* q, k, v, rope, cache write, attention: one task per kv head */
+            for (int64_t gi; (gi = ws_next(f->ws, t)) >= 0;)
+                by_head_task(f, &a, b, kv, (int)gi, t);
+            if (spinbar_arrive(&f->bar, &gen)) {
+                step_next(f, f->att, R, c->q_dim, n_dim_tasks);
+                spinbar_release(&f->bar);
+            } else {
+                spinbar_wait(&f->bar, gen);
+            }
+            PHASE(PH_QKV_ATT, matmul_weight_bytes(&L->wq) + matmul_weight_bytes(&L->wk) + matmul_weight_bytes(&L->wv));
+
+            /* xb = att · Woᵀ */
+            for (int64_t task; (task = ws_next(f->ws, t)) >= 0;) {
+                const int64_t n0 = task * FWD_STEP_COLS, n1 = n0 + FWD_STEP_COLS < dim ? n0 + FWD_STEP_COLS : dim;
+                int bad_mm = matmul_run_range(f->mm, &L->wo, f->att, R, n0, n1, f->xb, t);
+                assert(bad_mm == 0 && "weights were validated at load");
+                (void)bad_mm;
+            }
+            /* [gemma: xb = rmsnorm(xb) * attn_post_norm]; x += xb; xb = rmsnorm(x) * ffn_norm */
+            if (spinbar_arrive(&f->bar, &gen)) {
+                if (L->attn_post_norm)
+                    rmsnorm_rows(f->xb, NULL, f->xb, L->attn_post_norm, R, dim, c->norm_eps);
+                rmsnorm_rows(f->x, f->xb, f->xb, L->ffn_norm, R, dim, c->norm_eps);
+                stopped = stop_set(f);
+                if (!stopped)
+                    step_next(f, f->xb, R, dim, (ffn + FWD_FFN_COLS - 1) / FWD_FFN_COLS);
+                spinbar_release(&f->bar);
+            } else {
+                spinbar_wait(&f->bar, gen);
+            }
+            PHASE(PH_WO, matmul_weight_bytes(&L->wo));
+            if (stopped)
+                break;
+
+            /* hg = act(xb · Wgateᵀ) * (xb · Wupᵀ), by FWD_FFN_COLS columns */
+            for (int64_t task; (task = ws_next(f->ws, t)) >= 0;) {
+                const int64_t n0 = task * FWD_FFN_COLS, n1 = n0 + FWD_FFN_COLS < ffn ? n0 + FWD_FFN_COLS : ffn;
+                int bad_mm = matmul_run_range(f->mm, &L->w_gate, f->xb, R, n0, n1, f->hg, t) |
+                             matmul_run_range(f->mm, &L->w_up, f->xb, R, n0, n1, f->hu, t);
+                assert(bad_mm == 0 && "weights were validated at load");
+                (void)bad_mm;
+                for (int r = 0; r < R; r++) {
+                    float *h = f->hg + (size_t)r * ffn + n0;
+                    act_mul(c->ffn_act, h, h, f->hu + (size_t)r * ffn + n0, (size_t)(n1 - n0));
+                }
+            }
+            if (spinbar_arrive(&f->bar, &gen)) {
+                stopped = stop_set(f);
+                if (!stopped)
+                    step_next(f, f->hg, R, ffn, n_dim_tasks);
+                spinbar_release(&f->bar);
+            } else {
+                spinbar_wait(&f->bar, gen);
+            }
+            PHASE(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up));
+            if (stopped)
+                break;
+
+            /* xb = hg · Wdownᵀ */
+            for (int64_t task; (task = ws_next(f->ws, t)) >= 0;) {
+                const int64_t n0 = task * FWD_STEP_COLS, n1 = n0 + FWD_STEP_COLS < dim ? n0 + FWD_STEP_COLS : dim;
+                int bad_mm = matmul_run_range(f->mm, &L->w_down, f->hg, R, n0, n1, f->xb, t);
+                assert(bad_mm == 0 && "weights were validated at load");
+                (void)bad_mm;
+            }
+            /* [gemma: xb = rmsnorm(xb) * ffn_post_norm]; then, before the
+             * next layer: x += xb; xb = rmsnorm(x) * its attn_norm */
+            if (spinbar_arrive(&f->bar, &gen)) {
+                if (L->ffn_post_norm)
+                    rmsnorm_rows(f->xb, NULL, f->xb, L->ffn_post_norm, R, dim, c->norm_eps);
+                if (l + 1 < c->n_layer)
+                    rmsnorm_rows(f->x, f->xb, f->xb, m->layers[l + 1].attn_norm, R, dim, c->norm_eps);
+                if (f->layers_done)
+                    atomic_fetch_add_explicit(f->layers_done, 1, memory_order_relaxed);
+                stopped = l + 1 < c->n_layer && stop_set(f);
+                if (!stopped && l + 1 < c->n_layer)
+                    step_next(f, f->xb, R, dim, c->n_kv_head);
+                spinbar_release(&f->bar);
+            } else {
+                spinbar_wait(&f->bar, gen);
+            }
+            PHASE(PH_DOWN, matmul_weight_bytes(&L->w_down));
+            if (stopped)
+                break;
+        }
+#undef PHASE
+    }
+    return stopped ? FWD_STOPPED : 0;
+}
+
 int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float *logits)
 {
     const model_t *m = f->m;
@@ -1216,7 +1392,11 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
     const bool fused = f->n_lora_grp > 0 && R <= FWD_LORA_FUSED_MAX_ROWS && !f->lora_unfused;
     const bool by_head = f->n_lora_grp == 0 && R <= FWD_BY_HEAD_MAX_ROWS && c->head_dim % 16 == 0 &&
                          (c->n_kv_head % f->n_threads == 0 || c->n_kv_head >= 4 * f->n_threads);
-    for (int l = 0; l < c->n_layer; l++) {
+    /* small dense steps: every layer in one region (layers_one_region) */
+    const bool one_region = by_head && c->n_expert == 0 && !f->multi_region;
+    if (one_region && layers_one_region(f, b, kv, prof) == FWD_STOPPED)
+        return FWD_STOPPED;
+    for (int l = 0; l < (one_region ? 0 : c->n_layer); l++) {
         const model_layer_t *L = &m->layers[l];
         const int t = L->swa ? 1 : 0;
         const layer_att_t a = { .L = L, .l = l, .cos = f->rope_cos[t], .sin = f->rope_sin[t],
