@@ -2,7 +2,13 @@
 #include "worker/kernels/spinbar.h"
 
 #include <assert.h>
+#include <limits.h>
+#include <stdint.h>
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -14,12 +20,30 @@
 /* Spins before each wait starts yielding: the other thread's last task is
  * usually under way (the same bound as lowrank_wait_t). */
 #define SPINBAR_SPIN 2000
+/* Then it yields for up to this long before it sleeps on a futex: waits
+ * inside a one-row step on idle cores end well before (the other thread's
+ * last task, tens of us); longer ones mean the other thread lost its core
+ * (a loaded machine), and then sleeping frees ours. */
+#define SPINBAR_YIELD_NS 200000
+
+static long futex(atomic_uint *addr, int op, unsigned val)
+{
+    return syscall(SYS_futex, (unsigned *)addr, op, val, NULL, NULL, 0);
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 void spinbar_init(spinbar_t *b, int n)
 {
     assert(n >= 1);
     atomic_store_explicit(&b->count, 0, memory_order_relaxed);
     atomic_store_explicit(&b->gen, 0, memory_order_relaxed);
+    atomic_store_explicit(&b->sleepers, 0, memory_order_relaxed);
     b->n = n;
 }
 
@@ -37,16 +61,32 @@ void spinbar_release(spinbar_t *b)
      * new generation (acquire) and arrives at the next barrier counts
      * from 0 */
     atomic_store_explicit(&b->count, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&b->gen, 1, memory_order_release);
+    /* seq_cst with the sleeper's count-then-check: either it sees the new
+     * generation or we see it counted */
+    atomic_fetch_add_explicit(&b->gen, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&b->sleepers, memory_order_seq_cst) > 0)
+        futex(&b->gen, FUTEX_WAKE_PRIVATE, INT_MAX);
 }
 
 void spinbar_wait(spinbar_t *b, unsigned gen)
 {
+    int64_t t_end = 0;
     for (int spin = 0; atomic_load_explicit(&b->gen, memory_order_acquire) == gen; spin++) {
-        if (spin < SPINBAR_SPIN)
+        if (spin < SPINBAR_SPIN) {
             SPINBAR_PAUSE();
-        else
+            continue;
+        }
+        const int64_t now = mono_ns();
+        if (t_end == 0)
+            t_end = now + SPINBAR_YIELD_NS;
+        if (now < t_end) {
             sched_yield();
+            continue;
+        }
+        atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
+        while (atomic_load_explicit(&b->gen, memory_order_seq_cst) == gen)
+            futex(&b->gen, FUTEX_WAIT_PRIVATE, gen); /* returns at once if gen moved */
+        atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_relaxed);
     }
 }
 

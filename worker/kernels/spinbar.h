@@ -1,5 +1,5 @@
-/* spinbar.h — a barrier for the threads of one OpenMP region that never
- * sleeps: a short spin, then sched_yield until the others arrive.
+/* spinbar.h — a barrier for the threads of one OpenMP region: a short
+ * spin, then sched_yield, and only after 200 us a futex sleep.
  *
  * Why: libgomp's waits (the end of a region, the dock between regions, an
  * `omp barrier`) spin GOMP_SPINCOUNT iterations and then sleep on a futex.
@@ -8,9 +8,11 @@
  * of 1000 iterations is ~1 us, so a decode step's ~90 regions each paid one
  * or two futex sleeps and wake-ups (~50 us of region for 1 us of gap,
  * measured with a 2-thread region after a busy wait). A one-row step whose
- * layer runs in ONE region with these barriers between its phases waits
- * without a sleep, and a thread that waits longer than the spin yields its
- * core to whoever needs it (as lowrank_wait_t does).
+ * layers run in ONE region with these barriers between their phases waits
+ * without a sleep on idle cores; a thread that waits longer than the spin
+ * yields its core to whoever needs it (as lowrank_wait_t does), and one
+ * that waits longer still (the other thread lost its core on a loaded
+ * machine) sleeps, as libgomp's threads would.
  *
  * The last thread to arrive may run a serial step before it releases the
  * others (spinbar_arrive / spinbar_release): one barrier instead of two
@@ -32,7 +34,8 @@
 
 typedef struct {
     _Alignas(64) atomic_uint count; /* threads arrived in this generation */
-    _Alignas(64) atomic_uint gen;   /* +1 at every release */
+    _Alignas(64) atomic_uint gen;   /* +1 at every release (a futex word) */
+    atomic_uint sleepers;           /* threads asleep on gen (woken by the release) */
     int n;                          /* threads that take part */
 } spinbar_t;
 
@@ -48,7 +51,8 @@ bool spinbar_arrive(spinbar_t *b, unsigned *gen);
 /* The last thread's release of the others (after its serial step). */
 void spinbar_release(spinbar_t *b);
 
-/* Waits until the generation moves past gen (spin, then sched_yield). */
+/* Waits until the generation moves past gen (spin, sched_yield, then a
+ * futex sleep). */
 void spinbar_wait(spinbar_t *b, unsigned gen);
 
 /* A plain barrier. */
