@@ -1,11 +1,10 @@
-/* spinbar.c — a spin-then-yield barrier (spinbar.h). */
+/* spinbar.c — a spin-then-sleep barrier (spinbar.h). */
 #include "worker/kernels/spinbar.h"
 
 #include <assert.h>
 #include <limits.h>
 #include <stdint.h>
 #include <linux/futex.h>
-#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,14 +16,16 @@
 #define SPINBAR_PAUSE() ((void)0)
 #endif
 
-/* Spins before each wait starts yielding: the other thread's last task is
- * usually under way (the same bound as lowrank_wait_t). */
-#define SPINBAR_SPIN 2000
-/* Then it yields for up to this long before it sleeps on a futex: waits
- * inside a one-row step on idle cores end well before (the other thread's
- * last task, tens of us); longer ones mean the other thread lost its core
- * (a loaded machine), and then sleeping frees ours. */
-#define SPINBAR_YIELD_NS 200000
+/* A wait spins this long, then sleeps on a futex. Waits inside a one-row
+ * step on idle cores end well before (the other thread's last task, a few
+ * to tens of us). A longer one means the other thread lost its core (a
+ * loaded machine): sleeping then frees ours, and the futex wake-up puts
+ * the sleeper back on a core sooner than sched_yield would (a yielding
+ * thread waited out other processes' time slices: the phase after a
+ * yield ran 2x slower on the loaded VM). */
+#define SPINBAR_SPIN_NS 50000
+/* pauses between two reads of the clock (~25-60 ns each on Zen 5) */
+#define SPINBAR_PAUSES 32
 
 static long futex(atomic_uint *addr, int op, unsigned val)
 {
@@ -72,21 +73,19 @@ void spinbar_wait(spinbar_t *b, unsigned gen)
 {
     int64_t t_end = 0;
     for (int spin = 0; atomic_load_explicit(&b->gen, memory_order_acquire) == gen; spin++) {
-        if (spin < SPINBAR_SPIN) {
-            SPINBAR_PAUSE();
+        SPINBAR_PAUSE();
+        if (spin % SPINBAR_PAUSES != SPINBAR_PAUSES - 1)
             continue;
-        }
         const int64_t now = mono_ns();
         if (t_end == 0)
-            t_end = now + SPINBAR_YIELD_NS;
-        if (now < t_end) {
-            sched_yield();
+            t_end = now + SPINBAR_SPIN_NS;
+        if (now < t_end)
             continue;
-        }
         atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
         while (atomic_load_explicit(&b->gen, memory_order_seq_cst) == gen)
             futex(&b->gen, FUTEX_WAIT_PRIVATE, gen); /* returns at once if gen moved */
         atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_relaxed);
+        return;
     }
 }
 

@@ -1,5 +1,5 @@
-/* spinbar.h — a barrier for the threads of one OpenMP region: a short
- * spin, then sched_yield, and only after 200 us a futex sleep.
+/* spinbar.h — a barrier for the threads of one OpenMP region: a 50 us
+ * spin, then a futex sleep.
  *
  * Why: libgomp's waits (the end of a region, the dock between regions, an
  * `omp barrier`) spin GOMP_SPINCOUNT iterations and then sleep on a futex.
@@ -10,9 +10,8 @@
  * measured with a 2-thread region after a busy wait). A one-row step whose
  * layers run in ONE region with these barriers between their phases waits
  * without a sleep on idle cores; a thread that waits longer than the spin
- * yields its core to whoever needs it (as lowrank_wait_t does), and one
- * that waits longer still (the other thread lost its core on a loaded
- * machine) sleeps, as libgomp's threads would.
+ * (the other thread lost its core on a loaded machine) sleeps, as
+ * libgomp's threads would.
  *
  * The last thread to arrive may run a serial step before it releases the
  * others (spinbar_arrive / spinbar_release): one barrier instead of two
@@ -51,8 +50,7 @@ bool spinbar_arrive(spinbar_t *b, unsigned *gen);
 /* The last thread's release of the others (after its serial step). */
 void spinbar_release(spinbar_t *b);
 
-/* Waits until the generation moves past gen (spin, sched_yield, then a
- * futex sleep). */
+/* Waits until the generation moves past gen (spin, then a futex sleep). */
 void spinbar_wait(spinbar_t *b, unsigned gen);
 
 /* A plain barrier. */

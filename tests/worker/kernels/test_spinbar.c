@@ -1,4 +1,4 @@
-/* Unit tests for worker/kernels/spinbar.h: a spin-then-yield barrier.
+/* Unit tests for worker/kernels/spinbar.h: a spin-then-sleep barrier.
  *
  * Claims checked, with real OpenMP threads (1-4) over 5,000 barriers (twice each):
  *   - no thread leaves a barrier before every thread has arrived: each
@@ -8,7 +8,7 @@
  *     and what it writes in its serial step before spinbar_release is seen
  *     by every thread after the barrier;
  *   - a thread descheduled for a while (a 20 ms sleep before one barrier)
- *     holds the others, who yield, then sleep on the futex (past 200 us),
+ *     holds the others, who sleep on the futex (past 50 us of spin),
  *     and are woken by the release instead of passing.
  */
 #include <setjmp.h>
