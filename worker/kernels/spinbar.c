@@ -16,14 +16,15 @@
 #define SPINBAR_PAUSE() ((void)0)
 #endif
 
-/* A wait spins this long, then sleeps on a futex. Waits inside a one-row
- * step on idle cores end well before (the other thread's last task, a few
- * to tens of us). A longer one means the other thread lost its core (a
- * loaded machine): sleeping then frees ours, and the futex wake-up puts
- * the sleeper back on a core sooner than sched_yield would (a yielding
- * thread waited out other processes' time slices: the phase after a
- * yield ran 2x slower on the loaded VM). */
-#define SPINBAR_SPIN_NS 50000
+/* A wait spins up to the barrier's budget, then sleeps on a futex. Waits
+ * inside a one-row step on idle cores end within a few us (the other
+ * thread's last task). On a loaded machine the thread waited for has often
+ * lost its core, or shares ours, and a spin only burns the time it needs:
+ * there each wait that has to sleep halves the budget (down to the floor,
+ * about libgomp's short spin), each that ends in the spin raises it by an
+ * eighth (up to the cap). */
+#define SPINBAR_SPIN_MAX_NS 50000
+#define SPINBAR_SPIN_MIN_NS 2000
 /* pauses between two reads of the clock (~25-60 ns each on Zen 5) */
 #define SPINBAR_PAUSES 32
 
@@ -45,6 +46,7 @@ void spinbar_init(spinbar_t *b, int n)
     atomic_store_explicit(&b->count, 0, memory_order_relaxed);
     atomic_store_explicit(&b->gen, 0, memory_order_relaxed);
     atomic_store_explicit(&b->sleepers, 0, memory_order_relaxed);
+    atomic_store_explicit(&b->spin_ns, SPINBAR_SPIN_MAX_NS, memory_order_relaxed);
     b->n = n;
 }
 
@@ -78,14 +80,23 @@ void spinbar_wait(spinbar_t *b, unsigned gen)
             continue;
         const int64_t now = mono_ns();
         if (t_end == 0)
-            t_end = now + SPINBAR_SPIN_NS;
+            t_end = now + atomic_load_explicit(&b->spin_ns, memory_order_relaxed);
         if (now < t_end)
             continue;
+        /* the budget is a hint: a lost update between threads is harmless */
+        const int budget = atomic_load_explicit(&b->spin_ns, memory_order_relaxed) / 2;
+        atomic_store_explicit(&b->spin_ns, budget < SPINBAR_SPIN_MIN_NS ? SPINBAR_SPIN_MIN_NS : budget,
+                              memory_order_relaxed);
         atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
         while (atomic_load_explicit(&b->gen, memory_order_seq_cst) == gen)
             futex(&b->gen, FUTEX_WAIT_PRIVATE, gen); /* returns at once if gen moved */
         atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_relaxed);
         return;
+    }
+    if (t_end != 0) {
+        const int budget = atomic_load_explicit(&b->spin_ns, memory_order_relaxed);
+        const int up = budget + budget / 8;
+        atomic_store_explicit(&b->spin_ns, up > SPINBAR_SPIN_MAX_NS ? SPINBAR_SPIN_MAX_NS : up, memory_order_relaxed);
     }
 }
 

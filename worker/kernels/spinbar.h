@@ -1,5 +1,5 @@
-/* spinbar.h — a barrier for the threads of one OpenMP region: a 50 us
- * spin, then a futex sleep.
+/* spinbar.h — a barrier for the threads of one OpenMP region: a spin of
+ * up to 50 us (less once waits have had to sleep), then a futex sleep.
  *
  * Why: libgomp's waits (the end of a region, the dock between regions, an
  * `omp barrier`) spin GOMP_SPINCOUNT iterations and then sleep on a futex.
@@ -35,6 +35,7 @@ typedef struct {
     _Alignas(64) atomic_uint count; /* threads arrived in this generation */
     _Alignas(64) atomic_uint gen;   /* +1 at every release (a futex word) */
     atomic_uint sleepers;           /* threads asleep on gen (woken by the release) */
+    atomic_int spin_ns;             /* how long a wait spins before it sleeps (adapts, spinbar.c) */
     int n;                          /* threads that take part */
 } spinbar_t;
 

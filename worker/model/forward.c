@@ -709,6 +709,9 @@ static void attention(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, 
  * only reads kv head g's slice, so no barrier is needed between the
  * projections and the attention (the two-region path has one). Requires
  * head_dim % 16 == 0 (matmul_run_range's column alignment). */
+static void head_post_attend(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv, int g,
+                             int t);
+
 /* One task of qkv_attention_by_head on thread t: kv head g's q/k/v
  * columns (xb quantized by matmul_prepare), their post-processing, cache
  * write and the attention of its query heads. */
@@ -725,6 +728,19 @@ static void by_head_task(forward_t *f, const layer_att_t *a, const fwd_batch_t *
                  matmul_run_range(f->mm, &L->wv, f->xb, R, k0, k0 + hd, f->v, t);
     assert(bad_mm == 0 && "weights were validated at load");
     (void)bad_mm;
+    head_post_attend(f, a, b, kv, g, t);
+}
+
+/* The rest of kv head g's task once its q/k/v columns are computed:
+ * biases, norms, rope and cache write of its slices (qkv_row_post), then
+ * the attention of its query heads, on thread t's score scratch. */
+static void head_post_attend(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv, int g,
+                             int t)
+{
+    const model_config_t *c = &f->m->cfg;
+    const int R = b->n_rows, hd = c->head_dim, group = c->n_head / c->n_kv_head;
+    const int64_t q0 = (int64_t)g * group * hd, k0 = (int64_t)g * hd;
+    const int nq = group * hd;
     for (int r = 0; r < R; r++)
         qkv_row_post(f, a, b, kv, r, q0, nq, k0, hd);
     float *sc = f->scores + (size_t)t * (size_t)f->score_rows * f->scores_ld;
@@ -1232,9 +1248,13 @@ static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_
     const model_config_t *c = &m->cfg;
     const int R = b->n_rows, dim = c->dim;
     const int64_t n_dim_tasks = (dim + FWD_STEP_COLS - 1) / FWD_STEP_COLS;
+    /* head_dim % 16 == 0 (the by-head condition): q_dim and kv_dim split
+     * into whole tasks */
+    assert(c->q_dim % FWD_STEP_COLS == 0 && c->kv_dim % FWD_STEP_COLS == 0);
+    const int64_t n_qkv_tasks = (c->q_dim + 2 * c->kv_dim) / FWD_STEP_COLS;
     bool stopped = false; /* written by a barrier's last thread, read by all after it */
     spinbar_init(&f->bar, f->n_threads);
-    step_next(f, f->xb, R, dim, c->n_kv_head);
+    step_next(f, f->xb, R, dim, n_qkv_tasks);
 #pragma omp parallel num_threads(f->n_threads)
     {
         /* the barrier counts the threads the region really has */
@@ -1260,9 +1280,31 @@ static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_
                                     .window = L->swa ? c->swa_window : 0 };
             const int64_t ffn = L->w_gate.rows;
 
-            /* q, k, v, rope, cache write, attention: one task per kv head */
+            /* q (R, q_dim), k, v (R, kv_dim) = xb · W{q,k,v}ᵀ: FWD_STEP_COLS-column
+             * tasks over the three matrices in turn */
+            for (int64_t task; (task = ws_next(f->ws, t)) >= 0;) {
+                int64_t n0 = task * FWD_STEP_COLS;
+                const matmul_weight_t *w = &L->wq;
+                float *y = f->q;
+                if (n0 >= c->q_dim + c->kv_dim) {
+                    w = &L->wv, y = f->v, n0 -= c->q_dim + c->kv_dim;
+                } else if (n0 >= c->q_dim) {
+                    w = &L->wk, y = f->k, n0 -= c->q_dim;
+                }
+                const int64_t n1 = n0 + FWD_STEP_COLS < w->rows ? n0 + FWD_STEP_COLS : w->rows;
+                int bad_mm = matmul_run_range(f->mm, w, f->xb, R, n0, n1, y, t);
+                assert(bad_mm == 0 && "weights were validated at load");
+                (void)bad_mm;
+            }
+            if (spinbar_arrive(&f->bar, &gen)) {
+                ws_init(f->ws, c->n_kv_head, f->bar.n);
+                spinbar_release(&f->bar);
+            } else {
+                spinbar_wait(&f->bar, gen);
+            }
+            /* biases, norms, rope, cache write, attention: a task per kv head */
             for (int64_t gi; (gi = ws_next(f->ws, t)) >= 0;)
-                by_head_task(f, &a, b, kv, (int)gi, t);
+                head_post_attend(f, &a, b, kv, (int)gi, t);
             if (spinbar_arrive(&f->bar, &gen)) {
                 step_next(f, f->att, R, c->q_dim, n_dim_tasks);
                 spinbar_release(&f->bar);
@@ -1336,7 +1378,7 @@ static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_
                     atomic_fetch_add_explicit(f->layers_done, 1, memory_order_relaxed);
                 stopped = l + 1 < c->n_layer && stop_set(f);
                 if (!stopped && l + 1 < c->n_layer)
-                    step_next(f, f->xb, R, dim, c->n_kv_head);
+                    step_next(f, f->xb, R, dim, n_qkv_tasks);
                 spinbar_release(&f->bar);
             } else {
                 spinbar_wait(&f->bar, gen);
