@@ -692,6 +692,52 @@ static void test_one_region_same_bits(void **state)
     }
 }
 
+/* The stop word and the progress counter in the one-region path: a step
+ * started with FWD_STOP set returns FWD_STOPPED (at the first check, after
+ * layer 0's attention block) having counted no layer; cleared, the same
+ * step runs, counts every layer, and gives the logits of a step that was
+ * never stopped (the stopped one wrote only this step's own K/V slots). */
+static void test_one_region_stop(void **state)
+{
+    (void)state;
+    const char *path = support_shared_model("zoo/zoo-Q8_0.gguf");
+    if (!path)
+        skip();
+    model_t *m = load(path);
+    const int V = m->cfg.vocab;
+    float *l_stop = malloc((size_t)V * sizeof(float)), *l_ref = malloc((size_t)V * sizeof(float));
+    int32_t bt[1] = { 0 }, nbs[1] = { 1 }, tok[1] = { 5 }, pos[1] = { 0 }, seq[1] = { 0 };
+    const int32_t *bts[1] = { bt };
+    uint8_t want[1] = { 1 };
+    fwd_batch_t b = { .n_rows = 1, .token = tok, .pos = pos, .seq = seq, .want_logits = want,
+                      .n_seq = 1, .block_tables = bts, .n_blocks = nbs };
+    for (int pass = 0; pass < 2; pass++) {
+        forward_t *f = forward_new(m, 4, 2);
+        assert_int_equal(forward_set_int8(f, true), 0);
+        kv_store_t kv = { .n_layer = m->cfg.n_layer, .n_blocks = 1, .block_size = BS, .kv_dim = m->cfg.kv_dim,
+                          .type = KV_TYPE_F16, .qblock = kv_store_qblock(m->cfg.head_dim) };
+        kv_alloc_nan(&kv);
+        _Atomic uint32_t word = pass == 0 ? FWD_STOP : 0;
+        _Atomic uint64_t done = 0;
+        forward_set_stop(f, &word);
+        forward_set_progress(f, &done);
+        if (pass == 0) {
+            assert_int_equal(forward_run(f, &b, &kv, l_stop), FWD_STOPPED);
+            assert_int_equal(atomic_load(&done), 0);
+            atomic_store(&word, 0);
+        }
+        assert_int_equal(forward_run(f, &b, &kv, pass == 0 ? l_stop : l_ref), 0);
+        assert_int_equal(atomic_load(&done), m->cfg.n_layer);
+        free(kv.k);
+        free(kv.v);
+        forward_free(&f);
+    }
+    assert_memory_equal(l_stop, l_ref, (size_t)V * sizeof(float));
+    free(l_stop);
+    free(l_ref);
+    model_free(&m);
+}
+
 static void test_invariants_f32(void **state)
 {
     (void)state;
@@ -1115,6 +1161,7 @@ int main(void)
         cmocka_unit_test(test_window_table_checked),
         cmocka_unit_test(test_load_refusals),
         cmocka_unit_test(test_one_region_same_bits),
+        cmocka_unit_test(test_one_region_stop),
         cmocka_unit_test(test_invariants_f32),
         cmocka_unit_test(test_invariants_q4_k_m),
         cmocka_unit_test(test_greedy_stories),
