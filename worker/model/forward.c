@@ -19,76 +19,9 @@
 #include "worker/kernels/matmul.h"
 #include "worker/kernels/attention.h"
 #include "worker/kernels/pfqueue.h"
+#include "worker/kernels/spinbar.h"
 #include "worker/kernels/worksteal.h"
-
-/* phases of a step timed with PAGODA_FWD_PROFILE (prof_print); PH_QKV_ATT
- * is the fused attention block of small batches (qkv_attention_by_head),
- * PH_QKV / PH_ATT the two regions of larger ones, PH_LORA every adapter
- * update outside the fused gate/up */
-enum { PH_EMBED, PH_QKV_ATT, PH_QKV, PH_ATT, PH_WO, PH_NORM, PH_GATE_UP, PH_DOWN, PH_LORA, PH_HEAD, PH_N };
-
-struct forward {
-    const model_t *m;
-    int max_rows;
-    int n_threads;
-    matmul_t *mm;        /* dequant tile scratch for quantized weights */
-    uint8_t *scratch;    /* owned (xhuge_zalloc): every float buffer below is carved from it */
-    size_t scratch_bytes;
-    /* activations, row-major, one row per batch row */
-    float *x;            /* (max_rows, dim)    residual stream */
-    float *xb;           /* (max_rows, dim)    normed input of a sublayer / output proj result */
-    float *q;            /* (max_rows, q_dim)  queries, then rotated */
-    float *k;            /* (max_rows, kv_dim) keys of this step's rows, rotated */
-    float *v;            /* (max_rows, kv_dim) values of this step's rows */
-    float *att;          /* (max_rows, q_dim)  attention output, heads concatenated */
-    float *hg;           /* (max_rows, ffn)    gate projection, then act(gate) * up (ffn: the widest FFN) */
-    float *hu;           /* (max_rows, ffn)    up projection */
-    float *rope_cos[2];  /* (max_rows, rope_dim/2) cos(pos * theta_i) * attn_factor; [1]: sliding-window
-                          * layers' table when the model has its own for them (else == [0]) */
-    float *rope_sin[2];  /* (max_rows, rope_dim/2) sin(pos * theta_i) * attn_factor */
-    /* mixture of experts (n_expert > 0 only, else NULL) */
-    float *moe_logits;   /* (max_rows, n_expert) router logits, then probabilities */
-    int32_t *moe_sel;    /* (max_rows, n_expert_used) experts chosen per row */
-    float *moe_wt;       /* (max_rows, n_expert_used) their weights */
-    int32_t *exp_rows;   /* (n_expert, max_rows) rows routed to each expert, ascending */
-    float *exp_wt;       /* (n_expert, max_rows) the weight of each of those rows */
-    int32_t *exp_n;      /* (n_expert) rows routed to each expert this step */
-    float *xe;           /* (max_rows, dim) rows gathered for one expert */
-    float *ye;           /* (max_rows, dim) one expert's output for them */
-    float *moe_out;      /* (max_rows, dim) Σ over a row's experts of weight * output */
-    float *scores;       /* (n_threads, score_rows, scores_ld) attention weights: each
-                          * thread has one row per query head (att_row) or per query
-                          * head of a kv head's group */
-    bool att_row;        /* batches > 8 rows attend with attention_row: the scores of
-                          * all heads fit FWD_ATT_ROW_SCRATCH */
-    int score_rows;      /* n_head when att_row, else the group size */
-    size_t scores_ld;    /* ctx rounded up to 16 floats (no false sharing) */
-    int32_t *wanted;     /* (max_rows)         indices of rows with want_logits */
-    /* LoRA (fwd_batch_t.lora_set): this step's rows grouped by adapter set */
-    int32_t *lora_rows;  /* (max_rows) rows of group 0, then of group 1, ... */
-    int32_t *lora_grp0;  /* (max_rows + 1) group g's rows are lora_rows[grp0[g] .. grp0[g+1]) */
-    int32_t *lora_gset;  /* (max_rows) the set index of group g */
-    int n_lora_grp;      /* groups this step (0: no row has an adapter) */
-    bool lora_unfused;   /* forward_set_lora_fused(f, false): never proj_fused's updates */
-    lowrank_job_t *lr_jobs;          /* (FWD_LORA_FUSED_JOBS) one lowrank call's jobs */
-    const lowrank_t **lr_pairs;      /* (FWD_LORA_FUSED_JOBS, LORA_SET_MAX) their pairs */
-    float *lr_s;                     /* (FWD_LORA_FUSED_JOBS, LORA_SET_MAX) their scales */
-    float *lr_t;                     /* (lr_t_cap) lowrank's scratch */
-    size_t lr_t_cap;                 /* the larger of (max_rows + LORA_SET_MAX) * LORA_MAX_RANK
-                                      * (lora_add) and q/k/v of every row of a proj_fused step
-                                      * with LORA_SET_MAX adapters of LORA_MAX_RANK */
-    ws_t *ws;            /* per-thread ranges of ffn_gate_up's column tasks and of
-                          * qkv_attention_by_head's kv heads */
-    _Atomic uint64_t *layers_done; /* +1 per layer computed, NULL = none (forward_set_progress) */
-    const _Atomic uint32_t *stop;  /* FWD_STOP set: return at the next check, stop_set (forward_set_stop) */
-    char err[160];
-    /* PAGODA_FWD_PROFILE=N: time per phase of N-row steps (1 when the
-     * value is not a number above 0), printed to stderr by forward_free (a
-     * profiling aid for the decode path) */
-    int prof;
-    uint64_t prof_steps;
-    double prof_ns[PH_N], prof_bytes[PH_N];
-};
+#include "worker/model/forward_int.h"
 
 static const char *const ph_name[PH_N] = {"embed+rope+norm", "qkv+attention", "qkv", "attention", "wo",
                                            "norms", "gate+up", "down", "lora", "head"};
@@ -119,17 +52,6 @@ static double now_ns(void)
  * barrier waits for a descheduled thread). */
 #define FWD_PAR_MIN_WORK 32768
 
-/* Jobs (group × projection) one lowrank_apply call takes at most (more
- * make another call). */
-#define FWD_LORA_JOBS 64
-/* Steps of up to this many rows with adapters add each projection's update
- * inside the projection's own region (proj_fused): matmul_run_range equals
- * matmul_run bit for bit up to 64 rows (matmul.h), so a base row of such a
- * step keeps the bits of a step without adapters. Larger steps (prefill)
- * run the projection, then lora_add. */
-#define FWD_LORA_FUSED_MAX_ROWS 64
-/* Jobs of one proj_fused region: q/k/v × one group per row at most */
-#define FWD_LORA_FUSED_JOBS (3 * FWD_LORA_FUSED_MAX_ROWS)
 /* FWD_STOP set (forward_set_stop): the pass returns FWD_STOPPED at the
  * next check — between layers and, inside a layer, before its FFN and
  * before the FFN's down projection, the three parts of a layer's matmul
@@ -178,6 +100,11 @@ int forward_set_int8(forward_t *f, bool on)
 void forward_set_lora_fused(forward_t *f, bool on)
 {
     f->lora_unfused = !on;
+}
+
+void forward_set_one_region(forward_t *f, bool on)
+{
+    f->multi_region = !on;
 }
 
 void forward_set_progress(forward_t *f, _Atomic uint64_t *layers_done)
@@ -702,12 +629,53 @@ static void attention(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, 
  * only reads kv head g's slice, so no barrier is needed between the
  * projections and the attention (the two-region path has one). Requires
  * head_dim % 16 == 0 (matmul_run_range's column alignment). */
-static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv)
+static void head_post_attend(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv, int g,
+                             int t);
+
+/* One task of qkv_attention_by_head on thread t: kv head g's q/k/v
+ * columns (xb quantized by matmul_prepare), their post-processing, cache
+ * write and the attention of its query heads. */
+static void by_head_task(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv, int g,
+                         int t)
 {
     const model_config_t *c = &f->m->cfg;
     const model_layer_t *L = a->L;
     const int R = b->n_rows, hd = c->head_dim, group = c->n_head / c->n_kv_head;
-    int rc = matmul_prepare(f->mm, f->xb, R, c->dim);
+    const int64_t q0 = (int64_t)g * group * hd, k0 = (int64_t)g * hd;
+    const int nq = group * hd;
+    int bad_mm = matmul_run_range(f->mm, &L->wq, f->xb, R, q0, q0 + nq, f->q, t) |
+                 matmul_run_range(f->mm, &L->wk, f->xb, R, k0, k0 + hd, f->k, t) |
+                 matmul_run_range(f->mm, &L->wv, f->xb, R, k0, k0 + hd, f->v, t);
+    assert(bad_mm == 0 && "weights were validated at load");
+    (void)bad_mm;
+    head_post_attend(f, a, b, kv, g, t);
+}
+
+/* The rest of kv head g's task once its q/k/v columns are computed:
+ * biases, norms, rope and cache write of its slices (qkv_row_post), then
+ * the attention of its query heads, on thread t's score scratch. */
+static void head_post_attend(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv, int g,
+                             int t)
+{
+    const model_config_t *c = &f->m->cfg;
+    const int R = b->n_rows, hd = c->head_dim, group = c->n_head / c->n_kv_head;
+    const int64_t q0 = (int64_t)g * group * hd, k0 = (int64_t)g * hd;
+    const int nq = group * hd;
+    for (int r = 0; r < R; r++)
+        qkv_row_post(f, a, b, kv, r, q0, nq, k0, hd);
+    float *sc = f->scores + (size_t)t * (size_t)f->score_rows * f->scores_ld;
+    for (int r = 0; r < R; r++) {
+        const int32_t *bt = b->block_tables[b->seq[r]];
+        const size_t qr = (size_t)r * c->q_dim + (size_t)q0;
+        attention_group(f->q + qr, group, kv, a->l, bt, att_first(a, b->pos[r]), att_end(b, r), (int)k0, hd,
+                        c->attn_scale, c->attn_softcap, sc, f->scores_ld, f->att + qr);
+    }
+}
+
+static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv)
+{
+    const model_config_t *c = &f->m->cfg;
+    int rc = matmul_prepare(f->mm, f->xb, b->n_rows, c->dim);
     assert(rc == 0);
     (void)rc;
     /* kv heads in per-thread contiguous ranges (worksteal.h): the weight
@@ -715,145 +683,8 @@ static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_
      * kernels prefetch */
     ws_init(f->ws, c->n_kv_head, f->n_threads);
 #pragma omp parallel num_threads(f->n_threads)
-    for (int64_t gi; (gi = ws_next(f->ws, omp_get_thread_num())) >= 0;) {
-        const int g = (int)gi, t = omp_get_thread_num();
-        const int64_t q0 = (int64_t)g * group * hd, k0 = (int64_t)g * hd;
-        const int nq = group * hd;
-        int bad_mm = matmul_run_range(f->mm, &L->wq, f->xb, R, q0, q0 + nq, f->q, t) |
-                     matmul_run_range(f->mm, &L->wk, f->xb, R, k0, k0 + hd, f->k, t) |
-                     matmul_run_range(f->mm, &L->wv, f->xb, R, k0, k0 + hd, f->v, t);
-        assert(bad_mm == 0 && "weights were validated at load");
-        (void)bad_mm;
-        for (int r = 0; r < R; r++)
-            qkv_row_post(f, a, b, kv, r, q0, nq, k0, hd);
-        float *sc = f->scores + (size_t)t * (size_t)f->score_rows * f->scores_ld;
-        for (int r = 0; r < R; r++) {
-            const int32_t *bt = b->block_tables[b->seq[r]];
-            const size_t qr = (size_t)r * c->q_dim + (size_t)q0;
-            attention_group(f->q + qr, group, kv, a->l, bt, att_first(a, b->pos[r]), att_end(b, r), (int)k0, hd,
-                            c->attn_scale, c->attn_softcap, sc, f->scores_ld, f->att + qr);
-        }
-    }
-}
-
-/* Groups this step's rows by adapter set (f->lora_rows / grp0 / gset), in
- * ascending set index and row order; n_lora_grp 0 when no row has one. */
-static void lora_group(forward_t *f, const fwd_batch_t *b)
-{
-    f->n_lora_grp = 0;
-    if (!b->lora_set)
-        return;
-    int n = 0;
-    for (int32_t s = 0; s < b->n_lora_sets; s++) {
-        const int start = n;
-        if (b->lora_sets[s].n == 0)
-            continue;
-        for (int r = 0; r < b->n_rows; r++)
-            if (b->lora_set[r] == s)
-                f->lora_rows[n++] = r;
-        if (n > start) {
-            f->lora_grp0[f->n_lora_grp] = start;
-            f->lora_gset[f->n_lora_grp++] = s;
-        }
-    }
-    f->lora_grp0[f->n_lora_grp] = n;
-}
-
-/* Runs the jobs gathered in f->lr_jobs (one region) and empties the list. */
-static void lora_flush(forward_t *f, int *n_jobs, size_t *t_used)
-{
-    int rc = lowrank_apply(f->lr_jobs, *n_jobs, f->lr_t, f->n_threads);
-    assert(rc == 0 && "adapters were checked against the model at load");
-    (void)rc;
-    *n_jobs = 0;
-    *t_used = 0;
-}
-
-/* After a flush the job being built becomes job 0: its pairs and scales
- * move to slot 0 (the flushed jobs that used it are done). */
-static void lora_pairs_to_slot0(forward_t *f, const lowrank_t ***pairs, float **s, int n_pairs)
-{
-    memmove(f->lr_pairs, *pairs, (size_t)n_pairs * sizeof **pairs);
-    memmove(f->lr_s, *s, (size_t)n_pairs * sizeof **s);
-    *pairs = f->lr_pairs;
-    *s = f->lr_s;
-}
-
-/* One job slot's pairs: group g's adapters that adapt projection p of
- * layer l, in the set's order, with their scales (scale · factor), in slot
- * `slot` of f->lr_pairs / f->lr_s. */
-typedef struct lora_slot {
-    const lowrank_t **pairs;
-    float *s;
-    int n;         /* pairs */
-    size_t sum_r;  /* their ranks' sum */
-} lora_slot_t;
-
-static lora_slot_t lora_set_pairs(forward_t *f, const fwd_batch_t *b, int g, int l, enum lora_proj p, int slot)
-{
-    const lora_set_t *set = &b->lora_sets[f->lora_gset[g]];
-    lora_slot_t sl = {.pairs = f->lr_pairs + (size_t)slot * LORA_SET_MAX, .s = f->lr_s + (size_t)slot * LORA_SET_MAX};
-    for (int i = 0; i < set->n; i++) {
-        const lowrank_t *lr = lora_pair(set->ad[i], l, p);
-        if (!lr)
-            continue;
-        sl.pairs[sl.n] = lr;
-        sl.s[sl.n++] = set->scale[i] * lr->factor;
-        sl.sum_r += (size_t)lr->rank;
-    }
-    return sl;
-}
-
-/* For each of the n_p projections p[k] of layer l (that share no output):
- * y[k] (R, ldy[k]) += each row's adapters' update (lowrank.h) of x[k]
- * (R, ldx[k]), adapter by adapter in the set's order. Every group and
- * projection in one lowrank_apply region (more only when the scratch is
- * full); a row's sum does not depend on the other rows. */
-static void lora_add(forward_t *f, const fwd_batch_t *b, int l, int n_p, const enum lora_proj *p,
-                     const float *const *x, const int64_t *ldx, float *const *y, const int64_t *ldy)
-{
-    int n_jobs = 0;
-    size_t t_used = 0;
-    for (int k = 0; k < n_p; k++)
-        for (int g = 0; g < f->n_lora_grp; g++) {
-            const lora_slot_t sl = lora_set_pairs(f, b, g, l, p[k], n_jobs);
-            const lowrank_t **pairs = sl.pairs;
-            float *s = sl.s;
-            const int n_pairs = sl.n;
-            const size_t sum_r = sl.sum_r;
-            if (n_pairs == 0)
-                continue;
-            /* the group's rows, in chunks that fit the scratch */
-            const int32_t *rows = f->lora_rows + f->lora_grp0[g];
-            int left = f->lora_grp0[g + 1] - f->lora_grp0[g];
-            while (left > 0) {
-                if (t_used + sum_r > f->lr_t_cap) {
-                    lora_flush(f, &n_jobs, &t_used);
-                    lora_pairs_to_slot0(f, &pairs, &s, n_pairs);
-                }
-                const size_t fit = (f->lr_t_cap - t_used) / sum_r;
-                const int n = (size_t)left < fit ? left : (int)fit;
-                f->lr_jobs[n_jobs++] = (lowrank_job_t){ .x = x[k], .ldx = ldx[k], .y = y[k], .ldy = ldy[k],
-                                                        .rows = rows, .n = n, .pairs = pairs, .s = s,
-                                                        .n_pairs = n_pairs };
-                t_used += (size_t)n * sum_r;
-                rows += n;
-                left -= n;
-                if (left > 0 || n_jobs == FWD_LORA_JOBS) {
-                    lora_flush(f, &n_jobs, &t_used);
-                    lora_pairs_to_slot0(f, &pairs, &s, n_pairs);
-                }
-            }
-        }
-    if (n_jobs > 0)
-        lora_flush(f, &n_jobs, &t_used);
-}
-
-/* lora_add of one projection. */
-static void lora_add1(forward_t *f, const fwd_batch_t *b, int l, enum lora_proj p, const float *x, int64_t ldx,
-                      float *y, int64_t ldy)
-{
-    lora_add(f, b, l, 1, &p, &x, &ldx, &y, &ldy);
+    for (int64_t gi; (gi = ws_next(f->ws, omp_get_thread_num())) >= 0;)
+        by_head_task(f, a, b, kv, (int)gi, omp_get_thread_num());
 }
 
 /* Batches up to this many rows take qkv_attention_by_head. */
@@ -864,36 +695,6 @@ static void lora_add1(forward_t *f, const fwd_batch_t *b, int l, enum lora_proj 
  * panels. */
 #define FWD_FFN_COLS 64
 _Static_assert(FWD_FFN_COLS % 16 == 0 && FWD_FFN_COLS % LOWRANK_COLS == 0, "proj_fused's column tasks");
-
-/* The jobs of the n projections p[k] of layer l (input x (R, ldx), outputs
- * y[k] (R, ldy[k])) for one proj_fused region, group by group:
- * projection k's are f->lr_jobs[first[k] .. first[k + 1]). They always fit
- * (f->lr_t_cap, FWD_LORA_FUSED_JOBS: R <= FWD_LORA_FUSED_MAX_ROWS). */
-static void lora_jobs(forward_t *f, const fwd_batch_t *b, int l, int n, const enum lora_proj *p, const float *x,
-                      int64_t ldx, float *const *y, const int64_t *ldy, int *first)
-{
-    int n_jobs = 0;
-    size_t t_used = 0;
-    for (int k = 0; k < n; k++) {
-        first[k] = n_jobs;
-        for (int g = 0; g < f->n_lora_grp; g++) {
-            assert(n_jobs < FWD_LORA_FUSED_JOBS);
-            const lora_slot_t sl = lora_set_pairs(f, b, g, l, p[k], n_jobs);
-            if (sl.n == 0)
-                continue;
-            const int n_rows = f->lora_grp0[g + 1] - f->lora_grp0[g];
-            f->lr_jobs[n_jobs++] = (lowrank_job_t){ .x = x, .ldx = ldx, .y = y[k], .ldy = ldy[k],
-                                                    .rows = f->lora_rows + f->lora_grp0[g], .n = n_rows,
-                                                    .pairs = sl.pairs, .s = sl.s, .n_pairs = sl.n };
-            t_used += (size_t)n_rows * sl.sum_r;
-        }
-    }
-    first[n] = n_jobs;
-    assert(t_used <= f->lr_t_cap);
-    int rc = lowrank_check(f->lr_jobs, n_jobs);
-    assert(rc == 0 && "adapters were checked against the model at load");
-    (void)rc;
-}
 
 /* ys[k] (R, ws[k]->rows) = x (R, cols) · ws[k]ᵀ for k < n (n <= 3, equal
  * cols) in ONE region of FWD_FFN_COLS-column tasks; act (n == 2, gate/up):
@@ -929,7 +730,7 @@ static void proj_fused(forward_t *f, const fwd_batch_t *b, int l, const enum lor
     }
     if (lp && f->n_lora_grp > 0) {
         assert(R <= FWD_LORA_FUSED_MAX_ROWS);
-        lora_jobs(f, b, l, n, lp, x, in, ys, ldy, first);
+        forward_lora_jobs(f, b, l, n, lp, x, in, ys, ldy, first);
         for (int k = 0; k < n; k++)
             t_off[k] = lowrank_scratch_floats(f->lr_jobs, first[k]);
     }
@@ -998,7 +799,7 @@ static void ffn_gate_up_lora(forward_t *f, const fwd_batch_t *b, int l, int R, b
     const enum lora_proj pgu[2] = {LORA_GATE, LORA_UP};
     const float *const xgu[2] = {f->xb, f->xb};
     const int64_t ldxgu[2] = {c->dim, c->dim}, ldygu[2] = {ffn, ffn};
-    PROF(PH_LORA, 0, lora_add(f, b, l, 2, pgu, xgu, ldxgu, ygu, ldygu));
+    PROF(PH_LORA, 0, forward_lora_add(f, b, l, 2, pgu, xgu, ldxgu, ygu, ldygu));
     const double t0 = prof ? now_ns() : 0;
 #pragma omp parallel for num_threads(nth(f, (size_t)R * ffn)) schedule(static)
     for (int r = 0; r < R; r++)
@@ -1169,7 +970,7 @@ static int layer_ffn(forward_t *f, const fwd_batch_t *b, const model_layer_t *L,
             PROF(PH_DOWN, matmul_weight_bytes(wd), proj_fused(f, b, l, &pd, &wd, 1, f->hg, R, &f->xb, false));
         } else {
             PROF(PH_DOWN, matmul_weight_bytes(wd), mm(f, wd, f->hg, R, f->xb));
-            PROF(PH_LORA, 0, lora_add1(f, b, l, LORA_DOWN, f->hg, L->w_gate.rows, f->xb, dim));
+            PROF(PH_LORA, 0, forward_lora_add1(f, b, l, LORA_DOWN, f->hg, L->w_gate.rows, f->xb, dim));
         }
     }
     if (L->ffn_post_norm)
@@ -1177,6 +978,192 @@ static int layer_ffn(forward_t *f, const fwd_batch_t *b, const model_layer_t *L,
     if (out != f->xb)
         memcpy(f->xb, out, (size_t)R * dim * sizeof(float));
     return 0;
+}
+
+/* rmsnorm_rows: add_rmsnorm's rows on the calling thread (inside a region) */
+static void rmsnorm_rows(float *x, const float *d, float *out, const float *w, int R, int n, float eps)
+{
+    for (int r = 0; r < R; r++)
+        add_rmsnorm_row(x + (size_t)r * n, d ? d + (size_t)r * n : NULL, out + (size_t)r * n, w, n, eps);
+}
+
+/* Output columns per task of wo and down in layers_one_region: one unit of
+ * the 1-row kernels (two panels), so a late thread holds the other up by
+ * ~2 us, not by a 64-column task (~25 us of down at 5632 inputs) */
+#define FWD_STEP_COLS 16
+
+/* The serial step between two phases of layers_one_region, run by the last
+ * thread to reach the barrier: x quantized for the next matmul, its tasks
+ * set up. */
+static void step_next(forward_t *f, const float *x, int R, int64_t cols, int64_t n_tasks)
+{
+    int rc = matmul_prepare(f->mm, x, R, cols);
+    assert(rc == 0);
+    (void)rc;
+    ws_init(f->ws, n_tasks, f->bar.n);
+}
+
+/* Every layer of a small dense step without adapters (the by-head path) in
+ * ONE parallel region: the four phases of a layer (q/k/v + attention by kv
+ * head; wo; gate/up + activation; down) are column tasks (worksteal.h)
+ * separated by spinbar barriers, whose last thread runs the serial step
+ * between them (residual add + rmsnorm, quantizing the next matmul's input,
+ * the stop check). The multi-region path forks and joins a region per
+ * phase, and on this VM every fork / join with the worker's short
+ * GOMP_SPINCOUNT was a futex sleep and wake-up (spinbar.h). Every output
+ * gets the same operations in the same order as there: matmul_run_range
+ * equals matmul_run bit for bit (matmul.h), the norms are the same rows.
+ * x (R, dim) residual in, xb (R, dim) = the last layer's FFN output out
+ * (as forward_run's layer loop). FWD_STOPPED when the stop word was seen at
+ * one of the loop's checks, else 0. */
+static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, bool prof)
+{
+    const model_t *m = f->m;
+    const model_config_t *c = &m->cfg;
+    const int R = b->n_rows, dim = c->dim;
+    const int64_t n_dim_tasks = (dim + FWD_STEP_COLS - 1) / FWD_STEP_COLS;
+    /* head_dim % 16 == 0 (the by-head condition): q_dim and kv_dim split
+     * into whole tasks */
+    assert(c->q_dim % FWD_STEP_COLS == 0 && c->kv_dim % FWD_STEP_COLS == 0);
+    const int64_t n_qkv_tasks = (c->q_dim + 2 * c->kv_dim) / FWD_STEP_COLS;
+    bool stopped = false; /* written by a barrier's last thread, read by all after it */
+    spinbar_init(&f->bar, f->n_threads);
+    step_next(f, f->xb, R, dim, n_qkv_tasks);
+#pragma omp parallel num_threads(f->n_threads)
+    {
+        /* the barrier counts the threads the region really has */
+#pragma omp single
+        f->bar.n = omp_get_num_threads();
+        const int t = omp_get_thread_num();
+        double t_ph = prof && t == 0 ? now_ns() : 0;
+        /* PHASE(ph, bytes): thread 0 books the time since the last barrier */
+#define PHASE(ph, bytes)                                   \
+    do {                                                   \
+        if (prof && t == 0) {                              \
+            const double t_ = now_ns();                    \
+            f->prof_ns[ph] += t_ - t_ph;                   \
+            f->prof_bytes[ph] += (double)(bytes);          \
+            t_ph = t_;                                     \
+        }                                                  \
+    } while (0)
+        unsigned gen;
+        for (int l = 0; l < c->n_layer; l++) {
+            const model_layer_t *L = &m->layers[l];
+            const int sw = L->swa ? 1 : 0;
+            const layer_att_t a = { .L = L, .l = l, .cos = f->rope_cos[sw], .sin = f->rope_sin[sw],
+                                    .window = L->swa ? c->swa_window : 0 };
+            const int64_t ffn = L->w_gate.rows;
+
+            /* q (R, q_dim), k, v (R, kv_dim) = xb · W{q,k,v}ᵀ: FWD_STEP_COLS-column
+             * tasks over the three matrices in turn */
+            for (int64_t task; (task = ws_next(f->ws, t)) >= 0;) {
+                int64_t n0 = task * FWD_STEP_COLS;
+                const matmul_weight_t *w = &L->wq;
+                float *y = f->q;
+                if (n0 >= c->q_dim + c->kv_dim) {
+                    w = &L->wv, y = f->v, n0 -= c->q_dim + c->kv_dim;
+                } else if (n0 >= c->q_dim) {
+                    w = &L->wk, y = f->k, n0 -= c->q_dim;
+                }
+                const int64_t n1 = n0 + FWD_STEP_COLS < w->rows ? n0 + FWD_STEP_COLS : w->rows;
+                int bad_mm = matmul_run_range(f->mm, w, f->xb, R, n0, n1, y, t);
+                assert(bad_mm == 0 && "weights were validated at load");
+                (void)bad_mm;
+            }
+            if (spinbar_arrive(&f->bar, &gen)) {
+                ws_init(f->ws, c->n_kv_head, f->bar.n);
+                spinbar_release(&f->bar);
+            } else {
+                spinbar_wait(&f->bar, gen);
+            }
+            /* biases, norms, rope, cache write, attention: a task per kv head */
+            for (int64_t gi; (gi = ws_next(f->ws, t)) >= 0;)
+                head_post_attend(f, &a, b, kv, (int)gi, t);
+            if (spinbar_arrive(&f->bar, &gen)) {
+                step_next(f, f->att, R, c->q_dim, n_dim_tasks);
+                spinbar_release(&f->bar);
+            } else {
+                spinbar_wait(&f->bar, gen);
+            }
+            PHASE(PH_QKV_ATT, matmul_weight_bytes(&L->wq) + matmul_weight_bytes(&L->wk) + matmul_weight_bytes(&L->wv));
+
+            /* xb = att · Woᵀ */
+            for (int64_t task; (task = ws_next(f->ws, t)) >= 0;) {
+                const int64_t n0 = task * FWD_STEP_COLS, n1 = n0 + FWD_STEP_COLS < dim ? n0 + FWD_STEP_COLS : dim;
+                int bad_mm = matmul_run_range(f->mm, &L->wo, f->att, R, n0, n1, f->xb, t);
+                assert(bad_mm == 0 && "weights were validated at load");
+                (void)bad_mm;
+            }
+            /* [gemma: xb = rmsnorm(xb) * attn_post_norm]; x += xb; xb = rmsnorm(x) * ffn_norm */
+            if (spinbar_arrive(&f->bar, &gen)) {
+                if (L->attn_post_norm)
+                    rmsnorm_rows(f->xb, NULL, f->xb, L->attn_post_norm, R, dim, c->norm_eps);
+                rmsnorm_rows(f->x, f->xb, f->xb, L->ffn_norm, R, dim, c->norm_eps);
+                stopped = stop_set(f);
+                if (!stopped)
+                    step_next(f, f->xb, R, dim, (ffn + FWD_FFN_COLS - 1) / FWD_FFN_COLS);
+                spinbar_release(&f->bar);
+            } else {
+                spinbar_wait(&f->bar, gen);
+            }
+            PHASE(PH_WO, matmul_weight_bytes(&L->wo));
+            if (stopped)
+                break;
+
+            /* hg = act(xb · Wgateᵀ) * (xb · Wupᵀ), by FWD_FFN_COLS columns */
+            for (int64_t task; (task = ws_next(f->ws, t)) >= 0;) {
+                const int64_t n0 = task * FWD_FFN_COLS, n1 = n0 + FWD_FFN_COLS < ffn ? n0 + FWD_FFN_COLS : ffn;
+                int bad_mm = matmul_run_range(f->mm, &L->w_gate, f->xb, R, n0, n1, f->hg, t) |
+                             matmul_run_range(f->mm, &L->w_up, f->xb, R, n0, n1, f->hu, t);
+                assert(bad_mm == 0 && "weights were validated at load");
+                (void)bad_mm;
+                for (int r = 0; r < R; r++) {
+                    float *h = f->hg + (size_t)r * ffn + n0;
+                    act_mul(c->ffn_act, h, h, f->hu + (size_t)r * ffn + n0, (size_t)(n1 - n0));
+                }
+            }
+            if (spinbar_arrive(&f->bar, &gen)) {
+                stopped = stop_set(f);
+                if (!stopped)
+                    step_next(f, f->hg, R, ffn, n_dim_tasks);
+                spinbar_release(&f->bar);
+            } else {
+                spinbar_wait(&f->bar, gen);
+            }
+            PHASE(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up));
+            if (stopped)
+                break;
+
+            /* xb = hg · Wdownᵀ */
+            for (int64_t task; (task = ws_next(f->ws, t)) >= 0;) {
+                const int64_t n0 = task * FWD_STEP_COLS, n1 = n0 + FWD_STEP_COLS < dim ? n0 + FWD_STEP_COLS : dim;
+                int bad_mm = matmul_run_range(f->mm, &L->w_down, f->hg, R, n0, n1, f->xb, t);
+                assert(bad_mm == 0 && "weights were validated at load");
+                (void)bad_mm;
+            }
+            /* [gemma: xb = rmsnorm(xb) * ffn_post_norm]; then, before the
+             * next layer: x += xb; xb = rmsnorm(x) * its attn_norm */
+            if (spinbar_arrive(&f->bar, &gen)) {
+                if (L->ffn_post_norm)
+                    rmsnorm_rows(f->xb, NULL, f->xb, L->ffn_post_norm, R, dim, c->norm_eps);
+                if (l + 1 < c->n_layer)
+                    rmsnorm_rows(f->x, f->xb, f->xb, m->layers[l + 1].attn_norm, R, dim, c->norm_eps);
+                if (f->layers_done)
+                    atomic_fetch_add_explicit(f->layers_done, 1, memory_order_relaxed);
+                stopped = l + 1 < c->n_layer && stop_set(f);
+                if (!stopped && l + 1 < c->n_layer)
+                    step_next(f, f->xb, R, dim, n_qkv_tasks);
+                spinbar_release(&f->bar);
+            } else {
+                spinbar_wait(&f->bar, gen);
+            }
+            PHASE(PH_DOWN, matmul_weight_bytes(&L->w_down));
+            if (stopped)
+                break;
+        }
+#undef PHASE
+    }
+    return stopped ? FWD_STOPPED : 0;
 }
 
 int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float *logits)
@@ -1217,11 +1204,15 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
     /* rows with adapters add their updates between the projections and
      * rope: the two-region path, each projection's update in its region
      * (proj_fused) up to FWD_LORA_FUSED_MAX_ROWS rows */
-    lora_group(f, b);
+    forward_lora_group(f, b);
     const bool fused = f->n_lora_grp > 0 && R <= FWD_LORA_FUSED_MAX_ROWS && !f->lora_unfused;
     const bool by_head = f->n_lora_grp == 0 && R <= FWD_BY_HEAD_MAX_ROWS && c->head_dim % 16 == 0 &&
                          (c->n_kv_head % f->n_threads == 0 || c->n_kv_head >= 4 * f->n_threads);
-    for (int l = 0; l < c->n_layer; l++) {
+    /* small dense steps: every layer in one region (layers_one_region) */
+    const bool one_region = by_head && c->n_expert == 0 && !f->multi_region;
+    if (one_region && layers_one_region(f, b, kv, prof) == FWD_STOPPED)
+        return FWD_STOPPED;
+    for (int l = 0; l < (one_region ? 0 : c->n_layer); l++) {
         const model_layer_t *L = &m->layers[l];
         const int t = L->swa ? 1 : 0;
         const layer_att_t a = { .L = L, .l = l, .cos = f->rope_cos[t], .sin = f->rope_sin[t],
@@ -1244,7 +1235,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
             if (f->n_lora_grp > 0 && !fused) {
                 const float *const xqkv[3] = {f->xb, f->xb, f->xb};
                 const int64_t ldxqkv[3] = {dim, dim, dim}, ldyqkv[3] = {c->q_dim, c->kv_dim, c->kv_dim};
-                PROF(PH_LORA, 0, lora_add(f, b, l, 3, pqkv, xqkv, ldxqkv, yqkv, ldyqkv));
+                PROF(PH_LORA, 0, forward_lora_add(f, b, l, 3, pqkv, xqkv, ldxqkv, yqkv, ldyqkv));
             }
 
             /* + biases; per-head rmsnorm of q and k (qk_norm); rotate q and k by
@@ -1265,7 +1256,7 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
             PROF(PH_WO, matmul_weight_bytes(wo), proj_fused(f, b, l, &po, &wo, 1, f->att, R, &f->xb, false));
         } else {
             PROF(PH_WO, matmul_weight_bytes(&L->wo), mm(f, &L->wo, f->att, R, f->xb));
-            PROF(PH_LORA, 0, lora_add1(f, b, l, LORA_O, f->att, c->q_dim, f->xb, dim));
+            PROF(PH_LORA, 0, forward_lora_add1(f, b, l, LORA_O, f->att, c->q_dim, f->xb, dim));
         }
         PROF(PH_NORM, 0, {
             if (L->attn_post_norm)

@@ -106,6 +106,13 @@ int forward_set_int8(forward_t *f, bool on);
  * same bits (test_lora checks it). */
 void forward_set_lora_fused(forward_t *f, bool on);
 
+/* Test hook: off (on is the default) makes small dense steps without
+ * adapters (up to 8 rows) fork and join a parallel region per phase of a
+ * layer instead of running every layer in one region with spin-then-yield
+ * barriers between the phases. Both give the same bits (test_forward
+ * checks it). */
+void forward_set_one_region(forward_t *f, bool on);
+
 /* A counter forward_run advances by one after each layer (relaxed atomic
  * add; NULL = none, the default). Another thread reads it to see that a
  * long step is still making progress (worker_link's hang detection). Not

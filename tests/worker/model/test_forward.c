@@ -154,6 +154,7 @@ typedef struct plan {
     uint32_t seed;
     kv_type_t kv;       /* KV cache element type */
     int int8;           /* 1: int8 matmul kernels (forward_set_int8) */
+    int multi_region;   /* 1: a region per phase for small steps (forward_set_one_region off) */
 } plan_t;
 
 /* K/V arrays of kv (shape and type set) allocated and filled with NaN, so a
@@ -215,6 +216,8 @@ static float *pagoda_logits(const model_t *m, const tseq_t *s, int n_seq, const 
     forward_t *f = forward_new(m, total, 2);
     if (p->int8)
         assert_int_equal(forward_set_int8(f, true), 0);
+    if (p->multi_region)
+        forward_set_one_region(f, false);
 
     /* physical blocks: twice what is needed, handed out shuffled or in order */
     int need = 0;
@@ -643,6 +646,98 @@ static void invariants_path(const char *path, kv_type_t kv, int int8)
     model_free(&m);
 }
 
+/* Small dense steps run every layer in one region (layers_one_region)
+ * with the same bits as a region per phase: token by token (1-row steps),
+ * and the four sequences in steps of up to 4 rows, on float and int8
+ * matmuls, a family with post-norms (gemma2), sliding windows and qk-norms
+ * (gemma3), fused q/k/v and gate/up (phi3). Exact: memcmp. */
+static void one_region_same_bits(const char *path, kv_type_t kv, int int8)
+{
+    model_t *m = load(path);
+    const int V = m->cfg.vocab;
+    static const int lens[] = { 1, 7, 33, 20 };
+    tseq_t s[4];
+    make_seqs(s, lens, 4, V, 7);
+    static const int one[] = { 1 };
+    for (int n_seq = 1; n_seq <= 4; n_seq += 3) {
+        const size_t n = (size_t)total_len(s, n_seq) * V;
+        plan_t a = { .chunks = one, .n_chunks = 1, .kv = kv, .int8 = int8 };
+        plan_t b = a;
+        b.multi_region = 1;
+        float *la = pagoda_logits(m, s, n_seq, &a), *lb = pagoda_logits(m, s, n_seq, &b);
+        print_message("  %s, %d seq, %s: one region vs a region per phase, max |diff| %.3g\n", path, n_seq,
+                      int8 ? "int8" : "float", max_diff(la, lb, n));
+        assert_memory_equal(la, lb, n * sizeof(float));
+        free(la);
+        free(lb);
+    }
+    model_free(&m);
+}
+
+static void test_one_region_same_bits(void **state)
+{
+    (void)state;
+    static const char *const zoo[] = { "zoo/zoo-F32.gguf", "zoo/zoo-Q8_0.gguf", "zoo/zoo-Q4_K_M.gguf" };
+    for (size_t i = 0; i < sizeof zoo / sizeof *zoo; i++) {
+        const char *path = support_shared_model(zoo[i]);
+        if (!path)
+            skip();
+        one_region_same_bits(path, KV_TYPE_F16, i > 0);
+    }
+    static const char *const names[] = { "gemma2-q8", "gemma3-q8", "phi3-q8", "qwen2-tied" };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char p[128];
+        snprintf(p, sizeof p, "%s/%s.gguf", g_tmp, names[i]);
+        one_region_same_bits(p, KV_TYPE_F32, i < 3);
+    }
+}
+
+/* The stop word and the progress counter in the one-region path: a step
+ * started with FWD_STOP set returns FWD_STOPPED (at the first check, after
+ * layer 0's attention block) having counted no layer; cleared, the same
+ * step runs, counts every layer, and gives the logits of a step that was
+ * never stopped (the stopped one wrote only this step's own K/V slots). */
+static void test_one_region_stop(void **state)
+{
+    (void)state;
+    const char *path = support_shared_model("zoo/zoo-Q8_0.gguf");
+    if (!path)
+        skip();
+    model_t *m = load(path);
+    const int V = m->cfg.vocab;
+    float *l_stop = malloc((size_t)V * sizeof(float)), *l_ref = malloc((size_t)V * sizeof(float));
+    int32_t bt[1] = { 0 }, nbs[1] = { 1 }, tok[1] = { 5 }, pos[1] = { 0 }, seq[1] = { 0 };
+    const int32_t *bts[1] = { bt };
+    uint8_t want[1] = { 1 };
+    fwd_batch_t b = { .n_rows = 1, .token = tok, .pos = pos, .seq = seq, .want_logits = want,
+                      .n_seq = 1, .block_tables = bts, .n_blocks = nbs };
+    for (int pass = 0; pass < 2; pass++) {
+        forward_t *f = forward_new(m, 4, 2);
+        assert_int_equal(forward_set_int8(f, true), 0);
+        kv_store_t kv = { .n_layer = m->cfg.n_layer, .n_blocks = 1, .block_size = BS, .kv_dim = m->cfg.kv_dim,
+                          .type = KV_TYPE_F16, .qblock = kv_store_qblock(m->cfg.head_dim) };
+        kv_alloc_nan(&kv);
+        _Atomic uint32_t word = pass == 0 ? FWD_STOP : 0;
+        _Atomic uint64_t done = 0;
+        forward_set_stop(f, &word);
+        forward_set_progress(f, &done);
+        if (pass == 0) {
+            assert_int_equal(forward_run(f, &b, &kv, l_stop), FWD_STOPPED);
+            assert_int_equal(atomic_load(&done), 0);
+            atomic_store(&word, 0);
+        }
+        assert_int_equal(forward_run(f, &b, &kv, pass == 0 ? l_stop : l_ref), 0);
+        assert_int_equal(atomic_load(&done), m->cfg.n_layer);
+        free(kv.k);
+        free(kv.v);
+        forward_free(&f);
+    }
+    assert_memory_equal(l_stop, l_ref, (size_t)V * sizeof(float));
+    free(l_stop);
+    free(l_ref);
+    model_free(&m);
+}
+
 static void test_invariants_f32(void **state)
 {
     (void)state;
@@ -1065,6 +1160,8 @@ int main(void)
         cmocka_unit_test(test_window_pool_vs_ref),
         cmocka_unit_test(test_window_table_checked),
         cmocka_unit_test(test_load_refusals),
+        cmocka_unit_test(test_one_region_same_bits),
+        cmocka_unit_test(test_one_region_stop),
         cmocka_unit_test(test_invariants_f32),
         cmocka_unit_test(test_invariants_q4_k_m),
         cmocka_unit_test(test_greedy_stories),
