@@ -170,6 +170,8 @@ static const char *wire_text(struct worker *w, const char *text, size_t n, size_
 
 /* Sends one scheduler event as an EVENT. Logprobs carry each token's bytes
  * (possibly a partial UTF-8 sequence; the gateway renders them). */
+static void publish_load(struct worker *w);
+
 static void on_sched_event(void *ud, const sched_event_t *ev)
 {
     struct worker *w = ud;
@@ -234,6 +236,13 @@ static void on_sched_event(void *ud, const sched_event_t *ev)
         if (ev->finish == SCHED_FINISH_ERROR)
             log_warn("request %llu failed: %s", (unsigned long long)ev->id,
                      ev->error ? ev->error : "error");
+        /* the load the link's next HEARTBEAT carries (its thread sends them
+         * while a step runs, after this EVENT on the same socket) must
+         * already count this request's work (its prompt tokens were counted
+         * when its chunk was computed), so a heartbeat that reaches the
+         * gateway after the request's answer has it (tenant_cache.sh reads
+         * the counters that way) */
+        publish_load(w);
     }
     if (worker_link_send(w->link, &m) != 0)
         log_warn("EVENT for request %llu dropped: no gateway connection",
