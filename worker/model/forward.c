@@ -1003,6 +1003,19 @@ static void step_next(forward_t *f, const float *x, int R, int64_t cols, int64_t
     ws_init(f->ws, n_tasks, f->bar.n);
 }
 
+/* y (R, w->rows) = x · wᵀ by the FWD_STEP_COLS-column tasks thread t takes
+ * from f->ws (layers_one_region's wo and down: both write dim columns). */
+static void cols_tasks(forward_t *f, const matmul_weight_t *w, const float *x, int R, float *y, int t)
+{
+    const int64_t out = w->rows;
+    for (int64_t task; (task = ws_next(f->ws, t)) >= 0;) {
+        const int64_t n0 = task * FWD_STEP_COLS, n1 = n0 + FWD_STEP_COLS < out ? n0 + FWD_STEP_COLS : out;
+        int bad_mm = matmul_run_range(f->mm, w, x, R, n0, n1, y, t);
+        assert(bad_mm == 0 && "weights were validated at load");
+        (void)bad_mm;
+    }
+}
+
 /* Every layer of a small dense step without adapters (the by-head path) in
  * ONE parallel region: the four phases of a layer (q/k/v + attention by kv
  * head; wo; gate/up + activation; down) are column tasks (worksteal.h)
@@ -1088,12 +1101,7 @@ static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_
             PHASE(PH_QKV_ATT, matmul_weight_bytes(&L->wq) + matmul_weight_bytes(&L->wk) + matmul_weight_bytes(&L->wv));
 
             /* xb = att · Woᵀ */
-            for (int64_t task; (task = ws_next(f->ws, t)) >= 0;) {
-                const int64_t n0 = task * FWD_STEP_COLS, n1 = n0 + FWD_STEP_COLS < dim ? n0 + FWD_STEP_COLS : dim;
-                int bad_mm = matmul_run_range(f->mm, &L->wo, f->att, R, n0, n1, f->xb, t);
-                assert(bad_mm == 0 && "weights were validated at load");
-                (void)bad_mm;
-            }
+            cols_tasks(f, &L->wo, f->att, R, f->xb, t);
             /* [gemma: xb = rmsnorm(xb) * attn_post_norm]; x += xb; xb = rmsnorm(x) * ffn_norm */
             if (spinbar_arrive(&f->bar, &gen)) {
                 if (L->attn_post_norm)
@@ -1135,12 +1143,7 @@ static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_
                 break;
 
             /* xb = hg · Wdownᵀ */
-            for (int64_t task; (task = ws_next(f->ws, t)) >= 0;) {
-                const int64_t n0 = task * FWD_STEP_COLS, n1 = n0 + FWD_STEP_COLS < dim ? n0 + FWD_STEP_COLS : dim;
-                int bad_mm = matmul_run_range(f->mm, &L->w_down, f->hg, R, n0, n1, f->xb, t);
-                assert(bad_mm == 0 && "weights were validated at load");
-                (void)bad_mm;
-            }
+            cols_tasks(f, &L->w_down, f->hg, R, f->xb, t);
             /* [gemma: xb = rmsnorm(xb) * ffn_post_norm]; then, before the
              * next layer: x += xb; xb = rmsnorm(x) * its attn_norm */
             if (spinbar_arrive(&f->bar, &gen)) {
