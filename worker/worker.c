@@ -168,10 +168,10 @@ static const char *wire_text(struct worker *w, const char *text, size_t n, size_
     return w->wire_text.s;
 }
 
-/* Sends one scheduler event as an EVENT. Logprobs carry each token's bytes
- * (possibly a partial UTF-8 sequence; the gateway renders them). */
 static void publish_load(struct worker *w);
 
+/* Sends one scheduler event as an EVENT. Logprobs carry each token's bytes
+ * (possibly a partial UTF-8 sequence; the gateway renders them). */
 static void on_sched_event(void *ud, const sched_event_t *ev)
 {
     struct worker *w = ud;

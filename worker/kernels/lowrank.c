@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "common/cpu.h"
-#include "worker/kernels/pfqueue.h"
 #include "common/text/ggml_type.h"
 #include "common/xalloc.h"
+#include "worker/kernels/pfqueue.h"
 #include "worker/kernels/quant.h"
 #include "worker/kernels/vmath.h"
 
@@ -421,7 +421,7 @@ cols_avx512_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt
               int64_t r, float s, int64_t o0, int64_t o1, float *const *ys)
 {
     const __m512 sv = _mm512_set1_ps(s);
-    const int eb = kind == W_I8 ? 1 : kind == W_F16 ? 2 : 4;
+    const size_t eb = kind == W_I8 ? 1 : kind == W_F16 ? 2 : 4;
     int64_t o = o0;
     for (; o + 64 <= o1; o += 64) {
         __m512 acc[LOWRANK_ROWS][4];
@@ -430,17 +430,11 @@ cols_avx512_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt
             acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = _mm512_setzero_ps();
         for (int64_t k = 0; k < r; k++) {
             const uint8_t *row = bt + (size_t)k * bt_rb;
-            /* this block's row 6 ranks ahead, from L2 (where
-             * lowrank_prefetch_cols asked for the panel) into L1; past the
-             * panel's end it touches the next panel's or harmless bytes
-             * (a prefetch never faults) */
-            _mm_prefetch((const char *)row + 6 * bt_rb + (size_t)o * (size_t)eb, _MM_HINT_T0);
-            if (eb > 1)
-                _mm_prefetch((const char *)row + 6 * bt_rb + (size_t)o * (size_t)eb + 64, _MM_HINT_T0);
-            if (eb > 2) {
-                _mm_prefetch((const char *)row + 6 * bt_rb + (size_t)o * (size_t)eb + 128, _MM_HINT_T0);
-                _mm_prefetch((const char *)row + 6 * bt_rb + (size_t)o * (size_t)eb + 192, _MM_HINT_T0);
-            }
+            /* this block's 64 outputs of the row 6 ranks ahead, from L2
+             * (where lowrank_prefetch_cols asked for the panel) into L1;
+             * past the panel's end it touches the next panel's or harmless
+             * bytes (a prefetch never faults) */
+            prefetch_l1(row + 6 * bt_rb + (size_t)o * eb, 64 * eb);
             const __m512 b0 = ldw16(row, o, kind), b1 = ldw16(row, o + 16, kind), b2 = ldw16(row, o + 32, kind),
                          b3 = ldw16(row, o + 48, kind);
             _Pragma("GCC unroll 4")
