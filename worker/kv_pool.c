@@ -98,7 +98,8 @@ struct kv_pool {
      * 2 MiB page per layer region inside the step: ~0.1 s stalls of every
      * running stream when they all cross into new blocks at once) */
     atomic_int hi_id;       /* 1 + the highest block id handed out */
-    atomic_int ready_id;    /* blocks [0, ready_id) are mapped in every layer */
+    atomic_int ready_id;    /* blocks [0, ready_id) are mapped in every layer, or
+                             * n_blocks once the thread has ended (nothing to wake) */
     int32_t ahead;          /* blocks mapped past hi_id */
     pthread_mutex_t ahead_mu;
     pthread_cond_t ahead_cv;
@@ -512,6 +513,12 @@ void kv_pool_free(kv_pool_t **pp)
     *pp = NULL;
 }
 
+/* Bytes of one block in one layer region of K (or of V). */
+static size_t layer_block_bytes(const kv_pool_t *p)
+{
+    return p->n_bytes / (size_t)p->store.n_layer / (size_t)p->n_blocks;
+}
+
 /* Maps [from, to) of every layer region of K and V; -1 without
  * MADV_POPULATE_WRITE (first use maps them then). */
 static int populate_span(kv_pool_t *p, size_t from, size_t to)
@@ -531,10 +538,10 @@ static int populate_span(kv_pool_t *p, size_t from, size_t to)
 static void *prefault_head_run(void *arg)
 {
     kv_pool_t *p = arg;
-    const size_t per_block = p->n_bytes / (size_t)p->store.n_layer / (size_t)p->n_blocks; /* a block in one layer */
+    const size_t per_block = layer_block_bytes(p);
     size_t done = p->head_bytes;
     if (populate_span(p, 0, done) != 0)
-        return NULL;
+        goto ended;
     for (;;) {
         int32_t ready = (int32_t)(done / per_block < (size_t)p->n_blocks ? done / per_block : (size_t)p->n_blocks);
         atomic_store_explicit(&p->ready_id, ready, memory_order_relaxed);
@@ -552,9 +559,14 @@ static void *prefault_head_run(void *arg)
         size_t to = (size_t)(want < p->n_blocks ? want : p->n_blocks) * per_block;
         to = (to + ((size_t)2 << 20) - 1) / ((size_t)2 << 20) * ((size_t)2 << 20); /* whole huge pages */
         if (populate_span(p, done, to) != 0)
-            return NULL;
+            goto ended;
         done = to;
     }
+ended:
+    /* no MADV_POPULATE_WRITE (first use maps the pages): block_take stops
+     * waking a thread that is gone */
+    atomic_store_explicit(&p->ready_id, p->n_blocks, memory_order_relaxed);
+    return NULL;
 }
 
 void kv_pool_prefault_head(kv_pool_t *p, size_t bytes)
@@ -562,7 +574,7 @@ void kv_pool_prefault_head(kv_pool_t *p, size_t bytes)
     if (!p || p->head_thread || bytes == 0)
         return;
     p->head_bytes = bytes;
-    const size_t per_block = p->n_bytes / (size_t)p->store.n_layer / (size_t)p->n_blocks;
+    const size_t per_block = layer_block_bytes(p);
     /* lead: two huge pages of every layer region, at least 64 blocks */
     size_t lead = ((size_t)4 << 20) / (per_block ? per_block : 1);
     p->ahead = (int32_t)(lead < 64 ? 64 : lead > (size_t)p->n_blocks ? (size_t)p->n_blocks : lead);
