@@ -740,13 +740,30 @@ static float quant_i8(const float *v, int64_t n, int8_t *q, int64_t stride)
     return d;
 }
 
-/* The int8 copies: A per row (a8, a_d), Bᵀ's panels per output (bt, bt_d:
- * the scale of B's row o). */
-static void prepare_i8(lowrank_t *lr)
+static size_t up64(size_t n)
+{
+    return (n + 63) / 64 * 64;
+}
+
+size_t lowrank_copy_bytes(int64_t r, int64_t in, int64_t out, uint32_t b_type, int int8)
+{
+    if (r <= 0 || in <= 0 || out <= 0)
+        return 0;
+    if (!int8)
+        return up64((size_t)r * (size_t)out * elem_bytes(b_type));
+    return up64((size_t)r * (size_t)in + 64) + up64((size_t)r * (size_t)out + 64) + up64((size_t)r * sizeof(float)) +
+           up64((size_t)out * sizeof(float));
+}
+
+/* The int8 copies in mem: A per row (a8, a_d), Bᵀ's panels per output (bt,
+ * bt_d: the scale of B's row o). */
+static void prepare_i8(lowrank_t *lr, uint8_t *mem)
 {
     const int64_t in = lr->a.cols, out = lr->b.rows, r = lr->rank;
-    int8_t *a8 = xaligned_alloc((size_t)r * (size_t)in + 64), *bt = xaligned_alloc((size_t)r * (size_t)out + 64);
-    float *a_d = xmalloc((size_t)r * sizeof(float)), *bt_d = xmalloc((size_t)out * sizeof(float));
+    int8_t *a8 = (int8_t *)mem;
+    int8_t *bt = a8 + up64((size_t)r * (size_t)in + 64);
+    float *a_d = (float *)(void *)((uint8_t *)bt + up64((size_t)r * (size_t)out + 64));
+    float *bt_d = (float *)(void *)((uint8_t *)a_d + up64((size_t)r * sizeof(float)));
     float *row = xmalloc((size_t)(in > r ? in : r) * sizeof(float));
     for (int64_t k = 0; k < r; k++) {
         for (int64_t i = 0; i < in; i++)
@@ -771,18 +788,18 @@ static void prepare_i8(lowrank_t *lr)
     lr->bt_d = bt_d;
 }
 
-int lowrank_prepare(lowrank_t *lr, int int8)
+int lowrank_prepare_in(lowrank_t *lr, int int8, void *mem)
 {
     if (pair_check(lr) != 0)
         return -1;
     lowrank_release(lr);
     if (int8) {
-        prepare_i8(lr);
+        prepare_i8(lr, mem);
         return 0;
     }
     const size_t eb = elem_bytes(lr->b.type);
     const int64_t out = lr->b.rows, r = lr->rank;
-    uint8_t *bt = xaligned_alloc((size_t)r * (size_t)out * eb);
+    uint8_t *bt = mem;
     /* panel by panel of LOWRANK_COLS outputs (a phase 2 task's), each
      * (r, w) row-major from element o0 · r: a task streams r · w
      * contiguous elements (rows of a whole Bᵀ lie 2 · out bytes apart, 4 KiB
@@ -799,24 +816,26 @@ int lowrank_prepare(lowrank_t *lr, int int8)
     return 0;
 }
 
+int lowrank_prepare(lowrank_t *lr, int int8)
+{
+    if (pair_check(lr) != 0)
+        return -1;
+    void *mem = xaligned_alloc(lowrank_copy_bytes(lr->rank, lr->a.cols, lr->b.rows, lr->b.type, int8));
+    int rc = lowrank_prepare_in(lr, int8, mem);
+    assert(rc == 0);
+    (void)rc;
+    lr->own = mem;
+    return 0;
+}
+
 void lowrank_release(lowrank_t *lr)
 {
     if (!lr)
         return;
-    free((void *)lr->bt.data);
-    free((void *)lr->a8.data);
-    free(lr->a_d);
-    free(lr->bt_d);
+    free(lr->own);
+    lr->own = NULL;
     lr->bt = lr->a8 = (matmul_weight_t){0};
     lr->a_d = lr->bt_d = NULL;
-}
-
-size_t lowrank_bt_bytes(const lowrank_t *lr)
-{
-    size_t n = lr->bt.data ? (size_t)lr->bt.rows * lr->bt.row_bytes : 0;
-    if (lr->a8.data)
-        n += (size_t)lr->a8.rows * lr->a8.row_bytes + (size_t)(lr->a8.rows + lr->bt.cols) * sizeof(float);
-    return n;
 }
 
 /* Element (row, col) of A or B as the pair's update uses it: the int8 copy

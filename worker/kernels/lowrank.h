@@ -77,6 +77,8 @@ typedef struct lowrank {
     matmul_weight_t a8;  /* A rounded to int8 (r, in), LOWRANK_I8 */
     float *a_d;          /* (r) A's row k ≈ a_d[k] · a8's row k */
     float *bt_d;         /* (out) B's row o ≈ bt_d[o] · bt's column o */
+    void *own;           /* the block holding the copies above when lowrank_prepare
+                          * allocated it (NULL after lowrank_prepare_in) */
 } lowrank_t;
 
 /* Makes lr->bt from lr->b (a copy the pair owns: lowrank_release frees it;
@@ -89,11 +91,20 @@ typedef struct lowrank {
  * unchanged). */
 int lowrank_prepare(lowrank_t *lr, int int8);
 
-/* Frees lowrank_prepare's copies (NULL or unprepared: nothing). */
-void lowrank_release(lowrank_t *lr);
+/* lowrank_prepare with the copies in mem, the caller's (64-byte aligned,
+ * lowrank_copy_bytes of the pair; lowrank_release then frees none of it):
+ * an adapter puts all its pairs' copies in one block of huge pages, which
+ * the update streams with fewer TLB misses than 4 KiB pages (and the
+ * hardware prefetchers stop at page boundaries). */
+int lowrank_prepare_in(lowrank_t *lr, int int8, void *mem);
 
-/* Bytes lowrank_prepare's copies hold (0 unprepared). */
-size_t lowrank_bt_bytes(const lowrank_t *lr);
+/* The bytes of a prepared pair's copies: rank r, in inputs, out outputs,
+ * B of type b_type (0 for r, in or out <= 0). */
+size_t lowrank_copy_bytes(int64_t r, int64_t in, int64_t out, uint32_t b_type, int int8);
+
+/* Frees lowrank_prepare's copies (NULL or unprepared: nothing; copies in a
+ * caller's block are only forgotten). */
+void lowrank_release(lowrank_t *lr);
 
 /* The kernels lowrank_apply runs: QGEMM_ISA_AVX2 (AVX2 + FMA + F16C) when
  * the CPU has it and PAGODA_ISA does not say scalar, else QGEMM_ISA_SCALAR;

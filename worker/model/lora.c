@@ -37,6 +37,8 @@ typedef struct ld {
     char *err;
     size_t errlen;
     int int8;           /* int8 pairs (PAGODA_LORA_PRECISION, lowrank_prepare) */
+    size_t prep_bytes;  /* the pairs' prepared copies, counted by load_pair */
+    uint8_t *prep;      /* NULL while counting, else the adapter's block of them */
 } ld_t;
 
 static int fail(ld_t *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -141,6 +143,14 @@ static int parse_name(const gguf_str_t *n, int n_layer, int *layer, const lora_t
     return -1;
 }
 
+/* n rounded up to whole huge pages (2 MiB, at least one): what
+ * xhuge_alloc maps for it, on huge pages whatever n is */
+static size_t huge_bytes(size_t n)
+{
+    const size_t hp = (size_t)2 << 20;
+    return n <= hp ? hp : (n + hp - 1) / hp * hp;
+}
+
 /* The base matrix a projection multiplies with (model_layer_t's field). */
 static const matmul_weight_t *base_matrix(const model_t *m, int l, enum lora_proj p)
 {
@@ -185,8 +195,13 @@ static int load_pair(ld_t *ld, lora_t *a, const gguf_tensor_t *ta, int l, const 
      * them exactly), every other type becomes F32 */
     const size_t na = arena_floats(ta), nb = arena_floats(tb);
     *floats += na + nb;
-    if (!arena)
+    const uint32_t ty_b0 = tb->type == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    if (!arena) {
+        for (int i = 0; i < tg->n; i++)
+            ld->prep_bytes += lowrank_copy_bytes((int64_t)r, (int64_t)in, base_matrix(ld->m, l, tg->proj[i])->rows,
+                                                 ty_b0, ld->int8);
         return 0;
+    }
     float *A = arena + *floats - na - nb, *B = A + na;
     read_factor(ta, A);
     read_factor(tb, B);
@@ -207,8 +222,12 @@ static int load_pair(ld_t *ld, lora_t *a, const gguf_tensor_t *ta, int l, const 
                                   .row_bytes = in * ea, .data = (const uint8_t *)A};
         lr->b = (matmul_weight_t){.type = ty_b, .rows = w->rows, .cols = (int64_t)r,
                                   .row_bytes = r * eb, .data = (const uint8_t *)B + (size_t)row0 * r * eb};
-        /* B transposed, the layout lowrank_apply reads (int8 copies too) */
-        int rc = lowrank_prepare(lr, ld->int8);
+        /* B transposed, the layout lowrank_apply reads (int8 copies too),
+         * in the adapter's block */
+        const size_t nc = lowrank_copy_bytes(lr->rank, lr->a.cols, lr->b.rows, lr->b.type, ld->int8);
+        assert(ld->prep_bytes + nc <= a->prep_bytes);
+        int rc = lowrank_prepare_in(lr, ld->int8, ld->prep + ld->prep_bytes);
+        ld->prep_bytes += nc;
         assert(rc == 0 && "the factor's type and shape were checked above");
         (void)rc;
         row0 += w->rows;
@@ -282,8 +301,14 @@ int lora_load(const char *path, const model_t *m, lora_t **out, char *err, size_
     a->alpha = (float)alpha;
     if (load_tensors(&ld, a, NULL, &floats) != 0)
         goto err;
-    a->arena = xaligned_alloc(floats * sizeof(float));
+    /* the factors and their prepared copies on huge pages (at least one
+     * each): a step streams them, a few rows per adapter */
+    a->arena = xhuge_alloc(huge_bytes(floats * sizeof(float)));
     a->n_floats = floats;
+    a->prep_bytes = ld.prep_bytes;
+    a->prep = xhuge_alloc(huge_bytes(ld.prep_bytes));
+    ld.prep = a->prep;
+    ld.prep_bytes = 0;
     if (load_tensors(&ld, a, a->arena, &floats) != 0)
         goto err;
     a->hash = prefix_key_bytes(ld.g->buf, ld.g->len);
@@ -298,10 +323,7 @@ err:
 
 size_t lora_bytes(const lora_t *a)
 {
-    size_t n = a->n_floats * sizeof(float);
-    for (size_t i = 0; i < (size_t)a->n_layer * LORA_N_PROJ; i++)
-        n += lowrank_bt_bytes(&a->pairs[i]);
-    return n;
+    return huge_bytes(a->n_floats * sizeof(float)) + huge_bytes(a->prep_bytes);
 }
 
 lora_t *lora_ref(lora_t *a)
@@ -323,6 +345,7 @@ void lora_free(lora_t **ap)
     for (size_t i = 0; a->pairs && i < (size_t)a->n_layer * LORA_N_PROJ; i++)
         lowrank_release(&a->pairs[i]);
     free(a->arena);
+    free(a->prep);
     free(a->pairs);
     free(a);
 }

@@ -72,6 +72,8 @@ typedef struct lora {
                             * way by the gateway from the same file */
     float *arena;          /* owned: every A and B (F16 ones as halves, two a float) */
     size_t n_floats;       /* floats in arena */
+    uint8_t *prep;         /* owned: every pair's prepared copies (lowrank_prepare_in) */
+    size_t prep_bytes;     /* bytes of them */
     int32_t refs;          /* holders (lora_ref / lora_free), >= 1 while alive */
 } lora_t;
 

@@ -294,6 +294,7 @@ static void test_f16(void **state)
         p16.b = (matmul_weight_t){.type = GGML_TYPE_F16, .rows = OUT, .cols = r, .row_bytes = (size_t)r * 2,
                                   .data = (const uint8_t *)B16};
         p16.bt = (matmul_weight_t){0};
+        p16.own = NULL; /* p32 owns its copies */
         assert_int_equal(lowrank_prepare(&p16, 0), 0);
         const lowrank_t *pp16 = &p16, *pp32 = &p32;
         const float s = -0.6f;
@@ -317,6 +318,56 @@ static void test_f16(void **state)
     free(y16);
     free(y32);
     free(yr);
+}
+
+/* lowrank_prepare_in: copies in the caller's block (one per adapter, on
+ * huge pages in lora.c) give the bits of lowrank_prepare's, float and int8,
+ * with a block of exactly lowrank_copy_bytes (ASan sees an overrun), and
+ * lowrank_release frees none of it (ASan sees a double free). */
+static void test_prepare_in(void **state)
+{
+    (void)state;
+    enum { IN = 100, OUT = 83, R = 5 };
+    float *x = malloc((size_t)R * IN * 4), *y0 = malloc((size_t)R * OUT * 4);
+    float *ya = malloc((size_t)R * OUT * 4), *yb = malloc((size_t)R * OUT * 4);
+    fill(x, (size_t)R * IN, 31, 1.0f);
+    fill(y0, (size_t)R * OUT, 32, 1.0f);
+    int32_t rows[R] = {4, 0, 2, 1, 3};
+    for (int int8 = 0; int8 < 2; int8++)
+        for (int r = 1; r <= 64; r += 21) {
+            float *A, *B;
+            lowrank_t own = make_pair_p(r, IN, OUT, &A, &B, 50 + (uint64_t)r, int8);
+            lowrank_t in = {.rank = own.rank, .factor = own.factor, .a = own.a, .b = own.b};
+            const size_t nb = lowrank_copy_bytes(r, IN, OUT, GGML_TYPE_F32, int8);
+            assert_true(nb > 0 && nb % 64 == 0);
+            void *blk = aligned_alloc(64, nb);
+            assert_int_equal(lowrank_prepare_in(&in, int8, blk), 0);
+            assert_null(in.own);
+            /* every copy inside the block: float Bᵀ at its start; int8 A, Bᵀ and scales after it */
+            const uint8_t *b0 = blk, *b1 = b0 + nb;
+            assert_ptr_equal(int8 ? in.a8.data : in.bt.data, b0);
+            assert_true(in.bt.data >= b0 && in.bt.data + (size_t)r * OUT * (int8 ? 1 : 4) <= b1);
+            if (int8)
+                assert_true((const uint8_t *)in.a_d > in.bt.data && (const uint8_t *)(in.bt_d + OUT) <= b1);
+            const lowrank_t *pa = &own, *pb = &in;
+            const float s = 0.75f;
+            memcpy(ya, y0, (size_t)R * OUT * 4);
+            memcpy(yb, y0, (size_t)R * OUT * 4);
+            assert_int_equal(apply1(&pa, &s, 1, x, IN, rows, R, ya, OUT, 2), 0);
+            assert_int_equal(apply1(&pb, &s, 1, x, IN, rows, R, yb, OUT, 2), 0);
+            assert_memory_equal(ya, yb, (size_t)R * OUT * 4);
+            lowrank_release(&in);
+            assert_null(in.bt.data);
+            lowrank_release(&own);
+            free(blk);
+            free(A);
+            free(B);
+        }
+    assert_int_equal(lowrank_copy_bytes(0, IN, OUT, GGML_TYPE_F32, 0), 0);
+    free(x);
+    free(y0);
+    free(ya);
+    free(yb);
 }
 
 static void test_bad_args(void **state)
@@ -612,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_bench),
         cmocka_unit_test(test_mix),
         cmocka_unit_test(test_f16),
+        cmocka_unit_test(test_prepare_in),
         cmocka_unit_test(test_bad_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
