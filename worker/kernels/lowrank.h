@@ -48,7 +48,9 @@
  * lowrank_run_t / lowrank_run_cols run its two phases inside a region the
  * caller opens (the forward pass puts them in its projection's region).
  * Memory: lowrank_apply allocates nothing (the caller owns every buffer);
- * a pair owns the bt lowrank_prepare made (B's bytes again).
+ * a pair owns the block of copies lowrank_prepare made (Bᵀ: B's bytes
+ * again; int8 pairs A, Bᵀ and scales), or borrows the caller's block
+ * (lowrank_prepare_in).
  */
 #ifndef PAGODA_WORKER_LOWRANK_H
 #define PAGODA_WORKER_LOWRANK_H
@@ -68,12 +70,13 @@ typedef struct lowrank {
     float factor;        /* alpha / r, or 1 without alpha: s = scale · factor */
     matmul_weight_t a;   /* F32 or F16 (r, in) */
     matmul_weight_t b;   /* F32 or F16 (out, r) */
-    matmul_weight_t bt;  /* owned: B transposed (r, out), B's type (LOWRANK_I8
+    matmul_weight_t bt;  /* in the block of copies: B transposed (r, out), B's type (LOWRANK_I8
                           * for an int8 pair), in panels of LOWRANK_COLS
                           * outputs: the panel of outputs o0.. is
                           * (r, w = min(LOWRANK_COLS, out - o0)) row-major from
                           * element o0 · r (lowrank_prepare; row_bytes is out's) */
-    /* int8 pairs only (lowrank_prepare(lr, 1); a8.data NULL otherwise), owned: */
+    /* int8 pairs only (lowrank_prepare(lr, 1); a8.data NULL otherwise), in
+     * the block of copies: */
     matmul_weight_t a8;  /* A rounded to int8 (r, in), LOWRANK_I8 */
     float *a_d;          /* (r) A's row k ≈ a_d[k] · a8's row k */
     float *bt_d;         /* (out) B's row o ≈ bt_d[o] · bt's column o */

@@ -27,7 +27,9 @@
  * Q8_0 ones are converted to F32 at load (memory: r · (in + out) halves or
  * floats per matrix). Each pair is a lowrank_t of matmul_weight_t views
  * into the arena (worker/kernels/lowrank.h applies them), prepared by
- * lowrank_prepare as the environment's PAGODA_LORA_PRECISION says: float
+ * lowrank_prepare_in (into the adapter's block of copies; the arena and
+ * that block are on huge pages) as the environment's PAGODA_LORA_PRECISION
+ * says: float
  * (the default; unset or empty too) reads the arena's values (and a Bᵀ
  * copy); int8 rounds A and B to int8 per row, the copies the update then
  * reads (half the bytes of F16 a step streams). Another value: lora_load
