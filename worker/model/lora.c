@@ -143,12 +143,14 @@ static int parse_name(const gguf_str_t *n, int n_layer, int *layer, const lora_t
     return -1;
 }
 
-/* n rounded up to whole huge pages (2 MiB, at least one): what
- * xhuge_alloc maps for it, on huge pages whatever n is */
-static size_t huge_bytes(size_t n)
+/* What lora_load allocates for a block of n bytes: below 1 MiB n (4 KiB
+ * pages: few to miss in the TLB, and a huge page would double it at
+ * least), else n rounded up to whole huge pages (2 MiB), which xhuge_alloc
+ * maps with transparent huge pages where allowed. */
+static size_t block_bytes(size_t n)
 {
     const size_t hp = (size_t)2 << 20;
-    return n <= hp ? hp : (n + hp - 1) / hp * hp;
+    return n < hp / 2 ? (n ? n : 1) : (n + hp - 1) / hp * hp;
 }
 
 /* The base matrix a projection multiplies with (model_layer_t's field). */
@@ -301,12 +303,12 @@ int lora_load(const char *path, const model_t *m, lora_t **out, char *err, size_
     a->alpha = (float)alpha;
     if (load_tensors(&ld, a, NULL, &floats) != 0)
         goto err;
-    /* the factors and their prepared copies on huge pages (at least one
-     * each): a step streams them, a few rows per adapter */
-    a->arena = xhuge_alloc(huge_bytes(floats * sizeof(float)));
+    /* the factors and their prepared copies on huge pages (block_bytes): a
+     * step streams them, a few rows per adapter */
+    a->arena = xhuge_alloc(block_bytes(floats * sizeof(float)));
     a->n_floats = floats;
     a->prep_bytes = ld.prep_bytes;
-    a->prep = xhuge_alloc(huge_bytes(ld.prep_bytes));
+    a->prep = xhuge_alloc(block_bytes(ld.prep_bytes));
     ld.prep = a->prep;
     ld.prep_bytes = 0;
     if (load_tensors(&ld, a, a->arena, &floats) != 0)
@@ -323,7 +325,7 @@ err:
 
 size_t lora_bytes(const lora_t *a)
 {
-    return huge_bytes(a->n_floats * sizeof(float)) + huge_bytes(a->prep_bytes);
+    return block_bytes(a->n_floats * sizeof(float)) + block_bytes(a->prep_bytes);
 }
 
 lora_t *lora_ref(lora_t *a)
