@@ -6,6 +6,7 @@
 #include <assert.h>
 #include <math.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "common/cpu.h"
 #include "worker/kernels/attention_q8.h"
@@ -399,6 +400,237 @@ VMATH_FN static void attend_row_avx2(const float *q, int n_head, int n_kv, const
     else
         attend_row_avx2_impl(q, n_head, n_kv, kv, l, bt, t0, t1, hd, scale, softcap, sc, ld, out, false);
 }
+
+/* ---- Tiles of query rows (prefill), AVX-512 ---------------------------- */
+
+#define ATT512_INL                                                                                               \
+    static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
+#define ATT512_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
+
+/* 16 K/V elements at element index i of base, widened to float. */
+ATT512_INL __m512 ld16(const void *base, size_t i, const bool f16)
+{
+    return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + i)))
+               : _mm512_loadu_ps((const float *)base + i);
+}
+
+/* r[0..15] (row n = 16 floats) transposed in place: afterwards lane n of
+ * r[c] is what lane c of r[n] was. */
+ATT512_INL void transpose16(__m512 r[16])
+{
+    __m512 t[16];
+    for (int k = 0; k < 16; k += 2) {
+        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 16; k += 4) {
+        r[k] = _mm512_shuffle_ps(t[k], t[k + 2], 0x44);
+        r[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], 0xEE);
+        r[k + 2] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+        r[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+    }
+    /* r[4a + b], 128-bit lane L: rows 4a..4a+3 of column 4L + b */
+    for (int b = 0; b < 4; b++) {
+        t[b] = _mm512_shuffle_f32x4(r[b], r[4 + b], 0x88);      /* lanes L0 L2 of r[b], L0 L2 of r[4+b] */
+        t[4 + b] = _mm512_shuffle_f32x4(r[b], r[4 + b], 0xDD);  /* lanes L1 L3 */
+        t[8 + b] = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0x88);
+        t[12 + b] = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0xDD);
+    }
+    for (int b = 0; b < 4; b++) {
+        r[b] = _mm512_shuffle_f32x4(t[b], t[8 + b], 0x88);            /* column b */
+        r[8 + b] = _mm512_shuffle_f32x4(t[b], t[8 + b], 0xDD);        /* column 8 + b */
+        r[4 + b] = _mm512_shuffle_f32x4(t[4 + b], t[12 + b], 0x88);    /* column 4 + b */
+        r[12 + b] = _mm512_shuffle_f32x4(t[4 + b], t[12 + b], 0xDD);   /* column 12 + b */
+    }
+}
+
+/* kt (hd, 16) = the head slices (kvo) of the K vectors of positions
+ * tb..tb+15, transposed (kt[i*16 + u] = element i of position tb + u);
+ * positions at or past te are zeros (never used, but finite). */
+ATT512_INL void tile_k_transpose(const kv_store_t *kv, int l, const int32_t *bt, int tb, int te, int kvo, int hd,
+                                 float *kt, const bool f16)
+{
+    const int bs = kv->block_size;
+    const size_t esz = f16 ? 2 : 4;
+    const char *kp[16];
+    for (int u = 0; u < 16; u++)
+        kp[u] = tb + u < te ? (const char *)kv_store_k_at(kv, l, bt[(tb + u) / bs], (tb + u) % bs) + (size_t)kvo * esz
+                            : NULL;
+    for (int i0 = 0; i0 < hd; i0 += 16) {
+        __m512 r[16];
+        for (int u = 0; u < 16; u++)
+            r[u] = kp[u] ? ld16(kp[u], (size_t)i0, f16) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int c = 0; c < 16; c++)
+            _mm512_store_ps(kt + (size_t)(i0 + c) * 16, r[c]);
+    }
+}
+
+/* Scores of MB query vectors qp[0..MB) against the 16 positions of kt:
+ * per (vector, position) the eight partial sums a_j = Σ_c q[8c+j] k[8c+j]
+ * (one FMA each, c in order, from 0) and vmath_hsum8's reduction
+ * ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), times scale: score1's operations
+ * with one position per lane, so the bits are attend_avx2_impl's. Lane u
+ * goes to sp[m] + u when mask bit u is set. */
+ATT512_INL void tile_scores_mb(const float *const *qp, const int MB, const float *kt, int hd, float scale,
+                               float *const *sp, __mmask16 mask)
+{
+    __m512 a[3][8];
+    #pragma GCC unroll 3
+    for (int m = 0; m < MB; m++)
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            a[m][j] = _mm512_setzero_ps();
+    for (int i = 0; i < hd; i += 8) {
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const __m512 k = _mm512_load_ps(kt + (size_t)(i + j) * 16);
+            #pragma GCC unroll 3
+            for (int m = 0; m < MB; m++)
+                a[m][j] = _mm512_fmadd_ps(_mm512_set1_ps(qp[m][i + j]), k, a[m][j]);
+        }
+    }
+    const __m512 sv = _mm512_set1_ps(scale);
+    #pragma GCC unroll 3
+    for (int m = 0; m < MB; m++) {
+        const __m512 g0 = _mm512_add_ps(_mm512_add_ps(a[m][0], a[m][4]), _mm512_add_ps(a[m][2], a[m][6]));
+        const __m512 g1 = _mm512_add_ps(_mm512_add_ps(a[m][1], a[m][5]), _mm512_add_ps(a[m][3], a[m][7]));
+        _mm512_mask_storeu_ps(sp[m], mask, _mm512_mul_ps(_mm512_add_ps(g0, g1), sv));
+    }
+}
+
+/* out_m (hd) = Σ_t w_m[t - t0] v_t * inv[m] for MB vectors (weights wp[m],
+ * positions t0 <= t < te[m], outputs op[m]), 64 output floats per pass:
+ * one FMA per term, t in order from 0, then the product with inv, as
+ * head_values / group_values do (the same bits). The positions every
+ * vector has share each V load and conversion; the rest (te[m] past the
+ * block's least) go vector by vector. */
+ATT512_INL void tile_values_mb(const float *const *wp, const int MB, const float *inv, const int *te,
+                               const kv_store_t *kv, int l, const int32_t *bt, int t0, int kvo, int hd,
+                               float *const *op, const bool f16)
+{
+    const int bs = kv->block_size;
+    const size_t ld = (size_t)kv->kv_dim;
+    int tmin = te[0];
+    for (int m = 1; m < MB; m++)
+        tmin = te[m] < tmin ? te[m] : tmin;
+    for (int i0 = 0; i0 < hd; i0 += 64) {
+        const int nv = (hd - i0 < 64 ? hd - i0 : 64) / 16;
+        __m512 acc[6][4];
+        #pragma GCC unroll 6
+        for (int m = 0; m < MB; m++)
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                acc[m][j] = _mm512_setzero_ps();
+        for (int tb = t0; tb < tmin;) {
+            const int slot0 = tb % bs, n = (tmin - tb < bs - slot0) ? tmin - tb : bs - slot0;
+            const void *vb = kv_store_v_at(kv, l, bt[tb / bs], 0);
+            const int o = tb - t0;
+            for (int tt = 0; tt < n; tt++) {
+                const size_t vt = (size_t)kvo + (size_t)i0 + (size_t)(slot0 + tt) * ld;
+                __m512 v[4];
+                #pragma GCC unroll 4
+                for (int j = 0; j < 4; j++)
+                    v[j] = j < nv ? ld16(vb, vt + 16 * (size_t)j, f16) : _mm512_setzero_ps();
+                #pragma GCC unroll 6
+                for (int m = 0; m < MB; m++) {
+                    const __m512 w = _mm512_set1_ps(wp[m][o + tt]);
+                    #pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++)
+                        if (j < nv)
+                            acc[m][j] = _mm512_fmadd_ps(w, v[j], acc[m][j]);
+                }
+            }
+            tb += n;
+        }
+        #pragma GCC unroll 6
+        for (int m = 0; m < MB; m++) {
+            for (int t = tmin; t < te[m]; t++) {
+                const void *vp = kv_store_v_at(kv, l, bt[t / bs], t % bs);
+                const __m512 w = _mm512_set1_ps(wp[m][t - t0]);
+                #pragma GCC unroll 4
+                for (int j = 0; j < 4; j++)
+                    if (j < nv)
+                        acc[m][j] = _mm512_fmadd_ps(w, ld16(vp, (size_t)kvo + (size_t)i0 + 16 * (size_t)j, f16),
+                                                    acc[m][j]);
+            }
+            const __m512 iv = _mm512_set1_ps(inv[m]);
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                if (j < nv)
+                    _mm512_storeu_ps(op[m] + i0 + 16 * j, _mm512_mul_ps(acc[m][j], iv));
+        }
+    }
+}
+
+/* attention_tile on AVX-512, head_dim a multiple of 16 (at most
+ * ATT_TILE_MAX_HEAD_DIM), M = n_rows * n_q <= ATT_TILE_MAX_VECS vectors
+ * (vector m = row m / n_q, head m % n_q). Per 16 positions, the K slices
+ * are converted and transposed once (kt) and every vector's scores read
+ * them; then each vector's softmax (softmax_avx2); then the values, six
+ * vectors per V pass. */
+ATT512_INL void attend_tile512_impl(const float *q, size_t q_ld, int n_rows, int n_q, const kv_store_t *kv, int l,
+                                    const int32_t *bt, int t0, const int *t1, int kvo, int hd, float scale,
+                                    float softcap, float *sc, size_t ld, float *out, const bool f16)
+{
+    const int M = n_rows * n_q;
+    const float *qp[ATT_TILE_MAX_VECS];
+    float *sp[ATT_TILE_MAX_VECS], *op[ATT_TILE_MAX_VECS];
+    float inv[ATT_TILE_MAX_VECS];
+    int te[ATT_TILE_MAX_VECS];
+    int tmax = t1[0];
+    for (int m = 0; m < M; m++) {
+        const int r = m / n_q, h = m % n_q;
+        qp[m] = q + (size_t)r * q_ld + (size_t)h * hd;
+        op[m] = out + (size_t)r * q_ld + (size_t)h * hd;
+        te[m] = t1[r];
+        tmax = t1[r] > tmax ? t1[r] : tmax;
+    }
+    _Alignas(64) float kt[ATT_TILE_MAX_HEAD_DIM * 16];
+    for (int tb = t0; tb < tmax; tb += 16) {
+        tile_k_transpose(kv, l, bt, tb, tmax, kvo, hd, kt, f16);
+        const __mmask16 all = (__mmask16)(tmax - tb >= 16 ? 0xFFFF : (1u << (tmax - tb)) - 1);
+        for (int m = 0; m < M; m += 3) {
+            const int mb = M - m < 3 ? M - m : 3;
+            float *spm[3];
+            for (int u = 0; u < mb; u++)
+                spm[u] = sc + (size_t)(m + u) * ld + (size_t)(tb - t0);
+            if (mb == 3)
+                tile_scores_mb(qp + m, 3, kt, hd, scale, spm, all);
+            else if (mb == 2)
+                tile_scores_mb(qp + m, 2, kt, hd, scale, spm, all);
+            else
+                tile_scores_mb(qp + m, 1, kt, hd, scale, spm, all);
+        }
+    }
+    for (int m = 0; m < M; m++) {
+        sp[m] = sc + (size_t)m * ld;
+        inv[m] = softmax_avx2(sp[m], te[m] - t0, softcap);
+    }
+    for (int m = 0; m < M; m += 6) {
+        const int mb = M - m < 6 ? M - m : 6;
+        const float *const *wp = (const float *const *)(sp + m);
+        switch (mb) {
+        case 6: tile_values_mb(wp, 6, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
+        case 5: tile_values_mb(wp, 5, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
+        case 4: tile_values_mb(wp, 4, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
+        case 3: tile_values_mb(wp, 3, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
+        case 2: tile_values_mb(wp, 2, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
+        default: tile_values_mb(wp, 1, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
+        }
+    }
+}
+
+ATT512_FN static void attend_tile512(const float *q, size_t q_ld, int n_rows, int n_q, const kv_store_t *kv, int l,
+                                     const int32_t *bt, int t0, const int *t1, int kvo, int hd, float scale,
+                                     float softcap, float *sc, size_t ld, float *out)
+{
+    if (kv->type == KV_TYPE_F16)
+        attend_tile512_impl(q, q_ld, n_rows, n_q, kv, l, bt, t0, t1, kvo, hd, scale, softcap, sc, ld, out, true);
+    else
+        attend_tile512_impl(q, q_ld, n_rows, n_q, kv, l, bt, t0, t1, kvo, hd, scale, softcap, sc, ld, out, false);
+}
+
 #endif
 
 /* Element i of the K/V vector at p, as float. */
@@ -576,4 +808,169 @@ void attention_row_by_group(const float *q, int n_head, int n_kv_head, const kv_
     for (int g = 0; g < n_kv_head; g++)
         attention_group(q + (size_t)g * group * head_dim, group, kv, layer, bt, t0, t1, g * head_dim, head_dim, scale,
                         softcap, scores, scores_ld, out + (size_t)g * group * head_dim);
+}
+
+/* The path attention_tile takes: ATT_PATH_AUTO until a test chooses. */
+static _Atomic int g_tile_path = ATT_PATH_AUTO;
+
+att_path_t attention_tile_path(void)
+{
+    const int p = g_tile_path;
+    if (p != ATT_PATH_AUTO)
+        return (att_path_t)p;
+#ifdef VMATH_X86
+    if (cpu_has_avx512_vnni())
+        return ATT_PATH_AVX512;
+    if (cpu_has_avx2_fma_f16c())
+        return ATT_PATH_AVX2;
+#endif
+    return ATT_PATH_PORTABLE;
+}
+
+int attention_tile_set_path(att_path_t p)
+{
+#ifdef VMATH_X86
+    if ((p == ATT_PATH_AVX512 && !cpu_has_avx512_vnni()) || (p == ATT_PATH_AVX2 && !cpu_has_avx2_fma_f16c()))
+        return -1;
+#else
+    if (p == ATT_PATH_AVX512 || p == ATT_PATH_AVX2)
+        return -1;
+#endif
+    g_tile_path = p;
+    return 0;
+}
+
+void attention_tile(const float *q, size_t q_ld, int n_rows, int n_q, const kv_store_t *kv, int layer,
+                    const int32_t *bt, int t0, const int *t1, int kv_off, int head_dim, float scale, float softcap,
+                    float *scores, size_t scores_ld, float *out)
+{
+    assert(n_rows >= 1 && n_q >= 1 && t0 >= 0);
+    assert((size_t)n_q * (size_t)head_dim <= q_ld);
+    const att_path_t path = attention_tile_path();
+#ifdef VMATH_X86
+    if (path == ATT_PATH_AVX512 && kv->type != KV_TYPE_Q8_0 && head_dim % 16 == 0 &&
+        head_dim <= ATT_TILE_MAX_HEAD_DIM) {
+        for (int r0 = 0; r0 < n_rows;) {
+            /* as many rows as ATT_TILE_MAX_VECS vectors hold */
+            int nr = ATT_TILE_MAX_VECS / n_q;
+            if (nr < 1) {  /* a group larger than the tile: its heads in parts, row by row */
+                for (int h0 = 0; h0 < n_q; h0 += ATT_TILE_MAX_VECS) {
+                    const int nh = n_q - h0 < ATT_TILE_MAX_VECS ? n_q - h0 : ATT_TILE_MAX_VECS;
+                    assert(scores_ld >= (size_t)(t1[r0] - t0));
+                    attend_tile512(q + (size_t)r0 * q_ld + (size_t)h0 * head_dim, q_ld, 1, nh, kv, layer, bt, t0,
+                                   t1 + r0, kv_off, head_dim, scale, softcap, scores, scores_ld,
+                                   out + (size_t)r0 * q_ld + (size_t)h0 * head_dim);
+                }
+                r0++;
+                continue;
+            }
+            nr = n_rows - r0 < nr ? n_rows - r0 : nr;
+            for (int r = r0; r < r0 + nr; r++)
+                assert(t1[r] > t0 && scores_ld >= (size_t)(t1[r] - t0));
+            attend_tile512(q + (size_t)r0 * q_ld, q_ld, nr, n_q, kv, layer, bt, t0, t1 + r0, kv_off, head_dim, scale,
+                           softcap, scores, scores_ld, out + (size_t)r0 * q_ld);
+            r0 += nr;
+        }
+        return;
+    }
+#endif
+    (void)path;
+    for (int r = 0; r < n_rows; r++)
+        attention_group(q + (size_t)r * q_ld, n_q, kv, layer, bt, t0, t1[r], kv_off, head_dim, scale, softcap, scores,
+                        scores_ld, out + (size_t)r * q_ld);
+}
+
+/* ---- Scalar reference of the vector arithmetic ------------------------- */
+
+/* vmath_exp8, one lane: the same IEEE operations in the same order (fmaf
+ * for each fused multiply-add, nearbyintf for the round to nearest even). */
+static float exp_ref(float x)
+{
+    const float lo = -87.33654f, hi = 88.72283f;
+    const bool under = x < lo;
+    x = x > lo ? x : lo;  /* _mm256_max_ps(x, lo) */
+    x = x < hi ? x : hi;  /* _mm256_min_ps(x, hi) */
+    const float n = nearbyintf(x * 1.44269504f);
+    float r = fmaf(-n, 0.693145752f, x);
+    r = fmaf(-n, 1.42860677e-6f, r);
+    float p = 1.0f / 720;
+    p = fmaf(p, r, 1.0f / 120);
+    p = fmaf(p, r, 1.0f / 24);
+    p = fmaf(p, r, 1.0f / 6);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    const int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
+    const uint32_t b1 = (uint32_t)(n1 + 127) << 23, b2 = (uint32_t)(n2 + 127) << 23;
+    float s1, s2;
+    memcpy(&s1, &b1, 4);
+    memcpy(&s2, &b2, 4);
+    return under ? 0.0f : (p * s1) * s2;
+}
+
+/* vmath_tanh8, one lane. */
+static float tanh_ref(float x)
+{
+    float ax = fabsf(x);
+    ax = ax < 40.0f ? ax : 40.0f;
+    const float e = exp_ref(ax + ax);
+    const float t = 1.0f - 2.0f / (e + 1.0f);
+    return signbit(x) ? -t : t;
+}
+
+/* vmath_hsum8's order over a[0..8). */
+static float hsum8_ref(const float *a)
+{
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+void attention_head_ref(const float *q, const kv_store_t *kv, int layer, const int32_t *bt, int t0, int t1,
+                        int kv_off, int head_dim, float scale, float softcap, float *sc, float *out)
+{
+    assert(t0 >= 0 && t1 > t0 && head_dim % 8 == 0 && kv->type != KV_TYPE_Q8_0);
+    const int bs = kv->block_size, n_pos = t1 - t0, hd = head_dim;
+    const size_t esz = kv_type_size(kv->type);
+    /* scores: eight partial sums, one fused multiply-add per element */
+    for (int j = 0; j < n_pos; j++) {
+        const int t = t0 + j;
+        const void *kt = (const char *)kv_store_k_at(kv, layer, bt[t / bs], t % bs) + (size_t)kv_off * esz;
+        float a[8] = {0};
+        for (int i = 0; i < hd; i += 8)
+            for (int u = 0; u < 8; u++)
+                a[u] = fmaf(q[i + u], kv_elt(kv, kt, i + u), a[u]);
+        sc[j] = hsum8_ref(a) * scale;
+    }
+    /* soft-capping: eight positions at a time as vmath_tanh8, the rest tanhf */
+    const int n8 = n_pos / 8 * 8;
+    if (softcap > 0) {
+        const float ic = 1.0f / softcap;
+        for (int j = 0; j < n_pos; j++)
+            sc[j] = j < n8 ? softcap * tanh_ref(sc[j] * ic) : softcap * tanhf(sc[j] / softcap);
+    }
+    float mx = -INFINITY;
+    for (int j = 0; j < n_pos; j++)
+        mx = sc[j] > mx ? sc[j] : mx;
+    /* e^(s - max): lane sums over whole groups of eight, then the rest */
+    float lane[8] = {0};
+    for (int j = 0; j < n8; j++) {
+        sc[j] = exp_ref(sc[j] - mx);
+        lane[j % 8] += sc[j];
+    }
+    float sum = hsum8_ref(lane);
+    for (int j = n8; j < n_pos; j++) {
+        sc[j] = expf(sc[j] - mx);
+        sum += sc[j];
+    }
+    const float inv = 1.0f / sum;
+    /* values: per output element one fused multiply-add per position, in order */
+    for (int i = 0; i < hd; i++)
+        out[i] = 0;
+    for (int j = 0; j < n_pos; j++) {
+        const int t = t0 + j;
+        const void *vt = (const char *)kv_store_v_at(kv, layer, bt[t / bs], t % bs) + (size_t)kv_off * esz;
+        for (int i = 0; i < hd; i++)
+            out[i] = fmaf(sc[j], kv_elt(kv, vt, i), out[i]);
+    }
+    for (int i = 0; i < hd; i++)
+        out[i] *= inv;
 }

@@ -295,6 +295,140 @@ static void test_row_equals_heads(void **state)
     }
 }
 
+/* attention_head on AVX2 against attention_head_ref (the scalar definition
+ * of the vector arithmetic), bit for bit. */
+static void test_head_equals_ref(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx2_fma_f16c()) {
+        printf("# skipped: no AVX2/FMA/F16C, attention_head runs the portable kernel (not the reference's bits)\n");
+        return;
+    }
+    const att_case_t cases[] = {
+        {64, 1, 2, 0, 97, 0}, {64, 1, 1, 0, 1, 0}, {128, 1, 2, 100, 401, 0}, {24, 1, 2, 3, 77, 0},
+        {8, 1, 3, 40, 41, 0}, {64, 1, 2, 0, 150, 50.0f}, {48, 1, 2, 17, 250, 30.0f}, {64, 1, 2, 5, 13, 2.0f},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int ty = 0; ty < 2; ty++) {
+            const att_case_t *c = &cases[ci];
+            const kv_type_t type = ty ? KV_TYPE_F16 : KV_TYPE_F32;
+            int32_t bt[N_BLOCKS];
+            kv_store_t s = case_store(type, c, 1, 5, 7, bt);
+            const int hd = c->hd, n = c->t1 - c->t0;
+            const float scale = 1.0f / sqrtf((float)hd);
+            float q[128], o_head[128], o_ref[128], *sc = malloc(sizeof(float) * (size_t)n);
+            for (int g = 0; g < c->n_kv; g++) {
+                for (int i = 0; i < hd; i++)
+                    q[i] = frand() * 2.0f;
+                attention_head(q, &s, 1, bt, c->t0, c->t1, g * hd, hd, scale, c->softcap, sc, o_head);
+                attention_head_ref(q, &s, 1, bt, c->t0, c->t1, g * hd, hd, scale, c->softcap, sc, o_ref);
+                for (int i = 0; i < hd; i++)
+                    if (memcmp(&o_head[i], &o_ref[i], sizeof(float)) != 0) {
+                        print_error("%s hd %d [%d,%d) softcap %g: elt %d: %.9g (AVX2) vs %.9g (reference)\n",
+                                    kv_type_name(type), hd, c->t0, c->t1, c->softcap, i, o_head[i], o_ref[i]);
+                        fail();
+                    }
+            }
+            free(sc);
+            free(s.k);
+            free(s.v);
+        }
+}
+
+typedef struct {
+    int hd, group, n_kv, n_rows, t0, t1, step; /* row r attends [t0, t1 + r*step) */
+    float softcap;
+} tile_case_t;
+
+/* attention_tile on path p over every kv head of case c against one
+ * attention_head call per (row, head), and (vector paths) against
+ * attention_head_ref, bit for bit; positions outside [t0, max t1) are
+ * poisoned. */
+static void run_tile_case(kv_type_t type, const tile_case_t *c, att_path_t p)
+{
+    const int l = 1, hd = c->hd, n_q = c->group, n_head = n_q * c->n_kv;
+    int t1[64], tmax = 0;
+    assert_true(c->n_rows <= 64);
+    for (int r = 0; r < c->n_rows; r++) {
+        t1[r] = c->t1 + r * c->step;
+        tmax = t1[r] > tmax ? t1[r] : tmax;
+    }
+    const att_case_t ac = {hd, n_q, c->n_kv, c->t0, tmax, c->softcap};
+    int32_t bt[N_BLOCKS];
+    kv_store_t s = case_store(type, &ac, l, 11, 5, bt);
+    const float scale = 1.0f / sqrtf((float)hd);
+    const size_t q_ld = (size_t)n_head * hd, nq = (size_t)c->n_rows * q_ld, ld = (size_t)(tmax - c->t0 + 7);
+    float *q = malloc(sizeof(float) * nq), *o_head = malloc(sizeof(float) * nq), *o_tile = malloc(sizeof(float) * nq),
+          *o_ref = malloc(sizeof(float) * nq), *sc = malloc(sizeof(float) * (size_t)(n_q > ATT_TILE_MAX_VECS ? n_q : ATT_TILE_MAX_VECS) * ld);
+    for (size_t i = 0; i < nq; i++)
+        q[i] = frand() * 2.0f;
+    memset(o_tile, 0xff, sizeof(float) * nq);
+    for (int r = 0; r < c->n_rows; r++)
+        for (int h = 0; h < n_head; h++) {
+            const size_t o = (size_t)r * q_ld + (size_t)h * hd;
+            attention_head(q + o, &s, l, bt, c->t0, t1[r], (h / n_q) * hd, hd, scale, c->softcap, sc, o_head + o);
+            if (p != ATT_PATH_PORTABLE)
+                attention_head_ref(q + o, &s, l, bt, c->t0, t1[r], (h / n_q) * hd, hd, scale, c->softcap, sc,
+                                   o_ref + o);
+        }
+    assert_int_equal(attention_tile_set_path(p), 0);
+    for (int g = 0; g < c->n_kv; g++)
+        attention_tile(q + (size_t)g * n_q * hd, q_ld, c->n_rows, n_q, &s, l, bt, c->t0, t1, g * hd, hd, scale,
+                       c->softcap, sc, ld, o_tile + (size_t)g * n_q * hd);
+    assert_int_equal(attention_tile_set_path(ATT_PATH_AUTO), 0);
+    for (size_t i = 0; i < nq; i++) {
+        const bool bad_head = memcmp(&o_head[i], &o_tile[i], sizeof(float)) != 0;
+        const bool bad_ref = p != ATT_PATH_PORTABLE && memcmp(&o_ref[i], &o_tile[i], sizeof(float)) != 0;
+        if (bad_head || bad_ref) {
+            print_error("path %d %s hd %d group %d/%d rows %d [%d,%d+%d r) softcap %g: row %zu head %zu elt %zu: "
+                        "%.9g (tile) vs %.9g (head) %.9g (reference)\n",
+                        (int)p, kv_type_name(type), hd, n_q, c->n_kv, c->n_rows, c->t0, c->t1, c->step, c->softcap,
+                        i / q_ld, i % q_ld / (size_t)hd, i % (size_t)hd, o_tile[i], o_head[i],
+                        p != ATT_PATH_PORTABLE ? o_ref[i] : NAN);
+            fail();
+        }
+    }
+    free(q);
+    free(o_head);
+    free(o_tile);
+    free(o_ref);
+    free(sc);
+    free(s.k);
+    free(s.v);
+}
+
+static void test_tile_equals_heads(void **state)
+{
+    (void)state;
+    const tile_case_t cases[] = {
+        {64, 8, 2, 4, 0, 100, 1, 0},     {64, 8, 1, 4, 0, 1, 1, 0},       {64, 8, 1, 8, 0, 17, 1, 0},
+        {64, 8, 1, 9, 0, 200, 3, 0},     {64, 1, 3, 12, 0, 33, 1, 0},     {64, 3, 2, 5, 7, 40, 0, 0},
+        {128, 4, 2, 3, 31, 33, 1, 0},    {128, 9, 1, 2, 100, 401, 5, 0},  {16, 2, 2, 7, 0, 70, 1, 0},
+        {48, 5, 2, 3, 17, 250, 1, 30.0f}, {64, 8, 1, 4, 0, 150, 1, 50.0f}, {24, 3, 2, 4, 0, 77, 1, 0},
+        {8, 2, 3, 3, 40, 41, 1, 0},      {256, 2, 1, 3, 0, 60, 2, 0},     {64, 16, 1, 5, 3, 90, 1, 0},
+        {64, 70, 1, 2, 0, 20, 1, 0},
+    };
+    const struct {
+        att_path_t p;
+        const char *name;
+    } paths[] = {{ATT_PATH_PORTABLE, "portable"}, {ATT_PATH_AVX2, "AVX2"}, {ATT_PATH_AVX512, "AVX-512"}};
+    for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
+        if (attention_tile_set_path(paths[pi].p) != 0) {
+            printf("# attention_tile %s path skipped: this CPU lacks it\n", paths[pi].name);
+            continue;
+        }
+        if (paths[pi].p == ATT_PATH_PORTABLE && cpu_has_avx2_fma_f16c())
+            printf("# attention_tile portable path: attention_group runs its AVX2 kernels on this CPU\n");
+        else
+            printf("# attention_tile %s path\n", paths[pi].name);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            run_tile_case(KV_TYPE_F32, &cases[i], paths[pi].p);
+            run_tile_case(KV_TYPE_F16, &cases[i], paths[pi].p);
+        }
+    }
+    assert_int_equal(attention_tile_set_path(ATT_PATH_AUTO), 0);
+}
+
 static double now_s(void)
 {
     struct timespec t;
@@ -407,6 +541,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_group_equals_heads),
         cmocka_unit_test(test_row_equals_heads),
+        cmocka_unit_test(test_head_equals_ref),
+        cmocka_unit_test(test_tile_equals_heads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
