@@ -414,6 +414,66 @@ ATT512_INL __m512 ld16(const void *base, size_t i, const bool f16)
                : _mm512_loadu_ps((const float *)base + i);
 }
 
+/* vmath_exp8 on 16 lanes: the same operations lane by lane (the same bits). */
+ATT512_INL __m512 exp16(__m512 x)
+{
+    const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.72283f);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i ni = _mm512_cvtps_epi32(n);
+    const __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
+    const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, _mm512_set1_epi32(127)), 23));
+    const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, _mm512_set1_epi32(127)), 23));
+    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_mul_ps(_mm512_mul_ps(p, s1), s2));
+}
+
+/* softmax_avx2 with 16 lanes where it can: the same bits (soft-capping and
+ * e^x lane by lane as the 8-lane code, groups of eight positions from the
+ * start; the sum of the exponentials per lane j = t % 8, the two halves of
+ * each 16 added in order, then vmath_hsum8 and the scalar tail). */
+ATT512_INL float softmax512(float *sc, int n_pos, float softcap)
+{
+    if (softcap > 0)
+        softcap_avx2(sc, n_pos, softcap);
+    __m512 mx16 = _mm512_set1_ps(-INFINITY);
+    int t = 0;
+    for (; t + 16 <= n_pos; t += 16)
+        mx16 = _mm512_max_ps(mx16, _mm512_loadu_ps(sc + t));
+    float mx = _mm512_reduce_max_ps(mx16);
+    for (; t < n_pos; t++)
+        mx = sc[t] > mx ? sc[t] : mx;
+    const __m512 mxv = _mm512_set1_ps(mx);
+    __m256 sum8 = _mm256_setzero_ps();
+    for (t = 0; t + 16 <= n_pos; t += 16) {
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + t), mxv));
+        _mm512_storeu_ps(sc + t, e);
+        sum8 = _mm256_add_ps(_mm256_add_ps(sum8, _mm512_castps512_ps256(e)), _mm512_extractf32x8_ps(e, 1));
+    }
+    if (t + 8 <= n_pos) {
+        const __m256 e = vmath_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), _mm512_castps512_ps256(mxv)));
+        _mm256_storeu_ps(sc + t, e);
+        sum8 = _mm256_add_ps(sum8, e);
+        t += 8;
+    }
+    float sum = vmath_hsum8(sum8);
+    for (; t < n_pos; t++) {
+        sc[t] = expf(sc[t] - mx);
+        sum += sc[t];
+    }
+    return 1.0f / sum;
+}
+
 /* r[0..15] (row n = 16 floats) transposed in place: afterwards lane n of
  * r[c] is what lane c of r[n] was. */
 ATT512_INL void transpose16(__m512 r[16])
@@ -466,47 +526,77 @@ ATT512_INL void tile_k_transpose(const kv_store_t *kv, int l, const int32_t *bt,
     }
 }
 
-/* Scores of MB query vectors qp[0..MB) against the 16 positions of kt:
- * per (vector, position) the eight partial sums a_j = Σ_c q[8c+j] k[8c+j]
- * (one FMA each, c in order, from 0) and vmath_hsum8's reduction
- * ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), times scale: score1's operations
- * with one position per lane, so the bits are attend_avx2_impl's. Lane u
- * goes to sp[m] + u when mask bit u is set. */
-ATT512_INL void tile_scores_mb(const float *const *qp, const int MB, const float *kt, int hd, float scale,
-                               float *const *sp, __mmask16 mask)
+/* Scores of MB query vectors qp[0..MB) against NP * 16 positions (kt, and
+ * kt + hd*16 for the second 16): per (vector, position) the eight partial
+ * sums a_j = Σ_c q[8c+j] k[8c+j] (one FMA each, c in order, from 0) and
+ * vmath_hsum8's reduction ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), times
+ * scale: score1's operations with one position per lane, so the bits are
+ * attend_avx2_impl's. The partial sums are computed two at a time in the
+ * reduction's order (a0 a4, a2 a6, a1 a5, a3 a7), each pair folded at
+ * once, so a cell (vector, 16 positions) holds at most four registers and
+ * 3 × 2 cells fit: 5 loads per 12 FMAs. Lane u of 16-block p goes to
+ * sp[m] + 16p + u where bit u of mask[p] is set. */
+ATT512_INL void tile_scores_mb(const float *const *qp, const int MB, const int NP, const float *kt, int hd,
+                               float scale, float *const *sp, const __mmask16 *mask)
 {
-    __m512 a[3][8];
-    #pragma GCC unroll 3
-    for (int m = 0; m < MB; m++)
-        #pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
-            a[m][j] = _mm512_setzero_ps();
-    for (int i = 0; i < hd; i += 8) {
-        #pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            const __m512 k = _mm512_load_ps(kt + (size_t)(i + j) * 16);
+    static const int pair[4][2] = {{0, 4}, {2, 6}, {1, 5}, {3, 7}};
+    __m512 g0[3][2], hp[3][2], g1[3][2];
+    const size_t kb = (size_t)hd * 16;
+    #pragma GCC unroll 4
+    for (int ph = 0; ph < 4; ph++) {
+        const int ja = pair[ph][0], jb = pair[ph][1];
+        __m512 a[3][2], b[3][2];
+        #pragma GCC unroll 3
+        for (int m = 0; m < MB; m++)
+            #pragma GCC unroll 2
+            for (int p = 0; p < NP; p++)
+                a[m][p] = b[m][p] = _mm512_setzero_ps();
+        for (int i = 0; i < hd; i += 8) {
+            __m512 ka[2], kbv[2];
+            #pragma GCC unroll 2
+            for (int p = 0; p < NP; p++) {
+                ka[p] = _mm512_load_ps(kt + (size_t)p * kb + (size_t)(i + ja) * 16);
+                kbv[p] = _mm512_load_ps(kt + (size_t)p * kb + (size_t)(i + jb) * 16);
+            }
             #pragma GCC unroll 3
-            for (int m = 0; m < MB; m++)
-                a[m][j] = _mm512_fmadd_ps(_mm512_set1_ps(qp[m][i + j]), k, a[m][j]);
+            for (int m = 0; m < MB; m++) {
+                const __m512 qa = _mm512_set1_ps(qp[m][i + ja]), qb = _mm512_set1_ps(qp[m][i + jb]);
+                #pragma GCC unroll 2
+                for (int p = 0; p < NP; p++) {
+                    a[m][p] = _mm512_fmadd_ps(qa, ka[p], a[m][p]);
+                    b[m][p] = _mm512_fmadd_ps(qb, kbv[p], b[m][p]);
+                }
+            }
         }
+        #pragma GCC unroll 3
+        for (int m = 0; m < MB; m++)
+            #pragma GCC unroll 2
+            for (int p = 0; p < NP; p++) {
+                const __m512 h = _mm512_add_ps(a[m][p], b[m][p]); /* a_ja + a_jb */
+                if (ph == 0 || ph == 2)
+                    hp[m][p] = h;
+                else if (ph == 1)
+                    g0[m][p] = _mm512_add_ps(hp[m][p], h);
+                else
+                    g1[m][p] = _mm512_add_ps(hp[m][p], h);
+            }
     }
     const __m512 sv = _mm512_set1_ps(scale);
     #pragma GCC unroll 3
-    for (int m = 0; m < MB; m++) {
-        const __m512 g0 = _mm512_add_ps(_mm512_add_ps(a[m][0], a[m][4]), _mm512_add_ps(a[m][2], a[m][6]));
-        const __m512 g1 = _mm512_add_ps(_mm512_add_ps(a[m][1], a[m][5]), _mm512_add_ps(a[m][3], a[m][7]));
-        _mm512_mask_storeu_ps(sp[m], mask, _mm512_mul_ps(_mm512_add_ps(g0, g1), sv));
-    }
+    for (int m = 0; m < MB; m++)
+        #pragma GCC unroll 2
+        for (int p = 0; p < NP; p++)
+            _mm512_mask_storeu_ps(sp[m] + 16 * p, mask[p], _mm512_mul_ps(_mm512_add_ps(g0[m][p], g1[m][p]), sv));
 }
 
-/* out_m (hd) = Σ_t w_m[t - t0] v_t * inv[m] for MB vectors (weights wp[m],
- * positions t0 <= t < te[m], outputs op[m]), 64 output floats per pass:
- * one FMA per term, t in order from 0, then the product with inv, as
- * head_values / group_values do (the same bits). The positions every
- * vector has share each V load and conversion; the rest (te[m] past the
- * block's least) go vector by vector. */
-ATT512_INL void tile_values_mb(const float *const *wp, const int MB, const float *inv, const int *te,
-                               const kv_store_t *kv, int l, const int32_t *bt, int t0, int kvo, int hd,
+/* out_m[i0 .. i0 + 16 NV) = Σ_t w_m[t - t0] v_t * inv[m] for MB vectors
+ * (weights wp[m], positions t0 <= t < te[m], outputs op[m]): one FMA per
+ * term, t in order from 0, then the product with inv, as head_values /
+ * group_values do (the same bits). The positions every vector has share
+ * each V load and conversion; the rest (te[m] past the block's least) go
+ * vector by vector. */
+ATT512_INL void tile_values_mb(const float *const *wp, const int MB, const int NV, const float *inv, const int *te,
+                               const kv_store_t *kv, int l, const int32_t *bt, int t0, int kvo, int i0,
                                float *const *op, const bool f16)
 {
     const int bs = kv->block_size;
@@ -514,53 +604,63 @@ ATT512_INL void tile_values_mb(const float *const *wp, const int MB, const float
     int tmin = te[0];
     for (int m = 1; m < MB; m++)
         tmin = te[m] < tmin ? te[m] : tmin;
-    for (int i0 = 0; i0 < hd; i0 += 64) {
-        const int nv = (hd - i0 < 64 ? hd - i0 : 64) / 16;
-        __m512 acc[6][4];
-        #pragma GCC unroll 6
-        for (int m = 0; m < MB; m++)
-            #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                acc[m][j] = _mm512_setzero_ps();
-        for (int tb = t0; tb < tmin;) {
-            const int slot0 = tb % bs, n = (tmin - tb < bs - slot0) ? tmin - tb : bs - slot0;
-            const void *vb = kv_store_v_at(kv, l, bt[tb / bs], 0);
-            const int o = tb - t0;
-            for (int tt = 0; tt < n; tt++) {
-                const size_t vt = (size_t)kvo + (size_t)i0 + (size_t)(slot0 + tt) * ld;
-                __m512 v[4];
-                #pragma GCC unroll 4
-                for (int j = 0; j < 4; j++)
-                    v[j] = j < nv ? ld16(vb, vt + 16 * (size_t)j, f16) : _mm512_setzero_ps();
-                #pragma GCC unroll 6
-                for (int m = 0; m < MB; m++) {
-                    const __m512 w = _mm512_set1_ps(wp[m][o + tt]);
-                    #pragma GCC unroll 4
-                    for (int j = 0; j < 4; j++)
-                        if (j < nv)
-                            acc[m][j] = _mm512_fmadd_ps(w, v[j], acc[m][j]);
-                }
-            }
-            tb += n;
-        }
-        #pragma GCC unroll 6
-        for (int m = 0; m < MB; m++) {
-            for (int t = tmin; t < te[m]; t++) {
-                const void *vp = kv_store_v_at(kv, l, bt[t / bs], t % bs);
-                const __m512 w = _mm512_set1_ps(wp[m][t - t0]);
-                #pragma GCC unroll 4
-                for (int j = 0; j < 4; j++)
-                    if (j < nv)
-                        acc[m][j] = _mm512_fmadd_ps(w, ld16(vp, (size_t)kvo + (size_t)i0 + 16 * (size_t)j, f16),
-                                                    acc[m][j]);
-            }
-            const __m512 iv = _mm512_set1_ps(inv[m]);
-            #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                if (j < nv)
-                    _mm512_storeu_ps(op[m] + i0 + 16 * j, _mm512_mul_ps(acc[m][j], iv));
-        }
+    const float *w[6];
+    __m512 acc[6][4];
+    #pragma GCC unroll 6
+    for (int m = 0; m < MB; m++) {
+        w[m] = wp[m] - t0;
+        #pragma GCC unroll 4
+        for (int j = 0; j < NV; j++)
+            acc[m][j] = _mm512_setzero_ps();
     }
+    for (int tb = t0; tb < tmin;) {
+        const int slot0 = tb % bs, n = (tmin - tb < bs - slot0) ? tmin - tb : bs - slot0;
+        const char *vb = (const char *)kv_store_v_at(kv, l, bt[tb / bs], slot0);
+        const size_t e0 = (size_t)kvo + (size_t)i0;
+        for (int tt = 0; tt < n; tt++) {
+            const size_t vt = e0 + (size_t)tt * ld;
+            __m512 v[4];
+            #pragma GCC unroll 4
+            for (int j = 0; j < NV; j++)
+                v[j] = ld16(vb, vt + 16 * (size_t)j, f16);
+            #pragma GCC unroll 6
+            for (int m = 0; m < MB; m++) {
+                const __m512 wv = _mm512_set1_ps(w[m][tb + tt]);
+                #pragma GCC unroll 4
+                for (int j = 0; j < NV; j++)
+                    acc[m][j] = _mm512_fmadd_ps(wv, v[j], acc[m][j]);
+            }
+        }
+        tb += n;
+    }
+    #pragma GCC unroll 6
+    for (int m = 0; m < MB; m++) {
+        for (int t = tmin; t < te[m]; t++) {
+            const void *vp = kv_store_v_at(kv, l, bt[t / bs], t % bs);
+            const __m512 wv = _mm512_set1_ps(w[m][t]);
+            #pragma GCC unroll 4
+            for (int j = 0; j < NV; j++)
+                acc[m][j] = _mm512_fmadd_ps(wv, ld16(vp, (size_t)kvo + (size_t)i0 + 16 * (size_t)j, f16), acc[m][j]);
+        }
+        const __m512 iv = _mm512_set1_ps(inv[m]);
+        #pragma GCC unroll 4
+        for (int j = 0; j < NV; j++)
+            _mm512_storeu_ps(op[m] + i0 + 16 * j, _mm512_mul_ps(acc[m][j], iv));
+    }
+}
+
+/* tile_values_mb over the whole head, 64 outputs per pass. */
+ATT512_INL void tile_values(const float *const *wp, const int MB, const float *inv, const int *te,
+                            const kv_store_t *kv, int l, const int32_t *bt, int t0, int kvo, int hd, float *const *op,
+                            const bool f16)
+{
+    for (int i0 = 0; i0 < hd; i0 += 64)
+        switch ((hd - i0 < 64 ? hd - i0 : 64) / 16) {
+        case 4: tile_values_mb(wp, MB, 4, inv, te, kv, l, bt, t0, kvo, i0, op, f16); break;
+        case 3: tile_values_mb(wp, MB, 3, inv, te, kv, l, bt, t0, kvo, i0, op, f16); break;
+        case 2: tile_values_mb(wp, MB, 2, inv, te, kv, l, bt, t0, kvo, i0, op, f16); break;
+        default: tile_values_mb(wp, MB, 1, inv, te, kv, l, bt, t0, kvo, i0, op, f16); break;
+        }
 }
 
 /* attention_tile on AVX-512, head_dim a multiple of 16 (at most
@@ -586,37 +686,46 @@ ATT512_INL void attend_tile512_impl(const float *q, size_t q_ld, int n_rows, int
         te[m] = t1[r];
         tmax = t1[r] > tmax ? t1[r] : tmax;
     }
-    _Alignas(64) float kt[ATT_TILE_MAX_HEAD_DIM * 16];
-    for (int tb = t0; tb < tmax; tb += 16) {
-        tile_k_transpose(kv, l, bt, tb, tmax, kvo, hd, kt, f16);
-        const __mmask16 all = (__mmask16)(tmax - tb >= 16 ? 0xFFFF : (1u << (tmax - tb)) - 1);
+    _Alignas(64) float kt[2 * ATT_TILE_MAX_HEAD_DIM * 16];
+    for (int tb = t0; tb < tmax; tb += 32) {
+        const int np = tmax - tb > 16 ? 2 : 1;
+        __mmask16 mask[2];
+        for (int p = 0; p < np; p++) {
+            const int left = tmax - tb - 16 * p;
+            mask[p] = (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1);
+            tile_k_transpose(kv, l, bt, tb + 16 * p, tmax, kvo, hd, kt + (size_t)p * hd * 16, f16);
+        }
         for (int m = 0; m < M; m += 3) {
             const int mb = M - m < 3 ? M - m : 3;
             float *spm[3];
             for (int u = 0; u < mb; u++)
                 spm[u] = sc + (size_t)(m + u) * ld + (size_t)(tb - t0);
-            if (mb == 3)
-                tile_scores_mb(qp + m, 3, kt, hd, scale, spm, all);
-            else if (mb == 2)
-                tile_scores_mb(qp + m, 2, kt, hd, scale, spm, all);
-            else
-                tile_scores_mb(qp + m, 1, kt, hd, scale, spm, all);
+#define TILE_SCORES_CASE(MB_, NP_)                                                                           \
+    if (mb == MB_ && np == NP_)                                                                              \
+        tile_scores_mb(qp + m, MB_, NP_, kt, hd, scale, spm, mask);
+            TILE_SCORES_CASE(3, 2)
+            TILE_SCORES_CASE(2, 2)
+            TILE_SCORES_CASE(1, 2)
+            TILE_SCORES_CASE(3, 1)
+            TILE_SCORES_CASE(2, 1)
+            TILE_SCORES_CASE(1, 1)
+#undef TILE_SCORES_CASE
         }
     }
     for (int m = 0; m < M; m++) {
         sp[m] = sc + (size_t)m * ld;
-        inv[m] = softmax_avx2(sp[m], te[m] - t0, softcap);
+        inv[m] = softmax512(sp[m], te[m] - t0, softcap);
     }
     for (int m = 0; m < M; m += 6) {
         const int mb = M - m < 6 ? M - m : 6;
         const float *const *wp = (const float *const *)(sp + m);
         switch (mb) {
-        case 6: tile_values_mb(wp, 6, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
-        case 5: tile_values_mb(wp, 5, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
-        case 4: tile_values_mb(wp, 4, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
-        case 3: tile_values_mb(wp, 3, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
-        case 2: tile_values_mb(wp, 2, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
-        default: tile_values_mb(wp, 1, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
+        case 6: tile_values(wp, 6, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
+        case 5: tile_values(wp, 5, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
+        case 4: tile_values(wp, 4, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
+        case 3: tile_values(wp, 3, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
+        case 2: tile_values(wp, 2, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
+        default: tile_values(wp, 1, inv + m, te + m, kv, l, bt, t0, kvo, hd, op + m, f16); break;
         }
     }
 }

@@ -534,10 +534,80 @@ static int bench_rows(void)
     return 0;
 }
 
+/* ATT_BENCH=prefill: one layer's causal attention of a prefill of ATT_POS
+ * (default 512) rows of one sequence, 32 query heads over 4 kv heads of 64,
+ * F16 K/V: attention_row per row (the path before attention_tile) against
+ * attention_tile in slots of 4 rows per kv head (forward.c's tasks), rows
+ * in OpenMP loops (OMP_NUM_THREADS); ms per layer, best of 7. */
+static int bench_prefill(void)
+{
+    enum { NH = 32, NKV = 4, HD = 64, BSZ = 32, TR = 4 };
+    const int P = getenv("ATT_POS") ? atoi(getenv("ATT_POS")) : 512;
+    if (P < 1 || P > 16384)
+        return 1;
+    const int NB = (P + BSZ - 1) / BSZ, G = NH / NKV;
+    kv_store_t s = {.n_layer = 1, .n_blocks = NB, .block_size = BSZ, .kv_dim = NKV * HD, .type = KV_TYPE_F16};
+    const size_t n = (size_t)NB * BSZ * (size_t)s.kv_dim, ld = ((size_t)P + 15) / 16 * 16;
+    s.k = malloc(n * 2);
+    s.v = malloc(n * 2);
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)NB);
+    float *q = malloc(sizeof(float) * (size_t)P * NH * HD), *out = malloc(sizeof(float) * (size_t)P * NH * HD);
+    float *sc = malloc(sizeof(float) * (size_t)omp_get_max_threads() * NH * ld);
+    if (!s.k || !s.v || !bt || !q || !out || !sc)
+        return 1;
+    for (size_t i = 0; i < n; i++) {
+        ((uint16_t *)s.k)[i] = quant_fp32_to_fp16(frand());
+        ((uint16_t *)s.v)[i] = quant_fp32_to_fp16(frand());
+    }
+    for (int i = 0; i < NB; i++)
+        bt[i] = i;
+    for (size_t i = 0; i < (size_t)P * NH * HD; i++)
+        q[i] = frand();
+    printf("prefill of %d rows, %d/%d heads of %d, F16 K/V, %d thread(s), tile path %d, ms per layer, best of 7\n",
+           P, NH, NKV, HD, omp_get_max_threads(), (int)attention_tile_path());
+    double best[2] = {1e30, 1e30};
+    const int n_slots = (P + TR - 1) / TR;
+    for (int rep = 0; rep < 7; rep++)
+        for (int mode = 0; mode < 2; mode++) {
+            double t0 = now_s();
+            if (mode == 0) {
+#pragma omp parallel for schedule(dynamic, 1)
+                for (int r = 0; r < P; r++)
+                    attention_row(q + (size_t)r * NH * HD, NH, NKV, &s, 0, bt, 0, r + 1, HD, 0.125f, 0,
+                                  sc + (size_t)omp_get_thread_num() * NH * ld, ld, out + (size_t)r * NH * HD);
+            } else {
+#pragma omp parallel for schedule(dynamic, 1)
+                for (int k = 0; k < n_slots * NKV; k++) {
+                    const int slot = n_slots - 1 - k / NKV, g = k % NKV, r0 = slot * TR;
+                    const int nr = P - r0 < TR ? P - r0 : TR;
+                    int t1[TR];
+                    for (int r = 0; r < nr; r++)
+                        t1[r] = r0 + r + 1;
+                    const size_t qo = (size_t)r0 * NH * HD + (size_t)g * G * HD;
+                    attention_tile(q + qo, NH * HD, nr, G, &s, 0, bt, 0, t1, g * HD, HD, 0.125f, 0,
+                                   sc + (size_t)omp_get_thread_num() * NH * ld, ld, out + qo);
+                }
+            }
+            double dt = now_s() - t0;
+            best[mode] = dt < best[mode] ? dt : best[mode];
+        }
+    printf("%12s %12s %10s\n", "row", "tile", "speedup");
+    printf("%12.2f %12.2f %9.2fx\n", best[0] * 1e3, best[1] * 1e3, best[0] / best[1]);
+    free(s.k);
+    free(s.v);
+    free(bt);
+    free(q);
+    free(out);
+    free(sc);
+    return 0;
+}
+
 int main(void)
 {
     if (getenv("ATT_BENCH"))
-        return strcmp(getenv("ATT_BENCH"), "rows") == 0 ? bench_rows() : bench();
+        return strcmp(getenv("ATT_BENCH"), "rows") == 0      ? bench_rows()
+               : strcmp(getenv("ATT_BENCH"), "prefill") == 0 ? bench_prefill()
+                                                               : bench();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_group_equals_heads),
         cmocka_unit_test(test_row_equals_heads),
