@@ -188,6 +188,10 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->scores_ld = ((size_t)c->ctx + 15) / 16 * 16;
     f->att_row = (size_t)c->n_head * f->scores_ld * sizeof(float) <= FWD_ATT_ROW_SCRATCH;
     f->score_rows = f->att_row ? c->n_head : c->n_head / c->n_kv_head;
+    /* attention_tiles: ATT_TILE_MAX_VECS score rows when they fit the limit too */
+    if (f->att_row && f->score_rows < ATT_TILE_MAX_VECS &&
+        (size_t)ATT_TILE_MAX_VECS * f->scores_ld * sizeof(float) <= FWD_ATT_ROW_SCRATCH)
+        f->score_rows = ATT_TILE_MAX_VECS;
     forward_carve(f);
     f->scratch = xhuge_zalloc(f->scratch_bytes);
     forward_carve(f);
@@ -608,7 +612,8 @@ static bool att_tiled(const forward_t *f, const layer_att_t *a, const fwd_batch_
 }
 
 /* attention through attention_tile: the rows in slots of tr = score_rows /
- * group rows (the thread's scratch holds tr × group score rows), one task
+ * group rows (the thread's scratch holds tr × group score rows: 8 rows of
+ * 8 heads at the 1.1B shape; a tile's transposed K serves them all), one task
  * per (slot, kv head), the slots of the latest rows (most positions) first;
  * a task splits its slot into runs of one sequence and first position, one
  * attention_tile call each. The same bits as attention_row. */

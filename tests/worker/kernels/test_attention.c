@@ -541,7 +541,8 @@ static int bench_rows(void)
  * in OpenMP loops (OMP_NUM_THREADS); ms per layer, best of 7. */
 static int bench_prefill(void)
 {
-    enum { NH = 32, NKV = 4, HD = 64, BSZ = 32, TR = 4 };
+    enum { NH = 32, NKV = 4, HD = 64, BSZ = 32, TRMAX = 8 };
+    const int TR = getenv("ATT_TR") ? atoi(getenv("ATT_TR")) : 4;
     const int P = getenv("ATT_POS") ? atoi(getenv("ATT_POS")) : 512;
     if (P < 1 || P > 16384)
         return 1;
@@ -552,7 +553,7 @@ static int bench_prefill(void)
     s.v = malloc(n * 2);
     int32_t *bt = malloc(sizeof(int32_t) * (size_t)NB);
     float *q = malloc(sizeof(float) * (size_t)P * NH * HD), *out = malloc(sizeof(float) * (size_t)P * NH * HD);
-    float *sc = malloc(sizeof(float) * (size_t)omp_get_max_threads() * NH * ld);
+    float *sc = malloc(sizeof(float) * (size_t)omp_get_max_threads() * 2 * NH * ld);
     if (!s.k || !s.v || !bt || !q || !out || !sc)
         return 1;
     for (size_t i = 0; i < n; i++) {
@@ -580,12 +581,12 @@ static int bench_prefill(void)
                 for (int k = 0; k < n_slots * NKV; k++) {
                     const int slot = n_slots - 1 - k / NKV, g = k % NKV, r0 = slot * TR;
                     const int nr = P - r0 < TR ? P - r0 : TR;
-                    int t1[TR];
+                    int t1[TRMAX];
                     for (int r = 0; r < nr; r++)
                         t1[r] = r0 + r + 1;
                     const size_t qo = (size_t)r0 * NH * HD + (size_t)g * G * HD;
                     attention_tile(q + qo, NH * HD, nr, G, &s, 0, bt, 0, t1, g * HD, HD, 0.125f, 0,
-                                   sc + (size_t)omp_get_thread_num() * NH * ld, ld, out + qo);
+                                   sc + (size_t)omp_get_thread_num() * 2 * NH * ld, ld, out + qo);
                 }
             }
             double dt = now_s() - t0;
