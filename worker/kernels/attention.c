@@ -479,10 +479,12 @@ ATT512_INL float softmax512(float *sc, int n_pos, float softcap)
 ATT512_INL void transpose16(__m512 r[16])
 {
     __m512 t[16];
+    #pragma GCC unroll 8
     for (int k = 0; k < 16; k += 2) {
         t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
         t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
     }
+    #pragma GCC unroll 4
     for (int k = 0; k < 16; k += 4) {
         r[k] = _mm512_shuffle_ps(t[k], t[k + 2], 0x44);
         r[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], 0xEE);
@@ -490,12 +492,14 @@ ATT512_INL void transpose16(__m512 r[16])
         r[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
     }
     /* r[4a + b], 128-bit lane L: rows 4a..4a+3 of column 4L + b */
+    #pragma GCC unroll 4
     for (int b = 0; b < 4; b++) {
         t[b] = _mm512_shuffle_f32x4(r[b], r[4 + b], 0x88);      /* lanes L0 L2 of r[b], L0 L2 of r[4+b] */
         t[4 + b] = _mm512_shuffle_f32x4(r[b], r[4 + b], 0xDD);  /* lanes L1 L3 */
         t[8 + b] = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0x88);
         t[12 + b] = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0xDD);
     }
+    #pragma GCC unroll 4
     for (int b = 0; b < 4; b++) {
         r[b] = _mm512_shuffle_f32x4(t[b], t[8 + b], 0x88);            /* column b */
         r[8 + b] = _mm512_shuffle_f32x4(t[b], t[8 + b], 0xDD);        /* column 8 + b */
@@ -506,21 +510,37 @@ ATT512_INL void transpose16(__m512 r[16])
 
 /* kt (hd, 16) = the head slices (kvo) of the K vectors of positions
  * tb..tb+15, transposed (kt[i*16 + u] = element i of position tb + u);
- * positions at or past te are zeros (never used, but finite). */
+ * positions at or past te are zeros (never used, but finite). The slices
+ * of the 32 positions after these are prefetched. */
 ATT512_INL void tile_k_transpose(const kv_store_t *kv, int l, const int32_t *bt, int tb, int te, int kvo, int hd,
                                  float *kt, const bool f16)
 {
     const int bs = kv->block_size;
-    const size_t esz = f16 ? 2 : 4;
+    const size_t esz = f16 ? 2 : 4, bytes = (size_t)hd * esz;
     const char *kp[16];
+    const int n = te - tb < 16 ? te - tb : 16;
+    #pragma GCC unroll 16
     for (int u = 0; u < 16; u++)
-        kp[u] = tb + u < te ? (const char *)kv_store_k_at(kv, l, bt[(tb + u) / bs], (tb + u) % bs) + (size_t)kvo * esz
-                            : NULL;
+        kp[u] = u < n ? (const char *)kv_store_k_at(kv, l, bt[(tb + u) / bs], (tb + u) % bs) + (size_t)kvo * esz
+                      : NULL;
+    for (int t = tb + 32; t < tb + 48 && t < te; t++) {
+        const char *p = (const char *)kv_store_k_at(kv, l, bt[t / bs], t % bs) + (size_t)kvo * esz;
+        for (size_t by = 0; by < bytes; by += 64)
+            _mm_prefetch(p + by, _MM_HINT_T0);
+    }
     for (int i0 = 0; i0 < hd; i0 += 16) {
         __m512 r[16];
-        for (int u = 0; u < 16; u++)
-            r[u] = kp[u] ? ld16(kp[u], (size_t)i0, f16) : _mm512_setzero_ps();
+        if (n == 16) {
+            #pragma GCC unroll 16
+            for (int u = 0; u < 16; u++)
+                r[u] = ld16(kp[u], (size_t)i0, f16);
+        } else {
+            #pragma GCC unroll 16
+            for (int u = 0; u < 16; u++)
+                r[u] = u < n ? ld16(kp[u], (size_t)i0, f16) : _mm512_setzero_ps();
+        }
         transpose16(r);
+        #pragma GCC unroll 16
         for (int c = 0; c < 16; c++)
             _mm512_store_ps(kt + (size_t)(i0 + c) * 16, r[c]);
     }
@@ -619,6 +639,9 @@ ATT512_INL void tile_values_mb(const float *const *wp, const int MB, const int N
         const size_t e0 = (size_t)kvo + (size_t)i0;
         for (int tt = 0; tt < n; tt++) {
             const size_t vt = e0 + (size_t)tt * ld;
+            if (tt + 8 < n) /* the slice 8 positions ahead */
+                for (size_t by = 0; by < (size_t)NV * 16 * (f16 ? 2 : 4); by += 64)
+                    _mm_prefetch(vb + (vt + 8 * ld) * (f16 ? 2 : 4) + by, _MM_HINT_T0);
             __m512 v[4];
             #pragma GCC unroll 4
             for (int j = 0; j < NV; j++)
