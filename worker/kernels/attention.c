@@ -577,6 +577,9 @@ ATT512_INL void tile_scores_mb(const float *const *qp, const int MB, const int N
             for (int p = 0; p < NP; p++) {
                 ka[p] = _mm512_load_ps(kt + (size_t)p * kb + (size_t)(i + ja) * 16);
                 kbv[p] = _mm512_load_ps(kt + (size_t)p * kb + (size_t)(i + jb) * 16);
+                /* in registers: GCC would fold the load into every FMA
+                 * that uses it, one load per FMA instead of per MB */
+                __asm__("" : "+v"(ka[p]), "+v"(kbv[p]));
             }
             #pragma GCC unroll 3
             for (int m = 0; m < MB; m++) {
