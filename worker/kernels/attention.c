@@ -691,15 +691,16 @@ ATT512_INL void tile_values(const float *const *wp, const int MB, const float *i
 
 /* attention_tile on AVX-512, head_dim a multiple of 16 (at most
  * ATT_TILE_MAX_HEAD_DIM), M = n_rows * n_q <= ATT_TILE_MAX_VECS vectors
- * (vector m = row m / n_q, head m % n_q). Per 16 positions, the K slices
- * are converted and transposed once (kt) and every vector's scores read
- * them; then each vector's softmax (softmax_avx2); then the values, six
- * vectors per V pass. */
+ * (vector m = row m / n_q, head m % n_q). Per 32 positions the K slices
+ * are widened and transposed once (kt: two 16-position blocks) and every
+ * vector's scores read them, 3 vectors per pass; then each vector's
+ * softmax (softmax512); then the values, six vectors per V pass. */
 ATT512_INL void attend_tile512_impl(const float *q, size_t q_ld, int n_rows, int n_q, const kv_store_t *kv, int l,
                                     const int32_t *bt, int t0, const int *t1, int kvo, int hd, float scale,
                                     float softcap, float *sc, size_t ld, float *out, const bool f16)
 {
     const int M = n_rows * n_q;
+    assert(M <= ATT_TILE_MAX_VECS && hd % 16 == 0 && hd <= ATT_TILE_MAX_HEAD_DIM);
     const float *qp[ATT_TILE_MAX_VECS];
     float *sp[ATT_TILE_MAX_VECS], *op[ATT_TILE_MAX_VECS];
     float inv[ATT_TILE_MAX_VECS];

@@ -603,7 +603,7 @@ static void mm_multi(forward_t *f, const matmul_weight_t *const *ws, int n, cons
  * position (a prefill chunk): then tiles of those rows share each K/V load
  * (attention_tiles); decode batches (a row per sequence) keep
  * attention_row's walk over whole K vectors. */
-static bool att_tiled(const forward_t *f, const layer_att_t *a, const fwd_batch_t *b)
+static bool att_tiled(const layer_att_t *a, const fwd_batch_t *b)
 {
     int shared = 0;
     for (int r = 1; r < b->n_rows; r++)
@@ -657,7 +657,7 @@ static void attention(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, 
         work += (size_t)(att_end(b, r) - att_first(a, b->pos[r])) * (size_t)c->q_dim * 2;
     const int n_par = work >= FWD_ATT_PAR_MIN ? f->n_threads : 1;
     (void)n_par;  /* unused when compiled without OpenMP */
-    if (f->att_row && att_tiled(f, a, b)) {
+    if (f->att_row && att_tiled(a, b)) {
         attention_tiles(f, a, b, kv, n_par);
         return;
     }
