@@ -13,6 +13,16 @@
  *     counts, windows, soft-capping, F32/F16) and attention_row_by_group
  *     (the same with a group's rows of scratch) equal one attention_head
  *     call per head;
+ *   - bit for bit: attention_head on AVX2 equals attention_head_ref, the
+ *     scalar definition of the vector arithmetic (skipped with a message
+ *     without AVX2);
+ *   - bit for bit: attention_tile (tiles of query rows of one sequence, each
+ *     row with its own end) on every path the CPU has (AVX-512, AVX2,
+ *     portable; a missing one is skipped with a message) equals one
+ *     attention_head call per (row, head) and, on the vector paths,
+ *     attention_head_ref: F32/F16, head_dim 8-256, groups 1-70 (more vectors
+ *     than a tile holds), 1-12 rows, equal and staggered ends, a first
+ *     position inside a block, soft-capping;
  *   - against an independent reference (double precision softmax attention
  *     computed here from the same K/V values): every output within
  *     2e-5 · (1 + max |v|) absolute;
@@ -34,6 +44,11 @@
  * through attention_row against attention_row_by_group (per-kv-head
  * attention_group calls, the tasks before 2026-11-23), for MHA
  * (12/12 heads) and GQA (32/4); best of 5.
+ * ATT_BENCH=prefill: one layer's causal attention of a prefill of ATT_POS
+ * rows (default 512), 32/4 heads, F16 K/V, attention_row per row against
+ * attention_tile in slots of ATT_TR rows (default 4) per kv head; best of 7.
+ * ATT_CLOCK=cpu times any benchmark in process CPU time (for one thread on
+ * a loaded machine).
  */
 #include <omp.h>
 #include <setjmp.h>
