@@ -62,4 +62,64 @@ void attention_row_by_group(const float *q, int n_head, int n_kv_head, const kv_
                             const int32_t *bt, int t0, int t1, int head_dim, float scale, float softcap,
                             float *scores, size_t scores_ld, float *out);
 
+/* Most query vectors (rows × heads) one AVX-512 tile holds, and the largest
+ * head_dim it takes (stack scratch: head_dim × 16 floats of transposed K). */
+#define ATT_TILE_MAX_VECS 64
+#define ATT_TILE_MAX_HEAD_DIM 256
+
+/* The paths of attention_tile (chosen at run time from CPUID). */
+typedef enum {
+    ATT_PATH_AUTO = 0, /* the best the CPU has */
+    ATT_PATH_PORTABLE, /* attention_group row by row, whatever it runs */
+    ATT_PATH_AVX2,     /* the same (attention_group's AVX2 kernels) */
+    ATT_PATH_AVX512,   /* the tile kernel: AVX-512 F/BW/DQ/VL (cpu_has_avx512_vnni) */
+} att_path_t;
+
+/* Attention of a tile of query rows of ONE sequence (prefill): n_rows rows
+ * that all start at position t0, row r attending positions [t0, t1[r]),
+ * each with the n_q query heads that share the kv head at kv_off. Row r's
+ * head h reads q + r*q_ld + h*head_dim and writes out + r*q_ld +
+ * h*head_dim; scores is scratch of max(n_q, min(n_rows * n_q,
+ * ATT_TILE_MAX_VECS)) rows of scores_ld >= max_r t1[r] - t0 floats.
+ *
+ * On AVX-512 (F16/F32 K/V, head_dim a multiple of 16, <= 256) the tile's
+ * vectors (row, head) are computed together: per 16 positions the K slices
+ * are converted and transposed once (position u in lane u) and every
+ * vector's 16 scores come from broadcasts of its query; the softmax is
+ * softmax_avx2's; per V vector load and conversion six vectors' outputs
+ * (64 floats each per pass) are fed. Every (row, head) gets the bits
+ * attention_head gives it on AVX2 (each score is the same eight partial
+ * FMA chains and the same reduction, one position per lane; each output
+ * the same FMA per position in order), which attention_head_ref defines.
+ * Otherwise (no AVX-512, Q8_0 K/V, other head sizes) row by row through
+ * attention_group: its bits as well. */
+void attention_tile(const float *q, size_t q_ld, int n_rows, int n_q, const kv_store_t *kv, int layer,
+                    const int32_t *bt, int t0, const int *t1, int kv_off, int head_dim, float scale, float softcap,
+                    float *scores, size_t scores_ld, float *out);
+
+/* The path attention_tile takes now (never ATT_PATH_AUTO). */
+att_path_t attention_tile_path(void);
+
+/* Test hook: make attention_tile take path p (ATT_PATH_AUTO: the CPU's
+ * best again). 0 ok, -1 the CPU lacks it. Not thread-safe against running
+ * attention. */
+int attention_tile_set_path(att_path_t p);
+
+/* Scalar reference of the vector paths' arithmetic (attention_head and
+ * attention_group on AVX2, attention_row, attention_tile on AVX2 and
+ * AVX-512), one (row, head), F32/F16 K/V, head_dim a multiple of 8:
+ *   score  a_j = Σ_c fma over i = 8c + j (c in order, from 0), j < 8;
+ *          s = (((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7))) * scale
+ *   softcap: positions in whole groups of eight (from t0) by vmath_tanh8's
+ *          operations, the rest by tanhf
+ *   exp    e^(s - max): whole groups of eight by vmath_exp8's operations
+ *          (fmaf, nearbyintf), summed per lane j = (t - t0) % 8 in order
+ *          and reduced as above; the rest by expf, added in order
+ *   out_i  = (Σ_t fma(e_t, v_t[i], ·) in order, from 0) * (1 / sum)
+ * The portable path (no AVX2) is attend_plain, whose sums run in plain
+ * order: not these bits. scores: t1 - t0 floats of scratch. Slow; for
+ * tests. */
+void attention_head_ref(const float *q, const kv_store_t *kv, int layer, const int32_t *bt, int t0, int t1,
+                        int kv_off, int head_dim, float scale, float softcap, float *scores, float *out);
+
 #endif

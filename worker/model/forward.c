@@ -188,6 +188,10 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->scores_ld = ((size_t)c->ctx + 15) / 16 * 16;
     f->att_row = (size_t)c->n_head * f->scores_ld * sizeof(float) <= FWD_ATT_ROW_SCRATCH;
     f->score_rows = f->att_row ? c->n_head : c->n_head / c->n_kv_head;
+    /* attention_tiles: ATT_TILE_MAX_VECS score rows when they fit the limit too */
+    if (f->att_row && f->score_rows < ATT_TILE_MAX_VECS &&
+        (size_t)ATT_TILE_MAX_VECS * f->scores_ld * sizeof(float) <= FWD_ATT_ROW_SCRATCH)
+        f->score_rows = ATT_TILE_MAX_VECS;
     forward_carve(f);
     f->scratch = xhuge_zalloc(f->scratch_bytes);
     forward_carve(f);
@@ -595,6 +599,49 @@ static void mm_multi(forward_t *f, const matmul_weight_t *const *ws, int n, cons
  * read; ~10 us of AVX2 work, less than waking a thread and the barrier). */
 #define FWD_ATT_PAR_MIN 32768
 
+/* Whether the batch is mostly runs of rows that share a sequence and a first
+ * position (a prefill chunk): then tiles of those rows share each K/V load
+ * (attention_tiles); decode batches (a row per sequence) keep
+ * attention_row's walk over whole K vectors. */
+static bool att_tiled(const layer_att_t *a, const fwd_batch_t *b)
+{
+    int shared = 0;
+    for (int r = 1; r < b->n_rows; r++)
+        shared += b->seq[r] == b->seq[r - 1] && att_first(a, b->pos[r]) == att_first(a, b->pos[r - 1]);
+    return attention_tile_path() == ATT_PATH_AVX512 && 2 * shared >= b->n_rows;
+}
+
+/* attention through attention_tile: the rows in slots of tr = score_rows /
+ * group rows (the thread's scratch holds tr × group score rows: 8 rows of
+ * 8 heads at the 1.1B shape; a tile's transposed K serves them all), one task
+ * per (slot, kv head), the slots of the latest rows (most positions) first;
+ * a task splits its slot into runs of one sequence and first position, one
+ * attention_tile call each. The same bits as attention_row. */
+static void attention_tiles(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, const kv_store_t *kv, int n_par)
+{
+    const model_config_t *c = &f->m->cfg;
+    const int R = b->n_rows, group = c->n_head / c->n_kv_head, hd = c->head_dim;
+    int tr = f->score_rows / group > 0 ? f->score_rows / group : 1;
+    tr = tr < ATT_TILE_MAX_VECS ? tr : ATT_TILE_MAX_VECS;
+    const int n_slots = (R + tr - 1) / tr, n_tasks = n_slots * c->n_kv_head;
+    (void)n_par;
+#pragma omp parallel for num_threads(n_par) schedule(dynamic, 1)
+    for (int k = 0; k < n_tasks; k++) {
+        const int slot = n_slots - 1 - k / c->n_kv_head, g = k % c->n_kv_head;
+        float *sc = f->scores + (size_t)omp_get_thread_num() * (size_t)f->score_rows * f->scores_ld;
+        const int r_end = (slot + 1) * tr < R ? (slot + 1) * tr : R;
+        int t1[ATT_TILE_MAX_VECS];
+        for (int r0 = slot * tr, r1; r0 < r_end; r0 = r1) {
+            const int t0 = att_first(a, b->pos[r0]);
+            for (r1 = r0; r1 < r_end && b->seq[r1] == b->seq[r0] && att_first(a, b->pos[r1]) == t0; r1++)
+                t1[r1 - r0] = att_end(b, r1);
+            const size_t qo = (size_t)r0 * c->q_dim + (size_t)g * group * hd;
+            attention_tile(f->q + qo, (size_t)c->q_dim, r1 - r0, group, kv, a->l, b->block_tables[b->seq[r0]], t0, t1,
+                           g * hd, hd, c->attn_scale, c->attn_softcap, sc, f->scores_ld, f->att + qo);
+        }
+    }
+}
+
 /* Causal (or sliding-window) attention of every (row, head) against its
  * sequence's cached K/V for the layer, one task per row, claimed
  * dynamically (attention_row: all the row's heads, walking the K vectors
@@ -610,6 +657,10 @@ static void attention(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, 
         work += (size_t)(att_end(b, r) - att_first(a, b->pos[r])) * (size_t)c->q_dim * 2;
     const int n_par = work >= FWD_ATT_PAR_MIN ? f->n_threads : 1;
     (void)n_par;  /* unused when compiled without OpenMP */
+    if (f->att_row && att_tiled(a, b)) {
+        attention_tiles(f, a, b, kv, n_par);
+        return;
+    }
 #pragma omp parallel for num_threads(n_par) schedule(dynamic, 1)
     for (int r = 0; r < R; r++) {
         float *sc = f->scores + (size_t)omp_get_thread_num() * (size_t)f->score_rows * f->scores_ld;

@@ -57,7 +57,9 @@ struct forward {
                           * head of a kv head's group */
     bool att_row;        /* batches > 8 rows attend with attention_row: the scores of
                           * all heads fit FWD_ATT_ROW_SCRATCH */
-    int score_rows;      /* n_head when att_row, else the group size */
+    int score_rows;      /* n_head when att_row (at least ATT_TILE_MAX_VECS for the
+                          * prefill tiles when that fits FWD_ATT_ROW_SCRATCH), else
+                          * the group size */
     size_t scores_ld;    /* ctx rounded up to 16 floats (no false sharing) */
     int32_t *wanted;     /* (max_rows)         indices of rows with want_logits */
     /* LoRA (fwd_batch_t.lora_set): this step's rows grouped by adapter set */

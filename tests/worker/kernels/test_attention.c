@@ -13,6 +13,16 @@
  *     counts, windows, soft-capping, F32/F16) and attention_row_by_group
  *     (the same with a group's rows of scratch) equal one attention_head
  *     call per head;
+ *   - bit for bit: attention_head on AVX2 equals attention_head_ref, the
+ *     scalar definition of the vector arithmetic (skipped with a message
+ *     without AVX2);
+ *   - bit for bit: attention_tile (tiles of query rows of one sequence, each
+ *     row with its own end) on every path the CPU has (AVX-512, AVX2,
+ *     portable; a missing one is skipped with a message) equals one
+ *     attention_head call per (row, head) and, on the vector paths,
+ *     attention_head_ref: F32/F16, head_dim 8-256, groups 1-70 (more vectors
+ *     than a tile holds), 1-12 rows, equal and staggered ends, a first
+ *     position inside a block, soft-capping;
  *   - against an independent reference (double precision softmax attention
  *     computed here from the same K/V values): every output within
  *     2e-5 · (1 + max |v|) absolute;
@@ -34,6 +44,11 @@
  * through attention_row against attention_row_by_group (per-kv-head
  * attention_group calls, the tasks before 2026-11-23), for MHA
  * (12/12 heads) and GQA (32/4); best of 5.
+ * ATT_BENCH=prefill: one layer's causal attention of a prefill of ATT_POS
+ * rows (default 512), 32/4 heads, F16 K/V, attention_row per row against
+ * attention_tile in slots of ATT_TR rows (default 4) per kv head; best of 7.
+ * ATT_CLOCK=cpu times any benchmark in process CPU time (for one thread on
+ * a loaded machine).
  */
 #include <omp.h>
 #include <setjmp.h>
@@ -295,10 +310,148 @@ static void test_row_equals_heads(void **state)
     }
 }
 
+/* attention_head on AVX2 against attention_head_ref (the scalar definition
+ * of the vector arithmetic), bit for bit. */
+static void test_head_equals_ref(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx2_fma_f16c()) {
+        printf("# skipped: no AVX2/FMA/F16C, attention_head runs the portable kernel (not the reference's bits)\n");
+        return;
+    }
+    const att_case_t cases[] = {
+        {64, 1, 2, 0, 97, 0}, {64, 1, 1, 0, 1, 0}, {128, 1, 2, 100, 401, 0}, {24, 1, 2, 3, 77, 0},
+        {8, 1, 3, 40, 41, 0}, {64, 1, 2, 0, 150, 50.0f}, {48, 1, 2, 17, 250, 30.0f}, {64, 1, 2, 5, 13, 2.0f},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int ty = 0; ty < 2; ty++) {
+            const att_case_t *c = &cases[ci];
+            const kv_type_t type = ty ? KV_TYPE_F16 : KV_TYPE_F32;
+            int32_t bt[N_BLOCKS];
+            kv_store_t s = case_store(type, c, 1, 5, 7, bt);
+            const int hd = c->hd, n = c->t1 - c->t0;
+            const float scale = 1.0f / sqrtf((float)hd);
+            float q[128], o_head[128], o_ref[128], *sc = malloc(sizeof(float) * (size_t)n);
+            for (int g = 0; g < c->n_kv; g++) {
+                for (int i = 0; i < hd; i++)
+                    q[i] = frand() * 2.0f;
+                attention_head(q, &s, 1, bt, c->t0, c->t1, g * hd, hd, scale, c->softcap, sc, o_head);
+                attention_head_ref(q, &s, 1, bt, c->t0, c->t1, g * hd, hd, scale, c->softcap, sc, o_ref);
+                for (int i = 0; i < hd; i++)
+                    if (memcmp(&o_head[i], &o_ref[i], sizeof(float)) != 0) {
+                        print_error("%s hd %d [%d,%d) softcap %g: elt %d: %.9g (AVX2) vs %.9g (reference)\n",
+                                    kv_type_name(type), hd, c->t0, c->t1, c->softcap, i, o_head[i], o_ref[i]);
+                        fail();
+                    }
+            }
+            free(sc);
+            free(s.k);
+            free(s.v);
+        }
+}
+
+typedef struct {
+    int hd, group, n_kv, n_rows, t0, t1, step; /* row r attends [t0, t1 + r*step) */
+    float softcap;
+} tile_case_t;
+
+/* attention_tile on path p over every kv head of case c against one
+ * attention_head call per (row, head), and (vector paths) against
+ * attention_head_ref, bit for bit; positions outside [t0, max t1) are
+ * poisoned. */
+static void run_tile_case(kv_type_t type, const tile_case_t *c, att_path_t p)
+{
+    const int l = 1, hd = c->hd, n_q = c->group, n_head = n_q * c->n_kv;
+    int t1[64], tmax = 0;
+    assert_true(c->n_rows <= 64);
+    for (int r = 0; r < c->n_rows; r++) {
+        t1[r] = c->t1 + r * c->step;
+        tmax = t1[r] > tmax ? t1[r] : tmax;
+    }
+    const att_case_t ac = {hd, n_q, c->n_kv, c->t0, tmax, c->softcap};
+    int32_t bt[N_BLOCKS];
+    kv_store_t s = case_store(type, &ac, l, 11, 5, bt);
+    const float scale = 1.0f / sqrtf((float)hd);
+    const size_t q_ld = (size_t)n_head * hd, nq = (size_t)c->n_rows * q_ld, ld = (size_t)(tmax - c->t0 + 7);
+    float *q = malloc(sizeof(float) * nq), *o_head = malloc(sizeof(float) * nq), *o_tile = malloc(sizeof(float) * nq),
+          *o_ref = malloc(sizeof(float) * nq), *sc = malloc(sizeof(float) * (size_t)(n_q > ATT_TILE_MAX_VECS ? n_q : ATT_TILE_MAX_VECS) * ld);
+    for (size_t i = 0; i < nq; i++)
+        q[i] = frand() * 2.0f;
+    memset(o_tile, 0xff, sizeof(float) * nq);
+    for (int r = 0; r < c->n_rows; r++)
+        for (int h = 0; h < n_head; h++) {
+            const size_t o = (size_t)r * q_ld + (size_t)h * hd;
+            attention_head(q + o, &s, l, bt, c->t0, t1[r], (h / n_q) * hd, hd, scale, c->softcap, sc, o_head + o);
+            if (p != ATT_PATH_PORTABLE)
+                attention_head_ref(q + o, &s, l, bt, c->t0, t1[r], (h / n_q) * hd, hd, scale, c->softcap, sc,
+                                   o_ref + o);
+        }
+    assert_int_equal(attention_tile_set_path(p), 0);
+    for (int g = 0; g < c->n_kv; g++)
+        attention_tile(q + (size_t)g * n_q * hd, q_ld, c->n_rows, n_q, &s, l, bt, c->t0, t1, g * hd, hd, scale,
+                       c->softcap, sc, ld, o_tile + (size_t)g * n_q * hd);
+    assert_int_equal(attention_tile_set_path(ATT_PATH_AUTO), 0);
+    for (size_t i = 0; i < nq; i++) {
+        const bool bad_head = memcmp(&o_head[i], &o_tile[i], sizeof(float)) != 0;
+        const bool bad_ref = p != ATT_PATH_PORTABLE && memcmp(&o_ref[i], &o_tile[i], sizeof(float)) != 0;
+        if (bad_head || bad_ref) {
+            print_error("path %d %s hd %d group %d/%d rows %d [%d,%d+%d r) softcap %g: row %zu head %zu elt %zu: "
+                        "%.9g (tile) vs %.9g (head) %.9g (reference)\n",
+                        (int)p, kv_type_name(type), hd, n_q, c->n_kv, c->n_rows, c->t0, c->t1, c->step, c->softcap,
+                        i / q_ld, i % q_ld / (size_t)hd, i % (size_t)hd, o_tile[i], o_head[i],
+                        p != ATT_PATH_PORTABLE ? o_ref[i] : NAN);
+            fail();
+        }
+    }
+    free(q);
+    free(o_head);
+    free(o_tile);
+    free(o_ref);
+    free(sc);
+    free(s.k);
+    free(s.v);
+}
+
+static void test_tile_equals_heads(void **state)
+{
+    (void)state;
+    const tile_case_t cases[] = {
+        {64, 8, 2, 4, 0, 100, 1, 0},     {64, 8, 1, 4, 0, 1, 1, 0},       {64, 8, 1, 8, 0, 17, 1, 0},
+        {64, 8, 1, 9, 0, 200, 3, 0},     {64, 1, 3, 12, 0, 33, 1, 0},     {64, 3, 2, 5, 7, 40, 0, 0},
+        {128, 4, 2, 3, 31, 33, 1, 0},    {128, 9, 1, 2, 100, 401, 5, 0},  {16, 2, 2, 7, 0, 70, 1, 0},
+        {48, 5, 2, 3, 17, 250, 1, 30.0f}, {64, 8, 1, 4, 0, 150, 1, 50.0f}, {24, 3, 2, 4, 0, 77, 1, 0},
+        {8, 2, 3, 3, 40, 41, 1, 0},      {256, 2, 1, 3, 0, 60, 2, 0},     {64, 16, 1, 5, 3, 90, 1, 0},
+        {64, 70, 1, 2, 0, 20, 1, 0},
+    };
+    const struct {
+        att_path_t p;
+        const char *name;
+    } paths[] = {{ATT_PATH_PORTABLE, "portable"}, {ATT_PATH_AVX2, "AVX2"}, {ATT_PATH_AVX512, "AVX-512"}};
+    for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
+        if (attention_tile_set_path(paths[pi].p) != 0) {
+            printf("# attention_tile %s path skipped: this CPU lacks it\n", paths[pi].name);
+            continue;
+        }
+        if (paths[pi].p == ATT_PATH_PORTABLE && cpu_has_avx2_fma_f16c())
+            printf("# attention_tile portable path: attention_group runs its AVX2 kernels on this CPU\n");
+        else
+            printf("# attention_tile %s path\n", paths[pi].name);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            run_tile_case(KV_TYPE_F32, &cases[i], paths[pi].p);
+            run_tile_case(KV_TYPE_F16, &cases[i], paths[pi].p);
+        }
+    }
+    assert_int_equal(attention_tile_set_path(ATT_PATH_AUTO), 0);
+}
+
+/* Wall clock, or with ATT_CLOCK=cpu the process's CPU time (for a 1-thread
+ * benchmark on a loaded machine: time-sharing does not count). */
 static double now_s(void)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(getenv("ATT_CLOCK") && strcmp(getenv("ATT_CLOCK"), "cpu") == 0 ? CLOCK_PROCESS_CPUTIME_ID
+                                                                                 : CLOCK_MONOTONIC,
+                  &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
@@ -400,13 +553,86 @@ static int bench_rows(void)
     return 0;
 }
 
+/* ATT_BENCH=prefill: one layer's causal attention of a prefill of ATT_POS
+ * (default 512) rows of one sequence, 32 query heads over 4 kv heads of 64,
+ * F16 K/V: attention_row per row (the path before attention_tile) against
+ * attention_tile in slots of 4 rows per kv head (forward.c's tasks), rows
+ * in OpenMP loops (OMP_NUM_THREADS); ms per layer, best of 7. */
+static int bench_prefill(void)
+{
+    enum { NH = 32, NKV = 4, HD = 64, BSZ = 32, TRMAX = 8 };
+    const int TR = getenv("ATT_TR") ? atoi(getenv("ATT_TR")) : 4;
+    const int P = getenv("ATT_POS") ? atoi(getenv("ATT_POS")) : 512;
+    if (P < 1 || P > 16384)
+        return 1;
+    const int NB = (P + BSZ - 1) / BSZ, G = NH / NKV;
+    kv_store_t s = {.n_layer = 1, .n_blocks = NB, .block_size = BSZ, .kv_dim = NKV * HD, .type = KV_TYPE_F16};
+    const size_t n = (size_t)NB * BSZ * (size_t)s.kv_dim, ld = ((size_t)P + 15) / 16 * 16;
+    s.k = malloc(n * 2);
+    s.v = malloc(n * 2);
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)NB);
+    float *q = malloc(sizeof(float) * (size_t)P * NH * HD), *out = malloc(sizeof(float) * (size_t)P * NH * HD);
+    float *sc = malloc(sizeof(float) * (size_t)omp_get_max_threads() * 2 * NH * ld);
+    if (!s.k || !s.v || !bt || !q || !out || !sc)
+        return 1;
+    for (size_t i = 0; i < n; i++) {
+        ((uint16_t *)s.k)[i] = quant_fp32_to_fp16(frand());
+        ((uint16_t *)s.v)[i] = quant_fp32_to_fp16(frand());
+    }
+    for (int i = 0; i < NB; i++)
+        bt[i] = i;
+    for (size_t i = 0; i < (size_t)P * NH * HD; i++)
+        q[i] = frand();
+    printf("prefill of %d rows, %d/%d heads of %d, F16 K/V, %d thread(s), tile path %d, ms per layer, best of 7\n",
+           P, NH, NKV, HD, omp_get_max_threads(), (int)attention_tile_path());
+    double best[2] = {1e30, 1e30};
+    const int n_slots = (P + TR - 1) / TR;
+    for (int rep = 0; rep < 7; rep++)
+        for (int mode = 0; mode < 2; mode++) {
+            double t0 = now_s();
+            if (mode == 0) {
+#pragma omp parallel for schedule(dynamic, 1)
+                for (int r = 0; r < P; r++)
+                    attention_row(q + (size_t)r * NH * HD, NH, NKV, &s, 0, bt, 0, r + 1, HD, 0.125f, 0,
+                                  sc + (size_t)omp_get_thread_num() * NH * ld, ld, out + (size_t)r * NH * HD);
+            } else {
+#pragma omp parallel for schedule(dynamic, 1)
+                for (int k = 0; k < n_slots * NKV; k++) {
+                    const int slot = n_slots - 1 - k / NKV, g = k % NKV, r0 = slot * TR;
+                    const int nr = P - r0 < TR ? P - r0 : TR;
+                    int t1[TRMAX];
+                    for (int r = 0; r < nr; r++)
+                        t1[r] = r0 + r + 1;
+                    const size_t qo = (size_t)r0 * NH * HD + (size_t)g * G * HD;
+                    attention_tile(q + qo, NH * HD, nr, G, &s, 0, bt, 0, t1, g * HD, HD, 0.125f, 0,
+                                   sc + (size_t)omp_get_thread_num() * 2 * NH * ld, ld, out + qo);
+                }
+            }
+            double dt = now_s() - t0;
+            best[mode] = dt < best[mode] ? dt : best[mode];
+        }
+    printf("%12s %12s %10s\n", "row", "tile", "speedup");
+    printf("%12.2f %12.2f %9.2fx\n", best[0] * 1e3, best[1] * 1e3, best[0] / best[1]);
+    free(s.k);
+    free(s.v);
+    free(bt);
+    free(q);
+    free(out);
+    free(sc);
+    return 0;
+}
+
 int main(void)
 {
     if (getenv("ATT_BENCH"))
-        return strcmp(getenv("ATT_BENCH"), "rows") == 0 ? bench_rows() : bench();
+        return strcmp(getenv("ATT_BENCH"), "rows") == 0      ? bench_rows()
+               : strcmp(getenv("ATT_BENCH"), "prefill") == 0 ? bench_prefill()
+                                                               : bench();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_group_equals_heads),
         cmocka_unit_test(test_row_equals_heads),
+        cmocka_unit_test(test_head_equals_ref),
+        cmocka_unit_test(test_tile_equals_heads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
