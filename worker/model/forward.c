@@ -689,6 +689,10 @@ static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_
 
 /* Batches up to this many rows take qkv_attention_by_head. */
 #define FWD_BY_HEAD_MAX_ROWS 8
+/* Dense steps without adapters of up to this many rows take layers_one_region. */
+#ifndef FWD_ONE_REGION_MAX_ROWS
+#define FWD_ONE_REGION_MAX_ROWS 64
+#endif
 
 /* Columns per task of proj_fused: a multiple of 16 (matmul_run_range) and
  * of LOWRANK_COLS (the update's panels), so a task's update covers whole
@@ -1211,8 +1215,11 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
     const bool fused = f->n_lora_grp > 0 && R <= FWD_LORA_FUSED_MAX_ROWS && !f->lora_unfused;
     const bool by_head = f->n_lora_grp == 0 && R <= FWD_BY_HEAD_MAX_ROWS && c->head_dim % 16 == 0 &&
                          (c->n_kv_head % f->n_threads == 0 || c->n_kv_head >= 4 * f->n_threads);
-    /* small dense steps: every layer in one region (layers_one_region) */
-    const bool one_region = by_head && c->n_expert == 0 && !f->multi_region;
+    /* dense steps without adapters of up to FWD_ONE_REGION_MAX_ROWS rows:
+     * every layer in one region (layers_one_region) */
+    const bool one_region = f->n_lora_grp == 0 && R <= FWD_ONE_REGION_MAX_ROWS && c->head_dim % 16 == 0 &&
+                            (c->n_kv_head % f->n_threads == 0 || c->n_kv_head >= 4 * f->n_threads) &&
+                            c->n_expert == 0 && !f->multi_region;
     if (one_region && layers_one_region(f, b, kv, prof) == FWD_STOPPED)
         return FWD_STOPPED;
     for (int l = 0; l < (one_region ? 0 : c->n_layer); l++) {
