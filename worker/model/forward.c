@@ -689,10 +689,10 @@ static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_
 
 /* Batches up to this many rows take qkv_attention_by_head. */
 #define FWD_BY_HEAD_MAX_ROWS 8
-/* Dense steps without adapters of up to this many rows take layers_one_region. */
-#ifndef FWD_ONE_REGION_MAX_ROWS
+/* Dense steps without adapters of up to this many rows take
+ * layers_one_region: matmul_run_range equals matmul_run bit for bit up to
+ * 64 rows (matmul.h) */
 #define FWD_ONE_REGION_MAX_ROWS 64
-#endif
 
 /* Columns per task of proj_fused: a multiple of 16 (matmul_run_range) and
  * of LOWRANK_COLS (the update's panels), so a task's update covers whole
