@@ -996,7 +996,7 @@ static void rmsnorm_rows(float *x, const float *d, float *out, const float *w, i
  * ~2 us, not by a 64-column task (~25 us of down at 5632 inputs) */
 #define FWD_STEP_COLS 16
 
-/* Steps of more rows than this split the quantization of a matmul's input
+/* Steps of at least this many rows split the quantization of a matmul's input
  * in layers_one_region over the threads (prep_split): ~0.4 ns an element,
  * so 32 rows of the 1.1B shape's four inputs are ~150 us a layer on the
  * one thread of the serial step while the other waits (measured: one
