@@ -3,7 +3,8 @@
 # and runs it: a forward step's cost by its rows (docs/BATCHING.md, "Can both
 # halves of the interference bar hold at once?"). Not part of `make test`.
 #
-# usage: tests/bench/step_curve.sh [MODEL.gguf] [D:P,...] [REPS] [CTX]
+# usage: tests/bench/step_curve.sh [MODEL.gguf] [D:P,...] [REPS] [CTX] [POS]
+#   decode rows at position CTX (300), prompt rows from POS (400);
 #   default model $BUILD/models/w1b-q4_k_m.gguf, default rows
 #   8:0,8:4,8:8,8:12,8:16,8:24,8:40,8:56,0:512; AB=1 times every step in one
 #   region and with a region per phase, alternately. PAGODA_BUILD: the build
@@ -21,4 +22,4 @@ gcc -std=c11 -D_GNU_SOURCE -O2 -fopenmp -pthread -I. $(pkg-config --cflags $PKGS
   "$BUILD/libpagoda_common.a" $(pkg-config --libs $PKGS) -lm
 # the worker's bounded OpenMP spin (worker/wait_policy.h)
 GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000} "$BIN" "${1:-$BUILD/models/w1b-q4_k_m.gguf}" \
-  "${2:-8:0,8:4,8:8,8:12,8:16,8:24,8:40,8:56,0:512}" "${3:-15}" "${4:-300}"
+  "${2:-8:0,8:4,8:8,8:12,8:16,8:24,8:40,8:56,0:512}" "${3:-15}" "${4:-300}" "${5:-400}"

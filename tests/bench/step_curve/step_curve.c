@@ -2,13 +2,13 @@
  * time budget (docs/BATCHING.md, "Step time budget") sizes chunks on.
  * Not part of `make test`: numbers depend on the machine and its load.
  *
- * usage: step_curve MODEL.gguf D:P[,D:P...] [REPS] [CTX]
+ * usage: step_curve MODEL.gguf D:P[,D:P...] [REPS] [CTX] [POS]
  *   (built and run by tests/bench/step_curve.sh; not in tests/bench/ itself,
  *   whose .c files pagoda-bench links)
  *
  * For each D:P, steps of D decode rows (one per sequence, at position CTX,
- * default 300) and P prompt rows of one more sequence (positions 400 ..
- * 400 + P - 1, logits for its last row only), as the scheduler packs a
+ * default 300) and P prompt rows of one more sequence (positions POS ..
+ * POS + P - 1, default 400, logits for its last row only), as the scheduler packs a
  * mixed step, through forward_run with the int8 kernels on (as the
  * worker), 2 threads; 2 warm-up steps, then REPS (15) timed ones. Prints
  * the fastest and the median wall time and the process CPU time of a step.
@@ -31,7 +31,7 @@
 #define SC_MAX_REPS 200
 #define SC_BS 32         /* positions per K/V block */
 #define SC_SEQS 129      /* up to 128 decode sequences + the prompt's */
-#define SC_PROMPT_POS 400
+#define SC_POS_MAX 2048 /* the prompt's last position + 1 at most */
 
 static double now_ms(clockid_t id)
 {
@@ -49,12 +49,15 @@ static int cmp_double(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: step_curve MODEL.gguf D:P[,D:P...] [REPS] [CTX]\n");
+        fprintf(stderr, "usage: step_curve MODEL.gguf D:P[,D:P...] [REPS] [CTX] [POS]\n");
         return 2;
     }
-    const int reps = argc > 3 ? atoi(argv[3]) : 15, ctx = argc > 4 ? atoi(argv[4]) : 300;
-    if (reps < 1 || reps > SC_MAX_REPS || ctx < 0 || ctx >= SC_PROMPT_POS) {
-        fprintf(stderr, "REPS in [1, %d], CTX in [0, %d)\n", SC_MAX_REPS, SC_PROMPT_POS);
+    const int reps = argc > 3 ? atoi(argv[3]) : 15, ctx = argc > 4 ? atoi(argv[4]) : 300,
+              pos0 = argc > 5 ? atoi(argv[5]) : 400;
+    if (reps < 1 || reps > SC_MAX_REPS || ctx < 0 || ctx >= SC_POS_MAX || pos0 < 0 ||
+        pos0 + SC_MAX_ROWS > SC_POS_MAX) {
+        fprintf(stderr, "REPS in [1, %d], CTX in [0, %d), POS in [0, %d]\n", SC_MAX_REPS, SC_POS_MAX,
+                SC_POS_MAX - SC_MAX_ROWS);
         return 2;
     }
     char err[256];
@@ -73,7 +76,7 @@ int main(int argc, char **argv)
     /* block tables (SC_SEQS, bps): the prompt's sequence (last) has its own
      * blocks; decode sequence s shares blocks 0 .. bps-1 but the one of its
      * position ctx, which is its own */
-    const int ps = SC_SEQS - 1, bps = (SC_PROMPT_POS + SC_MAX_ROWS) / SC_BS + 1;
+    const int ps = SC_SEQS - 1, bps = SC_POS_MAX / SC_BS;
     kv_store_t kv = {.n_layer = c->n_layer, .n_blocks = 2 * bps + SC_SEQS, .block_size = SC_BS,
                      .kv_dim = c->kv_dim, .type = KV_TYPE_F16};
     const size_t kvn = (size_t)kv.n_layer * (size_t)kv.n_blocks * SC_BS;
@@ -105,7 +108,7 @@ int main(int argc, char **argv)
         for (int d = 0; d < D; d++, R++)
             tok[R] = 100 + d, pos[R] = ctx, seq[R] = d, want[R] = 1;
         for (int p = 0; p < P; p++, R++)
-            tok[R] = 200 + p, pos[R] = SC_PROMPT_POS + p, seq[R] = ps, want[R] = p == P - 1;
+            tok[R] = 200 + p, pos[R] = pos0 + p, seq[R] = ps, want[R] = p == P - 1;
         fwd_batch_t b = {.n_rows = R, .token = tok, .pos = pos, .seq = seq, .want_logits = want,
                          .n_seq = SC_SEQS, .block_tables = bt, .n_blocks = nb};
         for (int i = -2; i < reps && rc == 0; i++)
