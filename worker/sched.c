@@ -43,7 +43,7 @@ void sched_config_default(sched_config_t *c)
     c->spec_max_rows = 16;
     c->step_budget_ms = SCHED_STEP_BUDGET_AUTO;
     c->step_budget_factor = 2.0;
-    c->step_min_chunk = 16;
+    c->step_min_chunk = 8;
     c->prefill_age_steps = 32;
     c->prefill_max_stops = 2;
 }

@@ -139,8 +139,9 @@ typedef struct sched_config {
                                 * > 0 = that many ms; 0 = off (max_batch_tokens only) */
     double step_budget_factor; /* auto: the target as a multiple of the decode-only step (2) */
     int32_t step_min_chunk;    /* beside decoding streams, a step's first prefill chunk is
-                                * never smaller (16: a 64-row floor made every such step
-                                * ~7x a decode step on 2 cores; docs/BATCHING.md) */
+                                * never smaller (8, one row tile of the int8 kernels: the
+                                * 16-row floor made every such step ~2.7x a decode step
+                                * on 2 cores, over the target; docs/BATCHING.md) */
     int32_t prefill_age_steps; /* a prefill passed over for a higher tier gains one tier
                                 * per this many such steps (32), so it waits at most
                                 * 2 x this many before it is served */

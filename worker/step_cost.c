@@ -97,6 +97,8 @@ void step_cost_add(step_cost_t *c, const step_cost_rows_t *r, double t_us)
     }
     c->w_decode_only = c->w_decode_only * c->decay + (r->n_prefill == 0);
     c->w_prefill = c->w_prefill * c->decay + (r->n_prefill > 0);
+    /* decayed weights: 3 fresh steps of each kind, or more older ones */
+    c->ready = c->ready || (c->w_decode_only >= 2.5 && c->w_prefill >= 2.5);
     c->attn_max = r->n_attn > c->attn_max ? r->n_attn : c->attn_max;
     c->n_samples++;
     refit(c);
@@ -104,8 +106,7 @@ void step_cost_add(step_cost_t *c, const step_cost_rows_t *r, double t_us)
 
 bool step_cost_ready(const step_cost_t *c)
 {
-    /* decayed weights: 3 fresh steps of each kind, or more older ones */
-    return c->w_decode_only >= 2.5 && c->w_prefill >= 2.5;
+    return c->ready;
 }
 
 double step_cost_predict(const step_cost_t *c, const step_cost_rows_t *r)

@@ -47,6 +47,7 @@ typedef struct step_cost {
     double decay;              /* weight kept by the past at each new step, (0, 1] */
     double w_decode_only;      /* decayed count of steps without prefill rows */
     double w_prefill;          /* decayed count of steps with prefill rows */
+    bool ready;                /* both counts have reached the readiness bar once */
     int64_t attn_max;          /* the largest n_attn of a step added */
     int64_t n_samples;
 } step_cost_t;
@@ -56,7 +57,11 @@ void step_cost_init(step_cost_t *c, double decay);
 /* Adds one measured step of t_us µs and refits. Ignores t_us <= 0 and empty steps. */
 void step_cost_add(step_cost_t *c, const step_cost_rows_t *r, double t_us);
 /* True once the fit has seen enough steps with and without prefill rows
- * (>= 3 of each, decayed) to tell prefill cost from the rest. */
+ * (>= 3 of each, decayed) to tell prefill cost from the rest; it stays
+ * true: a long prefill beside streams is all mixed steps, whose decay
+ * takes the decode-only count below the bar after ~150 of them (the data
+ * that taught the fit are still in it, only weighed less), and the chunks
+ * must not fall back to the floor then. */
 bool step_cost_ready(const step_cost_t *c);
 /* Predicted µs of a step with these rows (0 with no samples). */
 double step_cost_predict(const step_cost_t *c, const step_cost_rows_t *r);

@@ -46,7 +46,7 @@ static void usage(FILE *f)
             "                       takes about T ms: auto (default: 2x the streams'\n"
             "                       decode-only step, learned online), N ms, or 0 = off\n"
             "                       (--max-batch-tokens only); docs/BATCHING.md\n"
-            "  --step-min-chunk N   smallest first prefill chunk of a step (default 16)\n"
+            "  --step-min-chunk N   smallest first prefill chunk of a step (default 8)\n"
             "  --kv-blocks N        KV pool size in blocks (default: from --kv-budget-mb)\n"
             "  --kv-budget-mb N     KV pool memory budget in MiB; 0 (the default): sized from\n"
             "                       free memory, the weights and max-seqs full contexts\n"

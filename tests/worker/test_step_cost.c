@@ -6,7 +6,8 @@
  *                                     negative c3, and the others still fit;
  *   forgetting follows a change       after the machine halves its speed, the
  *                                     fit reaches the new coefficients;
- *   readiness                         needs steps with and without prefill rows;
+ *   readiness                         needs steps with and without prefill rows,
+ *                                     and stays through 400 mixed steps;
  *   chunk sizing                      the largest chunk within the target, by
  *                                     the known coefficients (checked at c and
  *                                     c + 1), never below the floor for a step's
@@ -146,6 +147,17 @@ static void test_ready(void **state)
     for (int i = 0; i < 3; i++)
         step_cost_add(&c, &pre, truth(K, &pre));
     assert_true(step_cost_ready(&c));
+    /* a long prefill beside streams: 400 mixed steps in a row decay the
+     * decode-only count far below the bar (0.98^400), the fit stays ready
+     * and still predicts the mixed steps it sees */
+    for (int i = 0; i < 400; i++) {
+        step_cost_rows_t r = {8, 8 + i % 5, 8000 + step_cost_chunk_attn(10 * i, 8 + i % 5)};
+        step_cost_add(&c, &r, truth(K, &r));
+    }
+    assert_true(c.w_decode_only < 0.01);
+    assert_true(step_cost_ready(&c));
+    step_cost_rows_t mid = {8, 10, 8000 + step_cost_chunk_attn(4000, 10)};
+    assert_close(step_cost_predict(&c, &mid), truth(K, &mid), 0.01, "a mixed step after 400 of them");
     /* ignored: an empty step, a non-positive time */
     step_cost_rows_t none = {0, 0, 0};
     int64_t n = c.n_samples;
