@@ -689,26 +689,6 @@ int matmul_prepare(matmul_t *mm, const float *x, int n_rows, int64_t cols)
     return 0;
 }
 
-int matmul_prepare_rows(matmul_t *mm, const float *x, int n_rows, int64_t cols, int r0, int r1)
-{
-    if (n_rows < 0 || cols < 1 || cols > mm->max_cols || r0 < 0 || r1 < r0 || r1 > n_rows)
-        return -1;
-#ifdef MATMUL_X86
-    if (mm->xbf && n_rows <= mm->bf_rows && n_rows > 0 && cols % 32 == 0) {
-        /* bf16_prepare's rounding of these rows (32 floats at a time: rows
-         * of a multiple of 32 stay whole) */
-        bf16_round_rows(x + (size_t)r0 * (size_t)cols, r1 - r0, (int)cols, mm->xbf + (size_t)r0 * (size_t)cols);
-        if (r0 == 0) {
-            mm->xbf_of = x;
-            mm->xbf_n = n_rows;
-        }
-    }
-#endif
-    if (mm->q && n_rows <= mm->q_rows && n_rows > 0 && cols % 32 == 0)
-        return qgemm_quantize_rows(mm->q, x, n_rows, cols, r0, r1);
-    return 0;
-}
-
 int matmul_run_range(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, int64_t n0, int64_t n1,
                      float *y, int thread)
 {

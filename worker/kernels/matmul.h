@@ -118,11 +118,6 @@ int matmul_run_multi(matmul_t *mm, const matmul_weight_t *const *ws, int n, cons
  *     on blocks of another width, equal to float rounding).
  * 0 ok, -1 bad arguments. */
 int matmul_prepare(matmul_t *mm, const float *x, int n_rows, int64_t cols);
-/* matmul_prepare's work for rows [r0, r1) of X only, for a caller that
- * splits it over the threads of its region (disjoint ranges covering
- * [0, n_rows), then a barrier before any matmul_run_range): the same
- * bytes as matmul_prepare. 0 ok, -1 bad arguments. */
-int matmul_prepare_rows(matmul_t *mm, const float *x, int n_rows, int64_t cols, int r0, int r1);
 int matmul_run_range(matmul_t *mm, const matmul_weight_t *w, const float *x, int n_rows, int64_t n0, int64_t n1,
                      float *y, int thread);
 

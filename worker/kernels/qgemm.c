@@ -1452,19 +1452,6 @@ int qgemm_quantize(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in)
     return 0;
 }
 
-int qgemm_quantize_rows(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in, int r0, int r1)
-{
-    if (!c || n_rows < 0 || n_rows > c->max_rows || n_in <= 0 || n_in > c->max_in || n_in % QB != 0 || r0 < 0 ||
-        r1 < r0 || r1 > n_rows)
-        return -1;
-    xquant_rows(c, x, r0, r1, n_in, n_in / QB, c->isa >= QGEMM_ISA_AVX2);
-    if (r0 == 0) {
-        c->xq_rows = n_rows;
-        c->xq_in = n_in;
-    }
-    return 0;
-}
-
 int qgemm_mat_cols(qgemm_ctx_t *c, const qgemm_mat_t *mat, int64_t n_in, int n_rows, int64_t col0, int64_t col1,
                    int thread)
 {

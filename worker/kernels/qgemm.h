@@ -233,12 +233,6 @@ int qgemm_multi(qgemm_ctx_t *c, const qgemm_mat_t *mats, int n_mats, int64_t n_i
  *     Results equal qgemm()'s bit for bit. 0 ok, -1 bad arguments or no
  *     matching quantized X. */
 int qgemm_quantize(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in);
-/* qgemm_quantize's work for rows [r0, r1) of X (n_rows, n_in) only, for a
- * caller that splits it over its threads (disjoint ranges, concurrently):
- * the same bytes as qgemm_quantize. The call with r0 == 0 records the X for
- * qgemm_cols, which may run once every range of [0, n_rows) is done (the
- * caller's barrier). 0 ok, -1 bad sizes (nothing written). */
-int qgemm_quantize_rows(qgemm_ctx_t *c, const float *x, int n_rows, int64_t n_in, int r0, int r1);
 int qgemm_cols(qgemm_ctx_t *c, uint32_t type, const void *w, int64_t n_out, int64_t n_in, int n_rows,
                int64_t col0, int64_t col1, float *y, int thread);
 /* qgemm_cols for one qgemm_mat_t (type, w, n_out, y and the optional

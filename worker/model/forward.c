@@ -740,10 +740,6 @@ static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_
 
 /* Batches up to this many rows take qkv_attention_by_head. */
 #define FWD_BY_HEAD_MAX_ROWS 8
-/* Dense steps without adapters of up to this many rows take
- * layers_one_region: matmul_run_range equals matmul_run bit for bit up to
- * 64 rows (matmul.h) */
-#define FWD_ONE_REGION_MAX_ROWS 64
 
 /* Columns per task of proj_fused: a multiple of 16 (matmul_run_range) and
  * of LOWRANK_COLS (the update's panels), so a task's update covers whole
@@ -1047,37 +1043,15 @@ static void rmsnorm_rows(float *x, const float *d, float *out, const float *w, i
  * ~2 us, not by a 64-column task (~25 us of down at 5632 inputs) */
 #define FWD_STEP_COLS 16
 
-/* Steps of at least this many rows split the quantization of a matmul's input
- * in layers_one_region over the threads (prep_split): ~0.4 ns an element,
- * so 32 rows of the 1.1B shape's four inputs are ~150 us a layer on the
- * one thread of the serial step while the other waits (measured: one
- * region 1-2% slower than a region per phase at 32-48 rows, quiet). Up to
- * 8 rows the serial quantization (~10 us a layer) costs less than the
- * extra barrier. */
-#define FWD_SPLIT_PREP_MIN_ROWS 9
-
 /* The serial step between two phases of layers_one_region, run by the last
- * thread to reach the barrier: x quantized for the next matmul (unless
- * split: prep_split does it after the barrier), its tasks set up. */
-static void step_next(forward_t *f, const float *x, int R, int64_t cols, int64_t n_tasks, bool split)
+ * thread to reach the barrier: x quantized for the next matmul, its tasks
+ * set up. */
+static void step_next(forward_t *f, const float *x, int R, int64_t cols, int64_t n_tasks)
 {
-    if (!split) {
-        int rc = matmul_prepare(f->mm, x, R, cols);
-        assert(rc == 0);
-        (void)rc;
-    }
-    ws_init(f->ws, n_tasks, f->bar.n);
-}
-
-/* Thread t's share of the rows of x (R, cols) quantized for the next
- * matmul, then a barrier: every row is ready before any task reads it. */
-static void prep_split(forward_t *f, const float *x, int R, int64_t cols, int t)
-{
-    const int n = f->bar.n;
-    int rc = matmul_prepare_rows(f->mm, x, R, cols, R * t / n, R * (t + 1) / n);
+    int rc = matmul_prepare(f->mm, x, R, cols);
     assert(rc == 0);
     (void)rc;
-    spinbar_sync(&f->bar);
+    ws_init(f->ws, n_tasks, f->bar.n);
 }
 
 /* y (R, w->rows) = x · wᵀ by the FWD_STEP_COLS-column tasks thread t takes
@@ -1117,9 +1091,8 @@ static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_
     assert(c->q_dim % FWD_STEP_COLS == 0 && c->kv_dim % FWD_STEP_COLS == 0);
     const int64_t n_qkv_tasks = (c->q_dim + 2 * c->kv_dim) / FWD_STEP_COLS;
     bool stopped = false; /* written by a barrier's last thread, read by all after it */
-    const bool split = R >= FWD_SPLIT_PREP_MIN_ROWS;
     spinbar_init(&f->bar, f->n_threads);
-    step_next(f, f->xb, R, dim, n_qkv_tasks, false);
+    step_next(f, f->xb, R, dim, n_qkv_tasks);
 #pragma omp parallel num_threads(f->n_threads)
     {
         /* the barrier counts the threads the region really has */
@@ -1171,13 +1144,11 @@ static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_
             for (int64_t gi; (gi = ws_next(f->ws, t)) >= 0;)
                 head_post_attend(f, &a, b, kv, (int)gi, t);
             if (spinbar_arrive(&f->bar, &gen)) {
-                step_next(f, f->att, R, c->q_dim, n_dim_tasks, split);
+                step_next(f, f->att, R, c->q_dim, n_dim_tasks);
                 spinbar_release(&f->bar);
             } else {
                 spinbar_wait(&f->bar, gen);
             }
-            if (split)
-                prep_split(f, f->att, R, c->q_dim, t);
             PHASE(PH_QKV_ATT, matmul_weight_bytes(&L->wq) + matmul_weight_bytes(&L->wk) + matmul_weight_bytes(&L->wv));
 
             /* xb = att · Woᵀ */
@@ -1189,7 +1160,7 @@ static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_
                 rmsnorm_rows(f->x, f->xb, f->xb, L->ffn_norm, R, dim, c->norm_eps);
                 stopped = stop_set(f);
                 if (!stopped)
-                    step_next(f, f->xb, R, dim, (ffn + FWD_FFN_COLS - 1) / FWD_FFN_COLS, split);
+                    step_next(f, f->xb, R, dim, (ffn + FWD_FFN_COLS - 1) / FWD_FFN_COLS);
                 spinbar_release(&f->bar);
             } else {
                 spinbar_wait(&f->bar, gen);
@@ -1197,8 +1168,6 @@ static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_
             PHASE(PH_WO, matmul_weight_bytes(&L->wo));
             if (stopped)
                 break;
-            if (split)
-                prep_split(f, f->xb, R, dim, t);
 
             /* hg = act(xb · Wgateᵀ) * (xb · Wupᵀ), by FWD_FFN_COLS columns */
             for (int64_t task; (task = ws_next(f->ws, t)) >= 0;) {
@@ -1215,7 +1184,7 @@ static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_
             if (spinbar_arrive(&f->bar, &gen)) {
                 stopped = stop_set(f);
                 if (!stopped)
-                    step_next(f, f->hg, R, ffn, n_dim_tasks, split);
+                    step_next(f, f->hg, R, ffn, n_dim_tasks);
                 spinbar_release(&f->bar);
             } else {
                 spinbar_wait(&f->bar, gen);
@@ -1223,8 +1192,6 @@ static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_
             PHASE(PH_GATE_UP, matmul_weight_bytes(&L->w_gate) + matmul_weight_bytes(&L->w_up));
             if (stopped)
                 break;
-            if (split)
-                prep_split(f, f->hg, R, ffn, t);
 
             /* xb = hg · Wdownᵀ */
             cols_tasks(f, &L->w_down, f->hg, R, f->xb, t);
@@ -1239,7 +1206,7 @@ static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_
                     atomic_fetch_add_explicit(f->layers_done, 1, memory_order_relaxed);
                 stopped = l + 1 < c->n_layer && stop_set(f);
                 if (!stopped && l + 1 < c->n_layer)
-                    step_next(f, f->xb, R, dim, n_qkv_tasks, split);
+                    step_next(f, f->xb, R, dim, n_qkv_tasks);
                 spinbar_release(&f->bar);
             } else {
                 spinbar_wait(&f->bar, gen);
@@ -1247,8 +1214,6 @@ static int layers_one_region(forward_t *f, const fwd_batch_t *b, const kv_store_
             PHASE(PH_DOWN, matmul_weight_bytes(&L->w_down));
             if (stopped)
                 break;
-            if (split && l + 1 < c->n_layer)
-                prep_split(f, f->xb, R, dim, t);
         }
 #undef PHASE
     }
@@ -1297,11 +1262,8 @@ int forward_run(forward_t *f, const fwd_batch_t *b, const kv_store_t *kv, float 
     const bool fused = f->n_lora_grp > 0 && R <= FWD_LORA_FUSED_MAX_ROWS && !f->lora_unfused;
     const bool by_head = f->n_lora_grp == 0 && R <= FWD_BY_HEAD_MAX_ROWS && c->head_dim % 16 == 0 &&
                          (c->n_kv_head % f->n_threads == 0 || c->n_kv_head >= 4 * f->n_threads);
-    /* dense steps without adapters of up to FWD_ONE_REGION_MAX_ROWS rows:
-     * every layer in one region (layers_one_region) */
-    const bool one_region = f->n_lora_grp == 0 && R <= FWD_ONE_REGION_MAX_ROWS && c->head_dim % 16 == 0 &&
-                            (c->n_kv_head % f->n_threads == 0 || c->n_kv_head >= 4 * f->n_threads) &&
-                            c->n_expert == 0 && !f->multi_region;
+    /* small dense steps: every layer in one region (layers_one_region) */
+    const bool one_region = by_head && c->n_expert == 0 && !f->multi_region;
     if (one_region && layers_one_region(f, b, kv, prof) == FWD_STOPPED)
         return FWD_STOPPED;
     for (int l = 0; l < (one_region ? 0 : c->n_layer); l++) {

@@ -146,10 +146,9 @@ static void test_matmul_vs_f64(void **state)
     }
 }
 
-/* matmul_run_multi and matmul_run_range (pieces from several thread slots,
- * the input prepared whole or in row ranges) equal matmul_run bit for bit,
- * with exact, int8 and BF16-dot kernels, for row counts on the decode path
- * and the unpacked F32 kernel. */
+/* matmul_run_multi and matmul_run_range (pieces from several thread slots)
+ * equal matmul_run bit for bit, with exact, int8 and BF16-dot kernels, for row
+ * counts on the decode path and the unpacked F32 kernel. */
 static void test_multi_and_range(void **state)
 {
     (void)state;
@@ -200,18 +199,6 @@ static void test_multi_and_range(void **state)
                     }
                     assert_memory_equal(got[i], ref[i], (size_t)M * (size_t)ws[i]->rows * sizeof(float));
                 }
-                /* the input prepared in two row ranges (matmul_prepare_rows, as
-                 * two threads would), the higher one first: the same bits */
-                assert_int_equal(matmul_prepare(mm, x + K, M - 1 > 0 ? M - 1 : 1, K), 0); /* stale */
-                assert_int_equal(matmul_prepare_rows(mm, x, M, K, M / 2, M), 0);
-                assert_int_equal(matmul_prepare_rows(mm, x, M, K, 0, M / 2), 0);
-                for (int i = 0; i < 3; i++) {
-                    memset(got[i], 0, (size_t)M * (size_t)ws[i]->rows * sizeof(float));
-                    assert_int_equal(matmul_run_range(mm, ws[i], x, M, 0, ws[i]->rows, got[i], 1), 0);
-                    assert_memory_equal(got[i], ref[i], (size_t)M * (size_t)ws[i]->rows * sizeof(float));
-                }
-                assert_int_equal(matmul_prepare_rows(mm, x, M, K, 1, 0), -1);     /* r1 < r0 */
-                assert_int_equal(matmul_prepare_rows(mm, x, M, K, 0, M + 1), -1); /* past n_rows */
                 assert_int_equal(matmul_run_range(mm, ws[0], x, M, 8, 32, got[0], 0), -1);  /* unaligned */
                 assert_int_equal(matmul_run_range(mm, ws[0], x, M, 0, 16, got[0], 2), -1);  /* thread */
                 for (int i = 0; i < 3; i++) {
