@@ -603,8 +603,26 @@ static void mm_multi(forward_t *f, const matmul_weight_t *const *ws, int n, cons
  * position (a prefill chunk): then tiles of those rows share each K/V load
  * (attention_tiles); decode batches (a row per sequence) keep
  * attention_row's walk over whole K vectors. */
-static bool att_tiled(const layer_att_t *a, const fwd_batch_t *b)
+/* Fewest query vectors (rows × heads of one kv head) a tile must hold to
+ * beat attention_row: each 16 positions' K slice is transposed once for the
+ * tile's vectors. A 1-head, 32-dim model with a 128k context (8 score rows
+ * a thread, so 8 vectors a tile) ran its long prompts ~1.3× slower through
+ * the tiles (tests/agents/claude_code.sh: 38 s against 29 s). */
+#define FWD_TILE_MIN_VECS 16
+
+/* Rows of a tile: as many as the thread's score scratch holds for every
+ * head of a kv head (score_rows / group), at most ATT_TILE_MAX_VECS. */
+static int tile_rows(const forward_t *f)
 {
+    const int group = f->m->cfg.n_head / f->m->cfg.n_kv_head;
+    const int tr = f->score_rows / group > 0 ? f->score_rows / group : 1;
+    return tr < ATT_TILE_MAX_VECS ? tr : ATT_TILE_MAX_VECS;
+}
+
+static bool att_tiled(const forward_t *f, const layer_att_t *a, const fwd_batch_t *b)
+{
+    if (tile_rows(f) * (f->m->cfg.n_head / f->m->cfg.n_kv_head) < FWD_TILE_MIN_VECS)
+        return false;
     int shared = 0;
     for (int r = 1; r < b->n_rows; r++)
         shared += b->seq[r] == b->seq[r - 1] && att_first(a, b->pos[r]) == att_first(a, b->pos[r - 1]);
@@ -621,8 +639,7 @@ static void attention_tiles(forward_t *f, const layer_att_t *a, const fwd_batch_
 {
     const model_config_t *c = &f->m->cfg;
     const int R = b->n_rows, group = c->n_head / c->n_kv_head, hd = c->head_dim;
-    int tr = f->score_rows / group > 0 ? f->score_rows / group : 1;
-    tr = tr < ATT_TILE_MAX_VECS ? tr : ATT_TILE_MAX_VECS;
+    const int tr = tile_rows(f);
     const int n_slots = (R + tr - 1) / tr, n_tasks = n_slots * c->n_kv_head;
     (void)n_par;
 #pragma omp parallel for num_threads(n_par) schedule(dynamic, 1)
@@ -657,7 +674,7 @@ static void attention(forward_t *f, const layer_att_t *a, const fwd_batch_t *b, 
         work += (size_t)(att_end(b, r) - att_first(a, b->pos[r])) * (size_t)c->q_dim * 2;
     const int n_par = work >= FWD_ATT_PAR_MIN ? f->n_threads : 1;
     (void)n_par;  /* unused when compiled without OpenMP */
-    if (f->att_row && att_tiled(a, b)) {
+    if (f->att_row && att_tiled(f, a, b)) {
         attention_tiles(f, a, b, kv, n_par);
         return;
     }
