@@ -13,6 +13,18 @@
 #include "worker/kernels/quant.h"
 #include "worker/kernels/vmath.h"
 
+/* The K (k_vec) or V (v_vec) vector of position t of a sequence with block
+ * table bt, from element kvo on (the kv head's), elements of esz bytes. */
+static inline const char *k_vec(const kv_store_t *kv, int l, const int32_t *bt, int t, int kvo, size_t esz)
+{
+    return (const char *)kv_store_k_at(kv, l, bt[t / kv->block_size], t % kv->block_size) + (size_t)kvo * esz;
+}
+
+static inline const char *v_vec(const kv_store_t *kv, int l, const int32_t *bt, int t, int kvo, size_t esz)
+{
+    return (const char *)kv_store_v_at(kv, l, bt[t / kv->block_size], t % kv->block_size) + (size_t)kvo * esz;
+}
+
 #ifdef VMATH_X86
 /* 8 K/V elements at element index i of base, widened to float. */
 VMATH_INL __m256 ld8(const void *base, size_t i, const bool f16)
@@ -515,16 +527,14 @@ ATT512_INL void transpose16(__m512 r[16])
 ATT512_INL void tile_k_transpose(const kv_store_t *kv, int l, const int32_t *bt, int tb, int te, int kvo, int hd,
                                  float *kt, const bool f16)
 {
-    const int bs = kv->block_size;
     const size_t esz = f16 ? 2 : 4, bytes = (size_t)hd * esz;
     const char *kp[16];
     const int n = te - tb < 16 ? te - tb : 16;
     #pragma GCC unroll 16
     for (int u = 0; u < 16; u++)
-        kp[u] = u < n ? (const char *)kv_store_k_at(kv, l, bt[(tb + u) / bs], (tb + u) % bs) + (size_t)kvo * esz
-                      : NULL;
+        kp[u] = u < n ? k_vec(kv, l, bt, tb + u, kvo, esz) : NULL;
     for (int t = tb + 32; t < tb + 48 && t < te; t++) {
-        const char *p = (const char *)kv_store_k_at(kv, l, bt[t / bs], t % bs) + (size_t)kvo * esz;
+        const char *p = k_vec(kv, l, bt, t, kvo, esz);
         for (size_t by = 0; by < bytes; by += 64)
             _mm_prefetch(p + by, _MM_HINT_T0);
     }
@@ -779,12 +789,12 @@ static inline float kv_elt(const kv_store_t *kv, const void *p, int i)
 static void attend_plain(const float *q, const kv_store_t *kv, int l, const int32_t *bt, int t0, int t1, int kvo,
                          int hd, float scale, float softcap, float *sc, float *out)
 {
-    const int bs = kv->block_size, n_pos = t1 - t0;
+    const int n_pos = t1 - t0;
     const size_t esz = kv_type_size(kv->type);
     float mx = -INFINITY;
     for (int j = 0; j < n_pos; j++) {
         const int t = t0 + j;
-        const void *kt = (const char *)kv_store_k_at(kv, l, bt[t / bs], t % bs) + (size_t)kvo * esz;
+        const void *kt = k_vec(kv, l, bt, t, kvo, esz);
         float d = 0;
         for (int i = 0; i < hd; i++)
             d += q[i] * kv_elt(kv, kt, i);
@@ -804,7 +814,7 @@ static void attend_plain(const float *q, const kv_store_t *kv, int l, const int3
         out[i] = 0;
     for (int j = 0; j < n_pos; j++) {
         const int t = t0 + j;
-        const void *vt = (const char *)kv_store_v_at(kv, l, bt[t / bs], t % bs) + (size_t)kvo * esz;
+        const void *vt = v_vec(kv, l, bt, t, kvo, esz);
         const float w = sc[j];
         for (int i = 0; i < hd; i++)
             out[i] += w * kv_elt(kv, vt, i);
@@ -1064,12 +1074,12 @@ void attention_head_ref(const float *q, const kv_store_t *kv, int layer, const i
                         int kv_off, int head_dim, float scale, float softcap, float *sc, float *out)
 {
     assert(t0 >= 0 && t1 > t0 && head_dim % 8 == 0 && kv->type != KV_TYPE_Q8_0);
-    const int bs = kv->block_size, n_pos = t1 - t0, hd = head_dim;
+    const int n_pos = t1 - t0, hd = head_dim;
     const size_t esz = kv_type_size(kv->type);
     /* scores: eight partial sums, one fused multiply-add per element */
     for (int j = 0; j < n_pos; j++) {
         const int t = t0 + j;
-        const void *kt = (const char *)kv_store_k_at(kv, layer, bt[t / bs], t % bs) + (size_t)kv_off * esz;
+        const void *kt = k_vec(kv, layer, bt, t, kv_off, esz);
         float a[8] = {0};
         for (int i = 0; i < hd; i += 8)
             for (int u = 0; u < 8; u++)
@@ -1103,7 +1113,7 @@ void attention_head_ref(const float *q, const kv_store_t *kv, int layer, const i
         out[i] = 0;
     for (int j = 0; j < n_pos; j++) {
         const int t = t0 + j;
-        const void *vt = (const char *)kv_store_v_at(kv, layer, bt[t / bs], t % bs) + (size_t)kv_off * esz;
+        const void *vt = v_vec(kv, layer, bt, t, kv_off, esz);
         for (int i = 0; i < hd; i++)
             out[i] = fmaf(sc[j], kv_elt(kv, vt, i), out[i]);
     }
