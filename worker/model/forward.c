@@ -599,10 +599,6 @@ static void mm_multi(forward_t *f, const matmul_weight_t *const *ws, int n, cons
  * read; ~10 us of AVX2 work, less than waking a thread and the barrier). */
 #define FWD_ATT_PAR_MIN 32768
 
-/* Whether the batch is mostly runs of rows that share a sequence and a first
- * position (a prefill chunk): then tiles of those rows share each K/V load
- * (attention_tiles); decode batches (a row per sequence) keep
- * attention_row's walk over whole K vectors. */
 /* Fewest query vectors (rows × heads of one kv head) a tile must hold to
  * beat attention_row: each 16 positions' K slice is transposed once for the
  * tile's vectors. A 1-head, 32-dim model with a 128k context (8 score rows
@@ -619,14 +615,20 @@ static int tile_rows(const forward_t *f)
     return tr < ATT_TILE_MAX_VECS ? tr : ATT_TILE_MAX_VECS;
 }
 
+/* Whether the batch attends through the tiles: the CPU has them, a tile
+ * holds enough vectors, and the batch is mostly runs of rows that share a
+ * sequence and a first position (a prefill chunk), whose tiles then share
+ * each K/V load (attention_tiles); decode batches (a row per sequence) keep
+ * attention_row's walk over whole K vectors. */
 static bool att_tiled(const forward_t *f, const layer_att_t *a, const fwd_batch_t *b)
 {
-    if (tile_rows(f) * (f->m->cfg.n_head / f->m->cfg.n_kv_head) < FWD_TILE_MIN_VECS)
+    if (attention_tile_path() != ATT_PATH_AVX512 ||
+        tile_rows(f) * (f->m->cfg.n_head / f->m->cfg.n_kv_head) < FWD_TILE_MIN_VECS)
         return false;
     int shared = 0;
     for (int r = 1; r < b->n_rows; r++)
         shared += b->seq[r] == b->seq[r - 1] && att_first(a, b->pos[r]) == att_first(a, b->pos[r - 1]);
-    return attention_tile_path() == ATT_PATH_AVX512 && 2 * shared >= b->n_rows;
+    return 2 * shared >= b->n_rows;
 }
 
 /* attention through attention_tile: the rows in slots of tr = score_rows /

@@ -37,7 +37,8 @@ typedef struct ld {
     char *err;
     size_t errlen;
     int int8;           /* int8 pairs (PAGODA_LORA_PRECISION, lowrank_prepare) */
-    size_t prep_bytes;  /* the pairs' prepared copies, counted by load_pair */
+    size_t prep_bytes;  /* counting: the bytes of the pairs' prepared copies;
+                         * filling: the bytes of prep used so far */
     uint8_t *prep;      /* NULL while counting, else the adapter's block of them */
 } ld_t;
 
@@ -197,18 +198,17 @@ static int load_pair(ld_t *ld, lora_t *a, const gguf_tensor_t *ta, int l, const 
      * them exactly), every other type becomes F32 */
     const size_t na = arena_floats(ta), nb = arena_floats(tb);
     *floats += na + nb;
-    const uint32_t ty_b0 = tb->type == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    const uint32_t ty_a = ta->type == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    const uint32_t ty_b = tb->type == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
     if (!arena) {
         for (int i = 0; i < tg->n; i++)
             ld->prep_bytes += lowrank_copy_bytes((int64_t)r, (int64_t)in, base_matrix(ld->m, l, tg->proj[i])->rows,
-                                                 ty_b0, ld->int8);
+                                                 ty_b, ld->int8);
         return 0;
     }
     float *A = arena + *floats - na - nb, *B = A + na;
     read_factor(ta, A);
     read_factor(tb, B);
-    const uint32_t ty_a = ta->type == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
-    const uint32_t ty_b = tb->type == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
     const size_t ea = ty_a == GGML_TYPE_F16 ? 2 : 4, eb = ty_b == GGML_TYPE_F16 ? 2 : 4;
     int64_t row0 = 0;
     for (int i = 0; i < tg->n; i++) {
