@@ -141,12 +141,16 @@ static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256 ldw
  * row (rows' accumulators as named registers: an indexed array of them was
  * kept on the stack by GCC, a store and reload every iteration) */
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
-dots_avx2_n(const float *const *xs, const int nr, const void *w0, const int kind, int64_t len, float *out0)
+dots_avx2_n(const float *const *xs, const int nr, const void *w0, const int kind, int64_t len, float *out0,
+            const uint8_t *pf)
 {
+    const int64_t eb = kind == W_I8 ? 1 : kind == W_F16 ? 2 : 4;
     const float *x0 = xs[0], *x1 = xs[nr > 1 ? 1 : 0], *x2 = xs[nr > 2 ? 2 : 0], *x3 = xs[nr > 3 ? 3 : 0];
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int64_t i = 0;
     for (; i + 16 <= len; i += 16) {
+        if (pf && ((i * eb) & 63) == 0)
+            _mm_prefetch((const char *)pf + i * eb, _MM_HINT_T0);
         const __m256 lo = ldw(w0, i, kind), hi = ldw(w0, i + 8, kind);
         /* row X's lanes 0-7 (A) and 8-15 (B) */
 #define LOWRANK_ROW(X, A, B)                                          \
@@ -179,13 +183,13 @@ dots_avx2_n(const float *const *xs, const int nr, const void *w0, const int kind
     }
 
 VMATH_FN static void dots_avx2(const float *const *xs, int nr, const void *w0, const void *w1, int kind,
-                               int64_t len, float *out0, float *out1)
+                               int64_t len, float *out0, float *out1, const uint8_t *pf0, const uint8_t *pf1)
 {
 #define LOWRANK_D(N)                                                         \
     do {                                                                     \
-        dots_avx2_n(xs, N, w0, K_, len, out0);                               \
+        dots_avx2_n(xs, N, w0, K_, len, out0, pf0);                          \
         if (w1)                                                              \
-            dots_avx2_n(xs, N, w1, K_, len, out1);                           \
+            dots_avx2_n(xs, N, w1, K_, len, out1, pf1);                      \
     } while (0)
     LOWRANK_KIND_NR(LOWRANK_D)
 #undef LOWRANK_D
@@ -211,12 +215,19 @@ static inline __attribute__((always_inline, target(LOWRANK_T512))) float hsum16(
  * (the x loads shared) */
 static inline __attribute__((always_inline, target(LOWRANK_T512))) void
 dots_avx512_n(const float *const *xs, const int nr, const void *w0, const void *w1, const int two, const int kind,
-              int64_t len, float *out0, float *out1)
+              int64_t len, float *out0, float *out1, const uint8_t *pf0, const uint8_t *pf1)
 {
+    const int64_t eb = kind == W_I8 ? 1 : kind == W_F16 ? 2 : 4;
     const float *x0 = xs[0], *x1 = xs[nr > 1 ? 1 : 0], *x2 = xs[nr > 2 ? 2 : 0], *x3 = xs[nr > 3 ? 3 : 0];
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int64_t i = 0;
     for (; i + 16 <= len; i += 16) {
+        if (((i * eb) & 63) == 0) {
+            if (pf0)
+                _mm_prefetch((const char *)pf0 + i * eb, _MM_HINT_T0);
+            if (two && pf1)
+                _mm_prefetch((const char *)pf1 + i * eb, _MM_HINT_T0);
+        }
         const __m512 v0 = ldw16(w0, i, kind), v1 = two ? ldw16(w1, i, kind) : v0;
 #define LOWRANK_ROW(X, A, B)                                \
         do {                                                \
@@ -238,14 +249,14 @@ dots_avx512_n(const float *const *xs, const int nr, const void *w0, const void *
 
 __attribute__((target(LOWRANK_T512))) static void dots_avx512(const float *const *xs, int nr, const void *w0,
                                                                const void *w1, int kind, int64_t len, float *out0,
-                                                               float *out1)
+                                                               float *out1, const uint8_t *pf0, const uint8_t *pf1)
 {
 #define LOWRANK_D(N)                                                         \
     do {                                                                     \
         if (w1)                                                              \
-            dots_avx512_n(xs, N, w0, w1, 1, K_, len, out0, out1);            \
+            dots_avx512_n(xs, N, w0, w1, 1, K_, len, out0, out1, pf0, pf1);  \
         else                                                                 \
-            dots_avx512_n(xs, N, w0, w1, 0, K_, len, out0, out1);            \
+            dots_avx512_n(xs, N, w0, w1, 0, K_, len, out0, out1, pf0, pf1);  \
     } while (0)
     LOWRANK_KIND_NR(LOWRANK_D)
 #undef LOWRANK_D
@@ -253,16 +264,21 @@ __attribute__((target(LOWRANK_T512))) static void dots_avx512(const float *const
 #endif
 
 static void dots_scalar(const float *const *xs, int nr, const void *w0, const void *w1, int kind, int64_t len,
-                        float *out0, float *out1)
+                        float *out0, float *out1, const uint8_t *pf0, const uint8_t *pf1)
 {
+    (void)pf0;
+    (void)pf1;
     dots_scalar1(xs, nr, w0, kind, len, out0);
     if (w1)
         dots_scalar1(xs, nr, w1, kind, len, out1);
 }
 
-/* out0[r] = xs[r] · w0, and out1[r] = xs[r] · w1 unless w1 is NULL */
+/* out0[r] = xs[r] · w0, and out1[r] = xs[r] · w1 unless w1 is NULL; pf0,
+ * pf1 (NULL: none): bytes as long as w0's and w1's rows that the kernel
+ * asks for (into L1) a line at a time while it sums them, spread over the
+ * loop (a hint: no effect on any result) */
 typedef void (*dots_fn)(const float *const *xs, int nr, const void *w0, const void *w1, int kind, int64_t len,
-                        float *out0, float *out1);
+                        float *out0, float *out1, const uint8_t *pf0, const uint8_t *pf1);
 
 /* Asks for the bytes [p, p + n) to be brought into L1 ahead of use: the
  * update reads its factors once a step, a few rows each, so without this
@@ -286,28 +302,54 @@ static inline int64_t claim(atomic_llong *next)
     return atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
 }
 
+/* How far ahead of its sums phase 1 asks for A's bytes (into L1): the
+ * row this many bytes (rounded up to whole rows) after the one it sums, in
+ * the stream of its tasks' A rows: the rest of the task's rows, then the
+ * next task's. A task is 12-64 KB, so asking only within the task started
+ * each one with a run of misses the sums waited on; crossing into the next
+ * task keeps the stream going (a plain loop of the phase's sums over 24 KB
+ * blocks in random order: 6.6 B/cycle asking within the block, 12 B/cycle
+ * asking 6 KB ahead into the next block; 14 B/cycle over contiguous
+ * memory). */
+#define LOWRANK_PF_AHEAD 6144
+
+/* Row k + ahead of the stream of rows cur (k0..k1) then nxt (nxt_rows
+ * rows of nxt_rb bytes), or NULL past its end */
+static inline const uint8_t *pf_row(const uint8_t *a, size_t rb, int k, int k1, int ahead, const uint8_t *nxt,
+                                    int nxt_rows, size_t nxt_rb)
+{
+    const int kk = k + ahead;
+    if (kk < k1)
+        return a + (size_t)kk * rb;
+    return nxt && kk - k1 < nxt_rows ? nxt + (size_t)(kk - k1) * nxt_rb : NULL;
+}
+
 /* Phase 1 task: t rows j0..j0+nr, ranks k0..k1 of pair lr = x[rows] · Aᵀ
- * (an int8 pair: the sum over its int8 A, times the row's scale a_d[k]). */
+ * (an int8 pair: the sum over its int8 A, times the row's scale a_d[k]).
+ * nxt, nxt_n: the A bytes of the thread's next task (NULL: none), asked for
+ * ahead while this one's last rows are summed; first: this task is the
+ * thread's first (nobody asked for its first bytes yet). */
 static void task_a(dots_fn dots, const lowrank_job_t *jb, const lowrank_t *lr, float *t, int j0, int nr, int k0,
-                   int k1)
+                   int k1, const uint8_t *nxt, int nxt_rows, size_t nxt_rb, bool first)
 {
     const int64_t in = lr->a.cols, r = lr->rank;
     const matmul_weight_t *a = lr->a8.data ? &lr->a8 : &lr->a;
     const float *xs[LOWRANK_ROWS];
     for (int q = 0; q < nr; q++)
         xs[q] = jb->x + (size_t)jb->rows[j0 + q] * (size_t)jb->ldx;
-    /* the task's A rows are contiguous: ask for the first two, then for
-     * the next two while these are summed (all at once would stall on the
-     * cache's miss queue) */
+    /* the task's A rows are contiguous; the kernel asks for the rows
+     * `ahead` after the two it sums while it sums them (the thread's first
+     * task asks for its first `ahead` rows before, all at once) */
     const size_t rb = a->row_bytes;
-    prefetch_l1(a->data + (size_t)k0 * rb, (size_t)(k1 - k0 < 2 ? k1 - k0 : 2) * rb);
+    const int ahead = (int)((LOWRANK_PF_AHEAD + rb - 1) / rb);
+    if (first)
+        prefetch_l1(a->data + (size_t)k0 * rb, (size_t)(k1 - k0 < ahead ? k1 - k0 : ahead) * rb);
     for (int k = k0; k < k1; k += 2) {
-        if (k + 2 < k1)
-            prefetch_l1(a->data + (size_t)(k + 2) * rb, (size_t)(k1 - k - 2 < 2 ? k1 - k - 2 : 2) * rb);
         const bool two = k + 1 < k1;
         float v0[LOWRANK_ROWS], v1[LOWRANK_ROWS];
-        dots(xs, nr, a->data + (size_t)k * a->row_bytes, two ? a->data + (size_t)(k + 1) * a->row_bytes : NULL,
-             w_kind(a->type), in, v0, v1);
+        dots(xs, nr, a->data + (size_t)k * rb, two ? a->data + (size_t)(k + 1) * rb : NULL, w_kind(a->type), in, v0,
+             v1, pf_row(a->data, rb, k, k1, ahead, nxt, nxt_rows, nxt_rb),
+             pf_row(a->data, rb, k + 1, k1, ahead, nxt, nxt_rows, nxt_rb));
         const float d0 = lr->a8.data ? lr->a_d[k] : 1, d1 = lr->a8.data && two ? lr->a_d[k + 1] : 1;
         for (int q = 0; q < nr; q++) {
             t[(size_t)(j0 + q) * (size_t)r + (size_t)k] = v0[q] * d0;
@@ -317,6 +359,20 @@ static void task_a(dots_fn dots, const lowrank_job_t *jb, const lowrank_t *lr, f
     }
 }
 
+/* The next panel phase 2 will read after the one it sums: rows rows of
+ * rb bytes from p (the same outputs as the current panel's) */
+typedef struct {
+    const uint8_t *p;
+    size_t rb;
+    int64_t rows;
+} panel_t;
+
+/* How many Bᵀ rows ahead of its chains phase 2 asks for a row (into L1),
+ * in the stream of the panel's rows then the next panel's (nx): the
+ * panels are 1-8 KB (rank 8-64, 64 outputs of F16), so asking only within
+ * the panel started each one with a run of misses. */
+#define LOWRANK_PF_ROWS 12
+
 /* ys[q][o0..o1) += s · (ts[q][0..r) · Bᵀ) for q < nr (nr <= LOWRANK_ROWS),
  * bt = Bᵀ (r, out) F32, F16 or int8 (kind; converted exactly): each output
  * is a chain of fused multiply-adds over k = 0..r-1 in order, started from
@@ -325,8 +381,9 @@ static void task_a(dots_fn dots, const lowrank_job_t *jb, const lowrank_t *lr, f
  * row's result depends on that row only, and an F16 bt gives the bits of an
  * F32 bt holding the same values. */
 static void cols_scalar(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int kind, const float *d,
-                        int64_t r, float s, int64_t o0, int64_t o1, float *const *ys)
+                        int64_t r, float s, int64_t o0, int64_t o1, float *const *ys, const panel_t *nx)
 {
+    (void)nx;
     for (int64_t o = o0; o < o1; o++)
         for (int q = 0; q < nr; q++) {
             float v = 0;
@@ -405,8 +462,10 @@ cols_avx2_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_r
 }
 
 VMATH_FN static void cols_avx2(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int kind,
-                               const float *d, int64_t r, float s, int64_t o0, int64_t o1, float *const *ys)
+                               const float *d, int64_t r, float s, int64_t o0, int64_t o1, float *const *ys,
+                               const panel_t *nx)
 {
+    (void)nx;
 #define LOWRANK_C(N) cols_avx2_n(ts, N, bt, bt_rb, K_, d, r, s, o0, o1, ys)
     LOWRANK_KIND_NR(LOWRANK_C)
 #undef LOWRANK_C
@@ -418,7 +477,7 @@ VMATH_FN static void cols_avx2(const float *const *ts, int nr, const uint8_t *bt
  * same as in cols_scalar, so the bits are too. */
 static inline __attribute__((always_inline, target(LOWRANK_T512))) void
 cols_avx512_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt_rb, const int kind, const float *d,
-              int64_t r, float s, int64_t o0, int64_t o1, float *const *ys)
+              int64_t r, float s, int64_t o0, int64_t o1, float *const *ys, const panel_t *nx)
 {
     const __m512 sv = _mm512_set1_ps(s);
     const size_t eb = kind == W_I8 ? 1 : kind == W_F16 ? 2 : 4;
@@ -430,11 +489,13 @@ cols_avx512_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt
             acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = _mm512_setzero_ps();
         for (int64_t k = 0; k < r; k++) {
             const uint8_t *row = bt + (size_t)k * bt_rb;
-            /* this block's 64 outputs of the row 6 ranks ahead, from L2
-             * (where lowrank_prefetch_cols asked for the panel) into L1;
-             * past the panel's end it touches the next panel's or harmless
-             * bytes (a prefetch never faults) */
-            prefetch_l1(row + 6 * bt_rb + (size_t)o * eb, 64 * eb);
+            /* this block's 64 outputs of the row LOWRANK_PF_ROWS ahead in
+             * the stream of this panel's rows then the next panel's */
+            const int64_t kk = k + LOWRANK_PF_ROWS;
+            if (kk < r)
+                prefetch_l1(bt + (size_t)kk * bt_rb + (size_t)o * eb, 64 * eb);
+            else if (nx && kk - r < nx->rows)
+                prefetch_l1(nx->p + (size_t)(kk - r) * nx->rb + (size_t)o * eb, 64 * eb);
             const __m512 b0 = ldw16(row, o, kind), b1 = ldw16(row, o + 16, kind), b2 = ldw16(row, o + 32, kind),
                          b3 = ldw16(row, o + 48, kind);
             _Pragma("GCC unroll 4")
@@ -472,14 +533,15 @@ cols_avx512_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt
         }
     }
     if (o < o1) /* the tail: cols_avx2's, the same chains */
-        cols_avx2(ts, nr, bt, bt_rb, kind, d, r, s, o, o1, ys);
+        cols_avx2(ts, nr, bt, bt_rb, kind, d, r, s, o, o1, ys, NULL);
 }
 
 __attribute__((target(LOWRANK_T512))) static void cols_avx512(const float *const *ts, int nr, const uint8_t *bt,
                                                                size_t bt_rb, int kind, const float *d, int64_t r,
-                                                               float s, int64_t o0, int64_t o1, float *const *ys)
+                                                               float s, int64_t o0, int64_t o1, float *const *ys,
+                                                               const panel_t *nx)
 {
-#define LOWRANK_C(N) cols_avx512_n(ts, N, bt, bt_rb, K_, d, r, s, o0, o1, ys)
+#define LOWRANK_C(N) cols_avx512_n(ts, N, bt, bt_rb, K_, d, r, s, o0, o1, ys, nx)
     LOWRANK_KIND_NR(LOWRANK_C)
 #undef LOWRANK_C
 }
@@ -489,12 +551,27 @@ __attribute__((target(LOWRANK_T512))) static void cols_avx512(const float *const
 #endif
 
 typedef void (*cols_fn)(const float *const *ts, int nr, const uint8_t *bt, size_t bt_rb, int kind, const float *d,
-                        int64_t r, float s, int64_t o0, int64_t o1, float *const *ys);
+                        int64_t r, float s, int64_t o0, int64_t o1, float *const *ys, const panel_t *nx);
+
+/* Pair lr's panel of outputs o0..o1 (lowrank_prepare: (r, o1 - o0)
+ * row-major from element o0 · r of Bᵀ) */
+static panel_t panel_of(const lowrank_t *lr, int64_t o0, int64_t o1)
+{
+    const size_t eb = elem_bytes(lr->bt.type);
+    return (panel_t){.p = lr->bt.data + (size_t)o0 * (size_t)lr->rank * eb, .rb = (size_t)(o1 - o0) * eb,
+                     .rows = lr->rank};
+}
 
 /* Phase 2 task: y[rows][o0..o1) += s_i · t_i · B_iᵀ for every row of the
- * job, pair by pair in order; t the job's scratch (pair after pair). */
-static void task_b(cols_fn cols, const lowrank_job_t *jb, const float *t, int64_t o0, int64_t o1)
+ * job, pair by pair in order; t the job's scratch (pair after pair). nxt:
+ * the job phase 2 runs after this one (NULL: none), whose first panel the
+ * last pair's chains ask for ahead. */
+static void task_b(cols_fn cols, const lowrank_job_t *jb, const float *t, int64_t o0, int64_t o1,
+                   const lowrank_job_t *nxt)
 {
+    panel_t after = {0};
+    if (nxt && nxt->n > 0 && nxt->n_pairs > 0 && o0 < nxt->pairs[0]->b.rows)
+        after = panel_of(nxt->pairs[0], o0, o1 < nxt->pairs[0]->b.rows ? o1 : nxt->pairs[0]->b.rows);
     for (int j0 = 0; j0 < jb->n; j0 += LOWRANK_ROWS) {
         const int nr = jb->n - j0 < LOWRANK_ROWS ? jb->n - j0 : LOWRANK_ROWS;
         float *ys[LOWRANK_ROWS];
@@ -507,13 +584,17 @@ static void task_b(cols_fn cols, const lowrank_job_t *jb, const float *t, int64_
             const float *ts[LOWRANK_ROWS];
             for (int q = 0; q < nr; q++)
                 ts[q] = tp + (size_t)(j0 + q) * (size_t)r;
-            /* the panel of outputs o0.. (lowrank_prepare): (r, w) row-major */
-            const size_t eb = elem_bytes(lr->bt.type), w = (size_t)(o1 - o0);
+            const panel_t pn = panel_of(lr, o0, o1);
+            /* the panel read next: the next pair's, else (a later block of
+             * rows reads panels already in cache) the next job's first */
+            const panel_t nx = i + 1 < jb->n_pairs ? panel_of(jb->pairs[i + 1], o0, o1)
+                               : j0 + LOWRANK_ROWS < jb->n ? (panel_t){0}
+                                                            : after;
             float *yo[LOWRANK_ROWS];
             for (int q = 0; q < nr; q++)
                 yo[q] = ys[q] + o0;
-            cols(ts, nr, lr->bt.data + (size_t)o0 * (size_t)r * eb, w * eb, w_kind(lr->bt.type),
-                 lr->bt_d ? lr->bt_d + o0 : NULL, r, jb->s[i], 0, (int64_t)w, yo);
+            cols(ts, nr, pn.p, pn.rb, w_kind(lr->bt.type), lr->bt_d ? lr->bt_d + o0 : NULL, r, jb->s[i], 0,
+                 o1 - o0, yo, nx.p ? &nx : NULL);
             tp += (size_t)jb->n * (size_t)r;
         }
     }
@@ -571,32 +652,101 @@ void lowrank_wait_t(lowrank_phase_t *ph)
     }
 }
 
+/* A cursor over phase 1's tasks in their order (job, pair, block of
+ * LOWRANK_ROWS rows, block of LOWRANK_KS ranks): idx, and where task idx
+ * writes (tj: its pair's part of t). */
+typedef struct {
+    const lowrank_job_t *jobs;
+    int n_jobs, q, i, j0, k0;
+    int64_t idx;
+    float *tj;
+} titer_t;
+
+/* Moves it to a pair with rows and ranks at or after (q, i), from k0 = j0 = 0;
+ * false past the last. */
+static bool titer_settle(titer_t *it)
+{
+    for (; it->q < it->n_jobs; it->q++, it->i = 0) {
+        const lowrank_job_t *jb = &it->jobs[it->q];
+        for (; jb->n > 0 && it->i < jb->n_pairs; it->i++) {
+            if (jb->pairs[it->i]->rank > 0)
+                return true;
+            /* a rank-0 pair has no tasks and no part of t */
+        }
+    }
+    return false;
+}
+
+static bool titer_init(titer_t *it, const lowrank_job_t *jobs, int n_jobs, float *t)
+{
+    *it = (titer_t){.jobs = jobs, .n_jobs = n_jobs, .tj = t};
+    return titer_settle(it);
+}
+
+/* Advances it to task target (>= it->idx); false when there is none. */
+static bool titer_seek(titer_t *it, int64_t target)
+{
+    while (it->idx < target) {
+        if (it->q >= it->n_jobs)
+            return false;
+        const lowrank_job_t *jb = &it->jobs[it->q];
+        const lowrank_t *lr = jb->pairs[it->i];
+        it->idx++;
+        if ((it->k0 += LOWRANK_KS) < lr->rank)
+            continue;
+        it->k0 = 0;
+        if ((it->j0 += LOWRANK_ROWS) < jb->n)
+            continue;
+        it->j0 = 0;
+        it->tj += (size_t)jb->n * (size_t)lr->rank;
+        it->i++;
+        if (!titer_settle(it))
+            return false;
+    }
+    return it->q < it->n_jobs;
+}
+
+/* The A rows task it reads: *rows rows of *rb bytes from the result */
+static const uint8_t *titer_a(const titer_t *it, int *rows, size_t *rb)
+{
+    const lowrank_t *lr = it->jobs[it->q].pairs[it->i];
+    const matmul_weight_t *a = lr->a8.data ? &lr->a8 : &lr->a;
+    const int k1 = it->k0 + LOWRANK_KS < lr->rank ? it->k0 + LOWRANK_KS : lr->rank;
+    *rows = k1 - it->k0;
+    *rb = a->row_bytes;
+    return a->data + (size_t)it->k0 * a->row_bytes;
+}
+
 void lowrank_run_t(const lowrank_job_t *jobs, int n_jobs, float *t, lowrank_phase_t *ph)
 {
     atomic_llong *next = &ph->next;
     dots_fn dots;
     cols_fn cols;
     kernels(&dots, &cols);
+    (void)cols;
     /* Every thread walks the same task list in the same order and runs the
-     * tasks whose index it claims (dynamic scheduling, no index lookup). */
-    int64_t want = claim(next), idx = 0;
-    float *tj = t;
-    for (int q = 0; q < n_jobs; q++) {
-        const lowrank_job_t *jb = &jobs[q];
-        for (int i = 0; i < jb->n_pairs && jb->n > 0; i++) {
-            const lowrank_t *lr = jb->pairs[i];
-            for (int j0 = 0; j0 < jb->n; j0 += LOWRANK_ROWS)
-                for (int k0 = 0; k0 < lr->rank; k0 += LOWRANK_KS, idx++) {
-                    if (idx != want)
-                        continue;
-                    const int nr = jb->n - j0 < LOWRANK_ROWS ? jb->n - j0 : LOWRANK_ROWS;
-                    const int k1 = k0 + LOWRANK_KS < lr->rank ? k0 + LOWRANK_KS : lr->rank;
-                    task_a(dots, jb, lr, tj, j0, nr, k0, k1);
-                    atomic_fetch_add_explicit(&ph->done, 1, memory_order_release);
-                    want = claim(next);
-                }
-            tj += (size_t)jb->n * (size_t)lr->rank;
-        }
+     * tasks whose index it claims (dynamic scheduling). A thread claims its
+     * next task before it runs the current one, so that the current one can
+     * ask for the next one's A rows ahead (task_a); it holds at most that
+     * one task unstarted. */
+    titer_t cur, nx;
+    if (!titer_init(&cur, jobs, n_jobs, t) || !titer_seek(&cur, claim(next)))
+        return;
+    for (bool first = true;; first = false) {
+        nx = cur;
+        const bool more = titer_seek(&nx, claim(next));
+        int nxt_rows = 0;
+        size_t nxt_rb = 0;
+        const uint8_t *nxt = more ? titer_a(&nx, &nxt_rows, &nxt_rb) : NULL;
+        const lowrank_job_t *jb = &jobs[cur.q];
+        const lowrank_t *lr = jb->pairs[cur.i];
+        const int nr = jb->n - cur.j0 < LOWRANK_ROWS ? jb->n - cur.j0 : LOWRANK_ROWS;
+        const int k1 = cur.k0 + LOWRANK_KS < lr->rank ? cur.k0 + LOWRANK_KS : lr->rank;
+        task_a(dots, jb, lr, cur.tj, cur.j0, nr, cur.k0, k1, nxt, nxt_rows, nxt_rb, first);
+        atomic_fetch_add_explicit(&ph->done, 1, memory_order_release);
+        if (!more)
+            return;
+        cur = nx;
     }
 }
 
@@ -632,7 +782,8 @@ void lowrank_run_cols(const lowrank_job_t *jobs, int n_jobs, const float *t, int
         if (jb->n > 0 && jb->n_pairs > 0) {
             const int64_t out = jb->pairs[0]->b.rows, end = o1 < out ? o1 : out;
             for (int64_t o = o0; o < end; o += LOWRANK_COLS)
-                task_b(cols, jb, tj, o, o + LOWRANK_COLS < end ? o + LOWRANK_COLS : end);
+                task_b(cols, jb, tj, o, o + LOWRANK_COLS < end ? o + LOWRANK_COLS : end,
+                       o + LOWRANK_COLS >= end && q + 1 < n_jobs ? &jobs[q + 1] : NULL);
         }
         for (int i = 0; i < jb->n_pairs; i++)
             tj += (size_t)(jb->n > 0 ? jb->n : 0) * (size_t)jb->pairs[i]->rank;
@@ -669,7 +820,7 @@ int lowrank_apply(const lowrank_job_t *jobs, int n_jobs, float *t, int n_threads
             for (int64_t o0 = 0; o0 < out; o0 += LOWRANK_COLS, idx++) {
                 if (idx != want)
                     continue;
-                task_b(cols, jb, tj, o0, o0 + LOWRANK_COLS < out ? o0 + LOWRANK_COLS : out);
+                task_b(cols, jb, tj, o0, o0 + LOWRANK_COLS < out ? o0 + LOWRANK_COLS : out, NULL);
                 want = claim(&next_b);
             }
             for (int i = 0; i < jb->n_pairs; i++)

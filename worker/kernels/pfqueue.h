@@ -53,7 +53,7 @@ static inline void pfq_issue(int lines)
         const char *c = q->cur[q->head], *e = q->end[q->head];
         for (; lines > 0 && c < e; c += 64, lines--) {
 #ifdef VMATH_X86
-            _mm_prefetch(c, _MM_HINT_T1);
+            _mm_prefetch(c, _MM_HINT_T0);
 #endif
         }
         q->cur[q->head] = c;
