@@ -326,9 +326,9 @@ static inline const uint8_t *pf_row(const uint8_t *a, size_t rb, int k, int k1, 
 
 /* Phase 1 task: t rows j0..j0+nr, ranks k0..k1 of pair lr = x[rows] · Aᵀ
  * (an int8 pair: the sum over its int8 A, times the row's scale a_d[k]).
- * nxt, nxt_n: the A bytes of the thread's next task (NULL: none), asked for
- * ahead while this one's last rows are summed; first: this task is the
- * thread's first (nobody asked for its first bytes yet). */
+ * nxt (NULL: none): the A rows of the thread's next task (nxt_rows rows of
+ * nxt_rb bytes), asked for while this one's last rows are summed; first:
+ * this task is the thread's first of the region. */
 static void task_a(dots_fn dots, const lowrank_job_t *jb, const lowrank_t *lr, float *t, int j0, int nr, int k0,
                    int k1, const uint8_t *nxt, int nxt_rows, size_t nxt_rb, bool first)
 {
@@ -338,8 +338,9 @@ static void task_a(dots_fn dots, const lowrank_job_t *jb, const lowrank_t *lr, f
     for (int q = 0; q < nr; q++)
         xs[q] = jb->x + (size_t)jb->rows[j0 + q] * (size_t)jb->ldx;
     /* the task's A rows are contiguous; the kernel asks for the rows
-     * `ahead` after the two it sums while it sums them (the thread's first
-     * task asks for its first `ahead` rows before, all at once) */
+     * `ahead` after the two it sums while it sums them. Nobody asked for
+     * the first rows of a thread's first task: it asks for them at once
+     * (a burst the core partly drops, once a region) */
     const size_t rb = a->row_bytes;
     const int ahead = (int)((LOWRANK_PF_AHEAD + rb - 1) / rb);
     if (first)

@@ -184,7 +184,7 @@ void lowrank_run_cols(const lowrank_job_t *jobs, int n_jobs, const float *t, int
 /* A hint that hides the latency of the update's reads: queues the factor
  * bytes a lowrank_run_cols(jobs, n_jobs, ., o0, o1) will read on the
  * calling thread's prefetch queue (pfqueue.h), which the matmul kernels
- * issue to L2 between their row blocks. The fused projection calls it
+ * issue (prefetcht0) between their row blocks. The fused projection calls it
  * before the product of those columns and pfq_drain after it. Changes no
  * result. */
 void lowrank_prefetch_cols(const lowrank_job_t *jobs, int n_jobs, int64_t o0, int64_t o1);

@@ -3,8 +3,9 @@
  * A thread that will soon read bytes the cache does not hold (a LoRA
  * update's factors after the base product of the same columns) pushes
  * them here; the matmul kernels it runs meanwhile call pfq_step between
- * their row blocks, which issues a few cache-line prefetches (to L2) at a
- * time, so the loads run beside the products instead of before them (all
+ * their row blocks, which issues a few cache-line prefetches at a time
+ * (prefetcht0: the update's first reads after the product took 3.1
+ * Mcycles a thread a step with it, 3.8 with prefetcht1; docs/FORWARD.md), so the loads run beside the products instead of before them (all
  * at once, the prefetch instructions wait on the core's miss queue) or
  * after them (the update then waits on memory). pfq_drain issues what is
  * left. Hints only: no result depends on them, and a prefetch never faults.
@@ -45,7 +46,7 @@ static inline void pfq_push(const void *p, size_t n)
     q->n++;
 }
 
-/* Issues up to `lines` queued prefetches (to L2). */
+/* Issues up to `lines` queued prefetches (prefetcht0). */
 static inline void pfq_issue(int lines)
 {
     pfq_t *q = &pfq_tls;
