@@ -10,6 +10,15 @@
  * after them (the update then waits on memory). pfq_drain issues what is
  * left. Hints only: no result depends on them, and a prefetch never faults.
  *
+ * Bursts are cheap to issue but a large one is partly dropped: 576 lines
+ * asked for at once, then read, took 2,536 cycles against 583 after plain
+ * loads; 64 at a time 966, 32 at a time 623 (a stand-alone test,
+ * docs/BENCH_LOG.md). So the kernels with a block loop (the wide Q8_0
+ * kernel, the packed K-quant tiles) call pfq_tick inside it, a few lines
+ * per block: the queue then drains in small bursts at the pace of the
+ * product (one 32-row step of the lora bench: base / mixed 0.799 with
+ * 64-line bursts between row blocks, 0.823 with 6 lines per block).
+ *
  * The queue is per thread (thread-local), holds up to PFQ_SPANS spans
  * (pfq_push drops what does not fit: a hint) and is empty unless a caller
  * pushed to it, so pfq_step costs a load and a compare on the paths that
@@ -46,10 +55,9 @@ static inline void pfq_push(const void *p, size_t n)
     q->n++;
 }
 
-/* Issues up to `lines` queued prefetches (prefetcht0). */
-static inline void pfq_issue(int lines)
+/* Issues up to `lines` of q's queued prefetches (prefetcht0). */
+static inline void pfq_issue_at(pfq_t *q, int lines)
 {
-    pfq_t *q = &pfq_tls;
     while (lines > 0 && q->head < q->n) {
         const char *c = q->cur[q->head], *e = q->end[q->head];
         for (; lines > 0 && c < e; c += 64, lines--) {
@@ -65,11 +73,33 @@ static inline void pfq_issue(int lines)
         q->head = q->n = 0;
 }
 
+/* Issues up to `lines` of the calling thread's queued prefetches. */
+static inline void pfq_issue(int lines)
+{
+    pfq_issue_at(&pfq_tls, lines);
+}
+
 /* A kernel's hook between row blocks. */
 static inline void pfq_step(void)
 {
     if (pfq_tls.n)
         pfq_issue(PFQ_STEP_LINES);
+}
+
+/* The calling thread's queue, for pfq_tick_at in a kernel's loop: taken
+ * once before the loop (not inlined: the thread-local address then never
+ * sits in an AVX-512-encoded instruction, which the linker's TLS
+ * relaxation of binutils 2.40 refuses) */
+pfq_t *pfq_self(void);
+
+/* lines pfq_tick_at issues per call */
+#define PFQ_TICK_LINES 6
+/* A kernel's hook inside its block loop (once per block of a few hundred
+ * cycles), q = pfq_self() */
+static inline void pfq_tick_at(pfq_t *q)
+{
+    if (q->n)
+        pfq_issue_at(q, PFQ_TICK_LINES);
 }
 
 /* Issues everything still queued and empties the queue. */

@@ -56,7 +56,6 @@
 #include "worker/kernels/worksteal.h"
 #include "worker/kernels/quant.h"
 
-_Thread_local pfq_t pfq_tls; /* pfqueue.h */
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
@@ -890,7 +889,9 @@ wide_kr(int R, const uint8_t *const q[WIDE_PANELS], const uint16_t *const dh[WID
     const float *xd = x->d + (int64_t)r0 * nb;
     const int32_t *xc = x->c + (int64_t)r0 * nb;
     __m512 acc[WIDE_R][WIDE_V] = {{{0}}};
+    pfq_t *pq = pfq_self();
     for (int64_t b = 0; b < nb; b++) {
+        pfq_tick_at(pq); /* a LoRA update's queued factor lines, a few a block */
         __m512i ia[WIDE_R][WIDE_V];
 #pragma GCC unroll 3
         for (int r = 0; r < R; r++) {
@@ -1158,7 +1159,6 @@ static void run_wide(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows)
         kern_avx512_q8_0_wide(q, dh, qx, r0, R, out);
         for (int r = 0; r < R; r++)
             memcpy(m->y + (int64_t)(r0 + r) * n_out + c0, out[r], (size_t)nc * sizeof(float));
-        pfq_step();
     }
 }
 

@@ -7,6 +7,7 @@
  * implies -ffp-contract=off and the pragma covers clang.
  */
 #include "worker/kernels/qkpack.h"
+#include "worker/kernels/pfqueue.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -382,7 +383,9 @@ AINL void tile16(enum qk_kind kind, int R, const uint8_t *p0, const uint8_t *p1,
         acc[r] = _mm512_setzero_ps();
     const int64_t n_chunks = (nb + 7) / 8;
     size_t pf = 0, pf_step = (n_next / (size_t)nb + 63) / 64 * 64;
+    pfq_t *pq = pfq_self();
     for (int64_t ch = 0; ch < n_chunks; ch++) {
+        pfq_tick_at(pq); /* a LoRA update's queued factor lines, a few a chunk */
         const uint8_t *c0 = p0 + (size_t)ch * CH, *c1 = p1 + (size_t)ch * CH;
         const int nj = nb - 8 * ch < 8 ? (int)(nb - 8 * ch) : 8;
         __m512 d, dm;
