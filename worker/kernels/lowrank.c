@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/cpu.h"
+#include "worker/kernels/worksteal.h"
 #include "common/text/ggml_type.h"
 #include "common/xalloc.h"
 #include "worker/kernels/pfqueue.h"
@@ -635,7 +636,24 @@ void lowrank_phase_init(lowrank_phase_t *ph, const lowrank_job_t *jobs, int n_jo
     atomic_init(&ph->next, 0);
     atomic_init(&ph->done, 0);
     ph->n_tasks = n;
+    ph->ws = NULL;
 }
+
+void lowrank_phase_ranges(lowrank_phase_t *ph, struct ws_t *ws, int n_threads)
+{
+    ws_init(ws, ph->n_tasks, n_threads);
+    ph->ws = ws;
+}
+
+/* The next phase 1 task for the calling thread (-1: none) */
+static int64_t claim_t(lowrank_phase_t *ph)
+{
+    if (ph->ws)
+        return ws_next(ph->ws, omp_get_thread_num());
+    const int64_t i = claim(&ph->next);
+    return i < ph->n_tasks ? i : -1;
+}
+
 
 void lowrank_wait_t(lowrank_phase_t *ph)
 {
@@ -660,7 +678,7 @@ typedef struct {
     const lowrank_job_t *jobs;
     int n_jobs, q, i, j0, k0;
     int64_t idx;
-    float *tj;
+    float *tj, *t0;
 } titer_t;
 
 /* Moves it to a pair with rows and ranks at or after (q, i), from k0 = j0 = 0;
@@ -680,7 +698,7 @@ static bool titer_settle(titer_t *it)
 
 static bool titer_init(titer_t *it, const lowrank_job_t *jobs, int n_jobs, float *t)
 {
-    *it = (titer_t){.jobs = jobs, .n_jobs = n_jobs, .tj = t};
+    *it = (titer_t){.jobs = jobs, .n_jobs = n_jobs, .tj = t, .t0 = t};
     return titer_settle(it);
 }
 
@@ -718,24 +736,70 @@ static const uint8_t *titer_a(const titer_t *it, int *rows, size_t *rb)
     return a->data + (size_t)it->k0 * a->row_bytes;
 }
 
+void lowrank_prefetch_a(const lowrank_job_t *jobs, int n_jobs, int part, int n_parts, size_t max_bytes)
+{
+    size_t total = 0;
+    lowrank_phase_t ph;
+    lowrank_phase_init(&ph, jobs, n_jobs);
+    if (ph.n_tasks <= 0 || n_parts <= 0 || part < 0 || part >= n_parts)
+        return;
+    const int64_t i0 = ph.n_tasks * part / n_parts, i1 = ph.n_tasks * (part + 1) / n_parts;
+    titer_t it;
+    if (i0 >= i1 || !titer_init(&it, jobs, n_jobs, NULL) || !titer_seek(&it, i0))
+        return;
+    const uint8_t *sp = NULL;
+    size_t sn = 0;
+    for (int64_t i = i0; i < i1; i++) {
+        if (i > i0 && !titer_seek(&it, i))
+            break;
+        int rows;
+        size_t rb;
+        const uint8_t *p = titer_a(&it, &rows, &rb);
+        const size_t b = (size_t)rows * rb;
+        if ((total += b) > max_bytes)
+            break;
+        if (sp && p == sp + sn) {
+            sn += b;
+        } else if (!sp || p < sp || p + b > sp + sn) { /* a later block of rows reads the same A again */
+            if (sp)
+                pfq_push_bg(sp, sn);
+            sp = p;
+            sn = b;
+        }
+    }
+    if (sp)
+        pfq_push_bg(sp, sn);
+}
+
+/* Moves it to task target (>= 0), from the start when target is behind it
+ * (a task stolen from the back of another thread's range); false when
+ * there is none. */
+static bool titer_goto(titer_t *it, int64_t target)
+{
+    if (target < it->idx && !titer_init(it, it->jobs, it->n_jobs, it->t0))
+        return false;
+    return titer_seek(it, target);
+}
+
 void lowrank_run_t(const lowrank_job_t *jobs, int n_jobs, float *t, lowrank_phase_t *ph)
 {
-    atomic_llong *next = &ph->next;
     dots_fn dots;
     cols_fn cols;
     kernels(&dots, &cols);
     (void)cols;
     /* Every thread walks the same task list in the same order and runs the
-     * tasks whose index it claims (dynamic scheduling). A thread claims its
-     * next task before it runs the current one, so that the current one can
-     * ask for the next one's A rows ahead (task_a); it holds at most that
-     * one task unstarted. */
+     * tasks it claims (in order from a shared counter, or from its range of
+     * ph->ws). A thread claims its next task before it runs the current
+     * one, so that the current one can ask for the next one's A rows ahead
+     * (task_a); it holds at most that one task unstarted. */
     titer_t cur, nx;
-    if (!titer_init(&cur, jobs, n_jobs, t) || !titer_seek(&cur, claim(next)))
+    const int64_t c0 = claim_t(ph);
+    if (c0 < 0 || !titer_init(&cur, jobs, n_jobs, t) || !titer_goto(&cur, c0))
         return;
     for (bool first = true;; first = false) {
         nx = cur;
-        const bool more = titer_seek(&nx, claim(next));
+        const int64_t c1 = claim_t(ph);
+        const bool more = c1 >= 0 && titer_goto(&nx, c1);
         int nxt_rows = 0;
         size_t nxt_rb = 0;
         const uint8_t *nxt = more ? titer_a(&nx, &nxt_rows, &nxt_rb) : NULL;

@@ -175,9 +175,18 @@ typedef struct lowrank_phase {
     atomic_llong next;   /* phase 1 tasks claimed */
     atomic_llong done;   /* phase 1 tasks finished */
     int64_t n_tasks;     /* phase 1 tasks of the jobs */
+    struct ws_t *ws;     /* NULL: tasks claimed in order from `next`; else
+                          * per-thread ranges (lowrank_phase_ranges) */
 } lowrank_phase_t;
 int lowrank_check(const lowrank_job_t *jobs, int n_jobs);
 void lowrank_phase_init(lowrank_phase_t *ph, const lowrank_job_t *jobs, int n_jobs);
+/* After lowrank_phase_init: phase 1's tasks in n_threads contiguous ranges
+ * of ws (worksteal.h; range t = tasks [n·t / T, n·(t+1) / T) of the order
+ * above), thread t taking its own from the front, then stealing: the
+ * ranges whose A rows lowrank_prefetch_a queued on each thread while it
+ * ran the previous projection's products. ws is the caller's (not the one
+ * the region's column tasks use). */
+void lowrank_phase_ranges(lowrank_phase_t *ph, struct ws_t *ws, int n_threads);
 void lowrank_run_t(const lowrank_job_t *jobs, int n_jobs, float *t, lowrank_phase_t *ph);
 void lowrank_wait_t(lowrank_phase_t *ph);
 void lowrank_run_cols(const lowrank_job_t *jobs, int n_jobs, const float *t, int64_t o0, int64_t o1);
@@ -188,6 +197,15 @@ void lowrank_run_cols(const lowrank_job_t *jobs, int n_jobs, const float *t, int
  * before the product of those columns and pfq_drain after it. Changes no
  * result. */
 void lowrank_prefetch_cols(const lowrank_job_t *jobs, int n_jobs, int64_t o0, int64_t o1);
+
+/* Queues (pfqueue.h, behind the calling thread's other prefetches:
+ * pfq_push_bg) the A rows of the phase 1 tasks of jobs in range part of
+ * n_parts (lowrank_phase_ranges' split), its first max_bytes: the thread
+ * that will take them first asks for them while it runs the products
+ * before. Only the jobs'
+ * rows and pairs are read (x and y may be NULL). A hint: changes no
+ * result. */
+void lowrank_prefetch_a(const lowrank_job_t *jobs, int n_jobs, int part, int n_parts, size_t max_bytes);
 
 /* One pair's update in scalar code with double accumulation (tests, the
  * reference). */

@@ -36,7 +36,7 @@ typedef struct {
     _Alignas(64) _Atomic uint64_t fe; /* front | end << 32 */
 } ws_range_t;
 
-typedef struct {
+typedef struct ws_t {
     ws_range_t *r; /* max ranges, 64-byte aligned */
     int max;       /* ranges allocated */
     int n;         /* ranges in use (ws_init) */
@@ -72,6 +72,16 @@ static inline int64_t ws_next(ws_t *w, int t)
         }
     }
     return -1;
+}
+
+/* Items left in range t (its owner's and thieves' claims to come). */
+static inline int64_t ws_left(ws_t *w, int t)
+{
+    if (t < 0 || t >= w->n)
+        return 0;
+    const uint64_t cur = atomic_load_explicit(&w->r[t].fe, memory_order_relaxed);
+    const uint32_t f = (uint32_t)cur, e = (uint32_t)(cur >> 32);
+    return f < e ? (int64_t)(e - f) : 0;
 }
 
 #endif

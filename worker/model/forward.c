@@ -208,6 +208,10 @@ forward_t *forward_new(const model_t *m, int max_rows, int n_threads)
     f->lr_jobs = xmalloc(FWD_LORA_FUSED_JOBS * sizeof(lowrank_job_t));
     f->lr_pairs = xmalloc(FWD_LORA_FUSED_JOBS * LORA_SET_MAX * sizeof(lowrank_t *));
     f->lr_s = xmalloc(FWD_LORA_FUSED_JOBS * LORA_SET_MAX * sizeof(float));
+    f->lr_jobs_nx = xmalloc(FWD_LORA_FUSED_JOBS * sizeof(lowrank_job_t));
+    f->lr_pairs_nx = xmalloc(FWD_LORA_FUSED_JOBS * LORA_SET_MAX * sizeof(lowrank_t *));
+    f->lr_s_nx = xmalloc(FWD_LORA_FUSED_JOBS * LORA_SET_MAX * sizeof(float));
+    f->ws_lr = ws_new(f->n_threads);
     f->ws = ws_new(f->n_threads);
     const char *pe = getenv("PAGODA_FWD_PROFILE");
     f->prof = pe && *pe && *pe != '0' ? (atoi(pe) > 0 ? atoi(pe) : 1) : 0;
@@ -250,6 +254,10 @@ void forward_free(forward_t **fp)
     free(f->lr_jobs);
     free(f->lr_pairs);
     free(f->lr_s);
+    free(f->lr_jobs_nx);
+    free(f->lr_pairs_nx);
+    free(f->lr_s_nx);
+    ws_free(&f->ws_lr);
     ws_free(&f->ws);
     free(f);
     *fp = NULL;
@@ -764,6 +772,16 @@ static void qkv_attention_by_head(forward_t *f, const layer_att_t *a, const fwd_
  * of LOWRANK_COLS (the update's panels), so a task's update covers whole
  * panels. */
 #define FWD_FFN_COLS 64
+/* A thread queues the next projection's A rows (proj_fused) when fewer
+ * than this many column tasks are left in its range. */
+#ifndef FWD_LORA_PF_TASKS
+#define FWD_LORA_PF_TASKS 8
+#endif
+/* ... at most this many bytes of them (the rest would push the first out
+ * of the core's 1 MiB L2 before phase 1 reads them) */
+#ifndef FWD_LORA_PF_BYTES
+#define FWD_LORA_PF_BYTES (256u << 10)
+#endif
 _Static_assert(FWD_FFN_COLS % 16 == 0 && FWD_FFN_COLS % LOWRANK_COLS == 0, "proj_fused's column tasks");
 
 /* ys[k] (R, ws[k]->rows) = x (R, cols) · ws[k]ᵀ for k < n (n <= 3, equal
@@ -807,17 +825,39 @@ static void proj_fused(forward_t *f, const fwd_batch_t *b, int l, const enum lor
     const int n_jobs = first[n];
     lowrank_phase_t ph;
     lowrank_phase_init(&ph, f->lr_jobs, n_jobs);
+    /* phase 1 in per-thread ranges: each thread's range is the one it
+     * queued the A rows of during the products of the projection before */
+    if (n_jobs > 0)
+        lowrank_phase_ranges(&ph, f->ws_lr, f->n_threads);
+    /* the next projection with updates and no attention before it: its
+     * phase 1's A rows are queued (behind this region's own prefetches)
+     * while this region's last products run */
+    int n_nx = 0;
+    if (lp && f->n_lora_grp > 0) {
+        static const enum lora_proj gu[2] = {LORA_GATE, LORA_UP}, dn[1] = {LORA_DOWN}, qkv[3] = {LORA_Q, LORA_K, LORA_V};
+        if (lp[0] == LORA_O)
+            n_nx = forward_lora_jobs_next(f, b, l, 2, gu);
+        else if (lp[0] == LORA_GATE)
+            n_nx = forward_lora_jobs_next(f, b, l, 1, dn);
+        else if (lp[0] == LORA_DOWN && l + 1 < c->n_layer)
+            n_nx = forward_lora_jobs_next(f, b, l + 1, 3, qkv);
+    }
     /* per-thread contiguous ranges of tasks, stolen from the back when a
      * thread runs out (worksteal.h): each matrix's "next panels" prefetch
      * then reads the thread's own next task */
     ws_init(f->ws, n_tasks, f->n_threads);
 #pragma omp parallel num_threads(f->n_threads)
     {
-        bool t_ready = n_jobs == 0;
+        bool t_ready = n_jobs == 0, queued = n_nx == 0;
+        pfq_clear_bg(); /* what the region before queued and did not issue */
         if (n_jobs > 0)
             lowrank_run_t(f->lr_jobs, n_jobs, f->lr_t, &ph);
         for (int64_t task; (task = ws_next(f->ws, omp_get_thread_num())) >= 0;) {
             const int t = omp_get_thread_num();
+            if (!queued && ws_left(f->ws, t) < FWD_LORA_PF_TASKS) {
+                lowrank_prefetch_a(f->lr_jobs_nx, n_nx, t, f->n_threads, FWD_LORA_PF_BYTES);
+                queued = true;
+            }
             int k0 = 0;
             int64_t ch = task;
             while (!act && ch >= n_ch[k0])

@@ -71,6 +71,10 @@ struct forward {
     lowrank_job_t *lr_jobs;          /* (FWD_LORA_FUSED_JOBS) one lowrank call's jobs */
     const lowrank_t **lr_pairs;      /* (FWD_LORA_FUSED_JOBS, LORA_SET_MAX) their pairs */
     float *lr_s;                     /* (FWD_LORA_FUSED_JOBS, LORA_SET_MAX) their scales */
+    lowrank_job_t *lr_jobs_nx;       /* the same three for the next projection's */
+    const lowrank_t **lr_pairs_nx;   /*   jobs (forward_lora_jobs_next): proj_fused */
+    float *lr_s_nx;                  /*   queues their A rows during its products */
+    ws_t *ws_lr;                     /* per-thread ranges of a proj_fused region's phase 1 */
     float *lr_t;                     /* (lr_t_cap) lowrank's scratch */
     size_t lr_t_cap;                 /* the larger of (max_rows + LORA_SET_MAX) * LORA_MAX_RANK
                                       * (lora_add) and q/k/v of every row of a proj_fused step
@@ -120,6 +124,7 @@ void forward_lora_add1(forward_t *f, const fwd_batch_t *b, int l, enum lora_proj
 
 /* The jobs of the n projections p[k] of layer l for one proj_fused region
  * into f->lr_jobs: projection k's are [first[k], first[k + 1]). */
+int forward_lora_jobs_next(forward_t *f, const fwd_batch_t *b, int l, int n, const enum lora_proj *p);
 void forward_lora_jobs(forward_t *f, const fwd_batch_t *b, int l, int n, const enum lora_proj *p, const float *x,
                        int64_t ldx, float *const *y, const int64_t *ldy, int *first);
 

@@ -63,10 +63,11 @@ typedef struct lora_slot {
     size_t sum_r;  /* their ranks' sum */
 } lora_slot_t;
 
-static lora_slot_t lora_set_pairs(forward_t *f, const fwd_batch_t *b, int g, int l, enum lora_proj p, int slot)
+static lora_slot_t lora_set_pairs_in(forward_t *f, const fwd_batch_t *b, int g, int l, enum lora_proj p, int slot,
+                                     const lowrank_t **pairs, float *s)
 {
     const lora_set_t *set = &b->lora_sets[f->lora_gset[g]];
-    lora_slot_t sl = {.pairs = f->lr_pairs + (size_t)slot * LORA_SET_MAX, .s = f->lr_s + (size_t)slot * LORA_SET_MAX};
+    lora_slot_t sl = {.pairs = pairs + (size_t)slot * LORA_SET_MAX, .s = s + (size_t)slot * LORA_SET_MAX};
     for (int i = 0; i < set->n; i++) {
         const lowrank_t *lr = lora_pair(set->ad[i], l, p);
         if (!lr)
@@ -76,6 +77,11 @@ static lora_slot_t lora_set_pairs(forward_t *f, const fwd_batch_t *b, int g, int
         sl.sum_r += (size_t)lr->rank;
     }
     return sl;
+}
+
+static lora_slot_t lora_set_pairs(forward_t *f, const fwd_batch_t *b, int g, int l, enum lora_proj p, int slot)
+{
+    return lora_set_pairs_in(f, b, g, l, p, slot, f->lr_pairs, f->lr_s);
 }
 
 /* For each of the n_p projections p[k] of layer l (that share no output):
@@ -158,4 +164,21 @@ void forward_lora_jobs(forward_t *f, const fwd_batch_t *b, int l, int n, const e
     int rc = lowrank_check(f->lr_jobs, n_jobs);
     assert(rc == 0 && "adapters were checked against the model at load");
     (void)rc;
+}
+/* The jobs forward_lora_jobs will make for the n projections p[k] of layer
+ * l, into f->lr_jobs_nx (x and y NULL: only their rows and pairs, for
+ * lowrank_prefetch_a); returns their count. */
+int forward_lora_jobs_next(forward_t *f, const fwd_batch_t *b, int l, int n, const enum lora_proj *p)
+{
+    int n_jobs = 0;
+    for (int k = 0; k < n; k++)
+        for (int g = 0; g < f->n_lora_grp && n_jobs < FWD_LORA_FUSED_JOBS; g++) {
+            const lora_slot_t sl = lora_set_pairs_in(f, b, g, l, p[k], n_jobs, f->lr_pairs_nx, f->lr_s_nx);
+            if (sl.n == 0)
+                continue;
+            f->lr_jobs_nx[n_jobs++] = (lowrank_job_t){.rows = f->lora_rows + f->lora_grp0[g],
+                                                      .n = f->lora_grp0[g + 1] - f->lora_grp0[g],
+                                                      .pairs = sl.pairs, .s = sl.s, .n_pairs = sl.n};
+        }
+    return n_jobs;
 }

@@ -13,6 +13,10 @@
  *   - a region with more threads than ranges (the extra ones only steal)
  *     and one with fewer (the missing owner's range is stolen) still run
  *     every item once;
+ *   - ws_left counts the items still in a range: 10 items over 2 ranges
+ *     give 5 and 5; two claims by owner 0 leave 3 there; a thief (thread
+ *     0 once its range is empty) takes from range 1's back, which
+ *     ws_left(1) shows; an unknown range has 0;
  *   - refusals: ws_new of 0 or a negative count is NULL, ws_free(NULL)
  *     and of a NULL pointer are no-ops.
  */
@@ -114,6 +118,29 @@ static void test_order_and_steal(void **state)
     ws_free(&w);
 }
 
+static void test_left(void **state)
+{
+    (void)state;
+    ws_t *w = ws_new(2);
+    assert_non_null(w);
+    ws_init(w, 10, 2);
+    assert_int_equal(ws_left(w, 0), 5);
+    assert_int_equal(ws_left(w, 1), 5);
+    assert_int_equal(ws_next(w, 0), 0);
+    assert_int_equal(ws_next(w, 0), 1);
+    assert_int_equal(ws_left(w, 0), 3);
+    for (int i = 2; i < 5; i++)
+        assert_int_equal(ws_next(w, 0), i);
+    assert_int_equal(ws_left(w, 0), 0);
+    assert_int_equal(ws_next(w, 0), 9); /* stolen from range 1's back */
+    assert_int_equal(ws_left(w, 1), 4);
+    assert_int_equal(ws_next(w, 1), 5); /* the owner still takes its front */
+    assert_int_equal(ws_left(w, 1), 3);
+    assert_int_equal(ws_left(w, 2), 0);
+    assert_int_equal(ws_left(w, -1), 0);
+    ws_free(&w);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -134,6 +161,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_item_once),
         cmocka_unit_test(test_order_and_steal),
+        cmocka_unit_test(test_left),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
