@@ -481,7 +481,7 @@ static void test_refused(void **state)
  * on the rank-64 ones, every projection; float factors unless
  * LORA_STEP_BENCH_PRECISION=int8), 32 rows at position LORA_STEP_BENCH_POS
  * (80) of their sequences, row i on a((i mod 9) + 1) or the base when
- * i mod 9 = 8, the int8 matmuls the worker runs, F16 KV, 2 threads
+ * i mod 9 = 8, the int8 matmuls the worker runs, F16 KV (huge pages, filled), 2 threads
  * (LORA_STEP_BENCH_THREADS); LORA_STEP_BENCH_UNFUSED=1: the mixed step
  * on the unfused path (forward_set_lora_fused off, as before proj_fused).
  * Prints the medians of LORA_STEP_BENCH_REPS
