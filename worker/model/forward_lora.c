@@ -136,6 +136,37 @@ void forward_lora_add1(forward_t *f, const fwd_batch_t *b, int l, enum lora_proj
     forward_lora_add(f, b, l, 1, &p, &x, &ldx, &y, &ldy);
 }
 
+/* The jobs of the n projections p[k] of layer l, group by group, into
+ * jobs (their pairs and scales in the slots of pairs and s): projection
+ * k's are jobs[first[k] .. first[k + 1]) (first may be NULL). x, y (NULL:
+ * none) and ldy (with y) are the jobs' input and outputs. Returns the
+ * count; *t_used the scratch floats they need. */
+static int lora_jobs_into(forward_t *f, const fwd_batch_t *b, int l, int n, const enum lora_proj *p, const float *x,
+                          int64_t ldx, float *const *y, const int64_t *ldy, int *first, lowrank_job_t *jobs,
+                          const lowrank_t **pairs, float *s, size_t *t_used)
+{
+    int n_jobs = 0;
+    *t_used = 0;
+    for (int k = 0; k < n; k++) {
+        if (first)
+            first[k] = n_jobs;
+        for (int g = 0; g < f->n_lora_grp; g++) {
+            assert(n_jobs < FWD_LORA_FUSED_JOBS);
+            const lora_slot_t sl = lora_set_pairs_in(f, b, g, l, p[k], n_jobs, pairs, s);
+            if (sl.n == 0)
+                continue;
+            const int n_rows = f->lora_grp0[g + 1] - f->lora_grp0[g];
+            jobs[n_jobs++] = (lowrank_job_t){ .x = x, .ldx = ldx, .y = y ? y[k] : NULL, .ldy = y ? ldy[k] : 0,
+                                              .rows = f->lora_rows + f->lora_grp0[g], .n = n_rows,
+                                              .pairs = sl.pairs, .s = sl.s, .n_pairs = sl.n };
+            *t_used += (size_t)n_rows * sl.sum_r;
+        }
+    }
+    if (first)
+        first[n] = n_jobs;
+    return n_jobs;
+}
+
 /* The jobs of the n projections p[k] of layer l (input x (R, ldx), outputs
  * y[k] (R, ldy[k])) for one proj_fused region, group by group:
  * projection k's are f->lr_jobs[first[k] .. first[k + 1]). They always fit
@@ -143,42 +174,21 @@ void forward_lora_add1(forward_t *f, const fwd_batch_t *b, int l, enum lora_proj
 void forward_lora_jobs(forward_t *f, const fwd_batch_t *b, int l, int n, const enum lora_proj *p, const float *x,
                        int64_t ldx, float *const *y, const int64_t *ldy, int *first)
 {
-    int n_jobs = 0;
-    size_t t_used = 0;
-    for (int k = 0; k < n; k++) {
-        first[k] = n_jobs;
-        for (int g = 0; g < f->n_lora_grp; g++) {
-            assert(n_jobs < FWD_LORA_FUSED_JOBS);
-            const lora_slot_t sl = lora_set_pairs(f, b, g, l, p[k], n_jobs);
-            if (sl.n == 0)
-                continue;
-            const int n_rows = f->lora_grp0[g + 1] - f->lora_grp0[g];
-            f->lr_jobs[n_jobs++] = (lowrank_job_t){ .x = x, .ldx = ldx, .y = y[k], .ldy = ldy[k],
-                                                    .rows = f->lora_rows + f->lora_grp0[g], .n = n_rows,
-                                                    .pairs = sl.pairs, .s = sl.s, .n_pairs = sl.n };
-            t_used += (size_t)n_rows * sl.sum_r;
-        }
-    }
-    first[n] = n_jobs;
+    size_t t_used;
+    const int n_jobs = lora_jobs_into(f, b, l, n, p, x, ldx, y, ldy, first, f->lr_jobs, f->lr_pairs, f->lr_s, &t_used);
     assert(t_used <= f->lr_t_cap);
+    (void)t_used;
     int rc = lowrank_check(f->lr_jobs, n_jobs);
     assert(rc == 0 && "adapters were checked against the model at load");
     (void)rc;
 }
+
 /* The jobs forward_lora_jobs will make for the n projections p[k] of layer
  * l, into f->lr_jobs_nx (x and y NULL: only their rows and pairs, for
  * lowrank_prefetch_a); returns their count. */
 int forward_lora_jobs_next(forward_t *f, const fwd_batch_t *b, int l, int n, const enum lora_proj *p)
 {
-    int n_jobs = 0;
-    for (int k = 0; k < n; k++)
-        for (int g = 0; g < f->n_lora_grp && n_jobs < FWD_LORA_FUSED_JOBS; g++) {
-            const lora_slot_t sl = lora_set_pairs_in(f, b, g, l, p[k], n_jobs, f->lr_pairs_nx, f->lr_s_nx);
-            if (sl.n == 0)
-                continue;
-            f->lr_jobs_nx[n_jobs++] = (lowrank_job_t){.rows = f->lora_rows + f->lora_grp0[g],
-                                                      .n = f->lora_grp0[g + 1] - f->lora_grp0[g],
-                                                      .pairs = sl.pairs, .s = sl.s, .n_pairs = sl.n};
-        }
-    return n_jobs;
+    size_t t_used;
+    return lora_jobs_into(f, b, l, n, p, NULL, 0, NULL, NULL, NULL, f->lr_jobs_nx, f->lr_pairs_nx, f->lr_s_nx,
+                          &t_used);
 }
