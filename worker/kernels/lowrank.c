@@ -35,6 +35,12 @@ static int w_kind(uint32_t type)
     return type == GGML_TYPE_F16 ? W_F16 : type == LOWRANK_I8 ? W_I8 : W_F32;
 }
 
+/* Bytes of one element of a factor of this kind */
+static inline int64_t kind_bytes(int kind)
+{
+    return kind == W_I8 ? 1 : kind == W_F16 ? 2 : 4;
+}
+
 static inline float w_at(const void *wv, int kind, int64_t i)
 {
     return kind == W_F16 ? quant_fp16_to_fp32(((const uint16_t *)wv)[i])
@@ -145,7 +151,7 @@ static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
 dots_avx2_n(const float *const *xs, const int nr, const void *w0, const int kind, int64_t len, float *out0,
             const uint8_t *pf)
 {
-    const int64_t eb = kind == W_I8 ? 1 : kind == W_F16 ? 2 : 4;
+    const int64_t eb = kind_bytes(kind);
     const float *x0 = xs[0], *x1 = xs[nr > 1 ? 1 : 0], *x2 = xs[nr > 2 ? 2 : 0], *x3 = xs[nr > 3 ? 3 : 0];
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int64_t i = 0;
@@ -218,7 +224,7 @@ static inline __attribute__((always_inline, target(LOWRANK_T512))) void
 dots_avx512_n(const float *const *xs, const int nr, const void *w0, const void *w1, const int two, const int kind,
               int64_t len, float *out0, float *out1, const uint8_t *pf0, const uint8_t *pf1)
 {
-    const int64_t eb = kind == W_I8 ? 1 : kind == W_F16 ? 2 : 4;
+    const int64_t eb = kind_bytes(kind);
     const float *x0 = xs[0], *x1 = xs[nr > 1 ? 1 : 0], *x2 = xs[nr > 2 ? 2 : 0], *x3 = xs[nr > 3 ? 3 : 0];
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int64_t i = 0;
@@ -482,7 +488,7 @@ cols_avx512_n(const float *const *ts, const int nr, const uint8_t *bt, size_t bt
               int64_t r, float s, int64_t o0, int64_t o1, float *const *ys, const panel_t *nx)
 {
     const __m512 sv = _mm512_set1_ps(s);
-    const size_t eb = kind == W_I8 ? 1 : kind == W_F16 ? 2 : 4;
+    const size_t eb = (size_t)kind_bytes(kind);
     int64_t o = o0;
     for (; o + 64 <= o1; o += 64) {
         __m512 acc[LOWRANK_ROWS][4];
@@ -725,13 +731,19 @@ static bool titer_seek(titer_t *it, int64_t target)
     return it->q < it->n_jobs;
 }
 
+/* The end of the block of ranks task it sums (k0 .. k1) */
+static int titer_k1(const titer_t *it)
+{
+    const lowrank_t *lr = it->jobs[it->q].pairs[it->i];
+    return it->k0 + LOWRANK_KS < lr->rank ? it->k0 + LOWRANK_KS : lr->rank;
+}
+
 /* The A rows task it reads: *rows rows of *rb bytes from the result */
 static const uint8_t *titer_a(const titer_t *it, int *rows, size_t *rb)
 {
     const lowrank_t *lr = it->jobs[it->q].pairs[it->i];
     const matmul_weight_t *a = lr->a8.data ? &lr->a8 : &lr->a;
-    const int k1 = it->k0 + LOWRANK_KS < lr->rank ? it->k0 + LOWRANK_KS : lr->rank;
-    *rows = k1 - it->k0;
+    *rows = titer_k1(it) - it->k0;
     *rb = a->row_bytes;
     return a->data + (size_t)it->k0 * a->row_bytes;
 }
@@ -806,8 +818,7 @@ void lowrank_run_t(const lowrank_job_t *jobs, int n_jobs, float *t, lowrank_phas
         const lowrank_job_t *jb = &jobs[cur.q];
         const lowrank_t *lr = jb->pairs[cur.i];
         const int nr = jb->n - cur.j0 < LOWRANK_ROWS ? jb->n - cur.j0 : LOWRANK_ROWS;
-        const int k1 = cur.k0 + LOWRANK_KS < lr->rank ? cur.k0 + LOWRANK_KS : lr->rank;
-        task_a(dots, jb, lr, cur.tj, cur.j0, nr, cur.k0, k1, nxt, nxt_rows, nxt_rb, first);
+        task_a(dots, jb, lr, cur.tj, cur.j0, nr, cur.k0, titer_k1(&cur), nxt, nxt_rows, nxt_rb, first);
         atomic_fetch_add_explicit(&ph->done, 1, memory_order_release);
         if (!more)
             return;
