@@ -87,6 +87,10 @@ struct qgemm_ctx {
     size_t x_bytes;    /* xq, xd, xs and xc: one xhuge_zalloc block of this size */
     ws_t *ws;          /* the panel loop's per-thread ranges (worksteal.h), max_threads */
     size_t panel_bytes;
+    uint8_t *wide;     /* max_threads scratches of wide_bytes: the wide K-quant
+                        * tiles' unpacked unit (qkpack_wide_run) */
+    size_t wide_bytes;
+    int64_t wide_kb;   /* blocks per range of those tiles (qgemm_set_wide_kblocks) */
 };
 
 /* One thread's decoded W panel (layout in the file comment). */
@@ -98,6 +102,7 @@ typedef struct {
     float *dm;   /* (nb, 8) */
     const uint16_t *dh; /* (nb, 8) f16 block scales of a packed Q8_0 panel
                          * (then d is unused); NULL for a filled panel */
+    uint8_t *wide;      /* the thread's wide K-quant scratch (qgemm_ctx.wide) */
 } panel_t;
 
 /* The quantized X rows of the current call. */
@@ -225,6 +230,13 @@ qgemm_ctx_t *qgemm_ctx_new(int max_rows, int64_t max_in)
     c->panels = xaligned_alloc(c->panel_bytes * (size_t)c->n_threads);
     c->ws = ws_new(QGEMM_MAX_THREADS);
     memset(c->panels, 0, c->panel_bytes * (size_t)c->n_threads);
+    /* the wide tiles' scratch: never touched here (a decode-only worker
+     * never maps it) */
+    c->wide_kb = ((int64_t)nbm + 7) / 8 * 8;
+    if (c->wide_kb > QKPACK_WIDE_KBLOCKS)
+        c->wide_kb = QKPACK_WIDE_KBLOCKS;
+    c->wide_bytes = (size_t)c->wide_kb * QKPACK_WIDE_BLOCK_BYTES;
+    c->wide = xaligned_alloc(c->wide_bytes * (size_t)c->n_threads);
     return c;
 }
 
@@ -235,6 +247,7 @@ void qgemm_ctx_free(qgemm_ctx_t **pc)
     qgemm_ctx_t *c = *pc;
     xhuge_zfree(c->xq, c->x_bytes);
     free(c->panels);
+    free(c->wide);
     ws_free(&c->ws);
     free(c);
     *pc = NULL;
@@ -248,6 +261,8 @@ int qgemm_set_threads(qgemm_ctx_t *c, int n_threads)
         free(c->panels);
         c->panels = xaligned_alloc(c->panel_bytes * (size_t)n_threads);
         memset(c->panels, 0, c->panel_bytes * (size_t)n_threads);
+        free(c->wide);
+        c->wide = xaligned_alloc(c->wide_bytes * (size_t)n_threads);
         c->max_threads = n_threads;
     }
     c->n_threads = n_threads;
@@ -269,6 +284,14 @@ int qgemm_set_isa(qgemm_ctx_t *c, qgemm_isa_t isa)
 qgemm_isa_t qgemm_get_isa(const qgemm_ctx_t *c) { return c->isa; }
 
 void qgemm_set_amx_emulated(qgemm_ctx_t *c, bool on) { c->amx_emu = on; }
+
+int qgemm_set_wide_kblocks(qgemm_ctx_t *c, int64_t kblocks)
+{
+    if (!c || kblocks < 8 || kblocks % 8 != 0 || (size_t)kblocks * QKPACK_WIDE_BLOCK_BYTES > c->wide_bytes)
+        return -1;
+    c->wide_kb = kblocks;
+    return 0;
+}
 
 const char *qgemm_isa_name(qgemm_isa_t isa)
 {
@@ -293,6 +316,8 @@ static panel_t panel_at(const qgemm_ctx_t *c, int i_thread)
     p.mm = p.sc + nbm * 16;
     p.d = (float *)(p.mm + nbm * 8);
     p.dm = p.d + nbm * 8;
+    p.dh = NULL;
+    p.wide = c->wide + c->wide_bytes * (size_t)i_thread;
     return p;
 }
 
@@ -871,6 +896,7 @@ static inline int32_t xsum(int32_t s) { return (int32_t)(int16_t)(s & 0xffff) + 
 #define WIDE_V 4
 #define WIDE_PANELS (2 * WIDE_V)
 #define WIDE_NC (WIDE_PANELS * NC)
+_Static_assert(WIDE_PANELS == QKPACK_WIDE_PANELS, "the wide Q8_0 and K-quant units are the same columns");
 /* From this many X rows a packed Q8_0 W on AVX-512 runs in units of
  * WIDE_PANELS panels with the wide kernel; fewer rows (decode, small
  * batches) keep the 16-column kernel, whose prefetch suits a W read once. */
@@ -1071,8 +1097,9 @@ typedef struct {
     size_t pstride;       /* bytes from one packed panel to the next */
     bool direct;          /* small-batch AVX2 path, no panel */
     int ppu;              /* panels per work unit: for packed W on AVX-512
-                           * WIDE_PANELS (Q8_0, ≥ WIDE_MIN_ROWS rows: the wide
-                           * kernel) or 2 (one 16-column kernel), else 1 */
+                           * WIDE_PANELS (≥ WIDE_MIN_ROWS rows: the wide
+                           * kernels) or 2 (one 16-column kernel), else 1 */
+    int64_t wide_kb;      /* qgemm_ctx.wide_kb */
     qgemm_isa_t isa;      /* the context's ISA (AVX512VNNI for AMX: every
                            * path but the AMX tiles runs its kernels) */
     int amx;              /* AMX tile kernel for 16-row groups: 0 none, 1 the
@@ -1169,6 +1196,23 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
     const int64_t n_in = qx->n_in, nb = qx->nb, n_out = m->n_out;
     int64_t c0 = ip * NC;
     int nc = n_out - c0 < NC ? (int)(n_out - c0) : NC;
+    if (m->packed && m->kind != K_Q8_0 && np > 2) {
+        /* AVX-512, n_rows ≥ WIDE_MIN_ROWS: units of WIDE_PANELS panels
+         * (qmat_init) on the wide tiles; a matrix's shorter last unit, and
+         * the tail rows of the AMX path (fewer rows), go by pairs */
+        assert(m->isa == QGEMM_ISA_AVX512VNNI);
+        int j = 0;
+        for (; n_rows >= WIDE_MIN_ROWS && np - j >= WIDE_PANELS; j += WIDE_PANELS) {
+            const int64_t cw = (ip + j) * NC;
+            const int ncw = n_out - cw < WIDE_NC ? (int)(n_out - cw) : WIDE_NC;
+            qkpack_wide_run(m->type, m->packed + (size_t)(ip + j) * m->pstride, m->pstride, n_in, qx->q, qx->d, qx->s,
+                            n_rows, m->y + cw, n_out, ncw, p->wide, m->wide_kb);
+            pfq_step();
+        }
+        for (; j < np; j += 2)
+            run_panel(m, ip + j, np - j < 2 ? 1 : 2, qx, n_rows, avx2, p);
+        return;
+    }
     if (m->packed && m->kind != K_Q8_0) {
         /* Q4_0 / K-quant panels ip (and ip + 1) packed at load (qkpack.h) */
         const uint8_t *pk = m->packed + (size_t)ip * m->pstride;
@@ -1430,9 +1474,10 @@ static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void
      * at every n_rows (qgemm.h, Speed) */
     m->direct = avx2 && !m->packed &&
                 ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) || (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
-    m->ppu = !m->packed || m->isa != QGEMM_ISA_AVX512VNNI ? 1
-             : m->kind == K_Q8_0 && n_rows >= WIDE_MIN_ROWS ? WIDE_PANELS
-                                                            : 2;
+    m->ppu = !m->packed || m->isa != QGEMM_ISA_AVX512VNNI                                       ? 1
+             : n_rows >= WIDE_MIN_ROWS && (m->kind == K_Q8_0 || qkpack_wide_supported(type)) ? WIDE_PANELS
+                                                                                              : 2;
+    m->wide_kb = c->wide_kb;
     m->kern = NULL;
     switch (m->kind) {
     case K_Q8_0: m->kern = kern_avx2_q8_0; break;

@@ -457,6 +457,193 @@ static AVX512 void run_avx512vnni(enum qk_kind k, const uint8_t *p0, const uint8
     }
 }
 
+/* ---- wide tiles (qkpack.h, "wide tiles") ---------------------------------------- */
+
+#define WV 4 /* vectors (panel pairs, 16 columns each) of a wide unit */
+#define WR 3 /* X rows per wide tile */
+_Static_assert(2 * WV == QKPACK_WIDE_PANELS, "a unit is WV panel pairs");
+
+/* Scratch of a range of n blocks from b0: the quants of block b0 + i, group
+ * k (elements 4k..4k+3; k < 4 the low nibbles of the packing's group k,
+ * k ≥ 4 the high ones of group k - 4), vector v at byte (8i + k)·256 + 64v:
+ * lane c holds column 16v + c's 4 quants, one per byte, as blk16_load makes
+ * them. Then, from byte 2048·n, each block's scales, 768 bytes: 16-lane
+ * vectors at (4s + v)·64, s = 0: d·s (Q4_K / Q5_K) or the block's d (Q4_0);
+ * s = 1: dm·m (Q4_K / Q5_K). (Q6_K is not taken: qkpack.h.) */
+static AVX512 void wide_unpack(enum qk_kind kind, const uint8_t *panel, size_t pstride, int64_t b0, int64_t b1,
+                               uint8_t *scr)
+{
+    const size_t CH = qk_chunk_bytes(kind);
+    uint8_t *sp = scr + (size_t)(b1 - b0) * 2048;
+    for (int v = 0; v < WV; v++) {
+        const uint8_t *p0 = panel + (size_t)(2 * v) * pstride, *p1 = p0 + pstride;
+        int64_t ch_at = -1;
+        __m512 d = _mm512_setzero_ps(), dm = d;
+        for (int64_t b = b0; b < b1; b++) {
+            const int64_t ch = b / 8;
+            const uint8_t *c0 = p0 + (size_t)ch * CH, *c1 = p1 + (size_t)ch * CH;
+            if (ch != ch_at) {
+                chunk_scales(kind, c0, c1, &d, &dm);
+                ch_at = ch;
+            }
+            blk16_t w;
+            blk16_load(kind, c0, c1, (int)(b % 8), d, dm, &w);
+            uint8_t *q = scr + (size_t)(b - b0) * 2048 + 64 * (size_t)v;
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                _mm512_store_si512((void *)(q + 256 * g), w.wl[g]);
+                _mm512_store_si512((void *)(q + 256 * (g + 4)), w.wh[g]);
+            }
+            uint8_t *ps = sp + (size_t)(b - b0) * 768 + 64 * (size_t)v;
+            _mm512_store_ps((void *)ps, w.ds);
+            if (QK_AFFINE(kind))
+                _mm512_store_ps((void *)(ps + 256), w.dmm);
+        }
+    }
+}
+
+/* R rows (xq, xd, xs at the tile's first row) over the n unpacked blocks
+ * from b0: acc starts at zero (first range) or at what y holds (a later
+ * range), and ends in y's nc valid columns. Per lane, the integers and float
+ * step of row16. */
+AINL void wide_tile(enum qk_kind kind, int R, const uint8_t *scr, int64_t b0, int64_t n, const int8_t *xq,
+                    int64_t n_in, const float *xd, const int32_t *xs, int64_t nb, float *y, int64_t ldy, int nc,
+                    bool first)
+{
+    __m512 acc[WR][WV];
+    __mmask16 mk[WV];
+#pragma GCC unroll 4
+    for (int v = 0; v < WV; v++) {
+        const int l = nc - 16 * v;
+        mk[v] = l >= 16 ? (__mmask16)0xffff : l <= 0 ? (__mmask16)0 : (__mmask16)((1u << l) - 1);
+    }
+#pragma GCC unroll 3
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < WV; v++)
+            acc[r][v] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk[v], y + (int64_t)r * ldy + 16 * v);
+    const uint8_t *sp = scr + (size_t)n * 2048;
+    pfq_t *pq = pfq_self();
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t b = b0 + i;
+        pfq_tick_at(pq); /* a LoRA update's queued factor lines, a few a block */
+        __m512i za[WR][WV];
+        float xsf[WR];
+#pragma GCC unroll 3
+        for (int r = 0; r < R; r++) {
+            const int32_t h = xs[(int64_t)r * nb + b];
+            const int32_t xlo = (int16_t)(uint16_t)((uint32_t)h & 0xffffu), xhi = (int16_t)(uint16_t)((uint32_t)h >> 16);
+            /* one chain over both halves (an exact int32, as row16's two):
+             * Q4_0 starts at −8·Σx (row16), the affine kinds at 0 and take
+             * (float)Σx in the float step */
+            const __m512i s0 = _mm512_set1_epi32(kind == QK_Q40 ? -8 * (xlo + xhi) : 0);
+            xsf[r] = (float)(xlo + xhi);
+#pragma GCC unroll 4
+            for (int v = 0; v < WV; v++)
+                za[r][v] = s0;
+        }
+        const uint8_t *wq = scr + (size_t)i * 2048;
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i w[WV];
+#pragma GCC unroll 4
+            for (int v = 0; v < WV; v++) {
+                w[v] = _mm512_load_si512((const void *)(wq + 256 * k + 64 * v));
+                /* opaque: kept in a register for the R rows, not
+                 * reloaded from memory by each vpdpbusd's operand */
+                __asm__("" : "+v"(w[v]));
+            }
+#pragma GCC unroll 3
+            for (int r = 0; r < R; r++) {
+                int32_t x4;
+                memcpy(&x4, xq + (int64_t)r * n_in + 32 * b + 4 * k, 4);
+                const __m512i xb = _mm512_set1_epi32(x4);
+#pragma GCC unroll 4
+                for (int v = 0; v < WV; v++)
+                    za[r][v] = _mm512_dpbusd_epi32(za[r][v], w[v], xb);
+            }
+        }
+        const uint8_t *ps = sp + (size_t)i * 768;
+#pragma GCC unroll 4
+        for (int v = 0; v < WV; v++) {
+            const __m512 p0 = _mm512_load_ps((const void *)(ps + 64 * v));
+#pragma GCC unroll 3
+            for (int r = 0; r < R; r++) {
+                const __m512 vdx = _mm512_set1_ps(xd[(int64_t)r * nb + b]);
+                if (QK_AFFINE(kind)) {
+                    const __m512 dmm = _mm512_load_ps((const void *)(ps + 256 + 64 * v));
+                    __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(za[r][v]), p0),
+                                             _mm512_mul_ps(_mm512_set1_ps(xsf[r]), dmm));
+                    acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_mul_ps(vdx, t));
+                } else {
+                    acc[r][v] =
+                        _mm512_add_ps(acc[r][v], _mm512_mul_ps(_mm512_cvtepi32_ps(za[r][v]), _mm512_mul_ps(p0, vdx)));
+                }
+            }
+        }
+    }
+#pragma GCC unroll 3
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < WV; v++)
+            _mm512_mask_storeu_ps(y + (int64_t)r * ldy + 16 * v, mk[v], acc[r][v]);
+}
+
+AINL void wide_run_kind(enum qk_kind kind, const uint8_t *panel, size_t pstride, int64_t n_in, const int8_t *xq,
+                        const float *xd, const int32_t *xs, int n_rows, float *y, int64_t ldy, int nc, uint8_t *scr,
+                        int64_t kblocks)
+{
+    const int64_t nb = n_in / 32;
+    /* ranges of equal size (a multiple of 8 blocks, so each starts a chunk) */
+    const int64_t n_rng = (nb + kblocks - 1) / kblocks, per = ((nb + n_rng - 1) / n_rng + 7) / 8 * 8;
+    for (int64_t b0 = 0; b0 < nb; b0 += per) {
+        const int64_t b1 = b0 + per < nb ? b0 + per : nb;
+        wide_unpack(kind, panel, pstride, b0, b1, scr);
+        for (int r0 = 0; r0 < n_rows; r0 += WR) {
+            const int R = n_rows - r0 < WR ? n_rows - r0 : WR;
+#define WT(n)                                                                                                    \
+    wide_tile(kind, n, scr, b0, b1 - b0, xq + (int64_t)r0 * n_in, n_in, xd + (int64_t)r0 * nb,                  \
+              xs + (int64_t)r0 * nb, nb, y + (int64_t)r0 * ldy, ldy, nc, b0 == 0)
+            _Static_assert(WR == 3, "one case per row count");
+            if (R == 3)
+                WT(3);
+            else if (R == 2)
+                WT(2);
+            else
+                WT(1);
+#undef WT
+        }
+    }
+}
+
+static AVX512 void wide_run(enum qk_kind k, const uint8_t *panel, size_t pstride, int64_t n_in, const int8_t *xq,
+                            const float *xd, const int32_t *xs, int n_rows, float *y, int64_t ldy, int nc,
+                            uint8_t *scr, int64_t kblocks)
+{
+    switch (k) {
+    case QK_Q40: wide_run_kind(QK_Q40, panel, pstride, n_in, xq, xd, xs, n_rows, y, ldy, nc, scr, kblocks); break;
+    case QK_Q4K: wide_run_kind(QK_Q4K, panel, pstride, n_in, xq, xd, xs, n_rows, y, ldy, nc, scr, kblocks); break;
+    case QK_Q5K: wide_run_kind(QK_Q5K, panel, pstride, n_in, xq, xd, xs, n_rows, y, ldy, nc, scr, kblocks); break;
+    case QK_Q6K: break; /* not taken (qkpack_wide_supported) */
+    }
+}
+
+bool qkpack_wide_supported(uint32_t type)
+{
+    enum qk_kind k;
+    return kind_of(type, &k) && k != QK_Q6K;
+}
+
+void qkpack_wide_run(uint32_t type, const uint8_t *panel, size_t pstride, int64_t n_in, const int8_t *xq,
+                     const float *xd, const int32_t *xs, int n_rows, float *y, int64_t ldy, int nc, uint8_t *scratch,
+                     int64_t kblocks)
+{
+    enum qk_kind k;
+    if (!kind_of(type, &k) || k == QK_Q6K || kblocks < 8 || kblocks % 8 != 0)
+        return;
+    wide_run(k, panel, pstride, n_in, xq, xd, xs, n_rows, y, ldy, nc, scratch, kblocks);
+}
+
 void qkpack_panel_run(qkpack_isa_t isa, uint32_t type, const uint8_t *panel, const uint8_t *panel2, int64_t n_in,
                       const int8_t *xq, const float *xd, const int32_t *xs, int n_rows, float *y, int64_t ldy,
                       int nc, const uint8_t *next, size_t n_next)

@@ -84,4 +84,40 @@ void qkpack_panel_run(qkpack_isa_t isa, uint32_t type, const uint8_t *panel, con
                       const int8_t *xq, const float *xd, const int32_t *xs, int n_rows, float *y, int64_t ldy,
                       int nc, const uint8_t *next, size_t n_next);
 
+/* ---- wide tiles: prefill batches on AVX512-VNNI -------------------------------
+ *
+ * For many X rows (a prefill step) the 16-column kernel broadcasts one
+ * activation dword per vpdpbusd and unpacks every block again for each
+ * tile of 8 rows. The wide path instead unpacks a unit of QKPACK_WIDE_PANELS
+ * consecutive panels (64 columns) once per call into a per-thread scratch,
+ * as bytes (one 0..63 quant per byte, the 16 columns of a panel pair per
+ * 64-byte vector) with the per-block scales already as the kernel uses them,
+ * then runs every row over it in tiles of up to 3 rows × 64 columns, where
+ * each broadcast activation dword feeds 4 vpdpbusd. A W row longer than kblocks
+ * blocks is unpacked and run in ranges of kblocks (a multiple of 8), the
+ * accumulators of a range parked in y between ranges, so the scratch stays
+ * in L2 while the rows go by. Per lane the integers and the float step are
+ * those of the 16-column kernel (hence of the scalar reference): same bits. */
+#define QKPACK_WIDE_PANELS 8
+/* scratch bytes per block of a range: 2048 of quants, 768 of scales */
+#define QKPACK_WIDE_BLOCK_BYTES (2048 + 768)
+/* kblocks of qkpack_wide_run by default: 128 blocks (4096 inputs), 360 KB
+ * of scratch, well inside a 1-2 MiB L2 beside the rows' stream */
+#define QKPACK_WIDE_KBLOCKS 128
+
+/* true for the types the wide tiles take: Q4_0, Q4_K, Q5_K. (Q6_K keeps
+ * the 16-column kernel: its two half-block chains per row and column, each
+ * scaled by vpmulld, left a 2-row wide tile 23% slower than it at 128 rows
+ * of 2048 × 2048 on Zen 5.) */
+bool qkpack_wide_supported(uint32_t type);
+
+/* Y rows 0..n_rows-1, columns 0..nc-1 (nc ≤ 64; y + r·ldy + c) = X · the
+ * 64 columns of the 8 panels at panel, panel + pstride, ... (X as for
+ * qkpack_panel_run). scratch: kblocks · QKPACK_WIDE_BLOCK_BYTES bytes,
+ * 64-byte aligned; kblocks a positive multiple of 8. The CPU must have
+ * AVX512-VNNI and type be one qkpack_wide_supported takes. */
+void qkpack_wide_run(uint32_t type, const uint8_t *panel, size_t pstride, int64_t n_in, const int8_t *xq,
+                     const float *xd, const int32_t *xs, int n_rows, float *y, int64_t ldy, int nc, uint8_t *scratch,
+                     int64_t kblocks);
+
 #endif

@@ -231,6 +231,58 @@ static void test_multi_quantized(void **state)
     qgemm_ctx_free(&ctx);
 }
 
+/* The wide tiles of AVX512-VNNI (≥ 16 rows, 64-column units of 8 panels):
+ * units whose last panel is short (n_out 61), units followed by pairs and a
+ * lone panel (100, 136), tiles of 3, 2 and 1 rows, and W
+ * rows run in several block ranges (kblocks 8 and 16: accumulators parked
+ * in y between ranges; Q4_0 with 63 blocks, a short last range) all give
+ * the scalar reference's bits. With 2 threads, units on both. Q6_K,
+ * which the wide tiles do not take (qkpack_wide_supported), runs the same
+ * shapes on its 16-column kernel. */
+static void test_wide_tiles(void **state)
+{
+    (void)state;
+    if (!isa_runs(QGEMM_ISA_AVX512VNNI))
+        return; /* isa_runs printed the skip */
+    static const int64_t N_OUT[] = {61, 100, 136};
+    static const int ROWS[] = {16, 17, 18, 19, 40};
+    static const int64_t KB[] = {0, 8, 16}; /* 0: the default ranges */
+    const int max_rows = 40;
+    qgemm_ctx_t *ctx = qgemm_ctx_new(max_rows, 2048);
+    assert_int_equal(qgemm_set_threads(ctx, 2), 0);
+    assert_int_equal(qgemm_set_wide_kblocks(ctx, 12), -1); /* not a multiple of 8 */
+    assert_int_equal(qgemm_set_wide_kblocks(ctx, 1024), -1); /* more than the scratch holds */
+    for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) {
+        const uint32_t type = TYPES[t];
+        const int64_t n_in = type == GGML_TYPE_Q4_0 ? 2016 : 768;
+        for (size_t o = 0; o < sizeof N_OUT / sizeof N_OUT[0]; o++) {
+            const int64_t n_out = N_OUT[o];
+            uint8_t *w = w_random(type, n_out, n_in, 300 + 10 * t + o);
+            void *packed = qgemm_pack(type, w, n_out, n_in, 2);
+            assert_non_null(packed);
+            float *x = activations(max_rows, n_in, 400 + t + o);
+            float *ref = run(ctx, QGEMM_ISA_SCALAR, type, w, NULL, n_out, n_in, x, max_rows);
+            memset(w, 0x5a, quant_row_bytes(type, n_in) * (size_t)n_out);
+            for (size_t k = 0; k < sizeof KB / sizeof KB[0]; k++) {
+                assert_int_equal(qgemm_set_wide_kblocks(ctx, KB[k] ? KB[k] : 64), 0);
+                for (size_t ri = 0; ri < sizeof ROWS / sizeof ROWS[0]; ri++) {
+                    float *y = run(ctx, QGEMM_ISA_AVX512VNNI, type, w, packed, n_out, n_in, x, ROWS[ri]);
+                    if (memcmp(y, ref, (size_t)ROWS[ri] * (size_t)n_out * sizeof(float)) != 0)
+                        fail_msg("%s wide n_out %lld n_in %lld rows %d kblocks %lld: differs from the scalar "
+                                 "reference", ggml_type_name(type), (long long)n_out, (long long)n_in, ROWS[ri],
+                                 (long long)KB[k]);
+                    free(y);
+                }
+            }
+            free(ref);
+            free(x);
+            free(w);
+            qgemm_pack_free(&packed);
+        }
+    }
+    qgemm_ctx_free(&ctx);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -264,7 +316,14 @@ static double best_us(int reps, qgemm_ctx_t *ctx, const qgemm_mat_t *m, int64_t 
  * Packed Q8_0 (qgemm_pack) comes first as the yardstick per weight. */
 static void run_bench(void)
 {
-    static const int rows[] = {1, 4, 8, 16, 32, 64, 128};
+    static const int rows_all[] = {1, 4, 8, 16, 32, 64, 128};
+    /* QKPACK_BENCH_ROWS=N: that one row count instead (up to 512: a prefill step) */
+    const int rows_one = getenv("QKPACK_BENCH_ROWS") ? atoi(getenv("QKPACK_BENCH_ROWS")) : 0;
+    if (rows_one < 0 || rows_one > 512)
+        abort();
+    const int *rows = rows_one ? &rows_one : rows_all;
+    const size_t n_rowsets = rows_one ? 1 : sizeof rows_all / sizeof *rows_all;
+    const int max_rows = rows_one > 128 ? rows_one : 128;
     static const uint32_t BTYPES[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     int reps = getenv("QKPACK_BENCH_REPS") ? atoi(getenv("QKPACK_BENCH_REPS")) : 30;
     /* QKPACK_BENCH_OUT: another n_out (e.g. 65536: weights from DRAM) */
@@ -274,7 +333,7 @@ static void run_bench(void)
     const int n_thr = getenv("QKPACK_BENCH_THREADS") ? atoi(getenv("QKPACK_BENCH_THREADS")) : 1;
     if (n_out < 8 || n_out > 1 << 20 || n_in < 256 || n_in > 1 << 16 || n_in % 256 != 0 || n_thr < 1 || n_thr > 64)
         abort();
-    qgemm_ctx_t *ctx = qgemm_ctx_new(128, n_in);
+    qgemm_ctx_t *ctx = qgemm_ctx_new(max_rows, n_in);
     qgemm_set_threads(ctx, n_thr);
     printf("%lldx%lld, %d thread(s), best of %d interleaved (us)\n", (long long)n_out, (long long)n_in, n_thr,
            reps);
@@ -285,9 +344,9 @@ static void run_bench(void)
             continue;
         uint8_t *w = weights_quantized(BTYPES[t], n_out, n_in, 5);
         void *p = qgemm_pack(BTYPES[t], w, n_out, n_in, 1);
-        float *x = activations(128, n_in, 6);
-        float *y = xmalloc((size_t)128 * (size_t)n_out * sizeof(float));
-        for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+        float *x = activations(max_rows, n_in, 6);
+        float *y = xmalloc((size_t)max_rows * (size_t)n_out * sizeof(float));
+        for (size_t r = 0; r < n_rowsets; r++) {
             qgemm_mat_t mu = {.type = BTYPES[t], .w = w, .n_out = n_out, .y = y};
             qgemm_mat_t mp = mu;
             mp.packed = p;
@@ -321,6 +380,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_packed_bit_exact),
         cmocka_unit_test(test_multi_quantized),
+        cmocka_unit_test(test_wide_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
