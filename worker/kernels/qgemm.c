@@ -91,6 +91,7 @@ struct qgemm_ctx {
                         * tiles' unpacked unit (qkpack_wide_run) */
     size_t wide_bytes;
     int64_t wide_kb;   /* blocks per range of those tiles (qgemm_set_wide_kblocks) */
+    bool wide_always;  /* those tiles whenever they can run (qgemm_set_wide_kblocks) */
 };
 
 /* One thread's decoded W panel (layout in the file comment). */
@@ -285,11 +286,12 @@ qgemm_isa_t qgemm_get_isa(const qgemm_ctx_t *c) { return c->isa; }
 
 void qgemm_set_amx_emulated(qgemm_ctx_t *c, bool on) { c->amx_emu = on; }
 
-int qgemm_set_wide_kblocks(qgemm_ctx_t *c, int64_t kblocks)
+int qgemm_set_wide_kblocks(qgemm_ctx_t *c, int64_t kblocks, bool always)
 {
     if (!c || kblocks < 8 || kblocks % 8 != 0 || (size_t)kblocks * QKPACK_WIDE_BLOCK_BYTES > c->wide_bytes)
         return -1;
     c->wide_kb = kblocks;
+    c->wide_always = always;
     return 0;
 }
 
@@ -1475,7 +1477,10 @@ static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void
     m->direct = avx2 && !m->packed &&
                 ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) || (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
     m->ppu = !m->packed || m->isa != QGEMM_ISA_AVX512VNNI                                       ? 1
-             : n_rows >= WIDE_MIN_ROWS && (m->kind == K_Q8_0 || qkpack_wide_supported(type)) ? WIDE_PANELS
+             : n_rows >= WIDE_MIN_ROWS &&
+                     (m->kind == K_Q8_0 || (c->wide_always ? qkpack_wide_supported(type)
+                                                           : qkpack_wide_pays(type, n_rows, n_in)))
+                 ? WIDE_PANELS
                                                                                               : 2;
     m->wide_kb = c->wide_kb;
     m->kern = NULL;

@@ -175,12 +175,14 @@ qgemm_isa_t qgemm_isa_default(void);
  * path; slow. Off again with false. */
 void qgemm_set_amx_emulated(qgemm_ctx_t *c, bool on);
 
-/* Packed Q4_0 / K-quant W on AVX512-VNNI with ≥ 16 X rows run the wide
- * tiles (qkpack.h), which unpack a W row in ranges of at most kblocks
- * blocks of 32 (default QKPACK_WIDE_KBLOCKS, or the row when shorter). For
- * tests (ranges on small shapes) and tuning: kblocks a positive multiple of
- * 8, at most the context's default. Returns 0, or -1 (unchanged) otherwise. */
-int qgemm_set_wide_kblocks(qgemm_ctx_t *c, int64_t kblocks);
+/* Packed Q4_0 / Q4_K / Q5_K W on AVX512-VNNI run the wide tiles (qkpack.h)
+ * where qkpack_wide_pays says they beat the 16-column kernel (large
+ * batches: prefill), unpacking a W row in ranges of at most kblocks blocks
+ * of 32 (default QKPACK_WIDE_KBLOCKS, or the row when shorter). For tests
+ * (every edge on small shapes) and tuning: kblocks a positive multiple of
+ * 8, at most the context's default; always: the wide tiles for every batch
+ * of ≥ 16 rows of those types. Returns 0, or -1 (unchanged) otherwise. */
+int qgemm_set_wide_kblocks(qgemm_ctx_t *c, int64_t kblocks, bool always);
 
 /* true when this CPU runs the AVX2 kernels (avx2 + f16c), the ones that
  * read packed weights. */

@@ -634,6 +634,16 @@ bool qkpack_wide_supported(uint32_t type)
     return kind_of(type, &k) && k != QK_Q6K;
 }
 
+bool qkpack_wide_pays(uint32_t type, int n_rows, int64_t n_in)
+{
+    enum qk_kind k;
+    if (!kind_of(type, &k) || k == QK_Q6K)
+        return false;
+    if (k == QK_Q5K && n_rows >= QKPACK_WIDE_Q5K_ROWS)
+        return true;
+    return (int64_t)n_rows * n_in >= QKPACK_WIDE_X_BYTES;
+}
+
 void qkpack_wide_run(uint32_t type, const uint8_t *panel, size_t pstride, int64_t n_in, const int8_t *xq,
                      const float *xd, const int32_t *xs, int n_rows, float *y, int64_t ldy, int nc, uint8_t *scratch,
                      int64_t kblocks)

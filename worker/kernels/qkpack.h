@@ -111,6 +111,17 @@ void qkpack_panel_run(qkpack_isa_t isa, uint32_t type, const uint8_t *panel, con
  * of 2048 × 2048 on Zen 5.) */
 bool qkpack_wide_supported(uint32_t type);
 
+/* When the wide tiles beat the 16-column kernel (measured on Zen 5, 2
+ * threads, the 1.1B shapes 5632 × 2048 and 2048 × 5632, QKPACK_BENCH_ROWS
+ * of test_qkpack): the 16-column kernel streams all of X once per panel
+ * pair and a unit of 8 panels once, so the wide tiles pay once X (n_rows ·
+ * n_in int8) no longer fits the 1 MiB L2 beside the weights, and their
+ * per-call unpack costs 5-10% below that. Q5_K, whose unpack per 8-row tile
+ * (the fifth bits) the wide tiles do once, also pays from 128 rows. */
+#define QKPACK_WIDE_X_BYTES (1 << 20)
+#define QKPACK_WIDE_Q5K_ROWS 128
+bool qkpack_wide_pays(uint32_t type, int n_rows, int64_t n_in);
+
 /* Y rows 0..n_rows-1, columns 0..nc-1 (nc ≤ 64; y + r·ldy + c) = X · the
  * 64 columns of the 8 panels at panel, panel + pstride, ... (X as for
  * qkpack_panel_run). scratch: kblocks · QKPACK_WIDE_BLOCK_BYTES bytes,

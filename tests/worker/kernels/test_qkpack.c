@@ -38,6 +38,7 @@
 #include "common/xalloc.h"
 #include "worker/kernels/qblock.h"
 #include "worker/kernels/qgemm.h"
+#include "worker/kernels/qkpack.h"
 #include "worker/kernels/quant.h"
 #include "common/text/gguf.h"
 #include "tests/worker/kernels/qgemm_testdata.h"
@@ -231,7 +232,9 @@ static void test_multi_quantized(void **state)
     qgemm_ctx_free(&ctx);
 }
 
-/* The wide tiles of AVX512-VNNI (≥ 16 rows, 64-column units of 8 panels):
+/* The wide tiles of AVX512-VNNI (64-column units of 8 panels; taken here
+ * from 16 rows, qgemm_set_wide_kblocks(…, true), where the model's batches
+ * take them only past qkpack_wide_pays):
  * units whose last panel is short (n_out 61), units followed by pairs and a
  * lone panel (100, 136), tiles of 3, 2 and 1 rows, and W
  * rows run in several block ranges (kblocks 8 and 16: accumulators parked
@@ -250,8 +253,8 @@ static void test_wide_tiles(void **state)
     const int max_rows = 40;
     qgemm_ctx_t *ctx = qgemm_ctx_new(max_rows, 2048);
     assert_int_equal(qgemm_set_threads(ctx, 2), 0);
-    assert_int_equal(qgemm_set_wide_kblocks(ctx, 12), -1); /* not a multiple of 8 */
-    assert_int_equal(qgemm_set_wide_kblocks(ctx, 1024), -1); /* more than the scratch holds */
+    assert_int_equal(qgemm_set_wide_kblocks(ctx, 12, true), -1); /* not a multiple of 8 */
+    assert_int_equal(qgemm_set_wide_kblocks(ctx, 1024, true), -1); /* more than the scratch holds */
     for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) {
         const uint32_t type = TYPES[t];
         const int64_t n_in = type == GGML_TYPE_Q4_0 ? 2016 : 768;
@@ -264,7 +267,7 @@ static void test_wide_tiles(void **state)
             float *ref = run(ctx, QGEMM_ISA_SCALAR, type, w, NULL, n_out, n_in, x, max_rows);
             memset(w, 0x5a, quant_row_bytes(type, n_in) * (size_t)n_out);
             for (size_t k = 0; k < sizeof KB / sizeof KB[0]; k++) {
-                assert_int_equal(qgemm_set_wide_kblocks(ctx, KB[k] ? KB[k] : 64), 0);
+                assert_int_equal(qgemm_set_wide_kblocks(ctx, KB[k] ? KB[k] : 64, true), 0);
                 for (size_t ri = 0; ri < sizeof ROWS / sizeof ROWS[0]; ri++) {
                     float *y = run(ctx, QGEMM_ISA_AVX512VNNI, type, w, packed, n_out, n_in, x, ROWS[ri]);
                     if (memcmp(y, ref, (size_t)ROWS[ri] * (size_t)n_out * sizeof(float)) != 0)
@@ -281,6 +284,26 @@ static void test_wide_tiles(void **state)
         }
     }
     qgemm_ctx_free(&ctx);
+}
+
+/* The rule that sends a batch to the wide tiles (qkpack.h): Q4_0 and Q4_K
+ * once X outgrows the L2 (1.1B shapes: a 512-row prefill of 2048 inputs, or
+ * 192 rows of the 5632-input down projection; never a decode batch of 8-64
+ * rows), Q5_K from 128 rows, Q6_K and Q8_0 never (Q8_0 has its own wide
+ * kernel in qgemm.c). */
+static void test_wide_rule(void **state)
+{
+    (void)state;
+    assert_true(qkpack_wide_pays(GGML_TYPE_Q4_0, 512, 2048));
+    assert_false(qkpack_wide_pays(GGML_TYPE_Q4_0, 511, 2048));
+    assert_true(qkpack_wide_pays(GGML_TYPE_Q4_K, 192, 5632));
+    assert_false(qkpack_wide_pays(GGML_TYPE_Q4_K, 64, 5632));
+    assert_true(qkpack_wide_pays(GGML_TYPE_Q5_K, 128, 2048));
+    assert_false(qkpack_wide_pays(GGML_TYPE_Q5_K, 127, 2048));
+    assert_false(qkpack_wide_pays(GGML_TYPE_Q6_K, 512, 14336));
+    assert_false(qkpack_wide_pays(GGML_TYPE_Q8_0, 512, 14336));
+    assert_false(qkpack_wide_supported(GGML_TYPE_Q6_K));
+    assert_true(qkpack_wide_supported(GGML_TYPE_Q4_K));
 }
 
 static void test_refusals(void **state)
@@ -381,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_packed_bit_exact),
         cmocka_unit_test(test_multi_quantized),
         cmocka_unit_test(test_wide_tiles),
+        cmocka_unit_test(test_wide_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
