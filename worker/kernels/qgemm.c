@@ -1476,12 +1476,12 @@ static void qmat_init(qmat_t *m, const qgemm_ctx_t *c, uint32_t type, const void
      * at every n_rows (qgemm.h, Speed) */
     m->direct = avx2 && !m->packed &&
                 ((m->kind == K_Q8_0 && n_rows <= DIRECT_MAX_Q8_0) || (m->kind == K_Q4_0 && n_rows <= DIRECT_MAX_Q4_0));
-    m->ppu = !m->packed || m->isa != QGEMM_ISA_AVX512VNNI                                       ? 1
-             : n_rows >= WIDE_MIN_ROWS &&
-                     (m->kind == K_Q8_0 || (c->wide_always ? qkpack_wide_supported(type)
-                                                           : qkpack_wide_pays(type, n_rows, n_in)))
-                 ? WIDE_PANELS
-                                                                                              : 2;
+    /* the wide kernels: Q8_0's from WIDE_MIN_ROWS rows, the K-quant / Q4_0
+     * tiles where they pay (qkpack.h) */
+    const bool wide = n_rows >= WIDE_MIN_ROWS &&
+                      (m->kind == K_Q8_0 || (c->wide_always ? qkpack_wide_supported(type)
+                                                            : qkpack_wide_pays(type, n_rows, n_in)));
+    m->ppu = !m->packed || m->isa != QGEMM_ISA_AVX512VNNI ? 1 : wide ? WIDE_PANELS : 2;
     m->wide_kb = c->wide_kb;
     m->kern = NULL;
     switch (m->kind) {

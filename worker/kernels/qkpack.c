@@ -467,7 +467,7 @@ _Static_assert(2 * WV == QKPACK_WIDE_PANELS, "a unit is WV panel pairs");
  * k (elements 4k..4k+3; k < 4 the low nibbles of the packing's group k,
  * k ≥ 4 the high ones of group k - 4), vector v at byte (8i + k)·256 + 64v:
  * lane c holds column 16v + c's 4 quants, one per byte, as blk16_load makes
- * them. Then, from byte 2048·n, each block's scales, 768 bytes: 16-lane
+ * them. Then, from byte 2048·n, each block's scales, 512 bytes: 16-lane
  * vectors at (4s + v)·64, s = 0: d·s (Q4_K / Q5_K) or the block's d (Q4_0);
  * s = 1: dm·m (Q4_K / Q5_K). (Q6_K is not taken: qkpack.h.) */
 static AVX512 void wide_unpack(enum qk_kind kind, const uint8_t *panel, size_t pstride, int64_t b0, int64_t b1,
@@ -494,7 +494,7 @@ static AVX512 void wide_unpack(enum qk_kind kind, const uint8_t *panel, size_t p
                 _mm512_store_si512((void *)(q + 256 * g), w.wl[g]);
                 _mm512_store_si512((void *)(q + 256 * (g + 4)), w.wh[g]);
             }
-            uint8_t *ps = sp + (size_t)(b - b0) * 768 + 64 * (size_t)v;
+            uint8_t *ps = sp + (size_t)(b - b0) * 512 + 64 * (size_t)v;
             _mm512_store_ps((void *)ps, w.ds);
             if (QK_AFFINE(kind))
                 _mm512_store_ps((void *)(ps + 256), w.dmm);
@@ -563,7 +563,7 @@ AINL void wide_tile(enum qk_kind kind, int R, const uint8_t *scr, int64_t b0, in
                     za[r][v] = _mm512_dpbusd_epi32(za[r][v], w[v], xb);
             }
         }
-        const uint8_t *ps = sp + (size_t)i * 768;
+        const uint8_t *ps = sp + (size_t)i * 512;
 #pragma GCC unroll 4
         for (int v = 0; v < WV; v++) {
             const __m512 p0 = _mm512_load_ps((const void *)(ps + 64 * v));

@@ -99,9 +99,9 @@ void qkpack_panel_run(qkpack_isa_t isa, uint32_t type, const uint8_t *panel, con
  * in L2 while the rows go by. Per lane the integers and the float step are
  * those of the 16-column kernel (hence of the scalar reference): same bits. */
 #define QKPACK_WIDE_PANELS 8
-/* scratch bytes per block of a range: 2048 of quants, 768 of scales */
-#define QKPACK_WIDE_BLOCK_BYTES (2048 + 768)
-/* kblocks of qkpack_wide_run by default: 128 blocks (4096 inputs), 360 KB
+/* scratch bytes per block of a range: 2048 of quants, 512 of scales */
+#define QKPACK_WIDE_BLOCK_BYTES (2048 + 512)
+/* kblocks of qkpack_wide_run by default: 128 blocks (4096 inputs), 320 KB
  * of scratch, well inside a 1-2 MiB L2 beside the rows' stream */
 #define QKPACK_WIDE_KBLOCKS 128
 
