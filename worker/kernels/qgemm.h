@@ -47,7 +47,10 @@
  * 27/64/229/1793 (docs/BENCH_LOG.md). Prefill at the 1.1B shapes, 512
  * rows, avx512vnni (QGEMM_PACK_BENCH=w1b test_qgemm_pack): ~300 GOPS per
  * CPU second with the 8 × 16 tiles, ~400-500 with the 3 × 64 ones, against
- * ~870 for a loop of vpdpbusd alone (docs/FORWARD.md).
+ * ~870 for a loop of vpdpbusd alone (docs/FORWARD.md). The wide Q4_0 /
+ * Q4_K / Q5_K tiles (qkpack.h) against the 8 × 16 ones, 2 threads, 320
+ * rows of 2048 × 5632: 6772 → 6141, 7303 → 6947, 8093 → 6720 µs; below
+ * qkpack_wide_pays they lose (docs/BENCH_LOG.md, session 12).
  *
  * Accuracy. The weights are used exactly as quant_dequantize() would decode
  * them (up to float rounding of scale products); the only approximation is
@@ -73,7 +76,8 @@
  *
  * Threading. qgemm() runs an OpenMP parallel region (num_threads = the
  * thread count fixed at qgemm_ctx_new: omp_get_max_threads() then) over
- * units of 8-64 output columns (64: packed Q8_0 on AVX-512 from 16 rows), a contiguous range of units per thread
+ * units of 8-64 output columns (64: packed Q8_0 on AVX-512 from 16 rows,
+ * packed Q4_0 / Q4_K / Q5_K where the wide tiles pay), a contiguous range of units per thread
  * with stealing from the back of the others' ranges (worksteal.h): each
  * thread's prefetch of the next panels reads its own next unit, and a
  * thread that is descheduled or slow to wake delays the others by one
