@@ -34,6 +34,7 @@ declare -A EXEMPT=(
   [sse_reader_feed]="pagoda-bench's SSE framing, reached only through bench_stream_feed (fuzz_bench_stream)"
   [qkpack_pack_panel]="a kernel, not a parser: repacks weight blocks whose tensor sizes the GGUF loader checked (fuzz_gguf)"
   [qkpack_panel_run]="a kernel, not a parser: reads panels qkpack_pack_panel wrote at load (prefetch hint next, n_next)"
+  [qkpack_wide_run]="a kernel, not a parser: reads 8 panels qkpack_pack_panel wrote at load (pstride: their stride)"
 )
 
 # --- 1. build ------------------------------------------------------------------------------
