@@ -1191,6 +1191,17 @@ static void run_wide(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows)
     }
 }
 
+/* The same columns of a packed Q4_0 / Q4_K / Q5_K matrix on the wide tiles
+ * (qkpack_wide_run; p->wide is the thread's scratch). */
+static void run_wide_k(const qmat_t *m, int64_t ip, const qx_t *qx, int n_rows, const panel_t *p)
+{
+    const int64_t n_out = m->n_out, c0 = ip * NC;
+    const int nc = n_out - c0 < WIDE_NC ? (int)(n_out - c0) : WIDE_NC;
+    qkpack_wide_run(m->type, m->packed + (size_t)ip * m->pstride, m->pstride, qx->n_in, qx->q, qx->d, qx->s, n_rows,
+                    m->y + c0, n_out, nc, p->wide, m->wide_kb);
+    pfq_step();
+}
+
 /* Output columns [8 ip, 8 (ip + np)) (np ≤ m->ppu panels) of matrix m for
  * all rows; p is the calling thread's panel scratch. */
 static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n_rows, bool avx2, panel_t *p)
@@ -1198,18 +1209,21 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
     const int64_t n_in = qx->n_in, nb = qx->nb, n_out = m->n_out;
     int64_t c0 = ip * NC;
     int nc = n_out - c0 < NC ? (int)(n_out - c0) : NC;
-    if (m->packed && m->kind != K_Q8_0 && np > 2) {
+    if (m->packed && np > 2) {
         /* AVX-512, n_rows ≥ WIDE_MIN_ROWS: units of WIDE_PANELS panels
-         * (qmat_init) on the wide tiles; a matrix's shorter last unit, and
-         * the tail rows of the AMX path (fewer rows), go by pairs */
+         * (qmat_init) on the wide kernels, Q8_0's or the Q4_0 / K-quant
+         * tiles (qkpack.h); a matrix's last unit may be shorter: its
+         * leftover panels go by pairs (and a lone last one) as for fewer
+         * rows, as do the Q4_0 / K-quant tail rows of the AMX path (below
+         * WIDE_MIN_ROWS the tiles' unpack would cost more than it saves) */
         assert(m->isa == QGEMM_ISA_AVX512VNNI);
+        const bool wide = m->kind == K_Q8_0 || n_rows >= WIDE_MIN_ROWS;
         int j = 0;
-        for (; n_rows >= WIDE_MIN_ROWS && np - j >= WIDE_PANELS; j += WIDE_PANELS) {
-            const int64_t cw = (ip + j) * NC;
-            const int ncw = n_out - cw < WIDE_NC ? (int)(n_out - cw) : WIDE_NC;
-            qkpack_wide_run(m->type, m->packed + (size_t)(ip + j) * m->pstride, m->pstride, n_in, qx->q, qx->d, qx->s,
-                            n_rows, m->y + cw, n_out, ncw, p->wide, m->wide_kb);
-            pfq_step();
+        for (; wide && np - j >= WIDE_PANELS; j += WIDE_PANELS) {
+            if (m->kind == K_Q8_0)
+                run_wide(m, ip + j, qx, n_rows);
+            else
+                run_wide_k(m, ip + j, qx, n_rows, p);
         }
         for (; j < np; j += 2)
             run_panel(m, ip + j, np - j < 2 ? 1 : 2, qx, n_rows, avx2, p);
@@ -1227,18 +1241,6 @@ static void run_panel(const qmat_t *m, int64_t ip, int np, const qx_t *qx, int n
         qkpack_panel_run(qi, m->type, pk, np == 2 ? pk + m->pstride : NULL, n_in, qx->q, qx->d, qx->s, n_rows,
                          m->y + c0, n_out, ncu, pk + np * m->pstride, n_pnext);
         pfq_step();
-        return;
-    }
-    if (m->packed && np > 2) {
-        /* AVX-512, n_rows ≥ WIDE_MIN_ROWS: units of WIDE_PANELS panels
-         * (qmat_init); a matrix's last unit may be shorter: its leftover
-         * panels go by pairs (and a lone last one) as for fewer rows */
-        assert(m->isa == QGEMM_ISA_AVX512VNNI && m->kind == K_Q8_0);
-        int j = 0;
-        for (; np - j >= WIDE_PANELS; j += WIDE_PANELS)
-            run_wide(m, ip + j, qx, n_rows);
-        for (; j < np; j += 2)
-            run_panel(m, ip + j, np - j < 2 ? 1 : 2, qx, n_rows, avx2, p);
         return;
     }
     if (m->packed && np == 2) {

@@ -462,6 +462,13 @@ static AVX512 void run_avx512vnni(enum qk_kind k, const uint8_t *p0, const uint8
 #define WV 4 /* vectors (panel pairs, 16 columns each) of a wide unit */
 #define WR 3 /* X rows per wide tile */
 _Static_assert(2 * WV == QKPACK_WIDE_PANELS, "a unit is WV panel pairs");
+#define WQ_BYTES 2048 /* quants of one block of a unit: 8 groups × WV × 64 */
+#define WS_BYTES 512  /* its scales: 2 vectors × WV × 64 */
+_Static_assert(WQ_BYTES == 8 * WV * 64 && WS_BYTES == 2 * WV * 64 && WQ_BYTES + WS_BYTES == QKPACK_WIDE_BLOCK_BYTES,
+               "the scratch layout of wide_unpack");
+
+/* The panel kind of a type the wide tiles take (not Q6_K: qkpack.h). */
+static bool wide_kind_of(uint32_t type, enum qk_kind *k) { return kind_of(type, k) && *k != QK_Q6K; }
 
 /* Scratch of a range of n blocks from b0: the quants of block b0 + i, group
  * k (elements 4k..4k+3; k < 4 the low nibbles of the packing's group k,
@@ -474,7 +481,7 @@ static AVX512 void wide_unpack(enum qk_kind kind, const uint8_t *panel, size_t p
                                uint8_t *scr)
 {
     const size_t CH = qk_chunk_bytes(kind);
-    uint8_t *sp = scr + (size_t)(b1 - b0) * 2048;
+    uint8_t *sp = scr + (size_t)(b1 - b0) * WQ_BYTES;
     for (int v = 0; v < WV; v++) {
         const uint8_t *p0 = panel + (size_t)(2 * v) * pstride, *p1 = p0 + pstride;
         int64_t ch_at = -1;
@@ -488,13 +495,13 @@ static AVX512 void wide_unpack(enum qk_kind kind, const uint8_t *panel, size_t p
             }
             blk16_t w;
             blk16_load(kind, c0, c1, (int)(b % 8), d, dm, &w);
-            uint8_t *q = scr + (size_t)(b - b0) * 2048 + 64 * (size_t)v;
+            uint8_t *q = scr + (size_t)(b - b0) * WQ_BYTES + 64 * (size_t)v;
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 _mm512_store_si512((void *)(q + 256 * g), w.wl[g]);
                 _mm512_store_si512((void *)(q + 256 * (g + 4)), w.wh[g]);
             }
-            uint8_t *ps = sp + (size_t)(b - b0) * 512 + 64 * (size_t)v;
+            uint8_t *ps = sp + (size_t)(b - b0) * WS_BYTES + 64 * (size_t)v;
             _mm512_store_ps((void *)ps, w.ds);
             if (QK_AFFINE(kind))
                 _mm512_store_ps((void *)(ps + 256), w.dmm);
@@ -522,7 +529,7 @@ AINL void wide_tile(enum qk_kind kind, int R, const uint8_t *scr, int64_t b0, in
 #pragma GCC unroll 4
         for (int v = 0; v < WV; v++)
             acc[r][v] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk[v], y + (int64_t)r * ldy + 16 * v);
-    const uint8_t *sp = scr + (size_t)n * 2048;
+    const uint8_t *sp = scr + (size_t)n * WQ_BYTES;
     pfq_t *pq = pfq_self();
     for (int64_t i = 0; i < n; i++) {
         const int64_t b = b0 + i;
@@ -542,7 +549,7 @@ AINL void wide_tile(enum qk_kind kind, int R, const uint8_t *scr, int64_t b0, in
             for (int v = 0; v < WV; v++)
                 za[r][v] = s0;
         }
-        const uint8_t *wq = scr + (size_t)i * 2048;
+        const uint8_t *wq = scr + (size_t)i * WQ_BYTES;
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m512i w[WV];
@@ -563,7 +570,7 @@ AINL void wide_tile(enum qk_kind kind, int R, const uint8_t *scr, int64_t b0, in
                     za[r][v] = _mm512_dpbusd_epi32(za[r][v], w[v], xb);
             }
         }
-        const uint8_t *ps = sp + (size_t)i * 512;
+        const uint8_t *ps = sp + (size_t)i * WS_BYTES;
 #pragma GCC unroll 4
         for (int v = 0; v < WV; v++) {
             const __m512 p0 = _mm512_load_ps((const void *)(ps + 64 * v));
@@ -631,13 +638,13 @@ static AVX512 void wide_run(enum qk_kind k, const uint8_t *panel, size_t pstride
 bool qkpack_wide_supported(uint32_t type)
 {
     enum qk_kind k;
-    return kind_of(type, &k) && k != QK_Q6K;
+    return wide_kind_of(type, &k);
 }
 
 bool qkpack_wide_pays(uint32_t type, int n_rows, int64_t n_in)
 {
     enum qk_kind k;
-    if (!kind_of(type, &k) || k == QK_Q6K)
+    if (!wide_kind_of(type, &k))
         return false;
     if (k == QK_Q5K && n_rows >= QKPACK_WIDE_Q5K_ROWS)
         return true;
@@ -649,7 +656,7 @@ void qkpack_wide_run(uint32_t type, const uint8_t *panel, size_t pstride, int64_
                      int64_t kblocks)
 {
     enum qk_kind k;
-    if (!kind_of(type, &k) || k == QK_Q6K || kblocks < 8 || kblocks % 8 != 0)
+    if (!wide_kind_of(type, &k) || kblocks < 8 || kblocks % 8 != 0)
         return;
     wide_run(k, panel, pstride, n_in, xq, xd, xs, n_rows, y, ldy, nc, scratch, kblocks);
 }
