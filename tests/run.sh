@@ -20,7 +20,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-2}
 
 pass=0 fail=0 skip=0
-failed_names=()
+failed_names=() failed_logs=()
 
 run_one() { # name, log, command...
   local name=$1 log=$2; shift 2
@@ -38,7 +38,7 @@ run_one() { # name, log, command...
   if [[ $rc -ne 0 && $f -eq 0 ]]; then f=1; fi
   pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
   local status="ok"
-  [[ $f -gt 0 ]] && status="FAIL" && failed_names+=("$name")
+  [[ $f -gt 0 ]] && status="FAIL" && failed_names+=("$name") && failed_logs+=("$log")
   printf '%-44s %-4s %3d passed %2d failed %2d skipped  (%ds)\n' "$name" "$status" "$p" "$f" "$s" "$dt"
   if [[ $f -gt 0 ]]; then
     echo "----- last lines of $log -----"
@@ -70,6 +70,20 @@ for t in tests/agents/*.sh; do
 done
 
 if [[ ${#failed_names[@]} -gt 0 ]]; then
+  # Again at the very end, short and with the most telling lines last, so
+  # that a CI report keeping only the last ~20 lines of this output still
+  # says what failed: per failed program the last lines of its log, then
+  # its "not ok" lines (with cmocka's FAILED lines, sanitizer reports, node
+  # errors, the grammar test's per-seed reasons and any "# why: " line a
+  # script prints for the digest).
+  echo "===== what failed (full logs in $LOGS) ====="
+  for i in "${!failed_names[@]}"; do
+    echo "--- ${failed_names[$i]}: last lines"
+    tail -n 4 "${failed_logs[$i]}" | cut -c1-200 | sed 's/^/  | /'
+    echo "--- ${failed_names[$i]}: what failed"
+    grep -E '^not ok - |^\[  FAILED  \]|^\[  ERROR   \]|ERROR: (Address|Leak|Undefined)Sanitizer|runtime error:|^# node: |^# .* seed [0-9]+: |^# why: ' \
+      "${failed_logs[$i]}" | head -n 8 | cut -c1-240 | sed 's/^/  /'
+  done
   echo "failed: ${failed_names[*]}"
 fi
 echo "$pass passed, $fail failed, $skip skipped"

@@ -28,5 +28,9 @@ check "stories gateway: worker registered" wait_for 30 ready $PS
 URL_RAND=http://127.0.0.1:$PR URL_REAL=http://127.0.0.1:$PS SEEDS=${GRAMMAR_SEEDS:-12} \
   run_node_tap 600 "$ROOT/tests/integration/grammar_e2e.mjs"
 check "no worker restarted during the run" bash -c "! grep -q 'restarting in' '$TMP/gw_rand.log' '$TMP/gw_real.log'"
-if [[ $N_FAIL -gt 0 ]]; then for f in "$TMP"/gw*.log; do echo "# --- $f"; tail -n 30 "$f" | sed 's/^/# /'; done; fi
+if [[ $N_FAIL -gt 0 ]]; then
+  for f in "$TMP"/gw*.log; do echo "# --- $f"; tail -n 30 "$f" | sed 's/^/# /'; done
+  # the gateways' and workers' own complaints, for tests/run.sh's digest
+  grep -hE ' (WARN|ERROR|FATAL) ' "$TMP"/gw*.log | grep -v 'no --keys file' | tail -n 4 | cut -c1-200 | sed 's/^/# why: /'
+fi
 finish

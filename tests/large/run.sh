@@ -21,5 +21,9 @@ for t in tests/large/*.sh; do
   printf '%-44s %-4s %3d passed %2d failed %2d skipped  (%ds)\n' "large/$name" \
     "$( ((f)) && echo FAIL || echo ok)" "$p" "$f" "$s" $((SECONDS - t0))
 done
+# the failures again at the end (a CI report may keep only the last lines)
+if ((fail)); then
+  grep -hE '^not ok - |^# why: ' "$LOGS"/large_*.log | head -n 10 | cut -c1-240 | sed 's/^/  /'
+fi
 echo "$pass passed, $fail failed, $skip skipped"
 ((fail == 0))
