@@ -34,8 +34,10 @@ check() { # description, command...
 }
 
 # A TCP port nobody listens on right now.
+# (tests/support/tap.py: below the ephemeral range, never twice in one script)
+export PAGODA_PORTS_FILE=$TMP/ports-given
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  python3 "$ROOT/tests/support/tap.py" free-port
 }
 
 # spawn LOGFILE cmd... : start in the background, remember the pid in $SPAWNED.
