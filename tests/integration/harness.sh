@@ -6,9 +6,10 @@
 #    (when that range leaves room below it), where no outgoing connection's
 #    port can land; every port it gives binds at the moment it is given.
 # 2. tests/run.sh, on a made tree with one failing script that prints its
-#    failure and then 60 lines of noise, exits non-zero and ends with a
-#    digest: the failure and the script's "# why: " line are among the last
-#    20 lines of its output (a CI report may keep only those).
+#    failure and then 60 lines of noise (and without the TESTS filter this
+#    script may run under), exits non-zero and ends with a digest: the
+#    failure and the script's "# why: " line are among the last 20 lines of
+#    its output (a CI report may keep only those).
 source "$(dirname "$0")/../lib.sh"
 
 # 1. free_port
@@ -49,7 +50,7 @@ cat >"$tree/tests/integration/aa_fine.sh" <<'EOF'
 #!/usr/bin/env bash
 echo "ok - fine"
 EOF
-(cd "$tree" && PAGODA_BUILD=build bash tests/run.sh) >"$TMP/run.out" 2>&1
+(cd "$tree" && env -u TESTS PAGODA_BUILD=build bash tests/run.sh) >"$TMP/run.out" 2>&1
 rc=$?
 check "run.sh on a made tree with a failing script exits non-zero" test "$rc" -ne 0
 check "its last line counts the failure" bash -c "tail -n 1 '$TMP/run.out' | grep -q '^2 passed, 1 failed, 0 skipped$'"
