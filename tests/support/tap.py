@@ -85,7 +85,6 @@ def free_port():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         s.close()
-    used.add(port)
     if used_file:
         with open(used_file, "a") as f:
             f.write("%d\n" % port)
